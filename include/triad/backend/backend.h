@@ -1,0 +1,123 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "triad/core/allocator.h"
+#include "triad/core/device.h"
+#include "triad/core/tensor.h"
+
+namespace triad {
+
+// Eq writes 1 where a == b and 0 elsewhere (in the operands' dtype).
+enum class BinaryOp : uint8_t { Add, Sub, Mul, Div, Eq };
+enum class ReduceOp : uint8_t { Sum, Max };
+
+// Dtype of per-row statistics (LayerNorm mean/rstd, log-sum-exp, per-row
+// losses): f64 for f64 inputs, f32 for every other floating type.
+inline DType stat_dtype(DType dtype) { return dtype == DType::F64 ? DType::F64 : DType::F32; }
+
+// Hyper-parameters of one AdamW update (PyTorch semantics: decoupled weight
+// decay, bias correction with the 1-based step count).
+struct AdamWStep {
+  double lr = 0;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0;
+  int64_t step = 1;
+};
+
+// The kernels one device family provides. The front end (ops/) validates
+// shapes and dtypes, allocates outputs and records autograd; a backend only
+// computes. Unless a comment says otherwise, every tensor argument is
+// contiguous and lives on this backend's device. A backend that cannot run a
+// (kernel, dtype) combination throws NotSupportedError naming all three.
+//
+// Adding a backend: implement this interface, register it with
+// register_backend(), and run the shared conformance suite
+// (tests/ops/op_harness_test.cpp) against it.
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;
+  virtual Allocator& allocator(int device_index) = 0;
+  virtual void synchronize() = 0;
+
+  // dst = src elementwise with dtype conversion. Both may be strided views of
+  // equal shape; one of them may live on the host (the other on this device).
+  virtual void copy(const Tensor& src, Tensor& dst) = 0;
+  virtual void fill(Tensor& dst, double value) = 0;
+
+  // out = a (op) b. `a` and `b` are views already expanded to out's shape
+  // (broadcast dimensions have stride 0); out is contiguous and may alias a.
+  virtual void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) = 0;
+  // out = alpha * x + beta (out may alias x).
+  virtual void affine(const Tensor& x, double alpha, double beta, Tensor& out) = 0;
+
+  // c = alpha * op(a) @ op(b) + beta * c, batched. a is (batch?, M, K) or
+  // (batch?, K, M) when trans_a; b is (batch?, K, N) or (batch?, N, K) when
+  // trans_b; c is (batch, M, N). A 2-D a or b is shared by every batch.
+  virtual void gemm(const Tensor& a, const Tensor& b, Tensor& c, bool trans_a, bool trans_b,
+                    double alpha, double beta) = 0;
+
+  // x viewed as (outer, n, inner) reduced over n into out (outer, inner).
+  // For Max, `indices` (i64, same shape as out) receives the arg-max.
+  virtual void reduce(ReduceOp op, const Tensor& x, int64_t outer, int64_t n, int64_t inner,
+                      Tensor& out, Tensor* indices) = 0;
+
+  // GELU, tanh approximation.
+  virtual void gelu_forward(const Tensor& x, Tensor& y) = 0;
+  virtual void gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) = 0;
+
+  // x (N, C); weight, bias (C); mean, rstd (N) in stat_dtype.
+  virtual void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                                  double eps, Tensor& y, Tensor& mean, Tensor& rstd) = 0;
+  // Writes dx; dweight and dbias are overwritten (not accumulated).
+  virtual void layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
+                                   const Tensor& mean, const Tensor& rstd, Tensor& dx,
+                                   Tensor& dweight, Tensor& dbias) = 0;
+
+  // Softmax over the last dimension of x viewed as (rows, cols).
+  virtual void softmax_forward(const Tensor& x, Tensor& y) = 0;
+  virtual void softmax_backward(const Tensor& y, const Tensor& dy, Tensor& dx) = 0;
+
+  // Causal self-attention. qkv (B, T, 3*C) holds q, k, v side by side, each
+  // split into n_head heads of C/n_head; out (B, T, C); lse (B, NH, T) in stat_dtype is
+  // the log-sum-exp of each query's scaled scores, kept for backward.
+  virtual void attention_forward(const Tensor& qkv, int64_t n_head, Tensor& out,
+                                 Tensor& lse) = 0;
+  virtual void attention_backward(const Tensor& qkv, const Tensor& out, const Tensor& lse,
+                                  const Tensor& dout, int64_t n_head, Tensor& dqkv) = 0;
+
+  // weight (V, C); ids (N) i32 or i64; out (N, C). Ids are validated < V.
+  virtual void embedding_forward(const Tensor& weight, const Tensor& ids, Tensor& out) = 0;
+  // dweight (V, C) is overwritten; the order of accumulation is fixed.
+  virtual void embedding_backward(const Tensor& ids, const Tensor& dout, Tensor& dweight) = 0;
+
+  // logits (N, V); targets (N) i32/i64; losses, lse and dlosses (N) in stat_dtype. Rows whose
+  // target equals ignore_index get loss 0.
+  virtual void cross_entropy_forward(const Tensor& logits, const Tensor& targets,
+                                     int64_t ignore_index, Tensor& losses, Tensor& lse) = 0;
+  // dlogits = (softmax(logits) - onehot(target)) * dlosses[row]; ignored rows 0.
+  virtual void cross_entropy_backward(const Tensor& logits, const Tensor& targets,
+                                      const Tensor& lse, const Tensor& dlosses,
+                                      int64_t ignore_index, Tensor& dlogits) = 0;
+
+  // y = x * keep / (1 - p), keep = philox_uniform(seed, stream, offset + i) >= p.
+  // The same call maps dy to dx in backward.
+  virtual void dropout(const Tensor& x, double p, uint64_t seed, uint64_t stream,
+                       uint64_t offset, Tensor& y) = 0;
+
+  // One AdamW update of param in place; m and v are f32 moments.
+  virtual void adamw(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,
+                     const AdamWStep& hp) = 0;
+};
+
+// The backend serving tensors of a device type; throws NotSupportedError when
+// none is registered (e.g. CUDA in a build without it).
+Backend& backend_for(DeviceType type);
+inline Backend& backend_for(const Tensor& t) { return backend_for(t.device().type); }
+void register_backend(DeviceType type, Backend* backend);
+
+}  // namespace triad

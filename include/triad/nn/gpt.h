@@ -1,0 +1,101 @@
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "triad/nn/embedding.h"
+#include "triad/nn/layer_norm.h"
+#include "triad/nn/linear.h"
+#include "triad/nn/module.h"
+
+namespace triad::nn {
+
+// The shape of a GPT-2 style model.
+struct GptConfig {
+  int64_t n_layer = 12;
+  int64_t n_head = 12;
+  int64_t d_model = 768;
+  int64_t vocab_size = 50257;
+  int64_t seq_len = 1024;
+  double dropout = 0.0;
+  double layer_norm_eps = 1e-5;
+
+  // Throws ConfigError naming the field when a value is impossible.
+  void validate() const;
+  // 12*l*h^2*(1 + 13/(12h) + (V+s)/(12*l*h)) of the PTD-P paper (tied head).
+  int64_t num_parameters() const;
+};
+
+// Randomness of one forward pass: dropout masks are a pure function of
+// (seed, site, call) so that recomputation and other layouts reproduce them.
+struct ForwardContext {
+  bool training = true;
+  uint64_t seed = 0;
+  uint64_t call = 0;  // distinct per (step, microbatch)
+};
+
+// Multi-head causal self-attention: c_attn (C -> 3C), fused attention, c_proj.
+class CausalSelfAttention : public Module {
+ public:
+  CausalSelfAttention(const GptConfig& cfg, int64_t layer);
+  Tensor forward(const Tensor& x, const ForwardContext& ctx) const;
+
+ private:
+  std::shared_ptr<Linear> c_attn_, c_proj_;
+  int64_t n_head_, layer_;
+  double dropout_;
+};
+
+// Position-wise MLP: c_fc (C -> 4C), GELU (tanh), c_proj (4C -> C).
+class Mlp : public Module {
+ public:
+  Mlp(const GptConfig& cfg, int64_t layer);
+  Tensor forward(const Tensor& x, const ForwardContext& ctx) const;
+
+ private:
+  std::shared_ptr<Linear> c_fc_, c_proj_;
+  int64_t layer_;
+  double dropout_;
+};
+
+// Pre-LayerNorm transformer block: x + attn(ln_1(x)), then + mlp(ln_2(x)).
+class Block : public Module {
+ public:
+  Block(const GptConfig& cfg, int64_t layer);
+  Tensor forward(const Tensor& x, const ForwardContext& ctx) const;
+
+ private:
+  std::shared_ptr<LayerNorm> ln_1_, ln_2_;
+  std::shared_ptr<CausalSelfAttention> attn_;
+  std::shared_ptr<Mlp> mlp_;
+};
+
+// GPT-2: token + learned position embeddings, n_layer blocks, final
+// LayerNorm, output head tied to the token embedding. Parameter names are
+// GPT-2's (wte.weight, h.0.attn.c_attn.weight, ...), linear weights stored
+// (out, in). The pieces (embed, block, head) are public so pipeline stages
+// can run a sub-range.
+class Gpt : public Module {
+ public:
+  // Parameters are initialised by gpt2_init_rule, layout-independently.
+  Gpt(const GptConfig& cfg, uint64_t seed, DType dtype = DType::F32);
+  const GptConfig& config() const { return cfg_; }
+
+  // ids (B, T) -> hidden (B, T, C).
+  Tensor embed(const Tensor& ids, const ForwardContext& ctx) const;
+  const Block& block(int64_t i) const { return *blocks_.at(i); }
+  // hidden (B, T, C) -> logits (B, T, V).
+  Tensor head(const Tensor& hidden) const;
+  Tensor forward(const Tensor& ids, const ForwardContext& ctx = {}) const;
+  // Mean cross entropy of the next-token predictions.
+  Tensor loss(const Tensor& ids, const Tensor& targets, const ForwardContext& ctx = {}) const;
+
+ private:
+  GptConfig cfg_;
+  std::shared_ptr<Embedding> wte_, wpe_;
+  std::vector<std::shared_ptr<Block>> blocks_;
+  std::shared_ptr<LayerNorm> ln_f_;
+};
+
+}  // namespace triad::nn

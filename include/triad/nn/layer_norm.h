@@ -1,0 +1,19 @@
+#pragma once
+
+#include "triad/nn/module.h"
+
+namespace triad::nn {
+
+// LayerNorm over the last dimension with a learned scale and shift.
+class LayerNorm : public Module {
+ public:
+  explicit LayerNorm(int64_t features, double eps = 1e-5, DType dtype = DType::F32);
+  Tensor forward(const Tensor& x) const;
+
+ private:
+  Tensor weight_;
+  Tensor bias_;
+  double eps_;
+};
+
+}  // namespace triad::nn

@@ -1,0 +1,40 @@
+#pragma once
+
+#include <cstdint>
+
+#include "triad/core/tensor.h"
+
+namespace triad {
+
+// Broadcasting arithmetic (NumPy rules), differentiable.
+Tensor add(const Tensor& a, const Tensor& b);
+Tensor sub(const Tensor& a, const Tensor& b);
+Tensor mul(const Tensor& a, const Tensor& b);
+Tensor div(const Tensor& a, const Tensor& b);
+// alpha * x + beta.
+Tensor affine(const Tensor& x, double alpha, double beta = 0.0);
+inline Tensor scale(const Tensor& x, double alpha) { return affine(x, alpha, 0.0); }
+
+// GELU with the tanh approximation (GPT-2's).
+Tensor gelu(const Tensor& x);
+
+// Inverted dropout: keeps element i when philox_uniform(seed, stream,
+// offset + i) >= p and scales kept values by 1/(1-p). Identity when p == 0.
+Tensor dropout(const Tensor& x, double p, uint64_t seed, uint64_t stream, uint64_t offset);
+
+// Differentiable dtype conversion; the gradient is converted back.
+Tensor cast(const Tensor& x, DType dtype);
+// A contiguous tensor with x's values (x itself when already contiguous).
+Tensor contiguous(const Tensor& x);
+// A copy with its own storage (differentiable).
+Tensor clone(const Tensor& x);
+// Copies to another device (differentiable).
+Tensor to_device(const Tensor& x, Device device);
+
+// In-place updates outside autograd (optimizers, gradient buffers).
+void copy_(Tensor& dst, const Tensor& src);
+void fill_(Tensor& dst, double value);
+void add_(Tensor& dst, const Tensor& src);    // dst += src
+void scale_(Tensor& dst, double alpha);       // dst *= alpha
+
+}  // namespace triad

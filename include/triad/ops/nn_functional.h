@@ -1,0 +1,27 @@
+#pragma once
+
+#include <cstdint>
+
+#include "triad/core/tensor.h"
+
+namespace triad {
+
+// LayerNorm over the last dimension. x (..., C); weight, bias (C).
+Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps = 1e-5);
+
+// Softmax over the last dimension.
+Tensor softmax(const Tensor& x);
+
+// Causal multi-head self-attention with scale 1/sqrt(head_dim).
+// qkv (B, T, 3*C) = [q | k | v], each C = n_head * head_dim -> (B, T, C).
+Tensor causal_attention(const Tensor& qkv, int64_t n_head);
+
+// Rows of weight (V, C) picked by ids (..., i32/i64) -> (..., C).
+Tensor embedding(const Tensor& weight, const Tensor& ids);
+
+// Mean over non-ignored rows of -log softmax(logits)[target]. logits (..., V);
+// targets (...) i32/i64. Returns a scalar (shape []) of logits' dtype; 0 when
+// every row is ignored.
+Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index = -100);
+
+}  // namespace triad

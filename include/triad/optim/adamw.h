@@ -1,0 +1,47 @@
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "triad/core/tensor.h"
+
+namespace triad::optim {
+
+struct AdamWOptions {
+  double lr = 3e-4;
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double weight_decay = 0.1;
+};
+
+// AdamW with PyTorch's semantics (decoupled weight decay, bias correction).
+// Weight decay applies to parameters of 2+ dimensions (linear weights,
+// embeddings), never to biases or LayerNorm parameters.
+class AdamW {
+ public:
+  AdamW(std::vector<std::pair<std::string, Tensor>> named_params, AdamWOptions options);
+
+  // One update with learning rate `lr` (the schedule's value for this step).
+  // Parameters without a gradient are skipped.
+  void step(double lr);
+  int64_t step_count() const { return step_; }
+  const AdamWOptions& options() const { return options_; }
+
+  struct State {
+    std::string name;
+    Tensor param;
+    Tensor m, v;  // first and second moments
+    bool decay;
+  };
+  std::vector<State>& state() { return state_; }
+  void set_step_count(int64_t step) { step_ = step; }
+
+ private:
+  AdamWOptions options_;
+  std::vector<State> state_;
+  int64_t step_ = 0;
+};
+
+}  // namespace triad::optim

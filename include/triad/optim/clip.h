@@ -1,0 +1,17 @@
+#pragma once
+
+#include <vector>
+
+#include "triad/core/tensor.h"
+
+namespace triad::optim {
+
+// L2 norm of all gradients together (parameters without .grad are skipped).
+double global_grad_norm(const std::vector<Tensor>& params);
+
+// PyTorch's clip_grad_norm_: computes the global norm, and when max_norm > 0
+// and coef = max_norm / (norm + 1e-6) < 1 multiplies every gradient by coef.
+// Returns the norm before clipping.
+double clip_grad_norm(const std::vector<Tensor>& params, double max_norm);
+
+}  // namespace triad::optim

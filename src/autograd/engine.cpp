@@ -1,0 +1,152 @@
+#include "triad/autograd/engine.h"
+
+#include <unordered_map>
+#include <unordered_set>
+
+#include "triad/autograd/grad_mode.h"
+#include "triad/backend/backend.h"
+
+namespace triad::autograd {
+namespace {
+
+Tensor zeros_for(const OutputMeta& meta) {
+  Tensor z = empty(meta.shape, meta.dtype, meta.device);
+  backend_for(meta.device.type).fill(z, 0.0);
+  return z;
+}
+
+// buffer += g without mutating either operand (both may be referenced elsewhere).
+void accumulate_into(Tensor& buffer, const Tensor& g) {
+  if (!buffer.defined()) {
+    buffer = g;
+    return;
+  }
+  Tensor sum = empty(buffer.shape(), buffer.dtype(), buffer.device());
+  backend_for(buffer).binary(BinaryOp::Add, buffer, g, sum);
+  buffer = sum;
+}
+
+bool deferral_possible(const Node& node) {
+  for (int i : node.deferrable_inputs()) {
+    const Edge& e = node.next_edges.at(i);
+    if (e.valid() && !e.node->is_accumulate_grad()) return false;
+  }
+  return !node.deferrable_inputs().empty();
+}
+
+}  // namespace
+
+void backward(const TensorList& outputs, const TensorList& grad_outputs,
+              const BackwardOptions& options) {
+  if (!grad_outputs.empty() && grad_outputs.size() != outputs.size()) {
+    throw ValueError("backward: " + std::to_string(outputs.size()) + " outputs but " +
+                     std::to_string(grad_outputs.size()) + " gradients");
+  }
+  NoGradGuard no_grad;  // gradients themselves are not differentiated
+
+  std::unordered_map<Node*, std::shared_ptr<Node>> alive;
+  std::unordered_map<Node*, TensorList> buffers;
+  std::unordered_map<Node*, int> dependencies;
+  std::vector<Node*> roots;
+
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    const Tensor& out = outputs[i];
+    Edge edge = gradient_edge(out);
+    if (!edge.valid()) {
+      throw ValueError("backward: output " + std::to_string(i) + " does not require grad");
+    }
+    Tensor seed;
+    if (grad_outputs.empty()) {
+      if (out.numel() != 1) {
+        throw ShapeError("backward: implicit gradient needs a one-element output, got shape " +
+                         shape_str(out.shape()) + " (pass grad_outputs)");
+      }
+      seed = empty(out.shape(), out.dtype(), out.device());
+      backend_for(out).fill(seed, 1.0);
+    } else {
+      seed = grad_outputs[i];
+      if (!seed.defined() || seed.shape() != out.shape()) {
+        throw ShapeError("backward: gradient for output " + std::to_string(i) + " has shape " +
+                         (seed.defined() ? shape_str(seed.shape()) : std::string("undefined")) +
+                         ", expected " + shape_str(out.shape()));
+      }
+    }
+    Node* n = edge.node.get();
+    alive[n] = edge.node;
+    auto& buf = buffers[n];
+    buf.resize(std::max<size_t>(buf.size(), std::max<size_t>(n->outputs.size(), 1)));
+    accumulate_into(buf[edge.input_nr], seed);
+    roots.push_back(n);
+  }
+
+  // Count, for every reachable node, how many edges lead into it.
+  {
+    std::vector<Node*> stack(roots.begin(), roots.end());
+    std::unordered_set<Node*> seen(roots.begin(), roots.end());
+    while (!stack.empty()) {
+      Node* n = stack.back();
+      stack.pop_back();
+      for (const Edge& e : n->next_edges) {
+        if (!e.valid()) continue;
+        Node* c = e.node.get();
+        ++dependencies[c];
+        if (seen.insert(c).second) {
+          alive[c] = e.node;
+          stack.push_back(c);
+        }
+      }
+    }
+  }
+
+  std::vector<Node*> ready;
+  {
+    std::unordered_set<Node*> queued;
+    for (Node* r : roots) {
+      if (dependencies[r] == 0 && queued.insert(r).second) ready.push_back(r);
+    }
+  }
+
+  while (!ready.empty()) {
+    Node* n = ready.back();
+    ready.pop_back();
+    TensorList grads = std::move(buffers[n]);
+    buffers.erase(n);
+    grads.resize(std::max<size_t>(n->outputs.size(), grads.size()));
+    for (size_t i = 0; i < n->outputs.size(); ++i) {
+      if (!grads[i].defined()) grads[i] = zeros_for(n->outputs[i]);
+    }
+
+    TensorList input_grads;
+    if (options.defer_weight_grads && deferral_possible(*n)) {
+      BackwardFn weight_fn;
+      input_grads = n->apply_split(grads, weight_fn);
+      if (weight_fn) {
+        std::vector<Edge> edges = n->next_edges;
+        options.defer_weight_grads->push([weight_fn, grads, edges]() {
+          NoGradGuard guard;
+          TensorList wg = weight_fn(grads);
+          for (size_t i = 0; i < edges.size() && i < wg.size(); ++i) {
+            if (wg[i].defined() && edges[i].valid()) edges[i].node->apply({wg[i]});
+          }
+        });
+      }
+    } else {
+      input_grads = n->apply(grads);
+    }
+    if (!options.retain_graph) n->release_saved();
+
+    for (size_t i = 0; i < n->next_edges.size(); ++i) {
+      const Edge& e = n->next_edges[i];
+      if (!e.valid()) continue;
+      Node* c = e.node.get();
+      if (i < input_grads.size() && input_grads[i].defined()) {
+        auto& buf = buffers[c];
+        buf.resize(std::max<size_t>(buf.size(), std::max<size_t>(c->outputs.size(), 1)));
+        accumulate_into(buf[e.input_nr], input_grads[i]);
+      }
+      if (--dependencies[c] == 0) ready.push_back(c);
+    }
+  }
+}
+
+}  // namespace triad::autograd

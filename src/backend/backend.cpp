@@ -1,0 +1,46 @@
+#include "triad/backend/backend.h"
+
+#include <array>
+#include <mutex>
+
+#include "cpu/cpu_backend.h"
+
+namespace triad {
+namespace {
+
+struct Registry {
+  std::mutex mutex;
+  std::array<Backend*, 2> backends{};
+};
+
+Registry& registry() {
+  static Registry r;
+  static detail::CpuBackend cpu;
+  static const bool init = [] {
+    r.backends[static_cast<size_t>(DeviceType::CPU)] = &cpu;
+    return true;
+  }();
+  (void)init;
+  return r;
+}
+
+}  // namespace
+
+Backend& backend_for(DeviceType type) {
+  Registry& r = registry();
+  Backend* b = r.backends[static_cast<size_t>(type)];
+  if (!b) {
+    throw NotSupportedError(std::string("no backend for device type ") +
+                            (type == DeviceType::CUDA ? "cuda" : "cpu") +
+                            " in this build (configure with TRIAD_WITH_CUDA=ON and run on a GPU)");
+  }
+  return *b;
+}
+
+void register_backend(DeviceType type, Backend* backend) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  r.backends[static_cast<size_t>(type)] = backend;
+}
+
+}  // namespace triad

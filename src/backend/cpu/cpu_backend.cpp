@@ -1,0 +1,320 @@
+#include "cpu_backend.h"
+
+#include <cblas.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "triad/core/half.h"
+#include "triad/core/rng.h"
+
+namespace triad::detail {
+
+void unsupported(const char* op, DType dtype) {
+  throw NotSupportedError(std::string(op) + ": dtype " + dtype_name(dtype) +
+                          " is not supported on device cpu");
+}
+
+Allocator& CpuBackend::allocator(int device_index) {
+  if (device_index != 0) throw ValueError("cpu device index must be 0, got " + std::to_string(device_index));
+  return cpu_allocator();
+}
+
+int64_t load_index(const Tensor& ids, int64_t i) {
+  return ids.dtype() == DType::I32 ? static_cast<int64_t>(ids.data<int32_t>()[i]) : ids.data<int64_t>()[i];
+}
+
+namespace {
+
+// Visits every row (all dims but the last) of two equally shaped strided
+// tensors, calling f(offset_a, offset_b, row_index) in row-major order.
+template <class F>
+void for_each_row(const Shape& shape, const Shape& sa, const Shape& sb, F&& f) {
+  const int64_t nd = static_cast<int64_t>(shape.size());
+  if (nd == 0) {
+    f(int64_t{0}, int64_t{0}, int64_t{0});
+    return;
+  }
+  int64_t rows = 1;
+  for (int64_t d = 0; d + 1 < nd; ++d) rows *= shape[d];
+  if (rows == 0 || shape[nd - 1] == 0) return;
+  std::vector<int64_t> idx(nd, 0);
+  int64_t oa = 0, ob = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    f(oa, ob, r);
+    for (int64_t d = nd - 2; d >= 0; --d) {
+      if (++idx[d] < shape[d]) {
+        oa += sa[d];
+        ob += sb[d];
+        break;
+      }
+      oa -= sa[d] * (shape[d] - 1);
+      ob -= sb[d] * (shape[d] - 1);
+      idx[d] = 0;
+    }
+  }
+}
+
+double load_scalar(const void* base, DType dt, int64_t i) {
+  switch (dt) {
+    case DType::F32: return static_cast<const float*>(base)[i];
+    case DType::F64: return static_cast<const double*>(base)[i];
+    case DType::BF16: return bf16_to_float(static_cast<const uint16_t*>(base)[i]);
+    case DType::F16: return f16_to_float(static_cast<const uint16_t*>(base)[i]);
+    case DType::I32: return static_cast<const int32_t*>(base)[i];
+    case DType::I64: return static_cast<double>(static_cast<const int64_t*>(base)[i]);
+  }
+  return 0;
+}
+
+void store_scalar(void* base, DType dt, int64_t i, double v) {
+  switch (dt) {
+    case DType::F32: static_cast<float*>(base)[i] = static_cast<float>(v); return;
+    case DType::F64: static_cast<double*>(base)[i] = v; return;
+    case DType::BF16: static_cast<uint16_t*>(base)[i] = float_to_bf16(static_cast<float>(v)); return;
+    case DType::F16: static_cast<uint16_t*>(base)[i] = float_to_f16(static_cast<float>(v)); return;
+    case DType::I32: static_cast<int32_t*>(base)[i] = static_cast<int32_t>(v); return;
+    case DType::I64: static_cast<int64_t*>(base)[i] = static_cast<int64_t>(v); return;
+  }
+}
+
+template <class T>
+void binary_row(BinaryOp op, const T* a, int64_t sa, const T* b, int64_t sb, T* out, int64_t n) {
+  switch (op) {
+    case BinaryOp::Add:
+      for (int64_t i = 0; i < n; ++i) out[i] = a[i * sa] + b[i * sb];
+      break;
+    case BinaryOp::Sub:
+      for (int64_t i = 0; i < n; ++i) out[i] = a[i * sa] - b[i * sb];
+      break;
+    case BinaryOp::Mul:
+      for (int64_t i = 0; i < n; ++i) out[i] = a[i * sa] * b[i * sb];
+      break;
+    case BinaryOp::Div:
+      for (int64_t i = 0; i < n; ++i) out[i] = a[i * sa] / b[i * sb];
+      break;
+    case BinaryOp::Eq:
+      for (int64_t i = 0; i < n; ++i) out[i] = a[i * sa] == b[i * sb] ? T(1) : T(0);
+      break;
+  }
+}
+
+template <class T>
+void binary_typed(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) {
+  const T* pa = a.data<T>();
+  const T* pb = b.data<T>();
+  T* po = out.data<T>();
+  const int64_t nd = a.dim();
+  if (a.is_contiguous() && b.is_contiguous()) {
+    const int64_t n = out.numel();
+    const int64_t chunk = 1 << 16;
+#pragma omp parallel for schedule(static) if (n > chunk)
+    for (int64_t s = 0; s < n; s += chunk) {
+      binary_row(op, pa + s, 1, pb + s, 1, po + s, std::min(chunk, n - s));
+    }
+    return;
+  }
+  const int64_t cols = nd ? out.shape().back() : 1;
+  const int64_t sa = nd ? a.strides().back() : 0;
+  const int64_t sb = nd ? b.strides().back() : 0;
+  for_each_row(out.shape(), a.strides(), b.strides(), [&](int64_t oa, int64_t ob, int64_t r) {
+    binary_row(op, pa + oa, sa, pb + ob, sb, po + r * cols, cols);
+  });
+}
+
+}  // namespace
+
+void CpuBackend::copy(const Tensor& src, Tensor& dst) {
+  if (src.shape() != dst.shape()) {
+    throw ShapeError("copy: source shape " + shape_str(src.shape()) + " != destination shape " +
+                     shape_str(dst.shape()));
+  }
+  if (!src.device().is_cpu() || !dst.device().is_cpu()) {
+    throw NotSupportedError("copy: the cpu backend copies host tensors only (got " +
+                            src.device().str() + " -> " + dst.device().str() + ")");
+  }
+  if (src.numel() == 0) return;
+  if (src.dtype() == dst.dtype() && src.is_contiguous() && dst.is_contiguous()) {
+    std::memcpy(dst.raw_data(), src.raw_data(), src.nbytes());
+    return;
+  }
+  const int64_t nd = src.dim();
+  const int64_t cols = nd ? src.shape().back() : 1;
+  const int64_t ss = nd ? src.strides().back() : 0;
+  const int64_t ds = nd ? dst.strides().back() : 0;
+  const void* ps = src.raw_data();
+  void* pd = dst.raw_data();
+  const DType st = src.dtype(), dt = dst.dtype();
+  const bool same_f32 = st == DType::F32 && dt == DType::F32;
+  for_each_row(src.shape(), src.strides(), dst.strides(), [&](int64_t os, int64_t od, int64_t) {
+    if (same_f32) {
+      const float* s = static_cast<const float*>(ps) + os;
+      float* d = static_cast<float*>(pd) + od;
+      for (int64_t i = 0; i < cols; ++i) d[i * ds] = s[i * ss];
+      return;
+    }
+    for (int64_t i = 0; i < cols; ++i) {
+      store_scalar(pd, dt, od + i * ds, load_scalar(ps, st, os + i * ss));
+    }
+  });
+}
+
+void CpuBackend::fill(Tensor& dst, double value) {
+  const int64_t n = dst.numel();
+  if (!dst.is_contiguous()) throw ShapeError("fill: destination must be contiguous");
+  switch (dst.dtype()) {
+    case DType::F32: std::fill_n(dst.data<float>(), n, static_cast<float>(value)); return;
+    case DType::F64: std::fill_n(dst.data<double>(), n, value); return;
+    case DType::I32: std::fill_n(dst.data<int32_t>(), n, static_cast<int32_t>(value)); return;
+    case DType::I64: std::fill_n(dst.data<int64_t>(), n, static_cast<int64_t>(value)); return;
+    case DType::BF16:
+      std::fill_n(dst.data<uint16_t>(), n, float_to_bf16(static_cast<float>(value)));
+      return;
+    case DType::F16:
+      std::fill_n(dst.data<uint16_t>(), n, float_to_f16(static_cast<float>(value)));
+      return;
+  }
+}
+
+void CpuBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) {
+  switch (out.dtype()) {
+    case DType::F32: binary_typed<float>(op, a, b, out); return;
+    case DType::F64: binary_typed<double>(op, a, b, out); return;
+    case DType::I32: binary_typed<int32_t>(op, a, b, out); return;
+    case DType::I64: binary_typed<int64_t>(op, a, b, out); return;
+    default: unsupported("binary", out.dtype());
+  }
+}
+
+void CpuBackend::affine(const Tensor& x, double alpha, double beta, Tensor& out) {
+  dispatch_float(x.dtype(), "affine", [&](auto tag) {
+    using T = decltype(tag);
+    const T* px = x.data<T>();
+    T* po = out.data<T>();
+    const T a = static_cast<T>(alpha), b = static_cast<T>(beta);
+    const int64_t n = x.numel();
+#pragma omp parallel for schedule(static) if (n > (1 << 16))
+    for (int64_t i = 0; i < n; ++i) po[i] = a * px[i] + b;
+  });
+}
+
+void CpuBackend::gemm(const Tensor& a, const Tensor& b, Tensor& c, bool trans_a, bool trans_b,
+                      double alpha, double beta) {
+  const int64_t batch = c.dim() == 3 ? c.size(0) : 1;
+  const int64_t M = c.size(-2), N = c.size(-1);
+  const int64_t K = trans_a ? a.size(-2) : a.size(-1);
+  const int64_t a_stride = a.dim() == 3 ? M * K : 0;
+  const int64_t b_stride = b.dim() == 3 ? K * N : 0;
+  const int64_t lda = a.size(-1), ldb = b.size(-1);
+  const auto ta = trans_a ? CblasTrans : CblasNoTrans;
+  const auto tb = trans_b ? CblasTrans : CblasNoTrans;
+  if (M == 0 || N == 0) return;
+  if (c.dtype() == DType::F32) {
+    const float* pa = a.data<float>();
+    const float* pb = b.data<float>();
+    float* pc = c.data<float>();
+    // A shared right operand lets the batch fold into M: one large GEMM.
+    if (!trans_a && b_stride == 0 && a_stride != 0) {
+      cblas_sgemm(CblasRowMajor, ta, tb, batch * M, N, K, static_cast<float>(alpha), pa, lda, pb,
+                  ldb, static_cast<float>(beta), pc, N);
+      return;
+    }
+    for (int64_t i = 0; i < batch; ++i) {
+      cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, static_cast<float>(alpha), pa + i * a_stride, lda,
+                  pb + i * b_stride, ldb, static_cast<float>(beta), pc + i * M * N, N);
+    }
+  } else if (c.dtype() == DType::F64) {
+    const double* pa = a.data<double>();
+    const double* pb = b.data<double>();
+    double* pc = c.data<double>();
+    for (int64_t i = 0; i < batch; ++i) {
+      cblas_dgemm(CblasRowMajor, ta, tb, M, N, K, alpha, pa + i * a_stride, lda, pb + i * b_stride,
+                  ldb, beta, pc + i * M * N, N);
+    }
+  } else {
+    unsupported("gemm", c.dtype());
+  }
+}
+
+void CpuBackend::reduce(ReduceOp op, const Tensor& x, int64_t outer, int64_t n, int64_t inner,
+                        Tensor& out, Tensor* indices) {
+  dispatch_float(x.dtype(), "reduce", [&](auto tag) {
+    using T = decltype(tag);
+    const T* px = x.data<T>();
+    T* po = out.data<T>();
+    int64_t* pi = indices ? indices->data<int64_t>() : nullptr;
+#pragma omp parallel for schedule(static) if (outer * inner > 4096)
+    for (int64_t o = 0; o < outer; ++o) {
+      for (int64_t j = 0; j < inner; ++j) {
+        const T* base = px + o * n * inner + j;
+        if (op == ReduceOp::Sum) {
+          double acc = 0;
+          for (int64_t k = 0; k < n; ++k) acc += base[k * inner];
+          po[o * inner + j] = static_cast<T>(acc);
+        } else {
+          T best = -std::numeric_limits<T>::infinity();
+          int64_t arg = 0;
+          for (int64_t k = 0; k < n; ++k) {
+            const T v = base[k * inner];
+            if (v > best || std::isnan(v)) {
+              best = v;
+              arg = k;
+              if (std::isnan(v)) break;
+            }
+          }
+          po[o * inner + j] = best;
+          if (pi) pi[o * inner + j] = arg;
+        }
+      }
+    }
+  });
+}
+
+void CpuBackend::dropout(const Tensor& x, double p, uint64_t seed, uint64_t stream,
+                         uint64_t offset, Tensor& y) {
+  dispatch_float(x.dtype(), "dropout", [&](auto tag) {
+    using T = decltype(tag);
+    const T* px = x.data<T>();
+    T* py = y.data<T>();
+    const T scale = static_cast<T>(1.0 / (1.0 - p));
+    const float threshold = static_cast<float>(p);
+    const int64_t n = x.numel();
+#pragma omp parallel for schedule(static) if (n > 4096)
+    for (int64_t i = 0; i < n; ++i) {
+      const bool keep = philox_uniform(seed, stream, offset + static_cast<uint64_t>(i)) >= threshold;
+      py[i] = keep ? px[i] * scale : T(0);
+    }
+  });
+}
+
+void CpuBackend::adamw(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,
+                       const AdamWStep& hp) {
+  dispatch_float(param.dtype(), "adamw", [&](auto tag) {
+    using T = decltype(tag);
+    T* p = param.data<T>();
+    const T* g = grad.data<T>();
+    T* pm = m.data<T>();
+    T* pv = v.data<T>();
+    // Same sequence of roundings as torch.optim.AdamW (foreach=False).
+    const T decay = static_cast<T>(1.0 - hp.lr * hp.weight_decay);
+    const T b1 = static_cast<T>(hp.beta1), b2 = static_cast<T>(hp.beta2);
+    const double bc1 = 1.0 - std::pow(hp.beta1, static_cast<double>(hp.step));
+    const double bc2 = 1.0 - std::pow(hp.beta2, static_cast<double>(hp.step));
+    const T step_size = static_cast<T>(hp.lr / bc1);
+    const T bc2_sqrt = static_cast<T>(std::sqrt(bc2));
+    const T eps = static_cast<T>(hp.eps);
+    const int64_t n = param.numel();
+#pragma omp parallel for schedule(static) if (n > (1 << 15))
+    for (int64_t i = 0; i < n; ++i) {
+      p[i] *= decay;
+      pm[i] += (g[i] - pm[i]) * (T(1) - b1);
+      pv[i] = pv[i] * b2 + (T(1) - b2) * g[i] * g[i];
+      const T denom = std::sqrt(pv[i]) / bc2_sqrt + eps;
+      p[i] -= step_size * (pm[i] / denom);
+    }
+  });
+}
+
+}  // namespace triad::detail

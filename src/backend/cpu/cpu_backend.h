@@ -1,0 +1,65 @@
+#pragma once
+
+#include "triad/backend/backend.h"
+
+namespace triad::detail {
+
+// The reference backend: straightforward loops (OpenMP over rows) plus
+// OpenBLAS for matrix products. f32 and f64 for all math; i32/i64 for
+// elementwise and copies; bf16/f16 for copies and casts only.
+class CpuBackend final : public Backend {
+ public:
+  std::string name() const override { return "cpu"; }
+  Allocator& allocator(int device_index) override;
+  void synchronize() override {}
+
+  void copy(const Tensor& src, Tensor& dst) override;
+  void fill(Tensor& dst, double value) override;
+  void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) override;
+  void affine(const Tensor& x, double alpha, double beta, Tensor& out) override;
+  void gemm(const Tensor& a, const Tensor& b, Tensor& c, bool trans_a, bool trans_b, double alpha,
+            double beta) override;
+  void reduce(ReduceOp op, const Tensor& x, int64_t outer, int64_t n, int64_t inner, Tensor& out,
+              Tensor* indices) override;
+
+  void gelu_forward(const Tensor& x, Tensor& y) override;
+  void gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) override;
+  void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps,
+                          Tensor& y, Tensor& mean, Tensor& rstd) override;
+  void layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
+                           const Tensor& mean, const Tensor& rstd, Tensor& dx, Tensor& dweight,
+                           Tensor& dbias) override;
+  void softmax_forward(const Tensor& x, Tensor& y) override;
+  void softmax_backward(const Tensor& y, const Tensor& dy, Tensor& dx) override;
+  void attention_forward(const Tensor& qkv, int64_t n_head, Tensor& out, Tensor& lse) override;
+  void attention_backward(const Tensor& qkv, const Tensor& out, const Tensor& lse,
+                          const Tensor& dout, int64_t n_head, Tensor& dqkv) override;
+  void embedding_forward(const Tensor& weight, const Tensor& ids, Tensor& out) override;
+  void embedding_backward(const Tensor& ids, const Tensor& dout, Tensor& dweight) override;
+  void cross_entropy_forward(const Tensor& logits, const Tensor& targets, int64_t ignore_index,
+                             Tensor& losses, Tensor& lse) override;
+  void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse,
+                              const Tensor& dlosses, int64_t ignore_index,
+                              Tensor& dlogits) override;
+  void dropout(const Tensor& x, double p, uint64_t seed, uint64_t stream, uint64_t offset,
+               Tensor& y) override;
+  void adamw(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,
+             const AdamWStep& hp) override;
+};
+
+[[noreturn]] void unsupported(const char* op, DType dtype);
+
+// Calls f(T{}) with T = float or double matching `dtype`, else throws.
+template <class F>
+void dispatch_float(DType dtype, const char* op, F&& f) {
+  switch (dtype) {
+    case DType::F32: f(float{}); return;
+    case DType::F64: f(double{}); return;
+    default: unsupported(op, dtype);
+  }
+}
+
+// Reads a row of ids (i32 or i64) as int64.
+int64_t load_index(const Tensor& ids, int64_t i);
+
+}  // namespace triad::detail

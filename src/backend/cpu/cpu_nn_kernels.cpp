@@ -1,0 +1,373 @@
+// Neural-network kernels of the CPU reference backend: GELU, LayerNorm,
+// softmax, causal attention, embedding, cross entropy.
+#include <cblas.h>
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "cpu_backend.h"
+
+namespace triad::detail {
+namespace {
+
+constexpr double kSqrt2OverPi = 0.7978845608028654;
+
+template <class T>
+void gemm_rm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* a, int64_t lda,
+             const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
+  const auto A = ta ? CblasTrans : CblasNoTrans;
+  const auto B = tb ? CblasTrans : CblasNoTrans;
+  if constexpr (std::is_same_v<T, float>) {
+    cblas_sgemm(CblasRowMajor, A, B, M, N, K, alpha, a, lda, b, ldb, beta, c, ldc);
+  } else {
+    cblas_dgemm(CblasRowMajor, A, B, M, N, K, alpha, a, lda, b, ldb, beta, c, ldc);
+  }
+}
+
+}  // namespace
+
+void CpuBackend::gelu_forward(const Tensor& x, Tensor& y) {
+  dispatch_float(x.dtype(), "gelu", [&](auto tag) {
+    using T = decltype(tag);
+    const T* px = x.data<T>();
+    T* py = y.data<T>();
+    const int64_t n = x.numel();
+#pragma omp parallel for schedule(static) if (n > 4096)
+    for (int64_t i = 0; i < n; ++i) {
+      const T v = px[i];
+      const T u = static_cast<T>(kSqrt2OverPi) * (v + T(0.044715) * v * v * v);
+      py[i] = T(0.5) * v * (T(1) + std::tanh(u));
+    }
+  });
+}
+
+void CpuBackend::gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) {
+  dispatch_float(x.dtype(), "gelu_backward", [&](auto tag) {
+    using T = decltype(tag);
+    const T* px = x.data<T>();
+    const T* pdy = dy.data<T>();
+    T* pdx = dx.data<T>();
+    const int64_t n = x.numel();
+#pragma omp parallel for schedule(static) if (n > 4096)
+    for (int64_t i = 0; i < n; ++i) {
+      const T v = px[i];
+      const T u = static_cast<T>(kSqrt2OverPi) * (v + T(0.044715) * v * v * v);
+      const T t = std::tanh(u);
+      const T du = static_cast<T>(kSqrt2OverPi) * (T(1) + T(3 * 0.044715) * v * v);
+      pdx[i] = pdy[i] * (T(0.5) * (T(1) + t) + T(0.5) * v * (T(1) - t * t) * du);
+    }
+  });
+}
+
+void CpuBackend::layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                                    double eps, Tensor& y, Tensor& mean, Tensor& rstd) {
+  dispatch_float(x.dtype(), "layer_norm", [&](auto tag) {
+    using T = decltype(tag);
+    const int64_t C = x.size(-1), N = x.numel() / std::max<int64_t>(C, 1);
+    const T* px = x.data<T>();
+    const T* w = weight.data<T>();
+    const T* b = bias.data<T>();
+    T* py = y.data<T>();
+    T* pm = mean.data<T>();
+    T* pr = rstd.data<T>();
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < N; ++r) {
+      const T* row = px + r * C;
+      double s = 0;
+      for (int64_t i = 0; i < C; ++i) s += row[i];
+      const double mu = s / C;
+      double v = 0;
+      for (int64_t i = 0; i < C; ++i) v += (row[i] - mu) * (row[i] - mu);
+      const double rs = 1.0 / std::sqrt(v / C + eps);
+      pm[r] = static_cast<T>(mu);
+      pr[r] = static_cast<T>(rs);
+      T* out = py + r * C;
+      for (int64_t i = 0; i < C; ++i) {
+        out[i] = static_cast<T>((row[i] - mu) * rs) * w[i] + b[i];
+      }
+    }
+  });
+}
+
+void CpuBackend::layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
+                                     const Tensor& mean, const Tensor& rstd, Tensor& dx,
+                                     Tensor& dweight, Tensor& dbias) {
+  dispatch_float(x.dtype(), "layer_norm_backward", [&](auto tag) {
+    using T = decltype(tag);
+    const int64_t C = x.size(-1), N = x.numel() / std::max<int64_t>(C, 1);
+    const T* px = x.data<T>();
+    const T* pdy = dy.data<T>();
+    const T* w = weight.data<T>();
+    const T* pm = mean.data<T>();
+    const T* pr = rstd.data<T>();
+    T* pdx = dx.data<T>();
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < N; ++r) {
+      const T* row = px + r * C;
+      const T* g = pdy + r * C;
+      const double mu = pm[r], rs = pr[r];
+      double mean_g = 0, mean_gx = 0;
+      for (int64_t i = 0; i < C; ++i) {
+        const double gw = static_cast<double>(g[i]) * w[i];
+        const double xhat = (row[i] - mu) * rs;
+        mean_g += gw;
+        mean_gx += gw * xhat;
+      }
+      mean_g /= C;
+      mean_gx /= C;
+      T* out = pdx + r * C;
+      for (int64_t i = 0; i < C; ++i) {
+        const double xhat = (row[i] - mu) * rs;
+        out[i] = static_cast<T>(rs * (static_cast<double>(g[i]) * w[i] - mean_g - xhat * mean_gx));
+      }
+    }
+    std::vector<double> dw(C, 0.0), db(C, 0.0);
+    for (int64_t r = 0; r < N; ++r) {
+      const T* row = px + r * C;
+      const T* g = pdy + r * C;
+      const double mu = pm[r], rs = pr[r];
+      for (int64_t i = 0; i < C; ++i) {
+        dw[i] += static_cast<double>(g[i]) * ((row[i] - mu) * rs);
+        db[i] += g[i];
+      }
+    }
+    T* pdw = dweight.data<T>();
+    T* pdb = dbias.data<T>();
+    for (int64_t i = 0; i < C; ++i) {
+      pdw[i] = static_cast<T>(dw[i]);
+      pdb[i] = static_cast<T>(db[i]);
+    }
+  });
+}
+
+void CpuBackend::softmax_forward(const Tensor& x, Tensor& y) {
+  dispatch_float(x.dtype(), "softmax", [&](auto tag) {
+    using T = decltype(tag);
+    const int64_t C = x.size(-1), N = x.numel() / std::max<int64_t>(C, 1);
+    const T* px = x.data<T>();
+    T* py = y.data<T>();
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < N; ++r) {
+      const T* row = px + r * C;
+      T* out = py + r * C;
+      T mx = -std::numeric_limits<T>::infinity();
+      for (int64_t i = 0; i < C; ++i) mx = std::max(mx, row[i]);
+      double s = 0;
+      for (int64_t i = 0; i < C; ++i) {
+        out[i] = std::exp(row[i] - mx);
+        s += out[i];
+      }
+      const T inv = static_cast<T>(1.0 / s);
+      for (int64_t i = 0; i < C; ++i) out[i] *= inv;
+    }
+  });
+}
+
+void CpuBackend::softmax_backward(const Tensor& y, const Tensor& dy, Tensor& dx) {
+  dispatch_float(y.dtype(), "softmax_backward", [&](auto tag) {
+    using T = decltype(tag);
+    const int64_t C = y.size(-1), N = y.numel() / std::max<int64_t>(C, 1);
+    const T* py = y.data<T>();
+    const T* pdy = dy.data<T>();
+    T* pdx = dx.data<T>();
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < N; ++r) {
+      double dot = 0;
+      for (int64_t i = 0; i < C; ++i) dot += static_cast<double>(py[r * C + i]) * pdy[r * C + i];
+      for (int64_t i = 0; i < C; ++i) {
+        pdx[r * C + i] = static_cast<T>(py[r * C + i] * (pdy[r * C + i] - dot));
+      }
+    }
+  });
+}
+
+void CpuBackend::attention_forward(const Tensor& qkv, int64_t n_head, Tensor& out, Tensor& lse) {
+  dispatch_float(qkv.dtype(), "attention", [&](auto tag) {
+    using T = decltype(tag);
+    const int64_t B = qkv.size(0), Tn = qkv.size(1), C3 = qkv.size(2), C = C3 / 3;
+    const int64_t hd = C / n_head;
+    const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(hd)));
+    const T* base = qkv.data<T>();
+    T* po = out.data<T>();
+    T* pl = lse.data<T>();
+#pragma omp parallel
+    {
+      std::vector<T> S(static_cast<size_t>(Tn * Tn));
+#pragma omp for schedule(dynamic)
+      for (int64_t bh = 0; bh < B * n_head; ++bh) {
+        const int64_t b = bh / n_head, h = bh % n_head;
+        const T* q = base + b * Tn * C3 + h * hd;
+        const T* k = q + C;
+        const T* v = q + 2 * C;
+        gemm_rm<T>(false, true, Tn, Tn, hd, scale, q, C3, k, C3, T(0), S.data(), Tn);
+        for (int64_t t = 0; t < Tn; ++t) {
+          T* row = S.data() + t * Tn;
+          T mx = -std::numeric_limits<T>::infinity();
+          for (int64_t j = 0; j <= t; ++j) mx = std::max(mx, row[j]);
+          double sum = 0;
+          for (int64_t j = 0; j <= t; ++j) {
+            row[j] = std::exp(row[j] - mx);
+            sum += row[j];
+          }
+          const T inv = static_cast<T>(1.0 / sum);
+          for (int64_t j = 0; j <= t; ++j) row[j] *= inv;
+          for (int64_t j = t + 1; j < Tn; ++j) row[j] = T(0);
+          pl[bh * Tn + t] = static_cast<T>(mx + std::log(sum));
+        }
+        gemm_rm<T>(false, false, Tn, hd, Tn, T(1), S.data(), Tn, v, C3, T(0),
+                   po + b * Tn * C + h * hd, C);
+      }
+    }
+  });
+}
+
+void CpuBackend::attention_backward(const Tensor& qkv, const Tensor& out, const Tensor& lse,
+                                    const Tensor& dout, int64_t n_head, Tensor& dqkv) {
+  dispatch_float(qkv.dtype(), "attention_backward", [&](auto tag) {
+    using T = decltype(tag);
+    const int64_t B = qkv.size(0), Tn = qkv.size(1), C3 = qkv.size(2), C = C3 / 3;
+    const int64_t hd = C / n_head;
+    const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(hd)));
+    const T* base = qkv.data<T>();
+    const T* po = out.data<T>();
+    const T* pdo = dout.data<T>();
+    const T* pl = lse.data<T>();
+    T* pd = dqkv.data<T>();
+#pragma omp parallel
+    {
+      std::vector<T> P(static_cast<size_t>(Tn * Tn)), dP(static_cast<size_t>(Tn * Tn));
+#pragma omp for schedule(dynamic)
+      for (int64_t bh = 0; bh < B * n_head; ++bh) {
+        const int64_t b = bh / n_head, h = bh % n_head;
+        const T* q = base + b * Tn * C3 + h * hd;
+        const T* k = q + C;
+        const T* v = q + 2 * C;
+        const T* o = po + b * Tn * C + h * hd;
+        const T* dO = pdo + b * Tn * C + h * hd;
+        T* dq = pd + b * Tn * C3 + h * hd;
+        T* dk = dq + C;
+        T* dv = dq + 2 * C;
+        // Recompute probabilities from the saved log-sum-exp.
+        gemm_rm<T>(false, true, Tn, Tn, hd, scale, q, C3, k, C3, T(0), P.data(), Tn);
+        for (int64_t t = 0; t < Tn; ++t) {
+          const T l = static_cast<T>(pl[bh * Tn + t]);
+          T* row = P.data() + t * Tn;
+          for (int64_t j = 0; j <= t; ++j) row[j] = std::exp(row[j] - l);
+          for (int64_t j = t + 1; j < Tn; ++j) row[j] = T(0);
+        }
+        // dV = P^T dO ; dP = dO V^T
+        gemm_rm<T>(true, false, Tn, hd, Tn, T(1), P.data(), Tn, dO, C, T(0), dv, C3);
+        gemm_rm<T>(false, true, Tn, Tn, hd, T(1), dO, C, v, C3, T(0), dP.data(), Tn);
+        // dS = P * (dP - rowsum(dO * O)), scaled for the QK^T product.
+        for (int64_t t = 0; t < Tn; ++t) {
+          double D = 0;
+          for (int64_t d = 0; d < hd; ++d) D += static_cast<double>(dO[t * C + d]) * o[t * C + d];
+          T* prow = P.data() + t * Tn;
+          T* drow = dP.data() + t * Tn;
+          for (int64_t j = 0; j <= t; ++j) drow[j] = prow[j] * (drow[j] - static_cast<T>(D)) * scale;
+          for (int64_t j = t + 1; j < Tn; ++j) drow[j] = T(0);
+        }
+        // dQ = dS K ; dK = dS^T Q
+        gemm_rm<T>(false, false, Tn, hd, Tn, T(1), dP.data(), Tn, k, C3, T(0), dq, C3);
+        gemm_rm<T>(true, false, Tn, hd, Tn, T(1), dP.data(), Tn, q, C3, T(0), dk, C3);
+      }
+    }
+  });
+}
+
+void CpuBackend::embedding_forward(const Tensor& weight, const Tensor& ids, Tensor& out) {
+  dispatch_float(weight.dtype(), "embedding", [&](auto tag) {
+    using T = decltype(tag);
+    const int64_t V = weight.size(0), C = weight.size(1), N = ids.numel();
+    for (int64_t i = 0; i < N; ++i) {
+      const int64_t id = load_index(ids, i);
+      if (id < 0 || id >= V) {
+        throw ValueError("embedding: token id " + std::to_string(id) + " at position " +
+                         std::to_string(i) + " is outside [0, " + std::to_string(V) + ")");
+      }
+    }
+    const T* w = weight.data<T>();
+    T* o = out.data<T>();
+#pragma omp parallel for schedule(static) if (N * C > 4096)
+    for (int64_t i = 0; i < N; ++i) {
+      const T* src = w + load_index(ids, i) * C;
+      std::copy(src, src + C, o + i * C);
+    }
+  });
+}
+
+void CpuBackend::embedding_backward(const Tensor& ids, const Tensor& dout, Tensor& dweight) {
+  dispatch_float(dout.dtype(), "embedding_backward", [&](auto tag) {
+    using T = decltype(tag);
+    const int64_t C = dweight.size(1), N = ids.numel();
+    T* dw = dweight.data<T>();
+    const T* g = dout.data<T>();
+    std::fill_n(dw, dweight.numel(), T(0));
+    // Sequential in token order: the sum for each row is always formed the same way.
+    for (int64_t i = 0; i < N; ++i) {
+      T* row = dw + load_index(ids, i) * C;
+      const T* src = g + i * C;
+      for (int64_t c = 0; c < C; ++c) row[c] += src[c];
+    }
+  });
+}
+
+void CpuBackend::cross_entropy_forward(const Tensor& logits, const Tensor& targets,
+                                       int64_t ignore_index, Tensor& losses, Tensor& lse) {
+  dispatch_float(logits.dtype(), "cross_entropy", [&](auto tag) {
+    using T = decltype(tag);
+    const int64_t N = logits.size(0), V = logits.size(1);
+    for (int64_t i = 0; i < N; ++i) {
+      const int64_t t = load_index(targets, i);
+      if (t != ignore_index && (t < 0 || t >= V)) {
+        throw ValueError("cross_entropy: target " + std::to_string(t) + " at row " +
+                         std::to_string(i) + " is outside [0, " + std::to_string(V) + ")");
+      }
+    }
+    const T* px = logits.data<T>();
+    T* pl = losses.data<T>();
+    T* ps = lse.data<T>();
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < N; ++i) {
+      const T* row = px + i * V;
+      T mx = -std::numeric_limits<T>::infinity();
+      for (int64_t j = 0; j < V; ++j) mx = std::max(mx, row[j]);
+      double s = 0;
+      for (int64_t j = 0; j < V; ++j) s += std::exp(static_cast<double>(row[j] - mx));
+      const double l = mx + std::log(s);
+      ps[i] = static_cast<T>(l);
+      const int64_t t = load_index(targets, i);
+      pl[i] = t == ignore_index ? T(0) : static_cast<T>(l - row[t]);
+    }
+  });
+}
+
+void CpuBackend::cross_entropy_backward(const Tensor& logits, const Tensor& targets,
+                                        const Tensor& lse, const Tensor& dlosses,
+                                        int64_t ignore_index, Tensor& dlogits) {
+  dispatch_float(logits.dtype(), "cross_entropy_backward", [&](auto tag) {
+    using T = decltype(tag);
+    const int64_t N = logits.size(0), V = logits.size(1);
+    const T* px = logits.data<T>();
+    const T* ps = lse.data<T>();
+    const T* pg = dlosses.data<T>();
+    T* pd = dlogits.data<T>();
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < N; ++i) {
+      const int64_t t = load_index(targets, i);
+      T* out = pd + i * V;
+      if (t == ignore_index) {
+        std::fill_n(out, V, T(0));
+        continue;
+      }
+      const T* row = px + i * V;
+      const T g = static_cast<T>(pg[i]);
+      const T l = static_cast<T>(ps[i]);
+      for (int64_t j = 0; j < V; ++j) out[j] = std::exp(row[j] - l) * g;
+      out[t] -= g;
+    }
+  });
+}
+
+}  // namespace triad::detail

@@ -1,0 +1,134 @@
+#include "triad/nn/gpt.h"
+
+#include "triad/core/rng.h"
+#include "triad/nn/init.h"
+#include "triad/ops/creation.h"
+#include "triad/ops/elementwise.h"
+#include "triad/ops/linalg.h"
+#include "triad/ops/nn_functional.h"
+#include "triad/ops/shape_ops.h"
+
+namespace triad::nn {
+
+namespace {
+
+void require_positive(int64_t v, const char* name) {
+  if (v <= 0) throw ConfigError(std::string("model.") + name + " (" + std::to_string(v) + ") must be positive");
+}
+
+// Dropout at a named site; identity when not training or p == 0.
+Tensor site_dropout(const Tensor& x, double p, const ForwardContext& ctx, int64_t layer,
+                    const char* site) {
+  if (!ctx.training || p == 0.0) return x;
+  const uint64_t stream = stable_hash(std::string(site) + "." + std::to_string(layer));
+  return dropout(x, p, ctx.seed, stream, ctx.call * static_cast<uint64_t>(x.numel()));
+}
+
+}  // namespace
+
+void GptConfig::validate() const {
+  require_positive(n_layer, "n_layer");
+  require_positive(n_head, "n_head");
+  require_positive(d_model, "d_model");
+  require_positive(vocab_size, "vocab_size");
+  require_positive(seq_len, "seq_len");
+  if (d_model % n_head != 0) {
+    throw ConfigError("model.d_model (" + std::to_string(d_model) +
+                      ") must be divisible by model.n_head (" + std::to_string(n_head) + ")");
+  }
+  if (!(dropout >= 0.0 && dropout < 1.0)) {
+    throw ConfigError("model.dropout (" + std::to_string(dropout) + ") must be in [0, 1)");
+  }
+}
+
+int64_t GptConfig::num_parameters() const {
+  const int64_t h = d_model, l = n_layer;
+  // Per block: 12h^2 weights + 13h biases/LayerNorm; plus embeddings and ln_f.
+  return l * (12 * h * h + 13 * h) + (vocab_size + seq_len) * h + 2 * h;
+}
+
+CausalSelfAttention::CausalSelfAttention(const GptConfig& cfg, int64_t layer)
+    : n_head_(cfg.n_head), layer_(layer), dropout_(cfg.dropout) {
+  c_attn_ = register_module("c_attn", std::make_shared<Linear>(cfg.d_model, 3 * cfg.d_model));
+  c_proj_ = register_module("c_proj", std::make_shared<Linear>(cfg.d_model, cfg.d_model));
+}
+
+Tensor CausalSelfAttention::forward(const Tensor& x, const ForwardContext& ctx) const {
+  Tensor y = causal_attention(c_attn_->forward(x), n_head_);
+  return site_dropout(c_proj_->forward(y), dropout_, ctx, layer_, "attn.resid");
+}
+
+Mlp::Mlp(const GptConfig& cfg, int64_t layer) : layer_(layer), dropout_(cfg.dropout) {
+  c_fc_ = register_module("c_fc", std::make_shared<Linear>(cfg.d_model, 4 * cfg.d_model));
+  c_proj_ = register_module("c_proj", std::make_shared<Linear>(4 * cfg.d_model, cfg.d_model));
+}
+
+Tensor Mlp::forward(const Tensor& x, const ForwardContext& ctx) const {
+  Tensor y = c_proj_->forward(gelu(c_fc_->forward(x)));
+  return site_dropout(y, dropout_, ctx, layer_, "mlp.resid");
+}
+
+Block::Block(const GptConfig& cfg, int64_t layer) {
+  ln_1_ = register_module("ln_1", std::make_shared<LayerNorm>(cfg.d_model, cfg.layer_norm_eps));
+  attn_ = register_module("attn", std::make_shared<CausalSelfAttention>(cfg, layer));
+  ln_2_ = register_module("ln_2", std::make_shared<LayerNorm>(cfg.d_model, cfg.layer_norm_eps));
+  mlp_ = register_module("mlp", std::make_shared<Mlp>(cfg, layer));
+}
+
+Tensor Block::forward(const Tensor& x, const ForwardContext& ctx) const {
+  Tensor h = add(x, attn_->forward(ln_1_->forward(x), ctx));
+  return add(h, mlp_->forward(ln_2_->forward(h), ctx));
+}
+
+Gpt::Gpt(const GptConfig& cfg, uint64_t seed, DType dtype) : cfg_(cfg) {
+  cfg_.validate();
+  if (dtype != DType::F32) {
+    throw NotSupportedError(std::string("Gpt: parameter dtype ") + dtype_name(dtype) +
+                            " is not supported yet (use f32; mixed precision keeps f32 masters)");
+  }
+  wte_ = register_module("wte", std::make_shared<Embedding>(cfg.vocab_size, cfg.d_model));
+  wpe_ = register_module("wpe", std::make_shared<Embedding>(cfg.seq_len, cfg.d_model));
+  auto h = register_module("h", std::make_shared<ModuleList>());
+  for (int64_t i = 0; i < cfg.n_layer; ++i) {
+    blocks_.push_back(std::make_shared<Block>(cfg, i));
+    h->append(blocks_.back());
+  }
+  ln_f_ = register_module("ln_f", std::make_shared<LayerNorm>(cfg.d_model, cfg.layer_norm_eps));
+  StateDict init;
+  for (auto& [name, p] : named_parameters()) {
+    init.emplace(name, init_parameter(name, p.shape(), gpt2_init_rule(name, cfg.n_layer), seed, dtype));
+  }
+  load_state_dict(init);
+}
+
+Tensor Gpt::embed(const Tensor& ids, const ForwardContext& ctx) const {
+  if (ids.dim() != 2) {
+    throw ShapeError("Gpt: token ids must be (B, T), got " + shape_str(ids.shape()));
+  }
+  const int64_t T = ids.size(1);
+  if (T > cfg_.seq_len) {
+    throw ShapeError("Gpt: sequence length " + std::to_string(T) + " exceeds model.seq_len " +
+                     std::to_string(cfg_.seq_len));
+  }
+  std::vector<int64_t> pos(T);
+  for (int64_t t = 0; t < T; ++t) pos[t] = t;
+  Tensor positions = from_vector(pos, {T}, DType::I64, ids.device());
+  Tensor x = add(wte_->forward(ids), wpe_->forward(positions));
+  return site_dropout(x, cfg_.dropout, ctx, 0, "embed");
+}
+
+Tensor Gpt::head(const Tensor& hidden) const {
+  return linear(ln_f_->forward(hidden), wte_->weight());
+}
+
+Tensor Gpt::forward(const Tensor& ids, const ForwardContext& ctx) const {
+  Tensor x = embed(ids, ctx);
+  for (const auto& b : blocks_) x = b->forward(x, ctx);
+  return head(x);
+}
+
+Tensor Gpt::loss(const Tensor& ids, const Tensor& targets, const ForwardContext& ctx) const {
+  return cross_entropy(forward(ids, ctx), targets);
+}
+
+}  // namespace triad::nn

@@ -1,0 +1,32 @@
+#include "triad/nn/init.h"
+
+#include <cmath>
+
+#include "triad/core/rng.h"
+#include "triad/ops/creation.h"
+
+namespace triad::nn {
+
+Tensor init_parameter(const std::string& name, const Shape& full_shape, const InitRule& rule,
+                      uint64_t seed, DType dtype) {
+  if (rule.kind == InitRule::Kind::Constant) return full(full_shape, rule.value, dtype);
+  return randn(full_shape, seed, stable_hash(name), rule.value, dtype);
+}
+
+namespace {
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+}  // namespace
+
+InitRule gpt2_init_rule(const std::string& name, int64_t n_layer) {
+  const bool is_ln = name.find("ln_") != std::string::npos;
+  if (ends_with(name, ".bias")) return InitRule::constant(0.0);
+  if (is_ln) return InitRule::constant(1.0);
+  if (ends_with(name, "c_proj.weight")) {
+    return InitRule::normal(0.02 / std::sqrt(2.0 * static_cast<double>(n_layer)));
+  }
+  return InitRule::normal(0.02);
+}
+
+}  // namespace triad::nn

@@ -1,0 +1,84 @@
+#include "triad/nn/module.h"
+
+#include "triad/ops/elementwise.h"
+
+namespace triad::nn {
+
+Tensor& Module::register_parameter(const std::string& name, Tensor value) {
+  value.set_requires_grad(true);
+  params_.emplace_back(name, std::move(value));
+  return params_.back().second;
+}
+
+void Module::collect(const std::string& prefix,
+                     std::vector<std::pair<std::string, Tensor>>& out) const {
+  for (const auto& [name, t] : params_) out.emplace_back(prefix + name, t);
+  for (const auto& [name, child] : children_) child->collect(prefix + name + ".", out);
+}
+
+std::vector<std::pair<std::string, Tensor>> Module::named_parameters() const {
+  std::vector<std::pair<std::string, Tensor>> out;
+  collect("", out);
+  return out;
+}
+
+std::vector<Tensor> Module::parameters() const {
+  std::vector<Tensor> out;
+  for (auto& [name, t] : named_parameters()) out.push_back(t);
+  return out;
+}
+
+int64_t Module::num_parameters() const {
+  int64_t n = 0;
+  for (auto& [name, t] : named_parameters()) n += t.numel();
+  return n;
+}
+
+StateDict Module::state_dict() const {
+  StateDict out;
+  for (auto& [name, t] : named_parameters()) out.emplace(name, t);
+  return out;
+}
+
+void Module::load_state_dict(const StateDict& state, bool strict) {
+  std::string missing, unexpected;
+  auto params = named_parameters();
+  for (auto& [name, t] : params) {
+    auto it = state.find(name);
+    if (it == state.end()) {
+      missing += (missing.empty() ? "" : ", ") + name;
+      continue;
+    }
+    if (it->second.shape() != t.shape()) {
+      throw ShapeError("load_state_dict: '" + name + "' has shape " +
+                       shape_str(it->second.shape()) + ", the model expects " +
+                       shape_str(t.shape()));
+    }
+  }
+  if (strict) {
+    for (auto& [name, t] : state) {
+      bool known = false;
+      for (auto& [pname, p] : params) known = known || pname == name;
+      if (!known) unexpected += (unexpected.empty() ? "" : ", ") + name;
+    }
+    if (!missing.empty() || !unexpected.empty()) {
+      throw ValueError("load_state_dict: missing [" + missing + "], unexpected [" + unexpected +
+                       "]");
+    }
+  }
+  for (auto& [name, t] : params) {
+    auto it = state.find(name);
+    if (it != state.end()) copy_(t, it->second);
+  }
+}
+
+void Module::zero_grad() {
+  for (auto& [name, t] : named_parameters()) t.impl().grad.reset();
+}
+
+void Module::set_training(bool training) {
+  training_ = training;
+  for (auto& [name, child] : children_) child->set_training(training);
+}
+
+}  // namespace triad::nn

@@ -1,0 +1,91 @@
+#include "triad/ops/creation.h"
+
+#include "triad/backend/backend.h"
+#include "triad/core/rng.h"
+#include "triad/ops/elementwise.h"
+
+namespace triad {
+
+Tensor full(const Shape& shape, double value, DType dtype, Device device) {
+  Tensor t = empty(shape, dtype, device);
+  backend_for(device.type).fill(t, value);
+  return t;
+}
+Tensor zeros(const Shape& shape, DType dtype, Device device) { return full(shape, 0.0, dtype, device); }
+Tensor ones(const Shape& shape, DType dtype, Device device) { return full(shape, 1.0, dtype, device); }
+Tensor zeros_like(const Tensor& t) { return zeros(t.shape(), t.dtype(), t.device()); }
+
+namespace {
+
+Tensor from_host_f64(const std::vector<double>& values, const Shape& shape, DType dtype,
+                     Device device) {
+  if (static_cast<int64_t>(values.size()) != numel(shape)) {
+    throw ShapeError("from_vector: " + std::to_string(values.size()) +
+                     " values do not fill shape " + shape_str(shape));
+  }
+  Tensor host = empty(shape, DType::F64, Device::cpu());
+  std::copy(values.begin(), values.end(), host.data<double>());
+  Tensor out = empty(shape, dtype, device);
+  backend_for(device.type).copy(host, out);
+  return out;
+}
+
+}  // namespace
+
+Tensor from_vector(const std::vector<double>& values, const Shape& shape, DType dtype,
+                   Device device) {
+  return from_host_f64(values, shape, dtype, device);
+}
+
+Tensor from_vector(const std::vector<float>& values, const Shape& shape, DType dtype,
+                   Device device) {
+  return from_host_f64(std::vector<double>(values.begin(), values.end()), shape, dtype, device);
+}
+
+Tensor from_vector(const std::vector<int64_t>& values, const Shape& shape, DType dtype,
+                   Device device) {
+  if (static_cast<int64_t>(values.size()) != numel(shape)) {
+    throw ShapeError("from_vector: " + std::to_string(values.size()) +
+                     " values do not fill shape " + shape_str(shape));
+  }
+  Tensor host = empty(shape, DType::I64, Device::cpu());
+  std::copy(values.begin(), values.end(), host.data<int64_t>());
+  Tensor out = empty(shape, dtype, device);
+  backend_for(device.type).copy(host, out);
+  return out;
+}
+
+Tensor randn(const Shape& shape, uint64_t seed, uint64_t stream, double stddev, DType dtype,
+             Device device) {
+  std::vector<double> v(static_cast<size_t>(numel(shape)));
+  for (size_t i = 0; i < v.size(); ++i) v[i] = stddev * philox_normal(seed, stream, i);
+  return from_host_f64(v, shape, dtype, device);
+}
+
+Tensor rand_uniform(const Shape& shape, uint64_t seed, uint64_t stream, double low, double high,
+                    DType dtype, Device device) {
+  std::vector<double> v(static_cast<size_t>(numel(shape)));
+  for (size_t i = 0; i < v.size(); ++i) v[i] = low + (high - low) * philox_uniform(seed, stream, i);
+  return from_host_f64(v, shape, dtype, device);
+}
+
+std::vector<double> to_double_vector(const Tensor& t) {
+  Tensor host = empty(t.shape(), DType::F64, Device::cpu());
+  backend_for(t.device().is_cpu() ? DeviceType::CPU : t.device().type).copy(t, host);
+  return std::vector<double>(host.data<double>(), host.data<double>() + host.numel());
+}
+
+std::vector<float> to_float_vector(const Tensor& t) {
+  auto d = to_double_vector(t);
+  return std::vector<float>(d.begin(), d.end());
+}
+
+double item(const Tensor& t) {
+  if (t.numel() != 1) {
+    throw ShapeError("item: tensor of shape " + shape_str(t.shape()) + " has " +
+                     std::to_string(t.numel()) + " elements, expected 1");
+  }
+  return to_double_vector(t)[0];
+}
+
+}  // namespace triad

@@ -1,0 +1,190 @@
+#include "triad/ops/elementwise.h"
+
+#include "op_checks.h"
+#include "triad/autograd/node.h"
+#include "triad/backend/backend.h"
+#include "triad/ops/creation.h"
+#include "triad/ops/reduce.h"
+#include "triad/ops/shape_ops.h"
+
+namespace triad {
+
+using autograd::record;
+using autograd::TensorList;
+
+namespace {
+
+// A stride-0 view of x broadcast to shape, outside autograd.
+Tensor broadcast_view(const Tensor& x, const Shape& shape) {
+  const size_t lead = shape.size() - x.shape().size();
+  Shape strides(shape.size(), 0);
+  for (size_t i = 0; i < x.shape().size(); ++i) {
+    if (x.shape()[i] == shape[lead + i]) strides[lead + i] = x.strides()[i];
+  }
+  return make_view(x, shape, strides, x.offset());
+}
+
+Tensor binary_raw(BinaryOp op, const Tensor& a, const Tensor& b, const char* name) {
+  detail::check_defined(a, name, "a");
+  detail::check_defined(b, name, "b");
+  detail::check_same(a, b, name);
+  const Shape shape = broadcast_shapes(a.shape(), b.shape(), name);
+  Tensor out = empty(shape, a.dtype(), a.device());
+  backend_for(out).binary(op, broadcast_view(a, shape), broadcast_view(b, shape), out);
+  return out;
+}
+
+}  // namespace
+
+Tensor add(const Tensor& a, const Tensor& b) {
+  Tensor y = binary_raw(BinaryOp::Add, a, b, "add");
+  const Shape sa = a.shape(), sb = b.shape();
+  record("add", {a, b}, {y}, [sa, sb](const TensorList& g) -> TensorList {
+    return {sum_to(g[0], sa), sum_to(g[0], sb)};
+  });
+  return y;
+}
+
+Tensor sub(const Tensor& a, const Tensor& b) {
+  Tensor y = binary_raw(BinaryOp::Sub, a, b, "sub");
+  const Shape sa = a.shape(), sb = b.shape();
+  record("sub", {a, b}, {y}, [sa, sb](const TensorList& g) -> TensorList {
+    return {sum_to(g[0], sa), sum_to(scale(g[0], -1.0), sb)};
+  });
+  return y;
+}
+
+Tensor mul(const Tensor& a, const Tensor& b) {
+  Tensor y = binary_raw(BinaryOp::Mul, a, b, "mul");
+  Tensor ad = a.detach(), bd = b.detach();
+  record("mul", {a, b}, {y}, [ad, bd](const TensorList& g) -> TensorList {
+    return {sum_to(mul(g[0], bd), ad.shape()), sum_to(mul(g[0], ad), bd.shape())};
+  });
+  return y;
+}
+
+Tensor div(const Tensor& a, const Tensor& b) {
+  Tensor y = binary_raw(BinaryOp::Div, a, b, "div");
+  Tensor ad = a.detach(), bd = b.detach();
+  record("div", {a, b}, {y}, [ad, bd](const TensorList& g) -> TensorList {
+    Tensor ga = div(g[0], bd);
+    Tensor gb = scale(div(mul(ga, ad), bd), -1.0);
+    return {sum_to(ga, ad.shape()), sum_to(gb, bd.shape())};
+  });
+  return y;
+}
+
+Tensor affine(const Tensor& x, double alpha, double beta) {
+  detail::check_floating(x, "affine", "x");
+  Tensor xc = contiguous(x);
+  Tensor y = empty_like(xc);
+  backend_for(xc).affine(xc, alpha, beta, y);
+  record("affine", {x}, {y}, [alpha](const TensorList& g) -> TensorList {
+    return {scale(g[0], alpha)};
+  });
+  return y;
+}
+
+Tensor gelu(const Tensor& x) {
+  detail::check_floating(x, "gelu", "x");
+  Tensor xc = contiguous(x);
+  Tensor y = empty_like(xc);
+  backend_for(xc).gelu_forward(xc, y);
+  Tensor saved = xc.detach();
+  record("gelu", {x}, {y}, [saved](const TensorList& g) -> TensorList {
+    Tensor dy = contiguous(g[0]);
+    Tensor dx = empty_like(saved);
+    backend_for(saved).gelu_backward(saved, dy, dx);
+    return {dx};
+  });
+  return y;
+}
+
+Tensor dropout(const Tensor& x, double p, uint64_t seed, uint64_t stream, uint64_t offset) {
+  detail::check_floating(x, "dropout", "x");
+  if (!(p >= 0.0 && p < 1.0)) {
+    throw ValueError("dropout: probability " + std::to_string(p) + " must be in [0, 1)");
+  }
+  if (p == 0.0) return x;
+  Tensor xc = contiguous(x);
+  Tensor y = empty_like(xc);
+  backend_for(xc).dropout(xc, p, seed, stream, offset, y);
+  record("dropout", {x}, {y}, [=](const TensorList& g) -> TensorList {
+    Tensor dy = contiguous(g[0]);
+    Tensor dx = empty_like(dy);
+    backend_for(dy).dropout(dy, p, seed, stream, offset, dx);
+    return {dx};
+  });
+  return y;
+}
+
+Tensor cast(const Tensor& x, DType dtype) {
+  detail::check_defined(x, "cast", "x");
+  if (x.dtype() == dtype) return x;
+  Tensor y = empty(x.shape(), dtype, x.device());
+  backend_for(x).copy(x, y);
+  if (is_floating(dtype) && is_floating(x.dtype())) {
+    const DType from = x.dtype();
+    record("cast", {x}, {y}, [from](const TensorList& g) -> TensorList { return {cast(g[0], from)}; });
+  }
+  return y;
+}
+
+Tensor contiguous(const Tensor& x) {
+  detail::check_defined(x, "contiguous", "x");
+  if (x.is_contiguous()) return x;
+  return clone(x);
+}
+
+Tensor clone(const Tensor& x) {
+  detail::check_defined(x, "clone", "x");
+  Tensor y = empty(x.shape(), x.dtype(), x.device());
+  backend_for(x).copy(x, y);
+  record("clone", {x}, {y}, [](const TensorList& g) -> TensorList { return {g[0]}; });
+  return y;
+}
+
+Tensor to_device(const Tensor& x, Device device) {
+  detail::check_defined(x, "to_device", "x");
+  if (x.device() == device) return x;
+  Tensor y = empty(x.shape(), x.dtype(), device);
+  // The accelerator side's backend moves data across the host boundary.
+  Backend& b = backend_for(device.is_cpu() ? x.device().type : device.type);
+  b.copy(x, y);
+  const Device from = x.device();
+  record("to_device", {x}, {y}, [from](const TensorList& g) -> TensorList {
+    return {to_device(g[0], from)};
+  });
+  return y;
+}
+
+void copy_(Tensor& dst, const Tensor& src) {
+  if (src.shape() != dst.shape()) {
+    throw ShapeError("copy_: source shape " + shape_str(src.shape()) + " != destination shape " +
+                     shape_str(dst.shape()));
+  }
+  Backend& b = backend_for(dst.device().is_cpu() ? src.device().type : dst.device().type);
+  b.copy(src, dst);
+}
+
+void fill_(Tensor& dst, double value) {
+  if (dst.is_contiguous()) {
+    backend_for(dst).fill(dst, value);
+    return;
+  }
+  Tensor tmp = full(dst.shape(), value, dst.dtype(), dst.device());
+  copy_(dst, tmp);
+}
+
+void add_(Tensor& dst, const Tensor& src) {
+  detail::check_same(dst, src, "add_");
+  if (!dst.is_contiguous()) throw ShapeError("add_: destination must be contiguous");
+  backend_for(dst).binary(BinaryOp::Add, dst, broadcast_view(src, dst.shape()), dst);
+}
+
+void scale_(Tensor& dst, double alpha) {
+  if (!dst.is_contiguous()) throw ShapeError("scale_: destination must be contiguous");
+  backend_for(dst).affine(dst, alpha, 0.0, dst);
+}
+
+}  // namespace triad

@@ -1,0 +1,135 @@
+#include "triad/ops/linalg.h"
+
+#include "op_checks.h"
+#include "triad/autograd/node.h"
+#include "triad/backend/backend.h"
+#include "triad/ops/elementwise.h"
+#include "triad/ops/shape_ops.h"
+
+namespace triad {
+
+using autograd::record;
+using autograd::TensorList;
+
+namespace {
+
+Tensor gemm_new(const Tensor& a, const Tensor& b, Shape out_shape, bool ta, bool tb) {
+  Tensor c = empty(out_shape, a.dtype(), a.device());
+  backend_for(a).gemm(a, b, c, ta, tb, 1.0, 0.0);
+  return c;
+}
+
+}  // namespace
+
+Tensor matmul(const Tensor& a, const Tensor& b) {
+  detail::check_floating(a, "matmul", "a");
+  detail::check_floating(b, "matmul", "b");
+  detail::check_same(a, b, "matmul");
+  if (a.dim() < 2 || b.dim() < 2) {
+    throw ShapeError("matmul: operands must be at least 2-d, got " + shape_str(a.shape()) + " and " +
+                     shape_str(b.shape()));
+  }
+  const int64_t M = a.size(-2), K = a.size(-1), N = b.size(-1);
+  if (b.size(-2) != K) {
+    throw ShapeError("matmul: inner dimensions differ: " + shape_str(a.shape()) + " @ " +
+                     shape_str(b.shape()));
+  }
+  Shape out_shape(a.shape().begin(), a.shape().end() - 2);
+  const int64_t batch = numel(out_shape);
+  out_shape.push_back(M);
+  out_shape.push_back(N);
+  Tensor ac = contiguous(a).detach(), bc = contiguous(b).detach();
+  if (b.dim() == 2) {
+    Tensor a2 = reshape(ac, {batch * M, K});
+    Tensor y = reshape(gemm_new(a2, bc, {batch * M, N}, false, false), out_shape);
+    y = y.detach();
+    record("matmul", {a, b}, {y}, [a2, bc, out_shape, M, N, K, batch](const TensorList& g) -> TensorList {
+      Tensor g2 = reshape(contiguous(g[0]), {batch * M, N});
+      Tensor ga = gemm_new(g2, bc, {batch * M, K}, false, true);
+      Tensor gb = gemm_new(a2, g2, {K, N}, true, false);
+      Shape a_shape(out_shape.begin(), out_shape.end() - 1);
+      a_shape.push_back(K);
+      return {reshape(ga, a_shape), gb};
+    });
+    return y;
+  }
+  Shape b_lead(b.shape().begin(), b.shape().end() - 2);
+  Shape a_lead(a.shape().begin(), a.shape().end() - 2);
+  if (a_lead != b_lead) {
+    throw ShapeError("matmul: batch dimensions differ: " + shape_str(a.shape()) + " @ " +
+                     shape_str(b.shape()) + " (batched operands must have equal leading dims)");
+  }
+  Tensor a3 = reshape(ac, {batch, M, K}), b3 = reshape(bc, {batch, K, N});
+  Tensor y = reshape(gemm_new(a3, b3, {batch, M, N}, false, false), out_shape).detach();
+  const Shape as = a.shape(), bs = b.shape();
+  record("matmul", {a, b}, {y}, [a3, b3, as, bs, batch, M, N, K](const TensorList& g) -> TensorList {
+    Tensor g3 = reshape(contiguous(g[0]), {batch, M, N});
+    Tensor ga = gemm_new(g3, b3, {batch, M, K}, false, true);
+    Tensor gb = gemm_new(a3, g3, {batch, K, N}, true, false);
+    return {reshape(ga, as), reshape(gb, bs)};
+  });
+  return y;
+}
+
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  detail::check_floating(x, "linear", "x");
+  detail::check_floating(weight, "linear", "weight");
+  detail::check_same(x, weight, "linear");
+  detail::check_dim(weight, 2, "linear", "weight");
+  const int64_t out_f = weight.size(0), in_f = weight.size(1);
+  if (x.dim() < 1 || x.size(-1) != in_f) {
+    throw ShapeError("linear: input of shape " + shape_str(x.shape()) + " does not match weight " +
+                     shape_str(weight.shape()) + " (last input dim must be " +
+                     std::to_string(in_f) + ")");
+  }
+  if (bias.defined()) {
+    detail::check_same(x, bias, "linear");
+    if (bias.shape() != Shape{out_f}) {
+      throw ShapeError("linear: bias of shape " + shape_str(bias.shape()) + ", expected [" +
+                       std::to_string(out_f) + "]");
+    }
+  }
+  const int64_t rows = x.numel() / in_f;
+  Tensor x2 = reshape(contiguous(x).detach(), {rows, in_f}).detach();
+  Tensor w = contiguous(weight).detach();
+  Shape out_shape = x.shape();
+  out_shape.back() = out_f;
+  Tensor y = empty(out_shape, x.dtype(), x.device());
+  Tensor y2 = make_view(y, {rows, out_f}, {out_f, 1}, 0);
+  Backend& be = backend_for(x);
+  double beta = 0.0;
+  if (bias.defined()) {
+    Tensor bc = contiguous(bias);
+    be.copy(make_view(bc, {rows, out_f}, {0, 1}, bc.offset()), y2);
+    beta = 1.0;
+  }
+  be.gemm(x2, w, y2, false, true, 1.0, beta);
+
+  const bool has_bias = bias.defined();
+  auto input_grad = [w, rows, out_f, in_f, xs = x.shape()](const TensorList& g) -> TensorList {
+    Tensor g2 = reshape(contiguous(g[0]), {rows, out_f});
+    Tensor gx = gemm_new(g2, w, {rows, in_f}, false, false);
+    return {reshape(gx, xs), Tensor(), Tensor()};
+  };
+  auto weight_grad = [x2, rows, out_f, in_f, has_bias](const TensorList& g) -> TensorList {
+    Tensor g2 = reshape(contiguous(g[0]), {rows, out_f});
+    Tensor gw = gemm_new(g2, x2, {out_f, in_f}, true, false);
+    Tensor gb;
+    if (has_bias) {
+      gb = empty({out_f}, g2.dtype(), g2.device());
+      backend_for(g2).reduce(ReduceOp::Sum, g2, 1, rows, out_f, gb, nullptr);
+    }
+    return {Tensor(), gw, gb};
+  };
+  TensorList inputs{x, weight};
+  if (has_bias) inputs.push_back(bias);
+  auto node = record("linear", inputs, {y}, nullptr);
+  if (node) {
+    std::vector<int> deferrable{1};
+    if (has_bias) deferrable.push_back(2);
+    node->set_split(deferrable, input_grad, weight_grad);
+  }
+  return y;
+}
+
+}  // namespace triad

@@ -1,0 +1,153 @@
+#include "triad/ops/nn_functional.h"
+
+#include "op_checks.h"
+#include "triad/autograd/node.h"
+#include "triad/backend/backend.h"
+#include "triad/ops/elementwise.h"
+#include "triad/ops/shape_ops.h"
+
+namespace triad {
+
+using autograd::record;
+using autograd::TensorList;
+
+Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
+  detail::check_floating(x, "layer_norm", "x");
+  detail::check_same(x, weight, "layer_norm");
+  detail::check_same(x, bias, "layer_norm");
+  const int64_t C = x.dim() ? x.size(-1) : 0;
+  if (x.dim() == 0 || weight.shape() != Shape{C} || bias.shape() != Shape{C}) {
+    throw ShapeError("layer_norm: x " + shape_str(x.shape()) + ", weight " +
+                     shape_str(weight.shape()) + ", bias " + shape_str(bias.shape()) +
+                     " (weight and bias must be [C] with C the last dim of x)");
+  }
+  if (!(eps > 0)) throw ValueError("layer_norm: eps " + std::to_string(eps) + " must be > 0");
+  Tensor xc = contiguous(x).detach();
+  Tensor wc = contiguous(weight).detach(), bc = contiguous(bias).detach();
+  const int64_t rows = C ? x.numel() / C : 0;
+  Tensor y = empty_like(xc);
+  Tensor mu = empty({rows}, stat_dtype(x.dtype()), x.device());
+  Tensor rs = empty({rows}, stat_dtype(x.dtype()), x.device());
+  backend_for(x).layer_norm_forward(xc, wc, bc, eps, y, mu, rs);
+  record("layer_norm", {x, weight, bias}, {y}, [xc, wc, mu, rs](const TensorList& g) -> TensorList {
+    Tensor dy = contiguous(g[0]);
+    Tensor dx = empty_like(xc), dw = empty_like(wc), db = empty_like(wc);
+    backend_for(xc).layer_norm_backward(dy, xc, wc, mu, rs, dx, dw, db);
+    return {dx, dw, db};
+  });
+  return y;
+}
+
+Tensor softmax(const Tensor& x) {
+  detail::check_floating(x, "softmax", "x");
+  if (x.dim() == 0) throw ShapeError("softmax: needs at least one dimension");
+  Tensor xc = contiguous(x);
+  Tensor y = empty_like(xc);
+  backend_for(x).softmax_forward(xc, y);
+  Tensor yd = y.detach();
+  record("softmax", {x}, {y}, [yd](const TensorList& g) -> TensorList {
+    Tensor dy = contiguous(g[0]);
+    Tensor dx = empty_like(yd);
+    backend_for(yd).softmax_backward(yd, dy, dx);
+    return {dx};
+  });
+  return y;
+}
+
+Tensor causal_attention(const Tensor& qkv, int64_t n_head) {
+  detail::check_floating(qkv, "causal_attention", "qkv");
+  detail::check_dim(qkv, 3, "causal_attention", "qkv");
+  const int64_t B = qkv.size(0), T = qkv.size(1), C3 = qkv.size(2);
+  if (C3 % 3 != 0) {
+    throw ShapeError("causal_attention: last dim of qkv (" + std::to_string(C3) +
+                     ") must be 3*C");
+  }
+  const int64_t C = C3 / 3;
+  if (n_head <= 0 || C % n_head != 0) {
+    throw ShapeError("causal_attention: C (" + std::to_string(C) + ") must be divisible by n_head (" +
+                     std::to_string(n_head) + ")");
+  }
+  Tensor qc = contiguous(qkv).detach();
+  Tensor out = empty({B, T, C}, qkv.dtype(), qkv.device());
+  Tensor lse = empty({B, n_head, T}, stat_dtype(qkv.dtype()), qkv.device());
+  backend_for(qkv).attention_forward(qc, n_head, out, lse);
+  Tensor od = out.detach();
+  record("causal_attention", {qkv}, {out}, [qc, od, lse, n_head](const TensorList& g) -> TensorList {
+    Tensor dout = contiguous(g[0]);
+    Tensor dqkv = empty_like(qc);
+    backend_for(qc).attention_backward(qc, od, lse, dout, n_head, dqkv);
+    return {dqkv};
+  });
+  return out;
+}
+
+Tensor embedding(const Tensor& weight, const Tensor& ids) {
+  detail::check_floating(weight, "embedding", "weight");
+  detail::check_index(ids, "embedding", "ids");
+  detail::check_dim(weight, 2, "embedding", "weight");
+  if (!(ids.device() == weight.device())) {
+    throw ValueError("embedding: ids on " + ids.device().str() + ", weight on " +
+                     weight.device().str());
+  }
+  const int64_t C = weight.size(1);
+  Tensor ic = contiguous(ids).detach();
+  Tensor wc = contiguous(weight);
+  Shape out_shape = ids.shape();
+  out_shape.push_back(C);
+  Tensor out = empty(out_shape, weight.dtype(), weight.device());
+  backend_for(weight).embedding_forward(wc, ic, out);
+  const Shape ws = weight.shape();
+  const DType dt = weight.dtype();
+  const Device dev = weight.device();
+  record("embedding", {weight}, {out}, [ic, ws, dt, dev, C](const TensorList& g) -> TensorList {
+    Tensor dout = contiguous(g[0]);
+    Tensor dw = empty(ws, dt, dev);
+    backend_for(dw).embedding_backward(ic, make_view(dout, {ic.numel(), C}, {C, 1}, dout.offset()), dw);
+    return {dw};
+  });
+  return out;
+}
+
+Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index) {
+  detail::check_floating(logits, "cross_entropy", "logits");
+  detail::check_index(targets, "cross_entropy", "targets");
+  if (logits.dim() < 1) throw ShapeError("cross_entropy: logits must have a vocab dimension");
+  Shape lead(logits.shape().begin(), logits.shape().end() - 1);
+  if (targets.shape() != lead) {
+    throw ShapeError("cross_entropy: targets of shape " + shape_str(targets.shape()) +
+                     " do not match logits " + shape_str(logits.shape()) + " (expected " +
+                     shape_str(lead) + ")");
+  }
+  const int64_t V = logits.size(-1), N = numel(lead);
+  Tensor lc = reshape(contiguous(logits).detach(), {N, V}).detach();
+  Tensor tc = reshape(contiguous(targets).detach(), {N}).detach();
+  const DType sd = stat_dtype(logits.dtype());
+  Tensor losses = empty({N}, sd, logits.device());
+  Tensor lse = empty({N}, sd, logits.device());
+  Backend& be = backend_for(logits);
+  be.cross_entropy_forward(lc, tc, ignore_index, losses, lse);
+  // Count non-ignored rows on the host (targets are small).
+  int64_t count = 0;
+  {
+    Tensor th = cast(to_device(tc, Device::cpu()), DType::I64);
+    const int64_t* p = th.data<int64_t>();
+    for (int64_t i = 0; i < N; ++i) count += p[i] != ignore_index;
+  }
+  Tensor total = empty({}, sd, logits.device());
+  be.reduce(ReduceOp::Sum, losses, 1, N, 1, total, nullptr);
+  Tensor loss = cast(scale(total, count ? 1.0 / static_cast<double>(count) : 0.0), logits.dtype()).detach();
+  const Shape ls = logits.shape();
+  record("cross_entropy", {logits}, {loss},
+         [lc, tc, lse, count, ignore_index, ls, sd, N](const TensorList& g) -> TensorList {
+           Tensor gl = cast(g[0], sd);
+           Tensor dl = empty({N}, sd, lc.device());
+           backend_for(lc).copy(make_view(gl, {N}, {0}, gl.offset()), dl);
+           if (count) backend_for(dl).affine(dl, 1.0 / static_cast<double>(count), 0.0, dl);
+           Tensor dlogits = empty_like(lc);
+           backend_for(lc).cross_entropy_backward(lc, tc, lse, dl, ignore_index, dlogits);
+           return {reshape(dlogits, ls)};
+         });
+  return loss;
+}
+
+}  // namespace triad
