@@ -111,7 +111,7 @@ void backward(const TensorList& outputs, const TensorList& grad_outputs,
     ready.pop_back();
     TensorList grads = std::move(buffers[n]);
     buffers.erase(n);
-    grads.resize(std::max<size_t>(n->outputs.size(), grads.size()));
+    grads.resize(std::max<size_t>({n->outputs.size(), grads.size(), size_t{1}}));
     for (size_t i = 0; i < n->outputs.size(); ++i) {
       if (!grads[i].defined()) grads[i] = zeros_for(n->outputs[i]);
     }

@@ -97,6 +97,8 @@ std::vector<OpCase> cases() {
   return c;
 }
 
+void PrintTo(const OpCase& c, std::ostream* os) { *os << c.name; }
+
 class OpHarness : public ::testing::TestWithParam<OpCase> {};
 
 TEST_P(OpHarness, GradientMatchesFiniteDifferencesF64) {

@@ -1,0 +1,178 @@
+// The five autograd features DESIGN.md requires, one test each (and more).
+#include <gtest/gtest.h>
+
+#include "triad/autograd/engine.h"
+#include "triad/autograd/grad_mode.h"
+#include "triad/ops.h"
+
+namespace triad {
+namespace {
+
+std::vector<double> vec(const Tensor& t) { return to_double_vector(t); }
+
+void expect_all_near(const std::vector<double>& a, const std::vector<double>& b, double tol = 1e-12) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], tol) << "element " << i;
+}
+
+TEST(Autograd, BackwardFromNonScalarOutputWithGivenGradient) {
+  Tensor x = randn({3, 4}, 1, 1, 1.0, DType::F64);
+  x.set_requires_grad(true);
+  Tensor y = mul(x, x);  // dy/dx = 2x
+  Tensor g = randn({3, 4}, 1, 2, 1.0, DType::F64);
+  autograd::backward({y}, {g});
+  auto xv = vec(x), gv = vec(g), grad = vec(x.grad());
+  for (size_t i = 0; i < xv.size(); ++i) EXPECT_NEAR(grad[i], 2 * xv[i] * gv[i], 1e-12);
+}
+
+TEST(Autograd, GradientShapeMismatchIsAnError) {
+  Tensor x = randn({3, 4}, 1, 1);
+  x.set_requires_grad(true);
+  Tensor y = scale(x, 2.0);
+  EXPECT_THROW(autograd::backward({y}, {zeros({4, 3})}), ShapeError);
+  EXPECT_THROW(autograd::backward({y}), ShapeError);  // implicit seed needs one element
+}
+
+TEST(Autograd, GradientsAccumulateAcrossMicrobatches) {
+  Tensor w = randn({4, 3}, 2, 1, 1.0, DType::F64);
+  w.set_requires_grad(true);
+  Tensor x1 = randn({5, 3}, 2, 2, 1.0, DType::F64), x2 = randn({5, 3}, 2, 3, 1.0, DType::F64);
+  autograd::backward({sum(linear(x1, w))});
+  auto g1 = vec(w.grad());
+  autograd::backward({sum(linear(x2, w))});
+  auto g12 = vec(w.grad());
+  // Reference: a fresh leaf, each microbatch alone.
+  Tensor w2 = clone(w).detach();
+  w2.set_requires_grad(true);
+  autograd::backward({sum(linear(x2, w2))});
+  auto g2 = vec(w2.grad());
+  for (size_t i = 0; i < g12.size(); ++i) EXPECT_NEAR(g12[i], g1[i] + g2[i], 1e-12);
+}
+
+TEST(Autograd, GradReadyHookRunsAfterAccumulationWithFinalValue) {
+  Tensor a = randn({2, 2}, 3, 1), b = randn({2, 2}, 3, 2);
+  a.set_requires_grad(true);
+  b.set_requires_grad(true);
+  std::vector<std::string> order;
+  std::vector<double> seen_a;
+  a.register_post_accumulate_hook([&](Tensor& g) {
+    order.push_back("a");
+    seen_a = vec(g);
+  });
+  b.register_post_accumulate_hook([&](Tensor&) { order.push_back("b"); });
+  // b is used only at the end of the graph, a at the start: b's gradient is
+  // ready first, as with the last layer of a network.
+  Tensor h = mul(a, a);
+  Tensor y = sum(mul(h, b));
+  autograd::backward({y});
+  ASSERT_EQ(order.size(), 2u);
+  EXPECT_EQ(order[0], "b");
+  EXPECT_EQ(order[1], "a");
+  expect_all_near(seen_a, vec(a.grad()));
+}
+
+TEST(Autograd, HookRequiresALeafThatRequiresGrad) {
+  Tensor a = randn({2}, 3, 1);
+  EXPECT_THROW(a.register_post_accumulate_hook([](Tensor&) {}), ValueError);
+}
+
+TEST(Autograd, DeferredWeightGradientsMatchImmediateOnes) {
+  auto make = [] {
+    Tensor x = randn({4, 6}, 4, 1, 1.0, DType::F64);
+    Tensor w1 = randn({5, 6}, 4, 2, 1.0, DType::F64), b1 = randn({5}, 4, 3, 1.0, DType::F64);
+    Tensor w2 = randn({3, 5}, 4, 4, 1.0, DType::F64);
+    x.set_requires_grad(true);
+    w1.set_requires_grad(true);
+    b1.set_requires_grad(true);
+    w2.set_requires_grad(true);
+    return std::vector<Tensor>{x, w1, b1, w2};
+  };
+  auto forward = [](const std::vector<Tensor>& p) {
+    return sum(linear(gelu(linear(p[0], p[1], p[2])), p[3]));
+  };
+  auto ref = make();
+  autograd::backward({forward(ref)});
+
+  auto split = make();
+  autograd::WeightGradStore store;
+  autograd::BackwardOptions opts;
+  opts.defer_weight_grads = &store;
+  int hook_calls = 0;
+  split[1].register_post_accumulate_hook([&](Tensor&) { ++hook_calls; });
+  autograd::backward({forward(split)}, {}, opts);
+  // B: input gradient now, weight gradients not yet.
+  ASSERT_TRUE(split[0].grad().defined());
+  EXPECT_FALSE(split[1].grad().defined());
+  EXPECT_FALSE(split[2].grad().defined());
+  EXPECT_FALSE(split[3].grad().defined());
+  EXPECT_EQ(store.size(), 2u);
+  EXPECT_EQ(hook_calls, 0);
+  expect_all_near(vec(split[0].grad()), vec(ref[0].grad()));
+  // W: later.
+  store.flush();
+  EXPECT_TRUE(store.empty());
+  EXPECT_EQ(hook_calls, 1);
+  for (int i = 1; i < 4; ++i) expect_all_near(vec(split[i].grad()), vec(ref[i].grad()));
+}
+
+TEST(Autograd, SavedTensorsAreFreedAsSoonAsANodeHasRun) {
+  Allocator& alloc = cpu_allocator();
+  Tensor w = randn({256, 256}, 5, 1);
+  w.set_requires_grad(true);
+  const int64_t before = alloc.stats().allocated;
+  Tensor loss;
+  {
+    Tensor x = randn({64, 256}, 5, 2);
+    Tensor h = x;
+    for (int i = 0; i < 4; ++i) h = gelu(linear(h, w));
+    loss = sum(h);
+  }
+  const int64_t with_graph = alloc.stats().allocated;
+  // Each layer saves its input (64*256 floats) for linear and gelu.
+  EXPECT_GT(with_graph - before, 4 * 64 * 256 * 4);
+  autograd::backward({loss});
+  loss = Tensor();
+  const int64_t after = alloc.stats().allocated;
+  // What remains is w's gradient (and nothing from the graph).
+  EXPECT_LE(after - before, 256 * 256 * 4 + 4096);
+}
+
+TEST(Autograd, SecondBackwardNeedsRetainGraph) {
+  Tensor x = randn({3}, 6, 1);
+  x.set_requires_grad(true);
+  Tensor y = sum(mul(x, x));
+  autograd::BackwardOptions keep;
+  keep.retain_graph = true;
+  autograd::backward({y}, {}, keep);
+  auto once = vec(x.grad());
+  autograd::backward({y}, {}, keep);
+  auto twice = vec(x.grad());
+  for (size_t i = 0; i < once.size(); ++i) EXPECT_NEAR(twice[i], 2 * once[i], 1e-5);
+  autograd::backward({y});  // frees
+  try {
+    autograd::backward({y});
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("retain_graph"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Autograd, NoGradGuardRecordsNothing) {
+  Tensor x = randn({3}, 7, 1);
+  x.set_requires_grad(true);
+  autograd::NoGradGuard guard;
+  Tensor y = mul(x, x);
+  EXPECT_FALSE(y.requires_grad());
+  EXPECT_EQ(y.grad_fn(), nullptr);
+}
+
+TEST(Autograd, DiamondGraphSumsBothPaths) {
+  Tensor x = from_vector(std::vector<double>{1.5, -2.0}, {2}, DType::F64);
+  x.set_requires_grad(true);
+  Tensor a = scale(x, 3.0), b = mul(x, x);
+  autograd::backward({sum(add(a, b))});
+  expect_all_near(vec(x.grad()), {3.0 + 3.0, 3.0 - 4.0});
+}
+
+}  // namespace
+}  // namespace triad

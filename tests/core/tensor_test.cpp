@@ -1,0 +1,134 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "triad/core/half.h"
+#include "triad/core/rng.h"
+#include "triad/ops.h"
+
+namespace triad {
+namespace {
+
+TEST(Tensor, ViewsShareStorageAndRespectStrides) {
+  Tensor x = from_vector(std::vector<double>{0, 1, 2, 3, 4, 5}, {2, 3});
+  Tensor t = transpose(x, 0, 1);
+  EXPECT_EQ(t.shape(), (Shape{3, 2}));
+  EXPECT_FALSE(t.is_contiguous());
+  EXPECT_EQ(t.storage(), x.storage());
+  EXPECT_EQ(to_double_vector(t), (std::vector<double>{0, 3, 1, 4, 2, 5}));
+  Tensor n = narrow(x, 1, 1, 2);
+  EXPECT_EQ(to_double_vector(n), (std::vector<double>{1, 2, 4, 5}));
+  Tensor r = reshape(t, {6});  // non-contiguous: copies
+  EXPECT_NE(r.storage(), x.storage());
+  EXPECT_EQ(to_double_vector(r), (std::vector<double>{0, 3, 1, 4, 2, 5}));
+}
+
+TEST(Tensor, AllDtypesRoundTripThroughCasts) {
+  std::vector<double> v{1.0, -2.5, 3.0, 0.0};
+  for (DType d : {DType::F32, DType::F64, DType::BF16, DType::F16, DType::I32, DType::I64}) {
+    Tensor t = from_vector(v, {2, 2}, d);
+    EXPECT_EQ(t.dtype(), d);
+    EXPECT_EQ(t.nbytes(), 4 * dtype_size(d));
+    auto back = to_double_vector(cast(t, DType::F64));
+    const double expect1 = (d == DType::I32 || d == DType::I64) ? -2.0 : -2.5;
+    EXPECT_EQ(back[1], expect1) << dtype_name(d);
+    EXPECT_EQ(back[2], 3.0);
+  }
+}
+
+TEST(Tensor, DtypeNamesParse) {
+  EXPECT_EQ(dtype_from_name("bf16"), DType::BF16);
+  EXPECT_THROW(dtype_from_name("f8"), ValueError);
+  EXPECT_EQ(device_from_string("cuda:3"), Device::cuda(3));
+  EXPECT_THROW(device_from_string("tpu"), ValueError);
+}
+
+TEST(Half, Bf16RoundsToNearestEven) {
+  EXPECT_EQ(float_to_bf16(1.0f), 0x3f80);
+  // 1 + 2^-8 is exactly half way between two bf16 values: ties to even (1.0).
+  EXPECT_EQ(float_to_bf16(1.0f + 1.0f / 256), 0x3f80);
+  EXPECT_EQ(float_to_bf16(1.0f + 3.0f / 256), 0x3f82);
+  EXPECT_TRUE(std::isnan(bf16_to_float(float_to_bf16(std::numeric_limits<float>::quiet_NaN()))));
+}
+
+TEST(Half, F16MatchesIeeeBinary16) {
+  EXPECT_EQ(float_to_f16(1.0f), 0x3c00);
+  EXPECT_EQ(float_to_f16(-2.0f), 0xc000);
+  EXPECT_EQ(float_to_f16(65504.0f), 0x7bff);
+  EXPECT_EQ(float_to_f16(1e6f), 0x7c00);          // overflow to inf
+  EXPECT_EQ(float_to_f16(5.960464477539063e-08f), 0x0001);  // smallest subnormal
+  EXPECT_EQ(float_to_f16(2.98023223876953125e-08f), 0x0000);  // half of it: ties to even
+  for (uint32_t h = 0; h < 0x7c00; h += 7) {  // every 7th finite positive half round-trips
+    EXPECT_EQ(float_to_f16(f16_to_float(static_cast<uint16_t>(h))), h);
+  }
+}
+
+TEST(Rng, PhiloxIsAPureFunctionOfKeyAndCounter) {
+  EXPECT_EQ(philox4x32(1, 2, 3), philox4x32(1, 2, 3));
+  EXPECT_NE(philox4x32(1, 2, 3), philox4x32(1, 2, 4));
+  EXPECT_NE(philox4x32(1, 2, 3), philox4x32(2, 2, 3));
+  double s = 0, s2 = 0;
+  const int n = 20000;
+  for (int i = 0; i < n; ++i) {
+    const double z = philox_normal(42, 7, i);
+    s += z;
+    s2 += z * z;
+  }
+  EXPECT_NEAR(s / n, 0.0, 0.03);
+  EXPECT_NEAR(s2 / n, 1.0, 0.03);
+  for (int i = 0; i < 1000; ++i) {
+    const float u = philox_uniform(1, 1, i);
+    EXPECT_GE(u, 0.0f);
+    EXPECT_LT(u, 1.0f);
+  }
+}
+
+TEST(Tensor, BadShapesAreClearErrors) {
+  EXPECT_THROW(empty({2, -1}), ShapeError);
+  Tensor x = zeros({2, 3});
+  EXPECT_THROW(reshape(x, {4, 2}), ShapeError);
+  EXPECT_THROW(narrow(x, 1, 2, 2), ShapeError);
+  EXPECT_THROW(add(x, zeros({4})), ShapeError);
+  EXPECT_THROW(matmul(x, zeros({2, 2})), ShapeError);
+  EXPECT_THROW(add(x, zeros({2, 3}, DType::F64)), ValueError);
+  EXPECT_THROW(x.size(5), ShapeError);
+  try {
+    reshape(x, {4, 2});
+  } catch (const ShapeError& e) {
+    EXPECT_NE(std::string(e.what()).find("[2, 3]"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Ops, DropoutMaskDependsOnlyOnSeedStreamAndOffset) {
+  Tensor x = ones({1000});
+  Tensor a = dropout(x, 0.25, 9, 3, 0);
+  Tensor b = dropout(x, 0.25, 9, 3, 0);
+  Tensor c = dropout(x, 0.25, 9, 3, 1000);
+  EXPECT_EQ(to_double_vector(a), to_double_vector(b));
+  EXPECT_NE(to_double_vector(a), to_double_vector(c));
+  // The tail of a longer call equals a call at the matching offset.
+  Tensor whole = dropout(ones({2000}), 0.25, 9, 3, 0);
+  auto w = to_double_vector(whole), cv = to_double_vector(c);
+  EXPECT_TRUE(std::equal(cv.begin(), cv.end(), w.begin() + 1000));
+  int kept = 0;
+  for (double v : to_double_vector(a)) kept += v != 0.0;
+  EXPECT_NEAR(kept / 1000.0, 0.75, 0.05);
+  EXPECT_THROW(dropout(x, 1.0, 0, 0, 0), ValueError);
+}
+
+TEST(Ops, UnsupportedDtypeNamesOpDtypeAndDevice) {
+  Tensor x = zeros({4}, DType::BF16);
+  try {
+    gelu(x);
+    FAIL();
+  } catch (const NotSupportedError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("gelu"), std::string::npos);
+    EXPECT_NE(m.find("bf16"), std::string::npos);
+    EXPECT_NE(m.find("cpu"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace triad
