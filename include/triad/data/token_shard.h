@@ -1,0 +1,27 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace triad::data {
+
+// The llm.c token shard format: a 1024-byte header of 256 little-endian
+// int32 (magic 20240520, version 1, token count, rest zero), then the tokens
+// as uint16.
+inline constexpr int32_t kShardMagic = 20240520;
+inline constexpr int32_t kShardVersion = 1;
+inline constexpr size_t kShardHeaderBytes = 1024;
+
+// Reads and validates a shard: magic, version, size matching the count, and
+// every token < vocab_size (when vocab_size > 0). Errors name the file.
+std::vector<uint16_t> read_token_shard(const std::string& path, int64_t vocab_size = 0);
+
+// Writes tokens (each must fit in uint16) as a shard, atomically.
+void write_token_shard(const std::string& path, const std::vector<uint16_t>& tokens);
+
+// Expands a path or glob ("data/train_*.bin") into a sorted list of files;
+// an error when nothing matches.
+std::vector<std::string> expand_shard_paths(const std::string& pattern);
+
+}  // namespace triad::data

@@ -1,0 +1,54 @@
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace triad::data {
+
+// Text -> token ids.
+class Tokenizer {
+ public:
+  virtual ~Tokenizer() = default;
+  virtual std::vector<int32_t> encode(const std::string& text) const = 0;
+  virtual std::string decode(const std::vector<int32_t>& ids) const = 0;
+  virtual int64_t vocab_size() const = 0;
+};
+
+// One token per byte (vocabulary of 256).
+class ByteTokenizer final : public Tokenizer {
+ public:
+  std::vector<int32_t> encode(const std::string& text) const override;
+  std::string decode(const std::vector<int32_t>& ids) const override;
+  int64_t vocab_size() const override { return 256; }
+};
+
+// GPT-2's byte-level BPE from its vocab.json (token -> id) and merges.txt.
+// Pre-tokenisation follows GPT-2's pattern (contractions, letter runs, digit
+// runs, other symbols, whitespace); letters are ASCII letters plus every
+// non-ASCII code point that is not whitespace, an approximation of \p{L}
+// that is exact for ASCII text.
+class Gpt2BpeTokenizer final : public Tokenizer {
+ public:
+  Gpt2BpeTokenizer(const std::string& vocab_json_path, const std::string& merges_path);
+  std::vector<int32_t> encode(const std::string& text) const override;
+  std::string decode(const std::vector<int32_t>& ids) const override;
+  int64_t vocab_size() const override { return static_cast<int64_t>(decoder_.size()); }
+
+ private:
+  std::vector<std::string> bpe(const std::string& word) const;
+
+  std::map<std::string, int32_t> encoder_;
+  std::map<int32_t, std::string> decoder_;
+  std::map<std::pair<std::string, std::string>, int> ranks_;
+  std::string byte_to_unicode_[256];
+  std::map<std::string, uint8_t> unicode_to_byte_;
+};
+
+// GPT-2 pre-tokenisation of text into pieces (exposed for tests).
+std::vector<std::string> gpt2_pretokenize(const std::string& text);
+
+}  // namespace triad::data

@@ -1,0 +1,26 @@
+#pragma once
+
+#include <map>
+#include <string>
+
+#include "triad/nn/gpt.h"
+
+namespace triad::io {
+
+// GPT-2 checkpoints store the Conv1D weights (attn.c_attn, attn.c_proj,
+// mlp.c_fc, mlp.c_proj) as [in, out]; Triad stores every linear weight as
+// [out, in]. These convert a state dict between the two layouts.
+bool is_gpt2_conv1d_weight(const std::string& name);
+
+// Public GPT-2 tensors -> Triad state dict. Accepts a "transformer." prefix
+// and ignores the attention-mask buffers (".attn.bias", ".attn.masked_bias")
+// and "lm_head.weight" (tied to wte) that some exports carry.
+nn::StateDict gpt2_to_triad(const std::map<std::string, Tensor>& tensors);
+std::map<std::string, Tensor> triad_to_gpt2(const nn::StateDict& state);
+
+// Loads a GPT-2 safetensors file into `model` (shapes must match its config;
+// errors name the tensor and both shapes).
+void load_gpt2_safetensors(nn::Gpt& model, const std::string& path);
+void save_gpt2_safetensors(const nn::Gpt& model, const std::string& path);
+
+}  // namespace triad::io

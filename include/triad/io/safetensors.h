@@ -1,0 +1,37 @@
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "triad/core/tensor.h"
+
+namespace triad::io {
+
+// Contents of a safetensors file: host tensors by name, plus the optional
+// string metadata ("__metadata__").
+struct Safetensors {
+  std::map<std::string, Tensor> tensors;
+  std::map<std::string, std::string> metadata;
+};
+
+// Largest JSON header accepted (the format's reference reader uses 100 MB).
+inline constexpr uint64_t kMaxSafetensorsHeader = 100ull * 1024 * 1024;
+
+// Writes tensors (any device; copied to host, made contiguous) atomically:
+// to "<path>.tmp", flushed, then renamed over path.
+void save_safetensors(const std::string& path, const std::map<std::string, Tensor>& tensors,
+                      const std::map<std::string, std::string>& metadata = {});
+
+// Reads and validates a whole file. Every problem is an IoError naming the
+// file and what is wrong: header length, JSON, dtype (F32, F64, BF16, F16,
+// I32, I64), shape x dtype size vs. offsets, offsets contiguous from 0 and
+// inside the file, arithmetic overflow.
+Safetensors load_safetensors(const std::string& path);
+Safetensors parse_safetensors(const std::vector<uint8_t>& bytes, const std::string& source);
+
+// Safetensors dtype names ("F32", "BF16", ...).
+const char* safetensors_dtype_name(DType dtype);
+
+}  // namespace triad::io

@@ -1,0 +1,51 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "triad/nn/gpt.h"
+
+namespace triad::train {
+
+// Optimisation settings (`train:` section).
+struct TrainSection {
+  int64_t steps = 0;
+  int64_t global_batch_size = 0;
+  int64_t micro_batch_size = 0;
+  double lr = 3e-4;
+  double min_lr = 3e-5;
+  int64_t warmup_steps = 0;
+  double weight_decay = 0.1;
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double grad_clip = 1.0;  // 0 disables clipping
+  uint64_t seed = 1234;
+};
+
+// Everything triad-train reads from its YAML file; docs/config.md lists
+// each key. Validated completely before anything runs.
+struct Config {
+  nn::GptConfig model;
+  TrainSection train;
+  std::string data_train;   // data.train: shard path or glob
+  std::string init_from;    // init.from: GPT-2 safetensors (optional)
+  std::string output_dir = "out";
+  int64_t log_interval = 10;
+  std::string device = "cpu";
+
+  // Gradient-accumulation steps per optimizer step.
+  int64_t accumulation_steps() const { return train.global_batch_size / train.micro_batch_size; }
+};
+
+// Parses YAML text, applies `overrides` ("train.lr=1e-3", values in YAML
+// syntax), and validates. Unknown keys are errors listing the allowed keys;
+// wrong types and impossible values are errors naming key, value and rule.
+Config parse_config(const std::string& yaml_text, const std::vector<std::string>& overrides = {},
+                    const std::string& source = "<config>");
+Config load_config(const std::string& path, const std::vector<std::string>& overrides = {});
+// The configuration as YAML (every key, defaults included).
+std::string to_yaml(const Config& config);
+
+}  // namespace triad::train

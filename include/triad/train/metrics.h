@@ -1,0 +1,30 @@
+#pragma once
+
+#include <cstdint>
+#include <fstream>
+#include <string>
+
+namespace triad::train {
+
+// What one optimizer step measured.
+struct StepMetrics {
+  int64_t step = 0;  // 1-based
+  double loss = 0;   // mean over all global_batch_size * seq_len tokens
+  double lr = 0;
+  double grad_norm = 0;  // before clipping
+  double tokens_per_s = 0;
+  double step_ms = 0;
+};
+
+// Appends one JSON object per step to a metrics.jsonl file.
+class MetricsWriter {
+ public:
+  explicit MetricsWriter(const std::string& path);
+  void write(const StepMetrics& m);
+
+ private:
+  std::ofstream out_;
+  std::string path_;
+};
+
+}  // namespace triad::train

@@ -1,0 +1,87 @@
+#include "triad/data/token_shard.h"
+
+#include <glob.h>
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "triad/core/error.h"
+
+namespace triad::data {
+
+std::vector<uint16_t> read_token_shard(const std::string& path, int64_t vocab_size) {
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  if (!in) throw IoError("token shard '" + path + "': cannot open");
+  const auto size = static_cast<uint64_t>(in.tellg());
+  if (size < kShardHeaderBytes) {
+    throw IoError("token shard '" + path + "': " + std::to_string(size) +
+                  " bytes, shorter than the 1024-byte header");
+  }
+  in.seekg(0);
+  int32_t header[256];
+  in.read(reinterpret_cast<char*>(header), sizeof(header));
+  if (header[0] != kShardMagic) {
+    throw IoError("token shard '" + path + "': magic " + std::to_string(header[0]) + ", expected " +
+                  std::to_string(kShardMagic));
+  }
+  if (header[1] != kShardVersion) {
+    throw IoError("token shard '" + path + "': version " + std::to_string(header[1]) +
+                  ", expected " + std::to_string(kShardVersion));
+  }
+  if (header[2] < 0) throw IoError("token shard '" + path + "': negative token count " + std::to_string(header[2]));
+  const uint64_t count = static_cast<uint64_t>(header[2]);
+  if (size != kShardHeaderBytes + 2 * count) {
+    throw IoError("token shard '" + path + "': header says " + std::to_string(count) + " tokens (" +
+                  std::to_string(kShardHeaderBytes + 2 * count) + " bytes) but the file has " +
+                  std::to_string(size) + " bytes");
+  }
+  std::vector<uint16_t> tokens(count);
+  in.read(reinterpret_cast<char*>(tokens.data()), static_cast<std::streamsize>(2 * count));
+  if (!in) throw IoError("token shard '" + path + "': read failed");
+  if (vocab_size > 0) {
+    for (uint64_t i = 0; i < count; ++i) {
+      if (tokens[i] >= vocab_size) {
+        throw IoError("token shard '" + path + "': token " + std::to_string(tokens[i]) + " at position " +
+                      std::to_string(i) + " is not below vocab_size " + std::to_string(vocab_size));
+      }
+    }
+  }
+  return tokens;
+}
+
+void write_token_shard(const std::string& path, const std::vector<uint16_t>& tokens) {
+  if (tokens.size() > static_cast<size_t>(INT32_MAX)) {
+    throw IoError("token shard '" + path + "': " + std::to_string(tokens.size()) + " tokens exceed the format's int32 count");
+  }
+  int32_t header[256];
+  std::memset(header, 0, sizeof(header));
+  header[0] = kShardMagic;
+  header[1] = kShardVersion;
+  header[2] = static_cast<int32_t>(tokens.size());
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out) throw IoError("token shard '" + tmp + "': cannot open for writing");
+    out.write(reinterpret_cast<const char*>(header), sizeof(header));
+    out.write(reinterpret_cast<const char*>(tokens.data()), static_cast<std::streamsize>(2 * tokens.size()));
+    if (!out) throw IoError("token shard '" + tmp + "': write failed");
+  }
+  std::filesystem::rename(tmp, path);
+}
+
+std::vector<std::string> expand_shard_paths(const std::string& pattern) {
+  glob_t g{};
+  const int rc = ::glob(pattern.c_str(), 0, nullptr, &g);
+  std::vector<std::string> out;
+  if (rc == 0) {
+    for (size_t i = 0; i < g.gl_pathc; ++i) out.emplace_back(g.gl_pathv[i]);
+  }
+  globfree(&g);
+  if (out.empty()) throw IoError("data.train '" + pattern + "' matches no file");
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+}  // namespace triad::data

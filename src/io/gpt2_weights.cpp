@@ -1,0 +1,79 @@
+#include "triad/io/gpt2_weights.h"
+
+#include "triad/io/safetensors.h"
+#include "triad/ops/elementwise.h"
+#include "triad/ops/shape_ops.h"
+
+namespace triad::io {
+namespace {
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+Tensor transposed_copy(const Tensor& t) {
+  if (t.dim() != 2) throw ShapeError("GPT-2 linear weight must be 2-d, got " + shape_str(t.shape()));
+  return contiguous(transpose(t.detach(), 0, 1)).detach();
+}
+
+}  // namespace
+
+bool is_gpt2_conv1d_weight(const std::string& name) {
+  return ends_with(name, ".attn.c_attn.weight") || ends_with(name, ".attn.c_proj.weight") ||
+         ends_with(name, ".mlp.c_fc.weight") || ends_with(name, ".mlp.c_proj.weight");
+}
+
+nn::StateDict gpt2_to_triad(const std::map<std::string, Tensor>& tensors) {
+  nn::StateDict out;
+  for (const auto& [raw, t] : tensors) {
+    std::string name = raw.rfind("transformer.", 0) == 0 ? raw.substr(12) : raw;
+    if (ends_with(name, ".attn.bias") || ends_with(name, ".attn.masked_bias") || name == "lm_head.weight") {
+      continue;
+    }
+    out[name] = is_gpt2_conv1d_weight(name) ? transposed_copy(t) : t;
+  }
+  return out;
+}
+
+std::map<std::string, Tensor> triad_to_gpt2(const nn::StateDict& state) {
+  std::map<std::string, Tensor> out;
+  for (const auto& [name, t] : state) out[name] = is_gpt2_conv1d_weight(name) ? transposed_copy(t) : t.detach();
+  return out;
+}
+
+void load_gpt2_safetensors(nn::Gpt& model, const std::string& path) {
+  Safetensors file = load_safetensors(path);
+  nn::StateDict state = gpt2_to_triad(file.tensors);
+  auto params = model.named_parameters();
+  for (auto& [name, p] : params) {
+    auto it = state.find(name);
+    if (it == state.end()) throw IoError("GPT-2 weights '" + path + "': tensor '" + name + "' is missing");
+    if (it->second.shape() != p.shape()) {
+      Shape stored = it->second.shape();
+      if (is_gpt2_conv1d_weight(name)) std::swap(stored[0], stored[1]);
+      Shape expect = p.shape();
+      if (is_gpt2_conv1d_weight(name)) std::swap(expect[0], expect[1]);
+      throw IoError("GPT-2 weights '" + path + "': tensor '" + name + "' has shape " + shape_str(stored) +
+                    " but the configured model needs " + shape_str(expect));
+    }
+  }
+  for (auto& [name, t] : state) {
+    bool known = false;
+    for (auto& [pname, p] : params) known = known || pname == name;
+    if (!known) throw IoError("GPT-2 weights '" + path + "': unexpected tensor '" + name + "'");
+  }
+  model.load_state_dict(state);
+}
+
+void save_gpt2_safetensors(const nn::Gpt& model, const std::string& path) {
+  const auto& c = model.config();
+  std::map<std::string, std::string> meta{{"format", "pt"},
+                                          {"n_layer", std::to_string(c.n_layer)},
+                                          {"n_head", std::to_string(c.n_head)},
+                                          {"d_model", std::to_string(c.d_model)},
+                                          {"vocab_size", std::to_string(c.vocab_size)},
+                                          {"seq_len", std::to_string(c.seq_len)}};
+  save_safetensors(path, triad_to_gpt2(model.state_dict()), meta);
+}
+
+}  // namespace triad::io

@@ -1,0 +1,196 @@
+#include "triad/io/safetensors.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <nlohmann/json.hpp>
+
+#include "triad/backend/backend.h"
+#include "triad/ops/elementwise.h"
+
+namespace triad::io {
+namespace {
+
+using json = nlohmann::json;
+
+[[noreturn]] void fail(const std::string& source, const std::string& what) {
+  throw IoError("safetensors '" + source + "': " + what);
+}
+
+DType parse_dtype(const std::string& name, const std::string& source, const std::string& tensor) {
+  static const std::map<std::string, DType> kAllowed{{"F32", DType::F32}, {"F64", DType::F64},
+                                                     {"BF16", DType::BF16}, {"F16", DType::F16},
+                                                     {"I32", DType::I32}, {"I64", DType::I64}};
+  auto it = kAllowed.find(name);
+  if (it == kAllowed.end()) {
+    fail(source, "tensor '" + tensor + "' has dtype '" + name +
+                     "' (supported: F32, F64, BF16, F16, I32, I64)");
+  }
+  return it->second;
+}
+
+bool mul_overflows(uint64_t a, uint64_t b, uint64_t& out) { return __builtin_mul_overflow(a, b, &out); }
+
+}  // namespace
+
+const char* safetensors_dtype_name(DType dtype) {
+  switch (dtype) {
+    case DType::F32: return "F32";
+    case DType::F64: return "F64";
+    case DType::BF16: return "BF16";
+    case DType::F16: return "F16";
+    case DType::I32: return "I32";
+    case DType::I64: return "I64";
+  }
+  return "?";
+}
+
+void save_safetensors(const std::string& path, const std::map<std::string, Tensor>& tensors,
+                      const std::map<std::string, std::string>& metadata) {
+  json header = json::object();
+  if (!metadata.empty()) header["__metadata__"] = metadata;
+  std::vector<Tensor> host;
+  uint64_t offset = 0;
+  for (const auto& [name, t] : tensors) {
+    if (name == "__metadata__") throw IoError("safetensors: '__metadata__' is not a valid tensor name");
+    Tensor h = contiguous(to_device(t.detach(), Device::cpu())).detach();
+    host.push_back(h);
+    json entry;
+    entry["dtype"] = safetensors_dtype_name(h.dtype());
+    entry["shape"] = h.shape();
+    entry["data_offsets"] = {offset, offset + h.nbytes()};
+    header[name] = entry;
+    offset += h.nbytes();
+  }
+  std::string text = header.dump();
+  // Pad the header with spaces so the data starts 8-byte aligned.
+  while ((8 + text.size()) % 8 != 0) text.push_back(' ');
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out) throw IoError("safetensors: cannot open '" + tmp + "' for writing");
+    const uint64_t n = text.size();
+    unsigned char len[8];
+    for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(n >> (8 * i));
+    out.write(reinterpret_cast<const char*>(len), 8);
+    out.write(text.data(), static_cast<std::streamsize>(text.size()));
+    for (const Tensor& h : host) {
+      out.write(static_cast<const char*>(h.raw_data()), static_cast<std::streamsize>(h.nbytes()));
+    }
+    out.flush();
+    if (!out) throw IoError("safetensors: error writing '" + tmp + "'");
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) throw IoError("safetensors: cannot rename '" + tmp + "' to '" + path + "': " + ec.message());
+}
+
+Safetensors parse_safetensors(const std::vector<uint8_t>& bytes, const std::string& source) {
+  if (bytes.size() < 8) {
+    fail(source, "file is " + std::to_string(bytes.size()) + " bytes, too short for the 8-byte header length");
+  }
+  uint64_t header_len = 0;
+  for (int i = 0; i < 8; ++i) header_len |= static_cast<uint64_t>(bytes[i]) << (8 * i);
+  if (header_len > kMaxSafetensorsHeader) {
+    fail(source, "header length " + std::to_string(header_len) + " exceeds the limit of " +
+                     std::to_string(kMaxSafetensorsHeader) + " bytes");
+  }
+  if (header_len > bytes.size() - 8) {
+    fail(source, "header length " + std::to_string(header_len) + " runs past the end of the file (" +
+                     std::to_string(bytes.size()) + " bytes)");
+  }
+  json header;
+  try {
+    header = json::parse(bytes.begin() + 8, bytes.begin() + 8 + static_cast<std::ptrdiff_t>(header_len));
+  } catch (const json::exception& e) {
+    fail(source, std::string("header is not valid JSON: ") + e.what());
+  }
+  if (!header.is_object()) fail(source, "header is not a JSON object");
+  const uint64_t data_size = bytes.size() - 8 - header_len;
+  const uint8_t* data = bytes.data() + 8 + header_len;
+
+  Safetensors result;
+  struct Span {
+    uint64_t begin, end;
+    std::string name;
+  };
+  std::vector<Span> spans;
+  for (auto it = header.begin(); it != header.end(); ++it) {
+    const std::string& name = it.key();
+    const json& e = it.value();
+    if (name == "__metadata__") {
+      if (!e.is_object()) fail(source, "__metadata__ must be an object of strings");
+      for (auto m = e.begin(); m != e.end(); ++m) {
+        if (!m.value().is_string()) fail(source, "__metadata__ value for '" + m.key() + "' is not a string");
+        result.metadata[m.key()] = m.value().get<std::string>();
+      }
+      continue;
+    }
+    if (!e.is_object() || !e.contains("dtype") || !e.contains("shape") || !e.contains("data_offsets")) {
+      fail(source, "tensor '" + name + "' needs dtype, shape and data_offsets");
+    }
+    if (!e["dtype"].is_string()) fail(source, "tensor '" + name + "' dtype is not a string");
+    const DType dtype = parse_dtype(e["dtype"].get<std::string>(), source, name);
+    const json& js = e["shape"];
+    const json& jo = e["data_offsets"];
+    if (!js.is_array()) fail(source, "tensor '" + name + "' shape is not an array");
+    if (!jo.is_array() || jo.size() != 2 || !jo[0].is_number_unsigned() || !jo[1].is_number_unsigned()) {
+      fail(source, "tensor '" + name + "' data_offsets must be two non-negative integers");
+    }
+    Shape shape;
+    uint64_t count = 1;
+    for (const json& d : js) {
+      if (!d.is_number_unsigned()) fail(source, "tensor '" + name + "' has a negative or non-integer dimension");
+      const uint64_t v = d.get<uint64_t>();
+      if (v > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) || mul_overflows(count, v, count)) {
+        fail(source, "tensor '" + name + "' shape overflows");
+      }
+      shape.push_back(static_cast<int64_t>(v));
+    }
+    uint64_t nbytes;
+    if (mul_overflows(count, dtype_size(dtype), nbytes)) fail(source, "tensor '" + name + "' size overflows");
+    const uint64_t begin = jo[0].get<uint64_t>(), end = jo[1].get<uint64_t>();
+    if (end < begin) fail(source, "tensor '" + name + "' has data_offsets end < begin");
+    if (end - begin != nbytes) {
+      fail(source, "tensor '" + name + "' of shape " + shape_str(shape) + " and dtype " +
+                       safetensors_dtype_name(dtype) + " needs " + std::to_string(nbytes) +
+                       " bytes but its data_offsets span " + std::to_string(end - begin));
+    }
+    if (end > data_size) {
+      fail(source, "tensor '" + name + "' data [" + std::to_string(begin) + ", " + std::to_string(end) +
+                       ") lies outside the " + std::to_string(data_size) + "-byte data section");
+    }
+    Tensor t = empty(shape, dtype);
+    if (nbytes) std::memcpy(t.raw_data(), data + begin, nbytes);
+    result.tensors.emplace(name, t);
+    spans.push_back({begin, end, name});
+  }
+  std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) {
+    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
+  });
+  uint64_t cursor = 0;
+  for (const Span& s : spans) {
+    if (s.begin != cursor) {
+      fail(source, "tensor '" + s.name + "' starts at byte " + std::to_string(s.begin) + ", expected " +
+                       std::to_string(cursor) + " (data must be contiguous, without gaps or overlaps)");
+    }
+    cursor = s.end;
+  }
+  if (cursor != data_size) {
+    fail(source, "data section is " + std::to_string(data_size) + " bytes but tensors cover " +
+                     std::to_string(cursor));
+  }
+  return result;
+}
+
+Safetensors load_safetensors(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw IoError("safetensors: cannot open '" + path + "'");
+  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return parse_safetensors(bytes, path);
+}
+
+}  // namespace triad::io

@@ -1,0 +1,271 @@
+#include "triad/train/config.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <fstream>
+#include <functional>
+#include <sstream>
+
+#include "triad/core/device.h"
+#include "triad/core/error.h"
+
+namespace triad::train {
+namespace {
+
+std::string scalar_text(const YAML::Node& n) {
+  if (n.IsScalar()) return n.Scalar();
+  std::stringstream ss;
+  ss << n;
+  return ss.str();
+}
+
+int64_t get_int(const YAML::Node& n, const std::string& key) {
+  if (n.IsScalar()) {
+    try {
+      return n.as<int64_t>();
+    } catch (const YAML::Exception&) {
+    }
+  }
+  throw ConfigError(key + ": expected an integer, got '" + scalar_text(n) + "'");
+}
+
+double get_double(const YAML::Node& n, const std::string& key) {
+  if (n.IsScalar()) {
+    try {
+      return n.as<double>();
+    } catch (const YAML::Exception&) {
+    }
+  }
+  throw ConfigError(key + ": expected a number, got '" + scalar_text(n) + "'");
+}
+
+std::string get_string(const YAML::Node& n, const std::string& key) {
+  if (!n.IsScalar()) throw ConfigError(key + ": expected a string, got '" + scalar_text(n) + "'");
+  return n.Scalar();
+}
+
+struct Field {
+  bool required;
+  std::function<void(const YAML::Node&, const std::string&)> set;
+};
+using Section = std::vector<std::pair<std::string, Field>>;
+
+void apply_section(const YAML::Node& node, const std::string& name, const Section& fields) {
+  if (!node.IsMap()) throw ConfigError(name + ": expected a mapping of keys");
+  std::string allowed;
+  for (const auto& [k, f] : fields) allowed += (allowed.empty() ? "" : ", ") + k;
+  for (auto it = node.begin(); it != node.end(); ++it) {
+    const std::string key = it->first.as<std::string>();
+    bool known = false;
+    for (const auto& [k, f] : fields) known = known || k == key;
+    if (!known) {
+      throw ConfigError("unknown key '" + name + "." + key + "' (allowed in " + name + ": " + allowed + ")");
+    }
+  }
+  for (const auto& [k, f] : fields) {
+    const YAML::Node v = node[k];
+    if (!v || v.IsNull()) {
+      if (f.required) throw ConfigError("missing required key '" + name + "." + k + "'");
+      continue;
+    }
+    f.set(v, name + "." + k);
+  }
+}
+
+void apply_override(YAML::Node& root, const std::string& assignment) {
+  const auto eq = assignment.find('=');
+  if (eq == std::string::npos || eq == 0) {
+    throw ConfigError("--set '" + assignment + "': expected key=value (e.g. train.lr=1e-3)");
+  }
+  const std::string path = assignment.substr(0, eq);
+  YAML::Node value;
+  try {
+    value = YAML::Load(assignment.substr(eq + 1));
+  } catch (const YAML::Exception& e) {
+    throw ConfigError("--set '" + assignment + "': value is not valid YAML: " + e.what());
+  }
+  std::vector<std::string> parts;
+  std::stringstream ss(path);
+  for (std::string p; std::getline(ss, p, '.');) parts.push_back(p);
+  if (parts.empty() || parts.size() > 2) {
+    throw ConfigError("--set '" + assignment + "': key must be 'section.key' or a top-level key");
+  }
+  if (parts.size() == 1) {
+    root[parts[0]] = value;
+  } else {
+    if (root[parts[0]] && !root[parts[0]].IsMap()) {
+      throw ConfigError("--set '" + assignment + "': '" + parts[0] + "' is not a section");
+    }
+    root[parts[0]][parts[1]] = value;
+  }
+}
+
+template <class T>
+void require(bool ok, const std::string& key, T value, const std::string& rule) {
+  if (!ok) {
+    std::ostringstream os;
+    os << key << " (" << value << ") " << rule;
+    throw ConfigError(os.str());
+  }
+}
+
+void validate(const Config& c, bool min_lr_given) {
+  c.model.validate();
+  const auto& t = c.train;
+  require(t.steps > 0, "train.steps", t.steps, "must be positive");
+  require(t.global_batch_size > 0, "train.global_batch_size", t.global_batch_size, "must be positive");
+  require(t.micro_batch_size > 0, "train.micro_batch_size", t.micro_batch_size, "must be positive");
+  if (t.global_batch_size % t.micro_batch_size != 0) {
+    throw ConfigError("train.global_batch_size (" + std::to_string(t.global_batch_size) +
+                      ") must be divisible by train.micro_batch_size (" +
+                      std::to_string(t.micro_batch_size) + ")");
+  }
+  require(t.lr >= 0, "train.lr", t.lr, "must be >= 0");
+  require(t.min_lr >= 0, "train.min_lr", t.min_lr, "must be >= 0");
+  if (min_lr_given && t.min_lr > t.lr) {
+    std::ostringstream os;
+    os << "train.min_lr (" << t.min_lr << ") must not exceed train.lr (" << t.lr << ")";
+    throw ConfigError(os.str());
+  }
+  require(t.warmup_steps >= 0, "train.warmup_steps", t.warmup_steps, "must be >= 0");
+  require(t.weight_decay >= 0, "train.weight_decay", t.weight_decay, "must be >= 0");
+  require(t.beta1 >= 0 && t.beta1 < 1, "train.beta1", t.beta1, "must be in [0, 1)");
+  require(t.beta2 >= 0 && t.beta2 < 1, "train.beta2", t.beta2, "must be in [0, 1)");
+  require(t.eps > 0, "train.eps", t.eps, "must be > 0");
+  require(t.grad_clip >= 0, "train.grad_clip", t.grad_clip, "must be >= 0 (0 disables clipping)");
+  require(c.log_interval > 0, "log.interval", c.log_interval, "must be positive");
+  require(!c.output_dir.empty(), "output.dir", "''", "must not be empty");
+  try {
+    device_from_string(c.device);
+  } catch (const ValueError&) {
+    throw ConfigError("device ('" + c.device + "') must be cpu, cuda or cuda:N");
+  }
+}
+
+}  // namespace
+
+Config parse_config(const std::string& yaml_text, const std::vector<std::string>& overrides,
+                    const std::string& source) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(yaml_text);
+  } catch (const YAML::Exception& e) {
+    throw ConfigError(source + ": not valid YAML: " + e.what());
+  }
+  if (!root || root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
+  if (!root.IsMap()) throw ConfigError(source + ": the top level must be a mapping of sections");
+  for (const auto& o : overrides) apply_override(root, o);
+
+  Config c;
+  bool min_lr_given = false;
+  auto& m = c.model;
+  auto& t = c.train;
+  const Section model{
+      {"n_layer", {true, [&](auto& v, auto& k) { m.n_layer = get_int(v, k); }}},
+      {"n_head", {true, [&](auto& v, auto& k) { m.n_head = get_int(v, k); }}},
+      {"d_model", {true, [&](auto& v, auto& k) { m.d_model = get_int(v, k); }}},
+      {"vocab_size", {true, [&](auto& v, auto& k) { m.vocab_size = get_int(v, k); }}},
+      {"seq_len", {true, [&](auto& v, auto& k) { m.seq_len = get_int(v, k); }}},
+      {"dropout", {false, [&](auto& v, auto& k) { m.dropout = get_double(v, k); }}},
+  };
+  const Section train{
+      {"steps", {true, [&](auto& v, auto& k) { t.steps = get_int(v, k); }}},
+      {"global_batch_size", {true, [&](auto& v, auto& k) { t.global_batch_size = get_int(v, k); }}},
+      {"micro_batch_size", {true, [&](auto& v, auto& k) { t.micro_batch_size = get_int(v, k); }}},
+      {"lr", {false, [&](auto& v, auto& k) { t.lr = get_double(v, k); }}},
+      {"min_lr", {false, [&](auto& v, auto& k) { t.min_lr = get_double(v, k); min_lr_given = true; }}},
+      {"warmup_steps", {false, [&](auto& v, auto& k) { t.warmup_steps = get_int(v, k); }}},
+      {"weight_decay", {false, [&](auto& v, auto& k) { t.weight_decay = get_double(v, k); }}},
+      {"beta1", {false, [&](auto& v, auto& k) { t.beta1 = get_double(v, k); }}},
+      {"beta2", {false, [&](auto& v, auto& k) { t.beta2 = get_double(v, k); }}},
+      {"eps", {false, [&](auto& v, auto& k) { t.eps = get_double(v, k); }}},
+      {"grad_clip", {false, [&](auto& v, auto& k) { t.grad_clip = get_double(v, k); }}},
+      {"seed", {false, [&](auto& v, auto& k) {
+         const int64_t s = get_int(v, k);
+         if (s < 0) throw ConfigError(k + " (" + std::to_string(s) + ") must be >= 0");
+         t.seed = static_cast<uint64_t>(s);
+       }}},
+  };
+  const Section data{{"train", {true, [&](auto& v, auto& k) { c.data_train = get_string(v, k); }}}};
+  const Section init{{"from", {false, [&](auto& v, auto& k) { c.init_from = get_string(v, k); }}}};
+  const Section output{{"dir", {false, [&](auto& v, auto& k) { c.output_dir = get_string(v, k); }}}};
+  const Section log{{"interval", {false, [&](auto& v, auto& k) { c.log_interval = get_int(v, k); }}}};
+  const std::vector<std::pair<std::string, const Section*>> sections{
+      {"model", &model}, {"train", &train}, {"data", &data},
+      {"init", &init},   {"output", &output}, {"log", &log}};
+
+  const std::string allowed = "model, train, data, init, output, log, device";
+  for (auto it = root.begin(); it != root.end(); ++it) {
+    const std::string key = it->first.as<std::string>();
+    if (key == "device") {
+      c.device = get_string(it->second, "device");
+      continue;
+    }
+    bool known = false;
+    for (const auto& [name, s] : sections) known = known || name == key;
+    if (!known) throw ConfigError("unknown top-level key '" + key + "' (allowed: " + allowed + ")");
+  }
+  for (const auto& [name, s] : sections) {
+    const YAML::Node node = root[name];
+    const bool optional = name == "init" || name == "output" || name == "log";
+    if (!node || node.IsNull()) {
+      if (!optional) throw ConfigError("missing required section '" + name + "'");
+      continue;
+    }
+    apply_section(node, name, *s);
+  }
+  if (!min_lr_given) t.min_lr = 0.1 * t.lr;
+  validate(c, min_lr_given);
+  return c;
+}
+
+Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
+  std::ifstream in(path);
+  if (!in) throw ConfigError("cannot open config file '" + path + "'");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return parse_config(ss.str(), overrides, path);
+}
+
+std::string to_yaml(const Config& c) {
+  YAML::Emitter e;
+  e << YAML::BeginMap;
+  e << YAML::Key << "model" << YAML::Value << YAML::BeginMap;
+  e << YAML::Key << "n_layer" << YAML::Value << c.model.n_layer;
+  e << YAML::Key << "n_head" << YAML::Value << c.model.n_head;
+  e << YAML::Key << "d_model" << YAML::Value << c.model.d_model;
+  e << YAML::Key << "vocab_size" << YAML::Value << c.model.vocab_size;
+  e << YAML::Key << "seq_len" << YAML::Value << c.model.seq_len;
+  e << YAML::Key << "dropout" << YAML::Value << c.model.dropout;
+  e << YAML::EndMap;
+  const auto& t = c.train;
+  e << YAML::Key << "train" << YAML::Value << YAML::BeginMap;
+  e << YAML::Key << "steps" << YAML::Value << t.steps;
+  e << YAML::Key << "global_batch_size" << YAML::Value << t.global_batch_size;
+  e << YAML::Key << "micro_batch_size" << YAML::Value << t.micro_batch_size;
+  e << YAML::Key << "lr" << YAML::Value << t.lr;
+  e << YAML::Key << "min_lr" << YAML::Value << t.min_lr;
+  e << YAML::Key << "warmup_steps" << YAML::Value << t.warmup_steps;
+  e << YAML::Key << "weight_decay" << YAML::Value << t.weight_decay;
+  e << YAML::Key << "beta1" << YAML::Value << t.beta1;
+  e << YAML::Key << "beta2" << YAML::Value << t.beta2;
+  e << YAML::Key << "eps" << YAML::Value << t.eps;
+  e << YAML::Key << "grad_clip" << YAML::Value << t.grad_clip;
+  e << YAML::Key << "seed" << YAML::Value << t.seed;
+  e << YAML::EndMap;
+  e << YAML::Key << "data" << YAML::Value << YAML::BeginMap << YAML::Key << "train" << YAML::Value
+    << c.data_train << YAML::EndMap;
+  if (!c.init_from.empty()) {
+    e << YAML::Key << "init" << YAML::Value << YAML::BeginMap << YAML::Key << "from" << YAML::Value
+      << c.init_from << YAML::EndMap;
+  }
+  e << YAML::Key << "output" << YAML::Value << YAML::BeginMap << YAML::Key << "dir" << YAML::Value
+    << c.output_dir << YAML::EndMap;
+  e << YAML::Key << "log" << YAML::Value << YAML::BeginMap << YAML::Key << "interval" << YAML::Value
+    << c.log_interval << YAML::EndMap;
+  e << YAML::Key << "device" << YAML::Value << c.device;
+  e << YAML::EndMap;
+  return std::string(e.c_str()) + "\n";
+}
+
+}  // namespace triad::train

@@ -1,0 +1,26 @@
+#include "triad/train/metrics.h"
+
+#include <nlohmann/json.hpp>
+
+#include "triad/core/error.h"
+
+namespace triad::train {
+
+MetricsWriter::MetricsWriter(const std::string& path) : out_(path, std::ios::trunc), path_(path) {
+  if (!out_) throw IoError("cannot open metrics file '" + path + "' for writing");
+}
+
+void MetricsWriter::write(const StepMetrics& m) {
+  nlohmann::json j;
+  j["step"] = m.step;
+  j["loss"] = m.loss;
+  j["lr"] = m.lr;
+  j["grad_norm"] = m.grad_norm;
+  j["tokens_per_s"] = m.tokens_per_s;
+  j["step_ms"] = m.step_ms;
+  out_ << j.dump() << '\n';
+  out_.flush();
+  if (!out_) throw IoError("error writing metrics file '" + path_ + "'");
+}
+
+}  // namespace triad::train
