@@ -1,0 +1,129 @@
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "support/temp_dir.h"
+#include "triad/data/token_dataset.h"
+#include "triad/data/token_shard.h"
+#include "triad/data/tokenizer.h"
+#include "triad/ops.h"
+
+namespace triad::data {
+namespace {
+
+using triad::testing::TempDir;
+
+std::vector<uint8_t> shard_bytes(int32_t magic, int32_t version, int32_t count, size_t ntokens,
+                                 uint16_t token = 7) {
+  std::vector<uint8_t> b(kShardHeaderBytes + 2 * ntokens, 0);
+  int32_t h[3] = {magic, version, count};
+  std::memcpy(b.data(), h, sizeof(h));
+  for (size_t i = 0; i < ntokens; ++i) std::memcpy(b.data() + kShardHeaderBytes + 2 * i, &token, 2);
+  return b;
+}
+
+void expect_shard_error(const std::string& path, int64_t vocab, const std::string& fragment) {
+  try {
+    read_token_shard(path, vocab);
+    FAIL() << "expected error with '" << fragment << "'";
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
+  }
+}
+
+TEST(TokenShard, RoundTripAndValidation) {
+  TempDir dir;
+  const std::string p = dir.file("a.bin");
+  std::vector<uint16_t> tokens{1, 2, 3, 65535};
+  write_token_shard(p, tokens);
+  EXPECT_EQ(read_token_shard(p), tokens);
+  expect_shard_error(p, 1000, "token 65535 at position 3");
+  triad::testing::write_bytes(p, shard_bytes(123, 1, 2, 2));
+  expect_shard_error(p, 0, "magic 123");
+  triad::testing::write_bytes(p, shard_bytes(kShardMagic, 2, 2, 2));
+  expect_shard_error(p, 0, "version 2");
+  triad::testing::write_bytes(p, shard_bytes(kShardMagic, 1, 5, 2));
+  expect_shard_error(p, 0, "header says 5 tokens");
+  triad::testing::write_bytes(p, std::vector<uint8_t>(100, 0));
+  expect_shard_error(p, 0, "shorter than the 1024-byte header");
+  expect_shard_error(dir.file("missing.bin"), 0, "cannot open");
+}
+
+TEST(TokenShard, GlobExpandsSorted) {
+  TempDir dir;
+  write_token_shard(dir.file("train_01.bin"), {1});
+  write_token_shard(dir.file("train_00.bin"), {2});
+  auto paths = expand_shard_paths(dir.file("train_*.bin"));
+  ASSERT_EQ(paths.size(), 2u);
+  EXPECT_NE(paths[0].find("train_00"), std::string::npos);
+  EXPECT_THROW(expand_shard_paths(dir.file("nothing_*.bin")), IoError);
+}
+
+TEST(TokenDataset, SequenceJOfStepKFollowsTheLayoutFreeRule) {
+  TempDir dir;
+  std::vector<uint16_t> a, b;
+  for (uint16_t i = 0; i < 50; ++i) a.push_back(i);
+  for (uint16_t i = 50; i < 101; ++i) b.push_back(i);
+  write_token_shard(dir.file("s0.bin"), a);
+  write_token_shard(dir.file("s1.bin"), b);
+  TokenDataset ds({dir.file("s0.bin"), dir.file("s1.bin")}, 4, 200);
+  EXPECT_EQ(ds.num_tokens(), 101);
+  EXPECT_EQ(ds.num_sequences(), 25);
+  const int64_t G = 3, T = 4;
+  // Sequence j of step k starts at (k*G + j)*T; crosses the shard boundary.
+  Batch batch = ds.batch(4, G, 1, 2);
+  auto in = to_double_vector(batch.inputs), tg = to_double_vector(batch.targets);
+  for (int64_t j = 0; j < 2; ++j) {
+    const int64_t start = (4 * G + 1 + j) * T;
+    for (int64_t t = 0; t < T; ++t) {
+      EXPECT_EQ(in[j * T + t], start + t);
+      EXPECT_EQ(tg[j * T + t], start + t + 1);
+    }
+  }
+  // Any split of the global batch gives the same sequences.
+  Batch whole = ds.batch(4, G, 0, 3);
+  auto w = to_double_vector(whole.inputs);
+  EXPECT_TRUE(std::equal(in.begin(), in.end(), w.begin() + T));
+  EXPECT_THROW(ds.batch(0, 3, 2, 2), ValueError);
+  // Wrap-around past the end of the stream.
+  Batch wrapped = ds.batch(25, 1, 0, 1);
+  EXPECT_EQ(to_double_vector(wrapped.inputs)[0], 0.0);
+  EXPECT_THROW(TokenDataset({dir.file("s0.bin")}, 4, 40), IoError);  // token 49 >= vocab 40
+}
+
+TEST(Tokenizer, ByteLevelRoundTrips) {
+  ByteTokenizer tok;
+  const std::string s = "héllo\n\t!";
+  auto ids = tok.encode(s);
+  EXPECT_EQ(ids.size(), s.size());
+  EXPECT_EQ(tok.decode(ids), s);
+  EXPECT_THROW(tok.decode({300}), ValueError);
+}
+
+TEST(Tokenizer, Gpt2PretokenizationSplitsLikeTheReferencePattern) {
+  auto p = gpt2_pretokenize("Hello world's  end!! 123abc\n\nok ");
+  // "\s+(?!\S)" leaves the last newline of a run that precedes text.
+  std::vector<std::string> expect{"Hello", " world", "'s", " ", " end", "!!", " 123", "abc", "\n", "\n", "ok", " "};
+  EXPECT_EQ(p, expect);
+}
+
+TEST(Tokenizer, Gpt2BpeAppliesMergesByRank) {
+  TempDir dir;
+  // A toy vocabulary in GPT-2's format: "Ġ" encodes the space byte.
+  triad::testing::write_text(dir.file("vocab.json"),
+                             R"({"h":0,"e":1,"l":2,"o":3,"Ġ":4,"he":5,"ll":6,"hell":7,"hello":8,"Ġh":9,"w":10})");
+  triad::testing::write_text(dir.file("merges.txt"), "#version: 0.2\nh e\nl l\nhe ll\nhell o\nĠ h\n");
+  Gpt2BpeTokenizer tok(dir.file("vocab.json"), dir.file("merges.txt"));
+  EXPECT_EQ(tok.encode("hello"), (std::vector<int32_t>{8}));
+  // " hello": merges by rank give Ġ|he|l|l|o -> Ġ|he|ll|o -> Ġ|hell|o -> Ġ|hello
+  // ("Ġ h" ranks last and never applies).
+  EXPECT_EQ(tok.encode("hello hello"), (std::vector<int32_t>{8, 4, 8}));
+  EXPECT_EQ(tok.decode({8, 9, 1, 6, 3}), "hello hello");
+  EXPECT_THROW(tok.encode("z"), ValueError);
+  triad::testing::write_text(dir.file("bad.txt"), "nospace\n");
+  EXPECT_THROW(Gpt2BpeTokenizer(dir.file("vocab.json"), dir.file("bad.txt")), IoError);
+}
+
+}  // namespace
+}  // namespace triad::data

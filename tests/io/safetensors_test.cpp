@@ -1,0 +1,142 @@
+#include "triad/io/safetensors.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "support/temp_dir.h"
+#include "triad/io/gpt2_weights.h"
+#include "triad/nn/gpt.h"
+#include "triad/ops.h"
+
+namespace triad::io {
+namespace {
+
+using triad::testing::TempDir;
+
+// Builds a raw file: 8-byte length, header text, data bytes.
+std::vector<uint8_t> raw(const std::string& header, size_t data_bytes, uint64_t claimed_len = UINT64_MAX) {
+  const uint64_t n = claimed_len == UINT64_MAX ? header.size() : claimed_len;
+  std::vector<uint8_t> b(8 + header.size() + data_bytes, 0x3f);
+  for (int i = 0; i < 8; ++i) b[i] = static_cast<uint8_t>(n >> (8 * i));
+  for (size_t i = 0; i < header.size(); ++i) b[8 + i] = static_cast<uint8_t>(header[i]);
+  return b;
+}
+
+void expect_io_error(const std::vector<uint8_t>& bytes, const std::string& fragment) {
+  try {
+    parse_safetensors(bytes, "x.safetensors");
+    FAIL() << "expected an IoError mentioning '" << fragment << "'";
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("x.safetensors"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Safetensors, RoundTripsEveryDtypeAndMetadata) {
+  TempDir dir;
+  std::map<std::string, Tensor> tensors;
+  tensors["a"] = randn({3, 4}, 1, 1);
+  tensors["b"] = from_vector(std::vector<double>{1, 2, 3}, {3}, DType::BF16);
+  tensors["c"] = from_vector(std::vector<int64_t>{5, -6}, {2}, DType::I64);
+  tensors["d"] = from_vector(std::vector<double>{0.5}, {}, DType::F16);
+  tensors["e"] = zeros({0, 3});
+  tensors["f"] = transpose(randn({2, 3}, 1, 2, 1.0, DType::F64), 0, 1);  // non-contiguous
+  const std::string path = dir.file("t.safetensors");
+  save_safetensors(path, tensors, {{"format", "pt"}});
+  Safetensors back = load_safetensors(path);
+  EXPECT_EQ(back.metadata.at("format"), "pt");
+  ASSERT_EQ(back.tensors.size(), tensors.size());
+  for (auto& [name, t] : tensors) {
+    const Tensor& u = back.tensors.at(name);
+    EXPECT_EQ(u.shape(), t.shape()) << name;
+    EXPECT_EQ(u.dtype(), t.dtype()) << name;
+    EXPECT_EQ(to_double_vector(u), to_double_vector(t)) << name;
+  }
+  EXPECT_FALSE(std::filesystem::exists(path + ".tmp"));
+}
+
+TEST(Safetensors, RejectsMalformedFiles) {
+  const std::string ok = R"({"w":{"dtype":"F32","shape":[2,2],"data_offsets":[0,16]}})";
+  EXPECT_NO_THROW(parse_safetensors(raw(ok, 16), "x.safetensors"));
+  expect_io_error({1, 2, 3}, "too short");
+  expect_io_error(raw(ok, 16, 200ull * 1024 * 1024), "exceeds the limit");
+  expect_io_error(raw(ok, 16, ok.size() + 100), "past the end");
+  expect_io_error(raw("{not json", 0), "not valid JSON");
+  expect_io_error(raw("[1,2]", 0), "not a JSON object");
+  expect_io_error(raw(R"({"w":{"dtype":"F8","shape":[2],"data_offsets":[0,2]}})", 2), "dtype 'F8'");
+  expect_io_error(raw(R"({"w":{"dtype":"F32","shape":[2,2],"data_offsets":[0,12]}})", 12), "needs 16 bytes");
+  expect_io_error(raw(R"({"w":{"dtype":"F32","shape":[2,2],"data_offsets":[0,16]}})", 8), "outside");
+  expect_io_error(raw(R"({"w":{"dtype":"F32","shape":[-2,2],"data_offsets":[0,16]}})", 16), "negative");
+  expect_io_error(raw(R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[8,0]}})", 8), "end < begin");
+  expect_io_error(raw(R"({"w":{"dtype":"F32","shape":[4294967296,4294967296,16],"data_offsets":[0,0]}})", 0),
+                  "overflows");
+  expect_io_error(raw(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", 8), "contiguous");
+  expect_io_error(raw(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+                      R"("b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})", 12),
+                  "contiguous");
+  expect_io_error(raw(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})", 8), "cover 4");
+  expect_io_error(raw(R"({"a":{"shape":[1],"data_offsets":[0,4]}})", 4), "needs dtype");
+  expect_io_error(raw(R"({"__metadata__":{"k":1}})", 0), "not a string");
+  EXPECT_THROW(load_safetensors("/nonexistent/file.safetensors"), IoError);
+}
+
+TEST(Gpt2Weights, SavedFileUsesGpt2NamesAndLayouts) {
+  TempDir dir;
+  nn::GptConfig cfg;
+  cfg.n_layer = 2;
+  cfg.n_head = 2;
+  cfg.d_model = 8;
+  cfg.vocab_size = 11;
+  cfg.seq_len = 5;
+  nn::Gpt model(cfg, 3);
+  const std::string path = dir.file("gpt2.safetensors");
+  save_gpt2_safetensors(model, path);
+  Safetensors f = load_safetensors(path);
+  EXPECT_EQ(f.tensors.at("h.1.attn.c_attn.weight").shape(), (Shape{8, 24}));  // [in, out]
+  EXPECT_EQ(f.tensors.at("h.0.mlp.c_proj.weight").shape(), (Shape{32, 8}));
+  EXPECT_EQ(f.tensors.at("wte.weight").shape(), (Shape{11, 8}));
+  EXPECT_EQ(f.tensors.at("ln_f.bias").shape(), (Shape{8}));
+  // Transposed values: stored[i][j] == ours[j][i].
+  auto ours = to_double_vector(model.state_dict().at("h.1.attn.c_attn.weight"));
+  auto stored = to_double_vector(f.tensors.at("h.1.attn.c_attn.weight"));
+  EXPECT_EQ(stored[1 * 24 + 5], ours[5 * 8 + 1]);
+
+  // Loading (with a "transformer." prefix and mask buffers) restores the model.
+  std::map<std::string, Tensor> prefixed;
+  for (auto& [k, v] : f.tensors) prefixed["transformer." + k] = v;
+  prefixed["transformer.h.0.attn.bias"] = zeros({1, 1, 5, 5});
+  save_safetensors(path, prefixed);
+  nn::Gpt other(cfg, 99);
+  load_gpt2_safetensors(other, path);
+  for (auto& [name, t] : model.state_dict()) {
+    EXPECT_EQ(to_double_vector(t), to_double_vector(other.state_dict().at(name))) << name;
+  }
+}
+
+TEST(Gpt2Weights, ShapeMismatchNamesTensorAndShapes) {
+  TempDir dir;
+  nn::GptConfig cfg;
+  cfg.n_layer = 1;
+  cfg.n_head = 2;
+  cfg.d_model = 8;
+  cfg.vocab_size = 11;
+  cfg.seq_len = 5;
+  nn::Gpt model(cfg, 3);
+  const std::string path = dir.file("gpt2.safetensors");
+  save_gpt2_safetensors(model, path);
+  cfg.vocab_size = 12;
+  nn::Gpt bigger(cfg, 3);
+  try {
+    load_gpt2_safetensors(bigger, path);
+    FAIL();
+  } catch (const IoError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("wte.weight"), std::string::npos) << m;
+    EXPECT_NE(m.find("[11, 8]"), std::string::npos) << m;
+    EXPECT_NE(m.find("[12, 8]"), std::string::npos) << m;
+  }
+}
+
+}  // namespace
+}  // namespace triad::io

@@ -1,0 +1,119 @@
+#include "triad/nn/gpt.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "triad/autograd/engine.h"
+#include "triad/nn/init.h"
+#include "triad/ops.h"
+
+namespace triad::nn {
+namespace {
+
+GptConfig tiny(int64_t layers = 2) {
+  GptConfig c;
+  c.n_layer = layers;
+  c.n_head = 2;
+  c.d_model = 16;
+  c.vocab_size = 23;
+  c.seq_len = 8;
+  return c;
+}
+
+TEST(Gpt, ParameterNamesAreGpt2sAndCountMatchesTheFormula) {
+  Gpt m(tiny(), 1);
+  auto names = m.named_parameters();
+  EXPECT_EQ(names.front().first, "wte.weight");
+  EXPECT_EQ(names.back().first, "ln_f.bias");
+  auto sd = m.state_dict();
+  for (const char* n : {"wpe.weight", "h.1.ln_1.weight", "h.0.attn.c_attn.weight", "h.0.attn.c_attn.bias",
+                        "h.1.attn.c_proj.weight", "h.0.ln_2.bias", "h.1.mlp.c_fc.weight",
+                        "h.1.mlp.c_proj.bias"}) {
+    EXPECT_TRUE(sd.count(n)) << n;
+  }
+  EXPECT_EQ(sd.at("h.0.attn.c_attn.weight").shape(), (Shape{48, 16}));  // (out, in)
+  EXPECT_EQ(m.num_parameters(), tiny().num_parameters());
+  EXPECT_EQ(sd.size(), 2u + 12u * 2 + 2u);
+}
+
+TEST(Gpt, InitialisationDependsOnSeedNameAndShapeOnly) {
+  Gpt a(tiny(2), 5), b(tiny(3), 5), c(tiny(2), 6);
+  auto sa = a.state_dict(), sb = b.state_dict(), sc = c.state_dict();
+  // Same name and shape: identical, whatever else the model holds.
+  EXPECT_EQ(to_double_vector(sa.at("h.1.attn.c_attn.weight")), to_double_vector(sb.at("h.1.attn.c_attn.weight")));
+  EXPECT_EQ(to_double_vector(sa.at("wte.weight")), to_double_vector(sb.at("wte.weight")));
+  EXPECT_NE(to_double_vector(sa.at("wte.weight")), to_double_vector(sc.at("wte.weight")));
+  // And equal to the rule evaluated on its own, so a shard can be cut from it.
+  Tensor direct = init_parameter("h.0.mlp.c_fc.weight", {64, 16}, InitRule::normal(0.02), 5);
+  EXPECT_EQ(to_double_vector(direct), to_double_vector(sa.at("h.0.mlp.c_fc.weight")));
+  // GPT-2 rule: LayerNorm 1/0, biases 0, residual projections scaled.
+  EXPECT_EQ(to_double_vector(sa.at("h.0.ln_1.weight")), std::vector<double>(16, 1.0));
+  EXPECT_EQ(to_double_vector(sa.at("h.0.attn.c_attn.bias")), std::vector<double>(48, 0.0));
+  auto proj = to_double_vector(sa.at("h.0.attn.c_proj.weight"));
+  double ss = 0;
+  for (double v : proj) ss += v * v;
+  EXPECT_NEAR(std::sqrt(ss / proj.size()), 0.02 / std::sqrt(4.0), 0.003);
+}
+
+TEST(Gpt, TiedHeadGetsGradientFromBothUses) {
+  Gpt m(tiny(), 2);
+  Tensor ids = from_vector(std::vector<int64_t>{1, 2, 3, 4, 5, 6}, {2, 3});
+  Tensor logits = m.forward(ids);
+  EXPECT_EQ(logits.shape(), (Shape{2, 3, 23}));
+  autograd::backward({m.loss(ids, ids)});
+  auto g = to_double_vector(m.state_dict().at("wte.weight").grad());
+  // Row 20 never appears in the input: its gradient comes from the head only.
+  double row20 = 0;
+  for (int c = 0; c < 16; ++c) row20 += std::abs(g[20 * 16 + c]);
+  EXPECT_GT(row20, 0.0);
+}
+
+TEST(Gpt, RejectsBadConfigsAndInputs) {
+  GptConfig c = tiny();
+  c.n_head = 3;
+  try {
+    Gpt m(c, 1);
+    FAIL();
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("model.d_model (16) must be divisible by model.n_head (3)"),
+              std::string::npos)
+        << e.what();
+  }
+  Gpt m(tiny(), 1);
+  EXPECT_THROW(m.forward(zeros({2, 9}, DType::I64)), ShapeError);  // longer than seq_len
+  EXPECT_THROW(m.forward(full({1, 2}, 23, DType::I64)), ValueError);  // id >= vocab
+  EXPECT_THROW(Gpt(tiny(), 1, DType::BF16), NotSupportedError);
+}
+
+TEST(Module, LoadStateDictChecksNamesAndShapes) {
+  Gpt m(tiny(), 1);
+  auto sd = m.state_dict();
+  sd.erase("wpe.weight");
+  EXPECT_THROW(m.load_state_dict(sd), ValueError);
+  EXPECT_NO_THROW(m.load_state_dict(sd, /*strict=*/false));
+  sd = m.state_dict();
+  sd["extra"] = zeros({1});
+  EXPECT_THROW(m.load_state_dict(sd), ValueError);
+  sd = m.state_dict();
+  sd["wpe.weight"] = zeros({3, 3});
+  EXPECT_THROW(m.load_state_dict(sd), ShapeError);
+}
+
+TEST(Gpt, DropoutIsDeterministicPerCallAndOffInEval) {
+  GptConfig c = tiny();
+  c.dropout = 0.2;
+  Gpt m(c, 1);
+  Tensor ids = from_vector(std::vector<int64_t>{1, 2, 3, 4}, {1, 4});
+  auto a = to_double_vector(m.forward(ids, {true, 9, 0}));
+  auto b = to_double_vector(m.forward(ids, {true, 9, 0}));
+  auto d = to_double_vector(m.forward(ids, {true, 9, 1}));
+  auto e1 = to_double_vector(m.forward(ids, {false, 9, 0}));
+  auto e2 = to_double_vector(m.forward(ids, {false, 9, 1}));
+  EXPECT_EQ(a, b);
+  EXPECT_NE(a, d);
+  EXPECT_EQ(e1, e2);
+}
+
+}  // namespace
+}  // namespace triad::nn

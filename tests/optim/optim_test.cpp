@@ -1,0 +1,98 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "triad/ops.h"
+#include "triad/optim/adamw.h"
+#include "triad/optim/clip.h"
+#include "triad/optim/lr_schedule.h"
+
+namespace triad::optim {
+namespace {
+
+TEST(AdamW, MatchesTheClosedFormForTwoStepsAndDecaysOnlyMatrices) {
+  Tensor w = from_vector(std::vector<double>{0.5, -1.0, 2.0, 0.25}, {2, 2}, DType::F64);
+  Tensor b = from_vector(std::vector<double>{0.3, -0.7}, {2}, DType::F64);
+  w.set_requires_grad(true);
+  b.set_requires_grad(true);
+  AdamWOptions o;
+  o.lr = 0.1;
+  o.beta1 = 0.8;
+  o.beta2 = 0.9;
+  o.eps = 1e-8;
+  o.weight_decay = 0.5;
+  AdamW opt({{"w", w}, {"b", b}}, o);
+  std::vector<double> gw{0.1, -0.2, 0.3, 0.4}, gb{-0.5, 0.6};
+  // Reference in double, PyTorch's order of operations.
+  auto ref = [&](std::vector<double> p, const std::vector<double>& g, double wd) {
+    std::vector<double> m(p.size(), 0), v(p.size(), 0);
+    for (int step = 1; step <= 2; ++step) {
+      for (size_t i = 0; i < p.size(); ++i) {
+        p[i] *= 1 - o.lr * wd;
+        m[i] = o.beta1 * m[i] + (1 - o.beta1) * g[i];
+        v[i] = o.beta2 * v[i] + (1 - o.beta2) * g[i] * g[i];
+        const double mh = m[i] / (1 - std::pow(o.beta1, step));
+        const double vh = v[i] / (1 - std::pow(o.beta2, step));
+        p[i] -= o.lr * mh / (std::sqrt(vh) + o.eps);
+      }
+    }
+    return p;
+  };
+  auto expect_w = ref(to_double_vector(w), gw, 0.5);
+  auto expect_b = ref(to_double_vector(b), gb, 0.0);
+  for (int step = 0; step < 2; ++step) {
+    w.set_grad(from_vector(gw, {2, 2}, DType::F64));
+    b.set_grad(from_vector(gb, {2}, DType::F64));
+    opt.step(o.lr);
+  }
+  EXPECT_EQ(opt.step_count(), 2);
+  auto got_w = to_double_vector(w), got_b = to_double_vector(b);
+  for (size_t i = 0; i < 4; ++i) EXPECT_NEAR(got_w[i], expect_w[i], 1e-12);
+  for (size_t i = 0; i < 2; ++i) EXPECT_NEAR(got_b[i], expect_b[i], 1e-12);
+  EXPECT_TRUE(opt.state()[0].decay);
+  EXPECT_FALSE(opt.state()[1].decay);
+}
+
+TEST(AdamW, RejectsBadHyperParameters) {
+  Tensor w = zeros({2, 2});
+  w.set_requires_grad(true);
+  AdamWOptions o;
+  o.beta1 = 1.0;
+  EXPECT_THROW(AdamW({{"w", w}}, o), ValueError);
+  o = {};
+  o.eps = 0;
+  EXPECT_THROW(AdamW({{"w", w}}, o), ValueError);
+}
+
+TEST(ClipGradNorm, UsesPyTorchsCoefficientAndOnlyShrinks) {
+  Tensor a = zeros({2}, DType::F64), b = zeros({1}, DType::F64);
+  a.set_requires_grad(true);
+  b.set_requires_grad(true);
+  a.set_grad(from_vector(std::vector<double>{3, 0}, {2}, DType::F64));
+  b.set_grad(from_vector(std::vector<double>{4}, {1}, DType::F64));
+  EXPECT_NEAR(clip_grad_norm({a, b}, 10.0), 5.0, 1e-12);
+  EXPECT_NEAR(to_double_vector(a.grad())[0], 3.0, 1e-12);  // coef > 1: untouched
+  EXPECT_NEAR(clip_grad_norm({a, b}, 1.0), 5.0, 1e-12);
+  const double coef = 1.0 / (5.0 + 1e-6);
+  EXPECT_NEAR(to_double_vector(a.grad())[0], 3.0 * coef, 1e-12);
+  EXPECT_NEAR(to_double_vector(b.grad())[0], 4.0 * coef, 1e-12);
+  EXPECT_NEAR(global_grad_norm({a, b}), 5.0 * coef, 1e-12);
+  EXPECT_NEAR(clip_grad_norm({a, b}, 0.0), 5.0 * coef, 1e-12);  // 0 = report only
+}
+
+TEST(CosineSchedule, WarmupThenCosineToMinLr) {
+  CosineSchedule s(1.0, 0.1, 10, 110);
+  EXPECT_NEAR(s.at(0), 0.1, 1e-12);
+  EXPECT_NEAR(s.at(9), 1.0, 1e-12);
+  EXPECT_NEAR(s.at(10), 1.0, 1e-12);
+  EXPECT_NEAR(s.at(60), 0.55, 1e-12);  // half way: (lr + min_lr) / 2
+  EXPECT_NEAR(s.at(110), 0.1, 1e-12);
+  EXPECT_NEAR(s.at(500), 0.1, 1e-12);
+  for (int k = 11; k < 110; ++k) EXPECT_LE(s.at(k), s.at(k - 1));
+  CosineSchedule constant(0.3, 0.3, 0, 50);
+  for (int k = 0; k < 60; k += 7) EXPECT_NEAR(constant.at(k), 0.3, 1e-15);
+  EXPECT_THROW(CosineSchedule(0.1, 0.2, 0, 10), ValueError);
+}
+
+}  // namespace
+}  // namespace triad::optim

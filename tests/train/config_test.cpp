@@ -1,0 +1,65 @@
+#include "triad/train/config.h"
+
+#include <gtest/gtest.h>
+
+namespace triad::train {
+namespace {
+
+const char* kValid = R"(
+model: {n_layer: 2, n_head: 2, d_model: 16, vocab_size: 256, seq_len: 32}
+train: {steps: 5, global_batch_size: 8, micro_batch_size: 4, lr: 1.0e-3}
+data: {train: data/x.bin}
+)";
+
+void expect_config_error(const std::string& yaml, const std::vector<std::string>& overrides,
+                         const std::string& fragment) {
+  try {
+    parse_config(yaml, overrides);
+    FAIL() << "expected ConfigError with '" << fragment << "'";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+  }
+}
+
+TEST(Config, ParsesDefaultsAndOverrides) {
+  Config c = parse_config(kValid);
+  EXPECT_EQ(c.model.n_layer, 2);
+  EXPECT_EQ(c.accumulation_steps(), 2);
+  EXPECT_DOUBLE_EQ(c.train.lr, 1e-3);
+  EXPECT_DOUBLE_EQ(c.train.min_lr, 1e-4);  // default: lr / 10
+  EXPECT_EQ(c.output_dir, "out");
+  EXPECT_EQ(c.device, "cpu");
+  Config o = parse_config(kValid, {"train.lr=0.01", "model.dropout=0.1", "log.interval=3", "device=cpu"});
+  EXPECT_DOUBLE_EQ(o.train.lr, 0.01);
+  EXPECT_DOUBLE_EQ(o.model.dropout, 0.1);
+  EXPECT_EQ(o.log_interval, 3);
+  // to_yaml round-trips.
+  Config r = parse_config(to_yaml(o));
+  EXPECT_DOUBLE_EQ(r.train.lr, 0.01);
+  EXPECT_EQ(r.train.seed, o.train.seed);
+  EXPECT_EQ(r.data_train, o.data_train);
+}
+
+TEST(Config, ErrorsNameKeyValueAndRule) {
+  expect_config_error(kValid, {"train.lrr=1"}, "unknown key 'train.lrr' (allowed in train: steps, global_batch_size");
+  expect_config_error(kValid, {"parallel.tp=2"}, "unknown top-level key 'parallel'");
+  expect_config_error(kValid, {"train.steps=abc"}, "train.steps: expected an integer, got 'abc'");
+  expect_config_error(kValid, {"train.steps=2.5"}, "train.steps: expected an integer");
+  expect_config_error(kValid, {"train.lr=[1]"}, "train.lr: expected a number");
+  expect_config_error(kValid, {"train.micro_batch_size=3"},
+                      "train.global_batch_size (8) must be divisible by train.micro_batch_size (3)");
+  expect_config_error(kValid, {"model.n_head=3"}, "model.d_model (16) must be divisible by model.n_head (3)");
+  expect_config_error(kValid, {"train.min_lr=0.1"}, "train.min_lr (0.1) must not exceed train.lr (0.001)");
+  expect_config_error(kValid, {"train.steps=0"}, "train.steps (0) must be positive");
+  expect_config_error(kValid, {"train.beta2=1"}, "train.beta2 (1) must be in [0, 1)");
+  expect_config_error(kValid, {"model.dropout=1.5"}, "model.dropout");
+  expect_config_error(kValid, {"device=tpu"}, "device ('tpu') must be cpu, cuda or cuda:N");
+  expect_config_error(kValid, {"novalue"}, "expected key=value");
+  expect_config_error("model: {n_layer: 2}\n", {}, "missing required key 'model.n_head'");
+  expect_config_error("train: {steps: 1}\n", {}, "missing required section 'model'");
+  expect_config_error("model: [1, 2", {}, "not valid YAML");
+  EXPECT_THROW(load_config("/nonexistent.yaml"), ConfigError);
+}
+
+}  // namespace
+}  // namespace triad::train

@@ -1,0 +1,104 @@
+#include "triad/train/trainer.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include "support/temp_dir.h"
+#include "triad/data/token_shard.h"
+#include "triad/io/safetensors.h"
+#include "triad/ops.h"
+
+namespace triad::train {
+namespace {
+
+using triad::testing::TempDir;
+
+Config small_config(const TempDir& dir, int64_t micro) {
+  // A periodic stream a model can learn quickly.
+  std::vector<uint16_t> tokens;
+  for (int i = 0; i < 4000; ++i) tokens.push_back(static_cast<uint16_t>((i * 7 + i / 13) % 31));
+  data::write_token_shard(dir.file("train.bin"), tokens);
+  const std::string yaml = "model: {n_layer: 2, n_head: 2, d_model: 16, vocab_size: 32, seq_len: 16}\n"
+                           "train: {steps: 3, global_batch_size: 4, micro_batch_size: " +
+                           std::to_string(micro) +
+                           ", lr: 1.0e-2, warmup_steps: 1, weight_decay: 0.1, grad_clip: 1.0}\n"
+                           "data: {train: " + dir.file("train.bin") + "}\n"
+                           "output: {dir: " + dir.file("out") + "}\n";
+  return parse_config(yaml);
+}
+
+TEST(Trainer, GradientAccumulationEqualsOneLargeBatch) {
+  TempDir dir;
+  std::vector<std::vector<StepMetrics>> runs;
+  std::vector<nn::StateDict> finals;
+  for (int64_t micro : {4, 2, 1}) {
+    Trainer t(small_config(dir, micro));
+    std::vector<StepMetrics> m;
+    for (int k = 0; k < 3; ++k) m.push_back(t.step(k));
+    runs.push_back(m);
+    finals.push_back(t.model().state_dict());
+  }
+  for (size_t r = 1; r < runs.size(); ++r) {
+    for (size_t k = 0; k < 3; ++k) {
+      EXPECT_NEAR(runs[r][k].loss, runs[0][k].loss, 1e-5 * std::abs(runs[0][k].loss)) << "run " << r << " step " << k;
+      EXPECT_NEAR(runs[r][k].grad_norm, runs[0][k].grad_norm, 1e-4 * runs[0][k].grad_norm);
+    }
+    for (auto& [name, t] : finals[0]) {
+      auto a = to_double_vector(t), b = to_double_vector(finals[r].at(name));
+      for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], 2e-5) << name << "[" << i << "]";
+    }
+  }
+}
+
+TEST(Trainer, RunLearnsAndWritesMetricsAndWeights) {
+  TempDir dir;
+  Config c = small_config(dir, 2);
+  c.train.steps = 40;
+  c.train.lr = 1e-2;
+  c.train.min_lr = 1e-3;
+  Trainer t(c);
+  auto m = t.run();
+  ASSERT_EQ(m.size(), 40u);
+  EXPECT_LT(m.back().loss, 0.7 * m.front().loss);
+  EXPECT_NEAR(m.front().loss, std::log(32.0), 0.3);  // starts near uniform
+  std::ifstream in(dir.file("out/metrics.jsonl"));
+  std::string line;
+  int lines = 0;
+  while (std::getline(in, line)) {
+    ++lines;
+    for (const char* key : {"\"step\"", "\"loss\"", "\"lr\"", "\"grad_norm\"", "\"tokens_per_s\"", "\"step_ms\""}) {
+      EXPECT_NE(line.find(key), std::string::npos) << line;
+    }
+  }
+  EXPECT_EQ(lines, 40);
+  auto weights = io::load_safetensors(dir.file("out/model.safetensors"));
+  EXPECT_EQ(weights.tensors.at("h.0.attn.c_attn.weight").shape(), (Shape{16, 48}));
+  EXPECT_TRUE(std::filesystem::exists(dir.file("out/config.yaml")));
+}
+
+TEST(Trainer, StartsFromSafetensorsAndRejectsMissingData) {
+  TempDir dir;
+  Config c = small_config(dir, 4);
+  c.train.steps = 1;
+  Trainer a(c);
+  a.run();
+  Config from = c;
+  from.init_from = dir.file("out/model.safetensors");
+  from.train.seed = 999;  // different random init, overwritten by the file
+  Trainer b(from);
+  for (auto& [name, t] : a.model().state_dict()) {
+    EXPECT_EQ(to_double_vector(t), to_double_vector(b.model().state_dict().at(name))) << name;
+  }
+  Config missing = c;
+  missing.data_train = dir.file("nope_*.bin");
+  EXPECT_THROW(Trainer{missing}, IoError);
+  Config cuda = c;
+  cuda.device = "cuda";
+  EXPECT_THROW(Trainer{cuda}, NotSupportedError);
+}
+
+}  // namespace
+}  // namespace triad::train
