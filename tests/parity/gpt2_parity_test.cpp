@@ -1,0 +1,112 @@
+// Triad vs PyTorch on a random GPT-2 (CTest label "parity"). The reference
+// files come from gpt2_reference.py, run by CTest as a fixture before this.
+//
+// Tolerances (fp32 on both sides, different summation orders):
+//   logits     |a - b| <= 1e-5
+//   loss       relative 1e-6
+//   gradients  |a - b| <= 1e-6 + 1e-4 |b|
+//   10 losses of training (AdamW, decay, clipping, accumulation) relative 1e-5
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "triad/autograd/engine.h"
+#include "triad/io/gpt2_weights.h"
+#include "triad/io/safetensors.h"
+#include "triad/ops.h"
+#include "triad/train/trainer.h"
+
+namespace triad {
+namespace {
+
+std::string ref_dir() {
+  const char* d = std::getenv("TRIAD_PARITY_DIR");
+  return d ? d : "";
+}
+
+class Gpt2Parity : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (const char* why = std::getenv("TRIAD_PARITY_UNAVAILABLE")) GTEST_SKIP() << why;
+    ASSERT_FALSE(ref_dir().empty()) << "TRIAD_PARITY_DIR is not set";
+    std::ifstream in(ref_dir() + "/config.json");
+    ASSERT_TRUE(in) << "missing " << ref_dir() << "/config.json (the reference fixture did not run)";
+    cfg_ = nlohmann::json::parse(in);
+    model_cfg_.n_layer = cfg_["model"]["n_layer"];
+    model_cfg_.n_head = cfg_["model"]["n_head"];
+    model_cfg_.d_model = cfg_["model"]["d_model"];
+    model_cfg_.vocab_size = cfg_["model"]["vocab_size"];
+    model_cfg_.seq_len = cfg_["model"]["seq_len"];
+    ref_ = io::load_safetensors(ref_dir() + "/reference.safetensors").tensors;
+  }
+  nlohmann::json cfg_;
+  nn::GptConfig model_cfg_;
+  std::map<std::string, Tensor> ref_;
+};
+
+TEST_F(Gpt2Parity, LogitsLossAndEveryGradientAtStepZero) {
+  nn::Gpt model(model_cfg_, 1);
+  io::load_gpt2_safetensors(model, ref_dir() + "/model.safetensors");
+  Tensor ids = cast(ref_.at("input_ids"), DType::I64);
+  Tensor targets = cast(ref_.at("targets"), DType::I64);
+  Tensor logits = model.forward(ids);
+  auto got = to_double_vector(logits), want = to_double_vector(ref_.at("logits"));
+  ASSERT_EQ(got.size(), want.size());
+  double worst = 0;
+  for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, std::abs(got[i] - want[i]));
+  EXPECT_LE(worst, 1e-5) << "max |logits diff|";
+
+  Tensor loss = cross_entropy(logits, targets);
+  const double ref_loss = item(ref_.at("loss"));
+  EXPECT_NEAR(item(loss), ref_loss, 1e-6 * ref_loss);
+  autograd::backward({loss});
+
+  auto grads = io::triad_to_gpt2([&] {
+    nn::StateDict g;
+    for (auto& [name, p] : model.named_parameters()) g[name] = p.grad();
+    return g;
+  }());
+  int checked = 0;
+  for (auto& [name, g] : grads) {
+    auto a = to_double_vector(g), b = to_double_vector(ref_.at("grad." + name));
+    ASSERT_EQ(a.size(), b.size()) << name;
+    for (size_t i = 0; i < a.size(); ++i) {
+      ASSERT_NEAR(a[i], b[i], 1e-6 + 1e-4 * std::abs(b[i])) << name << "[" << i << "]";
+    }
+    ++checked;
+  }
+  EXPECT_EQ(checked, 2 + 12 * model_cfg_.n_layer + 2);
+}
+
+TEST_F(Gpt2Parity, TenAdamWStepsWithDecayClippingAndAccumulation) {
+  const auto& t = cfg_["train"];
+  train::Config c;
+  c.model = model_cfg_;
+  c.train.steps = t["steps"];
+  c.train.global_batch_size = t["global_batch_size"];
+  c.train.micro_batch_size = t["micro_batch_size"];
+  c.train.lr = t["lr"];
+  c.train.min_lr = t["min_lr"];
+  c.train.warmup_steps = t["warmup_steps"];
+  c.train.weight_decay = t["weight_decay"];
+  c.train.beta1 = t["beta1"];
+  c.train.beta2 = t["beta2"];
+  c.train.eps = t["eps"];
+  c.train.grad_clip = t["grad_clip"];
+  c.data_train = ref_dir() + "/train.bin";
+  c.init_from = ref_dir() + "/model.safetensors";
+  train::Trainer trainer(c);
+  auto want = to_double_vector(ref_.at("losses"));
+  auto norms = to_double_vector(ref_.at("grad_norms"));
+  for (int64_t k = 0; k < c.train.steps; ++k) {
+    train::StepMetrics m = trainer.step(k);
+    EXPECT_NEAR(m.loss, want[k], 1e-5 * want[k]) << "step " << k;
+    EXPECT_NEAR(m.grad_norm, norms[k], 1e-4 * norms[k]) << "step " << k;
+  }
+}
+
+}  // namespace
+}  // namespace triad

@@ -1,0 +1,169 @@
+#!/usr/bin/env python3
+"""PyTorch reference for the Triad parity test.
+
+Builds a small random GPT-2 in plain PyTorch, writes it as GPT-2 safetensors
+(Conv1D weights stored [in, out]), writes an llm.c token shard, and records
+the step-0 logits, loss and every gradient plus the losses of 10 AdamW steps
+(weight decay on 2-D tensors, global-norm clipping that triggers, warm-up +
+cosine learning rate, gradient accumulation over two micro-batches).
+
+usage: gpt2_reference.py OUT_DIR
+"""
+import json
+import math
+import os
+import struct
+import sys
+
+import torch
+import torch.nn.functional as F
+
+CFG = dict(n_layer=2, n_head=4, d_model=32, vocab_size=77, seq_len=16)
+TRAIN = dict(steps=10, global_batch_size=4, micro_batch_size=2, lr=3e-3, min_lr=3e-4,
+             warmup_steps=3, weight_decay=0.1, beta1=0.9, beta2=0.95, eps=1e-8, grad_clip=0.5)
+CONV1D = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
+
+
+class Gpt(torch.nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        C, L = c["d_model"], c["n_layer"]
+        self.c = c
+        self.wte = torch.nn.Embedding(c["vocab_size"], C)
+        self.wpe = torch.nn.Embedding(c["seq_len"], C)
+        self.h = torch.nn.ModuleList()
+        for _ in range(L):
+            b = torch.nn.Module()
+            b.ln_1 = torch.nn.LayerNorm(C, eps=1e-5)
+            b.attn = torch.nn.Module()
+            b.attn.c_attn = torch.nn.Linear(C, 3 * C)
+            b.attn.c_proj = torch.nn.Linear(C, C)
+            b.ln_2 = torch.nn.LayerNorm(C, eps=1e-5)
+            b.mlp = torch.nn.Module()
+            b.mlp.c_fc = torch.nn.Linear(C, 4 * C)
+            b.mlp.c_proj = torch.nn.Linear(4 * C, C)
+            self.h.append(b)
+        self.ln_f = torch.nn.LayerNorm(C, eps=1e-5)
+        g = torch.Generator().manual_seed(20241121)
+        for name, p in self.named_parameters():
+            with torch.no_grad():
+                if "ln_" in name:
+                    p.copy_(1.0 + 0.1 * torch.randn(p.shape, generator=g)) if name.endswith("weight") \
+                        else p.copy_(0.1 * torch.randn(p.shape, generator=g))
+                else:
+                    p.copy_(0.05 * torch.randn(p.shape, generator=g))
+
+    def forward(self, idx):
+        B, T = idx.shape
+        C, NH = self.c["d_model"], self.c["n_head"]
+        x = self.wte(idx) + self.wpe(torch.arange(T))
+        mask = torch.tril(torch.ones(T, T, dtype=torch.bool))
+        for b in self.h:
+            qkv = b.attn.c_attn(b.ln_1(x))
+            q, k, v = qkv.split(C, dim=2)
+            q, k, v = (t.view(B, T, NH, C // NH).transpose(1, 2) for t in (q, k, v))
+            att = (q @ k.transpose(-2, -1)) / math.sqrt(C // NH)
+            att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
+            y = (att @ v).transpose(1, 2).reshape(B, T, C)
+            x = x + b.attn.c_proj(y)
+            x = x + b.mlp.c_proj(F.gelu(b.mlp.c_fc(b.ln_2(x)), approximate="tanh"))
+        return self.ln_f(x) @ self.wte.weight.t()
+
+
+def gpt2_layout(name, t):
+    t = t.detach().contiguous()
+    return t.t().contiguous() if name.endswith(CONV1D) else t
+
+
+def save_safetensors(path, tensors):
+    header, blobs, off = {}, [], 0
+    for name in sorted(tensors):
+        t = tensors[name].detach().to(torch.float32).contiguous()
+        data = t.numpy().tobytes()
+        header[name] = {"dtype": "F32", "shape": list(t.shape), "data_offsets": [off, off + len(data)]}
+        blobs.append(data)
+        off += len(data)
+    text = json.dumps(header).encode()
+    text += b" " * ((8 - (8 + len(text)) % 8) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)))
+        f.write(text)
+        for b in blobs:
+            f.write(b)
+
+
+def lr_at(step):
+    t = TRAIN
+    if step < t["warmup_steps"]:
+        return t["lr"] * (step + 1) / t["warmup_steps"]
+    if step >= t["steps"]:
+        return t["min_lr"]
+    progress = (step - t["warmup_steps"]) / (t["steps"] - t["warmup_steps"])
+    return t["min_lr"] + 0.5 * (t["lr"] - t["min_lr"]) * (1 + math.cos(math.pi * progress))
+
+
+def main():
+    out = sys.argv[1]
+    os.makedirs(out, exist_ok=True)
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    model = Gpt(CFG)
+    save_safetensors(os.path.join(out, "model.safetensors"),
+                     {n: gpt2_layout(n, p) for n, p in model.named_parameters()})
+
+    G, b, T, V = TRAIN["global_batch_size"], TRAIN["micro_batch_size"], CFG["seq_len"], CFG["vocab_size"]
+    g = torch.Generator().manual_seed(7)
+    tokens = torch.randint(0, V, (TRAIN["steps"] * G * T + 1,), generator=g)
+    with open(os.path.join(out, "train.bin"), "wb") as f:
+        header = [20240520, 1, tokens.numel()] + [0] * 253
+        f.write(struct.pack("<256i", *header))
+        f.write(tokens.to(torch.int16).numpy().astype("uint16").tobytes())
+
+    def seqs(step, first, count):
+        rows = [tokens[(step * G + first + j) * T:(step * G + first + j) * T + T + 1] for j in range(count)]
+        s = torch.stack(rows)
+        return s[:, :-1], s[:, 1:]
+
+    # Step 0: logits, loss and gradients of the first micro-batch.
+    x, y = seqs(0, 0, b)
+    logits = model(x)
+    loss = F.cross_entropy(logits.reshape(-1, V), y.reshape(-1))
+    loss.backward()
+    ref = {"logits": logits, "loss": loss.reshape(1), "input_ids": x.float(), "targets": y.float()}
+    for n, p in model.named_parameters():
+        ref["grad." + n] = gpt2_layout(n, p.grad)
+    model.zero_grad(set_to_none=True)
+
+    decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
+    no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": TRAIN["weight_decay"]},
+                             {"params": no_decay, "weight_decay": 0.0}],
+                            lr=TRAIN["lr"], betas=(TRAIN["beta1"], TRAIN["beta2"]), eps=TRAIN["eps"],
+                            foreach=False)
+    losses, norms = [], []
+    accum = G // b
+    for step in range(TRAIN["steps"]):
+        total = 0.0
+        for m in range(accum):
+            x, y = seqs(step, m * b, b)
+            l = F.cross_entropy(model(x).reshape(-1, V), y.reshape(-1))
+            (l / accum).backward()
+            total += l.item() / accum
+        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), TRAIN["grad_clip"])
+        for group in opt.param_groups:
+            group["lr"] = lr_at(step)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        losses.append(total)
+        norms.append(float(norm))
+    assert max(norms) > TRAIN["grad_clip"], "clipping must trigger in the reference run"
+    ref["losses"] = torch.tensor(losses, dtype=torch.float64)
+    ref["grad_norms"] = torch.tensor(norms, dtype=torch.float64)
+    save_safetensors(os.path.join(out, "reference.safetensors"), ref)
+    with open(os.path.join(out, "config.json"), "w") as f:
+        json.dump({"model": CFG, "train": TRAIN}, f)
+    print("losses", " ".join(f"{v:.6f}" for v in losses))
+
+
+if __name__ == "__main__":
+    main()
