@@ -1,6 +1,7 @@
 #include "cpu_backend.h"
 
 #include <cblas.h>
+#include <omp.h>
 
 #include <cmath>
 #include <cstring>
@@ -15,6 +16,12 @@ namespace triad::detail {
 void unsupported(const char* op, DType dtype) {
   throw NotSupportedError(std::string(op) + ": dtype " + dtype_name(dtype) +
                           " is not supported on device cpu");
+}
+
+CpuBackend::CpuBackend() {
+  // Parallelism comes from OpenMP (see parallel_gemm); BLAS runs one thread
+  // per call so the two never compete for cores.
+  openblas_set_num_threads(1);
 }
 
 Allocator& CpuBackend::allocator(int device_index) {
@@ -200,6 +207,60 @@ void CpuBackend::affine(const Tensor& x, double alpha, double beta, Tensor& out)
   });
 }
 
+namespace {
+
+// Row-major GEMM of one (M, N) output, its rows split across the OpenMP
+// threads, each calling single-threaded BLAS: one thread pool for the whole
+// backend instead of OpenBLAS's and OpenMP's competing for the cores.
+template <class T>
+void parallel_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* a, int64_t lda,
+                   const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
+  const auto A = ta ? CblasTrans : CblasNoTrans;
+  const auto B = tb ? CblasTrans : CblasNoTrans;
+  auto call = [&](int64_t m0, int64_t m) {
+    const T* ap = ta ? a + m0 : a + m0 * lda;
+    if constexpr (std::is_same_v<T, float>) {
+      cblas_sgemm(CblasRowMajor, A, B, m, N, K, alpha, ap, lda, b, ldb, beta, c + m0 * ldc, ldc);
+    } else {
+      cblas_dgemm(CblasRowMajor, A, B, m, N, K, alpha, ap, lda, b, ldb, beta, c + m0 * ldc, ldc);
+    }
+  };
+  auto call_cols = [&](int64_t n0, int64_t n) {
+    const T* bp = tb ? b + n0 * ldb : b + n0;
+    if constexpr (std::is_same_v<T, float>) {
+      cblas_sgemm(CblasRowMajor, A, B, M, n, K, alpha, a, lda, bp, ldb, beta, c + n0, ldc);
+    } else {
+      cblas_dgemm(CblasRowMajor, A, B, M, n, K, alpha, a, lda, bp, ldb, beta, c + n0, ldc);
+    }
+  };
+  const double flops = 2.0 * static_cast<double>(M) * N * K;
+  const int threads = omp_get_max_threads();
+  if (threads <= 1 || flops < 2e6 || std::min(M, N) < 16 * threads || omp_in_parallel()) {
+    call(0, M);
+    return;
+  }
+  // Split the output by columns when it is wide or the reduction is long
+  // (each thread then packs only its own slice of B); by rows otherwise.
+  // Measured on the GPT layer shapes in benchmarks/gemm_bench.cpp.
+  const bool split_cols = N >= M || K > N;
+#pragma omp parallel num_threads(threads)
+  {
+    const int t = omp_get_thread_num(), nt = omp_get_num_threads();
+    // Row blocks rounded to 8 so each thread's slice stays vector-aligned.
+    const int64_t per = ((M + nt - 1) / nt + 7) / 8 * 8;
+    const int64_t m0 = std::min<int64_t>(M, t * per), m1 = std::min<int64_t>(M, m0 + per);
+    if (split_cols) {
+      const int64_t pn = ((N + nt - 1) / nt + 15) / 16 * 16;
+      const int64_t n0 = std::min<int64_t>(N, t * pn), n1 = std::min<int64_t>(N, n0 + pn);
+      if (n1 > n0) call_cols(n0, n1 - n0);
+    } else if (m1 > m0) {
+      call(m0, m1 - m0);
+    }
+  }
+}
+
+}  // namespace
+
 void CpuBackend::gemm(const Tensor& a, const Tensor& b, Tensor& c, bool trans_a, bool trans_b,
                       double alpha, double beta) {
   const int64_t batch = c.dim() == 3 ? c.size(0) : 1;
@@ -208,34 +269,23 @@ void CpuBackend::gemm(const Tensor& a, const Tensor& b, Tensor& c, bool trans_a,
   const int64_t a_stride = a.dim() == 3 ? M * K : 0;
   const int64_t b_stride = b.dim() == 3 ? K * N : 0;
   const int64_t lda = a.size(-1), ldb = b.size(-1);
-  const auto ta = trans_a ? CblasTrans : CblasNoTrans;
-  const auto tb = trans_b ? CblasTrans : CblasNoTrans;
   if (M == 0 || N == 0) return;
-  if (c.dtype() == DType::F32) {
-    const float* pa = a.data<float>();
-    const float* pb = b.data<float>();
-    float* pc = c.data<float>();
+  dispatch_float(c.dtype(), "gemm", [&](auto tag) {
+    using T = decltype(tag);
+    const T* pa = a.data<T>();
+    const T* pb = b.data<T>();
+    T* pc = c.data<T>();
+    const T al = static_cast<T>(alpha), be = static_cast<T>(beta);
     // A shared right operand lets the batch fold into M: one large GEMM.
     if (!trans_a && b_stride == 0 && a_stride != 0) {
-      cblas_sgemm(CblasRowMajor, ta, tb, batch * M, N, K, static_cast<float>(alpha), pa, lda, pb,
-                  ldb, static_cast<float>(beta), pc, N);
+      parallel_gemm<T>(false, trans_b, batch * M, N, K, al, pa, lda, pb, ldb, be, pc, N);
       return;
     }
     for (int64_t i = 0; i < batch; ++i) {
-      cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, static_cast<float>(alpha), pa + i * a_stride, lda,
-                  pb + i * b_stride, ldb, static_cast<float>(beta), pc + i * M * N, N);
+      parallel_gemm<T>(trans_a, trans_b, M, N, K, al, pa + i * a_stride, lda, pb + i * b_stride, ldb, be,
+                       pc + i * M * N, N);
     }
-  } else if (c.dtype() == DType::F64) {
-    const double* pa = a.data<double>();
-    const double* pb = b.data<double>();
-    double* pc = c.data<double>();
-    for (int64_t i = 0; i < batch; ++i) {
-      cblas_dgemm(CblasRowMajor, ta, tb, M, N, K, alpha, pa + i * a_stride, lda, pb + i * b_stride,
-                  ldb, beta, pc + i * M * N, N);
-    }
-  } else {
-    unsupported("gemm", c.dtype());
-  }
+  });
 }
 
 void CpuBackend::reduce(ReduceOp op, const Tensor& x, int64_t outer, int64_t n, int64_t inner,
@@ -245,28 +295,43 @@ void CpuBackend::reduce(ReduceOp op, const Tensor& x, int64_t outer, int64_t n, 
     const T* px = x.data<T>();
     T* po = out.data<T>();
     int64_t* pi = indices ? indices->data<int64_t>() : nullptr;
+    if (op == ReduceOp::Sum) {
+      // Walk each (n, inner) slab row by row (contiguous), accumulating in
+      // double; the inner dimension is split across threads.
+      const int64_t block = 256;
+      const int64_t blocks = (inner + block - 1) / block;
+#pragma omp parallel for schedule(static) collapse(2) if (outer * n * inner > 32768)
+      for (int64_t o = 0; o < outer; ++o) {
+        for (int64_t bj = 0; bj < blocks; ++bj) {
+          const int64_t j0 = bj * block, j1 = std::min(inner, j0 + block);
+          double acc[256];
+          for (int64_t j = j0; j < j1; ++j) acc[j - j0] = 0.0;
+          const T* base = px + o * n * inner;
+          for (int64_t k = 0; k < n; ++k) {
+            const T* row = base + k * inner;
+            for (int64_t j = j0; j < j1; ++j) acc[j - j0] += row[j];
+          }
+          for (int64_t j = j0; j < j1; ++j) po[o * inner + j] = static_cast<T>(acc[j - j0]);
+        }
+      }
+      return;
+    }
 #pragma omp parallel for schedule(static) if (outer * inner > 4096)
     for (int64_t o = 0; o < outer; ++o) {
       for (int64_t j = 0; j < inner; ++j) {
         const T* base = px + o * n * inner + j;
-        if (op == ReduceOp::Sum) {
-          double acc = 0;
-          for (int64_t k = 0; k < n; ++k) acc += base[k * inner];
-          po[o * inner + j] = static_cast<T>(acc);
-        } else {
-          T best = -std::numeric_limits<T>::infinity();
-          int64_t arg = 0;
-          for (int64_t k = 0; k < n; ++k) {
-            const T v = base[k * inner];
-            if (v > best || std::isnan(v)) {
-              best = v;
-              arg = k;
-              if (std::isnan(v)) break;
-            }
+        T best = -std::numeric_limits<T>::infinity();
+        int64_t arg = 0;
+        for (int64_t k = 0; k < n; ++k) {
+          const T v = base[k * inner];
+          if (v > best || std::isnan(v)) {
+            best = v;
+            arg = k;
+            if (std::isnan(v)) break;
           }
-          po[o * inner + j] = best;
-          if (pi) pi[o * inner + j] = arg;
         }
+        po[o * inner + j] = best;
+        if (pi) pi[o * inner + j] = arg;
       }
     }
   });

@@ -9,6 +9,7 @@ namespace triad::detail {
 // elementwise and copies; bf16/f16 for copies and casts only.
 class CpuBackend final : public Backend {
  public:
+  CpuBackend();
   std::string name() const override { return "cpu"; }
   Allocator& allocator(int device_index) override;
   void synchronize() override {}
