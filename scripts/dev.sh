@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# The README's two quick-start commands:
+#   scripts/dev.sh train   install what is missing, build, train configs/gpt_tiny.yaml
+#   scripts/dev.sh test    install what is missing, build, run the whole test suite
+# Also: scripts/dev.sh deps | build | bench
+# Environment: BUILD_DIR (default build), TRIAD_CMAKE_ARGS (extra cmake flags).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD_DIR=${BUILD_DIR:-build}
+JOBS=$(nproc)
+
+PACKAGES=(build-essential cmake ninja-build pkg-config
+          libspdlog-dev libyaml-cpp-dev libgtest-dev libgmock-dev libbenchmark-dev libopenblas-dev
+          libeigen3-dev nlohmann-json3-dev libcli11-dev libopenmpi-dev openmpi-bin
+          python3 python3-torch python3-numpy)
+
+deps() {
+  local missing=()
+  for p in "${PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  if [ ${#missing[@]} -eq 0 ]; then
+    return
+  fi
+  echo "installing: ${missing[*]}"
+  local sudo=""
+  [ "$(id -u)" -ne 0 ] && sudo="sudo"
+  $sudo apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
+}
+
+build() {
+  # shellcheck disable=SC2086
+  cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release ${TRIAD_CMAKE_ARGS:-}
+  cmake --build "$BUILD_DIR" -j "$JOBS"
+}
+
+tiny_data() {
+  mkdir -p data
+  if [ ! -f data/tiny_train.bin ]; then
+    "$BUILD_DIR/tools/triad-corpus" --output data/tiny.txt --bytes 2000000 --seed 1
+    "$BUILD_DIR/tools/triad-tokenize" --input data/tiny.txt --output data/tiny_train.bin
+  fi
+}
+
+case "${1:-}" in
+  deps) deps ;;
+  build) deps; build ;;
+  train)
+    deps; build; tiny_data
+    "$BUILD_DIR/tools/triad-train" --config configs/gpt_tiny.yaml "${@:2}"
+    ;;
+  test)
+    deps; build
+    ctest --test-dir "$BUILD_DIR" --output-on-failure -j "$JOBS" --timeout 900
+    ;;
+  bench)
+    deps; build
+    benchmarks/run_cpu_benchmarks.sh "$BUILD_DIR"
+    ;;
+  *)
+    echo "usage: $0 train|test|deps|build|bench" >&2
+    exit 2
+    ;;
+esac
