@@ -88,6 +88,9 @@ std::vector<OpCase> cases() {
                [](const std::vector<Tensor>& x) { return softmax(x[0]); }});
   c.push_back({"causal_attention_B2_T5_C12_NH3", [](DType d) { return std::vector<Tensor>{rnd({2, 5, 36}, d, 1)}; },
                [](const std::vector<Tensor>& x) { return causal_attention(x[0], 3); }});
+  // T = 70 spans two 64-row blocks of the CPU kernel (a full and a partial one).
+  c.push_back({"causal_attention_B1_T70_C6_NH2", [](DType d) { return std::vector<Tensor>{rnd({1, 70, 18}, d, 1)}; },
+               [](const std::vector<Tensor>& x) { return causal_attention(x[0], 2); }});
   c.push_back({"embedding", [](DType d) { return std::vector<Tensor>{rnd({6, 4}, d, 1)}; },
                [](const std::vector<Tensor>& x) { return embedding(x[0], ids({1, 5, 1, 0, 3}, {5})); }});
   c.push_back({"cross_entropy_ignore", [](DType d) { return std::vector<Tensor>{rnd({2, 3, 7}, d, 1, 2.0)}; },

@@ -295,6 +295,29 @@ void CpuBackend::reduce(ReduceOp op, const Tensor& x, int64_t outer, int64_t n, 
     const T* px = x.data<T>();
     T* po = out.data<T>();
     int64_t* pi = indices ? indices->data<int64_t>() : nullptr;
+    if (op == ReduceOp::Sum && inner == 1) {
+      // Contiguous runs: vectorised double accumulation, split across threads
+      // by output when there are several, else across the run itself.
+      if (outer >= 8) {
+#pragma omp parallel for schedule(static) if (outer * n > 32768)
+        for (int64_t o = 0; o < outer; ++o) {
+          const T* row = px + o * n;
+          double acc = 0;
+#pragma omp simd reduction(+ : acc)
+          for (int64_t k = 0; k < n; ++k) acc += row[k];
+          po[o] = static_cast<T>(acc);
+        }
+      } else {
+        for (int64_t o = 0; o < outer; ++o) {
+          const T* row = px + o * n;
+          double acc = 0;
+#pragma omp parallel for simd schedule(static) reduction(+ : acc) if (n > 32768)
+          for (int64_t k = 0; k < n; ++k) acc += row[k];
+          po[o] = static_cast<T>(acc);
+        }
+      }
+      return;
+    }
     if (op == ReduceOp::Sum) {
       // Walk each (n, inner) slab row by row (contiguous), accumulating in
       // double; the inner dimension is split across threads.

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "cpu_backend.h"
+#include "vec_math.h"
 
 namespace triad::detail {
 namespace {
@@ -41,7 +42,7 @@ void CpuBackend::gelu_forward(const Tensor& x, Tensor& y) {
     for (int64_t i = 0; i < n; ++i) {
       const T v = px[i];
       const T u = k0 * (v + k1 * v * v * v);
-      py[i] = v / (T(1) + std::exp(T(-2) * u));
+      py[i] = v / (T(1) + exp_fast(T(-2) * u));
     }
   });
 }
@@ -59,7 +60,7 @@ void CpuBackend::gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) {
     for (int64_t i = 0; i < n; ++i) {
       const T v = px[i];
       const T u = k0 * (v + k1 * v * v * v);
-      const T s = T(1) / (T(1) + std::exp(T(-2) * u));
+      const T s = T(1) / (T(1) + exp_fast(T(-2) * u));
       const T du = k0 * (T(1) + T(3) * k1 * v * v);
       pdx[i] = pdy[i] * (s + T(2) * v * s * (T(1) - s) * du);
     }
@@ -160,8 +161,9 @@ void CpuBackend::softmax_forward(const Tensor& x, Tensor& y) {
       T mx = -std::numeric_limits<T>::infinity();
       for (int64_t i = 0; i < C; ++i) mx = std::max(mx, row[i]);
       double s = 0;
+#pragma omp simd reduction(+ : s)
       for (int64_t i = 0; i < C; ++i) {
-        out[i] = std::exp(row[i] - mx);
+        out[i] = exp_fast(row[i] - mx);
         s += out[i];
       }
       const T inv = static_cast<T>(1.0 / s);
@@ -188,6 +190,11 @@ void CpuBackend::softmax_backward(const Tensor& y, const Tensor& dy, Tensor& dx)
   });
 }
 
+// Causal attention per (batch, head), in blocks of kAttnBlock query rows:
+// block [r0, r1) only needs keys [0, r1), so the GEMMs skip (almost all of)
+// the masked upper triangle.
+constexpr int64_t kAttnBlock = 64;
+
 void CpuBackend::attention_forward(const Tensor& qkv, int64_t n_head, Tensor& out, Tensor& lse) {
   dispatch_float(qkv.dtype(), "attention", [&](auto tag) {
     using T = decltype(tag);
@@ -199,30 +206,38 @@ void CpuBackend::attention_forward(const Tensor& qkv, int64_t n_head, Tensor& ou
     T* pl = lse.data<T>();
 #pragma omp parallel
     {
-      std::vector<T> S(static_cast<size_t>(Tn * Tn));
+      std::vector<T> S(static_cast<size_t>(kAttnBlock * Tn));
 #pragma omp for schedule(dynamic)
       for (int64_t bh = 0; bh < B * n_head; ++bh) {
         const int64_t b = bh / n_head, h = bh % n_head;
         const T* q = base + b * Tn * C3 + h * hd;
         const T* k = q + C;
         const T* v = q + 2 * C;
-        gemm_rm<T>(false, true, Tn, Tn, hd, scale, q, C3, k, C3, T(0), S.data(), Tn);
-        for (int64_t t = 0; t < Tn; ++t) {
-          T* row = S.data() + t * Tn;
-          T mx = -std::numeric_limits<T>::infinity();
-          for (int64_t j = 0; j <= t; ++j) mx = std::max(mx, row[j]);
-          double sum = 0;
-          for (int64_t j = 0; j <= t; ++j) {
-            row[j] = std::exp(row[j] - mx);
-            sum += row[j];
+        for (int64_t r0 = 0; r0 < Tn; r0 += kAttnBlock) {
+          const int64_t r1 = std::min(Tn, r0 + kAttnBlock), rows = r1 - r0;
+          // S (rows, r1) = scale * Q[r0:r1] K[0:r1]^T
+          gemm_rm<T>(false, true, rows, r1, hd, scale, q + r0 * C3, C3, k, C3, T(0), S.data(), r1);
+          for (int64_t i = 0; i < rows; ++i) {
+            const int64_t t = r0 + i;
+            T* row = S.data() + i * r1;
+            T mx = -std::numeric_limits<T>::infinity();
+#pragma omp simd reduction(max : mx)
+            for (int64_t j = 0; j <= t; ++j) mx = std::max(mx, row[j]);
+            double sum = 0;
+#pragma omp simd reduction(+ : sum)
+            for (int64_t j = 0; j <= t; ++j) {
+              row[j] = exp_fast(row[j] - mx);
+              sum += row[j];
+            }
+            const T inv = static_cast<T>(1.0 / sum);
+            for (int64_t j = 0; j <= t; ++j) row[j] *= inv;
+            for (int64_t j = t + 1; j < r1; ++j) row[j] = T(0);
+            pl[bh * Tn + t] = static_cast<T>(mx + std::log(sum));
           }
-          const T inv = static_cast<T>(1.0 / sum);
-          for (int64_t j = 0; j <= t; ++j) row[j] *= inv;
-          for (int64_t j = t + 1; j < Tn; ++j) row[j] = T(0);
-          pl[bh * Tn + t] = static_cast<T>(mx + std::log(sum));
+          // O[r0:r1] = P V[0:r1]
+          gemm_rm<T>(false, false, rows, hd, r1, T(1), S.data(), r1, v, C3, T(0),
+                     po + (b * Tn + r0) * C + h * hd, C);
         }
-        gemm_rm<T>(false, false, Tn, hd, Tn, T(1), S.data(), Tn, v, C3, T(0),
-                   po + b * Tn * C + h * hd, C);
       }
     }
   });
@@ -242,7 +257,7 @@ void CpuBackend::attention_backward(const Tensor& qkv, const Tensor& out, const 
     T* pd = dqkv.data<T>();
 #pragma omp parallel
     {
-      std::vector<T> P(static_cast<size_t>(Tn * Tn)), dP(static_cast<size_t>(Tn * Tn));
+      std::vector<T> P(static_cast<size_t>(kAttnBlock * Tn)), dP(static_cast<size_t>(kAttnBlock * Tn));
 #pragma omp for schedule(dynamic)
       for (int64_t bh = 0; bh < B * n_head; ++bh) {
         const int64_t b = bh / n_head, h = bh % n_head;
@@ -254,29 +269,42 @@ void CpuBackend::attention_backward(const Tensor& qkv, const Tensor& out, const 
         T* dq = pd + b * Tn * C3 + h * hd;
         T* dk = dq + C;
         T* dv = dq + 2 * C;
-        // Recompute probabilities from the saved log-sum-exp.
-        gemm_rm<T>(false, true, Tn, Tn, hd, scale, q, C3, k, C3, T(0), P.data(), Tn);
+        // dK and dV accumulate over query blocks.
         for (int64_t t = 0; t < Tn; ++t) {
-          const T l = static_cast<T>(pl[bh * Tn + t]);
-          T* row = P.data() + t * Tn;
-          for (int64_t j = 0; j <= t; ++j) row[j] = std::exp(row[j] - l);
-          for (int64_t j = t + 1; j < Tn; ++j) row[j] = T(0);
+          std::fill_n(dk + t * C3, hd, T(0));
+          std::fill_n(dv + t * C3, hd, T(0));
         }
-        // dV = P^T dO ; dP = dO V^T
-        gemm_rm<T>(true, false, Tn, hd, Tn, T(1), P.data(), Tn, dO, C, T(0), dv, C3);
-        gemm_rm<T>(false, true, Tn, Tn, hd, T(1), dO, C, v, C3, T(0), dP.data(), Tn);
-        // dS = P * (dP - rowsum(dO * O)), scaled for the QK^T product.
-        for (int64_t t = 0; t < Tn; ++t) {
-          double D = 0;
-          for (int64_t d = 0; d < hd; ++d) D += static_cast<double>(dO[t * C + d]) * o[t * C + d];
-          T* prow = P.data() + t * Tn;
-          T* drow = dP.data() + t * Tn;
-          for (int64_t j = 0; j <= t; ++j) drow[j] = prow[j] * (drow[j] - static_cast<T>(D)) * scale;
-          for (int64_t j = t + 1; j < Tn; ++j) drow[j] = T(0);
+        for (int64_t r0 = 0; r0 < Tn; r0 += kAttnBlock) {
+          const int64_t r1 = std::min(Tn, r0 + kAttnBlock), rows = r1 - r0;
+          // Recompute probabilities from the saved log-sum-exp.
+          gemm_rm<T>(false, true, rows, r1, hd, scale, q + r0 * C3, C3, k, C3, T(0), P.data(), r1);
+          for (int64_t i = 0; i < rows; ++i) {
+            const int64_t t = r0 + i;
+            const T l = pl[bh * Tn + t];
+            T* row = P.data() + i * r1;
+#pragma omp simd
+            for (int64_t j = 0; j <= t; ++j) row[j] = exp_fast(row[j] - l);
+            for (int64_t j = t + 1; j < r1; ++j) row[j] = T(0);
+          }
+          // dV[0:r1] += P^T dO[r0:r1] ; dP = dO[r0:r1] V[0:r1]^T
+          gemm_rm<T>(true, false, r1, hd, rows, T(1), P.data(), r1, dO + r0 * C, C, T(1), dv, C3);
+          gemm_rm<T>(false, true, rows, r1, hd, T(1), dO + r0 * C, C, v, C3, T(0), dP.data(), r1);
+          // dS = P * (dP - rowsum(dO * O)), scaled for the QK^T product.
+          for (int64_t i = 0; i < rows; ++i) {
+            const int64_t t = r0 + i;
+            double D = 0;
+            for (int64_t d = 0; d < hd; ++d) D += static_cast<double>(dO[t * C + d]) * o[t * C + d];
+            const T* prow = P.data() + i * r1;
+            T* drow = dP.data() + i * r1;
+            const T Dt = static_cast<T>(D);
+#pragma omp simd
+            for (int64_t j = 0; j <= t; ++j) drow[j] = prow[j] * (drow[j] - Dt) * scale;
+            for (int64_t j = t + 1; j < r1; ++j) drow[j] = T(0);
+          }
+          // dQ[r0:r1] = dS K[0:r1] ; dK[0:r1] += dS^T Q[r0:r1]
+          gemm_rm<T>(false, false, rows, hd, r1, T(1), dP.data(), r1, k, C3, T(0), dq + r0 * C3, C3);
+          gemm_rm<T>(true, false, r1, hd, rows, T(1), dP.data(), r1, q + r0 * C3, C3, T(1), dk, C3);
         }
-        // dQ = dS K ; dK = dS^T Q
-        gemm_rm<T>(false, false, Tn, hd, Tn, T(1), dP.data(), Tn, k, C3, T(0), dq, C3);
-        gemm_rm<T>(true, false, Tn, hd, Tn, T(1), dP.data(), Tn, q, C3, T(0), dk, C3);
       }
     }
   });
@@ -338,10 +366,11 @@ void CpuBackend::cross_entropy_forward(const Tensor& logits, const Tensor& targe
     for (int64_t i = 0; i < N; ++i) {
       const T* row = px + i * V;
       T mx = -std::numeric_limits<T>::infinity();
+#pragma omp simd reduction(max : mx)
       for (int64_t j = 0; j < V; ++j) mx = std::max(mx, row[j]);
       double s = 0;
 #pragma omp simd reduction(+ : s)
-      for (int64_t j = 0; j < V; ++j) s += std::exp(row[j] - mx);
+      for (int64_t j = 0; j < V; ++j) s += exp_fast(row[j] - mx);
       const double l = mx + std::log(s);
       ps[i] = static_cast<T>(l);
       const int64_t t = load_index(targets, i);
@@ -372,7 +401,7 @@ void CpuBackend::cross_entropy_backward(const Tensor& logits, const Tensor& targ
       const T g = static_cast<T>(pg[i]);
       const T l = static_cast<T>(ps[i]);
 #pragma omp simd
-      for (int64_t j = 0; j < V; ++j) out[j] = std::exp(row[j] - l) * g;
+      for (int64_t j = 0; j < V; ++j) out[j] = exp_fast(row[j] - l) * g;
       out[t] -= g;
     }
   });
