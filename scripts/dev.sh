@@ -38,8 +38,8 @@ build() {
 tiny_data() {
   mkdir -p data
   if [ ! -f data/tiny_train.bin ]; then
-    "$BUILD_DIR/tools/triad-corpus" --output data/tiny.txt --bytes 2000000 --seed 1
-    "$BUILD_DIR/tools/triad-tokenize" --input data/tiny.txt --output data/tiny_train.bin
+    "$BUILD_DIR/examples/triad-corpus" --output data/tiny.txt --bytes 2000000 --seed 1
+    "$BUILD_DIR/examples/triad-tokenize" --input data/tiny.txt --output data/tiny_train.bin
   fi
 }
 
@@ -48,7 +48,7 @@ case "${1:-}" in
   build) deps; build ;;
   train)
     deps; build; tiny_data
-    "$BUILD_DIR/tools/triad-train" --config configs/gpt_tiny.yaml "${@:2}"
+    "$BUILD_DIR/examples/triad-train" --config configs/gpt_tiny.yaml "${@:2}"
     ;;
   test)
     deps; build

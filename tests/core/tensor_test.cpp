@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "triad/core/half.h"
+#include "triad/autograd/engine.h"
 #include "triad/core/rng.h"
 #include "triad/ops.h"
 
@@ -128,6 +129,24 @@ TEST(Ops, UnsupportedDtypeNamesOpDtypeAndDevice) {
     EXPECT_NE(m.find("bf16"), std::string::npos);
     EXPECT_NE(m.find("cpu"), std::string::npos);
   }
+}
+
+}  // namespace
+}  // namespace triad
+
+namespace triad {
+namespace {
+
+TEST(Ops, CastIsDifferentiableAndConvertsTheGradientBack) {
+  Tensor x = randn({3, 2}, 4, 4);  // f32 leaf
+  x.set_requires_grad(true);
+  Tensor y = cast(x, DType::F64);
+  EXPECT_EQ(y.dtype(), DType::F64);
+  Tensor g = randn({3, 2}, 4, 5, 1.0, DType::F64);
+  autograd::backward({mul(y, y)}, {g});
+  ASSERT_EQ(x.grad().dtype(), DType::F32);
+  auto xv = to_double_vector(x), gv = to_double_vector(g), gx = to_double_vector(x.grad());
+  for (size_t i = 0; i < xv.size(); ++i) EXPECT_NEAR(gx[i], 2 * xv[i] * gv[i], 1e-6);
 }
 
 }  // namespace
