@@ -15,13 +15,14 @@
 namespace {
 
 void set_flops(benchmark::State& state, int64_t M, int64_t N, int64_t K) {
-  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * M * N * K * state.iterations() / 1e9,
-                                                 benchmark::Counter::kIsRate);
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(2.0 * M * N * K * state.iterations() / 1e9, benchmark::Counter::kIsRate);
 }
 
 void BM_TriadGemm(benchmark::State& state) {
   const int64_t M = state.range(0), N = state.range(1), K = state.range(2);
-  triad::Tensor a = triad::randn({M, K}, 1, 1), b = triad::randn({N, K}, 1, 2), c = triad::empty({M, N});
+  triad::Tensor a = triad::randn({M, K}, 1, 1), b = triad::randn({N, K}, 1, 2),
+                c = triad::empty({M, N});
   triad::Backend& be = triad::backend_for(triad::DeviceType::CPU);
   for (auto _ : state) {
     be.gemm(a, b, c, false, true, 1.0, 0.0);
@@ -32,12 +33,14 @@ void BM_TriadGemm(benchmark::State& state) {
 
 void BM_OpenBlasThreadedSgemm(benchmark::State& state) {
   const int64_t M = state.range(0), N = state.range(1), K = state.range(2);
-  triad::Tensor a = triad::randn({M, K}, 1, 1), b = triad::randn({N, K}, 1, 2), c = triad::empty({M, N});
-  triad::backend_for(triad::DeviceType::CPU);  // constructs the backend (which pins BLAS to 1 thread)
+  triad::Tensor a = triad::randn({M, K}, 1, 1), b = triad::randn({N, K}, 1, 2),
+                c = triad::empty({M, N});
+  triad::backend_for(
+      triad::DeviceType::CPU);  // constructs the backend (which pins BLAS to 1 thread)
   openblas_set_num_threads(omp_get_max_threads());
   for (auto _ : state) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1.0f, a.data<float>(), K, b.data<float>(), K,
-                0.0f, c.data<float>(), N);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1.0f, a.data<float>(), K,
+                b.data<float>(), K, 0.0f, c.data<float>(), N);
     benchmark::DoNotOptimize(c.raw_data());
   }
   openblas_set_num_threads(1);
@@ -60,8 +63,13 @@ void BM_EigenGemm(benchmark::State& state) {
 // (M, N, K) of the benchmark GPT (d_model 384, 8 x 256 tokens): QKV, MLP up,
 // MLP down, the vocab head, and one square 1024 problem.
 void shapes(benchmark::internal::Benchmark* b) {
-  b->Args({2048, 1152, 384})->Args({2048, 1536, 384})->Args({2048, 384, 1536})->Args({2048, 8192, 384})
-      ->Args({1024, 1024, 1024})->Unit(benchmark::kMillisecond)->UseRealTime();
+  b->Args({2048, 1152, 384})
+      ->Args({2048, 1536, 384})
+      ->Args({2048, 384, 1536})
+      ->Args({2048, 8192, 384})
+      ->Args({1024, 1024, 1024})
+      ->Unit(benchmark::kMillisecond)
+      ->UseRealTime();
 }
 
 BENCHMARK(BM_TriadGemm)->Apply(shapes);

@@ -36,7 +36,8 @@ int main(int argc, char** argv) {
   triad::optim::AdamW opt(model.named_parameters(), {});
   const int64_t T = cfg.seq_len;
   std::vector<int64_t> tok(static_cast<size_t>(batch * (T + 1)));
-  for (size_t i = 0; i < tok.size(); ++i) tok[i] = static_cast<int64_t>((i * 2654435761u) % cfg.vocab_size);
+  for (size_t i = 0; i < tok.size(); ++i)
+    tok[i] = static_cast<int64_t>((i * 2654435761u) % cfg.vocab_size);
   std::vector<int64_t> in, tg;
   for (int64_t b = 0; b < batch; ++b) {
     for (int64_t t = 0; t < T; ++t) {
@@ -44,7 +45,8 @@ int main(int argc, char** argv) {
       tg.push_back(tok[b * (T + 1) + t + 1]);
     }
   }
-  triad::Tensor ids = triad::from_vector(in, {batch, T}), targets = triad::from_vector(tg, {batch, T});
+  triad::Tensor ids = triad::from_vector(in, {batch, T}),
+                targets = triad::from_vector(tg, {batch, T});
   double loss = 0;
   auto run_step = [&] {
     triad::Tensor l = model.loss(ids, targets);
@@ -57,7 +59,8 @@ int main(int argc, char** argv) {
   for (int64_t i = 0; i < warmup; ++i) run_step();
   const auto start = std::chrono::steady_clock::now();
   for (int64_t i = 0; i < steps; ++i) run_step();
-  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double secs =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const double tokens_per_s = static_cast<double>(steps * batch * T) / secs;
   const double params = static_cast<double>(model.num_parameters());
   const double flops_per_token = 6.0 * params + 12.0 * cfg.n_layer * cfg.d_model * T;

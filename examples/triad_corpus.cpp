@@ -15,23 +15,26 @@
 
 namespace {
 
-const std::vector<std::string> kAdjectives{"small", "quiet", "bright", "old", "brave", "clever",
-                                           "sleepy", "green", "tall", "patient", "curious", "gentle"};
-const std::vector<std::string> kNouns{"cat", "farmer", "river", "robot", "teacher", "fox", "child",
-                                      "sailor", "bird", "engine", "painter", "garden"};
-const std::vector<std::string> kVerbs{"watches", "follows", "helps", "finds", "paints", "carries",
-                                      "visits", "builds", "remembers", "greets"};
-const std::vector<std::string> kPlaces{"near the hill", "by the sea", "in the city", "under the bridge",
-                                       "at the market", "behind the old mill"};
-const std::vector<std::string> kTimes{"every morning", "at night", "in the spring", "after the rain",
-                                      "before dinner", "on sunday"};
-const std::vector<std::string> kNumbers{"zero", "one", "two", "three", "four", "five", "six",
-                                        "seven", "eight", "nine"};
+const std::vector<std::string> kAdjectives{"small", "quiet",   "bright",  "old",
+                                           "brave", "clever",  "sleepy",  "green",
+                                           "tall",  "patient", "curious", "gentle"};
+const std::vector<std::string> kNouns{"cat",   "farmer", "river", "robot",  "teacher", "fox",
+                                      "child", "sailor", "bird",  "engine", "painter", "garden"};
+const std::vector<std::string> kVerbs{"watches", "follows", "helps",  "finds",     "paints",
+                                      "carries", "visits",  "builds", "remembers", "greets"};
+const std::vector<std::string> kPlaces{"near the hill",    "by the sea",    "in the city",
+                                       "under the bridge", "at the market", "behind the old mill"};
+const std::vector<std::string> kTimes{"every morning",  "at night",      "in the spring",
+                                      "after the rain", "before dinner", "on sunday"};
+const std::vector<std::string> kNumbers{"zero", "one", "two",   "three", "four",
+                                        "five", "six", "seven", "eight", "nine"};
 
 class Draw {
  public:
   explicit Draw(uint64_t seed) : seed_(seed) {}
-  size_t below(size_t n) { return static_cast<size_t>(triad::philox_uniform(seed_, 1, i_++) * n) % n; }
+  size_t below(size_t n) {
+    return static_cast<size_t>(triad::philox_uniform(seed_, 1, i_++) * n) % n;
+  }
   const std::string& pick(const std::vector<std::string>& v) { return v[below(v.size())]; }
 
  private:
@@ -45,8 +48,8 @@ std::string sentence(Draw& d) {
     const size_t a = d.below(5), b = d.below(5);
     return kNumbers[a] + " plus " + kNumbers[b] + " is " + kNumbers[a + b] + ".";
   }
-  std::string s = "the " + d.pick(kAdjectives) + " " + d.pick(kNouns) + " " + d.pick(kVerbs) + " the " +
-                  d.pick(kNouns);
+  std::string s = "the " + d.pick(kAdjectives) + " " + d.pick(kNouns) + " " + d.pick(kVerbs) +
+                  " the " + d.pick(kNouns);
   if (kind >= 2) s += " " + d.pick(kPlaces);
   if (kind >= 3) s += " " + d.pick(kTimes);
   return s + ".";

@@ -11,7 +11,8 @@ int main(int argc, char** argv) {
   int count = 0;
   const cudaError_t err = cudaGetDeviceCount(&count);
   if (err != cudaSuccess || count == 0) {
-    std::printf("no CUDA device visible (%s)\n", err == cudaSuccess ? "count 0" : cudaGetErrorString(err));
+    std::printf("no CUDA device visible (%s)\n",
+                err == cudaSuccess ? "count 0" : cudaGetErrorString(err));
     return require ? 77 : 0;
   }
   int runtime = 0, driver = 0;

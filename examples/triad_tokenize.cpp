@@ -38,7 +38,8 @@ int main(int argc, char** argv) {
     std::vector<uint16_t> tokens;
     tokens.reserve(ids.size());
     for (int32_t id : ids) {
-      if (id < 0 || id > 65535) throw triad::ValueError("token id " + std::to_string(id) + " does not fit in uint16");
+      if (id < 0 || id > 65535)
+        throw triad::ValueError("token id " + std::to_string(id) + " does not fit in uint16");
       tokens.push_back(static_cast<uint16_t>(id));
     }
     triad::data::write_token_shard(output, tokens);

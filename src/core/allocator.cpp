@@ -1,8 +1,8 @@
 #include "triad/core/allocator.h"
 
+#include <malloc.h>
 #include <algorithm>
 #include <atomic>
-#include <malloc.h>
 
 #include <cstdlib>
 #include <new>
@@ -25,8 +25,10 @@ class CpuAllocator final : public Allocator {
   void* allocate(size_t nbytes) override {
     const size_t rounded = std::max<size_t>(64, (nbytes + 63) / 64 * 64);
     void* p = std::aligned_alloc(64, rounded);
-    if (!p) throw Error("cpu allocator: out of memory allocating " + std::to_string(nbytes) + " bytes");
-    const int64_t now = allocated_.fetch_add(static_cast<int64_t>(nbytes)) + static_cast<int64_t>(nbytes);
+    if (!p)
+      throw Error("cpu allocator: out of memory allocating " + std::to_string(nbytes) + " bytes");
+    const int64_t now =
+        allocated_.fetch_add(static_cast<int64_t>(nbytes)) + static_cast<int64_t>(nbytes);
     int64_t peak = peak_.load();
     while (now > peak && !peak_.compare_exchange_weak(peak, now)) {
     }

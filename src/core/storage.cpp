@@ -6,6 +6,8 @@ Storage::Storage(size_t nbytes, Allocator& allocator) : nbytes_(nbytes), allocat
   data_ = allocator.allocate(nbytes);
 }
 
-Storage::~Storage() { allocator_->deallocate(data_, nbytes_); }
+Storage::~Storage() {
+  allocator_->deallocate(data_, nbytes_);
+}
 
 }  // namespace triad

@@ -9,7 +9,9 @@ TensorImpl& Tensor::impl() const {
   return *impl_;
 }
 
-int64_t Tensor::size(int64_t d) const { return shape()[wrap_dim(d, dim(), "size")]; }
+int64_t Tensor::size(int64_t d) const {
+  return shape()[wrap_dim(d, dim(), "size")];
+}
 
 bool Tensor::is_contiguous() const {
   int64_t expected = 1;
@@ -24,7 +26,8 @@ bool Tensor::is_contiguous() const {
 
 void* Tensor::raw_data() const {
   auto& t = impl();
-  return static_cast<char*>(t.storage->data()) + t.offset * static_cast<int64_t>(dtype_size(t.dtype));
+  return static_cast<char*>(t.storage->data()) +
+         t.offset * static_cast<int64_t>(dtype_size(t.dtype));
 }
 
 Tensor& Tensor::set_requires_grad(bool value) {
@@ -68,14 +71,17 @@ Tensor empty(const Shape& shape, DType dtype, Device device) {
   }
   auto impl = std::make_shared<TensorImpl>();
   const size_t nbytes = static_cast<size_t>(numel(shape)) * dtype_size(dtype);
-  impl->storage = std::make_shared<Storage>(nbytes, backend_for(device.type).allocator(device.index));
+  impl->storage =
+      std::make_shared<Storage>(nbytes, backend_for(device.type).allocator(device.index));
   impl->shape = shape;
   impl->strides = contiguous_strides(shape);
   impl->dtype = dtype;
   return Tensor(std::move(impl));
 }
 
-Tensor empty_like(const Tensor& t) { return empty(t.shape(), t.dtype(), t.device()); }
+Tensor empty_like(const Tensor& t) {
+  return empty(t.shape(), t.dtype(), t.device());
+}
 
 Tensor make_view(const Tensor& base, Shape shape, Shape strides, int64_t offset) {
   auto impl = std::make_shared<TensorImpl>();

@@ -7,7 +7,8 @@ namespace triad::data {
 TokenDataset::TokenDataset(const std::vector<std::string>& shard_paths, int64_t seq_len,
                            int64_t vocab_size)
     : seq_len_(seq_len) {
-  if (seq_len <= 0) throw ValueError("TokenDataset: seq_len (" + std::to_string(seq_len) + ") must be positive");
+  if (seq_len <= 0)
+    throw ValueError("TokenDataset: seq_len (" + std::to_string(seq_len) + ") must be positive");
   for (const auto& p : shard_paths) {
     auto t = read_token_shard(p, vocab_size);
     tokens_.insert(tokens_.end(), t.begin(), t.end());
@@ -15,8 +16,9 @@ TokenDataset::TokenDataset(const std::vector<std::string>& shard_paths, int64_t 
   const int64_t n = static_cast<int64_t>(tokens_.size());
   num_sequences_ = n > seq_len ? (n - 1) / seq_len : 0;
   if (num_sequences_ == 0) {
-    throw IoError("token data has " + std::to_string(n) + " tokens, fewer than one sequence of seq_len + 1 = " +
-                  std::to_string(seq_len + 1));
+    throw IoError(
+        "token data has " + std::to_string(n) +
+        " tokens, fewer than one sequence of seq_len + 1 = " + std::to_string(seq_len + 1));
   }
 }
 

@@ -30,7 +30,8 @@ std::vector<uint16_t> read_token_shard(const std::string& path, int64_t vocab_si
     throw IoError("token shard '" + path + "': version " + std::to_string(header[1]) +
                   ", expected " + std::to_string(kShardVersion));
   }
-  if (header[2] < 0) throw IoError("token shard '" + path + "': negative token count " + std::to_string(header[2]));
+  if (header[2] < 0)
+    throw IoError("token shard '" + path + "': negative token count " + std::to_string(header[2]));
   const uint64_t count = static_cast<uint64_t>(header[2]);
   if (size != kShardHeaderBytes + 2 * count) {
     throw IoError("token shard '" + path + "': header says " + std::to_string(count) + " tokens (" +
@@ -43,8 +44,9 @@ std::vector<uint16_t> read_token_shard(const std::string& path, int64_t vocab_si
   if (vocab_size > 0) {
     for (uint64_t i = 0; i < count; ++i) {
       if (tokens[i] >= vocab_size) {
-        throw IoError("token shard '" + path + "': token " + std::to_string(tokens[i]) + " at position " +
-                      std::to_string(i) + " is not below vocab_size " + std::to_string(vocab_size));
+        throw IoError("token shard '" + path + "': token " + std::to_string(tokens[i]) +
+                      " at position " + std::to_string(i) + " is not below vocab_size " +
+                      std::to_string(vocab_size));
       }
     }
   }
@@ -53,7 +55,8 @@ std::vector<uint16_t> read_token_shard(const std::string& path, int64_t vocab_si
 
 void write_token_shard(const std::string& path, const std::vector<uint16_t>& tokens) {
   if (tokens.size() > static_cast<size_t>(INT32_MAX)) {
-    throw IoError("token shard '" + path + "': " + std::to_string(tokens.size()) + " tokens exceed the format's int32 count");
+    throw IoError("token shard '" + path + "': " + std::to_string(tokens.size()) +
+                  " tokens exceed the format's int32 count");
   }
   int32_t header[256];
   std::memset(header, 0, sizeof(header));
@@ -65,7 +68,8 @@ void write_token_shard(const std::string& path, const std::vector<uint16_t>& tok
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     if (!out) throw IoError("token shard '" + tmp + "': cannot open for writing");
     out.write(reinterpret_cast<const char*>(header), sizeof(header));
-    out.write(reinterpret_cast<const char*>(tokens.data()), static_cast<std::streamsize>(2 * tokens.size()));
+    out.write(reinterpret_cast<const char*>(tokens.data()),
+              static_cast<std::streamsize>(2 * tokens.size()));
     if (!out) throw IoError("token shard '" + tmp + "': write failed");
   }
   std::filesystem::rename(tmp, path);

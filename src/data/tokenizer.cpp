@@ -12,7 +12,9 @@ namespace {
 // Decodes one UTF-8 code point at s[i]; malformed bytes decode as themselves.
 uint32_t next_code_point(const std::string& s, size_t i, size_t& len) {
   const auto c = static_cast<unsigned char>(s[i]);
-  auto cont = [&](size_t k) { return i + k < s.size() && (static_cast<unsigned char>(s[i + k]) & 0xC0) == 0x80; };
+  auto cont = [&](size_t k) {
+    return i + k < s.size() && (static_cast<unsigned char>(s[i + k]) & 0xC0) == 0x80;
+  };
   if (c < 0x80) {
     len = 1;
     return c;
@@ -29,7 +31,8 @@ uint32_t next_code_point(const std::string& s, size_t i, size_t& len) {
   if ((c & 0xF8) == 0xF0 && cont(1) && cont(2) && cont(3)) {
     len = 4;
     return ((c & 0x07u) << 18) | ((static_cast<unsigned char>(s[i + 1]) & 0x3Fu) << 12) |
-           ((static_cast<unsigned char>(s[i + 2]) & 0x3Fu) << 6) | (static_cast<unsigned char>(s[i + 3]) & 0x3Fu);
+           ((static_cast<unsigned char>(s[i + 2]) & 0x3Fu) << 6) |
+           (static_cast<unsigned char>(s[i + 3]) & 0x3Fu);
   }
   len = 1;
   return c;
@@ -60,7 +63,9 @@ bool is_space(uint32_t c) {
          (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F ||
          c == 0x3000;
 }
-bool is_number(uint32_t c) { return c >= '0' && c <= '9'; }
+bool is_number(uint32_t c) {
+  return c >= '0' && c <= '9';
+}
 bool is_letter(uint32_t c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= 0x80 && !is_space(c));
 }
@@ -135,17 +140,20 @@ std::vector<int32_t> ByteTokenizer::encode(const std::string& text) const {
 std::string ByteTokenizer::decode(const std::vector<int32_t>& ids) const {
   std::string s;
   for (int32_t id : ids) {
-    if (id < 0 || id > 255) throw ValueError("ByteTokenizer: id " + std::to_string(id) + " is not a byte");
+    if (id < 0 || id > 255)
+      throw ValueError("ByteTokenizer: id " + std::to_string(id) + " is not a byte");
     s.push_back(static_cast<char>(id));
   }
   return s;
 }
 
-Gpt2BpeTokenizer::Gpt2BpeTokenizer(const std::string& vocab_json_path, const std::string& merges_path) {
+Gpt2BpeTokenizer::Gpt2BpeTokenizer(const std::string& vocab_json_path,
+                                   const std::string& merges_path) {
   // GPT-2's reversible byte -> printable code point map.
   int extra = 0;
   for (int b = 0; b < 256; ++b) {
-    const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+    const bool printable =
+        (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
     const uint32_t cp = printable ? static_cast<uint32_t>(b) : static_cast<uint32_t>(256 + extra++);
     byte_to_unicode_[b] = utf8(cp);
     unicode_to_byte_[byte_to_unicode_[b]] = static_cast<uint8_t>(b);
@@ -158,13 +166,15 @@ Gpt2BpeTokenizer::Gpt2BpeTokenizer(const std::string& vocab_json_path, const std
   } catch (const nlohmann::json::exception& e) {
     throw IoError("tokenizer: vocab '" + vocab_json_path + "' is not valid JSON: " + e.what());
   }
-  if (!vocab.is_object()) throw IoError("tokenizer: vocab '" + vocab_json_path + "' must map tokens to ids");
+  if (!vocab.is_object())
+    throw IoError("tokenizer: vocab '" + vocab_json_path + "' must map tokens to ids");
   for (auto it = vocab.begin(); it != vocab.end(); ++it) {
     if (!it.value().is_number_integer()) {
       throw IoError("tokenizer: vocab entry '" + it.key() + "' has a non-integer id");
     }
     const int64_t id = it.value().get<int64_t>();
-    if (id < 0 || id > INT32_MAX) throw IoError("tokenizer: vocab id " + std::to_string(id) + " is out of range");
+    if (id < 0 || id > INT32_MAX)
+      throw IoError("tokenizer: vocab id " + std::to_string(id) + " is out of range");
     encoder_[it.key()] = static_cast<int32_t>(id);
     decoder_[static_cast<int32_t>(id)] = it.key();
   }
@@ -205,7 +215,8 @@ std::vector<std::string> Gpt2BpeTokenizer::bpe(const std::string& word) const {
     if (best == INT32_MAX) break;
     std::vector<std::string> merged;
     for (size_t i = 0; i < symbols.size();) {
-      if (i + 1 < symbols.size() && symbols[i] == best_pair.first && symbols[i + 1] == best_pair.second) {
+      if (i + 1 < symbols.size() && symbols[i] == best_pair.first &&
+          symbols[i + 1] == best_pair.second) {
         merged.push_back(symbols[i] + symbols[i + 1]);
         i += 2;
       } else {
@@ -238,13 +249,15 @@ std::string Gpt2BpeTokenizer::decode(const std::vector<int32_t>& ids) const {
   std::string out;
   for (int32_t id : ids) {
     auto it = decoder_.find(id);
-    if (it == decoder_.end()) throw ValueError("tokenizer: id " + std::to_string(id) + " is not in the vocabulary");
+    if (it == decoder_.end())
+      throw ValueError("tokenizer: id " + std::to_string(id) + " is not in the vocabulary");
     const std::string& tok = it->second;
     for (size_t i = 0; i < tok.size();) {
       size_t len;
       next_code_point(tok, i, len);
       auto b = unicode_to_byte_.find(tok.substr(i, len));
-      if (b == unicode_to_byte_.end()) throw ValueError("tokenizer: token '" + tok + "' has a non-byte symbol");
+      if (b == unicode_to_byte_.end())
+        throw ValueError("tokenizer: token '" + tok + "' has a non-byte symbol");
       out.push_back(static_cast<char>(b->second));
       i += len;
     }

@@ -8,11 +8,13 @@ namespace triad::io {
 namespace {
 
 bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 Tensor transposed_copy(const Tensor& t) {
-  if (t.dim() != 2) throw ShapeError("GPT-2 linear weight must be 2-d, got " + shape_str(t.shape()));
+  if (t.dim() != 2)
+    throw ShapeError("GPT-2 linear weight must be 2-d, got " + shape_str(t.shape()));
   return contiguous(transpose(t.detach(), 0, 1)).detach();
 }
 
@@ -27,7 +29,8 @@ nn::StateDict gpt2_to_triad(const std::map<std::string, Tensor>& tensors) {
   nn::StateDict out;
   for (const auto& [raw, t] : tensors) {
     std::string name = raw.rfind("transformer.", 0) == 0 ? raw.substr(12) : raw;
-    if (ends_with(name, ".attn.bias") || ends_with(name, ".attn.masked_bias") || name == "lm_head.weight") {
+    if (ends_with(name, ".attn.bias") || ends_with(name, ".attn.masked_bias") ||
+        name == "lm_head.weight") {
       continue;
     }
     out[name] = is_gpt2_conv1d_weight(name) ? transposed_copy(t) : t;
@@ -37,7 +40,8 @@ nn::StateDict gpt2_to_triad(const std::map<std::string, Tensor>& tensors) {
 
 std::map<std::string, Tensor> triad_to_gpt2(const nn::StateDict& state) {
   std::map<std::string, Tensor> out;
-  for (const auto& [name, t] : state) out[name] = is_gpt2_conv1d_weight(name) ? transposed_copy(t) : t.detach();
+  for (const auto& [name, t] : state)
+    out[name] = is_gpt2_conv1d_weight(name) ? transposed_copy(t) : t.detach();
   return out;
 }
 
@@ -47,14 +51,15 @@ void load_gpt2_safetensors(nn::Gpt& model, const std::string& path) {
   auto params = model.named_parameters();
   for (auto& [name, p] : params) {
     auto it = state.find(name);
-    if (it == state.end()) throw IoError("GPT-2 weights '" + path + "': tensor '" + name + "' is missing");
+    if (it == state.end())
+      throw IoError("GPT-2 weights '" + path + "': tensor '" + name + "' is missing");
     if (it->second.shape() != p.shape()) {
       Shape stored = it->second.shape();
       if (is_gpt2_conv1d_weight(name)) std::swap(stored[0], stored[1]);
       Shape expect = p.shape();
       if (is_gpt2_conv1d_weight(name)) std::swap(expect[0], expect[1]);
-      throw IoError("GPT-2 weights '" + path + "': tensor '" + name + "' has shape " + shape_str(stored) +
-                    " but the configured model needs " + shape_str(expect));
+      throw IoError("GPT-2 weights '" + path + "': tensor '" + name + "' has shape " +
+                    shape_str(stored) + " but the configured model needs " + shape_str(expect));
     }
   }
   for (auto& [name, t] : state) {

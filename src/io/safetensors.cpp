@@ -21,9 +21,9 @@ using json = nlohmann::json;
 }
 
 DType parse_dtype(const std::string& name, const std::string& source, const std::string& tensor) {
-  static const std::map<std::string, DType> kAllowed{{"F32", DType::F32}, {"F64", DType::F64},
+  static const std::map<std::string, DType> kAllowed{{"F32", DType::F32},   {"F64", DType::F64},
                                                      {"BF16", DType::BF16}, {"F16", DType::F16},
-                                                     {"I32", DType::I32}, {"I64", DType::I64}};
+                                                     {"I32", DType::I32},   {"I64", DType::I64}};
   auto it = kAllowed.find(name);
   if (it == kAllowed.end()) {
     fail(source, "tensor '" + tensor + "' has dtype '" + name +
@@ -32,18 +32,26 @@ DType parse_dtype(const std::string& name, const std::string& source, const std:
   return it->second;
 }
 
-bool mul_overflows(uint64_t a, uint64_t b, uint64_t& out) { return __builtin_mul_overflow(a, b, &out); }
+bool mul_overflows(uint64_t a, uint64_t b, uint64_t& out) {
+  return __builtin_mul_overflow(a, b, &out);
+}
 
 }  // namespace
 
 const char* safetensors_dtype_name(DType dtype) {
   switch (dtype) {
-    case DType::F32: return "F32";
-    case DType::F64: return "F64";
-    case DType::BF16: return "BF16";
-    case DType::F16: return "F16";
-    case DType::I32: return "I32";
-    case DType::I64: return "I64";
+    case DType::F32:
+      return "F32";
+    case DType::F64:
+      return "F64";
+    case DType::BF16:
+      return "BF16";
+    case DType::F16:
+      return "F16";
+    case DType::I32:
+      return "I32";
+    case DType::I64:
+      return "I64";
   }
   return "?";
 }
@@ -55,7 +63,8 @@ void save_safetensors(const std::string& path, const std::map<std::string, Tenso
   std::vector<Tensor> host;
   uint64_t offset = 0;
   for (const auto& [name, t] : tensors) {
-    if (name == "__metadata__") throw IoError("safetensors: '__metadata__' is not a valid tensor name");
+    if (name == "__metadata__")
+      throw IoError("safetensors: '__metadata__' is not a valid tensor name");
     Tensor h = contiguous(to_device(t.detach(), Device::cpu())).detach();
     host.push_back(h);
     json entry;
@@ -85,12 +94,14 @@ void save_safetensors(const std::string& path, const std::map<std::string, Tenso
   }
   std::error_code ec;
   std::filesystem::rename(tmp, path, ec);
-  if (ec) throw IoError("safetensors: cannot rename '" + tmp + "' to '" + path + "': " + ec.message());
+  if (ec)
+    throw IoError("safetensors: cannot rename '" + tmp + "' to '" + path + "': " + ec.message());
 }
 
 Safetensors parse_safetensors(const std::vector<uint8_t>& bytes, const std::string& source) {
   if (bytes.size() < 8) {
-    fail(source, "file is " + std::to_string(bytes.size()) + " bytes, too short for the 8-byte header length");
+    fail(source, "file is " + std::to_string(bytes.size()) +
+                     " bytes, too short for the 8-byte header length");
   }
   uint64_t header_len = 0;
   for (int i = 0; i < 8; ++i) header_len |= static_cast<uint64_t>(bytes[i]) << (8 * i);
@@ -99,12 +110,13 @@ Safetensors parse_safetensors(const std::vector<uint8_t>& bytes, const std::stri
                      std::to_string(kMaxSafetensorsHeader) + " bytes");
   }
   if (header_len > bytes.size() - 8) {
-    fail(source, "header length " + std::to_string(header_len) + " runs past the end of the file (" +
-                     std::to_string(bytes.size()) + " bytes)");
+    fail(source, "header length " + std::to_string(header_len) +
+                     " runs past the end of the file (" + std::to_string(bytes.size()) + " bytes)");
   }
   json header;
   try {
-    header = json::parse(bytes.begin() + 8, bytes.begin() + 8 + static_cast<std::ptrdiff_t>(header_len));
+    header =
+        json::parse(bytes.begin() + 8, bytes.begin() + 8 + static_cast<std::ptrdiff_t>(header_len));
   } catch (const json::exception& e) {
     fail(source, std::string("header is not valid JSON: ") + e.what());
   }
@@ -124,12 +136,14 @@ Safetensors parse_safetensors(const std::vector<uint8_t>& bytes, const std::stri
     if (name == "__metadata__") {
       if (!e.is_object()) fail(source, "__metadata__ must be an object of strings");
       for (auto m = e.begin(); m != e.end(); ++m) {
-        if (!m.value().is_string()) fail(source, "__metadata__ value for '" + m.key() + "' is not a string");
+        if (!m.value().is_string())
+          fail(source, "__metadata__ value for '" + m.key() + "' is not a string");
         result.metadata[m.key()] = m.value().get<std::string>();
       }
       continue;
     }
-    if (!e.is_object() || !e.contains("dtype") || !e.contains("shape") || !e.contains("data_offsets")) {
+    if (!e.is_object() || !e.contains("dtype") || !e.contains("shape") ||
+        !e.contains("data_offsets")) {
       fail(source, "tensor '" + name + "' needs dtype, shape and data_offsets");
     }
     if (!e["dtype"].is_string()) fail(source, "tensor '" + name + "' dtype is not a string");
@@ -137,21 +151,25 @@ Safetensors parse_safetensors(const std::vector<uint8_t>& bytes, const std::stri
     const json& js = e["shape"];
     const json& jo = e["data_offsets"];
     if (!js.is_array()) fail(source, "tensor '" + name + "' shape is not an array");
-    if (!jo.is_array() || jo.size() != 2 || !jo[0].is_number_unsigned() || !jo[1].is_number_unsigned()) {
+    if (!jo.is_array() || jo.size() != 2 || !jo[0].is_number_unsigned() ||
+        !jo[1].is_number_unsigned()) {
       fail(source, "tensor '" + name + "' data_offsets must be two non-negative integers");
     }
     Shape shape;
     uint64_t count = 1;
     for (const json& d : js) {
-      if (!d.is_number_unsigned()) fail(source, "tensor '" + name + "' has a negative or non-integer dimension");
+      if (!d.is_number_unsigned())
+        fail(source, "tensor '" + name + "' has a negative or non-integer dimension");
       const uint64_t v = d.get<uint64_t>();
-      if (v > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) || mul_overflows(count, v, count)) {
+      if (v > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) ||
+          mul_overflows(count, v, count)) {
         fail(source, "tensor '" + name + "' shape overflows");
       }
       shape.push_back(static_cast<int64_t>(v));
     }
     uint64_t nbytes;
-    if (mul_overflows(count, dtype_size(dtype), nbytes)) fail(source, "tensor '" + name + "' size overflows");
+    if (mul_overflows(count, dtype_size(dtype), nbytes))
+      fail(source, "tensor '" + name + "' size overflows");
     const uint64_t begin = jo[0].get<uint64_t>(), end = jo[1].get<uint64_t>();
     if (end < begin) fail(source, "tensor '" + name + "' has data_offsets end < begin");
     if (end - begin != nbytes) {
@@ -160,8 +178,9 @@ Safetensors parse_safetensors(const std::vector<uint8_t>& bytes, const std::stri
                        " bytes but its data_offsets span " + std::to_string(end - begin));
     }
     if (end > data_size) {
-      fail(source, "tensor '" + name + "' data [" + std::to_string(begin) + ", " + std::to_string(end) +
-                       ") lies outside the " + std::to_string(data_size) + "-byte data section");
+      fail(source, "tensor '" + name + "' data [" + std::to_string(begin) + ", " +
+                       std::to_string(end) + ") lies outside the " + std::to_string(data_size) +
+                       "-byte data section");
     }
     Tensor t = empty(shape, dtype);
     if (nbytes) std::memcpy(t.raw_data(), data + begin, nbytes);
@@ -174,8 +193,9 @@ Safetensors parse_safetensors(const std::vector<uint8_t>& bytes, const std::stri
   uint64_t cursor = 0;
   for (const Span& s : spans) {
     if (s.begin != cursor) {
-      fail(source, "tensor '" + s.name + "' starts at byte " + std::to_string(s.begin) + ", expected " +
-                       std::to_string(cursor) + " (data must be contiguous, without gaps or overlaps)");
+      fail(source, "tensor '" + s.name + "' starts at byte " + std::to_string(s.begin) +
+                       ", expected " + std::to_string(cursor) +
+                       " (data must be contiguous, without gaps or overlaps)");
     }
     cursor = s.end;
   }
@@ -189,7 +209,8 @@ Safetensors parse_safetensors(const std::vector<uint8_t>& bytes, const std::stri
 Safetensors load_safetensors(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw IoError("safetensors: cannot open '" + path + "'");
-  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)),
+                             std::istreambuf_iterator<char>());
   return parse_safetensors(bytes, path);
 }
 

@@ -13,7 +13,9 @@ namespace triad::nn {
 namespace {
 
 void require_positive(int64_t v, const char* name) {
-  if (v <= 0) throw ConfigError(std::string("model.") + name + " (" + std::to_string(v) + ") must be positive");
+  if (v <= 0)
+    throw ConfigError(std::string("model.") + name + " (" + std::to_string(v) +
+                      ") must be positive");
 }
 
 // Dropout at a named site; identity when not training or p == 0.
@@ -96,7 +98,8 @@ Gpt::Gpt(const GptConfig& cfg, uint64_t seed, DType dtype) : cfg_(cfg) {
   ln_f_ = register_module("ln_f", std::make_shared<LayerNorm>(cfg.d_model, cfg.layer_norm_eps));
   StateDict init;
   for (auto& [name, p] : named_parameters()) {
-    init.emplace(name, init_parameter(name, p.shape(), gpt2_init_rule(name, cfg.n_layer), seed, dtype));
+    init.emplace(name,
+                 init_parameter(name, p.shape(), gpt2_init_rule(name, cfg.n_layer), seed, dtype));
   }
   load_state_dict(init);
 }

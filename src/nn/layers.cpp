@@ -16,19 +16,25 @@ Linear::Linear(int64_t in_features, int64_t out_features, bool bias, DType dtype
   if (bias) bias_ = register_parameter("bias", zeros({out_features}, dtype));
 }
 
-Tensor Linear::forward(const Tensor& x) const { return linear(x, weight_, bias_); }
+Tensor Linear::forward(const Tensor& x) const {
+  return linear(x, weight_, bias_);
+}
 
 LayerNorm::LayerNorm(int64_t features, double eps, DType dtype) : eps_(eps) {
   weight_ = register_parameter("weight", ones({features}, dtype));
   bias_ = register_parameter("bias", zeros({features}, dtype));
 }
 
-Tensor LayerNorm::forward(const Tensor& x) const { return layer_norm(x, weight_, bias_, eps_); }
+Tensor LayerNorm::forward(const Tensor& x) const {
+  return layer_norm(x, weight_, bias_, eps_);
+}
 
 Embedding::Embedding(int64_t num_embeddings, int64_t dim, DType dtype) {
   weight_ = register_parameter("weight", zeros({num_embeddings, dim}, dtype));
 }
 
-Tensor Embedding::forward(const Tensor& ids) const { return embedding(weight_, ids); }
+Tensor Embedding::forward(const Tensor& ids) const {
+  return embedding(weight_, ids);
+}
 
 }  // namespace triad::nn

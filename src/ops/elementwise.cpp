@@ -79,9 +79,8 @@ Tensor affine(const Tensor& x, double alpha, double beta) {
   Tensor xc = contiguous(x);
   Tensor y = empty_like(xc);
   backend_for(xc).affine(xc, alpha, beta, y);
-  record("affine", {x}, {y}, [alpha](const TensorList& g) -> TensorList {
-    return {scale(g[0], alpha)};
-  });
+  record("affine", {x}, {y},
+         [alpha](const TensorList& g) -> TensorList { return {scale(g[0], alpha)}; });
   return y;
 }
 
@@ -125,7 +124,8 @@ Tensor cast(const Tensor& x, DType dtype) {
   backend_for(x).copy(x, y);
   if (is_floating(dtype) && is_floating(x.dtype())) {
     const DType from = x.dtype();
-    record("cast", {x}, {y}, [from](const TensorList& g) -> TensorList { return {cast(g[0], from)}; });
+    record("cast", {x}, {y},
+           [from](const TensorList& g) -> TensorList { return {cast(g[0], from)}; });
   }
   return y;
 }
@@ -152,9 +152,8 @@ Tensor to_device(const Tensor& x, Device device) {
   Backend& b = backend_for(device.is_cpu() ? x.device().type : device.type);
   b.copy(x, y);
   const Device from = x.device();
-  record("to_device", {x}, {y}, [from](const TensorList& g) -> TensorList {
-    return {to_device(g[0], from)};
-  });
+  record("to_device", {x}, {y},
+         [from](const TensorList& g) -> TensorList { return {to_device(g[0], from)}; });
   return y;
 }
 

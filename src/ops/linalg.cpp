@@ -26,8 +26,8 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   detail::check_floating(b, "matmul", "b");
   detail::check_same(a, b, "matmul");
   if (a.dim() < 2 || b.dim() < 2) {
-    throw ShapeError("matmul: operands must be at least 2-d, got " + shape_str(a.shape()) + " and " +
-                     shape_str(b.shape()));
+    throw ShapeError("matmul: operands must be at least 2-d, got " + shape_str(a.shape()) +
+                     " and " + shape_str(b.shape()));
   }
   const int64_t M = a.size(-2), K = a.size(-1), N = b.size(-1);
   if (b.size(-2) != K) {
@@ -43,14 +43,15 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
     Tensor a2 = reshape(ac, {batch * M, K});
     Tensor y = reshape(gemm_new(a2, bc, {batch * M, N}, false, false), out_shape);
     y = y.detach();
-    record("matmul", {a, b}, {y}, [a2, bc, out_shape, M, N, K, batch](const TensorList& g) -> TensorList {
-      Tensor g2 = reshape(contiguous(g[0]), {batch * M, N});
-      Tensor ga = gemm_new(g2, bc, {batch * M, K}, false, true);
-      Tensor gb = gemm_new(a2, g2, {K, N}, true, false);
-      Shape a_shape(out_shape.begin(), out_shape.end() - 1);
-      a_shape.push_back(K);
-      return {reshape(ga, a_shape), gb};
-    });
+    record("matmul", {a, b}, {y},
+           [a2, bc, out_shape, M, N, K, batch](const TensorList& g) -> TensorList {
+             Tensor g2 = reshape(contiguous(g[0]), {batch * M, N});
+             Tensor ga = gemm_new(g2, bc, {batch * M, K}, false, true);
+             Tensor gb = gemm_new(a2, g2, {K, N}, true, false);
+             Shape a_shape(out_shape.begin(), out_shape.end() - 1);
+             a_shape.push_back(K);
+             return {reshape(ga, a_shape), gb};
+           });
     return y;
   }
   Shape b_lead(b.shape().begin(), b.shape().end() - 2);
@@ -62,12 +63,13 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   Tensor a3 = reshape(ac, {batch, M, K}), b3 = reshape(bc, {batch, K, N});
   Tensor y = reshape(gemm_new(a3, b3, {batch, M, N}, false, false), out_shape).detach();
   const Shape as = a.shape(), bs = b.shape();
-  record("matmul", {a, b}, {y}, [a3, b3, as, bs, batch, M, N, K](const TensorList& g) -> TensorList {
-    Tensor g3 = reshape(contiguous(g[0]), {batch, M, N});
-    Tensor ga = gemm_new(g3, b3, {batch, M, K}, false, true);
-    Tensor gb = gemm_new(a3, g3, {batch, K, N}, true, false);
-    return {reshape(ga, as), reshape(gb, bs)};
-  });
+  record("matmul", {a, b}, {y},
+         [a3, b3, as, bs, batch, M, N, K](const TensorList& g) -> TensorList {
+           Tensor g3 = reshape(contiguous(g[0]), {batch, M, N});
+           Tensor ga = gemm_new(g3, b3, {batch, M, K}, false, true);
+           Tensor gb = gemm_new(a3, g3, {batch, K, N}, true, false);
+           return {reshape(ga, as), reshape(gb, bs)};
+         });
   return y;
 }
 

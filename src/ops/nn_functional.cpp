@@ -59,25 +59,25 @@ Tensor causal_attention(const Tensor& qkv, int64_t n_head) {
   detail::check_dim(qkv, 3, "causal_attention", "qkv");
   const int64_t B = qkv.size(0), T = qkv.size(1), C3 = qkv.size(2);
   if (C3 % 3 != 0) {
-    throw ShapeError("causal_attention: last dim of qkv (" + std::to_string(C3) +
-                     ") must be 3*C");
+    throw ShapeError("causal_attention: last dim of qkv (" + std::to_string(C3) + ") must be 3*C");
   }
   const int64_t C = C3 / 3;
   if (n_head <= 0 || C % n_head != 0) {
-    throw ShapeError("causal_attention: C (" + std::to_string(C) + ") must be divisible by n_head (" +
-                     std::to_string(n_head) + ")");
+    throw ShapeError("causal_attention: C (" + std::to_string(C) +
+                     ") must be divisible by n_head (" + std::to_string(n_head) + ")");
   }
   Tensor qc = contiguous(qkv).detach();
   Tensor out = empty({B, T, C}, qkv.dtype(), qkv.device());
   Tensor lse = empty({B, n_head, T}, stat_dtype(qkv.dtype()), qkv.device());
   backend_for(qkv).attention_forward(qc, n_head, out, lse);
   Tensor od = out.detach();
-  record("causal_attention", {qkv}, {out}, [qc, od, lse, n_head](const TensorList& g) -> TensorList {
-    Tensor dout = contiguous(g[0]);
-    Tensor dqkv = empty_like(qc);
-    backend_for(qc).attention_backward(qc, od, lse, dout, n_head, dqkv);
-    return {dqkv};
-  });
+  record("causal_attention", {qkv}, {out},
+         [qc, od, lse, n_head](const TensorList& g) -> TensorList {
+           Tensor dout = contiguous(g[0]);
+           Tensor dqkv = empty_like(qc);
+           backend_for(qc).attention_backward(qc, od, lse, dout, n_head, dqkv);
+           return {dqkv};
+         });
   return out;
 }
 
@@ -102,7 +102,8 @@ Tensor embedding(const Tensor& weight, const Tensor& ids) {
   record("embedding", {weight}, {out}, [ic, ws, dt, dev, C](const TensorList& g) -> TensorList {
     Tensor dout = contiguous(g[0]);
     Tensor dw = empty(ws, dt, dev);
-    backend_for(dw).embedding_backward(ic, make_view(dout, {ic.numel(), C}, {C, 1}, dout.offset()), dw);
+    backend_for(dw).embedding_backward(ic, make_view(dout, {ic.numel(), C}, {C, 1}, dout.offset()),
+                                       dw);
     return {dw};
   });
   return out;
@@ -135,7 +136,8 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
   }
   Tensor total = empty({}, sd, logits.device());
   be.reduce(ReduceOp::Sum, losses, 1, N, 1, total, nullptr);
-  Tensor loss = cast(scale(total, count ? 1.0 / static_cast<double>(count) : 0.0), logits.dtype()).detach();
+  Tensor loss =
+      cast(scale(total, count ? 1.0 / static_cast<double>(count) : 0.0), logits.dtype()).detach();
   const Shape ls = logits.shape();
   record("cross_entropy", {logits}, {loss},
          [lc, tc, lse, count, ignore_index, ls, sd, N](const TensorList& g) -> TensorList {

@@ -23,7 +23,8 @@ Reduction reduce_raw(ReduceOp op, const Tensor& x, int64_t dim, const char* name
   detail::check_floating(x, name, "x");
   const int64_t d = wrap_dim(dim, x.dim(), name);
   if (op == ReduceOp::Max && x.shape()[d] == 0) {
-    throw ShapeError(std::string(name) + ": cannot take the max over an empty dim " + std::to_string(d));
+    throw ShapeError(std::string(name) + ": cannot take the max over an empty dim " +
+                     std::to_string(d));
   }
   Tensor xc = contiguous(x);
   int64_t outer = 1, inner = 1;
@@ -81,7 +82,9 @@ Tensor max(const Tensor& x, int64_t dim, bool keepdim) {
   return y;
 }
 
-Tensor sum(const Tensor& x) { return sum(reshape(x, {x.numel()}), 0, false); }
+Tensor sum(const Tensor& x) {
+  return sum(reshape(x, {x.numel()}), 0, false);
+}
 
 Tensor mean(const Tensor& x) {
   if (x.numel() == 0) throw ShapeError("mean: tensor has no elements");

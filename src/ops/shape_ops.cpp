@@ -65,13 +65,14 @@ Tensor reshape(const Tensor& x, Shape shape) {
   Tensor src = contiguous(x);
   Tensor y = make_view(src, shape, contiguous_strides(shape), src.offset());
   const Shape in_shape = src.shape();
-  record("reshape", {src}, {y}, [in_shape](const TensorList& g) -> TensorList {
-    return {reshape(g[0], in_shape)};
-  });
+  record("reshape", {src}, {y},
+         [in_shape](const TensorList& g) -> TensorList { return {reshape(g[0], in_shape)}; });
   return y;
 }
 
-Tensor flatten(const Tensor& x) { return reshape(x, {x.numel()}); }
+Tensor flatten(const Tensor& x) {
+  return reshape(x, {x.numel()});
+}
 
 Tensor permute(const Tensor& x, const std::vector<int64_t>& dims) {
   detail::check_defined(x, "permute", "x");
@@ -90,9 +91,8 @@ Tensor permute(const Tensor& x, const std::vector<int64_t>& dims) {
     strides[i] = x.strides()[d];
   }
   Tensor y = make_view(x, shape, strides, x.offset());
-  record("permute", {x}, {y}, [inverse](const TensorList& g) -> TensorList {
-    return {permute(g[0], inverse)};
-  });
+  record("permute", {x}, {y},
+         [inverse](const TensorList& g) -> TensorList { return {permute(g[0], inverse)}; });
   return y;
 }
 
@@ -162,9 +162,8 @@ Tensor expand(const Tensor& x, const Shape& shape) {
   }
   Tensor y = make_view(x, shape, strides, x.offset());
   const Shape in_shape = x.shape();
-  record("expand", {x}, {y}, [in_shape](const TensorList& g) -> TensorList {
-    return {sum_to(g[0], in_shape)};
-  });
+  record("expand", {x}, {y},
+         [in_shape](const TensorList& g) -> TensorList { return {sum_to(g[0], in_shape)}; });
   return y;
 }
 
@@ -185,8 +184,8 @@ Tensor concat(const std::vector<Tensor>& xs, int64_t dim) {
     s[d] = shape[d];
     if (s != shape) {
       throw ShapeError("concat: tensor " + std::to_string(i) + " has shape " +
-                       shape_str(xs[i].shape()) + ", incompatible with " + shape_str(first.shape()) +
-                       " outside dim " + std::to_string(d));
+                       shape_str(xs[i].shape()) + ", incompatible with " +
+                       shape_str(first.shape()) + " outside dim " + std::to_string(d));
     }
   }
   shape[d] = total;

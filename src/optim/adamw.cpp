@@ -8,7 +8,8 @@ namespace triad::optim {
 
 AdamW::AdamW(std::vector<std::pair<std::string, Tensor>> named_params, AdamWOptions options)
     : options_(options) {
-  if (!(options.lr >= 0)) throw ValueError("AdamW: lr " + std::to_string(options.lr) + " must be >= 0");
+  if (!(options.lr >= 0))
+    throw ValueError("AdamW: lr " + std::to_string(options.lr) + " must be >= 0");
   if (!(options.beta1 >= 0 && options.beta1 < 1) || !(options.beta2 >= 0 && options.beta2 < 1)) {
     throw ValueError("AdamW: betas (" + std::to_string(options.beta1) + ", " +
                      std::to_string(options.beta2) + ") must be in [0, 1)");

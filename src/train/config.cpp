@@ -59,7 +59,8 @@ void apply_section(const YAML::Node& node, const std::string& name, const Sectio
     bool known = false;
     for (const auto& [k, f] : fields) known = known || k == key;
     if (!known) {
-      throw ConfigError("unknown key '" + name + "." + key + "' (allowed in " + name + ": " + allowed + ")");
+      throw ConfigError("unknown key '" + name + "." + key + "' (allowed in " + name + ": " +
+                        allowed + ")");
     }
   }
   for (const auto& [k, f] : fields) {
@@ -113,7 +114,8 @@ void validate(const Config& c, bool min_lr_given) {
   c.model.validate();
   const auto& t = c.train;
   require(t.steps > 0, "train.steps", t.steps, "must be positive");
-  require(t.global_batch_size > 0, "train.global_batch_size", t.global_batch_size, "must be positive");
+  require(t.global_batch_size > 0, "train.global_batch_size", t.global_batch_size,
+          "must be positive");
   require(t.micro_batch_size > 0, "train.micro_batch_size", t.micro_batch_size, "must be positive");
   if (t.global_batch_size % t.micro_batch_size != 0) {
     throw ConfigError("train.global_batch_size (" + std::to_string(t.global_batch_size) +
@@ -173,25 +175,34 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
       {"global_batch_size", {true, [&](auto& v, auto& k) { t.global_batch_size = get_int(v, k); }}},
       {"micro_batch_size", {true, [&](auto& v, auto& k) { t.micro_batch_size = get_int(v, k); }}},
       {"lr", {false, [&](auto& v, auto& k) { t.lr = get_double(v, k); }}},
-      {"min_lr", {false, [&](auto& v, auto& k) { t.min_lr = get_double(v, k); min_lr_given = true; }}},
+      {"min_lr",
+       {false,
+        [&](auto& v, auto& k) {
+          t.min_lr = get_double(v, k);
+          min_lr_given = true;
+        }}},
       {"warmup_steps", {false, [&](auto& v, auto& k) { t.warmup_steps = get_int(v, k); }}},
       {"weight_decay", {false, [&](auto& v, auto& k) { t.weight_decay = get_double(v, k); }}},
       {"beta1", {false, [&](auto& v, auto& k) { t.beta1 = get_double(v, k); }}},
       {"beta2", {false, [&](auto& v, auto& k) { t.beta2 = get_double(v, k); }}},
       {"eps", {false, [&](auto& v, auto& k) { t.eps = get_double(v, k); }}},
       {"grad_clip", {false, [&](auto& v, auto& k) { t.grad_clip = get_double(v, k); }}},
-      {"seed", {false, [&](auto& v, auto& k) {
-         const int64_t s = get_int(v, k);
-         if (s < 0) throw ConfigError(k + " (" + std::to_string(s) + ") must be >= 0");
-         t.seed = static_cast<uint64_t>(s);
-       }}},
+      {"seed",
+       {false,
+        [&](auto& v, auto& k) {
+          const int64_t s = get_int(v, k);
+          if (s < 0) throw ConfigError(k + " (" + std::to_string(s) + ") must be >= 0");
+          t.seed = static_cast<uint64_t>(s);
+        }}},
   };
   const Section data{{"train", {true, [&](auto& v, auto& k) { c.data_train = get_string(v, k); }}}};
   const Section init{{"from", {false, [&](auto& v, auto& k) { c.init_from = get_string(v, k); }}}};
-  const Section output{{"dir", {false, [&](auto& v, auto& k) { c.output_dir = get_string(v, k); }}}};
-  const Section log{{"interval", {false, [&](auto& v, auto& k) { c.log_interval = get_int(v, k); }}}};
+  const Section output{
+      {"dir", {false, [&](auto& v, auto& k) { c.output_dir = get_string(v, k); }}}};
+  const Section log{
+      {"interval", {false, [&](auto& v, auto& k) { c.log_interval = get_int(v, k); }}}};
   const std::vector<std::pair<std::string, const Section*>> sections{
-      {"model", &model}, {"train", &train}, {"data", &data},
+      {"model", &model}, {"train", &train},   {"data", &data},
       {"init", &init},   {"output", &output}, {"log", &log}};
 
   const std::string allowed = "model, train, data, init, output, log, device";

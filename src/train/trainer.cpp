@@ -34,7 +34,8 @@ std::string format_duration(double seconds) {
 
 Trainer::Trainer(Config config)
     : config_(std::move(config)),
-      schedule_(config_.train.lr, config_.train.min_lr, config_.train.warmup_steps, config_.train.steps) {
+      schedule_(config_.train.lr, config_.train.min_lr, config_.train.warmup_steps,
+                config_.train.steps) {
   const Device device = device_from_string(config_.device);
   if (!device.is_cpu()) {
     throw NotSupportedError("device '" + config_.device +
@@ -59,7 +60,8 @@ StepMetrics Trainer::step(int64_t index) {
   const int64_t accum = config_.accumulation_steps();
   double loss_sum = 0;
   for (int64_t micro = 0; micro < accum; ++micro) {
-    data::Batch b = dataset_->batch(index, t.global_batch_size, micro * t.micro_batch_size, t.micro_batch_size);
+    data::Batch b =
+        dataset_->batch(index, t.global_batch_size, micro * t.micro_batch_size, t.micro_batch_size);
     nn::ForwardContext ctx{true, t.seed, static_cast<uint64_t>(index * accum + micro)};
     Tensor loss = model_->loss(b.inputs, b.targets, ctx);
     const double value = item(loss);
@@ -111,10 +113,13 @@ std::vector<StepMetrics> Trainer::run() {
     metrics.write(m);
     out.push_back(m);
     if (m.step == 1 || m.step % config_.log_interval == 0 || m.step == steps) {
-      const double eta = total_ms / 1000.0 / static_cast<double>(m.step) * static_cast<double>(steps - m.step);
-      spdlog::info("step {:>5}/{} | loss {:.4f} | lr {:.2e} | grad norm {:.3f} | {:.0f} tok/s | {:.1f} ms | ETA {}",
-                   m.step, steps, m.loss, m.lr, m.grad_norm, m.tokens_per_s, m.step_ms,
-                   format_duration(eta));
+      const double eta =
+          total_ms / 1000.0 / static_cast<double>(m.step) * static_cast<double>(steps - m.step);
+      spdlog::info(
+          "step {:>5}/{} | loss {:.4f} | lr {:.2e} | grad norm {:.3f} | {:.0f} tok/s | {:.1f} ms | "
+          "ETA {}",
+          m.step, steps, m.loss, m.lr, m.grad_norm, m.tokens_per_s, m.step_ms,
+          format_duration(eta));
     }
   }
   const std::string weights = config_.output_dir + "/model.safetensors";

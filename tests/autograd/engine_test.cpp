@@ -8,9 +8,12 @@
 namespace triad {
 namespace {
 
-std::vector<double> vec(const Tensor& t) { return to_double_vector(t); }
+std::vector<double> vec(const Tensor& t) {
+  return to_double_vector(t);
+}
 
-void expect_all_near(const std::vector<double>& a, const std::vector<double>& b, double tol = 1e-12) {
+void expect_all_near(const std::vector<double>& a, const std::vector<double>& b,
+                     double tol = 1e-12) {
   ASSERT_EQ(a.size(), b.size());
   for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], tol) << "element " << i;
 }

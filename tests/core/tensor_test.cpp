@@ -3,8 +3,8 @@
 #include <cmath>
 #include <limits>
 
-#include "triad/core/half.h"
 #include "triad/autograd/engine.h"
+#include "triad/core/half.h"
 #include "triad/core/rng.h"
 #include "triad/ops.h"
 
@@ -57,8 +57,8 @@ TEST(Half, F16MatchesIeeeBinary16) {
   EXPECT_EQ(float_to_f16(1.0f), 0x3c00);
   EXPECT_EQ(float_to_f16(-2.0f), 0xc000);
   EXPECT_EQ(float_to_f16(65504.0f), 0x7bff);
-  EXPECT_EQ(float_to_f16(1e6f), 0x7c00);          // overflow to inf
-  EXPECT_EQ(float_to_f16(5.960464477539063e-08f), 0x0001);  // smallest subnormal
+  EXPECT_EQ(float_to_f16(1e6f), 0x7c00);                      // overflow to inf
+  EXPECT_EQ(float_to_f16(5.960464477539063e-08f), 0x0001);    // smallest subnormal
   EXPECT_EQ(float_to_f16(2.98023223876953125e-08f), 0x0000);  // half of it: ties to even
   for (uint32_t h = 0; h < 0x7c00; h += 7) {  // every 7th finite positive half round-trips
     EXPECT_EQ(float_to_f16(f16_to_float(static_cast<uint16_t>(h))), h);

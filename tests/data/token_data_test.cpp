@@ -104,16 +104,19 @@ TEST(Tokenizer, ByteLevelRoundTrips) {
 TEST(Tokenizer, Gpt2PretokenizationSplitsLikeTheReferencePattern) {
   auto p = gpt2_pretokenize("Hello world's  end!! 123abc\n\nok ");
   // "\s+(?!\S)" leaves the last newline of a run that precedes text.
-  std::vector<std::string> expect{"Hello", " world", "'s", " ", " end", "!!", " 123", "abc", "\n", "\n", "ok", " "};
+  std::vector<std::string> expect{"Hello", " world", "'s", " ",  " end", "!!",
+                                  " 123",  "abc",    "\n", "\n", "ok",   " "};
   EXPECT_EQ(p, expect);
 }
 
 TEST(Tokenizer, Gpt2BpeAppliesMergesByRank) {
   TempDir dir;
   // A toy vocabulary in GPT-2's format: "Ġ" encodes the space byte.
-  triad::testing::write_text(dir.file("vocab.json"),
-                             R"({"h":0,"e":1,"l":2,"o":3,"Ġ":4,"he":5,"ll":6,"hell":7,"hello":8,"Ġh":9,"w":10})");
-  triad::testing::write_text(dir.file("merges.txt"), "#version: 0.2\nh e\nl l\nhe ll\nhell o\nĠ h\n");
+  triad::testing::write_text(
+      dir.file("vocab.json"),
+      R"({"h":0,"e":1,"l":2,"o":3,"Ġ":4,"he":5,"ll":6,"hell":7,"hello":8,"Ġh":9,"w":10})");
+  triad::testing::write_text(dir.file("merges.txt"),
+                             "#version: 0.2\nh e\nl l\nhe ll\nhell o\nĠ h\n");
   Gpt2BpeTokenizer tok(dir.file("vocab.json"), dir.file("merges.txt"));
   EXPECT_EQ(tok.encode("hello"), (std::vector<int32_t>{8}));
   // " hello": merges by rank give Ġ|he|l|l|o -> Ġ|he|ll|o -> Ġ|hell|o -> Ġ|hello

@@ -15,7 +15,8 @@ namespace {
 using triad::testing::TempDir;
 
 // Builds a raw file: 8-byte length, header text, data bytes.
-std::vector<uint8_t> raw(const std::string& header, size_t data_bytes, uint64_t claimed_len = UINT64_MAX) {
+std::vector<uint8_t> raw(const std::string& header, size_t data_bytes,
+                         uint64_t claimed_len = UINT64_MAX) {
   const uint64_t n = claimed_len == UINT64_MAX ? header.size() : claimed_len;
   std::vector<uint8_t> b(8 + header.size() + data_bytes, 0x3f);
   for (int i = 0; i < 8; ++i) b[i] = static_cast<uint8_t>(n >> (8 * i));
@@ -65,15 +66,22 @@ TEST(Safetensors, RejectsMalformedFiles) {
   expect_io_error(raw("{not json", 0), "not valid JSON");
   expect_io_error(raw("[1,2]", 0), "not a JSON object");
   expect_io_error(raw(R"({"w":{"dtype":"F8","shape":[2],"data_offsets":[0,2]}})", 2), "dtype 'F8'");
-  expect_io_error(raw(R"({"w":{"dtype":"F32","shape":[2,2],"data_offsets":[0,12]}})", 12), "needs 16 bytes");
-  expect_io_error(raw(R"({"w":{"dtype":"F32","shape":[2,2],"data_offsets":[0,16]}})", 8), "outside");
-  expect_io_error(raw(R"({"w":{"dtype":"F32","shape":[-2,2],"data_offsets":[0,16]}})", 16), "negative");
-  expect_io_error(raw(R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[8,0]}})", 8), "end < begin");
-  expect_io_error(raw(R"({"w":{"dtype":"F32","shape":[4294967296,4294967296,16],"data_offsets":[0,0]}})", 0),
-                  "overflows");
-  expect_io_error(raw(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", 8), "contiguous");
+  expect_io_error(raw(R"({"w":{"dtype":"F32","shape":[2,2],"data_offsets":[0,12]}})", 12),
+                  "needs 16 bytes");
+  expect_io_error(raw(R"({"w":{"dtype":"F32","shape":[2,2],"data_offsets":[0,16]}})", 8),
+                  "outside");
+  expect_io_error(raw(R"({"w":{"dtype":"F32","shape":[-2,2],"data_offsets":[0,16]}})", 16),
+                  "negative");
+  expect_io_error(raw(R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[8,0]}})", 8),
+                  "end < begin");
+  expect_io_error(
+      raw(R"({"w":{"dtype":"F32","shape":[4294967296,4294967296,16],"data_offsets":[0,0]}})", 0),
+      "overflows");
+  expect_io_error(raw(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", 8),
+                  "contiguous");
   expect_io_error(raw(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
-                      R"("b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})", 12),
+                      R"("b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})",
+                      12),
                   "contiguous");
   expect_io_error(raw(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})", 8), "cover 4");
   expect_io_error(raw(R"({"a":{"shape":[1],"data_offsets":[0,4]}})", 4), "needs dtype");

@@ -27,9 +27,9 @@ TEST(Gpt, ParameterNamesAreGpt2sAndCountMatchesTheFormula) {
   EXPECT_EQ(names.front().first, "wte.weight");
   EXPECT_EQ(names.back().first, "ln_f.bias");
   auto sd = m.state_dict();
-  for (const char* n : {"wpe.weight", "h.1.ln_1.weight", "h.0.attn.c_attn.weight", "h.0.attn.c_attn.bias",
-                        "h.1.attn.c_proj.weight", "h.0.ln_2.bias", "h.1.mlp.c_fc.weight",
-                        "h.1.mlp.c_proj.bias"}) {
+  for (const char* n :
+       {"wpe.weight", "h.1.ln_1.weight", "h.0.attn.c_attn.weight", "h.0.attn.c_attn.bias",
+        "h.1.attn.c_proj.weight", "h.0.ln_2.bias", "h.1.mlp.c_fc.weight", "h.1.mlp.c_proj.bias"}) {
     EXPECT_TRUE(sd.count(n)) << n;
   }
   EXPECT_EQ(sd.at("h.0.attn.c_attn.weight").shape(), (Shape{48, 16}));  // (out, in)
@@ -41,7 +41,8 @@ TEST(Gpt, InitialisationDependsOnSeedNameAndShapeOnly) {
   Gpt a(tiny(2), 5), b(tiny(3), 5), c(tiny(2), 6);
   auto sa = a.state_dict(), sb = b.state_dict(), sc = c.state_dict();
   // Same name and shape: identical, whatever else the model holds.
-  EXPECT_EQ(to_double_vector(sa.at("h.1.attn.c_attn.weight")), to_double_vector(sb.at("h.1.attn.c_attn.weight")));
+  EXPECT_EQ(to_double_vector(sa.at("h.1.attn.c_attn.weight")),
+            to_double_vector(sb.at("h.1.attn.c_attn.weight")));
   EXPECT_EQ(to_double_vector(sa.at("wte.weight")), to_double_vector(sb.at("wte.weight")));
   EXPECT_NE(to_double_vector(sa.at("wte.weight")), to_double_vector(sc.at("wte.weight")));
   // And equal to the rule evaluated on its own, so a shard can be cut from it.
@@ -76,12 +77,13 @@ TEST(Gpt, RejectsBadConfigsAndInputs) {
     Gpt m(c, 1);
     FAIL();
   } catch (const ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("model.d_model (16) must be divisible by model.n_head (3)"),
-              std::string::npos)
+    EXPECT_NE(
+        std::string(e.what()).find("model.d_model (16) must be divisible by model.n_head (3)"),
+        std::string::npos)
         << e.what();
   }
   Gpt m(tiny(), 1);
-  EXPECT_THROW(m.forward(zeros({2, 9}, DType::I64)), ShapeError);  // longer than seq_len
+  EXPECT_THROW(m.forward(zeros({2, 9}, DType::I64)), ShapeError);     // longer than seq_len
   EXPECT_THROW(m.forward(full({1, 2}, 23, DType::I64)), ValueError);  // id >= vocab
   EXPECT_THROW(Gpt(tiny(), 1, DType::BF16), NotSupportedError);
 }

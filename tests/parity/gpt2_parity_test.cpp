@@ -33,7 +33,8 @@ class Gpt2Parity : public ::testing::Test {
     if (const char* why = std::getenv("TRIAD_PARITY_UNAVAILABLE")) GTEST_SKIP() << why;
     ASSERT_FALSE(ref_dir().empty()) << "TRIAD_PARITY_DIR is not set";
     std::ifstream in(ref_dir() + "/config.json");
-    ASSERT_TRUE(in) << "missing " << ref_dir() << "/config.json (the reference fixture did not run)";
+    ASSERT_TRUE(in) << "missing " << ref_dir()
+                    << "/config.json (the reference fixture did not run)";
     cfg_ = nlohmann::json::parse(in);
     model_cfg_.n_layer = cfg_["model"]["n_layer"];
     model_cfg_.n_head = cfg_["model"]["n_head"];

@@ -29,7 +29,8 @@ TEST(Config, ParsesDefaultsAndOverrides) {
   EXPECT_DOUBLE_EQ(c.train.min_lr, 1e-4);  // default: lr / 10
   EXPECT_EQ(c.output_dir, "out");
   EXPECT_EQ(c.device, "cpu");
-  Config o = parse_config(kValid, {"train.lr=0.01", "model.dropout=0.1", "log.interval=3", "device=cpu"});
+  Config o =
+      parse_config(kValid, {"train.lr=0.01", "model.dropout=0.1", "log.interval=3", "device=cpu"});
   EXPECT_DOUBLE_EQ(o.train.lr, 0.01);
   EXPECT_DOUBLE_EQ(o.model.dropout, 0.1);
   EXPECT_EQ(o.log_interval, 3);
@@ -41,15 +42,19 @@ TEST(Config, ParsesDefaultsAndOverrides) {
 }
 
 TEST(Config, ErrorsNameKeyValueAndRule) {
-  expect_config_error(kValid, {"train.lrr=1"}, "unknown key 'train.lrr' (allowed in train: steps, global_batch_size");
+  expect_config_error(kValid, {"train.lrr=1"},
+                      "unknown key 'train.lrr' (allowed in train: steps, global_batch_size");
   expect_config_error(kValid, {"parallel.tp=2"}, "unknown top-level key 'parallel'");
   expect_config_error(kValid, {"train.steps=abc"}, "train.steps: expected an integer, got 'abc'");
   expect_config_error(kValid, {"train.steps=2.5"}, "train.steps: expected an integer");
   expect_config_error(kValid, {"train.lr=[1]"}, "train.lr: expected a number");
-  expect_config_error(kValid, {"train.micro_batch_size=3"},
-                      "train.global_batch_size (8) must be divisible by train.micro_batch_size (3)");
-  expect_config_error(kValid, {"model.n_head=3"}, "model.d_model (16) must be divisible by model.n_head (3)");
-  expect_config_error(kValid, {"train.min_lr=0.1"}, "train.min_lr (0.1) must not exceed train.lr (0.001)");
+  expect_config_error(
+      kValid, {"train.micro_batch_size=3"},
+      "train.global_batch_size (8) must be divisible by train.micro_batch_size (3)");
+  expect_config_error(kValid, {"model.n_head=3"},
+                      "model.d_model (16) must be divisible by model.n_head (3)");
+  expect_config_error(kValid, {"train.min_lr=0.1"},
+                      "train.min_lr (0.1) must not exceed train.lr (0.001)");
   expect_config_error(kValid, {"train.steps=0"}, "train.steps (0) must be positive");
   expect_config_error(kValid, {"train.beta2=1"}, "train.beta2 (1) must be in [0, 1)");
   expect_config_error(kValid, {"model.dropout=1.5"}, "model.dropout");

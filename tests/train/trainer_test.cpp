@@ -21,12 +21,16 @@ Config small_config(const TempDir& dir, int64_t micro) {
   std::vector<uint16_t> tokens;
   for (int i = 0; i < 4000; ++i) tokens.push_back(static_cast<uint16_t>((i * 7 + i / 13) % 31));
   data::write_token_shard(dir.file("train.bin"), tokens);
-  const std::string yaml = "model: {n_layer: 2, n_head: 2, d_model: 16, vocab_size: 32, seq_len: 16}\n"
-                           "train: {steps: 3, global_batch_size: 4, micro_batch_size: " +
-                           std::to_string(micro) +
-                           ", lr: 1.0e-2, warmup_steps: 1, weight_decay: 0.1, grad_clip: 1.0}\n"
-                           "data: {train: " + dir.file("train.bin") + "}\n"
-                           "output: {dir: " + dir.file("out") + "}\n";
+  const std::string yaml =
+      "model: {n_layer: 2, n_head: 2, d_model: 16, vocab_size: 32, seq_len: 16}\n"
+      "train: {steps: 3, global_batch_size: 4, micro_batch_size: " +
+      std::to_string(micro) +
+      ", lr: 1.0e-2, warmup_steps: 1, weight_decay: 0.1, grad_clip: 1.0}\n"
+      "data: {train: " +
+      dir.file("train.bin") +
+      "}\n"
+      "output: {dir: " +
+      dir.file("out") + "}\n";
   return parse_config(yaml);
 }
 
@@ -43,12 +47,14 @@ TEST(Trainer, GradientAccumulationEqualsOneLargeBatch) {
   }
   for (size_t r = 1; r < runs.size(); ++r) {
     for (size_t k = 0; k < 3; ++k) {
-      EXPECT_NEAR(runs[r][k].loss, runs[0][k].loss, 1e-5 * std::abs(runs[0][k].loss)) << "run " << r << " step " << k;
+      EXPECT_NEAR(runs[r][k].loss, runs[0][k].loss, 1e-5 * std::abs(runs[0][k].loss))
+          << "run " << r << " step " << k;
       EXPECT_NEAR(runs[r][k].grad_norm, runs[0][k].grad_norm, 1e-4 * runs[0][k].grad_norm);
     }
     for (auto& [name, t] : finals[0]) {
       auto a = to_double_vector(t), b = to_double_vector(finals[r].at(name));
-      for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], 2e-5) << name << "[" << i << "]";
+      for (size_t i = 0; i < a.size(); ++i)
+        ASSERT_NEAR(a[i], b[i], 2e-5) << name << "[" << i << "]";
     }
   }
 }
@@ -69,7 +75,8 @@ TEST(Trainer, RunLearnsAndWritesMetricsAndWeights) {
   int lines = 0;
   while (std::getline(in, line)) {
     ++lines;
-    for (const char* key : {"\"step\"", "\"loss\"", "\"lr\"", "\"grad_norm\"", "\"tokens_per_s\"", "\"step_ms\""}) {
+    for (const char* key :
+         {"\"step\"", "\"loss\"", "\"lr\"", "\"grad_norm\"", "\"tokens_per_s\"", "\"step_ms\""}) {
       EXPECT_NE(line.find(key), std::string::npos) << line;
     }
   }

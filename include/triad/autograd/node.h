@@ -58,7 +58,8 @@ class Node {
 // live in the closures' captures and are freed by release_saved().
 class FunctionNode final : public Node {
  public:
-  FunctionNode(std::string name, BackwardFn backward) : name_(std::move(name)), backward_(std::move(backward)) {}
+  FunctionNode(std::string name, BackwardFn backward)
+      : name_(std::move(name)), backward_(std::move(backward)) {}
   std::string name() const override { return name_; }
   TensorList apply(const TensorList& grad_outputs) override;
   void release_saved() override;
@@ -68,7 +69,8 @@ class FunctionNode final : public Node {
   // backward_input returns grads for all inputs with deferrable ones
   // undefined; backward_weight returns grads for all inputs with only the
   // deferrable ones defined.
-  void set_split(std::vector<int> deferrable, BackwardFn backward_input, BackwardFn backward_weight);
+  void set_split(std::vector<int> deferrable, BackwardFn backward_input,
+                 BackwardFn backward_weight);
 
  private:
   std::string name_;

@@ -15,7 +15,9 @@ enum class ReduceOp : uint8_t { Sum, Max };
 
 // Dtype of per-row statistics (LayerNorm mean/rstd, log-sum-exp, per-row
 // losses): f64 for f64 inputs, f32 for every other floating type.
-inline DType stat_dtype(DType dtype) { return dtype == DType::F64 ? DType::F64 : DType::F32; }
+inline DType stat_dtype(DType dtype) {
+  return dtype == DType::F64 ? DType::F64 : DType::F32;
+}
 
 // Hyper-parameters of one AdamW update (PyTorch semantics: decoupled weight
 // decay, bias correction with the 1-based step count).
@@ -85,8 +87,7 @@ class Backend {
   // Causal self-attention. qkv (B, T, 3*C) holds q, k, v side by side, each
   // split into n_head heads of C/n_head; out (B, T, C); lse (B, NH, T) in stat_dtype is
   // the log-sum-exp of each query's scaled scores, kept for backward.
-  virtual void attention_forward(const Tensor& qkv, int64_t n_head, Tensor& out,
-                                 Tensor& lse) = 0;
+  virtual void attention_forward(const Tensor& qkv, int64_t n_head, Tensor& out, Tensor& lse) = 0;
   virtual void attention_backward(const Tensor& qkv, const Tensor& out, const Tensor& lse,
                                   const Tensor& dout, int64_t n_head, Tensor& dqkv) = 0;
 
@@ -106,8 +107,8 @@ class Backend {
 
   // y = x * keep / (1 - p), keep = philox_uniform(seed, stream, offset + i) >= p.
   // The same call maps dy to dx in backward.
-  virtual void dropout(const Tensor& x, double p, uint64_t seed, uint64_t stream,
-                       uint64_t offset, Tensor& y) = 0;
+  virtual void dropout(const Tensor& x, double p, uint64_t seed, uint64_t stream, uint64_t offset,
+                       Tensor& y) = 0;
 
   // One AdamW update of param in place; m and v are f32 moments.
   virtual void adamw(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,
@@ -117,7 +118,9 @@ class Backend {
 // The backend serving tensors of a device type; throws NotSupportedError when
 // none is registered (e.g. CUDA in a build without it).
 Backend& backend_for(DeviceType type);
-inline Backend& backend_for(const Tensor& t) { return backend_for(t.device().type); }
+inline Backend& backend_for(const Tensor& t) {
+  return backend_for(t.device().type);
+}
 void register_backend(DeviceType type, Backend* backend);
 
 }  // namespace triad

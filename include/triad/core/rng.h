@@ -13,7 +13,9 @@ namespace triad {
 std::array<uint32_t, 4> philox4x32(uint64_t key, uint64_t counter_hi, uint64_t counter_lo);
 
 // Uniform in [0, 1) from 32 random bits (24-bit mantissa, never 1.0).
-inline float uint_to_unit_float(uint32_t x) { return static_cast<float>(x >> 8) * (1.0f / 16777216.0f); }
+inline float uint_to_unit_float(uint32_t x) {
+  return static_cast<float>(x >> 8) * (1.0f / 16777216.0f);
+}
 
 // Element `index` of stream (seed, stream): a uniform float in [0, 1).
 float philox_uniform(uint64_t seed, uint64_t stream, uint64_t index);

@@ -31,11 +31,11 @@ struct TensorImpl {
   DType dtype = DType::F32;
 
   bool requires_grad = false;
-  std::shared_ptr<TensorImpl> grad;                 // leaf gradient (accumulated)
-  std::shared_ptr<autograd::Node> grad_fn;          // producer, null for leaves
-  int output_nr = 0;                                // which output of grad_fn
-  std::weak_ptr<autograd::Node> grad_accumulator;   // leaves only, created lazily
-  std::vector<GradHook> post_accumulate_hooks;      // "gradient ready" hooks
+  std::shared_ptr<TensorImpl> grad;                // leaf gradient (accumulated)
+  std::shared_ptr<autograd::Node> grad_fn;         // producer, null for leaves
+  int output_nr = 0;                               // which output of grad_fn
+  std::weak_ptr<autograd::Node> grad_accumulator;  // leaves only, created lazily
+  std::vector<GradHook> post_accumulate_hooks;     // "gradient ready" hooks
 };
 
 // Handle to an N-dimensional strided array with reference-counted storage.

@@ -14,12 +14,12 @@ Tensor full(const Shape& shape, double value, DType dtype = DType::F32,
 Tensor zeros_like(const Tensor& t);
 
 // A tensor holding `values` (converted to dtype), of the given shape.
-Tensor from_vector(const std::vector<double>& values, const Shape& shape,
-                   DType dtype = DType::F32, Device device = Device::cpu());
-Tensor from_vector(const std::vector<float>& values, const Shape& shape,
-                   DType dtype = DType::F32, Device device = Device::cpu());
-Tensor from_vector(const std::vector<int64_t>& values, const Shape& shape,
-                   DType dtype = DType::I64, Device device = Device::cpu());
+Tensor from_vector(const std::vector<double>& values, const Shape& shape, DType dtype = DType::F32,
+                   Device device = Device::cpu());
+Tensor from_vector(const std::vector<float>& values, const Shape& shape, DType dtype = DType::F32,
+                   Device device = Device::cpu());
+Tensor from_vector(const std::vector<int64_t>& values, const Shape& shape, DType dtype = DType::I64,
+                   Device device = Device::cpu());
 
 // Standard normal values times `stddev`; element i is philox_normal(seed,
 // stream, i), so the result does not depend on the device or thread count.

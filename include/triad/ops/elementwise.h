@@ -13,7 +13,9 @@ Tensor mul(const Tensor& a, const Tensor& b);
 Tensor div(const Tensor& a, const Tensor& b);
 // alpha * x + beta.
 Tensor affine(const Tensor& x, double alpha, double beta = 0.0);
-inline Tensor scale(const Tensor& x, double alpha) { return affine(x, alpha, 0.0); }
+inline Tensor scale(const Tensor& x, double alpha) {
+  return affine(x, alpha, 0.0);
+}
 
 // GELU with the tanh approximation (GPT-2's).
 Tensor gelu(const Tensor& x);
@@ -34,7 +36,7 @@ Tensor to_device(const Tensor& x, Device device);
 // In-place updates outside autograd (optimizers, gradient buffers).
 void copy_(Tensor& dst, const Tensor& src);
 void fill_(Tensor& dst, double value);
-void add_(Tensor& dst, const Tensor& src);    // dst += src
-void scale_(Tensor& dst, double alpha);       // dst *= alpha
+void add_(Tensor& dst, const Tensor& src);  // dst += src
+void scale_(Tensor& dst, double alpha);     // dst *= alpha
 
 }  // namespace triad

@@ -29,8 +29,8 @@ struct TrainSection {
 struct Config {
   nn::GptConfig model;
   TrainSection train;
-  std::string data_train;   // data.train: shard path or glob
-  std::string init_from;    // init.from: GPT-2 safetensors (optional)
+  std::string data_train;  // data.train: shard path or glob
+  std::string init_from;   // init.from: GPT-2 safetensors (optional)
   std::string output_dir = "out";
   int64_t log_interval = 10;
   std::string device = "cpu";

@@ -25,12 +25,14 @@ CpuBackend::CpuBackend() {
 }
 
 Allocator& CpuBackend::allocator(int device_index) {
-  if (device_index != 0) throw ValueError("cpu device index must be 0, got " + std::to_string(device_index));
+  if (device_index != 0)
+    throw ValueError("cpu device index must be 0, got " + std::to_string(device_index));
   return cpu_allocator();
 }
 
 int64_t load_index(const Tensor& ids, int64_t i) {
-  return ids.dtype() == DType::I32 ? static_cast<int64_t>(ids.data<int32_t>()[i]) : ids.data<int64_t>()[i];
+  return ids.dtype() == DType::I32 ? static_cast<int64_t>(ids.data<int32_t>()[i])
+                                   : ids.data<int64_t>()[i];
 }
 
 namespace {
@@ -66,24 +68,42 @@ void for_each_row(const Shape& shape, const Shape& sa, const Shape& sb, F&& f) {
 
 double load_scalar(const void* base, DType dt, int64_t i) {
   switch (dt) {
-    case DType::F32: return static_cast<const float*>(base)[i];
-    case DType::F64: return static_cast<const double*>(base)[i];
-    case DType::BF16: return bf16_to_float(static_cast<const uint16_t*>(base)[i]);
-    case DType::F16: return f16_to_float(static_cast<const uint16_t*>(base)[i]);
-    case DType::I32: return static_cast<const int32_t*>(base)[i];
-    case DType::I64: return static_cast<double>(static_cast<const int64_t*>(base)[i]);
+    case DType::F32:
+      return static_cast<const float*>(base)[i];
+    case DType::F64:
+      return static_cast<const double*>(base)[i];
+    case DType::BF16:
+      return bf16_to_float(static_cast<const uint16_t*>(base)[i]);
+    case DType::F16:
+      return f16_to_float(static_cast<const uint16_t*>(base)[i]);
+    case DType::I32:
+      return static_cast<const int32_t*>(base)[i];
+    case DType::I64:
+      return static_cast<double>(static_cast<const int64_t*>(base)[i]);
   }
   return 0;
 }
 
 void store_scalar(void* base, DType dt, int64_t i, double v) {
   switch (dt) {
-    case DType::F32: static_cast<float*>(base)[i] = static_cast<float>(v); return;
-    case DType::F64: static_cast<double*>(base)[i] = v; return;
-    case DType::BF16: static_cast<uint16_t*>(base)[i] = float_to_bf16(static_cast<float>(v)); return;
-    case DType::F16: static_cast<uint16_t*>(base)[i] = float_to_f16(static_cast<float>(v)); return;
-    case DType::I32: static_cast<int32_t*>(base)[i] = static_cast<int32_t>(v); return;
-    case DType::I64: static_cast<int64_t*>(base)[i] = static_cast<int64_t>(v); return;
+    case DType::F32:
+      static_cast<float*>(base)[i] = static_cast<float>(v);
+      return;
+    case DType::F64:
+      static_cast<double*>(base)[i] = v;
+      return;
+    case DType::BF16:
+      static_cast<uint16_t*>(base)[i] = float_to_bf16(static_cast<float>(v));
+      return;
+    case DType::F16:
+      static_cast<uint16_t*>(base)[i] = float_to_f16(static_cast<float>(v));
+      return;
+    case DType::I32:
+      static_cast<int32_t*>(base)[i] = static_cast<int32_t>(v);
+      return;
+    case DType::I64:
+      static_cast<int64_t*>(base)[i] = static_cast<int64_t>(v);
+      return;
   }
 }
 
@@ -172,10 +192,18 @@ void CpuBackend::fill(Tensor& dst, double value) {
   const int64_t n = dst.numel();
   if (!dst.is_contiguous()) throw ShapeError("fill: destination must be contiguous");
   switch (dst.dtype()) {
-    case DType::F32: std::fill_n(dst.data<float>(), n, static_cast<float>(value)); return;
-    case DType::F64: std::fill_n(dst.data<double>(), n, value); return;
-    case DType::I32: std::fill_n(dst.data<int32_t>(), n, static_cast<int32_t>(value)); return;
-    case DType::I64: std::fill_n(dst.data<int64_t>(), n, static_cast<int64_t>(value)); return;
+    case DType::F32:
+      std::fill_n(dst.data<float>(), n, static_cast<float>(value));
+      return;
+    case DType::F64:
+      std::fill_n(dst.data<double>(), n, value);
+      return;
+    case DType::I32:
+      std::fill_n(dst.data<int32_t>(), n, static_cast<int32_t>(value));
+      return;
+    case DType::I64:
+      std::fill_n(dst.data<int64_t>(), n, static_cast<int64_t>(value));
+      return;
     case DType::BF16:
       std::fill_n(dst.data<uint16_t>(), n, float_to_bf16(static_cast<float>(value)));
       return;
@@ -187,11 +215,20 @@ void CpuBackend::fill(Tensor& dst, double value) {
 
 void CpuBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) {
   switch (out.dtype()) {
-    case DType::F32: binary_typed<float>(op, a, b, out); return;
-    case DType::F64: binary_typed<double>(op, a, b, out); return;
-    case DType::I32: binary_typed<int32_t>(op, a, b, out); return;
-    case DType::I64: binary_typed<int64_t>(op, a, b, out); return;
-    default: unsupported("binary", out.dtype());
+    case DType::F32:
+      binary_typed<float>(op, a, b, out);
+      return;
+    case DType::F64:
+      binary_typed<double>(op, a, b, out);
+      return;
+    case DType::I32:
+      binary_typed<int32_t>(op, a, b, out);
+      return;
+    case DType::I64:
+      binary_typed<int64_t>(op, a, b, out);
+      return;
+    default:
+      unsupported("binary", out.dtype());
   }
 }
 
@@ -213,8 +250,8 @@ namespace {
 // threads, each calling single-threaded BLAS: one thread pool for the whole
 // backend instead of OpenBLAS's and OpenMP's competing for the cores.
 template <class T>
-void parallel_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* a, int64_t lda,
-                   const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
+void parallel_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* a,
+                   int64_t lda, const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
   const auto A = ta ? CblasTrans : CblasNoTrans;
   const auto B = tb ? CblasTrans : CblasNoTrans;
   auto call = [&](int64_t m0, int64_t m) {
@@ -282,8 +319,8 @@ void CpuBackend::gemm(const Tensor& a, const Tensor& b, Tensor& c, bool trans_a,
       return;
     }
     for (int64_t i = 0; i < batch; ++i) {
-      parallel_gemm<T>(trans_a, trans_b, M, N, K, al, pa + i * a_stride, lda, pb + i * b_stride, ldb, be,
-                       pc + i * M * N, N);
+      parallel_gemm<T>(trans_a, trans_b, M, N, K, al, pa + i * a_stride, lda, pb + i * b_stride,
+                       ldb, be, pc + i * M * N, N);
     }
   });
 }
@@ -360,8 +397,8 @@ void CpuBackend::reduce(ReduceOp op, const Tensor& x, int64_t outer, int64_t n, 
   });
 }
 
-void CpuBackend::dropout(const Tensor& x, double p, uint64_t seed, uint64_t stream,
-                         uint64_t offset, Tensor& y) {
+void CpuBackend::dropout(const Tensor& x, double p, uint64_t seed, uint64_t stream, uint64_t offset,
+                         Tensor& y) {
   dispatch_float(x.dtype(), "dropout", [&](auto tag) {
     using T = decltype(tag);
     const T* px = x.data<T>();
@@ -371,7 +408,8 @@ void CpuBackend::dropout(const Tensor& x, double p, uint64_t seed, uint64_t stre
     const int64_t n = x.numel();
 #pragma omp parallel for schedule(static) if (n > 4096)
     for (int64_t i = 0; i < n; ++i) {
-      const bool keep = philox_uniform(seed, stream, offset + static_cast<uint64_t>(i)) >= threshold;
+      const bool keep =
+          philox_uniform(seed, stream, offset + static_cast<uint64_t>(i)) >= threshold;
       py[i] = keep ? px[i] * scale : T(0);
     }
   });

@@ -44,8 +44,7 @@ class CpuBackend final : public Backend {
                               Tensor& dlogits) override;
   void dropout(const Tensor& x, double p, uint64_t seed, uint64_t stream, uint64_t offset,
                Tensor& y) override;
-  void adamw(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,
-             const AdamWStep& hp) override;
+  void adamw(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWStep& hp) override;
 };
 
 [[noreturn]] void unsupported(const char* op, DType dtype);
@@ -54,9 +53,14 @@ class CpuBackend final : public Backend {
 template <class F>
 void dispatch_float(DType dtype, const char* op, F&& f) {
   switch (dtype) {
-    case DType::F32: f(float{}); return;
-    case DType::F64: f(double{}); return;
-    default: unsupported(op, dtype);
+    case DType::F32:
+      f(float{});
+      return;
+    case DType::F64:
+      f(double{});
+      return;
+    default:
+      unsupported(op, dtype);
   }
 }
 

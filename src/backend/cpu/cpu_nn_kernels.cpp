@@ -257,7 +257,8 @@ void CpuBackend::attention_backward(const Tensor& qkv, const Tensor& out, const 
     T* pd = dqkv.data<T>();
 #pragma omp parallel
     {
-      std::vector<T> P(static_cast<size_t>(kAttnBlock * Tn)), dP(static_cast<size_t>(kAttnBlock * Tn));
+      std::vector<T> P(static_cast<size_t>(kAttnBlock * Tn)),
+          dP(static_cast<size_t>(kAttnBlock * Tn));
 #pragma omp for schedule(dynamic)
       for (int64_t bh = 0; bh < B * n_head; ++bh) {
         const int64_t b = bh / n_head, h = bh % n_head;
@@ -302,7 +303,8 @@ void CpuBackend::attention_backward(const Tensor& qkv, const Tensor& out, const 
             for (int64_t j = t + 1; j < r1; ++j) drow[j] = T(0);
           }
           // dQ[r0:r1] = dS K[0:r1] ; dK[0:r1] += dS^T Q[r0:r1]
-          gemm_rm<T>(false, false, rows, hd, r1, T(1), dP.data(), r1, k, C3, T(0), dq + r0 * C3, C3);
+          gemm_rm<T>(false, false, rows, hd, r1, T(1), dP.data(), r1, k, C3, T(0), dq + r0 * C3,
+                     C3);
           gemm_rm<T>(true, false, r1, hd, rows, T(1), dP.data(), r1, q + r0 * C3, C3, T(1), dk, C3);
         }
       }

@@ -28,11 +28,14 @@ inline float exp_fast(float x) {
   p = p * r + 0.5f;
   p = p * r + 1.0f;
   p = p * r + 1.0f;
-  const float scaled = std::bit_cast<float>(std::bit_cast<int32_t>(p) + static_cast<int32_t>(n) * (1 << 23));
+  const float scaled =
+      std::bit_cast<float>(std::bit_cast<int32_t>(p) + static_cast<int32_t>(n) * (1 << 23));
   const float out = x > hi ? INFINITY : scaled;
   return x < lo ? 0.0f : out;
 }
 
-inline double exp_fast(double x) { return std::exp(x); }
+inline double exp_fast(double x) {
+  return std::exp(x);
+}
 
 }  // namespace triad::detail
