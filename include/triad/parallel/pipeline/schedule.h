@@ -1,0 +1,107 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace triad::pipeline {
+
+// Pipeline schedules as plain data: for each pipeline rank, the ordered list
+// of what it does. No tensors, no communication: the executor runs these
+// lists, the simulator times them, the planner prices them.
+//
+// Layout: p ranks, v model chunks per rank, S = p*v model stages; chunk c of
+// rank r holds stage c*p + r. Stage 0 takes the embedding, stage S-1 the loss.
+
+enum class ScheduleKind { GPipe, OneFOneB, Interleaved, ZbH1 };
+
+const char* schedule_name(ScheduleKind kind);
+// "gpipe", "1f1b", "interleaved", "zb-h1"; throws ValueError listing them.
+ScheduleKind schedule_from_name(const std::string& name);
+
+enum class ComputeKind { Forward, Backward, BackwardInput, BackwardWeight };
+
+// What travels between stages: the activation a forward produces, or the
+// gradient (of the stage's input) a backward produces.
+enum class Payload { Activation, Gradient };
+
+// One point-to-point message, seen from one side.
+struct P2POp {
+  bool is_send = false;
+  Payload payload = Payload::Activation;
+  int stage = 0;  // the stage that produced the payload
+  int microbatch = 0;
+  int peer = 0;  // the other rank
+  bool operator==(const P2POp&) const = default;
+};
+
+// An entry of a rank's list: either one compute action, or a batch of
+// point-to-point operations posted together (like batch_isend_irecv) that
+// completes when all of them have completed.
+struct Action {
+  enum class Type { Compute, P2P } type = Type::Compute;
+  ComputeKind compute = ComputeKind::Forward;
+  int chunk = 0;
+  int microbatch = 0;
+  std::vector<P2POp> ops;  // for P2P
+
+  static Action make_compute(ComputeKind k, int chunk, int microbatch) {
+    Action a;
+    a.compute = k;
+    a.chunk = chunk;
+    a.microbatch = microbatch;
+    return a;
+  }
+  bool is_compute() const { return type == Type::Compute; }
+  std::string str() const;  // "F(c0,m3)", "B(c1,m0)", "W(...)", "P2P[send A s2 m3 -> 1, ...]"
+};
+
+struct Schedule {
+  ScheduleKind kind = ScheduleKind::OneFOneB;
+  int p = 1;                    // pipeline ranks
+  int v = 1;                    // chunks per rank
+  int m = 1;                    // microbatches
+  bool split_backward = false;  // BackwardInput + BackwardWeight instead of Backward
+  std::vector<std::vector<Action>> ranks;
+
+  int num_stages() const { return p * v; }
+  int stage_of(int rank, int chunk) const { return chunk * p + rank; }
+  int rank_of(int stage) const { return stage % p; }
+  int chunk_of(int stage) const { return stage / p; }
+};
+
+// Builds a schedule: compute order by the kind's rule, then the
+// point-to-point batches it implies (each batch holds the sends of the
+// previous compute action and the receives of the next). Constraints, each a
+// ValueError naming the numbers: p, m >= 1; v >= 1 with v == 1 unless
+// Interleaved; Interleaved needs v >= 2 and m a multiple of p.
+//
+//  GPipe        all forwards, then all backwards.
+//  1F1B         rank r: min(p-r-1, m) warm-up forwards, then one forward /
+//               one backward, then the remaining backwards.
+//  Interleaved  Megatron's interleaved 1F1B: forwards walk microbatches in
+//               groups of p through chunk 0..v-1, backwards through v-1..0;
+//               warm-up (p-r-1)*2 + (v-1)*p on rank r (capped at m*v).
+//  ZB-H1        backward split into B (input grad) and W (weight grad); the
+//               order is that of a list scheduler on unit costs that prefers
+//               B, then F while at most p-r microbatches are in flight, then
+//               W — so W fills what would be bubbles and peak activation
+//               memory stays that of 1F1B (Qi et al. 2023).
+Schedule make_schedule(ScheduleKind kind, int p, int m, int v = 1);
+
+// Result of validate(): ok, or the first problem found.
+struct Validation {
+  bool ok = true;
+  std::string error;
+};
+
+// Checks that every (stage, microbatch) is forwarded once and backwarded
+// once (B and W once each when split); every compute action's inputs were
+// received or produced earlier on its rank; every send has exactly one
+// matching receive on the peer; and executing the lists with blocking
+// rendezvous point-to-point semantics (a batch completes when each of its
+// operations meets its peer's posted counterpart) reaches the end on every
+// rank, i.e. cannot deadlock.
+Validation validate(const Schedule& schedule);
+
+}  // namespace triad::pipeline

@@ -1,0 +1,88 @@
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "triad/parallel/pipeline/schedule.h"
+
+namespace triad::pipeline {
+
+// Per-action costs for the simulator. Times in seconds (any unit works as
+// long as it is consistent). Vectors are indexed by chunk; a single entry
+// applies to all chunks.
+struct Costs {
+  std::vector<double> forward{1.0};
+  std::vector<double> backward{2.0};         // full backward (B + W)
+  std::vector<double> backward_input{1.0};   // B, split schedules
+  std::vector<double> backward_weight{1.0};  // W, split schedules
+  double p2p_latency = 0.0;                  // per message
+  double p2p_bandwidth = 0.0;                // bytes/s; 0 = infinite
+  double message_bytes = 0.0;                // activation (= gradient) size
+
+  double f(int chunk) const { return pick(forward, chunk); }
+  double b(int chunk) const { return pick(backward, chunk); }
+  double bi(int chunk) const { return pick(backward_input, chunk); }
+  double bw(int chunk) const { return pick(backward_weight, chunk); }
+  double transfer() const {
+    return p2p_latency + (p2p_bandwidth > 0 ? message_bytes / p2p_bandwidth : 0.0);
+  }
+
+ private:
+  static double pick(const std::vector<double>& v, int chunk) {
+    return v.size() == 1 ? v[0] : v.at(static_cast<size_t>(chunk));
+  }
+};
+
+// One box of a rank's timeline.
+struct TimelineEvent {
+  double start = 0;
+  double end = 0;
+  bool compute = true;  // false: waiting in a point-to-point batch
+  ComputeKind kind = ComputeKind::Forward;
+  int chunk = 0;
+  int microbatch = 0;
+};
+
+struct SimulationResult {
+  std::vector<std::vector<TimelineEvent>> timeline;  // per rank
+  double makespan = 0;
+  // (makespan - ideal) / ideal with ideal = the busiest rank's compute time:
+  // the PTD-P paper's bubble time fraction.
+  double bubble_fraction = 0;
+  // Peak number of (chunk, microbatch) pairs whose activations are alive
+  // (from the start of F to the end of its B), per rank.
+  std::vector<int> peak_alive;
+  // Split schedules: peak number of microbatches past B still waiting for W
+  // (their weight-gradient inputs stay alive), per rank.
+  std::vector<int> peak_weight_pending;
+  // Peak of (alive + waiting for W) at the same moment, per rank.
+  std::vector<int> peak_held;
+  std::vector<double> compute_time;  // per rank
+};
+
+// How a point-to-point batch completes.
+enum class P2PSemantics {
+  // Sends are posted and the rank moves on; a batch waits only for its
+  // receives (what an executor with isend/irecv does).
+  AsyncSends,
+  // Every operation, send or receive, must meet its posted counterpart
+  // before the batch completes (rendezvous; the strictest model).
+  Blocking,
+};
+
+// Discrete-event execution: each rank runs its list in order; a compute
+// action takes its cost; a message moves when both sides have posted it and
+// takes the transfer time. Throws ValueError if the schedule deadlocks.
+SimulationResult simulate(const Schedule& schedule, const Costs& costs,
+                          P2PSemantics semantics = P2PSemantics::AsyncSends);
+
+// Chrome trace JSON (opens in Perfetto / chrome://tracing): one process, one
+// thread row per rank, times in microseconds of the simulation unit x 1e6.
+std::string timeline_chrome_trace(const Schedule& schedule, const SimulationResult& result);
+
+// SVG in the style of the PTD-P schedule figures: one row per device, one
+// box per action numbered by microbatch, coloured by microbatch, forward
+// light, backward dark (B and W told apart), idle time left blank.
+std::string timeline_svg(const Schedule& schedule, const SimulationResult& result);
+
+}  // namespace triad::pipeline

@@ -1,0 +1,309 @@
+#include "triad/parallel/pipeline/simulator.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <tuple>
+
+#include "triad/core/error.h"
+
+namespace triad::pipeline {
+namespace {
+
+double compute_cost(const Schedule& s, const Costs& c, const Action& a) {
+  switch (a.compute) {
+    case ComputeKind::Forward:
+      return c.f(a.chunk);
+    case ComputeKind::Backward:
+      return c.b(a.chunk);
+    case ComputeKind::BackwardInput:
+      return c.bi(a.chunk);
+    case ComputeKind::BackwardWeight:
+      return c.bw(a.chunk);
+  }
+  (void)s;
+  return 0;
+}
+
+bool counterpart(const P2POp& mine, int me, const P2POp& theirs) {
+  return theirs.is_send != mine.is_send && theirs.payload == mine.payload &&
+         theirs.stage == mine.stage && theirs.microbatch == mine.microbatch && theirs.peer == me;
+}
+
+}  // namespace
+
+SimulationResult simulate(const Schedule& s, const Costs& costs, P2PSemantics semantics) {
+  const int p = s.p;
+  const bool blocking = semantics == P2PSemantics::Blocking;
+  SimulationResult res;
+  res.timeline.resize(p);
+  res.peak_alive.assign(p, 0);
+  res.peak_weight_pending.assign(p, 0);
+  res.peak_held.assign(p, 0);
+  res.compute_time.assign(p, 0.0);
+  std::vector<size_t> pc(p, 0);
+  std::vector<double> clock(p, 0.0), post_time(p, 0.0);
+  std::vector<bool> posted(p, false);
+  // Per op of each rank's posted batch: time the op completes (NaN: not yet).
+  // In AsyncSends mode sends complete at posting.
+  std::vector<std::vector<double>> done(p);
+  // AsyncSends: sends already posted by ranks that moved on, by (to, op as
+  // the receiver sees it) -> post time.
+  struct Key {
+    int to, from, payload, stage, mb;
+    bool operator<(const Key& o) const {
+      return std::tie(to, from, payload, stage, mb) <
+             std::tie(o.to, o.from, o.payload, o.stage, o.mb);
+    }
+  };
+  std::map<Key, double> outstanding;
+  std::vector<int> alive(p, 0), pending_w(p, 0);
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+
+  auto finished = [&] {
+    for (int r = 0; r < p; ++r) {
+      if (pc[r] < s.ranks[r].size()) return false;
+    }
+    return true;
+  };
+  while (!finished()) {
+    bool progress = false;
+    // Run compute actions up to the next batch; post that batch.
+    for (int r = 0; r < p; ++r) {
+      while (pc[r] < s.ranks[r].size() && s.ranks[r][pc[r]].is_compute()) {
+        const Action& a = s.ranks[r][pc[r]];
+        const double d = compute_cost(s, costs, a);
+        if (a.compute == ComputeKind::Forward)
+          res.peak_alive[r] = std::max(res.peak_alive[r], ++alive[r]);
+        if (a.compute == ComputeKind::Backward || a.compute == ComputeKind::BackwardInput)
+          --alive[r];
+        if (a.compute == ComputeKind::BackwardInput) {
+          res.peak_weight_pending[r] = std::max(res.peak_weight_pending[r], ++pending_w[r]);
+        }
+        if (a.compute == ComputeKind::BackwardWeight) --pending_w[r];
+        res.peak_held[r] = std::max(res.peak_held[r], alive[r] + pending_w[r]);
+        res.timeline[r].push_back({clock[r], clock[r] + d, true, a.compute, a.chunk, a.microbatch});
+        clock[r] += d;
+        res.compute_time[r] += d;
+        ++pc[r];
+        progress = true;
+      }
+      if (pc[r] < s.ranks[r].size() && !posted[r]) {
+        posted[r] = true;
+        post_time[r] = clock[r];
+        const auto& ops = s.ranks[r][pc[r]].ops;
+        done[r].assign(ops.size(), nan);
+        if (!blocking) {
+          for (size_t i = 0; i < ops.size(); ++i) {
+            if (!ops[i].is_send) continue;
+            outstanding[{ops[i].peer, r, static_cast<int>(ops[i].payload), ops[i].stage,
+                         ops[i].microbatch}] = clock[r];
+            done[r][i] = clock[r];
+          }
+        }
+        progress = true;
+      }
+    }
+    // Match operations whose counterparts are posted.
+    for (int r = 0; r < p; ++r) {
+      if (!posted[r]) continue;
+      const auto& ops = s.ranks[r][pc[r]].ops;
+      for (size_t i = 0; i < ops.size(); ++i) {
+        if (!std::isnan(done[r][i])) continue;
+        if (!blocking) {  // a receive against the pool of posted sends
+          auto it = outstanding.find(
+              {r, ops[i].peer, static_cast<int>(ops[i].payload), ops[i].stage, ops[i].microbatch});
+          if (it != outstanding.end()) {
+            done[r][i] = std::max(post_time[r], it->second) + costs.transfer();
+            outstanding.erase(it);
+          }
+          continue;
+        }
+        const int q = ops[i].peer;
+        if (q < 0 || q >= p || !posted[q]) continue;
+        const auto& theirs = s.ranks[q][pc[q]].ops;
+        for (size_t j = 0; j < theirs.size(); ++j) {
+          if (std::isnan(done[q][j]) && counterpart(ops[i], r, theirs[j])) {
+            const double t = std::max(post_time[r], post_time[q]) + costs.transfer();
+            done[r][i] = t;
+            done[q][j] = t;
+            break;
+          }
+        }
+      }
+    }
+    // Complete batches whose operations have all completed.
+    for (int r = 0; r < p; ++r) {
+      if (!posted[r]) continue;
+      double end = post_time[r];
+      bool all = true;
+      for (double t : done[r]) {
+        if (std::isnan(t)) {
+          all = false;
+          break;
+        }
+        end = std::max(end, t);
+      }
+      if (!all) continue;
+      if (end > post_time[r])
+        res.timeline[r].push_back({post_time[r], end, false, ComputeKind::Forward, 0, 0});
+      clock[r] = end;
+      posted[r] = false;
+      ++pc[r];
+      progress = true;
+    }
+    if (!progress) {
+      std::string where;
+      for (int r = 0; r < p; ++r) {
+        where += "\n  rank " + std::to_string(r) + ": " +
+                 (pc[r] < s.ranks[r].size() ? "blocked at " + s.ranks[r][pc[r]].str()
+                                            : std::string("done"));
+      }
+      throw ValueError(std::string(schedule_name(s.kind)) + " schedule (p=" + std::to_string(s.p) +
+                       ", v=" + std::to_string(s.v) + ", m=" + std::to_string(s.m) +
+                       ") deadlocks:" + where);
+    }
+  }
+  if (!outstanding.empty())
+    throw ValueError(std::string(schedule_name(s.kind)) + " schedule: a send was never received");
+  res.makespan = *std::max_element(clock.begin(), clock.end());
+  const double ideal = *std::max_element(res.compute_time.begin(), res.compute_time.end());
+  res.bubble_fraction = ideal > 0 ? (res.makespan - ideal) / ideal : 0.0;
+  return res;
+}
+
+namespace {
+
+const char* short_name(ComputeKind k) {
+  switch (k) {
+    case ComputeKind::Forward:
+      return "F";
+    case ComputeKind::Backward:
+      return "B";
+    case ComputeKind::BackwardInput:
+      return "B";
+    case ComputeKind::BackwardWeight:
+      return "W";
+  }
+  return "?";
+}
+
+}  // namespace
+
+std::string timeline_chrome_trace(const Schedule& s, const SimulationResult& res) {
+  nlohmann::json events = nlohmann::json::array();
+  for (int r = 0; r < s.p; ++r) {
+    events.push_back({{"name", "thread_name"},
+                      {"ph", "M"},
+                      {"pid", 0},
+                      {"tid", r},
+                      {"args", {{"name", "pipeline rank " + std::to_string(r)}}}});
+    for (const auto& e : res.timeline[r]) {
+      nlohmann::json ev{{"ph", "X"},
+                        {"pid", 0},
+                        {"tid", r},
+                        {"ts", e.start * 1e6},
+                        {"dur", (e.end - e.start) * 1e6}};
+      if (e.compute) {
+        ev["name"] = std::string(short_name(e.kind)) + std::to_string(e.microbatch);
+        ev["cat"] = e.kind == ComputeKind::Forward          ? "forward"
+                    : e.kind == ComputeKind::BackwardWeight ? "weight-grad"
+                                                            : "backward";
+        ev["args"] = {
+            {"chunk", e.chunk}, {"stage", s.stage_of(r, e.chunk)}, {"microbatch", e.microbatch}};
+      } else {
+        ev["name"] = "p2p wait";
+        ev["cat"] = "p2p";
+      }
+      events.push_back(ev);
+    }
+  }
+  nlohmann::json doc{{"traceEvents", events},
+                     {"displayTimeUnit", "ms"},
+                     {"otherData",
+                      {{"schedule", schedule_name(s.kind)},
+                       {"p", s.p},
+                       {"v", s.v},
+                       {"m", s.m},
+                       {"makespan", res.makespan},
+                       {"bubble_fraction", res.bubble_fraction}}}};
+  return doc.dump(1);
+}
+
+std::string timeline_svg(const Schedule& s, const SimulationResult& res) {
+  const double left = 90, top = 40, row_h = 30, gap = 6, width = 1200;
+  const double scale = res.makespan > 0 ? width / res.makespan : 1.0;
+  const double height = top + s.p * (row_h + gap) + 70;
+  std::ostringstream o;
+  char buf[512];
+  o << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << left + width + 20 << "\" height=\""
+    << height << "\" font-family=\"sans-serif\" font-size=\"11\">\n";
+  o << "<rect x=\"0\" y=\"0\" width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
+  std::snprintf(buf, sizeof(buf),
+                "<text x=\"%g\" y=\"20\" font-size=\"14\">%s schedule: p=%d, v=%d, m=%d &#8212; "
+                "bubble %.1f%%, "
+                "makespan %.3g</text>\n",
+                left, schedule_name(s.kind), s.p, s.v, s.m, 100.0 * res.bubble_fraction,
+                res.makespan);
+  o << buf;
+  for (int r = 0; r < s.p; ++r) {
+    const double y = top + r * (row_h + gap);
+    std::snprintf(buf, sizeof(buf), "<text x=\"8\" y=\"%g\">device %d</text>\n", y + row_h * 0.65,
+                  r);
+    o << buf;
+    // Idle time shows as the grey background of the row.
+    std::snprintf(buf, sizeof(buf),
+                  "<rect x=\"%g\" y=\"%g\" width=\"%g\" height=\"%g\" fill=\"#e6e6e6\"/>\n", left,
+                  y, width, row_h);
+    o << buf;
+    for (const auto& e : res.timeline[r]) {
+      if (!e.compute) continue;
+      const double x = left + e.start * scale, w = std::max(0.5, (e.end - e.start) * scale);
+      const double hue = std::fmod(e.microbatch * 360.0 / std::max(1, std::min(s.m, 12)), 360.0);
+      // Forward light, B dark, W mid; later chunks slightly more saturated.
+      const double light = e.kind == ComputeKind::Forward          ? 78
+                           : e.kind == ComputeKind::BackwardWeight ? 58
+                                                                   : 40;
+      const double sat = 45 + 40.0 * e.chunk / std::max(1, s.v - 1);
+      std::snprintf(
+          buf, sizeof(buf),
+          "<rect x=\"%.2f\" y=\"%g\" width=\"%.2f\" height=\"%g\" fill=\"hsl(%.0f,%.0f%%,%.0f%%)\" "
+          "stroke=\"#333\" stroke-width=\"0.6\"%s><title>%s%d chunk %d (stage %d)</title></rect>\n",
+          x, y, w, row_h, hue, sat, light,
+          e.kind == ComputeKind::BackwardWeight ? " stroke-dasharray=\"3,2\"" : "",
+          short_name(e.kind), e.microbatch, e.chunk, s.stage_of(r, e.chunk));
+      o << buf;
+      if (w >= 14) {
+        std::snprintf(buf, sizeof(buf),
+                      "<text x=\"%.2f\" y=\"%g\" text-anchor=\"middle\" fill=\"%s\">%d</text>\n",
+                      x + w / 2, y + row_h * 0.65, light < 50 ? "white" : "black", e.microbatch);
+        o << buf;
+      }
+    }
+  }
+  const double ly = top + s.p * (row_h + gap) + 20;
+  std::snprintf(buf, sizeof(buf),
+                "<rect x=\"%g\" y=\"%g\" width=\"14\" height=\"14\" fill=\"hsl(0,45%%,78%%)\" "
+                "stroke=\"#333\"/>"
+                "<text x=\"%g\" y=\"%g\">forward</text>"
+                "<rect x=\"%g\" y=\"%g\" width=\"14\" height=\"14\" fill=\"hsl(0,45%%,40%%)\" "
+                "stroke=\"#333\"/>"
+                "<text x=\"%g\" y=\"%g\">backward%s</text>"
+                "<rect x=\"%g\" y=\"%g\" width=\"14\" height=\"14\" fill=\"#e6e6e6\"/>"
+                "<text x=\"%g\" y=\"%g\">idle (bubble)</text>\n",
+                left, ly, left + 20, ly + 11, left + 100, ly, left + 120, ly + 11,
+                s.split_backward ? " (B: input grad; dashed W: weight grad)" : "", left + 420, ly,
+                left + 440, ly + 11);
+  o << buf;
+  std::snprintf(buf, sizeof(buf),
+                "<text x=\"%g\" y=\"%g\">numbers are microbatches; colour = microbatch%s</text>\n",
+                left, ly + 36, s.v > 1 ? ", saturation = model chunk" : "");
+  o << buf << "</svg>\n";
+  return o.str();
+}
+
+}  // namespace triad::pipeline

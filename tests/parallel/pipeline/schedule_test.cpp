@@ -1,0 +1,220 @@
+#include "triad/parallel/pipeline/schedule.h"
+
+#include <gtest/gtest.h>
+
+#include "triad/core/error.h"
+#include "triad/parallel/pipeline/simulator.h"
+
+namespace triad::pipeline {
+namespace {
+
+struct Grid {
+  ScheduleKind kind;
+  int p, v, m;
+};
+
+std::vector<Grid> grid() {
+  std::vector<Grid> g;
+  for (int p : {1, 2, 3, 4, 8}) {
+    for (int m : {1, 2, 3, 4, 5, 7, 8, 12, 16, 17}) {
+      g.push_back({ScheduleKind::GPipe, p, 1, m});
+      g.push_back({ScheduleKind::OneFOneB, p, 1, m});
+      g.push_back({ScheduleKind::ZbH1, p, 1, m});
+      if (m % p == 0) {
+        for (int v : {2, 3, 4}) g.push_back({ScheduleKind::Interleaved, p, v, m});
+      }
+    }
+  }
+  return g;
+}
+
+TEST(Schedule, EveryGeneratorOverTheGridIsValidAndDeadlockFree) {
+  int checked = 0;
+  for (const Grid& c : grid()) {
+    Schedule s = make_schedule(c.kind, c.p, c.m, c.v);
+    Validation v = validate(s);
+    ASSERT_TRUE(v.ok) << schedule_name(c.kind) << " p=" << c.p << " v=" << c.v << " m=" << c.m
+                      << ": " << v.error;
+    ++checked;
+  }
+  EXPECT_GT(checked, 200);
+}
+
+TEST(Schedule, OneFOneBWarmupIsMinOfPMinusRMinusOneAndM) {
+  for (int p : {2, 4}) {
+    for (int m : {1, 3, 8}) {
+      Schedule s = make_schedule(ScheduleKind::OneFOneB, p, m);
+      for (int r = 0; r < p; ++r) {
+        int warm = 0;
+        for (const Action& a : s.ranks[r]) {
+          if (!a.is_compute()) continue;
+          if (a.compute != ComputeKind::Forward) break;
+          ++warm;
+        }
+        // The warm-up forwards, plus the first steady-state forward when any remain.
+        const int expect = std::min(p - r - 1, m);
+        EXPECT_EQ(warm, expect + (m > expect ? 1 : 0)) << "p=" << p << " m=" << m << " r=" << r;
+      }
+    }
+  }
+}
+
+TEST(Schedule, InterleavedPlacesChunkCOfRankROnStageCpPlusR) {
+  Schedule s = make_schedule(ScheduleKind::Interleaved, 4, 8, 2);
+  EXPECT_EQ(s.num_stages(), 8);
+  EXPECT_EQ(s.stage_of(1, 1), 5);
+  EXPECT_EQ(s.rank_of(6), 2);
+  // Rank 0 starts with microbatches 0..3 on chunk 0, then 0..3 on chunk 1.
+  std::vector<std::pair<int, int>> first;
+  for (const Action& a : s.ranks[0]) {
+    if (a.is_compute() && first.size() < 8) first.push_back({a.chunk, a.microbatch});
+  }
+  std::vector<std::pair<int, int>> expect{{0, 0}, {0, 1}, {0, 2}, {0, 3},
+                                          {1, 0}, {1, 1}, {1, 2}, {1, 3}};
+  EXPECT_EQ(first, expect);
+}
+
+TEST(Schedule, ConstraintsAreClearErrors) {
+  auto expect_error = [](auto fn, const std::string& fragment) {
+    try {
+      fn();
+      FAIL() << "expected ValueError with '" << fragment << "'";
+    } catch (const ValueError& e) {
+      EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+    }
+  };
+  expect_error([] { make_schedule(ScheduleKind::Interleaved, 4, 6, 2); },
+               "interleaved: microbatches m (6) must be a multiple of pipeline ranks p (4)");
+  expect_error([] { make_schedule(ScheduleKind::Interleaved, 4, 8, 1); }, "v (1) must be >= 2");
+  expect_error([] { make_schedule(ScheduleKind::OneFOneB, 4, 8, 2); },
+               "only interleaved uses v > 1");
+  expect_error([] { make_schedule(ScheduleKind::GPipe, 0, 8); }, "p (0) must be >= 1");
+  expect_error([] { make_schedule(ScheduleKind::ZbH1, 2, 0); }, "m (0) must be >= 1");
+  expect_error([] { schedule_from_name("pipedream"); },
+               "expected gpipe, 1f1b, interleaved or zb-h1");
+  EXPECT_EQ(schedule_from_name("zb-h1"), ScheduleKind::ZbH1);
+}
+
+TEST(Schedule, ValidatorCatchesBrokenSchedules) {
+  Schedule s = make_schedule(ScheduleKind::OneFOneB, 2, 4);
+  Schedule dropped = s;
+  for (auto it = dropped.ranks[1].begin(); it != dropped.ranks[1].end(); ++it) {
+    if (it->is_compute() && it->compute == ComputeKind::Backward) {
+      dropped.ranks[1].erase(it);
+      break;
+    }
+  }
+  EXPECT_FALSE(validate(dropped).ok);
+  // Swap rank 1's first receive and the forward that needs it.
+  Schedule early = s;
+  std::swap(early.ranks[1][0], early.ranks[1][1]);
+  Validation v = validate(early);
+  EXPECT_FALSE(v.ok);
+  EXPECT_NE(v.error.find("before its input activation"), std::string::npos) << v.error;
+  // Two ranks that both receive before they send deadlock.
+  Schedule dead = s;
+  for (auto& rank : dead.ranks) {
+    for (auto& a : rank) {
+      if (!a.is_compute()) {
+        std::stable_partition(a.ops.begin(), a.ops.end(),
+                              [](const P2POp& o) { return !o.is_send; });
+      }
+    }
+  }
+  // Split every batch into receive-only then send-only batches on rank 0 and the reverse order on
+  // rank 1.
+  Schedule split = s;
+  for (int r = 0; r < 2; ++r) {
+    std::vector<Action> out;
+    for (const Action& a : split.ranks[r]) {
+      if (a.is_compute() || a.ops.size() < 2) {
+        out.push_back(a);
+        continue;
+      }
+      Action recv = a, send = a;
+      recv.ops.clear();
+      send.ops.clear();
+      for (const P2POp& o : a.ops) (o.is_send ? send : recv).ops.push_back(o);
+      out.push_back(recv);  // both ranks wait to receive first
+      out.push_back(send);
+    }
+    split.ranks[r] = out;
+  }
+  Validation d = validate(split);
+  EXPECT_FALSE(d.ok);
+  EXPECT_NE(d.error.find("deadlocks"), std::string::npos) << d.error;
+}
+
+Costs equal_costs(bool split) {
+  Costs c;
+  c.forward = {1.0};
+  c.backward = {2.0};
+  c.backward_input = {1.0};
+  c.backward_weight = {1.0};
+  (void)split;
+  return c;
+}
+
+TEST(Simulator, BubbleMatchesTheoryWithEqualCostsAndFreeCommunication) {
+  for (int p : {2, 4, 8}) {
+    for (int m : {8, 16, 32}) {
+      const double theory = static_cast<double>(p - 1) / m;
+      auto g = simulate(make_schedule(ScheduleKind::GPipe, p, m), equal_costs(false));
+      auto o = simulate(make_schedule(ScheduleKind::OneFOneB, p, m), equal_costs(false));
+      EXPECT_NEAR(g.bubble_fraction, theory, 1e-12) << "gpipe p=" << p << " m=" << m;
+      EXPECT_NEAR(o.bubble_fraction, theory, 1e-12) << "1f1b p=" << p << " m=" << m;
+      EXPECT_EQ(g.peak_alive[0], m);
+      EXPECT_LE(o.peak_alive[0], p);
+      for (int r = 0; r < p; ++r) EXPECT_LE(o.peak_alive[r], std::min(p - r, m));
+      for (int v : {2, 4}) {
+        if (m % p != 0) continue;
+        auto i = simulate(make_schedule(ScheduleKind::Interleaved, p, m, v), equal_costs(false));
+        EXPECT_NEAR(i.bubble_fraction, theory / v, 1e-12)
+            << "interleaved p=" << p << " v=" << v << " m=" << m;
+      }
+      auto z = simulate(make_schedule(ScheduleKind::ZbH1, p, m), equal_costs(true));
+      EXPECT_LE(z.bubble_fraction, 0.4 * o.bubble_fraction) << "zb-h1 p=" << p << " m=" << m;
+      // ZB-H1's theory with t_F = t_B = t_W: (p-1)(t_F + t_B - t_W) of idle.
+      EXPECT_NEAR(z.bubble_fraction, (p - 1) / (3.0 * m), 1e-12) << "zb-h1 p=" << p << " m=" << m;
+      for (int r = 0; r < p; ++r) {
+        // Full activations (F..B) within 1F1B's bound on every rank, and with
+        // the W-pending inputs never more than 1F1B's first rank holds.
+        EXPECT_LE(z.peak_alive[r], o.peak_alive[r]) << "zb-h1 memory, rank " << r;
+        EXPECT_LE(z.peak_held[r], o.peak_alive[0]) << "zb-h1 memory, rank " << r;
+      }
+      // Blocking (rendezvous) sends may only make things slower.
+      auto ob = simulate(make_schedule(ScheduleKind::OneFOneB, p, m), equal_costs(false),
+                         P2PSemantics::Blocking);
+      EXPECT_GE(ob.makespan, o.makespan);
+    }
+  }
+}
+
+TEST(Simulator, CommunicationCostStretchesThePipeline) {
+  Costs c = equal_costs(false);
+  auto free_comm = simulate(make_schedule(ScheduleKind::OneFOneB, 4, 8), c);
+  c.p2p_latency = 0.1;
+  c.message_bytes = 1e6;
+  c.p2p_bandwidth = 1e7;  // 0.1 per message
+  auto slow = simulate(make_schedule(ScheduleKind::OneFOneB, 4, 8), c);
+  EXPECT_GT(slow.makespan,
+            free_comm.makespan + 6 * 0.2 - 1e-9);  // at least the fill and drain hops
+  EXPECT_GT(slow.bubble_fraction, free_comm.bubble_fraction);
+}
+
+TEST(Simulator, PicturesDescribeTheTimeline) {
+  Schedule s = make_schedule(ScheduleKind::Interleaved, 4, 8, 2);
+  auto r = simulate(s, equal_costs(false));
+  const std::string svg = timeline_svg(s, r);
+  EXPECT_NE(svg.find("<svg"), std::string::npos);
+  EXPECT_NE(svg.find("device 3"), std::string::npos);
+  size_t boxes = 0;
+  for (size_t pos = 0; (pos = svg.find("<title>", pos)) != std::string::npos; ++pos) ++boxes;
+  EXPECT_EQ(boxes, static_cast<size_t>(4 * 8 * 2 * 2));  // ranks x microbatches x chunks x (F, B)
+  const std::string trace = timeline_chrome_trace(s, r);
+  EXPECT_NE(trace.find("\"traceEvents\""), std::string::npos);
+  EXPECT_NE(trace.find("\"ph\": \"X\""), std::string::npos);
+}
+
+}  // namespace
+}  // namespace triad::pipeline
