@@ -1,0 +1,168 @@
+// triad-plan: pipeline schedule pictures and cluster-scale predictions.
+//   triad-plan schedule --kind interleaved --p 4 --v 2 --m 8 --svg out.svg [--trace out.json]
+//   triad-plan predict --model M.yaml --cluster C.yaml --gpus N --global-batch B --tp T --pp P
+//                      [--vpp V] --micro-batch b [--recompute none|selective|full]
+//                      [--sequence-parallel] [--zero 1] [--schedule 1f1b|interleaved|zb-h1]
+//                      [--json]
+//   triad-plan recommend --model M.yaml --cluster C.yaml --gpus N --global-batch B [--top K]
+//   [--json]
+#include <spdlog/spdlog.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <fstream>
+
+#include "triad/core/error.h"
+#include "triad/parallel/pipeline/simulator.h"
+#include "triad/plan/model_spec.h"
+#include "triad/plan/planner.h"
+
+namespace {
+
+using namespace triad;
+
+void write_file(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::trunc);
+  if (!out) throw IoError("cannot write '" + path + "'");
+  out << text;
+}
+
+void print_estimate(const plan::Estimate& e, const plan::ClusterSpec& c) {
+  std::printf("%s\n", e.config.str().c_str());
+  std::printf(
+      "  step %.3f s | %.0f tokens/s | %.1f TFLOP/s per GPU | MFU %.1f%% | bubble %.1f%% | %.1f GB "
+      "per GPU%s\n",
+      e.step_time, e.tokens_per_s, e.tflops_per_gpu, 100 * e.mfu, 100 * e.bubble_fraction,
+      e.memory_bytes / 1e9, e.fits ? "" : " (does NOT fit)");
+  std::printf(
+      "  time: pipeline %.3f s (per microbatch %.1f ms: GEMM %.1f, memory-bound %.1f, TP comm "
+      "%.1f; "
+      "p2p %.2f ms/msg), DP comm %.3f s, optimizer %.3f s\n",
+      e.pipeline_time, 1e3 * e.compute_time, 1e3 * e.gemm_time, 1e3 * e.memory_bound_time,
+      1e3 * e.tp_comm_time, 1e3 * e.p2p_time, e.dp_comm_time, e.optimizer_time);
+  std::printf(
+      "  memory: weights %.1f, grads %.1f, optimizer %.1f, activations %.1f, reserved %.1f GB (of "
+      "%.1f)\n",
+      e.weights_bytes / 1e9, e.gradient_bytes / 1e9, e.optimizer_bytes / 1e9,
+      e.activation_bytes / 1e9, c.reserved_bytes / 1e9, c.memory_bytes / 1e9);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Triad planner: pipeline schedules and cluster predictions"};
+  app.require_subcommand(1);
+
+  auto* sched = app.add_subcommand("schedule", "simulate a pipeline schedule and draw it");
+  std::string kind = "1f1b", svg, trace;
+  int p = 4, v = 1, m = 8;
+  double tf = 1, tb = 2, tw = 0, comm = 0;
+  sched->add_option("--kind", kind, "gpipe, 1f1b, interleaved or zb-h1")->capture_default_str();
+  sched->add_option("--p", p, "pipeline ranks")->capture_default_str();
+  sched->add_option("--v", v, "chunks per rank (interleaved)")->capture_default_str();
+  sched->add_option("--m", m, "microbatches")->capture_default_str();
+  sched->add_option("--tf", tf, "forward time per chunk")->capture_default_str();
+  sched->add_option("--tb", tb, "backward time per chunk (B + W)")->capture_default_str();
+  sched->add_option("--tw", tw, "weight-gradient part of --tb for split schedules (default half)");
+  sched->add_option("--comm", comm, "time of one point-to-point message")->capture_default_str();
+  sched->add_option("--svg", svg, "write the timeline as SVG");
+  sched->add_option("--trace", trace, "write the timeline as Chrome trace JSON");
+
+  std::string model_path, cluster_path, recompute = "none", schedule_name;
+  int gpus = 0, global_batch = 0, tp = 1, pp = 1, vpp = 1, micro = 1, zero = 0, top = 5;
+  bool sp = false, json = false, overlap = false;
+  auto add_common = [&](CLI::App* c) {
+    c->add_option("--model", model_path, "trainer config or model section YAML")->required();
+    c->add_option("--cluster", cluster_path, "cluster YAML (configs/clusters/)")->required();
+    c->add_option("--gpus", gpus, "number of GPUs")->required();
+    c->add_option("--global-batch", global_batch, "sequences per step")->required();
+    c->add_flag("--overlap-dp", overlap, "assume the DP gradient reduction overlaps backward");
+    c->add_flag("--json", json, "print JSON");
+  };
+  auto* predict = app.add_subcommand("predict", "price one configuration");
+  add_common(predict);
+  predict->add_option("--tp", tp)->required();
+  predict->add_option("--pp", pp)->required();
+  predict->add_option("--vpp", vpp);
+  predict->add_option("--micro-batch", micro)->required();
+  predict->add_option("--recompute", recompute, "none, selective or full");
+  predict->add_flag("--sequence-parallel", sp);
+  predict->add_option("--zero", zero, "1 shards the optimizer state (ZeRO-1)");
+  predict->add_option("--schedule", schedule_name,
+                      "1f1b (default), interleaved (default when --vpp > 1), zb-h1");
+  auto* rec = app.add_subcommand("recommend", "rank every configuration that fits");
+  add_common(rec);
+  rec->add_option("--top", top, "how many to print")->capture_default_str();
+
+  CLI11_PARSE(app, argc, argv);
+  try {
+    if (sched->parsed()) {
+      auto s = pipeline::make_schedule(pipeline::schedule_from_name(kind), p, m, v);
+      pipeline::Costs c;
+      c.forward = {tf};
+      c.backward = {tb};
+      const double w = tw > 0 ? tw : tb / 2;
+      c.backward_input = {tb - w};
+      c.backward_weight = {w};
+      c.p2p_latency = comm;
+      auto r = pipeline::simulate(s, c);
+      std::printf("%s p=%d v=%d m=%d: makespan %.4g, bubble %.2f%%, peak in-flight on rank 0: %d\n",
+                  kind.c_str(), p, v, m, r.makespan, 100 * r.bubble_fraction, r.peak_alive[0]);
+      if (!svg.empty()) write_file(svg, pipeline::timeline_svg(s, r));
+      if (!trace.empty()) write_file(trace, pipeline::timeline_chrome_trace(s, r));
+      return 0;
+    }
+    const auto model = plan::load_model_spec(model_path);
+    const auto cluster = plan::load_cluster(cluster_path);
+    if (predict->parsed()) {
+      plan::ParallelConfig c;
+      c.tp = tp;
+      c.pp = pp;
+      c.vpp = vpp;
+      if (gpus % (tp * pp) != 0) {
+        throw ConfigError("GPUs (" + std::to_string(gpus) + ") must be divisible by tp*pp (" +
+                          std::to_string(tp * pp) + ")");
+      }
+      c.dp = gpus / (tp * pp);
+      c.micro_batch = micro;
+      c.recompute = plan::recompute_from_name(recompute);
+      c.sequence_parallel = sp;
+      if (zero != 0 && zero != 1)
+        throw ConfigError("--zero (" + std::to_string(zero) + ") must be 0 or 1");
+      c.zero1 = zero == 1;
+      c.overlap_dp = overlap;
+      c.schedule = !schedule_name.empty() ? pipeline::schedule_from_name(schedule_name)
+                   : vpp > 1              ? pipeline::ScheduleKind::Interleaved
+                                          : pipeline::ScheduleKind::OneFOneB;
+      const auto e = plan::estimate(model, cluster, gpus, global_batch, c);
+      if (json) {
+        std::printf("%s\n", e.json().c_str());
+      } else {
+        print_estimate(e, cluster);
+      }
+      return 0;
+    }
+    plan::SearchSpace space;
+    space.overlap_dp = overlap;
+    const auto all = plan::recommend(model, cluster, gpus, global_batch, space);
+    if (all.empty())
+      throw ConfigError("no configuration of " + std::to_string(gpus) +
+                        " GPUs fits this model in memory");
+    const size_t n = std::min<size_t>(all.size(), static_cast<size_t>(std::max(top, 1)));
+    if (json) {
+      std::string out = "[";
+      for (size_t i = 0; i < n; ++i) out += (i ? "," : "") + all[i].json();
+      std::printf("%s]\n", out.c_str());
+    } else {
+      std::printf("%zu configurations fit; the best %zu:\n", all.size(), n);
+      for (size_t i = 0; i < n; ++i) {
+        std::printf("%zu. ", i + 1);
+        print_estimate(all[i], cluster);
+      }
+    }
+  } catch (const triad::Error& e) {
+    spdlog::error("{}", e.what());
+    return 2;
+  }
+  return 0;
+}

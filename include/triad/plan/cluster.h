@@ -1,0 +1,34 @@
+#pragma once
+
+#include <string>
+
+namespace triad::plan {
+
+// The hardware the planner prices a run on, read from a cluster YAML
+// (configs/clusters/*.yaml; docs/planner.md lists every key).
+struct ClusterSpec {
+  std::string name;
+  int gpus_per_node = 8;
+  std::string gpu_name;
+  double peak_flops = 0;        // dense fp16/bf16 FLOP/s per GPU
+  int sm_count = 108;           // streaming multiprocessors (GEMM wave quantisation)
+  double memory_bytes = 0;      // per GPU
+  double memory_bandwidth = 0;  // bytes/s per GPU
+  double intra_bandwidth = 0;   // bytes/s per GPU per direction (NVLink)
+  double intra_latency = 0;     // s
+  double inter_bandwidth = 0;   // bytes/s per node per direction (all NICs)
+  double inter_latency = 0;     // s
+  // Achievable fractions (see docs/planner.md for the argument behind each).
+  double gemm_efficiency = 0.7;        // large GEMMs, fraction of peak_flops
+  double memory_efficiency = 0.8;      // memory-bound kernels, of memory_bandwidth
+  double collective_efficiency = 0.8;  // NCCL bus bandwidth, of link bandwidth
+  double reserved_bytes = 2e9;         // context, workspace, fragmentation
+
+  double inter_bandwidth_per_gpu() const { return inter_bandwidth / gpus_per_node; }
+};
+
+// Reads and validates a cluster file; errors name the key and the value.
+ClusterSpec load_cluster(const std::string& path);
+ClusterSpec parse_cluster(const std::string& yaml_text, const std::string& source = "<cluster>");
+
+}  // namespace triad::plan

@@ -1,0 +1,80 @@
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "triad/nn/gpt.h"
+#include "triad/parallel/pipeline/schedule.h"
+#include "triad/plan/cluster.h"
+
+namespace triad::plan {
+
+enum class Recompute { None, Selective, Full };
+const char* recompute_name(Recompute r);
+Recompute recompute_from_name(const std::string& name);
+
+// One way to lay a training run out on the cluster.
+struct ParallelConfig {
+  int tp = 1;
+  int pp = 1;
+  int dp = 1;
+  int vpp = 1;  // chunks per pipeline rank (interleaved when > 1)
+  int micro_batch = 1;
+  Recompute recompute = Recompute::None;
+  bool sequence_parallel = false;
+  bool zero1 = false;
+  pipeline::ScheduleKind schedule = pipeline::ScheduleKind::OneFOneB;
+  // Whether the data-parallel gradient reduction overlaps backward (Triad's
+  // bucketed reducer) or runs after it (Megatron-LM as published in 2021).
+  bool overlap_dp = false;
+
+  std::string str() const;  // "tp=8 pp=64 dp=6 vpp=1 mb=1 recompute=full sp=off zero1=off 1f1b"
+};
+
+// Where the time and memory of one step go.
+struct Estimate {
+  ParallelConfig config;
+  int num_microbatches = 0;  // per pipeline (global batch / (dp * micro batch))
+  // Time, seconds per optimizer step.
+  double step_time = 0;
+  double pipeline_time = 0;      // simulated makespan of all microbatches (compute + p2p)
+  double compute_time = 0;       // per microbatch on the slowest stage: F + B (+ recompute)
+  double gemm_time = 0;          // ... of which GEMMs
+  double memory_bound_time = 0;  // ... of which memory-bound kernels (softmax, norms, ...)
+  double tp_comm_time = 0;       // ... of which tensor-parallel collectives
+  double p2p_time = 0;           // one activation transfer between stages
+  double dp_comm_time = 0;       // gradient reduction (exposed part)
+  double optimizer_time = 0;
+  double bubble_fraction = 0;  // from the simulated schedule
+  // Throughput.
+  double tokens_per_s = 0;
+  double model_flops_per_step = 0;  // PTD-P formula (with the recompute factor)
+  double tflops_per_gpu = 0;
+  double mfu = 0;  // model FLOP/s over peak
+  // Memory per GPU, bytes (the most loaded pipeline rank).
+  double weights_bytes = 0;
+  double gradient_bytes = 0;
+  double optimizer_bytes = 0;
+  double activation_bytes = 0;
+  double memory_bytes = 0;  // total including reserved
+  int peak_inflight = 0;    // (chunk, microbatch) activations alive on rank 0
+  bool fits = true;
+
+  std::string json() const;  // one JSON object, the fields above
+};
+
+// Throws ConfigError naming the numbers when the configuration is not
+// possible: world = tp*pp*dp, n_head % tp, layers % (pp*vpp), global batch %
+// (micro batch * dp), interleaved needs microbatches % pp == 0, ...
+void check_config(const nn::GptConfig& model, const ClusterSpec& cluster, int gpus,
+                  int global_batch, const ParallelConfig& config);
+
+// Prices one configuration (check_config first).
+Estimate estimate(const nn::GptConfig& model, const ClusterSpec& cluster, int gpus,
+                  int global_batch, const ParallelConfig& config);
+
+// Model FLOPs of one step, PTD-P eq. (3): 72 B s l h^2 (1 + s/6h + V/12lh),
+// or 96 B s l h^2 (1 + s/6h + V/16lh) with full recomputation.
+double ptdp_model_flops(const nn::GptConfig& model, int global_batch, bool full_recompute);
+
+}  // namespace triad::plan

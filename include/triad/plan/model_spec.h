@@ -1,0 +1,15 @@
+#pragma once
+
+#include <string>
+
+#include "triad/nn/gpt.h"
+
+namespace triad::plan {
+
+// Reads the model shape the planner needs from a YAML file: a whole trainer
+// config (its `model:` section) or just that section's keys (n_layer,
+// n_head, d_model, vocab_size, seq_len). Errors name the file and the key.
+nn::GptConfig load_model_spec(const std::string& path);
+nn::GptConfig parse_model_spec(const std::string& yaml_text, const std::string& source = "<model>");
+
+}  // namespace triad::plan

@@ -1,0 +1,22 @@
+#pragma once
+
+#include <vector>
+
+#include "triad/plan/cost_model.h"
+
+namespace triad::plan {
+
+struct SearchSpace {
+  std::vector<int> micro_batches{1, 2, 4, 8, 16};
+  std::vector<int> vpps{1, 2, 4};
+  bool try_zb_h1 = true;
+  bool overlap_dp = false;
+};
+
+// Every valid configuration of `gpus` GPUs for this model and global batch
+// (tp within a node and dividing the heads, pp dividing the layers, ...),
+// priced, those that do not fit in memory dropped, fastest first.
+std::vector<Estimate> recommend(const nn::GptConfig& model, const ClusterSpec& cluster, int gpus,
+                                int global_batch, const SearchSpace& space = {});
+
+}  // namespace triad::plan

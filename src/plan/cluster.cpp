@@ -1,0 +1,162 @@
+#include "triad/plan/cluster.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <fstream>
+#include <functional>
+#include <map>
+#include <sstream>
+
+#include "triad/core/error.h"
+
+namespace triad::plan {
+namespace {
+
+double number(const YAML::Node& n, const std::string& key) {
+  if (n.IsScalar()) {
+    try {
+      return n.as<double>();
+    } catch (const YAML::Exception&) {
+    }
+  }
+  std::stringstream ss;
+  ss << n;
+  throw ConfigError(key + ": expected a number, got '" + ss.str() + "'");
+}
+
+void positive(double v, const std::string& key) {
+  if (!(v > 0)) throw ConfigError(key + " (" + std::to_string(v) + ") must be positive");
+}
+
+void fraction(double v, const std::string& key) {
+  if (!(v > 0 && v <= 1)) throw ConfigError(key + " (" + std::to_string(v) + ") must be in (0, 1]");
+}
+
+using Setter = std::function<void(const YAML::Node&, const std::string&)>;
+
+void apply(const YAML::Node& node, const std::string& section,
+           const std::map<std::string, Setter>& fields, const std::vector<std::string>& required) {
+  if (!node.IsMap()) throw ConfigError(section + ": expected a mapping");
+  std::string allowed;
+  for (auto& [k, f] : fields) allowed += (allowed.empty() ? "" : ", ") + k;
+  for (auto it = node.begin(); it != node.end(); ++it) {
+    const std::string k = it->first.as<std::string>();
+    auto f = fields.find(k);
+    const std::string full = section.empty() ? k : section + "." + k;
+    if (f == fields.end()) {
+      throw ConfigError("unknown key '" + full + "' (allowed" +
+                        (section.empty() ? "" : " in " + section) + ": " + allowed + ")");
+    }
+    f->second(it->second, full);
+  }
+  for (const auto& k : required) {
+    if (!node[k])
+      throw ConfigError("missing required key '" + (section.empty() ? k : section + "." + k) + "'");
+  }
+}
+
+}  // namespace
+
+ClusterSpec parse_cluster(const std::string& yaml_text, const std::string& source) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(yaml_text);
+  } catch (const YAML::Exception& e) {
+    throw ConfigError(source + ": not valid YAML: " + e.what());
+  }
+  ClusterSpec c;
+  const std::map<std::string, Setter> gpu{
+      {"name", [&](auto& v, auto&) { c.gpu_name = v.Scalar(); }},
+      {"peak_tflops",
+       [&](auto& v, auto& k) {
+         c.peak_flops = number(v, k) * 1e12;
+         positive(c.peak_flops, k);
+       }},
+      {"sm_count",
+       [&](auto& v, auto& k) {
+         const double n = number(v, k);
+         if (n < 1 || n != static_cast<int>(n))
+           throw ConfigError(k + " must be a positive integer");
+         c.sm_count = static_cast<int>(n);
+       }},
+      {"memory_gib",
+       [&](auto& v, auto& k) {
+         c.memory_bytes = number(v, k) * (1ull << 30);
+         positive(c.memory_bytes, k);
+       }},
+      {"memory_bandwidth_gbs",
+       [&](auto& v, auto& k) {
+         c.memory_bandwidth = number(v, k) * 1e9;
+         positive(c.memory_bandwidth, k);
+       }},
+  };
+  const std::map<std::string, Setter> intra{
+      {"bandwidth_gbs",
+       [&](auto& v, auto& k) {
+         c.intra_bandwidth = number(v, k) * 1e9;
+         positive(c.intra_bandwidth, k);
+       }},
+      {"latency_us", [&](auto& v, auto& k) { c.intra_latency = number(v, k) * 1e-6; }},
+  };
+  const std::map<std::string, Setter> inter{
+      {"bandwidth_gbs",
+       [&](auto& v, auto& k) {
+         c.inter_bandwidth = number(v, k) * 1e9;
+         positive(c.inter_bandwidth, k);
+       }},
+      {"latency_us", [&](auto& v, auto& k) { c.inter_latency = number(v, k) * 1e-6; }},
+  };
+  const std::map<std::string, Setter> eff{
+      {"gemm",
+       [&](auto& v, auto& k) {
+         c.gemm_efficiency = number(v, k);
+         fraction(c.gemm_efficiency, k);
+       }},
+      {"memory",
+       [&](auto& v, auto& k) {
+         c.memory_efficiency = number(v, k);
+         fraction(c.memory_efficiency, k);
+       }},
+      {"collective",
+       [&](auto& v, auto& k) {
+         c.collective_efficiency = number(v, k);
+         fraction(c.collective_efficiency, k);
+       }},
+  };
+  const std::map<std::string, Setter> top{
+      {"name", [&](auto& v, auto&) { c.name = v.Scalar(); }},
+      {"gpus_per_node",
+       [&](auto& v, auto& k) {
+         const double g = number(v, k);
+         if (g < 1 || g != static_cast<int>(g))
+           throw ConfigError(k + " must be a positive integer");
+         c.gpus_per_node = static_cast<int>(g);
+       }},
+      {"gpu",
+       [&](auto& v, auto&) {
+         apply(v, "gpu", gpu, {"peak_tflops", "memory_gib", "memory_bandwidth_gbs"});
+       }},
+      {"intra_node", [&](auto& v, auto&) { apply(v, "intra_node", intra, {"bandwidth_gbs"}); }},
+      {"inter_node", [&](auto& v, auto&) { apply(v, "inter_node", inter, {"bandwidth_gbs"}); }},
+      {"efficiency", [&](auto& v, auto&) { apply(v, "efficiency", eff, {}); }},
+      {"reserved_gib", [&](auto& v, auto& k) { c.reserved_bytes = number(v, k) * (1ull << 30); }},
+  };
+  if (!root || !root.IsMap())
+    throw ConfigError(source + ": a cluster file is a mapping (see docs/planner.md)");
+  try {
+    apply(root, "", top, {"gpus_per_node", "gpu", "intra_node", "inter_node"});
+  } catch (const ConfigError& e) {
+    throw ConfigError(source + ": " + e.what());
+  }
+  return c;
+}
+
+ClusterSpec load_cluster(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw ConfigError("cannot open cluster file '" + path + "'");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return parse_cluster(ss.str(), path);
+}
+
+}  // namespace triad::plan

@@ -1,0 +1,433 @@
+// The planner's cost model. Every term is a physical quantity (FLOPs over an
+// achievable rate, bytes over a bandwidth); docs/planner.md derives each.
+#include "triad/plan/cost_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <tuple>
+
+#include "triad/core/error.h"
+#include "triad/parallel/pipeline/simulator.h"
+
+namespace triad::plan {
+namespace {
+
+constexpr double kFp16 = 2.0;  // bytes per half-precision element
+
+// Seconds for a ring collective moving `fraction` * bytes through each GPU's
+// link (all-reduce: 2(n-1)/n; reduce-scatter or all-gather: (n-1)/n).
+double ring_time(double bytes, double fraction, int n, double bandwidth, double latency,
+                 double efficiency) {
+  if (n <= 1 || bytes <= 0) return 0.0;
+  return fraction * bytes / (bandwidth * efficiency) + 2.0 * (n - 1) * latency;
+}
+
+// Time of one GEMM-like kernel: the slower of its math and its memory traffic.
+double roofline(double flops, double bytes, const ClusterSpec& c) {
+  return std::max(flops / (c.peak_flops * c.gemm_efficiency),
+                  bytes / (c.memory_bandwidth * c.memory_efficiency));
+}
+
+// Per-layer, per-microbatch costs on one GPU (seconds).
+struct LayerCost {
+  double fwd_gemm = 0, fwd_mem = 0, fwd_tp = 0;
+  double attn_gemm_fwd = 0, attn_mem_fwd = 0;  // the attention core (selective recompute redoes it)
+  double bwd_input_gemm = 0, bwd_weight_gemm = 0, bwd_mem = 0, bwd_tp = 0;
+};
+
+// Fraction of the GPU a GEMM with an (M, N) output keeps busy: cuBLAS cuts
+// the output into 128 x 128 tiles, one per SM at a time, so partial tiles
+// (tile quantisation) and a last partial wave of tiles (wave quantisation)
+// leave SMs idle. Small GEMMs lose most.
+double shape_efficiency(double M, double N, const ClusterSpec& c) {
+  const double tile = 128.0;
+  const double tm = std::ceil(M / tile), tn = std::ceil(N / tile);
+  const double tiles = tm * tn;
+  const double waves = std::ceil(tiles / c.sm_count);
+  return (M * N) / (tm * tn * tile * tile) * tiles / (waves * c.sm_count);
+}
+
+// Seconds for a GEMM producing an (M, N) output with inner size K.
+double gemm_time(double M, double N, double K, const ClusterSpec& c) {
+  return 2.0 * M * N * K / (c.peak_flops * c.gemm_efficiency * shape_efficiency(M, N, c));
+}
+
+// Forward, input-gradient and weight-gradient time of a linear layer with
+// `tokens` rows, `in` inputs and `out` outputs (per GPU).
+struct LinearTimes {
+  double fwd, dx, dw;
+};
+LinearTimes linear_times(double tokens, double in, double out, const ClusterSpec& c) {
+  return {gemm_time(tokens, out, in, c), gemm_time(tokens, in, out, c),
+          gemm_time(out, in, tokens, c)};
+}
+
+LayerCost layer_cost(const nn::GptConfig& m, const ClusterSpec& c, const ParallelConfig& p) {
+  const double b = p.micro_batch, s = static_cast<double>(m.seq_len),
+               h = static_cast<double>(m.d_model);
+  const double a = static_cast<double>(m.n_head), t = p.tp, hd = h / a;
+  const double tokens = b * s;
+  LayerCost L;
+  // Linear layers split over TP: QKV (h -> 3h/t), projection (h/t -> h),
+  // MLP up (h -> 4h/t) and down (4h/t -> h); 24bsh^2/t FLOPs forward, the
+  // same again for each of the input and weight gradients.
+  for (const LinearTimes& lt :
+       {linear_times(tokens, h, 3 * h / t, c), linear_times(tokens, h / t, h, c),
+        linear_times(tokens, h, 4 * h / t, c), linear_times(tokens, 4 * h / t, h, c)}) {
+    L.fwd_gemm += lt.fwd;
+    L.bwd_input_gemm += lt.dx;
+    L.bwd_weight_gemm += lt.dw;
+  }
+  // Attention core per GPU: (a/t) heads of s x s scores. The two batched
+  // GEMMs move the score matrix through memory (2 bytes per element each),
+  // which for small head dims costs more than their math.
+  const double scores = (a / t) * b * s * s;
+  const double attn_gemm_flops = 2.0 * scores * hd;  // one of QK^T or PV
+  const double one_attn_gemm = roofline(attn_gemm_flops, scores * kFp16, c);
+  L.attn_gemm_fwd = 2.0 * one_attn_gemm;
+  L.fwd_gemm += L.attn_gemm_fwd;
+  L.bwd_input_gemm += 3.0 * one_attn_gemm;   // dP, dQ, dK
+  L.bwd_weight_gemm += 1.0 * one_attn_gemm;  // dV
+  // Memory-bound kernels. Scores: fused scale-mask-softmax reads and writes
+  // them (4 B/element), dropout reads, writes and keeps a mask (5 B);
+  // backward: 5 B for dropout, 6 B for softmax.
+  const double bw = c.memory_bandwidth * c.memory_efficiency;
+  L.attn_mem_fwd = 9.0 * scores / bw;
+  const double attn_mem_bwd = 11.0 * scores / bw;
+  // Token-wise kernels, bytes per token per hidden unit forward: two
+  // LayerNorms (4 each), two fused bias-dropout-residual adds (7 each) and
+  // the fused bias-GELU on the 4h MLP activation (16, split by TP). With
+  // sequence parallelism the replicated ones are split too. Backward moves
+  // about twice as much.
+  const double replicated = 22.0 / (p.sequence_parallel ? t : 1.0);
+  const double token_bytes_fwd = tokens * h * (replicated + 16.0 / t);
+  L.fwd_mem = L.attn_mem_fwd + token_bytes_fwd / bw;
+  L.bwd_mem = attn_mem_bwd + 2.0 * token_bytes_fwd / bw;
+  // Tensor parallelism: two all-reduces (or reduce-scatter + all-gather
+  // pairs, the same bytes) of the b*s*h activation per direction.
+  if (t > 1) {
+    const double act = tokens * h * kFp16;
+    const double ar = ring_time(act, 2.0 * (t - 1) / t, p.tp, c.intra_bandwidth, c.intra_latency,
+                                c.collective_efficiency);
+    L.fwd_tp = 2.0 * ar;
+    L.bwd_tp = 2.0 * ar;
+  }
+  return L;
+}
+
+// Output head and loss on the last stage, per microbatch (seconds).
+struct HeadCost {
+  double fwd = 0, bwd_input = 0, bwd_weight = 0;
+};
+
+HeadCost head_cost(const nn::GptConfig& m, const ClusterSpec& c, const ParallelConfig& p) {
+  const double tokens = static_cast<double>(p.micro_batch) * m.seq_len;
+  const double v = static_cast<double>(m.vocab_size) / p.tp, h = static_cast<double>(m.d_model);
+  const LinearTimes lt = linear_times(tokens, h, v, c);
+  // Cross entropy over fp32 logits: written, read for the max/sum, read and
+  // written again for the gradient.
+  const double ce = tokens * v * 4.0 * 4.0 / (c.memory_bandwidth * c.memory_efficiency);
+  return {lt.fwd + ce / 2, lt.dx + ce / 2, lt.dw};
+}
+
+struct SimKey {
+  int kind, p, v, m;
+  // Costs relative to a chunk's forward, in 1e-4 units: body chunk (f, bi,
+  // bw), the extra of the last chunk (the output head), communication.
+  long bi, bw, hf, hbi, hbw, comm;
+  bool operator<(const SimKey& o) const {
+    return std::tie(kind, p, v, m, bi, bw, hf, hbi, hbw, comm) <
+           std::tie(o.kind, o.p, o.v, o.m, o.bi, o.bw, o.hf, o.hbi, o.hbw, o.comm);
+  }
+};
+
+// The schedule's simulated makespan in units of a chunk's forward time,
+// cached: the planner asks for the same shapes many times. Every rank's last
+// chunk also carries the head, so the simulated pipeline runs at the pace of
+// the last (slowest) stage.
+pipeline::SimulationResult simulate_cached(pipeline::ScheduleKind kind, int p, int v, int m,
+                                           double f, double bi, double bwt, const HeadCost& head,
+                                           double comm) {
+  static std::mutex mutex;
+  static std::map<SimKey, pipeline::SimulationResult> cache;
+  auto q = [&](double x) { return std::lround(x / f * 1e4); };
+  const SimKey key{
+      static_cast<int>(kind), p,      v, m, q(bi), q(bwt), q(head.fwd), q(head.bwd_input),
+      q(head.bwd_weight),     q(comm)};
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    auto it = cache.find(key);
+    if (it != cache.end()) return it->second;
+  }
+  pipeline::Costs costs;
+  costs.forward.assign(v, 1.0);
+  costs.backward_input.assign(v, key.bi / 1e4);
+  costs.backward_weight.assign(v, key.bw / 1e4);
+  costs.forward.back() += key.hf / 1e4;
+  costs.backward_input.back() += key.hbi / 1e4;
+  costs.backward_weight.back() += key.hbw / 1e4;
+  costs.backward.resize(v);
+  for (int c = 0; c < v; ++c)
+    costs.backward[c] = costs.backward_input[c] + costs.backward_weight[c];
+  costs.p2p_latency = key.comm / 1e4;
+  auto result = pipeline::simulate(pipeline::make_schedule(kind, p, m, v), costs);
+  std::lock_guard<std::mutex> lock(mutex);
+  cache.emplace(key, result);
+  return result;
+}
+
+std::string need(const std::string& what, long long value, const std::string& rule) {
+  return what + " (" + std::to_string(value) + ") " + rule;
+}
+
+}  // namespace
+
+const char* recompute_name(Recompute r) {
+  switch (r) {
+    case Recompute::None:
+      return "none";
+    case Recompute::Selective:
+      return "selective";
+    case Recompute::Full:
+      return "full";
+  }
+  return "?";
+}
+
+Recompute recompute_from_name(const std::string& name) {
+  if (name == "none") return Recompute::None;
+  if (name == "selective") return Recompute::Selective;
+  if (name == "full") return Recompute::Full;
+  throw ConfigError("recompute '" + name + "' must be none, selective or full");
+}
+
+std::string ParallelConfig::str() const {
+  return "tp=" + std::to_string(tp) + " pp=" + std::to_string(pp) + " dp=" + std::to_string(dp) +
+         " vpp=" + std::to_string(vpp) + " mb=" + std::to_string(micro_batch) +
+         " recompute=" + recompute_name(recompute) + " sp=" + (sequence_parallel ? "on" : "off") +
+         " zero1=" + (zero1 ? "on" : "off") + " " + pipeline::schedule_name(schedule);
+}
+
+double ptdp_model_flops(const nn::GptConfig& m, int global_batch, bool full_recompute) {
+  const double B = global_batch, s = static_cast<double>(m.seq_len),
+               l = static_cast<double>(m.n_layer);
+  const double h = static_cast<double>(m.d_model), V = static_cast<double>(m.vocab_size);
+  if (full_recompute) return 96.0 * B * s * l * h * h * (1.0 + s / (6.0 * h) + V / (16.0 * l * h));
+  return 72.0 * B * s * l * h * h * (1.0 + s / (6.0 * h) + V / (12.0 * l * h));
+}
+
+void check_config(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int global_batch,
+                  const ParallelConfig& p) {
+  m.validate();
+  if (p.tp < 1 || p.pp < 1 || p.dp < 1 || p.vpp < 1 || p.micro_batch < 1) {
+    throw ConfigError("tp, pp, dp, vpp and micro batch must all be >= 1 (got " + p.str() + ")");
+  }
+  if (static_cast<long long>(p.tp) * p.pp * p.dp != gpus) {
+    throw ConfigError("GPUs (" + std::to_string(gpus) +
+                      ") must equal tp*pp*dp = " + std::to_string(p.tp) + "*" +
+                      std::to_string(p.pp) + "*" + std::to_string(p.dp) + " = " +
+                      std::to_string(static_cast<long long>(p.tp) * p.pp * p.dp));
+  }
+  if (m.n_head % p.tp != 0) {
+    throw ConfigError(
+        need("n_head", m.n_head, "must be divisible by tp (" + std::to_string(p.tp) + ")"));
+  }
+  if (p.tp > c.gpus_per_node) {
+    throw ConfigError(need("tp", p.tp,
+                           "must not exceed gpus_per_node (" + std::to_string(c.gpus_per_node) +
+                               "): a tensor-parallel group stays inside one node"));
+  }
+  if (m.n_layer % (static_cast<long long>(p.pp) * p.vpp) != 0) {
+    throw ConfigError(need("n_layer", m.n_layer,
+                           "must be divisible by pp*vpp (" + std::to_string(p.pp * p.vpp) + ")"));
+  }
+  if (global_batch % (static_cast<long long>(p.micro_batch) * p.dp) != 0) {
+    throw ConfigError(need(
+        "global batch", global_batch,
+        "must be divisible by micro batch * dp (" + std::to_string(p.micro_batch * p.dp) + ")"));
+  }
+  const int micro = global_batch / (p.micro_batch * p.dp);
+  const bool interleaved = p.schedule == pipeline::ScheduleKind::Interleaved;
+  if (interleaved != (p.vpp > 1)) {
+    throw ConfigError("vpp (" + std::to_string(p.vpp) +
+                      ") > 1 goes with the interleaved schedule and only with it (got " +
+                      pipeline::schedule_name(p.schedule) + ")");
+  }
+  if (interleaved && micro % p.pp != 0) {
+    throw ConfigError(need(
+        "microbatches per pipeline", micro,
+        "must be a multiple of pp (" + std::to_string(p.pp) + ") for the interleaved schedule"));
+  }
+  if (p.sequence_parallel && p.tp == 1) throw ConfigError("sequence parallelism needs tp > 1");
+}
+
+Estimate estimate(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int global_batch,
+                  const ParallelConfig& p) {
+  check_config(m, c, gpus, global_batch, p);
+  Estimate e;
+  e.config = p;
+  e.num_microbatches = global_batch / (p.micro_batch * p.dp);
+  const double b = p.micro_batch, s = static_cast<double>(m.seq_len),
+               h = static_cast<double>(m.d_model);
+  const double a = static_cast<double>(m.n_head), t = p.tp, V = static_cast<double>(m.vocab_size);
+  const int layers_per_chunk = static_cast<int>(m.n_layer / (p.pp * p.vpp));
+
+  // ---- compute per microbatch on one chunk (the slowest stage sets the pace)
+  const LayerCost L = layer_cost(m, c, p);
+  const HeadCost H = head_cost(m, c, p);
+  double f = layers_per_chunk * (L.fwd_gemm + L.fwd_mem + L.fwd_tp);
+  double bi = layers_per_chunk * (L.bwd_input_gemm + 0.5 * L.bwd_mem + 0.5 * L.bwd_tp);
+  double bw = layers_per_chunk * (L.bwd_weight_gemm + 0.5 * L.bwd_mem + 0.5 * L.bwd_tp);
+  // Recomputation reruns forward work inside the backward.
+  const double redo =
+      p.recompute == Recompute::Full        ? layers_per_chunk * (L.fwd_gemm + L.fwd_mem + L.fwd_tp)
+      : p.recompute == Recompute::Selective ? layers_per_chunk * (L.attn_gemm_fwd + L.attn_mem_fwd)
+                                            : 0.0;
+  bi += redo;
+  // The last stage also runs the output head and the loss (in its last chunk).
+  e.compute_time = p.vpp * (f + bi + bw) + H.fwd + H.bwd_input + H.bwd_weight;
+  e.gemm_time = p.vpp * layers_per_chunk *
+                (L.fwd_gemm + L.bwd_input_gemm + L.bwd_weight_gemm +
+                 (p.recompute == Recompute::Full        ? L.fwd_gemm
+                  : p.recompute == Recompute::Selective ? L.attn_gemm_fwd
+                                                        : 0));
+  e.memory_bound_time = p.vpp * layers_per_chunk *
+                        (L.fwd_mem + L.bwd_mem + (p.recompute == Recompute::Full ? L.fwd_mem : 0));
+  e.tp_comm_time = p.vpp * layers_per_chunk *
+                   (L.fwd_tp + L.bwd_tp + (p.recompute == Recompute::Full ? L.fwd_tp : 0));
+
+  // ---- pipeline point-to-point: one (b, s, h) activation, split over the TP
+  // ranks (scatter-gather / sequence parallel); across nodes when a pipeline
+  // hop skips a whole node of tp*dp ranks.
+  if (p.pp > 1) {
+    const double bytes = b * s * h * kFp16 / t;
+    const bool cross = p.tp * p.dp >= c.gpus_per_node;
+    const double bwid = cross ? c.inter_bandwidth_per_gpu() : c.intra_bandwidth;
+    e.p2p_time =
+        (cross ? c.inter_latency : c.intra_latency) + bytes / (bwid * c.collective_efficiency);
+  }
+  const pipeline::SimulationResult sim =
+      simulate_cached(p.schedule, p.pp, p.vpp, e.num_microbatches, f, bi, bw, H, e.p2p_time);
+  e.pipeline_time = sim.makespan * f;
+  e.bubble_fraction = sim.bubble_fraction;
+  e.peak_inflight =
+      sim.peak_alive.empty() ? 0 : *std::max_element(sim.peak_alive.begin(), sim.peak_alive.end());
+  if (p.schedule == pipeline::ScheduleKind::ZbH1) {
+    e.peak_inflight = *std::max_element(sim.peak_held.begin(), sim.peak_held.end());
+  }
+
+  // ---- parameters on the most loaded pipeline rank
+  const double layer_params = 12.0 * h * h + 13.0 * h;
+  const double body = (static_cast<double>(m.n_layer) / p.pp) * layer_params / t;
+  const double embedding = V * h / t;  // first stage (and a copy on the last when pp > 1)
+  const double params = body + embedding + (p.pp == 1 ? s * h : std::max(s * h, 0.0));
+  // ---- data parallelism: fp32 gradient reduction (hierarchical: inside the
+  // node over NVLink, then across nodes through each GPU's share of the NICs)
+  if (p.dp > 1) {
+    const double grad_bytes = params * 4.0;
+    const int in_node = std::max(1, std::min(p.dp, c.gpus_per_node / p.tp));
+    const int nodes = p.dp / in_node;
+    double time = 0;
+    if (!p.zero1) {
+      time += ring_time(grad_bytes, 2.0 * (in_node - 1) / in_node, in_node, c.intra_bandwidth,
+                        c.intra_latency, c.collective_efficiency);
+      time += ring_time(grad_bytes / in_node, 2.0 * (nodes - 1) / std::max(nodes, 1), nodes,
+                        c.inter_bandwidth_per_gpu(), c.inter_latency, c.collective_efficiency);
+    } else {
+      // Reduce-scatter fp32 gradients, all-gather fp16 parameters.
+      const double bytes = params * (4.0 + 2.0);
+      time += ring_time(bytes, 1.0 * (in_node - 1) / in_node, in_node, c.intra_bandwidth,
+                        c.intra_latency, c.collective_efficiency);
+      time += ring_time(bytes / in_node, 1.0 * (nodes - 1) / std::max(nodes, 1), nodes,
+                        c.inter_bandwidth_per_gpu(), c.inter_latency, c.collective_efficiency);
+    }
+    // Overlapped with the last microbatch's backward when the reducer allows.
+    e.dp_comm_time =
+        p.overlap_dp ? std::max(0.0, time - p.vpp * (bi + bw) - H.bwd_input - H.bwd_weight) : time;
+  }
+  // Tied embeddings: first and last stage all-reduce the embedding gradient.
+  double embedding_sync = 0;
+  if (p.pp > 1) {
+    embedding_sync = ring_time(embedding * 4.0, 1.0, 2, c.inter_bandwidth_per_gpu(),
+                               c.inter_latency, c.collective_efficiency);
+  }
+  // Optimizer: AdamW streams fp32 master, moments and gradients, writes fp16 params.
+  e.optimizer_time =
+      params / (p.zero1 ? p.dp : 1) * 30.0 / (c.memory_bandwidth * c.memory_efficiency);
+  e.step_time = e.pipeline_time + e.dp_comm_time + embedding_sync + e.optimizer_time;
+
+  // ---- throughput
+  e.tokens_per_s = global_batch * s / e.step_time;
+  e.model_flops_per_step = ptdp_model_flops(m, global_batch, p.recompute == Recompute::Full);
+  e.tflops_per_gpu = e.model_flops_per_step / e.step_time / gpus / 1e12;
+  e.mfu = ptdp_model_flops(m, global_batch, false) / e.step_time / gpus / c.peak_flops;
+
+  // ---- memory per GPU (Korthikanti et al. 2022 for activations)
+  e.weights_bytes = params * 2.0;
+  e.gradient_bytes = params * 4.0;
+  e.optimizer_bytes = params * 12.0 / (p.zero1 ? p.dp : 1);
+  const double sbh = s * b * h;
+  double per_layer = 0;
+  switch (p.recompute) {
+    case Recompute::None:
+      per_layer = p.sequence_parallel ? sbh * (34.0 + 5.0 * a * s / h) / t
+                                      : sbh * (10.0 + 24.0 / t + 5.0 * a * s / (h * t));
+      break;
+    case Recompute::Selective:
+      per_layer = p.sequence_parallel ? sbh * 34.0 / t : sbh * (10.0 + 24.0 / t);
+      break;
+    case Recompute::Full:
+      per_layer = 2.0 * sbh / (p.sequence_parallel ? t : 1.0);
+      break;
+  }
+  double activations = e.peak_inflight * layers_per_chunk * per_layer;
+  if (p.recompute == Recompute::Full)
+    activations += sbh * (34.0 + 5.0 * a * s / h) / t;  // one layer rebuilt
+  activations += b * s * V / t * 6.0;  // fp16 logits + fp32 loss buffers, one microbatch
+  e.activation_bytes = activations;
+  e.memory_bytes = e.weights_bytes + e.gradient_bytes + e.optimizer_bytes + e.activation_bytes +
+                   c.reserved_bytes;
+  e.fits = e.memory_bytes <= c.memory_bytes;
+  return e;
+}
+
+std::string Estimate::json() const {
+  nlohmann::json j{{"tp", config.tp},
+                   {"pp", config.pp},
+                   {"dp", config.dp},
+                   {"vpp", config.vpp},
+                   {"micro_batch", config.micro_batch},
+                   {"recompute", recompute_name(config.recompute)},
+                   {"sequence_parallel", config.sequence_parallel},
+                   {"zero1", config.zero1},
+                   {"schedule", pipeline::schedule_name(config.schedule)},
+                   {"overlap_dp", config.overlap_dp},
+                   {"num_microbatches", num_microbatches},
+                   {"step_time_s", step_time},
+                   {"tokens_per_s", tokens_per_s},
+                   {"tflops_per_gpu", tflops_per_gpu},
+                   {"mfu", mfu},
+                   {"bubble_fraction", bubble_fraction},
+                   {"memory_per_gpu_gb", memory_bytes / 1e9},
+                   {"fits", fits},
+                   {"breakdown",
+                    {{"pipeline_s", pipeline_time},
+                     {"compute_per_microbatch_s", compute_time},
+                     {"gemm_per_microbatch_s", gemm_time},
+                     {"memory_bound_per_microbatch_s", memory_bound_time},
+                     {"tp_comm_per_microbatch_s", tp_comm_time},
+                     {"p2p_per_message_s", p2p_time},
+                     {"dp_comm_s", dp_comm_time},
+                     {"optimizer_s", optimizer_time},
+                     {"weights_gb", weights_bytes / 1e9},
+                     {"gradients_gb", gradient_bytes / 1e9},
+                     {"optimizer_state_gb", optimizer_bytes / 1e9},
+                     {"activations_gb", activation_bytes / 1e9},
+                     {"peak_inflight_microbatch_chunks", peak_inflight}}}};
+  return j.dump();
+}
+
+}  // namespace triad::plan

@@ -1,0 +1,63 @@
+#include "triad/plan/model_spec.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "triad/core/error.h"
+
+namespace triad::plan {
+
+nn::GptConfig parse_model_spec(const std::string& yaml_text, const std::string& source) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(yaml_text);
+  } catch (const YAML::Exception& e) {
+    throw ConfigError(source + ": not valid YAML: " + e.what());
+  }
+  if (!root || !root.IsMap()) throw ConfigError(source + ": expected a mapping");
+  const YAML::Node model = root["model"] ? root["model"] : root;
+  if (!model.IsMap()) throw ConfigError(source + ": 'model' must be a mapping");
+  nn::GptConfig c;
+  auto get = [&](const char* key, int64_t& out, bool required) {
+    const YAML::Node v = model[key];
+    if (!v) {
+      if (required) throw ConfigError(source + ": missing model key '" + key + "'");
+      return;
+    }
+    try {
+      out = v.as<int64_t>();
+    } catch (const YAML::Exception&) {
+      std::stringstream ss;
+      ss << v;
+      throw ConfigError(source + ": model." + key + ": expected an integer, got '" + ss.str() +
+                        "'");
+    }
+  };
+  get("n_layer", c.n_layer, true);
+  get("n_head", c.n_head, true);
+  get("d_model", c.d_model, true);
+  get("vocab_size", c.vocab_size, true);
+  get("seq_len", c.seq_len, true);
+  for (auto it = model.begin(); it != model.end(); ++it) {
+    const std::string k = it->first.as<std::string>();
+    if (k != "n_layer" && k != "n_head" && k != "d_model" && k != "vocab_size" && k != "seq_len" &&
+        k != "dropout") {
+      throw ConfigError(source + ": unknown model key '" + k +
+                        "' (allowed: n_layer, n_head, d_model, vocab_size, seq_len, dropout)");
+    }
+  }
+  c.validate();
+  return c;
+}
+
+nn::GptConfig load_model_spec(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw ConfigError("cannot open model file '" + path + "'");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return parse_model_spec(ss.str(), path);
+}
+
+}  // namespace triad::plan

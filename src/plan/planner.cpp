@@ -1,0 +1,71 @@
+#include "triad/plan/planner.h"
+
+#include <algorithm>
+
+#include "triad/core/error.h"
+
+namespace triad::plan {
+
+std::vector<Estimate> recommend(const nn::GptConfig& m, const ClusterSpec& c, int gpus,
+                                int global_batch, const SearchSpace& space) {
+  std::vector<ParallelConfig> candidates;
+  for (int tp = 1; tp <= std::min(gpus, c.gpus_per_node); tp *= 2) {
+    if (gpus % tp != 0 || m.n_head % tp != 0) continue;
+    for (int pp = 1; pp <= gpus / tp; ++pp) {
+      if ((gpus / tp) % pp != 0 || m.n_layer % pp != 0) continue;
+      const int dp = gpus / (tp * pp);
+      if (global_batch % dp != 0) continue;
+      for (int mb : space.micro_batches) {
+        if (global_batch % (mb * dp) != 0) continue;
+        std::vector<std::pair<pipeline::ScheduleKind, int>> schedules{
+            {pipeline::ScheduleKind::OneFOneB, 1}};
+        if (pp > 1) {
+          for (int v : space.vpps) {
+            if (v > 1) schedules.push_back({pipeline::ScheduleKind::Interleaved, v});
+          }
+          if (space.try_zb_h1) schedules.push_back({pipeline::ScheduleKind::ZbH1, 1});
+        }
+        for (auto [kind, v] : schedules) {
+          for (Recompute rc : {Recompute::None, Recompute::Selective, Recompute::Full}) {
+            for (bool sp : {false, true}) {
+              if (sp && tp == 1) continue;
+              for (bool z : {false, true}) {
+                if (z && dp == 1) continue;
+                ParallelConfig p;
+                p.tp = tp;
+                p.pp = pp;
+                p.dp = dp;
+                p.vpp = v;
+                p.micro_batch = mb;
+                p.recompute = rc;
+                p.sequence_parallel = sp;
+                p.zero1 = z;
+                p.schedule = kind;
+                p.overlap_dp = space.overlap_dp;
+                try {
+                  check_config(m, c, gpus, global_batch, p);
+                } catch (const ConfigError&) {
+                  continue;
+                }
+                candidates.push_back(p);
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  std::vector<Estimate> priced(candidates.size());
+#pragma omp parallel for schedule(dynamic)
+  for (size_t i = 0; i < candidates.size(); ++i)
+    priced[i] = estimate(m, c, gpus, global_batch, candidates[i]);
+  std::vector<Estimate> out;
+  for (const Estimate& e : priced) {
+    if (e.fits) out.push_back(e);
+  }
+  std::sort(out.begin(), out.end(),
+            [](const Estimate& x, const Estimate& y) { return x.step_time < y.step_time; });
+  return out;
+}
+
+}  // namespace triad::plan
