@@ -1,6 +1,7 @@
 #include "triad/plan/planner.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "triad/core/error.h"
 
@@ -63,8 +64,13 @@ std::vector<Estimate> recommend(const nn::GptConfig& m, const ClusterSpec& c, in
   for (const Estimate& e : priced) {
     if (e.fits) out.push_back(e);
   }
-  std::sort(out.begin(), out.end(),
-            [](const Estimate& x, const Estimate& y) { return x.step_time < y.step_time; });
+  // Fastest first; among equally fast layouts (the same 0.1% bucket of step
+  // time), the leaner one.
+  auto bucket = [](const Estimate& e) { return std::floor(std::log(e.step_time) / std::log(1.001)); };
+  std::stable_sort(out.begin(), out.end(), [&](const Estimate& x, const Estimate& y) {
+    const double bx = bucket(x), by = bucket(y);
+    return bx != by ? bx < by : x.memory_bytes < y.memory_bytes;
+  });
   return out;
 }
 

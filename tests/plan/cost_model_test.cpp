@@ -1,0 +1,193 @@
+#include "triad/plan/cost_model.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "triad/core/error.h"
+#include "triad/plan/model_spec.h"
+#include "triad/plan/planner.h"
+
+namespace triad::plan {
+namespace {
+
+ClusterSpec selene() {
+  return load_cluster(std::string(TRIAD_SOURCE_DIR) + "/configs/clusters/dgx_a100_selene.yaml");
+}
+
+nn::GptConfig gpt(int64_t l, int64_t a, int64_t h) {
+  nn::GptConfig m;
+  m.n_layer = l;
+  m.n_head = a;
+  m.d_model = h;
+  m.vocab_size = 51200;
+  m.seq_len = 2048;
+  return m;
+}
+
+ParallelConfig layout(int tp, int pp, int dp, int mb, Recompute rc = Recompute::Full) {
+  ParallelConfig p;
+  p.tp = tp;
+  p.pp = pp;
+  p.dp = dp;
+  p.micro_batch = mb;
+  p.recompute = rc;
+  return p;
+}
+
+// The two published PTD-P runs (Narayanan et al. 2021, Table 1) the cluster
+// file is checked against: fp16, full recomputation, s = 2048, V = 51200.
+TEST(CostModel, PredictsThePublishedPtdpRunsWithin15Percent) {
+  const ClusterSpec c = selene();
+  const Estimate small = estimate(gpt(24, 24, 2304), c, 32, 512, layout(1, 1, 32, 16));
+  EXPECT_NEAR(small.tflops_per_gpu, 137.0, 0.15 * 137.0);
+  const Estimate huge = estimate(gpt(128, 160, 25600), c, 3072, 3072, layout(8, 64, 6, 1));
+  EXPECT_NEAR(huge.tflops_per_gpu, 163.0, 0.15 * 163.0);
+  EXPECT_TRUE(small.fits);
+  EXPECT_TRUE(huge.fits);
+  // The big run's bubble is the simulated 1F1B one: (p-1)/m, slightly more
+  // with the head on the last stage and communication.
+  EXPECT_NEAR(huge.bubble_fraction, 63.0 / 512.0, 0.02);
+}
+
+TEST(CostModel, ModelFlopsFollowThePtdpFormula) {
+  const nn::GptConfig m = gpt(24, 24, 2304);
+  const double B = 512, s = 2048, l = 24, h = 2304, V = 51200;
+  EXPECT_NEAR(ptdp_model_flops(m, 512, true),
+              96 * B * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h)), 1e3);
+  EXPECT_NEAR(ptdp_model_flops(m, 512, false),
+              72 * B * s * l * h * h * (1 + s / (6 * h) + V / (12 * l * h)), 1e3);
+}
+
+TEST(CostModel, MemoryRespondsToRecomputeSequenceParallelAndZero) {
+  const ClusterSpec c = selene();
+  const nn::GptConfig m = gpt(32, 32, 4096);
+  auto with = [&](Recompute rc, bool sp, bool z) {
+    ParallelConfig p = layout(4, 2, 4, 2, rc);
+    p.sequence_parallel = sp;
+    p.zero1 = z;
+    return estimate(m, c, 32, 256, p);
+  };
+  const Estimate none = with(Recompute::None, false, false),
+                 sel = with(Recompute::Selective, false, false),
+                 full = with(Recompute::Full, false, false);
+  EXPECT_GT(none.activation_bytes, sel.activation_bytes);
+  EXPECT_GT(sel.activation_bytes, full.activation_bytes);
+  // Recomputation costs time.
+  EXPECT_LT(none.compute_time, sel.compute_time);
+  EXPECT_LT(sel.compute_time, full.compute_time);
+  const Estimate sp = with(Recompute::Selective, true, false);
+  EXPECT_LT(sp.activation_bytes, sel.activation_bytes);
+  const Estimate zero = with(Recompute::Selective, false, true);
+  EXPECT_NEAR(zero.optimizer_bytes, sel.optimizer_bytes / 4, 1.0);  // dp = 4
+  EXPECT_EQ(zero.weights_bytes, sel.weights_bytes);
+}
+
+TEST(CostModel, InterleavingCutsTheBubbleAndSmallMicrobatchesLoseGemmEfficiency) {
+  const ClusterSpec c = selene();
+  const nn::GptConfig m = gpt(32, 32, 4096);
+  ParallelConfig a = layout(8, 4, 1, 1, Recompute::Selective);
+  ParallelConfig b = a;
+  b.vpp = 2;
+  b.schedule = pipeline::ScheduleKind::Interleaved;
+  const Estimate one = estimate(m, c, 32, 16, a), two = estimate(m, c, 32, 16, b);
+  EXPECT_LT(two.bubble_fraction, one.bubble_fraction);
+  ParallelConfig z = a;
+  z.schedule = pipeline::ScheduleKind::ZbH1;
+  EXPECT_LT(estimate(m, c, 32, 16, z).bubble_fraction, one.bubble_fraction);
+  // Per token, a micro batch of 1 x 2048 tokens over tp = 8 runs its GEMMs
+  // less efficiently than 8 x 2048.
+  const Estimate mb1 = estimate(m, c, 32, 64, layout(8, 1, 4, 1, Recompute::None));
+  const Estimate mb8 = estimate(m, c, 32, 64, layout(8, 1, 4, 8, Recompute::None));
+  EXPECT_GT(mb1.gemm_time * 8, mb8.gemm_time * 1.01);
+}
+
+TEST(CostModel, InvalidLayoutsAreErrorsNamingTheNumbers) {
+  const ClusterSpec c = selene();
+  const nn::GptConfig m = gpt(24, 24, 2304);
+  auto expect_error = [&](ParallelConfig p, int gpus, int gb, const std::string& fragment) {
+    try {
+      check_config(m, c, gpus, gb, p);
+      FAIL() << "expected ConfigError with '" << fragment << "'";
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+    }
+  };
+  expect_error(layout(2, 2, 2, 1), 16, 64, "GPUs (16) must equal tp*pp*dp = 2*2*2 = 8");
+  expect_error(layout(16, 1, 1, 1), 16, 64, "n_head (24) must be divisible by tp (16)");
+  expect_error(layout(1, 5, 1, 1), 5, 64, "n_layer (24) must be divisible by pp*vpp (5)");
+  expect_error(layout(1, 1, 8, 3), 8, 64,
+               "global batch (64) must be divisible by micro batch * dp (24)");
+  ParallelConfig inter = layout(1, 4, 1, 1);
+  inter.vpp = 2;
+  inter.schedule = pipeline::ScheduleKind::Interleaved;
+  expect_error(inter, 4, 6, "microbatches per pipeline (6) must be a multiple of pp (4)");
+  ParallelConfig sp = layout(1, 1, 1, 1);
+  sp.sequence_parallel = true;
+  expect_error(sp, 1, 8, "sequence parallelism needs tp > 1");
+  nn::GptConfig wide = gpt(24, 32, 4096);
+  try {
+    check_config(wide, c, 16, 64, layout(16, 1, 1, 1));
+    FAIL();
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("gpus_per_node (8)"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Planner, RecommendsOnlyFittingLayoutsFastestFirst) {
+  const ClusterSpec c = selene();
+  const nn::GptConfig m = gpt(24, 32, 4096);  // ~5B parameters
+  SearchSpace space;
+  space.micro_batches = {1, 2};
+  auto all = recommend(m, c, 16, 64, space);
+  ASSERT_FALSE(all.empty());
+  for (size_t i = 1; i < all.size(); ++i) EXPECT_LE(all[i - 1].step_time, all[i].step_time * 1.001);
+  for (const auto& e : all) {
+    EXPECT_TRUE(e.fits);
+    EXPECT_LE(e.memory_bytes, c.memory_bytes);
+    EXPECT_EQ(e.config.tp * e.config.pp * e.config.dp, 16);
+  }
+  // 5B parameters at 18 bytes each do not fit on one 80 GB GPU without
+  // splitting the model or the optimizer state: no such layout survives.
+  for (const auto& e : all) EXPECT_FALSE(e.config.tp == 1 && e.config.pp == 1 && !e.config.zero1);
+  const std::string j = all.front().json();
+  for (const char* key : {"tflops_per_gpu", "step_time_s", "tokens_per_s", "mfu",
+                          "memory_per_gpu_gb", "bubble_fraction"}) {
+    EXPECT_NE(j.find(key), std::string::npos) << key;
+  }
+}
+
+TEST(PlannerFiles, ClusterAndModelFilesAreValidated) {
+  EXPECT_NO_THROW(load_cluster(std::string(TRIAD_SOURCE_DIR) + "/configs/clusters/dgx_h100.yaml"));
+  EXPECT_NO_THROW(load_cluster(std::string(TRIAD_SOURCE_DIR) + "/configs/clusters/hgx_h200.yaml"));
+  const std::string ok =
+      "gpus_per_node: 8\ngpu: {peak_tflops: 312, memory_gib: 80, memory_bandwidth_gbs: 2039}\n"
+      "intra_node: {bandwidth_gbs: 300}\ninter_node: {bandwidth_gbs: 200}\n";
+  EXPECT_NO_THROW(parse_cluster(ok));
+  auto expect_error = [](const std::string& yaml, const std::string& fragment) {
+    try {
+      parse_cluster(yaml);
+      FAIL() << "expected ConfigError with '" << fragment << "'";
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+    }
+  };
+  expect_error(ok + "nics: 8\n", "unknown key 'nics'");
+  expect_error(ok + "efficiency: {gemm: 1.5}\n", "efficiency.gemm (1.500000) must be in (0, 1]");
+  expect_error("gpus_per_node: 8\n", "missing required key 'gpu'");
+  expect_error(ok + "efficiency: {gemm: fast}\n", "efficiency.gemm: expected a number, got 'fast'");
+  // A trainer config works as a model file, and so does a bare model section.
+  nn::GptConfig m = load_model_spec(std::string(TRIAD_SOURCE_DIR) + "/configs/gpt_tiny.yaml");
+  EXPECT_EQ(m.d_model, 128);
+  EXPECT_EQ(
+      parse_model_spec("{n_layer: 2, n_head: 2, d_model: 8, vocab_size: 10, seq_len: 4}").n_layer,
+      2);
+  EXPECT_THROW(parse_model_spec("{n_layer: 2, n_head: 2, d_model: 8, vocab_size: 10}"),
+               ConfigError);
+  EXPECT_THROW(
+      parse_model_spec("{n_layer: 2, n_head: 2, d_model: 8, vocab_size: 10, seq_len: 4, width: 3}"),
+      ConfigError);
+}
+
+}  // namespace
+}  // namespace triad::plan
