@@ -1,0 +1,78 @@
+#pragma once
+
+#include <array>
+#include <string>
+#include <vector>
+
+#include "triad/dist/process_group.h"
+#include "triad/dist/world.h"
+
+namespace triad::dist {
+
+enum class MeshDim { TP, DP, PP };
+
+// The 3D layout of world ranks: sizes along tensor (tp), data (dp) and
+// pipeline (pp) parallelism and the order in which they vary. With the
+// default order "tp-dp-pp", tp varies fastest:
+//   rank = tp_rank + tp * dp_rank + tp * dp * pp_rank.
+// Pure arithmetic: usable (and tested) without any communication.
+struct MeshShape {
+  int tp = 1;
+  int pp = 1;
+  int dp = 1;
+  std::string order = "tp-dp-pp";
+
+  int world() const { return tp * pp * dp; }
+  // Throws ConfigError naming the numbers: sizes >= 1, world == tp*pp*dp,
+  // order a permutation of tp, dp, pp.
+  void validate(int world_size) const;
+  int size(MeshDim d) const;
+  int stride(MeshDim d) const;
+  // (tp_rank, dp_rank, pp_rank) of a world rank, and back.
+  std::array<int, 3> coords(int rank) const;
+  int rank_of(int tp_rank, int dp_rank, int pp_rank) const;
+  // Every group along a dimension (each a list of world ranks in order of
+  // that dimension's index), e.g. for 16 ranks, tp=2, pp=4, dp=2:
+  // TP [0,1] [2,3] ...; DP [0,2] [1,3] [4,6] ...; PP [0,4,8,12] [1,5,9,13] ...
+  std::vector<std::vector<int>> groups(MeshDim d) const;
+  // Ranks sharing a data-parallel index (tp x pp), the model replica.
+  std::vector<std::vector<int>> model_parallel_groups() const;
+  // {first, last} stage of each pipeline (just the rank when pp == 1), for
+  // the tied input/output embedding.
+  std::vector<std::vector<int>> embedding_groups() const;
+};
+
+// What to do when a tensor-parallel group spans nodes.
+enum class TopologyPolicy { Warn, Refuse };
+
+// The communicators of a 3D layout over a world group: one per dimension,
+// the model-parallel group, and the embedding group (null on ranks that are
+// neither first nor last pipeline stage). Created collectively by every
+// world rank, after the shape has been validated against the world size.
+class DeviceMesh {
+ public:
+  DeviceMesh(ProcessGroupPtr world, MeshShape shape, TopologyPolicy policy = TopologyPolicy::Warn);
+
+  const MeshShape& shape() const { return shape_; }
+  const ProcessGroupPtr& world() const { return world_; }
+  const ProcessGroupPtr& tp() const { return tp_; }
+  const ProcessGroupPtr& dp() const { return dp_; }
+  const ProcessGroupPtr& pp() const { return pp_; }
+  const ProcessGroupPtr& model_parallel() const { return mp_; }
+  const ProcessGroupPtr& embedding() const { return embedding_; }  // may be null
+  int tp_rank() const { return coords_[0]; }
+  int dp_rank() const { return coords_[1]; }
+  int pp_rank() const { return coords_[2]; }
+  const NodeInfo& node() const { return node_; }
+  // The CUDA device this rank should use: its rank within the node.
+  int local_device() const { return node_.local_rank; }
+
+ private:
+  ProcessGroupPtr world_;
+  MeshShape shape_;
+  std::array<int, 3> coords_{};
+  NodeInfo node_;
+  ProcessGroupPtr tp_, dp_, pp_, mp_, embedding_;
+};
+
+}  // namespace triad::dist

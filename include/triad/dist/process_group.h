@@ -1,0 +1,88 @@
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "triad/core/error.h"
+#include "triad/core/tensor.h"
+#include "triad/dist/work.h"
+
+namespace triad::dist {
+
+enum class ReduceOp { Sum, Avg, Max, Min };
+const char* reduce_op_name(ReduceOp op);
+
+// A collective or point-to-point call did not finish in time.
+class TimeoutError : public Error {
+ public:
+  using Error::Error;
+};
+
+// Ranks disagree about a call (sizes, dtypes, op), found in validate mode.
+class MismatchError : public Error {
+ public:
+  using Error::Error;
+};
+
+// One side of a batched point-to-point exchange.
+struct P2POp {
+  bool is_send = false;
+  Tensor tensor;  // source for sends, destination for receives
+  int peer = 0;   // rank in this group
+  int tag = 0;
+};
+
+// How the pieces of a tensor of n elements (along dim 0) are split over
+// `parts` ranks when n does not divide: the first n % parts get one more.
+std::vector<int64_t> split_sizes(int64_t n, int parts);
+
+// A set of ranks that communicate. Every call is asynchronous and returns a
+// Work; call wait() before touching the tensors. Tensors must be contiguous
+// and on the device the backend serves (MPI: cpu; NCCL: cuda). All dtypes
+// work, including bf16 and f16 (reduced in f32 and rounded once).
+class ProcessGroup {
+ public:
+  virtual ~ProcessGroup() = default;
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  const std::string& name() const { return name_; }
+  // World ranks of this group's members, in group-rank order.
+  const std::vector<int>& members() const { return members_; }
+  std::chrono::milliseconds timeout() const { return timeout_; }
+  void set_timeout(std::chrono::milliseconds t) { timeout_ = t; }
+  // Validate mode: before each collective the ranks exchange a small header
+  // (op, dtype, sizes) and a disagreement raises MismatchError on every rank.
+  bool validate() const { return validate_; }
+  void set_validate(bool v) { validate_ = v; }
+
+  // In place on every rank.
+  virtual WorkPtr all_reduce(Tensor& tensor, ReduceOp op) = 0;
+  // Concatenates every rank's input along dim 0 into output. Inputs may
+  // differ in their first dimension; output's first dimension is their sum.
+  virtual WorkPtr all_gather(const Tensor& input, Tensor& output) = 0;
+  // Reduces input over the group and leaves on rank r its piece along dim 0:
+  // rows split_sizes(input.size(0), size())[r], in rank order.
+  virtual WorkPtr reduce_scatter(const Tensor& input, Tensor& output, ReduceOp op) = 0;
+  virtual WorkPtr broadcast(Tensor& tensor, int root) = 0;
+  virtual WorkPtr send(const Tensor& tensor, int dst, int tag = 0) = 0;
+  virtual WorkPtr recv(Tensor& tensor, int src, int tag = 0) = 0;
+  // Posts all operations at once; the Work completes when all have.
+  virtual WorkPtr batch_isend_irecv(const std::vector<P2POp>& ops) = 0;
+  virtual WorkPtr barrier() = 0;
+
+ protected:
+  ProcessGroup(std::string name, int rank, int size, std::vector<int> members)
+      : name_(std::move(name)), rank_(rank), size_(size), members_(std::move(members)) {}
+  std::string name_;
+  int rank_ = 0;
+  int size_ = 1;
+  std::vector<int> members_;
+  std::chrono::milliseconds timeout_{std::chrono::minutes(10)};
+  bool validate_ = false;
+};
+
+using ProcessGroupPtr = std::shared_ptr<ProcessGroup>;
+
+}  // namespace triad::dist

@@ -1,0 +1,36 @@
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "triad/dist/process_group.h"
+
+namespace triad::dist {
+
+// The processes of this job. init_world() starts MPI when Triad was built
+// with it (launched by mpirun, srun, or alone as a world of one) and returns
+// the group of all ranks; without MPI it returns a world of one.
+// MPI is finalised at exit.
+ProcessGroupPtr init_world();
+
+// A sub-group of `world` for each colour: every world rank calls this with
+// its colour (ranks with equal colour form a group, ordered by world rank)
+// and gets its own group back. Collective over the whole world.
+ProcessGroupPtr split_group(const ProcessGroupPtr& world, int color, const std::string& name);
+
+// Ranks sharing this one's node (a shared-memory split of the world):
+// (local rank, local size, node index in first-rank order). Collective.
+struct NodeInfo {
+  int local_rank = 0;
+  int local_size = 1;
+  int node = 0;
+  int num_nodes = 1;
+  std::vector<int> node_of_rank;  // world rank -> node index
+};
+NodeInfo node_info(const ProcessGroupPtr& world);
+
+// Ends the job from any rank after an unrecoverable error (MPI_Abort), so no
+// rank hangs waiting for this one.
+[[noreturn]] void abort_job(int code);
+
+}  // namespace triad::dist

@@ -1,0 +1,154 @@
+#include "triad/dist/mesh.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <sstream>
+
+namespace triad::dist {
+namespace {
+
+std::vector<MeshDim> parse_order(const std::string& order) {
+  std::vector<MeshDim> dims;
+  std::stringstream ss(order);
+  for (std::string part; std::getline(ss, part, '-');) {
+    if (part == "tp") {
+      dims.push_back(MeshDim::TP);
+    } else if (part == "dp") {
+      dims.push_back(MeshDim::DP);
+    } else if (part == "pp") {
+      dims.push_back(MeshDim::PP);
+    } else {
+      dims.clear();
+      break;
+    }
+  }
+  std::vector<MeshDim> sorted = dims;
+  std::sort(sorted.begin(), sorted.end());
+  if (dims.size() != 3 || std::unique(sorted.begin(), sorted.end()) != sorted.end()) {
+    throw ConfigError("parallel.order ('" + order +
+                      "') must list tp, dp and pp once each, e.g. 'tp-dp-pp'");
+  }
+  return dims;
+}
+
+int index_of(MeshDim d) {
+  return d == MeshDim::TP ? 0 : d == MeshDim::DP ? 1 : 2;
+}
+
+}  // namespace
+
+void MeshShape::validate(int world_size) const {
+  if (tp < 1 || pp < 1 || dp < 1) {
+    throw ConfigError("parallel sizes must be >= 1 (tp " + std::to_string(tp) + ", pp " +
+                      std::to_string(pp) + ", dp " + std::to_string(dp) + ")");
+  }
+  parse_order(order);
+  if (static_cast<long long>(tp) * pp * dp != world_size) {
+    throw ConfigError("world size (" + std::to_string(world_size) + ") must equal tp*pp*dp = " +
+                      std::to_string(tp) + "*" + std::to_string(pp) + "*" + std::to_string(dp) +
+                      " = " + std::to_string(static_cast<long long>(tp) * pp * dp));
+  }
+}
+
+int MeshShape::size(MeshDim d) const {
+  return d == MeshDim::TP ? tp : d == MeshDim::DP ? dp : pp;
+}
+
+int MeshShape::stride(MeshDim d) const {
+  int s = 1;
+  for (MeshDim x : parse_order(order)) {
+    if (x == d) return s;
+    s *= size(x);
+  }
+  return s;
+}
+
+std::array<int, 3> MeshShape::coords(int rank) const {
+  std::array<int, 3> c{};
+  for (MeshDim d : {MeshDim::TP, MeshDim::DP, MeshDim::PP})
+    c[index_of(d)] = (rank / stride(d)) % size(d);
+  return c;
+}
+
+int MeshShape::rank_of(int tp_rank, int dp_rank, int pp_rank) const {
+  return tp_rank * stride(MeshDim::TP) + dp_rank * stride(MeshDim::DP) +
+         pp_rank * stride(MeshDim::PP);
+}
+
+std::vector<std::vector<int>> MeshShape::groups(MeshDim d) const {
+  std::vector<std::vector<int>> out;
+  std::vector<bool> seen(world(), false);
+  for (int r = 0; r < world(); ++r) {
+    if (seen[r]) continue;
+    auto c = coords(r);
+    std::vector<int> g;
+    for (int i = 0; i < size(d); ++i) {
+      c[index_of(d)] = i;
+      const int q = rank_of(c[0], c[1], c[2]);
+      g.push_back(q);
+      seen[q] = true;
+    }
+    out.push_back(g);
+  }
+  return out;
+}
+
+std::vector<std::vector<int>> MeshShape::model_parallel_groups() const {
+  std::vector<std::vector<int>> out(dp);
+  for (int r = 0; r < world(); ++r) out[coords(r)[1]].push_back(r);
+  return out;
+}
+
+std::vector<std::vector<int>> MeshShape::embedding_groups() const {
+  std::vector<std::vector<int>> out;
+  for (const auto& pipe : groups(MeshDim::PP)) {
+    out.push_back(pipe.size() == 1 ? std::vector<int>{pipe.front()}
+                                   : std::vector<int>{pipe.front(), pipe.back()});
+  }
+  return out;
+}
+
+DeviceMesh::DeviceMesh(ProcessGroupPtr world, MeshShape shape, TopologyPolicy policy)
+    : world_(std::move(world)), shape_(std::move(shape)) {
+  shape_.validate(world_->size());  // before any communicator beyond the world
+  const int me = world_->rank();
+  coords_ = shape_.coords(me);
+  node_ = node_info(world_);
+  // Each TP group should sit inside one node (NVLink); check them all.
+  for (const auto& g : shape_.groups(MeshDim::TP)) {
+    bool same = true;
+    for (int r : g) same = same && node_.node_of_rank[r] == node_.node_of_rank[g.front()];
+    if (same) continue;
+    std::string list;
+    for (int r : g)
+      list += (list.empty() ? "" : ", ") + std::to_string(r) + "@node" +
+              std::to_string(node_.node_of_rank[r]);
+    const std::string msg = "tensor-parallel group [" + list + "] spans nodes (tp " +
+                            std::to_string(shape_.tp) + ", " + std::to_string(node_.local_size) +
+                            " ranks per node)";
+    if (policy == TopologyPolicy::Refuse) throw ConfigError(msg);
+    if (me == 0) spdlog::warn("{}", msg);
+    break;
+  }
+  auto color_of = [&](const std::vector<std::vector<int>>& groups) {
+    for (size_t i = 0; i < groups.size(); ++i) {
+      if (std::find(groups[i].begin(), groups[i].end(), me) != groups[i].end())
+        return static_cast<int>(i);
+    }
+    return -1;
+  };
+  tp_ = split_group(world_, color_of(shape_.groups(MeshDim::TP)), "tp");
+  dp_ = split_group(world_, color_of(shape_.groups(MeshDim::DP)), "dp");
+  pp_ = split_group(world_, color_of(shape_.groups(MeshDim::PP)), "pp");
+  mp_ = split_group(world_, color_of(shape_.model_parallel_groups()), "model-parallel");
+  const int emb = color_of(shape_.embedding_groups());
+  // Everyone takes part in the split; ranks outside every embedding group
+  // get a group of their own and drop it.
+  auto g =
+      split_group(world_, emb >= 0 ? emb : static_cast<int>(shape_.embedding_groups().size()) + me,
+                  "embedding");
+  if (emb >= 0) embedding_ = g;
+}
+
+}  // namespace triad::dist

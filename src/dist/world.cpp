@@ -1,0 +1,119 @@
+#include "triad/dist/world.h"
+
+#include <algorithm>
+#include <cstdlib>
+
+#include "local_process_group.h"
+
+#ifdef TRIAD_WITH_MPI
+#include <mpi.h>
+
+#include "mpi_process_group.h"
+#endif
+
+namespace triad::dist {
+
+#ifdef TRIAD_WITH_MPI
+namespace {
+
+void finalize_mpi() {
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (initialized && !finalized) MPI_Finalize();
+}
+
+detail::MpiProcessGroup& as_mpi(const ProcessGroupPtr& g, const char* what) {
+  auto* m = dynamic_cast<detail::MpiProcessGroup*>(g.get());
+  if (!m) throw ValueError(std::string(what) + ": group '" + g->name() + "' is not an MPI group");
+  return *m;
+}
+
+}  // namespace
+
+ProcessGroupPtr init_world() {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (!initialized) {
+    int provided = 0;
+    if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) {
+      throw Error("MPI_Init_thread failed");
+    }
+    std::atexit(finalize_mpi);
+  }
+  MPI_Comm comm;
+  MPI_Comm_dup(MPI_COMM_WORLD, &comm);
+  return std::make_shared<detail::MpiProcessGroup>(comm, "world");
+}
+
+ProcessGroupPtr split_group(const ProcessGroupPtr& world, int color, const std::string& name) {
+  auto& w = as_mpi(world, "split_group");
+  MPI_Comm comm;
+  if (MPI_Comm_split(w.comm(), color, w.rank(), &comm) != MPI_SUCCESS) {
+    throw Error("split_group '" + name + "': MPI_Comm_split failed");
+  }
+  auto g = std::make_shared<detail::MpiProcessGroup>(comm, name);
+  g->set_timeout(world->timeout());
+  g->set_validate(world->validate());
+  return g;
+}
+
+NodeInfo node_info(const ProcessGroupPtr& world) {
+  auto& w = as_mpi(world, "node_info");
+  MPI_Comm node;
+  MPI_Comm_split_type(w.comm(), MPI_COMM_TYPE_SHARED, w.rank(), MPI_INFO_NULL, &node);
+  NodeInfo info;
+  MPI_Comm_rank(node, &info.local_rank);
+  MPI_Comm_size(node, &info.local_size);
+  // The node's first rank names the node; index nodes in order of first rank.
+  int leader = w.rank();
+  MPI_Bcast(&leader, 1, MPI_INT, 0, node);
+  MPI_Comm_free(&node);
+  std::vector<int> leaders(w.size());
+  MPI_Allgather(&leader, 1, MPI_INT, leaders.data(), 1, MPI_INT, w.comm());
+  std::vector<int> unique = leaders;
+  std::sort(unique.begin(), unique.end());
+  unique.erase(std::unique(unique.begin(), unique.end()), unique.end());
+  info.num_nodes = static_cast<int>(unique.size());
+  info.node_of_rank.resize(w.size());
+  for (int r = 0; r < w.size(); ++r) {
+    info.node_of_rank[r] = static_cast<int>(
+        std::lower_bound(unique.begin(), unique.end(), leaders[r]) - unique.begin());
+  }
+  info.node = info.node_of_rank[w.rank()];
+  return info;
+}
+
+void abort_job(int code) {
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (initialized && !finalized) MPI_Abort(MPI_COMM_WORLD, code);
+  std::_Exit(code);
+}
+
+#else
+
+ProcessGroupPtr init_world() {
+  return std::make_shared<detail::LocalProcessGroup>("world");
+}
+
+ProcessGroupPtr split_group(const ProcessGroupPtr& world, int, const std::string& name) {
+  if (world->size() != 1)
+    throw ValueError("split_group needs MPI for a world of " + std::to_string(world->size()));
+  return std::make_shared<detail::LocalProcessGroup>(name);
+}
+
+NodeInfo node_info(const ProcessGroupPtr&) {
+  NodeInfo info;
+  info.node_of_rank = {0};
+  return info;
+}
+
+void abort_job(int code) {
+  std::_Exit(code);
+}
+
+#endif
+
+}  // namespace triad::dist

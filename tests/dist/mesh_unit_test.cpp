@@ -1,0 +1,62 @@
+#include <gtest/gtest.h>
+
+#include "triad/dist/mesh.h"
+
+namespace triad::dist {
+namespace {
+
+using Groups = std::vector<std::vector<int>>;
+
+TEST(MeshShape, SixteenRanksTp2Pp4Dp2MatchTheDesignExample) {
+  MeshShape m{2, 4, 2};
+  m.validate(16);
+  EXPECT_EQ(m.groups(MeshDim::TP),
+            (Groups{{0, 1}, {2, 3}, {4, 5}, {6, 7}, {8, 9}, {10, 11}, {12, 13}, {14, 15}}));
+  EXPECT_EQ(m.groups(MeshDim::DP),
+            (Groups{{0, 2}, {1, 3}, {4, 6}, {5, 7}, {8, 10}, {9, 11}, {12, 14}, {13, 15}}));
+  EXPECT_EQ(m.groups(MeshDim::PP),
+            (Groups{{0, 4, 8, 12}, {1, 5, 9, 13}, {2, 6, 10, 14}, {3, 7, 11, 15}}));
+  EXPECT_EQ(m.model_parallel_groups(),
+            (Groups{{0, 1, 4, 5, 8, 9, 12, 13}, {2, 3, 6, 7, 10, 11, 14, 15}}));
+  EXPECT_EQ(m.embedding_groups(), (Groups{{0, 12}, {1, 13}, {2, 14}, {3, 15}}));
+  // rank = tp_rank + tp*dp_rank + tp*dp*pp_rank
+  for (int r = 0; r < 16; ++r) {
+    auto c = m.coords(r);
+    EXPECT_EQ(c[0] + 2 * c[1] + 4 * c[2], r);
+    EXPECT_EQ(m.rank_of(c[0], c[1], c[2]), r);
+  }
+}
+
+TEST(MeshShape, OtherLayoutsAndOrders) {
+  MeshShape a{2, 2, 2};
+  EXPECT_EQ(a.groups(MeshDim::TP), (Groups{{0, 1}, {2, 3}, {4, 5}, {6, 7}}));
+  EXPECT_EQ(a.groups(MeshDim::DP), (Groups{{0, 2}, {1, 3}, {4, 6}, {5, 7}}));
+  EXPECT_EQ(a.groups(MeshDim::PP), (Groups{{0, 4}, {1, 5}, {2, 6}, {3, 7}}));
+  MeshShape b{1, 2, 4};
+  EXPECT_EQ(b.groups(MeshDim::DP), (Groups{{0, 1, 2, 3}, {4, 5, 6, 7}}));
+  EXPECT_EQ(b.groups(MeshDim::PP), (Groups{{0, 4}, {1, 5}, {2, 6}, {3, 7}}));
+  EXPECT_EQ(b.groups(MeshDim::TP), (Groups{{0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}}));
+  MeshShape c{4, 1, 2};
+  EXPECT_EQ(c.embedding_groups(), (Groups{{0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}}));
+  MeshShape d{2, 2, 2, "tp-pp-dp"};  // pipeline before data
+  EXPECT_EQ(d.groups(MeshDim::PP), (Groups{{0, 2}, {1, 3}, {4, 6}, {5, 7}}));
+  EXPECT_EQ(d.groups(MeshDim::DP), (Groups{{0, 4}, {1, 5}, {2, 6}, {3, 7}}));
+}
+
+TEST(MeshShape, MismatchesAreErrorsNamingTheNumbers) {
+  auto expect_error = [](const MeshShape& m, int world, const std::string& fragment) {
+    try {
+      m.validate(world);
+      FAIL() << "expected ConfigError with '" << fragment << "'";
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+    }
+  };
+  expect_error({2, 2, 2}, 6, "world size (6) must equal tp*pp*dp = 2*2*2 = 8");
+  expect_error({0, 1, 1}, 1, "must be >= 1 (tp 0");
+  expect_error({1, 1, 1, "tp-dp-xx"}, 1, "parallel.order ('tp-dp-xx')");
+  expect_error({1, 1, 1, "tp-tp-pp"}, 1, "must list tp, dp and pp once each");
+}
+
+}  // namespace
+}  // namespace triad::dist
