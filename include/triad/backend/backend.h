@@ -105,6 +105,21 @@ class Backend {
                                       const Tensor& lse, const Tensor& dlosses,
                                       int64_t ignore_index, Tensor& dlogits) = 0;
 
+  // Vocab-parallel cross entropy over a shard of the vocabulary: logits
+  // (N, Vl) hold global columns [vocab_start, vocab_start + Vl), of which the
+  // first `valid` are real (the rest padding, ignored). targets (N) global.
+  // Step 1: per row, the max over valid columns and the target's logit when
+  // the target is in this shard (else 0); both (N) in stat_dtype.
+  virtual void vocab_ce_partial(const Tensor& logits, const Tensor& targets, int64_t vocab_start, int64_t valid,
+                                Tensor& row_max, Tensor& target_logit) = 0;
+  // Step 2: per row, sum over valid columns of exp(logit - global_max).
+  virtual void vocab_ce_sumexp(const Tensor& logits, const Tensor& global_max, int64_t valid, Tensor& sumexp) = 0;
+  // Backward: dlogits = (exp(logit - max) / sumexp - onehot) * dloss[row];
+  // padding columns get 0.
+  virtual void vocab_ce_backward(const Tensor& logits, const Tensor& targets, int64_t vocab_start, int64_t valid,
+                                 const Tensor& global_max, const Tensor& sumexp, const Tensor& dloss,
+                                 Tensor& dlogits) = 0;
+
   // y = x * keep / (1 - p), keep = philox_uniform(seed, stream, offset + i) >= p.
   // The same call maps dy to dx in backward.
   virtual void dropout(const Tensor& x, double p, uint64_t seed, uint64_t stream, uint64_t offset,

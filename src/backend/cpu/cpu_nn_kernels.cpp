@@ -409,4 +409,68 @@ void CpuBackend::cross_entropy_backward(const Tensor& logits, const Tensor& targ
   });
 }
 
+void CpuBackend::vocab_ce_partial(const Tensor& logits, const Tensor& targets, int64_t vocab_start, int64_t valid,
+                                  Tensor& row_max, Tensor& target_logit) {
+  dispatch_float(logits.dtype(), "vocab_ce_partial", [&](auto tag) {
+    using T = decltype(tag);
+    const int64_t N = logits.size(0), V = logits.size(1);
+    const T* px = logits.data<T>();
+    T* pm = row_max.data<T>();
+    T* pt = target_logit.data<T>();
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < N; ++i) {
+      const T* row = px + i * V;
+      T mx = -std::numeric_limits<T>::infinity();
+      for (int64_t j = 0; j < valid; ++j) mx = std::max(mx, row[j]);
+      pm[i] = mx;
+      const int64_t t = load_index(targets, i) - vocab_start;
+      pt[i] = (t >= 0 && t < valid) ? row[t] : T(0);
+    }
+  });
+}
+
+void CpuBackend::vocab_ce_sumexp(const Tensor& logits, const Tensor& global_max, int64_t valid, Tensor& sumexp) {
+  dispatch_float(logits.dtype(), "vocab_ce_sumexp", [&](auto tag) {
+    using T = decltype(tag);
+    const int64_t N = logits.size(0), V = logits.size(1);
+    const T* px = logits.data<T>();
+    const T* pm = global_max.data<T>();
+    T* ps = sumexp.data<T>();
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < N; ++i) {
+      const T* row = px + i * V;
+      const T m = pm[i];
+      double s = 0;
+#pragma omp simd reduction(+ : s)
+      for (int64_t j = 0; j < valid; ++j) s += exp_fast(row[j] - m);
+      ps[i] = static_cast<T>(s);
+    }
+  });
+}
+
+void CpuBackend::vocab_ce_backward(const Tensor& logits, const Tensor& targets, int64_t vocab_start, int64_t valid,
+                                   const Tensor& global_max, const Tensor& sumexp, const Tensor& dloss,
+                                   Tensor& dlogits) {
+  dispatch_float(logits.dtype(), "vocab_ce_backward", [&](auto tag) {
+    using T = decltype(tag);
+    const int64_t N = logits.size(0), V = logits.size(1);
+    const T* px = logits.data<T>();
+    const T* pm = global_max.data<T>();
+    const T* ps = sumexp.data<T>();
+    const T* pg = dloss.data<T>();
+    T* pd = dlogits.data<T>();
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < N; ++i) {
+      const T* row = px + i * V;
+      T* out = pd + i * V;
+      const T m = pm[i], scale = pg[i] / ps[i];
+#pragma omp simd
+      for (int64_t j = 0; j < valid; ++j) out[j] = exp_fast(row[j] - m) * scale;
+      for (int64_t j = valid; j < V; ++j) out[j] = T(0);
+      const int64_t t = load_index(targets, i) - vocab_start;
+      if (t >= 0 && t < valid) out[t] -= pg[i];
+    }
+  });
+}
+
 }  // namespace triad::detail

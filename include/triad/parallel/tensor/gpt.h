@@ -1,0 +1,66 @@
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "triad/dist/process_group.h"
+#include "triad/nn/embedding.h"
+#include "triad/nn/gpt.h"
+#include "triad/nn/layer_norm.h"
+#include "triad/parallel/tensor/layers.h"
+
+namespace triad::tp {
+
+// GPT-2 split Megatron-style over a tensor-parallel group: attention heads
+// and the MLP's hidden units split (column then row parallel), vocabulary
+// split for the embedding, the tied head and the loss; with sequence
+// parallelism, LayerNorms and residuals work on sequence shards. Parameter
+// names are nn::Gpt's; each holds its shard of the full tensor (shard_specs()).
+// Initialisation cuts the full layout-independent initial values, so any tp
+// starts from bitwise the weights of one process.
+class TensorParallelGpt : public nn::Module {
+ public:
+  TensorParallelGpt(const nn::GptConfig& cfg, uint64_t seed, dist::ProcessGroupPtr group,
+                    bool sequence_parallel);
+  const nn::GptConfig& config() const { return cfg_; }
+  const dist::ProcessGroupPtr& group() const { return group_; }
+  bool sequence_parallel() const { return sp_; }
+
+  // ids (B, T) -> hidden (B, T, C), or (B, T/tp, C) with sequence parallelism.
+  Tensor embed(const Tensor& ids, const nn::ForwardContext& ctx) const;
+  Tensor block(int64_t i, const Tensor& x, const nn::ForwardContext& ctx) const;
+  // hidden -> mean loss against targets (B, T).
+  Tensor head_loss(const Tensor& hidden, const Tensor& targets) const;
+  Tensor loss(const Tensor& ids, const Tensor& targets, const nn::ForwardContext& ctx = {}) const;
+  // Logits gathered over the vocabulary (B, T, V): for tests and inference.
+  Tensor logits(const Tensor& ids, const nn::ForwardContext& ctx = {}) const;
+
+  const std::map<std::string, ShardSpec>& shard_specs() const { return specs_; }
+  std::map<std::string, Shape> full_shapes() const;
+  // Loads full (unsharded) tensors, each rank cutting its shard.
+  void load_full_state_dict(const nn::StateDict& full);
+  // Gathers every shard into the full tensors (collective over the group).
+  nn::StateDict full_state_dict() const;
+  // Sequence parallelism: all-reduce the partial gradients of replicated
+  // parameters (LayerNorms, row-parallel biases) over the group.
+  void reduce_sequence_parallel_grads() const;
+
+ private:
+  struct Layer {
+    std::shared_ptr<nn::LayerNorm> ln_1, ln_2;
+    std::shared_ptr<ColumnParallelLinear> c_attn, c_fc;
+    std::shared_ptr<RowParallelLinear> attn_proj, mlp_proj;
+  };
+  nn::GptConfig cfg_;
+  dist::ProcessGroupPtr group_;
+  bool sp_;
+  std::shared_ptr<VocabParallelEmbedding> wte_;
+  std::shared_ptr<nn::Embedding> wpe_;
+  std::vector<Layer> layers_;
+  std::shared_ptr<nn::LayerNorm> ln_f_;
+  std::map<std::string, ShardSpec> specs_;
+};
+
+}  // namespace triad::tp

@@ -1,0 +1,79 @@
+#pragma once
+
+#include <map>
+#include <string>
+
+#include "triad/dist/process_group.h"
+#include "triad/nn/module.h"
+#include "triad/parallel/tensor/shard.h"
+
+namespace triad::tp {
+
+// Y = X A^T + b with A split by output rows across the TP group: every rank
+// computes its slice of the output features. Input replicated (x: (B, T,
+// in)) or, with sequence parallelism, sharded along T and all-gathered first.
+// Output (B, T, out/tp) stays split. `groups` > 1 splits each of that many
+// equal output blocks separately (fused QKV).
+class ColumnParallelLinear : public nn::Module {
+ public:
+  ColumnParallelLinear(int64_t in, int64_t out, dist::ProcessGroupPtr group, bool sequence_parallel,
+                       int groups = 1);
+  Tensor forward(const Tensor& x) const;
+  const ShardSpec& weight_spec() const { return weight_spec_; }
+  const ShardSpec& bias_spec() const { return bias_spec_; }
+
+ private:
+  dist::ProcessGroupPtr group_;
+  bool sp_;
+  ShardSpec weight_spec_, bias_spec_;
+  Tensor weight_, bias_;
+};
+
+// Y = X A^T + b with A split by input columns: the input arrives split
+// (B, T, in/tp); partial products are all-reduced (or reduce-scattered along
+// T with sequence parallelism), then the replicated bias is added.
+class RowParallelLinear : public nn::Module {
+ public:
+  RowParallelLinear(int64_t in, int64_t out, dist::ProcessGroupPtr group, bool sequence_parallel);
+  Tensor forward(const Tensor& x) const;
+  const ShardSpec& weight_spec() const { return weight_spec_; }
+  const ShardSpec& bias_spec() const { return bias_spec_; }
+
+ private:
+  dist::ProcessGroupPtr group_;
+  bool sp_;
+  ShardSpec weight_spec_, bias_spec_;
+  Tensor weight_, bias_;
+};
+
+// Token embedding with the (padded) vocabulary split by rows: each rank looks
+// up the ids in its range, zeros elsewhere, then the partial results are
+// all-reduced (or reduce-scattered along T with sequence parallelism).
+class VocabParallelEmbedding : public nn::Module {
+ public:
+  VocabParallelEmbedding(int64_t vocab_size, int64_t dim, dist::ProcessGroupPtr group,
+                         bool sequence_parallel);
+  Tensor forward(const Tensor& ids) const;
+  Tensor& weight() { return weight_; }
+  const Tensor& weight() const { return weight_; }
+  const ShardSpec& spec() const { return spec_; }
+  int64_t vocab_start() const { return start_; }
+  // Real (unpadded) rows of this rank's shard.
+  int64_t valid_rows() const { return valid_; }
+
+ private:
+  dist::ProcessGroupPtr group_;
+  bool sp_;
+  ShardSpec spec_;
+  Tensor weight_;
+  int64_t start_ = 0, valid_ = 0;
+};
+
+// Mean cross entropy from vocabulary-split logits (..., V_local) without
+// ever gathering them: three all-reduces over the group (row max, target
+// logit, sum of exponentials). Columns past `valid` are padding.
+Tensor vocab_parallel_cross_entropy(const Tensor& logits, const Tensor& targets,
+                                    int64_t vocab_start, int64_t valid,
+                                    const dist::ProcessGroupPtr& group);
+
+}  // namespace triad::tp

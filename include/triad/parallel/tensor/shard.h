@@ -1,0 +1,39 @@
+#pragma once
+
+#include <vector>
+
+#include "triad/core/tensor.h"
+
+namespace triad::tp {
+
+// How a parameter of a tensor-parallel model is cut from the full one. A
+// split parameter holds, along `dim`, its rank's 1/tp of each of `groups`
+// equal blocks (the fused QKV weight has three: q, k, v), after the full
+// dimension has been padded with zeros to `padded` (vocabulary padding).
+struct ShardSpec {
+  bool split = false;
+  int64_t dim = 0;
+  int groups = 1;
+  int64_t padded = 0;  // 0: no padding
+  // Replicated parameter whose gradient is a partial sum under sequence
+  // parallelism (LayerNorm, row-parallel biases): all-reduced over TP.
+  bool sequence_parallel_grad = false;
+
+  static ShardSpec replicated(bool sp_grad = false) { return {false, 0, 1, 0, sp_grad}; }
+  static ShardSpec along(int64_t dim, int groups = 1, int64_t padded = 0) {
+    return {true, dim, groups, padded, false};
+  }
+
+  // The shard of `full` that rank `rank` of `size` holds.
+  Tensor cut(const Tensor& full, int rank, int size) const;
+  // The full tensor (of shape full_shape) from every rank's shard, in order.
+  Tensor assemble(const std::vector<Tensor>& shards, const Shape& full_shape) const;
+  // The shard's shape.
+  Shape shard_shape(const Shape& full_shape, int size) const;
+};
+
+// Vocabulary size padded to a multiple of 128 * tp (rows past vocab_size
+// are zero and never affect the loss).
+int64_t padded_vocab(int64_t vocab_size, int tp);
+
+}  // namespace triad::tp

@@ -1,0 +1,226 @@
+#include "triad/parallel/tensor/gpt.h"
+
+#include "triad/autograd/grad_mode.h"
+#include "triad/core/rng.h"
+#include "triad/nn/init.h"
+#include "triad/ops.h"
+#include "triad/parallel/tensor/mappings.h"
+
+namespace triad::tp {
+namespace {
+
+// A named container so the TP model keeps GPT-2's parameter names.
+class Container : public nn::Module {
+ public:
+  template <class M>
+  std::shared_ptr<M> add(const std::string& name, std::shared_ptr<M> m) {
+    return register_module(name, std::move(m));
+  }
+};
+
+Tensor site_dropout(const Tensor& x, double p, const nn::ForwardContext& ctx, int64_t layer,
+                    const char* site, int shard) {
+  if (!ctx.training || p == 0.0) return x;
+  // Sequence-parallel shards draw from their own stream (documented: masks
+  // then differ from tp = 1; everything else is independent of tp).
+  const uint64_t stream =
+      stable_hash(std::string(site) + "." + std::to_string(layer)) ^ static_cast<uint64_t>(shard);
+  return dropout(x, p, ctx.seed, stream, ctx.call * static_cast<uint64_t>(x.numel()));
+}
+
+}  // namespace
+
+TensorParallelGpt::TensorParallelGpt(const nn::GptConfig& cfg, uint64_t seed,
+                                     dist::ProcessGroupPtr group, bool sequence_parallel)
+    : cfg_(cfg), group_(std::move(group)), sp_(sequence_parallel) {
+  cfg_.validate();
+  const int t = group_->size();
+  if (cfg_.n_head % t != 0) {
+    throw ConfigError("model.n_head (" + std::to_string(cfg_.n_head) +
+                      ") must be divisible by parallel.tp (" + std::to_string(t) + ")");
+  }
+  if (sp_ && cfg_.seq_len % t != 0) {
+    throw ConfigError("model.seq_len (" + std::to_string(cfg_.seq_len) +
+                      ") must be divisible by parallel.tp (" + std::to_string(t) +
+                      ") with sequence parallelism");
+  }
+  const int64_t C = cfg_.d_model;
+  wte_ = register_module("wte",
+                         std::make_shared<VocabParallelEmbedding>(cfg_.vocab_size, C, group_, sp_));
+  wpe_ = register_module("wpe", std::make_shared<nn::Embedding>(cfg_.seq_len, C));
+  specs_["wte.weight"] = wte_->spec();
+  // Under sequence parallelism each rank looks up only its positions.
+  specs_["wpe.weight"] = ShardSpec::replicated(sp_);
+  auto h = register_module("h", std::make_shared<nn::ModuleList>());
+  for (int64_t i = 0; i < cfg_.n_layer; ++i) {
+    auto block = std::make_shared<Container>();
+    Layer L;
+    L.ln_1 = block->add("ln_1", std::make_shared<nn::LayerNorm>(C, cfg_.layer_norm_eps));
+    auto attn = block->add("attn", std::make_shared<Container>());
+    L.c_attn =
+        attn->add("c_attn", std::make_shared<ColumnParallelLinear>(C, 3 * C, group_, sp_, 3));
+    L.attn_proj = attn->add("c_proj", std::make_shared<RowParallelLinear>(C, C, group_, sp_));
+    L.ln_2 = block->add("ln_2", std::make_shared<nn::LayerNorm>(C, cfg_.layer_norm_eps));
+    auto mlp = block->add("mlp", std::make_shared<Container>());
+    L.c_fc = mlp->add("c_fc", std::make_shared<ColumnParallelLinear>(C, 4 * C, group_, sp_));
+    L.mlp_proj = mlp->add("c_proj", std::make_shared<RowParallelLinear>(4 * C, C, group_, sp_));
+    h->append(block);
+    const std::string p = "h." + std::to_string(i) + ".";
+    for (const char* ln : {"ln_1", "ln_2"}) {
+      specs_[p + ln + ".weight"] = ShardSpec::replicated(sp_);
+      specs_[p + ln + ".bias"] = ShardSpec::replicated(sp_);
+    }
+    specs_[p + "attn.c_attn.weight"] = L.c_attn->weight_spec();
+    specs_[p + "attn.c_attn.bias"] = L.c_attn->bias_spec();
+    specs_[p + "attn.c_proj.weight"] = L.attn_proj->weight_spec();
+    specs_[p + "attn.c_proj.bias"] = L.attn_proj->bias_spec();
+    specs_[p + "mlp.c_fc.weight"] = L.c_fc->weight_spec();
+    specs_[p + "mlp.c_fc.bias"] = L.c_fc->bias_spec();
+    specs_[p + "mlp.c_proj.weight"] = L.mlp_proj->weight_spec();
+    specs_[p + "mlp.c_proj.bias"] = L.mlp_proj->bias_spec();
+    layers_.push_back(L);
+  }
+  ln_f_ = register_module("ln_f", std::make_shared<nn::LayerNorm>(C, cfg_.layer_norm_eps));
+  specs_["ln_f.weight"] = ShardSpec::replicated(sp_);
+  specs_["ln_f.bias"] = ShardSpec::replicated(sp_);
+  // Layout-independent initialisation: cut each rank's shard from the full
+  // initial value, a pure function of (seed, name, full shape).
+  nn::StateDict full;
+  for (const auto& [name, shape] : full_shapes()) {
+    full.emplace(name,
+                 nn::init_parameter(name, shape, nn::gpt2_init_rule(name, cfg_.n_layer), seed));
+  }
+  load_full_state_dict(full);
+}
+
+std::map<std::string, Shape> TensorParallelGpt::full_shapes() const {
+  const int64_t C = cfg_.d_model;
+  std::map<std::string, Shape> s{{"wte.weight", {cfg_.vocab_size, C}},
+                                 {"wpe.weight", {cfg_.seq_len, C}},
+                                 {"ln_f.weight", {C}},
+                                 {"ln_f.bias", {C}}};
+  for (int64_t i = 0; i < cfg_.n_layer; ++i) {
+    const std::string p = "h." + std::to_string(i) + ".";
+    s[p + "ln_1.weight"] = {C};
+    s[p + "ln_1.bias"] = {C};
+    s[p + "ln_2.weight"] = {C};
+    s[p + "ln_2.bias"] = {C};
+    s[p + "attn.c_attn.weight"] = {3 * C, C};
+    s[p + "attn.c_attn.bias"] = {3 * C};
+    s[p + "attn.c_proj.weight"] = {C, C};
+    s[p + "attn.c_proj.bias"] = {C};
+    s[p + "mlp.c_fc.weight"] = {4 * C, C};
+    s[p + "mlp.c_fc.bias"] = {4 * C};
+    s[p + "mlp.c_proj.weight"] = {C, 4 * C};
+    s[p + "mlp.c_proj.bias"] = {C};
+  }
+  return s;
+}
+
+void TensorParallelGpt::load_full_state_dict(const nn::StateDict& full) {
+  const auto shapes = full_shapes();
+  nn::StateDict shards;
+  for (const auto& [name, shape] : shapes) {
+    auto it = full.find(name);
+    if (it == full.end()) throw ValueError("load_full_state_dict: missing '" + name + "'");
+    if (it->second.shape() != shape) {
+      throw ShapeError("load_full_state_dict: '" + name + "' has shape " +
+                       shape_str(it->second.shape()) + ", expected " + shape_str(shape));
+    }
+    shards.emplace(name, specs_.at(name).cut(it->second, group_->rank(), group_->size()));
+  }
+  load_state_dict(shards);
+}
+
+nn::StateDict TensorParallelGpt::full_state_dict() const {
+  autograd::NoGradGuard ng;
+  const auto shapes = full_shapes();
+  nn::StateDict out;
+  for (const auto& [name, p] : named_parameters()) {
+    const ShardSpec& spec = specs_.at(name);
+    if (!spec.split || group_->size() == 1) {
+      out[name] = spec.split ? spec.assemble({p}, shapes.at(name)) : clone(p).detach();
+      continue;
+    }
+    Tensor flat = reshape(contiguous(p).detach(), {p.numel()}).detach();
+    Tensor all = empty({p.numel() * group_->size()}, p.dtype(), p.device());
+    group_->all_gather(flat, all)->wait();
+    std::vector<Tensor> shards;
+    for (int r = 0; r < group_->size(); ++r) {
+      shards.push_back(reshape(narrow(all, 0, r * p.numel(), p.numel()), p.shape()).detach());
+    }
+    out[name] = spec.assemble(shards, shapes.at(name));
+  }
+  return out;
+}
+
+void TensorParallelGpt::reduce_sequence_parallel_grads() const {
+  if (!sp_ || group_->size() == 1) return;
+  for (const auto& [name, p] : named_parameters()) {
+    if (!specs_.at(name).sequence_parallel_grad) continue;
+    Tensor g = p.grad();
+    if (g.defined()) group_->all_reduce(g, dist::ReduceOp::Sum)->wait();
+  }
+}
+
+Tensor TensorParallelGpt::embed(const Tensor& ids, const nn::ForwardContext& ctx) const {
+  if (ids.dim() != 2)
+    throw ShapeError("TensorParallelGpt: token ids must be (B, T), got " + shape_str(ids.shape()));
+  const int64_t T = ids.size(1);
+  if (T > cfg_.seq_len) {
+    throw ShapeError("TensorParallelGpt: sequence length " + std::to_string(T) +
+                     " exceeds model.seq_len " + std::to_string(cfg_.seq_len));
+  }
+  int64_t first = 0, count = T;
+  if (sp_) {
+    if (T % group_->size() != 0) {
+      throw ShapeError("sequence parallelism: sequence length " + std::to_string(T) +
+                       " must be divisible by tp " + std::to_string(group_->size()));
+    }
+    count = T / group_->size();
+    first = group_->rank() * count;
+  }
+  std::vector<int64_t> pos(count);
+  for (int64_t t = 0; t < count; ++t) pos[t] = first + t;
+  Tensor x =
+      add(wte_->forward(ids), wpe_->forward(from_vector(pos, {count}, DType::I64, ids.device())));
+  return site_dropout(x, cfg_.dropout, ctx, 0, "embed", sp_ ? group_->rank() : 0);
+}
+
+Tensor TensorParallelGpt::block(int64_t i, const Tensor& x, const nn::ForwardContext& ctx) const {
+  const Layer& L = layers_.at(i);
+  const int shard = sp_ ? group_->rank() : 0;
+  Tensor qkv = L.c_attn->forward(L.ln_1->forward(x));
+  Tensor a = L.attn_proj->forward(causal_attention(qkv, cfg_.n_head / group_->size()));
+  Tensor h = add(x, site_dropout(a, cfg_.dropout, ctx, i, "attn.resid", shard));
+  Tensor m = L.mlp_proj->forward(gelu(L.c_fc->forward(L.ln_2->forward(h))));
+  return add(h, site_dropout(m, cfg_.dropout, ctx, i, "mlp.resid", shard));
+}
+
+Tensor TensorParallelGpt::head_loss(const Tensor& hidden, const Tensor& targets) const {
+  Tensor y = ln_f_->forward(hidden);
+  Tensor full = sp_ ? gather_from_sequence_region(y, group_) : copy_to_region(y, group_);
+  Tensor logits = linear(full, wte_->weight());
+  return vocab_parallel_cross_entropy(logits, targets, wte_->vocab_start(), wte_->valid_rows(),
+                                      group_);
+}
+
+Tensor TensorParallelGpt::loss(const Tensor& ids, const Tensor& targets,
+                               const nn::ForwardContext& ctx) const {
+  Tensor x = embed(ids, ctx);
+  for (int64_t i = 0; i < cfg_.n_layer; ++i) x = block(i, x, ctx);
+  return head_loss(x, targets);
+}
+
+Tensor TensorParallelGpt::logits(const Tensor& ids, const nn::ForwardContext& ctx) const {
+  autograd::NoGradGuard ng;
+  Tensor x = embed(ids, ctx);
+  for (int64_t i = 0; i < cfg_.n_layer; ++i) x = block(i, x, ctx);
+  Tensor y = ln_f_->forward(x);
+  if (sp_) y = all_gather_along(y, 1, group_);
+  Tensor local = linear(y, wte_->weight());
+  Tensor all = all_gather_along(local, -1, group_);
+  return contiguous(narrow(all, -1, 0, cfg_.vocab_size));
+}
+
+}  // namespace triad::tp

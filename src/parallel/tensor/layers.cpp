@@ -1,0 +1,127 @@
+#include "triad/parallel/tensor/layers.h"
+
+#include <cmath>
+
+#include "triad/autograd/grad_mode.h"
+#include "triad/autograd/node.h"
+#include "triad/backend/backend.h"
+#include "triad/ops.h"
+#include "triad/parallel/tensor/mappings.h"
+
+namespace triad::tp {
+
+namespace {
+void divisible(int64_t n, int64_t by, const std::string& what) {
+  if (by <= 0 || n % by != 0) {
+    throw ConfigError(what + " (" + std::to_string(n) + ") must be divisible by " +
+                      std::to_string(by));
+  }
+}
+}  // namespace
+
+ColumnParallelLinear::ColumnParallelLinear(int64_t in, int64_t out, dist::ProcessGroupPtr group,
+                                           bool sequence_parallel, int groups)
+    : group_(std::move(group)), sp_(sequence_parallel) {
+  divisible(out, static_cast<int64_t>(groups) * group_->size(), "column-parallel output features");
+  weight_spec_ = ShardSpec::along(0, groups);
+  bias_spec_ = ShardSpec::along(0, groups);
+  weight_ = register_parameter("weight", zeros({out / group_->size(), in}));
+  bias_ = register_parameter("bias", zeros({out / group_->size()}));
+}
+
+Tensor ColumnParallelLinear::forward(const Tensor& x) const {
+  Tensor in = sp_ ? gather_from_sequence_region(x, group_) : copy_to_region(x, group_);
+  return linear(in, weight_, bias_);
+}
+
+RowParallelLinear::RowParallelLinear(int64_t in, int64_t out, dist::ProcessGroupPtr group,
+                                     bool sequence_parallel)
+    : group_(std::move(group)), sp_(sequence_parallel) {
+  divisible(in, group_->size(), "row-parallel input features");
+  weight_spec_ = ShardSpec::along(1);
+  bias_spec_ = ShardSpec::replicated(sequence_parallel);
+  weight_ = register_parameter("weight", zeros({out, in / group_->size()}));
+  bias_ = register_parameter("bias", zeros({out}));
+}
+
+Tensor RowParallelLinear::forward(const Tensor& x) const {
+  Tensor partial = linear(x, weight_);
+  Tensor y = sp_ ? reduce_scatter_to_sequence_region(partial, group_)
+                 : reduce_from_region(partial, group_);
+  return add(y, bias_);
+}
+
+VocabParallelEmbedding::VocabParallelEmbedding(int64_t vocab_size, int64_t dim,
+                                               dist::ProcessGroupPtr group, bool sequence_parallel)
+    : group_(std::move(group)), sp_(sequence_parallel) {
+  const int64_t vp = padded_vocab(vocab_size, group_->size());
+  const int64_t rows = vp / group_->size();
+  start_ = group_->rank() * rows;
+  valid_ = std::max<int64_t>(0, std::min(rows, vocab_size - start_));
+  spec_ = ShardSpec::along(0, 1, vp);
+  weight_ = register_parameter("weight", zeros({rows, dim}));
+}
+
+Tensor VocabParallelEmbedding::forward(const Tensor& ids) const {
+  // Ids outside this rank's range look up row 0 and are zeroed.
+  std::vector<int64_t> local;
+  std::vector<double> keep;
+  {
+    auto v = to_double_vector(ids);
+    local.reserve(v.size());
+    keep.reserve(v.size());
+    for (double d : v) {
+      const int64_t i = static_cast<int64_t>(d) - start_;
+      const bool mine = i >= 0 && i < valid_;
+      local.push_back(mine ? i : 0);
+      keep.push_back(mine ? 1.0 : 0.0);
+    }
+  }
+  Shape mask_shape = ids.shape();
+  mask_shape.push_back(1);
+  Tensor lookup = embedding(weight_, from_vector(local, ids.shape(), DType::I64, ids.device()));
+  Tensor masked = mul(lookup, from_vector(keep, mask_shape, weight_.dtype(), weight_.device()));
+  return sp_ ? reduce_scatter_to_sequence_region(masked, group_)
+             : reduce_from_region(masked, group_);
+}
+
+Tensor vocab_parallel_cross_entropy(const Tensor& logits, const Tensor& targets,
+                                    int64_t vocab_start, int64_t valid,
+                                    const dist::ProcessGroupPtr& group) {
+  const int64_t V = logits.size(-1), N = logits.numel() / std::max<int64_t>(V, 1);
+  if (targets.numel() != N) {
+    throw ShapeError("vocab_parallel_cross_entropy: " + std::to_string(targets.numel()) +
+                     " targets for " + std::to_string(N) + " rows of logits " +
+                     shape_str(logits.shape()));
+  }
+  const DType sd = stat_dtype(logits.dtype());
+  Tensor lc = reshape(contiguous(logits).detach(), {N, V}).detach();
+  Tensor tc = reshape(contiguous(targets).detach(), {N}).detach();
+  Backend& be = backend_for(lc);
+  Tensor gmax = empty({N}, sd, lc.device()), tlogit = empty({N}, sd, lc.device()),
+         sumexp = empty({N}, sd, lc.device());
+  be.vocab_ce_partial(lc, tc, vocab_start, valid, gmax, tlogit);
+  group->all_reduce(gmax, dist::ReduceOp::Max)->wait();
+  group->all_reduce(tlogit, dist::ReduceOp::Sum)->wait();
+  be.vocab_ce_sumexp(lc, gmax, valid, sumexp);
+  group->all_reduce(sumexp, dist::ReduceOp::Sum)->wait();
+  // loss_i = log(sum exp(z - max)) + max - z_target; N values, summed on the host.
+  auto m = to_double_vector(gmax), t = to_double_vector(tlogit), s = to_double_vector(sumexp);
+  double total = 0;
+  for (int64_t i = 0; i < N; ++i) total += std::log(s[i]) + m[i] - t[i];
+  Tensor loss = from_vector(std::vector<double>{N ? total / static_cast<double>(N) : 0.0}, {},
+                            logits.dtype(), logits.device());
+  const Shape ls = logits.shape();
+  autograd::record("vocab_parallel_cross_entropy", {logits}, {loss},
+                   [=](const autograd::TensorList& g) -> autograd::TensorList {
+                     const double scale = item(g[0]) / static_cast<double>(std::max<int64_t>(N, 1));
+                     Tensor dl = full({N}, scale, sd, lc.device());
+                     Tensor d = empty_like(lc);
+                     backend_for(lc).vocab_ce_backward(lc, tc, vocab_start, valid, gmax, sumexp, dl,
+                                                       d);
+                     return {reshape(d, ls)};
+                   });
+  return loss;
+}
+
+}  // namespace triad::tp

@@ -1,0 +1,132 @@
+#include "triad/parallel/tensor/mappings.h"
+
+#include "triad/autograd/grad_mode.h"
+#include "triad/autograd/node.h"
+#include "triad/ops.h"
+
+namespace triad::tp {
+
+using autograd::record;
+using autograd::TensorList;
+
+namespace {
+
+int64_t check_divisible(const Tensor& x, int64_t dim, const dist::ProcessGroupPtr& g,
+                        const char* op) {
+  const int64_t d = wrap_dim(dim, x.dim(), op);
+  if (x.size(d) % g->size() != 0) {
+    throw ShapeError(std::string(op) + ": dim " + std::to_string(d) + " of " +
+                     shape_str(x.shape()) + " must be divisible by the tensor-parallel size (" +
+                     std::to_string(g->size()) + ")");
+  }
+  return d;
+}
+
+// Moves dim d to the front, contiguous (so collectives split rows).
+Tensor front(const Tensor& x, int64_t d) {
+  return d == 0 ? contiguous(x) : contiguous(transpose(x, 0, d));
+}
+Tensor unfront(const Tensor& x, int64_t d) {
+  return d == 0 ? x : contiguous(transpose(x, 0, d));
+}
+
+}  // namespace
+
+Tensor all_gather_along(const Tensor& x, int64_t dim, const dist::ProcessGroupPtr& g) {
+  autograd::NoGradGuard ng;
+  if (g->size() == 1) return x;
+  const int64_t d = wrap_dim(dim, x.dim(), "all_gather_along");
+  Tensor in = front(x, d).detach();
+  Shape s = in.shape();
+  s[0] *= g->size();
+  Tensor out = empty(s, x.dtype(), x.device());
+  g->all_gather(in, out)->wait();
+  return unfront(out, d).detach();
+}
+
+Tensor reduce_scatter_along(const Tensor& x, int64_t dim, const dist::ProcessGroupPtr& g) {
+  autograd::NoGradGuard ng;
+  if (g->size() == 1) return x;
+  const int64_t d = check_divisible(x, dim, g, "reduce_scatter_along");
+  Tensor in = front(x, d).detach();
+  Shape s = in.shape();
+  s[0] /= g->size();
+  Tensor out = empty(s, x.dtype(), x.device());
+  g->reduce_scatter(in, out, dist::ReduceOp::Sum)->wait();
+  return unfront(out, d).detach();
+}
+
+Tensor slice_along(const Tensor& x, int64_t dim, const dist::ProcessGroupPtr& g) {
+  autograd::NoGradGuard ng;
+  if (g->size() == 1) return x;
+  const int64_t d = check_divisible(x, dim, g, "slice_along");
+  const int64_t part = x.size(d) / g->size();
+  return contiguous(narrow(x.detach(), d, g->rank() * part, part)).detach();
+}
+
+namespace {
+
+Tensor all_reduced(const Tensor& x, const dist::ProcessGroupPtr& g) {
+  autograd::NoGradGuard ng;
+  Tensor y = clone(contiguous(x)).detach();
+  if (g->size() > 1) g->all_reduce(y, dist::ReduceOp::Sum)->wait();
+  return y;
+}
+
+}  // namespace
+
+Tensor copy_to_region(const Tensor& x, const dist::ProcessGroupPtr& g) {
+  Tensor y = x.detach();
+  record("tp_copy_to_region", {x}, {y},
+         [g](const TensorList& gr) -> TensorList { return {all_reduced(gr[0], g)}; });
+  return y;
+}
+
+Tensor reduce_from_region(const Tensor& x, const dist::ProcessGroupPtr& g) {
+  Tensor y = all_reduced(x, g);
+  record("tp_reduce_from_region", {x}, {y},
+         [](const TensorList& gr) -> TensorList { return {gr[0]}; });
+  return y;
+}
+
+Tensor scatter_to_region(const Tensor& x, const dist::ProcessGroupPtr& g) {
+  Tensor y = slice_along(x, -1, g);
+  if (y.same(x)) y = x.detach();
+  record("tp_scatter_to_region", {x}, {y},
+         [g](const TensorList& gr) -> TensorList { return {all_gather_along(gr[0], -1, g)}; });
+  return y;
+}
+
+Tensor gather_from_region(const Tensor& x, const dist::ProcessGroupPtr& g) {
+  Tensor y = all_gather_along(x, -1, g);
+  if (y.same(x)) y = x.detach();
+  record("tp_gather_from_region", {x}, {y},
+         [g](const TensorList& gr) -> TensorList { return {slice_along(gr[0], -1, g)}; });
+  return y;
+}
+
+Tensor gather_from_sequence_region(const Tensor& x, const dist::ProcessGroupPtr& g) {
+  Tensor y = all_gather_along(x, 1, g);
+  if (y.same(x)) y = x.detach();
+  record("sp_gather", {x}, {y},
+         [g](const TensorList& gr) -> TensorList { return {reduce_scatter_along(gr[0], 1, g)}; });
+  return y;
+}
+
+Tensor reduce_scatter_to_sequence_region(const Tensor& x, const dist::ProcessGroupPtr& g) {
+  Tensor y = reduce_scatter_along(x, 1, g);
+  if (y.same(x)) y = x.detach();
+  record("sp_reduce_scatter", {x}, {y},
+         [g](const TensorList& gr) -> TensorList { return {all_gather_along(gr[0], 1, g)}; });
+  return y;
+}
+
+Tensor scatter_to_sequence_region(const Tensor& x, const dist::ProcessGroupPtr& g) {
+  Tensor y = slice_along(x, 1, g);
+  if (y.same(x)) y = x.detach();
+  record("sp_scatter", {x}, {y},
+         [g](const TensorList& gr) -> TensorList { return {all_gather_along(gr[0], 1, g)}; });
+  return y;
+}
+
+}  // namespace triad::tp

@@ -1,0 +1,166 @@
+// Tensor parallelism against the unsharded model built from the same seed:
+// outputs and every gradient, for tp = world size (CTest runs 2 and 4 ranks),
+// with and without sequence parallelism. fp32; tolerances stated per test.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "triad/autograd/engine.h"
+#include "triad/core/rng.h"
+#include "triad/dist/world.h"
+#include "triad/nn/gpt.h"
+#include "triad/ops.h"
+#include "triad/optim/adamw.h"
+#include "triad/parallel/tensor/gpt.h"
+#include "triad/parallel/tensor/mappings.h"
+
+namespace triad::tp {
+namespace {
+
+dist::ProcessGroupPtr g_world;
+
+void expect_close(const std::vector<double>& got, const std::vector<double>& want, double atol,
+                  double rtol, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_NEAR(got[i], want[i], atol + rtol * std::abs(want[i])) << what << "[" << i << "]";
+  }
+}
+
+TEST(Mappings, ConjugatePairsMoveGradientsAsDefined) {
+  const int P = g_world->size(), me = g_world->rank();
+  Tensor x = randn({2, 4, 4 * P}, 3, 1);  // same on every rank
+  x.set_requires_grad(true);
+  // copy_to_region: identity forward, sum of the ranks' gradients backward.
+  Tensor g = full({2, 4, 4 * P}, me + 1.0);
+  autograd::backward({copy_to_region(x, g_world)}, {g});
+  const double sum = P * (P + 1) / 2.0;
+  for (double v : to_double_vector(x.grad())) ASSERT_EQ(v, sum);
+  // gather/scatter along the last dimension round-trip.
+  Tensor local = slice_along(x, -1, g_world);
+  EXPECT_EQ(to_double_vector(all_gather_along(local, -1, g_world)), to_double_vector(x));
+  // sequence: reduce-scatter of P copies = P x the slice.
+  Tensor rs = reduce_scatter_along(x, 1, g_world);
+  auto want = to_double_vector(scale(slice_along(x, 1, g_world), P));
+  expect_close(to_double_vector(rs), want, 1e-5, 1e-6, "reduce_scatter_along");
+}
+
+nn::GptConfig tiny(int64_t vocab) {
+  nn::GptConfig c;
+  c.n_layer = 2;
+  c.n_head = 4;
+  c.d_model = 32;
+  c.vocab_size = vocab;  // not a multiple of 128 * tp
+  c.seq_len = 8;
+  return c;
+}
+
+Tensor token_ids(int64_t vocab, uint64_t stream) {
+  std::vector<int64_t> ids(2 * 8);
+  for (size_t i = 0; i < ids.size(); ++i)
+    ids[i] = static_cast<int64_t>(philox_uniform(5, stream, i) * vocab) % vocab;
+  return from_vector(ids, {2, 8});
+}
+
+class TensorParallelGptTest : public ::testing::TestWithParam<bool> {};
+
+// Loss within 1e-6 relative; logits 2e-5; gradients 1e-6 + 1e-4 relative.
+TEST_P(TensorParallelGptTest, LossLogitsAndEveryGradientMatchOneProcess) {
+  const bool sp = GetParam();
+  const int64_t V = 300;
+  nn::Gpt ref(tiny(V), 11);
+  TensorParallelGpt model(tiny(V), 11, g_world, sp);
+  Tensor ids = token_ids(V, 1), targets = token_ids(V, 2);
+  // Same initial weights, bitwise.
+  for (auto& [name, t] : model.full_state_dict()) {
+    ASSERT_EQ(to_double_vector(t), to_double_vector(ref.state_dict().at(name))) << name;
+  }
+  expect_close(to_double_vector(model.logits(ids)), to_double_vector(ref.forward(ids)), 2e-5, 0,
+               "logits");
+  Tensor l = model.loss(ids, targets), lr = ref.loss(ids, targets);
+  EXPECT_NEAR(item(l), item(lr), 1e-6 * item(lr));
+  autograd::backward({l});
+  autograd::backward({lr});
+  model.reduce_sequence_parallel_grads();
+  // Gather gradients the way the parameters are gathered.
+  nn::StateDict grads;
+  {
+    TensorParallelGpt holder(tiny(V), 11, g_world, sp);
+    nn::StateDict shard_grads;
+    for (auto& [name, p] : model.named_parameters()) shard_grads[name] = p.grad();
+    holder.load_state_dict(shard_grads);
+    grads = holder.full_state_dict();
+  }
+  int checked = 0;
+  for (auto& [name, p] : ref.named_parameters()) {
+    expect_close(to_double_vector(grads.at(name)), to_double_vector(p.grad()), 1e-6, 1e-4, name);
+    ++checked;
+  }
+  EXPECT_EQ(checked, 4 + 12 * 2);
+}
+
+TEST_P(TensorParallelGptTest, ThreeAdamWStepsGiveTheSameLosses) {
+  const bool sp = GetParam();
+  const int64_t V = 200;
+  nn::Gpt ref(tiny(V), 12);
+  TensorParallelGpt model(tiny(V), 12, g_world, sp);
+  optim::AdamWOptions o;
+  o.lr = 1e-2;
+  optim::AdamW a(ref.named_parameters(), o), b(model.named_parameters(), o);
+  for (int step = 0; step < 3; ++step) {
+    Tensor ids = token_ids(V, 10 + step), targets = token_ids(V, 20 + step);
+    Tensor lr = ref.loss(ids, targets), l = model.loss(ids, targets);
+    EXPECT_NEAR(item(l), item(lr), 1e-5 * item(lr)) << "step " << step;
+    autograd::backward({lr});
+    autograd::backward({l});
+    model.reduce_sequence_parallel_grads();
+    a.step(o.lr);
+    b.step(o.lr);
+    ref.zero_grad();
+    model.zero_grad();
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(SequenceParallel, TensorParallelGptTest, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& i) {
+                           return i.param ? "SP" : "NoSP";
+                         });
+
+TEST(TensorParallelGpt, ConfigErrorsNameTheNumbers) {
+  if (g_world->size() < 2) GTEST_SKIP();
+  nn::GptConfig c = tiny(100);
+  c.n_head = 3;
+  c.d_model = 30;
+  try {
+    TensorParallelGpt m(c, 1, g_world, false);
+    FAIL();
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("model.n_head (3) must be divisible by parallel.tp"),
+              std::string::npos)
+        << e.what();
+  }
+  nn::GptConfig s = tiny(100);
+  s.seq_len = 9;
+  EXPECT_THROW(TensorParallelGpt(s, 1, g_world, true), ConfigError);
+  EXPECT_EQ(padded_vocab(300, 2), 512);
+  EXPECT_EQ(padded_vocab(50257, 1), 50304);
+}
+
+}  // namespace
+}  // namespace triad::tp
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  triad::tp::g_world = triad::dist::init_world();
+  if (triad::tp::g_world->rank() != 0) {
+    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
+    delete listeners.Release(listeners.default_result_printer());
+  }
+  const int rc = RUN_ALL_TESTS();
+  triad::Tensor flag =
+      triad::from_vector(std::vector<double>{static_cast<double>(rc != 0)}, {1}, triad::DType::I32);
+  triad::tp::g_world->all_reduce(flag, triad::dist::ReduceOp::Max)->wait();
+  const bool failed = triad::item(flag) != 0;
+  triad::tp::g_world.reset();
+  return failed ? 1 : 0;
+}
