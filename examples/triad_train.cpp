@@ -1,9 +1,11 @@
 // triad-train: trains a GPT from a YAML config.
 //   triad-train --config configs/gpt_tiny.yaml [--set train.lr=1e-3 ...]
+//   mpirun -np 4 triad-train --config configs/gpt_tiny.yaml --set parallel.tp=4
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
 
+#include "triad/dist/world.h"
 #include "triad/train/trainer.h"
 
 int main(int argc, char** argv) {
@@ -13,11 +15,17 @@ int main(int argc, char** argv) {
   app.add_option("--config", config_path, "YAML configuration file")->required();
   app.add_option("--set", overrides, "override a config key: section.key=value (repeatable)");
   CLI11_PARSE(app, argc, argv);
+  triad::dist::ProcessGroupPtr world;
   try {
-    triad::train::Trainer trainer(triad::train::load_config(config_path, overrides));
+    // The whole configuration is validated before MPI starts.
+    triad::train::Config config = triad::train::load_config(config_path, overrides);
+    world = triad::dist::init_world();
+    triad::train::Trainer trainer(config, world);
     trainer.run();
   } catch (const triad::Error& e) {
     spdlog::error("{}", e.what());
+    // A failure on one rank must not leave the others waiting forever.
+    if (world && world->size() > 1) triad::dist::abort_job(2);
     return 2;
   }
   return 0;

@@ -45,40 +45,50 @@ std::map<std::string, Tensor> triad_to_gpt2(const nn::StateDict& state) {
   return out;
 }
 
-void load_gpt2_safetensors(nn::Gpt& model, const std::string& path) {
+nn::StateDict load_gpt2_state_dict(const std::string& path,
+                                   const std::map<std::string, Shape>& expected) {
   Safetensors file = load_safetensors(path);
   nn::StateDict state = gpt2_to_triad(file.tensors);
-  auto params = model.named_parameters();
-  for (auto& [name, p] : params) {
+  for (const auto& [name, shape] : expected) {
     auto it = state.find(name);
     if (it == state.end())
       throw IoError("GPT-2 weights '" + path + "': tensor '" + name + "' is missing");
-    if (it->second.shape() != p.shape()) {
-      Shape stored = it->second.shape();
-      if (is_gpt2_conv1d_weight(name)) std::swap(stored[0], stored[1]);
-      Shape expect = p.shape();
-      if (is_gpt2_conv1d_weight(name)) std::swap(expect[0], expect[1]);
+    if (it->second.shape() != shape) {
+      Shape stored = it->second.shape(), want = shape;
+      if (is_gpt2_conv1d_weight(name)) {
+        std::swap(stored[0], stored[1]);
+        std::swap(want[0], want[1]);
+      }
       throw IoError("GPT-2 weights '" + path + "': tensor '" + name + "' has shape " +
-                    shape_str(stored) + " but the configured model needs " + shape_str(expect));
+                    shape_str(stored) + " but the configured model needs " + shape_str(want));
     }
   }
-  for (auto& [name, t] : state) {
-    bool known = false;
-    for (auto& [pname, p] : params) known = known || pname == name;
-    if (!known) throw IoError("GPT-2 weights '" + path + "': unexpected tensor '" + name + "'");
+  for (const auto& [name, t] : state) {
+    if (!expected.count(name))
+      throw IoError("GPT-2 weights '" + path + "': unexpected tensor '" + name + "'");
   }
-  model.load_state_dict(state);
+  return state;
 }
 
-void save_gpt2_safetensors(const nn::Gpt& model, const std::string& path) {
-  const auto& c = model.config();
+void load_gpt2_safetensors(nn::Gpt& model, const std::string& path) {
+  std::map<std::string, Shape> expected;
+  for (auto& [name, p] : model.named_parameters()) expected[name] = p.shape();
+  model.load_state_dict(load_gpt2_state_dict(path, expected));
+}
+
+void save_gpt2_state_dict(const nn::StateDict& full, const nn::GptConfig& c,
+                          const std::string& path) {
   std::map<std::string, std::string> meta{{"format", "pt"},
                                           {"n_layer", std::to_string(c.n_layer)},
                                           {"n_head", std::to_string(c.n_head)},
                                           {"d_model", std::to_string(c.d_model)},
                                           {"vocab_size", std::to_string(c.vocab_size)},
                                           {"seq_len", std::to_string(c.seq_len)}};
-  save_safetensors(path, triad_to_gpt2(model.state_dict()), meta);
+  save_safetensors(path, triad_to_gpt2(full), meta);
+}
+
+void save_gpt2_safetensors(const nn::Gpt& model, const std::string& path) {
+  save_gpt2_state_dict(model.state_dict(), model.config(), path);
 }
 
 }  // namespace triad::io

@@ -137,6 +137,18 @@ void validate(const Config& c, bool min_lr_given) {
   require(t.grad_clip >= 0, "train.grad_clip", t.grad_clip, "must be >= 0 (0 disables clipping)");
   require(c.log_interval > 0, "log.interval", c.log_interval, "must be positive");
   require(!c.output_dir.empty(), "output.dir", "''", "must not be empty");
+  if (c.model.n_head % c.parallel.tp != 0) {
+    throw ConfigError("model.n_head (" + std::to_string(c.model.n_head) +
+                      ") must be divisible by parallel.tp (" + std::to_string(c.parallel.tp) + ")");
+  }
+  if (c.parallel.sequence_parallel && c.parallel.tp == 1) {
+    throw ConfigError("parallel.sequence_parallel needs parallel.tp > 1");
+  }
+  if (c.parallel.sequence_parallel && c.model.seq_len % c.parallel.tp != 0) {
+    throw ConfigError("model.seq_len (" + std::to_string(c.model.seq_len) +
+                      ") must be divisible by parallel.tp (" + std::to_string(c.parallel.tp) +
+                      ") with sequence parallelism");
+  }
   try {
     device_from_string(c.device);
   } catch (const ValueError&) {
@@ -201,11 +213,30 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
       {"dir", {false, [&](auto& v, auto& k) { c.output_dir = get_string(v, k); }}}};
   const Section log{
       {"interval", {false, [&](auto& v, auto& k) { c.log_interval = get_int(v, k); }}}};
+  const Section parallel{
+      {"tp",
+       {false,
+        [&](auto& v, auto& k) {
+          const int64_t t = get_int(v, k);
+          if (t < 1 || t > (1 << 20))
+            throw ConfigError(k + " (" + std::to_string(t) + ") must be >= 1");
+          c.parallel.tp = static_cast<int>(t);
+        }}},
+      {"sequence_parallel",
+       {false,
+        [&](auto& v, auto& k) {
+          try {
+            c.parallel.sequence_parallel = v.template as<bool>();
+          } catch (const YAML::Exception&) {
+            throw ConfigError(k + ": expected true or false, got '" + scalar_text(v) + "'");
+          }
+        }}},
+  };
   const std::vector<std::pair<std::string, const Section*>> sections{
-      {"model", &model}, {"train", &train},   {"data", &data},
-      {"init", &init},   {"output", &output}, {"log", &log}};
+      {"model", &model},   {"train", &train}, {"data", &data},        {"init", &init},
+      {"output", &output}, {"log", &log},     {"parallel", &parallel}};
 
-  const std::string allowed = "model, train, data, init, output, log, device";
+  const std::string allowed = "model, train, data, init, output, log, parallel, device";
   for (auto it = root.begin(); it != root.end(); ++it) {
     const std::string key = it->first.as<std::string>();
     if (key == "device") {
@@ -218,7 +249,7 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
   }
   for (const auto& [name, s] : sections) {
     const YAML::Node node = root[name];
-    const bool optional = name == "init" || name == "output" || name == "log";
+    const bool optional = name == "init" || name == "output" || name == "log" || name == "parallel";
     if (!node || node.IsNull()) {
       if (!optional) throw ConfigError("missing required section '" + name + "'");
       continue;
@@ -274,6 +305,9 @@ std::string to_yaml(const Config& c) {
     << c.output_dir << YAML::EndMap;
   e << YAML::Key << "log" << YAML::Value << YAML::BeginMap << YAML::Key << "interval" << YAML::Value
     << c.log_interval << YAML::EndMap;
+  e << YAML::Key << "parallel" << YAML::Value << YAML::BeginMap << YAML::Key << "tp" << YAML::Value
+    << c.parallel.tp << YAML::Key << "sequence_parallel" << YAML::Value
+    << c.parallel.sequence_parallel << YAML::EndMap;
   e << YAML::Key << "device" << YAML::Value << c.device;
   e << YAML::EndMap;
   return std::string(e.c_str()) + "\n";

@@ -44,7 +44,13 @@ TEST(Config, ParsesDefaultsAndOverrides) {
 TEST(Config, ErrorsNameKeyValueAndRule) {
   expect_config_error(kValid, {"train.lrr=1"},
                       "unknown key 'train.lrr' (allowed in train: steps, global_batch_size");
-  expect_config_error(kValid, {"parallel.tp=2"}, "unknown top-level key 'parallel'");
+  expect_config_error(kValid, {"pipeline.pp=2"}, "unknown top-level key 'pipeline'");
+  expect_config_error(kValid, {"parallel.pp=2"}, "unknown key 'parallel.pp' (allowed in parallel: tp, sequence_parallel)");
+  expect_config_error(kValid, {"parallel.tp=3"}, "model.n_head (2) must be divisible by parallel.tp (3)");
+  expect_config_error(kValid, {"parallel.sequence_parallel=true"}, "parallel.sequence_parallel needs parallel.tp > 1");
+  expect_config_error(kValid, {"parallel.tp=2", "parallel.sequence_parallel=maybe"},
+                      "parallel.sequence_parallel: expected true or false, got 'maybe'");
+  expect_config_error(kValid, {"parallel.tp=0"}, "parallel.tp (0) must be >= 1");
   expect_config_error(kValid, {"train.steps=abc"}, "train.steps: expected an integer, got 'abc'");
   expect_config_error(kValid, {"train.steps=2.5"}, "train.steps: expected an integer");
   expect_config_error(kValid, {"train.lr=[1]"}, "train.lr: expected a number");

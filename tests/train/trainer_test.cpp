@@ -43,7 +43,7 @@ TEST(Trainer, GradientAccumulationEqualsOneLargeBatch) {
     std::vector<StepMetrics> m;
     for (int k = 0; k < 3; ++k) m.push_back(t.step(k));
     runs.push_back(m);
-    finals.push_back(t.model().state_dict());
+    finals.push_back(t.full_state_dict());
   }
   for (size_t r = 1; r < runs.size(); ++r) {
     for (size_t k = 0; k < 3; ++k) {
@@ -96,8 +96,8 @@ TEST(Trainer, StartsFromSafetensorsAndRejectsMissingData) {
   from.init_from = dir.file("out/model.safetensors");
   from.train.seed = 999;  // different random init, overwritten by the file
   Trainer b(from);
-  for (auto& [name, t] : a.model().state_dict()) {
-    EXPECT_EQ(to_double_vector(t), to_double_vector(b.model().state_dict().at(name))) << name;
+  for (auto& [name, t] : a.full_state_dict()) {
+    EXPECT_EQ(to_double_vector(t), to_double_vector(b.full_state_dict().at(name))) << name;
   }
   Config missing = c;
   missing.data_train = dir.file("nope_*.bin");
@@ -105,6 +105,16 @@ TEST(Trainer, StartsFromSafetensorsAndRejectsMissingData) {
   Config cuda = c;
   cuda.device = "cuda";
   EXPECT_THROW(Trainer{cuda}, NotSupportedError);
+  // A layout that does not match the world is refused before any communicator.
+  Config wide = c;
+  wide.parallel.tp = 2;
+  try {
+    Trainer t(wide);
+    FAIL();
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("world size (1) must equal tp*pp*dp = 2*1*1 = 2"), std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace

@@ -23,4 +23,11 @@ std::map<std::string, Tensor> triad_to_gpt2(const nn::StateDict& state);
 void load_gpt2_safetensors(nn::Gpt& model, const std::string& path);
 void save_gpt2_safetensors(const nn::Gpt& model, const std::string& path);
 
+// The same for any layout: read a file into a full Triad state dict checked
+// against `expected` (name -> full shape), and write a full state dict.
+nn::StateDict load_gpt2_state_dict(const std::string& path,
+                                   const std::map<std::string, Shape>& expected);
+void save_gpt2_state_dict(const nn::StateDict& full, const nn::GptConfig& config,
+                          const std::string& path);
+
 }  // namespace triad::io

@@ -24,6 +24,12 @@ struct TrainSection {
   uint64_t seed = 1234;
 };
 
+// How the job is laid out (`parallel:` section).
+struct ParallelSection {
+  int tp = 1;
+  bool sequence_parallel = false;
+};
+
 // Everything triad-train reads from its YAML file; docs/config.md lists
 // each key. Validated completely before anything runs.
 struct Config {
@@ -34,6 +40,7 @@ struct Config {
   std::string output_dir = "out";
   int64_t log_interval = 10;
   std::string device = "cpu";
+  ParallelSection parallel;
 
   // Gradient-accumulation steps per optimizer step.
   int64_t accumulation_steps() const { return train.global_batch_size / train.micro_batch_size; }

@@ -1,5 +1,7 @@
 #include "triad/parallel/tensor/gpt.h"
 
+#include <cmath>
+
 #include "triad/autograd/grad_mode.h"
 #include "triad/core/rng.h"
 #include "triad/nn/init.h"
@@ -161,6 +163,29 @@ void TensorParallelGpt::reduce_sequence_parallel_grads() const {
     Tensor g = p.grad();
     if (g.defined()) group_->all_reduce(g, dist::ReduceOp::Sum)->wait();
   }
+}
+
+double TensorParallelGpt::clip_grad_norm(double max_norm) const {
+  autograd::NoGradGuard ng;
+  double split_sq = 0, replicated_sq = 0;
+  for (const auto& [name, p] : named_parameters()) {
+    Tensor g = p.grad();
+    if (!g.defined()) continue;
+    (specs_.at(name).split ? split_sq : replicated_sq) += item(sum(mul(g, g)));
+  }
+  Tensor s = from_vector(std::vector<double>{split_sq}, {1}, DType::F64);
+  group_->all_reduce(s, dist::ReduceOp::Sum)->wait();
+  const double norm = std::sqrt(item(s) + replicated_sq);
+  if (max_norm > 0) {
+    const double coef = max_norm / (norm + 1e-6);
+    if (coef < 1.0) {
+      for (const auto& [name, p] : named_parameters()) {
+        Tensor g = p.grad();
+        if (g.defined()) scale_(g, coef);
+      }
+    }
+  }
+  return norm;
 }
 
 Tensor TensorParallelGpt::embed(const Tensor& ids, const nn::ForwardContext& ctx) const {

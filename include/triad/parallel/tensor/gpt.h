@@ -46,6 +46,10 @@ class TensorParallelGpt : public nn::Module {
   // Sequence parallelism: all-reduce the partial gradients of replicated
   // parameters (LayerNorms, row-parallel biases) over the group.
   void reduce_sequence_parallel_grads() const;
+  // PyTorch's global-norm clipping over the whole model: split parameters'
+  // squares summed over the group, replicated ones counted once. Returns the
+  // norm before clipping (identical on every rank).
+  double clip_grad_norm(double max_norm) const;
 
  private:
   struct Layer {
