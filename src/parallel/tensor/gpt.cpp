@@ -32,9 +32,30 @@ Tensor site_dropout(const Tensor& x, double p, const nn::ForwardContext& ctx, in
 
 }  // namespace
 
+StagePlan StagePlan::whole(int64_t n_layer) {
+  StagePlan p;
+  for (int64_t i = 0; i < n_layer; ++i) p.layers.push_back(i);
+  return p;
+}
+
 TensorParallelGpt::TensorParallelGpt(const nn::GptConfig& cfg, uint64_t seed,
                                      dist::ProcessGroupPtr group, bool sequence_parallel)
-    : cfg_(cfg), group_(std::move(group)), sp_(sequence_parallel) {
+    : TensorParallelGpt(cfg, seed, std::move(group), sequence_parallel,
+                        StagePlan::whole(cfg.n_layer)) {}
+
+TensorParallelGpt::TensorParallelGpt(const nn::GptConfig& cfg, uint64_t seed,
+                                     dist::ProcessGroupPtr group, bool sequence_parallel,
+                                     StagePlan plan)
+    : cfg_(cfg), group_(std::move(group)), sp_(sequence_parallel), plan_(std::move(plan)) {
+  build(seed);
+}
+
+void TensorParallelGpt::require(bool held, const char* what) const {
+  if (!held)
+    throw ValueError(std::string("TensorParallelGpt: this pipeline stage does not hold ") + what);
+}
+
+void TensorParallelGpt::build(uint64_t seed) {
   cfg_.validate();
   const int t = group_->size();
   if (cfg_.n_head % t != 0) {
@@ -46,15 +67,25 @@ TensorParallelGpt::TensorParallelGpt(const nn::GptConfig& cfg, uint64_t seed,
                       ") must be divisible by parallel.tp (" + std::to_string(t) +
                       ") with sequence parallelism");
   }
+  for (int64_t i : plan_.layers) {
+    if (i < 0 || i >= cfg_.n_layer) {
+      throw ValueError("stage plan: layer " + std::to_string(i) + " is outside [0, " +
+                       std::to_string(cfg_.n_layer) + ")");
+    }
+  }
   const int64_t C = cfg_.d_model;
-  wte_ = register_module("wte",
-                         std::make_shared<VocabParallelEmbedding>(cfg_.vocab_size, C, group_, sp_));
-  wpe_ = register_module("wpe", std::make_shared<nn::Embedding>(cfg_.seq_len, C));
-  specs_["wte.weight"] = wte_->spec();
-  // Under sequence parallelism each rank looks up only its positions.
-  specs_["wpe.weight"] = ShardSpec::replicated(sp_);
-  auto h = register_module("h", std::make_shared<nn::ModuleList>());
-  for (int64_t i = 0; i < cfg_.n_layer; ++i) {
+  if (plan_.embedding || plan_.head) {
+    wte_ = register_module(
+        "wte", std::make_shared<VocabParallelEmbedding>(cfg_.vocab_size, C, group_, sp_));
+    specs_["wte.weight"] = wte_->spec();
+  }
+  if (plan_.embedding) {
+    wpe_ = register_module("wpe", std::make_shared<nn::Embedding>(cfg_.seq_len, C));
+    // Under sequence parallelism each rank looks up only its positions.
+    specs_["wpe.weight"] = ShardSpec::replicated(sp_);
+  }
+  auto h = register_module("h", std::make_shared<Container>());
+  for (int64_t i : plan_.layers) {
     auto block = std::make_shared<Container>();
     Layer L;
     L.ln_1 = block->add("ln_1", std::make_shared<nn::LayerNorm>(C, cfg_.layer_norm_eps));
@@ -66,7 +97,7 @@ TensorParallelGpt::TensorParallelGpt(const nn::GptConfig& cfg, uint64_t seed,
     auto mlp = block->add("mlp", std::make_shared<Container>());
     L.c_fc = mlp->add("c_fc", std::make_shared<ColumnParallelLinear>(C, 4 * C, group_, sp_));
     L.mlp_proj = mlp->add("c_proj", std::make_shared<RowParallelLinear>(4 * C, C, group_, sp_));
-    h->append(block);
+    h->add(std::to_string(i), block);
     const std::string p = "h." + std::to_string(i) + ".";
     for (const char* ln : {"ln_1", "ln_2"}) {
       specs_[p + ln + ".weight"] = ShardSpec::replicated(sp_);
@@ -80,11 +111,13 @@ TensorParallelGpt::TensorParallelGpt(const nn::GptConfig& cfg, uint64_t seed,
     specs_[p + "mlp.c_fc.bias"] = L.c_fc->bias_spec();
     specs_[p + "mlp.c_proj.weight"] = L.mlp_proj->weight_spec();
     specs_[p + "mlp.c_proj.bias"] = L.mlp_proj->bias_spec();
-    layers_.push_back(L);
+    layers_[i] = L;
   }
-  ln_f_ = register_module("ln_f", std::make_shared<nn::LayerNorm>(C, cfg_.layer_norm_eps));
-  specs_["ln_f.weight"] = ShardSpec::replicated(sp_);
-  specs_["ln_f.bias"] = ShardSpec::replicated(sp_);
+  if (plan_.head) {
+    ln_f_ = register_module("ln_f", std::make_shared<nn::LayerNorm>(C, cfg_.layer_norm_eps));
+    specs_["ln_f.weight"] = ShardSpec::replicated(sp_);
+    specs_["ln_f.bias"] = ShardSpec::replicated(sp_);
+  }
   // Layout-independent initialisation: cut each rank's shard from the full
   // initial value, a pure function of (seed, name, full shape).
   nn::StateDict full;
@@ -97,11 +130,14 @@ TensorParallelGpt::TensorParallelGpt(const nn::GptConfig& cfg, uint64_t seed,
 
 std::map<std::string, Shape> TensorParallelGpt::full_shapes() const {
   const int64_t C = cfg_.d_model;
-  std::map<std::string, Shape> s{{"wte.weight", {cfg_.vocab_size, C}},
-                                 {"wpe.weight", {cfg_.seq_len, C}},
-                                 {"ln_f.weight", {C}},
-                                 {"ln_f.bias", {C}}};
-  for (int64_t i = 0; i < cfg_.n_layer; ++i) {
+  std::map<std::string, Shape> s;
+  if (wte_) s["wte.weight"] = {cfg_.vocab_size, C};
+  if (wpe_) s["wpe.weight"] = {cfg_.seq_len, C};
+  if (ln_f_) {
+    s["ln_f.weight"] = {C};
+    s["ln_f.bias"] = {C};
+  }
+  for (const auto& [i, L] : layers_) {
     const std::string p = "h." + std::to_string(i) + ".";
     s[p + "ln_1.weight"] = {C};
     s[p + "ln_1.bias"] = {C};
@@ -165,30 +201,38 @@ void TensorParallelGpt::reduce_sequence_parallel_grads() const {
   }
 }
 
-double TensorParallelGpt::clip_grad_norm(double max_norm) const {
+double TensorParallelGpt::grad_norm_squared(bool count_embedding) const {
   autograd::NoGradGuard ng;
   double split_sq = 0, replicated_sq = 0;
   for (const auto& [name, p] : named_parameters()) {
     Tensor g = p.grad();
-    if (!g.defined()) continue;
+    if (!g.defined() || (!count_embedding && name == "wte.weight")) continue;
     (specs_.at(name).split ? split_sq : replicated_sq) += item(sum(mul(g, g)));
   }
   Tensor s = from_vector(std::vector<double>{split_sq}, {1}, DType::F64);
   group_->all_reduce(s, dist::ReduceOp::Sum)->wait();
-  const double norm = std::sqrt(item(s) + replicated_sq);
+  return item(s) + replicated_sq;
+}
+
+void TensorParallelGpt::scale_grads(double coef) const {
+  autograd::NoGradGuard ng;
+  for (const auto& [name, p] : named_parameters()) {
+    Tensor g = p.grad();
+    if (g.defined()) scale_(g, coef);
+  }
+}
+
+double TensorParallelGpt::clip_grad_norm(double max_norm) const {
+  const double norm = std::sqrt(grad_norm_squared());
   if (max_norm > 0) {
     const double coef = max_norm / (norm + 1e-6);
-    if (coef < 1.0) {
-      for (const auto& [name, p] : named_parameters()) {
-        Tensor g = p.grad();
-        if (g.defined()) scale_(g, coef);
-      }
-    }
+    if (coef < 1.0) scale_grads(coef);
   }
   return norm;
 }
 
 Tensor TensorParallelGpt::embed(const Tensor& ids, const nn::ForwardContext& ctx) const {
+  require(plan_.embedding, "the embeddings");
   if (ids.dim() != 2)
     throw ShapeError("TensorParallelGpt: token ids must be (B, T), got " + shape_str(ids.shape()));
   const int64_t T = ids.size(1);
@@ -213,7 +257,11 @@ Tensor TensorParallelGpt::embed(const Tensor& ids, const nn::ForwardContext& ctx
 }
 
 Tensor TensorParallelGpt::block(int64_t i, const Tensor& x, const nn::ForwardContext& ctx) const {
-  const Layer& L = layers_.at(i);
+  auto it = layers_.find(i);
+  if (it == layers_.end())
+    throw ValueError("TensorParallelGpt: this pipeline stage does not hold layer " +
+                     std::to_string(i));
+  const Layer& L = it->second;
   const int shard = sp_ ? group_->rank() : 0;
   Tensor qkv = L.c_attn->forward(L.ln_1->forward(x));
   Tensor a = L.attn_proj->forward(causal_attention(qkv, cfg_.n_head / group_->size()));
@@ -223,6 +271,7 @@ Tensor TensorParallelGpt::block(int64_t i, const Tensor& x, const nn::ForwardCon
 }
 
 Tensor TensorParallelGpt::head_loss(const Tensor& hidden, const Tensor& targets) const {
+  require(plan_.head, "the output head");
   Tensor y = ln_f_->forward(hidden);
   Tensor full = sp_ ? gather_from_sequence_region(y, group_) : copy_to_region(y, group_);
   Tensor logits = linear(full, wte_->weight());
@@ -233,14 +282,15 @@ Tensor TensorParallelGpt::head_loss(const Tensor& hidden, const Tensor& targets)
 Tensor TensorParallelGpt::loss(const Tensor& ids, const Tensor& targets,
                                const nn::ForwardContext& ctx) const {
   Tensor x = embed(ids, ctx);
-  for (int64_t i = 0; i < cfg_.n_layer; ++i) x = block(i, x, ctx);
+  for (int64_t i : plan_.layers) x = block(i, x, ctx);
   return head_loss(x, targets);
 }
 
 Tensor TensorParallelGpt::logits(const Tensor& ids, const nn::ForwardContext& ctx) const {
   autograd::NoGradGuard ng;
+  require(plan_.head, "the output head");
   Tensor x = embed(ids, ctx);
-  for (int64_t i = 0; i < cfg_.n_layer; ++i) x = block(i, x, ctx);
+  for (int64_t i : plan_.layers) x = block(i, x, ctx);
   Tensor y = ln_f_->forward(x);
   if (sp_) y = all_gather_along(y, 1, group_);
   Tensor local = linear(y, wte_->weight());

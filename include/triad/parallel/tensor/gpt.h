@@ -13,6 +13,17 @@
 
 namespace triad::tp {
 
+// Which part of the model a pipeline stage holds: a run of layers (global
+// indices, ascending), the embeddings (first stage) and/or the final
+// LayerNorm with the tied output head and the loss (last stage; it holds its
+// own copy of the token embedding).
+struct StagePlan {
+  std::vector<int64_t> layers;
+  bool embedding = true;
+  bool head = true;
+  static StagePlan whole(int64_t n_layer);
+};
+
 // GPT-2 split Megatron-style over a tensor-parallel group: attention heads
 // and the MLP's hidden units split (column then row parallel), vocabulary
 // split for the embedding, the tied head and the loss; with sequence
@@ -24,6 +35,10 @@ class TensorParallelGpt : public nn::Module {
  public:
   TensorParallelGpt(const nn::GptConfig& cfg, uint64_t seed, dist::ProcessGroupPtr group,
                     bool sequence_parallel);
+  // One pipeline stage of the model (parameter names stay global).
+  TensorParallelGpt(const nn::GptConfig& cfg, uint64_t seed, dist::ProcessGroupPtr group,
+                    bool sequence_parallel, StagePlan plan);
+  const StagePlan& plan() const { return plan_; }
   const nn::GptConfig& config() const { return cfg_; }
   const dist::ProcessGroupPtr& group() const { return group_; }
   bool sequence_parallel() const { return sp_; }
@@ -50,6 +65,12 @@ class TensorParallelGpt : public nn::Module {
   // squares summed over the group, replicated ones counted once. Returns the
   // norm before clipping (identical on every rank).
   double clip_grad_norm(double max_norm) const;
+  // This stage's share of the global squared gradient norm (split
+  // parameters summed over the group); without the token embedding when
+  // `count_embedding` is false (its tied copy is counted elsewhere).
+  double grad_norm_squared(bool count_embedding = true) const;
+  void scale_grads(double coef) const;
+  const Tensor& token_embedding() const { return wte_->weight(); }
 
  private:
   struct Layer {
@@ -60,9 +81,12 @@ class TensorParallelGpt : public nn::Module {
   nn::GptConfig cfg_;
   dist::ProcessGroupPtr group_;
   bool sp_;
+  void build(uint64_t seed);
+  void require(bool held, const char* what) const;
   std::shared_ptr<VocabParallelEmbedding> wte_;
   std::shared_ptr<nn::Embedding> wpe_;
-  std::vector<Layer> layers_;
+  StagePlan plan_;
+  std::map<int64_t, Layer> layers_;
   std::shared_ptr<nn::LayerNorm> ln_f_;
   std::map<std::string, ShardSpec> specs_;
 };
