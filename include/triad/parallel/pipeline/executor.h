@@ -1,0 +1,89 @@
+#pragma once
+
+#include <map>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "triad/autograd/weight_grad_store.h"
+#include "triad/data/token_dataset.h"
+#include "triad/dist/process_group.h"
+#include "triad/parallel/pipeline/schedule.h"
+#include "triad/parallel/tensor/gpt.h"
+
+namespace triad::pipeline {
+
+// The groups a pipeline rank works with.
+struct PipelineGroups {
+  dist::ProcessGroupPtr tp;         // tensor-parallel group (size 1 without TP)
+  dist::ProcessGroupPtr pp;         // this rank's pipeline, group rank = stage rank
+  dist::ProcessGroupPtr embedding;  // first and last stage (null elsewhere)
+};
+
+// Layers of each of the p*v model stages: an even split, or an error naming
+// the numbers (n_layer must be divisible by pp*vpp, pp <= n_layer).
+std::vector<std::vector<int64_t>> split_layers(int64_t n_layer, int pp, int vpp);
+
+// This rank's part of a pipeline-parallel GPT: chunk c holds model stage
+// c*p + r (r = pipeline rank), built from TensorParallelGpt so pipeline and
+// tensor parallelism compose. Stage 0 holds the embeddings, stage S-1 the
+// final LayerNorm, the tied head (its own copy of the token embedding) and the
+// loss. Initialisation is layout-independent, as everywhere.
+class PipelineModel {
+ public:
+  PipelineModel(const nn::GptConfig& cfg, uint64_t seed, PipelineGroups groups,
+                bool sequence_parallel, int vpp);
+  int p() const { return p_; }
+  int v() const { return v_; }
+  int rank() const { return rank_; }
+  int num_stages() const { return p_ * v_; }
+  tp::TensorParallelGpt& chunk(int c) const { return *chunks_.at(c); }
+  const PipelineGroups& groups() const { return groups_; }
+  const nn::GptConfig& config() const { return cfg_; }
+  // Every parameter of this rank's chunks (names are global and distinct).
+  std::vector<std::pair<std::string, Tensor>> named_parameters() const;
+  void zero_grad() const;
+  // Sums the token-embedding gradients of the first and last stage (tied
+  // weights) so both copies take the same step.
+  void reduce_tied_embedding_grads() const;
+  // Pipeline-wide global-norm clipping; the tied embedding is counted once.
+  double clip_grad_norm(double max_norm) const;
+  // Full tensors of every parameter of the whole model on every rank (TP
+  // shards gathered, pipeline stages broadcast). Collective.
+  nn::StateDict full_state_dict() const;
+  void load_full_state_dict(const nn::StateDict& full);
+
+ private:
+  nn::GptConfig cfg_;
+  PipelineGroups groups_;
+  int p_, v_, rank_;
+  std::vector<std::shared_ptr<tp::TensorParallelGpt>> chunks_;
+};
+
+// What a step measured on this rank.
+struct PipelineStepResult {
+  double loss = 0;             // mean over all tokens of all microbatches (same on every rank)
+  int peak_live_outputs = 0;   // most (chunk, microbatch) stage outputs held at once
+  double compute_seconds = 0;  // time in F, B and W on this rank
+};
+
+// Runs one step's forward and backward by executing this rank's action
+// list of a schedule: activations forward and gradients backward through
+// batched point-to-point calls on the pipeline group, split backward (B then
+// W) for zero-bubble schedules, a stage output's data released as soon as it
+// has been sent. Gradients accumulate into the parameters; the tied
+// embedding is reduced at the end.
+class PipelineExecutor {
+ public:
+  PipelineExecutor(PipelineModel& model, Schedule schedule);
+  const Schedule& schedule() const { return schedule_; }
+  // microbatches.size() must equal the schedule's m; each batch (b, T).
+  PipelineStepResult run(const std::vector<data::Batch>& microbatches,
+                         const nn::ForwardContext& ctx);
+
+ private:
+  PipelineModel& model_;
+  Schedule schedule_;
+};
+
+}  // namespace triad::pipeline

@@ -1,0 +1,285 @@
+#include "triad/parallel/pipeline/executor.h"
+
+#include <chrono>
+#include <cmath>
+
+#include "triad/autograd/engine.h"
+#include "triad/autograd/grad_mode.h"
+#include "triad/ops.h"
+
+namespace triad::pipeline {
+
+std::vector<std::vector<int64_t>> split_layers(int64_t n_layer, int pp, int vpp) {
+  if (pp < 1 || vpp < 1) throw ConfigError("parallel.pp and parallel.vpp must be >= 1");
+  if (pp > n_layer) {
+    throw ConfigError("parallel.pp (" + std::to_string(pp) + ") must not exceed model.n_layer (" +
+                      std::to_string(n_layer) + ")");
+  }
+  const int64_t stages = static_cast<int64_t>(pp) * vpp;
+  if (n_layer % stages != 0) {
+    throw ConfigError("model.n_layer (" + std::to_string(n_layer) +
+                      ") must be divisible by parallel.pp * parallel.vpp (" + std::to_string(pp) +
+                      " * " + std::to_string(vpp) + " = " + std::to_string(stages) + ")");
+  }
+  std::vector<std::vector<int64_t>> out(stages);
+  const int64_t per = n_layer / stages;
+  for (int64_t s = 0; s < stages; ++s) {
+    for (int64_t i = 0; i < per; ++i) out[s].push_back(s * per + i);
+  }
+  return out;
+}
+
+PipelineModel::PipelineModel(const nn::GptConfig& cfg, uint64_t seed, PipelineGroups groups,
+                             bool sequence_parallel, int vpp)
+    : cfg_(cfg),
+      groups_(std::move(groups)),
+      p_(groups_.pp->size()),
+      v_(vpp),
+      rank_(groups_.pp->rank()) {
+  if (p_ < 2)
+    throw ConfigError("a pipeline needs parallel.pp >= 2 (got " + std::to_string(p_) + ")");
+  const auto layers = split_layers(cfg.n_layer, p_, v_);
+  for (int c = 0; c < v_; ++c) {
+    const int stage = c * p_ + rank_;
+    tp::StagePlan plan;
+    plan.layers = layers[stage];
+    plan.embedding = stage == 0;
+    plan.head = stage == num_stages() - 1;
+    chunks_.push_back(
+        std::make_shared<tp::TensorParallelGpt>(cfg, seed, groups_.tp, sequence_parallel, plan));
+  }
+}
+
+std::vector<std::pair<std::string, Tensor>> PipelineModel::named_parameters() const {
+  std::vector<std::pair<std::string, Tensor>> out;
+  for (const auto& c : chunks_) {
+    for (auto& np : c->named_parameters()) out.push_back(np);
+  }
+  return out;
+}
+
+void PipelineModel::zero_grad() const {
+  for (const auto& c : chunks_) c->zero_grad();
+}
+
+void PipelineModel::reduce_tied_embedding_grads() const {
+  if (!groups_.embedding) return;
+  for (const auto& c : chunks_) {
+    if (!c->plan().embedding && !c->plan().head) continue;
+    Tensor g = c->token_embedding().grad();
+    if (!g.defined()) {
+      g = zeros_like(c->token_embedding());
+      Tensor w = c->token_embedding();
+      w.set_grad(g);
+    }
+    groups_.embedding->all_reduce(g, dist::ReduceOp::Sum)->wait();
+  }
+}
+
+double PipelineModel::clip_grad_norm(double max_norm) const {
+  double sq = 0;
+  for (const auto& c : chunks_)
+    sq += c->grad_norm_squared(/*count_embedding=*/!c->plan().head || c->plan().embedding);
+  Tensor t = from_vector(std::vector<double>{sq}, {1}, DType::F64);
+  groups_.pp->all_reduce(t, dist::ReduceOp::Sum)->wait();
+  const double norm = std::sqrt(item(t));
+  if (max_norm > 0) {
+    const double coef = max_norm / (norm + 1e-6);
+    if (coef < 1.0) {
+      for (const auto& c : chunks_) c->scale_grads(coef);
+    }
+  }
+  return norm;
+}
+
+nn::StateDict PipelineModel::full_state_dict() const {
+  autograd::NoGradGuard ng;
+  // Every rank gathers its TP shards, then each pipeline rank broadcasts its
+  // tensors to the others in stage order (names and shapes are known to all).
+  nn::StateDict local;
+  for (const auto& c : chunks_) {
+    for (auto& [name, t] : c->full_state_dict()) local[name] = t;
+  }
+  nn::StateDict out;
+  const auto layers = split_layers(cfg_.n_layer, p_, v_);
+  const int64_t C = cfg_.d_model;
+  for (int stage = 0; stage < num_stages(); ++stage) {
+    const int owner = stage % p_;
+    std::vector<std::pair<std::string, Shape>> names;
+    if (stage == 0) {
+      names.push_back({"wte.weight", {cfg_.vocab_size, C}});
+      names.push_back({"wpe.weight", {cfg_.seq_len, C}});
+    }
+    for (int64_t i : layers[stage]) {
+      const std::string pre = "h." + std::to_string(i) + ".";
+      for (auto& [n, s] :
+           std::vector<std::pair<std::string, Shape>>{{"ln_1.weight", {C}},
+                                                      {"ln_1.bias", {C}},
+                                                      {"attn.c_attn.weight", {3 * C, C}},
+                                                      {"attn.c_attn.bias", {3 * C}},
+                                                      {"attn.c_proj.weight", {C, C}},
+                                                      {"attn.c_proj.bias", {C}},
+                                                      {"ln_2.weight", {C}},
+                                                      {"ln_2.bias", {C}},
+                                                      {"mlp.c_fc.weight", {4 * C, C}},
+                                                      {"mlp.c_fc.bias", {4 * C}},
+                                                      {"mlp.c_proj.weight", {C, 4 * C}},
+                                                      {"mlp.c_proj.bias", {C}}}) {
+        names.push_back({pre + n, s});
+      }
+    }
+    if (stage == num_stages() - 1) {
+      names.push_back({"ln_f.weight", {C}});
+      names.push_back({"ln_f.bias", {C}});
+    }
+    for (auto& [name, shape] : names) {
+      Tensor t = owner == rank_ ? contiguous(local.at(name)).detach() : empty(shape);
+      groups_.pp->broadcast(t, owner)->wait();
+      out[name] = t;
+    }
+  }
+  return out;
+}
+
+void PipelineModel::load_full_state_dict(const nn::StateDict& full) {
+  for (const auto& c : chunks_) {
+    nn::StateDict mine;
+    for (auto& [name, shape] : c->full_shapes()) {
+      auto it = full.find(name);
+      if (it == full.end()) throw ValueError("pipeline load: missing '" + name + "'");
+      mine.emplace(name, it->second);
+    }
+    c->load_full_state_dict(mine);
+  }
+}
+
+PipelineExecutor::PipelineExecutor(PipelineModel& model, Schedule schedule)
+    : model_(model), schedule_(std::move(schedule)) {
+  if (schedule_.p != model_.p() || schedule_.v != model_.v()) {
+    throw ConfigError("schedule (p=" + std::to_string(schedule_.p) +
+                      ", v=" + std::to_string(schedule_.v) + ") does not match the pipeline (pp=" +
+                      std::to_string(model_.p()) + ", vpp=" + std::to_string(model_.v()) + ")");
+  }
+}
+
+PipelineStepResult PipelineExecutor::run(const std::vector<data::Batch>& micro,
+                                         const nn::ForwardContext& ctx) {
+  const int m = schedule_.m, S = schedule_.num_stages(), r = model_.rank();
+  if (static_cast<int>(micro.size()) != m) {
+    throw ValueError("pipeline step: " + std::to_string(micro.size()) +
+                     " microbatches for a schedule of m = " + std::to_string(m));
+  }
+  const auto& cfg = model_.config();
+  const auto& tpg = model_.groups().tp;
+  const bool sp = model_.chunk(0).sequence_parallel();
+  using Key = std::pair<int, int>;  // (chunk, microbatch)
+  std::map<Key, Tensor> inputs, outputs, losses, grad_in, grad_out;
+  std::map<Key, autograd::WeightGradStore> stores;
+  PipelineStepResult res;
+  int live = 0;
+  double loss_sum = 0;
+  auto activation_shape = [&](int mb) {
+    const int64_t b = micro[mb].inputs.size(0), T = micro[mb].inputs.size(1);
+    return Shape{b, sp ? T / tpg->size() : T, cfg.d_model};
+  };
+  auto timed = [&](auto&& fn) {
+    const auto t0 = std::chrono::steady_clock::now();
+    fn();
+    res.compute_seconds +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+  for (const Action& a : schedule_.ranks[r]) {
+    if (!a.is_compute()) {
+      std::vector<dist::P2POp> ops;
+      std::vector<Key> sent_outputs;
+      for (const P2POp& o : a.ops) {
+        const int chunk_src = schedule_.chunk_of(o.stage);
+        if (o.is_send) {
+          const Key k{chunk_src, o.microbatch};
+          Tensor t = o.payload == Payload::Activation ? outputs.at(k) : grad_in.at(k);
+          ops.push_back({true, contiguous(t).detach(), o.peer, 0});
+          if (o.payload == Payload::Activation) sent_outputs.push_back(k);
+        } else {
+          // The consumer is the next stage (activation) or the previous one (gradient).
+          const int consumer = o.payload == Payload::Activation ? o.stage + 1 : o.stage - 1;
+          const Key k{schedule_.chunk_of(consumer), o.microbatch};
+          Tensor buf = empty(activation_shape(o.microbatch));
+          (o.payload == Payload::Activation ? inputs : grad_out)[k] = buf;
+          ops.push_back({false, buf, o.peer, 0});
+        }
+      }
+      model_.groups().pp->batch_isend_irecv(ops)->wait();
+      // Sent activations: only their place in the graph is still needed.
+      for (const Key& k : sent_outputs) {
+        outputs.at(k).impl().storage = std::make_shared<Storage>(0, cpu_allocator());
+      }
+      for (const P2POp& o : a.ops) {
+        if (o.is_send && o.payload == Payload::Gradient)
+          grad_in.erase({schedule_.chunk_of(o.stage), o.microbatch});
+      }
+      continue;
+    }
+    const int c = a.chunk, mb = a.microbatch, stage = schedule_.stage_of(r, c);
+    const Key k{c, mb};
+    tp::TensorParallelGpt& chunk = model_.chunk(c);
+    nn::ForwardContext cctx = ctx;
+    cctx.call = ctx.call * static_cast<uint64_t>(m) + static_cast<uint64_t>(mb);
+    switch (a.compute) {
+      case ComputeKind::Forward:
+        timed([&] {
+          Tensor x;
+          if (stage == 0) {
+            x = chunk.embed(micro[mb].inputs, cctx);
+          } else {
+            x = inputs.at(k);
+            x.set_requires_grad(true);
+          }
+          for (int64_t i : chunk.plan().layers) x = chunk.block(i, x, cctx);
+          if (stage == S - 1) {
+            losses[k] = chunk.head_loss(x, micro[mb].targets);
+          } else {
+            outputs[k] = x;
+          }
+        });
+        res.peak_live_outputs = std::max(res.peak_live_outputs, ++live);
+        break;
+      case ComputeKind::Backward:
+      case ComputeKind::BackwardInput:
+        timed([&] {
+          autograd::BackwardOptions opts;
+          if (a.compute == ComputeKind::BackwardInput) opts.defer_weight_grads = &stores[k];
+          if (stage == S - 1) {
+            Tensor l = losses.at(k);
+            loss_sum += item(l);
+            // The step loss is the mean over microbatches of their mean losses.
+            autograd::backward({l}, {full({}, 1.0 / m, l.dtype(), l.device())}, opts);
+            losses.erase(k);
+          } else {
+            autograd::backward({outputs.at(k)}, {grad_out.at(k)}, opts);
+            outputs.erase(k);
+            grad_out.erase(k);
+          }
+          if (stage > 0) {
+            grad_in[k] = inputs.at(k).grad();
+            inputs.erase(k);
+          }
+        });
+        --live;
+        break;
+      case ComputeKind::BackwardWeight:
+        timed([&] {
+          stores.at(k).flush();
+          stores.erase(k);
+        });
+        break;
+    }
+  }
+  model_.reduce_tied_embedding_grads();
+  // The last stage knows the loss; every pipeline rank reports it.
+  Tensor l = from_vector(std::vector<double>{loss_sum / m}, {1}, DType::F64);
+  model_.groups().pp->broadcast(l, model_.p() - 1)->wait();
+  res.loss = item(l);
+  return res;
+}
+
+}  // namespace triad::pipeline
