@@ -4,6 +4,7 @@
 
 #include <fstream>
 #include <functional>
+#include <set>
 #include <sstream>
 
 #include "triad/core/device.h"
@@ -154,9 +155,49 @@ void validate(const Config& c, bool min_lr_given) {
   } catch (const ValueError&) {
     throw ConfigError("device ('" + c.device + "') must be cpu, cuda or cuda:N");
   }
+  const auto& p = c.parallel;
+  const std::set<std::string> schedules{"gpipe", "1f1b", "interleaved", "zb-h1"};
+  if (!schedules.count(p.schedule)) {
+    throw ConfigError("parallel.schedule ('" + p.schedule + "') must be gpipe, 1f1b, interleaved or zb-h1");
+  }
+  if (p.pp > c.model.n_layer) {
+    throw ConfigError("parallel.pp (" + std::to_string(p.pp) + ") must not exceed model.n_layer (" +
+                      std::to_string(c.model.n_layer) + ")");
+  }
+  if (c.model.n_layer % (static_cast<int64_t>(p.pp) * p.vpp) != 0) {
+    throw ConfigError("model.n_layer (" + std::to_string(c.model.n_layer) +
+                      ") must be divisible by parallel.pp * parallel.vpp (" + std::to_string(p.pp) + " * " +
+                      std::to_string(p.vpp) + " = " + std::to_string(p.pp * p.vpp) + ")");
+  }
+  if ((p.vpp > 1) != (p.schedule == "interleaved")) {
+    throw ConfigError("parallel.vpp (" + std::to_string(p.vpp) + ") > 1 goes with parallel.schedule 'interleaved' (got '" +
+                      p.schedule + "')");
+  }
+  if (p.pp == 1 && p.schedule != "1f1b") {
+    throw ConfigError("parallel.schedule ('" + p.schedule + "') needs parallel.pp > 1");
+  }
+  if (p.dp > 0) {
+    check_batch(c, p.dp);
+  }
 }
 
 }  // namespace
+
+void check_batch(const Config& c, int dp) {
+  const auto& t = c.train;
+  if (t.global_batch_size % (static_cast<int64_t>(t.micro_batch_size) * dp) != 0) {
+    throw ConfigError("train.global_batch_size (" + std::to_string(t.global_batch_size) +
+                      ") must be divisible by train.micro_batch_size * parallel.dp (" +
+                      std::to_string(t.micro_batch_size) + " * " + std::to_string(dp) + " = " +
+                      std::to_string(t.micro_batch_size * dp) + ")");
+  }
+  const int64_t m = t.global_batch_size / (t.micro_batch_size * dp);
+  if (c.parallel.schedule == "interleaved" && m % c.parallel.pp != 0) {
+    throw ConfigError("the interleaved schedule needs the microbatches per pipeline (train.global_batch_size / "
+                      "(train.micro_batch_size * parallel.dp) = " + std::to_string(m) +
+                      ") to be a multiple of parallel.pp (" + std::to_string(c.parallel.pp) + ")");
+  }
+}
 
 Config parse_config(const std::string& yaml_text, const std::vector<std::string>& overrides,
                     const std::string& source) {
@@ -213,15 +254,18 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
       {"dir", {false, [&](auto& v, auto& k) { c.output_dir = get_string(v, k); }}}};
   const Section log{
       {"interval", {false, [&](auto& v, auto& k) { c.log_interval = get_int(v, k); }}}};
+  auto positive_int = [](const YAML::Node& v, const std::string& k, int min) {
+    const int64_t x = get_int(v, k);
+    if (x < min || x > (1 << 20)) {
+      throw ConfigError(k + " (" + std::to_string(x) + ") must be >= " + std::to_string(min));
+    }
+    return static_cast<int>(x);
+  };
   const Section parallel{
-      {"tp",
-       {false,
-        [&](auto& v, auto& k) {
-          const int64_t t = get_int(v, k);
-          if (t < 1 || t > (1 << 20))
-            throw ConfigError(k + " (" + std::to_string(t) + ") must be >= 1");
-          c.parallel.tp = static_cast<int>(t);
-        }}},
+      {"tp", {false, [&](auto& v, auto& k) { c.parallel.tp = positive_int(v, k, 1); }}},
+      {"pp", {false, [&](auto& v, auto& k) { c.parallel.pp = positive_int(v, k, 1); }}},
+      {"vpp", {false, [&](auto& v, auto& k) { c.parallel.vpp = positive_int(v, k, 1); }}},
+      {"dp", {false, [&](auto& v, auto& k) { c.parallel.dp = positive_int(v, k, 1); }}},
       {"sequence_parallel",
        {false,
         [&](auto& v, auto& k) {
@@ -231,6 +275,8 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
             throw ConfigError(k + ": expected true or false, got '" + scalar_text(v) + "'");
           }
         }}},
+      {"schedule", {false, [&](auto& v, auto& k) { c.parallel.schedule = get_string(v, k); }}},
+      {"order", {false, [&](auto& v, auto& k) { c.parallel.order = get_string(v, k); }}},
   };
   const std::vector<std::pair<std::string, const Section*>> sections{
       {"model", &model},   {"train", &train}, {"data", &data},        {"init", &init},
@@ -305,9 +351,14 @@ std::string to_yaml(const Config& c) {
     << c.output_dir << YAML::EndMap;
   e << YAML::Key << "log" << YAML::Value << YAML::BeginMap << YAML::Key << "interval" << YAML::Value
     << c.log_interval << YAML::EndMap;
-  e << YAML::Key << "parallel" << YAML::Value << YAML::BeginMap << YAML::Key << "tp" << YAML::Value
-    << c.parallel.tp << YAML::Key << "sequence_parallel" << YAML::Value
-    << c.parallel.sequence_parallel << YAML::EndMap;
+  const auto& p = c.parallel;
+  e << YAML::Key << "parallel" << YAML::Value << YAML::BeginMap;
+  e << YAML::Key << "tp" << YAML::Value << p.tp << YAML::Key << "pp" << YAML::Value << p.pp;
+  e << YAML::Key << "vpp" << YAML::Value << p.vpp;
+  if (p.dp > 0) e << YAML::Key << "dp" << YAML::Value << p.dp;
+  e << YAML::Key << "sequence_parallel" << YAML::Value << p.sequence_parallel;
+  e << YAML::Key << "schedule" << YAML::Value << p.schedule << YAML::Key << "order" << YAML::Value << p.order;
+  e << YAML::EndMap;
   e << YAML::Key << "device" << YAML::Value << c.device;
   e << YAML::EndMap;
   return std::string(e.c_str()) + "\n";

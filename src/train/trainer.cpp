@@ -13,6 +13,7 @@
 #include "triad/ops/creation.h"
 #include "triad/ops/elementwise.h"
 #include "triad/optim/clip.h"
+#include "triad/parallel/pipeline/schedule.h"
 
 namespace triad::train {
 namespace {
@@ -35,28 +36,51 @@ std::string format_duration(double seconds) {
 Trainer::Trainer(Config config, dist::ProcessGroupPtr world)
     : config_(std::move(config)),
       world_(std::move(world)),
-      schedule_(config_.train.lr, config_.train.min_lr, config_.train.warmup_steps,
-                config_.train.steps) {
+      schedule_(config_.train.lr, config_.train.min_lr, config_.train.warmup_steps, config_.train.steps) {
   const Device device = device_from_string(config_.device);
   if (!device.is_cpu()) {
     throw NotSupportedError("device '" + config_.device +
                             "': this build trains on cpu only (the CUDA backend is not available)");
   }
+  const auto& par = config_.parallel;
   const int world_size = world_ ? world_->size() : 1;
   // The layout is checked against the world before any communicator exists.
-  dist::MeshShape shape{config_.parallel.tp, 1, 1};
+  const int tp_pp = par.tp * par.pp;
+  if (par.dp == 0 && world_size % tp_pp != 0) {
+    throw ConfigError("world size (" + std::to_string(world_size) + ") must be divisible by tp*pp = " +
+                      std::to_string(par.tp) + "*" + std::to_string(par.pp) + " = " + std::to_string(tp_pp));
+  }
+  dp_ = par.dp > 0 ? par.dp : world_size / tp_pp;
+  dist::MeshShape shape{par.tp, par.pp, dp_, par.order};
   shape.validate(world_size);
-  if (config_.parallel.tp > 1) {
-    mesh_ = std::make_unique<dist::DeviceMesh>(world_, shape);
-    tp_model_ = std::make_unique<tp::TensorParallelGpt>(
-        config_.model, config_.train.seed, mesh_->tp(), config_.parallel.sequence_parallel);
-    if (!config_.init_from.empty()) {
-      tp_model_->load_full_state_dict(
-          io::load_gpt2_state_dict(config_.init_from, tp_model_->full_shapes()));
-    }
-  } else {
-    model_ = std::make_unique<nn::Gpt>(config_.model, config_.train.seed);
+  check_batch(config_, dp_);
+  const uint64_t seed = config_.train.seed;
+  if (world_size == 1) {
+    model_ = std::make_unique<nn::Gpt>(config_.model, seed);
     if (!config_.init_from.empty()) io::load_gpt2_safetensors(*model_, config_.init_from);
+  } else {
+    mesh_ = std::make_unique<dist::DeviceMesh>(world_, shape);
+    dp_rank_ = mesh_->dp_rank();
+    if (par.pp > 1) {
+      pp_model_ = std::make_unique<pipeline::PipelineModel>(
+          config_.model, seed, pipeline::PipelineGroups{mesh_->tp(), mesh_->pp(), mesh_->embedding()},
+          par.sequence_parallel, par.vpp);
+      const int m = static_cast<int>(config_.train.global_batch_size / (config_.train.micro_batch_size * dp_));
+      executor_ = std::make_unique<pipeline::PipelineExecutor>(
+          *pp_model_, pipeline::make_schedule(pipeline::schedule_from_name(par.schedule), par.pp, m, par.vpp));
+      if (!config_.init_from.empty()) {
+        nn::StateDict full;
+        std::map<std::string, Shape> shapes;
+        nn::Gpt shapes_of(config_.model, 0);  // names and full shapes
+        for (auto& [name, p] : shapes_of.named_parameters()) shapes[name] = p.shape();
+        pp_model_->load_full_state_dict(io::load_gpt2_state_dict(config_.init_from, shapes));
+      }
+    } else {
+      tp_model_ = std::make_unique<tp::TensorParallelGpt>(config_.model, seed, mesh_->tp(), par.sequence_parallel);
+      if (!config_.init_from.empty()) {
+        tp_model_->load_full_state_dict(io::load_gpt2_state_dict(config_.init_from, tp_model_->full_shapes()));
+      }
+    }
   }
   dataset_ = std::make_unique<data::TokenDataset>(data::expand_shard_paths(config_.data_train),
                                                   config_.model.seq_len, config_.model.vocab_size);
@@ -66,61 +90,96 @@ Trainer::Trainer(Config config, dist::ProcessGroupPtr world)
   o.beta2 = config_.train.beta2;
   o.eps = config_.train.eps;
   o.weight_decay = config_.train.weight_decay;
-  // Weight decay follows the full tensor's rank (2-d shards stay 2-d).
-  optimizer_ = std::make_unique<optim::AdamW>(module().named_parameters(), o);
+  // Weight decay follows the tensor's rank (2-d shards stay 2-d).
+  optimizer_ = std::make_unique<optim::AdamW>(parameters(), o);
 }
 
-nn::Module& Trainer::module() const {
-  return tp_model_ ? static_cast<nn::Module&>(*tp_model_) : static_cast<nn::Module&>(*model_);
+std::vector<std::pair<std::string, Tensor>> Trainer::parameters() const {
+  if (pp_model_) return pp_model_->named_parameters();
+  if (tp_model_) return tp_model_->named_parameters();
+  return model_->named_parameters();
 }
 
-Tensor Trainer::micro_loss(const Tensor& ids, const Tensor& targets,
-                           const nn::ForwardContext& ctx) const {
-  return tp_model_ ? tp_model_->loss(ids, targets, ctx) : model_->loss(ids, targets, ctx);
+void Trainer::zero_grad() const {
+  if (pp_model_) pp_model_->zero_grad();
+  if (tp_model_) tp_model_->zero_grad();
+  if (model_) model_->zero_grad();
 }
 
 nn::StateDict Trainer::full_state_dict() const {
-  return tp_model_ ? tp_model_->full_state_dict() : model_->state_dict();
+  if (pp_model_) return pp_model_->full_state_dict();
+  if (tp_model_) return tp_model_->full_state_dict();
+  return model_->state_dict();
+}
+
+double Trainer::forward_backward(int64_t index, double* bubble) {
+  const auto& t = config_.train;
+  const int64_t per_rank = t.global_batch_size / dp_;
+  const int64_t micro = per_rank / t.micro_batch_size;  // microbatches of this rank
+  const int64_t first = dp_rank_ * per_rank;            // rank d's share of the step
+  const uint64_t call = static_cast<uint64_t>(index * (t.global_batch_size / t.micro_batch_size) + dp_rank_ * micro);
+  if (pp_model_) {
+    std::vector<data::Batch> batches;
+    for (int64_t i = 0; i < micro; ++i) {
+      batches.push_back(dataset_->batch(index, t.global_batch_size, first + i * t.micro_batch_size, t.micro_batch_size));
+    }
+    const auto start = std::chrono::steady_clock::now();
+    pipeline::PipelineStepResult r = executor_->run(batches, {true, t.seed, call});
+    const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    Tensor busiest = from_vector(std::vector<double>{r.compute_seconds}, {1}, DType::F64);
+    mesh_->pp()->all_reduce(busiest, dist::ReduceOp::Max)->wait();
+    *bubble = std::max(0.0, wall - item(busiest)) / item(busiest);
+    return r.loss;
+  }
+  double loss_sum = 0;
+  for (int64_t i = 0; i < micro; ++i) {
+    data::Batch b = dataset_->batch(index, t.global_batch_size, first + i * t.micro_batch_size, t.micro_batch_size);
+    nn::ForwardContext ctx{true, t.seed, call + static_cast<uint64_t>(i)};
+    Tensor loss = tp_model_ ? tp_model_->loss(b.inputs, b.targets, ctx) : model_->loss(b.inputs, b.targets, ctx);
+    const double value = item(loss);
+    if (!std::isfinite(value)) {
+      throw Error("loss is " + std::to_string(value) + " at step " + std::to_string(index + 1) + ", micro-batch " +
+                  std::to_string(i));
+    }
+    loss_sum += value;
+    // Each micro-batch's mean loss weighs 1/micro: the step loss is the mean
+    // over all of this rank's tokens (and, averaged over dp, all tokens).
+    autograd::backward({scale(loss, 1.0 / static_cast<double>(micro))});
+  }
+  if (tp_model_) tp_model_->reduce_sequence_parallel_grads();
+  return loss_sum / static_cast<double>(micro);
 }
 
 StepMetrics Trainer::step(int64_t index) {
   const auto start = std::chrono::steady_clock::now();
   const auto& t = config_.train;
-  const int64_t accum = config_.accumulation_steps();
-  double loss_sum = 0;
-  for (int64_t micro = 0; micro < accum; ++micro) {
-    data::Batch b =
-        dataset_->batch(index, t.global_batch_size, micro * t.micro_batch_size, t.micro_batch_size);
-    nn::ForwardContext ctx{true, t.seed, static_cast<uint64_t>(index * accum + micro)};
-    Tensor loss = micro_loss(b.inputs, b.targets, ctx);
-    const double value = item(loss);
-    if (!std::isfinite(value)) {
-      throw Error("loss is " + std::to_string(value) + " at step " + std::to_string(index + 1) +
-                  ", micro-batch " + std::to_string(micro));
+  double bubble = -1;
+  double loss = forward_backward(index, &bubble);
+  if (mesh_ && dp_ > 1) {
+    // Data parallelism: average the gradients and the reported loss.
+    for (auto& [name, p] : parameters()) {
+      Tensor g = p.grad();
+      if (g.defined()) mesh_->dp()->all_reduce(g, dist::ReduceOp::Avg)->wait();
     }
-    loss_sum += value;
-    // Each micro-batch's mean loss weighs 1/accum: the step loss is the mean
-    // over all global_batch_size * seq_len tokens.
-    autograd::backward({scale(loss, 1.0 / static_cast<double>(accum))});
+    Tensor l = from_vector(std::vector<double>{loss}, {1}, DType::F64);
+    mesh_->dp()->all_reduce(l, dist::ReduceOp::Avg)->wait();
+    loss = item(l);
   }
-  double norm = 0;
-  if (tp_model_) {
-    tp_model_->reduce_sequence_parallel_grads();
-    norm = tp_model_->clip_grad_norm(t.grad_clip);
-  } else {
-    norm = optim::clip_grad_norm(model_->parameters(), t.grad_clip);
-  }
+  if (!std::isfinite(loss)) throw Error("loss is " + std::to_string(loss) + " at step " + std::to_string(index + 1));
+  const double norm = pp_model_   ? pp_model_->clip_grad_norm(t.grad_clip)
+                      : tp_model_ ? tp_model_->clip_grad_norm(t.grad_clip)
+                                  : optim::clip_grad_norm(model_->parameters(), t.grad_clip);
   const double lr = schedule_.at(index);
   optimizer_->step(lr);
-  module().zero_grad();
-  const double ms =
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  zero_grad();
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   StepMetrics m;
   m.step = index + 1;
-  m.loss = loss_sum / static_cast<double>(accum);
+  m.loss = loss;
   m.lr = lr;
   m.grad_norm = norm;
   m.step_ms = ms;
+  m.bubble_fraction = bubble;
   m.tokens_per_s = static_cast<double>(t.global_batch_size * config_.model.seq_len) / (ms / 1000.0);
   return m;
 }
@@ -140,10 +199,12 @@ std::vector<StepMetrics> Trainer::run() {
                config_.model.n_layer, config_.model.n_head, config_.model.d_model,
                config_.model.vocab_size, config_.model.seq_len,
                config_.model.num_parameters() / 1e6);
-  if (tp_model_) {
-    spdlog::info("parallel: tp {}{} over {} ranks", config_.parallel.tp,
-                 config_.parallel.sequence_parallel ? " with sequence parallelism" : "",
-                 world_->size());
+  if (mesh_) {
+    const auto& par = config_.parallel;
+    spdlog::info("parallel: tp {} x pp {} x dp {} over {} ranks{}{}", par.tp, par.pp, dp_, world_->size(),
+                 par.sequence_parallel ? ", sequence parallel" : "",
+                 par.pp > 1 ? ", schedule " + par.schedule + (par.vpp > 1 ? " (vpp " + std::to_string(par.vpp) + ")" : "")
+                            : std::string());
   }
   spdlog::info("data: {} tokens, {} sequences; {} steps of {} sequences ({} micro-batches of {})",
                dataset_->num_tokens(), dataset_->num_sequences(), config_.train.steps,

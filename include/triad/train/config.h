@@ -27,7 +27,12 @@ struct TrainSection {
 // How the job is laid out (`parallel:` section).
 struct ParallelSection {
   int tp = 1;
+  int pp = 1;
+  int vpp = 1;
+  int dp = 0;  // 0: derived from the world size (world / (tp * pp))
   bool sequence_parallel = false;
+  std::string schedule = "1f1b";  // gpipe, 1f1b, interleaved, zb-h1 (pp > 1)
+  std::string order = "tp-dp-pp";
 };
 
 // Everything triad-train reads from its YAML file; docs/config.md lists
@@ -52,6 +57,10 @@ struct Config {
 Config parse_config(const std::string& yaml_text, const std::vector<std::string>& overrides = {},
                     const std::string& source = "<config>");
 Config load_config(const std::string& path, const std::vector<std::string>& overrides = {});
+// Checks the batch against a data-parallel size (known once the world is):
+// global batch divisible by micro batch * dp, and for the interleaved
+// schedule the microbatches per pipeline a multiple of pp.
+void check_batch(const Config& config, int dp);
 // The configuration as YAML (every key, defaults included).
 std::string to_yaml(const Config& config);
 

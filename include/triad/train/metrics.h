@@ -14,6 +14,9 @@ struct StepMetrics {
   double grad_norm = 0;  // before clipping
   double tokens_per_s = 0;
   double step_ms = 0;
+  // Pipeline runs: (step time - busiest rank's compute) / that compute,
+  // measured; negative when there is no pipeline.
+  double bubble_fraction = -1;
 };
 
 // Appends one JSON object per step to a metrics.jsonl file.

@@ -8,6 +8,7 @@
 #include "triad/nn/gpt.h"
 #include "triad/optim/adamw.h"
 #include "triad/optim/lr_schedule.h"
+#include "triad/parallel/pipeline/executor.h"
 #include "triad/parallel/tensor/gpt.h"
 #include "triad/train/config.h"
 #include "triad/train/metrics.h"
@@ -16,10 +17,12 @@ namespace triad::train {
 
 // The training loop: gradient accumulation over micro-batches, global-norm
 // clipping, AdamW with warm-up + cosine LR, console lines and metrics.jsonl
-// (rank 0), final GPT-2 safetensors (gathered, written by rank 0). With
-// parallel.tp > 1 the model is split over a tensor-parallel group of the
-// world; the world size must equal tp (pipeline and data parallelism are
-// not part of the trainer yet), checked before any other communicator.
+// (rank 0), final GPT-2 safetensors (gathered, written by rank 0). The world
+// is laid out as a (tp, pp, dp) mesh, checked against the world size before
+// any other communicator: tensor parallelism splits the model in each stage,
+// a pipeline (pp > 1) runs the configured schedule, and data-parallel ranks
+// each take their contiguous share of every global batch and average their
+// gradients.
 class Trainer {
  public:
   // `world` defaults to a world of one process.
@@ -34,14 +37,20 @@ class Trainer {
   const Config& config() const { return config_; }
 
  private:
-  Tensor micro_loss(const Tensor& ids, const Tensor& targets, const nn::ForwardContext& ctx) const;
-  nn::Module& module() const;
+  std::vector<std::pair<std::string, Tensor>> parameters() const;
+  void zero_grad() const;
+  // Forward and backward of this rank's share of step `index`; returns the
+  // mean loss over its tokens (and sets *bubble for pipelines).
+  double forward_backward(int64_t index, double* bubble);
 
   Config config_;
   dist::ProcessGroupPtr world_;
   std::unique_ptr<dist::DeviceMesh> mesh_;
-  std::unique_ptr<nn::Gpt> model_;                   // tp == 1
-  std::unique_ptr<tp::TensorParallelGpt> tp_model_;  // tp > 1
+  int dp_ = 1, dp_rank_ = 0;
+  std::unique_ptr<nn::Gpt> model_;                   // one process
+  std::unique_ptr<tp::TensorParallelGpt> tp_model_;  // several, no pipeline
+  std::unique_ptr<pipeline::PipelineModel> pp_model_;
+  std::unique_ptr<pipeline::PipelineExecutor> executor_;
   std::unique_ptr<data::TokenDataset> dataset_;
   std::unique_ptr<optim::AdamW> optimizer_;
   optim::CosineSchedule schedule_;

@@ -223,7 +223,7 @@ PipelineStepResult PipelineExecutor::run(const std::vector<data::Batch>& micro,
     const Key k{c, mb};
     tp::TensorParallelGpt& chunk = model_.chunk(c);
     nn::ForwardContext cctx = ctx;
-    cctx.call = ctx.call * static_cast<uint64_t>(m) + static_cast<uint64_t>(mb);
+    cctx.call = ctx.call + static_cast<uint64_t>(mb);  // distinct per microbatch
     switch (a.compute) {
       case ComputeKind::Forward:
         timed([&] {
@@ -274,6 +274,7 @@ PipelineStepResult PipelineExecutor::run(const std::vector<data::Batch>& micro,
         break;
     }
   }
+  for (int c = 0; c < model_.v(); ++c) model_.chunk(c).reduce_sequence_parallel_grads();
   model_.reduce_tied_embedding_grads();
   // The last stage knows the loss; every pipeline rank reports it.
   Tensor l = from_vector(std::vector<double>{loss_sum / m}, {1}, DType::F64);

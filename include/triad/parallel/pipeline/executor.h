@@ -78,6 +78,7 @@ class PipelineExecutor {
   PipelineExecutor(PipelineModel& model, Schedule schedule);
   const Schedule& schedule() const { return schedule_; }
   // microbatches.size() must equal the schedule's m; each batch (b, T).
+  // Microbatch i runs with ctx.call + i (dropout streams).
   PipelineStepResult run(const std::vector<data::Batch>& microbatches,
                          const nn::ForwardContext& ctx);
 
