@@ -158,7 +158,8 @@ void validate(const Config& c, bool min_lr_given) {
   const auto& p = c.parallel;
   const std::set<std::string> schedules{"gpipe", "1f1b", "interleaved", "zb-h1"};
   if (!schedules.count(p.schedule)) {
-    throw ConfigError("parallel.schedule ('" + p.schedule + "') must be gpipe, 1f1b, interleaved or zb-h1");
+    throw ConfigError("parallel.schedule ('" + p.schedule +
+                      "') must be gpipe, 1f1b, interleaved or zb-h1");
   }
   if (p.pp > c.model.n_layer) {
     throw ConfigError("parallel.pp (" + std::to_string(p.pp) + ") must not exceed model.n_layer (" +
@@ -166,12 +167,12 @@ void validate(const Config& c, bool min_lr_given) {
   }
   if (c.model.n_layer % (static_cast<int64_t>(p.pp) * p.vpp) != 0) {
     throw ConfigError("model.n_layer (" + std::to_string(c.model.n_layer) +
-                      ") must be divisible by parallel.pp * parallel.vpp (" + std::to_string(p.pp) + " * " +
-                      std::to_string(p.vpp) + " = " + std::to_string(p.pp * p.vpp) + ")");
+                      ") must be divisible by parallel.pp * parallel.vpp (" + std::to_string(p.pp) +
+                      " * " + std::to_string(p.vpp) + " = " + std::to_string(p.pp * p.vpp) + ")");
   }
   if ((p.vpp > 1) != (p.schedule == "interleaved")) {
-    throw ConfigError("parallel.vpp (" + std::to_string(p.vpp) + ") > 1 goes with parallel.schedule 'interleaved' (got '" +
-                      p.schedule + "')");
+    throw ConfigError("parallel.vpp (" + std::to_string(p.vpp) +
+                      ") > 1 goes with parallel.schedule 'interleaved' (got '" + p.schedule + "')");
   }
   if (p.pp == 1 && p.schedule != "1f1b") {
     throw ConfigError("parallel.schedule ('" + p.schedule + "') needs parallel.pp > 1");
@@ -193,9 +194,11 @@ void check_batch(const Config& c, int dp) {
   }
   const int64_t m = t.global_batch_size / (t.micro_batch_size * dp);
   if (c.parallel.schedule == "interleaved" && m % c.parallel.pp != 0) {
-    throw ConfigError("the interleaved schedule needs the microbatches per pipeline (train.global_batch_size / "
-                      "(train.micro_batch_size * parallel.dp) = " + std::to_string(m) +
-                      ") to be a multiple of parallel.pp (" + std::to_string(c.parallel.pp) + ")");
+    throw ConfigError(
+        "the interleaved schedule needs the microbatches per pipeline (train.global_batch_size / "
+        "(train.micro_batch_size * parallel.dp) = " +
+        std::to_string(m) + ") to be a multiple of parallel.pp (" + std::to_string(c.parallel.pp) +
+        ")");
   }
 }
 
@@ -357,7 +360,8 @@ std::string to_yaml(const Config& c) {
   e << YAML::Key << "vpp" << YAML::Value << p.vpp;
   if (p.dp > 0) e << YAML::Key << "dp" << YAML::Value << p.dp;
   e << YAML::Key << "sequence_parallel" << YAML::Value << p.sequence_parallel;
-  e << YAML::Key << "schedule" << YAML::Value << p.schedule << YAML::Key << "order" << YAML::Value << p.order;
+  e << YAML::Key << "schedule" << YAML::Value << p.schedule << YAML::Key << "order" << YAML::Value
+    << p.order;
   e << YAML::EndMap;
   e << YAML::Key << "device" << YAML::Value << c.device;
   e << YAML::EndMap;

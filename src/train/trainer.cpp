@@ -36,7 +36,8 @@ std::string format_duration(double seconds) {
 Trainer::Trainer(Config config, dist::ProcessGroupPtr world)
     : config_(std::move(config)),
       world_(std::move(world)),
-      schedule_(config_.train.lr, config_.train.min_lr, config_.train.warmup_steps, config_.train.steps) {
+      schedule_(config_.train.lr, config_.train.min_lr, config_.train.warmup_steps,
+                config_.train.steps) {
   const Device device = device_from_string(config_.device);
   if (!device.is_cpu()) {
     throw NotSupportedError("device '" + config_.device +
@@ -47,8 +48,9 @@ Trainer::Trainer(Config config, dist::ProcessGroupPtr world)
   // The layout is checked against the world before any communicator exists.
   const int tp_pp = par.tp * par.pp;
   if (par.dp == 0 && world_size % tp_pp != 0) {
-    throw ConfigError("world size (" + std::to_string(world_size) + ") must be divisible by tp*pp = " +
-                      std::to_string(par.tp) + "*" + std::to_string(par.pp) + " = " + std::to_string(tp_pp));
+    throw ConfigError("world size (" + std::to_string(world_size) +
+                      ") must be divisible by tp*pp = " + std::to_string(par.tp) + "*" +
+                      std::to_string(par.pp) + " = " + std::to_string(tp_pp));
   }
   dp_ = par.dp > 0 ? par.dp : world_size / tp_pp;
   dist::MeshShape shape{par.tp, par.pp, dp_, par.order};
@@ -63,11 +65,14 @@ Trainer::Trainer(Config config, dist::ProcessGroupPtr world)
     dp_rank_ = mesh_->dp_rank();
     if (par.pp > 1) {
       pp_model_ = std::make_unique<pipeline::PipelineModel>(
-          config_.model, seed, pipeline::PipelineGroups{mesh_->tp(), mesh_->pp(), mesh_->embedding()},
+          config_.model, seed,
+          pipeline::PipelineGroups{mesh_->tp(), mesh_->pp(), mesh_->embedding()},
           par.sequence_parallel, par.vpp);
-      const int m = static_cast<int>(config_.train.global_batch_size / (config_.train.micro_batch_size * dp_));
+      const int m = static_cast<int>(config_.train.global_batch_size /
+                                     (config_.train.micro_batch_size * dp_));
       executor_ = std::make_unique<pipeline::PipelineExecutor>(
-          *pp_model_, pipeline::make_schedule(pipeline::schedule_from_name(par.schedule), par.pp, m, par.vpp));
+          *pp_model_,
+          pipeline::make_schedule(pipeline::schedule_from_name(par.schedule), par.pp, m, par.vpp));
       if (!config_.init_from.empty()) {
         nn::StateDict full;
         std::map<std::string, Shape> shapes;
@@ -76,9 +81,11 @@ Trainer::Trainer(Config config, dist::ProcessGroupPtr world)
         pp_model_->load_full_state_dict(io::load_gpt2_state_dict(config_.init_from, shapes));
       }
     } else {
-      tp_model_ = std::make_unique<tp::TensorParallelGpt>(config_.model, seed, mesh_->tp(), par.sequence_parallel);
+      tp_model_ = std::make_unique<tp::TensorParallelGpt>(config_.model, seed, mesh_->tp(),
+                                                          par.sequence_parallel);
       if (!config_.init_from.empty()) {
-        tp_model_->load_full_state_dict(io::load_gpt2_state_dict(config_.init_from, tp_model_->full_shapes()));
+        tp_model_->load_full_state_dict(
+            io::load_gpt2_state_dict(config_.init_from, tp_model_->full_shapes()));
       }
     }
   }
@@ -117,15 +124,18 @@ double Trainer::forward_backward(int64_t index, double* bubble) {
   const int64_t per_rank = t.global_batch_size / dp_;
   const int64_t micro = per_rank / t.micro_batch_size;  // microbatches of this rank
   const int64_t first = dp_rank_ * per_rank;            // rank d's share of the step
-  const uint64_t call = static_cast<uint64_t>(index * (t.global_batch_size / t.micro_batch_size) + dp_rank_ * micro);
+  const uint64_t call =
+      static_cast<uint64_t>(index * (t.global_batch_size / t.micro_batch_size) + dp_rank_ * micro);
   if (pp_model_) {
     std::vector<data::Batch> batches;
     for (int64_t i = 0; i < micro; ++i) {
-      batches.push_back(dataset_->batch(index, t.global_batch_size, first + i * t.micro_batch_size, t.micro_batch_size));
+      batches.push_back(dataset_->batch(index, t.global_batch_size, first + i * t.micro_batch_size,
+                                        t.micro_batch_size));
     }
     const auto start = std::chrono::steady_clock::now();
     pipeline::PipelineStepResult r = executor_->run(batches, {true, t.seed, call});
-    const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const double wall =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     Tensor busiest = from_vector(std::vector<double>{r.compute_seconds}, {1}, DType::F64);
     mesh_->pp()->all_reduce(busiest, dist::ReduceOp::Max)->wait();
     *bubble = std::max(0.0, wall - item(busiest)) / item(busiest);
@@ -133,13 +143,15 @@ double Trainer::forward_backward(int64_t index, double* bubble) {
   }
   double loss_sum = 0;
   for (int64_t i = 0; i < micro; ++i) {
-    data::Batch b = dataset_->batch(index, t.global_batch_size, first + i * t.micro_batch_size, t.micro_batch_size);
+    data::Batch b = dataset_->batch(index, t.global_batch_size, first + i * t.micro_batch_size,
+                                    t.micro_batch_size);
     nn::ForwardContext ctx{true, t.seed, call + static_cast<uint64_t>(i)};
-    Tensor loss = tp_model_ ? tp_model_->loss(b.inputs, b.targets, ctx) : model_->loss(b.inputs, b.targets, ctx);
+    Tensor loss = tp_model_ ? tp_model_->loss(b.inputs, b.targets, ctx)
+                            : model_->loss(b.inputs, b.targets, ctx);
     const double value = item(loss);
     if (!std::isfinite(value)) {
-      throw Error("loss is " + std::to_string(value) + " at step " + std::to_string(index + 1) + ", micro-batch " +
-                  std::to_string(i));
+      throw Error("loss is " + std::to_string(value) + " at step " + std::to_string(index + 1) +
+                  ", micro-batch " + std::to_string(i));
     }
     loss_sum += value;
     // Each micro-batch's mean loss weighs 1/micro: the step loss is the mean
@@ -165,14 +177,16 @@ StepMetrics Trainer::step(int64_t index) {
     mesh_->dp()->all_reduce(l, dist::ReduceOp::Avg)->wait();
     loss = item(l);
   }
-  if (!std::isfinite(loss)) throw Error("loss is " + std::to_string(loss) + " at step " + std::to_string(index + 1));
+  if (!std::isfinite(loss))
+    throw Error("loss is " + std::to_string(loss) + " at step " + std::to_string(index + 1));
   const double norm = pp_model_   ? pp_model_->clip_grad_norm(t.grad_clip)
                       : tp_model_ ? tp_model_->clip_grad_norm(t.grad_clip)
                                   : optim::clip_grad_norm(model_->parameters(), t.grad_clip);
   const double lr = schedule_.at(index);
   optimizer_->step(lr);
   zero_grad();
-  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  const double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   StepMetrics m;
   m.step = index + 1;
   m.loss = loss;
@@ -201,9 +215,10 @@ std::vector<StepMetrics> Trainer::run() {
                config_.model.num_parameters() / 1e6);
   if (mesh_) {
     const auto& par = config_.parallel;
-    spdlog::info("parallel: tp {} x pp {} x dp {} over {} ranks{}{}", par.tp, par.pp, dp_, world_->size(),
-                 par.sequence_parallel ? ", sequence parallel" : "",
-                 par.pp > 1 ? ", schedule " + par.schedule + (par.vpp > 1 ? " (vpp " + std::to_string(par.vpp) + ")" : "")
+    spdlog::info("parallel: tp {} x pp {} x dp {} over {} ranks{}{}", par.tp, par.pp, dp_,
+                 world_->size(), par.sequence_parallel ? ", sequence parallel" : "",
+                 par.pp > 1 ? ", schedule " + par.schedule +
+                                  (par.vpp > 1 ? " (vpp " + std::to_string(par.vpp) + ")" : "")
                             : std::string());
   }
   spdlog::info("data: {} tokens, {} sequences; {} steps of {} sequences ({} micro-batches of {})",

@@ -45,9 +45,33 @@ TEST(Config, ErrorsNameKeyValueAndRule) {
   expect_config_error(kValid, {"train.lrr=1"},
                       "unknown key 'train.lrr' (allowed in train: steps, global_batch_size");
   expect_config_error(kValid, {"pipeline.pp=2"}, "unknown top-level key 'pipeline'");
-  expect_config_error(kValid, {"parallel.pp=2"}, "unknown key 'parallel.pp' (allowed in parallel: tp, sequence_parallel)");
-  expect_config_error(kValid, {"parallel.tp=3"}, "model.n_head (2) must be divisible by parallel.tp (3)");
-  expect_config_error(kValid, {"parallel.sequence_parallel=true"}, "parallel.sequence_parallel needs parallel.tp > 1");
+  expect_config_error(kValid, {"parallel.ep=2"},
+                      "unknown key 'parallel.ep' (allowed in parallel: tp, pp, vpp, dp");
+  expect_config_error(kValid, {"parallel.pp=3"},
+                      "parallel.pp (3) must not exceed model.n_layer (2)");
+  expect_config_error(
+      kValid, {"model.n_layer=6", "parallel.pp=4"},
+      "model.n_layer (6) must be divisible by parallel.pp * parallel.vpp (4 * 1 = 4)");
+  expect_config_error(kValid, {"model.n_layer=4", "parallel.pp=2", "parallel.vpp=2"},
+                      "parallel.vpp (2) > 1 goes with parallel.schedule 'interleaved'");
+  expect_config_error(
+      kValid,
+      {"model.n_layer=4", "parallel.pp=2", "parallel.vpp=2", "parallel.schedule=interleaved",
+       "train.global_batch_size=12", "train.micro_batch_size=4", "parallel.dp=1"},
+      "microbatches per pipeline (train.global_batch_size / (train.micro_batch_size * parallel.dp) "
+      "= 3) "
+      "to be a multiple of parallel.pp (2)");
+  expect_config_error(kValid, {"parallel.schedule=pipedream"},
+                      "parallel.schedule ('pipedream') must be gpipe, 1f1b");
+  expect_config_error(kValid, {"parallel.schedule=gpipe"},
+                      "parallel.schedule ('gpipe') needs parallel.pp > 1");
+  expect_config_error(kValid, {"parallel.dp=3"},
+                      "train.global_batch_size (8) must be divisible by train.micro_batch_size * "
+                      "parallel.dp (4 * 3 = 12)");
+  expect_config_error(kValid, {"parallel.tp=3"},
+                      "model.n_head (2) must be divisible by parallel.tp (3)");
+  expect_config_error(kValid, {"parallel.sequence_parallel=true"},
+                      "parallel.sequence_parallel needs parallel.tp > 1");
   expect_config_error(kValid, {"parallel.tp=2", "parallel.sequence_parallel=maybe"},
                       "parallel.sequence_parallel: expected true or false, got 'maybe'");
   expect_config_error(kValid, {"parallel.tp=0"}, "parallel.tp (0) must be >= 1");

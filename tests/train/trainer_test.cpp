@@ -112,7 +112,18 @@ TEST(Trainer, StartsFromSafetensorsAndRejectsMissingData) {
     Trainer t(wide);
     FAIL();
   } catch (const ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("world size (1) must equal tp*pp*dp = 2*1*1 = 2"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("world size (1) must be divisible by tp*pp = 2*1 = 2"),
+              std::string::npos)
+        << e.what();
+  }
+  Config fixed = c;
+  fixed.parallel.dp = 2;  // given explicitly: must match the world
+  try {
+    Trainer t(fixed);
+    FAIL();
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("world size (1) must equal tp*pp*dp = 1*1*2 = 2"),
+              std::string::npos)
         << e.what();
   }
 }
