@@ -73,6 +73,10 @@ Trainer::Trainer(Config config, dist::ProcessGroupPtr world)
       executor_ = std::make_unique<pipeline::PipelineExecutor>(
           *pp_model_,
           pipeline::make_schedule(pipeline::schedule_from_name(par.schedule), par.pp, m, par.vpp));
+      executor_->set_event_sink(
+          [this](const std::string& name, const std::string& cat,
+                 TraceRecorder::Clock::time_point t0,
+                 TraceRecorder::Clock::time_point t1) { trace_.add(name, cat, t0, t1); });
       if (!config_.init_from.empty()) {
         nn::StateDict full;
         std::map<std::string, Shape> shapes;
@@ -146,6 +150,7 @@ double Trainer::forward_backward(int64_t index, double* bubble) {
     data::Batch b = dataset_->batch(index, t.global_batch_size, first + i * t.micro_batch_size,
                                     t.micro_batch_size);
     nn::ForwardContext ctx{true, t.seed, call + static_cast<uint64_t>(i)};
+    const auto t0 = TraceRecorder::Clock::now();
     Tensor loss = tp_model_ ? tp_model_->loss(b.inputs, b.targets, ctx)
                             : model_->loss(b.inputs, b.targets, ctx);
     const double value = item(loss);
@@ -156,7 +161,11 @@ double Trainer::forward_backward(int64_t index, double* bubble) {
     loss_sum += value;
     // Each micro-batch's mean loss weighs 1/micro: the step loss is the mean
     // over all of this rank's tokens (and, averaged over dp, all tokens).
+    const auto t1 = TraceRecorder::Clock::now();
     autograd::backward({scale(loss, 1.0 / static_cast<double>(micro))});
+    const std::string id = std::to_string(i);
+    trace_.add(std::string("F").append(id), "forward", t0, t1);
+    trace_.add(std::string("B").append(id), "backward", t1, TraceRecorder::Clock::now());
   }
   if (tp_model_) tp_model_->reduce_sequence_parallel_grads();
   return loss_sum / static_cast<double>(micro);
@@ -165,8 +174,10 @@ double Trainer::forward_backward(int64_t index, double* bubble) {
 StepMetrics Trainer::step(int64_t index) {
   const auto start = std::chrono::steady_clock::now();
   const auto& t = config_.train;
+  trace_.set_enabled(index < kTracedSteps);
   double bubble = -1;
   double loss = forward_backward(index, &bubble);
+  const auto reduce_start = TraceRecorder::Clock::now();
   if (mesh_ && dp_ > 1) {
     // Data parallelism: average the gradients and the reported loss.
     for (auto& [name, p] : parameters()) {
@@ -182,9 +193,13 @@ StepMetrics Trainer::step(int64_t index) {
   const double norm = pp_model_   ? pp_model_->clip_grad_norm(t.grad_clip)
                       : tp_model_ ? tp_model_->clip_grad_norm(t.grad_clip)
                                   : optim::clip_grad_norm(model_->parameters(), t.grad_clip);
+  if (mesh_ && dp_ > 1)
+    trace_.add("dp all-reduce", "dp", reduce_start, TraceRecorder::Clock::now());
   const double lr = schedule_.at(index);
+  const auto opt_start = TraceRecorder::Clock::now();
   optimizer_->step(lr);
   zero_grad();
+  trace_.add("optimizer", "optimizer", opt_start, TraceRecorder::Clock::now());
   const double ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   StepMetrics m;
@@ -242,6 +257,10 @@ std::vector<StepMetrics> Trainer::run() {
           m.step, steps, m.loss, m.lr, m.grad_norm, m.tokens_per_s, m.step_ms,
           format_duration(eta));
     }
+  }
+  const std::string trace = trace_.merged_trace(world_);  // collective
+  if (lead) {
+    std::ofstream(config_.output_dir + "/trace.json") << trace;
   }
   const std::string weights = config_.output_dir + "/model.safetensors";
   const nn::StateDict full = full_state_dict();  // collective

@@ -12,6 +12,7 @@
 #include "triad/parallel/tensor/gpt.h"
 #include "triad/train/config.h"
 #include "triad/train/metrics.h"
+#include "triad/train/trace.h"
 
 namespace triad::train {
 
@@ -54,6 +55,11 @@ class Trainer {
   std::unique_ptr<data::TokenDataset> dataset_;
   std::unique_ptr<optim::AdamW> optimizer_;
   optim::CosineSchedule schedule_;
+  TraceRecorder trace_;
 };
+
+// Steps recorded in output.dir/trace.json (the first ones; a trace of every
+// step of a long run would be too large to open).
+inline constexpr int64_t kTracedSteps = 20;
 
 }  // namespace triad::train

@@ -182,11 +182,24 @@ PipelineStepResult PipelineExecutor::run(const std::vector<data::Batch>& micro,
     const int64_t b = micro[mb].inputs.size(0), T = micro[mb].inputs.size(1);
     return Shape{b, sp ? T / tpg->size() : T, cfg.d_model};
   };
-  auto timed = [&](auto&& fn) {
-    const auto t0 = std::chrono::steady_clock::now();
+  auto timed = [&](const Action& a, auto&& fn) {
+    const auto t0 = Clock::now();
     fn();
-    res.compute_seconds +=
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const auto t1 = Clock::now();
+    res.compute_seconds += std::chrono::duration<double>(t1 - t0).count();
+    if (sink_) {
+      const bool f = a.compute == ComputeKind::Forward,
+                 w = a.compute == ComputeKind::BackwardWeight;
+      sink_(std::string(f   ? "F"
+                        : w ? "W"
+                            : "B") +
+                std::to_string(a.microbatch) +
+                (schedule_.v > 1 ? " c" + std::to_string(a.chunk) : ""),
+            f   ? "forward"
+            : w ? "weight-grad"
+                : "backward",
+            t0, t1);
+    }
   };
   for (const Action& a : schedule_.ranks[r]) {
     if (!a.is_compute()) {
@@ -208,7 +221,9 @@ PipelineStepResult PipelineExecutor::run(const std::vector<data::Batch>& micro,
           ops.push_back({false, buf, o.peer, 0});
         }
       }
+      const auto t0 = Clock::now();
       model_.groups().pp->batch_isend_irecv(ops)->wait();
+      if (sink_) sink_("p2p", "p2p", t0, Clock::now());
       // Sent activations: only their place in the graph is still needed.
       for (const Key& k : sent_outputs) {
         outputs.at(k).impl().storage = std::make_shared<Storage>(0, cpu_allocator());
@@ -226,7 +241,7 @@ PipelineStepResult PipelineExecutor::run(const std::vector<data::Batch>& micro,
     cctx.call = ctx.call + static_cast<uint64_t>(mb);  // distinct per microbatch
     switch (a.compute) {
       case ComputeKind::Forward:
-        timed([&] {
+        timed(a, [&] {
           Tensor x;
           if (stage == 0) {
             x = chunk.embed(micro[mb].inputs, cctx);
@@ -245,7 +260,7 @@ PipelineStepResult PipelineExecutor::run(const std::vector<data::Batch>& micro,
         break;
       case ComputeKind::Backward:
       case ComputeKind::BackwardInput:
-        timed([&] {
+        timed(a, [&] {
           autograd::BackwardOptions opts;
           if (a.compute == ComputeKind::BackwardInput) opts.defer_weight_grads = &stores[k];
           if (stage == S - 1) {
@@ -267,7 +282,7 @@ PipelineStepResult PipelineExecutor::run(const std::vector<data::Batch>& micro,
         --live;
         break;
       case ComputeKind::BackwardWeight:
-        timed([&] {
+        timed(a, [&] {
           stores.at(k).flush();
           stores.erase(k);
         });

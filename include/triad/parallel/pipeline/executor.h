@@ -1,7 +1,10 @@
 #pragma once
 
+#include <chrono>
+#include <functional>
 #include <map>
 #include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -77,6 +80,12 @@ class PipelineExecutor {
  public:
   PipelineExecutor(PipelineModel& model, Schedule schedule);
   const Schedule& schedule() const { return schedule_; }
+  // Receives a timed event for every compute action ("F3", "B3", "W3"; category
+  // forward, backward, weight-grad) and every point-to-point batch ("p2p").
+  using Clock = std::chrono::steady_clock;
+  using EventSink = std::function<void(const std::string& name, const std::string& category,
+                                       Clock::time_point start, Clock::time_point end)>;
+  void set_event_sink(EventSink sink) { sink_ = std::move(sink); }
   // microbatches.size() must equal the schedule's m; each batch (b, T).
   // Microbatch i runs with ctx.call + i (dropout streams).
   PipelineStepResult run(const std::vector<data::Batch>& microbatches,
@@ -85,6 +94,7 @@ class PipelineExecutor {
  private:
   PipelineModel& model_;
   Schedule schedule_;
+  EventSink sink_;
 };
 
 }  // namespace triad::pipeline

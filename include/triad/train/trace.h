@@ -1,0 +1,41 @@
+#pragma once
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "triad/dist/process_group.h"
+
+namespace triad::train {
+
+// Timed events of one rank (forward, backward, weight-grad, p2p, optimizer,
+// ...), merged across ranks into one Chrome trace (Perfetto,
+// chrome://tracing) with every rank a process row.
+class TraceRecorder {
+ public:
+  using Clock = std::chrono::steady_clock;
+  explicit TraceRecorder(Clock::time_point epoch = Clock::now()) : epoch_(epoch) {}
+  // Events are kept while enabled (the trainer records its first steps).
+  void set_enabled(bool on) { enabled_ = on; }
+  bool enabled() const { return enabled_; }
+  void add(const std::string& name, const std::string& category, Clock::time_point start,
+           Clock::time_point end);
+  size_t size() const { return events_.size(); }
+
+  // This rank's events as Chrome trace events (one JSON array, pid = rank).
+  std::string events_json(int rank) const;
+  // Gathers every rank's events onto all ranks of `world` and returns the
+  // merged trace document. Collective.
+  std::string merged_trace(const dist::ProcessGroupPtr& world) const;
+
+ private:
+  struct Event {
+    std::string name, category;
+    double ts_us, dur_us;
+  };
+  Clock::time_point epoch_;
+  bool enabled_ = true;
+  std::vector<Event> events_;
+};
+
+}  // namespace triad::train
