@@ -84,6 +84,11 @@ TEST(Trainer, RunLearnsAndWritesMetricsAndWeights) {
   auto weights = io::load_safetensors(dir.file("out/model.safetensors"));
   EXPECT_EQ(weights.tensors.at("h.0.attn.c_attn.weight").shape(), (Shape{16, 48}));
   EXPECT_TRUE(std::filesystem::exists(dir.file("out/config.yaml")));
+  std::ifstream trace(dir.file("out/trace.json"));
+  std::string text((std::istreambuf_iterator<char>(trace)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("\"traceEvents\""), std::string::npos);
+  EXPECT_NE(text.find("\"cat\":\"forward\""), std::string::npos);
+  EXPECT_NE(text.find("\"cat\":\"optimizer\""), std::string::npos);
 }
 
 TEST(Trainer, StartsFromSafetensorsAndRejectsMissingData) {

@@ -176,6 +176,7 @@ PipelineStepResult PipelineExecutor::run(const std::vector<data::Batch>& micro,
   std::map<Key, Tensor> inputs, outputs, losses, grad_in, grad_out;
   std::map<Key, autograd::WeightGradStore> stores;
   PipelineStepResult res;
+  std::vector<dist::WorkPtr> pending_sends;
   int live = 0;
   double loss_sum = 0;
   auto activation_shape = [&](int mb) {
@@ -221,8 +222,14 @@ PipelineStepResult PipelineExecutor::run(const std::vector<data::Batch>& micro,
           ops.push_back({false, buf, o.peer, 0});
         }
       }
+      // Sends are posted and left in flight (their buffers live in the Work);
+      // only the receives are waited for here. The schedule is deadlock-free
+      // even if every send blocked, so this can only wait less.
       const auto t0 = Clock::now();
-      model_.groups().pp->batch_isend_irecv(ops)->wait();
+      std::vector<dist::P2POp> sends, recvs;
+      for (auto& o : ops) (o.is_send ? sends : recvs).push_back(o);
+      if (!sends.empty()) pending_sends.push_back(model_.groups().pp->batch_isend_irecv(sends));
+      if (!recvs.empty()) model_.groups().pp->batch_isend_irecv(recvs)->wait();
       if (sink_) sink_("p2p", "p2p", t0, Clock::now());
       // Sent activations: only their place in the graph is still needed.
       for (const Key& k : sent_outputs) {
@@ -289,6 +296,7 @@ PipelineStepResult PipelineExecutor::run(const std::vector<data::Batch>& micro,
         break;
     }
   }
+  for (auto& w : pending_sends) w->wait();
   for (int c = 0; c < model_.v(); ++c) model_.chunk(c).reduce_sequence_parallel_grads();
   model_.reduce_tied_embedding_grads();
   // The last stage knows the loss; every pipeline rank reports it.

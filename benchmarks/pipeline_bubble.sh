@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Measured pipeline bubble vs. the simulator's prediction for the same
+# schedule, on a balanced toy model (8 equal layers, no TP): triad-train runs
+# each schedule on 2 CPU ranks (one per core) and reports the measured
+# bubble per step; triad-plan simulates the schedule with the forward and
+# backward times measured in the run's trace.
+#   benchmarks/pipeline_bubble.sh [BUILD_DIR]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+B=${1:-build}
+PY=/usr/bin/python3
+MPIRUN=(mpirun --oversubscribe -x OMP_NUM_THREADS=1)
+[ "$(id -u)" -eq 0 ] && MPIRUN+=(--allow-run-as-root)
+work=$(mktemp -d)
+"$B/examples/triad-corpus" --output "$work/c.txt" --bytes 400000 >/dev/null
+"$B/examples/triad-tokenize" --input "$work/c.txt" --output "$work/c.bin" >/dev/null
+echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores; commit $(git rev-parse --short HEAD)"
+printf "%-12s %3s %3s %3s %10s %10s\n" schedule p v m measured simulated
+for spec in "1f1b 1 4" "1f1b 1 8" "gpipe 1 8" "zb-h1 1 8" "interleaved 2 8"; do
+  set -- $spec
+  kind=$1; v=$2; m=$3
+  out=$work/$kind-$v-$m
+  "${MPIRUN[@]}" -np 2 "$B/examples/triad-train" --config configs/gpt_tiny.yaml --set data.train="$work/c.bin" \
+    --set model.n_layer=8 --set train.steps=12 --set train.global_batch_size=$((m * 2)) --set train.micro_batch_size=2 \
+    --set parallel.pp=2 --set parallel.vpp=$v --set parallel.schedule=$kind --set output.dir="$out" >/dev/null 2>&1
+  read -r measured tf tb tw < <("$PY" - "$out" <<'PY'
+import json, sys, statistics
+d = sys.argv[1]
+steps = [json.loads(l) for l in open(d + "/metrics.jsonl")][2:]   # skip warm-up steps
+bubble = statistics.median(s["bubble_fraction"] for s in steps)
+ev = [e for e in json.load(open(d + "/trace.json"))["traceEvents"] if e.get("ph") == "X" and e["pid"] == 0]
+def mean(cat): 
+    xs = [e["dur"] for e in ev if e["cat"] == cat]
+    return sum(xs) / len(xs) if xs else 0.0
+print(bubble, mean("forward"), mean("backward"), mean("weight-grad"))
+PY
+)
+  tb_total=$("$PY" -c "print($tb + $tw)")
+  sim=$("$B/examples/triad-plan" schedule --kind "$kind" --p 2 --v "$v" --m "$m" --tf "$tf" --tb "$tb_total" \
+        --tw "$("$PY" -c "print($tw if $tw > 0 else $tb_total / 2)")" | sed -n 's/.*bubble \([0-9.]*\)%.*/\1/p')
+  printf "%-12s %3s %3s %3s %9.1f%% %9.1f%%\n" "$kind" 2 "$v" "$m" "$("$PY" -c "print(100 * $measured)")" "$sim"
+done
+rm -rf "$work"
