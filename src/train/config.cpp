@@ -165,7 +165,26 @@ void validate(const Config& c, bool min_lr_given) {
     throw ConfigError("parallel.pp (" + std::to_string(p.pp) + ") must not exceed model.n_layer (" +
                       std::to_string(c.model.n_layer) + ")");
   }
-  if (c.model.n_layer % (static_cast<int64_t>(p.pp) * p.vpp) != 0) {
+  if (!p.stage_layers.empty()) {
+    const int64_t stages = static_cast<int64_t>(p.pp) * p.vpp;
+    if (static_cast<int64_t>(p.stage_layers.size()) != stages) {
+      throw ConfigError(
+          "parallel.stage_layers has " + std::to_string(p.stage_layers.size()) +
+          " entries, expected parallel.pp * parallel.vpp = " + std::to_string(stages));
+    }
+    int64_t total = 0;
+    for (size_t i = 0; i < p.stage_layers.size(); ++i) {
+      if (p.stage_layers[i] < 1) {
+        throw ConfigError("parallel.stage_layers[" + std::to_string(i) + "] (" +
+                          std::to_string(p.stage_layers[i]) + ") must be >= 1");
+      }
+      total += p.stage_layers[i];
+    }
+    if (total != c.model.n_layer) {
+      throw ConfigError("parallel.stage_layers add up to " + std::to_string(total) +
+                        " layers but model.n_layer is " + std::to_string(c.model.n_layer));
+    }
+  } else if (c.model.n_layer % (static_cast<int64_t>(p.pp) * p.vpp) != 0) {
     throw ConfigError("model.n_layer (" + std::to_string(c.model.n_layer) +
                       ") must be divisible by parallel.pp * parallel.vpp (" + std::to_string(p.pp) +
                       " * " + std::to_string(p.vpp) + " = " + std::to_string(p.pp * p.vpp) + ")");
@@ -280,6 +299,16 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
         }}},
       {"schedule", {false, [&](auto& v, auto& k) { c.parallel.schedule = get_string(v, k); }}},
       {"order", {false, [&](auto& v, auto& k) { c.parallel.order = get_string(v, k); }}},
+      {"stage_layers",
+       {false,
+        [&](auto& v, auto& k) {
+          if (!v.IsSequence())
+            throw ConfigError(k + ": expected a list of layer counts, e.g. [3, 5]");
+          c.parallel.stage_layers.clear();
+          for (size_t i = 0; i < v.size(); ++i) {
+            c.parallel.stage_layers.push_back(get_int(v[i], k + "[" + std::to_string(i) + "]"));
+          }
+        }}},
   };
   const std::vector<std::pair<std::string, const Section*>> sections{
       {"model", &model},   {"train", &train}, {"data", &data},        {"init", &init},

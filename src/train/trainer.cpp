@@ -67,7 +67,7 @@ Trainer::Trainer(Config config, dist::ProcessGroupPtr world)
       pp_model_ = std::make_unique<pipeline::PipelineModel>(
           config_.model, seed,
           pipeline::PipelineGroups{mesh_->tp(), mesh_->pp(), mesh_->embedding()},
-          par.sequence_parallel, par.vpp);
+          par.sequence_parallel, par.vpp, par.stage_layers);
       const int m = static_cast<int>(config_.train.global_batch_size /
                                      (config_.train.micro_batch_size * dp_));
       executor_ = std::make_unique<pipeline::PipelineExecutor>(

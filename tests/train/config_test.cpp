@@ -61,6 +61,19 @@ TEST(Config, ErrorsNameKeyValueAndRule) {
       "microbatches per pipeline (train.global_batch_size / (train.micro_batch_size * parallel.dp) "
       "= 3) "
       "to be a multiple of parallel.pp (2)");
+  expect_config_error(kValid, {"model.n_layer=8", "parallel.pp=2", "parallel.stage_layers=[3, 4]"},
+                      "parallel.stage_layers add up to 7 layers but model.n_layer is 8");
+  expect_config_error(
+      kValid, {"model.n_layer=8", "parallel.pp=2", "parallel.stage_layers=[8]"},
+      "parallel.stage_layers has 1 entries, expected parallel.pp * parallel.vpp = 2");
+  expect_config_error(kValid, {"model.n_layer=8", "parallel.pp=2", "parallel.stage_layers=[0, 8]"},
+                      "parallel.stage_layers[0] (0) must be >= 1");
+  expect_config_error(kValid, {"parallel.stage_layers=3"},
+                      "parallel.stage_layers: expected a list");
+  EXPECT_EQ(
+      parse_config(kValid, {"model.n_layer=7", "parallel.pp=2", "parallel.stage_layers=[3, 4]"})
+          .parallel.stage_layers,
+      (std::vector<int64_t>{3, 4}));
   expect_config_error(kValid, {"parallel.schedule=pipedream"},
                       "parallel.schedule ('pipedream') must be gpipe, 1f1b");
   expect_config_error(kValid, {"parallel.schedule=gpipe"},

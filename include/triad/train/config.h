@@ -33,6 +33,8 @@ struct ParallelSection {
   bool sequence_parallel = false;
   std::string schedule = "1f1b";  // gpipe, 1f1b, interleaved, zb-h1 (pp > 1)
   std::string order = "tp-dp-pp";
+  // Layers of each of the pp*vpp stages, in stage order; empty: even split.
+  std::vector<int64_t> stage_layers;
 };
 
 // Everything triad-train reads from its YAML file; docs/config.md lists

@@ -29,8 +29,32 @@ std::vector<std::vector<int64_t>> split_layers(int64_t n_layer, int pp, int vpp)
   return out;
 }
 
+std::vector<std::vector<int64_t>> split_layers(int64_t n_layer, int pp, int vpp,
+                                               const std::vector<int64_t>& counts) {
+  if (counts.empty()) return split_layers(n_layer, pp, vpp);
+  const int64_t stages = static_cast<int64_t>(pp) * vpp;
+  if (static_cast<int64_t>(counts.size()) != stages) {
+    throw ConfigError("parallel.stage_layers has " + std::to_string(counts.size()) +
+                      " entries, expected pp * vpp = " + std::to_string(stages));
+  }
+  std::vector<std::vector<int64_t>> out(stages);
+  int64_t next = 0;
+  for (int64_t s = 0; s < stages; ++s) {
+    if (counts[s] < 1) {
+      throw ConfigError("parallel.stage_layers[" + std::to_string(s) + "] (" +
+                        std::to_string(counts[s]) + ") must be >= 1");
+    }
+    for (int64_t i = 0; i < counts[s]; ++i) out[s].push_back(next++);
+  }
+  if (next != n_layer) {
+    throw ConfigError("parallel.stage_layers add up to " + std::to_string(next) +
+                      " layers but model.n_layer is " + std::to_string(n_layer));
+  }
+  return out;
+}
+
 PipelineModel::PipelineModel(const nn::GptConfig& cfg, uint64_t seed, PipelineGroups groups,
-                             bool sequence_parallel, int vpp)
+                             bool sequence_parallel, int vpp, std::vector<int64_t> stage_layers)
     : cfg_(cfg),
       groups_(std::move(groups)),
       p_(groups_.pp->size()),
@@ -38,7 +62,8 @@ PipelineModel::PipelineModel(const nn::GptConfig& cfg, uint64_t seed, PipelineGr
       rank_(groups_.pp->rank()) {
   if (p_ < 2)
     throw ConfigError("a pipeline needs parallel.pp >= 2 (got " + std::to_string(p_) + ")");
-  const auto layers = split_layers(cfg.n_layer, p_, v_);
+  layers_ = split_layers(cfg.n_layer, p_, v_, stage_layers);
+  const auto& layers = layers_;
   for (int c = 0; c < v_; ++c) {
     const int stage = c * p_ + rank_;
     tp::StagePlan plan;
@@ -101,7 +126,7 @@ nn::StateDict PipelineModel::full_state_dict() const {
     for (auto& [name, t] : c->full_state_dict()) local[name] = t;
   }
   nn::StateDict out;
-  const auto layers = split_layers(cfg_.n_layer, p_, v_);
+  const auto& layers = layers_;
   const int64_t C = cfg_.d_model;
   for (int stage = 0; stage < num_stages(); ++stage) {
     const int owner = stage % p_;

@@ -26,6 +26,10 @@ struct PipelineGroups {
 // Layers of each of the p*v model stages: an even split, or an error naming
 // the numbers (n_layer must be divisible by pp*vpp, pp <= n_layer).
 std::vector<std::vector<int64_t>> split_layers(int64_t n_layer, int pp, int vpp);
+// An explicit split: counts[s] layers on stage s (p*v entries, each >= 1,
+// adding up to n_layer); errors name the numbers.
+std::vector<std::vector<int64_t>> split_layers(int64_t n_layer, int pp, int vpp,
+                                               const std::vector<int64_t>& counts);
 
 // This rank's part of a pipeline-parallel GPT: chunk c holds model stage
 // c*p + r (r = pipeline rank), built from TensorParallelGpt so pipeline and
@@ -35,7 +39,7 @@ std::vector<std::vector<int64_t>> split_layers(int64_t n_layer, int pp, int vpp)
 class PipelineModel {
  public:
   PipelineModel(const nn::GptConfig& cfg, uint64_t seed, PipelineGroups groups,
-                bool sequence_parallel, int vpp);
+                bool sequence_parallel, int vpp, std::vector<int64_t> stage_layers = {});
   int p() const { return p_; }
   int v() const { return v_; }
   int rank() const { return rank_; }
@@ -60,6 +64,7 @@ class PipelineModel {
   nn::GptConfig cfg_;
   PipelineGroups groups_;
   int p_, v_, rank_;
+  std::vector<std::vector<int64_t>> layers_;  // per stage
   std::vector<std::shared_ptr<tp::TensorParallelGpt>> chunks_;
 };
 
