@@ -262,6 +262,12 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
       {"beta2", {false, [&](auto& v, auto& k) { t.beta2 = get_double(v, k); }}},
       {"eps", {false, [&](auto& v, auto& k) { t.eps = get_double(v, k); }}},
       {"grad_clip", {false, [&](auto& v, auto& k) { t.grad_clip = get_double(v, k); }}},
+      {"max_skipped_steps",
+       {false,
+        [&](auto& v, auto& k) {
+          t.max_skipped_steps = get_int(v, k);
+          if (t.max_skipped_steps < 0) throw ConfigError(k + " must be >= 0");
+        }}},
       {"seed",
        {false,
         [&](auto& v, auto& k) {
@@ -299,6 +305,21 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
         }}},
       {"schedule", {false, [&](auto& v, auto& k) { c.parallel.schedule = get_string(v, k); }}},
       {"order", {false, [&](auto& v, auto& k) { c.parallel.order = get_string(v, k); }}},
+      {"zero",
+       {false,
+        [&](auto& v, auto& k) {
+          const int64_t z = get_int(v, k);
+          if (z != 0 && z != 1)
+            throw ConfigError(k + " (" + std::to_string(z) + ") must be 0 or 1");
+          c.parallel.zero = static_cast<int>(z);
+        }}},
+      {"bucket_mb",
+       {false,
+        [&](auto& v, auto& k) {
+          c.parallel.bucket_mb = get_double(v, k);
+          if (!(c.parallel.bucket_mb > 0))
+            throw ConfigError(k + " (" + scalar_text(v) + ") must be > 0");
+        }}},
       {"stage_layers",
        {false,
         [&](auto& v, auto& k) {
@@ -371,6 +392,7 @@ std::string to_yaml(const Config& c) {
   e << YAML::Key << "beta2" << YAML::Value << t.beta2;
   e << YAML::Key << "eps" << YAML::Value << t.eps;
   e << YAML::Key << "grad_clip" << YAML::Value << t.grad_clip;
+  e << YAML::Key << "max_skipped_steps" << YAML::Value << t.max_skipped_steps;
   e << YAML::Key << "seed" << YAML::Value << t.seed;
   e << YAML::EndMap;
   e << YAML::Key << "data" << YAML::Value << YAML::BeginMap << YAML::Key << "train" << YAML::Value
@@ -391,6 +413,10 @@ std::string to_yaml(const Config& c) {
   e << YAML::Key << "sequence_parallel" << YAML::Value << p.sequence_parallel;
   e << YAML::Key << "schedule" << YAML::Value << p.schedule << YAML::Key << "order" << YAML::Value
     << p.order;
+  if (!p.stage_layers.empty())
+    e << YAML::Key << "stage_layers" << YAML::Value << YAML::Flow << p.stage_layers;
+  e << YAML::Key << "zero" << YAML::Value << p.zero << YAML::Key << "bucket_mb" << YAML::Value
+    << p.bucket_mb;
   e << YAML::EndMap;
   e << YAML::Key << "device" << YAML::Value << c.device;
   e << YAML::EndMap;

@@ -19,6 +19,7 @@ void MetricsWriter::write(const StepMetrics& m) {
   j["tokens_per_s"] = m.tokens_per_s;
   j["step_ms"] = m.step_ms;
   if (m.bubble_fraction >= 0) j["bubble_fraction"] = m.bubble_fraction;
+  if (m.skipped) j["skipped"] = true;
   out_ << j.dump() << '\n';
   out_.flush();
   if (!out_) throw IoError("error writing metrics file '" + path_ + "'");

@@ -6,12 +6,17 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <limits>
+#include <set>
 
 #include "triad/autograd/engine.h"
+#include "triad/autograd/grad_mode.h"
 #include "triad/data/token_shard.h"
 #include "triad/io/gpt2_weights.h"
 #include "triad/ops/creation.h"
 #include "triad/ops/elementwise.h"
+#include "triad/ops/reduce.h"
+#include "triad/ops/shape_ops.h"
 #include "triad/optim/clip.h"
 #include "triad/parallel/pipeline/schedule.h"
 
@@ -101,8 +106,65 @@ Trainer::Trainer(Config config, dist::ProcessGroupPtr world)
   o.beta2 = config_.train.beta2;
   o.eps = config_.train.eps;
   o.weight_decay = config_.train.weight_decay;
+  if (mesh_ && dp_ > 1) {
+    // Gradients still changed after backward are reduced last: the tied
+    // embedding (summed across stages) and sequence-parallel partial sums.
+    std::set<std::string> late;
+    if (pp_model_) late.insert("wte.weight");
+    std::map<std::string, tp::ShardSpec> specs;
+    if (pp_model_) {
+      for (int c = 0; c < pp_model_->v(); ++c) {
+        for (auto& [n, sp] : pp_model_->chunk(c).shard_specs()) specs[n] = sp;
+      }
+    } else if (tp_model_) {
+      specs = tp_model_->shard_specs();
+    }
+    for (auto& [n, sp] : specs) {
+      if (sp.sequence_parallel_grad) late.insert(n);
+    }
+    reducer_ = std::make_unique<dp::GradientReducer>(parameters(), mesh_->dp(), par.bucket_mb * 1e6,
+                                                     par.zero == 1, late);
+    // ZeRO-1 clipping sums squares over the whole world: split parameters
+    // on every TP rank, replicated ones on TP rank 0 only, the tied
+    // embedding on the first stage only.
+    for (auto& [name, p] : parameters()) {
+      const bool split = specs.count(name) && specs.at(name).split;
+      double w = split || mesh_->tp_rank() == 0 ? 1.0 : 0.0;
+      if (name == "wte.weight" && pp_model_ && mesh_->pp_rank() != 0) w = 0.0;
+      norm_weight_.push_back(w);
+    }
+  } else if (par.zero == 1) {
+    throw ConfigError(
+        "parallel.zero = 1 shards the optimizer over data-parallel ranks and needs dp > 1 (dp is " +
+        std::to_string(dp_) + ")");
+  }
   // Weight decay follows the tensor's rank (2-d shards stay 2-d).
-  optimizer_ = std::make_unique<optim::AdamW>(parameters(), o);
+  if (reducer_ && reducer_->zero1()) {
+    zero_optimizer_ = std::make_unique<dp::ZeroAdamW>(*reducer_, o);
+  } else {
+    optimizer_ = std::make_unique<optim::AdamW>(parameters(), o);
+  }
+}
+
+int64_t Trainer::optimizer_state_elements() const {
+  if (zero_optimizer_) return zero_optimizer_->state_elements();
+  int64_t n = 0;
+  for (auto& st : optimizer_->state()) n += st.m.numel();
+  return n;
+}
+
+double Trainer::global_norm_zero1() const {
+  autograd::NoGradGuard ng;
+  double sq = 0;
+  Tensor flat = const_cast<dp::GradientReducer&>(*reducer_).flat_grads();
+  for (const auto& seg : reducer_->shard_segments()) {
+    if (norm_weight_[seg.param] == 0.0) continue;
+    Tensor g = make_view(flat, {seg.length}, {1}, flat.offset() + seg.flat_offset);
+    sq += item(sum(mul(g, g)));
+  }
+  Tensor t = from_vector(std::vector<double>{sq}, {1}, DType::F64);
+  world_->all_reduce(t, dist::ReduceOp::Sum)->wait();
+  return std::sqrt(item(t));
 }
 
 std::vector<std::pair<std::string, Tensor>> Trainer::parameters() const {
@@ -112,6 +174,10 @@ std::vector<std::pair<std::string, Tensor>> Trainer::parameters() const {
 }
 
 void Trainer::zero_grad() const {
+  if (reducer_) {
+    reducer_->zero_grad();  // gradients live in its flat buffer
+    return;
+  }
   if (pp_model_) pp_model_->zero_grad();
   if (tp_model_) tp_model_->zero_grad();
   if (model_) model_->zero_grad();
@@ -153,12 +219,10 @@ double Trainer::forward_backward(int64_t index, double* bubble) {
     const auto t0 = TraceRecorder::Clock::now();
     Tensor loss = tp_model_ ? tp_model_->loss(b.inputs, b.targets, ctx)
                             : model_->loss(b.inputs, b.targets, ctx);
-    const double value = item(loss);
-    if (!std::isfinite(value)) {
-      throw Error("loss is " + std::to_string(value) + " at step " + std::to_string(index + 1) +
-                  ", micro-batch " + std::to_string(i));
-    }
-    loss_sum += value;
+    if (index == nan_step_) loss = scale(loss, std::numeric_limits<double>::quiet_NaN());
+    // A non-finite loss is not an error here: its gradients make the step's
+    // norm non-finite on every rank, and step() skips the update.
+    loss_sum += item(loss);
     // Each micro-batch's mean loss weighs 1/micro: the step loss is the mean
     // over all of this rank's tokens (and, averaged over dp, all tokens).
     const auto t1 = TraceRecorder::Clock::now();
@@ -178,31 +242,55 @@ StepMetrics Trainer::step(int64_t index) {
   double bubble = -1;
   double loss = forward_backward(index, &bubble);
   const auto reduce_start = TraceRecorder::Clock::now();
-  if (mesh_ && dp_ > 1) {
-    // Data parallelism: average the gradients and the reported loss.
-    for (auto& [name, p] : parameters()) {
-      Tensor g = p.grad();
-      if (g.defined()) mesh_->dp()->all_reduce(g, dist::ReduceOp::Avg)->wait();
-    }
+  if (reducer_) {
+    reducer_->finish();  // buckets started during backward; wait for all
     Tensor l = from_vector(std::vector<double>{loss}, {1}, DType::F64);
     mesh_->dp()->all_reduce(l, dist::ReduceOp::Avg)->wait();
     loss = item(l);
+    trace_.add("dp reduce", "dp", reduce_start, TraceRecorder::Clock::now());
   }
-  if (!std::isfinite(loss))
-    throw Error("loss is " + std::to_string(loss) + " at step " + std::to_string(index + 1));
-  const double norm = pp_model_   ? pp_model_->clip_grad_norm(t.grad_clip)
-                      : tp_model_ ? tp_model_->clip_grad_norm(t.grad_clip)
-                                  : optim::clip_grad_norm(model_->parameters(), t.grad_clip);
-  if (mesh_ && dp_ > 1)
-    trace_.add("dp all-reduce", "dp", reduce_start, TraceRecorder::Clock::now());
-  const double lr = schedule_.at(index);
-  const auto opt_start = TraceRecorder::Clock::now();
-  optimizer_->step(lr);
+  double norm = 0;
+  if (zero_optimizer_) {
+    norm = global_norm_zero1();
+    if (t.grad_clip > 0 && std::isfinite(norm)) {
+      const double coef = t.grad_clip / (norm + 1e-6);
+      if (coef < 1.0) scale_(reducer_->flat_grads(), coef);
+    }
+  } else {
+    norm = pp_model_   ? pp_model_->clip_grad_norm(t.grad_clip)
+           : tp_model_ ? tp_model_->clip_grad_norm(t.grad_clip)
+                       : optim::clip_grad_norm(model_->parameters(), t.grad_clip);
+  }
+  // A non-finite gradient anywhere makes the norm non-finite on every rank
+  // (it is reduced over all of them): all skip the update together and the
+  // learning-rate schedule does not advance.
+  StepMetrics m;
+  const double lr = schedule_.at(applied_steps_);
+  if (!std::isfinite(norm) || !std::isfinite(loss)) {
+    m.skipped = true;
+    ++consecutive_skips_;
+    spdlog::warn("step {}: non-finite {} ({}); skipping the update ({} in a row)", index + 1,
+                 std::isfinite(loss) ? "gradient norm" : "loss", std::isfinite(loss) ? norm : loss,
+                 consecutive_skips_);
+    if (consecutive_skips_ > t.max_skipped_steps) {
+      throw Error("stopping: " + std::to_string(consecutive_skips_) +
+                  " consecutive steps with non-finite gradients (train.max_skipped_steps is " +
+                  std::to_string(t.max_skipped_steps) + ")");
+    }
+  } else {
+    consecutive_skips_ = 0;
+    const auto opt_start = TraceRecorder::Clock::now();
+    if (zero_optimizer_) {
+      zero_optimizer_->step(lr);
+    } else {
+      optimizer_->step(lr);
+    }
+    ++applied_steps_;
+    trace_.add("optimizer", "optimizer", opt_start, TraceRecorder::Clock::now());
+  }
   zero_grad();
-  trace_.add("optimizer", "optimizer", opt_start, TraceRecorder::Clock::now());
   const double ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-  StepMetrics m;
   m.step = index + 1;
   m.loss = loss;
   m.lr = lr;

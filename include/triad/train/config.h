@@ -20,7 +20,8 @@ struct TrainSection {
   double beta1 = 0.9;
   double beta2 = 0.95;
   double eps = 1e-8;
-  double grad_clip = 1.0;  // 0 disables clipping
+  double grad_clip = 1.0;         // 0 disables clipping
+  int64_t max_skipped_steps = 5;  // consecutive non-finite steps before the job stops
   uint64_t seed = 1234;
 };
 
@@ -35,6 +36,8 @@ struct ParallelSection {
   std::string order = "tp-dp-pp";
   // Layers of each of the pp*vpp stages, in stage order; empty: even split.
   std::vector<int64_t> stage_layers;
+  int zero = 0;           // 1: ZeRO-1 (optimizer state sharded over dp)
+  double bucket_mb = 25;  // gradient-reduction bucket size
 };
 
 // Everything triad-train reads from its YAML file; docs/config.md lists

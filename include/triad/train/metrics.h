@@ -17,6 +17,8 @@ struct StepMetrics {
   // Pipeline runs: (step time - busiest rank's compute) / that compute,
   // measured; negative when there is no pipeline.
   double bubble_fraction = -1;
+  // A non-finite gradient on some rank: every rank skipped the update.
+  bool skipped = false;
 };
 
 // Appends one JSON object per step to a metrics.jsonl file.

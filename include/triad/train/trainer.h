@@ -8,6 +8,7 @@
 #include "triad/nn/gpt.h"
 #include "triad/optim/adamw.h"
 #include "triad/optim/lr_schedule.h"
+#include "triad/parallel/data/grad_reducer.h"
 #include "triad/parallel/pipeline/executor.h"
 #include "triad/parallel/tensor/gpt.h"
 #include "triad/train/config.h"
@@ -32,6 +33,12 @@ class Trainer {
   std::vector<StepMetrics> run();
   // One optimizer step (0-based index); exposed for tests.
   StepMetrics step(int64_t index);
+  // Test hook: this rank's loss (and so its gradients) becomes NaN at
+  // (0-based) step `index` (layouts without a pipeline).
+  void inject_nan_at(int64_t index) { nan_step_ = index; }
+  const dp::GradientReducer* reducer() const { return reducer_.get(); }
+  // Elements of AdamW moment state this rank keeps (per moment).
+  int64_t optimizer_state_elements() const;
   // The model's parameters as full (unsharded) tensors; collective.
   nn::StateDict full_state_dict() const;
   bool is_logging_rank() const { return !world_ || world_->rank() == 0; }
@@ -54,6 +61,13 @@ class Trainer {
   std::unique_ptr<pipeline::PipelineExecutor> executor_;
   std::unique_ptr<data::TokenDataset> dataset_;
   std::unique_ptr<optim::AdamW> optimizer_;
+  std::unique_ptr<dp::GradientReducer> reducer_;   // dp > 1
+  std::unique_ptr<dp::ZeroAdamW> zero_optimizer_;  // parallel.zero = 1
+  std::vector<double> norm_weight_;  // ZeRO-1 norm: how each parameter counts on this rank
+  int64_t applied_steps_ = 0;        // optimizer steps taken (skipped ones excluded)
+  int64_t consecutive_skips_ = 0;
+  int64_t nan_step_ = -1;
+  double global_norm_zero1() const;
   optim::CosineSchedule schedule_;
   TraceRecorder trace_;
 };

@@ -1,0 +1,111 @@
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "triad/dist/process_group.h"
+#include "triad/optim/adamw.h"
+
+namespace triad::dp {
+
+// Data-parallel gradient reduction over contiguous flat buffers.
+//
+// Every parameter's .grad is a view into one flat buffer, laid out in the
+// reverse of registration order (the order backward produces gradients) and
+// cut into buckets of about bucket_bytes. A gradient-ready hook counts the
+// accumulations into each parameter; once every parameter of a bucket has
+// received all of its step's gradients (the counts are learned on the first
+// step, so microbatches, tied weights and deferred weight gradients all work),
+// the bucket's reduction starts asynchronously while backward continues.
+// finish() waits for them all. No communication happens while earlier
+// microbatches accumulate.
+//
+// `late` parameters are reduced in finish() only: those whose gradient is
+// still changed after backward (tied embeddings summed across stages,
+// sequence-parallel partial sums).
+//
+// With zero1, gradients are reduce-scattered instead: each rank receives the
+// average of its 1/dp piece of each bucket, updates that piece of the
+// parameters (ZeroAdamW) and all-gathers them.
+class GradientReducer {
+ public:
+  GradientReducer(std::vector<std::pair<std::string, Tensor>> params, dist::ProcessGroupPtr group,
+                  double bucket_bytes, bool zero1, std::set<std::string> late = {});
+  ~GradientReducer();
+  GradientReducer(const GradientReducer&) = delete;
+  GradientReducer& operator=(const GradientReducer&) = delete;
+
+  // Waits for (and, for late or not-yet-learned buckets, starts) every
+  // bucket's reduction. After this, gradients are averaged over the group
+  // (zero1: this rank's pieces are).
+  void finish();
+  // Zeroes the flat gradient buffer (use instead of Module::zero_grad).
+  void zero_grad();
+  int num_buckets() const { return static_cast<int>(buckets_.size()); }
+  // Buckets whose reduction the hooks started during backward, in the last
+  // finished step (the others started in finish()).
+  int launched_early_last_step() const { return early_last_step_; }
+  bool zero1() const { return zero1_; }
+  const dist::ProcessGroupPtr& group() const { return group_; }
+
+  struct Segment {  // a parameter's elements inside this rank's piece of a bucket
+    size_t param;
+    int64_t param_offset;  // first element within the parameter
+    int64_t flat_offset;   // first element in the flat buffers
+    int64_t length;
+  };
+  // This rank's pieces (zero1) as segments of parameters.
+  const std::vector<Segment>& shard_segments() const { return shard_; }
+  const std::vector<std::pair<std::string, Tensor>>& params() const { return params_; }
+  Tensor& flat_grads() { return flat_grad_; }
+  Tensor& flat_params() { return flat_param_; }
+  // zero1: all-gathers every bucket's updated pieces into the parameters.
+  void gather_parameters();
+
+ private:
+  struct Bucket {
+    int64_t begin = 0, end = 0;  // element range in the flat buffers
+    std::vector<size_t> params;
+    bool late = false;
+    int pending = 0;  // parameters still waiting for gradients this step
+    dist::WorkPtr work;
+    Tensor piece;  // zero1: this rank's reduced piece
+  };
+  void on_ready(size_t param);
+  void launch(Bucket& b);
+
+  std::vector<std::pair<std::string, Tensor>> params_;
+  dist::ProcessGroupPtr group_;
+  bool zero1_;
+  Tensor flat_grad_, flat_param_;
+  std::vector<int64_t> offset_;  // per parameter, in the flat buffers
+  std::vector<size_t> bucket_of_;
+  std::vector<Bucket> buckets_;
+  std::vector<int64_t> expected_, seen_;  // accumulations per step
+  bool learned_ = false;
+  int launched_early_ = 0;
+  int early_last_step_ = 0;
+  std::vector<Segment> shard_;
+  std::shared_ptr<void> hook_target_;
+};
+
+// AdamW over this rank's ZeRO-1 pieces: moments exist only for those
+// elements (optimizer memory / dp), weight decay per parameter as in AdamW.
+class ZeroAdamW {
+ public:
+  ZeroAdamW(GradientReducer& reducer, optim::AdamWOptions options);
+  void step(double lr);
+  int64_t state_elements() const { return m_.defined() ? m_.numel() : 0; }
+
+ private:
+  GradientReducer& reducer_;
+  optim::AdamWOptions options_;
+  Tensor m_, v_;  // over the concatenated shard segments
+  int64_t step_ = 0;
+};
+
+}  // namespace triad::dp

@@ -1,0 +1,93 @@
+// Data parallelism and ZeRO-1 through the trainer on dp = world size (CTest:
+// 2 and 4 ranks): buckets start their reduction from the gradient-ready
+// hooks while backward runs, ZeRO-1 keeps 1/dp of the optimizer state, and a
+// NaN on one rank skips the step on all without advancing the schedule.
+#include <gtest/gtest.h>
+
+#include "support/temp_dir.h"
+#include "triad/data/token_shard.h"
+#include "triad/dist/world.h"
+#include "triad/ops.h"
+#include "triad/train/trainer.h"
+
+namespace triad::train {
+namespace {
+
+dist::ProcessGroupPtr g_world;
+
+Config config(const testing::TempDir& dir, int zero) {
+  std::vector<uint16_t> tokens;
+  for (int i = 0; i < 6000; ++i) tokens.push_back(static_cast<uint16_t>((i * 7 + i / 13) % 31));
+  data::write_token_shard(dir.file("train.bin"), tokens);
+  const int dp = g_world->size();
+  std::string yaml =
+      "model: {n_layer: 2, n_head: 2, d_model: 16, vocab_size: 32, seq_len: 16}\n"
+      "train: {steps: 4, global_batch_size: " +
+      std::to_string(4 * dp) +
+      ", micro_batch_size: 2, lr: 1.0e-2, warmup_steps: 2}\n"
+      "parallel: {dp: " +
+      std::to_string(dp) + ", zero: " + std::to_string(zero) +
+      ", bucket_mb: 0.004}\n"
+      "data: {train: " +
+      dir.file("train.bin") +
+      "}\n"
+      "output: {dir: " +
+      dir.file("out") + "}\n";
+  return parse_config(yaml);
+}
+
+TEST(DataParallel, BucketsStartDuringBackwardAndZeroShardsTheState) {
+  int64_t full_state = 0;
+  for (int zero : {0, 1}) {
+    testing::TempDir dir;
+    Trainer t(config(dir, zero), g_world);
+    ASSERT_NE(t.reducer(), nullptr);
+    const int buckets = t.reducer()->num_buckets();
+    EXPECT_GT(buckets, 2);
+    t.step(0);  // learns how many gradients each parameter receives
+    EXPECT_EQ(t.reducer()->launched_early_last_step(), 0);
+    t.step(1);
+    // From then on every bucket starts from the hooks, during backward.
+    EXPECT_EQ(t.reducer()->launched_early_last_step(), buckets);
+    if (zero == 0) {
+      full_state = t.optimizer_state_elements();
+    } else {
+      const int dp = g_world->size();
+      // 1/dp of the state, give or take a rounding per bucket.
+      EXPECT_NEAR(static_cast<double>(t.optimizer_state_elements()),
+                  static_cast<double>(full_state) / dp, buckets);
+    }
+  }
+}
+
+TEST(DataParallel, NanOnOneRankSkipsTheStepOnAll) {
+  testing::TempDir dir;
+  Trainer t(config(dir, 0), g_world);
+  if (g_world->rank() == g_world->size() - 1) t.inject_nan_at(1);
+  StepMetrics a = t.step(0), b = t.step(1), c = t.step(2);
+  EXPECT_FALSE(a.skipped);
+  EXPECT_TRUE(b.skipped);
+  EXPECT_FALSE(c.skipped);
+  // The schedule did not advance over the skipped step.
+  EXPECT_EQ(b.lr, c.lr);
+  EXPECT_TRUE(std::isfinite(c.loss));
+}
+
+}  // namespace
+}  // namespace triad::train
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  triad::train::g_world = triad::dist::init_world();
+  if (triad::train::g_world->rank() != 0) {
+    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
+    delete listeners.Release(listeners.default_result_printer());
+  }
+  const int rc = RUN_ALL_TESTS();
+  triad::Tensor flag =
+      triad::from_vector(std::vector<double>{static_cast<double>(rc != 0)}, {1}, triad::DType::I32);
+  triad::train::g_world->all_reduce(flag, triad::dist::ReduceOp::Max)->wait();
+  const bool failed = triad::item(flag) != 0;
+  triad::train::g_world.reset();
+  return failed ? 1 : 0;
+}
