@@ -43,31 +43,41 @@ int main(int argc, char** argv) {
   const int n = world->size();
   const DType dt = dtype_from_name(dtype_name);
   const int64_t esize = static_cast<int64_t>(dtype_size(dt));
-  std::vector<std::string> ops = op == "all" ? std::vector<std::string>{"all_reduce", "all_gather", "reduce_scatter",
-                                                                         "broadcast"}
-                                             : std::vector<std::string>{op};
+  std::vector<std::string> ops =
+      op == "all"
+          ? std::vector<std::string>{"all_reduce", "all_gather", "reduce_scatter", "broadcast"}
+          : std::vector<std::string>{op};
   for (const auto& name : ops) {
     if (world->rank() == 0) {
       std::printf("# %s, %d ranks, %s (MPI process group)\n", name.c_str(), n, dtype_name.c_str());
-      std::printf("# %12s %12s %10s %10s %10s\n", "size(B)", "count", "time(us)", "algbw(GB/s)", "busbw(GB/s)");
+      std::printf("# %12s %12s %10s %10s %10s\n", "size(B)", "count", "time(us)", "algbw(GB/s)",
+                  "busbw(GB/s)");
     }
-    const double bus = name == "all_reduce" ? 2.0 * (n - 1) / n : name == "broadcast" ? 1.0 : 1.0 * (n - 1) / n;
+    const double bus = name == "all_reduce"  ? 2.0 * (n - 1) / n
+                       : name == "broadcast" ? 1.0
+                                             : 1.0 * (n - 1) / n;
     for (int64_t bytes = parse_bytes(min_s); bytes <= parse_bytes(max_s);
          bytes = std::max<int64_t>(bytes + 1, static_cast<int64_t>(bytes * factor))) {
       // Sizes are of the whole result; per-rank pieces for gather/scatter.
       const int64_t count = std::max<int64_t>(n, bytes / esize / n * n);
       Tensor full_t = full({count}, 1.0, dt), piece = full({count / n}, 1.0, dt);
       auto run = [&] {
-        if (name == "all_reduce") world->all_reduce(full_t, dist::ReduceOp::Sum)->wait();
-        else if (name == "all_gather") world->all_gather(piece, full_t)->wait();
-        else if (name == "reduce_scatter") world->reduce_scatter(full_t, piece, dist::ReduceOp::Sum)->wait();
-        else world->broadcast(full_t, 0)->wait();
+        if (name == "all_reduce")
+          world->all_reduce(full_t, dist::ReduceOp::Sum)->wait();
+        else if (name == "all_gather")
+          world->all_gather(piece, full_t)->wait();
+        else if (name == "reduce_scatter")
+          world->reduce_scatter(full_t, piece, dist::ReduceOp::Sum)->wait();
+        else
+          world->broadcast(full_t, 0)->wait();
       };
       for (int i = 0; i < warmup; ++i) run();
       world->barrier()->wait();
       const auto t0 = std::chrono::steady_clock::now();
       for (int i = 0; i < iters; ++i) run();
-      const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / iters;
+      const double us =
+          std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() /
+          iters;
       if (world->rank() == 0) {
         const double algbw = static_cast<double>(count * esize) / us / 1e3;
         std::printf("  %12lld %12lld %10.1f %10.2f %10.2f\n", static_cast<long long>(count * esize),

@@ -281,7 +281,15 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
   const Section output{
       {"dir", {false, [&](auto& v, auto& k) { c.output_dir = get_string(v, k); }}}};
   const Section log{
-      {"interval", {false, [&](auto& v, auto& k) { c.log_interval = get_int(v, k); }}}};
+      {"interval", {false, [&](auto& v, auto& k) { c.log_interval = get_int(v, k); }}},
+      {"peak_tflops",
+       {false,
+        [&](auto& v, auto& k) {
+          c.log_peak_tflops = get_double(v, k);
+          if (!(c.log_peak_tflops >= 0))
+            throw ConfigError(k + " (" + scalar_text(v) + ") must be >= 0");
+        }}},
+  };
   auto positive_int = [](const YAML::Node& v, const std::string& k, int min) {
     const int64_t x = get_int(v, k);
     if (x < min || x > (1 << 20)) {
@@ -404,7 +412,8 @@ std::string to_yaml(const Config& c) {
   e << YAML::Key << "output" << YAML::Value << YAML::BeginMap << YAML::Key << "dir" << YAML::Value
     << c.output_dir << YAML::EndMap;
   e << YAML::Key << "log" << YAML::Value << YAML::BeginMap << YAML::Key << "interval" << YAML::Value
-    << c.log_interval << YAML::EndMap;
+    << c.log_interval << YAML::Key << "peak_tflops" << YAML::Value << c.log_peak_tflops
+    << YAML::EndMap;
   const auto& p = c.parallel;
   e << YAML::Key << "parallel" << YAML::Value << YAML::BeginMap;
   e << YAML::Key << "tp" << YAML::Value << p.tp << YAML::Key << "pp" << YAML::Value << p.pp;

@@ -18,6 +18,8 @@ void MetricsWriter::write(const StepMetrics& m) {
   j["grad_norm"] = m.grad_norm;
   j["tokens_per_s"] = m.tokens_per_s;
   j["step_ms"] = m.step_ms;
+  j["tflops_per_device"] = m.tflops_per_device;
+  if (m.mfu > 0) j["mfu"] = m.mfu;
   if (m.bubble_fraction >= 0) j["bubble_fraction"] = m.bubble_fraction;
   if (m.skipped) j["skipped"] = true;
   out_ << j.dump() << '\n';

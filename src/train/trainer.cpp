@@ -81,7 +81,7 @@ Trainer::Trainer(Config config, dist::ProcessGroupPtr world)
       executor_->set_event_sink(
           [this](const std::string& name, const std::string& cat,
                  TraceRecorder::Clock::time_point t0,
-                 TraceRecorder::Clock::time_point t1) { trace_.add(name, cat, t0, t1); });
+                 TraceRecorder::Clock::time_point t1) { record(name, cat, t0, t1); });
       if (!config_.init_from.empty()) {
         nn::StateDict full;
         std::map<std::string, Shape> shapes;
@@ -143,6 +143,41 @@ Trainer::Trainer(Config config, dist::ProcessGroupPtr world)
     zero_optimizer_ = std::make_unique<dp::ZeroAdamW>(*reducer_, o);
   } else {
     optimizer_ = std::make_unique<optim::AdamW>(parameters(), o);
+  }
+}
+
+void Trainer::record(const std::string& name, const std::string& category,
+                     TraceRecorder::Clock::time_point t0, TraceRecorder::Clock::time_point t1) {
+  trace_.add(name, category, t0, t1);
+  timing_[category] += std::chrono::duration<double>(t1 - t0).count();
+}
+
+void Trainer::log_timing(int64_t steps) {
+  // Every rank's seconds per step in each category, shown by rank 0.
+  static const char* kCategories[] = {"forward", "backward", "weight-grad",
+                                      "p2p",     "dp",       "optimizer"};
+  constexpr int kN = 6;
+  std::vector<double> mine(kN);
+  for (int i = 0; i < kN; ++i)
+    mine[i] = timing_[kCategories[i]] / static_cast<double>(std::max<int64_t>(steps, 1));
+  timing_.clear();
+  const int ranks = world_ ? world_->size() : 1;
+  Tensor local = from_vector(mine, {kN}, DType::F64),
+         all = empty({static_cast<int64_t>(kN) * ranks}, DType::F64);
+  if (world_ && ranks > 1) {
+    world_->all_gather(local, all)->wait();
+  } else {
+    all = local;
+  }
+  if (!is_logging_rank()) return;
+  auto v = to_double_vector(all);
+  for (int r = 0; r < ranks; ++r) {
+    spdlog::info(
+        "  rank {:>3} ms/step: forward {:.1f} | backward {:.1f} | weight-grad {:.1f} | p2p wait "
+        "{:.1f} | "
+        "dp reduce {:.1f} | optimizer {:.1f}",
+        r, 1e3 * v[r * kN], 1e3 * v[r * kN + 1], 1e3 * v[r * kN + 2], 1e3 * v[r * kN + 3],
+        1e3 * v[r * kN + 4], 1e3 * v[r * kN + 5]);
   }
 }
 
@@ -228,8 +263,8 @@ double Trainer::forward_backward(int64_t index, double* bubble) {
     const auto t1 = TraceRecorder::Clock::now();
     autograd::backward({scale(loss, 1.0 / static_cast<double>(micro))});
     const std::string id = std::to_string(i);
-    trace_.add(std::string("F").append(id), "forward", t0, t1);
-    trace_.add(std::string("B").append(id), "backward", t1, TraceRecorder::Clock::now());
+    record(std::string("F").append(id), "forward", t0, t1);
+    record(std::string("B").append(id), "backward", t1, TraceRecorder::Clock::now());
   }
   if (tp_model_) tp_model_->reduce_sequence_parallel_grads();
   return loss_sum / static_cast<double>(micro);
@@ -247,7 +282,7 @@ StepMetrics Trainer::step(int64_t index) {
     Tensor l = from_vector(std::vector<double>{loss}, {1}, DType::F64);
     mesh_->dp()->all_reduce(l, dist::ReduceOp::Avg)->wait();
     loss = item(l);
-    trace_.add("dp reduce", "dp", reduce_start, TraceRecorder::Clock::now());
+    record("dp reduce", "dp", reduce_start, TraceRecorder::Clock::now());
   }
   double norm = 0;
   if (zero_optimizer_) {
@@ -286,7 +321,7 @@ StepMetrics Trainer::step(int64_t index) {
       optimizer_->step(lr);
     }
     ++applied_steps_;
-    trace_.add("optimizer", "optimizer", opt_start, TraceRecorder::Clock::now());
+    record("optimizer", "optimizer", opt_start, TraceRecorder::Clock::now());
   }
   zero_grad();
   const double ms =
@@ -298,6 +333,15 @@ StepMetrics Trainer::step(int64_t index) {
   m.step_ms = ms;
   m.bubble_fraction = bubble;
   m.tokens_per_s = static_cast<double>(t.global_batch_size * config_.model.seq_len) / (ms / 1000.0);
+  // PTD-P model FLOPs (no recomputation) per device, and over the peak.
+  const auto& mc = config_.model;
+  const double B = static_cast<double>(t.global_batch_size), S = static_cast<double>(mc.seq_len);
+  const double L = static_cast<double>(mc.n_layer), H = static_cast<double>(mc.d_model),
+               V = static_cast<double>(mc.vocab_size);
+  const double flops = 72.0 * B * S * L * H * H * (1.0 + S / (6.0 * H) + V / (12.0 * L * H));
+  const int devices = world_ ? world_->size() : 1;
+  m.tflops_per_device = flops / (ms / 1000.0) / devices / 1e12;
+  if (config_.log_peak_tflops > 0) m.mfu = m.tflops_per_device / config_.log_peak_tflops;
   return m;
 }
 
@@ -331,19 +375,30 @@ std::vector<StepMetrics> Trainer::run() {
   std::vector<StepMetrics> out;
   double total_ms = 0;
   const int64_t steps = config_.train.steps;
+  auto print_line = [&](const StepMetrics& m) {
+    const double eta =
+        total_ms / 1000.0 / static_cast<double>(m.step) * static_cast<double>(steps - m.step);
+    std::string extra = m.mfu > 0 ? fmt::format(" | MFU {:.1f}%", 100 * m.mfu) : std::string();
+    if (m.bubble_fraction >= 0) extra += fmt::format(" | bubble {:.1f}%", 100 * m.bubble_fraction);
+    if (m.skipped) extra += " | skipped";
+    spdlog::info(
+        "step {:>5}/{} | loss {:.4f} | lr {:.2e} | grad norm {:.3f} | {:.0f} tok/s | {:.3f} "
+        "TFLOP/s/dev | "
+        "{:.1f} ms{} | ETA {}",
+        m.step, steps, m.loss, m.lr, m.grad_norm, m.tokens_per_s, m.tflops_per_device, m.step_ms,
+        extra, format_duration(eta));
+  };
   for (int64_t k = 0; k < steps; ++k) {
     StepMetrics m = step(k);
     total_ms += m.step_ms;
     if (metrics) metrics->write(m);
     out.push_back(m);
-    if (m.step == 1 || m.step % config_.log_interval == 0 || m.step == steps) {
-      const double eta =
-          total_ms / 1000.0 / static_cast<double>(m.step) * static_cast<double>(steps - m.step);
-      spdlog::info(
-          "step {:>5}/{} | loss {:.4f} | lr {:.2e} | grad norm {:.3f} | {:.0f} tok/s | {:.1f} ms | "
-          "ETA {}",
-          m.step, steps, m.loss, m.lr, m.grad_norm, m.tokens_per_s, m.step_ms,
-          format_duration(eta));
+    if (m.step % config_.log_interval == 0 || m.step == steps) {
+      print_line(m);
+      log_timing(m.step % config_.log_interval == 0 ? config_.log_interval
+                                                    : m.step % config_.log_interval);
+    } else if (m.step == 1) {
+      print_line(m);
     }
   }
   const std::string trace = trace_.merged_trace(world_);  // collective

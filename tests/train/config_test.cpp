@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
+
 namespace triad::train {
 namespace {
 
@@ -107,6 +109,23 @@ TEST(Config, ErrorsNameKeyValueAndRule) {
   expect_config_error("train: {steps: 1}\n", {}, "missing required section 'model'");
   expect_config_error("model: [1, 2", {}, "not valid YAML");
   EXPECT_THROW(load_config("/nonexistent.yaml"), ConfigError);
+}
+
+}  // namespace
+}  // namespace triad::train
+
+namespace triad::train {
+namespace {
+
+TEST(Config, EveryShippedConfigIsValid) {
+  int checked = 0;
+  for (const auto& entry :
+       std::filesystem::directory_iterator(std::string(TRIAD_SOURCE_DIR) + "/configs")) {
+    if (entry.path().extension() != ".yaml") continue;
+    EXPECT_NO_THROW(load_config(entry.path().string())) << entry.path();
+    ++checked;
+  }
+  EXPECT_GE(checked, 5);
 }
 
 }  // namespace

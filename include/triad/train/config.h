@@ -49,6 +49,7 @@ struct Config {
   std::string init_from;   // init.from: GPT-2 safetensors (optional)
   std::string output_dir = "out";
   int64_t log_interval = 10;
+  double log_peak_tflops = 0;  // log.peak_tflops: per-device peak for MFU (0: no MFU)
   std::string device = "cpu";
   ParallelSection parallel;
 

@@ -14,6 +14,8 @@ struct StepMetrics {
   double grad_norm = 0;  // before clipping
   double tokens_per_s = 0;
   double step_ms = 0;
+  double tflops_per_device = 0;  // PTD-P model FLOPs per second per device
+  double mfu = 0;                // over log.peak_tflops (0 when not configured)
   // Pipeline runs: (step time - busiest rank's compute) / that compute,
   // measured; negative when there is no pipeline.
   double bubble_fraction = -1;

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <map>
 #include <memory>
 #include <vector>
 
@@ -68,6 +69,10 @@ class Trainer {
   int64_t consecutive_skips_ = 0;
   int64_t nan_step_ = -1;
   double global_norm_zero1() const;
+  void record(const std::string& name, const std::string& category,
+              TraceRecorder::Clock::time_point t0, TraceRecorder::Clock::time_point t1);
+  void log_timing(int64_t steps);
+  std::map<std::string, double> timing_;  // seconds per category since the last summary
   optim::CosineSchedule schedule_;
   TraceRecorder trace_;
 };
