@@ -290,6 +290,31 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
             throw ConfigError(k + " (" + scalar_text(v) + ") must be >= 0");
         }}},
   };
+  const Section checkpoint{
+      {"dir", {false, [&](auto& v, auto& k) { c.checkpoint.dir = get_string(v, k); }}},
+      {"interval",
+       {false,
+        [&](auto& v, auto& k) {
+          c.checkpoint.interval = get_int(v, k);
+          if (c.checkpoint.interval < 0)
+            throw ConfigError(k + " (" + scalar_text(v) + ") must be >= 0");
+        }}},
+      {"keep",
+       {false,
+        [&](auto& v, auto& k) {
+          const int64_t n = get_int(v, k);
+          if (n < 1 || n > 1000000) throw ConfigError(k + " (" + scalar_text(v) + ") must be >= 1");
+          c.checkpoint.keep = static_cast<int>(n);
+        }}},
+      {"resume",
+       {false,
+        [&](auto& v, auto& k) {
+          c.checkpoint.resume = get_string(v, k);
+          if (c.checkpoint.resume != "never" && c.checkpoint.resume != "auto") {
+            throw ConfigError(k + " ('" + c.checkpoint.resume + "') must be never or auto");
+          }
+        }}},
+  };
   auto positive_int = [](const YAML::Node& v, const std::string& k, int min) {
     const int64_t x = get_int(v, k);
     if (x < min || x > (1 << 20)) {
@@ -340,10 +365,10 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
         }}},
   };
   const std::vector<std::pair<std::string, const Section*>> sections{
-      {"model", &model},   {"train", &train}, {"data", &data},        {"init", &init},
-      {"output", &output}, {"log", &log},     {"parallel", &parallel}};
+      {"model", &model},   {"train", &train}, {"data", &data},         {"init", &init},
+      {"output", &output}, {"log", &log},     {"parallel", &parallel}, {"checkpoint", &checkpoint}};
 
-  const std::string allowed = "model, train, data, init, output, log, parallel, device";
+  const std::string allowed = "model, train, data, init, output, log, parallel, checkpoint, device";
   for (auto it = root.begin(); it != root.end(); ++it) {
     const std::string key = it->first.as<std::string>();
     if (key == "device") {
@@ -356,7 +381,8 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
   }
   for (const auto& [name, s] : sections) {
     const YAML::Node node = root[name];
-    const bool optional = name == "init" || name == "output" || name == "log" || name == "parallel";
+    const bool optional = name == "init" || name == "output" || name == "log" ||
+                          name == "parallel" || name == "checkpoint";
     if (!node || node.IsNull()) {
       if (!optional) throw ConfigError("missing required section '" + name + "'");
       continue;
@@ -427,6 +453,12 @@ std::string to_yaml(const Config& c) {
   e << YAML::Key << "zero" << YAML::Value << p.zero << YAML::Key << "bucket_mb" << YAML::Value
     << p.bucket_mb;
   e << YAML::EndMap;
+  if (!c.checkpoint.dir.empty()) {
+    e << YAML::Key << "checkpoint" << YAML::Value << YAML::BeginMap << YAML::Key << "dir"
+      << YAML::Value << c.checkpoint.dir << YAML::Key << "interval" << YAML::Value
+      << c.checkpoint.interval << YAML::Key << "keep" << YAML::Value << c.checkpoint.keep
+      << YAML::Key << "resume" << YAML::Value << c.checkpoint.resume << YAML::EndMap;
+  }
   e << YAML::Key << "device" << YAML::Value << c.device;
   e << YAML::EndMap;
   return std::string(e.c_str()) + "\n";

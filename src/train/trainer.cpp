@@ -2,8 +2,10 @@
 
 #include <spdlog/spdlog.h>
 
+#include <atomic>
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -12,6 +14,7 @@
 #include "triad/autograd/engine.h"
 #include "triad/autograd/grad_mode.h"
 #include "triad/data/token_shard.h"
+#include "triad/io/checkpoint.h"
 #include "triad/io/gpt2_weights.h"
 #include "triad/ops/creation.h"
 #include "triad/ops/elementwise.h"
@@ -22,6 +25,12 @@
 
 namespace triad::train {
 namespace {
+
+// Set by SIGTERM/SIGINT; the training loop checks it between steps.
+std::atomic<bool> g_stop_requested{false};
+extern "C" void on_stop_signal(int) {
+  g_stop_requested = true;
+}
 
 std::string format_duration(double seconds) {
   const auto s = static_cast<int64_t>(seconds + 0.5);
@@ -179,6 +188,104 @@ void Trainer::log_timing(int64_t steps) {
         r, 1e3 * v[r * kN], 1e3 * v[r * kN + 1], 1e3 * v[r * kN + 2], 1e3 * v[r * kN + 3],
         1e3 * v[r * kN + 4], 1e3 * v[r * kN + 5]);
   }
+}
+
+void Trainer::barrier() const {
+  if (world_ && world_->size() > 1) world_->barrier()->wait();
+}
+
+std::map<std::string, std::string> Trainer::layout() const {
+  const auto& p = config_.parallel;
+  const auto& m = config_.model;
+  std::string stages;
+  for (int64_t n : p.stage_layers) {
+    if (!stages.empty()) stages.push_back(',');
+    stages.append(std::to_string(n));
+  }
+  return {{"world", std::to_string(world_ ? world_->size() : 1)},
+          {"tp", std::to_string(p.tp)},
+          {"pp", std::to_string(p.pp)},
+          {"dp", std::to_string(dp_)},
+          {"vpp", std::to_string(p.vpp)},
+          {"zero", std::to_string(p.zero)},
+          {"sequence_parallel", p.sequence_parallel ? "true" : "false"},
+          {"order", p.order},
+          {"stage_layers", stages},
+          {"bucket_mb", std::to_string(p.bucket_mb)},
+          {"model", std::to_string(m.n_layer) + "x" + std::to_string(m.d_model) + "x" +
+                        std::to_string(m.n_head) + " vocab " + std::to_string(m.vocab_size) +
+                        " seq " + std::to_string(m.seq_len)}};
+}
+
+void Trainer::save_checkpoint(int64_t next_step) {
+  const auto& ck = config_.checkpoint;
+  const int rank = world_ ? world_->rank() : 0;
+  std::map<std::string, Tensor> tensors;
+  for (auto& [name, p] : parameters()) tensors["param/" + name] = p;
+  int64_t opt_step = 0;
+  if (zero_optimizer_) {
+    tensors["zero/m"] = zero_optimizer_->m();
+    tensors["zero/v"] = zero_optimizer_->v();
+    opt_step = zero_optimizer_->step_count();
+  } else {
+    for (auto& st : optimizer_->state()) {
+      tensors["adam_m/" + st.name] = st.m;
+      tensors["adam_v/" + st.name] = st.v;
+    }
+    opt_step = optimizer_->step_count();
+  }
+  const std::map<std::string, std::string> meta{
+      {"next_step", std::to_string(next_step)},
+      {"applied_steps", std::to_string(applied_steps_)},
+      {"consecutive_skips", std::to_string(consecutive_skips_)},
+      {"optimizer_step", std::to_string(opt_step)}};
+  io::write_rank_state(io::checkpoint_staging_dir(ck.dir, next_step), rank, tensors, meta);
+  barrier();
+  if (rank == 0) {
+    io::commit_checkpoint(ck.dir, next_step, world_ ? world_->size() : 1, layout(),
+                          to_yaml(config_), ck.keep);
+    spdlog::info("checkpoint: {}/step_{}", ck.dir, next_step);
+  }
+  barrier();
+}
+
+int64_t Trainer::load_checkpoint() {
+  const auto info = io::find_latest_checkpoint(config_.checkpoint.dir);
+  if (!info) return 0;
+  io::check_checkpoint_layout(*info, layout());
+  const io::RankState st = io::read_rank_state(*info, world_ ? world_->rank() : 0);
+  auto take = [&](const std::string& key, Tensor& into) {
+    auto it = st.tensors.find(key);
+    if (it == st.tensors.end())
+      throw IoError("checkpoint '" + info->step_dir + "': missing tensor '" + key + "'");
+    if (it->second.shape() != into.shape() || it->second.dtype() != into.dtype()) {
+      throw IoError("checkpoint '" + info->step_dir + "': tensor '" + key + "' is " +
+                    it->second.str() + ", this run has " + into.str());
+    }
+    copy_(into, it->second);
+  };
+  for (auto& [name, p] : parameters()) take("param/" + name, p);
+  auto meta = [&](const char* key) {
+    auto it = st.metadata.find(key);
+    if (it == st.metadata.end())
+      throw IoError("checkpoint '" + info->step_dir + "': missing metadata '" + key + "'");
+    return std::stoll(it->second);
+  };
+  if (zero_optimizer_) {
+    take("zero/m", zero_optimizer_->m());
+    take("zero/v", zero_optimizer_->v());
+    zero_optimizer_->set_step_count(meta("optimizer_step"));
+  } else {
+    for (auto& s : optimizer_->state()) {
+      take("adam_m/" + s.name, s.m);
+      take("adam_v/" + s.name, s.v);
+    }
+    optimizer_->set_step_count(meta("optimizer_step"));
+  }
+  applied_steps_ = meta("applied_steps");
+  consecutive_skips_ = meta("consecutive_skips");
+  spdlog::info("resumed from {} (step {})", info->step_dir, info->step);
+  return meta("next_step");
 }
 
 int64_t Trainer::optimizer_state_elements() const {
@@ -375,6 +482,12 @@ std::vector<StepMetrics> Trainer::run() {
   std::vector<StepMetrics> out;
   double total_ms = 0;
   const int64_t steps = config_.train.steps;
+  const auto& ck = config_.checkpoint;
+  int64_t first = 0;
+  if (!ck.dir.empty() && ck.resume == "auto") first = load_checkpoint();
+  g_stop_requested = false;
+  auto previous_term = std::signal(SIGTERM, on_stop_signal);
+  auto previous_int = std::signal(SIGINT, on_stop_signal);
   auto print_line = [&](const StepMetrics& m) {
     const double eta =
         total_ms / 1000.0 / static_cast<double>(m.step) * static_cast<double>(steps - m.step);
@@ -388,7 +501,7 @@ std::vector<StepMetrics> Trainer::run() {
         m.step, steps, m.loss, m.lr, m.grad_norm, m.tokens_per_s, m.tflops_per_device, m.step_ms,
         extra, format_duration(eta));
   };
-  for (int64_t k = 0; k < steps; ++k) {
+  for (int64_t k = first; k < steps; ++k) {
     StepMetrics m = step(k);
     total_ms += m.step_ms;
     if (metrics) metrics->write(m);
@@ -400,7 +513,19 @@ std::vector<StepMetrics> Trainer::run() {
     } else if (m.step == 1) {
       print_line(m);
     }
+    // Every rank agrees on stopping, so they all checkpoint the same step.
+    Tensor stop = from_vector(std::vector<double>{g_stop_requested ? 1.0 : 0.0}, {1}, DType::F64);
+    if (world_ && world_->size() > 1) world_->all_reduce(stop, dist::ReduceOp::Max)->wait();
+    const bool stopping = item(stop) > 0;
+    const bool periodic = ck.interval > 0 && m.step % ck.interval == 0;
+    if (!ck.dir.empty() && (periodic || stopping || m.step == steps)) save_checkpoint(m.step);
+    if (stopping) {
+      spdlog::info("stopping after step {} on a signal", m.step);
+      break;
+    }
   }
+  std::signal(SIGTERM, previous_term);
+  std::signal(SIGINT, previous_int);
   const std::string trace = trace_.merged_trace(world_);  // collective
   if (lead) {
     std::ofstream(config_.output_dir + "/trace.json") << trace;

@@ -40,6 +40,14 @@ struct ParallelSection {
   double bucket_mb = 25;  // gradient-reduction bucket size
 };
 
+// Checkpoints (`checkpoint:` section).
+struct CheckpointSection {
+  std::string dir;               // empty: no checkpoints
+  int64_t interval = 0;          // every N steps (0: only when stopped by a signal, and at the end)
+  int keep = 3;                  // newest checkpoints kept
+  std::string resume = "never";  // never | auto (the newest complete checkpoint in dir)
+};
+
 // Everything triad-train reads from its YAML file; docs/config.md lists
 // each key. Validated completely before anything runs.
 struct Config {
@@ -52,6 +60,7 @@ struct Config {
   double log_peak_tflops = 0;  // log.peak_tflops: per-device peak for MFU (0: no MFU)
   std::string device = "cpu";
   ParallelSection parallel;
+  CheckpointSection checkpoint;
 
   // Gradient-accumulation steps per optimizer step.
   int64_t accumulation_steps() const { return train.global_batch_size / train.micro_batch_size; }

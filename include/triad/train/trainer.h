@@ -30,7 +30,10 @@ class Trainer {
  public:
   // `world` defaults to a world of one process.
   explicit Trainer(Config config, dist::ProcessGroupPtr world = nullptr);
-  // Runs config.train.steps steps and writes output_dir/model.safetensors.
+  // Runs config.train.steps steps (from the newest checkpoint with
+  // checkpoint.resume: auto) and writes output_dir/model.safetensors. On
+  // SIGTERM/SIGINT it finishes the current step, checkpoints (when
+  // checkpoint.dir is set) and returns normally.
   std::vector<StepMetrics> run();
   // One optimizer step (0-based index); exposed for tests.
   StepMetrics step(int64_t index);
@@ -69,6 +72,12 @@ class Trainer {
   int64_t consecutive_skips_ = 0;
   int64_t nan_step_ = -1;
   double global_norm_zero1() const;
+  // Checkpoints: the layout a checkpoint must match, save (collective) and
+  // resume (returns the step to continue from).
+  std::map<std::string, std::string> layout() const;
+  void save_checkpoint(int64_t next_step);
+  int64_t load_checkpoint();
+  void barrier() const;
   void record(const std::string& name, const std::string& category,
               TraceRecorder::Clock::time_point t0, TraceRecorder::Clock::time_point t1);
   void log_timing(int64_t steps);

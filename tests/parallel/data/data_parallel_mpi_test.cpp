@@ -3,6 +3,10 @@
 // hooks while backward runs, ZeRO-1 keeps 1/dp of the optimizer state, and a
 // NaN on one rank skips the step on all without advancing the schedule.
 #include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
 
 #include "support/temp_dir.h"
 #include "triad/data/token_shard.h"
@@ -71,6 +75,45 @@ TEST(DataParallel, NanOnOneRankSkipsTheStepOnAll) {
   // The schedule did not advance over the skipped step.
   EXPECT_EQ(b.lr, c.lr);
   EXPECT_TRUE(std::isfinite(c.loss));
+}
+
+// A directory every rank sees (named by rank 0), removed at the end.
+std::string shared_dir() {
+  Tensor id = from_vector(std::vector<double>{static_cast<double>(::getpid())}, {1}, DType::F64);
+  g_world->broadcast(id, 0)->wait();
+  return (std::filesystem::temp_directory_path() /
+          ("triad_ckpt_" + std::to_string(static_cast<int64_t>(item(id)))))
+      .string();
+}
+
+TEST(DataParallel, ZeroOneResumeIsBitwiseAcrossRanks) {
+  const std::string root = shared_dir();
+  testing::TempDir data;  // per-rank copy of the same tokens
+  auto make = [&](int64_t steps, int64_t interval, const char* resume) {
+    Config c = config(data, 1);
+    c.train.steps = steps;
+    c.output_dir = root + "/out";
+    c.checkpoint.dir = root + "/ckpt";
+    c.checkpoint.interval = interval;
+    c.checkpoint.resume = resume;
+    return c;
+  };
+  std::vector<StepMetrics> whole, rest;
+  {
+    Trainer t(make(6, 3, "never"), g_world);
+    whole = t.run();
+  }
+  if (g_world->rank() == 0) std::ofstream(root + "/ckpt/latest", std::ios::trunc) << "step_3\n";
+  g_world->barrier()->wait();
+  {
+    Trainer t(make(6, 0, "auto"), g_world);
+    rest = t.run();
+  }
+  ASSERT_EQ(rest.size(), 3u);
+  for (size_t i = 0; i < 3; ++i)
+    EXPECT_EQ(rest[i].loss, whole[3 + i].loss) << "step " << rest[i].step;
+  g_world->barrier()->wait();
+  if (g_world->rank() == 0) std::filesystem::remove_all(root);
 }
 
 }  // namespace

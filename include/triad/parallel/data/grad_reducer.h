@@ -100,6 +100,11 @@ class ZeroAdamW {
   ZeroAdamW(GradientReducer& reducer, optim::AdamWOptions options);
   void step(double lr);
   int64_t state_elements() const { return m_.defined() ? m_.numel() : 0; }
+  // For checkpoints: the moments over this rank's pieces and the step count.
+  Tensor& m() { return m_; }
+  Tensor& v() { return v_; }
+  int64_t step_count() const { return step_; }
+  void set_step_count(int64_t s) { step_ = s; }
 
  private:
   GradientReducer& reducer_;

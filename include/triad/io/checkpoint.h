@@ -1,0 +1,63 @@
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "triad/core/tensor.h"
+
+namespace triad::io {
+
+// Checkpoint directories, committed atomically:
+//   <dir>/step_<N>/rank_<r>.safetensors   every rank's own state
+//   <dir>/step_<N>/manifest.json          layout, config, a checksum per file
+//   <dir>/latest                          "step_<N>", written last
+// A step directory is first written as step_<N>.tmp, files fsynced, then
+// renamed; `latest` moves only after that, so a checkpoint without its
+// marker (an interrupted write) is never loaded.
+
+// FNV-1a over a file's bytes.
+uint64_t file_checksum(const std::string& path);
+
+// Where rank r writes while step N is being saved (inside the .tmp dir).
+std::string checkpoint_staging_dir(const std::string& dir, int64_t step);
+std::string checkpoint_rank_file(const std::string& step_dir, int rank);
+
+// Writes a rank's tensors and string metadata into the staging dir, fsynced.
+void write_rank_state(const std::string& staging_dir, int rank,
+                      const std::map<std::string, Tensor>& tensors,
+                      const std::map<std::string, std::string>& metadata);
+
+// Rank 0, after every rank has written: the manifest (layout, config text,
+// checksums of all rank files), then rename staging -> step_<N>, then the
+// `latest` marker; finally removes all but the newest `keep` checkpoints.
+void commit_checkpoint(const std::string& dir, int64_t step, int world_size,
+                       const std::map<std::string, std::string>& layout,
+                       const std::string& config_yaml, int keep);
+
+struct CheckpointInfo {
+  std::string step_dir;
+  int64_t step = 0;
+  std::map<std::string, std::string> layout;
+  std::map<int, uint64_t> checksums;  // rank -> checksum
+};
+
+// The checkpoint `latest` points to, if any (validated manifest).
+std::optional<CheckpointInfo> find_latest_checkpoint(const std::string& dir);
+
+// Checks the stored layout against this run's: an error names the first key
+// that differs and both values.
+void check_checkpoint_layout(const CheckpointInfo& info,
+                             const std::map<std::string, std::string>& layout);
+
+// Reads rank r's file, verifying its checksum first (a mismatch names the
+// file).
+struct RankState {
+  std::map<std::string, Tensor> tensors;
+  std::map<std::string, std::string> metadata;
+};
+RankState read_rank_state(const CheckpointInfo& info, int rank);
+
+}  // namespace triad::io

@@ -1,0 +1,179 @@
+#include "triad/io/checkpoint.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "triad/core/error.h"
+#include "triad/io/safetensors.h"
+
+namespace triad::io {
+namespace fs = std::filesystem;
+namespace {
+
+void fsync_path(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0) throw IoError("checkpoint: cannot open '" + path + "' to sync it");
+  ::fsync(fd);
+  ::close(fd);
+}
+
+std::string step_name(int64_t step) {
+  return "step_" + std::to_string(step);
+}
+
+void write_text_atomically(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    if (!out) throw IoError("checkpoint: cannot write '" + tmp + "'");
+    out << text;
+    out.flush();
+    if (!out) throw IoError("checkpoint: error writing '" + tmp + "'");
+  }
+  fsync_path(tmp);
+  fs::rename(tmp, path);
+}
+
+}  // namespace
+
+uint64_t file_checksum(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw IoError("checkpoint: cannot read '" + path + "'");
+  uint64_t h = 0xcbf29ce484222325ull;
+  char buf[1 << 16];
+  while (in) {
+    in.read(buf, sizeof(buf));
+    for (std::streamsize i = 0; i < in.gcount(); ++i) {
+      h ^= static_cast<unsigned char>(buf[i]);
+      h *= 0x100000001b3ull;
+    }
+  }
+  return h;
+}
+
+std::string checkpoint_staging_dir(const std::string& dir, int64_t step) {
+  return (fs::path(dir) / (step_name(step) + ".tmp")).string();
+}
+
+std::string checkpoint_rank_file(const std::string& step_dir, int rank) {
+  return (fs::path(step_dir) / ("rank_" + std::to_string(rank) + ".safetensors")).string();
+}
+
+void write_rank_state(const std::string& staging_dir, int rank,
+                      const std::map<std::string, Tensor>& tensors,
+                      const std::map<std::string, std::string>& metadata) {
+  fs::create_directories(staging_dir);
+  const std::string path = checkpoint_rank_file(staging_dir, rank);
+  save_safetensors(path, tensors, metadata);
+  fsync_path(path);
+}
+
+void commit_checkpoint(const std::string& dir, int64_t step, int world_size,
+                       const std::map<std::string, std::string>& layout,
+                       const std::string& config_yaml, int keep) {
+  const std::string staging = checkpoint_staging_dir(dir, step);
+  nlohmann::json manifest;
+  manifest["format"] = "triad-checkpoint-1";
+  manifest["step"] = step;
+  manifest["layout"] = layout;
+  manifest["config"] = config_yaml;
+  nlohmann::json files = nlohmann::json::object();
+  for (int r = 0; r < world_size; ++r) {
+    const std::string f = checkpoint_rank_file(staging, r);
+    if (!fs::exists(f))
+      throw IoError("checkpoint: rank " + std::to_string(r) + " did not write '" + f + "'");
+    files[fs::path(f).filename().string()] = std::to_string(file_checksum(f));
+  }
+  manifest["checksums"] = files;
+  write_text_atomically((fs::path(staging) / "manifest.json").string(), manifest.dump(1));
+  fsync_path(staging);
+  const fs::path final_dir = fs::path(dir) / step_name(step);
+  fs::remove_all(final_dir);
+  fs::rename(staging, final_dir);
+  fsync_path(dir);
+  // The marker moves last: a crash before this line leaves the previous
+  // checkpoint as the one to resume from.
+  write_text_atomically((fs::path(dir) / "latest").string(), step_name(step) + "\n");
+  fsync_path(dir);
+  // Keep the newest `keep` complete checkpoints.
+  std::vector<int64_t> steps;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    const std::string n = e.path().filename().string();
+    if (e.is_directory() && n.rfind("step_", 0) == 0 && n.find('.') == std::string::npos) {
+      steps.push_back(std::stoll(n.substr(5)));
+    }
+  }
+  std::sort(steps.rbegin(), steps.rend());
+  for (size_t i = static_cast<size_t>(std::max(keep, 1)); i < steps.size(); ++i) {
+    fs::remove_all(fs::path(dir) / step_name(steps[i]));
+  }
+}
+
+std::optional<CheckpointInfo> find_latest_checkpoint(const std::string& dir) {
+  const fs::path marker = fs::path(dir) / "latest";
+  if (!fs::exists(marker)) return std::nullopt;
+  std::ifstream in(marker);
+  std::string name;
+  std::getline(in, name);
+  const fs::path step_dir = fs::path(dir) / name;
+  const fs::path manifest_path = step_dir / "manifest.json";
+  if (name.rfind("step_", 0) != 0 || !fs::exists(manifest_path)) {
+    throw IoError("checkpoint: '" + marker.string() + "' points to '" + name +
+                  "', which has no manifest");
+  }
+  nlohmann::json m;
+  try {
+    std::ifstream mi(manifest_path);
+    m = nlohmann::json::parse(mi);
+  } catch (const nlohmann::json::exception& e) {
+    throw IoError("checkpoint: manifest '" + manifest_path.string() +
+                  "' is not valid JSON: " + e.what());
+  }
+  if (m.value("format", "") != "triad-checkpoint-1") {
+    throw IoError("checkpoint: manifest '" + manifest_path.string() + "' has an unknown format");
+  }
+  CheckpointInfo info;
+  info.step_dir = step_dir.string();
+  info.step = m.at("step").get<int64_t>();
+  info.layout = m.at("layout").get<std::map<std::string, std::string>>();
+  for (auto it = m.at("checksums").begin(); it != m.at("checksums").end(); ++it) {
+    const std::string f = it.key();  // rank_<r>.safetensors
+    const int r = std::stoi(f.substr(5, f.find('.') - 5));
+    info.checksums[r] = std::stoull(it.value().get<std::string>());
+  }
+  return info;
+}
+
+void check_checkpoint_layout(const CheckpointInfo& info,
+                             const std::map<std::string, std::string>& layout) {
+  for (const auto& [key, value] : layout) {
+    auto it = info.layout.find(key);
+    const std::string stored = it == info.layout.end() ? "(missing)" : it->second;
+    if (stored != value) {
+      throw IoError("checkpoint '" + info.step_dir + "' was written with " + key + " = " + stored +
+                    ", this run has " + key + " = " + value + " (resume needs the same layout)");
+    }
+  }
+}
+
+RankState read_rank_state(const CheckpointInfo& info, int rank) {
+  const std::string path = checkpoint_rank_file(info.step_dir, rank);
+  auto it = info.checksums.find(rank);
+  if (it == info.checksums.end())
+    throw IoError("checkpoint '" + info.step_dir + "' has no file for rank " +
+                  std::to_string(rank));
+  const uint64_t actual = file_checksum(path);
+  if (actual != it->second) {
+    throw IoError("checkpoint file '" + path + "' is corrupted (checksum " +
+                  std::to_string(actual) + ", manifest says " + std::to_string(it->second) + ")");
+  }
+  Safetensors s = load_safetensors(path);
+  return {std::move(s.tensors), std::move(s.metadata)};
+}
+
+}  // namespace triad::io
