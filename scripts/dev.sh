@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The README's two quick-start commands:
-#   scripts/dev.sh train   install what is missing, build, train configs/gpt_tiny.yaml
+#   scripts/dev.sh train   install what is missing, build, train configs/gpt_tiny_3d.yaml on 8 ranks
 #   scripts/dev.sh test    install what is missing, build, run the whole test suite
-# Also: scripts/dev.sh deps | build | bench
+# Also: scripts/dev.sh train1 (the same model in one process) | deps | build | bench
 # Environment: BUILD_DIR (default build), TRIAD_CMAKE_ARGS (extra cmake flags).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -47,6 +47,14 @@ case "${1:-}" in
   deps) deps ;;
   build) deps; build ;;
   train)
+    # The tiny GPT on a 3D layout of 8 ranks (tp 2, pp 2, dp 2) on this machine.
+    deps; build; tiny_data
+    mpirun=(mpirun -np 8 --oversubscribe -x OMP_NUM_THREADS=1)
+    [ "$(id -u)" -eq 0 ] && mpirun+=(--allow-run-as-root)
+    "${mpirun[@]}" "$BUILD_DIR/examples/triad-train" --config configs/gpt_tiny_3d.yaml "${@:2}"
+    ;;
+  train1)
+    # The same model in one process.
     deps; build; tiny_data
     "$BUILD_DIR/examples/triad-train" --config configs/gpt_tiny.yaml "${@:2}"
     ;;
@@ -59,7 +67,7 @@ case "${1:-}" in
     benchmarks/run_cpu_benchmarks.sh "$BUILD_DIR"
     ;;
   *)
-    echo "usage: $0 train|test|deps|build|bench" >&2
+    echo "usage: $0 train|train1|test|deps|build|bench" >&2
     exit 2
     ;;
 esac
