@@ -338,6 +338,14 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
         }}},
       {"schedule", {false, [&](auto& v, auto& k) { c.parallel.schedule = get_string(v, k); }}},
       {"order", {false, [&](auto& v, auto& k) { c.parallel.order = get_string(v, k); }}},
+      {"topology",
+       {false,
+        [&](auto& v, auto& k) {
+          c.parallel.topology = get_string(v, k);
+          if (c.parallel.topology != "warn" && c.parallel.topology != "refuse") {
+            throw ConfigError(k + " ('" + c.parallel.topology + "') must be warn or refuse");
+          }
+        }}},
       {"zero",
        {false,
         [&](auto& v, auto& k) {
@@ -452,6 +460,7 @@ std::string to_yaml(const Config& c) {
     e << YAML::Key << "stage_layers" << YAML::Value << YAML::Flow << p.stage_layers;
   e << YAML::Key << "zero" << YAML::Value << p.zero << YAML::Key << "bucket_mb" << YAML::Value
     << p.bucket_mb;
+  e << YAML::Key << "topology" << YAML::Value << p.topology;
   e << YAML::EndMap;
   if (!c.checkpoint.dir.empty()) {
     e << YAML::Key << "checkpoint" << YAML::Value << YAML::BeginMap << YAML::Key << "dir"

@@ -75,7 +75,9 @@ Trainer::Trainer(Config config, dist::ProcessGroupPtr world)
     model_ = std::make_unique<nn::Gpt>(config_.model, seed);
     if (!config_.init_from.empty()) io::load_gpt2_safetensors(*model_, config_.init_from);
   } else {
-    mesh_ = std::make_unique<dist::DeviceMesh>(world_, shape);
+    mesh_ = std::make_unique<dist::DeviceMesh>(
+        world_, shape,
+        par.topology == "refuse" ? dist::TopologyPolicy::Refuse : dist::TopologyPolicy::Warn);
     dp_rank_ = mesh_->dp_rank();
     if (par.pp > 1) {
       pp_model_ = std::make_unique<pipeline::PipelineModel>(

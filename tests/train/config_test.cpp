@@ -76,6 +76,8 @@ TEST(Config, ErrorsNameKeyValueAndRule) {
       parse_config(kValid, {"model.n_layer=7", "parallel.pp=2", "parallel.stage_layers=[3, 4]"})
           .parallel.stage_layers,
       (std::vector<int64_t>{3, 4}));
+  expect_config_error(kValid, {"parallel.topology=ignore"},
+                      "parallel.topology ('ignore') must be warn or refuse");
   expect_config_error(kValid, {"parallel.schedule=pipedream"},
                       "parallel.schedule ('pipedream') must be gpipe, 1f1b");
   expect_config_error(kValid, {"parallel.schedule=gpipe"},

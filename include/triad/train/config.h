@@ -36,8 +36,9 @@ struct ParallelSection {
   std::string order = "tp-dp-pp";
   // Layers of each of the pp*vpp stages, in stage order; empty: even split.
   std::vector<int64_t> stage_layers;
-  int zero = 0;           // 1: ZeRO-1 (optimizer state sharded over dp)
-  double bucket_mb = 25;  // gradient-reduction bucket size
+  int zero = 0;                   // 1: ZeRO-1 (optimizer state sharded over dp)
+  std::string topology = "warn";  // a TP group spanning nodes: warn | refuse
+  double bucket_mb = 25;          // gradient-reduction bucket size
 };
 
 // Checkpoints (`checkpoint:` section).
