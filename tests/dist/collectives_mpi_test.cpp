@@ -7,6 +7,7 @@
 #include <cmath>
 #include <thread>
 
+#include "support/mpi_main.h"
 #include "triad/dist/mesh.h"
 #include "triad/dist/world.h"
 #include "triad/ops.h"
@@ -274,18 +275,7 @@ TEST(Mesh, CommunicatorsMatchTheShape) {
 }  // namespace triad::dist
 
 int main(int argc, char** argv) {
-  ::testing::InitGoogleTest(&argc, argv);
-  triad::dist::g_world = triad::dist::init_world();
-  if (triad::dist::g_world->rank() != 0) {
-    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
-    delete listeners.Release(listeners.default_result_printer());
-  }
-  const int rc = RUN_ALL_TESTS();
-  // Every rank's verdict counts.
-  triad::Tensor flag =
-      triad::from_vector(std::vector<double>{static_cast<double>(rc != 0)}, {1}, triad::DType::I32);
-  triad::dist::g_world->all_reduce(flag, triad::dist::ReduceOp::Max)->wait();
-  const bool failed = triad::item(flag) != 0;
-  triad::dist::g_world.reset();
-  return failed ? 1 : 0;
+  return triad::testing::run_mpi_tests(
+      argc, argv, [](const triad::dist::ProcessGroupPtr& w) { triad::dist::g_world = w; },
+      [] { triad::dist::g_world.reset(); });
 }

@@ -26,6 +26,31 @@ void gemm_rm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T
   }
 }
 
+// Row kernels shared by cross entropy and its vocab-parallel variant.
+template <class T>
+T row_max(const T* row, int64_t n) {
+  T mx = -std::numeric_limits<T>::infinity();
+#pragma omp simd reduction(max : mx)
+  for (int64_t j = 0; j < n; ++j) mx = std::max(mx, row[j]);
+  return mx;
+}
+
+template <class T>
+double row_sum_exp(const T* row, int64_t n, T shift) {
+  double s = 0;
+#pragma omp simd reduction(+ : s)
+  for (int64_t j = 0; j < n; ++j) s += exp_fast(row[j] - shift);
+  return s;
+}
+
+// out[j] = exp(row[j] - shift) * scale for j < n, 0 for n <= j < width.
+template <class T>
+void row_scaled_exp(const T* row, int64_t n, int64_t width, T shift, T scale, T* out) {
+#pragma omp simd
+  for (int64_t j = 0; j < n; ++j) out[j] = exp_fast(row[j] - shift) * scale;
+  for (int64_t j = n; j < width; ++j) out[j] = T(0);
+}
+
 }  // namespace
 
 // GELU(x) = 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3), written
@@ -367,13 +392,8 @@ void CpuBackend::cross_entropy_forward(const Tensor& logits, const Tensor& targe
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < N; ++i) {
       const T* row = px + i * V;
-      T mx = -std::numeric_limits<T>::infinity();
-#pragma omp simd reduction(max : mx)
-      for (int64_t j = 0; j < V; ++j) mx = std::max(mx, row[j]);
-      double s = 0;
-#pragma omp simd reduction(+ : s)
-      for (int64_t j = 0; j < V; ++j) s += exp_fast(row[j] - mx);
-      const double l = mx + std::log(s);
+      const T mx = row_max(row, V);
+      const double l = mx + std::log(row_sum_exp(row, V, mx));
       ps[i] = static_cast<T>(l);
       const int64_t t = load_index(targets, i);
       pl[i] = t == ignore_index ? T(0) : static_cast<T>(l - row[t]);
@@ -394,42 +414,34 @@ void CpuBackend::cross_entropy_backward(const Tensor& logits, const Tensor& targ
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < N; ++i) {
       const int64_t t = load_index(targets, i);
-      T* out = pd + i * V;
-      if (t == ignore_index) {
-        std::fill_n(out, V, T(0));
-        continue;
-      }
-      const T* row = px + i * V;
-      const T g = static_cast<T>(pg[i]);
-      const T l = static_cast<T>(ps[i]);
-#pragma omp simd
-      for (int64_t j = 0; j < V; ++j) out[j] = exp_fast(row[j] - l) * g;
-      out[t] -= g;
+      // Ignored rows: no gradient at all.
+      const T g = t == ignore_index ? T(0) : pg[i];
+      row_scaled_exp(px + i * V, V, V, ps[i], g, pd + i * V);
+      if (t != ignore_index) pd[i * V + t] -= g;
     }
   });
 }
 
-void CpuBackend::vocab_ce_partial(const Tensor& logits, const Tensor& targets, int64_t vocab_start, int64_t valid,
-                                  Tensor& row_max, Tensor& target_logit) {
+void CpuBackend::vocab_ce_partial(const Tensor& logits, const Tensor& targets, int64_t vocab_start,
+                                  int64_t valid, Tensor& row_max_out, Tensor& target_logit) {
   dispatch_float(logits.dtype(), "vocab_ce_partial", [&](auto tag) {
     using T = decltype(tag);
     const int64_t N = logits.size(0), V = logits.size(1);
     const T* px = logits.data<T>();
-    T* pm = row_max.data<T>();
+    T* pm = row_max_out.data<T>();
     T* pt = target_logit.data<T>();
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < N; ++i) {
       const T* row = px + i * V;
-      T mx = -std::numeric_limits<T>::infinity();
-      for (int64_t j = 0; j < valid; ++j) mx = std::max(mx, row[j]);
-      pm[i] = mx;
+      pm[i] = row_max(row, valid);
       const int64_t t = load_index(targets, i) - vocab_start;
       pt[i] = (t >= 0 && t < valid) ? row[t] : T(0);
     }
   });
 }
 
-void CpuBackend::vocab_ce_sumexp(const Tensor& logits, const Tensor& global_max, int64_t valid, Tensor& sumexp) {
+void CpuBackend::vocab_ce_sumexp(const Tensor& logits, const Tensor& global_max, int64_t valid,
+                                 Tensor& sumexp) {
   dispatch_float(logits.dtype(), "vocab_ce_sumexp", [&](auto tag) {
     using T = decltype(tag);
     const int64_t N = logits.size(0), V = logits.size(1);
@@ -437,20 +449,13 @@ void CpuBackend::vocab_ce_sumexp(const Tensor& logits, const Tensor& global_max,
     const T* pm = global_max.data<T>();
     T* ps = sumexp.data<T>();
 #pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < N; ++i) {
-      const T* row = px + i * V;
-      const T m = pm[i];
-      double s = 0;
-#pragma omp simd reduction(+ : s)
-      for (int64_t j = 0; j < valid; ++j) s += exp_fast(row[j] - m);
-      ps[i] = static_cast<T>(s);
-    }
+    for (int64_t i = 0; i < N; ++i) ps[i] = static_cast<T>(row_sum_exp(px + i * V, valid, pm[i]));
   });
 }
 
-void CpuBackend::vocab_ce_backward(const Tensor& logits, const Tensor& targets, int64_t vocab_start, int64_t valid,
-                                   const Tensor& global_max, const Tensor& sumexp, const Tensor& dloss,
-                                   Tensor& dlogits) {
+void CpuBackend::vocab_ce_backward(const Tensor& logits, const Tensor& targets, int64_t vocab_start,
+                                   int64_t valid, const Tensor& global_max, const Tensor& sumexp,
+                                   const Tensor& dloss, Tensor& dlogits) {
   dispatch_float(logits.dtype(), "vocab_ce_backward", [&](auto tag) {
     using T = decltype(tag);
     const int64_t N = logits.size(0), V = logits.size(1);
@@ -461,14 +466,9 @@ void CpuBackend::vocab_ce_backward(const Tensor& logits, const Tensor& targets, 
     T* pd = dlogits.data<T>();
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < N; ++i) {
-      const T* row = px + i * V;
-      T* out = pd + i * V;
-      const T m = pm[i], scale = pg[i] / ps[i];
-#pragma omp simd
-      for (int64_t j = 0; j < valid; ++j) out[j] = exp_fast(row[j] - m) * scale;
-      for (int64_t j = valid; j < V; ++j) out[j] = T(0);
+      row_scaled_exp(px + i * V, valid, V, pm[i], pg[i] / ps[i], pd + i * V);
       const int64_t t = load_index(targets, i) - vocab_start;
-      if (t >= 0 && t < valid) out[t] -= pg[i];
+      if (t >= 0 && t < valid) pd[i * V + t] -= pg[i];
     }
   });
 }

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "support/mpi_main.h"
 #include "support/temp_dir.h"
 #include "triad/data/token_shard.h"
 #include "triad/dist/world.h"
@@ -120,17 +121,7 @@ TEST(DataParallel, ZeroOneResumeIsBitwiseAcrossRanks) {
 }  // namespace triad::train
 
 int main(int argc, char** argv) {
-  ::testing::InitGoogleTest(&argc, argv);
-  triad::train::g_world = triad::dist::init_world();
-  if (triad::train::g_world->rank() != 0) {
-    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
-    delete listeners.Release(listeners.default_result_printer());
-  }
-  const int rc = RUN_ALL_TESTS();
-  triad::Tensor flag =
-      triad::from_vector(std::vector<double>{static_cast<double>(rc != 0)}, {1}, triad::DType::I32);
-  triad::train::g_world->all_reduce(flag, triad::dist::ReduceOp::Max)->wait();
-  const bool failed = triad::item(flag) != 0;
-  triad::train::g_world.reset();
-  return failed ? 1 : 0;
+  return triad::testing::run_mpi_tests(
+      argc, argv, [](const triad::dist::ProcessGroupPtr& w) { triad::train::g_world = w; },
+      [] { triad::train::g_world.reset(); });
 }

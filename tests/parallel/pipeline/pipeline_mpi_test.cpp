@@ -7,6 +7,7 @@
 
 #include <cmath>
 
+#include "support/mpi_main.h"
 #include "triad/autograd/engine.h"
 #include "triad/core/rng.h"
 #include "triad/dist/mesh.h"
@@ -168,20 +169,15 @@ TEST(Pipeline, LayoutErrorsNameTheNumbers) {
 }  // namespace triad::pipeline
 
 int main(int argc, char** argv) {
-  ::testing::InitGoogleTest(&argc, argv);
   using namespace triad;
-  pipeline::g_world = dist::init_world();
-  pipeline::g_mesh = std::make_unique<dist::DeviceMesh>(
-      pipeline::g_world, dist::MeshShape{1, pipeline::g_world->size(), 1});
-  if (pipeline::g_world->rank() != 0) {
-    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
-    delete listeners.Release(listeners.default_result_printer());
-  }
-  const int rc = RUN_ALL_TESTS();
-  Tensor flag = from_vector(std::vector<double>{static_cast<double>(rc != 0)}, {1}, DType::I32);
-  pipeline::g_world->all_reduce(flag, dist::ReduceOp::Max)->wait();
-  const bool failed = item(flag) != 0;
-  pipeline::g_mesh.reset();
-  pipeline::g_world.reset();
-  return failed ? 1 : 0;
+  return triad::testing::run_mpi_tests(
+      argc, argv,
+      [](const dist::ProcessGroupPtr& w) {
+        pipeline::g_world = w;
+        pipeline::g_mesh = std::make_unique<dist::DeviceMesh>(w, dist::MeshShape{1, w->size(), 1});
+      },
+      [] {
+        pipeline::g_mesh.reset();
+        pipeline::g_world.reset();
+      });
 }

@@ -5,6 +5,7 @@
 
 #include <cmath>
 
+#include "support/mpi_main.h"
 #include "triad/autograd/engine.h"
 #include "triad/core/rng.h"
 #include "triad/dist/world.h"
@@ -175,17 +176,7 @@ TEST(TensorParallelGpt, ConfigErrorsNameTheNumbers) {
 }  // namespace triad::tp
 
 int main(int argc, char** argv) {
-  ::testing::InitGoogleTest(&argc, argv);
-  triad::tp::g_world = triad::dist::init_world();
-  if (triad::tp::g_world->rank() != 0) {
-    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
-    delete listeners.Release(listeners.default_result_printer());
-  }
-  const int rc = RUN_ALL_TESTS();
-  triad::Tensor flag =
-      triad::from_vector(std::vector<double>{static_cast<double>(rc != 0)}, {1}, triad::DType::I32);
-  triad::tp::g_world->all_reduce(flag, triad::dist::ReduceOp::Max)->wait();
-  const bool failed = triad::item(flag) != 0;
-  triad::tp::g_world.reset();
-  return failed ? 1 : 0;
+  return triad::testing::run_mpi_tests(
+      argc, argv, [](const triad::dist::ProcessGroupPtr& w) { triad::tp::g_world = w; },
+      [] { triad::tp::g_world.reset(); });
 }
