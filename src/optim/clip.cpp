@@ -9,13 +9,18 @@
 
 namespace triad::optim {
 
+double sum_of_squares(const Tensor& t) {
+  autograd::NoGradGuard no_grad;
+  return item(sum(mul(t, t)));
+}
+
 double global_grad_norm(const std::vector<Tensor>& params) {
   autograd::NoGradGuard no_grad;
   double total = 0;
   for (const auto& p : params) {
     Tensor g = p.grad();
     if (!g.defined()) continue;
-    total += item(sum(mul(g, g)));
+    total += sum_of_squares(g);
   }
   return std::sqrt(total);
 }

@@ -304,7 +304,7 @@ double Trainer::global_norm_zero1() const {
   for (const auto& seg : reducer_->shard_segments()) {
     if (norm_weight_[seg.param] == 0.0) continue;
     Tensor g = make_view(flat, {seg.length}, {1}, flat.offset() + seg.flat_offset);
-    sq += item(sum(mul(g, g)));
+    sq += optim::sum_of_squares(g);
   }
   Tensor t = from_vector(std::vector<double>{sq}, {1}, DType::F64);
   world_->all_reduce(t, dist::ReduceOp::Sum)->wait();

@@ -6,6 +6,9 @@
 
 namespace triad::optim {
 
+// Sum of the squares of a tensor's elements (accumulated in double).
+double sum_of_squares(const Tensor& t);
+
 // L2 norm of all gradients together (parameters without .grad are skipped).
 double global_grad_norm(const std::vector<Tensor>& params);
 

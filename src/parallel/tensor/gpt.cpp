@@ -6,6 +6,7 @@
 #include "triad/core/rng.h"
 #include "triad/nn/init.h"
 #include "triad/ops.h"
+#include "triad/optim/clip.h"
 #include "triad/parallel/tensor/mappings.h"
 
 namespace triad::tp {
@@ -207,7 +208,7 @@ double TensorParallelGpt::grad_norm_squared(bool count_embedding) const {
   for (const auto& [name, p] : named_parameters()) {
     Tensor g = p.grad();
     if (!g.defined() || (!count_embedding && name == "wte.weight")) continue;
-    (specs_.at(name).split ? split_sq : replicated_sq) += item(sum(mul(g, g)));
+    (specs_.at(name).split ? split_sq : replicated_sq) += optim::sum_of_squares(g);
   }
   Tensor s = from_vector(std::vector<double>{split_sq}, {1}, DType::F64);
   group_->all_reduce(s, dist::ReduceOp::Sum)->wait();
