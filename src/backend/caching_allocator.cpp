@@ -1,0 +1,107 @@
+#include "triad/backend/caching_allocator.h"
+
+#include <algorithm>
+#include <string>
+
+#include "triad/core/error.h"
+
+namespace triad {
+
+size_t CachingAllocator::round_size(size_t nbytes) {
+  constexpr size_t kSmall = 512, kLarge = 2u << 20, kSmallLimit = 1u << 20;
+  if (nbytes == 0) return kSmall;
+  if (nbytes <= kSmallLimit) return (nbytes + kSmall - 1) / kSmall * kSmall;
+  return (nbytes + kLarge - 1) / kLarge * kLarge;
+}
+
+CachingAllocator::~CachingAllocator() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  free_cached_locked();
+  // Blocks still handed out are the caller's leak; give them back too.
+  for (auto& [ptr, b] : live_) raw_.deallocate(ptr, b.size);
+  live_.clear();
+}
+
+void* CachingAllocator::take_cached(size_t size, uint64_t pool) {
+  auto p = pools_.find(pool);
+  if (p == pools_.end()) return nullptr;
+  // Exact size class only: blocks are never split, so a larger one would
+  // waste its surplus for the block's whole life.
+  auto it = p->second.find(size);
+  if (it == p->second.end()) return nullptr;
+  void* ptr = it->second;
+  p->second.erase(it);
+  return ptr;
+}
+
+void* CachingAllocator::allocate_on(size_t nbytes, uint64_t stream) {
+  const size_t size = round_size(nbytes);
+  std::lock_guard<std::mutex> lock(mutex_);
+  void* ptr = take_cached(size, stream);
+  if (!ptr) ptr = take_cached(size, kShared);
+  if (!ptr) {
+    ptr = raw_.allocate(size);
+    if (!ptr) {
+      // Out of memory: hand every cached block back and try once more.
+      free_cached_locked();
+      ptr = raw_.allocate(size);
+    }
+    if (!ptr) {
+      throw Error("out of memory on " + raw_.device().str() + ": " + std::to_string(nbytes) +
+                  " bytes requested (" + std::to_string(size) + " rounded); " +
+                  std::to_string(stats_.allocated) + " bytes allocated, " +
+                  std::to_string(stats_.reserved) + " reserved");
+    }
+    stats_.reserved += static_cast<int64_t>(size);
+  }
+  live_[ptr] = {size, stream};
+  stats_.allocated += static_cast<int64_t>(size);
+  stats_.peak_allocated = std::max(stats_.peak_allocated, stats_.allocated);
+  ++stats_.num_allocs;
+  return ptr;
+}
+
+void CachingAllocator::deallocate(void* ptr, size_t) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = live_.find(ptr);
+  if (it == live_.end()) throw Error("CachingAllocator: freeing a pointer it did not allocate");
+  const Block b = it->second;
+  live_.erase(it);
+  stats_.allocated -= static_cast<int64_t>(b.size);
+  pools_[b.stream].emplace(b.size, ptr);
+}
+
+void CachingAllocator::release_stream(uint64_t stream) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto p = pools_.find(stream);
+  if (p == pools_.end() || stream == kShared) return;
+  pools_[kShared].insert(p->second.begin(), p->second.end());
+  pools_.erase(stream);
+}
+
+void CachingAllocator::free_cached_locked() {
+  for (auto& [stream, pool] : pools_) {
+    for (auto& [size, ptr] : pool) {
+      raw_.deallocate(ptr, size);
+      stats_.reserved -= static_cast<int64_t>(size);
+    }
+  }
+  pools_.clear();
+}
+
+void CachingAllocator::empty_cache() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  free_cached_locked();
+}
+
+AllocatorStats CachingAllocator::stats() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return stats_;
+}
+
+void CachingAllocator::reset_peak() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  stats_.peak_allocated = stats_.allocated;
+}
+
+}  // namespace triad

@@ -1,0 +1,98 @@
+#include "triad/backend/caching_allocator.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <set>
+
+#include "triad/core/error.h"
+
+namespace triad {
+namespace {
+
+// Host memory standing in for a device, with a capacity and counters.
+class FakeDevice final : public RawMemory {
+ public:
+  explicit FakeDevice(size_t capacity) : capacity_(capacity) {}
+  ~FakeDevice() override { EXPECT_EQ(in_use_, 0u) << "device memory leaked"; }
+  void* allocate(size_t n) override {
+    if (in_use_ + n > capacity_) return nullptr;
+    in_use_ += n;
+    ++calls_;
+    return std::malloc(n);
+  }
+  void deallocate(void* p, size_t n) override {
+    in_use_ -= n;
+    std::free(p);
+  }
+  Device device() const override { return Device::cuda(0); }
+  size_t in_use() const { return in_use_; }
+  int calls() const { return calls_; }
+
+ private:
+  size_t capacity_, in_use_ = 0;
+  int calls_ = 0;
+};
+
+TEST(CachingAllocator, RoundsToSizeClasses) {
+  EXPECT_EQ(CachingAllocator::round_size(1), 512u);
+  EXPECT_EQ(CachingAllocator::round_size(513), 1024u);
+  EXPECT_EQ(CachingAllocator::round_size(1 << 20), 1u << 20);
+  EXPECT_EQ(CachingAllocator::round_size((1 << 20) + 1), 2u << 20);
+  EXPECT_EQ(CachingAllocator::round_size((5 << 20) + 7), 6u << 20);
+}
+
+TEST(CachingAllocator, ReusesFreedBlocksOfTheSameClassAndStream) {
+  FakeDevice dev(64 << 20);
+  CachingAllocator a(dev);
+  void* p = a.allocate_on(1000, 1);
+  a.deallocate(p, 1000);
+  EXPECT_EQ(a.allocate_on(900, 1), p);  // same class (1024), same stream: cached
+  EXPECT_EQ(dev.calls(), 1);
+  void* q = a.allocate_on(1000, 2);  // another stream: not yet
+  EXPECT_NE(q, p);
+  EXPECT_EQ(dev.calls(), 2);
+  auto s = a.stats();
+  EXPECT_EQ(s.allocated, 2048);
+  EXPECT_EQ(s.reserved, 2048);
+  EXPECT_EQ(s.peak_allocated, 2048);
+  a.deallocate(q, 1000);
+  a.release_stream(2);  // stream 2 synchronised: its blocks become shared
+  void* r = a.allocate_on(1000, 3);
+  EXPECT_EQ(r, q);
+  EXPECT_EQ(dev.calls(), 2);
+  a.deallocate(r, 1000);
+  a.deallocate(p, 900);
+  EXPECT_EQ(a.stats().allocated, 0);
+  EXPECT_EQ(a.stats().reserved, 2048);  // cached
+  a.empty_cache();
+  EXPECT_EQ(a.stats().reserved, 0);
+  EXPECT_EQ(dev.in_use(), 0u);
+}
+
+TEST(CachingAllocator, OutOfMemoryFreesTheCacheThenFailsClearly) {
+  FakeDevice dev(6 << 20);
+  CachingAllocator a(dev);
+  void* big = a.allocate(4 << 20);
+  a.deallocate(big, 4 << 20);         // cached, still reserved
+  void* other = a.allocate(3 << 20);  // the same 4 MiB class: the cached block
+  EXPECT_EQ(other, big);
+  a.deallocate(other, 3 << 20);
+  // A different class that only fits once the cache is returned.
+  void* mid = a.allocate(5 << 20);  // rounds to 6 MiB: needs the 4 MiB block freed first
+  EXPECT_NE(mid, nullptr);
+  EXPECT_EQ(a.stats().reserved, 6 << 20);
+  try {
+    a.allocate(1 << 20);
+    FAIL() << "expected out of memory";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("out of memory on cuda:0"), std::string::npos) << m;
+    EXPECT_NE(m.find("1048576 bytes requested"), std::string::npos) << m;
+  }
+  a.deallocate(mid, 5 << 20);
+  EXPECT_THROW(a.deallocate(reinterpret_cast<void*>(0x1234), 8), Error);
+}
+
+}  // namespace
+}  // namespace triad
