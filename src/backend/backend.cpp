@@ -4,6 +4,7 @@
 #include <mutex>
 
 #include "cpu/cpu_backend.h"
+#include "cpu/half_adapter.h"
 
 namespace triad {
 namespace {
@@ -16,8 +17,9 @@ struct Registry {
 Registry& registry() {
   static Registry r;
   static detail::CpuBackend cpu;
+  static detail::HalfAdapter cpu_with_half(cpu);
   static const bool init = [] {
-    r.backends[static_cast<size_t>(DeviceType::CPU)] = &cpu;
+    r.backends[static_cast<size_t>(DeviceType::CPU)] = &cpu_with_half;
     return true;
   }();
   (void)init;

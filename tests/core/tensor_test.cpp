@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "triad/autograd/engine.h"
+#include "triad/backend/backend.h"
 #include "triad/core/half.h"
 #include "triad/core/rng.h"
 #include "triad/ops.h"
@@ -119,16 +120,23 @@ TEST(Ops, DropoutMaskDependsOnlyOnSeedStreamAndOffset) {
 }
 
 TEST(Ops, UnsupportedDtypeNamesOpDtypeAndDevice) {
-  Tensor x = zeros({4}, DType::BF16);
-  try {
-    gelu(x);
-    FAIL();
-  } catch (const NotSupportedError& e) {
-    const std::string m = e.what();
-    EXPECT_NE(m.find("gelu"), std::string::npos);
-    EXPECT_NE(m.find("bf16"), std::string::npos);
-    EXPECT_NE(m.find("cpu"), std::string::npos);
-  }
+  auto expect = [](auto fn, const char* op, const char* dtype) {
+    try {
+      fn();
+      FAIL() << "expected NotSupportedError for " << op;
+    } catch (const NotSupportedError& e) {
+      const std::string m = e.what();
+      EXPECT_NE(m.find(op), std::string::npos) << m;
+      EXPECT_NE(m.find(dtype), std::string::npos) << m;
+      EXPECT_NE(m.find("cpu"), std::string::npos) << m;
+    }
+  };
+  Backend& cpu = backend_for(DeviceType::CPU);
+  Tensor i = zeros({4}, DType::I32);
+  expect([&] { cpu.affine(i, 2.0, 0.0, i); }, "affine", "i32");
+  Tensor h = zeros({4}, DType::BF16), f = zeros({4});
+  Tensor m = zeros({4}, DType::BF16), v = zeros({4}, DType::BF16);
+  expect([&] { cpu.adamw(h, f, m, v, AdamWStep{}); }, "adamw", "bf16");
 }
 
 }  // namespace

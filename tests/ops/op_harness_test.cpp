@@ -229,6 +229,51 @@ TEST_P(OpHarness, F32ForwardAndBackwardMatchF64Reference) {
   }
 }
 
+// bf16 and f16 run through the same kernels widened to f32 (one rounding of
+// each output): forward and backward near the f64 reference computed from
+// the same half-rounded inputs, at the tolerance each format deserves.
+TEST_P(OpHarness, HalfPrecisionNearF64Reference) {
+  const OpCase& c = GetParam();
+  for (DType half : {DType::BF16, DType::F16}) {
+    const double tol = half == DType::BF16 ? 3e-2 : 4e-3;
+    auto run = [&](bool reference, std::vector<double>& out,
+                   std::vector<std::vector<double>>& grads) {
+      auto in = c.inputs(half);  // half-rounded values
+      if (reference) {
+        for (auto& x : in) x = is_floating(x.dtype()) ? cast(x, DType::F64).detach() : x;
+      }
+      for (auto& x : in) {
+        if (is_floating(x.dtype())) x.set_requires_grad(true);
+      }
+      Tensor y = c.fn(in);
+      out = to_double_vector(y);
+      Tensor g = cast(randn(y.shape(), 3, 3, 1.0, half), reference ? DType::F64 : half).detach();
+      autograd::backward({y}, {g});
+      for (auto& x : in) {
+        if (is_floating(x.dtype())) grads.push_back(to_double_vector(x.grad()));
+      }
+    };
+    std::vector<double> ref, got;
+    std::vector<std::vector<double>> gref, ggot;
+    run(true, ref, gref);
+    run(false, got, ggot);
+    ASSERT_EQ(ref.size(), got.size());
+    double scale = 0;
+    for (double r : ref) scale = std::max(scale, std::abs(r));
+    for (size_t i = 0; i < ref.size(); ++i) {
+      ASSERT_NEAR(got[i], ref[i], tol * (1 + scale)) << dtype_name(half) << " output " << i;
+    }
+    for (size_t k = 0; k < gref.size(); ++k) {
+      double gs = 0;
+      for (double r : gref[k]) gs = std::max(gs, std::abs(r));
+      for (size_t i = 0; i < gref[k].size(); ++i) {
+        ASSERT_NEAR(ggot[k][i], gref[k][i], 2 * tol * (1 + gs))
+            << dtype_name(half) << " input " << k << " grad " << i;
+      }
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(AllOps, OpHarness, ::testing::ValuesIn(cases()),
                          [](const ::testing::TestParamInfo<OpCase>& info) {
                            std::string n = info.param.name;

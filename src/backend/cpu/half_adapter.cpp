@@ -1,0 +1,204 @@
+#include "half_adapter.h"
+
+namespace triad::detail {
+namespace {
+
+bool is_half(const Tensor& t) {
+  return t.defined() && (t.dtype() == DType::BF16 || t.dtype() == DType::F16);
+}
+
+// Widens half tensors for one call and rounds the outputs back at finish().
+class Widen {
+ public:
+  explicit Widen(Backend& be) : be_(be) {}
+  Tensor in(const Tensor& t) {
+    if (!is_half(t)) return t;
+    Tensor f = empty(t.shape(), DType::F32, t.device());
+    be_.copy(t, f);
+    return f;
+  }
+  Tensor out(Tensor& t) {
+    if (!is_half(t)) return t;
+    Tensor f = empty(t.shape(), DType::F32, t.device());
+    outputs_.emplace_back(f, t);
+    return f;
+  }
+  Tensor inout(Tensor& t) {
+    if (!is_half(t)) return t;
+    Tensor f = in(t);
+    outputs_.emplace_back(f, t);
+    return f;
+  }
+  void finish() {
+    for (auto& [f, original] : outputs_) be_.copy(f, original);
+  }
+
+ private:
+  Backend& be_;
+  std::vector<std::pair<Tensor, Tensor>> outputs_;
+};
+
+}  // namespace
+
+void HalfAdapter::binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) {
+  Widen w(inner_);
+  Tensor o = w.out(out);
+  inner_.binary(op, w.in(a), w.in(b), o);
+  w.finish();
+}
+
+void HalfAdapter::affine(const Tensor& x, double alpha, double beta, Tensor& out) {
+  Widen w(inner_);
+  Tensor o = w.out(out);
+  inner_.affine(w.in(x), alpha, beta, o);
+  w.finish();
+}
+
+void HalfAdapter::gemm(const Tensor& a, const Tensor& b, Tensor& c, bool ta, bool tb, double alpha,
+                       double beta) {
+  Widen w(inner_);
+  Tensor o = beta != 0.0 ? w.inout(c) : w.out(c);
+  inner_.gemm(w.in(a), w.in(b), o, ta, tb, alpha, beta);
+  w.finish();
+}
+
+void HalfAdapter::reduce(ReduceOp op, const Tensor& x, int64_t outer, int64_t n, int64_t inner,
+                         Tensor& out, Tensor* indices) {
+  Widen w(inner_);
+  Tensor o = w.out(out);
+  inner_.reduce(op, w.in(x), outer, n, inner, o, indices);
+  w.finish();
+}
+
+void HalfAdapter::gelu_forward(const Tensor& x, Tensor& y) {
+  Widen w(inner_);
+  Tensor o = w.out(y);
+  inner_.gelu_forward(w.in(x), o);
+  w.finish();
+}
+
+void HalfAdapter::gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) {
+  Widen w(inner_);
+  Tensor o = w.out(dx);
+  inner_.gelu_backward(w.in(x), w.in(dy), o);
+  w.finish();
+}
+
+void HalfAdapter::layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                                     double eps, Tensor& y, Tensor& mean, Tensor& rstd) {
+  Widen w(inner_);
+  Tensor o = w.out(y);
+  inner_.layer_norm_forward(w.in(x), w.in(weight), w.in(bias), eps, o, mean, rstd);
+  w.finish();
+}
+
+void HalfAdapter::layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
+                                      const Tensor& mean, const Tensor& rstd, Tensor& dx,
+                                      Tensor& dweight, Tensor& dbias) {
+  Widen w(inner_);
+  Tensor a = w.out(dx), b = w.out(dweight), c = w.out(dbias);
+  inner_.layer_norm_backward(w.in(dy), w.in(x), w.in(weight), mean, rstd, a, b, c);
+  w.finish();
+}
+
+void HalfAdapter::softmax_forward(const Tensor& x, Tensor& y) {
+  Widen w(inner_);
+  Tensor o = w.out(y);
+  inner_.softmax_forward(w.in(x), o);
+  w.finish();
+}
+
+void HalfAdapter::softmax_backward(const Tensor& y, const Tensor& dy, Tensor& dx) {
+  Widen w(inner_);
+  Tensor o = w.out(dx);
+  inner_.softmax_backward(w.in(y), w.in(dy), o);
+  w.finish();
+}
+
+void HalfAdapter::attention_forward(const Tensor& qkv, int64_t n_head, Tensor& out, Tensor& lse) {
+  Widen w(inner_);
+  Tensor o = w.out(out);
+  inner_.attention_forward(w.in(qkv), n_head, o, lse);
+  w.finish();
+}
+
+void HalfAdapter::attention_backward(const Tensor& qkv, const Tensor& out, const Tensor& lse,
+                                     const Tensor& dout, int64_t n_head, Tensor& dqkv) {
+  Widen w(inner_);
+  Tensor o = w.out(dqkv);
+  inner_.attention_backward(w.in(qkv), w.in(out), lse, w.in(dout), n_head, o);
+  w.finish();
+}
+
+void HalfAdapter::embedding_forward(const Tensor& weight, const Tensor& ids, Tensor& out) {
+  Widen w(inner_);
+  Tensor o = w.out(out);
+  inner_.embedding_forward(w.in(weight), ids, o);
+  w.finish();
+}
+
+void HalfAdapter::embedding_backward(const Tensor& ids, const Tensor& dout, Tensor& dweight) {
+  Widen w(inner_);
+  Tensor o = w.out(dweight);
+  inner_.embedding_backward(ids, w.in(dout), o);
+  w.finish();
+}
+
+void HalfAdapter::cross_entropy_forward(const Tensor& logits, const Tensor& targets,
+                                        int64_t ignore_index, Tensor& losses, Tensor& lse) {
+  Widen w(inner_);
+  inner_.cross_entropy_forward(w.in(logits), targets, ignore_index, losses, lse);
+}
+
+void HalfAdapter::cross_entropy_backward(const Tensor& logits, const Tensor& targets,
+                                         const Tensor& lse, const Tensor& dlosses,
+                                         int64_t ignore_index, Tensor& dlogits) {
+  Widen w(inner_);
+  Tensor o = w.out(dlogits);
+  inner_.cross_entropy_backward(w.in(logits), targets, lse, dlosses, ignore_index, o);
+  w.finish();
+}
+
+void HalfAdapter::vocab_ce_partial(const Tensor& logits, const Tensor& targets, int64_t vocab_start,
+                                   int64_t valid, Tensor& row_max, Tensor& target_logit) {
+  Widen w(inner_);
+  inner_.vocab_ce_partial(w.in(logits), targets, vocab_start, valid, row_max, target_logit);
+}
+
+void HalfAdapter::vocab_ce_sumexp(const Tensor& logits, const Tensor& global_max, int64_t valid,
+                                  Tensor& sumexp) {
+  Widen w(inner_);
+  inner_.vocab_ce_sumexp(w.in(logits), global_max, valid, sumexp);
+}
+
+void HalfAdapter::vocab_ce_backward(const Tensor& logits, const Tensor& targets,
+                                    int64_t vocab_start, int64_t valid, const Tensor& global_max,
+                                    const Tensor& sumexp, const Tensor& dloss, Tensor& dlogits) {
+  Widen w(inner_);
+  Tensor o = w.out(dlogits);
+  inner_.vocab_ce_backward(w.in(logits), targets, vocab_start, valid, global_max, sumexp, dloss, o);
+  w.finish();
+}
+
+void HalfAdapter::dropout(const Tensor& x, double p, uint64_t seed, uint64_t stream,
+                          uint64_t offset, Tensor& y) {
+  Widen w(inner_);
+  Tensor o = w.out(y);
+  inner_.dropout(w.in(x), p, seed, stream, offset, o);
+  w.finish();
+}
+
+void HalfAdapter::adamw(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,
+                        const AdamWStep& hp) {
+  // Half-precision parameters keep f32 masters in the mixed-precision
+  // optimizer; updating half values in place would lose the small steps.
+  if (is_half(param) || is_half(m) || is_half(v)) {
+    throw NotSupportedError(
+        std::string("adamw: dtype ") + dtype_name(param.dtype()) +
+        " is not supported on device cpu (keep f32 master weights and moments)");
+  }
+  Widen w(inner_);
+  inner_.adamw(param, w.in(grad), m, v, hp);
+}
+
+}  // namespace triad::detail
