@@ -1,5 +1,6 @@
 #include "triad/nn/gpt.h"
 
+#include "triad/autograd/checkpoint.h"
 #include "triad/core/rng.h"
 #include "triad/nn/init.h"
 #include "triad/ops/creation.h"
@@ -27,6 +28,17 @@ Tensor site_dropout(const Tensor& x, double p, const ForwardContext& ctx, int64_
 }
 
 }  // namespace
+
+Recompute recompute_from_string(const std::string& name) {
+  if (name == "none") return Recompute::None;
+  if (name == "selective") return Recompute::Selective;
+  if (name == "full") return Recompute::Full;
+  throw ConfigError("model.recompute ('" + name + "') must be none, selective or full");
+}
+
+const char* recompute_string(Recompute r) {
+  return r == Recompute::Full ? "full" : r == Recompute::Selective ? "selective" : "none";
+}
 
 void GptConfig::validate() const {
   require_positive(n_layer, "n_layer");
@@ -126,7 +138,15 @@ Tensor Gpt::head(const Tensor& hidden) const {
 
 Tensor Gpt::forward(const Tensor& ids, const ForwardContext& ctx) const {
   Tensor x = embed(ids, ctx);
-  for (const auto& b : blocks_) x = b->forward(x, ctx);
+  for (const auto& b : blocks_) {
+    if (cfg_.recompute == Recompute::Full) {
+      // By value: the recomputation runs in backward, after this frame.
+      x = autograd::checkpoint([b, ctx](const Tensor& in) { return b->forward(in, ctx); }, x,
+                               b->parameters());
+    } else {
+      x = b->forward(x, ctx);
+    }
+  }
   return head(x);
 }
 

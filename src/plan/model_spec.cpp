@@ -43,9 +43,10 @@ nn::GptConfig parse_model_spec(const std::string& yaml_text, const std::string& 
   for (auto it = model.begin(); it != model.end(); ++it) {
     const std::string k = it->first.as<std::string>();
     if (k != "n_layer" && k != "n_head" && k != "d_model" && k != "vocab_size" && k != "seq_len" &&
-        k != "dropout") {
-      throw ConfigError(source + ": unknown model key '" + k +
-                        "' (allowed: n_layer, n_head, d_model, vocab_size, seq_len, dropout)");
+        k != "dropout" && k != "recompute") {
+      throw ConfigError(
+          source + ": unknown model key '" + k +
+          "' (allowed: n_layer, n_head, d_model, vocab_size, seq_len, dropout, recompute)");
     }
   }
   c.validate();

@@ -244,6 +244,9 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
       {"vocab_size", {true, [&](auto& v, auto& k) { m.vocab_size = get_int(v, k); }}},
       {"seq_len", {true, [&](auto& v, auto& k) { m.seq_len = get_int(v, k); }}},
       {"dropout", {false, [&](auto& v, auto& k) { m.dropout = get_double(v, k); }}},
+      {"recompute",
+       {false,
+        [&](auto& v, auto& k) { m.recompute = nn::recompute_from_string(get_string(v, k)); }}},
   };
   const Section train{
       {"steps", {true, [&](auto& v, auto& k) { t.steps = get_int(v, k); }}},
@@ -420,6 +423,7 @@ std::string to_yaml(const Config& c) {
   e << YAML::Key << "vocab_size" << YAML::Value << c.model.vocab_size;
   e << YAML::Key << "seq_len" << YAML::Value << c.model.seq_len;
   e << YAML::Key << "dropout" << YAML::Value << c.model.dropout;
+  e << YAML::Key << "recompute" << YAML::Value << nn::recompute_string(c.model.recompute);
   e << YAML::EndMap;
   const auto& t = c.train;
   e << YAML::Key << "train" << YAML::Value << YAML::BeginMap;

@@ -1,7 +1,8 @@
 # triad-train on several (tp, pp, dp) layouts gives the same per-step losses
 # as one process for 10 steps (fp32, relative 1e-5), all starting from the
 # same safetensors, with a vocabulary (300) that is not a multiple of 128*tp
-# and 8 layers so pipelines of 4 stages x 2 chunks fit.
+# and 8 layers so pipelines of 4 stages x 2 chunks fit. Layouts may also
+# switch on full recomputation, which must not change a single loss.
 # Variables: TRAIN (triad-train), MPIRUN (list), CONFIG, DATA, WORK, LAYOUTS
 # ("ranks|--set ... --set ..." entries joined by '@').
 file(REMOVE_RECURSE ${WORK})

@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "triad/nn/embedding.h"
@@ -10,6 +11,15 @@
 #include "triad/nn/module.h"
 
 namespace triad::nn {
+
+// Activation recomputation: `full` keeps only each block's input and reruns
+// the block in backward; `selective` (the attention core) is what the
+// attention kernel always does — it keeps the log-sum-exp and recomputes the
+// probabilities — so it equals `none` here.
+enum class Recompute { None, Selective, Full };
+Recompute recompute_from_string(
+    const std::string& name);  // none | selective | full, else ConfigError
+const char* recompute_string(Recompute r);
 
 // The shape of a GPT-2 style model.
 struct GptConfig {
@@ -20,6 +30,7 @@ struct GptConfig {
   int64_t seq_len = 1024;
   double dropout = 0.0;
   double layer_norm_eps = 1e-5;
+  Recompute recompute = Recompute::None;
 
   // Throws ConfigError naming the field when a value is impossible.
   void validate() const;

@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "triad/autograd/checkpoint.h"
 #include "triad/autograd/grad_mode.h"
 #include "triad/core/rng.h"
 #include "triad/nn/init.h"
@@ -99,6 +100,7 @@ void TensorParallelGpt::build(uint64_t seed) {
     L.c_fc = mlp->add("c_fc", std::make_shared<ColumnParallelLinear>(C, 4 * C, group_, sp_));
     L.mlp_proj = mlp->add("c_proj", std::make_shared<RowParallelLinear>(4 * C, C, group_, sp_));
     h->add(std::to_string(i), block);
+    L.module = block;
     const std::string p = "h." + std::to_string(i) + ".";
     for (const char* ln : {"ln_1", "ln_2"}) {
       specs_[p + ln + ".weight"] = ShardSpec::replicated(sp_);
@@ -258,6 +260,20 @@ Tensor TensorParallelGpt::embed(const Tensor& ids, const nn::ForwardContext& ctx
 }
 
 Tensor TensorParallelGpt::block(int64_t i, const Tensor& x, const nn::ForwardContext& ctx) const {
+  if (cfg_.recompute != nn::Recompute::Full) return block_forward(i, x, ctx);
+  auto it = layers_.find(i);
+  if (it == layers_.end()) {
+    throw ValueError("TensorParallelGpt: this pipeline stage does not hold layer " +
+                     std::to_string(i));
+  }
+  // By value: the recomputation runs in backward, after this frame.
+  return autograd::checkpoint(
+      [this, i, ctx](const Tensor& in) { return block_forward(i, in, ctx); }, x,
+      it->second.module->parameters());
+}
+
+Tensor TensorParallelGpt::block_forward(int64_t i, const Tensor& x,
+                                        const nn::ForwardContext& ctx) const {
   auto it = layers_.find(i);
   if (it == layers_.end())
     throw ValueError("TensorParallelGpt: this pipeline stage does not hold layer " +

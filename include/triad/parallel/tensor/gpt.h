@@ -73,7 +73,9 @@ class TensorParallelGpt : public nn::Module {
   const Tensor& token_embedding() const { return wte_->weight(); }
 
  private:
+  Tensor block_forward(int64_t i, const Tensor& x, const nn::ForwardContext& ctx) const;
   struct Layer {
+    std::shared_ptr<nn::Module> module;  // the block's parameters, for recomputation
     std::shared_ptr<nn::LayerNorm> ln_1, ln_2;
     std::shared_ptr<ColumnParallelLinear> c_attn, c_fc;
     std::shared_ptr<RowParallelLinear> attn_proj, mlp_proj;

@@ -1,0 +1,53 @@
+#include "triad/autograd/checkpoint.h"
+
+#include "triad/autograd/engine.h"
+#include "triad/autograd/grad_mode.h"
+#include "triad/autograd/node.h"
+
+namespace triad::autograd {
+namespace {
+
+class EnableGradGuard {
+ public:
+  EnableGradGuard() : previous_(grad_enabled()) { set_grad_enabled(true); }
+  ~EnableGradGuard() { set_grad_enabled(previous_); }
+  EnableGradGuard(const EnableGradGuard&) = delete;
+  EnableGradGuard& operator=(const EnableGradGuard&) = delete;
+
+ private:
+  bool previous_;
+};
+
+}  // namespace
+
+Tensor checkpoint(const std::function<Tensor(const Tensor&)>& fn, const Tensor& x,
+                  const std::vector<Tensor>& params) {
+  TensorList inputs{x};
+  inputs.insert(inputs.end(), params.begin(), params.end());
+  if (!any_requires_grad(inputs)) return fn(x);
+  Tensor y;
+  {
+    NoGradGuard no_grad;
+    y = fn(x).detach();
+  }
+  Tensor saved = x.detach();
+  const size_t n = params.size();
+  record("checkpoint", inputs, {y}, [fn, saved, n](const TensorList& g) -> TensorList {
+    Tensor input = saved.detach();
+    input.set_requires_grad(true);
+    Tensor out;
+    {
+      EnableGradGuard grad;
+      out = fn(input);
+    }
+    // Parameter gradients accumulate into the parameters here; the outer
+    // graph receives only the input's gradient.
+    backward({out}, {g[0]});
+    TensorList grads(1 + n);
+    grads[0] = input.grad();
+    return grads;
+  });
+  return y;
+}
+
+}  // namespace triad::autograd
