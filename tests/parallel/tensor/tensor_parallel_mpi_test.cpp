@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <memory>
 
 #include "support/mpi_main.h"
 #include "triad/autograd/engine.h"
@@ -150,6 +151,35 @@ TEST(TensorParallelGpt, DropoutFollowsTheRngRule) {
   if (g_world->size() > 1) {
     EXPECT_NE(a, want);  // per-rank masks under SP
   }
+}
+
+// Full recomputation under TP + SP with dropout: the same loss and gradients
+// as keeping every activation, while the graph holds far less.
+TEST(TensorParallelGpt, FullRecomputationChangesNothingButMemory) {
+  nn::GptConfig c = tiny(100);
+  c.dropout = 0.1;
+  Tensor ids = token_ids(100, 7), targets = token_ids(100, 8);
+  const nn::ForwardContext ctx{true, 31, 1};
+  auto run = [&](nn::Recompute r, int64_t* held) {
+    c.recompute = r;
+    auto m = std::make_unique<TensorParallelGpt>(c, 9, g_world, true);
+    const int64_t before = cpu_allocator().stats().allocated;
+    Tensor l = m->loss(ids, targets, ctx);
+    *held = cpu_allocator().stats().allocated - before;
+    autograd::backward({l});
+    m->reduce_sequence_parallel_grads();
+    return std::make_pair(item(l), std::move(m));
+  };
+  int64_t held_none = 0, held_full = 0;
+  auto [loss_none, plain] = run(nn::Recompute::None, &held_none);
+  auto [loss_full, again] = run(nn::Recompute::Full, &held_full);
+  EXPECT_EQ(loss_full, loss_none);
+  auto want = plain->state_dict();
+  for (auto& [name, p] : again->named_parameters()) {
+    expect_close(to_double_vector(p.grad()), to_double_vector(want.at(name).grad()), 1e-7, 1e-6,
+                 name);
+  }
+  EXPECT_LT(held_full * 2, held_none) << "full " << held_full << " none " << held_none;
 }
 
 TEST(TensorParallelGpt, ConfigErrorsNameTheNumbers) {
