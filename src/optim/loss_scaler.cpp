@@ -1,0 +1,78 @@
+#include "triad/optim/loss_scaler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "triad/core/error.h"
+
+namespace triad::optim {
+namespace {
+
+std::string num(double v) {
+  std::string s = std::to_string(v);
+  s.erase(s.find_last_not_of('0') + 1);
+  if (!s.empty() && s.back() == '.') s.pop_back();
+  return s;
+}
+
+}  // namespace
+
+DynamicLossScaler::DynamicLossScaler(const LossScalerOptions& o)
+    : options_(o), scale_(o.init_scale) {
+  if (!(o.growth_factor > 1.0))
+    throw ConfigError("loss scaler growth_factor (" + num(o.growth_factor) + ") must be > 1");
+  if (!(o.backoff_factor > 0.0 && o.backoff_factor < 1.0))
+    throw ConfigError("loss scaler backoff_factor (" + num(o.backoff_factor) +
+                      ") must be in (0, 1)");
+  if (o.growth_interval < 1)
+    throw ConfigError("loss scaler growth_interval (" + std::to_string(o.growth_interval) +
+                      ") must be >= 1");
+  if (!(o.min_scale > 0.0 && o.min_scale <= o.init_scale && o.init_scale <= o.max_scale &&
+        std::isfinite(o.max_scale)))
+    throw ConfigError("loss scaler scales must satisfy 0 < min_scale (" + num(o.min_scale) +
+                      ") <= init_scale (" + num(o.init_scale) + ") <= max_scale (" +
+                      num(o.max_scale) + ") < inf");
+}
+
+bool DynamicLossScaler::update(bool found_non_finite) {
+  if (found_non_finite) {
+    scale_ = std::max(options_.min_scale, scale_ * options_.backoff_factor);
+    streak_ = 0;
+    ++skipped_;
+    return false;
+  }
+  if (++streak_ >= options_.growth_interval) {
+    scale_ = std::min(options_.max_scale, scale_ * options_.growth_factor);
+    streak_ = 0;
+  }
+  return true;
+}
+
+nlohmann::json DynamicLossScaler::state() const {
+  return {{"scale", scale_}, {"clean_streak", streak_}, {"skipped_steps", skipped_}};
+}
+
+void DynamicLossScaler::load_state(const nlohmann::json& s) {
+  auto field = [&](const char* name) -> const nlohmann::json& {
+    if (!s.is_object() || !s.contains(name) || !s.at(name).is_number())
+      throw IoError(std::string("loss scaler state: missing or non-numeric '") + name + "' in " +
+                    s.dump());
+    return s.at(name);
+  };
+  const double scale = field("scale").get<double>();
+  const int64_t streak = field("clean_streak").get<int64_t>();
+  const int64_t skipped = field("skipped_steps").get<int64_t>();
+  if (!(scale >= options_.min_scale && scale <= options_.max_scale))
+    throw IoError("loss scaler state: scale " + num(scale) + " is outside [" +
+                  num(options_.min_scale) + ", " + num(options_.max_scale) + "]");
+  if (streak < 0 || streak >= options_.growth_interval || skipped < 0)
+    throw IoError("loss scaler state: clean_streak " + std::to_string(streak) + " must be in [0, " +
+                  std::to_string(options_.growth_interval) + ") and skipped_steps " +
+                  std::to_string(skipped) + " >= 0");
+  scale_ = scale;
+  streak_ = streak;
+  skipped_ = skipped;
+}
+
+}  // namespace triad::optim
