@@ -8,7 +8,8 @@
 #      and is reported as skipped, never as passed),
 #   4. runs each GPU benchmark script in benchmarks/gpu/ (when that folder
 #      exists), writing its output under OUT (default out/gpu).
-# Logs of every step go to OUT so they come back from the device machine.
+# Logs of every step go to OUT (on the device machine the tool sets OUT, so
+# they come back with the run).
 # Exit status: non-zero when the build or any gpu test fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,6 +17,7 @@ BUILD_DIR=${BUILD_DIR:-build-gpu}
 ARCHS=${TRIAD_CUDA_ARCHS:-90}
 OUT=${OUT:-out/gpu}
 mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
 JOBS=$(nproc)
 
 echo "== build ($BUILD_DIR, sm_$ARCHS)"
@@ -29,7 +31,7 @@ echo "== devices"
 echo "== gpu tests"
 status=0
 ctest --test-dir "$BUILD_DIR" -L gpu --output-on-failure -j 1 --timeout 900 \
-  --output-junit "$PWD/$OUT/gpu_tests.xml" 2>&1 | tee "$OUT/gpu_tests.log" || status=1
+  --output-junit "$OUT/gpu_tests.xml" 2>&1 | tee "$OUT/gpu_tests.log" || status=1
 
 if [ -d benchmarks/gpu ]; then
   for bench in benchmarks/gpu/*.sh; do
