@@ -31,8 +31,8 @@ TEST(Config, ParsesDefaultsAndOverrides) {
   EXPECT_DOUBLE_EQ(c.train.min_lr, 1e-4);  // default: lr / 10
   EXPECT_EQ(c.output_dir, "out");
   EXPECT_EQ(c.device, "cpu");
-  Config o =
-      parse_config(kValid, {"train.lr=0.01", "model.dropout=0.1", "log.interval=3", "device=cpu"});
+  Config o = parse_config(kValid, {"train.lr=0.01", "model.dropout=0.1", "log.interval=3",
+                                   "device=cpu", "model.recompute=full"});
   EXPECT_DOUBLE_EQ(o.train.lr, 0.01);
   EXPECT_DOUBLE_EQ(o.model.dropout, 0.1);
   EXPECT_EQ(o.log_interval, 3);
@@ -41,6 +41,8 @@ TEST(Config, ParsesDefaultsAndOverrides) {
   EXPECT_DOUBLE_EQ(r.train.lr, 0.01);
   EXPECT_EQ(r.train.seed, o.train.seed);
   EXPECT_EQ(r.data_train, o.data_train);
+  EXPECT_EQ(c.model.recompute, nn::Recompute::None);  // default
+  EXPECT_EQ(r.model.recompute, nn::Recompute::Full);
 }
 
 TEST(Config, ErrorsNameKeyValueAndRule) {
@@ -105,6 +107,8 @@ TEST(Config, ErrorsNameKeyValueAndRule) {
   expect_config_error(kValid, {"train.steps=0"}, "train.steps (0) must be positive");
   expect_config_error(kValid, {"train.beta2=1"}, "train.beta2 (1) must be in [0, 1)");
   expect_config_error(kValid, {"model.dropout=1.5"}, "model.dropout");
+  expect_config_error(kValid, {"model.recompute=attention"},
+                      "model.recompute ('attention') must be none, selective or full");
   expect_config_error(kValid, {"device=tpu"}, "device ('tpu') must be cpu, cuda or cuda:N");
   expect_config_error(kValid, {"novalue"}, "expected key=value");
   expect_config_error("model: {n_layer: 2}\n", {}, "missing required key 'model.n_head'");
