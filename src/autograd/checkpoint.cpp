@@ -40,9 +40,12 @@ Tensor checkpoint(const std::function<Tensor(const Tensor&)>& fn, const Tensor& 
       EnableGradGuard grad;
       out = fn(input);
     }
-    // Parameter gradients accumulate into the parameters here; the outer
-    // graph receives only the input's gradient.
-    backward({out}, {g[0]});
+    // Parameter gradients accumulate into the parameters here (or are
+    // deferred to the outer pass's weight-gradient store, as zero-bubble
+    // schedules want); the outer graph receives only the input's gradient.
+    BackwardOptions options;
+    options.defer_weight_grads = current_weight_grad_store();
+    backward({out}, {g[0]}, options);
     TensorList grads(1 + n);
     grads[0] = input.grad();
     return grads;

@@ -34,10 +34,31 @@ bool deferral_possible(const Node& node) {
   return !node.deferrable_inputs().empty();
 }
 
+// The store of the innermost backward running on this thread.
+thread_local WeightGradStore* t_weight_grad_store = nullptr;
+
+class CurrentStoreScope {
+ public:
+  explicit CurrentStoreScope(WeightGradStore* store) : previous_(t_weight_grad_store) {
+    t_weight_grad_store = store;
+  }
+  ~CurrentStoreScope() { t_weight_grad_store = previous_; }
+  CurrentStoreScope(const CurrentStoreScope&) = delete;
+  CurrentStoreScope& operator=(const CurrentStoreScope&) = delete;
+
+ private:
+  WeightGradStore* previous_;
+};
+
 }  // namespace
+
+WeightGradStore* current_weight_grad_store() {
+  return t_weight_grad_store;
+}
 
 void backward(const TensorList& outputs, const TensorList& grad_outputs,
               const BackwardOptions& options) {
+  const CurrentStoreScope store_scope(options.defer_weight_grads);
   if (!grad_outputs.empty() && grad_outputs.size() != outputs.size()) {
     throw ValueError("backward: " + std::to_string(outputs.size()) + " outputs but " +
                      std::to_string(grad_outputs.size()) + " gradients");

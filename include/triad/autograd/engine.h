@@ -22,4 +22,10 @@ struct BackwardOptions {
 void backward(const TensorList& outputs, const TensorList& grad_outputs = {},
               const BackwardOptions& options = {});
 
+// The weight-gradient store of the backward pass running on this thread
+// (nullptr outside backward or when it does not defer). A node whose
+// backward runs a nested backward (activation recomputation) passes it on,
+// so deferred weight gradients stay deferred inside recomputed blocks.
+WeightGradStore* current_weight_grad_store();
+
 }  // namespace triad::autograd
