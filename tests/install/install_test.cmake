@@ -17,7 +17,11 @@ execute_process(COMMAND ${CMAKE_COMMAND} --build ${WORK_DIR}/build RESULT_VARIAB
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "building the consumer failed (${rc})")
 endif()
-execute_process(COMMAND ${WORK_DIR}/build/consumer RESULT_VARIABLE rc)
+execute_process(COMMAND ${WORK_DIR}/build/consumer RESULT_VARIABLE rc OUTPUT_VARIABLE out
+                ERROR_VARIABLE err)
 if(NOT rc EQUAL 0)
-  message(FATAL_ERROR "the consumer program failed (${rc})")
+  message(FATAL_ERROR "the consumer program failed (${rc}):\n${out}${err}")
+endif()
+if(NOT out MATCHES "consumer: ok, loss [0-9.]+ -> [0-9.]+")
+  message(FATAL_ERROR "the consumer program exited 0 without its report line:\n${out}${err}")
 endif()
