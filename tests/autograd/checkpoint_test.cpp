@@ -10,15 +10,14 @@ namespace triad {
 namespace {
 
 nn::GptConfig tiny(nn::Recompute r) {
-  nn::GptConfig c;
-  c.n_layer = 3;
-  c.n_head = 2;
-  c.d_model = 32;
-  c.vocab_size = 40;
-  c.seq_len = 16;
-  c.dropout = 0.1;  // recomputation must reproduce the masks
-  c.recompute = r;
-  return c;
+  // Dropout on: recomputation must reproduce the masks.
+  return {.n_layer = 3,
+          .n_head = 2,
+          .d_model = 32,
+          .vocab_size = 40,
+          .seq_len = 16,
+          .dropout = 0.1,
+          .recompute = r};
 }
 
 TEST(Recompute, FullRecomputationLeavesEveryGradientUnchanged) {

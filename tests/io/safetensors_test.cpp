@@ -91,12 +91,7 @@ TEST(Safetensors, RejectsMalformedFiles) {
 
 TEST(Gpt2Weights, SavedFileUsesGpt2NamesAndLayouts) {
   TempDir dir;
-  nn::GptConfig cfg;
-  cfg.n_layer = 2;
-  cfg.n_head = 2;
-  cfg.d_model = 8;
-  cfg.vocab_size = 11;
-  cfg.seq_len = 5;
+  nn::GptConfig cfg{.n_layer = 2, .n_head = 2, .d_model = 8, .vocab_size = 11, .seq_len = 5};
   nn::Gpt model(cfg, 3);
   const std::string path = dir.file("gpt2.safetensors");
   save_gpt2_safetensors(model, path);
@@ -124,12 +119,7 @@ TEST(Gpt2Weights, SavedFileUsesGpt2NamesAndLayouts) {
 
 TEST(Gpt2Weights, ShapeMismatchNamesTensorAndShapes) {
   TempDir dir;
-  nn::GptConfig cfg;
-  cfg.n_layer = 1;
-  cfg.n_head = 2;
-  cfg.d_model = 8;
-  cfg.vocab_size = 11;
-  cfg.seq_len = 5;
+  nn::GptConfig cfg{.n_layer = 1, .n_head = 2, .d_model = 8, .vocab_size = 11, .seq_len = 5};
   nn::Gpt model(cfg, 3);
   const std::string path = dir.file("gpt2.safetensors");
   save_gpt2_safetensors(model, path);

@@ -12,13 +12,7 @@ namespace triad::nn {
 namespace {
 
 GptConfig tiny(int64_t layers = 2) {
-  GptConfig c;
-  c.n_layer = layers;
-  c.n_head = 2;
-  c.d_model = 16;
-  c.vocab_size = 23;
-  c.seq_len = 8;
-  return c;
+  return {.n_layer = layers, .n_head = 2, .d_model = 16, .vocab_size = 23, .seq_len = 8};
 }
 
 TEST(Gpt, ParameterNamesAreGpt2sAndCountMatchesTheFormula) {

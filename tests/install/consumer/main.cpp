@@ -24,14 +24,12 @@ void check(bool ok, const char* what, double value) {
 }
 
 triad::nn::GptConfig tiny(triad::nn::Recompute recompute) {
-  triad::nn::GptConfig cfg;
-  cfg.n_layer = 2;
-  cfg.n_head = 2;
-  cfg.d_model = 16;
-  cfg.vocab_size = 10;
-  cfg.seq_len = 8;
-  cfg.recompute = recompute;
-  return cfg;
+  return {.n_layer = 2,
+          .n_head = 2,
+          .d_model = 16,
+          .vocab_size = 10,
+          .seq_len = 8,
+          .recompute = recompute};
 }
 
 }  // namespace

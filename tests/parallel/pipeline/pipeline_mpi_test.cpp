@@ -24,13 +24,7 @@ dist::ProcessGroupPtr g_world;
 std::unique_ptr<dist::DeviceMesh> g_mesh;
 
 nn::GptConfig tiny() {
-  nn::GptConfig c;
-  c.n_layer = 8;
-  c.n_head = 2;
-  c.d_model = 16;
-  c.vocab_size = 50;
-  c.seq_len = 8;
-  return c;
+  return {.n_layer = 8, .n_head = 2, .d_model = 16, .vocab_size = 50, .seq_len = 8};
 }
 
 std::vector<data::Batch> batches(int m, uint64_t salt) {

@@ -48,13 +48,8 @@ TEST(Mappings, ConjugatePairsMoveGradientsAsDefined) {
 }
 
 nn::GptConfig tiny(int64_t vocab) {
-  nn::GptConfig c;
-  c.n_layer = 2;
-  c.n_head = 4;
-  c.d_model = 32;
-  c.vocab_size = vocab;  // not a multiple of 128 * tp
-  c.seq_len = 8;
-  return c;
+  // The vocabulary is deliberately not a multiple of 128 * tp.
+  return {.n_layer = 2, .n_head = 4, .d_model = 32, .vocab_size = vocab, .seq_len = 8};
 }
 
 Tensor token_ids(int64_t vocab, uint64_t stream) {
