@@ -55,7 +55,10 @@ TensorList AccumulateGrad::apply(const TensorList& grad_outputs) {
   }
   Backend& backend = backend_for(param);
   if (!leaf_->grad) {
-    Tensor fresh = empty(param.shape(), param.dtype(), param.device());
+    // bf16/f16 leaves (mixed-precision parameters) accumulate in f32: the
+    // optimizer's f32 master weights take f32 gradients, and sums over
+    // microbatches do not lose digits.
+    Tensor fresh = empty(param.shape(), stat_dtype(param.dtype()), param.device());
     backend.copy(g, fresh);
     leaf_->grad = fresh.impl_ptr();
   } else {

@@ -5,6 +5,9 @@
 
 #include "cpu/cpu_backend.h"
 #include "cpu/half_adapter.h"
+#ifdef TRIAD_WITH_CUDA
+#include "cuda/cuda_backend.h"
+#endif
 
 namespace triad {
 namespace {
@@ -20,6 +23,11 @@ Registry& registry() {
   static detail::HalfAdapter cpu_with_half(cpu);
   static const bool init = [] {
     r.backends[static_cast<size_t>(DeviceType::CPU)] = &cpu_with_half;
+#ifdef TRIAD_WITH_CUDA
+    // Registered in every CUDA build; it touches the driver only when a CUDA
+    // tensor is first created, so machines without a GPU are unaffected.
+    r.backends[static_cast<size_t>(DeviceType::CUDA)] = &detail::cuda_backend();
+#endif
     return true;
   }();
   (void)init;

@@ -96,9 +96,9 @@ Tensor Block::forward(const Tensor& x, const ForwardContext& ctx) const {
 
 Gpt::Gpt(const GptConfig& cfg, uint64_t seed, DType dtype) : cfg_(cfg) {
   cfg_.validate();
-  if (dtype != DType::F32) {
+  if (dtype != DType::F32 && dtype != DType::BF16 && dtype != DType::F16) {
     throw NotSupportedError(std::string("Gpt: parameter dtype ") + dtype_name(dtype) +
-                            " is not supported yet (use f32; mixed precision keeps f32 masters)");
+                            " is not supported (f32, bf16 or f16)");
   }
   wte_ = register_module("wte", std::make_shared<Embedding>(cfg.vocab_size, cfg.d_model));
   wpe_ = register_module("wpe", std::make_shared<Embedding>(cfg.seq_len, cfg.d_model));
@@ -110,10 +110,13 @@ Gpt::Gpt(const GptConfig& cfg, uint64_t seed, DType dtype) : cfg_(cfg) {
   ln_f_ = register_module("ln_f", std::make_shared<LayerNorm>(cfg.d_model, cfg.layer_norm_eps));
   StateDict init;
   for (auto& [name, p] : named_parameters()) {
-    init.emplace(name,
-                 init_parameter(name, p.shape(), gpt2_init_rule(name, cfg.n_layer), seed, dtype));
+    init.emplace(
+        name, init_parameter(name, p.shape(), gpt2_init_rule(name, cfg.n_layer), seed, DType::F32));
   }
   load_state_dict(init);
+  // Half parameters are the f32 initial values rounded once (what the f32
+  // masters of mixed precision start from).
+  if (dtype != DType::F32) to(dtype);
 }
 
 Tensor Gpt::embed(const Tensor& ids, const ForwardContext& ctx) const {

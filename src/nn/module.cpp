@@ -72,6 +72,42 @@ void Module::load_state_dict(const StateDict& state, bool strict) {
   }
 }
 
+namespace {
+// Points `param`'s implementation at `moved`'s storage and geometry, so every
+// handle sharing the implementation follows.
+void rebind(Tensor& param, const Tensor& moved) {
+  TensorImpl& impl = param.impl();
+  impl.storage = moved.storage();
+  impl.shape = moved.shape();
+  impl.strides = moved.strides();
+  impl.offset = moved.offset();
+  impl.dtype = moved.dtype();
+  impl.grad.reset();
+}
+}  // namespace
+
+void Module::to(Device device) {
+  for (auto& [name, t] : named_parameters()) {
+    if (t.device() == device) continue;
+    Tensor moved = empty(t.shape(), t.dtype(), device);
+    copy_(moved, t);
+    rebind(t, moved);
+  }
+}
+
+void Module::to(DType dtype) {
+  if (!is_floating(dtype)) {
+    throw ValueError(std::string("Module::to: parameters need a floating dtype, got ") +
+                     dtype_name(dtype));
+  }
+  for (auto& [name, t] : named_parameters()) {
+    if (t.dtype() == dtype) continue;
+    Tensor converted = empty(t.shape(), dtype, t.device());
+    copy_(converted, t);
+    rebind(t, converted);
+  }
+}
+
 void Module::zero_grad() {
   for (auto& [name, t] : named_parameters()) t.impl().grad.reset();
 }

@@ -136,8 +136,8 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
   }
   Tensor total = empty({}, sd, logits.device());
   be.reduce(ReduceOp::Sum, losses, 1, N, 1, total, nullptr);
-  Tensor loss =
-      cast(scale(total, count ? 1.0 / static_cast<double>(count) : 0.0), logits.dtype()).detach();
+  Tensor loss = cast(scale(total, count ? 1.0 / static_cast<double>(count) : 0.0), sd)
+                    .detach();  // f32 for half logits
   const Shape ls = logits.shape();
   record("cross_entropy", {logits}, {loss},
          [lc, tc, lse, count, ignore_index, ls, sd, N](const TensorList& g) -> TensorList {

@@ -3,6 +3,7 @@
 #include "triad/autograd/grad_mode.h"
 #include "triad/backend/backend.h"
 #include "triad/ops/creation.h"
+#include "triad/ops/elementwise.h"
 
 namespace triad::optim {
 
@@ -18,7 +19,15 @@ AdamW::AdamW(std::vector<std::pair<std::string, Tensor>> named_params, AdamWOpti
   if (!(options.weight_decay >= 0)) throw ValueError("AdamW: weight_decay must be >= 0");
   for (auto& [name, p] : named_params) {
     if (!p.is_contiguous()) throw ValueError("AdamW: parameter '" + name + "' is not contiguous");
-    state_.push_back({name, p, zeros_like(p), zeros_like(p), p.dim() >= 2});
+    const bool half = p.dtype() == DType::BF16 || p.dtype() == DType::F16;
+    if (half) {
+      Tensor master = empty(p.shape(), DType::F32, p.device());
+      copy_(master, p);
+      state_.push_back({name, p, zeros(p.shape(), DType::F32, p.device()),
+                        zeros(p.shape(), DType::F32, p.device()), p.dim() >= 2, master});
+    } else {
+      state_.push_back({name, p, zeros_like(p), zeros_like(p), p.dim() >= 2, Tensor()});
+    }
   }
 }
 
@@ -35,7 +44,20 @@ void AdamW::step(double lr) {
     hp.eps = options_.eps;
     hp.weight_decay = s.decay ? options_.weight_decay : 0.0;
     hp.step = step_;
-    backend_for(s.param).adamw(s.param, g, s.m, s.v, hp);
+    if (!s.master.defined()) {
+      backend_for(s.param).adamw(s.param, g, s.m, s.v, hp);
+      continue;
+    }
+    Tensor g32 = g.dtype() == DType::F32 ? g : cast(g, DType::F32);
+    backend_for(s.master).adamw(s.master, g32, s.m, s.v, hp);
+    copy_(s.param, s.master);
+  }
+}
+
+void AdamW::sync_params_from_masters() {
+  autograd::NoGradGuard no_grad;
+  for (auto& s : state_) {
+    if (s.master.defined()) copy_(s.param, s.master);
   }
 }
 

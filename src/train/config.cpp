@@ -221,6 +221,12 @@ void check_batch(const Config& c, int dp) {
   }
 }
 
+DType TrainSection::param_dtype() const {
+  if (precision == "bf16") return DType::BF16;
+  if (precision == "fp16") return DType::F16;
+  return DType::F32;
+}
+
 Config parse_config(const std::string& yaml_text, const std::vector<std::string>& overrides,
                     const std::string& source) {
   YAML::Node root;
@@ -270,6 +276,31 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
         [&](auto& v, auto& k) {
           t.max_skipped_steps = get_int(v, k);
           if (t.max_skipped_steps < 0) throw ConfigError(k + " must be >= 0");
+        }}},
+      {"precision",
+       {false,
+        [&](auto& v, auto& k) {
+          t.precision = get_string(v, k);
+          if (t.precision != "fp32" && t.precision != "bf16" && t.precision != "fp16") {
+            throw ConfigError(k + " '" + t.precision + "' must be one of fp32, bf16, fp16");
+          }
+        }}},
+      {"loss_scale_init",
+       {false,
+        [&](auto& v, auto& k) {
+          t.loss_scale_init = get_double(v, k);
+          if (!(t.loss_scale_init >= 1.0)) {
+            throw ConfigError(k + " (" + std::to_string(t.loss_scale_init) + ") must be >= 1");
+          }
+        }}},
+      {"loss_scale_window",
+       {false,
+        [&](auto& v, auto& k) {
+          t.loss_scale_window = get_int(v, k);
+          if (t.loss_scale_window <= 0) {
+            throw ConfigError(k + " (" + std::to_string(t.loss_scale_window) +
+                              ") must be positive");
+          }
         }}},
       {"seed",
        {false,
@@ -439,6 +470,9 @@ std::string to_yaml(const Config& c) {
   e << YAML::Key << "eps" << YAML::Value << t.eps;
   e << YAML::Key << "grad_clip" << YAML::Value << t.grad_clip;
   e << YAML::Key << "max_skipped_steps" << YAML::Value << t.max_skipped_steps;
+  e << YAML::Key << "precision" << YAML::Value << t.precision;
+  e << YAML::Key << "loss_scale_init" << YAML::Value << t.loss_scale_init;
+  e << YAML::Key << "loss_scale_window" << YAML::Value << t.loss_scale_window;
   e << YAML::Key << "seed" << YAML::Value << t.seed;
   e << YAML::EndMap;
   e << YAML::Key << "data" << YAML::Value << YAML::BeginMap << YAML::Key << "train" << YAML::Value

@@ -13,6 +13,7 @@
 
 #include "triad/autograd/engine.h"
 #include "triad/autograd/grad_mode.h"
+#include "triad/backend/cuda.h"
 #include "triad/data/token_shard.h"
 #include "triad/io/checkpoint.h"
 #include "triad/io/gpt2_weights.h"
@@ -52,13 +53,30 @@ Trainer::Trainer(Config config, dist::ProcessGroupPtr world)
       world_(std::move(world)),
       schedule_(config_.train.lr, config_.train.min_lr, config_.train.warmup_steps,
                 config_.train.steps) {
-  const Device device = device_from_string(config_.device);
-  if (!device.is_cpu()) {
-    throw NotSupportedError("device '" + config_.device +
-                            "': this build trains on cpu only (the CUDA backend is not available)");
-  }
   const auto& par = config_.parallel;
   const int world_size = world_ ? world_->size() : 1;
+  device_ = device_from_string(config_.device);
+  if (device_.is_cuda()) {
+    if (!cuda::compiled()) {
+      throw NotSupportedError("device '" + config_.device +
+                              "': this build has no CUDA backend (configure with "
+                              "TRIAD_WITH_CUDA=ON)");
+    }
+    if (world_size > 1) {
+      throw NotSupportedError("device '" + config_.device + "' with " + std::to_string(world_size) +
+                              " ranks: multi-rank GPU training needs the NCCL process group, "
+                              "which is not available yet; run one process per job on cuda");
+    }
+    const int count = cuda::device_count();
+    if (count == 0) {
+      throw NotSupportedError("device '" + config_.device + "': no CUDA device is visible");
+    }
+    if (config_.device == "cuda") device_ = Device::cuda(0);  // one rank: the first device
+    if (device_.index >= count) {
+      throw ConfigError("device '" + config_.device + "': only " + std::to_string(count) +
+                        " CUDA device(s) are visible");
+    }
+  }
   // The layout is checked against the world before any communicator exists.
   const int tp_pp = par.tp * par.pp;
   if (par.dp == 0 && world_size % tp_pp != 0) {
@@ -108,6 +126,22 @@ Trainer::Trainer(Config config, dist::ProcessGroupPtr world)
             io::load_gpt2_state_dict(config_.init_from, tp_model_->full_shapes()));
       }
     }
+  }
+  // Mixed precision: parameters initialised (or loaded) in f32 are rounded
+  // once to the half type; the optimizer keeps the f32 originals as masters.
+  const DType param_dtype = config_.train.param_dtype();
+  if (model_) {
+    model_->to(device_);
+    if (param_dtype != DType::F32) model_->to(param_dtype);
+  }
+  if (tp_model_ && param_dtype != DType::F32) tp_model_->to(param_dtype);
+  if (pp_model_ && param_dtype != DType::F32) pp_model_->to(param_dtype);
+  if (config_.train.precision == "fp16") {
+    optim::LossScalerOptions so;
+    so.init_scale = config_.train.loss_scale_init;
+    so.growth_interval = config_.train.loss_scale_window;
+    so.max_scale = std::max(so.max_scale, so.init_scale);
+    scaler_ = std::make_unique<optim::DynamicLossScaler>(so);
   }
   dataset_ = std::make_unique<data::TokenDataset>(data::expand_shard_paths(config_.data_train),
                                                   config_.model.seq_len, config_.model.vocab_size);
@@ -214,6 +248,7 @@ std::map<std::string, std::string> Trainer::layout() const {
           {"order", p.order},
           {"stage_layers", stages},
           {"bucket_mb", std::to_string(p.bucket_mb)},
+          {"precision", config_.train.precision},
           {"model", std::to_string(m.n_layer) + "x" + std::to_string(m.d_model) + "x" +
                         std::to_string(m.n_head) + " vocab " + std::to_string(m.vocab_size) +
                         " seq " + std::to_string(m.seq_len)}};
@@ -223,24 +258,27 @@ void Trainer::save_checkpoint(int64_t next_step) {
   const auto& ck = config_.checkpoint;
   const int rank = world_ ? world_->rank() : 0;
   std::map<std::string, Tensor> tensors;
-  for (auto& [name, p] : parameters()) tensors["param/" + name] = p;
+  auto host = [](const Tensor& t) { return to_device(t.detach(), Device::cpu()).detach(); };
+  for (auto& [name, p] : parameters()) tensors["param/" + name] = host(p);
   int64_t opt_step = 0;
   if (zero_optimizer_) {
     tensors["zero/m"] = zero_optimizer_->m();
     tensors["zero/v"] = zero_optimizer_->v();
+    if (zero_optimizer_->master().defined()) tensors["zero/master"] = zero_optimizer_->master();
     opt_step = zero_optimizer_->step_count();
   } else {
     for (auto& st : optimizer_->state()) {
-      tensors["adam_m/" + st.name] = st.m;
-      tensors["adam_v/" + st.name] = st.v;
+      tensors["adam_m/" + st.name] = host(st.m);
+      tensors["adam_v/" + st.name] = host(st.v);
+      if (st.master.defined()) tensors["master/" + st.name] = host(st.master);
     }
     opt_step = optimizer_->step_count();
   }
-  const std::map<std::string, std::string> meta{
-      {"next_step", std::to_string(next_step)},
-      {"applied_steps", std::to_string(applied_steps_)},
-      {"consecutive_skips", std::to_string(consecutive_skips_)},
-      {"optimizer_step", std::to_string(opt_step)}};
+  std::map<std::string, std::string> meta{{"next_step", std::to_string(next_step)},
+                                          {"applied_steps", std::to_string(applied_steps_)},
+                                          {"consecutive_skips", std::to_string(consecutive_skips_)},
+                                          {"optimizer_step", std::to_string(opt_step)}};
+  if (scaler_) meta["loss_scaler"] = scaler_->state().dump();
   io::write_rank_state(io::checkpoint_staging_dir(ck.dir, next_step), rank, tensors, meta);
   barrier();
   if (rank == 0) {
@@ -276,13 +314,27 @@ int64_t Trainer::load_checkpoint() {
   if (zero_optimizer_) {
     take("zero/m", zero_optimizer_->m());
     take("zero/v", zero_optimizer_->v());
+    if (zero_optimizer_->master().defined()) {
+      take("zero/master", zero_optimizer_->master());
+      zero_optimizer_->sync_params_from_masters();
+    }
     zero_optimizer_->set_step_count(meta("optimizer_step"));
   } else {
     for (auto& s : optimizer_->state()) {
       take("adam_m/" + s.name, s.m);
       take("adam_v/" + s.name, s.v);
+      if (s.master.defined()) take("master/" + s.name, s.master);
     }
+    optimizer_->sync_params_from_masters();
     optimizer_->set_step_count(meta("optimizer_step"));
+  }
+  if (scaler_) {
+    auto it = st.metadata.find("loss_scaler");
+    if (it == st.metadata.end()) {
+      throw IoError("checkpoint '" + info->step_dir +
+                    "': no loss-scaler state (it was not written by an fp16 run)");
+    }
+    scaler_->load_state(nlohmann::json::parse(it->second));
   }
   applied_steps_ = meta("applied_steps");
   consecutive_skips_ = meta("consecutive_skips");
@@ -309,6 +361,19 @@ double Trainer::global_norm_zero1() const {
   Tensor t = from_vector(std::vector<double>{sq}, {1}, DType::F64);
   world_->all_reduce(t, dist::ReduceOp::Sum)->wait();
   return std::sqrt(item(t));
+}
+
+void Trainer::unscale_gradients() const {
+  autograd::NoGradGuard ng;
+  const double inv = scaler_->inv_scale();
+  if (reducer_) {
+    scale_(reducer_->flat_grads(), inv);  // every gradient lives in the flat buffer
+    return;
+  }
+  for (auto& [name, p] : parameters()) {
+    Tensor g = p.grad();
+    if (g.defined()) scale_(g, inv);
+  }
 }
 
 std::vector<std::pair<std::string, Tensor>> Trainer::parameters() const {
@@ -347,7 +412,8 @@ double Trainer::forward_backward(int64_t index, double* bubble) {
                                         t.micro_batch_size));
     }
     const auto start = std::chrono::steady_clock::now();
-    pipeline::PipelineStepResult r = executor_->run(batches, {true, t.seed, call});
+    pipeline::PipelineStepResult r =
+        executor_->run(batches, {true, t.seed, call}, scaler_ ? scaler_->scale() : 1.0);
     const double wall =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     Tensor busiest = from_vector(std::vector<double>{r.compute_seconds}, {1}, DType::F64);
@@ -361,6 +427,10 @@ double Trainer::forward_backward(int64_t index, double* bubble) {
                                     t.micro_batch_size);
     nn::ForwardContext ctx{true, t.seed, call + static_cast<uint64_t>(i)};
     const auto t0 = TraceRecorder::Clock::now();
+    if (!device_.is_cpu()) {
+      b.inputs = to_device(b.inputs, device_);
+      b.targets = to_device(b.targets, device_);
+    }
     Tensor loss = tp_model_ ? tp_model_->loss(b.inputs, b.targets, ctx)
                             : model_->loss(b.inputs, b.targets, ctx);
     if (index == nan_step_) loss = scale(loss, std::numeric_limits<double>::quiet_NaN());
@@ -370,7 +440,9 @@ double Trainer::forward_backward(int64_t index, double* bubble) {
     // Each micro-batch's mean loss weighs 1/micro: the step loss is the mean
     // over all of this rank's tokens (and, averaged over dp, all tokens).
     const auto t1 = TraceRecorder::Clock::now();
-    autograd::backward({scale(loss, 1.0 / static_cast<double>(micro))});
+    // fp16: backward starts from the scaled loss so small gradients survive.
+    const double loss_scale = scaler_ ? scaler_->scale() : 1.0;
+    autograd::backward({scale(loss, loss_scale / static_cast<double>(micro))});
     const std::string id = std::to_string(i);
     record(std::string("F").append(id), "forward", t0, t1);
     record(std::string("B").append(id), "backward", t1, TraceRecorder::Clock::now());
@@ -393,6 +465,7 @@ StepMetrics Trainer::step(int64_t index) {
     loss = item(l);
     record("dp reduce", "dp", reduce_start, TraceRecorder::Clock::now());
   }
+  if (scaler_) unscale_gradients();
   double norm = 0;
   if (zero_optimizer_) {
     norm = global_norm_zero1();
@@ -410,7 +483,15 @@ StepMetrics Trainer::step(int64_t index) {
   // learning-rate schedule does not advance.
   StepMetrics m;
   const double lr = schedule_.at(applied_steps_);
-  if (!std::isfinite(norm) || !std::isfinite(loss)) {
+  if (scaler_) m.loss_scale = scaler_->scale();
+  if (scaler_ && std::isfinite(loss) && !std::isfinite(norm)) {
+    // fp16 overflow: part of dynamic loss scaling, not a failure. The scale
+    // backs off and the step is skipped on every rank (the norm is global).
+    scaler_->update(true);
+    m.skipped = true;
+    spdlog::info("step {}: fp16 gradients overflowed; loss scale {} -> {}, update skipped",
+                 index + 1, m.loss_scale, scaler_->scale());
+  } else if (!std::isfinite(norm) || !std::isfinite(loss)) {
     m.skipped = true;
     ++consecutive_skips_;
     spdlog::warn("step {}: non-finite {} ({}); skipping the update ({} in a row)", index + 1,
@@ -423,6 +504,7 @@ StepMetrics Trainer::step(int64_t index) {
     }
   } else {
     consecutive_skips_ = 0;
+    if (scaler_) scaler_->update(false);
     const auto opt_start = TraceRecorder::Clock::now();
     if (zero_optimizer_) {
       zero_optimizer_->step(lr);

@@ -66,6 +66,17 @@ TEST(Half, F16MatchesIeeeBinary16) {
   }
 }
 
+// Known answers of Philox-4x32-10 (Random123's test vectors): the CPU and the
+// CUDA kernels share this function (triad/core/philox.h), so dropout masks
+// and initial values are the standard generator's on every device.
+TEST(Rng, PhiloxMatchesTheReferenceTestVectors) {
+  EXPECT_EQ(philox4x32(0, 0, 0),
+            (std::array<uint32_t, 4>{0x6627e8d5u, 0xe169c58du, 0xbc57ac4cu, 0x9b00dbd8u}));
+  // counter 243f6a88 85a308d3 13198a2e 03707344, key a4093822 299f31d0
+  EXPECT_EQ(philox4x32(0x299f31d0a4093822ull, 0x0370734413198a2eull, 0x85a308d3243f6a88ull),
+            (std::array<uint32_t, 4>{0xd16cfe09u, 0x94fdccebu, 0x5001e420u, 0x24126ea1u}));
+}
+
 TEST(Rng, PhiloxIsAPureFunctionOfKeyAndCounter) {
   EXPECT_EQ(philox4x32(1, 2, 3), philox4x32(1, 2, 3));
   EXPECT_NE(philox4x32(1, 2, 3), philox4x32(1, 2, 4));

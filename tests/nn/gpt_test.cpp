@@ -79,7 +79,48 @@ TEST(Gpt, RejectsBadConfigsAndInputs) {
   Gpt m(tiny(), 1);
   EXPECT_THROW(m.forward(zeros({2, 9}, DType::I64)), ShapeError);     // longer than seq_len
   EXPECT_THROW(m.forward(full({1, 2}, 23, DType::I64)), ValueError);  // id >= vocab
-  EXPECT_THROW(Gpt(tiny(), 1, DType::BF16), NotSupportedError);
+  EXPECT_THROW(Gpt(tiny(), 1, DType::I32), NotSupportedError);
+}
+
+// Mixed precision: half parameters are the f32 initial values rounded once,
+// the loss stays f32, and gradients of half parameters accumulate in f32.
+TEST(Gpt, HalfParametersRoundTheF32InitAndKeepF32LossAndGradients) {
+  Gpt f32(tiny(), 1);
+  for (DType half : {DType::BF16, DType::F16}) {
+    SCOPED_TRACE(dtype_name(half));
+    Gpt m(tiny(), 1, half);
+    auto a = f32.named_parameters(), b = m.named_parameters();
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t i = 0; i < a.size(); ++i) {
+      ASSERT_EQ(b[i].second.dtype(), half) << b[i].first;
+      EXPECT_EQ(to_double_vector(b[i].second), to_double_vector(cast(a[i].second, half)))
+          << b[i].first;
+    }
+    Tensor ids = from_vector(std::vector<int64_t>{1, 5, 7, 2, 9, 3, 4, 0}, {1, 8}, DType::I64);
+    Tensor tg = from_vector(std::vector<int64_t>{5, 7, 2, 9, 3, 4, 0, 1}, {1, 8}, DType::I64);
+    Tensor loss = m.loss(ids, tg);
+    EXPECT_EQ(loss.dtype(), DType::F32);
+    EXPECT_NEAR(item(loss), item(f32.loss(ids, tg)), 0.05);
+    autograd::backward({loss});
+    for (auto& [name, p] : m.named_parameters()) {
+      ASSERT_TRUE(p.grad().defined()) << name;
+      EXPECT_EQ(p.grad().dtype(), DType::F32) << name;
+    }
+  }
+}
+
+TEST(Module, ToConvertsInPlaceSoEveryHandleFollows) {
+  Gpt m(tiny(), 1);
+  Tensor handle = m.named_parameters().front().second;  // shares the implementation
+  const auto before = to_double_vector(handle);
+  m.to(DType::BF16);
+  EXPECT_EQ(handle.dtype(), DType::BF16);
+  const auto after = to_double_vector(handle);
+  for (size_t i = 0; i < before.size(); ++i)
+    EXPECT_NEAR(after[i], before[i], 1e-2 * (1 + std::abs(before[i])));
+  m.to(Device::cpu());  // already there: nothing moves
+  EXPECT_EQ(handle.device(), Device::cpu());
+  EXPECT_THROW(m.to(DType::I64), ValueError);
 }
 
 TEST(Module, LoadStateDictChecksNamesAndShapes) {

@@ -53,6 +53,38 @@ TEST(AdamW, MatchesTheClosedFormForTwoStepsAndDecaysOnlyMatrices) {
   EXPECT_FALSE(opt.state()[1].decay);
 }
 
+// Mixed precision: a bf16 parameter is updated through an f32 master with
+// f32 moments; the master follows exactly the trajectory of an f32
+// parameter fed the same gradients, and the parameter is the master rounded.
+TEST(AdamW, HalfParametersStepThroughF32Masters) {
+  Tensor w32 = randn({4, 6}, 3, 1), b32 = randn({6}, 3, 2);
+  Tensor w16 = cast(w32, DType::BF16).detach(), b16 = cast(b32, DType::BF16).detach();
+  // Start the f32 run from the same (bf16-rounded) values the masters hold.
+  w32 = cast(w16, DType::F32).detach();
+  b32 = cast(b16, DType::F32).detach();
+  for (Tensor* t : {&w32, &b32, &w16, &b16}) t->set_requires_grad(true);
+  optim::AdamWOptions o;
+  o.lr = 0.05;
+  o.weight_decay = 0.1;
+  optim::AdamW full({{"w", w32}, {"b", b32}}, o), mixed({{"w", w16}, {"b", b16}}, o);
+  ASSERT_TRUE(mixed.state()[0].master.defined());
+  EXPECT_EQ(mixed.state()[0].m.dtype(), DType::F32);
+  EXPECT_FALSE(full.state()[0].master.defined());
+  for (int step = 0; step < 3; ++step) {
+    Tensor gw = randn({4, 6}, 9, step), gb = randn({6}, 9, 10 + step);
+    w32.set_grad(gw);
+    b32.set_grad(gb);
+    w16.set_grad(gw);  // f32 gradients, as half leaves accumulate them
+    b16.set_grad(gb);
+    full.step(o.lr);
+    mixed.step(o.lr);
+  }
+  EXPECT_EQ(to_double_vector(mixed.state()[0].master), to_double_vector(w32));
+  EXPECT_EQ(to_double_vector(mixed.state()[1].master), to_double_vector(b32));
+  EXPECT_EQ(to_double_vector(w16), to_double_vector(cast(w32, DType::BF16)));
+  EXPECT_EQ(to_double_vector(b16), to_double_vector(cast(b32, DType::BF16)));
+}
+
 TEST(AdamW, RejectsBadHyperParameters) {
   Tensor w = zeros({2, 2});
   w.set_requires_grad(true);

@@ -3,8 +3,11 @@
 # same safetensors, with a vocabulary (300) that is not a multiple of 128*tp
 # and 8 layers so pipelines of 4 stages x 2 chunks fit. Layouts may also
 # switch on full recomputation, which must not change a single loss.
+# Mixed-precision layouts (bf16/fp16) are compared with the same fp32
+# reference at the tolerance they deserve, given as a third field
+# "loss divisor,norm divisor" (200,10: losses within 0.5%, norms within 10%).
 # Variables: TRAIN (triad-train), MPIRUN (list), CONFIG, DATA, WORK, LAYOUTS
-# ("ranks|--set ... --set ..." entries joined by '@').
+# ("ranks|--set ... --set ...[|loss,norm]" entries joined by '@').
 file(REMOVE_RECURSE ${WORK})
 set(common --config ${CONFIG} --set data.train=${DATA} --set model.vocab_size=300 --set model.n_layer=8
     --set train.micro_batch_size=2 --set log.interval=5)
@@ -74,15 +77,24 @@ foreach(layout IN LISTS layouts)
   string(REPLACE "|" ";" parts "${layout}")
   list(GET parts 0 ranks)
   list(GET parts 1 flags)
+  list(LENGTH parts nparts)
+  set(loss_div 100000)
+  set(norm_div 10000)
+  if(nparts GREATER 2)
+    list(GET parts 2 divisors)
+    string(REPLACE "," ";" divisors "${divisors}")
+    list(GET divisors 0 loss_div)
+    list(GET divisors 1 norm_div)
+  endif()
   separate_arguments(flags UNIX_COMMAND "${flags}")
   math(EXPR index "${index} + 1")
   set(dir ${WORK}/layout${index})
   run("${ranks} ranks: ${flags}" ${MPIRUN} -np ${ranks} ${TRAIN} ${common} ${from} ${flags} --set output.dir=${dir})
   field(${dir} loss got)
   field(${dir} grad_norm got_norms)
-  expect_close("${ranks} ranks ${flags} loss" "${reference}" "${got}" 100000)
+  expect_close("${ranks} ranks ${flags} loss" "${reference}" "${got}" ${loss_div})
   # The clipping norm (global over the whole mesh) equals one process's.
-  expect_close("${ranks} ranks ${flags} gradient norm" "${reference_norms}" "${got_norms}" 10000)
+  expect_close("${ranks} ranks ${flags} gradient norm" "${reference_norms}" "${got_norms}" ${norm_div})
   # Pipelines: the merged trace has every rank's row and the p2p waits, and
   # metrics carry the measured bubble.
   if("${flags}" MATCHES "parallel.pp")
@@ -96,6 +108,6 @@ foreach(layout IN LISTS layouts)
       message(FATAL_ERROR "${ranks} ranks ${flags}: metrics.jsonl lacks bubble_fraction")
     endif()
   endif()
-  message(STATUS "${ranks} ranks ${flags}: 10 losses match one process")
+  message(STATUS "${ranks} ranks ${flags}: 10 losses match one process (within 1/${loss_div})")
 endforeach()
 message(STATUS "${count} layouts checked")

@@ -35,6 +35,11 @@ class Module {
   void load_state_dict(const StateDict& state, bool strict = true);
   // Drops every parameter's .grad.
   void zero_grad();
+  // Moves every parameter to `device` and/or converts it to `dtype`, in
+  // place: handles held elsewhere (optimizers, hooks) see the new storage.
+  // Gradients are dropped. Call before building an optimizer.
+  void to(Device device);
+  void to(DType dtype);
   void set_training(bool training);
   bool training() const { return training_; }
 

@@ -20,7 +20,8 @@ Tensor causal_attention(const Tensor& qkv, int64_t n_head);
 Tensor embedding(const Tensor& weight, const Tensor& ids);
 
 // Mean over non-ignored rows of -log softmax(logits)[target]. logits (..., V);
-// targets (...) i32/i64. Returns a scalar (shape []) of logits' dtype; 0 when
+// targets (...) i32/i64. Returns a scalar (shape []) of the statistics dtype (f32,
+// or f64 for f64 logits: half logits give an f32 loss); 0 when
 // every row is ignored.
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index = -100);
 

@@ -19,6 +19,11 @@ struct AdamWOptions {
 // AdamW with PyTorch's semantics (decoupled weight decay, bias correction).
 // Weight decay applies to parameters of 2+ dimensions (linear weights,
 // embeddings), never to biases or LayerNorm parameters.
+//
+// Mixed precision: for a bf16/f16 parameter the optimizer keeps an f32
+// master copy and f32 moments; the update runs on the master with the f32
+// gradient (half parameters accumulate f32 gradients) and the parameter
+// receives the master rounded once. f32 parameters are updated in place.
 class AdamW {
  public:
   AdamW(std::vector<std::pair<std::string, Tensor>> named_params, AdamWOptions options);
@@ -32,11 +37,14 @@ class AdamW {
   struct State {
     std::string name;
     Tensor param;
-    Tensor m, v;  // first and second moments
+    Tensor m, v;  // first and second moments (f32 for half parameters)
     bool decay;
+    Tensor master;  // f32 master weights of a half parameter; undefined otherwise
   };
   std::vector<State>& state() { return state_; }
   void set_step_count(int64_t step) { step_ = step; }
+  // After masters were loaded (checkpoints): rounds them into the parameters.
+  void sync_params_from_masters();
 
  private:
   AdamWOptions options_;

@@ -23,6 +23,14 @@ struct TrainSection {
   double grad_clip = 1.0;         // 0 disables clipping
   int64_t max_skipped_steps = 5;  // consecutive non-finite steps before the job stops
   uint64_t seed = 1234;
+  // fp32 | bf16 | fp16. bf16/fp16: parameters and activations in half
+  // precision, f32 gradients, master weights and optimizer state; fp16 adds
+  // dynamic loss scaling.
+  std::string precision = "fp32";
+  double loss_scale_init = 65536.0;  // fp16: initial loss scale
+  int64_t loss_scale_window = 2000;  // fp16: clean steps before the scale doubles
+  // The parameter dtype `precision` asks for.
+  DType param_dtype() const;
 };
 
 // How the job is laid out (`parallel:` section).

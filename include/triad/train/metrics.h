@@ -21,6 +21,8 @@ struct StepMetrics {
   double bubble_fraction = -1;
   // A non-finite gradient on some rank: every rank skipped the update.
   bool skipped = false;
+  // fp16: the loss scale this step's backward used (0 otherwise).
+  double loss_scale = 0;
 };
 
 // Appends one JSON object per step to a metrics.jsonl file.

@@ -8,6 +8,7 @@
 #include "triad/dist/mesh.h"
 #include "triad/nn/gpt.h"
 #include "triad/optim/adamw.h"
+#include "triad/optim/loss_scaler.h"
 #include "triad/optim/lr_schedule.h"
 #include "triad/parallel/data/grad_reducer.h"
 #include "triad/parallel/pipeline/executor.h"
@@ -41,6 +42,8 @@ class Trainer {
   // (0-based) step `index` (layouts without a pipeline).
   void inject_nan_at(int64_t index) { nan_step_ = index; }
   const dp::GradientReducer* reducer() const { return reducer_.get(); }
+  // The fp16 loss scaler (null for fp32 and bf16).
+  const optim::DynamicLossScaler* loss_scaler() const { return scaler_.get(); }
   // Elements of AdamW moment state this rank keeps (per moment).
   int64_t optimizer_state_elements() const;
   // The model's parameters as full (unsharded) tensors; collective.
@@ -71,7 +74,11 @@ class Trainer {
   int64_t applied_steps_ = 0;        // optimizer steps taken (skipped ones excluded)
   int64_t consecutive_skips_ = 0;
   int64_t nan_step_ = -1;
+  Device device_;                                     // where parameters and activations live
+  std::unique_ptr<optim::DynamicLossScaler> scaler_;  // train.precision = fp16
   double global_norm_zero1() const;
+  // fp16: divides every gradient by the loss scale (before norms and clipping).
+  void unscale_gradients() const;
   // Checkpoints: the layout a checkpoint must match, save (collective) and
   // resume (returns the step to continue from).
   std::map<std::string, std::string> layout() const;

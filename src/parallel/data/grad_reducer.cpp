@@ -27,10 +27,17 @@ GradientReducer::GradientReducer(std::vector<std::pair<std::string, Tensor>> par
     : params_(std::move(params)), group_(std::move(group)), zero1_(zero1) {
   autograd::NoGradGuard ng;
   const size_t n = params_.size();
+  // Parameters share one dtype (f32, or bf16/f16 under mixed precision);
+  // gradients are always f32 (half parameters accumulate f32 gradients).
+  const DType param_dtype = n ? params_.front().second.dtype() : DType::F32;
   for (const auto& [name, p] : params_) {
-    if (p.dtype() != DType::F32 || !p.device().is_cpu() || !p.is_contiguous()) {
-      throw NotSupportedError("GradientReducer: parameter '" + name +
-                              "' must be a contiguous f32 cpu tensor");
+    if (p.dtype() != param_dtype ||
+        (p.dtype() != DType::F32 && p.dtype() != DType::BF16 && p.dtype() != DType::F16) ||
+        !p.device().is_cpu() || !p.is_contiguous()) {
+      throw NotSupportedError("GradientReducer: parameter '" + name + "' is " + p.str() +
+                              "; every parameter must be a contiguous cpu tensor of one dtype "
+                              "(f32, bf16 or f16; here " +
+                              dtype_name(param_dtype) + ")");
     }
   }
   // Layout: reverse registration order (backward's order), late ones last.
@@ -49,7 +56,7 @@ GradientReducer::GradientReducer(std::vector<std::pair<std::string, Tensor>> par
     total += params_[i].second.numel();
   }
   flat_grad_ = zeros({total});
-  flat_param_ = empty({total});
+  flat_param_ = empty({total}, param_dtype);
   const int64_t cap = std::max<int64_t>(1, static_cast<int64_t>(bucket_bytes / 4));
   for (size_t i : order) {
     const bool is_late = late.count(params_[i].first) > 0;
@@ -184,6 +191,28 @@ ZeroAdamW::ZeroAdamW(GradientReducer& reducer, optim::AdamWOptions options)
   for (const auto& s : reducer_.shard_segments()) n += s.length;
   m_ = zeros({n});
   v_ = zeros({n});
+  if (reducer_.flat_params().dtype() != DType::F32) {
+    // Mixed precision: f32 masters of this rank's pieces.
+    master_ = empty({n});
+    int64_t at = 0;
+    for (const auto& s : reducer_.shard_segments()) {
+      Tensor w = range(master_, at, s.length);
+      copy_(w, range(reducer_.flat_params(), s.flat_offset, s.length));
+      at += s.length;
+    }
+  }
+}
+
+void ZeroAdamW::sync_params_from_masters() {
+  if (!master_.defined()) return;
+  autograd::NoGradGuard ng;
+  int64_t at = 0;
+  for (const auto& s : reducer_.shard_segments()) {
+    Tensor p = range(reducer_.flat_params(), s.flat_offset, s.length);
+    copy_(p, range(master_, at, s.length));
+    at += s.length;
+  }
+  reducer_.gather_parameters();
 }
 
 void ZeroAdamW::step(double lr) {
@@ -202,7 +231,13 @@ void ZeroAdamW::step(double lr) {
     hp.eps = options_.eps;
     hp.weight_decay = reducer_.params()[s.param].second.dim() >= 2 ? options_.weight_decay : 0.0;
     hp.step = step_;
-    be.adamw(p, g, m, v, hp);
+    if (master_.defined()) {
+      Tensor w = range(master_, at, s.length);
+      be.adamw(w, g, m, v, hp);
+      copy_(p, w);
+    } else {
+      be.adamw(p, g, m, v, hp);
+    }
     at += s.length;
   }
   reducer_.gather_parameters();

@@ -1,5 +1,7 @@
 #include "triad/parallel/pipeline/executor.h"
 
+#include "triad/backend/backend.h"
+
 #include <chrono>
 #include <cmath>
 
@@ -83,6 +85,15 @@ std::vector<std::pair<std::string, Tensor>> PipelineModel::named_parameters() co
   return out;
 }
 
+DType PipelineModel::dtype() const {
+  const auto params = chunks_.front()->named_parameters();
+  return params.empty() ? DType::F32 : params.front().second.dtype();
+}
+
+void PipelineModel::to(DType dtype) {
+  for (const auto& c : chunks_) c->to(dtype);
+}
+
 void PipelineModel::zero_grad() const {
   for (const auto& c : chunks_) c->zero_grad();
 }
@@ -93,7 +104,8 @@ void PipelineModel::reduce_tied_embedding_grads() const {
     if (!c->plan().embedding && !c->plan().head) continue;
     Tensor g = c->token_embedding().grad();
     if (!g.defined()) {
-      g = zeros_like(c->token_embedding());
+      g = zeros(c->token_embedding().shape(), stat_dtype(c->token_embedding().dtype()),
+                c->token_embedding().device());
       Tensor w = c->token_embedding();
       w.set_grad(g);
     }
@@ -158,7 +170,7 @@ nn::StateDict PipelineModel::full_state_dict() const {
       names.push_back({"ln_f.bias", {C}});
     }
     for (auto& [name, shape] : names) {
-      Tensor t = owner == rank_ ? contiguous(local.at(name)).detach() : empty(shape);
+      Tensor t = owner == rank_ ? contiguous(local.at(name)).detach() : empty(shape, dtype());
       groups_.pp->broadcast(t, owner)->wait();
       out[name] = t;
     }
@@ -188,7 +200,7 @@ PipelineExecutor::PipelineExecutor(PipelineModel& model, Schedule schedule)
 }
 
 PipelineStepResult PipelineExecutor::run(const std::vector<data::Batch>& micro,
-                                         const nn::ForwardContext& ctx) {
+                                         const nn::ForwardContext& ctx, double loss_scale) {
   const int m = schedule_.m, S = schedule_.num_stages(), r = model_.rank();
   if (static_cast<int>(micro.size()) != m) {
     throw ValueError("pipeline step: " + std::to_string(micro.size()) +
@@ -197,6 +209,7 @@ PipelineStepResult PipelineExecutor::run(const std::vector<data::Batch>& micro,
   const auto& cfg = model_.config();
   const auto& tpg = model_.groups().tp;
   const bool sp = model_.chunk(0).sequence_parallel();
+  const DType act_dtype = model_.dtype();
   using Key = std::pair<int, int>;  // (chunk, microbatch)
   std::map<Key, Tensor> inputs, outputs, losses, grad_in, grad_out;
   std::map<Key, autograd::WeightGradStore> stores;
@@ -236,13 +249,15 @@ PipelineStepResult PipelineExecutor::run(const std::vector<data::Batch>& micro,
         if (o.is_send) {
           const Key k{chunk_src, o.microbatch};
           Tensor t = o.payload == Payload::Activation ? outputs.at(k) : grad_in.at(k);
+          // Gradients travel in the activation dtype (half leaves hold f32 gradients).
+          if (t.dtype() != act_dtype) t = cast(t, act_dtype);
           ops.push_back({true, contiguous(t).detach(), o.peer, 0});
           if (o.payload == Payload::Activation) sent_outputs.push_back(k);
         } else {
           // The consumer is the next stage (activation) or the previous one (gradient).
           const int consumer = o.payload == Payload::Activation ? o.stage + 1 : o.stage - 1;
           const Key k{schedule_.chunk_of(consumer), o.microbatch};
-          Tensor buf = empty(activation_shape(o.microbatch));
+          Tensor buf = empty(activation_shape(o.microbatch), act_dtype);
           (o.payload == Payload::Activation ? inputs : grad_out)[k] = buf;
           ops.push_back({false, buf, o.peer, 0});
         }
@@ -299,7 +314,7 @@ PipelineStepResult PipelineExecutor::run(const std::vector<data::Batch>& micro,
             Tensor l = losses.at(k);
             loss_sum += item(l);
             // The step loss is the mean over microbatches of their mean losses.
-            autograd::backward({l}, {full({}, 1.0 / m, l.dtype(), l.device())}, opts);
+            autograd::backward({l}, {full({}, loss_scale / m, l.dtype(), l.device())}, opts);
             losses.erase(k);
           } else {
             autograd::backward({outputs.at(k)}, {grad_out.at(k)}, opts);

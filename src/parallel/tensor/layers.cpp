@@ -109,8 +109,8 @@ Tensor vocab_parallel_cross_entropy(const Tensor& logits, const Tensor& targets,
   auto m = to_double_vector(gmax), t = to_double_vector(tlogit), s = to_double_vector(sumexp);
   double total = 0;
   for (int64_t i = 0; i < N; ++i) total += std::log(s[i]) + m[i] - t[i];
-  Tensor loss = from_vector(std::vector<double>{N ? total / static_cast<double>(N) : 0.0}, {},
-                            logits.dtype(), logits.device());
+  Tensor loss = from_vector(std::vector<double>{N ? total / static_cast<double>(N) : 0.0}, {}, sd,
+                            logits.device());  // f32 for half logits
   const Shape ls = logits.shape();
   autograd::record("vocab_parallel_cross_entropy", {logits}, {loss},
                    [=](const autograd::TensorList& g) -> autograd::TensorList {

@@ -103,6 +103,11 @@ class ZeroAdamW {
   // For checkpoints: the moments over this rank's pieces and the step count.
   Tensor& m() { return m_; }
   Tensor& v() { return v_; }
+  // f32 master weights of this rank's pieces under mixed precision
+  // (undefined for f32 parameters).
+  Tensor& master() { return master_; }
+  // After masters were loaded: rounds them into the parameters and gathers.
+  void sync_params_from_masters();
   int64_t step_count() const { return step_; }
   void set_step_count(int64_t s) { step_ = s; }
 
@@ -110,6 +115,7 @@ class ZeroAdamW {
   GradientReducer& reducer_;
   optim::AdamWOptions options_;
   Tensor m_, v_;  // over the concatenated shard segments
+  Tensor master_;
   int64_t step_ = 0;
 };
 

@@ -50,6 +50,10 @@ class PipelineModel {
   // Every parameter of this rank's chunks (names are global and distinct).
   std::vector<std::pair<std::string, Tensor>> named_parameters() const;
   void zero_grad() const;
+  // The parameters' dtype (activations travel in it); to() converts every
+  // chunk (mixed precision: bf16/f16 parameters, f32 masters in the optimizer).
+  DType dtype() const;
+  void to(DType dtype);
   // Sums the token-embedding gradients of the first and last stage (tied
   // weights) so both copies take the same step.
   void reduce_tied_embedding_grads() const;
@@ -92,9 +96,10 @@ class PipelineExecutor {
                                        Clock::time_point start, Clock::time_point end)>;
   void set_event_sink(EventSink sink) { sink_ = std::move(sink); }
   // microbatches.size() must equal the schedule's m; each batch (b, T).
-  // Microbatch i runs with ctx.call + i (dropout streams).
+  // Microbatch i runs with ctx.call + i (dropout streams). Backward starts
+  // from loss * loss_scale (fp16 loss scaling); the reported loss is unscaled.
   PipelineStepResult run(const std::vector<data::Batch>& microbatches,
-                         const nn::ForwardContext& ctx);
+                         const nn::ForwardContext& ctx, double loss_scale = 1.0);
 
  private:
   PipelineModel& model_;

@@ -1,0 +1,34 @@
+#pragma once
+
+// The CUDA runtime as the rest of Triad sees it (available in builds with
+// TRIAD_WITH_CUDA; elsewhere every function reports zero devices or throws
+// NotSupportedError). Each device has one compute stream that every kernel
+// of the CUDA backend runs on; the communication layer orders its own
+// streams against it with the event helpers. Handles are opaque pointers so
+// this header needs no CUDA headers.
+#include <cstdint>
+
+#include "triad/core/allocator.h"
+
+namespace triad::cuda {
+
+// True when this build has the CUDA backend (TRIAD_WITH_CUDA).
+bool compiled();
+// Visible devices; 0 without a driver or GPU (never throws).
+int device_count();
+// The compute stream of `device` (a cudaStream_t), created on first use.
+void* compute_stream(int device);
+// Waits until everything queued on `device`'s compute stream has run.
+void synchronize(int device);
+// Records an event on `device`'s compute stream and makes `other_stream`
+// (a cudaStream_t of the same device) wait for it: work queued there later
+// sees every result queued on the compute stream so far.
+void order_after_compute(int device, void* other_stream);
+// The reverse: the compute stream waits for what is queued on `other_stream`.
+void order_compute_after(int device, void* other_stream);
+// Statistics of `device`'s caching allocator.
+AllocatorStats memory_stats(int device);
+// Returns the cached free blocks of `device` to the driver.
+void empty_cache(int device);
+
+}  // namespace triad::cuda

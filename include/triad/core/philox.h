@@ -1,0 +1,51 @@
+#pragma once
+
+// Philox-4x32-10 as one header that compiles for both host and device, so the
+// CPU backend and the CUDA kernels draw every random number (initialisation,
+// dropout masks) from the very same function.
+#include <cstdint>
+
+#if defined(__CUDACC__)
+#define TRIAD_HOST_DEVICE __host__ __device__
+#else
+#define TRIAD_HOST_DEVICE
+#endif
+
+namespace triad::philox {
+
+struct Words {
+  uint32_t w[4];
+};
+
+// The four 32-bit words of counter (counter_hi, counter_lo) under `key`.
+TRIAD_HOST_DEVICE inline Words block(uint64_t key, uint64_t counter_hi, uint64_t counter_lo) {
+  constexpr uint32_t kMul0 = 0xD2511F53u, kMul1 = 0xCD9E8D57u;
+  constexpr uint32_t kW0 = 0x9E3779B9u, kW1 = 0xBB67AE85u;
+  uint32_t c0 = static_cast<uint32_t>(counter_lo), c1 = static_cast<uint32_t>(counter_lo >> 32);
+  uint32_t c2 = static_cast<uint32_t>(counter_hi), c3 = static_cast<uint32_t>(counter_hi >> 32);
+  uint32_t k0 = static_cast<uint32_t>(key), k1 = static_cast<uint32_t>(key >> 32);
+  for (int round = 0; round < 10; ++round) {
+    const uint64_t p0 = static_cast<uint64_t>(kMul0) * c0;
+    const uint64_t p1 = static_cast<uint64_t>(kMul1) * c2;
+    const uint32_t n0 = static_cast<uint32_t>(p1 >> 32) ^ c1 ^ k0;
+    const uint32_t n1 = static_cast<uint32_t>(p1);
+    const uint32_t n2 = static_cast<uint32_t>(p0 >> 32) ^ c3 ^ k1;
+    const uint32_t n3 = static_cast<uint32_t>(p0);
+    c0 = n0, c1 = n1, c2 = n2, c3 = n3;
+    k0 += kW0, k1 += kW1;
+  }
+  return {{c0, c1, c2, c3}};
+}
+
+// Uniform in [0, 1) from 32 random bits (24-bit mantissa, never 1.0).
+TRIAD_HOST_DEVICE inline float unit_float(uint32_t x) {
+  return static_cast<float>(x >> 8) * (1.0f / 16777216.0f);
+}
+
+// Element `index` of stream (seed, stream): four outputs per counter, element
+// i uses word i % 4 of counter i / 4.
+TRIAD_HOST_DEVICE inline float uniform(uint64_t seed, uint64_t stream, uint64_t index) {
+  return unit_float(block(seed, stream, index >> 2).w[index & 3]);
+}
+
+}  // namespace triad::philox

@@ -1,0 +1,368 @@
+// Causal flash attention, one thread per query (forward, dq) or per key
+// (dk, dv). Tiles of the other side stream through shared memory, stored in
+// f32 with rows padded by one word so threads reading their own rows do not
+// collide on banks. Head dims are rounded up to a compiled width (32, 64,
+// 128) and guarded at run time.
+#include <cfloat>
+
+#include "attention.h"
+#include "device_utils.cuh"
+
+namespace triad::kernels {
+namespace {
+
+constexpr int kRows = 64;  // threads per block: queries (forward, dq) or keys (dk, dv)
+constexpr int kTile = 32;  // rows of the streamed side per shared-memory tile
+
+template <int MAXD>
+constexpr int padded() {
+  return MAXD + 1;
+}
+
+// Loads rows [r0, r0 + n) of the (B, T, stride) tensor at column `col`
+// (D wide) into tile[kTile][MAXD + 1] as f32; rows past T are zero.
+template <class T, int MAXD>
+__device__ void load_tile(float* tile, const T* base, int64_t stride, int64_t r0, int64_t Tn,
+                          int D) {
+  for (int idx = threadIdx.x; idx < kTile * D; idx += blockDim.x) {
+    const int r = idx / D, d = idx % D;
+    const int64_t row = r0 + r;
+    tile[r * padded<MAXD>() + d] = row < Tn ? load(base, row * stride + d) : 0.0f;
+  }
+}
+
+// Loads this block's own rows (one per thread) the same way: own[kRows][MAXD + 1].
+template <class T, int MAXD>
+__device__ void load_own(float* own, const T* base, int64_t stride, int64_t r0, int64_t Tn, int D) {
+  for (int idx = threadIdx.x; idx < kRows * D; idx += blockDim.x) {
+    const int r = idx / D, d = idx % D;
+    const int64_t row = r0 + r;
+    own[r * padded<MAXD>() + d] = row < Tn ? load(base, row * stride + d) : 0.0f;
+  }
+}
+
+template <int MAXD>
+__device__ __forceinline__ float dot_rows(const float* a, const float* b, int D) {
+  float s = 0;
+#pragma unroll
+  for (int d = 0; d < MAXD; ++d) {
+    if (d < D) s += a[d] * b[d];
+  }
+  return s;
+}
+
+// grid (ceil(T / kRows), B * NH); dynamic shared memory: own q rows + K, V tiles.
+template <class T, int MAXD>
+__global__ void __launch_bounds__(kRows)
+    attn_forward_kernel(const T* qkv, T* out, float* lse, int64_t Tn, int64_t C, int NH, int D,
+                        float scale) {
+  extern __shared__ float smem[];
+  float* q_own = smem;                              // [kRows][MAXD + 1]
+  float* k_tile = q_own + kRows * padded<MAXD>();   // [kTile][MAXD + 1]
+  float* v_tile = k_tile + kTile * padded<MAXD>();  // [kTile][MAXD + 1]
+  const int bh = blockIdx.y, b = bh / NH, h = bh % NH;
+  const int64_t C3 = 3 * C;
+  const T* q_base = qkv + b * Tn * C3 + h * D;
+  const int64_t r0 = blockIdx.x * int64_t(kRows);
+  const int64_t i = r0 + threadIdx.x;  // this thread's query
+  load_own<T, MAXD>(q_own, q_base, C3, r0, Tn, D);
+  const float* q = q_own + threadIdx.x * padded<MAXD>();
+
+  float acc[MAXD];
+#pragma unroll
+  for (int d = 0; d < MAXD; ++d) acc[d] = 0;
+  float m = -INFINITY, l = 0;
+  const int64_t last_key = min(Tn, r0 + kRows);  // causal: no key past the block's last query
+  for (int64_t k0 = 0; k0 < last_key; k0 += kTile) {
+    __syncthreads();
+    load_tile<T, MAXD>(k_tile, q_base + C, C3, k0, Tn, D);
+    load_tile<T, MAXD>(v_tile, q_base + 2 * C, C3, k0, Tn, D);
+    __syncthreads();
+    if (i < Tn) {
+      for (int j = 0; j < kTile && k0 + j <= i; ++j) {
+        const float* kr = k_tile + j * padded<MAXD>();
+        const float* vr = v_tile + j * padded<MAXD>();
+        const float s = dot_rows<MAXD>(q, kr, D) * scale;
+        if (s > m) {
+          const float corr = __expf(m - s);  // 0 on the first key (m = -inf)
+          l = l * corr + 1.0f;
+#pragma unroll
+          for (int d = 0; d < MAXD; ++d) {
+            if (d < D) acc[d] = acc[d] * corr + vr[d];
+          }
+          m = s;
+        } else {
+          const float p = __expf(s - m);
+          l += p;
+#pragma unroll
+          for (int d = 0; d < MAXD; ++d) {
+            if (d < D) acc[d] += p * vr[d];
+          }
+        }
+      }
+    }
+  }
+  if (i < Tn) {
+    const float inv = 1.0f / l;
+    T* o = out + (b * Tn + i) * C + h * D;
+#pragma unroll
+    for (int d = 0; d < MAXD; ++d) {
+      if (d < D) store(o, d, acc[d] * inv);
+    }
+    lse[int64_t(bh) * Tn + i] = m + logf(l);
+  }
+}
+
+// delta[bh, t] = sum_d dout[b, t, h, d] * out[b, t, h, d]; one thread per (bh, t).
+template <class T>
+__global__ void attn_delta_kernel(const T* out, const T* dout, float* delta, int64_t B, int64_t Tn,
+                                  int64_t C, int NH, int D) {
+  const int64_t total = B * NH * Tn;
+  for (int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; idx < total;
+       idx += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t t = idx % Tn, bh = idx / Tn, b = bh / NH, h = bh % NH;
+    const int64_t off = (b * Tn + t) * C + h * D;
+    float s = 0;
+    for (int d = 0; d < D; ++d) s += load(dout, off + d) * load(out, off + d);
+    delta[idx] = s;
+  }
+}
+
+// dq: grid (ceil(T / kRows), B * NH), one thread per query; K, V tiles stream.
+template <class T, int MAXD>
+__global__ void __launch_bounds__(kRows)
+    attn_dq_kernel(const T* qkv, const T* dout, const float* lse, const float* delta, T* dqkv,
+                   int64_t Tn, int64_t C, int NH, int D, float scale) {
+  extern __shared__ float smem[];
+  float* q_own = smem;
+  float* do_own = q_own + kRows * padded<MAXD>();
+  float* k_tile = do_own + kRows * padded<MAXD>();
+  float* v_tile = k_tile + kTile * padded<MAXD>();
+  const int bh = blockIdx.y, b = bh / NH, h = bh % NH;
+  const int64_t C3 = 3 * C;
+  const T* q_base = qkv + b * Tn * C3 + h * D;
+  const int64_t r0 = blockIdx.x * int64_t(kRows);
+  const int64_t i = r0 + threadIdx.x;
+  load_own<T, MAXD>(q_own, q_base, C3, r0, Tn, D);
+  load_own<T, MAXD>(do_own, dout + b * Tn * C + h * D, C, r0, Tn, D);
+  const float* q = q_own + threadIdx.x * padded<MAXD>();
+  const float* go = do_own + threadIdx.x * padded<MAXD>();
+  const float li = i < Tn ? lse[int64_t(bh) * Tn + i] : 0.0f;
+  const float di = i < Tn ? delta[int64_t(bh) * Tn + i] : 0.0f;
+
+  float dq[MAXD];
+#pragma unroll
+  for (int d = 0; d < MAXD; ++d) dq[d] = 0;
+  const int64_t last_key = min(Tn, r0 + kRows);
+  for (int64_t k0 = 0; k0 < last_key; k0 += kTile) {
+    __syncthreads();
+    load_tile<T, MAXD>(k_tile, q_base + C, C3, k0, Tn, D);
+    load_tile<T, MAXD>(v_tile, q_base + 2 * C, C3, k0, Tn, D);
+    __syncthreads();
+    if (i < Tn) {
+      for (int j = 0; j < kTile && k0 + j <= i; ++j) {
+        const float* kr = k_tile + j * padded<MAXD>();
+        const float* vr = v_tile + j * padded<MAXD>();
+        const float p = __expf(dot_rows<MAXD>(q, kr, D) * scale - li);
+        const float ds = p * (dot_rows<MAXD>(go, vr, D) - di);
+#pragma unroll
+        for (int d = 0; d < MAXD; ++d) {
+          if (d < D) dq[d] += ds * kr[d];
+        }
+      }
+    }
+  }
+  if (i < Tn) {
+    T* o = dqkv + (b * Tn + i) * C3 + h * D;
+#pragma unroll
+    for (int d = 0; d < MAXD; ++d) {
+      if (d < D) store(o, d, dq[d] * scale);
+    }
+  }
+}
+
+// dk, dv: grid (ceil(T / kRows), B * NH), one thread per key; Q, dO tiles
+// (with their lse and delta) stream over the queries at or after the block's
+// first key.
+template <class T, int MAXD>
+__global__ void __launch_bounds__(kRows)
+    attn_dkdv_kernel(const T* qkv, const T* dout, const float* lse, const float* delta, T* dqkv,
+                     int64_t Tn, int64_t C, int NH, int D, float scale) {
+  extern __shared__ float smem[];
+  float* k_own = smem;
+  float* v_own = k_own + kRows * padded<MAXD>();
+  float* q_tile = v_own + kRows * padded<MAXD>();
+  float* do_tile = q_tile + kTile * padded<MAXD>();
+  float* l_tile = do_tile + kTile * padded<MAXD>();  // [kTile]
+  float* d_tile = l_tile + kTile;                    // [kTile]
+  const int bh = blockIdx.y, b = bh / NH, h = bh % NH;
+  const int64_t C3 = 3 * C;
+  const T* q_base = qkv + b * Tn * C3 + h * D;
+  const T* do_base = dout + b * Tn * C + h * D;
+  const int64_t r0 = blockIdx.x * int64_t(kRows);
+  const int64_t j = r0 + threadIdx.x;  // this thread's key
+  load_own<T, MAXD>(k_own, q_base + C, C3, r0, Tn, D);
+  load_own<T, MAXD>(v_own, q_base + 2 * C, C3, r0, Tn, D);
+  const float* kr = k_own + threadIdx.x * padded<MAXD>();
+  const float* vr = v_own + threadIdx.x * padded<MAXD>();
+
+  float dk[MAXD], dv[MAXD];
+#pragma unroll
+  for (int d = 0; d < MAXD; ++d) dk[d] = 0, dv[d] = 0;
+  for (int64_t q0 = (r0 / kTile) * kTile; q0 < Tn; q0 += kTile) {
+    __syncthreads();
+    load_tile<T, MAXD>(q_tile, q_base, C3, q0, Tn, D);
+    load_tile<T, MAXD>(do_tile, do_base, C, q0, Tn, D);
+    for (int r = threadIdx.x; r < kTile; r += blockDim.x) {
+      const int64_t qi = q0 + r;
+      l_tile[r] = qi < Tn ? lse[int64_t(bh) * Tn + qi] : 0.0f;
+      d_tile[r] = qi < Tn ? delta[int64_t(bh) * Tn + qi] : 0.0f;
+    }
+    __syncthreads();
+    if (j < Tn) {
+      for (int r = 0; r < kTile; ++r) {
+        const int64_t qi = q0 + r;
+        if (qi < j) continue;  // causal: only queries at or after this key
+        if (qi >= Tn) break;
+        const float* qr = q_tile + r * padded<MAXD>();
+        const float* gr = do_tile + r * padded<MAXD>();
+        const float p = __expf(dot_rows<MAXD>(qr, kr, D) * scale - l_tile[r]);
+        const float ds = p * (dot_rows<MAXD>(gr, vr, D) - d_tile[r]);
+#pragma unroll
+        for (int d = 0; d < MAXD; ++d) {
+          if (d < D) {
+            dv[d] += p * gr[d];
+            dk[d] += ds * qr[d];
+          }
+        }
+      }
+    }
+  }
+  if (j < Tn) {
+    T* o = dqkv + (b * Tn + j) * C3 + h * D;
+#pragma unroll
+    for (int d = 0; d < MAXD; ++d) {
+      if (d < D) {
+        store(o + C, d, dk[d] * scale);
+        store(o + 2 * C, d, dv[d]);
+      }
+    }
+  }
+}
+
+template <int MAXD>
+size_t forward_smem() {
+  return sizeof(float) * (kRows + 2 * kTile) * padded<MAXD>();
+}
+template <int MAXD>
+size_t dq_smem() {
+  return sizeof(float) * (2 * kRows + 2 * kTile) * padded<MAXD>();
+}
+template <int MAXD>
+size_t dkdv_smem() {
+  return sizeof(float) * ((2 * kRows + 2 * kTile) * padded<MAXD>() + 2 * kTile);
+}
+
+// Calls f(std::integral_constant<int, MAXD>) for the narrowest compiled width.
+template <class F>
+void dispatch_head_dim(int64_t D, F&& f) {
+  if (D <= 32) return f(std::integral_constant<int, 32>{});
+  if (D <= 64) return f(std::integral_constant<int, 64>{});
+  return f(std::integral_constant<int, 128>{});
+}
+
+template <class K>
+void allow_smem(K kernel, size_t bytes) {
+  if (bytes > 48 * 1024) {
+    check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    static_cast<int>(bytes)),
+               "attention: cudaFuncSetAttribute");
+  }
+}
+
+}  // namespace
+
+Status check_attention(ScalarType type, const AttentionShape& s) {
+  if (!is_nn_type(type)) {
+    return Status::fail(std::string("element type ") + scalar_name(type) +
+                        " is not supported (f32, bf16 or f16)");
+  }
+  if (s.B < 0 || s.T < 0 || s.C <= 0 || s.NH <= 0) {
+    return Status::fail("shape (B " + std::to_string(s.B) + ", T " + std::to_string(s.T) + ", C " +
+                        std::to_string(s.C) + ", NH " + std::to_string(s.NH) +
+                        ") needs B, T >= 0 and C, NH > 0");
+  }
+  if (s.C % s.NH != 0) {
+    return Status::fail("C (" + std::to_string(s.C) + ") must be divisible by NH (" +
+                        std::to_string(s.NH) + ")");
+  }
+  if (s.head_dim() > kAttentionMaxHeadDim) {
+    return Status::fail("head dim " + std::to_string(s.head_dim()) + " exceeds " +
+                        std::to_string(kAttentionMaxHeadDim));
+  }
+  if (s.B * s.NH > 65535) {
+    return Status::fail("B * NH (" + std::to_string(s.B * s.NH) + ") exceeds 65535");
+  }
+  return Status::fine();
+}
+
+void attention_forward(const void* qkv, void* out, float* lse, ScalarType type,
+                       const AttentionShape& s, cudaStream_t stream) {
+  require(check_attention(type, s), "attention_forward");
+  if (s.B * s.T == 0) return;
+  const int D = static_cast<int>(s.head_dim());
+  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
+  const dim3 grid(static_cast<unsigned>((s.T + kRows - 1) / kRows),
+                  static_cast<unsigned>(s.B * s.NH));
+  dispatch_nn(type, "attention_forward", [&](auto t) {
+    using T = decltype(t);
+    dispatch_head_dim(D, [&](auto width) {
+      constexpr int MAXD = decltype(width)::value;
+      auto kernel = attn_forward_kernel<T, MAXD>;
+      allow_smem(kernel, forward_smem<MAXD>());
+      kernel<<<grid, kRows, forward_smem<MAXD>(), stream>>>(static_cast<const T*>(qkv),
+                                                            static_cast<T*>(out), lse, s.T, s.C,
+                                                            static_cast<int>(s.NH), D, scale);
+    });
+  });
+  check_launch("attention_forward");
+}
+
+size_t attention_backward_workspace(const AttentionShape& s) {
+  return static_cast<size_t>(std::max<int64_t>(s.B * s.NH * s.T, 1)) * sizeof(float);
+}
+
+void attention_backward(const void* qkv, const void* out, const float* lse, const void* dout,
+                        void* dqkv, ScalarType type, const AttentionShape& s, void* workspace,
+                        cudaStream_t stream) {
+  require(check_attention(type, s), "attention_backward");
+  if (!workspace) throw std::invalid_argument("attention_backward: workspace is null");
+  if (s.B * s.T == 0) return;
+  const int D = static_cast<int>(s.head_dim());
+  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
+  const dim3 grid(static_cast<unsigned>((s.T + kRows - 1) / kRows),
+                  static_cast<unsigned>(s.B * s.NH));
+  float* delta = static_cast<float*>(workspace);
+  dispatch_nn(type, "attention_backward", [&](auto t) {
+    using T = decltype(t);
+    const T* pqkv = static_cast<const T*>(qkv);
+    const T* pdo = static_cast<const T*>(dout);
+    T* pd = static_cast<T*>(dqkv);
+    attn_delta_kernel<T><<<grid_for(s.B * s.NH * s.T, 256), 256, 0, stream>>>(
+        static_cast<const T*>(out), pdo, delta, s.B, s.T, s.C, static_cast<int>(s.NH), D);
+    dispatch_head_dim(D, [&](auto width) {
+      constexpr int MAXD = decltype(width)::value;
+      auto dq = attn_dq_kernel<T, MAXD>;
+      allow_smem(dq, dq_smem<MAXD>());
+      dq<<<grid, kRows, dq_smem<MAXD>(), stream>>>(pqkv, pdo, lse, delta, pd, s.T, s.C,
+                                                   static_cast<int>(s.NH), D, scale);
+      auto dkdv = attn_dkdv_kernel<T, MAXD>;
+      allow_smem(dkdv, dkdv_smem<MAXD>());
+      dkdv<<<grid, kRows, dkdv_smem<MAXD>(), stream>>>(pqkv, pdo, lse, delta, pd, s.T, s.C,
+                                                       static_cast<int>(s.NH), D, scale);
+    });
+  });
+  check_launch("attention_backward");
+}
+
+}  // namespace triad::kernels

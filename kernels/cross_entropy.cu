@@ -1,0 +1,224 @@
+// Fused cross entropy: one block per row; each thread keeps an online
+// (max, sum of exp) pair over its columns, merged across the block.
+#include <cfloat>
+
+#include "cross_entropy.h"
+#include "device_utils.cuh"
+
+namespace triad::kernels {
+namespace {
+
+constexpr int kThreads = 512;
+
+// Merges (m, s) pairs: s is the sum of exp(x - m).
+__device__ __forceinline__ void merge(float& m, float& s, float om, float os) {
+  if (om == -INFINITY) return;
+  if (m == -INFINITY) {
+    m = om, s = os;
+    return;
+  }
+  const float nm = fmaxf(m, om);
+  s = s * __expf(m - nm) + os * __expf(om - nm);
+  m = nm;
+}
+
+// The block's log-sum-exp over columns [0, n) of row.
+template <class T>
+__device__ float row_lse(const T* row, int64_t n) {
+  __shared__ float sm[32], ss[32];
+  float m = -INFINITY, s = 0;
+  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+    const float v = load(row, j);
+    if (v > m) {
+      s = (m == -INFINITY ? 0.0f : s * __expf(m - v)) + 1.0f;
+      m = v;
+    } else {
+      s += __expf(v - m);
+    }
+  }
+  for (int o = 16; o > 0; o >>= 1) {
+    const float om = __shfl_xor_sync(0xffffffffu, m, o), os = __shfl_xor_sync(0xffffffffu, s, o);
+    merge(m, s, om, os);
+  }
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  __syncthreads();
+  if (lane == 0) sm[warp] = m, ss[warp] = s;
+  __syncthreads();
+  m = lane < warps ? sm[lane] : -INFINITY;
+  s = lane < warps ? ss[lane] : 0.0f;
+  for (int o = 16; o > 0; o >>= 1) {
+    const float om = __shfl_xor_sync(0xffffffffu, m, o), os = __shfl_xor_sync(0xffffffffu, s, o);
+    merge(m, s, om, os);
+  }
+  return m + logf(s);
+}
+
+template <class T>
+__global__ void ce_forward_kernel(const T* logits, const void* targets, bool t64, int64_t V,
+                                  int64_t ignore_index, float* losses, float* lse) {
+  const T* row = logits + blockIdx.x * V;
+  const float l = row_lse(row, V);
+  if (threadIdx.x == 0) {
+    const int64_t t = load_id(targets, t64, blockIdx.x);
+    lse[blockIdx.x] = l;
+    if (t == ignore_index) {
+      losses[blockIdx.x] = 0.0f;
+    } else {
+      losses[blockIdx.x] = (t >= 0 && t < V) ? l - load(row, t) : NAN;
+    }
+  }
+}
+
+template <class T>
+__global__ void ce_backward_kernel(const T* logits, const void* targets, bool t64, const float* lse,
+                                   const float* dlosses, int64_t V, int64_t ignore_index,
+                                   T* dlogits) {
+  const int64_t r = blockIdx.x;
+  const int64_t t = load_id(targets, t64, r);
+  const float g = t == ignore_index ? 0.0f : dlosses[r];
+  const float l = lse[r];
+  const T* row = logits + r * V;
+  T* out = dlogits + r * V;
+  for (int64_t j = threadIdx.x; j < V; j += blockDim.x) {
+    const float p = __expf(load(row, j) - l);
+    store(out, j, (p - (j == t ? 1.0f : 0.0f)) * g);
+  }
+}
+
+template <class T>
+__global__ void vce_partial_kernel(const T* logits, const void* targets, bool t64, int64_t Vl,
+                                   int64_t vocab_start, int64_t valid, float* row_max,
+                                   float* target_logit) {
+  __shared__ float scratch[32];
+  const T* row = logits + blockIdx.x * Vl;
+  float m = -INFINITY;
+  for (int64_t j = threadIdx.x; j < valid; j += blockDim.x) m = fmaxf(m, load(row, j));
+  m = block_max(m, scratch, -INFINITY);
+  if (threadIdx.x == 0) {
+    row_max[blockIdx.x] = m;
+    const int64_t t = load_id(targets, t64, blockIdx.x) - vocab_start;
+    target_logit[blockIdx.x] = (t >= 0 && t < valid) ? load(row, t) : 0.0f;
+  }
+}
+
+template <class T>
+__global__ void vce_sumexp_kernel(const T* logits, const float* gmax, int64_t Vl, int64_t valid,
+                                  float* sumexp) {
+  __shared__ float scratch[32];
+  const T* row = logits + blockIdx.x * Vl;
+  const float m = gmax[blockIdx.x];
+  float s = 0;
+  for (int64_t j = threadIdx.x; j < valid; j += blockDim.x) s += __expf(load(row, j) - m);
+  s = block_sum(s, scratch);
+  if (threadIdx.x == 0) sumexp[blockIdx.x] = s;
+}
+
+template <class T>
+__global__ void vce_backward_kernel(const T* logits, const void* targets, bool t64, int64_t Vl,
+                                    int64_t vocab_start, int64_t valid, const float* gmax,
+                                    const float* sumexp, const float* dloss, T* dlogits) {
+  const int64_t r = blockIdx.x;
+  const float m = gmax[r], scale = dloss[r] / sumexp[r], g = dloss[r];
+  const int64_t t = load_id(targets, t64, r) - vocab_start;
+  const T* row = logits + r * Vl;
+  T* out = dlogits + r * Vl;
+  for (int64_t j = threadIdx.x; j < Vl; j += blockDim.x) {
+    float d = j < valid ? __expf(load(row, j) - m) * scale : 0.0f;
+    if (j == t && t < valid) d -= g;
+    store(out, j, d);
+  }
+}
+
+}  // namespace
+
+Status check_cross_entropy(ScalarType type, int64_t N, int64_t V) {
+  if (!is_nn_type(type)) {
+    return Status::fail(std::string("logits type ") + scalar_name(type) +
+                        " is not supported (f32, bf16 or f16)");
+  }
+  if (N < 0 || N > 2147483647LL || V <= 0) {
+    return Status::fail("logits shape (N " + std::to_string(N) + ", V " + std::to_string(V) +
+                        ") needs 0 <= N < 2^31 and V > 0");
+  }
+  return Status::fine();
+}
+
+void cross_entropy_forward(const void* logits, ScalarType type, const void* targets, bool targets64,
+                           int64_t N, int64_t V, int64_t ignore_index, float* losses, float* lse,
+                           cudaStream_t stream) {
+  require(check_cross_entropy(type, N, V), "cross_entropy_forward");
+  if (N == 0) return;
+  dispatch_nn(type, "cross_entropy_forward", [&](auto t) {
+    using T = decltype(t);
+    ce_forward_kernel<T><<<static_cast<unsigned>(N), kThreads, 0, stream>>>(
+        static_cast<const T*>(logits), targets, targets64, V, ignore_index, losses, lse);
+  });
+  check_launch("cross_entropy_forward");
+}
+
+void cross_entropy_backward(const void* logits, ScalarType type, const void* targets,
+                            bool targets64, const float* lse, const float* dlosses, int64_t N,
+                            int64_t V, int64_t ignore_index, void* dlogits, cudaStream_t stream) {
+  require(check_cross_entropy(type, N, V), "cross_entropy_backward");
+  if (N == 0) return;
+  dispatch_nn(type, "cross_entropy_backward", [&](auto t) {
+    using T = decltype(t);
+    ce_backward_kernel<T><<<static_cast<unsigned>(N), kThreads, 0, stream>>>(
+        static_cast<const T*>(logits), targets, targets64, lse, dlosses, V, ignore_index,
+        static_cast<T*>(dlogits));
+  });
+  check_launch("cross_entropy_backward");
+}
+
+Status check_vocab_ce(ScalarType type, int64_t N, int64_t Vl, int64_t valid) {
+  Status s = check_cross_entropy(type, N, Vl);
+  if (!s.ok) return s;
+  if (valid < 0 || valid > Vl) {
+    return Status::fail("valid columns " + std::to_string(valid) + " must be in [0, " +
+                        std::to_string(Vl) + "]");
+  }
+  return Status::fine();
+}
+
+void vocab_ce_partial(const void* logits, ScalarType type, const void* targets, bool targets64,
+                      int64_t N, int64_t Vl, int64_t vocab_start, int64_t valid, float* row_max,
+                      float* target_logit, cudaStream_t stream) {
+  require(check_vocab_ce(type, N, Vl, valid), "vocab_ce_partial");
+  if (N == 0) return;
+  dispatch_nn(type, "vocab_ce_partial", [&](auto t) {
+    using T = decltype(t);
+    vce_partial_kernel<T><<<static_cast<unsigned>(N), kThreads, 0, stream>>>(
+        static_cast<const T*>(logits), targets, targets64, Vl, vocab_start, valid, row_max,
+        target_logit);
+  });
+  check_launch("vocab_ce_partial");
+}
+
+void vocab_ce_sumexp(const void* logits, ScalarType type, const float* global_max, int64_t N,
+                     int64_t Vl, int64_t valid, float* sumexp, cudaStream_t stream) {
+  require(check_vocab_ce(type, N, Vl, valid), "vocab_ce_sumexp");
+  if (N == 0) return;
+  dispatch_nn(type, "vocab_ce_sumexp", [&](auto t) {
+    using T = decltype(t);
+    vce_sumexp_kernel<T><<<static_cast<unsigned>(N), kThreads, 0, stream>>>(
+        static_cast<const T*>(logits), global_max, Vl, valid, sumexp);
+  });
+  check_launch("vocab_ce_sumexp");
+}
+
+void vocab_ce_backward(const void* logits, ScalarType type, const void* targets, bool targets64,
+                       int64_t N, int64_t Vl, int64_t vocab_start, int64_t valid,
+                       const float* global_max, const float* sumexp, const float* dloss,
+                       void* dlogits, cudaStream_t stream) {
+  require(check_vocab_ce(type, N, Vl, valid), "vocab_ce_backward");
+  if (N == 0) return;
+  dispatch_nn(type, "vocab_ce_backward", [&](auto t) {
+    using T = decltype(t);
+    vce_backward_kernel<T><<<static_cast<unsigned>(N), kThreads, 0, stream>>>(
+        static_cast<const T*>(logits), targets, targets64, Vl, vocab_start, valid, global_max,
+        sumexp, dloss, static_cast<T*>(dlogits));
+  });
+  check_launch("vocab_ce_backward");
+}
+
+}  // namespace triad::kernels

@@ -1,0 +1,42 @@
+#pragma once
+
+// Cross entropy over logits (N, V) (cross_entropy.cu), one pass per row with
+// an online max/sum (probabilities are never stored): forward writes the
+// per-row loss and log-sum-exp, backward writes dlogits = (softmax - onehot)
+// * dloss. Targets (N) are i32 or i64; rows whose target is ignore_index get
+// loss 0 and gradient 0. losses, lse, dlosses (N) are f32; logits f32, bf16
+// or f16.
+//
+// The vocab-parallel variant works on one rank's shard (N, Vl) whose first
+// `valid` columns are the real vocabulary [vocab_start, vocab_start + valid):
+// partial (row max, target logit) -> all-reduce max / sum -> sumexp ->
+// all-reduce sum -> backward, the three reductions the TP layer performs.
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "common.h"
+
+namespace triad::kernels {
+
+Status check_cross_entropy(ScalarType logits_type, int64_t N, int64_t V);
+
+void cross_entropy_forward(const void* logits, ScalarType type, const void* targets, bool targets64,
+                           int64_t N, int64_t V, int64_t ignore_index, float* losses, float* lse,
+                           cudaStream_t stream);
+void cross_entropy_backward(const void* logits, ScalarType type, const void* targets,
+                            bool targets64, const float* lse, const float* dlosses, int64_t N,
+                            int64_t V, int64_t ignore_index, void* dlogits, cudaStream_t stream);
+
+Status check_vocab_ce(ScalarType logits_type, int64_t N, int64_t Vl, int64_t valid);
+void vocab_ce_partial(const void* logits, ScalarType type, const void* targets, bool targets64,
+                      int64_t N, int64_t Vl, int64_t vocab_start, int64_t valid, float* row_max,
+                      float* target_logit, cudaStream_t stream);
+void vocab_ce_sumexp(const void* logits, ScalarType type, const float* global_max, int64_t N,
+                     int64_t Vl, int64_t valid, float* sumexp, cudaStream_t stream);
+void vocab_ce_backward(const void* logits, ScalarType type, const void* targets, bool targets64,
+                       int64_t N, int64_t Vl, int64_t vocab_start, int64_t valid,
+                       const float* global_max, const float* sumexp, const float* dloss,
+                       void* dlogits, cudaStream_t stream);
+
+}  // namespace triad::kernels

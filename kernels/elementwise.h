@@ -1,0 +1,45 @@
+#pragma once
+
+// Elementwise kernels (elementwise.cu): copies with dtype conversion between
+// strided views, fill, binary arithmetic with broadcasting, affine maps,
+// GELU forward/backward, dropout and reductions along one dimension.
+// Pointers are device pointers; every launcher takes the stream it runs on.
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "common.h"
+
+namespace triad::kernels {
+
+enum class BinaryKind : uint8_t { Add, Sub, Mul, Div, Eq };  // order of triad::BinaryOp
+enum class ReduceKind : uint8_t { Sum, Max };                // order of triad::ReduceOp
+
+// dst[view] = convert(src[view]); both views have the same shape.
+void copy(const void* src, ScalarType src_type, StridedView src_view, void* dst,
+          ScalarType dst_type, StridedView dst_view, cudaStream_t stream);
+// dst[0, n) = value.
+void fill(void* dst, ScalarType type, int64_t n, double value, cudaStream_t stream);
+// out[i] = a[a_view(i)] (op) b[b_view(i)] for the n elements of the (shared)
+// view shape; out contiguous. Broadcast dimensions have stride 0.
+void binary(BinaryKind op, const void* a, StridedView a_view, const void* b, StridedView b_view,
+            void* out, ScalarType type, cudaStream_t stream);
+// out = alpha * x + beta over n contiguous elements (out may alias x).
+void affine(const void* x, void* out, ScalarType type, int64_t n, double alpha, double beta,
+            cudaStream_t stream);
+// GELU, tanh approximation: y = x * sigmoid(2 sqrt(2/pi) (x + 0.044715 x^3)).
+void gelu_forward(const void* x, void* y, ScalarType type, int64_t n, cudaStream_t stream);
+void gelu_backward(const void* x, const void* dy, void* dx, ScalarType type, int64_t n,
+                   cudaStream_t stream);
+// y = x * keep / (1 - p), keep = philox::uniform(seed, rng_stream, offset + i) >= p: the
+// CPU backend's mask, bit for bit.
+void dropout(const void* x, void* y, ScalarType type, int64_t n, double p, uint64_t seed,
+             uint64_t rng_stream, uint64_t offset, cudaStream_t stream);
+Status check_dropout(double p);
+// x viewed as (outer, n, inner) reduced over n into out (outer, inner);
+// for Max, indices (i64, may be null for Sum) receive the arg-max.
+void reduce(ReduceKind op, const void* x, ScalarType type, int64_t outer, int64_t n, int64_t inner,
+            void* out, int64_t* indices, cudaStream_t stream);
+Status check_reduce(ReduceKind op, int64_t outer, int64_t n, int64_t inner, const int64_t* indices);
+
+}  // namespace triad::kernels

@@ -1,0 +1,28 @@
+#pragma once
+
+// LayerNorm over the last dimension (layernorm.cu). x, y, dy, dx (N, C) and
+// weight, bias, dweight, dbias (C) in the tensor type (f32, bf16 or f16);
+// mean and rstd (N) always f32. Statistics and every sum run in f32.
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "common.h"
+
+namespace triad::kernels {
+
+Status check_layer_norm(ScalarType type, int64_t N, int64_t C, double eps);
+
+void layer_norm_forward(const void* x, const void* weight, const void* bias, void* y, float* mean,
+                        float* rstd, ScalarType type, int64_t N, int64_t C, double eps,
+                        cudaStream_t stream);
+
+// Bytes of device scratch layer_norm_backward needs for (N, C).
+size_t layer_norm_backward_workspace(int64_t N, int64_t C);
+// dweight and dbias are overwritten. The column sums are formed in a fixed
+// order (row chunks, then chunks in order), so results are deterministic.
+void layer_norm_backward(const void* dy, const void* x, const void* weight, const float* mean,
+                         const float* rstd, void* dx, void* dweight, void* dbias, ScalarType type,
+                         int64_t N, int64_t C, void* workspace, cudaStream_t stream);
+
+}  // namespace triad::kernels

@@ -1,0 +1,174 @@
+#include "cublaslt_gemm.h"
+
+#include <cublasLt.h>
+
+#include <algorithm>
+
+#include <string>
+
+#include "triad/core/error.h"
+
+namespace triad::detail {
+namespace {
+
+void check_lt(cublasStatus_t st, const char* what) {
+  if (st != CUBLAS_STATUS_SUCCESS) {
+    // (cublasGetStatusName lives in libcublas, which Triad does not link.)
+    throw Error(std::string("cuBLASLt ") + what + " failed with cublasStatus_t " +
+                std::to_string(static_cast<int>(st)));
+  }
+}
+
+void check_rt(cudaError_t err, const char* what) {
+  if (err != cudaSuccess) throw Error(std::string(what) + ": " + cudaGetErrorString(err));
+}
+
+cudaDataType_t data_type(DType d) {
+  switch (d) {
+    case DType::F32:
+      return CUDA_R_32F;
+    case DType::F64:
+      return CUDA_R_64F;
+    case DType::BF16:
+      return CUDA_R_16BF;
+    case DType::F16:
+      return CUDA_R_16F;
+    default:
+      throw NotSupportedError(std::string("gemm: dtype ") + dtype_name(d) +
+                              " is not supported on device cuda (f32, f64, bf16, f16)");
+  }
+}
+
+// Largest power of two up to 256 dividing the address.
+int alignment_of(const void* p) {
+  const auto v = reinterpret_cast<uintptr_t>(p);
+  int a = 1;
+  while (a < 256 && (v % (2 * a)) == 0) a *= 2;
+  return a;
+}
+
+cublasLtMatrixLayout_t make_layout(cudaDataType_t type, const GemmOperandLayout& l, int64_t batch) {
+  cublasLtMatrixLayout_t layout = nullptr;
+  check_lt(cublasLtMatrixLayoutCreate(&layout, type, static_cast<uint64_t>(l.rows),
+                                      static_cast<uint64_t>(l.cols), l.ld),
+           "MatrixLayoutCreate");
+  if (batch > 1) {
+    const int32_t count = static_cast<int32_t>(batch);
+    const int64_t stride = l.batch_stride;
+    check_lt(cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count,
+                                              sizeof(count)),
+             "layout batch count");
+    check_lt(cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+                                              &stride, sizeof(stride)),
+             "layout batch stride");
+  }
+  return layout;
+}
+
+}  // namespace
+
+struct CublasLtGemm::Cached {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t first = nullptr, second = nullptr, out = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+  ~Cached() {
+    if (out) cublasLtMatrixLayoutDestroy(out);
+    if (second) cublasLtMatrixLayoutDestroy(second);
+    if (first) cublasLtMatrixLayoutDestroy(first);
+    if (desc) cublasLtMatmulDescDestroy(desc);
+  }
+};
+
+CublasLtGemm::CublasLtGemm(int device) : device_(device) {
+  cublasLtHandle_t h = nullptr;
+  check_lt(cublasLtCreate(&h), "Create");
+  handle_ = h;
+  check_rt(cudaMalloc(&workspace_, kWorkspaceBytes), "gemm workspace cudaMalloc");
+}
+
+CublasLtGemm::~CublasLtGemm() {
+  cache_.clear();
+  if (workspace_) cudaFree(workspace_);
+  if (handle_) cublasLtDestroy(static_cast<cublasLtHandle_t>(handle_));
+}
+
+CublasLtGemm::Cached& CublasLtGemm::lookup(const GemmPlan& p, DType dtype, int alignment) {
+  const Key key{p.m,
+                p.n,
+                p.k,
+                p.first.transpose,
+                p.second.transpose,
+                p.first.ld,
+                p.second.ld,
+                p.first.batch_stride,
+                p.second.batch_stride,
+                p.out.batch_stride,
+                p.batch,
+                static_cast<int64_t>(dtype),
+                alignment,
+                0};
+  auto it = cache_.find(key);
+  if (it != cache_.end()) return *it->second;
+
+  auto entry = std::make_unique<Cached>();
+  const cudaDataType_t type = data_type(dtype);
+  const bool f64 = dtype == DType::F64;
+  const cublasComputeType_t compute = f64 ? CUBLAS_COMPUTE_64F : CUBLAS_COMPUTE_32F;
+  const cudaDataType_t scale = f64 ? CUDA_R_64F : CUDA_R_32F;
+  check_lt(cublasLtMatmulDescCreate(&entry->desc, compute, scale), "MatmulDescCreate");
+  const cublasOperation_t op_first = p.first.transpose ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t op_second = p.second.transpose ? CUBLAS_OP_T : CUBLAS_OP_N;
+  check_lt(cublasLtMatmulDescSetAttribute(entry->desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_first,
+                                          sizeof(op_first)),
+           "desc transa");
+  check_lt(cublasLtMatmulDescSetAttribute(entry->desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_second,
+                                          sizeof(op_second)),
+           "desc transb");
+  entry->first = make_layout(type, p.first, p.batch);
+  entry->second = make_layout(type, p.second, p.batch);
+  entry->out = make_layout(type, p.out, p.batch);
+
+  cublasLtMatmulPreference_t pref = nullptr;
+  check_lt(cublasLtMatmulPreferenceCreate(&pref), "PreferenceCreate");
+  const uint64_t ws = kWorkspaceBytes;
+  const uint32_t align = static_cast<uint32_t>(alignment);
+  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
+                                       sizeof(ws));
+  for (auto attr :
+       {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES}) {
+    cublasLtMatmulPreferenceSetAttribute(pref, attr, &align, sizeof(align));
+  }
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(
+      static_cast<cublasLtHandle_t>(handle_), entry->desc, entry->first, entry->second, entry->out,
+      entry->out, pref, 1, &result, &found);
+  cublasLtMatmulPreferenceDestroy(pref);
+  check_lt(st, "AlgoGetHeuristic");
+  if (found == 0) {
+    throw NotSupportedError("gemm: cuBLASLt has no algorithm for m " + std::to_string(p.m) +
+                            ", n " + std::to_string(p.n) + ", k " + std::to_string(p.k) + " in " +
+                            dtype_name(dtype));
+  }
+  entry->algo = result.algo;
+  return *cache_.emplace(key, std::move(entry)).first->second;
+}
+
+void CublasLtGemm::run(const GemmPlan& p, DType dtype, const void* a, const void* b, void* c,
+                       double alpha, double beta, cudaStream_t stream) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const int alignment = std::min({alignment_of(a), alignment_of(b), alignment_of(c)});
+  Cached& e = lookup(p, dtype, alignment);
+  const float af = static_cast<float>(alpha), bf = static_cast<float>(beta);
+  const bool f64 = dtype == DType::F64;
+  const void* pa = f64 ? static_cast<const void*>(&alpha) : &af;
+  const void* pb = f64 ? static_cast<const void*>(&beta) : &bf;
+  // Column-major: the BLAS call's first operand is Triad's b, its second a.
+  check_lt(
+      cublasLtMatmul(static_cast<cublasLtHandle_t>(handle_), e.desc, pa, b, e.first, a, e.second,
+                     pb, c, e.out, c, e.out, &e.algo, workspace_, kWorkspaceBytes, stream),
+      "Matmul");
+}
+
+}  // namespace triad::detail

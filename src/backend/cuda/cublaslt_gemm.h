@@ -1,0 +1,48 @@
+#pragma once
+
+// Matrix products on the GPU through cuBLASLt: f32 (f32 compute, no TF32, so
+// results track the CPU reference), f64, and bf16/f16 with f32 accumulation.
+// Algorithms come from cuBLASLt's heuristic, cached per problem; one
+// workspace per device is reused by every call. Weight-gradient and
+// input-gradient products are separate calls (the zero-bubble B/W split
+// needs them apart): the autograd layer issues them as two GEMMs.
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <tuple>
+
+#include "gemm_plan.h"
+#include "triad/core/dtype.h"
+
+namespace triad::detail {
+
+class CublasLtGemm {
+ public:
+  explicit CublasLtGemm(int device);
+  ~CublasLtGemm();
+  CublasLtGemm(const CublasLtGemm&) = delete;
+  CublasLtGemm& operator=(const CublasLtGemm&) = delete;
+
+  // c = alpha * op(a) op(b) + beta * c for the plan's geometry.
+  void run(const GemmPlan& plan, DType dtype, const void* a, const void* b, void* c, double alpha,
+           double beta, cudaStream_t stream);
+
+  static constexpr size_t kWorkspaceBytes = 32u << 20;
+
+ private:
+  struct Cached;
+  using Key = std::tuple<int64_t, int64_t, int64_t, bool, bool, int64_t, int64_t, int64_t, int64_t,
+                         int64_t, int64_t, int64_t, int, int>;
+  Cached& lookup(const GemmPlan& plan, DType dtype, int alignment);
+
+  int device_;
+  void* handle_ = nullptr;  // cublasLtHandle_t
+  void* workspace_ = nullptr;
+  std::mutex mutex_;
+  std::map<Key, std::unique_ptr<Cached>> cache_;
+};
+
+}  // namespace triad::detail

@@ -1,0 +1,39 @@
+// triad::cuda in a build without the CUDA backend (TRIAD_WITH_CUDA=OFF):
+// no devices, and every call that needs one says why it cannot work.
+#include "triad/backend/cuda.h"
+#include "triad/core/error.h"
+
+namespace triad::cuda {
+namespace {
+[[noreturn]] void absent(const char* what) {
+  throw NotSupportedError(std::string("cuda::") + what +
+                          ": this build has no CUDA backend (configure with TRIAD_WITH_CUDA=ON)");
+}
+}  // namespace
+
+bool compiled() {
+  return false;
+}
+int device_count() {
+  return 0;
+}
+void* compute_stream(int) {
+  absent("compute_stream");
+}
+void synchronize(int) {
+  absent("synchronize");
+}
+void order_after_compute(int, void*) {
+  absent("order_after_compute");
+}
+void order_compute_after(int, void*) {
+  absent("order_compute_after");
+}
+AllocatorStats memory_stats(int) {
+  absent("memory_stats");
+}
+void empty_cache(int) {
+  absent("empty_cache");
+}
+
+}  // namespace triad::cuda

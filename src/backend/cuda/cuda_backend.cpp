@@ -1,0 +1,724 @@
+#include "cuda_backend.h"
+
+#include <cuda_runtime_api.h>
+
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "cublaslt_gemm.h"
+#include "gemm_plan.h"
+#include "kernels/adamw.h"
+#include "kernels/attention.h"
+#include "kernels/cross_entropy.h"
+#include "kernels/elementwise.h"
+#include "kernels/embedding.h"
+#include "kernels/layernorm.h"
+#include "kernels/softmax.h"
+#include "triad/backend/cuda.h"
+
+namespace triad::detail {
+namespace k = triad::kernels;
+
+static_assert(static_cast<int>(DType::F32) == static_cast<int>(k::ScalarType::F32) &&
+                  static_cast<int>(DType::F64) == static_cast<int>(k::ScalarType::F64) &&
+                  static_cast<int>(DType::BF16) == static_cast<int>(k::ScalarType::BF16) &&
+                  static_cast<int>(DType::F16) == static_cast<int>(k::ScalarType::F16) &&
+                  static_cast<int>(DType::I32) == static_cast<int>(k::ScalarType::I32) &&
+                  static_cast<int>(DType::I64) == static_cast<int>(k::ScalarType::I64),
+              "kernels::ScalarType must list the dtypes in triad::DType's order");
+
+namespace {
+
+void check(cudaError_t err, const std::string& what) {
+  if (err != cudaSuccess) {
+    throw Error("cuda: " + what + ": " + cudaGetErrorName(err) + " (" + cudaGetErrorString(err) +
+                ")");
+  }
+}
+
+k::ScalarType scalar(DType d) {
+  return static_cast<k::ScalarType>(d);
+}
+
+bool is_nn(DType d) {
+  return d == DType::F32 || d == DType::BF16 || d == DType::F16;
+}
+
+void require_nn(const char* op, DType d) {
+  if (!is_nn(d)) {
+    throw NotSupportedError(std::string(op) + ": dtype " + dtype_name(d) +
+                            " is not supported on device cuda (f32, bf16 or f16)");
+  }
+}
+
+k::StridedView view_of(const Tensor& t) {
+  return k::make_view(static_cast<int>(t.dim()), t.shape().data(), t.strides().data());
+}
+
+// Runs a kernel launcher, turning its std exceptions into Triad errors.
+template <class F>
+void launch(const char* op, F&& f) {
+  try {
+    f();
+  } catch (const Error&) {
+    throw;
+  } catch (const std::invalid_argument& e) {
+    throw ValueError(std::string("cuda ") + op + ": " + e.what());
+  } catch (const std::runtime_error& e) {
+    throw Error(std::string("cuda ") + op + ": " + e.what());
+  }
+}
+
+// Makes `device` current for the scope.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device) {
+    check(cudaGetDevice(&previous_), "cudaGetDevice");
+    if (previous_ != device)
+      check(cudaSetDevice(device), "cudaSetDevice(" + std::to_string(device) + ")");
+  }
+  ~DeviceGuard() { cudaSetDevice(previous_); }
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int previous_ = 0;
+};
+
+class CudaRawMemory final : public RawMemory {
+ public:
+  explicit CudaRawMemory(int device) : device_(device) {}
+  void* allocate(size_t nbytes) override {
+    DeviceGuard g(device_);
+    void* p = nullptr;
+    if (cudaMalloc(&p, nbytes) != cudaSuccess) {
+      cudaGetLastError();  // clear the sticky out-of-memory error
+      return nullptr;
+    }
+    return p;
+  }
+  void deallocate(void* ptr, size_t) override {
+    DeviceGuard g(device_);
+    cudaFree(ptr);
+  }
+  Device device() const override { return Device::cuda(device_); }
+
+ private:
+  int device_;
+};
+
+}  // namespace
+
+// Pinned host buffers for host<->device copies: two chunks in flight, so the
+// host-side memcpy of one chunk overlaps the DMA of the other.
+class PinnedStaging {
+ public:
+  static constexpr size_t kChunk = 8u << 20;
+
+  ~PinnedStaging() {
+    for (int i = 0; i < 2; ++i) {
+      if (buffer_[i]) cudaFreeHost(buffer_[i]);
+      if (event_[i]) cudaEventDestroy(event_[i]);
+    }
+  }
+
+  void upload(const void* host, void* device, size_t bytes, cudaStream_t stream) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ensure();
+    for (size_t off = 0, i = 0; off < bytes; off += kChunk, ++i) {
+      const size_t len = std::min(kChunk, bytes - off);
+      const int slot = static_cast<int>(i & 1);
+      check(cudaEventSynchronize(event_[slot]), "staging wait");  // previous DMA from this slot
+      std::memcpy(buffer_[slot], static_cast<const char*>(host) + off, len);
+      check(cudaMemcpyAsync(static_cast<char*>(device) + off, buffer_[slot], len,
+                            cudaMemcpyHostToDevice, stream),
+            "host->device copy");
+      check(cudaEventRecord(event_[slot], stream), "staging event");
+    }
+  }
+
+  void download(const void* device, void* host, size_t bytes, cudaStream_t stream) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ensure();
+    size_t pending_off = 0, pending_len = 0;
+    int pending_slot = -1;
+    auto drain = [&] {
+      if (pending_slot < 0) return;
+      check(cudaEventSynchronize(event_[pending_slot]), "device->host copy");
+      std::memcpy(static_cast<char*>(host) + pending_off, buffer_[pending_slot], pending_len);
+      pending_slot = -1;
+    };
+    for (size_t off = 0, i = 0; off < bytes; off += kChunk, ++i) {
+      const size_t len = std::min(kChunk, bytes - off);
+      const int slot = static_cast<int>(i & 1);
+      check(cudaMemcpyAsync(buffer_[slot], static_cast<const char*>(device) + off, len,
+                            cudaMemcpyDeviceToHost, stream),
+            "device->host copy");
+      check(cudaEventRecord(event_[slot], stream), "staging event");
+      drain();  // the previous chunk, while this one transfers
+      pending_off = off, pending_len = len, pending_slot = slot;
+    }
+    drain();
+  }
+
+ private:
+  void ensure() {
+    if (buffer_[0]) return;
+    for (int i = 0; i < 2; ++i) {
+      check(cudaHostAlloc(&buffer_[i], kChunk, cudaHostAllocPortable), "cudaHostAlloc staging");
+      check(cudaEventCreateWithFlags(&event_[i], cudaEventDisableTiming), "cudaEventCreate");
+      check(cudaEventRecord(event_[i], 0), "staging event");
+    }
+  }
+
+  std::mutex mutex_;
+  void* buffer_[2] = {nullptr, nullptr};
+  cudaEvent_t event_[2] = {nullptr, nullptr};
+};
+
+struct CudaBackend::DeviceState {
+  explicit DeviceState(int device) : index(device), raw(device), allocator(raw) {
+    DeviceGuard g(device);
+    check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking),
+          "cudaStreamCreate on device " + std::to_string(device));
+  }
+  ~DeviceState() {
+    allocator.empty_cache();
+    if (stream) cudaStreamDestroy(stream);
+  }
+  CublasLtGemm& gemm() {
+    std::lock_guard<std::mutex> lock(gemm_mutex);
+    if (!gemm_) {
+      DeviceGuard g(index);
+      gemm_ = std::make_unique<CublasLtGemm>(index);
+    }
+    return *gemm_;
+  }
+
+  int index;
+  CudaRawMemory raw;
+  CachingAllocator allocator;
+  cudaStream_t stream = nullptr;
+  std::mutex gemm_mutex;
+  std::unique_ptr<CublasLtGemm> gemm_;
+};
+
+namespace {
+
+// Device scratch from the caching allocator for the duration of one launch
+// sequence (freed blocks are reused only by later work on the same stream).
+class Scratch {
+ public:
+  Scratch(Allocator& a, size_t bytes) : alloc_(a), bytes_(std::max<size_t>(bytes, 1)) {
+    ptr_ = alloc_.allocate(bytes_);
+  }
+  ~Scratch() { alloc_.deallocate(ptr_, bytes_); }
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  void* get() const { return ptr_; }
+
+ private:
+  Allocator& alloc_;
+  size_t bytes_;
+  void* ptr_;
+};
+
+// Host copy of a small index tensor as int64 (ids, targets).
+std::vector<int64_t> host_indices(CudaBackend& be, const Tensor& ids) {
+  Tensor host = empty(ids.shape(), DType::I64, Device::cpu());
+  be.copy(ids, host);
+  return std::vector<int64_t>(host.data<int64_t>(), host.data<int64_t>() + host.numel());
+}
+
+void require_index(const char* op, const Tensor& t) {
+  if (t.dtype() != DType::I32 && t.dtype() != DType::I64) {
+    throw ValueError(std::string(op) + ": indices must be i32 or i64, got " +
+                     dtype_name(t.dtype()));
+  }
+}
+
+}  // namespace
+
+CudaBackend::CudaBackend() = default;
+CudaBackend::~CudaBackend() = default;
+
+CudaBackend::DeviceState& CudaBackend::state(int device) {
+  if (device < 0 || device >= kMaxDevices) {
+    throw ValueError("cuda: device index " + std::to_string(device) + " is out of range [0, " +
+                     std::to_string(kMaxDevices) + ")");
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!devices_[device]) {
+    int count = 0;
+    const cudaError_t err = cudaGetDeviceCount(&count);
+    if (err != cudaSuccess || device >= count) {
+      cudaGetLastError();
+      throw NotSupportedError("cuda: device cuda:" + std::to_string(device) +
+                              " is not available (" +
+                              (err == cudaSuccess ? std::to_string(count) + " device(s) visible"
+                                                  : std::string(cudaGetErrorString(err))) +
+                              ")");
+    }
+    devices_[device] = std::make_unique<DeviceState>(device);
+  }
+  return *devices_[device];
+}
+
+Allocator& CudaBackend::allocator(int device_index) {
+  return state(device_index).allocator;
+}
+
+PinnedStaging& CudaBackend::staging() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!staging_) staging_ = std::make_unique<PinnedStaging>();
+  return *staging_;
+}
+
+void CudaBackend::synchronize() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (auto& d : devices_) {
+    if (d) check(cudaStreamSynchronize(d->stream), "synchronize");
+  }
+}
+
+void CudaBackend::copy(const Tensor& src, Tensor& dst) {
+  if (src.shape() != dst.shape()) {
+    throw ShapeError("copy: source shape " + shape_str(src.shape()) + " != destination shape " +
+                     shape_str(dst.shape()));
+  }
+  if (src.numel() == 0) return;
+  const bool from_host = src.device().is_cpu(), to_host = dst.device().is_cpu();
+  if (from_host && to_host) {
+    backend_for(DeviceType::CPU).copy(src, dst);
+    return;
+  }
+  if (!from_host && !to_host) {
+    if (src.device() == dst.device()) {
+      DeviceState& s = state(dst.device().index);
+      DeviceGuard g(s.index);
+      launch("copy", [&] {
+        k::copy(src.raw_data(), scalar(src.dtype()), view_of(src), dst.raw_data(),
+                scalar(dst.dtype()), view_of(dst), s.stream);
+      });
+      return;
+    }
+    // Across devices: make a contiguous copy in the destination dtype on the
+    // source device, then a peer copy, then place it.
+    DeviceState& ss = state(src.device().index);
+    DeviceState& ds = state(dst.device().index);
+    Tensor staged = empty(src.shape(), dst.dtype(), src.device());
+    copy(src, staged);
+    Tensor landed = dst.is_contiguous() ? dst : empty(dst.shape(), dst.dtype(), dst.device());
+    check(cudaStreamSynchronize(ss.stream), "peer copy: source stream");
+    check(cudaMemcpyPeerAsync(landed.raw_data(), ds.index, staged.raw_data(), ss.index,
+                              staged.nbytes(), ds.stream),
+          "cudaMemcpyPeerAsync");
+    if (!landed.same(dst)) copy(landed, dst);
+    check(cudaStreamSynchronize(ds.stream), "peer copy: destination stream");
+    return;
+  }
+  if (from_host) {
+    DeviceState& s = state(dst.device().index);
+    DeviceGuard g(s.index);
+    // Upload the source as it is (contiguous, its own dtype), convert on the GPU.
+    Tensor host = src;
+    if (!src.is_contiguous()) {
+      host = empty(src.shape(), src.dtype(), Device::cpu());
+      backend_for(DeviceType::CPU).copy(src, host);
+    }
+    if (dst.is_contiguous() && dst.dtype() == src.dtype()) {
+      staging().upload(host.raw_data(), dst.raw_data(), host.nbytes(), s.stream);
+      return;
+    }
+    Tensor raw = empty(src.shape(), src.dtype(), dst.device());
+    copy(host, raw);
+    copy(raw, dst);
+    return;
+  }
+  // Device -> host: convert on the GPU into a contiguous buffer of the
+  // destination dtype, download, then place it on the host.
+  DeviceState& s = state(src.device().index);
+  DeviceGuard g(s.index);
+  Tensor dev = src;
+  if (!src.is_contiguous() || src.dtype() != dst.dtype()) {
+    dev = empty(src.shape(), dst.dtype(), src.device());
+    copy(src, dev);
+  }
+  Tensor host = dst.is_contiguous() ? dst : empty(dst.shape(), dst.dtype(), Device::cpu());
+  staging().download(dev.raw_data(), host.raw_data(), dev.nbytes(), s.stream);
+  if (!host.same(dst)) backend_for(DeviceType::CPU).copy(host, dst);
+}
+
+void CudaBackend::fill(Tensor& dst, double value) {
+  if (!dst.is_contiguous()) throw ShapeError("fill: destination must be contiguous");
+  DeviceState& s = state(dst.device().index);
+  DeviceGuard g(s.index);
+  launch("fill",
+         [&] { k::fill(dst.raw_data(), scalar(dst.dtype()), dst.numel(), value, s.stream); });
+}
+
+void CudaBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) {
+  DeviceState& s = state(out.device().index);
+  DeviceGuard g(s.index);
+  launch("binary", [&] {
+    k::binary(static_cast<k::BinaryKind>(op), a.raw_data(), view_of(a), b.raw_data(), view_of(b),
+              out.raw_data(), scalar(out.dtype()), s.stream);
+  });
+}
+
+void CudaBackend::affine(const Tensor& x, double alpha, double beta, Tensor& out) {
+  DeviceState& s = state(out.device().index);
+  DeviceGuard g(s.index);
+  launch("affine", [&] {
+    k::affine(x.raw_data(), out.raw_data(), scalar(out.dtype()), out.numel(), alpha, beta,
+              s.stream);
+  });
+}
+
+void CudaBackend::gemm(const Tensor& a, const Tensor& b, Tensor& c, bool trans_a, bool trans_b,
+                       double alpha, double beta) {
+  const GemmPlan plan = plan_gemm(a.shape(), b.shape(), c.shape(), trans_a, trans_b);
+  if (a.dtype() != c.dtype() || b.dtype() != c.dtype()) {
+    throw ValueError(std::string("gemm: operand dtypes differ (a ") + dtype_name(a.dtype()) +
+                     ", b " + dtype_name(b.dtype()) + ", c " + dtype_name(c.dtype()) + ")");
+  }
+  if (c.numel() == 0) return;
+  DeviceState& s = state(c.device().index);
+  DeviceGuard g(s.index);
+  if (plan.k == 0) {  // empty inner dimension: c = beta * c
+    launch("gemm", [&] {
+      k::affine(c.raw_data(), c.raw_data(), scalar(c.dtype()), c.numel(), beta, 0.0, s.stream);
+    });
+    return;
+  }
+  s.gemm().run(plan, c.dtype(), a.raw_data(), b.raw_data(), c.raw_data(), alpha, beta, s.stream);
+}
+
+void CudaBackend::reduce(ReduceOp op, const Tensor& x, int64_t outer, int64_t n, int64_t inner,
+                         Tensor& out, Tensor* indices) {
+  DeviceState& s = state(out.device().index);
+  DeviceGuard g(s.index);
+  if (indices && (indices->dtype() != DType::I64 || indices->device() != out.device())) {
+    throw ValueError("reduce: indices must be i64 on " + out.device().str());
+  }
+  launch("reduce", [&] {
+    k::reduce(static_cast<k::ReduceKind>(op), x.raw_data(), scalar(x.dtype()), outer, n, inner,
+              out.raw_data(), indices ? indices->data<int64_t>() : nullptr, s.stream);
+  });
+}
+
+void CudaBackend::gelu_forward(const Tensor& x, Tensor& y) {
+  DeviceState& s = state(y.device().index);
+  DeviceGuard g(s.index);
+  launch("gelu_forward", [&] {
+    k::gelu_forward(x.raw_data(), y.raw_data(), scalar(x.dtype()), x.numel(), s.stream);
+  });
+}
+
+void CudaBackend::gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) {
+  DeviceState& s = state(dx.device().index);
+  DeviceGuard g(s.index);
+  launch("gelu_backward", [&] {
+    k::gelu_backward(x.raw_data(), dy.raw_data(), dx.raw_data(), scalar(x.dtype()), x.numel(),
+                     s.stream);
+  });
+}
+
+void CudaBackend::layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                                     double eps, Tensor& y, Tensor& mean, Tensor& rstd) {
+  require_nn("layer_norm", x.dtype());
+  const int64_t C = x.size(-1), N = x.numel() / std::max<int64_t>(C, 1);
+  DeviceState& s = state(y.device().index);
+  DeviceGuard g(s.index);
+  launch("layer_norm_forward", [&] {
+    k::layer_norm_forward(x.raw_data(), weight.raw_data(), bias.raw_data(), y.raw_data(),
+                          mean.data<float>(), rstd.data<float>(), scalar(x.dtype()), N, C, eps,
+                          s.stream);
+  });
+}
+
+void CudaBackend::layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
+                                      const Tensor& mean, const Tensor& rstd, Tensor& dx,
+                                      Tensor& dweight, Tensor& dbias) {
+  require_nn("layer_norm_backward", x.dtype());
+  const int64_t C = x.size(-1), N = x.numel() / std::max<int64_t>(C, 1);
+  DeviceState& s = state(dx.device().index);
+  DeviceGuard g(s.index);
+  Scratch ws(s.allocator, k::layer_norm_backward_workspace(N, C));
+  launch("layer_norm_backward", [&] {
+    k::layer_norm_backward(dy.raw_data(), x.raw_data(), weight.raw_data(), mean.data<float>(),
+                           rstd.data<float>(), dx.raw_data(), dweight.raw_data(), dbias.raw_data(),
+                           scalar(x.dtype()), N, C, ws.get(), s.stream);
+  });
+}
+
+void CudaBackend::softmax_forward(const Tensor& x, Tensor& y) {
+  require_nn("softmax", x.dtype());
+  const int64_t C = x.size(-1), N = x.numel() / std::max<int64_t>(C, 1);
+  DeviceState& s = state(y.device().index);
+  DeviceGuard g(s.index);
+  launch("softmax_forward", [&] {
+    k::softmax_forward(x.raw_data(), y.raw_data(), scalar(x.dtype()), N, C, s.stream);
+  });
+}
+
+void CudaBackend::softmax_backward(const Tensor& y, const Tensor& dy, Tensor& dx) {
+  require_nn("softmax_backward", y.dtype());
+  const int64_t C = y.size(-1), N = y.numel() / std::max<int64_t>(C, 1);
+  DeviceState& s = state(dx.device().index);
+  DeviceGuard g(s.index);
+  launch("softmax_backward", [&] {
+    k::softmax_backward(y.raw_data(), dy.raw_data(), dx.raw_data(), scalar(y.dtype()), N, C,
+                        s.stream);
+  });
+}
+
+namespace {
+k::AttentionShape attention_shape(const Tensor& qkv, int64_t n_head) {
+  return {qkv.size(0), qkv.size(1), qkv.size(2) / 3, n_head};
+}
+}  // namespace
+
+void CudaBackend::attention_forward(const Tensor& qkv, int64_t n_head, Tensor& out, Tensor& lse) {
+  require_nn("attention", qkv.dtype());
+  DeviceState& s = state(out.device().index);
+  DeviceGuard g(s.index);
+  launch("attention_forward", [&] {
+    k::attention_forward(qkv.raw_data(), out.raw_data(), lse.data<float>(), scalar(qkv.dtype()),
+                         attention_shape(qkv, n_head), s.stream);
+  });
+}
+
+void CudaBackend::attention_backward(const Tensor& qkv, const Tensor& out, const Tensor& lse,
+                                     const Tensor& dout, int64_t n_head, Tensor& dqkv) {
+  require_nn("attention_backward", qkv.dtype());
+  const k::AttentionShape shape = attention_shape(qkv, n_head);
+  DeviceState& s = state(dqkv.device().index);
+  DeviceGuard g(s.index);
+  Scratch ws(s.allocator, k::attention_backward_workspace(shape));
+  launch("attention_backward", [&] {
+    k::attention_backward(qkv.raw_data(), out.raw_data(), lse.data<float>(), dout.raw_data(),
+                          dqkv.raw_data(), scalar(qkv.dtype()), shape, ws.get(), s.stream);
+  });
+}
+
+void CudaBackend::embedding_forward(const Tensor& weight, const Tensor& ids, Tensor& out) {
+  require_nn("embedding", weight.dtype());
+  require_index("embedding", ids);
+  const int64_t V = weight.size(0), C = weight.size(1), N = ids.numel();
+  // Ids are checked on the host so a bad one is an error, not a wild read.
+  const std::vector<int64_t> host = host_indices(*this, ids);
+  for (int64_t i = 0; i < N; ++i) {
+    if (host[i] < 0 || host[i] >= V) {
+      throw ValueError("embedding: token id " + std::to_string(host[i]) + " at position " +
+                       std::to_string(i) + " is outside [0, " + std::to_string(V) + ")");
+    }
+  }
+  DeviceState& s = state(out.device().index);
+  DeviceGuard g(s.index);
+  launch("embedding_forward", [&] {
+    k::embedding_forward(weight.raw_data(), scalar(weight.dtype()), ids.raw_data(),
+                         ids.dtype() == DType::I64, V, C, N, out.raw_data(), s.stream);
+  });
+}
+
+void CudaBackend::embedding_backward(const Tensor& ids, const Tensor& dout, Tensor& dweight) {
+  require_nn("embedding_backward", dout.dtype());
+  require_index("embedding_backward", ids);
+  const int64_t V = dweight.size(0), C = dweight.size(1), N = ids.numel();
+  const std::vector<int64_t> host = host_indices(*this, ids);
+  k::EmbeddingSegments seg;
+  launch("embedding_backward", [&] { seg = k::group_by_id(host.data(), N, V); });
+  const int64_t U = static_cast<int64_t>(seg.seg_id.size());
+  // order | seg_start | seg_id in one upload.
+  Tensor packed = empty({N + 2 * U + 1}, DType::I64, Device::cpu());
+  int64_t* p = packed.data<int64_t>();
+  std::copy(seg.order.begin(), seg.order.end(), p);
+  std::copy(seg.seg_start.begin(), seg.seg_start.end(), p + N);
+  std::copy(seg.seg_id.begin(), seg.seg_id.end(), p + N + U + 1);
+  Tensor dev = empty(packed.shape(), DType::I64, dweight.device());
+  copy(packed, dev);
+  DeviceState& s = state(dweight.device().index);
+  DeviceGuard g(s.index);
+  const int64_t* d = dev.data<int64_t>();
+  launch("embedding_backward", [&] {
+    k::embedding_backward(d, d + N, d + N + U + 1, U, dout.raw_data(), scalar(dout.dtype()), V, C,
+                          dweight.raw_data(), s.stream);
+  });
+}
+
+void CudaBackend::cross_entropy_forward(const Tensor& logits, const Tensor& targets,
+                                        int64_t ignore_index, Tensor& losses, Tensor& lse) {
+  require_nn("cross_entropy", logits.dtype());
+  require_index("cross_entropy", targets);
+  const int64_t N = logits.size(0), V = logits.size(1);
+  const std::vector<int64_t> host = host_indices(*this, targets);
+  for (int64_t i = 0; i < N; ++i) {
+    if (host[i] != ignore_index && (host[i] < 0 || host[i] >= V)) {
+      throw ValueError("cross_entropy: target " + std::to_string(host[i]) + " at row " +
+                       std::to_string(i) + " is outside [0, " + std::to_string(V) + ")");
+    }
+  }
+  DeviceState& s = state(logits.device().index);
+  DeviceGuard g(s.index);
+  launch("cross_entropy_forward", [&] {
+    k::cross_entropy_forward(logits.raw_data(), scalar(logits.dtype()), targets.raw_data(),
+                             targets.dtype() == DType::I64, N, V, ignore_index,
+                             losses.data<float>(), lse.data<float>(), s.stream);
+  });
+}
+
+void CudaBackend::cross_entropy_backward(const Tensor& logits, const Tensor& targets,
+                                         const Tensor& lse, const Tensor& dlosses,
+                                         int64_t ignore_index, Tensor& dlogits) {
+  require_nn("cross_entropy_backward", logits.dtype());
+  require_index("cross_entropy_backward", targets);
+  DeviceState& s = state(logits.device().index);
+  DeviceGuard g(s.index);
+  launch("cross_entropy_backward", [&] {
+    k::cross_entropy_backward(logits.raw_data(), scalar(logits.dtype()), targets.raw_data(),
+                              targets.dtype() == DType::I64, lse.data<float>(),
+                              dlosses.data<float>(), logits.size(0), logits.size(1), ignore_index,
+                              dlogits.raw_data(), s.stream);
+  });
+}
+
+void CudaBackend::vocab_ce_partial(const Tensor& logits, const Tensor& targets, int64_t vocab_start,
+                                   int64_t valid, Tensor& row_max, Tensor& target_logit) {
+  require_nn("vocab_ce_partial", logits.dtype());
+  require_index("vocab_ce_partial", targets);
+  DeviceState& s = state(logits.device().index);
+  DeviceGuard g(s.index);
+  launch("vocab_ce_partial", [&] {
+    k::vocab_ce_partial(logits.raw_data(), scalar(logits.dtype()), targets.raw_data(),
+                        targets.dtype() == DType::I64, logits.size(0), logits.size(1), vocab_start,
+                        valid, row_max.data<float>(), target_logit.data<float>(), s.stream);
+  });
+}
+
+void CudaBackend::vocab_ce_sumexp(const Tensor& logits, const Tensor& global_max, int64_t valid,
+                                  Tensor& sumexp) {
+  require_nn("vocab_ce_sumexp", logits.dtype());
+  DeviceState& s = state(logits.device().index);
+  DeviceGuard g(s.index);
+  launch("vocab_ce_sumexp", [&] {
+    k::vocab_ce_sumexp(logits.raw_data(), scalar(logits.dtype()), global_max.data<float>(),
+                       logits.size(0), logits.size(1), valid, sumexp.data<float>(), s.stream);
+  });
+}
+
+void CudaBackend::vocab_ce_backward(const Tensor& logits, const Tensor& targets,
+                                    int64_t vocab_start, int64_t valid, const Tensor& global_max,
+                                    const Tensor& sumexp, const Tensor& dloss, Tensor& dlogits) {
+  require_nn("vocab_ce_backward", logits.dtype());
+  require_index("vocab_ce_backward", targets);
+  DeviceState& s = state(logits.device().index);
+  DeviceGuard g(s.index);
+  launch("vocab_ce_backward", [&] {
+    k::vocab_ce_backward(logits.raw_data(), scalar(logits.dtype()), targets.raw_data(),
+                         targets.dtype() == DType::I64, logits.size(0), logits.size(1), vocab_start,
+                         valid, global_max.data<float>(), sumexp.data<float>(), dloss.data<float>(),
+                         dlogits.raw_data(), s.stream);
+  });
+}
+
+void CudaBackend::dropout(const Tensor& x, double p, uint64_t seed, uint64_t stream,
+                          uint64_t offset, Tensor& y) {
+  DeviceState& s = state(y.device().index);
+  DeviceGuard g(s.index);
+  launch("dropout", [&] {
+    k::dropout(x.raw_data(), y.raw_data(), scalar(x.dtype()), x.numel(), p, seed, stream, offset,
+               s.stream);
+  });
+}
+
+void CudaBackend::adamw(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,
+                        const AdamWStep& hp) {
+  require_nn("adamw", param.dtype());
+  for (const Tensor* t : {&grad, static_cast<const Tensor*>(&m), static_cast<const Tensor*>(&v)}) {
+    if (t->dtype() != param.dtype() || t->numel() != param.numel()) {
+      throw ValueError(std::string("adamw: gradient and moments must match the parameter (") +
+                       dtype_name(param.dtype()) + ", " + std::to_string(param.numel()) +
+                       " elements), got " + dtype_name(t->dtype()) + ", " +
+                       std::to_string(t->numel()));
+    }
+  }
+  DeviceState& s = state(param.device().index);
+  DeviceGuard g(s.index);
+  k::AdamWArgs a;
+  a.lr = hp.lr;
+  a.beta1 = hp.beta1;
+  a.beta2 = hp.beta2;
+  a.eps = hp.eps;
+  a.weight_decay = hp.weight_decay;
+  a.step = hp.step;
+  launch("adamw", [&] {
+    k::adamw(param.raw_data(), grad.raw_data(), m.raw_data(), v.raw_data(), scalar(param.dtype()),
+             param.numel(), a, s.stream);
+  });
+}
+
+CudaBackend& cuda_backend() {
+  static CudaBackend backend;
+  return backend;
+}
+
+}  // namespace triad::detail
+
+// ---- triad::cuda: the runtime as the rest of the library sees it ------------
+namespace triad::cuda {
+
+using detail::cuda_backend;
+
+bool compiled() {
+  return true;
+}
+
+int device_count() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return count;
+}
+
+void* compute_stream(int device) {
+  return cuda_backend().state(device).stream;
+}
+
+void synchronize(int device) {
+  detail::check(cudaStreamSynchronize(cuda_backend().state(device).stream), "synchronize");
+}
+
+namespace {
+void order(int device, cudaStream_t first, cudaStream_t then) {
+  detail::DeviceGuard g(device);
+  cudaEvent_t ev = nullptr;
+  detail::check(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "cudaEventCreate");
+  detail::check(cudaEventRecord(ev, first), "cudaEventRecord");
+  detail::check(cudaStreamWaitEvent(then, ev, 0), "cudaStreamWaitEvent");
+  cudaEventDestroy(ev);  // released once the wait has been satisfied
+}
+}  // namespace
+
+void order_after_compute(int device, void* other_stream) {
+  order(device, cuda_backend().state(device).stream, static_cast<cudaStream_t>(other_stream));
+}
+
+void order_compute_after(int device, void* other_stream) {
+  order(device, static_cast<cudaStream_t>(other_stream), cuda_backend().state(device).stream);
+}
+
+AllocatorStats memory_stats(int device) {
+  return cuda_backend().state(device).allocator.stats();
+}
+
+void empty_cache(int device) {
+  synchronize(device);
+  cuda_backend().state(device).allocator.empty_cache();
+}
+
+}  // namespace triad::cuda

@@ -1,0 +1,82 @@
+#pragma once
+
+// The CUDA backend: adapts the hand-written kernels of kernels/ and cuBLASLt
+// GEMMs to the Backend interface. One caching allocator, one compute stream
+// and one GEMM context per device; host<->device copies go through pinned,
+// double-buffered staging buffers. f32/bf16/f16 for the neural-network
+// kernels; f64 and integers for copies, fills, elementwise, reductions and
+// (f64) GEMMs.
+#include <array>
+#include <memory>
+#include <mutex>
+
+#include "triad/backend/backend.h"
+#include "triad/backend/caching_allocator.h"
+
+namespace triad::detail {
+
+class CublasLtGemm;
+class PinnedStaging;
+
+class CudaBackend final : public Backend {
+ public:
+  CudaBackend();
+  ~CudaBackend() override;
+  std::string name() const override { return "cuda"; }
+  Allocator& allocator(int device_index) override;
+  void synchronize() override;
+
+  void copy(const Tensor& src, Tensor& dst) override;
+  void fill(Tensor& dst, double value) override;
+  void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) override;
+  void affine(const Tensor& x, double alpha, double beta, Tensor& out) override;
+  void gemm(const Tensor& a, const Tensor& b, Tensor& c, bool trans_a, bool trans_b, double alpha,
+            double beta) override;
+  void reduce(ReduceOp op, const Tensor& x, int64_t outer, int64_t n, int64_t inner, Tensor& out,
+              Tensor* indices) override;
+  void gelu_forward(const Tensor& x, Tensor& y) override;
+  void gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) override;
+  void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps,
+                          Tensor& y, Tensor& mean, Tensor& rstd) override;
+  void layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
+                           const Tensor& mean, const Tensor& rstd, Tensor& dx, Tensor& dweight,
+                           Tensor& dbias) override;
+  void softmax_forward(const Tensor& x, Tensor& y) override;
+  void softmax_backward(const Tensor& y, const Tensor& dy, Tensor& dx) override;
+  void attention_forward(const Tensor& qkv, int64_t n_head, Tensor& out, Tensor& lse) override;
+  void attention_backward(const Tensor& qkv, const Tensor& out, const Tensor& lse,
+                          const Tensor& dout, int64_t n_head, Tensor& dqkv) override;
+  void embedding_forward(const Tensor& weight, const Tensor& ids, Tensor& out) override;
+  void embedding_backward(const Tensor& ids, const Tensor& dout, Tensor& dweight) override;
+  void cross_entropy_forward(const Tensor& logits, const Tensor& targets, int64_t ignore_index,
+                             Tensor& losses, Tensor& lse) override;
+  void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse,
+                              const Tensor& dlosses, int64_t ignore_index,
+                              Tensor& dlogits) override;
+  void vocab_ce_partial(const Tensor& logits, const Tensor& targets, int64_t vocab_start,
+                        int64_t valid, Tensor& row_max, Tensor& target_logit) override;
+  void vocab_ce_sumexp(const Tensor& logits, const Tensor& global_max, int64_t valid,
+                       Tensor& sumexp) override;
+  void vocab_ce_backward(const Tensor& logits, const Tensor& targets, int64_t vocab_start,
+                         int64_t valid, const Tensor& global_max, const Tensor& sumexp,
+                         const Tensor& dloss, Tensor& dlogits) override;
+  void dropout(const Tensor& x, double p, uint64_t seed, uint64_t stream, uint64_t offset,
+               Tensor& y) override;
+  void adamw(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWStep& hp) override;
+
+  // Per-device state, created on first use of the device.
+  struct DeviceState;
+  DeviceState& state(int device);
+
+ private:
+  PinnedStaging& staging();
+  static constexpr int kMaxDevices = 16;
+  std::mutex mutex_;
+  std::array<std::unique_ptr<DeviceState>, kMaxDevices> devices_;
+  std::unique_ptr<PinnedStaging> staging_;
+};
+
+// The process-wide instance registered for DeviceType::CUDA.
+CudaBackend& cuda_backend();
+
+}  // namespace triad::detail

@@ -1,0 +1,60 @@
+#include "gemm_plan.h"
+
+#include <string>
+
+#include "triad/core/error.h"
+
+namespace triad::detail {
+namespace {
+
+std::string describe(const Shape& a, const Shape& b, const Shape& c, bool ta, bool tb) {
+  return "gemm(a " + shape_str(a) + (ta ? "^T" : "") + ", b " + shape_str(b) + (tb ? "^T" : "") +
+         " -> c " + shape_str(c) + ")";
+}
+
+}  // namespace
+
+GemmPlan plan_gemm(const Shape& a, const Shape& b, const Shape& c, bool ta, bool tb) {
+  auto fail = [&](const std::string& why) -> GemmPlan {
+    throw ShapeError(describe(a, b, c, ta, tb) + ": " + why);
+  };
+  const auto rank_ok = [](const Shape& s) { return s.size() == 2 || s.size() == 3; };
+  if (!rank_ok(a) || !rank_ok(b) || !rank_ok(c)) return fail("operands must be 2-D or 3-D");
+  const int64_t batch = c.size() == 3 ? c[0] : 1;
+  const int64_t M = c[c.size() - 2], N = c[c.size() - 1];
+  const int64_t a_rows = a[a.size() - 2], a_cols = a[a.size() - 1];
+  const int64_t b_rows = b[b.size() - 2], b_cols = b[b.size() - 1];
+  const int64_t K = ta ? a_rows : a_cols;
+  if ((ta ? a_cols : a_rows) != M)
+    return fail("a does not have M = " + std::to_string(M) + " rows");
+  if ((tb ? b_cols : b_rows) != K)
+    return fail("b does not have K = " + std::to_string(K) + " rows");
+  if ((tb ? b_rows : b_cols) != N)
+    return fail("b does not have N = " + std::to_string(N) + " columns");
+  if (a.size() == 3 && a[0] != batch) return fail("a's batch differs from c's");
+  if (b.size() == 3 && b[0] != batch) return fail("b's batch differs from c's");
+  if (c.size() == 2 && (a.size() == 3 || b.size() == 3)) return fail("a 3-D operand needs a 3-D c");
+
+  GemmPlan p;
+  int64_t rows = M, a_stride = a.size() == 3 ? M * K : 0;
+  const int64_t b_stride = b.size() == 3 ? K * N : 0;
+  p.batch = batch;
+  // A shared right operand lets the batch fold into M: one large GEMM.
+  if (!ta && b_stride == 0 && a_stride != 0) {
+    rows = batch * M;
+    a_stride = 0;
+    p.batch = 1;
+    p.folded = true;
+  }
+  p.m = N;
+  p.n = rows;
+  p.k = K;
+  p.first =
+      tb ? GemmOperandLayout{K, N, K, true, b_stride} : GemmOperandLayout{N, K, N, false, b_stride};
+  p.second = ta ? GemmOperandLayout{rows, K, rows, true, a_stride}
+                : GemmOperandLayout{K, rows, K, false, a_stride};
+  p.out = GemmOperandLayout{N, rows, N, false, p.batch > 1 ? M * N : 0};
+  return p;
+}
+
+}  // namespace triad::detail

@@ -1,0 +1,330 @@
+// CUDA conformance suite (label gpu): every op of the shared harness table
+// and the kernels' edge shapes, run on the GPU and compared with the CPU
+// backend on the same inputs, in f32, bf16 and f16. Exits 77 (skipped) when
+// no GPU is visible.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+
+#include "ops/op_cases.h"
+#include "triad/backend/backend.h"
+#include "triad/backend/cuda.h"
+#include "triad/nn/gpt.h"
+#include "triad/ops.h"
+
+namespace triad {
+namespace {
+
+const Device kGpu = Device::cuda(0);
+
+// Forward output and every input gradient of fn on `device`, inputs built on
+// the host in `dtype` (the same values on both devices).
+struct CaseResult {
+  std::vector<double> out;
+  std::vector<std::vector<double>> grads;
+};
+
+CaseResult run_case(const testing::OpCase& c, DType dtype, Device device) {
+  CaseResult r;
+  std::vector<Tensor> in;
+  for (Tensor x : c.inputs(dtype)) {
+    Tensor moved = to_device(x, device).detach();
+    if (is_floating(moved.dtype())) moved.set_requires_grad(true);
+    in.push_back(moved);
+  }
+  Tensor y = c.fn(in);
+  r.out = to_double_vector(y);
+  if (c.differentiable) {
+    Tensor g = to_device(randn(y.shape(), 3, 3, 1.0, dtype), device).detach();
+    autograd::backward({y}, {g});
+    for (auto& x : in) {
+      if (is_floating(x.dtype())) r.grads.push_back(to_double_vector(x.grad()));
+    }
+  }
+  return r;
+}
+
+// |got - want| <= atol + rtol * |want| elementwise, with rtol/atol scaled by
+// the largest magnitude for half types (their error is relative to the data).
+void expect_close(const std::vector<double>& got, const std::vector<double>& want, double rtol,
+                  double atol, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  double scale = 0;
+  for (double w : want) scale = std::max(scale, std::abs(w));
+  int reported = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    const double tol = atol * (1 + scale) + rtol * std::abs(want[i]);
+    if (!(std::abs(got[i] - want[i]) <= tol) && reported++ < 5) {
+      ADD_FAILURE() << what << " element " << i << ": cuda " << got[i] << ", cpu " << want[i]
+                    << " (tolerance " << tol << ")";
+    }
+  }
+}
+
+struct Tolerance {
+  double rtol, atol;
+};
+Tolerance tolerance(DType d) {
+  switch (d) {
+    case DType::F32:
+      return {1e-4, 1e-5};
+    case DType::BF16:
+      return {2e-2, 2e-2};
+    default:
+      return {4e-3, 4e-3};
+  }
+}
+
+class CudaOpHarness : public ::testing::TestWithParam<testing::OpCase> {};
+
+TEST_P(CudaOpHarness, MatchesCpuInF32Bf16F16) {
+  const testing::OpCase& c = GetParam();
+  for (DType dtype : {DType::F32, DType::BF16, DType::F16}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    const CaseResult cpu = run_case(c, dtype, Device::cpu());
+    const CaseResult gpu = run_case(c, dtype, kGpu);
+    const Tolerance t = tolerance(dtype);
+    expect_close(gpu.out, cpu.out, t.rtol, t.atol, c.name + " output");
+    ASSERT_EQ(gpu.grads.size(), cpu.grads.size());
+    for (size_t k = 0; k < cpu.grads.size(); ++k) {
+      expect_close(gpu.grads[k], cpu.grads[k], 2 * t.rtol, 2 * t.atol,
+                   c.name + " grad of input " + std::to_string(k));
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllOps, CudaOpHarness, ::testing::ValuesIn(testing::op_cases()),
+                         [](const ::testing::TestParamInfo<testing::OpCase>& info) {
+                           std::string n = info.param.name;
+                           for (auto& ch : n) {
+                             if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+                           }
+                           return n;
+                         });
+
+// Edge and production shapes the small table does not reach.
+testing::OpCase attention_case(int64_t B, int64_t T, int64_t C, int64_t NH) {
+  return {"attention_B" + std::to_string(B) + "_T" + std::to_string(T) + "_C" + std::to_string(C) +
+              "_NH" + std::to_string(NH),
+          [=](DType d) {
+            return std::vector<Tensor>{randn({B, T, 3 * C}, 7, 1, 1.0, d)};
+          },
+          [=](const std::vector<Tensor>& x) { return causal_attention(x[0], NH); }};
+}
+
+TEST(CudaKernels, AttentionHeadDimsAndLongSequences) {
+  // D = 64 (GPT-2), 128, 80 (rounded up to the 128-wide kernel), 8; T not a
+  // multiple of the 64-query block.
+  for (const auto& c : {attention_case(2, 200, 256, 4), attention_case(1, 130, 256, 2),
+                        attention_case(1, 97, 160, 2), attention_case(3, 33, 16, 2)}) {
+    for (DType dtype : {DType::F32, DType::BF16}) {
+      SCOPED_TRACE(c.name + " " + dtype_name(dtype));
+      const CaseResult cpu = run_case(c, dtype, Device::cpu());
+      const CaseResult gpu = run_case(c, dtype, kGpu);
+      const Tolerance t = tolerance(dtype);
+      expect_close(gpu.out, cpu.out, t.rtol, t.atol, "output");
+      expect_close(gpu.grads[0], cpu.grads[0], 4 * t.rtol, 4 * t.atol, "dqkv");
+    }
+  }
+}
+
+TEST(CudaKernels, RowKernelsAtModelWidths) {
+  const std::vector<testing::OpCase> cases = {
+      {"layer_norm_N333_C768",
+       [](DType d) {
+         return std::vector<Tensor>{randn({333, 768}, 7, 1, 2.0, d), randn({768}, 7, 2, 1.0, d),
+                                    randn({768}, 7, 3, 1.0, d)};
+       },
+       [](const std::vector<Tensor>& x) { return layer_norm(x[0], x[1], x[2]); }},
+      {"softmax_N5_C1000",
+       [](DType d) {
+         return std::vector<Tensor>{randn({5, 1000}, 7, 1, 3.0, d)};
+       },
+       [](const std::vector<Tensor>& x) { return softmax(x[0]); }},
+      {"cross_entropy_N7_V50257",
+       [](DType d) {
+         return std::vector<Tensor>{randn({7, 50257}, 7, 1, 2.0, d)};
+       },
+       [](const std::vector<Tensor>& x) {
+         return cross_entropy(
+             x[0], to_device(from_vector(std::vector<int64_t>{0, 50256, 17, -100, 3, 3, 4096}, {7},
+                                         DType::I64),
+                             x[0].device()));
+       }},
+      {"matmul_batched_odd",
+       [](DType d) {
+         return std::vector<Tensor>{randn({3, 17, 33}, 7, 1, 1.0, d),
+                                    randn({3, 33, 9}, 7, 2, 1.0, d)};
+       },
+       [](const std::vector<Tensor>& x) { return matmul(x[0], x[1]); }},
+      {"linear_fold_odd",
+       [](DType d) {
+         return std::vector<Tensor>{randn({4, 31, 40}, 7, 1, 1.0, d), randn({23, 40}, 7, 2, 1.0, d),
+                                    randn({23}, 7, 3, 1.0, d)};
+       },
+       [](const std::vector<Tensor>& x) { return linear(x[0], x[1], x[2]); }},
+      {"sum_long_row",
+       [](DType d) {
+         return std::vector<Tensor>{randn({3, 100003}, 7, 1, 1.0, d)};
+       },
+       [](const std::vector<Tensor>& x) { return sum(x[0], 1); }},
+  };
+  for (const auto& c : cases) {
+    for (DType dtype : {DType::F32, DType::BF16, DType::F16}) {
+      SCOPED_TRACE(c.name + " " + dtype_name(dtype));
+      const CaseResult cpu = run_case(c, dtype, Device::cpu());
+      const CaseResult gpu = run_case(c, dtype, kGpu);
+      const Tolerance t = tolerance(dtype);
+      expect_close(gpu.out, cpu.out, t.rtol, t.atol, "output");
+      for (size_t k = 0; k < cpu.grads.size(); ++k) {
+        expect_close(gpu.grads[k], cpu.grads[k], 4 * t.rtol, 4 * t.atol,
+                     "grad " + std::to_string(k));
+      }
+    }
+  }
+}
+
+TEST(CudaKernels, DropoutMaskIsTheCpuMaskBitForBit) {
+  Tensor x = randn({1000, 37}, 5, 1);
+  const auto cpu = to_float_vector(dropout(x, 0.25, 11, 3, 12345));
+  const auto gpu = to_float_vector(dropout(to_device(x, kGpu), 0.25, 11, 3, 12345));
+  ASSERT_EQ(cpu.size(), gpu.size());
+  for (size_t i = 0; i < cpu.size(); ++i) {
+    ASSERT_EQ(cpu[i] == 0.0f, gpu[i] == 0.0f) << "mask differs at " << i;
+    ASSERT_NEAR(gpu[i], cpu[i], 1e-6f * std::abs(cpu[i]));
+  }
+}
+
+TEST(CudaKernels, EmbeddingBackwardIsDeterministicAndEqualsTheCpuSum) {
+  // Many repeats of few ids: the fixed summation order makes f32 bit-equal.
+  std::vector<int64_t> ids(4096);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int64_t>((i * 7919) % 13);
+  Tensor id = from_vector(ids, {4096}, DType::I64);
+  auto grad_on = [&](Device dev) {
+    Tensor w = to_device(randn({50, 64}, 9, 1), dev).detach();
+    w.set_requires_grad(true);
+    Tensor y = embedding(w, to_device(id, dev));
+    autograd::backward({y}, {to_device(randn({4096, 64}, 9, 2), dev).detach()});
+    return to_float_vector(w.grad());
+  };
+  const auto cpu = grad_on(Device::cpu());
+  const auto a = grad_on(kGpu), b = grad_on(kGpu);
+  EXPECT_EQ(a, b);
+  EXPECT_EQ(a, cpu);
+}
+
+TEST(CudaKernels, AttentionBackwardIsDeterministic) {
+  auto grads = [] {
+    Tensor qkv = to_device(randn({2, 150, 3 * 128}, 3, 1), kGpu).detach();
+    qkv.set_requires_grad(true);
+    Tensor y = causal_attention(qkv, 2);
+    autograd::backward({y}, {to_device(randn(y.shape(), 3, 2), kGpu).detach()});
+    return to_float_vector(qkv.grad());
+  };
+  EXPECT_EQ(grads(), grads());
+}
+
+TEST(CudaRuntime, CopiesConvertDtypesAndStridesBothWays) {
+  Tensor x = randn({37, 53}, 1, 1);  // f32 host
+  for (DType d : {DType::F32, DType::BF16, DType::F16, DType::F64}) {
+    SCOPED_TRACE(dtype_name(d));
+    Tensor dev = empty(x.shape(), d, kGpu);
+    copy_(dev, x);
+    const auto back = to_double_vector(dev);
+    const auto want = to_double_vector(cast(x, d));
+    EXPECT_EQ(back, want);
+  }
+  // Strided host source -> device, and device transpose -> host.
+  Tensor t = transpose(x, 0, 1);
+  Tensor dev_t = to_device(t, kGpu);
+  EXPECT_EQ(to_double_vector(dev_t), to_double_vector(contiguous(t)));
+  Tensor dev_x = to_device(x, kGpu);
+  EXPECT_EQ(to_double_vector(contiguous(transpose(dev_x, 0, 1))), to_double_vector(contiguous(t)));
+  // Integers survive exactly.
+  Tensor ids = from_vector(std::vector<int64_t>{0, -5, 1ll << 40, 7}, {4}, DType::I64);
+  EXPECT_EQ(to_double_vector(to_device(ids, kGpu)), to_double_vector(ids));
+}
+
+TEST(CudaRuntime, LargeCopiesCrossSeveralStagingChunks) {
+  const int64_t n = 5'000'003;  // 20 MB of f32: three 8 MiB chunks, the last partial
+  Tensor x = rand_uniform({n}, 4, 4, -1, 1);
+  Tensor back = to_device(to_device(x, kGpu), Device::cpu());
+  ASSERT_EQ(std::memcmp(back.raw_data(), x.raw_data(), x.nbytes()), 0);
+}
+
+TEST(CudaRuntime, CachingAllocatorReportsAndReusesMemory) {
+  cuda::synchronize(0);
+  const AllocatorStats before = cuda::memory_stats(0);
+  {
+    Tensor a = empty({1 << 20}, DType::F32, kGpu);
+    const AllocatorStats during = cuda::memory_stats(0);
+    EXPECT_GE(during.allocated - before.allocated, 4 << 20);
+    EXPECT_GE(during.reserved, during.allocated);
+  }
+  const AllocatorStats after_free = cuda::memory_stats(0);
+  EXPECT_EQ(after_free.allocated, before.allocated);
+  Tensor again = empty({1 << 20}, DType::F32, kGpu);  // served from the cache
+  EXPECT_EQ(cuda::memory_stats(0).reserved, after_free.reserved);
+}
+
+TEST(CudaRuntime, AdamWMatchesTheCpuUpdate) {
+  for (DType d : {DType::F32, DType::BF16}) {
+    SCOPED_TRACE(dtype_name(d));
+    Tensor p = randn({1001}, 1, 1, 1.0, d), g = randn({1001}, 1, 2, 1.0, d);
+    Tensor m = randn({1001}, 1, 3, 0.1, d), v = cast(rand_uniform({1001}, 1, 4, 0, 0.1), d);
+    AdamWStep hp;
+    hp.lr = 1e-2;
+    hp.weight_decay = 0.1;
+    hp.step = 3;
+    Tensor pd = to_device(p, kGpu), gd = to_device(g, kGpu), md = to_device(m, kGpu),
+           vd = to_device(v, kGpu);
+    backend_for(DeviceType::CPU).adamw(p, g, m, v, hp);
+    backend_for(DeviceType::CUDA).adamw(pd, gd, md, vd, hp);
+    const Tolerance t = tolerance(d);
+    expect_close(to_double_vector(pd), to_double_vector(p), t.rtol, 1e-6, "param");
+    expect_close(to_double_vector(md), to_double_vector(m), t.rtol, 1e-6, "m");
+    expect_close(to_double_vector(vd), to_double_vector(v), t.rtol, 1e-6, "v");
+  }
+}
+
+TEST(CudaModel, TinyGptLossAndGradientsMatchTheCpu) {
+  const nn::GptConfig cfg{
+      .n_layer = 2, .n_head = 4, .d_model = 64, .vocab_size = 97, .seq_len = 32, .dropout = 0.1};
+  nn::Gpt cpu_model(cfg, 1234), gpu_model(cfg, 1234);
+  gpu_model.to(kGpu);
+  std::vector<int64_t> tokens(2 * 32), targets(2 * 32);
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    tokens[i] = static_cast<int64_t>((i * 31 + 7) % 97);
+    targets[i] = static_cast<int64_t>((i * 17 + 3) % 97);
+  }
+  Tensor ids = from_vector(tokens, {2, 32}, DType::I64);
+  Tensor tg = from_vector(targets, {2, 32}, DType::I64);
+  // Dropout on: the masks are the same counter-based draws on both devices.
+  const nn::ForwardContext ctx{.training = true, .seed = 5, .call = 1};
+  Tensor cpu_loss = cpu_model.loss(ids, tg, ctx);
+  Tensor gpu_loss = gpu_model.loss(to_device(ids, kGpu), to_device(tg, kGpu), ctx);
+  EXPECT_NEAR(item(gpu_loss), item(cpu_loss), 1e-5 * std::abs(item(cpu_loss)));
+  autograd::backward({cpu_loss});
+  autograd::backward({gpu_loss});
+  auto cp = cpu_model.named_parameters(), gp = gpu_model.named_parameters();
+  ASSERT_EQ(cp.size(), gp.size());
+  for (size_t i = 0; i < cp.size(); ++i) {
+    EXPECT_EQ(gp[i].second.device(), kGpu) << gp[i].first;
+    expect_close(to_double_vector(gp[i].second.grad()), to_double_vector(cp[i].second.grad()), 1e-3,
+                 1e-5, gp[i].first);
+  }
+}
+
+}  // namespace
+}  // namespace triad
+
+int main(int argc, char** argv) {
+  if (triad::cuda::device_count() == 0) {
+    std::printf("no CUDA device visible: the gpu suite is skipped\n");
+    return 77;
+  }
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}

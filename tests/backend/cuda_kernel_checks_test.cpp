@@ -1,0 +1,117 @@
+// Host-side logic of the CUDA kernels, run on every machine of a CUDA build
+// (no GPU needed): the "can this run?" checks, the launchers' refusal of bad
+// arguments before touching the device, strided-view coalescing and the
+// embedding backward's grouping of positions.
+#include <gtest/gtest.h>
+
+#include <stdexcept>
+
+#include "kernels/attention.h"
+#include "kernels/cross_entropy.h"
+#include "kernels/elementwise.h"
+#include "kernels/embedding.h"
+#include "kernels/layernorm.h"
+#include "kernels/softmax.h"
+#include "triad/backend/cuda.h"
+
+namespace triad::kernels {
+namespace {
+
+std::string reason(const Status& s) {
+  return s.ok ? "" : s.reason;
+}
+
+TEST(CudaKernelChecks, AttentionAcceptsGptShapesAndNamesWhatIsWrong) {
+  EXPECT_TRUE(check_attention(ScalarType::BF16, {4, 1024, 768, 12}).ok);
+  EXPECT_TRUE(check_attention(ScalarType::F32, {1, 7, 18, 2}).ok);
+  EXPECT_NE(reason(check_attention(ScalarType::F32, {1, 8, 100, 3})).find("divisible"),
+            std::string::npos);
+  EXPECT_NE(reason(check_attention(ScalarType::F32, {1, 8, 512, 2})).find("head dim 256"),
+            std::string::npos);
+  EXPECT_NE(reason(check_attention(ScalarType::F64, {1, 8, 64, 2})).find("f64"), std::string::npos);
+  EXPECT_FALSE(check_attention(ScalarType::F32, {70000, 8, 64, 1}).ok);
+}
+
+TEST(CudaKernelChecks, LaunchersRefuseBadArgumentsBeforeTouchingTheDevice) {
+  // No pointer is dereferenced and no CUDA call is made: the check fails first.
+  EXPECT_THROW(
+      attention_forward(nullptr, nullptr, nullptr, ScalarType::F32, {1, 4, 30, 4}, nullptr),
+      std::invalid_argument);
+  EXPECT_THROW(layer_norm_forward(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
+                                  ScalarType::I32, 4, 8, 1e-5, nullptr),
+               std::invalid_argument);
+  EXPECT_THROW(layer_norm_forward(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
+                                  ScalarType::F32, 4, 8, 0.0, nullptr),
+               std::invalid_argument);
+  EXPECT_THROW(softmax_forward(nullptr, nullptr, ScalarType::F32, 4, 0, nullptr),
+               std::invalid_argument);
+  EXPECT_THROW(dropout(nullptr, nullptr, ScalarType::F32, 8, 1.0, 1, 2, 3, nullptr),
+               std::invalid_argument);
+  EXPECT_THROW(vocab_ce_sumexp(nullptr, ScalarType::F32, nullptr, 2, 10, 11, nullptr, nullptr),
+               std::invalid_argument);
+  EXPECT_THROW(
+      reduce(ReduceKind::Max, nullptr, ScalarType::F32, 2, 0, 3, nullptr, nullptr, nullptr),
+      std::invalid_argument);
+  EXPECT_THROW(layer_norm_backward(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
+                                   nullptr, ScalarType::F32, 4, 8, nullptr, nullptr),
+               std::invalid_argument);
+}
+
+TEST(CudaKernelChecks, CrossEntropyChecks) {
+  EXPECT_TRUE(check_cross_entropy(ScalarType::BF16, 8192, 50304).ok);
+  EXPECT_FALSE(check_cross_entropy(ScalarType::F32, 4, 0).ok);
+  EXPECT_TRUE(check_vocab_ce(ScalarType::F32, 4, 128, 100).ok);
+  EXPECT_NE(reason(check_vocab_ce(ScalarType::F32, 4, 128, 129)).find("129"), std::string::npos);
+}
+
+TEST(CudaKernelChecks, CoalesceMergesContiguousDimensions) {
+  const int64_t shape[3] = {2, 3, 4};
+  const int64_t contiguous[3] = {12, 4, 1};
+  StridedView a = make_view(3, shape, contiguous), b = make_view(3, shape, contiguous);
+  EXPECT_TRUE(is_contiguous(a));
+  coalesce(a, b);
+  EXPECT_EQ(a.ndim, 1);
+  EXPECT_EQ(a.shape[0], 24);
+  // A transposed source keeps two dimensions; the destination follows.
+  const int64_t tshape[2] = {4, 6};
+  const int64_t tstride[2] = {1, 4};
+  const int64_t cstride[2] = {6, 1};
+  StridedView t = make_view(2, tshape, tstride), c = make_view(2, tshape, cstride);
+  EXPECT_FALSE(is_contiguous(t));
+  coalesce(t, c);
+  EXPECT_EQ(t.ndim, 2);
+  EXPECT_EQ(t.stride[0], 1);
+  EXPECT_EQ(c.stride[0], 6);
+  // Size-1 dimensions drop out.
+  const int64_t oshape[3] = {1, 5, 1};
+  const int64_t ostride[3] = {99, 1, 7};
+  StridedView o = make_view(3, oshape, ostride), p = make_view(3, oshape, ostride);
+  coalesce(o, p);
+  EXPECT_EQ(o.ndim, 1);
+  EXPECT_EQ(o.shape[0], 5);
+  const int64_t big[9] = {1, 1, 1, 1, 1, 1, 1, 1, 1};
+  EXPECT_THROW(make_view(9, big, big), std::invalid_argument);
+}
+
+TEST(CudaKernelChecks, EmbeddingGroupsPositionsByIdInTokenOrder) {
+  const int64_t ids[7] = {3, 1, 3, 0, 1, 3, 5};
+  const EmbeddingSegments s = group_by_id(ids, 7, 6);
+  EXPECT_EQ(s.seg_id, (std::vector<int64_t>{0, 1, 3, 5}));
+  EXPECT_EQ(s.seg_start, (std::vector<int64_t>{0, 1, 3, 6, 7}));
+  EXPECT_EQ(s.order, (std::vector<int64_t>{3, 1, 4, 0, 2, 5, 6}));
+  const int64_t bad[3] = {0, 6, 1};
+  try {
+    group_by_id(bad, 3, 6);
+    FAIL() << "expected an error";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("token id 6 at position 1"), std::string::npos);
+  }
+}
+
+TEST(CudaKernelChecks, RuntimeQueriesWorkWithoutAGpu) {
+  EXPECT_TRUE(cuda::compiled());
+  EXPECT_GE(cuda::device_count(), 0);  // never throws, 0 on machines without a GPU
+}
+
+}  // namespace
+}  // namespace triad::kernels

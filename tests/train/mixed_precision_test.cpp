@@ -1,0 +1,137 @@
+// train.precision: bf16 and fp16 keep half parameters and activations with
+// f32 masters, gradients and optimizer state; fp16 adds dynamic loss scaling
+// whose state survives checkpoints.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include "support/temp_dir.h"
+#include "triad/data/token_shard.h"
+#include "triad/ops.h"
+#include "triad/train/trainer.h"
+
+namespace triad::train {
+namespace {
+
+using triad::testing::TempDir;
+
+Config config(const TempDir& dir, const std::string& precision, int64_t steps,
+              const std::string& extra = "") {
+  std::vector<uint16_t> tokens;
+  for (int i = 0; i < 4000; ++i) tokens.push_back(static_cast<uint16_t>((i * 7 + i / 13) % 31));
+  data::write_token_shard(dir.file("train.bin"), tokens);
+  return parse_config(
+      "model: {n_layer: 2, n_head: 2, d_model: 32, vocab_size: 32, seq_len: 16}\n"
+      "train: {steps: " +
+      std::to_string(steps) +
+      ", global_batch_size: 4, micro_batch_size: 2, lr: 1.0e-2, warmup_steps: 2, precision: " +
+      precision + extra +
+      "}\n"
+      "data: {train: " +
+      dir.file("train.bin") +
+      "}\n"
+      "output: {dir: " +
+      dir.file("out_" + precision) + "}\n");
+}
+
+std::vector<StepMetrics> run_steps(Trainer& t, int64_t n) {
+  std::vector<StepMetrics> m;
+  for (int64_t k = 0; k < n; ++k) m.push_back(t.step(k));
+  return m;
+}
+
+TEST(MixedPrecision, Bf16AndFp16TrackFp32Over20Steps) {
+  TempDir dir;
+  Trainer ref(config(dir, "fp32", 20));
+  const auto fp32 = run_steps(ref, 20);
+  for (const std::string precision : {"bf16", "fp16"}) {
+    SCOPED_TRACE(precision);
+    Trainer t(config(dir, precision, 20));
+    const DType half = precision == "bf16" ? DType::BF16 : DType::F16;
+    for (auto& [name, p] : t.full_state_dict()) ASSERT_EQ(p.dtype(), half) << name;
+    const auto got = run_steps(t, 20);
+    // Stated tolerance: every step's loss within 2% (bf16) / 1% (fp16) of
+    // fp32's, and the same learning (the loss falls by the same amount).
+    const double tol = precision == "bf16" ? 0.02 : 0.01;
+    for (size_t k = 0; k < got.size(); ++k) {
+      EXPECT_FALSE(got[k].skipped) << "step " << k;
+      EXPECT_NEAR(got[k].loss, fp32[k].loss, tol * fp32[k].loss) << "step " << k;
+      EXPECT_NEAR(got[k].grad_norm, fp32[k].grad_norm, 0.1 * fp32[k].grad_norm) << "step " << k;
+    }
+    EXPECT_LT(got.back().loss, 0.7 * got.front().loss);
+    if (precision == "fp16") {
+      EXPECT_EQ(got.front().loss_scale, 65536.0);
+      ASSERT_NE(t.loss_scaler(), nullptr);
+    } else {
+      EXPECT_EQ(t.loss_scaler(), nullptr);
+    }
+  }
+}
+
+TEST(MixedPrecision, Fp16OverflowBacksOffAndSkipsWithoutStoppingTheRun) {
+  TempDir dir;
+  // A scale of 2^24 overflows fp16 logits gradients; the scaler halves it
+  // each overflowing step until updates go through. max_skipped_steps (1)
+  // counts failures, not overflows, so the run continues.
+  Trainer t(config(dir, "fp16", 12, ", loss_scale_init: 16777216, max_skipped_steps: 1"));
+  const auto m = run_steps(t, 12);
+  ASSERT_TRUE(m.front().skipped);
+  EXPECT_EQ(m.front().loss_scale, 16777216.0);
+  int skipped = 0;
+  for (const auto& s : m) skipped += s.skipped;
+  EXPECT_GE(skipped, 1);
+  EXPECT_LT(skipped, 12);
+  EXPECT_FALSE(m.back().skipped);
+  EXPECT_LT(m.back().loss_scale, 16777216.0);
+  EXPECT_EQ(t.loss_scaler()->skipped_steps(), skipped);
+  // Skipped steps do not advance the learning-rate schedule.
+  int first_applied = 0;
+  while (m[first_applied].skipped) ++first_applied;
+  EXPECT_EQ(m[first_applied].lr, m.front().lr);
+}
+
+TEST(MixedPrecision, ResumedFp16AndBf16RunsReproduceTheLossesBitwise) {
+  for (const std::string precision : {"fp16", "bf16"}) {
+    SCOPED_TRACE(precision);
+    TempDir dir;
+    const std::string ck = ", loss_scale_window: 2}\ncheckpoint: {dir: " + dir.file("ckpt") +
+                           ", interval: 3, keep: 5, resume: auto";
+    // The scale grows every 2 clean steps, so the resumed run must restore it.
+    std::vector<StepMetrics> whole;
+    {
+      Trainer t(config(dir, precision, 6, ck));
+      whole = t.run();
+    }
+    std::filesystem::remove_all(dir.file("ckpt/step_6"));
+    std::ofstream(dir.file("ckpt/latest"), std::ios::trunc) << "step_3\n";
+    Trainer resumed(config(dir, precision, 6, ck));
+    const auto tail = resumed.run();
+    ASSERT_EQ(tail.size(), 3u);
+    for (size_t k = 0; k < 3; ++k) {
+      EXPECT_EQ(tail[k].loss, whole[3 + k].loss) << "step " << 4 + k;
+      EXPECT_EQ(tail[k].loss_scale, whole[3 + k].loss_scale) << "step " << 4 + k;
+    }
+  }
+}
+
+TEST(MixedPrecision, ConfigNamesABadPrecision) {
+  TempDir dir;
+  try {
+    config(dir, "fp8", 1);
+    FAIL() << "expected ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("train.precision 'fp8' must be one of fp32, bf16, fp16"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(config(dir, "fp16", 1, ", loss_scale_init: 0.5"), ConfigError);
+  EXPECT_THROW(config(dir, "fp16", 1, ", loss_scale_window: 0"), ConfigError);
+  const Config c = config(dir, "bf16", 1);
+  EXPECT_EQ(c.train.param_dtype(), DType::BF16);
+  EXPECT_NE(to_yaml(c).find("precision: bf16"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace triad::train
