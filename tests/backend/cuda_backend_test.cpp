@@ -11,6 +11,8 @@
 #include "ops/op_cases.h"
 #include "triad/backend/backend.h"
 #include "triad/backend/cuda.h"
+#include "triad/dist/nccl.h"
+#include "triad/dist/world.h"
 #include "triad/nn/gpt.h"
 #include "triad/ops.h"
 
@@ -315,6 +317,46 @@ TEST(CudaModel, TinyGptLossAndGradientsMatchTheCpu) {
     expect_close(to_double_vector(gp[i].second.grad()), to_double_vector(cp[i].second.grad()), 1e-3,
                  1e-5, gp[i].first);
   }
+}
+
+// The NCCL group at world size 1 (one GPU): every call runs through NCCL on
+// the group's stream; the multi-rank paths are the same code.
+TEST(NcclProcessGroup, WorldOfOneRunsEveryCallOnTheGpu) {
+  if (!dist::nccl_available()) GTEST_SKIP() << "built without NCCL";
+  dist::ProcessGroupPtr world = dist::init_world();
+  ASSERT_EQ(world->size(), 1);
+  dist::ProcessGroupPtr nccl = dist::make_nccl_group(world, 0);
+  nccl->set_validate(true);
+  for (DType d : {DType::F32, DType::BF16, DType::F16, DType::F64}) {
+    SCOPED_TRACE(dtype_name(d));
+    Tensor host = randn({37, 5}, 2, 1, 1.0, d);
+    for (dist::ReduceOp op : {dist::ReduceOp::Sum, dist::ReduceOp::Avg, dist::ReduceOp::Max}) {
+      Tensor t = to_device(host, kGpu);
+      nccl->all_reduce(t, op)->wait();
+      EXPECT_EQ(to_double_vector(t), to_double_vector(host));
+    }
+  }
+  Tensor ints =
+      to_device(from_vector(std::vector<int64_t>{5, -3, 1ll << 40}, {3}, DType::I64), kGpu);
+  nccl->all_reduce(ints, dist::ReduceOp::Min)->wait();
+  EXPECT_EQ(to_double_vector(ints), (std::vector<double>{5, -3, static_cast<double>(1ll << 40)}));
+  Tensor in = to_device(randn({6, 4}, 3, 1), kGpu), out = empty({6, 4}, DType::F32, kGpu);
+  nccl->all_gather(in, out)->wait();
+  EXPECT_EQ(to_double_vector(out), to_double_vector(in));
+  Tensor piece = empty({6, 4}, DType::F32, kGpu);
+  nccl->reduce_scatter(in, piece, dist::ReduceOp::Sum)->wait();
+  EXPECT_EQ(to_double_vector(piece), to_double_vector(in));
+  nccl->broadcast(in, 0)->wait();
+  nccl->barrier()->wait();
+  EXPECT_THROW(nccl->all_reduce(ints, dist::ReduceOp::Avg), ValueError);  // avg of integers
+  Tensor on_host = randn({3}, 1, 1);
+  EXPECT_THROW(nccl->all_reduce(on_host, dist::ReduceOp::Sum), NotSupportedError);
+  // The routed group sends each tensor where it lives.
+  dist::ProcessGroupPtr routed = dist::make_device_routed_group(world, nccl);
+  Tensor dev = to_device(randn({8}, 4, 1), kGpu);
+  routed->all_reduce(on_host, dist::ReduceOp::Sum)->wait();
+  routed->all_reduce(dev, dist::ReduceOp::Avg)->wait();
+  EXPECT_EQ(to_double_vector(dev), to_double_vector(randn({8}, 4, 1)));
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "support/temp_dir.h"
+#include "triad/backend/cuda.h"
 #include "triad/data/token_shard.h"
 #include "triad/io/safetensors.h"
 #include "triad/ops.h"
@@ -32,6 +33,22 @@ Config small_config(const TempDir& dir, int64_t micro) {
       "output: {dir: " +
       dir.file("out") + "}\n";
   return parse_config(yaml);
+}
+
+TEST(Trainer, CudaDeviceWithoutAGpuIsAClearError) {
+  if (cuda::device_count() > 0) GTEST_SKIP() << "a GPU is visible";
+  TempDir dir;
+  Config c = small_config(dir, 2);
+  c.device = "cuda";
+  try {
+    Trainer t(c);
+    FAIL() << "expected NotSupportedError";
+  } catch (const NotSupportedError& e) {
+    const std::string msg = e.what();
+    EXPECT_TRUE(msg.find("no CUDA device is visible") != std::string::npos ||
+                msg.find("no CUDA backend") != std::string::npos)
+        << msg;
+  }
 }
 
 TEST(Trainer, GradientAccumulationEqualsOneLargeBatch) {

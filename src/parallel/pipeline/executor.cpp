@@ -90,6 +90,11 @@ DType PipelineModel::dtype() const {
   return params.empty() ? DType::F32 : params.front().second.dtype();
 }
 
+Device PipelineModel::device() const {
+  const auto params = chunks_.front()->named_parameters();
+  return params.empty() ? Device::cpu() : params.front().second.device();
+}
+
 void PipelineModel::to(DType dtype) {
   for (const auto& c : chunks_) c->to(dtype);
 }
@@ -210,6 +215,7 @@ PipelineStepResult PipelineExecutor::run(const std::vector<data::Batch>& micro,
   const auto& tpg = model_.groups().tp;
   const bool sp = model_.chunk(0).sequence_parallel();
   const DType act_dtype = model_.dtype();
+  const Device act_device = model_.device();
   using Key = std::pair<int, int>;  // (chunk, microbatch)
   std::map<Key, Tensor> inputs, outputs, losses, grad_in, grad_out;
   std::map<Key, autograd::WeightGradStore> stores;
@@ -257,7 +263,7 @@ PipelineStepResult PipelineExecutor::run(const std::vector<data::Batch>& micro,
           // The consumer is the next stage (activation) or the previous one (gradient).
           const int consumer = o.payload == Payload::Activation ? o.stage + 1 : o.stage - 1;
           const Key k{schedule_.chunk_of(consumer), o.microbatch};
-          Tensor buf = empty(activation_shape(o.microbatch), act_dtype);
+          Tensor buf = empty(activation_shape(o.microbatch), act_dtype, act_device);
           (o.payload == Payload::Activation ? inputs : grad_out)[k] = buf;
           ops.push_back({false, buf, o.peer, 0});
         }

@@ -53,6 +53,7 @@ class PipelineModel {
   // The parameters' dtype (activations travel in it); to() converts every
   // chunk (mixed precision: bf16/f16 parameters, f32 masters in the optimizer).
   DType dtype() const;
+  Device device() const;
   void to(DType dtype);
   // Sums the token-embedding gradients of the first and last stage (tied
   // weights) so both copies take the same step.

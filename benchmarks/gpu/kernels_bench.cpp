@@ -1,0 +1,137 @@
+// Each CUDA kernel family at GPT-2 124M shapes (B 8, T 1024, C 768, NH 12,
+// V 50304) in bf16, timed over repeated launches on the device's compute
+// stream, against the device's ceilings: achieved GB/s over --hbm-gbs for
+// memory-bound kernels, TFLOP/s over --peak-tflops for GEMMs and attention.
+// One JSON line per kernel.
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cstdio>
+#include <functional>
+#include <nlohmann/json.hpp>
+
+#include "triad/backend/backend.h"
+#include "triad/backend/cuda.h"
+#include "triad/ops.h"
+
+namespace {
+
+using triad::DType;
+using triad::Tensor;
+
+double time_ms(const std::function<void()>& f, int iters) {
+  f();  // warm up (allocations, cuBLASLt heuristics)
+  triad::cuda::synchronize(0);
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < iters; ++i) f();
+  triad::cuda::synchronize(0);
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+             .count() /
+         iters;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Triad CUDA kernel benchmarks"};
+  int64_t B = 8, T = 1024, C = 768, NH = 12, V = 50304;
+  int iters = 20;
+  double hbm_gbs = 4800, peak_tflops = 989;
+  app.add_option("--batch", B);
+  app.add_option("--seq", T);
+  app.add_option("--d-model", C);
+  app.add_option("--heads", NH);
+  app.add_option("--vocab", V);
+  app.add_option("--iters", iters);
+  app.add_option("--hbm-gbs", hbm_gbs, "memory bandwidth ceiling (GB/s)");
+  app.add_option("--peak-tflops", peak_tflops, "dense bf16 matrix ceiling (TFLOP/s)");
+  CLI11_PARSE(app, argc, argv);
+  if (triad::cuda::device_count() == 0) {
+    std::fprintf(stderr, "no CUDA device visible\n");
+    return 77;
+  }
+  const triad::Device gpu = triad::Device::cuda(0);
+  triad::Backend& be = triad::backend_for(triad::DeviceType::CUDA);
+  const DType bf = DType::BF16;
+  const int64_t N = B * T;
+  auto rnd = [&](const triad::Shape& s, uint64_t stream, DType d = DType::BF16) {
+    return triad::to_device(triad::randn(s, 1, stream, 1.0, d), gpu);
+  };
+  auto report = [&](const std::string& name, double ms, double bytes, double flops) {
+    nlohmann::json j{{"kernel", name}, {"ms", ms}};
+    if (bytes > 0) {
+      const double gbs = bytes / (ms / 1e3) / 1e9;
+      j["gb_per_s"] = gbs;
+      j["of_hbm"] = gbs / hbm_gbs;
+    }
+    if (flops > 0) {
+      const double tf = flops / (ms / 1e3) / 1e12;
+      j["tflops"] = tf;
+      j["of_peak"] = tf / peak_tflops;
+    }
+    std::printf("%s\n", j.dump().c_str());
+  };
+  const double h = 2.0;  // bytes per bf16 element
+
+  Tensor x = rnd({N, C}, 1), w = rnd({C}, 2), b = rnd({C}, 3), y = triad::empty({N, C}, bf, gpu);
+  Tensor mean = triad::empty({N}, DType::F32, gpu), rstd = triad::empty({N}, DType::F32, gpu);
+  report("layer_norm_forward",
+         time_ms([&] { be.layer_norm_forward(x, w, b, 1e-5, y, mean, rstd); }, iters),
+         2 * N * C * h, 0);
+  Tensor dx = triad::empty({N, C}, bf, gpu), dw = triad::empty({C}, bf, gpu),
+         db = triad::empty({C}, bf, gpu);
+  report("layer_norm_backward",
+         time_ms([&] { be.layer_norm_backward(y, x, w, mean, rstd, dx, dw, db); }, iters),
+         4 * N * C * h, 0);
+  Tensor a4 = rnd({N, 4 * C}, 4), g4 = triad::empty({N, 4 * C}, bf, gpu);
+  report("gelu_forward", time_ms([&] { be.gelu_forward(a4, g4); }, iters), 2 * N * 4 * C * h, 0);
+  report("gelu_backward", time_ms([&] { be.gelu_backward(a4, g4, g4); }, iters), 3 * N * 4 * C * h,
+         0);
+  report("residual_add", time_ms([&] { be.binary(triad::BinaryOp::Add, x, dx, y); }, iters),
+         3 * N * C * h, 0);
+  report("dropout", time_ms([&] { be.dropout(x, 0.1, 1, 2, 3, y); }, iters), 2 * N * C * h, 0);
+
+  Tensor qkv = rnd({B, T, 3 * C}, 5), out = triad::empty({B, T, C}, bf, gpu);
+  Tensor lse = triad::empty({B, NH, T}, DType::F32, gpu),
+         dqkv = triad::empty({B, T, 3 * C}, bf, gpu);
+  const double D = static_cast<double>(C / NH);
+  // Causal: half of the 4 B NH T^2 D forward FLOPs; backward 2.5x forward.
+  const double attn_fwd = 2.0 * B * NH * static_cast<double>(T) * T * D;
+  report("attention_forward", time_ms([&] { be.attention_forward(qkv, NH, out, lse); }, iters), 0,
+         attn_fwd);
+  report("attention_backward",
+         time_ms([&] { be.attention_backward(qkv, out, lse, out, NH, dqkv); }, iters), 0,
+         2.5 * attn_fwd);
+
+  Tensor wq = rnd({3 * C, C}, 6), yq = triad::empty({N, 3 * C}, bf, gpu);
+  report("gemm_qkv_forward", time_ms([&] { be.gemm(x, wq, yq, false, true, 1, 0); }, iters), 0,
+         2.0 * N * C * 3 * C);
+  Tensor dwq = triad::empty({3 * C, C}, bf, gpu);
+  report("gemm_qkv_weight_grad", time_ms([&] { be.gemm(yq, x, dwq, true, false, 1, 0); }, iters), 0,
+         2.0 * N * C * 3 * C);
+  Tensor wte = rnd({V, C}, 7), logits = triad::empty({N, V}, bf, gpu);
+  report("gemm_lm_head", time_ms([&] { be.gemm(x, wte, logits, false, true, 1, 0); }, iters), 0,
+         2.0 * N * C * V);
+
+  std::vector<int64_t> tg(static_cast<size_t>(N));
+  for (int64_t i = 0; i < N; ++i) tg[i] = (i * 7919) % V;
+  Tensor targets = triad::to_device(triad::from_vector(tg, {N}, DType::I64), gpu);
+  Tensor losses = triad::empty({N}, DType::F32, gpu), lse_v = triad::empty({N}, DType::F32, gpu);
+  report("cross_entropy_forward",
+         time_ms([&] { be.cross_entropy_forward(logits, targets, -100, losses, lse_v); }, iters),
+         N * V * h, 0);
+  Tensor dl = triad::to_device(triad::full({N}, 1.0 / N, DType::F32), gpu);
+  report(
+      "cross_entropy_backward",
+      time_ms([&] { be.cross_entropy_backward(logits, targets, lse_v, dl, -100, logits); }, iters),
+      2 * N * V * h, 0);
+  report("embedding_forward", time_ms([&] { be.embedding_forward(wte, targets, y); }, iters),
+         2 * N * C * h, 0);
+
+  const int64_t P = 124'000'000;
+  Tensor p = rnd({P}, 8, DType::F32), g = rnd({P}, 9, DType::F32), m = rnd({P}, 10, DType::F32),
+         v = triad::to_device(triad::full({P}, 0.01, DType::F32), gpu);
+  triad::AdamWStep hp;
+  hp.lr = 1e-4;
+  report("adamw_f32_124m", time_ms([&] { be.adamw(p, g, m, v, hp); }, iters), 7.0 * P * 4, 0);
+  return 0;
+}

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Everything a GPU session runs, in one call (on the lent H200 through the
+# device tool; works on any machine with a CUDA GPU):
+#   1. builds with TRIAD_WITH_CUDA=ON for sm_90 (TRIAD_CUDA_ARCHS) into
+#      BUILD_DIR (default build-gpu),
+#   2. lists the visible GPUs,
+#   3. runs every CTest test labelled gpu (a test that finds no GPU exits 77
+#      and is reported as skipped, never as passed),
+#   4. measures each kernel family against the device's ceilings,
+#   5. trains GPT-2 124M and 350M (seq 1024, bf16) with Triad and with the
+#      machine's PyTorch (bf16 autocast, torch.compile, flash attention) on
+#      the same batch, reporting tokens/s and MFU.
+# Every log and JSON result goes to OUT (default out/gpu; the device tool
+# sets OUT so they come back). Exit status: non-zero when the build or a gpu
+# test fails. Environment: SKIP_BUILD=1 reuses BUILD_DIR, SKIP_TORCH=1,
+# BATCH_124M / BATCH_350M, PEAK_TFLOPS (default 989), HBM_GBS (4800).
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+BUILD_DIR=${BUILD_DIR:-build-gpu}
+ARCHS=${TRIAD_CUDA_ARCHS:-90}
+OUT=${OUT:-out/gpu}
+PEAK=${PEAK_TFLOPS:-989}
+HBM=${HBM_GBS:-4800}
+mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
+status=0
+
+if [ "${SKIP_BUILD:-0}" != 1 ]; then
+  echo "== build ($BUILD_DIR, sm_$ARCHS)"
+  cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTRIAD_WITH_CUDA=ON \
+    -DTRIAD_CUDA_ARCHS="$ARCHS" ${TRIAD_CMAKE_ARGS:-} >"$OUT/configure.log" 2>&1 || {
+    tail -20 "$OUT/configure.log"; exit 1; }
+  cmake --build "$BUILD_DIR" -j "$(nproc)" >"$OUT/build.log" 2>&1 || {
+    grep -E "error|Error" "$OUT/build.log" | head -40; exit 1; }
+  echo "built"
+fi
+
+echo "== devices"
+"$BUILD_DIR/examples/triad-devices" 2>&1 | tee "$OUT/devices.log"
+nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,memory.total --format=csv 2>/dev/null | tee -a "$OUT/devices.log"
+
+echo "== gpu tests"
+ctest --test-dir "$BUILD_DIR" -L gpu --output-on-failure -j 1 --timeout 900 \
+  --output-junit "$OUT/gpu_tests.xml" >"$OUT/gpu_tests.log" 2>&1 || status=1
+tail -15 "$OUT/gpu_tests.log"
+
+echo "== kernels (B 8, T 1024, C 768, bf16)"
+"$BUILD_DIR/benchmarks/bench_kernels_gpu" --hbm-gbs "$HBM" --peak-tflops "$PEAK" \
+  2>&1 | tee "$OUT/kernels.jsonl" || status=1
+
+echo "== training (seq 1024, bf16)"
+: >"$OUT/train.jsonl"
+for preset in 124m 350m; do
+  if [ "$preset" = 124m ]; then batch=${BATCH_124M:-16}; else batch=${BATCH_350M:-8}; fi
+  "$BUILD_DIR/benchmarks/bench_train_gpu" --preset $preset --batch "$batch" --seq 1024 \
+    --precision bf16 --peak-tflops "$PEAK" 2>&1 | tee -a "$OUT/train.jsonl" || status=1
+  if [ "${SKIP_TORCH:-0}" != 1 ]; then
+    python3 benchmarks/gpu/train_gpu_torch.py --preset $preset --batch "$batch" --seq 1024 \
+      --peak-tflops "$PEAK" 2>"$OUT/torch_$preset.err" | tee -a "$OUT/train.jsonl" ||
+      tail -5 "$OUT/torch_$preset.err"
+  fi
+done
+exit $status

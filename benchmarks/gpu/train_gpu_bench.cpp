@@ -1,0 +1,98 @@
+// Training throughput of GPT-2 shaped models on one GPU: forward, backward,
+// clipping and AdamW on random tokens, in fp32, bf16 or fp16 (f32 masters).
+// Prints one JSON line: tokens/s, step time, model TFLOP/s (PTD-P count,
+// attention included), MFU against --peak-tflops, peak device memory.
+//   bench_train_gpu --preset 124m --batch 16 --precision bf16 --peak-tflops 989
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "triad/autograd/engine.h"
+#include "triad/backend/cuda.h"
+#include "triad/nn/gpt.h"
+#include "triad/ops.h"
+#include "triad/optim/adamw.h"
+#include "triad/optim/clip.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"Triad GPU training throughput"};
+  std::string preset = "124m", precision = "bf16", device_name = "cuda:0";
+  int64_t batch = 16, seq = 1024, steps = 10, warmup = 3;
+  double peak_tflops = 989.0;
+  app.add_option("--preset", preset, "124m | 350m | tiny")
+      ->check(CLI::IsMember({"124m", "350m", "tiny"}));
+  app.add_option("--precision", precision)->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
+  app.add_option("--device", device_name);
+  app.add_option("--batch", batch);
+  app.add_option("--seq", seq);
+  app.add_option("--steps", steps, "timed steps");
+  app.add_option("--warmup", warmup, "untimed steps first");
+  app.add_option("--peak-tflops", peak_tflops, "dense peak of the device in this precision");
+  CLI11_PARSE(app, argc, argv);
+
+  triad::nn::GptConfig cfg;
+  if (preset == "350m") {
+    cfg.n_layer = 24, cfg.n_head = 16, cfg.d_model = 1024;
+  } else if (preset == "tiny") {
+    cfg.n_layer = 2, cfg.n_head = 4, cfg.d_model = 128;
+  }
+  cfg.vocab_size = 50304;  // GPT-2's 50257 padded to a multiple of 128
+  cfg.seq_len = seq;
+  const triad::Device device = triad::device_from_string(device_name);
+  const triad::DType dtype = precision == "bf16"   ? triad::DType::BF16
+                             : precision == "fp16" ? triad::DType::F16
+                                                   : triad::DType::F32;
+  triad::nn::Gpt model(cfg, 1);
+  model.to(device);
+  model.to(dtype);
+  triad::optim::AdamW opt(model.named_parameters(), {});
+  const int64_t T = cfg.seq_len;
+  std::vector<int64_t> in, tg;
+  for (int64_t i = 0; i < batch * T; ++i) {
+    in.push_back(static_cast<int64_t>((i * 2654435761u) % 50257));
+    tg.push_back(static_cast<int64_t>(((i + 1) * 2654435761u) % 50257));
+  }
+  triad::Tensor ids = triad::to_device(triad::from_vector(in, {batch, T}), device);
+  triad::Tensor targets = triad::to_device(triad::from_vector(tg, {batch, T}), device);
+  double loss = 0;
+  auto run_step = [&] {
+    triad::Tensor l = model.loss(ids, targets);
+    triad::autograd::backward({l});
+    triad::optim::clip_grad_norm(model.parameters(), 1.0);
+    opt.step(1e-4);
+    model.zero_grad();
+    loss = triad::item(l);  // synchronises with the device
+  };
+  for (int64_t i = 0; i < warmup; ++i) run_step();
+  const auto start = std::chrono::steady_clock::now();
+  for (int64_t i = 0; i < steps; ++i) run_step();
+  const double secs =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double tokens_per_s = static_cast<double>(steps * batch * T) / secs;
+  // PTD-P model FLOPs (forward and backward, no recomputation) per token:
+  // 72 L h^2 (1 + s / (6h) + V / (12 L h)), the count the trainer's MFU uses.
+  const double L = static_cast<double>(cfg.n_layer), H = static_cast<double>(cfg.d_model),
+               S = static_cast<double>(T), V = static_cast<double>(cfg.vocab_size);
+  const double flops_per_token = 72.0 * L * H * H * (1.0 + S / (6.0 * H) + V / (12.0 * L * H));
+  const double tflops = tokens_per_s * flops_per_token / 1e12;
+  nlohmann::json j{{"impl", "triad"},
+                   {"preset", preset},
+                   {"precision", precision},
+                   {"device", device.str()},
+                   {"batch", batch},
+                   {"seq", T},
+                   {"params", model.num_parameters()},
+                   {"tokens_per_s", tokens_per_s},
+                   {"step_ms", secs * 1000.0 / static_cast<double>(steps)},
+                   {"model_tflops", tflops},
+                   {"mfu", peak_tflops > 0 ? tflops / peak_tflops : 0.0},
+                   {"loss", loss}};
+  if (device.is_cuda()) {
+    j["peak_memory_gib"] =
+        static_cast<double>(triad::cuda::memory_stats(device.index).peak_allocated) /
+        (1024.0 * 1024.0 * 1024.0);
+  }
+  std::printf("%s\n", j.dump().c_str());
+  return 0;
+}

@@ -1,0 +1,24 @@
+#pragma once
+
+// NCCL process groups for CUDA tensors, and the device-routed group the 3D
+// mesh hands out when training on GPUs: CUDA tensors travel through NCCL,
+// host tensors (losses, norms, flags) through the MPI group of the same
+// ranks. Available in builds with CUDA, MPI and NCCL; elsewhere
+// nccl_available() is false and the factories throw NotSupportedError.
+#include "triad/dist/process_group.h"
+
+namespace triad::dist {
+
+bool nccl_available();
+
+// An NCCL communicator over the members of `bootstrap` (an MPI group): rank
+// 0 creates the unique id, bootstrap broadcasts it, every rank joins on CUDA
+// device `device`. The group has its own stream, ordered after the device's
+// compute stream at each call. Collective over `bootstrap`.
+ProcessGroupPtr make_nccl_group(const ProcessGroupPtr& bootstrap, int device);
+
+// Routes each call by its tensors' device: CUDA to `nccl`, host to `host`.
+// Both must have the same members in the same order.
+ProcessGroupPtr make_device_routed_group(ProcessGroupPtr host, ProcessGroupPtr nccl);
+
+}  // namespace triad::dist

@@ -1,0 +1,539 @@
+// Process group over NCCL for CUDA tensors. Every call is enqueued on the
+// group's own stream after the device's compute stream (so it sees every
+// result queued so far); its Work records an event and wait() polls it
+// together with NCCL's asynchronous error state, against the group's
+// timeout. On timeout or error the communicator is aborted and the error
+// names the group, the op, the peers and the sizes. bf16/f16 reductions go
+// through f32 copies (one rounding at the end), as in the MPI group; data
+// movement of any dtype goes as bytes. Uneven all_gather and reduce_scatter
+// pieces become grouped broadcasts and reduces.
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <functional>
+#include <thread>
+
+#include "triad/backend/cuda.h"
+#include "triad/dist/nccl.h"
+#include "triad/ops/creation.h"
+#include "triad/ops/elementwise.h"
+
+namespace triad::dist {
+namespace {
+
+void check_nccl(ncclResult_t r, const std::string& what) {
+  if (r != ncclSuccess && r != ncclInProgress) {
+    throw Error(what + ": NCCL error " + std::to_string(static_cast<int>(r)) + " (" +
+                ncclGetErrorString(r) + ")");
+  }
+}
+
+void check_cuda(cudaError_t e, const std::string& what) {
+  if (e != cudaSuccess) throw Error(what + ": " + cudaGetErrorString(e));
+}
+
+bool is_half(DType d) {
+  return d == DType::BF16 || d == DType::F16;
+}
+
+ncclDataType_t nccl_type(DType d) {
+  switch (d) {
+    case DType::F32:
+      return ncclFloat32;
+    case DType::F64:
+      return ncclFloat64;
+    case DType::BF16:
+      return ncclBfloat16;
+    case DType::F16:
+      return ncclFloat16;
+    case DType::I32:
+      return ncclInt32;
+    case DType::I64:
+      return ncclInt64;
+  }
+  return ncclUint8;
+}
+
+ncclRedOp_t nccl_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Sum:
+      return ncclSum;
+    case ReduceOp::Avg:
+      return ncclAvg;
+    case ReduceOp::Max:
+      return ncclMax;
+    case ReduceOp::Min:
+      return ncclMin;
+  }
+  return ncclSum;
+}
+
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device) {
+    cudaGetDevice(&previous_);
+    if (previous_ != device) check_cuda(cudaSetDevice(device), "cudaSetDevice");
+  }
+  ~DeviceGuard() { cudaSetDevice(previous_); }
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int previous_ = 0;
+};
+
+class NcclProcessGroup;
+
+// An enqueued NCCL call: the event after it, the tensors it uses (kept alive
+// until it is done, since the caching allocator would otherwise hand their
+// memory to the compute stream), and what to do once it completed.
+class NcclWork final : public Work {
+ public:
+  NcclWork(std::shared_ptr<NcclProcessGroup> group, cudaEvent_t event, std::vector<Tensor> keep,
+           std::function<void()> on_complete, std::string what, std::chrono::milliseconds timeout)
+      : group_(std::move(group)),
+        event_(event),
+        keep_(std::move(keep)),
+        on_complete_(std::move(on_complete)),
+        what_(std::move(what)),
+        timeout_(timeout) {}
+  ~NcclWork() override;
+  bool is_completed() override;
+  void wait() override { wait_for(timeout_); }
+  void wait_for(std::chrono::milliseconds timeout) override;
+
+ private:
+  void finish();
+  std::shared_ptr<NcclProcessGroup> group_;
+  cudaEvent_t event_;
+  std::vector<Tensor> keep_;
+  std::function<void()> on_complete_;
+  std::string what_;
+  std::chrono::milliseconds timeout_;
+  bool done_ = false;
+};
+
+class NcclProcessGroup final : public ProcessGroup,
+                               public std::enable_shared_from_this<NcclProcessGroup> {
+ public:
+  NcclProcessGroup(const ProcessGroupPtr& bootstrap, int device)
+      : ProcessGroup(bootstrap->name() + "/nccl", bootstrap->rank(), bootstrap->size(),
+                     bootstrap->members()),
+        bootstrap_(bootstrap),
+        device_(device) {
+    timeout_ = bootstrap->timeout();
+    validate_ = bootstrap->validate();
+    // The unique id travels as 128 bytes of an i32 host tensor.
+    static_assert(sizeof(ncclUniqueId) % sizeof(int32_t) == 0);
+    Tensor id = zeros({static_cast<int64_t>(sizeof(ncclUniqueId) / sizeof(int32_t))}, DType::I32);
+    ncclUniqueId uid{};
+    if (rank_ == 0) {
+      check_nccl(ncclGetUniqueId(&uid), "ncclGetUniqueId");
+      std::memcpy(id.raw_data(), &uid, sizeof(uid));
+    }
+    bootstrap->broadcast(id, 0)->wait();
+    std::memcpy(&uid, id.raw_data(), sizeof(uid));
+    DeviceGuard g(device_);
+    check_nccl(ncclCommInitRank(&comm_, size_, uid, rank_),
+               "ncclCommInitRank for group '" + name_ + "' on cuda:" + std::to_string(device_));
+    check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "NCCL group stream");
+  }
+
+  ~NcclProcessGroup() override {
+    DeviceGuard g(device_);
+    if (comm_ && !aborted_) ncclCommDestroy(comm_);
+    if (stream_) cudaStreamDestroy(stream_);
+  }
+
+  // Aborts the communicator after a timeout or an asynchronous error, so no
+  // later call blocks on it.
+  void abort() {
+    if (aborted_) return;
+    aborted_ = true;
+    ncclCommAbort(comm_);
+  }
+  ncclResult_t async_error() const {
+    ncclResult_t r = ncclSuccess;
+    if (!aborted_) ncclCommGetAsyncError(comm_, &r);
+    return r;
+  }
+  int device() const { return device_; }
+
+  WorkPtr all_reduce(Tensor& tensor, ReduceOp op) override {
+    check_tensor(tensor, "all_reduce");
+    validate_header("all_reduce", tensor, static_cast<int64_t>(op));
+    if (op == ReduceOp::Avg && !is_floating(tensor.dtype())) {
+      throw ValueError("all_reduce on '" + name_ + "': avg needs a floating dtype, got " +
+                       dtype_name(tensor.dtype()));
+    }
+    if (tensor.numel() == 0) return completed_work();
+    Tensor target = is_half(tensor.dtype()) ? cast(tensor, DType::F32).detach() : tensor;
+    std::function<void()> done;
+    if (!target.same(tensor)) {
+      Tensor out = tensor;
+      done = [out, target]() mutable { copy_(out, target); };
+    }
+    const std::string what = describe("all_reduce", tensor, "");
+    return enqueue(
+        [&] {
+          check_nccl(ncclAllReduce(target.raw_data(), target.raw_data(),
+                                   static_cast<size_t>(target.numel()), nccl_type(target.dtype()),
+                                   nccl_op(op), comm_, stream_),
+                     what);
+        },
+        {tensor, target}, std::move(done), what);
+  }
+
+  WorkPtr all_gather(const Tensor& input, Tensor& output) override {
+    check_tensor(input, "all_gather");
+    check_tensor(output, "all_gather");
+    if (input.dtype() != output.dtype()) {
+      throw ValueError("all_gather on '" + name_ + "': input is " + dtype_name(input.dtype()) +
+                       ", output " + dtype_name(output.dtype()));
+    }
+    validate_header("all_gather", input, 0);
+    const std::vector<int64_t> bytes = gather_sizes(static_cast<int64_t>(input.nbytes()));
+    int64_t total = 0;
+    for (int64_t b : bytes) total += b;
+    if (total != static_cast<int64_t>(output.nbytes())) {
+      throw ShapeError("all_gather on '" + name_ + "': the ranks' inputs add up to " +
+                       std::to_string(total / static_cast<int64_t>(dtype_size(input.dtype()))) +
+                       " elements but the output " + shape_str(output.shape()) + " holds " +
+                       std::to_string(output.numel()));
+    }
+    const bool equal =
+        std::all_of(bytes.begin(), bytes.end(), [&](int64_t b) { return b == bytes[0]; });
+    const std::string what = describe("all_gather", input, "");
+    return enqueue(
+        [&] {
+          if (equal) {
+            check_nccl(ncclAllGather(input.raw_data(), output.raw_data(),
+                                     static_cast<size_t>(bytes[0]), ncclUint8, comm_, stream_),
+                       what);
+            return;
+          }
+          check_nccl(ncclGroupStart(), what);
+          int64_t at = 0;
+          for (int r = 0; r < size_; ++r) {
+            char* dst = static_cast<char*>(output.raw_data()) + at;
+            check_nccl(ncclBroadcast(r == rank_ ? input.raw_data() : dst, dst,
+                                     static_cast<size_t>(bytes[r]), ncclUint8, r, comm_, stream_),
+                       what);
+            at += bytes[r];
+          }
+          check_nccl(ncclGroupEnd(), what);
+        },
+        {input, output}, nullptr, what);
+  }
+
+  WorkPtr reduce_scatter(const Tensor& input, Tensor& output, ReduceOp op) override {
+    check_tensor(input, "reduce_scatter");
+    check_tensor(output, "reduce_scatter");
+    if (input.dim() == 0) {
+      throw ShapeError("reduce_scatter on '" + name_ + "': input needs a first dimension");
+    }
+    if (input.dtype() != output.dtype()) {
+      throw ValueError("reduce_scatter on '" + name_ + "': input is " + dtype_name(input.dtype()) +
+                       ", output " + dtype_name(output.dtype()));
+    }
+    validate_header("reduce_scatter", input, static_cast<int64_t>(op));
+    const auto rows = split_sizes(input.size(0), size_);
+    const int64_t row = input.size(0) ? input.numel() / input.size(0) : 0;
+    if (output.numel() != rows[rank_] * row) {
+      throw ShapeError("reduce_scatter on '" + name_ + "': rank " + std::to_string(rank_) +
+                       " receives " + std::to_string(rows[rank_]) + " rows of " +
+                       std::to_string(row) + " elements, but the output is " +
+                       shape_str(output.shape()));
+    }
+    const bool half = is_half(input.dtype());
+    Tensor in = half ? cast(input, DType::F32).detach() : input;
+    Tensor out = half ? empty(output.shape(), DType::F32, output.device()) : output;
+    std::function<void()> done;
+    if (half) {
+      Tensor dst = output;
+      done = [dst, out]() mutable { copy_(dst, out); };
+    }
+    const bool equal =
+        std::all_of(rows.begin(), rows.end(), [&](int64_t r) { return r == rows[0]; });
+    const std::string what = describe("reduce_scatter", input, "");
+    const size_t esize = dtype_size(in.dtype());
+    return enqueue(
+        [&] {
+          if (equal) {
+            check_nccl(
+                ncclReduceScatter(in.raw_data(), out.raw_data(), static_cast<size_t>(rows[0] * row),
+                                  nccl_type(in.dtype()), nccl_op(op), comm_, stream_),
+                what);
+            return;
+          }
+          check_nccl(ncclGroupStart(), what);
+          int64_t at = 0;
+          for (int r = 0; r < size_; ++r) {
+            const char* src = static_cast<const char*>(in.raw_data()) + at * row * esize;
+            check_nccl(ncclReduce(src, r == rank_ ? out.raw_data() : nullptr,
+                                  static_cast<size_t>(rows[r] * row), nccl_type(in.dtype()),
+                                  nccl_op(op), r, comm_, stream_),
+                       what);
+            at += rows[r];
+          }
+          check_nccl(ncclGroupEnd(), what);
+        },
+        {input, output, in, out}, std::move(done), what);
+  }
+
+  WorkPtr broadcast(Tensor& tensor, int root) override {
+    check_tensor(tensor, "broadcast");
+    if (root < 0 || root >= size_) {
+      throw ValueError("broadcast on '" + name_ + "': root " + std::to_string(root) +
+                       " is outside [0, " + std::to_string(size_) + ")");
+    }
+    validate_header("broadcast", tensor, root);
+    const std::string what = describe("broadcast", tensor, "root " + std::to_string(root));
+    return enqueue(
+        [&] {
+          check_nccl(ncclBroadcast(tensor.raw_data(), tensor.raw_data(), tensor.nbytes(), ncclUint8,
+                                   root, comm_, stream_),
+                     what);
+        },
+        {tensor}, nullptr, what);
+  }
+
+  WorkPtr send(const Tensor& tensor, int dst, int tag) override {
+    return batch_isend_irecv({P2POp{true, tensor, dst, tag}});
+  }
+  WorkPtr recv(Tensor& tensor, int src, int tag) override {
+    return batch_isend_irecv({P2POp{false, tensor, src, tag}});
+  }
+
+  WorkPtr batch_isend_irecv(const std::vector<P2POp>& ops) override {
+    std::vector<Tensor> keep;
+    std::string peers;
+    for (const auto& o : ops) {
+      check_tensor(o.tensor, o.is_send ? "send" : "recv");
+      if (o.peer < 0 || o.peer >= size_ || o.peer == rank_) {
+        throw ValueError(std::string(o.is_send ? "send" : "recv") + " on '" + name_ + "': peer " +
+                         std::to_string(o.peer) + " must be another rank in [0, " +
+                         std::to_string(size_) + ")");
+      }
+      keep.push_back(o.tensor);
+      peers += (peers.empty() ? "" : ", ") + std::string(o.is_send ? "to " : "from ") +
+               std::to_string(o.peer) + " " + shape_str(o.tensor.shape());
+    }
+    if (ops.empty()) return completed_work();
+    const std::string what = describe("batch_isend_irecv", ops.front().tensor, peers);
+    return enqueue(
+        [&] {
+          check_nccl(ncclGroupStart(), what);
+          for (const auto& o : ops) {
+            if (o.is_send) {
+              check_nccl(ncclSend(o.tensor.raw_data(), o.tensor.nbytes(), ncclUint8, o.peer, comm_,
+                                  stream_),
+                         what);
+            } else {
+              check_nccl(ncclRecv(o.tensor.raw_data(), o.tensor.nbytes(), ncclUint8, o.peer, comm_,
+                                  stream_),
+                         what);
+            }
+          }
+          check_nccl(ncclGroupEnd(), what);
+        },
+        std::move(keep), nullptr, what);
+  }
+
+  WorkPtr barrier() override {
+    Tensor one = full({1}, 1.0, DType::F32, Device::cuda(device_));
+    return all_reduce(one, ReduceOp::Sum);
+  }
+
+ private:
+  std::string describe(const std::string& op, const Tensor& t, const std::string& peers) const {
+    std::string who;
+    for (size_t i = 0; i < members_.size(); ++i)
+      who += (i ? ", " : "") + std::to_string(members_[i]);
+    return "process group '" + name_ + "' (rank " + std::to_string(rank_) + " of " +
+           std::to_string(size_) + ", cuda:" + std::to_string(device_) + "): " + op + " of " +
+           dtype_name(t.dtype()) + " " + shape_str(t.shape()) + " with " +
+           (peers.empty() ? "world ranks [" + who + "]" : peers);
+  }
+
+  void check_tensor(const Tensor& t, const char* op) const {
+    if (aborted_) {
+      throw Error(std::string(op) + " on '" + name_ +
+                  "': the communicator was aborted after an earlier failure");
+    }
+    if (!t.defined()) throw ValueError(std::string(op) + " on '" + name_ + "': undefined tensor");
+    if (t.device() != Device::cuda(device_)) {
+      throw NotSupportedError(std::string(op) + " on '" + name_ + "': the NCCL group moves " +
+                              Device::cuda(device_).str() + " tensors, got " + t.device().str());
+    }
+    if (!t.is_contiguous()) {
+      throw ValueError(std::string(op) + " on '" + name_ + "': tensor must be contiguous");
+    }
+  }
+
+  // Every rank's value of `mine`, through the bootstrap (host) group.
+  std::vector<int64_t> gather_sizes(int64_t mine) const {
+    Tensor in = from_vector(std::vector<int64_t>{mine}, {1}, DType::I64);
+    Tensor all = empty({size_}, DType::I64);
+    bootstrap_->all_gather(in, all)->wait();
+    const int64_t* p = all.data<int64_t>();
+    return std::vector<int64_t>(p, p + size_);
+  }
+
+  void validate_header(const char* op, const Tensor& t, int64_t extra) const {
+    if (!validate_) return;
+    int64_t op_code = 0;
+    for (const char* c = op; *c; ++c) op_code = op_code * 131 + *c;
+    Tensor mine = from_vector(
+        std::vector<int64_t>{op_code % 1000003, static_cast<int64_t>(t.dtype()), t.numel(), extra},
+        {4}, DType::I64);
+    Tensor all = empty({4 * static_cast<int64_t>(size_)}, DType::I64);
+    bootstrap_->all_gather(mine, all)->wait();
+    const int64_t* p = all.data<int64_t>();
+    bool same = true;
+    for (int r = 1; r < size_; ++r) same = same && std::equal(p, p + 4, p + 4 * r);
+    if (same) return;
+    std::string detail;
+    for (int r = 0; r < size_; ++r) {
+      detail += "\n  rank " + std::to_string(r) + " (world " + std::to_string(members_[r]) +
+                "): op#" + std::to_string(p[4 * r]) + " " +
+                dtype_name(static_cast<DType>(p[4 * r + 1])) + " numel " +
+                std::to_string(p[4 * r + 2]) + " (" + std::to_string(p[4 * r + 3]) + ")";
+    }
+    throw MismatchError("process group '" + name_ + "': ranks disagree on " + op + ":" + detail);
+  }
+
+  // Orders the group's stream after the compute stream, runs `issue`
+  // (which enqueues the NCCL calls), and returns the Work for them.
+  WorkPtr enqueue(const std::function<void()>& issue, std::vector<Tensor> keep,
+                  std::function<void()> on_complete, const std::string& what) {
+    DeviceGuard g(device_);
+    cuda::order_after_compute(device_, stream_);
+    issue();
+    cudaEvent_t ev = nullptr;
+    check_cuda(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), what);
+    check_cuda(cudaEventRecord(ev, stream_), what);
+    return std::make_shared<NcclWork>(shared_from_this(), ev, std::move(keep),
+                                      std::move(on_complete), what, timeout_);
+  }
+
+  ProcessGroupPtr bootstrap_;
+  int device_;
+  ncclComm_t comm_ = nullptr;
+  cudaStream_t stream_ = nullptr;
+  bool aborted_ = false;
+};
+
+NcclWork::~NcclWork() {
+  // A Work dropped before completion still owns its tensors: wait for the
+  // stream so their memory is not reused under the transfer.
+  if (!done_ && event_) cudaEventSynchronize(event_);
+  if (event_) cudaEventDestroy(event_);
+}
+
+bool NcclWork::is_completed() {
+  if (done_) return true;
+  const cudaError_t st = cudaEventQuery(event_);
+  if (st == cudaSuccess) {
+    finish();
+    return true;
+  }
+  if (st != cudaErrorNotReady) check_cuda(st, what_);
+  return false;
+}
+
+void NcclWork::wait_for(std::chrono::milliseconds timeout) {
+  if (done_) return;
+  const auto start = std::chrono::steady_clock::now();
+  int spins = 0;
+  while (!is_completed()) {
+    const ncclResult_t async = group_->async_error();
+    if (async != ncclSuccess && async != ncclInProgress) {
+      group_->abort();
+      throw Error(what_ + " failed: NCCL error " + std::to_string(static_cast<int>(async)) + " (" +
+                  ncclGetErrorString(async) + "); the communicator was aborted");
+    }
+    if (std::chrono::steady_clock::now() - start > timeout) {
+      group_->abort();
+      throw TimeoutError(what_ + " timed out after " + std::to_string(timeout.count()) +
+                         " ms; the communicator was aborted");
+    }
+    if (++spins > 1000) std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+}
+
+void NcclWork::finish() {
+  done_ = true;
+  if (on_complete_) on_complete_();
+  keep_.clear();
+}
+
+// ---- device routing ---------------------------------------------------------
+class DeviceRoutedGroup final : public ProcessGroup {
+ public:
+  DeviceRoutedGroup(ProcessGroupPtr host, ProcessGroupPtr nccl)
+      : ProcessGroup(host->name(), host->rank(), host->size(), host->members()),
+        host_(std::move(host)),
+        nccl_(std::move(nccl)) {
+    if (host_->members() != nccl_->members()) {
+      throw ValueError("device-routed group '" + name_ +
+                       "': the host and NCCL groups have different members");
+    }
+    timeout_ = host_->timeout();
+  }
+  WorkPtr all_reduce(Tensor& t, ReduceOp op) override { return pick(t).all_reduce(t, op); }
+  WorkPtr all_gather(const Tensor& in, Tensor& out) override {
+    return pick(in).all_gather(in, out);
+  }
+  WorkPtr reduce_scatter(const Tensor& in, Tensor& out, ReduceOp op) override {
+    return pick(in).reduce_scatter(in, out, op);
+  }
+  WorkPtr broadcast(Tensor& t, int root) override { return pick(t).broadcast(t, root); }
+  WorkPtr send(const Tensor& t, int dst, int tag) override { return pick(t).send(t, dst, tag); }
+  WorkPtr recv(Tensor& t, int src, int tag) override { return pick(t).recv(t, src, tag); }
+  WorkPtr batch_isend_irecv(const std::vector<P2POp>& ops) override {
+    if (ops.empty()) return completed_work();
+    for (const auto& o : ops) {
+      if (o.tensor.device().is_cuda() != ops.front().tensor.device().is_cuda()) {
+        throw ValueError("batch_isend_irecv on '" + name_ +
+                         "': one batch mixes host and cuda tensors");
+      }
+    }
+    return pick(ops.front().tensor).batch_isend_irecv(ops);
+  }
+  WorkPtr barrier() override { return host_->barrier(); }
+
+ private:
+  ProcessGroup& pick(const Tensor& t) {
+    ProcessGroup& g = t.defined() && t.device().is_cuda() ? *nccl_ : *host_;
+    g.set_timeout(timeout_);
+    g.set_validate(validate_);
+    return g;
+  }
+  ProcessGroupPtr host_, nccl_;
+};
+
+}  // namespace
+
+bool nccl_available() {
+  return true;
+}
+
+ProcessGroupPtr make_nccl_group(const ProcessGroupPtr& bootstrap, int device) {
+  if (device < 0 || device >= cuda::device_count()) {
+    throw NotSupportedError("make_nccl_group: cuda:" + std::to_string(device) +
+                            " is not available (" + std::to_string(cuda::device_count()) +
+                            " device(s) visible)");
+  }
+  if (!bootstrap) throw ValueError("make_nccl_group: no bootstrap group");
+  return std::make_shared<NcclProcessGroup>(bootstrap, device);
+}
+
+ProcessGroupPtr make_device_routed_group(ProcessGroupPtr host, ProcessGroupPtr nccl) {
+  return std::make_shared<DeviceRoutedGroup>(std::move(host), std::move(nccl));
+}
+
+}  // namespace triad::dist
