@@ -4,10 +4,13 @@
 // all_gather and reduce_scatter (n-1)/n, broadcast 1), comparable across
 // rank counts and with the links' nominal speed.
 //   mpirun -np 4 bench_collectives --op all_reduce --min-bytes 8 --max-bytes 64M
+//   mpirun -np 8 bench_collectives --backend nccl     (one GPU per rank: local rank)
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdio>
 
+#include "triad/backend/cuda.h"
+#include "triad/dist/nccl.h"
 #include "triad/dist/world.h"
 #include "triad/ops.h"
 
@@ -37,9 +40,25 @@ int main(int argc, char** argv) {
   app.add_option("--iters", iters);
   app.add_option("--warmup", warmup);
   app.add_option("--dtype", dtype_name, "f32, bf16, ...");
+  std::string backend = "mpi";
+  app.add_option("--backend", backend, "mpi (host tensors) or nccl (cuda tensors)")
+      ->check(CLI::IsMember({"mpi", "nccl"}));
   CLI11_PARSE(app, argc, argv);
   using namespace triad;
-  auto world = dist::init_world();
+  dist::ProcessGroupPtr mpi_world = dist::init_world();
+  dist::ProcessGroupPtr world = mpi_world;
+  Device device = Device::cpu();
+  if (backend == "nccl") {
+    // One GPU per rank: the rank on its node picks the device.
+    const dist::NodeInfo node = dist::node_info(mpi_world);
+    const int count = cuda::device_count();
+    if (count == 0) {
+      std::fprintf(stderr, "--backend nccl: no CUDA device is visible\n");
+      return 2;
+    }
+    device = Device::cuda(node.local_rank % count);
+    world = dist::make_nccl_group(mpi_world, device.index);
+  }
   const int n = world->size();
   const DType dt = dtype_from_name(dtype_name);
   const int64_t esize = static_cast<int64_t>(dtype_size(dt));
@@ -49,7 +68,8 @@ int main(int argc, char** argv) {
           : std::vector<std::string>{op};
   for (const auto& name : ops) {
     if (world->rank() == 0) {
-      std::printf("# %s, %d ranks, %s (MPI process group)\n", name.c_str(), n, dtype_name.c_str());
+      std::printf("# %s, %d ranks, %s (%s process group)\n", name.c_str(), n, dtype_name.c_str(),
+                  backend == "nccl" ? "NCCL" : "MPI");
       std::printf("# %12s %12s %10s %10s %10s\n", "size(B)", "count", "time(us)", "algbw(GB/s)",
                   "busbw(GB/s)");
     }
@@ -60,7 +80,7 @@ int main(int argc, char** argv) {
          bytes = std::max<int64_t>(bytes + 1, static_cast<int64_t>(bytes * factor))) {
       // Sizes are of the whole result; per-rank pieces for gather/scatter.
       const int64_t count = std::max<int64_t>(n, bytes / esize / n * n);
-      Tensor full_t = full({count}, 1.0, dt), piece = full({count / n}, 1.0, dt);
+      Tensor full_t = full({count}, 1.0, dt, device), piece = full({count / n}, 1.0, dt, device);
       auto run = [&] {
         if (name == "all_reduce")
           world->all_reduce(full_t, dist::ReduceOp::Sum)->wait();
@@ -72,7 +92,7 @@ int main(int argc, char** argv) {
           world->broadcast(full_t, 0)->wait();
       };
       for (int i = 0; i < warmup; ++i) run();
-      world->barrier()->wait();
+      mpi_world->barrier()->wait();
       const auto t0 = std::chrono::steady_clock::now();
       for (int i = 0; i < iters; ++i) run();
       const double us =

@@ -2,6 +2,7 @@
 // computing in f32 for bf16/f16 (f64 and integers in their own type).
 #include <cmath>
 #include <limits>
+#include <type_traits>
 
 #include "device_utils.cuh"
 #include "elementwise.h"
@@ -19,21 +20,30 @@ using wide_t = std::conditional_t<(sizeof(S) >= 4 && !std::is_same_v<S, float>) 
                                       (sizeof(D) >= 4 && !std::is_same_v<D, float>),
                                   double, float>;
 
+// One element from S to D: bit copy for equal types (so 64-bit integers
+// stay exact), else through the wider of f32 and f64 that the pair needs.
+template <class S, class D>
+__device__ __forceinline__ void convert(const S* src, int64_t si, D* dst, int64_t di) {
+  if constexpr (std::is_same_v<S, D>) {
+    dst[di] = src[si];
+  } else {
+    store(dst, di, static_cast<wide_t<S, D>>(load(src, si)));
+  }
+}
+
 template <class S, class D>
 __global__ void copy_kernel(const S* src, StridedView sv, D* dst, StridedView dv, int64_t n) {
-  using W = wide_t<S, D>;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x) {
-    store(dst, view_offset(dv, i), static_cast<W>(load(src, view_offset(sv, i))));
+    convert(src, view_offset(sv, i), dst, view_offset(dv, i));
   }
 }
 
 template <class S, class D>
 __global__ void convert_contiguous_kernel(const S* src, D* dst, int64_t n) {
-  using W = wide_t<S, D>;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x) {
-    store(dst, i, static_cast<W>(load(src, i)));
+    convert(src, i, dst, i);
   }
 }
 

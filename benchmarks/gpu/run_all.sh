@@ -7,7 +7,8 @@
 #   3. runs every CTest test labelled gpu (a test that finds no GPU exits 77
 #      and is reported as skipped, never as passed),
 #   4. measures each kernel family against the device's ceilings,
-#   5. trains GPT-2 124M and 350M (seq 1024, bf16) with Triad and with the
+#   5. runs the collective benchmark through the NCCL group (one rank),
+#   6. trains GPT-2 124M and 350M (seq 1024, bf16) with Triad and with the
 #      machine's PyTorch (bf16 autocast, torch.compile, flash attention) on
 #      the same batch, reporting tokens/s and MFU.
 # Every log and JSON result goes to OUT (default out/gpu; the device tool
@@ -47,6 +48,10 @@ tail -15 "$OUT/gpu_tests.log"
 echo "== kernels (B 8, T 1024, C 768, bf16)"
 "$BUILD_DIR/benchmarks/bench_kernels_gpu" --hbm-gbs "$HBM" --peak-tflops "$PEAK" \
   2>&1 | tee "$OUT/kernels.jsonl" || status=1
+
+echo "== NCCL collectives (world size 1: local in-place bandwidth only)"
+"$BUILD_DIR/benchmarks/bench_collectives" --backend nccl --max-bytes 256M 2>&1 |
+  tee "$OUT/collectives_nccl.log" || status=1
 
 echo "== training (seq 1024, bf16)"
 : >"$OUT/train.jsonl"

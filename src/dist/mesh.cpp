@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <sstream>
 
+#include "triad/dist/nccl.h"
+
 namespace triad::dist {
 namespace {
 
@@ -149,6 +151,12 @@ DeviceMesh::DeviceMesh(ProcessGroupPtr world, MeshShape shape, TopologyPolicy po
       split_group(world_, emb >= 0 ? emb : static_cast<int>(shape_.embedding_groups().size()) + me,
                   "embedding");
   if (emb >= 0) embedding_ = g;
+}
+
+void DeviceMesh::use_cuda(int device) {
+  for (ProcessGroupPtr* g : {&tp_, &dp_, &pp_, &mp_, &embedding_}) {
+    if (*g) *g = make_device_routed_group(*g, make_nccl_group(*g, device));
+  }
 }
 
 }  // namespace triad::dist

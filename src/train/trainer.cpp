@@ -14,6 +14,7 @@
 #include "triad/autograd/engine.h"
 #include "triad/autograd/grad_mode.h"
 #include "triad/backend/cuda.h"
+#include "triad/dist/nccl.h"
 #include "triad/data/token_shard.h"
 #include "triad/io/checkpoint.h"
 #include "triad/io/gpt2_weights.h"
@@ -62,16 +63,21 @@ Trainer::Trainer(Config config, dist::ProcessGroupPtr world)
                               "': this build has no CUDA backend (configure with "
                               "TRIAD_WITH_CUDA=ON)");
     }
-    if (world_size > 1) {
-      throw NotSupportedError("device '" + config_.device + "' with " + std::to_string(world_size) +
-                              " ranks: multi-rank GPU training needs the NCCL process group, "
-                              "which is not available yet; run one process per job on cuda");
+    if (world_size > 1 && !dist::nccl_available()) {
+      throw NotSupportedError("device '" + config_.device + "' with " +
+                              std::to_string(world_size) +
+                              " ranks needs the NCCL process group, which this build lacks");
+    }
+    if (world_size > 1 && config_.device != "cuda") {
+      throw ConfigError("device '" + config_.device + "' with " + std::to_string(world_size) +
+                        " ranks: use 'cuda' (each rank takes the GPU of its rank on the node)");
     }
     const int count = cuda::device_count();
     if (count == 0) {
       throw NotSupportedError("device '" + config_.device + "': no CUDA device is visible");
     }
-    if (config_.device == "cuda") device_ = Device::cuda(0);  // one rank: the first device
+    if (config_.device == "cuda") device_ = Device::cuda(0);  // one rank: the first device;
+                                                              // several: set with the mesh
     if (device_.index >= count) {
       throw ConfigError("device '" + config_.device + "': only " + std::to_string(count) +
                         " CUDA device(s) are visible");
@@ -97,6 +103,17 @@ Trainer::Trainer(Config config, dist::ProcessGroupPtr world)
         world_, shape,
         par.topology == "refuse" ? dist::TopologyPolicy::Refuse : dist::TopologyPolicy::Warn);
     dp_rank_ = mesh_->dp_rank();
+    if (device_.is_cuda()) {
+      // One GPU per rank: the rank within its node picks it.
+      const int count = cuda::device_count();
+      if (mesh_->node().local_size > count) {
+        throw ConfigError("device 'cuda': " + std::to_string(mesh_->node().local_size) +
+                          " ranks on this node but only " + std::to_string(count) +
+                          " GPU(s); start at most one rank per GPU");
+      }
+      device_ = Device::cuda(mesh_->local_device());
+      mesh_->use_cuda(device_.index);
+    }
     if (par.pp > 1) {
       pp_model_ = std::make_unique<pipeline::PipelineModel>(
           config_.model, seed,
@@ -134,8 +151,14 @@ Trainer::Trainer(Config config, dist::ProcessGroupPtr world)
     model_->to(device_);
     if (param_dtype != DType::F32) model_->to(param_dtype);
   }
-  if (tp_model_ && param_dtype != DType::F32) tp_model_->to(param_dtype);
-  if (pp_model_ && param_dtype != DType::F32) pp_model_->to(param_dtype);
+  if (tp_model_) {
+    tp_model_->to(device_);
+    if (param_dtype != DType::F32) tp_model_->to(param_dtype);
+  }
+  if (pp_model_) {
+    pp_model_->to(device_);
+    if (param_dtype != DType::F32) pp_model_->to(param_dtype);
+  }
   if (config_.train.precision == "fp16") {
     optim::LossScalerOptions so;
     so.init_scale = config_.train.loss_scale_init;
@@ -262,9 +285,11 @@ void Trainer::save_checkpoint(int64_t next_step) {
   for (auto& [name, p] : parameters()) tensors["param/" + name] = host(p);
   int64_t opt_step = 0;
   if (zero_optimizer_) {
-    tensors["zero/m"] = zero_optimizer_->m();
-    tensors["zero/v"] = zero_optimizer_->v();
-    if (zero_optimizer_->master().defined()) tensors["zero/master"] = zero_optimizer_->master();
+    tensors["zero/m"] = host(zero_optimizer_->m());
+    tensors["zero/v"] = host(zero_optimizer_->v());
+    if (zero_optimizer_->master().defined()) {
+      tensors["zero/master"] = host(zero_optimizer_->master());
+    }
     opt_step = zero_optimizer_->step_count();
   } else {
     for (auto& st : optimizer_->state()) {

@@ -244,9 +244,14 @@ TEST(CudaRuntime, CopiesConvertDtypesAndStridesBothWays) {
   EXPECT_EQ(to_double_vector(dev_t), to_double_vector(contiguous(t)));
   Tensor dev_x = to_device(x, kGpu);
   EXPECT_EQ(to_double_vector(contiguous(transpose(dev_x, 0, 1))), to_double_vector(contiguous(t)));
-  // Integers survive exactly.
-  Tensor ids = from_vector(std::vector<int64_t>{0, -5, 1ll << 40, 7}, {4}, DType::I64);
-  EXPECT_EQ(to_double_vector(to_device(ids, kGpu)), to_double_vector(ids));
+  // Integers survive exactly, also through a strided device copy (64-bit
+  // values beyond f64's 53-bit mantissa).
+  const std::vector<int64_t> big{0, -5, (1ll << 60) + 1, 7, -(1ll << 55) - 3, 9};
+  Tensor ids = from_vector(big, {2, 3}, DType::I64);
+  Tensor dev_ids = to_device(ids, kGpu);
+  Tensor back = to_device(contiguous(transpose(contiguous(transpose(dev_ids, 0, 1)), 0, 1)),
+                          Device::cpu());
+  EXPECT_EQ(std::vector<int64_t>(back.data<int64_t>(), back.data<int64_t>() + 6), big);
 }
 
 TEST(CudaRuntime, LargeCopiesCrossSeveralStagingChunks) {

@@ -66,6 +66,11 @@ class DeviceMesh {
   const NodeInfo& node() const { return node_; }
   // The CUDA device this rank should use: its rank within the node.
   int local_device() const { return node_.local_rank; }
+  // GPU training: gives every group (tp, dp, pp, model-parallel, embedding)
+  // an NCCL communicator on `device` and routes CUDA tensors through it,
+  // host tensors through MPI as before. Collective over the world; every
+  // rank creates its groups' communicators in the same order.
+  void use_cuda(int device);
 
  private:
   ProcessGroupPtr world_;

@@ -30,14 +30,15 @@ GradientReducer::GradientReducer(std::vector<std::pair<std::string, Tensor>> par
   // Parameters share one dtype (f32, or bf16/f16 under mixed precision);
   // gradients are always f32 (half parameters accumulate f32 gradients).
   const DType param_dtype = n ? params_.front().second.dtype() : DType::F32;
+  const Device device = n ? params_.front().second.device() : Device::cpu();
   for (const auto& [name, p] : params_) {
-    if (p.dtype() != param_dtype ||
+    if (p.dtype() != param_dtype || p.device() != device ||
         (p.dtype() != DType::F32 && p.dtype() != DType::BF16 && p.dtype() != DType::F16) ||
-        !p.device().is_cpu() || !p.is_contiguous()) {
+        !p.is_contiguous()) {
       throw NotSupportedError("GradientReducer: parameter '" + name + "' is " + p.str() +
-                              "; every parameter must be a contiguous cpu tensor of one dtype "
-                              "(f32, bf16 or f16; here " +
-                              dtype_name(param_dtype) + ")");
+                              "; every parameter must be a contiguous tensor of one dtype "
+                              "(f32, bf16 or f16) on one device (here " +
+                              dtype_name(param_dtype) + " on " + device.str() + ")");
     }
   }
   // Layout: reverse registration order (backward's order), late ones last.
@@ -55,8 +56,8 @@ GradientReducer::GradientReducer(std::vector<std::pair<std::string, Tensor>> par
     offset_[i] = total;
     total += params_[i].second.numel();
   }
-  flat_grad_ = zeros({total});
-  flat_param_ = empty({total}, param_dtype);
+  flat_grad_ = zeros({total}, DType::F32, device);
+  flat_param_ = empty({total}, param_dtype, device);
   const int64_t cap = std::max<int64_t>(1, static_cast<int64_t>(bucket_bytes / 4));
   for (size_t i : order) {
     const bool is_late = late.count(params_[i].first) > 0;
@@ -76,7 +77,7 @@ GradientReducer::GradientReducer(std::vector<std::pair<std::string, Tensor>> par
   for (size_t i = 0; i < n; ++i) {
     Tensor& p = params_[i].second;
     Tensor dst = range(flat_param_, offset_[i], p.numel());
-    backend_for(DeviceType::CPU).copy(reshape(p.detach(), {p.numel()}).detach(), dst);
+    copy_(dst, reshape(p.detach(), {p.numel()}).detach());
     auto& impl = p.impl();
     impl.storage = flat_param_.storage();
     impl.offset = offset_[i];
@@ -136,7 +137,7 @@ void GradientReducer::launch(Bucket& b) {
     return;
   }
   const auto sizes = dist::split_sizes(b.end - b.begin, group_->size());
-  b.piece = empty({sizes[group_->rank()]});
+  b.piece = empty({sizes[group_->rank()]}, DType::F32, flat_grad_.device());
   b.work = group_->reduce_scatter(view, b.piece, dist::ReduceOp::Avg);
 }
 
@@ -159,7 +160,7 @@ void GradientReducer::finish() {
       int64_t lo = b.begin;
       for (int q = 0; q < group_->rank(); ++q) lo += sizes[q];
       Tensor dst = range(flat_grad_, lo, sizes[group_->rank()]);
-      backend_for(DeviceType::CPU).copy(b.piece, dst);
+      copy_(dst, b.piece);
     }
   }
   std::fill(seen_.begin(), seen_.end(), 0);
@@ -170,7 +171,7 @@ void GradientReducer::finish() {
 }
 
 void GradientReducer::zero_grad() {
-  backend_for(DeviceType::CPU).fill(flat_grad_, 0.0);
+  backend_for(flat_grad_).fill(flat_grad_, 0.0);
 }
 
 void GradientReducer::gather_parameters() {
@@ -189,11 +190,12 @@ ZeroAdamW::ZeroAdamW(GradientReducer& reducer, optim::AdamWOptions options)
     : reducer_(reducer), options_(options) {
   int64_t n = 0;
   for (const auto& s : reducer_.shard_segments()) n += s.length;
-  m_ = zeros({n});
-  v_ = zeros({n});
+  const Device device = reducer_.flat_params().device();
+  m_ = zeros({n}, DType::F32, device);
+  v_ = zeros({n}, DType::F32, device);
   if (reducer_.flat_params().dtype() != DType::F32) {
     // Mixed precision: f32 masters of this rank's pieces.
-    master_ = empty({n});
+    master_ = empty({n}, DType::F32, device);
     int64_t at = 0;
     for (const auto& s : reducer_.shard_segments()) {
       Tensor w = range(master_, at, s.length);
@@ -219,7 +221,7 @@ void ZeroAdamW::step(double lr) {
   autograd::NoGradGuard ng;
   ++step_;
   int64_t at = 0;
-  Backend& be = backend_for(DeviceType::CPU);
+  Backend& be = backend_for(reducer_.flat_params());
   for (const auto& s : reducer_.shard_segments()) {
     Tensor p = range(reducer_.flat_params(), s.flat_offset, s.length);
     Tensor g = range(reducer_.flat_grads(), s.flat_offset, s.length);

@@ -99,6 +99,10 @@ void PipelineModel::to(DType dtype) {
   for (const auto& c : chunks_) c->to(dtype);
 }
 
+void PipelineModel::to(Device device) {
+  for (const auto& c : chunks_) c->to(device);
+}
+
 void PipelineModel::zero_grad() const {
   for (const auto& c : chunks_) c->zero_grad();
 }
@@ -175,7 +179,10 @@ nn::StateDict PipelineModel::full_state_dict() const {
       names.push_back({"ln_f.bias", {C}});
     }
     for (auto& [name, shape] : names) {
-      Tensor t = owner == rank_ ? contiguous(local.at(name)).detach() : empty(shape, dtype());
+      // Every rank's buffer on the model's device, so a device-routed group
+      // sends all of them the same way.
+      Tensor t = owner == rank_ ? contiguous(local.at(name)).detach()
+                                : empty(shape, dtype(), device());
       groups_.pp->broadcast(t, owner)->wait();
       out[name] = t;
     }
@@ -297,14 +304,14 @@ PipelineStepResult PipelineExecutor::run(const std::vector<data::Batch>& micro,
         timed(a, [&] {
           Tensor x;
           if (stage == 0) {
-            x = chunk.embed(micro[mb].inputs, cctx);
+            x = chunk.embed(to_device(micro[mb].inputs, act_device), cctx);
           } else {
             x = inputs.at(k);
             x.set_requires_grad(true);
           }
           for (int64_t i : chunk.plan().layers) x = chunk.block(i, x, cctx);
           if (stage == S - 1) {
-            losses[k] = chunk.head_loss(x, micro[mb].targets);
+            losses[k] = chunk.head_loss(x, to_device(micro[mb].targets, act_device));
           } else {
             outputs[k] = x;
           }

@@ -55,6 +55,7 @@ class PipelineModel {
   DType dtype() const;
   Device device() const;
   void to(DType dtype);
+  void to(Device device);
   // Sums the token-embedding gradients of the first and last stage (tied
   // weights) so both copies take the same step.
   void reduce_tied_embedding_grads() const;
