@@ -14,15 +14,22 @@ double sum_of_squares(const Tensor& t) {
   return item(sum(mul(t, t)));
 }
 
-double global_grad_norm(const std::vector<Tensor>& params) {
+Tensor sum_of_squares_device(const std::vector<Tensor>& tensors) {
   autograd::NoGradGuard no_grad;
-  double total = 0;
-  for (const auto& p : params) {
-    Tensor g = p.grad();
-    if (!g.defined()) continue;
-    total += sum_of_squares(g);
+  Tensor total;
+  for (const auto& t : tensors) {
+    if (!t.defined()) continue;
+    Tensor s = cast(sum(mul(t, t)), DType::F64);
+    total = total.defined() ? add(total, s) : s;
   }
-  return std::sqrt(total);
+  return total;
+}
+
+double global_grad_norm(const std::vector<Tensor>& params) {
+  std::vector<Tensor> grads;
+  for (const auto& p : params) grads.push_back(p.grad());
+  Tensor total = sum_of_squares_device(grads);
+  return total.defined() ? std::sqrt(item(total)) : 0.0;
 }
 
 double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {

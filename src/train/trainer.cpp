@@ -14,8 +14,8 @@
 #include "triad/autograd/engine.h"
 #include "triad/autograd/grad_mode.h"
 #include "triad/backend/cuda.h"
-#include "triad/dist/nccl.h"
 #include "triad/data/token_shard.h"
+#include "triad/dist/nccl.h"
 #include "triad/io/checkpoint.h"
 #include "triad/io/gpt2_weights.h"
 #include "triad/ops/creation.h"
@@ -64,8 +64,7 @@ Trainer::Trainer(Config config, dist::ProcessGroupPtr world)
                               "TRIAD_WITH_CUDA=ON)");
     }
     if (world_size > 1 && !dist::nccl_available()) {
-      throw NotSupportedError("device '" + config_.device + "' with " +
-                              std::to_string(world_size) +
+      throw NotSupportedError("device '" + config_.device + "' with " + std::to_string(world_size) +
                               " ranks needs the NCCL process group, which this build lacks");
     }
     if (world_size > 1 && config_.device != "cuda") {
@@ -76,8 +75,9 @@ Trainer::Trainer(Config config, dist::ProcessGroupPtr world)
     if (count == 0) {
       throw NotSupportedError("device '" + config_.device + "': no CUDA device is visible");
     }
-    if (config_.device == "cuda") device_ = Device::cuda(0);  // one rank: the first device;
-                                                              // several: set with the mesh
+    if (config_.device == "cuda")
+      device_ = Device::cuda(0);  // one rank: the first device;
+                                  // several: set with the mesh
     if (device_.index >= count) {
       throw ConfigError("device '" + config_.device + "': only " + std::to_string(count) +
                         " CUDA device(s) are visible");
@@ -376,13 +376,14 @@ int64_t Trainer::optimizer_state_elements() const {
 
 double Trainer::global_norm_zero1() const {
   autograd::NoGradGuard ng;
-  double sq = 0;
   Tensor flat = const_cast<dp::GradientReducer&>(*reducer_).flat_grads();
+  std::vector<Tensor> pieces;
   for (const auto& seg : reducer_->shard_segments()) {
     if (norm_weight_[seg.param] == 0.0) continue;
-    Tensor g = make_view(flat, {seg.length}, {1}, flat.offset() + seg.flat_offset);
-    sq += optim::sum_of_squares(g);
+    pieces.push_back(make_view(flat, {seg.length}, {1}, flat.offset() + seg.flat_offset));
   }
+  const Tensor local = optim::sum_of_squares_device(pieces);
+  const double sq = local.defined() ? item(local) : 0.0;
   Tensor t = from_vector(std::vector<double>{sq}, {1}, DType::F64);
   world_->all_reduce(t, dist::ReduceOp::Sum)->wait();
   return std::sqrt(item(t));

@@ -9,6 +9,12 @@ namespace triad::optim {
 // Sum of the squares of a tensor's elements (accumulated in double).
 double sum_of_squares(const Tensor& t);
 
+// Adds the sum of squares of each tensor into one f64 scalar on their device
+// without reading it back: one host synchronisation for a whole model
+// instead of one per tensor (what matters on a GPU). Undefined tensors are
+// skipped; an empty list gives an undefined result.
+Tensor sum_of_squares_device(const std::vector<Tensor>& tensors);
+
 // L2 norm of all gradients together (parameters without .grad are skipped).
 double global_grad_norm(const std::vector<Tensor>& params);
 

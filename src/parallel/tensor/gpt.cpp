@@ -206,12 +206,17 @@ void TensorParallelGpt::reduce_sequence_parallel_grads() const {
 
 double TensorParallelGpt::grad_norm_squared(bool count_embedding) const {
   autograd::NoGradGuard ng;
-  double split_sq = 0, replicated_sq = 0;
+  // One device-side sum per kind, read back once each.
+  std::vector<Tensor> split, replicated;
   for (const auto& [name, p] : named_parameters()) {
     Tensor g = p.grad();
     if (!g.defined() || (!count_embedding && name == "wte.weight")) continue;
-    (specs_.at(name).split ? split_sq : replicated_sq) += optim::sum_of_squares(g);
+    (specs_.at(name).split ? split : replicated).push_back(g);
   }
+  const Tensor split_t = optim::sum_of_squares_device(split);
+  const Tensor replicated_t = optim::sum_of_squares_device(replicated);
+  const double split_sq = split_t.defined() ? item(split_t) : 0.0;
+  const double replicated_sq = replicated_t.defined() ? item(replicated_t) : 0.0;
   Tensor s = from_vector(std::vector<double>{split_sq}, {1}, DType::F64);
   group_->all_reduce(s, dist::ReduceOp::Sum)->wait();
   return item(s) + replicated_sq;
