@@ -128,3 +128,23 @@ TEST(CosineSchedule, WarmupThenCosineToMinLr) {
 
 }  // namespace
 }  // namespace triad::optim
+
+namespace triad {
+namespace {
+
+TEST(Clip, DeviceSideSumOfSquaresEqualsTheHostSum) {
+  const std::vector<Tensor> ts{randn({7, 3}, 1, 1), Tensor(), randn({5}, 1, 2, 3.0),
+                               cast(randn({4, 4}, 1, 3), DType::BF16)};
+  double want = 0;
+  for (const auto& t : ts) {
+    if (t.defined()) want += optim::sum_of_squares(t);
+  }
+  const Tensor got = optim::sum_of_squares_device(ts);
+  EXPECT_EQ(got.dtype(), DType::F64);
+  EXPECT_EQ(got.numel(), 1);
+  EXPECT_NEAR(item(got), want, 1e-12 * want);
+  EXPECT_FALSE(optim::sum_of_squares_device({}).defined());
+}
+
+}  // namespace
+}  // namespace triad
