@@ -145,8 +145,8 @@ CublasLtGemm::Cached& CublasLtGemm::lookup(const GemmPlan& p, DType dtype, int a
       static_cast<cublasLtHandle_t>(handle_), entry->desc, entry->first, entry->second, entry->out,
       entry->out, pref, 1, &result, &found);
   cublasLtMatmulPreferenceDestroy(pref);
-  check_lt(st, "AlgoGetHeuristic");
-  if (found == 0) {
+  if (st != CUBLAS_STATUS_NOT_SUPPORTED) check_lt(st, "AlgoGetHeuristic");
+  if (st == CUBLAS_STATUS_NOT_SUPPORTED || found == 0) {
     throw NotSupportedError("gemm: cuBLASLt has no algorithm for m " + std::to_string(p.m) +
                             ", n " + std::to_string(p.n) + ", k " + std::to_string(p.k) + " in " +
                             dtype_name(dtype));

@@ -393,7 +393,23 @@ void CudaBackend::gemm(const Tensor& a, const Tensor& b, Tensor& c, bool trans_a
     });
     return;
   }
-  s.gemm().run(plan, c.dtype(), a.raw_data(), b.raw_data(), c.raw_data(), alpha, beta, s.stream);
+  try {
+    s.gemm().run(plan, c.dtype(), a.raw_data(), b.raw_data(), c.raw_data(), alpha, beta,
+                 s.stream);
+  } catch (const NotSupportedError&) {
+    // cuBLASLt has no half-precision algorithm for some layouts (odd leading
+    // dimensions): run those in f32 and round once, rather than fail.
+    if (c.dtype() != DType::BF16 && c.dtype() != DType::F16) throw;
+    Tensor a32 = empty(a.shape(), DType::F32, a.device());
+    Tensor b32 = empty(b.shape(), DType::F32, b.device());
+    Tensor c32 = empty(c.shape(), DType::F32, c.device());
+    copy(a, a32);
+    copy(b, b32);
+    if (beta != 0.0) copy(c, c32);
+    s.gemm().run(plan, DType::F32, a32.raw_data(), b32.raw_data(), c32.raw_data(), alpha, beta,
+                 s.stream);
+    copy(c32, c);
+  }
 }
 
 void CudaBackend::reduce(ReduceOp op, const Tensor& x, int64_t outer, int64_t n, int64_t inner,
