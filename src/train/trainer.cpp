@@ -585,6 +585,11 @@ std::vector<StepMetrics> Trainer::run() {
                                   (par.vpp > 1 ? " (vpp " + std::to_string(par.vpp) + ")" : "")
                             : std::string());
   }
+  spdlog::info("device: {}; precision: {}{}", device_.str(), config_.train.precision,
+               config_.train.precision == "fp32"
+                   ? ""
+                   : " (f32 gradients, master weights and optimizer state" +
+                         std::string(scaler_ ? ", dynamic loss scaling)" : ")"));
   spdlog::info("data: {} tokens, {} sequences; {} steps of {} sequences ({} micro-batches of {})",
                dataset_->num_tokens(), dataset_->num_sequences(), config_.train.steps,
                config_.train.global_batch_size, config_.accumulation_steps(),

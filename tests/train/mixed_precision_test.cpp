@@ -116,6 +116,24 @@ TEST(MixedPrecision, ResumedFp16AndBf16RunsReproduceTheLossesBitwise) {
   }
 }
 
+TEST(MixedPrecision, ResumingACheckpointOfAnotherPrecisionNamesIt) {
+  TempDir dir;
+  const std::string ck = "}\ncheckpoint: {dir: " + dir.file("ckpt") + ", interval: 2, resume: auto";
+  {
+    Trainer t(config(dir, "fp32", 2, ck));
+    t.run();
+  }
+  try {
+    Trainer t(config(dir, "bf16", 4, ck));
+    t.run();
+    FAIL() << "expected IoError";
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find("precision = fp32, this run has precision = bf16"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(MixedPrecision, ConfigNamesABadPrecision) {
   TempDir dir;
   try {
