@@ -9,12 +9,15 @@
 #include <cstring>
 
 #include "ops/op_cases.h"
+#include "support/temp_dir.h"
 #include "triad/backend/backend.h"
 #include "triad/backend/cuda.h"
+#include "triad/data/token_shard.h"
 #include "triad/dist/nccl.h"
 #include "triad/dist/world.h"
 #include "triad/nn/gpt.h"
 #include "triad/ops.h"
+#include "triad/train/trainer.h"
 
 namespace triad {
 namespace {
@@ -249,8 +252,8 @@ TEST(CudaRuntime, CopiesConvertDtypesAndStridesBothWays) {
   const std::vector<int64_t> big{0, -5, (1ll << 60) + 1, 7, -(1ll << 55) - 3, 9};
   Tensor ids = from_vector(big, {2, 3}, DType::I64);
   Tensor dev_ids = to_device(ids, kGpu);
-  Tensor back = to_device(contiguous(transpose(contiguous(transpose(dev_ids, 0, 1)), 0, 1)),
-                          Device::cpu());
+  Tensor back =
+      to_device(contiguous(transpose(contiguous(transpose(dev_ids, 0, 1)), 0, 1)), Device::cpu());
   EXPECT_EQ(std::vector<int64_t>(back.data<int64_t>(), back.data<int64_t>() + 6), big);
 }
 
@@ -322,6 +325,61 @@ TEST(CudaModel, TinyGptLossAndGradientsMatchTheCpu) {
     expect_close(to_double_vector(gp[i].second.grad()), to_double_vector(cp[i].second.grad()), 1e-3,
                  1e-5, gp[i].first);
   }
+}
+
+// End to end: the trainer on the GPU against the trainer on the CPU (fp32,
+// tight), and bf16 against fp32 on a GPT-2 124M-shaped model.
+train::Config train_config(const testing::TempDir& dir, const std::string& model,
+                           const std::string& device, const std::string& precision, int64_t steps,
+                           int64_t batch) {
+  std::vector<uint16_t> tokens;
+  for (int i = 0; i < 200000; ++i) {
+    tokens.push_back(static_cast<uint16_t>((i * 7 + i / 13 + (i / 1000) * 31) % 50000));
+  }
+  data::write_token_shard(dir.file("train.bin"), tokens);
+  return train::parse_config(
+      "model: " + model +
+      "\n"
+      "train: {steps: " +
+      std::to_string(steps) + ", global_batch_size: " + std::to_string(batch) +
+      ", micro_batch_size: " + std::to_string(batch) +
+      ", lr: 3.0e-4, warmup_steps: 5, precision: " + precision +
+      "}\n"
+      "data: {train: " +
+      dir.file("train.bin") +
+      "}\n"
+      "output: {dir: " +
+      dir.file("out_" + device + "_" + precision) + "}\ndevice: " + device + "\n");
+}
+
+std::vector<double> losses_of(train::Trainer& t, int64_t steps) {
+  std::vector<double> out;
+  for (int64_t k = 0; k < steps; ++k) out.push_back(t.step(k).loss);
+  return out;
+}
+
+TEST(CudaTraining, Fp32LossesMatchTheCpuTrainerFor10Steps) {
+  testing::TempDir dir;
+  const std::string model =
+      "{n_layer: 2, n_head: 4, d_model: 64, vocab_size: 50257, seq_len: 64, dropout: 0.1}";
+  train::Trainer cpu(train_config(dir, model, "cpu", "fp32", 10, 4));
+  train::Trainer gpu(train_config(dir, model, "cuda", "fp32", 10, 4));
+  const auto a = losses_of(cpu, 10), b = losses_of(gpu, 10);
+  // Stated tolerance: 1e-4 relative per step (f32 sums in other orders).
+  for (size_t k = 0; k < a.size(); ++k) EXPECT_NEAR(b[k], a[k], 1e-4 * a[k]) << "step " << k;
+}
+
+TEST(CudaTraining, Bf16Gpt2SmallTracksFp32For50Steps) {
+  testing::TempDir dir;
+  const std::string model =
+      "{n_layer: 12, n_head: 12, d_model: 768, vocab_size: 50257, seq_len: 1024}";
+  train::Trainer fp32(train_config(dir, model, "cuda", "fp32", 50, 4));
+  const auto a = losses_of(fp32, 50);
+  train::Trainer bf16(train_config(dir, model, "cuda", "bf16", 50, 4));
+  const auto b = losses_of(bf16, 50);
+  // Stated tolerance: every step within 2% of fp32, and the same progress.
+  for (size_t k = 0; k < a.size(); ++k) EXPECT_NEAR(b[k], a[k], 0.02 * a[k]) << "step " << k;
+  EXPECT_LT(b.back(), b.front());
 }
 
 // The NCCL group at world size 1 (one GPU): every call runs through NCCL on
