@@ -306,10 +306,51 @@ Status check_attention(ScalarType type, const AttentionShape& s) {
   return Status::fine();
 }
 
+Status check_attention_tensor_core(ScalarType type, const AttentionShape& s, int sm_major) {
+  Status base = check_attention(type, s);
+  if (!base.ok) return base;
+  if (!is_half(type)) {
+    return Status::fail(std::string("tensor cores take bf16 or f16, not ") + scalar_name(type));
+  }
+  if (s.head_dim() % 16 != 0) {
+    return Status::fail("head dim " + std::to_string(s.head_dim()) + " is not a multiple of 16");
+  }
+  if (sm_major < 8) {
+    return Status::fail("compute capability " + std::to_string(sm_major) +
+                        ".x has no bf16 tensor cores (needs 8.0 or newer)");
+  }
+  return Status::fine();
+}
+
+AttentionKernel resolve_attention_kernel(AttentionKernel requested, ScalarType type,
+                                         const AttentionShape& s, int sm_major) {
+  if (requested == AttentionKernel::Simt) return AttentionKernel::Simt;
+  const Status tc = check_attention_tensor_core(type, s, sm_major);
+  if (requested == AttentionKernel::TensorCore) {
+    require(tc, "attention (tensor cores requested)");
+    return AttentionKernel::TensorCore;
+  }
+  return tc.ok ? AttentionKernel::TensorCore : AttentionKernel::Simt;
+}
+
+namespace {
+int device_sm_major() {
+  int device = 0, major = 0;
+  check_cuda(cudaGetDevice(&device), "attention: cudaGetDevice");
+  check_cuda(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device),
+             "attention: compute capability");
+  return major;
+}
+}  // namespace
+
 void attention_forward(const void* qkv, void* out, float* lse, ScalarType type,
-                       const AttentionShape& s, cudaStream_t stream) {
+                       const AttentionShape& s, cudaStream_t stream, AttentionKernel kernel) {
   require(check_attention(type, s), "attention_forward");
   if (s.B * s.T == 0) return;
+  if (resolve_attention_kernel(kernel, type, s, device_sm_major()) == AttentionKernel::TensorCore) {
+    attention_forward_tensor_core(qkv, out, lse, type, s, stream);
+    return;
+  }
   const int D = static_cast<int>(s.head_dim());
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
   const dim3 grid(static_cast<unsigned>((s.T + kRows - 1) / kRows),
@@ -334,7 +375,7 @@ size_t attention_backward_workspace(const AttentionShape& s) {
 
 void attention_backward(const void* qkv, const void* out, const float* lse, const void* dout,
                         void* dqkv, ScalarType type, const AttentionShape& s, void* workspace,
-                        cudaStream_t stream) {
+                        cudaStream_t stream, AttentionKernel kernel) {
   require(check_attention(type, s), "attention_backward");
   if (!workspace) throw std::invalid_argument("attention_backward: workspace is null");
   if (s.B * s.T == 0) return;
@@ -343,6 +384,8 @@ void attention_backward(const void* qkv, const void* out, const float* lse, cons
   const dim3 grid(static_cast<unsigned>((s.T + kRows - 1) / kRows),
                   static_cast<unsigned>(s.B * s.NH));
   float* delta = static_cast<float*>(workspace);
+  const bool tensor_cores =
+      resolve_attention_kernel(kernel, type, s, device_sm_major()) == AttentionKernel::TensorCore;
   dispatch_nn(type, "attention_backward", [&](auto t) {
     using T = decltype(t);
     const T* pqkv = static_cast<const T*>(qkv);
@@ -350,6 +393,11 @@ void attention_backward(const void* qkv, const void* out, const float* lse, cons
     T* pd = static_cast<T*>(dqkv);
     attn_delta_kernel<T><<<grid_for(s.B * s.NH * s.T, 256), 256, 0, stream>>>(
         static_cast<const T*>(out), pdo, delta, s.B, s.T, s.C, static_cast<int>(s.NH), D);
+    if (tensor_cores) {
+      check_launch("attention_backward (delta)");
+      attention_backward_tensor_core(qkv, dout, lse, delta, dqkv, type, s, stream);
+      return;
+    }
     dispatch_head_dim(D, [&](auto width) {
       constexpr int MAXD = decltype(width)::value;
       auto dq = attn_dq_kernel<T, MAXD>;

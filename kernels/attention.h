@@ -9,6 +9,11 @@
 // backward recomputes probabilities from lse and runs two passes without
 // atomics (dq per query; dk, dv per key), so results are deterministic.
 // Inputs f32, bf16 or f16; head dims up to 128.
+//
+// Two implementations: SIMT kernels (attention.cu: one thread per query or
+// key, every type and head dim) and tensor-core kernels
+// (attention_tensor_core.cu: WMMA tiles, bf16/f16, head dims a multiple of
+// 16, sm_80+). AttentionKernel::Auto picks the tensor cores where they apply.
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
@@ -25,16 +30,36 @@ struct AttentionShape {
 // The largest head dimension the kernels are built for.
 constexpr int64_t kAttentionMaxHeadDim = 128;
 
+enum class AttentionKernel : uint8_t { Auto, Simt, TensorCore };
+
 Status check_attention(ScalarType type, const AttentionShape& s);
+// Whether the tensor-core kernels can run this call (type and head dim; the
+// device's compute capability is the caller's `sm_major`).
+Status check_attention_tensor_core(ScalarType type, const AttentionShape& s, int sm_major = 9);
+// The implementation a request resolves to: Auto becomes TensorCore when
+// check_attention_tensor_core passes, else Simt; an explicit TensorCore that
+// cannot run is an error (std::invalid_argument with the reason).
+AttentionKernel resolve_attention_kernel(AttentionKernel requested, ScalarType type,
+                                         const AttentionShape& s, int sm_major);
 
 void attention_forward(const void* qkv, void* out, float* lse, ScalarType type,
-                       const AttentionShape& s, cudaStream_t stream);
+                       const AttentionShape& s, cudaStream_t stream,
+                       AttentionKernel kernel = AttentionKernel::Auto);
 
 // Bytes of device scratch attention_backward needs.
 size_t attention_backward_workspace(const AttentionShape& s);
 // dqkv (B, T, 3*C) is overwritten.
 void attention_backward(const void* qkv, const void* out, const float* lse, const void* dout,
                         void* dqkv, ScalarType type, const AttentionShape& s, void* workspace,
-                        cudaStream_t stream);
+                        cudaStream_t stream, AttentionKernel kernel = AttentionKernel::Auto);
+
+// The tensor-core kernels themselves (attention_tensor_core.cu); the
+// backward takes delta (B, NH, T) = rowsum(dout * out), computed by
+// attention_backward.
+void attention_forward_tensor_core(const void* qkv, void* out, float* lse, ScalarType type,
+                                   const AttentionShape& s, cudaStream_t stream);
+void attention_backward_tensor_core(const void* qkv, const void* dout, const float* lse,
+                                    const float* delta, void* dqkv, ScalarType type,
+                                    const AttentionShape& s, cudaStream_t stream);
 
 }  // namespace triad::kernels

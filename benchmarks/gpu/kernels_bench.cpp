@@ -96,11 +96,17 @@ int main(int argc, char** argv) {
   const double D = static_cast<double>(C / NH);
   // Causal: half of the 4 B NH T^2 D forward FLOPs; backward 2.5x forward.
   const double attn_fwd = 2.0 * B * NH * static_cast<double>(T) * T * D;
-  report("attention_forward", time_ms([&] { be.attention_forward(qkv, NH, out, lse); }, iters), 0,
-         attn_fwd);
-  report("attention_backward",
-         time_ms([&] { be.attention_backward(qkv, out, lse, out, NH, dqkv); }, iters), 0,
-         2.5 * attn_fwd);
+  for (auto kernel :
+       {triad::cuda::AttentionKernel::Simt, triad::cuda::AttentionKernel::TensorCore}) {
+    triad::cuda::set_attention_kernel(kernel);
+    const std::string tag = triad::cuda::attention_kernel_name(kernel);
+    report("attention_forward_" + tag,
+           time_ms([&] { be.attention_forward(qkv, NH, out, lse); }, iters), 0, attn_fwd);
+    report("attention_backward_" + tag,
+           time_ms([&] { be.attention_backward(qkv, out, lse, out, NH, dqkv); }, iters), 0,
+           2.5 * attn_fwd);
+  }
+  triad::cuda::set_attention_kernel(triad::cuda::AttentionKernel::Auto);
 
   Tensor wq = rnd({3 * C, C}, 6), yq = triad::empty({N, 3 * C}, bf, gpu);
   report("gemm_qkv_forward", time_ms([&] { be.gemm(x, wq, yq, false, true, 1, 0); }, iters), 0,

@@ -29,8 +29,11 @@ int main(int argc, char** argv) {
   app.add_option("--steps", steps, "timed steps");
   app.add_option("--warmup", warmup, "untimed steps first");
   app.add_option("--peak-tflops", peak_tflops, "dense peak of the device in this precision");
+  std::string attention = "auto";
+  app.add_option("--attention-kernel", attention, "auto | simt | tensor_core");
   CLI11_PARSE(app, argc, argv);
 
+  triad::cuda::set_attention_kernel(triad::cuda::attention_kernel_from_string(attention));
   triad::nn::GptConfig cfg;
   if (preset == "350m") {
     cfg.n_layer = 24, cfg.n_head = 16, cfg.d_model = 1024;
@@ -79,6 +82,7 @@ int main(int argc, char** argv) {
   nlohmann::json j{{"impl", "triad"},
                    {"preset", preset},
                    {"precision", precision},
+                   {"attention_kernel", attention},
                    {"device", device.str()},
                    {"batch", batch},
                    {"seq", T},

@@ -7,6 +7,7 @@
 #include <set>
 #include <sstream>
 
+#include "triad/backend/cuda.h"
 #include "triad/core/device.h"
 #include "triad/core/error.h"
 
@@ -253,6 +254,17 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
       {"recompute",
        {false,
         [&](auto& v, auto& k) { m.recompute = nn::recompute_from_string(get_string(v, k)); }}},
+      {"attention_kernel",
+       {false,
+        [&](auto& v, auto& k) {
+          c.attention_kernel = get_string(v, k);
+          try {
+            cuda::attention_kernel_from_string(c.attention_kernel);
+          } catch (const ConfigError&) {
+            throw ConfigError(k + " '" + c.attention_kernel +
+                              "' must be one of auto, simt, tensor_core");
+          }
+        }}},
   };
   const Section train{
       {"steps", {true, [&](auto& v, auto& k) { t.steps = get_int(v, k); }}},
@@ -455,6 +467,7 @@ std::string to_yaml(const Config& c) {
   e << YAML::Key << "seq_len" << YAML::Value << c.model.seq_len;
   e << YAML::Key << "dropout" << YAML::Value << c.model.dropout;
   e << YAML::Key << "recompute" << YAML::Value << nn::recompute_string(c.model.recompute);
+  e << YAML::Key << "attention_kernel" << YAML::Value << c.attention_kernel;
   e << YAML::EndMap;
   const auto& t = c.train;
   e << YAML::Key << "train" << YAML::Value << YAML::BeginMap;

@@ -120,17 +120,30 @@ testing::OpCase attention_case(int64_t B, int64_t T, int64_t C, int64_t NH) {
 }
 
 TEST(CudaKernels, AttentionHeadDimsAndLongSequences) {
-  // D = 64 (GPT-2), 128, 80 (rounded up to the 128-wide kernel), 8; T not a
-  // multiple of the 64-query block.
-  for (const auto& c : {attention_case(2, 200, 256, 4), attention_case(1, 130, 256, 2),
-                        attention_case(1, 97, 160, 2), attention_case(3, 33, 16, 2)}) {
-    for (DType dtype : {DType::F32, DType::BF16}) {
-      SCOPED_TRACE(c.name + " " + dtype_name(dtype));
-      const CaseResult cpu = run_case(c, dtype, Device::cpu());
-      const CaseResult gpu = run_case(c, dtype, kGpu);
-      const Tolerance t = tolerance(dtype);
-      expect_close(gpu.out, cpu.out, t.rtol, t.atol, "output");
-      expect_close(gpu.grads[0], cpu.grads[0], 4 * t.rtol, 4 * t.atol, "dqkv");
+  // D = 64 (GPT-2), 128, 80, 16 and 8; T not a multiple of the blocks. Both
+  // implementations where they apply: SIMT for every type, tensor cores for
+  // bf16/f16 with D a multiple of 16.
+  struct Shape {
+    int64_t B, T, C, NH;
+  };
+  for (const Shape& sh : {Shape{2, 200, 256, 4}, Shape{1, 130, 256, 2}, Shape{1, 97, 160, 2},
+                          Shape{2, 65, 32, 2}, Shape{3, 33, 16, 2}}) {
+    const testing::OpCase c = attention_case(sh.B, sh.T, sh.C, sh.NH);
+    const bool multiple_of_16 = (sh.C / sh.NH) % 16 == 0;
+    for (DType dtype : {DType::F32, DType::BF16, DType::F16}) {
+      for (cuda::AttentionKernel kernel :
+           {cuda::AttentionKernel::Simt, cuda::AttentionKernel::TensorCore}) {
+        if (kernel == cuda::AttentionKernel::TensorCore && (dtype == DType::F32 || !multiple_of_16))
+          continue;
+        SCOPED_TRACE(c.name + " " + dtype_name(dtype) + " " + cuda::attention_kernel_name(kernel));
+        cuda::set_attention_kernel(kernel);
+        const CaseResult cpu = run_case(c, dtype, Device::cpu());
+        const CaseResult gpu = run_case(c, dtype, kGpu);
+        cuda::set_attention_kernel(cuda::AttentionKernel::Auto);
+        const Tolerance t = tolerance(dtype);
+        expect_close(gpu.out, cpu.out, t.rtol, t.atol, "output");
+        expect_close(gpu.grads[0], cpu.grads[0], 4 * t.rtol, 4 * t.atol, "dqkv");
+      }
     }
   }
 }
@@ -222,13 +235,18 @@ TEST(CudaKernels, EmbeddingBackwardIsDeterministicAndEqualsTheCpuSum) {
 
 TEST(CudaKernels, AttentionBackwardIsDeterministic) {
   auto grads = [] {
-    Tensor qkv = to_device(randn({2, 150, 3 * 128}, 3, 1), kGpu).detach();
+    Tensor qkv = to_device(randn({2, 150, 3 * 128}, 3, 1, 1.0, DType::BF16), kGpu).detach();
     qkv.set_requires_grad(true);
     Tensor y = causal_attention(qkv, 2);
-    autograd::backward({y}, {to_device(randn(y.shape(), 3, 2), kGpu).detach()});
+    autograd::backward({y}, {to_device(randn(y.shape(), 3, 2, 1.0, DType::BF16), kGpu).detach()});
     return to_float_vector(qkv.grad());
   };
-  EXPECT_EQ(grads(), grads());
+  for (auto kernel : {cuda::AttentionKernel::Simt, cuda::AttentionKernel::TensorCore}) {
+    SCOPED_TRACE(cuda::attention_kernel_name(kernel));
+    cuda::set_attention_kernel(kernel);
+    EXPECT_EQ(grads(), grads());
+  }
+  cuda::set_attention_kernel(cuda::AttentionKernel::Auto);
 }
 
 TEST(CudaRuntime, CopiesConvertDtypesAndStridesBothWays) {

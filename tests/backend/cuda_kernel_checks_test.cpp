@@ -57,6 +57,27 @@ TEST(CudaKernelChecks, LaunchersRefuseBadArgumentsBeforeTouchingTheDevice) {
                std::invalid_argument);
 }
 
+TEST(CudaKernelChecks, AttentionKernelChoice) {
+  const AttentionShape gpt2{4, 1024, 768, 12};  // head dim 64
+  const AttentionShape odd{1, 70, 18, 2};       // head dim 9
+  using K = AttentionKernel;
+  EXPECT_EQ(resolve_attention_kernel(K::Auto, ScalarType::BF16, gpt2, 9), K::TensorCore);
+  EXPECT_EQ(resolve_attention_kernel(K::Auto, ScalarType::F16, gpt2, 8), K::TensorCore);
+  EXPECT_EQ(resolve_attention_kernel(K::Auto, ScalarType::F32, gpt2, 9), K::Simt);
+  EXPECT_EQ(resolve_attention_kernel(K::Auto, ScalarType::BF16, odd, 9), K::Simt);
+  EXPECT_EQ(resolve_attention_kernel(K::Auto, ScalarType::BF16, gpt2, 7), K::Simt);
+  EXPECT_EQ(resolve_attention_kernel(K::Simt, ScalarType::BF16, gpt2, 9), K::Simt);
+  try {
+    resolve_attention_kernel(K::TensorCore, ScalarType::BF16, odd, 9);
+    FAIL() << "expected an error";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("head dim 9 is not a multiple of 16"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(resolve_attention_kernel(K::TensorCore, ScalarType::F32, gpt2, 9),
+               std::invalid_argument);
+}
+
 TEST(CudaKernelChecks, CrossEntropyChecks) {
   EXPECT_TRUE(check_cross_entropy(ScalarType::BF16, 8192, 50304).ok);
   EXPECT_FALSE(check_cross_entropy(ScalarType::F32, 4, 0).ok);

@@ -136,3 +136,18 @@ TEST(Config, EveryShippedConfigIsValid) {
 
 }  // namespace
 }  // namespace triad::train
+
+namespace triad::train {
+namespace {
+
+TEST(Config, AttentionKernelParsesRoundTripsAndNamesABadValue) {
+  EXPECT_EQ(parse_config(kValid).attention_kernel, "auto");
+  const Config c = parse_config(kValid, {"model.attention_kernel=tensor_core"});
+  EXPECT_EQ(c.attention_kernel, "tensor_core");
+  EXPECT_EQ(parse_config(to_yaml(c)).attention_kernel, "tensor_core");
+  expect_config_error(kValid, {"model.attention_kernel=cudnn"},
+                      "model.attention_kernel 'cudnn' must be one of auto, simt, tensor_core");
+}
+
+}  // namespace
+}  // namespace triad::train

@@ -7,6 +7,7 @@
 // streams against it with the event helpers. Handles are opaque pointers so
 // this header needs no CUDA headers.
 #include <cstdint>
+#include <string>
 
 #include "triad/core/allocator.h"
 
@@ -30,5 +31,18 @@ void order_compute_after(int device, void* other_stream);
 AllocatorStats memory_stats(int device);
 // Returns the cached free blocks of `device` to the driver.
 void empty_cache(int device);
+
+// Which causal-attention kernels the CUDA backend runs, process-wide (as
+// PyTorch's torch.backends.cuda switches): Auto takes the tensor-core
+// kernels where they apply (bf16/f16, head dim a multiple of 16, sm_80+) and
+// the SIMT kernels elsewhere; Simt and TensorCore force one (TensorCore on a
+// call it cannot run is an error). triad-train sets it from
+// model.attention_kernel. Available in every build (no effect without CUDA).
+enum class AttentionKernel : uint8_t { Auto, Simt, TensorCore };
+void set_attention_kernel(AttentionKernel kernel);
+AttentionKernel attention_kernel();
+// "auto", "simt", "tensor_core"; ConfigError naming the value otherwise.
+AttentionKernel attention_kernel_from_string(const std::string& name);
+const char* attention_kernel_name(AttentionKernel kernel);
 
 }  // namespace triad::cuda

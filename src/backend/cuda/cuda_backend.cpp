@@ -394,8 +394,7 @@ void CudaBackend::gemm(const Tensor& a, const Tensor& b, Tensor& c, bool trans_a
     return;
   }
   try {
-    s.gemm().run(plan, c.dtype(), a.raw_data(), b.raw_data(), c.raw_data(), alpha, beta,
-                 s.stream);
+    s.gemm().run(plan, c.dtype(), a.raw_data(), b.raw_data(), c.raw_data(), alpha, beta, s.stream);
   } catch (const NotSupportedError&) {
     // cuBLASLt has no half-precision algorithm for some layouts (odd leading
     // dimensions): run those in f32 and round once, rather than fail.
@@ -495,6 +494,17 @@ namespace {
 k::AttentionShape attention_shape(const Tensor& qkv, int64_t n_head) {
   return {qkv.size(0), qkv.size(1), qkv.size(2) / 3, n_head};
 }
+
+k::AttentionKernel attention_choice() {
+  switch (cuda::attention_kernel()) {
+    case cuda::AttentionKernel::Simt:
+      return k::AttentionKernel::Simt;
+    case cuda::AttentionKernel::TensorCore:
+      return k::AttentionKernel::TensorCore;
+    default:
+      return k::AttentionKernel::Auto;
+  }
+}
 }  // namespace
 
 void CudaBackend::attention_forward(const Tensor& qkv, int64_t n_head, Tensor& out, Tensor& lse) {
@@ -503,7 +513,7 @@ void CudaBackend::attention_forward(const Tensor& qkv, int64_t n_head, Tensor& o
   DeviceGuard g(s.index);
   launch("attention_forward", [&] {
     k::attention_forward(qkv.raw_data(), out.raw_data(), lse.data<float>(), scalar(qkv.dtype()),
-                         attention_shape(qkv, n_head), s.stream);
+                         attention_shape(qkv, n_head), s.stream, attention_choice());
   });
 }
 
@@ -516,7 +526,8 @@ void CudaBackend::attention_backward(const Tensor& qkv, const Tensor& out, const
   Scratch ws(s.allocator, k::attention_backward_workspace(shape));
   launch("attention_backward", [&] {
     k::attention_backward(qkv.raw_data(), out.raw_data(), lse.data<float>(), dout.raw_data(),
-                          dqkv.raw_data(), scalar(qkv.dtype()), shape, ws.get(), s.stream);
+                          dqkv.raw_data(), scalar(qkv.dtype()), shape, ws.get(), s.stream,
+                          attention_choice());
   });
 }
 

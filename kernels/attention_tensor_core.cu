@@ -1,0 +1,455 @@
+// Causal flash attention on tensor cores (bf16/f16, head dims a multiple of
+// 16 up to 128, sm_80+), the fast path behind attention.h. The algorithm is
+// the SIMT kernels' (online softmax forward; backward recomputing
+// probabilities from the log-sum-exp, one pass for dq and one for dk/dv,
+// no atomics), but every product runs as 16x16x16 WMMA tiles with f32
+// accumulation. A block of 4 warps owns 64 rows (queries, or keys for
+// dk/dv); each warp owns 16 of them and streams the other side in tiles of
+// 64 through shared memory. Scores and probabilities are per-warp tiles in
+// shared memory; the probabilities (and dS) are rounded to the input type
+// for the second product, as FlashAttention does.
+#include <mma.h>
+
+#include <cfloat>
+#include <cmath>
+#include <type_traits>
+
+#include "attention.h"
+#include "device_utils.cuh"
+
+namespace triad::kernels {
+namespace {
+
+using namespace nvcuda;
+
+constexpr int kWarps = 4;
+constexpr int kRows = 16 * kWarps;  // rows a block owns
+constexpr int kTile = 64;           // rows of the streamed side per tile
+constexpr unsigned kFull = 0xffffffffu;
+
+template <int MAXD>
+struct Layout {
+  static constexpr int ld_h = MAXD + 8;   // 16-bit rows (ldm multiple of 8, 32-byte aligned tiles)
+  static constexpr int ld_s = kTile + 4;  // f32 score rows
+  static constexpr int ld_p = kTile + 8;  // 16-bit probability rows
+  static constexpr int ld_o = MAXD + 4;   // f32 output rows
+};
+
+constexpr size_t align128(size_t n) {
+  return (n + 127) / 128 * 128;
+}
+
+// Carves consecutive 128-byte aligned arrays out of dynamic shared memory.
+class Carver {
+ public:
+  __device__ explicit Carver(unsigned char* base) : at_(base) {}
+  template <class U>
+  __device__ U* take(size_t count) {
+    U* p = reinterpret_cast<U*>(at_);
+    at_ += align128(count * sizeof(U));
+    return p;
+  }
+
+ private:
+  unsigned char* at_;
+};
+
+template <class T>
+__device__ __forceinline__ T to_half(float v);
+template <>
+__device__ __forceinline__ __nv_bfloat16 to_half(float v) {
+  return __float2bfloat16_rn(v);
+}
+template <>
+__device__ __forceinline__ __half to_half(float v) {
+  return __float2half_rn(v);
+}
+
+// rows [r0, r0 + kRows) of a (T, stride) matrix at `base`, D columns, into
+// tile[kRows][ld]; rows past Tn are zero.
+template <class T>
+__device__ void load_rows(T* tile, int ld, const T* base, int64_t stride, int64_t r0, int64_t Tn,
+                          int D) {
+  for (int idx = threadIdx.x; idx < kRows * D; idx += blockDim.x) {
+    const int r = idx / D, d = idx % D;
+    const int64_t row = r0 + r;
+    tile[r * ld + d] = row < Tn ? base[row * stride + d] : to_half<T>(0.0f);
+  }
+}
+
+template <class T>
+using FragA = wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major>;
+template <class T>
+using FragBRow = wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major>;
+template <class T>
+using FragBCol = wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major>;
+using FragC = wmma::fragment<wmma::accumulator, 16, 16, 16, float>;
+
+// out[16][kTile] (f32, ld_s) = A[16 rows of a][D] . B[kTile rows of b][D]^T
+template <class T, int MAXD>
+__device__ void scores(float* out, const T* a, const T* b, int D) {
+  constexpr int ld = Layout<MAXD>::ld_h;
+#pragma unroll
+  for (int n = 0; n < kTile / 16; ++n) {
+    FragC c;
+    wmma::fill_fragment(c, 0.0f);
+    for (int kk = 0; kk < D / 16; ++kk) {
+      FragA<T> fa;
+      FragBCol<T> fb;
+      wmma::load_matrix_sync(fa, a + kk * 16, ld);
+      wmma::load_matrix_sync(fb, b + (n * 16) * ld + kk * 16, ld);
+      wmma::mma_sync(c, fa, fb, c);
+    }
+    wmma::store_matrix_sync(out + n * 16, c, Layout<MAXD>::ld_s, wmma::mem_row_major);
+  }
+}
+
+// acc[dn] += P[16][kTile] . M[kTile][dn*16 : dn*16+16] for every dn < D/16.
+template <class T, int MAXD>
+__device__ void accumulate(FragC (&acc)[MAXD / 16], const T* p, const T* m, int D) {
+  constexpr int ld = Layout<MAXD>::ld_h;
+#pragma unroll
+  for (int dn = 0; dn < MAXD / 16; ++dn) {
+    if (dn >= D / 16) break;
+#pragma unroll
+    for (int kk = 0; kk < kTile / 16; ++kk) {
+      FragA<T> fa;
+      FragBRow<T> fb;
+      wmma::load_matrix_sync(fa, p + kk * 16, Layout<MAXD>::ld_p);
+      wmma::load_matrix_sync(fb, m + (kk * 16) * ld + dn * 16, ld);
+      wmma::mma_sync(acc[dn], fa, fb, acc[dn]);
+    }
+  }
+}
+
+// Writes the warp's accumulators (16 rows) times `factor` to global rows:
+// row r goes to dst + row_index(r) * stride, columns dn*16 .. dn*16+15.
+template <class T, int MAXD>
+__device__ void write_rows(FragC (&acc)[MAXD / 16], float* stage, T* dst, int64_t stride,
+                           int64_t first_row, int64_t Tn, int D, float factor) {
+  const int lane = threadIdx.x & 31, r = lane >> 1, half = lane & 1;
+#pragma unroll
+  for (int dn = 0; dn < MAXD / 16; ++dn) {
+    if (dn >= D / 16) break;
+    wmma::store_matrix_sync(stage, acc[dn], Layout<MAXD>::ld_s, wmma::mem_row_major);
+    __syncwarp();
+    const int64_t row = first_row + r;
+    if (row < Tn) {
+      for (int c = half * 8; c < half * 8 + 8; ++c) {
+        dst[row * stride + dn * 16 + c] = to_half<T>(stage[r * Layout<MAXD>::ld_s + c] * factor);
+      }
+    }
+    __syncwarp();
+  }
+}
+
+template <class T, int MAXD>
+__global__ void __launch_bounds__(32 * kWarps)
+    attn_forward_tc(const T* qkv, T* out, float* lse, int64_t Tn, int64_t C, int NH, int D,
+                    float scale) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  using L = Layout<MAXD>;
+  extern __shared__ __align__(128) unsigned char smem[];
+  Carver carve(smem);
+  T* Qs = carve.take<T>(kRows * L::ld_h);
+  T* Ks = carve.take<T>(kTile * L::ld_h);
+  T* Vs = carve.take<T>(kTile * L::ld_h);
+  float* Ss = carve.take<float>(kWarps * 16 * L::ld_s);
+  T* Ps = carve.take<T>(kWarps * 16 * L::ld_p);
+  float* Os = carve.take<float>(kRows * L::ld_o);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, r = lane >> 1, half = lane & 1;
+  const int bh = blockIdx.y, b = bh / NH, h = bh % NH;
+  const int64_t C3 = 3 * C;
+  const T* base = qkv + b * Tn * C3 + h * D;
+  const int64_t q0 = blockIdx.x * int64_t(kRows);
+  load_rows(Qs, L::ld_h, base, C3, q0, Tn, D);
+  for (int idx = threadIdx.x; idx < kRows * L::ld_o; idx += blockDim.x) Os[idx] = 0.0f;
+  float* Sw = Ss + warp * 16 * L::ld_s;
+  T* Pw = Ps + warp * 16 * L::ld_p;
+  float* Ow = Os + warp * 16 * L::ld_o;
+  const T* Qw = Qs + warp * 16 * L::ld_h;
+  const int64_t q = q0 + warp * 16 + r;
+  const int64_t warp_last = q0 + warp * 16 + 15;
+  float m = -INFINITY, l = 0.0f;
+  const int64_t end = min(Tn, q0 + kRows);
+  for (int64_t k0 = 0; k0 < end; k0 += kTile) {
+    __syncthreads();
+    load_rows(Ks, L::ld_h, base + C, C3, k0, Tn, D);
+    load_rows(Vs, L::ld_h, base + 2 * C, C3, k0, Tn, D);
+    __syncthreads();
+    if (k0 > warp_last) continue;  // every key of this tile is in the warp's future
+    scores<T, MAXD>(Sw, Qw, Ks, D);
+    __syncwarp();
+    float s[32];
+    float tile_max = -INFINITY;
+#pragma unroll
+    for (int j = 0; j < 32; ++j) {
+      const int col = half * 32 + j;
+      const int64_t key = k0 + col;
+      s[j] = (key <= q && key < Tn) ? Sw[r * L::ld_s + col] * scale : -INFINITY;
+      tile_max = fmaxf(tile_max, s[j]);
+    }
+    tile_max = fmaxf(tile_max, __shfl_xor_sync(kFull, tile_max, 1));
+    const float m_new = fmaxf(m, tile_max);
+    const float corr = m == -INFINITY ? 0.0f : __expf(m - m_new);
+    float sum = 0.0f;
+#pragma unroll
+    for (int j = 0; j < 32; ++j) {
+      const float p = s[j] == -INFINITY ? 0.0f : __expf(s[j] - m_new);
+      sum += p;
+      Pw[r * L::ld_p + half * 32 + j] = to_half<T>(p);
+    }
+    sum += __shfl_xor_sync(kFull, sum, 1);
+    l = l * corr + sum;
+    m = m_new;
+    for (int d = half * (D / 2); d < (half + 1) * (D / 2); ++d) Ow[r * L::ld_o + d] *= corr;
+    __syncwarp();
+#pragma unroll
+    for (int dn = 0; dn < MAXD / 16; ++dn) {
+      if (dn >= D / 16) break;
+      FragC o;
+      wmma::load_matrix_sync(o, Ow + dn * 16, L::ld_o, wmma::mem_row_major);
+#pragma unroll
+      for (int kk = 0; kk < kTile / 16; ++kk) {
+        FragA<T> fa;
+        FragBRow<T> fb;
+        wmma::load_matrix_sync(fa, Pw + kk * 16, L::ld_p);
+        wmma::load_matrix_sync(fb, Vs + (kk * 16) * L::ld_h + dn * 16, L::ld_h);
+        wmma::mma_sync(o, fa, fb, o);
+      }
+      wmma::store_matrix_sync(Ow + dn * 16, o, L::ld_o, wmma::mem_row_major);
+    }
+    __syncwarp();
+  }
+  if (q < Tn) {
+    const float inv = 1.0f / l;
+    T* dst = out + (b * Tn + q) * C + h * D;
+    for (int d = half * (D / 2); d < (half + 1) * (D / 2); ++d) {
+      dst[d] = to_half<T>(Ow[r * L::ld_o + d] * inv);
+    }
+    if (half == 0) lse[int64_t(bh) * Tn + q] = m + logf(l);
+  }
+#else
+  __trap();  // dispatched only on sm_80 and newer
+#endif
+}
+
+template <class T, int MAXD>
+__global__ void __launch_bounds__(32 * kWarps)
+    attn_dq_tc(const T* qkv, const T* dout, const float* lse, const float* delta, T* dqkv,
+               int64_t Tn, int64_t C, int NH, int D, float scale) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  using L = Layout<MAXD>;
+  extern __shared__ __align__(128) unsigned char smem[];
+  Carver carve(smem);
+  T* Qs = carve.take<T>(kRows * L::ld_h);
+  T* dOs = carve.take<T>(kRows * L::ld_h);
+  T* Ks = carve.take<T>(kTile * L::ld_h);
+  T* Vs = carve.take<T>(kTile * L::ld_h);
+  float* Ss = carve.take<float>(kWarps * 16 * L::ld_s);
+  float* dPs = carve.take<float>(kWarps * 16 * L::ld_s);
+  T* dSs = carve.take<T>(kWarps * 16 * L::ld_p);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, r = lane >> 1, half = lane & 1;
+  const int bh = blockIdx.y, b = bh / NH, h = bh % NH;
+  const int64_t C3 = 3 * C;
+  const T* base = qkv + b * Tn * C3 + h * D;
+  const int64_t q0 = blockIdx.x * int64_t(kRows);
+  load_rows(Qs, L::ld_h, base, C3, q0, Tn, D);
+  load_rows(dOs, L::ld_h, dout + b * Tn * C + h * D, C, q0, Tn, D);
+  float* Sw = Ss + warp * 16 * L::ld_s;
+  float* dPw = dPs + warp * 16 * L::ld_s;
+  T* dSw = dSs + warp * 16 * L::ld_p;
+  const int64_t q = q0 + warp * 16 + r;
+  const float lq = q < Tn ? lse[int64_t(bh) * Tn + q] : 0.0f;
+  const float dq_delta = q < Tn ? delta[int64_t(bh) * Tn + q] : 0.0f;
+  const int64_t warp_last = q0 + warp * 16 + 15;
+  FragC acc[MAXD / 16];
+#pragma unroll
+  for (int dn = 0; dn < MAXD / 16; ++dn) wmma::fill_fragment(acc[dn], 0.0f);
+  const int64_t end = min(Tn, q0 + kRows);
+  for (int64_t k0 = 0; k0 < end; k0 += kTile) {
+    __syncthreads();
+    load_rows(Ks, L::ld_h, base + C, C3, k0, Tn, D);
+    load_rows(Vs, L::ld_h, base + 2 * C, C3, k0, Tn, D);
+    __syncthreads();
+    if (k0 > warp_last) continue;
+    scores<T, MAXD>(Sw, Qs + warp * 16 * L::ld_h, Ks, D);
+    scores<T, MAXD>(dPw, dOs + warp * 16 * L::ld_h, Vs, D);
+    __syncwarp();
+#pragma unroll 4
+    for (int j = 0; j < 32; ++j) {
+      const int col = half * 32 + j;
+      const int64_t key = k0 + col;
+      const bool valid = key <= q && key < Tn && q < Tn;
+      const float p = valid ? __expf(Sw[r * L::ld_s + col] * scale - lq) : 0.0f;
+      dSw[r * L::ld_p + col] = to_half<T>(p * (dPw[r * L::ld_s + col] - dq_delta));
+    }
+    __syncwarp();
+    accumulate<T, MAXD>(acc, dSw, Ks, D);
+  }
+  write_rows<T, MAXD>(acc, Sw, dqkv + b * Tn * C3 + h * D, C3, q0 + warp * 16, Tn, D, scale);
+#else
+  __trap();
+#endif
+}
+
+template <class T, int MAXD>
+__global__ void __launch_bounds__(32 * kWarps)
+    attn_dkdv_tc(const T* qkv, const T* dout, const float* lse, const float* delta, T* dqkv,
+                 int64_t Tn, int64_t C, int NH, int D, float scale) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  using L = Layout<MAXD>;
+  extern __shared__ __align__(128) unsigned char smem[];
+  Carver carve(smem);
+  T* Ks = carve.take<T>(kRows * L::ld_h);
+  T* Vs = carve.take<T>(kRows * L::ld_h);
+  T* Qs = carve.take<T>(kTile * L::ld_h);
+  T* dOs = carve.take<T>(kTile * L::ld_h);
+  float* Lq = carve.take<float>(kTile);
+  float* Dq = carve.take<float>(kTile);
+  float* Sts = carve.take<float>(kWarps * 16 * L::ld_s);
+  float* dPts = carve.take<float>(kWarps * 16 * L::ld_s);
+  T* Pts = carve.take<T>(kWarps * 16 * L::ld_p);
+  T* dSts = carve.take<T>(kWarps * 16 * L::ld_p);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, r = lane >> 1, half = lane & 1;
+  const int bh = blockIdx.y, b = bh / NH, h = bh % NH;
+  const int64_t C3 = 3 * C;
+  const T* base = qkv + b * Tn * C3 + h * D;
+  const T* dbase = dout + b * Tn * C + h * D;
+  const int64_t k0 = blockIdx.x * int64_t(kRows);
+  load_rows(Ks, L::ld_h, base + C, C3, k0, Tn, D);
+  load_rows(Vs, L::ld_h, base + 2 * C, C3, k0, Tn, D);
+  float* Stw = Sts + warp * 16 * L::ld_s;
+  float* dPtw = dPts + warp * 16 * L::ld_s;
+  T* Ptw = Pts + warp * 16 * L::ld_p;
+  T* dStw = dSts + warp * 16 * L::ld_p;
+  const int64_t key = k0 + warp * 16 + r;
+  FragC dk[MAXD / 16], dv[MAXD / 16];
+#pragma unroll
+  for (int dn = 0; dn < MAXD / 16; ++dn) {
+    wmma::fill_fragment(dk[dn], 0.0f);
+    wmma::fill_fragment(dv[dn], 0.0f);
+  }
+  for (int64_t q0 = k0; q0 < Tn; q0 += kTile) {
+    __syncthreads();
+    load_rows(Qs, L::ld_h, base, C3, q0, Tn, D);
+    load_rows(dOs, L::ld_h, dbase, C, q0, Tn, D);
+    for (int i = threadIdx.x; i < kTile; i += blockDim.x) {
+      const int64_t qi = q0 + i;
+      Lq[i] = qi < Tn ? lse[int64_t(bh) * Tn + qi] : 0.0f;
+      Dq[i] = qi < Tn ? delta[int64_t(bh) * Tn + qi] : 0.0f;
+    }
+    __syncthreads();
+    scores<T, MAXD>(Stw, Ks + warp * 16 * L::ld_h, Qs, D);
+    scores<T, MAXD>(dPtw, Vs + warp * 16 * L::ld_h, dOs, D);
+    __syncwarp();
+#pragma unroll 4
+    for (int j = 0; j < 32; ++j) {
+      const int col = half * 32 + j;
+      const int64_t qi = q0 + col;
+      const bool valid = qi >= key && qi < Tn && key < Tn;
+      const float p = valid ? __expf(Stw[r * L::ld_s + col] * scale - Lq[col]) : 0.0f;
+      Ptw[r * L::ld_p + col] = to_half<T>(p);
+      dStw[r * L::ld_p + col] = to_half<T>(p * (dPtw[r * L::ld_s + col] - Dq[col]));
+    }
+    __syncwarp();
+    accumulate<T, MAXD>(dv, Ptw, dOs, D);
+    accumulate<T, MAXD>(dk, dStw, Qs, D);
+  }
+  T* dst = dqkv + b * Tn * C3 + h * D;
+  write_rows<T, MAXD>(dk, Stw, dst + C, C3, k0 + warp * 16, Tn, D, scale);
+  write_rows<T, MAXD>(dv, Stw, dst + 2 * C, C3, k0 + warp * 16, Tn, D, 1.0f);
+#else
+  __trap();
+#endif
+}
+
+template <int MAXD, class T>
+size_t forward_bytes() {
+  using L = Layout<MAXD>;
+  return align128(kRows * L::ld_h * sizeof(T)) + 2 * align128(kTile * L::ld_h * sizeof(T)) +
+         align128(kWarps * 16 * L::ld_s * sizeof(float)) +
+         align128(kWarps * 16 * L::ld_p * sizeof(T)) + align128(kRows * L::ld_o * sizeof(float));
+}
+template <int MAXD, class T>
+size_t dq_bytes() {
+  using L = Layout<MAXD>;
+  return 2 * align128(kRows * L::ld_h * sizeof(T)) + 2 * align128(kTile * L::ld_h * sizeof(T)) +
+         2 * align128(kWarps * 16 * L::ld_s * sizeof(float)) +
+         align128(kWarps * 16 * L::ld_p * sizeof(T));
+}
+template <int MAXD, class T>
+size_t dkdv_bytes() {
+  using L = Layout<MAXD>;
+  return 2 * align128(kRows * L::ld_h * sizeof(T)) + 2 * align128(kTile * L::ld_h * sizeof(T)) +
+         2 * align128(kTile * sizeof(float)) + 2 * align128(kWarps * 16 * L::ld_s * sizeof(float)) +
+         2 * align128(kWarps * 16 * L::ld_p * sizeof(T));
+}
+
+template <class K>
+void allow(K kernel, size_t bytes) {
+  check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  static_cast<int>(bytes)),
+             "attention (tensor cores): cudaFuncSetAttribute");
+}
+
+template <class F>
+void dispatch_tc(ScalarType type, int64_t D, F&& f) {
+  auto width = [&](auto t) {
+    if (D <= 32) return f(t, std::integral_constant<int, 32>{});
+    if (D <= 64) return f(t, std::integral_constant<int, 64>{});
+    return f(t, std::integral_constant<int, 128>{});
+  };
+  if (type == ScalarType::BF16) return width(__nv_bfloat16{});
+  return width(__half{});
+}
+
+}  // namespace
+
+void attention_forward_tensor_core(const void* qkv, void* out, float* lse, ScalarType type,
+                                   const AttentionShape& s, cudaStream_t stream) {
+  require(check_attention_tensor_core(type, s), "attention_forward (tensor cores)");
+  if (s.B * s.T == 0) return;
+  const int D = static_cast<int>(s.head_dim());
+  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
+  const dim3 grid(static_cast<unsigned>((s.T + kRows - 1) / kRows),
+                  static_cast<unsigned>(s.B * s.NH));
+  dispatch_tc(type, D, [&](auto t, auto width) {
+    using T = decltype(t);
+    constexpr int MAXD = decltype(width)::value;
+    const size_t bytes = forward_bytes<MAXD, T>();
+    allow(attn_forward_tc<T, MAXD>, bytes);
+    attn_forward_tc<T, MAXD>
+        <<<grid, 32 * kWarps, bytes, stream>>>(static_cast<const T*>(qkv), static_cast<T*>(out),
+                                               lse, s.T, s.C, static_cast<int>(s.NH), D, scale);
+  });
+  check_launch("attention_forward (tensor cores)");
+}
+
+void attention_backward_tensor_core(const void* qkv, const void* dout, const float* lse,
+                                    const float* delta, void* dqkv, ScalarType type,
+                                    const AttentionShape& s, cudaStream_t stream) {
+  require(check_attention_tensor_core(type, s), "attention_backward (tensor cores)");
+  if (s.B * s.T == 0) return;
+  const int D = static_cast<int>(s.head_dim());
+  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
+  const dim3 grid(static_cast<unsigned>((s.T + kRows - 1) / kRows),
+                  static_cast<unsigned>(s.B * s.NH));
+  dispatch_tc(type, D, [&](auto t, auto width) {
+    using T = decltype(t);
+    constexpr int MAXD = decltype(width)::value;
+    const T* pqkv = static_cast<const T*>(qkv);
+    const T* pdo = static_cast<const T*>(dout);
+    T* pd = static_cast<T*>(dqkv);
+    const size_t dq = dq_bytes<MAXD, T>(), dkdv = dkdv_bytes<MAXD, T>();
+    allow(attn_dq_tc<T, MAXD>, dq);
+    allow(attn_dkdv_tc<T, MAXD>, dkdv);
+    attn_dq_tc<T, MAXD><<<grid, 32 * kWarps, dq, stream>>>(pqkv, pdo, lse, delta, pd, s.T, s.C,
+                                                           static_cast<int>(s.NH), D, scale);
+    attn_dkdv_tc<T, MAXD><<<grid, 32 * kWarps, dkdv, stream>>>(pqkv, pdo, lse, delta, pd, s.T, s.C,
+                                                               static_cast<int>(s.NH), D, scale);
+  });
+  check_launch("attention_backward (tensor cores)");
+}
+
+}  // namespace triad::kernels

@@ -1,0 +1,39 @@
+// The process-wide attention-kernel choice (every build; only the CUDA
+// backend reads it).
+#include <atomic>
+
+#include "triad/backend/cuda.h"
+#include "triad/core/error.h"
+
+namespace triad::cuda {
+namespace {
+std::atomic<AttentionKernel> g_attention_kernel{AttentionKernel::Auto};
+}  // namespace
+
+void set_attention_kernel(AttentionKernel kernel) {
+  g_attention_kernel = kernel;
+}
+
+AttentionKernel attention_kernel() {
+  return g_attention_kernel;
+}
+
+AttentionKernel attention_kernel_from_string(const std::string& name) {
+  if (name == "auto") return AttentionKernel::Auto;
+  if (name == "simt") return AttentionKernel::Simt;
+  if (name == "tensor_core") return AttentionKernel::TensorCore;
+  throw ConfigError("attention kernel '" + name + "' must be one of auto, simt, tensor_core");
+}
+
+const char* attention_kernel_name(AttentionKernel kernel) {
+  switch (kernel) {
+    case AttentionKernel::Simt:
+      return "simt";
+    case AttentionKernel::TensorCore:
+      return "tensor_core";
+    default:
+      return "auto";
+  }
+}
+
+}  // namespace triad::cuda
