@@ -211,7 +211,49 @@ __global__ void reduce_strided_kernel(ReduceKind op, const T* x, int64_t outer, 
   }
 }
 
+// Column sums in two deterministic stages when n is long and outputs are
+// few (bias gradients: (1, N, C)): stage one sums row chunk k of every
+// column into part[(a * chunks + k) * inner + c], stage two adds the chunks
+// in order.
+template <class T>
+__global__ void reduce_columns_partial_kernel(const T* x, int64_t n, int64_t inner,
+                                              int64_t rows_per_chunk, int64_t chunks,
+                                              double* part) {
+  const int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (c >= inner) return;
+  const int64_t a = blockIdx.z, k = blockIdx.y;
+  const int64_t r0 = k * rows_per_chunk, r1 = min(n, r0 + rows_per_chunk);
+  const T* p = x + a * n * inner + c;
+  double s = 0;
+  for (int64_t j = r0; j < r1; ++j) s += static_cast<double>(load(p, j * inner));
+  part[(a * chunks + k) * inner + c] = s;
+}
+
+template <class T>
+__global__ void reduce_columns_finish_kernel(const double* part, int64_t outer, int64_t inner,
+                                             int64_t chunks, T* out) {
+  for (int64_t o = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; o < outer * inner;
+       o += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t a = o / inner, c = o % inner;
+    double s = 0;
+    for (int64_t k = 0; k < chunks; ++k) s += part[(a * chunks + k) * inner + c];
+    store(out, o, static_cast<compute_t<T>>(s));
+  }
+}
+
+// Chunks of the two-stage column sum (0: the one-pass kernel is used).
+int64_t column_chunks(ReduceKind op, ScalarType type, int64_t outer, int64_t n, int64_t inner) {
+  const bool floating = type == ScalarType::F32 || type == ScalarType::F64 || is_half(type);
+  if (op != ReduceKind::Sum || !floating || inner == 1 || n < 256 || outer > 65535) return 0;
+  return std::min<int64_t>(64, n / 128);
+}
+
 }  // namespace
+
+size_t reduce_workspace(ReduceKind op, ScalarType type, int64_t outer, int64_t n, int64_t inner) {
+  const int64_t chunks = column_chunks(op, type, outer, n, inner);
+  return static_cast<size_t>(chunks * outer * inner) * sizeof(double);
+}
 
 void copy(const void* src, ScalarType src_type, StridedView src_view, void* dst,
           ScalarType dst_type, StridedView dst_view, cudaStream_t stream) {
@@ -363,12 +405,26 @@ Status check_reduce(ReduceKind op, int64_t outer, int64_t n, int64_t inner,
 }
 
 void reduce(ReduceKind op, const void* x, ScalarType type, int64_t outer, int64_t n, int64_t inner,
-            void* out, int64_t* indices, cudaStream_t stream) {
+            void* out, int64_t* indices, void* workspace, cudaStream_t stream) {
   require(check_reduce(op, outer, n, inner, indices), "reduce");
   if (outer * inner == 0) return;
+  const int64_t chunks = column_chunks(op, type, outer, n, inner);
+  if (chunks > 0 && !workspace) {
+    throw std::invalid_argument("reduce: a column sum of " + std::to_string(n) +
+                                " rows needs reduce_workspace() bytes of workspace");
+  }
   dispatch_all(type, "reduce", [&](auto t) {
     using T = decltype(t);
-    if (inner == 1 && outer <= 2147483647LL) {
+    if (chunks > 0) {
+      double* part = static_cast<double*>(workspace);
+      const int64_t rows_per_chunk = (n + chunks - 1) / chunks;
+      const dim3 grid(static_cast<unsigned>((inner + kThreads - 1) / kThreads),
+                      static_cast<unsigned>(chunks), static_cast<unsigned>(outer));
+      reduce_columns_partial_kernel<T><<<grid, kThreads, 0, stream>>>(
+          static_cast<const T*>(x), n, inner, rows_per_chunk, chunks, part);
+      reduce_columns_finish_kernel<T><<<grid_for(outer * inner, kThreads), kThreads, 0, stream>>>(
+          part, outer, inner, chunks, static_cast<T*>(out));
+    } else if (inner == 1 && outer <= 2147483647LL) {
       reduce_rows_kernel<T><<<static_cast<unsigned>(outer), kThreads, 0, stream>>>(
           op, static_cast<const T*>(x), n, static_cast<T*>(out), indices);
     } else {

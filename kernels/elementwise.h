@@ -37,9 +37,12 @@ void dropout(const void* x, void* y, ScalarType type, int64_t n, double p, uint6
              uint64_t rng_stream, uint64_t offset, cudaStream_t stream);
 Status check_dropout(double p);
 // x viewed as (outer, n, inner) reduced over n into out (outer, inner);
-// for Max, indices (i64, may be null for Sum) receive the arg-max.
+// for Max, indices (i64, may be null for Sum) receive the arg-max. Long
+// column sums (bias gradients) run in two deterministic stages through
+// `workspace` of reduce_workspace() bytes (null when that is 0).
+size_t reduce_workspace(ReduceKind op, ScalarType type, int64_t outer, int64_t n, int64_t inner);
 void reduce(ReduceKind op, const void* x, ScalarType type, int64_t outer, int64_t n, int64_t inner,
-            void* out, int64_t* indices, cudaStream_t stream);
+            void* out, int64_t* indices, void* workspace, cudaStream_t stream);
 Status check_reduce(ReduceKind op, int64_t outer, int64_t n, int64_t inner, const int64_t* indices);
 
 }  // namespace triad::kernels

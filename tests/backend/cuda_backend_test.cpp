@@ -183,6 +183,11 @@ TEST(CudaKernels, RowKernelsAtModelWidths) {
                                     randn({23}, 7, 3, 1.0, d)};
        },
        [](const std::vector<Tensor>& x) { return linear(x[0], x[1], x[2]); }},
+      {"sum_columns_N20000_C77",  // a bias gradient: the two-stage column sum
+       [](DType d) {
+         return std::vector<Tensor>{randn({20000, 77}, 7, 1, 1.0, d)};
+       },
+       [](const std::vector<Tensor>& x) { return sum(x[0], 0); }},
       {"sum_long_row",
        [](DType d) {
          return std::vector<Tensor>{randn({3, 100003}, 7, 1, 1.0, d)};

@@ -49,9 +49,15 @@ TEST(CudaKernelChecks, LaunchersRefuseBadArgumentsBeforeTouchingTheDevice) {
                std::invalid_argument);
   EXPECT_THROW(vocab_ce_sumexp(nullptr, ScalarType::F32, nullptr, 2, 10, 11, nullptr, nullptr),
                std::invalid_argument);
-  EXPECT_THROW(
-      reduce(ReduceKind::Max, nullptr, ScalarType::F32, 2, 0, 3, nullptr, nullptr, nullptr),
-      std::invalid_argument);
+  EXPECT_THROW(reduce(ReduceKind::Max, nullptr, ScalarType::F32, 2, 0, 3, nullptr, nullptr, nullptr,
+                      nullptr),
+               std::invalid_argument);
+  // A long column sum (bias gradient) without its workspace.
+  ASSERT_GT(reduce_workspace(ReduceKind::Sum, ScalarType::BF16, 1, 16384, 768), 0u);
+  EXPECT_EQ(reduce_workspace(ReduceKind::Sum, ScalarType::BF16, 16384, 768, 1), 0u);
+  EXPECT_THROW(reduce(ReduceKind::Sum, nullptr, ScalarType::BF16, 1, 16384, 768, nullptr, nullptr,
+                      nullptr, nullptr),
+               std::invalid_argument);
   EXPECT_THROW(layer_norm_backward(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
                                    nullptr, ScalarType::F32, 4, 8, nullptr, nullptr),
                std::invalid_argument);

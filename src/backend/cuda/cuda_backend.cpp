@@ -418,9 +418,14 @@ void CudaBackend::reduce(ReduceOp op, const Tensor& x, int64_t outer, int64_t n,
   if (indices && (indices->dtype() != DType::I64 || indices->device() != out.device())) {
     throw ValueError("reduce: indices must be i64 on " + out.device().str());
   }
+  const size_t ws_bytes =
+      k::reduce_workspace(static_cast<k::ReduceKind>(op), scalar(x.dtype()), outer, n, inner);
+  std::unique_ptr<Scratch> ws;
+  if (ws_bytes > 0) ws = std::make_unique<Scratch>(s.allocator, ws_bytes);
   launch("reduce", [&] {
     k::reduce(static_cast<k::ReduceKind>(op), x.raw_data(), scalar(x.dtype()), outer, n, inner,
-              out.raw_data(), indices ? indices->data<int64_t>() : nullptr, s.stream);
+              out.raw_data(), indices ? indices->data<int64_t>() : nullptr,
+              ws ? ws->get() : nullptr, s.stream);
   });
 }
 
