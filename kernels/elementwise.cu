@@ -85,6 +85,33 @@ __global__ void binary_kernel(BinaryKind op, const T* a, StridedView av, const T
 }
 
 template <class T>
+__device__ __forceinline__ compute_t<T> apply(BinaryKind op, compute_t<T> x, compute_t<T> y) {
+  using C = compute_t<T>;
+  switch (op) {
+    case BinaryKind::Add:
+      return x + y;
+    case BinaryKind::Sub:
+      return x - y;
+    case BinaryKind::Mul:
+      return x * y;
+    case BinaryKind::Div:
+      return x / y;
+    default:
+      return x == y ? C(1) : C(0);
+  }
+}
+
+// a contiguous; b contiguous (period n) or one row repeated (period = row).
+template <class T>
+__global__ void binary_periodic_kernel(BinaryKind op, const T* a, const T* b, int64_t period,
+                                       T* out, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    store(out, i, apply<T>(op, load(a, i), load(b, i % period)));
+  }
+}
+
+template <class T>
 __global__ void affine_kernel(const T* x, T* out, int64_t n, compute_t<T> alpha,
                               compute_t<T> beta) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
@@ -312,11 +339,27 @@ void binary(BinaryKind op, const void* a, StridedView a_view, const void* b, Str
   int64_t n = 1;
   for (int d = 0; d < a_view.ndim; ++d) n *= a_view.shape[d];
   if (n == 0) return;
+  // Merged dimensions index faster; the two common layouts (both operands
+  // contiguous, or b one row repeated: a bias) need no stride arithmetic.
+  coalesce(a_view, b_view);
+  const bool a_flat = is_contiguous(a_view);
+  int64_t b_period = 0;  // b[i % period] covers b
+  if (a_flat && is_contiguous(b_view)) {
+    b_period = n;
+  } else if (a_flat && b_view.ndim == 2 && b_view.stride[0] == 0 && b_view.stride[1] == 1) {
+    b_period = b_view.shape[1];
+  }
   dispatch_all(type, "binary", [&](auto t) {
     using T = decltype(t);
-    binary_kernel<T><<<grid_for(n, kThreads), kThreads, 0, stream>>>(
-        op, static_cast<const T*>(a), a_view, static_cast<const T*>(b), b_view,
-        static_cast<T*>(out), n);
+    if (b_period > 0) {
+      binary_periodic_kernel<T><<<grid_for(n, kThreads), kThreads, 0, stream>>>(
+          op, static_cast<const T*>(a), static_cast<const T*>(b), b_period, static_cast<T*>(out),
+          n);
+    } else {
+      binary_kernel<T><<<grid_for(n, kThreads), kThreads, 0, stream>>>(
+          op, static_cast<const T*>(a), a_view, static_cast<const T*>(b), b_view,
+          static_cast<T*>(out), n);
+    }
   });
   check_launch("binary");
 }
