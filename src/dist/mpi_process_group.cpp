@@ -1,5 +1,7 @@
 #include "mpi_process_group.h"
 
+#include "call_checks.h"
+
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -139,11 +141,7 @@ MpiProcessGroup::~MpiProcessGroup() {
 
 std::string MpiProcessGroup::describe(const std::string& op, const Tensor& t,
                                       const std::string& peers) const {
-  std::string who;
-  for (size_t i = 0; i < members_.size(); ++i) who += (i ? ", " : "") + std::to_string(members_[i]);
-  return "process group '" + name_ + "' (rank " + std::to_string(rank_) + " of " +
-         std::to_string(size_) + "): " + op + " of " + dtype_name(t.dtype()) + " " +
-         shape_str(t.shape()) + " with " + (peers.empty() ? "world ranks [" + who + "]" : peers);
+  return describe_call(*this, "", op, t, peers);
 }
 
 void MpiProcessGroup::check_tensor(const Tensor& t, const char* op) const {
@@ -166,24 +164,12 @@ void MpiProcessGroup::check_peer(int peer, const char* op) const {
 
 void MpiProcessGroup::validate_header(const char* op, const Tensor& t, int64_t extra) const {
   if (!validate_) return;
-  int64_t op_code = 0;
-  for (const char* c = op; *c; ++c) op_code = op_code * 131 + *c;
-  const int64_t mine[4] = {op_code % 1000003, static_cast<int64_t>(t.dtype()), t.numel(), extra};
-  std::vector<int64_t> all(4 * static_cast<size_t>(size_));
-  check_mpi(MPI_Allgather(mine, 4, MPI_INT64_T, all.data(), 4, MPI_INT64_T, comm_),
+  const auto mine = call_header(op, t, extra);
+  std::vector<int64_t> all(kHeaderWords * static_cast<size_t>(size_));
+  check_mpi(MPI_Allgather(mine.data(), kHeaderWords, MPI_INT64_T, all.data(), kHeaderWords,
+                          MPI_INT64_T, comm_),
             std::string(op) + " header");
-  bool same = true;
-  for (int r = 1; r < size_; ++r)
-    same = same && std::equal(all.begin(), all.begin() + 4, all.begin() + 4 * r);
-  if (same) return;
-  std::string detail;
-  for (int r = 0; r < size_; ++r) {
-    detail += "\n  rank " + std::to_string(r) + " (world " + std::to_string(members_[r]) +
-              "): op#" + std::to_string(all[4 * r]) + " " +
-              dtype_name(static_cast<DType>(all[4 * r + 1])) + " numel " +
-              std::to_string(all[4 * r + 2]) + " (" + std::to_string(all[4 * r + 3]) + ")";
-  }
-  throw MismatchError("process group '" + name_ + "': ranks disagree on " + op + ":" + detail);
+  check_call_headers(*this, op, all);
 }
 
 WorkPtr MpiProcessGroup::all_reduce(Tensor& tensor, ReduceOp op) {

@@ -18,6 +18,7 @@
 #include <functional>
 #include <thread>
 
+#include "call_checks.h"
 #include "triad/backend/cuda.h"
 #include "triad/dist/nccl.h"
 #include "triad/ops/creation.h"
@@ -358,13 +359,7 @@ class NcclProcessGroup final : public ProcessGroup,
 
  private:
   std::string describe(const std::string& op, const Tensor& t, const std::string& peers) const {
-    std::string who;
-    for (size_t i = 0; i < members_.size(); ++i)
-      who += (i ? ", " : "") + std::to_string(members_[i]);
-    return "process group '" + name_ + "' (rank " + std::to_string(rank_) + " of " +
-           std::to_string(size_) + ", cuda:" + std::to_string(device_) + "): " + op + " of " +
-           dtype_name(t.dtype()) + " " + shape_str(t.shape()) + " with " +
-           (peers.empty() ? "world ranks [" + who + "]" : peers);
+    return detail::describe_call(*this, ", cuda:" + std::to_string(device_), op, t, peers);
   }
 
   void check_tensor(const Tensor& t, const char* op) const {
@@ -393,25 +388,13 @@ class NcclProcessGroup final : public ProcessGroup,
 
   void validate_header(const char* op, const Tensor& t, int64_t extra) const {
     if (!validate_) return;
-    int64_t op_code = 0;
-    for (const char* c = op; *c; ++c) op_code = op_code * 131 + *c;
-    Tensor mine = from_vector(
-        std::vector<int64_t>{op_code % 1000003, static_cast<int64_t>(t.dtype()), t.numel(), extra},
-        {4}, DType::I64);
-    Tensor all = empty({4 * static_cast<int64_t>(size_)}, DType::I64);
+    const auto header = detail::call_header(op, t, extra);
+    Tensor mine = from_vector(std::vector<int64_t>(header.begin(), header.end()),
+                              {detail::kHeaderWords}, DType::I64);
+    Tensor all = empty({detail::kHeaderWords * static_cast<int64_t>(size_)}, DType::I64);
     bootstrap_->all_gather(mine, all)->wait();
     const int64_t* p = all.data<int64_t>();
-    bool same = true;
-    for (int r = 1; r < size_; ++r) same = same && std::equal(p, p + 4, p + 4 * r);
-    if (same) return;
-    std::string detail;
-    for (int r = 0; r < size_; ++r) {
-      detail += "\n  rank " + std::to_string(r) + " (world " + std::to_string(members_[r]) +
-                "): op#" + std::to_string(p[4 * r]) + " " +
-                dtype_name(static_cast<DType>(p[4 * r + 1])) + " numel " +
-                std::to_string(p[4 * r + 2]) + " (" + std::to_string(p[4 * r + 3]) + ")";
-    }
-    throw MismatchError("process group '" + name_ + "': ranks disagree on " + op + ":" + detail);
+    detail::check_call_headers(*this, op, std::vector<int64_t>(p, p + all.numel()));
   }
 
   // Orders the group's stream after the compute stream, runs `issue`
