@@ -6,48 +6,15 @@ usage: train_cpu_torch.py [--layers 6 --d-model 384 --heads 6 --vocab 8192 --seq
 """
 import argparse
 import json
-import math
 import os
+import sys
 import time
 
 import torch
 import torch.nn.functional as F
 
-
-class Block(torch.nn.Module):
-    def __init__(self, C, NH):
-        super().__init__()
-        self.NH = NH
-        self.ln_1 = torch.nn.LayerNorm(C)
-        self.c_attn = torch.nn.Linear(C, 3 * C)
-        self.c_proj = torch.nn.Linear(C, C)
-        self.ln_2 = torch.nn.LayerNorm(C)
-        self.c_fc = torch.nn.Linear(C, 4 * C)
-        self.mlp_proj = torch.nn.Linear(4 * C, C)
-
-    def forward(self, x):
-        B, T, C = x.shape
-        q, k, v = self.c_attn(self.ln_1(x)).split(C, dim=2)
-        q, k, v = (t.view(B, T, self.NH, C // self.NH).transpose(1, 2) for t in (q, k, v))
-        mask = torch.ones(T, T, dtype=torch.bool).tril()
-        att = (q @ k.transpose(-2, -1) / math.sqrt(C // self.NH)).masked_fill(~mask, float("-inf")).softmax(-1)
-        x = x + self.c_proj((att @ v).transpose(1, 2).reshape(B, T, C))
-        return x + self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
-
-
-class Gpt(torch.nn.Module):
-    def __init__(self, L, C, NH, V, T):
-        super().__init__()
-        self.wte = torch.nn.Embedding(V, C)
-        self.wpe = torch.nn.Embedding(T, C)
-        self.h = torch.nn.ModuleList(Block(C, NH) for _ in range(L))
-        self.ln_f = torch.nn.LayerNorm(C)
-
-    def forward(self, idx):
-        x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1]))
-        for b in self.h:
-            x = b(x)
-        return self.ln_f(x) @ self.wte.weight.t()
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from torch_gpt import Gpt  # noqa: E402
 
 
 def main():

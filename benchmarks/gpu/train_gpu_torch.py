@@ -9,47 +9,15 @@ usage: train_gpu_torch.py --preset 124m --batch 16 --seq 1024 [--no-compile]
 """
 import argparse
 import json
+import os
+import sys
 import time
 
 import torch
 import torch.nn.functional as F
 
-
-class Block(torch.nn.Module):
-    def __init__(self, C, NH):
-        super().__init__()
-        self.NH = NH
-        self.ln_1 = torch.nn.LayerNorm(C)
-        self.c_attn = torch.nn.Linear(C, 3 * C)
-        self.c_proj = torch.nn.Linear(C, C)
-        self.ln_2 = torch.nn.LayerNorm(C)
-        self.c_fc = torch.nn.Linear(C, 4 * C)
-        self.mlp_proj = torch.nn.Linear(4 * C, C)
-
-    def forward(self, x):
-        B, T, C = x.shape
-        q, k, v = self.c_attn(self.ln_1(x)).split(C, dim=2)
-        q, k, v = (t.view(B, T, self.NH, C // self.NH).transpose(1, 2) for t in (q, k, v))
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        x = x + self.c_proj(y.transpose(1, 2).reshape(B, T, C))
-        return x + self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
-
-
-class Gpt(torch.nn.Module):
-    def __init__(self, L, C, NH, V, T):
-        super().__init__()
-        self.wte = torch.nn.Embedding(V, C)
-        self.wpe = torch.nn.Embedding(T, C)
-        self.h = torch.nn.ModuleList(Block(C, NH) for _ in range(L))
-        self.ln_f = torch.nn.LayerNorm(C)
-
-    def forward(self, idx, targets):
-        pos = torch.arange(idx.shape[1], device=idx.device)
-        x = self.wte(idx) + self.wpe(pos)
-        for b in self.h:
-            x = b(x)
-        logits = self.ln_f(x) @ self.wte.weight.t()
-        return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), targets.view(-1))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from torch_gpt import Gpt  # noqa: E402
 
 
 def main():
@@ -66,9 +34,14 @@ def main():
     V, T, B = 50304, a.seq, a.batch
     dev = torch.device("cuda")
     torch.manual_seed(1)
-    model = Gpt(L, C, NH, V, T).to(dev)
+    model = Gpt(L, C, NH, V, T, flash=True).to(dev)
+
+    def loss_fn(idx, targets):
+        logits = model(idx)
+        return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), targets.view(-1))
+
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
-    step_fn = model if a.no_compile else torch.compile(model)
+    step_fn = loss_fn if a.no_compile else torch.compile(loss_fn)
     i = torch.arange(B * T, dtype=torch.int64)
     idx = ((i * 2654435761) % 50257).view(B, T).to(dev)
     tgt = (((i + 1) * 2654435761) % 50257).view(B, T).to(dev)
