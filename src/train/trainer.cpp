@@ -76,9 +76,9 @@ Trainer::Trainer(Config config, dist::ProcessGroupPtr world)
     if (count == 0) {
       throw NotSupportedError("device '" + config_.device + "': no CUDA device is visible");
     }
-    if (config_.device == "cuda")
-      device_ = Device::cuda(0);  // one rank: the first device;
-                                  // several: set with the mesh
+    // One rank takes the first device ("cuda") or the one named ("cuda:N");
+    // several ranks take their node-local GPU once the mesh knows it.
+    if (config_.device == "cuda") device_ = Device::cuda(0);
     if (device_.index >= count) {
       throw ConfigError("device '" + config_.device + "': only " + std::to_string(count) +
                         " CUDA device(s) are visible");
