@@ -15,6 +15,10 @@
 # sets OUT so they come back). Exit status: non-zero when the build or a gpu
 # test fails. Environment: SKIP_BUILD=1 reuses BUILD_DIR, SKIP_TORCH=1,
 # BATCH_124M / BATCH_350M, PEAK_TFLOPS (default 989), HBM_GBS (4800).
+#
+# On the lent H200 (the device tool), whose image has CUDA, CMake, ninja and
+# PyTorch but not Triad's libraries: run scripts/gpu_deps.sh here once, then
+#   run(command="benchmarks/gpu/run_all.sh", carry=[".deps"])
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 BUILD_DIR=${BUILD_DIR:-build-gpu}
@@ -25,6 +29,23 @@ HBM=${HBM_GBS:-4800}
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 status=0
+
+# A GPU machine without Debian's development packages (and no network): the
+# .deb files scripts/gpu_deps.sh fetched into .deps/debs (carried along) are
+# unpacked into a private prefix, never into /, and found from there.
+if compgen -G ".deps/debs/*.deb" >/dev/null; then
+  DEPS=${DEPS_PREFIX:-/tmp/triad-deps}
+  rm -rf "$DEPS" && mkdir -p "$DEPS"
+  for deb in .deps/debs/*.deb; do dpkg -x "$deb" "$DEPS"; done
+  multiarch=$(gcc -print-multiarch 2>/dev/null || echo x86_64-linux-gnu)
+  export CMAKE_PREFIX_PATH="$DEPS/usr${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}"
+  export LD_LIBRARY_PATH="$DEPS/usr/lib/$multiarch:$DEPS/usr/lib/$multiarch/openblas-pthread${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  echo "== dependencies unpacked into $DEPS"
+fi
+# Without MPI the build has a world of one rank (all one GPU can test).
+if ! command -v mpirun >/dev/null 2>&1; then
+  TRIAD_CMAKE_ARGS="-DTRIAD_WITH_MPI=OFF ${TRIAD_CMAKE_ARGS:-}"
+fi
 
 if [ "${SKIP_BUILD:-0}" != 1 ]; then
   echo "== build ($BUILD_DIR, sm_$ARCHS)"
