@@ -33,10 +33,6 @@ int as_count(int64_t n, const std::string& what) {
   return static_cast<int>(n);
 }
 
-bool is_half(DType d) {
-  return d == DType::BF16 || d == DType::F16;
-}
-
 MPI_Datatype mpi_type(DType d) {
   switch (d) {
     case DType::F32:

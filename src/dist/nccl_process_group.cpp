@@ -38,10 +38,6 @@ void check_cuda(cudaError_t e, const std::string& what) {
   if (e != cudaSuccess) throw Error(what + ": " + cudaGetErrorString(e));
 }
 
-bool is_half(DType d) {
-  return d == DType::BF16 || d == DType::F16;
-}
-
 ncclDataType_t nccl_type(DType d) {
   switch (d) {
     case DType::F32:

@@ -125,15 +125,23 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
   const DType sd = stat_dtype(logits.dtype());
   Tensor losses = empty({N}, sd, logits.device());
   Tensor lse = empty({N}, sd, logits.device());
-  Backend& be = backend_for(logits);
-  be.cross_entropy_forward(lc, tc, ignore_index, losses, lse);
-  // Count non-ignored rows on the host (targets are small).
+  // One host pass over the targets (they are small): every backend gets
+  // them checked, and the non-ignored rows counted.
   int64_t count = 0;
   {
     Tensor th = cast(to_device(tc, Device::cpu()), DType::I64);
     const int64_t* p = th.data<int64_t>();
-    for (int64_t i = 0; i < N; ++i) count += p[i] != ignore_index;
+    for (int64_t i = 0; i < N; ++i) {
+      if (p[i] == ignore_index) continue;
+      if (p[i] < 0 || p[i] >= V) {
+        throw ValueError("cross_entropy: target " + std::to_string(p[i]) + " at row " +
+                         std::to_string(i) + " is outside [0, " + std::to_string(V) + ")");
+      }
+      ++count;
+    }
   }
+  Backend& be = backend_for(logits);
+  be.cross_entropy_forward(lc, tc, ignore_index, losses, lse);
   Tensor total = empty({}, sd, logits.device());
   be.reduce(ReduceOp::Sum, losses, 1, N, 1, total, nullptr);
   Tensor loss = cast(scale(total, count ? 1.0 / static_cast<double>(count) : 0.0), sd)

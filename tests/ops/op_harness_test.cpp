@@ -104,3 +104,24 @@ INSTANTIATE_TEST_SUITE_P(AllOps, OpHarness, ::testing::ValuesIn(op_cases()),
 
 }  // namespace
 }  // namespace triad
+
+namespace triad {
+namespace {
+
+// Targets are checked once, in the front end, for every backend.
+TEST(CrossEntropy, ATargetOutsideTheVocabularyIsNamed) {
+  Tensor logits = randn({2, 7}, 1, 1);
+  try {
+    cross_entropy(logits, from_vector(std::vector<int64_t>{3, 7}, {2}, DType::I64));
+    FAIL() << "expected ValueError";
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("target 7 at row 1 is outside [0, 7)"), std::string::npos)
+        << e.what();
+  }
+  // The ignore index is not a target.
+  EXPECT_NO_THROW(
+      cross_entropy(logits, from_vector(std::vector<int64_t>{-100, 6}, {2}, DType::I64)));
+}
+
+}  // namespace
+}  // namespace triad

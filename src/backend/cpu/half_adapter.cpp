@@ -4,7 +4,7 @@ namespace triad::detail {
 namespace {
 
 bool is_half(const Tensor& t) {
-  return t.defined() && (t.dtype() == DType::BF16 || t.dtype() == DType::F16);
+  return t.defined() && triad::is_half(t.dtype());
 }
 
 // Widens half tensors for one call and rounds the outputs back at finish().
