@@ -1,0 +1,270 @@
+#include "cudnn_attention_graph.h"
+
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+
+namespace triad::detail::cudnn_graph {
+
+const TensorDesc& Graph::tensor(int64_t uid) const {
+  for (const TensorDesc& t : tensors)
+    if (t.uid == uid) return t;
+  throw std::out_of_range("cudnn attention graph: no tensor with uid " + std::to_string(uid));
+}
+
+std::string cudnn_attention_unsupported(const AttentionProblem& p) {
+  if (p.io != DataType::BF16 && p.io != DataType::F16)
+    return "cuDNN fused attention takes bf16 or f16 only";
+  if (p.B < 1 || p.T < 1 || p.NH < 1 || p.C < 1 || p.C % p.NH != 0)
+    return "attention shape B=" + std::to_string(p.B) + " T=" + std::to_string(p.T) +
+           " C=" + std::to_string(p.C) + " NH=" + std::to_string(p.NH) + " is not valid";
+  const int64_t D = p.head_dim();
+  if (D % 8 != 0 || D > 256)
+    return "cuDNN fused attention needs a head dim that is a multiple of 8 up to 256, not " +
+           std::to_string(D);
+  return "";
+}
+
+namespace {
+
+using Dims = std::array<int64_t, 4>;
+
+Dims natural_strides(const Dims& d) {
+  return {d[1] * d[2] * d[3], d[2] * d[3], d[3], 1};
+}
+
+// Builds one graph: tensors get uids from kFirstInternal on unless bound.
+class Builder {
+ public:
+  explicit Builder(const AttentionProblem& p) : p_(p) {}
+
+  int64_t bound(int64_t uid, const char* name, DataType type, Dims dims, Dims strides) {
+    TensorDesc t;
+    t.uid = uid, t.name = name, t.type = type, t.dims = dims, t.strides = strides;
+    t.is_virtual = false;
+    g_.tensors.push_back(t);
+    return uid;
+  }
+  int64_t scalar(int64_t uid, const char* name, float value) {
+    TensorDesc t;
+    t.uid = uid, t.name = name, t.type = DataType::F32, t.dims = {1, 1, 1, 1};
+    t.strides = {1, 1, 1, 1}, t.is_virtual = false, t.by_value = true, t.value = value;
+    g_.tensors.push_back(t);
+    return uid;
+  }
+  int64_t scalar(const char* name, float value) { return scalar(next_++, name, value); }
+  int64_t virtual_tensor(const char* name, DataType type, Dims dims) {
+    return virtual_tensor(name, type, dims, natural_strides(dims));
+  }
+  int64_t virtual_tensor(const char* name, DataType type, Dims dims, Dims strides) {
+    TensorDesc t;
+    t.uid = next_++, t.name = name, t.type = type, t.dims = dims, t.strides = strides;
+    g_.tensors.push_back(t);
+    return t.uid;
+  }
+
+  void matmul(const char* name, int64_t a, int64_t b, int64_t y) {
+    Op op;
+    op.kind = OpKind::Matmul, op.name = name, op.x = a, op.b = b, op.y = y;
+    g_.ops.push_back(op);
+  }
+  void pointwise(const char* name, PointwiseMode mode, int64_t x, int64_t b, int64_t y,
+                 int64_t t = 0, DataType compute = DataType::F32, int64_t axis = 0) {
+    Op op;
+    op.kind = OpKind::Pointwise, op.name = name, op.pointwise = mode, op.compute = compute;
+    op.axis = axis, op.x = x, op.b = b, op.t = t, op.y = y;
+    g_.ops.push_back(op);
+  }
+  void reduction(const char* name, ReductionMode mode, int64_t x, int64_t y) {
+    Op op;
+    op.kind = OpKind::Reduction, op.name = name, op.reduction = mode, op.x = x, op.y = y;
+    g_.ops.push_back(op);
+  }
+  void reshape(const char* name, int64_t x, int64_t y) {
+    Op op;
+    op.kind = OpKind::Reshape, op.name = name, op.x = x, op.y = y;
+    g_.ops.push_back(op);
+  }
+
+  // Scores below the diagonal survive; the rest become the lowest float
+  // (cuDNN's causal mask), so exp() makes them exactly zero.
+  int64_t causal_mask(int64_t scores) {
+    const Dims sdims = g_.tensor(scores).dims;
+    const int64_t row = virtual_tensor("row_index", DataType::I32, sdims);
+    const int64_t col = virtual_tensor("col_index", DataType::I32, sdims);
+    const int64_t keep = virtual_tensor("causal_keep", DataType::Bool, sdims);
+    const int64_t fill = scalar("mask_fill", std::numeric_limits<float>::lowest());
+    const int64_t out = virtual_tensor("masked_scores", DataType::F32, sdims);
+    pointwise("gen_row_index", PointwiseMode::GenIndex, scores, 0, row, 0, DataType::I32, 2);
+    pointwise("gen_col_index", PointwiseMode::GenIndex, scores, 0, col, 0, DataType::I32, 3);
+    pointwise("row_ge_col", PointwiseMode::CmpGe, row, col, keep, 0, DataType::Bool);
+    pointwise("select_causal", PointwiseMode::BinarySelect, scores, fill, out, keep);
+    return out;
+  }
+
+  const AttentionProblem& p() const { return p_; }
+  Graph take() { return std::move(g_); }
+
+ private:
+  AttentionProblem p_;
+  Graph g_;
+  int64_t next_ = kFirstInternal;
+};
+
+// q, k, v heads inside qkv (B, T, 3C) and o heads inside out (B, T, C).
+struct Layout {
+  int64_t B, T, C, NH, D;
+  explicit Layout(const AttentionProblem& p) : B(p.B), T(p.T), C(p.C), NH(p.NH), D(p.head_dim()) {}
+  Dims bhtd() const { return {B, NH, T, D}; }
+  Dims bhdt() const { return {B, NH, D, T}; }
+  Dims bhtt() const { return {B, NH, T, T}; }
+  Dims bht1() const { return {B, NH, T, 1}; }
+  Dims qkv_strides() const { return {T * 3 * C, D, 3 * C, 1}; }
+  Dims qkv_strides_transposed() const { return {T * 3 * C, D, 1, 3 * C}; }
+  Dims out_strides() const { return {T * C, D, C, 1}; }
+  Dims stats_strides() const { return {NH * T, T, 1, 1}; }
+  // A [B, NH, T, T] tensor seen transposed through its strides.
+  Dims tt_transposed() const { return {NH * T * T, T * T, 1, T}; }
+};
+
+void check(const AttentionProblem& p) {
+  const std::string why = cudnn_attention_unsupported(p);
+  if (!why.empty()) throw std::invalid_argument(why);
+}
+
+}  // namespace
+
+Graph attention_forward_graph(const AttentionProblem& p) {
+  check(p);
+  const Layout l(p);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(l.D));
+  Builder g(p);
+  const int64_t q = g.bound(kQ, "q", p.io, l.bhtd(), l.qkv_strides());
+  const int64_t kt = g.bound(kK, "k_transposed", p.io, l.bhdt(), l.qkv_strides_transposed());
+  const int64_t v = g.bound(kV, "v", p.io, l.bhtd(), l.qkv_strides());
+  const int64_t o = g.bound(kO, "o", p.io, l.bhtd(), l.out_strides());
+  const int64_t stats = g.bound(kStats, "stats", DataType::F32, l.bht1(), l.stats_strides());
+  const int64_t sc = g.scalar(kScale, "attn_scale", scale);
+
+  const int64_t s = g.virtual_tensor("scores", DataType::F32, l.bhtt());
+  g.matmul("q_kt", q, kt, s);
+  const int64_t scaled = g.virtual_tensor("scaled_scores", DataType::F32, l.bhtt());
+  g.pointwise("scale_scores", PointwiseMode::Mul, s, sc, scaled);
+  const int64_t masked = g.causal_mask(scaled);
+
+  // Softmax with its statistics: stats = max + log(sum(exp(x - max))).
+  const int64_t mx = g.virtual_tensor("row_max", DataType::F32, l.bht1());
+  g.reduction("max", ReductionMode::Max, masked, mx);
+  const int64_t shifted = g.virtual_tensor("shifted", DataType::F32, l.bhtt());
+  g.pointwise("sub_max", PointwiseMode::Sub, masked, mx, shifted);
+  const int64_t e = g.virtual_tensor("exp", DataType::F32, l.bhtt());
+  g.pointwise("exp", PointwiseMode::Exp, shifted, 0, e);
+  const int64_t sum = g.virtual_tensor("row_sum", DataType::F32, l.bht1());
+  g.reduction("sum", ReductionMode::Add, e, sum);
+  const int64_t log_sum = g.virtual_tensor("log_sum", DataType::F32, l.bht1());
+  g.pointwise("log", PointwiseMode::Log, sum, 0, log_sum);
+  g.pointwise("stats", PointwiseMode::Add, mx, log_sum, stats);
+  // The probabilities enter the second matmul in the input type.
+  const int64_t probs = g.virtual_tensor("probs", p.io, l.bhtt());
+  g.pointwise("div_sum", PointwiseMode::Div, e, sum, probs);
+  g.matmul("p_v", probs, v, o);
+  return g.take();
+}
+
+Graph attention_backward_graph(const AttentionProblem& p, bool deterministic) {
+  check(p);
+  const Layout l(p);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(l.D));
+  Builder g(p);
+  const int64_t q = g.bound(kQ, "q", p.io, l.bhtd(), l.qkv_strides());
+  const int64_t kt = g.bound(kK, "k_transposed", p.io, l.bhdt(), l.qkv_strides_transposed());
+  const int64_t vt = g.bound(kV, "v_transposed", p.io, l.bhdt(), l.qkv_strides_transposed());
+  const int64_t o = g.bound(kO, "o", p.io, l.bhtd(), l.out_strides());
+  const int64_t d_o = g.bound(kDO, "do", p.io, l.bhtd(), l.out_strides());
+  const int64_t stats = g.bound(kStats, "stats", DataType::F32, l.bht1(), l.stats_strides());
+  const int64_t dq = g.bound(kDQ, "dq", p.io, l.bhtd(), l.qkv_strides());
+  const int64_t dk = g.bound(kDK, "dk", p.io, l.bhtd(), l.qkv_strides());
+  const int64_t dv = g.bound(kDV, "dv", p.io, l.bhtd(), l.qkv_strides());
+  const int64_t softmax_sum =
+      g.bound(kSoftmaxSum, "softmax_sum", DataType::F32, l.bht1(), natural_strides(l.bht1()));
+  const int64_t sc = g.scalar(kScale, "attn_scale", scale);
+  const int64_t one = g.scalar("one", 1.0f);
+
+  // softmax_sum = rowsum(dO * O): the softmax backward's correction term.
+  const int64_t do_o = g.virtual_tensor("do_times_o", DataType::F32, l.bhtd());
+  g.pointwise("mul_do_o", PointwiseMode::Mul, d_o, o, do_o);
+  const int64_t rows = g.virtual_tensor("do_o_rowsum", DataType::F32, l.bht1());
+  g.reduction("sum_do_o", ReductionMode::Add, do_o, rows);
+  g.pointwise("softmax_sum", PointwiseMode::Mul, rows, one, softmax_sum);
+
+  // Probabilities again, from the forward's statistics: exp(s * scale - lse).
+  const int64_t s = g.virtual_tensor("scores", DataType::F32, l.bhtt());
+  g.matmul("q_kt", q, kt, s);
+  const int64_t scaled = g.virtual_tensor("scaled_scores", DataType::F32, l.bhtt());
+  g.pointwise("scale_scores", PointwiseMode::Mul, s, sc, scaled);
+  const int64_t centred = g.virtual_tensor("minus_stats", DataType::F32, l.bhtt());
+  g.pointwise("sub_stats", PointwiseMode::Sub, scaled, stats, centred);
+  const int64_t masked = g.causal_mask(centred);
+  const int64_t probs = g.virtual_tensor("probs", DataType::F32, l.bhtt());
+  g.pointwise("exp", PointwiseMode::Exp, masked, 0, probs);
+
+  // dV = P^T dO.
+  const int64_t probs_t = g.virtual_tensor("probs_t", p.io, l.bhtt(), l.tt_transposed());
+  g.reshape("transpose_probs", probs, probs_t);
+  g.matmul("pt_do", probs_t, d_o, dv);
+
+  // dS = P * (dO V^T - softmax_sum) * scale.
+  const int64_t dp = g.virtual_tensor("dp", DataType::F32, l.bhtt());
+  g.matmul("do_vt", d_o, vt, dp);
+  const int64_t dp_centred = g.virtual_tensor("dp_minus_sum", DataType::F32, l.bhtt());
+  g.pointwise("sub_softmax_sum", PointwiseMode::Sub, dp, softmax_sum, dp_centred);
+  const int64_t ds_unscaled = g.virtual_tensor("ds_unscaled", DataType::F32, l.bhtt());
+  g.pointwise("mul_probs", PointwiseMode::Mul, dp_centred, probs, ds_unscaled);
+  const int64_t ds = g.virtual_tensor("ds", DataType::F32, l.bhtt());
+  g.pointwise("scale_ds", PointwiseMode::Mul, ds_unscaled, sc, ds);
+
+  // dK = dS^T Q.
+  const int64_t ds_t = g.virtual_tensor("ds_t", p.io, l.bhtt(), l.tt_transposed());
+  g.reshape("transpose_ds", ds, ds_t);
+  g.matmul("dst_q", ds_t, q, dk);
+
+  // dQ = dS K, through K's untransposed view of the same memory.
+  const int64_t k = g.virtual_tensor("k", p.io, l.bhtd(), l.qkv_strides());
+  g.reshape("untranspose_k", kt, k);
+  if (deterministic) {
+    g.matmul("ds_k", ds, k, dq);
+  } else {
+    const int64_t acc =
+        g.bound(kDQAccum, "dq_accum", DataType::F32, l.bhtd(), natural_strides(l.bhtd()));
+    g.matmul("ds_k", ds, k, acc);
+    g.pointwise("dq_from_accum", PointwiseMode::Identity, acc, 0, dq);
+  }
+  return g.take();
+}
+
+int64_t element_offset(const AttentionProblem& p, int64_t uid) {
+  switch (uid) {
+    case kK:
+    case kDK:
+      return p.C;
+    case kV:
+    case kDV:
+      return 2 * p.C;
+    default:
+      return 0;
+  }
+}
+
+std::vector<WorkspaceTensor> workspace_tensors(const Graph& g) {
+  std::vector<WorkspaceTensor> out;
+  for (int64_t uid : {int64_t{kSoftmaxSum}, int64_t{kDQAccum}}) {
+    for (const TensorDesc& t : g.tensors) {
+      if (t.uid != uid) continue;
+      out.push_back({uid, t.dims[0] * t.dims[1] * t.dims[2] * t.dims[3] *
+                              static_cast<int64_t>(sizeof(float))});
+    }
+  }
+  return out;
+}
+
+}  // namespace triad::detail::cudnn_graph

@@ -1,0 +1,294 @@
+// The graphs handed to cuDNN's fused attention, checked without a GPU: a
+// small interpreter runs each graph's operations on the CPU (in float, with
+// the strides, transposes, broadcasts and masks exactly as declared) and the
+// result must match Triad's CPU attention forward and backward.
+#include "src/backend/cuda/cudnn_attention_graph.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <random>
+#include <stdexcept>
+
+#include "triad/backend/backend.h"
+#include "triad/core/tensor.h"
+
+namespace triad::detail::cudnn_graph {
+namespace {
+
+using Index = std::array<int64_t, 4>;
+
+int64_t offset_of(const TensorDesc& t, const Index& i) {
+  int64_t o = 0;
+  for (int d = 0; d < 4; ++d) o += i[d] * t.strides[d];
+  return o;
+}
+
+int64_t extent(const TensorDesc& t) {
+  int64_t e = 1;
+  for (int d = 0; d < 4; ++d) e += (t.dims[d] - 1) * t.strides[d];
+  return e;
+}
+
+template <class F>
+void for_each_index(const TensorDesc& t, F&& f) {
+  Index i{};
+  for (i[0] = 0; i[0] < t.dims[0]; ++i[0])
+    for (i[1] = 0; i[1] < t.dims[1]; ++i[1])
+      for (i[2] = 0; i[2] < t.dims[2]; ++i[2])
+        for (i[3] = 0; i[3] < t.dims[3]; ++i[3]) f(i);
+}
+
+// Runs a graph the way the backend API defines its operations. Bound
+// tensors read and write caller memory; virtual ones get buffers here;
+// by-value scalars read their value.
+class Interpreter {
+ public:
+  explicit Interpreter(const Graph& g) : g_(g) {}
+  void bind(int64_t uid, float* base) { mem_[uid] = base; }
+
+  void run() {
+    for (const TensorDesc& t : g_.tensors) {
+      if (t.by_value) {
+        scalars_[t.uid] = t.value;
+        mem_[t.uid] = &scalars_[t.uid];
+      } else if (!t.is_virtual && !mem_.count(t.uid)) {
+        throw std::runtime_error("tensor '" + t.name + "' is not bound");
+      }
+    }
+    for (const Op& op : g_.ops) run(op);
+  }
+
+ private:
+  float* ptr(int64_t uid) {
+    auto it = mem_.find(uid);
+    if (it != mem_.end()) return it->second;
+    const TensorDesc& t = g_.tensor(uid);
+    if (!t.is_virtual) throw std::runtime_error("tensor '" + t.name + "' is not bound");
+    store_[uid].assign(static_cast<size_t>(extent(t)), std::nanf(""));
+    return mem_[uid] = store_[uid].data();
+  }
+  // x read at y's index, broadcasting x's dimensions of size 1.
+  float read(int64_t uid, const TensorDesc& y, const Index& yi) {
+    const TensorDesc& x = g_.tensor(uid);
+    Index xi{};
+    for (int d = 0; d < 4; ++d) {
+      if (x.dims[d] != y.dims[d] && x.dims[d] != 1)
+        throw std::runtime_error("'" + x.name + "' does not broadcast onto '" + y.name + "'");
+      xi[d] = x.dims[d] == 1 ? 0 : yi[d];
+    }
+    return ptr(uid)[offset_of(x, xi)];
+  }
+
+  void run(const Op& op) {
+    const TensorDesc& y = g_.tensor(op.y);
+    switch (op.kind) {
+      case OpKind::Reshape: {
+        // A view of x's memory: same elements, y's own dims and strides.
+        const TensorDesc& x = g_.tensor(op.x);
+        ASSERT_TRUE(y.is_virtual) << op.name;
+        ASSERT_EQ(x.dims[0] * x.dims[1] * x.dims[2] * x.dims[3],
+                  y.dims[0] * y.dims[1] * y.dims[2] * y.dims[3])
+            << op.name;
+        mem_[op.y] = ptr(op.x);
+        return;
+      }
+      case OpKind::Matmul: {
+        const TensorDesc& a = g_.tensor(op.x);
+        const TensorDesc& b = g_.tensor(op.b);
+        ASSERT_EQ(a.dims[3], b.dims[2]) << op.name;
+        ASSERT_EQ(a.dims[2], y.dims[2]) << op.name;
+        ASSERT_EQ(b.dims[3], y.dims[3]) << op.name;
+        float* out = ptr(op.y);
+        float* pa = ptr(op.x);
+        float* pb = ptr(op.b);
+        for_each_index(y, [&](const Index& i) {
+          double acc = 0;
+          for (int64_t k = 0; k < a.dims[3]; ++k) {
+            const Index ai{a.dims[0] == 1 ? 0 : i[0], a.dims[1] == 1 ? 0 : i[1], i[2], k};
+            const Index bi{b.dims[0] == 1 ? 0 : i[0], b.dims[1] == 1 ? 0 : i[1], k, i[3]};
+            acc += static_cast<double>(pa[offset_of(a, ai)]) * pb[offset_of(b, bi)];
+          }
+          out[offset_of(y, i)] = static_cast<float>(acc);
+        });
+        return;
+      }
+      case OpKind::Reduction: {
+        const TensorDesc& x = g_.tensor(op.x);
+        float* out = ptr(op.y);
+        for_each_index(y, [&](const Index& i) {
+          out[offset_of(y, i)] =
+              op.reduction == ReductionMode::Max ? -std::numeric_limits<float>::infinity() : 0.f;
+        });
+        float* in = ptr(op.x);
+        for_each_index(x, [&](const Index& xi) {
+          Index yi{};
+          for (int d = 0; d < 4; ++d) yi[d] = y.dims[d] == 1 ? 0 : xi[d];
+          float& r = out[offset_of(y, yi)];
+          const float v = in[offset_of(x, xi)];
+          r = op.reduction == ReductionMode::Max ? std::max(r, v) : r + v;
+        });
+        return;
+      }
+      case OpKind::Pointwise: {
+        float* out = ptr(op.y);
+        for_each_index(y, [&](const Index& i) {
+          float v = 0;
+          switch (op.pointwise) {
+            case PointwiseMode::GenIndex:
+              v = static_cast<float>(i[static_cast<size_t>(op.axis)]);
+              break;
+            case PointwiseMode::Identity:
+              v = read(op.x, y, i);
+              break;
+            case PointwiseMode::Exp:
+              v = std::exp(read(op.x, y, i));
+              break;
+            case PointwiseMode::Log:
+              v = std::log(read(op.x, y, i));
+              break;
+            case PointwiseMode::Add:
+              v = read(op.x, y, i) + read(op.b, y, i);
+              break;
+            case PointwiseMode::Sub:
+              v = read(op.x, y, i) - read(op.b, y, i);
+              break;
+            case PointwiseMode::Mul:
+              v = read(op.x, y, i) * read(op.b, y, i);
+              break;
+            case PointwiseMode::Div:
+              v = read(op.x, y, i) / read(op.b, y, i);
+              break;
+            case PointwiseMode::CmpGe:
+              v = read(op.x, y, i) >= read(op.b, y, i) ? 1.f : 0.f;
+              break;
+            case PointwiseMode::BinarySelect:
+              v = read(op.t, y, i) != 0 ? read(op.x, y, i) : read(op.b, y, i);
+              break;
+          }
+          out[offset_of(y, i)] = v;
+        });
+        return;
+      }
+    }
+  }
+
+  const Graph& g_;
+  std::map<int64_t, float*> mem_;
+  std::map<int64_t, std::vector<float>> store_;
+  std::map<int64_t, float> scalars_;
+};
+
+Tensor random_tensor(const Shape& shape, uint32_t seed) {
+  Tensor t = empty(shape);
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.f, 1.f);
+  float* p = t.data<float>();
+  for (int64_t i = 0; i < t.numel(); ++i) p[i] = dist(rng);
+  return t;
+}
+
+void expect_close(const Tensor& want, const float* got, const char* what) {
+  const float* w = want.data<float>();
+  for (int64_t i = 0; i < want.numel(); ++i) {
+    ASSERT_NEAR(got[i], w[i], 2e-5f * (1.f + std::fabs(w[i]))) << what << " element " << i;
+  }
+}
+
+struct Case {
+  int64_t B, T, C, NH;
+};
+
+class CudnnAttentionGraph : public ::testing::TestWithParam<Case> {};
+
+TEST_P(CudnnAttentionGraph, ForwardMatchesTriadAttention) {
+  const Case c = GetParam();
+  const AttentionProblem p{c.B, c.T, c.C, c.NH, DataType::BF16};
+  Backend& cpu = backend_for(DeviceType::CPU);
+  Tensor qkv = random_tensor({c.B, c.T, 3 * c.C}, 1);
+  Tensor out = empty({c.B, c.T, c.C}), lse = empty({c.B, c.NH, c.T});
+  cpu.attention_forward(qkv, c.NH, out, lse);
+
+  std::vector<float> o(static_cast<size_t>(out.numel())), stats(static_cast<size_t>(lse.numel()));
+  const Graph g = attention_forward_graph(p);
+  Interpreter run(g);
+  float* base = qkv.data<float>();
+  for (int64_t uid : {int64_t{kQ}, int64_t{kK}, int64_t{kV}})
+    run.bind(uid, base + element_offset(p, uid));
+  run.bind(kO, o.data());
+  run.bind(kStats, stats.data());
+  run.run();
+  expect_close(out, o.data(), "out");
+  expect_close(lse, stats.data(), "lse");
+  EXPECT_TRUE(workspace_tensors(g).empty());
+}
+
+TEST_P(CudnnAttentionGraph, BackwardMatchesTriadAttentionBothWays) {
+  const Case c = GetParam();
+  const AttentionProblem p{c.B, c.T, c.C, c.NH, DataType::F16};
+  Backend& cpu = backend_for(DeviceType::CPU);
+  Tensor qkv = random_tensor({c.B, c.T, 3 * c.C}, 2);
+  Tensor dout = random_tensor({c.B, c.T, c.C}, 3);
+  Tensor out = empty({c.B, c.T, c.C}), lse = empty({c.B, c.NH, c.T});
+  Tensor dqkv = empty({c.B, c.T, 3 * c.C});
+  cpu.attention_forward(qkv, c.NH, out, lse);
+  cpu.attention_backward(qkv, out, lse, dout, c.NH, dqkv);
+
+  for (bool deterministic : {true, false}) {
+    SCOPED_TRACE(deterministic ? "deterministic" : "dq accumulated");
+    const Graph g = attention_backward_graph(p, deterministic);
+    const std::vector<WorkspaceTensor> ws = workspace_tensors(g);
+    ASSERT_EQ(ws.size(), deterministic ? 1u : 2u);
+    EXPECT_EQ(ws[0].uid, kSoftmaxSum);
+    EXPECT_EQ(ws[0].bytes, c.B * c.NH * c.T * 4);
+    std::vector<std::vector<float>> scratch;
+    std::vector<float> d(static_cast<size_t>(dqkv.numel()), std::nanf(""));
+    Interpreter run(g);
+    for (int64_t uid : {int64_t{kQ}, int64_t{kK}, int64_t{kV}})
+      run.bind(uid, qkv.data<float>() + element_offset(p, uid));
+    for (int64_t uid : {int64_t{kDQ}, int64_t{kDK}, int64_t{kDV}})
+      run.bind(uid, d.data() + element_offset(p, uid));
+    run.bind(kO, out.data<float>());
+    run.bind(kDO, dout.data<float>());
+    run.bind(kStats, lse.data<float>());
+    for (const WorkspaceTensor& w : ws) {
+      scratch.emplace_back(static_cast<size_t>(w.bytes / 4), std::nanf(""));
+      run.bind(w.uid, scratch.back().data());
+    }
+    run.run();
+    expect_close(dqkv, d.data(), "dqkv");
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, CudnnAttentionGraph,
+                         ::testing::Values(Case{1, 5, 16, 2}, Case{2, 7, 24, 3},
+                                           Case{2, 16, 32, 1}));
+
+TEST(CudnnAttentionGraphChecks, RefusesWhatCudnnCannotRun) {
+  EXPECT_NE(cudnn_attention_unsupported({2, 8, 64, 4, DataType::F32}), "");
+  EXPECT_NE(cudnn_attention_unsupported({2, 8, 36, 3, DataType::BF16}).find("multiple of 8"),
+            std::string::npos);                                               // head dim 12
+  EXPECT_NE(cudnn_attention_unsupported({2, 8, 64, 3, DataType::BF16}), "");  // 64 % 3
+  EXPECT_EQ(cudnn_attention_unsupported({8, 1024, 768, 12, DataType::BF16}), "");
+  EXPECT_THROW(attention_forward_graph({2, 8, 64, 4, DataType::F32}), std::invalid_argument);
+}
+
+TEST(CudnnAttentionGraphChecks, BoundTensorsSitInsideTheFusedLayout) {
+  // q, k, v of head h start at h * D inside each row of qkv (B, T, 3C).
+  const AttentionProblem p{2, 8, 64, 4, DataType::BF16};
+  const Graph g = attention_backward_graph(p, true);
+  const TensorDesc& k = g.tensor(kK);
+  EXPECT_EQ(k.dims, (std::array<int64_t, 4>{2, 4, 16, 8}));  // transposed: D before T
+  EXPECT_EQ(k.strides, (std::array<int64_t, 4>{8 * 192, 16, 1, 192}));
+  EXPECT_EQ(element_offset(p, kK), 64);
+  EXPECT_EQ(element_offset(p, kDV), 128);
+  EXPECT_EQ(g.tensor(kStats).strides, (std::array<int64_t, 4>{32, 8, 1, 1}));
+  EXPECT_TRUE(g.tensor(kScale).by_value);
+  EXPECT_FLOAT_EQ(g.tensor(kScale).value, 0.25f);
+  EXPECT_THROW(g.tensor(99), std::out_of_range);
+}
+
+}  // namespace
+}  // namespace triad::detail::cudnn_graph
