@@ -96,8 +96,9 @@ int main(int argc, char** argv) {
   const double D = static_cast<double>(C / NH);
   // Causal: half of the 4 B NH T^2 D forward FLOPs; backward 2.5x forward.
   const double attn_fwd = 2.0 * B * NH * static_cast<double>(T) * T * D;
-  for (auto kernel :
-       {triad::cuda::AttentionKernel::Simt, triad::cuda::AttentionKernel::TensorCore}) {
+  for (auto kernel : {triad::cuda::AttentionKernel::Simt, triad::cuda::AttentionKernel::TensorCore,
+                      triad::cuda::AttentionKernel::Cudnn}) {
+    if (kernel == triad::cuda::AttentionKernel::Cudnn && !triad::cuda::cudnn_compiled()) continue;
     triad::cuda::set_attention_kernel(kernel);
     const std::string tag = triad::cuda::attention_kernel_name(kernel);
     report("attention_forward_" + tag,

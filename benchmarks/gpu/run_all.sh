@@ -42,6 +42,16 @@ if compgen -G ".deps/debs/*.deb" >/dev/null; then
   export LD_LIBRARY_PATH="$DEPS/usr/lib/$multiarch:$DEPS/usr/lib/$multiarch/openblas-pthread${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   echo "== dependencies unpacked into $DEPS"
 fi
+# cuDNN (its fused attention): /usr/local/cuda's, else the wheel PyTorch
+# brings (nvidia-cudnn), found through CUDNN_ROOT.
+if [ -z "${CUDNN_ROOT:-}" ] && [ ! -e /usr/local/cuda/include/cudnn_graph.h ]; then
+  CUDNN_ROOT=$(python3 -c 'import nvidia.cudnn as m; print(list(m.__path__)[0])' 2>/dev/null || true)
+fi
+if [ -n "${CUDNN_ROOT:-}" ]; then
+  export CUDNN_ROOT
+  export LD_LIBRARY_PATH="$CUDNN_ROOT/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  echo "== cuDNN from $CUDNN_ROOT"
+fi
 # Without MPI the build has a world of one rank (all one GPU can test).
 if ! command -v mpirun >/dev/null 2>&1; then
   TRIAD_CMAKE_ARGS="-DTRIAD_WITH_MPI=OFF ${TRIAD_CMAKE_ARGS:-}"
@@ -52,6 +62,7 @@ if [ "${SKIP_BUILD:-0}" != 1 ]; then
   cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTRIAD_WITH_CUDA=ON \
     -DTRIAD_CUDA_ARCHS="$ARCHS" ${TRIAD_CMAKE_ARGS:-} >"$OUT/configure.log" 2>&1 || {
     tail -20 "$OUT/configure.log"; exit 1; }
+  grep "triad: TRIAD_WITH_CUDA" "$OUT/configure.log"
   cmake --build "$BUILD_DIR" -j "$(nproc)" >"$OUT/build.log" 2>&1 || {
     grep -E "error|Error" "$OUT/build.log" | head -40; exit 1; }
   echo "built"

@@ -30,7 +30,7 @@ int main(int argc, char** argv) {
   app.add_option("--warmup", warmup, "untimed steps first");
   app.add_option("--peak-tflops", peak_tflops, "dense peak of the device in this precision");
   std::string attention = "auto";
-  app.add_option("--attention-kernel", attention, "auto | simt | tensor_core");
+  app.add_option("--attention-kernel", attention, "auto | simt | tensor_core | cudnn");
   CLI11_PARSE(app, argc, argv);
 
   triad::cuda::set_attention_kernel(triad::cuda::attention_kernel_from_string(attention));

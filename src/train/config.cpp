@@ -262,7 +262,7 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
             cuda::attention_kernel_from_string(c.attention_kernel);
           } catch (const ConfigError&) {
             throw ConfigError(k + " '" + c.attention_kernel +
-                              "' must be one of auto, simt, tensor_core");
+                              "' must be one of auto, simt, tensor_core, cudnn");
           }
         }}},
   };

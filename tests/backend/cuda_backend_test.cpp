@@ -120,9 +120,9 @@ testing::OpCase attention_case(int64_t B, int64_t T, int64_t C, int64_t NH) {
 }
 
 TEST(CudaKernels, AttentionHeadDimsAndLongSequences) {
-  // D = 64 (GPT-2), 128, 80, 16 and 8; T not a multiple of the blocks. Both
-  // implementations where they apply: SIMT for every type, tensor cores for
-  // bf16/f16 with D a multiple of 16.
+  // D = 64 (GPT-2), 128, 80, 16 and 8; T not a multiple of the blocks. Every
+  // implementation where it applies: SIMT for every type, tensor cores for
+  // bf16/f16 with D a multiple of 16, cuDNN (builds with it) for bf16/f16.
   struct Shape {
     int64_t B, T, C, NH;
   };
@@ -132,8 +132,12 @@ TEST(CudaKernels, AttentionHeadDimsAndLongSequences) {
     const bool multiple_of_16 = (sh.C / sh.NH) % 16 == 0;
     for (DType dtype : {DType::F32, DType::BF16, DType::F16}) {
       for (cuda::AttentionKernel kernel :
-           {cuda::AttentionKernel::Simt, cuda::AttentionKernel::TensorCore}) {
+           {cuda::AttentionKernel::Simt, cuda::AttentionKernel::TensorCore,
+            cuda::AttentionKernel::Cudnn}) {
         if (kernel == cuda::AttentionKernel::TensorCore && (dtype == DType::F32 || !multiple_of_16))
+          continue;
+        if (kernel == cuda::AttentionKernel::Cudnn &&
+            (dtype == DType::F32 || !cuda::cudnn_compiled()))
           continue;
         SCOPED_TRACE(c.name + " " + dtype_name(dtype) + " " + cuda::attention_kernel_name(kernel));
         cuda::set_attention_kernel(kernel);
@@ -246,11 +250,29 @@ TEST(CudaKernels, AttentionBackwardIsDeterministic) {
     autograd::backward({y}, {to_device(randn(y.shape(), 3, 2, 1.0, DType::BF16), kGpu).detach()});
     return to_float_vector(qkv.grad());
   };
-  for (auto kernel : {cuda::AttentionKernel::Simt, cuda::AttentionKernel::TensorCore}) {
+  for (auto kernel : {cuda::AttentionKernel::Simt, cuda::AttentionKernel::TensorCore,
+                      cuda::AttentionKernel::Cudnn}) {
+    if (kernel == cuda::AttentionKernel::Cudnn && !cuda::cudnn_compiled()) continue;
     SCOPED_TRACE(cuda::attention_kernel_name(kernel));
     cuda::set_attention_kernel(kernel);
     EXPECT_EQ(grads(), grads());
   }
+  cuda::set_attention_kernel(cuda::AttentionKernel::Auto);
+}
+
+TEST(CudaKernels, CudnnAttentionNamesWhatItCannotRun) {
+  if (!cuda::cudnn_compiled()) GTEST_SKIP() << "this build has no cuDNN";
+  cuda::set_attention_kernel(cuda::AttentionKernel::Cudnn);
+  auto attempt = [](DType dtype, int64_t C, int64_t NH) {
+    try {
+      causal_attention(to_device(randn({1, 8, 3 * C}, 1, 1, 1.0, dtype), kGpu), NH);
+    } catch (const NotSupportedError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(attempt(DType::F32, 64, 2).find("bf16 or f16"), std::string::npos);
+  EXPECT_NE(attempt(DType::BF16, 36, 3).find("multiple of 8"), std::string::npos);  // D = 12
   cuda::set_attention_kernel(cuda::AttentionKernel::Auto);
 }
 

@@ -15,6 +15,8 @@ namespace triad::cuda {
 
 // True when this build has the CUDA backend (TRIAD_WITH_CUDA).
 bool compiled();
+// True when it also links cuDNN (its fused attention; AttentionKernel::Cudnn).
+bool cudnn_compiled();
 // Visible devices; 0 without a driver or GPU (never throws).
 int device_count();
 // The compute stream of `device` (a cudaStream_t), created on first use.
@@ -32,16 +34,19 @@ AllocatorStats memory_stats(int device);
 // Returns the cached free blocks of `device` to the driver.
 void empty_cache(int device);
 
-// Which causal-attention kernels the CUDA backend runs, process-wide (as
-// PyTorch's torch.backends.cuda switches): Auto takes the tensor-core
-// kernels where they apply (bf16/f16, head dim a multiple of 16, sm_80+) and
-// the SIMT kernels elsewhere; Simt and TensorCore force one (TensorCore on a
-// call it cannot run is an error). triad-train sets it from
+// Which causal-attention implementation the CUDA backend runs, process-wide
+// (as PyTorch's torch.backends.cuda switches): Triad's SIMT kernels (every
+// type), its tensor-core kernels (bf16/f16, head dim a multiple of 16,
+// sm_80+) or cuDNN's fused attention (bf16/f16, head dim a multiple of 8,
+// sm_80+, builds with cuDNN). Auto times the tensor-core kernels against
+// cuDNN once per shape (forward + backward) and keeps the faster, falling
+// back to SIMT where neither applies; an explicit choice that cannot run a
+// call is an error naming why. triad-train sets it from
 // model.attention_kernel. Available in every build (no effect without CUDA).
-enum class AttentionKernel : uint8_t { Auto, Simt, TensorCore };
+enum class AttentionKernel : uint8_t { Auto, Simt, TensorCore, Cudnn };
 void set_attention_kernel(AttentionKernel kernel);
 AttentionKernel attention_kernel();
-// "auto", "simt", "tensor_core"; ConfigError naming the value otherwise.
+// "auto", "simt", "tensor_core", "cudnn"; ConfigError naming the value otherwise.
 AttentionKernel attention_kernel_from_string(const std::string& name);
 const char* attention_kernel_name(AttentionKernel kernel);
 

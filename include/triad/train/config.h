@@ -68,7 +68,7 @@ struct Config {
   int64_t log_interval = 10;
   double log_peak_tflops = 0;  // log.peak_tflops: per-device peak for MFU (0: no MFU)
   std::string device = "cpu";
-  // model.attention_kernel: auto | simt | tensor_core (CUDA attention kernels;
+  // model.attention_kernel: auto | simt | tensor_core | cudnn (CUDA attention;
   // see triad/backend/cuda.h). No effect on the CPU.
   std::string attention_kernel = "auto";
   ParallelSection parallel;

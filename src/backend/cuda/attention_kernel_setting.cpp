@@ -22,7 +22,9 @@ AttentionKernel attention_kernel_from_string(const std::string& name) {
   if (name == "auto") return AttentionKernel::Auto;
   if (name == "simt") return AttentionKernel::Simt;
   if (name == "tensor_core") return AttentionKernel::TensorCore;
-  throw ConfigError("attention kernel '" + name + "' must be one of auto, simt, tensor_core");
+  if (name == "cudnn") return AttentionKernel::Cudnn;
+  throw ConfigError("attention kernel '" + name +
+                    "' must be one of auto, simt, tensor_core, cudnn");
 }
 
 const char* attention_kernel_name(AttentionKernel kernel) {
@@ -31,6 +33,8 @@ const char* attention_kernel_name(AttentionKernel kernel) {
       return "simt";
     case AttentionKernel::TensorCore:
       return "tensor_core";
+    case AttentionKernel::Cudnn:
+      return "cudnn";
     default:
       return "auto";
   }

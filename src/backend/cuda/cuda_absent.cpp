@@ -17,6 +17,9 @@ bool compiled() {
 int device_count() {
   return 0;
 }
+bool cudnn_compiled() {
+  return false;
+}
 void* compute_stream(int) {
   absent("compute_stream");
 }

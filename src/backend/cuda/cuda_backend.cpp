@@ -2,12 +2,16 @@
 
 #include <cuda_runtime_api.h>
 
+#include <spdlog/spdlog.h>
 #include <cstring>
+#include <map>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "cublaslt_gemm.h"
+#include "cudnn_attention.h"
 #include "gemm_plan.h"
 #include "kernels/adamw.h"
 #include "kernels/attention.h"
@@ -500,25 +504,161 @@ k::AttentionShape attention_shape(const Tensor& qkv, int64_t n_head) {
   return {qkv.size(0), qkv.size(1), qkv.size(2) / 3, n_head};
 }
 
-k::AttentionKernel attention_choice() {
+cudnn_graph::AttentionProblem cudnn_problem(const k::AttentionShape& s, DType dtype) {
+  return {s.B, s.T, s.C, s.NH,
+          dtype == DType::F16 ? cudnn_graph::DataType::F16 : cudnn_graph::DataType::BF16};
+}
+
+int sm_major(int device) {
+  int major = 0;
+  check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device),
+        "cudaDeviceGetAttribute");
+  return major;
+}
+
+// What one attention call runs: one of Triad's kernels, or cuDNN's.
+struct AttentionRoute {
+  bool cudnn = false;
+  k::AttentionKernel kernel = k::AttentionKernel::Auto;
+};
+
+// Why cuDNN cannot take the call ("" when it can); f32 never goes there.
+std::string cudnn_unavailable(DType dtype, const k::AttentionShape& shape, int device) {
+  if (dtype == DType::F32) return "cuDNN fused attention takes bf16 or f16 only";
+  return cudnn_attention_unavailable(cudnn_problem(shape, dtype), sm_major(device));
+}
+
+// Auto's per-shape choice between the tensor-core kernels and cuDNN, made
+// once by timing both (forward + backward) on scratch buffers.
+class AttentionTuner {
+ public:
+  bool use_cudnn(CudaBackend::DeviceState& s, const Tensor& qkv, const k::AttentionShape& shape);
+
+ private:
+  using Key = std::tuple<int, int, int64_t, int64_t, int64_t, int64_t>;
+  std::mutex mutex_;
+  std::map<Key, bool> choice_;
+};
+
+AttentionTuner& attention_tuner() {
+  static AttentionTuner* t = new AttentionTuner();
+  return *t;
+}
+
+bool AttentionTuner::use_cudnn(CudaBackend::DeviceState& s, const Tensor& qkv,
+                               const k::AttentionShape& shape) {
+  const Key key{s.index, static_cast<int>(qkv.dtype()), shape.B, shape.T, shape.C, shape.NH};
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = choice_.find(key);
+  if (it != choice_.end()) return it->second;
+  const cudnn_graph::AttentionProblem p = cudnn_problem(shape, qkv.dtype());
+  const k::ScalarType type = scalar(qkv.dtype());
+  const size_t elem = dtype_size(qkv.dtype());
+  const size_t n_out = static_cast<size_t>(shape.B * shape.T * shape.C);
+  const size_t n_lse = static_cast<size_t>(shape.B * shape.NH * shape.T);
+  bool cudnn = false;
+  try {
+    const size_t ws = std::max({cudnn_attention_workspace(s.index, p, false),
+                                cudnn_attention_workspace(s.index, p, true),
+                                k::attention_backward_workspace(shape)});
+    Scratch out(s.allocator, n_out * elem), dout(s.allocator, n_out * elem);
+    Scratch dqkv(s.allocator, 3 * n_out * elem), lse(s.allocator, n_lse * sizeof(float));
+    Scratch work(s.allocator, ws);
+    check(cudaMemsetAsync(dout.get(), 0, n_out * elem, s.stream), "cudaMemsetAsync");
+    auto own = [&] {
+      k::attention_forward(qkv.raw_data(), out.get(), static_cast<float*>(lse.get()), type, shape,
+                           s.stream, k::AttentionKernel::TensorCore);
+      k::attention_backward(qkv.raw_data(), out.get(), static_cast<const float*>(lse.get()),
+                            dout.get(), dqkv.get(), type, shape, work.get(), s.stream,
+                            k::AttentionKernel::TensorCore);
+    };
+    auto fused = [&] {
+      cudnn_attention_forward(s.index, s.stream, p, qkv.raw_data(), out.get(),
+                              static_cast<float*>(lse.get()), work.get());
+      cudnn_attention_backward(s.index, s.stream, p, qkv.raw_data(), out.get(),
+                               static_cast<const float*>(lse.get()), dout.get(), dqkv.get(),
+                               work.get());
+    };
+    auto time_ms = [&](auto&& fn) {
+      fn();  // warm-up (and first-use setup)
+      cudaEvent_t start, stop;
+      check(cudaEventCreate(&start), "cudaEventCreate");
+      check(cudaEventCreate(&stop), "cudaEventCreate");
+      constexpr int kReps = 3;
+      check(cudaEventRecord(start, s.stream), "cudaEventRecord");
+      for (int i = 0; i < kReps; ++i) fn();
+      check(cudaEventRecord(stop, s.stream), "cudaEventRecord");
+      check(cudaEventSynchronize(stop), "cudaEventSynchronize");
+      float ms = 0;
+      check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
+      cudaEventDestroy(start);
+      cudaEventDestroy(stop);
+      return ms / kReps;
+    };
+    const float own_ms = time_ms(own), cudnn_ms = time_ms(fused);
+    cudnn = cudnn_ms < own_ms;
+    spdlog::info(
+        "attention B={} T={} C={} heads={} {}: cuDNN {:.3f} ms, tensor-core kernels "
+        "{:.3f} ms (forward + backward); using {}",
+        shape.B, shape.T, shape.C, shape.NH, dtype_name(qkv.dtype()), cudnn_ms, own_ms,
+        cudnn ? "cuDNN" : "the tensor-core kernels");
+  } catch (const Error& e) {
+    spdlog::warn("attention B={} T={} C={} heads={}: cuDNN is not used ({})", shape.B, shape.T,
+                 shape.C, shape.NH, e.what());
+    cudnn = false;
+  }
+  choice_[key] = cudnn;
+  return cudnn;
+}
+
+AttentionRoute route_attention(CudaBackend::DeviceState& s, const Tensor& qkv,
+                               const k::AttentionShape& shape) {
   switch (cuda::attention_kernel()) {
     case cuda::AttentionKernel::Simt:
-      return k::AttentionKernel::Simt;
+      return {false, k::AttentionKernel::Simt};
     case cuda::AttentionKernel::TensorCore:
-      return k::AttentionKernel::TensorCore;
-    default:
-      return k::AttentionKernel::Auto;
+      return {false, k::AttentionKernel::TensorCore};
+    case cuda::AttentionKernel::Cudnn: {
+      const std::string why = cudnn_unavailable(qkv.dtype(), shape, s.index);
+      if (!why.empty())
+        throw NotSupportedError("attention_kernel cudnn: " + why +
+                                " (B=" + std::to_string(shape.B) + " T=" + std::to_string(shape.T) +
+                                " C=" + std::to_string(shape.C) +
+                                " heads=" + std::to_string(shape.NH) + ")");
+      return {true, k::AttentionKernel::Auto};
+    }
+    case cuda::AttentionKernel::Auto:
+      break;
   }
+  const bool tensor_cores =
+      k::check_attention_tensor_core(scalar(qkv.dtype()), shape, sm_major(s.index)).ok;
+  // cuDNN's tensors are declared 16-byte aligned; a view that is not stays
+  // with Triad's kernels.
+  const bool aligned = reinterpret_cast<uintptr_t>(qkv.raw_data()) % 16 == 0;
+  if (tensor_cores && aligned && cudnn_unavailable(qkv.dtype(), shape, s.index).empty() &&
+      attention_tuner().use_cudnn(s, qkv, shape))
+    return {true, k::AttentionKernel::Auto};
+  return {false, k::AttentionKernel::Auto};
 }
+
 }  // namespace
 
 void CudaBackend::attention_forward(const Tensor& qkv, int64_t n_head, Tensor& out, Tensor& lse) {
   require_nn("attention", qkv.dtype());
   DeviceState& s = state(out.device().index);
   DeviceGuard g(s.index);
+  const k::AttentionShape shape = attention_shape(qkv, n_head);
   launch("attention_forward", [&] {
+    const AttentionRoute route = route_attention(s, qkv, shape);
+    if (route.cudnn) {
+      const cudnn_graph::AttentionProblem p = cudnn_problem(shape, qkv.dtype());
+      Scratch ws(s.allocator, cudnn_attention_workspace(s.index, p, false));
+      cudnn_attention_forward(s.index, s.stream, p, qkv.raw_data(), out.raw_data(),
+                              lse.data<float>(), ws.get());
+      return;
+    }
     k::attention_forward(qkv.raw_data(), out.raw_data(), lse.data<float>(), scalar(qkv.dtype()),
-                         attention_shape(qkv, n_head), s.stream, attention_choice());
+                         shape, s.stream, route.kernel);
   });
 }
 
@@ -528,11 +668,19 @@ void CudaBackend::attention_backward(const Tensor& qkv, const Tensor& out, const
   const k::AttentionShape shape = attention_shape(qkv, n_head);
   DeviceState& s = state(dqkv.device().index);
   DeviceGuard g(s.index);
-  Scratch ws(s.allocator, k::attention_backward_workspace(shape));
   launch("attention_backward", [&] {
+    const AttentionRoute route = route_attention(s, qkv, shape);
+    if (route.cudnn) {
+      const cudnn_graph::AttentionProblem p = cudnn_problem(shape, qkv.dtype());
+      Scratch ws(s.allocator, cudnn_attention_workspace(s.index, p, true));
+      cudnn_attention_backward(s.index, s.stream, p, qkv.raw_data(), out.raw_data(),
+                               lse.data<float>(), dout.raw_data(), dqkv.raw_data(), ws.get());
+      return;
+    }
+    Scratch ws(s.allocator, k::attention_backward_workspace(shape));
     k::attention_backward(qkv.raw_data(), out.raw_data(), lse.data<float>(), dout.raw_data(),
                           dqkv.raw_data(), scalar(qkv.dtype()), shape, ws.get(), s.stream,
-                          attention_choice());
+                          route.kernel);
   });
 }
 
@@ -701,6 +849,10 @@ using detail::cuda_backend;
 
 bool compiled() {
   return true;
+}
+
+bool cudnn_compiled() {
+  return detail::cudnn_attention_compiled();
 }
 
 int device_count() {
