@@ -115,6 +115,15 @@ int main(int argc, char** argv) {
   Tensor dwq = triad::empty({3 * C, C}, bf, gpu);
   report("gemm_qkv_weight_grad", time_ms([&] { be.gemm(yq, x, dwq, true, false, 1, 0); }, iters), 0,
          2.0 * N * C * 3 * C);
+  // The MLP's first layer, fused (bias + GELU in cuBLASLt's epilogue) and
+  // composed (bias broadcast, GEMM, GELU pass), as the reference does it.
+  Tensor wfc = rnd({4 * C, C}, 11), bfc = rnd({4 * C}, 12);
+  Tensor hfc = triad::empty({N, 4 * C}, bf, gpu), pre = triad::empty({N, 4 * C}, bf, gpu);
+  report("linear_gelu_fc_fused", time_ms([&] { be.linear_forward(x, wfc, bfc, hfc, &pre); }, iters),
+         0, 2.0 * N * C * 4 * C);
+  report("linear_gelu_fc_composed",
+         time_ms([&] { be.Backend::linear_forward(x, wfc, bfc, hfc, &pre); }, iters), 0,
+         2.0 * N * C * 4 * C);
   Tensor wte = rnd({V, C}, 7), logits = triad::empty({N, V}, bf, gpu);
   report("gemm_lm_head", time_ms([&] { be.gemm(x, wte, logits, false, true, 1, 0); }, iters), 0,
          2.0 * N * C * V);

@@ -10,6 +10,20 @@
 #endif
 
 namespace triad {
+
+void Backend::linear_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y,
+                             Tensor* gelu_input) {
+  Tensor& pre = gelu_input ? *gelu_input : y;
+  double beta = 0.0;
+  if (bias.defined()) {
+    // Bias broadcast over the rows, then accumulated onto by the product.
+    copy(make_view(bias, {pre.size(0), pre.size(1)}, {0, 1}, bias.offset()), pre);
+    beta = 1.0;
+  }
+  gemm(x, w, pre, false, true, 1.0, beta);
+  if (gelu_input) gelu_forward(pre, y);
+}
+
 namespace {
 
 struct Registry {

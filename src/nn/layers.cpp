@@ -20,6 +20,10 @@ Tensor Linear::forward(const Tensor& x) const {
   return linear(x, weight_, bias_);
 }
 
+Tensor Linear::forward_gelu(const Tensor& x) const {
+  return linear_gelu(x, weight_, bias_);
+}
+
 LayerNorm::LayerNorm(int64_t features, double eps, DType dtype) : eps_(eps) {
   weight_ = register_parameter("weight", ones({features}, dtype));
   bias_ = register_parameter("bias", zeros({features}, dtype));

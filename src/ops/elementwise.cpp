@@ -1,6 +1,7 @@
 #include "triad/ops/elementwise.h"
 
 #include "op_checks.h"
+#include "op_nodes.h"
 #include "triad/autograd/node.h"
 #include "triad/backend/backend.h"
 #include "triad/ops/creation.h"
@@ -84,18 +85,22 @@ Tensor affine(const Tensor& x, double alpha, double beta) {
   return y;
 }
 
-Tensor gelu(const Tensor& x) {
-  detail::check_floating(x, "gelu", "x");
-  Tensor xc = contiguous(x);
-  Tensor y = empty_like(xc);
-  backend_for(xc).gelu_forward(xc, y);
-  Tensor saved = xc.detach();
+void detail::record_gelu(const Tensor& x, const Tensor& saved_input, const Tensor& y) {
+  Tensor saved = saved_input.detach();
   record("gelu", {x}, {y}, [saved](const TensorList& g) -> TensorList {
     Tensor dy = contiguous(g[0]);
     Tensor dx = empty_like(saved);
     backend_for(saved).gelu_backward(saved, dy, dx);
     return {dx};
   });
+}
+
+Tensor gelu(const Tensor& x) {
+  detail::check_floating(x, "gelu", "x");
+  Tensor xc = contiguous(x);
+  Tensor y = empty_like(xc);
+  backend_for(xc).gelu_forward(xc, y);
+  detail::record_gelu(x, xc, y);
   return y;
 }
 

@@ -1,6 +1,7 @@
 #include "triad/ops/linalg.h"
 
 #include "op_checks.h"
+#include "op_nodes.h"
 #include "triad/autograd/node.h"
 #include "triad/backend/backend.h"
 #include "triad/ops/elementwise.h"
@@ -73,22 +74,27 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   return y;
 }
 
-Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
-  detail::check_floating(x, "linear", "x");
-  detail::check_floating(weight, "linear", "weight");
-  detail::check_same(x, weight, "linear");
-  detail::check_dim(weight, 2, "linear", "weight");
+namespace {
+
+// linear and linear_gelu: the checks, one fused backend call, and the
+// autograd nodes (linear's output is the GELU input when `gelu` is set).
+Tensor linear_impl(const Tensor& x, const Tensor& weight, const Tensor& bias, bool gelu) {
+  const char* op = gelu ? "linear_gelu" : "linear";
+  detail::check_floating(x, op, "x");
+  detail::check_floating(weight, op, "weight");
+  detail::check_same(x, weight, op);
+  detail::check_dim(weight, 2, op, "weight");
   const int64_t out_f = weight.size(0), in_f = weight.size(1);
   if (x.dim() < 1 || x.size(-1) != in_f) {
-    throw ShapeError("linear: input of shape " + shape_str(x.shape()) + " does not match weight " +
-                     shape_str(weight.shape()) + " (last input dim must be " +
-                     std::to_string(in_f) + ")");
+    throw ShapeError(std::string(op) + ": input of shape " + shape_str(x.shape()) +
+                     " does not match weight " + shape_str(weight.shape()) +
+                     " (last input dim must be " + std::to_string(in_f) + ")");
   }
   if (bias.defined()) {
-    detail::check_same(x, bias, "linear");
+    detail::check_same(x, bias, op);
     if (bias.shape() != Shape{out_f}) {
-      throw ShapeError("linear: bias of shape " + shape_str(bias.shape()) + ", expected [" +
-                       std::to_string(out_f) + "]");
+      throw ShapeError(std::string(op) + ": bias of shape " + shape_str(bias.shape()) +
+                       ", expected [" + std::to_string(out_f) + "]");
     }
   }
   const int64_t rows = x.numel() / in_f;
@@ -98,14 +104,11 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   out_shape.back() = out_f;
   Tensor y = empty(out_shape, x.dtype(), x.device());
   Tensor y2 = make_view(y, {rows, out_f}, {out_f, 1}, 0);
-  Backend& be = backend_for(x);
-  double beta = 0.0;
-  if (bias.defined()) {
-    Tensor bc = contiguous(bias);
-    be.copy(make_view(bc, {rows, out_f}, {0, 1}, bc.offset()), y2);
-    beta = 1.0;
-  }
-  be.gemm(x2, w, y2, false, true, 1.0, beta);
+  // With GELU, the linear part's output is the pre-activation.
+  Tensor pre = gelu ? empty(out_shape, x.dtype(), x.device()) : y;
+  Tensor pre2 = make_view(pre, {rows, out_f}, {out_f, 1}, 0);
+  const Tensor b = bias.defined() ? contiguous(bias).detach() : Tensor();
+  backend_for(x).linear_forward(x2, w, b, y2, gelu ? &pre2 : nullptr);
 
   const bool has_bias = bias.defined();
   auto input_grad = [w, rows, out_f, in_f, xs = x.shape()](const TensorList& g) -> TensorList {
@@ -125,13 +128,24 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   };
   TensorList inputs{x, weight};
   if (has_bias) inputs.push_back(bias);
-  auto node = record("linear", inputs, {y}, nullptr);
+  auto node = record("linear", inputs, {pre}, nullptr);
   if (node) {
     std::vector<int> deferrable{1};
     if (has_bias) deferrable.push_back(2);
     node->set_split(deferrable, input_grad, weight_grad);
   }
+  if (gelu) detail::record_gelu(pre, pre, y);
   return y;
+}
+
+}  // namespace
+
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  return linear_impl(x, weight, bias, false);
+}
+
+Tensor linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  return linear_impl(x, weight, bias, true);
 }
 
 }  // namespace triad

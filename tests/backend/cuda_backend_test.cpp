@@ -187,6 +187,18 @@ TEST(CudaKernels, RowKernelsAtModelWidths) {
                                     randn({23}, 7, 3, 1.0, d)};
        },
        [](const std::vector<Tensor>& x) { return linear(x[0], x[1], x[2]); }},
+      {"linear_gelu_mlp_N257_768x3072",  // the bias + GELU epilogue at GPT-2 width
+       [](DType d) {
+         return std::vector<Tensor>{randn({257, 768}, 7, 1, 1.0, d),
+                                    randn({3072, 768}, 7, 2, 0.05, d), randn({3072}, 7, 3, 0.5, d)};
+       },
+       [](const std::vector<Tensor>& x) { return linear_gelu(x[0], x[1], x[2]); }},
+      {"linear_gelu_odd_features",  // 23 outputs: the epilogue's aux ld is not a multiple of 8
+       [](DType d) {
+         return std::vector<Tensor>{randn({31, 40}, 7, 1, 1.0, d), randn({23, 40}, 7, 2, 1.0, d),
+                                    randn({23}, 7, 3, 1.0, d)};
+       },
+       [](const std::vector<Tensor>& x) { return linear_gelu(x[0], x[1], x[2]); }},
       {"sum_columns_N20000_C77",  // a bias gradient: the two-stage column sum
        [](DType d) {
          return std::vector<Tensor>{randn({20000, 77}, 7, 1, 1.0, d)};

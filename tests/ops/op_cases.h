@@ -151,6 +151,17 @@ inline std::vector<OpCase> op_cases() {
          return std::vector<Tensor>{rnd({2, 3, 4}, d, 1), rnd({5, 4}, d, 2), rnd({5}, d, 3)};
        },
        [](const std::vector<Tensor>& x) { return linear(x[0], x[1], x[2]); }});
+  c.push_back(
+      {"linear_gelu_bias",
+       [](DType d) {
+         return std::vector<Tensor>{rnd({2, 3, 4}, d, 1), rnd({5, 4}, d, 2), rnd({5}, d, 3)};
+       },
+       [](const std::vector<Tensor>& x) { return linear_gelu(x[0], x[1], x[2]); }});
+  c.push_back({"linear_gelu_nobias",
+               [](DType d) {
+                 return std::vector<Tensor>{rnd({6, 8}, d, 1), rnd({16, 8}, d, 2)};
+               },
+               [](const std::vector<Tensor>& x) { return linear_gelu(x[0], x[1]); }});
   c.push_back({"linear_nobias",
                [](DType d) {
                  return std::vector<Tensor>{rnd({6, 4}, d, 1), rnd({3, 4}, d, 2)};

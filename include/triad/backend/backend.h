@@ -72,6 +72,15 @@ class Backend {
   virtual void gelu_forward(const Tensor& x, Tensor& y) = 0;
   virtual void gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) = 0;
 
+  // A linear layer's forward: y (rows, out) = x (rows, in) @ w^T (w is
+  // (out, in)) + bias (out; may be undefined, then no bias). With
+  // `gelu_input`, y = GELU(that) and *gelu_input (rows, out) receives the
+  // pre-activation GELU's backward needs. All contiguous. The default
+  // composes copy, gemm and gelu_forward (the reference); a backend may fuse
+  // them (the CUDA backend: cuBLASLt bias and GELU epilogues).
+  virtual void linear_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y,
+                              Tensor* gelu_input);
+
   // x (N, C); weight, bias (C); mean, rstd (N) in stat_dtype.
   virtual void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias,
                                   double eps, Tensor& y, Tensor& mean, Tensor& rstd) = 0;
@@ -110,15 +119,16 @@ class Backend {
   // first `valid` are real (the rest padding, ignored). targets (N) global.
   // Step 1: per row, the max over valid columns and the target's logit when
   // the target is in this shard (else 0); both (N) in stat_dtype.
-  virtual void vocab_ce_partial(const Tensor& logits, const Tensor& targets, int64_t vocab_start, int64_t valid,
-                                Tensor& row_max, Tensor& target_logit) = 0;
+  virtual void vocab_ce_partial(const Tensor& logits, const Tensor& targets, int64_t vocab_start,
+                                int64_t valid, Tensor& row_max, Tensor& target_logit) = 0;
   // Step 2: per row, sum over valid columns of exp(logit - global_max).
-  virtual void vocab_ce_sumexp(const Tensor& logits, const Tensor& global_max, int64_t valid, Tensor& sumexp) = 0;
+  virtual void vocab_ce_sumexp(const Tensor& logits, const Tensor& global_max, int64_t valid,
+                               Tensor& sumexp) = 0;
   // Backward: dlogits = (exp(logit - max) / sumexp - onehot) * dloss[row];
   // padding columns get 0.
-  virtual void vocab_ce_backward(const Tensor& logits, const Tensor& targets, int64_t vocab_start, int64_t valid,
-                                 const Tensor& global_max, const Tensor& sumexp, const Tensor& dloss,
-                                 Tensor& dlogits) = 0;
+  virtual void vocab_ce_backward(const Tensor& logits, const Tensor& targets, int64_t vocab_start,
+                                 int64_t valid, const Tensor& global_max, const Tensor& sumexp,
+                                 const Tensor& dloss, Tensor& dlogits) = 0;
 
   // y = x * keep / (1 - p), keep = philox_uniform(seed, stream, offset + i) >= p.
   // The same call maps dy to dx in backward.

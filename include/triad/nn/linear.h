@@ -9,6 +9,8 @@ class Linear : public Module {
  public:
   Linear(int64_t in_features, int64_t out_features, bool bias = true, DType dtype = DType::F32);
   Tensor forward(const Tensor& x) const;
+  // gelu(forward(x)), fused where the backend can (ops linear_gelu).
+  Tensor forward_gelu(const Tensor& x) const;
   Tensor& weight() { return weight_; }
   Tensor& bias() { return bias_; }
 

@@ -12,4 +12,10 @@ Tensor matmul(const Tensor& a, const Tensor& b);
 // and the weight/bias gradients deferred (autograd::BackwardOptions).
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
 
+// gelu(linear(x, weight, bias)) in one backend call (on CUDA, a cuBLASLt
+// GEMM with a bias-and-GELU epilogue instead of three passes). Same values,
+// the same two autograd nodes (linear with its split backward, then gelu)
+// and the same saved tensors as the unfused pair.
+Tensor linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
+
 }  // namespace triad

@@ -92,7 +92,39 @@ CublasLtGemm::~CublasLtGemm() {
   if (handle_) cublasLtDestroy(static_cast<cublasLtHandle_t>(handle_));
 }
 
-CublasLtGemm::Cached& CublasLtGemm::lookup(const GemmPlan& p, DType dtype, int alignment) {
+namespace {
+cublasLtEpilogue_t epilogue_of(GemmEpilogue::Kind k) {
+  switch (k) {
+    case GemmEpilogue::Kind::Bias:
+      return CUBLASLT_EPILOGUE_BIAS;
+    case GemmEpilogue::Kind::BiasGelu:
+      return CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+    default:
+      return CUBLASLT_EPILOGUE_DEFAULT;
+  }
+}
+
+// The epilogue's pointers (and the aux leading dimension) on the descriptor:
+// set for the heuristic (it reads their alignment) and before every call.
+void set_epilogue_pointers(cublasLtMatmulDesc_t desc, const GemmPlan& p, const GemmEpilogue& e) {
+  if (e.kind == GemmEpilogue::Kind::None) return;
+  check_lt(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &e.bias,
+                                          sizeof(e.bias)),
+           "desc bias pointer");
+  if (e.kind == GemmEpilogue::Kind::BiasGelu) {
+    const int64_t ld = p.out.ld;
+    check_lt(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
+                                            &e.gelu_input, sizeof(e.gelu_input)),
+             "desc aux pointer");
+    check_lt(
+        cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof(ld)),
+        "desc aux ld");
+  }
+}
+}  // namespace
+
+CublasLtGemm::Cached& CublasLtGemm::lookup(const GemmPlan& p, DType dtype, int alignment,
+                                           const GemmEpilogue& epilogue) {
   const Key key{p.m,
                 p.n,
                 p.k,
@@ -106,9 +138,11 @@ CublasLtGemm::Cached& CublasLtGemm::lookup(const GemmPlan& p, DType dtype, int a
                 p.batch,
                 static_cast<int64_t>(dtype),
                 alignment,
-                0};
+                static_cast<int>(epilogue.kind)};
   auto it = cache_.find(key);
   if (it != cache_.end()) return *it->second;
+  auto known = unsupported_.find(key);
+  if (known != unsupported_.end()) throw NotSupportedError(known->second);
 
   auto entry = std::make_unique<Cached>();
   const cudaDataType_t type = data_type(dtype);
@@ -124,6 +158,11 @@ CublasLtGemm::Cached& CublasLtGemm::lookup(const GemmPlan& p, DType dtype, int a
   check_lt(cublasLtMatmulDescSetAttribute(entry->desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_second,
                                           sizeof(op_second)),
            "desc transb");
+  const cublasLtEpilogue_t ep = epilogue_of(epilogue.kind);
+  check_lt(
+      cublasLtMatmulDescSetAttribute(entry->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof(ep)),
+      "desc epilogue");
+  set_epilogue_pointers(entry->desc, p, epilogue);
   entry->first = make_layout(type, p.first, p.batch);
   entry->second = make_layout(type, p.second, p.batch);
   entry->out = make_layout(type, p.out, p.batch);
@@ -147,19 +186,28 @@ CublasLtGemm::Cached& CublasLtGemm::lookup(const GemmPlan& p, DType dtype, int a
   cublasLtMatmulPreferenceDestroy(pref);
   if (st != CUBLAS_STATUS_NOT_SUPPORTED) check_lt(st, "AlgoGetHeuristic");
   if (st == CUBLAS_STATUS_NOT_SUPPORTED || found == 0) {
-    throw NotSupportedError("gemm: cuBLASLt has no algorithm for m " + std::to_string(p.m) +
+    const char* what = epilogue.kind == GemmEpilogue::Kind::None   ? ""
+                       : epilogue.kind == GemmEpilogue::Kind::Bias ? " with a bias epilogue"
+                                                                   : " with a bias + GELU epilogue";
+    const std::string why = "gemm: cuBLASLt has no algorithm for m " + std::to_string(p.m) +
                             ", n " + std::to_string(p.n) + ", k " + std::to_string(p.k) + " in " +
-                            dtype_name(dtype));
+                            dtype_name(dtype) + what;
+    unsupported_[key] = why;
+    throw NotSupportedError(why);
   }
   entry->algo = result.algo;
   return *cache_.emplace(key, std::move(entry)).first->second;
 }
 
 void CublasLtGemm::run(const GemmPlan& p, DType dtype, const void* a, const void* b, void* c,
-                       double alpha, double beta, cudaStream_t stream) {
+                       double alpha, double beta, cudaStream_t stream,
+                       const GemmEpilogue& epilogue) {
   std::lock_guard<std::mutex> lock(mutex_);
-  const int alignment = std::min({alignment_of(a), alignment_of(b), alignment_of(c)});
-  Cached& e = lookup(p, dtype, alignment);
+  int alignment = std::min({alignment_of(a), alignment_of(b), alignment_of(c)});
+  if (epilogue.bias) alignment = std::min(alignment, alignment_of(epilogue.bias));
+  if (epilogue.gelu_input) alignment = std::min(alignment, alignment_of(epilogue.gelu_input));
+  Cached& e = lookup(p, dtype, alignment, epilogue);
+  set_epilogue_pointers(e.desc, p, epilogue);
   const float af = static_cast<float>(alpha), bf = static_cast<float>(beta);
   const bool f64 = dtype == DType::F64;
   const void* pa = f64 ? static_cast<const void*>(&alpha) : &af;

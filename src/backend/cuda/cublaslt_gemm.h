@@ -5,19 +5,32 @@
 // Algorithms come from cuBLASLt's heuristic, cached per problem; one
 // workspace per device is reused by every call. Weight-gradient and
 // input-gradient products are separate calls (the zero-bubble B/W split
-// needs them apart): the autograd layer issues them as two GEMMs.
+// needs them apart): the autograd layer issues them as two GEMMs. A linear
+// layer's bias, and a GELU after it, can run in the GEMM's epilogue.
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <tuple>
 
 #include "gemm_plan.h"
 #include "triad/core/dtype.h"
 
 namespace triad::detail {
+
+// What the GEMM's epilogue adds to op(a) op(b): a bias per column-major row
+// (Triad's output feature; `bias` has plan.m elements), then optionally
+// GELU (tanh form), storing the pre-activation in `gelu_input` (laid out as
+// the output).
+struct GemmEpilogue {
+  enum class Kind : uint8_t { None, Bias, BiasGelu };
+  Kind kind = Kind::None;
+  const void* bias = nullptr;
+  void* gelu_input = nullptr;
+};
 
 class CublasLtGemm {
  public:
@@ -27,8 +40,9 @@ class CublasLtGemm {
   CublasLtGemm& operator=(const CublasLtGemm&) = delete;
 
   // c = alpha * op(a) op(b) + beta * c for the plan's geometry.
+  // NotSupportedError when cuBLASLt has no algorithm (for this epilogue).
   void run(const GemmPlan& plan, DType dtype, const void* a, const void* b, void* c, double alpha,
-           double beta, cudaStream_t stream);
+           double beta, cudaStream_t stream, const GemmEpilogue& epilogue = {});
 
   static constexpr size_t kWorkspaceBytes = 32u << 20;
 
@@ -36,13 +50,14 @@ class CublasLtGemm {
   struct Cached;
   using Key = std::tuple<int64_t, int64_t, int64_t, bool, bool, int64_t, int64_t, int64_t, int64_t,
                          int64_t, int64_t, int64_t, int, int>;
-  Cached& lookup(const GemmPlan& plan, DType dtype, int alignment);
+  Cached& lookup(const GemmPlan& plan, DType dtype, int alignment, const GemmEpilogue& epilogue);
 
   int device_;
   void* handle_ = nullptr;  // cublasLtHandle_t
   void* workspace_ = nullptr;
   std::mutex mutex_;
   std::map<Key, std::unique_ptr<Cached>> cache_;
+  std::map<Key, std::string> unsupported_;  // problems with no algorithm, and why
 };
 
 }  // namespace triad::detail

@@ -415,6 +415,38 @@ void CudaBackend::gemm(const Tensor& a, const Tensor& b, Tensor& c, bool trans_a
   }
 }
 
+void CudaBackend::linear_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y,
+                                 Tensor* gelu_input) {
+  // The bias (and GELU) in the GEMM's epilogue: one pass over y instead of
+  // a bias broadcast before the product and a GELU pass after it. f64, no
+  // bias, empty products and layouts cuBLASLt has no epilogue algorithm for
+  // take the composed path.
+  const bool fusable = bias.defined() && y.numel() > 0 && x.size(1) > 0 &&
+                       (y.dtype() == DType::F32 || is_half(y.dtype())) && x.dtype() == y.dtype() &&
+                       w.dtype() == y.dtype() && bias.dtype() == y.dtype();
+  if (!fusable) {
+    Backend::linear_forward(x, w, bias, y, gelu_input);
+    return;
+  }
+  const GemmPlan plan = plan_gemm(x.shape(), w.shape(), y.shape(), false, true);
+  // (cuBLASLt wants the GELU input's leading dimension a multiple of 8.)
+  if (plan.batch != 1 || plan.m != w.size(0) || (gelu_input && plan.out.ld % 8 != 0)) {
+    Backend::linear_forward(x, w, bias, y, gelu_input);
+    return;
+  }
+  DeviceState& s = state(y.device().index);
+  DeviceGuard g(s.index);
+  GemmEpilogue ep;
+  ep.kind = gelu_input ? GemmEpilogue::Kind::BiasGelu : GemmEpilogue::Kind::Bias;
+  ep.bias = bias.raw_data();
+  ep.gelu_input = gelu_input ? gelu_input->raw_data() : nullptr;
+  try {
+    s.gemm().run(plan, y.dtype(), x.raw_data(), w.raw_data(), y.raw_data(), 1.0, 0.0, s.stream, ep);
+  } catch (const NotSupportedError&) {
+    Backend::linear_forward(x, w, bias, y, gelu_input);
+  }
+}
+
 void CudaBackend::reduce(ReduceOp op, const Tensor& x, int64_t outer, int64_t n, int64_t inner,
                          Tensor& out, Tensor* indices) {
   DeviceState& s = state(out.device().index);

@@ -36,6 +36,8 @@ class CudaBackend final : public Backend {
               Tensor* indices) override;
   void gelu_forward(const Tensor& x, Tensor& y) override;
   void gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) override;
+  void linear_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y,
+                      Tensor* gelu_input) override;
   void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps,
                           Tensor& y, Tensor& mean, Tensor& rstd) override;
   void layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,

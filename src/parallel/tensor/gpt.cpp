@@ -288,7 +288,7 @@ Tensor TensorParallelGpt::block_forward(int64_t i, const Tensor& x,
   Tensor qkv = L.c_attn->forward(L.ln_1->forward(x));
   Tensor a = L.attn_proj->forward(causal_attention(qkv, cfg_.n_head / group_->size()));
   Tensor h = add(x, site_dropout(a, cfg_.dropout, ctx, i, "attn.resid", shard));
-  Tensor m = L.mlp_proj->forward(gelu(L.c_fc->forward(L.ln_2->forward(h))));
+  Tensor m = L.mlp_proj->forward(L.c_fc->forward_gelu(L.ln_2->forward(h)));
   return add(h, site_dropout(m, cfg_.dropout, ctx, i, "mlp.resid", shard));
 }
 

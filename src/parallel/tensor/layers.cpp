@@ -34,6 +34,11 @@ Tensor ColumnParallelLinear::forward(const Tensor& x) const {
   return linear(in, weight_, bias_);
 }
 
+Tensor ColumnParallelLinear::forward_gelu(const Tensor& x) const {
+  Tensor in = sp_ ? gather_from_sequence_region(x, group_) : copy_to_region(x, group_);
+  return linear_gelu(in, weight_, bias_);
+}
+
 RowParallelLinear::RowParallelLinear(int64_t in, int64_t out, dist::ProcessGroupPtr group,
                                      bool sequence_parallel)
     : group_(std::move(group)), sp_(sequence_parallel) {

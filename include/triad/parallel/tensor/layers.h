@@ -19,6 +19,8 @@ class ColumnParallelLinear : public nn::Module {
   ColumnParallelLinear(int64_t in, int64_t out, dist::ProcessGroupPtr group, bool sequence_parallel,
                        int groups = 1);
   Tensor forward(const Tensor& x) const;
+  // gelu(forward(x)), the GELU fused into the GEMM where the backend can.
+  Tensor forward_gelu(const Tensor& x) const;
   const ShardSpec& weight_spec() const { return weight_spec_; }
   const ShardSpec& bias_spec() const { return bias_spec_; }
 
