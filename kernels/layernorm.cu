@@ -12,11 +12,20 @@ constexpr int64_t kChunks = 64;   // row chunks of the column-sum stage
 
 template <class T>
 __global__ void ln_forward_kernel(const T* x, const T* w, const T* b, T* y, float* mean,
-                                  float* rstd, int64_t N, int64_t C, float eps) {
+                                  float* rstd, int64_t N, int64_t C, float eps, const T* residual,
+                                  T* sum) {
   const int64_t row = blockIdx.x * int64_t(kRowsPerBlock) + (threadIdx.x >> 5);
   const int lane = threadIdx.x & 31;
   if (row >= N) return;
   const T* xr = x + row * C;
+  if (residual) {
+    // The fused residual add: each lane writes its elements of the sum and
+    // reads back only those, so the row needs no synchronisation.
+    const T* rr = residual + row * C;
+    T* hr = sum + row * C;
+    for (int64_t i = lane; i < C; i += 32) store(hr, i, load(xr, i) + load(rr, i));
+    xr = hr;
+  }
   float s = 0;
   for (int64_t i = lane; i < C; i += 32) s += load(xr, i);
   const float mu = warp_sum(s) / static_cast<float>(C);
@@ -35,7 +44,8 @@ __global__ void ln_forward_kernel(const T* x, const T* w, const T* b, T* y, floa
 
 template <class T>
 __global__ void ln_backward_dx_kernel(const T* dy, const T* x, const T* w, const float* mean,
-                                      const float* rstd, T* dx, int64_t N, int64_t C) {
+                                      const float* rstd, T* dx, int64_t N, int64_t C,
+                                      const T* dsum) {
   const int64_t row = blockIdx.x * int64_t(kRowsPerBlock) + (threadIdx.x >> 5);
   const int lane = threadIdx.x & 31;
   if (row >= N) return;
@@ -53,7 +63,8 @@ __global__ void ln_backward_dx_kernel(const T* dy, const T* x, const T* w, const
   T* out = dx + row * C;
   for (int64_t i = lane; i < C; i += 32) {
     const float xhat = (load(xr, i) - mu) * rs;
-    store(out, i, rs * (load(gr, i) * load(w, i) - mg - xhat * mgx));
+    const float extra = dsum ? load(dsum, row * C + i) : 0.0f;
+    store(out, i, rs * (load(gr, i) * load(w, i) - mg - xhat * mgx) + extra);
   }
 }
 
@@ -104,15 +115,18 @@ Status check_layer_norm(ScalarType type, int64_t N, int64_t C, double eps) {
 
 void layer_norm_forward(const void* x, const void* weight, const void* bias, void* y, float* mean,
                         float* rstd, ScalarType type, int64_t N, int64_t C, double eps,
-                        cudaStream_t stream) {
+                        cudaStream_t stream, const void* residual, void* sum) {
   require(check_layer_norm(type, N, C, eps), "layer_norm_forward");
+  if (residual && !sum)
+    throw std::invalid_argument("layer_norm_forward: a residual needs a sum output");
   if (N == 0) return;
   dispatch_nn(type, "layer_norm_forward", [&](auto t) {
     using T = decltype(t);
     const unsigned blocks = static_cast<unsigned>((N + kRowsPerBlock - 1) / kRowsPerBlock);
     ln_forward_kernel<T><<<blocks, 32 * kRowsPerBlock, 0, stream>>>(
         static_cast<const T*>(x), static_cast<const T*>(weight), static_cast<const T*>(bias),
-        static_cast<T*>(y), mean, rstd, N, C, static_cast<float>(eps));
+        static_cast<T*>(y), mean, rstd, N, C, static_cast<float>(eps),
+        static_cast<const T*>(residual), static_cast<T*>(sum));
   });
   check_launch("layer_norm_forward");
 }
@@ -124,7 +138,8 @@ size_t layer_norm_backward_workspace(int64_t N, int64_t C) {
 
 void layer_norm_backward(const void* dy, const void* x, const void* weight, const float* mean,
                          const float* rstd, void* dx, void* dweight, void* dbias, ScalarType type,
-                         int64_t N, int64_t C, void* workspace, cudaStream_t stream) {
+                         int64_t N, int64_t C, void* workspace, cudaStream_t stream,
+                         const void* dsum) {
   require(check_layer_norm(type, N, C, 1.0), "layer_norm_backward");
   if (!workspace) throw std::invalid_argument("layer_norm_backward: workspace is null");
   const int64_t chunks = std::min<int64_t>(kChunks, std::max<int64_t>(N, 1));
@@ -138,7 +153,8 @@ void layer_norm_backward(const void* dy, const void* x, const void* weight, cons
     if (N > 0) {
       const unsigned blocks = static_cast<unsigned>((N + kRowsPerBlock - 1) / kRowsPerBlock);
       ln_backward_dx_kernel<T><<<blocks, 32 * kRowsPerBlock, 0, stream>>>(
-          pdy, px, static_cast<const T*>(weight), mean, rstd, static_cast<T*>(dx), N, C);
+          pdy, px, static_cast<const T*>(weight), mean, rstd, static_cast<T*>(dx), N, C,
+          static_cast<const T*>(dsum));
     }
     const unsigned col_blocks = static_cast<unsigned>((C + 255) / 256);
     ln_backward_partial_kernel<T>

@@ -13,16 +13,22 @@ namespace triad::kernels {
 
 Status check_layer_norm(ScalarType type, int64_t N, int64_t C, double eps);
 
+// With `residual` (N, C), the residual add is fused in: h = x + residual is
+// written to `sum` (rounded to the type, as an add would store it) and h is
+// normalized.
 void layer_norm_forward(const void* x, const void* weight, const void* bias, void* y, float* mean,
                         float* rstd, ScalarType type, int64_t N, int64_t C, double eps,
-                        cudaStream_t stream);
+                        cudaStream_t stream, const void* residual = nullptr, void* sum = nullptr);
 
 // Bytes of device scratch layer_norm_backward needs for (N, C).
 size_t layer_norm_backward_workspace(int64_t N, int64_t C);
 // dweight and dbias are overwritten. The column sums are formed in a fixed
 // order (row chunks, then chunks in order), so results are deterministic.
+// With `dsum` (N, C; the gradient the fused sum gets from its other uses),
+// dx = LayerNorm's input gradient + dsum.
 void layer_norm_backward(const void* dy, const void* x, const void* weight, const float* mean,
                          const float* rstd, void* dx, void* dweight, void* dbias, ScalarType type,
-                         int64_t N, int64_t C, void* workspace, cudaStream_t stream);
+                         int64_t N, int64_t C, void* workspace, cudaStream_t stream,
+                         const void* dsum = nullptr);
 
 }  // namespace triad::kernels

@@ -82,6 +82,15 @@ int main(int argc, char** argv) {
   report("layer_norm_backward",
          time_ms([&] { be.layer_norm_backward(y, x, w, mean, rstd, dx, dw, db); }, iters),
          4 * N * C * h, 0);
+  // The residual add fused into the LayerNorm: reads x, r; writes h, y (and
+  // back: reads dy, dh, h; writes dx), against residual_add + layer_norm.
+  Tensor r = rnd({N, C}, 13), hsum = triad::empty({N, C}, bf, gpu);
+  report("add_layer_norm_forward",
+         time_ms([&] { be.add_layer_norm_forward(x, r, w, b, 1e-5, hsum, y, mean, rstd); }, iters),
+         4 * N * C * h, 0);
+  report("add_layer_norm_backward",
+         time_ms([&] { be.add_layer_norm_backward(y, r, hsum, w, mean, rstd, dx, dw, db); }, iters),
+         5 * N * C * h, 0);
   Tensor a4 = rnd({N, 4 * C}, 4), g4 = triad::empty({N, 4 * C}, bf, gpu);
   report("gelu_forward", time_ms([&] { be.gelu_forward(a4, g4); }, iters), 2 * N * 4 * C * h, 0);
   report("gelu_backward", time_ms([&] { be.gelu_backward(a4, g4, g4); }, iters), 3 * N * 4 * C * h,

@@ -24,6 +24,20 @@ void Backend::linear_forward(const Tensor& x, const Tensor& w, const Tensor& bia
   if (gelu_input) gelu_forward(pre, y);
 }
 
+void Backend::add_layer_norm_forward(const Tensor& x, const Tensor& residual, const Tensor& weight,
+                                     const Tensor& bias, double eps, Tensor& h, Tensor& y,
+                                     Tensor& mean, Tensor& rstd) {
+  binary(BinaryOp::Add, x, residual, h);
+  layer_norm_forward(h, weight, bias, eps, y, mean, rstd);
+}
+
+void Backend::add_layer_norm_backward(const Tensor& dy, const Tensor& dh, const Tensor& h,
+                                      const Tensor& weight, const Tensor& mean, const Tensor& rstd,
+                                      Tensor& dx, Tensor& dweight, Tensor& dbias) {
+  layer_norm_backward(dy, h, weight, mean, rstd, dx, dweight, dbias);
+  binary(BinaryOp::Add, dx, dh, dx);
+}
+
 namespace {
 
 struct Registry {

@@ -90,8 +90,9 @@ Block::Block(const GptConfig& cfg, int64_t layer) {
 }
 
 Tensor Block::forward(const Tensor& x, const ForwardContext& ctx) const {
-  Tensor h = add(x, attn_->forward(ln_1_->forward(x), ctx));
-  return add(h, mlp_->forward(ln_2_->forward(h), ctx));
+  // The attention's residual add and ln_2 run as one op.
+  const AddLayerNorm h = ln_2_->forward_add(x, attn_->forward(ln_1_->forward(x), ctx));
+  return add(h.sum, mlp_->forward(h.norm, ctx));
 }
 
 Gpt::Gpt(const GptConfig& cfg, uint64_t seed, DType dtype) : cfg_(cfg) {

@@ -33,6 +33,10 @@ Tensor LayerNorm::forward(const Tensor& x) const {
   return layer_norm(x, weight_, bias_, eps_);
 }
 
+AddLayerNorm LayerNorm::forward_add(const Tensor& x, const Tensor& residual) const {
+  return add_layer_norm(x, residual, weight_, bias_, eps_);
+}
+
 Embedding::Embedding(int64_t num_embeddings, int64_t dim, DType dtype) {
   weight_ = register_parameter("weight", zeros({num_embeddings, dim}, dtype));
 }

@@ -11,17 +11,27 @@ namespace triad {
 using autograd::record;
 using autograd::TensorList;
 
-Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
-  detail::check_floating(x, "layer_norm", "x");
-  detail::check_same(x, weight, "layer_norm");
-  detail::check_same(x, bias, "layer_norm");
+namespace {
+// The checks layer_norm and add_layer_norm share; returns C.
+int64_t check_layer_norm_args(const char* op, const Tensor& x, const Tensor& weight,
+                              const Tensor& bias, double eps) {
+  detail::check_floating(x, op, "x");
+  detail::check_same(x, weight, op);
+  detail::check_same(x, bias, op);
   const int64_t C = x.dim() ? x.size(-1) : 0;
   if (x.dim() == 0 || weight.shape() != Shape{C} || bias.shape() != Shape{C}) {
-    throw ShapeError("layer_norm: x " + shape_str(x.shape()) + ", weight " +
+    throw ShapeError(std::string(op) + ": x " + shape_str(x.shape()) + ", weight " +
                      shape_str(weight.shape()) + ", bias " + shape_str(bias.shape()) +
                      " (weight and bias must be [C] with C the last dim of x)");
   }
-  if (!(eps > 0)) throw ValueError("layer_norm: eps " + std::to_string(eps) + " must be > 0");
+  if (!(eps > 0))
+    throw ValueError(std::string(op) + ": eps " + std::to_string(eps) + " must be > 0");
+  return C;
+}
+}  // namespace
+
+Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
+  const int64_t C = check_layer_norm_args("layer_norm", x, weight, bias, eps);
   Tensor xc = contiguous(x).detach();
   Tensor wc = contiguous(weight).detach(), bc = contiguous(bias).detach();
   const int64_t rows = C ? x.numel() / C : 0;
@@ -36,6 +46,32 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
     return {dx, dw, db};
   });
   return y;
+}
+
+AddLayerNorm add_layer_norm(const Tensor& x, const Tensor& residual, const Tensor& weight,
+                            const Tensor& bias, double eps) {
+  const int64_t C = check_layer_norm_args("add_layer_norm", x, weight, bias, eps);
+  detail::check_same(x, residual, "add_layer_norm");
+  if (residual.shape() != x.shape()) {
+    throw ShapeError("add_layer_norm: residual " + shape_str(residual.shape()) +
+                     " must have x's shape " + shape_str(x.shape()));
+  }
+  Tensor xc = contiguous(x).detach(), rc = contiguous(residual).detach();
+  Tensor wc = contiguous(weight).detach(), bc = contiguous(bias).detach();
+  const int64_t rows = C ? x.numel() / C : 0;
+  Tensor h = empty_like(xc), y = empty_like(xc);
+  Tensor mu = empty({rows}, stat_dtype(x.dtype()), x.device());
+  Tensor rs = empty({rows}, stat_dtype(x.dtype()), x.device());
+  backend_for(x).add_layer_norm_forward(xc, rc, wc, bc, eps, h, y, mu, rs);
+  Tensor hd = h.detach();
+  record("add_layer_norm", {x, residual, weight, bias}, {h, y},
+         [hd, wc, mu, rs](const TensorList& g) -> TensorList {
+           Tensor dh = contiguous(g[0]), dy = contiguous(g[1]);
+           Tensor dx = empty_like(hd), dw = empty_like(wc), db = empty_like(wc);
+           backend_for(hd).add_layer_norm_backward(dy, dh, hd, wc, mu, rs, dx, dw, db);
+           return {dx, dx, dw, db};
+         });
+  return {h, y};
 }
 
 Tensor softmax(const Tensor& x) {

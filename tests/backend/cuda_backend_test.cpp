@@ -160,6 +160,16 @@ TEST(CudaKernels, RowKernelsAtModelWidths) {
                                     randn({768}, 7, 3, 1.0, d)};
        },
        [](const std::vector<Tensor>& x) { return layer_norm(x[0], x[1], x[2]); }},
+      {"add_layer_norm_N333_C768",  // the fused residual add, both outputs used
+       [](DType d) {
+         return std::vector<Tensor>{randn({333, 768}, 7, 1, 2.0, d),
+                                    randn({333, 768}, 7, 4, 1.0, d), randn({768}, 7, 2, 1.0, d),
+                                    randn({768}, 7, 3, 1.0, d)};
+       },
+       [](const std::vector<Tensor>& x) {
+         const AddLayerNorm o = add_layer_norm(x[0], x[1], x[2], x[3]);
+         return add(o.sum, o.norm);
+       }},
       {"softmax_N5_C1000",
        [](DType d) {
          return std::vector<Tensor>{randn({5, 1000}, 7, 1, 3.0, d)};

@@ -167,6 +167,16 @@ inline std::vector<OpCase> op_cases() {
                  return std::vector<Tensor>{rnd({6, 4}, d, 1), rnd({3, 4}, d, 2)};
                },
                [](const std::vector<Tensor>& x) { return linear(x[0], x[1]); }});
+  c.push_back({"add_layer_norm",
+               [](DType d) {
+                 return std::vector<Tensor>{rnd({2, 3, 8}, d, 1), rnd({2, 3, 8}, d, 2),
+                                            rnd({8}, d, 3), rnd({8}, d, 4)};
+               },
+               [](const std::vector<Tensor>& x) {
+                 // Both outputs reach the result, as in a transformer block.
+                 const AddLayerNorm o = add_layer_norm(x[0], x[1], x[2], x[3]);
+                 return add(mul(o.sum, o.sum), o.norm);
+               }});
   c.push_back(
       {"layer_norm",
        [](DType d) {

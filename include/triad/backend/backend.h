@@ -88,6 +88,19 @@ class Backend {
   virtual void layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
                                    const Tensor& mean, const Tensor& rstd, Tensor& dx,
                                    Tensor& dweight, Tensor& dbias) = 0;
+  // The residual add fused with the LayerNorm after it: h = x + residual
+  // (the residual stream) and y = LayerNorm(h) (the next sublayer's input),
+  // all (N, C). The backward takes dh, the gradient h gets from its other
+  // uses, and writes dx = LayerNorm's input gradient + dh (x's and the
+  // residual's gradient alike). The defaults compose binary and the
+  // LayerNorm calls (the reference); the CUDA backend fuses each into one
+  // pass.
+  virtual void add_layer_norm_forward(const Tensor& x, const Tensor& residual, const Tensor& weight,
+                                      const Tensor& bias, double eps, Tensor& h, Tensor& y,
+                                      Tensor& mean, Tensor& rstd);
+  virtual void add_layer_norm_backward(const Tensor& dy, const Tensor& dh, const Tensor& h,
+                                       const Tensor& weight, const Tensor& mean, const Tensor& rstd,
+                                       Tensor& dx, Tensor& dweight, Tensor& dbias);
 
   // Softmax over the last dimension of x viewed as (rows, cols).
   virtual void softmax_forward(const Tensor& x, Tensor& y) = 0;

@@ -9,6 +9,17 @@ namespace triad {
 // LayerNorm over the last dimension. x (..., C); weight, bias (C).
 Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps = 1e-5);
 
+// A residual add and the LayerNorm after it in one op: returns
+// {h = x + residual, layer_norm(h, weight, bias, eps)}. x and residual have
+// the same shape (..., C). Values and gradients equal the unfused
+// add-then-layer_norm; the CUDA backend does each direction in one pass.
+struct AddLayerNorm {
+  Tensor sum;   // h, the residual stream
+  Tensor norm;  // LayerNorm(h)
+};
+AddLayerNorm add_layer_norm(const Tensor& x, const Tensor& residual, const Tensor& weight,
+                            const Tensor& bias, double eps = 1e-5);
+
 // Softmax over the last dimension.
 Tensor softmax(const Tensor& x);
 

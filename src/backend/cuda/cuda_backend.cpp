@@ -482,32 +482,63 @@ void CudaBackend::gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) {
   });
 }
 
-void CudaBackend::layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias,
-                                     double eps, Tensor& y, Tensor& mean, Tensor& rstd) {
+namespace {
+// LayerNorm with or without the fused residual add (residual/sum, dsum null
+// for the plain op).
+void run_layer_norm_forward(CudaBackend& be, const Tensor& x, const Tensor* residual,
+                            const Tensor& weight, const Tensor& bias, double eps, Tensor* sum,
+                            Tensor& y, Tensor& mean, Tensor& rstd) {
   require_nn("layer_norm", x.dtype());
   const int64_t C = x.size(-1), N = x.numel() / std::max<int64_t>(C, 1);
-  DeviceState& s = state(y.device().index);
+  CudaBackend::DeviceState& s = be.state(y.device().index);
   DeviceGuard g(s.index);
   launch("layer_norm_forward", [&] {
     k::layer_norm_forward(x.raw_data(), weight.raw_data(), bias.raw_data(), y.raw_data(),
                           mean.data<float>(), rstd.data<float>(), scalar(x.dtype()), N, C, eps,
-                          s.stream);
+                          s.stream, residual ? residual->raw_data() : nullptr,
+                          sum ? sum->raw_data() : nullptr);
   });
 }
 
-void CudaBackend::layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
-                                      const Tensor& mean, const Tensor& rstd, Tensor& dx,
-                                      Tensor& dweight, Tensor& dbias) {
+void run_layer_norm_backward(CudaBackend& be, const Tensor& dy, const Tensor* dsum, const Tensor& x,
+                             const Tensor& weight, const Tensor& mean, const Tensor& rstd,
+                             Tensor& dx, Tensor& dweight, Tensor& dbias) {
   require_nn("layer_norm_backward", x.dtype());
   const int64_t C = x.size(-1), N = x.numel() / std::max<int64_t>(C, 1);
-  DeviceState& s = state(dx.device().index);
+  CudaBackend::DeviceState& s = be.state(dx.device().index);
   DeviceGuard g(s.index);
   Scratch ws(s.allocator, k::layer_norm_backward_workspace(N, C));
   launch("layer_norm_backward", [&] {
     k::layer_norm_backward(dy.raw_data(), x.raw_data(), weight.raw_data(), mean.data<float>(),
                            rstd.data<float>(), dx.raw_data(), dweight.raw_data(), dbias.raw_data(),
-                           scalar(x.dtype()), N, C, ws.get(), s.stream);
+                           scalar(x.dtype()), N, C, ws.get(), s.stream,
+                           dsum ? dsum->raw_data() : nullptr);
   });
+}
+}  // namespace
+
+void CudaBackend::layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                                     double eps, Tensor& y, Tensor& mean, Tensor& rstd) {
+  run_layer_norm_forward(*this, x, nullptr, weight, bias, eps, nullptr, y, mean, rstd);
+}
+
+void CudaBackend::layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
+                                      const Tensor& mean, const Tensor& rstd, Tensor& dx,
+                                      Tensor& dweight, Tensor& dbias) {
+  run_layer_norm_backward(*this, dy, nullptr, x, weight, mean, rstd, dx, dweight, dbias);
+}
+
+void CudaBackend::add_layer_norm_forward(const Tensor& x, const Tensor& residual,
+                                         const Tensor& weight, const Tensor& bias, double eps,
+                                         Tensor& h, Tensor& y, Tensor& mean, Tensor& rstd) {
+  run_layer_norm_forward(*this, x, &residual, weight, bias, eps, &h, y, mean, rstd);
+}
+
+void CudaBackend::add_layer_norm_backward(const Tensor& dy, const Tensor& dh, const Tensor& h,
+                                          const Tensor& weight, const Tensor& mean,
+                                          const Tensor& rstd, Tensor& dx, Tensor& dweight,
+                                          Tensor& dbias) {
+  run_layer_norm_backward(*this, dy, &dh, h, weight, mean, rstd, dx, dweight, dbias);
 }
 
 void CudaBackend::softmax_forward(const Tensor& x, Tensor& y) {

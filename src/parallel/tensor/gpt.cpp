@@ -287,9 +287,10 @@ Tensor TensorParallelGpt::block_forward(int64_t i, const Tensor& x,
   const int shard = sp_ ? group_->rank() : 0;
   Tensor qkv = L.c_attn->forward(L.ln_1->forward(x));
   Tensor a = L.attn_proj->forward(causal_attention(qkv, cfg_.n_head / group_->size()));
-  Tensor h = add(x, site_dropout(a, cfg_.dropout, ctx, i, "attn.resid", shard));
-  Tensor m = L.mlp_proj->forward(L.c_fc->forward_gelu(L.ln_2->forward(h)));
-  return add(h, site_dropout(m, cfg_.dropout, ctx, i, "mlp.resid", shard));
+  const AddLayerNorm h =
+      L.ln_2->forward_add(x, site_dropout(a, cfg_.dropout, ctx, i, "attn.resid", shard));
+  Tensor m = L.mlp_proj->forward(L.c_fc->forward_gelu(h.norm));
+  return add(h.sum, site_dropout(m, cfg_.dropout, ctx, i, "mlp.resid", shard));
 }
 
 Tensor TensorParallelGpt::head_loss(const Tensor& hidden, const Tensor& targets) const {
