@@ -1,7 +1,9 @@
 // Training throughput of GPT-2 shaped models on one GPU: forward, backward,
 // clipping and AdamW on random tokens, in fp32, bf16 or fp16 (f32 masters).
 // Prints one JSON line: tokens/s, step time, model TFLOP/s (PTD-P count,
-// attention included), MFU against --peak-tflops, peak device memory.
+// attention included), MFU against --peak-tflops, peak device memory, and
+// (from one more step, synchronised between phases) where a step's time
+// goes: forward with the loss, backward, clipping and optimizer.
 //   bench_train_gpu --preset 124m --batch 16 --precision bf16 --peak-tflops 989
 #include <CLI/CLI.hpp>
 #include <chrono>
@@ -73,25 +75,51 @@ int main(int argc, char** argv) {
   const double secs =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const double tokens_per_s = static_cast<double>(steps * batch * T) / secs;
+  // One more step, each phase timed to the device's completion.
+  auto sync = [&] {
+    if (device.is_cuda()) triad::cuda::synchronize(device.index);
+  };
+  auto now = [] { return std::chrono::steady_clock::now(); };
+  auto ms_since = [](auto t0) {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  };
+  sync();
+  auto t0 = now();
+  triad::Tensor l = model.loss(ids, targets);
+  sync();
+  const double forward_ms = ms_since(t0);
+  t0 = now();
+  triad::autograd::backward({l});
+  sync();
+  const double backward_ms = ms_since(t0);
+  t0 = now();
+  triad::optim::clip_grad_norm(model.parameters(), 1.0);
+  opt.step(1e-4);
+  model.zero_grad();
+  sync();
+  const double optimizer_ms = ms_since(t0);
   // PTD-P model FLOPs (forward and backward, no recomputation) per token:
   // 72 L h^2 (1 + s / (6h) + V / (12 L h)), the count the trainer's MFU uses.
   const double L = static_cast<double>(cfg.n_layer), H = static_cast<double>(cfg.d_model),
                S = static_cast<double>(T), V = static_cast<double>(cfg.vocab_size);
   const double flops_per_token = 72.0 * L * H * H * (1.0 + S / (6.0 * H) + V / (12.0 * L * H));
   const double tflops = tokens_per_s * flops_per_token / 1e12;
-  nlohmann::json j{{"impl", "triad"},
-                   {"preset", preset},
-                   {"precision", precision},
-                   {"attention_kernel", attention},
-                   {"device", device.str()},
-                   {"batch", batch},
-                   {"seq", T},
-                   {"params", model.num_parameters()},
-                   {"tokens_per_s", tokens_per_s},
-                   {"step_ms", secs * 1000.0 / static_cast<double>(steps)},
-                   {"model_tflops", tflops},
-                   {"mfu", peak_tflops > 0 ? tflops / peak_tflops : 0.0},
-                   {"loss", loss}};
+  nlohmann::json j{
+      {"impl", "triad"},
+      {"preset", preset},
+      {"precision", precision},
+      {"attention_kernel", attention},
+      {"device", device.str()},
+      {"batch", batch},
+      {"seq", T},
+      {"params", model.num_parameters()},
+      {"tokens_per_s", tokens_per_s},
+      {"step_ms", secs * 1000.0 / static_cast<double>(steps)},
+      {"model_tflops", tflops},
+      {"mfu", peak_tflops > 0 ? tflops / peak_tflops : 0.0},
+      {"loss", loss},
+      {"phases_ms",
+       {{"forward", forward_ms}, {"backward", backward_ms}, {"clip_and_optimizer", optimizer_ms}}}};
   if (device.is_cuda()) {
     j["peak_memory_gib"] =
         static_cast<double>(triad::cuda::memory_stats(device.index).peak_allocated) /
