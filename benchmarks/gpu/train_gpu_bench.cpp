@@ -31,6 +31,11 @@ int main(int argc, char** argv) {
   app.add_option("--steps", steps, "timed steps");
   app.add_option("--warmup", warmup, "untimed steps first");
   app.add_option("--peak-tflops", peak_tflops, "dense peak of the device in this precision");
+  int64_t n_layer = 0, d_model = 0, n_head = 0, vocab = 0;
+  app.add_option("--n-layer", n_layer, "override the preset's layers");
+  app.add_option("--d-model", d_model, "override the preset's width");
+  app.add_option("--n-head", n_head, "override the preset's heads");
+  app.add_option("--vocab", vocab, "override the vocabulary (default 50304)");
   std::string attention = "auto";
   app.add_option("--attention-kernel", attention, "auto | simt | tensor_core | cudnn");
   CLI11_PARSE(app, argc, argv);
@@ -43,6 +48,12 @@ int main(int argc, char** argv) {
     cfg.n_layer = 2, cfg.n_head = 4, cfg.d_model = 128;
   }
   cfg.vocab_size = 50304;  // GPT-2's 50257 padded to a multiple of 128
+  // Overrides (a tiny width with the full depth measures the framework's
+  // own cost per step: the launches and bookkeeping the GPU must not wait on).
+  if (n_layer > 0) cfg.n_layer = n_layer;
+  if (d_model > 0) cfg.d_model = d_model;
+  if (n_head > 0) cfg.n_head = n_head;
+  if (vocab > 0) cfg.vocab_size = vocab;
   cfg.seq_len = seq;
   const triad::Device device = triad::device_from_string(device_name);
   const triad::DType dtype = precision == "bf16"   ? triad::DType::BF16
@@ -55,8 +66,10 @@ int main(int argc, char** argv) {
   const int64_t T = cfg.seq_len;
   std::vector<int64_t> in, tg;
   for (int64_t i = 0; i < batch * T; ++i) {
-    in.push_back(static_cast<int64_t>((i * 2654435761u) % 50257));
-    tg.push_back(static_cast<int64_t>(((i + 1) * 2654435761u) % 50257));
+    in.push_back(
+        static_cast<int64_t>((i * 2654435761u) % std::min<int64_t>(50257, cfg.vocab_size)));
+    tg.push_back(
+        static_cast<int64_t>(((i + 1) * 2654435761u) % std::min<int64_t>(50257, cfg.vocab_size)));
   }
   triad::Tensor ids = triad::to_device(triad::from_vector(in, {batch, T}), device);
   triad::Tensor targets = triad::to_device(triad::from_vector(tg, {batch, T}), device);
