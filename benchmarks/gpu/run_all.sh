@@ -5,14 +5,19 @@
 #      BUILD_DIR (default build-gpu),
 #   2. lists the visible GPUs,
 #   3. runs every CTest test labelled gpu (a test that finds no GPU exits 77
-#      and is reported as skipped, never as passed),
+#      and is reported as skipped, never as passed); when the suite fails,
+#      runs each of its tests again in a process of its own with
+#      CUDA_LAUNCH_BLOCKING=1 (one crash cannot hide the rest), and each
+#      failing one under compute-sanitizer when the toolkit has it,
 #   4. measures each kernel family against the device's ceilings,
 #   5. runs the collective benchmark through the NCCL group (one rank),
 #   6. trains GPT-2 124M and 350M (seq 1024, bf16) with Triad and with the
 #      machine's PyTorch (bf16 autocast, torch.compile, flash attention) on
 #      the same batch, reporting tokens/s and MFU.
-# Every log and JSON result goes to OUT (default out/gpu; the device tool
-# sets OUT so they come back). Exit status: non-zero when the build or a gpu
+# Results go to OUT (default out/gpu; the device tool sets OUT and brings
+# back at most 8 files, so there are 7): summary.log (what this prints),
+# build.log, gpu_tests.log, kernels.jsonl, collectives_nccl.log,
+# train.jsonl, torch.err. Exit status: non-zero when the build or a gpu
 # test fails. Environment: SKIP_BUILD=1 reuses BUILD_DIR, SKIP_TORCH=1,
 # BATCH_124M / BATCH_350M, PEAK_TFLOPS (default 989), HBM_GBS (4800).
 #
@@ -28,7 +33,12 @@ PEAK=${PEAK_TFLOPS:-989}
 HBM=${HBM_GBS:-4800}
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
+exec > >(tee "$OUT/summary.log") 2>&1
+tee_pid=$!
+# Let tee write the last lines before the script (and the call) ends.
+trap 'exec 1>&- 2>&-; wait "$tee_pid" 2>/dev/null' EXIT
 status=0
+echo "== $(date -u +%FT%TZ) commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
 
 # A GPU machine without Debian's development packages (and no network): the
 # .deb files scripts/gpu_deps.sh fetched into .deps/debs (carried along) are
@@ -60,50 +70,72 @@ fi
 if [ "${SKIP_BUILD:-0}" != 1 ]; then
   echo "== build ($BUILD_DIR, sm_$ARCHS)"
   cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTRIAD_WITH_CUDA=ON \
-    -DTRIAD_CUDA_ARCHS="$ARCHS" ${TRIAD_CMAKE_ARGS:-} >"$OUT/configure.log" 2>&1 || {
-    tail -20 "$OUT/configure.log"; exit 1; }
-  grep "triad: TRIAD_WITH_CUDA" "$OUT/configure.log"
-  if ! cmake --build "$BUILD_DIR" -j "$(nproc)" >"$OUT/build.log" 2>&1; then
+    -DTRIAD_CUDA_ARCHS="$ARCHS" ${TRIAD_CMAKE_ARGS:-} >"$OUT/build.log" 2>&1 || {
+    tail -20 "$OUT/build.log"; exit 1; }
+  grep "triad: TRIAD_WITH_CUDA" "$OUT/build.log"
+  if ! cmake --build "$BUILD_DIR" -j "$(nproc)" >>"$OUT/build.log" 2>&1; then
     grep -E "error|Error" "$OUT/build.log" | head -40
     # A cuDNN whose headers this code does not build against should not cost
     # the whole GPU session: say so and build the rest without it.
     grep -q "cudnn_attention" "$OUT/build.log" || exit 1
     echo "== the cuDNN attention did not build: rebuilding with TRIAD_USE_CUDNN=OFF"
     status=1
-    cmake -S . -B "$BUILD_DIR" -DTRIAD_USE_CUDNN=OFF >>"$OUT/configure.log" 2>&1 &&
-      cmake --build "$BUILD_DIR" -j "$(nproc)" >"$OUT/build_nocudnn.log" 2>&1 || {
-      grep -E "error|Error" "$OUT/build_nocudnn.log" | head -40; exit 1; }
+    { cmake -S . -B "$BUILD_DIR" -DTRIAD_USE_CUDNN=OFF && cmake --build "$BUILD_DIR" -j "$(nproc)"; } \
+      >>"$OUT/build.log" 2>&1 || { grep -E "error|Error" "$OUT/build.log" | tail -40; exit 1; }
   fi
   echo "built"
 fi
 
 echo "== devices"
-"$BUILD_DIR/examples/triad-devices" 2>&1 | tee "$OUT/devices.log"
-nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,memory.total --format=csv 2>/dev/null | tee -a "$OUT/devices.log"
+"$BUILD_DIR/examples/triad-devices" 2>&1
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,memory.total --format=csv 2>/dev/null
 
 echo "== gpu tests"
-ctest --test-dir "$BUILD_DIR" -L gpu --output-on-failure -j 1 --timeout 900 \
-  --output-junit "$OUT/gpu_tests.xml" >"$OUT/gpu_tests.log" 2>&1 || status=1
-tail -15 "$OUT/gpu_tests.log"
+gpu_log="$OUT/gpu_tests.log"
+if ! ctest --test-dir "$BUILD_DIR" -L gpu --output-on-failure -j 1 --timeout 900 >"$gpu_log" 2>&1; then
+  status=1
+  tests=$("$BUILD_DIR/tests/triad_gpu_tests" --gtest_list_tests 2>/dev/null |
+    awk '/^[^ ]/ {suite=$1} /^  / {print suite $1}')
+  sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
+  echo "== each gpu test in its own process (CUDA_LAUNCH_BLOCKING=1)" >>"$gpu_log"
+  for t in $tests; do
+    if CUDA_LAUNCH_BLOCKING=1 timeout 600 "$BUILD_DIR/tests/triad_gpu_tests" --gtest_filter="$t" \
+      >>"$gpu_log" 2>&1; then
+      echo "ok      $t"
+    else
+      echo "FAILED  $t"
+      if [ -n "$sanitizer" ]; then
+        echo "== compute-sanitizer: $t" >>"$gpu_log"
+        timeout 600 "$sanitizer" --tool memcheck --print-limit 20 \
+          "$BUILD_DIR/tests/triad_gpu_tests" --gtest_filter="$t" 2>&1 | tail -80 >>"$gpu_log"
+      fi
+    fi
+  done
+fi
+grep -E "tests passed|tests failed|\(Failed\)|Skipped|\*\*\*" "$gpu_log" | head -20
 
 echo "== kernels (B 8, T 1024, C 768, bf16)"
 "$BUILD_DIR/benchmarks/bench_kernels_gpu" --hbm-gbs "$HBM" --peak-tflops "$PEAK" \
-  2>&1 | tee "$OUT/kernels.jsonl" || status=1
+  >"$OUT/kernels.jsonl" 2>&1 || status=1
+cat "$OUT/kernels.jsonl"
 
 echo "== NCCL collectives (world size 1: local in-place bandwidth only)"
-"$BUILD_DIR/benchmarks/bench_collectives" --backend nccl --max-bytes 256M 2>&1 |
-  tee "$OUT/collectives_nccl.log" || status=1
+"$BUILD_DIR/benchmarks/bench_collectives" --backend nccl --max-bytes 256M \
+  >"$OUT/collectives_nccl.log" 2>&1 || status=1
+tail -25 "$OUT/collectives_nccl.log"
 
 echo "== training (seq 1024, bf16)"
 : >"$OUT/train.jsonl"
+: >"$OUT/torch.err"
 for preset in 124m 350m; do
   if [ "$preset" = 124m ]; then batch=${BATCH_124M:-16}; else batch=${BATCH_350M:-8}; fi
   "$BUILD_DIR/benchmarks/bench_train_gpu" --preset $preset --batch "$batch" --seq 1024 \
     --precision bf16 --peak-tflops "$PEAK" 2>&1 | tee -a "$OUT/train.jsonl" || status=1
   if [ "${SKIP_TORCH:-0}" != 1 ]; then
     python3 benchmarks/gpu/train_gpu_torch.py --preset $preset --batch "$batch" --seq 1024 \
-      --peak-tflops "$PEAK" 2>"$OUT/torch_$preset.err" | tee -a "$OUT/train.jsonl" ||
-      tail -5 "$OUT/torch_$preset.err"
+      --peak-tflops "$PEAK" 2>>"$OUT/torch.err" | tee -a "$OUT/train.jsonl" ||
+      tail -5 "$OUT/torch.err"
   fi
 done
+echo "== done, status $status"
 exit $status

@@ -17,7 +17,8 @@
 #include "triad/optim/adamw.h"
 #include "triad/optim/clip.h"
 
-int main(int argc, char** argv) {
+namespace {
+int run(int argc, char** argv) {
   CLI::App app{"Triad GPU training throughput"};
   std::string preset = "124m", precision = "bf16", device_name = "cuda:0";
   int64_t batch = 16, seq = 1024, steps = 10, warmup = 3;
@@ -140,4 +141,14 @@ int main(int argc, char** argv) {
   }
   std::printf("%s\n", j.dump().c_str());
   return 0;
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_train_gpu: %s\n", e.what());
+    return 1;
+  }
 }
