@@ -1,0 +1,213 @@
+// cublaslt_gemm.cpp against a CPU stand-in for cuBLASLt (mock_cublaslt.cpp),
+// in every CUDA build and without a GPU: Triad's row-major GEMMs (plain,
+// transposed, batched, a shared 2-D operand, the batch folded into rows) must
+// reach cuBLASLt as column-major calls whose layouts fit and whose results
+// are the row-major product; the bias and bias + GELU epilogues must add the
+// bias per output feature and keep the pre-activation; problems without an
+// algorithm must be NotSupportedError, remembered. What only a GPU can say:
+// which algorithms cuBLASLt really has.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "mock_cublaslt.h"
+#include "src/backend/cuda/cublaslt_gemm.h"
+#include "triad/core/error.h"
+
+namespace triad::detail {
+namespace {
+
+namespace mock = testing::mock_cublaslt;
+
+// Host buffer of n elements of `dtype`, filled with N(0, 1) rounded to it;
+// values() gives them back as double.
+class Buffer {
+ public:
+  Buffer(DType dtype, int64_t n, uint32_t seed) : dtype_(dtype), n_(n) {
+    bytes_.resize(static_cast<size_t>(n) * dtype_size(dtype));
+    std::mt19937 rng(seed);
+    std::normal_distribution<double> dist(0, 1);
+    for (int64_t i = 0; i < n; ++i) set(i, dist(rng));
+  }
+  void set(int64_t i, double v) {
+    char* p = bytes_.data();
+    if (dtype_ == DType::F64) {
+      reinterpret_cast<double*>(p)[i] = v;
+    } else if (dtype_ == DType::F32) {
+      reinterpret_cast<float*>(p)[i] = static_cast<float>(v);
+    } else {
+      const float f = static_cast<float>(v);
+      uint32_t bits;
+      std::memcpy(&bits, &f, 4);
+      bits += 0x7fff + ((bits >> 16) & 1);
+      reinterpret_cast<uint16_t*>(p)[i] = static_cast<uint16_t>(bits >> 16);
+    }
+  }
+  double get(int64_t i) const {
+    const char* p = bytes_.data();
+    if (dtype_ == DType::F64) return reinterpret_cast<const double*>(p)[i];
+    if (dtype_ == DType::F32) return reinterpret_cast<const float*>(p)[i];
+    const uint32_t bits = static_cast<uint32_t>(reinterpret_cast<const uint16_t*>(p)[i]) << 16;
+    float f;
+    std::memcpy(&f, &bits, 4);
+    return f;
+  }
+  std::vector<double> values() const {
+    std::vector<double> v;
+    for (int64_t i = 0; i < n_; ++i) v.push_back(get(i));
+    return v;
+  }
+  void* data() { return bytes_.data(); }
+
+ private:
+  DType dtype_;
+  int64_t n_;
+  std::vector<char> bytes_;
+};
+
+double tolerance(DType d) {
+  return d == DType::F64 ? 1e-12 : d == DType::F32 ? 1e-5 : 1e-2;
+}
+
+struct Case {
+  const char* name;
+  Shape a, b, c;
+  bool ta, tb;
+};
+
+// c = alpha op(a) op(b) + beta c, row-major, as Backend::gemm defines it.
+std::vector<double> reference(const Case& k, const std::vector<double>& a,
+                              const std::vector<double>& b, const std::vector<double>& c,
+                              double alpha, double beta) {
+  const int64_t batch = k.c.size() == 3 ? k.c[0] : 1;
+  const int64_t M = k.c[k.c.size() - 2], N = k.c.back();
+  const int64_t K = k.ta ? k.a[k.a.size() - 2] : k.a.back();
+  const bool a3 = k.a.size() == 3, b3 = k.b.size() == 3;
+  std::vector<double> out(c.size());
+  for (int64_t bi = 0; bi < batch; ++bi)
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j) {
+        double acc = 0;
+        for (int64_t kk = 0; kk < K; ++kk) {
+          const int64_t ia = (a3 ? bi * M * K : 0) + (k.ta ? kk * M + i : i * K + kk);
+          const int64_t ib = (b3 ? bi * K * N : 0) + (k.tb ? j * K + kk : kk * N + j);
+          acc += a[static_cast<size_t>(ia)] * b[static_cast<size_t>(ib)];
+        }
+        const size_t ic = static_cast<size_t>(bi * M * N + i * N + j);
+        out[ic] = alpha * acc + beta * c[ic];
+      }
+  return out;
+}
+
+class CublasLtGemmMock : public ::testing::Test {
+ protected:
+  void SetUp() override { mock::reset(); }
+};
+
+TEST_F(CublasLtGemmMock, RowMajorProductsInEveryLayout) {
+  const Case cases[] = {
+      {"plain", {3, 4}, {4, 5}, {3, 5}, false, false},
+      {"a transposed", {4, 3}, {4, 5}, {3, 5}, true, false},
+      {"b transposed (linear)", {3, 4}, {5, 4}, {3, 5}, false, true},
+      {"both transposed", {4, 3}, {5, 4}, {3, 5}, true, true},
+      {"batched", {2, 3, 4}, {2, 4, 5}, {2, 3, 5}, false, false},
+      {"batched, b transposed", {2, 3, 4}, {2, 5, 4}, {2, 3, 5}, false, true},
+      {"batch folded into rows (linear on 3-d input)", {2, 3, 4}, {5, 4}, {2, 3, 5}, false, true},
+      {"shared 2-d a", {3, 4}, {2, 4, 5}, {2, 3, 5}, false, false},
+      {"weight gradient", {7, 5}, {7, 6}, {5, 6}, true, false},
+      {"odd sizes", {9, 13}, {13, 11}, {9, 11}, false, false},
+  };
+  for (DType dtype : {DType::F64, DType::F32, DType::BF16}) {
+    CublasLtGemm gemm(0);
+    for (const Case& k : cases) {
+      SCOPED_TRACE(std::string(k.name) + " " + dtype_name(dtype));
+      Buffer a(dtype, numel(k.a), 1), b(dtype, numel(k.b), 2), c(dtype, numel(k.c), 3);
+      const std::vector<double> want = reference(k, a.values(), b.values(), c.values(), 1.5, 0.5);
+      gemm.run(plan_gemm(k.a, k.b, k.c, k.ta, k.tb), dtype, a.data(), b.data(), c.data(), 1.5, 0.5,
+               nullptr);
+      const std::vector<double> got = c.values();
+      for (size_t i = 0; i < got.size(); ++i)
+        ASSERT_NEAR(got[i], want[i], tolerance(dtype) * (1 + std::fabs(want[i])))
+            << "element " << i << " (" << mock::last_error() << ")";
+    }
+  }
+}
+
+TEST_F(CublasLtGemmMock, BiasAndGeluEpiloguesActPerOutputFeature) {
+  // A linear layer: y (rows 7, out 16) = x (7, 6) w^T (w 16 x 6) + bias (16).
+  const int64_t rows = 7, in = 6, out = 16;
+  for (DType dtype : {DType::F32, DType::BF16}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    CublasLtGemm gemm(0);
+    Buffer x(dtype, rows * in, 4), w(dtype, out * in, 5), bias(dtype, out, 6);
+    const Case k{"linear", {rows, in}, {out, in}, {rows, out}, false, true};
+    std::vector<double> lin =
+        reference(k, x.values(), w.values(), std::vector<double>(rows * out, 0), 1, 0);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t o = 0; o < out; ++o) lin[static_cast<size_t>(r * out + o)] += bias.get(o);
+    const GemmPlan plan = plan_gemm(k.a, k.b, k.c, false, true);
+
+    Buffer y(dtype, rows * out, 7);
+    GemmEpilogue ep;
+    ep.kind = GemmEpilogue::Kind::Bias;
+    ep.bias = bias.data();
+    gemm.run(plan, dtype, x.data(), w.data(), y.data(), 1, 0, nullptr, ep);
+    for (int64_t i = 0; i < rows * out; ++i)
+      ASSERT_NEAR(y.get(i), lin[static_cast<size_t>(i)], tolerance(dtype) * (1 + std::fabs(lin[i])))
+          << "bias, element " << i;
+
+    Buffer pre(dtype, rows * out, 8);
+    ep.kind = GemmEpilogue::Kind::BiasGelu;
+    ep.gelu_input = pre.data();
+    gemm.run(plan, dtype, x.data(), w.data(), y.data(), 1, 0, nullptr, ep);
+    for (int64_t i = 0; i < rows * out; ++i) {
+      const double v = lin[static_cast<size_t>(i)];
+      const double g = 0.5 * v * (1 + std::tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)));
+      ASSERT_NEAR(pre.get(i), v, tolerance(dtype) * (1 + std::fabs(v))) << "pre, element " << i;
+      ASSERT_NEAR(y.get(i), g, 2 * tolerance(dtype) * (1 + std::fabs(g))) << "gelu, element " << i;
+    }
+  }
+}
+
+TEST_F(CublasLtGemmMock, GeluAuxNeedsAWidthDivisibleBy8) {
+  // What CudaBackend::linear_forward steers around: 5 output features.
+  CublasLtGemm gemm(0);
+  Buffer x(DType::F32, 3 * 4, 1), w(DType::F32, 5 * 4, 2), bias(DType::F32, 5, 3),
+      y(DType::F32, 15, 4), pre(DType::F32, 15, 5);
+  GemmEpilogue ep;
+  ep.kind = GemmEpilogue::Kind::BiasGelu;
+  ep.bias = bias.data();
+  ep.gelu_input = pre.data();
+  EXPECT_THROW(gemm.run(plan_gemm({3, 4}, {5, 4}, {3, 5}, false, true), DType::F32, x.data(),
+                        w.data(), y.data(), 1, 0, nullptr, ep),
+               Error);
+  EXPECT_NE(mock::last_error().find("divisible by 8"), std::string::npos) << mock::last_error();
+}
+
+TEST_F(CublasLtGemmMock, ProblemsWithoutAnAlgorithmAreRememberedAsNotSupported) {
+  CublasLtGemm gemm(0);
+  Buffer a(DType::BF16, 12, 1), b(DType::BF16, 20, 2), c(DType::BF16, 15, 3);
+  const GemmPlan plan = plan_gemm({3, 4}, {4, 5}, {3, 5}, false, false);
+  mock::set_no_algorithms(true);
+  EXPECT_THROW(gemm.run(plan, DType::BF16, a.data(), b.data(), c.data(), 1, 0, nullptr),
+               NotSupportedError);
+  const int64_t queries = mock::counters().heuristic_queries;
+  mock::set_no_algorithms(false);
+  // The same problem again: refused from the cache, cuBLASLt not asked.
+  EXPECT_THROW(gemm.run(plan, DType::BF16, a.data(), b.data(), c.data(), 1, 0, nullptr),
+               NotSupportedError);
+  EXPECT_EQ(mock::counters().heuristic_queries, queries);
+  // A problem with an algorithm is planned once and then reused.
+  const GemmPlan other = plan_gemm({3, 4}, {5, 4}, {3, 5}, false, true);
+  Buffer b2(DType::BF16, 20, 4);
+  gemm.run(other, DType::BF16, a.data(), b2.data(), c.data(), 1, 0, nullptr);
+  gemm.run(other, DType::BF16, a.data(), b2.data(), c.data(), 1, 0, nullptr);
+  EXPECT_EQ(mock::counters().heuristic_queries, queries + 1);
+  EXPECT_EQ(mock::counters().matmuls, 2);
+}
+
+}  // namespace
+}  // namespace triad::detail

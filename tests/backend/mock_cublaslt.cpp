@@ -1,0 +1,352 @@
+// A CPU stand-in for the part of cuBLASLt (and the two CUDA runtime calls)
+// that src/backend/cuda/cublaslt_gemm.cpp uses, for testing that layer
+// without a GPU: it checks what the real library checks about a call (each
+// operand's rows, columns and leading dimension against the operation and
+// m, n, k; batch counts; the epilogue's pointers and aux leading dimension)
+// and computes D = alpha op(A) op(B) + beta C (+ bias, GELU with its input
+// kept) in column-major order on host memory (f32, f64, bf16).
+#include "mock_cublaslt.h"
+
+#include <cublasLt.h>
+#include <cuda_runtime_api.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <vector>
+
+struct cublasLtContext {};
+
+namespace triad::testing::mock_cublaslt {
+namespace {
+
+struct Layout {
+  cudaDataType type = CUDA_R_32F;
+  uint64_t rows = 0, cols = 0;
+  int64_t ld = 0;
+  int32_t batch = 1;
+  int64_t stride = 0;
+};
+struct MatmulDesc {
+  cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
+  cudaDataType_t scale = CUDA_R_32F;
+  cublasOperation_t transa = CUBLAS_OP_N, transb = CUBLAS_OP_N;
+  cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+  const void* bias = nullptr;
+  void* aux = nullptr;
+  int64_t aux_ld = 0;
+};
+
+struct State {
+  std::map<const void*, Layout> layouts;
+  std::map<const void*, MatmulDesc> descs;
+  bool no_algorithms = false;
+  Counters counters;
+  std::string error;
+};
+State& state() {
+  static State s;
+  return s;
+}
+
+cublasStatus_t reject(cublasStatus_t st, const std::string& why) {
+  state().error = why;
+  return st;
+}
+
+double load(cudaDataType t, const void* p, int64_t i) {
+  switch (t) {
+    case CUDA_R_64F:
+      return static_cast<const double*>(p)[i];
+    case CUDA_R_16BF: {
+      const uint32_t bits = static_cast<uint32_t>(static_cast<const uint16_t*>(p)[i]) << 16;
+      float f;
+      std::memcpy(&f, &bits, 4);
+      return f;
+    }
+    default:
+      return static_cast<const float*>(p)[i];
+  }
+}
+void store(cudaDataType t, void* p, int64_t i, double v) {
+  switch (t) {
+    case CUDA_R_64F:
+      static_cast<double*>(p)[i] = v;
+      return;
+    case CUDA_R_16BF: {
+      const float f = static_cast<float>(v);
+      uint32_t bits;
+      std::memcpy(&bits, &f, 4);
+      bits += 0x7fff + ((bits >> 16) & 1);
+      static_cast<uint16_t*>(p)[i] = static_cast<uint16_t>(bits >> 16);
+      return;
+    }
+    default:
+      static_cast<float*>(p)[i] = static_cast<float>(v);
+  }
+}
+
+bool supported(cudaDataType t) {
+  return t == CUDA_R_32F || t == CUDA_R_64F || t == CUDA_R_16BF;
+}
+
+// Checks a call's operands fit; *m, *n, *k from D and op(A).
+bool fits(const MatmulDesc& d, const Layout& a, const Layout& b, const Layout& c, const Layout& dd,
+          int64_t* m, int64_t* n, int64_t* k, std::string* why) {
+  *m = static_cast<int64_t>(dd.rows), *n = static_cast<int64_t>(dd.cols);
+  const int64_t am = static_cast<int64_t>(d.transa == CUBLAS_OP_N ? a.rows : a.cols);
+  *k = static_cast<int64_t>(d.transa == CUBLAS_OP_N ? a.cols : a.rows);
+  const int64_t bk = static_cast<int64_t>(d.transb == CUBLAS_OP_N ? b.rows : b.cols);
+  const int64_t bn = static_cast<int64_t>(d.transb == CUBLAS_OP_N ? b.cols : b.rows);
+  if (am != *m || bk != *k || bn != *n || c.rows != dd.rows || c.cols != dd.cols) {
+    *why = "operands do not fit: op(A) " + std::to_string(am) + "x" + std::to_string(*k) +
+           ", op(B) " + std::to_string(bk) + "x" + std::to_string(bn) + ", D " +
+           std::to_string(*m) + "x" + std::to_string(*n);
+    return false;
+  }
+  for (const Layout* l : {&a, &b, &c, &dd})
+    if (l->ld < static_cast<int64_t>(l->rows) || !supported(l->type) || l->type != dd.type) {
+      *why = "a layout's leading dimension is below its rows, or its type is not D's";
+      return false;
+    }
+  if (a.batch != dd.batch || b.batch != dd.batch || c.batch != dd.batch) {
+    *why = "batch counts differ";
+    return false;
+  }
+  if (d.epilogue != CUBLASLT_EPILOGUE_DEFAULT) {
+    if (d.epilogue != CUBLASLT_EPILOGUE_BIAS && d.epilogue != CUBLASLT_EPILOGUE_GELU_AUX_BIAS) {
+      *why = "epilogue " + std::to_string(d.epilogue) + " is not known to the mock";
+      return false;
+    }
+    if (!d.bias) {
+      *why = "a bias epilogue without a bias pointer";
+      return false;
+    }
+    if (d.epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS &&
+        (!d.aux || d.aux_ld < *m || d.aux_ld % 8 != 0)) {
+      *why = "GELU aux needs a pointer and a leading dimension >= rows, divisible by 8";
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+Counters counters() {
+  return state().counters;
+}
+void reset() {
+  state().counters = Counters{};
+  state().no_algorithms = false;
+  state().error.clear();
+}
+void set_no_algorithms(bool none) {
+  state().no_algorithms = none;
+}
+std::string last_error() {
+  return state().error;
+}
+
+}  // namespace triad::testing::mock_cublaslt
+
+namespace mock = triad::testing::mock_cublaslt;
+
+// ---- the CUDA runtime calls CublasLtGemm makes -------------------------------
+
+cudaError_t cudaMalloc(void** p, size_t bytes) {
+  *p = std::malloc(bytes ? bytes : 1);
+  return *p ? cudaSuccess : cudaErrorMemoryAllocation;
+}
+cudaError_t cudaFree(void* p) {
+  std::free(p);
+  return cudaSuccess;
+}
+const char* cudaGetErrorString(cudaError_t) {
+  return "mock CUDA error";
+}
+
+// ---- cuBLASLt -------------------------------------------------------------------
+
+cublasStatus_t cublasLtCreate(cublasLtHandle_t* h) {
+  *h = new cublasLtContext();
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtDestroy(cublasLtHandle_t h) {
+  delete h;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t* layout, cudaDataType type,
+                                          uint64_t rows, uint64_t cols, int64_t ld) {
+  *layout = new cublasLtMatrixLayoutOpaque_t();
+  mock::state().layouts[*layout] = mock::Layout{type, rows, cols, ld, 1, 0};
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t layout) {
+  if (!mock::state().layouts.erase(layout))
+    return mock::reject(CUBLAS_STATUS_INVALID_VALUE, "destroying an unknown layout");
+  delete layout;
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatrixLayoutSetAttribute(cublasLtMatrixLayout_t layout,
+                                                cublasLtMatrixLayoutAttribute_t attr,
+                                                const void* buf, size_t size) {
+  auto it = mock::state().layouts.find(layout);
+  if (it == mock::state().layouts.end())
+    return mock::reject(CUBLAS_STATUS_INVALID_VALUE, "unknown layout");
+  if (attr == CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT && size == sizeof(int32_t)) {
+    std::memcpy(&it->second.batch, buf, size);
+    return CUBLAS_STATUS_SUCCESS;
+  }
+  if (attr == CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET && size == sizeof(int64_t)) {
+    std::memcpy(&it->second.stride, buf, size);
+    return CUBLAS_STATUS_SUCCESS;
+  }
+  return mock::reject(CUBLAS_STATUS_INVALID_VALUE, "layout attribute " + std::to_string(attr) +
+                                                       " with " + std::to_string(size) + " bytes");
+}
+
+cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t* desc, cublasComputeType_t compute,
+                                        cudaDataType_t scale) {
+  *desc = new cublasLtMatmulDescOpaque_t();
+  mock::MatmulDesc d;
+  d.compute = compute, d.scale = scale;
+  mock::state().descs[*desc] = d;
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t desc) {
+  if (!mock::state().descs.erase(desc))
+    return mock::reject(CUBLAS_STATUS_INVALID_VALUE, "destroying an unknown matmul desc");
+  delete desc;
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t desc,
+                                              cublasLtMatmulDescAttributes_t attr, const void* buf,
+                                              size_t size) {
+  auto it = mock::state().descs.find(desc);
+  if (it == mock::state().descs.end())
+    return mock::reject(CUBLAS_STATUS_INVALID_VALUE, "unknown matmul desc");
+  mock::MatmulDesc& d = it->second;
+  auto take = [&](auto* field) {
+    if (size != sizeof(*field)) return false;
+    std::memcpy(field, buf, size);
+    return true;
+  };
+  bool ok = false;
+  switch (attr) {
+    case CUBLASLT_MATMUL_DESC_TRANSA:
+      ok = take(&d.transa);
+      break;
+    case CUBLASLT_MATMUL_DESC_TRANSB:
+      ok = take(&d.transb);
+      break;
+    case CUBLASLT_MATMUL_DESC_EPILOGUE:
+      ok = take(&d.epilogue);
+      break;
+    case CUBLASLT_MATMUL_DESC_BIAS_POINTER:
+      ok = take(&d.bias);
+      break;
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER:
+      ok = take(&d.aux);
+      break;
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD:
+      ok = take(&d.aux_ld);
+      break;
+    default:
+      break;
+  }
+  if (!ok)
+    return mock::reject(
+        CUBLAS_STATUS_INVALID_VALUE,
+        "matmul attribute " + std::to_string(attr) + " with " + std::to_string(size) + " bytes");
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t* pref) {
+  *pref = new cublasLtMatmulPreferenceOpaque_t();
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t pref) {
+  delete pref;
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t,
+                                                    cublasLtMatmulPreferenceAttributes_t,
+                                                    const void* buf, size_t size) {
+  return buf && size > 0 ? CUBLAS_STATUS_SUCCESS
+                         : mock::reject(CUBLAS_STATUS_INVALID_VALUE, "empty preference value");
+}
+
+cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDesc_t desc,
+                                              cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b,
+                                              cublasLtMatrixLayout_t c, cublasLtMatrixLayout_t d,
+                                              cublasLtMatmulPreference_t, int requested,
+                                              cublasLtMatmulHeuristicResult_t results[],
+                                              int* found) {
+  auto& s = mock::state();
+  ++s.counters.heuristic_queries;
+  *found = 0;
+  if (!s.descs.count(desc) || !s.layouts.count(a) || !s.layouts.count(b) || !s.layouts.count(c) ||
+      !s.layouts.count(d) || requested < 1)
+    return mock::reject(CUBLAS_STATUS_INVALID_VALUE, "heuristic: unknown descriptor");
+  int64_t m, n, k;
+  std::string why;
+  if (!mock::fits(s.descs[desc], s.layouts[a], s.layouts[b], s.layouts[c], s.layouts[d], &m, &n, &k,
+                  &why))
+    return mock::reject(CUBLAS_STATUS_INVALID_VALUE, "heuristic: " + why);
+  if (s.no_algorithms) return CUBLAS_STATUS_NOT_SUPPORTED;
+  results[0] = cublasLtMatmulHeuristicResult_t{};
+  results[0].state = CUBLAS_STATUS_SUCCESS;
+  *found = 1;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t desc, const void* alpha,
+                              const void* A, cublasLtMatrixLayout_t a, const void* B,
+                              cublasLtMatrixLayout_t b, const void* beta, const void* C,
+                              cublasLtMatrixLayout_t c, void* D, cublasLtMatrixLayout_t d,
+                              const cublasLtMatmulAlgo_t* algo, void* workspace, size_t ws_bytes,
+                              cudaStream_t) {
+  auto& s = mock::state();
+  if (!h || !algo || !s.descs.count(desc) || !s.layouts.count(a) || !s.layouts.count(b) ||
+      !s.layouts.count(c) || !s.layouts.count(d) || (ws_bytes > 0 && !workspace))
+    return mock::reject(CUBLAS_STATUS_INVALID_VALUE, "matmul: unknown descriptor or no workspace");
+  const mock::MatmulDesc& md = s.descs[desc];
+  const mock::Layout &la = s.layouts[a], &lb = s.layouts[b], &lc = s.layouts[c], &ld = s.layouts[d];
+  int64_t m, n, k;
+  std::string why;
+  if (!mock::fits(md, la, lb, lc, ld, &m, &n, &k, &why))
+    return mock::reject(CUBLAS_STATUS_INVALID_VALUE, "matmul: " + why);
+  const bool f64 = md.scale == CUDA_R_64F;
+  const double al = f64 ? *static_cast<const double*>(alpha) : *static_cast<const float*>(alpha);
+  const double be = f64 ? *static_cast<const double*>(beta) : *static_cast<const float*>(beta);
+  const cudaDataType t = ld.type;
+  std::vector<double> out(static_cast<size_t>(m * n));
+  for (int32_t bi = 0; bi < ld.batch; ++bi) {
+    const int64_t oa = bi * la.stride, ob = bi * lb.stride, oc = bi * lc.stride,
+                  od = bi * ld.stride;
+    for (int64_t j = 0; j < n; ++j)
+      for (int64_t i = 0; i < m; ++i) {
+        double acc = 0;
+        for (int64_t kk = 0; kk < k; ++kk) {
+          const int64_t ia = md.transa == CUBLAS_OP_N ? i + kk * la.ld : kk + i * la.ld;
+          const int64_t ib = md.transb == CUBLAS_OP_N ? kk + j * lb.ld : j + kk * lb.ld;
+          acc += mock::load(t, A, oa + ia) * mock::load(t, B, ob + ib);
+        }
+        double v = al * acc + (be != 0 ? be * mock::load(t, C, oc + i + j * lc.ld) : 0.0);
+        if (md.epilogue != CUBLASLT_EPILOGUE_DEFAULT) v += mock::load(t, md.bias, i);
+        if (md.epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS) {
+          mock::store(t, md.aux, od + i + j * md.aux_ld, v);
+          v = 0.5 * v * (1 + std::tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)));
+        }
+        out[static_cast<size_t>(i + j * m)] = v;
+      }
+    for (int64_t j = 0; j < n; ++j)
+      for (int64_t i = 0; i < m; ++i)
+        mock::store(t, D, od + i + j * ld.ld, out[static_cast<size_t>(i + j * m)]);
+  }
+  ++s.counters.matmuls;
+  return CUBLAS_STATUS_SUCCESS;
+}
