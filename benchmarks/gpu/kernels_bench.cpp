@@ -99,24 +99,50 @@ int main(int argc, char** argv) {
          3 * N * C * h, 0);
   report("dropout", time_ms([&] { be.dropout(x, 0.1, 1, 2, 3, y); }, iters), 2 * N * C * h, 0);
 
-  Tensor qkv = rnd({B, T, 3 * C}, 5), out = triad::empty({B, T, C}, bf, gpu);
-  Tensor lse = triad::empty({B, NH, T}, DType::F32, gpu),
-         dqkv = triad::empty({B, T, 3 * C}, bf, gpu);
-  const double D = static_cast<double>(C / NH);
-  // Causal: half of the 4 B NH T^2 D forward FLOPs; backward 2.5x forward.
-  const double attn_fwd = 2.0 * B * NH * static_cast<double>(T) * T * D;
-  for (auto kernel : {triad::cuda::AttentionKernel::Simt, triad::cuda::AttentionKernel::TensorCore,
-                      triad::cuda::AttentionKernel::Cudnn}) {
-    if (kernel == triad::cuda::AttentionKernel::Cudnn && !triad::cuda::cudnn_compiled()) continue;
-    triad::cuda::set_attention_kernel(kernel);
-    const std::string tag = triad::cuda::attention_kernel_name(kernel);
-    report("attention_forward_" + tag,
-           time_ms([&] { be.attention_forward(qkv, NH, out, lse); }, iters), 0, attn_fwd);
-    report("attention_backward_" + tag,
-           time_ms([&] { be.attention_backward(qkv, out, lse, out, NH, dqkv); }, iters), 0,
-           2.5 * attn_fwd);
+  // Attention: every implementation at the main shape, then the fast two
+  // across model shapes (the per-shape choice auto makes). A shape an
+  // implementation cannot run is reported with its reason, not fatal.
+  auto bench_attention = [&](int64_t ab, int64_t at, int64_t ac, int64_t anh,
+                             std::initializer_list<triad::cuda::AttentionKernel> kernels,
+                             const std::string& suffix) {
+    Tensor qkv = rnd({ab, at, 3 * ac}, 5), out = triad::empty({ab, at, ac}, bf, gpu);
+    Tensor lse = triad::empty({ab, anh, at}, DType::F32, gpu),
+           dqkv = triad::empty({ab, at, 3 * ac}, bf, gpu);
+    const double D = static_cast<double>(ac / anh);
+    // Causal: half of the 4 B NH T^2 D forward FLOPs; backward 2.5x forward.
+    const double attn_fwd = 2.0 * ab * anh * static_cast<double>(at) * at * D;
+    for (auto kernel : kernels) {
+      if (kernel == triad::cuda::AttentionKernel::Cudnn && !triad::cuda::cudnn_compiled()) continue;
+      triad::cuda::set_attention_kernel(kernel);
+      const std::string tag = triad::cuda::attention_kernel_name(kernel) + suffix;
+      try {
+        report("attention_forward_" + tag,
+               time_ms([&] { be.attention_forward(qkv, anh, out, lse); }, iters), 0, attn_fwd);
+        report("attention_backward_" + tag,
+               time_ms([&] { be.attention_backward(qkv, out, lse, out, anh, dqkv); }, iters), 0,
+               2.5 * attn_fwd);
+      } catch (const std::exception& e) {
+        std::printf(
+            "%s\n",
+            nlohmann::json{{"kernel", "attention_" + tag}, {"error", e.what()}}.dump().c_str());
+      }
+    }
+    triad::cuda::set_attention_kernel(triad::cuda::AttentionKernel::Auto);
+  };
+  bench_attention(B, T, C, NH,
+                  {triad::cuda::AttentionKernel::Simt, triad::cuda::AttentionKernel::TensorCore,
+                   triad::cuda::AttentionKernel::Cudnn},
+                  "");
+  struct AttnShape {
+    int64_t b, t, c, nh;
+  };
+  for (const AttnShape& a : {AttnShape{8, 1024, 1024, 16}, AttnShape{4, 2048, 768, 12},
+                             AttnShape{4, 1024, 2048, 16}, AttnShape{2, 4096, 1024, 16}}) {
+    bench_attention(a.b, a.t, a.c, a.nh,
+                    {triad::cuda::AttentionKernel::TensorCore, triad::cuda::AttentionKernel::Cudnn},
+                    "_B" + std::to_string(a.b) + "_T" + std::to_string(a.t) + "_C" +
+                        std::to_string(a.c) + "_NH" + std::to_string(a.nh));
   }
-  triad::cuda::set_attention_kernel(triad::cuda::AttentionKernel::Auto);
 
   Tensor wq = rnd({3 * C, C}, 6), yq = triad::empty({N, 3 * C}, bf, gpu);
   report("gemm_qkv_forward", time_ms([&] { be.gemm(x, wq, yq, false, true, 1, 0); }, iters), 0,

@@ -116,7 +116,7 @@ grep -E "tests passed|tests failed|\(Failed\)|Skipped|\*\*\*" "$gpu_log" | head 
 
 echo "== kernels (B 8, T 1024, C 768, bf16)"
 "$BUILD_DIR/benchmarks/bench_kernels_gpu" --hbm-gbs "$HBM" --peak-tflops "$PEAK" \
-  >"$OUT/kernels.jsonl" 2>&1 || status=1
+  >"$OUT/kernels.jsonl" || status=1  # (log lines on stderr stay out of the JSON)
 cat "$OUT/kernels.jsonl"
 
 echo "== NCCL collectives (world size 1: local in-place bandwidth only)"
@@ -130,7 +130,7 @@ echo "== training (seq 1024, bf16)"
 for preset in 124m 350m; do
   if [ "$preset" = 124m ]; then batch=${BATCH_124M:-16}; else batch=${BATCH_350M:-8}; fi
   "$BUILD_DIR/benchmarks/bench_train_gpu" --preset $preset --batch "$batch" --seq 1024 \
-    --precision bf16 --peak-tflops "$PEAK" 2>&1 | tee -a "$OUT/train.jsonl" || status=1
+    --precision bf16 --peak-tflops "$PEAK" | tee -a "$OUT/train.jsonl" || status=1
   if [ "${SKIP_TORCH:-0}" != 1 ]; then
     python3 benchmarks/gpu/train_gpu_torch.py --preset $preset --batch "$batch" --seq 1024 \
       --peak-tflops "$PEAK" 2>>"$OUT/torch.err" | tee -a "$OUT/train.jsonl" ||
