@@ -38,10 +38,10 @@ void empty_cache(int device);
 // (as PyTorch's torch.backends.cuda switches): Triad's SIMT kernels (every
 // type), its tensor-core kernels (bf16/f16, head dim a multiple of 16,
 // sm_80+) or cuDNN's fused attention (bf16/f16, head dim a multiple of 8,
-// sm_80+, builds with cuDNN). Auto times the tensor-core kernels against
-// cuDNN once per shape (forward + backward) and keeps the faster, falling
-// back to SIMT where neither applies; an explicit choice that cannot run a
-// call is an error naming why. triad-train sets it from
+// sm_80+, builds with cuDNN). Auto times Triad's kernels (tensor cores where
+// they apply, else SIMT) against cuDNN once per shape (forward + backward)
+// and keeps the faster, and runs Triad's where cuDNN cannot; an explicit
+// choice that cannot run a call is an error naming why. triad-train sets it from
 // model.attention_kernel. Available in every build (no effect without CUDA).
 enum class AttentionKernel : uint8_t { Auto, Simt, TensorCore, Cudnn };
 void set_attention_kernel(AttentionKernel kernel);

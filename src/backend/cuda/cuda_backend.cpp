@@ -591,11 +591,13 @@ std::string cudnn_unavailable(DType dtype, const k::AttentionShape& shape, int d
   return cudnn_attention_unavailable(cudnn_problem(shape, dtype), sm_major(device));
 }
 
-// Auto's per-shape choice between the tensor-core kernels and cuDNN, made
-// once by timing both (forward + backward) on scratch buffers.
+// Auto's per-shape choice between Triad's kernels (`own`: the tensor-core
+// ones where they apply, else SIMT) and cuDNN, made once by timing both
+// (forward + backward) on scratch buffers.
 class AttentionTuner {
  public:
-  bool use_cudnn(CudaBackend::DeviceState& s, const Tensor& qkv, const k::AttentionShape& shape);
+  bool use_cudnn(CudaBackend::DeviceState& s, const Tensor& qkv, const k::AttentionShape& shape,
+                 k::AttentionKernel own);
 
  private:
   using Key = std::tuple<int, int, int64_t, int64_t, int64_t, int64_t>;
@@ -609,7 +611,7 @@ AttentionTuner& attention_tuner() {
 }
 
 bool AttentionTuner::use_cudnn(CudaBackend::DeviceState& s, const Tensor& qkv,
-                               const k::AttentionShape& shape) {
+                               const k::AttentionShape& shape, k::AttentionKernel own_kernel) {
   const Key key{s.index, static_cast<int>(qkv.dtype()), shape.B, shape.T, shape.C, shape.NH};
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = choice_.find(key);
@@ -630,10 +632,9 @@ bool AttentionTuner::use_cudnn(CudaBackend::DeviceState& s, const Tensor& qkv,
     check(cudaMemsetAsync(dout.get(), 0, n_out * elem, s.stream), "cudaMemsetAsync");
     auto own = [&] {
       k::attention_forward(qkv.raw_data(), out.get(), static_cast<float*>(lse.get()), type, shape,
-                           s.stream, k::AttentionKernel::TensorCore);
+                           s.stream, own_kernel);
       k::attention_backward(qkv.raw_data(), out.get(), static_cast<const float*>(lse.get()),
-                            dout.get(), dqkv.get(), type, shape, work.get(), s.stream,
-                            k::AttentionKernel::TensorCore);
+                            dout.get(), dqkv.get(), type, shape, work.get(), s.stream, own_kernel);
     };
     auto fused = [&] {
       cudnn_attention_forward(s.index, s.stream, p, qkv.raw_data(), out.get(),
@@ -660,11 +661,13 @@ bool AttentionTuner::use_cudnn(CudaBackend::DeviceState& s, const Tensor& qkv,
     };
     const float own_ms = time_ms(own), cudnn_ms = time_ms(fused);
     cudnn = cudnn_ms < own_ms;
+    const char* own_name =
+        own_kernel == k::AttentionKernel::TensorCore ? "tensor-core kernels" : "SIMT kernels";
     spdlog::info(
-        "attention B={} T={} C={} heads={} {}: cuDNN {:.3f} ms, tensor-core kernels "
-        "{:.3f} ms (forward + backward); using {}",
-        shape.B, shape.T, shape.C, shape.NH, dtype_name(qkv.dtype()), cudnn_ms, own_ms,
-        cudnn ? "cuDNN" : "the tensor-core kernels");
+        "attention B={} T={} C={} heads={} {}: cuDNN {:.3f} ms, Triad's {} {:.3f} ms "
+        "(forward + backward); using {}",
+        shape.B, shape.T, shape.C, shape.NH, dtype_name(qkv.dtype()), cudnn_ms, own_name, own_ms,
+        cudnn ? "cuDNN" : own_name);
   } catch (const Error& e) {
     spdlog::warn("attention B={} T={} C={} heads={}: cuDNN is not used ({})", shape.B, shape.T,
                  shape.C, shape.NH, e.what());
@@ -693,15 +696,17 @@ AttentionRoute route_attention(CudaBackend::DeviceState& s, const Tensor& qkv,
     case cuda::AttentionKernel::Auto:
       break;
   }
-  const bool tensor_cores =
-      k::check_attention_tensor_core(scalar(qkv.dtype()), shape, sm_major(s.index)).ok;
+  const k::AttentionKernel own =
+      k::check_attention_tensor_core(scalar(qkv.dtype()), shape, sm_major(s.index)).ok
+          ? k::AttentionKernel::TensorCore
+          : k::AttentionKernel::Simt;
   // cuDNN's tensors are declared 16-byte aligned; a view that is not stays
   // with Triad's kernels.
   const bool aligned = reinterpret_cast<uintptr_t>(qkv.raw_data()) % 16 == 0;
-  if (tensor_cores && aligned && cudnn_unavailable(qkv.dtype(), shape, s.index).empty() &&
-      attention_tuner().use_cudnn(s, qkv, shape))
+  if (aligned && cudnn_unavailable(qkv.dtype(), shape, s.index).empty() &&
+      attention_tuner().use_cudnn(s, qkv, shape, own))
     return {true, k::AttentionKernel::Auto};
-  return {false, k::AttentionKernel::Auto};
+  return {false, own};
 }
 
 }  // namespace
