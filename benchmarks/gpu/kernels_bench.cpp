@@ -159,6 +159,15 @@ int main(int argc, char** argv) {
   report("linear_gelu_fc_composed",
          time_ms([&] { be.Backend::linear_forward(x, wfc, bfc, hfc, &pre); }, iters), 0,
          2.0 * N * C * 4 * C);
+  // Its backward into the pre-activation: the second layer's input gradient
+  // with GELU's derivative in the epilogue, against GEMM + GELU backward.
+  Tensor wproj = rnd({C, 4 * C}, 14), dpre = triad::empty({N, 4 * C}, bf, gpu);
+  report("mlp_input_grad_fused",
+         time_ms([&] { be.gelu_linear_input_grad(x, wproj, pre, dpre); }, iters), 0,
+         2.0 * N * C * 4 * C);
+  report("mlp_input_grad_composed",
+         time_ms([&] { be.Backend::gelu_linear_input_grad(x, wproj, pre, dpre); }, iters), 0,
+         2.0 * N * C * 4 * C);
   Tensor wte = rnd({V, C}, 7), logits = triad::empty({N, V}, bf, gpu);
   report("gemm_lm_head", time_ms([&] { be.gemm(x, wte, logits, false, true, 1, 0); }, iters), 0,
          2.0 * N * C * V);

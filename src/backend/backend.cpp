@@ -24,6 +24,13 @@ void Backend::linear_forward(const Tensor& x, const Tensor& w, const Tensor& bia
   if (gelu_input) gelu_forward(pre, y);
 }
 
+void Backend::gelu_linear_input_grad(const Tensor& dy, const Tensor& w, const Tensor& pre,
+                                     Tensor& dpre) {
+  Tensor dact = empty(dpre.shape(), dpre.dtype(), dpre.device());
+  gemm(dy, w, dact, false, false, 1.0, 0.0);
+  gelu_backward(pre, dact, dpre);
+}
+
 void Backend::add_layer_norm_forward(const Tensor& x, const Tensor& residual, const Tensor& weight,
                                      const Tensor& bias, double eps, Tensor& h, Tensor& y,
                                      Tensor& mean, Tensor& rstd) {

@@ -78,7 +78,7 @@ Mlp::Mlp(const GptConfig& cfg, int64_t layer) : layer_(layer), dropout_(cfg.drop
 }
 
 Tensor Mlp::forward(const Tensor& x, const ForwardContext& ctx) const {
-  Tensor y = c_proj_->forward(c_fc_->forward_gelu(x));
+  Tensor y = c_proj_->forward_after_gelu(c_fc_->forward_gelu(x));
   return site_dropout(y, dropout_, ctx, layer_, "mlp.resid");
 }
 

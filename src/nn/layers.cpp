@@ -20,8 +20,12 @@ Tensor Linear::forward(const Tensor& x) const {
   return linear(x, weight_, bias_);
 }
 
-Tensor Linear::forward_gelu(const Tensor& x) const {
-  return linear_gelu(x, weight_, bias_);
+LinearGelu Linear::forward_gelu(const Tensor& x) const {
+  return linear_gelu_parts(x, weight_, bias_);
+}
+
+Tensor Linear::forward_after_gelu(const LinearGelu& in) const {
+  return linear_after_gelu(in, weight_, bias_);
 }
 
 LayerNorm::LayerNorm(int64_t features, double eps, DType dtype) : eps_(eps) {

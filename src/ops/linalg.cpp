@@ -1,5 +1,7 @@
 #include "triad/ops/linalg.h"
 
+#include <functional>
+
 #include "op_checks.h"
 #include "op_nodes.h"
 #include "triad/autograd/node.h"
@@ -76,10 +78,17 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
 
 namespace {
 
-// linear and linear_gelu: the checks, one fused backend call, and the
-// autograd nodes (linear's output is the GELU input when `gelu` is set).
-Tensor linear_impl(const Tensor& x, const Tensor& weight, const Tensor& bias, bool gelu) {
-  const char* op = gelu ? "linear_gelu" : "linear";
+struct LinearResult {
+  Tensor y;
+  Tensor pre;  // with gelu_out: the linear part's output, GELU's input
+};
+
+// linear, linear_gelu and linear_after_gelu: the checks, one fused backend
+// call, and the autograd nodes. With `gelu_out`, linear's output is GELU's
+// input and a gelu node follows. With `gelu_in` defined, x = gelu(gelu_in)
+// and the input gradient goes to gelu_in, GELU's derivative fused into it.
+LinearResult linear_core(const char* op, const Tensor& x, const Tensor& weight, const Tensor& bias,
+                         bool gelu_out, const Tensor& gelu_in) {
   detail::check_floating(x, op, "x");
   detail::check_floating(weight, op, "weight");
   detail::check_same(x, weight, op);
@@ -97,6 +106,13 @@ Tensor linear_impl(const Tensor& x, const Tensor& weight, const Tensor& bias, bo
                        ", expected [" + std::to_string(out_f) + "]");
     }
   }
+  if (gelu_in.defined()) {
+    detail::check_same(x, gelu_in, op);
+    if (gelu_in.shape() != x.shape()) {
+      throw ShapeError(std::string(op) + ": GELU input of shape " + shape_str(gelu_in.shape()) +
+                       " must have the activation's shape " + shape_str(x.shape()));
+    }
+  }
   const int64_t rows = x.numel() / in_f;
   Tensor x2 = reshape(contiguous(x).detach(), {rows, in_f}).detach();
   Tensor w = contiguous(weight).detach();
@@ -104,18 +120,29 @@ Tensor linear_impl(const Tensor& x, const Tensor& weight, const Tensor& bias, bo
   out_shape.back() = out_f;
   Tensor y = empty(out_shape, x.dtype(), x.device());
   Tensor y2 = make_view(y, {rows, out_f}, {out_f, 1}, 0);
-  // With GELU, the linear part's output is the pre-activation.
-  Tensor pre = gelu ? empty(out_shape, x.dtype(), x.device()) : y;
+  // With GELU after it, the linear part's output is the pre-activation.
+  Tensor pre = gelu_out ? empty(out_shape, x.dtype(), x.device()) : y;
   Tensor pre2 = make_view(pre, {rows, out_f}, {out_f, 1}, 0);
   const Tensor b = bias.defined() ? contiguous(bias).detach() : Tensor();
-  backend_for(x).linear_forward(x2, w, b, y2, gelu ? &pre2 : nullptr);
+  backend_for(x).linear_forward(x2, w, b, y2, gelu_out ? &pre2 : nullptr);
 
   const bool has_bias = bias.defined();
-  auto input_grad = [w, rows, out_f, in_f, xs = x.shape()](const TensorList& g) -> TensorList {
-    Tensor g2 = reshape(contiguous(g[0]), {rows, out_f});
-    Tensor gx = gemm_new(g2, w, {rows, in_f}, false, false);
-    return {reshape(gx, xs), Tensor(), Tensor()};
-  };
+  std::function<TensorList(const TensorList&)> input_grad;
+  if (gelu_in.defined()) {
+    Tensor gin = reshape(contiguous(gelu_in).detach(), {rows, in_f}).detach();
+    input_grad = [w, gin, rows, out_f, in_f, xs = x.shape()](const TensorList& g) -> TensorList {
+      Tensor g2 = reshape(contiguous(g[0]), {rows, out_f});
+      Tensor dpre = empty({rows, in_f}, g2.dtype(), g2.device());
+      backend_for(g2).gelu_linear_input_grad(g2, w, gin, dpre);
+      return {reshape(dpre, xs), Tensor(), Tensor()};
+    };
+  } else {
+    input_grad = [w, rows, out_f, in_f, xs = x.shape()](const TensorList& g) -> TensorList {
+      Tensor g2 = reshape(contiguous(g[0]), {rows, out_f});
+      Tensor gx = gemm_new(g2, w, {rows, in_f}, false, false);
+      return {reshape(gx, xs), Tensor(), Tensor()};
+    };
+  }
   auto weight_grad = [x2, rows, out_f, in_f, has_bias](const TensorList& g) -> TensorList {
     Tensor g2 = reshape(contiguous(g[0]), {rows, out_f});
     Tensor gw = gemm_new(g2, x2, {out_f, in_f}, true, false);
@@ -126,7 +153,7 @@ Tensor linear_impl(const Tensor& x, const Tensor& weight, const Tensor& bias, bo
     }
     return {Tensor(), gw, gb};
   };
-  TensorList inputs{x, weight};
+  TensorList inputs{gelu_in.defined() ? gelu_in : x, weight};
   if (has_bias) inputs.push_back(bias);
   auto node = record("linear", inputs, {pre}, nullptr);
   if (node) {
@@ -134,18 +161,28 @@ Tensor linear_impl(const Tensor& x, const Tensor& weight, const Tensor& bias, bo
     if (has_bias) deferrable.push_back(2);
     node->set_split(deferrable, input_grad, weight_grad);
   }
-  if (gelu) detail::record_gelu(pre, pre, y);
-  return y;
+  if (gelu_out) detail::record_gelu(pre, pre, y);
+  return {y, gelu_out ? pre : Tensor()};
 }
 
 }  // namespace
 
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
-  return linear_impl(x, weight, bias, false);
+  return linear_core("linear", x, weight, bias, false, Tensor()).y;
 }
 
 Tensor linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias) {
-  return linear_impl(x, weight, bias, true);
+  return linear_core("linear_gelu", x, weight, bias, true, Tensor()).y;
+}
+
+LinearGelu linear_gelu_parts(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  LinearResult r = linear_core("linear_gelu", x, weight, bias, true, Tensor());
+  return {r.pre, r.y};
+}
+
+Tensor linear_after_gelu(const LinearGelu& in, const Tensor& weight, const Tensor& bias) {
+  detail::check_defined(in.pre, "linear_after_gelu", "pre");
+  return linear_core("linear_after_gelu", in.act, weight, bias, false, in.pre).y;
 }
 
 }  // namespace triad

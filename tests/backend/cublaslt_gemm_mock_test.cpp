@@ -172,6 +172,33 @@ TEST_F(CublasLtGemmMock, BiasAndGeluEpiloguesActPerOutputFeature) {
   }
 }
 
+TEST_F(CublasLtGemmMock, GeluDerivativeEpilogueGivesThePreActivationGradient) {
+  // dpre (rows 5, in 16) = GELU'(pre) * (dy (5, out 6) @ w (6, 16)).
+  const int64_t rows = 5, out = 6, in = 16;
+  for (DType dtype : {DType::F32, DType::BF16}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    CublasLtGemm gemm(0);
+    Buffer dy(dtype, rows * out, 9), w(dtype, out * in, 10), pre(dtype, rows * in, 11),
+        dpre(dtype, rows * in, 12);
+    const Case k{"input grad", {rows, out}, {out, in}, {rows, in}, false, false};
+    const std::vector<double> da =
+        reference(k, dy.values(), w.values(), std::vector<double>(rows * in, 0), 1, 0);
+    GemmEpilogue ep;
+    ep.kind = GemmEpilogue::Kind::DGelu;
+    ep.gelu_input = pre.data();
+    gemm.run(plan_gemm(k.a, k.b, k.c, false, false), dtype, dy.data(), w.data(), dpre.data(), 1, 0,
+             nullptr, ep);
+    for (int64_t i = 0; i < rows * in; ++i) {
+      const double x = pre.get(i), k0 = 0.7978845608028654;
+      const double th = std::tanh(k0 * (x + 0.044715 * x * x * x));
+      const double d = 0.5 * (1 + th) + 0.5 * x * (1 - th * th) * k0 * (1 + 3 * 0.044715 * x * x);
+      const double want = d * da[static_cast<size_t>(i)];
+      ASSERT_NEAR(dpre.get(i), want, 2 * tolerance(dtype) * (1 + std::fabs(want)))
+          << "element " << i;
+    }
+  }
+}
+
 TEST_F(CublasLtGemmMock, GeluAuxNeedsAWidthDivisibleBy8) {
   // What CudaBackend::linear_forward steers around: 5 output features.
   CublasLtGemm gemm(0);

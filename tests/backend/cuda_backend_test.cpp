@@ -203,6 +203,15 @@ TEST(CudaKernels, RowKernelsAtModelWidths) {
                                     randn({3072, 768}, 7, 2, 0.05, d), randn({3072}, 7, 3, 0.5, d)};
        },
        [](const std::vector<Tensor>& x) { return linear_gelu(x[0], x[1], x[2]); }},
+      {"mlp_fused_both_sides_N257_768",  // GELU + bias forward, DGELU backward epilogues
+       [](DType d) {
+         return std::vector<Tensor>{randn({257, 768}, 7, 1, 1.0, d),
+                                    randn({3072, 768}, 7, 2, 0.05, d), randn({3072}, 7, 3, 0.5, d),
+                                    randn({768, 3072}, 7, 4, 0.05, d), randn({768}, 7, 5, 0.5, d)};
+       },
+       [](const std::vector<Tensor>& x) {
+         return linear_after_gelu(linear_gelu_parts(x[0], x[1], x[2]), x[3], x[4]);
+       }},
       {"linear_gelu_odd_features",  // 23 outputs: the epilogue's aux ld is not a multiple of 8
        [](DType d) {
          return std::vector<Tensor>{randn({31, 40}, 7, 1, 1.0, d), randn({23, 40}, 7, 2, 1.0, d),

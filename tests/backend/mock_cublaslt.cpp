@@ -115,16 +115,16 @@ bool fits(const MatmulDesc& d, const Layout& a, const Layout& b, const Layout& c
     return false;
   }
   if (d.epilogue != CUBLASLT_EPILOGUE_DEFAULT) {
-    if (d.epilogue != CUBLASLT_EPILOGUE_BIAS && d.epilogue != CUBLASLT_EPILOGUE_GELU_AUX_BIAS) {
+    if (d.epilogue != CUBLASLT_EPILOGUE_BIAS && d.epilogue != CUBLASLT_EPILOGUE_GELU_AUX_BIAS &&
+        d.epilogue != CUBLASLT_EPILOGUE_DGELU) {
       *why = "epilogue " + std::to_string(d.epilogue) + " is not known to the mock";
       return false;
     }
-    if (!d.bias) {
+    if (!d.bias && d.epilogue != CUBLASLT_EPILOGUE_DGELU) {
       *why = "a bias epilogue without a bias pointer";
       return false;
     }
-    if (d.epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS &&
-        (!d.aux || d.aux_ld < *m || d.aux_ld % 8 != 0)) {
+    if (d.epilogue != CUBLASLT_EPILOGUE_BIAS && (!d.aux || d.aux_ld < *m || d.aux_ld % 8 != 0)) {
       *why = "GELU aux needs a pointer and a leading dimension >= rows, divisible by 8";
       return false;
     }
@@ -336,7 +336,15 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t desc, con
           acc += mock::load(t, A, oa + ia) * mock::load(t, B, ob + ib);
         }
         double v = al * acc + (be != 0 ? be * mock::load(t, C, oc + i + j * lc.ld) : 0.0);
-        if (md.epilogue != CUBLASLT_EPILOGUE_DEFAULT) v += mock::load(t, md.bias, i);
+        if (md.epilogue == CUBLASLT_EPILOGUE_DGELU) {
+          // GELU's derivative (tanh form) at the aux matrix.
+          const double x = mock::load(t, md.aux, od + i + j * md.aux_ld);
+          const double k0 = 0.7978845608028654, u = k0 * (x + 0.044715 * x * x * x);
+          const double th = std::tanh(u);
+          v *= 0.5 * (1 + th) + 0.5 * x * (1 - th * th) * k0 * (1 + 3 * 0.044715 * x * x);
+        } else if (md.epilogue != CUBLASLT_EPILOGUE_DEFAULT) {
+          v += mock::load(t, md.bias, i);
+        }
         if (md.epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS) {
           mock::store(t, md.aux, od + i + j * md.aux_ld, v);
           v = 0.5 * v * (1 + std::tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)));

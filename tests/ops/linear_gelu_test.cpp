@@ -42,6 +42,54 @@ TEST(LinearGelu, EqualsGeluOfLinearBitForBit) {
   }
 }
 
+// An MLP both ways: fused on both sides of the GELU, and composed.
+Outcome run_mlp(DType dtype, bool fused, bool defer) {
+  Tensor x = randn({2, 3, 8}, 7, 1, 1.0, dtype), w1 = randn({16, 8}, 7, 2, 0.5, dtype);
+  Tensor b1 = randn({16}, 7, 3, 0.5, dtype), w2 = randn({8, 16}, 7, 4, 0.5, dtype);
+  Tensor b2 = randn({8}, 7, 5, 0.5, dtype);
+  std::vector<Tensor> leaves{x, w1, b1, w2, b2};
+  for (Tensor& t : leaves) t.set_requires_grad(true);
+  Tensor y = fused ? linear_after_gelu(linear_gelu_parts(x, w1, b1), w2, b2)
+                   : linear(gelu(linear(x, w1, b1)), w2, b2);
+  autograd::WeightGradStore store;
+  autograd::BackwardOptions opts;
+  if (defer) opts.defer_weight_grads = &store;
+  autograd::backward({y}, {randn(y.shape(), 7, 6, 1.0, dtype)}, opts);
+  if (defer) {
+    EXPECT_TRUE(x.grad().defined());
+    EXPECT_FALSE(w2.grad().defined());
+    store.flush();
+  }
+  Outcome r{to_double_vector(y), {}};
+  for (Tensor& t : leaves) r.grads.push_back(to_double_vector(t.grad()));
+  return r;
+}
+
+TEST(LinearAfterGelu, AnMlpFusedOnBothSidesEqualsTheComposedOneBitForBit) {
+  for (DType dtype : {DType::F64, DType::F32, DType::BF16, DType::F16}) {
+    for (bool defer : {false, true}) {
+      SCOPED_TRACE(std::string(dtype_name(dtype)) + (defer ? " deferred W" : ""));
+      const Outcome fused = run_mlp(dtype, true, defer), plain = run_mlp(dtype, false, defer);
+      EXPECT_EQ(fused.y, plain.y);
+      ASSERT_EQ(fused.grads.size(), plain.grads.size());
+      for (size_t i = 0; i < fused.grads.size(); ++i)
+        EXPECT_EQ(fused.grads[i], plain.grads[i]) << "gradient " << i;
+    }
+  }
+}
+
+TEST(LinearAfterGelu, NamesAMismatchedPreActivation) {
+  const LinearGelu in{randn({4, 5}, 8, 1), randn({4, 6}, 8, 2)};
+  try {
+    linear_after_gelu(in, randn({3, 6}, 8, 3));
+    FAIL() << "no error";
+  } catch (const ShapeError& e) {
+    EXPECT_NE(std::string(e.what()).find("linear_after_gelu: GELU input of shape [4, 5]"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(LinearGelu, WeightGradientsCanBeDeferred) {
   Tensor x = randn({4, 3}, 5, 1, 1.0, DType::F64), w = randn({5, 3}, 5, 2, 1.0, DType::F64);
   Tensor b = randn({5}, 5, 3, 1.0, DType::F64);

@@ -157,6 +157,14 @@ inline std::vector<OpCase> op_cases() {
          return std::vector<Tensor>{rnd({2, 3, 4}, d, 1), rnd({5, 4}, d, 2), rnd({5}, d, 3)};
        },
        [](const std::vector<Tensor>& x) { return linear_gelu(x[0], x[1], x[2]); }});
+  c.push_back({"mlp_fused_both_sides",
+               [](DType d) {
+                 return std::vector<Tensor>{rnd({2, 3, 4}, d, 1), rnd({8, 4}, d, 2), rnd({8}, d, 3),
+                                            rnd({4, 8}, d, 4), rnd({4}, d, 5)};
+               },
+               [](const std::vector<Tensor>& x) {
+                 return linear_after_gelu(linear_gelu_parts(x[0], x[1], x[2]), x[3], x[4]);
+               }});
   c.push_back({"linear_gelu_nobias",
                [](DType d) {
                  return std::vector<Tensor>{rnd({6, 8}, d, 1), rnd({16, 8}, d, 2)};

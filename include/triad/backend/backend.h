@@ -80,6 +80,12 @@ class Backend {
   // them (the CUDA backend: cuBLASLt bias and GELU epilogues).
   virtual void linear_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y,
                               Tensor* gelu_input);
+  // The input gradient of a linear layer whose input was GELU(pre), taken
+  // all the way to pre: dpre (rows, in) = GELU'(pre) * (dy (rows, out) @ w
+  // (out, in)). The default composes gemm and gelu_backward; the CUDA
+  // backend applies the derivative in the GEMM's epilogue.
+  virtual void gelu_linear_input_grad(const Tensor& dy, const Tensor& w, const Tensor& pre,
+                                      Tensor& dpre);
 
   // x (N, C); weight, bias (C); mean, rstd (N) in stat_dtype.
   virtual void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias,

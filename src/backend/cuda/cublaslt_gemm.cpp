@@ -99,6 +99,8 @@ cublasLtEpilogue_t epilogue_of(GemmEpilogue::Kind k) {
       return CUBLASLT_EPILOGUE_BIAS;
     case GemmEpilogue::Kind::BiasGelu:
       return CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+    case GemmEpilogue::Kind::DGelu:
+      return CUBLASLT_EPILOGUE_DGELU;
     default:
       return CUBLASLT_EPILOGUE_DEFAULT;
   }
@@ -108,10 +110,12 @@ cublasLtEpilogue_t epilogue_of(GemmEpilogue::Kind k) {
 // set for the heuristic (it reads their alignment) and before every call.
 void set_epilogue_pointers(cublasLtMatmulDesc_t desc, const GemmPlan& p, const GemmEpilogue& e) {
   if (e.kind == GemmEpilogue::Kind::None) return;
-  check_lt(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &e.bias,
-                                          sizeof(e.bias)),
-           "desc bias pointer");
-  if (e.kind == GemmEpilogue::Kind::BiasGelu) {
+  if (e.kind != GemmEpilogue::Kind::DGelu) {
+    check_lt(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &e.bias,
+                                            sizeof(e.bias)),
+             "desc bias pointer");
+  }
+  if (e.kind == GemmEpilogue::Kind::BiasGelu || e.kind == GemmEpilogue::Kind::DGelu) {
     const int64_t ld = p.out.ld;
     check_lt(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
                                             &e.gelu_input, sizeof(e.gelu_input)),
@@ -188,7 +192,9 @@ CublasLtGemm::Cached& CublasLtGemm::lookup(const GemmPlan& p, DType dtype, int a
   if (st == CUBLAS_STATUS_NOT_SUPPORTED || found == 0) {
     const char* what = epilogue.kind == GemmEpilogue::Kind::None   ? ""
                        : epilogue.kind == GemmEpilogue::Kind::Bias ? " with a bias epilogue"
-                                                                   : " with a bias + GELU epilogue";
+                       : epilogue.kind == GemmEpilogue::Kind::DGelu
+                           ? " with a GELU-derivative epilogue"
+                           : " with a bias + GELU epilogue";
     const std::string why = "gemm: cuBLASLt has no algorithm for m " + std::to_string(p.m) +
                             ", n " + std::to_string(p.n) + ", k " + std::to_string(p.k) + " in " +
                             dtype_name(dtype) + what;

@@ -21,12 +21,13 @@
 
 namespace triad::detail {
 
-// What the GEMM's epilogue adds to op(a) op(b): a bias per column-major row
-// (Triad's output feature; `bias` has plan.m elements), then optionally
-// GELU (tanh form), storing the pre-activation in `gelu_input` (laid out as
-// the output).
+// What the GEMM's epilogue does to op(a) op(b): Bias adds a bias per
+// column-major row (Triad's output feature; `bias` has plan.m elements);
+// BiasGelu then applies GELU (tanh form), storing the pre-activation in
+// `gelu_input` (laid out as the output); DGelu multiplies by GELU's
+// derivative at `gelu_input` (read, laid out as the output).
 struct GemmEpilogue {
-  enum class Kind : uint8_t { None, Bias, BiasGelu };
+  enum class Kind : uint8_t { None, Bias, BiasGelu, DGelu };
   Kind kind = Kind::None;
   const void* bias = nullptr;
   void* gelu_input = nullptr;

@@ -447,6 +447,31 @@ void CudaBackend::linear_forward(const Tensor& x, const Tensor& w, const Tensor&
   }
 }
 
+void CudaBackend::gelu_linear_input_grad(const Tensor& dy, const Tensor& w, const Tensor& pre,
+                                         Tensor& dpre) {
+  // GELU's derivative in the input-gradient GEMM's epilogue (DGELU): no
+  // separate pass reading the pre-activation and the gradient.
+  const bool fusable =
+      dpre.numel() > 0 && dy.size(1) > 0 && (dpre.dtype() == DType::F32 || is_half(dpre.dtype())) &&
+      dy.dtype() == dpre.dtype() && w.dtype() == dpre.dtype() && pre.dtype() == dpre.dtype();
+  const GemmPlan plan = plan_gemm(dy.shape(), w.shape(), dpre.shape(), false, false);
+  if (!fusable || plan.batch != 1 || plan.out.ld % 8 != 0) {
+    Backend::gelu_linear_input_grad(dy, w, pre, dpre);
+    return;
+  }
+  DeviceState& s = state(dpre.device().index);
+  DeviceGuard g(s.index);
+  GemmEpilogue ep;
+  ep.kind = GemmEpilogue::Kind::DGelu;
+  ep.gelu_input = pre.raw_data();
+  try {
+    s.gemm().run(plan, dpre.dtype(), dy.raw_data(), w.raw_data(), dpre.raw_data(), 1.0, 0.0,
+                 s.stream, ep);
+  } catch (const NotSupportedError&) {
+    Backend::gelu_linear_input_grad(dy, w, pre, dpre);
+  }
+}
+
 void CudaBackend::reduce(ReduceOp op, const Tensor& x, int64_t outer, int64_t n, int64_t inner,
                          Tensor& out, Tensor* indices) {
   DeviceState& s = state(out.device().index);

@@ -38,6 +38,8 @@ class CudaBackend final : public Backend {
   void gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) override;
   void linear_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y,
                       Tensor* gelu_input) override;
+  void gelu_linear_input_grad(const Tensor& dy, const Tensor& w, const Tensor& pre,
+                              Tensor& dpre) override;
   void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps,
                           Tensor& y, Tensor& mean, Tensor& rstd) override;
   void layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,

@@ -289,7 +289,7 @@ Tensor TensorParallelGpt::block_forward(int64_t i, const Tensor& x,
   Tensor a = L.attn_proj->forward(causal_attention(qkv, cfg_.n_head / group_->size()));
   const AddLayerNorm h =
       L.ln_2->forward_add(x, site_dropout(a, cfg_.dropout, ctx, i, "attn.resid", shard));
-  Tensor m = L.mlp_proj->forward(L.c_fc->forward_gelu(h.norm));
+  Tensor m = L.mlp_proj->forward_after_gelu(L.c_fc->forward_gelu(h.norm));
   return add(h.sum, site_dropout(m, cfg_.dropout, ctx, i, "mlp.resid", shard));
 }
 

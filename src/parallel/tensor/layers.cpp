@@ -34,9 +34,9 @@ Tensor ColumnParallelLinear::forward(const Tensor& x) const {
   return linear(in, weight_, bias_);
 }
 
-Tensor ColumnParallelLinear::forward_gelu(const Tensor& x) const {
+LinearGelu ColumnParallelLinear::forward_gelu(const Tensor& x) const {
   Tensor in = sp_ ? gather_from_sequence_region(x, group_) : copy_to_region(x, group_);
-  return linear_gelu(in, weight_, bias_);
+  return linear_gelu_parts(in, weight_, bias_);
 }
 
 RowParallelLinear::RowParallelLinear(int64_t in, int64_t out, dist::ProcessGroupPtr group,
@@ -49,11 +49,23 @@ RowParallelLinear::RowParallelLinear(int64_t in, int64_t out, dist::ProcessGroup
   bias_ = register_parameter("bias", zeros({out}));
 }
 
+namespace {
+// The partial products summed over the group (or reduce-scattered along T),
+// then the replicated bias.
+Tensor finish_row_parallel(const Tensor& partial, const Tensor& bias,
+                           const dist::ProcessGroupPtr& group, bool sp) {
+  Tensor y =
+      sp ? reduce_scatter_to_sequence_region(partial, group) : reduce_from_region(partial, group);
+  return add(y, bias);
+}
+}  // namespace
+
 Tensor RowParallelLinear::forward(const Tensor& x) const {
-  Tensor partial = linear(x, weight_);
-  Tensor y = sp_ ? reduce_scatter_to_sequence_region(partial, group_)
-                 : reduce_from_region(partial, group_);
-  return add(y, bias_);
+  return finish_row_parallel(linear(x, weight_), bias_, group_, sp_);
+}
+
+Tensor RowParallelLinear::forward_after_gelu(const LinearGelu& in) const {
+  return finish_row_parallel(linear_after_gelu(in, weight_), bias_, group_, sp_);
 }
 
 VocabParallelEmbedding::VocabParallelEmbedding(int64_t vocab_size, int64_t dim,

@@ -5,6 +5,7 @@
 
 #include "triad/dist/process_group.h"
 #include "triad/nn/module.h"
+#include "triad/ops/linalg.h"
 #include "triad/parallel/tensor/shard.h"
 
 namespace triad::tp {
@@ -19,8 +20,9 @@ class ColumnParallelLinear : public nn::Module {
   ColumnParallelLinear(int64_t in, int64_t out, dist::ProcessGroupPtr group, bool sequence_parallel,
                        int groups = 1);
   Tensor forward(const Tensor& x) const;
-  // gelu(forward(x)), the GELU fused into the GEMM where the backend can.
-  Tensor forward_gelu(const Tensor& x) const;
+  // gelu(forward(x)) with its pre-activation, the GELU fused into the GEMM
+  // where the backend can (for RowParallelLinear::forward_after_gelu).
+  LinearGelu forward_gelu(const Tensor& x) const;
   const ShardSpec& weight_spec() const { return weight_spec_; }
   const ShardSpec& bias_spec() const { return bias_spec_; }
 
@@ -38,6 +40,9 @@ class RowParallelLinear : public nn::Module {
  public:
   RowParallelLinear(int64_t in, int64_t out, dist::ProcessGroupPtr group, bool sequence_parallel);
   Tensor forward(const Tensor& x) const;
+  // forward(in.act) with the input gradient taken to in.pre through GELU's
+  // derivative in one backend call (ops linear_after_gelu).
+  Tensor forward_after_gelu(const LinearGelu& in) const;
   const ShardSpec& weight_spec() const { return weight_spec_; }
   const ShardSpec& bias_spec() const { return bias_spec_; }
 
