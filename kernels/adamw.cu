@@ -28,7 +28,116 @@ __global__ void adamw_kernel(T* p, const T* g, T* m, T* v, int64_t n, float deca
   }
 }
 
+constexpr int kMultiBlocks = 160;       // chunks per launch
+constexpr int64_t kMultiChunk = 32768;  // elements per chunk (one block)
+
+// Everything one launch needs, passed by value as the kernel's argument.
+struct MultiArgs {
+  void* param[kAdamWTensorsPerLaunch];
+  const float* grad[kAdamWTensorsPerLaunch];
+  float* m[kAdamWTensorsPerLaunch];
+  float* v[kAdamWTensorsPerLaunch];
+  float* master[kAdamWTensorsPerLaunch];
+  float decay[kAdamWTensorsPerLaunch];
+  int64_t n[kAdamWTensorsPerLaunch];
+  unsigned char block_tensor[kMultiBlocks];
+  int32_t block_chunk[kMultiBlocks];
+};
+
+template <class P, bool kMaster>
+__global__ void adamw_multi_kernel(MultiArgs a, float b1, float b2, float step_size, float bc2_sqrt,
+                                   float eps) {
+  const int t = a.block_tensor[blockIdx.x];
+  const int64_t begin = int64_t(a.block_chunk[blockIdx.x]) * kMultiChunk;
+  const int64_t end = min(a.n[t], begin + kMultiChunk);
+  P* p = static_cast<P*>(a.param[t]);
+  const float* g = a.grad[t];
+  float* m = a.m[t];
+  float* v = a.v[t];
+  float* w = a.master[t];
+  const float decay = a.decay[t];
+  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
+    const float gi = g[i];
+    float pi = (kMaster ? w[i] : load(p, i)) * decay;
+    float mi = m[i];
+    mi += (gi - mi) * (1.0f - b1);
+    const float vi = v[i] * b2 + (1.0f - b2) * gi * gi;
+    const float denom = sqrtf(vi) / bc2_sqrt + eps;
+    pi -= step_size * (mi / denom);
+    if (kMaster) w[i] = pi;
+    store(p, i, pi);
+    m[i] = mi;
+    v[i] = vi;
+  }
+}
+
 }  // namespace
+
+Status check_adamw_multi(ScalarType param_type, const std::vector<AdamWTensor>& tensors,
+                         const AdamWArgs& a) {
+  const Status base = check_adamw(param_type, 0, a);
+  if (!base.ok) return base;
+  const bool half = param_type != ScalarType::F32;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const AdamWTensor& t = tensors[i];
+    if (t.n < 0 || (t.n > 0 && (!t.param || !t.grad || !t.m || !t.v))) {
+      return Status::fail("tensor " + std::to_string(i) + ": a null pointer or negative size");
+    }
+    if (half != (t.master != nullptr)) {
+      return Status::fail("tensor " + std::to_string(i) +
+                          (half ? ": a bf16/f16 parameter needs f32 master weights"
+                                : ": an f32 parameter takes no master weights"));
+    }
+    if (t.n > int64_t(kMultiChunk) * INT32_MAX) {
+      return Status::fail("tensor " + std::to_string(i) + " has too many elements");
+    }
+  }
+  return Status::fine();
+}
+
+void adamw_multi(ScalarType param_type, const std::vector<AdamWTensor>& tensors, const AdamWArgs& a,
+                 cudaStream_t stream) {
+  require(check_adamw_multi(param_type, tensors, a), "adamw_multi");
+  const double bc1 = 1.0 - std::pow(a.beta1, static_cast<double>(a.step));
+  const double bc2 = 1.0 - std::pow(a.beta2, static_cast<double>(a.step));
+  const float step_size = static_cast<float>(a.lr / bc1);
+  const float bc2_sqrt = static_cast<float>(std::sqrt(bc2));
+  const float b1 = static_cast<float>(a.beta1), b2 = static_cast<float>(a.beta2);
+  const float eps = static_cast<float>(a.eps);
+  auto launch = [&](const MultiArgs& args, int blocks) {
+    switch (param_type) {
+      case ScalarType::BF16:
+        adamw_multi_kernel<__nv_bfloat16, true>
+            <<<blocks, kThreads, 0, stream>>>(args, b1, b2, step_size, bc2_sqrt, eps);
+        break;
+      case ScalarType::F16:
+        adamw_multi_kernel<__half, true>
+            <<<blocks, kThreads, 0, stream>>>(args, b1, b2, step_size, bc2_sqrt, eps);
+        break;
+      default:
+        adamw_multi_kernel<float, false>
+            <<<blocks, kThreads, 0, stream>>>(args, b1, b2, step_size, bc2_sqrt, eps);
+    }
+    check_launch("adamw_multi");
+  };
+  std::vector<int64_t> sizes;
+  for (const AdamWTensor& t : tensors) sizes.push_back(t.n);
+  for (const AdamWLaunch& l :
+       plan_adamw_multi(sizes, kAdamWTensorsPerLaunch, kMultiBlocks, kMultiChunk)) {
+    MultiArgs args{};
+    for (size_t s = 0; s < l.tensors.size(); ++s) {
+      const AdamWTensor& t = tensors[static_cast<size_t>(l.tensors[s])];
+      args.param[s] = t.param, args.grad[s] = t.grad, args.m[s] = t.m, args.v[s] = t.v;
+      args.master[s] = t.master, args.n[s] = t.n;
+      args.decay[s] = static_cast<float>(1.0 - a.lr * t.weight_decay);
+    }
+    for (size_t k = 0; k < l.blocks.size(); ++k) {
+      args.block_tensor[k] = static_cast<unsigned char>(l.blocks[k].slot);
+      args.block_chunk[k] = static_cast<int32_t>(l.blocks[k].chunk);
+    }
+    launch(args, static_cast<int>(l.blocks.size()));
+  }
+}
 
 Status check_adamw(ScalarType type, int64_t n, const AdamWArgs& a) {
   if (!is_nn_type(type)) {

@@ -6,6 +6,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <vector>
 
 #include "common.h"
 
@@ -23,5 +24,42 @@ struct AdamWArgs {
 Status check_adamw(ScalarType type, int64_t n, const AdamWArgs& args);
 void adamw(void* param, const void* grad, void* m, void* v, ScalarType type, int64_t n,
            const AdamWArgs& args, cudaStream_t stream);
+
+// Many parameters in a few launches (a multi-tensor step): each launch takes
+// up to kAdamWTensorsPerLaunch parameters, each block one chunk of one of
+// them. Gradients and moments are f32. An f32 parameter is updated in place
+// (master null); a bf16/f16 parameter has f32 master weights, which are
+// updated and then rounded into it in the same pass. args.weight_decay is
+// replaced by each tensor's own. Same arithmetic as adamw().
+struct AdamWTensor {
+  void* param = nullptr;
+  const float* grad = nullptr;
+  float* m = nullptr;
+  float* v = nullptr;
+  float* master = nullptr;
+  int64_t n = 0;
+  double weight_decay = 0;
+};
+constexpr int kAdamWTensorsPerLaunch = 16;
+
+// How adamw_multi splits its tensors into launches (host logic, tested
+// without a GPU): each launch holds at most `max_tensors` tensors (indices
+// into `sizes`) and `max_blocks` blocks, block k covering chunk
+// blocks[k].chunk (of `chunk` elements) of tensor tensors[blocks[k].slot].
+// Every chunk of every non-empty tensor appears exactly once, in order.
+struct AdamWLaunch {
+  struct Block {
+    int slot;
+    int64_t chunk;
+  };
+  std::vector<int> tensors;
+  std::vector<Block> blocks;
+};
+std::vector<AdamWLaunch> plan_adamw_multi(const std::vector<int64_t>& sizes, int max_tensors,
+                                          int max_blocks, int64_t chunk);
+Status check_adamw_multi(ScalarType param_type, const std::vector<AdamWTensor>& tensors,
+                         const AdamWArgs& args);
+void adamw_multi(ScalarType param_type, const std::vector<AdamWTensor>& tensors,
+                 const AdamWArgs& args, cudaStream_t stream);
 
 }  // namespace triad::kernels

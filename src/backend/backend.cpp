@@ -31,6 +31,19 @@ void Backend::gelu_linear_input_grad(const Tensor& dy, const Tensor& w, const Te
   gelu_backward(pre, dact, dpre);
 }
 
+void Backend::adamw_many(std::vector<AdamWEntry>& entries, const AdamWStep& hp) {
+  for (AdamWEntry& e : entries) {
+    AdamWStep h = hp;
+    h.weight_decay = e.weight_decay;
+    if (!e.master.defined()) {
+      adamw(e.param, e.grad, e.m, e.v, h);
+      continue;
+    }
+    adamw(e.master, e.grad, e.m, e.v, h);
+    copy(e.master, e.param);
+  }
+}
+
 void Backend::add_layer_norm_forward(const Tensor& x, const Tensor& residual, const Tensor& weight,
                                      const Tensor& bias, double eps, Tensor& h, Tensor& y,
                                      Tensor& mean, Tensor& rstd) {

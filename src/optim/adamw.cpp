@@ -1,5 +1,7 @@
 #include "triad/optim/adamw.h"
 
+#include <algorithm>
+
 #include "triad/autograd/grad_mode.h"
 #include "triad/backend/backend.h"
 #include "triad/ops/creation.h"
@@ -34,24 +36,31 @@ AdamW::AdamW(std::vector<std::pair<std::string, Tensor>> named_params, AdamWOpti
 void AdamW::step(double lr) {
   autograd::NoGradGuard no_grad;
   ++step_;
+  AdamWStep hp;
+  hp.lr = lr;
+  hp.beta1 = options_.beta1;
+  hp.beta2 = options_.beta2;
+  hp.eps = options_.eps;
+  hp.step = step_;
+  // One backend call per device for the whole step (the CUDA backend's
+  // multi-tensor launches), entries in parameter order.
+  std::vector<std::pair<Device, std::vector<Backend::AdamWEntry>>> by_device;
   for (auto& s : state_) {
     Tensor g = s.param.grad();
     if (!g.defined()) continue;
-    AdamWStep hp;
-    hp.lr = lr;
-    hp.beta1 = options_.beta1;
-    hp.beta2 = options_.beta2;
-    hp.eps = options_.eps;
-    hp.weight_decay = s.decay ? options_.weight_decay : 0.0;
-    hp.step = step_;
-    if (!s.master.defined()) {
-      backend_for(s.param).adamw(s.param, g, s.m, s.v, hp);
-      continue;
+    Backend::AdamWEntry e;
+    e.param = s.param, e.m = s.m, e.v = s.v, e.master = s.master;
+    e.grad = s.master.defined() && g.dtype() != DType::F32 ? cast(g, DType::F32) : g;
+    e.weight_decay = s.decay ? options_.weight_decay : 0.0;
+    auto it = std::find_if(by_device.begin(), by_device.end(),
+                           [&](const auto& d) { return d.first == s.param.device(); });
+    if (it == by_device.end()) {
+      by_device.push_back({s.param.device(), {}});
+      it = by_device.end() - 1;
     }
-    Tensor g32 = g.dtype() == DType::F32 ? g : cast(g, DType::F32);
-    backend_for(s.master).adamw(s.master, g32, s.m, s.v, hp);
-    copy_(s.param, s.master);
+    it->second.push_back(std::move(e));
   }
+  for (auto& [device, entries] : by_device) backend_for(device.type).adamw_many(entries, hp);
 }
 
 void AdamW::sync_params_from_masters() {

@@ -4,8 +4,11 @@
 // embedding backward's grouping of positions.
 #include <gtest/gtest.h>
 
+#include <map>
 #include <stdexcept>
+#include <tuple>
 
+#include "kernels/adamw.h"
 #include "kernels/attention.h"
 #include "kernels/cross_entropy.h"
 #include "kernels/elementwise.h"
@@ -89,6 +92,52 @@ TEST(CudaKernelChecks, CrossEntropyChecks) {
   EXPECT_FALSE(check_cross_entropy(ScalarType::F32, 4, 0).ok);
   EXPECT_TRUE(check_vocab_ce(ScalarType::F32, 4, 128, 100).ok);
   EXPECT_NE(reason(check_vocab_ce(ScalarType::F32, 4, 128, 129)).find("129"), std::string::npos);
+}
+
+TEST(CudaKernelChecks, MultiTensorAdamWCoversEveryChunkOnceWithinItsLimits) {
+  // Empty tensors, small ones, ones spanning several chunks and launches.
+  const std::vector<int64_t> sizes = {0, 5, 100, 0, 41, 7, 7, 7, 7, 7, 7, 7, 33, 1, 2, 3};
+  for (auto [max_tensors, max_blocks, chunk] :
+       {std::tuple<int, int, int64_t>{16, 160, 32768}, {3, 4, 10}, {1, 1, 7}, {2, 9, 50}}) {
+    SCOPED_TRACE(std::to_string(max_tensors) + " tensors, " + std::to_string(max_blocks) +
+                 " blocks, chunk " + std::to_string(chunk));
+    const auto launches = plan_adamw_multi(sizes, max_tensors, max_blocks, chunk);
+    std::vector<std::pair<int, int64_t>> seen;  // (tensor, chunk) in launch order
+    for (const AdamWLaunch& l : launches) {
+      ASSERT_FALSE(l.blocks.empty());
+      ASSERT_LE(static_cast<int>(l.tensors.size()), max_tensors);
+      ASSERT_LE(static_cast<int>(l.blocks.size()), max_blocks);
+      for (const AdamWLaunch::Block& b : l.blocks) {
+        ASSERT_GE(b.slot, 0);
+        ASSERT_LT(b.slot, static_cast<int>(l.tensors.size()));
+        seen.push_back({l.tensors[static_cast<size_t>(b.slot)], b.chunk});
+      }
+    }
+    std::vector<std::pair<int, int64_t>> want;
+    for (size_t i = 0; i < sizes.size(); ++i)
+      for (int64_t c = 0; c < (sizes[i] + chunk - 1) / chunk; ++c)
+        want.push_back({static_cast<int>(i), c});
+    EXPECT_EQ(seen, want);
+  }
+  EXPECT_TRUE(plan_adamw_multi({0, 0}, 16, 160, 32768).empty());
+  EXPECT_THROW(plan_adamw_multi({5}, 0, 160, 32768), std::invalid_argument);
+}
+
+TEST(CudaKernelChecks, MultiTensorAdamWNamesAMissingOrStrayMaster) {
+  AdamWArgs a;
+  float buf[4] = {};
+  AdamWTensor t;
+  t.param = buf, t.grad = buf, t.m = buf, t.v = buf, t.n = 4;
+  EXPECT_TRUE(check_adamw_multi(ScalarType::F32, {t}, a).ok);
+  EXPECT_NE(reason(check_adamw_multi(ScalarType::BF16, {t}, a)).find("needs f32 master weights"),
+            std::string::npos);
+  t.master = buf;
+  EXPECT_NE(reason(check_adamw_multi(ScalarType::F32, {t}, a)).find("takes no master"),
+            std::string::npos);
+  t.grad = nullptr;
+  EXPECT_NE(reason(check_adamw_multi(ScalarType::BF16, {t}, a)).find("null pointer"),
+            std::string::npos);
+  EXPECT_THROW(adamw_multi(ScalarType::BF16, {t}, a, nullptr), std::invalid_argument);
 }
 
 TEST(CudaKernelChecks, CoalesceMergesContiguousDimensions) {

@@ -157,6 +157,18 @@ class Backend {
   // One AdamW update of param in place; m and v are f32 moments.
   virtual void adamw(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,
                      const AdamWStep& hp) = 0;
+
+  // One AdamW update of many parameters (the optimizer's whole step). With
+  // `master` defined (f32 master weights of a half parameter) the master is
+  // updated and then rounded into `param`; `grad`, `m`, `v` are f32 then.
+  // hp.weight_decay is replaced by each entry's own. The default runs
+  // adamw() (and the rounding copy) per entry, the reference; the CUDA
+  // backend updates them all in a few multi-tensor launches.
+  struct AdamWEntry {
+    Tensor param, grad, m, v, master;
+    double weight_decay = 0;
+  };
+  virtual void adamw_many(std::vector<AdamWEntry>& entries, const AdamWStep& hp);
 };
 
 // The backend serving tensors of a device type; throws NotSupportedError when

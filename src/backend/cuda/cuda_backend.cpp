@@ -928,6 +928,53 @@ void CudaBackend::adamw(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,
   });
 }
 
+void CudaBackend::adamw_many(std::vector<AdamWEntry>& entries, const AdamWStep& hp) {
+  // f32 parameters, and bf16/f16 ones with f32 masters, with f32 gradients
+  // and moments, go through the multi-tensor kernel, one launch sequence
+  // per parameter type; anything else takes adamw() one at a time.
+  std::map<DType, std::vector<k::AdamWTensor>> groups;
+  std::vector<AdamWEntry> rest;
+  int device = -1;
+  for (AdamWEntry& e : entries) {
+    const int64_t n = e.param.numel();
+    const bool f32_state = e.grad.dtype() == DType::F32 && e.m.dtype() == DType::F32 &&
+                           e.v.dtype() == DType::F32 && e.grad.numel() == n && e.m.numel() == n &&
+                           e.v.numel() == n;
+    const bool plain = !e.master.defined() && e.param.dtype() == DType::F32;
+    const bool half = e.master.defined() && is_half(e.param.dtype()) &&
+                      e.master.dtype() == DType::F32 && e.master.numel() == n;
+    const int d = e.param.device().index;
+    if (!f32_state || !(plain || half) || (device >= 0 && d != device)) {
+      rest.push_back(e);
+      continue;
+    }
+    device = d;
+    k::AdamWTensor t;
+    t.param = e.param.raw_data();
+    t.grad = e.grad.data<float>();
+    t.m = e.m.data<float>();
+    t.v = e.v.data<float>();
+    t.master = half ? e.master.data<float>() : nullptr;
+    t.n = n;
+    t.weight_decay = e.weight_decay;
+    groups[e.param.dtype()].push_back(t);
+  }
+  if (!groups.empty()) {
+    DeviceState& s = state(device);
+    DeviceGuard g(s.index);
+    k::AdamWArgs a;
+    a.lr = hp.lr;
+    a.beta1 = hp.beta1;
+    a.beta2 = hp.beta2;
+    a.eps = hp.eps;
+    a.step = hp.step;
+    for (auto& [dtype, tensors] : groups) {
+      launch("adamw_many", [&] { k::adamw_multi(scalar(dtype), tensors, a, s.stream); });
+    }
+  }
+  if (!rest.empty()) Backend::adamw_many(rest, hp);
+}
+
 CudaBackend& cuda_backend() {
   static CudaBackend backend;
   return backend;

@@ -73,6 +73,7 @@ class CudaBackend final : public Backend {
   void dropout(const Tensor& x, double p, uint64_t seed, uint64_t stream, uint64_t offset,
                Tensor& y) override;
   void adamw(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWStep& hp) override;
+  void adamw_many(std::vector<AdamWEntry>& entries, const AdamWStep& hp) override;
 
   // Per-device state, created on first use of the device.
   struct DeviceState;
