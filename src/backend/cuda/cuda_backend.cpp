@@ -902,6 +902,19 @@ void CudaBackend::dropout(const Tensor& x, double p, uint64_t seed, uint64_t str
   });
 }
 
+namespace {
+k::AdamWArgs adamw_args(const AdamWStep& hp) {
+  k::AdamWArgs a;
+  a.lr = hp.lr;
+  a.beta1 = hp.beta1;
+  a.beta2 = hp.beta2;
+  a.eps = hp.eps;
+  a.weight_decay = hp.weight_decay;
+  a.step = hp.step;
+  return a;
+}
+}  // namespace
+
 void CudaBackend::adamw(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,
                         const AdamWStep& hp) {
   require_nn("adamw", param.dtype());
@@ -915,13 +928,7 @@ void CudaBackend::adamw(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,
   }
   DeviceState& s = state(param.device().index);
   DeviceGuard g(s.index);
-  k::AdamWArgs a;
-  a.lr = hp.lr;
-  a.beta1 = hp.beta1;
-  a.beta2 = hp.beta2;
-  a.eps = hp.eps;
-  a.weight_decay = hp.weight_decay;
-  a.step = hp.step;
+  const k::AdamWArgs a = adamw_args(hp);
   launch("adamw", [&] {
     k::adamw(param.raw_data(), grad.raw_data(), m.raw_data(), v.raw_data(), scalar(param.dtype()),
              param.numel(), a, s.stream);
@@ -962,12 +969,7 @@ void CudaBackend::adamw_many(std::vector<AdamWEntry>& entries, const AdamWStep& 
   if (!groups.empty()) {
     DeviceState& s = state(device);
     DeviceGuard g(s.index);
-    k::AdamWArgs a;
-    a.lr = hp.lr;
-    a.beta1 = hp.beta1;
-    a.beta2 = hp.beta2;
-    a.eps = hp.eps;
-    a.step = hp.step;
+    const k::AdamWArgs a = adamw_args(hp);  // each tensor carries its own weight decay
     for (auto& [dtype, tensors] : groups) {
       launch("adamw_many", [&] { k::adamw_multi(scalar(dtype), tensors, a, s.stream); });
     }
