@@ -131,6 +131,13 @@ for preset in 124m 350m; do
   if [ "$preset" = 124m ]; then batch=${BATCH_124M:-16}; else batch=${BATCH_350M:-8}; fi
   "$BUILD_DIR/benchmarks/bench_train_gpu" --preset $preset --batch "$batch" --seq 1024 \
     --precision bf16 --peak-tflops "$PEAK" | tee -a "$OUT/train.jsonl" || status=1
+  # cuDNN's faster, non-deterministic attention backward (what PyTorch's
+  # flash attention does), when this build has cuDNN.
+  if grep -q "cuDNN=ON" "$OUT/build.log" 2>/dev/null; then
+    "$BUILD_DIR/benchmarks/bench_train_gpu" --preset $preset --batch "$batch" --seq 1024 \
+      --precision bf16 --peak-tflops "$PEAK" --attention-nondeterministic |
+      tee -a "$OUT/train.jsonl" || status=1
+  fi
   if [ "${SKIP_TORCH:-0}" != 1 ]; then
     python3 benchmarks/gpu/train_gpu_torch.py --preset $preset --batch "$batch" --seq 1024 \
       --peak-tflops "$PEAK" 2>>"$OUT/torch.err" | tee -a "$OUT/train.jsonl" ||

@@ -39,9 +39,13 @@ int run(int argc, char** argv) {
   app.add_option("--vocab", vocab, "override the vocabulary (default 50304)");
   std::string attention = "auto";
   app.add_option("--attention-kernel", attention, "auto | simt | tensor_core | cudnn");
+  bool nondeterministic = false;
+  app.add_flag("--attention-nondeterministic", nondeterministic,
+               "let cuDNN's attention backward accumulate dQ with atomics");
   CLI11_PARSE(app, argc, argv);
 
   triad::cuda::set_attention_kernel(triad::cuda::attention_kernel_from_string(attention));
+  triad::cuda::set_attention_deterministic(!nondeterministic);
   triad::nn::GptConfig cfg;
   if (preset == "350m") {
     cfg.n_layer = 24, cfg.n_head = 16, cfg.d_model = 1024;
@@ -123,6 +127,7 @@ int run(int argc, char** argv) {
       {"preset", preset},
       {"precision", precision},
       {"attention_kernel", attention},
+      {"attention_deterministic", !nondeterministic},
       {"device", device.str()},
       {"batch", batch},
       {"seq", T},

@@ -265,6 +265,15 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
                               "' must be one of auto, simt, tensor_core, cudnn");
           }
         }}},
+      {"attention_deterministic",
+       {false,
+        [&](auto& v, auto& k) {
+          try {
+            c.attention_deterministic = v.template as<bool>();
+          } catch (const YAML::Exception&) {
+            throw ConfigError(k + ": expected true or false, got '" + scalar_text(v) + "'");
+          }
+        }}},
   };
   const Section train{
       {"steps", {true, [&](auto& v, auto& k) { t.steps = get_int(v, k); }}},
@@ -468,6 +477,7 @@ std::string to_yaml(const Config& c) {
   e << YAML::Key << "dropout" << YAML::Value << c.model.dropout;
   e << YAML::Key << "recompute" << YAML::Value << nn::recompute_string(c.model.recompute);
   e << YAML::Key << "attention_kernel" << YAML::Value << c.attention_kernel;
+  e << YAML::Key << "attention_deterministic" << YAML::Value << c.attention_deterministic;
   e << YAML::EndMap;
   const auto& t = c.train;
   e << YAML::Key << "train" << YAML::Value << YAML::BeginMap;

@@ -58,6 +58,7 @@ Trainer::Trainer(Config config, dist::ProcessGroupPtr world)
   const int world_size = world_ ? world_->size() : 1;
   device_ = device_from_string(config_.device);
   cuda::set_attention_kernel(cuda::attention_kernel_from_string(config_.attention_kernel));
+  cuda::set_attention_deterministic(config_.attention_deterministic);
   if (device_.is_cuda()) {
     if (!cuda::compiled()) {
       throw NotSupportedError("device '" + config_.device +

@@ -164,16 +164,24 @@ TEST_F(CudnnAttentionMock, ForwardAndBackwardComputeCausalAttention) {
     // feeds it the forward's.
     for (size_t i = 0; i < n_out; ++i) out.data[i] = to_bf16(static_cast<float>(want.out[i]));
     for (size_t i = 0; i < n_lse; ++i) lse.data[i] = static_cast<float>(want.lse[i]);
-    const size_t bws = cudnn_attention_workspace(0, p, true);
-    // The engine's scratch, then rowsum(dO * O) in f32.
-    EXPECT_GE(bws, static_cast<size_t>(mock::kEngineWorkspace) + n_lse * sizeof(float));
-    Aligned<char> bwork(bws);
-    std::fill(dqkv.data, dqkv.data + n_qkv, to_bf16(std::nanf("")));
-    cudnn_attention_backward(0, nullptr, p, qkv.data, out.data, lse.data, dout.data, dqkv.data,
-                             bwork.data);
-    expect_near_all(std::vector<uint16_t>(dqkv.data, dqkv.data + n_qkv), want.dqkv, 3e-2, "dqkv");
+    for (bool deterministic : {true, false}) {
+      SCOPED_TRACE(deterministic ? "deterministic" : "dQ accumulated");
+      const size_t bws = cudnn_attention_workspace(0, p, true, deterministic);
+      // The engine's scratch, then rowsum(dO * O) in f32, then (accumulated
+      // dQ) dQ in f32.
+      const size_t dq_accum = deterministic ? 0 : n_qkv / 3 * sizeof(float);
+      EXPECT_GE(bws,
+                static_cast<size_t>(mock::kEngineWorkspace) + n_lse * sizeof(float) + dq_accum);
+      Aligned<char> bwork(bws);
+      // Garbage in the workspace: the accumulator must be cleared first.
+      std::fill(bwork.data, bwork.data + bws, static_cast<char>(0x5a));
+      std::fill(dqkv.data, dqkv.data + n_qkv, to_bf16(std::nanf("")));
+      cudnn_attention_backward(0, nullptr, p, qkv.data, out.data, lse.data, dout.data, dqkv.data,
+                               bwork.data, deterministic);
+      expect_near_all(std::vector<uint16_t>(dqkv.data, dqkv.data + n_qkv), want.dqkv, 3e-2, "dqkv");
+    }
   }
-  EXPECT_EQ(mock::stats().executions, 4);
+  EXPECT_EQ(mock::stats().executions, 6);
   EXPECT_EQ(mock::last_error(), "");
 }
 

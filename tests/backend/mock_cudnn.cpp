@@ -622,6 +622,15 @@ std::string last_error() {
 
 namespace mock = triad::testing::mock_cudnn;
 
+// The two CUDA runtime calls the attention layer makes (host memory here).
+cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t) {
+  std::memset(p, value, bytes);
+  return cudaSuccess;
+}
+const char* cudaGetErrorString(cudaError_t) {
+  return "mock CUDA error";
+}
+
 size_t cudnnGetVersion(void) {
   return 91900;
 }
@@ -792,6 +801,53 @@ cudnnStatus_t cudnnBackendExecute(cudnnHandle_t handle, cudnnBackendDescriptor_t
     if (!needed.count(uid))
       return mock::reject(CUDNN_STATUS_BAD_PARAM,
                           "variant pack binds uid " + std::to_string(uid) + " the graph lacks");
+  // No tensor an operation writes may share memory with another bound one
+  // (element by element: q, k and v interleave inside one buffer).
+  {
+    std::map<int64_t, std::set<uintptr_t>> bytes;
+    std::set<int64_t> written;
+    for (auto* op : ops) {
+      const mock::Desc* o = static_cast<const mock::Desc*>(op);
+      for (auto& [name, attr] : o->attrs) {
+        if (attr.type != CUDNN_TYPE_BACKEND_DESCRIPTOR) continue;
+        const mock::Desc* t = mock::ref(*o, name);
+        if (t->type != CUDNN_BACKEND_TENSOR_DESCRIPTOR) continue;
+        const mock::TensorInfo info = mock::tensor_info(t);
+        if (info.is_virtual || info.by_value || bytes.count(info.uid)) continue;
+        if (name == CUDNN_ATTR_OPERATION_POINTWISE_YDESC ||
+            name == CUDNN_ATTR_OPERATION_REDUCTION_YDESC ||
+            name == CUDNN_ATTR_OPERATION_MATMUL_CDESC)
+          written.insert(info.uid);
+        const size_t elem = info.type == CUDNN_DATA_FLOAT ? 4 : 2;
+        auto& set = bytes[info.uid];
+        std::vector<int64_t> i(info.dims.size(), 0);
+        const auto base = reinterpret_cast<uintptr_t>(bound[info.uid]);
+        for (bool more = true; more;) {
+          int64_t off = 0;
+          for (size_t d = 0; d < i.size(); ++d) off += i[d] * info.strides[d];
+          for (size_t b = 0; b < elem; ++b)
+            set.insert(base + static_cast<uintptr_t>(off) * elem + b);
+          more = false;
+          for (size_t d = i.size(); d-- > 0;) {
+            if (++i[d] < info.dims[d]) {
+              more = true;
+              break;
+            }
+            i[d] = 0;
+          }
+        }
+      }
+    }
+    for (int64_t w : written)
+      for (auto& [uid, set] : bytes) {
+        if (uid == w) continue;
+        for (uintptr_t b : bytes[w])
+          if (set.count(b))
+            return mock::reject(CUDNN_STATUS_BAD_PARAM, "uid " + std::to_string(w) +
+                                                            " is written over uid " +
+                                                            std::to_string(uid) + "'s memory");
+      }
+  }
   mock::Run run(bound);
   std::string why;
   for (auto* op : ops)

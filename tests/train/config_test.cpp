@@ -146,6 +146,12 @@ TEST(Config, AttentionKernelParsesRoundTripsAndNamesABadValue) {
   EXPECT_EQ(c.attention_kernel, "tensor_core");
   EXPECT_EQ(parse_config(to_yaml(c)).attention_kernel, "tensor_core");
   EXPECT_EQ(parse_config(kValid, {"model.attention_kernel=cudnn"}).attention_kernel, "cudnn");
+  EXPECT_TRUE(parse_config(kValid).attention_deterministic);
+  const Config fast = parse_config(kValid, {"model.attention_deterministic=false"});
+  EXPECT_FALSE(fast.attention_deterministic);
+  EXPECT_FALSE(parse_config(to_yaml(fast)).attention_deterministic);
+  expect_config_error(kValid, {"model.attention_deterministic=sometimes"},
+                      "model.attention_deterministic: expected true or false, got 'sometimes'");
   expect_config_error(
       kValid, {"model.attention_kernel=flash3"},
       "model.attention_kernel 'flash3' must be one of auto, simt, tensor_core, cudnn");

@@ -49,5 +49,11 @@ AttentionKernel attention_kernel();
 // "auto", "simt", "tensor_core", "cudnn"; ConfigError naming the value otherwise.
 AttentionKernel attention_kernel_from_string(const std::string& name);
 const char* attention_kernel_name(AttentionKernel kernel);
+// Whether attention's backward must repeat bit for bit (default true).
+// Triad's kernels always do; false lets cuDNN's backward accumulate dQ with
+// atomics, its faster engine. triad-train sets it from
+// model.attention_deterministic.
+void set_attention_deterministic(bool deterministic);
+bool attention_deterministic();
 
 }  // namespace triad::cuda

@@ -71,6 +71,9 @@ struct Config {
   // model.attention_kernel: auto | simt | tensor_core | cudnn (CUDA attention;
   // see triad/backend/cuda.h). No effect on the CPU.
   std::string attention_kernel = "auto";
+  // model.attention_deterministic: false lets cuDNN's attention backward
+  // accumulate dQ with atomics (faster; runs no longer repeat bit for bit).
+  bool attention_deterministic = true;
   ParallelSection parallel;
   CheckpointSection checkpoint;
 

@@ -8,6 +8,7 @@
 namespace triad::cuda {
 namespace {
 std::atomic<AttentionKernel> g_attention_kernel{AttentionKernel::Auto};
+std::atomic<bool> g_attention_deterministic{true};
 }  // namespace
 
 void set_attention_kernel(AttentionKernel kernel) {
@@ -16,6 +17,14 @@ void set_attention_kernel(AttentionKernel kernel) {
 
 AttentionKernel attention_kernel() {
   return g_attention_kernel;
+}
+
+void set_attention_deterministic(bool deterministic) {
+  g_attention_deterministic = deterministic;
+}
+
+bool attention_deterministic() {
+  return g_attention_deterministic;
 }
 
 AttentionKernel attention_kernel_from_string(const std::string& name) {

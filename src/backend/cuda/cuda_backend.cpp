@@ -625,7 +625,7 @@ class AttentionTuner {
                  k::AttentionKernel own);
 
  private:
-  using Key = std::tuple<int, int, int64_t, int64_t, int64_t, int64_t>;
+  using Key = std::tuple<int, int, bool, int64_t, int64_t, int64_t, int64_t>;
   std::mutex mutex_;
   std::map<Key, bool> choice_;
 };
@@ -637,7 +637,10 @@ AttentionTuner& attention_tuner() {
 
 bool AttentionTuner::use_cudnn(CudaBackend::DeviceState& s, const Tensor& qkv,
                                const k::AttentionShape& shape, k::AttentionKernel own_kernel) {
-  const Key key{s.index, static_cast<int>(qkv.dtype()), shape.B, shape.T, shape.C, shape.NH};
+  // The backward timed is the one training would run.
+  const bool deterministic = cuda::attention_deterministic();
+  const Key key{s.index, static_cast<int>(qkv.dtype()), deterministic, shape.B, shape.T, shape.C,
+                shape.NH};
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = choice_.find(key);
   if (it != choice_.end()) return it->second;
@@ -649,7 +652,7 @@ bool AttentionTuner::use_cudnn(CudaBackend::DeviceState& s, const Tensor& qkv,
   bool cudnn = false;
   try {
     const size_t ws = std::max({cudnn_attention_workspace(s.index, p, false),
-                                cudnn_attention_workspace(s.index, p, true),
+                                cudnn_attention_workspace(s.index, p, true, deterministic),
                                 k::attention_backward_workspace(shape)});
     Scratch out(s.allocator, n_out * elem), dout(s.allocator, n_out * elem);
     Scratch dqkv(s.allocator, 3 * n_out * elem), lse(s.allocator, n_lse * sizeof(float));
@@ -666,7 +669,7 @@ bool AttentionTuner::use_cudnn(CudaBackend::DeviceState& s, const Tensor& qkv,
                               static_cast<float*>(lse.get()), work.get());
       cudnn_attention_backward(s.index, s.stream, p, qkv.raw_data(), out.get(),
                                static_cast<const float*>(lse.get()), dout.get(), dqkv.get(),
-                               work.get());
+                               work.get(), deterministic);
     };
     auto time_ms = [&](auto&& fn) {
       fn();  // warm-up (and first-use setup)
@@ -765,9 +768,11 @@ void CudaBackend::attention_backward(const Tensor& qkv, const Tensor& out, const
     const AttentionRoute route = route_attention(s, qkv, shape);
     if (route.cudnn) {
       const cudnn_graph::AttentionProblem p = cudnn_problem(shape, qkv.dtype());
-      Scratch ws(s.allocator, cudnn_attention_workspace(s.index, p, true));
+      const bool deterministic = cuda::attention_deterministic();
+      Scratch ws(s.allocator, cudnn_attention_workspace(s.index, p, true, deterministic));
       cudnn_attention_backward(s.index, s.stream, p, qkv.raw_data(), out.raw_data(),
-                               lse.data<float>(), dout.raw_data(), dqkv.raw_data(), ws.get());
+                               lse.data<float>(), dout.raw_data(), dqkv.raw_data(), ws.get(),
+                               deterministic);
       return;
     }
     Scratch ws(s.allocator, k::attention_backward_workspace(shape));

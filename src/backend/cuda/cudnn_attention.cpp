@@ -4,6 +4,7 @@
 // that finalizes becomes the cached execution plan for that shape.
 #include "cudnn_attention.h"
 
+#include <cuda_runtime_api.h>
 #include <cudnn.h>
 
 #include <cstdint>
@@ -132,6 +133,12 @@ int64_t align_up(int64_t n) {
   return (n + 255) / 256 * 256;
 }
 
+int64_t workspace_bytes_of(const Plan& plan, int64_t uid) {
+  for (const g::WorkspaceTensor& w : plan.workspace_tensors)
+    if (w.uid == uid) return w.bytes;
+  return 0;
+}
+
 DescriptorPtr make_tensor(const g::TensorDesc& t) {
   auto d = std::make_unique<Descriptor>(CUDNN_BACKEND_TENSOR_DESCRIPTOR);
   const std::string what = "tensor '" + t.name + "'";
@@ -250,11 +257,11 @@ std::vector<DescriptorPtr> ranked_configs(const Descriptor& op_graph, cudnnBacke
   return configs;
 }
 
-std::unique_ptr<Plan> build_plan(cudnnHandle_t handle, const g::AttentionProblem& p,
-                                 bool backward) {
+std::unique_ptr<Plan> build_plan(cudnnHandle_t handle, const g::AttentionProblem& p, bool backward,
+                                 bool deterministic) {
   auto plan = std::make_unique<Plan>();
-  plan->graph = backward ? g::attention_backward_graph(p, /*deterministic=*/true)
-                         : g::attention_forward_graph(p);
+  plan->graph =
+      backward ? g::attention_backward_graph(p, deterministic) : g::attention_forward_graph(p);
   std::map<int64_t, Descriptor*> tensors;
   for (const g::TensorDesc& t : plan->graph.tensors) {
     plan->keep.push_back(make_tensor(t));
@@ -307,7 +314,7 @@ std::unique_ptr<Plan> build_plan(cudnnHandle_t handle, const g::AttentionProblem
               "); choose model.attention_kernel: tensor_core or simt");
 }
 
-using PlanKey = std::tuple<int, bool, int, int64_t, int64_t, int64_t, int64_t>;
+using PlanKey = std::tuple<int, bool, bool, int, int64_t, int64_t, int64_t, int64_t>;
 
 // Handles and plans live for the process (like the backend's streams): never
 // destroyed, so no static destructor races a late attention call.
@@ -332,20 +339,23 @@ cudnnHandle_t handle_locked(Registry& r, int device) {
   return h;
 }
 
-Plan& plan_for(int device, const g::AttentionProblem& p, bool backward, cudnnHandle_t* handle) {
+Plan& plan_for(int device, const g::AttentionProblem& p, bool backward, bool deterministic,
+               cudnnHandle_t* handle) {
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);
   *handle = handle_locked(r, device);
-  const PlanKey key{device, backward, static_cast<int>(p.io), p.B, p.T, p.C, p.NH};
+  deterministic = deterministic || !backward;  // the forward has one graph
+  const PlanKey key{device, backward, deterministic, static_cast<int>(p.io), p.B, p.T, p.C, p.NH};
   auto it = r.plans.find(key);
-  if (it == r.plans.end()) it = r.plans.emplace(key, build_plan(*handle, p, backward)).first;
+  if (it == r.plans.end())
+    it = r.plans.emplace(key, build_plan(*handle, p, backward, deterministic)).first;
   return *it->second;
 }
 
 void execute(int device, cudaStream_t stream, const g::AttentionProblem& p, bool backward,
-             const std::map<int64_t, const void*>& bound, void* workspace) {
+             bool deterministic, const std::map<int64_t, const void*>& bound, void* workspace) {
   cudnnHandle_t handle = nullptr;
-  Plan& plan = plan_for(device, p, backward, &handle);
+  Plan& plan = plan_for(device, p, backward, deterministic, &handle);
   std::vector<int64_t> uids;
   std::vector<void*> pointers;
   for (const g::TensorDesc& t : plan.graph.tensors) {
@@ -369,6 +379,14 @@ void execute(int device, cudaStream_t stream, const g::AttentionProblem& p, bool
       }
       if (!found) throw Error("cudnn attention: tensor '" + t.name + "' has no memory");
       pointers.push_back(static_cast<char*>(workspace) + at);
+      // dQ is accumulated into its f32 tensor: it starts from zero.
+      if (t.uid == g::kDQAccum) {
+        const cudaError_t err = cudaMemsetAsync(
+            pointers.back(), 0, static_cast<size_t>(workspace_bytes_of(plan, t.uid)), stream);
+        if (err != cudaSuccess)
+          throw Error(std::string("cudnn attention: clearing dQ's accumulator: ") +
+                      cudaGetErrorString(err));
+      }
       continue;
     }
     // Every bound tensor was declared 16-byte aligned.
@@ -411,14 +429,15 @@ std::string cudnn_attention_unavailable(const g::AttentionProblem& p, int sm_maj
   return g::cudnn_attention_unsupported(p);
 }
 
-size_t cudnn_attention_workspace(int device, const g::AttentionProblem& p, bool backward) {
+size_t cudnn_attention_workspace(int device, const g::AttentionProblem& p, bool backward,
+                                 bool deterministic) {
   cudnnHandle_t handle = nullptr;
-  return static_cast<size_t>(plan_for(device, p, backward, &handle).workspace_bytes);
+  return static_cast<size_t>(plan_for(device, p, backward, deterministic, &handle).workspace_bytes);
 }
 
 void cudnn_attention_forward(int device, cudaStream_t stream, const g::AttentionProblem& p,
                              const void* qkv, void* out, float* lse, void* workspace) {
-  execute(device, stream, p, false,
+  execute(device, stream, p, false, true,
           {{g::kQ, at(qkv, p, g::kQ)},
            {g::kK, at(qkv, p, g::kK)},
            {g::kV, at(qkv, p, g::kV)},
@@ -429,8 +448,8 @@ void cudnn_attention_forward(int device, cudaStream_t stream, const g::Attention
 
 void cudnn_attention_backward(int device, cudaStream_t stream, const g::AttentionProblem& p,
                               const void* qkv, const void* out, const float* lse, const void* dout,
-                              void* dqkv, void* workspace) {
-  execute(device, stream, p, true,
+                              void* dqkv, void* workspace, bool deterministic) {
+  execute(device, stream, p, true, deterministic,
           {{g::kQ, at(qkv, p, g::kQ)},
            {g::kK, at(qkv, p, g::kK)},
            {g::kV, at(qkv, p, g::kV)},

@@ -9,8 +9,8 @@
 // cudnn_attention_absent.cpp stands in for builds without cuDNN.
 //
 // The backward runs cuDNN's deterministic graph (dQ written by a matmul, not
-// accumulated with atomics), so runs repeat bit for bit like Triad's own
-// kernels.
+// accumulated with atomics) unless the caller asks for the faster one, which
+// accumulates dQ in an f32 workspace tensor and does not repeat bit for bit.
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
@@ -29,7 +29,9 @@ std::string cudnn_attention_unavailable(const cudnn_graph::AttentionProblem& p, 
 
 // Device workspace (bytes) the call needs; builds and caches its plan. Throws
 // Error naming the shape when cuDNN has no engine for it.
-size_t cudnn_attention_workspace(int device, const cudnn_graph::AttentionProblem& p, bool backward);
+// `deterministic` chooses the backward graph (the forward has one).
+size_t cudnn_attention_workspace(int device, const cudnn_graph::AttentionProblem& p, bool backward,
+                                 bool deterministic = true);
 
 // qkv (B, T, 3C), out (B, T, C), lse (B, NH, T) f32 as in kernels/attention.h;
 // `workspace` holds cudnn_attention_workspace(device, p, backward) bytes.
@@ -39,6 +41,6 @@ void cudnn_attention_forward(int device, cudaStream_t stream,
 void cudnn_attention_backward(int device, cudaStream_t stream,
                               const cudnn_graph::AttentionProblem& p, const void* qkv,
                               const void* out, const float* lse, const void* dout, void* dqkv,
-                              void* workspace);
+                              void* workspace, bool deterministic = true);
 
 }  // namespace triad::detail

@@ -18,7 +18,7 @@ std::string cudnn_attention_unavailable(const cudnn_graph::AttentionProblem&, in
   return kAbsent;
 }
 
-size_t cudnn_attention_workspace(int, const cudnn_graph::AttentionProblem&, bool) {
+size_t cudnn_attention_workspace(int, const cudnn_graph::AttentionProblem&, bool, bool) {
   throw NotSupportedError(std::string("cudnn attention: ") + kAbsent);
 }
 
@@ -28,7 +28,7 @@ void cudnn_attention_forward(int, cudaStream_t, const cudnn_graph::AttentionProb
 }
 
 void cudnn_attention_backward(int, cudaStream_t, const cudnn_graph::AttentionProblem&, const void*,
-                              const void*, const float*, const void*, void*, void*) {
+                              const void*, const float*, const void*, void*, void*, bool) {
   throw NotSupportedError(std::string("cudnn attention: ") + kAbsent);
 }
 
