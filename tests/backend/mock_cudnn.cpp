@@ -168,6 +168,23 @@ TensorInfo tensor_info(const Desc* d) {
   return t;
 }
 
+// Calls f(attribute, tensor) for every tensor an operation of `ops` names;
+// stops at the first non-empty reason f returns, and returns it.
+template <class F>
+std::string each_tensor(const std::vector<cudnnBackendDescriptor_t>& ops, F&& f) {
+  for (auto* op : ops) {
+    const Desc* o = static_cast<const Desc*>(op);
+    for (auto& [name, attr] : o->attrs) {
+      if (attr.type != CUDNN_TYPE_BACKEND_DESCRIPTOR) continue;
+      const Desc* t = ref(*o, name);
+      if (t->type != CUDNN_BACKEND_TENSOR_DESCRIPTOR) continue;
+      std::string why = f(name, tensor_info(t));
+      if (!why.empty()) return why;
+    }
+  }
+  return "";
+}
+
 bool broadcasts(const TensorInfo& x, const TensorInfo& y) {
   if (x.dims.size() != y.dims.size()) return false;
   for (size_t i = 0; i < x.dims.size(); ++i)
@@ -778,25 +795,16 @@ cudnnStatus_t cudnnBackendExecute(cudnnHandle_t handle, cudnnBackendDescriptor_t
   std::set<int64_t> needed;
   const auto ops =
       mock::values<cudnnBackendDescriptor_t>(*plan->graph, CUDNN_ATTR_OPERATIONGRAPH_OPS);
-  for (auto* op : ops) {
-    const mock::Desc* o = static_cast<const mock::Desc*>(op);
-    for (auto& [name, attr] : o->attrs) {
-      if (attr.type != CUDNN_TYPE_BACKEND_DESCRIPTOR) continue;
-      const mock::Desc* t = mock::ref(*o, name);
-      if (t->type != CUDNN_BACKEND_TENSOR_DESCRIPTOR) continue;
-      const mock::TensorInfo info = mock::tensor_info(t);
-      if (info.is_virtual) {
-        if (bound.count(info.uid))
-          return mock::reject(CUDNN_STATUS_BAD_PARAM,
-                              "variant pack binds virtual uid " + std::to_string(info.uid));
-        continue;
-      }
-      needed.insert(info.uid);
-      if (!bound.count(info.uid) || !bound[info.uid])
-        return mock::reject(CUDNN_STATUS_BAD_PARAM,
-                            "variant pack lacks uid " + std::to_string(info.uid));
-    }
-  }
+  std::string why = mock::each_tensor(ops, [&](auto, const mock::TensorInfo& info) {
+    if (info.is_virtual)
+      return bound.count(info.uid) ? "variant pack binds virtual uid " + std::to_string(info.uid)
+                                   : std::string();
+    needed.insert(info.uid);
+    return !bound.count(info.uid) || !bound[info.uid]
+               ? "variant pack lacks uid " + std::to_string(info.uid)
+               : std::string();
+  });
+  if (!why.empty()) return mock::reject(CUDNN_STATUS_BAD_PARAM, why);
   for (auto& [uid, p] : bound)
     if (!needed.count(uid))
       return mock::reject(CUDNN_STATUS_BAD_PARAM,
@@ -806,38 +814,30 @@ cudnnStatus_t cudnnBackendExecute(cudnnHandle_t handle, cudnnBackendDescriptor_t
   {
     std::map<int64_t, std::set<uintptr_t>> bytes;
     std::set<int64_t> written;
-    for (auto* op : ops) {
-      const mock::Desc* o = static_cast<const mock::Desc*>(op);
-      for (auto& [name, attr] : o->attrs) {
-        if (attr.type != CUDNN_TYPE_BACKEND_DESCRIPTOR) continue;
-        const mock::Desc* t = mock::ref(*o, name);
-        if (t->type != CUDNN_BACKEND_TENSOR_DESCRIPTOR) continue;
-        const mock::TensorInfo info = mock::tensor_info(t);
-        if (info.is_virtual || info.by_value || bytes.count(info.uid)) continue;
-        if (name == CUDNN_ATTR_OPERATION_POINTWISE_YDESC ||
-            name == CUDNN_ATTR_OPERATION_REDUCTION_YDESC ||
-            name == CUDNN_ATTR_OPERATION_MATMUL_CDESC)
-          written.insert(info.uid);
-        const size_t elem = info.type == CUDNN_DATA_FLOAT ? 4 : 2;
-        auto& set = bytes[info.uid];
-        std::vector<int64_t> i(info.dims.size(), 0);
-        const auto base = reinterpret_cast<uintptr_t>(bound[info.uid]);
-        for (bool more = true; more;) {
-          int64_t off = 0;
-          for (size_t d = 0; d < i.size(); ++d) off += i[d] * info.strides[d];
-          for (size_t b = 0; b < elem; ++b)
-            set.insert(base + static_cast<uintptr_t>(off) * elem + b);
-          more = false;
-          for (size_t d = i.size(); d-- > 0;) {
-            if (++i[d] < info.dims[d]) {
-              more = true;
-              break;
-            }
-            i[d] = 0;
+    mock::each_tensor(ops, [&](cudnnBackendAttributeName_t name, const mock::TensorInfo& info) {
+      if (info.is_virtual || info.by_value || bytes.count(info.uid)) return std::string();
+      if (name == CUDNN_ATTR_OPERATION_POINTWISE_YDESC ||
+          name == CUDNN_ATTR_OPERATION_REDUCTION_YDESC || name == CUDNN_ATTR_OPERATION_MATMUL_CDESC)
+        written.insert(info.uid);
+      const size_t elem = info.type == CUDNN_DATA_FLOAT ? 4 : 2;
+      auto& set = bytes[info.uid];
+      std::vector<int64_t> i(info.dims.size(), 0);
+      const auto base = reinterpret_cast<uintptr_t>(bound[info.uid]);
+      for (bool more = true; more;) {
+        int64_t off = 0;
+        for (size_t d = 0; d < i.size(); ++d) off += i[d] * info.strides[d];
+        for (size_t b = 0; b < elem; ++b) set.insert(base + static_cast<uintptr_t>(off) * elem + b);
+        more = false;
+        for (size_t d = i.size(); d-- > 0;) {
+          if (++i[d] < info.dims[d]) {
+            more = true;
+            break;
           }
+          i[d] = 0;
         }
       }
-    }
+      return std::string();
+    });
     for (int64_t w : written)
       for (auto& [uid, set] : bytes) {
         if (uid == w) continue;
@@ -849,7 +849,6 @@ cudnnStatus_t cudnnBackendExecute(cudnnHandle_t handle, cudnnBackendDescriptor_t
       }
   }
   mock::Run run(bound);
-  std::string why;
   for (auto* op : ops)
     if (!run.op(*static_cast<const mock::Desc*>(op), &why))
       return mock::reject(CUDNN_STATUS_EXECUTION_FAILED, why);
