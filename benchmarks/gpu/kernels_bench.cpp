@@ -112,7 +112,18 @@ int main(int argc, char** argv) {
     // Causal: half of the 4 B NH T^2 D forward FLOPs; backward 2.5x forward.
     const double attn_fwd = 2.0 * ab * anh * static_cast<double>(at) * at * D;
     for (auto kernel : kernels) {
-      if (kernel == triad::cuda::AttentionKernel::Cudnn && !triad::cuda::cudnn_compiled()) continue;
+      const std::string why =
+          triad::cuda::attention_kernel_unavailable(kernel, DType::BF16, at, ac, anh);
+      if (!why.empty()) {
+        std::printf(
+            "%s\n",
+            nlohmann::json{{"kernel", std::string("attention_") +
+                                          triad::cuda::attention_kernel_name(kernel) + suffix},
+                           {"unavailable", why}}
+                .dump()
+                .c_str());
+        continue;
+      }
       triad::cuda::set_attention_kernel(kernel);
       const std::string tag = triad::cuda::attention_kernel_name(kernel) + suffix;
       try {

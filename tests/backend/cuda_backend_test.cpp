@@ -121,25 +121,27 @@ testing::OpCase attention_case(int64_t B, int64_t T, int64_t C, int64_t NH) {
 }
 
 TEST(CudaKernels, AttentionHeadDimsAndLongSequences) {
-  // D = 64 (GPT-2), 128, 80, 16 and 8; T not a multiple of the blocks. Every
-  // implementation where it applies: SIMT for every type, tensor cores for
-  // bf16/f16 with D a multiple of 16, cuDNN (builds with it) for bf16/f16.
+  // D = 64 (GPT-2), 128, 80, 16 and 8; T not a multiple of the blocks (and
+  // one that is, for cuDNN before 9.16). Every implementation where it
+  // applies: SIMT for every type, tensor cores for bf16/f16 with D a multiple
+  // of 16, cuDNN (builds with it) for bf16/f16.
   struct Shape {
     int64_t B, T, C, NH;
   };
   for (const Shape& sh : {Shape{2, 200, 256, 4}, Shape{1, 130, 256, 2}, Shape{1, 97, 160, 2},
-                          Shape{2, 65, 32, 2}, Shape{3, 33, 16, 2}}) {
+                          Shape{2, 65, 32, 2}, Shape{3, 33, 16, 2}, Shape{2, 256, 256, 4}}) {
     const testing::OpCase c = attention_case(sh.B, sh.T, sh.C, sh.NH);
-    const bool multiple_of_16 = (sh.C / sh.NH) % 16 == 0;
     for (DType dtype : {DType::F32, DType::BF16, DType::F16}) {
       for (cuda::AttentionKernel kernel :
            {cuda::AttentionKernel::Simt, cuda::AttentionKernel::TensorCore,
             cuda::AttentionKernel::Cudnn}) {
-        if (kernel == cuda::AttentionKernel::TensorCore && (dtype == DType::F32 || !multiple_of_16))
+        const std::string why =
+            cuda::attention_kernel_unavailable(kernel, dtype, sh.T, sh.C, sh.NH);
+        if (!why.empty()) {
+          std::printf("[ note ] %s %s: %s\n", cuda::attention_kernel_name(kernel),
+                      dtype_name(dtype), why.c_str());
           continue;
-        if (kernel == cuda::AttentionKernel::Cudnn &&
-            (dtype == DType::F32 || !cuda::cudnn_compiled()))
-          continue;
+        }
         SCOPED_TRACE(c.name + " " + dtype_name(dtype) + " " + cuda::attention_kernel_name(kernel));
         cuda::set_attention_kernel(kernel);
         const CaseResult cpu = run_case(c, dtype, Device::cpu());
@@ -284,7 +286,7 @@ TEST(CudaKernels, AttentionBackwardIsDeterministic) {
   };
   for (auto kernel : {cuda::AttentionKernel::Simt, cuda::AttentionKernel::TensorCore,
                       cuda::AttentionKernel::Cudnn}) {
-    if (kernel == cuda::AttentionKernel::Cudnn && !cuda::cudnn_compiled()) continue;
+    if (!cuda::attention_kernel_unavailable(kernel, DType::BF16, 150, 128, 2).empty()) continue;
     SCOPED_TRACE(cuda::attention_kernel_name(kernel));
     cuda::set_attention_kernel(kernel);
     EXPECT_EQ(grads(), grads());

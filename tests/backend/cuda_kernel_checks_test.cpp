@@ -187,6 +187,20 @@ TEST(CudaKernelChecks, EmbeddingGroupsPositionsByIdInTokenOrder) {
 TEST(CudaKernelChecks, RuntimeQueriesWorkWithoutAGpu) {
   EXPECT_TRUE(cuda::compiled());
   EXPECT_GE(cuda::device_count(), 0);  // never throws, 0 on machines without a GPU
+  // Which attention can run: shape problems named on any machine, and
+  // without a GPU every implementation says so instead of throwing.
+  EXPECT_NE(cuda::attention_kernel_unavailable(cuda::AttentionKernel::Simt, DType::BF16, 64, 100, 3)
+                .find("divisible"),
+            std::string::npos);
+  EXPECT_NE(cuda::attention_kernel_unavailable(cuda::AttentionKernel::Auto, DType::I32, 64, 128, 2)
+                .find("f32, bf16 or f16"),
+            std::string::npos);
+  if (cuda::device_count() == 0) {
+    EXPECT_NE(
+        cuda::attention_kernel_unavailable(cuda::AttentionKernel::Cudnn, DType::BF16, 64, 128, 2)
+            .find("not visible"),
+        std::string::npos);
+  }
 }
 
 }  // namespace

@@ -231,6 +231,13 @@ TEST_F(CudnnAttentionMock, AvailabilityNamesTheReason) {
   EXPECT_NE(cudnn_attention_unavailable(p, 7).find("compute capability 8.0"), std::string::npos);
   EXPECT_NE(cudnn_attention_unavailable({2, 64, 768, 12, g::DataType::F32}, 9).find("bf16 or f16"),
             std::string::npos);
+  // cuDNN before 9.16: sequence lengths a multiple of 128 only.
+  mock::set_version(91500);
+  EXPECT_NE(cudnn_attention_unavailable(p, 9).find("multiple of 128 only, not 64"),
+            std::string::npos);
+  EXPECT_EQ(cudnn_attention_unavailable({2, 256, 768, 12, g::DataType::BF16}, 9), "");
+  mock::set_version(80900);
+  EXPECT_NE(cudnn_attention_unavailable(p, 9).find("cuDNN 9 or newer"), std::string::npos);
 }
 
 }  // namespace

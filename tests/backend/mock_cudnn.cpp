@@ -38,6 +38,7 @@ struct State {
   std::set<Desc*> live;
   Stats stats;
   bool no_engines = false;
+  size_t version = 91900;
   std::string error;
 };
 
@@ -626,7 +627,11 @@ Stats stats() {
 void reset() {
   state().stats = Stats{};
   state().no_engines = false;
+  state().version = 91900;
   state().error.clear();
+}
+void set_version(size_t version) {
+  state().version = version;
 }
 void set_no_engines(bool none) {
   state().no_engines = none;
@@ -649,7 +654,7 @@ const char* cudaGetErrorString(cudaError_t) {
 }
 
 size_t cudnnGetVersion(void) {
-  return 91900;
+  return mock::state().version;
 }
 
 const char* cudnnGetErrorString(cudnnStatus_t status) {

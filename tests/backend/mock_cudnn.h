@@ -9,6 +9,7 @@
 // pointwise, reduction and reshape operations on host memory. Device
 // pointers are host pointers here. It cannot tell whether the real library
 // has a fused engine for a graph: that needs a GPU.
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
@@ -27,6 +28,8 @@ constexpr int64_t kEngineWorkspace = 4096;
 // When set, heuristics return no engine configuration (cuDNN without an
 // engine for the graph).
 void set_no_engines(bool none);
+// The version cudnnGetVersion reports (default 91900; reset() restores it).
+void set_version(size_t version);
 // The message of the last rejected call ("" if none).
 std::string last_error();
 

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "triad/core/allocator.h"
+#include "triad/core/dtype.h"
 
 namespace triad::cuda {
 
@@ -49,6 +50,11 @@ AttentionKernel attention_kernel();
 // "auto", "simt", "tensor_core", "cudnn"; ConfigError naming the value otherwise.
 AttentionKernel attention_kernel_from_string(const std::string& name);
 const char* attention_kernel_name(AttentionKernel kernel);
+// Why `kernel` cannot run causal attention on (B, seq_len, d_model) inputs
+// of `dtype` with `n_head` heads on `device`, or "" when it can (Auto always
+// can where CUDA runs).
+std::string attention_kernel_unavailable(AttentionKernel kernel, DType dtype, int64_t seq_len,
+                                         int64_t d_model, int64_t n_head, int device = 0);
 // Whether attention's backward must repeat bit for bit (default true).
 // Triad's kernels always do; false lets cuDNN's backward accumulate dQ with
 // atomics, its faster engine. triad-train sets it from

@@ -20,6 +20,9 @@ int device_count() {
 bool cudnn_compiled() {
   return false;
 }
+std::string attention_kernel_unavailable(AttentionKernel, DType, int64_t, int64_t, int64_t, int) {
+  return "this build has no CUDA backend (configure with TRIAD_WITH_CUDA=ON)";
+}
 void* compute_stream(int) {
   absent("compute_stream");
 }

@@ -1002,6 +1002,29 @@ bool cudnn_compiled() {
   return detail::cudnn_attention_compiled();
 }
 
+std::string attention_kernel_unavailable(AttentionKernel kernel, DType dtype, int64_t seq_len,
+                                         int64_t d_model, int64_t n_head, int device) {
+  namespace k = triad::kernels;
+  if (dtype != DType::F32 && dtype != DType::BF16 && dtype != DType::F16)
+    return std::string("attention takes f32, bf16 or f16, not ") + dtype_name(dtype);
+  const k::AttentionShape shape{1, seq_len, d_model, n_head};
+  const k::ScalarType type = detail::scalar(dtype);
+  const k::Status base = k::check_attention(type, shape);
+  if (!base.ok) return base.reason;
+  if (device < 0 || device >= device_count())
+    return "CUDA device " + std::to_string(device) + " is not visible";
+  switch (kernel) {
+    case AttentionKernel::TensorCore: {
+      const k::Status s = k::check_attention_tensor_core(type, shape, detail::sm_major(device));
+      return s.ok ? "" : s.reason;
+    }
+    case AttentionKernel::Cudnn:
+      return detail::cudnn_unavailable(dtype, shape, device);
+    default:
+      return "";
+  }
+}
+
 int device_count() {
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess) {

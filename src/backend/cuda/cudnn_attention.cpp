@@ -426,7 +426,16 @@ std::string cudnn_attention_unavailable(const g::AttentionProblem& p, int sm_maj
   if (cudnnGetVersion() < 90000)
     return "cuDNN fused attention needs cuDNN 9 or newer, the loaded library is " +
            std::to_string(cudnnGetVersion());
-  return g::cudnn_attention_unsupported(p);
+  const std::string why = g::cudnn_attention_unsupported(p);
+  if (!why.empty()) return why;
+  // Before 9.16 cuDNN's backward needs a padding mask unless the sequence
+  // is a multiple of 128 (what cuDNN's own frontend works around).
+  if (cudnnGetVersion() < 91600 && p.T % 128 != 0)
+    return "cuDNN " + std::to_string(cudnnGetVersion()) +
+           " (before 9.16) runs fused attention for sequence lengths that are a multiple of "
+           "128 only, not " +
+           std::to_string(p.T);
+  return "";
 }
 
 size_t cudnn_attention_workspace(int device, const g::AttentionProblem& p, bool backward,
