@@ -86,6 +86,17 @@ class Builder {
     g_.ops.push_back(op);
   }
 
+  // scores = (q @ k^T) * scale, [B, NH, T, T] f32.
+  int64_t scaled_scores(int64_t q, int64_t kt, int64_t scale) {
+    const Dims tt{g_.tensor(q).dims[0], g_.tensor(q).dims[1], g_.tensor(q).dims[2],
+                  g_.tensor(kt).dims[3]};
+    const int64_t s = virtual_tensor("scores", DataType::F32, tt);
+    matmul("q_kt", q, kt, s);
+    const int64_t scaled = virtual_tensor("scaled_scores", DataType::F32, tt);
+    pointwise("scale_scores", PointwiseMode::Mul, s, scale, scaled);
+    return scaled;
+  }
+
   // Scores below the diagonal survive; the rest become the lowest float
   // (cuDNN's causal mask), so exp() makes them exactly zero.
   int64_t causal_mask(int64_t scores) {
@@ -146,10 +157,7 @@ Graph attention_forward_graph(const AttentionProblem& p) {
   const int64_t stats = g.bound(kStats, "stats", DataType::F32, l.bht1(), l.stats_strides());
   const int64_t sc = g.scalar(kScale, "attn_scale", scale);
 
-  const int64_t s = g.virtual_tensor("scores", DataType::F32, l.bhtt());
-  g.matmul("q_kt", q, kt, s);
-  const int64_t scaled = g.virtual_tensor("scaled_scores", DataType::F32, l.bhtt());
-  g.pointwise("scale_scores", PointwiseMode::Mul, s, sc, scaled);
+  const int64_t scaled = g.scaled_scores(q, kt, sc);
   const int64_t masked = g.causal_mask(scaled);
 
   // Softmax with its statistics: stats = max + log(sum(exp(x - max))).
@@ -198,10 +206,7 @@ Graph attention_backward_graph(const AttentionProblem& p, bool deterministic) {
   g.pointwise("softmax_sum", PointwiseMode::Mul, rows, one, softmax_sum);
 
   // Probabilities again, from the forward's statistics: exp(s * scale - lse).
-  const int64_t s = g.virtual_tensor("scores", DataType::F32, l.bhtt());
-  g.matmul("q_kt", q, kt, s);
-  const int64_t scaled = g.virtual_tensor("scaled_scores", DataType::F32, l.bhtt());
-  g.pointwise("scale_scores", PointwiseMode::Mul, s, sc, scaled);
+  const int64_t scaled = g.scaled_scores(q, kt, sc);
   const int64_t centred = g.virtual_tensor("minus_stats", DataType::F32, l.bhtt());
   g.pointwise("sub_stats", PointwiseMode::Sub, scaled, stats, centred);
   const int64_t masked = g.causal_mask(centred);
