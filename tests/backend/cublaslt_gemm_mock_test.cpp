@@ -13,8 +13,8 @@
 #include <random>
 #include <vector>
 
-#include "mock_cublaslt.h"
 #include "src/backend/cuda/cublaslt_gemm.h"
+#include "support/mock_cublaslt.h"
 #include "triad/core/error.h"
 
 namespace triad::detail {

@@ -13,8 +13,8 @@
 #include <random>
 #include <vector>
 
-#include "mock_cudnn.h"
 #include "src/backend/cuda/cudnn_attention.h"
+#include "support/mock_cudnn.h"
 #include "triad/core/error.h"
 
 namespace triad::detail {

@@ -143,19 +143,29 @@ void check(const AttentionProblem& p) {
   if (!why.empty()) throw std::invalid_argument(why);
 }
 
+// What both graphs begin with: the layout, the builder, q, k seen
+// transposed, and the softmax scale 1/sqrt(D) as a by-value scalar.
+struct GraphStart {
+  Layout l;
+  Builder g;
+  int64_t q, kt, sc;
+  explicit GraphStart(const AttentionProblem& p) : l((check(p), p)), g(p) {
+    q = g.bound(kQ, "q", p.io, l.bhtd(), l.qkv_strides());
+    kt = g.bound(kK, "k_transposed", p.io, l.bhdt(), l.qkv_strides_transposed());
+    sc = g.scalar(kScale, "attn_scale", 1.0f / std::sqrt(static_cast<float>(l.D)));
+  }
+};
+
 }  // namespace
 
 Graph attention_forward_graph(const AttentionProblem& p) {
-  check(p);
-  const Layout l(p);
-  const float scale = 1.0f / std::sqrt(static_cast<float>(l.D));
-  Builder g(p);
-  const int64_t q = g.bound(kQ, "q", p.io, l.bhtd(), l.qkv_strides());
-  const int64_t kt = g.bound(kK, "k_transposed", p.io, l.bhdt(), l.qkv_strides_transposed());
+  GraphStart start(p);
+  const Layout& l = start.l;
+  Builder& g = start.g;
+  const int64_t q = start.q, kt = start.kt, sc = start.sc;
   const int64_t v = g.bound(kV, "v", p.io, l.bhtd(), l.qkv_strides());
   const int64_t o = g.bound(kO, "o", p.io, l.bhtd(), l.out_strides());
   const int64_t stats = g.bound(kStats, "stats", DataType::F32, l.bht1(), l.stats_strides());
-  const int64_t sc = g.scalar(kScale, "attn_scale", scale);
 
   const int64_t scaled = g.scaled_scores(q, kt, sc);
   const int64_t masked = g.causal_mask(scaled);
@@ -180,12 +190,10 @@ Graph attention_forward_graph(const AttentionProblem& p) {
 }
 
 Graph attention_backward_graph(const AttentionProblem& p, bool deterministic) {
-  check(p);
-  const Layout l(p);
-  const float scale = 1.0f / std::sqrt(static_cast<float>(l.D));
-  Builder g(p);
-  const int64_t q = g.bound(kQ, "q", p.io, l.bhtd(), l.qkv_strides());
-  const int64_t kt = g.bound(kK, "k_transposed", p.io, l.bhdt(), l.qkv_strides_transposed());
+  GraphStart start(p);
+  const Layout& l = start.l;
+  Builder& g = start.g;
+  const int64_t q = start.q, kt = start.kt, sc = start.sc;
   const int64_t vt = g.bound(kV, "v_transposed", p.io, l.bhdt(), l.qkv_strides_transposed());
   const int64_t o = g.bound(kO, "o", p.io, l.bhtd(), l.out_strides());
   const int64_t d_o = g.bound(kDO, "do", p.io, l.bhtd(), l.out_strides());
@@ -195,7 +203,6 @@ Graph attention_backward_graph(const AttentionProblem& p, bool deterministic) {
   const int64_t dv = g.bound(kDV, "dv", p.io, l.bhtd(), l.qkv_strides());
   const int64_t softmax_sum =
       g.bound(kSoftmaxSum, "softmax_sum", DataType::F32, l.bht1(), natural_strides(l.bht1()));
-  const int64_t sc = g.scalar(kScale, "attn_scale", scale);
   const int64_t one = g.scalar("one", 1.0f);
 
   // softmax_sum = rowsum(dO * O): the softmax backward's correction term.

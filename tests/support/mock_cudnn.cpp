@@ -1,7 +1,7 @@
 // See mock_cudnn.h. Implements the part of cuDNN's C backend API that
 // Triad's fused attention calls, with the validation a caller would meet in
 // the real library and a CPU interpreter for execution.
-#include "mock_cudnn.h"
+#include "support/mock_cudnn.h"
 
 #include <cudnn.h>
 

@@ -5,7 +5,7 @@
 // m, n, k; batch counts; the epilogue's pointers and aux leading dimension)
 // and computes D = alpha op(A) op(B) + beta C (+ bias, GELU with its input
 // kept) in column-major order on host memory (f32, f64, bf16).
-#include "mock_cublaslt.h"
+#include "support/mock_cublaslt.h"
 
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
