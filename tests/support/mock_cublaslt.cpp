@@ -1,13 +1,15 @@
-// A CPU stand-in for the part of cuBLASLt (and the two CUDA runtime calls)
-// that src/backend/cuda/cublaslt_gemm.cpp uses, for testing that layer
+// A CPU stand-in for the part of cuBLASLt that src/backend/cuda/
+// cublaslt_gemm.cpp uses (the CUDA runtime calls come from tests/support/
+// cuda_sim), for testing that layer
 // without a GPU: it checks what the real library checks about a call (each
 // operand's rows, columns and leading dimension against the operation and
 // m, n, k; batch counts; the epilogue's pointers and aux leading dimension)
 // and computes D = alpha op(A) op(B) + beta C (+ bias, GELU with its input
-// kept) in column-major order on host memory (f32, f64, bf16).
+// kept) in column-major order on host memory (f32, f64, bf16, f16).
 #include "support/mock_cublaslt.h"
 
 #include <cublasLt.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
 
 #include <cmath>
@@ -45,9 +47,11 @@ struct State {
   Counters counters;
   std::string error;
 };
+// Never destroyed: a library's handles (static in the CUDA backend) may be
+// released during static destruction, after this file's statics.
 State& state() {
-  static State s;
-  return s;
+  static State* s = new State;
+  return *s;
 }
 
 cublasStatus_t reject(cublasStatus_t st, const std::string& why) {
@@ -65,6 +69,8 @@ double load(cudaDataType t, const void* p, int64_t i) {
       std::memcpy(&f, &bits, 4);
       return f;
     }
+    case CUDA_R_16F:
+      return __half2float(static_cast<const __half*>(p)[i]);
     default:
       return static_cast<const float*>(p)[i];
   }
@@ -82,13 +88,16 @@ void store(cudaDataType t, void* p, int64_t i, double v) {
       static_cast<uint16_t*>(p)[i] = static_cast<uint16_t>(bits >> 16);
       return;
     }
+    case CUDA_R_16F:
+      static_cast<__half*>(p)[i] = __float2half_rn(static_cast<float>(v));
+      return;
     default:
       static_cast<float*>(p)[i] = static_cast<float>(v);
   }
 }
 
 bool supported(cudaDataType t) {
-  return t == CUDA_R_32F || t == CUDA_R_64F || t == CUDA_R_16BF;
+  return t == CUDA_R_32F || t == CUDA_R_64F || t == CUDA_R_16BF || t == CUDA_R_16F;
 }
 
 // Checks a call's operands fit; *m, *n, *k from D and op(A).
@@ -152,20 +161,6 @@ std::string last_error() {
 }  // namespace triad::testing::mock_cublaslt
 
 namespace mock = triad::testing::mock_cublaslt;
-
-// ---- the CUDA runtime calls CublasLtGemm makes -------------------------------
-
-cudaError_t cudaMalloc(void** p, size_t bytes) {
-  *p = std::malloc(bytes ? bytes : 1);
-  return *p ? cudaSuccess : cudaErrorMemoryAllocation;
-}
-cudaError_t cudaFree(void* p) {
-  std::free(p);
-  return cudaSuccess;
-}
-const char* cudaGetErrorString(cudaError_t) {
-  return "mock CUDA error";
-}
 
 // ---- cuBLASLt -------------------------------------------------------------------
 
@@ -327,14 +322,22 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t desc, con
   for (int32_t bi = 0; bi < ld.batch; ++bi) {
     const int64_t oa = bi * la.stride, ob = bi * lb.stride, oc = bi * lc.stride,
                   od = bi * ld.stride;
+    // op(A) as m rows of k and op(B) as n columns of k, each contiguous.
+    std::vector<double> pa(static_cast<size_t>(m * k)), pb(static_cast<size_t>(n * k));
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t kk = 0; kk < k; ++kk)
+        pa[static_cast<size_t>(i * k + kk)] = mock::load(
+            t, A, oa + (md.transa == CUBLAS_OP_N ? i + kk * la.ld : kk + i * la.ld));
+    for (int64_t j = 0; j < n; ++j)
+      for (int64_t kk = 0; kk < k; ++kk)
+        pb[static_cast<size_t>(j * k + kk)] = mock::load(
+            t, B, ob + (md.transb == CUBLAS_OP_N ? kk + j * lb.ld : j + kk * lb.ld));
     for (int64_t j = 0; j < n; ++j)
       for (int64_t i = 0; i < m; ++i) {
+        const double* ra = pa.data() + i * k;
+        const double* rb = pb.data() + j * k;
         double acc = 0;
-        for (int64_t kk = 0; kk < k; ++kk) {
-          const int64_t ia = md.transa == CUBLAS_OP_N ? i + kk * la.ld : kk + i * la.ld;
-          const int64_t ib = md.transb == CUBLAS_OP_N ? kk + j * lb.ld : j + kk * lb.ld;
-          acc += mock::load(t, A, oa + ia) * mock::load(t, B, ob + ib);
-        }
+        for (int64_t kk = 0; kk < k; ++kk) acc += ra[kk] * rb[kk];
         double v = al * acc + (be != 0 ? be * mock::load(t, C, oc + i + j * lc.ld) : 0.0);
         if (md.epilogue == CUBLASLT_EPILOGUE_DGELU) {
           // GELU's derivative (tanh form) at the aux matrix.

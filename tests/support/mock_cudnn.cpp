@@ -3,6 +3,7 @@
 // the real library and a CPU interpreter for execution.
 #include "support/mock_cudnn.h"
 
+#include <cuda_fp16.h>
 #include <cudnn.h>
 
 #include <algorithm>
@@ -42,9 +43,11 @@ struct State {
   std::string error;
 };
 
+// Never destroyed: a library's handles (static in the CUDA backend) may be
+// released during static destruction, after this file's statics.
 State& state() {
-  static State s;
-  return s;
+  static State* s = new State;
+  return *s;
 }
 
 cudnnStatus_t reject(cudnnStatus_t status, const std::string& why) {
@@ -580,8 +583,9 @@ class Run {
         *why = "tensor " + std::to_string(t.uid) + " is not in the variant pack";
         return false;
       }
-      if (t.type != CUDNN_DATA_FLOAT && t.type != CUDNN_DATA_BFLOAT16) {
-        *why = "the mock binds f32 and bf16 memory only";
+      if (t.type != CUDNN_DATA_FLOAT && t.type != CUDNN_DATA_BFLOAT16 &&
+          t.type != CUDNN_DATA_HALF) {
+        *why = "the mock binds f32, bf16 and f16 memory only";
         return false;
       }
       *m = mem_[t.uid] = Memory{b->second, t.type};
@@ -596,13 +600,16 @@ class Run {
   }
   static float load(const TensorInfo& t, const Memory& m, const int64_t* i) {
     const int64_t o = offset(t, i);
-    return m.type == CUDNN_DATA_BFLOAT16 ? bf16_to_float(static_cast<const uint16_t*>(m.base)[o])
-                                         : static_cast<const float*>(m.base)[o];
+    if (m.type == CUDNN_DATA_BFLOAT16) return bf16_to_float(static_cast<const uint16_t*>(m.base)[o]);
+    if (m.type == CUDNN_DATA_HALF) return __half2float(static_cast<const __half*>(m.base)[o]);
+    return static_cast<const float*>(m.base)[o];
   }
   static void store(const TensorInfo& t, const Memory& m, const int64_t* i, float v) {
     const int64_t o = offset(t, i);
     if (m.type == CUDNN_DATA_BFLOAT16)
       static_cast<uint16_t*>(m.base)[o] = float_to_bf16(v);
+    else if (m.type == CUDNN_DATA_HALF)
+      static_cast<__half*>(m.base)[o] = __float2half_rn(v);
     else
       static_cast<float*>(m.base)[o] = v;
   }
@@ -643,15 +650,6 @@ std::string last_error() {
 }  // namespace triad::testing::mock_cudnn
 
 namespace mock = triad::testing::mock_cudnn;
-
-// The two CUDA runtime calls the attention layer makes (host memory here).
-cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t) {
-  std::memset(p, value, bytes);
-  return cudaSuccess;
-}
-const char* cudaGetErrorString(cudaError_t) {
-  return "mock CUDA error";
-}
 
 size_t cudnnGetVersion(void) {
   return mock::state().version;

@@ -1,0 +1,443 @@
+// cuda_sim's host side: the thread scheduler behind kernel launches, and the
+// part of the CUDA runtime API Triad calls, implemented on host memory.
+// Streams execute their work when it is issued (launches and copies are
+// synchronous), so events and stream waits only keep their bookkeeping.
+#include <sys/mman.h>
+#include <unistd.h>
+#if !defined(__x86_64__)
+#include <ucontext.h>
+#endif
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <map>
+#include <mutex>
+#include <sstream>
+#include <stdexcept>
+#include <vector>
+
+#include "sim.h"
+
+namespace triad_sim {
+
+thread_local Builtins builtins;
+
+// ---- fibers -------------------------------------------------------------------
+// A simulated thread switches at every barrier, so switching must be cheap:
+// on x86-64 a switch saves the callee-saved registers and the FP control
+// words on the old stack and pops them off the new one (no system call);
+// elsewhere ucontext does it.
+namespace {
+#if defined(__x86_64__)
+extern "C" void triad_sim_switch(void** save_sp, void* load_sp);
+asm(R"(
+  .text
+  .p2align 4
+  .globl triad_sim_switch
+  .type triad_sim_switch, @function
+triad_sim_switch:
+  pushq %rbp
+  pushq %rbx
+  pushq %r12
+  pushq %r13
+  pushq %r14
+  pushq %r15
+  subq $8, %rsp
+  stmxcsr (%rsp)
+  fnstcw 4(%rsp)
+  movq %rsp, (%rdi)
+  movq %rsi, %rsp
+  ldmxcsr (%rsp)
+  fldcw 4(%rsp)
+  addq $8, %rsp
+  popq %r15
+  popq %r14
+  popq %r13
+  popq %r12
+  popq %rbx
+  popq %rbp
+  ret
+  .size triad_sim_switch, .-triad_sim_switch
+  .section .note.GNU-stack,"",@progbits
+  .text
+)");
+
+struct Context {
+  void* sp = nullptr;
+};
+// Prepares `c` to start `entry` (which never returns) on the given stack.
+void make_context(Context& c, void* stack, size_t bytes, void (*entry)()) {
+  auto top = reinterpret_cast<uintptr_t>(stack) + bytes;
+  top &= ~uintptr_t{15};
+  auto* sp = reinterpret_cast<uint64_t*>(top);
+  *--sp = 0;  // entry's return address slot: keeps rsp + 8 16-byte aligned
+  *--sp = reinterpret_cast<uint64_t>(entry);
+  for (int i = 0; i < 6; ++i) *--sp = 0;  // rbp rbx r12 r13 r14 r15
+  uint32_t mxcsr;
+  uint16_t fpcw;
+  asm volatile("stmxcsr %0" : "=m"(mxcsr));
+  asm volatile("fnstcw %0" : "=m"(fpcw));
+  *--sp = (uint64_t{fpcw} << 32) | mxcsr;
+  c.sp = sp;
+}
+void switch_context(Context& from, Context& to) {
+  triad_sim_switch(&from.sp, to.sp);
+}
+#else
+struct Context {
+  ucontext_t uc;
+};
+void make_context(Context& c, void* stack, size_t bytes, void (*entry)()) {
+  getcontext(&c.uc);
+  c.uc.uc_stack.ss_sp = stack;
+  c.uc.uc_stack.ss_size = bytes;
+  c.uc.uc_link = nullptr;
+  makecontext(&c.uc, entry, 0);
+}
+void switch_context(Context& from, Context& to) {
+  swapcontext(&from.uc, &to.uc);
+}
+#endif
+}  // namespace
+
+// ---- scheduler ----------------------------------------------------------------
+enum class Wait { Ready, Block, Warp, Done };
+
+struct ThreadState {
+  Context context;
+  void* stack = nullptr;
+  uint3 tid{};
+  int linear = 0;
+  Wait wait = Wait::Ready;
+  unsigned mask = 0;        // lanes of the warp barrier waited at
+  const char* what = "";    // the collective waited at
+  unsigned char value[8]{};  // a shuffle's deposited value
+};
+
+namespace {
+
+constexpr size_t kStackBytes = 256 * 1024;
+constexpr size_t kMaxThreads = 1024;
+constexpr size_t kMaxDynamicShared = 227 * 1024;  // sm_90's opt-in limit
+constexpr size_t kDefaultDynamicShared = 48 * 1024;
+
+Order g_order = Order::Forward;
+Counters g_counters;
+std::mutex g_attr_mutex;
+std::map<const void*, size_t> g_max_dynamic_shared;
+
+struct Block {
+  std::vector<ThreadState> threads;
+  std::vector<unsigned char> published;  // per warp: 32 lanes x 8 bytes
+  Context scheduler;
+  ThreadState* running = nullptr;
+  const std::function<void()>* body = nullptr;
+  std::exception_ptr error;
+  ThreadState* failed = nullptr;
+  std::vector<unsigned char> shared;
+  size_t shared_bytes = 0;
+};
+thread_local Block* g_block = nullptr;
+thread_local std::vector<void*> g_stacks;  // reused across launches
+
+void* stack_for(size_t i) {
+  while (g_stacks.size() <= i) {
+    // A guard page below each stack turns an overflow into a fault.
+    const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+    void* p = mmap(nullptr, kStackBytes + page, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) throw std::runtime_error("cuda_sim: cannot map a thread stack");
+    mprotect(p, page, PROT_NONE);
+    g_stacks.push_back(static_cast<unsigned char*>(p) + page);
+  }
+  return g_stacks[i];
+}
+
+void thread_entry() {
+  Block& b = *g_block;
+  try {
+    (*b.body)();
+  } catch (...) {
+    b.error = std::current_exception();
+    b.failed = b.running;
+  }
+  b.running->wait = Wait::Done;
+  switch_context(b.running->context, b.scheduler);
+}
+
+std::string where(const ThreadState& t) {
+  std::ostringstream s;
+  s << "thread (" << t.tid.x << "," << t.tid.y << "," << t.tid.z << ")";
+  return s.str();
+}
+
+// Yields the running thread back to the scheduler until it is released.
+void yield(Wait wait, unsigned mask, const char* what) {
+  Block* b = g_block;
+  if (b == nullptr || b->running == nullptr) {
+    throw std::logic_error(std::string("cuda_sim: ") + what + " called outside a kernel");
+  }
+  ThreadState* t = b->running;
+  t->wait = wait;
+  t->mask = mask;
+  t->what = what;
+  switch_context(t->context, b->scheduler);
+  // Resumed: the scheduler restored this thread's builtins.
+}
+
+// Releases warps whose lanes all wait at the same collective, then the block
+// when every live thread waits at __syncthreads. False when nothing moved.
+bool release(Block& b) {
+  bool moved = false;
+  const int n = static_cast<int>(b.threads.size());
+  for (int first = 0; first < n; first += 32) {
+    const int lanes = std::min(32, n - first);
+    unsigned waiting = 0, mask = 0;
+    for (int l = 0; l < lanes; ++l) {
+      const ThreadState& t = b.threads[first + l];
+      if (t.wait == Wait::Warp) {
+        waiting |= 1u << l;
+        mask = t.mask;
+      }
+    }
+    if (waiting == 0) continue;
+    const unsigned present = lanes == 32 ? 0xffffffffu : (1u << lanes) - 1;
+    if ((mask & ~present) != 0) {
+      throw std::runtime_error(std::string(b.threads[first].what) +
+                               ": the mask names lanes past the end of the block");
+    }
+    // Every lane of the mask must wait here, naming the same mask.
+    bool complete = (waiting & mask) == mask;
+    for (int l = 0; complete && l < lanes; ++l) {
+      if ((mask >> l & 1u) && b.threads[first + l].mask != mask) complete = false;
+    }
+    if (!complete) continue;
+    for (int l = 0; l < lanes; ++l) {
+      if (!(mask >> l & 1u)) continue;
+      std::memcpy(&b.published[(first + l) * 8], b.threads[first + l].value, 8);
+      b.threads[first + l].wait = Wait::Ready;
+    }
+    ++g_counters.barriers;
+    moved = true;
+  }
+  if (moved) return true;
+  bool all = true, anyone = false;
+  for (const auto& t : b.threads) {
+    if (t.wait == Wait::Done) continue;
+    anyone = true;
+    if (t.wait != Wait::Block) all = false;
+  }
+  if (anyone && all) {
+    for (auto& t : b.threads) {
+      if (t.wait == Wait::Block) t.wait = Wait::Ready;
+    }
+    ++g_counters.barriers;
+    return true;
+  }
+  return false;
+}
+
+std::string deadlock_report(const Block& b) {
+  std::ostringstream s;
+  s << "threads wait at barriers that cannot complete:";
+  int shown = 0;
+  for (const auto& t : b.threads) {
+    if (t.wait == Wait::Done) continue;
+    if (shown++ == 6) {
+      s << " ...";
+      break;
+    }
+    s << " " << where(t) << " at "
+      << (t.wait == Wait::Block ? "__syncthreads" : t.what);
+  }
+  int done = 0;
+  for (const auto& t : b.threads) done += t.wait == Wait::Done;
+  s << " (" << done << " threads exited)";
+  return s.str();
+}
+
+void run_block(Block& b) {
+  const int n = static_cast<int>(b.threads.size());
+  for (int i = 0; i < n; ++i) {
+    ThreadState& t = b.threads[i];
+    t.wait = Wait::Ready;
+    t.stack = stack_for(i);
+    make_context(t.context, t.stack, kStackBytes, thread_entry);
+  }
+  while (true) {
+    for (int k = 0; k < n; ++k) {
+      ThreadState& t = b.threads[g_order == Order::Forward ? k : n - 1 - k];
+      if (t.wait != Wait::Ready) continue;
+      builtins.threadIdx = t.tid;
+      b.running = &t;
+      switch_context(b.scheduler, t.context);
+      b.running = nullptr;
+      if (b.error) return;
+    }
+    bool live = false;
+    for (const auto& t : b.threads) live |= t.wait != Wait::Done;
+    if (!live) return;
+    if (!release(b)) throw std::runtime_error(deadlock_report(b));
+  }
+}
+
+std::string dims(dim3 d) {
+  std::ostringstream s;
+  s << "(" << d.x << "," << d.y << "," << d.z << ")";
+  return s.str();
+}
+
+}  // namespace
+
+ThreadState* current() {
+  return g_block != nullptr ? g_block->running : nullptr;
+}
+unsigned char* dynamic_shared_base(size_t align) {
+  if (g_block == nullptr) throw std::logic_error("cuda_sim: shared memory outside a kernel");
+  if (align == 0 || (align & (align - 1)) != 0 || align > 512) {
+    fail("dynamic shared memory: alignment " + std::to_string(align) +
+         " is not a power of two up to 512");
+  }
+  const uintptr_t start = reinterpret_cast<uintptr_t>(g_block->shared.data());
+  const uintptr_t base = (start + 1023) / 1024 * 1024 + align;
+  return reinterpret_cast<unsigned char*>(base);
+}
+size_t dynamic_shared_bytes() {
+  return g_block != nullptr ? g_block->shared_bytes : 0;
+}
+
+void block_barrier() {
+  yield(Wait::Block, 0, "__syncthreads");
+}
+void warp_barrier(unsigned mask, const char* what) {
+  ThreadState* t = current();
+  if (t == nullptr) throw std::logic_error(std::string("cuda_sim: ") + what + " outside a kernel");
+  if (!(mask >> (t->linear & 31) & 1u)) {
+    fail(std::string(what) + ": the calling lane " + std::to_string(t->linear & 31) +
+         " is not in its own mask");
+  }
+  yield(Wait::Warp, mask, what);
+}
+void warp_exchange(unsigned mask, const void* value, void* out, size_t bytes, int src_lane,
+                   const char* what) {
+  ThreadState* t = current();
+  if (t == nullptr) throw std::logic_error(std::string("cuda_sim: ") + what + " outside a kernel");
+  if (!(mask >> src_lane & 1u)) {
+    fail(std::string(what) + ": lane " + std::to_string(t->linear & 31) + " reads lane " +
+         std::to_string(src_lane) + ", which is not in the mask");
+  }
+  std::memset(t->value, 0, 8);
+  std::memcpy(t->value, value, bytes);
+  warp_barrier(mask, what);
+  const int warp_first = t->linear & ~31;
+  std::memcpy(out, &g_block->published[(warp_first + src_lane) * 8], bytes);
+}
+
+void fail(const std::string& what) {
+  throw std::runtime_error(what);
+}
+
+void set_order(Order order) {
+  g_order = order;
+}
+Order order() {
+  return g_order;
+}
+Counters counters() {
+  return g_counters;
+}
+void reset_counters() {
+  g_counters = {};
+}
+
+void run_grid(const LaunchConfig& c, const void* kernel, const std::function<void()>& body) {
+  const std::string site =
+      std::string("kernel launched at ") + c.site.file + ":" + std::to_string(c.site.line);
+  const uint64_t threads = uint64_t{c.block.x} * c.block.y * c.block.z;
+  auto invalid = [&](const std::string& why) {
+    throw std::runtime_error(site + ": invalid launch (" + why + ")");
+  };
+  if (threads == 0 || threads > kMaxThreads) {
+    invalid("block " + dims(c.block) + " has " + std::to_string(threads) +
+            " threads; 1..1024 allowed");
+  }
+  if (c.block.z > 64) invalid("block.z " + std::to_string(c.block.z) + " exceeds 64");
+  if (c.grid.x == 0 || c.grid.y == 0 || c.grid.z == 0 || c.grid.y > 65535 || c.grid.z > 65535) {
+    invalid("grid " + dims(c.grid) + " is empty or exceeds 65535 in y or z");
+  }
+  size_t allowed = kDefaultDynamicShared;
+  {
+    std::lock_guard<std::mutex> lock(g_attr_mutex);
+    auto it = g_max_dynamic_shared.find(kernel);
+    if (it != g_max_dynamic_shared.end()) allowed = it->second;
+  }
+  if (c.smem > allowed) {
+    invalid(std::to_string(c.smem) + " bytes of dynamic shared memory; the kernel allows " +
+            std::to_string(allowed) +
+            (allowed == kDefaultDynamicShared
+                 ? " (cudaFuncAttributeMaxDynamicSharedMemorySize was not raised)"
+                 : ""));
+  }
+  if (g_block != nullptr) throw std::logic_error("cuda_sim: a kernel launched from a kernel");
+
+  ++g_counters.launches;
+  Block b;
+  b.body = &body;
+  b.threads.resize(threads);
+  b.published.assign(((threads + 31) / 32) * 32 * 8, 0);
+  b.shared_bytes = c.smem;
+  builtins.blockDim = c.block;
+  builtins.gridDim = c.grid;
+  g_block = &b;
+  struct Reset {
+    ~Reset() { g_block = nullptr; }
+  } reset;
+  for (unsigned bz = 0; bz < c.grid.z; ++bz) {
+    for (unsigned by = 0; by < c.grid.y; ++by) {
+      for (unsigned bx = 0; bx < c.grid.x; ++bx) {
+        builtins.blockIdx = {bx, by, bz};
+        // Fresh dynamic shared memory per block, filled with a pattern so
+        // a read before any write shows up as garbage, as on the GPU.
+        b.shared.assign(c.smem + 2048, 0xFF);
+        int i = 0;
+        for (unsigned z = 0; z < c.block.z; ++z) {
+          for (unsigned y = 0; y < c.block.y; ++y) {
+            for (unsigned x = 0; x < c.block.x; ++x, ++i) {
+              b.threads[i] = ThreadState{};
+              b.threads[i].tid = {x, y, z};
+              b.threads[i].linear = i;
+            }
+          }
+        }
+        try {
+          run_block(b);
+        } catch (const std::exception& e) {
+          throw std::runtime_error(site + ", block " + dims(builtins.blockIdx) + ": " + e.what());
+        }
+        if (b.error) {
+          std::string what = "unknown exception";
+          try {
+            std::rethrow_exception(b.error);
+          } catch (const std::exception& e) {
+            what = e.what();
+          } catch (...) {
+          }
+          throw std::runtime_error(site + ", block " + dims(builtins.blockIdx) + ", " +
+                                   where(*b.failed) + ": " + what);
+        }
+        ++g_counters.blocks;
+        g_counters.threads += static_cast<int64_t>(threads);
+      }
+    }
+  }
+}
+
+void set_max_dynamic_shared(const void* kernel, size_t bytes) {
+  std::lock_guard<std::mutex> lock(g_attr_mutex);
+  g_max_dynamic_shared[kernel] = bytes;
+}
+
+}  // namespace triad_sim

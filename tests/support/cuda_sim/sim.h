@@ -1,0 +1,116 @@
+#pragma once
+
+// cuda_sim: runs Triad's CUDA kernels on the CPU, so the kernels and the
+// CUDA backend are tested on machines without a GPU (see README.md here).
+//
+// This header is the simulator's control surface and the launch machinery
+// the rewritten `kernel<<<grid, block, smem, stream>>>(args)` expressions
+// call. Each CUDA thread of a block is a fiber with its own stack; blocks
+// run one after another. __syncthreads, __syncwarp, the warp shuffles and
+// the WMMA collectives are barriers the scheduler enforces exactly (a
+// barrier some threads never reach is reported, not hung on), so code that
+// is only correct by lock-step luck fails here too.
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+
+namespace triad_sim {
+
+// Order in which the scheduler resumes the threads of a block between
+// barriers. A kernel whose result depends on it has a race.
+enum class Order { Forward, Reverse };
+void set_order(Order order);
+Order order();
+
+struct Counters {
+  int64_t launches = 0;
+  int64_t blocks = 0;
+  int64_t threads = 0;
+  int64_t barriers = 0;  // block and warp barriers completed
+};
+Counters counters();
+void reset_counters();
+
+// Where a launch was written, for error messages.
+struct Site {
+  const char* file;
+  int line;
+};
+
+struct LaunchConfig {
+  dim3 grid, block;
+  size_t smem = 0;
+  cudaStream_t stream = nullptr;
+  Site site{};
+};
+
+// Runs `body` once per thread of every block of the configuration. Throws
+// std::runtime_error naming the launch site, block and thread when the
+// configuration is invalid, a thread throws, or the threads deadlock on a
+// barrier. `kernel` identifies the function (for cudaFuncSetAttribute).
+void run_grid(const LaunchConfig& config, const void* kernel, const std::function<void()>& body);
+
+// ---- the state device code reads ------------------------------------------
+// The built-in index variables of the thread the scheduler is running.
+struct Builtins {
+  uint3 threadIdx, blockIdx;
+  dim3 blockDim, gridDim;
+};
+extern thread_local Builtins builtins;
+
+struct ThreadState;
+ThreadState* current();
+// The block's dynamic shared memory at an address aligned to `align` (a
+// power of two up to 512) but not to twice that.
+unsigned char* dynamic_shared_base(size_t align);
+size_t dynamic_shared_bytes();
+
+// Warp collectives: the calling thread waits until every lane in `mask`
+// has arrived; a lane that exited or waits elsewhere is an error.
+void warp_barrier(unsigned mask, const char* what);
+void block_barrier();
+// Shuffle exchange: deposits `bytes` of the caller's value, meets the
+// lanes of `mask`, and copies lane `src`'s value into `out`.
+void warp_exchange(unsigned mask, const void* value, void* out, size_t bytes, int src_lane,
+                   const char* what);
+[[noreturn]] void fail(const std::string& what);
+
+// ---- the launch expression --------------------------------------------------
+// `k<<<g, b, s, st>>>(a...)` is rewritten to
+// `k | ::triad_sim::Config(Site, g, b, s, st)(a...)`.
+template <class... A>
+struct Pending {
+  LaunchConfig config;
+  std::tuple<std::decay_t<A>...> args;
+};
+
+struct Config {
+  LaunchConfig config;
+  Config(Site site, dim3 grid, dim3 block, size_t smem = 0, cudaStream_t stream = nullptr)
+      : config{grid, block, smem, stream, site} {}
+  template <class... A>
+  Pending<A...> operator()(A&&... args) const {
+    return Pending<A...>{config, std::tuple<std::decay_t<A>...>(std::forward<A>(args)...)};
+  }
+};
+
+template <class... P, class... A>
+void operator|(void (*kernel)(P...), Pending<A...>&& pending) {
+  static_assert(sizeof...(P) == sizeof...(A), "kernel launched with the wrong argument count");
+  // Kernel parameters are converted once, as the launch does, and every
+  // thread receives its own copy.
+  std::tuple<std::decay_t<P>...> params = std::apply(
+      [](auto&&... a) { return std::tuple<std::decay_t<P>...>(a...); }, pending.args);
+  run_grid(pending.config, reinterpret_cast<const void*>(kernel), [&] {
+    std::tuple<std::decay_t<P>...> mine = params;
+    std::apply(kernel, mine);
+  });
+}
+
+}  // namespace triad_sim
