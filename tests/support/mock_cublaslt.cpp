@@ -326,12 +326,12 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t desc, con
     std::vector<double> pa(static_cast<size_t>(m * k)), pb(static_cast<size_t>(n * k));
     for (int64_t i = 0; i < m; ++i)
       for (int64_t kk = 0; kk < k; ++kk)
-        pa[static_cast<size_t>(i * k + kk)] = mock::load(
-            t, A, oa + (md.transa == CUBLAS_OP_N ? i + kk * la.ld : kk + i * la.ld));
+        pa[static_cast<size_t>(i * k + kk)] =
+            mock::load(t, A, oa + (md.transa == CUBLAS_OP_N ? i + kk * la.ld : kk + i * la.ld));
     for (int64_t j = 0; j < n; ++j)
       for (int64_t kk = 0; kk < k; ++kk)
-        pb[static_cast<size_t>(j * k + kk)] = mock::load(
-            t, B, ob + (md.transb == CUBLAS_OP_N ? kk + j * lb.ld : j + kk * lb.ld));
+        pb[static_cast<size_t>(j * k + kk)] =
+            mock::load(t, B, ob + (md.transb == CUBLAS_OP_N ? kk + j * lb.ld : j + kk * lb.ld));
     for (int64_t j = 0; j < n; ++j)
       for (int64_t i = 0; i < m; ++i) {
         const double* ra = pa.data() + i * k;

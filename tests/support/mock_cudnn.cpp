@@ -600,7 +600,8 @@ class Run {
   }
   static float load(const TensorInfo& t, const Memory& m, const int64_t* i) {
     const int64_t o = offset(t, i);
-    if (m.type == CUDNN_DATA_BFLOAT16) return bf16_to_float(static_cast<const uint16_t*>(m.base)[o]);
+    if (m.type == CUDNN_DATA_BFLOAT16)
+      return bf16_to_float(static_cast<const uint16_t*>(m.base)[o]);
     if (m.type == CUDNN_DATA_HALF) return __half2float(static_cast<const __half*>(m.base)[o]);
     return static_cast<const float*>(m.base)[o];
   }

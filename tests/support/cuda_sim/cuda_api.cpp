@@ -244,7 +244,8 @@ cudaError_t cudaEventSynchronize(cudaEvent_t e) {
 }
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
   if (ms == nullptr || start == nullptr || end == nullptr) return set(cudaErrorInvalidValue);
-  if ((start->flags | end->flags) & cudaEventDisableTiming) return set(cudaErrorInvalidResourceHandle);
+  if ((start->flags | end->flags) & cudaEventDisableTiming)
+    return set(cudaErrorInvalidResourceHandle);
   if (!start->recorded || !end->recorded) return set(cudaErrorInvalidResourceHandle);
   *ms = std::chrono::duration<float, std::milli>(end->at - start->at).count();
   return cudaSuccess;

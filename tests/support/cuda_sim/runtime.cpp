@@ -112,8 +112,8 @@ struct ThreadState {
   uint3 tid{};
   int linear = 0;
   Wait wait = Wait::Ready;
-  unsigned mask = 0;        // lanes of the warp barrier waited at
-  const char* what = "";    // the collective waited at
+  unsigned mask = 0;         // lanes of the warp barrier waited at
+  const char* what = "";     // the collective waited at
   unsigned char value[8]{};  // a shuffle's deposited value
 };
 
@@ -124,7 +124,12 @@ constexpr size_t kMaxThreads = 1024;
 constexpr size_t kMaxDynamicShared = 227 * 1024;  // sm_90's opt-in limit
 constexpr size_t kDefaultDynamicShared = 48 * 1024;
 
-Order g_order = Order::Forward;
+// TRIAD_SIM_ORDER=reverse runs the threads of a block last to first.
+Order initial_order() {
+  const char* e = std::getenv("TRIAD_SIM_ORDER");
+  return e != nullptr && std::string(e) == "reverse" ? Order::Reverse : Order::Forward;
+}
+Order g_order = initial_order();
 Counters g_counters;
 std::mutex g_attr_mutex;
 std::map<const void*, size_t> g_max_dynamic_shared;
@@ -250,8 +255,7 @@ std::string deadlock_report(const Block& b) {
       s << " ...";
       break;
     }
-    s << " " << where(t) << " at "
-      << (t.wait == Wait::Block ? "__syncthreads" : t.what);
+    s << " " << where(t) << " at " << (t.wait == Wait::Block ? "__syncthreads" : t.what);
   }
   int done = 0;
   for (const auto& t : b.threads) done += t.wait == Wait::Done;

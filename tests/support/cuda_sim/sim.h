@@ -105,8 +105,8 @@ void operator|(void (*kernel)(P...), Pending<A...>&& pending) {
   static_assert(sizeof...(P) == sizeof...(A), "kernel launched with the wrong argument count");
   // Kernel parameters are converted once, as the launch does, and every
   // thread receives its own copy.
-  std::tuple<std::decay_t<P>...> params = std::apply(
-      [](auto&&... a) { return std::tuple<std::decay_t<P>...>(a...); }, pending.args);
+  std::tuple<std::decay_t<P>...> params =
+      std::apply([](auto&&... a) { return std::tuple<std::decay_t<P>...>(a...); }, pending.args);
   run_grid(pending.config, reinterpret_cast<const void*>(kernel), [&] {
     std::tuple<std::decay_t<P>...> mine = params;
     std::apply(kernel, mine);

@@ -1,0 +1,260 @@
+// The simulator's own tests: kernels written for them (rewritten and run
+// like kernels/*.cu), checking that what the GPU would compute comes out,
+// and that what would break on a GPU (a missing barrier, a divergent one,
+// too much shared memory, a misaligned WMMA operand, a read past an
+// allocation) is reported here.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+#include <mma.h>
+
+#include <cmath>
+#include <numeric>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "cuda_sim/sim.h"
+
+namespace {
+
+template <class T>
+T* device_copy(const std::vector<T>& host) {
+  void* p = nullptr;
+  EXPECT_EQ(cudaMalloc(&p, host.size() * sizeof(T)), cudaSuccess);
+  cudaMemcpyAsync(p, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice, nullptr);
+  return static_cast<T*>(p);
+}
+
+std::string launch_error(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
+class Orders : public ::testing::TestWithParam<triad_sim::Order> {
+ protected:
+  void SetUp() override { triad_sim::set_order(GetParam()); }
+  void TearDown() override { triad_sim::set_order(triad_sim::Order::Forward); }
+};
+
+// ---- reductions: shuffles and barriers ----------------------------------------
+__global__ void block_sum_kernel(const float* in, float* out, int n) {
+  __shared__ float partial[32];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  float v = 0;
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x)
+    v += in[i];
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  if (lane == 0) partial[warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    v = lane < static_cast<int>(blockDim.x / 32) ? partial[lane] : 0.0f;
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    if (lane == 0) out[blockIdx.x] = v;
+  }
+}
+
+TEST_P(Orders, ShufflesAndBarriersReduceExactly) {
+  std::vector<float> host(10000);
+  for (size_t i = 0; i < host.size(); ++i) host[i] = static_cast<float>(i % 7) - 3.0f;
+  float* in = device_copy(host);
+  float* out = device_copy(std::vector<float>(3, -1.0f));
+  block_sum_kernel<<<3, 256>>>(in, out, static_cast<int>(host.size()));
+  std::vector<float> got(3);
+  cudaMemcpyAsync(got.data(), out, 3 * sizeof(float), cudaMemcpyDeviceToHost, nullptr);
+  EXPECT_EQ(got[0] + got[1] + got[2], std::accumulate(host.begin(), host.end(), 0.0f));
+  EXPECT_GT(triad_sim::counters().barriers, 0);
+  cudaFree(in);
+  cudaFree(out);
+}
+
+// ---- a missing barrier is a wrong answer ---------------------------------------
+// Each thread publishes its index and reads its neighbour's; only the
+// barrier makes the neighbour's write visible.
+template <bool kSync>
+__global__ void neighbour_kernel(int* out) {
+  extern __shared__ int slots[];
+  slots[threadIdx.x] = static_cast<int>(threadIdx.x);
+  if (kSync) __syncthreads();
+  out[threadIdx.x] = slots[(threadIdx.x + 1) % blockDim.x];
+}
+
+std::vector<int> run_neighbours(bool sync) {
+  int* out = device_copy(std::vector<int>(64, 0));
+  if (sync) {
+    neighbour_kernel<true><<<1, 64, 64 * sizeof(int)>>>(out);
+  } else {
+    neighbour_kernel<false><<<1, 64, 64 * sizeof(int)>>>(out);
+  }
+  std::vector<int> got(64);
+  cudaMemcpyAsync(got.data(), out, 64 * sizeof(int), cudaMemcpyDeviceToHost, nullptr);
+  cudaFree(out);
+  return got;
+}
+
+TEST(CudaSim, AMissingBarrierGivesAWrongAnswerInSomeOrder) {
+  std::vector<int> want(64);
+  for (int i = 0; i < 64; ++i) want[i] = (i + 1) % 64;
+  bool race_seen = false;
+  for (triad_sim::Order o : {triad_sim::Order::Forward, triad_sim::Order::Reverse}) {
+    triad_sim::set_order(o);
+    EXPECT_EQ(run_neighbours(true), want);
+    race_seen |= run_neighbours(false) != want;
+  }
+  triad_sim::set_order(triad_sim::Order::Forward);
+  EXPECT_TRUE(race_seen);
+}
+
+// ---- barriers some threads never reach ------------------------------------------
+__global__ void divergent_kernel(float* out) {
+  if (threadIdx.x % 2 == 0) {
+    __syncthreads();
+  } else {
+    out[threadIdx.x] = __shfl_xor_sync(0xffffffffu, 1.0f, 1);
+  }
+}
+
+TEST(CudaSim, ADivergentBarrierIsReportedNotHungOn) {
+  float* out = device_copy(std::vector<float>(64, 0));
+  const std::string e = launch_error([&] { divergent_kernel<<<2, 64>>>(out); });
+  EXPECT_NE(e.find("cannot complete"), std::string::npos) << e;
+  EXPECT_NE(e.find("cuda_sim_test.cu"), std::string::npos) << e;  // the launch site
+  cudaFree(out);
+}
+
+__global__ void outside_mask_kernel(float* out) {
+  out[threadIdx.x] = __shfl_xor_sync(0x0000ffffu, 1.0f, 16);
+}
+
+TEST(CudaSim, AShuffleFromALaneOutsideTheMaskIsAnError) {
+  float* out = device_copy(std::vector<float>(32, 0));
+  const std::string e = launch_error([&] { outside_mask_kernel<<<1, 32>>>(out); });
+  EXPECT_NE(e.find("not in the mask"), std::string::npos) << e;
+  cudaFree(out);
+}
+
+// ---- launch configuration ----------------------------------------------------------
+__global__ void big_shared_kernel(float* out) {
+  extern __shared__ float big[];
+  big[threadIdx.x] = 1.0f;
+  __syncthreads();
+  out[threadIdx.x] = big[threadIdx.x];
+}
+
+TEST(CudaSim, SharedMemoryBeyond48KiBNeedsTheAttribute) {
+  float* out = device_copy(std::vector<float>(32, 0));
+  const size_t bytes = 64 * 1024;
+  std::string e = launch_error([&] { big_shared_kernel<<<1, 32, bytes>>>(out); });
+  EXPECT_NE(e.find("cudaFuncAttributeMaxDynamicSharedMemorySize"), std::string::npos) << e;
+  ASSERT_EQ(
+      cudaFuncSetAttribute(reinterpret_cast<const void*>(&big_shared_kernel),
+                           cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)),
+      cudaSuccess);
+  EXPECT_EQ(launch_error([&] { big_shared_kernel<<<1, 32, bytes>>>(out); }), "");
+  EXPECT_NE(launch_error([&] { big_shared_kernel<<<1, 32, bytes + 4>>>(out); }), "");
+  cudaFree(out);
+}
+
+TEST(CudaSim, ImpossibleBlocksAreRejected) {
+  float* out = device_copy(std::vector<float>(32, 0));
+  const std::string e = launch_error([&] { big_shared_kernel<<<1, 2048>>>(out); });
+  EXPECT_NE(e.find("2048 threads"), std::string::npos) << e;
+  cudaFree(out);
+}
+
+__global__ void trap_kernel() {
+  if (blockIdx.x == 1 && threadIdx.x == 5) __trap();
+}
+
+TEST(CudaSim, AFaultNamesTheBlockAndThread) {
+  const std::string e = launch_error([&] { trap_kernel<<<2, 32>>>(); });
+  EXPECT_NE(e.find("block (1,0,0), thread (5,0,0)"), std::string::npos) << e;
+}
+
+// ---- WMMA ----------------------------------------------------------------------------
+using namespace nvcuda;
+
+__global__ void wmma_kernel(const __nv_bfloat16* a, const __nv_bfloat16* b, float* c, int offset) {
+  wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> fa;
+  wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> fb;
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> fc;
+  wmma::fill_fragment(fc, 1.0f);
+  wmma::load_matrix_sync(fa, a + offset, 16);
+  wmma::load_matrix_sync(fb, b, 16);
+  wmma::mma_sync(fc, fa, fb, fc);
+  wmma::store_matrix_sync(c, fc, 16, wmma::mem_row_major);
+}
+
+TEST_P(Orders, WmmaComputesATileProduct) {
+  std::vector<__nv_bfloat16> a(256 + 16), b(256);
+  std::vector<float> fa(256), fb(256);
+  for (int i = 0; i < 256; ++i) {
+    fa[i] = static_cast<float>(i % 5) - 2, fb[i] = static_cast<float>(i % 3) * 0.5f;
+    a[i] = __float2bfloat16_rn(fa[i]), b[i] = __float2bfloat16_rn(fb[i]);
+  }
+  __nv_bfloat16* da = device_copy(a);
+  __nv_bfloat16* db = device_copy(b);
+  float* dc = device_copy(std::vector<float>(256, 0));
+  wmma_kernel<<<1, 32>>>(da, db, dc, 0);
+  std::vector<float> c(256);
+  cudaMemcpyAsync(c.data(), dc, 256 * sizeof(float), cudaMemcpyDeviceToHost, nullptr);
+  for (int i = 0; i < 16; ++i) {
+    for (int j = 0; j < 16; ++j) {
+      float want = 1;  // b is col-major: element (k, j) at b[j * 16 + k]
+      for (int k = 0; k < 16; ++k) want += fa[i * 16 + k] * fb[j * 16 + k];
+      ASSERT_EQ(c[i * 16 + j], want) << i << "," << j;
+    }
+  }
+  // 8 elements in: 16 bytes, not the 32 WMMA needs.
+  const std::string e = launch_error([&] { wmma_kernel<<<1, 32>>>(da, db, dc, 8); });
+  EXPECT_NE(e.find("256-bit aligned"), std::string::npos) << e;
+  cudaFree(da);
+  cudaFree(db);
+  cudaFree(dc);
+}
+
+// A WMMA collective half a warp skips: the GPU's behaviour is undefined.
+__global__ void partial_wmma_kernel(float* c) {
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> fc;
+  wmma::fill_fragment(fc, 0.0f);
+  if (threadIdx.x < 16) wmma::store_matrix_sync(c, fc, 16, wmma::mem_row_major);
+}
+
+TEST(CudaSim, AWmmaCollectiveNeedsTheWholeWarp) {
+  float* dc = device_copy(std::vector<float>(256, 0));
+  const std::string e = launch_error([&] { partial_wmma_kernel<<<1, 32>>>(dc); });
+  EXPECT_NE(e.find("wmma::store_matrix_sync"), std::string::npos) << e;
+  cudaFree(dc);
+}
+
+// ---- memory -------------------------------------------------------------------------
+__global__ void read_kernel(const float* in, float* out, int i) {
+  out[0] = in[i];
+}
+
+TEST(CudaSim, FreshDeviceMemoryIsNaNAndTheEndOfAnAllocationFaults) {
+  void* p = nullptr;
+  ASSERT_EQ(cudaMalloc(&p, 1000 * sizeof(float)), cudaSuccess);
+  float* out = device_copy(std::vector<float>(1, 0));
+  read_kernel<<<1, 1>>>(static_cast<float*>(p), out, 999);
+  float got = 0;
+  cudaMemcpyAsync(&got, out, sizeof(float), cudaMemcpyDeviceToHost, nullptr);
+  EXPECT_TRUE(std::isnan(got));
+  // 1000 floats round up to 4096 bytes, which end at the guard page: 64
+  // elements past the end is inside it.
+  EXPECT_DEATH(read_kernel<<<1, 1>>>(static_cast<float*>(p), out, 1000 + 64), "");
+  cudaFree(p);
+  cudaFree(out);
+}
+
+INSTANTIATE_TEST_SUITE_P(CudaSim, Orders,
+                         ::testing::Values(triad_sim::Order::Forward, triad_sim::Order::Reverse),
+                         [](const ::testing::TestParamInfo<triad_sim::Order>& info) {
+                           return info.param == triad_sim::Order::Forward ? "forward" : "reverse";
+                         });
+
+}  // namespace
