@@ -466,10 +466,10 @@ TEST(CudaModel, TinyGptLossAndGradientsMatchTheCpu) {
 // tight), and bf16 against fp32 on a GPT-2 124M-shaped model.
 train::Config train_config(const testing::TempDir& dir, const std::string& model,
                            const std::string& device, const std::string& precision, int64_t steps,
-                           int64_t batch) {
+                           int64_t batch, int vocab = 50000, const std::string& tag = "") {
   std::vector<uint16_t> tokens;
   for (int i = 0; i < 200000; ++i) {
-    tokens.push_back(static_cast<uint16_t>((i * 7 + i / 13 + (i / 1000) * 31) % 50000));
+    tokens.push_back(static_cast<uint16_t>((i * 7 + i / 13 + (i / 1000) * 31) % vocab));
   }
   data::write_token_shard(dir.file("train.bin"), tokens);
   return train::parse_config(
@@ -484,7 +484,7 @@ train::Config train_config(const testing::TempDir& dir, const std::string& model
       dir.file("train.bin") +
       "}\n"
       "output: {dir: " +
-      dir.file("out_" + device + "_" + precision) + "}\ndevice: " + device + "\n");
+      dir.file("out_" + device + "_" + precision + tag) + "}\ndevice: " + device + "\n");
 }
 
 std::vector<double> losses_of(train::Trainer& t, int64_t steps) {
@@ -502,6 +502,51 @@ TEST(CudaTraining, Fp32LossesMatchTheCpuTrainerFor10Steps) {
   const auto a = losses_of(cpu, 10), b = losses_of(gpu, 10);
   // Stated tolerance: 1e-4 relative per step (f32 sums in other orders).
   for (size_t k = 0; k < a.size(); ++k) EXPECT_NEAR(b[k], a[k], 1e-4 * a[k]) << "step " << k;
+}
+
+TEST(CudaTraining, MixedPrecisionMatchesTheCpuTrainer) {
+  // bf16 and fp16 (with its loss scaler) on the GPU against the same
+  // precision on the CPU: half parameters and activations, f32 masters and
+  // the multi-tensor AdamW, tensor-core attention (head dim 16).
+  testing::TempDir dir;
+  const std::string model =
+      "{n_layer: 2, n_head: 2, d_model: 32, vocab_size: 128, seq_len: 32, dropout: 0.1}";
+  for (const std::string precision : {"bf16", "fp16"}) {
+    SCOPED_TRACE(precision);
+    train::Trainer cpu(train_config(dir, model, "cpu", precision, 8, 4, 128));
+    train::Trainer gpu(train_config(dir, model, "cuda", precision, 8, 4, 128));
+    for (int64_t k = 0; k < 8; ++k) {
+      const train::StepMetrics a = cpu.step(k), b = gpu.step(k);
+      // Stated tolerance: 1% per step (half roundings at different points).
+      EXPECT_NEAR(b.loss, a.loss, 0.01 * a.loss) << "step " << k;
+      EXPECT_EQ(b.skipped, a.skipped) << "step " << k;
+      EXPECT_EQ(b.loss_scale, a.loss_scale) << "step " << k;
+    }
+  }
+}
+
+TEST(CudaTraining, RecomputeLeavesTheRunUnchanged) {
+  // model.recompute on the GPU: the same losses and gradient norms with
+  // activations kept, with the attention core recomputed, and with every
+  // block recomputed (dropout masks are redrawn from the same counters).
+  testing::TempDir dir;
+  std::vector<std::vector<train::StepMetrics>> runs;
+  for (const std::string mode : {"none", "selective", "full"}) {
+    const std::string model =
+        "{n_layer: 2, n_head: 2, d_model: 32, vocab_size: 128, seq_len: 32, dropout: 0.1, "
+        "recompute: " +
+        mode + "}";
+    train::Trainer t(train_config(dir, model, "cuda", "fp32", 3, 4, 128, mode));
+    runs.emplace_back();
+    for (int64_t k = 0; k < 3; ++k) runs.back().push_back(t.step(k));
+  }
+  for (size_t r = 1; r < runs.size(); ++r) {
+    for (size_t k = 0; k < runs[0].size(); ++k) {
+      EXPECT_NEAR(runs[r][k].loss, runs[0][k].loss, 1e-6 * runs[0][k].loss) << r << " " << k;
+      EXPECT_NEAR(runs[r][k].grad_norm, runs[0][k].grad_norm, 1e-5 * runs[0][k].grad_norm)
+          << r << " " << k;
+    }
+  }
 }
 
 TEST(CudaTraining, Bf16Gpt2SmallTracksFp32For50Steps) {

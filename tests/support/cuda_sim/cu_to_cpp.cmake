@@ -12,7 +12,20 @@ string(REGEX REPLACE "extern __shared__ __align__\\(([0-9]+)\\) ${_type} ${_name
        "\\2* \\3 = ::triad_sim::dynamic_shared<\\2, \\1>();" text "${text}")
 string(REGEX REPLACE "extern __shared__ ${_type} ${_name}\\[\\];"
        "\\1* \\2 = ::triad_sim::dynamic_shared<\\1>();" text "${text}")
-if(text MATCHES "<<<|>>>|extern __shared__")
+# __launch_bounds__(n): the kernel checks its block has at most n threads
+# (a larger launch fails on a GPU).
+string(REGEX REPLACE "__launch_bounds__\\(([^)]*)\\)([^{]*)\\{"
+       "\\2{ ::triad_sim::check_launch_bounds(\\1);" text "${text}")
+# Static shared arrays (one or two per declaration) are filled with NaN the
+# first time a block reaches them, as dynamic shared memory is.
+set(_dim "\\[([^]]+)\\]")
+string(REGEX REPLACE "__shared__ ([A-Za-z_][A-Za-z0-9_]*) ${_name}${_dim}, ${_name}${_dim};"
+       "static thread_local \\1 \\2[\\3], \\4[\\5]; ::triad_sim::fresh_shared(\\2, sizeof(\\2)); ::triad_sim::fresh_shared(\\4, sizeof(\\4));"
+       text "${text}")
+string(REGEX REPLACE "__shared__ ([A-Za-z_][A-Za-z0-9_]*) ${_name}${_dim};"
+       "static thread_local \\1 \\2[\\3]; ::triad_sim::fresh_shared(\\2, sizeof(\\2));"
+       text "${text}")
+if(text MATCHES "<<<|>>>|__shared__|__launch_bounds__")
   message(FATAL_ERROR "cu_to_cpp: ${IN} has a launch or shared declaration this script cannot rewrite")
 endif()
 file(WRITE "${OUT}.tmp" "#include \"cuda_sim/device.h\"\n#line 1 \"${IN}\"\n${text}")

@@ -166,6 +166,37 @@ TEST(CudaSim, ImpossibleBlocksAreRejected) {
   cudaFree(out);
 }
 
+__global__ void __launch_bounds__(64) bounded_kernel(float* out) {
+  out[threadIdx.x] = 1.0f;
+}
+
+TEST(CudaSim, ABlockLargerThanTheLaunchBoundsIsRejected) {
+  float* out = device_copy(std::vector<float>(128, 0));
+  EXPECT_EQ(launch_error([&] { bounded_kernel<<<1, 64>>>(out); }), "");
+  const std::string e = launch_error([&] { bounded_kernel<<<1, 128>>>(out); });
+  EXPECT_NE(e.find("__launch_bounds__(64)"), std::string::npos) << e;
+  cudaFree(out);
+}
+
+// Static shared memory is fresh (NaN) in every block: reading a slot no
+// thread of this block wrote is garbage, as on a GPU.
+__global__ void stale_shared_kernel(float* out) {
+  __shared__ float slots[32];
+  if (blockIdx.x == 0) slots[threadIdx.x] = 1.0f;
+  __syncthreads();
+  out[blockIdx.x * 32 + threadIdx.x] = slots[threadIdx.x];
+}
+
+TEST(CudaSim, StaticSharedMemoryStartsAsGarbageInEveryBlock) {
+  float* out = device_copy(std::vector<float>(64, 0));
+  stale_shared_kernel<<<2, 32>>>(out);
+  std::vector<float> got(64);
+  cudaMemcpyAsync(got.data(), out, 64 * sizeof(float), cudaMemcpyDeviceToHost, nullptr);
+  EXPECT_EQ(got[0], 1.0f);
+  EXPECT_TRUE(std::isnan(got[32]));
+  cudaFree(out);
+}
+
 __global__ void trap_kernel() {
   if (blockIdx.x == 1 && threadIdx.x == 5) __trap();
 }

@@ -22,13 +22,11 @@
 #undef __host__
 #undef __shared__
 #undef __constant__
-#undef __launch_bounds__
 #define __global__
 #define __device__
 #define __host__
 #define __shared__ static thread_local
 #define __constant__ static
-#define __launch_bounds__(...)
 
 // The rewrite turns __CUDA_ARCH__ into this: device code compiles as sm_90's.
 #define TRIAD_SIM_CUDA_ARCH 900

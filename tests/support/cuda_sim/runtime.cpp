@@ -144,6 +144,7 @@ struct Block {
   ThreadState* failed = nullptr;
   std::vector<unsigned char> shared;
   size_t shared_bytes = 0;
+  std::vector<void*> fresh;  // static shared arrays already filled in this block
 };
 thread_local Block* g_block = nullptr;
 thread_local std::vector<void*> g_stacks;  // reused across launches
@@ -313,6 +314,24 @@ size_t dynamic_shared_bytes() {
   return g_block != nullptr ? g_block->shared_bytes : 0;
 }
 
+void check_launch_bounds(unsigned max_threads, unsigned, unsigned) {
+  const Builtins& b = builtins;
+  const uint64_t threads = uint64_t{b.blockDim.x} * b.blockDim.y * b.blockDim.z;
+  if (threads > max_threads) {
+    fail("a block of " + std::to_string(threads) + " threads launched for __launch_bounds__(" +
+         std::to_string(max_threads) + ")");
+  }
+}
+
+void fresh_shared(void* array, size_t bytes) {
+  if (g_block == nullptr) throw std::logic_error("cuda_sim: shared memory outside a kernel");
+  for (void* p : g_block->fresh) {
+    if (p == array) return;
+  }
+  g_block->fresh.push_back(array);
+  std::memset(array, 0xFF, bytes);
+}
+
 void block_barrier() {
   yield(Wait::Block, 0, "__syncthreads");
 }
@@ -406,6 +425,7 @@ void run_grid(const LaunchConfig& c, const void* kernel, const std::function<voi
         // Fresh dynamic shared memory per block, filled with a pattern so
         // a read before any write shows up as garbage, as on the GPU.
         b.shared.assign(c.smem + 2048, 0xFF);
+        b.fresh.clear();
         int i = 0;
         for (unsigned z = 0; z < c.block.z; ++z) {
           for (unsigned y = 0; y < c.block.y; ++y) {

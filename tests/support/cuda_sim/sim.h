@@ -71,6 +71,15 @@ ThreadState* current();
 unsigned char* dynamic_shared_base(size_t align);
 size_t dynamic_shared_bytes();
 
+// A kernel declared __launch_bounds__(max_threads, ...) launched with a
+// larger block: an error, as the launch is on a GPU.
+void check_launch_bounds(unsigned max_threads, unsigned min_blocks = 0, unsigned max_cluster = 0);
+
+// Fills a static __shared__ array with NaN bytes the first time the running
+// block reaches its declaration (later threads of the block see what was
+// written since).
+void fresh_shared(void* array, size_t bytes);
+
 // Warp collectives: the calling thread waits until every lane in `mask`
 // has arrived; a lane that exited or waits elsewhere is an error.
 void warp_barrier(unsigned mask, const char* what);
