@@ -109,6 +109,51 @@ TEST(CudaSim, AMissingBarrierGivesAWrongAnswerInSomeOrder) {
   EXPECT_TRUE(race_seen);
 }
 
+// Two block sums in a row sharing one scratch array: without the barrier
+// before the second write, a warp that runs ahead overwrites a partial sum
+// another warp has not read yet.
+template <bool kSync>
+__global__ void two_sums_kernel(float* out) {
+  __shared__ float scratch[32];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  float total = 0;
+  for (int round = 1; round <= 2; ++round) {
+    float v = static_cast<float>(round);
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    if (kSync) __syncthreads();
+    if (lane == 0) scratch[warp] = v;
+    __syncthreads();
+    v = lane < static_cast<int>(blockDim.x / 32) ? scratch[lane] : 0.0f;
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    total += v;
+  }
+  out[threadIdx.x] = total;
+}
+
+TEST(CudaSim, AWarpRunningAheadExposesAReusedScratchRace) {
+  auto run = [](bool sync) {
+    float* out = device_copy(std::vector<float>(128, 0));
+    if (sync) {
+      two_sums_kernel<true><<<1, 128>>>(out);
+    } else {
+      two_sums_kernel<false><<<1, 128>>>(out);
+    }
+    std::vector<float> got(128);
+    cudaMemcpyAsync(got.data(), out, 128 * sizeof(float), cudaMemcpyDeviceToHost, nullptr);
+    cudaFree(out);
+    return got;
+  };
+  const std::vector<float> want(128, 128.0f + 256.0f);
+  bool race_seen = false;
+  for (triad_sim::Order o : {triad_sim::Order::Forward, triad_sim::Order::Reverse}) {
+    triad_sim::set_order(o);
+    EXPECT_EQ(run(true), want);
+    race_seen |= run(false) != want;
+  }
+  triad_sim::set_order(triad_sim::Order::Forward);
+  EXPECT_TRUE(race_seen);
+}
+
 // ---- barriers some threads never reach ------------------------------------------
 __global__ void divergent_kernel(float* out) {
   if (threadIdx.x % 2 == 0) {

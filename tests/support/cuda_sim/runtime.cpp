@@ -194,56 +194,53 @@ void yield(Wait wait, unsigned mask, const char* what) {
   // Resumed: the scheduler restored this thread's builtins.
 }
 
-// Releases warps whose lanes all wait at the same collective, then the block
-// when every live thread waits at __syncthreads. False when nothing moved.
-bool release(Block& b) {
-  bool moved = false;
+// Releases warp `first / 32` when every lane of its mask waits at the same
+// warp collective. False when it cannot move.
+bool release_warp(Block& b, int first) {
   const int n = static_cast<int>(b.threads.size());
-  for (int first = 0; first < n; first += 32) {
-    const int lanes = std::min(32, n - first);
-    unsigned waiting = 0, mask = 0;
-    for (int l = 0; l < lanes; ++l) {
-      const ThreadState& t = b.threads[first + l];
-      if (t.wait == Wait::Warp) {
-        waiting |= 1u << l;
-        mask = t.mask;
-      }
+  const int lanes = std::min(32, n - first);
+  unsigned waiting = 0, mask = 0;
+  for (int l = 0; l < lanes; ++l) {
+    const ThreadState& t = b.threads[first + l];
+    if (t.wait == Wait::Warp) {
+      waiting |= 1u << l;
+      mask = t.mask;
     }
-    if (waiting == 0) continue;
-    const unsigned present = lanes == 32 ? 0xffffffffu : (1u << lanes) - 1;
-    if ((mask & ~present) != 0) {
-      throw std::runtime_error(std::string(b.threads[first].what) +
-                               ": the mask names lanes past the end of the block");
-    }
-    // Every lane of the mask must wait here, naming the same mask.
-    bool complete = (waiting & mask) == mask;
-    for (int l = 0; complete && l < lanes; ++l) {
-      if ((mask >> l & 1u) && b.threads[first + l].mask != mask) complete = false;
-    }
-    if (!complete) continue;
-    for (int l = 0; l < lanes; ++l) {
-      if (!(mask >> l & 1u)) continue;
-      std::memcpy(&b.published[(first + l) * 8], b.threads[first + l].value, 8);
-      b.threads[first + l].wait = Wait::Ready;
-    }
-    ++g_counters.barriers;
-    moved = true;
   }
-  if (moved) return true;
-  bool all = true, anyone = false;
+  if (waiting == 0) return false;
+  const unsigned present = lanes == 32 ? 0xffffffffu : (1u << lanes) - 1;
+  if ((mask & ~present) != 0) {
+    throw std::runtime_error(std::string(b.threads[first].what) +
+                             ": the mask names lanes past the end of the block");
+  }
+  // Every lane of the mask must wait here, naming the same mask.
+  if ((waiting & mask) != mask) return false;
+  for (int l = 0; l < lanes; ++l) {
+    if ((mask >> l & 1u) && b.threads[first + l].mask != mask) return false;
+  }
+  for (int l = 0; l < lanes; ++l) {
+    if (!(mask >> l & 1u)) continue;
+    std::memcpy(&b.published[(first + l) * 8], b.threads[first + l].value, 8);
+    b.threads[first + l].wait = Wait::Ready;
+  }
+  ++g_counters.barriers;
+  return true;
+}
+
+// Releases __syncthreads when every live thread waits there.
+bool release_block(Block& b) {
+  bool anyone = false;
   for (const auto& t : b.threads) {
     if (t.wait == Wait::Done) continue;
+    if (t.wait != Wait::Block) return false;
     anyone = true;
-    if (t.wait != Wait::Block) all = false;
   }
-  if (anyone && all) {
-    for (auto& t : b.threads) {
-      if (t.wait == Wait::Block) t.wait = Wait::Ready;
-    }
-    ++g_counters.barriers;
-    return true;
+  if (!anyone) return false;
+  for (auto& t : b.threads) {
+    if (t.wait == Wait::Block) t.wait = Wait::Ready;
   }
-  return false;
+  ++g_counters.barriers;
+  return true;
 }
 
 std::string deadlock_report(const Block& b) {
@@ -272,20 +269,30 @@ void run_block(Block& b) {
     t.stack = stack_for(i);
     make_context(t.context, t.stack, kStackBytes, thread_entry);
   }
+  // Each warp runs ahead as far as it can (through its own collectives) before
+  // the next starts, which is a schedule a GPU may pick: a warp that
+  // overwrites shared memory another warp has yet to read shows up.
+  const int warps = (n + 31) / 32;
   while (true) {
-    for (int k = 0; k < n; ++k) {
-      ThreadState& t = b.threads[g_order == Order::Forward ? k : n - 1 - k];
-      if (t.wait != Wait::Ready) continue;
-      builtins.threadIdx = t.tid;
-      b.running = &t;
-      switch_context(b.scheduler, t.context);
-      b.running = nullptr;
-      if (b.error) return;
+    for (int wk = 0; wk < warps; ++wk) {
+      const int first = 32 * (g_order == Order::Forward ? wk : warps - 1 - wk);
+      const int lanes = std::min(32, n - first);
+      do {
+        for (int lk = 0; lk < lanes; ++lk) {
+          ThreadState& t = b.threads[first + (g_order == Order::Forward ? lk : lanes - 1 - lk)];
+          if (t.wait != Wait::Ready) continue;
+          builtins.threadIdx = t.tid;
+          b.running = &t;
+          switch_context(b.scheduler, t.context);
+          b.running = nullptr;
+          if (b.error) return;
+        }
+      } while (release_warp(b, first));
     }
     bool live = false;
     for (const auto& t : b.threads) live |= t.wait != Wait::Done;
     if (!live) return;
-    if (!release(b)) throw std::runtime_error(deadlock_report(b));
+    if (!release_block(b)) throw std::runtime_error(deadlock_report(b));
   }
 }
 
