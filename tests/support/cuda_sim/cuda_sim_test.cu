@@ -293,6 +293,37 @@ TEST_P(Orders, WmmaComputesATileProduct) {
   cudaFree(dc);
 }
 
+// Lanes reading a tile the warp just stored: each lane stored only its
+// share, so the reads need a __syncwarp in between.
+template <bool kSync>
+__global__ void staged_read_kernel(float* stage, float* out) {
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> fc;
+  wmma::fill_fragment(fc, 2.0f);
+  wmma::store_matrix_sync(stage, fc, 16, wmma::mem_row_major);
+  if (kSync) __syncwarp();
+  for (int e = threadIdx.x * 8; e < threadIdx.x * 8 + 8; ++e) out[e] = stage[e];
+}
+
+TEST(CudaSim, ReadingAStoredTileNeedsASyncwarp) {
+  float* stage = device_copy(std::vector<float>(256, 0));
+  float* out = device_copy(std::vector<float>(256, 0));
+  auto run = [&](bool sync) {
+    cudaMemsetAsync(stage, 0, 256 * sizeof(float), nullptr);
+    if (sync) {
+      staged_read_kernel<true><<<1, 32>>>(stage, out);
+    } else {
+      staged_read_kernel<false><<<1, 32>>>(stage, out);
+    }
+    std::vector<float> got(256);
+    cudaMemcpyAsync(got.data(), out, 256 * sizeof(float), cudaMemcpyDeviceToHost, nullptr);
+    return got;
+  };
+  EXPECT_EQ(run(true), std::vector<float>(256, 2.0f));
+  EXPECT_NE(run(false), std::vector<float>(256, 2.0f));
+  cudaFree(stage);
+  cudaFree(out);
+}
+
 // A WMMA collective half a warp skips: the GPU's behaviour is undefined.
 __global__ void partial_wmma_kernel(float* c) {
   wmma::fragment<wmma::accumulator, 16, 16, 16, float> fc;

@@ -321,6 +321,12 @@ size_t dynamic_shared_bytes() {
   return g_block != nullptr ? g_block->shared_bytes : 0;
 }
 
+int lane_id() {
+  ThreadState* t = current();
+  if (t == nullptr) throw std::logic_error("cuda_sim: lane_id outside a kernel");
+  return t->linear & 31;
+}
+
 void check_launch_bounds(unsigned max_threads, unsigned, unsigned) {
   const Builtins& b = builtins;
   const uint64_t threads = uint64_t{b.blockDim.x} * b.blockDim.y * b.blockDim.z;

@@ -79,6 +79,8 @@ void check_launch_bounds(unsigned max_threads, unsigned min_blocks = 0, unsigned
 // block reaches its declaration (later threads of the block see what was
 // written since).
 void fresh_shared(void* array, size_t bytes);
+// The running thread's lane in its warp.
+int lane_id();
 
 // Warp collectives: the calling thread waits until every lane in `mask`
 // has arrived; a lane that exited or waits elsewhere is an error.

@@ -1,8 +1,9 @@
 #pragma once
 
 // cuda_sim's WMMA (nvcuda::wmma, 16x16x16 tiles): each simulated thread's
-// fragment holds the whole tile, and every *_sync call is a warp barrier
-// first, so a warp loads before any lane stores, as on the GPU. The
+// fragment holds the whole tile, every *_sync call is a warp barrier first
+// (a warp loads before any lane stores), and a store writes only the lane's
+// share of the tile, as on the GPU. The
 // operand rules cuda's documentation states are checked: a 256-bit aligned
 // pointer and a leading dimension that is a multiple of 16 bytes.
 #include <cuda_bf16.h>
@@ -115,15 +116,16 @@ void load_matrix_sync(fragment<accumulator, M, N, K, T>& f, const T* p, unsigned
     }
   }
 }
+// Each lane writes its own share of the tile (every 32nd element), as on a
+// GPU, so a lane reading what other lanes stored needs a __syncwarp first.
 template <int M, int N, int K, class T>
 void store_matrix_sync(T* p, const fragment<accumulator, M, N, K, T>& f, unsigned ldm,
                        layout_t layout) {
   ::triad_sim::warp_barrier(0xffffffffu, "wmma::store_matrix_sync");
   detail::check_operand(p, ldm, "wmma::store_matrix_sync");
-  for (int r = 0; r < M; ++r) {
-    for (int c = 0; c < N; ++c) {
-      (layout == mem_row_major ? p[r * ldm + c] : p[c * ldm + r]) = f.x[r * N + c];
-    }
+  for (int e = ::triad_sim::lane_id(); e < M * N; e += 32) {
+    const int r = e / N, c = e % N;
+    (layout == mem_row_major ? p[r * ldm + c] : p[c * ldm + r]) = f.x[e];
   }
 }
 
