@@ -301,7 +301,8 @@ __global__ void staged_read_kernel(float* stage, float* out) {
   wmma::fill_fragment(fc, 2.0f);
   wmma::store_matrix_sync(stage, fc, 16, wmma::mem_row_major);
   if (kSync) __syncwarp();
-  for (int e = threadIdx.x * 8; e < threadIdx.x * 8 + 8; ++e) out[e] = stage[e];
+  const int first = static_cast<int>(threadIdx.x) * 8;
+  for (int e = first; e < first + 8; ++e) out[e] = stage[e];
 }
 
 TEST(CudaSim, ReadingAStoredTileNeedsASyncwarp) {
