@@ -44,6 +44,11 @@ int main(int argc, char** argv) {
   app.add_option("--iters", iters);
   app.add_option("--hbm-gbs", hbm_gbs, "memory bandwidth ceiling (GB/s)");
   app.add_option("--peak-tflops", peak_tflops, "dense bf16 matrix ceiling (TFLOP/s)");
+  int64_t P = 124'000'000;
+  app.add_option("--adamw-params", P, "parameters in the AdamW step (GPT-2 124M's by default)");
+  bool no_sweep = false;
+  app.add_flag("--no-sweep", no_sweep,
+               "attention at the main shape only (skip the sweep across model shapes)");
   CLI11_PARSE(app, argc, argv);
   if (triad::cuda::device_count() == 0) {
     std::fprintf(stderr, "no CUDA device visible\n");
@@ -149,6 +154,7 @@ int main(int argc, char** argv) {
   };
   for (const AttnShape& a : {AttnShape{8, 1024, 1024, 16}, AttnShape{4, 2048, 768, 12},
                              AttnShape{4, 1024, 2048, 16}, AttnShape{2, 4096, 1024, 16}}) {
+    if (no_sweep) break;
     bench_attention(a.b, a.t, a.c, a.nh,
                     {triad::cuda::AttentionKernel::TensorCore, triad::cuda::AttentionKernel::Cudnn},
                     "_B" + std::to_string(a.b) + "_T" + std::to_string(a.t) + "_C" +
@@ -198,11 +204,10 @@ int main(int argc, char** argv) {
   report("embedding_forward", time_ms([&] { be.embedding_forward(wte, targets, y); }, iters),
          2 * N * C * h, 0);
 
-  const int64_t P = 124'000'000;
   Tensor p = rnd({P}, 8, DType::F32), g = rnd({P}, 9, DType::F32), m = rnd({P}, 10, DType::F32),
          v = triad::to_device(triad::full({P}, 0.01, DType::F32), gpu);
   triad::AdamWStep hp;
   hp.lr = 1e-4;
-  report("adamw_f32_124m", time_ms([&] { be.adamw(p, g, m, v, hp); }, iters), 7.0 * P * 4, 0);
+  report("adamw_f32_" + std::to_string(P), time_ms([&] { be.adamw(p, g, m, v, hp); }, iters), 7.0 * P * 4, 0);
   return 0;
 }
