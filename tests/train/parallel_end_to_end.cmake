@@ -7,10 +7,12 @@
 # reference at the tolerance they deserve, given as a third field
 # "loss divisor,norm divisor" (200,10: losses within 0.5%, norms within 10%).
 # Variables: TRAIN (triad-train), MPIRUN (list), CONFIG, DATA, WORK, LAYOUTS
-# ("ranks|--set ... --set ...[|loss,norm]" entries joined by '@').
+# ("ranks|--set ... --set ...[|loss,norm]" entries joined by '@'), and
+# optionally EXTRA (more --set flags for every run, the reference included).
 file(REMOVE_RECURSE ${WORK})
+separate_arguments(extra UNIX_COMMAND "${EXTRA}")
 set(common --config ${CONFIG} --set data.train=${DATA} --set model.vocab_size=300 --set model.n_layer=8
-    --set train.micro_batch_size=2 --set log.interval=5)
+    --set train.micro_batch_size=2 --set log.interval=5 ${extra})
 function(run name)
   execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
   if(NOT rc EQUAL 0)

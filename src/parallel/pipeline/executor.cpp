@@ -2,6 +2,7 @@
 
 #include "triad/backend/backend.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 
@@ -181,8 +182,8 @@ nn::StateDict PipelineModel::full_state_dict() const {
     for (auto& [name, shape] : names) {
       // Every rank's buffer on the model's device, so a device-routed group
       // sends all of them the same way.
-      Tensor t = owner == rank_ ? contiguous(local.at(name)).detach()
-                                : empty(shape, dtype(), device());
+      Tensor t =
+          owner == rank_ ? contiguous(local.at(name)).detach() : empty(shape, dtype(), device());
       groups_.pp->broadcast(t, owner)->wait();
       out[name] = t;
     }
@@ -275,14 +276,23 @@ PipelineStepResult PipelineExecutor::run(const std::vector<data::Batch>& micro,
           ops.push_back({false, buf, o.peer, 0});
         }
       }
-      // Sends are posted and left in flight (their buffers live in the Work);
-      // only the receives are waited for here. The schedule is deadlock-free
-      // even if every send blocked, so this can only wait less.
+      // An action's sends and receives go out as one batch: in 1F1B's steady
+      // state both neighbours send and receive in the same action, and with
+      // NCCL two batches would run in order on the group's stream, each
+      // rank's send waiting for a receive the peer queued behind its own
+      // send (a deadlock MPI's eager sends hide). One batch lets them pair
+      // up. Batches holding only sends stay in flight until the step ends.
       const auto t0 = Clock::now();
-      std::vector<dist::P2POp> sends, recvs;
-      for (auto& o : ops) (o.is_send ? sends : recvs).push_back(o);
-      if (!sends.empty()) pending_sends.push_back(model_.groups().pp->batch_isend_irecv(sends));
-      if (!recvs.empty()) model_.groups().pp->batch_isend_irecv(recvs)->wait();
+      const bool receives =
+          std::any_of(ops.begin(), ops.end(), [](const dist::P2POp& o) { return !o.is_send; });
+      if (!ops.empty()) {
+        dist::WorkPtr w = model_.groups().pp->batch_isend_irecv(ops);
+        if (receives) {
+          w->wait();
+        } else {
+          pending_sends.push_back(w);
+        }
+      }
       if (sink_) sink_("p2p", "p2p", t0, Clock::now());
       // Sent activations: only their place in the graph is still needed.
       for (const Key& k : sent_outputs) {

@@ -29,7 +29,16 @@ struct CUevent_st {
 
 namespace {
 
-constexpr int kDevices = 1;
+// TRIAD_SIM_DEVICES=n shows n devices (default 1), e.g. one per rank of an
+// mpirun on one machine; they share the host's memory.
+int device_count() {
+  static const int n = [] {
+    const char* e = std::getenv("TRIAD_SIM_DEVICES");
+    const int v = e != nullptr ? std::atoi(e) : 1;
+    return v >= 1 && v <= 64 ? v : 1;
+  }();
+  return n;
+}
 
 struct Mapping {
   void* base;
@@ -144,11 +153,11 @@ cudaError_t cudaPeekAtLastError(void) {
 
 cudaError_t cudaGetDeviceCount(int* count) {
   if (count == nullptr) return set(cudaErrorInvalidValue);
-  *count = kDevices;
+  *count = device_count();
   return cudaSuccess;
 }
 cudaError_t cudaSetDevice(int device) {
-  if (device < 0 || device >= kDevices) return set(cudaErrorInvalidDevice);
+  if (device < 0 || device >= device_count()) return set(cudaErrorInvalidDevice);
   g_current_device = device;
   return cudaSuccess;
 }
@@ -162,7 +171,7 @@ cudaError_t cudaDeviceSynchronize(void) {
 }
 cudaError_t cudaDeviceGetAttribute(int* value, enum cudaDeviceAttr attr, int device) {
   if (value == nullptr) return set(cudaErrorInvalidValue);
-  if (device < 0 || device >= kDevices) return set(cudaErrorInvalidDevice);
+  if (device < 0 || device >= device_count()) return set(cudaErrorInvalidDevice);
   switch (attr) {
     case cudaDevAttrComputeCapabilityMajor:
       *value = 9;
@@ -259,7 +268,8 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, enum cudaM
 }
 cudaError_t cudaMemcpyPeerAsync(void* dst, int dst_device, const void* src, int src_device,
                                 size_t count, cudaStream_t stream) {
-  if (dst_device < 0 || dst_device >= kDevices || src_device < 0 || src_device >= kDevices) {
+  if (dst_device < 0 || dst_device >= device_count() || src_device < 0 ||
+      src_device >= device_count()) {
     return set(cudaErrorInvalidDevice);
   }
   return cudaMemcpyAsync(dst, src, count, cudaMemcpyDeviceToDevice, stream);

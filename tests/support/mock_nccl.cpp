@@ -1,0 +1,461 @@
+// A CPU stand-in for the NCCL calls of src/dist/nccl_process_group.cpp, over
+// MPI, for running the NCCL process group (and multi-rank `device: cuda`
+// training) on the CUDA simulator (tests/support/cuda_sim), where device
+// memory is host memory. It checks what NCCL checks about a call (ranks,
+// roots, peers, types, a communicator's state) and computes each collective
+// exactly: every rank's contribution is gathered and reduced in rank order
+// (in double for floating types), so results do not depend on timing.
+// Calls between ncclGroupStart and ncclGroupEnd run at ncclGroupEnd: point
+// to point ones concurrently, collectives in issue order. Streams are not
+// used (the simulator's are synchronous).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <mpi.h>
+#include <nccl.h>
+
+#include <climits>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <vector>
+
+struct ncclComm {
+  MPI_Comm comm = MPI_COMM_NULL;  // MPI_COMM_NULL for a communicator of one
+  int rank = 0, size = 1;
+  bool aborted = false;
+};
+
+namespace {
+
+constexpr int kTagBase = 1 << 24;  // above every tag Triad's MPI group uses
+constexpr uint32_t kMagic = 0x7e1ad5ccu;
+
+struct Id {
+  uint32_t magic;
+  int root_world_rank;
+  int sequence;
+};
+static_assert(sizeof(Id) <= sizeof(ncclUniqueId));
+
+int g_sequence = 0;
+int g_group_depth = 0;
+std::vector<std::function<ncclResult_t()>> g_collectives;
+struct P2p {
+  bool send;
+  void* buffer;
+  size_t bytes;
+  int peer;
+  ncclComm_t comm;
+};
+std::vector<P2p> g_p2p;
+
+size_t type_size(ncclDataType_t t) {
+  switch (t) {
+    case ncclInt8:
+    case ncclUint8:
+      return 1;
+    case ncclFloat16:
+    case ncclBfloat16:
+      return 2;
+    case ncclInt32:
+    case ncclUint32:
+    case ncclFloat32:
+      return 4;
+    case ncclInt64:
+    case ncclUint64:
+    case ncclFloat64:
+      return 8;
+    default:
+      return 0;
+  }
+}
+
+bool is_float(ncclDataType_t t) {
+  return t == ncclFloat16 || t == ncclBfloat16 || t == ncclFloat32 || t == ncclFloat64;
+}
+
+double load(ncclDataType_t t, const void* p, size_t i) {
+  switch (t) {
+    case ncclInt8:
+      return static_cast<const int8_t*>(p)[i];
+    case ncclUint8:
+      return static_cast<const uint8_t*>(p)[i];
+    case ncclInt32:
+      return static_cast<const int32_t*>(p)[i];
+    case ncclUint32:
+      return static_cast<const uint32_t*>(p)[i];
+    case ncclFloat16:
+      return __half2float(static_cast<const __half*>(p)[i]);
+    case ncclBfloat16:
+      return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
+    case ncclFloat32:
+      return static_cast<const float*>(p)[i];
+    default:
+      return static_cast<const double*>(p)[i];
+  }
+}
+
+void store(ncclDataType_t t, void* p, size_t i, double v) {
+  switch (t) {
+    case ncclInt8:
+      static_cast<int8_t*>(p)[i] = static_cast<int8_t>(v);
+      return;
+    case ncclUint8:
+      static_cast<uint8_t*>(p)[i] = static_cast<uint8_t>(v);
+      return;
+    case ncclInt32:
+      static_cast<int32_t*>(p)[i] = static_cast<int32_t>(v);
+      return;
+    case ncclUint32:
+      static_cast<uint32_t*>(p)[i] = static_cast<uint32_t>(v);
+      return;
+    case ncclFloat16:
+      static_cast<__half*>(p)[i] = __float2half_rn(static_cast<float>(v));
+      return;
+    case ncclBfloat16:
+      static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16_rn(static_cast<float>(v));
+      return;
+    case ncclFloat32:
+      static_cast<float*>(p)[i] = static_cast<float>(v);
+      return;
+    default:
+      static_cast<double*>(p)[i] = v;
+  }
+}
+
+// 64-bit integers reduce exactly (a double would round them).
+template <class I>
+I reduce_int(ncclRedOp_t op, I a, I b) {
+  switch (op) {
+    case ncclSum:
+      return a + b;
+    case ncclProd:
+      return a * b;
+    case ncclMax:
+      return a > b ? a : b;
+    default:
+      return a < b ? a : b;
+  }
+}
+
+// out[i] = op over ranks of parts[r * count + i].
+void reduce(ncclDataType_t t, ncclRedOp_t op, const std::vector<unsigned char>& parts, int ranks,
+            size_t count, void* out) {
+  const size_t es = type_size(t);
+  for (size_t i = 0; i < count; ++i) {
+    if (t == ncclInt64 || t == ncclUint64) {
+      int64_t acc;
+      std::memcpy(&acc, &parts[i * es], 8);
+      for (int r = 1; r < ranks; ++r) {
+        int64_t v;
+        std::memcpy(&v, &parts[(r * count + i) * es], 8);
+        acc = t == ncclInt64 ? reduce_int<int64_t>(op, acc, v)
+                             : static_cast<int64_t>(reduce_int<uint64_t>(
+                                   op, static_cast<uint64_t>(acc), static_cast<uint64_t>(v)));
+      }
+      std::memcpy(static_cast<unsigned char*>(out) + i * es, &acc, 8);
+      continue;
+    }
+    double acc = load(t, parts.data(), i);
+    for (int r = 1; r < ranks; ++r) {
+      const double v = load(t, parts.data(), r * count + i);
+      switch (op) {
+        case ncclSum:
+        case ncclAvg:
+          acc += v;
+          break;
+        case ncclProd:
+          acc *= v;
+          break;
+        case ncclMax:
+          acc = v > acc ? v : acc;
+          break;
+        default:
+          acc = v < acc ? v : acc;
+      }
+    }
+    if (op == ncclAvg) acc /= ranks;
+    store(t, out, i, acc);
+  }
+}
+
+bool usable(ncclComm_t c) {
+  return c != nullptr && !c->aborted;
+}
+
+// Every rank's `bytes` at `send`, in rank order.
+ncclResult_t gather_all(ncclComm_t c, const void* send, size_t bytes,
+                        std::vector<unsigned char>& all) {
+  all.resize(bytes * static_cast<size_t>(c->size));
+  if (bytes > static_cast<size_t>(INT_MAX)) return ncclInvalidArgument;
+  if (c->size == 1) {
+    if (bytes) std::memcpy(all.data(), send, bytes);
+    return ncclSuccess;
+  }
+  return MPI_Allgather(send, static_cast<int>(bytes), MPI_BYTE, all.data(), static_cast<int>(bytes),
+                       MPI_BYTE, c->comm) == MPI_SUCCESS
+             ? ncclSuccess
+             : ncclSystemError;
+}
+
+bool valid_reduction(ncclDataType_t t, ncclRedOp_t op) {
+  if (type_size(t) == 0 || op < ncclSum || op > ncclAvg) return false;
+  return op != ncclAvg || is_float(t);
+}
+
+// Runs `op` now, or at ncclGroupEnd inside a group.
+ncclResult_t issue(std::function<ncclResult_t()> op) {
+  if (g_group_depth > 0) {
+    g_collectives.push_back(std::move(op));
+    return ncclSuccess;
+  }
+  return op();
+}
+
+}  // namespace
+
+extern "C" {
+
+const char* ncclGetErrorString(ncclResult_t r) {
+  switch (r) {
+    case ncclSuccess:
+      return "no error";
+    case ncclSystemError:
+      return "system error (mock: an MPI call failed)";
+    case ncclInternalError:
+      return "internal error";
+    case ncclInvalidArgument:
+      return "invalid argument";
+    case ncclInvalidUsage:
+      return "invalid usage";
+    default:
+      return "unknown result";
+  }
+}
+
+ncclResult_t ncclGetUniqueId(ncclUniqueId* id) {
+  if (id == nullptr) return ncclInvalidArgument;
+  int initialized = 0, me = 0;
+  MPI_Initialized(&initialized);
+  if (initialized) MPI_Comm_rank(MPI_COMM_WORLD, &me);
+  std::memset(id, 0, sizeof(*id));
+  const Id mine{kMagic, me, g_sequence++};
+  std::memcpy(id->internal, &mine, sizeof(mine));
+  return ncclSuccess;
+}
+
+ncclResult_t ncclCommInitRank(ncclComm_t* out, int nranks, ncclUniqueId uid, int rank) {
+  Id id;
+  std::memcpy(&id, uid.internal, sizeof(id));
+  if (out == nullptr || nranks < 1 || rank < 0 || rank >= nranks || id.magic != kMagic) {
+    return ncclInvalidArgument;
+  }
+  auto* c = new ncclComm;
+  c->rank = rank;
+  c->size = nranks;
+  if (nranks > 1) {
+    int initialized = 0;
+    MPI_Initialized(&initialized);
+    if (!initialized) {
+      delete c;
+      return ncclInvalidUsage;
+    }
+    // Rendezvous at the rank that made the id: it learns every member's
+    // world rank and tells them all; then they form an MPI communicator in
+    // NCCL rank order (collective over the members only).
+    int me = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &me);
+    const int tag = kTagBase + (id.sequence % 4096) * 2;
+    std::vector<int> world_of(static_cast<size_t>(nranks));
+    if (rank == 0) {
+      world_of[0] = me;
+      for (int i = 1; i < nranks; ++i) {
+        int pair[2];
+        MPI_Recv(pair, 2, MPI_INT, MPI_ANY_SOURCE, tag, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        if (pair[0] <= 0 || pair[0] >= nranks) {
+          delete c;
+          return ncclInvalidArgument;
+        }
+        world_of[static_cast<size_t>(pair[0])] = pair[1];
+      }
+      for (int r = 1; r < nranks; ++r) {
+        MPI_Send(world_of.data(), nranks, MPI_INT, world_of[static_cast<size_t>(r)], tag + 1,
+                 MPI_COMM_WORLD);
+      }
+    } else {
+      int pair[2] = {rank, me};
+      MPI_Send(pair, 2, MPI_INT, id.root_world_rank, tag, MPI_COMM_WORLD);
+      MPI_Recv(world_of.data(), nranks, MPI_INT, id.root_world_rank, tag + 1, MPI_COMM_WORLD,
+               MPI_STATUS_IGNORE);
+    }
+    MPI_Group world_group, group;
+    MPI_Comm_group(MPI_COMM_WORLD, &world_group);
+    MPI_Group_incl(world_group, nranks, world_of.data(), &group);
+    const int rc = MPI_Comm_create_group(MPI_COMM_WORLD, group, tag, &c->comm);
+    MPI_Group_free(&group);
+    MPI_Group_free(&world_group);
+    if (rc != MPI_SUCCESS) {
+      delete c;
+      return ncclSystemError;
+    }
+  }
+  *out = c;
+  return ncclSuccess;
+}
+
+ncclResult_t ncclCommDestroy(ncclComm_t c) {
+  if (c == nullptr) return ncclInvalidArgument;
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (c->comm != MPI_COMM_NULL && !finalized) MPI_Comm_free(&c->comm);
+  delete c;
+  return ncclSuccess;
+}
+
+ncclResult_t ncclCommAbort(ncclComm_t c) {
+  if (c == nullptr) return ncclInvalidArgument;
+  c->aborted = true;
+  return ncclSuccess;
+}
+
+ncclResult_t ncclCommGetAsyncError(ncclComm_t c, ncclResult_t* error) {
+  if (c == nullptr || error == nullptr) return ncclInvalidArgument;
+  *error = ncclSuccess;
+  return ncclSuccess;
+}
+
+ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, ncclDataType_t t,
+                           ncclRedOp_t op, ncclComm_t c, cudaStream_t) {
+  if (!usable(c) || !valid_reduction(t, op)) return ncclInvalidArgument;
+  return issue([=] {
+    std::vector<unsigned char> all;
+    const ncclResult_t r = gather_all(c, send, count * type_size(t), all);
+    if (r == ncclSuccess) reduce(t, op, all, c->size, count, recv);
+    return r;
+  });
+}
+
+ncclResult_t ncclReduceScatter(const void* send, void* recv, size_t count, ncclDataType_t t,
+                               ncclRedOp_t op, ncclComm_t c, cudaStream_t) {
+  if (!usable(c) || !valid_reduction(t, op)) return ncclInvalidArgument;
+  return issue([=] {
+    const size_t es = type_size(t), total = count * static_cast<size_t>(c->size);
+    std::vector<unsigned char> all;
+    const ncclResult_t r = gather_all(c, send, total * es, all);
+    if (r != ncclSuccess) return r;
+    std::vector<unsigned char> sum(total * es);
+    reduce(t, op, all, c->size, total, sum.data());
+    std::memcpy(recv, sum.data() + static_cast<size_t>(c->rank) * count * es, count * es);
+    return ncclSuccess;
+  });
+}
+
+ncclResult_t ncclAllGather(const void* send, void* recv, size_t count, ncclDataType_t t,
+                           ncclComm_t c, cudaStream_t) {
+  if (!usable(c) || type_size(t) == 0) return ncclInvalidArgument;
+  return issue([=] {
+    std::vector<unsigned char> all;
+    const ncclResult_t r = gather_all(c, send, count * type_size(t), all);
+    if (r == ncclSuccess && !all.empty()) std::memcpy(recv, all.data(), all.size());
+    return r;
+  });
+}
+
+ncclResult_t ncclBroadcast(const void* send, void* recv, size_t count, ncclDataType_t t, int root,
+                           ncclComm_t c, cudaStream_t) {
+  if (!usable(c) || type_size(t) == 0 || root < 0 || root >= c->size) {
+    return ncclInvalidArgument;
+  }
+  return issue([=] {
+    const size_t bytes = count * type_size(t);
+    if (bytes > static_cast<size_t>(INT_MAX)) return ncclInvalidArgument;
+    if (c->rank == root && send != recv && bytes) std::memmove(recv, send, bytes);
+    if (c->size == 1) return ncclSuccess;
+    return MPI_Bcast(recv, static_cast<int>(bytes), MPI_BYTE, root, c->comm) == MPI_SUCCESS
+               ? ncclSuccess
+               : ncclSystemError;
+  });
+}
+
+ncclResult_t ncclReduce(const void* send, void* recv, size_t count, ncclDataType_t t,
+                        ncclRedOp_t op, int root, ncclComm_t c, cudaStream_t) {
+  if (!usable(c) || !valid_reduction(t, op) || root < 0 || root >= c->size) {
+    return ncclInvalidArgument;
+  }
+  return issue([=] {
+    const size_t bytes = count * type_size(t);
+    if (bytes > static_cast<size_t>(INT_MAX)) return ncclInvalidArgument;
+    std::vector<unsigned char> all(bytes * static_cast<size_t>(c->size));
+    if (c->size == 1) {
+      if (bytes) std::memcpy(all.data(), send, bytes);
+    } else if (MPI_Gather(send, static_cast<int>(bytes), MPI_BYTE, all.data(),
+                          static_cast<int>(bytes), MPI_BYTE, root, c->comm) != MPI_SUCCESS) {
+      return ncclSystemError;
+    }
+    if (c->rank == root) reduce(t, op, all, c->size, count, recv);
+    return ncclSuccess;
+  });
+}
+
+ncclResult_t ncclSend(const void* send, size_t count, ncclDataType_t t, int peer, ncclComm_t c,
+                      cudaStream_t) {
+  if (!usable(c) || type_size(t) == 0 || peer < 0 || peer >= c->size || peer == c->rank) {
+    return ncclInvalidArgument;
+  }
+  g_p2p.push_back({true, const_cast<void*>(send), count * type_size(t), peer, c});
+  return g_group_depth > 0 ? ncclSuccess : (ncclGroupStart(), ncclGroupEnd());
+}
+
+ncclResult_t ncclRecv(void* recv, size_t count, ncclDataType_t t, int peer, ncclComm_t c,
+                      cudaStream_t) {
+  if (!usable(c) || type_size(t) == 0 || peer < 0 || peer >= c->size || peer == c->rank) {
+    return ncclInvalidArgument;
+  }
+  g_p2p.push_back({false, recv, count * type_size(t), peer, c});
+  return g_group_depth > 0 ? ncclSuccess : (ncclGroupStart(), ncclGroupEnd());
+}
+
+ncclResult_t ncclGroupStart() {
+  ++g_group_depth;
+  return ncclSuccess;
+}
+
+ncclResult_t ncclGroupEnd() {
+  if (g_group_depth == 0) return ncclInvalidUsage;
+  if (--g_group_depth > 0) return ncclSuccess;
+  // Point to point first, all posted before any waits (a group's sends and
+  // receives may pair up in any order); then the collectives in order.
+  std::vector<MPI_Request> requests;
+  ncclResult_t result = ncclSuccess;
+  for (const P2p& p : g_p2p) {
+    if (p.bytes > static_cast<size_t>(INT_MAX)) {
+      result = ncclInvalidArgument;
+      continue;
+    }
+    MPI_Request r;
+    const int n = static_cast<int>(p.bytes);
+    // Synchronous-mode sends: like NCCL's, a send completes only once the
+    // peer's receive is there (MPI would buffer small ones).
+    const int rc = p.send ? MPI_Issend(p.buffer, n, MPI_BYTE, p.peer, 0, p.comm->comm, &r)
+                          : MPI_Irecv(p.buffer, n, MPI_BYTE, p.peer, 0, p.comm->comm, &r);
+    if (rc != MPI_SUCCESS) {
+      result = ncclSystemError;
+      continue;
+    }
+    requests.push_back(r);
+  }
+  g_p2p.clear();
+  std::vector<std::function<ncclResult_t()>> collectives;
+  collectives.swap(g_collectives);
+  for (auto& op : collectives) {
+    const ncclResult_t r = op();
+    if (r != ncclSuccess) result = r;
+  }
+  if (!requests.empty() && MPI_Waitall(static_cast<int>(requests.size()), requests.data(),
+                                       MPI_STATUSES_IGNORE) != MPI_SUCCESS) {
+    result = ncclSystemError;
+  }
+  return result;
+}
+
+}  // extern "C"
