@@ -354,7 +354,9 @@ TEST(CudaSim, FreshDeviceMemoryIsNaNAndTheEndOfAnAllocationFaults) {
   EXPECT_TRUE(std::isnan(got));
   // 1000 floats round up to 4096 bytes, which end at the guard page: 64
   // elements past the end is inside it.
-  EXPECT_DEATH(read_kernel<<<1, 1>>>(static_cast<float*>(p), out, 1000 + 64), "");
+  EXPECT_DEATH(read_kernel<<<1, 1>>>(static_cast<float*>(p), out, 1000 + 64),
+               "invalid memory access at address 0x[0-9a-f]+ in the kernel launched at "
+               ".*cuda_sim_test.cu:[0-9]+, block \\(0,0,0\\), thread \\(0,0,0\\)");
   cudaFree(p);
   cudaFree(out);
 }

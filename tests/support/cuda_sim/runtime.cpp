@@ -2,6 +2,7 @@
 // part of the CUDA runtime API Triad calls, implemented on host memory.
 // Streams execute their work when it is issued (launches and copies are
 // synchronous), so events and stream waits only keep their bookkeeping.
+#include <signal.h>
 #include <sys/mman.h>
 #include <unistd.h>
 #if !defined(__x86_64__)
@@ -296,6 +297,67 @@ void run_block(Block& b) {
   }
 }
 
+// ---- faults ----------------------------------------------------------------------
+// An invalid access inside a kernel (a guard page, a wild pointer) is reported
+// like CUDA's illegal-address error, with the launch site, block and thread,
+// then the process dies of the signal as it would have. The handler only
+// formats into a fixed buffer and write()s (async-signal-safe); it runs on
+// an alternate stack, since the fault may be a fiber's stack overflowing.
+thread_local char g_fault_site[512];
+
+void append(char*& at, const char* end, const char* text) {
+  while (*text != '\0' && at < end) *at++ = *text++;
+}
+void append(char*& at, const char* end, unsigned long v) {
+  char digits[24];
+  int n = 0;
+  do {
+    digits[n++] = static_cast<char>('0' + v % 10);
+    v /= 10;
+  } while (v != 0 && n < 24);
+  while (n > 0 && at < end) *at++ = digits[--n];
+}
+
+void on_fault(int sig, siginfo_t* info, void*) {
+  if (g_block != nullptr && g_block->running != nullptr) {
+    char msg[1024];
+    char* at = msg;
+    const char* end = msg + sizeof(msg) - 1;
+    append(at, end, "cuda_sim: invalid memory access at address 0x");
+    const auto addr = reinterpret_cast<uintptr_t>(info->si_addr);
+    for (int shift = 60; shift >= 0; shift -= 4) *at++ = "0123456789abcdef"[(addr >> shift) & 15];
+    append(at, end, " in the ");
+    append(at, end, g_fault_site);
+    append(at, end, ", block (");
+    const uint3 b = builtins.blockIdx, t = g_block->running->tid;
+    append(at, end, b.x), append(at, end, ","), append(at, end, b.y), append(at, end, ",");
+    append(at, end, b.z), append(at, end, "), thread ("), append(at, end, t.x);
+    append(at, end, ","), append(at, end, t.y), append(at, end, ","), append(at, end, t.z);
+    append(at, end, ")\n");
+    ssize_t unused = write(STDERR_FILENO, msg, static_cast<size_t>(at - msg));
+    (void)unused;
+  }
+  signal(sig, SIG_DFL);
+  raise(sig);
+}
+
+void install_fault_handler() {
+  thread_local bool installed = false;
+  if (installed) return;
+  installed = true;
+  static thread_local std::vector<char> alt(64 * 1024);
+  stack_t ss{};
+  ss.ss_sp = alt.data();
+  ss.ss_size = alt.size();
+  sigaltstack(&ss, nullptr);
+  struct sigaction sa {};
+  sa.sa_sigaction = on_fault;
+  sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGSEGV, &sa, nullptr);
+  sigaction(SIGBUS, &sa, nullptr);
+}
+
 std::string dims(dim3 d) {
   std::ostringstream s;
   s << "(" << d.x << "," << d.y << "," << d.z << ")";
@@ -419,6 +481,8 @@ void run_grid(const LaunchConfig& c, const void* kernel, const std::function<voi
   }
   if (g_block != nullptr) throw std::logic_error("cuda_sim: a kernel launched from a kernel");
 
+  install_fault_handler();
+  std::snprintf(g_fault_site, sizeof(g_fault_site), "%s", site.c_str());
   ++g_counters.launches;
   Block b;
   b.body = &body;
