@@ -208,6 +208,7 @@ int main(int argc, char** argv) {
          v = triad::to_device(triad::full({P}, 0.01, DType::F32), gpu);
   triad::AdamWStep hp;
   hp.lr = 1e-4;
-  report("adamw_f32_" + std::to_string(P), time_ms([&] { be.adamw(p, g, m, v, hp); }, iters), 7.0 * P * 4, 0);
+  report("adamw_f32_" + std::to_string(P), time_ms([&] { be.adamw(p, g, m, v, hp); }, iters),
+         7.0 * P * 4, 0);
   return 0;
 }
