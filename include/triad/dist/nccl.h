@@ -15,6 +15,14 @@ bool nccl_available();
 // 0 creates the unique id, bootstrap broadcasts it, every rank joins on CUDA
 // device `device`. The group has its own stream, ordered after the device's
 // compute stream at each call. Collective over `bootstrap`.
+//
+// Its calls return at once, but they run one after another on that stream,
+// and an NCCL send finishes only when the peer receives. So point-to-point
+// exchanges must go out as one batch_isend_irecv: a send() followed by a
+// recv() (fine on the MPI group, whose sends are buffered) deadlocks in a
+// ring, every rank's send waiting for a receive queued behind its peer's
+// send. The pipeline executor batches each action's sends and receives for
+// this reason.
 ProcessGroupPtr make_nccl_group(const ProcessGroupPtr& bootstrap, int device);
 
 // Routes each call by its tensors' device: CUDA to `nccl`, host to `host`.
