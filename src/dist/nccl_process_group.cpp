@@ -6,9 +6,8 @@
 // names the group, the op, the peers and the sizes. bf16/f16 reductions go
 // through f32 copies (one rounding at the end), as in the MPI group; data
 // movement of any dtype goes as bytes. Uneven all_gather and reduce_scatter
-// pieces become grouped broadcasts and reduces; an all_gather whose output is
-// exactly size x its input is taken to have equal pieces without asking the
-// other ranks (validate mode checks every rank's size).
+// pieces become grouped broadcasts and reduces; all_gather exchanges the
+// pieces' sizes first (a small host exchange over the bootstrap group).
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
@@ -194,13 +193,11 @@ class NcclProcessGroup final : public ProcessGroup,
                        ", output " + dtype_name(output.dtype()));
     }
     validate_header("all_gather", input, 0);
-    // An output of exactly size x the input means equal pieces (NCCL's own
-    // all_gather contract; validate mode checks it): no size exchange, which
-    // would cost a host round trip per call. Anything else exchanges sizes.
-    const int64_t mine = static_cast<int64_t>(input.nbytes());
-    const bool assume_equal = !validate_ && static_cast<int64_t>(output.nbytes()) == mine * size_;
-    const std::vector<int64_t> bytes =
-        assume_equal ? std::vector<int64_t>(static_cast<size_t>(size_), mine) : gather_sizes(mine);
+    // Every rank's piece size, always: a rank cannot tell equal pieces from
+    // uneven ones whose mean happens to be its own (the output is size x its
+    // input either way), and ranks that decided differently would wait in
+    // different calls forever. One small host exchange per call.
+    const std::vector<int64_t> bytes = gather_sizes(static_cast<int64_t>(input.nbytes()));
     int64_t total = 0;
     for (int64_t b : bytes) total += b;
     if (total != static_cast<int64_t>(output.nbytes())) {
