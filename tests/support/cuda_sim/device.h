@@ -15,18 +15,14 @@
 
 #include "sim.h"
 
-// Function-space qualifiers mean nothing on the host; shared memory is one
-// object per block, and blocks run one at a time on a host thread.
+// Function-space qualifiers mean nothing on the host. (`__shared__` never
+// reaches the compiler: cu_to_cpp.cmake rewrites every declaration.)
 #undef __global__
 #undef __device__
 #undef __host__
-#undef __shared__
-#undef __constant__
 #define __global__
 #define __device__
 #define __host__
-#define __shared__ static thread_local
-#define __constant__ static
 
 // The rewrite turns __CUDA_ARCH__ into this: device code compiles as sm_90's.
 #define TRIAD_SIM_CUDA_ARCH 900

@@ -379,9 +379,6 @@ unsigned char* dynamic_shared_base(size_t align) {
   const uintptr_t base = (start + 1023) / 1024 * 1024 + align;
   return reinterpret_cast<unsigned char*>(base);
 }
-size_t dynamic_shared_bytes() {
-  return g_block != nullptr ? g_block->shared_bytes : 0;
-}
 
 int lane_id() {
   ThreadState* t = current();
@@ -446,9 +443,6 @@ Order order() {
 }
 Counters counters() {
   return g_counters;
-}
-void reset_counters() {
-  g_counters = {};
 }
 
 void run_grid(const LaunchConfig& c, const void* kernel, const std::function<void()>& body) {

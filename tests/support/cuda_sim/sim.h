@@ -35,7 +35,6 @@ struct Counters {
   int64_t barriers = 0;  // block and warp barriers completed
 };
 Counters counters();
-void reset_counters();
 
 // Where a launch was written, for error messages.
 struct Site {
@@ -69,7 +68,6 @@ ThreadState* current();
 // The block's dynamic shared memory at an address aligned to `align` (a
 // power of two up to 512) but not to twice that.
 unsigned char* dynamic_shared_base(size_t align);
-size_t dynamic_shared_bytes();
 
 // A kernel declared __launch_bounds__(max_threads, ...) launched with a
 // larger block: an error, as the launch is on a GPU.
