@@ -6,6 +6,7 @@
 // bias per output feature and keep the pre-activation; problems without an
 // algorithm must be NotSupportedError, remembered. What only a GPU can say:
 // which algorithms cuBLASLt really has.
+#include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -46,7 +47,10 @@ class Buffer {
       reinterpret_cast<uint16_t*>(p)[i] = static_cast<uint16_t>(bits >> 16);
     }
   }
+  // Reads wait for the (simulated) device: the stand-in's products run on
+  // their stream.
   double get(int64_t i) const {
+    cudaDeviceSynchronize();
     const char* p = bytes_.data();
     if (dtype_ == DType::F64) return reinterpret_cast<const double*>(p)[i];
     if (dtype_ == DType::F32) return reinterpret_cast<const float*>(p)[i];

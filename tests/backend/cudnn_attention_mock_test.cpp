@@ -6,6 +6,7 @@
 // must be cached, and executing the forward and backward graphs must give
 // causal attention (against a double-precision reference). What only a GPU
 // can say: whether cuDNN has a fused engine for these graphs.
+#include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -157,6 +158,7 @@ TEST_F(CudnnAttentionMock, ForwardAndBackwardComputeCausalAttention) {
     EXPECT_GE(fws, static_cast<size_t>(mock::kEngineWorkspace));
     Aligned<char> fwork(fws);
     cudnn_attention_forward(0, nullptr, p, qkv.data, out.data, lse.data, fwork.data);
+    cudaDeviceSynchronize();  // the stand-in's graphs run on the stream
     expect_near_all(std::vector<uint16_t>(out.data, out.data + n_out), want.out, 2e-2, "out");
     expect_near_all(std::vector<float>(lse.data, lse.data + n_lse), want.lse, 1e-3, "lse");
 
@@ -178,6 +180,7 @@ TEST_F(CudnnAttentionMock, ForwardAndBackwardComputeCausalAttention) {
       std::fill(dqkv.data, dqkv.data + n_qkv, to_bf16(std::nanf("")));
       cudnn_attention_backward(0, nullptr, p, qkv.data, out.data, lse.data, dout.data, dqkv.data,
                                bwork.data, deterministic);
+      cudaDeviceSynchronize();
       expect_near_all(std::vector<uint16_t>(dqkv.data, dqkv.data + n_qkv), want.dqkv, 3e-2, "dqkv");
     }
   }

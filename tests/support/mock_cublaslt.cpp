@@ -8,6 +8,8 @@
 // kept) in column-major order on host memory (f32, f64, bf16, f16).
 #include "support/mock_cublaslt.h"
 
+#include "support/cuda_sim/sim.h"
+
 #include <cublasLt.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
@@ -303,13 +305,15 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t desc, con
                               cublasLtMatrixLayout_t b, const void* beta, const void* C,
                               cublasLtMatrixLayout_t c, void* D, cublasLtMatrixLayout_t d,
                               const cublasLtMatmulAlgo_t* algo, void* workspace, size_t ws_bytes,
-                              cudaStream_t) {
+                              cudaStream_t stream) {
   auto& s = mock::state();
   if (!h || !algo || !s.descs.count(desc) || !s.layouts.count(a) || !s.layouts.count(b) ||
       !s.layouts.count(c) || !s.layouts.count(d) || (ws_bytes > 0 && !workspace))
     return mock::reject(CUBLAS_STATUS_INVALID_VALUE, "matmul: unknown descriptor or no workspace");
-  const mock::MatmulDesc& md = s.descs[desc];
-  const mock::Layout &la = s.layouts[a], &lb = s.layouts[b], &lc = s.layouts[c], &ld = s.layouts[d];
+  // Everything the product needs is taken now (descriptors may be destroyed
+  // once the call returns); it runs when its stream does.
+  const mock::MatmulDesc md = s.descs[desc];
+  const mock::Layout la = s.layouts[a], lb = s.layouts[b], lc = s.layouts[c], ld = s.layouts[d];
   int64_t m, n, k;
   std::string why;
   if (!mock::fits(md, la, lb, lc, ld, &m, &n, &k, &why))
@@ -318,46 +322,48 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t desc, con
   const double al = f64 ? *static_cast<const double*>(alpha) : *static_cast<const float*>(alpha);
   const double be = f64 ? *static_cast<const double*>(beta) : *static_cast<const float*>(beta);
   const cudaDataType t = ld.type;
-  std::vector<double> out(static_cast<size_t>(m * n));
-  for (int32_t bi = 0; bi < ld.batch; ++bi) {
-    const int64_t oa = bi * la.stride, ob = bi * lb.stride, oc = bi * lc.stride,
-                  od = bi * ld.stride;
-    // op(A) as m rows of k and op(B) as n columns of k, each contiguous.
-    std::vector<double> pa(static_cast<size_t>(m * k)), pb(static_cast<size_t>(n * k));
-    for (int64_t i = 0; i < m; ++i)
-      for (int64_t kk = 0; kk < k; ++kk)
-        pa[static_cast<size_t>(i * k + kk)] =
-            mock::load(t, A, oa + (md.transa == CUBLAS_OP_N ? i + kk * la.ld : kk + i * la.ld));
-    for (int64_t j = 0; j < n; ++j)
-      for (int64_t kk = 0; kk < k; ++kk)
-        pb[static_cast<size_t>(j * k + kk)] =
-            mock::load(t, B, ob + (md.transb == CUBLAS_OP_N ? kk + j * lb.ld : j + kk * lb.ld));
-    for (int64_t j = 0; j < n; ++j)
-      for (int64_t i = 0; i < m; ++i) {
-        const double* ra = pa.data() + i * k;
-        const double* rb = pb.data() + j * k;
-        double acc = 0;
-        for (int64_t kk = 0; kk < k; ++kk) acc += ra[kk] * rb[kk];
-        double v = al * acc + (be != 0 ? be * mock::load(t, C, oc + i + j * lc.ld) : 0.0);
-        if (md.epilogue == CUBLASLT_EPILOGUE_DGELU) {
-          // GELU's derivative (tanh form) at the aux matrix.
-          const double x = mock::load(t, md.aux, od + i + j * md.aux_ld);
-          const double k0 = 0.7978845608028654, u = k0 * (x + 0.044715 * x * x * x);
-          const double th = std::tanh(u);
-          v *= 0.5 * (1 + th) + 0.5 * x * (1 - th * th) * k0 * (1 + 3 * 0.044715 * x * x);
-        } else if (md.epilogue != CUBLASLT_EPILOGUE_DEFAULT) {
-          v += mock::load(t, md.bias, i);
-        }
-        if (md.epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS) {
-          mock::store(t, md.aux, od + i + j * md.aux_ld, v);
-          v = 0.5 * v * (1 + std::tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)));
-        }
-        out[static_cast<size_t>(i + j * m)] = v;
-      }
-    for (int64_t j = 0; j < n; ++j)
-      for (int64_t i = 0; i < m; ++i)
-        mock::store(t, D, od + i + j * ld.ld, out[static_cast<size_t>(i + j * m)]);
-  }
   ++s.counters.matmuls;
+  triad_sim::enqueue(stream, [=] {
+    std::vector<double> out(static_cast<size_t>(m * n));
+    for (int32_t bi = 0; bi < ld.batch; ++bi) {
+      const int64_t oa = bi * la.stride, ob = bi * lb.stride, oc = bi * lc.stride,
+                    od = bi * ld.stride;
+      // op(A) as m rows of k and op(B) as n columns of k, each contiguous.
+      std::vector<double> pa(static_cast<size_t>(m * k)), pb(static_cast<size_t>(n * k));
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t kk = 0; kk < k; ++kk)
+          pa[static_cast<size_t>(i * k + kk)] =
+              mock::load(t, A, oa + (md.transa == CUBLAS_OP_N ? i + kk * la.ld : kk + i * la.ld));
+      for (int64_t j = 0; j < n; ++j)
+        for (int64_t kk = 0; kk < k; ++kk)
+          pb[static_cast<size_t>(j * k + kk)] =
+              mock::load(t, B, ob + (md.transb == CUBLAS_OP_N ? kk + j * lb.ld : j + kk * lb.ld));
+      for (int64_t j = 0; j < n; ++j)
+        for (int64_t i = 0; i < m; ++i) {
+          const double* ra = pa.data() + i * k;
+          const double* rb = pb.data() + j * k;
+          double acc = 0;
+          for (int64_t kk = 0; kk < k; ++kk) acc += ra[kk] * rb[kk];
+          double v = al * acc + (be != 0 ? be * mock::load(t, C, oc + i + j * lc.ld) : 0.0);
+          if (md.epilogue == CUBLASLT_EPILOGUE_DGELU) {
+            // GELU's derivative (tanh form) at the aux matrix.
+            const double x = mock::load(t, md.aux, od + i + j * md.aux_ld);
+            const double k0 = 0.7978845608028654, u = k0 * (x + 0.044715 * x * x * x);
+            const double th = std::tanh(u);
+            v *= 0.5 * (1 + th) + 0.5 * x * (1 - th * th) * k0 * (1 + 3 * 0.044715 * x * x);
+          } else if (md.epilogue != CUBLASLT_EPILOGUE_DEFAULT) {
+            v += mock::load(t, md.bias, i);
+          }
+          if (md.epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS) {
+            mock::store(t, md.aux, od + i + j * md.aux_ld, v);
+            v = 0.5 * v * (1 + std::tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)));
+          }
+          out[static_cast<size_t>(i + j * m)] = v;
+        }
+      for (int64_t j = 0; j < n; ++j)
+        for (int64_t i = 0; i < m; ++i)
+          mock::store(t, D, od + i + j * ld.ld, out[static_cast<size_t>(i + j * m)]);
+    }
+  });
   return CUBLAS_STATUS_SUCCESS;
 }

@@ -3,6 +3,8 @@
 // the real library and a CPU interpreter for execution.
 #include "support/mock_cudnn.h"
 
+#include "support/cuda_sim/sim.h"
+
 #include <cuda_fp16.h>
 #include <cudnn.h>
 
@@ -13,6 +15,8 @@
 #include <map>
 #include <memory>
 #include <set>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 struct cudnnContext {
@@ -37,6 +41,7 @@ struct Desc {
 
 struct State {
   std::set<Desc*> live;
+  std::vector<Desc*> retired;
   Stats stats;
   bool no_engines = false;
   size_t version = 91900;
@@ -693,7 +698,10 @@ cudnnStatus_t cudnnBackendDestroyDescriptor(cudnnBackendDescriptor_t descriptor)
   mock::Desc* d = mock::live(descriptor);
   if (!d) return mock::reject(CUDNN_STATUS_BAD_PARAM, "destroy: not a live descriptor");
   mock::state().live.erase(d);
-  delete d;
+  // Not freed: work already queued on a stream may still read it (cuDNN
+  // takes what it needs when a plan is executed), and its address is never
+  // handed out again, so a stale handle stays detectable.
+  mock::state().retired.push_back(d);
   return CUDNN_STATUS_SUCCESS;
 }
 
@@ -852,10 +860,15 @@ cudnnStatus_t cudnnBackendExecute(cudnnHandle_t handle, cudnnBackendDescriptor_t
                                                             std::to_string(uid) + "'s memory");
       }
   }
-  mock::Run run(bound);
-  for (auto* op : ops)
-    if (!run.op(*static_cast<const mock::Desc*>(op), &why))
-      return mock::reject(CUDNN_STATUS_EXECUTION_FAILED, why);
+  // The graph runs when the handle's stream does (descriptors destroyed in
+  // the meantime are kept until then: see cudnnBackendDestroyDescriptor).
   ++mock::state().stats.executions;
+  triad_sim::enqueue(handle->stream, [bound, ops] {
+    mock::Run run(bound);
+    std::string failed;
+    for (auto* op : ops)
+      if (!run.op(*static_cast<const mock::Desc*>(op), &failed))
+        throw std::runtime_error("mock cuDNN: an execution failed on the stream: " + failed);
+  });
   return CUDNN_STATUS_SUCCESS;
 }

@@ -6,17 +6,25 @@
 // exactly: every rank's contribution is gathered and reduced in rank order
 // (in double for floating types), so results do not depend on timing.
 // Calls between ncclGroupStart and ncclGroupEnd run at ncclGroupEnd: point
-// to point ones concurrently, collectives in issue order. Streams are not
-// used (the simulator's are synchronous).
+// to point ones concurrently, collectives in issue order. On the
+// simulator's streams (cuda_sim), a call first runs its stream's queue (so
+// it reads what the stream's earlier work and the events it waits for
+// wrote), exchanges over MPI as it is issued (so an ordering that would
+// hang NCCL hangs here), and queues the writing of its output on the
+// stream: a reader that does not wait for the stream sees the old memory.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <mpi.h>
 #include <nccl.h>
 
+#include "support/cuda_sim/sim.h"
+
 #include <climits>
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <memory>
+#include <utility>
 #include <vector>
 
 struct ncclComm {
@@ -39,13 +47,18 @@ static_assert(sizeof(Id) <= sizeof(ncclUniqueId));
 
 int g_sequence = 0;
 int g_group_depth = 0;
-std::vector<std::function<ncclResult_t()>> g_collectives;
+struct Collective {
+  cudaStream_t stream;
+  std::function<ncclResult_t()> run;
+};
+std::vector<Collective> g_collectives;
 struct P2p {
   bool send;
   void* buffer;
   size_t bytes;
   int peer;
   ncclComm_t comm;
+  cudaStream_t stream;
 };
 std::vector<P2p> g_p2p;
 
@@ -203,12 +216,21 @@ bool valid_reduction(ncclDataType_t t, ncclRedOp_t op) {
   return op != ncclAvg || is_float(t);
 }
 
-// Runs `op` now, or at ncclGroupEnd inside a group.
-ncclResult_t issue(std::function<ncclResult_t()> op) {
+// Queues the writing of `bytes` (the call's result) to `out` on `stream`.
+void deliver(cudaStream_t stream, void* out, std::vector<unsigned char> bytes) {
+  if (bytes.empty()) return;
+  auto data = std::make_shared<std::vector<unsigned char>>(std::move(bytes));
+  triad_sim::enqueue(stream, [out, data] { std::memcpy(out, data->data(), data->size()); });
+}
+
+// Runs `op` now, or at ncclGroupEnd inside a group; first what its stream
+// has queued before it.
+ncclResult_t issue(cudaStream_t stream, std::function<ncclResult_t()> op) {
   if (g_group_depth > 0) {
-    g_collectives.push_back(std::move(op));
+    g_collectives.push_back({stream, std::move(op)});
     return ncclSuccess;
   }
+  cudaStreamSynchronize(stream);
   return op();
 }
 
@@ -325,64 +347,71 @@ ncclResult_t ncclCommGetAsyncError(ncclComm_t c, ncclResult_t* error) {
 }
 
 ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, ncclDataType_t t,
-                           ncclRedOp_t op, ncclComm_t c, cudaStream_t) {
+                           ncclRedOp_t op, ncclComm_t c, cudaStream_t stream) {
   if (!usable(c) || !valid_reduction(t, op)) return ncclInvalidArgument;
-  return issue([=] {
+  return issue(stream, [=] {
     std::vector<unsigned char> all;
     const ncclResult_t r = gather_all(c, send, count * type_size(t), all);
-    if (r == ncclSuccess) reduce(t, op, all, c->size, count, recv);
+    if (r != ncclSuccess) return r;
+    std::vector<unsigned char> out(count * type_size(t));
+    reduce(t, op, all, c->size, count, out.data());
+    deliver(stream, recv, std::move(out));
     return r;
   });
 }
 
 ncclResult_t ncclReduceScatter(const void* send, void* recv, size_t count, ncclDataType_t t,
-                               ncclRedOp_t op, ncclComm_t c, cudaStream_t) {
+                               ncclRedOp_t op, ncclComm_t c, cudaStream_t stream) {
   if (!usable(c) || !valid_reduction(t, op)) return ncclInvalidArgument;
-  return issue([=] {
+  return issue(stream, [=] {
     const size_t es = type_size(t), total = count * static_cast<size_t>(c->size);
     std::vector<unsigned char> all;
     const ncclResult_t r = gather_all(c, send, total * es, all);
     if (r != ncclSuccess) return r;
     std::vector<unsigned char> sum(total * es);
     reduce(t, op, all, c->size, total, sum.data());
-    std::memcpy(recv, sum.data() + static_cast<size_t>(c->rank) * count * es, count * es);
+    const auto mine = sum.begin() + static_cast<std::ptrdiff_t>(c->rank * count * es);
+    deliver(stream, recv,
+            std::vector<unsigned char>(mine, mine + static_cast<std::ptrdiff_t>(count * es)));
     return ncclSuccess;
   });
 }
 
 ncclResult_t ncclAllGather(const void* send, void* recv, size_t count, ncclDataType_t t,
-                           ncclComm_t c, cudaStream_t) {
+                           ncclComm_t c, cudaStream_t stream) {
   if (!usable(c) || type_size(t) == 0) return ncclInvalidArgument;
-  return issue([=] {
+  return issue(stream, [=] {
     std::vector<unsigned char> all;
     const ncclResult_t r = gather_all(c, send, count * type_size(t), all);
-    if (r == ncclSuccess && !all.empty()) std::memcpy(recv, all.data(), all.size());
+    if (r == ncclSuccess) deliver(stream, recv, std::move(all));
     return r;
   });
 }
 
 ncclResult_t ncclBroadcast(const void* send, void* recv, size_t count, ncclDataType_t t, int root,
-                           ncclComm_t c, cudaStream_t) {
+                           ncclComm_t c, cudaStream_t stream) {
   if (!usable(c) || type_size(t) == 0 || root < 0 || root >= c->size) {
     return ncclInvalidArgument;
   }
-  return issue([=] {
+  return issue(stream, [=] {
     const size_t bytes = count * type_size(t);
     if (bytes > static_cast<size_t>(INT_MAX)) return ncclInvalidArgument;
-    if (c->rank == root && send != recv && bytes) std::memmove(recv, send, bytes);
-    if (c->size == 1) return ncclSuccess;
-    return MPI_Bcast(recv, static_cast<int>(bytes), MPI_BYTE, root, c->comm) == MPI_SUCCESS
-               ? ncclSuccess
-               : ncclSystemError;
+    std::vector<unsigned char> data(bytes);
+    if (c->rank == root && bytes) std::memcpy(data.data(), send, bytes);
+    if (c->size > 1 &&
+        MPI_Bcast(data.data(), static_cast<int>(bytes), MPI_BYTE, root, c->comm) != MPI_SUCCESS)
+      return ncclSystemError;
+    deliver(stream, recv, std::move(data));
+    return ncclSuccess;
   });
 }
 
 ncclResult_t ncclReduce(const void* send, void* recv, size_t count, ncclDataType_t t,
-                        ncclRedOp_t op, int root, ncclComm_t c, cudaStream_t) {
+                        ncclRedOp_t op, int root, ncclComm_t c, cudaStream_t stream) {
   if (!usable(c) || !valid_reduction(t, op) || root < 0 || root >= c->size) {
     return ncclInvalidArgument;
   }
-  return issue([=] {
+  return issue(stream, [=] {
     const size_t bytes = count * type_size(t);
     if (bytes > static_cast<size_t>(INT_MAX)) return ncclInvalidArgument;
     std::vector<unsigned char> all(bytes * static_cast<size_t>(c->size));
@@ -392,26 +421,30 @@ ncclResult_t ncclReduce(const void* send, void* recv, size_t count, ncclDataType
                           static_cast<int>(bytes), MPI_BYTE, root, c->comm) != MPI_SUCCESS) {
       return ncclSystemError;
     }
-    if (c->rank == root) reduce(t, op, all, c->size, count, recv);
+    if (c->rank == root) {
+      std::vector<unsigned char> out(bytes);
+      reduce(t, op, all, c->size, count, out.data());
+      deliver(stream, recv, std::move(out));
+    }
     return ncclSuccess;
   });
 }
 
 ncclResult_t ncclSend(const void* send, size_t count, ncclDataType_t t, int peer, ncclComm_t c,
-                      cudaStream_t) {
+                      cudaStream_t stream) {
   if (!usable(c) || type_size(t) == 0 || peer < 0 || peer >= c->size || peer == c->rank) {
     return ncclInvalidArgument;
   }
-  g_p2p.push_back({true, const_cast<void*>(send), count * type_size(t), peer, c});
+  g_p2p.push_back({true, const_cast<void*>(send), count * type_size(t), peer, c, stream});
   return g_group_depth > 0 ? ncclSuccess : (ncclGroupStart(), ncclGroupEnd());
 }
 
 ncclResult_t ncclRecv(void* recv, size_t count, ncclDataType_t t, int peer, ncclComm_t c,
-                      cudaStream_t) {
+                      cudaStream_t stream) {
   if (!usable(c) || type_size(t) == 0 || peer < 0 || peer >= c->size || peer == c->rank) {
     return ncclInvalidArgument;
   }
-  g_p2p.push_back({false, recv, count * type_size(t), peer, c});
+  g_p2p.push_back({false, recv, count * type_size(t), peer, c, stream});
   return g_group_depth > 0 ? ncclSuccess : (ncclGroupStart(), ncclGroupEnd());
 }
 
@@ -423,9 +456,16 @@ ncclResult_t ncclGroupStart() {
 ncclResult_t ncclGroupEnd() {
   if (g_group_depth == 0) return ncclInvalidUsage;
   if (--g_group_depth > 0) return ncclSuccess;
+  // What the group's streams queued before it, first.
+  for (const P2p& p : g_p2p) cudaStreamSynchronize(p.stream);
+  for (const Collective& op : g_collectives) cudaStreamSynchronize(op.stream);
   // Point to point first, all posted before any waits (a group's sends and
   // receives may pair up in any order); then the collectives in order.
+  // Receives land in buffers of their own, written to the destination on
+  // its stream.
   std::vector<MPI_Request> requests;
+  std::vector<std::pair<const P2p*, std::vector<unsigned char>>> landed;
+  landed.reserve(g_p2p.size());
   ncclResult_t result = ncclSuccess;
   for (const P2p& p : g_p2p) {
     if (p.bytes > static_cast<size_t>(INT_MAX)) {
@@ -436,25 +476,29 @@ ncclResult_t ncclGroupEnd() {
     const int n = static_cast<int>(p.bytes);
     // Synchronous-mode sends: like NCCL's, a send completes only once the
     // peer's receive is there (MPI would buffer small ones).
-    const int rc = p.send ? MPI_Issend(p.buffer, n, MPI_BYTE, p.peer, 0, p.comm->comm, &r)
-                          : MPI_Irecv(p.buffer, n, MPI_BYTE, p.peer, 0, p.comm->comm, &r);
+    if (!p.send) landed.emplace_back(&p, std::vector<unsigned char>(p.bytes));
+    const int rc =
+        p.send ? MPI_Issend(p.buffer, n, MPI_BYTE, p.peer, 0, p.comm->comm, &r)
+               : MPI_Irecv(landed.back().second.data(), n, MPI_BYTE, p.peer, 0, p.comm->comm, &r);
     if (rc != MPI_SUCCESS) {
       result = ncclSystemError;
       continue;
     }
     requests.push_back(r);
   }
-  g_p2p.clear();
-  std::vector<std::function<ncclResult_t()>> collectives;
+  std::vector<P2p> p2p;
+  p2p.swap(g_p2p);
+  std::vector<Collective> collectives;
   collectives.swap(g_collectives);
   for (auto& op : collectives) {
-    const ncclResult_t r = op();
+    const ncclResult_t r = op.run();
     if (r != ncclSuccess) result = r;
   }
   if (!requests.empty() && MPI_Waitall(static_cast<int>(requests.size()), requests.data(),
                                        MPI_STATUSES_IGNORE) != MPI_SUCCESS) {
     result = ncclSystemError;
   }
+  for (auto& [p, bytes] : landed) deliver(p->stream, p->buffer, std::move(bytes));
   return result;
 }
 

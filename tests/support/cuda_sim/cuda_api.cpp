@@ -1,7 +1,9 @@
 // cuda_sim's CUDA runtime API: the calls Triad makes, on host memory. One
 // simulated device (sm_90, H200-like limits). Device allocations end at a
 // guard page, so reading or writing past the end of one faults at once.
-// Streams run their work when it is issued; events record host time.
+// Streams are queues of work that runs when the host needs it (sim.h);
+// events mark a point in a stream's queue and take the host time when the
+// queue runs past them.
 #include <cuda_runtime_api.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -9,8 +11,14 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
+#include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
+#include <set>
+#include <string>
+#include <vector>
 
 #include "sim.h"
 
@@ -18,12 +26,31 @@ namespace triad_sim {
 void set_max_dynamic_shared(const void* kernel, size_t bytes);
 }
 
+namespace triad_sim {
+namespace {
+// One stream's queue: `done` of the `issued` items have run (items are
+// numbered from 1 in issue order); `ops` holds the rest.
+struct Queue {
+  std::deque<std::function<void()>> ops;
+  uint64_t issued = 0, done = 0;
+  int device = 0;
+  bool legacy = false;    // the device's legacy default stream
+  bool blocking = false;  // created without cudaStreamNonBlocking
+};
+// When an event's point in its queue has run: the host time then.
+struct Mark {
+  std::chrono::steady_clock::time_point at{};
+};
+}  // namespace
+}  // namespace triad_sim
+
 struct CUstream_st {
-  unsigned flags = 0;
+  std::shared_ptr<triad_sim::Queue> queue;
 };
 struct CUevent_st {
-  std::chrono::steady_clock::time_point at{};
-  bool recorded = false;
+  std::shared_ptr<triad_sim::Queue> queue;  // null until recorded
+  uint64_t seq = 0;                         // its point in the queue
+  std::shared_ptr<triad_sim::Mark> mark;
   unsigned flags = 0;
 };
 
@@ -44,8 +71,18 @@ struct Mapping {
   void* base;
   size_t bytes;
 };
-std::mutex g_mutex;
-std::map<const void*, Mapping> g_device;  // user pointer -> mapping
+// The runtime's state is never destroyed: Triad's backend releases its
+// streams and memory during static destruction, in any order with this
+// file's statics.
+struct Memory {
+  std::mutex mutex;
+  std::map<const void*, Mapping> device;  // user pointer -> mapping
+  std::map<const char*, size_t> pinned;   // cudaHostAlloc: start -> bytes
+};
+Memory& memory() {
+  static Memory* m = new Memory;
+  return *m;
+}
 thread_local int g_current_device = 0;
 thread_local cudaError_t g_last_error = cudaSuccess;
 
@@ -58,7 +95,149 @@ size_t page() {
   return static_cast<size_t>(sysconf(_SC_PAGESIZE));
 }
 
+bool is_pinned(const void* p) {
+  std::lock_guard<std::mutex> lock(memory().mutex);
+  const char* c = static_cast<const char*>(p);
+  auto it = memory().pinned.upper_bound(c);
+  if (it == memory().pinned.begin()) return false;
+  --it;
+  return c < it->first + it->second;
+}
+
+bool is_device(const void* p) {
+  std::lock_guard<std::mutex> lock(memory().mutex);
+  auto it = memory().device.upper_bound(p);
+  if (it == memory().device.begin()) return false;
+  --it;
+  const auto* c = static_cast<const unsigned char*>(p);
+  const auto* base = static_cast<const unsigned char*>(it->second.base);
+  return c >= base && c < base + it->second.bytes;
+}
+
 }  // namespace
+
+// ---- streams ------------------------------------------------------------------
+namespace triad_sim {
+namespace {
+
+Streams initial_mode() {
+  const char* e = std::getenv("TRIAD_SIM_STREAMS");
+  return e != nullptr && std::string(e) == "eager" ? Streams::Eager : Streams::Deferred;
+}
+Streams g_mode = initial_mode();
+
+// Queues run under one lock, taken again by the work they run (a wait runs
+// another queue; a library call's work may query the runtime).
+struct StreamState {
+  std::recursive_mutex mutex;
+  std::set<std::shared_ptr<Queue>> created;  // streams not yet destroyed
+  std::shared_ptr<Queue> legacy[64];
+};
+StreamState& state() {
+  static StreamState* s = new StreamState;  // never destroyed, as memory()
+  return *s;
+}
+
+std::shared_ptr<Queue> legacy(int device) {
+  auto& q = state().legacy[device];
+  if (!q) {
+    q = std::make_shared<Queue>();
+    q->device = device;
+    q->legacy = true;
+  }
+  return q;
+}
+
+std::shared_ptr<Queue> queue_of(cudaStream_t s) {
+  // 0, cudaStreamLegacy (1) and cudaStreamPerThread (2) all serve as the
+  // legacy stream here.
+  if (reinterpret_cast<uintptr_t>(s) <= 2) return legacy(g_current_device);
+  return s->queue;
+}
+
+// Runs `q` up to and including item `upto` (the items it waits for first).
+void run_until(Queue& q, uint64_t upto) {
+  std::lock_guard<std::recursive_mutex> lock(triad_sim::state().mutex);
+  while (q.done < upto && !q.ops.empty()) {
+    std::function<void()> op = std::move(q.ops.front());
+    q.ops.pop_front();
+    ++q.done;
+    op();
+  }
+}
+
+void run_all(Queue& q) {
+  run_until(q, q.issued);
+}
+
+void run_every_queue() {
+  std::lock_guard<std::recursive_mutex> lock(triad_sim::state().mutex);
+  for (bool more = true; more;) {
+    more = false;
+    std::vector<std::shared_ptr<Queue>> all(state().created.begin(), state().created.end());
+    for (auto& q : state().legacy)
+      if (q) all.push_back(q);
+    for (auto& q : all) {
+      if (q->done < q->issued) {
+        run_all(*q);
+        more = true;
+      }
+    }
+  }
+}
+
+// Appends an item that waits until `other` has run its first `upto` items.
+void push_wait(Queue& q, std::shared_ptr<Queue> other, uint64_t upto) {
+  q.ops.push_back([other = std::move(other), upto] { run_until(*other, upto); });
+  ++q.issued;
+}
+
+// Appends `work` to `q` (with the implicit waits of the legacy stream) and
+// returns its number.
+uint64_t push(Queue& q, std::function<void()> work) {
+  std::lock_guard<std::recursive_mutex> lock(triad_sim::state().mutex);
+  if (q.legacy) {
+    // The legacy stream waits for all earlier work of the device's blocking streams...
+    for (auto& other : state().created)
+      if (other->blocking && other->device == q.device && other->done < other->issued)
+        push_wait(q, other, other->issued);
+  } else if (q.blocking) {
+    // ...and they wait for all earlier work on it.
+    auto l = legacy(q.device);
+    if (l->done < l->issued) push_wait(q, l, l->issued);
+  }
+  q.ops.push_back(std::move(work));
+  const uint64_t seq = ++q.issued;
+  if (g_mode == Streams::Eager) run_all(q);
+  return seq;
+}
+
+}  // namespace
+
+void set_streams(Streams mode) {
+  std::lock_guard<std::recursive_mutex> lock(triad_sim::state().mutex);
+  if (mode == Streams::Eager) run_every_queue();
+  g_mode = mode;
+}
+Streams streams() {
+  return g_mode;
+}
+
+void enqueue(cudaStream_t stream, std::function<void()> work) {
+  std::lock_guard<std::recursive_mutex> lock(triad_sim::state().mutex);
+  push(*queue_of(stream), std::move(work));
+}
+
+int64_t pending_work() {
+  std::lock_guard<std::recursive_mutex> lock(triad_sim::state().mutex);
+  int64_t n = 0;
+  for (auto& q : state().created) n += static_cast<int64_t>(q->issued - q->done);
+  for (auto& q : state().legacy)
+    if (q) n += static_cast<int64_t>(q->issued - q->done);
+  return n;
+}
+
+}  // namespace triad_sim
 
 extern "C" {
 
@@ -80,28 +259,38 @@ cudaError_t cudaMalloc(void** p, size_t bytes) {
   unsigned char* user = guard - data;
   // Fresh device memory is not zero on a GPU either.
   std::memset(user, 0xFF, data);  // NaN in every float type
-  std::lock_guard<std::mutex> lock(g_mutex);
-  g_device[user] = {base, body + pg};
+  std::lock_guard<std::mutex> lock(memory().mutex);
+  memory().device[user] = {base, body + pg};
   *p = user;
   return cudaSuccess;
 }
 
 cudaError_t cudaFree(void* p) {
   if (p == nullptr) return cudaSuccess;
-  std::lock_guard<std::mutex> lock(g_mutex);
-  auto it = g_device.find(p);
-  if (it == g_device.end()) return set(cudaErrorInvalidValue);
+  triad_sim::run_every_queue();  // cudaFree synchronises the device
+  std::lock_guard<std::mutex> lock(memory().mutex);
+  auto it = memory().device.find(p);
+  if (it == memory().device.end()) return set(cudaErrorInvalidValue);
   munmap(it->second.base, it->second.bytes);
-  g_device.erase(it);
+  memory().device.erase(it);
   return cudaSuccess;
 }
 
 cudaError_t cudaHostAlloc(void** p, size_t bytes, unsigned int) {
   if (p == nullptr) return set(cudaErrorInvalidValue);
   *p = std::aligned_alloc(4096, (bytes + 4095) / 4096 * 4096 + 4096);
-  return *p != nullptr ? cudaSuccess : set(cudaErrorMemoryAllocation);
+  if (*p == nullptr) return set(cudaErrorMemoryAllocation);
+  std::lock_guard<std::mutex> lock(memory().mutex);
+  memory().pinned[static_cast<const char*>(*p)] = bytes;
+  return cudaSuccess;
 }
 cudaError_t cudaFreeHost(void* p) {
+  if (p == nullptr) return cudaSuccess;
+  triad_sim::run_every_queue();  // as cudaFree
+  {
+    std::lock_guard<std::mutex> lock(memory().mutex);
+    if (memory().pinned.erase(static_cast<const char*>(p)) == 0) return set(cudaErrorInvalidValue);
+  }
   std::free(p);
   return cudaSuccess;
 }
@@ -167,6 +356,7 @@ cudaError_t cudaGetDevice(int* device) {
   return cudaSuccess;
 }
 cudaError_t cudaDeviceSynchronize(void) {
+  triad_sim::run_every_queue();
   return cudaSuccess;
 }
 cudaError_t cudaDeviceGetAttribute(int* value, enum cudaDeviceAttr attr, int device) {
@@ -203,67 +393,112 @@ cudaError_t cudaFuncSetAttribute(const void* func, enum cudaFuncAttribute attr, 
   return cudaSuccess;
 }
 
-cudaError_t cudaStreamCreate(cudaStream_t* s) {
-  if (s == nullptr) return set(cudaErrorInvalidValue);
-  *s = new CUstream_st{};
-  return cudaSuccess;
-}
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned int flags) {
   if (s == nullptr) return set(cudaErrorInvalidValue);
-  *s = new CUstream_st{flags};
+  auto q = std::make_shared<triad_sim::Queue>();
+  q->device = g_current_device;
+  q->blocking = (flags & cudaStreamNonBlocking) == 0;
+  std::lock_guard<std::recursive_mutex> lock(triad_sim::state().mutex);
+  triad_sim::state().created.insert(q);
+  *s = new CUstream_st{q};
   return cudaSuccess;
 }
+cudaError_t cudaStreamCreate(cudaStream_t* s) {
+  return cudaStreamCreateWithFlags(s, cudaStreamDefault);
+}
 cudaError_t cudaStreamDestroy(cudaStream_t s) {
+  if (reinterpret_cast<uintptr_t>(s) <= 2) return set(cudaErrorInvalidResourceHandle);
+  std::lock_guard<std::recursive_mutex> lock(triad_sim::state().mutex);
+  // Work queued before the destruction still runs (now, here).
+  triad_sim::run_all(*s->queue);
+  triad_sim::state().created.erase(s->queue);
   delete s;
   return cudaSuccess;
 }
-cudaError_t cudaStreamSynchronize(cudaStream_t) {
+cudaError_t cudaStreamSynchronize(cudaStream_t s) {
+  triad_sim::run_all(*triad_sim::queue_of(s));
   return cudaSuccess;
 }
-cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t e, unsigned int) {
-  return e != nullptr ? cudaSuccess : set(cudaErrorInvalidResourceHandle);
+cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int) {
+  if (e == nullptr) return set(cudaErrorInvalidResourceHandle);
+  // Waits for the event's last record; one never recorded is no wait.
+  if (!e->queue) return cudaSuccess;
+  std::lock_guard<std::recursive_mutex> lock(triad_sim::state().mutex);
+  auto q = triad_sim::queue_of(s);
+  if (e->queue->done < e->seq) {
+    triad_sim::push(*q, [other = e->queue, upto = e->seq] { triad_sim::run_until(*other, upto); });
+  }
+  return cudaSuccess;
 }
 
-cudaError_t cudaEventCreate(cudaEvent_t* e) {
-  if (e == nullptr) return set(cudaErrorInvalidValue);
-  *e = new CUevent_st{};
-  return cudaSuccess;
-}
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned int flags) {
   if (e == nullptr) return set(cudaErrorInvalidValue);
   *e = new CUevent_st{};
   (*e)->flags = flags;
   return cudaSuccess;
 }
+cudaError_t cudaEventCreate(cudaEvent_t* e) {
+  return cudaEventCreateWithFlags(e, cudaEventDefault);
+}
 cudaError_t cudaEventDestroy(cudaEvent_t e) {
-  delete e;
+  delete e;  // a record still queued keeps its mark
   return cudaSuccess;
 }
-cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t) {
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
   if (e == nullptr) return set(cudaErrorInvalidResourceHandle);
-  e->at = std::chrono::steady_clock::now();
-  e->recorded = true;
+  std::lock_guard<std::recursive_mutex> lock(triad_sim::state().mutex);
+  auto q = triad_sim::queue_of(s);
+  auto mark = std::make_shared<triad_sim::Mark>();
+  e->queue = q;
+  e->mark = mark;
+  e->seq = triad_sim::push(*q, [mark] { mark->at = std::chrono::steady_clock::now(); });
   return cudaSuccess;
 }
 cudaError_t cudaEventQuery(cudaEvent_t e) {
-  return e != nullptr ? cudaSuccess : set(cudaErrorInvalidResourceHandle);
+  if (e == nullptr) return set(cudaErrorInvalidResourceHandle);
+  if (!e->queue || e->queue->done >= e->seq) return cudaSuccess;
+  // Not reached yet: say so (callers poll), and let the stream progress so
+  // that a later query finds it done.
+  triad_sim::run_until(*e->queue, e->seq);
+  return cudaErrorNotReady;
 }
 cudaError_t cudaEventSynchronize(cudaEvent_t e) {
-  return e != nullptr ? cudaSuccess : set(cudaErrorInvalidResourceHandle);
+  if (e == nullptr) return set(cudaErrorInvalidResourceHandle);
+  if (e->queue) triad_sim::run_until(*e->queue, e->seq);
+  return cudaSuccess;
 }
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
   if (ms == nullptr || start == nullptr || end == nullptr) return set(cudaErrorInvalidValue);
   if ((start->flags | end->flags) & cudaEventDisableTiming)
     return set(cudaErrorInvalidResourceHandle);
-  if (!start->recorded || !end->recorded) return set(cudaErrorInvalidResourceHandle);
-  *ms = std::chrono::duration<float, std::milli>(end->at - start->at).count();
+  if (!start->queue || !end->queue) return set(cudaErrorInvalidResourceHandle);
+  if (start->queue->done < start->seq || end->queue->done < end->seq) return set(cudaErrorNotReady);
+  *ms = std::chrono::duration<float, std::milli>(end->mark->at - start->mark->at).count();
   return cudaSuccess;
 }
 
-cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, enum cudaMemcpyKind,
-                            cudaStream_t) {
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, enum cudaMemcpyKind kind,
+                            cudaStream_t stream) {
   if (count != 0 && (dst == nullptr || src == nullptr)) return set(cudaErrorInvalidValue);
-  if (count != 0) std::memmove(dst, src, count);
+  if (count == 0) return cudaSuccess;
+  if (kind == cudaMemcpyDefault) {
+    const bool from_device = is_device(src), to_device = is_device(dst);
+    kind = from_device ? (to_device ? cudaMemcpyDeviceToDevice : cudaMemcpyDeviceToHost)
+                       : (to_device ? cudaMemcpyHostToDevice : cudaMemcpyHostToHost);
+  }
+  const bool host_src = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyHostToHost;
+  const bool host_dst = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyHostToHost;
+  auto q = triad_sim::queue_of(stream);
+  if (host_src && !is_pinned(src)) {
+    // From pageable memory the source is staged before the call returns.
+    auto staged = std::make_shared<std::vector<unsigned char>>(
+        static_cast<const unsigned char*>(src), static_cast<const unsigned char*>(src) + count);
+    triad_sim::push(*q, [dst, staged] { std::memcpy(dst, staged->data(), staged->size()); });
+  } else {
+    triad_sim::push(*q, [dst, src, count] { std::memmove(dst, src, count); });
+  }
+  // Into pageable memory the call returns once the copy is done.
+  if (host_dst && !is_pinned(dst)) triad_sim::run_all(*q);
   return cudaSuccess;
 }
 cudaError_t cudaMemcpyPeerAsync(void* dst, int dst_device, const void* src, int src_device,
@@ -274,9 +509,9 @@ cudaError_t cudaMemcpyPeerAsync(void* dst, int dst_device, const void* src, int 
   }
   return cudaMemcpyAsync(dst, src, count, cudaMemcpyDeviceToDevice, stream);
 }
-cudaError_t cudaMemsetAsync(void* p, int value, size_t count, cudaStream_t) {
+cudaError_t cudaMemsetAsync(void* p, int value, size_t count, cudaStream_t stream) {
   if (count != 0 && p == nullptr) return set(cudaErrorInvalidValue);
-  if (count != 0) std::memset(p, value, count);
+  if (count != 0) triad_sim::enqueue(stream, [p, value, count] { std::memset(p, value, count); });
   return cudaSuccess;
 }
 

@@ -26,9 +26,12 @@ T* device_copy(const std::vector<T>& host) {
   return static_cast<T*>(p);
 }
 
+// What launching (an error the launch itself reports) and then running the
+// queued work (one its threads report) throws.
 std::string launch_error(const std::function<void()>& f) {
   try {
     f();
+    cudaDeviceSynchronize();
   } catch (const std::exception& e) {
     return e.what();
   }
@@ -354,11 +357,130 @@ TEST(CudaSim, FreshDeviceMemoryIsNaNAndTheEndOfAnAllocationFaults) {
   EXPECT_TRUE(std::isnan(got));
   // 1000 floats round up to 4096 bytes, which end at the guard page: 64
   // elements past the end is inside it.
-  EXPECT_DEATH(read_kernel<<<1, 1>>>(static_cast<float*>(p), out, 1000 + 64),
+  EXPECT_DEATH(
+      {
+        read_kernel<<<1, 1>>>(static_cast<float*>(p), out, 1000 + 64);
+        cudaDeviceSynchronize();
+      },
                "invalid memory access at address 0x[0-9a-f]+ in the kernel launched at "
                ".*cuda_sim_test.cu:[0-9]+, block \\(0,0,0\\), thread \\(0,0,0\\)");
   cudaFree(p);
   cudaFree(out);
+}
+
+// ---- streams ------------------------------------------------------------------------
+__global__ void fill_kernel(float* out, float v, int n) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = v;
+}
+__global__ void add_one_kernel(const float* in, float* out, int n) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = in[i] + 1.0f;
+}
+
+std::vector<float> read_back(const float* p, int n) {
+  std::vector<float> got(static_cast<size_t>(n));
+  cudaMemcpyAsync(got.data(), p, n * sizeof(float), cudaMemcpyDeviceToHost, nullptr);
+  return got;
+}
+
+// A kernel on one stream reading what a kernel on another wrote: only an
+// event wait between them orders the two.
+TEST(CudaSim, WorkOnAnotherStreamIsSeenOnlyAfterAnEventWait) {
+  ASSERT_EQ(triad_sim::streams(), triad_sim::Streams::Deferred);
+  cudaStream_t producer, consumer;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&producer, cudaStreamNonBlocking), cudaSuccess);
+  ASSERT_EQ(cudaStreamCreateWithFlags(&consumer, cudaStreamNonBlocking), cudaSuccess);
+  float* a = device_copy(std::vector<float>(64, 0.0f));
+  float* b = device_copy(std::vector<float>(64, 0.0f));
+  cudaDeviceSynchronize();
+  auto run = [&](bool wait) {
+    fill_kernel<<<1, 64, 0, producer>>>(a, 5.0f, 64);
+    if (wait) {
+      cudaEvent_t ev;
+      cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
+      cudaEventRecord(ev, producer);
+      cudaStreamWaitEvent(consumer, ev, 0);
+      cudaEventDestroy(ev);  // the wait stands without the event
+    }
+    add_one_kernel<<<1, 64, 0, consumer>>>(a, b, 64);
+    EXPECT_GT(triad_sim::pending_work(), 0);
+    cudaStreamSynchronize(consumer);
+    const std::vector<float> got = read_back(b, 64);
+    cudaDeviceSynchronize();
+    // Start over from zeros.
+    cudaMemsetAsync(a, 0, 64 * sizeof(float), producer);
+    cudaStreamSynchronize(producer);
+    return got;
+  };
+  EXPECT_EQ(run(true), std::vector<float>(64, 6.0f));
+  EXPECT_EQ(run(false), std::vector<float>(64, 1.0f));  // read before the fill ran
+  EXPECT_EQ(triad_sim::pending_work(), 0);
+  cudaFree(a);
+  cudaFree(b);
+  cudaStreamDestroy(producer);
+  cudaStreamDestroy(consumer);
+}
+
+// The legacy default stream waits for blocking streams (and they for it),
+// never for non-blocking ones.
+TEST(CudaSim, TheLegacyStreamOrdersOnlyBlockingStreams) {
+  for (const unsigned flags : {cudaStreamDefault, cudaStreamNonBlocking}) {
+    cudaStream_t s;
+    ASSERT_EQ(cudaStreamCreateWithFlags(&s, flags), cudaSuccess);
+    float* a = device_copy(std::vector<float>(32, 0.0f));
+    float* b = device_copy(std::vector<float>(32, 0.0f));
+    cudaDeviceSynchronize();
+    fill_kernel<<<1, 32, 0, s>>>(a, 2.0f, 32);
+    add_one_kernel<<<1, 32>>>(a, b, 32);  // legacy stream
+    EXPECT_EQ(read_back(b, 32), std::vector<float>(32, flags == cudaStreamDefault ? 3.0f : 1.0f));
+    cudaStreamDestroy(s);
+    cudaFree(a);
+    cudaFree(b);
+  }
+}
+
+// Copies from pinned memory read it when the stream runs them (so the host
+// must not touch it before an event says so); from pageable memory, when
+// they are issued.
+TEST(CudaSim, PinnedSourcesAreReadWhenTheCopyRuns) {
+  cudaStream_t s;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+  float* d = device_copy(std::vector<float>(2, 0.0f));
+  cudaDeviceSynchronize();  // s does not wait for the legacy stream's copy
+  void* pinned = nullptr;
+  ASSERT_EQ(cudaHostAlloc(&pinned, sizeof(float), cudaHostAllocPortable), cudaSuccess);
+  float pageable = 1.0f;
+  *static_cast<float*>(pinned) = 1.0f;
+  cudaMemcpyAsync(d, pinned, sizeof(float), cudaMemcpyHostToDevice, s);
+  cudaMemcpyAsync(d + 1, &pageable, sizeof(float), cudaMemcpyHostToDevice, s);
+  *static_cast<float*>(pinned) = 7.0f;  // too early: the copy has not run
+  pageable = 7.0f;
+  cudaEvent_t done;
+  cudaEventCreate(&done);
+  cudaEventRecord(done, s);
+  EXPECT_EQ(cudaEventQuery(done), cudaErrorNotReady);  // and it runs now
+  EXPECT_EQ(cudaEventQuery(done), cudaSuccess);
+  EXPECT_EQ(read_back(d, 2), (std::vector<float>{7.0f, 1.0f}));
+  cudaEventDestroy(done);
+  cudaFreeHost(pinned);
+  cudaFree(d);
+  cudaStreamDestroy(s);
+}
+
+// Errors a kernel's threads raise come from the call that ran the stream;
+// errors in the launch itself, from the launch.
+TEST(CudaSim, ErrorsComeFromTheLaunchOrFromTheSynchronisation) {
+  EXPECT_THROW(trap_kernel<<<1, 2048>>>(), std::runtime_error);  // too many threads
+  EXPECT_EQ(triad_sim::pending_work(), 0);
+  trap_kernel<<<2, 32>>>();
+  EXPECT_EQ(triad_sim::pending_work(), 1);
+  EXPECT_THROW(cudaDeviceSynchronize(), std::runtime_error);
+  EXPECT_EQ(triad_sim::pending_work(), 0);
+  // Eager streams run each item when it is issued.
+  triad_sim::set_streams(triad_sim::Streams::Eager);
+  EXPECT_THROW(trap_kernel<<<2, 32>>>(), std::runtime_error);
+  triad_sim::set_streams(triad_sim::Streams::Deferred);
 }
 
 INSTANTIATE_TEST_SUITE_P(CudaSim, Orders,

@@ -1,7 +1,7 @@
 // cuda_sim's host side: the thread scheduler behind kernel launches, and the
 // part of the CUDA runtime API Triad calls, implemented on host memory.
-// Streams execute their work when it is issued (launches and copies are
-// synchronous), so events and stream waits only keep their bookkeeping.
+// A launch is validated when it is issued and queued on its stream
+// (cuda_api.cpp); its threads run when the stream's queue is run.
 #include <signal.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -132,8 +132,8 @@ Order initial_order() {
 }
 Order g_order = initial_order();
 Counters g_counters;
-std::mutex g_attr_mutex;
-std::map<const void*, size_t> g_max_dynamic_shared;
+std::mutex& g_attr_mutex = *new std::mutex;  // never destroyed, as the stacks
+std::map<const void*, size_t>& g_max_dynamic_shared = *new std::map<const void*, size_t>;
 
 struct Block {
   std::vector<ThreadState> threads;
@@ -148,19 +148,23 @@ struct Block {
   std::vector<void*> fresh;  // static shared arrays already filled in this block
 };
 thread_local Block* g_block = nullptr;
-thread_local std::vector<void*> g_stacks;  // reused across launches
+// Stacks are reused across launches and never released: work queued on a
+// stream may run during static destruction (a free synchronises the
+// device), after this thread's thread_local objects are gone.
+thread_local std::vector<void*>* g_stacks = nullptr;
 
 void* stack_for(size_t i) {
-  while (g_stacks.size() <= i) {
+  if (g_stacks == nullptr) g_stacks = new std::vector<void*>;
+  while (g_stacks->size() <= i) {
     // A guard page below each stack turns an overflow into a fault.
     const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
     void* p = mmap(nullptr, kStackBytes + page, PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p == MAP_FAILED) throw std::runtime_error("cuda_sim: cannot map a thread stack");
     mprotect(p, page, PROT_NONE);
-    g_stacks.push_back(static_cast<unsigned char*>(p) + page);
+    g_stacks->push_back(static_cast<unsigned char*>(p) + page);
   }
-  return g_stacks[i];
+  return (*g_stacks)[i];
 }
 
 void thread_entry() {
@@ -345,10 +349,10 @@ void install_fault_handler() {
   thread_local bool installed = false;
   if (installed) return;
   installed = true;
-  static thread_local std::vector<char> alt(64 * 1024);
+  constexpr size_t kAltStack = 64 * 1024;  // never released, as the fiber stacks
   stack_t ss{};
-  ss.ss_sp = alt.data();
-  ss.ss_size = alt.size();
+  ss.ss_sp = new char[kAltStack];
+  ss.ss_size = kAltStack;
   sigaltstack(&ss, nullptr);
   struct sigaction sa {};
   sa.sa_sigaction = on_fault;
@@ -445,9 +449,16 @@ Counters counters() {
   return g_counters;
 }
 
-void run_grid(const LaunchConfig& c, const void* kernel, const std::function<void()>& body) {
-  const std::string site =
-      std::string("kernel launched at ") + c.site.file + ":" + std::to_string(c.site.line);
+namespace {
+std::string launch_site(const LaunchConfig& c) {
+  return std::string("kernel launched at ") + c.site.file + ":" + std::to_string(c.site.line);
+}
+
+// What a GPU refuses at the launch itself (the error cudaGetLastError
+// returns right after it).
+void validate_launch(const LaunchConfig& c, const void* kernel) {
+  const std::string site = launch_site(c);
+  if (g_block != nullptr) throw std::logic_error("cuda_sim: a kernel launched from a kernel");
   const uint64_t threads = uint64_t{c.block.x} * c.block.y * c.block.z;
   auto invalid = [&](const std::string& why) {
     throw std::runtime_error(site + ": invalid launch (" + why + ")");
@@ -473,8 +484,11 @@ void run_grid(const LaunchConfig& c, const void* kernel, const std::function<voi
                  ? " (cudaFuncAttributeMaxDynamicSharedMemorySize was not raised)"
                  : ""));
   }
-  if (g_block != nullptr) throw std::logic_error("cuda_sim: a kernel launched from a kernel");
+}
 
+void execute_grid(const LaunchConfig& c, const std::function<void()>& body) {
+  const std::string site = launch_site(c);
+  const uint64_t threads = uint64_t{c.block.x} * c.block.y * c.block.z;
   install_fault_handler();
   std::snprintf(g_fault_site, sizeof(g_fault_site), "%s", site.c_str());
   ++g_counters.launches;
@@ -528,6 +542,12 @@ void run_grid(const LaunchConfig& c, const void* kernel, const std::function<voi
       }
     }
   }
+}
+}  // namespace
+
+void launch_grid(const LaunchConfig& config, const void* kernel, std::function<void()> body) {
+  validate_launch(config, kernel);
+  enqueue(config.stream, [config, body = std::move(body)] { execute_grid(config, body); });
 }
 
 void set_max_dynamic_shared(const void* kernel, size_t bytes) {

@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <tuple>
 #include <type_traits>
@@ -49,11 +50,31 @@ struct LaunchConfig {
   Site site{};
 };
 
-// Runs `body` once per thread of every block of the configuration. Throws
-// std::runtime_error naming the launch site, block and thread when the
-// configuration is invalid, a thread throws, or the threads deadlock on a
-// barrier. `kernel` identifies the function (for cudaFuncSetAttribute).
-void run_grid(const LaunchConfig& config, const void* kernel, const std::function<void()>& body);
+// Validates a launch as a GPU does when it is issued (throwing
+// std::runtime_error naming the launch site when the configuration is
+// invalid) and queues it on its stream; when the stream runs it, `body`
+// runs once per thread of every block, and a thread that throws or threads
+// that deadlock on a barrier are reported (std::runtime_error naming the
+// launch site, block and thread) by the call that ran the queue. `kernel`
+// identifies the function (for cudaFuncSetAttribute).
+void launch_grid(const LaunchConfig& config, const void* kernel, std::function<void()> body);
+
+// ---- streams ------------------------------------------------------------------
+// Each stream is a queue. By default (TRIAD_SIM_STREAMS=deferred) queued
+// work runs only when the host needs it: a stream, event or device
+// synchronisation, an event query, a copy to pageable host memory, a free,
+// or a stream waiting on an event whose stream must run first. So work on
+// one stream that reads another stream's results without an event wait
+// between them reads stale memory, as it may on a GPU. The legacy default
+// stream (0) is ordered against blocking streams as CUDA orders it.
+// TRIAD_SIM_STREAMS=eager runs all work when it is issued.
+enum class Streams { Deferred, Eager };
+void set_streams(Streams mode);
+Streams streams();
+// Queues `work` on `stream` (0: the current device's legacy stream).
+void enqueue(cudaStream_t stream, std::function<void()> work);
+// Work queued but not yet run, over every stream.
+int64_t pending_work();
 
 // ---- the state device code reads ------------------------------------------
 // The built-in index variables of the thread the scheduler is running.
@@ -114,10 +135,10 @@ void operator|(void (*kernel)(P...), Pending<A...>&& pending) {
   static_assert(sizeof...(P) == sizeof...(A), "kernel launched with the wrong argument count");
   // Kernel parameters are converted once, as the launch does, and every
   // thread receives its own copy.
-  std::tuple<std::decay_t<P>...> params =
-      std::apply([](auto&&... a) { return std::tuple<std::decay_t<P>...>(a...); }, pending.args);
-  run_grid(pending.config, reinterpret_cast<const void*>(kernel), [&] {
-    std::tuple<std::decay_t<P>...> mine = params;
+  auto params = std::make_shared<std::tuple<std::decay_t<P>...>>(
+      std::apply([](auto&&... a) { return std::tuple<std::decay_t<P>...>(a...); }, pending.args));
+  launch_grid(pending.config, reinterpret_cast<const void*>(kernel), [kernel, params] {
+    std::tuple<std::decay_t<P>...> mine = *params;
     std::apply(kernel, mine);
   });
 }
