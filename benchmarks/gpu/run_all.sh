@@ -18,8 +18,17 @@
 # back at most 8 files, so there are 7): summary.log (what this prints),
 # build.log, gpu_tests.log, kernels.jsonl, collectives_nccl.log,
 # train.jsonl, torch.err. Exit status: non-zero when the build or a gpu
-# test fails. Environment: SKIP_BUILD=1 reuses BUILD_DIR, SKIP_TORCH=1,
-# BATCH_124M / BATCH_350M, PEAK_TFLOPS (default 989), HBM_GBS (4800).
+# test fails. Environment: STAGES (default "build tests kernels nccl train":
+# the steps above to run, each timed), SKIP_BUILD=1 (drops "build"; reuses
+# BUILD_DIR), SKIP_TORCH=1, BATCH_124M / BATCH_350M, PEAK_TFLOPS (default
+# 989), HBM_GBS (4800). Only the programs these steps run are built (not
+# the simulator or the CPU test suite).
+#
+# One device call may run 10 minutes. When the whole script may not fit,
+# split it over two calls made within the machine's warm period (the build
+# directory stays there while it is warm):
+#   STAGES="build tests kernels" benchmarks/gpu/run_all.sh
+#   STAGES="nccl train" benchmarks/gpu/run_all.sh
 #
 # On the lent H200 (the device tool), whose image has CUDA, CMake, ninja and
 # PyTorch but not Triad's libraries: run scripts/gpu_deps.sh here once, then
@@ -38,7 +47,12 @@ tee_pid=$!
 # Let tee write the last lines before the script (and the call) ends.
 trap 'exec 1>&- 2>&-; wait "$tee_pid" 2>/dev/null' EXIT
 status=0
-echo "== $(date -u +%FT%TZ) commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+STAGES=" ${STAGES:-build tests kernels nccl train} "
+if [ "${SKIP_BUILD:-0}" = 1 ]; then STAGES=${STAGES// build / }; fi
+want() { [[ "$STAGES" == *" $1 "* ]]; }
+stage_start=$SECONDS
+took() { echo "   ($1: $((SECONDS - stage_start)) s)"; stage_start=$SECONDS; }
+echo "== $(date -u +%FT%TZ) commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown), stages:$STAGES"
 
 # A GPU machine without Debian's development packages (and no network): the
 # .deb files scripts/gpu_deps.sh fetched into .deps/debs (carried along) are
@@ -67,29 +81,38 @@ if ! command -v mpirun >/dev/null 2>&1; then
   TRIAD_CMAKE_ARGS="-DTRIAD_WITH_MPI=OFF ${TRIAD_CMAKE_ARGS:-}"
 fi
 
-if [ "${SKIP_BUILD:-0}" != 1 ]; then
+if want build; then
   echo "== build ($BUILD_DIR, sm_$ARCHS)"
   cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTRIAD_WITH_CUDA=ON \
     -DTRIAD_CUDA_ARCHS="$ARCHS" ${TRIAD_CMAKE_ARGS:-} >"$OUT/build.log" 2>&1 || {
     tail -20 "$OUT/build.log"; exit 1; }
   grep "triad: TRIAD_WITH_CUDA" "$OUT/build.log"
-  if ! cmake --build "$BUILD_DIR" -j "$(nproc)" >>"$OUT/build.log" 2>&1; then
+  targets=(triad-devices triad_gpu_tests bench_kernels_gpu bench_collectives bench_train_gpu)
+  grep -q "NCCL=ON" "$OUT/build.log" && targets+=(triad_collectives_nccl_tests)
+  if ! cmake --build "$BUILD_DIR" -j "$(nproc)" -t "${targets[@]}" >>"$OUT/build.log" 2>&1; then
     grep -E "error|Error" "$OUT/build.log" | head -40
     # A cuDNN whose headers this code does not build against should not cost
     # the whole GPU session: say so and build the rest without it.
     grep -q "cudnn_attention" "$OUT/build.log" || exit 1
     echo "== the cuDNN attention did not build: rebuilding with TRIAD_USE_CUDNN=OFF"
     status=1
-    { cmake -S . -B "$BUILD_DIR" -DTRIAD_USE_CUDNN=OFF && cmake --build "$BUILD_DIR" -j "$(nproc)"; } \
+    { cmake -S . -B "$BUILD_DIR" -DTRIAD_USE_CUDNN=OFF &&
+      cmake --build "$BUILD_DIR" -j "$(nproc)" -t "${targets[@]}"; } \
       >>"$OUT/build.log" 2>&1 || { grep -E "error|Error" "$OUT/build.log" | tail -40; exit 1; }
   fi
   echo "built"
+  cp "$OUT/build.log" "$BUILD_DIR/run_all_build.log"  # for later calls' stages
+  took build
 fi
+# What the build has (its configure summary), also in a later call.
+build_log="$OUT/build.log"
+[ -f "$build_log" ] || build_log="$BUILD_DIR/run_all_build.log"
 
 echo "== devices"
 "$BUILD_DIR/examples/triad-devices" 2>&1
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,memory.total --format=csv 2>/dev/null
 
+if want tests; then
 echo "== gpu tests"
 gpu_log="$OUT/gpu_tests.log"
 if ! ctest --test-dir "$BUILD_DIR" -L gpu --output-on-failure -j 1 --timeout 900 >"$gpu_log" 2>&1; then
@@ -113,17 +136,26 @@ if ! ctest --test-dir "$BUILD_DIR" -L gpu --output-on-failure -j 1 --timeout 900
   done
 fi
 grep -E "tests passed|tests failed|\(Failed\)|Skipped|\*\*\*" "$gpu_log" | head -20
+took tests
+fi
 
+if want kernels; then
 echo "== kernels (B 8, T 1024, C 768, bf16)"
 "$BUILD_DIR/benchmarks/bench_kernels_gpu" --hbm-gbs "$HBM" --peak-tflops "$PEAK" \
   >"$OUT/kernels.jsonl" || status=1  # (log lines on stderr stay out of the JSON)
 cat "$OUT/kernels.jsonl"
+took kernels
+fi
 
+if want nccl; then
 echo "== NCCL collectives (world size 1: local in-place bandwidth only)"
 "$BUILD_DIR/benchmarks/bench_collectives" --backend nccl --max-bytes 256M \
   >"$OUT/collectives_nccl.log" 2>&1 || status=1
 tail -25 "$OUT/collectives_nccl.log"
+took nccl
+fi
 
+if want train; then
 echo "== training (seq 1024, bf16)"
 : >"$OUT/train.jsonl"
 : >"$OUT/torch.err"
@@ -133,7 +165,7 @@ for preset in 124m 350m; do
     --precision bf16 --peak-tflops "$PEAK" | tee -a "$OUT/train.jsonl" || status=1
   # cuDNN's faster, non-deterministic attention backward (what PyTorch's
   # flash attention does), when this build has cuDNN.
-  if grep -q "cuDNN=ON" "$OUT/build.log" 2>/dev/null; then
+  if grep -q "cuDNN=ON" "$build_log" 2>/dev/null; then
     "$BUILD_DIR/benchmarks/bench_train_gpu" --preset $preset --batch "$batch" --seq 1024 \
       --precision bf16 --peak-tflops "$PEAK" --attention-nondeterministic |
       tee -a "$OUT/train.jsonl" || status=1
@@ -144,5 +176,7 @@ for preset in 124m 350m; do
       tail -5 "$OUT/torch.err"
   fi
 done
+took train
+fi
 echo "== done, status $status"
 exit $status

@@ -1,16 +1,19 @@
 // Every collective x dtype x sync/async, sub-groups, uneven sizes, empty
 // tensors, timeouts and mismatch detection, checked against values computed
 // locally. Run by CTest under mpirun with 2, 3, 4 and 8 ranks (label mpi).
-// Built against the CUDA simulator with TRIAD_COLLECTIVES_ON_NCCL, the same
-// tests run on the NCCL group with every tensor on the rank's (simulated)
-// GPU (labels sim and mpi).
+// Built with TRIAD_COLLECTIVES_ON_NCCL, the same tests run on the NCCL group
+// with every tensor on the rank's GPU: against the CUDA simulator at 1 to 4
+// ranks (labels sim and mpi), and on a real GPU at world size 1 (label
+// gpu; exits 77 without one).
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <thread>
 
 #include "support/mpi_main.h"
+#include "triad/backend/cuda.h"
 #include "triad/dist/mesh.h"
 #include "triad/dist/nccl.h"
 #include "triad/dist/world.h"
@@ -300,11 +303,18 @@ TEST(Mesh, CommunicatorsMatchTheShape) {
 }  // namespace triad::dist
 
 int main(int argc, char** argv) {
+#ifdef TRIAD_COLLECTIVES_ON_NCCL
+  // A rank without a GPU of its own: skipped (CTest's code 77), not failed.
+  if (triad::cuda::device_count() < 1) {
+    std::printf("no CUDA device visible: skipping the NCCL collectives\n");
+    return 77;
+  }
+#endif
   return triad::testing::run_mpi_tests(
       argc, argv,
       [](const triad::dist::ProcessGroupPtr& w) {
 #ifdef TRIAD_COLLECTIVES_ON_NCCL
-        // One simulated GPU per rank (TRIAD_SIM_DEVICES), an NCCL group over
+        // One GPU per rank (on the simulator, TRIAD_SIM_DEVICES), an NCCL group over
         // the world.
         triad::dist::g_device = triad::Device::cuda(w->rank());
         triad::dist::g_world = triad::dist::make_nccl_group(w, w->rank());
