@@ -10,6 +10,10 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
+#ifdef TRIAD_CUDA_SIM
+#include "cuda_sim/sim.h"
+#endif
+
 #include "triad/autograd/engine.h"
 #include "triad/backend/cuda.h"
 #include "triad/nn/gpt.h"
@@ -76,8 +80,10 @@ int run(int argc, char** argv) {
     tg.push_back(
         static_cast<int64_t>(((i + 1) * 2654435761u) % std::min<int64_t>(50257, cfg.vocab_size)));
   }
-  triad::Tensor ids = triad::to_device(triad::from_vector(in, {batch, T}), device);
-  triad::Tensor targets = triad::to_device(triad::from_vector(tg, {batch, T}), device);
+  // On the host, as the trainer keeps its batches (the embedding and the loss
+  // upload them without waiting for the device).
+  triad::Tensor ids = triad::from_vector(in, {batch, T});
+  triad::Tensor targets = triad::from_vector(tg, {batch, T});
   double loss = 0;
   auto run_step = [&] {
     triad::Tensor l = model.loss(ids, targets);
@@ -88,6 +94,13 @@ int run(int argc, char** argv) {
     loss = triad::item(l);  // synchronises with the device
   };
   for (int64_t i = 0; i < warmup; ++i) run_step();
+#ifdef TRIAD_CUDA_SIM
+  // On the simulator: how often one step makes the host wait for the
+  // device (each wait empties the queue of launches the GPU runs ahead on).
+  const int64_t waits_before = triad_sim::counters().host_waits;
+  run_step();
+  const int64_t host_waits = triad_sim::counters().host_waits - waits_before;
+#endif
   const auto start = std::chrono::steady_clock::now();
   for (int64_t i = 0; i < steps; ++i) run_step();
   const double secs =
@@ -139,6 +152,9 @@ int run(int argc, char** argv) {
       {"loss", loss},
       {"phases_ms",
        {{"forward", forward_ms}, {"backward", backward_ms}, {"clip_and_optimizer", optimizer_ms}}}};
+#ifdef TRIAD_CUDA_SIM
+  j["host_waits_per_step"] = host_waits;
+#endif
   if (device.is_cuda()) {
     j["peak_memory_gib"] =
         static_cast<double>(triad::cuda::memory_stats(device.index).peak_allocated) /

@@ -121,9 +121,12 @@ Tensor embedding(const Tensor& weight, const Tensor& ids) {
   detail::check_floating(weight, "embedding", "weight");
   detail::check_index(ids, "embedding", "ids");
   detail::check_dim(weight, 2, "embedding", "weight");
-  if (!(ids.device() == weight.device())) {
+  // Ids may also stay on the host with the weight on a GPU: the backend then
+  // checks them (and, in backward, groups them) without a copy back from the
+  // device, which would make the host wait for all the queued work.
+  if (!(ids.device() == weight.device()) && !ids.device().is_cpu()) {
     throw ValueError("embedding: ids on " + ids.device().str() + ", weight on " +
-                     weight.device().str());
+                     weight.device().str() + " (ids go on the weight's device or the host)");
   }
   const int64_t C = weight.size(1);
   Tensor ic = contiguous(ids).detach();
@@ -155,6 +158,12 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
                      " do not match logits " + shape_str(logits.shape()) + " (expected " +
                      shape_str(lead) + ")");
   }
+  // Targets may also stay on the host with the logits on a GPU (their check
+  // below then needs no copy back from the device).
+  if (!(targets.device() == logits.device()) && !targets.device().is_cpu()) {
+    throw ValueError("cross_entropy: targets on " + targets.device().str() + ", logits on " +
+                     logits.device().str() + " (targets go on the logits' device or the host)");
+  }
   const int64_t V = logits.size(-1), N = numel(lead);
   Tensor lc = reshape(contiguous(logits).detach(), {N, V}).detach();
   Tensor tc = reshape(contiguous(targets).detach(), {N}).detach();
@@ -176,6 +185,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
       ++count;
     }
   }
+  if (!(tc.device() == lc.device())) tc = to_device(tc, lc.device()).detach();
   Backend& be = backend_for(logits);
   be.cross_entropy_forward(lc, tc, ignore_index, losses, lse);
   Tensor total = empty({}, sd, logits.device());

@@ -455,10 +455,8 @@ double Trainer::forward_backward(int64_t index, double* bubble) {
                                     t.micro_batch_size);
     nn::ForwardContext ctx{true, t.seed, call + static_cast<uint64_t>(i)};
     const auto t0 = TraceRecorder::Clock::now();
-    if (!device_.is_cpu()) {
-      b.inputs = to_device(b.inputs, device_);
-      b.targets = to_device(b.targets, device_);
-    }
+    // The batch stays on the host: the embedding and the loss check it there
+    // and upload what the device needs, never waiting for queued work.
     Tensor loss = tp_model_ ? tp_model_->loss(b.inputs, b.targets, ctx)
                             : model_->loss(b.inputs, b.targets, ctx);
     if (index == nan_step_) loss = scale(loss, std::numeric_limits<double>::quiet_NaN());

@@ -18,7 +18,12 @@
 #include "triad/nn/gpt.h"
 #include "triad/ops.h"
 #include "triad/optim/adamw.h"
+#include "triad/optim/clip.h"
 #include "triad/train/trainer.h"
+
+#ifdef TRIAD_CUDA_SIM
+#include "support/cuda_sim/sim.h"
+#endif
 
 namespace triad {
 namespace {
@@ -461,6 +466,68 @@ TEST(CudaModel, TinyGptLossAndGradientsMatchTheCpu) {
                  1e-5, gp[i].first);
   }
 }
+
+// Token ids and targets may stay on the host (as the trainer keeps its
+// batches): the same loss and gradients, bit for bit, as on the device.
+TEST(CudaModel, HostIdsGiveTheSameLossAndGradientsAsDeviceIds) {
+  const nn::GptConfig cfg{
+      .n_layer = 1, .n_head = 2, .d_model = 32, .vocab_size = 97, .seq_len = 16, .dropout = 0.0};
+  std::vector<int64_t> tokens(2 * 16), targets(2 * 16);
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    tokens[i] = static_cast<int64_t>((i * 31 + 7) % 97);
+    targets[i] = static_cast<int64_t>((i * 17 + 3) % 97);
+  }
+  Tensor ids = from_vector(tokens, {2, 16}, DType::I64);
+  Tensor tg = from_vector(targets, {2, 16}, DType::I64);
+  auto run = [&](bool on_host) {
+    nn::Gpt model(cfg, 77);
+    model.to(kGpu);
+    Tensor loss =
+        on_host ? model.loss(ids, tg) : model.loss(to_device(ids, kGpu), to_device(tg, kGpu));
+    autograd::backward({loss});
+    std::vector<std::vector<double>> out{{item(loss)}};
+    for (auto& [name, p] : model.named_parameters()) out.push_back(to_double_vector(p.grad()));
+    return out;
+  };
+  EXPECT_EQ(run(true), run(false));
+  // Ids on another device than the weight's (or the host) are refused.
+  Tensor w = to_device(randn({4, 3}, 1, 1), kGpu);
+  EXPECT_NO_THROW(embedding(w, from_vector(std::vector<int64_t>{1, 2}, {2}, DType::I64)));
+  EXPECT_THROW(embedding(w, from_vector(std::vector<int64_t>{4}, {1}, DType::I64)), ValueError);
+}
+
+#ifdef TRIAD_CUDA_SIM
+// A training step makes the host wait for the device only where it needs a
+// value (the gradient norm for clipping, the loss): every other wait would
+// empty the queue of launches the GPU runs ahead on. The simulator counts
+// the waits (host-side ids used to cost one per embedding, forward and
+// backward, and one for the loss's target check).
+TEST(CudaTraining, AStepWaitsForTheDeviceOnlyForTheGradientNormAndTheLoss) {
+  const nn::GptConfig cfg{
+      .n_layer = 1, .n_head = 2, .d_model = 32, .vocab_size = 97, .seq_len = 16, .dropout = 0.1};
+  nn::Gpt model(cfg, 5);
+  model.to(kGpu);
+  model.to(DType::BF16);
+  optim::AdamW opt(model.named_parameters(), {});
+  std::vector<int64_t> tokens(2 * 16);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int64_t>((i * 13 + 5) % 97);
+  Tensor ids = from_vector(tokens, {2, 16}, DType::I64);
+  auto waits_of_a_step = [&](const Tensor& in) {
+    const int64_t before = triad_sim::counters().host_waits;
+    Tensor loss = model.loss(in, in, {.training = true, .seed = 1, .call = 2});
+    autograd::backward({loss});
+    optim::clip_grad_norm(model.parameters(), 1.0);
+    opt.step(1e-3);
+    model.zero_grad();
+    EXPECT_TRUE(std::isfinite(item(loss)));
+    return triad_sim::counters().host_waits - before;
+  };
+  waits_of_a_step(ids);  // first use: plans, allocator, staging
+  EXPECT_EQ(waits_of_a_step(ids), 2);
+  // Ids on the device must come back to be checked and grouped.
+  EXPECT_GT(waits_of_a_step(to_device(ids, kGpu)), 2);
+}
+#endif
 
 // End to end: the trainer on the GPU against the trainer on the CPU (fp32,
 // tight), and bf16 against fp32 on a GPT-2 124M-shaped model.

@@ -230,7 +230,7 @@ ncclResult_t issue(cudaStream_t stream, std::function<ncclResult_t()> op) {
     g_collectives.push_back({stream, std::move(op)});
     return ncclSuccess;
   }
-  cudaStreamSynchronize(stream);
+  triad_sim::run_stream(stream);
   return op();
 }
 
@@ -457,8 +457,8 @@ ncclResult_t ncclGroupEnd() {
   if (g_group_depth == 0) return ncclInvalidUsage;
   if (--g_group_depth > 0) return ncclSuccess;
   // What the group's streams queued before it, first.
-  for (const P2p& p : g_p2p) cudaStreamSynchronize(p.stream);
-  for (const Collective& op : g_collectives) cudaStreamSynchronize(op.stream);
+  for (const P2p& p : g_p2p) triad_sim::run_stream(p.stream);
+  for (const Collective& op : g_collectives) triad_sim::run_stream(op.stream);
   // Point to point first, all posted before any waits (a group's sends and
   // receives may pair up in any order); then the collectives in order.
   // Receives land in buffers of their own, written to the destination on

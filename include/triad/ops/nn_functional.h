@@ -27,13 +27,18 @@ Tensor softmax(const Tensor& x);
 // qkv (B, T, 3*C) = [q | k | v], each C = n_head * head_dim -> (B, T, C).
 Tensor causal_attention(const Tensor& qkv, int64_t n_head);
 
-// Rows of weight (V, C) picked by ids (..., i32/i64) -> (..., C).
+// Rows of weight (V, C) picked by ids (..., i32/i64) -> (..., C). The ids
+// are on the weight's device or on the host: host ids are checked (and, in
+// backward, grouped) where they are, so a GPU step never waits to copy them
+// back; ids on the GPU are copied back for that. An id outside [0, V) is a
+// ValueError naming it.
 Tensor embedding(const Tensor& weight, const Tensor& ids);
 
 // Mean over non-ignored rows of -log softmax(logits)[target]. logits (..., V);
 // targets (...) i32/i64. Returns a scalar (shape []) of the statistics dtype (f32,
 // or f64 for f64 logits: half logits give an f32 loss); 0 when
-// every row is ignored.
+// every row is ignored. Targets are on the logits' device or on the host
+// (checked there without waiting for the device, then uploaded).
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index = -100);
 
 }  // namespace triad

@@ -3,7 +3,9 @@
 #include <cuda_runtime_api.h>
 
 #include <spdlog/spdlog.h>
+#include <algorithm>
 #include <cstring>
+#include <deque>
 #include <map>
 #include <stdexcept>
 #include <string>
@@ -115,71 +117,116 @@ class CudaRawMemory final : public RawMemory {
 
 }  // namespace
 
-// Pinned host buffers for host<->device copies: two chunks in flight, so the
-// host-side memcpy of one chunk overlaps the DMA of the other.
+// Pinned host buffers for host<->device copies. Each chunk of a copy takes
+// a block whose last copy has finished (an event query, which never blocks)
+// or a new block, so an upload queued behind a stream of kernels does not
+// wait for them (a tensor uploaded mid-step costs no synchronisation), and
+// the host-side memcpy of one chunk overlaps the DMA of another. Blocks are
+// powers of two from 64 KiB to kChunk; past kMaxBlocks the least recently
+// used one is waited for and reused (or replaced by a larger one).
 class PinnedStaging {
  public:
   static constexpr size_t kChunk = 8u << 20;
+  static constexpr size_t kMinBlock = 64u << 10;
+  static constexpr size_t kMaxBlocks = 16;
 
   ~PinnedStaging() {
-    for (int i = 0; i < 2; ++i) {
-      if (buffer_[i]) cudaFreeHost(buffer_[i]);
-      if (event_[i]) cudaEventDestroy(event_[i]);
+    for (Block& b : blocks_) {
+      if (b.ptr) cudaFreeHost(b.ptr);
+      if (b.done) cudaEventDestroy(b.done);
     }
   }
 
   void upload(const void* host, void* device, size_t bytes, cudaStream_t stream) {
     std::lock_guard<std::mutex> lock(mutex_);
-    ensure();
-    for (size_t off = 0, i = 0; off < bytes; off += kChunk, ++i) {
+    for (size_t off = 0; off < bytes; off += kChunk) {
       const size_t len = std::min(kChunk, bytes - off);
-      const int slot = static_cast<int>(i & 1);
-      check(cudaEventSynchronize(event_[slot]), "staging wait");  // previous DMA from this slot
-      std::memcpy(buffer_[slot], static_cast<const char*>(host) + off, len);
-      check(cudaMemcpyAsync(static_cast<char*>(device) + off, buffer_[slot], len,
-                            cudaMemcpyHostToDevice, stream),
+      Block& b = take(len);
+      std::memcpy(b.ptr, static_cast<const char*>(host) + off, len);
+      check(cudaMemcpyAsync(static_cast<char*>(device) + off, b.ptr, len, cudaMemcpyHostToDevice,
+                            stream),
             "host->device copy");
-      check(cudaEventRecord(event_[slot], stream), "staging event");
+      check(cudaEventRecord(b.done, stream), "staging event");
     }
   }
 
   void download(const void* device, void* host, size_t bytes, cudaStream_t stream) {
     std::lock_guard<std::mutex> lock(mutex_);
-    ensure();
     size_t pending_off = 0, pending_len = 0;
-    int pending_slot = -1;
+    Block* pending = nullptr;
     auto drain = [&] {
-      if (pending_slot < 0) return;
-      check(cudaEventSynchronize(event_[pending_slot]), "device->host copy");
-      std::memcpy(static_cast<char*>(host) + pending_off, buffer_[pending_slot], pending_len);
-      pending_slot = -1;
+      if (pending == nullptr) return;
+      check(cudaEventSynchronize(pending->done), "device->host copy");
+      std::memcpy(static_cast<char*>(host) + pending_off, pending->ptr, pending_len);
+      pending->held = false;
+      pending = nullptr;
     };
-    for (size_t off = 0, i = 0; off < bytes; off += kChunk, ++i) {
+    for (size_t off = 0; off < bytes; off += kChunk) {
       const size_t len = std::min(kChunk, bytes - off);
-      const int slot = static_cast<int>(i & 1);
-      check(cudaMemcpyAsync(buffer_[slot], static_cast<const char*>(device) + off, len,
+      Block& b = take(len);
+      b.held = true;  // until its bytes are out
+      check(cudaMemcpyAsync(b.ptr, static_cast<const char*>(device) + off, len,
                             cudaMemcpyDeviceToHost, stream),
             "device->host copy");
-      check(cudaEventRecord(event_[slot], stream), "staging event");
+      check(cudaEventRecord(b.done, stream), "staging event");
       drain();  // the previous chunk, while this one transfers
-      pending_off = off, pending_len = len, pending_slot = slot;
+      pending_off = off, pending_len = len, pending = &b;
     }
     drain();
   }
 
+  size_t blocks() const { return blocks_.size(); }
+
  private:
-  void ensure() {
-    if (buffer_[0]) return;
-    for (int i = 0; i < 2; ++i) {
-      check(cudaHostAlloc(&buffer_[i], kChunk, cudaHostAllocPortable), "cudaHostAlloc staging");
-      check(cudaEventCreateWithFlags(&event_[i], cudaEventDisableTiming), "cudaEventCreate");
-      check(cudaEventRecord(event_[i], 0), "staging event");
+  struct Block {
+    void* ptr = nullptr;
+    size_t bytes = 0;
+    cudaEvent_t done = nullptr;  // recorded after the block's last copy
+    uint64_t used = 0;           // when it was last taken
+    bool held = false;           // a download has not copied it out yet
+  };
+
+  // A block of at least `bytes` that no queued copy still uses.
+  Block& take(size_t bytes) {
+    Block* found = nullptr;
+    for (Block& b : blocks_) {
+      if (b.held || b.bytes < bytes) continue;
+      const cudaError_t st = cudaEventQuery(b.done);
+      if (st == cudaSuccess) {
+        found = &b;
+        break;
+      }
+      if (st != cudaErrorNotReady) check(st, "staging event");
     }
+    if (found == nullptr && blocks_.size() < kMaxBlocks) {
+      blocks_.emplace_back();
+      found = &blocks_.back();
+    }
+    if (found == nullptr) {
+      // All busy: wait for the least recently used one that is not held.
+      for (Block& b : blocks_)
+        if (!b.held && (found == nullptr || b.used < found->used)) found = &b;
+      check(cudaEventSynchronize(found->done), "staging wait");
+    }
+    if (found->bytes < bytes) {
+      if (found->ptr) check(cudaFreeHost(found->ptr), "cudaFreeHost staging");
+      found->ptr = nullptr;
+      size_t size = kMinBlock;
+      while (size < bytes) size *= 2;
+      found->bytes = std::min(size, kChunk);
+      check(cudaHostAlloc(&found->ptr, found->bytes, cudaHostAllocPortable),
+            "cudaHostAlloc staging");
+    }
+    if (!found->done) {
+      check(cudaEventCreateWithFlags(&found->done, cudaEventDisableTiming), "cudaEventCreate");
+    }
+    found->used = ++clock_;
+    return *found;
   }
 
   std::mutex mutex_;
-  void* buffer_[2] = {nullptr, nullptr};
-  cudaEvent_t event_[2] = {nullptr, nullptr};
+  std::deque<Block> blocks_;  // stable addresses while blocks are added
+  uint64_t clock_ = 0;
 };
 
 struct CudaBackend::DeviceState {
@@ -786,7 +833,9 @@ void CudaBackend::embedding_forward(const Tensor& weight, const Tensor& ids, Ten
   require_nn("embedding", weight.dtype());
   require_index("embedding", ids);
   const int64_t V = weight.size(0), C = weight.size(1), N = ids.numel();
-  // Ids are checked on the host so a bad one is an error, not a wild read.
+  // Ids are checked on the host so a bad one is an error, not a wild read
+  // (ids already on the host are read there; ids on the GPU are copied back,
+  // which waits for the queued work).
   const std::vector<int64_t> host = host_indices(*this, ids);
   for (int64_t i = 0; i < N; ++i) {
     if (host[i] < 0 || host[i] >= V) {
@@ -796,9 +845,12 @@ void CudaBackend::embedding_forward(const Tensor& weight, const Tensor& ids, Ten
   }
   DeviceState& s = state(out.device().index);
   DeviceGuard g(s.index);
+  // Host ids go up as they are (the upload is queued; it does not wait).
+  Tensor dev_ids = ids.device().is_cpu() ? empty(ids.shape(), ids.dtype(), out.device()) : ids;
+  if (ids.device().is_cpu()) copy(ids, dev_ids);
   launch("embedding_forward", [&] {
-    k::embedding_forward(weight.raw_data(), scalar(weight.dtype()), ids.raw_data(),
-                         ids.dtype() == DType::I64, V, C, N, out.raw_data(), s.stream);
+    k::embedding_forward(weight.raw_data(), scalar(weight.dtype()), dev_ids.raw_data(),
+                         dev_ids.dtype() == DType::I64, V, C, N, out.raw_data(), s.stream);
   });
 }
 

@@ -314,14 +314,14 @@ PipelineStepResult PipelineExecutor::run(const std::vector<data::Batch>& micro,
         timed(a, [&] {
           Tensor x;
           if (stage == 0) {
-            x = chunk.embed(to_device(micro[mb].inputs, act_device), cctx);
+            x = chunk.embed(micro[mb].inputs, cctx);  // host ids: see Trainer
           } else {
             x = inputs.at(k);
             x.set_requires_grad(true);
           }
           for (int64_t i : chunk.plan().layers) x = chunk.block(i, x, cctx);
           if (stage == S - 1) {
-            losses[k] = chunk.head_loss(x, to_device(micro[mb].targets, act_device));
+            losses[k] = chunk.head_loss(x, micro[mb].targets);
           } else {
             outputs[k] = x;
           }

@@ -114,6 +114,7 @@ Tensor vocab_parallel_cross_entropy(const Tensor& logits, const Tensor& targets,
   const DType sd = stat_dtype(logits.dtype());
   Tensor lc = reshape(contiguous(logits).detach(), {N, V}).detach();
   Tensor tc = reshape(contiguous(targets).detach(), {N}).detach();
+  if (tc.device().is_cpu() && !lc.device().is_cpu()) tc = to_device(tc, lc.device()).detach();
   Backend& be = backend_for(lc);
   Tensor gmax = empty({N}, sd, lc.device()), tlogit = empty({N}, sd, lc.device()),
          sumexp = empty({N}, sd, lc.device());

@@ -170,8 +170,16 @@ void run_all(Queue& q) {
   run_until(q, q.issued);
 }
 
+// The host waiting for `q` up to item `upto`.
+void host_wait(Queue& q, uint64_t upto) {
+  std::lock_guard<std::recursive_mutex> lock(state().mutex);
+  if (q.done < upto) note_host_wait();
+  run_until(q, upto);
+}
+
 void run_every_queue() {
-  std::lock_guard<std::recursive_mutex> lock(triad_sim::state().mutex);
+  std::lock_guard<std::recursive_mutex> lock(state().mutex);
+  if (pending_work() > 0) note_host_wait();
   for (bool more = true; more;) {
     more = false;
     std::vector<std::shared_ptr<Queue>> all(state().created.begin(), state().created.end());
@@ -226,6 +234,11 @@ Streams streams() {
 void enqueue(cudaStream_t stream, std::function<void()> work) {
   std::lock_guard<std::recursive_mutex> lock(triad_sim::state().mutex);
   push(*queue_of(stream), std::move(work));
+}
+
+void run_stream(cudaStream_t stream) {
+  std::lock_guard<std::recursive_mutex> lock(state().mutex);
+  run_all(*queue_of(stream));
 }
 
 int64_t pending_work() {
@@ -416,7 +429,8 @@ cudaError_t cudaStreamDestroy(cudaStream_t s) {
   return cudaSuccess;
 }
 cudaError_t cudaStreamSynchronize(cudaStream_t s) {
-  triad_sim::run_all(*triad_sim::queue_of(s));
+  auto q = triad_sim::queue_of(s);
+  triad_sim::host_wait(*q, q->issued);
   return cudaSuccess;
 }
 cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int) {
@@ -457,14 +471,15 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
 cudaError_t cudaEventQuery(cudaEvent_t e) {
   if (e == nullptr) return set(cudaErrorInvalidResourceHandle);
   if (!e->queue || e->queue->done >= e->seq) return cudaSuccess;
-  // Not reached yet: say so (callers poll), and let the stream progress so
-  // that a later query finds it done.
+  // Not reached yet: say so, and let the stream progress so that a later
+  // query finds it done (a poll loop ends). A query never blocks on a GPU,
+  // so this is not counted as a host wait.
   triad_sim::run_until(*e->queue, e->seq);
   return cudaErrorNotReady;
 }
 cudaError_t cudaEventSynchronize(cudaEvent_t e) {
   if (e == nullptr) return set(cudaErrorInvalidResourceHandle);
-  if (e->queue) triad_sim::run_until(*e->queue, e->seq);
+  if (e->queue) triad_sim::host_wait(*e->queue, e->seq);
   return cudaSuccess;
 }
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
@@ -498,7 +513,7 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, enum cudaM
     triad_sim::push(*q, [dst, src, count] { std::memmove(dst, src, count); });
   }
   // Into pageable memory the call returns once the copy is done.
-  if (host_dst && !is_pinned(dst)) triad_sim::run_all(*q);
+  if (host_dst && !is_pinned(dst)) triad_sim::host_wait(*q, q->issued);
   return cudaSuccess;
 }
 cudaError_t cudaMemcpyPeerAsync(void* dst, int dst_device, const void* src, int src_device,

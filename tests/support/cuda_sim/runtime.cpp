@@ -448,6 +448,9 @@ Order order() {
 Counters counters() {
   return g_counters;
 }
+void note_host_wait() {
+  ++g_counters.host_waits;
+}
 
 namespace {
 std::string launch_site(const LaunchConfig& c) {

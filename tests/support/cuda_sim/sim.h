@@ -34,8 +34,14 @@ struct Counters {
   int64_t blocks = 0;
   int64_t threads = 0;
   int64_t barriers = 0;  // block and warp barriers completed
+  // Times the host blocked on queued work (a stream, event or device
+  // synchronisation, or a copy to pageable memory, that found work still
+  // queued; event queries do not block): on a GPU, each one drains the
+  // queue of launches the GPU would otherwise run ahead on.
+  int64_t host_waits = 0;
 };
 Counters counters();
+void note_host_wait();
 
 // Where a launch was written, for error messages.
 struct Site {
@@ -73,6 +79,10 @@ void set_streams(Streams mode);
 Streams streams();
 // Queues `work` on `stream` (0: the current device's legacy stream).
 void enqueue(cudaStream_t stream, std::function<void()> work);
+// Runs what is queued on `stream` so far (and what it waits for) without
+// counting a host wait: for a stand-in whose library call reads its inputs
+// when issued, where the real library's kernels would run in stream order.
+void run_stream(cudaStream_t stream);
 // Work queued but not yet run, over every stream.
 int64_t pending_work();
 
