@@ -449,7 +449,9 @@ double Trainer::forward_backward(int64_t index, double* bubble) {
     *bubble = std::max(0.0, wall - item(busiest)) / item(busiest);
     return r.loss;
   }
-  double loss_sum = 0;
+  // Summed on the loss's device and read once after the last micro-batch:
+  // reading each one would make the host wait for the GPU every time.
+  Tensor loss_sum;
   for (int64_t i = 0; i < micro; ++i) {
     data::Batch b = dataset_->batch(index, t.global_batch_size, first + i * t.micro_batch_size,
                                     t.micro_batch_size);
@@ -462,7 +464,8 @@ double Trainer::forward_backward(int64_t index, double* bubble) {
     if (index == nan_step_) loss = scale(loss, std::numeric_limits<double>::quiet_NaN());
     // A non-finite loss is not an error here: its gradients make the step's
     // norm non-finite on every rank, and step() skips the update.
-    loss_sum += item(loss);
+    Tensor part = cast(loss.detach(), DType::F64);
+    loss_sum = loss_sum.defined() ? add(loss_sum, part) : part;
     // Each micro-batch's mean loss weighs 1/micro: the step loss is the mean
     // over all of this rank's tokens (and, averaged over dp, all tokens).
     const auto t1 = TraceRecorder::Clock::now();
@@ -474,7 +477,7 @@ double Trainer::forward_backward(int64_t index, double* bubble) {
     record(std::string("B").append(id), "backward", t1, TraceRecorder::Clock::now());
   }
   if (tp_model_) tp_model_->reduce_sequence_parallel_grads();
-  return loss_sum / static_cast<double>(micro);
+  return item(loss_sum) / static_cast<double>(micro);
 }
 
 StepMetrics Trainer::step(int64_t index) {

@@ -533,7 +533,8 @@ TEST(CudaTraining, AStepWaitsForTheDeviceOnlyForTheGradientNormAndTheLoss) {
 // tight), and bf16 against fp32 on a GPT-2 124M-shaped model.
 train::Config train_config(const testing::TempDir& dir, const std::string& model,
                            const std::string& device, const std::string& precision, int64_t steps,
-                           int64_t batch, int vocab = 50000, const std::string& tag = "") {
+                           int64_t batch, int vocab = 50000, const std::string& tag = "",
+                           int64_t micro = 0) {
   std::vector<uint16_t> tokens;
   for (int i = 0; i < 200000; ++i) {
     tokens.push_back(static_cast<uint16_t>((i * 7 + i / 13 + (i / 1000) * 31) % vocab));
@@ -544,7 +545,7 @@ train::Config train_config(const testing::TempDir& dir, const std::string& model
       "\n"
       "train: {steps: " +
       std::to_string(steps) + ", global_batch_size: " + std::to_string(batch) +
-      ", micro_batch_size: " + std::to_string(batch) +
+      ", micro_batch_size: " + std::to_string(micro > 0 ? micro : batch) +
       ", lr: 3.0e-4, warmup_steps: 5, precision: " + precision +
       "}\n"
       "data: {train: " +
@@ -559,6 +560,23 @@ std::vector<double> losses_of(train::Trainer& t, int64_t steps) {
   for (int64_t k = 0; k < steps; ++k) out.push_back(t.step(k).loss);
   return out;
 }
+
+#ifdef TRIAD_CUDA_SIM
+// The trainer too: with four micro-batches of gradient accumulation and fp16
+// loss scaling a step still waits only twice (the micro-batches' losses are
+// summed on the GPU and read once).
+TEST(CudaTraining, TheTrainerWaitsTwicePerStepWhateverTheMicroBatches) {
+  testing::TempDir dir;
+  const std::string model =
+      "{n_layer: 1, n_head: 2, d_model: 32, vocab_size: 97, seq_len: 16, dropout: 0.0}";
+  train::Trainer t(train_config(dir, model, "cuda", "fp16", 3, 4, 97, "", 1));
+  t.step(0);
+  const int64_t before = triad_sim::counters().host_waits;
+  const double loss = t.step(1).loss;
+  EXPECT_EQ(triad_sim::counters().host_waits - before, 2);
+  EXPECT_TRUE(std::isfinite(loss));
+}
+#endif
 
 TEST(CudaTraining, Fp32LossesMatchTheCpuTrainerFor10Steps) {
   testing::TempDir dir;

@@ -132,6 +132,23 @@ Order initial_order() {
 }
 Order g_order = initial_order();
 Counters g_counters;
+
+// TRIAD_SIM_REPORT=1 prints the counters to stderr at exit (e.g. the host
+// waits of a whole training run).
+const bool g_report = [] {
+  const char* e = std::getenv("TRIAD_SIM_REPORT");
+  if (e == nullptr || std::string(e) != "1") return false;
+  std::atexit([] {
+    std::fprintf(
+        stderr,
+        "cuda_sim: %lld launches, %lld blocks, %lld threads, %lld barriers, %lld host "
+        "waits\n",
+        static_cast<long long>(g_counters.launches), static_cast<long long>(g_counters.blocks),
+        static_cast<long long>(g_counters.threads), static_cast<long long>(g_counters.barriers),
+        static_cast<long long>(g_counters.host_waits));
+  });
+  return true;
+}();
 std::mutex& g_attr_mutex = *new std::mutex;  // never destroyed, as the stacks
 std::map<const void*, size_t>& g_max_dynamic_shared = *new std::map<const void*, size_t>;
 
