@@ -66,7 +66,9 @@ std::vector<Estimate> recommend(const nn::GptConfig& m, const ClusterSpec& c, in
   }
   // Fastest first; among equally fast layouts (the same 0.1% bucket of step
   // time), the leaner one.
-  auto bucket = [](const Estimate& e) { return std::floor(std::log(e.step_time) / std::log(1.001)); };
+  auto bucket = [](const Estimate& e) {
+    return std::floor(std::log(e.step_time) / std::log(1.001));
+  };
   std::stable_sort(out.begin(), out.end(), [&](const Estimate& x, const Estimate& y) {
     const double bx = bucket(x), by = bucket(y);
     return bx != by ? bx < by : x.memory_bytes < y.memory_bytes;

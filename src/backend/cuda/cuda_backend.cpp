@@ -206,6 +206,8 @@ class PinnedStaging {
       // All busy: wait for the least recently used one that is not held.
       for (Block& b : blocks_)
         if (!b.held && (found == nullptr || b.used < found->used)) found = &b;
+      // (A download holds at most two blocks, so one is always free.)
+      if (found == nullptr) throw Error("cuda: every pinned staging block is held");
       check(cudaEventSynchronize(found->done), "staging wait");
     }
     if (found->bytes < bytes) {

@@ -362,8 +362,8 @@ TEST(CudaSim, FreshDeviceMemoryIsNaNAndTheEndOfAnAllocationFaults) {
         read_kernel<<<1, 1>>>(static_cast<float*>(p), out, 1000 + 64);
         cudaDeviceSynchronize();
       },
-               "invalid memory access at address 0x[0-9a-f]+ in the kernel launched at "
-               ".*cuda_sim_test.cu:[0-9]+, block \\(0,0,0\\), thread \\(0,0,0\\)");
+      "invalid memory access at address 0x[0-9a-f]+ in the kernel launched at "
+      ".*cuda_sim_test.cu:[0-9]+, block \\(0,0,0\\), thread \\(0,0,0\\)");
   cudaFree(p);
   cudaFree(out);
 }
