@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <utility>
 
 #include "ops/op_cases.h"
 #include "support/temp_dir.h"
@@ -439,18 +440,22 @@ TEST(CudaRuntime, MultiTensorAdamWStepMatchesTheCpuOptimizer) {
   }
 }
 
+// Token ids and targets (B, T) over a vocabulary of 97, on the host.
+std::pair<Tensor, Tensor> token_batch(int64_t B, int64_t T) {
+  std::vector<int64_t> tokens(static_cast<size_t>(B * T)), targets(tokens.size());
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    tokens[i] = static_cast<int64_t>((i * 31 + 7) % 97);
+    targets[i] = static_cast<int64_t>((i * 17 + 3) % 97);
+  }
+  return {from_vector(tokens, {B, T}, DType::I64), from_vector(targets, {B, T}, DType::I64)};
+}
+
 TEST(CudaModel, TinyGptLossAndGradientsMatchTheCpu) {
   const nn::GptConfig cfg{
       .n_layer = 2, .n_head = 4, .d_model = 64, .vocab_size = 97, .seq_len = 32, .dropout = 0.1};
   nn::Gpt cpu_model(cfg, 1234), gpu_model(cfg, 1234);
   gpu_model.to(kGpu);
-  std::vector<int64_t> tokens(2 * 32), targets(2 * 32);
-  for (size_t i = 0; i < tokens.size(); ++i) {
-    tokens[i] = static_cast<int64_t>((i * 31 + 7) % 97);
-    targets[i] = static_cast<int64_t>((i * 17 + 3) % 97);
-  }
-  Tensor ids = from_vector(tokens, {2, 32}, DType::I64);
-  Tensor tg = from_vector(targets, {2, 32}, DType::I64);
+  const auto [ids, tg] = token_batch(2, 32);
   // Dropout on: the masks are the same counter-based draws on both devices.
   const nn::ForwardContext ctx{.training = true, .seed = 5, .call = 1};
   Tensor cpu_loss = cpu_model.loss(ids, tg, ctx);
@@ -472,13 +477,7 @@ TEST(CudaModel, TinyGptLossAndGradientsMatchTheCpu) {
 TEST(CudaModel, HostIdsGiveTheSameLossAndGradientsAsDeviceIds) {
   const nn::GptConfig cfg{
       .n_layer = 1, .n_head = 2, .d_model = 32, .vocab_size = 97, .seq_len = 16, .dropout = 0.0};
-  std::vector<int64_t> tokens(2 * 16), targets(2 * 16);
-  for (size_t i = 0; i < tokens.size(); ++i) {
-    tokens[i] = static_cast<int64_t>((i * 31 + 7) % 97);
-    targets[i] = static_cast<int64_t>((i * 17 + 3) % 97);
-  }
-  Tensor ids = from_vector(tokens, {2, 16}, DType::I64);
-  Tensor tg = from_vector(targets, {2, 16}, DType::I64);
+  const auto [ids, tg] = token_batch(2, 16);
   auto run = [&](bool on_host) {
     nn::Gpt model(cfg, 77);
     model.to(kGpu);
@@ -509,12 +508,10 @@ TEST(CudaTraining, AStepWaitsForTheDeviceOnlyForTheGradientNormAndTheLoss) {
   model.to(kGpu);
   model.to(DType::BF16);
   optim::AdamW opt(model.named_parameters(), {});
-  std::vector<int64_t> tokens(2 * 16);
-  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int64_t>((i * 13 + 5) % 97);
-  Tensor ids = from_vector(tokens, {2, 16}, DType::I64);
-  auto waits_of_a_step = [&](const Tensor& in) {
+  const auto [ids, tg] = token_batch(2, 16);
+  auto waits_of_a_step = [&](const Tensor& in, const Tensor& targets) {
     const int64_t before = triad_sim::counters().host_waits;
-    Tensor loss = model.loss(in, in, {.training = true, .seed = 1, .call = 2});
+    Tensor loss = model.loss(in, targets, {.training = true, .seed = 1, .call = 2});
     autograd::backward({loss});
     optim::clip_grad_norm(model.parameters(), 1.0);
     opt.step(1e-3);
@@ -522,10 +519,10 @@ TEST(CudaTraining, AStepWaitsForTheDeviceOnlyForTheGradientNormAndTheLoss) {
     EXPECT_TRUE(std::isfinite(item(loss)));
     return triad_sim::counters().host_waits - before;
   };
-  waits_of_a_step(ids);  // first use: plans, allocator, staging
-  EXPECT_EQ(waits_of_a_step(ids), 2);
+  waits_of_a_step(ids, tg);  // first use: plans, allocator, staging
+  EXPECT_EQ(waits_of_a_step(ids, tg), 2);
   // Ids on the device must come back to be checked and grouped.
-  EXPECT_GT(waits_of_a_step(to_device(ids, kGpu)), 2);
+  EXPECT_GT(waits_of_a_step(to_device(ids, kGpu), to_device(tg, kGpu)), 2);
 }
 #endif
 
