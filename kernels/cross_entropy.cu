@@ -113,6 +113,12 @@ __global__ void vce_sumexp_kernel(const T* logits, const float* gmax, int64_t Vl
   if (threadIdx.x == 0) sumexp[blockIdx.x] = s;
 }
 
+__global__ void vce_loss_kernel(const float* gmax, const float* tlogit, const float* sumexp,
+                                int64_t N, float* losses) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < N) losses[i] = logf(sumexp[i]) + gmax[i] - tlogit[i];
+}
+
 template <class T>
 __global__ void vce_backward_kernel(const T* logits, const void* targets, bool t64, int64_t Vl,
                                     int64_t vocab_start, int64_t valid, const float* gmax,
@@ -204,6 +210,16 @@ void vocab_ce_sumexp(const void* logits, ScalarType type, const float* global_ma
         static_cast<const T*>(logits), global_max, Vl, valid, sumexp);
   });
   check_launch("vocab_ce_sumexp");
+}
+
+void vocab_ce_loss(const float* global_max, const float* target_logit, const float* sumexp,
+                   int64_t N, float* losses, cudaStream_t stream) {
+  require(N >= 0 ? Status::fine() : Status::fail("N " + std::to_string(N) + " is negative"),
+          "vocab_ce_loss");
+  if (N == 0) return;
+  vce_loss_kernel<<<static_cast<unsigned>((N + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
+      global_max, target_logit, sumexp, N, losses);
+  check_launch("vocab_ce_loss");
 }
 
 void vocab_ce_backward(const void* logits, ScalarType type, const void* targets, bool targets64,

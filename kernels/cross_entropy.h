@@ -34,6 +34,9 @@ void vocab_ce_partial(const void* logits, ScalarType type, const void* targets, 
                       float* target_logit, cudaStream_t stream);
 void vocab_ce_sumexp(const void* logits, ScalarType type, const float* global_max, int64_t N,
                      int64_t Vl, int64_t valid, float* sumexp, cudaStream_t stream);
+// losses[i] = log(sumexp[i]) + global_max[i] - target_logit[i], i < N.
+void vocab_ce_loss(const float* global_max, const float* target_logit, const float* sumexp,
+                   int64_t N, float* losses, cudaStream_t stream);
 void vocab_ce_backward(const void* logits, ScalarType type, const void* targets, bool targets64,
                        int64_t N, int64_t Vl, int64_t vocab_start, int64_t valid,
                        const float* global_max, const float* sumexp, const float* dloss,

@@ -271,6 +271,36 @@ TEST(CudaKernels, DropoutMaskIsTheCpuMaskBitForBit) {
   }
 }
 
+// The vocab-parallel cross entropy's per-row loss from its reduced
+// statistics, computed on the GPU (odd row count, sums from 1 to ~1e4).
+TEST(CudaKernels, VocabCrossEntropyLossMatchesTheCpu) {
+  const int64_t N = 1001;
+  std::vector<double> m(N), t(N), s(N);
+  for (int64_t i = 0; i < N; ++i) {
+    m[i] = 0.37 * static_cast<double>(i % 23) - 4.0;
+    t[i] = m[i] - 0.011 * static_cast<double>(i % 97);
+    s[i] = 1.0 + 9.7 * static_cast<double>((i * 7919) % 1031);
+  }
+  auto losses_on = [&](Device dev) {
+    Tensor gm = to_device(from_vector(m, {N}, DType::F32), dev);
+    Tensor tl = to_device(from_vector(t, {N}, DType::F32), dev);
+    Tensor se = to_device(from_vector(s, {N}, DType::F32), dev);
+    Tensor out = empty({N}, DType::F32, dev);
+    backend_for(out).vocab_ce_loss(gm, tl, se, out);
+    return to_double_vector(out);
+  };
+  const auto cpu = losses_on(Device::cpu()), gpu = losses_on(kGpu);
+  for (int64_t i = 0; i < N; ++i) {
+    ASSERT_NEAR(cpu[i], std::log(s[i]) + m[i] - t[i], 1e-5 * (1 + std::abs(cpu[i]))) << i;
+    ASSERT_NEAR(gpu[i], cpu[i], 1e-5 * (1 + std::abs(cpu[i]))) << i;
+  }
+  Tensor wrong = empty({N}, DType::F32, kGpu);
+  Tensor short_rows = to_device(from_vector(m, {N}, DType::F32), kGpu);
+  EXPECT_THROW(
+      backend_for(wrong).vocab_ce_loss(narrow(short_rows, 0, 0, 5), short_rows, short_rows, wrong),
+      ValueError);
+}
+
 TEST(CudaKernels, EmbeddingBackwardIsDeterministicAndEqualsTheCpuSum) {
   // Many repeats of few ids: the fixed summation order makes f32 bit-equal.
   std::vector<int64_t> ids(4096);

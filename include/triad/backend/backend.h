@@ -143,6 +143,11 @@ class Backend {
   // Step 2: per row, sum over valid columns of exp(logit - global_max).
   virtual void vocab_ce_sumexp(const Tensor& logits, const Tensor& global_max, int64_t valid,
                                Tensor& sumexp) = 0;
+  // Step 3 (after the reductions): per row, the loss
+  // log(sumexp) + global_max - target_logit; all (N) in stat_dtype, computed
+  // where they are (the host never waits to read them).
+  virtual void vocab_ce_loss(const Tensor& global_max, const Tensor& target_logit,
+                             const Tensor& sumexp, Tensor& losses) = 0;
   // Backward: dlogits = (exp(logit - max) / sumexp - onehot) * dloss[row];
   // padding columns get 0.
   virtual void vocab_ce_backward(const Tensor& logits, const Tensor& targets, int64_t vocab_start,

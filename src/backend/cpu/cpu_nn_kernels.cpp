@@ -453,6 +453,22 @@ void CpuBackend::vocab_ce_sumexp(const Tensor& logits, const Tensor& global_max,
   });
 }
 
+void CpuBackend::vocab_ce_loss(const Tensor& global_max, const Tensor& target_logit,
+                               const Tensor& sumexp, Tensor& losses) {
+  dispatch_float(losses.dtype(), "vocab_ce_loss", [&](auto tag) {
+    using T = decltype(tag);
+    const int64_t N = losses.numel();
+    const T* pm = global_max.data<T>();
+    const T* pt = target_logit.data<T>();
+    const T* ps = sumexp.data<T>();
+    T* pl = losses.data<T>();
+    for (int64_t i = 0; i < N; ++i) {
+      pl[i] = static_cast<T>(std::log(static_cast<double>(ps[i])) + static_cast<double>(pm[i]) -
+                             static_cast<double>(pt[i]));
+    }
+  });
+}
+
 void CpuBackend::vocab_ce_backward(const Tensor& logits, const Tensor& targets, int64_t vocab_start,
                                    int64_t valid, const Tensor& global_max, const Tensor& sumexp,
                                    const Tensor& dloss, Tensor& dlogits) {

@@ -171,6 +171,11 @@ void HalfAdapter::vocab_ce_sumexp(const Tensor& logits, const Tensor& global_max
   inner_.vocab_ce_sumexp(w.in(logits), global_max, valid, sumexp);
 }
 
+void HalfAdapter::vocab_ce_loss(const Tensor& global_max, const Tensor& target_logit,
+                                const Tensor& sumexp, Tensor& losses) {
+  inner_.vocab_ce_loss(global_max, target_logit, sumexp, losses);  // statistics: f32 already
+}
+
 void HalfAdapter::vocab_ce_backward(const Tensor& logits, const Tensor& targets,
                                     int64_t vocab_start, int64_t valid, const Tensor& global_max,
                                     const Tensor& sumexp, const Tensor& dloss, Tensor& dlogits) {

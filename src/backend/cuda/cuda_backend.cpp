@@ -175,8 +175,6 @@ class PinnedStaging {
     drain();
   }
 
-  size_t blocks() const { return blocks_.size(); }
-
  private:
   struct Block {
     void* ptr = nullptr;
@@ -933,6 +931,24 @@ void CudaBackend::vocab_ce_sumexp(const Tensor& logits, const Tensor& global_max
   launch("vocab_ce_sumexp", [&] {
     k::vocab_ce_sumexp(logits.raw_data(), scalar(logits.dtype()), global_max.data<float>(),
                        logits.size(0), logits.size(1), valid, sumexp.data<float>(), s.stream);
+  });
+}
+
+void CudaBackend::vocab_ce_loss(const Tensor& global_max, const Tensor& target_logit,
+                                const Tensor& sumexp, Tensor& losses) {
+  for (const Tensor* t :
+       std::initializer_list<const Tensor*>{&global_max, &target_logit, &sumexp, &losses}) {
+    if (t->dtype() != DType::F32 || t->numel() != losses.numel()) {
+      throw ValueError("vocab_ce_loss: statistics must be f32 of " +
+                       std::to_string(losses.numel()) + " rows, got " + dtype_name(t->dtype()) +
+                       " " + shape_str(t->shape()));
+    }
+  }
+  DeviceState& s = state(losses.device().index);
+  DeviceGuard g(s.index);
+  launch("vocab_ce_loss", [&] {
+    k::vocab_ce_loss(global_max.data<float>(), target_logit.data<float>(), sumexp.data<float>(),
+                     losses.numel(), losses.data<float>(), s.stream);
   });
 }
 

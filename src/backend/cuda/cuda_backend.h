@@ -67,6 +67,8 @@ class CudaBackend final : public Backend {
                         int64_t valid, Tensor& row_max, Tensor& target_logit) override;
   void vocab_ce_sumexp(const Tensor& logits, const Tensor& global_max, int64_t valid,
                        Tensor& sumexp) override;
+  void vocab_ce_loss(const Tensor& global_max, const Tensor& target_logit, const Tensor& sumexp,
+                     Tensor& losses) override;
   void vocab_ce_backward(const Tensor& logits, const Tensor& targets, int64_t vocab_start,
                          int64_t valid, const Tensor& global_max, const Tensor& sumexp,
                          const Tensor& dloss, Tensor& dlogits) override;

@@ -230,7 +230,9 @@ PipelineStepResult PipelineExecutor::run(const std::vector<data::Batch>& micro,
   PipelineStepResult res;
   std::vector<dist::WorkPtr> pending_sends;
   int live = 0;
-  double loss_sum = 0;
+  // The last stage sums its micro-batches' losses on their device and reads
+  // the sum once (a read per micro-batch would make the host wait each time).
+  Tensor loss_sum;
   auto activation_shape = [&](int mb) {
     const int64_t b = micro[mb].inputs.size(0), T = micro[mb].inputs.size(1);
     return Shape{b, sp ? T / tpg->size() : T, cfg.d_model};
@@ -335,7 +337,8 @@ PipelineStepResult PipelineExecutor::run(const std::vector<data::Batch>& micro,
           if (a.compute == ComputeKind::BackwardInput) opts.defer_weight_grads = &stores[k];
           if (stage == S - 1) {
             Tensor l = losses.at(k);
-            loss_sum += item(l);
+            Tensor part = cast(l.detach(), DType::F64);
+            loss_sum = loss_sum.defined() ? add(loss_sum, part) : part;
             // The step loss is the mean over microbatches of their mean losses.
             autograd::backward({l}, {full({}, loss_scale / m, l.dtype(), l.device())}, opts);
             losses.erase(k);
@@ -363,7 +366,8 @@ PipelineStepResult PipelineExecutor::run(const std::vector<data::Batch>& micro,
   for (int c = 0; c < model_.v(); ++c) model_.chunk(c).reduce_sequence_parallel_grads();
   model_.reduce_tied_embedding_grads();
   // The last stage knows the loss; every pipeline rank reports it.
-  Tensor l = from_vector(std::vector<double>{loss_sum / m}, {1}, DType::F64);
+  const double total = loss_sum.defined() ? item(loss_sum) : 0.0;
+  Tensor l = from_vector(std::vector<double>{total / m}, {1}, DType::F64);
   model_.groups().pp->broadcast(l, model_.p() - 1)->wait();
   res.loss = item(l);
   return res;

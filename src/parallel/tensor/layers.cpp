@@ -123,17 +123,21 @@ Tensor vocab_parallel_cross_entropy(const Tensor& logits, const Tensor& targets,
   group->all_reduce(tlogit, dist::ReduceOp::Sum)->wait();
   be.vocab_ce_sumexp(lc, gmax, valid, sumexp);
   group->all_reduce(sumexp, dist::ReduceOp::Sum)->wait();
-  // loss_i = log(sum exp(z - max)) + max - z_target; N values, summed on the host.
-  auto m = to_double_vector(gmax), t = to_double_vector(tlogit), s = to_double_vector(sumexp);
-  double total = 0;
-  for (int64_t i = 0; i < N; ++i) total += std::log(s[i]) + m[i] - t[i];
-  Tensor loss = from_vector(std::vector<double>{N ? total / static_cast<double>(N) : 0.0}, {}, sd,
-                            logits.device());  // f32 for half logits
+  // loss_i = log(sum exp(z - max)) + max - z_target, and their mean, on the
+  // logits' device (reading them here would make the host wait for it).
+  Tensor losses = empty({N}, sd, lc.device());
+  be.vocab_ce_loss(gmax, tlogit, sumexp, losses);
+  Tensor total = empty({}, sd, lc.device());
+  be.reduce(ReduceOp::Sum, losses, 1, N, 1, total, nullptr);
+  Tensor loss = scale(total, N ? 1.0 / static_cast<double>(N) : 0.0).detach();  // f32 for half
   const Shape ls = logits.shape();
   autograd::record("vocab_parallel_cross_entropy", {logits}, {loss},
                    [=](const autograd::TensorList& g) -> autograd::TensorList {
-                     const double scale = item(g[0]) / static_cast<double>(std::max<int64_t>(N, 1));
-                     Tensor dl = full({N}, scale, sd, lc.device());
+                     // dloss_i = g / N for every row, on the device.
+                     Tensor gl = cast(g[0], sd);
+                     Tensor dl = empty({N}, sd, lc.device());
+                     backend_for(lc).copy(make_view(gl, {N}, {0}, gl.offset()), dl);
+                     if (N) backend_for(dl).affine(dl, 1.0 / static_cast<double>(N), 0.0, dl);
                      Tensor d = empty_like(lc);
                      backend_for(lc).vocab_ce_backward(lc, tc, vocab_start, valid, gmax, sumexp, dl,
                                                        d);

@@ -78,7 +78,9 @@ class VocabParallelEmbedding : public nn::Module {
 
 // Mean cross entropy from vocabulary-split logits (..., V_local) without
 // ever gathering them: three all-reduces over the group (row max, target
-// logit, sum of exponentials). Columns past `valid` are padding.
+// logit, sum of exponentials). Columns past `valid` are padding. Targets are
+// on the logits' device or the host; the loss is computed on the logits'
+// device (nothing is read back).
 Tensor vocab_parallel_cross_entropy(const Tensor& logits, const Tensor& targets,
                                     int64_t vocab_start, int64_t valid,
                                     const dist::ProcessGroupPtr& group);
