@@ -23,6 +23,11 @@ bool nccl_available();
 // ring, every rank's send waiting for a receive queued behind its peer's
 // send. The pipeline executor batches each action's sends and receives for
 // this reason.
+//
+// Work::wait() polls the call's completion event from the host, so the
+// group's timeout can name a collective that never completes; the host
+// therefore waits for the GPU at each wait (stream-ordered waits with a
+// watchdog thread enforcing the timeout would let it run ahead).
 ProcessGroupPtr make_nccl_group(const ProcessGroupPtr& bootstrap, int device);
 
 // Routes each call by its tensors' device: CUDA to `nccl`, host to `host`.
