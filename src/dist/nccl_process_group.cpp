@@ -1,20 +1,27 @@
 // Process group over NCCL for CUDA tensors. Every call is enqueued on the
 // group's own stream after the device's compute stream (so it sees every
-// result queued so far); its Work records an event and wait() polls it
-// together with NCCL's asynchronous error state, against the group's
-// timeout. On timeout or error the communicator is aborted and the error
-// names the group, the op, the peers and the sizes. bf16/f16 reductions go
-// through f32 copies (one rounding at the end), as in the MPI group; data
-// movement of any dtype goes as bytes. Uneven all_gather and reduce_scatter
-// pieces become grouped broadcasts and reduces; all_gather exchanges the
-// pieces' sizes first (a small host exchange over the bootstrap group).
+// result queued so far) and records an event after it. Work::wait() makes
+// the compute stream wait for that event, not the host: the host runs on,
+// and everything it queues later sees the result. The group's watchdog
+// (watchdog.h) enforces the timeout from a thread of its own, polling the
+// events and NCCL's asynchronous error state; on a timeout or an error it
+// aborts the communicator, and the next call or wait on the group raises
+// the failure, naming the group, the op, the peers and the sizes (or, if
+// the program never gets there, the watchdog ends the process). bf16/f16
+// reductions go through f32 copies (one rounding at the end), as in the MPI
+// group; data movement of any dtype goes as bytes. Uneven all_gather and
+// reduce_scatter pieces become grouped broadcasts and reduces; all_gather
+// exchanges the pieces' sizes first (a small host exchange over the
+// bootstrap group).
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <thread>
 
 #include "call_checks.h"
@@ -22,6 +29,7 @@
 #include "triad/dist/nccl.h"
 #include "triad/ops/creation.h"
 #include "triad/ops/elementwise.h"
+#include "watchdog.h"
 
 namespace triad::dist {
 namespace {
@@ -85,28 +93,32 @@ class DeviceGuard {
 
 class NcclProcessGroup;
 
+// A CUDA event shared by a Work and the watchdog that polls it.
+using Event = std::shared_ptr<CUevent_st>;
+
 // An enqueued NCCL call: the event after it, the tensors it uses (kept alive
-// until it is done, since the caching allocator would otherwise hand their
-// memory to the compute stream), and what to do once it completed.
+// until the compute stream is ordered after it: their memory belongs to the
+// compute stream's pool of the caching allocator, and only work ordered
+// after the call may reuse it), and what to do with the result.
 class NcclWork final : public Work {
  public:
-  NcclWork(std::shared_ptr<NcclProcessGroup> group, cudaEvent_t event, std::vector<Tensor> keep,
+  NcclWork(std::shared_ptr<NcclProcessGroup> group, Event event, std::vector<Tensor> keep,
            std::function<void()> on_complete, std::string what, std::chrono::milliseconds timeout)
       : group_(std::move(group)),
-        event_(event),
+        event_(std::move(event)),
         keep_(std::move(keep)),
         on_complete_(std::move(on_complete)),
         what_(std::move(what)),
         timeout_(timeout) {}
   ~NcclWork() override;
   bool is_completed() override;
-  void wait() override { wait_for(timeout_); }
+  void wait() override;
   void wait_for(std::chrono::milliseconds timeout) override;
 
  private:
   void finish();
   std::shared_ptr<NcclProcessGroup> group_;
-  cudaEvent_t event_;
+  Event event_;
   std::vector<Tensor> keep_;
   std::function<void()> on_complete_;
   std::string what_;
@@ -138,25 +150,35 @@ class NcclProcessGroup final : public ProcessGroup,
     check_nccl(ncclCommInitRank(&comm_, size_, uid, rank_),
                "ncclCommInitRank for group '" + name_ + "' on cuda:" + std::to_string(device_));
     check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "NCCL group stream");
+    detail::Watchdog::Hooks hooks;
+    hooks.thread_start = [device = device_] { cudaSetDevice(device); };
+    hooks.async_error = [this] { return async_error(); };
+    // Ends the stuck calls (NCCL's kernels return), so a host blocked on
+    // the stream returns and raises the failure at its next call.
+    hooks.abort = [this] {
+      aborted_ = true;
+      ncclCommAbort(comm_);
+    };
+    watchdog_ = std::make_unique<detail::Watchdog>(name_, std::move(hooks));
   }
 
   ~NcclProcessGroup() override {
+    // Calls still in flight finish first (under the watchdog, so a hung one
+    // ends the process rather than this destructor).
+    if (!watchdog_->failed()) cudaStreamSynchronize(stream_);
+    watchdog_.reset();
     DeviceGuard g(device_);
     if (comm_ && !aborted_) ncclCommDestroy(comm_);
     if (stream_) cudaStreamDestroy(stream_);
   }
 
-  // Aborts the communicator after a timeout or an asynchronous error, so no
-  // later call blocks on it.
-  void abort() {
-    if (aborted_) return;
-    aborted_ = true;
-    ncclCommAbort(comm_);
-  }
-  ncclResult_t async_error() const {
-    ncclResult_t r = ncclSuccess;
-    if (!aborted_) ncclCommGetAsyncError(comm_, &r);
-    return r;
+  // Raises the group's failure (a timeout or an asynchronous NCCL error,
+  // found by the watchdog or now), if any.
+  void check_failure() { watchdog_->check(); }
+  // A host wait on one of the group's calls ran out of time: fails the
+  // group as the watchdog would and returns what to raise.
+  std::string time_out(const std::string& what, std::chrono::milliseconds timeout) {
+    return watchdog_->fail(what, timeout);
   }
   int device() const { return device_; }
 
@@ -174,7 +196,8 @@ class NcclProcessGroup final : public ProcessGroup,
       Tensor out = tensor;
       done = [out, target]() mutable { copy_(out, target); };
     }
-    const std::string what = describe("all_reduce", tensor, "");
+    const std::string what =
+        describe(std::string("all_reduce(") + reduce_op_name(op) + ")", tensor, "");
     return enqueue(
         [&] {
           check_nccl(ncclAllReduce(target.raw_data(), target.raw_data(),
@@ -260,7 +283,8 @@ class NcclProcessGroup final : public ProcessGroup,
     }
     const bool equal =
         std::all_of(rows.begin(), rows.end(), [&](int64_t r) { return r == rows[0]; });
-    const std::string what = describe("reduce_scatter", input, "");
+    const std::string what =
+        describe(std::string("reduce_scatter(") + reduce_op_name(op) + ")", input, "");
     const size_t esize = dtype_size(in.dtype());
     return enqueue(
         [&] {
@@ -355,11 +379,17 @@ class NcclProcessGroup final : public ProcessGroup,
     return detail::describe_call(*this, ", cuda:" + std::to_string(device_), op, t, peers);
   }
 
-  void check_tensor(const Tensor& t, const char* op) const {
-    if (aborted_) {
-      throw Error(std::string(op) + " on '" + name_ +
-                  "': the communicator was aborted after an earlier failure");
-    }
+  // "" while the communicator is healthy, else NCCL's asynchronous error.
+  std::string async_error() const {
+    if (aborted_) return "";
+    ncclResult_t r = ncclSuccess;
+    ncclCommGetAsyncError(comm_, &r);
+    if (r == ncclSuccess || r == ncclInProgress) return "";
+    return "NCCL error " + std::to_string(static_cast<int>(r)) + " (" + ncclGetErrorString(r) + ")";
+  }
+
+  void check_tensor(const Tensor& t, const char* op) {
+    watchdog_->check();  // a failed group takes no more calls
     if (!t.defined()) throw ValueError(std::string(op) + " on '" + name_ + "': undefined tensor");
     if (t.device() != Device::cuda(device_)) {
       throw NotSupportedError(std::string(op) + " on '" + name_ + "': the NCCL group moves " +
@@ -399,8 +429,11 @@ class NcclProcessGroup final : public ProcessGroup,
     issue();
     cudaEvent_t ev = nullptr;
     check_cuda(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), what);
+    Event event(ev, [](cudaEvent_t e) { cudaEventDestroy(e); });
     check_cuda(cudaEventRecord(ev, stream_), what);
-    return std::make_shared<NcclWork>(shared_from_this(), ev, std::move(keep),
+    watchdog_->watch([event] { return cudaEventQuery(event.get()) != cudaErrorNotReady; }, what,
+                     timeout_);
+    return std::make_shared<NcclWork>(shared_from_this(), std::move(event), std::move(keep),
                                       std::move(on_complete), what, timeout_);
   }
 
@@ -408,25 +441,32 @@ class NcclProcessGroup final : public ProcessGroup,
   int device_;
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;
-  bool aborted_ = false;
+  std::atomic<bool> aborted_{false};
+  std::unique_ptr<detail::Watchdog> watchdog_;
 };
 
 NcclWork::~NcclWork() {
-  // A Work dropped before completion still owns its tensors: wait for the
-  // stream so their memory is not reused under the transfer.
-  if (!done_ && event_) cudaEventSynchronize(event_);
-  if (event_) cudaEventDestroy(event_);
+  // Dropped without a wait: the compute stream still waits for the call
+  // before its pool may hand the tensors' memory out again.
+  if (!done_) {
+    cudaStreamWaitEvent(static_cast<cudaStream_t>(cuda::compute_stream(group_->device())),
+                        event_.get(), 0);
+  }
+}
+
+void NcclWork::wait() {
+  group_->check_failure();
+  if (!done_) finish();
 }
 
 bool NcclWork::is_completed() {
+  group_->check_failure();
   if (done_) return true;
-  const cudaError_t st = cudaEventQuery(event_);
-  if (st == cudaSuccess) {
-    finish();
-    return true;
-  }
-  if (st != cudaErrorNotReady) check_cuda(st, what_);
-  return false;
+  const cudaError_t st = cudaEventQuery(event_.get());
+  if (st == cudaErrorNotReady) return false;
+  check_cuda(st, what_);
+  finish();
+  return true;
 }
 
 void NcclWork::wait_for(std::chrono::milliseconds timeout) {
@@ -434,22 +474,17 @@ void NcclWork::wait_for(std::chrono::milliseconds timeout) {
   const auto start = std::chrono::steady_clock::now();
   int spins = 0;
   while (!is_completed()) {
-    const ncclResult_t async = group_->async_error();
-    if (async != ncclSuccess && async != ncclInProgress) {
-      group_->abort();
-      throw Error(what_ + " failed: NCCL error " + std::to_string(static_cast<int>(async)) + " (" +
-                  ncclGetErrorString(async) + "); the communicator was aborted");
-    }
     if (std::chrono::steady_clock::now() - start > timeout) {
-      group_->abort();
-      throw TimeoutError(what_ + " timed out after " + std::to_string(timeout.count()) +
-                         " ms; the communicator was aborted");
+      throw TimeoutError(group_->time_out(what_, timeout));
     }
     if (++spins > 1000) std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
 }
 
 void NcclWork::finish() {
+  check_cuda(cudaStreamWaitEvent(static_cast<cudaStream_t>(cuda::compute_stream(group_->device())),
+                                 event_.get(), 0),
+             what_);
   done_ = true;
   if (on_complete_) on_complete_();
   keep_.clear();

@@ -13,6 +13,10 @@
 #include <thread>
 
 #include "support/mpi_main.h"
+#ifdef TRIAD_NCCL_ON_SIM
+#include "support/cuda_sim/sim.h"
+#include "support/mock_nccl.h"
+#endif
 #include "triad/backend/cuda.h"
 #include "triad/dist/mesh.h"
 #include "triad/dist/nccl.h"
@@ -23,6 +27,7 @@ namespace triad::dist {
 namespace {
 
 ProcessGroupPtr g_world;
+ProcessGroupPtr g_host_world;  // the MPI world (g_world itself without NCCL)
 Device g_device = Device::cpu();
 #ifdef TRIAD_COLLECTIVES_ON_NCCL
 constexpr bool kNccl = true;
@@ -299,6 +304,99 @@ TEST(Mesh, CommunicatorsMatchTheShape) {
   EXPECT_THROW(DeviceMesh(g_world, bad), ConfigError);
 }
 
+// ---- NCCL: stream-ordered waits and the watchdog -------------------------------
+// wait() orders the compute stream after the call; the host does not wait.
+// Computing on a result, reducing it again and reading it at the end gives
+// the exact values (small integers, also in bf16, whose result is copied
+// back from an f32 buffer after the wait).
+TEST(NcclGroup, WorkQueuedAfterAWaitSeesTheResult) {
+  if (!kNccl) GTEST_SKIP() << "NCCL only";
+  const int P = g_world->size(), me = g_world->rank();
+  for (DType d : {DType::F32, DType::BF16}) {
+    const int64_t n = 45;
+    Tensor a = filled(me, n, d);
+    cuda::synchronize(g_device.index);
+#ifdef TRIAD_NCCL_ON_SIM
+    const auto before = triad_sim::counters();
+#endif
+    Tensor t = add(a, a);
+    g_world->all_reduce(t, ReduceOp::Sum)->wait();
+    Tensor u = add(t, full({n}, 1.0, d, g_device));
+    g_world->all_reduce(u, ReduceOp::Sum)->wait();
+#ifdef TRIAD_NCCL_ON_SIM
+    // Nothing made the host wait, and the work is still queued.
+    const auto after = triad_sim::counters();
+    EXPECT_EQ(after.host_waits, before.host_waits) << dtype_name(d);
+    EXPECT_EQ(after.not_ready_queries, before.not_ready_queries) << dtype_name(d);
+    EXPECT_GT(triad_sim::pending_work(), 0) << dtype_name(d);
+#endif
+    const std::vector<double> got = to_double_vector(to_device(u, Device::cpu()));
+    for (int64_t i = 0; i < n; ++i) {
+      double s = 0;
+      for (int r = 0; r < P; ++r) s += value(r, i);
+      ASSERT_EQ(got[i], P * (2 * s + 1)) << dtype_name(d) << " element " << i;
+    }
+  }
+}
+
+#ifdef TRIAD_NCCL_ON_SIM
+// A fresh NCCL group over the MPI world, on this rank's simulated GPU.
+ProcessGroupPtr fresh_nccl_group(std::chrono::milliseconds timeout) {
+  auto bootstrap = split_group(g_host_world, 0, "watched");
+  bootstrap->set_timeout(timeout);
+  return make_nccl_group(bootstrap, g_world->rank());
+}
+
+// On the simulator, the GPU runs a stream's work only when the program's
+// thread needs it: a call whose result the program does not ask for is, to
+// the watchdog's thread, a call that has not finished.
+TEST(NcclGroup, TheWatchdogFailsACallPastTheTimeoutAndTheNextCallRaisesIt) {
+  auto g = fresh_nccl_group(std::chrono::milliseconds(100));
+  Tensor t = filled(g->rank(), 6, DType::F32);
+  cuda::synchronize(g_device.index);
+  WorkPtr w = g->all_reduce(t, ReduceOp::Sum);
+  w->wait();  // stream-ordered: returns at once
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  try {
+    Tensor more = filled(g->rank(), 6, DType::F32);
+    g->all_reduce(more, ReduceOp::Sum);
+    FAIL() << "expected a TimeoutError";
+  } catch (const TimeoutError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("process group 'watched/nccl'"), std::string::npos) << m;
+    EXPECT_NE(m.find("all_reduce(sum) of f32 [6]"), std::string::npos) << m;
+    EXPECT_NE(m.find("timed out after 100 ms; the communicator was aborted"), std::string::npos)
+        << m;
+  }
+  EXPECT_THROW(w->wait(), TimeoutError);  // the group stays failed
+  cuda::synchronize(g_device.index);
+}
+
+TEST(NcclGroup, AnAsynchronousNcclErrorAbortsTheGroupAndNamesTheCall) {
+  auto g = fresh_nccl_group(std::chrono::minutes(5));
+  Tensor t = filled(g->rank(), 3, DType::BF16);
+  WorkPtr w = g->all_reduce(t, ReduceOp::Max);
+  testing::mock_nccl::fail_newest_communicator(2);  // ncclSystemError
+  try {
+    w->wait();
+    FAIL() << "expected an Error";
+  } catch (const TimeoutError& e) {
+    FAIL() << "not a timeout: " << e.what();
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("process group 'watched/nccl'"), std::string::npos) << m;
+    EXPECT_NE(m.find("all_reduce(max) of bf16 [3]"), std::string::npos) << m;
+    EXPECT_NE(m.find("failed: NCCL error 2"), std::string::npos) << m;
+  }
+  Tensor other = filled(g->rank(), 3, DType::F32);
+  EXPECT_THROW(g->broadcast(other, 0), Error);
+  // The world's group is untouched.
+  Tensor x = filled(g_world->rank(), 4, DType::F32);
+  EXPECT_NO_THROW(g_world->all_reduce(x, ReduceOp::Sum)->wait());
+  cuda::synchronize(g_device.index);
+}
+#endif
+
 }  // namespace
 }  // namespace triad::dist
 
@@ -318,9 +416,13 @@ int main(int argc, char** argv) {
         // the world.
         triad::dist::g_device = triad::Device::cuda(w->rank());
         triad::dist::g_world = triad::dist::make_nccl_group(w, w->rank());
+        triad::dist::g_host_world = w;
 #else
         triad::dist::g_world = w;
 #endif
       },
-      [] { triad::dist::g_world.reset(); });
+      [] {
+        triad::dist::g_world.reset();
+        triad::dist::g_host_world.reset();
+      });
 }

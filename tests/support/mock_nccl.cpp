@@ -18,7 +18,9 @@
 #include <nccl.h>
 
 #include "support/cuda_sim/sim.h"
+#include "support/mock_nccl.h"
 
+#include <atomic>
 #include <climits>
 #include <cstdint>
 #include <cstring>
@@ -30,7 +32,8 @@
 struct ncclComm {
   MPI_Comm comm = MPI_COMM_NULL;  // MPI_COMM_NULL for a communicator of one
   int rank = 0, size = 1;
-  bool aborted = false;
+  std::atomic<bool> aborted{false};  // set by a watchdog thread
+  std::atomic<int> async_error{0};   // mock_nccl::fail_newest_communicator
 };
 
 namespace {
@@ -46,6 +49,7 @@ struct Id {
 static_assert(sizeof(Id) <= sizeof(ncclUniqueId));
 
 int g_sequence = 0;
+std::atomic<ncclComm_t> g_newest{nullptr};  // mock_nccl::fail_newest_communicator
 int g_group_depth = 0;
 struct Collective {
   cudaStream_t stream;
@@ -322,6 +326,7 @@ ncclResult_t ncclCommInitRank(ncclComm_t* out, int nranks, ncclUniqueId uid, int
     }
   }
   *out = c;
+  g_newest = c;
   return ncclSuccess;
 }
 
@@ -330,6 +335,8 @@ ncclResult_t ncclCommDestroy(ncclComm_t c) {
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (c->comm != MPI_COMM_NULL && !finalized) MPI_Comm_free(&c->comm);
+  ncclComm_t newest = c;
+  g_newest.compare_exchange_strong(newest, nullptr);
   delete c;
   return ncclSuccess;
 }
@@ -342,7 +349,7 @@ ncclResult_t ncclCommAbort(ncclComm_t c) {
 
 ncclResult_t ncclCommGetAsyncError(ncclComm_t c, ncclResult_t* error) {
   if (c == nullptr || error == nullptr) return ncclInvalidArgument;
-  *error = ncclSuccess;
+  *error = c->aborted ? ncclSuccess : static_cast<ncclResult_t>(c->async_error.load());
   return ncclSuccess;
 }
 
@@ -503,3 +510,9 @@ ncclResult_t ncclGroupEnd() {
 }
 
 }  // extern "C"
+
+namespace triad::testing::mock_nccl {
+void fail_newest_communicator(int result) {
+  if (ncclComm_t c = g_newest.load()) c->async_error = result;
+}
+}  // namespace triad::testing::mock_nccl

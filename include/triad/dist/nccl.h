@@ -24,10 +24,14 @@ bool nccl_available();
 // send. The pipeline executor batches each action's sends and receives for
 // this reason.
 //
-// Work::wait() polls the call's completion event from the host, so the
-// group's timeout can name a collective that never completes; the host
-// therefore waits for the GPU at each wait (stream-ordered waits with a
-// watchdog thread enforcing the timeout would let it run ahead).
+// Work::wait() makes the device's compute stream wait for the call, not
+// the host: work queued on the compute stream afterwards (including copies
+// back to the host) sees the result, and the host runs on. The group's
+// watchdog thread enforces the timeout: on a timeout or an asynchronous NCCL
+// error it aborts the communicator, and the next call or wait on the group
+// raises TimeoutError or Error naming the group, the op, the peers and the
+// sizes (a program that never makes one is ended with exit status 1).
+// Work::wait_for() and is_completed() look from the host.
 ProcessGroupPtr make_nccl_group(const ProcessGroupPtr& bootstrap, int device);
 
 // Routes each call by its tensors' device: CUDA to `nccl`, host to `host`.

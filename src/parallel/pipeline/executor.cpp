@@ -124,10 +124,12 @@ void PipelineModel::reduce_tied_embedding_grads() const {
 }
 
 double PipelineModel::clip_grad_norm(double max_norm) const {
-  double sq = 0;
-  for (const auto& c : chunks_)
-    sq += c->grad_norm_squared(/*count_embedding=*/!c->plan().head || c->plan().embedding);
-  Tensor t = from_vector(std::vector<double>{sq}, {1}, DType::F64);
+  // Summed on the device over chunks and stages, read once.
+  Tensor t;
+  for (const auto& c : chunks_) {
+    Tensor sq = c->grad_norm_squared(/*count_embedding=*/!c->plan().head || c->plan().embedding);
+    t = t.defined() ? add(t, sq).detach() : sq;
+  }
   groups_.pp->all_reduce(t, dist::ReduceOp::Sum)->wait();
   const double norm = std::sqrt(item(t));
   if (max_norm > 0) {

@@ -204,22 +204,23 @@ void TensorParallelGpt::reduce_sequence_parallel_grads() const {
   }
 }
 
-double TensorParallelGpt::grad_norm_squared(bool count_embedding) const {
+Tensor TensorParallelGpt::grad_norm_squared(bool count_embedding) const {
   autograd::NoGradGuard ng;
-  // One device-side sum per kind, read back once each.
   std::vector<Tensor> split, replicated;
+  Device device = Device::cpu();
   for (const auto& [name, p] : named_parameters()) {
+    device = p.device();
     Tensor g = p.grad();
     if (!g.defined() || (!count_embedding && name == "wte.weight")) continue;
     (specs_.at(name).split ? split : replicated).push_back(g);
   }
+  // Split parameters' squares are summed over the group where they live
+  // (NCCL on a GPU), replicated ones added once; nothing is read here.
   const Tensor split_t = optim::sum_of_squares_device(split);
-  const Tensor replicated_t = optim::sum_of_squares_device(replicated);
-  const double split_sq = split_t.defined() ? item(split_t) : 0.0;
-  const double replicated_sq = replicated_t.defined() ? item(replicated_t) : 0.0;
-  Tensor s = from_vector(std::vector<double>{split_sq}, {1}, DType::F64);
+  Tensor s = split_t.defined() ? reshape(split_t, {1}).detach() : zeros({1}, DType::F64, device);
   group_->all_reduce(s, dist::ReduceOp::Sum)->wait();
-  return item(s) + replicated_sq;
+  const Tensor replicated_t = optim::sum_of_squares_device(replicated);
+  return replicated_t.defined() ? add(s, reshape(replicated_t, {1})).detach() : s;
 }
 
 void TensorParallelGpt::scale_grads(double coef) const {
@@ -231,7 +232,7 @@ void TensorParallelGpt::scale_grads(double coef) const {
 }
 
 double TensorParallelGpt::clip_grad_norm(double max_norm) const {
-  const double norm = std::sqrt(grad_norm_squared());
+  const double norm = std::sqrt(item(grad_norm_squared()));
   if (max_norm > 0) {
     const double coef = max_norm / (norm + 1e-6);
     if (coef < 1.0) scale_grads(coef);

@@ -18,6 +18,7 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "sim.h"
@@ -52,6 +53,7 @@ struct CUevent_st {
   uint64_t seq = 0;                         // its point in the queue
   std::shared_ptr<triad_sim::Mark> mark;
   unsigned flags = 0;
+  std::thread::id recorder;  // the host thread that recorded it
 };
 
 namespace {
@@ -465,15 +467,23 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
   auto mark = std::make_shared<triad_sim::Mark>();
   e->queue = q;
   e->mark = mark;
+  e->recorder = std::this_thread::get_id();
   e->seq = triad_sim::push(*q, [mark] { mark->at = std::chrono::steady_clock::now(); });
   return cudaSuccess;
 }
 cudaError_t cudaEventQuery(cudaEvent_t e) {
   if (e == nullptr) return set(cudaErrorInvalidResourceHandle);
+  std::lock_guard<std::recursive_mutex> lock(triad_sim::state().mutex);
   if (!e->queue || e->queue->done >= e->seq) return cudaSuccess;
   // Not reached yet: say so, and let the stream progress so that a later
   // query finds it done (a poll loop ends). A query never blocks on a GPU,
-  // so this is not counted as a host wait.
+  // so this is not counted as a host wait, but as a not-ready query. Only
+  // the thread that recorded the event makes it progress: another thread
+  // watching it (a communication watchdog) sees the work run when the
+  // program's own thread needs it, so what runs when does not depend on
+  // how the threads interleave.
+  if (std::this_thread::get_id() != e->recorder) return cudaErrorNotReady;
+  triad_sim::note_not_ready_query();
   triad_sim::run_until(*e->queue, e->seq);
   return cudaErrorNotReady;
 }

@@ -142,10 +142,11 @@ const bool g_report = [] {
     std::fprintf(
         stderr,
         "cuda_sim: %lld launches, %lld blocks, %lld threads, %lld barriers, %lld host "
-        "waits\n",
+        "waits, %lld not-ready queries\n",
         static_cast<long long>(g_counters.launches), static_cast<long long>(g_counters.blocks),
         static_cast<long long>(g_counters.threads), static_cast<long long>(g_counters.barriers),
-        static_cast<long long>(g_counters.host_waits));
+        static_cast<long long>(g_counters.host_waits),
+        static_cast<long long>(g_counters.not_ready_queries));
   });
   return true;
 }();
@@ -467,6 +468,9 @@ Counters counters() {
 }
 void note_host_wait() {
   ++g_counters.host_waits;
+}
+void note_not_ready_query() {
+  ++g_counters.not_ready_queries;
 }
 
 namespace {

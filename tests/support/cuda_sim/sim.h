@@ -39,9 +39,14 @@ struct Counters {
   // queued; event queries do not block): on a GPU, each one drains the
   // queue of launches the GPU would otherwise run ahead on.
   int64_t host_waits = 0;
+  // Event queries that found the event's work not yet run: a host that
+  // polls a query until it succeeds waits for the GPU as surely as one that
+  // synchronises (each such loop counts once).
+  int64_t not_ready_queries = 0;
 };
 Counters counters();
 void note_host_wait();
+void note_not_ready_query();
 
 // Where a launch was written, for error messages.
 struct Site {

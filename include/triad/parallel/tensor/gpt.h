@@ -67,8 +67,11 @@ class TensorParallelGpt : public nn::Module {
   double clip_grad_norm(double max_norm) const;
   // This stage's share of the global squared gradient norm (split
   // parameters summed over the group); without the token embedding when
-  // `count_embedding` is false (its tied copy is counted elsewhere).
-  double grad_norm_squared(bool count_embedding = true) const;
+  // `count_embedding` is false (its tied copy is counted elsewhere). An f64
+  // tensor of one element on the parameters' device: the caller adds other
+  // shares there and reads the total once (each read makes the host wait
+  // for the GPU). Collective over the TP group.
+  Tensor grad_norm_squared(bool count_embedding = true) const;
   void scale_grads(double coef) const;
   const Tensor& token_embedding() const { return wte_->weight(); }
 

@@ -1,0 +1,53 @@
+# Multi-rank `device: cuda` training on the CUDA simulator makes the host
+# wait for the GPU at most twice per step on every rank (the gradient norm
+# and the loss), and never polls for a collective: NCCL waits are
+# stream-ordered (dist/nccl.h). The simulator counts both (TRIAD_SIM_REPORT=1
+# prints "cuda_sim: ... N host waits, M not-ready queries" at exit); a
+# step's share is the difference between runs of 2 and 4 steps. Two
+# micro-batches per step: the pinned staging pool's own queries (which
+# never wait) make 2 per micro-batch (at most 6 per step pass), where one
+# polled NCCL wait per collective made dozens.
+# Variables: TRAIN (triad-train-sim), MPIRUN (list), CONFIG, DATA, WORK,
+# LAYOUTS ("ranks|--set ..." entries joined by '@').
+file(REMOVE_RECURSE ${WORK})
+set(common --config ${CONFIG} --set data.train=${DATA} --set device=cuda --set model.vocab_size=300
+    --set model.n_layer=2 --set model.d_model=64 --set model.seq_len=32
+    --set train.global_batch_size=4 --set train.micro_batch_size=2 --set log.interval=100)
+string(REPLACE "@" ";" layouts "${LAYOUTS}")
+set(index 0)
+foreach(layout IN LISTS layouts)
+  math(EXPR index "${index} + 1")
+  string(REPLACE "|" ";" fields "${layout}")
+  list(GET fields 0 np)
+  list(GET fields 1 flags)
+  separate_arguments(flags UNIX_COMMAND "${flags}")
+  foreach(steps 2 4)
+    set(dir ${WORK}/layout${index}_${steps})
+    execute_process(COMMAND ${MPIRUN} -np ${np} -x TRIAD_SIM_REPORT=1 --output-filename ${dir}/ranks
+                            ${TRAIN} ${common} ${flags} --set train.steps=${steps}
+                            --set output.dir=${dir}
+                    RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
+    if(NOT rc EQUAL 0)
+      message(FATAL_ERROR "layout '${layout}', ${steps} steps failed (${rc}):\n${out}")
+    endif()
+  endforeach()
+  math(EXPR last "${np} - 1")
+  foreach(rank RANGE ${last})
+    foreach(steps 2 4)
+      file(GLOB err ${WORK}/layout${index}_${steps}/ranks/*/rank.${rank}/stderr)
+      file(STRINGS "${err}" line REGEX "^cuda_sim: ")
+      if(NOT line MATCHES " ([0-9]+) host waits, ([0-9]+) not-ready queries")
+        message(FATAL_ERROR "layout '${layout}' rank ${rank}: no simulator report in ${err}")
+      endif()
+      set(waits_${steps} ${CMAKE_MATCH_1})
+      set(queries_${steps} ${CMAKE_MATCH_2})
+    endforeach()
+    math(EXPR waits "(${waits_4} - ${waits_2}) / 2")
+    math(EXPR queries "(${queries_4} - ${queries_2}) / 2")
+    message(STATUS "layout '${layout}' rank ${rank}: ${waits} host waits, ${queries} not-ready queries per step")
+    if(waits GREATER 2 OR queries GREATER 6)
+      message(FATAL_ERROR "layout '${layout}' rank ${rank}: ${waits} host waits and ${queries} "
+                          "not-ready queries per step; expected at most 2 and 6")
+    endif()
+  endforeach()
+endforeach()
