@@ -10,12 +10,22 @@ namespace {
 
 constexpr int kThreads = 256;
 
+// v as a T would store it, back in f32.
+template <class T>
+__device__ __forceinline__ float round_to(float v) {
+  T r;
+  store(&r, 0, v);
+  return static_cast<float>(load(&r, 0));
+}
+
 template <class T>
 __global__ void adamw_kernel(T* p, const T* g, T* m, T* v, int64_t n, float decay, float b1,
-                             float b2, float step_size, float bc2_sqrt, float eps) {
+                             float b2, float step_size, float bc2_sqrt, float eps, float gscale) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x) {
-    const float gi = load(g, i);
+    // Rounded to T as a separate scale of the gradient would store it (and
+    // never fused into the next multiply-add).
+    const float gi = round_to<T>(__fmul_rn(gscale, load(g, i)));
     float pi = load(p, i) * decay;
     float mi = load(m, i);
     mi += (gi - mi) * (1.0f - b1);
@@ -39,6 +49,7 @@ struct MultiArgs {
   float* v[kAdamWTensorsPerLaunch];
   float* master[kAdamWTensorsPerLaunch];
   float decay[kAdamWTensorsPerLaunch];
+  float gscale[kAdamWTensorsPerLaunch];
   int64_t n[kAdamWTensorsPerLaunch];
   unsigned char block_tensor[kMultiBlocks];
   int32_t block_chunk[kMultiBlocks];
@@ -56,8 +67,9 @@ __global__ void adamw_multi_kernel(MultiArgs a, float b1, float b2, float step_s
   float* v = a.v[t];
   float* w = a.master[t];
   const float decay = a.decay[t];
+  const float gscale = a.gscale[t];
   for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
-    const float gi = g[i];
+    const float gi = __fmul_rn(gscale, g[i]);  // f32 gradients: as a scale of them stores
     float pi = (kMaster ? w[i] : load(p, i)) * decay;
     float mi = m[i];
     mi += (gi - mi) * (1.0f - b1);
@@ -130,6 +142,7 @@ void adamw_multi(ScalarType param_type, const std::vector<AdamWTensor>& tensors,
       args.param[s] = t.param, args.grad[s] = t.grad, args.m[s] = t.m, args.v[s] = t.v;
       args.master[s] = t.master, args.n[s] = t.n;
       args.decay[s] = static_cast<float>(1.0 - a.lr * t.weight_decay);
+      args.gscale[s] = static_cast<float>(t.grad_scale);
     }
     for (size_t k = 0; k < l.blocks.size(); ++k) {
       args.block_tensor[k] = static_cast<unsigned char>(l.blocks[k].slot);
@@ -137,6 +150,108 @@ void adamw_multi(ScalarType param_type, const std::vector<AdamWTensor>& tensors,
     }
     launch(args, static_cast<int>(l.blocks.size()));
   }
+}
+
+// ---- the global norm --------------------------------------------------------
+namespace {
+
+struct SumSquaresArgs {
+  const void* x[kAdamWTensorsPerLaunch];
+  int64_t n[kAdamWTensorsPerLaunch];
+  unsigned char block_tensor[kMultiBlocks];
+  int32_t block_chunk[kMultiBlocks];
+};
+
+template <class T>
+__global__ void sum_squares_multi_kernel(SumSquaresArgs a, double* partial) {
+  __shared__ double scratch[32];
+  const int t = a.block_tensor[blockIdx.x];
+  const int64_t begin = int64_t(a.block_chunk[blockIdx.x]) * kMultiChunk;
+  const int64_t end = min(a.n[t], begin + kMultiChunk);
+  const T* x = static_cast<const T*>(a.x[t]);
+  double acc = 0;
+  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
+    const double v = static_cast<double>(load(x, i));
+    acc += v * v;
+  }
+  acc = block_sum(acc, scratch);
+  if (threadIdx.x == 0) partial[blockIdx.x] = acc;
+}
+
+// One block: each thread adds a fixed stride of the partials in order, then
+// the block sums the threads' totals in a fixed tree.
+__global__ void sum_partials_kernel(const double* partial, int64_t count, double* out,
+                                    bool accumulate) {
+  __shared__ double scratch[32];
+  double acc = 0;
+  for (int64_t i = threadIdx.x; i < count; i += blockDim.x) acc += partial[i];
+  acc = block_sum(acc, scratch);
+  if (threadIdx.x == 0) out[0] = accumulate ? out[0] + acc : acc;
+}
+
+std::vector<int64_t> sizes_of(const std::vector<SumSquaresTensor>& tensors) {
+  std::vector<int64_t> sizes;
+  for (const SumSquaresTensor& t : tensors) sizes.push_back(t.n);
+  return sizes;
+}
+
+}  // namespace
+
+int64_t sum_squares_partials(const std::vector<SumSquaresTensor>& tensors) {
+  int64_t chunks = 0;
+  for (const SumSquaresTensor& t : tensors) chunks += (t.n + kMultiChunk - 1) / kMultiChunk;
+  return chunks;
+}
+
+Status check_sum_squares(ScalarType type, const std::vector<SumSquaresTensor>& tensors) {
+  if (!is_nn_type(type)) {
+    return Status::fail(std::string("element type ") + scalar_name(type) +
+                        " is not supported (f32, bf16 or f16)");
+  }
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const SumSquaresTensor& t = tensors[i];
+    if (t.n < 0 || (t.n > 0 && t.x == nullptr)) {
+      return Status::fail("tensor " + std::to_string(i) + ": a null pointer or negative size");
+    }
+    if (t.n > int64_t(kMultiChunk) * INT32_MAX) {
+      return Status::fail("tensor " + std::to_string(i) + " has too many elements");
+    }
+  }
+  return Status::fine();
+}
+
+void sum_squares_multi(ScalarType type, const std::vector<SumSquaresTensor>& tensors,
+                       double* partial, double* out, bool accumulate, cudaStream_t stream) {
+  require(check_sum_squares(type, tensors), "sum_squares_multi");
+  int64_t done = 0;
+  for (const AdamWLaunch& l :
+       plan_adamw_multi(sizes_of(tensors), kAdamWTensorsPerLaunch, kMultiBlocks, kMultiChunk)) {
+    SumSquaresArgs args{};
+    for (size_t s = 0; s < l.tensors.size(); ++s) {
+      const SumSquaresTensor& t = tensors[static_cast<size_t>(l.tensors[s])];
+      args.x[s] = t.x, args.n[s] = t.n;
+    }
+    for (size_t k = 0; k < l.blocks.size(); ++k) {
+      args.block_tensor[k] = static_cast<unsigned char>(l.blocks[k].slot);
+      args.block_chunk[k] = static_cast<int32_t>(l.blocks[k].chunk);
+    }
+    const int blocks = static_cast<int>(l.blocks.size());
+    switch (type) {
+      case ScalarType::BF16:
+        sum_squares_multi_kernel<__nv_bfloat16>
+            <<<blocks, kThreads, 0, stream>>>(args, partial + done);
+        break;
+      case ScalarType::F16:
+        sum_squares_multi_kernel<__half><<<blocks, kThreads, 0, stream>>>(args, partial + done);
+        break;
+      default:
+        sum_squares_multi_kernel<float><<<blocks, kThreads, 0, stream>>>(args, partial + done);
+    }
+    check_launch("sum_squares_multi");
+    done += blocks;
+  }
+  sum_partials_kernel<<<1, 1024, 0, stream>>>(partial, done, out, accumulate);
+  check_launch("sum_squares_multi (partials)");
 }
 
 Status check_adamw(ScalarType type, int64_t n, const AdamWArgs& a) {
@@ -167,7 +282,7 @@ void adamw(void* param, const void* grad, void* m, void* v, ScalarType type, int
     adamw_kernel<T><<<grid_for(n, kThreads), kThreads, 0, stream>>>(
         static_cast<T*>(param), static_cast<const T*>(grad), static_cast<T*>(m), static_cast<T*>(v),
         n, decay, static_cast<float>(a.beta1), static_cast<float>(a.beta2), step_size, bc2_sqrt,
-        static_cast<float>(a.eps));
+        static_cast<float>(a.eps), static_cast<float>(a.grad_scale));
   });
   check_launch("adamw");
 }

@@ -19,6 +19,9 @@ struct AdamWArgs {
   double eps = 1e-8;
   double weight_decay = 0;
   int64_t step = 1;  // 1-based, for bias correction
+  // Multiplies the gradient first (rounded once in f32, exactly as a
+  // separate scale of it would be): the clipping coefficient.
+  double grad_scale = 1.0;
 };
 
 Status check_adamw(ScalarType type, int64_t n, const AdamWArgs& args);
@@ -30,7 +33,8 @@ void adamw(void* param, const void* grad, void* m, void* v, ScalarType type, int
 // them. Gradients and moments are f32. An f32 parameter is updated in place
 // (master null); a bf16/f16 parameter has f32 master weights, which are
 // updated and then rounded into it in the same pass. args.weight_decay is
-// replaced by each tensor's own. Same arithmetic as adamw().
+// replaced by each tensor's own, and so is args.grad_scale. Same arithmetic
+// as adamw().
 struct AdamWTensor {
   void* param = nullptr;
   const float* grad = nullptr;
@@ -39,6 +43,7 @@ struct AdamWTensor {
   float* master = nullptr;
   int64_t n = 0;
   double weight_decay = 0;
+  double grad_scale = 1.0;
 };
 constexpr int kAdamWTensorsPerLaunch = 16;
 
@@ -61,5 +66,22 @@ Status check_adamw_multi(ScalarType param_type, const std::vector<AdamWTensor>& 
                          const AdamWArgs& args);
 void adamw_multi(ScalarType param_type, const std::vector<AdamWTensor>& tensors,
                  const AdamWArgs& args, cudaStream_t stream);
+
+// The global gradient norm's square (adamw.cu): the sum of x^2 over every
+// element of many tensors of `type` (f32, bf16 or f16), each square and sum
+// in f64, in a fixed order (the same bits every run). Chunks of the tensors
+// are planned as adamw_multi's; each block writes its chunk's sum to
+// `partial` (sum_squares_partials() entries, f64, device memory) and a last
+// launch adds them in order into out[0] (one f64, device memory). A NaN or
+// infinity anywhere makes the result non-finite: the step's NaN/Inf check.
+// `accumulate` adds to out[0] instead of overwriting it.
+struct SumSquaresTensor {
+  const void* x = nullptr;
+  int64_t n = 0;
+};
+int64_t sum_squares_partials(const std::vector<SumSquaresTensor>& tensors);
+Status check_sum_squares(ScalarType type, const std::vector<SumSquaresTensor>& tensors);
+void sum_squares_multi(ScalarType type, const std::vector<SumSquaresTensor>& tensors,
+                       double* partial, double* out, bool accumulate, cudaStream_t stream);
 
 }  // namespace triad::kernels

@@ -35,12 +35,33 @@ void Backend::adamw_many(std::vector<AdamWEntry>& entries, const AdamWStep& hp) 
   for (AdamWEntry& e : entries) {
     AdamWStep h = hp;
     h.weight_decay = e.weight_decay;
+    h.grad_scale = e.grad_scale;
     if (!e.master.defined()) {
       adamw(e.param, e.grad, e.m, e.v, h);
       continue;
     }
     adamw(e.master, e.grad, e.m, e.v, h);
     copy(e.master, e.param);
+  }
+}
+
+void Backend::sum_of_squares(const std::vector<Tensor>& tensors, Tensor& out) {
+  fill(out, 0.0);
+  for (const Tensor& given : tensors) {
+    if (given.numel() == 0) continue;
+    // Half tensors are squared in f32 (exactly: a bf16 or f16 square fits).
+    Tensor t = given;
+    if (is_half(given.dtype())) {
+      t = empty(given.shape(), DType::F32, given.device());
+      copy(given, t);
+    }
+    Tensor sq = empty(t.shape(), t.dtype(), t.device());
+    binary(BinaryOp::Mul, t, t, sq);
+    Tensor s = empty({1}, t.dtype(), t.device());
+    reduce(ReduceOp::Sum, sq, 1, sq.numel(), 1, s, nullptr);
+    Tensor s64 = empty({1}, DType::F64, t.device());
+    copy(s, s64);
+    binary(BinaryOp::Add, out, s64, out);
   }
 }
 

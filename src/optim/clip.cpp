@@ -1,8 +1,11 @@
 #include "triad/optim/clip.h"
 
+#include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "triad/autograd/grad_mode.h"
+#include "triad/backend/backend.h"
 #include "triad/ops/creation.h"
 #include "triad/ops/elementwise.h"
 #include "triad/ops/reduce.h"
@@ -10,17 +13,27 @@
 namespace triad::optim {
 
 double sum_of_squares(const Tensor& t) {
-  autograd::NoGradGuard no_grad;
-  return item(sum(mul(t, t)));
+  const Tensor s = sum_of_squares_device({t});
+  return s.defined() ? item(s) : 0.0;
 }
 
 Tensor sum_of_squares_device(const std::vector<Tensor>& tensors) {
   autograd::NoGradGuard no_grad;
-  Tensor total;
+  // One backend call per device (the CUDA backend reads every tensor once,
+  // in a few launches), then the devices' sums added in order.
+  std::vector<std::pair<Device, std::vector<Tensor>>> by_device;
   for (const auto& t : tensors) {
     if (!t.defined()) continue;
-    Tensor s = cast(sum(mul(t, t)), DType::F64);
-    total = total.defined() ? add(total, s) : s;
+    auto it = std::find_if(by_device.begin(), by_device.end(),
+                           [&](const auto& e) { return e.first == t.device(); });
+    if (it == by_device.end()) it = by_device.insert(by_device.end(), {t.device(), {}});
+    it->second.push_back(t.is_contiguous() ? t : contiguous(t));
+  }
+  Tensor total;
+  for (auto& [device, list] : by_device) {
+    Tensor s = empty({1}, DType::F64, device);
+    backend_for(device.type).sum_of_squares(list, s);
+    total = total.defined() ? add(total, to_device(s, total.device())) : s;
   }
   return total;
 }

@@ -496,6 +496,7 @@ StepMetrics Trainer::step(int64_t index) {
   }
   if (scaler_) unscale_gradients();
   double norm = 0;
+  double clip_coef = 1.0;
   if (zero_optimizer_) {
     norm = global_norm_zero1();
     if (t.grad_clip > 0 && std::isfinite(norm)) {
@@ -503,9 +504,13 @@ StepMetrics Trainer::step(int64_t index) {
       if (coef < 1.0) scale_(reducer_->flat_grads(), coef);
     }
   } else {
-    norm = pp_model_   ? pp_model_->clip_grad_norm(t.grad_clip)
-           : tp_model_ ? tp_model_->clip_grad_norm(t.grad_clip)
-                       : optim::clip_grad_norm(model_->parameters(), t.grad_clip);
+    norm = pp_model_   ? pp_model_->grad_norm()
+           : tp_model_ ? tp_model_->grad_norm()
+                       : optim::global_grad_norm(model_->parameters());
+    // Clipping's coefficient goes into the optimizer step: no pass over
+    // every gradient (on a GPU, one launch per parameter fewer).
+    if (t.grad_clip > 0 && std::isfinite(norm))
+      clip_coef = std::min(1.0, t.grad_clip / (norm + 1e-6));
   }
   // A non-finite gradient anywhere makes the norm non-finite on every rank
   // (it is reduced over all of them): all skip the update together and the
@@ -538,7 +543,7 @@ StepMetrics Trainer::step(int64_t index) {
     if (zero_optimizer_) {
       zero_optimizer_->step(lr);
     } else {
-      optimizer_->step(lr);
+      optimizer_->step(lr, clip_coef);
     }
     ++applied_steps_;
     record("optimizer", "optimizer", opt_start, TraceRecorder::Clock::now());

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <utility>
 
 #include "ops/op_cases.h"
@@ -301,6 +302,62 @@ TEST(CudaKernels, VocabCrossEntropyLossMatchesTheCpu) {
       ValueError);
 }
 
+// The global norm's square over many tensors: more than one launch's worth
+// of tensors (16) and of chunks, sizes around the 32768-element chunk,
+// empty tensors, all three half/f32 types and an f64 tensor (the reference
+// path, added to the kernels' sum). Against the exact sum of the values the
+// tensors hold, the CPU reference, itself twice (bit for bit), and with an
+// infinity or a NaN planted.
+TEST(CudaKernels, SumOfSquaresOfManyTensorsMatchesTheCpu) {
+  const std::vector<int64_t> sizes{1,     31, 0,     32768, 32769, 70000, 5,   4097, 256,   1000, 3,
+                                   65536, 7,  12345, 32767, 100,   0,     999, 2,    40000, 17};
+  const std::vector<DType> types{DType::F32, DType::BF16, DType::F16};
+  std::vector<Tensor> host;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    host.push_back(
+        randn({sizes[i]}, 23, i, 0.5 + 0.1 * static_cast<double>(i % 5), types[i % types.size()]));
+  }
+  host.push_back(randn({321}, 23, 99, 1.0, DType::F64));
+  double exact = 0;
+  for (const Tensor& t : host) {
+    for (double v : to_double_vector(t)) exact += v * v;
+  }
+  auto total_on = [&](Device dev, const std::vector<Tensor>& ts) {
+    std::vector<Tensor> on;
+    for (const Tensor& t : ts) on.push_back(to_device(t, dev));
+    Tensor out = empty({1}, DType::F64, dev);
+    backend_for(out).sum_of_squares(on, out);
+    return item(out);
+  };
+  const double gpu = total_on(kGpu, host), cpu = total_on(Device::cpu(), host);
+  EXPECT_NEAR(gpu, exact, 1e-12 * exact);
+  EXPECT_NEAR(cpu, exact, 1e-5 * exact);
+  EXPECT_EQ(total_on(kGpu, host), gpu);  // the same bits every run
+  // Only half tensors (no reference path): still the exact sum.
+  const std::vector<Tensor> halves{host[1], host[4], host[7]};
+  double exact_halves = 0;
+  for (const Tensor& t : halves) {
+    for (double v : to_double_vector(t)) exact_halves += v * v;
+  }
+  EXPECT_NEAR(total_on(kGpu, halves), exact_halves, 1e-12 * exact_halves);
+  EXPECT_EQ(total_on(kGpu, {}), 0.0);
+  // A non-finite element anywhere shows in the total.
+  for (double bad : {std::numeric_limits<double>::infinity(), std::nan("")}) {
+    std::vector<Tensor> planted = host;
+    std::vector<double> v = to_double_vector(host[5]);
+    v[40000] = bad;
+    planted[5] = from_vector(v, {sizes[5]}, host[5].dtype());
+    const double got = total_on(kGpu, planted);
+    if (std::isnan(bad)) {
+      EXPECT_TRUE(std::isnan(got)) << got;
+    } else {
+      EXPECT_TRUE(std::isinf(got)) << got;
+    }
+  }
+  Tensor f32_out = empty({1}, DType::F32, kGpu);
+  EXPECT_THROW(backend_for(f32_out).sum_of_squares({}, f32_out), ValueError);
+}
+
 TEST(CudaKernels, EmbeddingBackwardIsDeterministicAndEqualsTheCpuSum) {
   // Many repeats of few ids: the fixed summation order makes f32 bit-equal.
   std::vector<int64_t> ids(4096);
@@ -468,6 +525,57 @@ TEST(CudaRuntime, MultiTensorAdamWStepMatchesTheCpuOptimizer) {
                    1e-5, 1e-6, label("m ", i));
     }
   }
+}
+
+// The clipping coefficient folded into the step gives the same bits on the
+// GPU as scaling the gradients first: the multi-tensor kernel (f32, and
+// bf16 through masters) and the single-tensor one (bf16 gradients, rounded
+// to bf16 after scaling as a scale of them would be).
+TEST(CudaRuntime, AdamWGradScaleEqualsScalingTheGradientsFirst) {
+  const double coef = 0.3718;
+  for (DType d : {DType::F32, DType::BF16}) {
+    SCOPED_TRACE(dtype_name(d));
+    std::vector<std::pair<std::string, Tensor>> scaled, folded;
+    for (int i = 0; i < 18; ++i) {
+      Tensor p = to_device(randn({i == 2 ? 40000 : 37}, 6, static_cast<uint64_t>(i), 1.0, d), kGpu);
+      std::string name = "p";  // (appending avoids GCC 12's -Wrestrict false alarm)
+      name += std::to_string(i);
+      scaled.push_back({name, clone(p).detach()});
+      folded.push_back({name, clone(p).detach()});
+    }
+    optim::AdamWOptions o;
+    o.weight_decay = 0.1;
+    optim::AdamW opt_scaled(scaled, o), opt_folded(folded, o);
+    for (int step = 0; step < 2; ++step) {
+      for (size_t i = 0; i < scaled.size(); ++i) {
+        Tensor g = to_device(randn(scaled[i].second.shape(), 7,
+                                   static_cast<uint64_t>(100 * step + i), 2.0, DType::F32),
+                             kGpu);
+        Tensor gs = clone(g).detach();
+        scale_(gs, coef);
+        scaled[i].second.set_grad(gs);
+        folded[i].second.set_grad(g);
+      }
+      opt_scaled.step(1e-2);
+      opt_folded.step(1e-2, coef);
+    }
+    for (size_t i = 0; i < scaled.size(); ++i) {
+      ASSERT_EQ(to_double_vector(folded[i].second), to_double_vector(scaled[i].second)) << i;
+    }
+  }
+  // Single-tensor kernel, bf16 throughout.
+  Tensor p1 = to_device(randn({999}, 8, 1, 1.0, DType::BF16), kGpu), p2 = clone(p1).detach();
+  Tensor g = to_device(randn({999}, 8, 2, 3.0, DType::BF16), kGpu);
+  Tensor m1 = zeros({999}, DType::BF16, kGpu), v1 = zeros({999}, DType::BF16, kGpu);
+  Tensor m2 = zeros({999}, DType::BF16, kGpu), v2 = zeros({999}, DType::BF16, kGpu);
+  AdamWStep hp;
+  hp.lr = 1e-2;
+  Tensor gs = scale(g, coef);
+  backend_for(p1).adamw(p1, gs, m1, v1, hp);
+  hp.grad_scale = coef;
+  backend_for(p2).adamw(p2, g, m2, v2, hp);
+  EXPECT_EQ(to_double_vector(p2), to_double_vector(p1));
+  EXPECT_EQ(to_double_vector(v2), to_double_vector(v1));
 }
 
 // Token ids and targets (B, T) over a vocabulary of 97, on the host.

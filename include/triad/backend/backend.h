@@ -28,6 +28,11 @@ struct AdamWStep {
   double eps = 1e-8;
   double weight_decay = 0;
   int64_t step = 1;
+  // The gradient is multiplied by this (in its own type, rounded once, as a
+  // separate scale of the gradient would) before the update: gradient
+  // clipping folds its coefficient in here instead of a pass over every
+  // gradient. The gradients themselves are left as they are.
+  double grad_scale = 1.0;
 };
 
 // The kernels one device family provides. The front end (ops/) validates
@@ -166,14 +171,25 @@ class Backend {
   // One AdamW update of many parameters (the optimizer's whole step). With
   // `master` defined (f32 master weights of a half parameter) the master is
   // updated and then rounded into `param`; `grad`, `m`, `v` are f32 then.
-  // hp.weight_decay is replaced by each entry's own. The default runs
-  // adamw() (and the rounding copy) per entry, the reference; the CUDA
-  // backend updates them all in a few multi-tensor launches.
+  // hp.weight_decay and hp.grad_scale are replaced by each entry's own. The
+  // default runs adamw() (and the rounding copy) per entry, the reference;
+  // the CUDA backend updates them all in a few multi-tensor launches.
   struct AdamWEntry {
     Tensor param, grad, m, v, master;
     double weight_decay = 0;
+    double grad_scale = 1.0;
   };
   virtual void adamw_many(std::vector<AdamWEntry>& entries, const AdamWStep& hp);
+
+  // The global gradient norm's square: out (an f64 tensor of one element on
+  // this backend's device) = the sum of x^2 over every element of `tensors`
+  // (contiguous, on that device). A NaN or infinity anywhere makes it
+  // non-finite, which is the step's NaN/Inf check. The default squares and
+  // sums tensor by tensor in the tensor's dtype (f32 for bf16/f16) and adds
+  // the sums in f64 (the reference);
+  // the CUDA backend reads every tensor once, in a few launches, squaring
+  // and summing in f64.
+  virtual void sum_of_squares(const std::vector<Tensor>& tensors, Tensor& out);
 };
 
 // The backend serving tensors of a device type; throws NotSupportedError when

@@ -29,8 +29,10 @@ class AdamW {
   AdamW(std::vector<std::pair<std::string, Tensor>> named_params, AdamWOptions options);
 
   // One update with learning rate `lr` (the schedule's value for this step).
-  // Parameters without a gradient are skipped.
-  void step(double lr);
+  // Parameters without a gradient are skipped. The gradients are taken
+  // times `grad_scale` (gradient clipping's coefficient), exactly as if they
+  // had been scaled first, without a pass over them; they are not modified.
+  void step(double lr, double grad_scale = 1.0);
   int64_t step_count() const { return step_; }
   const AdamWOptions& options() const { return options_; }
 

@@ -6,13 +6,16 @@
 
 namespace triad::optim {
 
-// Sum of the squares of a tensor's elements (accumulated in double).
+// Sum of the squares of a tensor's elements, read back (as
+// sum_of_squares_device of one tensor).
 double sum_of_squares(const Tensor& t);
 
-// Adds the sum of squares of each tensor into one f64 scalar on their device
-// without reading it back: one host synchronisation for a whole model
-// instead of one per tensor (what matters on a GPU). Undefined tensors are
-// skipped; an empty list gives an undefined result.
+// Adds the sum of squares of each tensor into one f64 tensor of one element
+// on their device without reading it back: one host synchronisation for a
+// whole model instead of one per tensor (what matters on a GPU), and one
+// backend call (Backend::sum_of_squares: a few launches on the GPU) per
+// device. Undefined tensors are skipped; an empty list gives an undefined
+// result.
 Tensor sum_of_squares_device(const std::vector<Tensor>& tensors);
 
 // L2 norm of all gradients together (parameters without .grad are skipped).

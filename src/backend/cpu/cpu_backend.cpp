@@ -431,12 +431,14 @@ void CpuBackend::adamw(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,
     const T step_size = static_cast<T>(hp.lr / bc1);
     const T bc2_sqrt = static_cast<T>(std::sqrt(bc2));
     const T eps = static_cast<T>(hp.eps);
+    const T gscale = static_cast<T>(hp.grad_scale);
     const int64_t n = param.numel();
 #pragma omp parallel for schedule(static) if (n > (1 << 15))
     for (int64_t i = 0; i < n; ++i) {
+      const T gi = gscale * g[i];  // what scaling the gradient first would store
       p[i] *= decay;
-      pm[i] += (g[i] - pm[i]) * (T(1) - b1);
-      pv[i] = pv[i] * b2 + (T(1) - b2) * g[i] * g[i];
+      pm[i] += (gi - pm[i]) * (T(1) - b1);
+      pv[i] = pv[i] * b2 + (T(1) - b2) * gi * gi;
       const T denom = std::sqrt(pv[i]) / bc2_sqrt + eps;
       p[i] -= step_size * (pm[i] / denom);
     }

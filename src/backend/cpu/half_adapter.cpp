@@ -202,6 +202,15 @@ void HalfAdapter::adamw(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,
         std::string("adamw: dtype ") + dtype_name(param.dtype()) +
         " is not supported on device cpu (keep f32 master weights and moments)");
   }
+  if (is_half(grad) && hp.grad_scale != 1.0) {
+    // The scaled gradient rounded to its own type first, as scaling it would.
+    Tensor scaled = empty(grad.shape(), grad.dtype(), grad.device());
+    affine(grad, hp.grad_scale, 0.0, scaled);
+    AdamWStep unscaled = hp;
+    unscaled.grad_scale = 1.0;
+    adamw(param, scaled, m, v, unscaled);
+    return;
+  }
   Widen w(inner_);
   inner_.adamw(param, w.in(grad), m, v, hp);
 }

@@ -986,6 +986,7 @@ k::AdamWArgs adamw_args(const AdamWStep& hp) {
   a.eps = hp.eps;
   a.weight_decay = hp.weight_decay;
   a.step = hp.step;
+  a.grad_scale = hp.grad_scale;
   return a;
 }
 }  // namespace
@@ -1039,6 +1040,7 @@ void CudaBackend::adamw_many(std::vector<AdamWEntry>& entries, const AdamWStep& 
     t.master = half ? e.master.data<float>() : nullptr;
     t.n = n;
     t.weight_decay = e.weight_decay;
+    t.grad_scale = e.grad_scale;
     groups[e.param.dtype()].push_back(t);
   }
   if (!groups.empty()) {
@@ -1050,6 +1052,49 @@ void CudaBackend::adamw_many(std::vector<AdamWEntry>& entries, const AdamWStep& 
     }
   }
   if (!rest.empty()) Backend::adamw_many(rest, hp);
+}
+
+void CudaBackend::sum_of_squares(const std::vector<Tensor>& tensors, Tensor& out) {
+  if (out.dtype() != DType::F64 || out.numel() != 1) {
+    throw ValueError("sum_of_squares: out must be one f64 element, got " +
+                     std::string(dtype_name(out.dtype())) + " " + shape_str(out.shape()));
+  }
+  // f32, bf16 and f16 tensors go through the multi-tensor kernel, one launch
+  // sequence per dtype; any other dtype takes the reference.
+  std::map<DType, std::vector<k::SumSquaresTensor>> groups;
+  std::vector<Tensor> rest;
+  for (const Tensor& t : tensors) {
+    if (t.device() != out.device()) {
+      throw ValueError("sum_of_squares: a tensor on " + t.device().str() + ", out on " +
+                       out.device().str());
+    }
+    const DType d = t.dtype();
+    if (d != DType::F32 && d != DType::BF16 && d != DType::F16) {
+      rest.push_back(t);
+    } else if (t.numel() > 0) {
+      groups[d].push_back({t.raw_data(), t.numel()});
+    }
+  }
+  bool accumulate = !rest.empty();
+  if (accumulate) Backend::sum_of_squares(rest, out);
+  if (groups.empty()) {
+    if (!accumulate) fill(out, 0.0);
+    return;
+  }
+  DeviceState& s = state(out.device().index);
+  DeviceGuard g(s.index);
+  int64_t partials = 0;
+  for (const auto& [dtype, list] : groups) {
+    partials = std::max(partials, k::sum_squares_partials(list));
+  }
+  Scratch ws(s.allocator, static_cast<size_t>(partials) * sizeof(double));
+  for (const auto& [dtype, list] : groups) {
+    launch("sum_of_squares", [&] {
+      k::sum_squares_multi(scalar(dtype), list, static_cast<double*>(ws.get()), out.data<double>(),
+                           accumulate, s.stream);
+    });
+    accumulate = true;
+  }
 }
 
 CudaBackend& cuda_backend() {

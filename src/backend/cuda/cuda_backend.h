@@ -76,6 +76,7 @@ class CudaBackend final : public Backend {
                Tensor& y) override;
   void adamw(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWStep& hp) override;
   void adamw_many(std::vector<AdamWEntry>& entries, const AdamWStep& hp) override;
+  void sum_of_squares(const std::vector<Tensor>& tensors, Tensor& out) override;
 
   // Per-device state, created on first use of the device.
   struct DeviceState;

@@ -124,14 +124,7 @@ void PipelineModel::reduce_tied_embedding_grads() const {
 }
 
 double PipelineModel::clip_grad_norm(double max_norm) const {
-  // Summed on the device over chunks and stages, read once.
-  Tensor t;
-  for (const auto& c : chunks_) {
-    Tensor sq = c->grad_norm_squared(/*count_embedding=*/!c->plan().head || c->plan().embedding);
-    t = t.defined() ? add(t, sq).detach() : sq;
-  }
-  groups_.pp->all_reduce(t, dist::ReduceOp::Sum)->wait();
-  const double norm = std::sqrt(item(t));
+  const double norm = grad_norm();
   if (max_norm > 0) {
     const double coef = max_norm / (norm + 1e-6);
     if (coef < 1.0) {
@@ -139,6 +132,17 @@ double PipelineModel::clip_grad_norm(double max_norm) const {
     }
   }
   return norm;
+}
+
+double PipelineModel::grad_norm() const {
+  // Summed on the device over chunks and stages, read once.
+  Tensor t;
+  for (const auto& c : chunks_) {
+    Tensor sq = c->grad_norm_squared(/*count_embedding=*/!c->plan().head || c->plan().embedding);
+    t = t.defined() ? add(t, sq).detach() : sq;
+  }
+  groups_.pp->all_reduce(t, dist::ReduceOp::Sum)->wait();
+  return std::sqrt(item(t));
 }
 
 nn::StateDict PipelineModel::full_state_dict() const {

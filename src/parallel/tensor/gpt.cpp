@@ -231,8 +231,12 @@ void TensorParallelGpt::scale_grads(double coef) const {
   }
 }
 
+double TensorParallelGpt::grad_norm() const {
+  return std::sqrt(item(grad_norm_squared()));
+}
+
 double TensorParallelGpt::clip_grad_norm(double max_norm) const {
-  const double norm = std::sqrt(item(grad_norm_squared()));
+  const double norm = grad_norm();
   if (max_norm > 0) {
     const double coef = max_norm / (norm + 1e-6);
     if (coef < 1.0) scale_grads(coef);

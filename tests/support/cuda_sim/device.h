@@ -84,6 +84,11 @@ T __shfl_xor_sync(unsigned mask, T value, int lane_mask, int width = 32) {
 inline float __expf(float x) {
   return std::exp(x);
 }
+// A product the compiler may not fuse into a multiply-add (CUDA's
+// __fmul_rn); the host build has no FMA contraction to prevent.
+inline float __fmul_rn(float a, float b) {
+  return a * b;
+}
 inline float rsqrtf(float x) {
   return 1.0f / std::sqrt(x);
 }

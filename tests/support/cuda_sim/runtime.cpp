@@ -9,6 +9,7 @@
 #include <ucontext.h>
 #endif
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -18,6 +19,7 @@
 #include <mutex>
 #include <sstream>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "sim.h"
@@ -133,12 +135,28 @@ Order initial_order() {
 Order g_order = initial_order();
 Counters g_counters;
 
+// Launches per launch site (file:line), for TRIAD_SIM_REPORT=sites.
+std::map<std::string, int64_t>& g_sites = *new std::map<std::string, int64_t>;
+
 // TRIAD_SIM_REPORT=1 prints the counters to stderr at exit (e.g. the host
-// waits of a whole training run).
-const bool g_report = [] {
+// waits of a whole training run); TRIAD_SIM_REPORT=sites also prints the
+// launches of each launch site, most first.
+const int g_report_level = [] {
   const char* e = std::getenv("TRIAD_SIM_REPORT");
-  if (e == nullptr || std::string(e) != "1") return false;
+  if (e == nullptr) return 0;
+  return std::string(e) == "1" ? 1 : std::string(e) == "sites" ? 2 : 0;
+}();
+const bool g_report = [] {
+  if (g_report_level == 0) return false;
   std::atexit([] {
+    if (g_report_level >= 2) {
+      std::vector<std::pair<int64_t, std::string>> sites;
+      for (const auto& [site, n] : g_sites) sites.emplace_back(n, site);
+      std::sort(sites.rbegin(), sites.rend());
+      for (const auto& [n, site] : sites)
+        std::fprintf(stderr, "cuda_sim: %8lld launches at %s\n", static_cast<long long>(n),
+                     site.c_str());
+    }
     std::fprintf(
         stderr,
         "cuda_sim: %lld launches, %lld blocks, %lld threads, %lld barriers, %lld host "
@@ -571,6 +589,12 @@ void execute_grid(const LaunchConfig& c, const std::function<void()>& body) {
 
 void launch_grid(const LaunchConfig& config, const void* kernel, std::function<void()> body) {
   validate_launch(config, kernel);
+  if (g_report_level >= 2) {
+    const char* file = config.site.file != nullptr ? config.site.file : "?";
+    const char* slash = std::strrchr(file, '/');
+    ++g_sites[std::string(slash != nullptr ? slash + 1 : file) + ":" +
+              std::to_string(config.site.line)];
+  }
   enqueue(config.stream, [config, body = std::move(body)] { execute_grid(config, body); });
 }
 

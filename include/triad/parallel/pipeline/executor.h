@@ -61,6 +61,8 @@ class PipelineModel {
   void reduce_tied_embedding_grads() const;
   // Pipeline-wide global-norm clipping; the tied embedding is counted once.
   double clip_grad_norm(double max_norm) const;
+  // The same norm without clipping (identical on every rank of the pipeline).
+  double grad_norm() const;
   // Full tensors of every parameter of the whole model on every rank (TP
   // shards gathered, pipeline stages broadcast). Collective.
   nn::StateDict full_state_dict() const;

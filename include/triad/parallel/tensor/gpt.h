@@ -65,6 +65,9 @@ class TensorParallelGpt : public nn::Module {
   // squares summed over the group, replicated ones counted once. Returns the
   // norm before clipping (identical on every rank).
   double clip_grad_norm(double max_norm) const;
+  // The same norm without clipping (a trainer folds the coefficient into
+  // the optimizer step instead).
+  double grad_norm() const;
   // This stage's share of the global squared gradient norm (split
   // parameters summed over the group); without the token embedding when
   // `count_embedding` is false (its tied copy is counted elsewhere). An f64
