@@ -39,7 +39,11 @@ class Watchdog {
     std::function<void(const std::string&)> terminate;
   };
   struct Options {
-    std::chrono::milliseconds poll{1};
+    // How often pending calls are looked at (the thread sleeps while there
+    // are none).
+    std::chrono::milliseconds poll{10};
+    // How long the program's thread has to raise a failure before the
+    // watchdog ends the process.
     std::chrono::milliseconds grace{10000};
   };
 
