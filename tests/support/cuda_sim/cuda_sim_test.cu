@@ -12,6 +12,7 @@
 #include <numeric>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "cuda_sim/sim.h"
@@ -420,6 +421,36 @@ TEST(CudaSim, WorkOnAnotherStreamIsSeenOnlyAfterAnEventWait) {
   cudaFree(b);
   cudaStreamDestroy(producer);
   cudaStreamDestroy(consumer);
+}
+
+// A query of unfinished work answers "not ready" and lets the stream run on
+// (counted as a not-ready query, not a host wait) on the thread that
+// recorded the event; another thread (a watchdog) only sees what has run.
+TEST(CudaSim, OnlyTheRecordingThreadMakesAQueriedEventProgress) {
+  cudaStream_t s;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+  float* a = device_copy(std::vector<float>(64, 0.0f));
+  cudaDeviceSynchronize();
+  fill_kernel<<<1, 64, 0, s>>>(a, 2.0f, 64);
+  cudaEvent_t ev;
+  cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
+  cudaEventRecord(ev, s);
+  const auto before = triad_sim::counters();
+  cudaError_t elsewhere = cudaSuccess;
+  std::thread([&] { elsewhere = cudaEventQuery(ev); }).join();
+  EXPECT_EQ(elsewhere, cudaErrorNotReady);
+  EXPECT_GT(triad_sim::pending_work(), 0);  // the other thread ran nothing
+  EXPECT_EQ(cudaEventQuery(ev), cudaErrorNotReady);
+  EXPECT_EQ(cudaEventQuery(ev), cudaSuccess);  // it ran
+  std::thread([&] { elsewhere = cudaEventQuery(ev); }).join();
+  EXPECT_EQ(elsewhere, cudaSuccess);
+  const auto after = triad_sim::counters();
+  EXPECT_EQ(after.not_ready_queries, before.not_ready_queries + 1);
+  EXPECT_EQ(after.host_waits, before.host_waits);
+  EXPECT_EQ(read_back(a, 64), std::vector<float>(64, 2.0f));
+  cudaEventDestroy(ev);
+  cudaFree(a);
+  cudaStreamDestroy(s);
 }
 
 // The legacy default stream waits for blocking streams (and they for it),
