@@ -147,7 +147,10 @@ void backward(const TensorList& outputs, const TensorList& grad_outputs,
           NoGradGuard guard;
           TensorList wg = weight_fn(grads);
           for (size_t i = 0; i < edges.size() && i < wg.size(); ++i) {
-            if (wg[i].defined() && edges[i].valid()) edges[i].node->apply({wg[i]});
+            if (!wg[i].defined() || !edges[i].valid()) continue;
+            TensorList one;  // the only handle, so a leaf may take it as its gradient
+            one.push_back(std::move(wg[i]));
+            edges[i].node->apply(one);
           }
         });
       }

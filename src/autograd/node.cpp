@@ -54,11 +54,21 @@ TensorList AccumulateGrad::apply(const TensorList& grad_outputs) {
                      shape_str(param.shape()));
   }
   Backend& backend = backend_for(param);
-  if (!leaf_->grad) {
-    // bf16/f16 leaves (mixed-precision parameters) accumulate in f32: the
-    // optimizer's f32 master weights take f32 gradients, and sums over
-    // microbatches do not lose digits.
-    Tensor fresh = empty(param.shape(), stat_dtype(param.dtype()), param.device());
+  // bf16/f16 leaves (mixed-precision parameters) accumulate in f32: the
+  // optimizer's f32 master weights take f32 gradients, and sums over
+  // microbatches do not lose digits.
+  const DType grad_dtype = stat_dtype(param.dtype());
+  if (!leaf_->grad && g.dtype() == grad_dtype && g.device() == param.device() &&
+      g.is_contiguous() && g.impl_ptr().use_count() == 1 && g.storage().use_count() == 1 &&
+      g.storage()->nbytes() == static_cast<size_t>(g.numel()) * dtype_size(g.dtype())) {
+    // Nothing else holds this gradient (the engine handed over its only
+    // handle, and no other tensor shares its memory, which it fills
+    // exactly): it becomes the leaf's gradient as it is, as PyTorch's
+    // AccumulateGrad steals it, instead of a copy (on a GPU, a launch and
+    // a pass over memory per parameter per step).
+    leaf_->grad = g.detach().impl_ptr();
+  } else if (!leaf_->grad) {
+    Tensor fresh = empty(param.shape(), grad_dtype, param.device());
     backend.copy(g, fresh);
     leaf_->grad = fresh.impl_ptr();
   } else {

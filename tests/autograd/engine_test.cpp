@@ -1,6 +1,8 @@
 // The five autograd features DESIGN.md requires, one test each (and more).
 #include <gtest/gtest.h>
 
+#include <functional>
+
 #include "triad/autograd/engine.h"
 #include "triad/autograd/grad_mode.h"
 #include "triad/ops.h"
@@ -50,6 +52,73 @@ TEST(Autograd, GradientsAccumulateAcrossMicrobatches) {
   autograd::backward({sum(linear(x2, w2))});
   auto g2 = vec(w2.grad());
   for (size_t i = 0; i < g12.size(); ++i) EXPECT_NEAR(g12[i], g1[i] + g2[i], 1e-12);
+}
+
+// A leaf's first gradient is taken as it is when nothing else holds it (no
+// copy); a gradient that something else still holds, or that shares memory
+// with another tensor, is copied, so accumulating into one leaf never
+// changes another's gradient or the other holder's tensor.
+TEST(Autograd, ALeafTakesAGradientNothingElseHolds) {
+  // `op` passes x through; its backward returns `make(g)` for x.
+  auto through = [](const Tensor& x, std::function<Tensor(const Tensor&)> make) {
+    Tensor y = clone(x).detach();
+    autograd::record(
+        "through", {x}, {y},
+        [make](const autograd::TensorList& g) -> autograd::TensorList { return {make(g[0])}; });
+    return y;
+  };
+  Tensor w = randn({4, 3}, 5, 1);
+  w.set_requires_grad(true);
+  const void* made = nullptr;
+  autograd::backward({through(w,
+                              [&](const Tensor& g) {
+                                Tensor fresh = scale(g, 2.0);
+                                made = fresh.raw_data();
+                                return fresh;
+                              })},
+                     {full({4, 3}, 1.0)});
+  EXPECT_EQ(w.grad().raw_data(), made);  // taken, not copied
+  expect_all_near(vec(w.grad()), std::vector<double>(12, 2.0));
+
+  // Held elsewhere: copied; the holder's tensor is untouched by later
+  // accumulation into the leaf.
+  Tensor v = randn({4, 3}, 5, 2);
+  v.set_requires_grad(true);
+  std::vector<Tensor> kept;
+  for (int micro = 0; micro < 2; ++micro) {
+    autograd::backward({through(v,
+                                [&](const Tensor& g) {
+                                  kept.push_back(scale(g, 3.0));
+                                  return kept.back();
+                                })},
+                       {full({4, 3}, 1.0)});
+  }
+  EXPECT_NE(v.grad().raw_data(), kept[0].raw_data());
+  expect_all_near(vec(v.grad()), std::vector<double>(12, 6.0));
+  expect_all_near(vec(kept[0]), std::vector<double>(12, 3.0));
+
+  // A view sharing memory with a larger tensor: copied.
+  Tensor u = randn({3}, 5, 3);
+  u.set_requires_grad(true);
+  autograd::backward({through(u,
+                              [&](const Tensor&) {
+                                Tensor big = full({6}, 4.0);
+                                return narrow(big, 0, 0, 3);
+                              })},
+                     {full({3}, 1.0)});
+  expect_all_near(vec(u.grad()), std::vector<double>(3, 4.0));
+  EXPECT_EQ(u.grad().storage()->nbytes(), 3 * sizeof(float));
+
+  // One gradient for two leaves (an add's backward hands both the same
+  // tensor): neither takes it, and their gradients stay apart.
+  Tensor a = randn({2, 2}, 5, 4), b = randn({2, 2}, 5, 5);
+  a.set_requires_grad(true);
+  b.set_requires_grad(true);
+  autograd::backward({add(a, b)}, {full({2, 2}, 1.0)});
+  EXPECT_NE(a.grad().raw_data(), b.grad().raw_data());
+  autograd::backward({scale(a, 5.0)}, {full({2, 2}, 1.0)});
+  expect_all_near(vec(a.grad()), std::vector<double>(4, 6.0));
+  expect_all_near(vec(b.grad()), std::vector<double>(4, 1.0));
 }
 
 TEST(Autograd, GradReadyHookRunsAfterAccumulationWithFinalValue) {
