@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <memory>
@@ -136,6 +137,8 @@ class NcclProcessGroup final : public ProcessGroup,
         device_(device) {
     timeout_ = bootstrap->timeout();
     validate_ = bootstrap->validate();
+    const char* blocking = std::getenv("TRIAD_NCCL_BLOCKING_WAIT");
+    blocking_wait_ = blocking != nullptr && std::string(blocking) == "1";
     // The unique id travels as 128 bytes of an i32 host tensor.
     static_assert(sizeof(ncclUniqueId) % sizeof(int32_t) == 0);
     Tensor id = zeros({static_cast<int64_t>(sizeof(ncclUniqueId) / sizeof(int32_t))}, DType::I32);
@@ -181,6 +184,10 @@ class NcclProcessGroup final : public ProcessGroup,
     return watchdog_->fail(what, timeout);
   }
   int device() const { return device_; }
+  // TRIAD_NCCL_BLOCKING_WAIT=1: Work::wait() also blocks the host until the
+  // call finished (for debugging, and for host-side timings that include
+  // communication).
+  bool blocking_wait() const { return blocking_wait_; }
 
   WorkPtr all_reduce(Tensor& tensor, ReduceOp op) override {
     check_tensor(tensor, "all_reduce");
@@ -442,6 +449,7 @@ class NcclProcessGroup final : public ProcessGroup,
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;
   std::atomic<bool> aborted_{false};
+  bool blocking_wait_ = false;
   std::unique_ptr<detail::Watchdog> watchdog_;
 };
 
@@ -456,7 +464,12 @@ NcclWork::~NcclWork() {
 
 void NcclWork::wait() {
   group_->check_failure();
-  if (!done_) finish();
+  if (done_) return;
+  if (group_->blocking_wait()) {
+    wait_for(timeout_);  // the host waits too (TRIAD_NCCL_BLOCKING_WAIT=1)
+    return;
+  }
+  finish();
 }
 
 bool NcclWork::is_completed() {

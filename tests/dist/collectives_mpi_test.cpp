@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <thread>
 
 #include "support/mpi_main.h"
@@ -340,6 +341,30 @@ TEST(NcclGroup, WorkQueuedAfterAWaitSeesTheResult) {
 }
 
 #ifdef TRIAD_NCCL_ON_SIM
+// TRIAD_NCCL_BLOCKING_WAIT=1 (read when a group is made): wait() also makes
+// the host wait for the call.
+TEST(NcclGroup, BlockingWaitMakesTheHostWaitToo) {
+  auto bootstrap = split_group(g_host_world, 0, "blocking");
+  ::setenv("TRIAD_NCCL_BLOCKING_WAIT", "1", 1);
+  auto g = make_nccl_group(bootstrap, g_world->rank());
+  ::unsetenv("TRIAD_NCCL_BLOCKING_WAIT");
+  Tensor t = filled(g->rank(), 8, DType::F32);
+  cuda::synchronize(g_device.index);
+  const auto before = triad_sim::counters();
+  WorkPtr w = g->all_reduce(t, ReduceOp::Sum);
+  w->wait();
+  EXPECT_TRUE(w->is_completed());
+  const auto after = triad_sim::counters();
+  EXPECT_GT(after.not_ready_queries + after.host_waits,
+            before.not_ready_queries + before.host_waits);
+  const std::vector<double> got = to_double_vector(to_device(t, Device::cpu()));
+  for (int64_t i = 0; i < 8; ++i) {
+    double s = 0;
+    for (int r = 0; r < g->size(); ++r) s += value(r, i);
+    EXPECT_EQ(got[i], s) << i;
+  }
+}
+
 // A fresh NCCL group over the MPI world, on this rank's simulated GPU.
 ProcessGroupPtr fresh_nccl_group(std::chrono::milliseconds timeout) {
   auto bootstrap = split_group(g_host_world, 0, "watched");

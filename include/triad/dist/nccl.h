@@ -31,7 +31,9 @@ bool nccl_available();
 // error it aborts the communicator, and the next call or wait on the group
 // raises TimeoutError or Error naming the group, the op, the peers and the
 // sizes (a program that never makes one is ended with exit status 1).
-// Work::wait_for() and is_completed() look from the host.
+// Work::wait_for() and is_completed() look from the host;
+// TRIAD_NCCL_BLOCKING_WAIT=1 (read when a group is made) makes wait() block
+// the host too.
 ProcessGroupPtr make_nccl_group(const ProcessGroupPtr& bootstrap, int device);
 
 // Routes each call by its tensors' device: CUDA to `nccl`, host to `host`.
