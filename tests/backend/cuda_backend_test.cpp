@@ -713,6 +713,33 @@ TEST(CudaTraining, TheTrainerWaitsTwicePerStepWhateverTheMicroBatches) {
 }
 #endif
 
+#ifdef TRIAD_CUDA_SIM
+// Kernel launches per step (the simulator counts them), with clipping
+// active: per layer, and fixed (embeddings, loss, optimizer, norm). The
+// gradient norm is one multi-tensor pass and clipping rides in the AdamW
+// step; per-parameter launches for either (79 per layer before) fail this.
+TEST(CudaTraining, AStepLaunchesAFewKernelsPerLayer) {
+  testing::TempDir dir;
+  auto launches_per_step = [&](int layers) {
+    const std::string model =
+        "{n_layer: " + std::to_string(layers) +
+        ", n_head: 2, d_model: 32, vocab_size: 97, seq_len: 16, dropout: 0.0}";
+    train::Config cfg = train_config(dir, model, "cuda", "fp32", 3, 2, 97, std::to_string(layers));
+    cfg.train.grad_clip = 1e-3;  // always clips
+    train::Trainer t(cfg);
+    t.step(0);
+    const int64_t before = triad_sim::counters().launches;
+    const train::StepMetrics m = t.step(1);
+    EXPECT_GT(m.grad_norm, 1e-3);
+    return triad_sim::counters().launches - before;
+  };
+  const int64_t one = launches_per_step(1), three = launches_per_step(3);
+  const int64_t per_layer = (three - one) / 2, fixed = one - per_layer;
+  EXPECT_LE(per_layer, 24) << one << " launches with 1 layer, " << three << " with 3";
+  EXPECT_LE(fixed, 40) << one << " launches with 1 layer, " << three << " with 3";
+}
+#endif
+
 TEST(CudaTraining, Fp32LossesMatchTheCpuTrainerFor10Steps) {
   testing::TempDir dir;
   const std::string model =
