@@ -203,7 +203,8 @@ WorkPtr MpiProcessGroup::all_gather(const Tensor& input, Tensor& output) {
     throw ValueError("all_gather on '" + name_ + "': input is " + dtype_name(input.dtype()) +
                      ", output " + dtype_name(output.dtype()));
   }
-  validate_header("all_gather", input, 0);
+  // Inputs may be uneven; every rank's output is the whole.
+  validate_header("all_gather", output, 0);
   // Every rank's size, so inputs may differ in their first dimension.
   const int64_t bytes = static_cast<int64_t>(input.nbytes());
   std::vector<int64_t> sizes(size_);

@@ -222,7 +222,8 @@ class NcclProcessGroup final : public ProcessGroup,
       throw ValueError("all_gather on '" + name_ + "': input is " + dtype_name(input.dtype()) +
                        ", output " + dtype_name(output.dtype()));
     }
-    validate_header("all_gather", input, 0);
+    // Inputs may be uneven; every rank's output is the whole.
+    validate_header("all_gather", output, 0);
     // Every rank's piece size, always: a rank cannot tell equal pieces from
     // uneven ones whose mean happens to be its own (the output is size x its
     // input either way), and ranks that decided differently would wait in

@@ -416,6 +416,22 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
           if (!(c.parallel.bucket_mb > 0))
             throw ConfigError(k + " (" + scalar_text(v) + ") must be > 0");
         }}},
+      {"timeout_s",
+       {false,
+        [&](auto& v, auto& k) {
+          c.parallel.timeout_s = get_double(v, k);
+          if (!(c.parallel.timeout_s > 0) || c.parallel.timeout_s > 7 * 24 * 3600.0)
+            throw ConfigError(k + " (" + scalar_text(v) + ") must be > 0 and at most a week");
+        }}},
+      {"validate_collectives",
+       {false,
+        [&](auto& v, auto& k) {
+          try {
+            c.parallel.validate_collectives = v.template as<bool>();
+          } catch (const YAML::Exception&) {
+            throw ConfigError(k + ": expected true or false, got '" + scalar_text(v) + "'");
+          }
+        }}},
       {"stage_layers",
        {false,
         [&](auto& v, auto& k) {
@@ -522,6 +538,8 @@ std::string to_yaml(const Config& c) {
   e << YAML::Key << "zero" << YAML::Value << p.zero << YAML::Key << "bucket_mb" << YAML::Value
     << p.bucket_mb;
   e << YAML::Key << "topology" << YAML::Value << p.topology;
+  e << YAML::Key << "timeout_s" << YAML::Value << p.timeout_s << YAML::Key << "validate_collectives"
+    << YAML::Value << p.validate_collectives;
   e << YAML::EndMap;
   if (!c.checkpoint.dir.empty()) {
     e << YAML::Key << "checkpoint" << YAML::Value << YAML::BeginMap << YAML::Key << "dir"

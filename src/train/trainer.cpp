@@ -101,6 +101,9 @@ Trainer::Trainer(Config config, dist::ProcessGroupPtr world)
     model_ = std::make_unique<nn::Gpt>(config_.model, seed);
     if (!config_.init_from.empty()) io::load_gpt2_safetensors(*model_, config_.init_from);
   } else {
+    // Every group of the mesh (and its NCCL communicator) inherits these.
+    world_->set_timeout(std::chrono::milliseconds(static_cast<int64_t>(par.timeout_s * 1000.0)));
+    world_->set_validate(par.validate_collectives);
     mesh_ = std::make_unique<dist::DeviceMesh>(
         world_, shape,
         par.topology == "refuse" ? dist::TopologyPolicy::Refuse : dist::TopologyPolicy::Warn);

@@ -254,6 +254,22 @@ TEST(Collectives, ValidateModeReportsSizeMismatchOnEveryRank) {
     EXPECT_NE(m.find("ranks disagree on all_reduce"), std::string::npos) << m;
     EXPECT_NE(m.find("numel 5"), std::string::npos) << m;
   }
+  // Uneven all_gather inputs are allowed (the output is the same whole on
+  // every rank); outputs that disagree are not.
+  const int P = g->size();
+  Tensor piece = full({me + 1}, static_cast<double>(me), DType::F32);
+  Tensor whole = empty({P * (P + 1) / 2}, DType::F32);
+  EXPECT_NO_THROW(g->all_gather(piece, whole)->wait());
+  EXPECT_EQ(to_double_vector(whole).back(), static_cast<double>(P - 1));
+  Tensor wrong = empty({me == 1 ? 2 * P : P}, DType::F32);
+  Tensor one = full({1}, 1.0, DType::F32);
+  try {
+    g->all_gather(one, wrong);
+    FAIL() << "expected MismatchError";
+  } catch (const MismatchError& e) {
+    EXPECT_NE(std::string(e.what()).find("ranks disagree on all_gather"), std::string::npos)
+        << e.what();
+  }
   // p2p: rank 1 sends 3 elements where rank 0 expects 4.
   if (me <= 1) {
     Tensor s = empty({3}, DType::F32), r = empty({4}, DType::F32);

@@ -43,6 +43,13 @@ TEST(Config, ParsesDefaultsAndOverrides) {
   EXPECT_EQ(r.data_train, o.data_train);
   EXPECT_EQ(c.model.recompute, nn::Recompute::None);  // default
   EXPECT_EQ(r.model.recompute, nn::Recompute::Full);
+  // Collectives' time limit and validate mode, defaults and round trip.
+  EXPECT_DOUBLE_EQ(c.parallel.timeout_s, 600);
+  EXPECT_FALSE(c.parallel.validate_collectives);
+  Config d = parse_config(to_yaml(
+      parse_config(kValid, {"parallel.timeout_s=45.5", "parallel.validate_collectives=true"})));
+  EXPECT_DOUBLE_EQ(d.parallel.timeout_s, 45.5);
+  EXPECT_TRUE(d.parallel.validate_collectives);
 }
 
 TEST(Config, ErrorsNameKeyValueAndRule) {
@@ -94,6 +101,11 @@ TEST(Config, ErrorsNameKeyValueAndRule) {
   expect_config_error(kValid, {"parallel.tp=2", "parallel.sequence_parallel=maybe"},
                       "parallel.sequence_parallel: expected true or false, got 'maybe'");
   expect_config_error(kValid, {"parallel.tp=0"}, "parallel.tp (0) must be >= 1");
+  expect_config_error(kValid, {"parallel.timeout_s=0"},
+                      "parallel.timeout_s (0) must be > 0 and at most a week");
+  expect_config_error(kValid, {"parallel.timeout_s=1e9"}, "parallel.timeout_s (1e9) must be > 0");
+  expect_config_error(kValid, {"parallel.validate_collectives=often"},
+                      "parallel.validate_collectives: expected true or false, got 'often'");
   expect_config_error(kValid, {"train.steps=abc"}, "train.steps: expected an integer, got 'abc'");
   expect_config_error(kValid, {"train.steps=2.5"}, "train.steps: expected an integer");
   expect_config_error(kValid, {"train.lr=[1]"}, "train.lr: expected a number");

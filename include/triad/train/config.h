@@ -47,6 +47,11 @@ struct ParallelSection {
   int zero = 0;                   // 1: ZeRO-1 (optimizer state sharded over dp)
   std::string topology = "warn";  // a TP group spanning nodes: warn | refuse
   double bucket_mb = 25;          // gradient-reduction bucket size
+  // Time limit of every collective and transfer (a stuck one raises an
+  // error naming it, and the job ends), in seconds.
+  double timeout_s = 600;
+  // Validate mode: ranks compare each collective's op, dtype and size first.
+  bool validate_collectives = false;
 };
 
 // Checkpoints (`checkpoint:` section).
