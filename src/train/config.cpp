@@ -41,6 +41,16 @@ double get_double(const YAML::Node& n, const std::string& key) {
   throw ConfigError(key + ": expected a number, got '" + scalar_text(n) + "'");
 }
 
+bool get_bool(const YAML::Node& n, const std::string& key) {
+  if (n.IsScalar()) {
+    try {
+      return n.as<bool>();
+    } catch (const YAML::Exception&) {
+    }
+  }
+  throw ConfigError(key + ": expected true or false, got '" + scalar_text(n) + "'");
+}
+
 std::string get_string(const YAML::Node& n, const std::string& key) {
   if (!n.IsScalar()) throw ConfigError(key + ": expected a string, got '" + scalar_text(n) + "'");
   return n.Scalar();
@@ -266,14 +276,7 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
           }
         }}},
       {"attention_deterministic",
-       {false,
-        [&](auto& v, auto& k) {
-          try {
-            c.attention_deterministic = v.template as<bool>();
-          } catch (const YAML::Exception&) {
-            throw ConfigError(k + ": expected true or false, got '" + scalar_text(v) + "'");
-          }
-        }}},
+       {false, [&](auto& v, auto& k) { c.attention_deterministic = get_bool(v, k); }}},
   };
   const Section train{
       {"steps", {true, [&](auto& v, auto& k) { t.steps = get_int(v, k); }}},
@@ -383,14 +386,7 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
       {"vpp", {false, [&](auto& v, auto& k) { c.parallel.vpp = positive_int(v, k, 1); }}},
       {"dp", {false, [&](auto& v, auto& k) { c.parallel.dp = positive_int(v, k, 1); }}},
       {"sequence_parallel",
-       {false,
-        [&](auto& v, auto& k) {
-          try {
-            c.parallel.sequence_parallel = v.template as<bool>();
-          } catch (const YAML::Exception&) {
-            throw ConfigError(k + ": expected true or false, got '" + scalar_text(v) + "'");
-          }
-        }}},
+       {false, [&](auto& v, auto& k) { c.parallel.sequence_parallel = get_bool(v, k); }}},
       {"schedule", {false, [&](auto& v, auto& k) { c.parallel.schedule = get_string(v, k); }}},
       {"order", {false, [&](auto& v, auto& k) { c.parallel.order = get_string(v, k); }}},
       {"topology",
@@ -424,14 +420,7 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
             throw ConfigError(k + " (" + scalar_text(v) + ") must be > 0 and at most a week");
         }}},
       {"validate_collectives",
-       {false,
-        [&](auto& v, auto& k) {
-          try {
-            c.parallel.validate_collectives = v.template as<bool>();
-          } catch (const YAML::Exception&) {
-            throw ConfigError(k + ": expected true or false, got '" + scalar_text(v) + "'");
-          }
-        }}},
+       {false, [&](auto& v, auto& k) { c.parallel.validate_collectives = get_bool(v, k); }}},
       {"stage_layers",
        {false,
         [&](auto& v, auto& k) {
