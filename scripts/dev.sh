@@ -41,6 +41,10 @@ tiny_data() {
     "$BUILD_DIR/examples/triad-corpus" --output data/tiny.txt --bytes 2000000 --seed 1
     "$BUILD_DIR/examples/triad-tokenize" --input data/tiny.txt --output data/tiny_train.bin
   fi
+  if [ ! -f data/tiny_val.bin ]; then  # validation text: another seed of the same grammar
+    "$BUILD_DIR/examples/triad-corpus" --output data/tiny_val.txt --bytes 200000 --seed 2
+    "$BUILD_DIR/examples/triad-tokenize" --input data/tiny_val.txt --output data/tiny_val.bin
+  fi
 }
 
 case "${1:-}" in
@@ -56,7 +60,8 @@ case "${1:-}" in
   train1)
     # The same model in one process.
     deps; build; tiny_data
-    "$BUILD_DIR/examples/triad-train" --config configs/gpt_tiny.yaml "${@:2}"
+    "$BUILD_DIR/examples/triad-train" --config configs/gpt_tiny.yaml --set data.val=data/tiny_val.bin \
+      --set eval.interval=100 --set eval.batches=8 "${@:2}"
     ;;
   test)
     deps; build

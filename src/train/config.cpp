@@ -148,6 +148,12 @@ void validate(const Config& c, bool min_lr_given) {
   require(t.eps > 0, "train.eps", t.eps, "must be > 0");
   require(t.grad_clip >= 0, "train.grad_clip", t.grad_clip, "must be >= 0 (0 disables clipping)");
   require(c.log_interval > 0, "log.interval", c.log_interval, "must be positive");
+  if (c.data_val.empty() && (c.eval.interval > 0 || c.eval.batches > 0)) {
+    const bool by_interval = c.eval.interval > 0;
+    throw ConfigError(std::string(by_interval ? "eval.interval (" : "eval.batches (") +
+                      std::to_string(by_interval ? c.eval.interval : c.eval.batches) +
+                      ") needs validation data: set data.val");
+  }
   require(!c.output_dir.empty(), "output.dir", "''", "must not be empty");
   if (c.model.n_head % c.parallel.tp != 0) {
     throw ConfigError("model.n_head (" + std::to_string(c.model.n_head) +
@@ -334,7 +340,17 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
           t.seed = static_cast<uint64_t>(s);
         }}},
   };
-  const Section data{{"train", {true, [&](auto& v, auto& k) { c.data_train = get_string(v, k); }}}};
+  const Section data{{"train", {true, [&](auto& v, auto& k) { c.data_train = get_string(v, k); }}},
+                     {"val", {false, [&](auto& v, auto& k) { c.data_val = get_string(v, k); }}}};
+  auto non_negative = [](const YAML::Node& v, const std::string& k) {
+    const int64_t x = get_int(v, k);
+    if (x < 0) throw ConfigError(k + " (" + std::to_string(x) + ") must be >= 0");
+    return x;
+  };
+  const Section eval{
+      {"interval", {false, [&](auto& v, auto& k) { c.eval.interval = non_negative(v, k); }}},
+      {"batches", {false, [&](auto& v, auto& k) { c.eval.batches = non_negative(v, k); }}},
+  };
   const Section init{{"from", {false, [&](auto& v, auto& k) { c.init_from = get_string(v, k); }}}};
   const Section output{
       {"dir", {false, [&](auto& v, auto& k) { c.output_dir = get_string(v, k); }}}};
@@ -433,10 +449,12 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
         }}},
   };
   const std::vector<std::pair<std::string, const Section*>> sections{
-      {"model", &model},   {"train", &train}, {"data", &data},         {"init", &init},
-      {"output", &output}, {"log", &log},     {"parallel", &parallel}, {"checkpoint", &checkpoint}};
+      {"model", &model},       {"train", &train},           {"data", &data},
+      {"init", &init},         {"output", &output},         {"log", &log},
+      {"parallel", &parallel}, {"checkpoint", &checkpoint}, {"eval", &eval}};
 
-  const std::string allowed = "model, train, data, init, output, log, parallel, checkpoint, device";
+  const std::string allowed =
+      "model, train, data, init, output, log, parallel, checkpoint, eval, device";
   for (auto it = root.begin(); it != root.end(); ++it) {
     const std::string key = it->first.as<std::string>();
     if (key == "device") {
@@ -450,7 +468,7 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
   for (const auto& [name, s] : sections) {
     const YAML::Node node = root[name];
     const bool optional = name == "init" || name == "output" || name == "log" ||
-                          name == "parallel" || name == "checkpoint";
+                          name == "parallel" || name == "checkpoint" || name == "eval";
     if (!node || node.IsNull()) {
       if (!optional) throw ConfigError("missing required section '" + name + "'");
       continue;
@@ -504,7 +522,9 @@ std::string to_yaml(const Config& c) {
   e << YAML::Key << "seed" << YAML::Value << t.seed;
   e << YAML::EndMap;
   e << YAML::Key << "data" << YAML::Value << YAML::BeginMap << YAML::Key << "train" << YAML::Value
-    << c.data_train << YAML::EndMap;
+    << c.data_train;
+  if (!c.data_val.empty()) e << YAML::Key << "val" << YAML::Value << c.data_val;
+  e << YAML::EndMap;
   if (!c.init_from.empty()) {
     e << YAML::Key << "init" << YAML::Value << YAML::BeginMap << YAML::Key << "from" << YAML::Value
       << c.init_from << YAML::EndMap;
@@ -535,6 +555,11 @@ std::string to_yaml(const Config& c) {
       << YAML::Value << c.checkpoint.dir << YAML::Key << "interval" << YAML::Value
       << c.checkpoint.interval << YAML::Key << "keep" << YAML::Value << c.checkpoint.keep
       << YAML::Key << "resume" << YAML::Value << c.checkpoint.resume << YAML::EndMap;
+  }
+  if (!c.data_val.empty()) {
+    e << YAML::Key << "eval" << YAML::Value << YAML::BeginMap << YAML::Key << "interval"
+      << YAML::Value << c.eval.interval << YAML::Key << "batches" << YAML::Value << c.eval.batches
+      << YAML::EndMap;
   }
   e << YAML::Key << "device" << YAML::Value << c.device;
   e << YAML::EndMap;

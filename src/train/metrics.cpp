@@ -23,6 +23,7 @@ void MetricsWriter::write(const StepMetrics& m) {
   if (m.bubble_fraction >= 0) j["bubble_fraction"] = m.bubble_fraction;
   if (m.skipped) j["skipped"] = true;
   if (m.loss_scale > 0) j["loss_scale"] = m.loss_scale;
+  if (m.val_loss) j["val_loss"] = *m.val_loss;
   out_ << j.dump() << '\n';
   out_.flush();
   if (!out_) throw IoError("error writing metrics file '" + path_ + "'");

@@ -173,6 +173,26 @@ Trainer::Trainer(Config config, dist::ProcessGroupPtr world)
   }
   dataset_ = std::make_unique<data::TokenDataset>(data::expand_shard_paths(config_.data_train),
                                                   config_.model.seq_len, config_.model.vocab_size);
+  if (!config_.data_val.empty()) {
+    val_dataset_ =
+        std::make_unique<data::TokenDataset>(data::expand_shard_paths(config_.data_val),
+                                             config_.model.seq_len, config_.model.vocab_size);
+    const int64_t G = config_.train.global_batch_size;
+    const int64_t held = val_dataset_->num_sequences();
+    if (held < G) {
+      throw ConfigError("data.val ('" + config_.data_val + "') holds " + std::to_string(held) +
+                        " sequences of model.seq_len + 1 tokens, fewer than one global batch "
+                        "(train.global_batch_size = " +
+                        std::to_string(G) + ")");
+    }
+    val_batches_ = config_.eval.batches > 0 ? config_.eval.batches : held / G;
+    if (val_batches_ * G > held) {
+      throw ConfigError("eval.batches (" + std::to_string(val_batches_) + ") global batches of " +
+                        std::to_string(G) + " sequences need " + std::to_string(val_batches_ * G) +
+                        " validation sequences, but data.val ('" + config_.data_val + "') holds " +
+                        std::to_string(held));
+    }
+  }
   optim::AdamWOptions o;
   o.lr = config_.train.lr;
   o.beta1 = config_.train.beta1;
@@ -483,6 +503,44 @@ double Trainer::forward_backward(int64_t index, double* bubble) {
   return item(loss_sum) / static_cast<double>(micro);
 }
 
+double Trainer::evaluate() {
+  if (!val_dataset_) throw ValueError("evaluate: the config has no validation data (data.val)");
+  autograd::NoGradGuard no_grad;
+  const auto& t = config_.train;
+  const int64_t per_rank = t.global_batch_size / dp_;
+  const int64_t micro = per_rank / t.micro_batch_size;
+  const int64_t first = dp_rank_ * per_rank;
+  std::vector<data::Batch> batches;
+  for (int64_t k = 0; k < val_batches_; ++k) {
+    for (int64_t i = 0; i < micro; ++i) {
+      batches.push_back(val_dataset_->batch(k, t.global_batch_size, first + i * t.micro_batch_size,
+                                            t.micro_batch_size));
+    }
+  }
+  // Every micro-batch has as many tokens: the mean of their mean losses is
+  // the mean over all tokens.
+  double mean = 0;
+  if (pp_model_) {
+    mean = executor_->evaluate(batches);
+  } else {
+    const nn::ForwardContext ctx{false, t.seed, 0};  // no dropout
+    Tensor loss_sum;                                 // on the loss's device, read once
+    for (const data::Batch& b : batches) {
+      Tensor loss = tp_model_ ? tp_model_->loss(b.inputs, b.targets, ctx)
+                              : model_->loss(b.inputs, b.targets, ctx);
+      Tensor part = cast(loss, DType::F64);
+      loss_sum = loss_sum.defined() ? add(loss_sum, part) : part;
+    }
+    mean = item(loss_sum) / static_cast<double>(batches.size());
+  }
+  if (mesh_ && dp_ > 1) {
+    Tensor l = from_vector(std::vector<double>{mean}, {1}, DType::F64);
+    mesh_->dp()->all_reduce(l, dist::ReduceOp::Avg)->wait();
+    mean = item(l);
+  }
+  return mean;
+}
+
 StepMetrics Trainer::step(int64_t index) {
   const auto start = std::chrono::steady_clock::now();
   const auto& t = config_.train;
@@ -605,6 +663,14 @@ std::vector<StepMetrics> Trainer::run() {
                dataset_->num_tokens(), dataset_->num_sequences(), config_.train.steps,
                config_.train.global_batch_size, config_.accumulation_steps(),
                config_.train.micro_batch_size);
+  if (val_dataset_) {
+    spdlog::info("validation: {} global batches ({} tokens) of {}, {}", val_batches_,
+                 val_batches_ * config_.train.global_batch_size * config_.model.seq_len,
+                 config_.data_val,
+                 config_.eval.interval > 0
+                     ? "every " + std::to_string(config_.eval.interval) + " steps and at the end"
+                     : std::string("after the last step"));
+  }
   std::vector<StepMetrics> out;
   double total_ms = 0;
   const int64_t steps = config_.train.steps;
@@ -630,6 +696,14 @@ std::vector<StepMetrics> Trainer::run() {
   for (int64_t k = first; k < steps; ++k) {
     StepMetrics m = step(k);
     total_ms += m.step_ms;
+    const int64_t every = config_.eval.interval;
+    double eval_ms = 0;
+    if (val_dataset_ && ((every > 0 && m.step % every == 0) || m.step == steps)) {
+      const auto t0 = std::chrono::steady_clock::now();
+      m.val_loss = evaluate();
+      eval_ms =
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    }
     if (metrics) metrics->write(m);
     out.push_back(m);
     if (m.step % config_.log_interval == 0 || m.step == steps) {
@@ -638,6 +712,11 @@ std::vector<StepMetrics> Trainer::run() {
                                                     : m.step % config_.log_interval);
     } else if (m.step == 1) {
       print_line(m);
+    }
+    if (m.val_loss) {
+      spdlog::info("step {:>5}/{} | val loss {:.4f} | {} tokens in {:.0f} ms", m.step, steps,
+                   *m.val_loss,
+                   val_batches_ * config_.train.global_batch_size * config_.model.seq_len, eval_ms);
     }
     // Every rank agrees on stopping, so they all checkpoint the same step.
     Tensor stop = from_vector(std::vector<double>{g_stop_requested ? 1.0 : 0.0}, {1}, DType::F64);

@@ -50,6 +50,30 @@ TEST(Config, ParsesDefaultsAndOverrides) {
       parse_config(kValid, {"parallel.timeout_s=45.5", "parallel.validate_collectives=true"})));
   EXPECT_DOUBLE_EQ(d.parallel.timeout_s, 45.5);
   EXPECT_TRUE(d.parallel.validate_collectives);
+  // Validation data and its schedule.
+  EXPECT_TRUE(c.data_val.empty());
+  EXPECT_EQ(c.eval.interval, 0);
+  EXPECT_EQ(c.eval.batches, 0);
+  Config v = parse_config(to_yaml(
+      parse_config(kValid, {"data.val=data/v_*.bin", "eval.interval=50", "eval.batches=4"})));
+  EXPECT_EQ(v.data_val, "data/v_*.bin");
+  EXPECT_EQ(v.eval.interval, 50);
+  EXPECT_EQ(v.eval.batches, 4);
+}
+
+TEST(Config, EvalNeedsValidationDataAndNonNegativeCounts) {
+  expect_config_error(kValid, {"eval.interval=10"},
+                      "eval.interval (10) needs validation data: set data.val");
+  expect_config_error(kValid, {"eval.batches=2"},
+                      "eval.batches (2) needs validation data: set data.val");
+  expect_config_error(kValid, {"data.val=v.bin", "eval.interval=-1"},
+                      "eval.interval (-1) must be >= 0");
+  expect_config_error(kValid, {"data.val=v.bin", "eval.batches=-3"},
+                      "eval.batches (-3) must be >= 0");
+  expect_config_error(kValid, {"eval.every=3"},
+                      "unknown key 'eval.every' (allowed in eval: interval, batches)");
+  expect_config_error(kValid, {"data.test=x"},
+                      "unknown key 'data.test' (allowed in data: train, val)");
 }
 
 TEST(Config, ErrorsNameKeyValueAndRule) {

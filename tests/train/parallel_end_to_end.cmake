@@ -3,6 +3,9 @@
 # same safetensors, with a vocabulary (300) that is not a multiple of 128*tp
 # and 8 layers so pipelines of 4 stages x 2 chunks fit. Layouts may also
 # switch on full recomputation, which must not change a single loss.
+# Every run also evaluates 2 global batches of validation data after steps 5
+# and 10 (forward only, the pipelines' own forward-only order), and those
+# losses must match one process's too.
 # Mixed-precision layouts (bf16/fp16) are compared with the same fp32
 # reference at the tolerance they deserve, given as a third field
 # "loss divisor,norm divisor" (200,10: losses within 0.5%, norms within 10%).
@@ -12,7 +15,8 @@
 file(REMOVE_RECURSE ${WORK})
 separate_arguments(extra UNIX_COMMAND "${EXTRA}")
 set(common --config ${CONFIG} --set data.train=${DATA} --set model.vocab_size=300 --set model.n_layer=8
-    --set train.micro_batch_size=2 --set log.interval=5 ${extra})
+    --set train.micro_batch_size=2 --set log.interval=5 --set data.val=${DATA} --set eval.interval=5
+    --set eval.batches=2 ${extra})
 function(run name)
   execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
   if(NOT rc EQUAL 0)
@@ -24,13 +28,15 @@ run(init ${TRAIN} ${common} --set train.steps=1 --set output.dir=${WORK}/init)
 set(from --set init.from=${WORK}/init/model.safetensors --set train.steps=10)
 run(reference ${TRAIN} ${common} ${from} --set output.dir=${WORK}/reference)
 
-# One field of every metrics.jsonl line.
+# One field of every metrics.jsonl line that has it.
 function(field dir key outvar)
   file(STRINGS ${dir}/metrics.jsonl lines)
   set(values)
   foreach(line IN LISTS lines)
-    string(JSON v GET "${line}" ${key})
-    list(APPEND values ${v})
+    string(JSON v ERROR_VARIABLE missing GET "${line}" ${key})
+    if(NOT missing)
+      list(APPEND values ${v})
+    endif()
   endforeach()
   set(${outvar} ${values} PARENT_SCOPE)
 endfunction()
@@ -47,7 +53,13 @@ endfunction()
 
 # Fails unless every value of `got` is within want/divisor of `want`.
 function(expect_close label want got divisor)
-  foreach(i RANGE 9)
+  list(LENGTH want n)
+  list(LENGTH got m)
+  if(NOT n EQUAL m)
+    message(FATAL_ERROR "${label}: ${m} values where one process has ${n}")
+  endif()
+  math(EXPR last "${n} - 1")
+  foreach(i RANGE ${last})
     list(GET want ${i} a)
     list(GET got ${i} b)
     scaled(${a} as)
@@ -58,16 +70,18 @@ function(expect_close label want got divisor)
     endif()
     math(EXPR tol "${as} / ${divisor}")
     if(d GREATER tol)
-      message(FATAL_ERROR "${label}: step ${i}: ${b} differs from one process (${a}) by more than 1/${divisor}")
+      message(FATAL_ERROR "${label}: value ${i}: ${b} differs from one process (${a}) by more than 1/${divisor}")
     endif()
   endforeach()
 endfunction()
 
 field(${WORK}/reference loss reference)
 field(${WORK}/reference grad_norm reference_norms)
+field(${WORK}/reference val_loss reference_val)
 list(LENGTH reference n)
-if(NOT n EQUAL 10)
-  message(FATAL_ERROR "expected 10 steps from the reference, got ${n}")
+list(LENGTH reference_val nv)
+if(NOT n EQUAL 10 OR NOT nv EQUAL 2)
+  message(FATAL_ERROR "expected 10 steps and 2 validation losses from the reference, got ${n} and ${nv}")
 endif()
 set(index 0)
 string(REPLACE "@" ";" layouts "${LAYOUTS}")
@@ -97,6 +111,8 @@ foreach(layout IN LISTS layouts)
   expect_close("${ranks} ranks ${flags} loss" "${reference}" "${got}" ${loss_div})
   # The clipping norm (global over the whole mesh) equals one process's.
   expect_close("${ranks} ranks ${flags} gradient norm" "${reference_norms}" "${got_norms}" ${norm_div})
+  field(${dir} val_loss got_val)
+  expect_close("${ranks} ranks ${flags} validation loss" "${reference_val}" "${got_val}" ${loss_div})
   # Pipelines: the merged trace has every rank's row and the p2p waits, and
   # metrics carry the measured bubble.
   if("${flags}" MATCHES "parallel.pp")
@@ -110,6 +126,6 @@ foreach(layout IN LISTS layouts)
       message(FATAL_ERROR "${ranks} ranks ${flags}: metrics.jsonl lacks bubble_fraction")
     endif()
   endif()
-  message(STATUS "${ranks} ranks ${flags}: 10 losses match one process (within 1/${loss_div})")
+  message(STATUS "${ranks} ranks ${flags}: 10 losses and 2 validation losses match one process (within 1/${loss_div})")
 endforeach()
 message(STATUS "${count} layouts checked")

@@ -108,6 +108,102 @@ TEST(Trainer, RunLearnsAndWritesMetricsAndWeights) {
   EXPECT_NE(text.find("\"cat\":\"optimizer\""), std::string::npos);
 }
 
+// A validation shard: the training stream's rule continued past its end
+// (tokens the model never trains on), 37 sequences of 17 tokens.
+std::vector<uint16_t> validation_tokens() {
+  std::vector<uint16_t> v;
+  for (int i = 4000; i < 4600; ++i) v.push_back(static_cast<uint16_t>((i * 7 + i / 13) % 31));
+  return v;
+}
+
+TEST(Trainer, EvaluatesTheValidationLossWithoutChangingTraining) {
+  TempDir dir;
+  Config plain = small_config(dir, 2);
+  plain.train.steps = 5;
+  plain.model.dropout = 0.1;  // evaluation runs without it and leaves training's streams alone
+  data::write_token_shard(dir.file("val.bin"), validation_tokens());
+  Config with_val = plain;
+  with_val.data_val = dir.file("val.bin");
+  with_val.eval.interval = 2;
+  with_val.eval.batches = 3;
+  with_val.output_dir = dir.file("out_val");
+  const auto without = Trainer(plain).run();
+  Trainer t(with_val);
+  EXPECT_EQ(t.eval_batches(), 3);
+  const auto with = t.run();
+  ASSERT_EQ(with.size(), 5u);
+  for (size_t k = 0; k < 5; ++k) {
+    EXPECT_EQ(with[k].loss, without[k].loss) << "step " << k + 1;  // bit for bit
+    EXPECT_EQ(with[k].grad_norm, without[k].grad_norm) << "step " << k + 1;
+    // Steps 2 and 4 (the interval) and 5 (the last) evaluated.
+    EXPECT_EQ(with[k].val_loss.has_value(), k == 1 || k == 3 || k == 4) << "step " << k + 1;
+  }
+  EXPECT_FALSE(without.back().val_loss.has_value());
+  EXPECT_LT(*with[4].val_loss, *with[1].val_loss);  // what it learns carries over
+  // The same number from a plain model holding the final weights, over the
+  // first 3 global batches of 4 sequences taken whole, without dropout.
+  nn::Gpt model(with_val.model, 7);
+  model.load_state_dict(t.full_state_dict());
+  const auto val = validation_tokens();
+  const int64_t T = with_val.model.seq_len;
+  double sum = 0;
+  for (int64_t k = 0; k < 3; ++k) {
+    std::vector<int64_t> in, tg;
+    for (int64_t q = 4 * k; q < 4 * k + 4; ++q) {
+      for (int64_t i = 0; i < T; ++i) {
+        in.push_back(val[q * T + i]);
+        tg.push_back(val[q * T + i + 1]);
+      }
+    }
+    sum += item(model.loss(from_vector(in, {4, T}), from_vector(tg, {4, T}), {false, 0, 0}));
+  }
+  EXPECT_NEAR(*with[4].val_loss, sum / 3, 1e-5 * sum / 3);
+  // Repeatable, and written to metrics.jsonl on the steps that evaluated.
+  EXPECT_EQ(t.evaluate(), *with[4].val_loss);
+  std::ifstream in(dir.file("out_val/metrics.jsonl"));
+  int with_key = 0;
+  for (std::string line; std::getline(in, line);)
+    with_key += line.find("\"val_loss\"") != line.npos;
+  EXPECT_EQ(with_key, 3);
+}
+
+TEST(Trainer, ValidationDataErrorsNameTheNumbers) {
+  TempDir dir;
+  Config c = small_config(dir, 2);
+  EXPECT_THROW(Trainer(c).evaluate(), ValueError);  // no data.val
+  // 3 tokens: no whole sequence.
+  data::write_token_shard(dir.file("tiny.bin"), {1, 2, 3});
+  c.data_val = dir.file("tiny.bin");
+  EXPECT_THROW(Trainer{c}, IoError);
+  // 3 sequences: fewer than one global batch of 4.
+  data::write_token_shard(dir.file("short.bin"), std::vector<uint16_t>(3 * 16 + 1, 5));
+  c.data_val = dir.file("short.bin");
+  try {
+    Trainer t(c);
+    FAIL() << "expected ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("holds 3 sequences of model.seq_len + 1 tokens, fewer "
+                                         "than one global batch (train.global_batch_size = 4)"),
+              std::string::npos)
+        << e.what();
+  }
+  // 37 sequences: 9 whole global batches by default, 10 are too many.
+  data::write_token_shard(dir.file("val.bin"), validation_tokens());
+  c.data_val = dir.file("val.bin");
+  EXPECT_EQ(Trainer(c).eval_batches(), 9);
+  c.eval.batches = 10;
+  try {
+    Trainer t(c);
+    FAIL() << "expected ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("eval.batches (10) global batches of 4 sequences need 40 "
+                                         "validation sequences, but data.val"),
+              std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("holds 37"), std::string::npos) << e.what();
+  }
+}
+
 TEST(Trainer, StartsFromSafetensorsAndRejectsMissingData) {
   TempDir dir;
   Config c = small_config(dir, 4);

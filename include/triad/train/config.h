@@ -62,12 +62,23 @@ struct CheckpointSection {
   std::string resume = "never";  // never | auto (the newest complete checkpoint in dir)
 };
 
+// Validation (`eval:` section; runs only when data.val is given).
+struct EvalSection {
+  // Evaluate every N optimizer steps and after the last one (0: after the
+  // last one only).
+  int64_t interval = 0;
+  // Global batches (of train.global_batch_size sequences) per evaluation,
+  // always the first ones of data.val; 0: every whole global batch it holds.
+  int64_t batches = 0;
+};
+
 // Everything triad-train reads from its YAML file; docs/config.md lists
 // each key. Validated completely before anything runs.
 struct Config {
   nn::GptConfig model;
   TrainSection train;
   std::string data_train;  // data.train: shard path or glob
+  std::string data_val;    // data.val: shard path or glob (optional; validation loss)
   std::string init_from;   // init.from: GPT-2 safetensors (optional)
   std::string output_dir = "out";
   int64_t log_interval = 10;
@@ -81,6 +92,7 @@ struct Config {
   bool attention_deterministic = true;
   ParallelSection parallel;
   CheckpointSection checkpoint;
+  EvalSection eval;
 
   // Gradient-accumulation steps per optimizer step.
   int64_t accumulation_steps() const { return train.global_batch_size / train.micro_batch_size; }

@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <fstream>
+#include <optional>
 #include <string>
 
 namespace triad::train {
@@ -23,6 +24,9 @@ struct StepMetrics {
   bool skipped = false;
   // fp16: the loss scale this step's backward used (0 otherwise).
   double loss_scale = 0;
+  // Mean loss over the validation tokens, after this step's update (steps
+  // that evaluated: every eval.interval and the last).
+  std::optional<double> val_loss;
 };
 
 // Appends one JSON object per step to a metrics.jsonl file.

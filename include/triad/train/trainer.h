@@ -38,6 +38,13 @@ class Trainer {
   std::vector<StepMetrics> run();
   // One optimizer step (0-based index); exposed for tests.
   StepMetrics step(int64_t index);
+  // The mean loss over the validation tokens (data.val; the first
+  // eval.batches global batches, split over the layout as training batches
+  // are), forward only and without dropout. Collective; the same on every
+  // rank. An error when the config has no data.val.
+  double evaluate();
+  // Global batches one evaluation covers (0 without data.val).
+  int64_t eval_batches() const { return val_batches_; }
   // Test hook: this rank's loss (and so its gradients) becomes NaN at
   // (0-based) step `index` (layouts without a pipeline).
   void inject_nan_at(int64_t index) { nan_step_ = index; }
@@ -67,6 +74,8 @@ class Trainer {
   std::unique_ptr<pipeline::PipelineModel> pp_model_;
   std::unique_ptr<pipeline::PipelineExecutor> executor_;
   std::unique_ptr<data::TokenDataset> dataset_;
+  std::unique_ptr<data::TokenDataset> val_dataset_;  // data.val
+  int64_t val_batches_ = 0;
   std::unique_ptr<optim::AdamW> optimizer_;
   std::unique_ptr<dp::GradientReducer> reducer_;   // dp > 1
   std::unique_ptr<dp::ZeroAdamW> zero_optimizer_;  // parallel.zero = 1

@@ -379,4 +379,48 @@ PipelineStepResult PipelineExecutor::run(const std::vector<data::Batch>& micro,
   return res;
 }
 
+double PipelineExecutor::evaluate(const std::vector<data::Batch>& micro) {
+  if (micro.empty()) throw ValueError("pipeline evaluate: no microbatches");
+  autograd::NoGradGuard no_grad;
+  const int S = model_.num_stages(), p = model_.p(), r = model_.rank();
+  const auto& pp = model_.groups().pp;
+  const int64_t tp = model_.groups().tp->size();
+  const bool sp = model_.chunk(0).sequence_parallel();
+  const nn::ForwardContext ctx{false, 0, 0};  // no dropout
+  Tensor loss_sum;
+  // Sends stay in flight for one microbatch (the next stage takes them when
+  // it gets there), so at most two microbatches' activations are held.
+  std::vector<dist::WorkPtr> previous, current;
+  for (const data::Batch& batch : micro) {
+    const int64_t b = batch.inputs.size(0), T = batch.inputs.size(1);
+    for (int c = 0; c < model_.v(); ++c) {
+      const int stage = schedule_.stage_of(r, c);
+      tp::TensorParallelGpt& chunk = model_.chunk(c);
+      Tensor x;
+      if (stage == 0) {
+        x = chunk.embed(batch.inputs, ctx);
+      } else {
+        x = empty({b, sp ? T / tp : T, model_.config().d_model}, model_.dtype(), model_.device());
+        pp->batch_isend_irecv({{false, x, (r + p - 1) % p, 0}})->wait();
+      }
+      for (int64_t i : chunk.plan().layers) x = chunk.block(i, x, ctx);
+      if (stage == S - 1) {
+        Tensor part = cast(chunk.head_loss(x, batch.targets), DType::F64);
+        loss_sum = loss_sum.defined() ? add(loss_sum, part) : part;
+      } else {
+        current.push_back(pp->batch_isend_irecv({{true, contiguous(x), (r + 1) % p, 0}}));
+      }
+    }
+    for (auto& w : previous) w->wait();
+    previous = std::move(current);
+    current.clear();
+  }
+  for (auto& w : previous) w->wait();
+  const double total = loss_sum.defined() ? item(loss_sum) : 0.0;
+  Tensor l =
+      from_vector(std::vector<double>{total / static_cast<double>(micro.size())}, {1}, DType::F64);
+  pp->broadcast(l, p - 1)->wait();
+  return item(l);
+}
+
 }  // namespace triad::pipeline

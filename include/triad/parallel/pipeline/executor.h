@@ -104,6 +104,12 @@ class PipelineExecutor {
   // from loss * loss_scale (fp16 loss scaling); the reported loss is unscaled.
   PipelineStepResult run(const std::vector<data::Batch>& microbatches,
                          const nn::ForwardContext& ctx, double loss_scale = 1.0);
+  // Forward only (evaluation): no autograd graph, no dropout, any number of
+  // microbatches. Each rank runs its stages in (microbatch, stage) order,
+  // receiving activations from the previous stage and sending them on, so
+  // the transfers pair up without a schedule. Returns the mean of the
+  // microbatches' mean losses, the same on every rank of the pipeline.
+  double evaluate(const std::vector<data::Batch>& microbatches);
 
  private:
   PipelineModel& model_;
