@@ -1,6 +1,8 @@
-// triad-tokenize: turns a text file into an llm.c token shard.
+// triad-tokenize: turns a text file into an llm.c token shard, or into a
+// Megatron indexed dataset (the whole file one document).
 //   triad-tokenize --input corpus.txt --output train.bin            (bytes, vocab 256)
 //   triad-tokenize --input corpus.txt --output train.bin --vocab vocab.json --merges merges.txt
+//   triad-tokenize --input corpus.txt --output data/train --format megatron   (train.bin + .idx)
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
@@ -9,14 +11,20 @@
 #include <sstream>
 
 #include "triad/core/error.h"
+#include "triad/data/indexed_dataset.h"
 #include "triad/data/token_shard.h"
 #include "triad/data/tokenizer.h"
 
 int main(int argc, char** argv) {
-  CLI::App app{"Tokenize a text file into an llm.c shard (uint16 tokens)"};
-  std::string input, output, vocab, merges;
+  CLI::App app{"Tokenize a text file into an llm.c shard or a Megatron indexed dataset"};
+  std::string input, output, vocab, merges, format = "llmc";
   app.add_option("--input", input, "UTF-8 text file")->required();
-  app.add_option("--output", output, "shard to write")->required();
+  app.add_option("--output", output, "shard to write (llmc), or the dataset's prefix (megatron)")
+      ->required();
+  app.add_option("--format", format,
+                 "llmc: one shard of uint16 tokens; megatron: <output>.bin and <output>.idx, the "
+                 "file one document (uint16 tokens below vocab 65500, int32 above)")
+      ->check(CLI::IsMember({"llmc", "megatron"}));
   app.add_option("--vocab", vocab, "GPT-2 vocab.json (with --merges: BPE; otherwise bytes)");
   app.add_option("--merges", merges, "GPT-2 merges.txt");
   CLI11_PARSE(app, argc, argv);
@@ -35,6 +43,14 @@ int main(int argc, char** argv) {
     std::stringstream ss;
     ss << in.rdbuf();
     const auto ids = tok->encode(ss.str());
+    if (format == "megatron") {
+      const auto dtype = triad::data::indexed_dtype_for_vocab(tok->vocab_size());
+      triad::data::write_indexed_dataset(output, {std::vector<int64_t>(ids.begin(), ids.end())},
+                                         dtype);
+      spdlog::info("wrote {} tokens (vocab {}, {}) to {}.bin and {}.idx", ids.size(),
+                   tok->vocab_size(), triad::data::indexed_dtype_name(dtype), output, output);
+      return 0;
+    }
     std::vector<uint16_t> tokens;
     tokens.reserve(ids.size());
     for (int32_t id : ids) {

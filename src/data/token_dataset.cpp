@@ -1,24 +1,132 @@
 #include "triad/data/token_dataset.h"
 
+#include <algorithm>
+#include <filesystem>
+#include <set>
+
+#include "data/mapped_file.h"
+#include "data/token_run.h"
 #include "triad/data/token_shard.h"
 
 namespace triad::data {
+namespace {
 
-TokenDataset::TokenDataset(const std::vector<std::string>& shard_paths, int64_t seq_len,
+bool is_file(const std::string& path) {
+  std::error_code ec;
+  return std::filesystem::is_regular_file(path, ec);
+}
+
+bool ends_with(const std::string& s, const std::string& tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+// The Megatron prefix a matched file belongs to, or "" for an llm.c shard.
+std::string megatron_prefix(const std::string& path) {
+  if (ends_with(path, ".idx")) return path.substr(0, path.size() - 4);
+  if (ends_with(path, ".bin")) {
+    const std::string stem = path.substr(0, path.size() - 4);
+    if (is_file(stem + ".idx")) return stem;
+  }
+  return "";
+}
+
+}  // namespace
+
+std::vector<std::string> expand_data_paths(const std::string& pattern, const std::string& key) {
+  if (is_file(pattern + ".idx") && is_file(pattern + ".bin")) return {pattern};
+  std::vector<std::string> matches;
+  try {
+    matches = expand_shard_paths(pattern);
+  } catch (const IoError&) {
+    throw IoError(key + " '" + pattern +
+                  "' matches no file (expected an llm.c shard, a glob of them, or a Megatron "
+                  "dataset: its prefix, or its .bin/.idx files)");
+  }
+  std::vector<std::string> out;
+  std::set<std::string> seen;
+  for (const auto& m : matches) {
+    const std::string prefix = megatron_prefix(m);
+    const std::string source = prefix.empty() ? m : prefix;
+    if (seen.insert(source).second) out.push_back(source);
+  }
+  return out;
+}
+
+TokenDataset::TokenDataset(const std::vector<std::string>& sources, int64_t seq_len,
                            int64_t vocab_size)
     : seq_len_(seq_len) {
   if (seq_len <= 0)
     throw ValueError("TokenDataset: seq_len (" + std::to_string(seq_len) + ") must be positive");
-  for (const auto& p : shard_paths) {
-    auto t = read_token_shard(p, vocab_size);
-    tokens_.insert(tokens_.end(), t.begin(), t.end());
+  auto check_tokens = [&](const std::byte* p, IndexedDType dtype, int64_t count,
+                          const std::string& file, int64_t first) {
+    if (vocab_size <= 0) return;
+    const int64_t bad = find_token_outside(p, dtype, count, vocab_size);
+    if (bad < 0) return;
+    int64_t v = 0;
+    widen_tokens(p, dtype, bad, 1, &v);
+    throw IoError("token data '" + file + "': token " + std::to_string(v) + " at position " +
+                  std::to_string(first + bad) + " is not in [0, vocab_size " +
+                  std::to_string(vocab_size) + ")");
+  };
+  for (const auto& source : sources) {
+    if (is_file(source + ".idx")) {
+      auto ds = std::make_unique<IndexedDataset>(source);
+      const int64_t esize = indexed_dtype_bytes(ds->dtype());
+      // Sequences that follow each other in the .bin (the usual layout) form
+      // one run; the token check walks each run once.
+      std::vector<Run> local;
+      for (int64_t i = 0; i < ds->num_sequences(); ++i) {
+        const int64_t len = ds->sequence_length(i);
+        if (len == 0) continue;
+        const std::byte* at = ds->bin() + ds->sequence_pointer(i);
+        if (!local.empty() && local.back().data + local.back().count * esize == at) {
+          local.back().count += len;
+        } else {
+          local.push_back({at, len, ds->dtype(), num_tokens_});
+        }
+        num_tokens_ += len;
+      }
+      for (const Run& r : local) {
+        check_tokens(r.data, r.dtype, r.count, ds->bin_path(), (r.data - ds->bin()) / esize);
+        runs_.push_back(r);
+      }
+      indexed_.push_back(std::move(ds));
+    } else {
+      auto file = std::make_unique<MappedFile>(source);
+      const auto count =
+          static_cast<int64_t>(check_token_shard(source, file->data(), file->size()));
+      const std::byte* tokens = file->data() + kShardHeaderBytes;
+      check_tokens(tokens, IndexedDType::U16, count, source, 0);
+      if (count > 0) runs_.push_back({tokens, count, IndexedDType::U16, num_tokens_});
+      num_tokens_ += count;
+      shards_.push_back(std::move(file));
+    }
   }
-  const int64_t n = static_cast<int64_t>(tokens_.size());
+  const int64_t n = num_tokens_;
   num_sequences_ = n > seq_len ? (n - 1) / seq_len : 0;
   if (num_sequences_ == 0) {
     throw IoError(
         "token data has " + std::to_string(n) +
         " tokens, fewer than one sequence of seq_len + 1 = " + std::to_string(seq_len + 1));
+  }
+}
+
+TokenDataset::~TokenDataset() = default;
+
+void TokenDataset::read(int64_t start, int64_t count, int64_t* out) const {
+  // The run holding `start`: the last one starting at or before it.
+  auto it = std::upper_bound(runs_.begin(), runs_.end(), start,
+                             [](int64_t pos, const Run& r) { return pos < r.start; });
+  size_t r = static_cast<size_t>(it - runs_.begin()) - 1;
+  while (count > 0) {
+    const Run& run = runs_.at(r);
+    const int64_t first = start - run.start;
+    const int64_t n = std::min(count, run.count - first);
+    widen_tokens(run.data, run.dtype, first, n, out);
+    out += n;
+    start += n;
+    count -= n;
+    ++r;
   }
 }
 
@@ -32,13 +140,12 @@ Batch TokenDataset::batch(int64_t step, int64_t global_batch, int64_t first, int
   Tensor inputs = empty({count, T}, DType::I64), targets = empty({count, T}, DType::I64);
   int64_t* in = inputs.data<int64_t>();
   int64_t* tg = targets.data<int64_t>();
+  std::vector<int64_t> tokens(static_cast<size_t>(T + 1));
   for (int64_t j = 0; j < count; ++j) {
     const int64_t q = (step * global_batch + first + j) % num_sequences_;
-    const uint16_t* src = tokens_.data() + q * T;
-    for (int64_t t = 0; t < T; ++t) {
-      in[j * T + t] = src[t];
-      tg[j * T + t] = src[t + 1];
-    }
+    read(q * T, T + 1, tokens.data());
+    std::copy(tokens.begin(), tokens.end() - 1, in + j * T);
+    std::copy(tokens.begin() + 1, tokens.end(), tg + j * T);
   }
   return {inputs, targets};
 }

@@ -11,17 +11,13 @@
 
 namespace triad::data {
 
-std::vector<uint16_t> read_token_shard(const std::string& path, int64_t vocab_size) {
-  std::ifstream in(path, std::ios::binary | std::ios::ate);
-  if (!in) throw IoError("token shard '" + path + "': cannot open");
-  const auto size = static_cast<uint64_t>(in.tellg());
+uint64_t check_token_shard(const std::string& path, const void* bytes, uint64_t size) {
   if (size < kShardHeaderBytes) {
     throw IoError("token shard '" + path + "': " + std::to_string(size) +
                   " bytes, shorter than the 1024-byte header");
   }
-  in.seekg(0);
-  int32_t header[256];
-  in.read(reinterpret_cast<char*>(header), sizeof(header));
+  int32_t header[3];
+  std::memcpy(header, bytes, sizeof(header));
   if (header[0] != kShardMagic) {
     throw IoError("token shard '" + path + "': magic " + std::to_string(header[0]) + ", expected " +
                   std::to_string(kShardMagic));
@@ -38,9 +34,20 @@ std::vector<uint16_t> read_token_shard(const std::string& path, int64_t vocab_si
                   std::to_string(kShardHeaderBytes + 2 * count) + " bytes) but the file has " +
                   std::to_string(size) + " bytes");
   }
-  std::vector<uint16_t> tokens(count);
-  in.read(reinterpret_cast<char*>(tokens.data()), static_cast<std::streamsize>(2 * count));
+  return count;
+}
+
+std::vector<uint16_t> read_token_shard(const std::string& path, int64_t vocab_size) {
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  if (!in) throw IoError("token shard '" + path + "': cannot open");
+  const auto size = static_cast<uint64_t>(in.tellg());
+  in.seekg(0);
+  std::vector<char> bytes(size);
+  in.read(bytes.data(), static_cast<std::streamsize>(size));
   if (!in) throw IoError("token shard '" + path + "': read failed");
+  const uint64_t count = check_token_shard(path, bytes.data(), size);
+  std::vector<uint16_t> tokens(count);
+  std::memcpy(tokens.data(), bytes.data() + kShardHeaderBytes, 2 * count);
   if (vocab_size > 0) {
     for (uint64_t i = 0; i < count; ++i) {
       if (tokens[i] >= vocab_size) {
@@ -83,7 +90,7 @@ std::vector<std::string> expand_shard_paths(const std::string& pattern) {
     for (size_t i = 0; i < g.gl_pathc; ++i) out.emplace_back(g.gl_pathv[i]);
   }
   globfree(&g);
-  if (out.empty()) throw IoError("data.train '" + pattern + "' matches no file");
+  if (out.empty()) throw IoError("'" + pattern + "' matches no file");
   std::sort(out.begin(), out.end());
   return out;
 }

@@ -171,11 +171,11 @@ Trainer::Trainer(Config config, dist::ProcessGroupPtr world)
     so.max_scale = std::max(so.max_scale, so.init_scale);
     scaler_ = std::make_unique<optim::DynamicLossScaler>(so);
   }
-  dataset_ = std::make_unique<data::TokenDataset>(data::expand_shard_paths(config_.data_train),
+  dataset_ = std::make_unique<data::TokenDataset>(data::expand_data_paths(config_.data_train),
                                                   config_.model.seq_len, config_.model.vocab_size);
   if (!config_.data_val.empty()) {
     val_dataset_ =
-        std::make_unique<data::TokenDataset>(data::expand_shard_paths(config_.data_val),
+        std::make_unique<data::TokenDataset>(data::expand_data_paths(config_.data_val, "data.val"),
                                              config_.model.seq_len, config_.model.vocab_size);
     const int64_t G = config_.train.global_batch_size;
     const int64_t held = val_dataset_->num_sequences();

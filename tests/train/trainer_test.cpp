@@ -8,6 +8,7 @@
 
 #include "support/temp_dir.h"
 #include "triad/backend/cuda.h"
+#include "triad/data/indexed_dataset.h"
 #include "triad/data/token_shard.h"
 #include "triad/io/safetensors.h"
 #include "triad/ops.h"
@@ -202,6 +203,28 @@ TEST(Trainer, ValidationDataErrorsNameTheNumbers) {
         << e.what();
     EXPECT_NE(std::string(e.what()).find("holds 37"), std::string::npos) << e.what();
   }
+}
+
+TEST(Trainer, TrainsOnAMegatronDatasetAsOnTheSameTokensInAShard) {
+  TempDir dir;
+  Config shard = small_config(dir, 2);
+  // The same 4000 tokens as train.bin, as a Megatron dataset of int32
+  // tokens in documents of 7 to 150 tokens.
+  std::vector<std::vector<int64_t>> docs;
+  for (int i = 0, n = 7; i < 4000; n = 7 + (n * 13) % 144) {
+    docs.emplace_back();
+    for (int k = 0; k < n && i < 4000; ++k, ++i) docs.back().push_back((i * 7 + i / 13) % 31);
+  }
+  data::write_indexed_dataset(dir.file("mega"), docs, data::IndexedDType::I32);
+  Config mega = shard;
+  mega.data_train = dir.file("mega");
+  mega.data_val = dir.file("mega.bin");  // the prefix or either file names it
+  mega.output_dir = dir.file("out_mega");
+  const auto a = Trainer(shard).run();
+  const auto b = Trainer(mega).run();
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t k = 0; k < a.size(); ++k) EXPECT_EQ(a[k].loss, b[k].loss) << "step " << k + 1;
+  ASSERT_TRUE(b.back().val_loss.has_value());
 }
 
 TEST(Trainer, StartsFromSafetensorsAndRejectsMissingData) {

@@ -1,12 +1,16 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "triad/core/tensor.h"
+#include "triad/data/indexed_dataset.h"
 
 namespace triad::data {
+
+class MappedFile;
 
 // Inputs and next-token targets of some sequences, each (n, T) i64.
 struct Batch {
@@ -14,15 +18,33 @@ struct Batch {
   Tensor targets;
 };
 
-// The token stream of one or more shards read in order, cut into training
+// What data.train / data.val name, as TokenDataset sources: a Megatron
+// dataset prefix (`prefix.idx` and `prefix.bin` exist), or a path or glob
+// matching llm.c shards and Megatron `.bin`/`.idx` files. Sorted; a Megatron
+// dataset appears once, as its prefix, however many of its files match (a
+// `.bin` is a Megatron one when the `.idx` beside it exists). `key` names
+// the setting in the error when nothing matches.
+std::vector<std::string> expand_data_paths(const std::string& pattern,
+                                           const std::string& key = "data.train");
+
+// The token stream of one or more sources read in order: llm.c shards (all
+// their tokens) and Megatron indexed datasets (given by prefix: their
+// sequences in index order, any integer token type), cut into training
 // sequences by a rule that no parallel layout changes: with global batch G
 // and sequence length T, sequence j of step k is the T+1 tokens starting at
 // (k*G + j)*T (inputs the first T, targets the last T). Global sequence q
 // wraps around to q mod num_sequences() when the stream is exhausted.
+// Files are memory-mapped (ranks on a node share the page cache; nothing is
+// copied in), every header is validated, and every token is checked once,
+// here, to be in [0, vocab_size): errors name the file and the position.
 class TokenDataset {
  public:
-  TokenDataset(const std::vector<std::string>& shard_paths, int64_t seq_len, int64_t vocab_size);
-  int64_t num_tokens() const { return static_cast<int64_t>(tokens_.size()); }
+  TokenDataset(const std::vector<std::string>& sources, int64_t seq_len, int64_t vocab_size);
+  ~TokenDataset();
+  TokenDataset(const TokenDataset&) = delete;
+  TokenDataset& operator=(const TokenDataset&) = delete;
+
+  int64_t num_tokens() const { return num_tokens_; }
   // Number of distinct sequences (start positions q*T with q*T + T + 1 <= tokens).
   int64_t num_sequences() const { return num_sequences_; }
   int64_t seq_len() const { return seq_len_; }
@@ -31,7 +53,20 @@ class TokenDataset {
   Batch batch(int64_t step, int64_t global_batch, int64_t first, int64_t count) const;
 
  private:
-  std::vector<uint16_t> tokens_;
+  // A contiguous run of tokens in a mapped file, at stream position `start`.
+  struct Run {
+    const std::byte* data;
+    int64_t count;
+    IndexedDType dtype;
+    int64_t start;
+  };
+  // Tokens [start, start + count) of the stream.
+  void read(int64_t start, int64_t count, int64_t* out) const;
+
+  std::vector<std::unique_ptr<MappedFile>> shards_;
+  std::vector<std::unique_ptr<IndexedDataset>> indexed_;
+  std::vector<Run> runs_;
+  int64_t num_tokens_ = 0;
   int64_t seq_len_;
   int64_t num_sequences_;
 };

@@ -17,6 +17,10 @@ inline constexpr size_t kShardHeaderBytes = 1024;
 // every token < vocab_size (when vocab_size > 0). Errors name the file.
 std::vector<uint16_t> read_token_shard(const std::string& path, int64_t vocab_size = 0);
 
+// Checks a shard's header (magic, version, count) and its size against the
+// count; returns the count. `bytes` is the whole file. Errors name the file.
+uint64_t check_token_shard(const std::string& path, const void* bytes, uint64_t size);
+
 // Writes tokens (each must fit in uint16) as a shard, atomically.
 void write_token_shard(const std::string& path, const std::vector<uint16_t>& tokens);
 

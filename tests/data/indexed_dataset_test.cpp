@@ -1,0 +1,238 @@
+#include "triad/data/indexed_dataset.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <fstream>
+#include <limits>
+
+#include "support/temp_dir.h"
+#include "triad/data/token_dataset.h"
+#include "triad/data/token_shard.h"
+#include "triad/ops.h"
+
+namespace triad::data {
+namespace {
+
+using triad::testing::TempDir;
+
+// Little-endian bytes, built field by field as Megatron's index writer lays
+// them out (independently of write_indexed_dataset).
+struct Bytes {
+  std::vector<char> b;
+  template <class T>
+  Bytes& put(T v) {
+    char c[sizeof(T)];
+    std::memcpy(c, &v, sizeof(T));
+    b.insert(b.end(), c, c + sizeof(T));
+    return *this;
+  }
+  Bytes& text(const char* s, size_t n) {
+    b.insert(b.end(), s, s + n);
+    return *this;
+  }
+  void write(const std::string& path) const {
+    std::ofstream(path, std::ios::binary).write(b.data(), static_cast<std::streamsize>(b.size()));
+  }
+};
+
+// An index: dtype code, lengths, byte pointers, document indices.
+Bytes index_bytes(uint8_t code, const std::vector<int32_t>& lengths,
+                  const std::vector<int64_t>& pointers, const std::vector<int64_t>& docs) {
+  Bytes x;
+  x.text("MMIDIDX\0\0", 9).put<uint64_t>(1).put<uint8_t>(code);
+  x.put<uint64_t>(lengths.size()).put<uint64_t>(docs.size());
+  for (int32_t l : lengths) x.put(l);
+  for (int64_t p : pointers) x.put(p);
+  for (int64_t d : docs) x.put(d);
+  return x;
+}
+
+std::vector<char> file_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+TEST(IndexedDataset, ReadsTheMegatronLayout) {
+  TempDir dir;
+  // Two documents: sequences 0-1 and 2; sequence 1 is empty; uint16 tokens.
+  index_bytes(8, {3, 0, 2}, {0, 6, 6}, {0, 2, 3}).write(dir.file("m.idx"));
+  Bytes bin;
+  for (uint16_t t : {10, 11, 12, 13, 14}) bin.put(t);
+  bin.write(dir.file("m.bin"));
+  IndexedDataset ds(dir.file("m"));
+  EXPECT_EQ(ds.dtype(), IndexedDType::U16);
+  EXPECT_EQ(ds.num_sequences(), 3);
+  EXPECT_EQ(ds.num_documents(), 2);
+  EXPECT_EQ(ds.num_tokens(), 5);
+  EXPECT_EQ(ds.sequence(0), (std::vector<int64_t>{10, 11, 12}));
+  EXPECT_TRUE(ds.sequence(1).empty());
+  EXPECT_EQ(ds.sequence(2), (std::vector<int64_t>{13, 14}));
+  EXPECT_EQ(ds.document(0), (std::pair<int64_t, int64_t>{0, 2}));
+  EXPECT_EQ(ds.document(1), (std::pair<int64_t, int64_t>{2, 3}));
+  EXPECT_THROW(ds.sequence(3), ValueError);
+  EXPECT_THROW(ds.document(2), ValueError);
+}
+
+TEST(IndexedDataset, TheWriterProducesMegatronsBytes) {
+  TempDir dir;
+  write_indexed_dataset(dir.file("w"), {{7, -3}, {}, {1 << 20}}, IndexedDType::I32);
+  EXPECT_EQ(file_bytes(dir.file("w.idx")), index_bytes(4, {2, 0, 1}, {0, 8, 8}, {0, 1, 2, 3}).b);
+  Bytes bin;
+  bin.put<int32_t>(7).put<int32_t>(-3).put<int32_t>(1 << 20);
+  EXPECT_EQ(file_bytes(dir.file("w.bin")), bin.b);
+  EXPECT_EQ(indexed_dtype_for_vocab(50257), IndexedDType::U16);
+  EXPECT_EQ(indexed_dtype_for_vocab(128256), IndexedDType::I32);
+}
+
+TEST(IndexedDataset, EveryTokenTypeRoundTripsItsExtremes) {
+  TempDir dir;
+  auto extremes = [](auto zero) {
+    using T = decltype(zero);
+    return std::vector<int64_t>{std::numeric_limits<T>::min(), 0, 1, std::numeric_limits<T>::max()};
+  };
+  const std::vector<std::pair<IndexedDType, std::vector<int64_t>>> cases{
+      {IndexedDType::U8, extremes(uint8_t{})},  {IndexedDType::I8, extremes(int8_t{})},
+      {IndexedDType::I16, extremes(int16_t{})}, {IndexedDType::U16, extremes(uint16_t{})},
+      {IndexedDType::I32, extremes(int32_t{})}, {IndexedDType::I64, extremes(int64_t{})}};
+  for (const auto& [dtype, tokens] : cases) {
+    const std::string prefix = dir.file(indexed_dtype_name(dtype));
+    write_indexed_dataset(prefix, {tokens, {5}}, dtype);
+    IndexedDataset ds(prefix);
+    EXPECT_EQ(ds.dtype(), dtype);
+    EXPECT_EQ(ds.sequence(0), tokens) << indexed_dtype_name(dtype);
+    EXPECT_EQ(ds.sequence(1), std::vector<int64_t>{5});
+    EXPECT_EQ(ds.num_tokens(), 5);
+    if (dtype != IndexedDType::I64) {
+      try {
+        write_indexed_dataset(prefix + "_bad", {{1}, {2, tokens.back() + 1}}, dtype);
+        FAIL() << "expected ValueError";
+      } catch (const ValueError& e) {
+        EXPECT_NE(std::string(e.what()).find("token " + std::to_string(tokens.back() + 1) +
+                                             " (document 1, position 1) does not fit " +
+                                             indexed_dtype_name(dtype)),
+                  std::string::npos)
+            << e.what();
+      }
+    }
+  }
+}
+
+void expect_open_error(const std::string& prefix, const std::string& fragment) {
+  try {
+    IndexedDataset ds(prefix);
+    FAIL() << "expected IoError with '" << fragment << "'";
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(prefix), std::string::npos) << e.what();
+  }
+}
+
+TEST(IndexedDataset, DamagedFilesAreErrorsNamingTheFileAndValue) {
+  TempDir dir;
+  const std::string p = dir.file("d");
+  Bytes bin;
+  for (uint16_t t : {1, 2, 3, 4}) bin.put(t);
+  bin.write(p + ".bin");
+  auto with_index = [&](const Bytes& idx, const std::string& fragment) {
+    idx.write(p + ".idx");
+    expect_open_error(p, fragment);
+  };
+  Bytes wrong_magic;
+  wrong_magic.text("MMIDIDY\0\0", 9)
+      .put<uint64_t>(1)
+      .put<uint8_t>(8)
+      .put<uint64_t>(0)
+      .put<uint64_t>(1);
+  wrong_magic.put<int64_t>(0);
+  with_index(wrong_magic, "not a Megatron index");
+  Bytes v2 = index_bytes(8, {4}, {0}, {0, 1});
+  v2.b[9] = 2;
+  with_index(v2, "index version 2, expected 1");
+  with_index(index_bytes(7, {4}, {0}, {0, 1}), "dtype code 7 (floating point) holds no tokens");
+  with_index(index_bytes(9, {4}, {0}, {0, 1}), "dtype code 9 is not one of Megatron's");
+  Bytes truncated = index_bytes(8, {4}, {0}, {0, 1});
+  truncated.b.pop_back();
+  with_index(truncated, "1 sequences and 2 document indices make 62");
+  Bytes modes = index_bytes(8, {4}, {0}, {0, 1});
+  modes.put<int8_t>(0);
+  with_index(modes, "multimodal index's modes");
+  with_index(index_bytes(8, {3}, {4}, {0, 1}),
+             "sequence 0 (3 uint16 tokens at byte 4) lies outside");
+  with_index(index_bytes(8, {-1}, {0}, {0, 1}), "sequence 0 (-1 uint16 tokens");
+  with_index(index_bytes(8, {2, 2}, {0, 4}, {1, 2}), "document index 0 is 1");
+  with_index(index_bytes(8, {2, 2}, {0, 4}, {0, 1}), "document index 1 is 1");
+  with_index(index_bytes(8, {2, 2}, {0, 4}, {0, 2, 1, 2}), "document index 2 is 1");
+  Bytes huge;
+  huge.text("MMIDIDX\0\0", 9).put<uint64_t>(1).put<uint8_t>(8).put<uint64_t>(uint64_t{1} << 62);
+  huge.put<uint64_t>(1);
+  with_index(huge, "cannot fit in");
+  with_index(Bytes{}.text("MMIDIDX", 7), "shorter than the 34-byte header");
+  std::filesystem::remove(p + ".bin");
+  index_bytes(8, {4}, {0}, {0, 1}).write(p + ".idx");
+  try {
+    IndexedDataset ds(p);
+    FAIL();
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find(p + ".bin': cannot open"), std::string::npos) << e.what();
+  }
+}
+
+TEST(TokenDataset, ReadsMegatronDatasetsAndShardsAsOneStream) {
+  TempDir dir;
+  // Stream: shard a (0..9), then Megatron m (int32 tokens 10..29 in three
+  // sequences, the last stored before the others: two runs in the .bin).
+  std::vector<uint16_t> a;
+  for (uint16_t i = 0; i < 10; ++i) a.push_back(i);
+  write_token_shard(dir.file("a.bin"), a);
+  Bytes bin;
+  for (int32_t t = 25; t < 30; ++t) bin.put(t);  // sequence 2, at byte 0
+  for (int32_t t = 10; t < 25; ++t) bin.put(t);  // sequences 0 and 1, at byte 20
+  bin.write(dir.file("m.bin"));
+  index_bytes(4, {7, 8, 5}, {20, 48, 0}, {0, 2, 3}).write(dir.file("m.idx"));
+  // The glob names m twice (.bin and .idx) and a once; a prefix names m alone.
+  EXPECT_EQ(expand_data_paths(dir.file("*")),
+            (std::vector<std::string>{dir.file("a.bin"), dir.file("m")}));
+  EXPECT_EQ(expand_data_paths(dir.file("m")), std::vector<std::string>{dir.file("m")});
+  EXPECT_EQ(expand_data_paths(dir.file("m.idx")), std::vector<std::string>{dir.file("m")});
+  try {
+    expand_data_paths(dir.file("none_*"), "data.val");
+    FAIL();
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find("data.val '" + dir.file("none_*") + "' matches no file"),
+              std::string::npos)
+        << e.what();
+  }
+  TokenDataset ds(expand_data_paths(dir.file("*")), 4, 30);
+  EXPECT_EQ(ds.num_tokens(), 30);
+  EXPECT_EQ(ds.num_sequences(), 7);
+  // Every sequence is the stream 0, 1, 2, ... cut at q*T, across every boundary.
+  for (int64_t q = 0; q < 7; ++q) {
+    Batch b = ds.batch(q, 1, 0, 1);
+    auto in = to_double_vector(b.inputs), tg = to_double_vector(b.targets);
+    for (int64_t t = 0; t < 4; ++t) {
+      EXPECT_EQ(in[t], q * 4 + t) << "sequence " << q;
+      EXPECT_EQ(tg[t], q * 4 + t + 1) << "sequence " << q;
+    }
+  }
+  // Tokens outside [0, vocab) are found once, up front, in any run.
+  try {
+    TokenDataset small(expand_data_paths(dir.file("*")), 4, 28);
+    FAIL();
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find("'" + dir.file("m.bin") +
+                                         "': token 28 at position 3 is not in [0, vocab_size 28)"),
+              std::string::npos)
+        << e.what();
+  }
+  write_indexed_dataset(dir.file("neg"), {{1, 2, 3}, {4, -5}}, IndexedDType::I16);
+  try {
+    TokenDataset negative({dir.file("neg")}, 2, 100);
+    FAIL();
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find("token -5 at position 4"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace triad::data
