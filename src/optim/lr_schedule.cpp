@@ -7,22 +7,67 @@
 
 namespace triad::optim {
 
-CosineSchedule::CosineSchedule(double lr, double min_lr, int64_t warmup_steps, int64_t total_steps)
-    : lr_(lr), min_lr_(min_lr), warmup_(warmup_steps), total_(total_steps) {
-  if (warmup_steps < 0)
-    throw ValueError("warmup_steps (" + std::to_string(warmup_steps) + ") must be >= 0");
-  if (min_lr > lr) {
-    throw ValueError("min_lr (" + std::to_string(min_lr) + ") must not exceed lr (" +
-                     std::to_string(lr) + ")");
+LrDecay lr_decay_from_string(const std::string& name) {
+  if (name == "cosine") return LrDecay::Cosine;
+  if (name == "linear") return LrDecay::Linear;
+  if (name == "constant") return LrDecay::Constant;
+  if (name == "wsd") return LrDecay::Wsd;
+  throw ValueError("learning-rate decay '" + name + "' must be cosine, linear, constant or wsd");
+}
+
+const char* lr_decay_name(LrDecay decay) {
+  switch (decay) {
+    case LrDecay::Cosine:
+      return "cosine";
+    case LrDecay::Linear:
+      return "linear";
+    case LrDecay::Constant:
+      return "constant";
+    case LrDecay::Wsd:
+      return "wsd";
+  }
+  return "unknown";
+}
+
+LrSchedule::LrSchedule(const LrScheduleOptions& o) : o_(o) {
+  if (o.warmup_steps < 0)
+    throw ValueError("warmup_steps (" + std::to_string(o.warmup_steps) + ") must be >= 0");
+  if (o.decay_steps < 0)
+    throw ValueError("decay_steps (" + std::to_string(o.decay_steps) + ") must be >= 0");
+  if (o.min_lr > o.lr && o.decay != LrDecay::Constant) {
+    throw ValueError("min_lr (" + std::to_string(o.min_lr) + ") must not exceed lr (" +
+                     std::to_string(o.lr) + ")");
+  }
+  if (o.decay == LrDecay::Wsd) {
+    const int64_t span = o.decay_steps - o.warmup_steps;
+    if (o.cooldown_steps < 1 || o.cooldown_steps > span) {
+      throw ValueError("cooldown_steps (" + std::to_string(o.cooldown_steps) +
+                       ") must be between 1 and decay_steps - warmup_steps (" +
+                       std::to_string(o.decay_steps) + " - " + std::to_string(o.warmup_steps) +
+                       " = " + std::to_string(span) + ")");
+    }
+  } else if (o.cooldown_steps != 0) {
+    throw ValueError("cooldown_steps (" + std::to_string(o.cooldown_steps) +
+                     ") applies to the wsd decay only, not " + lr_decay_name(o.decay));
   }
 }
 
-double CosineSchedule::at(int64_t step) const {
-  if (step < warmup_) return lr_ * static_cast<double>(step + 1) / static_cast<double>(warmup_);
-  if (step >= total_ || total_ <= warmup_) return min_lr_;
+double LrSchedule::at(int64_t step) const {
+  const auto& o = o_;
+  if (step < o.warmup_steps) {
+    return o.lr * static_cast<double>(step + 1) / static_cast<double>(o.warmup_steps);
+  }
+  if (o.decay == LrDecay::Constant) return o.lr;
+  if (step >= o.decay_steps) return o.min_lr;
+  // The decay's own start: after warm-up, or (wsd) where the cool-down begins.
+  const int64_t from = o.decay == LrDecay::Wsd ? o.decay_steps - o.cooldown_steps : o.warmup_steps;
+  if (step < from) return o.lr;  // wsd's stable phase
   const double progress =
-      static_cast<double>(step - warmup_) / static_cast<double>(total_ - warmup_);
-  return min_lr_ + 0.5 * (lr_ - min_lr_) * (1.0 + std::cos(M_PI * progress));
+      static_cast<double>(step - from) / static_cast<double>(o.decay_steps - from);
+  if (o.decay == LrDecay::Cosine) {
+    return o.min_lr + 0.5 * (o.lr - o.min_lr) * (1.0 + std::cos(M_PI * progress));
+  }
+  return o.lr - (o.lr - o.min_lr) * progress;  // linear, and wsd's cool-down
 }
 
 }  // namespace triad::optim

@@ -2,6 +2,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <fstream>
 #include <functional>
 #include <set>
@@ -142,6 +143,22 @@ void validate(const Config& c, bool min_lr_given) {
     throw ConfigError(os.str());
   }
   require(t.warmup_steps >= 0, "train.warmup_steps", t.warmup_steps, "must be >= 0");
+  require(t.lr_decay_steps >= 0, "train.lr_decay_steps", t.lr_decay_steps,
+          "must be >= 0 (0: train.steps)");
+  require(t.cooldown_steps >= 0, "train.cooldown_steps", t.cooldown_steps, "must be >= 0");
+  if (t.cooldown_steps > 0 && t.lr_decay != "wsd") {
+    throw ConfigError("train.cooldown_steps (" + std::to_string(t.cooldown_steps) +
+                      ") applies to train.lr_decay 'wsd', not '" + t.lr_decay + "'");
+  }
+  if (t.lr_decay == "wsd") {
+    const auto o = t.lr_schedule();
+    if (o.decay_steps - o.warmup_steps < 1 || o.cooldown_steps > o.decay_steps - o.warmup_steps) {
+      throw ConfigError("train.lr_decay 'wsd' needs 1 <= train.cooldown_steps (" +
+                        std::to_string(o.cooldown_steps) +
+                        ") <= decay steps - train.warmup_steps (" + std::to_string(o.decay_steps) +
+                        " - " + std::to_string(o.warmup_steps) + ")");
+    }
+  }
   require(t.weight_decay >= 0, "train.weight_decay", t.weight_decay, "must be >= 0");
   require(t.beta1 >= 0 && t.beta1 < 1, "train.beta1", t.beta1, "must be in [0, 1)");
   require(t.beta2 >= 0 && t.beta2 < 1, "train.beta2", t.beta2, "must be in [0, 1)");
@@ -238,6 +255,21 @@ void check_batch(const Config& c, int dp) {
   }
 }
 
+optim::LrScheduleOptions TrainSection::lr_schedule() const {
+  optim::LrScheduleOptions o;
+  o.lr = lr;
+  o.min_lr = min_lr;
+  o.warmup_steps = warmup_steps;
+  o.decay_steps = lr_decay_steps > 0 ? lr_decay_steps : steps;
+  o.decay = optim::lr_decay_from_string(lr_decay);
+  if (o.decay == optim::LrDecay::Wsd) {
+    o.cooldown_steps = cooldown_steps > 0
+                           ? cooldown_steps
+                           : std::max<int64_t>(1, (o.decay_steps - warmup_steps) / 5);
+  }
+  return o;
+}
+
 DType TrainSection::param_dtype() const {
   if (precision == "bf16") return DType::BF16;
   if (precision == "fp16") return DType::F16;
@@ -296,6 +328,19 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
           min_lr_given = true;
         }}},
       {"warmup_steps", {false, [&](auto& v, auto& k) { t.warmup_steps = get_int(v, k); }}},
+      {"lr_decay",
+       {false,
+        [&](auto& v, auto& k) {
+          t.lr_decay = get_string(v, k);
+          try {
+            optim::lr_decay_from_string(t.lr_decay);
+          } catch (const ValueError&) {
+            throw ConfigError(k + " ('" + t.lr_decay +
+                              "') must be cosine, linear, constant or wsd");
+          }
+        }}},
+      {"lr_decay_steps", {false, [&](auto& v, auto& k) { t.lr_decay_steps = get_int(v, k); }}},
+      {"cooldown_steps", {false, [&](auto& v, auto& k) { t.cooldown_steps = get_int(v, k); }}},
       {"weight_decay", {false, [&](auto& v, auto& k) { t.weight_decay = get_double(v, k); }}},
       {"beta1", {false, [&](auto& v, auto& k) { t.beta1 = get_double(v, k); }}},
       {"beta2", {false, [&](auto& v, auto& k) { t.beta2 = get_double(v, k); }}},
@@ -510,6 +555,9 @@ std::string to_yaml(const Config& c) {
   e << YAML::Key << "lr" << YAML::Value << t.lr;
   e << YAML::Key << "min_lr" << YAML::Value << t.min_lr;
   e << YAML::Key << "warmup_steps" << YAML::Value << t.warmup_steps;
+  e << YAML::Key << "lr_decay" << YAML::Value << t.lr_decay;
+  if (t.lr_decay_steps > 0) e << YAML::Key << "lr_decay_steps" << YAML::Value << t.lr_decay_steps;
+  if (t.cooldown_steps > 0) e << YAML::Key << "cooldown_steps" << YAML::Value << t.cooldown_steps;
   e << YAML::Key << "weight_decay" << YAML::Value << t.weight_decay;
   e << YAML::Key << "beta1" << YAML::Value << t.beta1;
   e << YAML::Key << "beta2" << YAML::Value << t.beta2;

@@ -52,8 +52,7 @@ std::string format_duration(double seconds) {
 Trainer::Trainer(Config config, dist::ProcessGroupPtr world)
     : config_(std::move(config)),
       world_(std::move(world)),
-      schedule_(config_.train.lr, config_.train.min_lr, config_.train.warmup_steps,
-                config_.train.steps) {
+      schedule_(config_.train.lr_schedule()) {
   const auto& par = config_.parallel;
   const int world_size = world_ ? world_->size() : 1;
   device_ = device_from_string(config_.device);

@@ -154,18 +154,65 @@ TEST(ClipGradNorm, UsesPyTorchsCoefficientAndOnlyShrinks) {
   EXPECT_NEAR(clip_grad_norm({a, b}, 0.0), 5.0 * coef, 1e-12);  // 0 = report only
 }
 
-TEST(CosineSchedule, WarmupThenCosineToMinLr) {
-  CosineSchedule s(1.0, 0.1, 10, 110);
+LrSchedule schedule(LrDecay decay, int64_t warmup, int64_t decay_steps, int64_t cooldown = 0) {
+  return LrSchedule({1.0, 0.1, warmup, decay_steps, decay, cooldown});
+}
+
+TEST(LrSchedule, WarmupThenCosineToMinLr) {
+  LrSchedule s = schedule(LrDecay::Cosine, 10, 110);
   EXPECT_NEAR(s.at(0), 0.1, 1e-12);
   EXPECT_NEAR(s.at(9), 1.0, 1e-12);
   EXPECT_NEAR(s.at(10), 1.0, 1e-12);
   EXPECT_NEAR(s.at(60), 0.55, 1e-12);  // half way: (lr + min_lr) / 2
+  EXPECT_NEAR(s.at(35), 0.1 + 0.45 * (1 + std::cos(M_PI / 4)), 1e-12);
   EXPECT_NEAR(s.at(110), 0.1, 1e-12);
   EXPECT_NEAR(s.at(500), 0.1, 1e-12);
   for (int k = 11; k < 110; ++k) EXPECT_LE(s.at(k), s.at(k - 1));
-  CosineSchedule constant(0.3, 0.3, 0, 50);
-  for (int k = 0; k < 60; k += 7) EXPECT_NEAR(constant.at(k), 0.3, 1e-15);
-  EXPECT_THROW(CosineSchedule(0.1, 0.2, 0, 10), ValueError);
+  LrSchedule same(LrScheduleOptions{0.3, 0.3, 0, 50});
+  for (int k = 0; k < 60; k += 7) EXPECT_NEAR(same.at(k), 0.3, 1e-15);
+  EXPECT_THROW(LrSchedule(LrScheduleOptions{0.1, 0.2, 0, 10}), ValueError);
+}
+
+TEST(LrSchedule, LinearConstantAndWarmupStableDecay) {
+  LrSchedule linear = schedule(LrDecay::Linear, 10, 110);
+  EXPECT_NEAR(linear.at(4), 0.5, 1e-12);
+  EXPECT_NEAR(linear.at(10), 1.0, 1e-12);
+  EXPECT_NEAR(linear.at(35), 1.0 - 0.9 * 0.25, 1e-12);
+  EXPECT_NEAR(linear.at(60), 0.55, 1e-12);
+  EXPECT_NEAR(linear.at(110), 0.1, 1e-12);
+  LrSchedule constant = schedule(LrDecay::Constant, 4, 110);
+  EXPECT_NEAR(constant.at(1), 0.5, 1e-12);
+  for (int k : {4, 50, 109, 110, 1000}) EXPECT_EQ(constant.at(k), 1.0) << k;
+  // wsd: warm-up to step 10, lr until step 90, then a straight line down to
+  // min_lr at 110.
+  LrSchedule wsd = schedule(LrDecay::Wsd, 10, 110, 20);
+  EXPECT_NEAR(wsd.at(9), 1.0, 1e-12);
+  for (int k : {10, 50, 89, 90}) EXPECT_EQ(wsd.at(k), 1.0) << k;
+  EXPECT_NEAR(wsd.at(100), 0.55, 1e-12);
+  EXPECT_NEAR(wsd.at(105), 0.325, 1e-12);
+  EXPECT_NEAR(wsd.at(110), 0.1, 1e-12);
+  EXPECT_NEAR(wsd.at(111), 0.1, 1e-12);
+  // The cool-down may take the whole span after warm-up (then it is linear).
+  LrSchedule whole = schedule(LrDecay::Wsd, 10, 110, 100);
+  for (int k = 0; k < 120; ++k) EXPECT_NEAR(whole.at(k), linear.at(k), 1e-12) << k;
+  auto expect_error = [](const LrScheduleOptions& o, const std::string& fragment) {
+    try {
+      LrSchedule s(o);
+      FAIL() << "expected ValueError with '" << fragment << "'";
+    } catch (const ValueError& e) {
+      EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+    }
+  };
+  expect_error({1.0, 0.1, 10, 110, LrDecay::Wsd, 0},
+               "cooldown_steps (0) must be between 1 and decay_steps - warmup_steps (110 - 10 = "
+               "100)");
+  expect_error({1.0, 0.1, 10, 110, LrDecay::Wsd, 101}, "cooldown_steps (101)");
+  expect_error({1.0, 0.1, 10, 110, LrDecay::Cosine, 5},
+               "cooldown_steps (5) applies to the wsd decay only, not cosine");
+  expect_error({1.0, 0.1, -1, 110}, "warmup_steps (-1) must be >= 0");
+  EXPECT_EQ(lr_decay_from_string("wsd"), LrDecay::Wsd);
+  EXPECT_STREQ(lr_decay_name(LrDecay::Linear), "linear");
+  EXPECT_THROW(lr_decay_from_string("step"), ValueError);
 }
 
 }  // namespace

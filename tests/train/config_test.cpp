@@ -61,6 +61,38 @@ TEST(Config, ParsesDefaultsAndOverrides) {
   EXPECT_EQ(v.eval.batches, 4);
 }
 
+TEST(Config, LearningRateDecayKeys) {
+  Config c = parse_config(kValid);
+  EXPECT_EQ(c.train.lr_decay, "cosine");
+  auto o = c.train.lr_schedule();
+  EXPECT_EQ(o.decay, optim::LrDecay::Cosine);
+  EXPECT_EQ(o.decay_steps, 5);  // train.steps
+  EXPECT_EQ(o.cooldown_steps, 0);
+  Config w = parse_config(
+      to_yaml(parse_config(kValid, {"train.steps=1000", "train.warmup_steps=100",
+                                    "train.lr_decay=wsd", "train.lr_decay_steps=900"})));
+  o = w.train.lr_schedule();
+  EXPECT_EQ(o.decay, optim::LrDecay::Wsd);
+  EXPECT_EQ(o.decay_steps, 900);
+  EXPECT_EQ(o.cooldown_steps, 160);  // a fifth of 900 - 100
+  EXPECT_EQ(parse_config(to_yaml(parse_config(kValid, {"train.steps=1000", "train.lr_decay=wsd",
+                                                       "train.cooldown_steps=50"})))
+                .train.lr_schedule()
+                .cooldown_steps,
+            50);
+  EXPECT_EQ(parse_config(kValid, {"train.lr_decay=linear"}).train.lr_schedule().decay,
+            optim::LrDecay::Linear);
+  expect_config_error(kValid, {"train.lr_decay=step"},
+                      "train.lr_decay ('step') must be cosine, linear, constant or wsd");
+  expect_config_error(kValid, {"train.cooldown_steps=2"},
+                      "train.cooldown_steps (2) applies to train.lr_decay 'wsd', not 'cosine'");
+  expect_config_error(kValid, {"train.lr_decay=wsd", "train.cooldown_steps=6"},
+                      "train.lr_decay 'wsd' needs 1 <= train.cooldown_steps (6) <= decay steps - "
+                      "train.warmup_steps (5 - 0)");
+  expect_config_error(kValid, {"train.lr_decay_steps=-1"},
+                      "train.lr_decay_steps (-1) must be >= 0");
+}
+
 TEST(Config, EvalNeedsValidationDataAndNonNegativeCounts) {
   expect_config_error(kValid, {"eval.interval=10"},
                       "eval.interval (10) needs validation data: set data.val");

@@ -1,21 +1,41 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 namespace triad::optim {
 
-// Linear warm-up from lr/warmup_steps to lr over warmup_steps, then cosine
-// decay from lr to min_lr at total_steps (and min_lr after). warmup_steps 0
-// with min_lr == lr gives a constant rate.
-class CosineSchedule {
+// How the learning rate falls after warm-up.
+enum class LrDecay {
+  Cosine,    // half a cosine from lr to min_lr at decay_steps
+  Linear,    // a straight line from lr to min_lr at decay_steps
+  Constant,  // lr throughout (min_lr unused)
+  Wsd,       // warm-up, stable at lr, then a linear cool-down to min_lr over the
+             // last cooldown_steps before decay_steps
+};
+LrDecay lr_decay_from_string(const std::string& name);  // cosine | linear | constant | wsd
+const char* lr_decay_name(LrDecay decay);
+
+struct LrScheduleOptions {
+  double lr = 3e-4;
+  double min_lr = 3e-5;
+  int64_t warmup_steps = 0;
+  int64_t decay_steps = 0;  // where the decay reaches min_lr (min_lr after it)
+  LrDecay decay = LrDecay::Cosine;
+  int64_t cooldown_steps = 0;  // wsd only: >= 1 and at most decay_steps - warmup_steps
+};
+
+// Linear warm-up from lr/warmup_steps to lr over warmup_steps, then the
+// chosen decay. Bad options raise a ValueError naming the values.
+class LrSchedule {
  public:
-  CosineSchedule(double lr, double min_lr, int64_t warmup_steps, int64_t total_steps);
+  explicit LrSchedule(const LrScheduleOptions& options);
   // Learning rate for 0-based step `step`.
   double at(int64_t step) const;
+  const LrScheduleOptions& options() const { return o_; }
 
  private:
-  double lr_, min_lr_;
-  int64_t warmup_, total_;
+  LrScheduleOptions o_;
 };
 
 }  // namespace triad::optim

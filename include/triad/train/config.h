@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "triad/nn/gpt.h"
+#include "triad/optim/lr_schedule.h"
 
 namespace triad::train {
 
@@ -16,6 +17,9 @@ struct TrainSection {
   double lr = 3e-4;
   double min_lr = 3e-5;
   int64_t warmup_steps = 0;
+  std::string lr_decay = "cosine";  // cosine | linear | constant | wsd
+  int64_t lr_decay_steps = 0;       // where the decay reaches min_lr; 0: steps
+  int64_t cooldown_steps = 0;       // wsd: the final decay's length; 0: a fifth of the decay span
   double weight_decay = 0.1;
   double beta1 = 0.9;
   double beta2 = 0.95;
@@ -31,6 +35,8 @@ struct TrainSection {
   int64_t loss_scale_window = 2000;  // fp16: clean steps before the scale doubles
   // The parameter dtype `precision` asks for.
   DType param_dtype() const;
+  // The learning-rate schedule these keys describe, defaults resolved.
+  optim::LrScheduleOptions lr_schedule() const;
 };
 
 // How the job is laid out (`parallel:` section).

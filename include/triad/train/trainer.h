@@ -98,7 +98,7 @@ class Trainer {
               TraceRecorder::Clock::time_point t0, TraceRecorder::Clock::time_point t1);
   void log_timing(int64_t steps);
   std::map<std::string, double> timing_;  // seconds per category since the last summary
-  optim::CosineSchedule schedule_;
+  optim::LrSchedule schedule_;
   TraceRecorder trace_;
 };
 
