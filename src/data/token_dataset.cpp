@@ -6,6 +6,7 @@
 
 #include "data/mapped_file.h"
 #include "data/token_run.h"
+#include "triad/core/rng.h"
 #include "triad/data/token_shard.h"
 
 namespace triad::data {
@@ -50,6 +51,32 @@ std::vector<std::string> expand_data_paths(const std::string& pattern, const std
     if (seen.insert(source).second) out.push_back(source);
   }
   return out;
+}
+
+int64_t shuffled_index(int64_t i, int64_t n, uint64_t seed, int64_t epoch) {
+  if (n <= 0 || i < 0 || i >= n) {
+    throw ValueError("shuffled_index: position " + std::to_string(i) + " is outside [0, " +
+                     std::to_string(n) + ")");
+  }
+  // Halves of h bits: the domain 4^h is the smallest power of 4 >= n, so
+  // cycle-walking takes fewer than 4 rounds of the network on average.
+  int h = 0;
+  while ((int64_t{1} << (2 * h)) < n) ++h;
+  const uint64_t mask = (uint64_t{1} << h) - 1;
+  constexpr int kRounds = 6;
+  auto permute = [&](uint64_t x) {
+    uint64_t left = x >> h, right = x & mask;
+    for (int r = 0; r < kRounds; ++r) {
+      const auto f = philox4x32(seed, static_cast<uint64_t>(epoch) * kRounds + r, right);
+      const uint64_t next = left ^ ((static_cast<uint64_t>(f[0]) << 32 | f[1]) & mask);
+      left = right;
+      right = next;
+    }
+    return left << h | right;
+  };
+  uint64_t x = permute(static_cast<uint64_t>(i));
+  while (x >= static_cast<uint64_t>(n)) x = permute(x);
+  return static_cast<int64_t>(x);
 }
 
 TokenDataset::TokenDataset(const std::vector<std::string>& sources, int64_t seq_len,
@@ -130,6 +157,12 @@ void TokenDataset::read(int64_t start, int64_t count, int64_t* out) const {
   }
 }
 
+int64_t TokenDataset::sequence_of(int64_t g) const {
+  if (g < 0) throw ValueError("TokenDataset: global sequence " + std::to_string(g) + " < 0");
+  const int64_t n = num_sequences_;
+  return shuffle_seed_ ? shuffled_index(g % n, n, *shuffle_seed_, g / n) : g % n;
+}
+
 Batch TokenDataset::batch(int64_t step, int64_t global_batch, int64_t first, int64_t count) const {
   if (first < 0 || count <= 0 || first + count > global_batch) {
     throw ValueError("TokenDataset::batch: sequences [" + std::to_string(first) + ", " +
@@ -142,7 +175,7 @@ Batch TokenDataset::batch(int64_t step, int64_t global_batch, int64_t first, int
   int64_t* tg = targets.data<int64_t>();
   std::vector<int64_t> tokens(static_cast<size_t>(T + 1));
   for (int64_t j = 0; j < count; ++j) {
-    const int64_t q = (step * global_batch + first + j) % num_sequences_;
+    const int64_t q = sequence_of(step * global_batch + first + j);
     read(q * T, T + 1, tokens.data());
     std::copy(tokens.begin(), tokens.end() - 1, in + j * T);
     std::copy(tokens.begin() + 1, tokens.end(), tg + j * T);

@@ -385,8 +385,10 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
           t.seed = static_cast<uint64_t>(s);
         }}},
   };
-  const Section data{{"train", {true, [&](auto& v, auto& k) { c.data_train = get_string(v, k); }}},
-                     {"val", {false, [&](auto& v, auto& k) { c.data_val = get_string(v, k); }}}};
+  const Section data{
+      {"train", {true, [&](auto& v, auto& k) { c.data_train = get_string(v, k); }}},
+      {"val", {false, [&](auto& v, auto& k) { c.data_val = get_string(v, k); }}},
+      {"shuffle", {false, [&](auto& v, auto& k) { c.data_shuffle = get_bool(v, k); }}}};
   auto non_negative = [](const YAML::Node& v, const std::string& k) {
     const int64_t x = get_int(v, k);
     if (x < 0) throw ConfigError(k + " (" + std::to_string(x) + ") must be >= 0");
@@ -572,6 +574,7 @@ std::string to_yaml(const Config& c) {
   e << YAML::Key << "data" << YAML::Value << YAML::BeginMap << YAML::Key << "train" << YAML::Value
     << c.data_train;
   if (!c.data_val.empty()) e << YAML::Key << "val" << YAML::Value << c.data_val;
+  e << YAML::Key << "shuffle" << YAML::Value << c.data_shuffle;
   e << YAML::EndMap;
   if (!c.init_from.empty()) {
     e << YAML::Key << "init" << YAML::Value << YAML::BeginMap << YAML::Key << "from" << YAML::Value

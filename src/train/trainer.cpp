@@ -172,6 +172,7 @@ Trainer::Trainer(Config config, dist::ProcessGroupPtr world)
   }
   dataset_ = std::make_unique<data::TokenDataset>(data::expand_data_paths(config_.data_train),
                                                   config_.model.seq_len, config_.model.vocab_size);
+  if (config_.data_shuffle) dataset_->shuffle(config_.train.seed);
   if (!config_.data_val.empty()) {
     val_dataset_ =
         std::make_unique<data::TokenDataset>(data::expand_data_paths(config_.data_val, "data.val"),

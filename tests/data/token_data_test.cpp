@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "support/temp_dir.h"
@@ -90,6 +91,70 @@ TEST(TokenDataset, SequenceJOfStepKFollowsTheLayoutFreeRule) {
   Batch wrapped = ds.batch(25, 1, 0, 1);
   EXPECT_EQ(to_double_vector(wrapped.inputs)[0], 0.0);
   EXPECT_THROW(TokenDataset({dir.file("s0.bin")}, 4, 40), IoError);  // token 49 >= vocab 40
+}
+
+TEST(TokenDataset, ShuffledIndexIsABijectionEveryPass) {
+  for (int64_t n : {1, 2, 3, 7, 64, 1000, 4097}) {
+    std::vector<std::vector<int64_t>> orders;
+    for (auto [seed, epoch] : std::vector<std::pair<uint64_t, int64_t>>{{5, 0}, {5, 1}, {6, 0}}) {
+      std::vector<int64_t> order;
+      std::vector<bool> hit(static_cast<size_t>(n), false);
+      for (int64_t i = 0; i < n; ++i) {
+        const int64_t q = shuffled_index(i, n, seed, epoch);
+        ASSERT_GE(q, 0);
+        ASSERT_LT(q, n);
+        EXPECT_FALSE(hit[static_cast<size_t>(q)]) << "n " << n << ": " << q << " twice";
+        hit[static_cast<size_t>(q)] = true;
+        order.push_back(q);
+        EXPECT_EQ(shuffled_index(i, n, seed, epoch), q);  // a pure function
+      }
+      orders.push_back(order);
+    }
+    if (n >= 7) {
+      EXPECT_NE(orders[0], orders[1]) << "n " << n << ": a new order every pass";
+      EXPECT_NE(orders[0], orders[2]) << "n " << n << ": the seed matters";
+    }
+    if (n == 1000) {
+      int fixed = 0;
+      for (int64_t i = 0; i < n; ++i) fixed += orders[0][static_cast<size_t>(i)] == i;
+      EXPECT_LT(fixed, 10);  // about 1 expected for a random permutation
+    }
+  }
+  EXPECT_THROW(shuffled_index(5, 5, 1, 0), ValueError);
+}
+
+TEST(TokenDataset, ShuffledPassesVisitEverySequenceOnceWhateverTheSplit) {
+  TempDir dir;
+  std::vector<uint16_t> a;
+  for (uint16_t i = 0; i < 121; ++i) a.push_back(i);
+  write_token_shard(dir.file("s.bin"), a);
+  TokenDataset ds({dir.file("s.bin")}, 4, 200);  // 30 sequences
+  ds.shuffle(42);
+  const int64_t G = 6;  // 5 steps per pass
+  for (int64_t pass = 0; pass < 2; ++pass) {
+    std::vector<int64_t> starts;
+    for (int64_t k = 5 * pass; k < 5 * pass + 5; ++k) {
+      Batch whole = ds.batch(k, G, 0, G);
+      auto w = to_double_vector(whole.inputs), t = to_double_vector(whole.targets);
+      for (int64_t j = 0; j < G; ++j) {
+        starts.push_back(static_cast<int64_t>(w[j * 4]));
+        EXPECT_EQ(static_cast<int64_t>(w[j * 4]) % 4, 0);  // sequence boundaries stay put
+        EXPECT_EQ(t[j * 4], w[j * 4] + 1);
+        EXPECT_EQ(ds.sequence_of(k * G + j) * 4, static_cast<int64_t>(w[j * 4]));
+      }
+      // Two ranks' halves are the whole batch's halves.
+      auto lo = to_double_vector(ds.batch(k, G, 0, 3).inputs);
+      auto hi = to_double_vector(ds.batch(k, G, 3, 3).inputs);
+      lo.insert(lo.end(), hi.begin(), hi.end());
+      EXPECT_EQ(lo, w);
+    }
+    std::vector<int64_t> sorted = starts;
+    std::sort(sorted.begin(), sorted.end());
+    for (int64_t q = 0; q < 30; ++q) EXPECT_EQ(sorted[static_cast<size_t>(q)], 4 * q);
+    bool in_order = true;
+    for (int64_t q = 0; q < 30; ++q) in_order &= starts[static_cast<size_t>(q)] == 4 * q;
+    EXPECT_FALSE(in_order) << "pass " << pass;
+  }
 }
 
 TEST(Tokenizer, ByteLevelRoundTrips) {

@@ -59,6 +59,8 @@ TEST(Config, ParsesDefaultsAndOverrides) {
   EXPECT_EQ(v.data_val, "data/v_*.bin");
   EXPECT_EQ(v.eval.interval, 50);
   EXPECT_EQ(v.eval.batches, 4);
+  EXPECT_FALSE(c.data_shuffle);
+  EXPECT_TRUE(parse_config(to_yaml(parse_config(kValid, {"data.shuffle=true"}))).data_shuffle);
 }
 
 TEST(Config, LearningRateDecayKeys) {
@@ -105,7 +107,7 @@ TEST(Config, EvalNeedsValidationDataAndNonNegativeCounts) {
   expect_config_error(kValid, {"eval.every=3"},
                       "unknown key 'eval.every' (allowed in eval: interval, batches)");
   expect_config_error(kValid, {"data.test=x"},
-                      "unknown key 'data.test' (allowed in data: train, val)");
+                      "unknown key 'data.test' (allowed in data: train, val, shuffle)");
 }
 
 TEST(Config, ErrorsNameKeyValueAndRule) {

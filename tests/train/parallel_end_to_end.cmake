@@ -3,7 +3,9 @@
 # same safetensors, with a vocabulary (300) that is not a multiple of 128*tp
 # and 8 layers so pipelines of 4 stages x 2 chunks fit. Layouts may also
 # switch on full recomputation, which must not change a single loss.
-# Every run also evaluates 2 global batches of validation data after steps 5
+# Every run reads its training sequences in the shuffled order (data.shuffle:
+# a function of the seed and the pass, never of the layout), and also
+# evaluates 2 global batches of validation data after steps 5
 # and 10 (forward only, the pipelines' own forward-only order), and those
 # losses must match one process's too.
 # Mixed-precision layouts (bf16/fp16) are compared with the same fp32
@@ -16,7 +18,7 @@ file(REMOVE_RECURSE ${WORK})
 separate_arguments(extra UNIX_COMMAND "${EXTRA}")
 set(common --config ${CONFIG} --set data.train=${DATA} --set model.vocab_size=300 --set model.n_layer=8
     --set train.micro_batch_size=2 --set log.interval=5 --set data.val=${DATA} --set eval.interval=5
-    --set eval.batches=2 ${extra})
+    --set eval.batches=2 --set data.shuffle=true ${extra})
 function(run name)
   execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
   if(NOT rc EQUAL 0)

@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,12 @@ struct Batch {
 std::vector<std::string> expand_data_paths(const std::string& pattern,
                                            const std::string& key = "data.train");
 
+// Position `i` of pass `epoch` over `n` items in a seeded pseudo-random order:
+// a bijection of [0, n) for every (seed, epoch), computed in O(1) memory (a
+// Philox-keyed Feistel network over the next power of 4, cycle-walking back
+// into range), a different order every pass.
+int64_t shuffled_index(int64_t i, int64_t n, uint64_t seed, int64_t epoch);
+
 // The token stream of one or more sources read in order: llm.c shards (all
 // their tokens) and Megatron indexed datasets (given by prefix: their
 // sequences in index order, any integer token type), cut into training
@@ -51,6 +58,13 @@ class TokenDataset {
 
   // Sequences [first, first + count) of step `step` with global batch G.
   Batch batch(int64_t step, int64_t global_batch, int64_t first, int64_t count) const;
+  // From now on global sequence g is sequence shuffled_index(g mod N, N,
+  // seed, g / N) (N = num_sequences()): every pass visits every sequence
+  // once, in an order that depends on the seed and the pass only, never on
+  // the parallel layout.
+  void shuffle(uint64_t seed) { shuffle_seed_ = seed; }
+  // The sequence global sequence g reads.
+  int64_t sequence_of(int64_t g) const;
 
  private:
   // A contiguous run of tokens in a mapped file, at stream position `start`.
@@ -69,6 +83,7 @@ class TokenDataset {
   int64_t num_tokens_ = 0;
   int64_t seq_len_;
   int64_t num_sequences_;
+  std::optional<uint64_t> shuffle_seed_;
 };
 
 }  // namespace triad::data

@@ -83,9 +83,10 @@ struct EvalSection {
 struct Config {
   nn::GptConfig model;
   TrainSection train;
-  std::string data_train;  // data.train: shard path or glob
-  std::string data_val;    // data.val: shard path or glob (optional; validation loss)
-  std::string init_from;   // init.from: GPT-2 safetensors (optional)
+  std::string data_train;     // data.train: shard path or glob
+  std::string data_val;       // data.val: shard path or glob (optional; validation loss)
+  bool data_shuffle = false;  // data.shuffle: a seeded order of sequences every pass
+  std::string init_from;      // init.from: GPT-2 safetensors (optional)
   std::string output_dir = "out";
   int64_t log_interval = 10;
   double log_peak_tflops = 0;  // log.peak_tflops: per-device peak for MFU (0: no MFU)
