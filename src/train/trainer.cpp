@@ -50,9 +50,7 @@ std::string format_duration(double seconds) {
 }  // namespace
 
 Trainer::Trainer(Config config, dist::ProcessGroupPtr world)
-    : config_(std::move(config)),
-      world_(std::move(world)),
-      schedule_(config_.train.lr_schedule()) {
+    : config_(std::move(config)), world_(std::move(world)), schedule_(config_.train.lr_schedule()) {
   const auto& par = config_.parallel;
   const int world_size = world_ ? world_->size() : 1;
   device_ = device_from_string(config_.device);
@@ -302,6 +300,36 @@ std::map<std::string, std::string> Trainer::layout() const {
                         " seq " + std::to_string(m.seq_len)}};
 }
 
+RankPlacement Trainer::placement() const {
+  RankPlacement pl;
+  if (mesh_) {
+    pl.tp_rank = mesh_->tp_rank();
+    pl.tp_size = mesh_->tp()->size();
+    pl.pp_rank = mesh_->pp_rank();
+    pl.dp_rank = mesh_->dp_rank();
+  }
+  auto add = [&](const tp::TensorParallelGpt& m) {
+    const auto shapes = m.full_shapes();
+    for (const auto& [name, spec] : m.shard_specs()) pl.params[name] = {spec, shapes.at(name)};
+  };
+  if (pp_model_) {
+    for (int c = 0; c < pp_model_->v(); ++c) add(pp_model_->chunk(c));
+  } else if (tp_model_) {
+    add(*tp_model_);
+  } else {
+    for (auto& [name, p] : model_->named_parameters()) {
+      pl.params[name] = {tp::ShardSpec::replicated(), p.shape()};
+    }
+  }
+  if (zero_optimizer_) {
+    for (const auto& seg : reducer_->shard_segments()) {
+      pl.zero_segments.push_back(
+          {reducer_->params()[seg.param].first, seg.param_offset, seg.length});
+    }
+  }
+  return pl;
+}
+
 void Trainer::save_checkpoint(int64_t next_step) {
   const auto& ck = config_.checkpoint;
   const int rank = world_ ? world_->rank() : 0;
@@ -329,6 +357,7 @@ void Trainer::save_checkpoint(int64_t next_step) {
                                           {"consecutive_skips", std::to_string(consecutive_skips_)},
                                           {"optimizer_step", std::to_string(opt_step)}};
   if (scaler_) meta["loss_scaler"] = scaler_->state().dump();
+  meta["placement"] = placement_to_json(placement());
   io::write_rank_state(io::checkpoint_staging_dir(ck.dir, next_step), rank, tensors, meta);
   barrier();
   if (rank == 0) {
@@ -342,7 +371,23 @@ void Trainer::save_checkpoint(int64_t next_step) {
 int64_t Trainer::load_checkpoint() {
   const auto info = io::find_latest_checkpoint(config_.checkpoint.dir);
   if (!info) return 0;
-  io::check_checkpoint_layout(*info, layout());
+  const auto mine = layout();
+  if (info->layout != mine) {
+    // Another layout: the model, the precision and the optimizer's state
+    // carry over; how they are cut is this run's business.
+    io::check_checkpoint_layout(*info,
+                                {{"model", mine.at("model")}, {"precision", mine.at("precision")}});
+    const auto metadata = load_resharded(*info);
+    std::string from;
+    for (const char* key : {"world", "tp", "pp", "dp", "vpp", "zero", "sequence_parallel"}) {
+      auto it = info->layout.find(key);
+      if (it != info->layout.end())
+        from += std::string(from.empty() ? "" : ", ") + key + " " + it->second;
+    }
+    spdlog::info("resumed from {} (step {}), written with another layout ({})", info->step_dir,
+                 info->step, from);
+    return restore_counters(*info, metadata);
+  }
   const io::RankState st = io::read_rank_state(*info, world_ ? world_->rank() : 0);
   auto take = [&](const std::string& key, Tensor& into) {
     auto it = st.tensors.find(key);
@@ -355,12 +400,7 @@ int64_t Trainer::load_checkpoint() {
     copy_(into, it->second);
   };
   for (auto& [name, p] : parameters()) take("param/" + name, p);
-  auto meta = [&](const char* key) {
-    auto it = st.metadata.find(key);
-    if (it == st.metadata.end())
-      throw IoError("checkpoint '" + info->step_dir + "': missing metadata '" + key + "'");
-    return std::stoll(it->second);
-  };
+  const int64_t optimizer_step = metadata_int(*info, st.metadata, "optimizer_step");
   if (zero_optimizer_) {
     take("zero/m", zero_optimizer_->m());
     take("zero/v", zero_optimizer_->v());
@@ -368,7 +408,7 @@ int64_t Trainer::load_checkpoint() {
       take("zero/master", zero_optimizer_->master());
       zero_optimizer_->sync_params_from_masters();
     }
-    zero_optimizer_->set_step_count(meta("optimizer_step"));
+    zero_optimizer_->set_step_count(optimizer_step);
   } else {
     for (auto& s : optimizer_->state()) {
       take("adam_m/" + s.name, s.m);
@@ -376,20 +416,88 @@ int64_t Trainer::load_checkpoint() {
       if (s.master.defined()) take("master/" + s.name, s.master);
     }
     optimizer_->sync_params_from_masters();
-    optimizer_->set_step_count(meta("optimizer_step"));
+    optimizer_->set_step_count(optimizer_step);
   }
+  spdlog::info("resumed from {} (step {})", info->step_dir, info->step);
+  return restore_counters(*info, st.metadata);
+}
+
+int64_t Trainer::metadata_int(const io::CheckpointInfo& info,
+                              const std::map<std::string, std::string>& metadata,
+                              const std::string& key) const {
+  auto it = metadata.find(key);
+  if (it == metadata.end())
+    throw IoError("checkpoint '" + info.step_dir + "': missing metadata '" + key + "'");
+  return std::stoll(it->second);
+}
+
+int64_t Trainer::restore_counters(const io::CheckpointInfo& info,
+                                  const std::map<std::string, std::string>& metadata) {
   if (scaler_) {
-    auto it = st.metadata.find("loss_scaler");
-    if (it == st.metadata.end()) {
-      throw IoError("checkpoint '" + info->step_dir +
+    auto it = metadata.find("loss_scaler");
+    if (it == metadata.end()) {
+      throw IoError("checkpoint '" + info.step_dir +
                     "': no loss-scaler state (it was not written by an fp16 run)");
     }
     scaler_->load_state(nlohmann::json::parse(it->second));
   }
-  applied_steps_ = meta("applied_steps");
-  consecutive_skips_ = meta("consecutive_skips");
-  spdlog::info("resumed from {} (step {})", info->step_dir, info->step);
-  return meta("next_step");
+  applied_steps_ = metadata_int(info, metadata, "applied_steps");
+  consecutive_skips_ = metadata_int(info, metadata, "consecutive_skips");
+  return metadata_int(info, metadata, "next_step");
+}
+
+std::map<std::string, std::string> Trainer::load_resharded(const io::CheckpointInfo& info) {
+  autograd::NoGradGuard no_grad;
+  auto params = parameters();
+  std::set<std::string> names;
+  for (const auto& [name, p] : params) names.insert(name);
+  const FullState full = gather_full_state(info, names);
+  const RankPlacement mine = placement();
+  // This rank's cut of a full tensor, on the parameters' device.
+  auto cut = [&](const std::string& kind, const std::string& name) {
+    auto it = full.tensors.find(kind + name);
+    if (it == full.tensors.end()) {
+      throw IoError("checkpoint '" + info.step_dir + "' has no '" + kind + name +
+                    "' for this run's optimizer");
+    }
+    const Tensor t = mine.params.at(name).spec.cut(it->second, mine.tp_rank, mine.tp_size);
+    return to_device(contiguous(t), device_).detach();
+  };
+  auto put = [&](Tensor& into, const Tensor& from, const std::string& what) {
+    if (from.shape() != into.shape() || from.dtype() != into.dtype()) {
+      throw IoError("checkpoint '" + info.step_dir + "': '" + what + "' comes to " + from.str() +
+                    ", this run has " + into.str());
+    }
+    copy_(into, from);
+  };
+  for (auto& [name, p] : params) put(p, cut("param/", name), "param/" + name);
+  const int64_t optimizer_step = metadata_int(info, full.metadata, "optimizer_step");
+  if (zero_optimizer_) {
+    int64_t at = 0;
+    for (const auto& seg : reducer_->shard_segments()) {
+      const std::string& name = reducer_->params()[seg.param].first;
+      for (auto [kind, state] : {std::pair<const char*, Tensor*>{"adam_m/", &zero_optimizer_->m()},
+                                 {"adam_v/", &zero_optimizer_->v()},
+                                 {"master/", &zero_optimizer_->master()}}) {
+        if (!state->defined()) continue;
+        const Tensor src = cut(kind, name);
+        Tensor dst = narrow(*state, 0, at, seg.length);
+        put(dst, narrow(reshape(src, {src.numel()}), 0, seg.param_offset, seg.length), kind + name);
+      }
+      at += seg.length;
+    }
+    zero_optimizer_->sync_params_from_masters();
+    zero_optimizer_->set_step_count(optimizer_step);
+  } else {
+    for (auto& s : optimizer_->state()) {
+      put(s.m, cut("adam_m/", s.name), "adam_m/" + s.name);
+      put(s.v, cut("adam_v/", s.name), "adam_v/" + s.name);
+      if (s.master.defined()) put(s.master, cut("master/", s.name), "master/" + s.name);
+    }
+    optimizer_->sync_params_from_masters();
+    optimizer_->set_step_count(optimizer_step);
+  }
+  return full.metadata;
 }
 
 int64_t Trainer::optimizer_state_elements() const {

@@ -6,6 +6,8 @@
 #include "support/temp_dir.h"
 #include "triad/data/token_shard.h"
 #include "triad/io/checkpoint.h"
+#include "triad/ops.h"
+#include "triad/train/checkpoint_reshard.h"
 #include "triad/train/trainer.h"
 
 namespace triad::train {
@@ -112,6 +114,150 @@ TEST(Checkpoint, ALayoutMismatchNamesTheDimension) {
     EXPECT_NE(m.find("model = 2x16x2"), std::string::npos) << m;
     EXPECT_NE(m.find("model = 3x16x2"), std::string::npos) << m;
   }
+}
+
+TEST(Checkpoint, PlacementsRoundTripAndNonsenseIsRefused) {
+  RankPlacement p;
+  p.tp_rank = 1;
+  p.tp_size = 2;
+  p.pp_rank = 3;
+  p.dp_rank = 4;
+  p.params["wte.weight"] = {tp::ShardSpec::along(0, 1, 512), {300, 16}};
+  p.params["h.0.attn.c_attn.weight"] = {tp::ShardSpec::along(0, 3), {48, 16}};
+  p.params["h.0.ln_1.weight"] = {tp::ShardSpec::replicated(true), {16}};
+  p.zero_segments = {{"wte.weight", 128, 1000}, {"h.0.ln_1.weight", 0, 16}};
+  const RankPlacement q = placement_from_json(placement_to_json(p));
+  EXPECT_EQ(q.tp_rank, 1);
+  EXPECT_EQ(q.tp_size, 2);
+  EXPECT_EQ(q.pp_rank, 3);
+  EXPECT_EQ(q.dp_rank, 4);
+  ASSERT_EQ(q.params.size(), 3u);
+  const auto& wte = q.params.at("wte.weight");
+  EXPECT_TRUE(wte.spec.split);
+  EXPECT_EQ(wte.spec.padded, 512);
+  EXPECT_EQ(wte.full_shape, (Shape{300, 16}));
+  EXPECT_EQ(q.params.at("h.0.attn.c_attn.weight").spec.groups, 3);
+  EXPECT_FALSE(q.params.at("h.0.ln_1.weight").spec.split);
+  ASSERT_EQ(q.zero_segments.size(), 2u);
+  EXPECT_EQ(q.zero_segments[0].name, "wte.weight");
+  EXPECT_EQ(q.zero_segments[0].param_offset, 128);
+  EXPECT_EQ(q.zero_segments[0].length, 1000);
+  EXPECT_THROW(placement_from_json("{"), ValueError);
+  EXPECT_THROW(placement_from_json(R"({"tp_rank": 2, "tp_size": 2, "pp_rank": 0, "dp_rank": 0,
+                                       "params": {}, "zero_segments": []})"),
+               ValueError);
+  EXPECT_THROW(placement_from_json(R"({"tp_rank": 0, "tp_size": 1, "pp_rank": 0, "dp_rank": 0,
+      "params": {"x": {"split": true, "dim": 2, "groups": 1, "padded": 0, "shape": [4, 4]}},
+      "zero_segments": []})"),
+               ValueError);
+}
+
+TEST(Checkpoint, AnotherLayoutNeedsPlacementsAndNamesWhatIsMissing) {
+  TempDir dir;
+  // A checkpoint whose rank file has no placement (as before Triad saved them).
+  const std::string staging = io::checkpoint_staging_dir(dir.file("ck"), 3);
+  io::write_rank_state(staging, 0, {{"param/x", zeros({4})}}, {{"next_step", "3"}});
+  io::commit_checkpoint(dir.file("ck"), 3, 1, {{"tp", "1"}}, "", 2);
+  auto info = io::find_latest_checkpoint(dir.file("ck"));
+  ASSERT_TRUE(info.has_value());
+  try {
+    gather_full_state(*info, {"x"});
+    FAIL();
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find("predates layout-free resume): resume it with the layout "
+                                         "it was written with"),
+              std::string::npos)
+        << e.what();
+  }
+  // With a placement: a parameter nobody holds, and a shard of the wrong shape.
+  RankPlacement p;
+  p.params["x"] = {tp::ShardSpec::replicated(), {4}};
+  const std::string staging2 = io::checkpoint_staging_dir(dir.file("ck"), 4);
+  io::write_rank_state(staging2, 0, {{"param/x", zeros({5})}},
+                       {{"next_step", "4"}, {"placement", placement_to_json(p)}});
+  io::commit_checkpoint(dir.file("ck"), 4, 1, {{"tp", "1"}}, "", 2);
+  info = io::find_latest_checkpoint(dir.file("ck"));
+  try {
+    gather_full_state(*info, {"y"});
+    FAIL();
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find("holds no parameter 'y'"), std::string::npos) << e.what();
+  }
+  try {
+    gather_full_state(*info, {"x"});
+    FAIL();
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find("'param/x' is [5], its placement says [4]"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(Checkpoint, FullStateJoinsTensorParallelShardsAndZeroPieces) {
+  TempDir dir;
+  // Two tensor-parallel ranks (no data parallelism): w (6, 2) split along
+  // dim 0 and padded to 8 rows, b replicated. Rank 0 keeps per-parameter
+  // state; the test then writes the same state as ZeRO-1 pieces of two
+  // data-parallel ranks of one tensor-parallel rank.
+  auto full_w = from_vector(std::vector<float>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}, {6, 2});
+  const tp::ShardSpec split = tp::ShardSpec::along(0, 1, 8);
+  const std::string staging = io::checkpoint_staging_dir(dir.file("ck"), 1);
+  for (int r = 0; r < 2; ++r) {
+    RankPlacement p;
+    p.tp_rank = r;
+    p.tp_size = 2;
+    p.params["w"] = {split, {6, 2}};
+    p.params["b"] = {tp::ShardSpec::replicated(), {2}};
+    Tensor w = split.cut(full_w, r, 2);
+    io::write_rank_state(staging, r,
+                         {{"param/w", w},
+                          {"adam_m/w", scale(w, 2.0)},
+                          {"adam_v/w", scale(w, 3.0)},
+                          {"param/b", from_vector(std::vector<float>{7, 8}, {2})},
+                          {"adam_m/b", zeros({2})},
+                          {"adam_v/b", zeros({2})}},
+                         {{"next_step", "1"}, {"placement", placement_to_json(p)}});
+  }
+  io::commit_checkpoint(dir.file("ck"), 1, 2, {{"tp", "2"}}, "", 2);
+  FullState fs = gather_full_state(*io::find_latest_checkpoint(dir.file("ck")), {"w", "b"});
+  EXPECT_EQ(to_double_vector(fs.tensors.at("param/w")), to_double_vector(full_w));
+  EXPECT_EQ(to_double_vector(fs.tensors.at("adam_m/w")), to_double_vector(scale(full_w, 2.0)));
+  EXPECT_EQ(to_double_vector(fs.tensors.at("adam_v/w")), to_double_vector(scale(full_w, 3.0)));
+  EXPECT_EQ(to_double_vector(fs.tensors.at("param/b")), (std::vector<double>{7, 8}));
+  EXPECT_EQ(fs.metadata.at("next_step"), "1");
+  // ZeRO-1 over two data-parallel ranks (tp 1): rank 0 holds w[0:5) and
+  // rank 1 w[5:12) and b, as flat pieces.
+  const std::string staging2 = io::checkpoint_staging_dir(dir.file("ck"), 2);
+  auto flat_m = to_double_vector(scale(full_w, 2.0));
+  for (int r = 0; r < 2; ++r) {
+    RankPlacement p;
+    p.dp_rank = r;
+    p.params["w"] = {tp::ShardSpec::replicated(), {6, 2}};
+    p.params["b"] = {tp::ShardSpec::replicated(), {2}};
+    std::vector<float> m;
+    if (r == 0) {
+      p.zero_segments = {{"w", 0, 5}};
+      for (int i = 0; i < 5; ++i) m.push_back(static_cast<float>(flat_m[i]));
+    } else {
+      p.zero_segments = {{"w", 5, 7}, {"b", 0, 2}};
+      for (int i = 5; i < 12; ++i) m.push_back(static_cast<float>(flat_m[i]));
+      m.push_back(-1);
+      m.push_back(-2);
+    }
+    const auto n = static_cast<int64_t>(m.size());
+    io::write_rank_state(staging2, r,
+                         {{"param/w", full_w},
+                          {"param/b", zeros({2})},
+                          {"zero/m", from_vector(m, {n})},
+                          {"zero/v", from_vector(m, {n})}},
+                         {{"next_step", "2"}, {"placement", placement_to_json(p)}});
+  }
+  io::commit_checkpoint(dir.file("ck"), 2, 2, {{"tp", "1"}}, "", 2);
+  fs = gather_full_state(*io::find_latest_checkpoint(dir.file("ck")), {"w", "b"});
+  EXPECT_EQ(to_double_vector(fs.tensors.at("adam_m/w")), flat_m);
+  EXPECT_EQ(fs.tensors.at("adam_m/w").shape(), (Shape{6, 2}));
+  EXPECT_EQ(to_double_vector(fs.tensors.at("adam_v/b")), (std::vector<double>{-1, -2}));
+  EXPECT_EQ(fs.tensors.count("master/w"), 0u);
 }
 
 }  // namespace

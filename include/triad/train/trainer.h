@@ -13,6 +13,7 @@
 #include "triad/parallel/data/grad_reducer.h"
 #include "triad/parallel/pipeline/executor.h"
 #include "triad/parallel/tensor/gpt.h"
+#include "triad/train/checkpoint_reshard.h"
 #include "triad/train/config.h"
 #include "triad/train/metrics.h"
 #include "triad/train/trace.h"
@@ -91,6 +92,19 @@ class Trainer {
   // Checkpoints: the layout a checkpoint must match, save (collective) and
   // resume (returns the step to continue from).
   std::map<std::string, std::string> layout() const;
+  // How this rank holds its parameters (saved with checkpoints so any
+  // layout can resume them).
+  RankPlacement placement() const;
+  // Resume from a checkpoint of another layout: full tensors cut anew;
+  // returns the checkpoint's (rank 0) metadata.
+  std::map<std::string, std::string> load_resharded(const io::CheckpointInfo& info);
+  // Step counters and the loss scaler from a checkpoint's metadata; returns
+  // the step to continue from.
+  int64_t restore_counters(const io::CheckpointInfo& info,
+                           const std::map<std::string, std::string>& metadata);
+  int64_t metadata_int(const io::CheckpointInfo& info,
+                       const std::map<std::string, std::string>& metadata,
+                       const std::string& key) const;
   void save_checkpoint(int64_t next_step);
   int64_t load_checkpoint();
   void barrier() const;

@@ -1,0 +1,53 @@
+#pragma once
+
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "triad/core/tensor.h"
+#include "triad/io/checkpoint.h"
+#include "triad/parallel/tensor/shard.h"
+
+namespace triad::train {
+
+// Where a rank's state sits in the whole model, saved with every checkpoint
+// (rank file metadata "placement") so that a run with another layout can
+// resume from it: its mesh coordinates, how each of its parameters is cut
+// from the full tensor, and (ZeRO-1) which pieces of its parameters its flat
+// optimizer state covers, in order.
+struct RankPlacement {
+  int tp_rank = 0, tp_size = 1, pp_rank = 0, dp_rank = 0;
+  struct Param {
+    tp::ShardSpec spec;
+    Shape full_shape;
+  };
+  std::map<std::string, Param> params;
+  struct Segment {
+    std::string name;
+    int64_t param_offset = 0;  // first element within the rank's shard of the parameter
+    int64_t length = 0;
+  };
+  std::vector<Segment> zero_segments;  // empty without ZeRO-1
+};
+std::string placement_to_json(const RankPlacement& placement);
+// Errors name the problem (a checkpoint's metadata is untrusted input).
+RankPlacement placement_from_json(const std::string& text);
+
+// The full (unsharded) tensors of the parameters `names` and of their
+// optimizer state, keyed "param/<name>", "adam_m/<name>", "adam_v/<name>"
+// and "master/<name>" (mixed precision), assembled from every rank file of a
+// checkpoint written under any (tp, pp, dp, vpp, ZeRO-1) layout: tensor-
+// parallel shards joined (vocabulary padding dropped), any data-parallel
+// replica or pipeline holder used, ZeRO-1 pieces gathered across the
+// data-parallel ranks. `metadata` is rank 0's (step counts, loss scaler).
+// Each rank file is read once, one at a time. Errors name the checkpoint and
+// what is missing; a checkpoint without placements (written before Triad
+// saved them) can only be resumed with its own layout, and the error says so.
+struct FullState {
+  std::map<std::string, Tensor> tensors;
+  std::map<std::string, std::string> metadata;
+};
+FullState gather_full_state(const io::CheckpointInfo& info, const std::set<std::string>& names);
+
+}  // namespace triad::train
