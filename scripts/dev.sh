@@ -56,6 +56,8 @@ case "${1:-}" in
     mpirun=(mpirun -np 8 --oversubscribe -x OMP_NUM_THREADS=1)
     [ "$(id -u)" -eq 0 ] && mpirun+=(--allow-run-as-root)
     "${mpirun[@]}" "$BUILD_DIR/examples/triad-train" --config configs/gpt_tiny_3d.yaml "${@:2}"
+    echo "a sample from the trained model:"
+    "$BUILD_DIR/examples/triad-generate" --run out/gpt_tiny_3d --prompt "The " --tokens 200
     ;;
   train1)
     # The same model in one process.

@@ -6,6 +6,7 @@
 //   loss       relative 1e-6
 //   gradients  |a - b| <= 1e-6 + 1e-4 |b|
 //   10 losses of training (AdamW, decay, clipping, accumulation) relative 1e-5
+//   greedy generation: the same tokens
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -16,6 +17,7 @@
 #include "triad/autograd/engine.h"
 #include "triad/io/gpt2_weights.h"
 #include "triad/io/safetensors.h"
+#include "triad/nn/generate.h"
 #include "triad/ops.h"
 #include "triad/train/trainer.h"
 
@@ -80,6 +82,19 @@ TEST_F(Gpt2Parity, LogitsLossAndEveryGradientAtStepZero) {
     ++checked;
   }
   EXPECT_EQ(checked, 2 + 12 * model_cfg_.n_layer + 2);
+}
+
+TEST_F(Gpt2Parity, GreedyGenerationPicksPyTorchsTokens) {
+  nn::Gpt model(model_cfg_, 1);
+  io::load_gpt2_safetensors(model, ref_dir() + "/generator.safetensors");
+  std::vector<int64_t> prompt, want;
+  for (double v : to_double_vector(ref_.at("greedy_prompt"))) prompt.push_back(int64_t(v));
+  for (double v : to_double_vector(ref_.at("greedy_tokens"))) want.push_back(int64_t(v));
+  ASSERT_GT(static_cast<int64_t>(prompt.size() + want.size()), model_cfg_.seq_len);
+  nn::SamplingOptions o;
+  o.temperature = 0;
+  o.max_new_tokens = static_cast<int64_t>(want.size());
+  EXPECT_EQ(nn::generate(model, prompt, o), want);
 }
 
 TEST_F(Gpt2Parity, TenAdamWStepsWithDecayClippingAndAccumulation) {

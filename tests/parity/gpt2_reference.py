@@ -3,7 +3,8 @@
 
 Builds a small random GPT-2 in plain PyTorch, writes it as GPT-2 safetensors
 (Conv1D weights stored [in, out]), writes an llm.c token shard, and records
-the step-0 logits, loss and every gradient plus the losses of 10 AdamW steps
+the step-0 logits, loss and every gradient, a greedy continuation of a
+prompt, plus the losses of 10 AdamW steps
 (weight decay on 2-D tensors, global-norm clipping that triggers, warm-up +
 cosine learning rate, gradient accumulation over two micro-batches).
 
@@ -21,6 +22,7 @@ import torch.nn.functional as F
 CFG = dict(n_layer=2, n_head=4, d_model=32, vocab_size=77, seq_len=16)
 TRAIN = dict(steps=10, global_batch_size=4, micro_batch_size=2, lr=3e-3, min_lr=3e-4,
              warmup_steps=3, weight_decay=0.1, beta1=0.9, beta2=0.95, eps=1e-8, grad_clip=0.5)
+GREEDY_PROMPT, GREEDY_TOKENS = [5, 17, 3, 42, 8], 24
 CONV1D = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
 
 
@@ -111,6 +113,24 @@ def main():
     save_safetensors(os.path.join(out, "model.safetensors"),
                      {n: gpt2_layout(n, p) for n, p in model.named_parameters()})
 
+    # Greedy continuation of a prompt, past seq_len (the window slides over
+    # the last seq_len tokens), by a model with weights 8x larger than the
+    # training model's (whose small random weights predict one token forever).
+    gen = Gpt(CFG)
+    with torch.no_grad():
+        for name, p in gen.named_parameters():
+            if "ln_" not in name:
+                p.mul_(8.0)
+    save_safetensors(os.path.join(out, "generator.safetensors"),
+                     {n: gpt2_layout(n, p) for n, p in gen.named_parameters()})
+    seq = list(GREEDY_PROMPT)
+    with torch.no_grad():
+        for _ in range(GREEDY_TOKENS):
+            window = torch.tensor([seq[-CFG["seq_len"]:]])
+            seq.append(int(gen(window)[0, -1].argmax()))
+    greedy = seq[len(GREEDY_PROMPT):]
+    assert len(set(greedy)) >= 4, f"the greedy reference is too uniform: {greedy}"
+
     G, b, T, V = TRAIN["global_batch_size"], TRAIN["micro_batch_size"], CFG["seq_len"], CFG["vocab_size"]
     g = torch.Generator().manual_seed(7)
     tokens = torch.randint(0, V, (TRAIN["steps"] * G * T + 1,), generator=g)
@@ -157,6 +177,8 @@ def main():
         losses.append(total)
         norms.append(float(norm))
     assert max(norms) > TRAIN["grad_clip"], "clipping must trigger in the reference run"
+    ref["greedy_prompt"] = torch.tensor(GREEDY_PROMPT, dtype=torch.float32)
+    ref["greedy_tokens"] = torch.tensor(greedy, dtype=torch.float32)
     ref["losses"] = torch.tensor(losses, dtype=torch.float64)
     ref["grad_norms"] = torch.tensor(norms, dtype=torch.float64)
     save_safetensors(os.path.join(out, "reference.safetensors"), ref)

@@ -1,0 +1,79 @@
+// triad-generate: continues a prompt with a trained model.
+//   triad-generate --run out/gpt_tiny --prompt "The cat"
+//   (out/gpt_tiny/{config.yaml,model.safetensors})
+//   triad-generate --config my.yaml --weights model.safetensors --prompt "Hello"
+//       --vocab vocab.json --merges merges.txt --tokens 100 --temperature 0.8 --top-k 40
+// Byte-level tokens unless --vocab/--merges give GPT-2's BPE.
+#include <spdlog/spdlog.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <memory>
+
+#include "triad/core/error.h"
+#include "triad/data/tokenizer.h"
+#include "triad/io/gpt2_weights.h"
+#include "triad/nn/generate.h"
+#include "triad/train/config.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"Continue a prompt with a GPT trained by Triad"};
+  std::string run_dir, config_path, weights, prompt, vocab, merges, device;
+  triad::nn::SamplingOptions o;
+  o.max_new_tokens = 200;
+  o.temperature = 0.8;
+  o.top_k = 40;
+  o.seed = 1;
+  app.add_option("--run", run_dir,
+                 "a triad-train output.dir (its config.yaml and model.safetensors)");
+  app.add_option("--config", config_path, "the model's YAML config (instead of --run)");
+  app.add_option("--weights", weights, "GPT-2 safetensors (instead of --run)");
+  app.add_option("--prompt", prompt, "text to continue")->required();
+  app.add_option("--tokens", o.max_new_tokens, "tokens to generate")->capture_default_str();
+  app.add_option("--temperature", o.temperature, "0: greedy")->capture_default_str();
+  app.add_option("--top-k", o.top_k, "sample among the k most likely (0: all)")
+      ->capture_default_str();
+  app.add_option("--seed", o.seed, "sampling seed")->capture_default_str();
+  app.add_option("--device", device, "cpu, cuda or cuda:N (default: the config's)");
+  app.add_option("--vocab", vocab, "GPT-2 vocab.json (with --merges: BPE; otherwise bytes)");
+  app.add_option("--merges", merges, "GPT-2 merges.txt");
+  CLI11_PARSE(app, argc, argv);
+  try {
+    if (!run_dir.empty()) {
+      if (config_path.empty()) config_path = run_dir + "/config.yaml";
+      if (weights.empty()) weights = run_dir + "/model.safetensors";
+    }
+    if (config_path.empty() || weights.empty()) {
+      throw triad::ValueError("give --run DIR, or both --config and --weights");
+    }
+    if (vocab.empty() != merges.empty()) {
+      throw triad::ValueError("--vocab and --merges must be given together");
+    }
+    const triad::train::Config config = triad::train::load_config(config_path);
+    std::unique_ptr<triad::data::Tokenizer> tok;
+    if (vocab.empty()) {
+      tok = std::make_unique<triad::data::ByteTokenizer>();
+    } else {
+      tok = std::make_unique<triad::data::Gpt2BpeTokenizer>(vocab, merges);
+    }
+    if (tok->vocab_size() > config.model.vocab_size) {
+      throw triad::ValueError("the tokenizer has " + std::to_string(tok->vocab_size()) +
+                              " tokens but the model's vocab_size is " +
+                              std::to_string(config.model.vocab_size));
+    }
+    o.vocab_limit = tok->vocab_size();  // never an id the tokenizer cannot print
+    triad::nn::GptConfig model_cfg = config.model;
+    model_cfg.dropout = 0;
+    triad::nn::Gpt model(model_cfg, config.train.seed);
+    triad::io::load_gpt2_safetensors(model, weights);
+    model.to(triad::device_from_string(device.empty() ? config.device : device));
+    const auto ids = tok->encode(prompt);
+    const auto out = triad::nn::generate(model, std::vector<int64_t>(ids.begin(), ids.end()), o);
+    std::printf("%s%s\n", prompt.c_str(),
+                tok->decode(std::vector<int32_t>(out.begin(), out.end())).c_str());
+  } catch (const triad::Error& e) {
+    spdlog::error("{}", e.what());
+    return 2;
+  }
+  return 0;
+}

@@ -1,0 +1,36 @@
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "triad/nn/gpt.h"
+
+namespace triad::nn {
+
+struct SamplingOptions {
+  int64_t max_new_tokens = 100;
+  double temperature = 1.0;  // 0: greedy (the most likely token, the lowest id on a tie)
+  int64_t top_k = 0;         // draw among the k most likely tokens; 0: all of them
+  uint64_t seed = 0;         // draws are a pure function of (seed, position)
+  // Only ids below this are ever produced (a tokenizer's vocabulary inside a
+  // padded model vocabulary); 0: the model's vocab_size.
+  int64_t vocab_limit = 0;
+  int64_t stop_token = -1;  // stop after producing it; -1: never
+};
+
+// The token one row of next-token logits picks: the argmax at temperature
+// 0; otherwise a draw with uniform `u` in [0, 1) from softmax(logits /
+// temperature) restricted to the top_k largest (ties broken by id).
+int64_t sample_token(const std::vector<double>& logits, double temperature, int64_t top_k,
+                     double u);
+
+// Continues `prompt` autoregressively and returns the new tokens. Each step
+// runs the model (no dropout, no autograd graph) on the last
+// model.config().seq_len tokens and samples from the last position's
+// logits: there is no key/value cache, so a token costs a forward pass over
+// the window — meant for inspecting what a model learned, not for serving.
+// Errors name bad options and out-of-vocabulary prompt tokens.
+std::vector<int64_t> generate(const Gpt& model, const std::vector<int64_t>& prompt,
+                              const SamplingOptions& options);
+
+}  // namespace triad::nn

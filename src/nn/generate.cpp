@@ -1,0 +1,96 @@
+#include "triad/nn/generate.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <string>
+
+#include "triad/autograd/grad_mode.h"
+#include "triad/core/rng.h"
+#include "triad/ops.h"
+
+namespace triad::nn {
+namespace {
+
+// The Philox stream of generation draws (apart from every dropout stream).
+constexpr uint64_t kSamplingStream = 0x67656e6572617465ULL;  // "generate"
+
+}  // namespace
+
+int64_t sample_token(const std::vector<double>& logits, double temperature, int64_t top_k,
+                     double u) {
+  const auto n = static_cast<int64_t>(logits.size());
+  if (n == 0) throw ValueError("sample_token: no logits");
+  if (!(temperature >= 0)) {
+    throw ValueError("sample_token: temperature (" + std::to_string(temperature) +
+                     ") must be >= 0");
+  }
+  if (top_k < 0)
+    throw ValueError("sample_token: top_k (" + std::to_string(top_k) + ") must be >= 0");
+  // Ids by decreasing logit, ties by id (a stable order).
+  std::vector<int64_t> order(static_cast<size_t>(n));
+  std::iota(order.begin(), order.end(), 0);
+  const int64_t k = top_k == 0 ? n : std::min(top_k, n);
+  auto before = [&](int64_t a, int64_t b) {
+    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+  };
+  std::partial_sort(order.begin(), order.begin() + k, order.end(), before);
+  if (temperature == 0) return order[0];
+  const double top = logits[order[0]];
+  std::vector<double> weight(static_cast<size_t>(k));
+  double total = 0;
+  for (int64_t i = 0; i < k; ++i) {
+    weight[i] = std::exp((logits[order[i]] - top) / temperature);
+    total += weight[i];
+  }
+  const double target = u * total;
+  double cum = 0;
+  for (int64_t i = 0; i < k; ++i) {
+    cum += weight[i];
+    if (target < cum) return order[i];
+  }
+  return order[k - 1];  // u rounding to the very end
+}
+
+std::vector<int64_t> generate(const Gpt& model, const std::vector<int64_t>& prompt,
+                              const SamplingOptions& o) {
+  const GptConfig& cfg = model.config();
+  if (prompt.empty()) throw ValueError("generate: the prompt is empty (give at least one token)");
+  if (o.max_new_tokens < 0) {
+    throw ValueError("generate: max_new_tokens (" + std::to_string(o.max_new_tokens) +
+                     ") must be >= 0");
+  }
+  if (o.vocab_limit < 0 || o.vocab_limit > cfg.vocab_size) {
+    throw ValueError("generate: vocab_limit (" + std::to_string(o.vocab_limit) +
+                     ") must be in [0, vocab_size " + std::to_string(cfg.vocab_size) + "]");
+  }
+  for (size_t i = 0; i < prompt.size(); ++i) {
+    if (prompt[i] < 0 || prompt[i] >= cfg.vocab_size) {
+      throw ValueError("generate: prompt token " + std::to_string(prompt[i]) + " at position " +
+                       std::to_string(i) + " is not in [0, vocab_size " +
+                       std::to_string(cfg.vocab_size) + ")");
+    }
+  }
+  const int64_t limit = o.vocab_limit > 0 ? o.vocab_limit : cfg.vocab_size;
+  autograd::NoGradGuard no_grad;
+  const ForwardContext ctx{false, 0, 0};
+  std::vector<int64_t> tokens = prompt, out;
+  for (int64_t step = 0; step < o.max_new_tokens; ++step) {
+    const auto window = std::min<int64_t>(static_cast<int64_t>(tokens.size()), cfg.seq_len);
+    std::vector<int64_t> ids(tokens.end() - window, tokens.end());
+    Tensor x = model.embed(from_vector(ids, {1, window}), ctx);
+    for (int64_t i = 0; i < cfg.n_layer; ++i) x = model.block(i).forward(x, ctx);
+    // Only the last position's logits are needed.
+    Tensor logits = model.head(narrow(x, 1, window - 1, 1));
+    std::vector<double> row =
+        to_double_vector(narrow(reshape(logits, {cfg.vocab_size}), 0, 0, limit));
+    const double u = philox_uniform(o.seed, kSamplingStream, static_cast<uint64_t>(step));
+    const int64_t next = sample_token(row, o.temperature, o.top_k, u);
+    tokens.push_back(next);
+    out.push_back(next);
+    if (next == o.stop_token) break;
+  }
+  return out;
+}
+
+}  // namespace triad::nn
