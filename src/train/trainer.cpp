@@ -767,10 +767,14 @@ std::vector<StepMetrics> Trainer::run() {
                    ? ""
                    : " (f32 gradients, master weights and optimizer state" +
                          std::string(scaler_ ? ", dynamic loss scaling)" : ")"));
-  spdlog::info("data: {} tokens, {} sequences; {} steps of {} sequences ({} micro-batches of {})",
-               dataset_->num_tokens(), dataset_->num_sequences(), config_.train.steps,
-               config_.train.global_batch_size, config_.accumulation_steps(),
-               config_.train.micro_batch_size);
+  spdlog::info(
+      "data: {} tokens, {} sequences{}; {} steps of {} sequences ({} micro-batches of {}{})",
+      dataset_->num_tokens(), dataset_->num_sequences(),
+      config_.data_shuffle ? " (shuffled every pass)" : "", config_.train.steps,
+      config_.train.global_batch_size, config_.accumulation_steps(), config_.train.micro_batch_size,
+      dp_ > 1
+          ? ", " + std::to_string(config_.accumulation_steps() / dp_) + " per data-parallel rank"
+          : std::string());
   if (val_dataset_) {
     spdlog::info("validation: {} global batches ({} tokens) of {}, {}", val_batches_,
                  val_batches_ * config_.train.global_batch_size * config_.model.seq_len,
