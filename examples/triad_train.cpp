@@ -1,6 +1,7 @@
 // triad-train: trains a GPT from a YAML config.
 //   triad-train --config configs/gpt_tiny.yaml [--set train.lr=1e-3 ...]
 //   mpirun -np 4 triad-train --config configs/gpt_tiny.yaml --set parallel.tp=4
+//   triad-train --config ... --set init.from=out/model.safetensors --eval-only   (validation loss)
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
@@ -14,6 +15,10 @@ int main(int argc, char** argv) {
   std::vector<std::string> overrides;
   app.add_option("--config", config_path, "YAML configuration file")->required();
   app.add_option("--set", overrides, "override a config key: section.key=value (repeatable)");
+  bool eval_only = false;
+  app.add_flag("--eval-only", eval_only,
+               "only evaluate data.val with the starting weights (init.from, or the newest "
+               "checkpoint with checkpoint.resume: auto)");
   CLI11_PARSE(app, argc, argv);
   triad::dist::ProcessGroupPtr world;
   try {
@@ -21,7 +26,11 @@ int main(int argc, char** argv) {
     triad::train::Config config = triad::train::load_config(config_path, overrides);
     world = triad::dist::init_world();
     triad::train::Trainer trainer(config, world);
-    trainer.run();
+    if (eval_only) {
+      trainer.evaluate_only();
+    } else {
+      trainer.run();
+    }
   } catch (const triad::Error& e) {
     spdlog::error("{}", e.what());
     // A failure on one rank must not leave the others waiting forever.

@@ -739,6 +739,26 @@ StepMetrics Trainer::step(int64_t index) {
   return m;
 }
 
+double Trainer::evaluate_only() {
+  if (!val_dataset_) {
+    throw ConfigError("evaluation only: there is no validation data to evaluate (set data.val)");
+  }
+  if (!is_logging_rank()) spdlog::set_level(spdlog::level::warn);
+  const auto& ck = config_.checkpoint;
+  int64_t step = 0;
+  if (!ck.dir.empty() && ck.resume == "auto") step = load_checkpoint();
+  const std::string weights = step > 0                     ? "step " + std::to_string(step)
+                              : !config_.init_from.empty() ? config_.init_from
+                                                           : "the random initialisation";
+  const auto t0 = std::chrono::steady_clock::now();
+  const double loss = evaluate();
+  spdlog::info(
+      "{} | val loss {:.6f} | {} tokens in {:.0f} ms", weights, loss,
+      val_batches_ * config_.train.global_batch_size * config_.model.seq_len,
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  return loss;
+}
+
 std::vector<StepMetrics> Trainer::run() {
   const bool lead = is_logging_rank();
   std::unique_ptr<MetricsWriter> metrics;

@@ -168,6 +168,34 @@ TEST(Trainer, EvaluatesTheValidationLossWithoutChangingTraining) {
   EXPECT_EQ(with_key, 3);
 }
 
+TEST(Trainer, EvaluateOnlyScoresTheStartingWeights) {
+  TempDir dir;
+  data::write_token_shard(dir.file("val.bin"), validation_tokens());
+  Config c = small_config(dir, 2);
+  c.train.steps = 4;
+  c.data_val = dir.file("val.bin");
+  c.eval.batches = 2;
+  c.checkpoint.dir = dir.file("ck");
+  const auto trained = Trainer(c).run();
+  ASSERT_TRUE(trained.back().val_loss.has_value());
+  // From the written weights, and from the newest checkpoint.
+  Config from_weights = c;
+  from_weights.checkpoint.dir.clear();
+  from_weights.init_from = dir.file("out/model.safetensors");
+  EXPECT_NEAR(Trainer(from_weights).evaluate_only(), *trained.back().val_loss, 1e-12);
+  Config from_checkpoint = c;
+  from_checkpoint.checkpoint.resume = "auto";
+  EXPECT_NEAR(Trainer(from_checkpoint).evaluate_only(), *trained.back().val_loss, 1e-12);
+  // Fresh weights score near uniform guessing (ln 32).
+  Config fresh = c;
+  fresh.checkpoint.dir.clear();
+  EXPECT_NEAR(Trainer(fresh).evaluate_only(), std::log(32.0), 0.3);
+  Config no_val = fresh;
+  no_val.data_val.clear();
+  no_val.eval.batches = 0;
+  EXPECT_THROW(Trainer(no_val).evaluate_only(), ConfigError);
+}
+
 TEST(Trainer, ValidationDataErrorsNameTheNumbers) {
   TempDir dir;
   Config c = small_config(dir, 2);

@@ -44,6 +44,11 @@ class Trainer {
   // are), forward only and without dropout. Collective; the same on every
   // rank. An error when the config has no data.val.
   double evaluate();
+  // triad-train --eval-only: the validation loss of the weights this
+  // trainer starts from (init.from, or the newest checkpoint with
+  // checkpoint.resume: auto), logged and returned; nothing is written.
+  // Collective. An error without data.val.
+  double evaluate_only();
   // Global batches one evaluation covers (0 without data.val).
   int64_t eval_batches() const { return val_batches_; }
   // Test hook: this rank's loss (and so its gradients) becomes NaN at
