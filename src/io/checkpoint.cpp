@@ -156,7 +156,8 @@ void check_checkpoint_layout(const CheckpointInfo& info,
     const std::string stored = it == info.layout.end() ? "(missing)" : it->second;
     if (stored != value) {
       throw IoError("checkpoint '" + info.step_dir + "' was written with " + key + " = " + stored +
-                    ", this run has " + key + " = " + value + " (resume needs the same layout)");
+                    ", this run has " + key + " = " + value + " (resuming needs the same " + key +
+                    ")");
     }
   }
 }

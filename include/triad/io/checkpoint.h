@@ -47,8 +47,9 @@ struct CheckpointInfo {
 // The checkpoint `latest` points to, if any (validated manifest).
 std::optional<CheckpointInfo> find_latest_checkpoint(const std::string& dir);
 
-// Checks the stored layout against this run's: an error names the first key
-// that differs and both values.
+// Checks the stored layout's entries for the keys of `layout` (the trainer
+// passes those a resume cannot change: model and precision): an error names
+// the first key that differs and both values.
 void check_checkpoint_layout(const CheckpointInfo& info,
                              const std::map<std::string, std::string>& layout);
 
