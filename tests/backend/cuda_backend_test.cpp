@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <set>
 #include <cstdio>
 #include <cstring>
 #include <limits>
@@ -17,6 +18,7 @@
 #include "triad/data/token_shard.h"
 #include "triad/dist/nccl.h"
 #include "triad/dist/world.h"
+#include "triad/nn/generate.h"
 #include "triad/nn/gpt.h"
 #include "triad/ops.h"
 #include "triad/optim/adamw.h"
@@ -631,6 +633,33 @@ TEST(CudaModel, HostIdsGiveTheSameLossAndGradientsAsDeviceIds) {
   Tensor w = to_device(randn({4, 3}, 1, 1), kGpu);
   EXPECT_NO_THROW(embedding(w, from_vector(std::vector<int64_t>{1, 2}, {2}, DType::I64)));
   EXPECT_THROW(embedding(w, from_vector(std::vector<int64_t>{4}, {1}, DType::I64)), ValueError);
+}
+
+// Sampling on the GPU picks the CPU's tokens: greedy past seq_len (the
+// window slides) with weights large enough to have opinions, and seeded
+// top-k draws.
+TEST(CudaModel, GenerationPicksTheCpusTokens) {
+  const nn::GptConfig cfg{
+      .n_layer = 2, .n_head = 2, .d_model = 32, .vocab_size = 97, .seq_len = 16, .dropout = 0.0};
+  nn::Gpt cpu(cfg, 21), gpu(cfg, 21);
+  for (nn::Gpt* m : {&cpu, &gpu}) {
+    autograd::NoGradGuard ng;
+    for (auto& [name, p] : m->named_parameters()) {
+      if (name.find("ln_") == std::string::npos) scale_(p, 8.0);
+    }
+  }
+  gpu.to(kGpu);
+  nn::SamplingOptions o;
+  o.max_new_tokens = 24;
+  o.temperature = 0;
+  const std::vector<int64_t> prompt{3, 14, 15, 92, 65};
+  const auto greedy = nn::generate(cpu, prompt, o);
+  EXPECT_EQ(nn::generate(gpu, prompt, o), greedy);
+  EXPECT_GE(std::set<int64_t>(greedy.begin(), greedy.end()).size(), 3u);
+  o.temperature = 0.9;
+  o.top_k = 10;
+  o.seed = 4;
+  EXPECT_EQ(nn::generate(gpu, prompt, o), nn::generate(cpu, prompt, o));
 }
 
 #ifdef TRIAD_CUDA_SIM
