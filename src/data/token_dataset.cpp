@@ -163,6 +163,10 @@ int64_t TokenDataset::sequence_of(int64_t g) const {
   return shuffle_seed_ ? shuffled_index(g % n, n, *shuffle_seed_, g / n) : g % n;
 }
 
+void TokenDataset::read_sequence(int64_t g, int64_t* out) const {
+  read(sequence_of(g) * seq_len_, seq_len_ + 1, out);
+}
+
 Batch TokenDataset::batch(int64_t step, int64_t global_batch, int64_t first, int64_t count) const {
   if (first < 0 || count <= 0 || first + count > global_batch) {
     throw ValueError("TokenDataset::batch: sequences [" + std::to_string(first) + ", " +
@@ -175,8 +179,7 @@ Batch TokenDataset::batch(int64_t step, int64_t global_batch, int64_t first, int
   int64_t* tg = targets.data<int64_t>();
   std::vector<int64_t> tokens(static_cast<size_t>(T + 1));
   for (int64_t j = 0; j < count; ++j) {
-    const int64_t q = sequence_of(step * global_batch + first + j);
-    read(q * T, T + 1, tokens.data());
+    read_sequence(step * global_batch + first + j, tokens.data());
     std::copy(tokens.begin(), tokens.end() - 1, in + j * T);
     std::copy(tokens.begin() + 1, tokens.end(), tg + j * T);
   }

@@ -3,6 +3,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <functional>
 #include <set>
@@ -55,6 +56,37 @@ bool get_bool(const YAML::Node& n, const std::string& key) {
 std::string get_string(const YAML::Node& n, const std::string& key) {
   if (!n.IsScalar()) throw ConfigError(key + ": expected a string, got '" + scalar_text(n) + "'");
   return n.Scalar();
+}
+
+// data.train: one path or glob, or a list of {path, weight} (a mixture).
+std::vector<Config::DataPart> get_data_parts(const YAML::Node& n, const std::string& key) {
+  if (n.IsScalar()) return {{get_string(n, key), 1.0}};
+  if (!n.IsSequence() || n.size() == 0) {
+    throw ConfigError(key +
+                      ": expected a path or glob, or a list of {path: ..., weight: ...} entries");
+  }
+  std::vector<Config::DataPart> parts;
+  for (size_t i = 0; i < n.size(); ++i) {
+    const std::string at = key + "[" + std::to_string(i) + "]";
+    const YAML::Node e = n[i];
+    if (!e.IsMap()) throw ConfigError(at + ": expected {path: ..., weight: ...}");
+    for (auto it = e.begin(); it != e.end(); ++it) {
+      const std::string k = it->first.as<std::string>();
+      if (k != "path" && k != "weight") {
+        throw ConfigError("unknown key '" + at + "." + k + "' (allowed: path, weight)");
+      }
+    }
+    if (!e["path"]) throw ConfigError("missing required key '" + at + ".path'");
+    Config::DataPart part{get_string(e["path"], at + ".path"), 1.0};
+    if (e["weight"]) {
+      part.weight = get_double(e["weight"], at + ".weight");
+      if (!(part.weight > 0) || !std::isfinite(part.weight)) {
+        throw ConfigError(at + ".weight (" + scalar_text(e["weight"]) + ") must be positive");
+      }
+    }
+    parts.push_back(part);
+  }
+  return parts;
 }
 
 struct Field {
@@ -386,7 +418,7 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
         }}},
   };
   const Section data{
-      {"train", {true, [&](auto& v, auto& k) { c.data_train = get_string(v, k); }}},
+      {"train", {true, [&](auto& v, auto& k) { c.data_train = get_data_parts(v, k); }}},
       {"val", {false, [&](auto& v, auto& k) { c.data_val = get_string(v, k); }}},
       {"shuffle", {false, [&](auto& v, auto& k) { c.data_shuffle = get_bool(v, k); }}}};
   auto non_negative = [](const YAML::Node& v, const std::string& k) {
@@ -571,8 +603,17 @@ std::string to_yaml(const Config& c) {
   e << YAML::Key << "loss_scale_window" << YAML::Value << t.loss_scale_window;
   e << YAML::Key << "seed" << YAML::Value << t.seed;
   e << YAML::EndMap;
-  e << YAML::Key << "data" << YAML::Value << YAML::BeginMap << YAML::Key << "train" << YAML::Value
-    << c.data_train;
+  e << YAML::Key << "data" << YAML::Value << YAML::BeginMap << YAML::Key << "train" << YAML::Value;
+  if (c.data_train.size() == 1 && c.data_train[0].weight == 1.0) {
+    e << c.data_train[0].path;
+  } else {
+    e << YAML::BeginSeq;
+    for (const auto& part : c.data_train) {
+      e << YAML::Flow << YAML::BeginMap << YAML::Key << "path" << YAML::Value << part.path
+        << YAML::Key << "weight" << YAML::Value << part.weight << YAML::EndMap;
+    }
+    e << YAML::EndSeq;
+  }
   if (!c.data_val.empty()) e << YAML::Key << "val" << YAML::Value << c.data_val;
   e << YAML::Key << "shuffle" << YAML::Value << c.data_shuffle;
   e << YAML::EndMap;

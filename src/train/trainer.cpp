@@ -168,8 +168,16 @@ Trainer::Trainer(Config config, dist::ProcessGroupPtr world)
     so.max_scale = std::max(so.max_scale, so.init_scale);
     scaler_ = std::make_unique<optim::DynamicLossScaler>(so);
   }
-  dataset_ = std::make_unique<data::TokenDataset>(data::expand_data_paths(config_.data_train),
-                                                  config_.model.seq_len, config_.model.vocab_size);
+  std::vector<data::BlendedDataset::Component> parts;
+  for (const auto& part : config_.data_train) {
+    parts.push_back({data::expand_data_paths(part.path), part.weight, part.path});
+  }
+  try {
+    dataset_ = std::make_unique<data::BlendedDataset>(parts, config_.model.seq_len,
+                                                      config_.model.vocab_size);
+  } catch (const ValueError& e) {
+    throw ConfigError(std::string("data.train: ") + e.what());
+  }
   if (config_.data_shuffle) dataset_->shuffle(config_.train.seed);
   if (!config_.data_val.empty()) {
     val_dataset_ =
@@ -795,6 +803,15 @@ std::vector<StepMetrics> Trainer::run() {
       dp_ > 1
           ? ", " + std::to_string(config_.accumulation_steps() / dp_) + " per data-parallel rank"
           : std::string());
+  if (dataset_->num_components() > 1) {
+    for (size_t c = 0; c < dataset_->num_components(); ++c) {
+      const auto& d = dataset_->component(c);
+      spdlog::info("  mixture: {:.1f}% from {} ({} tokens; one pass every {:.0f} steps)",
+                   100 * dataset_->share(c), config_.data_train[c].path, d.num_tokens(),
+                   static_cast<double>(d.num_sequences()) /
+                       (dataset_->share(c) * static_cast<double>(config_.train.global_batch_size)));
+    }
+  }
   if (val_dataset_) {
     spdlog::info("validation: {} global batches ({} tokens) of {}, {}", val_batches_,
                  val_batches_ * config_.train.global_batch_size * config_.model.seq_len,

@@ -112,7 +112,7 @@ TEST_F(Gpt2Parity, TenAdamWStepsWithDecayClippingAndAccumulation) {
   c.train.beta2 = t["beta2"];
   c.train.eps = t["eps"];
   c.train.grad_clip = t["grad_clip"];
-  c.data_train = ref_dir() + "/train.bin";
+  c.data_train = {{ref_dir() + "/train.bin"}};
   c.init_from = ref_dir() + "/model.safetensors";
   train::Trainer trainer(c);
   auto want = to_double_vector(ref_.at("losses"));

@@ -95,6 +95,30 @@ TEST(Config, LearningRateDecayKeys) {
                       "train.lr_decay_steps (-1) must be >= 0");
 }
 
+TEST(Config, TrainingDataIsAPathOrAWeightedMixture) {
+  Config c = parse_config(kValid);
+  ASSERT_EQ(c.data_train.size(), 1u);
+  EXPECT_EQ(c.data_train[0].path, "data/x.bin");
+  EXPECT_EQ(c.data_train[0].weight, 1.0);
+  Config m = parse_config(
+      kValid, {"data.train=[{path: data/web_*.bin, weight: 0.7}, {path: data/code, weight: 0.3}]"});
+  ASSERT_EQ(m.data_train.size(), 2u);
+  EXPECT_EQ(m.data_train[1].path, "data/code");
+  EXPECT_EQ(m.data_train[1].weight, 0.3);
+  EXPECT_EQ(parse_config(to_yaml(m)).data_train, m.data_train);
+  EXPECT_EQ(parse_config(to_yaml(c)).data_train, c.data_train);
+  EXPECT_EQ(parse_config(kValid, {"data.train=[{path: a}]"}).data_train[0].weight, 1.0);
+  expect_config_error(kValid, {"data.train=[]"}, "data.train: expected a path or glob, or a list");
+  expect_config_error(kValid, {"data.train=[data/a.bin]"},
+                      "data.train[0]: expected {path: ..., weight: ...}");
+  expect_config_error(kValid, {"data.train=[{weight: 2}]"},
+                      "missing required key 'data.train[0].path'");
+  expect_config_error(kValid, {"data.train=[{path: a}, {path: b, weight: 0}]"},
+                      "data.train[1].weight (0) must be positive");
+  expect_config_error(kValid, {"data.train=[{path: a, share: 2}]"},
+                      "unknown key 'data.train[0].share' (allowed: path, weight)");
+}
+
 TEST(Config, EvalNeedsValidationDataAndNonNegativeCounts) {
   expect_config_error(kValid, {"eval.interval=10"},
                       "eval.interval (10) needs validation data: set data.val");

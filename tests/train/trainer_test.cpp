@@ -168,6 +168,27 @@ TEST(Trainer, EvaluatesTheValidationLossWithoutChangingTraining) {
   EXPECT_EQ(with_key, 3);
 }
 
+TEST(Trainer, TrainsOnAWeightedMixture) {
+  TempDir dir;
+  Config c = small_config(dir, 2);
+  data::write_token_shard(dir.file("val.bin"), validation_tokens());
+  Config mix = c;
+  mix.data_train = {{dir.file("train.bin"), 3.0}, {dir.file("val.bin"), 1.0}};
+  mix.train.steps = 4;
+  const auto m = Trainer(mix).run();
+  ASSERT_EQ(m.size(), 4u);
+  for (const auto& s : m) EXPECT_TRUE(std::isfinite(s.loss));
+  // A mixture of one part is that part: the same losses as the plain path.
+  Config one = c, plain = c;
+  one.data_train = {{dir.file("train.bin"), 0.25}};
+  one.output_dir = dir.file("out_one");
+  const auto a = Trainer(one).run(), b = Trainer(plain).run();
+  for (size_t k = 0; k < a.size(); ++k) EXPECT_EQ(a[k].loss, b[k].loss) << k;
+  Config tiny = c;
+  tiny.data_train = {{dir.file("train.bin"), 1.0}, {dir.file("val.bin"), 1e-6}};
+  EXPECT_THROW(Trainer{tiny}, ConfigError);
+}
+
 TEST(Trainer, EvaluateOnlyScoresTheStartingWeights) {
   TempDir dir;
   data::write_token_shard(dir.file("val.bin"), validation_tokens());
@@ -245,7 +266,7 @@ TEST(Trainer, TrainsOnAMegatronDatasetAsOnTheSameTokensInAShard) {
   }
   data::write_indexed_dataset(dir.file("mega"), docs, data::IndexedDType::I32);
   Config mega = shard;
-  mega.data_train = dir.file("mega");
+  mega.data_train = {{dir.file("mega")}};
   mega.data_val = dir.file("mega.bin");  // the prefix or either file names it
   mega.output_dir = dir.file("out_mega");
   const auto a = Trainer(shard).run();
@@ -269,7 +290,7 @@ TEST(Trainer, StartsFromSafetensorsAndRejectsMissingData) {
     EXPECT_EQ(to_double_vector(t), to_double_vector(b.full_state_dict().at(name))) << name;
   }
   Config missing = c;
-  missing.data_train = dir.file("nope_*.bin");
+  missing.data_train = {{dir.file("nope_*.bin")}};
   EXPECT_THROW(Trainer{missing}, IoError);
   Config cuda = c;
   cuda.device = "cuda";

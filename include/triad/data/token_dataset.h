@@ -65,6 +65,8 @@ class TokenDataset {
   void shuffle(uint64_t seed) { shuffle_seed_ = seed; }
   // The sequence global sequence g reads.
   int64_t sequence_of(int64_t g) const;
+  // The seq_len + 1 tokens of global sequence g.
+  void read_sequence(int64_t g, int64_t* out) const;
 
  private:
   // A contiguous run of tokens in a mapped file, at stream position `start`.

@@ -83,7 +83,13 @@ struct EvalSection {
 struct Config {
   nn::GptConfig model;
   TrainSection train;
-  std::string data_train;     // data.train: shard path or glob
+  // data.train: a path or glob, or a mixture of them with weights.
+  struct DataPart {
+    std::string path;
+    double weight = 1.0;
+    bool operator==(const DataPart&) const = default;
+  };
+  std::vector<DataPart> data_train;
   std::string data_val;       // data.val: shard path or glob (optional; validation loss)
   bool data_shuffle = false;  // data.shuffle: a seeded order of sequences every pass
   std::string init_from;      // init.from: GPT-2 safetensors (optional)

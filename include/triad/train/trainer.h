@@ -4,6 +4,7 @@
 #include <memory>
 #include <vector>
 
+#include "triad/data/blended_dataset.h"
 #include "triad/data/token_dataset.h"
 #include "triad/dist/mesh.h"
 #include "triad/nn/gpt.h"
@@ -79,7 +80,7 @@ class Trainer {
   std::unique_ptr<tp::TensorParallelGpt> tp_model_;  // several, no pipeline
   std::unique_ptr<pipeline::PipelineModel> pp_model_;
   std::unique_ptr<pipeline::PipelineExecutor> executor_;
-  std::unique_ptr<data::TokenDataset> dataset_;
+  std::unique_ptr<data::BlendedDataset> dataset_;    // data.train (one part or a mixture)
   std::unique_ptr<data::TokenDataset> val_dataset_;  // data.val
   int64_t val_batches_ = 0;
   std::unique_ptr<optim::AdamW> optimizer_;

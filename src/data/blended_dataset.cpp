@@ -1,0 +1,98 @@
+#include "triad/data/blended_dataset.h"
+
+#include <cmath>
+
+#include "triad/core/rng.h"
+#include "triad/ops/creation.h"
+
+namespace triad::data {
+
+BlendedDataset::BlendedDataset(const std::vector<Component>& components, int64_t seq_len,
+                               int64_t vocab_size) {
+  if (components.empty()) throw ValueError("blended dataset: no components");
+  double total = 0;
+  for (const auto& c : components) {
+    if (!(c.weight > 0) || !std::isfinite(c.weight)) {
+      throw ValueError("blended dataset: the weight of '" + c.name + "' (" +
+                       std::to_string(c.weight) + ") must be positive");
+    }
+    total += c.weight;
+  }
+  for (const auto& c : components) {
+    datasets_.push_back(std::make_unique<TokenDataset>(c.sources, seq_len, vocab_size));
+    shares_.push_back(c.weight / total);
+  }
+  // The greedy pattern: position i goes to the component furthest behind
+  // its share of i + 1 positions (the lowest index on a tie).
+  const size_t n = components.size();
+  std::vector<int64_t> taken(n, 0);
+  pattern_.resize(kPeriod);
+  rank_.resize(kPeriod);
+  for (int64_t i = 0; i < kPeriod; ++i) {
+    size_t best = 0;
+    double behind = -1e300;
+    for (size_t c = 0; c < n; ++c) {
+      const double d = shares_[c] * static_cast<double>(i + 1) - static_cast<double>(taken[c]);
+      if (d > behind) behind = d, best = c;
+    }
+    pattern_[i] = static_cast<uint32_t>(best);
+    rank_[i] = taken[best]++;
+  }
+  per_period_ = taken;
+  for (size_t c = 0; c < n; ++c) {
+    if (per_period_[c] == 0) {
+      throw ValueError("blended dataset: the weight of '" + components[c].name + "' (" +
+                       std::to_string(components[c].weight) + ", a share of " +
+                       std::to_string(shares_[c]) + ") is too small: below 1/" +
+                       std::to_string(kPeriod) + " of the total it is never drawn");
+    }
+  }
+}
+
+int64_t BlendedDataset::num_tokens() const {
+  int64_t n = 0;
+  for (const auto& d : datasets_) n += d->num_tokens();
+  return n;
+}
+
+int64_t BlendedDataset::num_sequences() const {
+  int64_t n = 0;
+  for (const auto& d : datasets_) n += d->num_sequences();
+  return n;
+}
+
+void BlendedDataset::shuffle(uint64_t seed) {
+  for (size_t c = 0; c < datasets_.size(); ++c) {
+    datasets_[c]->shuffle(c == 0 ? seed : stable_hash("blend." + std::to_string(c)) ^ seed);
+  }
+}
+
+std::pair<size_t, int64_t> BlendedDataset::locate(int64_t g) const {
+  if (g < 0) throw ValueError("blended dataset: global sequence " + std::to_string(g) + " < 0");
+  const int64_t period = g / kPeriod, at = g % kPeriod;
+  const size_t c = pattern_[static_cast<size_t>(at)];
+  return {c, period * per_period_[c] + rank_[static_cast<size_t>(at)]};
+}
+
+Batch BlendedDataset::batch(int64_t step, int64_t global_batch, int64_t first,
+                            int64_t count) const {
+  if (first < 0 || count <= 0 || first + count > global_batch) {
+    throw ValueError("BlendedDataset::batch: sequences [" + std::to_string(first) + ", " +
+                     std::to_string(first + count) + ") are outside the global batch of " +
+                     std::to_string(global_batch));
+  }
+  const int64_t T = seq_len();
+  Tensor inputs = empty({count, T}, DType::I64), targets = empty({count, T}, DType::I64);
+  int64_t* in = inputs.data<int64_t>();
+  int64_t* tg = targets.data<int64_t>();
+  std::vector<int64_t> tokens(static_cast<size_t>(T + 1));
+  for (int64_t j = 0; j < count; ++j) {
+    const auto [c, i] = locate(step * global_batch + first + j);
+    datasets_[c]->read_sequence(i, tokens.data());
+    std::copy(tokens.begin(), tokens.end() - 1, in + j * T);
+    std::copy(tokens.begin() + 1, tokens.end(), tg + j * T);
+  }
+  return {inputs, targets};
+}
+
+}  // namespace triad::data
