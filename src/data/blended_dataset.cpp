@@ -2,8 +2,8 @@
 
 #include <cmath>
 
+#include "data/sequence_batch.h"
 #include "triad/core/rng.h"
-#include "triad/ops/creation.h"
 
 namespace triad::data {
 
@@ -76,23 +76,13 @@ std::pair<size_t, int64_t> BlendedDataset::locate(int64_t g) const {
 
 Batch BlendedDataset::batch(int64_t step, int64_t global_batch, int64_t first,
                             int64_t count) const {
-  if (first < 0 || count <= 0 || first + count > global_batch) {
-    throw ValueError("BlendedDataset::batch: sequences [" + std::to_string(first) + ", " +
-                     std::to_string(first + count) + ") are outside the global batch of " +
-                     std::to_string(global_batch));
-  }
-  const int64_t T = seq_len();
-  Tensor inputs = empty({count, T}, DType::I64), targets = empty({count, T}, DType::I64);
-  int64_t* in = inputs.data<int64_t>();
-  int64_t* tg = targets.data<int64_t>();
-  std::vector<int64_t> tokens(static_cast<size_t>(T + 1));
-  for (int64_t j = 0; j < count; ++j) {
-    const auto [c, i] = locate(step * global_batch + first + j);
-    datasets_[c]->read_sequence(i, tokens.data());
-    std::copy(tokens.begin(), tokens.end() - 1, in + j * T);
-    std::copy(tokens.begin() + 1, tokens.end(), tg + j * T);
-  }
-  return {inputs, targets};
+  return sequence_batch(
+      step, global_batch, first, count, seq_len(),
+      [this](int64_t g, int64_t* out) {
+        const auto [c, i] = locate(g);
+        datasets_[c]->read_sequence(i, out);
+      },
+      "BlendedDataset");
 }
 
 }  // namespace triad::data

@@ -5,6 +5,7 @@
 #include <set>
 
 #include "data/mapped_file.h"
+#include "data/sequence_batch.h"
 #include "data/token_run.h"
 #include "triad/core/rng.h"
 #include "triad/data/token_shard.h"
@@ -167,23 +168,31 @@ void TokenDataset::read_sequence(int64_t g, int64_t* out) const {
   read(sequence_of(g) * seq_len_, seq_len_ + 1, out);
 }
 
-Batch TokenDataset::batch(int64_t step, int64_t global_batch, int64_t first, int64_t count) const {
+Batch sequence_batch(int64_t step, int64_t global_batch, int64_t first, int64_t count,
+                     int64_t seq_len, const std::function<void(int64_t, int64_t*)>& read,
+                     const char* who) {
   if (first < 0 || count <= 0 || first + count > global_batch) {
-    throw ValueError("TokenDataset::batch: sequences [" + std::to_string(first) + ", " +
+    throw ValueError(std::string(who) + "::batch: sequences [" + std::to_string(first) + ", " +
                      std::to_string(first + count) + ") are outside the global batch of " +
                      std::to_string(global_batch));
   }
-  const int64_t T = seq_len_;
+  const int64_t T = seq_len;
   Tensor inputs = empty({count, T}, DType::I64), targets = empty({count, T}, DType::I64);
   int64_t* in = inputs.data<int64_t>();
   int64_t* tg = targets.data<int64_t>();
   std::vector<int64_t> tokens(static_cast<size_t>(T + 1));
   for (int64_t j = 0; j < count; ++j) {
-    read_sequence(step * global_batch + first + j, tokens.data());
+    read(step * global_batch + first + j, tokens.data());
     std::copy(tokens.begin(), tokens.end() - 1, in + j * T);
     std::copy(tokens.begin() + 1, tokens.end(), tg + j * T);
   }
   return {inputs, targets};
+}
+
+Batch TokenDataset::batch(int64_t step, int64_t global_batch, int64_t first, int64_t count) const {
+  return sequence_batch(
+      step, global_batch, first, count, seq_len_,
+      [this](int64_t g, int64_t* out) { read_sequence(g, out); }, "TokenDataset");
 }
 
 }  // namespace triad::data
