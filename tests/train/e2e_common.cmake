@@ -57,3 +57,20 @@ function(expect_close label want got divisor)
     endif()
   endforeach()
 endfunction()
+
+# Tolerances from field `at` of an entry's fields, "loss divisor,norm
+# divisor" (values within want/divisor), when present; fp32's defaults
+# otherwise (100000 and 10000: 1e-5 and 1e-4 relative).
+function(tolerances fields at loss_out norm_out)
+  set(loss 100000)
+  set(norm 10000)
+  list(LENGTH fields n)
+  if(n GREATER at)
+    list(GET fields ${at} pair)
+    string(REPLACE "," ";" pair "${pair}")
+    list(GET pair 0 loss)
+    list(GET pair 1 norm)
+  endif()
+  set(${loss_out} ${loss} PARENT_SCOPE)
+  set(${norm_out} ${norm} PARENT_SCOPE)
+endfunction()
