@@ -40,4 +40,66 @@ void check_call_headers(const ProcessGroup& group, const char* op,
                       detail);
 }
 
+namespace {
+
+void check_gather_dtypes(const ProcessGroup& group, const char* op, const Tensor& input,
+                         const Tensor& output) {
+  if (input.dtype() != output.dtype()) {
+    throw ValueError(std::string(op) + " on '" + group.name() + "': input is " +
+                     dtype_name(input.dtype()) + ", output " + dtype_name(output.dtype()));
+  }
+}
+
+}  // namespace
+
+void check_all_gather(const ProcessGroup& group, const Tensor& input, const Tensor& output) {
+  check_gather_dtypes(group, "all_gather", input, output);
+  if (output.numel() != input.numel() * group.size()) {
+    throw ShapeError("all_gather on '" + group.name() + "': the output " +
+                     shape_str(output.shape()) + " holds " + std::to_string(output.numel()) +
+                     " elements, expected " + std::to_string(group.size()) + " ranks x input " +
+                     shape_str(input.shape()) + " = " +
+                     std::to_string(input.numel() * group.size()) +
+                     " (pieces of different sizes go through all_gather_uneven)");
+  }
+}
+
+void check_all_gather_uneven(const ProcessGroup& group, const Tensor& input, const Tensor& output,
+                             const std::vector<int64_t>& counts) {
+  check_gather_dtypes(group, "all_gather_uneven", input, output);
+  const std::string where = "all_gather_uneven on '" + group.name() + "': ";
+  if (static_cast<int>(counts.size()) != group.size()) {
+    throw ValueError(where + std::to_string(counts.size()) + " counts for a group of " +
+                     std::to_string(group.size()) + " ranks");
+  }
+  int64_t total = 0;
+  for (size_t r = 0; r < counts.size(); ++r) {
+    if (counts[r] < 0) {
+      throw ValueError(where + "count " + std::to_string(counts[r]) + " for rank " +
+                       std::to_string(r) + " is negative");
+    }
+    total += counts[r];
+  }
+  if (counts[static_cast<size_t>(group.rank())] != input.numel()) {
+    throw ShapeError(where + "rank " + std::to_string(group.rank()) + "'s count is " +
+                     std::to_string(counts[static_cast<size_t>(group.rank())]) + " but its input " +
+                     shape_str(input.shape()) + " holds " + std::to_string(input.numel()) +
+                     " elements");
+  }
+  if (total != output.numel()) {
+    throw ShapeError(where + "the counts add up to " + std::to_string(total) +
+                     " elements but the output " + shape_str(output.shape()) + " holds " +
+                     std::to_string(output.numel()));
+  }
+}
+
+int64_t counts_digest(const std::vector<int64_t>& counts) {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a over the counts
+  for (int64_t c : counts) {
+    h ^= static_cast<uint64_t>(c);
+    h *= 1099511628211ull;
+  }
+  return static_cast<int64_t>(h >> 1);
+}
+
 }  // namespace triad::dist::detail

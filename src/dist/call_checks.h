@@ -24,4 +24,15 @@ std::array<int64_t, kHeaderWords> call_header(const char* op, const Tensor& t, i
 // listing them when they disagree.
 void check_call_headers(const ProcessGroup& group, const char* op, const std::vector<int64_t>& all);
 
+// The local checks of all_gather (equal pieces: output holds size() times
+// input) and all_gather_uneven (counts: one element count per rank, this
+// rank's equal to input's, output holding their sum): same dtype, sizes as
+// described, or an error naming them. Neither needs the other ranks.
+void check_all_gather(const ProcessGroup& group, const Tensor& input, const Tensor& output);
+void check_all_gather_uneven(const ProcessGroup& group, const Tensor& input, const Tensor& output,
+                             const std::vector<int64_t>& counts);
+// Validate mode's extra header word for all_gather_uneven: a digest of the
+// counts, so that ranks passing different counts disagree.
+int64_t counts_digest(const std::vector<int64_t>& counts);
+
 }  // namespace triad::dist::detail

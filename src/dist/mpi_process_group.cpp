@@ -50,6 +50,18 @@ MPI_Datatype mpi_type(DType d) {
   return MPI_BYTE;
 }
 
+// The element type a tensor moves as (no arithmetic: bf16 and f16 are
+// 16-bit words), so that counts are elements, not bytes.
+MPI_Datatype mpi_element_type(DType d) {
+  switch (d) {
+    case DType::BF16:
+    case DType::F16:
+      return MPI_UINT16_T;
+    default:
+      return mpi_type(d);
+  }
+}
+
 MPI_Op mpi_op(ReduceOp op) {
   switch (op) {
     case ReduceOp::Sum:
@@ -199,38 +211,41 @@ WorkPtr MpiProcessGroup::all_reduce(Tensor& tensor, ReduceOp op) {
 WorkPtr MpiProcessGroup::all_gather(const Tensor& input, Tensor& output) {
   check_tensor(input, "all_gather");
   check_tensor(output, "all_gather");
-  if (input.dtype() != output.dtype()) {
-    throw ValueError("all_gather on '" + name_ + "': input is " + dtype_name(input.dtype()) +
-                     ", output " + dtype_name(output.dtype()));
-  }
-  // Inputs may be uneven; every rank's output is the whole.
-  validate_header("all_gather", output, 0);
-  // Every rank's size, so inputs may differ in their first dimension.
-  const int64_t bytes = static_cast<int64_t>(input.nbytes());
-  std::vector<int64_t> sizes(size_);
-  check_mpi(MPI_Allgather(&bytes, 1, MPI_INT64_T, sizes.data(), 1, MPI_INT64_T, comm_),
-            "all_gather sizes");
-  int64_t total = 0;
-  std::vector<int> counts(size_), displs(size_);
-  for (int r = 0; r < size_; ++r) {
-    counts[r] = as_count(sizes[r], "all_gather");
-    displs[r] = as_count(total, "all_gather");
-    total += sizes[r];
-  }
-  if (total != static_cast<int64_t>(output.nbytes())) {
-    throw ShapeError("all_gather on '" + name_ + "': the ranks' inputs add up to " +
-                     std::to_string(total / static_cast<int64_t>(dtype_size(input.dtype()))) +
-                     " elements but the output " + shape_str(output.shape()) + " holds " +
-                     std::to_string(output.numel()));
-  }
+  validate_header("all_gather", input, output.numel());
+  check_all_gather(*this, input, output);
+  const std::string what = describe("all_gather", input, "");
+  const int n = as_count(input.numel(), what);
   MPI_Request req;
-  check_mpi(MPI_Iallgatherv(input.raw_data(), counts[rank_], MPI_BYTE, output.raw_data(),
-                            counts.data(), displs.data(), MPI_BYTE, comm_, &req),
-            describe("all_gather", input, ""));
+  check_mpi(MPI_Iallgather(input.raw_data(), n, mpi_element_type(input.dtype()), output.raw_data(),
+                           n, mpi_element_type(input.dtype()), comm_, &req),
+            what);
   Tensor keep_in = input, keep_out = output;
   return std::make_shared<MpiWork>(
-      std::vector<MPI_Request>{req}, [keep_in, keep_out] {}, describe("all_gather", input, ""),
-      timeout_);
+      std::vector<MPI_Request>{req}, [keep_in, keep_out] {}, what, timeout_);
+}
+
+WorkPtr MpiProcessGroup::all_gather_uneven(const Tensor& input, Tensor& output,
+                                           const std::vector<int64_t>& counts) {
+  check_tensor(input, "all_gather_uneven");
+  check_tensor(output, "all_gather_uneven");
+  validate_header("all_gather_uneven", output, counts_digest(counts));
+  check_all_gather_uneven(*this, input, output, counts);
+  const std::string what = describe("all_gather_uneven", input, "");
+  std::vector<int> n(size_), displs(size_);
+  int64_t at = 0;
+  for (int r = 0; r < size_; ++r) {
+    n[r] = as_count(counts[r], what);
+    displs[r] = as_count(at, what);
+    at += counts[r];
+  }
+  MPI_Request req;
+  check_mpi(MPI_Iallgatherv(input.raw_data(), n[rank_], mpi_element_type(input.dtype()),
+                            output.raw_data(), n.data(), displs.data(),
+                            mpi_element_type(input.dtype()), comm_, &req),
+            what);
+  Tensor keep_in = input, keep_out = output;
+  return std::make_shared<MpiWork>(
+      std::vector<MPI_Request>{req}, [keep_in, keep_out] {}, what, timeout_);
 }
 
 WorkPtr MpiProcessGroup::reduce_scatter(const Tensor& input, Tensor& output, ReduceOp op) {

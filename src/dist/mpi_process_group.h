@@ -18,6 +18,8 @@ class MpiProcessGroup final : public ProcessGroup {
 
   WorkPtr all_reduce(Tensor& tensor, ReduceOp op) override;
   WorkPtr all_gather(const Tensor& input, Tensor& output) override;
+  WorkPtr all_gather_uneven(const Tensor& input, Tensor& output,
+                            const std::vector<int64_t>& counts) override;
   WorkPtr reduce_scatter(const Tensor& input, Tensor& output, ReduceOp op) override;
   WorkPtr broadcast(Tensor& tensor, int root) override;
   WorkPtr send(const Tensor& tensor, int dst, int tag) override;

@@ -10,9 +10,8 @@
 // the program never gets there, the watchdog ends the process). bf16/f16
 // reductions go through f32 copies (one rounding at the end), as in the MPI
 // group; data movement of any dtype goes as bytes. Uneven all_gather and
-// reduce_scatter pieces become grouped broadcasts and reduces; all_gather
-// exchanges the pieces' sizes first (a small host exchange over the
-// bootstrap group).
+// reduce_scatter pieces become grouped broadcasts and reduces (their sizes
+// are known to every rank: nothing goes over the host before the data).
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
@@ -218,44 +217,46 @@ class NcclProcessGroup final : public ProcessGroup,
   WorkPtr all_gather(const Tensor& input, Tensor& output) override {
     check_tensor(input, "all_gather");
     check_tensor(output, "all_gather");
-    if (input.dtype() != output.dtype()) {
-      throw ValueError("all_gather on '" + name_ + "': input is " + dtype_name(input.dtype()) +
-                       ", output " + dtype_name(output.dtype()));
-    }
-    // Inputs may be uneven; every rank's output is the whole.
-    validate_header("all_gather", output, 0);
-    // Every rank's piece size, always: a rank cannot tell equal pieces from
-    // uneven ones whose mean happens to be its own (the output is size x its
-    // input either way), and ranks that decided differently would wait in
-    // different calls forever. One small host exchange per call.
-    const std::vector<int64_t> bytes = gather_sizes(static_cast<int64_t>(input.nbytes()));
-    int64_t total = 0;
-    for (int64_t b : bytes) total += b;
-    if (total != static_cast<int64_t>(output.nbytes())) {
-      throw ShapeError("all_gather on '" + name_ + "': the ranks' inputs add up to " +
-                       std::to_string(total / static_cast<int64_t>(dtype_size(input.dtype()))) +
-                       " elements but the output " + shape_str(output.shape()) + " holds " +
-                       std::to_string(output.numel()));
-    }
-    const bool equal =
-        std::all_of(bytes.begin(), bytes.end(), [&](int64_t b) { return b == bytes[0]; });
+    validate_header("all_gather", input, output.numel());
+    detail::check_all_gather(*this, input, output);
     const std::string what = describe("all_gather", input, "");
     return enqueue(
         [&] {
-          if (equal) {
-            check_nccl(ncclAllGather(input.raw_data(), output.raw_data(),
-                                     static_cast<size_t>(bytes[0]), ncclUint8, comm_, stream_),
+          check_nccl(ncclAllGather(input.raw_data(), output.raw_data(), input.nbytes(), ncclUint8,
+                                   comm_, stream_),
+                     what);
+        },
+        {input, output}, nullptr, what);
+  }
+
+  WorkPtr all_gather_uneven(const Tensor& input, Tensor& output,
+                            const std::vector<int64_t>& counts) override {
+    check_tensor(input, "all_gather_uneven");
+    check_tensor(output, "all_gather_uneven");
+    validate_header("all_gather_uneven", output, detail::counts_digest(counts));
+    detail::check_all_gather_uneven(*this, input, output, counts);
+    const std::string what = describe("all_gather_uneven", input, "");
+    const size_t esize = dtype_size(input.dtype());
+    const bool equal =
+        std::all_of(counts.begin(), counts.end(), [&](int64_t c) { return c == counts[0]; });
+    return enqueue(
+        [&] {
+          if (equal) {  // every rank sees the same counts, so all take this path
+            check_nccl(ncclAllGather(input.raw_data(), output.raw_data(), input.nbytes(), ncclUint8,
+                                     comm_, stream_),
                        what);
             return;
           }
+          // One broadcast per rank's piece, grouped into one launch.
           check_nccl(ncclGroupStart(), what);
           int64_t at = 0;
           for (int r = 0; r < size_; ++r) {
             char* dst = static_cast<char*>(output.raw_data()) + at;
-            check_nccl(ncclBroadcast(r == rank_ ? input.raw_data() : dst, dst,
-                                     static_cast<size_t>(bytes[r]), ncclUint8, r, comm_, stream_),
+            const size_t bytes = static_cast<size_t>(counts[r]) * esize;
+            check_nccl(ncclBroadcast(r == rank_ ? input.raw_data() : dst, dst, bytes, ncclUint8, r,
+                                     comm_, stream_),
                        what);
-            at += bytes[r];
+            at += static_cast<int64_t>(bytes);
           }
           check_nccl(ncclGroupEnd(), what);
         },
@@ -408,15 +409,6 @@ class NcclProcessGroup final : public ProcessGroup,
     }
   }
 
-  // Every rank's value of `mine`, through the bootstrap (host) group.
-  std::vector<int64_t> gather_sizes(int64_t mine) const {
-    Tensor in = from_vector(std::vector<int64_t>{mine}, {1}, DType::I64);
-    Tensor all = empty({size_}, DType::I64);
-    bootstrap_->all_gather(in, all)->wait();
-    const int64_t* p = all.data<int64_t>();
-    return std::vector<int64_t>(p, p + size_);
-  }
-
   void validate_header(const char* op, const Tensor& t, int64_t extra) const {
     if (!validate_) return;
     const auto header = detail::call_header(op, t, extra);
@@ -520,6 +512,10 @@ class DeviceRoutedGroup final : public ProcessGroup {
   WorkPtr all_reduce(Tensor& t, ReduceOp op) override { return pick(t).all_reduce(t, op); }
   WorkPtr all_gather(const Tensor& in, Tensor& out) override {
     return pick(in).all_gather(in, out);
+  }
+  WorkPtr all_gather_uneven(const Tensor& in, Tensor& out,
+                            const std::vector<int64_t>& counts) override {
+    return pick(in).all_gather_uneven(in, out, counts);
   }
   WorkPtr reduce_scatter(const Tensor& in, Tensor& out, ReduceOp op) override {
     return pick(in).reduce_scatter(in, out, op);

@@ -40,17 +40,18 @@ std::string TraceRecorder::merged_trace(const dist::ProcessGroupPtr& world) cons
   std::vector<std::string> all{mine};
   if (world && world->size() > 1) {
     // Ship the text as i64 words (8 bytes each); ranks may differ in length.
-    const int64_t words = static_cast<int64_t>((mine.size() + 8) / 8);
-    Tensor local = zeros({words}, DType::I64);
+    const int64_t n = static_cast<int64_t>((mine.size() + 8) / 8);
+    Tensor local = zeros({n}, DType::I64);
     std::memcpy(local.raw_data(), mine.data(), mine.size());
-    Tensor counts = from_vector(std::vector<int64_t>{words}, {1});
+    Tensor count = from_vector(std::vector<int64_t>{n}, {1});
     Tensor all_counts = empty({world->size()}, DType::I64);
-    world->all_gather(counts, all_counts)->wait();
-    int64_t total = 0;
+    world->all_gather(count, all_counts)->wait();
     const int64_t* c = all_counts.data<int64_t>();
-    for (int r = 0; r < world->size(); ++r) total += c[r];
+    const std::vector<int64_t> words(c, c + world->size());
+    int64_t total = 0;
+    for (int64_t w : words) total += w;
     Tensor gathered = empty({total}, DType::I64);
-    world->all_gather(local, gathered)->wait();
+    world->all_gather_uneven(local, gathered, words)->wait();
     all.clear();
     const char* base = static_cast<const char*>(gathered.raw_data());
     int64_t off = 0;

@@ -90,25 +90,88 @@ TEST(Collectives, AllReduceEveryOpAndDtypeSyncAndAsync) {
   }
 }
 
-TEST(Collectives, AllGatherEvenAndUneven) {
+TEST(Collectives, AllGatherEqualPiecesSyncAndAsync) {
   const int P = g_world->size(), me = g_world->rank();
   for (DType d : kDtypes) {
-    // Rank r contributes r + 1 rows of 3.
-    Tensor in = reshape(filled(me, 3 * (me + 1), d), {me + 1, 3});
-    const int64_t rows = P * (P + 1) / 2;
+    for (bool async : {false, true}) {
+      Tensor in = reshape(filled(me, 3 * 5, d), {5, 3});
+      Tensor out = empty({5 * P, 3}, d, g_device);
+      WorkPtr w = g_world->all_gather(in, out);
+      if (async) {
+        // Issuing the call exchanges nothing: a second one goes out before
+        // the first is waited for, and both complete.
+        Tensor in2 = filled(me, 2, d), out2 = empty({2 * P}, d, g_device);
+        WorkPtr w2 = g_world->all_gather(in2, out2);
+        w2->wait();
+        auto got2 = to_double_vector(out2);
+        for (int r = 0; r < P; ++r)
+          for (int64_t j = 0; j < 2; ++j) ASSERT_EQ(got2[r * 2 + j], value(r, j));
+      }
+      w->wait();
+      auto got = to_double_vector(out);
+      for (int r = 0; r < P; ++r)
+        for (int64_t j = 0; j < 15; ++j)
+          ASSERT_EQ(got[r * 15 + j], value(r, j)) << dtype_name(d) << " async=" << async;
+    }
+  }
+  // The output must hold size() equal pieces; the error says where uneven
+  // pieces go.
+  Tensor in = filled(me, 4, DType::F32);
+  Tensor wrong = empty({static_cast<int64_t>(4 * P + 1)}, DType::F32, g_device);
+  try {
+    g_world->all_gather(in, wrong);
+    FAIL() << "expected ShapeError";
+  } catch (const ShapeError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("expected " + std::to_string(P) + " ranks x input [4]"), std::string::npos)
+        << m;
+    EXPECT_NE(m.find("all_gather_uneven"), std::string::npos) << m;
+  }
+  Tensor other = empty({4 * P}, DType::F64, g_device);
+  EXPECT_THROW(g_world->all_gather(in, other), ValueError);
+}
+
+TEST(Collectives, AllGatherUnevenPieces) {
+  const int P = g_world->size(), me = g_world->rank();
+  // Rank r contributes r + 1 rows of 3 (rank 1 none when P > 2: an empty
+  // piece in the middle).
+  auto rows_of = [&](int r) { return (P > 2 && r == 1) ? 0 : r + 1; };
+  std::vector<int64_t> counts(P);
+  int64_t rows = 0;
+  for (int r = 0; r < P; ++r) {
+    counts[r] = 3 * rows_of(r);
+    rows += rows_of(r);
+  }
+  for (DType d : kDtypes) {
+    Tensor in = reshape(filled(me, 3 * rows_of(me), d), {rows_of(me), 3});
     Tensor out = empty({rows, 3}, d, g_device);
-    g_world->all_gather(in, out)->wait();
+    g_world->all_gather_uneven(in, out, counts)->wait();
     auto got = to_double_vector(out);
     int64_t row = 0;
     for (int r = 0; r < P; ++r) {
-      for (int64_t j = 0; j < 3 * (r + 1); ++j)
+      for (int64_t j = 0; j < 3 * rows_of(r); ++j)
         ASSERT_EQ(got[row * 3 + j], value(r, j)) << dtype_name(d);
-      row += r + 1;
+      row += rows_of(r);
     }
   }
-  Tensor in = filled(me, 4, DType::F32);
-  Tensor wrong = empty({static_cast<int64_t>(4 * P + 1)}, DType::F32, g_device);
-  EXPECT_THROW(g_world->all_gather(in, wrong), ShapeError);
+  // Equal counts take the same path as all_gather.
+  Tensor in = filled(me, 4, DType::F32), out = empty({4 * P}, DType::F32, g_device);
+  g_world->all_gather_uneven(in, out, std::vector<int64_t>(P, 4))->wait();
+  EXPECT_EQ(to_double_vector(out).back(), value(P - 1, 3));
+  // Counts that do not fit are refused locally, naming the numbers.
+  EXPECT_THROW(g_world->all_gather_uneven(in, out, std::vector<int64_t>(P + 1, 4)), ValueError);
+  std::vector<int64_t> off(P, 4);
+  off[me] = 5;
+  try {
+    g_world->all_gather_uneven(in, out, off);
+    FAIL() << "expected ShapeError";
+  } catch (const ShapeError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("rank " + std::to_string(me) + "'s count is 5"), std::string::npos) << m;
+  }
+  std::vector<int64_t> more(P, 4);
+  more[(me + 1) % P] += 1;  // another rank's count (or its own when alone)
+  EXPECT_THROW(g_world->all_gather_uneven(in, out, more), ShapeError);
 }
 
 TEST(Collectives, ReduceScatterSplitsRowsUnevenly) {
@@ -254,13 +317,25 @@ TEST(Collectives, ValidateModeReportsSizeMismatchOnEveryRank) {
     EXPECT_NE(m.find("ranks disagree on all_reduce"), std::string::npos) << m;
     EXPECT_NE(m.find("numel 5"), std::string::npos) << m;
   }
-  // Uneven all_gather inputs are allowed (the output is the same whole on
-  // every rank); outputs that disagree are not.
+  // Uneven all_gather pieces are allowed when every rank passes the same
+  // counts; counts or outputs that disagree are not (caught on every rank,
+  // before rank 1's own check could leave the others waiting).
   const int P = g->size();
+  std::vector<int64_t> counts(P);
+  for (int r = 0; r < P; ++r) counts[r] = r + 1;
   Tensor piece = full({me + 1}, static_cast<double>(me), DType::F32);
   Tensor whole = empty({P * (P + 1) / 2}, DType::F32);
-  EXPECT_NO_THROW(g->all_gather(piece, whole)->wait());
+  EXPECT_NO_THROW(g->all_gather_uneven(piece, whole, counts)->wait());
   EXPECT_EQ(to_double_vector(whole).back(), static_cast<double>(P - 1));
+  std::vector<int64_t> swapped = counts;
+  if (me == 1) std::swap(swapped[0], swapped[1]);
+  try {
+    g->all_gather_uneven(piece, whole, swapped);
+    FAIL() << "expected MismatchError";
+  } catch (const MismatchError& e) {
+    EXPECT_NE(std::string(e.what()).find("ranks disagree on all_gather_uneven"), std::string::npos)
+        << e.what();
+  }
   Tensor wrong = empty({me == 1 ? 2 * P : P}, DType::F32);
   Tensor one = full({1}, 1.0, DType::F32);
   try {

@@ -59,9 +59,16 @@ class ProcessGroup {
 
   // In place on every rank.
   virtual WorkPtr all_reduce(Tensor& tensor, ReduceOp op) = 0;
-  // Concatenates every rank's input along dim 0 into output. Inputs may
-  // differ in their first dimension; output's first dimension is their sum.
+  // Concatenates every rank's input along dim 0 into output: every rank
+  // gives the same number of elements and output holds size() times that.
+  // Purely local checks: nothing is exchanged before the data moves.
   virtual WorkPtr all_gather(const Tensor& input, Tensor& output) = 0;
+  // The same with pieces of different sizes: counts[r] is the number of
+  // elements rank r gives (every rank passes the same counts, which it
+  // knows: from split_sizes, or exchanged through all_gather beforehand);
+  // output holds their sum.
+  virtual WorkPtr all_gather_uneven(const Tensor& input, Tensor& output,
+                                    const std::vector<int64_t>& counts) = 0;
   // Reduces input over the group and leaves on rank r its piece along dim 0:
   // rows split_sizes(input.size(0), size())[r], in rank order.
   virtual WorkPtr reduce_scatter(const Tensor& input, Tensor& output, ReduceOp op) = 0;

@@ -182,7 +182,7 @@ void GradientReducer::gather_parameters() {
     for (int q = 0; q < group_->rank(); ++q) lo += sizes[q];
     Tensor mine = clone(range(flat_param_, lo, sizes[group_->rank()])).detach();
     Tensor all = range(flat_param_, b.begin, b.end - b.begin);
-    group_->all_gather(mine, all)->wait();
+    group_->all_gather_uneven(mine, all, sizes)->wait();
   }
 }
 
