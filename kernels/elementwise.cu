@@ -47,6 +47,14 @@ __global__ void convert_contiguous_kernel(const S* src, D* dst, int64_t n) {
   }
 }
 
+template <class S>
+__global__ void accumulate_kernel(const S* src, float* acc, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    acc[i] += static_cast<float>(load(src, i));
+  }
+}
+
 template <class T>
 __global__ void fill_kernel(T* dst, int64_t n, compute_t<T> value) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
@@ -362,6 +370,16 @@ void binary(BinaryKind op, const void* a, StridedView a_view, const void* b, Str
     }
   });
   check_launch("binary");
+}
+
+void accumulate(const void* src, ScalarType src_type, float* acc, int64_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  dispatch_nn(src_type, "accumulate", [&](auto s) {
+    using S = decltype(s);
+    accumulate_kernel<S>
+        <<<grid_for(n, kThreads), kThreads, 0, stream>>>(static_cast<const S*>(src), acc, n);
+  });
+  check_launch("accumulate");
 }
 
 void affine(const void* x, void* out, ScalarType type, int64_t n, double alpha, double beta,

@@ -24,6 +24,10 @@ void fill(void* dst, ScalarType type, int64_t n, double value, cudaStream_t stre
 // view shape; out contiguous. Broadcast dimensions have stride 0.
 void binary(BinaryKind op, const void* a, StridedView a_view, const void* b, StridedView b_view,
             void* out, ScalarType type, cudaStream_t stream);
+// acc[i] += src[i] over n contiguous elements: acc f32, src f32, bf16 or
+// f16 (summed in f32). Gradient accumulation of half-precision parameters
+// into their f32 gradients, in one pass instead of a conversion and an add.
+void accumulate(const void* src, ScalarType src_type, float* acc, int64_t n, cudaStream_t stream);
 // out = alpha * x + beta over n contiguous elements (out may alias x).
 void affine(const void* x, void* out, ScalarType type, int64_t n, double alpha, double beta,
             cudaStream_t stream);

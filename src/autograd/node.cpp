@@ -73,12 +73,7 @@ TensorList AccumulateGrad::apply(const TensorList& grad_outputs) {
     leaf_->grad = fresh.impl_ptr();
   } else {
     Tensor acc(leaf_->grad);
-    Tensor gc = g;
-    if (g.dtype() != acc.dtype()) {
-      gc = empty(g.shape(), acc.dtype(), acc.device());
-      backend.copy(g, gc);
-    }
-    backend.binary(BinaryOp::Add, acc, gc, acc);
+    backend.accumulate(g, acc);
   }
   Tensor grad(leaf_->grad);
   for (auto& hook : leaf_->post_accumulate_hooks) hook(grad);

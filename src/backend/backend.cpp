@@ -31,6 +31,19 @@ void Backend::gelu_linear_input_grad(const Tensor& dy, const Tensor& w, const Te
   gelu_backward(pre, dact, dpre);
 }
 
+void Backend::accumulate(const Tensor& src, Tensor& acc) {
+  if (src.shape() != acc.shape()) {
+    throw ShapeError("accumulate: source " + shape_str(src.shape()) + " into " +
+                     shape_str(acc.shape()));
+  }
+  Tensor s = src;
+  if (src.dtype() != acc.dtype() || src.device() != acc.device()) {
+    s = empty(src.shape(), acc.dtype(), acc.device());
+    copy(src, s);
+  }
+  binary(BinaryOp::Add, acc, s, acc);
+}
+
 void Backend::adamw_many(std::vector<AdamWEntry>& entries, const AdamWStep& hp) {
   for (AdamWEntry& e : entries) {
     AdamWStep h = hp;

@@ -5,10 +5,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <set>
 #include <cstdio>
 #include <cstring>
 #include <limits>
+#include <set>
 #include <utility>
 
 #include "ops/op_cases.h"
@@ -459,6 +459,57 @@ TEST(CudaRuntime, CachingAllocatorReportsAndReusesMemory) {
   Tensor again = empty({1 << 20}, DType::F32, kGpu);  // served from the cache
   EXPECT_EQ(cuda::memory_stats(0).reserved, after_free.reserved);
 }
+
+TEST(CudaRuntime, AccumulateAddsHalfAndF32IntoF32LikeTheCpu) {
+  // Odd sizes (one element, a partial block, several blocks), every source
+  // dtype the fused kernel takes, and a strided source (the generic path).
+  for (int64_t n : {int64_t{1}, int64_t{1037}, int64_t{70001}}) {
+    for (DType d : {DType::F32, DType::BF16, DType::F16}) {
+      SCOPED_TRACE(std::string(dtype_name(d)) + " n=" + std::to_string(n));
+      Tensor src = cast(randn({n}, 5, 1), d), acc = randn({n}, 6, 1);
+      Tensor cpu_acc = clone(acc);
+      backend_for(DeviceType::CPU).accumulate(src, cpu_acc);
+      Tensor dev_acc = to_device(acc, kGpu);
+      backend_for(DeviceType::CUDA).accumulate(to_device(src, kGpu), dev_acc);
+      EXPECT_EQ(to_double_vector(dev_acc), to_double_vector(cpu_acc));
+    }
+  }
+  Tensor m = cast(randn({6, 9}, 7, 1), DType::BF16), acc = randn({9, 6}, 8, 1);
+  Tensor cpu_acc = clone(acc);
+  backend_for(DeviceType::CPU).accumulate(transpose(m, 0, 1), cpu_acc);
+  Tensor dev_acc = to_device(acc, kGpu);
+  backend_for(DeviceType::CUDA).accumulate(transpose(to_device(m, kGpu), 0, 1), dev_acc);
+  EXPECT_EQ(to_double_vector(dev_acc), to_double_vector(cpu_acc));
+  Tensor wrong = empty({5}, DType::F32, kGpu);
+  EXPECT_THROW(backend_for(DeviceType::CUDA).accumulate(to_device(m, kGpu), wrong), ShapeError);
+}
+
+#ifdef TRIAD_CUDA_SIM
+// A half-precision parameter's gradient arrives in its own dtype and is
+// summed into the f32 gradient: one launch per parameter and microbatch,
+// the same as the first microbatch's conversion (a conversion and then an
+// add, one launch more, fail this).
+TEST(CudaRuntime, AccumulatingAHalfGradientIsOneLaunch) {
+  Tensor p = to_device(cast(randn({300}, 9, 1), DType::BF16), kGpu).detach();
+  p.set_requires_grad(true);
+  auto backward_launches = [&] {
+    Tensor loss = sum(mul(p, p));
+    cuda::synchronize(0);  // the simulator counts launches as they run
+    const int64_t before = triad_sim::counters().launches;
+    autograd::backward({loss});
+    cuda::synchronize(0);
+    return triad_sim::counters().launches - before;
+  };
+  const int64_t first = backward_launches();
+  ASSERT_EQ(p.grad().dtype(), DType::F32);
+  const int64_t second = backward_launches();
+  EXPECT_EQ(second, first) << "first " << first;
+  // And the sum is right: twice the gradient 2p, in f32.
+  const auto g = to_double_vector(p.grad());
+  const auto x = to_double_vector(p);
+  for (size_t i = 0; i < g.size(); ++i) ASSERT_NEAR(g[i], 4.0 * x[i], 1e-2 * std::abs(x[i]) + 1e-3);
+}
+#endif
 
 TEST(CudaRuntime, AdamWMatchesTheCpuUpdate) {
   // The fused kernel on one flat buffer. bf16 buffers are updated in f32 and

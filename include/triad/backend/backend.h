@@ -59,6 +59,10 @@ class Backend {
   // out = a (op) b. `a` and `b` are views already expanded to out's shape
   // (broadcast dimensions have stride 0); out is contiguous and may alias a.
   virtual void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) = 0;
+  // acc += src elementwise, src converted to acc's dtype first; equal
+  // shapes, acc contiguous. Gradient accumulation (half-precision gradients
+  // into f32 ones); the CUDA backend does it in one pass.
+  virtual void accumulate(const Tensor& src, Tensor& acc);
   // out = alpha * x + beta (out may alias x).
   virtual void affine(const Tensor& x, double alpha, double beta, Tensor& out) = 0;
 

@@ -419,6 +419,21 @@ void CudaBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& 
   });
 }
 
+void CudaBackend::accumulate(const Tensor& src, Tensor& acc) {
+  const bool fused = acc.dtype() == DType::F32 && src.shape() == acc.shape() &&
+                     src.device() == acc.device() && src.is_contiguous() && acc.is_contiguous() &&
+                     (src.dtype() == DType::F32 || is_half(src.dtype()));
+  if (!fused) {
+    Backend::accumulate(src, acc);
+    return;
+  }
+  DeviceState& s = state(acc.device().index);
+  DeviceGuard g(s.index);
+  launch("accumulate", [&] {
+    k::accumulate(src.raw_data(), scalar(src.dtype()), acc.data<float>(), acc.numel(), s.stream);
+  });
+}
+
 void CudaBackend::affine(const Tensor& x, double alpha, double beta, Tensor& out) {
   DeviceState& s = state(out.device().index);
   DeviceGuard g(s.index);
