@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <numeric>
 #include <string>
 
@@ -75,13 +76,27 @@ std::vector<int64_t> generate(const Gpt& model, const std::vector<int64_t>& prom
   autograd::NoGradGuard no_grad;
   const ForwardContext ctx{false, 0, 0};
   std::vector<int64_t> tokens = prompt, out;
+  std::unique_ptr<KvCache> cache;
+  if (o.kv_cache && o.max_new_tokens > 0) {
+    const Tensor& w = model.named_parameters().front().second;
+    cache = std::make_unique<KvCache>(cfg, 1, w.dtype(), w.device());
+  }
   for (int64_t step = 0; step < o.max_new_tokens; ++step) {
-    const auto window = std::min<int64_t>(static_cast<int64_t>(tokens.size()), cfg.seq_len);
-    std::vector<int64_t> ids(tokens.end() - window, tokens.end());
-    Tensor x = model.embed(from_vector(ids, {1, window}), ctx);
-    for (int64_t i = 0; i < cfg.n_layer; ++i) x = model.block(i).forward(x, ctx);
-    // Only the last position's logits are needed.
-    Tensor logits = model.head(narrow(x, 1, window - 1, 1));
+    const auto count = static_cast<int64_t>(tokens.size());
+    Tensor logits;  // (1, 1, V): the last position's
+    if (cache && count <= cfg.seq_len) {
+      // The tokens the cache has not seen: the prompt first, then one.
+      std::vector<int64_t> ids(tokens.begin() + cache->length, tokens.end());
+      const auto n = static_cast<int64_t>(ids.size());
+      logits = model.decode(from_vector(ids, {1, n}), *cache, /*last_only=*/true);
+    } else {
+      const int64_t window = std::min<int64_t>(count, cfg.seq_len);
+      std::vector<int64_t> ids(tokens.end() - window, tokens.end());
+      Tensor x = model.embed(from_vector(ids, {1, window}), ctx);
+      for (int64_t i = 0; i < cfg.n_layer; ++i) x = model.block(i).forward(x, ctx);
+      // Only the last position's logits are needed.
+      logits = model.head(narrow(x, 1, window - 1, 1));
+    }
     std::vector<double> row =
         to_double_vector(narrow(reshape(logits, {cfg.vocab_size}), 0, 0, limit));
     const double u = philox_uniform(o.seed, kSamplingStream, static_cast<uint64_t>(step));

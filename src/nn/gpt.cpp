@@ -1,6 +1,10 @@
 #include "triad/nn/gpt.h"
 
+#include <cmath>
+#include <limits>
+
 #include "triad/autograd/checkpoint.h"
+#include "triad/autograd/grad_mode.h"
 #include "triad/core/rng.h"
 #include "triad/nn/init.h"
 #include "triad/ops/creation.h"
@@ -72,6 +76,36 @@ Tensor CausalSelfAttention::forward(const Tensor& x, const ForwardContext& ctx) 
   return site_dropout(c_proj_->forward(y), dropout_, ctx, layer_, "attn.resid");
 }
 
+Tensor CausalSelfAttention::forward_cached(const Tensor& x, Tensor& k_cache, Tensor& v_cache,
+                                           int64_t start) const {
+  const int64_t B = x.size(0), n = x.size(1), C = x.size(2), H = n_head_, D = C / H;
+  const int64_t L = start + n;  // positions attended over
+  Tensor qkv = c_attn_->forward(x);
+  // (B, n, C) piece of qkv -> (B, H, n, D).
+  auto heads = [&](int64_t which) {
+    return contiguous(permute(reshape(narrow(qkv, 2, which * C, C), {B, n, H, D}), {0, 2, 1, 3}));
+  };
+  Tensor k_step = narrow(k_cache, 2, start, n), v_step = narrow(v_cache, 2, start, n);
+  copy_(k_step, heads(1));
+  copy_(v_step, heads(2));
+  const Tensor keys = contiguous(narrow(k_cache, 2, 0, L));
+  const Tensor values = contiguous(narrow(v_cache, 2, 0, L));
+  Tensor scores = matmul(scale(heads(0), 1.0 / std::sqrt(static_cast<double>(D))),
+                         contiguous(transpose(keys, 2, 3)));  // (B, H, n, L)
+  if (n > 1) {
+    // Query i sits at position start + i and sees keys up to it.
+    std::vector<double> mask(static_cast<size_t>(n * L), 0.0);
+    for (int64_t i = 0; i < n; ++i) {
+      for (int64_t j = start + i + 1; j < L; ++j)
+        mask[static_cast<size_t>(i * L + j)] = -std::numeric_limits<double>::infinity();
+    }
+    scores = add(scores, from_vector(mask, {n, L}, scores.dtype(), scores.device()));
+  }
+  Tensor y = matmul(softmax(scores), values);  // (B, H, n, D)
+  y = reshape(contiguous(permute(y, {0, 2, 1, 3})), {B, n, C});
+  return c_proj_->forward(y);
+}
+
 Mlp::Mlp(const GptConfig& cfg, int64_t layer) : layer_(layer), dropout_(cfg.dropout) {
   c_fc_ = register_module("c_fc", std::make_shared<Linear>(cfg.d_model, 4 * cfg.d_model));
   c_proj_ = register_module("c_proj", std::make_shared<Linear>(4 * cfg.d_model, cfg.d_model));
@@ -93,6 +127,13 @@ Tensor Block::forward(const Tensor& x, const ForwardContext& ctx) const {
   // The attention's residual add and ln_2 run as one op.
   const AddLayerNorm h = ln_2_->forward_add(x, attn_->forward(ln_1_->forward(x), ctx));
   return add(h.sum, mlp_->forward(h.norm, ctx));
+}
+
+Tensor Block::forward_cached(const Tensor& x, Tensor& k_cache, Tensor& v_cache,
+                             int64_t start) const {
+  const AddLayerNorm h =
+      ln_2_->forward_add(x, attn_->forward_cached(ln_1_->forward(x), k_cache, v_cache, start));
+  return add(h.sum, mlp_->forward(h.norm, ForwardContext{false, 0, 0}));
 }
 
 Gpt::Gpt(const GptConfig& cfg, uint64_t seed, DType dtype) : cfg_(cfg) {
@@ -120,17 +161,17 @@ Gpt::Gpt(const GptConfig& cfg, uint64_t seed, DType dtype) : cfg_(cfg) {
   if (dtype != DType::F32) to(dtype);
 }
 
-Tensor Gpt::embed(const Tensor& ids, const ForwardContext& ctx) const {
+Tensor Gpt::embed(const Tensor& ids, const ForwardContext& ctx, int64_t start) const {
   if (ids.dim() != 2) {
     throw ShapeError("Gpt: token ids must be (B, T), got " + shape_str(ids.shape()));
   }
   const int64_t T = ids.size(1);
-  if (T > cfg_.seq_len) {
-    throw ShapeError("Gpt: sequence length " + std::to_string(T) + " exceeds model.seq_len " +
-                     std::to_string(cfg_.seq_len));
+  if (start < 0 || start + T > cfg_.seq_len) {
+    throw ShapeError("Gpt: positions [" + std::to_string(start) + ", " + std::to_string(start + T) +
+                     ") exceed model.seq_len " + std::to_string(cfg_.seq_len));
   }
   std::vector<int64_t> pos(T);
-  for (int64_t t = 0; t < T; ++t) pos[t] = t;
+  for (int64_t t = 0; t < T; ++t) pos[t] = start + t;
   Tensor positions = from_vector(pos, {T}, DType::I64, ids.device());
   Tensor x = add(wte_->forward(ids), wpe_->forward(positions));
   return site_dropout(x, cfg_.dropout, ctx, 0, "embed");
@@ -156,6 +197,27 @@ Tensor Gpt::forward(const Tensor& ids, const ForwardContext& ctx) const {
 
 Tensor Gpt::loss(const Tensor& ids, const Tensor& targets, const ForwardContext& ctx) const {
   return cross_entropy(forward(ids, ctx), targets);
+}
+
+Tensor Gpt::decode(const Tensor& ids, KvCache& cache, bool last_only) const {
+  autograd::NoGradGuard no_grad;
+  if (ids.dim() != 2 || ids.size(1) == 0) {
+    throw ShapeError("Gpt::decode: token ids must be (B, n) with n >= 1, got " +
+                     shape_str(ids.shape()));
+  }
+  if (static_cast<int64_t>(cache.k.size()) != cfg_.n_layer || ids.size(0) != cache.batch()) {
+    throw ShapeError("Gpt::decode: ids " + shape_str(ids.shape()) + " for a cache of " +
+                     std::to_string(cache.batch()) + " sequences and " +
+                     std::to_string(cache.k.size()) + " layers (the model has " +
+                     std::to_string(cfg_.n_layer) + ")");
+  }
+  const int64_t start = cache.length;
+  Tensor x = embed(ids, ForwardContext{false, 0, 0}, start);  // checks start + n <= seq_len
+  for (int64_t i = 0; i < cfg_.n_layer; ++i) {
+    x = blocks_[i]->forward_cached(x, cache.k[i], cache.v[i], start);
+  }
+  cache.length = start + ids.size(1);
+  return head(last_only ? narrow(x, 1, ids.size(1) - 1, 1) : x);
 }
 
 }  // namespace triad::nn

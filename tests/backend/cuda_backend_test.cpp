@@ -713,6 +713,30 @@ TEST(CudaModel, GenerationPicksTheCpusTokens) {
   EXPECT_EQ(nn::generate(gpu, prompt, o), nn::generate(cpu, prompt, o));
 }
 
+TEST(CudaModel, KvCacheDecodingMatchesTheCpuInF32AndBf16) {
+  const nn::GptConfig cfg{
+      .n_layer = 2, .n_head = 2, .d_model = 32, .vocab_size = 97, .seq_len = 16, .dropout = 0.0};
+  std::vector<int64_t> ids;
+  for (int64_t i = 0; i < 2 * 9; ++i) ids.push_back((i * 31 + 5) % cfg.vocab_size);
+  const Tensor all = from_vector(ids, {2, 9});
+  for (DType d : {DType::F32, DType::BF16}) {
+    SCOPED_TRACE(dtype_name(d));
+    nn::Gpt cpu(cfg, 23, d), gpu(cfg, 23, d);
+    gpu.to(kGpu);
+    nn::KvCache cpu_cache(cfg, 2, d, Device::cpu()), gpu_cache(cfg, 2, d, kGpu);
+    int64_t at = 0;
+    for (int64_t n : {6, 1, 2}) {  // a prompt with its causal mask, then steps
+      const auto want = to_double_vector(cpu.decode(narrow(all, 1, at, n), cpu_cache));
+      const auto got = to_double_vector(gpu.decode(narrow(all, 1, at, n), gpu_cache));
+      ASSERT_EQ(got.size(), want.size());
+      const double tol = d == DType::F32 ? 1e-4 : 0.05;
+      for (size_t i = 0; i < got.size(); ++i)
+        ASSERT_NEAR(got[i], want[i], tol * (1 + std::abs(want[i]))) << "at " << at << ", " << i;
+      at += n;
+    }
+  }
+}
+
 #ifdef TRIAD_CUDA_SIM
 // A training step makes the host wait for the device only where it needs a
 // value (the gradient norm for clipping, the loss): every other wait would

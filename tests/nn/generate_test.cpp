@@ -101,5 +101,83 @@ TEST(Generate, DrawsArePureFunctionsOfTheSeedAndRespectTheLimits) {
   EXPECT_THROW(generate(model, {3}, o), ValueError);
 }
 
+TEST(KvCache, DecodingPieceByPieceGivesTheFullForwardsLogits) {
+  GptConfig cfg = tiny();
+  cfg.seq_len = 12;
+  Gpt model(cfg, 7);
+  make_opinionated(model);
+  // Two sequences, fed as a prompt of 5, three single tokens, a piece of 3
+  // and a last one: 12 positions, the whole context.
+  std::vector<int64_t> ids;
+  for (int64_t i = 0; i < 2 * 12; ++i) ids.push_back((i * 17 + 3) % cfg.vocab_size);
+  Tensor all = from_vector(ids, {2, 12});
+  const auto want = to_double_vector(model.forward(all, {false, 0, 0}));  // (2, 12, V)
+  KvCache cache(cfg, 2, DType::F32, Device::cpu());
+  EXPECT_EQ(cache.capacity(), 12);
+  int64_t at = 0;
+  for (int64_t n : {5, 1, 1, 1, 3, 1}) {
+    Tensor logits = model.decode(narrow(all, 1, at, n), cache);
+    ASSERT_EQ(logits.shape(), (Shape{2, n, cfg.vocab_size}));
+    EXPECT_FALSE(logits.requires_grad());
+    const auto got = to_double_vector(logits);
+    for (int64_t b = 0; b < 2; ++b) {
+      for (int64_t t = 0; t < n; ++t) {
+        for (int64_t v = 0; v < cfg.vocab_size; ++v) {
+          const double w = want[static_cast<size_t>((b * 12 + at + t) * cfg.vocab_size + v)];
+          ASSERT_NEAR(got[static_cast<size_t>((b * n + t) * cfg.vocab_size + v)], w,
+                      1e-4 * (1 + std::abs(w)))
+              << "sequence " << b << " position " << at + t;
+        }
+      }
+    }
+    at += n;
+    EXPECT_EQ(cache.length, at);
+  }
+  // The context is full: one more position is refused, naming the limit,
+  // and so is a batch the cache was not made for.
+  try {
+    model.decode(from_vector(std::vector<int64_t>{1, 2}, {2, 1}), cache);
+    FAIL() << "expected ShapeError";
+  } catch (const ShapeError& e) {
+    EXPECT_NE(std::string(e.what()).find("positions [12, 13) exceed model.seq_len 12"),
+              std::string::npos)
+        << e.what();
+  }
+  KvCache one(cfg, 1, DType::F32, Device::cpu());
+  EXPECT_THROW(model.decode(all, one), ShapeError);
+  EXPECT_THROW(KvCache(cfg, 0, DType::F32, Device::cpu()), ValueError);
+}
+
+TEST(KvCache, LastOnlyGivesTheLastPositionsLogits) {
+  Gpt model(tiny(), 8);
+  const Tensor ids = from_vector(std::vector<int64_t>{5, 6, 7, 8}, {1, 4});
+  KvCache a(tiny(), 1, DType::F32, Device::cpu()), b(tiny(), 1, DType::F32, Device::cpu());
+  const Tensor full = model.decode(ids, a), last = model.decode(ids, b, /*last_only=*/true);
+  ASSERT_EQ(last.shape(), (Shape{1, 1, 40}));
+  EXPECT_EQ(to_double_vector(last), to_double_vector(narrow(full, 1, 3, 1)));
+  EXPECT_EQ(b.length, 4);
+}
+
+TEST(KvCache, GenerationWithAndWithoutTheCacheAgrees) {
+  // Greedy and sampled, short (everything cached) and past seq_len (the
+  // window slides after 8 tokens and the rest is recomputed).
+  Gpt model(tiny(), 3);
+  make_opinionated(model);
+  for (double temperature : {0.0, 1.0}) {
+    for (int64_t n : {4, 12}) {
+      SamplingOptions o;
+      o.max_new_tokens = n;
+      o.temperature = temperature;
+      o.top_k = temperature > 0 ? 10 : 0;
+      o.seed = 21;
+      const auto cached = generate(model, {4, 9, 1}, o);
+      o.kv_cache = false;
+      const auto recomputed = generate(model, {4, 9, 1}, o);
+      EXPECT_EQ(cached, recomputed) << "temperature " << temperature << ", " << n << " tokens";
+      EXPECT_GE(std::set<int64_t>(cached.begin(), cached.end()).size(), 2u);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace triad::nn

@@ -16,6 +16,11 @@ struct SamplingOptions {
   // padded model vocabulary); 0: the model's vocab_size.
   int64_t vocab_limit = 0;
   int64_t stop_token = -1;  // stop after producing it; -1: never
+  // true: keep each layer's keys and values (KvCache), so a token costs one
+  // position's work while the text fits model.seq_len. false: run the model
+  // over the whole window for every token (the reference the cache is
+  // tested against).
+  bool kv_cache = true;
 };
 
 // The token one row of next-token logits picks: the argmax at temperature
@@ -25,11 +30,13 @@ int64_t sample_token(const std::vector<double>& logits, double temperature, int6
                      double u);
 
 // Continues `prompt` autoregressively and returns the new tokens. Each step
-// runs the model (no dropout, no autograd graph) on the last
-// model.config().seq_len tokens and samples from the last position's
-// logits: there is no key/value cache, so a token costs a forward pass over
-// the window — meant for inspecting what a model learned, not for serving.
-// Errors name bad options and out-of-vocabulary prompt tokens.
+// samples from the model's logits (no dropout, no autograd graph) at the
+// last position, given the last model.config().seq_len tokens. While prompt
+// and output fit in seq_len, the prompt runs once and every new token is
+// one decode step over the key/value cache (Gpt::decode); past that the
+// window slides, every position moves, and each token runs the model over
+// the whole window again. Errors name bad options and out-of-vocabulary
+// prompt tokens.
 std::vector<int64_t> generate(const Gpt& model, const std::vector<int64_t>& prompt,
                               const SamplingOptions& options);
 

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "triad/nn/embedding.h"
+#include "triad/nn/kv_cache.h"
 #include "triad/nn/layer_norm.h"
 #include "triad/nn/linear.h"
 #include "triad/nn/module.h"
@@ -51,6 +52,10 @@ class CausalSelfAttention : public Module {
  public:
   CausalSelfAttention(const GptConfig& cfg, int64_t layer);
   Tensor forward(const Tensor& x, const ForwardContext& ctx) const;
+  // Inference on x (B, n, C) at positions [start, start + n): stores this
+  // step's keys and values into k_cache and v_cache (B, H, capacity, D) and
+  // attends over positions [0, start + n), causally. No dropout.
+  Tensor forward_cached(const Tensor& x, Tensor& k_cache, Tensor& v_cache, int64_t start) const;
 
  private:
   std::shared_ptr<Linear> c_attn_, c_proj_;
@@ -75,6 +80,8 @@ class Block : public Module {
  public:
   Block(const GptConfig& cfg, int64_t layer);
   Tensor forward(const Tensor& x, const ForwardContext& ctx) const;
+  // Inference with a key/value cache (CausalSelfAttention::forward_cached).
+  Tensor forward_cached(const Tensor& x, Tensor& k_cache, Tensor& v_cache, int64_t start) const;
 
  private:
   std::shared_ptr<LayerNorm> ln_1_, ln_2_;
@@ -93,14 +100,22 @@ class Gpt : public Module {
   Gpt(const GptConfig& cfg, uint64_t seed, DType dtype = DType::F32);
   const GptConfig& config() const { return cfg_; }
 
-  // ids (B, T) -> hidden (B, T, C).
-  Tensor embed(const Tensor& ids, const ForwardContext& ctx) const;
+  // ids (B, T) at positions [start, start + T) -> hidden (B, T, C).
+  Tensor embed(const Tensor& ids, const ForwardContext& ctx, int64_t start = 0) const;
   const Block& block(int64_t i) const { return *blocks_.at(i); }
   // hidden (B, T, C) -> logits (B, T, V).
   Tensor head(const Tensor& hidden) const;
   Tensor forward(const Tensor& ids, const ForwardContext& ctx = {}) const;
   // Mean cross entropy of the next-token predictions.
   Tensor loss(const Tensor& ids, const Tensor& targets, const ForwardContext& ctx = {}) const;
+  // Inference on the next tokens: ids (B, n) continue the cache's B
+  // sequences at positions [cache.length, cache.length + n); returns their
+  // logits (B, n, V), the same as forward() on the whole sequences gives at
+  // those positions (up to rounding), and advances cache.length by n. No
+  // dropout, no autograd graph. last_only: only the last position's logits
+  // (B, 1, V), the one a sampler needs. Errors name a batch that differs
+  // from the cache's and positions beyond model.seq_len.
+  Tensor decode(const Tensor& ids, KvCache& cache, bool last_only = false) const;
 
  private:
   GptConfig cfg_;
