@@ -24,6 +24,7 @@
 #include "triad/ops/shape_ops.h"
 #include "triad/optim/clip.h"
 #include "triad/parallel/pipeline/schedule.h"
+#include "triad/train/attention_choice.h"
 
 namespace triad::train {
 namespace {
@@ -243,6 +244,26 @@ Trainer::Trainer(Config config, dist::ProcessGroupPtr world)
   } else {
     optimizer_ = std::make_unique<optim::AdamW>(parameters(), o);
   }
+  choose_attention_kernel();
+}
+
+void Trainer::choose_attention_kernel() {
+  if (!device_.is_cuda() || cuda::attention_kernel() != cuda::AttentionKernel::Auto) return;
+  // The problem every training and evaluation forward poses: a microbatch
+  // of whole sequences (sequence parallelism gathers them before attention)
+  // with this rank's share of the heads.
+  const int64_t tp = mesh_ ? mesh_->tp()->size() : 1;
+  const auto& m = config_.model;
+  cuda::AttentionChoice choice;
+  const bool has = cuda::tune_attention(device_.index, config_.train.param_dtype(),
+                                        config_.train.micro_batch_size, m.seq_len, m.d_model / tp,
+                                        m.n_head / tp, choice);
+  if (!train::agree_attention_choice(has, choice, world_.get())) return;
+  cuda::set_attention_choice(choice);
+  const int ranks = world_ ? world_->size() : 1;
+  spdlog::info("attention: {} ({:.3f} ms with cuDNN, {:.3f} ms with Triad's kernels{})",
+               choice.cudnn ? "cuDNN" : "Triad's kernels", choice.cudnn_ms, choice.own_ms,
+               ranks > 1 ? fmt::format(", summed over {} ranks", ranks) : std::string());
 }
 
 void Trainer::record(const std::string& name, const std::string& category,
@@ -366,6 +387,11 @@ void Trainer::save_checkpoint(int64_t next_step) {
                                           {"optimizer_step", std::to_string(opt_step)}};
   if (scaler_) meta["loss_scaler"] = scaler_->state().dump();
   meta["placement"] = placement_to_json(placement());
+  if (device_.is_cuda()) {
+    // The attention kernels this run settled on: a resumed run takes them
+    // instead of timing again, and so repeats this one's arithmetic.
+    meta["attention_choices"] = attention_choices_to_json(cuda::attention_choices()).dump();
+  }
   io::write_rank_state(io::checkpoint_staging_dir(ck.dir, next_step), rank, tensors, meta);
   barrier();
   if (rank == 0) {
@@ -448,6 +474,17 @@ int64_t Trainer::restore_counters(const io::CheckpointInfo& info,
                     "': no loss-scaler state (it was not written by an fp16 run)");
     }
     scaler_->load_state(nlohmann::json::parse(it->second));
+  }
+  auto choices = metadata.find("attention_choices");
+  if (device_.is_cuda() && choices != metadata.end()) {
+    try {
+      for (const auto& c : attention_choices_from_json(nlohmann::json::parse(choices->second)))
+        cuda::set_attention_choice(c);
+    } catch (const nlohmann::json::exception& e) {
+      throw IoError("checkpoint '" + info.step_dir + "': attention_choices: " + e.what());
+    } catch (const IoError& e) {
+      throw IoError("checkpoint '" + info.step_dir + "': " + e.what());
+    }
   }
   applied_steps_ = metadata_int(info, metadata, "applied_steps");
   consecutive_skips_ = metadata_int(info, metadata, "consecutive_skips");

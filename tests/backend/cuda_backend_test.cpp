@@ -412,6 +412,55 @@ TEST(CudaKernels, CudnnAttentionNamesWhatItCannotRun) {
   cuda::set_attention_kernel(cuda::AttentionKernel::Auto);
 }
 
+TEST(CudaKernels, AutoAttentionRunsTheRecordedChoice) {
+  if (!cuda::cudnn_compiled()) GTEST_SKIP() << "this build has no cuDNN";
+  // A shape cuDNN can run (bf16, head dim 16): tuning records a decision
+  // with both times; f32, or an explicit kernel, leaves nothing to decide.
+  cuda::clear_attention_choices();
+  cuda::AttentionChoice c;
+  ASSERT_TRUE(cuda::tune_attention(0, DType::BF16, 2, 128, 64, 4, c));
+  EXPECT_GT(c.own_ms, 0.0);
+  EXPECT_GT(c.cudnn_ms, 0.0);
+  EXPECT_EQ(c.cudnn, c.cudnn_ms < c.own_ms);
+  ASSERT_EQ(cuda::attention_choices().size(), 1u);
+  EXPECT_TRUE(cuda::attention_choices()[0].same_problem(c));
+  cuda::AttentionChoice f32;
+  EXPECT_FALSE(cuda::tune_attention(0, DType::F32, 2, 128, 64, 4, f32));
+  cuda::set_attention_kernel(cuda::AttentionKernel::TensorCore);
+  EXPECT_FALSE(cuda::tune_attention(0, DType::BF16, 2, 64, 64, 4, f32));
+  cuda::set_attention_kernel(cuda::AttentionKernel::Auto);
+  EXPECT_THROW(cuda::tune_attention(0, DType::BF16, 2, 64, 63, 4, f32), ValueError);
+  // A recorded decision is what runs: Triad's attention kernels launch and
+  // cuDNN's stand-in does not, so the cuDNN route launches fewer kernels;
+  // both give the same attention.
+  const Tensor qkv = to_device(randn({2, 128, 3 * 64}, 3, 1, 1.0, DType::BF16), kGpu);
+  auto run = [&](bool cudnn, std::vector<double>* out) {
+    c.cudnn = cudnn;
+    cuda::set_attention_choice(c);
+    cuda::synchronize(0);
+#ifdef TRIAD_CUDA_SIM
+    const int64_t before = triad_sim::counters().launches;
+#endif
+    Tensor y = causal_attention(qkv, 4);
+    cuda::synchronize(0);
+    *out = to_double_vector(y);
+#ifdef TRIAD_CUDA_SIM
+    return triad_sim::counters().launches - before;
+#else
+    return int64_t{-1};
+#endif
+  };
+  std::vector<double> own, fused;
+  const int64_t own_launches = run(false, &own), cudnn_launches = run(true, &fused);
+  if (kOnSimulator) {
+    EXPECT_LT(cudnn_launches, own_launches);
+  }
+  ASSERT_EQ(own.size(), fused.size());
+  for (size_t i = 0; i < own.size(); ++i)
+    ASSERT_NEAR(own[i], fused[i], 0.02 * (1 + std::abs(own[i]))) << i;
+  cuda::clear_attention_choices();
+}
+
 TEST(CudaRuntime, CopiesConvertDtypesAndStridesBothWays) {
   Tensor x = randn({37, 53}, 1, 1);  // f32 host
   for (DType d : {DType::F32, DType::BF16, DType::F16, DType::F64}) {
@@ -874,6 +923,38 @@ TEST(CudaTraining, MixedPrecisionMatchesTheCpuTrainer) {
       EXPECT_EQ(b.loss_scale, a.loss_scale) << "step " << k;
     }
   }
+}
+
+TEST(CudaTraining, AResumedRunKeepsItsAttentionChoice) {
+  if (!cuda::cudnn_compiled()) GTEST_SKIP() << "this build has no cuDNN";
+  testing::TempDir dir;
+  const std::string model =
+      "{n_layer: 1, n_head: 2, d_model: 32, vocab_size: 97, seq_len: 16, dropout: 0.0}";
+  cuda::clear_attention_choices();
+  train::Config cfg = train_config(dir, model, "cuda", "bf16", 2, 4, 97, "_choice", 2);
+  cfg.checkpoint.dir = dir.file("ckpt");
+  cfg.checkpoint.interval = 2;
+  cfg.checkpoint.resume = "auto";
+  train::Trainer(cfg).run();
+  // The trainer decided for its microbatch (2 sequences of 16, 2 heads of
+  // 16) before the first step.
+  cuda::AttentionChoice decided;
+  decided.dtype = DType::BF16;
+  decided.batch = 2, decided.seq_len = 16, decided.d_model = 32, decided.n_head = 2;
+  ASSERT_TRUE(cuda::find_attention_choice(decided));
+  // This process now holds the opposite decision; the resumed run takes the
+  // checkpoint's back.
+  cuda::AttentionChoice flipped = decided;
+  flipped.cudnn = !decided.cudnn;
+  cuda::set_attention_choice(flipped);
+  cfg.train.steps = 3;
+  const auto resumed = train::Trainer(cfg).run();
+  ASSERT_EQ(resumed.size(), 1u);
+  EXPECT_EQ(resumed[0].step, 3);
+  cuda::AttentionChoice now = decided;
+  ASSERT_TRUE(cuda::find_attention_choice(now));
+  EXPECT_EQ(now.cudnn, decided.cudnn);
+  cuda::clear_attention_choices();
 }
 
 TEST(CudaTraining, RecomputeLeavesTheRunUnchanged) {

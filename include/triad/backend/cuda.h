@@ -8,6 +8,7 @@
 // this header needs no CUDA headers.
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "triad/core/allocator.h"
 #include "triad/core/dtype.h"
@@ -61,5 +62,39 @@ std::string attention_kernel_unavailable(AttentionKernel kernel, DType dtype, in
 // model.attention_deterministic.
 void set_attention_deterministic(bool deterministic);
 bool attention_deterministic();
+
+// Auto's decision for one attention problem: Triad's kernels or cuDNN's,
+// and the times (forward + backward, ms) it rests on. Auto makes one per
+// problem the first time it meets it, by timing; a decision set here first
+// is taken as it is, without timing. The trainer times its training shape
+// up front, lets the ranks agree on the sums of their times, and keeps the
+// decisions in its checkpoints, so that every rank runs the same kernel and
+// a resumed run the one it ran before. Process-wide; every build (only the
+// CUDA backend reads them).
+struct AttentionChoice {
+  DType dtype = DType::BF16;
+  bool deterministic = true;  // the backward timed is the deterministic one
+  int64_t batch = 0, seq_len = 0, d_model = 0, n_head = 0;
+  bool cudnn = false;
+  double own_ms = 0, cudnn_ms = 0;
+  bool same_problem(const AttentionChoice& o) const {
+    return dtype == o.dtype && deterministic == o.deterministic && batch == o.batch &&
+           seq_len == o.seq_len && d_model == o.d_model && n_head == o.n_head;
+  }
+};
+void set_attention_choice(const AttentionChoice& choice);
+// The decision for choice's problem (its dtype, deterministic and sizes), if
+// one was made; the other fields of the argument are ignored.
+bool find_attention_choice(AttentionChoice& choice);
+std::vector<AttentionChoice> attention_choices();
+void clear_attention_choices();
+// Makes Auto's decision for (batch, seq_len, d_model) inputs of `dtype`
+// with `n_head` heads on `device` now, on scratch inputs, unless it has one
+// already; returns false (and leaves `out` alone) when there is nothing to
+// decide: cuDNN cannot run the problem (f32, its head-dim and sequence
+// rules, a build without it) or the kernel is not Auto. NotSupportedError
+// without CUDA.
+bool tune_attention(int device, DType dtype, int64_t batch, int64_t seq_len, int64_t d_model,
+                    int64_t n_head, AttentionChoice& out);
 
 }  // namespace triad::cuda

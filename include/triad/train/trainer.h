@@ -111,6 +111,9 @@ class Trainer {
   int64_t metadata_int(const io::CheckpointInfo& info,
                        const std::map<std::string, std::string>& metadata,
                        const std::string& key) const;
+  // Auto attention (CUDA): times the training shape and agrees with the
+  // other ranks on one kernel (train/attention_choice.h).
+  void choose_attention_kernel();
   void save_checkpoint(int64_t next_step);
   int64_t load_checkpoint();
   void barrier() const;

@@ -1,6 +1,8 @@
 // The process-wide attention-kernel choice (every build; only the CUDA
 // backend reads it).
 #include <atomic>
+#include <mutex>
+#include <vector>
 
 #include "triad/backend/cuda.h"
 #include "triad/core/error.h"
@@ -9,7 +11,52 @@ namespace triad::cuda {
 namespace {
 std::atomic<AttentionKernel> g_attention_kernel{AttentionKernel::Auto};
 std::atomic<bool> g_attention_deterministic{true};
+
+struct Choices {
+  std::mutex mutex;
+  std::vector<AttentionChoice> list;
+};
+Choices& choices() {
+  static Choices* c = new Choices();
+  return *c;
+}
 }  // namespace
+
+void set_attention_choice(const AttentionChoice& choice) {
+  Choices& c = choices();
+  std::lock_guard<std::mutex> lock(c.mutex);
+  for (auto& existing : c.list) {
+    if (existing.same_problem(choice)) {
+      existing = choice;
+      return;
+    }
+  }
+  c.list.push_back(choice);
+}
+
+bool find_attention_choice(AttentionChoice& choice) {
+  Choices& c = choices();
+  std::lock_guard<std::mutex> lock(c.mutex);
+  for (const auto& existing : c.list) {
+    if (existing.same_problem(choice)) {
+      choice = existing;
+      return true;
+    }
+  }
+  return false;
+}
+
+std::vector<AttentionChoice> attention_choices() {
+  Choices& c = choices();
+  std::lock_guard<std::mutex> lock(c.mutex);
+  return c.list;
+}
+
+void clear_attention_choices() {
+  Choices& c = choices();
+  std::lock_guard<std::mutex> lock(c.mutex);
+  c.list.clear();
+}
 
 void set_attention_kernel(AttentionKernel kernel) {
   g_attention_kernel = kernel;

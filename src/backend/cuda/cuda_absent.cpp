@@ -23,6 +23,9 @@ bool cudnn_compiled() {
 std::string attention_kernel_unavailable(AttentionKernel, DType, int64_t, int64_t, int64_t, int) {
   return "this build has no CUDA backend (configure with TRIAD_WITH_CUDA=ON)";
 }
+bool tune_attention(int, DType, int64_t, int64_t, int64_t, int64_t, AttentionChoice&) {
+  absent("tune_attention");
+}
 void* compute_stream(int) {
   absent("compute_stream");
 }

@@ -679,17 +679,16 @@ std::string cudnn_unavailable(DType dtype, const k::AttentionShape& shape, int d
 }
 
 // Auto's per-shape choice between Triad's kernels (`own`: the tensor-core
-// ones where they apply, else SIMT) and cuDNN, made once by timing both
-// (forward + backward) on scratch buffers.
+// ones where they apply, else SIMT) and cuDNN: the one recorded for the
+// problem (cuda::set_attention_choice), else made now by timing both
+// (forward + backward) on scratch outputs and recorded.
 class AttentionTuner {
  public:
-  bool use_cudnn(CudaBackend::DeviceState& s, const Tensor& qkv, const k::AttentionShape& shape,
-                 k::AttentionKernel own);
+  cuda::AttentionChoice decide(CudaBackend::DeviceState& s, const void* qkv, DType dtype,
+                               const k::AttentionShape& shape, k::AttentionKernel own);
 
  private:
-  using Key = std::tuple<int, int, bool, int64_t, int64_t, int64_t, int64_t>;
-  std::mutex mutex_;
-  std::map<Key, bool> choice_;
+  std::mutex mutex_;  // one timing at a time
 };
 
 AttentionTuner& attention_tuner() {
@@ -697,21 +696,25 @@ AttentionTuner& attention_tuner() {
   return *t;
 }
 
-bool AttentionTuner::use_cudnn(CudaBackend::DeviceState& s, const Tensor& qkv,
-                               const k::AttentionShape& shape, k::AttentionKernel own_kernel) {
+cuda::AttentionChoice AttentionTuner::decide(CudaBackend::DeviceState& s, const void* qkv,
+                                             DType dtype, const k::AttentionShape& shape,
+                                             k::AttentionKernel own_kernel) {
   // The backward timed is the one training would run.
   const bool deterministic = cuda::attention_deterministic();
-  const Key key{s.index, static_cast<int>(qkv.dtype()), deterministic, shape.B, shape.T, shape.C,
-                shape.NH};
+  cuda::AttentionChoice choice;
+  choice.dtype = dtype;
+  choice.deterministic = deterministic;
+  choice.batch = shape.B;
+  choice.seq_len = shape.T;
+  choice.d_model = shape.C;
+  choice.n_head = shape.NH;
   std::lock_guard<std::mutex> lock(mutex_);
-  auto it = choice_.find(key);
-  if (it != choice_.end()) return it->second;
-  const cudnn_graph::AttentionProblem p = cudnn_problem(shape, qkv.dtype());
-  const k::ScalarType type = scalar(qkv.dtype());
-  const size_t elem = dtype_size(qkv.dtype());
+  if (cuda::find_attention_choice(choice)) return choice;
+  const cudnn_graph::AttentionProblem p = cudnn_problem(shape, dtype);
+  const k::ScalarType type = scalar(dtype);
+  const size_t elem = dtype_size(dtype);
   const size_t n_out = static_cast<size_t>(shape.B * shape.T * shape.C);
   const size_t n_lse = static_cast<size_t>(shape.B * shape.NH * shape.T);
-  bool cudnn = false;
   try {
     const size_t ws = std::max({cudnn_attention_workspace(s.index, p, false),
                                 cudnn_attention_workspace(s.index, p, true, deterministic),
@@ -721,15 +724,15 @@ bool AttentionTuner::use_cudnn(CudaBackend::DeviceState& s, const Tensor& qkv,
     Scratch work(s.allocator, ws);
     check(cudaMemsetAsync(dout.get(), 0, n_out * elem, s.stream), "cudaMemsetAsync");
     auto own = [&] {
-      k::attention_forward(qkv.raw_data(), out.get(), static_cast<float*>(lse.get()), type, shape,
-                           s.stream, own_kernel);
-      k::attention_backward(qkv.raw_data(), out.get(), static_cast<const float*>(lse.get()),
-                            dout.get(), dqkv.get(), type, shape, work.get(), s.stream, own_kernel);
+      k::attention_forward(qkv, out.get(), static_cast<float*>(lse.get()), type, shape, s.stream,
+                           own_kernel);
+      k::attention_backward(qkv, out.get(), static_cast<const float*>(lse.get()), dout.get(),
+                            dqkv.get(), type, shape, work.get(), s.stream, own_kernel);
     };
     auto fused = [&] {
-      cudnn_attention_forward(s.index, s.stream, p, qkv.raw_data(), out.get(),
-                              static_cast<float*>(lse.get()), work.get());
-      cudnn_attention_backward(s.index, s.stream, p, qkv.raw_data(), out.get(),
+      cudnn_attention_forward(s.index, s.stream, p, qkv, out.get(), static_cast<float*>(lse.get()),
+                              work.get());
+      cudnn_attention_backward(s.index, s.stream, p, qkv, out.get(),
                                static_cast<const float*>(lse.get()), dout.get(), dqkv.get(),
                                work.get(), deterministic);
     };
@@ -747,24 +750,31 @@ bool AttentionTuner::use_cudnn(CudaBackend::DeviceState& s, const Tensor& qkv,
       check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
       cudaEventDestroy(start);
       cudaEventDestroy(stop);
-      return ms / kReps;
+      return static_cast<double>(ms) / kReps;
     };
-    const float own_ms = time_ms(own), cudnn_ms = time_ms(fused);
-    cudnn = cudnn_ms < own_ms;
+    choice.own_ms = time_ms(own);
+    choice.cudnn_ms = time_ms(fused);
+    choice.cudnn = choice.cudnn_ms < choice.own_ms;
     const char* own_name =
         own_kernel == k::AttentionKernel::TensorCore ? "tensor-core kernels" : "SIMT kernels";
     spdlog::info(
         "attention B={} T={} C={} heads={} {}: cuDNN {:.3f} ms, Triad's {} {:.3f} ms "
         "(forward + backward); using {}",
-        shape.B, shape.T, shape.C, shape.NH, dtype_name(qkv.dtype()), cudnn_ms, own_name, own_ms,
-        cudnn ? "cuDNN" : own_name);
+        shape.B, shape.T, shape.C, shape.NH, dtype_name(dtype), choice.cudnn_ms, own_name,
+        choice.own_ms, choice.cudnn ? "cuDNN" : own_name);
   } catch (const Error& e) {
     spdlog::warn("attention B={} T={} C={} heads={}: cuDNN is not used ({})", shape.B, shape.T,
                  shape.C, shape.NH, e.what());
-    cudnn = false;
+    choice.cudnn = false;
   }
-  choice_[key] = cudnn;
-  return cudnn;
+  cuda::set_attention_choice(choice);
+  return choice;
+}
+
+k::AttentionKernel own_attention_kernel(DType dtype, const k::AttentionShape& shape, int device) {
+  return k::check_attention_tensor_core(scalar(dtype), shape, sm_major(device)).ok
+             ? k::AttentionKernel::TensorCore
+             : k::AttentionKernel::Simt;
 }
 
 AttentionRoute route_attention(CudaBackend::DeviceState& s, const Tensor& qkv,
@@ -786,20 +796,34 @@ AttentionRoute route_attention(CudaBackend::DeviceState& s, const Tensor& qkv,
     case cuda::AttentionKernel::Auto:
       break;
   }
-  const k::AttentionKernel own =
-      k::check_attention_tensor_core(scalar(qkv.dtype()), shape, sm_major(s.index)).ok
-          ? k::AttentionKernel::TensorCore
-          : k::AttentionKernel::Simt;
+  const k::AttentionKernel own = own_attention_kernel(qkv.dtype(), shape, s.index);
   // cuDNN's tensors are declared 16-byte aligned; a view that is not stays
   // with Triad's kernels.
   const bool aligned = reinterpret_cast<uintptr_t>(qkv.raw_data()) % 16 == 0;
   if (aligned && cudnn_unavailable(qkv.dtype(), shape, s.index).empty() &&
-      attention_tuner().use_cudnn(s, qkv, shape, own))
+      attention_tuner().decide(s, qkv.raw_data(), qkv.dtype(), shape, own).cudnn)
     return {true, k::AttentionKernel::Auto};
   return {false, own};
 }
 
 }  // namespace
+
+bool tune_attention(int device, DType dtype, const k::AttentionShape& shape,
+                    cuda::AttentionChoice& out) {
+  if (cuda::attention_kernel() != cuda::AttentionKernel::Auto) return false;
+  if (!cudnn_unavailable(dtype, shape, device).empty()) return false;
+  CudaBackend::DeviceState& s = cuda_backend().state(device);
+  DeviceGuard g(s.index);
+  // Timed on zeros: the kernels' speed does not depend on the values.
+  const size_t bytes = static_cast<size_t>(3 * shape.B * shape.T * shape.C) * dtype_size(dtype);
+  Scratch qkv(s.allocator, bytes);
+  check(cudaMemsetAsync(qkv.get(), 0, bytes, s.stream), "cudaMemsetAsync");
+  out = attention_tuner().decide(s, qkv.get(), dtype, shape,
+                                 own_attention_kernel(dtype, shape, device));
+  return true;
+}
+
+namespace {}  // namespace
 
 void CudaBackend::attention_forward(const Tensor& qkv, int64_t n_head, Tensor& out, Tensor& lse) {
   require_nn("attention", qkv.dtype());
@@ -1130,6 +1154,19 @@ bool compiled() {
 
 bool cudnn_compiled() {
   return detail::cudnn_attention_compiled();
+}
+
+bool tune_attention(int device, DType dtype, int64_t batch, int64_t seq_len, int64_t d_model,
+                    int64_t n_head, AttentionChoice& out) {
+  namespace k = triad::kernels;
+  if (device < 0 || device >= device_count()) {
+    throw NotSupportedError("tune_attention: cuda:" + std::to_string(device) + " is not visible (" +
+                            std::to_string(device_count()) + " device(s))");
+  }
+  const k::AttentionShape shape{batch, seq_len, d_model, n_head};
+  const k::Status ok = k::check_attention(detail::scalar(dtype), shape);
+  if (!ok.ok) throw ValueError("tune_attention: " + ok.reason);
+  return detail::tune_attention(device, dtype, shape, out);
 }
 
 std::string attention_kernel_unavailable(AttentionKernel kernel, DType dtype, int64_t seq_len,

@@ -13,6 +13,7 @@
 #include "triad/data/token_shard.h"
 #include "triad/dist/world.h"
 #include "triad/ops.h"
+#include "triad/train/attention_choice.h"
 #include "triad/train/trainer.h"
 
 namespace triad::train {
@@ -39,6 +40,56 @@ Config config(const testing::TempDir& dir, int zero) {
       "output: {dir: " +
       dir.file("out") + "}\n";
   return parse_config(yaml);
+}
+
+TEST(AttentionChoice, RanksAgreeOnTheKernelFastestForTheWorld) {
+  const int P = g_world->size(), me = g_world->rank();
+  cuda::AttentionChoice c;
+  c.batch = 4, c.seq_len = 1024, c.d_model = 768, c.n_head = 12;
+  // Rank 0 alone finds cuDNN much faster; every other rank finds Triad's
+  // kernels a little faster: summed, Triad's kernels win, on every rank.
+  c.own_ms = me == 0 ? 10.0 : 2.0;
+  c.cudnn_ms = me == 0 ? 1.0 : 2.0 + 9.0 / (P - 1) + 0.5;  // loses 9 ms and more
+  c.cudnn = c.cudnn_ms < c.own_ms;
+  ASSERT_TRUE(agree_attention_choice(true, c, g_world.get()));
+  EXPECT_FALSE(c.cudnn);
+  EXPECT_DOUBLE_EQ(c.own_ms, 10.0 + 2.0 * (P - 1));
+  // The other way round: rank 0's large saving outweighs the rest.
+  cuda::AttentionChoice d = c;
+  d.own_ms = me == 0 ? 30.0 : 2.0;
+  d.cudnn_ms = me == 0 ? 1.0 : 2.5;
+  ASSERT_TRUE(agree_attention_choice(true, d, g_world.get()));
+  EXPECT_TRUE(d.cudnn);
+  // A rank that cannot run cuDNN takes every rank to Triad's kernels.
+  cuda::AttentionChoice e = d;
+  const bool has = me != P - 1;
+  EXPECT_EQ(agree_attention_choice(has, e, g_world.get()), has);
+  if (has) {
+    EXPECT_FALSE(e.cudnn);
+  }
+}
+
+TEST(AttentionChoice, DecisionsRoundTripThroughCheckpointJson) {
+  cuda::AttentionChoice c;
+  c.dtype = DType::F16;
+  c.deterministic = false;
+  c.batch = 2, c.seq_len = 128, c.d_model = 64, c.n_head = 4;
+  c.cudnn = true, c.own_ms = 1.5, c.cudnn_ms = 0.25;
+  const auto back = attention_choices_from_json(attention_choices_to_json({c}));
+  ASSERT_EQ(back.size(), 1u);
+  EXPECT_TRUE(back[0].same_problem(c));
+  EXPECT_TRUE(back[0].cudnn);
+  EXPECT_EQ(back[0].cudnn_ms, 0.25);
+  nlohmann::json bad = attention_choices_to_json({c});
+  bad[0]["kernel"] = "flash";
+  try {
+    attention_choices_from_json(bad);
+    FAIL() << "expected IoError";
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find("kernel 'flash'"), std::string::npos) << e.what();
+  }
+  bad[0].erase("kernel");
+  EXPECT_THROW(attention_choices_from_json(bad), IoError);
 }
 
 TEST(DataParallel, BucketsStartDuringBackwardAndZeroShardsTheState) {
