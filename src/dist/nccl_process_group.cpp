@@ -22,7 +22,9 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <thread>
+#include <vector>
 
 #include "call_checks.h"
 #include "triad/backend/cuda.h"
@@ -95,6 +97,44 @@ class NcclProcessGroup;
 
 // A CUDA event shared by a Work and the watchdog that polls it.
 using Event = std::shared_ptr<CUevent_st>;
+
+// The events of a group's calls, reused: creating and destroying one per
+// call would cost the host two driver calls on every collective. An event
+// comes back when its last holder (the Work, the watchdog's poll) lets go;
+// nothing waits on it any more by then (a stream that waited on it keeps
+// its own dependency), so recording it again is safe. Each event holds the
+// pool, so an event let go after its group is gone still finds it.
+class EventPool : public std::enable_shared_from_this<EventPool> {
+ public:
+  ~EventPool() {
+    for (cudaEvent_t e : free_) cudaEventDestroy(e);
+  }
+  Event take(const std::string& what) {
+    cudaEvent_t ev = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (!free_.empty()) {
+        ev = free_.back();
+        free_.pop_back();
+      }
+    }
+    if (!ev) check_cuda(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), what);
+    return Event(ev, [pool = shared_from_this()](cudaEvent_t e) { pool->give_back(e); });
+  }
+
+ private:
+  void give_back(cudaEvent_t e) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (free_.size() < kKeep) {
+      free_.push_back(e);
+      return;
+    }
+    cudaEventDestroy(e);
+  }
+  static constexpr size_t kKeep = 256;  // more in flight at once are destroyed
+  std::mutex mutex_;
+  std::vector<cudaEvent_t> free_;
+};
 
 // An enqueued NCCL call: the event after it, the tensors it uses (kept alive
 // until the compute stream is ordered after it: their memory belongs to the
@@ -427,10 +467,8 @@ class NcclProcessGroup final : public ProcessGroup,
     DeviceGuard g(device_);
     cuda::order_after_compute(device_, stream_);
     issue();
-    cudaEvent_t ev = nullptr;
-    check_cuda(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), what);
-    Event event(ev, [](cudaEvent_t e) { cudaEventDestroy(e); });
-    check_cuda(cudaEventRecord(ev, stream_), what);
+    Event event = events_->take(what);
+    check_cuda(cudaEventRecord(event.get(), stream_), what);
     watchdog_->watch([event] { return cudaEventQuery(event.get()) != cudaErrorNotReady; }, what,
                      timeout_);
     return std::make_shared<NcclWork>(shared_from_this(), std::move(event), std::move(keep),
@@ -444,6 +482,7 @@ class NcclProcessGroup final : public ProcessGroup,
   std::atomic<bool> aborted_{false};
   bool blocking_wait_ = false;
   std::unique_ptr<detail::Watchdog> watchdog_;
+  std::shared_ptr<EventPool> events_ = std::make_shared<EventPool>();
 };
 
 NcclWork::~NcclWork() {

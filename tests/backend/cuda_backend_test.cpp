@@ -4,6 +4,9 @@
 // no GPU is visible.
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <thread>
+
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -1034,6 +1037,28 @@ TEST(NcclProcessGroup, WorldOfOneRunsEveryCallOnTheGpu) {
   routed->all_reduce(dev, dist::ReduceOp::Avg)->wait();
   EXPECT_EQ(to_double_vector(dev), to_double_vector(randn({8}, 4, 1)));
 }
+
+#ifdef TRIAD_CUDA_SIM
+// Issuing a collective creates no CUDA event once the group is warm: its
+// ordering after the compute stream and its completion event are reused
+// (each creation is a driver call the host waits for).
+TEST(NcclProcessGroup, CollectivesReuseTheirEvents) {
+  if (!dist::nccl_available()) GTEST_SKIP() << "built without NCCL";
+  dist::ProcessGroupPtr nccl = dist::make_nccl_group(dist::init_world(), 0);
+  Tensor t = to_device(randn({16}, 5, 1), kGpu);
+  auto call = [&] {
+    nccl->all_reduce(t, dist::ReduceOp::Sum)->wait();
+    cuda::synchronize(0);
+    // Long enough for the watchdog to poll and let go of the event.
+    std::this_thread::sleep_for(std::chrono::milliseconds(40));
+  };
+  call();
+  const int64_t before = triad_sim::counters().events_created;
+  for (int i = 0; i < 10; ++i) call();
+  EXPECT_EQ(triad_sim::counters().events_created - before, 0);
+  EXPECT_EQ(to_double_vector(t), to_double_vector(randn({16}, 5, 1)));
+}
+#endif
 
 }  // namespace
 }  // namespace triad

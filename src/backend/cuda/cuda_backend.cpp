@@ -1210,13 +1210,19 @@ void synchronize(int device) {
 }
 
 namespace {
+// One event per device, recorded again for every ordering: a stream wait
+// takes the event's state when it is issued, so the next record cannot
+// disturb it (and the host saves creating and destroying an event for
+// every collective).
 void order(int device, cudaStream_t first, cudaStream_t then) {
+  static std::mutex mutex;
+  static std::map<int, cudaEvent_t> events;
   detail::DeviceGuard g(device);
-  cudaEvent_t ev = nullptr;
-  detail::check(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "cudaEventCreate");
+  std::lock_guard<std::mutex> lock(mutex);
+  cudaEvent_t& ev = events[device];
+  if (!ev) detail::check(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "cudaEventCreate");
   detail::check(cudaEventRecord(ev, first), "cudaEventRecord");
   detail::check(cudaStreamWaitEvent(then, ev, 0), "cudaStreamWaitEvent");
-  cudaEventDestroy(ev);  // released once the wait has been satisfied
 }
 }  // namespace
 

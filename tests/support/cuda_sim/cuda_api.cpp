@@ -451,6 +451,7 @@ cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned int flags) {
   if (e == nullptr) return set(cudaErrorInvalidValue);
   *e = new CUevent_st{};
   (*e)->flags = flags;
+  triad_sim::note_event_created();
   return cudaSuccess;
 }
 cudaError_t cudaEventCreate(cudaEvent_t* e) {

@@ -490,6 +490,9 @@ void note_host_wait() {
 void note_not_ready_query() {
   ++g_counters.not_ready_queries;
 }
+void note_event_created() {
+  ++g_counters.events_created;
+}
 
 namespace {
 std::string launch_site(const LaunchConfig& c) {

@@ -43,10 +43,14 @@ struct Counters {
   // polls a query until it succeeds waits for the GPU as surely as one that
   // synchronises (each such loop counts once).
   int64_t not_ready_queries = 0;
+  // cudaEventCreate calls: on a GPU each is a driver call the host waits
+  // for, so code issuing work in a loop should reuse its events.
+  int64_t events_created = 0;
 };
 Counters counters();
 void note_host_wait();
 void note_not_ready_query();
+void note_event_created();
 
 // Where a launch was written, for error messages.
 struct Site {
