@@ -7,6 +7,7 @@
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
+#include <chrono>
 #include <cstdio>
 #include <memory>
 
@@ -37,7 +38,13 @@ int main(int argc, char** argv) {
   app.add_option("--device", device, "cpu, cuda or cuda:N (default: the config's)");
   app.add_option("--vocab", vocab, "GPT-2 vocab.json (with --merges: BPE; otherwise bytes)");
   app.add_option("--merges", merges, "GPT-2 merges.txt");
+  bool no_cache = false;
+  app.add_flag("--no-kv-cache", no_cache,
+               "run the model over the whole window for every token (for comparison)");
+  bool timing = false;
+  app.add_flag("--timing", timing, "report tokens per second on stderr");
   CLI11_PARSE(app, argc, argv);
+  o.kv_cache = !no_cache;
   try {
     if (!run_dir.empty()) {
       if (config_path.empty()) config_path = run_dir + "/config.yaml";
@@ -68,7 +75,15 @@ int main(int argc, char** argv) {
     triad::io::load_gpt2_safetensors(model, weights);
     model.to(triad::device_from_string(device.empty() ? config.device : device));
     const auto ids = tok->encode(prompt);
+    const auto t0 = std::chrono::steady_clock::now();
     const auto out = triad::nn::generate(model, std::vector<int64_t>(ids.begin(), ids.end()), o);
+    const double secs =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (timing) {
+      std::fprintf(stderr, "%zu tokens (prompt %zu) in %.3f s: %.1f tokens/s (%s)\n", out.size(),
+                   ids.size(), secs, static_cast<double>(out.size()) / secs,
+                   o.kv_cache ? "key/value cache" : "no cache");
+    }
     std::printf("%s%s\n", prompt.c_str(),
                 tok->decode(std::vector<int32_t>(out.begin(), out.end())).c_str());
   } catch (const triad::Error& e) {
