@@ -68,7 +68,7 @@ int main(int argc, char** argv) {
   sched->add_option("--svg", svg, "write the timeline as SVG");
   sched->add_option("--trace", trace, "write the timeline as Chrome trace JSON");
 
-  std::string model_path, cluster_path, recompute = "none", schedule_name;
+  std::string model_path, cluster_path, recompute = "none", schedule_name, attention = "unfused";
   int gpus = 0, global_batch = 0, tp = 1, pp = 1, vpp = 1, micro = 1, zero = 0, top = 5;
   bool sp = false, json = false, overlap = false;
   auto add_common = [&](CLI::App* c) {
@@ -77,6 +77,8 @@ int main(int argc, char** argv) {
     c->add_option("--gpus", gpus, "number of GPUs")->required();
     c->add_option("--global-batch", global_batch, "sequences per step")->required();
     c->add_flag("--overlap-dp", overlap, "assume the DP gradient reduction overlaps backward");
+    c->add_option("--attention", attention,
+                  "unfused (Megatron-LM 2021, the default) or flash (Triad's fused attention)");
     c->add_flag("--json", json, "print JSON");
   };
   auto* predict = app.add_subcommand("predict", "price one configuration");
@@ -131,6 +133,7 @@ int main(int argc, char** argv) {
         throw ConfigError("--zero (" + std::to_string(zero) + ") must be 0 or 1");
       c.zero1 = zero == 1;
       c.overlap_dp = overlap;
+      c.attention = plan::attention_from_name(attention);
       c.schedule = !schedule_name.empty() ? pipeline::schedule_from_name(schedule_name)
                    : vpp > 1              ? pipeline::ScheduleKind::Interleaved
                                           : pipeline::ScheduleKind::OneFOneB;
@@ -144,6 +147,7 @@ int main(int argc, char** argv) {
     }
     plan::SearchSpace space;
     space.overlap_dp = overlap;
+    space.attention = plan::attention_from_name(attention);
     const auto all = plan::recommend(model, cluster, gpus, global_batch, space);
     if (all.empty())
       throw ConfigError("no configuration of " + std::to_string(gpus) +

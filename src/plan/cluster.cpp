@@ -122,6 +122,11 @@ ClusterSpec parse_cluster(const std::string& yaml_text, const std::string& sourc
          c.collective_efficiency = number(v, k);
          fraction(c.collective_efficiency, k);
        }},
+      {"attention",
+       [&](auto& v, auto& k) {
+         c.attention_efficiency = number(v, k);
+         fraction(c.attention_efficiency, k);
+       }},
   };
   const std::map<std::string, Setter> top{
       {"name", [&](auto& v, auto&) { c.name = v.Scalar(); }},

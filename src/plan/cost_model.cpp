@@ -81,22 +81,34 @@ LayerCost layer_cost(const nn::GptConfig& m, const ClusterSpec& c, const Paralle
     L.bwd_input_gemm += lt.dx;
     L.bwd_weight_gemm += lt.dw;
   }
-  // Attention core per GPU: (a/t) heads of s x s scores. The two batched
-  // GEMMs move the score matrix through memory (2 bytes per element each),
-  // which for small head dims costs more than their math.
+  // Attention core per GPU: (a/t) heads of s x s scores.
   const double scores = (a / t) * b * s * s;
-  const double attn_gemm_flops = 2.0 * scores * hd;  // one of QK^T or PV
-  const double one_attn_gemm = roofline(attn_gemm_flops, scores * kFp16, c);
-  L.attn_gemm_fwd = 2.0 * one_attn_gemm;
-  L.fwd_gemm += L.attn_gemm_fwd;
-  L.bwd_input_gemm += 3.0 * one_attn_gemm;   // dP, dQ, dK
-  L.bwd_weight_gemm += 1.0 * one_attn_gemm;  // dV
-  // Memory-bound kernels. Scores: fused scale-mask-softmax reads and writes
-  // them (4 B/element), dropout reads, writes and keeps a mask (5 B);
-  // backward: 5 B for dropout, 6 B for softmax.
+  const double attn_gemm_flops = 2.0 * scores * hd;  // one of QK^T or PV, every tile
   const double bw = c.memory_bandwidth * c.memory_efficiency;
-  L.attn_mem_fwd = 9.0 * scores / bw;
-  const double attn_mem_bwd = 11.0 * scores / bw;
+  double attn_mem_bwd = 0;
+  if (p.attention == Attention::Flash) {
+    // Fused: the causal mask skips half the tiles; forward is QK^T and PV,
+    // backward recomputes QK^T and forms dP, dQ, dK and dV (all input
+    // gradients: attention has no weights). Scores never reach memory.
+    const double rate = c.peak_flops * c.flash_attention_efficiency();
+    L.attn_gemm_fwd = 0.5 * 2.0 * attn_gemm_flops / rate;
+    L.fwd_gemm += L.attn_gemm_fwd;
+    L.bwd_input_gemm += 0.5 * 5.0 * attn_gemm_flops / rate;
+  } else {
+    // The two batched GEMMs move the score matrix through memory (2 bytes
+    // per element each), which for small head dims costs more than their
+    // math.
+    const double one_attn_gemm = roofline(attn_gemm_flops, scores * kFp16, c);
+    L.attn_gemm_fwd = 2.0 * one_attn_gemm;
+    L.fwd_gemm += L.attn_gemm_fwd;
+    L.bwd_input_gemm += 3.0 * one_attn_gemm;   // dP, dQ, dK
+    L.bwd_weight_gemm += 1.0 * one_attn_gemm;  // dV
+    // Memory-bound kernels. Scores: fused scale-mask-softmax reads and
+    // writes them (4 B/element), dropout reads, writes and keeps a mask (5
+    // B); backward: 5 B for dropout, 6 B for softmax.
+    L.attn_mem_fwd = 9.0 * scores / bw;
+    attn_mem_bwd = 11.0 * scores / bw;
+  }
   // Token-wise kernels, bytes per token per hidden unit forward: two
   // LayerNorms (4 each), two fused bias-dropout-residual adds (7 each) and
   // the fused bias-GELU on the 4h MLP activation (16, split by TP). With
@@ -204,11 +216,22 @@ Recompute recompute_from_name(const std::string& name) {
   throw ConfigError("recompute '" + name + "' must be none, selective or full");
 }
 
+const char* attention_name(Attention a) {
+  return a == Attention::Flash ? "flash" : "unfused";
+}
+
+Attention attention_from_name(const std::string& name) {
+  if (name == "unfused") return Attention::Unfused;
+  if (name == "flash") return Attention::Flash;
+  throw ConfigError("attention '" + name + "' must be unfused or flash");
+}
+
 std::string ParallelConfig::str() const {
   return "tp=" + std::to_string(tp) + " pp=" + std::to_string(pp) + " dp=" + std::to_string(dp) +
          " vpp=" + std::to_string(vpp) + " mb=" + std::to_string(micro_batch) +
          " recompute=" + recompute_name(recompute) + " sp=" + (sequence_parallel ? "on" : "off") +
-         " zero1=" + (zero1 ? "on" : "off") + " " + pipeline::schedule_name(schedule);
+         " zero1=" + (zero1 ? "on" : "off") + " " + pipeline::schedule_name(schedule) +
+         (attention == Attention::Flash ? " attention=flash" : "");
 }
 
 double ptdp_model_flops(const nn::GptConfig& m, int global_batch, bool full_recompute) {
@@ -281,19 +304,24 @@ Estimate estimate(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int gl
   double f = layers_per_chunk * (L.fwd_gemm + L.fwd_mem + L.fwd_tp);
   double bi = layers_per_chunk * (L.bwd_input_gemm + 0.5 * L.bwd_mem + 0.5 * L.bwd_tp);
   double bw = layers_per_chunk * (L.bwd_weight_gemm + 0.5 * L.bwd_mem + 0.5 * L.bwd_tp);
-  // Recomputation reruns forward work inside the backward.
+  // Recomputation reruns forward work inside the backward. Selective
+  // recomputation redoes the attention core to avoid storing its score-
+  // sized activations; fused attention stores none, so it changes nothing.
+  const bool flash = p.attention == Attention::Flash;
+  const Recompute recompute =
+      flash && p.recompute == Recompute::Selective ? Recompute::None : p.recompute;
   const double redo =
-      p.recompute == Recompute::Full        ? layers_per_chunk * (L.fwd_gemm + L.fwd_mem + L.fwd_tp)
-      : p.recompute == Recompute::Selective ? layers_per_chunk * (L.attn_gemm_fwd + L.attn_mem_fwd)
-                                            : 0.0;
+      recompute == Recompute::Full        ? layers_per_chunk * (L.fwd_gemm + L.fwd_mem + L.fwd_tp)
+      : recompute == Recompute::Selective ? layers_per_chunk * (L.attn_gemm_fwd + L.attn_mem_fwd)
+                                          : 0.0;
   bi += redo;
   // The last stage also runs the output head and the loss (in its last chunk).
   e.compute_time = p.vpp * (f + bi + bw) + H.fwd + H.bwd_input + H.bwd_weight;
   e.gemm_time = p.vpp * layers_per_chunk *
                 (L.fwd_gemm + L.bwd_input_gemm + L.bwd_weight_gemm +
-                 (p.recompute == Recompute::Full        ? L.fwd_gemm
-                  : p.recompute == Recompute::Selective ? L.attn_gemm_fwd
-                                                        : 0));
+                 (recompute == Recompute::Full        ? L.fwd_gemm
+                  : recompute == Recompute::Selective ? L.attn_gemm_fwd
+                                                      : 0));
   e.memory_bound_time = p.vpp * layers_per_chunk *
                         (L.fwd_mem + L.bwd_mem + (p.recompute == Recompute::Full ? L.fwd_mem : 0));
   e.tp_comm_time = p.vpp * layers_per_chunk *
@@ -370,11 +398,15 @@ Estimate estimate(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int gl
   e.gradient_bytes = params * 4.0;
   e.optimizer_bytes = params * 12.0 / (p.zero1 ? p.dp : 1);
   const double sbh = s * b * h;
+  // Attention's share beyond the 34 sbh of a layer: softmax output, dropout
+  // mask and output of the (s x s) scores (5as/h), or with fused attention
+  // the f32 log-sum-exp per head and position (4a/h).
+  const double attn_extra = flash ? 4.0 * a / h : 5.0 * a * s / h;
   double per_layer = 0;
-  switch (p.recompute) {
+  switch (recompute) {
     case Recompute::None:
-      per_layer = p.sequence_parallel ? sbh * (34.0 + 5.0 * a * s / h) / t
-                                      : sbh * (10.0 + 24.0 / t + 5.0 * a * s / (h * t));
+      per_layer = p.sequence_parallel ? sbh * (34.0 + attn_extra) / t
+                                      : sbh * (10.0 + 24.0 / t + attn_extra / t);
       break;
     case Recompute::Selective:
       per_layer = p.sequence_parallel ? sbh * 34.0 / t : sbh * (10.0 + 24.0 / t);
@@ -384,8 +416,7 @@ Estimate estimate(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int gl
       break;
   }
   double activations = e.peak_inflight * layers_per_chunk * per_layer;
-  if (p.recompute == Recompute::Full)
-    activations += sbh * (34.0 + 5.0 * a * s / h) / t;  // one layer rebuilt
+  if (recompute == Recompute::Full) activations += sbh * (34.0 + attn_extra) / t;  // one rebuilt
   activations += b * s * V / t * 6.0;  // fp16 logits + fp32 loss buffers, one microbatch
   e.activation_bytes = activations;
   e.memory_bytes = e.weights_bytes + e.gradient_bytes + e.optimizer_bytes + e.activation_bytes +
@@ -405,6 +436,7 @@ std::string Estimate::json() const {
                    {"zero1", config.zero1},
                    {"schedule", pipeline::schedule_name(config.schedule)},
                    {"overlap_dp", config.overlap_dp},
+                   {"attention", attention_name(config.attention)},
                    {"num_microbatches", num_microbatches},
                    {"step_time_s", step_time},
                    {"tokens_per_s", tokens_per_s},

@@ -28,6 +28,9 @@ std::vector<Estimate> recommend(const nn::GptConfig& m, const ClusterSpec& c, in
         }
         for (auto [kind, v] : schedules) {
           for (Recompute rc : {Recompute::None, Recompute::Selective, Recompute::Full}) {
+            // With fused attention selective recomputation is none (nothing
+            // score-sized is stored): one entry, not two equal ones.
+            if (rc == Recompute::Selective && space.attention == Attention::Flash) continue;
             for (bool sp : {false, true}) {
               if (sp && tp == 1) continue;
               for (bool z : {false, true}) {
@@ -43,6 +46,7 @@ std::vector<Estimate> recommend(const nn::GptConfig& m, const ClusterSpec& c, in
                 p.zero1 = z;
                 p.schedule = kind;
                 p.overlap_dp = space.overlap_dp;
+                p.attention = space.attention;
                 try {
                   check_config(m, c, gpus, global_batch, p);
                 } catch (const ConfigError&) {

@@ -102,6 +102,61 @@ TEST(CostModel, InterleavingCutsTheBubbleAndSmallMicrobatchesLoseGemmEfficiency)
   EXPECT_GT(mb1.gemm_time * 8, mb8.gemm_time * 1.01);
 }
 
+TEST(CostModel, FusedAttentionStoresNoScoresAndSkipsMaskedTiles) {
+  const ClusterSpec c = selene();
+  const nn::GptConfig m = gpt(32, 32, 4096);  // s = 2048, head dim 128
+  auto with = [&](Attention attn, Recompute rc, bool sp) {
+    ParallelConfig p = layout(4, 2, 4, 2, rc);
+    p.attention = attn;
+    p.sequence_parallel = sp;
+    return estimate(m, c, 32, 256, p);
+  };
+  for (bool sp : {false, true}) {
+    SCOPED_TRACE(sp ? "sequence parallel" : "no sequence parallelism");
+    const Estimate unfused = with(Attention::Unfused, Recompute::None, sp);
+    const Estimate flash = with(Attention::Flash, Recompute::None, sp);
+    // Memory: per stored layer, the 5as/h share of the (s x s) scores gives
+    // way to the f32 log-sum-exp (4a/h), both over tp.
+    const double b = 2, s = 2048, h = 4096, a = 32, t = 4;
+    const int layers = unfused.peak_inflight * 32 / 2;
+    ASSERT_EQ(flash.peak_inflight, unfused.peak_inflight);
+    EXPECT_NEAR(unfused.activation_bytes - flash.activation_bytes,
+                layers * s * b * h * (5 * a * s / h - 4 * a / h) / t, 1.0);
+    // Time: no score traffic through memory and half the tiles, so less.
+    EXPECT_LT(flash.memory_bound_time, unfused.memory_bound_time);
+    EXPECT_LT(flash.step_time, unfused.step_time);
+    EXPECT_GT(flash.mfu, unfused.mfu);
+  }
+  // Selective recomputation only avoids storing score-sized activations:
+  // with fused attention it costs and saves nothing, as in the trainer.
+  const Estimate none = with(Attention::Flash, Recompute::None, false);
+  const Estimate sel = with(Attention::Flash, Recompute::Selective, false);
+  EXPECT_EQ(sel.step_time, none.step_time);
+  EXPECT_EQ(sel.activation_bytes, none.activation_bytes);
+  EXPECT_LT(with(Attention::Flash, Recompute::Full, false).activation_bytes, none.activation_bytes);
+  // The flash rate: 3/4 of the GEMM efficiency unless the cluster says.
+  ClusterSpec faster = c;
+  faster.attention_efficiency = c.gemm_efficiency;
+  ParallelConfig p = layout(4, 2, 4, 2, Recompute::None);
+  p.attention = Attention::Flash;
+  EXPECT_LT(estimate(m, faster, 32, 256, p).gemm_time, none.gemm_time);
+  EXPECT_EQ(attention_from_name("flash"), Attention::Flash);
+  EXPECT_THROW(attention_from_name("fused"), ConfigError);
+}
+
+TEST(Planner, WithFusedAttentionSelectiveRecomputeIsNotListedTwice) {
+  const ClusterSpec c = selene();
+  SearchSpace space;
+  space.micro_batches = {1, 2};
+  space.attention = Attention::Flash;
+  const auto all = recommend(gpt(24, 32, 4096), c, 16, 64, space);
+  ASSERT_FALSE(all.empty());
+  for (const auto& e : all) {
+    EXPECT_EQ(e.config.attention, Attention::Flash);
+    EXPECT_NE(e.config.recompute, Recompute::Selective);
+  }
+}
+
 TEST(CostModel, InvalidLayoutsAreErrorsNamingTheNumbers) {
   const ClusterSpec c = selene();
   const nn::GptConfig m = gpt(24, 24, 2304);
@@ -176,6 +231,9 @@ TEST(PlannerFiles, ClusterAndModelFilesAreValidated) {
   expect_error(ok + "efficiency: {gemm: 1.5}\n", "efficiency.gemm (1.500000) must be in (0, 1]");
   expect_error("gpus_per_node: 8\n", "missing required key 'gpu'");
   expect_error(ok + "efficiency: {gemm: fast}\n", "efficiency.gemm: expected a number, got 'fast'");
+  EXPECT_DOUBLE_EQ(
+      parse_cluster(ok + "efficiency: {attention: 0.5}\n").flash_attention_efficiency(), 0.5);
+  expect_error(ok + "efficiency: {attention: 2}\n", "efficiency.attention");
   // A trainer config works as a model file, and so does a bare model section.
   nn::GptConfig m = load_model_spec(std::string(TRIAD_SOURCE_DIR) + "/configs/gpt_tiny.yaml");
   EXPECT_EQ(m.d_model, 128);

@@ -22,7 +22,14 @@ struct ClusterSpec {
   double gemm_efficiency = 0.7;        // large GEMMs, fraction of peak_flops
   double memory_efficiency = 0.8;      // memory-bound kernels, of memory_bandwidth
   double collective_efficiency = 0.8;  // NCCL bus bandwidth, of link bandwidth
-  double reserved_bytes = 2e9;         // context, workspace, fragmentation
+  // Fused (flash) attention, fraction of peak_flops; 0: three quarters of
+  // gemm_efficiency (FlashAttention-2 reaches 50-73% of an A100's peak
+  // forward and backward, where large GEMMs reach about 80-90%).
+  double attention_efficiency = 0;
+  double flash_attention_efficiency() const {
+    return attention_efficiency > 0 ? attention_efficiency : 0.75 * gemm_efficiency;
+  }
+  double reserved_bytes = 2e9;  // context, workspace, fragmentation
 
   double inter_bandwidth_per_gpu() const { return inter_bandwidth / gpus_per_node; }
 };

@@ -13,6 +13,15 @@ enum class Recompute { None, Selective, Full };
 const char* recompute_name(Recompute r);
 Recompute recompute_from_name(const std::string& name);
 
+// How the attention core runs. Unfused: Megatron-LM as published in 2021,
+// batched GEMMs around a stored (s x s) score matrix per head, softmax and
+// dropout over it. Flash: Triad's (and cuDNN's) fused causal attention, no
+// score matrix in memory (the backward recomputes it from the saved
+// log-sum-exp), masked tiles skipped.
+enum class Attention { Unfused, Flash };
+const char* attention_name(Attention a);
+Attention attention_from_name(const std::string& name);
+
 // One way to lay a training run out on the cluster.
 struct ParallelConfig {
   int tp = 1;
@@ -27,6 +36,7 @@ struct ParallelConfig {
   // Whether the data-parallel gradient reduction overlaps backward (Triad's
   // bucketed reducer) or runs after it (Megatron-LM as published in 2021).
   bool overlap_dp = false;
+  Attention attention = Attention::Unfused;
 
   std::string str() const;  // "tp=8 pp=64 dp=6 vpp=1 mb=1 recompute=full sp=off zero1=off 1f1b"
 };

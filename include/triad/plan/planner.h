@@ -11,6 +11,7 @@ struct SearchSpace {
   std::vector<int> vpps{1, 2, 4};
   bool try_zb_h1 = true;
   bool overlap_dp = false;
+  Attention attention = Attention::Unfused;
 };
 
 // Every valid configuration of `gpus` GPUs for this model and global batch
