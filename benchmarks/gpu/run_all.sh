@@ -13,7 +13,8 @@
 #   5. runs the collective benchmark through the NCCL group (one rank),
 #   6. trains GPT-2 124M and 350M (seq 1024, bf16) with Triad and with the
 #      machine's PyTorch (bf16 autocast, torch.compile, flash attention) on
-#      the same batch, reporting tokens/s and MFU.
+#      the same batch, reporting tokens/s and MFU, beside the planner's
+#      prediction for the same run on one H200 (impl "planner").
 # Results go to OUT (default out/gpu; the device tool sets OUT and brings
 # back at most 8 files, so there are 7): summary.log (what this prints),
 # build.log, gpu_tests.log, kernels.jsonl, collectives_nccl.log,
@@ -87,7 +88,7 @@ if want build; then
     -DTRIAD_CUDA_ARCHS="$ARCHS" ${TRIAD_CMAKE_ARGS:-} >"$OUT/build.log" 2>&1 || {
     tail -20 "$OUT/build.log"; exit 1; }
   grep "triad: TRIAD_WITH_CUDA" "$OUT/build.log"
-  targets=(triad-devices triad_gpu_tests bench_kernels_gpu bench_collectives bench_train_gpu)
+  targets=(triad-devices triad-plan triad_gpu_tests bench_kernels_gpu bench_collectives bench_train_gpu)
   grep -q "NCCL=ON" "$OUT/build.log" && targets+=(triad_collectives_nccl_tests)
   if ! cmake --build "$BUILD_DIR" -j "$(nproc)" -t "${targets[@]}" >>"$OUT/build.log" 2>&1; then
     grep -E "error|Error" "$OUT/build.log" | head -40
@@ -161,6 +162,16 @@ echo "== training (seq 1024, bf16)"
 : >"$OUT/torch.err"
 for preset in 124m 350m; do
   if [ "$preset" = 124m ]; then batch=${BATCH_124M:-16}; else batch=${BATCH_350M:-8}; fi
+  # What the planner predicts for this run on one H200 (fused attention),
+  # beside what it measures: the cost model's check on this GPU.
+  model_file=configs/gpt2_124m.yaml
+  [ "$preset" = 350m ] && model_file=configs/models/gpt2_350m.yaml
+  if [ -x "$BUILD_DIR/examples/triad-plan" ]; then
+    "$BUILD_DIR/examples/triad-plan" predict --model "$model_file" \
+      --cluster configs/clusters/hgx_h200.yaml --gpus 1 --global-batch "$batch" --tp 1 --pp 1 \
+      --micro-batch "$batch" --attention flash --json 2>>"$OUT/torch.err" |
+      sed "s/^{/{\"impl\":\"planner\",\"preset\":\"$preset\",/" | tee -a "$OUT/train.jsonl"
+  fi
   "$BUILD_DIR/benchmarks/bench_train_gpu" --preset $preset --batch "$batch" --seq 1024 \
     --precision bf16 --peak-tflops "$PEAK" | tee -a "$OUT/train.jsonl" || status=1
   # cuDNN's faster, non-deterministic attention backward (what PyTorch's
