@@ -34,6 +34,8 @@ int main(int argc, char** argv) {
   app.add_option("--temperature", o.temperature, "0: greedy")->capture_default_str();
   app.add_option("--top-k", o.top_k, "sample among the k most likely (0: all)")
       ->capture_default_str();
+  app.add_option("--top-p", o.top_p, "sample from the smallest set holding this probability")
+      ->capture_default_str();
   app.add_option("--seed", o.seed, "sampling seed")->capture_default_str();
   app.add_option("--device", device, "cpu, cuda or cuda:N (default: the config's)");
   app.add_option("--vocab", vocab, "GPT-2 vocab.json (with --merges: BPE; otherwise bytes)");

@@ -18,8 +18,8 @@ constexpr uint64_t kSamplingStream = 0x67656e6572617465ULL;  // "generate"
 
 }  // namespace
 
-int64_t sample_token(const std::vector<double>& logits, double temperature, int64_t top_k,
-                     double u) {
+int64_t sample_token(const std::vector<double>& logits, double temperature, int64_t top_k, double u,
+                     double top_p) {
   const auto n = static_cast<int64_t>(logits.size());
   if (n == 0) throw ValueError("sample_token: no logits");
   if (!(temperature >= 0)) {
@@ -28,10 +28,13 @@ int64_t sample_token(const std::vector<double>& logits, double temperature, int6
   }
   if (top_k < 0)
     throw ValueError("sample_token: top_k (" + std::to_string(top_k) + ") must be >= 0");
+  if (!(top_p > 0 && top_p <= 1)) {
+    throw ValueError("sample_token: top_p (" + std::to_string(top_p) + ") must be in (0, 1]");
+  }
   // Ids by decreasing logit, ties by id (a stable order).
   std::vector<int64_t> order(static_cast<size_t>(n));
   std::iota(order.begin(), order.end(), 0);
-  const int64_t k = top_k == 0 ? n : std::min(top_k, n);
+  int64_t k = top_k == 0 ? n : std::min(top_k, n);
   auto before = [&](int64_t a, int64_t b) {
     return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
   };
@@ -43,6 +46,14 @@ int64_t sample_token(const std::vector<double>& logits, double temperature, int6
   for (int64_t i = 0; i < k; ++i) {
     weight[i] = std::exp((logits[order[i]] - top) / temperature);
     total += weight[i];
+  }
+  if (top_p < 1) {
+    // The nucleus: the most likely first, until they hold top_p (at least one).
+    int64_t keep = 0;
+    double held = 0;
+    while (keep < k && (keep == 0 || held < top_p * total)) held += weight[keep++];
+    k = keep;
+    total = held;
   }
   const double target = u * total;
   double cum = 0;
@@ -100,7 +111,7 @@ std::vector<int64_t> generate(const Gpt& model, const std::vector<int64_t>& prom
     std::vector<double> row =
         to_double_vector(narrow(reshape(logits, {cfg.vocab_size}), 0, 0, limit));
     const double u = philox_uniform(o.seed, kSamplingStream, static_cast<uint64_t>(step));
-    const int64_t next = sample_token(row, o.temperature, o.top_k, u);
+    const int64_t next = sample_token(row, o.temperature, o.top_k, u, o.top_p);
     tokens.push_back(next);
     out.push_back(next);
     if (next == o.stop_token) break;

@@ -42,8 +42,38 @@ TEST(Generate, SampleTokenFollowsTheSoftmaxOfTheTopK) {
   for (int i = 0; i < N; ++i) ++all[sample_token(logits, 1.0, 0, (i + 0.5) / N)];
   for (size_t t = 0; t < logits.size(); ++t) EXPECT_GT(all[t], 0) << t;
   EXPECT_THROW(sample_token(logits, -1.0, 0, 0.5), ValueError);
+  EXPECT_THROW(sample_token(logits, 1.0, 0, 0.5, 0.0), ValueError);
+  EXPECT_THROW(sample_token(logits, 1.0, 0, 0.5, 1.5), ValueError);
   EXPECT_THROW(sample_token(logits, 1.0, -2, 0.5), ValueError);
   EXPECT_THROW(sample_token({}, 1.0, 0, 0.5), ValueError);
+}
+
+TEST(Generate, TopPDrawsFromTheSmallestNucleusHoldingP) {
+  // Probabilities 0.5, 0.3, 0.15, 0.05 (ids 2, 0, 3, 1).
+  const std::vector<double> logits{std::log(0.3), std::log(0.05), std::log(0.5), std::log(0.15)};
+  const int N = 10000;
+  auto counts = [&](double top_p, int64_t top_k) {
+    std::vector<int> c(4, 0);
+    for (int i = 0; i < N; ++i) ++c[sample_token(logits, 1.0, top_k, (i + 0.5) / N, top_p)];
+    return c;
+  };
+  // 0.5 < 0.75 <= 0.8: the two most likely, renormalised to 5/8 and 3/8.
+  auto c = counts(0.75, 0);
+  EXPECT_NEAR(c[2] / double(N), 0.625, 2.0 / N);
+  EXPECT_NEAR(c[0] / double(N), 0.375, 2.0 / N);
+  EXPECT_EQ(c[1] + c[3], 0);
+  // A nucleus smaller than the most likely token is that token alone.
+  c = counts(0.2, 0);
+  EXPECT_EQ(c[2], N);
+  // top_p applies to what top_k kept: of the top 3 (0.95 in all), 0.9 of
+  // it is reached by all three (0.8 / 0.95 < 0.9).
+  c = counts(0.9, 3);
+  EXPECT_GT(c[3], 0);
+  EXPECT_EQ(c[1], 0);
+  // 1 changes nothing.
+  std::vector<int> all(4, 0);
+  for (int i = 0; i < N; ++i) ++all[sample_token(logits, 1.0, 0, (i + 0.5) / N)];
+  EXPECT_EQ(counts(1.0, 0), all);
 }
 
 // Weights 8x the initial ones: small random weights predict one token

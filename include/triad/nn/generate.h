@@ -11,7 +11,11 @@ struct SamplingOptions {
   int64_t max_new_tokens = 100;
   double temperature = 1.0;  // 0: greedy (the most likely token, the lowest id on a tie)
   int64_t top_k = 0;         // draw among the k most likely tokens; 0: all of them
-  uint64_t seed = 0;         // draws are a pure function of (seed, position)
+  // Nucleus sampling: draw among the fewest most likely tokens whose
+  // probabilities (after temperature and top_k) add up to at least top_p;
+  // 1: no cut.
+  double top_p = 1.0;
+  uint64_t seed = 0;  // draws are a pure function of (seed, position)
   // Only ids below this are ever produced (a tokenizer's vocabulary inside a
   // padded model vocabulary); 0: the model's vocab_size.
   int64_t vocab_limit = 0;
@@ -25,9 +29,10 @@ struct SamplingOptions {
 
 // The token one row of next-token logits picks: the argmax at temperature
 // 0; otherwise a draw with uniform `u` in [0, 1) from softmax(logits /
-// temperature) restricted to the top_k largest (ties broken by id).
-int64_t sample_token(const std::vector<double>& logits, double temperature, int64_t top_k,
-                     double u);
+// temperature) restricted to the top_k largest (ties broken by id), then to
+// the smallest prefix of those holding top_p of their probability.
+int64_t sample_token(const std::vector<double>& logits, double temperature, int64_t top_k, double u,
+                     double top_p = 1.0);
 
 // Continues `prompt` autoregressively and returns the new tokens. Each step
 // samples from the model's logits (no dropout, no autograd graph) at the
