@@ -14,8 +14,10 @@
 
 #include "triad/core/error.h"
 #include "triad/parallel/pipeline/simulator.h"
+#include "triad/plan/from_config.h"
 #include "triad/plan/model_spec.h"
 #include "triad/plan/planner.h"
+#include "triad/train/config.h"
 
 namespace {
 
@@ -71,11 +73,12 @@ int main(int argc, char** argv) {
   std::string model_path, cluster_path, recompute = "none", schedule_name, attention = "unfused";
   int gpus = 0, global_batch = 0, tp = 1, pp = 1, vpp = 1, micro = 1, zero = 0, top = 5;
   bool sp = false, json = false, overlap = false;
+  std::string config_path;
   auto add_common = [&](CLI::App* c) {
-    c->add_option("--model", model_path, "trainer config or model section YAML")->required();
+    c->add_option("--model", model_path, "trainer config or model section YAML");
     c->add_option("--cluster", cluster_path, "cluster YAML (configs/clusters/)")->required();
-    c->add_option("--gpus", gpus, "number of GPUs")->required();
-    c->add_option("--global-batch", global_batch, "sequences per step")->required();
+    c->add_option("--gpus", gpus, "number of GPUs");
+    c->add_option("--global-batch", global_batch, "sequences per step");
     c->add_flag("--overlap-dp", overlap, "assume the DP gradient reduction overlaps backward");
     c->add_option("--attention", attention,
                   "unfused (Megatron-LM 2021, the default) or flash (Triad's fused attention)");
@@ -83,10 +86,13 @@ int main(int argc, char** argv) {
   };
   auto* predict = app.add_subcommand("predict", "price one configuration");
   add_common(predict);
-  predict->add_option("--tp", tp)->required();
-  predict->add_option("--pp", pp)->required();
+  predict->add_option("--config", config_path,
+                      "a triad-train config: its model, layout and batch (options given here "
+                      "override them), priced as Triad runs it (overlapped DP, fused attention)");
+  predict->add_option("--tp", tp);
+  predict->add_option("--pp", pp);
   predict->add_option("--vpp", vpp);
-  predict->add_option("--micro-batch", micro)->required();
+  predict->add_option("--micro-batch", micro);
   predict->add_option("--recompute", recompute, "none, selective or full");
   predict->add_flag("--sequence-parallel", sp);
   predict->add_option("--zero", zero, "1 shards the optimizer state (ZeRO-1)");
@@ -114,29 +120,59 @@ int main(int argc, char** argv) {
       if (!trace.empty()) write_file(trace, pipeline::timeline_chrome_trace(s, r));
       return 0;
     }
-    const auto model = plan::load_model_spec(model_path);
     const auto cluster = plan::load_cluster(cluster_path);
+    auto given = [](CLI::App* c, const char* name) { return c->get_option(name)->count() > 0; };
+    auto require = [&](CLI::App* c, std::initializer_list<const char*> names) {
+      for (const char* name : names) {
+        if (!given(c, name))
+          throw ConfigError(std::string(name) + " is required" +
+                            (c == predict ? " (or --config with a triad-train config)" : ""));
+      }
+    };
     if (predict->parsed()) {
       plan::ParallelConfig c;
-      c.tp = tp;
-      c.pp = pp;
-      c.vpp = vpp;
-      if (gpus % (tp * pp) != 0) {
-        throw ConfigError("GPUs (" + std::to_string(gpus) + ") must be divisible by tp*pp (" +
-                          std::to_string(tp * pp) + ")");
+      nn::GptConfig model;
+      if (!config_path.empty()) {
+        if (given(predict, "--model"))
+          throw ConfigError("--model and --config name the model twice: give one");
+        const plan::PlannedRun run =
+            plan::planned_run(train::load_config(config_path), given(predict, "--gpus") ? gpus : 0);
+        if (!run.note.empty()) spdlog::warn("{}", run.note);
+        model = run.model;
+        c = run.layout;
+        if (!given(predict, "--gpus")) gpus = run.gpus;
+        if (!given(predict, "--global-batch")) global_batch = run.global_batch;
+      } else {
+        require(predict, {"--model", "--gpus", "--global-batch", "--tp", "--pp", "--micro-batch"});
+        model = plan::load_model_spec(model_path);
+        c.overlap_dp = overlap;
+        c.attention = plan::attention_from_name(attention);
       }
-      c.dp = gpus / (tp * pp);
-      c.micro_batch = micro;
-      c.recompute = plan::recompute_from_name(recompute);
-      c.sequence_parallel = sp;
-      if (zero != 0 && zero != 1)
-        throw ConfigError("--zero (" + std::to_string(zero) + ") must be 0 or 1");
-      c.zero1 = zero == 1;
-      c.overlap_dp = overlap;
-      c.attention = plan::attention_from_name(attention);
-      c.schedule = !schedule_name.empty() ? pipeline::schedule_from_name(schedule_name)
-                   : vpp > 1              ? pipeline::ScheduleKind::Interleaved
-                                          : pipeline::ScheduleKind::OneFOneB;
+      // Options given here override the config's.
+      if (given(predict, "--tp")) c.tp = tp;
+      if (given(predict, "--pp")) c.pp = pp;
+      if (given(predict, "--vpp")) c.vpp = vpp;
+      if (given(predict, "--micro-batch")) c.micro_batch = micro;
+      if (given(predict, "--recompute")) c.recompute = plan::recompute_from_name(recompute);
+      if (given(predict, "--sequence-parallel")) c.sequence_parallel = sp;
+      if (given(predict, "--zero")) {
+        if (zero != 0 && zero != 1)
+          throw ConfigError("--zero (" + std::to_string(zero) + ") must be 0 or 1");
+        c.zero1 = zero == 1;
+      }
+      if (given(predict, "--overlap-dp")) c.overlap_dp = overlap;
+      if (given(predict, "--attention")) c.attention = plan::attention_from_name(attention);
+      if (gpus % (c.tp * c.pp) != 0) {
+        throw ConfigError("GPUs (" + std::to_string(gpus) + ") must be divisible by tp*pp (" +
+                          std::to_string(c.tp * c.pp) + ")");
+      }
+      c.dp = gpus / (c.tp * c.pp);
+      if (!schedule_name.empty()) {
+        c.schedule = pipeline::schedule_from_name(schedule_name);
+      } else if (config_path.empty() || given(predict, "--vpp")) {
+        c.schedule =
+            c.vpp > 1 ? pipeline::ScheduleKind::Interleaved : pipeline::ScheduleKind::OneFOneB;
+      }
       const auto e = plan::estimate(model, cluster, gpus, global_batch, c);
       if (json) {
         std::printf("%s\n", e.json().c_str());
@@ -145,6 +181,8 @@ int main(int argc, char** argv) {
       }
       return 0;
     }
+    require(rec, {"--model", "--gpus", "--global-batch"});
+    const auto model = plan::load_model_spec(model_path);
     plan::SearchSpace space;
     space.overlap_dp = overlap;
     space.attention = plan::attention_from_name(attention);

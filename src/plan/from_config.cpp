@@ -1,0 +1,59 @@
+#include "triad/plan/from_config.h"
+
+#include "triad/core/error.h"
+
+namespace triad::plan {
+
+PlannedRun planned_run(const train::Config& config, int gpus) {
+  const auto& par = config.parallel;
+  PlannedRun run;
+  run.model = config.model;
+  const int tp_pp = par.tp * par.pp;
+  if (gpus <= 0) {
+    if (par.dp <= 0) {
+      throw ConfigError(
+          "the config leaves parallel.dp to the world size: give the number of GPUs (--gpus), "
+          "a multiple of tp*pp = " +
+          std::to_string(tp_pp));
+    }
+    gpus = tp_pp * par.dp;
+  }
+  if (gpus % tp_pp != 0) {
+    throw ConfigError("GPUs (" + std::to_string(gpus) + ") must be a multiple of tp*pp = " +
+                      std::to_string(par.tp) + "*" + std::to_string(par.pp));
+  }
+  ParallelConfig& p = run.layout;
+  p.tp = par.tp;
+  p.pp = par.pp;
+  p.vpp = par.vpp;
+  p.dp = gpus / tp_pp;
+  if (par.dp > 0 && par.dp != p.dp) {
+    throw ConfigError("parallel.dp (" + std::to_string(par.dp) +
+                      ") with tp*pp = " + std::to_string(tp_pp) + " needs " +
+                      std::to_string(par.dp * tp_pp) + " GPUs, not " + std::to_string(gpus));
+  }
+  p.micro_batch = static_cast<int>(config.train.micro_batch_size);
+  p.recompute = config.model.recompute == nn::Recompute::Full        ? Recompute::Full
+                : config.model.recompute == nn::Recompute::Selective ? Recompute::Selective
+                                                                     : Recompute::None;
+  p.sequence_parallel = par.sequence_parallel;
+  p.zero1 = par.zero == 1;
+  p.schedule =
+      par.pp > 1 ? pipeline::schedule_from_name(par.schedule) : pipeline::ScheduleKind::OneFOneB;
+  p.overlap_dp = true;  // Triad's bucketed reducer starts during backward
+  p.attention = Attention::Flash;
+  run.gpus = gpus;
+  run.global_batch = static_cast<int>(config.train.global_batch_size);
+  if (config.train.precision == "fp32") {
+    run.note =
+        "the planner prices mixed precision (bf16/fp16 weights and activations); this config "
+        "trains in fp32, which needs about twice the activation memory and runs slower";
+  }
+  if (!par.stage_layers.empty()) {
+    run.note += std::string(run.note.empty() ? "" : "; ") +
+                "parallel.stage_layers is priced as an even split";
+  }
+  return run;
+}
+
+}  // namespace triad::plan

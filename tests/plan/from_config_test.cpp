@@ -1,0 +1,77 @@
+#include "triad/plan/from_config.h"
+
+#include <gtest/gtest.h>
+
+#include "triad/core/error.h"
+
+namespace triad::plan {
+namespace {
+
+train::Config config(const std::string& parallel, const std::string& extra = "") {
+  return train::parse_config(
+      "model: {n_layer: 24, n_head: 16, d_model: 1024, vocab_size: 50304, seq_len: 1024" + extra +
+      "}\n"
+      "train: {steps: 10, global_batch_size: 512, micro_batch_size: 4, precision: bf16}\n"
+      "parallel: " +
+      parallel +
+      "\n"
+      "data: {train: data/none.bin}\n"
+      "output: {dir: out/none}\n");
+}
+
+TEST(PlannedRun, TakesTheModelLayoutAndBatchOfATrainerConfig) {
+  const PlannedRun run = planned_run(config(
+      "{tp: 2, pp: 4, vpp: 2, dp: 8, sequence_parallel: true, zero: 1, schedule: interleaved}",
+      ", recompute: full"));
+  EXPECT_EQ(run.model.n_layer, 24);
+  EXPECT_EQ(run.model.d_model, 1024);
+  EXPECT_EQ(run.gpus, 64);
+  EXPECT_EQ(run.global_batch, 512);
+  const ParallelConfig& p = run.layout;
+  EXPECT_EQ(p.tp, 2);
+  EXPECT_EQ(p.pp, 4);
+  EXPECT_EQ(p.vpp, 2);
+  EXPECT_EQ(p.dp, 8);
+  EXPECT_EQ(p.micro_batch, 4);
+  EXPECT_EQ(p.recompute, Recompute::Full);
+  EXPECT_TRUE(p.sequence_parallel);
+  EXPECT_TRUE(p.zero1);
+  EXPECT_EQ(p.schedule, pipeline::ScheduleKind::Interleaved);
+  // Priced as Triad runs it.
+  EXPECT_TRUE(p.overlap_dp);
+  EXPECT_EQ(p.attention, Attention::Flash);
+  EXPECT_TRUE(run.note.empty()) << run.note;
+  // It prices without complaint on a real cluster file.
+  const ClusterSpec c =
+      load_cluster(std::string(TRIAD_SOURCE_DIR) + "/configs/clusters/hgx_h200.yaml");
+  EXPECT_GT(estimate(run.model, c, run.gpus, run.global_batch, run.layout).mfu, 0.0);
+}
+
+TEST(PlannedRun, TheGpuCountComesFromDpOrIsGivenAndMustFit) {
+  // dp left to the world size: the count must be given.
+  EXPECT_THROW(planned_run(config("{tp: 2, pp: 2}")), ConfigError);
+  EXPECT_EQ(planned_run(config("{tp: 2, pp: 2}"), 32).layout.dp, 8);
+  try {
+    planned_run(config("{tp: 2, pp: 2}"), 30);
+    FAIL() << "expected ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("GPUs (30) must be a multiple of tp*pp = 2*2"),
+              std::string::npos)
+        << e.what();
+  }
+  try {
+    planned_run(config("{tp: 2, pp: 2, dp: 4}"), 32);
+    FAIL() << "expected ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("parallel.dp (4) with tp*pp = 4 needs 16 GPUs, not 32"),
+              std::string::npos)
+        << e.what();
+  }
+  // What the planner prices differently is said.
+  train::Config fp32 = config("{dp: 2}");
+  fp32.train.precision = "fp32";
+  EXPECT_NE(planned_run(fp32).note.find("fp32"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace triad::plan
