@@ -81,16 +81,16 @@ Tensor CausalSelfAttention::forward_cached(const Tensor& x, Tensor& k_cache, Ten
   const int64_t B = x.size(0), n = x.size(1), C = x.size(2), H = n_head_, D = C / H;
   const int64_t L = start + n;  // positions attended over
   Tensor qkv = c_attn_->forward(x);
-  // (B, n, C) piece of qkv -> (B, H, n, D).
+  // (B, n, C) piece of qkv viewed as (B, H, n, D).
   auto heads = [&](int64_t which) {
-    return contiguous(permute(reshape(narrow(qkv, 2, which * C, C), {B, n, H, D}), {0, 2, 1, 3}));
+    return permute(reshape(narrow(qkv, 2, which * C, C), {B, n, H, D}), {0, 2, 1, 3});
   };
   Tensor k_step = narrow(k_cache, 2, start, n), v_step = narrow(v_cache, 2, start, n);
-  copy_(k_step, heads(1));
+  copy_(k_step, heads(1));  // one strided copy each, straight into the cache
   copy_(v_step, heads(2));
   const Tensor keys = contiguous(narrow(k_cache, 2, 0, L));
   const Tensor values = contiguous(narrow(v_cache, 2, 0, L));
-  Tensor scores = matmul(scale(heads(0), 1.0 / std::sqrt(static_cast<double>(D))),
+  Tensor scores = matmul(scale(contiguous(heads(0)), 1.0 / std::sqrt(static_cast<double>(D))),
                          contiguous(transpose(keys, 2, 3)));  // (B, H, n, L)
   if (n > 1) {
     // Query i sits at position start + i and sees keys up to it.
