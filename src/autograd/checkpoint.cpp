@@ -3,6 +3,7 @@
 #include "triad/autograd/engine.h"
 #include "triad/autograd/grad_mode.h"
 #include "triad/autograd/node.h"
+#include "triad/backend/backend.h"
 
 namespace triad::autograd {
 namespace {
@@ -47,7 +48,15 @@ Tensor checkpoint(const std::function<Tensor(const Tensor&)>& fn, const Tensor& 
     options.defer_weight_grads = current_weight_grad_store();
     backward({out}, {g[0]}, options);
     TensorList grads(1 + n);
-    grads[0] = input.grad();
+    // A bf16/f16 leaf gathers its gradient in f32; the outer graph takes
+    // the input's own dtype, as the block's backward would have produced.
+    Tensor gin = input.grad();
+    if (gin.defined() && gin.dtype() != saved.dtype()) {
+      Tensor cast_back = empty(gin.shape(), saved.dtype(), gin.device());
+      backend_for(gin).copy(gin, cast_back);
+      gin = cast_back;
+    }
+    grads[0] = gin;
     return grads;
   });
   return y;

@@ -26,6 +26,19 @@ void accumulate_into(Tensor& buffer, const Tensor& g) {
   buffer = sum;
 }
 
+// A gradient must match the tensor it is for: a backward that returns one
+// of another dtype (say f32 for a bf16 activation) would otherwise surface
+// later as a mixed-dtype kernel call far from its cause.
+void check_gradient(const Node& from, const Node& to, int input_nr, const Tensor& g) {
+  if (input_nr >= static_cast<int>(to.outputs.size())) return;
+  const OutputMeta& meta = to.outputs[static_cast<size_t>(input_nr)];
+  if (g.dtype() != meta.dtype || g.shape() != meta.shape) {
+    throw Error("backward: " + from.name() + " produced a gradient " + g.str() + " for output " +
+                std::to_string(input_nr) + " of " + to.name() + ", which is " +
+                dtype_name(meta.dtype) + " " + shape_str(meta.shape));
+  }
+}
+
 bool deferral_possible(const Node& node) {
   for (int i : node.deferrable_inputs()) {
     const Edge& e = node.next_edges.at(i);
@@ -164,6 +177,7 @@ void backward(const TensorList& outputs, const TensorList& grad_outputs,
       if (!e.valid()) continue;
       Node* c = e.node.get();
       if (i < input_grads.size() && input_grads[i].defined()) {
+        check_gradient(*n, *c, e.input_nr, input_grads[i]);
         auto& buf = buffers[c];
         buf.resize(std::max<size_t>(buf.size(), std::max<size_t>(c->outputs.size(), 1)));
         accumulate_into(buf[e.input_nr], input_grads[i]);

@@ -80,6 +80,30 @@ TensorList AccumulateGrad::apply(const TensorList& grad_outputs) {
   return {};
 }
 
+bool accumulate_into_leaf_grad(const Tensor& t,
+                               const std::function<void(Tensor& grad, double beta)>& add) {
+  if (!t.defined() || !t.requires_grad() || t.impl().grad_fn) return false;
+  TensorImpl& leaf = t.impl();
+  const DType grad_dtype = stat_dtype(t.dtype());
+  if (leaf.grad) {
+    const Tensor grad(leaf.grad);
+    if (grad.dtype() != grad_dtype || grad.shape() != t.shape() || grad.device() != t.device() ||
+        !grad.is_contiguous()) {
+      return false;
+    }
+  }
+  NoGradGuard no_grad;
+  double beta = 1.0;
+  if (!leaf.grad) {
+    leaf.grad = empty(t.shape(), grad_dtype, t.device()).impl_ptr();
+    beta = 0.0;
+  }
+  Tensor grad(leaf.grad);
+  add(grad, beta);
+  for (auto& hook : leaf.post_accumulate_hooks) hook(grad);
+  return true;
+}
+
 Edge gradient_edge(const Tensor& t) {
   if (!t.defined() || !t.requires_grad()) return {};
   auto& impl = t.impl();

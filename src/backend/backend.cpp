@@ -31,6 +31,17 @@ void Backend::gelu_linear_input_grad(const Tensor& dy, const Tensor& w, const Te
   gelu_backward(pre, dact, dpre);
 }
 
+void check_gemm_dtypes(const Tensor& a, const Tensor& b, const Tensor& c) {
+  const bool alike = a.dtype() == c.dtype() && b.dtype() == c.dtype();
+  const bool half_into_f32 =
+      a.dtype() == b.dtype() && is_half(a.dtype()) && c.dtype() == DType::F32;
+  if (!alike && !half_into_f32) {
+    throw ValueError(std::string("gemm: operand dtypes (a ") + dtype_name(a.dtype()) + ", b " +
+                     dtype_name(b.dtype()) + ", c " + dtype_name(c.dtype()) +
+                     ") must be one dtype, or bf16/f16 a and b into an f32 c");
+  }
+}
+
 void Backend::accumulate(const Tensor& src, Tensor& acc) {
   if (src.shape() != acc.shape()) {
     throw ShapeError("accumulate: source " + shape_str(src.shape()) + " into " +

@@ -143,9 +143,18 @@ LinearResult linear_core(const char* op, const Tensor& x, const Tensor& weight, 
       return {reshape(gx, xs), Tensor(), Tensor()};
     };
   }
-  auto weight_grad = [x2, rows, out_f, in_f, has_bias](const TensorList& g) -> TensorList {
+  // A leaf weight (a parameter) takes its gradient from the GEMM itself,
+  // added into its gradient buffer (f32 under bf16/f16 weights).
+  const Tensor leaf_weight = weight.requires_grad() && weight.is_leaf() ? weight : Tensor();
+  auto weight_grad = [x2, rows, out_f, in_f, has_bias,
+                      leaf_weight](const TensorList& g) -> TensorList {
     Tensor g2 = reshape(contiguous(g[0]), {rows, out_f});
-    Tensor gw = gemm_new(g2, x2, {out_f, in_f}, true, false);
+    Tensor gw;
+    const bool added =
+        autograd::accumulate_into_leaf_grad(leaf_weight, [&](Tensor& acc, double beta) {
+          backend_for(g2).gemm(g2, x2, acc, true, false, 1.0, beta);
+        });
+    if (!added) gw = gemm_new(g2, x2, {out_f, in_f}, true, false);
     Tensor gb;
     if (has_bias) {
       gb = empty({out_f}, g2.dtype(), g2.device());

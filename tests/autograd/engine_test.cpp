@@ -187,6 +187,91 @@ TEST(Autograd, DeferredWeightGradientsMatchImmediateOnes) {
   for (int i = 1; i < 4; ++i) expect_all_near(vec(split[i].grad()), vec(ref[i].grad()));
 }
 
+// A bf16 linear layer's weight gradient is the weight-gradient GEMM's f32
+// result added into the f32 gradient (gradient-accumulation fusion), not a
+// bf16-rounded product added afterwards: over two micro-batches it equals
+// the exact sum of x^T dy products of the bf16 values to f32 precision,
+// where rounding each product to bf16 would be off by ~2^-9 of its size.
+TEST(Autograd, HalfWeightGradientsAccumulateInF32WithoutRounding) {
+  for (bool deferred : {false, true}) {
+    SCOPED_TRACE(deferred ? "deferred (zero-bubble W)" : "immediate");
+    Tensor w = randn({6, 40}, 7, 1, 1.0, DType::BF16);
+    w.set_requires_grad(true);
+    int hooks = 0;
+    w.register_post_accumulate_hook([&](Tensor& g) {
+      ++hooks;
+      EXPECT_EQ(g.dtype(), DType::F32);
+    });
+    std::vector<double> want(6 * 40, 0.0);
+    for (uint64_t micro = 0; micro < 2; ++micro) {
+      const Tensor x = randn({3, 5, 40}, 7, 10 + micro, 1.0, DType::BF16);
+      const Tensor dy = randn({3, 5, 6}, 7, 20 + micro, 1.0, DType::BF16);
+      autograd::WeightGradStore store;
+      autograd::BackwardOptions opts;
+      if (deferred) opts.defer_weight_grads = &store;
+      autograd::backward({linear(x, w)}, {dy}, opts);
+      store.flush();
+      const auto xv = vec(x), dv = vec(dy);
+      for (int64_t o = 0; o < 6; ++o)
+        for (int64_t i = 0; i < 40; ++i)
+          for (int64_t r = 0; r < 15; ++r)
+            want[static_cast<size_t>(o * 40 + i)] +=
+                dv[static_cast<size_t>(r * 6 + o)] * xv[static_cast<size_t>(r * 40 + i)];
+    }
+    EXPECT_EQ(hooks, 2);  // one per micro-batch, as AccumulateGrad runs them
+    ASSERT_EQ(w.grad().dtype(), DType::F32);
+    const auto got = vec(w.grad());
+    for (size_t k = 0; k < want.size(); ++k)
+      ASSERT_NEAR(got[k], want[k], 2e-6 * (1 + std::abs(want[k]))) << "element " << k;
+  }
+}
+
+// A weight that is not a leaf (here a scaled leaf) still gets its gradient
+// through the graph, and a leaf whose gradient buffer has another dtype is
+// left to AccumulateGrad.
+TEST(Autograd, LinearWeightGradientsReachNonLeafWeightsAndOddBuffers) {
+  Tensor x = randn({4, 3}, 8, 1, 1.0, DType::F64);
+  Tensor base = randn({2, 3}, 8, 2, 1.0, DType::F64);
+  base.set_requires_grad(true);
+  const Tensor dy = randn({4, 2}, 8, 3, 1.0, DType::F64);
+  autograd::backward({linear(x, scale(base, 2.0))}, {dy});
+  const Tensor want = matmul(transpose(dy, 0, 1), x);
+  expect_all_near(vec(base.grad()), vec(scale(want, 2.0)));
+
+  Tensor w = randn({2, 3}, 8, 4, 1.0, DType::F64);
+  w.set_requires_grad(true);
+  autograd::backward({linear(x, w)}, {dy});
+  expect_all_near(vec(w.grad()), vec(want));
+  // An f32 buffer for an f64 leaf: the fused path declines it, and
+  // AccumulateGrad converts and adds as before.
+  Tensor other = full({2, 3}, 1.0, DType::F32);
+  w.impl().grad = other.impl_ptr();
+  autograd::backward({linear(x, w)}, {dy});
+  EXPECT_EQ(w.grad().dtype(), DType::F32);
+  expect_all_near(vec(w.grad()), vec(add(want, full({2, 3}, 1.0, DType::F64))), 1e-5);
+}
+
+// A backward that returns a gradient of the wrong dtype is named where it
+// happens, not at a later mixed-dtype kernel call.
+TEST(Autograd, AGradientOfTheWrongDtypeIsAnErrorNamingTheNode) {
+  Tensor w = randn({3}, 9, 1, 1.0, DType::BF16);
+  w.set_requires_grad(true);
+  Tensor h = scale(w, 2.0);  // a bf16 activation
+  Tensor y = clone(h).detach();
+  autograd::record("widening", {h}, {y}, [](const autograd::TensorList& g) -> autograd::TensorList {
+    return {cast(g[0], DType::F32)};
+  });
+  try {
+    autograd::backward({y}, {full({3}, 1.0, DType::BF16)});
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("widening produced a gradient"), std::string::npos) << what;
+    EXPECT_NE(what.find("dtype=f32"), std::string::npos) << what;
+    EXPECT_NE(what.find("which is bf16 [3]"), std::string::npos) << what;
+  }
+}
+
 TEST(Autograd, SavedTensorsAreFreedAsSoonAsANodeHasRun) {
   Allocator& alloc = cpu_allocator();
   Tensor w = randn({256, 256}, 5, 1);

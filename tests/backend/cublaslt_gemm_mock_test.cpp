@@ -203,6 +203,48 @@ TEST_F(CublasLtGemmMock, GeluDerivativeEpilogueGivesThePreActivationGradient) {
   }
 }
 
+// Weight gradients added straight into f32 gradients: bf16/f16 operands,
+// an f32 output with beta 1 (f32 layouts for C and D, f32 compute). Any
+// other pair of types, or an epilogue with mixed types, is refused by name
+// before cuBLASLt is asked.
+TEST_F(CublasLtGemmMock, HalfInputsIntoAnF32Output) {
+  const Case k{"weight gradient", {7, 5}, {7, 6}, {5, 6}, true, false};
+  {  // (Buffer writes bf16 for every half type; f16 takes the same path.)
+    const DType in = DType::BF16;
+    CublasLtGemm gemm(0);
+    Buffer a(in, numel(k.a), 1), b(in, numel(k.b), 2), c(DType::F32, numel(k.c), 3);
+    const std::vector<double> want = reference(k, a.values(), b.values(), c.values(), 1.0, 1.0);
+    gemm.run(plan_gemm(k.a, k.b, k.c, k.ta, k.tb), GemmTypes(in, DType::F32), a.data(), b.data(),
+             c.data(), 1.0, 1.0, nullptr);
+    const std::vector<double> got = c.values();
+    // f32 sums of exact products of half values: f32 precision, not half.
+    for (size_t i = 0; i < want.size(); ++i)
+      ASSERT_NEAR(got[i], want[i], 1e-5 * (1 + std::fabs(want[i]))) << "element " << i;
+  }
+  CublasLtGemm gemm(0);
+  Buffer a(DType::F32, 35, 1), b(DType::F32, 42, 2), c(DType::F64, 30, 3), bias(DType::F32, 6, 4);
+  const GemmPlan plan = plan_gemm(k.a, k.b, k.c, k.ta, k.tb);
+  const int64_t queries = mock::counters().heuristic_queries;
+  try {
+    gemm.run(plan, GemmTypes(DType::F32, DType::F64), a.data(), b.data(), c.data(), 1, 0, nullptr);
+    FAIL() << "f32 into f64 was accepted";
+  } catch (const NotSupportedError& e) {
+    EXPECT_NE(std::string(e.what()).find("f32 inputs into a f64 output"), std::string::npos)
+        << e.what();
+  }
+  GemmEpilogue ep;
+  ep.kind = GemmEpilogue::Kind::Bias;
+  ep.bias = bias.data();
+  try {
+    gemm.run(plan, GemmTypes(DType::BF16, DType::F32), a.data(), b.data(), c.data(), 1, 0, nullptr,
+             ep);
+    FAIL() << "a mixed-type epilogue was accepted";
+  } catch (const NotSupportedError& e) {
+    EXPECT_NE(std::string(e.what()).find("with an epilogue"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(mock::counters().heuristic_queries, queries);
+}
+
 TEST_F(CublasLtGemmMock, GeluAuxNeedsAWidthDivisibleBy8) {
   // What CudaBackend::linear_forward steers around: 5 output features.
   CublasLtGemm gemm(0);

@@ -536,7 +536,60 @@ TEST(CudaRuntime, AccumulateAddsHalfAndF32IntoF32LikeTheCpu) {
   EXPECT_THROW(backend_for(DeviceType::CUDA).accumulate(to_device(m, kGpu), wrong), ShapeError);
 }
 
+TEST(CudaKernels, HalfGemmIntoF32MatchesTheCpu) {
+  // bf16/f16 operands summed into an f32 output (beta 1): the weight
+  // gradient added straight into an f32 gradient.
+  for (DType d : {DType::BF16, DType::F16}) {
+    SCOPED_TRACE(dtype_name(d));
+    const Tensor dy = cast(randn({37, 24}, 11, 1), d), x = cast(randn({37, 19}, 11, 2), d);
+    const Tensor acc = randn({24, 19}, 11, 3);
+    Tensor cpu_acc = clone(acc);
+    backend_for(DeviceType::CPU).gemm(dy, x, cpu_acc, true, false, 1.0, 1.0);
+    Tensor dev_acc = to_device(acc, kGpu);
+    backend_for(DeviceType::CUDA)
+        .gemm(to_device(dy, kGpu), to_device(x, kGpu), dev_acc, true, false, 1.0, 1.0);
+    const auto got = to_double_vector(dev_acc), want = to_double_vector(cpu_acc);
+    for (size_t i = 0; i < want.size(); ++i)
+      ASSERT_NEAR(got[i], want[i], 1e-5 * (1 + std::abs(want[i]))) << "element " << i;
+  }
+  Tensor wrong = empty({24, 19}, DType::F16, kGpu);
+  EXPECT_THROW(backend_for(DeviceType::CUDA)
+                   .gemm(to_device(cast(randn({37, 24}, 11, 1), DType::BF16), kGpu),
+                         to_device(cast(randn({37, 19}, 11, 2), DType::BF16), kGpu), wrong, true,
+                         false, 1.0, 0.0),
+               ValueError);
+}
+
 #ifdef TRIAD_CUDA_SIM
+// A bf16 linear layer's weight gradient is one GEMM into the f32 gradient:
+// no kernel besides the GEMMs (a bf16 product and then a conversion or an
+// add into f32, one launch more, fail this), and the f32 sum of the exact
+// products (a bf16-rounded product would be off by ~2^-9 of its size).
+TEST(CudaRuntime, AHalfLinearWeightGradientIsOneGemmIntoTheF32Gradient) {
+  Tensor w = to_device(cast(randn({24, 40}, 12, 1), DType::BF16), kGpu).detach();
+  w.set_requires_grad(true);
+  std::vector<double> want(24 * 40, 0.0);
+  for (uint64_t micro = 0; micro < 2; ++micro) {
+    const Tensor x = cast(randn({16, 40}, 12, 2 + micro), DType::BF16);
+    const Tensor dy = cast(randn({16, 24}, 12, 4 + micro), DType::BF16);
+    const Tensor y = linear(to_device(x, kGpu), w);
+    const Tensor dy_dev = to_device(dy, kGpu);
+    cuda::synchronize(0);
+    const int64_t before = triad_sim::counters().launches;
+    autograd::backward({y}, {dy_dev});
+    cuda::synchronize(0);
+    EXPECT_EQ(triad_sim::counters().launches - before, 0) << "micro-batch " << micro;
+    const auto xv = to_double_vector(x), dv = to_double_vector(dy);
+    for (size_t o = 0; o < 24; ++o)
+      for (size_t i = 0; i < 40; ++i)
+        for (size_t r = 0; r < 16; ++r) want[o * 40 + i] += dv[r * 24 + o] * xv[r * 40 + i];
+  }
+  ASSERT_EQ(w.grad().dtype(), DType::F32);
+  const auto got = to_double_vector(w.grad());
+  for (size_t k = 0; k < want.size(); ++k)
+    ASSERT_NEAR(got[k], want[k], 2e-6 * (1 + std::abs(want[k]))) << "element " << k;
+}
+
 // A half-precision parameter's gradient arrives in its own dtype and is
 // summed into the f32 gradient: one launch per parameter and microbatch,
 // the same as the first microbatch's conversion (a conversion and then an
@@ -964,22 +1017,29 @@ TEST(CudaTraining, RecomputeLeavesTheRunUnchanged) {
   // model.recompute on the GPU: the same losses and gradient norms with
   // activations kept, with the attention core recomputed, and with every
   // block recomputed (dropout masks are redrawn from the same counters).
+  // In bf16 too: a recomputed block hands on bf16 gradients (an f32 one
+  // reaching the next block's bf16 GEMMs failed there); the stated tolerance
+  // there is bf16's, since the block-input gradients round at other points.
   testing::TempDir dir;
-  std::vector<std::vector<train::StepMetrics>> runs;
-  for (const std::string mode : {"none", "selective", "full"}) {
-    const std::string model =
-        "{n_layer: 2, n_head: 2, d_model: 32, vocab_size: 128, seq_len: 32, dropout: 0.1, "
-        "recompute: " +
-        mode + "}";
-    train::Trainer t(train_config(dir, model, "cuda", "fp32", 3, 4, 128, mode));
-    runs.emplace_back();
-    for (int64_t k = 0; k < 3; ++k) runs.back().push_back(t.step(k));
-  }
-  for (size_t r = 1; r < runs.size(); ++r) {
-    for (size_t k = 0; k < runs[0].size(); ++k) {
-      EXPECT_NEAR(runs[r][k].loss, runs[0][k].loss, 1e-6 * runs[0][k].loss) << r << " " << k;
-      EXPECT_NEAR(runs[r][k].grad_norm, runs[0][k].grad_norm, 1e-5 * runs[0][k].grad_norm)
-          << r << " " << k;
+  for (const std::string precision : {"fp32", "bf16"}) {
+    SCOPED_TRACE(precision);
+    const double tol = precision == "fp32" ? 1e-5 : 2e-2;
+    std::vector<std::vector<train::StepMetrics>> runs;
+    for (const std::string mode : {"none", "selective", "full"}) {
+      const std::string model =
+          "{n_layer: 2, n_head: 2, d_model: 32, vocab_size: 128, seq_len: 32, dropout: 0.1, "
+          "recompute: " +
+          mode + "}";
+      train::Trainer t(train_config(dir, model, "cuda", precision, 3, 4, 128, mode + precision));
+      runs.emplace_back();
+      for (int64_t k = 0; k < 3; ++k) runs.back().push_back(t.step(k));
+    }
+    for (size_t r = 1; r < runs.size(); ++r) {
+      for (size_t k = 0; k < runs[0].size(); ++k) {
+        EXPECT_NEAR(runs[r][k].loss, runs[0][k].loss, 0.1 * tol * runs[0][k].loss) << r << " " << k;
+        EXPECT_NEAR(runs[r][k].grad_norm, runs[0][k].grad_norm, tol * runs[0][k].grad_norm)
+            << r << " " << k;
+      }
     }
   }
 }

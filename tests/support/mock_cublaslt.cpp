@@ -5,7 +5,8 @@
 // operand's rows, columns and leading dimension against the operation and
 // m, n, k; batch counts; the epilogue's pointers and aux leading dimension)
 // and computes D = alpha op(A) op(B) + beta C (+ bias, GELU with its input
-// kept) in column-major order on host memory (f32, f64, bf16, f16).
+// kept) in column-major order on host memory (f32, f64, bf16, f16, and
+// bf16/f16 inputs into an f32 output).
 #include "support/mock_cublaslt.h"
 
 #include "support/cuda_sim/sim.h"
@@ -117,10 +118,22 @@ bool fits(const MatmulDesc& d, const Layout& a, const Layout& b, const Layout& c
     return false;
   }
   for (const Layout* l : {&a, &b, &c, &dd})
-    if (l->ld < static_cast<int64_t>(l->rows) || !supported(l->type) || l->type != dd.type) {
-      *why = "a layout's leading dimension is below its rows, or its type is not D's";
+    if (l->ld < static_cast<int64_t>(l->rows) || !supported(l->type)) {
+      *why = "a layout's leading dimension is below its rows, or its type is not supported";
       return false;
     }
+  // One type throughout, or (cuBLASLt's mixed-precision row) bf16/f16 A and
+  // B into f32 C and D under f32 compute, without an epilogue.
+  const bool half_in = a.type == CUDA_R_16BF || a.type == CUDA_R_16F;
+  const bool mixed = a.type != dd.type;
+  if (a.type != b.type || c.type != dd.type ||
+      (mixed && (!half_in || dd.type != CUDA_R_32F || d.compute != CUBLAS_COMPUTE_32F ||
+                 d.epilogue != CUBLASLT_EPILOGUE_DEFAULT))) {
+    *why = "operand types " + std::to_string(a.type) + ", " + std::to_string(b.type) + " -> " +
+           std::to_string(c.type) + ", " + std::to_string(dd.type) +
+           " are not a combination cuBLASLt takes";
+    return false;
+  }
   if (a.batch != dd.batch || b.batch != dd.batch || c.batch != dd.batch) {
     *why = "batch counts differ";
     return false;
@@ -321,7 +334,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t desc, con
   const bool f64 = md.scale == CUDA_R_64F;
   const double al = f64 ? *static_cast<const double*>(alpha) : *static_cast<const float*>(alpha);
   const double be = f64 ? *static_cast<const double*>(beta) : *static_cast<const float*>(beta);
-  const cudaDataType t = ld.type;
+  const cudaDataType t = ld.type, ta = la.type, tb = lb.type;
   ++s.counters.matmuls;
   triad_sim::enqueue(stream, [=] {
     std::vector<double> out(static_cast<size_t>(m * n));
@@ -333,11 +346,11 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t desc, con
       for (int64_t i = 0; i < m; ++i)
         for (int64_t kk = 0; kk < k; ++kk)
           pa[static_cast<size_t>(i * k + kk)] =
-              mock::load(t, A, oa + (md.transa == CUBLAS_OP_N ? i + kk * la.ld : kk + i * la.ld));
+              mock::load(ta, A, oa + (md.transa == CUBLAS_OP_N ? i + kk * la.ld : kk + i * la.ld));
       for (int64_t j = 0; j < n; ++j)
         for (int64_t kk = 0; kk < k; ++kk)
           pb[static_cast<size_t>(j * k + kk)] =
-              mock::load(t, B, ob + (md.transb == CUBLAS_OP_N ? kk + j * lb.ld : j + kk * lb.ld));
+              mock::load(tb, B, ob + (md.transb == CUBLAS_OP_N ? kk + j * lb.ld : j + kk * lb.ld));
       for (int64_t j = 0; j < n; ++j)
         for (int64_t i = 0; i < m; ++i) {
           const double* ra = pa.data() + i * k;

@@ -94,6 +94,21 @@ class AccumulateGrad final : public Node {
   std::shared_ptr<TensorImpl> leaf_;
 };
 
+// For a backward function that can add its gradient for the leaf `t` into
+// t's gradient buffer itself (a GEMM with beta 1) instead of returning it:
+// runs add(grad, beta), which must leave grad = beta * grad + (the
+// gradient), with beta 0 when the buffer was just created (then it holds
+// garbage) and 1 otherwise, then t's post-accumulate hooks, as
+// AccumulateGrad does; the caller returns no gradient for t. Returns false,
+// doing nothing, unless t is a leaf that requires grad and its buffer (if
+// any) is contiguous, of t's shape, device and gradient dtype (f32 for
+// bf16/f16 leaves). Mixed-precision weights take their f32 gradients
+// straight from the weight-gradient GEMM this way (Megatron's
+// gradient-accumulation fusion): no half-precision temporary, no separate
+// add, and no rounding of each micro-batch's gradient to bf16.
+bool accumulate_into_leaf_grad(const Tensor& t,
+                               const std::function<void(Tensor& grad, double beta)>& add);
+
 // The edge a gradient for `t` must flow into (its producer, or its leaf
 // accumulator), or an invalid edge if `t` does not require grad.
 Edge gradient_edge(const Tensor& t);

@@ -69,6 +69,9 @@ class Backend {
   // c = alpha * op(a) @ op(b) + beta * c, batched. a is (batch?, M, K) or
   // (batch?, K, M) when trans_a; b is (batch?, K, N) or (batch?, N, K) when
   // trans_b; c is (batch, M, N). A 2-D a or b is shared by every batch.
+  // a and b share a dtype; c has it too, or is f32 under bf16/f16 a and b
+  // (products summed and stored in f32: a weight gradient added straight
+  // into an f32 gradient, beta 1, without a half-precision temporary).
   virtual void gemm(const Tensor& a, const Tensor& b, Tensor& c, bool trans_a, bool trans_b,
                     double alpha, double beta) = 0;
 
@@ -195,6 +198,10 @@ class Backend {
   // and summing in f64.
   virtual void sum_of_squares(const std::vector<Tensor>& tensors, Tensor& out);
 };
+
+// Throws ValueError naming the dtypes unless a, b and c of a Backend::gemm
+// share one, or a and b are both bf16 (or both f16) and c is f32.
+void check_gemm_dtypes(const Tensor& a, const Tensor& b, const Tensor& c);
 
 // The backend serving tensors of a device type; throws NotSupportedError when
 // none is registered (e.g. CUDA in a build without it).

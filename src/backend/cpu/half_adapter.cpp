@@ -56,6 +56,7 @@ void HalfAdapter::affine(const Tensor& x, double alpha, double beta, Tensor& out
 
 void HalfAdapter::gemm(const Tensor& a, const Tensor& b, Tensor& c, bool ta, bool tb, double alpha,
                        double beta) {
+  check_gemm_dtypes(a, b, c);
   Widen w(inner_);
   Tensor o = beta != 0.0 ? w.inout(c) : w.out(c);
   inner_.gemm(w.in(a), w.in(b), o, ta, tb, alpha, beta);

@@ -127,7 +127,7 @@ void set_epilogue_pointers(cublasLtMatmulDesc_t desc, const GemmPlan& p, const G
 }
 }  // namespace
 
-CublasLtGemm::Cached& CublasLtGemm::lookup(const GemmPlan& p, DType dtype, int alignment,
+CublasLtGemm::Cached& CublasLtGemm::lookup(const GemmPlan& p, GemmTypes types, int alignment,
                                            const GemmEpilogue& epilogue) {
   const Key key{p.m,
                 p.n,
@@ -140,7 +140,8 @@ CublasLtGemm::Cached& CublasLtGemm::lookup(const GemmPlan& p, DType dtype, int a
                 p.second.batch_stride,
                 p.out.batch_stride,
                 p.batch,
-                static_cast<int64_t>(dtype),
+                static_cast<int64_t>(types.inputs),
+                static_cast<int64_t>(types.output),
                 alignment,
                 static_cast<int>(epilogue.kind)};
   auto it = cache_.find(key);
@@ -148,9 +149,18 @@ CublasLtGemm::Cached& CublasLtGemm::lookup(const GemmPlan& p, DType dtype, int a
   auto known = unsupported_.find(key);
   if (known != unsupported_.end()) throw NotSupportedError(known->second);
 
+  if (types.output != types.inputs && (types.output != DType::F32 || !is_half(types.inputs) ||
+                                       epilogue.kind != GemmEpilogue::Kind::None)) {
+    throw NotSupportedError(
+        std::string("gemm: ") + dtype_name(types.inputs) + " inputs into a " +
+        dtype_name(types.output) + " output" +
+        (types.output == DType::F32 && is_half(types.inputs) ? " with an epilogue" : "") +
+        " is not supported on device cuda (same type throughout, or bf16/f16 "
+        "inputs into f32 without an epilogue)");
+  }
   auto entry = std::make_unique<Cached>();
-  const cudaDataType_t type = data_type(dtype);
-  const bool f64 = dtype == DType::F64;
+  const cudaDataType_t type = data_type(types.inputs), out_type = data_type(types.output);
+  const bool f64 = types.inputs == DType::F64;
   const cublasComputeType_t compute = f64 ? CUBLAS_COMPUTE_64F : CUBLAS_COMPUTE_32F;
   const cudaDataType_t scale = f64 ? CUDA_R_64F : CUDA_R_32F;
   check_lt(cublasLtMatmulDescCreate(&entry->desc, compute, scale), "MatmulDescCreate");
@@ -169,7 +179,7 @@ CublasLtGemm::Cached& CublasLtGemm::lookup(const GemmPlan& p, DType dtype, int a
   set_epilogue_pointers(entry->desc, p, epilogue);
   entry->first = make_layout(type, p.first, p.batch);
   entry->second = make_layout(type, p.second, p.batch);
-  entry->out = make_layout(type, p.out, p.batch);
+  entry->out = make_layout(out_type, p.out, p.batch);
 
   cublasLtMatmulPreference_t pref = nullptr;
   check_lt(cublasLtMatmulPreferenceCreate(&pref), "PreferenceCreate");
@@ -195,9 +205,12 @@ CublasLtGemm::Cached& CublasLtGemm::lookup(const GemmPlan& p, DType dtype, int a
                        : epilogue.kind == GemmEpilogue::Kind::DGelu
                            ? " with a GELU-derivative epilogue"
                            : " with a bias + GELU epilogue";
-    const std::string why = "gemm: cuBLASLt has no algorithm for m " + std::to_string(p.m) +
-                            ", n " + std::to_string(p.n) + ", k " + std::to_string(p.k) + " in " +
-                            dtype_name(dtype) + what;
+    const std::string why =
+        "gemm: cuBLASLt has no algorithm for m " + std::to_string(p.m) + ", n " +
+        std::to_string(p.n) + ", k " + std::to_string(p.k) + " in " + dtype_name(types.inputs) +
+        (types.output != types.inputs ? std::string(" into ") + dtype_name(types.output)
+                                      : std::string()) +
+        what;
     unsupported_[key] = why;
     throw NotSupportedError(why);
   }
@@ -205,17 +218,17 @@ CublasLtGemm::Cached& CublasLtGemm::lookup(const GemmPlan& p, DType dtype, int a
   return *cache_.emplace(key, std::move(entry)).first->second;
 }
 
-void CublasLtGemm::run(const GemmPlan& p, DType dtype, const void* a, const void* b, void* c,
+void CublasLtGemm::run(const GemmPlan& p, GemmTypes types, const void* a, const void* b, void* c,
                        double alpha, double beta, cudaStream_t stream,
                        const GemmEpilogue& epilogue) {
   std::lock_guard<std::mutex> lock(mutex_);
   int alignment = std::min({alignment_of(a), alignment_of(b), alignment_of(c)});
   if (epilogue.bias) alignment = std::min(alignment, alignment_of(epilogue.bias));
   if (epilogue.gelu_input) alignment = std::min(alignment, alignment_of(epilogue.gelu_input));
-  Cached& e = lookup(p, dtype, alignment, epilogue);
+  Cached& e = lookup(p, types, alignment, epilogue);
   set_epilogue_pointers(e.desc, p, epilogue);
   const float af = static_cast<float>(alpha), bf = static_cast<float>(beta);
-  const bool f64 = dtype == DType::F64;
+  const bool f64 = types.inputs == DType::F64;
   const void* pa = f64 ? static_cast<const void*>(&alpha) : &af;
   const void* pb = f64 ? static_cast<const void*>(&beta) : &bf;
   // Column-major: the BLAS call's first operand is Triad's b, its second a.

@@ -1,7 +1,9 @@
 #pragma once
 
 // Matrix products on the GPU through cuBLASLt: f32 (f32 compute, no TF32, so
-// results track the CPU reference), f64, and bf16/f16 with f32 accumulation.
+// results track the CPU reference), f64, and bf16/f16 with f32 accumulation,
+// stored in the inputs' type or (weight gradients added straight into f32
+// gradients) in f32.
 // Algorithms come from cuBLASLt's heuristic, cached per problem; one
 // workspace per device is reused by every call. Weight-gradient and
 // input-gradient products are separate calls (the zero-bubble B/W split
@@ -33,6 +35,14 @@ struct GemmEpilogue {
   void* gelu_input = nullptr;
 };
 
+// The operands' element types: a and b share `inputs`; c is `output`,
+// either the same or f32 under bf16/f16 inputs. A plain DType means all alike.
+struct GemmTypes {
+  DType inputs = DType::F32, output = DType::F32;
+  GemmTypes(DType all) : inputs(all), output(all) {}  // NOLINT(google-explicit-constructor)
+  GemmTypes(DType in, DType out) : inputs(in), output(out) {}
+};
+
 class CublasLtGemm {
  public:
   explicit CublasLtGemm(int device);
@@ -41,17 +51,19 @@ class CublasLtGemm {
   CublasLtGemm& operator=(const CublasLtGemm&) = delete;
 
   // c = alpha * op(a) op(b) + beta * c for the plan's geometry.
-  // NotSupportedError when cuBLASLt has no algorithm (for this epilogue).
-  void run(const GemmPlan& plan, DType dtype, const void* a, const void* b, void* c, double alpha,
-           double beta, cudaStream_t stream, const GemmEpilogue& epilogue = {});
+  // NotSupportedError when cuBLASLt has no algorithm (for this epilogue), or
+  // for a type pair it does not take (epilogues need one type throughout).
+  void run(const GemmPlan& plan, GemmTypes types, const void* a, const void* b, void* c,
+           double alpha, double beta, cudaStream_t stream, const GemmEpilogue& epilogue = {});
 
   static constexpr size_t kWorkspaceBytes = 32u << 20;
 
  private:
   struct Cached;
   using Key = std::tuple<int64_t, int64_t, int64_t, bool, bool, int64_t, int64_t, int64_t, int64_t,
-                         int64_t, int64_t, int64_t, int, int>;
-  Cached& lookup(const GemmPlan& plan, DType dtype, int alignment, const GemmEpilogue& epilogue);
+                         int64_t, int64_t, int64_t, int64_t, int, int>;
+  Cached& lookup(const GemmPlan& plan, GemmTypes types, int alignment,
+                 const GemmEpilogue& epilogue);
 
   int device_;
   void* handle_ = nullptr;  // cublasLtHandle_t

@@ -446,10 +446,7 @@ void CudaBackend::affine(const Tensor& x, double alpha, double beta, Tensor& out
 void CudaBackend::gemm(const Tensor& a, const Tensor& b, Tensor& c, bool trans_a, bool trans_b,
                        double alpha, double beta) {
   const GemmPlan plan = plan_gemm(a.shape(), b.shape(), c.shape(), trans_a, trans_b);
-  if (a.dtype() != c.dtype() || b.dtype() != c.dtype()) {
-    throw ValueError(std::string("gemm: operand dtypes differ (a ") + dtype_name(a.dtype()) +
-                     ", b " + dtype_name(b.dtype()) + ", c " + dtype_name(c.dtype()) + ")");
-  }
+  check_gemm_dtypes(a, b, c);
   if (c.numel() == 0) return;
   DeviceState& s = state(c.device().index);
   DeviceGuard g(s.index);
@@ -460,20 +457,24 @@ void CudaBackend::gemm(const Tensor& a, const Tensor& b, Tensor& c, bool trans_a
     return;
   }
   try {
-    s.gemm().run(plan, c.dtype(), a.raw_data(), b.raw_data(), c.raw_data(), alpha, beta, s.stream);
+    s.gemm().run(plan, GemmTypes(a.dtype(), c.dtype()), a.raw_data(), b.raw_data(), c.raw_data(),
+                 alpha, beta, s.stream);
   } catch (const NotSupportedError&) {
     // cuBLASLt has no half-precision algorithm for some layouts (odd leading
     // dimensions): run those in f32 and round once, rather than fail.
-    if (c.dtype() != DType::BF16 && c.dtype() != DType::F16) throw;
+    if (!is_half(a.dtype())) throw;
     Tensor a32 = empty(a.shape(), DType::F32, a.device());
     Tensor b32 = empty(b.shape(), DType::F32, b.device());
-    Tensor c32 = empty(c.shape(), DType::F32, c.device());
     copy(a, a32);
     copy(b, b32);
-    if (beta != 0.0) copy(c, c32);
+    Tensor c32 = c;
+    if (c.dtype() != DType::F32) {
+      c32 = empty(c.shape(), DType::F32, c.device());
+      if (beta != 0.0) copy(c, c32);
+    }
     s.gemm().run(plan, DType::F32, a32.raw_data(), b32.raw_data(), c32.raw_data(), alpha, beta,
                  s.stream);
-    copy(c32, c);
+    if (c.dtype() != DType::F32) copy(c32, c);
   }
 }
 
