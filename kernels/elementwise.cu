@@ -276,6 +276,23 @@ __global__ void reduce_columns_finish_kernel(const double* part, int64_t outer, 
   }
 }
 
+// The column sum added into an f32 accumulator: one pass over the rows, or
+// the second stage over the first's chunk sums (x null, part set).
+template <class T>
+__global__ void column_sum_into_kernel(const T* x, const double* part, int64_t n, int64_t inner,
+                                       int64_t chunks, float* acc, float beta) {
+  const int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (c >= inner) return;
+  double s = 0;
+  if (part) {
+    for (int64_t k = 0; k < chunks; ++k) s += part[k * inner + c];
+  } else {
+    for (int64_t j = 0; j < n; ++j) s += static_cast<double>(load(x, j * inner + c));
+  }
+  const float sum = static_cast<float>(s);
+  acc[c] = beta != 0.0f ? beta * acc[c] + sum : sum;
+}
+
 // Chunks of the two-stage column sum (0: the one-pass kernel is used).
 int64_t column_chunks(ReduceKind op, ScalarType type, int64_t outer, int64_t n, int64_t inner) {
   const bool floating = type == ScalarType::F32 || type == ScalarType::F64 || is_half(type);
@@ -288,6 +305,41 @@ int64_t column_chunks(ReduceKind op, ScalarType type, int64_t outer, int64_t n, 
 size_t reduce_workspace(ReduceKind op, ScalarType type, int64_t outer, int64_t n, int64_t inner) {
   const int64_t chunks = column_chunks(op, type, outer, n, inner);
   return static_cast<size_t>(chunks * outer * inner) * sizeof(double);
+}
+
+size_t column_sum_workspace(int64_t n, int64_t inner) {
+  return reduce_workspace(ReduceKind::Sum, ScalarType::F32, 1, n, inner);
+}
+
+void column_sum_into(const void* x, ScalarType type, int64_t n, int64_t inner, float* acc,
+                     double beta, void* workspace, cudaStream_t stream) {
+  if (n < 0 || inner < 0) {
+    throw std::invalid_argument("column_sum_into: negative extent (n " + std::to_string(n) +
+                                ", inner " + std::to_string(inner) + ")");
+  }
+  if (inner == 0) return;
+  const int64_t chunks = column_chunks(ReduceKind::Sum, ScalarType::F32, 1, n, inner);
+  if (chunks > 0 && !workspace) {
+    throw std::invalid_argument("column_sum_into: a column sum of " + std::to_string(n) +
+                                " rows needs column_sum_workspace() bytes of workspace");
+  }
+  const unsigned blocks = static_cast<unsigned>((inner + kThreads - 1) / kThreads);
+  dispatch_nn(type, "column_sum_into", [&](auto t) {
+    using T = decltype(t);
+    if (chunks > 0) {
+      double* part = static_cast<double*>(workspace);
+      const int64_t rows_per_chunk = (n + chunks - 1) / chunks;
+      const dim3 grid(blocks, static_cast<unsigned>(chunks), 1);
+      reduce_columns_partial_kernel<T><<<grid, kThreads, 0, stream>>>(
+          static_cast<const T*>(x), n, inner, rows_per_chunk, chunks, part);
+      column_sum_into_kernel<T><<<blocks, kThreads, 0, stream>>>(nullptr, part, n, inner, chunks,
+                                                                 acc, static_cast<float>(beta));
+    } else {
+      column_sum_into_kernel<T><<<blocks, kThreads, 0, stream>>>(
+          static_cast<const T*>(x), nullptr, n, inner, 0, acc, static_cast<float>(beta));
+    }
+  });
+  check_launch("column_sum_into");
 }
 
 void copy(const void* src, ScalarType src_type, StridedView src_view, void* dst,

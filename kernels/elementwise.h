@@ -48,5 +48,13 @@ size_t reduce_workspace(ReduceKind op, ScalarType type, int64_t outer, int64_t n
 void reduce(ReduceKind op, const void* x, ScalarType type, int64_t outer, int64_t n, int64_t inner,
             void* out, int64_t* indices, void* workspace, cudaStream_t stream);
 Status check_reduce(ReduceKind op, int64_t outer, int64_t n, int64_t inner, const int64_t* indices);
+// acc[c] = beta * acc[c] + sum_r x[r * inner + c] over the n rows of a
+// contiguous (n, inner) x (f32, bf16 or f16; summed in f64 in a fixed
+// order): a linear layer's bias gradient added straight into its f32
+// gradient. beta 0 ignores acc's contents. Long columns run in two stages
+// through `workspace` of column_sum_workspace() bytes (null when that is 0).
+size_t column_sum_workspace(int64_t n, int64_t inner);
+void column_sum_into(const void* x, ScalarType type, int64_t n, int64_t inner, float* acc,
+                     double beta, void* workspace, cudaStream_t stream);
 
 }  // namespace triad::kernels

@@ -55,6 +55,31 @@ void Backend::accumulate(const Tensor& src, Tensor& acc) {
   binary(BinaryOp::Add, acc, s, acc);
 }
 
+void Backend::sum_rows_into(const Tensor& x, Tensor& acc, double beta) {
+  if (x.dim() != 2 || acc.shape() != Shape{x.size(1)}) {
+    throw ShapeError("sum_rows_into: rows of " + shape_str(x.shape()) + " into " +
+                     shape_str(acc.shape()) + " (expected (rows, cols) into (cols))");
+  }
+  if (x.dtype() != acc.dtype() && !(is_half(x.dtype()) && acc.dtype() == DType::F32)) {
+    throw ValueError(std::string("sum_rows_into: ") + dtype_name(x.dtype()) + " rows into a " +
+                     dtype_name(acc.dtype()) +
+                     " sum (expected the same dtype, or f32 for bf16/f16)");
+  }
+  Tensor xs = x;
+  if (x.dtype() != acc.dtype()) {
+    xs = empty(x.shape(), acc.dtype(), x.device());
+    copy(x, xs);
+  }
+  Tensor sums = empty(acc.shape(), acc.dtype(), acc.device());
+  reduce(ReduceOp::Sum, xs, 1, x.size(0), x.size(1), sums, nullptr);
+  if (beta == 0.0) {
+    copy(sums, acc);
+    return;
+  }
+  if (beta != 1.0) affine(acc, beta, 0.0, acc);
+  binary(BinaryOp::Add, acc, sums, acc);
+}
+
 void Backend::adamw_many(std::vector<AdamWEntry>& entries, const AdamWStep& hp) {
   for (AdamWEntry& e : entries) {
     AdamWStep h = hp;

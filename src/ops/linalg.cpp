@@ -144,10 +144,12 @@ LinearResult linear_core(const char* op, const Tensor& x, const Tensor& weight, 
     };
   }
   // A leaf weight (a parameter) takes its gradient from the GEMM itself,
-  // added into its gradient buffer (f32 under bf16/f16 weights).
+  // added into its gradient buffer (f32 under bf16/f16 weights); a leaf
+  // bias its column sums, the same way.
   const Tensor leaf_weight = weight.requires_grad() && weight.is_leaf() ? weight : Tensor();
-  auto weight_grad = [x2, rows, out_f, in_f, has_bias,
-                      leaf_weight](const TensorList& g) -> TensorList {
+  const Tensor leaf_bias = has_bias && bias.requires_grad() && bias.is_leaf() ? bias : Tensor();
+  auto weight_grad = [x2, rows, out_f, in_f, has_bias, leaf_weight,
+                      leaf_bias](const TensorList& g) -> TensorList {
     Tensor g2 = reshape(contiguous(g[0]), {rows, out_f});
     Tensor gw;
     const bool added =
@@ -156,7 +158,11 @@ LinearResult linear_core(const char* op, const Tensor& x, const Tensor& weight, 
         });
     if (!added) gw = gemm_new(g2, x2, {out_f, in_f}, true, false);
     Tensor gb;
-    if (has_bias) {
+    const bool bias_added =
+        has_bias && autograd::accumulate_into_leaf_grad(leaf_bias, [&](Tensor& acc, double beta) {
+          backend_for(g2).sum_rows_into(g2, acc, beta);
+        });
+    if (has_bias && !bias_added) {
       gb = empty({out_f}, g2.dtype(), g2.device());
       backend_for(g2).reduce(ReduceOp::Sum, g2, 1, rows, out_f, gb, nullptr);
     }

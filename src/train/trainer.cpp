@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -9,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <optional>
 #include <set>
 
 #include "triad/autograd/engine.h"
@@ -406,9 +408,15 @@ int64_t Trainer::load_checkpoint() {
   const auto info = io::find_latest_checkpoint(config_.checkpoint.dir);
   if (!info) return 0;
   const auto mine = layout();
-  if (info->layout != mine) {
-    // Another layout: the model, the precision and the optimizer's state
-    // carry over; how they are cut is this run's business.
+  std::optional<io::RankState> st;
+  if (info->layout == mine) {
+    st = io::read_rank_state(*info, world_ ? world_->rank() : 0);
+    if (zero_optimizer_ && !same_zero_pieces(*st)) st.reset();
+  }
+  if (!st) {
+    // Another layout (or ZeRO-1 pieces cut another way): the model, the
+    // precision and the optimizer's state carry over; how they are cut is
+    // this run's business.
     io::check_checkpoint_layout(*info,
                                 {{"model", mine.at("model")}, {"precision", mine.at("precision")}});
     const auto metadata = load_resharded(*info);
@@ -418,14 +426,18 @@ int64_t Trainer::load_checkpoint() {
       if (it != info->layout.end())
         from += std::string(from.empty() ? "" : ", ") + key + " " + it->second;
     }
-    spdlog::info("resumed from {} (step {}), written with another layout ({})", info->step_dir,
-                 info->step, from);
+    if (info->layout == mine) {
+      spdlog::info("resumed from {} (step {}), whose ZeRO-1 pieces are cut another way",
+                   info->step_dir, info->step);
+    } else {
+      spdlog::info("resumed from {} (step {}), written with another layout ({})", info->step_dir,
+                   info->step, from);
+    }
     return restore_counters(*info, metadata);
   }
-  const io::RankState st = io::read_rank_state(*info, world_ ? world_->rank() : 0);
   auto take = [&](const std::string& key, Tensor& into) {
-    auto it = st.tensors.find(key);
-    if (it == st.tensors.end())
+    auto it = st->tensors.find(key);
+    if (it == st->tensors.end())
       throw IoError("checkpoint '" + info->step_dir + "': missing tensor '" + key + "'");
     if (it->second.shape() != into.shape() || it->second.dtype() != into.dtype()) {
       throw IoError("checkpoint '" + info->step_dir + "': tensor '" + key + "' is " +
@@ -434,7 +446,7 @@ int64_t Trainer::load_checkpoint() {
     copy_(into, it->second);
   };
   for (auto& [name, p] : parameters()) take("param/" + name, p);
-  const int64_t optimizer_step = metadata_int(*info, st.metadata, "optimizer_step");
+  const int64_t optimizer_step = metadata_int(*info, st->metadata, "optimizer_step");
   if (zero_optimizer_) {
     take("zero/m", zero_optimizer_->m());
     take("zero/v", zero_optimizer_->v());
@@ -453,7 +465,19 @@ int64_t Trainer::load_checkpoint() {
     optimizer_->set_step_count(optimizer_step);
   }
   spdlog::info("resumed from {} (step {})", info->step_dir, info->step);
-  return restore_counters(*info, st.metadata);
+  return restore_counters(*info, st->metadata);
+}
+
+bool Trainer::same_zero_pieces(const io::RankState& st) const {
+  auto it = st.metadata.find("placement");
+  if (it == st.metadata.end()) return false;
+  const auto theirs = placement_from_json(it->second).zero_segments;
+  const auto ours = placement().zero_segments;
+  return std::equal(theirs.begin(), theirs.end(), ours.begin(), ours.end(),
+                    [](const RankPlacement::Segment& a, const RankPlacement::Segment& b) {
+                      return a.name == b.name && a.param_offset == b.param_offset &&
+                             a.length == b.length;
+                    });
 }
 
 int64_t Trainer::metadata_int(const io::CheckpointInfo& info,
@@ -711,21 +735,14 @@ StepMetrics Trainer::step(int64_t index) {
   if (scaler_) unscale_gradients();
   double norm = 0;
   double clip_coef = 1.0;
-  if (zero_optimizer_) {
-    norm = global_norm_zero1();
-    if (t.grad_clip > 0 && std::isfinite(norm)) {
-      const double coef = t.grad_clip / (norm + 1e-6);
-      if (coef < 1.0) scale_(reducer_->flat_grads(), coef);
-    }
-  } else {
-    norm = pp_model_   ? pp_model_->grad_norm()
-           : tp_model_ ? tp_model_->grad_norm()
-                       : optim::global_grad_norm(model_->parameters());
-    // Clipping's coefficient goes into the optimizer step: no pass over
-    // every gradient (on a GPU, one launch per parameter fewer).
-    if (t.grad_clip > 0 && std::isfinite(norm))
-      clip_coef = std::min(1.0, t.grad_clip / (norm + 1e-6));
-  }
+  norm = zero_optimizer_ ? global_norm_zero1()
+         : pp_model_     ? pp_model_->grad_norm()
+         : tp_model_     ? tp_model_->grad_norm()
+                         : optim::global_grad_norm(model_->parameters());
+  // Clipping's coefficient goes into the optimizer step: no pass over
+  // every gradient (on a GPU, one launch per parameter fewer).
+  if (t.grad_clip > 0 && std::isfinite(norm))
+    clip_coef = std::min(1.0, t.grad_clip / (norm + 1e-6));
   // A non-finite gradient anywhere makes the norm non-finite on every rank
   // (it is reduced over all of them): all skip the update together and the
   // learning-rate schedule does not advance.
@@ -755,7 +772,7 @@ StepMetrics Trainer::step(int64_t index) {
     if (scaler_) scaler_->update(false);
     const auto opt_start = TraceRecorder::Clock::now();
     if (zero_optimizer_) {
-      zero_optimizer_->step(lr);
+      zero_optimizer_->step(lr, clip_coef);
     } else {
       optimizer_->step(lr, clip_coef);
     }

@@ -189,40 +189,49 @@ TEST(Autograd, DeferredWeightGradientsMatchImmediateOnes) {
 
 // A bf16 linear layer's weight gradient is the weight-gradient GEMM's f32
 // result added into the f32 gradient (gradient-accumulation fusion), not a
-// bf16-rounded product added afterwards: over two micro-batches it equals
-// the exact sum of x^T dy products of the bf16 values to f32 precision,
-// where rounding each product to bf16 would be off by ~2^-9 of its size.
+// bf16-rounded product added afterwards (and its bias's, the column sums): over two micro-batches
+// it equals the exact sum of x^T dy products of the bf16 values to f32 precision, where rounding
+// each product to bf16 would be off by ~2^-9 of its size.
 TEST(Autograd, HalfWeightGradientsAccumulateInF32WithoutRounding) {
   for (bool deferred : {false, true}) {
     SCOPED_TRACE(deferred ? "deferred (zero-bubble W)" : "immediate");
-    Tensor w = randn({6, 40}, 7, 1, 1.0, DType::BF16);
+    Tensor w = randn({6, 40}, 7, 1, 1.0, DType::BF16), b = randn({6}, 7, 2, 1.0, DType::BF16);
     w.set_requires_grad(true);
+    b.set_requires_grad(true);
     int hooks = 0;
     w.register_post_accumulate_hook([&](Tensor& g) {
       ++hooks;
       EXPECT_EQ(g.dtype(), DType::F32);
     });
-    std::vector<double> want(6 * 40, 0.0);
+    std::vector<double> want(6 * 40, 0.0), want_b(6, 0.0);
     for (uint64_t micro = 0; micro < 2; ++micro) {
       const Tensor x = randn({3, 5, 40}, 7, 10 + micro, 1.0, DType::BF16);
       const Tensor dy = randn({3, 5, 6}, 7, 20 + micro, 1.0, DType::BF16);
       autograd::WeightGradStore store;
       autograd::BackwardOptions opts;
       if (deferred) opts.defer_weight_grads = &store;
-      autograd::backward({linear(x, w)}, {dy}, opts);
+      autograd::backward({linear(x, w, b)}, {dy}, opts);
       store.flush();
       const auto xv = vec(x), dv = vec(dy);
+      for (int64_t r = 0; r < 15; ++r)
+        for (int64_t o = 0; o < 6; ++o)
+          want_b[static_cast<size_t>(o)] += dv[static_cast<size_t>(r * 6 + o)];
       for (int64_t o = 0; o < 6; ++o)
         for (int64_t i = 0; i < 40; ++i)
           for (int64_t r = 0; r < 15; ++r)
             want[static_cast<size_t>(o * 40 + i)] +=
                 dv[static_cast<size_t>(r * 6 + o)] * xv[static_cast<size_t>(r * 40 + i)];
     }
-    EXPECT_EQ(hooks, 2);  // one per micro-batch, as AccumulateGrad runs them
+    EXPECT_EQ(hooks, 2);  // the weight's, one per micro-batch, as AccumulateGrad runs them
     ASSERT_EQ(w.grad().dtype(), DType::F32);
     const auto got = vec(w.grad());
     for (size_t k = 0; k < want.size(); ++k)
       ASSERT_NEAR(got[k], want[k], 2e-6 * (1 + std::abs(want[k]))) << "element " << k;
+    // The bias's column sums likewise, summed into its f32 gradient.
+    ASSERT_EQ(b.grad().dtype(), DType::F32);
+    const auto got_b = vec(b.grad());
+    for (size_t k = 0; k < want_b.size(); ++k)
+      ASSERT_NEAR(got_b[k], want_b[k], 2e-6 * (1 + std::abs(want_b[k]))) << "bias element " << k;
   }
 }
 

@@ -560,6 +560,36 @@ TEST(CudaKernels, HalfGemmIntoF32MatchesTheCpu) {
                ValueError);
 }
 
+TEST(CudaKernels, SumRowsIntoMatchesTheCpu) {
+  // Column sums added into an f32 accumulator (bias gradients): one pass
+  // (few rows) and two stages (many), odd widths, beta 0 over garbage and 1.
+  for (int64_t rows : {int64_t{1}, int64_t{100}, int64_t{1000}}) {
+    for (int64_t cols : {int64_t{1}, int64_t{37}, int64_t{300}}) {
+      for (DType d : {DType::F32, DType::BF16, DType::F16}) {
+        for (double beta : {0.0, 1.0}) {
+          SCOPED_TRACE(std::to_string(rows) + "x" + std::to_string(cols) + " " + dtype_name(d) +
+                       " beta " + std::to_string(beta));
+          const Tensor x = cast(randn({rows, cols}, 13, 1), d);
+          const Tensor acc = beta == 0.0 ? full({cols}, std::nan("")) : randn({cols}, 13, 2);
+          Tensor cpu_acc = clone(acc);
+          backend_for(DeviceType::CPU).sum_rows_into(x, cpu_acc, beta);
+          Tensor dev_acc = to_device(acc, kGpu);
+          backend_for(DeviceType::CUDA).sum_rows_into(to_device(x, kGpu), dev_acc, beta);
+          expect_close(to_double_vector(dev_acc), to_double_vector(cpu_acc), 1e-6, 1e-5, "sums");
+        }
+      }
+    }
+  }
+  Tensor wrong = empty({5}, DType::F32, kGpu);
+  EXPECT_THROW(
+      backend_for(DeviceType::CUDA).sum_rows_into(empty({3, 4}, DType::F32, kGpu), wrong, 0.0),
+      ShapeError);
+  Tensor half_acc = empty({4}, DType::F16, kGpu);
+  EXPECT_THROW(
+      backend_for(DeviceType::CUDA).sum_rows_into(empty({3, 4}, DType::BF16, kGpu), half_acc, 0.0),
+      ValueError);
+}
+
 #ifdef TRIAD_CUDA_SIM
 // A bf16 linear layer's weight gradient is one GEMM into the f32 gradient:
 // no kernel besides the GEMMs (a bf16 product and then a conversion or an
@@ -567,19 +597,25 @@ TEST(CudaKernels, HalfGemmIntoF32MatchesTheCpu) {
 // products (a bf16-rounded product would be off by ~2^-9 of its size).
 TEST(CudaRuntime, AHalfLinearWeightGradientIsOneGemmIntoTheF32Gradient) {
   Tensor w = to_device(cast(randn({24, 40}, 12, 1), DType::BF16), kGpu).detach();
+  Tensor b = to_device(cast(randn({24}, 12, 9), DType::BF16), kGpu).detach();
   w.set_requires_grad(true);
-  std::vector<double> want(24 * 40, 0.0);
+  b.set_requires_grad(true);
+  std::vector<double> want(24 * 40, 0.0), want_b(24, 0.0);
   for (uint64_t micro = 0; micro < 2; ++micro) {
     const Tensor x = cast(randn({16, 40}, 12, 2 + micro), DType::BF16);
     const Tensor dy = cast(randn({16, 24}, 12, 4 + micro), DType::BF16);
-    const Tensor y = linear(to_device(x, kGpu), w);
+    const Tensor y = linear(to_device(x, kGpu), w, b);
     const Tensor dy_dev = to_device(dy, kGpu);
     cuda::synchronize(0);
     const int64_t before = triad_sim::counters().launches;
     autograd::backward({y}, {dy_dev});
     cuda::synchronize(0);
-    EXPECT_EQ(triad_sim::counters().launches - before, 0) << "micro-batch " << micro;
+    // Besides the GEMMs, only the bias's column sums, straight into its
+    // f32 gradient (a bf16 sum and then an add or conversion: 2).
+    EXPECT_EQ(triad_sim::counters().launches - before, 1) << "micro-batch " << micro;
     const auto xv = to_double_vector(x), dv = to_double_vector(dy);
+    for (size_t o = 0; o < 24; ++o)
+      for (size_t r = 0; r < 16; ++r) want_b[o] += dv[r * 24 + o];
     for (size_t o = 0; o < 24; ++o)
       for (size_t i = 0; i < 40; ++i)
         for (size_t r = 0; r < 16; ++r) want[o * 40 + i] += dv[r * 24 + o] * xv[r * 40 + i];
@@ -588,6 +624,10 @@ TEST(CudaRuntime, AHalfLinearWeightGradientIsOneGemmIntoTheF32Gradient) {
   const auto got = to_double_vector(w.grad());
   for (size_t k = 0; k < want.size(); ++k)
     ASSERT_NEAR(got[k], want[k], 2e-6 * (1 + std::abs(want[k]))) << "element " << k;
+  ASSERT_EQ(b.grad().dtype(), DType::F32);
+  const auto got_b = to_double_vector(b.grad());
+  for (size_t k = 0; k < want_b.size(); ++k)
+    ASSERT_NEAR(got_b[k], want_b[k], 2e-6 * (1 + std::abs(want_b[k]))) << "bias element " << k;
 }
 
 // A half-precision parameter's gradient arrives in its own dtype and is
@@ -948,6 +988,58 @@ TEST(CudaTraining, AStepLaunchesAFewKernelsPerLayer) {
   EXPECT_LE(fixed, 40) << one << " launches with 1 layer, " << three << " with 3";
 }
 #endif
+
+// ZeRO-1's optimizer step on the GPU is one multi-tensor update over every
+// piece, clipping's coefficient included: the parameters end where AdamW's
+// step puts them, in a few launches whatever the number of parameters (an
+// update per piece, two launches each under bf16, fails this).
+TEST(CudaTraining, ZeroOneStepMatchesAdamWInAFewLaunches) {
+  if (!dist::nccl_available()) GTEST_SKIP() << "built without NCCL";
+  dist::ProcessGroupPtr world = dist::init_world();
+  ASSERT_EQ(world->size(), 1);
+  dist::ProcessGroupPtr nccl = dist::make_nccl_group(world, 0);
+  const auto [ids, tg] = token_batch(2, 16);
+  auto step_launches = [&](int layers, DType dtype) {
+    SCOPED_TRACE(std::to_string(layers) + " layers, " + dtype_name(dtype));
+    const nn::GptConfig cfg{
+        .n_layer = layers, .n_head = 2, .d_model = 32, .vocab_size = 97, .seq_len = 16};
+    nn::Gpt sharded(cfg, 7, dtype), plain(cfg, 7, dtype);
+    sharded.to(kGpu);
+    plain.to(kGpu);
+    dp::GradientReducer reducer(sharded.named_parameters(), nccl, 1e9, true);
+    dp::ZeroAdamW zero(reducer, {});
+    optim::AdamW adamw(plain.named_parameters(), {});
+    for (nn::Gpt* m : {&sharded, &plain})
+      autograd::backward({m->loss(to_device(ids, kGpu), to_device(tg, kGpu))});
+    reducer.finish();
+    cuda::synchronize(0);
+#ifdef TRIAD_CUDA_SIM
+    const int64_t before = triad_sim::counters().launches;
+#endif
+    zero.step(1e-2, 0.5);
+    cuda::synchronize(0);
+#ifdef TRIAD_CUDA_SIM
+    const int64_t launches = triad_sim::counters().launches - before;
+#else
+    const int64_t launches = 0;
+#endif
+    adamw.step(1e-2, 0.5);
+    const auto a = sharded.named_parameters(), b = plain.named_parameters();
+    for (size_t i = 0; i < a.size(); ++i)
+      expect_close(to_double_vector(a[i].second), to_double_vector(b[i].second), 1e-6, 1e-6,
+                   a[i].first);
+    return launches;
+  };
+  for (DType dtype : {DType::F32, DType::BF16}) {
+    const int64_t one = step_launches(1, dtype), three = step_launches(3, dtype);
+    if (kOnSimulator) {
+      // Two more layers are 24 more parameters: under two launches' worth
+      // of multi-tensor chunks.
+      EXPECT_LE(three - one, 2) << one << " launches with 1 layer, " << three << " with 3";
+      EXPECT_LE(one, 8) << dtype_name(dtype);
+    }
+  }
+}
 
 TEST(CudaTraining, Fp32LossesMatchTheCpuTrainerFor10Steps) {
   testing::TempDir dir;

@@ -63,6 +63,12 @@ class Backend {
   // shapes, acc contiguous. Gradient accumulation (half-precision gradients
   // into f32 ones); the CUDA backend does it in one pass.
   virtual void accumulate(const Tensor& src, Tensor& acc);
+  // acc (cols) = beta * acc + the column sums of x (rows, cols), both
+  // contiguous: a linear layer's bias gradient added into its gradient
+  // buffer. acc has x's dtype, or f32 under bf16/f16 x; beta 0 ignores
+  // acc's contents. The default composes reduce and an add; the CUDA
+  // backend sums straight into acc.
+  virtual void sum_rows_into(const Tensor& x, Tensor& acc, double beta);
   // out = alpha * x + beta (out may alias x).
   virtual void affine(const Tensor& x, double alpha, double beta, Tensor& out) = 0;
 

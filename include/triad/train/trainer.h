@@ -104,6 +104,8 @@ class Trainer {
   // Resume from a checkpoint of another layout: full tensors cut anew;
   // returns the checkpoint's (rank 0) metadata.
   std::map<std::string, std::string> load_resharded(const io::CheckpointInfo& info);
+  // Whether a rank file's ZeRO-1 pieces are this run's (else it is resharded).
+  bool same_zero_pieces(const io::RankState& st) const;
   // Step counters and the loss scaler from a checkpoint's metadata; returns
   // the step to continue from.
   int64_t restore_counters(const io::CheckpointInfo& info,

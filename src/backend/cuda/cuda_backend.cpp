@@ -434,6 +434,25 @@ void CudaBackend::accumulate(const Tensor& src, Tensor& acc) {
   });
 }
 
+void CudaBackend::sum_rows_into(const Tensor& x, Tensor& acc, double beta) {
+  const bool fused = x.dim() == 2 && acc.shape() == Shape{x.size(1)} && acc.dtype() == DType::F32 &&
+                     x.device() == acc.device() && x.is_contiguous() && acc.is_contiguous() &&
+                     (x.dtype() == DType::F32 || is_half(x.dtype()));
+  if (!fused) {
+    Backend::sum_rows_into(x, acc, beta);
+    return;
+  }
+  DeviceState& s = state(acc.device().index);
+  DeviceGuard g(s.index);
+  const size_t ws_bytes = k::column_sum_workspace(x.size(0), x.size(1));
+  std::unique_ptr<Scratch> ws;
+  if (ws_bytes > 0) ws = std::make_unique<Scratch>(s.allocator, ws_bytes);
+  launch("sum_rows_into", [&] {
+    k::column_sum_into(x.raw_data(), scalar(x.dtype()), x.size(0), x.size(1), acc.data<float>(),
+                       beta, ws ? ws->get() : nullptr, s.stream);
+  });
+}
+
 void CudaBackend::affine(const Tensor& x, double alpha, double beta, Tensor& out) {
   DeviceState& s = state(out.device().index);
   DeviceGuard g(s.index);

@@ -19,6 +19,10 @@ Tensor range(const Tensor& flat, int64_t begin, int64_t length) {
   return make_view(flat, {length}, {1}, flat.offset() + begin);
 }
 
+int64_t round_up(int64_t n, int64_t multiple) {
+  return (n + multiple - 1) / multiple * multiple;
+}
+
 }  // namespace
 
 GradientReducer::GradientReducer(std::vector<std::pair<std::string, Tensor>> params,
@@ -49,30 +53,43 @@ GradientReducer::GradientReducer(std::vector<std::pair<std::string, Tensor>> par
   for (size_t i = n; i-- > 0;) {
     if (late.count(params_[i].first)) order.push_back(i);
   }
+  // Every parameter starts at a multiple of kAlign elements (the GEMMs that
+  // write gradients into the buffer, and vectorised kernels, get aligned
+  // addresses); under ZeRO-1 every bucket spans a multiple of kAlign * dp,
+  // so its pieces are equal (NCCL's reduce-scatter and all-gather rather
+  // than per-rank reduces and broadcasts) and aligned. The gaps hold zeros.
+  const int64_t bucket_multiple = zero1_ ? kAlign * group_->size() : kAlign;
   offset_.assign(n, 0);
   bucket_of_.assign(n, 0);
-  int64_t total = 0;
-  for (size_t i : order) {
-    offset_[i] = total;
-    total += params_[i].second.numel();
-  }
-  flat_grad_ = zeros({total}, DType::F32, device);
-  flat_param_ = empty({total}, param_dtype, device);
   const int64_t cap = std::max<int64_t>(1, static_cast<int64_t>(bucket_bytes / 4));
+  int64_t total = 0;
   for (size_t i : order) {
     const bool is_late = late.count(params_[i].first) > 0;
     if (buckets_.empty() || buckets_.back().late != is_late ||
         buckets_.back().end - buckets_.back().begin >= cap) {
+      if (!buckets_.empty()) {
+        Bucket& last = buckets_.back();
+        last.end = last.begin + round_up(last.end - last.begin, bucket_multiple);
+        total = last.end;
+      }
       Bucket b;
-      b.begin = b.end = offset_[i];
+      b.begin = b.end = total;
       b.late = is_late;
       buckets_.push_back(b);
     }
     Bucket& b = buckets_.back();
+    offset_[i] = round_up(b.end, kAlign);
     b.params.push_back(i);
     b.end = offset_[i] + params_[i].second.numel();
     bucket_of_[i] = buckets_.size() - 1;
   }
+  if (!buckets_.empty()) {
+    Bucket& last = buckets_.back();
+    last.end = last.begin + round_up(last.end - last.begin, bucket_multiple);
+    total = last.end;
+  }
+  flat_grad_ = zeros({total}, DType::F32, device);
+  flat_param_ = zeros({total}, param_dtype, device);
   // Parameters and gradients become views into the flat buffers.
   for (size_t i = 0; i < n; ++i) {
     Tensor& p = params_[i].second;
@@ -95,12 +112,8 @@ GradientReducer::GradientReducer(std::vector<std::pair<std::string, Tensor>> par
     });
   }
   // ZeRO-1: this rank's piece of each bucket, as parameter segments.
-  const int r = group_->rank(), size = group_->size();
   for (const Bucket& b : buckets_) {
-    const auto sizes = dist::split_sizes(b.end - b.begin, size);
-    int64_t lo = b.begin;
-    for (int q = 0; q < r; ++q) lo += sizes[q];
-    const int64_t hi = lo + sizes[r];
+    const int64_t lo = piece_begin(b), hi = lo + piece_length(b);
     for (size_t i : b.params) {
       const int64_t a = std::max(lo, offset_[i]),
                     z = std::min(hi, offset_[i] + params_[i].second.numel());
@@ -111,6 +124,20 @@ GradientReducer::GradientReducer(std::vector<std::pair<std::string, Tensor>> par
 
 GradientReducer::~GradientReducer() {
   if (auto t = std::static_pointer_cast<HookTarget>(hook_target_)) t->reducer = nullptr;
+}
+
+std::vector<int64_t> GradientReducer::bucket_lengths() const {
+  std::vector<int64_t> lengths;
+  for (const Bucket& b : buckets_) lengths.push_back(b.end - b.begin);
+  return lengths;
+}
+
+int64_t GradientReducer::piece_length(const Bucket& b) const {
+  return (b.end - b.begin) / group_->size();
+}
+
+int64_t GradientReducer::piece_begin(const Bucket& b) const {
+  return b.begin + group_->rank() * piece_length(b);
 }
 
 void GradientReducer::on_ready(size_t i) {
@@ -136,8 +163,7 @@ void GradientReducer::launch(Bucket& b) {
     b.work = group_->all_reduce(view, dist::ReduceOp::Avg);
     return;
   }
-  const auto sizes = dist::split_sizes(b.end - b.begin, group_->size());
-  b.piece = empty({sizes[group_->rank()]}, DType::F32, flat_grad_.device());
+  b.piece = empty({piece_length(b)}, DType::F32, flat_grad_.device());
   b.work = group_->reduce_scatter(view, b.piece, dist::ReduceOp::Avg);
 }
 
@@ -156,10 +182,7 @@ void GradientReducer::finish() {
     b.work.reset();
     if (zero1_) {
       // Put the averaged piece back where the optimizer reads it.
-      const auto sizes = dist::split_sizes(b.end - b.begin, group_->size());
-      int64_t lo = b.begin;
-      for (int q = 0; q < group_->rank(); ++q) lo += sizes[q];
-      Tensor dst = range(flat_grad_, lo, sizes[group_->rank()]);
+      Tensor dst = range(flat_grad_, piece_begin(b), piece_length(b));
       copy_(dst, b.piece);
     }
   }
@@ -176,14 +199,14 @@ void GradientReducer::zero_grad() {
 
 void GradientReducer::gather_parameters() {
   autograd::NoGradGuard ng;
+  // Every bucket's gather is issued before any is waited for.
+  std::vector<dist::WorkPtr> works;
   for (const Bucket& b : buckets_) {
-    const auto sizes = dist::split_sizes(b.end - b.begin, group_->size());
-    int64_t lo = b.begin;
-    for (int q = 0; q < group_->rank(); ++q) lo += sizes[q];
-    Tensor mine = clone(range(flat_param_, lo, sizes[group_->rank()])).detach();
+    Tensor mine = clone(range(flat_param_, piece_begin(b), piece_length(b))).detach();
     Tensor all = range(flat_param_, b.begin, b.end - b.begin);
-    group_->all_gather_uneven(mine, all, sizes)->wait();
+    works.push_back(group_->all_gather(mine, all));
   }
+  for (auto& w : works) w->wait();
 }
 
 ZeroAdamW::ZeroAdamW(GradientReducer& reducer, optim::AdamWOptions options)
@@ -217,30 +240,33 @@ void ZeroAdamW::sync_params_from_masters() {
   reducer_.gather_parameters();
 }
 
-void ZeroAdamW::step(double lr) {
+void ZeroAdamW::step(double lr, double grad_scale) {
   autograd::NoGradGuard ng;
   ++step_;
+  // One multi-tensor update over every piece (on a GPU a few launches, not
+  // one or two per parameter); clipping's coefficient rides in grad_scale.
+  std::vector<Backend::AdamWEntry> entries;
   int64_t at = 0;
-  Backend& be = backend_for(reducer_.flat_params());
   for (const auto& s : reducer_.shard_segments()) {
-    Tensor p = range(reducer_.flat_params(), s.flat_offset, s.length);
-    Tensor g = range(reducer_.flat_grads(), s.flat_offset, s.length);
-    Tensor m = range(m_, at, s.length), v = range(v_, at, s.length);
+    Backend::AdamWEntry e;
+    e.param = range(reducer_.flat_params(), s.flat_offset, s.length);
+    e.grad = range(reducer_.flat_grads(), s.flat_offset, s.length);
+    e.m = range(m_, at, s.length);
+    e.v = range(v_, at, s.length);
+    if (master_.defined()) e.master = range(master_, at, s.length);
+    e.weight_decay = reducer_.params()[s.param].second.dim() >= 2 ? options_.weight_decay : 0.0;
+    e.grad_scale = grad_scale;
+    entries.push_back(std::move(e));
+    at += s.length;
+  }
+  if (!entries.empty()) {
     AdamWStep hp;
     hp.lr = lr;
     hp.beta1 = options_.beta1;
     hp.beta2 = options_.beta2;
     hp.eps = options_.eps;
-    hp.weight_decay = reducer_.params()[s.param].second.dim() >= 2 ? options_.weight_decay : 0.0;
     hp.step = step_;
-    if (master_.defined()) {
-      Tensor w = range(master_, at, s.length);
-      be.adamw(w, g, m, v, hp);
-      copy_(p, w);
-    } else {
-      be.adamw(p, g, m, v, hp);
-    }
-    at += s.length;
+    backend_for(reducer_.flat_params()).adamw_many(entries, hp);
   }
   reducer_.gather_parameters();
 }

@@ -105,14 +105,29 @@ TEST(DataParallel, BucketsStartDuringBackwardAndZeroShardsTheState) {
     t.step(1);
     // From then on every bucket starts from the hooks, during backward.
     EXPECT_EQ(t.reducer()->launched_early_last_step(), buckets);
+    const int dp = g_world->size();
+    const int64_t align = dp::GradientReducer::kAlign;
+    // Every parameter's gradient starts aligned in the flat buffer.
+    for (const auto& [name, p] : t.reducer()->params())
+      EXPECT_EQ(p.grad().offset() % align, 0) << name;
     if (zero == 0) {
       full_state = t.optimizer_state_elements();
-    } else {
-      const int dp = g_world->size();
-      // 1/dp of the state, give or take a rounding per bucket.
-      EXPECT_NEAR(static_cast<double>(t.optimizer_state_elements()),
-                  static_cast<double>(full_state) / dp, buckets);
+      continue;
     }
+    // Every bucket splits into dp equal, aligned pieces (NCCL's
+    // reduce-scatter and all-gather, not per-rank reduces and broadcasts).
+    for (int64_t len : t.reducer()->bucket_lengths()) EXPECT_EQ(len % (align * dp), 0) << len;
+    // Every element of the state is on exactly one rank, and each rank
+    // holds 1/dp of it, give or take the gaps (under kAlign * dp per
+    // bucket and kAlign per parameter).
+    Tensor n = from_vector(std::vector<double>{static_cast<double>(t.optimizer_state_elements())},
+                           {1}, DType::F64);
+    g_world->all_reduce(n, dist::ReduceOp::Sum)->wait();
+    EXPECT_EQ(static_cast<int64_t>(item(n)), full_state);
+    const double slack = static_cast<double>(
+        buckets * align * dp + static_cast<int64_t>(t.reducer()->params().size()) * align);
+    EXPECT_NEAR(static_cast<double>(t.optimizer_state_elements()),
+                static_cast<double>(full_state) / dp, slack);
   }
 }
 

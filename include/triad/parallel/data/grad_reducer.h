@@ -31,8 +31,15 @@ namespace triad::dp {
 // With zero1, gradients are reduce-scattered instead: each rank receives the
 // average of its 1/dp piece of each bucket, updates that piece of the
 // parameters (ZeroAdamW) and all-gathers them.
+//
+// Each parameter starts at a multiple of kAlign elements, and under zero1
+// each bucket spans a multiple of kAlign * dp, so every rank's piece has the
+// same length (equal collectives) and an aligned start; the gaps are zeros
+// that belong to no parameter.
 class GradientReducer {
  public:
+  static constexpr int64_t kAlign = 16;  // elements: 64 bytes of f32 gradient
+
   GradientReducer(std::vector<std::pair<std::string, Tensor>> params, dist::ProcessGroupPtr group,
                   double bucket_bytes, bool zero1, std::set<std::string> late = {});
   ~GradientReducer();
@@ -46,6 +53,8 @@ class GradientReducer {
   // Zeroes the flat gradient buffer (use instead of Module::zero_grad).
   void zero_grad();
   int num_buckets() const { return static_cast<int>(buckets_.size()); }
+  // Each bucket's span in the flat buffers, gaps included.
+  std::vector<int64_t> bucket_lengths() const;
   // Buckets whose reduction the hooks started during backward, in the last
   // finished step (the others started in finish()).
   int launched_early_last_step() const { return early_last_step_; }
@@ -77,6 +86,8 @@ class GradientReducer {
   };
   void on_ready(size_t param);
   void launch(Bucket& b);
+  int64_t piece_length(const Bucket& b) const;  // zero1: each rank's, equal
+  int64_t piece_begin(const Bucket& b) const;   // zero1: this rank's
 
   std::vector<std::pair<std::string, Tensor>> params_;
   dist::ProcessGroupPtr group_;
@@ -98,7 +109,9 @@ class GradientReducer {
 class ZeroAdamW {
  public:
   ZeroAdamW(GradientReducer& reducer, optim::AdamWOptions options);
-  void step(double lr);
+  // grad_scale multiplies each gradient (gradient clipping's coefficient)
+  // as AdamW::step's does.
+  void step(double lr, double grad_scale = 1.0);
   int64_t state_elements() const { return m_.defined() ? m_.numel() : 0; }
   // For checkpoints: the moments over this rank's pieces and the step count.
   Tensor& m() { return m_; }
