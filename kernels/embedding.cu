@@ -19,15 +19,20 @@ __global__ void embedding_forward_kernel(const T* w, const void* ids, bool ids64
 }
 
 // blockIdx.x = segment, blockIdx.y * blockDim.x + threadIdx.x = column.
-template <class T>
+// With `add`, the segment's sum is added to its row of dw instead of
+// stored (D: the tensor type, or f32 for a half weight's f32 gradient).
+template <class T, class D>
 __global__ void embedding_backward_kernel(const int64_t* order, const int64_t* seg_start,
-                                          const int64_t* seg_id, const T* dout, int64_t C, T* dw) {
+                                          const int64_t* seg_id, const T* dout, int64_t C, D* dw,
+                                          bool add) {
   const int64_t c = blockIdx.y * int64_t(blockDim.x) + threadIdx.x;
   if (c >= C) return;
   const int64_t s = blockIdx.x;
   float acc = 0;
   for (int64_t k = seg_start[s]; k < seg_start[s + 1]; ++k) acc += load(dout, order[k] * C + c);
-  store(dw, seg_id[s] * C + c, acc);
+  const int64_t at = seg_id[s] * C + c;
+  if (add) acc = static_cast<float>(load(dw, at)) + acc;
+  store(dw, at, acc);
 }
 
 }  // namespace
@@ -58,21 +63,32 @@ void embedding_forward(const void* weight, ScalarType type, const void* ids, boo
 
 void embedding_backward(const int64_t* order, const int64_t* seg_start, const int64_t* seg_id,
                         int64_t num_segments, const void* dout, ScalarType type, int64_t V,
-                        int64_t C, void* dweight, cudaStream_t stream) {
+                        int64_t C, void* dweight, cudaStream_t stream, bool f32_grad,
+                        bool accumulate) {
   require(check_embedding(type, V, C, 0), "embedding_backward");
   if (num_segments > V || num_segments > 2147483647LL) {
     throw std::invalid_argument("embedding_backward: " + std::to_string(num_segments) +
                                 " segments for " + std::to_string(V) + " rows");
   }
-  check_cuda(cudaMemsetAsync(dweight, 0, static_cast<size_t>(V * C) * scalar_size(type), stream),
-             "embedding_backward: cudaMemsetAsync");
+  if (!accumulate) {
+    const size_t element = f32_grad ? sizeof(float) : scalar_size(type);
+    check_cuda(cudaMemsetAsync(dweight, 0, static_cast<size_t>(V * C) * element, stream),
+               "embedding_backward: cudaMemsetAsync");
+  }
   if (num_segments == 0) return;
   dispatch_nn(type, "embedding_backward", [&](auto t) {
     using T = decltype(t);
     const dim3 grid(static_cast<unsigned>(num_segments),
                     static_cast<unsigned>((C + kThreads - 1) / kThreads));
-    embedding_backward_kernel<T><<<grid, kThreads, 0, stream>>>(
-        order, seg_start, seg_id, static_cast<const T*>(dout), C, static_cast<T*>(dweight));
+    if (f32_grad) {
+      embedding_backward_kernel<T, float>
+          <<<grid, kThreads, 0, stream>>>(order, seg_start, seg_id, static_cast<const T*>(dout), C,
+                                          static_cast<float*>(dweight), true);
+    } else {
+      embedding_backward_kernel<T, T>
+          <<<grid, kThreads, 0, stream>>>(order, seg_start, seg_id, static_cast<const T*>(dout), C,
+                                          static_cast<T*>(dweight), accumulate);
+    }
   });
   check_launch("embedding_backward");
 }

@@ -29,10 +29,14 @@ struct EmbeddingSegments {
 // Throws std::invalid_argument naming the first id outside [0, V).
 EmbeddingSegments group_by_id(const int64_t* ids, int64_t N, int64_t V);
 
-// dweight (V, C) is overwritten. `segments` points to device copies of the
-// three arrays of an EmbeddingSegments (order, seg_start, seg_id).
+// dweight (V, C) is overwritten, or with `accumulate` added to in the rows
+// the segments touch (and not written elsewhere). dweight is of the tensor
+// type, or f32 with f32_grad (a half weight's f32 gradient). `segments`
+// points to device copies of the three arrays of an EmbeddingSegments
+// (order, seg_start, seg_id).
 void embedding_backward(const int64_t* order, const int64_t* seg_start, const int64_t* seg_id,
                         int64_t num_segments, const void* dout, ScalarType type, int64_t V,
-                        int64_t C, void* dweight, cudaStream_t stream);
+                        int64_t C, void* dweight, cudaStream_t stream, bool f32_grad = false,
+                        bool accumulate = false);
 
 }  // namespace triad::kernels

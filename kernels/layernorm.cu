@@ -87,13 +87,19 @@ __global__ void ln_backward_partial_kernel(const T* dy, const T* x, const float*
   part_b[blockIdx.y * C + c] = sb;
 }
 
-template <class T>
-__global__ void ln_backward_finish_kernel(const float* part_w, const float* part_b, T* dw, T* db,
-                                          int64_t C, int64_t chunks) {
+// dw = beta * dw + the chunks' sum (beta 0: dw's contents are not read);
+// D is the tensor type, or f32 for the f32 gradients of half parameters.
+template <class D>
+__global__ void ln_backward_finish_kernel(const float* part_w, const float* part_b, D* dw, D* db,
+                                          int64_t C, int64_t chunks, float beta) {
   const int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
   if (c >= C) return;
   float sw = 0, sb = 0;
   for (int64_t k = 0; k < chunks; ++k) sw += part_w[k * C + c], sb += part_b[k * C + c];
+  if (beta != 0.0f) {
+    sw = beta * static_cast<float>(load(dw, c)) + sw;
+    sb = beta * static_cast<float>(load(db, c)) + sb;
+  }
   store(dw, c, sw);
   store(db, c, sb);
 }
@@ -139,7 +145,7 @@ size_t layer_norm_backward_workspace(int64_t N, int64_t C) {
 void layer_norm_backward(const void* dy, const void* x, const void* weight, const float* mean,
                          const float* rstd, void* dx, void* dweight, void* dbias, ScalarType type,
                          int64_t N, int64_t C, void* workspace, cudaStream_t stream,
-                         const void* dsum) {
+                         const void* dsum, bool f32_param_grads, double beta) {
   require(check_layer_norm(type, N, C, 1.0), "layer_norm_backward");
   if (!workspace) throw std::invalid_argument("layer_norm_backward: workspace is null");
   const int64_t chunks = std::min<int64_t>(kChunks, std::max<int64_t>(N, 1));
@@ -160,8 +166,15 @@ void layer_norm_backward(const void* dy, const void* x, const void* weight, cons
     ln_backward_partial_kernel<T>
         <<<dim3(col_blocks, static_cast<unsigned>(chunks)), 256, 0, stream>>>(
             pdy, px, mean, rstd, part_w, part_b, N, C, std::max<int64_t>(rows_per_chunk, 1));
-    ln_backward_finish_kernel<T><<<col_blocks, 256, 0, stream>>>(
-        part_w, part_b, static_cast<T*>(dweight), static_cast<T*>(dbias), C, chunks);
+    if (f32_param_grads) {
+      ln_backward_finish_kernel<float><<<col_blocks, 256, 0, stream>>>(
+          part_w, part_b, static_cast<float*>(dweight), static_cast<float*>(dbias), C, chunks,
+          static_cast<float>(beta));
+    } else {
+      ln_backward_finish_kernel<T><<<col_blocks, 256, 0, stream>>>(
+          part_w, part_b, static_cast<T*>(dweight), static_cast<T*>(dbias), C, chunks,
+          static_cast<float>(beta));
+    }
   });
   check_launch("layer_norm_backward");
 }

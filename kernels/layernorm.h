@@ -1,8 +1,8 @@
 #pragma once
 
 // LayerNorm over the last dimension (layernorm.cu). x, y, dy, dx (N, C) and
-// weight, bias, dweight, dbias (C) in the tensor type (f32, bf16 or f16);
-// mean and rstd (N) always f32. Statistics and every sum run in f32.
+// weight, bias (C) in the tensor type (f32, bf16 or f16), dweight and dbias
+// in it or f32; mean and rstd (N) always f32. Statistics and every sum run in f32.
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
@@ -22,13 +22,17 @@ void layer_norm_forward(const void* x, const void* weight, const void* bias, voi
 
 // Bytes of device scratch layer_norm_backward needs for (N, C).
 size_t layer_norm_backward_workspace(int64_t N, int64_t C);
-// dweight and dbias are overwritten. The column sums are formed in a fixed
-// order (row chunks, then chunks in order), so results are deterministic.
-// With `dsum` (N, C; the gradient the fused sum gets from its other uses),
-// dx = LayerNorm's input gradient + dsum.
+// dweight = beta * dweight + the weight gradient, dbias likewise (beta 0:
+// overwritten, their contents never read); they are of the tensor type, or
+// f32 with f32_param_grads (the f32 gradients of half parameters). The
+// column sums are formed in a fixed order (row chunks, then chunks in
+// order), so results are deterministic. With `dsum` (N, C; the gradient
+// the fused sum gets from its other uses), dx = LayerNorm's input gradient
+// + dsum.
 void layer_norm_backward(const void* dy, const void* x, const void* weight, const float* mean,
                          const float* rstd, void* dx, void* dweight, void* dbias, ScalarType type,
                          int64_t N, int64_t C, void* workspace, cudaStream_t stream,
-                         const void* dsum = nullptr);
+                         const void* dsum = nullptr, bool f32_param_grads = false,
+                         double beta = 0.0);
 
 }  // namespace triad::kernels

@@ -80,28 +80,45 @@ TensorList AccumulateGrad::apply(const TensorList& grad_outputs) {
   return {};
 }
 
-bool accumulate_into_leaf_grad(const Tensor& t,
-                               const std::function<void(Tensor& grad, double beta)>& add) {
-  if (!t.defined() || !t.requires_grad() || t.impl().grad_fn) return false;
-  TensorImpl& leaf = t.impl();
-  const DType grad_dtype = stat_dtype(t.dtype());
-  if (leaf.grad) {
-    const Tensor grad(leaf.grad);
-    if (grad.dtype() != grad_dtype || grad.shape() != t.shape() || grad.device() != t.device() ||
-        !grad.is_contiguous()) {
+bool accumulate_into_leaf_grads(
+    const std::vector<Tensor>& leaves,
+    const std::function<void(std::vector<Tensor>& grads, double beta)>& add) {
+  size_t fresh = 0;
+  for (const Tensor& t : leaves) {
+    if (!t.defined() || !t.requires_grad() || t.impl().grad_fn) return false;
+    if (!t.impl().grad) {
+      ++fresh;
+      continue;
+    }
+    const Tensor grad(t.impl().grad);
+    if (grad.dtype() != stat_dtype(t.dtype()) || grad.shape() != t.shape() ||
+        grad.device() != t.device() || !grad.is_contiguous()) {
       return false;
     }
   }
   NoGradGuard no_grad;
-  double beta = 1.0;
-  if (!leaf.grad) {
-    leaf.grad = empty(t.shape(), grad_dtype, t.device()).impl_ptr();
-    beta = 0.0;
+  const double beta = fresh == leaves.size() ? 0.0 : 1.0;
+  std::vector<Tensor> grads;
+  for (const Tensor& t : leaves) {
+    TensorImpl& leaf = t.impl();
+    if (!leaf.grad) {
+      Tensor buffer = empty(t.shape(), stat_dtype(t.dtype()), t.device());
+      if (beta != 0.0) backend_for(buffer).fill(buffer, 0.0);
+      leaf.grad = buffer.impl_ptr();
+    }
+    grads.emplace_back(leaf.grad);
   }
-  Tensor grad(leaf.grad);
-  add(grad, beta);
-  for (auto& hook : leaf.post_accumulate_hooks) hook(grad);
+  add(grads, beta);
+  for (size_t i = 0; i < leaves.size(); ++i) {
+    for (auto& hook : leaves[i].impl().post_accumulate_hooks) hook(grads[i]);
+  }
   return true;
+}
+
+bool accumulate_into_leaf_grad(const Tensor& t,
+                               const std::function<void(Tensor& grad, double beta)>& add) {
+  return accumulate_into_leaf_grads(
+      {t}, [&](std::vector<Tensor>& grads, double beta) { add(grads[0], beta); });
 }
 
 Edge gradient_edge(const Tensor& t) {

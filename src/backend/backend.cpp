@@ -11,6 +11,33 @@
 
 namespace triad {
 
+namespace {
+
+// A gradient buffer for parameters of dtype `param`: that dtype, or f32 for
+// bf16/f16 ones.
+void check_grad_buffer(const char* op, DType param, const Tensor& buffer, const Shape& shape) {
+  if (buffer.shape() != shape) {
+    throw ShapeError(std::string(op) + ": gradient buffer " + shape_str(buffer.shape()) +
+                     ", expected " + shape_str(shape));
+  }
+  if (buffer.dtype() != param && !(is_half(param) && buffer.dtype() == DType::F32)) {
+    throw ValueError(std::string(op) + ": " + dtype_name(buffer.dtype()) + " gradient buffer for " +
+                     dtype_name(param) + " values (expected the same dtype, or f32 for bf16/f16)");
+  }
+}
+
+// acc = beta * acc + part.
+void add_scaled_into(Backend& be, const Tensor& part, Tensor& acc, double beta) {
+  if (beta == 0.0) {
+    be.copy(part, acc);
+    return;
+  }
+  if (beta != 1.0) be.affine(acc, beta, 0.0, acc);
+  be.binary(BinaryOp::Add, acc, part, acc);
+}
+
+}  // namespace
+
 void Backend::linear_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y,
                              Tensor* gelu_input) {
   Tensor& pre = gelu_input ? *gelu_input : y;
@@ -72,12 +99,7 @@ void Backend::sum_rows_into(const Tensor& x, Tensor& acc, double beta) {
   }
   Tensor sums = empty(acc.shape(), acc.dtype(), acc.device());
   reduce(ReduceOp::Sum, xs, 1, x.size(0), x.size(1), sums, nullptr);
-  if (beta == 0.0) {
-    copy(sums, acc);
-    return;
-  }
-  if (beta != 1.0) affine(acc, beta, 0.0, acc);
-  binary(BinaryOp::Add, acc, sums, acc);
+  add_scaled_into(*this, sums, acc, beta);
 }
 
 void Backend::adamw_many(std::vector<AdamWEntry>& entries, const AdamWStep& hp) {
@@ -126,6 +148,43 @@ void Backend::add_layer_norm_backward(const Tensor& dy, const Tensor& dh, const 
                                       Tensor& dx, Tensor& dweight, Tensor& dbias) {
   layer_norm_backward(dy, h, weight, mean, rstd, dx, dweight, dbias);
   binary(BinaryOp::Add, dx, dh, dx);
+}
+
+void Backend::layer_norm_backward_into(const Tensor& dy, const Tensor* dh, const Tensor& x,
+                                       const Tensor& weight, const Tensor& mean, const Tensor& rstd,
+                                       Tensor& dx, Tensor& dweight, Tensor& dbias, double beta) {
+  check_grad_buffer("layer_norm_backward_into", x.dtype(), dweight, weight.shape());
+  check_grad_buffer("layer_norm_backward_into", x.dtype(), dbias, weight.shape());
+  // In the buffers' dtype (half values widened exactly); dx rounded to its
+  // dtype and then dh added, as add_layer_norm_backward's default does.
+  const DType d = dweight.dtype();
+  auto widen = [&](const Tensor& t) {
+    if (t.dtype() == d) return t;
+    Tensor w = empty(t.shape(), d, t.device());
+    copy(t, w);
+    return w;
+  };
+  Tensor dxw = dx.dtype() == d ? dx : empty(dx.shape(), d, dx.device());
+  Tensor dw = empty(weight.shape(), d, weight.device()),
+         db = empty(weight.shape(), d, weight.device());
+  layer_norm_backward(widen(dy), widen(x), widen(weight), mean, rstd, dxw, dw, db);
+  if (!dxw.same(dx)) copy(dxw, dx);
+  if (dh) binary(BinaryOp::Add, dx, *dh, dx);
+  add_scaled_into(*this, dw, dweight, beta);
+  add_scaled_into(*this, db, dbias, beta);
+}
+
+void Backend::embedding_backward_into(const Tensor& ids, const Tensor& dout, Tensor& dweight,
+                                      double beta) {
+  check_grad_buffer("embedding_backward_into", dout.dtype(), dweight, dweight.shape());
+  Tensor d = dout;
+  if (dout.dtype() != dweight.dtype()) {
+    d = empty(dout.shape(), dweight.dtype(), dout.device());
+    copy(dout, d);
+  }
+  Tensor dense = empty(dweight.shape(), dweight.dtype(), dweight.device());
+  embedding_backward(ids, d, dense);
+  add_scaled_into(*this, dense, dweight, beta);
 }
 
 namespace {

@@ -30,6 +30,16 @@ int64_t check_layer_norm_args(const char* op, const Tensor& x, const Tensor& wei
 }
 }  // namespace
 
+namespace {
+// A LayerNorm's weight and bias when both are leaves that require grad
+// (parameters): their gradients then go straight into .grad.
+std::vector<Tensor> param_leaves(const Tensor& weight, const Tensor& bias) {
+  const auto leaf = [](const Tensor& t) { return t.requires_grad() && t.is_leaf(); };
+  if (!leaf(weight) || !leaf(bias)) return {Tensor()};
+  return {weight, bias};
+}
+}  // namespace
+
 Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
   const int64_t C = check_layer_norm_args("layer_norm", x, weight, bias, eps);
   Tensor xc = contiguous(x).detach();
@@ -39,12 +49,23 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
   Tensor mu = empty({rows}, stat_dtype(x.dtype()), x.device());
   Tensor rs = empty({rows}, stat_dtype(x.dtype()), x.device());
   backend_for(x).layer_norm_forward(xc, wc, bc, eps, y, mu, rs);
-  record("layer_norm", {x, weight, bias}, {y}, [xc, wc, mu, rs](const TensorList& g) -> TensorList {
-    Tensor dy = contiguous(g[0]);
-    Tensor dx = empty_like(xc), dw = empty_like(wc), db = empty_like(wc);
-    backend_for(xc).layer_norm_backward(dy, xc, wc, mu, rs, dx, dw, db);
-    return {dx, dw, db};
-  });
+  const std::vector<Tensor> leaves = param_leaves(weight, bias);
+  record("layer_norm", {x, weight, bias}, {y},
+         [xc, wc, mu, rs, leaves](const TensorList& g) -> TensorList {
+           Tensor dy = contiguous(g[0]);
+           Tensor dx = empty_like(xc);
+           // Leaf parameters take their gradients straight from the kernel.
+           if (autograd::accumulate_into_leaf_grads(
+                   leaves, [&](std::vector<Tensor>& acc, double beta) {
+                     backend_for(xc).layer_norm_backward_into(dy, nullptr, xc, wc, mu, rs, dx,
+                                                              acc[0], acc[1], beta);
+                   })) {
+             return {dx, Tensor(), Tensor()};
+           }
+           Tensor dw = empty_like(wc), db = empty_like(wc);
+           backend_for(xc).layer_norm_backward(dy, xc, wc, mu, rs, dx, dw, db);
+           return {dx, dw, db};
+         });
   return y;
 }
 
@@ -64,10 +85,19 @@ AddLayerNorm add_layer_norm(const Tensor& x, const Tensor& residual, const Tenso
   Tensor rs = empty({rows}, stat_dtype(x.dtype()), x.device());
   backend_for(x).add_layer_norm_forward(xc, rc, wc, bc, eps, h, y, mu, rs);
   Tensor hd = h.detach();
+  const std::vector<Tensor> leaves = param_leaves(weight, bias);
   record("add_layer_norm", {x, residual, weight, bias}, {h, y},
-         [hd, wc, mu, rs](const TensorList& g) -> TensorList {
+         [hd, wc, mu, rs, leaves](const TensorList& g) -> TensorList {
            Tensor dh = contiguous(g[0]), dy = contiguous(g[1]);
-           Tensor dx = empty_like(hd), dw = empty_like(wc), db = empty_like(wc);
+           Tensor dx = empty_like(hd);
+           if (autograd::accumulate_into_leaf_grads(
+                   leaves, [&](std::vector<Tensor>& acc, double beta) {
+                     backend_for(hd).layer_norm_backward_into(dy, &dh, hd, wc, mu, rs, dx, acc[0],
+                                                              acc[1], beta);
+                   })) {
+             return {dx, dx, Tensor(), Tensor()};
+           }
+           Tensor dw = empty_like(wc), db = empty_like(wc);
            backend_for(hd).add_layer_norm_backward(dy, dh, hd, wc, mu, rs, dx, dw, db);
            return {dx, dx, dw, db};
          });
@@ -138,13 +168,22 @@ Tensor embedding(const Tensor& weight, const Tensor& ids) {
   const Shape ws = weight.shape();
   const DType dt = weight.dtype();
   const Device dev = weight.device();
-  record("embedding", {weight}, {out}, [ic, ws, dt, dev, C](const TensorList& g) -> TensorList {
-    Tensor dout = contiguous(g[0]);
-    Tensor dw = empty(ws, dt, dev);
-    backend_for(dw).embedding_backward(ic, make_view(dout, {ic.numel(), C}, {C, 1}, dout.offset()),
-                                       dw);
-    return {dw};
-  });
+  const Tensor leaf = weight.requires_grad() && weight.is_leaf() ? weight : Tensor();
+  record("embedding", {weight}, {out},
+         [ic, ws, dt, dev, C, leaf](const TensorList& g) -> TensorList {
+           Tensor dout = contiguous(g[0]);
+           const Tensor rows = make_view(dout, {ic.numel(), C}, {C, 1}, dout.offset());
+           // A leaf weight's gradient takes the rows the ids touch, added in place
+           // (no dense gradient of the whole table, no add after).
+           if (autograd::accumulate_into_leaf_grad(leaf, [&](Tensor& acc, double beta) {
+                 backend_for(acc).embedding_backward_into(ic, rows, acc, beta);
+               })) {
+             return {Tensor()};
+           }
+           Tensor dw = empty(ws, dt, dev);
+           backend_for(dw).embedding_backward(ic, rows, dw);
+           return {dw};
+         });
   return out;
 }
 

@@ -590,7 +590,95 @@ TEST(CudaKernels, SumRowsIntoMatchesTheCpu) {
       ValueError);
 }
 
+TEST(CudaKernels, ParameterGradientsIntoBuffersMatchTheCpu) {
+  // LayerNorm (plain and with the fused residual's dh) and embedding
+  // backward adding into gradient buffers: f32 under half values, the
+  // values' own dtype otherwise; beta 0 over NaN, and beta 1.
+  for (DType d : {DType::F32, DType::BF16, DType::F16}) {
+    const std::vector<DType> buffers =
+        d == DType::F32 ? std::vector<DType>{d} : std::vector<DType>{d, DType::F32};
+    for (DType buf : buffers) {
+      for (double beta : {0.0, 1.0}) {
+        for (bool with_dh : {false, true}) {
+          SCOPED_TRACE(std::string(dtype_name(d)) + " into " + dtype_name(buf) + " beta " +
+                       std::to_string(beta) + (with_dh ? " with dh" : ""));
+          const int64_t N = 300, C = 37;
+          const Tensor x = cast(randn({N, C}, 14, 1), d), dy = cast(randn({N, C}, 14, 2), d);
+          const Tensor dh = cast(randn({N, C}, 14, 3), d), w = cast(randn({C}, 14, 4), d);
+          Tensor b = cast(randn({C}, 14, 5), d), y = empty({N, C}, d);
+          Tensor mean = empty({N}, DType::F32), rstd = empty({N}, DType::F32);
+          backend_for(DeviceType::CPU).layer_norm_forward(x, w, b, 1e-5, y, mean, rstd);
+          const Tensor start =
+              beta == 0.0 ? full({C}, std::nan(""), buf) : cast(randn({C}, 14, 6), buf);
+          Tensor dx = empty({N, C}, d), dw = clone(start), db = clone(start);
+          backend_for(DeviceType::CPU)
+              .layer_norm_backward_into(dy, with_dh ? &dh : nullptr, x, w, mean, rstd, dx, dw, db,
+                                        beta);
+          auto g = [](const Tensor& t) { return to_device(t, kGpu); };
+          const Tensor gdh = g(dh);
+          Tensor gdx = empty({N, C}, d, kGpu), gdw = g(start), gdb = g(start);
+          backend_for(DeviceType::CUDA)
+              .layer_norm_backward_into(g(dy), with_dh ? &gdh : nullptr, g(x), g(w), g(mean),
+                                        g(rstd), gdx, gdw, gdb, beta);
+          const double tol = d == DType::F32 ? 1e-5 : 1e-2;
+          expect_close(to_double_vector(gdx), to_double_vector(dx), tol, tol, "dx");
+          const double ptol = buf == DType::F32 ? 1e-5 : 1e-2;
+          expect_close(to_double_vector(gdw), to_double_vector(dw), ptol, ptol, "dweight");
+          expect_close(to_double_vector(gdb), to_double_vector(db), ptol, ptol, "dbias");
+        }
+        SCOPED_TRACE(std::string("embedding ") + dtype_name(d) + " into " + dtype_name(buf) +
+                     " beta " + std::to_string(beta));
+        std::vector<int64_t> ids;
+        for (int i = 0; i < 90; ++i) ids.push_back((i * 11) % 41);  // rows 41.. untouched
+        const Tensor idt = from_vector(ids, {90});
+        const Tensor dout = cast(randn({90, 24}, 15, 1), d);
+        const Tensor start =
+            beta == 0.0 ? full({64, 24}, std::nan(""), buf) : cast(randn({64, 24}, 15, 2), buf);
+        Tensor acc = clone(start), gacc = to_device(start, kGpu);
+        backend_for(DeviceType::CPU).embedding_backward_into(idt, dout, acc, beta);
+        backend_for(DeviceType::CUDA)
+            .embedding_backward_into(to_device(idt, kGpu), to_device(dout, kGpu), gacc, beta);
+        const double ptol = buf == DType::F32 ? 1e-5 : 1e-2;
+        expect_close(to_double_vector(gacc), to_double_vector(acc), ptol, ptol, "embedding");
+      }
+    }
+  }
+}
+
 #ifdef TRIAD_CUDA_SIM
+// LayerNorm and embedding parameters take their gradients straight from
+// the backward kernels: with the f32 gradients already there (the second
+// micro-batch), a bf16 LayerNorm's backward is its three kernels and an
+// embedding's its one, where a half gradient and then an add into f32 take
+// two launches and one more.
+TEST(CudaRuntime, HalfLayerNormAndEmbeddingGradientsAddNoLaunches) {
+  Tensor w = to_device(cast(randn({32}, 16, 1), DType::BF16), kGpu).detach();
+  Tensor b = to_device(cast(randn({32}, 16, 2), DType::BF16), kGpu).detach();
+  Tensor table = to_device(cast(randn({50, 32}, 16, 3), DType::BF16), kGpu).detach();
+  for (Tensor* t : {&w, &b, &table}) t->set_requires_grad(true);
+  std::vector<int64_t> ids;
+  for (int i = 0; i < 24; ++i) ids.push_back((i * 5) % 50);
+  const Tensor idt = to_device(from_vector(ids, {24}), kGpu);
+  std::vector<int64_t> ln_launches, emb_launches;
+  for (int micro = 0; micro < 2; ++micro) {
+    const Tensor x = to_device(cast(randn({24, 32}, 17, micro), DType::BF16), kGpu);
+    const Tensor dy = to_device(cast(randn({24, 32}, 18, micro), DType::BF16), kGpu);
+    const Tensor y = layer_norm(x, w, b), e = embedding(table, idt);
+    cuda::synchronize(0);
+    int64_t before = triad_sim::counters().launches;
+    autograd::backward({y}, {dy});
+    cuda::synchronize(0);
+    ln_launches.push_back(triad_sim::counters().launches - before);
+    before = triad_sim::counters().launches;
+    autograd::backward({e}, {dy});
+    cuda::synchronize(0);
+    emb_launches.push_back(triad_sim::counters().launches - before);
+  }
+  EXPECT_EQ(ln_launches, (std::vector<int64_t>{3, 3}));
+  EXPECT_EQ(emb_launches, (std::vector<int64_t>{1, 1}));
+  for (Tensor* t : {&w, &b, &table}) EXPECT_EQ(t->grad().dtype(), DType::F32);
+}
+
 // A bf16 linear layer's weight gradient is one GEMM into the f32 gradient:
 // no kernel besides the GEMMs (a bf16 product and then a conversion or an
 // add into f32, one launch more, fail this), and the f32 sum of the exact

@@ -5,6 +5,8 @@
 // central differences, and the GPU suite the fused kernels against the CPU.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "triad/autograd/engine.h"
 #include "triad/ops.h"
 
@@ -49,6 +51,60 @@ TEST(AddLayerNorm, EqualsAddThenLayerNormBitForBit) {
         EXPECT_EQ(fused.grads[i], plain.grads[i]) << "gradient " << i;
     }
   }
+}
+
+// Half-precision LayerNorm parameters and embedding tables take f32
+// gradients summed straight into .grad: over two micro-batches they equal
+// the f64 computation on the same (bf16-representable) values to f32
+// precision, where a gradient rounded to bf16 first would be ~2^-9 off.
+TEST(ParameterGradients, HalfLayerNormAndEmbeddingGradientsAreF32Sums) {
+  for (bool fused : {false, true}) {
+    SCOPED_TRACE(fused ? "add_layer_norm" : "layer_norm");
+    std::vector<Tensor> half{randn({16}, 21, 1, 1.0, DType::BF16),
+                             randn({16}, 21, 2, 1.0, DType::BF16)};
+    std::vector<Tensor> wide{cast(half[0], DType::F64), cast(half[1], DType::F64)};
+    for (Tensor* t : {&half[0], &half[1], &wide[0], &wide[1]}) t->set_requires_grad(true);
+    for (uint64_t micro = 0; micro < 2; ++micro) {
+      const Tensor x = randn({40, 16}, 22, micro, 1.0, DType::BF16);
+      // (A zero residual keeps the sum exact in bf16, as in f64.)
+      const Tensor r = zeros({40, 16}, DType::BF16);
+      const Tensor dy = randn({40, 16}, 24, micro, 1.0, DType::BF16);
+      for (bool f64 : {false, true}) {
+        const auto& p = f64 ? wide : half;
+        const DType d = f64 ? DType::F64 : DType::BF16;
+        const Tensor y = fused ? add_layer_norm(cast(x, d), cast(r, d), p[0], p[1]).norm
+                               : layer_norm(cast(x, d), p[0], p[1]);
+        autograd::backward({y}, {cast(dy, d)});
+      }
+    }
+    for (int i = 0; i < 2; ++i) {
+      ASSERT_EQ(half[i].grad().dtype(), DType::F32);
+      const auto got = to_double_vector(half[i].grad()), want = to_double_vector(wide[i].grad());
+      for (size_t k = 0; k < want.size(); ++k)
+        ASSERT_NEAR(got[k], want[k], 1e-5 * (1 + std::abs(want[k]))) << i << " element " << k;
+    }
+  }
+  // The embedding table: a tied weight, used by the lookup and the head.
+  Tensor table = randn({30, 8}, 25, 1, 1.0, DType::BF16);
+  Tensor table64 = cast(table, DType::F64);
+  table.set_requires_grad(true);
+  table64.set_requires_grad(true);
+  for (uint64_t micro = 0; micro < 2; ++micro) {
+    std::vector<int64_t> ids;
+    for (int i = 0; i < 50; ++i) ids.push_back((i * 7 + static_cast<int>(micro)) % 23);
+    const Tensor idt = from_vector(ids, {50});
+    const Tensor de = randn({50, 8}, 26, micro, 1.0, DType::BF16);
+    const Tensor x = randn({50, 8}, 27, micro, 1.0, DType::BF16);
+    const Tensor dy = randn({50, 30}, 28, micro, 1.0, DType::BF16);
+    for (Tensor* t : {&table, &table64}) {
+      const DType d = t->dtype();
+      autograd::backward({embedding(*t, idt), linear(cast(x, d), *t)}, {cast(de, d), cast(dy, d)});
+    }
+  }
+  ASSERT_EQ(table.grad().dtype(), DType::F32);
+  const auto got = to_double_vector(table.grad()), want = to_double_vector(table64.grad());
+  for (size_t k = 0; k < want.size(); ++k)
+    ASSERT_NEAR(got[k], want[k], 1e-5 * (1 + std::abs(want[k]))) << "table element " << k;
 }
 
 TEST(AddLayerNorm, NamesItselfAndTheMismatch) {

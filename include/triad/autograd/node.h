@@ -108,6 +108,13 @@ class AccumulateGrad final : public Node {
 // add, and no rounding of each micro-batch's gradient to bf16.
 bool accumulate_into_leaf_grad(const Tensor& t,
                                const std::function<void(Tensor& grad, double beta)>& add);
+// The same for several leaves whose gradients one kernel produces together
+// (a LayerNorm's weight and bias): all or none. One beta for all: when
+// some buffers exist and others are new, the new ones are zeroed and beta
+// is 1. Hooks run in the leaves' order.
+bool accumulate_into_leaf_grads(
+    const std::vector<Tensor>& leaves,
+    const std::function<void(std::vector<Tensor>& grads, double beta)>& add);
 
 // The edge a gradient for `t` must flow into (its producer, or its leaf
 // accumulator), or an invalid edge if `t` does not require grad.

@@ -126,6 +126,18 @@ class Backend {
                                        const Tensor& weight, const Tensor& mean, const Tensor& rstd,
                                        Tensor& dx, Tensor& dweight, Tensor& dbias);
 
+  // LayerNorm's backward (with dh: the fused residual add's) with the
+  // parameter gradients added into buffers: dweight = beta * dweight + the
+  // weight gradient, dbias likewise (beta 0 ignores their contents). They
+  // have x's dtype, or f32 under bf16/f16 x (the f32 gradients of
+  // mixed-precision parameters, never rounded to half). dx as in
+  // layer_norm_backward / add_layer_norm_backward. The default computes in
+  // the buffers' dtype and adds; the CUDA backend writes them directly.
+  virtual void layer_norm_backward_into(const Tensor& dy, const Tensor* dh, const Tensor& x,
+                                        const Tensor& weight, const Tensor& mean,
+                                        const Tensor& rstd, Tensor& dx, Tensor& dweight,
+                                        Tensor& dbias, double beta);
+
   // Softmax over the last dimension of x viewed as (rows, cols).
   virtual void softmax_forward(const Tensor& x, Tensor& y) = 0;
   virtual void softmax_backward(const Tensor& y, const Tensor& dy, Tensor& dx) = 0;
@@ -141,6 +153,12 @@ class Backend {
   virtual void embedding_forward(const Tensor& weight, const Tensor& ids, Tensor& out) = 0;
   // dweight (V, C) is overwritten; the order of accumulation is fixed.
   virtual void embedding_backward(const Tensor& ids, const Tensor& dout, Tensor& dweight) = 0;
+  // dweight = beta * dweight + the embedding gradient, dweight in dout's
+  // dtype or f32 under bf16/f16 dout (beta 0 ignores its contents). The
+  // default computes a dense gradient in dweight's dtype and adds it; the
+  // CUDA backend adds into the rows the ids touch and nowhere else.
+  virtual void embedding_backward_into(const Tensor& ids, const Tensor& dout, Tensor& dweight,
+                                       double beta);
 
   // logits (N, V); targets (N) i32/i64; losses, lse and dlosses (N) in stat_dtype. Rows whose
   // target equals ignore_index get loss 0.

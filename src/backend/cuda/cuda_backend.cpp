@@ -609,7 +609,7 @@ void run_layer_norm_forward(CudaBackend& be, const Tensor& x, const Tensor* resi
 
 void run_layer_norm_backward(CudaBackend& be, const Tensor& dy, const Tensor* dsum, const Tensor& x,
                              const Tensor& weight, const Tensor& mean, const Tensor& rstd,
-                             Tensor& dx, Tensor& dweight, Tensor& dbias) {
+                             Tensor& dx, Tensor& dweight, Tensor& dbias, double beta = 0.0) {
   require_nn("layer_norm_backward", x.dtype());
   const int64_t C = x.size(-1), N = x.numel() / std::max<int64_t>(C, 1);
   CudaBackend::DeviceState& s = be.state(dx.device().index);
@@ -619,7 +619,8 @@ void run_layer_norm_backward(CudaBackend& be, const Tensor& dy, const Tensor* ds
     k::layer_norm_backward(dy.raw_data(), x.raw_data(), weight.raw_data(), mean.data<float>(),
                            rstd.data<float>(), dx.raw_data(), dweight.raw_data(), dbias.raw_data(),
                            scalar(x.dtype()), N, C, ws.get(), s.stream,
-                           dsum ? dsum->raw_data() : nullptr);
+                           dsum ? dsum->raw_data() : nullptr,
+                           dweight.dtype() == DType::F32 && x.dtype() != DType::F32, beta);
   });
 }
 }  // namespace
@@ -646,6 +647,24 @@ void CudaBackend::add_layer_norm_backward(const Tensor& dy, const Tensor& dh, co
                                           const Tensor& rstd, Tensor& dx, Tensor& dweight,
                                           Tensor& dbias) {
   run_layer_norm_backward(*this, dy, &dh, h, weight, mean, rstd, dx, dweight, dbias);
+}
+
+void CudaBackend::layer_norm_backward_into(const Tensor& dy, const Tensor* dh, const Tensor& x,
+                                           const Tensor& weight, const Tensor& mean,
+                                           const Tensor& rstd, Tensor& dx, Tensor& dweight,
+                                           Tensor& dbias, double beta) {
+  // The kernel's last stage adds the column sums into the buffers (f32, or
+  // x's dtype) directly: no half-precision temporaries, no adds after.
+  auto fits = [&](const Tensor& g) {
+    return g.shape() == weight.shape() && g.is_contiguous() && g.device() == x.device() &&
+           (g.dtype() == x.dtype() || (is_half(x.dtype()) && g.dtype() == DType::F32));
+  };
+  if (x.dtype() == DType::F64 || !fits(dweight) || !fits(dbias) ||
+      dweight.dtype() != dbias.dtype() || (beta != 0.0 && beta != 1.0)) {
+    Backend::layer_norm_backward_into(dy, dh, x, weight, mean, rstd, dx, dweight, dbias, beta);
+    return;
+  }
+  run_layer_norm_backward(*this, dy, dh, x, weight, mean, rstd, dx, dweight, dbias, beta);
 }
 
 void CudaBackend::softmax_forward(const Tensor& x, Tensor& y) {
@@ -914,6 +933,24 @@ void CudaBackend::embedding_forward(const Tensor& weight, const Tensor& ids, Ten
 }
 
 void CudaBackend::embedding_backward(const Tensor& ids, const Tensor& dout, Tensor& dweight) {
+  run_embedding_backward(ids, dout, dweight, false);
+}
+
+void CudaBackend::embedding_backward_into(const Tensor& ids, const Tensor& dout, Tensor& dweight,
+                                          double beta) {
+  const bool fused =
+      dweight.is_contiguous() && dweight.dim() == 2 && dweight.device() == dout.device() &&
+      (beta == 0.0 || beta == 1.0) && dout.dtype() != DType::F64 &&
+      (dweight.dtype() == dout.dtype() || (is_half(dout.dtype()) && dweight.dtype() == DType::F32));
+  if (!fused) {
+    Backend::embedding_backward_into(ids, dout, dweight, beta);
+    return;
+  }
+  run_embedding_backward(ids, dout, dweight, beta != 0.0);
+}
+
+void CudaBackend::run_embedding_backward(const Tensor& ids, const Tensor& dout, Tensor& dweight,
+                                         bool accumulate) {
   require_nn("embedding_backward", dout.dtype());
   require_index("embedding_backward", ids);
   const int64_t V = dweight.size(0), C = dweight.size(1), N = ids.numel();
@@ -934,7 +971,8 @@ void CudaBackend::embedding_backward(const Tensor& ids, const Tensor& dout, Tens
   const int64_t* d = dev.data<int64_t>();
   launch("embedding_backward", [&] {
     k::embedding_backward(d, d + N, d + N + U + 1, U, dout.raw_data(), scalar(dout.dtype()), V, C,
-                          dweight.raw_data(), s.stream);
+                          dweight.raw_data(), s.stream,
+                          dweight.dtype() == DType::F32 && dout.dtype() != DType::F32, accumulate);
   });
 }
 

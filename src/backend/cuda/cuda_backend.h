@@ -60,6 +60,11 @@ class CudaBackend final : public Backend {
                           const Tensor& dout, int64_t n_head, Tensor& dqkv) override;
   void embedding_forward(const Tensor& weight, const Tensor& ids, Tensor& out) override;
   void embedding_backward(const Tensor& ids, const Tensor& dout, Tensor& dweight) override;
+  void embedding_backward_into(const Tensor& ids, const Tensor& dout, Tensor& dweight,
+                               double beta) override;
+  void layer_norm_backward_into(const Tensor& dy, const Tensor* dh, const Tensor& x,
+                                const Tensor& weight, const Tensor& mean, const Tensor& rstd,
+                                Tensor& dx, Tensor& dweight, Tensor& dbias, double beta) override;
   void cross_entropy_forward(const Tensor& logits, const Tensor& targets, int64_t ignore_index,
                              Tensor& losses, Tensor& lse) override;
   void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse,
@@ -86,6 +91,9 @@ class CudaBackend final : public Backend {
 
  private:
   PinnedStaging& staging();
+  // dweight overwritten, or added to in the rows the ids touch.
+  void run_embedding_backward(const Tensor& ids, const Tensor& dout, Tensor& dweight,
+                              bool accumulate);
   static constexpr int kMaxDevices = 16;
   std::mutex mutex_;
   std::array<std::unique_ptr<DeviceState>, kMaxDevices> devices_;
