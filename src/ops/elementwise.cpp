@@ -35,13 +35,28 @@ Tensor binary_raw(BinaryOp op, const Tensor& a, const Tensor& b, const char* nam
   return out;
 }
 
+// A leaf (a parameter) that add() broadcasts as a bias over the rows of an
+// (..., C) result, or undefined.
+Tensor bias_leaf(const Tensor& b, const Shape& out) {
+  const bool bias =
+      b.dim() == 1 && out.size() >= 2 && b.size(0) == out.back() && numel(out) > b.numel();
+  return bias && b.requires_grad() && b.is_leaf() ? b : Tensor();
+}
+
 }  // namespace
 
 Tensor add(const Tensor& a, const Tensor& b) {
   Tensor y = binary_raw(BinaryOp::Add, a, b, "add");
   const Shape sa = a.shape(), sb = b.shape();
-  record("add", {a, b}, {y}, [sa, sb](const TensorList& g) -> TensorList {
-    return {sum_to(g[0], sa), sum_to(g[0], sb)};
+  // A broadcast bias parameter takes its column sums straight into its
+  // gradient buffer (f32 under bf16/f16), as a linear layer's bias does.
+  const Tensor bias = bias_leaf(b, y.shape());
+  record("add", {a, b}, {y}, [sa, sb, bias](const TensorList& g) -> TensorList {
+    const Tensor g2 =
+        bias.defined() ? reshape(contiguous(g[0]), {g[0].numel() / sb[0], sb[0]}) : Tensor();
+    const bool added = autograd::accumulate_into_leaf_grad(
+        bias, [&](Tensor& acc, double beta) { backend_for(g2).sum_rows_into(g2, acc, beta); });
+    return {sum_to(g[0], sa), added ? Tensor() : sum_to(g[0], sb)};
   });
   return y;
 }

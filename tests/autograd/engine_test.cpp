@@ -235,6 +235,36 @@ TEST(Autograd, HalfWeightGradientsAccumulateInF32WithoutRounding) {
   }
 }
 
+// A bias parameter added by add() (the tensor-parallel row-parallel
+// layers' bias, added after the reduction) takes the column sums straight
+// into its f32 gradient as well; a non-broadcast or non-leaf operand does
+// not.
+TEST(Autograd, BroadcastBiasGradientsAccumulateInF32) {
+  Tensor b = randn({7}, 10, 1, 1.0, DType::BF16);
+  b.set_requires_grad(true);
+  std::vector<double> want(7, 0.0);
+  for (uint64_t micro = 0; micro < 2; ++micro) {
+    const Tensor x = randn({3, 30, 7}, 10, 2 + micro, 1.0, DType::BF16);
+    const Tensor dy = randn({3, 30, 7}, 10, 4 + micro, 1.0, DType::BF16);
+    autograd::backward({add(x, b)}, {dy});
+    const auto dv = vec(dy);
+    for (size_t r = 0; r < 90; ++r)
+      for (size_t c = 0; c < 7; ++c) want[c] += dv[r * 7 + c];
+  }
+  ASSERT_EQ(b.grad().dtype(), DType::F32);
+  const auto got = vec(b.grad());
+  for (size_t c = 0; c < 7; ++c)
+    ASSERT_NEAR(got[c], want[c], 2e-6 * (1 + std::abs(want[c]))) << "element " << c;
+  // Same shapes (no broadcast) and a bias reached through another op: the
+  // gradient flows as before.
+  Tensor a = randn({2, 3}, 10, 6, 1.0, DType::F64), base = randn({3}, 10, 7, 1.0, DType::F64);
+  a.set_requires_grad(true);
+  base.set_requires_grad(true);
+  autograd::backward({add(a, scale(base, 3.0))}, {full({2, 3}, 1.0, DType::F64)});
+  expect_all_near(vec(a.grad()), std::vector<double>(6, 1.0));
+  expect_all_near(vec(base.grad()), std::vector<double>(3, 6.0));
+}
+
 // A weight that is not a leaf (here a scaled leaf) still gets its gradient
 // through the graph, and a leaf whose gradient buffer has another dtype is
 // left to AccumulateGrad.

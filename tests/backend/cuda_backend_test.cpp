@@ -650,7 +650,8 @@ TEST(CudaKernels, ParameterGradientsIntoBuffersMatchTheCpu) {
 // the backward kernels: with the f32 gradients already there (the second
 // micro-batch), a bf16 LayerNorm's backward is its three kernels and an
 // embedding's its one, where a half gradient and then an add into f32 take
-// two launches and one more.
+// two launches and one more; a broadcast bias's add, one (a sum and an add
+// before).
 TEST(CudaRuntime, HalfLayerNormAndEmbeddingGradientsAddNoLaunches) {
   Tensor w = to_device(cast(randn({32}, 16, 1), DType::BF16), kGpu).detach();
   Tensor b = to_device(cast(randn({32}, 16, 2), DType::BF16), kGpu).detach();
@@ -677,6 +678,17 @@ TEST(CudaRuntime, HalfLayerNormAndEmbeddingGradientsAddNoLaunches) {
   EXPECT_EQ(ln_launches, (std::vector<int64_t>{3, 3}));
   EXPECT_EQ(emb_launches, (std::vector<int64_t>{1, 1}));
   for (Tensor* t : {&w, &b, &table}) EXPECT_EQ(t->grad().dtype(), DType::F32);
+  // A bias added by add() (the row-parallel layers'): its column sums only.
+  const Tensor x = to_device(cast(randn({24, 32}, 19, 1), DType::BF16), kGpu);
+  for (int micro = 0; micro < 2; ++micro) {
+    const Tensor y = add(x, b);
+    const Tensor dy = to_device(cast(randn({24, 32}, 20, micro), DType::BF16), kGpu);
+    cuda::synchronize(0);
+    const int64_t before = triad_sim::counters().launches;
+    autograd::backward({y}, {dy});
+    cuda::synchronize(0);
+    EXPECT_EQ(triad_sim::counters().launches - before, 1) << "micro-batch " << micro;
+  }
 }
 
 // A bf16 linear layer's weight gradient is one GEMM into the f32 gradient:
