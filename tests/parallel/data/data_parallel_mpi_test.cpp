@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
@@ -12,6 +13,7 @@
 #include "support/temp_dir.h"
 #include "triad/data/token_shard.h"
 #include "triad/dist/world.h"
+#include "triad/io/checkpoint.h"
 #include "triad/ops.h"
 #include "triad/train/attention_choice.h"
 #include "triad/train/trainer.h"
@@ -181,6 +183,65 @@ TEST(DataParallel, ZeroOneResumeIsBitwiseAcrossRanks) {
     EXPECT_EQ(rest[i].loss, whole[3 + i].loss) << "step " << rest[i].step;
   g_world->barrier()->wait();
   if (g_world->rank() == 0) std::filesystem::remove_all(root);
+}
+
+// A checkpoint of this layout whose ZeRO-1 pieces are cut another way (as
+// one written before the buffers' layout changed) is resharded, not read
+// as if its flat state matched this run's: here each rank's segments are
+// stored in reverse order, the same total length, so reading the flat
+// tensors as they are would hand every parameter another one's moments.
+TEST(DataParallel, ZeroOnePiecesCutAnotherWayAreResharded) {
+  const std::string root = shared_dir();
+  testing::TempDir data;
+  auto make = [&](int64_t steps, int64_t interval, const std::string& dir) {
+    Config c = config(data, 1);
+    c.train.steps = steps;
+    c.output_dir = root + "/out";
+    c.checkpoint.dir = dir;
+    c.checkpoint.interval = interval;
+    c.checkpoint.resume = "auto";
+    return c;
+  };
+  std::vector<StepMetrics> whole, rest;
+  {
+    Trainer t(make(6, 3, root + "/ckpt"), g_world);
+    whole = t.run();
+  }
+  if (g_world->rank() == 0) std::ofstream(root + "/ckpt/latest", std::ios::trunc) << "step_3\n";
+  g_world->barrier()->wait();
+  const auto info = io::find_latest_checkpoint(root + "/ckpt");
+  ASSERT_TRUE(info.has_value());
+  const int rank = g_world->rank();
+  io::RankState st = io::read_rank_state(*info, rank);
+  RankPlacement pl = placement_from_json(st.metadata.at("placement"));
+  ASSERT_GE(pl.zero_segments.size(), 2u);
+  std::vector<int64_t> starts;
+  int64_t at = 0;
+  for (const auto& seg : pl.zero_segments) starts.push_back(at), at += seg.length;
+  for (const char* key : {"zero/m", "zero/v", "zero/master"}) {
+    auto it = st.tensors.find(key);
+    if (it == st.tensors.end()) continue;
+    std::vector<Tensor> pieces;
+    for (size_t i = pl.zero_segments.size(); i-- > 0;)
+      pieces.push_back(narrow(it->second, 0, starts[i], pl.zero_segments[i].length));
+    it->second = concat(pieces, 0).detach();
+  }
+  std::reverse(pl.zero_segments.begin(), pl.zero_segments.end());
+  st.metadata["placement"] = placement_to_json(pl);
+  const std::string moved = root + "/moved";
+  io::write_rank_state(io::checkpoint_staging_dir(moved, 3), rank, st.tensors, st.metadata);
+  g_world->barrier()->wait();
+  if (rank == 0) io::commit_checkpoint(moved, 3, g_world->size(), info->layout, "", 1);
+  g_world->barrier()->wait();
+  {
+    Trainer t(make(6, 0, moved), g_world);
+    rest = t.run();
+  }
+  ASSERT_EQ(rest.size(), 3u);
+  for (size_t i = 0; i < 3; ++i)
+    EXPECT_EQ(rest[i].loss, whole[3 + i].loss) << "step " << rest[i].step;
+  g_world->barrier()->wait();
+  if (rank == 0) std::filesystem::remove_all(root);
 }
 
 }  // namespace
