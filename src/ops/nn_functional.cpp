@@ -28,9 +28,7 @@ int64_t check_layer_norm_args(const char* op, const Tensor& x, const Tensor& wei
     throw ValueError(std::string(op) + ": eps " + std::to_string(eps) + " must be > 0");
   return C;
 }
-}  // namespace
 
-namespace {
 // A LayerNorm's weight and bias when both are leaves that require grad
 // (parameters): their gradients then go straight into .grad.
 std::vector<Tensor> param_leaves(const Tensor& weight, const Tensor& bias) {
