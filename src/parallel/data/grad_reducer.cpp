@@ -63,15 +63,17 @@ GradientReducer::GradientReducer(std::vector<std::pair<std::string, Tensor>> par
   bucket_of_.assign(n, 0);
   const int64_t cap = std::max<int64_t>(1, static_cast<int64_t>(bucket_bytes / 4));
   int64_t total = 0;
+  const auto close_last_bucket = [&] {
+    if (buckets_.empty()) return;
+    Bucket& last = buckets_.back();
+    last.end = last.begin + round_up(last.end - last.begin, bucket_multiple);
+    total = last.end;
+  };
   for (size_t i : order) {
     const bool is_late = late.count(params_[i].first) > 0;
     if (buckets_.empty() || buckets_.back().late != is_late ||
         buckets_.back().end - buckets_.back().begin >= cap) {
-      if (!buckets_.empty()) {
-        Bucket& last = buckets_.back();
-        last.end = last.begin + round_up(last.end - last.begin, bucket_multiple);
-        total = last.end;
-      }
+      close_last_bucket();
       Bucket b;
       b.begin = b.end = total;
       b.late = is_late;
@@ -83,11 +85,7 @@ GradientReducer::GradientReducer(std::vector<std::pair<std::string, Tensor>> par
     b.end = offset_[i] + params_[i].second.numel();
     bucket_of_[i] = buckets_.size() - 1;
   }
-  if (!buckets_.empty()) {
-    Bucket& last = buckets_.back();
-    last.end = last.begin + round_up(last.end - last.begin, bucket_multiple);
-    total = last.end;
-  }
+  close_last_bucket();
   flat_grad_ = zeros({total}, DType::F32, device);
   flat_param_ = zeros({total}, param_dtype, device);
   // Parameters and gradients become views into the flat buffers.
