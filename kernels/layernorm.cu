@@ -1,6 +1,11 @@
 // LayerNorm: one warp per row for the row-wise parts (statistics, y, dx);
 // the weight and bias gradients are column sums done in two deterministic
-// stages: per row chunk, then over chunks in order.
+// stages. Up to kFusedMaxC columns the backward is two launches: one pass
+// over the rows computes dx and, in each warp's own slice of shared memory,
+// the column sums of its rows (no atomics), which each block adds in warp
+// order into its partial row; the second adds the blocks' partials in
+// order. Wider rows take three: dx, the column sums per row chunk, the
+// chunks in order.
 #include "device_utils.cuh"
 #include "layernorm.h"
 
@@ -9,6 +14,12 @@ namespace {
 
 constexpr int kRowsPerBlock = 8;  // warps per block, one row each
 constexpr int64_t kChunks = 64;   // row chunks of the column-sum stage
+// The fused backward: warps per block, blocks at most (each block's warps
+// stride over the rows), and the widest row whose per-warp column sums fit
+// 48 KiB of shared memory (2 floats per column per warp).
+constexpr int kFusedWarps = 4;
+constexpr int64_t kFusedBlocks = 256;
+constexpr int64_t kFusedMaxC = 48 * 1024 / (2 * kFusedWarps * int64_t(sizeof(float)));
 
 template <class T>
 __global__ void ln_forward_kernel(const T* x, const T* w, const T* b, T* y, float* mean,
@@ -65,6 +76,53 @@ __global__ void ln_backward_dx_kernel(const T* dy, const T* x, const T* w, const
     const float xhat = (load(xr, i) - mu) * rs;
     const float extra = dsum ? load(dsum, row * C + i) : 0.0f;
     store(out, i, rs * (load(gr, i) * load(w, i) - mg - xhat * mgx) + extra);
+  }
+}
+
+// dx for rows blockIdx.x * kFusedWarps + warp, then every gridDim.x *
+// kFusedWarps rows after, and part_w/part_b[blockIdx.x][c]: the column sums
+// of dy * xhat and dy over the block's rows, in a fixed order.
+template <class T>
+__global__ void __launch_bounds__(32 * kFusedWarps)
+    ln_backward_fused_kernel(const T* dy, const T* x, const T* w, const float* mean,
+                             const float* rstd, T* dx, int64_t N, int64_t C, const T* dsum,
+                             float* part_w, float* part_b) {
+  extern __shared__ float sums[];  // [warp][2][C]: the warp's weight, then bias sums
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  float* sw = sums + warp * 2 * C;
+  float* sb = sw + C;
+  // A lane only ever touches the columns i = lane (mod 32) of its warp's
+  // slice, so the slice needs no synchronisation until the block sums it.
+  for (int64_t i = lane; i < C; i += 32) sw[i] = 0.0f, sb[i] = 0.0f;
+  const int64_t stride = int64_t(gridDim.x) * kFusedWarps;
+  for (int64_t row = blockIdx.x * int64_t(kFusedWarps) + warp; row < N; row += stride) {
+    const T* xr = x + row * C;
+    const T* gr = dy + row * C;
+    const float mu = mean[row], rs = rstd[row];
+    float mg = 0, mgx = 0;
+    for (int64_t i = lane; i < C; i += 32) {
+      const float gw = load(gr, i) * load(w, i);
+      mg += gw;
+      mgx += gw * (load(xr, i) - mu) * rs;
+    }
+    mg = warp_sum(mg) / static_cast<float>(C);
+    mgx = warp_sum(mgx) / static_cast<float>(C);
+    T* out = dx + row * C;
+    for (int64_t i = lane; i < C; i += 32) {
+      const float g = load(gr, i);
+      const float xhat = (load(xr, i) - mu) * rs;
+      const float extra = dsum ? load(dsum, row * C + i) : 0.0f;
+      store(out, i, rs * (g * load(w, i) - mg - xhat * mgx) + extra);
+      sw[i] += g * xhat;
+      sb[i] += g;
+    }
+  }
+  __syncthreads();
+  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
+    float a = 0, b = 0;
+    for (int k = 0; k < kFusedWarps; ++k) a += sums[k * 2 * C + c], b += sums[k * 2 * C + C + c];
+    part_w[blockIdx.x * C + c] = a;
+    part_b[blockIdx.x * C + c] = b;
   }
 }
 
@@ -137,9 +195,20 @@ void layer_norm_forward(const void* x, const void* weight, const void* bias, voi
   check_launch("layer_norm_forward");
 }
 
+namespace {
+// Partial rows of the column sums: the fused kernel's blocks, or the
+// three-launch path's row chunks.
+int64_t partial_rows(int64_t N, int64_t C) {
+  if (C <= kFusedMaxC) {
+    return std::min<int64_t>(kFusedBlocks,
+                             std::max<int64_t>((N + kFusedWarps - 1) / kFusedWarps, 1));
+  }
+  return std::min<int64_t>(kChunks, std::max<int64_t>(N, 1));
+}
+}  // namespace
+
 size_t layer_norm_backward_workspace(int64_t N, int64_t C) {
-  const int64_t chunks = std::min<int64_t>(kChunks, std::max<int64_t>(N, 1));
-  return static_cast<size_t>(2 * chunks * C) * sizeof(float);
+  return static_cast<size_t>(2 * partial_rows(N, C) * C) * sizeof(float);
 }
 
 void layer_norm_backward(const void* dy, const void* x, const void* weight, const float* mean,
@@ -148,24 +217,34 @@ void layer_norm_backward(const void* dy, const void* x, const void* weight, cons
                          const void* dsum, bool f32_param_grads, double beta) {
   require(check_layer_norm(type, N, C, 1.0), "layer_norm_backward");
   if (!workspace) throw std::invalid_argument("layer_norm_backward: workspace is null");
-  const int64_t chunks = std::min<int64_t>(kChunks, std::max<int64_t>(N, 1));
+  const int64_t chunks = partial_rows(N, C);
   const int64_t rows_per_chunk = (N + chunks - 1) / chunks;
   float* part_w = static_cast<float*>(workspace);
   float* part_b = part_w + chunks * C;
+  const bool fused = C <= kFusedMaxC;
+  const unsigned col_blocks = static_cast<unsigned>((C + 255) / 256);
   dispatch_nn(type, "layer_norm_backward", [&](auto t) {
     using T = decltype(t);
     const T* pdy = static_cast<const T*>(dy);
     const T* px = static_cast<const T*>(x);
-    if (N > 0) {
-      const unsigned blocks = static_cast<unsigned>((N + kRowsPerBlock - 1) / kRowsPerBlock);
-      ln_backward_dx_kernel<T><<<blocks, 32 * kRowsPerBlock, 0, stream>>>(
-          pdy, px, static_cast<const T*>(weight), mean, rstd, static_cast<T*>(dx), N, C,
-          static_cast<const T*>(dsum));
+    if (fused) {
+      // (With no rows the blocks still write their zero partial sums.)
+      const size_t smem = static_cast<size_t>(2 * kFusedWarps * C) * sizeof(float);
+      ln_backward_fused_kernel<T>
+          <<<static_cast<unsigned>(chunks), 32 * kFusedWarps, smem, stream>>>(
+              pdy, px, static_cast<const T*>(weight), mean, rstd, static_cast<T*>(dx), N, C,
+              static_cast<const T*>(dsum), part_w, part_b);
+    } else {
+      if (N > 0) {
+        const unsigned blocks = static_cast<unsigned>((N + kRowsPerBlock - 1) / kRowsPerBlock);
+        ln_backward_dx_kernel<T><<<blocks, 32 * kRowsPerBlock, 0, stream>>>(
+            pdy, px, static_cast<const T*>(weight), mean, rstd, static_cast<T*>(dx), N, C,
+            static_cast<const T*>(dsum));
+      }
+      ln_backward_partial_kernel<T>
+          <<<dim3(col_blocks, static_cast<unsigned>(chunks)), 256, 0, stream>>>(
+              pdy, px, mean, rstd, part_w, part_b, N, C, std::max<int64_t>(rows_per_chunk, 1));
     }
-    const unsigned col_blocks = static_cast<unsigned>((C + 255) / 256);
-    ln_backward_partial_kernel<T>
-        <<<dim3(col_blocks, static_cast<unsigned>(chunks)), 256, 0, stream>>>(
-            pdy, px, mean, rstd, part_w, part_b, N, C, std::max<int64_t>(rows_per_chunk, 1));
     if (f32_param_grads) {
       ln_backward_finish_kernel<float><<<col_blocks, 256, 0, stream>>>(
           part_w, part_b, static_cast<float*>(dweight), static_cast<float*>(dbias), C, chunks,
