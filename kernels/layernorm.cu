@@ -53,6 +53,23 @@ __global__ void ln_forward_kernel(const T* x, const T* w, const T* b, T* y, floa
   if (lane == 0) mean[row] = mu, rstd[row] = rs;
 }
 
+// The row means dx needs: of dy * w, and of dy * w * xhat (every lane of
+// the warp gets both).
+struct RowMeans {
+  float g, gx;
+};
+template <class T>
+__device__ __forceinline__ RowMeans ln_row_means(const T* gr, const T* xr, const T* w, float mu,
+                                                 float rs, int64_t C, int lane) {
+  float mg = 0, mgx = 0;
+  for (int64_t i = lane; i < C; i += 32) {
+    const float gw = load(gr, i) * load(w, i);
+    mg += gw;
+    mgx += gw * (load(xr, i) - mu) * rs;
+  }
+  return {warp_sum(mg) / static_cast<float>(C), warp_sum(mgx) / static_cast<float>(C)};
+}
+
 template <class T>
 __global__ void ln_backward_dx_kernel(const T* dy, const T* x, const T* w, const float* mean,
                                       const float* rstd, T* dx, int64_t N, int64_t C,
@@ -63,19 +80,12 @@ __global__ void ln_backward_dx_kernel(const T* dy, const T* x, const T* w, const
   const T* xr = x + row * C;
   const T* gr = dy + row * C;
   const float mu = mean[row], rs = rstd[row];
-  float mg = 0, mgx = 0;
-  for (int64_t i = lane; i < C; i += 32) {
-    const float gw = load(gr, i) * load(w, i);
-    mg += gw;
-    mgx += gw * (load(xr, i) - mu) * rs;
-  }
-  mg = warp_sum(mg) / static_cast<float>(C);
-  mgx = warp_sum(mgx) / static_cast<float>(C);
+  const RowMeans m = ln_row_means(gr, xr, w, mu, rs, C, lane);
   T* out = dx + row * C;
   for (int64_t i = lane; i < C; i += 32) {
     const float xhat = (load(xr, i) - mu) * rs;
     const float extra = dsum ? load(dsum, row * C + i) : 0.0f;
-    store(out, i, rs * (load(gr, i) * load(w, i) - mg - xhat * mgx) + extra);
+    store(out, i, rs * (load(gr, i) * load(w, i) - m.g - xhat * m.gx) + extra);
   }
 }
 
@@ -99,20 +109,13 @@ __global__ void __launch_bounds__(32 * kFusedWarps)
     const T* xr = x + row * C;
     const T* gr = dy + row * C;
     const float mu = mean[row], rs = rstd[row];
-    float mg = 0, mgx = 0;
-    for (int64_t i = lane; i < C; i += 32) {
-      const float gw = load(gr, i) * load(w, i);
-      mg += gw;
-      mgx += gw * (load(xr, i) - mu) * rs;
-    }
-    mg = warp_sum(mg) / static_cast<float>(C);
-    mgx = warp_sum(mgx) / static_cast<float>(C);
+    const RowMeans m = ln_row_means(gr, xr, w, mu, rs, C, lane);
     T* out = dx + row * C;
     for (int64_t i = lane; i < C; i += 32) {
       const float g = load(gr, i);
       const float xhat = (load(xr, i) - mu) * rs;
       const float extra = dsum ? load(dsum, row * C + i) : 0.0f;
-      store(out, i, rs * (g * load(w, i) - mg - xhat * mgx) + extra);
+      store(out, i, rs * (g * load(w, i) - m.g - xhat * m.gx) + extra);
       sw[i] += g * xhat;
       sb[i] += g;
     }

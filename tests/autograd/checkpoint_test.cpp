@@ -3,6 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
+#include <string>
+#include <vector>
 
 #include "triad/autograd/engine.h"
 #include "triad/nn/gpt.h"
@@ -22,12 +25,16 @@ nn::GptConfig tiny(nn::Recompute r) {
           .recompute = r};
 }
 
-TEST(Recompute, FullRecomputationLeavesEveryGradientUnchanged) {
+// Trains one step of the same model with activations kept and with every
+// block recomputed; `check` compares each parameter's two gradients.
+void compare_recomputed(DType dtype, int64_t stride,
+                        const std::function<void(const std::string&, const std::vector<double>&,
+                                                 const std::vector<double>&)>& check) {
   std::vector<int64_t> ids(4 * 16);
-  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int64_t>((i * 7) % 40);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int64_t>((i * stride) % 40);
   Tensor x = from_vector(ids, {4, 16});
   const nn::ForwardContext ctx{true, 5, 2};
-  nn::Gpt plain(tiny(nn::Recompute::None), 3), again(tiny(nn::Recompute::Full), 3);
+  nn::Gpt plain(tiny(nn::Recompute::None), 3, dtype), again(tiny(nn::Recompute::Full), 3, dtype);
   Tensor a = plain.loss(x, x, ctx), b = again.loss(x, x, ctx);
   EXPECT_EQ(item(a), item(b));
   autograd::backward({a});
@@ -36,35 +43,34 @@ TEST(Recompute, FullRecomputationLeavesEveryGradientUnchanged) {
   for (auto& [name, p] : again.named_parameters()) {
     auto g = to_double_vector(p.grad()), w = to_double_vector(want.at(name).grad());
     ASSERT_EQ(g.size(), w.size());
-    for (size_t i = 0; i < g.size(); ++i)
-      ASSERT_NEAR(g[i], w[i], 1e-6 + 1e-5 * std::abs(w[i])) << name;
+    check(name, g, w);
   }
+}
+
+TEST(Recompute, FullRecomputationLeavesEveryGradientUnchanged) {
+  compare_recomputed(
+      DType::F32, 7,
+      [](const std::string& name, const std::vector<double>& g, const std::vector<double>& w) {
+        for (size_t i = 0; i < g.size(); ++i)
+          ASSERT_NEAR(g[i], w[i], 1e-6 + 1e-5 * std::abs(w[i])) << name;
+      });
 }
 
 // In bf16 a recomputed block's input is a bf16 leaf, whose gradient gathers
 // in f32; the block hands the outer graph a bf16 gradient, as the block's own
 // backward would (an f32 one used to reach the next block's bf16 GEMMs).
 TEST(Recompute, FullRecomputationInBf16HandsOnBf16Gradients) {
-  std::vector<int64_t> ids(4 * 16);
-  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int64_t>((i * 5) % 40);
-  Tensor x = from_vector(ids, {4, 16});
-  const nn::ForwardContext ctx{true, 5, 2};
-  nn::Gpt plain(tiny(nn::Recompute::None), 3, DType::BF16);
-  nn::Gpt again(tiny(nn::Recompute::Full), 3, DType::BF16);
-  Tensor a = plain.loss(x, x, ctx), b = again.loss(x, x, ctx);
-  EXPECT_EQ(item(a), item(b));
-  autograd::backward({a});
-  autograd::backward({b});
-  auto want = plain.state_dict();
-  for (auto& [name, p] : again.named_parameters()) {
-    auto g = to_double_vector(p.grad()), w = to_double_vector(want.at(name).grad());
-    ASSERT_EQ(g.size(), w.size());
-    double err = 0, norm = 0;
-    for (size_t i = 0; i < g.size(); ++i) err += (g[i] - w[i]) * (g[i] - w[i]), norm += w[i] * w[i];
-    // bf16 rounding of the block-input gradients differs (one f32 sum
-    // rounded once against rounded partial sums): a bf16-sized difference.
-    EXPECT_LE(std::sqrt(err), 2e-2 * std::sqrt(norm) + 1e-6) << name;
-  }
+  compare_recomputed(
+      DType::BF16, 5,
+      [](const std::string& name, const std::vector<double>& g, const std::vector<double>& w) {
+        double err = 0, norm = 0;
+        for (size_t i = 0; i < g.size(); ++i)
+          err += (g[i] - w[i]) * (g[i] - w[i]), norm += w[i] * w[i];
+        // bf16 rounding of the block-input gradients differs
+        // (one f32 sum rounded once against rounded partial
+        // sums): a bf16-sized difference.
+        EXPECT_LE(std::sqrt(err), 2e-2 * std::sqrt(norm) + 1e-6) << name;
+      });
 }
 
 // Zero-bubble schedules defer weight gradients (W) past the input gradient
