@@ -53,21 +53,32 @@ __global__ void ln_forward_kernel(const T* x, const T* w, const T* b, T* y, floa
   if (lane == 0) mean[row] = mu, rstd[row] = rs;
 }
 
-// The row means dx needs: of dy * w, and of dy * w * xhat (every lane of
-// the warp gets both).
-struct RowMeans {
-  float g, gx;
-};
-template <class T>
-__device__ __forceinline__ RowMeans ln_row_means(const T* gr, const T* xr, const T* w, float mu,
-                                                 float rs, int64_t C, int lane) {
-  float mg = 0, mgx = 0;
+// dx for one row (a warp; dx = LayerNorm's input gradient + dsum when
+// given), calling each(i, dy, xhat) for every element i the lane writes.
+template <class T, class F>
+__device__ __forceinline__ void ln_backward_row(const T* dy, const T* x, const T* w,
+                                                const float* mean, const float* rstd, T* dx,
+                                                int64_t C, const T* dsum, int64_t row, int lane,
+                                                F&& each) {
+  const T* xr = x + row * C;
+  const T* gr = dy + row * C;
+  const float mu = mean[row], rs = rstd[row];
+  float mg = 0, mgx = 0;  // the row means of dy * w and dy * w * xhat
   for (int64_t i = lane; i < C; i += 32) {
     const float gw = load(gr, i) * load(w, i);
     mg += gw;
     mgx += gw * (load(xr, i) - mu) * rs;
   }
-  return {warp_sum(mg) / static_cast<float>(C), warp_sum(mgx) / static_cast<float>(C)};
+  mg = warp_sum(mg) / static_cast<float>(C);
+  mgx = warp_sum(mgx) / static_cast<float>(C);
+  T* out = dx + row * C;
+  for (int64_t i = lane; i < C; i += 32) {
+    const float g = load(gr, i);
+    const float xhat = (load(xr, i) - mu) * rs;
+    const float extra = dsum ? load(dsum, row * C + i) : 0.0f;
+    store(out, i, rs * (g * load(w, i) - mg - xhat * mgx) + extra);
+    each(i, g, xhat);
+  }
 }
 
 template <class T>
@@ -75,18 +86,9 @@ __global__ void ln_backward_dx_kernel(const T* dy, const T* x, const T* w, const
                                       const float* rstd, T* dx, int64_t N, int64_t C,
                                       const T* dsum) {
   const int64_t row = blockIdx.x * int64_t(kRowsPerBlock) + (threadIdx.x >> 5);
-  const int lane = threadIdx.x & 31;
   if (row >= N) return;
-  const T* xr = x + row * C;
-  const T* gr = dy + row * C;
-  const float mu = mean[row], rs = rstd[row];
-  const RowMeans m = ln_row_means(gr, xr, w, mu, rs, C, lane);
-  T* out = dx + row * C;
-  for (int64_t i = lane; i < C; i += 32) {
-    const float xhat = (load(xr, i) - mu) * rs;
-    const float extra = dsum ? load(dsum, row * C + i) : 0.0f;
-    store(out, i, rs * (load(gr, i) * load(w, i) - m.g - xhat * m.gx) + extra);
-  }
+  ln_backward_row(dy, x, w, mean, rstd, dx, C, dsum, row, threadIdx.x & 31,
+                  [](int64_t, float, float) {});
 }
 
 // dx for rows blockIdx.x * kFusedWarps + warp, then every gridDim.x *
@@ -106,19 +108,11 @@ __global__ void __launch_bounds__(32 * kFusedWarps)
   for (int64_t i = lane; i < C; i += 32) sw[i] = 0.0f, sb[i] = 0.0f;
   const int64_t stride = int64_t(gridDim.x) * kFusedWarps;
   for (int64_t row = blockIdx.x * int64_t(kFusedWarps) + warp; row < N; row += stride) {
-    const T* xr = x + row * C;
-    const T* gr = dy + row * C;
-    const float mu = mean[row], rs = rstd[row];
-    const RowMeans m = ln_row_means(gr, xr, w, mu, rs, C, lane);
-    T* out = dx + row * C;
-    for (int64_t i = lane; i < C; i += 32) {
-      const float g = load(gr, i);
-      const float xhat = (load(xr, i) - mu) * rs;
-      const float extra = dsum ? load(dsum, row * C + i) : 0.0f;
-      store(out, i, rs * (g * load(w, i) - m.g - xhat * m.gx) + extra);
-      sw[i] += g * xhat;
-      sb[i] += g;
-    }
+    ln_backward_row(dy, x, w, mean, rstd, dx, C, dsum, row, lane,
+                    [sw, sb](int64_t i, float g, float xhat) {
+                      sw[i] += g * xhat;
+                      sb[i] += g;
+                    });
   }
   __syncthreads();
   for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
