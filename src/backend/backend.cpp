@@ -26,6 +26,14 @@ void check_grad_buffer(const char* op, DType param, const Tensor& buffer, const 
   }
 }
 
+// t in dtype d: t itself, or a converted copy (half values widen exactly).
+Tensor as_dtype(Backend& be, const Tensor& t, DType d) {
+  if (t.dtype() == d) return t;
+  Tensor w = empty(t.shape(), d, t.device());
+  be.copy(t, w);
+  return w;
+}
+
 // acc = beta * acc + part.
 void add_scaled_into(Backend& be, const Tensor& part, Tensor& acc, double beta) {
   if (beta == 0.0) {
@@ -83,22 +91,13 @@ void Backend::accumulate(const Tensor& src, Tensor& acc) {
 }
 
 void Backend::sum_rows_into(const Tensor& x, Tensor& acc, double beta) {
-  if (x.dim() != 2 || acc.shape() != Shape{x.size(1)}) {
-    throw ShapeError("sum_rows_into: rows of " + shape_str(x.shape()) + " into " +
-                     shape_str(acc.shape()) + " (expected (rows, cols) into (cols))");
+  if (x.dim() != 2) {
+    throw ShapeError("sum_rows_into: rows of " + shape_str(x.shape()) +
+                     " (expected (rows, cols) into (cols))");
   }
-  if (x.dtype() != acc.dtype() && !(is_half(x.dtype()) && acc.dtype() == DType::F32)) {
-    throw ValueError(std::string("sum_rows_into: ") + dtype_name(x.dtype()) + " rows into a " +
-                     dtype_name(acc.dtype()) +
-                     " sum (expected the same dtype, or f32 for bf16/f16)");
-  }
-  Tensor xs = x;
-  if (x.dtype() != acc.dtype()) {
-    xs = empty(x.shape(), acc.dtype(), x.device());
-    copy(x, xs);
-  }
+  check_grad_buffer("sum_rows_into", x.dtype(), acc, Shape{x.size(1)});
   Tensor sums = empty(acc.shape(), acc.dtype(), acc.device());
-  reduce(ReduceOp::Sum, xs, 1, x.size(0), x.size(1), sums, nullptr);
+  reduce(ReduceOp::Sum, as_dtype(*this, x, acc.dtype()), 1, x.size(0), x.size(1), sums, nullptr);
   add_scaled_into(*this, sums, acc, beta);
 }
 
@@ -158,12 +157,7 @@ void Backend::layer_norm_backward_into(const Tensor& dy, const Tensor* dh, const
   // In the buffers' dtype (half values widened exactly); dx rounded to its
   // dtype and then dh added, as add_layer_norm_backward's default does.
   const DType d = dweight.dtype();
-  auto widen = [&](const Tensor& t) {
-    if (t.dtype() == d) return t;
-    Tensor w = empty(t.shape(), d, t.device());
-    copy(t, w);
-    return w;
-  };
+  auto widen = [&](const Tensor& t) { return as_dtype(*this, t, d); };
   Tensor dxw = dx.dtype() == d ? dx : empty(dx.shape(), d, dx.device());
   Tensor dw = empty(weight.shape(), d, weight.device()),
          db = empty(weight.shape(), d, weight.device());
@@ -177,13 +171,8 @@ void Backend::layer_norm_backward_into(const Tensor& dy, const Tensor* dh, const
 void Backend::embedding_backward_into(const Tensor& ids, const Tensor& dout, Tensor& dweight,
                                       double beta) {
   check_grad_buffer("embedding_backward_into", dout.dtype(), dweight, dweight.shape());
-  Tensor d = dout;
-  if (dout.dtype() != dweight.dtype()) {
-    d = empty(dout.shape(), dweight.dtype(), dout.device());
-    copy(dout, d);
-  }
   Tensor dense = empty(dweight.shape(), dweight.dtype(), dweight.device());
-  embedding_backward(ids, d, dense);
+  embedding_backward(ids, as_dtype(*this, dout, dweight.dtype()), dense);
   add_scaled_into(*this, dense, dweight, beta);
 }
 
