@@ -1,6 +1,7 @@
 // AdamW: one grid-stride pass; the scalar factors are formed once on the host
 // exactly as the CPU backend forms them.
 #include <cmath>
+#include <type_traits>
 
 #include "adamw.h"
 #include "device_utils.cuh"
@@ -38,8 +39,16 @@ __global__ void adamw_kernel(T* p, const T* g, T* m, T* v, int64_t n, float deca
   }
 }
 
-constexpr int kMultiBlocks = 160;       // chunks per launch
-constexpr int64_t kMultiChunk = 32768;  // elements per chunk (one block)
+// A launch is up to kMultiBlocks chunks of kMultiChunk elements, a block of
+// kMultiThreads per chunk (the table below stays within the 4 KiB a
+// kernel's arguments may take everywhere); a chunk of a tensor whose
+// pointers are all 16-byte aligned is walked in packs of 4 (16 bytes of
+// each f32 array per access), with enough bytes in flight to keep the
+// device's memory busy.
+constexpr int kMultiBlocks = 320;
+constexpr int kMultiThreads = 512;
+constexpr int64_t kMultiChunk = 32768;
+constexpr int kMultiPack = 4;
 
 // Everything one launch needs, passed by value as the kernel's argument.
 struct MultiArgs {
@@ -51,16 +60,28 @@ struct MultiArgs {
   float decay[kAdamWTensorsPerLaunch];
   float gscale[kAdamWTensorsPerLaunch];
   int64_t n[kAdamWTensorsPerLaunch];
+  bool packed[kAdamWTensorsPerLaunch];
   unsigned char block_tensor[kMultiBlocks];
   int32_t block_chunk[kMultiBlocks];
 };
 
-template <class P, bool kMaster>
-__global__ void adamw_multi_kernel(MultiArgs a, float b1, float b2, float step_size, float bc2_sqrt,
-                                   float eps) {
-  const int t = a.block_tensor[blockIdx.x];
-  const int64_t begin = int64_t(a.block_chunk[blockIdx.x]) * kMultiChunk;
-  const int64_t end = min(a.n[t], begin + kMultiChunk);
+// Calls body(i, pack) over [begin, end) of a chunk: whole packs of V at i
+// (pack true), then the elements past the last whole pack one at a time.
+template <int V, class F>
+__device__ __forceinline__ void for_each_in_chunk(int64_t begin, int64_t end, F&& body) {
+  const int64_t whole = begin + (end - begin) / V * V;
+  for (int64_t i = begin + threadIdx.x * int64_t(V); i < whole; i += int64_t(blockDim.x) * V) {
+    body(i, std::true_type{});
+  }
+  if constexpr (V > 1) {
+    for (int64_t i = whole + threadIdx.x; i < end; i += blockDim.x) body(i, std::false_type{});
+  }
+}
+
+template <int V, class P, bool kMaster>
+__device__ __forceinline__ void adamw_chunk(const MultiArgs& a, int t, int64_t begin, int64_t end,
+                                            float b1, float b2, float step_size, float bc2_sqrt,
+                                            float eps) {
   P* p = static_cast<P*>(a.param[t]);
   const float* g = a.grad[t];
   float* m = a.m[t];
@@ -68,18 +89,42 @@ __global__ void adamw_multi_kernel(MultiArgs a, float b1, float b2, float step_s
   float* w = a.master[t];
   const float decay = a.decay[t];
   const float gscale = a.gscale[t];
-  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
-    const float gi = __fmul_rn(gscale, g[i]);  // f32 gradients: as a scale of them stores
-    float pi = (kMaster ? w[i] : load(p, i)) * decay;
-    float mi = m[i];
-    mi += (gi - mi) * (1.0f - b1);
-    const float vi = v[i] * b2 + (1.0f - b2) * gi * gi;
-    const float denom = sqrtf(vi) / bc2_sqrt + eps;
-    pi -= step_size * (mi / denom);
-    if (kMaster) w[i] = pi;
-    store(p, i, pi);
-    m[i] = mi;
-    v[i] = vi;
+  for_each_in_chunk<V>(begin, end, [&](int64_t i, auto pack) {
+    float gi[V], pi[V], mi[V], vi[V];
+    load_body<V>(g, i, gi, pack);
+    if constexpr (kMaster) {
+      load_body<V>(w, i, pi, pack);
+    } else {
+      load_body<V>(p, i, pi, pack);
+    }
+    load_body<V>(m, i, mi, pack);
+    load_body<V>(v, i, vi, pack);
+    for (int k = 0; k < body_count<V>(pack); ++k) {
+      const float gk = __fmul_rn(gscale, gi[k]);  // f32 gradients: as a scale of them stores
+      pi[k] *= decay;
+      mi[k] += (gk - mi[k]) * (1.0f - b1);
+      vi[k] = vi[k] * b2 + (1.0f - b2) * gk * gk;
+      const float denom = sqrtf(vi[k]) / bc2_sqrt + eps;
+      pi[k] -= step_size * (mi[k] / denom);
+    }
+    if constexpr (kMaster) store_body<V>(w, i, pi, pack);
+    store_body<V>(p, i, pi, pack);
+    store_body<V>(m, i, mi, pack);
+    store_body<V>(v, i, vi, pack);
+  });
+}
+
+template <class P, bool kMaster>
+__global__ void __launch_bounds__(kMultiThreads)
+    adamw_multi_kernel(MultiArgs a, float b1, float b2, float step_size, float bc2_sqrt,
+                       float eps) {
+  const int t = a.block_tensor[blockIdx.x];
+  const int64_t begin = int64_t(a.block_chunk[blockIdx.x]) * kMultiChunk;
+  const int64_t end = min(a.n[t], begin + kMultiChunk);
+  if (a.packed[t]) {
+    adamw_chunk<kMultiPack, P, kMaster>(a, t, begin, end, b1, b2, step_size, bc2_sqrt, eps);
+  } else {
+    adamw_chunk<1, P, kMaster>(a, t, begin, end, b1, b2, step_size, bc2_sqrt, eps);
   }
 }
 
@@ -120,15 +165,15 @@ void adamw_multi(ScalarType param_type, const std::vector<AdamWTensor>& tensors,
     switch (param_type) {
       case ScalarType::BF16:
         adamw_multi_kernel<__nv_bfloat16, true>
-            <<<blocks, kThreads, 0, stream>>>(args, b1, b2, step_size, bc2_sqrt, eps);
+            <<<blocks, kMultiThreads, 0, stream>>>(args, b1, b2, step_size, bc2_sqrt, eps);
         break;
       case ScalarType::F16:
         adamw_multi_kernel<__half, true>
-            <<<blocks, kThreads, 0, stream>>>(args, b1, b2, step_size, bc2_sqrt, eps);
+            <<<blocks, kMultiThreads, 0, stream>>>(args, b1, b2, step_size, bc2_sqrt, eps);
         break;
       default:
         adamw_multi_kernel<float, false>
-            <<<blocks, kThreads, 0, stream>>>(args, b1, b2, step_size, bc2_sqrt, eps);
+            <<<blocks, kMultiThreads, 0, stream>>>(args, b1, b2, step_size, bc2_sqrt, eps);
     }
     check_launch("adamw_multi");
   };
@@ -141,6 +186,8 @@ void adamw_multi(ScalarType param_type, const std::vector<AdamWTensor>& tensors,
       const AdamWTensor& t = tensors[static_cast<size_t>(l.tensors[s])];
       args.param[s] = t.param, args.grad[s] = t.grad, args.m[s] = t.m, args.v[s] = t.v;
       args.master[s] = t.master, args.n[s] = t.n;
+      args.packed[s] = pack_aligned(t.param) && pack_aligned(t.grad) && pack_aligned(t.m) &&
+                       pack_aligned(t.v) && pack_aligned(t.master);
       args.decay[s] = static_cast<float>(1.0 - a.lr * t.weight_decay);
       args.gscale[s] = static_cast<float>(t.grad_scale);
     }
@@ -158,22 +205,35 @@ namespace {
 struct SumSquaresArgs {
   const void* x[kAdamWTensorsPerLaunch];
   int64_t n[kAdamWTensorsPerLaunch];
+  bool packed[kAdamWTensorsPerLaunch];
   unsigned char block_tensor[kMultiBlocks];
   int32_t block_chunk[kMultiBlocks];
 };
 
+template <int V, class T>
+__device__ __forceinline__ double sum_squares_chunk(const T* x, int64_t begin, int64_t end) {
+  double acc = 0;
+  for_each_in_chunk<V>(begin, end, [&](int64_t i, auto pack) {
+    compute_t<T> xi[V];
+    load_body<V>(x, i, xi, pack);
+    for (int k = 0; k < body_count<V>(pack); ++k) {
+      const double d = static_cast<double>(xi[k]);
+      acc += d * d;
+    }
+  });
+  return acc;
+}
+
 template <class T>
-__global__ void sum_squares_multi_kernel(SumSquaresArgs a, double* partial) {
+__global__ void __launch_bounds__(kMultiThreads)
+    sum_squares_multi_kernel(SumSquaresArgs a, double* partial) {
   __shared__ double scratch[32];
   const int t = a.block_tensor[blockIdx.x];
   const int64_t begin = int64_t(a.block_chunk[blockIdx.x]) * kMultiChunk;
   const int64_t end = min(a.n[t], begin + kMultiChunk);
   const T* x = static_cast<const T*>(a.x[t]);
-  double acc = 0;
-  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
-    const double v = static_cast<double>(load(x, i));
-    acc += v * v;
-  }
+  double acc = a.packed[t] ? sum_squares_chunk<kPack<T>>(x, begin, end)
+                           : sum_squares_chunk<1>(x, begin, end);
   acc = block_sum(acc, scratch);
   if (threadIdx.x == 0) partial[blockIdx.x] = acc;
 }
@@ -229,7 +289,7 @@ void sum_squares_multi(ScalarType type, const std::vector<SumSquaresTensor>& ten
     SumSquaresArgs args{};
     for (size_t s = 0; s < l.tensors.size(); ++s) {
       const SumSquaresTensor& t = tensors[static_cast<size_t>(l.tensors[s])];
-      args.x[s] = t.x, args.n[s] = t.n;
+      args.x[s] = t.x, args.n[s] = t.n, args.packed[s] = pack_aligned(t.x);
     }
     for (size_t k = 0; k < l.blocks.size(); ++k) {
       args.block_tensor[k] = static_cast<unsigned char>(l.blocks[k].slot);
@@ -239,13 +299,14 @@ void sum_squares_multi(ScalarType type, const std::vector<SumSquaresTensor>& ten
     switch (type) {
       case ScalarType::BF16:
         sum_squares_multi_kernel<__nv_bfloat16>
-            <<<blocks, kThreads, 0, stream>>>(args, partial + done);
+            <<<blocks, kMultiThreads, 0, stream>>>(args, partial + done);
         break;
       case ScalarType::F16:
-        sum_squares_multi_kernel<__half><<<blocks, kThreads, 0, stream>>>(args, partial + done);
+        sum_squares_multi_kernel<__half>
+            <<<blocks, kMultiThreads, 0, stream>>>(args, partial + done);
         break;
       default:
-        sum_squares_multi_kernel<float><<<blocks, kThreads, 0, stream>>>(args, partial + done);
+        sum_squares_multi_kernel<float><<<blocks, kMultiThreads, 0, stream>>>(args, partial + done);
     }
     check_launch("sum_squares_multi");
     done += blocks;

@@ -34,6 +34,13 @@ struct Status {
 // Throws std::invalid_argument naming the kernel when `s` is not ok.
 void require(const Status& s, const char* kernel);
 
+// Memory-bound kernels move 16 bytes per access where every pointer they
+// are given is 16-byte aligned (device_utils.cuh: kPack, load_n, store_n);
+// a null pointer (an absent operand) counts as aligned.
+inline bool pack_aligned(const void* p) {
+  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
+
 // A strided view of up to kMaxDims dimensions, passed to kernels by value.
 constexpr int kMaxDims = 8;
 struct StridedView {

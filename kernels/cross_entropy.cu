@@ -1,6 +1,7 @@
 // Fused cross entropy: one block per row; each thread keeps an online
 // (max, sum of exp) pair over its columns, merged across the block.
 #include <cfloat>
+#include <type_traits>
 
 #include "cross_entropy.h"
 #include "device_utils.cuh"
@@ -22,20 +23,29 @@ __device__ __forceinline__ void merge(float& m, float& s, float om, float os) {
   m = nm;
 }
 
+// Every row kernel reads its row in 16-byte packs from the row's first
+// 16-byte boundary on (block_row_packs); a kernel that also writes a row
+// does so in packs when the output row has the input row's alignment
+// (V = kPack<T>), else one element at a time (V = 1).
+
 // The block's log-sum-exp over columns [0, n) of row.
 template <class T>
 __device__ float row_lse(const T* row, int64_t n) {
+  constexpr int V = kPack<T>;
   __shared__ float sm[32], ss[32];
   float m = -INFINITY, s = 0;
-  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
-    const float v = load(row, j);
-    if (v > m) {
-      s = (m == -INFINITY ? 0.0f : s * __expf(m - v)) + 1.0f;
-      m = v;
-    } else {
-      s += __expf(v - m);
+  block_row_packs<V>(row, n, [&](int64_t j, auto pack) {
+    float v[V];
+    load_body<V>(row, j, v, pack);
+    constexpr int cnt = decltype(pack)::value ? V : 1;
+    float pm = v[0];
+    for (int k = 1; k < cnt; ++k) pm = fmaxf(pm, v[k]);
+    if (pm > m) {
+      s = m == -INFINITY ? 0.0f : s * __expf(m - pm);
+      m = pm;
     }
-  }
+    for (int k = 0; k < cnt; ++k) s += __expf(v[k] - m);
+  });
   for (int o = 16; o > 0; o >>= 1) {
     const float om = __shfl_xor_sync(0xffffffffu, m, o), os = __shfl_xor_sync(0xffffffffu, s, o);
     merge(m, s, om, os);
@@ -69,7 +79,19 @@ __global__ void ce_forward_kernel(const T* logits, const void* targets, bool t64
   }
 }
 
-template <class T>
+// out[j] = f(j, logit j) for j in [0, n) of a row (P packs of the output too).
+template <int P, class T, class F>
+__device__ __forceinline__ void map_row(const T* row, T* out, int64_t n, F&& f) {
+  block_row_packs<P>(row, n, [&](int64_t j, auto pack) {
+    float v[P];
+    load_body<P>(row, j, v, pack);
+    constexpr int cnt = decltype(pack)::value ? P : 1;
+    for (int k = 0; k < cnt; ++k) v[k] = f(j + k, v[k]);
+    store_body<P>(out, j, v, pack);
+  });
+}
+
+template <class T, int P>
 __global__ void ce_backward_kernel(const T* logits, const void* targets, bool t64, const float* lse,
                                    const float* dlosses, int64_t V, int64_t ignore_index,
                                    T* dlogits) {
@@ -77,22 +99,23 @@ __global__ void ce_backward_kernel(const T* logits, const void* targets, bool t6
   const int64_t t = load_id(targets, t64, r);
   const float g = t == ignore_index ? 0.0f : dlosses[r];
   const float l = lse[r];
-  const T* row = logits + r * V;
-  T* out = dlogits + r * V;
-  for (int64_t j = threadIdx.x; j < V; j += blockDim.x) {
-    const float p = __expf(load(row, j) - l);
-    store(out, j, (p - (j == t ? 1.0f : 0.0f)) * g);
-  }
+  map_row<P>(logits + r * V, dlogits + r * V, V,
+             [&](int64_t j, float x) { return (__expf(x - l) - (j == t ? 1.0f : 0.0f)) * g; });
 }
 
 template <class T>
 __global__ void vce_partial_kernel(const T* logits, const void* targets, bool t64, int64_t Vl,
                                    int64_t vocab_start, int64_t valid, float* row_max,
                                    float* target_logit) {
+  constexpr int V = kPack<T>;
   __shared__ float scratch[32];
   const T* row = logits + blockIdx.x * Vl;
   float m = -INFINITY;
-  for (int64_t j = threadIdx.x; j < valid; j += blockDim.x) m = fmaxf(m, load(row, j));
+  block_row_packs<V>(row, valid, [&](int64_t j, auto pack) {
+    float v[V];
+    load_body<V>(row, j, v, pack);
+    for (int k = 0; k < (decltype(pack)::value ? V : 1); ++k) m = fmaxf(m, v[k]);
+  });
   m = block_max(m, scratch, -INFINITY);
   if (threadIdx.x == 0) {
     row_max[blockIdx.x] = m;
@@ -104,11 +127,16 @@ __global__ void vce_partial_kernel(const T* logits, const void* targets, bool t6
 template <class T>
 __global__ void vce_sumexp_kernel(const T* logits, const float* gmax, int64_t Vl, int64_t valid,
                                   float* sumexp) {
+  constexpr int V = kPack<T>;
   __shared__ float scratch[32];
   const T* row = logits + blockIdx.x * Vl;
   const float m = gmax[blockIdx.x];
   float s = 0;
-  for (int64_t j = threadIdx.x; j < valid; j += blockDim.x) s += __expf(load(row, j) - m);
+  block_row_packs<V>(row, valid, [&](int64_t j, auto pack) {
+    float v[V];
+    load_body<V>(row, j, v, pack);
+    for (int k = 0; k < (decltype(pack)::value ? V : 1); ++k) s += __expf(v[k] - m);
+  });
   s = block_sum(s, scratch);
   if (threadIdx.x == 0) sumexp[blockIdx.x] = s;
 }
@@ -119,20 +147,24 @@ __global__ void vce_loss_kernel(const float* gmax, const float* tlogit, const fl
   if (i < N) losses[i] = logf(sumexp[i]) + gmax[i] - tlogit[i];
 }
 
-template <class T>
+template <class T, int P>
 __global__ void vce_backward_kernel(const T* logits, const void* targets, bool t64, int64_t Vl,
                                     int64_t vocab_start, int64_t valid, const float* gmax,
                                     const float* sumexp, const float* dloss, T* dlogits) {
   const int64_t r = blockIdx.x;
   const float m = gmax[r], scale = dloss[r] / sumexp[r], g = dloss[r];
   const int64_t t = load_id(targets, t64, r) - vocab_start;
-  const T* row = logits + r * Vl;
-  T* out = dlogits + r * Vl;
-  for (int64_t j = threadIdx.x; j < Vl; j += blockDim.x) {
-    float d = j < valid ? __expf(load(row, j) - m) * scale : 0.0f;
+  map_row<P>(logits + r * Vl, dlogits + r * Vl, Vl, [&](int64_t j, float x) {
+    float d = j < valid ? __expf(x - m) * scale : 0.0f;
     if (j == t && t < valid) d -= g;
-    store(out, j, d);
-  }
+    return d;
+  });
+}
+
+// Packs for a kernel writing rows of `out` read from rows of `in`: whole
+// packs when both rows start at the same offset from a 16-byte boundary.
+inline bool same_alignment(const void* in, const void* out) {
+  return reinterpret_cast<uintptr_t>(in) % 16 == reinterpret_cast<uintptr_t>(out) % 16;
 }
 
 }  // namespace
@@ -169,9 +201,16 @@ void cross_entropy_backward(const void* logits, ScalarType type, const void* tar
   if (N == 0) return;
   dispatch_nn(type, "cross_entropy_backward", [&](auto t) {
     using T = decltype(t);
-    ce_backward_kernel<T><<<static_cast<unsigned>(N), kThreads, 0, stream>>>(
-        static_cast<const T*>(logits), targets, targets64, lse, dlosses, V, ignore_index,
-        static_cast<T*>(dlogits));
+    auto launch = [&](auto p) {
+      ce_backward_kernel<T, decltype(p)::value><<<static_cast<unsigned>(N), kThreads, 0, stream>>>(
+          static_cast<const T*>(logits), targets, targets64, lse, dlosses, V, ignore_index,
+          static_cast<T*>(dlogits));
+    };
+    if (same_alignment(logits, dlogits)) {
+      launch(std::integral_constant<int, kPack<T>>{});
+    } else {
+      launch(std::integral_constant<int, 1>{});
+    }
   });
   check_launch("cross_entropy_backward");
 }
@@ -230,9 +269,16 @@ void vocab_ce_backward(const void* logits, ScalarType type, const void* targets,
   if (N == 0) return;
   dispatch_nn(type, "vocab_ce_backward", [&](auto t) {
     using T = decltype(t);
-    vce_backward_kernel<T><<<static_cast<unsigned>(N), kThreads, 0, stream>>>(
-        static_cast<const T*>(logits), targets, targets64, Vl, vocab_start, valid, global_max,
-        sumexp, dloss, static_cast<T*>(dlogits));
+    auto launch = [&](auto p) {
+      vce_backward_kernel<T, decltype(p)::value><<<static_cast<unsigned>(N), kThreads, 0, stream>>>(
+          static_cast<const T*>(logits), targets, targets64, Vl, vocab_start, valid, global_max,
+          sumexp, dloss, static_cast<T*>(dlogits));
+    };
+    if (same_alignment(logits, dlogits)) {
+      launch(std::integral_constant<int, kPack<T>>{});
+    } else {
+      launch(std::integral_constant<int, 1>{});
+    }
   });
   check_launch("vocab_ce_backward");
 }

@@ -7,8 +7,10 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <cstring>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 #include "common.h"
 
@@ -83,6 +85,109 @@ __device__ __forceinline__ void store(__nv_bfloat16* p, int64_t i, double v) {
 template <>
 __device__ __forceinline__ void store(__half* p, int64_t i, double v) {
   p[i] = __double2half(v);
+}
+
+// ---- packs: 16 bytes per access ---------------------------------------------
+// A memory-bound kernel reaches the device's bandwidth only with enough bytes
+// in flight per thread; one 2-byte load per thread leaves most of it idle. So
+// the hot ones read and write V elements per access: kPack<T> (16 bytes)
+// where the launcher found every pointer pack-aligned (pack_aligned), else 1.
+template <class T>
+constexpr int kPack = 16 / static_cast<int>(sizeof(T));
+
+// The integer type of `bytes` bytes the pack moves as one access.
+template <int bytes>
+struct PackBits;
+template <>
+struct PackBits<16> {
+  using type = int4;
+};
+template <>
+struct PackBits<8> {
+  using type = int2;
+};
+template <>
+struct PackBits<4> {
+  using type = int;
+};
+template <>
+struct PackBits<2> {
+  using type = short;
+};
+
+// p[i, i + V) as compute_t<T>; one access of V * sizeof(T) bytes when V > 1
+// (p + i must be aligned to that).
+template <int V, class T>
+__device__ __forceinline__ void load_n(const T* p, int64_t i, compute_t<T> (&out)[V]) {
+  if constexpr (V == 1) {
+    out[0] = load(p, i);
+  } else {
+    using Bits = typename PackBits<V* static_cast<int>(sizeof(T))>::type;
+    const Bits bits = *reinterpret_cast<const Bits*>(p + i);
+    T raw[V];
+    memcpy(static_cast<void*>(raw), &bits, sizeof(bits));
+#pragma unroll
+    for (int k = 0; k < V; ++k) out[k] = load(raw, k);
+  }
+}
+
+// p[i, i + V) = in, rounded to T; one access when V > 1.
+template <int V, class T, class C>
+__device__ __forceinline__ void store_n(T* p, int64_t i, const C (&in)[V]) {
+  if constexpr (V == 1) {
+    store(p, i, in[0]);
+  } else {
+    using Bits = typename PackBits<V* static_cast<int>(sizeof(T))>::type;
+    T raw[V];
+#pragma unroll
+    for (int k = 0; k < V; ++k) store(raw, k, in[k]);
+    Bits bits;
+    memcpy(&bits, raw, sizeof(bits));
+    *reinterpret_cast<Bits*>(p + i) = bits;
+  }
+}
+
+// The loads and stores of a pack loop's body (`pack` std::true_type for a
+// whole pack of V elements at i, std::false_type for the one element i).
+template <int V, class T, class P>
+__device__ __forceinline__ void load_body(const T* p, int64_t i, compute_t<T> (&out)[V], P) {
+  if constexpr (P::value) {
+    load_n<V>(p, i, out);
+  } else {
+    out[0] = load(p, i);
+  }
+}
+template <int V, class T, class C, class P>
+__device__ __forceinline__ void store_body(T* p, int64_t i, const C (&in)[V], P) {
+  if constexpr (P::value) {
+    store_n<V>(p, i, in);
+  } else {
+    store(p, i, in[0]);
+  }
+}
+// Elements a body handles: V for a whole pack, else 1.
+template <int V, class P>
+__host__ __device__ constexpr int body_count(P) {
+  return P::value ? V : 1;
+}
+
+// A block's walk over the n elements of a row at p: body(j, pack) for the
+// elements before p's first 16-byte boundary one at a time, then for each
+// whole pack of V, then for the rest one at a time; the block's threads
+// share each part. V == 1 is a plain loop.
+template <int V, class T, class F>
+__device__ __forceinline__ void block_row_packs(const T* p, int64_t n, F&& body) {
+  int64_t head = 0;
+  if constexpr (V > 1) {
+    head = static_cast<int64_t>((16 - reinterpret_cast<uintptr_t>(p) % 16) % 16 / sizeof(T));
+    if (head > n) head = n;
+  }
+  for (int64_t j = threadIdx.x; j < head; j += blockDim.x) body(j, std::false_type{});
+  const int64_t packs = (n - head) / V;
+  for (int64_t q = threadIdx.x; q < packs; q += blockDim.x) body(head + q * V, std::true_type{});
+  for (int64_t j = head + packs * V + threadIdx.x; j < n; j += blockDim.x) {
+    body(j, std::false_type{});
+  }
 }
 
 // ---- reductions -------------------------------------------------------------

@@ -1,5 +1,6 @@
 // Elementwise kernels: grid-stride loops over contiguous or strided data,
 // computing in f32 for bf16/f16 (f64 and integers in their own type).
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <type_traits>
@@ -39,28 +40,65 @@ __global__ void copy_kernel(const S* src, StridedView sv, D* dst, StridedView dv
   }
 }
 
-template <class S, class D>
+// The grid-stride loop of the contiguous kernels: body(i, pack) for each
+// whole pack of V elements at i (pack true), then for each of the last
+// n % V elements alone (pack false; V == 1 has no such tail).
+template <int V, class F>
+__device__ __forceinline__ void for_each_pack(int64_t n, F&& body) {
+  const int64_t start = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  const int64_t step = int64_t(gridDim.x) * blockDim.x;
+  const int64_t packs = n / V;
+  for (int64_t p = start; p < packs; p += step) body(p * V, std::true_type{});
+  if constexpr (V > 1) {
+    for (int64_t i = packs * V + start; i < n; i += step) body(i, std::false_type{});
+  }
+}
+
+// Blocks for a contiguous kernel over n elements in packs of V.
+inline unsigned int grid_for_packs(int64_t n, int v) {
+  return grid_for((n + v - 1) / v, kThreads);
+}
+
+// True when every pointer is pack-aligned (a contiguous kernel may then
+// move 16 bytes per access).
+template <class... Ptr>
+bool packable(const Ptr*... p) {
+  return (pack_aligned(p) && ...);
+}
+
+template <class S, class D, int V>
 __global__ void convert_contiguous_kernel(const S* src, D* dst, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
-       i += int64_t(gridDim.x) * blockDim.x) {
-    convert(src, i, dst, i);
-  }
+  for_each_pack<V>(n, [&](int64_t i, auto pack) {
+    if constexpr (std::is_same_v<S, D>) {
+      for (int k = 0; k < body_count<V>(pack); ++k) dst[i + k] = src[i + k];
+    } else {
+      compute_t<S> x[V];
+      wide_t<S, D> y[V];
+      load_body<V>(src, i, x, pack);
+      for (int k = 0; k < body_count<V>(pack); ++k) y[k] = static_cast<wide_t<S, D>>(x[k]);
+      store_body<V>(dst, i, y, pack);
+    }
+  });
 }
 
-template <class S>
+template <class S, int V>
 __global__ void accumulate_kernel(const S* src, float* acc, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
-       i += int64_t(gridDim.x) * blockDim.x) {
-    acc[i] += static_cast<float>(load(src, i));
-  }
+  for_each_pack<V>(n, [&](int64_t i, auto pack) {
+    float x[V], a[V];
+    load_body<V>(src, i, x, pack);
+    load_body<V>(acc, i, a, pack);
+    for (int k = 0; k < body_count<V>(pack); ++k) a[k] += x[k];
+    store_body<V>(acc, i, a, pack);
+  });
 }
 
-template <class T>
+template <class T, int V>
 __global__ void fill_kernel(T* dst, int64_t n, compute_t<T> value) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
-       i += int64_t(gridDim.x) * blockDim.x) {
-    store(dst, i, value);
-  }
+  for_each_pack<V>(n, [&](int64_t i, auto pack) {
+    compute_t<T> v[V];
+    for (int k = 0; k < V; ++k) v[k] = value;
+    store_body<V>(dst, i, v, pack);
+  });
 }
 
 template <class T>
@@ -109,23 +147,31 @@ __device__ __forceinline__ compute_t<T> apply(BinaryKind op, compute_t<T> x, com
   }
 }
 
-// a contiguous; b contiguous (period n) or one row repeated (period = row).
-template <class T>
+// a contiguous; b contiguous (period n) or one row of `period` elements
+// repeated (period < n, a multiple of V).
+template <class T, int V>
 __global__ void binary_periodic_kernel(BinaryKind op, const T* a, const T* b, int64_t period,
                                        T* out, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
-       i += int64_t(gridDim.x) * blockDim.x) {
-    store(out, i, apply<T>(op, load(a, i), load(b, i % period)));
-  }
+  using C = compute_t<T>;
+  const bool rows = period < n;
+  for_each_pack<V>(n, [&](int64_t i, auto pack) {
+    C x[V], y[V];
+    load_body<V>(a, i, x, pack);
+    load_body<V>(b, rows ? i % period : i, y, pack);
+    for (int k = 0; k < body_count<V>(pack); ++k) x[k] = apply<T>(op, x[k], y[k]);
+    store_body<V>(out, i, x, pack);
+  });
 }
 
-template <class T>
+template <class T, int V>
 __global__ void affine_kernel(const T* x, T* out, int64_t n, compute_t<T> alpha,
                               compute_t<T> beta) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
-       i += int64_t(gridDim.x) * blockDim.x) {
-    store(out, i, alpha * load(x, i) + beta);
-  }
+  for_each_pack<V>(n, [&](int64_t i, auto pack) {
+    compute_t<T> v[V];
+    load_body<V>(x, i, v, pack);
+    for (int k = 0; k < body_count<V>(pack); ++k) v[k] = alpha * v[k] + beta;
+    store_body<V>(out, i, v, pack);
+  });
 }
 
 __device__ __forceinline__ float exp_of(float v) {
@@ -135,30 +181,37 @@ __device__ __forceinline__ double exp_of(double v) {
   return exp(v);
 }
 
-template <class T>
+template <class T, int V>
 __global__ void gelu_forward_kernel(const T* x, T* y, int64_t n) {
   using C = compute_t<T>;
   const C k0 = C(0.7978845608028654), k1 = C(0.044715);
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
-       i += int64_t(gridDim.x) * blockDim.x) {
-    const C v = load(x, i);
-    const C u = k0 * (v + k1 * v * v * v);
-    store(y, i, v / (C(1) + exp_of(C(-2) * u)));
-  }
+  for_each_pack<V>(n, [&](int64_t i, auto pack) {
+    C v[V];
+    load_body<V>(x, i, v, pack);
+    for (int k = 0; k < body_count<V>(pack); ++k) {
+      const C u = k0 * (v[k] + k1 * v[k] * v[k] * v[k]);
+      v[k] = v[k] / (C(1) + exp_of(C(-2) * u));
+    }
+    store_body<V>(y, i, v, pack);
+  });
 }
 
-template <class T>
+template <class T, int V>
 __global__ void gelu_backward_kernel(const T* x, const T* dy, T* dx, int64_t n) {
   using C = compute_t<T>;
   const C k0 = C(0.7978845608028654), k1 = C(0.044715);
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
-       i += int64_t(gridDim.x) * blockDim.x) {
-    const C v = load(x, i);
-    const C u = k0 * (v + k1 * v * v * v);
-    const C s = C(1) / (C(1) + exp_of(C(-2) * u));
-    const C du = k0 * (C(1) + C(3) * k1 * v * v);
-    store(dx, i, load(dy, i) * (s + C(2) * v * s * (C(1) - s) * du));
-  }
+  for_each_pack<V>(n, [&](int64_t i, auto pack) {
+    C v[V], g[V];
+    load_body<V>(x, i, v, pack);
+    load_body<V>(dy, i, g, pack);
+    for (int k = 0; k < body_count<V>(pack); ++k) {
+      const C u = k0 * (v[k] + k1 * v[k] * v[k] * v[k]);
+      const C s = C(1) / (C(1) + exp_of(C(-2) * u));
+      const C du = k0 * (C(1) + C(3) * k1 * v[k] * v[k]);
+      g[k] = g[k] * (s + C(2) * v[k] * s * (C(1) - s) * du);
+    }
+    store_body<V>(dx, i, g, pack);
+  });
 }
 
 template <class T>
@@ -247,57 +300,127 @@ __global__ void reduce_strided_kernel(ReduceKind op, const T* x, int64_t outer, 
 }
 
 // Column sums in two deterministic stages when n is long and outputs are
-// few (bias gradients: (1, N, C)): stage one sums row chunk k of every
-// column into part[(a * chunks + k) * inner + c], stage two adds the chunks
-// in order.
-template <class T>
-__global__ void reduce_columns_partial_kernel(const T* x, int64_t n, int64_t inner,
-                                              int64_t rows_per_chunk, int64_t chunks,
-                                              double* part) {
-  const int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
-  if (c >= inner) return;
+// few (bias gradients: (1, N, C)). Stage one: block (tile, chunk k, batch
+// a) sums rows chunk k of a tile of kTileCols columns into
+// part[(a * chunks + k) * inner + c]; its threads are kTilePacks packs of V
+// columns across by kRowGroups down, each walking every kRowGroups-th row of
+// the chunk, and the row groups are added in order. Stage two adds the
+// chunks in order. Each thread reading 16 bytes of a row per access across
+// some thousand blocks keeps enough bytes in flight for the device's memory,
+// where a thread per column walking its rows one element at a time did not.
+constexpr int kTilePacks = 32, kRowGroups = 8;
+constexpr int64_t kTileCols = 256;       // columns of a tile in the chunk count (packs of 8)
+constexpr int64_t kChunkRows = 64;       // rows of a chunk at least
+constexpr int64_t kColumnBlocks = 1024;  // stage one's blocks to aim for
+
+template <class T, int V>
+__global__ void __launch_bounds__(kTilePacks* kRowGroups)
+    reduce_columns_partial_kernel(const T* x, int64_t n, int64_t inner, int64_t rows_per_chunk,
+                                  int64_t chunks, double* part) {
+  __shared__ double sums[kRowGroups * kTilePacks * V];
+  const int tx = threadIdx.x % kTilePacks, ty = threadIdx.x / kTilePacks;
   const int64_t a = blockIdx.z, k = blockIdx.y;
+  const int64_t tile = blockIdx.x * int64_t(kTilePacks) * V;
+  const int64_t c0 = tile + int64_t(tx) * V;  // the thread's first column (V divides inner)
   const int64_t r0 = k * rows_per_chunk, r1 = min(n, r0 + rows_per_chunk);
-  const T* p = x + a * n * inner + c;
-  double s = 0;
-  for (int64_t j = r0; j < r1; ++j) s += static_cast<double>(load(p, j * inner));
-  part[(a * chunks + k) * inner + c] = s;
-}
-
-template <class T>
-__global__ void reduce_columns_finish_kernel(const double* part, int64_t outer, int64_t inner,
-                                             int64_t chunks, T* out) {
-  for (int64_t o = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; o < outer * inner;
-       o += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t a = o / inner, c = o % inner;
-    double s = 0;
-    for (int64_t k = 0; k < chunks; ++k) s += part[(a * chunks + k) * inner + c];
-    store(out, o, static_cast<compute_t<T>>(s));
+  double acc[V] = {};
+  if (c0 < inner) {
+    const T* base = x + a * n * inner + c0;
+    for (int64_t r = r0 + ty; r < r1; r += kRowGroups) {
+      compute_t<T> v[V];
+      load_n<V>(base, r * inner, v);
+      for (int j = 0; j < V; ++j) acc[j] += static_cast<double>(v[j]);
+    }
+  }
+  for (int j = 0; j < V; ++j) sums[ty * kTilePacks * V + tx * V + j] = acc[j];
+  __syncthreads();
+  for (int t = threadIdx.x; t < kTilePacks * V; t += blockDim.x) {
+    if (tile + t >= inner) break;
+    double total = 0;
+    for (int g = 0; g < kRowGroups; ++g) total += sums[g * kTilePacks * V + t];
+    part[(a * chunks + k) * inner + tile + t] = total;
   }
 }
 
-// The column sum added into an f32 accumulator: one pass over the rows, or
-// the second stage over the first's chunk sums (x null, part set).
+// Stage two: output (a, c) is the chunks' partial sums added in order of
+// chunk; a block of kFinishCols x kFinishSlices threads takes kFinishCols
+// columns, thread (c, s) adding chunks s, s + kFinishSlices, ..., and the
+// slices added in order. Writes out[a * inner + c] (T), or acc[c] = beta *
+// acc[c] + sum when acc is given (f32 gradients; beta 0 reads nothing).
+constexpr int kFinishCols = 32, kFinishSlices = 16;
 template <class T>
-__global__ void column_sum_into_kernel(const T* x, const double* part, int64_t n, int64_t inner,
-                                       int64_t chunks, float* acc, float beta) {
+__global__ void __launch_bounds__(kFinishCols* kFinishSlices)
+    reduce_columns_finish_kernel(const double* part, int64_t inner, int64_t chunks, T* out,
+                                 float* acc, float beta) {
+  __shared__ double slices[kFinishSlices * kFinishCols];
+  const int col = threadIdx.x % kFinishCols, slice = threadIdx.x / kFinishCols;
+  const int64_t a = blockIdx.y, c = blockIdx.x * int64_t(kFinishCols) + col;
+  double s = 0;
+  if (c < inner) {
+    for (int64_t k = slice; k < chunks; k += kFinishSlices) s += part[(a * chunks + k) * inner + c];
+  }
+  slices[slice * kFinishCols + col] = s;
+  __syncthreads();
+  if (slice != 0 || c >= inner) return;
+  s = 0;
+  for (int k = 0; k < kFinishSlices; ++k) s += slices[k * kFinishCols + col];
+  if (acc) {
+    const float sum = static_cast<float>(s);
+    acc[c] = beta != 0.0f ? beta * acc[c] + sum : sum;
+  } else {
+    store(out, a * inner + c, static_cast<compute_t<T>>(s));
+  }
+}
+
+// The column sum added into an f32 accumulator in one pass over few rows.
+template <class T>
+__global__ void column_sum_into_kernel(const T* x, int64_t n, int64_t inner, float* acc,
+                                       float beta) {
   const int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
   if (c >= inner) return;
   double s = 0;
-  if (part) {
-    for (int64_t k = 0; k < chunks; ++k) s += part[k * inner + c];
-  } else {
-    for (int64_t j = 0; j < n; ++j) s += static_cast<double>(load(x, j * inner + c));
-  }
+  for (int64_t j = 0; j < n; ++j) s += static_cast<double>(load(x, j * inner + c));
   const float sum = static_cast<float>(s);
   acc[c] = beta != 0.0f ? beta * acc[c] + sum : sum;
 }
 
-// Chunks of the two-stage column sum (0: the one-pass kernel is used).
+// Chunks of the two-stage column sum (0: one pass). The count depends on the
+// shape only, so the workspace can be sized before the pointers are known.
 int64_t column_chunks(ReduceKind op, ScalarType type, int64_t outer, int64_t n, int64_t inner) {
   const bool floating = type == ScalarType::F32 || type == ScalarType::F64 || is_half(type);
   if (op != ReduceKind::Sum || !floating || inner == 1 || n < 256 || outer > 65535) return 0;
-  return std::min<int64_t>(64, n / 128);
+  const int64_t tiles = (inner + kTileCols - 1) / kTileCols;
+  const int64_t wanted = std::max<int64_t>(1, kColumnBlocks / (tiles * outer));
+  return std::clamp<int64_t>(wanted, 1, std::min<int64_t>(n / kChunkRows, 65535));
+}
+
+// Launches stage one: packs of kPack<T> columns when every row of x starts
+// on a 16-byte boundary, else one column per thread.
+template <class T>
+void launch_column_partials(const T* x, int64_t outer, int64_t n, int64_t inner, int64_t chunks,
+                            double* part, cudaStream_t stream) {
+  const int64_t rows_per_chunk = (n + chunks - 1) / chunks;
+  auto launch = [&](auto v) {
+    constexpr int V = decltype(v)::value;
+    const dim3 grid(static_cast<unsigned>((inner + kTilePacks * V - 1) / (kTilePacks * V)),
+                    static_cast<unsigned>(chunks), static_cast<unsigned>(outer));
+    reduce_columns_partial_kernel<T, V>
+        <<<grid, kTilePacks * kRowGroups, 0, stream>>>(x, n, inner, rows_per_chunk, chunks, part);
+  };
+  if (inner % kPack<T> == 0 && pack_aligned(x)) {
+    launch(std::integral_constant<int, kPack<T>>{});
+  } else {
+    launch(std::integral_constant<int, 1>{});
+  }
+}
+
+template <class T>
+void launch_column_finish(const double* part, int64_t outer, int64_t inner, int64_t chunks, T* out,
+                          float* acc, float beta, cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>((inner + kFinishCols - 1) / kFinishCols),
+                  static_cast<unsigned>(outer));
+  reduce_columns_finish_kernel<T>
+      <<<grid, kFinishCols * kFinishSlices, 0, stream>>>(part, inner, chunks, out, acc, beta);
 }
 
 }  // namespace
@@ -323,20 +446,18 @@ void column_sum_into(const void* x, ScalarType type, int64_t n, int64_t inner, f
     throw std::invalid_argument("column_sum_into: a column sum of " + std::to_string(n) +
                                 " rows needs column_sum_workspace() bytes of workspace");
   }
-  const unsigned blocks = static_cast<unsigned>((inner + kThreads - 1) / kThreads);
   dispatch_nn(type, "column_sum_into", [&](auto t) {
     using T = decltype(t);
+    const T* px = static_cast<const T*>(x);
     if (chunks > 0) {
       double* part = static_cast<double*>(workspace);
-      const int64_t rows_per_chunk = (n + chunks - 1) / chunks;
-      const dim3 grid(blocks, static_cast<unsigned>(chunks), 1);
-      reduce_columns_partial_kernel<T><<<grid, kThreads, 0, stream>>>(
-          static_cast<const T*>(x), n, inner, rows_per_chunk, chunks, part);
-      column_sum_into_kernel<T><<<blocks, kThreads, 0, stream>>>(nullptr, part, n, inner, chunks,
-                                                                 acc, static_cast<float>(beta));
+      launch_column_partials(px, 1, n, inner, chunks, part, stream);
+      launch_column_finish<T>(part, 1, inner, chunks, nullptr, acc, static_cast<float>(beta),
+                              stream);
     } else {
-      column_sum_into_kernel<T><<<blocks, kThreads, 0, stream>>>(
-          static_cast<const T*>(x), nullptr, n, inner, 0, acc, static_cast<float>(beta));
+      column_sum_into_kernel<T>
+          <<<static_cast<unsigned>((inner + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
+              px, n, inner, acc, static_cast<float>(beta));
     }
   });
   check_launch("column_sum_into");
@@ -368,8 +489,20 @@ void copy(const void* src, ScalarType src_type, StridedView src_view, void* dst,
     using S = decltype(s);
     dispatch_all(dst_type, "copy", [&](auto d) {
       using D = decltype(d);
+      // Packs of the wider type (conversions between the network's types).
+      constexpr int kV = 16 / static_cast<int>(std::max(sizeof(S), sizeof(D)));
+      constexpr bool kNn = sizeof(S) <= 4 && sizeof(D) <= 4 &&
+                           std::is_floating_point_v<compute_t<S>> &&
+                           std::is_floating_point_v<compute_t<D>>;
+      if constexpr (kNn) {
+        if (contiguous && packable(src, dst)) {
+          convert_contiguous_kernel<S, D, kV><<<grid_for_packs(n, kV), kThreads, 0, stream>>>(
+              static_cast<const S*>(src), static_cast<D*>(dst), n);
+          return;
+        }
+      }
       if (contiguous) {
-        convert_contiguous_kernel<S, D><<<grid_for(n, kThreads), kThreads, 0, stream>>>(
+        convert_contiguous_kernel<S, D, 1><<<grid_for(n, kThreads), kThreads, 0, stream>>>(
             static_cast<const S*>(src), static_cast<D*>(dst), n);
       } else {
         copy_kernel<S, D><<<grid_for(n, kThreads), kThreads, 0, stream>>>(
@@ -385,8 +518,13 @@ void fill(void* dst, ScalarType type, int64_t n, double value, cudaStream_t stre
   if (n == 0) return;
   dispatch_all(type, "fill", [&](auto t) {
     using T = decltype(t);
-    fill_kernel<T><<<grid_for(n, kThreads), kThreads, 0, stream>>>(
-        static_cast<T*>(dst), n, static_cast<compute_t<T>>(value));
+    const auto v = static_cast<compute_t<T>>(value);
+    if (packable(dst)) {
+      fill_kernel<T, kPack<T>>
+          <<<grid_for_packs(n, kPack<T>), kThreads, 0, stream>>>(static_cast<T*>(dst), n, v);
+    } else {
+      fill_kernel<T, 1><<<grid_for(n, kThreads), kThreads, 0, stream>>>(static_cast<T*>(dst), n, v);
+    }
   });
   check_launch("fill");
 }
@@ -411,10 +549,14 @@ void binary(BinaryKind op, const void* a, StridedView a_view, const void* b, Str
   }
   dispatch_all(type, "binary", [&](auto t) {
     using T = decltype(t);
-    if (b_period > 0) {
-      binary_periodic_kernel<T><<<grid_for(n, kThreads), kThreads, 0, stream>>>(
-          op, static_cast<const T*>(a), static_cast<const T*>(b), b_period, static_cast<T*>(out),
-          n);
+    const T* pa = static_cast<const T*>(a);
+    const T* pb = static_cast<const T*>(b);
+    if (b_period > 0 && b_period % kPack<T> == 0 && packable(a, b, out)) {
+      binary_periodic_kernel<T, kPack<T>><<<grid_for_packs(n, kPack<T>), kThreads, 0, stream>>>(
+          op, pa, pb, b_period, static_cast<T*>(out), n);
+    } else if (b_period > 0) {
+      binary_periodic_kernel<T, 1><<<grid_for(n, kThreads), kThreads, 0, stream>>>(
+          op, pa, pb, b_period, static_cast<T*>(out), n);
     } else {
       binary_kernel<T><<<grid_for(n, kThreads), kThreads, 0, stream>>>(
           op, static_cast<const T*>(a), a_view, static_cast<const T*>(b), b_view,
@@ -428,8 +570,12 @@ void accumulate(const void* src, ScalarType src_type, float* acc, int64_t n, cud
   if (n == 0) return;
   dispatch_nn(src_type, "accumulate", [&](auto s) {
     using S = decltype(s);
-    accumulate_kernel<S>
-        <<<grid_for(n, kThreads), kThreads, 0, stream>>>(static_cast<const S*>(src), acc, n);
+    const S* ps = static_cast<const S*>(src);
+    if (packable(src, acc)) {
+      accumulate_kernel<S, 4><<<grid_for_packs(n, 4), kThreads, 0, stream>>>(ps, acc, n);
+    } else {
+      accumulate_kernel<S, 1><<<grid_for(n, kThreads), kThreads, 0, stream>>>(ps, acc, n);
+    }
   });
   check_launch("accumulate");
 }
@@ -440,9 +586,14 @@ void affine(const void* x, void* out, ScalarType type, int64_t n, double alpha, 
   dispatch_all(type, "affine", [&](auto t) {
     using T = decltype(t);
     using C = compute_t<T>;
-    affine_kernel<T><<<grid_for(n, kThreads), kThreads, 0, stream>>>(
-        static_cast<const T*>(x), static_cast<T*>(out), n, static_cast<C>(alpha),
-        static_cast<C>(beta));
+    const T* px = static_cast<const T*>(x);
+    if (packable(x, out)) {
+      affine_kernel<T, kPack<T>><<<grid_for_packs(n, kPack<T>), kThreads, 0, stream>>>(
+          px, static_cast<T*>(out), n, static_cast<C>(alpha), static_cast<C>(beta));
+    } else {
+      affine_kernel<T, 1><<<grid_for(n, kThreads), kThreads, 0, stream>>>(
+          px, static_cast<T*>(out), n, static_cast<C>(alpha), static_cast<C>(beta));
+    }
   });
   check_launch("affine");
 }
@@ -452,11 +603,17 @@ void gelu_forward(const void* x, void* y, ScalarType type, int64_t n, cudaStream
   if (type != ScalarType::F64) {
     dispatch_nn(type, "gelu_forward", [&](auto t) {
       using T = decltype(t);
-      gelu_forward_kernel<T><<<grid_for(n, kThreads), kThreads, 0, stream>>>(
-          static_cast<const T*>(x), static_cast<T*>(y), n);
+      const T* px = static_cast<const T*>(x);
+      if (packable(x, y)) {
+        gelu_forward_kernel<T, kPack<T>>
+            <<<grid_for_packs(n, kPack<T>), kThreads, 0, stream>>>(px, static_cast<T*>(y), n);
+      } else {
+        gelu_forward_kernel<T, 1>
+            <<<grid_for(n, kThreads), kThreads, 0, stream>>>(px, static_cast<T*>(y), n);
+      }
     });
   } else {
-    gelu_forward_kernel<double><<<grid_for(n, kThreads), kThreads, 0, stream>>>(
+    gelu_forward_kernel<double, 1><<<grid_for(n, kThreads), kThreads, 0, stream>>>(
         static_cast<const double*>(x), static_cast<double*>(y), n);
   }
   check_launch("gelu_forward");
@@ -468,11 +625,18 @@ void gelu_backward(const void* x, const void* dy, void* dx, ScalarType type, int
   if (type != ScalarType::F64) {
     dispatch_nn(type, "gelu_backward", [&](auto t) {
       using T = decltype(t);
-      gelu_backward_kernel<T><<<grid_for(n, kThreads), kThreads, 0, stream>>>(
-          static_cast<const T*>(x), static_cast<const T*>(dy), static_cast<T*>(dx), n);
+      const T* px = static_cast<const T*>(x);
+      const T* pdy = static_cast<const T*>(dy);
+      if (packable(x, dy, dx)) {
+        gelu_backward_kernel<T, kPack<T>>
+            <<<grid_for_packs(n, kPack<T>), kThreads, 0, stream>>>(px, pdy, static_cast<T*>(dx), n);
+      } else {
+        gelu_backward_kernel<T, 1>
+            <<<grid_for(n, kThreads), kThreads, 0, stream>>>(px, pdy, static_cast<T*>(dx), n);
+      }
     });
   } else {
-    gelu_backward_kernel<double><<<grid_for(n, kThreads), kThreads, 0, stream>>>(
+    gelu_backward_kernel<double, 1><<<grid_for(n, kThreads), kThreads, 0, stream>>>(
         static_cast<const double*>(x), static_cast<const double*>(dy), static_cast<double*>(dx), n);
   }
   check_launch("gelu_backward");
@@ -530,13 +694,9 @@ void reduce(ReduceKind op, const void* x, ScalarType type, int64_t outer, int64_
     using T = decltype(t);
     if (chunks > 0) {
       double* part = static_cast<double*>(workspace);
-      const int64_t rows_per_chunk = (n + chunks - 1) / chunks;
-      const dim3 grid(static_cast<unsigned>((inner + kThreads - 1) / kThreads),
-                      static_cast<unsigned>(chunks), static_cast<unsigned>(outer));
-      reduce_columns_partial_kernel<T><<<grid, kThreads, 0, stream>>>(
-          static_cast<const T*>(x), n, inner, rows_per_chunk, chunks, part);
-      reduce_columns_finish_kernel<T><<<grid_for(outer * inner, kThreads), kThreads, 0, stream>>>(
-          part, outer, inner, chunks, static_cast<T*>(out));
+      launch_column_partials(static_cast<const T*>(x), outer, n, inner, chunks, part, stream);
+      launch_column_finish<T>(part, outer, inner, chunks, static_cast<T*>(out), nullptr, 0.0f,
+                              stream);
     } else if (inner == 1 && outer <= 2147483647LL) {
       reduce_rows_kernel<T><<<static_cast<unsigned>(outer), kThreads, 0, stream>>>(
           op, static_cast<const T*>(x), n, static_cast<T*>(out), indices);

@@ -6,6 +6,8 @@
 // order into its partial row; the second adds the blocks' partials in
 // order. Wider rows take three: dx, the column sums per row chunk, the
 // chunks in order.
+#include <type_traits>
+
 #include "device_utils.cuh"
 #include "layernorm.h"
 
@@ -18,10 +20,12 @@ constexpr int64_t kChunks = 64;   // row chunks of the column-sum stage
 // stride over the rows), and the widest row whose per-warp column sums fit
 // 48 KiB of shared memory (2 floats per column per warp).
 constexpr int kFusedWarps = 4;
-constexpr int64_t kFusedBlocks = 256;
+constexpr int64_t kFusedBlocks = 1024;  // about one wave of an H100/H200 at C 768
 constexpr int64_t kFusedMaxC = 48 * 1024 / (2 * kFusedWarps * int64_t(sizeof(float)));
 
-template <class T>
+// Each lane of a row's warp takes the packs of V columns at lane * V, then
+// every 32 * V columns after (V divides C; the launcher checks alignment).
+template <class T, int V>
 __global__ void ln_forward_kernel(const T* x, const T* w, const T* b, T* y, float* mean,
                                   float* rstd, int64_t N, int64_t C, float eps, const T* residual,
                                   T* sum) {
@@ -34,28 +38,54 @@ __global__ void ln_forward_kernel(const T* x, const T* w, const T* b, T* y, floa
     // reads back only those, so the row needs no synchronisation.
     const T* rr = residual + row * C;
     T* hr = sum + row * C;
-    for (int64_t i = lane; i < C; i += 32) store(hr, i, load(xr, i) + load(rr, i));
+    for (int64_t i = lane * V; i < C; i += 32 * V) {
+      float xv[V], rv[V];
+      load_n<V>(xr, i, xv);
+      load_n<V>(rr, i, rv);
+      for (int k = 0; k < V; ++k) xv[k] += rv[k];
+      store_n<V>(hr, i, xv);
+    }
     xr = hr;
   }
   float s = 0;
-  for (int64_t i = lane; i < C; i += 32) s += load(xr, i);
+  for (int64_t i = lane * V; i < C; i += 32 * V) {
+    float xv[V];
+    load_n<V>(xr, i, xv);
+    for (int k = 0; k < V; ++k) s += xv[k];
+  }
   const float mu = warp_sum(s) / static_cast<float>(C);
   float v = 0;
-  for (int64_t i = lane; i < C; i += 32) {
-    const float d = load(xr, i) - mu;
-    v += d * d;
+  for (int64_t i = lane * V; i < C; i += 32 * V) {
+    float xv[V];
+    load_n<V>(xr, i, xv);
+    for (int k = 0; k < V; ++k) v += (xv[k] - mu) * (xv[k] - mu);
   }
   const float rs = rsqrtf(warp_sum(v) / static_cast<float>(C) + eps);
   T* yr = y + row * C;
-  for (int64_t i = lane; i < C; i += 32) {
-    store(yr, i, (load(xr, i) - mu) * rs * load(w, i) + load(b, i));
+  for (int64_t i = lane * V; i < C; i += 32 * V) {
+    float xv[V], wv[V], bv[V];
+    load_n<V>(xr, i, xv);
+    load_n<V>(w, i, wv);
+    load_n<V>(b, i, bv);
+    for (int k = 0; k < V; ++k) xv[k] = (xv[k] - mu) * rs * wv[k] + bv[k];
+    store_n<V>(yr, i, xv);
   }
   if (lane == 0) mean[row] = mu, rstd[row] = rs;
 }
 
+// The lane's elements of a row are its "slots": slot j * V + k is column
+// (j * 32 + lane) * V + k. The fused backward keeps a warp's column sums
+// slot-major ([slot][lane]), so the 32 lanes touch 32 consecutive floats.
+__host__ __device__ __forceinline__ int64_t slots_per_lane(int64_t C, int v) {
+  return (C + 32 * v - 1) / (32 * v) * v;
+}
+__device__ __forceinline__ int64_t slot_index(int64_t c, int v) {
+  return ((c / (32 * v)) * v + c % v) * 32 + (c / v) % 32;
+}
+
 // dx for one row (a warp; dx = LayerNorm's input gradient + dsum when
-// given), calling each(i, dy, xhat) for every element i the lane writes.
-template <class T, class F>
+// given), calling each(slot, dy, xhat) for every element the lane writes.
+template <int V, class T, class F>
 __device__ __forceinline__ void ln_backward_row(const T* dy, const T* x, const T* w,
                                                 const float* mean, const float* rstd, T* dx,
                                                 int64_t C, const T* dsum, int64_t row, int lane,
@@ -64,60 +94,76 @@ __device__ __forceinline__ void ln_backward_row(const T* dy, const T* x, const T
   const T* gr = dy + row * C;
   const float mu = mean[row], rs = rstd[row];
   float mg = 0, mgx = 0;  // the row means of dy * w and dy * w * xhat
-  for (int64_t i = lane; i < C; i += 32) {
-    const float gw = load(gr, i) * load(w, i);
-    mg += gw;
-    mgx += gw * (load(xr, i) - mu) * rs;
+  for (int64_t i = lane * V; i < C; i += 32 * V) {
+    float g[V], xv[V], wv[V];
+    load_n<V>(gr, i, g);
+    load_n<V>(xr, i, xv);
+    load_n<V>(w, i, wv);
+    for (int k = 0; k < V; ++k) {
+      const float gw = g[k] * wv[k];
+      mg += gw;
+      mgx += gw * (xv[k] - mu) * rs;
+    }
   }
   mg = warp_sum(mg) / static_cast<float>(C);
   mgx = warp_sum(mgx) / static_cast<float>(C);
   T* out = dx + row * C;
-  for (int64_t i = lane; i < C; i += 32) {
-    const float g = load(gr, i);
-    const float xhat = (load(xr, i) - mu) * rs;
-    const float extra = dsum ? load(dsum, row * C + i) : 0.0f;
-    store(out, i, rs * (g * load(w, i) - mg - xhat * mgx) + extra);
-    each(i, g, xhat);
+  int64_t slot = 0;
+  for (int64_t i = lane * V; i < C; i += 32 * V, slot += V) {
+    float g[V], xv[V], wv[V], extra[V] = {};
+    load_n<V>(gr, i, g);
+    load_n<V>(xr, i, xv);
+    load_n<V>(w, i, wv);
+    if (dsum) load_n<V>(dsum + row * C, i, extra);
+    for (int k = 0; k < V; ++k) {
+      const float xhat = (xv[k] - mu) * rs;
+      each(slot + k, g[k], xhat);
+      xv[k] = rs * (g[k] * wv[k] - mg - xhat * mgx) + extra[k];
+    }
+    store_n<V>(out, i, xv);
   }
 }
 
-template <class T>
+template <class T, int V>
 __global__ void ln_backward_dx_kernel(const T* dy, const T* x, const T* w, const float* mean,
                                       const float* rstd, T* dx, int64_t N, int64_t C,
                                       const T* dsum) {
   const int64_t row = blockIdx.x * int64_t(kRowsPerBlock) + (threadIdx.x >> 5);
   if (row >= N) return;
-  ln_backward_row(dy, x, w, mean, rstd, dx, C, dsum, row, threadIdx.x & 31,
-                  [](int64_t, float, float) {});
+  ln_backward_row<V>(dy, x, w, mean, rstd, dx, C, dsum, row, threadIdx.x & 31,
+                     [](int64_t, float, float) {});
 }
 
 // dx for rows blockIdx.x * kFusedWarps + warp, then every gridDim.x *
 // kFusedWarps rows after, and part_w/part_b[blockIdx.x][c]: the column sums
 // of dy * xhat and dy over the block's rows, in a fixed order.
-template <class T>
+template <class T, int V>
 __global__ void __launch_bounds__(32 * kFusedWarps)
     ln_backward_fused_kernel(const T* dy, const T* x, const T* w, const float* mean,
                              const float* rstd, T* dx, int64_t N, int64_t C, const T* dsum,
                              float* part_w, float* part_b) {
-  extern __shared__ float sums[];  // [warp][2][C]: the warp's weight, then bias sums
+  extern __shared__ float sums[];  // [warp][2][slot][lane]: the weight, then bias sums
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  float* sw = sums + warp * 2 * C;
-  float* sb = sw + C;
-  // A lane only ever touches the columns i = lane (mod 32) of its warp's
+  const int64_t slice = slots_per_lane(C, V) * 32;
+  float* sw = sums + warp * 2 * slice;
+  float* sb = sw + slice;
+  // A lane only ever touches its own column [slot][lane] of its warp's
   // slice, so the slice needs no synchronisation until the block sums it.
-  for (int64_t i = lane; i < C; i += 32) sw[i] = 0.0f, sb[i] = 0.0f;
+  for (int64_t i = lane; i < slice; i += 32) sw[i] = 0.0f, sb[i] = 0.0f;
   const int64_t stride = int64_t(gridDim.x) * kFusedWarps;
   for (int64_t row = blockIdx.x * int64_t(kFusedWarps) + warp; row < N; row += stride) {
-    ln_backward_row(dy, x, w, mean, rstd, dx, C, dsum, row, lane,
-                    [sw, sb](int64_t i, float g, float xhat) {
-                      sw[i] += g * xhat;
-                      sb[i] += g;
-                    });
+    ln_backward_row<V>(dy, x, w, mean, rstd, dx, C, dsum, row, lane,
+                       [sw, sb, lane](int64_t slot, float g, float xhat) {
+                         sw[slot * 32 + lane] += g * xhat;
+                         sb[slot * 32 + lane] += g;
+                       });
   }
   __syncthreads();
   for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
+    const int64_t at = slot_index(c, V);
     float a = 0, b = 0;
-    for (int k = 0; k < kFusedWarps; ++k) a += sums[k * 2 * C + c], b += sums[k * 2 * C + C + c];
+    for (int k = 0; k < kFusedWarps; ++k)
+      a += sums[k * 2 * slice + at], b += sums[(k * 2 + 1) * slice + at];
     part_w[blockIdx.x * C + c] = a;
     part_b[blockIdx.x * C + c] = b;
   }
@@ -142,15 +188,32 @@ __global__ void ln_backward_partial_kernel(const T* dy, const T* x, const float*
   part_b[blockIdx.y * C + c] = sb;
 }
 
-// dw = beta * dw + the chunks' sum (beta 0: dw's contents are not read);
-// D is the tensor type, or f32 for the f32 gradients of half parameters.
+// dw = beta * dw + the partial rows' sum (beta 0: dw's contents are not
+// read); D is the tensor type, or f32 for the f32 gradients of half
+// parameters. A block of kFinishCols x kFinishSlices threads takes 32
+// columns: thread (c, k) sums partials k, k + kFinishSlices, ... of its
+// column, and the slices are added in order (the same bits every run).
+constexpr int kFinishCols = 32, kFinishSlices = 16;
 template <class D>
-__global__ void ln_backward_finish_kernel(const float* part_w, const float* part_b, D* dw, D* db,
-                                          int64_t C, int64_t chunks, float beta) {
-  const int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
-  if (c >= C) return;
+__global__ void __launch_bounds__(kFinishCols* kFinishSlices)
+    ln_backward_finish_kernel(const float* part_w, const float* part_b, D* dw, D* db, int64_t C,
+                              int64_t chunks, float beta) {
+  __shared__ float sw_all[kFinishSlices * kFinishCols], sb_all[kFinishSlices * kFinishCols];
+  const int col = threadIdx.x % kFinishCols, slice = threadIdx.x / kFinishCols;
+  const int64_t c = blockIdx.x * int64_t(kFinishCols) + col;
   float sw = 0, sb = 0;
-  for (int64_t k = 0; k < chunks; ++k) sw += part_w[k * C + c], sb += part_b[k * C + c];
+  if (c < C) {
+    for (int64_t k = slice; k < chunks; k += kFinishSlices)
+      sw += part_w[k * C + c], sb += part_b[k * C + c];
+  }
+  sw_all[slice * kFinishCols + col] = sw;
+  sb_all[slice * kFinishCols + col] = sb;
+  __syncthreads();
+  if (slice != 0 || c >= C) return;
+  sw = 0, sb = 0;
+  for (int k = 0; k < kFinishSlices; ++k) {
+    sw += sw_all[k * kFinishCols + col], sb += sb_all[k * kFinishCols + col];
+  }
   if (beta != 0.0f) {
     sw = beta * static_cast<float>(load(dw, c)) + sw;
     sb = beta * static_cast<float>(load(db, c)) + sb;
@@ -184,10 +247,18 @@ void layer_norm_forward(const void* x, const void* weight, const void* bias, voi
   dispatch_nn(type, "layer_norm_forward", [&](auto t) {
     using T = decltype(t);
     const unsigned blocks = static_cast<unsigned>((N + kRowsPerBlock - 1) / kRowsPerBlock);
-    ln_forward_kernel<T><<<blocks, 32 * kRowsPerBlock, 0, stream>>>(
-        static_cast<const T*>(x), static_cast<const T*>(weight), static_cast<const T*>(bias),
-        static_cast<T*>(y), mean, rstd, N, C, static_cast<float>(eps),
-        static_cast<const T*>(residual), static_cast<T*>(sum));
+    auto launch = [&](auto v) {
+      ln_forward_kernel<T, decltype(v)::value><<<blocks, 32 * kRowsPerBlock, 0, stream>>>(
+          static_cast<const T*>(x), static_cast<const T*>(weight), static_cast<const T*>(bias),
+          static_cast<T*>(y), mean, rstd, N, C, static_cast<float>(eps),
+          static_cast<const T*>(residual), static_cast<T*>(sum));
+    };
+    if (C % kPack<T> == 0 && pack_aligned(x) && pack_aligned(weight) && pack_aligned(bias) &&
+        pack_aligned(y) && pack_aligned(residual) && pack_aligned(sum)) {
+      launch(std::integral_constant<int, kPack<T>>{});
+    } else {
+      launch(std::integral_constant<int, 1>{});
+    }
   });
   check_launch("layer_norm_forward");
 }
@@ -219,35 +290,47 @@ void layer_norm_backward(const void* dy, const void* x, const void* weight, cons
   float* part_w = static_cast<float*>(workspace);
   float* part_b = part_w + chunks * C;
   const bool fused = C <= kFusedMaxC;
-  const unsigned col_blocks = static_cast<unsigned>((C + 255) / 256);
   dispatch_nn(type, "layer_norm_backward", [&](auto t) {
     using T = decltype(t);
     const T* pdy = static_cast<const T*>(dy);
     const T* px = static_cast<const T*>(x);
-    if (fused) {
-      // (With no rows the blocks still write their zero partial sums.)
-      const size_t smem = static_cast<size_t>(2 * kFusedWarps * C) * sizeof(float);
-      ln_backward_fused_kernel<T>
-          <<<static_cast<unsigned>(chunks), 32 * kFusedWarps, smem, stream>>>(
-              pdy, px, static_cast<const T*>(weight), mean, rstd, static_cast<T*>(dx), N, C,
-              static_cast<const T*>(dsum), part_w, part_b);
-    } else {
-      if (N > 0) {
+    const T* pw = static_cast<const T*>(weight);
+    const T* pds = static_cast<const T*>(dsum);
+    T* pdx = static_cast<T*>(dx);
+    auto launch_rows = [&](auto v) {
+      constexpr int V = decltype(v)::value;
+      if (fused) {
+        // (With no rows the blocks still write their zero partial sums.)
+        const size_t smem =
+            static_cast<size_t>(2 * kFusedWarps * slots_per_lane(C, V) * 32) * sizeof(float);
+        ln_backward_fused_kernel<T, V>
+            <<<static_cast<unsigned>(chunks), 32 * kFusedWarps, smem, stream>>>(
+                pdy, px, pw, mean, rstd, pdx, N, C, pds, part_w, part_b);
+      } else if (N > 0) {
         const unsigned blocks = static_cast<unsigned>((N + kRowsPerBlock - 1) / kRowsPerBlock);
-        ln_backward_dx_kernel<T><<<blocks, 32 * kRowsPerBlock, 0, stream>>>(
-            pdy, px, static_cast<const T*>(weight), mean, rstd, static_cast<T*>(dx), N, C,
-            static_cast<const T*>(dsum));
+        ln_backward_dx_kernel<T, V>
+            <<<blocks, 32 * kRowsPerBlock, 0, stream>>>(pdy, px, pw, mean, rstd, pdx, N, C, pds);
       }
-      ln_backward_partial_kernel<T>
-          <<<dim3(col_blocks, static_cast<unsigned>(chunks)), 256, 0, stream>>>(
-              pdy, px, mean, rstd, part_w, part_b, N, C, std::max<int64_t>(rows_per_chunk, 1));
+    };
+    if (C % kPack<T> == 0 && pack_aligned(dy) && pack_aligned(x) && pack_aligned(weight) &&
+        pack_aligned(dx) && pack_aligned(dsum)) {
+      launch_rows(std::integral_constant<int, kPack<T>>{});
+    } else {
+      launch_rows(std::integral_constant<int, 1>{});
     }
+    if (!fused) {
+      ln_backward_partial_kernel<T>
+          <<<dim3(static_cast<unsigned>((C + 255) / 256), static_cast<unsigned>(chunks)), 256, 0,
+             stream>>>(pdy, px, mean, rstd, part_w, part_b, N, C,
+                       std::max<int64_t>(rows_per_chunk, 1));
+    }
+    const unsigned col_blocks = static_cast<unsigned>((C + kFinishCols - 1) / kFinishCols);
     if (f32_param_grads) {
-      ln_backward_finish_kernel<float><<<col_blocks, 256, 0, stream>>>(
+      ln_backward_finish_kernel<float><<<col_blocks, kFinishCols * kFinishSlices, 0, stream>>>(
           part_w, part_b, static_cast<float*>(dweight), static_cast<float*>(dbias), C, chunks,
           static_cast<float>(beta));
     } else {
-      ln_backward_finish_kernel<T><<<col_blocks, 256, 0, stream>>>(
+      ln_backward_finish_kernel<T><<<col_blocks, kFinishCols * kFinishSlices, 0, stream>>>(
           part_w, part_b, static_cast<T*>(dweight), static_cast<T*>(dbias), C, chunks,
           static_cast<float>(beta));
     }

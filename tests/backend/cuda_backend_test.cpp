@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <set>
 #include <utility>
@@ -274,6 +275,126 @@ TEST(CudaKernels, RowKernelsAtModelWidths) {
       const CaseResult gpu = run_case(c, dtype, kGpu);
       const Tolerance t = tolerance(dtype);
       expect_close(gpu.out, cpu.out, t.rtol, t.atol, "output");
+      for (size_t k = 0; k < cpu.grads.size(); ++k) {
+        expect_close(gpu.grads[k], cpu.grads[k], 4 * t.rtol, 4 * t.atol,
+                     "grad " + std::to_string(k));
+      }
+    }
+  }
+}
+
+// x's values in a contiguous view that starts one element past a 16-byte
+// boundary: the memory-bound kernels cannot take it in 16-byte packs.
+Tensor misaligned(const Tensor& x) {
+  Tensor pad = zeros({1}, x.dtype(), x.device());
+  return reshape(narrow(concat({pad, flatten(x)}, 0), 0, 1, x.numel()), x.shape());
+}
+
+// The memory-bound kernels move 16 bytes per access where the data allows
+// and one element otherwise: both paths, and the elements past the last
+// whole pack, give the CPU's results. (On cuda_sim the kernels are built
+// with UBSan's alignment check, so a pack taken from a misaligned address
+// stops the test.)
+TEST(CudaKernels, PackedAndElementwisePathsMatchTheCpu) {
+  using Fn = std::function<Tensor(const std::vector<Tensor>&)>;
+  // Each case's function once on the inputs as given, once with the first
+  // input misaligned.
+  auto both = [](const std::string& name, std::function<std::vector<Tensor>(DType)> inputs, Fn fn) {
+    std::vector<testing::OpCase> out;
+    out.push_back({name, inputs, fn});
+    out.push_back({name + "_misaligned", inputs, [fn](const std::vector<Tensor>& x) {
+                     std::vector<Tensor> y = x;
+                     y[0] = misaligned(x[0]);
+                     return fn(y);
+                   }});
+    return out;
+  };
+  std::vector<testing::OpCase> cases;
+  auto add_cases = [&](std::vector<testing::OpCase> c) {
+    cases.insert(cases.end(), c.begin(), c.end());
+  };
+  for (int64_t C : {int64_t{768}, int64_t{36}, int64_t{41}}) {  // 8 | C, 4 | C, neither
+    const std::string w = std::to_string(C);
+    add_cases(both(
+        "layer_norm_C" + w,
+        [C](DType d) {
+          return std::vector<Tensor>{randn({37, C}, 9, 1, 2.0, d), randn({C}, 9, 2, 1.0, d),
+                                     randn({C}, 9, 3, 1.0, d)};
+        },
+        [](const std::vector<Tensor>& x) { return layer_norm(x[0], x[1], x[2]); }));
+    add_cases(both(
+        "add_layer_norm_C" + w,
+        [C](DType d) {
+          return std::vector<Tensor>{randn({37, C}, 9, 4, 1.0, d), randn({37, C}, 9, 1, 2.0, d),
+                                     randn({C}, 9, 2, 1.0, d), randn({C}, 9, 3, 1.0, d)};
+        },
+        [](const std::vector<Tensor>& x) {
+          const AddLayerNorm o = add_layer_norm(x[1], x[0], x[2], x[3]);
+          return add(o.sum, o.norm);
+        }));
+    add_cases(both(
+        "add_bias_row_C" + w,
+        [C](DType d) {
+          return std::vector<Tensor>{randn({3, 5, C}, 9, 5, 1.0, d), randn({C}, 9, 6, 1.0, d)};
+        },
+        [](const std::vector<Tensor>& x) { return add(x[0], x[1]); }));
+  }
+  for (int64_t C : {int64_t{768}, int64_t{36}}) {  // packs of 8 and 4, of 4 only
+    add_cases(both(
+        "embedding_C" + std::to_string(C),
+        [C](DType d) {
+          return std::vector<Tensor>{randn({50, C}, 9, 14, 1.0, d)};
+        },
+        [](const std::vector<Tensor>& x) {
+          return embedding(x[0], to_device(from_vector(std::vector<int64_t>{3, 49, 3, 0, 17, 3, 49},
+                                                       {7}, DType::I64),
+                                           x[0].device()));
+        }));
+  }
+  add_cases(both(
+      "sum_columns_N300_C776",  // a bias gradient: two stages, packs of columns
+      [](DType d) {
+        return std::vector<Tensor>{randn({300, 776}, 9, 13, 1.0, d)};
+      },
+      [](const std::vector<Tensor>& x) { return sum(x[0], 0); }));
+  add_cases(both(
+      "add_1003",  // 125 packs of 8 and 3 more (250 of 4 and 3 in f32)
+      [](DType d) {
+        return std::vector<Tensor>{randn({1003}, 9, 7, 1.0, d), randn({1003}, 9, 8, 1.0, d)};
+      },
+      [](const std::vector<Tensor>& x) { return mul(x[0], x[1]); }));
+  add_cases(both(
+      "gelu_1003", [](DType d) { return std::vector<Tensor>{randn({1003}, 9, 9, 2.0, d)}; },
+      [](const std::vector<Tensor>& x) { return gelu(x[0]); }));
+  add_cases(both(
+      "affine_1003", [](DType d) { return std::vector<Tensor>{randn({1003}, 9, 10, 2.0, d)}; },
+      [](const std::vector<Tensor>& x) { return affine(x[0], 0.75, -0.5); }));
+  add_cases(both(
+      "cast_to_f32_and_back_1003",
+      [](DType d) { return std::vector<Tensor>{randn({1003}, 9, 11, 2.0, d)}; },
+      [](const std::vector<Tensor>& x) {
+        const DType other = x[0].dtype() == DType::F32 ? DType::BF16 : DType::F32;
+        return cast(affine(cast(x[0], other), 2.0), x[0].dtype());
+      }));
+  add_cases(both(
+      "cross_entropy_N5_V1001",  // rows start at every offset from a boundary
+      [](DType d) {
+        return std::vector<Tensor>{randn({5, 1001}, 9, 12, 2.0, d)};
+      },
+      [](const std::vector<Tensor>& x) {
+        return cross_entropy(
+            x[0],
+            to_device(from_vector(std::vector<int64_t>{0, 1000, 7, -100, 999}, {5}, DType::I64),
+                      x[0].device()));
+      }));
+  for (const auto& c : cases) {
+    for (DType dtype : {DType::F32, DType::BF16, DType::F16}) {
+      SCOPED_TRACE(c.name + " " + dtype_name(dtype));
+      const CaseResult cpu = run_case(c, dtype, Device::cpu());
+      const CaseResult gpu = run_case(c, dtype, kGpu);
+      const Tolerance t = tolerance(dtype);
+      expect_close(gpu.out, cpu.out, t.rtol, t.atol, "output");
+      ASSERT_EQ(gpu.grads.size(), cpu.grads.size());
       for (size_t k = 0; k < cpu.grads.size(); ++k) {
         expect_close(gpu.grads[k], cpu.grads[k], 4 * t.rtol, 4 * t.atol,
                      "grad " + std::to_string(k));
@@ -562,6 +683,13 @@ TEST(CudaRuntime, AccumulateAddsHalfAndF32IntoF32LikeTheCpu) {
       EXPECT_EQ(to_double_vector(dev_acc), to_double_vector(cpu_acc));
     }
   }
+  // A source one element past a 16-byte boundary (no packs).
+  Tensor shifted = cast(randn({1038}, 5, 2), DType::BF16), acc_small = randn({1037}, 6, 2);
+  Tensor cpu_small = clone(acc_small);
+  backend_for(DeviceType::CPU).accumulate(narrow(shifted, 0, 1, 1037), cpu_small);
+  Tensor dev_small = to_device(acc_small, kGpu);
+  backend_for(DeviceType::CUDA).accumulate(narrow(to_device(shifted, kGpu), 0, 1, 1037), dev_small);
+  EXPECT_EQ(to_double_vector(dev_small), to_double_vector(cpu_small));
   Tensor m = cast(randn({6, 9}, 7, 1), DType::BF16), acc = randn({9, 6}, 8, 1);
   Tensor cpu_acc = clone(acc);
   backend_for(DeviceType::CPU).accumulate(transpose(m, 0, 1), cpu_acc);
@@ -598,9 +726,11 @@ TEST(CudaKernels, HalfGemmIntoF32MatchesTheCpu) {
 
 TEST(CudaKernels, SumRowsIntoMatchesTheCpu) {
   // Column sums added into an f32 accumulator (bias gradients): one pass
-  // (few rows) and two stages (many), odd widths, beta 0 over garbage and 1.
+  // (few rows) and two stages (many), odd widths, widths of whole 16-byte
+  // packs in every dtype (776: three tiles of 256 columns and part of one),
+  // beta 0 over garbage and 1.
   for (int64_t rows : {int64_t{1}, int64_t{100}, int64_t{1000}}) {
-    for (int64_t cols : {int64_t{1}, int64_t{37}, int64_t{300}}) {
+    for (int64_t cols : {int64_t{1}, int64_t{37}, int64_t{300}, int64_t{776}}) {
       for (DType d : {DType::F32, DType::BF16, DType::F16}) {
         for (double beta : {0.0, 1.0}) {
           SCOPED_TRACE(std::to_string(rows) + "x" + std::to_string(cols) + " " + dtype_name(d) +
