@@ -65,16 +65,53 @@ __device__ __forceinline__ __half to_half(float v) {
   return __float2half_rn(v);
 }
 
+// True when every row of a (T, stride) matrix at `base` starts on a 16-byte
+// boundary (then its D columns, a multiple of 16, are whole packs).
+template <class T>
+__device__ __forceinline__ bool rows_packed(const T* base, int64_t stride) {
+  return reinterpret_cast<uintptr_t>(base) % 16 == 0 && stride % kPack<T> == 0;
+}
+
 // rows [r0, r0 + kRows) of a (T, stride) matrix at `base`, D columns, into
-// tile[kRows][ld]; rows past Tn are zero.
+// tile[kRows][ld]; rows past Tn are zero. 16 bytes per access when the rows
+// allow it (the tile's rows always do: ld * sizeof(T) is a multiple of 16).
 template <class T>
 __device__ void load_rows(T* tile, int ld, const T* base, int64_t stride, int64_t r0, int64_t Tn,
                           int D) {
+  if (rows_packed(base, stride)) {
+    constexpr int V = kPack<T>;
+    const int packs = D / V;
+    for (int idx = threadIdx.x; idx < kRows * packs; idx += blockDim.x) {
+      const int r = idx / packs, d = (idx - r * packs) * V;
+      const int64_t row = r0 + r;
+      int4 bits = make_int4(0, 0, 0, 0);  // zero is all-zero bits in bf16 and f16
+      if (row < Tn) bits = *reinterpret_cast<const int4*>(base + row * stride + d);
+      *reinterpret_cast<int4*>(tile + r * ld + d) = bits;
+    }
+    return;
+  }
   for (int idx = threadIdx.x; idx < kRows * D; idx += blockDim.x) {
     const int r = idx / D, d = idx % D;
     const int64_t row = r0 + r;
     tile[r * ld + d] = row < Tn ? base[row * stride + d] : to_half<T>(0.0f);
   }
+}
+
+// n consecutive values (a multiple of 8) times `factor` from f32 `src` to
+// `dst`, 16 bytes per store when `packed`.
+template <class T>
+__device__ __forceinline__ void store_scaled(T* dst, const float* src, int n, float factor,
+                                             bool packed) {
+  if (packed) {
+    constexpr int V = kPack<T>;
+    for (int c = 0; c < n; c += V) {
+      float v[V];
+      for (int k = 0; k < V; ++k) v[k] = src[c + k] * factor;
+      store_n<V>(dst, c, v);
+    }
+    return;
+  }
+  for (int c = 0; c < n; ++c) dst[c] = to_half<T>(src[c] * factor);
 }
 
 template <class T>
@@ -128,6 +165,7 @@ template <class T, int MAXD>
 __device__ void write_rows(FragC (&acc)[MAXD / 16], float* stage, T* dst, int64_t stride,
                            int64_t first_row, int64_t Tn, int D, float factor) {
   const int lane = threadIdx.x & 31, r = lane >> 1, half = lane & 1;
+  const bool packed = rows_packed(dst, stride);
 #pragma unroll
   for (int dn = 0; dn < MAXD / 16; ++dn) {
     if (dn >= D / 16) break;
@@ -135,9 +173,8 @@ __device__ void write_rows(FragC (&acc)[MAXD / 16], float* stage, T* dst, int64_
     __syncwarp();
     const int64_t row = first_row + r;
     if (row < Tn) {
-      for (int c = half * 8; c < half * 8 + 8; ++c) {
-        dst[row * stride + dn * 16 + c] = to_half<T>(stage[r * Layout<MAXD>::ld_s + c] * factor);
-      }
+      store_scaled(dst + row * stride + dn * 16 + half * 8,
+                   stage + r * Layout<MAXD>::ld_s + half * 8, 8, factor, packed);
     }
     __syncwarp();
   }
@@ -223,10 +260,8 @@ __global__ void __launch_bounds__(32 * kWarps)
   }
   if (q < Tn) {
     const float inv = 1.0f / l;
-    T* dst = out + (b * Tn + q) * C + h * D;
-    for (int d = half * (D / 2); d < (half + 1) * (D / 2); ++d) {
-      dst[d] = to_half<T>(Ow[r * L::ld_o + d] * inv);
-    }
+    store_scaled(out + (b * Tn + q) * C + h * D + half * (D / 2), Ow + r * L::ld_o + half * (D / 2),
+                 D / 2, inv, rows_packed(out + b * Tn * C + h * D, C));
     if (half == 0) lse[int64_t(bh) * Tn + q] = m + logf(l);
   }
 #else

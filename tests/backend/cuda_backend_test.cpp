@@ -130,6 +130,13 @@ INSTANTIATE_TEST_SUITE_P(AllOps, CudaOpHarness, ::testing::ValuesIn(testing::op_
                            return n;
                          });
 
+// x's values in a contiguous view that starts one element past a 16-byte
+// boundary: kernels cannot take it in 16-byte packs.
+Tensor misaligned(const Tensor& x) {
+  Tensor pad = zeros({1}, x.dtype(), x.device());
+  return reshape(narrow(concat({pad, flatten(x)}, 0), 0, 1, x.numel()), x.shape());
+}
+
 // Edge and production shapes the small table does not reach.
 testing::OpCase attention_case(int64_t B, int64_t T, int64_t C, int64_t NH) {
   return {"attention_B" + std::to_string(B) + "_T" + std::to_string(T) + "_C" + std::to_string(C) +
@@ -172,6 +179,20 @@ TEST(CudaKernels, AttentionHeadDimsAndLongSequences) {
         expect_close(gpu.grads[0], cpu.grads[0], 4 * t.rtol, 4 * t.atol, "dqkv");
       }
     }
+  }
+  // A qkv one element past a 16-byte boundary: the tensor-core kernels copy
+  // its rows into shared memory one element at a time instead of in packs.
+  testing::OpCase shifted = attention_case(2, 65, 64, 2);
+  shifted.fn = [](const std::vector<Tensor>& x) { return causal_attention(misaligned(x[0]), 2); };
+  for (DType dtype : {DType::BF16, DType::F16}) {
+    SCOPED_TRACE(std::string("misaligned qkv ") + dtype_name(dtype));
+    cuda::set_attention_kernel(cuda::AttentionKernel::TensorCore);
+    const CaseResult cpu = run_case(shifted, dtype, Device::cpu());
+    const CaseResult gpu = run_case(shifted, dtype, kGpu);
+    cuda::set_attention_kernel(cuda::AttentionKernel::Auto);
+    const Tolerance t = tolerance(dtype);
+    expect_close(gpu.out, cpu.out, t.rtol, t.atol, "output");
+    expect_close(gpu.grads[0], cpu.grads[0], 4 * t.rtol, 4 * t.atol, "dqkv");
   }
 }
 
@@ -281,13 +302,6 @@ TEST(CudaKernels, RowKernelsAtModelWidths) {
       }
     }
   }
-}
-
-// x's values in a contiguous view that starts one element past a 16-byte
-// boundary: the memory-bound kernels cannot take it in 16-byte packs.
-Tensor misaligned(const Tensor& x) {
-  Tensor pad = zeros({1}, x.dtype(), x.device());
-  return reshape(narrow(concat({pad, flatten(x)}, 0), 0, 1, x.numel()), x.shape());
 }
 
 // The memory-bound kernels move 16 bytes per access where the data allows
