@@ -113,8 +113,10 @@ __global__ void __launch_bounds__(kRows)
   }
 }
 
-// delta[bh, t] = sum_d dout[b, t, h, d] * out[b, t, h, d]; one thread per (bh, t).
-template <class T>
+// delta[bh, t] = sum_d dout[b, t, h, d] * out[b, t, h, d]; one thread per
+// (bh, t), reading its head's D values in packs of V (V divides D and C,
+// and both tensors are 16-byte aligned, when V > 1).
+template <class T, int V>
 __global__ void attn_delta_kernel(const T* out, const T* dout, float* delta, int64_t B, int64_t Tn,
                                   int64_t C, int NH, int D) {
   const int64_t total = B * NH * Tn;
@@ -123,7 +125,12 @@ __global__ void attn_delta_kernel(const T* out, const T* dout, float* delta, int
     const int64_t t = idx % Tn, bh = idx / Tn, b = bh / NH, h = bh % NH;
     const int64_t off = (b * Tn + t) * C + h * D;
     float s = 0;
-    for (int d = 0; d < D; ++d) s += load(dout, off + d) * load(out, off + d);
+    for (int d = 0; d < D; d += V) {
+      float g[V], o[V];
+      load_n<V>(dout, off + d, g);
+      load_n<V>(out, off + d, o);
+      for (int k = 0; k < V; ++k) s += g[k] * o[k];
+    }
     delta[idx] = s;
   }
 }
@@ -391,8 +398,13 @@ void attention_backward(const void* qkv, const void* out, const float* lse, cons
     const T* pqkv = static_cast<const T*>(qkv);
     const T* pdo = static_cast<const T*>(dout);
     T* pd = static_cast<T*>(dqkv);
-    attn_delta_kernel<T><<<grid_for(s.B * s.NH * s.T, 256), 256, 0, stream>>>(
-        static_cast<const T*>(out), pdo, delta, s.B, s.T, s.C, static_cast<int>(s.NH), D);
+    if (D % kPack<T> == 0 && s.C % kPack<T> == 0 && pack_aligned(out) && pack_aligned(pdo)) {
+      attn_delta_kernel<T, kPack<T>><<<grid_for(s.B * s.NH * s.T, 256), 256, 0, stream>>>(
+          static_cast<const T*>(out), pdo, delta, s.B, s.T, s.C, static_cast<int>(s.NH), D);
+    } else {
+      attn_delta_kernel<T, 1><<<grid_for(s.B * s.NH * s.T, 256), 256, 0, stream>>>(
+          static_cast<const T*>(out), pdo, delta, s.B, s.T, s.C, static_cast<int>(s.NH), D);
+    }
     if (tensor_cores) {
       check_launch("attention_backward (delta)");
       attention_backward_tensor_core(qkv, dout, lse, delta, dqkv, type, s, stream);
