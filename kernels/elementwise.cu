@@ -32,11 +32,26 @@ __device__ __forceinline__ void convert(const S* src, int64_t si, D* dst, int64_
   }
 }
 
-template <class S, class D>
+// Element i of a strided copy, or (V > 1) the V elements of pack i: both
+// views' last dimension then has stride 1 and a length V divides, so a pack
+// is contiguous on both sides and its offsets cost one walk of the shape.
+template <class S, class D, int V>
 __global__ void copy_kernel(const S* src, StridedView sv, D* dst, StridedView dv, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n / V;
        i += int64_t(gridDim.x) * blockDim.x) {
-    convert(src, view_offset(sv, i), dst, view_offset(dv, i));
+    if constexpr (V == 1) {
+      convert(src, view_offset(sv, i), dst, view_offset(dv, i));
+    } else if constexpr (std::is_same_v<S, D>) {  // the bits, as convert copies them
+      using Bits = typename PackBits<V* static_cast<int>(sizeof(S))>::type;
+      *reinterpret_cast<Bits*>(dst + view_offset(dv, i * V)) =
+          *reinterpret_cast<const Bits*>(src + view_offset(sv, i * V));
+    } else {
+      compute_t<S> x[V];
+      wide_t<S, D> y[V];
+      load_n<V>(src, view_offset(sv, i * V), x);
+      for (int k = 0; k < V; ++k) y[k] = static_cast<wide_t<S, D>>(x[k]);
+      store_n<V>(dst, view_offset(dv, i * V), y);
+    }
   }
 }
 
@@ -505,7 +520,25 @@ void copy(const void* src, ScalarType src_type, StridedView src_view, void* dst,
         convert_contiguous_kernel<S, D, 1><<<grid_for(n, kThreads), kThreads, 0, stream>>>(
             static_cast<const S*>(src), static_cast<D*>(dst), n);
       } else {
-        copy_kernel<S, D><<<grid_for(n, kThreads), kThreads, 0, stream>>>(
+        // Strided: packs along the last dimension when it is contiguous on
+        // both sides (a permute that keeps rows, a gather of shards).
+        const int last = src_view.ndim - 1;
+        if constexpr (kNn || std::is_same_v<S, D>) {
+          constexpr int kSame = 16 / static_cast<int>(sizeof(S));
+          constexpr int kP = std::is_same_v<S, D> ? kSame : kV;
+          bool rows_aligned = last >= 0 && src_view.stride[last] == 1 &&
+                              dst_view.stride[last] == 1 && src_view.shape[last] % kP == 0 &&
+                              packable(src, dst);
+          for (int d = 0; d < last && rows_aligned; ++d) {
+            rows_aligned = src_view.stride[d] % kP == 0 && dst_view.stride[d] % kP == 0;
+          }
+          if (rows_aligned) {
+            copy_kernel<S, D, kP><<<grid_for_packs(n, kP), kThreads, 0, stream>>>(
+                static_cast<const S*>(src), src_view, static_cast<D*>(dst), dst_view, n);
+            return;
+          }
+        }
+        copy_kernel<S, D, 1><<<grid_for(n, kThreads), kThreads, 0, stream>>>(
             static_cast<const S*>(src), src_view, static_cast<D*>(dst), dst_view, n);
       }
     });

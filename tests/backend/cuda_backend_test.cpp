@@ -651,6 +651,36 @@ TEST(CudaRuntime, CopiesConvertDtypesAndStridesBothWays) {
   EXPECT_EQ(to_double_vector(dev_t), to_double_vector(contiguous(t)));
   Tensor dev_x = to_device(x, kGpu);
   EXPECT_EQ(to_double_vector(contiguous(transpose(dev_x, 0, 1))), to_double_vector(contiguous(t)));
+  // Strided device copies whose rows are contiguous on both sides go in
+  // 16-byte packs: a permute that keeps rows, a conversion of one, and
+  // views the packs cannot take (rows one element off a 16-byte boundary,
+  // a row length no pack divides) in every dtype.
+  Tensor cube = randn({4, 6, 24}, 1, 2);
+  for (DType d : {DType::F32, DType::BF16, DType::F16, DType::F64, DType::I64}) {
+    SCOPED_TRACE(std::string("strided ") + dtype_name(d));
+    const Tensor host = d == DType::I64 ? cast(affine(cube, 1e3), d) : cast(cube, d);
+    const Tensor dev = to_device(host, kGpu);
+    for (auto view : std::vector<std::function<Tensor(const Tensor&)>>{
+             [](const Tensor& v) {
+               return permute(v, {1, 0, 2});
+             },
+             [](const Tensor& v) {
+               return narrow(permute(v, {1, 0, 2}), 2, 8, 16);
+             },
+             [](const Tensor& v) {
+               return narrow(permute(v, {1, 0, 2}), 2, 1, 16);
+             },
+             [](const Tensor& v) {
+               return narrow(permute(v, {1, 0, 2}), 2, 0, 15);
+             }}) {
+      EXPECT_EQ(to_double_vector(contiguous(view(dev))), to_double_vector(contiguous(view(host))));
+      if (d != DType::I64) {
+        const DType other = d == DType::F32 ? DType::BF16 : DType::F32;
+        EXPECT_EQ(to_double_vector(cast(view(dev), other)),
+                  to_double_vector(cast(view(host), other)));
+      }
+    }
+  }
   // Integers survive exactly, also through a strided device copy (64-bit
   // values beyond f64's 53-bit mantissa).
   const std::vector<int64_t> big{0, -5, (1ll << 60) + 1, 7, -(1ll << 55) - 3, 9};
