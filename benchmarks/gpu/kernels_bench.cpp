@@ -204,6 +204,66 @@ int main(int argc, char** argv) {
   report("embedding_forward", time_ms([&] { be.embedding_forward(wte, targets, y); }, iters),
          2 * N * C * h, 0);
 
+  // A linear layer's bias gradient: the column sums of its output gradient
+  // (N, 3C) in bf16, added into the f32 gradient (two launches).
+  Tensor acc3 = triad::to_device(triad::zeros({3 * C}, DType::F32), gpu);
+  report("bias_grad_column_sums", time_ms([&] { be.sum_rows_into(yq, acc3, 1.0); }, iters),
+         N * 3 * C * h, 0);
+  // The token table's gradient: the rows the ids touch, added into f32.
+  Tensor dwte = triad::to_device(triad::zeros({V, C}, DType::F32), gpu);
+  report("embedding_backward_into",
+         time_ms([&] { be.embedding_backward_into(targets, x, dwte, 1.0); }, iters),
+         N * C * (h + 8), 0);
+
+  // The optimizer's step as the trainer runs it: bf16 parameters with f32
+  // masters, gradients and moments, GPT-2 124M's tensors (per layer 4
+  // matrices, 9 vectors; the two tables), all in one adamw_many; and the
+  // global norm's sum of squares over the same f32 gradients.
+  {
+    std::vector<triad::Shape> shapes{{V, C}, {T, C}, {C}, {C}};
+    for (int l = 0; l < 12; ++l) {
+      for (const triad::Shape& s : std::vector<triad::Shape>{{3 * C, C},
+                                                             {C, C},
+                                                             {4 * C, C},
+                                                             {C, 4 * C},
+                                                             {3 * C},
+                                                             {C},
+                                                             {4 * C},
+                                                             {C},
+                                                             {C},
+                                                             {C},
+                                                             {C},
+                                                             {C}}) {
+        shapes.push_back(s);
+      }
+    }
+    std::vector<triad::Backend::AdamWEntry> entries;
+    std::vector<Tensor> grads;
+    int64_t total = 0;
+    uint64_t stream = 100;
+    for (const triad::Shape& s : shapes) {
+      triad::Backend::AdamWEntry e;
+      e.master = rnd(s, stream++, DType::F32);
+      e.param =
+          triad::to_device(triad::cast(triad::to_device(e.master, triad::Device::cpu()), bf), gpu);
+      e.grad = rnd(s, stream++, DType::F32);
+      e.m = triad::to_device(triad::zeros(s, DType::F32), gpu);
+      e.v = triad::to_device(triad::full(s, 0.01, DType::F32), gpu);
+      e.weight_decay = 0.1;
+      total += e.param.numel();
+      grads.push_back(e.grad);
+      entries.push_back(e);
+    }
+    triad::AdamWStep hp;
+    hp.lr = 1e-4;
+    // Reads grad, master, m, v (f32); writes master, m, v (f32) and param (bf16).
+    report("adamw_many_bf16_masters_" + std::to_string(total),
+           time_ms([&] { be.adamw_many(entries, hp); }, iters), total * (7.0 * 4 + h), 0);
+    Tensor norm = triad::to_device(triad::zeros({1}, DType::F64), gpu);
+    report("grad_norm_sum_of_squares_" + std::to_string(total),
+           time_ms([&] { be.sum_of_squares(grads, norm); }, iters), total * 4.0, 0);
+  }
+
   Tensor p = rnd({P}, 8, DType::F32), g = rnd({P}, 9, DType::F32), m = rnd({P}, 10, DType::F32),
          v = triad::to_device(triad::full({P}, 0.01, DType::F32), gpu);
   triad::AdamWStep hp;
