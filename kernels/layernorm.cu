@@ -169,23 +169,48 @@ __global__ void __launch_bounds__(32 * kFusedWarps)
   }
 }
 
-// partial[chunk][c] sums over rows of that chunk (blockIdx.y = chunk).
-template <class T>
-__global__ void ln_backward_partial_kernel(const T* dy, const T* x, const float* mean,
-                                           const float* rstd, float* part_w, float* part_b,
-                                           int64_t N, int64_t C, int64_t rows_per_chunk) {
-  const int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
-  if (c >= C) return;
+// partial[chunk][c] sums over rows of that chunk (blockIdx.y = chunk) for
+// rows too wide for the fused kernel: a block takes a tile of kTilePacks
+// packs of V columns across and kRowGroups row groups down (each thread
+// every kRowGroups-th row of the chunk), and adds its row groups in order.
+constexpr int kTilePacks = 32, kRowGroups = 8;
+template <class T, int V>
+__global__ void __launch_bounds__(kTilePacks* kRowGroups)
+    ln_backward_partial_kernel(const T* dy, const T* x, const float* mean, const float* rstd,
+                               float* part_w, float* part_b, int64_t N, int64_t C,
+                               int64_t rows_per_chunk) {
+  __shared__ float tile_w[kRowGroups * kTilePacks * V], tile_b[kRowGroups * kTilePacks * V];
+  const int tx = threadIdx.x % kTilePacks, ty = threadIdx.x / kTilePacks;
+  const int64_t tile = blockIdx.x * int64_t(kTilePacks) * V, c0 = tile + int64_t(tx) * V;
   const int64_t r0 = blockIdx.y * rows_per_chunk;
   const int64_t r1 = min(N, r0 + rows_per_chunk);
-  float sw = 0, sb = 0;
-  for (int64_t r = r0; r < r1; ++r) {
-    const float g = load(dy, r * C + c);
-    sw += g * (load(x, r * C + c) - mean[r]) * rstd[r];
-    sb += g;
+  float sw[V] = {}, sb[V] = {};
+  if (c0 < C) {
+    for (int64_t r = r0 + ty; r < r1; r += kRowGroups) {
+      float g[V], xv[V];
+      load_n<V>(dy, r * C + c0, g);
+      load_n<V>(x, r * C + c0, xv);
+      const float mu = mean[r], rs = rstd[r];
+      for (int k = 0; k < V; ++k) {
+        sw[k] += g[k] * (xv[k] - mu) * rs;
+        sb[k] += g[k];
+      }
+    }
   }
-  part_w[blockIdx.y * C + c] = sw;
-  part_b[blockIdx.y * C + c] = sb;
+  for (int k = 0; k < V; ++k) {
+    tile_w[(ty * kTilePacks + tx) * V + k] = sw[k];
+    tile_b[(ty * kTilePacks + tx) * V + k] = sb[k];
+  }
+  __syncthreads();
+  for (int t = threadIdx.x; t < kTilePacks * V && tile + t < C; t += blockDim.x) {
+    float a = 0, b = 0;
+    for (int g = 0; g < kRowGroups; ++g) {
+      a += tile_w[g * kTilePacks * V + t];
+      b += tile_b[g * kTilePacks * V + t];
+    }
+    part_w[blockIdx.y * C + tile + t] = a;
+    part_b[blockIdx.y * C + tile + t] = b;
+  }
 }
 
 // dw = beta * dw + the partial rows' sum (beta 0: dw's contents are not
@@ -312,17 +337,23 @@ void layer_norm_backward(const void* dy, const void* x, const void* weight, cons
             <<<blocks, 32 * kRowsPerBlock, 0, stream>>>(pdy, px, pw, mean, rstd, pdx, N, C, pds);
       }
     };
-    if (C % kPack<T> == 0 && pack_aligned(dy) && pack_aligned(x) && pack_aligned(weight) &&
-        pack_aligned(dx) && pack_aligned(dsum)) {
+    auto launch_partials = [&](auto v) {
+      constexpr int V = decltype(v)::value;
+      const dim3 grid(static_cast<unsigned>((C + kTilePacks * V - 1) / (kTilePacks * V)),
+                      static_cast<unsigned>(chunks));
+      ln_backward_partial_kernel<T, V><<<grid, kTilePacks * kRowGroups, 0, stream>>>(
+          pdy, px, mean, rstd, part_w, part_b, N, C, std::max<int64_t>(rows_per_chunk, 1));
+    };
+    const bool packed = C % kPack<T> == 0 && pack_aligned(dy) && pack_aligned(x);
+    if (packed && pack_aligned(weight) && pack_aligned(dx) && pack_aligned(dsum)) {
       launch_rows(std::integral_constant<int, kPack<T>>{});
     } else {
       launch_rows(std::integral_constant<int, 1>{});
     }
-    if (!fused) {
-      ln_backward_partial_kernel<T>
-          <<<dim3(static_cast<unsigned>((C + 255) / 256), static_cast<unsigned>(chunks)), 256, 0,
-             stream>>>(pdy, px, mean, rstd, part_w, part_b, N, C,
-                       std::max<int64_t>(rows_per_chunk, 1));
+    if (!fused && packed) {
+      launch_partials(std::integral_constant<int, kPack<T>>{});
+    } else if (!fused) {
+      launch_partials(std::integral_constant<int, 1>{});
     }
     const unsigned col_blocks = static_cast<unsigned>((C + kFinishCols - 1) / kFinishCols);
     if (f32_param_grads) {

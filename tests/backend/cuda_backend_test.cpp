@@ -327,7 +327,8 @@ TEST(CudaKernels, PackedAndElementwisePathsMatchTheCpu) {
   auto add_cases = [&](std::vector<testing::OpCase> c) {
     cases.insert(cases.end(), c.begin(), c.end());
   };
-  for (int64_t C : {int64_t{768}, int64_t{36}, int64_t{41}}) {  // 8 | C, 4 | C, neither
+  // 8 | C, 4 | C, neither; and wider than the fused LayerNorm backward takes.
+  for (int64_t C : {int64_t{768}, int64_t{36}, int64_t{41}, int64_t{2056}}) {
     const std::string w = std::to_string(C);
     add_cases(both(
         "layer_norm_C" + w,
