@@ -172,8 +172,11 @@ for preset in 124m 350m; do
       --micro-batch "$batch" --attention flash --json 2>>"$OUT/torch.err" |
       sed "s/^{/{\"impl\":\"planner\",\"preset\":\"$preset\",/" | tee -a "$OUT/train.jsonl"
   fi
+  # (--profile-steps: three more steps with the device's time per op, where
+  # the step's time goes, in the same JSON line as "op_profile".)
   "$BUILD_DIR/benchmarks/bench_train_gpu" --preset $preset --batch "$batch" --seq 1024 \
-    --precision bf16 --peak-tflops "$PEAK" | tee -a "$OUT/train.jsonl" || status=1
+    --precision bf16 --peak-tflops "$PEAK" --profile-steps 3 | tee -a "$OUT/train.jsonl" ||
+    status=1
   # cuDNN's faster, non-deterministic attention backward (what PyTorch's
   # flash attention does), when this build has cuDNN.
   if grep -q "cuDNN=ON" "$build_log" 2>/dev/null; then

@@ -48,6 +48,11 @@ int run(int argc, char** argv) {
   bool nondeterministic = false;
   app.add_flag("--attention-nondeterministic", nondeterministic,
                "let cuDNN's attention backward accumulate dQ with atomics");
+  int64_t profile_steps = 0;
+  app.add_option("--profile-steps", profile_steps,
+                 "after the timed steps, this many more with the device's time per backend op "
+                 "recorded (\"op_profile\" in the JSON line)")
+      ->check(CLI::NonNegativeNumber);
   CLI11_PARSE(app, argc, argv);
 
   triad::cuda::set_attention_kernel(triad::cuda::attention_kernel_from_string(attention));
@@ -165,6 +170,31 @@ int run(int argc, char** argv) {
     j["peak_memory_gib"] =
         static_cast<double>(triad::cuda::memory_stats(device.index).peak_allocated) /
         (1024.0 * 1024.0 * 1024.0);
+  }
+  if (device.is_cuda() && profile_steps > 0) {
+    // Where a step's time goes: the device's time per backend op over
+    // further steps (each call bracketed by events, so slightly slower),
+    // per step, against the step's own time.
+    triad::cuda::op_profile(device.index);  // drop anything recorded before
+    triad::cuda::set_op_profiling(true);
+    const auto p0 = now();
+    for (int64_t i = 0; i < profile_steps; ++i) run_step();
+    const double profiled_ms = ms_since(p0) / static_cast<double>(profile_steps);
+    triad::cuda::set_op_profiling(false);
+    double total = 0;
+    nlohmann::json ops = nlohmann::json::array();
+    const auto times = triad::cuda::op_profile(device.index);
+    for (const auto& t : times) total += t.ms;
+    for (const auto& t : times) {
+      ops.push_back({{"op", t.op},
+                     {"calls_per_step", static_cast<double>(t.calls) / profile_steps},
+                     {"ms_per_step", t.ms / profile_steps},
+                     {"share", total > 0 ? t.ms / total : 0.0}});
+    }
+    j["op_profile"] = {{"steps", profile_steps},
+                       {"step_ms", profiled_ms},
+                       {"ops_ms_per_step", total / profile_steps},
+                       {"ops", ops}};
   }
   std::printf("%s\n", j.dump().c_str());
   return 0;

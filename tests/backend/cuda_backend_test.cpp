@@ -12,6 +12,7 @@
 #include <cstring>
 #include <functional>
 #include <limits>
+#include <map>
 #include <set>
 #include <utility>
 
@@ -1121,6 +1122,50 @@ TEST(CudaModel, TinyGptLossAndGradientsMatchTheCpu) {
 
 // Token ids and targets may stay on the host (as the trainer keeps its
 // batches): the same loss and gradients, bit for bit, as on the device.
+TEST(CudaRuntime, OpProfileTimesEachOpOfAStep) {
+  const nn::GptConfig cfg{
+      .n_layer = 3, .n_head = 4, .d_model = 64, .vocab_size = 104, .seq_len = 32, .dropout = 0.0};
+  nn::Gpt model(cfg, 7);
+  model.to(kGpu);
+  model.to(DType::BF16);
+  const auto [ids, tg] = token_batch(2, 32);
+  auto step = [&] {
+    Tensor loss = model.loss(ids, tg);
+    autograd::backward({loss});
+    model.zero_grad();
+  };
+  step();  // attention tuning and first allocations, unprofiled
+  EXPECT_TRUE(cuda::op_profile(0).empty());
+  cuda::set_op_profiling(true);
+  EXPECT_TRUE(cuda::op_profiling());
+  step();
+  step();
+  cuda::set_op_profiling(false);
+  const std::vector<cuda::OpTime> ops = cuda::op_profile(0);
+  std::map<std::string, cuda::OpTime> by_op;
+  for (const auto& t : ops) {
+    EXPECT_GE(t.ms, 0.0) << t.op;
+    EXPECT_GT(t.calls, 0) << t.op;
+    by_op[t.op] = t;
+  }
+  for (size_t i = 1; i < ops.size(); ++i) EXPECT_GE(ops[i - 1].ms, ops[i].ms);  // most first
+  // Two steps: per layer one attention each way, one ln_1, one fused
+  // add + ln_2, the MLP's first layer with its GELU epilogue; one loss.
+  EXPECT_EQ(by_op["attention_forward"].calls, 2 * cfg.n_layer);
+  EXPECT_EQ(by_op["attention_backward"].calls, 2 * cfg.n_layer);
+  EXPECT_EQ(by_op["linear_bias_gelu"].calls, 2 * cfg.n_layer);
+  EXPECT_EQ(by_op["gelu_linear_input_grad"].calls, 2 * cfg.n_layer);
+  EXPECT_EQ(by_op["cross_entropy_forward"].calls, 2);
+  EXPECT_EQ(by_op["cross_entropy_backward"].calls, 2);
+  // Weight gradients go straight into the f32 buffers: four per layer and
+  // the head's (tied to the token table).
+  EXPECT_EQ(by_op["gemm_into_f32"].calls, 2 * (4 * cfg.n_layer + 1));
+  // Off: nothing more is recorded, and what was read is gone.
+  step();
+  EXPECT_TRUE(cuda::op_profile(0).empty());
+  EXPECT_THROW(cuda::op_profile(cuda::device_count()), ValueError);
+}
+
 TEST(CudaModel, HostIdsGiveTheSameLossAndGradientsAsDeviceIds) {
   const nn::GptConfig cfg{
       .n_layer = 1, .n_head = 2, .d_model = 32, .vocab_size = 97, .seq_len = 16, .dropout = 0.0};

@@ -36,6 +36,23 @@ AllocatorStats memory_stats(int device);
 // Returns the cached free blocks of `device` to the driver.
 void empty_cache(int device);
 
+// GPU time per backend op, to see where a step goes on a machine whose
+// hardware counters cannot be read. While profiling is on, every backend
+// call that queues work on a device's compute stream (the outermost, when a
+// composed op makes others) is bracketed by two events; op_profile() waits
+// for what it reads and returns, per op, the calls and the milliseconds
+// between their events since profiling was turned on or last read, most
+// time first. (Time between two events also counts a stream that waits for
+// the host, so profile a run that keeps the device busy.)
+struct OpTime {
+  std::string op;
+  int64_t calls = 0;
+  double ms = 0;
+};
+void set_op_profiling(bool on);
+bool op_profiling();
+std::vector<OpTime> op_profile(int device);
+
 // Which causal-attention implementation the CUDA backend runs, process-wide
 // (as PyTorch's torch.backends.cuda switches): Triad's SIMT kernels (every
 // type), its tensor-core kernels (bf16/f16, head dim a multiple of 16,

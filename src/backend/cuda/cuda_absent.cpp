@@ -44,5 +44,14 @@ AllocatorStats memory_stats(int) {
 void empty_cache(int) {
   absent("empty_cache");
 }
+void set_op_profiling(bool on) {
+  if (on) absent("set_op_profiling");
+}
+bool op_profiling() {
+  return false;
+}
+std::vector<OpTime> op_profile(int) {
+  absent("op_profile");
+}
 
 }  // namespace triad::cuda

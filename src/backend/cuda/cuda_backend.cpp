@@ -22,6 +22,7 @@
 #include "kernels/embedding.h"
 #include "kernels/layernorm.h"
 #include "kernels/softmax.h"
+#include "op_profiler.h"
 #include "triad/backend/cuda.h"
 
 namespace triad::detail {
@@ -75,6 +76,13 @@ void launch(const char* op, F&& f) {
   } catch (const std::runtime_error& e) {
     throw Error(std::string("cuda ") + op + ": " + e.what());
   }
+}
+
+// launch(), timed under `op` while profiling is on (cuda::set_op_profiling).
+template <class F>
+void launch(int device, cudaStream_t stream, const char* op, F&& f) {
+  OpTimer timer(device, stream, op);
+  launch(op, std::forward<F>(f));
 }
 
 // Makes `device` current for the scope.
@@ -349,7 +357,7 @@ void CudaBackend::copy(const Tensor& src, Tensor& dst) {
     if (src.device() == dst.device()) {
       DeviceState& s = state(dst.device().index);
       DeviceGuard g(s.index);
-      launch("copy", [&] {
+      launch(s.index, s.stream, "copy", [&] {
         k::copy(src.raw_data(), scalar(src.dtype()), view_of(src), dst.raw_data(),
                 scalar(dst.dtype()), view_of(dst), s.stream);
       });
@@ -406,14 +414,14 @@ void CudaBackend::fill(Tensor& dst, double value) {
   if (!dst.is_contiguous()) throw ShapeError("fill: destination must be contiguous");
   DeviceState& s = state(dst.device().index);
   DeviceGuard g(s.index);
-  launch("fill",
+  launch(s.index, s.stream, "fill",
          [&] { k::fill(dst.raw_data(), scalar(dst.dtype()), dst.numel(), value, s.stream); });
 }
 
 void CudaBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) {
   DeviceState& s = state(out.device().index);
   DeviceGuard g(s.index);
-  launch("binary", [&] {
+  launch(s.index, s.stream, "binary", [&] {
     k::binary(static_cast<k::BinaryKind>(op), a.raw_data(), view_of(a), b.raw_data(), view_of(b),
               out.raw_data(), scalar(out.dtype()), s.stream);
   });
@@ -429,7 +437,7 @@ void CudaBackend::accumulate(const Tensor& src, Tensor& acc) {
   }
   DeviceState& s = state(acc.device().index);
   DeviceGuard g(s.index);
-  launch("accumulate", [&] {
+  launch(s.index, s.stream, "accumulate", [&] {
     k::accumulate(src.raw_data(), scalar(src.dtype()), acc.data<float>(), acc.numel(), s.stream);
   });
 }
@@ -447,7 +455,7 @@ void CudaBackend::sum_rows_into(const Tensor& x, Tensor& acc, double beta) {
   const size_t ws_bytes = k::column_sum_workspace(x.size(0), x.size(1));
   std::unique_ptr<Scratch> ws;
   if (ws_bytes > 0) ws = std::make_unique<Scratch>(s.allocator, ws_bytes);
-  launch("sum_rows_into", [&] {
+  launch(s.index, s.stream, "sum_rows_into", [&] {
     k::column_sum_into(x.raw_data(), scalar(x.dtype()), x.size(0), x.size(1), acc.data<float>(),
                        beta, ws ? ws->get() : nullptr, s.stream);
   });
@@ -456,7 +464,7 @@ void CudaBackend::sum_rows_into(const Tensor& x, Tensor& acc, double beta) {
 void CudaBackend::affine(const Tensor& x, double alpha, double beta, Tensor& out) {
   DeviceState& s = state(out.device().index);
   DeviceGuard g(s.index);
-  launch("affine", [&] {
+  launch(s.index, s.stream, "affine", [&] {
     k::affine(x.raw_data(), out.raw_data(), scalar(out.dtype()), out.numel(), alpha, beta,
               s.stream);
   });
@@ -469,8 +477,11 @@ void CudaBackend::gemm(const Tensor& a, const Tensor& b, Tensor& c, bool trans_a
   if (c.numel() == 0) return;
   DeviceState& s = state(c.device().index);
   DeviceGuard g(s.index);
+  // (Half operands into an f32 product: a weight gradient into its buffer.)
+  OpTimer timer(s.index, s.stream,
+                is_half(a.dtype()) && c.dtype() == DType::F32 ? "gemm_into_f32" : "gemm");
   if (plan.k == 0) {  // empty inner dimension: c = beta * c
-    launch("gemm", [&] {
+    launch(s.index, s.stream, "gemm", [&] {
       k::affine(c.raw_data(), c.raw_data(), scalar(c.dtype()), c.numel(), beta, 0.0, s.stream);
     });
     return;
@@ -518,6 +529,7 @@ void CudaBackend::linear_forward(const Tensor& x, const Tensor& w, const Tensor&
   }
   DeviceState& s = state(y.device().index);
   DeviceGuard g(s.index);
+  OpTimer timer(s.index, s.stream, gelu_input ? "linear_bias_gelu" : "linear_bias");
   GemmEpilogue ep;
   ep.kind = gelu_input ? GemmEpilogue::Kind::BiasGelu : GemmEpilogue::Kind::Bias;
   ep.bias = bias.raw_data();
@@ -543,6 +555,7 @@ void CudaBackend::gelu_linear_input_grad(const Tensor& dy, const Tensor& w, cons
   }
   DeviceState& s = state(dpre.device().index);
   DeviceGuard g(s.index);
+  OpTimer timer(s.index, s.stream, "gelu_linear_input_grad");
   GemmEpilogue ep;
   ep.kind = GemmEpilogue::Kind::DGelu;
   ep.gelu_input = pre.raw_data();
@@ -565,7 +578,7 @@ void CudaBackend::reduce(ReduceOp op, const Tensor& x, int64_t outer, int64_t n,
       k::reduce_workspace(static_cast<k::ReduceKind>(op), scalar(x.dtype()), outer, n, inner);
   std::unique_ptr<Scratch> ws;
   if (ws_bytes > 0) ws = std::make_unique<Scratch>(s.allocator, ws_bytes);
-  launch("reduce", [&] {
+  launch(s.index, s.stream, "reduce", [&] {
     k::reduce(static_cast<k::ReduceKind>(op), x.raw_data(), scalar(x.dtype()), outer, n, inner,
               out.raw_data(), indices ? indices->data<int64_t>() : nullptr,
               ws ? ws->get() : nullptr, s.stream);
@@ -575,7 +588,7 @@ void CudaBackend::reduce(ReduceOp op, const Tensor& x, int64_t outer, int64_t n,
 void CudaBackend::gelu_forward(const Tensor& x, Tensor& y) {
   DeviceState& s = state(y.device().index);
   DeviceGuard g(s.index);
-  launch("gelu_forward", [&] {
+  launch(s.index, s.stream, "gelu_forward", [&] {
     k::gelu_forward(x.raw_data(), y.raw_data(), scalar(x.dtype()), x.numel(), s.stream);
   });
 }
@@ -583,7 +596,7 @@ void CudaBackend::gelu_forward(const Tensor& x, Tensor& y) {
 void CudaBackend::gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) {
   DeviceState& s = state(dx.device().index);
   DeviceGuard g(s.index);
-  launch("gelu_backward", [&] {
+  launch(s.index, s.stream, "gelu_backward", [&] {
     k::gelu_backward(x.raw_data(), dy.raw_data(), dx.raw_data(), scalar(x.dtype()), x.numel(),
                      s.stream);
   });
@@ -599,7 +612,7 @@ void run_layer_norm_forward(CudaBackend& be, const Tensor& x, const Tensor* resi
   const int64_t C = x.size(-1), N = x.numel() / std::max<int64_t>(C, 1);
   CudaBackend::DeviceState& s = be.state(y.device().index);
   DeviceGuard g(s.index);
-  launch("layer_norm_forward", [&] {
+  launch(s.index, s.stream, "layer_norm_forward", [&] {
     k::layer_norm_forward(x.raw_data(), weight.raw_data(), bias.raw_data(), y.raw_data(),
                           mean.data<float>(), rstd.data<float>(), scalar(x.dtype()), N, C, eps,
                           s.stream, residual ? residual->raw_data() : nullptr,
@@ -615,7 +628,7 @@ void run_layer_norm_backward(CudaBackend& be, const Tensor& dy, const Tensor* ds
   CudaBackend::DeviceState& s = be.state(dx.device().index);
   DeviceGuard g(s.index);
   Scratch ws(s.allocator, k::layer_norm_backward_workspace(N, C));
-  launch("layer_norm_backward", [&] {
+  launch(s.index, s.stream, "layer_norm_backward", [&] {
     k::layer_norm_backward(dy.raw_data(), x.raw_data(), weight.raw_data(), mean.data<float>(),
                            rstd.data<float>(), dx.raw_data(), dweight.raw_data(), dbias.raw_data(),
                            scalar(x.dtype()), N, C, ws.get(), s.stream,
@@ -672,7 +685,7 @@ void CudaBackend::softmax_forward(const Tensor& x, Tensor& y) {
   const int64_t C = x.size(-1), N = x.numel() / std::max<int64_t>(C, 1);
   DeviceState& s = state(y.device().index);
   DeviceGuard g(s.index);
-  launch("softmax_forward", [&] {
+  launch(s.index, s.stream, "softmax_forward", [&] {
     k::softmax_forward(x.raw_data(), y.raw_data(), scalar(x.dtype()), N, C, s.stream);
   });
 }
@@ -682,7 +695,7 @@ void CudaBackend::softmax_backward(const Tensor& y, const Tensor& dy, Tensor& dx
   const int64_t C = y.size(-1), N = y.numel() / std::max<int64_t>(C, 1);
   DeviceState& s = state(dx.device().index);
   DeviceGuard g(s.index);
-  launch("softmax_backward", [&] {
+  launch(s.index, s.stream, "softmax_backward", [&] {
     k::softmax_backward(y.raw_data(), dy.raw_data(), dx.raw_data(), scalar(y.dtype()), N, C,
                         s.stream);
   });
@@ -869,7 +882,7 @@ void CudaBackend::attention_forward(const Tensor& qkv, int64_t n_head, Tensor& o
   DeviceState& s = state(out.device().index);
   DeviceGuard g(s.index);
   const k::AttentionShape shape = attention_shape(qkv, n_head);
-  launch("attention_forward", [&] {
+  launch(s.index, s.stream, "attention_forward", [&] {
     const AttentionRoute route = route_attention(s, qkv, shape);
     if (route.cudnn) {
       const cudnn_graph::AttentionProblem p = cudnn_problem(shape, qkv.dtype());
@@ -889,7 +902,7 @@ void CudaBackend::attention_backward(const Tensor& qkv, const Tensor& out, const
   const k::AttentionShape shape = attention_shape(qkv, n_head);
   DeviceState& s = state(dqkv.device().index);
   DeviceGuard g(s.index);
-  launch("attention_backward", [&] {
+  launch(s.index, s.stream, "attention_backward", [&] {
     const AttentionRoute route = route_attention(s, qkv, shape);
     if (route.cudnn) {
       const cudnn_graph::AttentionProblem p = cudnn_problem(shape, qkv.dtype());
@@ -926,7 +939,7 @@ void CudaBackend::embedding_forward(const Tensor& weight, const Tensor& ids, Ten
   // Host ids go up as they are (the upload is queued; it does not wait).
   Tensor dev_ids = ids.device().is_cpu() ? empty(ids.shape(), ids.dtype(), out.device()) : ids;
   if (ids.device().is_cpu()) copy(ids, dev_ids);
-  launch("embedding_forward", [&] {
+  launch(s.index, s.stream, "embedding_forward", [&] {
     k::embedding_forward(weight.raw_data(), scalar(weight.dtype()), dev_ids.raw_data(),
                          dev_ids.dtype() == DType::I64, V, C, N, out.raw_data(), s.stream);
   });
@@ -956,7 +969,7 @@ void CudaBackend::run_embedding_backward(const Tensor& ids, const Tensor& dout, 
   const int64_t V = dweight.size(0), C = dweight.size(1), N = ids.numel();
   const std::vector<int64_t> host = host_indices(*this, ids);
   k::EmbeddingSegments seg;
-  launch("embedding_backward", [&] { seg = k::group_by_id(host.data(), N, V); });
+  launch("embedding_backward", [&] { seg = k::group_by_id(host.data(), N, V); });  // host work
   const int64_t U = static_cast<int64_t>(seg.seg_id.size());
   // order | seg_start | seg_id in one upload.
   Tensor packed = empty({N + 2 * U + 1}, DType::I64, Device::cpu());
@@ -969,7 +982,7 @@ void CudaBackend::run_embedding_backward(const Tensor& ids, const Tensor& dout, 
   DeviceState& s = state(dweight.device().index);
   DeviceGuard g(s.index);
   const int64_t* d = dev.data<int64_t>();
-  launch("embedding_backward", [&] {
+  launch(s.index, s.stream, "embedding_backward", [&] {
     k::embedding_backward(d, d + N, d + N + U + 1, U, dout.raw_data(), scalar(dout.dtype()), V, C,
                           dweight.raw_data(), s.stream,
                           dweight.dtype() == DType::F32 && dout.dtype() != DType::F32, accumulate);
@@ -985,7 +998,7 @@ void CudaBackend::cross_entropy_forward(const Tensor& logits, const Tensor& targ
   const int64_t N = logits.size(0), V = logits.size(1);
   DeviceState& s = state(logits.device().index);
   DeviceGuard g(s.index);
-  launch("cross_entropy_forward", [&] {
+  launch(s.index, s.stream, "cross_entropy_forward", [&] {
     k::cross_entropy_forward(logits.raw_data(), scalar(logits.dtype()), targets.raw_data(),
                              targets.dtype() == DType::I64, N, V, ignore_index,
                              losses.data<float>(), lse.data<float>(), s.stream);
@@ -999,7 +1012,7 @@ void CudaBackend::cross_entropy_backward(const Tensor& logits, const Tensor& tar
   require_index("cross_entropy_backward", targets);
   DeviceState& s = state(logits.device().index);
   DeviceGuard g(s.index);
-  launch("cross_entropy_backward", [&] {
+  launch(s.index, s.stream, "cross_entropy_backward", [&] {
     k::cross_entropy_backward(logits.raw_data(), scalar(logits.dtype()), targets.raw_data(),
                               targets.dtype() == DType::I64, lse.data<float>(),
                               dlosses.data<float>(), logits.size(0), logits.size(1), ignore_index,
@@ -1013,7 +1026,7 @@ void CudaBackend::vocab_ce_partial(const Tensor& logits, const Tensor& targets, 
   require_index("vocab_ce_partial", targets);
   DeviceState& s = state(logits.device().index);
   DeviceGuard g(s.index);
-  launch("vocab_ce_partial", [&] {
+  launch(s.index, s.stream, "vocab_ce_partial", [&] {
     k::vocab_ce_partial(logits.raw_data(), scalar(logits.dtype()), targets.raw_data(),
                         targets.dtype() == DType::I64, logits.size(0), logits.size(1), vocab_start,
                         valid, row_max.data<float>(), target_logit.data<float>(), s.stream);
@@ -1025,7 +1038,7 @@ void CudaBackend::vocab_ce_sumexp(const Tensor& logits, const Tensor& global_max
   require_nn("vocab_ce_sumexp", logits.dtype());
   DeviceState& s = state(logits.device().index);
   DeviceGuard g(s.index);
-  launch("vocab_ce_sumexp", [&] {
+  launch(s.index, s.stream, "vocab_ce_sumexp", [&] {
     k::vocab_ce_sumexp(logits.raw_data(), scalar(logits.dtype()), global_max.data<float>(),
                        logits.size(0), logits.size(1), valid, sumexp.data<float>(), s.stream);
   });
@@ -1043,7 +1056,7 @@ void CudaBackend::vocab_ce_loss(const Tensor& global_max, const Tensor& target_l
   }
   DeviceState& s = state(losses.device().index);
   DeviceGuard g(s.index);
-  launch("vocab_ce_loss", [&] {
+  launch(s.index, s.stream, "vocab_ce_loss", [&] {
     k::vocab_ce_loss(global_max.data<float>(), target_logit.data<float>(), sumexp.data<float>(),
                      losses.numel(), losses.data<float>(), s.stream);
   });
@@ -1056,7 +1069,7 @@ void CudaBackend::vocab_ce_backward(const Tensor& logits, const Tensor& targets,
   require_index("vocab_ce_backward", targets);
   DeviceState& s = state(logits.device().index);
   DeviceGuard g(s.index);
-  launch("vocab_ce_backward", [&] {
+  launch(s.index, s.stream, "vocab_ce_backward", [&] {
     k::vocab_ce_backward(logits.raw_data(), scalar(logits.dtype()), targets.raw_data(),
                          targets.dtype() == DType::I64, logits.size(0), logits.size(1), vocab_start,
                          valid, global_max.data<float>(), sumexp.data<float>(), dloss.data<float>(),
@@ -1068,7 +1081,7 @@ void CudaBackend::dropout(const Tensor& x, double p, uint64_t seed, uint64_t str
                           uint64_t offset, Tensor& y) {
   DeviceState& s = state(y.device().index);
   DeviceGuard g(s.index);
-  launch("dropout", [&] {
+  launch(s.index, s.stream, "dropout", [&] {
     k::dropout(x.raw_data(), y.raw_data(), scalar(x.dtype()), x.numel(), p, seed, stream, offset,
                s.stream);
   });
@@ -1102,7 +1115,7 @@ void CudaBackend::adamw(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,
   DeviceState& s = state(param.device().index);
   DeviceGuard g(s.index);
   const k::AdamWArgs a = adamw_args(hp);
-  launch("adamw", [&] {
+  launch(s.index, s.stream, "adamw", [&] {
     k::adamw(param.raw_data(), grad.raw_data(), m.raw_data(), v.raw_data(), scalar(param.dtype()),
              param.numel(), a, s.stream);
   });
@@ -1145,7 +1158,8 @@ void CudaBackend::adamw_many(std::vector<AdamWEntry>& entries, const AdamWStep& 
     DeviceGuard g(s.index);
     const k::AdamWArgs a = adamw_args(hp);  // each tensor carries its own weight decay
     for (auto& [dtype, tensors] : groups) {
-      launch("adamw_many", [&] { k::adamw_multi(scalar(dtype), tensors, a, s.stream); });
+      launch(s.index, s.stream, "adamw_many",
+             [&] { k::adamw_multi(scalar(dtype), tensors, a, s.stream); });
     }
   }
   if (!rest.empty()) Backend::adamw_many(rest, hp);
@@ -1186,7 +1200,7 @@ void CudaBackend::sum_of_squares(const std::vector<Tensor>& tensors, Tensor& out
   }
   Scratch ws(s.allocator, static_cast<size_t>(partials) * sizeof(double));
   for (const auto& [dtype, list] : groups) {
-    launch("sum_of_squares", [&] {
+    launch(s.index, s.stream, "sum_of_squares", [&] {
       k::sum_squares_multi(scalar(dtype), list, static_cast<double*>(ws.get()), out.data<double>(),
                            accumulate, s.stream);
     });
