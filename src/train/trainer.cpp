@@ -102,8 +102,8 @@ Trainer::Trainer(Config config, dist::ProcessGroupPtr world)
     if (device_.is_cuda() && config_.model.vocab_size % 8 != 0) {
       spdlog::warn(
           "model.vocab_size {} is not a multiple of 8: the head's products run on cuBLASLt's "
-          "slower unaligned kernels; a padded vocabulary (50304 for GPT-2's 50257) keeps them "
-          "aligned",
+          "slower unaligned kernels (in f32 where it has none); a padded vocabulary (50304 for "
+          "GPT-2's 50257) keeps them aligned",
           config_.model.vocab_size);
     }
     model_ = std::make_unique<nn::Gpt>(config_.model, seed);
