@@ -16,6 +16,11 @@
 #include <set>
 #include <utility>
 
+#include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/spdlog.h>
+
+#include <sstream>
+
 #include "ops/op_cases.h"
 #include "support/temp_dir.h"
 #include "triad/backend/backend.h"
@@ -1395,6 +1400,24 @@ TEST(CudaTraining, ZeroOneStepMatchesAdamWInAFewLaunches) {
       EXPECT_LE(one, 8) << dtype_name(dtype);
     }
   }
+}
+
+TEST(CudaTraining, OneProcessWarnsOfAVocabularyTheHeadCannotAlign) {
+  testing::TempDir dir;
+  std::ostringstream log;
+  auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(log);
+  spdlog::default_logger()->sinks().push_back(sink);
+  const std::string unaligned =
+      "{n_layer: 1, n_head: 2, d_model: 32, vocab_size: 50257, seq_len: 16}";
+  const std::string padded = "{n_layer: 1, n_head: 2, d_model: 32, vocab_size: 50304, seq_len: 16}";
+  { train::Trainer t(train_config(dir, padded, "cuda", "bf16", 1, 2)); }
+  EXPECT_EQ(log.str().find("is not a multiple of 8"), std::string::npos) << log.str();
+  { train::Trainer t(train_config(dir, unaligned, "cpu", "bf16", 1, 2)); }  // no GEMMs to align
+  EXPECT_EQ(log.str().find("is not a multiple of 8"), std::string::npos) << log.str();
+  { train::Trainer t(train_config(dir, unaligned, "cuda", "bf16", 1, 2)); }
+  spdlog::default_logger()->sinks().pop_back();
+  EXPECT_NE(log.str().find("model.vocab_size 50257 is not a multiple of 8"), std::string::npos)
+      << log.str();
 }
 
 TEST(CudaTraining, Fp32LossesMatchTheCpuTrainerFor10Steps) {
