@@ -20,7 +20,10 @@ constexpr int64_t kChunks = 64;   // row chunks of the column-sum stage
 // stride over the rows), and the widest row whose per-warp column sums fit
 // 48 KiB of shared memory (2 floats per column per warp).
 constexpr int kFusedWarps = 4;
-constexpr int64_t kFusedBlocks = 1024;  // about one wave of an H100/H200 at C 768
+// 512: about four blocks per multiprocessor of an H100/H200, enough warps
+// with 16-byte packs in flight to keep memory busy, while the partial rows
+// the second launch reads stay small (2 x 512 x C floats).
+constexpr int64_t kFusedBlocks = 512;
 constexpr int64_t kFusedMaxC = 48 * 1024 / (2 * kFusedWarps * int64_t(sizeof(float)));
 
 // Each lane of a row's warp takes the packs of V columns at lane * V, then
