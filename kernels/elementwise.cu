@@ -229,15 +229,25 @@ __global__ void gelu_backward_kernel(const T* x, const T* dy, T* dx, int64_t n) 
   });
 }
 
+// Element i's draw is word (offset + i) % 4 of Philox counter (offset + i)
+// / 4 (the CPU's rule): a thread takes one counter, so one Philox block
+// serves up to four elements instead of one (ten rounds of it per element
+// made dropout bound by integer arithmetic, not memory).
 template <class T>
 __global__ void dropout_kernel(const T* x, T* y, int64_t n, float threshold, compute_t<T> scale,
                                uint64_t seed, uint64_t rng_stream, uint64_t offset) {
   using C = compute_t<T>;
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
-       i += int64_t(gridDim.x) * blockDim.x) {
-    const bool keep =
-        philox::uniform(seed, rng_stream, offset + static_cast<uint64_t>(i)) >= threshold;
-    store(y, i, keep ? load(x, i) * scale : C(0));
+  const uint64_t first = offset / 4, end = (offset + static_cast<uint64_t>(n) + 3) / 4;
+  for (uint64_t q = first + blockIdx.x * uint64_t(blockDim.x) + threadIdx.x; q < end;
+       q += uint64_t(gridDim.x) * blockDim.x) {
+    const philox::Words w = philox::block(seed, rng_stream, q);
+    for (int k = 0; k < 4; ++k) {
+      const uint64_t g = q * 4 + k;
+      if (g < offset || g >= offset + static_cast<uint64_t>(n)) continue;
+      const int64_t i = static_cast<int64_t>(g - offset);
+      const bool keep = philox::unit_float(w.w[k]) >= threshold;
+      store(y, i, keep ? load(x, i) * scale : C(0));
+    }
   }
 }
 
@@ -689,7 +699,7 @@ void dropout(const void* x, void* y, ScalarType type, int64_t n, double p, uint6
   auto launch = [&](auto t) {
     using T = decltype(t);
     using C = compute_t<T>;
-    dropout_kernel<T><<<grid_for(n, kThreads), kThreads, 0, stream>>>(
+    dropout_kernel<T><<<grid_for(n / 4 + 2, kThreads), kThreads, 0, stream>>>(
         static_cast<const T*>(x), static_cast<T*>(y), n, static_cast<float>(p),
         static_cast<C>(1.0 / (1.0 - p)), seed, rng_stream, offset);
   };

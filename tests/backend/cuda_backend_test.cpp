@@ -425,13 +425,23 @@ TEST(CudaKernels, PackedAndElementwisePathsMatchTheCpu) {
 }
 
 TEST(CudaKernels, DropoutMaskIsTheCpuMaskBitForBit) {
-  Tensor x = randn({1000, 37}, 5, 1);
-  const auto cpu = to_float_vector(dropout(x, 0.25, 11, 3, 12345));
-  const auto gpu = to_float_vector(dropout(to_device(x, kGpu), 0.25, 11, 3, 12345));
-  ASSERT_EQ(cpu.size(), gpu.size());
-  for (size_t i = 0; i < cpu.size(); ++i) {
-    ASSERT_EQ(cpu[i] == 0.0f, gpu[i] == 0.0f) << "mask differs at " << i;
-    ASSERT_NEAR(gpu[i], cpu[i], 1e-6f * std::abs(cpu[i]));
+  // A thread draws one Philox counter for four elements: offsets and
+  // lengths that start and end inside a counter's four, and long ones.
+  struct Case {
+    int64_t n;
+    uint64_t offset;
+  };
+  for (const Case c :
+       {Case{37000, 12345}, Case{1, 0}, Case{2, 3}, Case{7, 4}, Case{5, 6}, Case{1001, 8}}) {
+    SCOPED_TRACE("n " + std::to_string(c.n) + " offset " + std::to_string(c.offset));
+    Tensor x = randn({c.n}, 5, 1);
+    const auto cpu = to_float_vector(dropout(x, 0.25, 11, 3, c.offset));
+    const auto gpu = to_float_vector(dropout(to_device(x, kGpu), 0.25, 11, 3, c.offset));
+    ASSERT_EQ(cpu.size(), gpu.size());
+    for (size_t i = 0; i < cpu.size(); ++i) {
+      ASSERT_EQ(cpu[i] == 0.0f, gpu[i] == 0.0f) << "mask differs at " << i;
+      ASSERT_NEAR(gpu[i], cpu[i], 1e-6f * std::abs(cpu[i]));
+    }
   }
 }
 
