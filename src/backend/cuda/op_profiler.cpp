@@ -41,8 +41,14 @@ class OpProfiler {
       pool.pop_back();
       return e;
     }
+    // (An event belongs to the device current when it is made.)
+    int current = 0;
+    check(cudaGetDevice(&current), "cudaGetDevice");
+    if (current != device) check(cudaSetDevice(device), "cudaSetDevice");
     cudaEvent_t e = nullptr;
-    check(cudaEventCreate(&e), "cudaEventCreate");
+    const cudaError_t made = cudaEventCreate(&e);
+    if (current != device) cudaSetDevice(current);
+    check(made, "cudaEventCreate");
     return e;
   }
 

@@ -10,7 +10,7 @@
 namespace triad::detail {
 
 // Brackets one backend call of `op` with the profiler's events on `stream`
-// (the device must be current). When one call makes others (a composed op),
+// (a stream of `device`). When one call makes others (a composed op),
 // only the outermost is timed, under its own name. Does nothing while
 // profiling is off.
 class OpTimer {
