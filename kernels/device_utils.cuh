@@ -95,25 +95,11 @@ __device__ __forceinline__ void store(__half* p, int64_t i, double v) {
 template <class T>
 constexpr int kPack = 16 / static_cast<int>(sizeof(T));
 
-// The integer type of `bytes` bytes the pack moves as one access.
+// The integer type of `bytes` bytes (16, 8, 4 or 2) a pack moves as one access.
 template <int bytes>
-struct PackBits;
-template <>
-struct PackBits<16> {
-  using type = int4;
-};
-template <>
-struct PackBits<8> {
-  using type = int2;
-};
-template <>
-struct PackBits<4> {
-  using type = int;
-};
-template <>
-struct PackBits<2> {
-  using type = short;
-};
+using PackBits = std::conditional_t<
+    bytes == 16, int4,
+    std::conditional_t<bytes == 8, int2, std::conditional_t<bytes == 4, int, short>>>;
 
 // p[i, i + V) as compute_t<T>; one access of V * sizeof(T) bytes when V > 1
 // (p + i must be aligned to that).
@@ -122,7 +108,7 @@ __device__ __forceinline__ void load_n(const T* p, int64_t i, compute_t<T> (&out
   if constexpr (V == 1) {
     out[0] = load(p, i);
   } else {
-    using Bits = typename PackBits<V* static_cast<int>(sizeof(T))>::type;
+    using Bits = PackBits<V* static_cast<int>(sizeof(T))>;
     const Bits bits = *reinterpret_cast<const Bits*>(p + i);
     T raw[V];
     memcpy(static_cast<void*>(raw), &bits, sizeof(bits));
@@ -137,7 +123,7 @@ __device__ __forceinline__ void store_n(T* p, int64_t i, const C (&in)[V]) {
   if constexpr (V == 1) {
     store(p, i, in[0]);
   } else {
-    using Bits = typename PackBits<V* static_cast<int>(sizeof(T))>::type;
+    using Bits = PackBits<V* static_cast<int>(sizeof(T))>;
     T raw[V];
 #pragma unroll
     for (int k = 0; k < V; ++k) store(raw, k, in[k]);
@@ -223,6 +209,46 @@ __device__ V block_max(V v, V* scratch, V lowest) {
   __syncthreads();
   v = lane < warps ? scratch[lane] : lowest;
   return warp_max(v);
+}
+
+// ---- column sums in a fixed order -------------------------------------------
+// Stage one of a column sum over a chunk of rows: a block of kTilePacks x
+// kRowGroups threads takes a tile of kTilePacks packs of V columns; thread
+// (tx, ty) holds the sums of its pack over rows ty, ty + kRowGroups, ... of
+// the chunk, enough threads with 16 bytes each in flight for the device's
+// memory. add_row_groups then adds the row groups of each column in order.
+constexpr int kTilePacks = 32, kRowGroups = 8;
+
+// Calls out(t, total) for each column t of the tile, total = the row groups'
+// acc of that column added in order. `smem` holds kRowGroups * kTilePacks * V
+// values; every thread of the block must call.
+template <int V, class A, class F>
+__device__ void add_row_groups(const A (&acc)[V], A* smem, F&& out) {
+  const int tx = threadIdx.x % kTilePacks, ty = threadIdx.x / kTilePacks;
+  for (int k = 0; k < V; ++k) smem[(ty * kTilePacks + tx) * V + k] = acc[k];
+  __syncthreads();
+  for (int t = threadIdx.x; t < kTilePacks * V; t += blockDim.x) {
+    A total = 0;
+    for (int g = 0; g < kRowGroups; ++g) total += smem[g * kTilePacks * V + t];
+    out(t, total);
+  }
+}
+
+// Stage two, the chunks' partial sums of each column: a block of
+// kFinishCols x kFinishSlices threads takes kFinishCols columns, thread
+// (col, slice) adding chunks slice, slice + kFinishSlices, ...; add_slices
+// returns the slices added in order (to slice 0's threads; 0 to the others).
+// `smem` holds kFinishSlices * kFinishCols values; every thread must call.
+constexpr int kFinishCols = 32, kFinishSlices = 16;
+template <class A>
+__device__ A add_slices(A s, A* smem) {
+  const int col = threadIdx.x % kFinishCols, slice = threadIdx.x / kFinishCols;
+  smem[slice * kFinishCols + col] = s;
+  __syncthreads();
+  if (slice != 0) return A(0);
+  A total = 0;
+  for (int k = 0; k < kFinishSlices; ++k) total += smem[k * kFinishCols + col];
+  return total;
 }
 
 // ---- strided indexing -------------------------------------------------------

@@ -42,7 +42,7 @@ __global__ void copy_kernel(const S* src, StridedView sv, D* dst, StridedView dv
     if constexpr (V == 1) {
       convert(src, view_offset(sv, i), dst, view_offset(dv, i));
     } else if constexpr (std::is_same_v<S, D>) {  // the bits, as convert copies them
-      using Bits = typename PackBits<V* static_cast<int>(sizeof(S))>::type;
+      using Bits = PackBits<V* static_cast<int>(sizeof(S))>;
       *reinterpret_cast<Bits*>(dst + view_offset(dv, i * V)) =
           *reinterpret_cast<const Bits*>(src + view_offset(sv, i * V));
     } else {
@@ -333,7 +333,6 @@ __global__ void reduce_strided_kernel(ReduceKind op, const T* x, int64_t outer, 
 // chunks in order. Each thread reading 16 bytes of a row per access across
 // some thousand blocks keeps enough bytes in flight for the device's memory,
 // where a thread per column walking its rows one element at a time did not.
-constexpr int kTilePacks = 32, kRowGroups = 8;
 constexpr int64_t kTileCols = 256;       // columns of a tile in the chunk count (packs of 8)
 constexpr int64_t kChunkRows = 64;       // rows of a chunk at least
 constexpr int64_t kColumnBlocks = 1024;  // stage one's blocks to aim for
@@ -357,22 +356,14 @@ __global__ void __launch_bounds__(kTilePacks* kRowGroups)
       for (int j = 0; j < V; ++j) acc[j] += static_cast<double>(v[j]);
     }
   }
-  for (int j = 0; j < V; ++j) sums[ty * kTilePacks * V + tx * V + j] = acc[j];
-  __syncthreads();
-  for (int t = threadIdx.x; t < kTilePacks * V; t += blockDim.x) {
-    if (tile + t >= inner) break;
-    double total = 0;
-    for (int g = 0; g < kRowGroups; ++g) total += sums[g * kTilePacks * V + t];
-    part[(a * chunks + k) * inner + tile + t] = total;
-  }
+  add_row_groups(acc, sums, [&](int t, double total) {
+    if (tile + t < inner) part[(a * chunks + k) * inner + tile + t] = total;
+  });
 }
 
 // Stage two: output (a, c) is the chunks' partial sums added in order of
-// chunk; a block of kFinishCols x kFinishSlices threads takes kFinishCols
-// columns, thread (c, s) adding chunks s, s + kFinishSlices, ..., and the
-// slices added in order. Writes out[a * inner + c] (T), or acc[c] = beta *
+// chunk (add_slices). Writes out[a * inner + c] (T), or acc[c] = beta *
 // acc[c] + sum when acc is given (f32 gradients; beta 0 reads nothing).
-constexpr int kFinishCols = 32, kFinishSlices = 16;
 template <class T>
 __global__ void __launch_bounds__(kFinishCols* kFinishSlices)
     reduce_columns_finish_kernel(const double* part, int64_t inner, int64_t chunks, T* out,
@@ -384,11 +375,8 @@ __global__ void __launch_bounds__(kFinishCols* kFinishSlices)
   if (c < inner) {
     for (int64_t k = slice; k < chunks; k += kFinishSlices) s += part[(a * chunks + k) * inner + c];
   }
-  slices[slice * kFinishCols + col] = s;
-  __syncthreads();
+  s = add_slices(s, slices);
   if (slice != 0 || c >= inner) return;
-  s = 0;
-  for (int k = 0; k < kFinishSlices; ++k) s += slices[k * kFinishCols + col];
   if (acc) {
     const float sum = static_cast<float>(s);
     acc[c] = beta != 0.0f ? beta * acc[c] + sum : sum;

@@ -173,10 +173,8 @@ __global__ void __launch_bounds__(32 * kFusedWarps)
 }
 
 // partial[chunk][c] sums over rows of that chunk (blockIdx.y = chunk) for
-// rows too wide for the fused kernel: a block takes a tile of kTilePacks
-// packs of V columns across and kRowGroups row groups down (each thread
-// every kRowGroups-th row of the chunk), and adds its row groups in order.
-constexpr int kTilePacks = 32, kRowGroups = 8;
+// rows too wide for the fused kernel: tiles of packed columns by row groups
+// (device_utils.cuh: add_row_groups).
 template <class T, int V>
 __global__ void __launch_bounds__(kTilePacks* kRowGroups)
     ln_backward_partial_kernel(const T* dy, const T* x, const float* mean, const float* rstd,
@@ -200,28 +198,19 @@ __global__ void __launch_bounds__(kTilePacks* kRowGroups)
       }
     }
   }
-  for (int k = 0; k < V; ++k) {
-    tile_w[(ty * kTilePacks + tx) * V + k] = sw[k];
-    tile_b[(ty * kTilePacks + tx) * V + k] = sb[k];
-  }
-  __syncthreads();
-  for (int t = threadIdx.x; t < kTilePacks * V && tile + t < C; t += blockDim.x) {
-    float a = 0, b = 0;
-    for (int g = 0; g < kRowGroups; ++g) {
-      a += tile_w[g * kTilePacks * V + t];
-      b += tile_b[g * kTilePacks * V + t];
-    }
-    part_w[blockIdx.y * C + tile + t] = a;
-    part_b[blockIdx.y * C + tile + t] = b;
-  }
+  float* out_w = part_w + blockIdx.y * C + tile;
+  float* out_b = part_b + blockIdx.y * C + tile;
+  add_row_groups(sw, tile_w, [&](int t, float total) {
+    if (tile + t < C) out_w[t] = total;
+  });
+  add_row_groups(sb, tile_b, [&](int t, float total) {
+    if (tile + t < C) out_b[t] = total;
+  });
 }
 
 // dw = beta * dw + the partial rows' sum (beta 0: dw's contents are not
-// read); D is the tensor type, or f32 for the f32 gradients of half
-// parameters. A block of kFinishCols x kFinishSlices threads takes 32
-// columns: thread (c, k) sums partials k, k + kFinishSlices, ... of its
-// column, and the slices are added in order (the same bits every run).
-constexpr int kFinishCols = 32, kFinishSlices = 16;
+// read), the partials added in a fixed order (add_slices); D is the tensor
+// type, or f32 for the f32 gradients of half parameters.
 template <class D>
 __global__ void __launch_bounds__(kFinishCols* kFinishSlices)
     ln_backward_finish_kernel(const float* part_w, const float* part_b, D* dw, D* db, int64_t C,
@@ -234,14 +223,9 @@ __global__ void __launch_bounds__(kFinishCols* kFinishSlices)
     for (int64_t k = slice; k < chunks; k += kFinishSlices)
       sw += part_w[k * C + c], sb += part_b[k * C + c];
   }
-  sw_all[slice * kFinishCols + col] = sw;
-  sb_all[slice * kFinishCols + col] = sb;
-  __syncthreads();
+  sw = add_slices(sw, sw_all);
+  sb = add_slices(sb, sb_all);
   if (slice != 0 || c >= C) return;
-  sw = 0, sb = 0;
-  for (int k = 0; k < kFinishSlices; ++k) {
-    sw += sw_all[k * kFinishCols + col], sb += sb_all[k * kFinishCols + col];
-  }
   if (beta != 0.0f) {
     sw = beta * static_cast<float>(load(dw, c)) + sw;
     sb = beta * static_cast<float>(load(db, c)) + sb;
