@@ -65,8 +65,8 @@ __device__ float row_lse(const T* row, int64_t n) {
 
 template <class T>
 __global__ void ce_forward_kernel(const T* logits, const void* targets, bool t64, int64_t V,
-                                  int64_t ignore_index, float* losses, float* lse) {
-  const T* row = logits + blockIdx.x * V;
+                                  int64_t ld, int64_t ignore_index, float* losses, float* lse) {
+  const T* row = logits + blockIdx.x * ld;
   const float l = row_lse(row, V);
   if (threadIdx.x == 0) {
     const int64_t t = load_id(targets, t64, blockIdx.x);
@@ -93,13 +93,13 @@ __device__ __forceinline__ void map_row(const T* row, T* out, int64_t n, F&& f) 
 
 template <class T, int P>
 __global__ void ce_backward_kernel(const T* logits, const void* targets, bool t64, const float* lse,
-                                   const float* dlosses, int64_t V, int64_t ignore_index,
-                                   T* dlogits) {
+                                   const float* dlosses, int64_t V, int64_t ld,
+                                   int64_t ignore_index, T* dlogits) {
   const int64_t r = blockIdx.x;
   const int64_t t = load_id(targets, t64, r);
   const float g = t == ignore_index ? 0.0f : dlosses[r];
   const float l = lse[r];
-  map_row<P>(logits + r * V, dlogits + r * V, V,
+  map_row<P>(logits + r * ld, dlogits + r * ld, V,
              [&](int64_t j, float x) { return (__expf(x - l) - (j == t ? 1.0f : 0.0f)) * g; });
 }
 
@@ -169,7 +169,7 @@ inline bool same_alignment(const void* in, const void* out) {
 
 }  // namespace
 
-Status check_cross_entropy(ScalarType type, int64_t N, int64_t V) {
+Status check_cross_entropy(ScalarType type, int64_t N, int64_t V, int64_t ld) {
   if (!is_nn_type(type)) {
     return Status::fail(std::string("logits type ") + scalar_name(type) +
                         " is not supported (f32, bf16 or f16)");
@@ -178,32 +178,37 @@ Status check_cross_entropy(ScalarType type, int64_t N, int64_t V) {
     return Status::fail("logits shape (N " + std::to_string(N) + ", V " + std::to_string(V) +
                         ") needs 0 <= N < 2^31 and V > 0");
   }
+  if (ld < V) {
+    return Status::fail("row stride " + std::to_string(ld) + " is shorter than a row of V " +
+                        std::to_string(V));
+  }
   return Status::fine();
 }
 
 void cross_entropy_forward(const void* logits, ScalarType type, const void* targets, bool targets64,
-                           int64_t N, int64_t V, int64_t ignore_index, float* losses, float* lse,
-                           cudaStream_t stream) {
-  require(check_cross_entropy(type, N, V), "cross_entropy_forward");
+                           int64_t N, int64_t V, int64_t ld, int64_t ignore_index, float* losses,
+                           float* lse, cudaStream_t stream) {
+  require(check_cross_entropy(type, N, V, ld), "cross_entropy_forward");
   if (N == 0) return;
   dispatch_nn(type, "cross_entropy_forward", [&](auto t) {
     using T = decltype(t);
     ce_forward_kernel<T><<<static_cast<unsigned>(N), kThreads, 0, stream>>>(
-        static_cast<const T*>(logits), targets, targets64, V, ignore_index, losses, lse);
+        static_cast<const T*>(logits), targets, targets64, V, ld, ignore_index, losses, lse);
   });
   check_launch("cross_entropy_forward");
 }
 
 void cross_entropy_backward(const void* logits, ScalarType type, const void* targets,
                             bool targets64, const float* lse, const float* dlosses, int64_t N,
-                            int64_t V, int64_t ignore_index, void* dlogits, cudaStream_t stream) {
-  require(check_cross_entropy(type, N, V), "cross_entropy_backward");
+                            int64_t V, int64_t ld, int64_t ignore_index, void* dlogits,
+                            cudaStream_t stream) {
+  require(check_cross_entropy(type, N, V, ld), "cross_entropy_backward");
   if (N == 0) return;
   dispatch_nn(type, "cross_entropy_backward", [&](auto t) {
     using T = decltype(t);
     auto launch = [&](auto p) {
       ce_backward_kernel<T, decltype(p)::value><<<static_cast<unsigned>(N), kThreads, 0, stream>>>(
-          static_cast<const T*>(logits), targets, targets64, lse, dlosses, V, ignore_index,
+          static_cast<const T*>(logits), targets, targets64, lse, dlosses, V, ld, ignore_index,
           static_cast<T*>(dlogits));
     };
     if (same_alignment(logits, dlogits)) {
@@ -216,7 +221,7 @@ void cross_entropy_backward(const void* logits, ScalarType type, const void* tar
 }
 
 Status check_vocab_ce(ScalarType type, int64_t N, int64_t Vl, int64_t valid) {
-  Status s = check_cross_entropy(type, N, Vl);
+  Status s = check_cross_entropy(type, N, Vl, Vl);
   if (!s.ok) return s;
   if (valid < 0 || valid > Vl) {
     return Status::fail("valid columns " + std::to_string(valid) + " must be in [0, " +

@@ -5,7 +5,9 @@
 // per-row loss and log-sum-exp, backward writes dlogits = (softmax - onehot)
 // * dloss. Targets (N) are i32 or i64; rows whose target is ignore_index get
 // loss 0 and gradient 0. losses, lse, dlosses (N) are f32; logits f32, bf16
-// or f16.
+// or f16, each row `ld` >= V elements after the last (padded rows keep a
+// GEMM's output aligned); dlogits has the same layout and may be logits
+// itself (each element read before its gradient overwrites it).
 //
 // The vocab-parallel variant works on one rank's shard (N, Vl) whose first
 // `valid` columns are the real vocabulary [vocab_start, vocab_start + valid):
@@ -19,14 +21,15 @@
 
 namespace triad::kernels {
 
-Status check_cross_entropy(ScalarType logits_type, int64_t N, int64_t V);
+Status check_cross_entropy(ScalarType logits_type, int64_t N, int64_t V, int64_t ld);
 
 void cross_entropy_forward(const void* logits, ScalarType type, const void* targets, bool targets64,
-                           int64_t N, int64_t V, int64_t ignore_index, float* losses, float* lse,
-                           cudaStream_t stream);
+                           int64_t N, int64_t V, int64_t ld, int64_t ignore_index, float* losses,
+                           float* lse, cudaStream_t stream);
 void cross_entropy_backward(const void* logits, ScalarType type, const void* targets,
                             bool targets64, const float* lse, const float* dlosses, int64_t N,
-                            int64_t V, int64_t ignore_index, void* dlogits, cudaStream_t stream);
+                            int64_t V, int64_t ld, int64_t ignore_index, void* dlogits,
+                            cudaStream_t stream);
 
 Status check_vocab_ce(ScalarType logits_type, int64_t N, int64_t Vl, int64_t valid);
 void vocab_ce_partial(const void* logits, ScalarType type, const void* targets, bool targets64,

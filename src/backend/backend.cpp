@@ -1,5 +1,6 @@
 #include "triad/backend/backend.h"
 
+#include <algorithm>
 #include <array>
 #include <mutex>
 
@@ -64,6 +65,21 @@ void Backend::gelu_linear_input_grad(const Tensor& dy, const Tensor& w, const Te
   Tensor dact = empty(dpre.shape(), dpre.dtype(), dpre.device());
   gemm(dy, w, dact, false, false, 1.0, 0.0);
   gelu_backward(pre, dact, dpre);
+}
+
+int64_t matrix_ld(const Tensor& t, const char* op) {
+  if (t.is_contiguous()) return t.dim() == 0 ? 1 : std::max<int64_t>(1, t.size(-1));
+  if (t.dim() == 2) {
+    const int64_t rows = t.size(0), cols = t.size(1);
+    const Shape& st = t.strides();
+    const bool adjacent = st[1] == 1 || cols <= 1;
+    if (adjacent && rows <= 1) return std::max<int64_t>(1, cols);
+    if (adjacent && st[0] >= std::max<int64_t>(1, cols)) return st[0];
+  }
+  throw ShapeError(std::string(op) + ": a " + shape_str(t.shape()) + " operand with strides " +
+                   shape_str(t.strides()) +
+                   " is neither contiguous nor a matrix of adjacent columns in rows at least a "
+                   "row apart");
 }
 
 void check_gemm_dtypes(const Tensor& a, const Tensor& b, const Tensor& c) {

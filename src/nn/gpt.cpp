@@ -182,6 +182,10 @@ Tensor Gpt::head(const Tensor& hidden) const {
 }
 
 Tensor Gpt::forward(const Tensor& ids, const ForwardContext& ctx) const {
+  return head(trunk(ids, ctx));
+}
+
+Tensor Gpt::trunk(const Tensor& ids, const ForwardContext& ctx) const {
   Tensor x = embed(ids, ctx);
   for (const auto& b : blocks_) {
     if (cfg_.recompute == Recompute::Full) {
@@ -192,11 +196,12 @@ Tensor Gpt::forward(const Tensor& ids, const ForwardContext& ctx) const {
       x = b->forward(x, ctx);
     }
   }
-  return head(x);
+  return x;
 }
 
 Tensor Gpt::loss(const Tensor& ids, const Tensor& targets, const ForwardContext& ctx) const {
-  return cross_entropy(forward(ids, ctx), targets);
+  // The head and the loss in one op: padded logits rows, aligned GEMMs.
+  return linear_cross_entropy(ln_f_->forward(trunk(ids, ctx)), wte_->weight(), targets);
 }
 
 Tensor Gpt::decode(const Tensor& ids, KvCache& cache, bool last_only) const {

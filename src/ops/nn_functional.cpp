@@ -185,62 +185,166 @@ Tensor embedding(const Tensor& weight, const Tensor& ids) {
   return out;
 }
 
-Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index) {
-  detail::check_floating(logits, "cross_entropy", "logits");
-  detail::check_index(targets, "cross_entropy", "targets");
-  if (logits.dim() < 1) throw ShapeError("cross_entropy: logits must have a vocab dimension");
-  Shape lead(logits.shape().begin(), logits.shape().end() - 1);
-  if (targets.shape() != lead) {
-    throw ShapeError("cross_entropy: targets of shape " + shape_str(targets.shape()) +
-                     " do not match logits " + shape_str(logits.shape()) + " (expected " +
-                     shape_str(lead) + ")");
-  }
-  // Targets may also stay on the host with the logits on a GPU (their check
-  // below then needs no copy back from the device).
-  if (!(targets.device() == logits.device()) && !targets.device().is_cpu()) {
-    throw ValueError("cross_entropy: targets on " + targets.device().str() + ", logits on " +
-                     logits.device().str() + " (targets go on the logits' device or the host)");
-  }
-  const int64_t V = logits.size(-1), N = numel(lead);
-  Tensor lc = reshape(contiguous(logits).detach(), {N, V}).detach();
-  Tensor tc = reshape(contiguous(targets).detach(), {N}).detach();
-  const DType sd = stat_dtype(logits.dtype());
-  Tensor losses = empty({N}, sd, logits.device());
-  Tensor lse = empty({N}, sd, logits.device());
+namespace {
+
+// The loss of logits (N, V) — contiguous, or rows padded further apart —
+// against targets (N), and what backward needs.
+struct CrossEntropyParts {
+  Tensor targets;  // (N) on the logits' device
+  Tensor lse;      // (N) log-sum-exp per row, stat dtype
+  Tensor loss;     // scalar mean over the rows not ignored
+  int64_t count = 0;
+};
+
+CrossEntropyParts cross_entropy_forward(const char* op, const Tensor& lc, const Tensor& tc,
+                                        int64_t ignore_index) {
+  const int64_t N = lc.size(0), V = lc.size(1);
+  CrossEntropyParts r;
   // One host pass over the targets (they are small): every backend gets
   // them checked, and the non-ignored rows counted.
-  int64_t count = 0;
   {
     Tensor th = cast(to_device(tc, Device::cpu()), DType::I64);
     const int64_t* p = th.data<int64_t>();
     for (int64_t i = 0; i < N; ++i) {
       if (p[i] == ignore_index) continue;
       if (p[i] < 0 || p[i] >= V) {
-        throw ValueError("cross_entropy: target " + std::to_string(p[i]) + " at row " +
+        throw ValueError(std::string(op) + ": target " + std::to_string(p[i]) + " at row " +
                          std::to_string(i) + " is outside [0, " + std::to_string(V) + ")");
       }
-      ++count;
+      ++r.count;
     }
   }
-  if (!(tc.device() == lc.device())) tc = to_device(tc, lc.device()).detach();
-  Backend& be = backend_for(logits);
-  be.cross_entropy_forward(lc, tc, ignore_index, losses, lse);
-  Tensor total = empty({}, sd, logits.device());
+  r.targets = tc.device() == lc.device() ? tc : to_device(tc, lc.device()).detach();
+  const DType sd = stat_dtype(lc.dtype());
+  Tensor losses = empty({N}, sd, lc.device());
+  r.lse = empty({N}, sd, lc.device());
+  Backend& be = backend_for(lc);
+  be.cross_entropy_forward(lc, r.targets, ignore_index, losses, r.lse);
+  Tensor total = empty({}, sd, lc.device());
   be.reduce(ReduceOp::Sum, losses, 1, N, 1, total, nullptr);
-  Tensor loss = cast(scale(total, count ? 1.0 / static_cast<double>(count) : 0.0), sd)
-                    .detach();  // f32 for half logits
+  r.loss = cast(scale(total, r.count ? 1.0 / static_cast<double>(r.count) : 0.0), sd)
+               .detach();  // f32 for half logits
+  return r;
+}
+
+// dlogits (lc's layout; may be lc itself) from the mean loss's gradient g.
+void cross_entropy_backward(const Tensor& lc, const CrossEntropyParts& ce, int64_t ignore_index,
+                            const Tensor& g, Tensor& dlogits) {
+  const int64_t N = lc.size(0);
+  const DType sd = stat_dtype(lc.dtype());
+  Tensor gl = cast(g, sd);
+  Tensor dl = empty({N}, sd, lc.device());
+  backend_for(lc).copy(make_view(gl, {N}, {0}, gl.offset()), dl);
+  if (ce.count) backend_for(dl).affine(dl, 1.0 / static_cast<double>(ce.count), 0.0, dl);
+  backend_for(lc).cross_entropy_backward(lc, ce.targets, ce.lse, dl, ignore_index, dlogits);
+}
+
+// targets must be the leading dims of a (..., last) tensor, on its device
+// or the host.
+void check_targets(const char* op, const Tensor& targets, const Tensor& input, const Shape& lead) {
+  if (targets.shape() != lead) {
+    throw ShapeError(std::string(op) + ": targets of shape " + shape_str(targets.shape()) +
+                     " do not match " + shape_str(input.shape()) + " (expected " + shape_str(lead) +
+                     ")");
+  }
+  if (!(targets.device() == input.device()) && !targets.device().is_cpu()) {
+    throw ValueError(std::string(op) + ": targets on " + targets.device().str() + ", input on " +
+                     input.device().str() + " (targets go on its device or the host)");
+  }
+}
+
+}  // namespace
+
+Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index) {
+  detail::check_floating(logits, "cross_entropy", "logits");
+  detail::check_index(targets, "cross_entropy", "targets");
+  if (logits.dim() < 1) throw ShapeError("cross_entropy: logits must have a vocab dimension");
+  const Shape lead(logits.shape().begin(), logits.shape().end() - 1);
+  // Targets may also stay on the host with the logits on a GPU (their check
+  // then needs no copy back from the device).
+  check_targets("cross_entropy", targets, logits, lead);
+  const int64_t V = logits.size(-1), N = numel(lead);
+  Tensor lc = reshape(contiguous(logits).detach(), {N, V}).detach();
+  Tensor tc = reshape(contiguous(targets).detach(), {N}).detach();
+  const CrossEntropyParts ce = cross_entropy_forward("cross_entropy", lc, tc, ignore_index);
   const Shape ls = logits.shape();
-  record("cross_entropy", {logits}, {loss},
-         [lc, tc, lse, count, ignore_index, ls, sd, N](const TensorList& g) -> TensorList {
-           Tensor gl = cast(g[0], sd);
-           Tensor dl = empty({N}, sd, lc.device());
-           backend_for(lc).copy(make_view(gl, {N}, {0}, gl.offset()), dl);
-           if (count) backend_for(dl).affine(dl, 1.0 / static_cast<double>(count), 0.0, dl);
+  record("cross_entropy", {logits}, {ce.loss},
+         [lc, ce, ignore_index, ls](const TensorList& g) -> TensorList {
            Tensor dlogits = empty_like(lc);
-           backend_for(lc).cross_entropy_backward(lc, tc, lse, dl, ignore_index, dlogits);
+           cross_entropy_backward(lc, ce, ignore_index, g[0], dlogits);
            return {reshape(dlogits, ls)};
          });
-  return loss;
+  return ce.loss;
+}
+
+int64_t padded_logits_row(int64_t classes) {
+  constexpr int64_t kRow = 64;  // elements: 128 bytes of bf16, 256 of f32
+  return (classes + kRow - 1) / kRow * kRow;
+}
+
+Tensor linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor& targets,
+                            int64_t ignore_index) {
+  const char* op = "linear_cross_entropy";
+  detail::check_floating(x, op, "x");
+  detail::check_same(x, weight, op);
+  detail::check_index(targets, op, "targets");
+  if (x.dim() < 1 || weight.dim() != 2 || weight.size(1) != x.size(-1)) {
+    throw ShapeError(std::string(op) + ": x " + shape_str(x.shape()) + " and weight " +
+                     shape_str(weight.shape()) +
+                     " (weight must be [classes, C] with C the last dim of x)");
+  }
+  const Shape lead(x.shape().begin(), x.shape().end() - 1);
+  check_targets(op, targets, x, lead);
+  const int64_t N = numel(lead), C = x.size(-1), V = weight.size(0), ld = padded_logits_row(V);
+  if (V == 0) {
+    throw ShapeError(std::string(op) + ": weight " + shape_str(weight.shape()) + " has no classes");
+  }
+  Tensor x2 = reshape(contiguous(x).detach(), {N, C}).detach();
+  Tensor w = contiguous(weight).detach();
+  Tensor tc = reshape(contiguous(targets).detach(), {N}).detach();
+  // The logits' rows `ld` apart: every GEMM below has aligned leading
+  // dimensions whatever V is. Only this op ever sees them.
+  Tensor logits = make_view(empty({N, ld}, x.dtype(), x.device()), {N, V}, {ld, 1}, 0);
+  Backend& be = backend_for(x);
+  be.gemm(x2, w, logits, false, true, 1.0, 0.0);
+  const CrossEntropyParts ce = cross_entropy_forward(op, logits, tc, ignore_index);
+
+  // Backward overwrites the logits with their gradient (no second buffer of
+  // that size); the weight's half (deferrable, as a linear layer's) reads
+  // it after. The graph can therefore be walked once.
+  auto consumed = std::make_shared<bool>(false);
+  auto input_grad = [logits, ce, ignore_index, w, consumed, need_x = x.requires_grad(),
+                     xs = x.shape()](const TensorList& g) -> TensorList {
+    if (*consumed) {
+      throw NotSupportedError(
+          "linear_cross_entropy: backward through it a second time (retain_graph): its logits "
+          "were overwritten by their gradient the first time");
+    }
+    Tensor dlogits = logits;
+    cross_entropy_backward(logits, ce, ignore_index, g[0], dlogits);
+    *consumed = true;
+    if (!need_x) return {Tensor(), Tensor()};
+    Tensor gx = empty({logits.size(0), w.size(1)}, logits.dtype(), logits.device());
+    backend_for(logits).gemm(logits, w, gx, false, false, 1.0, 0.0);
+    return {reshape(gx, xs), Tensor()};
+  };
+  const Tensor leaf_weight = weight.requires_grad() && weight.is_leaf() ? weight : Tensor();
+  auto weight_grad = [logits, x2, leaf_weight](const TensorList&) -> TensorList {
+    // (logits holds their gradient by now: input_grad always runs first.)
+    Tensor gw;
+    const bool added =
+        autograd::accumulate_into_leaf_grad(leaf_weight, [&](Tensor& acc, double beta) {
+          backend_for(logits).gemm(logits, x2, acc, true, false, 1.0, beta);
+        });
+    if (!added) {
+      gw = empty({logits.size(1), x2.size(1)}, logits.dtype(), logits.device());
+      backend_for(logits).gemm(logits, x2, gw, true, false, 1.0, 0.0);
+    }
+    return {Tensor(), gw};
+  };
+  auto node = record(op, {x, weight}, {ce.loss}, nullptr);
+  if (node) node->set_split({1}, input_grad, weight_grad);
+  return ce.loss;
 }
 
 }  // namespace triad

@@ -98,14 +98,6 @@ Trainer::Trainer(Config config, dist::ProcessGroupPtr world)
   check_batch(config_, dp_);
   const uint64_t seed = config_.train.seed;
   if (world_size == 1) {
-    // (Several ranks pad the vocabulary to a multiple of 128 * tp.)
-    if (device_.is_cuda() && config_.model.vocab_size % 8 != 0) {
-      spdlog::warn(
-          "model.vocab_size {} is not a multiple of 8: the head's products run on cuBLASLt's "
-          "slower unaligned kernels (in f32 where it has none); a padded vocabulary (50304 for "
-          "GPT-2's 50257) keeps them aligned",
-          config_.model.vocab_size);
-    }
     model_ = std::make_unique<nn::Gpt>(config_.model, seed);
     if (!config_.init_from.empty()) io::load_gpt2_safetensors(*model_, config_.init_from);
   } else {

@@ -88,8 +88,10 @@ TEST(CudaKernelChecks, AttentionKernelChoice) {
 }
 
 TEST(CudaKernelChecks, CrossEntropyChecks) {
-  EXPECT_TRUE(check_cross_entropy(ScalarType::BF16, 8192, 50304).ok);
-  EXPECT_FALSE(check_cross_entropy(ScalarType::F32, 4, 0).ok);
+  EXPECT_TRUE(check_cross_entropy(ScalarType::BF16, 8192, 50304, 50304).ok);
+  EXPECT_TRUE(check_cross_entropy(ScalarType::BF16, 8192, 50257, 50304).ok);  // padded rows
+  EXPECT_FALSE(check_cross_entropy(ScalarType::F32, 4, 0, 0).ok);
+  EXPECT_FALSE(check_cross_entropy(ScalarType::F32, 4, 16, 15).ok);  // rows overlap
   EXPECT_TRUE(check_vocab_ce(ScalarType::F32, 4, 128, 100).ok);
   EXPECT_NE(reason(check_vocab_ce(ScalarType::F32, 4, 128, 129)).find("129"), std::string::npos);
 }

@@ -73,6 +73,36 @@ TEST(GemmPlan, BatchedOperandsKeepTheirStrides) {
   EXPECT_FALSE(q.folded);
 }
 
+TEST(GemmPlan, RowStridedOperandsBecomeLeadingDimensions) {
+  // The padded head: logits (6, 67) in rows 128 apart = x (6, 8) W^T with
+  // W (67, 8); then the input gradient (6, 8) = dlogits (6, 67) W and the
+  // weight gradient (67, 8) = dlogits^T x, dlogits in the logits' rows.
+  const GemmPlan fwd = plan_gemm({6, 8}, {67, 8}, {6, 67}, false, true, {0, 0, 128});
+  EXPECT_EQ(fwd.m, 67);
+  EXPECT_EQ(fwd.out.ld, 128);
+  EXPECT_EQ(fwd.first.ld, 8);
+  const GemmPlan dx = plan_gemm({6, 67}, {67, 8}, {6, 8}, false, false, {128, 0, 0});
+  EXPECT_EQ(dx.k, 67);
+  EXPECT_EQ(dx.second.ld, 128);
+  EXPECT_EQ(dx.out.ld, 8);
+  const GemmPlan dw = plan_gemm({6, 67}, {6, 8}, {67, 8}, true, false, {128, 0, 0});
+  EXPECT_EQ(dw.n, 67);
+  EXPECT_TRUE(dw.second.transpose);
+  EXPECT_EQ(dw.second.ld, 128);
+  // A stride equal to the row is the contiguous case; shorter rows overlap,
+  // and 3-D operands have no row stride of their own.
+  EXPECT_EQ(plan_gemm({3, 4}, {4, 5}, {3, 5}, false, false, {4, 5, 5}).out.ld, 5);
+  try {
+    plan_gemm({6, 8}, {67, 8}, {6, 67}, false, true, {0, 0, 64});
+    FAIL() << "expected ShapeError";
+  } catch (const ShapeError& e) {
+    EXPECT_NE(std::string(e.what()).find("c's row stride 64 is shorter than its rows"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(plan_gemm({2, 7, 4}, {6, 4}, {2, 7, 6}, false, true, {8, 0, 0}), ShapeError);
+}
+
 TEST(GemmPlan, MismatchedShapesNameTheProblem) {
   try {
     plan_gemm({3, 4}, {5, 6}, {3, 6}, false, false);

@@ -222,6 +222,15 @@ inline std::vector<OpCase> op_cases() {
        [](const std::vector<Tensor>& x) {
          return cross_entropy(x[0], to_device(ids({1, 6, -100, 0, 3, 3}, {2, 3}), x[0].device()));
        }});
+  // The fused head + loss: 67 classes in rows padded to 128.
+  c.push_back({"linear_cross_entropy",
+               [](DType d) {
+                 return std::vector<Tensor>{rnd({2, 3, 5}, d, 1), rnd({67, 5}, d, 2, 0.5)};
+               },
+               [](const std::vector<Tensor>& x) {
+                 return linear_cross_entropy(
+                     x[0], x[1], to_device(ids({1, 66, -100, 0, 3, 65}, {2, 3}), x[0].device()));
+               }});
   return c;
 }
 

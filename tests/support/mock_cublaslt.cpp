@@ -336,6 +336,11 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t desc, con
   const double be = f64 ? *static_cast<const double*>(beta) : *static_cast<const float*>(beta);
   const cudaDataType t = ld.type, ta = la.type, tb = lb.type;
   ++s.counters.matmuls;
+  const auto aligned = [](const mock::Layout& l) {
+    const int64_t bytes = l.type == CUDA_R_64F ? 8 : l.type == CUDA_R_32F ? 4 : 2;
+    return (l.ld * bytes) % 16 == 0;
+  };
+  if (!aligned(la) || !aligned(lb) || !aligned(lc) || !aligned(ld)) ++s.counters.unaligned_matmuls;
   triad_sim::enqueue(stream, [=] {
     std::vector<double> out(static_cast<size_t>(m * n));
     for (int32_t bi = 0; bi < ld.batch; ++bi) {

@@ -10,6 +10,9 @@ namespace triad::testing::mock_cublaslt {
 struct Counters {
   int64_t heuristic_queries = 0;
   int64_t matmuls = 0;
+  // Products with a matrix whose leading dimension is not a multiple of 16
+  // bytes (cuBLASLt's fast kernels need 16-byte aligned rows).
+  int64_t unaligned_matmuls = 0;
 };
 Counters counters();
 void reset();

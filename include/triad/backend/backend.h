@@ -75,6 +75,8 @@ class Backend {
   // c = alpha * op(a) @ op(b) + beta * c, batched. a is (batch?, M, K) or
   // (batch?, K, M) when trans_a; b is (batch?, K, N) or (batch?, N, K) when
   // trans_b; c is (batch, M, N). A 2-D a or b is shared by every batch.
+  // A 2-D operand may be a row-strided matrix (matrix_ld): a BLAS leading
+  // dimension, e.g. logits whose rows are padded for aligned kernels.
   // a and b share a dtype; c has it too, or is f32 under bf16/f16 a and b
   // (products summed and stored in f32: a weight gradient added straight
   // into an f32 gradient, beta 1, without a half-precision temporary).
@@ -161,7 +163,9 @@ class Backend {
                                        double beta);
 
   // logits (N, V); targets (N) i32/i64; losses, lse and dlosses (N) in stat_dtype. Rows whose
-  // target equals ignore_index get loss 0.
+  // target equals ignore_index get loss 0. logits and dlogits may be
+  // row-strided matrices (matrix_ld), dlogits with logits' row stride, and
+  // dlogits may be logits itself (the gradient overwrites the logits).
   virtual void cross_entropy_forward(const Tensor& logits, const Tensor& targets,
                                      int64_t ignore_index, Tensor& losses, Tensor& lse) = 0;
   // dlogits = (softmax(logits) - onehot(target)) * dlosses[row]; ignored rows 0.
@@ -222,6 +226,12 @@ class Backend {
   // and summing in f64.
   virtual void sum_of_squares(const std::vector<Tensor>& tensors, Tensor& out);
 };
+
+// The row stride of a matrix a backend call may take row-strided: a 2-D
+// tensor whose columns are adjacent (stride 1) and whose rows are at least
+// a row apart, or any contiguous tensor (its last dimension). Throws
+// ShapeError naming `op` and the strides otherwise.
+int64_t matrix_ld(const Tensor& t, const char* op);
 
 // Throws ValueError naming the dtypes unless a, b and c of a Backend::gemm
 // share one, or a and b are both bf16 (or both f16) and c is f32.

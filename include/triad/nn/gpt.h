@@ -106,7 +106,8 @@ class Gpt : public Module {
   // hidden (B, T, C) -> logits (B, T, V).
   Tensor head(const Tensor& hidden) const;
   Tensor forward(const Tensor& ids, const ForwardContext& ctx = {}) const;
-  // Mean cross entropy of the next-token predictions.
+  // Mean cross entropy of the next-token predictions (the head and the loss
+  // fused: linear_cross_entropy).
   Tensor loss(const Tensor& ids, const Tensor& targets, const ForwardContext& ctx = {}) const;
   // Inference on the next tokens: ids (B, n) continue the cache's B
   // sequences at positions [cache.length, cache.length + n); returns their
@@ -122,6 +123,9 @@ class Gpt : public Module {
   std::shared_ptr<Embedding> wte_, wpe_;
   std::vector<std::shared_ptr<Block>> blocks_;
   std::shared_ptr<LayerNorm> ln_f_;
+
+  // embed and every block: ids (B, T) -> hidden (B, T, C) before ln_f.
+  Tensor trunk(const Tensor& ids, const ForwardContext& ctx) const;
 };
 
 }  // namespace triad::nn

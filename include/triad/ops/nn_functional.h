@@ -41,4 +41,19 @@ Tensor embedding(const Tensor& weight, const Tensor& ids);
 // (checked there without waiting for the device, then uploaded).
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index = -100);
 
+// A language model's head and its loss in one op: cross_entropy(x @
+// weight^T, targets) for x (..., C), weight (V, C), targets (...). The logits
+// never leave it: their rows lie padded_logits_row(V) elements apart, so the
+// head's three GEMMs get aligned leading dimensions whatever V is (GPT-2's
+// 50257 would otherwise keep GPU GEMMs off their fast kernels), and backward
+// overwrites them with their gradient instead of allocating a second
+// logits-sized buffer. Hence its graph can be walked only once (a second
+// backward with retain_graph is a NotSupportedError). The weight's gradient
+// is deferrable (zero-bubble W) like a linear layer's.
+Tensor linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor& targets,
+                            int64_t ignore_index = -100);
+// Elements from one row of linear_cross_entropy's logits to the next: V
+// rounded up to a multiple of 64.
+int64_t padded_logits_row(int64_t classes);
+
 }  // namespace triad

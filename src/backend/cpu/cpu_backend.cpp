@@ -305,7 +305,8 @@ void CpuBackend::gemm(const Tensor& a, const Tensor& b, Tensor& c, bool trans_a,
   const int64_t K = trans_a ? a.size(-2) : a.size(-1);
   const int64_t a_stride = a.dim() == 3 ? M * K : 0;
   const int64_t b_stride = b.dim() == 3 ? K * N : 0;
-  const int64_t lda = a.size(-1), ldb = b.size(-1);
+  // 2-D operands may be row-strided (their leading dimension).
+  const int64_t lda = matrix_ld(a, "gemm"), ldb = matrix_ld(b, "gemm"), ldc = matrix_ld(c, "gemm");
   if (M == 0 || N == 0) return;
   dispatch_float(c.dtype(), "gemm", [&](auto tag) {
     using T = decltype(tag);
@@ -315,12 +316,12 @@ void CpuBackend::gemm(const Tensor& a, const Tensor& b, Tensor& c, bool trans_a,
     const T al = static_cast<T>(alpha), be = static_cast<T>(beta);
     // A shared right operand lets the batch fold into M: one large GEMM.
     if (!trans_a && b_stride == 0 && a_stride != 0) {
-      parallel_gemm<T>(false, trans_b, batch * M, N, K, al, pa, lda, pb, ldb, be, pc, N);
+      parallel_gemm<T>(false, trans_b, batch * M, N, K, al, pa, lda, pb, ldb, be, pc, ldc);
       return;
     }
     for (int64_t i = 0; i < batch; ++i) {
       parallel_gemm<T>(trans_a, trans_b, M, N, K, al, pa + i * a_stride, lda, pb + i * b_stride,
-                       ldb, be, pc + i * M * N, N);
+                       ldb, be, pc + i * M * N, ldc);
     }
   });
 }

@@ -379,6 +379,7 @@ void CpuBackend::cross_entropy_forward(const Tensor& logits, const Tensor& targe
   dispatch_float(logits.dtype(), "cross_entropy", [&](auto tag) {
     using T = decltype(tag);
     const int64_t N = logits.size(0), V = logits.size(1);
+    const int64_t ld = matrix_ld(logits, "cross_entropy");
     for (int64_t i = 0; i < N; ++i) {
       const int64_t t = load_index(targets, i);
       if (t != ignore_index && (t < 0 || t >= V)) {
@@ -391,7 +392,7 @@ void CpuBackend::cross_entropy_forward(const Tensor& logits, const Tensor& targe
     T* ps = lse.data<T>();
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < N; ++i) {
-      const T* row = px + i * V;
+      const T* row = px + i * ld;
       const T mx = row_max(row, V);
       const double l = mx + std::log(row_sum_exp(row, V, mx));
       ps[i] = static_cast<T>(l);
@@ -407,6 +408,13 @@ void CpuBackend::cross_entropy_backward(const Tensor& logits, const Tensor& targ
   dispatch_float(logits.dtype(), "cross_entropy_backward", [&](auto tag) {
     using T = decltype(tag);
     const int64_t N = logits.size(0), V = logits.size(1);
+    // Row-strided logits and dlogits (one stride); dlogits may be logits.
+    const int64_t ld = matrix_ld(logits, "cross_entropy_backward");
+    if (matrix_ld(dlogits, "cross_entropy_backward") != ld) {
+      throw ShapeError("cross_entropy_backward: dlogits' row stride " +
+                       std::to_string(matrix_ld(dlogits, "cross_entropy_backward")) +
+                       " differs from the logits' " + std::to_string(ld));
+    }
     const T* px = logits.data<T>();
     const T* ps = lse.data<T>();
     const T* pg = dlosses.data<T>();
@@ -416,8 +424,8 @@ void CpuBackend::cross_entropy_backward(const Tensor& logits, const Tensor& targ
       const int64_t t = load_index(targets, i);
       // Ignored rows: no gradient at all.
       const T g = t == ignore_index ? T(0) : pg[i];
-      row_scaled_exp(px + i * V, V, V, ps[i], g, pd + i * V);
-      if (t != ignore_index) pd[i * V + t] -= g;
+      row_scaled_exp(px + i * ld, V, V, ps[i], g, pd + i * ld);
+      if (t != ignore_index) pd[i * ld + t] -= g;
     }
   });
 }

@@ -136,6 +136,7 @@ CublasLtGemm::Cached& CublasLtGemm::lookup(const GemmPlan& p, GemmTypes types, i
                 p.second.transpose,
                 p.first.ld,
                 p.second.ld,
+                p.out.ld,
                 p.first.batch_stride,
                 p.second.batch_stride,
                 p.out.batch_stride,

@@ -61,7 +61,7 @@ class CublasLtGemm {
  private:
   struct Cached;
   using Key = std::tuple<int64_t, int64_t, int64_t, bool, bool, int64_t, int64_t, int64_t, int64_t,
-                         int64_t, int64_t, int64_t, int64_t, int, int>;
+                         int64_t, int64_t, int64_t, int64_t, int64_t, int, int>;
   Cached& lookup(const GemmPlan& plan, GemmTypes types, int alignment,
                  const GemmEpilogue& epilogue);
 

@@ -472,7 +472,10 @@ void CudaBackend::affine(const Tensor& x, double alpha, double beta, Tensor& out
 
 void CudaBackend::gemm(const Tensor& a, const Tensor& b, Tensor& c, bool trans_a, bool trans_b,
                        double alpha, double beta) {
-  const GemmPlan plan = plan_gemm(a.shape(), b.shape(), c.shape(), trans_a, trans_b);
+  // 2-D operands may be row-strided (padded logits): their leading dimension.
+  const GemmPlan plan =
+      plan_gemm(a.shape(), b.shape(), c.shape(), trans_a, trans_b,
+                {matrix_ld(a, "gemm"), matrix_ld(b, "gemm"), matrix_ld(c, "gemm")});
   check_gemm_dtypes(a, b, c);
   if (c.numel() == 0) return;
   DeviceState& s = state(c.device().index);
@@ -481,9 +484,13 @@ void CudaBackend::gemm(const Tensor& a, const Tensor& b, Tensor& c, bool trans_a
   OpTimer timer(s.index, s.stream,
                 is_half(a.dtype()) && c.dtype() == DType::F32 ? "gemm_into_f32" : "gemm");
   if (plan.k == 0) {  // empty inner dimension: c = beta * c
+    Tensor flat = c.is_contiguous() ? c : empty(c.shape(), c.dtype(), c.device());
+    if (!c.is_contiguous()) copy(c, flat);
     launch(s.index, s.stream, "gemm", [&] {
-      k::affine(c.raw_data(), c.raw_data(), scalar(c.dtype()), c.numel(), beta, 0.0, s.stream);
+      k::affine(flat.raw_data(), flat.raw_data(), scalar(c.dtype()), c.numel(), beta, 0.0,
+                s.stream);
     });
+    if (!c.is_contiguous()) copy(flat, c);
     return;
   }
   try {
@@ -502,7 +509,10 @@ void CudaBackend::gemm(const Tensor& a, const Tensor& b, Tensor& c, bool trans_a
       c32 = empty(c.shape(), DType::F32, c.device());
       if (beta != 0.0) copy(c, c32);
     }
-    s.gemm().run(plan, DType::F32, a32.raw_data(), b32.raw_data(), c32.raw_data(), alpha, beta,
+    // (The f32 copies of a and b, and of a half c, are contiguous.)
+    const GemmPlan plan32 = plan_gemm(a.shape(), b.shape(), c.shape(), trans_a, trans_b,
+                                      {0, 0, c32.is_contiguous() ? 0 : plan.out.ld});
+    s.gemm().run(plan32, DType::F32, a32.raw_data(), b32.raw_data(), c32.raw_data(), alpha, beta,
                  s.stream);
     if (c.dtype() != DType::F32) copy(c32, c);
   }
@@ -996,11 +1006,12 @@ void CudaBackend::cross_entropy_forward(const Tensor& logits, const Tensor& targ
   // The front end checked the targets on the host; a bad one reaching the
   // kernel directly gives a NaN loss, never a read outside the row.
   const int64_t N = logits.size(0), V = logits.size(1);
+  const int64_t ld = matrix_ld(logits, "cross_entropy");  // padded rows
   DeviceState& s = state(logits.device().index);
   DeviceGuard g(s.index);
   launch(s.index, s.stream, "cross_entropy_forward", [&] {
     k::cross_entropy_forward(logits.raw_data(), scalar(logits.dtype()), targets.raw_data(),
-                             targets.dtype() == DType::I64, N, V, ignore_index,
+                             targets.dtype() == DType::I64, N, V, ld, ignore_index,
                              losses.data<float>(), lse.data<float>(), s.stream);
   });
 }
@@ -1010,13 +1021,20 @@ void CudaBackend::cross_entropy_backward(const Tensor& logits, const Tensor& tar
                                          int64_t ignore_index, Tensor& dlogits) {
   require_nn("cross_entropy_backward", logits.dtype());
   require_index("cross_entropy_backward", targets);
+  // Padded rows: dlogits takes the logits' layout (and may be the logits).
+  const int64_t ld = matrix_ld(logits, "cross_entropy_backward");
+  if (matrix_ld(dlogits, "cross_entropy_backward") != ld) {
+    throw ShapeError("cross_entropy_backward: dlogits' row stride " +
+                     std::to_string(matrix_ld(dlogits, "cross_entropy_backward")) +
+                     " differs from the logits' " + std::to_string(ld));
+  }
   DeviceState& s = state(logits.device().index);
   DeviceGuard g(s.index);
   launch(s.index, s.stream, "cross_entropy_backward", [&] {
     k::cross_entropy_backward(logits.raw_data(), scalar(logits.dtype()), targets.raw_data(),
                               targets.dtype() == DType::I64, lse.data<float>(),
-                              dlosses.data<float>(), logits.size(0), logits.size(1), ignore_index,
-                              dlogits.raw_data(), s.stream);
+                              dlosses.data<float>(), logits.size(0), logits.size(1), ld,
+                              ignore_index, dlogits.raw_data(), s.stream);
   });
 }
 

@@ -14,7 +14,8 @@ std::string describe(const Shape& a, const Shape& b, const Shape& c, bool ta, bo
 
 }  // namespace
 
-GemmPlan plan_gemm(const Shape& a, const Shape& b, const Shape& c, bool ta, bool tb) {
+GemmPlan plan_gemm(const Shape& a, const Shape& b, const Shape& c, bool ta, bool tb,
+                   GemmRowStrides rs) {
   auto fail = [&](const std::string& why) -> GemmPlan {
     throw ShapeError(describe(a, b, c, ta, tb) + ": " + why);
   };
@@ -35,6 +36,19 @@ GemmPlan plan_gemm(const Shape& a, const Shape& b, const Shape& c, bool ta, bool
   if (b.size() == 3 && b[0] != batch) return fail("b's batch differs from c's");
   if (c.size() == 2 && (a.size() == 3 || b.size() == 3)) return fail("a 3-D operand needs a 3-D c");
 
+  // A row stride: 0 (contiguous) or, for a 2-D operand, at least a row.
+  const auto stride_of = [&](const Shape& s, int64_t given, const char* name) {
+    const int64_t cols = s[s.size() - 1];
+    if (given == 0 || given == cols) return cols;
+    if (s.size() != 2 || given < cols) {
+      fail(std::string(name) + "'s row stride " + std::to_string(given) +
+           (s.size() != 2 ? " needs a 2-D operand" : " is shorter than its rows"));
+    }
+    return given;
+  };
+  const int64_t lda = stride_of(a, rs.a, "a"), ldb = stride_of(b, rs.b, "b"),
+                ldc = stride_of(c, rs.c, "c");
+
   GemmPlan p;
   int64_t rows = M, a_stride = a.size() == 3 ? M * K : 0;
   const int64_t b_stride = b.size() == 3 ? K * N : 0;
@@ -49,11 +63,13 @@ GemmPlan plan_gemm(const Shape& a, const Shape& b, const Shape& c, bool ta, bool
   p.m = N;
   p.n = rows;
   p.k = K;
-  p.first =
-      tb ? GemmOperandLayout{K, N, K, true, b_stride} : GemmOperandLayout{N, K, N, false, b_stride};
-  p.second = ta ? GemmOperandLayout{rows, K, rows, true, a_stride}
-                : GemmOperandLayout{K, rows, K, false, a_stride};
-  p.out = GemmOperandLayout{N, rows, N, false, p.batch > 1 ? M * N : 0};
+  // Column-major, each stored matrix's leading dimension is the row-major
+  // operand's row stride.
+  p.first = tb ? GemmOperandLayout{K, N, ldb, true, b_stride}
+               : GemmOperandLayout{N, K, ldb, false, b_stride};
+  p.second = ta ? GemmOperandLayout{rows, K, lda, true, a_stride}
+                : GemmOperandLayout{K, rows, lda, false, a_stride};
+  p.out = GemmOperandLayout{N, rows, ldc, false, p.batch > 1 ? M * N : 0};
   return p;
 }
 

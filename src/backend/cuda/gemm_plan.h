@@ -25,9 +25,17 @@ struct GemmPlan {
   bool folded = false;  // the batch was folded into the rows of a (one large GEMM)
 };
 
+// Row strides (BLAS leading dimensions) of row-major operands; 0 means the
+// operand is contiguous. Only 2-D operands may have rows further apart than
+// their columns (padded logits).
+struct GemmRowStrides {
+  int64_t a = 0, b = 0, c = 0;
+};
+
 // Shapes as Backend::gemm takes them: a (batch?, M, K) or (batch?, K, M) with
 // trans_a; b (batch?, K, N) or (batch?, N, K) with trans_b; c (batch?, M, N).
 // Throws ShapeError naming the mismatch.
-GemmPlan plan_gemm(const Shape& a, const Shape& b, const Shape& c, bool trans_a, bool trans_b);
+GemmPlan plan_gemm(const Shape& a, const Shape& b, const Shape& c, bool trans_a, bool trans_b,
+                   GemmRowStrides row_strides = {});
 
 }  // namespace triad::detail

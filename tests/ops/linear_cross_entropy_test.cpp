@@ -1,0 +1,162 @@
+// linear_cross_entropy: the head and the loss in one op, its logits in
+// padded rows and overwritten by their gradient. Same loss and gradients as
+// cross_entropy(linear(x, w)) in every dtype, with deferred weight
+// gradients too; errors for shapes, targets and a second backward. The op
+// table (op_cases.h) checks its gradients against central differences and
+// the GPU suite its kernels against the CPU.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <string>
+
+#include "triad/autograd/engine.h"
+#include "triad/autograd/weight_grad_store.h"
+#include "triad/backend/backend.h"
+#include "triad/core/error.h"
+#include "triad/ops.h"
+
+namespace triad {
+namespace {
+
+struct Outcome {
+  double loss = 0;
+  std::vector<double> dx, dw;
+};
+
+Outcome run(DType dtype, int64_t V, bool fused, bool defer) {
+  Tensor x = randn({2, 5, 12}, 3, 1, 1.0, dtype);
+  Tensor w = randn({V, 12}, 3, 2, 0.3, dtype);
+  x.set_requires_grad(true);
+  w.set_requires_grad(true);
+  std::vector<int64_t> t;
+  for (int64_t i = 0; i < 10; ++i) t.push_back(i == 4 ? -100 : (i * 37 + 5) % V);
+  const Tensor targets = from_vector(t, {2, 5}, DType::I64);
+  Tensor loss = fused ? linear_cross_entropy(x, w, targets) : cross_entropy(linear(x, w), targets);
+  autograd::WeightGradStore store;
+  autograd::BackwardOptions opts;
+  if (defer) opts.defer_weight_grads = &store;
+  autograd::backward({loss}, {}, opts);
+  if (defer) {
+    EXPECT_TRUE(x.grad().defined());
+    EXPECT_FALSE(w.grad().defined());  // waits for the flush
+    store.flush();
+  }
+  return {to_double_vector(loss)[0], to_double_vector(x.grad()), to_double_vector(w.grad())};
+}
+
+void expect_close(const std::vector<double>& a, const std::vector<double>& b, double tol,
+                  const char* what) {
+  ASSERT_EQ(a.size(), b.size()) << what;
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_NEAR(a[i], b[i], tol * (1.0 + std::abs(b[i]))) << what << " [" << i << "]";
+  }
+}
+
+TEST(LinearCrossEntropy, RowsArePaddedToMultiplesOf64) {
+  EXPECT_EQ(padded_logits_row(1), 64);
+  EXPECT_EQ(padded_logits_row(64), 64);
+  EXPECT_EQ(padded_logits_row(65), 128);
+  EXPECT_EQ(padded_logits_row(50257), 50304);
+}
+
+TEST(LinearCrossEntropy, EqualsCrossEntropyOfLinear) {
+  for (DType dtype : {DType::F64, DType::F32, DType::BF16, DType::F16}) {
+    // Half types round the logits (and their gradient) once either way.
+    const double tol = dtype == DType::F64 ? 1e-12 : dtype == DType::F32 ? 1e-6 : 1e-2;
+    for (int64_t V : {64, 67, 301}) {  // no padding, 61 and 19 padding columns
+      for (bool defer : {false, true}) {
+        SCOPED_TRACE(std::string(dtype_name(dtype)) + " V " + std::to_string(V) +
+                     (defer ? " deferred" : ""));
+        const Outcome fused = run(dtype, V, true, defer), plain = run(dtype, V, false, false);
+        EXPECT_NEAR(fused.loss, plain.loss, tol * plain.loss);
+        expect_close(fused.dx, plain.dx, tol, "dx");
+        expect_close(fused.dw, plain.dw, tol, "dw");
+      }
+    }
+  }
+}
+
+TEST(LinearCrossEntropy, OnlyTheWeightCanTakeAGradient) {
+  // x without a gradient (a frozen trunk): the weight's still matches.
+  Tensor x = randn({4, 8}, 3, 1, 1.0, DType::F32);
+  Tensor w = randn({67, 8}, 3, 2, 0.3, DType::F32);
+  w.set_requires_grad(true);
+  const Tensor targets = from_vector(std::vector<int64_t>{0, 66, 5, 9}, {4}, DType::I64);
+  autograd::backward({linear_cross_entropy(x, w, targets)});
+  Tensor w2 = w.detach();
+  w2.set_requires_grad(true);
+  autograd::backward({cross_entropy(linear(x, w2), targets)});
+  expect_close(to_double_vector(w.grad()), to_double_vector(w2.grad()), 1e-6, "dw");
+  EXPECT_FALSE(x.grad().defined());
+}
+
+TEST(LinearCrossEntropy, ASecondBackwardIsRefused) {
+  Tensor x = randn({3, 8}, 3, 1, 1.0, DType::F32);
+  Tensor w = randn({67, 8}, 3, 2, 0.3, DType::F32);
+  x.set_requires_grad(true);
+  const Tensor targets = from_vector(std::vector<int64_t>{1, 2, 3}, {3}, DType::I64);
+  Tensor loss = linear_cross_entropy(x, w, targets);
+  autograd::BackwardOptions keep;
+  keep.retain_graph = true;
+  autograd::backward({loss}, {}, keep);
+  try {
+    autograd::backward({loss}, {}, keep);
+    FAIL() << "a second backward through the overwritten logits ran";
+  } catch (const NotSupportedError& e) {
+    EXPECT_NE(std::string(e.what()).find("retain_graph"), std::string::npos) << e.what();
+  }
+}
+
+TEST(LinearCrossEntropy, BadInputsNameWhatWasExpected) {
+  const Tensor x = randn({2, 3, 8}, 3, 1, 1.0, DType::F32);
+  const Tensor w = randn({10, 8}, 3, 2, 0.3, DType::F32);
+  const Tensor t = from_vector(std::vector<int64_t>{0, 1, 2, 3, 4, 5}, {2, 3}, DType::I64);
+  auto message = [](const std::function<void()>& f) -> std::string {
+    try {
+      f();
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "no error";
+  };
+  EXPECT_NE(message([&] {
+              linear_cross_entropy(x, randn({10, 7}, 3, 2, 1.0), t);
+            }).find("weight must be [classes, C]"),
+            std::string::npos);
+  EXPECT_NE(message([&] { linear_cross_entropy(x, w, reshape(t, {6})); }).find("expected [2, 3]"),
+            std::string::npos);
+  const Tensor far = from_vector(std::vector<int64_t>{0, 1, 2, 10, 4, 5}, {2, 3}, DType::I64);
+  EXPECT_NE(message([&] {
+              linear_cross_entropy(x, w, far);
+            }).find("target 10 at row 3 is outside [0, 10)"),
+            std::string::npos);
+  EXPECT_NE(message([&] { linear_cross_entropy(x, cast(w, DType::F64), t); }), "no error");
+}
+
+// The row strides backends take for padded logits, and what they refuse.
+TEST(LinearCrossEntropy, MatrixLdAcceptsPaddedRowsOnly) {
+  const Tensor buf = randn({4, 128}, 3, 1, 1.0, DType::F32);
+  EXPECT_EQ(matrix_ld(buf, "test"), 128);
+  EXPECT_EQ(matrix_ld(make_view(buf, {4, 67}, {128, 1}, 0), "test"), 128);
+  EXPECT_EQ(matrix_ld(make_view(buf, {1, 67}, {5, 1}, 0), "test"), 67);  // one row
+  EXPECT_EQ(matrix_ld(randn({2, 3, 5}, 3, 1, 1.0, DType::F32), "test"), 5);
+  EXPECT_THROW(matrix_ld(make_view(buf, {4, 67}, {64, 1}, 0), "test"), ShapeError);   // overlap
+  EXPECT_THROW(matrix_ld(make_view(buf, {4, 60}, {128, 2}, 0), "test"), ShapeError);  // gaps
+  EXPECT_THROW(matrix_ld(make_view(buf, {2, 2, 60}, {256, 128, 1}, 0), "test"), ShapeError);
+  // A row-strided product on the CPU backend: only the first 67 columns of
+  // each 128-element row are written.
+  Tensor out = zeros({4, 128}, DType::F32);
+  Tensor view = make_view(out, {4, 67}, {128, 1}, 0);
+  const Tensor a = randn({4, 8}, 3, 2, 1.0, DType::F32), b = randn({67, 8}, 3, 3, 1.0, DType::F32);
+  backend_for(a).gemm(a, b, view, false, true, 1.0, 0.0);
+  const std::vector<double> got = to_double_vector(out), want = to_double_vector(linear(a, b));
+  for (int64_t r = 0; r < 4; ++r) {
+    for (int64_t c = 0; c < 128; ++c) {
+      EXPECT_NEAR(got[r * 128 + c], c < 67 ? want[r * 67 + c] : 0.0, 1e-5) << r << ", " << c;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace triad
