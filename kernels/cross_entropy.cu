@@ -104,12 +104,12 @@ __global__ void ce_backward_kernel(const T* logits, const void* targets, bool t6
 }
 
 template <class T>
-__global__ void vce_partial_kernel(const T* logits, const void* targets, bool t64, int64_t Vl,
+__global__ void vce_partial_kernel(const T* logits, const void* targets, bool t64, int64_t ld,
                                    int64_t vocab_start, int64_t valid, float* row_max,
                                    float* target_logit) {
   constexpr int V = kPack<T>;
   __shared__ float scratch[32];
-  const T* row = logits + blockIdx.x * Vl;
+  const T* row = logits + blockIdx.x * ld;
   float m = -INFINITY;
   block_row_packs<V>(row, valid, [&](int64_t j, auto pack) {
     float v[V];
@@ -125,11 +125,11 @@ __global__ void vce_partial_kernel(const T* logits, const void* targets, bool t6
 }
 
 template <class T>
-__global__ void vce_sumexp_kernel(const T* logits, const float* gmax, int64_t Vl, int64_t valid,
+__global__ void vce_sumexp_kernel(const T* logits, const float* gmax, int64_t ld, int64_t valid,
                                   float* sumexp) {
   constexpr int V = kPack<T>;
   __shared__ float scratch[32];
-  const T* row = logits + blockIdx.x * Vl;
+  const T* row = logits + blockIdx.x * ld;
   const float m = gmax[blockIdx.x];
   float s = 0;
   block_row_packs<V>(row, valid, [&](int64_t j, auto pack) {
@@ -149,12 +149,13 @@ __global__ void vce_loss_kernel(const float* gmax, const float* tlogit, const fl
 
 template <class T, int P>
 __global__ void vce_backward_kernel(const T* logits, const void* targets, bool t64, int64_t Vl,
-                                    int64_t vocab_start, int64_t valid, const float* gmax,
-                                    const float* sumexp, const float* dloss, T* dlogits) {
+                                    int64_t ld, int64_t vocab_start, int64_t valid,
+                                    const float* gmax, const float* sumexp, const float* dloss,
+                                    T* dlogits) {
   const int64_t r = blockIdx.x;
   const float m = gmax[r], scale = dloss[r] / sumexp[r], g = dloss[r];
   const int64_t t = load_id(targets, t64, r) - vocab_start;
-  map_row<P>(logits + r * Vl, dlogits + r * Vl, Vl, [&](int64_t j, float x) {
+  map_row<P>(logits + r * ld, dlogits + r * ld, Vl, [&](int64_t j, float x) {
     float d = j < valid ? __expf(x - m) * scale : 0.0f;
     if (j == t && t < valid) d -= g;
     return d;
@@ -220,8 +221,8 @@ void cross_entropy_backward(const void* logits, ScalarType type, const void* tar
   check_launch("cross_entropy_backward");
 }
 
-Status check_vocab_ce(ScalarType type, int64_t N, int64_t Vl, int64_t valid) {
-  Status s = check_cross_entropy(type, N, Vl, Vl);
+Status check_vocab_ce(ScalarType type, int64_t N, int64_t Vl, int64_t ld, int64_t valid) {
+  Status s = check_cross_entropy(type, N, Vl, ld);
   if (!s.ok) return s;
   if (valid < 0 || valid > Vl) {
     return Status::fail("valid columns " + std::to_string(valid) + " must be in [0, " +
@@ -231,27 +232,27 @@ Status check_vocab_ce(ScalarType type, int64_t N, int64_t Vl, int64_t valid) {
 }
 
 void vocab_ce_partial(const void* logits, ScalarType type, const void* targets, bool targets64,
-                      int64_t N, int64_t Vl, int64_t vocab_start, int64_t valid, float* row_max,
-                      float* target_logit, cudaStream_t stream) {
-  require(check_vocab_ce(type, N, Vl, valid), "vocab_ce_partial");
+                      int64_t N, int64_t Vl, int64_t ld, int64_t vocab_start, int64_t valid,
+                      float* row_max, float* target_logit, cudaStream_t stream) {
+  require(check_vocab_ce(type, N, Vl, ld, valid), "vocab_ce_partial");
   if (N == 0) return;
   dispatch_nn(type, "vocab_ce_partial", [&](auto t) {
     using T = decltype(t);
     vce_partial_kernel<T><<<static_cast<unsigned>(N), kThreads, 0, stream>>>(
-        static_cast<const T*>(logits), targets, targets64, Vl, vocab_start, valid, row_max,
+        static_cast<const T*>(logits), targets, targets64, ld, vocab_start, valid, row_max,
         target_logit);
   });
   check_launch("vocab_ce_partial");
 }
 
 void vocab_ce_sumexp(const void* logits, ScalarType type, const float* global_max, int64_t N,
-                     int64_t Vl, int64_t valid, float* sumexp, cudaStream_t stream) {
-  require(check_vocab_ce(type, N, Vl, valid), "vocab_ce_sumexp");
+                     int64_t Vl, int64_t ld, int64_t valid, float* sumexp, cudaStream_t stream) {
+  require(check_vocab_ce(type, N, Vl, ld, valid), "vocab_ce_sumexp");
   if (N == 0) return;
   dispatch_nn(type, "vocab_ce_sumexp", [&](auto t) {
     using T = decltype(t);
     vce_sumexp_kernel<T><<<static_cast<unsigned>(N), kThreads, 0, stream>>>(
-        static_cast<const T*>(logits), global_max, Vl, valid, sumexp);
+        static_cast<const T*>(logits), global_max, ld, valid, sumexp);
   });
   check_launch("vocab_ce_sumexp");
 }
@@ -267,16 +268,16 @@ void vocab_ce_loss(const float* global_max, const float* target_logit, const flo
 }
 
 void vocab_ce_backward(const void* logits, ScalarType type, const void* targets, bool targets64,
-                       int64_t N, int64_t Vl, int64_t vocab_start, int64_t valid,
+                       int64_t N, int64_t Vl, int64_t ld, int64_t vocab_start, int64_t valid,
                        const float* global_max, const float* sumexp, const float* dloss,
                        void* dlogits, cudaStream_t stream) {
-  require(check_vocab_ce(type, N, Vl, valid), "vocab_ce_backward");
+  require(check_vocab_ce(type, N, Vl, ld, valid), "vocab_ce_backward");
   if (N == 0) return;
   dispatch_nn(type, "vocab_ce_backward", [&](auto t) {
     using T = decltype(t);
     auto launch = [&](auto p) {
       vce_backward_kernel<T, decltype(p)::value><<<static_cast<unsigned>(N), kThreads, 0, stream>>>(
-          static_cast<const T*>(logits), targets, targets64, Vl, vocab_start, valid, global_max,
+          static_cast<const T*>(logits), targets, targets64, Vl, ld, vocab_start, valid, global_max,
           sumexp, dloss, static_cast<T*>(dlogits));
     };
     if (same_alignment(logits, dlogits)) {

@@ -9,7 +9,8 @@
 // GEMM's output aligned); dlogits has the same layout and may be logits
 // itself (each element read before its gradient overwrites it).
 //
-// The vocab-parallel variant works on one rank's shard (N, Vl) whose first
+// The vocab-parallel variant works on one rank's shard (N, Vl) (rows `ld`
+// apart, dlogits alike and possibly the logits themselves) whose first
 // `valid` columns are the real vocabulary [vocab_start, vocab_start + valid):
 // partial (row max, target logit) -> all-reduce max / sum -> sumexp ->
 // all-reduce sum -> backward, the three reductions the TP layer performs.
@@ -31,17 +32,17 @@ void cross_entropy_backward(const void* logits, ScalarType type, const void* tar
                             int64_t V, int64_t ld, int64_t ignore_index, void* dlogits,
                             cudaStream_t stream);
 
-Status check_vocab_ce(ScalarType logits_type, int64_t N, int64_t Vl, int64_t valid);
+Status check_vocab_ce(ScalarType logits_type, int64_t N, int64_t Vl, int64_t ld, int64_t valid);
 void vocab_ce_partial(const void* logits, ScalarType type, const void* targets, bool targets64,
-                      int64_t N, int64_t Vl, int64_t vocab_start, int64_t valid, float* row_max,
-                      float* target_logit, cudaStream_t stream);
+                      int64_t N, int64_t Vl, int64_t ld, int64_t vocab_start, int64_t valid,
+                      float* row_max, float* target_logit, cudaStream_t stream);
 void vocab_ce_sumexp(const void* logits, ScalarType type, const float* global_max, int64_t N,
-                     int64_t Vl, int64_t valid, float* sumexp, cudaStream_t stream);
+                     int64_t Vl, int64_t ld, int64_t valid, float* sumexp, cudaStream_t stream);
 // losses[i] = log(sumexp[i]) + global_max[i] - target_logit[i], i < N.
 void vocab_ce_loss(const float* global_max, const float* target_logit, const float* sumexp,
                    int64_t N, float* losses, cudaStream_t stream);
 void vocab_ce_backward(const void* logits, ScalarType type, const void* targets, bool targets64,
-                       int64_t N, int64_t Vl, int64_t vocab_start, int64_t valid,
+                       int64_t N, int64_t Vl, int64_t ld, int64_t vocab_start, int64_t valid,
                        const float* global_max, const float* sumexp, const float* dloss,
                        void* dlogits, cudaStream_t stream);
 

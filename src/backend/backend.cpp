@@ -82,6 +82,15 @@ int64_t matrix_ld(const Tensor& t, const char* op) {
                    "row apart");
 }
 
+int64_t same_row_stride(const Tensor& t, const Tensor& grad, const char* op) {
+  const int64_t ld = matrix_ld(t, op), gld = matrix_ld(grad, op);
+  if (ld != gld) {
+    throw ShapeError(std::string(op) + ": the gradient's row stride " + std::to_string(gld) +
+                     " differs from its input's " + std::to_string(ld));
+  }
+  return ld;
+}
+
 void check_gemm_dtypes(const Tensor& a, const Tensor& b, const Tensor& c) {
   const bool alike = a.dtype() == c.dtype() && b.dtype() == c.dtype();
   const bool half_into_f32 =

@@ -1,5 +1,9 @@
 #include "triad/ops/nn_functional.h"
 
+#include <functional>
+#include <memory>
+#include <string>
+
 #include "op_checks.h"
 #include "triad/autograd/node.h"
 #include "triad/backend/backend.h"
@@ -282,46 +286,38 @@ int64_t padded_logits_row(int64_t classes) {
   return (classes + kRow - 1) / kRow * kRow;
 }
 
-Tensor linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor& targets,
-                            int64_t ignore_index) {
-  const char* op = "linear_cross_entropy";
+Tensor linear_head_loss(const char* op, const Tensor& x, const Tensor& weight,
+                        const std::function<HeadLoss(const Tensor& logits)>& loss_of) {
   detail::check_floating(x, op, "x");
   detail::check_same(x, weight, op);
-  detail::check_index(targets, op, "targets");
-  if (x.dim() < 1 || weight.dim() != 2 || weight.size(1) != x.size(-1)) {
+  if (x.dim() < 1 || weight.dim() != 2 || weight.size(1) != x.size(-1) || weight.size(0) == 0) {
     throw ShapeError(std::string(op) + ": x " + shape_str(x.shape()) + " and weight " +
                      shape_str(weight.shape()) +
-                     " (weight must be [classes, C] with C the last dim of x)");
+                     " (weight must be [classes, C], classes > 0, C the last dim of x)");
   }
-  const Shape lead(x.shape().begin(), x.shape().end() - 1);
-  check_targets(op, targets, x, lead);
-  const int64_t N = numel(lead), C = x.size(-1), V = weight.size(0), ld = padded_logits_row(V);
-  if (V == 0) {
-    throw ShapeError(std::string(op) + ": weight " + shape_str(weight.shape()) + " has no classes");
-  }
+  const int64_t C = x.size(-1), N = x.numel() / C, V = weight.size(0), ld = padded_logits_row(V);
   Tensor x2 = reshape(contiguous(x).detach(), {N, C}).detach();
   Tensor w = contiguous(weight).detach();
-  Tensor tc = reshape(contiguous(targets).detach(), {N}).detach();
-  // The logits' rows `ld` apart: every GEMM below has aligned leading
-  // dimensions whatever V is. Only this op ever sees them.
+  // The logits' rows `ld` apart: every GEMM here has aligned leading
+  // dimensions whatever V is. Only this op and its loss ever see them.
   Tensor logits = make_view(empty({N, ld}, x.dtype(), x.device()), {N, V}, {ld, 1}, 0);
-  Backend& be = backend_for(x);
-  be.gemm(x2, w, logits, false, true, 1.0, 0.0);
-  const CrossEntropyParts ce = cross_entropy_forward(op, logits, tc, ignore_index);
+  backend_for(x).gemm(x2, w, logits, false, true, 1.0, 0.0);
+  HeadLoss head = loss_of(logits);
 
   // Backward overwrites the logits with their gradient (no second buffer of
   // that size); the weight's half (deferrable, as a linear layer's) reads
   // it after. The graph can therefore be walked once.
   auto consumed = std::make_shared<bool>(false);
-  auto input_grad = [logits, ce, ignore_index, w, consumed, need_x = x.requires_grad(),
+  auto input_grad = [logits, w, consumed, backward = std::move(head.backward),
+                     name = std::string(op), need_x = x.requires_grad(),
                      xs = x.shape()](const TensorList& g) -> TensorList {
     if (*consumed) {
-      throw NotSupportedError(
-          "linear_cross_entropy: backward through it a second time (retain_graph): its logits "
-          "were overwritten by their gradient the first time");
+      throw NotSupportedError(name +
+                              ": backward through it a second time (retain_graph): its logits "
+                              "were overwritten by their gradient the first time");
     }
     Tensor dlogits = logits;
-    cross_entropy_backward(logits, ce, ignore_index, g[0], dlogits);
+    backward(g[0], dlogits);
     *consumed = true;
     if (!need_x) return {Tensor(), Tensor()};
     Tensor gx = empty({logits.size(0), w.size(1)}, logits.dtype(), logits.device());
@@ -330,7 +326,7 @@ Tensor linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor&
   };
   const Tensor leaf_weight = weight.requires_grad() && weight.is_leaf() ? weight : Tensor();
   auto weight_grad = [logits, x2, leaf_weight](const TensorList&) -> TensorList {
-    // (logits holds their gradient by now: input_grad always runs first.)
+    // (logits hold their gradient by now: input_grad always runs first.)
     Tensor gw;
     const bool added =
         autograd::accumulate_into_leaf_grad(leaf_weight, [&](Tensor& acc, double beta) {
@@ -342,9 +338,26 @@ Tensor linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor&
     }
     return {Tensor(), gw};
   };
-  auto node = record(op, {x, weight}, {ce.loss}, nullptr);
+  auto node = record(op, {x, weight}, {head.loss}, nullptr);
   if (node) node->set_split({1}, input_grad, weight_grad);
-  return ce.loss;
+  return head.loss;
+}
+
+Tensor linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor& targets,
+                            int64_t ignore_index) {
+  const char* op = "linear_cross_entropy";
+  detail::check_index(targets, op, "targets");
+  if (x.dim() < 1) throw ShapeError(std::string(op) + ": x must have a feature dimension");
+  const Shape lead(x.shape().begin(), x.shape().end() - 1);
+  check_targets(op, targets, x, lead);
+  Tensor tc = reshape(contiguous(targets).detach(), {numel(lead)}).detach();
+  return linear_head_loss(op, x, weight, [&](const Tensor& logits) {
+    CrossEntropyParts ce = cross_entropy_forward(op, logits, tc, ignore_index);
+    Tensor loss = ce.loss;
+    return HeadLoss{loss, [ce = std::move(ce), ignore_index](const Tensor& g, Tensor& dlogits) {
+                      cross_entropy_backward(dlogits, ce, ignore_index, g, dlogits);
+                    }};
+  });
 }
 
 }  // namespace triad

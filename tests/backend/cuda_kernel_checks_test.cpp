@@ -50,7 +50,7 @@ TEST(CudaKernelChecks, LaunchersRefuseBadArgumentsBeforeTouchingTheDevice) {
                std::invalid_argument);
   EXPECT_THROW(dropout(nullptr, nullptr, ScalarType::F32, 8, 1.0, 1, 2, 3, nullptr),
                std::invalid_argument);
-  EXPECT_THROW(vocab_ce_sumexp(nullptr, ScalarType::F32, nullptr, 2, 10, 11, nullptr, nullptr),
+  EXPECT_THROW(vocab_ce_sumexp(nullptr, ScalarType::F32, nullptr, 2, 10, 10, 11, nullptr, nullptr),
                std::invalid_argument);
   EXPECT_THROW(reduce(ReduceKind::Max, nullptr, ScalarType::F32, 2, 0, 3, nullptr, nullptr, nullptr,
                       nullptr),
@@ -92,8 +92,10 @@ TEST(CudaKernelChecks, CrossEntropyChecks) {
   EXPECT_TRUE(check_cross_entropy(ScalarType::BF16, 8192, 50257, 50304).ok);  // padded rows
   EXPECT_FALSE(check_cross_entropy(ScalarType::F32, 4, 0, 0).ok);
   EXPECT_FALSE(check_cross_entropy(ScalarType::F32, 4, 16, 15).ok);  // rows overlap
-  EXPECT_TRUE(check_vocab_ce(ScalarType::F32, 4, 128, 100).ok);
-  EXPECT_NE(reason(check_vocab_ce(ScalarType::F32, 4, 128, 129)).find("129"), std::string::npos);
+  EXPECT_TRUE(check_vocab_ce(ScalarType::F32, 4, 128, 128, 100).ok);
+  EXPECT_NE(reason(check_vocab_ce(ScalarType::F32, 4, 128, 128, 129)).find("129"),
+            std::string::npos);
+  EXPECT_FALSE(check_vocab_ce(ScalarType::F32, 4, 128, 100, 100).ok);  // rows overlap
 }
 
 TEST(CudaKernelChecks, MultiTensorAdamWCoversEveryChunkOnceWithinItsLimits) {

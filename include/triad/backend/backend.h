@@ -176,6 +176,8 @@ class Backend {
   // Vocab-parallel cross entropy over a shard of the vocabulary: logits
   // (N, Vl) hold global columns [vocab_start, vocab_start + Vl), of which the
   // first `valid` are real (the rest padding, ignored). targets (N) global.
+  // logits and dlogits may be row-strided as for cross_entropy_*, and
+  // dlogits may be the logits.
   // Step 1: per row, the max over valid columns and the target's logit when
   // the target is in this shard (else 0); both (N) in stat_dtype.
   virtual void vocab_ce_partial(const Tensor& logits, const Tensor& targets, int64_t vocab_start,
@@ -232,6 +234,9 @@ class Backend {
 // a row apart, or any contiguous tensor (its last dimension). Throws
 // ShapeError naming `op` and the strides otherwise.
 int64_t matrix_ld(const Tensor& t, const char* op);
+// matrix_ld of a gradient and of the matrix it belongs to, which must agree
+// (a kernel writing one in the other's layout, possibly over it).
+int64_t same_row_stride(const Tensor& t, const Tensor& grad, const char* op);
 
 // Throws ValueError naming the dtypes unless a, b and c of a Backend::gemm
 // share one, or a and b are both bf16 (or both f16) and c is f32.

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 
 #include "triad/core/tensor.h"
 
@@ -55,5 +56,20 @@ Tensor linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor&
 // Elements from one row of linear_cross_entropy's logits to the next: V
 // rounded up to a multiple of 64.
 int64_t padded_logits_row(int64_t classes);
+
+// A loss over a linear head's logits, as linear_head_loss takes it: the loss
+// (a scalar) and how to write the logits' gradient over them given the
+// loss's gradient.
+struct HeadLoss {
+  Tensor loss;
+  std::function<void(const Tensor& grad_loss, Tensor& logits)> backward;
+};
+// The machinery of linear_cross_entropy for any loss over a head's logits
+// (the vocab-parallel cross entropy uses it too): logits = x @ weight^T in
+// padded rows, viewed (N, V) and handed to `loss_of`; backward has the loss
+// overwrite them with their gradient, then takes x's (now) and weight's
+// (deferrable) gradients from them. `op` names it in errors.
+Tensor linear_head_loss(const char* op, const Tensor& x, const Tensor& weight,
+                        const std::function<HeadLoss(const Tensor& logits)>& loss_of);
 
 }  // namespace triad

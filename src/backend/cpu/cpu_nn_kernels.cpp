@@ -409,12 +409,7 @@ void CpuBackend::cross_entropy_backward(const Tensor& logits, const Tensor& targ
     using T = decltype(tag);
     const int64_t N = logits.size(0), V = logits.size(1);
     // Row-strided logits and dlogits (one stride); dlogits may be logits.
-    const int64_t ld = matrix_ld(logits, "cross_entropy_backward");
-    if (matrix_ld(dlogits, "cross_entropy_backward") != ld) {
-      throw ShapeError("cross_entropy_backward: dlogits' row stride " +
-                       std::to_string(matrix_ld(dlogits, "cross_entropy_backward")) +
-                       " differs from the logits' " + std::to_string(ld));
-    }
+    const int64_t ld = same_row_stride(logits, dlogits, "cross_entropy_backward");
     const T* px = logits.data<T>();
     const T* ps = lse.data<T>();
     const T* pg = dlosses.data<T>();
@@ -434,13 +429,14 @@ void CpuBackend::vocab_ce_partial(const Tensor& logits, const Tensor& targets, i
                                   int64_t valid, Tensor& row_max_out, Tensor& target_logit) {
   dispatch_float(logits.dtype(), "vocab_ce_partial", [&](auto tag) {
     using T = decltype(tag);
-    const int64_t N = logits.size(0), V = logits.size(1);
+    const int64_t N = logits.size(0);
     const T* px = logits.data<T>();
     T* pm = row_max_out.data<T>();
     T* pt = target_logit.data<T>();
+    const int64_t ld = matrix_ld(logits, "vocab_ce_partial");
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < N; ++i) {
-      const T* row = px + i * V;
+      const T* row = px + i * ld;
       pm[i] = row_max(row, valid);
       const int64_t t = load_index(targets, i) - vocab_start;
       pt[i] = (t >= 0 && t < valid) ? row[t] : T(0);
@@ -452,12 +448,12 @@ void CpuBackend::vocab_ce_sumexp(const Tensor& logits, const Tensor& global_max,
                                  Tensor& sumexp) {
   dispatch_float(logits.dtype(), "vocab_ce_sumexp", [&](auto tag) {
     using T = decltype(tag);
-    const int64_t N = logits.size(0), V = logits.size(1);
+    const int64_t N = logits.size(0), ld = matrix_ld(logits, "vocab_ce_sumexp");
     const T* px = logits.data<T>();
     const T* pm = global_max.data<T>();
     T* ps = sumexp.data<T>();
 #pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < N; ++i) ps[i] = static_cast<T>(row_sum_exp(px + i * V, valid, pm[i]));
+    for (int64_t i = 0; i < N; ++i) ps[i] = static_cast<T>(row_sum_exp(px + i * ld, valid, pm[i]));
   });
 }
 
@@ -483,6 +479,7 @@ void CpuBackend::vocab_ce_backward(const Tensor& logits, const Tensor& targets, 
   dispatch_float(logits.dtype(), "vocab_ce_backward", [&](auto tag) {
     using T = decltype(tag);
     const int64_t N = logits.size(0), V = logits.size(1);
+    const int64_t ld = same_row_stride(logits, dlogits, "vocab_ce_backward");
     const T* px = logits.data<T>();
     const T* pm = global_max.data<T>();
     const T* ps = sumexp.data<T>();
@@ -490,9 +487,9 @@ void CpuBackend::vocab_ce_backward(const Tensor& logits, const Tensor& targets, 
     T* pd = dlogits.data<T>();
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < N; ++i) {
-      row_scaled_exp(px + i * V, valid, V, pm[i], pg[i] / ps[i], pd + i * V);
+      row_scaled_exp(px + i * ld, valid, V, pm[i], pg[i] / ps[i], pd + i * ld);
       const int64_t t = load_index(targets, i) - vocab_start;
-      if (t >= 0 && t < valid) pd[i * V + t] -= pg[i];
+      if (t >= 0 && t < valid) pd[i * ld + t] -= pg[i];
     }
   });
 }

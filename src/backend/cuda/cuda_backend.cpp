@@ -1022,12 +1022,7 @@ void CudaBackend::cross_entropy_backward(const Tensor& logits, const Tensor& tar
   require_nn("cross_entropy_backward", logits.dtype());
   require_index("cross_entropy_backward", targets);
   // Padded rows: dlogits takes the logits' layout (and may be the logits).
-  const int64_t ld = matrix_ld(logits, "cross_entropy_backward");
-  if (matrix_ld(dlogits, "cross_entropy_backward") != ld) {
-    throw ShapeError("cross_entropy_backward: dlogits' row stride " +
-                     std::to_string(matrix_ld(dlogits, "cross_entropy_backward")) +
-                     " differs from the logits' " + std::to_string(ld));
-  }
+  const int64_t ld = same_row_stride(logits, dlogits, "cross_entropy_backward");
   DeviceState& s = state(logits.device().index);
   DeviceGuard g(s.index);
   launch(s.index, s.stream, "cross_entropy_backward", [&] {
@@ -1042,23 +1037,26 @@ void CudaBackend::vocab_ce_partial(const Tensor& logits, const Tensor& targets, 
                                    int64_t valid, Tensor& row_max, Tensor& target_logit) {
   require_nn("vocab_ce_partial", logits.dtype());
   require_index("vocab_ce_partial", targets);
+  const int64_t ld = matrix_ld(logits, "vocab_ce_partial");
   DeviceState& s = state(logits.device().index);
   DeviceGuard g(s.index);
   launch(s.index, s.stream, "vocab_ce_partial", [&] {
     k::vocab_ce_partial(logits.raw_data(), scalar(logits.dtype()), targets.raw_data(),
-                        targets.dtype() == DType::I64, logits.size(0), logits.size(1), vocab_start,
-                        valid, row_max.data<float>(), target_logit.data<float>(), s.stream);
+                        targets.dtype() == DType::I64, logits.size(0), logits.size(1), ld,
+                        vocab_start, valid, row_max.data<float>(), target_logit.data<float>(),
+                        s.stream);
   });
 }
 
 void CudaBackend::vocab_ce_sumexp(const Tensor& logits, const Tensor& global_max, int64_t valid,
                                   Tensor& sumexp) {
   require_nn("vocab_ce_sumexp", logits.dtype());
+  const int64_t ld = matrix_ld(logits, "vocab_ce_sumexp");
   DeviceState& s = state(logits.device().index);
   DeviceGuard g(s.index);
   launch(s.index, s.stream, "vocab_ce_sumexp", [&] {
     k::vocab_ce_sumexp(logits.raw_data(), scalar(logits.dtype()), global_max.data<float>(),
-                       logits.size(0), logits.size(1), valid, sumexp.data<float>(), s.stream);
+                       logits.size(0), logits.size(1), ld, valid, sumexp.data<float>(), s.stream);
   });
 }
 
@@ -1085,13 +1083,14 @@ void CudaBackend::vocab_ce_backward(const Tensor& logits, const Tensor& targets,
                                     const Tensor& sumexp, const Tensor& dloss, Tensor& dlogits) {
   require_nn("vocab_ce_backward", logits.dtype());
   require_index("vocab_ce_backward", targets);
+  const int64_t ld = same_row_stride(logits, dlogits, "vocab_ce_backward");
   DeviceState& s = state(logits.device().index);
   DeviceGuard g(s.index);
   launch(s.index, s.stream, "vocab_ce_backward", [&] {
     k::vocab_ce_backward(logits.raw_data(), scalar(logits.dtype()), targets.raw_data(),
-                         targets.dtype() == DType::I64, logits.size(0), logits.size(1), vocab_start,
-                         valid, global_max.data<float>(), sumexp.data<float>(), dloss.data<float>(),
-                         dlogits.raw_data(), s.stream);
+                         targets.dtype() == DType::I64, logits.size(0), logits.size(1), ld,
+                         vocab_start, valid, global_max.data<float>(), sumexp.data<float>(),
+                         dloss.data<float>(), dlogits.raw_data(), s.stream);
   });
 }
 

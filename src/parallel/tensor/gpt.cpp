@@ -302,9 +302,8 @@ Tensor TensorParallelGpt::head_loss(const Tensor& hidden, const Tensor& targets)
   require(plan_.head, "the output head");
   Tensor y = ln_f_->forward(hidden);
   Tensor full = sp_ ? gather_from_sequence_region(y, group_) : copy_to_region(y, group_);
-  Tensor logits = linear(full, wte_->weight());
-  return vocab_parallel_cross_entropy(logits, targets, wte_->vocab_start(), wte_->valid_rows(),
-                                      group_);
+  return vocab_parallel_linear_cross_entropy(full, wte_->weight(), targets, wte_->vocab_start(),
+                                             wte_->valid_rows(), group_);
 }
 
 Tensor TensorParallelGpt::loss(const Tensor& ids, const Tensor& targets,

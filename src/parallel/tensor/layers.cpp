@@ -102,48 +102,97 @@ Tensor VocabParallelEmbedding::forward(const Tensor& ids) const {
              : reduce_from_region(masked, group_);
 }
 
+namespace {
+
+// The forward of the vocab-parallel cross entropy over logits (N, Vl)
+// (contiguous or row-strided) and the statistics its backward needs.
+struct VocabCrossEntropy {
+  Tensor loss, targets, gmax, sumexp;
+  int64_t vocab_start = 0, valid = 0;
+
+  // dlogits (the logits' layout; may be the logits) from the loss's gradient.
+  void backward(const Tensor& g, const Tensor& logits, Tensor& dlogits) const {
+    const int64_t N = logits.size(0);
+    const DType sd = stat_dtype(logits.dtype());
+    // dloss_i = g / N for every row, on the device.
+    Tensor gl = cast(g, sd);
+    Tensor dl = empty({N}, sd, logits.device());
+    backend_for(logits).copy(make_view(gl, {N}, {0}, gl.offset()), dl);
+    if (N) backend_for(dl).affine(dl, 1.0 / static_cast<double>(N), 0.0, dl);
+    backend_for(logits).vocab_ce_backward(logits, targets, vocab_start, valid, gmax, sumexp, dl,
+                                          dlogits);
+  }
+};
+
+VocabCrossEntropy vocab_cross_entropy(const Tensor& lc, const Tensor& targets, int64_t vocab_start,
+                                      int64_t valid, const dist::ProcessGroupPtr& group) {
+  const int64_t N = lc.size(0);
+  const DType sd = stat_dtype(lc.dtype());
+  VocabCrossEntropy r;
+  r.vocab_start = vocab_start;
+  r.valid = valid;
+  r.targets = reshape(contiguous(targets).detach(), {N}).detach();
+  if (r.targets.device().is_cpu() && !lc.device().is_cpu()) {
+    r.targets = to_device(r.targets, lc.device()).detach();
+  }
+  Backend& be = backend_for(lc);
+  Tensor tlogit = empty({N}, sd, lc.device());
+  r.gmax = empty({N}, sd, lc.device());
+  r.sumexp = empty({N}, sd, lc.device());
+  be.vocab_ce_partial(lc, r.targets, vocab_start, valid, r.gmax, tlogit);
+  group->all_reduce(r.gmax, dist::ReduceOp::Max)->wait();
+  group->all_reduce(tlogit, dist::ReduceOp::Sum)->wait();
+  be.vocab_ce_sumexp(lc, r.gmax, valid, r.sumexp);
+  group->all_reduce(r.sumexp, dist::ReduceOp::Sum)->wait();
+  // loss_i = log(sum exp(z - max)) + max - z_target, and their mean, on the
+  // logits' device (reading them here would make the host wait for it).
+  Tensor losses = empty({N}, sd, lc.device());
+  be.vocab_ce_loss(r.gmax, tlogit, r.sumexp, losses);
+  Tensor total = empty({}, sd, lc.device());
+  be.reduce(ReduceOp::Sum, losses, 1, N, 1, total, nullptr);
+  r.loss = scale(total, N ? 1.0 / static_cast<double>(N) : 0.0).detach();  // f32 for half
+  return r;
+}
+
+void check_vocab_targets(const char* op, const Tensor& targets, int64_t rows, const Tensor& input) {
+  if (targets.numel() != rows) {
+    throw ShapeError(std::string(op) + ": " + std::to_string(targets.numel()) + " targets for " +
+                     std::to_string(rows) + " rows of " + shape_str(input.shape()));
+  }
+}
+
+}  // namespace
+
 Tensor vocab_parallel_cross_entropy(const Tensor& logits, const Tensor& targets,
                                     int64_t vocab_start, int64_t valid,
                                     const dist::ProcessGroupPtr& group) {
   const int64_t V = logits.size(-1), N = logits.numel() / std::max<int64_t>(V, 1);
-  if (targets.numel() != N) {
-    throw ShapeError("vocab_parallel_cross_entropy: " + std::to_string(targets.numel()) +
-                     " targets for " + std::to_string(N) + " rows of logits " +
-                     shape_str(logits.shape()));
-  }
-  const DType sd = stat_dtype(logits.dtype());
+  check_vocab_targets("vocab_parallel_cross_entropy", targets, N, logits);
   Tensor lc = reshape(contiguous(logits).detach(), {N, V}).detach();
-  Tensor tc = reshape(contiguous(targets).detach(), {N}).detach();
-  if (tc.device().is_cpu() && !lc.device().is_cpu()) tc = to_device(tc, lc.device()).detach();
-  Backend& be = backend_for(lc);
-  Tensor gmax = empty({N}, sd, lc.device()), tlogit = empty({N}, sd, lc.device()),
-         sumexp = empty({N}, sd, lc.device());
-  be.vocab_ce_partial(lc, tc, vocab_start, valid, gmax, tlogit);
-  group->all_reduce(gmax, dist::ReduceOp::Max)->wait();
-  group->all_reduce(tlogit, dist::ReduceOp::Sum)->wait();
-  be.vocab_ce_sumexp(lc, gmax, valid, sumexp);
-  group->all_reduce(sumexp, dist::ReduceOp::Sum)->wait();
-  // loss_i = log(sum exp(z - max)) + max - z_target, and their mean, on the
-  // logits' device (reading them here would make the host wait for it).
-  Tensor losses = empty({N}, sd, lc.device());
-  be.vocab_ce_loss(gmax, tlogit, sumexp, losses);
-  Tensor total = empty({}, sd, lc.device());
-  be.reduce(ReduceOp::Sum, losses, 1, N, 1, total, nullptr);
-  Tensor loss = scale(total, N ? 1.0 / static_cast<double>(N) : 0.0).detach();  // f32 for half
+  const VocabCrossEntropy ce = vocab_cross_entropy(lc, targets, vocab_start, valid, group);
   const Shape ls = logits.shape();
-  autograd::record("vocab_parallel_cross_entropy", {logits}, {loss},
-                   [=](const autograd::TensorList& g) -> autograd::TensorList {
-                     // dloss_i = g / N for every row, on the device.
-                     Tensor gl = cast(g[0], sd);
-                     Tensor dl = empty({N}, sd, lc.device());
-                     backend_for(lc).copy(make_view(gl, {N}, {0}, gl.offset()), dl);
-                     if (N) backend_for(dl).affine(dl, 1.0 / static_cast<double>(N), 0.0, dl);
+  autograd::record("vocab_parallel_cross_entropy", {logits}, {ce.loss},
+                   [lc, ce, ls](const autograd::TensorList& g) -> autograd::TensorList {
                      Tensor d = empty_like(lc);
-                     backend_for(lc).vocab_ce_backward(lc, tc, vocab_start, valid, gmax, sumexp, dl,
-                                                       d);
+                     ce.backward(g[0], lc, d);
                      return {reshape(d, ls)};
                    });
-  return loss;
+  return ce.loss;
+}
+
+Tensor vocab_parallel_linear_cross_entropy(const Tensor& x, const Tensor& weight,
+                                           const Tensor& targets, int64_t vocab_start,
+                                           int64_t valid, const dist::ProcessGroupPtr& group) {
+  const char* op = "vocab_parallel_linear_cross_entropy";
+  const int64_t C = x.dim() ? x.size(-1) : 0;
+  check_vocab_targets(op, targets, C ? x.numel() / C : 0, x);
+  return linear_head_loss(op, x, weight, [&](const Tensor& logits) {
+    VocabCrossEntropy ce = vocab_cross_entropy(logits, targets, vocab_start, valid, group);
+    Tensor loss = ce.loss;
+    return HeadLoss{loss, [ce = std::move(ce)](const Tensor& g, Tensor& dlogits) {
+                      ce.backward(g, dlogits, dlogits);
+                    }};
+  });
 }
 
 }  // namespace triad::tp

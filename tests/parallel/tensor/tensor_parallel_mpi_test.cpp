@@ -3,6 +3,7 @@
 // with and without sequence parallelism. fp32; tolerances stated per test.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
 
@@ -14,6 +15,7 @@
 #include "triad/ops.h"
 #include "triad/optim/adamw.h"
 #include "triad/parallel/tensor/gpt.h"
+#include "triad/parallel/tensor/layers.h"
 #include "triad/parallel/tensor/mappings.h"
 
 namespace triad::tp {
@@ -45,6 +47,60 @@ TEST(Mappings, ConjugatePairsMoveGradientsAsDefined) {
   Tensor rs = reduce_scatter_along(x, 1, g_world);
   auto want = to_double_vector(scale(slice_along(x, 1, g_world), P));
   expect_close(to_double_vector(rs), want, 1e-5, 1e-6, "reduce_scatter_along");
+}
+
+// The fused head + vocab-parallel loss (the GPT's last stage) against the
+// unfused pair on the same shards, and against one process's cross entropy
+// over the whole vocabulary: loss, the weight shard's gradient, and x's
+// gradient summed over the ranks (as copy_to_region sums it). Shards of 37
+// classes: rows padded to 64, and the last rank's shard partly padding.
+TEST(VocabParallel, FusedHeadLossEqualsLinearThenLossAndTheUnshardedOne) {
+  const int P = g_world->size(), me = g_world->rank();
+  const int64_t shard = 37, V = shard * P - 5, C = 16;
+  const Tensor w_full = randn({shard * P, C}, 3, 2, 0.3);  // same on every rank
+  std::vector<int64_t> t;
+  for (int64_t i = 0; i < 12; ++i) t.push_back((i * 29 + 3) % V);
+  const Tensor targets = from_vector(t, {2, 6});
+  const int64_t start = me * shard, valid = std::min(shard, V - start);
+  struct Grads {
+    double loss;
+    std::vector<double> dx, dw;
+  };
+  auto run = [&](bool fused) {
+    Tensor x = randn({2, 6, C}, 3, 1);
+    Tensor w = contiguous(narrow(w_full, 0, start, shard)).detach();
+    x.set_requires_grad(true);
+    w.set_requires_grad(true);
+    Tensor loss = fused
+                      ? vocab_parallel_linear_cross_entropy(x, w, targets, start, valid, g_world)
+                      : vocab_parallel_cross_entropy(linear(x, w), targets, start, valid, g_world);
+    autograd::backward({loss});
+    Tensor dx = x.grad();
+    g_world->all_reduce(dx, dist::ReduceOp::Sum)->wait();
+    return Grads{to_double_vector(loss)[0], to_double_vector(dx), to_double_vector(w.grad())};
+  };
+  const Grads fused = run(true), plain = run(false);
+  EXPECT_NEAR(fused.loss, plain.loss, 1e-6 * plain.loss);
+  expect_close(fused.dx, plain.dx, 1e-7, 1e-5, "dx");
+  expect_close(fused.dw, plain.dw, 1e-7, 1e-5, "dw");
+  // One process: the first V classes of the same weight.
+  Tensor x = randn({2, 6, C}, 3, 1);
+  Tensor w = contiguous(narrow(w_full, 0, 0, V)).detach();
+  x.set_requires_grad(true);
+  w.set_requires_grad(true);
+  Tensor loss = cross_entropy(linear(x, w), targets);
+  autograd::backward({loss});
+  EXPECT_NEAR(fused.loss, to_double_vector(loss)[0], 1e-6 * fused.loss);
+  expect_close(fused.dx, to_double_vector(x.grad()), 1e-7, 1e-5, "dx against one process");
+  const std::vector<double> dw_full = to_double_vector(w.grad());
+  for (int64_t r = 0; r < valid; ++r) {
+    for (int64_t c = 0; c < C; ++c) {
+      ASSERT_NEAR(fused.dw[r * C + c], dw_full[(start + r) * C + c],
+                  1e-7 + 1e-5 * std::abs(dw_full[(start + r) * C + c]))
+          << "dw row " << start + r;
+    }
+  }
+  for (int64_t i = valid * C; i < shard * C; ++i) ASSERT_EQ(fused.dw[i], 0.0) << "padding";
 }
 
 nn::GptConfig tiny(int64_t vocab) {

@@ -84,5 +84,11 @@ class VocabParallelEmbedding : public nn::Module {
 Tensor vocab_parallel_cross_entropy(const Tensor& logits, const Tensor& targets,
                                     int64_t vocab_start, int64_t valid,
                                     const dist::ProcessGroupPtr& group);
+// The head and that loss in one op (linear_head_loss): this rank's logits
+// x @ weight^T (weight its vocabulary shard) in padded rows, overwritten by
+// their gradient in backward — what the GPT's last stage runs.
+Tensor vocab_parallel_linear_cross_entropy(const Tensor& x, const Tensor& weight,
+                                           const Tensor& targets, int64_t vocab_start,
+                                           int64_t valid, const dist::ProcessGroupPtr& group);
 
 }  // namespace triad::tp
