@@ -155,6 +155,7 @@ int run(int argc, char** argv) {
       {"device", device.str()},
       {"batch", batch},
       {"seq", T},
+      {"vocab", cfg.vocab_size},
       {"params", model.num_parameters()},
       {"tokens_per_s", tokens_per_s},
       {"step_ms", secs * 1000.0 / static_cast<double>(steps)},
