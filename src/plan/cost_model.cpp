@@ -417,7 +417,9 @@ Estimate estimate(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int gl
   }
   double activations = e.peak_inflight * layers_per_chunk * per_layer;
   if (recompute == Recompute::Full) activations += sbh * (34.0 + attn_extra) / t;  // one rebuilt
-  activations += b * s * V / t * 6.0;  // fp16 logits + fp32 loss buffers, one microbatch
+  // bf16 logits of one micro-batch; backward writes their gradient over
+  // them (linear_head_loss), so there is no second buffer.
+  activations += b * s * V / t * 2.0;
   e.activation_bytes = activations;
   e.memory_bytes = e.weights_bytes + e.gradient_bytes + e.optimizer_bytes + e.activation_bytes +
                    c.reserved_bytes;

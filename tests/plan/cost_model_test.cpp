@@ -155,6 +155,10 @@ TEST(CostModel, FusedAttentionStoresNoScoresAndSkipsMaskedTiles) {
 // The planner's total (weights, gradients, optimizer state, activations by
 // Korthikanti's count with fused attention, the logits) should come within
 // 15% of the measured peak of a step, with and without full recomputation.
+// (One CPU-only transient: the backend widens the bf16 logits to f32 around
+// the head's product and loss, 4 bytes per logit a GPU never holds; at micro
+// batch 4 with full recomputation, where the logits dominate, the measured
+// peak is about 11% above the GPU's.)
 TEST(CostModel, MemoryPredictionMatchesTriadsMeasuredPeak) {
   nn::GptConfig m;
   m.n_layer = 4, m.n_head = 4, m.d_model = 256, m.vocab_size = 1024, m.seq_len = 256;

@@ -7,6 +7,11 @@ bool is_half(const Tensor& t) {
   return t.defined() && triad::is_half(t.dtype());
 }
 
+// The same elements (an output written over its input).
+bool same_data(const Tensor& a, const Tensor& b) {
+  return a.raw_data() == b.raw_data() && a.strides() == b.strides() && a.shape() == b.shape();
+}
+
 // Widens half tensors for one call and rounds the outputs back at finish().
 class Widen {
  public:
@@ -155,8 +160,10 @@ void HalfAdapter::cross_entropy_backward(const Tensor& logits, const Tensor& tar
                                          const Tensor& lse, const Tensor& dlosses,
                                          int64_t ignore_index, Tensor& dlogits) {
   Widen w(inner_);
-  Tensor o = w.out(dlogits);
-  inner_.cross_entropy_backward(w.in(logits), targets, lse, dlosses, ignore_index, o);
+  // In place (the gradient over the logits): one widened copy serves both.
+  Tensor o = same_data(logits, dlogits) ? w.inout(dlogits) : w.out(dlogits);
+  inner_.cross_entropy_backward(same_data(logits, dlogits) ? o : w.in(logits), targets, lse,
+                                dlosses, ignore_index, o);
   w.finish();
 }
 
@@ -181,8 +188,9 @@ void HalfAdapter::vocab_ce_backward(const Tensor& logits, const Tensor& targets,
                                     int64_t vocab_start, int64_t valid, const Tensor& global_max,
                                     const Tensor& sumexp, const Tensor& dloss, Tensor& dlogits) {
   Widen w(inner_);
-  Tensor o = w.out(dlogits);
-  inner_.vocab_ce_backward(w.in(logits), targets, vocab_start, valid, global_max, sumexp, dloss, o);
+  Tensor o = same_data(logits, dlogits) ? w.inout(dlogits) : w.out(dlogits);
+  inner_.vocab_ce_backward(same_data(logits, dlogits) ? o : w.in(logits), targets, vocab_start,
+                           valid, global_max, sumexp, dloss, o);
   w.finish();
 }
 
