@@ -191,17 +191,19 @@ Tensor embedding(const Tensor& weight, const Tensor& ids) {
 
 namespace {
 
-// The loss of logits (N, V) — contiguous, or rows padded further apart —
-// against targets (N), and what backward needs.
+// What the backward of a cross entropy over logits (N, V) needs (never the
+// loss itself: a backward closure holding its own output would keep the
+// graph alive in a cycle).
 struct CrossEntropyParts {
   Tensor targets;  // (N) on the logits' device
   Tensor lse;      // (N) log-sum-exp per row, stat dtype
-  Tensor loss;     // scalar mean over the rows not ignored
   int64_t count = 0;
 };
 
+// The mean loss over the rows not ignored of logits (N, V) — contiguous, or
+// rows padded further apart — against targets (N), into *loss.
 CrossEntropyParts cross_entropy_forward(const char* op, const Tensor& lc, const Tensor& tc,
-                                        int64_t ignore_index) {
+                                        int64_t ignore_index, Tensor* loss) {
   const int64_t N = lc.size(0), V = lc.size(1);
   CrossEntropyParts r;
   // One host pass over the targets (they are small): every backend gets
@@ -226,8 +228,8 @@ CrossEntropyParts cross_entropy_forward(const char* op, const Tensor& lc, const 
   be.cross_entropy_forward(lc, r.targets, ignore_index, losses, r.lse);
   Tensor total = empty({}, sd, lc.device());
   be.reduce(ReduceOp::Sum, losses, 1, N, 1, total, nullptr);
-  r.loss = cast(scale(total, r.count ? 1.0 / static_cast<double>(r.count) : 0.0), sd)
-               .detach();  // f32 for half logits
+  *loss = cast(scale(total, r.count ? 1.0 / static_cast<double>(r.count) : 0.0), sd)
+              .detach();  // f32 for half logits
   return r;
 }
 
@@ -270,15 +272,16 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
   const int64_t V = logits.size(-1), N = numel(lead);
   Tensor lc = reshape(contiguous(logits).detach(), {N, V}).detach();
   Tensor tc = reshape(contiguous(targets).detach(), {N}).detach();
-  const CrossEntropyParts ce = cross_entropy_forward("cross_entropy", lc, tc, ignore_index);
+  Tensor loss;
+  const CrossEntropyParts ce = cross_entropy_forward("cross_entropy", lc, tc, ignore_index, &loss);
   const Shape ls = logits.shape();
-  record("cross_entropy", {logits}, {ce.loss},
+  record("cross_entropy", {logits}, {loss},
          [lc, ce, ignore_index, ls](const TensorList& g) -> TensorList {
            Tensor dlogits = empty_like(lc);
            cross_entropy_backward(lc, ce, ignore_index, g[0], dlogits);
            return {reshape(dlogits, ls)};
          });
-  return ce.loss;
+  return loss;
 }
 
 int64_t padded_logits_row(int64_t classes) {
@@ -352,8 +355,8 @@ Tensor linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor&
   check_targets(op, targets, x, lead);
   Tensor tc = reshape(contiguous(targets).detach(), {numel(lead)}).detach();
   return linear_head_loss(op, x, weight, [&](const Tensor& logits) {
-    CrossEntropyParts ce = cross_entropy_forward(op, logits, tc, ignore_index);
-    Tensor loss = ce.loss;
+    Tensor loss;
+    CrossEntropyParts ce = cross_entropy_forward(op, logits, tc, ignore_index, &loss);
     return HeadLoss{loss, [ce = std::move(ce), ignore_index](const Tensor& g, Tensor& dlogits) {
                       cross_entropy_backward(dlogits, ce, ignore_index, g, dlogits);
                     }};

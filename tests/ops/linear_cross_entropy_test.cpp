@@ -13,6 +13,7 @@
 #include "triad/autograd/engine.h"
 #include "triad/autograd/weight_grad_store.h"
 #include "triad/backend/backend.h"
+#include "triad/core/allocator.h"
 #include "triad/core/error.h"
 #include "triad/ops.h"
 
@@ -132,6 +133,26 @@ TEST(LinearCrossEntropy, BadInputsNameWhatWasExpected) {
             }).find("target 10 at row 3 is outside [0, 10)"),
             std::string::npos);
   EXPECT_NE(message([&] { linear_cross_entropy(x, cast(w, DType::F64), t); }), "no error");
+}
+
+// A graph dropped without backward (a forward with gradients on, then an
+// exception or a skipped step) gives back everything, its logits included:
+// no backward closure holds the loss it produced (that would be a cycle).
+TEST(LinearCrossEntropy, AGraphDroppedWithoutBackwardFreesItsLogits) {
+  Tensor x = randn({4, 6, 16}, 3, 1, 1.0, DType::F32);
+  Tensor w = randn({301, 16}, 3, 2, 0.3, DType::F32);
+  x.set_requires_grad(true);
+  w.set_requires_grad(true);
+  const Tensor targets = full({4, 6}, 3.0, DType::I64);
+  const int64_t before = cpu_allocator().stats().allocated;
+  for (int fused = 0; fused < 2; ++fused) {
+    {
+      Tensor loss =
+          fused ? linear_cross_entropy(x, w, targets) : cross_entropy(linear(x, w), targets);
+      EXPECT_GT(cpu_allocator().stats().allocated, before + 24 * 301 * 4);  // the logits
+    }
+    EXPECT_EQ(cpu_allocator().stats().allocated, before) << (fused ? "fused" : "plain");
+  }
 }
 
 // The row strides backends take for padded logits, and what they refuse.

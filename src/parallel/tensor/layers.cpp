@@ -104,10 +104,10 @@ Tensor VocabParallelEmbedding::forward(const Tensor& ids) const {
 
 namespace {
 
-// The forward of the vocab-parallel cross entropy over logits (N, Vl)
-// (contiguous or row-strided) and the statistics its backward needs.
+// The statistics the vocab-parallel cross entropy's backward needs (never
+// the loss: a closure holding its own output would keep the graph alive).
 struct VocabCrossEntropy {
-  Tensor loss, targets, gmax, sumexp;
+  Tensor targets, gmax, sumexp;
   int64_t vocab_start = 0, valid = 0;
 
   // dlogits (the logits' layout; may be the logits) from the loss's gradient.
@@ -124,8 +124,11 @@ struct VocabCrossEntropy {
   }
 };
 
+// The forward over logits (N, Vl) (contiguous or row-strided): the mean
+// loss into *loss.
 VocabCrossEntropy vocab_cross_entropy(const Tensor& lc, const Tensor& targets, int64_t vocab_start,
-                                      int64_t valid, const dist::ProcessGroupPtr& group) {
+                                      int64_t valid, const dist::ProcessGroupPtr& group,
+                                      Tensor* loss) {
   const int64_t N = lc.size(0);
   const DType sd = stat_dtype(lc.dtype());
   VocabCrossEntropy r;
@@ -150,7 +153,7 @@ VocabCrossEntropy vocab_cross_entropy(const Tensor& lc, const Tensor& targets, i
   be.vocab_ce_loss(r.gmax, tlogit, r.sumexp, losses);
   Tensor total = empty({}, sd, lc.device());
   be.reduce(ReduceOp::Sum, losses, 1, N, 1, total, nullptr);
-  r.loss = scale(total, N ? 1.0 / static_cast<double>(N) : 0.0).detach();  // f32 for half
+  *loss = scale(total, N ? 1.0 / static_cast<double>(N) : 0.0).detach();  // f32 for half
   return r;
 }
 
@@ -169,15 +172,16 @@ Tensor vocab_parallel_cross_entropy(const Tensor& logits, const Tensor& targets,
   const int64_t V = logits.size(-1), N = logits.numel() / std::max<int64_t>(V, 1);
   check_vocab_targets("vocab_parallel_cross_entropy", targets, N, logits);
   Tensor lc = reshape(contiguous(logits).detach(), {N, V}).detach();
-  const VocabCrossEntropy ce = vocab_cross_entropy(lc, targets, vocab_start, valid, group);
+  Tensor loss;
+  const VocabCrossEntropy ce = vocab_cross_entropy(lc, targets, vocab_start, valid, group, &loss);
   const Shape ls = logits.shape();
-  autograd::record("vocab_parallel_cross_entropy", {logits}, {ce.loss},
+  autograd::record("vocab_parallel_cross_entropy", {logits}, {loss},
                    [lc, ce, ls](const autograd::TensorList& g) -> autograd::TensorList {
                      Tensor d = empty_like(lc);
                      ce.backward(g[0], lc, d);
                      return {reshape(d, ls)};
                    });
-  return ce.loss;
+  return loss;
 }
 
 Tensor vocab_parallel_linear_cross_entropy(const Tensor& x, const Tensor& weight,
@@ -187,8 +191,8 @@ Tensor vocab_parallel_linear_cross_entropy(const Tensor& x, const Tensor& weight
   const int64_t C = x.dim() ? x.size(-1) : 0;
   check_vocab_targets(op, targets, C ? x.numel() / C : 0, x);
   return linear_head_loss(op, x, weight, [&](const Tensor& logits) {
-    VocabCrossEntropy ce = vocab_cross_entropy(logits, targets, vocab_start, valid, group);
-    Tensor loss = ce.loss;
+    Tensor loss;
+    VocabCrossEntropy ce = vocab_cross_entropy(logits, targets, vocab_start, valid, group, &loss);
     return HeadLoss{loss, [ce = std::move(ce)](const Tensor& g, Tensor& dlogits) {
                       ce.backward(g, dlogits, dlogits);
                     }};
