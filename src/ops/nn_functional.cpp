@@ -293,10 +293,11 @@ Tensor linear_head_loss(const char* op, const Tensor& x, const Tensor& weight,
                         const std::function<HeadLoss(const Tensor& logits)>& loss_of) {
   detail::check_floating(x, op, "x");
   detail::check_same(x, weight, op);
-  if (x.dim() < 1 || weight.dim() != 2 || weight.size(1) != x.size(-1) || weight.size(0) == 0) {
+  if (x.dim() < 1 || weight.dim() != 2 || weight.size(1) != x.size(-1) || weight.size(0) == 0 ||
+      weight.size(1) == 0) {
     throw ShapeError(std::string(op) + ": x " + shape_str(x.shape()) + " and weight " +
                      shape_str(weight.shape()) +
-                     " (weight must be [classes, C], classes > 0, C the last dim of x)");
+                     " (weight must be [classes, C], classes and C > 0, C the last dim of x)");
   }
   const int64_t C = x.size(-1), N = x.numel() / C, V = weight.size(0), ld = padded_logits_row(V);
   Tensor x2 = reshape(contiguous(x).detach(), {N, C}).detach();
@@ -328,8 +329,10 @@ Tensor linear_head_loss(const char* op, const Tensor& x, const Tensor& weight,
     return {reshape(gx, xs), Tensor()};
   };
   const Tensor leaf_weight = weight.requires_grad() && weight.is_leaf() ? weight : Tensor();
-  auto weight_grad = [logits, x2, leaf_weight](const TensorList&) -> TensorList {
+  auto weight_grad = [logits, x2, leaf_weight,
+                      need_w = weight.requires_grad()](const TensorList&) -> TensorList {
     // (logits hold their gradient by now: input_grad always runs first.)
+    if (!need_w) return {Tensor(), Tensor()};
     Tensor gw;
     const bool added =
         autograd::accumulate_into_leaf_grad(leaf_weight, [&](Tensor& acc, double beta) {

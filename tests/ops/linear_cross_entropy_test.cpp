@@ -133,6 +133,10 @@ TEST(LinearCrossEntropy, BadInputsNameWhatWasExpected) {
             }).find("target 10 at row 3 is outside [0, 10)"),
             std::string::npos);
   EXPECT_NE(message([&] { linear_cross_entropy(x, cast(w, DType::F64), t); }), "no error");
+  EXPECT_NE(message([&] {
+              linear_cross_entropy(randn({2, 3, 0}, 3, 1, 1.0), randn({10, 0}, 3, 2, 1.0), t);
+            }).find("classes and C > 0"),
+            std::string::npos);
 }
 
 // A graph dropped without backward (a forward with gradients on, then an
