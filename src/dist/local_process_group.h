@@ -1,5 +1,7 @@
 #pragma once
 
+#include <cstdint>
+
 #include "triad/dist/process_group.h"
 
 namespace triad::dist::detail {

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <mpi.h>
+#include <cstdint>
 
 #include "triad/dist/process_group.h"
 

@@ -5,6 +5,7 @@
 // and the CUDA conformance suite (tests/backend/cuda_backend_test.cpp), so
 // an op added here is checked on every backend. Inputs are built on the host;
 // a case moves any index tensor it makes to the device of its first input.
+#include <cstdint>
 #include <functional>
 #include <ostream>
 #include <string>

@@ -2,6 +2,7 @@
 
 // Finite-difference gradient check shared by the op harness and layer tests.
 #include <gtest/gtest.h>
+#include <cstdint>
 
 #include <cmath>
 #include <functional>

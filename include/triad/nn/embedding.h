@@ -1,5 +1,7 @@
 #pragma once
 
+#include <cstdint>
+
 #include "triad/nn/module.h"
 
 namespace triad::nn {

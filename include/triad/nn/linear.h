@@ -1,5 +1,7 @@
 #pragma once
 
+#include <cstdint>
+
 #include "triad/nn/module.h"
 #include "triad/ops/linalg.h"
 

@@ -1,5 +1,7 @@
 #pragma once
 
+#include <cstdint>
+
 #include "triad/backend/backend.h"
 
 namespace triad::detail {

@@ -7,6 +7,7 @@
 // kernels; f64 and integers for copies, fills, elementwise, reductions and
 // (f64) GEMMs.
 #include <array>
+#include <cstdint>
 #include <memory>
 #include <mutex>
 

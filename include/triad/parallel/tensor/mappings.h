@@ -1,5 +1,7 @@
 #pragma once
 
+#include <cstdint>
+
 #include "triad/core/tensor.h"
 #include "triad/dist/process_group.h"
 
