@@ -21,7 +21,9 @@
 # train.jsonl, torch.err. Exit status: non-zero when the build or a gpu
 # test fails. Environment: STAGES (default "build tests kernels nccl train":
 # the steps above to run, each timed), SKIP_BUILD=1 (drops "build"; reuses
-# BUILD_DIR), SKIP_TORCH=1, BATCH_124M / BATCH_350M, PEAK_TFLOPS (default
+# BUILD_DIR), RERUN_FAILED=0 (no per-test reruns and sanitizer runs after a
+# failing gpu suite: they can take the rest of a 10-minute call),
+# SKIP_TORCH=1, BATCH_124M / BATCH_350M, PEAK_TFLOPS (default
 # 989), HBM_GBS (4800). Only the programs these steps run are built (not
 # the simulator or the CPU test suite).
 #
@@ -88,6 +90,11 @@ if want build; then
     -DTRIAD_CUDA_ARCHS="$ARCHS" ${TRIAD_CMAKE_ARGS:-} >"$OUT/build.log" 2>&1 || {
     tail -20 "$OUT/build.log"; exit 1; }
   grep "triad: TRIAD_WITH_CUDA" "$OUT/build.log"
+  if grep -q "cuDNN 9 not found" "$OUT/build.log"; then
+    grep "cuDNN 9 not found" "$OUT/build.log"
+    # What the cuDNN that was offered holds, for the next attempt.
+    [ -n "${CUDNN_ROOT:-}" ] && find "$CUDNN_ROOT" -maxdepth 2 \( -name "*.h" -o -name "*.so*" \) | head -20
+  fi
   targets=(triad-devices triad-plan triad_gpu_tests bench_kernels_gpu bench_collectives bench_train_gpu)
   grep -q "NCCL=ON" "$OUT/build.log" && targets+=(triad_collectives_nccl_tests)
   if ! cmake --build "$BUILD_DIR" -j "$(nproc)" -t "${targets[@]}" >>"$OUT/build.log" 2>&1; then
@@ -118,6 +125,10 @@ echo "== gpu tests"
 gpu_log="$OUT/gpu_tests.log"
 if ! ctest --test-dir "$BUILD_DIR" -L gpu --output-on-failure -j 1 --timeout 900 >"$gpu_log" 2>&1; then
   status=1
+  tests_failed=1
+  grep -E "^\[  FAILED  \]" "$gpu_log" | sort -u
+fi
+if [ "${tests_failed:-0}" = 1 ] && [ "${RERUN_FAILED:-1}" = 1 ]; then
   tests=$("$BUILD_DIR/tests/triad_gpu_tests" --gtest_list_tests 2>/dev/null |
     awk '/^[^ ]/ {suite=$1} /^  / {print suite $1}')
   sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
