@@ -77,11 +77,30 @@ CaseResult run_case(const testing::OpCase& c, DType dtype, Device device) {
   return r;
 }
 
+// ||got - want|| / ||want|| over all elements: an error every element
+// shares (a dropped term, a wrong scale) shows here even where each element
+// would pass an elementwise tolerance.
+double relative_error(const std::vector<double>& got, const std::vector<double>& want) {
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    diff += (got[i] - want[i]) * (got[i] - want[i]);
+    norm += want[i] * want[i];
+  }
+  return std::sqrt(diff / std::max(norm, 1e-300));
+}
+
 // |got - want| <= atol + rtol * |want| elementwise, with rtol/atol scaled by
 // the largest magnitude for half types (their error is relative to the data).
 void expect_close(const std::vector<double>& got, const std::vector<double>& want, double rtol,
                   double atol, const std::string& what) {
   ASSERT_EQ(got.size(), want.size()) << what;
+  // Over the whole tensor the error must also stay under half the
+  // elementwise rtol: an error every element shares (a dropped term, a
+  // wrong scale), which each element's tolerance would let through, fails
+  // here. (On the simulator the largest whole-tensor error of any case is a
+  // quarter of its rtol.)
+  const double whole = relative_error(got, want);
+  EXPECT_LE(whole, rtol / 2) << what << ": whole-tensor relative error";
   double scale = 0;
   for (double w : want) scale = std::max(scale, std::abs(w));
   int reported = 0;
@@ -307,18 +326,6 @@ TEST(CudaKernels, RowKernelsAtModelWidths) {
       }
     }
   }
-}
-
-// ||got - want|| / ||want|| over all elements: an error every element
-// shares (a dropped term, a wrong scale) shows here even where each element
-// would pass an elementwise tolerance.
-double relative_error(const std::vector<double>& got, const std::vector<double>& want) {
-  double diff = 0, norm = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    diff += (got[i] - want[i]) * (got[i] - want[i]);
-    norm += want[i] * want[i];
-  }
-  return std::sqrt(diff / std::max(norm, 1e-300));
 }
 
 // One GPT-2 124M micro-batch's GEMMs at their training shapes (4 x 1024
