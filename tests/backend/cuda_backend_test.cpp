@@ -1733,9 +1733,22 @@ TEST(CudaTraining, Bf16Gpt2SmallTracksFp32For50Steps) {
     table += line;
   }
   SCOPED_TRACE(table);
-  // Stated tolerance: every step within 2% of fp32, and the same progress.
-  for (size_t k = 0; k < a.size(); ++k) EXPECT_NEAR(b[k], a[k], 0.02 * a[k]) << "step " << k;
-  EXPECT_LT(b.back(), b.front());
+  // Stated tolerance, from the same two runs on the CPU (2026-11-22, in
+  // docs/benchmarks.md): the first 8 steps, before the two runs' roundings
+  // have moved their weights apart, agree within 0.25% (CPU: 0.03%). Later
+  // steps are compared as a mean: each step's loss is one batch's, and two
+  // trajectories that differ in rounding differ by up to 0.25 in single
+  // steps (the CPU's bf16 and fp32 runs do) while their means over steps
+  // 11-50 agree within 0.1 (CPU, steps 11-30: 0.03). And bf16 learns: its
+  // last 10 steps average at least 0.2 below its first 5 (CPU: 0.43).
+  auto mean = [](const std::vector<double>& v, size_t from, size_t to) {
+    double sum = 0;
+    for (size_t k = from; k < to; ++k) sum += v[k];
+    return sum / static_cast<double>(to - from);
+  };
+  for (size_t k = 0; k < 8; ++k) EXPECT_NEAR(b[k], a[k], 0.0025 * a[k]) << "step " << k;
+  EXPECT_NEAR(mean(b, 10, 50), mean(a, 10, 50), 0.1) << "mean loss over steps 11-50";
+  EXPECT_LT(mean(b, 40, 50), mean(b, 0, 5) - 0.2) << "bf16's progress";
 }
 
 // The NCCL group at world size 1 (one GPU): every call runs through NCCL on
