@@ -113,6 +113,29 @@ TEST(CudaSim, AMissingBarrierGivesAWrongAnswerInSomeOrder) {
   EXPECT_TRUE(race_seen);
 }
 
+// ---- blocks of one launch do not see each other --------------------------------
+// Each block adds one to what the block before it wrote: on a GPU the blocks
+// may run in any order (or together), so the chain is a race between blocks.
+__global__ void chain_kernel(int* out) {
+  out[blockIdx.x + 1] = out[blockIdx.x] + 1;
+}
+
+TEST(CudaSim, ABlockReadingAnotherBlocksWriteGivesAWrongAnswerInSomeOrder) {
+  std::vector<std::vector<int>> seen;
+  for (triad_sim::Order o : {triad_sim::Order::Forward, triad_sim::Order::Reverse}) {
+    triad_sim::set_order(o);
+    int* out = device_copy(std::vector<int>(9, 0));
+    chain_kernel<<<8, 1>>>(out);
+    std::vector<int> got(9);
+    cudaMemcpyAsync(got.data(), out, 9 * sizeof(int), cudaMemcpyDeviceToHost, nullptr);
+    cudaFree(out);
+    seen.push_back(got);
+  }
+  triad_sim::set_order(triad_sim::Order::Forward);
+  EXPECT_EQ(seen[0], (std::vector<int>{0, 1, 2, 3, 4, 5, 6, 7, 8}));  // first to last
+  EXPECT_EQ(seen[1], (std::vector<int>{0, 1, 1, 1, 1, 1, 1, 1, 1}));  // last to first
+}
+
 // Two block sums in a row sharing one scratch array: without the barrier
 // before the second write, a warp that runs ahead overwrites a partial sum
 // another warp has not read yet.

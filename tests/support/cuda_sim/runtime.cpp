@@ -127,7 +127,8 @@ constexpr size_t kMaxThreads = 1024;
 constexpr size_t kMaxDynamicShared = 227 * 1024;  // sm_90's opt-in limit
 constexpr size_t kDefaultDynamicShared = 48 * 1024;
 
-// TRIAD_SIM_ORDER=reverse runs the threads of a block last to first.
+// TRIAD_SIM_ORDER=reverse runs the blocks of a grid and the threads of a block
+// last to first.
 Order initial_order() {
   const char* e = std::getenv("TRIAD_SIM_ORDER");
   return e != nullptr && std::string(e) == "reverse" ? Order::Reverse : Order::Forward;
@@ -548,44 +549,49 @@ void execute_grid(const LaunchConfig& c, const std::function<void()>& body) {
   struct Reset {
     ~Reset() { g_block = nullptr; }
   } reset;
-  for (unsigned bz = 0; bz < c.grid.z; ++bz) {
-    for (unsigned by = 0; by < c.grid.y; ++by) {
-      for (unsigned bx = 0; bx < c.grid.x; ++bx) {
-        builtins.blockIdx = {bx, by, bz};
-        // Fresh dynamic shared memory per block, filled with a pattern so
-        // a read before any write shows up as garbage, as on the GPU.
-        b.shared.assign(c.smem + 2048, 0xFF);
-        b.fresh.clear();
-        int i = 0;
-        for (unsigned z = 0; z < c.block.z; ++z) {
-          for (unsigned y = 0; y < c.block.y; ++y) {
-            for (unsigned x = 0; x < c.block.x; ++x, ++i) {
-              b.threads[i] = ThreadState{};
-              b.threads[i].tid = {x, y, z};
-              b.threads[i].linear = i;
-            }
-          }
+  // Blocks run one after another, first to last, or last to first in the
+  // reverse order: a block that reads what another block of the same launch
+  // writes (or two that write one element differently) sees the other's
+  // write in one order and not in the other.
+  const uint64_t blocks = uint64_t{c.grid.x} * c.grid.y * c.grid.z;
+  for (uint64_t n = 0; n < blocks; ++n) {
+    const uint64_t linear = g_order == Order::Forward ? n : blocks - 1 - n;
+    const auto bx = static_cast<unsigned>(linear % c.grid.x);
+    const auto by = static_cast<unsigned>((linear / c.grid.x) % c.grid.y);
+    const auto bz = static_cast<unsigned>(linear / (uint64_t{c.grid.x} * c.grid.y));
+    builtins.blockIdx = {bx, by, bz};
+    // Fresh dynamic shared memory per block, filled with a pattern so
+    // a read before any write shows up as garbage, as on the GPU.
+    b.shared.assign(c.smem + 2048, 0xFF);
+    b.fresh.clear();
+    int i = 0;
+    for (unsigned z = 0; z < c.block.z; ++z) {
+      for (unsigned y = 0; y < c.block.y; ++y) {
+        for (unsigned x = 0; x < c.block.x; ++x, ++i) {
+          b.threads[i] = ThreadState{};
+          b.threads[i].tid = {x, y, z};
+          b.threads[i].linear = i;
         }
-        try {
-          run_block(b);
-        } catch (const std::exception& e) {
-          throw std::runtime_error(site + ", block " + dims(builtins.blockIdx) + ": " + e.what());
-        }
-        if (b.error) {
-          std::string what = "unknown exception";
-          try {
-            std::rethrow_exception(b.error);
-          } catch (const std::exception& e) {
-            what = e.what();
-          } catch (...) {
-          }
-          throw std::runtime_error(site + ", block " + dims(builtins.blockIdx) + ", " +
-                                   where(*b.failed) + ": " + what);
-        }
-        ++g_counters.blocks;
-        g_counters.threads += static_cast<int64_t>(threads);
       }
     }
+    try {
+      run_block(b);
+    } catch (const std::exception& e) {
+      throw std::runtime_error(site + ", block " + dims(builtins.blockIdx) + ": " + e.what());
+    }
+    if (b.error) {
+      std::string what = "unknown exception";
+      try {
+        std::rethrow_exception(b.error);
+      } catch (const std::exception& e) {
+        what = e.what();
+      } catch (...) {
+      }
+      throw std::runtime_error(site + ", block " + dims(builtins.blockIdx) + ", " +
+                               where(*b.failed) + ": " + what);
+    }
+    ++g_counters.blocks;
+    g_counters.threads += static_cast<int64_t>(threads);
   }
 }
 }  // namespace

@@ -23,8 +23,9 @@
 
 namespace triad_sim {
 
-// Order in which the scheduler resumes the threads of a block between
-// barriers. A kernel whose result depends on it has a race.
+// Order in which the scheduler runs the blocks of a grid and resumes the
+// threads of a block between barriers. A kernel whose result depends on it
+// has a race.
 enum class Order { Forward, Reverse };
 void set_order(Order order);
 Order order();
