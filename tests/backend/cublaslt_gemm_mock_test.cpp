@@ -245,6 +245,31 @@ TEST_F(CublasLtGemmMock, HalfInputsIntoAnF32Output) {
   EXPECT_EQ(mock::counters().heuristic_queries, queries);
 }
 
+// GemmReduction::ComputeType asks the heuristic for algorithms that keep
+// split-k partial sums in f32 (a preference without the in-place and
+// output-type schemes) for half outputs, as its own cached problem; an f32
+// output has nothing to restrict and shares the unrestricted algorithm.
+TEST_F(CublasLtGemmMock, ComputeTypeReductionsRestrictTheHeuristicForHalfOutputs) {
+  const Case k{"input gradient", {9, 40}, {40, 8}, {9, 8}, false, false};
+  const GemmPlan plan = plan_gemm(k.a, k.b, k.c, k.ta, k.tb);
+  CublasLtGemm gemm(0);
+  Buffer a(DType::BF16, numel(k.a), 1), b(DType::BF16, numel(k.b), 2), c(DType::BF16, 72, 3);
+  const std::vector<double> want = reference(k, a.values(), b.values(), c.values(), 1.0, 0.0);
+  for (GemmReduction r : {GemmReduction::Any, GemmReduction::ComputeType, GemmReduction::Any}) {
+    gemm.run(plan, DType::BF16, a.data(), b.data(), c.data(), 1.0, 0.0, nullptr, {}, r);
+    const std::vector<double> got = c.values();
+    for (size_t i = 0; i < want.size(); ++i)
+      ASSERT_NEAR(got[i], want[i], 1e-2 * (1 + std::fabs(want[i]))) << "element " << i;
+  }
+  EXPECT_EQ(mock::counters().heuristic_queries, 2);  // one per reduction; the third is cached
+  EXPECT_EQ(mock::counters().compute_type_reduction_queries, 1);
+  Buffer f(DType::F32, numel(k.a), 1), g(DType::F32, numel(k.b), 2), h(DType::F32, 72, 3);
+  for (GemmReduction r : {GemmReduction::Any, GemmReduction::ComputeType})
+    gemm.run(plan, DType::F32, f.data(), g.data(), h.data(), 1.0, 0.0, nullptr, {}, r);
+  EXPECT_EQ(mock::counters().heuristic_queries, 3);
+  EXPECT_EQ(mock::counters().compute_type_reduction_queries, 1);
+}
+
 TEST_F(CublasLtGemmMock, GeluAuxNeedsAWidthDivisibleBy8) {
   // What CudaBackend::linear_forward steers around: 5 output features.
   CublasLtGemm gemm(0);

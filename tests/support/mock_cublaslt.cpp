@@ -46,6 +46,7 @@ struct MatmulDesc {
 struct State {
   std::map<const void*, Layout> layouts;
   std::map<const void*, MatmulDesc> descs;
+  std::map<const void*, uint32_t> reduction_masks;  // per preference
   bool no_algorithms = false;
   Counters counters;
   std::string error;
@@ -276,27 +277,42 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t desc,
 
 cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t* pref) {
   *pref = new cublasLtMatmulPreferenceOpaque_t();
+  mock::state().reduction_masks[*pref] = CUBLASLT_REDUCTION_SCHEME_MASK;
   return CUBLAS_STATUS_SUCCESS;
 }
 cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t pref) {
+  mock::state().reduction_masks.erase(pref);
   delete pref;
   return CUBLAS_STATUS_SUCCESS;
 }
-cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t,
-                                                    cublasLtMatmulPreferenceAttributes_t,
+cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t pref,
+                                                    cublasLtMatmulPreferenceAttributes_t attr,
                                                     const void* buf, size_t size) {
-  return buf && size > 0 ? CUBLAS_STATUS_SUCCESS
-                         : mock::reject(CUBLAS_STATUS_INVALID_VALUE, "empty preference value");
+  if (!buf || size == 0) return mock::reject(CUBLAS_STATUS_INVALID_VALUE, "empty preference value");
+  if (attr == CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK) {
+    uint32_t mask = 0;
+    if (size != sizeof(mask) || !mock::state().reduction_masks.count(pref))
+      return mock::reject(CUBLAS_STATUS_INVALID_VALUE, "reduction scheme mask");
+    std::memcpy(&mask, buf, size);
+    mock::state().reduction_masks[pref] = mask;
+  }
+  return CUBLAS_STATUS_SUCCESS;
 }
 
 cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDesc_t desc,
                                               cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b,
                                               cublasLtMatrixLayout_t c, cublasLtMatrixLayout_t d,
-                                              cublasLtMatmulPreference_t, int requested,
+                                              cublasLtMatmulPreference_t pref, int requested,
                                               cublasLtMatmulHeuristicResult_t results[],
                                               int* found) {
   auto& s = mock::state();
   ++s.counters.heuristic_queries;
+  auto mask = s.reduction_masks.find(pref);
+  if (mask == s.reduction_masks.end())
+    return mock::reject(CUBLAS_STATUS_INVALID_VALUE, "heuristic: unknown preference");
+  if ((mask->second &
+       (CUBLASLT_REDUCTION_SCHEME_INPLACE | CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE)) == 0)
+    ++s.counters.compute_type_reduction_queries;
   *found = 0;
   if (!s.descs.count(desc) || !s.layouts.count(a) || !s.layouts.count(b) || !s.layouts.count(c) ||
       !s.layouts.count(d) || requested < 1)
@@ -341,6 +357,8 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t desc, con
     return (l.ld * bytes) % 16 == 0;
   };
   if (!aligned(la) || !aligned(lb) || !aligned(lc) || !aligned(ld)) ++s.counters.unaligned_matmuls;
+  if (ta == CUDA_R_16BF || ta == CUDA_R_16F) ++s.counters.half_matmuls;
+  if (md.epilogue != CUBLASLT_EPILOGUE_DEFAULT) ++s.counters.epilogue_matmuls;
   triad_sim::enqueue(stream, [=] {
     std::vector<double> out(static_cast<size_t>(m * n));
     for (int32_t bi = 0; bi < ld.batch; ++bi) {

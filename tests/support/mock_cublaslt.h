@@ -13,6 +13,13 @@ struct Counters {
   // Products with a matrix whose leading dimension is not a multiple of 16
   // bytes (cuBLASLt's fast kernels need 16-byte aligned rows).
   int64_t unaligned_matmuls = 0;
+  // Products with bf16/f16 operands, and products with an epilogue.
+  int64_t half_matmuls = 0;
+  int64_t epilogue_matmuls = 0;
+  // Heuristic queries whose preference allowed only split-k reductions in
+  // the compute type (CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK without the
+  // in-place and output-type schemes).
+  int64_t compute_type_reduction_queries = 0;
 };
 Counters counters();
 void reset();

@@ -80,6 +80,30 @@ std::string attention_kernel_unavailable(AttentionKernel kernel, DType dtype, in
 void set_attention_deterministic(bool deterministic);
 bool attention_deterministic();
 
+// How the CUDA backend runs its matrix products, process-wide (as PyTorch's
+// torch.backends.cuda.matmul flags). The defaults are the fast ones. Each
+// switch turned off takes one of cuBLASLt's liberties out of half-precision
+// training, so a run that goes wrong on a GPU (and not on the CPU or the
+// simulator) can be narrowed down to one of them without rebuilding. Every
+// build (only the CUDA backend reads them).
+struct GemmSettings {
+  // A linear layer's bias and GELU, and GELU's derivative in its input
+  // gradient, in cuBLASLt's epilogues; false: a plain product, then Triad's
+  // bias and GELU kernels.
+  bool epilogues = true;
+  // A bf16/f16 product may add its split-k partial sums in bf16/f16
+  // (cuBLASLt's choice, as PyTorch's allow_bf16_reduced_precision_reduction
+  // allows by default); false: only in f32, rounded once at the end.
+  bool half_reduced_precision_reduction = true;
+  // bf16/f16 products run on the half-precision tensor cores; false: their
+  // operands are widened to f32 and the product runs in f32 (no TF32),
+  // rounded once: slower, for diagnosis.
+  bool half_products = true;
+  bool operator==(const GemmSettings&) const = default;
+};
+void set_gemm_settings(const GemmSettings& settings);
+GemmSettings gemm_settings();
+
 // Auto's decision for one attention problem: Triad's kernels or cuDNN's,
 // and the times (forward + backward, ms) it rests on. Auto makes one per
 // problem the first time it meets it, by timing; a decision set here first

@@ -128,7 +128,9 @@ void set_epilogue_pointers(cublasLtMatmulDesc_t desc, const GemmPlan& p, const G
 }  // namespace
 
 CublasLtGemm::Cached& CublasLtGemm::lookup(const GemmPlan& p, GemmTypes types, int alignment,
-                                           const GemmEpilogue& epilogue) {
+                                           const GemmEpilogue& epilogue, GemmReduction reduction) {
+  // (Only a half-precision output has a reduction to restrict.)
+  if (!is_half(types.output)) reduction = GemmReduction::Any;
   const Key key{p.m,
                 p.n,
                 p.k,
@@ -144,7 +146,8 @@ CublasLtGemm::Cached& CublasLtGemm::lookup(const GemmPlan& p, GemmTypes types, i
                 static_cast<int64_t>(types.inputs),
                 static_cast<int64_t>(types.output),
                 alignment,
-                static_cast<int>(epilogue.kind)};
+                static_cast<int>(epilogue.kind),
+                static_cast<int>(reduction)};
   auto it = cache_.find(key);
   if (it != cache_.end()) return *it->second;
   auto known = unsupported_.find(key);
@@ -193,6 +196,17 @@ CublasLtGemm::Cached& CublasLtGemm::lookup(const GemmPlan& p, GemmTypes types, i
         CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES}) {
     cublasLtMatmulPreferenceSetAttribute(pref, attr, &align, sizeof(align));
   }
+  if (reduction == GemmReduction::ComputeType) {
+    // No split-k, or partials kept in f32 in the workspace.
+    const uint32_t schemes =
+        CUBLASLT_REDUCTION_SCHEME_NONE | CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+    const cublasStatus_t set = cublasLtMatmulPreferenceSetAttribute(
+        pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes, sizeof(schemes));
+    if (set != CUBLAS_STATUS_SUCCESS) {
+      cublasLtMatmulPreferenceDestroy(pref);
+      check_lt(set, "preference reduction scheme mask");
+    }
+  }
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
   const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(
@@ -220,13 +234,13 @@ CublasLtGemm::Cached& CublasLtGemm::lookup(const GemmPlan& p, GemmTypes types, i
 }
 
 void CublasLtGemm::run(const GemmPlan& p, GemmTypes types, const void* a, const void* b, void* c,
-                       double alpha, double beta, cudaStream_t stream,
-                       const GemmEpilogue& epilogue) {
+                       double alpha, double beta, cudaStream_t stream, const GemmEpilogue& epilogue,
+                       GemmReduction reduction) {
   std::lock_guard<std::mutex> lock(mutex_);
   int alignment = std::min({alignment_of(a), alignment_of(b), alignment_of(c)});
   if (epilogue.bias) alignment = std::min(alignment, alignment_of(epilogue.bias));
   if (epilogue.gelu_input) alignment = std::min(alignment, alignment_of(epilogue.gelu_input));
-  Cached& e = lookup(p, types, alignment, epilogue);
+  Cached& e = lookup(p, types, alignment, epilogue, reduction);
   set_epilogue_pointers(e.desc, p, epilogue);
   const float af = static_cast<float>(alpha), bf = static_cast<float>(beta);
   const bool f64 = types.inputs == DType::F64;

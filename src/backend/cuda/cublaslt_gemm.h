@@ -43,6 +43,12 @@ struct GemmTypes {
   GemmTypes(DType in, DType out) : inputs(in), output(out) {}
 };
 
+// Where cuBLASLt may add a split-k product's partial sums: Any lets it pick
+// (for bf16/f16 outputs, possibly in the output type, in place or in the
+// workspace); ComputeType keeps them in f32 (the compute type) until the
+// one final rounding. f32 and f64 outputs are the same either way.
+enum class GemmReduction : uint8_t { Any, ComputeType };
+
 class CublasLtGemm {
  public:
   explicit CublasLtGemm(int device);
@@ -54,16 +60,17 @@ class CublasLtGemm {
   // NotSupportedError when cuBLASLt has no algorithm (for this epilogue), or
   // for a type pair it does not take (epilogues need one type throughout).
   void run(const GemmPlan& plan, GemmTypes types, const void* a, const void* b, void* c,
-           double alpha, double beta, cudaStream_t stream, const GemmEpilogue& epilogue = {});
+           double alpha, double beta, cudaStream_t stream, const GemmEpilogue& epilogue = {},
+           GemmReduction reduction = GemmReduction::Any);
 
   static constexpr size_t kWorkspaceBytes = 32u << 20;
 
  private:
   struct Cached;
   using Key = std::tuple<int64_t, int64_t, int64_t, bool, bool, int64_t, int64_t, int64_t, int64_t,
-                         int64_t, int64_t, int64_t, int64_t, int64_t, int, int>;
-  Cached& lookup(const GemmPlan& plan, GemmTypes types, int alignment,
-                 const GemmEpilogue& epilogue);
+                         int64_t, int64_t, int64_t, int64_t, int64_t, int, int, int>;
+  Cached& lookup(const GemmPlan& plan, GemmTypes types, int alignment, const GemmEpilogue& epilogue,
+                 GemmReduction reduction);
 
   int device_;
   void* handle_ = nullptr;  // cublasLtHandle_t

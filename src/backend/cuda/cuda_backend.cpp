@@ -470,6 +470,19 @@ void CudaBackend::affine(const Tensor& x, double alpha, double beta, Tensor& out
   });
 }
 
+namespace {
+// The split-k reductions cuda::GemmSettings allows half-precision outputs.
+GemmReduction reduction_of(const cuda::GemmSettings& settings) {
+  return settings.half_reduced_precision_reduction ? GemmReduction::Any
+                                                   : GemmReduction::ComputeType;
+}
+// Whether a product of `dtype` operands may take cuBLASLt's epilogues (half
+// products widened to f32 take Triad's bias and GELU kernels after them).
+bool epilogues_allowed(const cuda::GemmSettings& settings, DType dtype) {
+  return settings.epilogues && (!is_half(dtype) || settings.half_products);
+}
+}  // namespace
+
 void CudaBackend::gemm(const Tensor& a, const Tensor& b, Tensor& c, bool trans_a, bool trans_b,
                        double alpha, double beta) {
   // 2-D operands may be row-strided (padded logits): their leading dimension.
@@ -493,13 +506,9 @@ void CudaBackend::gemm(const Tensor& a, const Tensor& b, Tensor& c, bool trans_a
     if (!c.is_contiguous()) copy(flat, c);
     return;
   }
-  try {
-    s.gemm().run(plan, GemmTypes(a.dtype(), c.dtype()), a.raw_data(), b.raw_data(), c.raw_data(),
-                 alpha, beta, s.stream);
-  } catch (const NotSupportedError&) {
-    // cuBLASLt has no half-precision algorithm for some layouts (odd leading
-    // dimensions): run those in f32 and round once, rather than fail.
-    if (!is_half(a.dtype())) throw;
+  const cuda::GemmSettings settings = cuda::gemm_settings();
+  // Half operands widened to f32, the product in f32, rounded once.
+  auto in_f32 = [&] {
     Tensor a32 = empty(a.shape(), DType::F32, a.device());
     Tensor b32 = empty(b.shape(), DType::F32, b.device());
     copy(a, a32);
@@ -515,6 +524,19 @@ void CudaBackend::gemm(const Tensor& a, const Tensor& b, Tensor& c, bool trans_a
     s.gemm().run(plan32, DType::F32, a32.raw_data(), b32.raw_data(), c32.raw_data(), alpha, beta,
                  s.stream);
     if (c.dtype() != DType::F32) copy(c32, c);
+  };
+  if (is_half(a.dtype()) && !settings.half_products) {
+    in_f32();
+    return;
+  }
+  try {
+    s.gemm().run(plan, GemmTypes(a.dtype(), c.dtype()), a.raw_data(), b.raw_data(), c.raw_data(),
+                 alpha, beta, s.stream, {}, reduction_of(settings));
+  } catch (const NotSupportedError&) {
+    // cuBLASLt has no half-precision algorithm for some layouts (odd leading
+    // dimensions): run those in f32 and round once, rather than fail.
+    if (!is_half(a.dtype())) throw;
+    in_f32();
   }
 }
 
@@ -524,9 +546,11 @@ void CudaBackend::linear_forward(const Tensor& x, const Tensor& w, const Tensor&
   // a bias broadcast before the product and a GELU pass after it. f64, no
   // bias, empty products and layouts cuBLASLt has no epilogue algorithm for
   // take the composed path.
+  const cuda::GemmSettings settings = cuda::gemm_settings();
   const bool fusable = bias.defined() && y.numel() > 0 && x.size(1) > 0 &&
                        (y.dtype() == DType::F32 || is_half(y.dtype())) && x.dtype() == y.dtype() &&
-                       w.dtype() == y.dtype() && bias.dtype() == y.dtype();
+                       w.dtype() == y.dtype() && bias.dtype() == y.dtype() &&
+                       epilogues_allowed(settings, y.dtype());
   if (!fusable) {
     Backend::linear_forward(x, w, bias, y, gelu_input);
     return;
@@ -545,7 +569,8 @@ void CudaBackend::linear_forward(const Tensor& x, const Tensor& w, const Tensor&
   ep.bias = bias.raw_data();
   ep.gelu_input = gelu_input ? gelu_input->raw_data() : nullptr;
   try {
-    s.gemm().run(plan, y.dtype(), x.raw_data(), w.raw_data(), y.raw_data(), 1.0, 0.0, s.stream, ep);
+    s.gemm().run(plan, y.dtype(), x.raw_data(), w.raw_data(), y.raw_data(), 1.0, 0.0, s.stream, ep,
+                 reduction_of(settings));
   } catch (const NotSupportedError&) {
     Backend::linear_forward(x, w, bias, y, gelu_input);
   }
@@ -555,9 +580,11 @@ void CudaBackend::gelu_linear_input_grad(const Tensor& dy, const Tensor& w, cons
                                          Tensor& dpre) {
   // GELU's derivative in the input-gradient GEMM's epilogue (DGELU): no
   // separate pass reading the pre-activation and the gradient.
-  const bool fusable =
-      dpre.numel() > 0 && dy.size(1) > 0 && (dpre.dtype() == DType::F32 || is_half(dpre.dtype())) &&
-      dy.dtype() == dpre.dtype() && w.dtype() == dpre.dtype() && pre.dtype() == dpre.dtype();
+  const cuda::GemmSettings settings = cuda::gemm_settings();
+  const bool fusable = dpre.numel() > 0 && dy.size(1) > 0 &&
+                       (dpre.dtype() == DType::F32 || is_half(dpre.dtype())) &&
+                       dy.dtype() == dpre.dtype() && w.dtype() == dpre.dtype() &&
+                       pre.dtype() == dpre.dtype() && epilogues_allowed(settings, dpre.dtype());
   const GemmPlan plan = plan_gemm(dy.shape(), w.shape(), dpre.shape(), false, false);
   if (!fusable || plan.batch != 1 || plan.out.ld % 8 != 0) {
     Backend::gelu_linear_input_grad(dy, w, pre, dpre);
@@ -571,7 +598,7 @@ void CudaBackend::gelu_linear_input_grad(const Tensor& dy, const Tensor& w, cons
   ep.gelu_input = pre.raw_data();
   try {
     s.gemm().run(plan, dpre.dtype(), dy.raw_data(), w.raw_data(), dpre.raw_data(), 1.0, 0.0,
-                 s.stream, ep);
+                 s.stream, ep, reduction_of(settings));
   } catch (const NotSupportedError&) {
     Backend::gelu_linear_input_grad(dy, w, pre, dpre);
   }
@@ -884,8 +911,6 @@ bool tune_attention(int device, DType dtype, const k::AttentionShape& shape,
                                  own_attention_kernel(dtype, shape, device));
   return true;
 }
-
-namespace {}  // namespace
 
 void CudaBackend::attention_forward(const Tensor& qkv, int64_t n_head, Tensor& out, Tensor& lse) {
   require_nn("attention", qkv.dtype());
