@@ -127,11 +127,14 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,memory.total 
 if want tests; then
 echo "== gpu tests"
 gpu_log="$OUT/gpu_tests.log"
-if ! ctest --test-dir "$BUILD_DIR" -L gpu --output-on-failure -j 1 --timeout 900 >"$gpu_log" 2>&1; then
+# (-V: every test's output, passing or not: the notes of the GEMM variants
+# and the bf16 runs are the record even when nothing fails.)
+if ! ctest --test-dir "$BUILD_DIR" -L gpu -V -j 1 --timeout 900 >"$gpu_log" 2>&1; then
   status=1
   tests_failed=1
-  grep -E "^\[  FAILED  \]" "$gpu_log" | sort -u
+  grep -oE "\[  FAILED  \] [^ ]+" "$gpu_log" | sort -u
 fi
+grep -E "\[ note \] (bf16, |gemm |simt: |tensor_core: |cudnn: )" "$gpu_log" | sed 's/^[0-9]*: //'
 if [ "${tests_failed:-0}" = 1 ] && [ "${RERUN_FAILED:-1}" = 1 ]; then
   tests=$("$BUILD_DIR/tests/triad_gpu_tests" --gtest_list_tests 2>/dev/null |
     awk '/^[^ ]/ {suite=$1} /^  / {print suite $1}')
@@ -151,7 +154,8 @@ if [ "${tests_failed:-0}" = 1 ] && [ "${RERUN_FAILED:-1}" = 1 ]; then
     fi
   done
 fi
-grep -E "tests passed|tests failed|\(Failed\)|Skipped|\*\*\*" "$gpu_log" | head -20
+# (ctest's line per test and its total; not the tests' own output.)
+grep -E "^ *[0-9]+/[0-9]+ Test +#|tests passed|tests failed" "$gpu_log" | head -20
 took tests
 fi
 
