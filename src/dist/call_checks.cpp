@@ -52,7 +52,7 @@ void check_gather_dtypes(const ProcessGroup& group, const char* op, const Tensor
 
 }  // namespace
 
-void check_all_gather(const ProcessGroup& group, const Tensor& input, const Tensor& output) {
+bool check_all_gather(const ProcessGroup& group, const Tensor& input, const Tensor& output) {
   check_gather_dtypes(group, "all_gather", input, output);
   if (output.numel() != input.numel() * group.size()) {
     throw ShapeError("all_gather on '" + group.name() + "': the output " +
@@ -62,6 +62,23 @@ void check_all_gather(const ProcessGroup& group, const Tensor& input, const Tens
                      std::to_string(input.numel() * group.size()) +
                      " (pieces of different sizes go through all_gather_uneven)");
   }
+  // (Strided views sharing memory are left to the groups that take them,
+  // which gather from a contiguous copy.)
+  if (input.storage() != output.storage() || input.numel() == 0 || !input.is_contiguous() ||
+      !output.is_contiguous())
+    return false;
+  const auto* in = static_cast<const char*>(input.raw_data());
+  const auto* out = static_cast<const char*>(output.raw_data());
+  const auto piece = static_cast<std::ptrdiff_t>(input.nbytes());
+  if (in == out + group.rank() * piece) return true;
+  if (in < out + static_cast<std::ptrdiff_t>(output.nbytes()) && out < in + piece) {
+    throw ValueError("all_gather on '" + group.name() + "': the input shares the output's memory " +
+                     "but is not rank " + std::to_string(group.rank()) +
+                     "'s piece of it (in place, the input must be exactly output elements [" +
+                     std::to_string(group.rank() * input.numel()) + ", " +
+                     std::to_string((group.rank() + 1) * input.numel()) + "))");
+  }
+  return false;
 }
 
 void check_all_gather_uneven(const ProcessGroup& group, const Tensor& input, const Tensor& output,

@@ -28,7 +28,10 @@ void check_call_headers(const ProcessGroup& group, const char* op, const std::ve
 // input) and all_gather_uneven (counts: one element count per rank, this
 // rank's equal to input's, output holding their sum): same dtype, sizes as
 // described, or an error naming them. Neither needs the other ranks.
-void check_all_gather(const ProcessGroup& group, const Tensor& input, const Tensor& output);
+// check_all_gather returns true when the gather is in place: input is
+// output's own piece (this rank's, the same memory); an input sharing
+// output's memory anywhere else is a ValueError.
+bool check_all_gather(const ProcessGroup& group, const Tensor& input, const Tensor& output);
 void check_all_gather_uneven(const ProcessGroup& group, const Tensor& input, const Tensor& output,
                              const std::vector<int64_t>& counts);
 // Validate mode's extra header word for all_gather_uneven: a digest of the

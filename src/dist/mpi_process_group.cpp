@@ -212,13 +212,15 @@ WorkPtr MpiProcessGroup::all_gather(const Tensor& input, Tensor& output) {
   check_tensor(input, "all_gather");
   check_tensor(output, "all_gather");
   validate_header("all_gather", input, output.numel());
-  check_all_gather(*this, input, output);
+  const bool in_place = check_all_gather(*this, input, output);
   const std::string what = describe("all_gather", input, "");
   const int n = as_count(input.numel(), what);
   MPI_Request req;
-  check_mpi(MPI_Iallgather(input.raw_data(), n, mpi_element_type(input.dtype()), output.raw_data(),
-                           n, mpi_element_type(input.dtype()), comm_, &req),
-            what);
+  // (In place: MPI reads this rank's piece from the output itself.)
+  check_mpi(
+      MPI_Iallgather(in_place ? MPI_IN_PLACE : input.raw_data(), n, mpi_element_type(input.dtype()),
+                     output.raw_data(), n, mpi_element_type(input.dtype()), comm_, &req),
+      what);
   Tensor keep_in = input, keep_out = output;
   return std::make_shared<MpiWork>(
       std::vector<MPI_Request>{req}, [keep_in, keep_out] {}, what, timeout_);

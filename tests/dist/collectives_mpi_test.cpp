@@ -131,6 +131,36 @@ TEST(Collectives, AllGatherEqualPiecesSyncAndAsync) {
   EXPECT_THROW(g_world->all_gather(in, other), ValueError);
 }
 
+// In place: this rank's piece already sits in the output, as ZeRO-1 keeps
+// its parameter buckets; the other ranks' pieces arrive around it (MPI with
+// MPI_IN_PLACE, NCCL by its in-place rule).
+TEST(Collectives, AllGatherInPlaceFromTheOutputsOwnPiece) {
+  const int P = g_world->size(), me = g_world->rank();
+  for (DType d : kDtypes) {
+    Tensor out = empty({6 * P}, d, g_device);
+    Tensor mine = narrow(out, 0, 6 * me, 6);
+    copy_(mine, filled(me, 6, d));
+    g_world->all_gather(mine, out)->wait();
+    const auto got = to_double_vector(out);
+    for (int r = 0; r < P; ++r)
+      for (int64_t j = 0; j < 6; ++j) ASSERT_EQ(got[r * 6 + j], value(r, j)) << dtype_name(d);
+  }
+  // Any other piece of the output's memory as the input is an error that
+  // names the piece expected.
+  if (P > 1) {
+    Tensor out = empty({6 * P}, DType::F32, g_device);
+    Tensor other = narrow(out, 0, 6 * ((me + 1) % P), 6);
+    try {
+      g_world->all_gather(other, out);
+      FAIL() << "expected ValueError";
+    } catch (const ValueError& e) {
+      const std::string want =
+          "output elements [" + std::to_string(6 * me) + ", " + std::to_string(6 * me + 6) + ")";
+      EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+    }
+  }
+}
+
 TEST(Collectives, AllGatherUnevenPieces) {
   const int P = g_world->size(), me = g_world->rank();
   // Rank r contributes r + 1 rows of 3 (rank 1 none when P > 2: an empty

@@ -387,6 +387,14 @@ ncclResult_t ncclReduceScatter(const void* send, void* recv, size_t count, ncclD
 ncclResult_t ncclAllGather(const void* send, void* recv, size_t count, ncclDataType_t t,
                            ncclComm_t c, cudaStream_t stream) {
   if (!usable(c) || type_size(t) == 0) return ncclInvalidArgument;
+  // NCCL gathers in place only when send is recv's own piece; any other
+  // overlap of the two is undefined there, an error here.
+  const size_t piece = count * type_size(t);
+  const auto* in = static_cast<const unsigned char*>(send);
+  const auto* out = static_cast<const unsigned char*>(recv);
+  if (piece > 0 && in != out + static_cast<size_t>(c->rank) * piece && in < out + c->size * piece &&
+      out < in + piece)
+    return ncclInvalidArgument;
   return issue(stream, [=] {
     std::vector<unsigned char> all;
     const ncclResult_t r = gather_all(c, send, count * type_size(t), all);

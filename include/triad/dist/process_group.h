@@ -62,7 +62,10 @@ class ProcessGroup {
   virtual WorkPtr all_reduce(Tensor& tensor, ReduceOp op) = 0;
   // Concatenates every rank's input along dim 0 into output: every rank
   // gives the same number of elements and output holds size() times that.
-  // Purely local checks: nothing is exchanged before the data moves.
+  // Purely local checks: nothing is exchanged before the data moves. In
+  // place when input is output's own piece (elements [rank * n, (rank + 1)
+  // * n) of a contiguous output, n input's count): no staging copy; input
+  // sharing output's memory otherwise is an error.
   virtual WorkPtr all_gather(const Tensor& input, Tensor& output) = 0;
   // The same with pieces of different sizes: counts[r] is the number of
   // elements rank r gives (every rank passes the same counts, which it

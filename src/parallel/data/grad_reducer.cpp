@@ -197,10 +197,11 @@ void GradientReducer::zero_grad() {
 
 void GradientReducer::gather_parameters() {
   autograd::NoGradGuard ng;
-  // Every bucket's gather is issued before any is waited for.
+  // Every bucket's gather is issued before any is waited for, each in place
+  // (this rank's piece is already where the gathered bucket keeps it).
   std::vector<dist::WorkPtr> works;
   for (const Bucket& b : buckets_) {
-    Tensor mine = clone(range(flat_param_, piece_begin(b), piece_length(b))).detach();
+    Tensor mine = range(flat_param_, piece_begin(b), piece_length(b));
     Tensor all = range(flat_param_, b.begin, b.end - b.begin);
     works.push_back(group_->all_gather(mine, all));
   }

@@ -11,6 +11,7 @@
 
 #include "support/mpi_main.h"
 #include "support/temp_dir.h"
+#include "triad/core/allocator.h"
 #include "triad/data/token_shard.h"
 #include "triad/dist/world.h"
 #include "triad/io/checkpoint.h"
@@ -130,6 +131,43 @@ TEST(DataParallel, BucketsStartDuringBackwardAndZeroShardsTheState) {
         buckets * align * dp + static_cast<int64_t>(t.reducer()->params().size()) * align);
     EXPECT_NEAR(static_cast<double>(t.optimizer_state_elements()),
                 static_cast<double>(full_state) / dp, slack);
+  }
+}
+
+// ZeRO-1 gathers the parameters in place: each rank's updated piece of a
+// bucket is already where the gathered bucket keeps it, so no tensor is
+// allocated for the gather, and every rank ends with every owner's values.
+TEST(DataParallel, ZeroOneGathersTheParametersInPlace) {
+  const int dp = g_world->size(), me = g_world->rank();
+  std::vector<std::pair<std::string, Tensor>> params;
+  for (const auto& [name, shape] : std::vector<std::pair<std::string, Shape>>{
+           {"a", {37, 5}}, {"b", {101}}, {"c", {8, 9}}, {"d", {300}}})
+    params.push_back({name, zeros(shape).set_requires_grad(true)});
+  dp::GradientReducer r(params, g_world, 256.0, true);  // 64 elements: several buckets
+  ASSERT_GT(r.num_buckets(), 2);
+  // Each rank writes (its rank + 1) into its own pieces.
+  for (const auto& seg : r.shard_segments()) {
+    Tensor piece = narrow(r.flat_params(), 0, seg.flat_offset, seg.length);
+    fill_(piece, me + 1);
+  }
+  const int64_t allocs = cpu_allocator().stats().num_allocs;
+  r.gather_parameters();
+  EXPECT_EQ(cpu_allocator().stats().num_allocs, allocs);
+  // Every parameter element holds the value of the rank owning its piece.
+  const std::vector<double> got = to_double_vector(r.flat_params());
+  std::vector<int> owner(got.size(), -1);
+  int64_t begin = 0;
+  for (int64_t len : r.bucket_lengths()) {
+    for (int64_t i = 0; i < len; ++i) owner[begin + i] = static_cast<int>(i / (len / dp));
+    begin += len;
+  }
+  for (const auto& seg : r.shard_segments())
+    for (int64_t i = 0; i < seg.length; ++i) ASSERT_EQ(owner[seg.flat_offset + i], me);
+  for (const auto& [name, p] : r.params()) {
+    const std::vector<double> v = to_double_vector(p);
+    const int64_t at = p.offset() - r.flat_params().offset();
+    for (size_t i = 0; i < v.size(); ++i)
+      ASSERT_EQ(v[i], owner[at + static_cast<int64_t>(i)] + 1) << name << " element " << i;
   }
 }
 
