@@ -81,6 +81,26 @@ bool check_all_gather(const ProcessGroup& group, const Tensor& input, const Tens
   return false;
 }
 
+bool reduce_scatter_in_place(const ProcessGroup& group, const Tensor& input, const Tensor& output,
+                             int64_t offset, int64_t count) {
+  if (input.storage() != output.storage() || count == 0 || !input.is_contiguous() ||
+      !output.is_contiguous())
+    return false;
+  const auto* in = static_cast<const char*>(input.raw_data());
+  const auto* out = static_cast<const char*>(output.raw_data());
+  const auto esize = static_cast<std::ptrdiff_t>(dtype_size(input.dtype()));
+  if (out == in + offset * esize) return true;
+  if (out < in + static_cast<std::ptrdiff_t>(input.nbytes()) &&
+      in < out + static_cast<std::ptrdiff_t>(output.nbytes())) {
+    throw ValueError("reduce_scatter on '" + group.name() +
+                     "': the output shares the input's memory but is not rank " +
+                     std::to_string(group.rank()) +
+                     "'s piece of it (in place, the output must be exactly input elements [" +
+                     std::to_string(offset) + ", " + std::to_string(offset + count) + "))");
+  }
+  return false;
+}
+
 void check_all_gather_uneven(const ProcessGroup& group, const Tensor& input, const Tensor& output,
                              const std::vector<int64_t>& counts) {
   check_gather_dtypes(group, "all_gather_uneven", input, output);

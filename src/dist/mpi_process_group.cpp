@@ -268,19 +268,40 @@ WorkPtr MpiProcessGroup::reduce_scatter(const Tensor& input, Tensor& output, Red
   if (op == ReduceOp::Avg && !is_floating(input.dtype())) {
     throw ValueError("reduce_scatter on '" + name_ + "': avg needs a floating dtype");
   }
-  Tensor in = is_half(input.dtype()) ? to_f32(input) : input;
-  Tensor out = is_half(input.dtype()) ? empty(output.shape(), DType::F32) : output;
+  int64_t offset = 0;  // this rank's first element in the input
+  for (int r = 0; r < rank_; ++r) offset += rows[r] * row;
+  const bool half = is_half(input.dtype());
+  // In place (output is input's own piece): MPI_IN_PLACE reduces the input
+  // buffer itself and leaves this rank's result at its start, moved to the
+  // piece afterwards. (bf16/f16 reduce f32 copies: nothing aliases there.)
+  const bool in_place =
+      reduce_scatter_in_place(*this, input, output, offset, rows[rank_] * row) && !half;
+  Tensor in = half ? to_f32(input) : input;
+  Tensor out = half       ? empty(output.shape(), DType::F32)
+               : in_place ? make_view(input, output.shape(), contiguous_strides(output.shape()),
+                                      input.offset())
+                          : output;
   std::vector<int> counts(size_);
   for (int r = 0; r < size_; ++r) counts[r] = as_count(rows[r] * row, "reduce_scatter");
   MPI_Request req;
-  check_mpi(MPI_Ireduce_scatter(in.raw_data(), out.raw_data(), counts.data(),
+  check_mpi(MPI_Ireduce_scatter(in_place ? MPI_IN_PLACE : in.raw_data(),
+                                in_place ? in.raw_data() : out.raw_data(), counts.data(),
                                 mpi_type(input.dtype()), mpi_op(op), comm_, &req),
             describe("reduce_scatter", input, ""));
   Tensor target = output;
   const int size = size_;
   auto done = [in, out, target, op, size]() mutable {
     if (op == ReduceOp::Avg) backend_for(DeviceType::CPU).affine(out, 1.0 / size, 0.0, out);
-    if (!out.same(target)) backend_for(DeviceType::CPU).copy(out, target);
+    if (out.same(target) ||
+        (out.storage() == target.storage() && out.raw_data() == target.raw_data()))
+      return;
+    // (The result at the input's start may overlap this rank's piece when
+    // the pieces are uneven: through a copy then.)
+    const auto* a = static_cast<const char*>(out.raw_data());
+    const auto* b = static_cast<const char*>(target.raw_data());
+    const auto n = static_cast<std::ptrdiff_t>(out.nbytes());
+    const bool overlap = out.storage() == target.storage() && a < b + n && b < a + n;
+    backend_for(DeviceType::CPU).copy(overlap ? clone(out) : out, target);
   };
   return std::make_shared<MpiWork>(
       std::vector<MPI_Request>{req}, done,

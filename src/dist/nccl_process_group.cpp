@@ -322,6 +322,12 @@ class NcclProcessGroup final : public ProcessGroup,
                        std::to_string(row) + " elements, but the output is " +
                        shape_str(output.shape()));
     }
+    int64_t offset = 0;  // this rank's first element in the input
+    for (int r = 0; r < rank_; ++r) offset += rows[r] * row;
+    // In place when output is input's own piece (NCCL's rule for both the
+    // reduce-scatter and, for uneven pieces, the reduce to this rank); any
+    // other overlap is an error.
+    detail::reduce_scatter_in_place(*this, input, output, offset, rows[rank_] * row);
     const bool half = is_half(input.dtype());
     Tensor in = half ? cast(input, DType::F32).detach() : input;
     Tensor out = half ? empty(output.shape(), DType::F32, output.device()) : output;

@@ -227,6 +227,47 @@ TEST(Collectives, ReduceScatterSplitsRowsUnevenly) {
   }
 }
 
+// In place: the output is the input's own rows (as ZeRO-1 reduces its
+// gradient buckets), with equal and uneven pieces; an output elsewhere in
+// the input's memory is an error naming the rows expected.
+TEST(Collectives, ReduceScatterInPlaceIntoTheInputsOwnRows) {
+  const int P = g_world->size(), me = g_world->rank();
+  for (int64_t rows : {int64_t{3} * P, int64_t{2} * P + 1}) {
+    const int64_t cols = 2;
+    const auto share = split_sizes(rows, P);
+    int64_t first = 0;
+    for (int r = 0; r < me; ++r) first += share[r];
+    for (DType d : kDtypes) {
+      for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Avg}) {
+        if (op == ReduceOp::Avg && !is_floating(d)) continue;
+        Tensor in = reshape(filled(me, rows * cols, d), {rows, cols});
+        Tensor mine = narrow(in, 0, first, share[me]);
+        g_world->reduce_scatter(in, mine, op)->wait();
+        const auto got = to_double_vector(mine);
+        for (int64_t k = 0; k < share[me] * cols; ++k) {
+          double expect = 0;
+          for (int r = 0; r < P; ++r) expect += value(r, first * cols + k);
+          if (op == ReduceOp::Avg) expect /= P;
+          ASSERT_NEAR(got[k], expect, is_half(d) ? 0.02 * std::fabs(expect) : 1e-6)
+              << dtype_name(d) << " " << reduce_op_name(op) << " rows " << rows;
+        }
+      }
+    }
+  }
+  if (P > 1) {
+    Tensor in = filled(me, 4 * P, DType::F32);
+    Tensor other = narrow(in, 0, 4 * ((me + 1) % P), 4);
+    try {
+      g_world->reduce_scatter(in, other, ReduceOp::Sum);
+      FAIL() << "expected ValueError";
+    } catch (const ValueError& e) {
+      const std::string want =
+          "input elements [" + std::to_string(4 * me) + ", " + std::to_string(4 * me + 4) + ")";
+      EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+    }
+  }
+}
+
 TEST(Collectives, BroadcastFromEveryRoot) {
   const int P = g_world->size(), me = g_world->rank();
   for (int root = 0; root < P; ++root) {

@@ -367,9 +367,21 @@ ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, ncclDataT
   });
 }
 
+// NCCL's in-place rule for all-gather and reduce-scatter: the rank's piece
+// (`piece` bytes) may be `whole`'s own slice, whole + rank * piece; any
+// other overlap of the two buffers is undefined there, an error here.
+static bool in_place_or_apart(ncclComm_t c, const void* whole, const void* piece_ptr,
+                              size_t piece) {
+  const auto* w = static_cast<const unsigned char*>(whole);
+  const auto* p = static_cast<const unsigned char*>(piece_ptr);
+  if (piece == 0 || p == w + static_cast<size_t>(c->rank) * piece) return true;
+  return p >= w + static_cast<size_t>(c->size) * piece || w >= p + piece;
+}
+
 ncclResult_t ncclReduceScatter(const void* send, void* recv, size_t count, ncclDataType_t t,
                                ncclRedOp_t op, ncclComm_t c, cudaStream_t stream) {
   if (!usable(c) || !valid_reduction(t, op)) return ncclInvalidArgument;
+  if (!in_place_or_apart(c, send, recv, count * type_size(t))) return ncclInvalidArgument;
   return issue(stream, [=] {
     const size_t es = type_size(t), total = count * static_cast<size_t>(c->size);
     std::vector<unsigned char> all;
@@ -387,14 +399,7 @@ ncclResult_t ncclReduceScatter(const void* send, void* recv, size_t count, ncclD
 ncclResult_t ncclAllGather(const void* send, void* recv, size_t count, ncclDataType_t t,
                            ncclComm_t c, cudaStream_t stream) {
   if (!usable(c) || type_size(t) == 0) return ncclInvalidArgument;
-  // NCCL gathers in place only when send is recv's own piece; any other
-  // overlap of the two is undefined there, an error here.
-  const size_t piece = count * type_size(t);
-  const auto* in = static_cast<const unsigned char*>(send);
-  const auto* out = static_cast<const unsigned char*>(recv);
-  if (piece > 0 && in != out + static_cast<size_t>(c->rank) * piece && in < out + c->size * piece &&
-      out < in + piece)
-    return ncclInvalidArgument;
+  if (!in_place_or_apart(c, recv, send, count * type_size(t))) return ncclInvalidArgument;
   return issue(stream, [=] {
     std::vector<unsigned char> all;
     const ncclResult_t r = gather_all(c, send, count * type_size(t), all);

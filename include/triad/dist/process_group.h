@@ -74,7 +74,10 @@ class ProcessGroup {
   virtual WorkPtr all_gather_uneven(const Tensor& input, Tensor& output,
                                     const std::vector<int64_t>& counts) = 0;
   // Reduces input over the group and leaves on rank r its piece along dim 0:
-  // rows split_sizes(input.size(0), size())[r], in rank order.
+  // rows split_sizes(input.size(0), size())[r], in rank order. In place when
+  // output is input's own rows (the same memory; input's other rows are
+  // then left undefined); output sharing input's memory otherwise is an
+  // error.
   virtual WorkPtr reduce_scatter(const Tensor& input, Tensor& output, ReduceOp op) = 0;
   virtual WorkPtr broadcast(Tensor& tensor, int root) = 0;
   virtual WorkPtr send(const Tensor& tensor, int dst, int tag = 0) = 0;

@@ -161,8 +161,10 @@ void GradientReducer::launch(Bucket& b) {
     b.work = group_->all_reduce(view, dist::ReduceOp::Avg);
     return;
   }
-  b.piece = empty({piece_length(b)}, DType::F32, flat_grad_.device());
-  b.work = group_->reduce_scatter(view, b.piece, dist::ReduceOp::Avg);
+  // In place: this rank's averaged piece lands where the optimizer reads it
+  // (the rest of the bucket is left undefined until the next zero_grad).
+  Tensor mine = range(flat_grad_, piece_begin(b), piece_length(b));
+  b.work = group_->reduce_scatter(view, mine, dist::ReduceOp::Avg);
 }
 
 void GradientReducer::finish() {
@@ -178,11 +180,6 @@ void GradientReducer::finish() {
   for (Bucket& b : buckets_) {
     b.work->wait();
     b.work.reset();
-    if (zero1_) {
-      // Put the averaged piece back where the optimizer reads it.
-      Tensor dst = range(flat_grad_, piece_begin(b), piece_length(b));
-      copy_(dst, b.piece);
-    }
   }
   std::fill(seen_.begin(), seen_.end(), 0);
   for (Bucket& b : buckets_) {

@@ -171,6 +171,31 @@ TEST(DataParallel, ZeroOneGathersTheParametersInPlace) {
   }
 }
 
+// ZeRO-1 reduce-scatters the gradients in place: each rank's averaged piece
+// lands where the optimizer reads it, with no tensor allocated for it.
+TEST(DataParallel, ZeroOneReduceScattersTheGradientsInPlace) {
+  const int dp = g_world->size(), me = g_world->rank();
+  std::vector<std::pair<std::string, Tensor>> params;
+  for (const auto& [name, shape] : std::vector<std::pair<std::string, Shape>>{
+           {"a", {37, 5}}, {"b", {101}}, {"c", {8, 9}}, {"d", {300}}})
+    params.push_back({name, zeros(shape).set_requires_grad(true)});
+  dp::GradientReducer r(params, g_world, 256.0, true);
+  ASSERT_GT(r.num_buckets(), 2);
+  // Rank m's gradient element i is (m + 1) * (i % 11 + 1): the average is
+  // (dp + 1) / 2 times (i % 11 + 1).
+  const int64_t n = r.flat_grads().numel();
+  std::vector<double> mine(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) mine[i] = (me + 1) * static_cast<double>(i % 11 + 1);
+  copy_(r.flat_grads(), from_vector(mine, {n}));
+  const int64_t allocs = cpu_allocator().stats().num_allocs;
+  r.finish();  // the first call learns the (empty) step and reduces every bucket
+  EXPECT_EQ(cpu_allocator().stats().num_allocs, allocs);
+  const std::vector<double> got = to_double_vector(r.flat_grads());
+  for (const auto& seg : r.shard_segments())
+    for (int64_t i = seg.flat_offset; i < seg.flat_offset + seg.length; ++i)
+      ASSERT_DOUBLE_EQ(got[i], (dp + 1) / 2.0 * static_cast<double>(i % 11 + 1)) << i;
+}
+
 TEST(DataParallel, NanOnOneRankSkipsTheStepOnAll) {
   testing::TempDir dir;
   Trainer t(config(dir, 0), g_world);

@@ -82,7 +82,6 @@ class GradientReducer {
     bool late = false;
     int pending = 0;  // parameters still waiting for gradients this step
     dist::WorkPtr work;
-    Tensor piece;  // zero1: this rank's reduced piece
   };
   void on_ready(size_t param);
   void launch(Bucket& b);
