@@ -50,6 +50,30 @@ void check_gather_dtypes(const ProcessGroup& group, const char* op, const Tensor
   }
 }
 
+// Whether `piece` is `whole`'s elements [offset, offset + piece's count) in
+// the same memory (an in-place collective). A piece that shares whole's
+// memory anywhere else is a ValueError; strided views sharing memory are
+// left to the groups that take them (which work on contiguous copies).
+bool own_piece(const ProcessGroup& group, const char* op, const Tensor& whole, const Tensor& piece,
+               int64_t offset, const char* piece_role, const char* whole_role) {
+  if (whole.storage() != piece.storage() || piece.numel() == 0 || !whole.is_contiguous() ||
+      !piece.is_contiguous())
+    return false;
+  const auto* w = static_cast<const char*>(whole.raw_data());
+  const auto* p = static_cast<const char*>(piece.raw_data());
+  const auto esize = static_cast<std::ptrdiff_t>(dtype_size(whole.dtype()));
+  if (p == w + offset * esize) return true;
+  if (p < w + static_cast<std::ptrdiff_t>(whole.nbytes()) &&
+      w < p + static_cast<std::ptrdiff_t>(piece.nbytes())) {
+    throw ValueError(std::string(op) + " on '" + group.name() + "': the " + piece_role +
+                     " shares the " + whole_role + "'s memory but is not rank " +
+                     std::to_string(group.rank()) + "'s piece of it (in place, the " + piece_role +
+                     " must be exactly " + whole_role + " elements [" + std::to_string(offset) +
+                     ", " + std::to_string(offset + piece.numel()) + "))");
+  }
+  return false;
+}
+
 }  // namespace
 
 bool check_all_gather(const ProcessGroup& group, const Tensor& input, const Tensor& output) {
@@ -62,43 +86,13 @@ bool check_all_gather(const ProcessGroup& group, const Tensor& input, const Tens
                      std::to_string(input.numel() * group.size()) +
                      " (pieces of different sizes go through all_gather_uneven)");
   }
-  // (Strided views sharing memory are left to the groups that take them,
-  // which gather from a contiguous copy.)
-  if (input.storage() != output.storage() || input.numel() == 0 || !input.is_contiguous() ||
-      !output.is_contiguous())
-    return false;
-  const auto* in = static_cast<const char*>(input.raw_data());
-  const auto* out = static_cast<const char*>(output.raw_data());
-  const auto piece = static_cast<std::ptrdiff_t>(input.nbytes());
-  if (in == out + group.rank() * piece) return true;
-  if (in < out + static_cast<std::ptrdiff_t>(output.nbytes()) && out < in + piece) {
-    throw ValueError("all_gather on '" + group.name() + "': the input shares the output's memory " +
-                     "but is not rank " + std::to_string(group.rank()) +
-                     "'s piece of it (in place, the input must be exactly output elements [" +
-                     std::to_string(group.rank() * input.numel()) + ", " +
-                     std::to_string((group.rank() + 1) * input.numel()) + "))");
-  }
-  return false;
+  return own_piece(group, "all_gather", output, input, group.rank() * input.numel(), "input",
+                   "output");
 }
 
 bool reduce_scatter_in_place(const ProcessGroup& group, const Tensor& input, const Tensor& output,
-                             int64_t offset, int64_t count) {
-  if (input.storage() != output.storage() || count == 0 || !input.is_contiguous() ||
-      !output.is_contiguous())
-    return false;
-  const auto* in = static_cast<const char*>(input.raw_data());
-  const auto* out = static_cast<const char*>(output.raw_data());
-  const auto esize = static_cast<std::ptrdiff_t>(dtype_size(input.dtype()));
-  if (out == in + offset * esize) return true;
-  if (out < in + static_cast<std::ptrdiff_t>(input.nbytes()) &&
-      in < out + static_cast<std::ptrdiff_t>(output.nbytes())) {
-    throw ValueError("reduce_scatter on '" + group.name() +
-                     "': the output shares the input's memory but is not rank " +
-                     std::to_string(group.rank()) +
-                     "'s piece of it (in place, the output must be exactly input elements [" +
-                     std::to_string(offset) + ", " + std::to_string(offset + count) + "))");
-  }
-  return false;
+                             int64_t offset) {
+  return own_piece(group, "reduce_scatter", input, output, offset, "output", "input");
 }
 
 void check_all_gather_uneven(const ProcessGroup& group, const Tensor& input, const Tensor& output,

@@ -34,12 +34,12 @@ void check_call_headers(const ProcessGroup& group, const char* op, const std::ve
 bool check_all_gather(const ProcessGroup& group, const Tensor& input, const Tensor& output);
 void check_all_gather_uneven(const ProcessGroup& group, const Tensor& input, const Tensor& output,
                              const std::vector<int64_t>& counts);
-// Whether a reduce_scatter is in place: output is input's own piece, the
-// `count` elements from element `offset` (this rank's rows), in the same
-// memory. An output sharing input's memory anywhere else is a ValueError
-// naming the piece expected.
+// Whether a reduce_scatter is in place: output is input's own piece, its
+// elements from `offset` (this rank's rows), in the same memory. An output
+// sharing input's memory anywhere else is a ValueError naming the piece
+// expected.
 bool reduce_scatter_in_place(const ProcessGroup& group, const Tensor& input, const Tensor& output,
-                             int64_t offset, int64_t count);
+                             int64_t offset);
 // Validate mode's extra header word for all_gather_uneven: a digest of the
 // counts, so that ranks passing different counts disagree.
 int64_t counts_digest(const std::vector<int64_t>& counts);

@@ -274,8 +274,7 @@ WorkPtr MpiProcessGroup::reduce_scatter(const Tensor& input, Tensor& output, Red
   // In place (output is input's own piece): MPI_IN_PLACE reduces the input
   // buffer itself and leaves this rank's result at its start, moved to the
   // piece afterwards. (bf16/f16 reduce f32 copies: nothing aliases there.)
-  const bool in_place =
-      reduce_scatter_in_place(*this, input, output, offset, rows[rank_] * row) && !half;
+  const bool in_place = reduce_scatter_in_place(*this, input, output, offset) && !half;
   Tensor in = half ? to_f32(input) : input;
   Tensor out = half       ? empty(output.shape(), DType::F32)
                : in_place ? make_view(input, output.shape(), contiguous_strides(output.shape()),
@@ -292,9 +291,7 @@ WorkPtr MpiProcessGroup::reduce_scatter(const Tensor& input, Tensor& output, Red
   const int size = size_;
   auto done = [in, out, target, op, size]() mutable {
     if (op == ReduceOp::Avg) backend_for(DeviceType::CPU).affine(out, 1.0 / size, 0.0, out);
-    if (out.same(target) ||
-        (out.storage() == target.storage() && out.raw_data() == target.raw_data()))
-      return;
+    if (out.storage() == target.storage() && out.raw_data() == target.raw_data()) return;
     // (The result at the input's start may overlap this rank's piece when
     // the pieces are uneven: through a copy then.)
     const auto* a = static_cast<const char*>(out.raw_data());

@@ -327,7 +327,7 @@ class NcclProcessGroup final : public ProcessGroup,
     // In place when output is input's own piece (NCCL's rule for both the
     // reduce-scatter and, for uneven pieces, the reduce to this rank); any
     // other overlap is an error.
-    detail::reduce_scatter_in_place(*this, input, output, offset, rows[rank_] * row);
+    detail::reduce_scatter_in_place(*this, input, output, offset);
     const bool half = is_half(input.dtype());
     Tensor in = half ? cast(input, DType::F32).detach() : input;
     Tensor out = half ? empty(output.shape(), DType::F32, output.device()) : output;

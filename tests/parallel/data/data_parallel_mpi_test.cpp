@@ -134,16 +134,22 @@ TEST(DataParallel, BucketsStartDuringBackwardAndZeroShardsTheState) {
   }
 }
 
+// Four parameters of odd sizes (a reducer with 256-byte buckets cuts them
+// into several buckets).
+std::vector<std::pair<std::string, Tensor>> small_params() {
+  std::vector<std::pair<std::string, Tensor>> params;
+  for (const auto& [name, shape] : std::vector<std::pair<std::string, Shape>>{
+           {"a", {37, 5}}, {"b", {101}}, {"c", {8, 9}}, {"d", {300}}})
+    params.push_back({name, zeros(shape).set_requires_grad(true)});
+  return params;
+}
+
 // ZeRO-1 gathers the parameters in place: each rank's updated piece of a
 // bucket is already where the gathered bucket keeps it, so no tensor is
 // allocated for the gather, and every rank ends with every owner's values.
 TEST(DataParallel, ZeroOneGathersTheParametersInPlace) {
   const int dp = g_world->size(), me = g_world->rank();
-  std::vector<std::pair<std::string, Tensor>> params;
-  for (const auto& [name, shape] : std::vector<std::pair<std::string, Shape>>{
-           {"a", {37, 5}}, {"b", {101}}, {"c", {8, 9}}, {"d", {300}}})
-    params.push_back({name, zeros(shape).set_requires_grad(true)});
-  dp::GradientReducer r(params, g_world, 256.0, true);  // 64 elements: several buckets
+  dp::GradientReducer r(small_params(), g_world, 256.0, true);  // 64 elements: several buckets
   ASSERT_GT(r.num_buckets(), 2);
   // Each rank writes (its rank + 1) into its own pieces.
   for (const auto& seg : r.shard_segments()) {
@@ -175,11 +181,7 @@ TEST(DataParallel, ZeroOneGathersTheParametersInPlace) {
 // lands where the optimizer reads it, with no tensor allocated for it.
 TEST(DataParallel, ZeroOneReduceScattersTheGradientsInPlace) {
   const int dp = g_world->size(), me = g_world->rank();
-  std::vector<std::pair<std::string, Tensor>> params;
-  for (const auto& [name, shape] : std::vector<std::pair<std::string, Shape>>{
-           {"a", {37, 5}}, {"b", {101}}, {"c", {8, 9}}, {"d", {300}}})
-    params.push_back({name, zeros(shape).set_requires_grad(true)});
-  dp::GradientReducer r(params, g_world, 256.0, true);
+  dp::GradientReducer r(small_params(), g_world, 256.0, true);
   ASSERT_GT(r.num_buckets(), 2);
   // Rank m's gradient element i is (m + 1) * (i % 11 + 1): the average is
   // (dp + 1) / 2 times (i % 11 + 1).
