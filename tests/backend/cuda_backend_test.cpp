@@ -1801,43 +1801,122 @@ TEST(CudaTraining, Bf16GradientsFollowF32AtGpt2Shapes) {
   }
 }
 
+// Each parameter as f32 on the host, by name (a trainer's weights at one
+// point of its run).
+using WeightSnapshot = std::vector<std::pair<std::string, std::vector<float>>>;
+WeightSnapshot snapshot_weights(const train::Trainer& t) {
+  WeightSnapshot out;
+  for (const auto& [name, p] : t.full_state_dict()) {
+    const std::vector<double> v = to_double_vector(p);
+    out.emplace_back(name, std::vector<float>(v.begin(), v.end()));
+  }
+  return out;
+}
+
+// How each parameter moved in two runs from the same start: the cosine
+// between their updates (end minus start) and the ratio of the updates'
+// lengths (b's over a's), lowest cosines first. A parameter whose gradient
+// one run gets wrong moves elsewhere in that run while the others follow.
+struct UpdateAgreement {
+  std::string name;
+  double cosine = 1, length_ratio = 1;
+};
+std::vector<UpdateAgreement> update_agreement(const WeightSnapshot& a0, const WeightSnapshot& a1,
+                                              const WeightSnapshot& b0, const WeightSnapshot& b1) {
+  std::vector<UpdateAgreement> out;
+  for (size_t i = 0; i < a0.size(); ++i) {
+    const std::vector<float>&wa0 = a0[i].second, &wa1 = a1.at(i).second;
+    const std::vector<float>&wb0 = b0.at(i).second, &wb1 = b1.at(i).second;
+    double dot = 0, aa = 0, bb = 0;
+    for (size_t j = 0; j < wa0.size(); ++j) {
+      const double da = double(wa1.at(j)) - wa0[j], db = double(wb1.at(j)) - wb0.at(j);
+      dot += da * db, aa += da * da, bb += db * db;
+    }
+    out.push_back(
+        {a0[i].first, dot / std::sqrt(aa * bb + 1e-300), std::sqrt(bb) / std::sqrt(aa + 1e-300)});
+  }
+  std::sort(out.begin(), out.end(),
+            [](const UpdateAgreement& x, const UpdateAgreement& y) { return x.cosine < y.cosine; });
+  return out;
+}
+
+// bf16 training of a GPT-2 124M-shaped model against the same run in fp32
+// (on the simulator a small model, so that the test's variants and notes
+// run in every CUDA build before a GPU session depends on them).
 TEST(CudaTraining, Bf16Gpt2SmallTracksFp32For50Steps) {
-  if (kOnSimulator) GTEST_SKIP() << "GPT-2 124M for 100 steps takes hours on the CPU simulator";
   testing::TempDir dir;
-  const std::string model =
-      "{n_layer: 12, n_head: 12, d_model: 768, vocab_size: 50257, seq_len: 1024}";
+  struct Shape {
+    int64_t n_layer, n_head, d_model, vocab_size, seq_len;
+  };
+  const Shape shape = kOnSimulator ? Shape{2, 2, 32, 128, 32} : Shape{12, 12, 768, 50257, 1024};
+  const int data_vocab = kOnSimulator ? 128 : 50000;
+  auto model = [&](const std::string& attention) {
+    return "{n_layer: " + std::to_string(shape.n_layer) +
+           ", n_head: " + std::to_string(shape.n_head) +
+           ", d_model: " + std::to_string(shape.d_model) +
+           ", vocab_size: " + std::to_string(shape.vocab_size) +
+           ", seq_len: " + std::to_string(shape.seq_len) + ", attention_kernel: " + attention + "}";
+  };
   struct Run {
     std::vector<double> loss, norm;
     std::vector<bool> skipped;
+    WeightSnapshot start, end;
   };
-  auto train = [&](const std::string& precision, const std::string& tag) {
-    train::Trainer t(train_config(dir, model, "cuda", precision, 50, 4, 50000, tag));
+  auto train = [&](const std::string& precision, const std::string& attention,
+                   const std::string& tag) {
+    train::Trainer t(
+        train_config(dir, model(attention), "cuda", precision, 50, 4, data_vocab, tag));
     Run r;
+    r.start = snapshot_weights(t);
     for (int64_t k = 0; k < 50; ++k) {
       const train::StepMetrics m = t.step(k);
       r.loss.push_back(m.loss);
       r.norm.push_back(m.grad_norm);
       r.skipped.push_back(m.skipped);
     }
+    r.end = snapshot_weights(t);
     return r;
   };
-  const Run a = train("fp32", "");
-  // bf16 as it trains by default, then with each of cuBLASLt's liberties
-  // taken away (cuda::GemmSettings) and through the SIMT attention instead
-  // of the tensor-core one: when the default fails, the variants that pass
-  // name the cause.
-  std::vector<GemmVariant> variants = gemm_variants();
-  variants.push_back({"simt attention", {}});
+  const Run a = train("fp32", "auto", "");
+  // bf16 as it trains by default (the attention the trainer times fastest),
+  // then with each of cuBLASLt's liberties taken away (cuda::GemmSettings),
+  // and through each attention kernel: when the default fails, the variants
+  // that pass name the cause.
+  struct Variant {
+    std::string name;
+    cuda::GemmSettings gemm;
+    cuda::AttentionKernel attention = cuda::AttentionKernel::Auto;
+  };
+  std::vector<Variant> variants;
+  for (const GemmVariant& g : gemm_variants()) variants.push_back({g.name, g.settings});
+  for (cuda::AttentionKernel k : {cuda::AttentionKernel::TensorCore, cuda::AttentionKernel::Simt,
+                                  cuda::AttentionKernel::Cudnn}) {
+    variants.push_back({std::string(cuda::attention_kernel_name(k)) + " attention", {}, k});
+  }
   const GemmSettingsScope restore;
   for (size_t v = 0; v < variants.size(); ++v) {
-    SCOPED_TRACE("bf16, " + variants[v].name);
-    cuda::set_gemm_settings(variants[v].settings);
-    struct AttentionScope {  // Auto again however the run ends
-      ~AttentionScope() { cuda::set_attention_kernel(cuda::AttentionKernel::Auto); }
-    } attention;
-    if (variants[v].name == "simt attention")
-      cuda::set_attention_kernel(cuda::AttentionKernel::Simt);
-    const Run b = train("bf16", std::string("_variant") + std::to_string(v));
+    const Variant& variant = variants[v];
+    SCOPED_TRACE("bf16, " + variant.name);
+    const std::string why = cuda::attention_kernel_unavailable(
+        variant.attention, DType::BF16, shape.seq_len, shape.d_model, shape.n_head);
+    if (!why.empty()) {
+      std::printf("[ note ] bf16, %s: not run (%s)\n", variant.name.c_str(), why.c_str());
+      continue;
+    }
+    cuda::set_gemm_settings(variant.gemm);
+    const std::string attention = variant.attention == cuda::AttentionKernel::Auto
+                                      ? "auto"
+                                      : cuda::attention_kernel_name(variant.attention);
+    const Run b = train("bf16", attention, "_variant" + std::to_string(v));
+    std::string ran = attention;
+    cuda::AttentionChoice chosen;  // what auto took, when it had a choice
+    chosen.dtype = DType::BF16, chosen.batch = 4, chosen.seq_len = shape.seq_len;
+    chosen.d_model = shape.d_model, chosen.n_head = shape.n_head;
+    if (attention == "auto" && cuda::find_attention_choice(chosen))
+      ran += chosen.cudnn ? " (cudnn)" : " (triad)";
+    // Both runs start from the same weights (bf16's rounded from them).
+    ASSERT_EQ(b.start.size(), a.start.size());
+    for (size_t i = 0; i < a.start.size(); ++i) ASSERT_EQ(b.start[i].first, a.start[i].first);
     std::string table = "step  f32 loss (grad norm)  bf16 loss (grad norm)\n";
     for (size_t k = 0; k < a.loss.size(); ++k) {
       char line[128];
@@ -1846,6 +1925,18 @@ TEST(CudaTraining, Bf16Gpt2SmallTracksFp32For50Steps) {
                     b.skipped[k] ? " skipped" : "");
       table += line;
     }
+    // Where the two runs' weights went, parameter by parameter: the
+    // parameters whose 50 updates agree least with fp32's.
+    const std::vector<UpdateAgreement> moved = update_agreement(a.start, a.end, b.start, b.end);
+    std::string least = "";
+    for (size_t i = 0; i < std::min<size_t>(5, moved.size()); ++i) {
+      char item[160];
+      std::snprintf(item, sizeof item, "%s%s %.3f (length x%.2f)", i ? ", " : "",
+                    moved[i].name.c_str(), moved[i].cosine, moved[i].length_ratio);
+      least += item;
+    }
+    std::printf("[ note ] bf16, %s: attention %s; update cosines with f32, lowest: %s\n",
+                variant.name.c_str(), ran.c_str(), least.c_str());
     SCOPED_TRACE(table);
     // Stated tolerance, from the same two runs on the CPU (2026-11-22, in
     // docs/benchmarks.md): the first 8 steps, before the two runs'
@@ -1855,7 +1946,7 @@ TEST(CudaTraining, Bf16Gpt2SmallTracksFp32For50Steps) {
     // 0.25 in single steps (the CPU's bf16 and fp32 runs do) while their
     // means over steps 11-50 agree within 0.1 (CPU, steps 11-30: 0.03). And
     // bf16 learns: its last 10 steps average at least 0.2 below its first 5
-    // (CPU: 0.43).
+    // (CPU: 0.43; the simulator's small model, 0.22, is held to 0.1).
     auto mean = [](const std::vector<double>& x, size_t from, size_t to) {
       double sum = 0;
       for (size_t k = from; k < to; ++k) sum += x[k];
@@ -1866,12 +1957,13 @@ TEST(CudaTraining, Bf16Gpt2SmallTracksFp32For50Steps) {
     std::printf(
         "[ note ] bf16, %s: first 8 steps within %.4f%%, mean over steps 11-50 %.4f (f32 %.4f), "
         "last 10 %.4f vs first 5 %.4f\n",
-        variants[v].name.c_str(), 100 * early, mean(b.loss, 10, 50), mean(a.loss, 10, 50),
+        variant.name.c_str(), 100 * early, mean(b.loss, 10, 50), mean(a.loss, 10, 50),
         mean(b.loss, 40, 50), mean(b.loss, 0, 5));
     for (size_t k = 0; k < 8; ++k)
       EXPECT_NEAR(b.loss[k], a.loss[k], 0.0025 * a.loss[k]) << "step " << k;
     EXPECT_NEAR(mean(b.loss, 10, 50), mean(a.loss, 10, 50), 0.1) << "mean loss over steps 11-50";
-    EXPECT_LT(mean(b.loss, 40, 50), mean(b.loss, 0, 5) - 0.2) << "bf16's progress";
+    const double progress = kOnSimulator ? 0.1 : 0.2;
+    EXPECT_LT(mean(b.loss, 40, 50), mean(b.loss, 0, 5) - progress) << "bf16's progress";
   }
 }
 
