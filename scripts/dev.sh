@@ -3,6 +3,7 @@
 #   scripts/dev.sh train   install what is missing, build, train configs/gpt_tiny_3d.yaml on 8 ranks
 #   scripts/dev.sh test    install what is missing, build, run the whole test suite
 # Also: scripts/dev.sh train1 (the same model in one process) | deps | build | bench
+#   | sanitize (AddressSanitizer and UBSan build in build-asan, CPU only, every suite)
 # Environment: BUILD_DIR (default build), TRIAD_CMAKE_ARGS (extra cmake flags).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -73,8 +74,24 @@ case "${1:-}" in
     deps; build
     benchmarks/run_cpu_benchmarks.sh "$BUILD_DIR"
     ;;
+  sanitize)
+    # Every suite under AddressSanitizer and UBSan (any finding fails its
+    # test). CPU only: the CUDA simulator switches stacks under ASan's feet.
+    # Not part of `test` (on 2 cores the build alone takes about 15 minutes).
+    deps
+    BUILD_DIR=${BUILD_DIR_ASAN:-build-asan}
+    flags="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
+    # shellcheck disable=SC2086
+    cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DTRIAD_WITH_CUDA=OFF \
+      -DCMAKE_CXX_FLAGS="-O1 -g $flags" -DCMAKE_EXE_LINKER_FLAGS="$flags" \
+      -DCMAKE_SHARED_LINKER_FLAGS="$flags" ${TRIAD_CMAKE_ARGS:-}
+    cmake --build "$BUILD_DIR" -j "$JOBS"
+    # (Leak checking off: MPI and OpenMP keep their allocations to exit.)
+    ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=print_stacktrace=1 \
+      ctest --test-dir "$BUILD_DIR" --output-on-failure -j "$JOBS" --timeout 1800
+    ;;
   *)
-    echo "usage: $0 train|train1|test|deps|build|bench" >&2
+    echo "usage: $0 train|train1|test|deps|build|bench|sanitize" >&2
     exit 2
     ;;
 esac

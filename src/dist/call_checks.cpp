@@ -15,9 +15,10 @@ std::string describe_call(const ProcessGroup& group, const std::string& where,
 }
 
 std::array<int64_t, kHeaderWords> call_header(const char* op, const Tensor& t, int64_t extra) {
-  int64_t op_code = 0;
-  for (const char* c = op; *c; ++c) op_code = op_code * 131 + *c;
-  return {op_code % 1000003, static_cast<int64_t>(t.dtype()), t.numel(), extra};
+  uint64_t op_code = 0;  // (unsigned: a long name wraps instead of overflowing)
+  for (const char* c = op; *c; ++c) op_code = op_code * 131 + static_cast<unsigned char>(*c);
+  return {static_cast<int64_t>(op_code % 1000003), static_cast<int64_t>(t.dtype()), t.numel(),
+          extra};
 }
 
 void check_call_headers(const ProcessGroup& group, const char* op,

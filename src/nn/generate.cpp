@@ -89,7 +89,7 @@ std::vector<int64_t> generate(const Gpt& model, const std::vector<int64_t>& prom
   std::vector<int64_t> tokens = prompt, out;
   std::unique_ptr<KvCache> cache;
   if (o.kv_cache && o.max_new_tokens > 0) {
-    const Tensor& w = model.named_parameters().front().second;
+    const Tensor w = model.named_parameters().front().second;  // (a copy: the list is a temporary)
     cache = std::make_unique<KvCache>(cfg, 1, w.dtype(), w.device());
   }
   for (int64_t step = 0; step < o.max_new_tokens; ++step) {
