@@ -30,8 +30,8 @@
 # One device call may run 10 minutes. When the whole script may not fit,
 # split it over two calls made within the machine's warm period (the build
 # directory stays there while it is warm):
-#   STAGES="build tests kernels" benchmarks/gpu/run_all.sh
-#   STAGES="nccl train" benchmarks/gpu/run_all.sh
+#   STAGES="build tests" benchmarks/gpu/run_all.sh
+#   STAGES="kernels nccl train" benchmarks/gpu/run_all.sh
 #
 # On the lent H200 (the device tool), whose image has CUDA, CMake, ninja and
 # PyTorch but not Triad's libraries: run scripts/gpu_deps.sh here once, then
