@@ -89,6 +89,19 @@ case "${1:-}" in
     # (Leak checking off: MPI and OpenMP keep their allocations to exit.)
     ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=print_stacktrace=1 \
       ctest --test-dir "$BUILD_DIR" --output-on-failure -j "$JOBS" --timeout 1800
+    # SANITIZE_SIM=1: also the CUDA backend's kernels and host code on the
+    # simulator under UBSan alone (build-ubsan-sim, CTest label sim).
+    if [ "${SANITIZE_SIM:-0}" = 1 ]; then
+      sim_dir=${BUILD_DIR_UBSAN_SIM:-build-ubsan-sim}
+      flags="-fsanitize=undefined -fno-sanitize-recover=undefined"
+      # shellcheck disable=SC2086
+      cmake -S . -B "$sim_dir" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DTRIAD_WITH_CUDA=ON \
+        -DCMAKE_CXX_FLAGS="-O1 -g $flags" -DCMAKE_EXE_LINKER_FLAGS="$flags" \
+        -DCMAKE_SHARED_LINKER_FLAGS="$flags" ${TRIAD_CMAKE_ARGS:-}
+      cmake --build "$sim_dir" -j "$JOBS"
+      UBSAN_OPTIONS=print_stacktrace=1 \
+        ctest --test-dir "$sim_dir" -L sim --output-on-failure -j "$JOBS" --timeout 3600
+    fi
     ;;
   *)
     echo "usage: $0 train|train1|test|deps|build|bench|sanitize" >&2
