@@ -1904,9 +1904,7 @@ TEST(CudaTraining, Bf16Gpt2SmallTracksFp32For50Steps) {
       continue;
     }
     cuda::set_gemm_settings(variant.gemm);
-    const std::string attention = variant.attention == cuda::AttentionKernel::Auto
-                                      ? "auto"
-                                      : cuda::attention_kernel_name(variant.attention);
+    const std::string attention = cuda::attention_kernel_name(variant.attention);
     const Run b = train("bf16", attention, "_variant" + std::to_string(v));
     std::string ran = attention;
     cuda::AttentionChoice chosen;  // what auto took, when it had a choice
