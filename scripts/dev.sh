@@ -48,6 +48,19 @@ tiny_data() {
   fi
 }
 
+# sanitized DIR CUDA FLAGS [CTEST ARGS...]: a Debug build in DIR with the
+# sanitizer FLAGS (TRIAD_WITH_CUDA=CUDA), then its tests.
+sanitized() {
+  local dir=$1 cuda=$2 flags=$3
+  # shellcheck disable=SC2086
+  cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DTRIAD_WITH_CUDA="$cuda" \
+    -DCMAKE_CXX_FLAGS="-O1 -g $flags" -DCMAKE_EXE_LINKER_FLAGS="$flags" \
+    -DCMAKE_SHARED_LINKER_FLAGS="$flags" ${TRIAD_CMAKE_ARGS:-}
+  cmake --build "$dir" -j "$JOBS"
+  UBSAN_OPTIONS=print_stacktrace=1 \
+    ctest --test-dir "$dir" --output-on-failure -j "$JOBS" --timeout 3600 "${@:4}"
+}
+
 case "${1:-}" in
   deps) deps ;;
   build) deps; build ;;
@@ -79,28 +92,14 @@ case "${1:-}" in
     # test). CPU only: the CUDA simulator switches stacks under ASan's feet.
     # Not part of `test` (on 2 cores the build alone takes about 15 minutes).
     deps
-    BUILD_DIR=${BUILD_DIR_ASAN:-build-asan}
-    flags="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
-    # shellcheck disable=SC2086
-    cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DTRIAD_WITH_CUDA=OFF \
-      -DCMAKE_CXX_FLAGS="-O1 -g $flags" -DCMAKE_EXE_LINKER_FLAGS="$flags" \
-      -DCMAKE_SHARED_LINKER_FLAGS="$flags" ${TRIAD_CMAKE_ARGS:-}
-    cmake --build "$BUILD_DIR" -j "$JOBS"
     # (Leak checking off: MPI and OpenMP keep their allocations to exit.)
-    ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=print_stacktrace=1 \
-      ctest --test-dir "$BUILD_DIR" --output-on-failure -j "$JOBS" --timeout 1800
+    ASAN_OPTIONS=detect_leaks=0 sanitized "${BUILD_DIR_ASAN:-build-asan}" OFF \
+      "-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
     # SANITIZE_SIM=1: also the CUDA backend's kernels and host code on the
-    # simulator under UBSan alone (build-ubsan-sim, CTest label sim).
+    # simulator under UBSan alone (CTest label sim).
     if [ "${SANITIZE_SIM:-0}" = 1 ]; then
-      sim_dir=${BUILD_DIR_UBSAN_SIM:-build-ubsan-sim}
-      flags="-fsanitize=undefined -fno-sanitize-recover=undefined"
-      # shellcheck disable=SC2086
-      cmake -S . -B "$sim_dir" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DTRIAD_WITH_CUDA=ON \
-        -DCMAKE_CXX_FLAGS="-O1 -g $flags" -DCMAKE_EXE_LINKER_FLAGS="$flags" \
-        -DCMAKE_SHARED_LINKER_FLAGS="$flags" ${TRIAD_CMAKE_ARGS:-}
-      cmake --build "$sim_dir" -j "$JOBS"
-      UBSAN_OPTIONS=print_stacktrace=1 \
-        ctest --test-dir "$sim_dir" -L sim --output-on-failure -j "$JOBS" --timeout 3600
+      sanitized "${BUILD_DIR_UBSAN_SIM:-build-ubsan-sim}" ON \
+        "-fsanitize=undefined -fno-sanitize-recover=undefined" -L sim
     fi
     ;;
   *)
