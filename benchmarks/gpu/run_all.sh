@@ -134,7 +134,7 @@ if ! ctest --test-dir "$BUILD_DIR" -L gpu -V -j 1 --timeout 900 >"$gpu_log" 2>&1
   tests_failed=1
   grep -oE "\[  FAILED  \] [^ ]+" "$gpu_log" | sort -u
 fi
-grep -E "\[ note \] (bf16, |gemm |simt: |tensor_core: |cudnn: )" "$gpu_log" | sed 's/^[0-9]*: //'
+grep -E "\[ note \] (bf16, |gemm |verified |simt: |tensor_core: |cudnn: )" "$gpu_log" | sed 's/^[0-9]*: //'
 if [ "${tests_failed:-0}" = 1 ] && [ "${RERUN_FAILED:-1}" = 1 ]; then
   tests=$("$BUILD_DIR/tests/triad_gpu_tests" --gtest_list_tests 2>/dev/null |
     awk '/^[^ ]/ {suite=$1} /^  / {print suite $1}')

@@ -844,6 +844,11 @@ std::vector<StepMetrics> Trainer::run() {
                                   (par.vpp > 1 ? " (vpp " + std::to_string(par.vpp) + ")" : "")
                             : std::string());
   }
+  if (device_.is_cuda() && cuda::gemm_settings().verify) {
+    spdlog::warn(
+        "gemm verification is on (TRIAD_VERIFY_GEMMS=1): every product is checked against a "
+        "reference kernel and waited for, which makes training much slower");
+  }
   spdlog::info("device: {}; precision: {}{}", device_.str(), config_.train.precision,
                config_.train.precision == "fp32"
                    ? ""
@@ -934,6 +939,20 @@ std::vector<StepMetrics> Trainer::run() {
   }
   std::signal(SIGTERM, previous_term);
   std::signal(SIGINT, previous_int);
+  if (device_.is_cuda() && cuda::gemm_settings().verify) {
+    // Each rank reports its own products (a failure was logged when it happened).
+    const cuda::GemmVerification v = cuda::gemm_verification();
+    const std::string summary = fmt::format(
+        "gemm verification: {} products checked, {} failed, {} not checkable (f64); nearest its "
+        "tolerance: {:.3g} of {:.3g} ({})",
+        v.checked, v.failed, v.unchecked, v.worst.relative_error, v.worst.tolerance,
+        v.worst.problem);
+    if (v.failed > 0) {
+      spdlog::error("{}", summary);
+    } else {
+      spdlog::info("{}", summary);
+    }
+  }
   const std::string trace = trace_.merged_trace(world_);  // collective
   if (lead) {
     std::ofstream(config_.output_dir + "/trace.json") << trace;

@@ -405,10 +405,15 @@ TEST(CudaKernels, Gpt2TrainingGemmsMatchTheCpu) {
   // With cuBLASLt's liberties (the default), and with each of them taken
   // away (cuda::GemmSettings): if only some of these fail on a GPU, the
   // ones that pass name what goes wrong.
+  // Every product is also checked against the reference kernel
+  // (cuda::GemmSettings::verify), which names any that is wrong (on the
+  // simulator, where the reference is slow, in the default variant only).
   const GemmSettingsScope restore;
-  for (const GemmVariant& v : gemm_variants()) {
+  for (GemmVariant v : gemm_variants()) {
     SCOPED_TRACE(v.name);
+    v.settings.verify = !kOnSimulator || v.name == "gemm default";
     cuda::set_gemm_settings(v.settings);
+    cuda::reset_gemm_verification();
 #ifdef TRIAD_CUDA_SIM
     testing::mock_cublaslt::reset();
 #endif
@@ -428,6 +433,17 @@ TEST(CudaKernels, Gpt2TrainingGemmsMatchTheCpu) {
       std::printf("[ note ] %s, %s: relative errors %s\n", v.name.c_str(), cases[i].name.c_str(),
                   errors.c_str());
     }
+    const cuda::GemmVerification checked = cuda::gemm_verification();
+    if (v.settings.verify)
+      std::printf(
+          "[ note ] %s: %lld products verified, %lld failed%s%s; nearest its tolerance %.3g "
+          "of %.3g (%s)\n",
+          v.name.c_str(), static_cast<long long>(checked.checked),
+          static_cast<long long>(checked.failed), checked.failures.empty() ? "" : ", first: ",
+          checked.failures.empty() ? "" : checked.failures[0].problem.c_str(),
+          checked.worst.relative_error, checked.worst.tolerance, checked.worst.problem.c_str());
+    EXPECT_EQ(checked.checked > 0, v.settings.verify);
+    EXPECT_EQ(checked.failed, 0);
 #ifdef TRIAD_CUDA_SIM
     // Each switch does what it says to the calls cuBLASLt sees.
     const testing::mock_cublaslt::Counters n = testing::mock_cublaslt::counters();
@@ -436,6 +452,91 @@ TEST(CudaKernels, Gpt2TrainingGemmsMatchTheCpu) {
     EXPECT_EQ(n.compute_type_reduction_queries > 0, !v.settings.half_reduced_precision_reduction);
 #endif
   }
+}
+
+// cuda::GemmSettings::verify: every product the backend runs (plain,
+// transposed, batched, bias, bias + GELU with its kept input, GELU's
+// derivative, bf16 into an f32 accumulation) is checked against the
+// reference kernel and agrees with it; f64 products are counted as
+// unchecked. On the simulator a product made wrong by 3% (or NaN) is
+// caught and named.
+TEST(CudaKernels, VerifiedGemmsAgreeWithTheReference) {
+  const GemmSettingsScope restore;
+  cuda::GemmSettings settings;
+  settings.verify = true;
+  cuda::set_gemm_settings(settings);
+  std::vector<testing::OpCase> cases;
+  for (const testing::OpCase& c : testing::op_cases()) {
+    if (c.name.rfind("matmul", 0) == 0 || c.name.rfind("linear", 0) == 0 ||
+        c.name.rfind("mlp", 0) == 0)
+      cases.push_back(c);
+  }
+  ASSERT_GE(cases.size(), 6u);
+  auto run_all = [&] {
+    for (DType dtype : {DType::F32, DType::BF16, DType::F16}) {
+      for (const testing::OpCase& c : cases) run_case(c, dtype, kGpu);
+    }
+    // A bf16 weight gradient added into an f32 gradient (beta 1).
+    const Tensor dy = to_device(randn({48, 24}, 21, 1, 1.0, DType::BF16), kGpu);
+    const Tensor x = to_device(randn({48, 40}, 21, 2, 1.0, DType::BF16), kGpu);
+    Tensor acc = to_device(randn({24, 40}, 21, 3), kGpu);
+    backend_for(DeviceType::CUDA).gemm(dy, x, acc, true, false, 1.0, 1.0);
+  };
+  cuda::reset_gemm_verification();
+  run_all();
+  cuda::GemmVerification v = cuda::gemm_verification();
+  EXPECT_GT(v.checked, 3 * static_cast<int64_t>(cases.size()));
+  EXPECT_EQ(v.unchecked, 0);
+  EXPECT_EQ(v.failed, 0) << (v.failures.empty() ? "" : v.failures[0].problem);
+  EXPECT_FALSE(v.worst.problem.empty());
+  EXPECT_LE(v.worst.relative_error, v.worst.tolerance) << v.worst.problem;
+  std::printf("[ note ] verified %lld products; nearest its tolerance: %.3g of %.3g (%s)\n",
+              static_cast<long long>(v.checked), v.worst.relative_error, v.worst.tolerance,
+              v.worst.problem.c_str());
+  // f64 products run unchecked.
+  Tensor c64 = empty({5, 3}, DType::F64, kGpu);
+  backend_for(DeviceType::CUDA)
+      .gemm(to_device(randn({5, 4}, 22, 1, 1.0, DType::F64), kGpu),
+            to_device(randn({4, 3}, 22, 2, 1.0, DType::F64), kGpu), c64, false, false, 1.0, 0.0);
+  EXPECT_EQ(cuda::gemm_verification().unchecked, 1);
+  // Without verify nothing is recorded.
+  cuda::set_gemm_settings({});
+  cuda::reset_gemm_verification();
+  run_case(cases[0], DType::F32, kGpu);
+  EXPECT_EQ(cuda::gemm_verification().checked, 0);
+#ifdef TRIAD_CUDA_SIM
+  // A wrong product is caught, named, and recorded once per problem.
+  cuda::set_gemm_settings(settings);
+  for (double factor : {1.03, std::nan("")}) {
+    SCOPED_TRACE(factor);
+    cuda::reset_gemm_verification();
+    testing::mock_cublaslt::set_output_factor(factor);
+    run_all();
+    run_all();
+    testing::mock_cublaslt::reset();
+    v = cuda::gemm_verification();
+    // (After a NaN product, products of its NaN outputs have NaN references:
+    // those are not the product's fault and pass.)
+    if (factor == factor) {
+      EXPECT_EQ(v.failed, v.checked);
+    }
+    ASSERT_FALSE(v.failures.empty());
+    // Each problem ran at least twice and is listed once.
+    EXPECT_GE(v.failed, 2 * static_cast<int64_t>(v.failures.size()));
+    for (size_t i = 0; i < v.failures.size(); ++i)
+      for (size_t j = 0; j < i; ++j) EXPECT_NE(v.failures[i].problem, v.failures[j].problem);
+    const cuda::GemmCheck& f = v.failures[0];
+    EXPECT_TRUE(f.failed());
+    EXPECT_NE(f.problem.find("m "), std::string::npos) << f.problem;
+    EXPECT_NE(f.problem.find("epilogue"), std::string::npos) << f.problem;
+    if (factor == factor) {
+      EXPECT_NEAR(f.relative_error, 0.03, 0.01) << f.problem;
+      EXPECT_EQ(f.nonfinite, 0);
+    } else {
+      EXPECT_GT(f.nonfinite, 0);
+    }
+  }
+#endif
 }
 
 // The memory-bound kernels move 16 bytes per access where the data allows
@@ -1862,18 +1963,25 @@ TEST(CudaTraining, Bf16Gpt2SmallTracksFp32For50Steps) {
     std::vector<bool> skipped;
     WeightSnapshot start, end;
   };
+  // `verify`: the products of steps 1-3 and every fifth step are checked
+  // against the reference kernel (cuda::GemmSettings::verify).
   auto train = [&](const std::string& precision, const std::string& attention,
-                   const std::string& tag) {
+                   const std::string& tag, bool verify = false) {
     train::Trainer t(
         train_config(dir, model(attention), "cuda", precision, 50, 4, data_vocab, tag));
     Run r;
     r.start = snapshot_weights(t);
+    const cuda::GemmSettings settings = cuda::gemm_settings();
     for (int64_t k = 0; k < 50; ++k) {
+      cuda::GemmSettings step_settings = settings;
+      step_settings.verify = verify && (k < 3 || k % 5 == 4);
+      cuda::set_gemm_settings(step_settings);
       const train::StepMetrics m = t.step(k);
       r.loss.push_back(m.loss);
       r.norm.push_back(m.grad_norm);
       r.skipped.push_back(m.skipped);
     }
+    cuda::set_gemm_settings(settings);
     r.end = snapshot_weights(t);
     return r;
   };
@@ -1905,7 +2013,29 @@ TEST(CudaTraining, Bf16Gpt2SmallTracksFp32For50Steps) {
     }
     cuda::set_gemm_settings(variant.gemm);
     const std::string attention = cuda::attention_kernel_name(variant.attention);
-    const Run b = train("bf16", attention, "_variant" + std::to_string(v));
+    // The default run's products are verified on some steps: a wrong one is
+    // named by shape, layout and epilogue.
+    const bool verify = v == 0;
+    cuda::reset_gemm_verification();
+    const Run b = train("bf16", attention, "_variant" + std::to_string(v), verify);
+    if (verify) {
+      const cuda::GemmVerification checked = cuda::gemm_verification();
+      std::string failures;
+      for (const cuda::GemmCheck& f : checked.failures) {
+        char error[64];
+        std::snprintf(error, sizeof error, "; failed %.3g (%lld non-finite): ", f.relative_error,
+                      static_cast<long long>(f.nonfinite));
+        failures += error + f.problem;
+      }
+      std::printf(
+          "[ note ] bf16, %s: %lld products verified, %lld failed; nearest its tolerance "
+          "%.3g of %.3g (%s)%s\n",
+          variant.name.c_str(), static_cast<long long>(checked.checked),
+          static_cast<long long>(checked.failed), checked.worst.relative_error,
+          checked.worst.tolerance, checked.worst.problem.c_str(), failures.c_str());
+      EXPECT_GT(checked.checked, 0);
+      EXPECT_EQ(checked.failed, 0) << failures;
+    }
     std::string ran = attention;
     cuda::AttentionChoice chosen;  // what auto took, when it had a choice
     chosen.dtype = DType::BF16, chosen.batch = 4, chosen.seq_len = shape.seq_len;

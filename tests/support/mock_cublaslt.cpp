@@ -48,6 +48,7 @@ struct State {
   std::map<const void*, MatmulDesc> descs;
   std::map<const void*, uint32_t> reduction_masks;  // per preference
   bool no_algorithms = false;
+  double output_factor = 1;
   Counters counters;
   std::string error;
 };
@@ -165,10 +166,14 @@ Counters counters() {
 void reset() {
   state().counters = Counters{};
   state().no_algorithms = false;
+  state().output_factor = 1;
   state().error.clear();
 }
 void set_no_algorithms(bool none) {
   state().no_algorithms = none;
+}
+void set_output_factor(double factor) {
+  state().output_factor = factor;
 }
 std::string last_error() {
   return state().error;
@@ -359,6 +364,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t desc, con
   if (!aligned(la) || !aligned(lb) || !aligned(lc) || !aligned(ld)) ++s.counters.unaligned_matmuls;
   if (ta == CUDA_R_16BF || ta == CUDA_R_16F) ++s.counters.half_matmuls;
   if (md.epilogue != CUBLASLT_EPILOGUE_DEFAULT) ++s.counters.epilogue_matmuls;
+  const double factor = s.output_factor;
   triad_sim::enqueue(stream, [=] {
     std::vector<double> out(static_cast<size_t>(m * n));
     for (int32_t bi = 0; bi < ld.batch; ++bi) {
@@ -391,10 +397,10 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t desc, con
             v += mock::load(t, md.bias, i);
           }
           if (md.epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS) {
-            mock::store(t, md.aux, od + i + j * md.aux_ld, v);
+            mock::store(t, md.aux, od + i + j * md.aux_ld, v * factor);
             v = 0.5 * v * (1 + std::tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)));
           }
-          out[static_cast<size_t>(i + j * m)] = v;
+          out[static_cast<size_t>(i + j * m)] = v * factor;
         }
       for (int64_t j = 0; j < n; ++j)
         for (int64_t i = 0; i < m; ++i)

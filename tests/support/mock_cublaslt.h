@@ -25,6 +25,9 @@ Counters counters();
 void reset();
 // When set, heuristics find no algorithm (as for a layout cuBLASLt lacks).
 void set_no_algorithms(bool none);
+// Multiplies every product's output by `factor` (1 after reset()): a wrong
+// product, for the tests of cuda::GemmSettings::verify.
+void set_output_factor(double factor);
 std::string last_error();
 
 }  // namespace triad::testing::mock_cublaslt

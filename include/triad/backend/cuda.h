@@ -99,10 +99,41 @@ struct GemmSettings {
   // operands are widened to f32 and the product runs in f32 (no TF32),
   // rounded once: slower, for diagnosis.
   bool half_products = true;
+  // Every product is also computed by a plain reference kernel (f32 sums in
+  // order over k, the same epilogues) and compared with cuBLASLt's output:
+  // a product further from it than its output type allows is recorded
+  // (gemm_verification()) and logged, naming its shape, layouts, types and
+  // epilogue. Results are unchanged; each product then waits for the GPU and
+  // takes a slow second pass: for diagnosis. Starts on when the environment
+  // sets TRIAD_VERIFY_GEMMS=1.
+  bool verify = false;
   bool operator==(const GemmSettings&) const = default;
 };
 void set_gemm_settings(const GemmSettings& settings);
 GemmSettings gemm_settings();
+
+// One verified product (GemmSettings::verify): what it was, and how far its
+// output was from the reference, as ||out - ref|| / ||ref|| (relative_error)
+// against the tolerance of its output type.
+struct GemmCheck {
+  std::string problem;  // m, n, k, batch, layouts, types, epilogue, alpha, beta
+  double relative_error = 0;
+  double tolerance = 0;
+  double max_error = 0, max_reference = 0;  // largest |out - ref| and |ref|
+  int64_t nonfinite = 0;                    // outputs NaN or infinite where the reference is finite
+  bool failed() const { return nonfinite > 0 || !(relative_error <= tolerance); }
+};
+// What verification has seen since the last reset: products checked and
+// failed, products it could not check (f64), the check nearest its
+// tolerance or furthest past it (worst), and the first failure of each
+// distinct problem (at most 32).
+struct GemmVerification {
+  int64_t checked = 0, failed = 0, unchecked = 0;
+  GemmCheck worst;
+  std::vector<GemmCheck> failures;
+};
+GemmVerification gemm_verification();
+void reset_gemm_verification();
 
 // Auto's decision for one attention problem: Triad's kernels or cuDNN's,
 // and the times (forward + backward, ms) it rests on. Auto makes one per

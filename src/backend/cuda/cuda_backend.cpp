@@ -14,7 +14,9 @@
 
 #include "cublaslt_gemm.h"
 #include "cudnn_attention.h"
+#include "gemm_check_record.h"
 #include "gemm_plan.h"
+#include "gemm_verification.h"
 #include "kernels/adamw.h"
 #include "kernels/attention.h"
 #include "kernels/cross_entropy.h"
@@ -481,6 +483,22 @@ GemmReduction reduction_of(const cuda::GemmSettings& settings) {
 bool epilogues_allowed(const cuda::GemmSettings& settings, DType dtype) {
   return settings.epilogues && (!is_half(dtype) || settings.half_products);
 }
+// One cuBLASLt product on the device's stream; with `verify`
+// (cuda::GemmSettings::verify) checked against the reference kernel.
+void run_gemm(CudaBackend::DeviceState& s, const GemmPlan& plan, GemmTypes types, const void* a,
+              const void* b, void* c, double alpha, double beta, const GemmEpilogue& epilogue,
+              GemmReduction reduction, bool verify) {
+  if (!verify || !GemmProductCheck::checkable(types)) {
+    if (verify) record_gemm_unchecked();
+    s.gemm().run(plan, types, a, b, c, alpha, beta, s.stream, epilogue, reduction);
+    return;
+  }
+  Scratch scratch(s.allocator, GemmProductCheck::scratch_bytes(plan, epilogue));
+  GemmProductCheck check(plan, types, a, b, c, alpha, beta, epilogue, reduction, scratch.get(),
+                         s.stream);
+  s.gemm().run(plan, types, a, b, c, alpha, beta, s.stream, epilogue, reduction);
+  check.finish();
+}
 }  // namespace
 
 void CudaBackend::gemm(const Tensor& a, const Tensor& b, Tensor& c, bool trans_a, bool trans_b,
@@ -521,8 +539,8 @@ void CudaBackend::gemm(const Tensor& a, const Tensor& b, Tensor& c, bool trans_a
     // (The f32 copies of a and b, and of a half c, are contiguous.)
     const GemmPlan plan32 = plan_gemm(a.shape(), b.shape(), c.shape(), trans_a, trans_b,
                                       {0, 0, c32.is_contiguous() ? 0 : plan.out.ld});
-    s.gemm().run(plan32, DType::F32, a32.raw_data(), b32.raw_data(), c32.raw_data(), alpha, beta,
-                 s.stream);
+    run_gemm(s, plan32, DType::F32, a32.raw_data(), b32.raw_data(), c32.raw_data(), alpha, beta, {},
+             GemmReduction::Any, settings.verify);
     if (c.dtype() != DType::F32) copy(c32, c);
   };
   if (is_half(a.dtype()) && !settings.half_products) {
@@ -530,8 +548,8 @@ void CudaBackend::gemm(const Tensor& a, const Tensor& b, Tensor& c, bool trans_a
     return;
   }
   try {
-    s.gemm().run(plan, GemmTypes(a.dtype(), c.dtype()), a.raw_data(), b.raw_data(), c.raw_data(),
-                 alpha, beta, s.stream, {}, reduction_of(settings));
+    run_gemm(s, plan, GemmTypes(a.dtype(), c.dtype()), a.raw_data(), b.raw_data(), c.raw_data(),
+             alpha, beta, {}, reduction_of(settings), settings.verify);
   } catch (const NotSupportedError&) {
     // cuBLASLt has no half-precision algorithm for some layouts (odd leading
     // dimensions): run those in f32 and round once, rather than fail.
@@ -569,8 +587,8 @@ void CudaBackend::linear_forward(const Tensor& x, const Tensor& w, const Tensor&
   ep.bias = bias.raw_data();
   ep.gelu_input = gelu_input ? gelu_input->raw_data() : nullptr;
   try {
-    s.gemm().run(plan, y.dtype(), x.raw_data(), w.raw_data(), y.raw_data(), 1.0, 0.0, s.stream, ep,
-                 reduction_of(settings));
+    run_gemm(s, plan, y.dtype(), x.raw_data(), w.raw_data(), y.raw_data(), 1.0, 0.0, ep,
+             reduction_of(settings), settings.verify);
   } catch (const NotSupportedError&) {
     Backend::linear_forward(x, w, bias, y, gelu_input);
   }
@@ -597,8 +615,8 @@ void CudaBackend::gelu_linear_input_grad(const Tensor& dy, const Tensor& w, cons
   ep.kind = GemmEpilogue::Kind::DGelu;
   ep.gelu_input = pre.raw_data();
   try {
-    s.gemm().run(plan, dpre.dtype(), dy.raw_data(), w.raw_data(), dpre.raw_data(), 1.0, 0.0,
-                 s.stream, ep, reduction_of(settings));
+    run_gemm(s, plan, dpre.dtype(), dy.raw_data(), w.raw_data(), dpre.raw_data(), 1.0, 0.0, ep,
+             reduction_of(settings), settings.verify);
   } catch (const NotSupportedError&) {
     Backend::gelu_linear_input_grad(dy, w, pre, dpre);
   }

@@ -1,13 +1,31 @@
-// The process-wide GEMM settings (every build; only the CUDA backend reads
-// them).
+// The process-wide GEMM settings and the record of verified products (every
+// build; only the CUDA backend reads and writes them).
+#include <cstdlib>
+#include <cstring>
 #include <mutex>
 
+#include "gemm_check_record.h"
 #include "triad/backend/cuda.h"
 
 namespace triad::cuda {
 namespace {
 std::mutex g_mutex;
-GemmSettings g_settings;
+
+GemmSettings from_environment() {
+  GemmSettings s;
+  const char* verify = std::getenv("TRIAD_VERIFY_GEMMS");
+  s.verify = verify != nullptr && std::strcmp(verify, "1") == 0;
+  return s;
+}
+GemmSettings g_settings = from_environment();
+GemmVerification g_verification;
+constexpr size_t kMaxFailures = 32;
+
+// How far past (or short of) its tolerance a check is.
+double badness(const GemmCheck& c) {
+  if (c.nonfinite > 0 || !(c.relative_error == c.relative_error)) return 1e300;
+  return c.relative_error / c.tolerance;
+}
 }  // namespace
 
 void set_gemm_settings(const GemmSettings& settings) {
@@ -20,4 +38,37 @@ GemmSettings gemm_settings() {
   return g_settings;
 }
 
+GemmVerification gemm_verification() {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  return g_verification;
+}
+
+void reset_gemm_verification() {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  g_verification = {};
+}
+
 }  // namespace triad::cuda
+
+namespace triad::detail {
+
+bool record_gemm_check(const cuda::GemmCheck& check) {
+  using cuda::g_verification;
+  std::lock_guard<std::mutex> lock(cuda::g_mutex);
+  ++g_verification.checked;
+  if (g_verification.checked == 1 || cuda::badness(check) > cuda::badness(g_verification.worst))
+    g_verification.worst = check;
+  if (!check.failed()) return false;
+  ++g_verification.failed;
+  for (const cuda::GemmCheck& f : g_verification.failures)
+    if (f.problem == check.problem) return false;
+  if (g_verification.failures.size() < cuda::kMaxFailures) g_verification.failures.push_back(check);
+  return true;
+}
+
+void record_gemm_unchecked() {
+  std::lock_guard<std::mutex> lock(cuda::g_mutex);
+  ++cuda::g_verification.unchecked;
+}
+
+}  // namespace triad::detail
