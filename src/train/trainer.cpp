@@ -943,7 +943,7 @@ std::vector<StepMetrics> Trainer::run() {
     // Each rank reports its own products (a failure was logged when it happened).
     const cuda::GemmVerification v = cuda::gemm_verification();
     const std::string summary = fmt::format(
-        "gemm verification: {} products checked, {} failed, {} not checkable (f64); nearest its "
+        "gemm verification: {} products checked, {} failed, {} not checkable; nearest its "
         "tolerance: {:.3g} of {:.3g} ({})",
         v.checked, v.failed, v.unchecked, v.worst.relative_error, v.worst.tolerance,
         v.worst.problem);

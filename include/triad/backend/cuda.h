@@ -124,9 +124,9 @@ struct GemmCheck {
   bool failed() const { return nonfinite > 0 || !(relative_error <= tolerance); }
 };
 // What verification has seen since the last reset: products checked and
-// failed, products it could not check (f64), the check nearest its
-// tolerance or furthest past it (worst), and the first failure of each
-// distinct problem (at most 32).
+// failed, products it could not check (f64, or wider than its grid), the
+// check nearest its tolerance or furthest past it (worst), and the first
+// failure of each distinct problem (at most 32).
 struct GemmVerification {
   int64_t checked = 0, failed = 0, unchecked = 0;
   GemmCheck worst;

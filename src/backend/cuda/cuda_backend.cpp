@@ -488,7 +488,7 @@ bool epilogues_allowed(const cuda::GemmSettings& settings, DType dtype) {
 void run_gemm(CudaBackend::DeviceState& s, const GemmPlan& plan, GemmTypes types, const void* a,
               const void* b, void* c, double alpha, double beta, const GemmEpilogue& epilogue,
               GemmReduction reduction, bool verify) {
-  if (!verify || !GemmProductCheck::checkable(types)) {
+  if (!verify || !GemmProductCheck::checkable(plan, types)) {
     if (verify) record_gemm_unchecked();
     s.gemm().run(plan, types, a, b, c, alpha, beta, s.stream, epilogue, reduction);
     return;

@@ -130,8 +130,10 @@ size_t GemmProductCheck::scratch_bytes(const GemmPlan& plan, const GemmEpilogue&
   return reference_floats(plan, epilogue) * sizeof(float) + 2 * sizeof(k::GemmDiff);
 }
 
-bool GemmProductCheck::checkable(GemmTypes types) {
-  return types.inputs != DType::F64 && types.output != DType::F64;
+bool GemmProductCheck::checkable(const GemmPlan& plan, GemmTypes types) {
+  // (The reference's grid: 16 x 16 tiles, at most 65535 in y and z.)
+  return types.inputs != DType::F64 && types.output != DType::F64 && plan.batch <= 65535 &&
+         (plan.n + 15) / 16 <= 65535;
 }
 
 GemmProductCheck::GemmProductCheck(const GemmPlan& plan, GemmTypes types, const void* a,

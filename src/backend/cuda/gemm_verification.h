@@ -19,8 +19,9 @@ class GemmProductCheck {
  public:
   // Device scratch a check of this product needs.
   static size_t scratch_bytes(const GemmPlan& plan, const GemmEpilogue& epilogue);
-  // Whether the reference can check products of these types (not f64).
-  static bool checkable(GemmTypes types);
+  // Whether the reference can check this product (not f64; n and the
+  // batch within its grid's limits).
+  static bool checkable(const GemmPlan& plan, GemmTypes types);
 
   // Queues the reference on `stream`; `scratch` holds scratch_bytes().
   GemmProductCheck(const GemmPlan& plan, GemmTypes types, const void* a, const void* b,
