@@ -2008,6 +2008,13 @@ TEST(CudaTraining, Bf16Gpt2SmallTracksFp32For50Steps) {
                                   cuda::AttentionKernel::Cudnn}) {
     variants.push_back({std::string(cuda::attention_kernel_name(k)) + " attention", {}, k});
   }
+  // Every liberty taken away at once (plain f32 products, Triad's bias and
+  // GELU, SIMT attention): if even this run fails, the fault is outside the
+  // GEMMs and the attention.
+  cuda::GemmSettings plain;
+  plain.epilogues = plain.half_reduced_precision_reduction = plain.half_products = false;
+  variants.push_back(
+      {"gemm in f32 without epilogues, simt attention", plain, cuda::AttentionKernel::Simt});
   const GemmSettingsScope restore;
   for (size_t v = 0; v < variants.size(); ++v) {
     const Variant& variant = variants[v];
