@@ -1993,6 +1993,69 @@ TEST(CudaTraining, Bf16Gpt2SmallTracksFp32For50Steps) {
     return r;
   };
   const Run a = train("fp32", "auto", "");
+  const nn::GptConfig gpt{.n_layer = shape.n_layer,
+                          .n_head = shape.n_head,
+                          .d_model = shape.d_model,
+                          .vocab_size = shape.vocab_size,
+                          .seq_len = shape.seq_len};
+  auto bf16_gradients_at = [&](const WeightSnapshot& weights) {
+    const int64_t T = gpt.seq_len;
+    std::vector<int64_t> tokens(static_cast<size_t>(T)), targets(tokens.size());
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      tokens[i] = static_cast<int64_t>((i * 7 + i / 13) % static_cast<size_t>(data_vocab));
+      targets[i] = static_cast<int64_t>(((i + 1) * 7 + (i + 1) / 13) % data_vocab);
+    }
+    auto gradients = [&](Device device) {
+      nn::Gpt model(gpt, 1);
+      nn::StateDict state;
+      for (const auto& [name, p] : model.named_parameters()) {
+        const auto it = std::find_if(weights.begin(), weights.end(),
+                                     [&](const auto& w) { return w.first == name; });
+        EXPECT_NE(it, weights.end()) << name;
+        if (it != weights.end()) state[name] = from_vector(it->second, p.shape());
+      }
+      model.load_state_dict(state);
+      model.to(device);
+      model.to(DType::BF16);
+      Tensor loss = model.loss(to_device(from_vector(tokens, {1, T}, DType::I64), device),
+                               to_device(from_vector(targets, {1, T}, DType::I64), device));
+      const double value = item(loss);
+      autograd::backward({loss});
+      std::vector<std::pair<std::string, std::vector<double>>> out;
+      out.emplace_back("loss", std::vector<double>{value});
+      for (auto& [name, p] : model.named_parameters())
+        out.emplace_back(name, to_double_vector(p.grad()));
+      return out;
+    };
+    const auto cpu = gradients(Device::cpu()), gpu = gradients(kGpu);
+    ASSERT_EQ(cpu.size(), gpu.size());
+    std::vector<std::pair<double, std::string>> cosines;
+    for (size_t i = 1; i < cpu.size(); ++i) {
+      double dot = 0, gg = 0, cc = 0;
+      for (size_t j = 0; j < cpu[i].second.size(); ++j) {
+        dot += gpu[i].second[j] * cpu[i].second[j];
+        gg += gpu[i].second[j] * gpu[i].second[j];
+        cc += cpu[i].second[j] * cpu[i].second[j];
+      }
+      cosines.emplace_back(dot / std::sqrt(gg * cc + 1e-300), cpu[i].first);
+      // Both in bf16 from the same weights: only the order of roundings differs.
+      EXPECT_GT(cosines.back().first, 0.99) << "gradient of " << cpu[i].first;
+      EXPECT_NEAR(std::sqrt(gg), std::sqrt(cc), 0.05 * std::sqrt(cc)) << cpu[i].first;
+    }
+    std::sort(cosines.begin(), cosines.end());
+    std::string lowest;
+    for (size_t i = 0; i < std::min<size_t>(3, cosines.size()); ++i) {
+      char item_text[128];
+      std::snprintf(item_text, sizeof item_text, "%s%s %.5f", i ? ", " : "",
+                    cosines[i].second.c_str(), cosines[i].first);
+      lowest += item_text;
+    }
+    std::printf(
+        "[ note ] bf16, trained weights, one batch: loss %.5f on the GPU, %.5f on the CPU; lowest "
+        "gradient cosines GPU vs CPU: %s\n",
+        gpu[0].second[0], cpu[0].second[0], lowest.c_str());
+    EXPECT_NEAR(gpu[0].second[0], cpu[0].second[0], 2e-3 * cpu[0].second[0]) << "loss";
+  };
   // bf16 as it trains by default (the attention the trainer times fastest),
   // then with each of cuBLASLt's liberties taken away (cuda::GemmSettings),
   // and through each attention kernel: when the default fails, the variants
@@ -2049,6 +2112,11 @@ TEST(CudaTraining, Bf16Gpt2SmallTracksFp32For50Steps) {
           checked.worst.tolerance, checked.worst.problem.c_str(), failures.c_str());
       EXPECT_GT(checked.checked, 0);
       EXPECT_EQ(checked.failed, 0) << failures;
+      // The trained weights' gradients on one batch, bf16 on the GPU
+      // against bf16 on the CPU: if they agree and the run still drifts,
+      // the fault is in the step (clipping, AdamW, master weights); if not,
+      // the parameter named is the one whose gradient goes wrong.
+      bf16_gradients_at(b.end);
     }
     std::string ran = attention;
     cuda::AttentionChoice chosen;  // what auto took, when it had a choice
