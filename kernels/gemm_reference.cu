@@ -85,8 +85,8 @@ __device__ __forceinline__ bool finite(double v) {
   return fabs(v) <= DBL_MAX;  // false for NaN and infinities
 }
 
-// The largest finite value of an output type: a product past it is infinite
-// in that type, as it should be (fp16 overflows that the loss scaler sees).
+// The largest finite value of an output type: a product past it overflows
+// in that type, as it should (fp16 overflows that the loss scaler sees).
 template <class O>
 __device__ __forceinline__ double largest();
 template <>
@@ -120,9 +120,14 @@ __global__ void __launch_bounds__(kCompareThreads)
       const double o = static_cast<double>(load(column, i));
       reference_sq += x * x;
       max_reference = fmax(max_reference, fabs(x));
+      // A value past the output type's range is right as an infinity of
+      // its sign or as the largest finite value (a saturating conversion).
+      if (fabs(x) > largest<O>() &&
+          (o == copysign(double(INFINITY), x) || o == copysign(largest<O>(), x))) {
+        continue;
+      }
       if (!finite(o)) {
-        // (An overflow to infinity of the right sign is the right answer.)
-        if (!(fabs(x) > largest<O>() && o == (x > 0 ? 1.0 : -1.0) * INFINITY)) nonfinite += 1;
+        nonfinite += 1;
         continue;
       }
       error_sq += (o - x) * (o - x);
