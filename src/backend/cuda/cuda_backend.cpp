@@ -25,18 +25,11 @@
 #include "kernels/layernorm.h"
 #include "kernels/softmax.h"
 #include "op_profiler.h"
+#include "scalar_type.h"
 #include "triad/backend/cuda.h"
 
 namespace triad::detail {
 namespace k = triad::kernels;
-
-static_assert(static_cast<int>(DType::F32) == static_cast<int>(k::ScalarType::F32) &&
-                  static_cast<int>(DType::F64) == static_cast<int>(k::ScalarType::F64) &&
-                  static_cast<int>(DType::BF16) == static_cast<int>(k::ScalarType::BF16) &&
-                  static_cast<int>(DType::F16) == static_cast<int>(k::ScalarType::F16) &&
-                  static_cast<int>(DType::I32) == static_cast<int>(k::ScalarType::I32) &&
-                  static_cast<int>(DType::I64) == static_cast<int>(k::ScalarType::I64),
-              "kernels::ScalarType must list the dtypes in triad::DType's order");
 
 namespace {
 
@@ -45,10 +38,6 @@ void check(cudaError_t err, const std::string& what) {
     throw Error("cuda: " + what + ": " + cudaGetErrorName(err) + " (" + cudaGetErrorString(err) +
                 ")");
   }
-}
-
-k::ScalarType scalar(DType d) {
-  return static_cast<k::ScalarType>(d);
 }
 
 bool is_nn(DType d) {

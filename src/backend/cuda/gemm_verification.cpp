@@ -8,6 +8,7 @@
 
 #include "gemm_check_record.h"
 #include "kernels/gemm_reference.h"
+#include "scalar_type.h"
 #include "triad/core/error.h"
 
 namespace triad::detail {
@@ -22,20 +23,6 @@ static_assert(static_cast<int>(k::RefGemm::Epilogue::Bias) ==
                   static_cast<int>(k::RefGemm::Epilogue::DGelu) ==
                       static_cast<int>(GemmEpilogue::Kind::DGelu),
               "the reference's epilogues follow GemmEpilogue::Kind");
-
-k::ScalarType scalar_of(DType d) {
-  switch (d) {
-    case DType::F32:
-      return k::ScalarType::F32;
-    case DType::BF16:
-      return k::ScalarType::BF16;
-    case DType::F16:
-      return k::ScalarType::F16;
-    default:
-      throw NotSupportedError(std::string("gemm verification: ") + dtype_name(d) +
-                              " products are not checked");
-  }
-}
 
 // The product's element count, and its reference's f32 values (twice as
 // many for bias + GELU: the GELU input too), rounded up so that the two
@@ -153,7 +140,7 @@ GemmProductCheck::GemmProductCheck(const GemmPlan& plan, GemmTypes types, const 
   const bool gelu = epilogue.kind == GemmEpilogue::Kind::BiasGelu;
   k::RefGemm g;
   g.m = plan.m, g.n = plan.n, g.k = plan.k, g.batch = plan.batch;
-  g.inputs = scalar_of(types.inputs), g.output = scalar_of(types.output);
+  g.inputs = scalar(types.inputs), g.output = scalar(types.output);
   // Column-major, as cuBLASLt is called: its first operand is Triad's b.
   g.first = {b, plan.first.ld, plan.first.batch_stride, plan.first.transpose};
   g.second = {a, plan.second.ld, plan.second.batch_stride, plan.second.transpose};
@@ -170,7 +157,7 @@ void GemmProductCheck::finish() {
   auto* diffs = reinterpret_cast<k::GemmDiff*>(static_cast<char*>(scratch_) +
                                                reference_floats(plan_, epilogue_) * sizeof(float));
   const bool gelu = epilogue_.kind == GemmEpilogue::Kind::BiasGelu;
-  const k::ScalarType out = scalar_of(types_.output);
+  const k::ScalarType out = scalar(types_.output);
   k::gemm_compare(out, c_, plan_.out.ld, plan_.out.batch_stride, plan_.m, plan_.n, plan_.batch, ref,
                   diffs, stream_);
   if (gelu) {
