@@ -34,7 +34,8 @@
 #   STAGES="kernels nccl train" benchmarks/gpu/run_all.sh
 #
 # On the lent H200 (the device tool), whose image has CUDA, CMake, ninja and
-# PyTorch but not Triad's libraries: run scripts/gpu_deps.sh here once, then
+# PyTorch but not Triad's libraries: run scripts/gpu_deps.sh here once (and
+# scripts/check_libstdcxx13.sh: the machine builds with GCC 13), then
 #   run(command="benchmarks/gpu/run_all.sh", carry=[".deps"])
 set -uo pipefail
 cd "$(dirname "$0")/../.."
