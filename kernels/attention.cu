@@ -322,6 +322,9 @@ Status check_attention_tensor_core(ScalarType type, const AttentionShape& s, int
   if (s.head_dim() % 16 != 0) {
     return Status::fail("head dim " + std::to_string(s.head_dim()) + " is not a multiple of 16");
   }
+  if ((s.T + 63) / 64 > 65535) {  // its grid's y: blocks of 64 rows
+    return Status::fail("T (" + std::to_string(s.T) + ") exceeds 65535 blocks of 64 rows");
+  }
   if (sm_major < 8) {
     return Status::fail("compute capability " + std::to_string(sm_major) +
                         ".x has no bf16 tensor cores (needs 8.0 or newer)");

@@ -32,7 +32,6 @@ struct Layout {
   static constexpr int ld_h = MAXD + 8;   // 16-bit rows (ldm multiple of 8, 32-byte aligned tiles)
   static constexpr int ld_s = kTile + 4;  // f32 score rows
   static constexpr int ld_p = kTile + 8;  // 16-bit probability rows
-  static constexpr int ld_o = MAXD + 4;   // f32 output rows
 };
 
 constexpr size_t align128(size_t n) {
@@ -122,45 +121,56 @@ template <class T>
 using FragBCol = wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major>;
 using FragC = wmma::fragment<wmma::accumulator, 16, 16, 16, float>;
 
-// out[16][kTile] (f32, ld_s) = A[16 rows of a][D] . B[kTile rows of b][D]^T
+// out[16][kTile] (f32, ld_s) = A[16 rows of a][D] . B[kTile rows of b][D]^T.
+// k outermost: each 16-column slice of the warp's rows is loaded once and
+// meets the four key tiles in turn (four accumulators live), instead of once
+// per key tile; each output still sums its k slices in order.
 template <class T, int MAXD>
 __device__ void scores(float* out, const T* a, const T* b, int D) {
   constexpr int ld = Layout<MAXD>::ld_h;
+  constexpr int N = kTile / 16;
+  FragC c[N];
 #pragma unroll
-  for (int n = 0; n < kTile / 16; ++n) {
-    FragC c;
-    wmma::fill_fragment(c, 0.0f);
-    for (int kk = 0; kk < D / 16; ++kk) {
-      FragA<T> fa;
+  for (int n = 0; n < N; ++n) wmma::fill_fragment(c[n], 0.0f);
+  for (int kk = 0; kk < D / 16; ++kk) {
+    FragA<T> fa;
+    wmma::load_matrix_sync(fa, a + kk * 16, ld);
+#pragma unroll
+    for (int n = 0; n < N; ++n) {
       FragBCol<T> fb;
-      wmma::load_matrix_sync(fa, a + kk * 16, ld);
       wmma::load_matrix_sync(fb, b + (n * 16) * ld + kk * 16, ld);
-      wmma::mma_sync(c, fa, fb, c);
+      wmma::mma_sync(c[n], fa, fb, c[n]);
     }
-    wmma::store_matrix_sync(out + n * 16, c, Layout<MAXD>::ld_s, wmma::mem_row_major);
+  }
+#pragma unroll
+  for (int n = 0; n < N; ++n) {
+    wmma::store_matrix_sync(out + n * 16, c[n], Layout<MAXD>::ld_s, wmma::mem_row_major);
   }
 }
 
-// acc[dn] += P[16][kTile] . M[kTile][dn*16 : dn*16+16] for every dn < D/16.
+// acc[dn] += P[16][kTile] . M[kTile][dn*16 : dn*16+16] for every dn < D/16:
+// each 16-key slice of P is loaded once for all dn (kk outermost); each
+// accumulator still takes its kk slices in order.
 template <class T, int MAXD>
 __device__ void accumulate(FragC (&acc)[MAXD / 16], const T* p, const T* m, int D) {
   constexpr int ld = Layout<MAXD>::ld_h;
 #pragma unroll
-  for (int dn = 0; dn < MAXD / 16; ++dn) {
-    if (dn >= D / 16) break;
+  for (int kk = 0; kk < kTile / 16; ++kk) {
+    FragA<T> fa;
+    wmma::load_matrix_sync(fa, p + kk * 16, Layout<MAXD>::ld_p);
 #pragma unroll
-    for (int kk = 0; kk < kTile / 16; ++kk) {
-      FragA<T> fa;
+    for (int dn = 0; dn < MAXD / 16; ++dn) {
+      if (dn >= D / 16) break;
       FragBRow<T> fb;
-      wmma::load_matrix_sync(fa, p + kk * 16, Layout<MAXD>::ld_p);
       wmma::load_matrix_sync(fb, m + (kk * 16) * ld + dn * 16, ld);
       wmma::mma_sync(acc[dn], fa, fb, acc[dn]);
     }
   }
 }
 
-// Writes the warp's accumulators (16 rows) times `factor` to global rows:
-// row r goes to dst + row_index(r) * stride, columns dn*16 .. dn*16+15.
+// Writes the warp's accumulators (16 rows) to global rows, each times its
+// lane's `factor` (lanes 2r and 2r+1 hold row r's): row r goes to
+// dst + (first_row + r) * stride, columns dn*16 .. dn*16+15.
 template <class T, int MAXD>
 __device__ void write_rows(FragC (&acc)[MAXD / 16], float* stage, T* dst, int64_t stride,
                            int64_t first_row, int64_t Tn, int D, float factor) {
@@ -180,6 +190,36 @@ __device__ void write_rows(FragC (&acc)[MAXD / 16], float* stage, T* dst, int64_
   }
 }
 
+// Each row's softmax is taken relative to a reference maximum `m` that moves
+// only when a tile's scores exceed it by more than kSlack (natural log), so
+// the probabilities stay below e^kSlack (about 3000: no overflow in f32 or,
+// rounded for the product, f16) and the output accumulators stay in
+// registers across tiles: they pass through shared memory to be rescaled
+// only on the tiles where some row of the warp moves its maximum (the first
+// tile and, after that, rarely). The result is exact whatever the reference:
+// output and log-sum-exp are both taken relative to the same `m`.
+constexpr float kSlack = 8.0f;
+
+// acc[dn] (16 rows) times this lane's row factor `corr`, through `stage`
+// (16 x 16 f32 at ld_s): lane (r, half) scales row r's columns half*8 ..
+// half*8+7 of each 16-column slice.
+template <int MAXD>
+__device__ void scale_rows(FragC (&acc)[MAXD / 16], float* stage, int D, float corr) {
+  const int lane = threadIdx.x & 31, r = lane >> 1, half = lane & 1;
+#pragma unroll
+  for (int dn = 0; dn < MAXD / 16; ++dn) {
+    if (dn >= D / 16) break;
+    wmma::store_matrix_sync(stage, acc[dn], Layout<MAXD>::ld_s, wmma::mem_row_major);
+    __syncwarp();
+    float* row = stage + r * Layout<MAXD>::ld_s + half * 8;
+#pragma unroll
+    for (int c = 0; c < 8; ++c) row[c] *= corr;
+    __syncwarp();
+    wmma::load_matrix_sync(acc[dn], stage, Layout<MAXD>::ld_s, wmma::mem_row_major);
+    __syncwarp();
+  }
+}
+
 template <class T, int MAXD>
 __global__ void __launch_bounds__(32 * kWarps)
     attn_forward_tc(const T* qkv, T* out, float* lse, int64_t Tn, int64_t C, int NH, int D,
@@ -193,20 +233,21 @@ __global__ void __launch_bounds__(32 * kWarps)
   T* Vs = carve.take<T>(kTile * L::ld_h);
   float* Ss = carve.take<float>(kWarps * 16 * L::ld_s);
   T* Ps = carve.take<T>(kWarps * 16 * L::ld_p);
-  float* Os = carve.take<float>(kRows * L::ld_o);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, r = lane >> 1, half = lane & 1;
-  const int bh = blockIdx.y, b = bh / NH, h = bh % NH;
+  const int bh = blockIdx.x, b = bh / NH, h = bh % NH;
   const int64_t C3 = 3 * C;
   const T* base = qkv + b * Tn * C3 + h * D;
-  const int64_t q0 = blockIdx.x * int64_t(kRows);
+  // The last query rows see the most keys: their blocks go first.
+  const int64_t q0 = (gridDim.y - 1 - blockIdx.y) * int64_t(kRows);
   load_rows(Qs, L::ld_h, base, C3, q0, Tn, D);
-  for (int idx = threadIdx.x; idx < kRows * L::ld_o; idx += blockDim.x) Os[idx] = 0.0f;
   float* Sw = Ss + warp * 16 * L::ld_s;
   T* Pw = Ps + warp * 16 * L::ld_p;
-  float* Ow = Os + warp * 16 * L::ld_o;
   const T* Qw = Qs + warp * 16 * L::ld_h;
   const int64_t q = q0 + warp * 16 + r;
   const int64_t warp_last = q0 + warp * 16 + 15;
+  FragC o[MAXD / 16];
+#pragma unroll
+  for (int dn = 0; dn < MAXD / 16; ++dn) wmma::fill_fragment(o[dn], 0.0f);
   float m = -INFINITY, l = 0.0f;
   const int64_t end = min(Tn, q0 + kRows);
   for (int64_t k0 = 0; k0 < end; k0 += kTile) {
@@ -227,8 +268,10 @@ __global__ void __launch_bounds__(32 * kWarps)
       tile_max = fmaxf(tile_max, s[j]);
     }
     tile_max = fmaxf(tile_max, __shfl_xor_sync(kFull, tile_max, 1));
-    const float m_new = fmaxf(m, tile_max);
-    const float corr = m == -INFINITY ? 0.0f : __expf(m - m_new);
+    // (A row with no key here, or none yet, has tile_max -inf and stays.)
+    const bool move = tile_max > m + kSlack;
+    const float m_new = move ? tile_max : m;
+    const float corr = move && m != -INFINITY ? __expf(m - m_new) : 1.0f;
     float sum = 0.0f;
 #pragma unroll
     for (int j = 0; j < 32; ++j) {
@@ -239,31 +282,13 @@ __global__ void __launch_bounds__(32 * kWarps)
     sum += __shfl_xor_sync(kFull, sum, 1);
     l = l * corr + sum;
     m = m_new;
-    for (int d = half * (D / 2); d < (half + 1) * (D / 2); ++d) Ow[r * L::ld_o + d] *= corr;
-    __syncwarp();
-#pragma unroll
-    for (int dn = 0; dn < MAXD / 16; ++dn) {
-      if (dn >= D / 16) break;
-      FragC o;
-      wmma::load_matrix_sync(o, Ow + dn * 16, L::ld_o, wmma::mem_row_major);
-#pragma unroll
-      for (int kk = 0; kk < kTile / 16; ++kk) {
-        FragA<T> fa;
-        FragBRow<T> fb;
-        wmma::load_matrix_sync(fa, Pw + kk * 16, L::ld_p);
-        wmma::load_matrix_sync(fb, Vs + (kk * 16) * L::ld_h + dn * 16, L::ld_h);
-        wmma::mma_sync(o, fa, fb, o);
-      }
-      wmma::store_matrix_sync(Ow + dn * 16, o, L::ld_o, wmma::mem_row_major);
-    }
+    __syncwarp();  // (every lane has read its scores out of Sw)
+    if (__any_sync(kFull, corr != 1.0f)) scale_rows<MAXD>(o, Sw, D, corr);
+    accumulate<T, MAXD>(o, Pw, Vs, D);
     __syncwarp();
   }
-  if (q < Tn) {
-    const float inv = 1.0f / l;
-    store_scaled(out + (b * Tn + q) * C + h * D + half * (D / 2), Ow + r * L::ld_o + half * (D / 2),
-                 D / 2, inv, rows_packed(out + b * Tn * C + h * D, C));
-    if (half == 0) lse[int64_t(bh) * Tn + q] = m + logf(l);
-  }
+  write_rows<T, MAXD>(o, Sw, out + b * Tn * C + h * D, C, q0 + warp * 16, Tn, D, 1.0f / l);
+  if (q < Tn && half == 0) lse[int64_t(bh) * Tn + q] = m + logf(l);
 #else
   __trap();  // dispatched only on sm_80 and newer
 #endif
@@ -285,10 +310,11 @@ __global__ void __launch_bounds__(32 * kWarps)
   float* dPs = carve.take<float>(kWarps * 16 * L::ld_s);
   T* dSs = carve.take<T>(kWarps * 16 * L::ld_p);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, r = lane >> 1, half = lane & 1;
-  const int bh = blockIdx.y, b = bh / NH, h = bh % NH;
+  const int bh = blockIdx.x, b = bh / NH, h = bh % NH;
   const int64_t C3 = 3 * C;
   const T* base = qkv + b * Tn * C3 + h * D;
-  const int64_t q0 = blockIdx.x * int64_t(kRows);
+  // The last query rows see the most keys: their blocks go first.
+  const int64_t q0 = (gridDim.y - 1 - blockIdx.y) * int64_t(kRows);
   load_rows(Qs, L::ld_h, base, C3, q0, Tn, D);
   load_rows(dOs, L::ld_h, dout + b * Tn * C + h * D, C, q0, Tn, D);
   float* Sw = Ss + warp * 16 * L::ld_s;
@@ -347,11 +373,12 @@ __global__ void __launch_bounds__(32 * kWarps)
   T* Pts = carve.take<T>(kWarps * 16 * L::ld_p);
   T* dSts = carve.take<T>(kWarps * 16 * L::ld_p);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, r = lane >> 1, half = lane & 1;
-  const int bh = blockIdx.y, b = bh / NH, h = bh % NH;
+  const int bh = blockIdx.x, b = bh / NH, h = bh % NH;
   const int64_t C3 = 3 * C;
   const T* base = qkv + b * Tn * C3 + h * D;
   const T* dbase = dout + b * Tn * C + h * D;
-  const int64_t k0 = blockIdx.x * int64_t(kRows);
+  // The first key rows meet the most queries: their blocks (low y) go first.
+  const int64_t k0 = blockIdx.y * int64_t(kRows);
   load_rows(Ks, L::ld_h, base + C, C3, k0, Tn, D);
   load_rows(Vs, L::ld_h, base + 2 * C, C3, k0, Tn, D);
   float* Stw = Sts + warp * 16 * L::ld_s;
@@ -399,12 +426,19 @@ __global__ void __launch_bounds__(32 * kWarps)
 #endif
 }
 
+// (B * NH, row blocks): every head's blocks of one causal length run side by
+// side, the longest first, so the short ones fill the last wave instead of
+// the longest starting last (the 65535 limit on y is check_attention's).
+dim3 tc_grid(const AttentionShape& s) {
+  return dim3(static_cast<unsigned>(s.B * s.NH), static_cast<unsigned>((s.T + kRows - 1) / kRows));
+}
+
 template <int MAXD, class T>
 size_t forward_bytes() {
   using L = Layout<MAXD>;
   return align128(kRows * L::ld_h * sizeof(T)) + 2 * align128(kTile * L::ld_h * sizeof(T)) +
          align128(kWarps * 16 * L::ld_s * sizeof(float)) +
-         align128(kWarps * 16 * L::ld_p * sizeof(T)) + align128(kRows * L::ld_o * sizeof(float));
+         align128(kWarps * 16 * L::ld_p * sizeof(T));
 }
 template <int MAXD, class T>
 size_t dq_bytes() {
@@ -447,8 +481,7 @@ void attention_forward_tensor_core(const void* qkv, void* out, float* lse, Scala
   if (s.B * s.T == 0) return;
   const int D = static_cast<int>(s.head_dim());
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
-  const dim3 grid(static_cast<unsigned>((s.T + kRows - 1) / kRows),
-                  static_cast<unsigned>(s.B * s.NH));
+  const dim3 grid = tc_grid(s);
   dispatch_tc(type, D, [&](auto t, auto width) {
     using T = decltype(t);
     constexpr int MAXD = decltype(width)::value;
@@ -468,8 +501,7 @@ void attention_backward_tensor_core(const void* qkv, const void* dout, const flo
   if (s.B * s.T == 0) return;
   const int D = static_cast<int>(s.head_dim());
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
-  const dim3 grid(static_cast<unsigned>((s.T + kRows - 1) / kRows),
-                  static_cast<unsigned>(s.B * s.NH));
+  const dim3 grid = tc_grid(s);
   dispatch_tc(type, D, [&](auto t, auto width) {
     using T = decltype(t);
     constexpr int MAXD = decltype(width)::value;

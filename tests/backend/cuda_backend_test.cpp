@@ -14,6 +14,7 @@
 #include <functional>
 #include <limits>
 #include <map>
+#include <random>
 #include <set>
 #include <utility>
 
@@ -180,6 +181,31 @@ testing::OpCase attention_case(int64_t B, int64_t T, int64_t C, int64_t NH) {
           [=](const std::vector<Tensor>& x) { return causal_attention(x[0], NH); }};
 }
 
+// The case's attention in f32, bf16 and f16 through every implementation
+// that can run (T, C, NH), on the GPU against the CPU: output and dqkv.
+void expect_attention_matches_cpu(const testing::OpCase& c, int64_t T, int64_t C, int64_t NH) {
+  for (DType dtype : {DType::F32, DType::BF16, DType::F16}) {
+    for (cuda::AttentionKernel kernel :
+         {cuda::AttentionKernel::Simt, cuda::AttentionKernel::TensorCore,
+          cuda::AttentionKernel::Cudnn}) {
+      const std::string why = cuda::attention_kernel_unavailable(kernel, dtype, T, C, NH);
+      if (!why.empty()) {
+        std::printf("[ note ] %s %s: %s\n", cuda::attention_kernel_name(kernel), dtype_name(dtype),
+                    why.c_str());
+        continue;
+      }
+      SCOPED_TRACE(c.name + " " + dtype_name(dtype) + " " + cuda::attention_kernel_name(kernel));
+      cuda::set_attention_kernel(kernel);
+      const CaseResult cpu = run_case(c, dtype, Device::cpu());
+      const CaseResult gpu = run_case(c, dtype, kGpu);
+      cuda::set_attention_kernel(cuda::AttentionKernel::Auto);
+      const Tolerance t = tolerance(dtype);
+      expect_close(gpu.out, cpu.out, t.rtol, t.atol, "output");
+      expect_close(gpu.grads[0], cpu.grads[0], 4 * t.rtol, 4 * t.atol, "dqkv");
+    }
+  }
+}
+
 TEST(CudaKernels, AttentionHeadDimsAndLongSequences) {
   // D = 64 (GPT-2), 128, 80, 16 and 8; T not a multiple of the blocks (and
   // one that is, for cuDNN before 9.16). Every implementation where it
@@ -190,28 +216,7 @@ TEST(CudaKernels, AttentionHeadDimsAndLongSequences) {
   };
   for (const Shape& sh : {Shape{2, 200, 256, 4}, Shape{1, 130, 256, 2}, Shape{1, 97, 160, 2},
                           Shape{2, 65, 32, 2}, Shape{3, 33, 16, 2}, Shape{2, 256, 256, 4}}) {
-    const testing::OpCase c = attention_case(sh.B, sh.T, sh.C, sh.NH);
-    for (DType dtype : {DType::F32, DType::BF16, DType::F16}) {
-      for (cuda::AttentionKernel kernel :
-           {cuda::AttentionKernel::Simt, cuda::AttentionKernel::TensorCore,
-            cuda::AttentionKernel::Cudnn}) {
-        const std::string why =
-            cuda::attention_kernel_unavailable(kernel, dtype, sh.T, sh.C, sh.NH);
-        if (!why.empty()) {
-          std::printf("[ note ] %s %s: %s\n", cuda::attention_kernel_name(kernel),
-                      dtype_name(dtype), why.c_str());
-          continue;
-        }
-        SCOPED_TRACE(c.name + " " + dtype_name(dtype) + " " + cuda::attention_kernel_name(kernel));
-        cuda::set_attention_kernel(kernel);
-        const CaseResult cpu = run_case(c, dtype, Device::cpu());
-        const CaseResult gpu = run_case(c, dtype, kGpu);
-        cuda::set_attention_kernel(cuda::AttentionKernel::Auto);
-        const Tolerance t = tolerance(dtype);
-        expect_close(gpu.out, cpu.out, t.rtol, t.atol, "output");
-        expect_close(gpu.grads[0], cpu.grads[0], 4 * t.rtol, 4 * t.atol, "dqkv");
-      }
-    }
+    expect_attention_matches_cpu(attention_case(sh.B, sh.T, sh.C, sh.NH), sh.T, sh.C, sh.NH);
   }
   // A qkv one element past a 16-byte boundary: the tensor-core kernels copy
   // its rows into shared memory one element at a time instead of in packs.
@@ -227,6 +232,36 @@ TEST(CudaKernels, AttentionHeadDimsAndLongSequences) {
     expect_close(gpu.out, cpu.out, t.rtol, t.atol, "output");
     expect_close(gpu.grads[0], cpu.grads[0], 4 * t.rtol, 4 * t.atol, "dqkv");
   }
+}
+
+// Scores that rise along the keys: every query shares a direction u with the
+// keys, scaled by t / 48, so a query's scores climb by about 10 per 64-key
+// tile. The tensor-core forward keeps each row's softmax relative to a
+// maximum it moves only when a tile beats it by more than its slack (8):
+// here the rows move on most tiles, which random inputs (their scores within
+// a few units of each other) almost never make them do.
+TEST(CudaKernels, AttentionWithScoresRisingAlongTheKeys) {
+  const int64_t B = 2, T = 200, C = 128, NH = 2;
+  testing::OpCase c{"attention_rising_scores",
+                    [=](DType d) {
+                      std::mt19937 rng(11);
+                      std::normal_distribution<double> normal;
+                      std::vector<double> u(C), v(B * T * 3 * C);
+                      for (double& x : u) x = normal(rng);
+                      for (int64_t b = 0; b < B; ++b) {
+                        for (int64_t t = 0; t < T; ++t) {
+                          double* row = v.data() + (b * T + t) * 3 * C;
+                          for (int64_t i = 0; i < C; ++i) {
+                            row[i] = u[i] + 0.5 * normal(rng);                 // q
+                            row[C + i] = t / 48.0 * u[i] + 0.5 * normal(rng);  // k
+                            row[2 * C + i] = normal(rng);                      // v
+                          }
+                        }
+                      }
+                      return std::vector<Tensor>{from_vector(v, {B, T, 3 * C}, d)};
+                    },
+                    [=](const std::vector<Tensor>& x) { return causal_attention(x[0], NH); }};
+  expect_attention_matches_cpu(c, T, C, NH);
 }
 
 TEST(CudaKernels, RowKernelsAtModelWidths) {

@@ -209,6 +209,58 @@ TEST(CudaSim, AShuffleFromALaneOutsideTheMaskIsAnError) {
   cudaFree(out);
 }
 
+// Votes: lane i of warp w votes (i + w) % 3 == 0; the first 16 lanes also
+// vote among themselves alone. Each lane writes what it saw.
+__global__ void vote_kernel(unsigned* ballots, int* any, int* all, unsigned* half_ballots) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const bool p = (lane + warp) % 3 == 0;
+  ballots[threadIdx.x] = __ballot_sync(0xffffffffu, p);
+  any[threadIdx.x] = __any_sync(0xffffffffu, p && lane == 30);
+  all[threadIdx.x] = __all_sync(0xffffffffu, lane < 32) + 2 * __all_sync(0xffffffffu, p);
+  if (lane < 16) half_ballots[threadIdx.x] = __ballot_sync(0x0000ffffu, p);
+}
+
+TEST_P(Orders, VotesSeeEveryLaneOfTheMask) {
+  unsigned* ballots = device_copy(std::vector<unsigned>(64, 7u));
+  unsigned* half = device_copy(std::vector<unsigned>(64, 7u));
+  int* any = device_copy(std::vector<int>(64, 7));
+  int* all = device_copy(std::vector<int>(64, 7));
+  vote_kernel<<<1, 64>>>(ballots, any, all, half);
+  std::vector<unsigned> b(64), hb(64);
+  std::vector<int> an(64), al(64);
+  cudaMemcpyAsync(b.data(), ballots, 64 * sizeof(unsigned), cudaMemcpyDeviceToHost, nullptr);
+  cudaMemcpyAsync(hb.data(), half, 64 * sizeof(unsigned), cudaMemcpyDeviceToHost, nullptr);
+  cudaMemcpyAsync(an.data(), any, 64 * sizeof(int), cudaMemcpyDeviceToHost, nullptr);
+  cudaMemcpyAsync(al.data(), all, 64 * sizeof(int), cudaMemcpyDeviceToHost, nullptr);
+  cudaDeviceSynchronize();
+  for (int t = 0; t < 64; ++t) {
+    const int lane = t & 31, warp = t >> 5;
+    unsigned want = 0;
+    for (int l = 0; l < 32; ++l) want |= ((l + warp) % 3 == 0 ? 1u : 0u) << l;
+    EXPECT_EQ(b[t], want) << t;
+    EXPECT_EQ(an[t], (30 + warp) % 3 == 0 ? 1 : 0) << t;  // warp 0 only
+    EXPECT_EQ(al[t], 1) << t;  // every lane is below 32; not every lane votes p
+    if (lane < 16) {
+      EXPECT_EQ(hb[t], want & 0xffffu) << t;
+    }
+  }
+  cudaFree(ballots);
+  cudaFree(half);
+  cudaFree(any);
+  cudaFree(all);
+}
+
+__global__ void vote_outside_mask_kernel(int* out) {
+  out[threadIdx.x] = __any_sync(0xffffffffu, 1);  // only 16 lanes get here
+}
+
+TEST(CudaSim, AVoteThatNotEveryLaneOfTheMaskReachesIsAnError) {
+  int* out = device_copy(std::vector<int>(32, 0));
+  const std::string e = launch_error([&] { vote_outside_mask_kernel<<<1, 16>>>(out); });
+  EXPECT_NE(e.find("__any_sync"), std::string::npos) << e;
+  cudaFree(out);
+}
+
 // ---- launch configuration ----------------------------------------------------------
 __global__ void big_shared_kernel(float* out) {
   extern __shared__ float big[];

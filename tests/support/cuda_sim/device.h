@@ -75,6 +75,15 @@ T __shfl_xor_sync(unsigned mask, T value, int lane_mask, int width = 32) {
   ::triad_sim::warp_exchange(mask, &value, &out, sizeof(T), src, "__shfl_xor_sync");
   return out;
 }
+inline unsigned __ballot_sync(unsigned mask, int predicate) {
+  return ::triad_sim::warp_ballot(mask, predicate != 0, "__ballot_sync");
+}
+inline int __any_sync(unsigned mask, int predicate) {
+  return ::triad_sim::warp_ballot(mask, predicate != 0, "__any_sync") != 0;
+}
+inline int __all_sync(unsigned mask, int predicate) {
+  return ::triad_sim::warp_ballot(mask, predicate != 0, "__all_sync") == mask;
+}
 [[noreturn]] inline void __trap() {
   ::triad_sim::fail("__trap() called");
 }

@@ -472,6 +472,20 @@ void warp_exchange(unsigned mask, const void* value, void* out, size_t bytes, in
   std::memcpy(out, &g_block->published[(warp_first + src_lane) * 8], bytes);
 }
 
+unsigned warp_ballot(unsigned mask, bool predicate, const char* what) {
+  ThreadState* t = current();
+  if (t == nullptr) throw std::logic_error(std::string("cuda_sim: ") + what + " outside a kernel");
+  std::memset(t->value, 0, 8);
+  t->value[0] = predicate ? 1 : 0;
+  warp_barrier(mask, what);
+  const int warp_first = t->linear & ~31;
+  unsigned bits = 0;
+  for (int l = 0; l < 32; ++l) {
+    if ((mask >> l & 1u) && g_block->published[(warp_first + l) * 8] != 0) bits |= 1u << l;
+  }
+  return bits;
+}
+
 void fail(const std::string& what) {
   throw std::runtime_error(what);
 }

@@ -129,6 +129,9 @@ void block_barrier();
 // lanes of `mask`, and copies lane `src`'s value into `out`.
 void warp_exchange(unsigned mask, const void* value, void* out, size_t bytes, int src_lane,
                    const char* what);
+// Vote: deposits the caller's predicate, meets the lanes of `mask`, and
+// returns the bits of the lanes of `mask` whose predicate is true.
+unsigned warp_ballot(unsigned mask, bool predicate, const char* what);
 [[noreturn]] void fail(const std::string& what);
 
 // ---- the launch expression --------------------------------------------------
