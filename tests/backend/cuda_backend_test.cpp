@@ -181,8 +181,21 @@ testing::OpCase attention_case(int64_t B, int64_t T, int64_t C, int64_t NH) {
           [=](const std::vector<Tensor>& x) { return causal_attention(x[0], NH); }};
 }
 
-// The case's attention in f32, bf16 and f16 through every implementation
-// that can run (T, C, NH), on the GPU against the CPU: output and dqkv.
+// The case's attention through `kernel` in `dtype`, on the GPU against the
+// CPU: output and dqkv.
+void expect_attention_kernel_matches_cpu(const testing::OpCase& c, DType dtype,
+                                         cuda::AttentionKernel kernel) {
+  cuda::set_attention_kernel(kernel);
+  const CaseResult cpu = run_case(c, dtype, Device::cpu());
+  const CaseResult gpu = run_case(c, dtype, kGpu);
+  cuda::set_attention_kernel(cuda::AttentionKernel::Auto);
+  const Tolerance t = tolerance(dtype);
+  expect_close(gpu.out, cpu.out, t.rtol, t.atol, "output");
+  expect_close(gpu.grads[0], cpu.grads[0], 4 * t.rtol, 4 * t.atol, "dqkv");
+}
+
+// The same in f32, bf16 and f16 through every implementation that can run
+// (T, C, NH).
 void expect_attention_matches_cpu(const testing::OpCase& c, int64_t T, int64_t C, int64_t NH) {
   for (DType dtype : {DType::F32, DType::BF16, DType::F16}) {
     for (cuda::AttentionKernel kernel :
@@ -195,13 +208,7 @@ void expect_attention_matches_cpu(const testing::OpCase& c, int64_t T, int64_t C
         continue;
       }
       SCOPED_TRACE(c.name + " " + dtype_name(dtype) + " " + cuda::attention_kernel_name(kernel));
-      cuda::set_attention_kernel(kernel);
-      const CaseResult cpu = run_case(c, dtype, Device::cpu());
-      const CaseResult gpu = run_case(c, dtype, kGpu);
-      cuda::set_attention_kernel(cuda::AttentionKernel::Auto);
-      const Tolerance t = tolerance(dtype);
-      expect_close(gpu.out, cpu.out, t.rtol, t.atol, "output");
-      expect_close(gpu.grads[0], cpu.grads[0], 4 * t.rtol, 4 * t.atol, "dqkv");
+      expect_attention_kernel_matches_cpu(c, dtype, kernel);
     }
   }
 }
@@ -224,13 +231,7 @@ TEST(CudaKernels, AttentionHeadDimsAndLongSequences) {
   shifted.fn = [](const std::vector<Tensor>& x) { return causal_attention(misaligned(x[0]), 2); };
   for (DType dtype : {DType::BF16, DType::F16}) {
     SCOPED_TRACE(std::string("misaligned qkv ") + dtype_name(dtype));
-    cuda::set_attention_kernel(cuda::AttentionKernel::TensorCore);
-    const CaseResult cpu = run_case(shifted, dtype, Device::cpu());
-    const CaseResult gpu = run_case(shifted, dtype, kGpu);
-    cuda::set_attention_kernel(cuda::AttentionKernel::Auto);
-    const Tolerance t = tolerance(dtype);
-    expect_close(gpu.out, cpu.out, t.rtol, t.atol, "output");
-    expect_close(gpu.grads[0], cpu.grads[0], 4 * t.rtol, 4 * t.atol, "dqkv");
+    expect_attention_kernel_matches_cpu(shifted, dtype, cuda::AttentionKernel::TensorCore);
   }
 }
 
