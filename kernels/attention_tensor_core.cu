@@ -428,7 +428,7 @@ __global__ void __launch_bounds__(32 * kWarps)
 
 // (B * NH, row blocks): every head's blocks of one causal length run side by
 // side, the longest first, so the short ones fill the last wave instead of
-// the longest starting last (the 65535 limit on y is check_attention's).
+// the longest starting last (check_attention_tensor_core keeps y <= 65535).
 dim3 tc_grid(const AttentionShape& s) {
   return dim3(static_cast<unsigned>(s.B * s.NH), static_cast<unsigned>((s.T + kRows - 1) / kRows));
 }
