@@ -33,6 +33,17 @@ TEST(CudaKernelChecks, AttentionAcceptsGptShapesAndNamesWhatIsWrong) {
             std::string::npos);
   EXPECT_NE(reason(check_attention(ScalarType::F64, {1, 8, 64, 2})).find("f64"), std::string::npos);
   EXPECT_FALSE(check_attention(ScalarType::F32, {70000, 8, 64, 1}).ok);
+  // Tensor cores: bf16/f16, head dims a multiple of 16, and a grid of at most
+  // 65535 blocks of 64 rows along y.
+  EXPECT_TRUE(check_attention_tensor_core(ScalarType::BF16, {4, 1024, 768, 12}).ok);
+  EXPECT_TRUE(check_attention_tensor_core(ScalarType::F16, {1, 65535 * 64, 64, 1}).ok);
+  EXPECT_NE(reason(check_attention_tensor_core(ScalarType::F16, {1, 65535 * 64 + 1, 64, 1}))
+                .find("65535 blocks of 64 rows"),
+            std::string::npos);
+  EXPECT_NE(reason(check_attention_tensor_core(ScalarType::F32, {1, 8, 64, 1})).find("bf16 or f16"),
+            std::string::npos);
+  EXPECT_NE(reason(check_attention_tensor_core(ScalarType::BF16, {1, 8, 80, 2})).find("multiple"),
+            std::string::npos);
 }
 
 TEST(CudaKernelChecks, LaunchersRefuseBadArgumentsBeforeTouchingTheDevice) {
