@@ -8,9 +8,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <random>
 #include <stdexcept>
+#include <string>
 
 #include "triad/backend/backend.h"
 #include "triad/core/tensor.h"
@@ -205,29 +207,34 @@ class CudnnAttentionGraph : public ::testing::TestWithParam<Case> {};
 
 TEST_P(CudnnAttentionGraph, ForwardMatchesTriadAttention) {
   const Case c = GetParam();
-  const AttentionProblem p{c.B, c.T, c.C, c.NH, DataType::BF16};
   Backend& cpu = backend_for(DeviceType::CPU);
   Tensor qkv = random_tensor({c.B, c.T, 3 * c.C}, 1);
   Tensor out = empty({c.B, c.T, c.C}), lse = empty({c.B, c.NH, c.T});
   cpu.attention_forward(qkv, c.NH, out, lse);
 
-  std::vector<float> o(static_cast<size_t>(out.numel())), stats(static_cast<size_t>(lse.numel()));
-  const Graph g = attention_forward_graph(p);
-  Interpreter run(g);
-  float* base = qkv.data<float>();
-  for (int64_t uid : {int64_t{kQ}, int64_t{kK}, int64_t{kV}})
-    run.bind(uid, base + element_offset(p, uid));
-  run.bind(kO, o.data());
-  run.bind(kStats, stats.data());
-  run.run();
-  expect_close(out, o.data(), "out");
-  expect_close(lse, stats.data(), "lse");
-  EXPECT_TRUE(workspace_tensors(g).empty());
+  // Masked scores filled with the lowest float (cuDNN before 9.10) and with
+  // minus infinity (9.10 on).
+  for (int64_t version : {int64_t{90500}, int64_t{91900}}) {
+    SCOPED_TRACE("cuDNN " + std::to_string(version));
+    const AttentionProblem p{c.B, c.T, c.C, c.NH, DataType::BF16, version};
+    std::vector<float> o(static_cast<size_t>(out.numel()), std::nanf(""));
+    std::vector<float> stats(static_cast<size_t>(lse.numel()), std::nanf(""));
+    const Graph g = attention_forward_graph(p);
+    Interpreter run(g);
+    float* base = qkv.data<float>();
+    for (int64_t uid : {int64_t{kQ}, int64_t{kK}, int64_t{kV}})
+      run.bind(uid, base + element_offset(p, uid));
+    run.bind(kO, o.data());
+    run.bind(kStats, stats.data());
+    run.run();
+    expect_close(out, o.data(), "out");
+    expect_close(lse, stats.data(), "lse");
+    EXPECT_TRUE(workspace_tensors(g).empty());
+  }
 }
 
 TEST_P(CudnnAttentionGraph, BackwardMatchesTriadAttentionBothWays) {
   const Case c = GetParam();
-  const AttentionProblem p{c.B, c.T, c.C, c.NH, DataType::F16};
   Backend& cpu = backend_for(DeviceType::CPU);
   Tensor qkv = random_tensor({c.B, c.T, 3 * c.C}, 2);
   Tensor dout = random_tensor({c.B, c.T, c.C}, 3);
@@ -236,29 +243,33 @@ TEST_P(CudnnAttentionGraph, BackwardMatchesTriadAttentionBothWays) {
   cpu.attention_forward(qkv, c.NH, out, lse);
   cpu.attention_backward(qkv, out, lse, dout, c.NH, dqkv);
 
-  for (bool deterministic : {true, false}) {
-    SCOPED_TRACE(deterministic ? "deterministic" : "dq accumulated");
-    const Graph g = attention_backward_graph(p, deterministic);
-    const std::vector<WorkspaceTensor> ws = workspace_tensors(g);
-    ASSERT_EQ(ws.size(), deterministic ? 1u : 2u);
-    EXPECT_EQ(ws[0].uid, kSoftmaxSum);
-    EXPECT_EQ(ws[0].bytes, c.B * c.NH * c.T * 4);
-    std::vector<std::vector<float>> scratch;
-    std::vector<float> d(static_cast<size_t>(dqkv.numel()), std::nanf(""));
-    Interpreter run(g);
-    for (int64_t uid : {int64_t{kQ}, int64_t{kK}, int64_t{kV}})
-      run.bind(uid, qkv.data<float>() + element_offset(p, uid));
-    for (int64_t uid : {int64_t{kDQ}, int64_t{kDK}, int64_t{kDV}})
-      run.bind(uid, d.data() + element_offset(p, uid));
-    run.bind(kO, out.data<float>());
-    run.bind(kDO, dout.data<float>());
-    run.bind(kStats, lse.data<float>());
-    for (const WorkspaceTensor& w : ws) {
-      scratch.emplace_back(static_cast<size_t>(w.bytes / 4), std::nanf(""));
-      run.bind(w.uid, scratch.back().data());
+  for (int64_t version : {int64_t{90500}, int64_t{91900}}) {
+    for (bool deterministic : {true, false}) {
+      SCOPED_TRACE("cuDNN " + std::to_string(version) +
+                   (deterministic ? ", deterministic" : ", dq accumulated"));
+      const AttentionProblem p{c.B, c.T, c.C, c.NH, DataType::F16, version};
+      const Graph g = attention_backward_graph(p, deterministic);
+      const std::vector<WorkspaceTensor> ws = workspace_tensors(g);
+      ASSERT_EQ(ws.size(), deterministic ? 1u : 2u);
+      EXPECT_EQ(ws[0].uid, kSoftmaxSum);
+      EXPECT_EQ(ws[0].bytes, c.B * c.NH * c.T * 4);
+      std::vector<std::vector<float>> scratch;
+      std::vector<float> d(static_cast<size_t>(dqkv.numel()), std::nanf(""));
+      Interpreter run(g);
+      for (int64_t uid : {int64_t{kQ}, int64_t{kK}, int64_t{kV}})
+        run.bind(uid, qkv.data<float>() + element_offset(p, uid));
+      for (int64_t uid : {int64_t{kDQ}, int64_t{kDK}, int64_t{kDV}})
+        run.bind(uid, d.data() + element_offset(p, uid));
+      run.bind(kO, out.data<float>());
+      run.bind(kDO, dout.data<float>());
+      run.bind(kStats, lse.data<float>());
+      for (const WorkspaceTensor& w : ws) {
+        scratch.emplace_back(static_cast<size_t>(w.bytes / 4), std::nanf(""));
+        run.bind(w.uid, scratch.back().data());
+      }
+      run.run();
+      expect_close(dqkv, d.data(), "dqkv");
     }
-    run.run();
-    expect_close(dqkv, d.data(), "dqkv");
   }
 }
 
@@ -288,6 +299,26 @@ TEST(CudnnAttentionGraphChecks, BoundTensorsSitInsideTheFusedLayout) {
   EXPECT_TRUE(g.tensor(kScale).by_value);
   EXPECT_FLOAT_EQ(g.tensor(kScale).value, 0.25f);
   EXPECT_THROW(g.tensor(99), std::out_of_range);
+}
+
+// The causal mask's fill follows cuDNN's own frontend: the lowest float
+// before cuDNN 9.10, minus infinity from 9.10 on, in both directions.
+TEST(CudnnAttentionGraphChecks, MaskFillFollowsTheCudnnVersion) {
+  EXPECT_EQ(masked_score_fill(90900), std::numeric_limits<float>::lowest());
+  EXPECT_EQ(masked_score_fill(91000), -std::numeric_limits<float>::infinity());
+  for (int64_t version : {int64_t{90900}, int64_t{91000}}) {
+    const AttentionProblem p{1, 8, 16, 2, DataType::BF16, version};
+    for (const Graph& g : {attention_forward_graph(p), attention_backward_graph(p, true)}) {
+      int fills = 0;
+      for (const TensorDesc& t : g.tensors) {
+        if (t.name != "mask_fill") continue;
+        ++fills;
+        EXPECT_TRUE(t.by_value);
+        EXPECT_EQ(t.value, masked_score_fill(version));
+      }
+      EXPECT_EQ(fills, 1);
+    }
+  }
 }
 
 }  // namespace

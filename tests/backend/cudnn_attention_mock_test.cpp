@@ -11,7 +11,10 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "src/backend/cuda/cudnn_attention.h"
@@ -199,6 +202,9 @@ TEST_F(CudnnAttentionMock, PlansAreBuiltOncePerShapeAndDescriptorsDoNotLeak) {
   const int64_t live = mock::stats().live_descriptors;
   for (int i = 0; i < 5; ++i)
     cudnn_attention_forward(0, nullptr, p, qkv.data, out.data, lse.data, work.data);
+  // Run the queued graphs while their buffers live (the stand-in executes
+  // on the stream, at the next synchronisation).
+  cudaDeviceSynchronize();
   EXPECT_EQ(mock::stats().graphs_finalized, graphs);  // the cached plan
   EXPECT_EQ(mock::stats().live_descriptors, live);    // variant packs released
   // Another device, or another shape, gets its own plan.
@@ -225,6 +231,32 @@ TEST_F(CudnnAttentionMock, NoEngineAndBadPointersAreClearErrors) {
   Aligned<char> work(cudnn_attention_workspace(0, q, false));
   EXPECT_THROW(cudnn_attention_forward(0, nullptr, q, qkv.data + 1, out.data, lse.data, work.data),
                ValueError);
+}
+
+// The causal mask's fill follows the loaded library's version, as cuDNN's
+// own frontend does: the lowest float before 9.10, minus infinity after.
+TEST_F(CudnnAttentionMock, MaskFillFollowsTheLoadedVersion) {
+  // Plans are cached per shape for the process (whose library never
+  // changes), so each version gets a shape no other test uses.
+  for (const auto& [version, T] : {std::pair<size_t, int64_t>{90500, 6}, {91900, 7}}) {
+    SCOPED_TRACE("cuDNN " + std::to_string(version));
+    mock::reset();
+    mock::set_version(version);
+    const g::AttentionProblem p{1, T, 16, 2, g::DataType::BF16};
+    const size_t n_qkv = static_cast<size_t>(T * 48), n_lse = static_cast<size_t>(2 * T);
+    Aligned<uint16_t> qkv(n_qkv), out(static_cast<size_t>(T * 16));
+    Aligned<float> lse(n_lse);
+    const std::vector<uint16_t> values = random_bf16(n_qkv, 3);
+    std::copy(values.begin(), values.end(), qkv.data);
+    Aligned<char> work(cudnn_attention_workspace(0, p, false));
+    cudnn_attention_forward(0, nullptr, p, qkv.data, out.data, lse.data, work.data);
+    cudaDeviceSynchronize();
+    EXPECT_EQ(mock::stats().select_fill, version >= 91000 ? -std::numeric_limits<float>::infinity()
+                                                          : std::numeric_limits<float>::lowest());
+    const Reference want =
+        reference(p, values, std::vector<uint16_t>(values.begin(), values.begin() + T * 16));
+    expect_near_all(std::vector<float>(lse.data, lse.data + n_lse), want.lse, 1e-3, "lse");
+  }
 }
 
 TEST_F(CudnnAttentionMock, AvailabilityNamesTheReason) {

@@ -544,6 +544,7 @@ class Run {
               break;
             case CUDNN_POINTWISE_BINARY_SELECT:
               v = in(t, mt) != 0 ? in(x, mx) : in(b, mb);
+              state().stats.select_fill = in(b, mb);
               break;
             default:
               ok = false;

@@ -20,6 +20,9 @@ struct Stats {
   int64_t plans_finalized = 0;
   int64_t executions = 0;
   int64_t live_descriptors = 0;
+  // What the last BINARY_SELECT executed wrote where its condition was
+  // false (the causal mask's fill value).
+  float select_fill = 0;
 };
 Stats stats();
 void reset();

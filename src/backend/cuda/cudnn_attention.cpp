@@ -257,8 +257,10 @@ std::vector<DescriptorPtr> ranked_configs(const Descriptor& op_graph, cudnnBacke
   return configs;
 }
 
-std::unique_ptr<Plan> build_plan(cudnnHandle_t handle, const g::AttentionProblem& p, bool backward,
-                                 bool deterministic) {
+std::unique_ptr<Plan> build_plan(cudnnHandle_t handle, const g::AttentionProblem& problem,
+                                 bool backward, bool deterministic) {
+  g::AttentionProblem p = problem;
+  p.cudnn_version = static_cast<int64_t>(cudnnGetVersion());
   auto plan = std::make_unique<Plan>();
   plan->graph =
       backward ? g::attention_backward_graph(p, deterministic) : g::attention_forward_graph(p);

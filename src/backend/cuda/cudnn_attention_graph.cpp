@@ -12,6 +12,11 @@ const TensorDesc& Graph::tensor(int64_t uid) const {
   throw std::out_of_range("cudnn attention graph: no tensor with uid " + std::to_string(uid));
 }
 
+float masked_score_fill(int64_t cudnn_version) {
+  return cudnn_version >= 91000 ? -std::numeric_limits<float>::infinity()
+                                : std::numeric_limits<float>::lowest();
+}
+
 std::string cudnn_attention_unsupported(const AttentionProblem& p) {
   if (p.io != DataType::BF16 && p.io != DataType::F16)
     return "cuDNN fused attention takes bf16 or f16 only";
@@ -97,14 +102,14 @@ class Builder {
     return scaled;
   }
 
-  // Scores below the diagonal survive; the rest become the lowest float
-  // (cuDNN's causal mask), so exp() makes them exactly zero.
+  // Scores on and below the diagonal survive; the rest become
+  // masked_score_fill (cuDNN's causal mask), so exp() makes them exactly zero.
   int64_t causal_mask(int64_t scores) {
     const Dims sdims = g_.tensor(scores).dims;
     const int64_t row = virtual_tensor("row_index", DataType::I32, sdims);
     const int64_t col = virtual_tensor("col_index", DataType::I32, sdims);
     const int64_t keep = virtual_tensor("causal_keep", DataType::Bool, sdims);
-    const int64_t fill = scalar("mask_fill", std::numeric_limits<float>::lowest());
+    const int64_t fill = scalar("mask_fill", masked_score_fill(p_.cudnn_version));
     const int64_t out = virtual_tensor("masked_scores", DataType::F32, sdims);
     pointwise("gen_row_index", PointwiseMode::GenIndex, scores, 0, row, 0, DataType::I32, 2);
     pointwise("gen_col_index", PointwiseMode::GenIndex, scores, 0, col, 0, DataType::I32, 3);

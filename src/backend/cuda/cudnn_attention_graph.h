@@ -88,12 +88,20 @@ enum Uid : int64_t {
 struct AttentionProblem {
   int64_t B = 0, T = 0, C = 0, NH = 0;
   DataType io = DataType::BF16;  // q, k, v, o and their gradients
+  // The loaded cuDNN's version (cudnnGetVersion()); it picks the causal
+  // mask's fill value (masked_score_fill).
+  int64_t cudnn_version = 0;
   int64_t head_dim() const { return NH > 0 ? C / NH : 0; }
 };
 
+// What the causal mask writes over scores above the diagonal: minus
+// infinity from cuDNN 9.10 on, the lowest finite float before (what cuDNN's
+// own frontend passes to each version). Either makes exp() exactly zero.
+float masked_score_fill(int64_t cudnn_version);
+
 // Why cuDNN's fused attention cannot take `p`, or "" when it can (bf16/f16,
-// head dim a multiple of 8 up to 128, C a multiple of 8 so every head starts
-// 16-byte aligned).
+// head dim a multiple of 8 up to 256; cudnn_attention.cpp adds what depends
+// on the device and the library's version).
 std::string cudnn_attention_unsupported(const AttentionProblem& p);
 
 // Forward: O and Stats from Q, K, V.
