@@ -14,7 +14,8 @@
 #   6. trains GPT-2 124M and 350M (seq 1024, bf16) with Triad and with the
 #      machine's PyTorch (bf16 autocast, torch.compile, flash attention) on
 #      the same batch, reporting tokens/s and MFU, beside the planner's
-#      prediction for the same run on one H200 (impl "planner").
+#      prediction for the same run on one H200 (impl "planner"); and 124M
+#      with model.recompute selective and full (memory saved, time spent).
 # Results go to OUT (default out/gpu; the device tool sets OUT and brings
 # back at most 8 files, so there are 7): summary.log (what this prints),
 # build.log, gpu_tests.log, kernels.jsonl, collectives_nccl.log,
@@ -202,6 +203,13 @@ for preset in 124m 350m; do
   if [ "$preset" = 124m ]; then
     "$BUILD_DIR/benchmarks/bench_train_gpu" --preset $preset --batch "$batch" --seq 1024 \
       --precision bf16 --peak-tflops "$PEAK" --vocab 50257 | tee -a "$OUT/train.jsonl" || status=1
+    # Activation recomputation: the device memory it saves (peak_memory_gib
+    # against the run above) and the time it costs (tokens/s).
+    for recompute in selective full; do
+      "$BUILD_DIR/benchmarks/bench_train_gpu" --preset $preset --batch "$batch" --seq 1024 \
+        --precision bf16 --peak-tflops "$PEAK" --recompute $recompute |
+        tee -a "$OUT/train.jsonl" || status=1
+    done
   fi
   # cuDNN's faster, non-deterministic attention backward (what PyTorch's
   # flash attention does), when this build has cuDNN.

@@ -4,6 +4,8 @@
 // attention included), MFU against --peak-tflops, peak device memory, and
 // (from one more step, synchronised between phases) where a step's time
 // goes: forward with the loss, backward, clipping and optimizer.
+// --recompute selective|full measures what activation recomputation saves
+// (peak_memory_gib) and costs (tokens/s).
 //   bench_train_gpu --preset 124m --batch 16 --precision bf16 --peak-tflops 989
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -48,6 +50,11 @@ int run(int argc, char** argv) {
   bool nondeterministic = false;
   app.add_flag("--attention-nondeterministic", nondeterministic,
                "let cuDNN's attention backward accumulate dQ with atomics");
+  std::string recompute = "none";
+  app.add_option("--recompute", recompute,
+                 "activation recomputation: none | selective (attention core) | full (each "
+                 "block's forward again in backward); MFU still counts model FLOPs only")
+      ->check(CLI::IsMember({"none", "selective", "full"}));
   int64_t profile_steps = 0;
   app.add_option("--profile-steps", profile_steps,
                  "after the timed steps, this many more with the device's time per backend op "
@@ -71,6 +78,7 @@ int run(int argc, char** argv) {
   if (n_head > 0) cfg.n_head = n_head;
   if (vocab > 0) cfg.vocab_size = vocab;
   cfg.seq_len = seq;
+  cfg.recompute = triad::nn::recompute_from_string(recompute);
   const triad::Device device = triad::device_from_string(device_name);
   const triad::DType dtype = precision == "bf16"   ? triad::DType::BF16
                              : precision == "fp16" ? triad::DType::F16
@@ -152,6 +160,7 @@ int run(int argc, char** argv) {
       {"precision", precision},
       {"attention_kernel", attention},
       {"attention_deterministic", !nondeterministic},
+      {"recompute", recompute},
       {"device", device.str()},
       {"batch", batch},
       {"seq", T},
