@@ -182,7 +182,9 @@ echo "== training (seq 1024, bf16)"
 : >"$OUT/train.jsonl"
 : >"$OUT/torch.err"
 for preset in 124m 350m; do
-  if [ "$preset" = 124m ]; then batch=${BATCH_124M:-16}; else batch=${BATCH_350M:-8}; fi
+  # 16 sequences of 1024 tokens for both: a training micro-batch that fits
+  # either model (350M: about 25 GB) and amortises the optimizer step.
+  if [ "$preset" = 124m ]; then batch=${BATCH_124M:-16}; else batch=${BATCH_350M:-16}; fi
   # What the planner predicts for this run on one H200 (fused attention),
   # beside what it measures: the cost model's check on this GPU.
   model_file=configs/gpt2_124m.yaml
