@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "triad/core/error.h"
+#include "unicode_classes.h"
 
 namespace triad::data {
 namespace {
@@ -63,17 +64,19 @@ bool is_space(uint32_t c) {
          (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F ||
          c == 0x3000;
 }
-bool is_number(uint32_t c) {
-  return c >= '0' && c <= '9';
-}
-bool is_letter(uint32_t c) {
-  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= 0x80 && !is_space(c));
-}
+// GPT-2's pattern's classes: \s (the White_Space code points above),
+// \p{L}, \p{N}, and everything else (punctuation, symbols, marks, controls).
 enum class Cls { Letter, Number, Other, Space };
 Cls classify(uint32_t c) {
+  if (c < 0x80) {  // ASCII without a table lookup
+    if (is_space(c)) return Cls::Space;
+    if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')) return Cls::Letter;
+    if (c >= '0' && c <= '9') return Cls::Number;
+    return Cls::Other;
+  }
   if (is_space(c)) return Cls::Space;
-  if (is_letter(c)) return Cls::Letter;
-  if (is_number(c)) return Cls::Number;
+  if (unicode::is_letter(c)) return Cls::Letter;
+  if (unicode::is_number(c)) return Cls::Number;
   return Cls::Other;
 }
 

@@ -112,9 +112,4 @@ void Module::zero_grad() {
   for (auto& [name, t] : named_parameters()) t.impl().grad.reset();
 }
 
-void Module::set_training(bool training) {
-  training_ = training;
-  for (auto& [name, child] : children_) child->set_training(training);
-}
-
 }  // namespace triad::nn

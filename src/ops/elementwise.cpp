@@ -80,6 +80,10 @@ Tensor mul(const Tensor& a, const Tensor& b) {
 }
 
 Tensor div(const Tensor& a, const Tensor& b) {
+  // (Integer division would trap on a zero divisor on the CPU and give an
+  // unspecified value on a GPU: floating types only.)
+  detail::check_floating(a, "div", "a");
+  detail::check_floating(b, "div", "b");
   Tensor y = binary_raw(BinaryOp::Div, a, b, "div");
   Tensor ad = a.detach(), bd = b.detach();
   record("div", {a, b}, {y}, [ad, bd](const TensorList& g) -> TensorList {

@@ -127,22 +127,35 @@ Tensor narrow(const Tensor& x, int64_t dim, int64_t start, int64_t length) {
   return y;
 }
 
+// unsqueeze and squeeze are views of any layout (a size-1 dimension takes
+// any stride), never copies.
 Tensor unsqueeze(const Tensor& x, int64_t dim) {
-  Shape shape = x.shape();
+  detail::check_defined(x, "unsqueeze", "x");
   const int64_t d = wrap_dim(dim, x.dim() + 1, "unsqueeze");
+  Shape shape = x.shape(), strides = x.strides();
+  const int64_t stride = d < x.dim() ? x.strides()[d] * x.shape()[d] : 1;
   shape.insert(shape.begin() + d, 1);
-  return reshape(x, shape);
+  strides.insert(strides.begin() + d, stride);
+  Tensor y = make_view(x, shape, strides, x.offset());
+  record("unsqueeze", {x}, {y},
+         [d](const TensorList& g) -> TensorList { return {squeeze(g[0], d)}; });
+  return y;
 }
 
 Tensor squeeze(const Tensor& x, int64_t dim) {
+  detail::check_defined(x, "squeeze", "x");
   const int64_t d = wrap_dim(dim, x.dim(), "squeeze");
   if (x.shape()[d] != 1) {
     throw ShapeError("squeeze: dim " + std::to_string(d) + " has size " +
                      std::to_string(x.shape()[d]) + ", expected 1");
   }
-  Shape shape = x.shape();
+  Shape shape = x.shape(), strides = x.strides();
   shape.erase(shape.begin() + d);
-  return reshape(x, shape);
+  strides.erase(strides.begin() + d);
+  Tensor y = make_view(x, shape, strides, x.offset());
+  record("squeeze", {x}, {y},
+         [d](const TensorList& g) -> TensorList { return {unsqueeze(g[0], d)}; });
+  return y;
 }
 
 Tensor expand(const Tensor& x, const Shape& shape) {

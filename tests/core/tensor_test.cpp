@@ -113,6 +113,98 @@ TEST(Tensor, BadShapesAreClearErrors) {
   }
 }
 
+// Strided copies keep every bit: 64-bit integers above 2^53 (which a round
+// trip through double would round) and integer arithmetic stays exact.
+TEST(Tensor, SixtyFourBitIntegersStayExactThroughViewsAndArithmetic) {
+  const int64_t big = (int64_t{1} << 53) + 1;
+  const std::vector<int64_t> values{
+      big, -big - 2, (int64_t{1} << 62) + 3, 7, -(int64_t{1} << 60) - 1, big + 4};
+  Tensor t = from_vector(values, {2, 3});
+  Tensor tt = contiguous(transpose(t, 0, 1));  // a strided copy
+  ASSERT_TRUE(tt.is_contiguous());
+  const int64_t* p = tt.data<int64_t>();
+  for (int64_t i = 0; i < 3; ++i) {
+    for (int64_t j = 0; j < 2; ++j) EXPECT_EQ(p[i * 2 + j], values[j * 3 + i]) << i << "," << j;
+  }
+  // Broadcast (strided) integer arithmetic.
+  Tensor row = from_vector(std::vector<int64_t>{1, 2, 3}, {3});
+  Tensor sum = add(transpose(tt, 0, 1), row);
+  const int64_t* q = contiguous(sum).data<int64_t>();
+  for (int64_t k = 0; k < 6; ++k) EXPECT_EQ(q[k], values[k] + (k % 3) + 1) << k;
+  Tensor small = from_vector(std::vector<int64_t>{-3, 4, 100000}, {3}, DType::I32);
+  Tensor prod = mul(small, from_vector(std::vector<int64_t>{5, -6, 20000}, {3}, DType::I32));
+  EXPECT_EQ(std::vector<int32_t>(prod.data<int32_t>(), prod.data<int32_t>() + 3),
+            (std::vector<int32_t>{-15, -24, 2000000000}));
+  // Same-type half-precision views copy their bits too (NaN payloads kept).
+  Tensor h = empty({2, 2}, DType::BF16);
+  const uint16_t bits[4] = {0x7FC1, 0x3F80, 0xFF81, 0x0001};
+  std::copy(bits, bits + 4, h.data<uint16_t>());
+  Tensor ht = contiguous(transpose(h, 0, 1));
+  const uint16_t* hb = ht.data<uint16_t>();
+  EXPECT_EQ((std::vector<uint16_t>{hb[0], hb[1], hb[2], hb[3]}),
+            (std::vector<uint16_t>{0x7FC1, 0xFF81, 0x3F80, 0x0001}));
+}
+
+TEST(Ops, IntegerDivisionIsRefusedWithTheDtype) {
+  Tensor a = from_vector(std::vector<int64_t>{6, 7}, {2});
+  Tensor b = from_vector(std::vector<int64_t>{0, 2}, {2});
+  try {
+    div(a, b);
+    FAIL() << "integer div should be refused";
+  } catch (const ValueError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("div"), std::string::npos) << m;
+    EXPECT_NE(m.find("i64"), std::string::npos) << m;
+  }
+  EXPECT_EQ(to_double_vector(div(full({2}, 3.0), full({2}, 2.0))), (std::vector<double>{1.5, 1.5}));
+}
+
+// unsqueeze and squeeze are views of any layout, differentiable, and a
+// squeeze of a dimension that is not 1 is an error naming its size.
+TEST(Ops, SqueezeAndUnsqueezeAreViewsOfAnyLayout) {
+  Tensor x = randn({3, 4}, 5, 1);
+  Tensor t = transpose(x, 0, 1);  // (4, 3), not contiguous
+  Tensor u = unsqueeze(t, 1);
+  EXPECT_EQ(u.shape(), (Shape{4, 1, 3}));
+  EXPECT_EQ(u.storage(), x.storage());
+  EXPECT_EQ(to_double_vector(u), to_double_vector(t));
+  Tensor s = squeeze(u, 1);
+  EXPECT_EQ(s.shape(), (Shape{4, 3}));
+  EXPECT_EQ(s.storage(), x.storage());
+  EXPECT_EQ(to_double_vector(s), to_double_vector(t));
+  EXPECT_EQ(unsqueeze(x, -1).shape(), (Shape{3, 4, 1}));
+  EXPECT_EQ(unsqueeze(x, 0).shape(), (Shape{1, 3, 4}));
+  EXPECT_TRUE(unsqueeze(x, 2).is_contiguous());
+  EXPECT_THROW(unsqueeze(x, 4), ShapeError);
+  try {
+    squeeze(t, 0);
+    FAIL() << "squeeze of a size-4 dim";
+  } catch (const ShapeError& e) {
+    EXPECT_NE(std::string(e.what()).find("has size 4"), std::string::npos) << e.what();
+  }
+  // Gradients flow back through both.
+  Tensor leaf = randn({3, 4}, 5, 2);
+  leaf.set_requires_grad(true);
+  Tensor y = squeeze(unsqueeze(transpose(leaf, 0, 1), 0), 0);
+  autograd::backward({sum(mul(y, y))});
+  auto lv = to_double_vector(leaf), gv = to_double_vector(leaf.grad());
+  for (size_t i = 0; i < lv.size(); ++i) EXPECT_NEAR(gv[i], 2 * lv[i], 1e-6);
+}
+
+TEST(Ops, MeanFlattenAndInPlaceAdd) {
+  Tensor x = from_vector(std::vector<double>{1, 2, 3, 4, 5, 6}, {2, 3});
+  EXPECT_DOUBLE_EQ(item(mean(x)), 3.5);
+  EXPECT_THROW(mean(zeros({0, 3})), ShapeError);
+  Tensor f = flatten(transpose(x, 0, 1));
+  EXPECT_EQ(f.shape(), (Shape{6}));
+  EXPECT_EQ(to_double_vector(f), (std::vector<double>{1, 4, 2, 5, 3, 6}));
+  Tensor acc = ones({2, 3});
+  add_(acc, x);
+  EXPECT_EQ(to_double_vector(acc), (std::vector<double>{2, 3, 4, 5, 6, 7}));
+  Tensor h = cast(x, DType::BF16);
+  EXPECT_EQ(to_float_vector(h), (std::vector<float>{1, 2, 3, 4, 5, 6}));
+}
+
 TEST(Ops, DropoutMaskDependsOnlyOnSeedStreamAndOffset) {
   Tensor x = ones({1000});
   Tensor a = dropout(x, 0.25, 9, 3, 0);

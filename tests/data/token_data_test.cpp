@@ -174,6 +174,46 @@ TEST(Tokenizer, Gpt2PretokenizationSplitsLikeTheReferencePattern) {
   EXPECT_EQ(p, expect);
 }
 
+// Unicode's classes, as OpenAI's pattern (the regex module) gives them:
+// curly quotes, dashes, marks, superscripts and symbols are not letters;
+// Arabic-Indic digits and vulgar fractions are numbers; NBSP and the
+// ideographic space are whitespace. (The parity label checks 2000 texts.)
+TEST(Tokenizer, Gpt2PretokenizationUsesUnicodeClasses) {
+  EXPECT_EQ(gpt2_pretokenize("It\u2019s \u201Cquoted\u201D \u2014 na\u00EFve caf\u00E9 \u00BD "
+                             "\u0663\u0664 x\u00B2 \U0001F600\U0001F680 "
+                             "\u65E5\u672C\u8A9E\u30C6\u30AD\u30B9\u30C8 e\u0301 they're "
+                             "we'll I'VE"),
+            (std::vector<std::string>{"It",
+                                      "\u2019",
+                                      "s",
+                                      " \u201C",
+                                      "quoted",
+                                      "\u201D",
+                                      " \u2014",
+                                      " na\u00EFve",
+                                      " caf\u00E9",
+                                      " \u00BD",
+                                      " \u0663\u0664",
+                                      " x",
+                                      "\u00B2",
+                                      " \U0001F600\U0001F680",
+                                      " \u65E5\u672C\u8A9E\u30C6\u30AD\u30B9\u30C8",
+                                      " e",
+                                      "\u0301",
+                                      " they",
+                                      "'re",
+                                      " we",
+                                      "'ll",
+                                      " I",
+                                      "'",
+                                      "VE"}));
+  EXPECT_EQ(gpt2_pretokenize("\u00DCn\u00EFc\u00F6d\u00E9\u00A0text\u3000\u5168\u89D2 "
+                             "\u03A9\u2248\u00E7\u221A \u2211 \u20AC5 \u21167 \u216B"),
+            (std::vector<std::string>{"\u00DCn\u00EFc\u00F6d\u00E9", "\u00A0", "text", "\u3000",
+                                      "\u5168\u89D2", " \u03A9", "\u2248", "\u00E7", "\u221A",
+                                      " \u2211", " \u20AC", "5", " \u2116", "7", " \u216B"}));
+}
+
 TEST(Tokenizer, Gpt2BpeAppliesMergesByRank) {
   TempDir dir;
   // A toy vocabulary in GPT-2's format: "Ġ" encodes the space byte.
@@ -183,6 +223,7 @@ TEST(Tokenizer, Gpt2BpeAppliesMergesByRank) {
   triad::testing::write_text(dir.file("merges.txt"),
                              "#version: 0.2\nh e\nl l\nhe ll\nhell o\nĠ h\n");
   Gpt2BpeTokenizer tok(dir.file("vocab.json"), dir.file("merges.txt"));
+  EXPECT_EQ(tok.vocab_size(), 11);
   EXPECT_EQ(tok.encode("hello"), (std::vector<int32_t>{8}));
   // " hello": merges by rank give Ġ|he|l|l|o -> Ġ|he|ll|o -> Ġ|hell|o -> Ġ|hello
   // ("Ġ h" ranks last and never applies).

@@ -121,6 +121,20 @@ inline std::vector<OpCase> op_cases() {
                  return std::vector<Tensor>{rnd({3, 4, 5}, d, 1)};
                },
                [](const std::vector<Tensor>& x) { return mean(x[0], -1, true); }});
+  c.push_back({"mean_all",
+               [](DType d) {
+                 return std::vector<Tensor>{rnd({3, 5}, d, 1)};
+               },
+               [](const std::vector<Tensor>& x) { return mean(x[0]); }});
+  c.push_back({"unsqueeze_squeeze_strided",
+               [](DType d) {
+                 return std::vector<Tensor>{rnd({3, 4}, d, 1), rnd({4, 2, 3}, d, 2)};
+               },
+               [](const std::vector<Tensor>& x) {
+                 // A transposed view gains and loses a size-1 dimension.
+                 Tensor y = mul(unsqueeze(transpose(x[0], 0, 1), 1), x[1]);  // (4, 2, 3)
+                 return flatten(squeeze(narrow(y, 1, 1, 1), 1));
+               }});
   c.push_back({"max_dim",
                [](DType d) {
                  return std::vector<Tensor>{rnd({4, 6}, d, 1)};

@@ -27,10 +27,10 @@ class ByteTokenizer final : public Tokenizer {
 };
 
 // GPT-2's byte-level BPE from its vocab.json (token -> id) and merges.txt.
-// Pre-tokenisation follows GPT-2's pattern (contractions, letter runs, digit
-// runs, other symbols, whitespace); letters are ASCII letters plus every
-// non-ASCII code point that is not whitespace, an approximation of \p{L}
-// that is exact for ASCII text.
+// Pre-tokenisation follows GPT-2's pattern (contractions, runs of \p{L}
+// letters, of \p{N} numbers, of other symbols, whitespace) with Unicode's
+// classes (Unicode 15.0 tables: src/data/unicode_classes.cpp), so any text
+// splits as OpenAI's encoder splits it.
 class Gpt2BpeTokenizer final : public Tokenizer {
  public:
   Gpt2BpeTokenizer(const std::string& vocab_json_path, const std::string& merges_path);

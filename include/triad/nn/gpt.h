@@ -41,6 +41,8 @@ struct GptConfig {
 
 // Randomness of one forward pass: dropout masks are a pure function of
 // (seed, site, call) so that recomputation and other layouts reproduce them.
+// The mode is per call, not a module flag: training = false (evaluation)
+// turns dropout off.
 struct ForwardContext {
   bool training = true;
   uint64_t seed = 0;

@@ -41,8 +41,6 @@ class Module {
   // Gradients are dropped. Call before building an optimizer.
   void to(Device device);
   void to(DType dtype);
-  void set_training(bool training);
-  bool training() const { return training_; }
 
  protected:
   Tensor& register_parameter(const std::string& name, Tensor value);
@@ -57,7 +55,6 @@ class Module {
 
   std::vector<std::pair<std::string, Tensor>> params_;
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
-  bool training_ = true;
 };
 
 // An ordered list of modules named "0", "1", ... (GPT-2's "h.N").

@@ -107,6 +107,21 @@ void store_scalar(void* base, DType dt, int64_t i, double v) {
   }
 }
 
+// A strided copy between two views of one element type, moved as `Bits`
+// (an unsigned integer of the element's size).
+template <class Bits>
+void copy_rows(const Tensor& src, Tensor& dst) {
+  const int64_t nd = src.dim();
+  const int64_t cols = nd ? src.shape().back() : 1;
+  const int64_t ss = nd ? src.strides().back() : 0;
+  const int64_t ds = nd ? dst.strides().back() : 0;
+  const Bits* ps = static_cast<const Bits*>(src.raw_data());
+  Bits* pd = static_cast<Bits*>(dst.raw_data());
+  for_each_row(src.shape(), src.strides(), dst.strides(), [&](int64_t os, int64_t od, int64_t) {
+    for (int64_t i = 0; i < cols; ++i) pd[od + i * ds] = ps[os + i * ss];
+  });
+}
+
 template <class T>
 void binary_row(BinaryOp op, const T* a, int64_t sa, const T* b, int64_t sb, T* out, int64_t n) {
   switch (op) {
@@ -174,14 +189,22 @@ void CpuBackend::copy(const Tensor& src, Tensor& dst) {
   const void* ps = src.raw_data();
   void* pd = dst.raw_data();
   const DType st = src.dtype(), dt = dst.dtype();
-  const bool same_f32 = st == DType::F32 && dt == DType::F32;
-  for_each_row(src.shape(), src.strides(), dst.strides(), [&](int64_t os, int64_t od, int64_t) {
-    if (same_f32) {
-      const float* s = static_cast<const float*>(ps) + os;
-      float* d = static_cast<float*>(pd) + od;
-      for (int64_t i = 0; i < cols; ++i) d[i * ds] = s[i * ss];
-      return;
+  if (st == dt) {
+    // The same type: each element's bits, as the CUDA backend copies them
+    // (a round trip through double would round 64-bit integers above 2^53).
+    switch (dtype_size(st)) {
+      case 2:
+        copy_rows<uint16_t>(src, dst);
+        return;
+      case 4:
+        copy_rows<uint32_t>(src, dst);
+        return;
+      default:
+        copy_rows<uint64_t>(src, dst);
+        return;
     }
+  }
+  for_each_row(src.shape(), src.strides(), dst.strides(), [&](int64_t os, int64_t od, int64_t) {
     for (int64_t i = 0; i < cols; ++i) {
       store_scalar(pd, dt, od + i * ds, load_scalar(ps, st, os + i * ss));
     }

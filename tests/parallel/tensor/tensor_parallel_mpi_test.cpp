@@ -14,6 +14,7 @@
 #include "triad/nn/gpt.h"
 #include "triad/ops.h"
 #include "triad/optim/adamw.h"
+#include "triad/optim/clip.h"
 #include "triad/parallel/tensor/gpt.h"
 #include "triad/parallel/tensor/layers.h"
 #include "triad/parallel/tensor/mappings.h"
@@ -47,6 +48,61 @@ TEST(Mappings, ConjugatePairsMoveGradientsAsDefined) {
   Tensor rs = reduce_scatter_along(x, 1, g_world);
   auto want = to_double_vector(scale(slice_along(x, 1, g_world), P));
   expect_close(to_double_vector(rs), want, 1e-5, 1e-6, "reduce_scatter_along");
+}
+
+// scatter_to_region / gather_from_region (the last dimension) and
+// scatter_to_sequence_region (dim 1): each forward is the other's backward.
+TEST(Mappings, ScatterAndGatherAreEachOthersGradients) {
+  const int P = g_world->size(), me = g_world->rank();
+  const int64_t w = 3;
+  // scatter: this rank's columns forward; the ranks' gradients gathered back.
+  Tensor x = randn({2, 5, w * P}, 4, 1);  // the same on every rank
+  x.set_requires_grad(true);
+  Tensor mine = scatter_to_region(x, g_world);
+  ASSERT_EQ(mine.shape(), (Shape{2, 5, w}));
+  EXPECT_EQ(to_double_vector(mine), to_double_vector(contiguous(narrow(x, 2, me * w, w))));
+  autograd::backward({mine}, {full({2, 5, w}, me + 1.0)});
+  auto gx = to_double_vector(x.grad());
+  for (size_t i = 0; i < gx.size(); ++i) {
+    const int64_t column = static_cast<int64_t>(i) % (w * P);
+    ASSERT_EQ(gx[i], static_cast<double>(column / w + 1)) << i;  // its owner's rank + 1
+  }
+  // gather: every rank's columns forward; this rank's slice of the gradient back.
+  Tensor local = randn({2, 5, w}, 4, 10 + me);  // different on every rank
+  local.set_requires_grad(true);
+  Tensor all = gather_from_region(local, g_world);
+  ASSERT_EQ(all.shape(), (Shape{2, 5, w * P}));
+  for (int r = 0; r < P; ++r) {
+    EXPECT_EQ(to_double_vector(contiguous(narrow(all, 2, r * w, w))),
+              to_double_vector(randn({2, 5, w}, 4, 10 + r)))
+        << "rank " << r << "'s columns";
+  }
+  Tensor g = randn({2, 5, w * P}, 4, 2);  // the same on every rank
+  autograd::backward({all}, {g});
+  EXPECT_EQ(to_double_vector(local.grad()), to_double_vector(contiguous(narrow(g, 2, me * w, w))));
+  // scatter along the sequence: this rank's positions forward, gathered back.
+  Tensor seq = randn({2, 2 * P, w}, 4, 3);
+  seq.set_requires_grad(true);
+  Tensor part = scatter_to_sequence_region(seq, g_world);
+  ASSERT_EQ(part.shape(), (Shape{2, 2, w}));
+  EXPECT_EQ(to_double_vector(part), to_double_vector(contiguous(narrow(seq, 1, 2 * me, 2))));
+  autograd::backward({part}, {full({2, 2, w}, me + 1.0)});
+  auto gs = to_double_vector(seq.grad());
+  for (size_t i = 0; i < gs.size(); ++i) {
+    const int64_t position = static_cast<int64_t>(i) / w % (2 * P);
+    ASSERT_EQ(gs[i], static_cast<double>(position / 2 + 1)) << i;  // its owner's rank + 1
+  }
+  // A dimension the group does not divide is an error naming the sizes.
+  if (P > 1) {
+    try {
+      scatter_to_region(randn({2, w * P + 1}, 4, 4), g_world);
+      FAIL() << "expected a ShapeError";
+    } catch (const ShapeError& e) {
+      EXPECT_NE(std::string(e.what()).find("divisible by the tensor-parallel size"),
+                std::string::npos)
+          << e.what();
+    }
+  }
 }
 
 // The fused head + vocab-parallel loss (the GPT's last stage) against the
@@ -172,6 +228,40 @@ TEST_P(TensorParallelGptTest, ThreeAdamWStepsGiveTheSameLosses) {
     ref.zero_grad();
     model.zero_grad();
   }
+}
+
+// Global-norm clipping over the sharded model: the norm of one process's
+// model (split parameters summed over the group, replicated ones once), and
+// the clipped gradients equal one process's clipped gradients.
+TEST_P(TensorParallelGptTest, ClippingEqualsOneProcessClipping) {
+  const bool sp = GetParam();
+  const int64_t V = 300;
+  nn::Gpt ref(tiny(V), 13);
+  TensorParallelGpt model(tiny(V), 13, g_world, sp);
+  Tensor ids = token_ids(V, 3), targets = token_ids(V, 4);
+  autograd::backward({ref.loss(ids, targets)});
+  autograd::backward({model.loss(ids, targets)});
+  model.reduce_sequence_parallel_grads();
+  const double unclipped = model.grad_norm();
+  const double max_norm = 0.25 * unclipped;  // so that clipping scales
+  const double want = optim::clip_grad_norm(ref.parameters(), max_norm);
+  EXPECT_NEAR(unclipped, want, 1e-5 * want);
+  EXPECT_NEAR(model.clip_grad_norm(max_norm), want, 1e-5 * want);  // the norm before clipping
+  EXPECT_NEAR(model.grad_norm(), max_norm, 1e-4 * max_norm);       // after it
+  nn::StateDict grads;
+  {
+    TensorParallelGpt holder(tiny(V), 13, g_world, sp);
+    nn::StateDict shard_grads;
+    for (auto& [name, p] : model.named_parameters()) shard_grads[name] = p.grad();
+    holder.load_state_dict(shard_grads);
+    grads = holder.full_state_dict();
+  }
+  for (auto& [name, p] : ref.named_parameters()) {
+    expect_close(to_double_vector(grads.at(name)), to_double_vector(p.grad()), 1e-7, 1e-4, name);
+  }
+  // max_norm 0 reports the norm and leaves the gradients alone.
+  EXPECT_NEAR(model.clip_grad_norm(0.0), max_norm, 1e-4 * max_norm);
+  EXPECT_NEAR(model.grad_norm(), max_norm, 1e-4 * max_norm);
 }
 
 INSTANTIATE_TEST_SUITE_P(SequenceParallel, TensorParallelGptTest, ::testing::Bool(),
