@@ -382,7 +382,8 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
        {false,
         [&](auto& v, auto& k) {
           t.max_skipped_steps = get_int(v, k);
-          if (t.max_skipped_steps < 0) throw ConfigError(k + " must be >= 0");
+          if (t.max_skipped_steps < 0)
+            throw ConfigError(k + " (" + scalar_text(v) + ") must be >= 0");
         }}},
       {"precision",
        {false,
@@ -456,7 +457,9 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
        {false,
         [&](auto& v, auto& k) {
           const int64_t n = get_int(v, k);
-          if (n < 1 || n > 1000000) throw ConfigError(k + " (" + scalar_text(v) + ") must be >= 1");
+          if (n < 1) throw ConfigError(k + " (" + scalar_text(v) + ") must be >= 1");
+          if (n > 1000000)
+            throw ConfigError(k + " (" + scalar_text(v) + ") must be at most 1000000");
           c.checkpoint.keep = static_cast<int>(n);
         }}},
       {"resume",
@@ -470,8 +473,12 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
   };
   auto positive_int = [](const YAML::Node& v, const std::string& k, int min) {
     const int64_t x = get_int(v, k);
-    if (x < min || x > (1 << 20)) {
+    if (x < min) {
       throw ConfigError(k + " (" + std::to_string(x) + ") must be >= " + std::to_string(min));
+    }
+    if (x > (1 << 20)) {
+      throw ConfigError(k + " (" + std::to_string(x) + ") must be at most " +
+                        std::to_string(1 << 20));
     }
     return static_cast<int>(x);
   };

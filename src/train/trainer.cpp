@@ -662,7 +662,8 @@ double Trainer::forward_backward(int64_t index, double* bubble) {
     // and upload what the device needs, never waiting for queued work.
     Tensor loss = tp_model_ ? tp_model_->loss(b.inputs, b.targets, ctx)
                             : model_->loss(b.inputs, b.targets, ctx);
-    if (index == nan_step_) loss = scale(loss, std::numeric_limits<double>::quiet_NaN());
+    if (index >= nan_step_ && index < nan_step_ + nan_steps_)
+      loss = scale(loss, std::numeric_limits<double>::quiet_NaN());
     // A non-finite loss is not an error here: its gradients make the step's
     // norm non-finite on every rank, and step() skips the update.
     Tensor part = cast(loss.detach(), DType::F64);

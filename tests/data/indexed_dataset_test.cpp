@@ -234,5 +234,34 @@ TEST(TokenDataset, ReadsMegatronDatasetsAndShardsAsOneStream) {
   }
 }
 
+// The up-front vocabulary check in every token type, with the bad token
+// past the first block of 4096 that the check scans at once.
+TEST(TokenDataset, TokensOutsideTheVocabularyAreFoundInEveryType) {
+  TempDir dir;
+  const std::pair<IndexedDType, int64_t> cases[] = {
+      {IndexedDType::U8, 200},     {IndexedDType::I8, -3},
+      {IndexedDType::U16, 60000},  {IndexedDType::I16, -30000},
+      {IndexedDType::I32, 100000}, {IndexedDType::I64, int64_t{1} << 40}};
+  for (const auto& [dtype, bad] : cases) {
+    std::vector<int64_t> tokens(5000);
+    for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int64_t>(i % 100);
+    const std::string prefix = dir.file(std::string("bad_") + indexed_dtype_name(dtype));
+    // The dataset without the bad token reads; with it, the error names it.
+    write_indexed_dataset(prefix + "_ok", {tokens}, dtype);
+    EXPECT_EQ(TokenDataset({prefix + "_ok"}, 16, 100).num_tokens(), 5000)
+        << indexed_dtype_name(dtype);
+    tokens[4500] = bad;
+    write_indexed_dataset(prefix, {tokens}, dtype);
+    try {
+      TokenDataset ds({prefix}, 16, 100);
+      ADD_FAILURE() << indexed_dtype_name(dtype) << ": the bad token was not found";
+    } catch (const IoError& e) {
+      EXPECT_NE(std::string(e.what()).find("token " + std::to_string(bad) + " at position 4500"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+}
+
 }  // namespace
 }  // namespace triad::data

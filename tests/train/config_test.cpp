@@ -205,6 +205,29 @@ TEST(Config, ErrorsNameKeyValueAndRule) {
                       "model.recompute ('attention') must be none, selective or full");
   expect_config_error(kValid, {"device=tpu"}, "device ('tpu') must be cpu, cuda or cuda:N");
   expect_config_error(kValid, {"novalue"}, "expected key=value");
+  expect_config_error(kValid, {"train.adam.beta1=0.9"},
+                      "--set 'train.adam.beta1=0.9': key must be 'section.key' or a top-level key");
+  expect_config_error(kValid, {"device=cpu", "device.index=1"},
+                      "--set 'device.index=1': 'device' is not a section");
+  expect_config_error(kValid, {"train.lr=[1"}, "--set 'train.lr=[1': value is not valid YAML");
+  expect_config_error(kValid,
+                      {"parallel.tp=2", "parallel.sequence_parallel=true", "model.seq_len=31"},
+                      "model.seq_len (31) must be divisible by parallel.tp (2) with sequence "
+                      "parallelism");
+  expect_config_error(kValid, {"log.interval=0"}, "log.interval (0) must be positive");
+  expect_config_error(kValid, {"log.peak_tflops=-1"}, "log.peak_tflops (-1) must be >= 0");
+  expect_config_error(kValid, {"checkpoint.interval=-2"}, "checkpoint.interval (-2) must be >= 0");
+  expect_config_error(kValid, {"checkpoint.keep=0"}, "checkpoint.keep (0) must be >= 1");
+  expect_config_error(kValid, {"checkpoint.keep=2000000"},
+                      "checkpoint.keep (2000000) must be at most 1000000");
+  expect_config_error(kValid, {"checkpoint.resume=sometimes"},
+                      "checkpoint.resume ('sometimes') must be never or auto");
+  expect_config_error(kValid, {"parallel.zero=2"}, "parallel.zero (2) must be 0 or 1");
+  expect_config_error(kValid, {"parallel.bucket_mb=0"}, "parallel.bucket_mb (0) must be > 0");
+  expect_config_error(kValid, {"parallel.tp=2000000"},
+                      "parallel.tp (2000000) must be at most 1048576");
+  expect_config_error(kValid, {"train.max_skipped_steps=-1"},
+                      "train.max_skipped_steps (-1) must be >= 0");
   expect_config_error("model: {n_layer: 2}\n", {}, "missing required key 'model.n_head'");
   expect_config_error("train: {steps: 1}\n", {}, "missing required section 'model'");
   expect_config_error("model: [1, 2", {}, "not valid YAML");

@@ -53,9 +53,12 @@ class Trainer {
   double evaluate_only();
   // Global batches one evaluation covers (0 without data.val).
   int64_t eval_batches() const { return val_batches_; }
-  // Test hook: this rank's loss (and so its gradients) becomes NaN at
-  // (0-based) step `index` (layouts without a pipeline).
-  void inject_nan_at(int64_t index) { nan_step_ = index; }
+  // Test hook: this rank's loss (and so its gradients) becomes NaN at the
+  // `count` (0-based) steps from `index` on (layouts without a pipeline).
+  void inject_nan_at(int64_t index, int64_t count = 1) {
+    nan_step_ = index;
+    nan_steps_ = count;
+  }
   const dp::GradientReducer* reducer() const { return reducer_.get(); }
   // The fp16 loss scaler (null for fp32 and bf16).
   const optim::DynamicLossScaler* loss_scaler() const { return scaler_.get(); }
@@ -90,7 +93,7 @@ class Trainer {
   std::vector<double> norm_weight_;  // ZeRO-1 norm: how each parameter counts on this rank
   int64_t applied_steps_ = 0;        // optimizer steps taken (skipped ones excluded)
   int64_t consecutive_skips_ = 0;
-  int64_t nan_step_ = -1;
+  int64_t nan_step_ = -1, nan_steps_ = 0;
   Device device_;                                     // where parameters and activations live
   std::unique_ptr<optim::DynamicLossScaler> scaler_;  // train.precision = fp16
   double global_norm_zero1() const;
