@@ -200,6 +200,26 @@ inline std::vector<OpCase> op_cases() {
                  const AddLayerNorm o = add_layer_norm(x[0], x[1], x[2], x[3]);
                  return add(mul(o.sum, o.sum), o.norm);
                }});
+  c.push_back({"add_layer_norm_computed_params",
+               [](DType d) {
+                 return std::vector<Tensor>{rnd({2, 3, 8}, d, 1), rnd({2, 3, 8}, d, 2),
+                                            rnd({8}, d, 3), rnd({8}, d, 4)};
+               },
+               [](const std::vector<Tensor>& x) {
+                 // Weight and bias that are not leaves take their gradients
+                 // through the op's outputs (add_layer_norm_backward), not
+                 // straight into a parameter's buffer.
+                 const AddLayerNorm o =
+                     add_layer_norm(x[0], x[1], mul(x[2], x[2]), affine(x[3], 2.0, 0.5));
+                 return add(mul(o.sum, o.sum), o.norm);
+               }});
+  c.push_back({"layer_norm_computed_params",
+               [](DType d) {
+                 return std::vector<Tensor>{rnd({3, 8}, d, 1, 2.0), rnd({8}, d, 2), rnd({8}, d, 3)};
+               },
+               [](const std::vector<Tensor>& x) {
+                 return layer_norm(x[0], mul(x[1], x[1]), affine(x[2], 2.0, 0.5));
+               }});
   c.push_back(
       {"layer_norm",
        [](DType d) {
