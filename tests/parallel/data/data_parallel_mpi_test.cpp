@@ -220,34 +220,42 @@ std::string shared_dir() {
       .string();
 }
 
+// In f32 and in bf16 (whose f32 masters are ZeRO-1's pieces too: resuming
+// refreshes the bf16 parameters from them and all-gathers them).
 TEST(DataParallel, ZeroOneResumeIsBitwiseAcrossRanks) {
-  const std::string root = shared_dir();
-  testing::TempDir data;  // per-rank copy of the same tokens
-  auto make = [&](int64_t steps, int64_t interval, const char* resume) {
-    Config c = config(data, 1);
-    c.train.steps = steps;
-    c.output_dir = root + "/out";
-    c.checkpoint.dir = root + "/ckpt";
-    c.checkpoint.interval = interval;
-    c.checkpoint.resume = resume;
-    return c;
-  };
-  std::vector<StepMetrics> whole, rest;
-  {
-    Trainer t(make(6, 3, "never"), g_world);
-    whole = t.run();
+  for (const std::string precision : {"fp32", "bf16"}) {
+    SCOPED_TRACE(precision);
+    const std::string root = shared_dir() + "_" + precision;
+    testing::TempDir data;  // per-rank copy of the same tokens
+    auto make = [&](int64_t steps, int64_t interval, const char* resume) {
+      Config c = config(data, 1);
+      c.train.steps = steps;
+      c.train.precision = precision;
+      c.output_dir = root + "/out";
+      c.checkpoint.dir = root + "/ckpt";
+      c.checkpoint.interval = interval;
+      c.checkpoint.resume = resume;
+      return c;
+    };
+    std::vector<StepMetrics> whole, rest;
+    {
+      Trainer t(make(6, 3, "never"), g_world);
+      whole = t.run();
+    }
+    if (g_world->rank() == 0) std::ofstream(root + "/ckpt/latest", std::ios::trunc) << "step_3\n";
+    g_world->barrier()->wait();
+    {
+      Trainer t(make(6, 0, "auto"), g_world);
+      rest = t.run();
+    }
+    ASSERT_EQ(rest.size(), 3u);
+    for (size_t i = 0; i < 3; ++i) {
+      EXPECT_EQ(rest[i].loss, whole[3 + i].loss) << "step " << rest[i].step;
+      EXPECT_EQ(rest[i].grad_norm, whole[3 + i].grad_norm) << "step " << rest[i].step;
+    }
+    g_world->barrier()->wait();
+    if (g_world->rank() == 0) std::filesystem::remove_all(root);
   }
-  if (g_world->rank() == 0) std::ofstream(root + "/ckpt/latest", std::ios::trunc) << "step_3\n";
-  g_world->barrier()->wait();
-  {
-    Trainer t(make(6, 0, "auto"), g_world);
-    rest = t.run();
-  }
-  ASSERT_EQ(rest.size(), 3u);
-  for (size_t i = 0; i < 3; ++i)
-    EXPECT_EQ(rest[i].loss, whole[3 + i].loss) << "step " << rest[i].step;
-  g_world->barrier()->wait();
-  if (g_world->rank() == 0) std::filesystem::remove_all(root);
 }
 
 // A checkpoint of this layout whose ZeRO-1 pieces are cut another way (as
