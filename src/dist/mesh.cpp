@@ -111,27 +111,34 @@ std::vector<std::vector<int>> MeshShape::embedding_groups() const {
   return out;
 }
 
+std::string tp_group_spanning_nodes(const MeshShape& shape, const NodeInfo& node) {
+  for (const auto& g : shape.groups(MeshDim::TP)) {
+    bool same = true;
+    for (int r : g) same = same && node.node_of_rank.at(r) == node.node_of_rank.at(g.front());
+    if (same) continue;
+    std::string list;
+    for (int r : g) {
+      if (!list.empty()) list += ", ";
+      list += std::to_string(r) + "@node" + std::to_string(node.node_of_rank.at(r));
+    }
+    return "tensor-parallel group [" + list + "] spans nodes (tp " + std::to_string(shape.tp) +
+           ", " + std::to_string(node.local_size) +
+           " ranks per node; parallel.topology: refuse stops here, warn goes on)";
+  }
+  return "";
+}
+
 DeviceMesh::DeviceMesh(ProcessGroupPtr world, MeshShape shape, TopologyPolicy policy)
     : world_(std::move(world)), shape_(std::move(shape)) {
   shape_.validate(world_->size());  // before any communicator beyond the world
   const int me = world_->rank();
   coords_ = shape_.coords(me);
   node_ = node_info(world_);
-  // Each TP group should sit inside one node (NVLink); check them all.
-  for (const auto& g : shape_.groups(MeshDim::TP)) {
-    bool same = true;
-    for (int r : g) same = same && node_.node_of_rank[r] == node_.node_of_rank[g.front()];
-    if (same) continue;
-    std::string list;
-    for (int r : g)
-      list += (list.empty() ? "" : ", ") + std::to_string(r) + "@node" +
-              std::to_string(node_.node_of_rank[r]);
-    const std::string msg = "tensor-parallel group [" + list + "] spans nodes (tp " +
-                            std::to_string(shape_.tp) + ", " + std::to_string(node_.local_size) +
-                            " ranks per node)";
-    if (policy == TopologyPolicy::Refuse) throw ConfigError(msg);
-    if (me == 0) spdlog::warn("{}", msg);
-    break;
+  // Each TP group should sit inside one node (NVLink).
+  const std::string spanning = tp_group_spanning_nodes(shape_, node_);
+  if (!spanning.empty()) {
+    if (policy == TopologyPolicy::Refuse) throw ConfigError(spanning);
+    if (me == 0) spdlog::warn("{}", spanning);
   }
   auto color_of = [&](const std::vector<std::vector<int>>& groups) {
     for (size_t i = 0; i < groups.size(); ++i) {

@@ -58,5 +58,23 @@ TEST(MeshShape, MismatchesAreErrorsNamingTheNumbers) {
   expect_error({1, 1, 1, "tp-tp-pp"}, 1, "must list tp, dp and pp once each");
 }
 
+// Two nodes of four ranks: tensor-parallel groups inside a node pass, one
+// across the boundary is named with each rank's node.
+TEST(MeshShape, TensorParallelGroupsAcrossNodesAreNamed) {
+  NodeInfo node;
+  node.local_size = 4;
+  node.num_nodes = 2;
+  node.node_of_rank = {0, 0, 0, 0, 1, 1, 1, 1};
+  EXPECT_EQ(tp_group_spanning_nodes(MeshShape{4, 1, 2}, node), "");
+  EXPECT_EQ(tp_group_spanning_nodes(MeshShape{2, 2, 2}, node), "");
+  EXPECT_EQ(tp_group_spanning_nodes(MeshShape{8, 1, 1}, node),
+            "tensor-parallel group [0@node0, 1@node0, 2@node0, 3@node0, 4@node1, 5@node1, "
+            "6@node1, 7@node1] spans nodes (tp 8, 4 ranks per node; parallel.topology: refuse "
+            "stops here, warn goes on)");
+  // tp varying slowest: its groups stride across the nodes.
+  const std::string across = tp_group_spanning_nodes(MeshShape{2, 1, 4, "dp-pp-tp"}, node);
+  EXPECT_NE(across.find("[0@node0, 4@node1]"), std::string::npos) << across;
+}
+
 }  // namespace
 }  // namespace triad::dist

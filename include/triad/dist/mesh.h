@@ -45,6 +45,11 @@ struct MeshShape {
 // What to do when a tensor-parallel group spans nodes.
 enum class TopologyPolicy { Warn, Refuse };
 
+// The first tensor-parallel group of `shape` whose ranks are not all on one
+// node (by `node.node_of_rank`), described with each rank's node; empty when
+// every group sits inside a node.
+std::string tp_group_spanning_nodes(const MeshShape& shape, const NodeInfo& node);
+
 // The communicators of a 3D layout over a world group: one per dimension,
 // the model-parallel group, and the embedding group (null on ranks that are
 // neither first nor last pipeline stage). Created collectively by every
