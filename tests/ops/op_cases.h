@@ -266,6 +266,33 @@ inline std::vector<OpCase> op_cases() {
                  return linear_cross_entropy(
                      x[0], x[1], to_device(ids({1, 66, -100, 0, 3, 65}, {2, 3}), x[0].device()));
                }});
+  // Computed (non-leaf) weights and biases: their gradients come back
+  // through the op's outputs rather than straight into a parameter's buffer.
+  c.push_back(
+      {"linear_computed_params",
+       [](DType d) {
+         return std::vector<Tensor>{rnd({2, 3, 4}, d, 1), rnd({5, 4}, d, 2), rnd({5}, d, 3)};
+       },
+       [](const std::vector<Tensor>& x) {
+         return linear(x[0], affine(x[1], 1.5, 0.25), affine(x[2], -2.0, 0.5));
+       }});
+  c.push_back({"embedding_computed_weight",
+               [](DType d) {
+                 return std::vector<Tensor>{rnd({6, 4}, d, 1)};
+               },
+               [](const std::vector<Tensor>& x) {
+                 return embedding(affine(x[0], 2.0, 0.5),
+                                  to_device(ids({1, 5, 1, 0, 3}, {5}), x[0].device()));
+               }});
+  c.push_back({"linear_cross_entropy_computed_weight",
+               [](DType d) {
+                 return std::vector<Tensor>{rnd({2, 3, 5}, d, 1), rnd({67, 5}, d, 2, 0.5)};
+               },
+               [](const std::vector<Tensor>& x) {
+                 return linear_cross_entropy(
+                     x[0], affine(x[1], 1.5, 0.0),
+                     to_device(ids({1, 66, -100, 0, 3, 65}, {2, 3}), x[0].device()));
+               }});
   return c;
 }
 

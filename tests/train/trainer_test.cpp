@@ -1,84 +1,318 @@
-// The trainer in one process: a step whose loss or gradient norm is not
-// finite is skipped (weights, optimizer state and learning-rate schedule
-// untouched) and more than train.max_skipped_steps of them in a row stop the
-// run with an error; settings the world cannot satisfy are named.
+#include "triad/train/trainer.h"
+
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
 #include "support/temp_dir.h"
+#include "triad/backend/cuda.h"
+#include "triad/data/indexed_dataset.h"
 #include "triad/data/token_shard.h"
+#include "triad/io/safetensors.h"
 #include "triad/ops.h"
-#include "triad/train/trainer.h"
 
 namespace triad::train {
 namespace {
 
 using triad::testing::TempDir;
 
-Config config(const TempDir& dir, int64_t max_skipped) {
+Config small_config(const TempDir& dir, int64_t micro) {
+  // A periodic stream a model can learn quickly.
   std::vector<uint16_t> tokens;
   for (int i = 0; i < 4000; ++i) tokens.push_back(static_cast<uint16_t>((i * 7 + i / 13) % 31));
   data::write_token_shard(dir.file("train.bin"), tokens);
-  return parse_config(
-      "model: {n_layer: 1, n_head: 2, d_model: 16, vocab_size: 32, seq_len: 16}\n"
-      "train: {steps: 8, global_batch_size: 4, micro_batch_size: 2, lr: 1.0e-2, "
-      "warmup_steps: 2, max_skipped_steps: " +
-      std::to_string(max_skipped) + "}\ndata: {train: " + dir.file("train.bin") +
-      "}\noutput: {dir: " + dir.file("out") + "}\n");
+  const std::string yaml =
+      "model: {n_layer: 2, n_head: 2, d_model: 16, vocab_size: 32, seq_len: 16}\n"
+      "train: {steps: 3, global_batch_size: 4, micro_batch_size: " +
+      std::to_string(micro) +
+      ", lr: 1.0e-2, warmup_steps: 1, weight_decay: 0.1, grad_clip: 1.0}\n"
+      "data: {train: " +
+      dir.file("train.bin") +
+      "}\n"
+      "output: {dir: " +
+      dir.file("out") + "}\n";
+  return parse_config(yaml);
 }
 
-TEST(NonFiniteSteps, SkippedStepsChangeNothingAndTooManyInARowStop) {
+TEST(Trainer, CudaDeviceWithoutAGpuIsAClearError) {
+  if (cuda::device_count() > 0) GTEST_SKIP() << "a GPU is visible";
   TempDir dir;
-  Trainer clean(config(dir, 2));
-  std::vector<StepMetrics> want;
-  for (int64_t k = 0; k < 4; ++k) want.push_back(clean.step(k));
-
-  // Steps 1 and 2 poisoned (two in a row, allowed): skipped, and the run
-  // continues as if they had not been there: step 3 applies the update that
-  // step 1 would have, at the learning rate step 1 would have had.
-  Trainer t(config(dir, 2));
-  t.inject_nan_at(1, 2);
-  const StepMetrics first = t.step(0);
-  EXPECT_EQ(first.loss, want[0].loss);
-  auto weights = t.full_state_dict();
-  std::map<std::string, std::vector<double>> before;
-  for (auto& [name, p] : weights) before[name] = to_double_vector(p);
-  for (int64_t k = 1; k <= 2; ++k) {
-    const StepMetrics m = t.step(k);
-    EXPECT_TRUE(m.skipped) << "step " << k;
-    for (auto& [name, p] : t.full_state_dict())
-      ASSERT_EQ(to_double_vector(p), before.at(name)) << name << " changed at step " << k;
-  }
-  const StepMetrics after = t.step(3);
-  EXPECT_FALSE(after.skipped);
-  EXPECT_EQ(after.lr, want[1].lr);  // the schedule did not advance while skipping
-
-  // Three in a row with max_skipped_steps 2: the third stops the run, and
-  // the error says why.
-  Trainer stop(config(dir, 2));
-  stop.inject_nan_at(0, 3);
-  EXPECT_TRUE(stop.step(0).skipped);
-  EXPECT_TRUE(stop.step(1).skipped);
+  Config c = small_config(dir, 2);
+  c.device = "cuda";
   try {
-    stop.step(2);
-    FAIL() << "the third non-finite step in a row should stop the run";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("stopping: 3 consecutive steps with non-finite "
-                                         "gradients (train.max_skipped_steps is 2)"),
+    Trainer t(c);
+    FAIL() << "expected NotSupportedError";
+  } catch (const NotSupportedError& e) {
+    const std::string msg = e.what();
+    EXPECT_TRUE(msg.find("no CUDA device is visible") != std::string::npos ||
+                msg.find("no CUDA backend") != std::string::npos)
+        << msg;
+  }
+}
+
+TEST(Trainer, GradientAccumulationEqualsOneLargeBatch) {
+  TempDir dir;
+  std::vector<std::vector<StepMetrics>> runs;
+  std::vector<nn::StateDict> finals;
+  for (int64_t micro : {4, 2, 1}) {
+    Trainer t(small_config(dir, micro));
+    std::vector<StepMetrics> m;
+    for (int k = 0; k < 3; ++k) m.push_back(t.step(k));
+    runs.push_back(m);
+    finals.push_back(t.full_state_dict());
+  }
+  for (size_t r = 1; r < runs.size(); ++r) {
+    for (size_t k = 0; k < 3; ++k) {
+      EXPECT_NEAR(runs[r][k].loss, runs[0][k].loss, 1e-5 * std::abs(runs[0][k].loss))
+          << "run " << r << " step " << k;
+      EXPECT_NEAR(runs[r][k].grad_norm, runs[0][k].grad_norm, 1e-4 * runs[0][k].grad_norm);
+    }
+    for (auto& [name, t] : finals[0]) {
+      auto a = to_double_vector(t), b = to_double_vector(finals[r].at(name));
+      for (size_t i = 0; i < a.size(); ++i)
+        ASSERT_NEAR(a[i], b[i], 2e-5) << name << "[" << i << "]";
+    }
+  }
+}
+
+TEST(Trainer, RunLearnsAndWritesMetricsAndWeights) {
+  TempDir dir;
+  Config c = small_config(dir, 2);
+  c.train.steps = 40;
+  c.train.lr = 1e-2;
+  c.train.min_lr = 1e-3;
+  Trainer t(c);
+  auto m = t.run();
+  ASSERT_EQ(m.size(), 40u);
+  EXPECT_LT(m.back().loss, 0.7 * m.front().loss);
+  EXPECT_NEAR(m.front().loss, std::log(32.0), 0.3);  // starts near uniform
+  std::ifstream in(dir.file("out/metrics.jsonl"));
+  std::string line;
+  int lines = 0;
+  while (std::getline(in, line)) {
+    ++lines;
+    for (const char* key :
+         {"\"step\"", "\"loss\"", "\"lr\"", "\"grad_norm\"", "\"tokens_per_s\"", "\"step_ms\""}) {
+      EXPECT_NE(line.find(key), std::string::npos) << line;
+    }
+  }
+  EXPECT_EQ(lines, 40);
+  auto weights = io::load_safetensors(dir.file("out/model.safetensors"));
+  EXPECT_EQ(weights.tensors.at("h.0.attn.c_attn.weight").shape(), (Shape{16, 48}));
+  EXPECT_TRUE(std::filesystem::exists(dir.file("out/config.yaml")));
+  std::ifstream trace(dir.file("out/trace.json"));
+  std::string text((std::istreambuf_iterator<char>(trace)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("\"traceEvents\""), std::string::npos);
+  EXPECT_NE(text.find("\"cat\":\"forward\""), std::string::npos);
+  EXPECT_NE(text.find("\"cat\":\"optimizer\""), std::string::npos);
+}
+
+// A validation shard: the training stream's rule continued past its end
+// (tokens the model never trains on), 37 sequences of 17 tokens.
+std::vector<uint16_t> validation_tokens() {
+  std::vector<uint16_t> v;
+  for (int i = 4000; i < 4600; ++i) v.push_back(static_cast<uint16_t>((i * 7 + i / 13) % 31));
+  return v;
+}
+
+TEST(Trainer, EvaluatesTheValidationLossWithoutChangingTraining) {
+  TempDir dir;
+  Config plain = small_config(dir, 2);
+  plain.train.steps = 5;
+  plain.model.dropout = 0.1;  // evaluation runs without it and leaves training's streams alone
+  data::write_token_shard(dir.file("val.bin"), validation_tokens());
+  Config with_val = plain;
+  with_val.data_val = dir.file("val.bin");
+  with_val.eval.interval = 2;
+  with_val.eval.batches = 3;
+  with_val.output_dir = dir.file("out_val");
+  const auto without = Trainer(plain).run();
+  Trainer t(with_val);
+  EXPECT_EQ(t.eval_batches(), 3);
+  const auto with = t.run();
+  ASSERT_EQ(with.size(), 5u);
+  for (size_t k = 0; k < 5; ++k) {
+    EXPECT_EQ(with[k].loss, without[k].loss) << "step " << k + 1;  // bit for bit
+    EXPECT_EQ(with[k].grad_norm, without[k].grad_norm) << "step " << k + 1;
+    // Steps 2 and 4 (the interval) and 5 (the last) evaluated.
+    EXPECT_EQ(with[k].val_loss.has_value(), k == 1 || k == 3 || k == 4) << "step " << k + 1;
+  }
+  EXPECT_FALSE(without.back().val_loss.has_value());
+  EXPECT_LT(*with[4].val_loss, *with[1].val_loss);  // what it learns carries over
+  // The same number from a plain model holding the final weights, over the
+  // first 3 global batches of 4 sequences taken whole, without dropout.
+  nn::Gpt model(with_val.model, 7);
+  model.load_state_dict(t.full_state_dict());
+  const auto val = validation_tokens();
+  const int64_t T = with_val.model.seq_len;
+  double sum = 0;
+  for (int64_t k = 0; k < 3; ++k) {
+    std::vector<int64_t> in, tg;
+    for (int64_t q = 4 * k; q < 4 * k + 4; ++q) {
+      for (int64_t i = 0; i < T; ++i) {
+        in.push_back(val[q * T + i]);
+        tg.push_back(val[q * T + i + 1]);
+      }
+    }
+    sum += item(model.loss(from_vector(in, {4, T}), from_vector(tg, {4, T}), {false, 0, 0}));
+  }
+  EXPECT_NEAR(*with[4].val_loss, sum / 3, 1e-5 * sum / 3);
+  // Repeatable, and written to metrics.jsonl on the steps that evaluated.
+  EXPECT_EQ(t.evaluate(), *with[4].val_loss);
+  std::ifstream in(dir.file("out_val/metrics.jsonl"));
+  int with_key = 0;
+  for (std::string line; std::getline(in, line);)
+    with_key += line.find("\"val_loss\"") != line.npos;
+  EXPECT_EQ(with_key, 3);
+}
+
+TEST(Trainer, TrainsOnAWeightedMixture) {
+  TempDir dir;
+  Config c = small_config(dir, 2);
+  data::write_token_shard(dir.file("val.bin"), validation_tokens());
+  Config mix = c;
+  mix.data_train = {{dir.file("train.bin"), 3.0}, {dir.file("val.bin"), 1.0}};
+  mix.train.steps = 4;
+  const auto m = Trainer(mix).run();
+  ASSERT_EQ(m.size(), 4u);
+  for (const auto& s : m) EXPECT_TRUE(std::isfinite(s.loss));
+  // A mixture of one part is that part: the same losses as the plain path.
+  Config one = c, plain = c;
+  one.data_train = {{dir.file("train.bin"), 0.25}};
+  one.output_dir = dir.file("out_one");
+  const auto a = Trainer(one).run(), b = Trainer(plain).run();
+  for (size_t k = 0; k < a.size(); ++k) EXPECT_EQ(a[k].loss, b[k].loss) << k;
+  Config tiny = c;
+  tiny.data_train = {{dir.file("train.bin"), 1.0}, {dir.file("val.bin"), 1e-6}};
+  EXPECT_THROW(Trainer{tiny}, ConfigError);
+}
+
+TEST(Trainer, EvaluateOnlyScoresTheStartingWeights) {
+  TempDir dir;
+  data::write_token_shard(dir.file("val.bin"), validation_tokens());
+  Config c = small_config(dir, 2);
+  c.train.steps = 4;
+  c.data_val = dir.file("val.bin");
+  c.eval.batches = 2;
+  c.checkpoint.dir = dir.file("ck");
+  const auto trained = Trainer(c).run();
+  ASSERT_TRUE(trained.back().val_loss.has_value());
+  // From the written weights, and from the newest checkpoint.
+  Config from_weights = c;
+  from_weights.checkpoint.dir.clear();
+  from_weights.init_from = dir.file("out/model.safetensors");
+  EXPECT_NEAR(Trainer(from_weights).evaluate_only(), *trained.back().val_loss, 1e-12);
+  Config from_checkpoint = c;
+  from_checkpoint.checkpoint.resume = "auto";
+  EXPECT_NEAR(Trainer(from_checkpoint).evaluate_only(), *trained.back().val_loss, 1e-12);
+  // Fresh weights score near uniform guessing (ln 32).
+  Config fresh = c;
+  fresh.checkpoint.dir.clear();
+  EXPECT_NEAR(Trainer(fresh).evaluate_only(), std::log(32.0), 0.3);
+  Config no_val = fresh;
+  no_val.data_val.clear();
+  no_val.eval.batches = 0;
+  EXPECT_THROW(Trainer(no_val).evaluate_only(), ConfigError);
+}
+
+TEST(Trainer, ValidationDataErrorsNameTheNumbers) {
+  TempDir dir;
+  Config c = small_config(dir, 2);
+  EXPECT_THROW(Trainer(c).evaluate(), ValueError);  // no data.val
+  // 3 tokens: no whole sequence.
+  data::write_token_shard(dir.file("tiny.bin"), {1, 2, 3});
+  c.data_val = dir.file("tiny.bin");
+  EXPECT_THROW(Trainer{c}, IoError);
+  // 3 sequences: fewer than one global batch of 4.
+  data::write_token_shard(dir.file("short.bin"), std::vector<uint16_t>(3 * 16 + 1, 5));
+  c.data_val = dir.file("short.bin");
+  try {
+    Trainer t(c);
+    FAIL() << "expected ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("holds 3 sequences of model.seq_len + 1 tokens, fewer "
+                                         "than one global batch (train.global_batch_size = 4)"),
               std::string::npos)
         << e.what();
   }
-}
-
-TEST(Trainer, ZeroWithOneDataParallelRankIsAConfigError) {
-  TempDir dir;
-  Config c = config(dir, 2);
-  c.parallel.zero = 1;
+  // 37 sequences: 9 whole global batches by default, 10 are too many.
+  data::write_token_shard(dir.file("val.bin"), validation_tokens());
+  c.data_val = dir.file("val.bin");
+  EXPECT_EQ(Trainer(c).eval_batches(), 9);
+  c.eval.batches = 10;
   try {
     Trainer t(c);
-    FAIL() << "ZeRO-1 needs dp > 1";
+    FAIL() << "expected ConfigError";
   } catch (const ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("parallel.zero = 1 shards the optimizer over "
-                                         "data-parallel ranks and needs dp > 1 (dp is 1)"),
+    EXPECT_NE(std::string(e.what()).find("eval.batches (10) global batches of 4 sequences need 40 "
+                                         "validation sequences, but data.val"),
+              std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("holds 37"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Trainer, TrainsOnAMegatronDatasetAsOnTheSameTokensInAShard) {
+  TempDir dir;
+  Config shard = small_config(dir, 2);
+  // The same 4000 tokens as train.bin, as a Megatron dataset of int32
+  // tokens in documents of 7 to 150 tokens.
+  std::vector<std::vector<int64_t>> docs;
+  for (int i = 0, n = 7; i < 4000; n = 7 + (n * 13) % 144) {
+    docs.emplace_back();
+    for (int k = 0; k < n && i < 4000; ++k, ++i) docs.back().push_back((i * 7 + i / 13) % 31);
+  }
+  data::write_indexed_dataset(dir.file("mega"), docs, data::IndexedDType::I32);
+  Config mega = shard;
+  mega.data_train = {{dir.file("mega")}};
+  mega.data_val = dir.file("mega.bin");  // the prefix or either file names it
+  mega.output_dir = dir.file("out_mega");
+  const auto a = Trainer(shard).run();
+  const auto b = Trainer(mega).run();
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t k = 0; k < a.size(); ++k) EXPECT_EQ(a[k].loss, b[k].loss) << "step " << k + 1;
+  ASSERT_TRUE(b.back().val_loss.has_value());
+}
+
+TEST(Trainer, StartsFromSafetensorsAndRejectsMissingData) {
+  TempDir dir;
+  Config c = small_config(dir, 4);
+  c.train.steps = 1;
+  Trainer a(c);
+  a.run();
+  Config from = c;
+  from.init_from = dir.file("out/model.safetensors");
+  from.train.seed = 999;  // different random init, overwritten by the file
+  Trainer b(from);
+  for (auto& [name, t] : a.full_state_dict()) {
+    EXPECT_EQ(to_double_vector(t), to_double_vector(b.full_state_dict().at(name))) << name;
+  }
+  Config missing = c;
+  missing.data_train = {{dir.file("nope_*.bin")}};
+  EXPECT_THROW(Trainer{missing}, IoError);
+  Config cuda = c;
+  cuda.device = "cuda";
+  EXPECT_THROW(Trainer{cuda}, NotSupportedError);
+  // A layout that does not match the world is refused before any communicator.
+  Config wide = c;
+  wide.parallel.tp = 2;
+  try {
+    Trainer t(wide);
+    FAIL();
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("world size (1) must be divisible by tp*pp = 2*1 = 2"),
+              std::string::npos)
+        << e.what();
+  }
+  Config fixed = c;
+  fixed.parallel.dp = 2;  // given explicitly: must match the world
+  try {
+    Trainer t(fixed);
+    FAIL();
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("world size (1) must equal tp*pp*dp = 1*1*2 = 2"),
               std::string::npos)
         << e.what();
   }
