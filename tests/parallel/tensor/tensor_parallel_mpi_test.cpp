@@ -171,6 +171,16 @@ Tensor token_ids(int64_t vocab, uint64_t stream) {
   return from_vector(ids, {2, 8});
 }
 
+// The model's gradients as full (unsharded) tensors, gathered the way the
+// parameters are gathered.
+nn::StateDict full_grads(const TensorParallelGpt& model, int64_t vocab, bool sp) {
+  TensorParallelGpt holder(tiny(vocab), 0, g_world, sp);
+  nn::StateDict shard_grads;
+  for (auto& [name, p] : model.named_parameters()) shard_grads[name] = p.grad();
+  holder.load_state_dict(shard_grads);
+  return holder.full_state_dict();
+}
+
 class TensorParallelGptTest : public ::testing::TestWithParam<bool> {};
 
 // Loss within 1e-6 relative; logits 2e-5; gradients 1e-6 + 1e-4 relative.
@@ -191,15 +201,7 @@ TEST_P(TensorParallelGptTest, LossLogitsAndEveryGradientMatchOneProcess) {
   autograd::backward({l});
   autograd::backward({lr});
   model.reduce_sequence_parallel_grads();
-  // Gather gradients the way the parameters are gathered.
-  nn::StateDict grads;
-  {
-    TensorParallelGpt holder(tiny(V), 11, g_world, sp);
-    nn::StateDict shard_grads;
-    for (auto& [name, p] : model.named_parameters()) shard_grads[name] = p.grad();
-    holder.load_state_dict(shard_grads);
-    grads = holder.full_state_dict();
-  }
+  const nn::StateDict grads = full_grads(model, V, sp);
   int checked = 0;
   for (auto& [name, p] : ref.named_parameters()) {
     expect_close(to_double_vector(grads.at(name)), to_double_vector(p.grad()), 1e-6, 1e-4, name);
@@ -248,14 +250,7 @@ TEST_P(TensorParallelGptTest, ClippingEqualsOneProcessClipping) {
   EXPECT_NEAR(unclipped, want, 1e-5 * want);
   EXPECT_NEAR(model.clip_grad_norm(max_norm), want, 1e-5 * want);  // the norm before clipping
   EXPECT_NEAR(model.grad_norm(), max_norm, 1e-4 * max_norm);       // after it
-  nn::StateDict grads;
-  {
-    TensorParallelGpt holder(tiny(V), 13, g_world, sp);
-    nn::StateDict shard_grads;
-    for (auto& [name, p] : model.named_parameters()) shard_grads[name] = p.grad();
-    holder.load_state_dict(shard_grads);
-    grads = holder.full_state_dict();
-  }
+  const nn::StateDict grads = full_grads(model, V, sp);
   for (auto& [name, p] : ref.named_parameters()) {
     expect_close(to_double_vector(grads.at(name)), to_double_vector(p.grad()), 1e-7, 1e-4, name);
   }
