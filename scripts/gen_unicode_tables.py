@@ -59,6 +59,7 @@ def main():
 #include "unicode_classes.h"
 
 #include <algorithm>
+#include <cstddef>
 #include <iterator>
 
 namespace triad::data::unicode {{

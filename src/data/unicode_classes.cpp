@@ -4,6 +4,7 @@
 #include "unicode_classes.h"
 
 #include <algorithm>
+#include <cstddef>
 #include <iterator>
 
 namespace triad::data::unicode {
