@@ -415,14 +415,14 @@ int64_t Trainer::load_checkpoint() {
     if (zero_optimizer_ && !same_zero_pieces(*st)) st.reset();
   }
   if (!st) {
-    // Another layout (or ZeRO-1 pieces cut another way): the model, the
-    // precision and the optimizer's state carry over; how they are cut is
-    // this run's business.
-    io::check_checkpoint_layout(*info,
-                                {{"model", mine.at("model")}, {"precision", mine.at("precision")}});
+    // Another layout, another precision or ZeRO-1 pieces cut another way:
+    // the model's f32 weights and the optimizer's state carry over; how they
+    // are cut and rounded is this run's business.
+    io::check_checkpoint_layout(*info, {{"model", mine.at("model")}});
     const auto metadata = load_resharded(*info);
     std::string from;
-    for (const char* key : {"world", "tp", "pp", "dp", "vpp", "zero", "sequence_parallel"}) {
+    for (const char* key :
+         {"world", "tp", "pp", "dp", "vpp", "zero", "sequence_parallel", "precision"}) {
       auto it = info->layout.find(key);
       if (it != info->layout.end())
         from += std::string(from.empty() ? "" : ", ") + key + " " + it->second;
@@ -494,11 +494,20 @@ int64_t Trainer::restore_counters(const io::CheckpointInfo& info,
                                   const std::map<std::string, std::string>& metadata) {
   if (scaler_) {
     auto it = metadata.find("loss_scaler");
-    if (it == metadata.end()) {
+    auto precision = info.layout.find("precision");
+    const std::string written =
+        precision == info.layout.end() ? std::string("unknown") : precision->second;
+    if (it != metadata.end()) {
+      scaler_->load_state(nlohmann::json::parse(it->second));
+    } else if (written == "fp16") {
       throw IoError("checkpoint '" + info.step_dir +
-                    "': no loss-scaler state (it was not written by an fp16 run)");
+                    "' was written by an fp16 run but holds no loss-scaler state");
+    } else {
+      // A run switching to fp16 from bf16 or fp32 has no scale to carry
+      // over: it starts from train.loss_scale_init, as a new run would.
+      spdlog::info("checkpoint written with precision {}: the fp16 loss scale starts at {}",
+                   written, scaler_->scale());
     }
-    scaler_->load_state(nlohmann::json::parse(it->second));
   }
   auto choices = metadata.find("attention_choices");
   if (device_.is_cuda() && choices != metadata.end()) {
@@ -540,7 +549,19 @@ std::map<std::string, std::string> Trainer::load_resharded(const io::CheckpointI
     }
     copy_(into, from);
   };
-  for (auto& [name, p] : params) put(p, cut("param/", name), "param/" + name);
+  // A parameter's f32 weight: its master where the writing run trained in
+  // half precision, else the parameter itself. Under any precision this run
+  // starts from these, so bf16 -> fp32 -> fp16 loses nothing the checkpoint
+  // held; the half parameters are rounded from them once.
+  auto weight = [&](const std::string& name) {
+    const bool has_master = full.tensors.count("master/" + name) != 0;
+    const Tensor w = cut(has_master ? "master/" : "param/", name);
+    return w.dtype() == DType::F32 ? w : cast(w, DType::F32);
+  };
+  for (auto& [name, p] : params) {
+    const Tensor w = weight(name);
+    put(p, p.dtype() == DType::F32 ? w : cast(w, p.dtype()), "param/" + name);
+  }
   const int64_t optimizer_step = metadata_int(info, full.metadata, "optimizer_step");
   if (zero_optimizer_) {
     int64_t at = 0;
@@ -550,7 +571,7 @@ std::map<std::string, std::string> Trainer::load_resharded(const io::CheckpointI
                                  {"adam_v/", &zero_optimizer_->v()},
                                  {"master/", &zero_optimizer_->master()}}) {
         if (!state->defined()) continue;
-        const Tensor src = cut(kind, name);
+        const Tensor src = std::string(kind) == "master/" ? weight(name) : cut(kind, name);
         Tensor dst = narrow(*state, 0, at, seg.length);
         put(dst, narrow(reshape(src, {src.numel()}), 0, seg.param_offset, seg.length), kind + name);
       }
@@ -562,7 +583,7 @@ std::map<std::string, std::string> Trainer::load_resharded(const io::CheckpointI
     for (auto& s : optimizer_->state()) {
       put(s.m, cut("adam_m/", s.name), "adam_m/" + s.name);
       put(s.v, cut("adam_v/", s.name), "adam_v/" + s.name);
-      if (s.master.defined()) put(s.master, cut("master/", s.name), "master/" + s.name);
+      if (s.master.defined()) put(s.master, weight(s.name), "master/" + s.name);
     }
     optimizer_->sync_params_from_masters();
     optimizer_->set_step_count(optimizer_step);

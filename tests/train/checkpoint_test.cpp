@@ -116,31 +116,6 @@ TEST(Checkpoint, ALayoutMismatchNamesTheDimension) {
   }
 }
 
-// Resuming under another precision: the error names the checkpoint and
-// what differs, before anything is loaded.
-TEST(Checkpoint, APrecisionChangeIsNamed) {
-  TempDir dir;
-  {
-    Trainer t(config(dir, 2, 2, "never"));  // fp32
-    t.run();
-  }
-  for (const std::string precision : {"bf16", "fp16"}) {
-    Config other = config(dir, 4, 0, "auto");
-    other.train.precision = precision;
-    Trainer t(other);
-    try {
-      t.run();
-      ADD_FAILURE() << precision << ": expected an IoError";
-    } catch (const IoError& e) {
-      const std::string m = e.what();
-      EXPECT_NE(m.find(dir.file("ckpt/step_2")), std::string::npos) << m;
-      EXPECT_NE(m.find("written with precision = fp32, this run has precision = " + precision),
-                std::string::npos)
-          << m;
-    }
-  }
-}
-
 TEST(Checkpoint, PlacementsRoundTripAndNonsenseIsRefused) {
   RankPlacement p;
   p.tp_rank = 1;

@@ -9,6 +9,7 @@
 
 #include "support/temp_dir.h"
 #include "triad/data/token_shard.h"
+#include "triad/io/checkpoint.h"
 #include "triad/ops.h"
 #include "triad/train/trainer.h"
 
@@ -116,19 +117,103 @@ TEST(MixedPrecision, ResumedFp16AndBf16RunsReproduceTheLossesBitwise) {
   }
 }
 
-TEST(MixedPrecision, ResumingACheckpointOfAnotherPrecisionNamesIt) {
+// What a run of `precision` would have checkpointed with the f32 weights and
+// optimizer state of `from`: the weights are the masters (the parameters in
+// an fp32 checkpoint), half parameters are rounded from them, the AdamW
+// moments and counters are copied, and an fp16 run gets the loss scaler a
+// new run starts with (none when `scaler` is false).
+void write_as(const io::CheckpointInfo& from, const std::string& dir, const Config& c,
+              bool scaler = true) {
+  const std::string& precision = c.train.precision;
+  io::RankState st = io::read_rank_state(from, 0);
+  std::map<std::string, Tensor> tensors;
+  for (const auto& [key, t] : st.tensors) {
+    if (key.rfind("adam_", 0) == 0) tensors[key] = t;
+    if (key.rfind("param/", 0) != 0) continue;
+    const std::string name = key.substr(6);
+    auto master = st.tensors.find("master/" + name);
+    const Tensor w = master != st.tensors.end() ? master->second : t;
+    ASSERT_EQ(w.dtype(), DType::F32) << name;
+    if (precision == "fp32") {
+      tensors[key] = w;
+    } else {
+      tensors[key] = cast(w, c.train.param_dtype());
+      tensors["master/" + name] = w;
+    }
+  }
+  st.metadata.erase("loss_scaler");
+  if (precision == "fp16" && scaler) {
+    optim::LossScalerOptions so;
+    so.init_scale = c.train.loss_scale_init;
+    so.growth_interval = c.train.loss_scale_window;
+    st.metadata["loss_scaler"] = optim::DynamicLossScaler(so).state().dump();
+  }
+  auto layout = from.layout;
+  layout["precision"] = precision;
+  io::write_rank_state(io::checkpoint_staging_dir(dir, from.step), 0, tensors, st.metadata);
+  io::commit_checkpoint(dir, from.step, 1, layout, to_yaml(c), 5);
+}
+
+std::string checkpointing(const std::string& dir) {
+  return ", loss_scale_window: 2}\ncheckpoint: {dir: " + dir +
+         ", interval: 3, keep: 5, resume: auto";
+}
+
+// A checkpoint resumes under another precision from its f32 weights (the
+// masters of a half-precision run) and its AdamW state: bitwise the run that
+// resumes the same state written under its own precision.
+TEST(MixedPrecision, ACheckpointResumesUnderAnotherPrecisionFromItsF32Weights) {
+  const std::vector<std::pair<std::string, std::string>> changes{
+      {"bf16", "fp32"}, {"bf16", "fp16"}, {"fp32", "bf16"}, {"fp16", "bf16"}, {"fp16", "fp32"}};
+  for (const auto& [written, resumed] : changes) {
+    SCOPED_TRACE(written + " -> " + resumed);
+    TempDir dir;
+    {
+      Trainer t(config(dir, written, 3, checkpointing(dir.file("ckpt"))));
+      t.run();
+    }
+    const auto info = io::find_latest_checkpoint(dir.file("ckpt"));
+    ASSERT_TRUE(info.has_value());
+    ASSERT_EQ(info->layout.at("precision"), written);
+    write_as(*info, dir.file("same"), config(dir, resumed, 6, checkpointing(dir.file("same"))));
+    Trainer changed(config(dir, resumed, 6, checkpointing(dir.file("ckpt"))));
+    const auto got = changed.run();
+    Trainer same(config(dir, resumed, 6, checkpointing(dir.file("same"))));
+    const auto want = same.run();
+    ASSERT_EQ(got.size(), 3u);
+    ASSERT_EQ(want.size(), 3u);
+    for (size_t k = 0; k < 3; ++k) {
+      EXPECT_EQ(got[k].step, 4 + static_cast<int64_t>(k));
+      EXPECT_EQ(got[k].loss, want[k].loss) << "step " << got[k].step;
+      EXPECT_EQ(got[k].grad_norm, want[k].grad_norm) << "step " << got[k].step;
+      EXPECT_EQ(got[k].lr, want[k].lr) << "step " << got[k].step;
+      EXPECT_EQ(got[k].loss_scale, want[k].loss_scale) << "step " << got[k].step;
+    }
+    for (auto& [name, p] : changed.full_state_dict())
+      EXPECT_EQ(p.dtype(), config(dir, resumed, 6).train.param_dtype()) << name;
+    if (resumed == "fp16") {
+      EXPECT_EQ(got.front().loss_scale, 65536.0);
+    }
+  }
+}
+
+// An fp16 checkpoint without its loss scale is damaged, not a precision
+// change: resuming it in fp16 is an error that says so.
+TEST(MixedPrecision, AnFp16CheckpointWithoutItsLossScaleIsRefused) {
   TempDir dir;
-  const std::string ck = "}\ncheckpoint: {dir: " + dir.file("ckpt") + ", interval: 2, resume: auto";
   {
-    Trainer t(config(dir, "fp32", 2, ck));
+    Trainer t(config(dir, "fp16", 3, checkpointing(dir.file("ckpt"))));
     t.run();
   }
+  const auto info = io::find_latest_checkpoint(dir.file("ckpt"));
+  ASSERT_TRUE(info.has_value());
+  write_as(*info, dir.file("damaged"), config(dir, "fp16", 6), /*scaler=*/false);
+  Trainer t(config(dir, "fp16", 6, checkpointing(dir.file("damaged"))));
   try {
-    Trainer t(config(dir, "bf16", 4, ck));
     t.run();
     FAIL() << "expected IoError";
   } catch (const IoError& e) {
-    EXPECT_NE(std::string(e.what()).find("precision = fp32, this run has precision = bf16"),
+    EXPECT_NE(std::string(e.what()).find("written by an fp16 run but holds no loss-scaler state"),
               std::string::npos)
         << e.what();
   }

@@ -48,7 +48,7 @@ struct CheckpointInfo {
 std::optional<CheckpointInfo> find_latest_checkpoint(const std::string& dir);
 
 // Checks the stored layout's entries for the keys of `layout` (the trainer
-// passes those a resume cannot change: model and precision): an error names
+// passes those a resume cannot change: the model's shape): an error names
 // the first key that differs and both values.
 void check_checkpoint_layout(const CheckpointInfo& info,
                              const std::map<std::string, std::string>& layout);
