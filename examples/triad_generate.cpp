@@ -91,6 +91,9 @@ int main(int argc, char** argv) {
   } catch (const triad::Error& e) {
     spdlog::error("{}", e.what());
     return 2;
+  } catch (const std::exception& e) {  // the system's (memory, files), not Triad's
+    spdlog::error("unexpected error: {}", e.what());
+    return 2;
   }
   return 0;
 }

@@ -31,8 +31,11 @@ int main(int argc, char** argv) {
     } else {
       trainer.run();
     }
-  } catch (const triad::Error& e) {
-    spdlog::error("{}", e.what());
+  } catch (const std::exception& e) {
+    // triad::Error says what was wrong with the input; anything else is the
+    // system's (memory, files) and is named as unexpected.
+    const bool ours = dynamic_cast<const triad::Error*>(&e) != nullptr;
+    spdlog::error("{}{}", ours ? "" : "unexpected error: ", e.what());
     // A failure on one rank must not leave the others waiting forever.
     if (world && world->size() > 1) triad::dist::abort_job(2);
     return 2;

@@ -4,6 +4,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -18,8 +20,25 @@ namespace {
 void fsync_path(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY);
   if (fd < 0) throw IoError("checkpoint: cannot open '" + path + "' to sync it");
-  ::fsync(fd);
+  const int rc = ::fsync(fd);
+  const int err = errno;
   ::close(fd);
+  // Directories on some file systems refuse fsync (EINVAL); their entries
+  // are then as durable as the file system makes them.
+  if (rc != 0 && err != EINVAL) {
+    throw IoError("checkpoint: syncing '" + path + "' failed: " + std::strerror(err));
+  }
+}
+
+// Runs a std::filesystem operation; its error becomes an IoError that says
+// what the checkpoint was doing and why the file system refused.
+template <class F>
+decltype(auto) fs_op(const std::string& what, F&& f) {
+  try {
+    return f();
+  } catch (const fs::filesystem_error& e) {
+    throw IoError("checkpoint: cannot " + what + ": " + e.code().message());
+  }
 }
 
 std::string step_name(int64_t step) {
@@ -36,7 +55,7 @@ void write_text_atomically(const std::string& path, const std::string& text) {
     if (!out) throw IoError("checkpoint: error writing '" + tmp + "'");
   }
   fsync_path(tmp);
-  fs::rename(tmp, path);
+  fs_op("rename '" + tmp + "' to '" + path + "'", [&] { fs::rename(tmp, path); });
 }
 
 }  // namespace
@@ -67,7 +86,7 @@ std::string checkpoint_rank_file(const std::string& step_dir, int rank) {
 void write_rank_state(const std::string& staging_dir, int rank,
                       const std::map<std::string, Tensor>& tensors,
                       const std::map<std::string, std::string>& metadata) {
-  fs::create_directories(staging_dir);
+  fs_op("create the directory '" + staging_dir + "'", [&] { fs::create_directories(staging_dir); });
   const std::string path = checkpoint_rank_file(staging_dir, rank);
   save_safetensors(path, tensors, metadata);
   fsync_path(path);
@@ -93,8 +112,10 @@ void commit_checkpoint(const std::string& dir, int64_t step, int world_size,
   write_text_atomically((fs::path(staging) / "manifest.json").string(), manifest.dump(1));
   fsync_path(staging);
   const fs::path final_dir = fs::path(dir) / step_name(step);
-  fs::remove_all(final_dir);
-  fs::rename(staging, final_dir);
+  fs_op("replace '" + final_dir.string() + "'", [&] {
+    fs::remove_all(final_dir);
+    fs::rename(staging, final_dir);
+  });
   fsync_path(dir);
   // The marker moves last: a crash before this line leaves the previous
   // checkpoint as the one to resume from.
@@ -102,16 +123,37 @@ void commit_checkpoint(const std::string& dir, int64_t step, int world_size,
   fsync_path(dir);
   // Keep the newest `keep` complete checkpoints.
   std::vector<int64_t> steps;
-  for (const auto& e : fs::directory_iterator(dir)) {
-    const std::string n = e.path().filename().string();
-    if (e.is_directory() && n.rfind("step_", 0) == 0 && n.find('.') == std::string::npos) {
-      steps.push_back(std::stoll(n.substr(5)));
+  fs_op("list '" + dir + "'", [&] {
+    for (const auto& e : fs::directory_iterator(dir)) {
+      const std::string n = e.path().filename().string();
+      if (e.is_directory() && n.size() > 5 && n.rfind("step_", 0) == 0 &&
+          n.find_first_not_of("0123456789", 5) == std::string::npos) {
+        steps.push_back(std::stoll(n.substr(5)));
+      }
     }
-  }
+  });
   std::sort(steps.rbegin(), steps.rend());
   for (size_t i = static_cast<size_t>(std::max(keep, 1)); i < steps.size(); ++i) {
-    fs::remove_all(fs::path(dir) / step_name(steps[i]));
+    const fs::path old = fs::path(dir) / step_name(steps[i]);
+    fs_op("remove the old checkpoint '" + old.string() + "'", [&] { fs::remove_all(old); });
   }
+}
+
+void check_checkpoint_dir_writable(const std::string& dir, int rank) {
+  fs_op("create checkpoint.dir '" + dir + "'", [&] { fs::create_directories(dir); });
+  const std::string probe =
+      (fs::path(dir) / (".write_probe_rank_" + std::to_string(rank))).string();
+  {
+    std::ofstream out(probe, std::ios::trunc);
+    out << "triad";
+    out.flush();
+    if (!out) {
+      throw IoError("checkpoint.dir '" + dir + "' is not writable (rank " + std::to_string(rank) +
+                    " could not write '" + probe + "': " + std::strerror(errno) + ")");
+    }
+  }
+  std::error_code ec;
+  fs::remove(probe, ec);
 }
 
 std::optional<CheckpointInfo> find_latest_checkpoint(const std::string& dir) {
@@ -139,12 +181,30 @@ std::optional<CheckpointInfo> find_latest_checkpoint(const std::string& dir) {
   }
   CheckpointInfo info;
   info.step_dir = step_dir.string();
-  info.step = m.at("step").get<int64_t>();
-  info.layout = m.at("layout").get<std::map<std::string, std::string>>();
-  for (auto it = m.at("checksums").begin(); it != m.at("checksums").end(); ++it) {
-    const std::string f = it.key();  // rank_<r>.safetensors
-    const int r = std::stoi(f.substr(5, f.find('.') - 5));
-    info.checksums[r] = std::stoull(it.value().get<std::string>());
+  try {
+    info.step = m.at("step").get<int64_t>();
+    info.layout = m.at("layout").get<std::map<std::string, std::string>>();
+    for (auto it = m.at("checksums").begin(); it != m.at("checksums").end(); ++it) {
+      const std::string f = it.key();  // rank_<r>.safetensors
+      const std::string digits = f.rfind("rank_", 0) == 0 ? f.substr(5, f.find('.') - 5) : "";
+      if (digits.empty() || digits.find_first_not_of("0123456789") != std::string::npos ||
+          f != "rank_" + digits + ".safetensors") {
+        throw IoError("checkpoint: manifest '" + manifest_path.string() + "' lists '" + f +
+                      "', expected rank_<r>.safetensors");
+      }
+      const std::string sum = it.value().get<std::string>();
+      if (sum.empty() || sum.find_first_not_of("0123456789") != std::string::npos) {
+        throw IoError("checkpoint: manifest '" + manifest_path.string() + "' gives '" + f +
+                      "' the checksum '" + sum + "', expected a decimal number");
+      }
+      info.checksums[std::stoi(digits)] = std::stoull(sum);
+    }
+  } catch (const nlohmann::json::exception& e) {
+    throw IoError("checkpoint: manifest '" + manifest_path.string() +
+                  "' lacks or misstates step, layout or checksums: " + e.what());
+  } catch (const std::out_of_range&) {
+    throw IoError("checkpoint: manifest '" + manifest_path.string() +
+                  "' has a rank or checksum out of range");
   }
   return info;
 }

@@ -848,9 +848,17 @@ std::vector<StepMetrics> Trainer::run() {
   const bool lead = is_logging_rank();
   std::unique_ptr<MetricsWriter> metrics;
   if (lead) {
-    std::filesystem::create_directories(config_.output_dir);
-    std::ofstream cfg(config_.output_dir + "/config.yaml");
+    try {
+      std::filesystem::create_directories(config_.output_dir);
+    } catch (const std::filesystem::filesystem_error& e) {
+      throw IoError("output.dir '" + config_.output_dir +
+                    "' cannot be created: " + e.code().message());
+    }
+    const std::string resolved = config_.output_dir + "/config.yaml";
+    std::ofstream cfg(resolved, std::ios::trunc);
     cfg << to_yaml(config_);
+    cfg.flush();
+    if (!cfg) throw IoError("output.dir: cannot write '" + resolved + "'");
     metrics = std::make_unique<MetricsWriter>(config_.output_dir + "/metrics.jsonl");
   } else {
     spdlog::set_level(spdlog::level::warn);
@@ -907,6 +915,9 @@ std::vector<StepMetrics> Trainer::run() {
   const int64_t steps = config_.train.steps;
   const auto& ck = config_.checkpoint;
   int64_t first = 0;
+  // Every rank writes its own file into checkpoint.dir: find out now, not
+  // after the first `interval` steps, whether it can.
+  if (!ck.dir.empty()) io::check_checkpoint_dir_writable(ck.dir, world_ ? world_->rank() : 0);
   if (!ck.dir.empty() && ck.resume == "auto") first = load_checkpoint();
   g_stop_requested = false;
   auto previous_term = std::signal(SIGTERM, on_stop_signal);

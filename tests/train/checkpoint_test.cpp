@@ -116,6 +116,80 @@ TEST(Checkpoint, ALayoutMismatchNamesTheDimension) {
   }
 }
 
+// Directories that cannot be written fail the run before its first step,
+// with the key and the path named (as root, too: a path under a plain file
+// can never be a directory).
+TEST(Checkpoint, UnwritableDirectoriesFailBeforeTheFirstStep) {
+  TempDir dir;
+  std::ofstream(dir.file("plain")) << "not a directory";
+  Config c = config(dir, 4, 2, "never");
+  c.checkpoint.dir = dir.file("plain/ckpt");
+  try {
+    Trainer t(c);
+    t.run();
+    FAIL() << "expected an IoError";
+  } catch (const IoError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("checkpoint.dir '" + dir.file("plain/ckpt") + "'"), std::string::npos) << m;
+  }
+  // No step ran: metrics.jsonl was opened and nothing was written to it.
+  std::ifstream metrics(dir.file("out/metrics.jsonl"));
+  ASSERT_TRUE(metrics.good());
+  EXPECT_EQ(metrics.peek(), std::ifstream::traits_type::eof());
+
+  Config o = config(dir, 4, 2, "never");
+  o.output_dir = dir.file("plain/out");
+  try {
+    Trainer t(o);
+    t.run();
+    FAIL() << "expected an IoError";
+  } catch (const IoError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("output.dir '" + dir.file("plain/out") + "' cannot be created"),
+              std::string::npos)
+        << m;
+  }
+}
+
+// A manifest whose fields are missing or malformed is named, never a crash.
+TEST(Checkpoint, AMalformedManifestIsNamed) {
+  TempDir dir;
+  {
+    Trainer t(config(dir, 2, 2, "never"));
+    t.run();
+  }
+  const std::string path = dir.file("ckpt/step_2/manifest.json");
+  std::string good;
+  {
+    std::ifstream in(path);
+    good.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  auto edit = [&](const std::string& from, const std::string& to) {
+    std::string text = good;
+    const size_t at = text.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    if (at != std::string::npos) text.replace(at, from.size(), to);
+    std::ofstream(path, std::ios::trunc) << text;
+  };
+  const std::vector<std::tuple<std::string, std::string, std::string>> cases{
+      {"\"step\":", "\"stop\":", "lacks or misstates step, layout or checksums"},
+      {"rank_0.safetensors", "rank_x.safetensors", "lists 'rank_x.safetensors'"},
+      {"\"rank_0.safetensors\": \"", "\"rank_0.safetensors\": \"-", "expected a decimal number"},
+      {"rank_0.safetensors", "rank_99999999999.safetensors", "out of range"}};
+  for (const auto& [from, to, expected] : cases) {
+    SCOPED_TRACE(to);
+    edit(from, to);
+    try {
+      io::find_latest_checkpoint(dir.file("ckpt"));
+      ADD_FAILURE() << "expected an IoError";
+    } catch (const IoError& e) {
+      const std::string m = e.what();
+      EXPECT_NE(m.find(path), std::string::npos) << m;
+      EXPECT_NE(m.find(expected), std::string::npos) << m;
+    }
+  }
+}
+
 TEST(Checkpoint, PlacementsRoundTripAndNonsenseIsRefused) {
   RankPlacement p;
   p.tp_rank = 1;

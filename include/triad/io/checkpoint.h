@@ -37,6 +37,12 @@ void commit_checkpoint(const std::string& dir, int64_t step, int world_size,
                        const std::map<std::string, std::string>& layout,
                        const std::string& config_yaml, int keep);
 
+// Creates `dir` if needed and writes (then removes) a probe file there as
+// rank `rank`; an IoError names the directory and the reason when it cannot.
+// The trainer calls it before the first step, so an unwritable directory
+// fails the run at once instead of at its first checkpoint.
+void check_checkpoint_dir_writable(const std::string& dir, int rank);
+
 struct CheckpointInfo {
   std::string step_dir;
   int64_t step = 0;
