@@ -1,0 +1,187 @@
+// Every file Triad reads from disk — safetensors weights and checkpoints,
+// llm.c token shards, Megatron indexed datasets — is damaged one byte at a
+// time (each header byte set to a handful of values) and cut short at every
+// length: reading it either succeeds with data inside the file or raises a
+// triad::Error. Anything else (another exception type, a crash under the
+// test runner, a read outside the mapping) fails the test.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <fstream>
+
+#include "support/temp_dir.h"
+#include "triad/data/indexed_dataset.h"
+#include "triad/data/token_dataset.h"
+#include "triad/data/token_shard.h"
+#include "triad/io/safetensors.h"
+#include "triad/ops.h"
+
+namespace triad {
+namespace {
+
+using triad::testing::TempDir;
+
+std::vector<uint8_t> file_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+void write_bytes(const std::string& path, const std::vector<uint8_t>& b, size_t n) {
+  std::ofstream(path, std::ios::binary | std::ios::trunc)
+      .write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(n));
+}
+
+// The values each damaged byte takes: structural characters of JSON, the
+// extremes, digits and a one-bit flip of the original.
+std::vector<uint8_t> replacements(uint8_t original) {
+  return {0x00,
+          0xff,
+          0x7f,
+          '"',
+          '{',
+          ']',
+          ',',
+          ':',
+          '9',
+          '-',
+          static_cast<uint8_t>(original ^ 0x01),
+          static_cast<uint8_t>(original ^ 0x80)};
+}
+
+// Runs `read` and says how it ended: "ok", "error" (a triad::Error) or a
+// description of anything else.
+template <class F>
+std::string outcome(F&& read) {
+  try {
+    read();
+    return "ok";
+  } catch (const Error&) {
+    return "error";
+  } catch (const std::exception& e) {
+    return std::string("unexpected exception: ") + e.what();
+  }
+}
+
+TEST(DamagedFiles, SafetensorsLoadOrRaiseForEveryHeaderByteAndLength) {
+  TempDir dir;
+  const std::string path = dir.file("w.safetensors");
+  io::save_safetensors(path,
+                       {{"a", from_vector(std::vector<double>{1.5, -2, 3, 4, 5, 6}, {2, 3})},
+                        {"b", cast(from_vector(std::vector<double>{7, 8}, {2}), DType::BF16)},
+                        {"c", from_vector(std::vector<double>{9}, {1}, DType::I64)}},
+                       {{"step", "12"}});
+  const std::vector<uint8_t> good = file_bytes(path);
+  uint64_t header = 0;
+  std::memcpy(&header, good.data(), 8);
+  ASSERT_LT(8 + header, good.size());
+  int loaded = 0, refused = 0;
+  auto check = [&](const std::vector<uint8_t>& bytes, const std::string& what) {
+    const std::string how = outcome([&] {
+      const io::Safetensors s = io::parse_safetensors(bytes, "w.safetensors");
+      size_t total = 0;  // what it read must lie inside the file
+      for (const auto& [name, t] : s.tensors) total += t.nbytes();
+      if (total > bytes.size()) throw std::logic_error("tensors larger than the file");
+    });
+    if (how == "ok") ++loaded;
+    if (how == "error") ++refused;
+    EXPECT_TRUE(how == "ok" || how == "error") << what << ": " << how;
+  };
+  for (size_t i = 0; i < 8 + header; ++i) {
+    for (uint8_t v : replacements(good[i])) {
+      if (v == good[i]) continue;
+      std::vector<uint8_t> bad = good;
+      bad[i] = v;
+      check(bad, "byte " + std::to_string(i) + " = " + std::to_string(v));
+    }
+  }
+  for (size_t n = 0; n < good.size(); ++n) {
+    check(std::vector<uint8_t>(good.begin(), good.begin() + static_cast<std::ptrdiff_t>(n)),
+          "cut to " + std::to_string(n) + " bytes");
+  }
+  // Most damage is refused; some (a digit of a value in the metadata, a
+  // letter of a name) leaves a valid file.
+  EXPECT_GT(refused, 8 * static_cast<int>(header));
+  EXPECT_GT(loaded, 0);
+}
+
+// Reads every sequence of a dataset the way the trainer does.
+void read_all(const std::string& source, int64_t seq_len, int64_t vocab) {
+  data::TokenDataset ds({source}, seq_len, vocab);
+  std::vector<int64_t> tokens(static_cast<size_t>(seq_len + 1));
+  for (int64_t g = 0; g < ds.num_sequences(); ++g) {
+    ds.read_sequence(g, tokens.data());
+    for (int64_t t : tokens) {
+      if (t < 0 || t >= vocab) throw std::logic_error("token outside the vocabulary read");
+    }
+  }
+}
+
+TEST(DamagedFiles, TokenShardsLoadOrRaiseForEveryHeaderByteAndLength) {
+  TempDir dir;
+  std::vector<uint16_t> tokens;
+  for (int i = 0; i < 300; ++i) tokens.push_back(static_cast<uint16_t>((i * 37) % 50));
+  const std::string path = dir.file("s.bin");
+  data::write_token_shard(path, tokens);
+  const std::vector<uint8_t> good = file_bytes(path);
+  ASSERT_EQ(good.size(), 1024 + 2 * tokens.size());
+  auto check = [&](const std::vector<uint8_t>& bytes, size_t n, const std::string& what) {
+    write_bytes(path, bytes, n);
+    const std::string how = outcome([&] { read_all(path, 16, 50); });
+    EXPECT_TRUE(how == "ok" || how == "error") << what << ": " << how;
+  };
+  // The header's magic, version and token count, and the first tokens.
+  for (size_t i = 0; i < 12; ++i) {
+    for (uint8_t v : replacements(good[i])) {
+      if (v == good[i]) continue;
+      std::vector<uint8_t> bad = good;
+      bad[i] = v;
+      check(bad, bad.size(), "byte " + std::to_string(i) + " = " + std::to_string(v));
+    }
+  }
+  for (size_t i = 1024; i < 1034; ++i) {
+    std::vector<uint8_t> bad = good;
+    bad[i] = 0xff;  // token 0xff.. is past the vocabulary of 50
+    check(bad, bad.size(), "token byte " + std::to_string(i));
+  }
+  for (size_t n = 0; n < good.size(); n += 7) check(good, n, "cut to " + std::to_string(n));
+}
+
+TEST(DamagedFiles, IndexedDatasetsLoadOrRaiseForEveryIndexByteAndLength) {
+  TempDir dir;
+  const std::string prefix = dir.file("m");
+  std::vector<std::vector<int64_t>> docs;
+  for (int d = 0; d < 5; ++d) {
+    std::vector<int64_t> doc;
+    for (int i = 0; i < 20 + 7 * d; ++i) doc.push_back((i * 11 + d) % 60);
+    docs.push_back(doc);
+  }
+  data::write_indexed_dataset(prefix, docs, data::IndexedDType::U16);
+  const std::vector<uint8_t> idx = file_bytes(prefix + ".idx");
+  const std::vector<uint8_t> bin = file_bytes(prefix + ".bin");
+  ASSERT_NO_THROW(read_all(prefix, 16, 60));
+  auto check = [&](const std::string& file, const std::vector<uint8_t>& bytes, size_t n,
+                   const std::string& what) {
+    write_bytes(file, bytes, n);
+    const std::string how = outcome([&] { read_all(prefix, 16, 60); });
+    EXPECT_TRUE(how == "ok" || how == "error") << what << ": " << how;
+  };
+  // The whole index: header, lengths, pointers and document indices.
+  for (size_t i = 0; i < idx.size(); ++i) {
+    for (uint8_t v : replacements(idx[i])) {
+      if (v == idx[i]) continue;
+      std::vector<uint8_t> bad = idx;
+      bad[i] = v;
+      check(prefix + ".idx", bad, bad.size(), "idx byte " + std::to_string(i));
+    }
+  }
+  for (size_t n = 0; n < idx.size(); ++n) {
+    check(prefix + ".idx", idx, n, "idx cut to " + std::to_string(n));
+  }
+  write_bytes(prefix + ".idx", idx, idx.size());
+  for (size_t n = 0; n < bin.size(); n += 5) {
+    check(prefix + ".bin", bin, n, "bin cut to " + std::to_string(n));
+  }
+}
+
+}  // namespace
+}  // namespace triad
