@@ -74,6 +74,16 @@ std::pair<size_t, int64_t> BlendedDataset::locate(int64_t g) const {
   return {c, period * per_period_[c] + rank_[static_cast<size_t>(at)]};
 }
 
+Batch BlendedDataset::sequences(int64_t first, int64_t count) const {
+  return read_sequences(
+      first, count, seq_len(),
+      [this](int64_t g, int64_t* out) {
+        const auto [c, i] = locate(g);
+        datasets_[c]->read_sequence(i, out);
+      },
+      "BlendedDataset");
+}
+
 Batch BlendedDataset::batch(int64_t step, int64_t global_batch, int64_t first,
                             int64_t count) const {
   return sequence_batch(

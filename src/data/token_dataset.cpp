@@ -176,17 +176,32 @@ Batch sequence_batch(int64_t step, int64_t global_batch, int64_t first, int64_t 
                      std::to_string(first + count) + ") are outside the global batch of " +
                      std::to_string(global_batch));
   }
+  return read_sequences(step * global_batch + first, count, seq_len, read, who);
+}
+
+Batch read_sequences(int64_t first, int64_t count, int64_t seq_len,
+                     const std::function<void(int64_t, int64_t*)>& read, const char* who) {
+  if (first < 0 || count <= 0) {
+    throw ValueError(std::string(who) + "::sequences: [" + std::to_string(first) + ", +" +
+                     std::to_string(count) + ") is not a range of global sequences");
+  }
   const int64_t T = seq_len;
   Tensor inputs = empty({count, T}, DType::I64), targets = empty({count, T}, DType::I64);
   int64_t* in = inputs.data<int64_t>();
   int64_t* tg = targets.data<int64_t>();
   std::vector<int64_t> tokens(static_cast<size_t>(T + 1));
   for (int64_t j = 0; j < count; ++j) {
-    read(step * global_batch + first + j, tokens.data());
+    read(first + j, tokens.data());
     std::copy(tokens.begin(), tokens.end() - 1, in + j * T);
     std::copy(tokens.begin() + 1, tokens.end(), tg + j * T);
   }
   return {inputs, targets};
+}
+
+Batch TokenDataset::sequences(int64_t first, int64_t count) const {
+  return read_sequences(
+      first, count, seq_len_, [this](int64_t g, int64_t* out) { read_sequence(g, out); },
+      "TokenDataset");
 }
 
 Batch TokenDataset::batch(int64_t step, int64_t global_batch, int64_t first, int64_t count) const {

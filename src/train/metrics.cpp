@@ -16,6 +16,7 @@ void MetricsWriter::write(const StepMetrics& m) {
   j["loss"] = m.loss;
   j["lr"] = m.lr;
   j["grad_norm"] = m.grad_norm;
+  j["consumed_sequences"] = m.consumed_sequences;
   j["tokens_per_s"] = m.tokens_per_s;
   j["step_ms"] = m.step_ms;
   j["tflops_per_device"] = m.tflops_per_device;

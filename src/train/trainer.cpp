@@ -384,10 +384,13 @@ void Trainer::save_checkpoint(int64_t next_step) {
     }
     opt_step = optimizer_->step_count();
   }
-  std::map<std::string, std::string> meta{{"next_step", std::to_string(next_step)},
-                                          {"applied_steps", std::to_string(applied_steps_)},
-                                          {"consecutive_skips", std::to_string(consecutive_skips_)},
-                                          {"optimizer_step", std::to_string(opt_step)}};
+  std::map<std::string, std::string> meta{
+      {"next_step", std::to_string(next_step)},
+      {"consumed_sequences", std::to_string(first_sequence(next_step))},
+      {"global_batch_size", std::to_string(config_.train.global_batch_size)},
+      {"applied_steps", std::to_string(applied_steps_)},
+      {"consecutive_skips", std::to_string(consecutive_skips_)},
+      {"optimizer_step", std::to_string(opt_step)}};
   if (scaler_) meta["loss_scaler"] = scaler_->state().dump();
   meta["placement"] = placement_to_json(placement());
   if (device_.is_cuda()) {
@@ -522,7 +525,24 @@ int64_t Trainer::restore_counters(const io::CheckpointInfo& info,
   }
   applied_steps_ = metadata_int(info, metadata, "applied_steps");
   consecutive_skips_ = metadata_int(info, metadata, "consecutive_skips");
-  return metadata_int(info, metadata, "next_step");
+  const int64_t next = metadata_int(info, metadata, "next_step");
+  const int64_t G = config_.train.global_batch_size;
+  // The data goes on from the sequences consumed, whatever the batch size
+  // was (a checkpoint from before they were recorded used this one).
+  data_origin_step_ = next;
+  data_origin_ = metadata.count("consumed_sequences")
+                     ? metadata_int(info, metadata, "consumed_sequences")
+                     : next * G;
+  if (metadata.count("global_batch_size")) {
+    const int64_t written = metadata_int(info, metadata, "global_batch_size");
+    if (written != G) {
+      spdlog::info(
+          "train.global_batch_size {} (the checkpoint's was {}): the data continues after the "
+          "{} sequences already trained on",
+          G, written, data_origin_);
+    }
+  }
+  return next;
 }
 
 std::map<std::string, std::string> Trainer::load_resharded(const io::CheckpointInfo& info) {
@@ -658,8 +678,8 @@ double Trainer::forward_backward(int64_t index, double* bubble) {
   if (pp_model_) {
     std::vector<data::Batch> batches;
     for (int64_t i = 0; i < micro; ++i) {
-      batches.push_back(dataset_->batch(index, t.global_batch_size, first + i * t.micro_batch_size,
-                                        t.micro_batch_size));
+      batches.push_back(dataset_->sequences(first_sequence(index) + first + i * t.micro_batch_size,
+                                            t.micro_batch_size));
     }
     const auto start = std::chrono::steady_clock::now();
     pipeline::PipelineStepResult r =
@@ -675,8 +695,8 @@ double Trainer::forward_backward(int64_t index, double* bubble) {
   // reading each one would make the host wait for the GPU every time.
   Tensor loss_sum;
   for (int64_t i = 0; i < micro; ++i) {
-    data::Batch b = dataset_->batch(index, t.global_batch_size, first + i * t.micro_batch_size,
-                                    t.micro_batch_size);
+    data::Batch b = dataset_->sequences(first_sequence(index) + first + i * t.micro_batch_size,
+                                        t.micro_batch_size);
     nn::ForwardContext ctx{true, t.seed, call + static_cast<uint64_t>(i)};
     const auto t0 = TraceRecorder::Clock::now();
     // The batch stays on the host: the embedding and the loss check it there
@@ -806,6 +826,7 @@ StepMetrics Trainer::step(int64_t index) {
   const double ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   m.step = index + 1;
+  m.consumed_sequences = first_sequence(index) + t.global_batch_size;
   m.loss = loss;
   m.lr = lr;
   m.grad_norm = norm;

@@ -1,9 +1,11 @@
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 
 #include "support/temp_dir.h"
+#include "triad/data/token_dataset.h"
 #include "triad/data/token_shard.h"
 #include "triad/io/checkpoint.h"
 #include "triad/ops.h"
@@ -188,6 +190,49 @@ TEST(Checkpoint, AMalformedManifestIsNamed) {
       EXPECT_NE(m.find(expected), std::string::npos) << m;
     }
   }
+}
+
+// The data position is the count of sequences consumed, saved with the
+// checkpoint: a run resumed with another global batch size reads on from
+// there (with the step as the position it would skip or repeat data).
+TEST(Checkpoint, AResumeWithAnotherGlobalBatchSizeContinuesTheData) {
+  TempDir dir;
+  std::vector<StepMetrics> first;
+  {
+    Trainer t(config(dir, 2, 2, "never"));  // G 4: steps 1-2 read sequences 0-7
+    first = t.run();
+  }
+  ASSERT_EQ(first.back().consumed_sequences, 8);
+  Config bigger = config(dir, 4, 0, "auto");
+  bigger.train.global_batch_size = 8;  // 4 micro-batches of 2
+  Trainer t(bigger);
+  const auto rest = t.run();
+  ASSERT_EQ(rest.size(), 2u);
+  EXPECT_EQ(rest[0].consumed_sequences, 16);
+  EXPECT_EQ(rest[1].consumed_sequences, 24);
+  // Step 3's loss is that of sequences 8-15 under the checkpoint's weights,
+  // with the step's dropout masks (seed, step 2 · 4 micro-batches + i).
+  nn::Gpt model(bigger.model, 0);
+  {
+    // The weights after step 2: a fresh G-4 run from the same seed, two steps.
+    Trainer again(config(dir, 2, 0, "never"));
+    for (int64_t k = 0; k < 2; ++k) again.step(k);
+    model.load_state_dict(again.full_state_dict());
+  }
+  data::TokenDataset data({dir.file("train.bin")}, bigger.model.seq_len, bigger.model.vocab_size);
+  auto loss_of = [&](int64_t first_sequence) {
+    double sum = 0;
+    for (int64_t i = 0; i < 4; ++i) {
+      const data::Batch b = data.sequences(first_sequence + 2 * i, 2);
+      const nn::ForwardContext ctx{true, static_cast<uint64_t>(bigger.train.seed),
+                                   static_cast<uint64_t>(2 * 4 + i)};
+      sum += item(model.loss(b.inputs, b.targets, ctx));
+    }
+    return sum / 4;
+  };
+  EXPECT_NEAR(rest[0].loss, loss_of(8), 1e-6 * rest[0].loss);
+  // Sequences 16-23 (step 2 · G) would be another loss: the check can tell.
+  EXPECT_GT(std::abs(loss_of(16) - loss_of(8)), 1e-4);
 }
 
 TEST(Checkpoint, PlacementsRoundTripAndNonsenseIsRefused) {

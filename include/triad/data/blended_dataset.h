@@ -45,6 +45,9 @@ class BlendedDataset {
   std::pair<size_t, int64_t> locate(int64_t g) const;
   // Sequences [first, first + count) of step `step` with global batch G.
   Batch batch(int64_t step, int64_t global_batch, int64_t first, int64_t count) const;
+  // Global sequences [first, first + count) (the trainer's data position
+  // survives a change of global batch size across a resume).
+  Batch sequences(int64_t first, int64_t count) const;
 
  private:
   std::vector<std::unique_ptr<TokenDataset>> datasets_;

@@ -58,6 +58,9 @@ class TokenDataset {
 
   // Sequences [first, first + count) of step `step` with global batch G.
   Batch batch(int64_t step, int64_t global_batch, int64_t first, int64_t count) const;
+  // Global sequences [first, first + count) (the trainer's data position
+  // survives a change of global batch size across a resume).
+  Batch sequences(int64_t first, int64_t count) const;
   // From now on global sequence g is sequence shuffled_index(g mod N, N,
   // seed, g / N) (N = num_sequences()): every pass visits every sequence
   // once, in an order that depends on the seed and the pass only, never on

@@ -24,6 +24,9 @@ struct StepMetrics {
   bool skipped = false;
   // fp16: the loss scale this step's backward used (0 otherwise).
   double loss_scale = 0;
+  // Training sequences (of seq_len + 1 tokens) consumed after this step,
+  // over the whole run (resumes included).
+  int64_t consumed_sequences = 0;
   // Mean loss over the validation tokens, after this step's update (steps
   // that evaluated: every eval.interval and the last).
   std::optional<double> val_loss;

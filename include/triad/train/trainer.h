@@ -94,6 +94,14 @@ class Trainer {
   int64_t applied_steps_ = 0;        // optimizer steps taken (skipped ones excluded)
   int64_t consecutive_skips_ = 0;
   int64_t nan_step_ = -1, nan_steps_ = 0;
+  // Step data_origin_step_ starts at global training sequence data_origin_;
+  // each step takes the next global_batch_size. A resume sets both from the
+  // checkpoint, so the data goes on where it stopped even when the global
+  // batch size changed.
+  int64_t data_origin_ = 0, data_origin_step_ = 0;
+  int64_t first_sequence(int64_t index) const {
+    return data_origin_ + (index - data_origin_step_) * config_.train.global_batch_size;
+  }
   Device device_;                                     // where parameters and activations live
   std::unique_ptr<optim::DynamicLossScaler> scaler_;  // train.precision = fp16
   double global_norm_zero1() const;
