@@ -184,6 +184,7 @@ std::optional<CheckpointInfo> find_latest_checkpoint(const std::string& dir) {
   try {
     info.step = m.at("step").get<int64_t>();
     info.layout = m.at("layout").get<std::map<std::string, std::string>>();
+    info.config = m.value("config", std::string());
     for (auto it = m.at("checksums").begin(); it != m.at("checksums").end(); ++it) {
       const std::string f = it.key();  // rank_<r>.safetensors
       const std::string digits = f.rfind("rank_", 0) == 0 ? f.substr(5, f.find('.') - 5) : "";

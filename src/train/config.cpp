@@ -3,9 +3,11 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -300,6 +302,67 @@ optim::LrScheduleOptions TrainSection::lr_schedule() const {
                            : std::max<int64_t>(1, (o.decay_steps - warmup_steps) / 5);
   }
   return o;
+}
+
+namespace {
+
+// Every leaf of a YAML tree as "a.b.c" -> its text (sequences in flow style).
+void flatten(const YAML::Node& node, const std::string& key,
+             std::map<std::string, std::string>& out) {
+  if (node.IsMap()) {
+    for (const auto& kv : node) {
+      const std::string name = kv.first.as<std::string>();
+      flatten(kv.second, key.empty() ? name : key + "." + name, out);
+    }
+  } else if (node.IsSequence()) {
+    YAML::Emitter e;
+    e << YAML::Flow << node;
+    out[key] = e.c_str();
+  } else if (node.IsScalar()) {
+    // Floats in their shortest round-trip form (to_yaml writes 17 digits).
+    const std::string& s = node.Scalar();
+    double d = 0;
+    const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), d);
+    if (ec == std::errc() && end == s.data() + s.size() &&
+        s.find_first_of(".eE") != std::string::npos) {
+      char buf[32];
+      const auto r = std::to_chars(buf, buf + sizeof buf, d, std::chars_format::general);
+      out[key] = std::string(buf, r.ptr);
+    } else {
+      out[key] = s;
+    }
+  } else {
+    out[key] = "~";
+  }
+}
+
+std::map<std::string, std::string> flat_yaml(const std::string& text, const std::string& source) {
+  std::map<std::string, std::string> out;
+  try {
+    flatten(YAML::Load(text), "", out);
+  } catch (const YAML::Exception& e) {
+    throw ConfigError(source + ": not valid YAML: " + e.what());
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<std::string> config_changes(const std::string& before, const std::string& after,
+                                        const std::string& before_source) {
+  const auto a = flat_yaml(before, before_source);
+  const auto b = flat_yaml(after, "this run's config");
+  std::set<std::string> keys;
+  for (const auto& [k, v] : a) keys.insert(k);
+  for (const auto& [k, v] : b) keys.insert(k);
+  std::vector<std::string> changes;
+  for (const std::string& k : keys) {
+    const auto x = a.find(k), y = b.find(k);
+    const std::string old_value = x == a.end() ? "(unset)" : x->second;
+    const std::string new_value = y == b.end() ? "(unset)" : y->second;
+    if (old_value != new_value) changes.push_back(k + ": " + old_value + " -> " + new_value);
+  }
+  return changes;
 }
 
 DType TrainSection::param_dtype() const {

@@ -411,6 +411,12 @@ void Trainer::save_checkpoint(int64_t next_step) {
 int64_t Trainer::load_checkpoint() {
   const auto info = io::find_latest_checkpoint(config_.checkpoint.dir);
   if (!info) return 0;
+  if (is_logging_rank() && !info->config.empty()) {
+    // What the user changed since: a learning rate, a batch size, a layout.
+    const auto changes =
+        config_changes(info->config, to_yaml(config_), "checkpoint '" + info->step_dir + "'");
+    for (const std::string& c : changes) spdlog::info("changed since the checkpoint: {}", c);
+  }
   const auto mine = layout();
   std::optional<io::RankState> st;
   if (info->layout == mine) {

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 
 namespace triad::train {
@@ -272,6 +273,33 @@ TEST(Config, AttentionKernelParsesRoundTripsAndNamesABadValue) {
   expect_config_error(
       kValid, {"model.attention_kernel=flash3"},
       "model.attention_kernel 'flash3' must be one of auto, simt, tensor_core, cudnn");
+}
+
+// A resumed run logs what changed since its checkpoint: the resolved
+// configs compared key by key.
+TEST(Config, ChangesBetweenResolvedConfigsAreListedKeyByKey) {
+  const std::string before = to_yaml(parse_config(kValid));
+  EXPECT_TRUE(config_changes(before, before).empty());
+  const std::string after = to_yaml(parse_config(
+      kValid, {"train.lr=5.0e-4", "train.global_batch_size=16", "parallel.stage_layers=[1, 1]",
+               "parallel.pp=2", "data.val=data/v.bin"}));
+  // Resolved values: min_lr follows lr, and data.val brings the eval section.
+  const std::vector<std::string> expected{"data.val: (unset) -> data/v.bin",
+                                          "eval.batches: (unset) -> 0",
+                                          "eval.interval: (unset) -> 0",
+                                          "parallel.pp: 1 -> 2",
+                                          "parallel.stage_layers: (unset) -> [1, 1]",
+                                          "train.global_batch_size: 8 -> 16",
+                                          "train.lr: 0.001 -> 0.0005",
+                                          "train.min_lr: 0.0001 -> 5e-05"};
+  EXPECT_EQ(config_changes(before, after), expected);
+  try {
+    config_changes("a: [", before, "checkpoint 'x'");
+    FAIL() << "expected ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("checkpoint 'x': not valid YAML"), std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace

@@ -48,6 +48,7 @@ struct CheckpointInfo {
   int64_t step = 0;
   std::map<std::string, std::string> layout;
   std::map<int, uint64_t> checksums;  // rank -> checksum
+  std::string config;                 // the writing run's resolved config (YAML)
 };
 
 // The checkpoint `latest` points to, if any (validated manifest).

@@ -124,4 +124,11 @@ void check_batch(const Config& config, int dp);
 // The configuration as YAML (every key, defaults included).
 std::string to_yaml(const Config& config);
 
+// The settings that differ between two configs written by to_yaml (say a
+// checkpoint's and the resuming run's), one "section.key: before -> after"
+// per difference in key order; a key on one side only shows "(unset)" on the
+// other. A text that is not YAML is a ConfigError naming `before_source`.
+std::vector<std::string> config_changes(const std::string& before, const std::string& after,
+                                        const std::string& before_source = "config");
+
 }  // namespace triad::train
