@@ -946,6 +946,12 @@ std::vector<StepMetrics> Trainer::run() {
   // after the first `interval` steps, whether it can.
   if (!ck.dir.empty()) io::check_checkpoint_dir_writable(ck.dir, world_ ? world_->rank() : 0);
   if (!ck.dir.empty() && ck.resume == "auto") first = load_checkpoint();
+  if (first >= steps && first > 0) {
+    spdlog::warn(
+        "the checkpoint is at step {} and train.steps is {}: no step is left to train (raise "
+        "train.steps to continue); writing its weights",
+        first, steps);
+  }
   g_stop_requested = false;
   auto previous_term = std::signal(SIGTERM, on_stop_signal);
   auto previous_int = std::signal(SIGINT, on_stop_signal);
