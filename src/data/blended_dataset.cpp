@@ -86,13 +86,7 @@ Batch BlendedDataset::sequences(int64_t first, int64_t count) const {
 
 Batch BlendedDataset::batch(int64_t step, int64_t global_batch, int64_t first,
                             int64_t count) const {
-  return sequence_batch(
-      step, global_batch, first, count, seq_len(),
-      [this](int64_t g, int64_t* out) {
-        const auto [c, i] = locate(g);
-        datasets_[c]->read_sequence(i, out);
-      },
-      "BlendedDataset");
+  return sequences(batch_start(step, global_batch, first, count, "BlendedDataset"), count);
 }
 
 }  // namespace triad::data

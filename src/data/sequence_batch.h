@@ -13,10 +13,10 @@ namespace triad::data {
 Batch read_sequences(int64_t first, int64_t count, int64_t seq_len,
                      const std::function<void(int64_t, int64_t*)>& read, const char* who);
 
-// Global sequences [step*G + first, step*G + first + count): the error for a
-// range outside the batch names `who`.
-Batch sequence_batch(int64_t step, int64_t global_batch, int64_t first, int64_t count,
-                     int64_t seq_len, const std::function<void(int64_t, int64_t*)>& read,
-                     const char* who);
+// The global sequence that sequence `first` of step `step` is (step*G +
+// first), after checking that [first, first + count) lies inside the global
+// batch G; the error names `who`.
+int64_t batch_start(int64_t step, int64_t global_batch, int64_t first, int64_t count,
+                    const char* who);
 
 }  // namespace triad::data

@@ -168,15 +168,14 @@ void TokenDataset::read_sequence(int64_t g, int64_t* out) const {
   read(sequence_of(g) * seq_len_, seq_len_ + 1, out);
 }
 
-Batch sequence_batch(int64_t step, int64_t global_batch, int64_t first, int64_t count,
-                     int64_t seq_len, const std::function<void(int64_t, int64_t*)>& read,
-                     const char* who) {
+int64_t batch_start(int64_t step, int64_t global_batch, int64_t first, int64_t count,
+                    const char* who) {
   if (first < 0 || count <= 0 || first + count > global_batch) {
     throw ValueError(std::string(who) + "::batch: sequences [" + std::to_string(first) + ", " +
                      std::to_string(first + count) + ") are outside the global batch of " +
                      std::to_string(global_batch));
   }
-  return read_sequences(step * global_batch + first, count, seq_len, read, who);
+  return step * global_batch + first;
 }
 
 Batch read_sequences(int64_t first, int64_t count, int64_t seq_len,
@@ -205,9 +204,7 @@ Batch TokenDataset::sequences(int64_t first, int64_t count) const {
 }
 
 Batch TokenDataset::batch(int64_t step, int64_t global_batch, int64_t first, int64_t count) const {
-  return sequence_batch(
-      step, global_batch, first, count, seq_len_,
-      [this](int64_t g, int64_t* out) { read_sequence(g, out); }, "TokenDataset");
+  return sequences(batch_start(step, global_batch, first, count, "TokenDataset"), count);
 }
 
 }  // namespace triad::data

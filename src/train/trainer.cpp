@@ -593,14 +593,15 @@ std::map<std::string, std::string> Trainer::load_resharded(const io::CheckpointI
     int64_t at = 0;
     for (const auto& seg : reducer_->shard_segments()) {
       const std::string& name = reducer_->params()[seg.param].first;
-      for (auto [kind, state] : {std::pair<const char*, Tensor*>{"adam_m/", &zero_optimizer_->m()},
-                                 {"adam_v/", &zero_optimizer_->v()},
-                                 {"master/", &zero_optimizer_->master()}}) {
-        if (!state->defined()) continue;
-        const Tensor src = std::string(kind) == "master/" ? weight(name) : cut(kind, name);
-        Tensor dst = narrow(*state, 0, at, seg.length);
-        put(dst, narrow(reshape(src, {src.numel()}), 0, seg.param_offset, seg.length), kind + name);
-      }
+      // This rank's piece of a full-shaped tensor into its flat state.
+      auto place = [&](Tensor& state, const Tensor& src, const std::string& what) {
+        Tensor dst = narrow(state, 0, at, seg.length);
+        put(dst, narrow(reshape(src, {src.numel()}), 0, seg.param_offset, seg.length), what);
+      };
+      place(zero_optimizer_->m(), cut("adam_m/", name), "adam_m/" + name);
+      place(zero_optimizer_->v(), cut("adam_v/", name), "adam_v/" + name);
+      if (zero_optimizer_->master().defined())
+        place(zero_optimizer_->master(), weight(name), "master/" + name);
       at += seg.length;
     }
     zero_optimizer_->sync_params_from_masters();
