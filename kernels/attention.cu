@@ -41,6 +41,12 @@ __device__ void load_own(float* own, const T* base, int64_t stride, int64_t r0, 
   }
 }
 
+// The first column of the tile at k0 that a query whose document starts at
+// `start` may see.
+__device__ __forceinline__ int first_in_tile(int64_t start, int64_t k0) {
+  return static_cast<int>(start <= k0 ? 0 : (start - k0 < kTile ? start - k0 : kTile));
+}
+
 template <int MAXD>
 __device__ __forceinline__ float dot_rows(const float* a, const float* b, int D) {
   float s = 0;
@@ -54,8 +60,8 @@ __device__ __forceinline__ float dot_rows(const float* a, const float* b, int D)
 // grid (ceil(T / kRows), B * NH); dynamic shared memory: own q rows + K, V tiles.
 template <class T, int MAXD>
 __global__ void __launch_bounds__(kRows)
-    attn_forward_kernel(const T* qkv, T* out, float* lse, int64_t Tn, int64_t C, int NH, int D,
-                        float scale) {
+    attn_forward_kernel(const T* qkv, T* out, float* lse, const int32_t* starts, int64_t Tn,
+                        int64_t C, int NH, int D, float scale) {
   extern __shared__ float smem[];
   float* q_own = smem;                              // [kRows][MAXD + 1]
   float* k_tile = q_own + kRows * padded<MAXD>();   // [kTile][MAXD + 1]
@@ -67,19 +73,24 @@ __global__ void __launch_bounds__(kRows)
   const int64_t i = r0 + threadIdx.x;  // this thread's query
   load_own<T, MAXD>(q_own, q_base, C3, r0, Tn, D);
   const float* q = q_own + threadIdx.x * padded<MAXD>();
+  // Packed documents: this query sees keys [si, i]; the block starts at its
+  // first row's document (starts never decrease along a row).
+  const int32_t* row_starts = starts ? starts + b * Tn : nullptr;
+  const int64_t si = row_starts && i < Tn ? row_starts[i] : 0;
+  const int64_t first_key = row_starts ? row_starts[r0] / kTile * kTile : 0;
 
   float acc[MAXD];
 #pragma unroll
   for (int d = 0; d < MAXD; ++d) acc[d] = 0;
   float m = -INFINITY, l = 0;
   const int64_t last_key = min(Tn, r0 + kRows);  // causal: no key past the block's last query
-  for (int64_t k0 = 0; k0 < last_key; k0 += kTile) {
+  for (int64_t k0 = first_key; k0 < last_key; k0 += kTile) {
     __syncthreads();
     load_tile<T, MAXD>(k_tile, q_base + C, C3, k0, Tn, D);
     load_tile<T, MAXD>(v_tile, q_base + 2 * C, C3, k0, Tn, D);
     __syncthreads();
     if (i < Tn) {
-      for (int j = 0; j < kTile && k0 + j <= i; ++j) {
+      for (int j = first_in_tile(si, k0); j < kTile && k0 + j <= i; ++j) {
         const float* kr = k_tile + j * padded<MAXD>();
         const float* vr = v_tile + j * padded<MAXD>();
         const float s = dot_rows<MAXD>(q, kr, D) * scale;
@@ -138,8 +149,9 @@ __global__ void attn_delta_kernel(const T* out, const T* dout, float* delta, int
 // dq: grid (ceil(T / kRows), B * NH), one thread per query; K, V tiles stream.
 template <class T, int MAXD>
 __global__ void __launch_bounds__(kRows)
-    attn_dq_kernel(const T* qkv, const T* dout, const float* lse, const float* delta, T* dqkv,
-                   int64_t Tn, int64_t C, int NH, int D, float scale) {
+    attn_dq_kernel(const T* qkv, const T* dout, const float* lse, const float* delta,
+                   const int32_t* starts, T* dqkv, int64_t Tn, int64_t C, int NH, int D,
+                   float scale) {
   extern __shared__ float smem[];
   float* q_own = smem;
   float* do_own = q_own + kRows * padded<MAXD>();
@@ -156,18 +168,21 @@ __global__ void __launch_bounds__(kRows)
   const float* go = do_own + threadIdx.x * padded<MAXD>();
   const float li = i < Tn ? lse[int64_t(bh) * Tn + i] : 0.0f;
   const float di = i < Tn ? delta[int64_t(bh) * Tn + i] : 0.0f;
+  const int32_t* row_starts = starts ? starts + b * Tn : nullptr;  // as in the forward
+  const int64_t si = row_starts && i < Tn ? row_starts[i] : 0;
+  const int64_t first_key = row_starts ? row_starts[r0] / kTile * kTile : 0;
 
   float dq[MAXD];
 #pragma unroll
   for (int d = 0; d < MAXD; ++d) dq[d] = 0;
   const int64_t last_key = min(Tn, r0 + kRows);
-  for (int64_t k0 = 0; k0 < last_key; k0 += kTile) {
+  for (int64_t k0 = first_key; k0 < last_key; k0 += kTile) {
     __syncthreads();
     load_tile<T, MAXD>(k_tile, q_base + C, C3, k0, Tn, D);
     load_tile<T, MAXD>(v_tile, q_base + 2 * C, C3, k0, Tn, D);
     __syncthreads();
     if (i < Tn) {
-      for (int j = 0; j < kTile && k0 + j <= i; ++j) {
+      for (int j = first_in_tile(si, k0); j < kTile && k0 + j <= i; ++j) {
         const float* kr = k_tile + j * padded<MAXD>();
         const float* vr = v_tile + j * padded<MAXD>();
         const float p = __expf(dot_rows<MAXD>(q, kr, D) * scale - li);
@@ -190,11 +205,12 @@ __global__ void __launch_bounds__(kRows)
 
 // dk, dv: grid (ceil(T / kRows), B * NH), one thread per key; Q, dO tiles
 // (with their lse and delta) stream over the queries at or after the block's
-// first key.
+// first key, up to the first query of a later document.
 template <class T, int MAXD>
 __global__ void __launch_bounds__(kRows)
-    attn_dkdv_kernel(const T* qkv, const T* dout, const float* lse, const float* delta, T* dqkv,
-                     int64_t Tn, int64_t C, int NH, int D, float scale) {
+    attn_dkdv_kernel(const T* qkv, const T* dout, const float* lse, const float* delta,
+                     const int32_t* starts, T* dqkv, int64_t Tn, int64_t C, int NH, int D,
+                     float scale) {
   extern __shared__ float smem[];
   float* k_own = smem;
   float* v_own = k_own + kRows * padded<MAXD>();
@@ -202,6 +218,7 @@ __global__ void __launch_bounds__(kRows)
   float* do_tile = q_tile + kTile * padded<MAXD>();
   float* l_tile = do_tile + kTile * padded<MAXD>();  // [kTile]
   float* d_tile = l_tile + kTile;                    // [kTile]
+  int* s_tile = reinterpret_cast<int*>(d_tile + kTile);  // [kTile] document starts
   const int bh = blockIdx.y, b = bh / NH, h = bh % NH;
   const int64_t C3 = 3 * C;
   const T* q_base = qkv + b * Tn * C3 + h * D;
@@ -216,7 +233,11 @@ __global__ void __launch_bounds__(kRows)
   float dk[MAXD], dv[MAXD];
 #pragma unroll
   for (int d = 0; d < MAXD; ++d) dk[d] = 0, dv[d] = 0;
+  const int32_t* row_starts = starts ? starts + b * Tn : nullptr;
+  const int64_t block_last_key = min(Tn, r0 + kRows) - 1;
   for (int64_t q0 = (r0 / kTile) * kTile; q0 < Tn; q0 += kTile) {
+    // Queries from here on belong to documents after every key of the block.
+    if (row_starts && row_starts[q0] > block_last_key) break;
     __syncthreads();
     load_tile<T, MAXD>(q_tile, q_base, C3, q0, Tn, D);
     load_tile<T, MAXD>(do_tile, do_base, C, q0, Tn, D);
@@ -224,13 +245,14 @@ __global__ void __launch_bounds__(kRows)
       const int64_t qi = q0 + r;
       l_tile[r] = qi < Tn ? lse[int64_t(bh) * Tn + qi] : 0.0f;
       d_tile[r] = qi < Tn ? delta[int64_t(bh) * Tn + qi] : 0.0f;
+      s_tile[r] = row_starts && qi < Tn ? row_starts[qi] : 0;
     }
     __syncthreads();
     if (j < Tn) {
       for (int r = 0; r < kTile; ++r) {
         const int64_t qi = q0 + r;
         if (qi < j) continue;  // causal: only queries at or after this key
-        if (qi >= Tn) break;
+        if (qi >= Tn || s_tile[r] > j) break;  // past the end, or in a later document
         const float* qr = q_tile + r * padded<MAXD>();
         const float* gr = do_tile + r * padded<MAXD>();
         const float p = __expf(dot_rows<MAXD>(qr, kr, D) * scale - l_tile[r]);
@@ -267,7 +289,8 @@ size_t dq_smem() {
 }
 template <int MAXD>
 size_t dkdv_smem() {
-  return sizeof(float) * ((2 * kRows + 2 * kTile) * padded<MAXD>() + 2 * kTile);
+  return sizeof(float) * ((2 * kRows + 2 * kTile) * padded<MAXD>() + 2 * kTile) +
+         sizeof(int) * kTile;
 }
 
 // Calls f(std::integral_constant<int, MAXD>) for the narrowest compiled width.
@@ -354,11 +377,12 @@ int device_sm_major() {
 }  // namespace
 
 void attention_forward(const void* qkv, void* out, float* lse, ScalarType type,
-                       const AttentionShape& s, cudaStream_t stream, AttentionKernel kernel) {
+                       const AttentionShape& s, cudaStream_t stream, AttentionKernel kernel,
+                       const int32_t* doc_starts) {
   require(check_attention(type, s), "attention_forward");
   if (s.B * s.T == 0) return;
   if (resolve_attention_kernel(kernel, type, s, device_sm_major()) == AttentionKernel::TensorCore) {
-    attention_forward_tensor_core(qkv, out, lse, type, s, stream);
+    attention_forward_tensor_core(qkv, out, lse, type, s, stream, doc_starts);
     return;
   }
   const int D = static_cast<int>(s.head_dim());
@@ -371,9 +395,9 @@ void attention_forward(const void* qkv, void* out, float* lse, ScalarType type,
       constexpr int MAXD = decltype(width)::value;
       auto kernel = attn_forward_kernel<T, MAXD>;
       allow_smem(kernel, forward_smem<MAXD>());
-      kernel<<<grid, kRows, forward_smem<MAXD>(), stream>>>(static_cast<const T*>(qkv),
-                                                            static_cast<T*>(out), lse, s.T, s.C,
-                                                            static_cast<int>(s.NH), D, scale);
+      kernel<<<grid, kRows, forward_smem<MAXD>(), stream>>>(
+          static_cast<const T*>(qkv), static_cast<T*>(out), lse, doc_starts, s.T, s.C,
+          static_cast<int>(s.NH), D, scale);
     });
   });
   check_launch("attention_forward");
@@ -385,7 +409,7 @@ size_t attention_backward_workspace(const AttentionShape& s) {
 
 void attention_backward(const void* qkv, const void* out, const float* lse, const void* dout,
                         void* dqkv, ScalarType type, const AttentionShape& s, void* workspace,
-                        cudaStream_t stream, AttentionKernel kernel) {
+                        cudaStream_t stream, AttentionKernel kernel, const int32_t* doc_starts) {
   require(check_attention(type, s), "attention_backward");
   if (!workspace) throw std::invalid_argument("attention_backward: workspace is null");
   if (s.B * s.T == 0) return;
@@ -410,19 +434,20 @@ void attention_backward(const void* qkv, const void* out, const float* lse, cons
     }
     if (tensor_cores) {
       check_launch("attention_backward (delta)");
-      attention_backward_tensor_core(qkv, dout, lse, delta, dqkv, type, s, stream);
+      attention_backward_tensor_core(qkv, dout, lse, delta, dqkv, type, s, stream, doc_starts);
       return;
     }
     dispatch_head_dim(D, [&](auto width) {
       constexpr int MAXD = decltype(width)::value;
       auto dq = attn_dq_kernel<T, MAXD>;
       allow_smem(dq, dq_smem<MAXD>());
-      dq<<<grid, kRows, dq_smem<MAXD>(), stream>>>(pqkv, pdo, lse, delta, pd, s.T, s.C,
-                                                   static_cast<int>(s.NH), D, scale);
+      dq<<<grid, kRows, dq_smem<MAXD>(), stream>>>(pqkv, pdo, lse, delta, doc_starts, pd, s.T,
+                                                   s.C, static_cast<int>(s.NH), D, scale);
       auto dkdv = attn_dkdv_kernel<T, MAXD>;
       allow_smem(dkdv, dkdv_smem<MAXD>());
-      dkdv<<<grid, kRows, dkdv_smem<MAXD>(), stream>>>(pqkv, pdo, lse, delta, pd, s.T, s.C,
-                                                       static_cast<int>(s.NH), D, scale);
+      dkdv<<<grid, kRows, dkdv_smem<MAXD>(), stream>>>(pqkv, pdo, lse, delta, doc_starts, pd,
+                                                       s.T, s.C, static_cast<int>(s.NH), D,
+                                                       scale);
     });
   });
   check_launch("attention_backward");

@@ -10,6 +10,11 @@
 // atomics (dq per query; dk, dv per key), so results are deterministic.
 // Inputs f32, bf16 or f16; head dims up to 128.
 //
+// Packed documents: doc_starts, when not null, is (B, T) i32 on the device,
+// the position where each token's document begins in its row (0 <= start
+// <= t, never decreasing along a row); query t then sees keys [start, t]
+// only, and tiles wholly outside a block's documents are skipped.
+//
 // Two implementations: SIMT kernels (attention.cu: one thread per query or
 // key, every type and head dim) and tensor-core kernels
 // (attention_tensor_core.cu: WMMA tiles, bf16/f16, head dims a multiple of
@@ -44,22 +49,26 @@ AttentionKernel resolve_attention_kernel(AttentionKernel requested, ScalarType t
 
 void attention_forward(const void* qkv, void* out, float* lse, ScalarType type,
                        const AttentionShape& s, cudaStream_t stream,
-                       AttentionKernel kernel = AttentionKernel::Auto);
+                       AttentionKernel kernel = AttentionKernel::Auto,
+                       const int32_t* doc_starts = nullptr);
 
 // Bytes of device scratch attention_backward needs.
 size_t attention_backward_workspace(const AttentionShape& s);
 // dqkv (B, T, 3*C) is overwritten.
 void attention_backward(const void* qkv, const void* out, const float* lse, const void* dout,
                         void* dqkv, ScalarType type, const AttentionShape& s, void* workspace,
-                        cudaStream_t stream, AttentionKernel kernel = AttentionKernel::Auto);
+                        cudaStream_t stream, AttentionKernel kernel = AttentionKernel::Auto,
+                        const int32_t* doc_starts = nullptr);
 
 // The tensor-core kernels themselves (attention_tensor_core.cu); the
 // backward takes delta (B, NH, T) = rowsum(dout * out), computed by
 // attention_backward.
 void attention_forward_tensor_core(const void* qkv, void* out, float* lse, ScalarType type,
-                                   const AttentionShape& s, cudaStream_t stream);
+                                   const AttentionShape& s, cudaStream_t stream,
+                                   const int32_t* doc_starts = nullptr);
 void attention_backward_tensor_core(const void* qkv, const void* dout, const float* lse,
                                     const float* delta, void* dqkv, ScalarType type,
-                                    const AttentionShape& s, cudaStream_t stream);
+                                    const AttentionShape& s, cudaStream_t stream,
+                                    const int32_t* doc_starts = nullptr);
 
 }  // namespace triad::kernels

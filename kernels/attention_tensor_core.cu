@@ -220,10 +220,26 @@ __device__ void scale_rows(FragC (&acc)[MAXD / 16], float* stage, int D, float c
   }
 }
 
+// Packed documents (null `starts`: one per row) for a block of query rows
+// from q0, a warp's rows from warp_q0 and a lane's query q: the first key
+// tile the block needs (starts never decrease along a row), the start of the
+// warp's first row (tiles wholly before it are skipped) and the query's own.
+struct DocWindow {
+  int64_t block_first_key = 0, warp_first_start = 0, start = 0;
+  __device__ DocWindow(const int32_t* starts, int b, int64_t Tn, int64_t q0, int64_t warp_q0,
+                       int64_t q) {
+    if (!starts) return;
+    const int32_t* row = starts + b * Tn;
+    block_first_key = row[q0] / kTile * kTile;
+    warp_first_start = warp_q0 < Tn ? row[warp_q0] : Tn;
+    start = q < Tn ? row[q] : 0;
+  }
+};
+
 template <class T, int MAXD>
 __global__ void __launch_bounds__(32 * kWarps)
-    attn_forward_tc(const T* qkv, T* out, float* lse, int64_t Tn, int64_t C, int NH, int D,
-                    float scale) {
+    attn_forward_tc(const T* qkv, T* out, float* lse, const int32_t* starts, int64_t Tn, int64_t C,
+                    int NH, int D, float scale) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   using L = Layout<MAXD>;
   extern __shared__ __align__(128) unsigned char smem[];
@@ -245,17 +261,19 @@ __global__ void __launch_bounds__(32 * kWarps)
   const T* Qw = Qs + warp * 16 * L::ld_h;
   const int64_t q = q0 + warp * 16 + r;
   const int64_t warp_last = q0 + warp * 16 + 15;
+  const DocWindow docs(starts, b, Tn, q0, q0 + warp * 16, q);
   FragC o[MAXD / 16];
 #pragma unroll
   for (int dn = 0; dn < MAXD / 16; ++dn) wmma::fill_fragment(o[dn], 0.0f);
   float m = -INFINITY, l = 0.0f;
   const int64_t end = min(Tn, q0 + kRows);
-  for (int64_t k0 = 0; k0 < end; k0 += kTile) {
+  for (int64_t k0 = docs.block_first_key; k0 < end; k0 += kTile) {
     __syncthreads();
     load_rows(Ks, L::ld_h, base + C, C3, k0, Tn, D);
     load_rows(Vs, L::ld_h, base + 2 * C, C3, k0, Tn, D);
     __syncthreads();
     if (k0 > warp_last) continue;  // every key of this tile is in the warp's future
+    if (k0 + kTile <= docs.warp_first_start) continue;  // or in its rows' earlier documents
     scores<T, MAXD>(Sw, Qw, Ks, D);
     __syncwarp();
     float s[32];
@@ -264,7 +282,8 @@ __global__ void __launch_bounds__(32 * kWarps)
     for (int j = 0; j < 32; ++j) {
       const int col = half * 32 + j;
       const int64_t key = k0 + col;
-      s[j] = (key <= q && key < Tn) ? Sw[r * L::ld_s + col] * scale : -INFINITY;
+      s[j] = (key <= q && key < Tn && key >= docs.start) ? Sw[r * L::ld_s + col] * scale
+                                                          : -INFINITY;
       tile_max = fmaxf(tile_max, s[j]);
     }
     tile_max = fmaxf(tile_max, __shfl_xor_sync(kFull, tile_max, 1));
@@ -296,8 +315,8 @@ __global__ void __launch_bounds__(32 * kWarps)
 
 template <class T, int MAXD>
 __global__ void __launch_bounds__(32 * kWarps)
-    attn_dq_tc(const T* qkv, const T* dout, const float* lse, const float* delta, T* dqkv,
-               int64_t Tn, int64_t C, int NH, int D, float scale) {
+    attn_dq_tc(const T* qkv, const T* dout, const float* lse, const float* delta,
+               const int32_t* starts, T* dqkv, int64_t Tn, int64_t C, int NH, int D, float scale) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   using L = Layout<MAXD>;
   extern __shared__ __align__(128) unsigned char smem[];
@@ -324,16 +343,18 @@ __global__ void __launch_bounds__(32 * kWarps)
   const float lq = q < Tn ? lse[int64_t(bh) * Tn + q] : 0.0f;
   const float dq_delta = q < Tn ? delta[int64_t(bh) * Tn + q] : 0.0f;
   const int64_t warp_last = q0 + warp * 16 + 15;
+  const DocWindow docs(starts, b, Tn, q0, q0 + warp * 16, q);
   FragC acc[MAXD / 16];
 #pragma unroll
   for (int dn = 0; dn < MAXD / 16; ++dn) wmma::fill_fragment(acc[dn], 0.0f);
   const int64_t end = min(Tn, q0 + kRows);
-  for (int64_t k0 = 0; k0 < end; k0 += kTile) {
+  for (int64_t k0 = docs.block_first_key; k0 < end; k0 += kTile) {
     __syncthreads();
     load_rows(Ks, L::ld_h, base + C, C3, k0, Tn, D);
     load_rows(Vs, L::ld_h, base + 2 * C, C3, k0, Tn, D);
     __syncthreads();
     if (k0 > warp_last) continue;
+    if (k0 + kTile <= docs.warp_first_start) continue;
     scores<T, MAXD>(Sw, Qs + warp * 16 * L::ld_h, Ks, D);
     scores<T, MAXD>(dPw, dOs + warp * 16 * L::ld_h, Vs, D);
     __syncwarp();
@@ -341,7 +362,7 @@ __global__ void __launch_bounds__(32 * kWarps)
     for (int j = 0; j < 32; ++j) {
       const int col = half * 32 + j;
       const int64_t key = k0 + col;
-      const bool valid = key <= q && key < Tn && q < Tn;
+      const bool valid = key <= q && key < Tn && q < Tn && key >= docs.start;
       const float p = valid ? __expf(Sw[r * L::ld_s + col] * scale - lq) : 0.0f;
       dSw[r * L::ld_p + col] = to_half<T>(p * (dPw[r * L::ld_s + col] - dq_delta));
     }
@@ -356,8 +377,9 @@ __global__ void __launch_bounds__(32 * kWarps)
 
 template <class T, int MAXD>
 __global__ void __launch_bounds__(32 * kWarps)
-    attn_dkdv_tc(const T* qkv, const T* dout, const float* lse, const float* delta, T* dqkv,
-                 int64_t Tn, int64_t C, int NH, int D, float scale) {
+    attn_dkdv_tc(const T* qkv, const T* dout, const float* lse, const float* delta,
+                 const int32_t* starts, T* dqkv, int64_t Tn, int64_t C, int NH, int D,
+                 float scale) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   using L = Layout<MAXD>;
   extern __shared__ __align__(128) unsigned char smem[];
@@ -368,6 +390,7 @@ __global__ void __launch_bounds__(32 * kWarps)
   T* dOs = carve.take<T>(kTile * L::ld_h);
   float* Lq = carve.take<float>(kTile);
   float* Dq = carve.take<float>(kTile);
+  int* Sq = carve.take<int>(kTile);  // the queries' document starts
   float* Sts = carve.take<float>(kWarps * 16 * L::ld_s);
   float* dPts = carve.take<float>(kWarps * 16 * L::ld_s);
   T* Pts = carve.take<T>(kWarps * 16 * L::ld_p);
@@ -392,7 +415,11 @@ __global__ void __launch_bounds__(32 * kWarps)
     wmma::fill_fragment(dk[dn], 0.0f);
     wmma::fill_fragment(dv[dn], 0.0f);
   }
+  const int32_t* row_starts = starts ? starts + b * Tn : nullptr;
+  const int64_t block_last_key = min(Tn, k0 + kRows) - 1;
   for (int64_t q0 = k0; q0 < Tn; q0 += kTile) {
+    // Queries from here on belong to documents after every key of the block.
+    if (row_starts && row_starts[q0] > block_last_key) break;
     __syncthreads();
     load_rows(Qs, L::ld_h, base, C3, q0, Tn, D);
     load_rows(dOs, L::ld_h, dbase, C, q0, Tn, D);
@@ -400,6 +427,7 @@ __global__ void __launch_bounds__(32 * kWarps)
       const int64_t qi = q0 + i;
       Lq[i] = qi < Tn ? lse[int64_t(bh) * Tn + qi] : 0.0f;
       Dq[i] = qi < Tn ? delta[int64_t(bh) * Tn + qi] : 0.0f;
+      Sq[i] = row_starts && qi < Tn ? row_starts[qi] : 0;
     }
     __syncthreads();
     scores<T, MAXD>(Stw, Ks + warp * 16 * L::ld_h, Qs, D);
@@ -409,7 +437,7 @@ __global__ void __launch_bounds__(32 * kWarps)
     for (int j = 0; j < 32; ++j) {
       const int col = half * 32 + j;
       const int64_t qi = q0 + col;
-      const bool valid = qi >= key && qi < Tn && key < Tn;
+      const bool valid = qi >= key && qi < Tn && key < Tn && Sq[col] <= key;
       const float p = valid ? __expf(Stw[r * L::ld_s + col] * scale - Lq[col]) : 0.0f;
       Ptw[r * L::ld_p + col] = to_half<T>(p);
       dStw[r * L::ld_p + col] = to_half<T>(p * (dPtw[r * L::ld_s + col] - Dq[col]));
@@ -451,7 +479,8 @@ template <int MAXD, class T>
 size_t dkdv_bytes() {
   using L = Layout<MAXD>;
   return 2 * align128(kRows * L::ld_h * sizeof(T)) + 2 * align128(kTile * L::ld_h * sizeof(T)) +
-         2 * align128(kTile * sizeof(float)) + 2 * align128(kWarps * 16 * L::ld_s * sizeof(float)) +
+         2 * align128(kTile * sizeof(float)) + align128(kTile * sizeof(int)) +
+         2 * align128(kWarps * 16 * L::ld_s * sizeof(float)) +
          2 * align128(kWarps * 16 * L::ld_p * sizeof(T));
 }
 
@@ -476,7 +505,8 @@ void dispatch_tc(ScalarType type, int64_t D, F&& f) {
 }  // namespace
 
 void attention_forward_tensor_core(const void* qkv, void* out, float* lse, ScalarType type,
-                                   const AttentionShape& s, cudaStream_t stream) {
+                                   const AttentionShape& s, cudaStream_t stream,
+                                   const int32_t* doc_starts) {
   require(check_attention_tensor_core(type, s), "attention_forward (tensor cores)");
   if (s.B * s.T == 0) return;
   const int D = static_cast<int>(s.head_dim());
@@ -489,14 +519,16 @@ void attention_forward_tensor_core(const void* qkv, void* out, float* lse, Scala
     allow(attn_forward_tc<T, MAXD>, bytes);
     attn_forward_tc<T, MAXD>
         <<<grid, 32 * kWarps, bytes, stream>>>(static_cast<const T*>(qkv), static_cast<T*>(out),
-                                               lse, s.T, s.C, static_cast<int>(s.NH), D, scale);
+                                               lse, doc_starts, s.T, s.C, static_cast<int>(s.NH), D,
+                                               scale);
   });
   check_launch("attention_forward (tensor cores)");
 }
 
 void attention_backward_tensor_core(const void* qkv, const void* dout, const float* lse,
                                     const float* delta, void* dqkv, ScalarType type,
-                                    const AttentionShape& s, cudaStream_t stream) {
+                                    const AttentionShape& s, cudaStream_t stream,
+                                    const int32_t* doc_starts) {
   require(check_attention_tensor_core(type, s), "attention_backward (tensor cores)");
   if (s.B * s.T == 0) return;
   const int D = static_cast<int>(s.head_dim());
@@ -511,10 +543,10 @@ void attention_backward_tensor_core(const void* qkv, const void* dout, const flo
     const size_t dq = dq_bytes<MAXD, T>(), dkdv = dkdv_bytes<MAXD, T>();
     allow(attn_dq_tc<T, MAXD>, dq);
     allow(attn_dkdv_tc<T, MAXD>, dkdv);
-    attn_dq_tc<T, MAXD><<<grid, 32 * kWarps, dq, stream>>>(pqkv, pdo, lse, delta, pd, s.T, s.C,
-                                                           static_cast<int>(s.NH), D, scale);
-    attn_dkdv_tc<T, MAXD><<<grid, 32 * kWarps, dkdv, stream>>>(pqkv, pdo, lse, delta, pd, s.T, s.C,
-                                                               static_cast<int>(s.NH), D, scale);
+    attn_dq_tc<T, MAXD><<<grid, 32 * kWarps, dq, stream>>>(
+        pqkv, pdo, lse, delta, doc_starts, pd, s.T, s.C, static_cast<int>(s.NH), D, scale);
+    attn_dkdv_tc<T, MAXD><<<grid, 32 * kWarps, dkdv, stream>>>(
+        pqkv, pdo, lse, delta, doc_starts, pd, s.T, s.C, static_cast<int>(s.NH), D, scale);
   });
   check_launch("attention_backward (tensor cores)");
 }

@@ -133,9 +133,9 @@ int main(int argc, char** argv) {
       const std::string tag = triad::cuda::attention_kernel_name(kernel) + suffix;
       try {
         report("attention_forward_" + tag,
-               time_ms([&] { be.attention_forward(qkv, anh, out, lse); }, iters), 0, attn_fwd);
+               time_ms([&] { be.attention_forward(qkv, anh, out, lse, {}); }, iters), 0, attn_fwd);
         report("attention_backward_" + tag,
-               time_ms([&] { be.attention_backward(qkv, out, lse, out, anh, dqkv); }, iters), 0,
+               time_ms([&] { be.attention_backward(qkv, out, lse, out, anh, dqkv, {}); }, iters), 0,
                2.5 * attn_fwd);
       } catch (const std::exception& e) {
         std::printf(

@@ -8,9 +8,27 @@
 #include "data/sequence_batch.h"
 #include "data/token_run.h"
 #include "triad/core/rng.h"
+#include "triad/ops/elementwise.h"
 #include "triad/data/token_shard.h"
 
 namespace triad::data {
+
+Batch mask_loss_after_eod(const Batch& batch, int64_t eod_token) {
+  if (!batch.inputs.device().is_cpu() || batch.inputs.dtype() != DType::I64 ||
+      batch.targets.dtype() != DType::I64 || !batch.targets.device().is_cpu() ||
+      !batch.inputs.is_contiguous() || batch.targets.shape() != batch.inputs.shape()) {
+    throw ValueError("mask_loss_after_eod: expected contiguous i64 host inputs and targets of one "
+                     "shape, got inputs " + shape_str(batch.inputs.shape()) + " and targets " +
+                     shape_str(batch.targets.shape()));
+  }
+  Batch out{batch.inputs, clone(batch.targets)};
+  const int64_t* in = batch.inputs.data<int64_t>();
+  int64_t* t = out.targets.data<int64_t>();
+  for (int64_t i = 0; i < batch.inputs.numel(); ++i) {
+    if (in[i] == eod_token) t[i] = -100;
+  }
+  return out;
+}
 namespace {
 
 bool is_file(const std::string& path) {

@@ -6,6 +6,7 @@
 #include "triad/autograd/checkpoint.h"
 #include "triad/autograd/grad_mode.h"
 #include "triad/core/rng.h"
+#include "triad/nn/documents.h"
 #include "triad/nn/init.h"
 #include "triad/ops/creation.h"
 #include "triad/ops/elementwise.h"
@@ -50,6 +51,11 @@ void GptConfig::validate() const {
   require_positive(d_model, "d_model");
   require_positive(vocab_size, "vocab_size");
   require_positive(seq_len, "seq_len");
+  if ((reset_attention_mask || reset_position_ids) && (eod_token < 0 || eod_token >= vocab_size)) {
+    throw ConfigError("data.eod_token (" + std::to_string(eod_token) +
+                      ") must be a token id in [0, " + std::to_string(vocab_size) +
+                      ") when data.reset_attention_mask or data.reset_position_ids is set");
+  }
   if (d_model % n_head != 0) {
     throw ConfigError("model.d_model (" + std::to_string(d_model) +
                       ") must be divisible by model.n_head (" + std::to_string(n_head) + ")");
@@ -72,7 +78,7 @@ CausalSelfAttention::CausalSelfAttention(const GptConfig& cfg, int64_t layer)
 }
 
 Tensor CausalSelfAttention::forward(const Tensor& x, const ForwardContext& ctx) const {
-  Tensor y = causal_attention(c_attn_->forward(x), n_head_);
+  Tensor y = causal_attention(c_attn_->forward(x), n_head_, ctx.doc_starts);
   return site_dropout(c_proj_->forward(y), dropout_, ctx, layer_, "attn.resid");
 }
 
@@ -170,9 +176,18 @@ Tensor Gpt::embed(const Tensor& ids, const ForwardContext& ctx, int64_t start) c
     throw ShapeError("Gpt: positions [" + std::to_string(start) + ", " + std::to_string(start + T) +
                      ") exceed model.seq_len " + std::to_string(cfg_.seq_len));
   }
-  std::vector<int64_t> pos(T);
-  for (int64_t t = 0; t < T; ++t) pos[t] = start + t;
-  Tensor positions = from_vector(pos, {T}, DType::I64, ids.device());
+  Tensor positions = ctx.positions;  // per token, within its document
+  if (positions.defined()) {
+    if (start != 0 || positions.shape() != ids.shape()) {
+      throw ShapeError("Gpt: document positions " + shape_str(positions.shape()) + " for ids " +
+                       shape_str(ids.shape()) + " at start " + std::to_string(start) +
+                       " (expected the ids' shape, from start 0)");
+    }
+  } else {
+    std::vector<int64_t> pos(T);
+    for (int64_t t = 0; t < T; ++t) pos[t] = start + t;
+    positions = from_vector(pos, {T}, DType::I64, ids.device());
+  }
   Tensor x = add(wte_->forward(ids), wpe_->forward(positions));
   return site_dropout(x, cfg_.dropout, ctx, 0, "embed");
 }
@@ -185,7 +200,8 @@ Tensor Gpt::forward(const Tensor& ids, const ForwardContext& ctx) const {
   return head(trunk(ids, ctx));
 }
 
-Tensor Gpt::trunk(const Tensor& ids, const ForwardContext& ctx) const {
+Tensor Gpt::trunk(const Tensor& ids, const ForwardContext& in) const {
+  const ForwardContext ctx = with_documents(cfg_, ids, in, wte_->weight().device());
   Tensor x = embed(ids, ctx);
   for (const auto& b : blocks_) {
     if (cfg_.recompute == Recompute::Full) {

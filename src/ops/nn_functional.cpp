@@ -122,7 +122,38 @@ Tensor softmax(const Tensor& x) {
   return y;
 }
 
-Tensor causal_attention(const Tensor& qkv, int64_t n_head) {
+namespace {
+// doc_starts for causal_attention on qkv (B, T, 3C): checked (shape, dtype
+// and, read on the host where they are, the values) and on qkv's device.
+Tensor checked_doc_starts(const Tensor& doc_starts, int64_t B, int64_t T, const Device& device) {
+  if (!doc_starts.defined()) return {};
+  if (doc_starts.dtype() != DType::I32 || doc_starts.dim() != 2 || doc_starts.size(0) != B ||
+      doc_starts.size(1) != T) {
+    throw ShapeError("causal_attention: doc_starts must be i32 (" + std::to_string(B) + ", " +
+                     std::to_string(T) + "), got " + dtype_name(doc_starts.dtype()) + " " +
+                     shape_str(doc_starts.shape()));
+  }
+  Tensor c = contiguous(doc_starts).detach();
+  if (c.device().is_cpu()) {
+    const int32_t* p = c.data<int32_t>();
+    for (int64_t b = 0; b < B; ++b) {
+      for (int64_t t = 0; t < T; ++t) {
+        const int64_t s = p[b * T + t];
+        const bool ok = t == 0 ? s == 0 : (s == p[b * T + t - 1] || s == t);
+        if (!ok) {
+          throw ValueError("causal_attention: doc_starts[" + std::to_string(b) + ", " +
+                           std::to_string(t) + "] is " + std::to_string(s) +
+                           "; expected the previous token's start or " + std::to_string(t) +
+                           " (a document starting there)" + (t == 0 ? ", i.e. 0" : ""));
+        }
+      }
+    }
+  }
+  return c.device() == device ? c : to_device(c, device).detach();
+}
+}  // namespace
+
+Tensor causal_attention(const Tensor& qkv, int64_t n_head, const Tensor& doc_starts) {
   detail::check_floating(qkv, "causal_attention", "qkv");
   detail::check_dim(qkv, 3, "causal_attention", "qkv");
   const int64_t B = qkv.size(0), T = qkv.size(1), C3 = qkv.size(2);
@@ -134,16 +165,17 @@ Tensor causal_attention(const Tensor& qkv, int64_t n_head) {
     throw ShapeError("causal_attention: C (" + std::to_string(C) +
                      ") must be divisible by n_head (" + std::to_string(n_head) + ")");
   }
+  const Tensor starts = checked_doc_starts(doc_starts, B, T, qkv.device());
   Tensor qc = contiguous(qkv).detach();
   Tensor out = empty({B, T, C}, qkv.dtype(), qkv.device());
   Tensor lse = empty({B, n_head, T}, stat_dtype(qkv.dtype()), qkv.device());
-  backend_for(qkv).attention_forward(qc, n_head, out, lse);
+  backend_for(qkv).attention_forward(qc, n_head, out, lse, starts);
   Tensor od = out.detach();
   record("causal_attention", {qkv}, {out},
-         [qc, od, lse, n_head](const TensorList& g) -> TensorList {
+         [qc, od, lse, n_head, starts](const TensorList& g) -> TensorList {
            Tensor dout = contiguous(g[0]);
            Tensor dqkv = empty_like(qc);
-           backend_for(qc).attention_backward(qc, od, lse, dout, n_head, dqkv);
+           backend_for(qc).attention_backward(qc, od, lse, dout, n_head, dqkv, starts);
            return {dqkv};
          });
   return out;

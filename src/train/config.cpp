@@ -206,6 +206,11 @@ void validate(const Config& c, bool min_lr_given) {
                       ") needs validation data: set data.val");
   }
   require(!c.output_dir.empty(), "output.dir", "''", "must not be empty");
+  if (c.data_eod_mask_loss && (c.model.eod_token < 0 || c.model.eod_token >= c.model.vocab_size)) {
+    throw ConfigError("data.eod_token (" + std::to_string(c.model.eod_token) +
+                      ") must be a token id in [0, " + std::to_string(c.model.vocab_size) +
+                      ") when data.eod_mask_loss is set");
+  }
   if (c.model.n_head % c.parallel.tp != 0) {
     throw ConfigError("model.n_head (" + std::to_string(c.model.n_head) +
                       ") must be divisible by parallel.tp (" + std::to_string(c.parallel.tp) + ")");
@@ -484,7 +489,13 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
   const Section data{
       {"train", {true, [&](auto& v, auto& k) { c.data_train = get_data_parts(v, k); }}},
       {"val", {false, [&](auto& v, auto& k) { c.data_val = get_string(v, k); }}},
-      {"shuffle", {false, [&](auto& v, auto& k) { c.data_shuffle = get_bool(v, k); }}}};
+      {"shuffle", {false, [&](auto& v, auto& k) { c.data_shuffle = get_bool(v, k); }}},
+      {"eod_token", {false, [&](auto& v, auto& k) { c.model.eod_token = get_int(v, k); }}},
+      {"reset_attention_mask",
+       {false, [&](auto& v, auto& k) { c.model.reset_attention_mask = get_bool(v, k); }}},
+      {"reset_position_ids",
+       {false, [&](auto& v, auto& k) { c.model.reset_position_ids = get_bool(v, k); }}},
+      {"eod_mask_loss", {false, [&](auto& v, auto& k) { c.data_eod_mask_loss = get_bool(v, k); }}}};
   auto non_negative = [](const YAML::Node& v, const std::string& k) {
     const int64_t x = get_int(v, k);
     if (x < 0) throw ConfigError(k + " (" + std::to_string(x) + ") must be >= 0");
@@ -686,6 +697,10 @@ std::string to_yaml(const Config& c) {
   }
   if (!c.data_val.empty()) e << YAML::Key << "val" << YAML::Value << c.data_val;
   e << YAML::Key << "shuffle" << YAML::Value << c.data_shuffle;
+  e << YAML::Key << "eod_token" << YAML::Value << c.model.eod_token;
+  e << YAML::Key << "reset_attention_mask" << YAML::Value << c.model.reset_attention_mask;
+  e << YAML::Key << "reset_position_ids" << YAML::Value << c.model.reset_position_ids;
+  e << YAML::Key << "eod_mask_loss" << YAML::Value << c.data_eod_mask_loss;
   e << YAML::EndMap;
   if (!c.init_from.empty()) {
     e << YAML::Key << "init" << YAML::Value << YAML::BeginMap << YAML::Key << "from" << YAML::Value

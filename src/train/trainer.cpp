@@ -675,6 +675,11 @@ nn::StateDict Trainer::full_state_dict() const {
   return model_->state_dict();
 }
 
+data::Batch Trainer::with_loss_mask(data::Batch batch) const {
+  if (!config_.data_eod_mask_loss) return batch;
+  return data::mask_loss_after_eod(batch, config_.model.eod_token);
+}
+
 double Trainer::forward_backward(int64_t index, double* bubble) {
   const auto& t = config_.train;
   const int64_t per_rank = t.global_batch_size / dp_;
@@ -685,8 +690,8 @@ double Trainer::forward_backward(int64_t index, double* bubble) {
   if (pp_model_) {
     std::vector<data::Batch> batches;
     for (int64_t i = 0; i < micro; ++i) {
-      batches.push_back(dataset_->sequences(first_sequence(index) + first + i * t.micro_batch_size,
-                                            t.micro_batch_size));
+      batches.push_back(with_loss_mask(dataset_->sequences(
+          first_sequence(index) + first + i * t.micro_batch_size, t.micro_batch_size)));
     }
     const auto start = std::chrono::steady_clock::now();
     pipeline::PipelineStepResult r =
@@ -702,8 +707,8 @@ double Trainer::forward_backward(int64_t index, double* bubble) {
   // reading each one would make the host wait for the GPU every time.
   Tensor loss_sum;
   for (int64_t i = 0; i < micro; ++i) {
-    data::Batch b = dataset_->sequences(first_sequence(index) + first + i * t.micro_batch_size,
-                                        t.micro_batch_size);
+    const data::Batch b = with_loss_mask(dataset_->sequences(
+        first_sequence(index) + first + i * t.micro_batch_size, t.micro_batch_size));
     nn::ForwardContext ctx{true, t.seed, call + static_cast<uint64_t>(i)};
     const auto t0 = TraceRecorder::Clock::now();
     // The batch stays on the host: the embedding and the loss check it there
@@ -740,8 +745,8 @@ double Trainer::evaluate() {
   std::vector<data::Batch> batches;
   for (int64_t k = 0; k < val_batches_; ++k) {
     for (int64_t i = 0; i < micro; ++i) {
-      batches.push_back(val_dataset_->batch(k, t.global_batch_size, first + i * t.micro_batch_size,
-                                            t.micro_batch_size));
+      batches.push_back(with_loss_mask(val_dataset_->batch(
+          k, t.global_batch_size, first + i * t.micro_batch_size, t.micro_batch_size)));
     }
   }
   // Every micro-batch has as many tokens: the mean of their mean losses is

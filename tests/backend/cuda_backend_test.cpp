@@ -28,6 +28,7 @@
 #include "triad/data/token_shard.h"
 #include "triad/dist/nccl.h"
 #include "triad/dist/world.h"
+#include "triad/nn/documents.h"
 #include "triad/nn/generate.h"
 #include "triad/nn/gpt.h"
 #include "triad/ops.h"
@@ -233,6 +234,45 @@ TEST(CudaKernels, AttentionHeadDimsAndLongSequences) {
     SCOPED_TRACE(std::string("misaligned qkv ") + dtype_name(dtype));
     expect_attention_kernel_matches_cpu(shifted, dtype, cuda::AttentionKernel::TensorCore);
   }
+}
+
+// Packed documents (doc_starts): row 0 holds documents [0, 37), [37, 64),
+// [64, 100), [100, 131), [131, T - 1) and a last one-token document, so
+// boundaries fall inside the kernels' tiles, on a 64-row boundary and on the
+// last row; row 1 is one document. SIMT and tensor cores against the CPU;
+// cuDNN's graph has no such mask and says so.
+TEST(CudaKernels, AttentionOverPackedDocuments) {
+  struct Shape {
+    int64_t B, T, C, NH;
+  };
+  for (const Shape& sh : {Shape{2, 200, 128, 2}, Shape{2, 150, 256, 2}}) {
+    std::vector<int64_t> ids(static_cast<size_t>(sh.B * sh.T), 5);
+    for (int64_t end : {36, 63, 99, 130, static_cast<int>(sh.T) - 2}) ids[end] = 0;
+    const Tensor starts = nn::document_layout(from_vector(ids, {sh.B, sh.T}), 0).starts;
+    testing::OpCase c = attention_case(sh.B, sh.T, sh.C, sh.NH);
+    c.name += "_documents";
+    c.fn = [starts, NH = sh.NH](const std::vector<Tensor>& x) {
+      return causal_attention(x[0], NH, starts);
+    };
+    for (DType dtype : {DType::F32, DType::BF16, DType::F16}) {
+      for (cuda::AttentionKernel kernel :
+           {cuda::AttentionKernel::Simt, cuda::AttentionKernel::TensorCore}) {
+        if (!cuda::attention_kernel_unavailable(kernel, dtype, sh.T, sh.C, sh.NH).empty())
+          continue;
+        SCOPED_TRACE(c.name + " " + dtype_name(dtype) + " " + cuda::attention_kernel_name(kernel));
+        expect_attention_kernel_matches_cpu(c, dtype, kernel);
+      }
+    }
+  }
+  cuda::set_attention_kernel(cuda::AttentionKernel::Cudnn);
+  try {
+    causal_attention(to_device(randn({1, 8, 192}, 1, 1, 1.0, DType::BF16), kGpu), 2,
+                     from_vector(std::vector<int64_t>{0, 0, 0, 3, 3, 3, 3, 3}, {1, 8}, DType::I32));
+    ADD_FAILURE() << "expected NotSupportedError";
+  } catch (const NotSupportedError& e) {
+    EXPECT_NE(std::string(e.what()).find("no document mask"), std::string::npos) << e.what();
+  }
+  cuda::set_attention_kernel(cuda::AttentionKernel::Auto);
 }
 
 // Scores that rise along the keys: every query shares a direction u with the

@@ -242,6 +242,29 @@ inline std::vector<OpCase> op_cases() {
                  return std::vector<Tensor>{rnd({1, 70, 18}, d, 1)};
                },
                [](const std::vector<Tensor>& x) { return causal_attention(x[0], 2); }});
+  // Packed documents: row 0 of the first holds documents [0, 3), [3, 4) (a
+  // single token) and [4, 9), row 1 one; the second's boundaries straddle
+  // the CPU kernel's 64-row blocks (a block whose rows start in an earlier
+  // block's document, and one starting on a boundary).
+  c.push_back({"causal_attention_documents_B2_T9_C12_NH3",
+               [](DType d) {
+                 return std::vector<Tensor>{rnd({2, 9, 36}, d, 1)};
+               },
+               [](const std::vector<Tensor>& x) {
+                 const Tensor starts = from_vector(
+                     std::vector<int64_t>{0, 0, 0, 3, 4, 4, 4, 4, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+                     {2, 9}, DType::I32);
+                 return causal_attention(x[0], 3, starts);
+               }});
+  c.push_back({"causal_attention_documents_B1_T70_C6_NH2",
+               [](DType d) {
+                 return std::vector<Tensor>{rnd({1, 70, 18}, d, 1)};
+               },
+               [](const std::vector<Tensor>& x) {
+                 std::vector<int64_t> s(70);
+                 for (int64_t t = 0; t < 70; ++t) s[t] = t < 20 ? 0 : t < 64 ? 20 : t < 66 ? 64 : 66;
+                 return causal_attention(x[0], 2, from_vector(s, {1, 70}, DType::I32));
+               }});
   c.push_back({"embedding",
                [](DType d) {
                  return std::vector<Tensor>{rnd({6, 4}, d, 1)};

@@ -147,9 +147,15 @@ class Backend {
   // Causal self-attention. qkv (B, T, 3*C) holds q, k, v side by side, each
   // split into n_head heads of C/n_head; out (B, T, C); lse (B, NH, T) in stat_dtype is
   // the log-sum-exp of each query's scaled scores, kept for backward.
-  virtual void attention_forward(const Tensor& qkv, int64_t n_head, Tensor& out, Tensor& lse) = 0;
+  // doc_starts, when defined, is (B, T) i32 on qkv's device: the position
+  // where token t's document begins in its packed row (0 <= start <= t, and
+  // either the previous token's start or t itself); query t then attends to
+  // keys [start, t] only. Undefined: one document per row.
+  virtual void attention_forward(const Tensor& qkv, int64_t n_head, Tensor& out, Tensor& lse,
+                                 const Tensor& doc_starts) = 0;
   virtual void attention_backward(const Tensor& qkv, const Tensor& out, const Tensor& lse,
-                                  const Tensor& dout, int64_t n_head, Tensor& dqkv) = 0;
+                                  const Tensor& dout, int64_t n_head, Tensor& dqkv,
+                                  const Tensor& doc_starts) = 0;
 
   // weight (V, C); ids (N) i32 or i64; out (N, C). Ids are validated < V.
   virtual void embedding_forward(const Tensor& weight, const Tensor& ids, Tensor& out) = 0;

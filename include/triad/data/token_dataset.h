@@ -19,6 +19,12 @@ struct Batch {
   Tensor targets;
 };
 
+// The batch with the targets that follow an end-of-document token in the
+// inputs set to -100 (ignored by the losses): Megatron-LM's eod_mask_loss,
+// no loss on guessing a document's first token from the one before. Host
+// tensors; the batch's own targets are not modified.
+Batch mask_loss_after_eod(const Batch& batch, int64_t eod_token);
+
 // What data.train / data.val name, as TokenDataset sources: a Megatron
 // dataset prefix (`prefix.idx` and `prefix.bin` exist), or a path or glob
 // matching llm.c shards and Megatron `.bin`/`.idx` files. Sorted; a Megatron

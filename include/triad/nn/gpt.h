@@ -32,6 +32,13 @@ struct GptConfig {
   double dropout = 0.0;
   double layer_norm_eps = 1e-5;
   Recompute recompute = Recompute::None;
+  // Packed documents (nn/documents.h): the token that ends a document (-1:
+  // none), and whether each document of a row gets its own attention window
+  // and its own positions (Megatron-LM's reset_attention_mask and
+  // reset_position_ids). Either needs an eod_token in [0, vocab_size).
+  int64_t eod_token = -1;
+  bool reset_attention_mask = false;
+  bool reset_position_ids = false;
 
   // Throws ConfigError naming the field when a value is impossible.
   void validate() const;
@@ -39,14 +46,20 @@ struct GptConfig {
   int64_t num_parameters() const;
 };
 
-// Randomness of one forward pass: dropout masks are a pure function of
-// (seed, site, call) so that recomputation and other layouts reproduce them.
-// The mode is per call, not a module flag: training = false (evaluation)
-// turns dropout off.
+// What one forward pass needs besides its input. Randomness: dropout masks
+// are a pure function of (seed, site, call) so that recomputation and other
+// layouts reproduce them. The mode is per call, not a module flag: training
+// = false (evaluation) turns dropout off. Packed documents
+// (nn::with_documents fills them in): doc_starts (B, T) i32 on the
+// attention's device, where each token's document starts, and positions
+// (B, T) i64, each token's position in its document; undefined: one
+// document per row, positions 0..T-1.
 struct ForwardContext {
   bool training = true;
   uint64_t seed = 0;
   uint64_t call = 0;  // distinct per (step, microbatch)
+  Tensor doc_starts = {};
+  Tensor positions = {};
 };
 
 // Multi-head causal self-attention: c_attn (C -> 3C), fused attention, c_proj.

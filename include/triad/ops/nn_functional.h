@@ -26,7 +26,12 @@ Tensor softmax(const Tensor& x);
 
 // Causal multi-head self-attention with scale 1/sqrt(head_dim).
 // qkv (B, T, 3*C) = [q | k | v], each C = n_head * head_dim -> (B, T, C).
-Tensor causal_attention(const Tensor& qkv, int64_t n_head);
+// Packed documents: doc_starts (B, T) i32 (nn::document_starts builds it)
+// holds where each token's document begins in its row; token t then attends
+// to [start, t] only, as if each document were its own sequence. It is
+// checked where it is (values read only on the host) and moved to qkv's
+// device; undefined means one document per row.
+Tensor causal_attention(const Tensor& qkv, int64_t n_head, const Tensor& doc_starts = {});
 
 // Rows of weight (V, C) picked by ids (..., i32/i64) -> (..., C). The ids
 // are on the weight's device or on the host: host ids are checked (and, in

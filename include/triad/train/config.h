@@ -92,6 +92,12 @@ struct Config {
   std::vector<DataPart> data_train;
   std::string data_val;       // data.val: shard path or glob (optional; validation loss)
   bool data_shuffle = false;  // data.shuffle: a seeded order of sequences every pass
+  // data.eod_mask_loss: no loss on the token that follows an end-of-document
+  // token (data.eod_token): predicting a new document's first token from
+  // the previous one is noise. data.eod_token, data.reset_attention_mask and
+  // data.reset_position_ids live in `model` (nn::GptConfig): they change
+  // what the model computes.
+  bool data_eod_mask_loss = false;
   std::string init_from;      // init.from: GPT-2 safetensors (optional)
   std::string output_dir = "out";
   int64_t log_interval = 10;

@@ -72,6 +72,8 @@ class Trainer {
  private:
   std::vector<std::pair<std::string, Tensor>> parameters() const;
   void zero_grad() const;
+  // The batch with data.eod_mask_loss applied (the batch itself without it).
+  data::Batch with_loss_mask(data::Batch batch) const;
   // Forward and backward of this rank's share of step `index`; returns the
   // mean loss over its tokens (and sets *bubble for pipelines).
   double forward_backward(int64_t index, double* bubble);

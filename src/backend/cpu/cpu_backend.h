@@ -34,9 +34,11 @@ class CpuBackend final : public Backend {
                            Tensor& dbias) override;
   void softmax_forward(const Tensor& x, Tensor& y) override;
   void softmax_backward(const Tensor& y, const Tensor& dy, Tensor& dx) override;
-  void attention_forward(const Tensor& qkv, int64_t n_head, Tensor& out, Tensor& lse) override;
+  void attention_forward(const Tensor& qkv, int64_t n_head, Tensor& out, Tensor& lse,
+                         const Tensor& doc_starts) override;
   void attention_backward(const Tensor& qkv, const Tensor& out, const Tensor& lse,
-                          const Tensor& dout, int64_t n_head, Tensor& dqkv) override;
+                          const Tensor& dout, int64_t n_head, Tensor& dqkv,
+                          const Tensor& doc_starts) override;
   void embedding_forward(const Tensor& weight, const Tensor& ids, Tensor& out) override;
   void embedding_backward(const Tensor& ids, const Tensor& dout, Tensor& dweight) override;
   void cross_entropy_forward(const Tensor& logits, const Tensor& targets, int64_t ignore_index,

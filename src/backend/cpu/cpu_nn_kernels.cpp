@@ -216,11 +216,25 @@ void CpuBackend::softmax_backward(const Tensor& y, const Tensor& dy, Tensor& dx)
 }
 
 // Causal attention per (batch, head), in blocks of kAttnBlock query rows:
-// block [r0, r1) only needs keys [0, r1), so the GEMMs skip (almost all of)
-// the masked upper triangle.
+// block [r0, r1) only needs keys [kb, r1), kb the document start of its
+// first row (0 without documents; starts never decrease along a row), so
+// the GEMMs skip (almost all of) the masked upper triangle and, in packed
+// rows, the earlier documents.
 constexpr int64_t kAttnBlock = 64;
 
-void CpuBackend::attention_forward(const Tensor& qkv, int64_t n_head, Tensor& out, Tensor& lse) {
+namespace {
+// The first key query t of row b sees: its document's start, or 0.
+struct DocStarts {
+  const int32_t* p = nullptr;
+  int64_t T = 0;
+  explicit DocStarts(const Tensor& starts, int64_t Tn)
+      : p(starts.defined() ? starts.data<int32_t>() : nullptr), T(Tn) {}
+  int64_t operator()(int64_t b, int64_t t) const { return p ? p[b * T + t] : 0; }
+};
+}  // namespace
+
+void CpuBackend::attention_forward(const Tensor& qkv, int64_t n_head, Tensor& out, Tensor& lse,
+                                   const Tensor& doc_starts) {
   dispatch_float(qkv.dtype(), "attention", [&](auto tag) {
     using T = decltype(tag);
     const int64_t B = qkv.size(0), Tn = qkv.size(1), C3 = qkv.size(2), C = C3 / 3;
@@ -229,6 +243,7 @@ void CpuBackend::attention_forward(const Tensor& qkv, int64_t n_head, Tensor& ou
     const T* base = qkv.data<T>();
     T* po = out.data<T>();
     T* pl = lse.data<T>();
+    const DocStarts start_of(doc_starts, Tn);
 #pragma omp parallel
     {
       std::vector<T> S(static_cast<size_t>(kAttnBlock * Tn));
@@ -240,27 +255,30 @@ void CpuBackend::attention_forward(const Tensor& qkv, int64_t n_head, Tensor& ou
         const T* v = q + 2 * C;
         for (int64_t r0 = 0; r0 < Tn; r0 += kAttnBlock) {
           const int64_t r1 = std::min(Tn, r0 + kAttnBlock), rows = r1 - r0;
-          // S (rows, r1) = scale * Q[r0:r1] K[0:r1]^T
-          gemm_rm<T>(false, true, rows, r1, hd, scale, q + r0 * C3, C3, k, C3, T(0), S.data(), r1);
+          const int64_t kb = start_of(b, r0), w = r1 - kb;  // keys [kb, r1)
+          // S (rows, w) = scale * Q[r0:r1] K[kb:r1]^T
+          gemm_rm<T>(false, true, rows, w, hd, scale, q + r0 * C3, C3, k + kb * C3, C3, T(0),
+                     S.data(), w);
           for (int64_t i = 0; i < rows; ++i) {
-            const int64_t t = r0 + i;
-            T* row = S.data() + i * r1;
+            const int64_t t = r0 + i, lo = start_of(b, t) - kb, hi = t - kb;
+            T* row = S.data() + i * w;
             T mx = -std::numeric_limits<T>::infinity();
 #pragma omp simd reduction(max : mx)
-            for (int64_t j = 0; j <= t; ++j) mx = std::max(mx, row[j]);
+            for (int64_t j = lo; j <= hi; ++j) mx = std::max(mx, row[j]);
             double sum = 0;
 #pragma omp simd reduction(+ : sum)
-            for (int64_t j = 0; j <= t; ++j) {
+            for (int64_t j = lo; j <= hi; ++j) {
               row[j] = exp_fast(row[j] - mx);
               sum += row[j];
             }
             const T inv = static_cast<T>(1.0 / sum);
-            for (int64_t j = 0; j <= t; ++j) row[j] *= inv;
-            for (int64_t j = t + 1; j < r1; ++j) row[j] = T(0);
+            for (int64_t j = lo; j <= hi; ++j) row[j] *= inv;
+            std::fill(row, row + lo, T(0));
+            std::fill(row + hi + 1, row + w, T(0));
             pl[bh * Tn + t] = static_cast<T>(mx + std::log(sum));
           }
-          // O[r0:r1] = P V[0:r1]
-          gemm_rm<T>(false, false, rows, hd, r1, T(1), S.data(), r1, v, C3, T(0),
+          // O[r0:r1] = P V[kb:r1]
+          gemm_rm<T>(false, false, rows, hd, w, T(1), S.data(), w, v + kb * C3, C3, T(0),
                      po + (b * Tn + r0) * C + h * hd, C);
         }
       }
@@ -269,7 +287,8 @@ void CpuBackend::attention_forward(const Tensor& qkv, int64_t n_head, Tensor& ou
 }
 
 void CpuBackend::attention_backward(const Tensor& qkv, const Tensor& out, const Tensor& lse,
-                                    const Tensor& dout, int64_t n_head, Tensor& dqkv) {
+                                    const Tensor& dout, int64_t n_head, Tensor& dqkv,
+                                    const Tensor& doc_starts) {
   dispatch_float(qkv.dtype(), "attention_backward", [&](auto tag) {
     using T = decltype(tag);
     const int64_t B = qkv.size(0), Tn = qkv.size(1), C3 = qkv.size(2), C = C3 / 3;
@@ -280,6 +299,7 @@ void CpuBackend::attention_backward(const Tensor& qkv, const Tensor& out, const 
     const T* pdo = dout.data<T>();
     const T* pl = lse.data<T>();
     T* pd = dqkv.data<T>();
+    const DocStarts start_of(doc_starts, Tn);
 #pragma omp parallel
     {
       std::vector<T> P(static_cast<size_t>(kAttnBlock * Tn)),
@@ -302,35 +322,42 @@ void CpuBackend::attention_backward(const Tensor& qkv, const Tensor& out, const 
         }
         for (int64_t r0 = 0; r0 < Tn; r0 += kAttnBlock) {
           const int64_t r1 = std::min(Tn, r0 + kAttnBlock), rows = r1 - r0;
+          const int64_t kb = start_of(b, r0), w = r1 - kb;  // keys [kb, r1)
+          const T* kk = k + kb * C3;
+          const T* vk = v + kb * C3;
           // Recompute probabilities from the saved log-sum-exp.
-          gemm_rm<T>(false, true, rows, r1, hd, scale, q + r0 * C3, C3, k, C3, T(0), P.data(), r1);
+          gemm_rm<T>(false, true, rows, w, hd, scale, q + r0 * C3, C3, kk, C3, T(0), P.data(), w);
           for (int64_t i = 0; i < rows; ++i) {
-            const int64_t t = r0 + i;
+            const int64_t t = r0 + i, lo = start_of(b, t) - kb, hi = t - kb;
             const T l = pl[bh * Tn + t];
-            T* row = P.data() + i * r1;
+            T* row = P.data() + i * w;
 #pragma omp simd
-            for (int64_t j = 0; j <= t; ++j) row[j] = exp_fast(row[j] - l);
-            for (int64_t j = t + 1; j < r1; ++j) row[j] = T(0);
+            for (int64_t j = lo; j <= hi; ++j) row[j] = exp_fast(row[j] - l);
+            std::fill(row, row + lo, T(0));
+            std::fill(row + hi + 1, row + w, T(0));
           }
-          // dV[0:r1] += P^T dO[r0:r1] ; dP = dO[r0:r1] V[0:r1]^T
-          gemm_rm<T>(true, false, r1, hd, rows, T(1), P.data(), r1, dO + r0 * C, C, T(1), dv, C3);
-          gemm_rm<T>(false, true, rows, r1, hd, T(1), dO + r0 * C, C, v, C3, T(0), dP.data(), r1);
+          // dV[kb:r1] += P^T dO[r0:r1] ; dP = dO[r0:r1] V[kb:r1]^T
+          gemm_rm<T>(true, false, w, hd, rows, T(1), P.data(), w, dO + r0 * C, C, T(1),
+                     dv + kb * C3, C3);
+          gemm_rm<T>(false, true, rows, w, hd, T(1), dO + r0 * C, C, vk, C3, T(0), dP.data(), w);
           // dS = P * (dP - rowsum(dO * O)), scaled for the QK^T product.
           for (int64_t i = 0; i < rows; ++i) {
-            const int64_t t = r0 + i;
+            const int64_t t = r0 + i, lo = start_of(b, t) - kb, hi = t - kb;
             double D = 0;
             for (int64_t d = 0; d < hd; ++d) D += static_cast<double>(dO[t * C + d]) * o[t * C + d];
-            const T* prow = P.data() + i * r1;
-            T* drow = dP.data() + i * r1;
+            const T* prow = P.data() + i * w;
+            T* drow = dP.data() + i * w;
             const T Dt = static_cast<T>(D);
 #pragma omp simd
-            for (int64_t j = 0; j <= t; ++j) drow[j] = prow[j] * (drow[j] - Dt) * scale;
-            for (int64_t j = t + 1; j < r1; ++j) drow[j] = T(0);
+            for (int64_t j = lo; j <= hi; ++j) drow[j] = prow[j] * (drow[j] - Dt) * scale;
+            std::fill(drow, drow + lo, T(0));
+            std::fill(drow + hi + 1, drow + w, T(0));
           }
-          // dQ[r0:r1] = dS K[0:r1] ; dK[0:r1] += dS^T Q[r0:r1]
-          gemm_rm<T>(false, false, rows, hd, r1, T(1), dP.data(), r1, k, C3, T(0), dq + r0 * C3,
+          // dQ[r0:r1] = dS K[kb:r1] ; dK[kb:r1] += dS^T Q[r0:r1]
+          gemm_rm<T>(false, false, rows, hd, w, T(1), dP.data(), w, kk, C3, T(0), dq + r0 * C3,
                      C3);
-          gemm_rm<T>(true, false, r1, hd, rows, T(1), dP.data(), r1, q + r0 * C3, C3, T(1), dk, C3);
+          gemm_rm<T>(true, false, w, hd, rows, T(1), dP.data(), w, q + r0 * C3, C3, T(1),
+                     dk + kb * C3, C3);
         }
       }
     }

@@ -121,18 +121,20 @@ void HalfAdapter::softmax_backward(const Tensor& y, const Tensor& dy, Tensor& dx
   w.finish();
 }
 
-void HalfAdapter::attention_forward(const Tensor& qkv, int64_t n_head, Tensor& out, Tensor& lse) {
+void HalfAdapter::attention_forward(const Tensor& qkv, int64_t n_head, Tensor& out, Tensor& lse,
+                                    const Tensor& doc_starts) {
   Widen w(inner_);
   Tensor o = w.out(out);
-  inner_.attention_forward(w.in(qkv), n_head, o, lse);
+  inner_.attention_forward(w.in(qkv), n_head, o, lse, doc_starts);
   w.finish();
 }
 
 void HalfAdapter::attention_backward(const Tensor& qkv, const Tensor& out, const Tensor& lse,
-                                     const Tensor& dout, int64_t n_head, Tensor& dqkv) {
+                                     const Tensor& dout, int64_t n_head, Tensor& dqkv,
+                                     const Tensor& doc_starts) {
   Widen w(inner_);
   Tensor o = w.out(dqkv);
-  inner_.attention_backward(w.in(qkv), w.in(out), lse, w.in(dout), n_head, o);
+  inner_.attention_backward(w.in(qkv), w.in(out), lse, w.in(dout), n_head, o, doc_starts);
   w.finish();
 }
 

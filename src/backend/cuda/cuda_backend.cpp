@@ -873,15 +873,19 @@ k::AttentionKernel own_attention_kernel(DType dtype, const k::AttentionShape& sh
              : k::AttentionKernel::Simt;
 }
 
+// Packed documents (doc_starts) stay with Triad's kernels: the cuDNN graph
+// built here has only the causal mask.
 AttentionRoute route_attention(CudaBackend::DeviceState& s, const Tensor& qkv,
-                               const k::AttentionShape& shape) {
+                               const k::AttentionShape& shape, bool documents) {
   switch (cuda::attention_kernel()) {
     case cuda::AttentionKernel::Simt:
       return {false, k::AttentionKernel::Simt};
     case cuda::AttentionKernel::TensorCore:
       return {false, k::AttentionKernel::TensorCore};
     case cuda::AttentionKernel::Cudnn: {
-      const std::string why = cudnn_unavailable(qkv.dtype(), shape, s.index);
+      const std::string why =
+          documents ? "its graph has no document mask (packed documents need the triad kernels)"
+                    : cudnn_unavailable(qkv.dtype(), shape, s.index);
       if (!why.empty())
         throw NotSupportedError("attention_kernel cudnn: " + why +
                                 " (B=" + std::to_string(shape.B) + " T=" + std::to_string(shape.T) +
@@ -893,6 +897,7 @@ AttentionRoute route_attention(CudaBackend::DeviceState& s, const Tensor& qkv,
       break;
   }
   const k::AttentionKernel own = own_attention_kernel(qkv.dtype(), shape, s.index);
+  if (documents) return {false, own};
   // cuDNN's tensors are declared 16-byte aligned; a view that is not stays
   // with Triad's kernels.
   const bool aligned = reinterpret_cast<uintptr_t>(qkv.raw_data()) % 16 == 0;
@@ -919,13 +924,29 @@ bool tune_attention(int device, DType dtype, const k::AttentionShape& shape,
   return true;
 }
 
-void CudaBackend::attention_forward(const Tensor& qkv, int64_t n_head, Tensor& out, Tensor& lse) {
+namespace {
+// The kernels' view of doc_starts: null for one document per row.
+const int32_t* doc_starts_ptr(const Tensor& doc_starts) {
+  if (!doc_starts.defined()) return nullptr;
+  if (doc_starts.dtype() != DType::I32 || !doc_starts.device().is_cuda() ||
+      !doc_starts.is_contiguous()) {
+    throw ValueError("attention: doc_starts must be a contiguous i32 tensor on the GPU, got " +
+                     std::string(dtype_name(doc_starts.dtype())) + " on " +
+                     doc_starts.device().str());
+  }
+  return doc_starts.data<int32_t>();
+}
+}  // namespace
+
+void CudaBackend::attention_forward(const Tensor& qkv, int64_t n_head, Tensor& out, Tensor& lse,
+                                    const Tensor& doc_starts) {
   require_nn("attention", qkv.dtype());
   DeviceState& s = state(out.device().index);
   DeviceGuard g(s.index);
   const k::AttentionShape shape = attention_shape(qkv, n_head);
+  const int32_t* starts = doc_starts_ptr(doc_starts);
   launch(s.index, s.stream, "attention_forward", [&] {
-    const AttentionRoute route = route_attention(s, qkv, shape);
+    const AttentionRoute route = route_attention(s, qkv, shape, starts != nullptr);
     if (route.cudnn) {
       const cudnn_graph::AttentionProblem p = cudnn_problem(shape, qkv.dtype());
       Scratch ws(s.allocator, cudnn_attention_workspace(s.index, p, false));
@@ -934,18 +955,20 @@ void CudaBackend::attention_forward(const Tensor& qkv, int64_t n_head, Tensor& o
       return;
     }
     k::attention_forward(qkv.raw_data(), out.raw_data(), lse.data<float>(), scalar(qkv.dtype()),
-                         shape, s.stream, route.kernel);
+                         shape, s.stream, route.kernel, starts);
   });
 }
 
 void CudaBackend::attention_backward(const Tensor& qkv, const Tensor& out, const Tensor& lse,
-                                     const Tensor& dout, int64_t n_head, Tensor& dqkv) {
+                                     const Tensor& dout, int64_t n_head, Tensor& dqkv,
+                                     const Tensor& doc_starts) {
   require_nn("attention_backward", qkv.dtype());
   const k::AttentionShape shape = attention_shape(qkv, n_head);
   DeviceState& s = state(dqkv.device().index);
   DeviceGuard g(s.index);
+  const int32_t* starts = doc_starts_ptr(doc_starts);
   launch(s.index, s.stream, "attention_backward", [&] {
-    const AttentionRoute route = route_attention(s, qkv, shape);
+    const AttentionRoute route = route_attention(s, qkv, shape, starts != nullptr);
     if (route.cudnn) {
       const cudnn_graph::AttentionProblem p = cudnn_problem(shape, qkv.dtype());
       const bool deterministic = cuda::attention_deterministic();
@@ -958,7 +981,7 @@ void CudaBackend::attention_backward(const Tensor& qkv, const Tensor& out, const
     Scratch ws(s.allocator, k::attention_backward_workspace(shape));
     k::attention_backward(qkv.raw_data(), out.raw_data(), lse.data<float>(), dout.raw_data(),
                           dqkv.raw_data(), scalar(qkv.dtype()), shape, ws.get(), s.stream,
-                          route.kernel);
+                          route.kernel, starts);
   });
 }
 

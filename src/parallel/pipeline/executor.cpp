@@ -317,6 +317,10 @@ PipelineStepResult PipelineExecutor::run(const std::vector<data::Batch>& micro,
     tp::TensorParallelGpt& chunk = model_.chunk(c);
     nn::ForwardContext cctx = ctx;
     cctx.call = ctx.call + static_cast<uint64_t>(mb);  // distinct per microbatch
+    if (a.compute == ComputeKind::Forward) {
+      // Every stage sees the batch's ids: each finds the documents itself.
+      cctx = chunk.with_documents(micro[mb].inputs, cctx);
+    }
     switch (a.compute) {
       case ComputeKind::Forward:
         timed(a, [&] {
@@ -386,7 +390,7 @@ double PipelineExecutor::evaluate(const std::vector<data::Batch>& micro) {
   const auto& pp = model_.groups().pp;
   const int64_t tp = model_.groups().tp->size();
   const bool sp = model_.chunk(0).sequence_parallel();
-  const nn::ForwardContext ctx{false, 0, 0};  // no dropout
+  const nn::ForwardContext no_dropout{false, 0, 0};
   Tensor loss_sum;
   // Sends stay in flight for one microbatch (the next stage takes them when
   // it gets there), so at most two microbatches' activations are held.
@@ -396,6 +400,7 @@ double PipelineExecutor::evaluate(const std::vector<data::Batch>& micro) {
     for (int c = 0; c < model_.v(); ++c) {
       const int stage = schedule_.stage_of(r, c);
       tp::TensorParallelGpt& chunk = model_.chunk(c);
+      const nn::ForwardContext ctx = chunk.with_documents(batch.inputs, no_dropout);
       Tensor x;
       if (stage == 0) {
         x = chunk.embed(batch.inputs, ctx);

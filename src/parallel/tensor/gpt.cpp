@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "triad/nn/documents.h"
 #include "triad/autograd/checkpoint.h"
 #include "triad/autograd/grad_mode.h"
 #include "triad/core/rng.h"
@@ -262,10 +263,19 @@ Tensor TensorParallelGpt::embed(const Tensor& ids, const nn::ForwardContext& ctx
     count = T / group_->size();
     first = group_->rank() * count;
   }
-  std::vector<int64_t> pos(count);
-  for (int64_t t = 0; t < count; ++t) pos[t] = first + t;
-  Tensor x =
-      add(wte_->forward(ids), wpe_->forward(from_vector(pos, {count}, DType::I64, ids.device())));
+  Tensor positions;
+  if (ctx.positions.defined()) {  // per token, within its document
+    if (ctx.positions.shape() != ids.shape()) {
+      throw ShapeError("TensorParallelGpt: document positions " +
+                       shape_str(ctx.positions.shape()) + " for ids " + shape_str(ids.shape()));
+    }
+    positions = sp_ ? narrow(ctx.positions, 1, first, count) : ctx.positions;
+  } else {
+    std::vector<int64_t> pos(count);
+    for (int64_t t = 0; t < count; ++t) pos[t] = first + t;
+    positions = from_vector(pos, {count}, DType::I64, ids.device());
+  }
+  Tensor x = add(wte_->forward(ids), wpe_->forward(positions));
   return site_dropout(x, cfg_.dropout, ctx, 0, "embed", sp_ ? group_->rank() : 0);
 }
 
@@ -291,7 +301,8 @@ Tensor TensorParallelGpt::block_forward(int64_t i, const Tensor& x,
   const Layer& L = it->second;
   const int shard = sp_ ? group_->rank() : 0;
   Tensor qkv = L.c_attn->forward(L.ln_1->forward(x));
-  Tensor a = L.attn_proj->forward(causal_attention(qkv, cfg_.n_head / group_->size()));
+  Tensor a =
+      L.attn_proj->forward(causal_attention(qkv, cfg_.n_head / group_->size(), ctx.doc_starts));
   const AddLayerNorm h =
       L.ln_2->forward_add(x, site_dropout(a, cfg_.dropout, ctx, i, "attn.resid", shard));
   Tensor m = L.mlp_proj->forward_after_gelu(L.c_fc->forward_gelu(h.norm));
@@ -306,16 +317,24 @@ Tensor TensorParallelGpt::head_loss(const Tensor& hidden, const Tensor& targets)
                                              wte_->valid_rows(), group_);
 }
 
+nn::ForwardContext TensorParallelGpt::with_documents(const Tensor& ids,
+                                                    const nn::ForwardContext& ctx) const {
+  const auto params = parameters();
+  return nn::with_documents(cfg_, ids, ctx, params.empty() ? Device::cpu() : params[0].device());
+}
+
 Tensor TensorParallelGpt::loss(const Tensor& ids, const Tensor& targets,
-                               const nn::ForwardContext& ctx) const {
+                               const nn::ForwardContext& in) const {
+  const nn::ForwardContext ctx = with_documents(ids, in);
   Tensor x = embed(ids, ctx);
   for (int64_t i : plan_.layers) x = block(i, x, ctx);
   return head_loss(x, targets);
 }
 
-Tensor TensorParallelGpt::logits(const Tensor& ids, const nn::ForwardContext& ctx) const {
+Tensor TensorParallelGpt::logits(const Tensor& ids, const nn::ForwardContext& in) const {
   autograd::NoGradGuard ng;
   require(plan_.head, "the output head");
+  const nn::ForwardContext ctx = with_documents(ids, in);
   Tensor x = embed(ids, ctx);
   for (int64_t i : plan_.layers) x = block(i, x, ctx);
   Tensor y = ln_f_->forward(x);

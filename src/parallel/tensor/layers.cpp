@@ -108,21 +108,47 @@ namespace {
 // the loss: a closure holding its own output would keep the graph alive).
 struct VocabCrossEntropy {
   Tensor targets, gmax, sumexp;
+  // Each row's weight in the mean when some rows are ignored: 1/count for
+  // the others, 0 for them ((N), on the logits' device); undefined: 1/N.
+  Tensor row_weight;
   int64_t vocab_start = 0, valid = 0;
 
   // dlogits (the logits' layout; may be the logits) from the loss's gradient.
   void backward(const Tensor& g, const Tensor& logits, Tensor& dlogits) const {
     const int64_t N = logits.size(0);
     const DType sd = stat_dtype(logits.dtype());
-    // dloss_i = g / N for every row, on the device.
+    // dloss_i = g * weight_i for every row, on the device.
     Tensor gl = cast(g, sd);
     Tensor dl = empty({N}, sd, logits.device());
     backend_for(logits).copy(make_view(gl, {N}, {0}, gl.offset()), dl);
-    if (N) backend_for(dl).affine(dl, 1.0 / static_cast<double>(N), 0.0, dl);
+    if (row_weight.defined()) {
+      dl = mul(dl, row_weight);
+    } else if (N) {
+      backend_for(dl).affine(dl, 1.0 / static_cast<double>(N), 0.0, dl);
+    }
     backend_for(logits).vocab_ce_backward(logits, targets, vocab_start, valid, gmax, sumexp, dl,
                                           dlogits);
   }
 };
+
+constexpr int64_t kIgnoreIndex = -100;
+
+// The rows' weights when some targets are `ignore_index` (nn's
+// cross_entropy convention: they add nothing, and the mean is over the
+// others), read on the host; undefined when none is.
+Tensor ignored_row_weights(const Tensor& targets, int64_t ignore_index, DType dtype,
+                           const Device& device) {
+  const Tensor host = contiguous(cast(to_device(targets, Device::cpu()), DType::I64));
+  const int64_t N = host.numel();
+  const int64_t* p = host.data<int64_t>();
+  int64_t count = 0;
+  for (int64_t i = 0; i < N; ++i) count += p[i] != ignore_index;
+  if (count == N) return {};
+  std::vector<double> w(static_cast<size_t>(N));
+  for (int64_t i = 0; i < N; ++i)
+    w[i] = p[i] != ignore_index ? 1.0 / static_cast<double>(count) : 0.0;
+  return from_vector(w, {N}, dtype, device);
+}
 
 // The forward over logits (N, Vl) (contiguous or row-strided): the mean
 // loss into *loss.
@@ -135,6 +161,7 @@ VocabCrossEntropy vocab_cross_entropy(const Tensor& lc, const Tensor& targets, i
   r.vocab_start = vocab_start;
   r.valid = valid;
   r.targets = reshape(contiguous(targets).detach(), {N}).detach();
+  r.row_weight = ignored_row_weights(r.targets, kIgnoreIndex, sd, lc.device());
   if (r.targets.device().is_cpu() && !lc.device().is_cpu()) {
     r.targets = to_device(r.targets, lc.device()).detach();
   }
@@ -152,8 +179,13 @@ VocabCrossEntropy vocab_cross_entropy(const Tensor& lc, const Tensor& targets, i
   Tensor losses = empty({N}, sd, lc.device());
   be.vocab_ce_loss(r.gmax, tlogit, r.sumexp, losses);
   Tensor total = empty({}, sd, lc.device());
-  be.reduce(ReduceOp::Sum, losses, 1, N, 1, total, nullptr);
-  *loss = scale(total, N ? 1.0 / static_cast<double>(N) : 0.0).detach();  // f32 for half
+  if (r.row_weight.defined()) {
+    be.reduce(ReduceOp::Sum, mul(losses, r.row_weight), 1, N, 1, total, nullptr);
+    *loss = total.detach();
+  } else {
+    be.reduce(ReduceOp::Sum, losses, 1, N, 1, total, nullptr);
+    *loss = scale(total, N ? 1.0 / static_cast<double>(N) : 0.0).detach();  // f32 for half
+  }
   return r;
 }
 

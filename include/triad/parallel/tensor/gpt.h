@@ -44,6 +44,10 @@ class TensorParallelGpt : public nn::Module {
   const dist::ProcessGroupPtr& group() const { return group_; }
   bool sequence_parallel() const { return sp_; }
 
+  // ctx with the packed-document tensors of ids (nn::with_documents) under
+  // this model's settings, on its device: computed once per micro-batch and
+  // passed to embed and every block (loss and logits do it themselves).
+  nn::ForwardContext with_documents(const Tensor& ids, const nn::ForwardContext& ctx) const;
   // ids (B, T) -> hidden (B, T, C), or (B, T/tp, C) with sequence parallelism.
   Tensor embed(const Tensor& ids, const nn::ForwardContext& ctx) const;
   Tensor block(int64_t i, const Tensor& x, const nn::ForwardContext& ctx) const;

@@ -80,7 +80,9 @@ class VocabParallelEmbedding : public nn::Module {
 // Mean cross entropy from vocabulary-split logits (..., V_local) without
 // ever gathering them: three all-reduces over the group (row max, target
 // logit, sum of exponentials). Columns past `valid` are padding. Targets are
-// on the logits' device or the host; the loss is computed on the logits'
+// on the logits' device or the host (read there once: host targets never
+// make the host wait); a target of -100 is ignored, as by cross_entropy:
+// the mean is over the other rows. The loss is computed on the logits'
 // device (nothing is read back).
 Tensor vocab_parallel_cross_entropy(const Tensor& logits, const Tensor& targets,
                                     int64_t vocab_start, int64_t valid,

@@ -1,0 +1,40 @@
+#pragma once
+
+// Packed documents. Pretraining data concatenates documents separated by an
+// end-of-document token (GPT-2's <|endoftext|>, 50256) and cuts the stream
+// into rows of seq_len tokens, so a row usually holds the end of one
+// document and the start of the next. By default a token attends to every
+// earlier token of its row and takes its position from its place in the
+// row. Megatron-LM's reset_attention_mask and reset_position_ids make each
+// document of a row its own sequence instead: attention stops at the
+// document's start and positions count from it. A document ends with its
+// end-of-document token: the token after it starts the next one.
+#include <cstdint>
+
+#include "triad/core/tensor.h"
+
+namespace triad::nn {
+
+struct GptConfig;
+struct ForwardContext;
+
+// The documents of a batch of rows of input ids (B, T), i32 or i64, on any
+// device (read on the host): for each token, where its document starts in
+// its row (i32, (B, T)) and its position in that document (i64, (B, T)),
+// both on the host. Without `eod_token` in a row the row is one document:
+// starts 0, positions 0..T-1.
+struct DocumentLayout {
+  Tensor starts;
+  Tensor positions;
+};
+DocumentLayout document_layout(const Tensor& ids, int64_t eod_token);
+
+// ctx for a forward pass over ids under cfg's document settings: with
+// reset_attention_mask, ctx.doc_starts (on `device`, where the attention
+// runs); with reset_position_ids, ctx.positions (on the host: the position
+// embedding takes host ids). Fields ctx already has are kept, so a caller
+// can compute them once per micro-batch for every stage and recomputation.
+ForwardContext with_documents(const GptConfig& cfg, const Tensor& ids, ForwardContext ctx,
+                              const Device& device);
+
+}  // namespace triad::nn
