@@ -132,7 +132,8 @@ TEST(Config, EvalNeedsValidationDataAndNonNegativeCounts) {
   expect_config_error(kValid, {"eval.every=3"},
                       "unknown key 'eval.every' (allowed in eval: interval, batches)");
   expect_config_error(kValid, {"data.test=x"},
-                      "unknown key 'data.test' (allowed in data: train, val, shuffle)");
+                      "unknown key 'data.test' (allowed in data: train, val, shuffle, eod_token, "
+                      "reset_attention_mask, reset_position_ids, eod_mask_loss)");
 }
 
 TEST(Config, ErrorsNameKeyValueAndRule) {
@@ -273,6 +274,27 @@ TEST(Config, AttentionKernelParsesRoundTripsAndNamesABadValue) {
   expect_config_error(
       kValid, {"model.attention_kernel=flash3"},
       "model.attention_kernel 'flash3' must be one of auto, simt, tensor_core, cudnn");
+}
+
+TEST(Config, PackedDocumentSettingsParseRoundTripAndNeedAnEndToken) {
+  const Config plain = parse_config(kValid);
+  EXPECT_EQ(plain.model.eod_token, -1);
+  EXPECT_FALSE(plain.model.reset_attention_mask || plain.model.reset_position_ids ||
+               plain.data_eod_mask_loss);
+  const Config c = parse_config(kValid, {"data.eod_token=10", "data.reset_attention_mask=true",
+                                         "data.reset_position_ids=true", "data.eod_mask_loss=true"});
+  EXPECT_EQ(c.model.eod_token, 10);
+  EXPECT_TRUE(c.model.reset_attention_mask && c.model.reset_position_ids && c.data_eod_mask_loss);
+  const Config back = parse_config(to_yaml(c));
+  EXPECT_EQ(back.model.eod_token, 10);
+  EXPECT_TRUE(back.model.reset_attention_mask && back.model.reset_position_ids &&
+              back.data_eod_mask_loss);
+  expect_config_error(kValid, {"data.reset_attention_mask=true"},
+                      "data.eod_token (-1) must be a token id in [0, 256)");
+  expect_config_error(kValid, {"data.reset_position_ids=true", "data.eod_token=256"},
+                      "data.eod_token (256) must be a token id in [0, 256)");
+  expect_config_error(kValid, {"data.eod_mask_loss=true"},
+                      "data.eod_token (-1) must be a token id in [0, 256) when data.eod_mask_loss");
 }
 
 // A resumed run logs what changed since its checkpoint: the resolved

@@ -9,6 +9,7 @@
 #include "support/temp_dir.h"
 #include "triad/backend/cuda.h"
 #include "triad/data/indexed_dataset.h"
+#include "triad/data/token_dataset.h"
 #include "triad/data/token_shard.h"
 #include "triad/io/safetensors.h"
 #include "triad/ops.h"
@@ -75,6 +76,42 @@ TEST(Trainer, GradientAccumulationEqualsOneLargeBatch) {
         ASSERT_NEAR(a[i], b[i], 2e-5) << name << "[" << i << "]";
     }
   }
+}
+
+// data.eod_token with reset_attention_mask, reset_position_ids and
+// eod_mask_loss: the first step's loss is the model's loss over its packed
+// documents with the token after each end left out, from the same weights.
+TEST(Trainer, TrainsOnPackedDocumentsWithTheEndTokenLossMask) {
+  TempDir dir;
+  Config c = small_config(dir, 4);
+  auto packed = parse_config(to_yaml(c), {"data.eod_token=3", "data.reset_attention_mask=true",
+                                          "data.reset_position_ids=true",
+                                          "data.eod_mask_loss=true"});
+  Trainer t(packed);
+  nn::Gpt ref(packed.model, 0);
+  ref.load_state_dict(t.full_state_dict());
+  std::vector<int64_t> in, target;
+  int64_t ends = 0;
+  for (int64_t i = 0; i < 4 * 16; ++i) {
+    const int64_t q = i / 16, j = i % 16;  // sequence q is tokens [16q, 16q + 17)
+    auto token = [](int64_t k) { return (k * 7 + k / 13) % 31; };
+    in.push_back(token(16 * q + j));
+    target.push_back(token(16 * q + j + 1));
+    ends += in.back() == 3;
+  }
+  ASSERT_GT(ends, 1) << "the stream should hold end tokens";
+  const data::Batch b = data::mask_loss_after_eod(
+      {from_vector(in, {4, 16}), from_vector(target, {4, 16})}, 3);
+  const double want = item(ref.loss(b.inputs, b.targets));
+  EXPECT_NEAR(t.step(0).loss, want, 1e-6 * want);
+  // Without the settings the same weights score the same tokens otherwise.
+  nn::GptConfig plain = packed.model;
+  plain.reset_attention_mask = plain.reset_position_ids = false;
+  nn::Gpt unpacked(plain, 0);
+  unpacked.load_state_dict(ref.state_dict());
+  EXPECT_GT(std::abs(item(unpacked.loss(from_vector(in, {4, 16}), from_vector(target, {4, 16}))) -
+                     want),
+            1e-4);
 }
 
 TEST(Trainer, RunLearnsAndWritesMetricsAndWeights) {

@@ -11,6 +11,7 @@
 #include "triad/autograd/engine.h"
 #include "triad/core/rng.h"
 #include "triad/dist/world.h"
+#include "triad/data/token_dataset.h"
 #include "triad/nn/gpt.h"
 #include "triad/ops.h"
 #include "triad/optim/adamw.h"
@@ -159,6 +160,37 @@ TEST(VocabParallel, FusedHeadLossEqualsLinearThenLossAndTheUnshardedOne) {
   for (int64_t i = valid * C; i < shard * C; ++i) ASSERT_EQ(fused.dw[i], 0.0) << "padding";
 }
 
+// Targets of -100 add nothing and the mean is over the others, as in one
+// process's cross_entropy: fused and unfused vocab-parallel losses, loss and
+// x's gradient (summed over the ranks).
+TEST(VocabParallel, IgnoredTargetsAreLeftOutOfTheMean) {
+  const int P = g_world->size(), me = g_world->rank();
+  const int64_t shard = 37, V = shard * P - 5, C = 16;
+  const Tensor w_full = randn({shard * P, C}, 3, 2, 0.3);
+  std::vector<int64_t> t;
+  for (int64_t i = 0; i < 12; ++i) t.push_back(i % 3 == 1 ? -100 : (i * 29 + 3) % V);
+  const Tensor targets = from_vector(t, {2, 6});
+  const int64_t start = me * shard, valid = std::min(shard, V - start);
+  Tensor x_ref = randn({2, 6, C}, 3, 1);
+  x_ref.set_requires_grad(true);
+  Tensor ref = cross_entropy(linear(x_ref, contiguous(narrow(w_full, 0, 0, V))), targets);
+  autograd::backward({ref});
+  for (bool fused : {true, false}) {
+    Tensor x = randn({2, 6, C}, 3, 1);
+    Tensor w = contiguous(narrow(w_full, 0, start, shard)).detach();
+    x.set_requires_grad(true);
+    Tensor loss = fused
+                      ? vocab_parallel_linear_cross_entropy(x, w, targets, start, valid, g_world)
+                      : vocab_parallel_cross_entropy(linear(x, w), targets, start, valid, g_world);
+    autograd::backward({loss});
+    Tensor dx = x.grad();
+    g_world->all_reduce(dx, dist::ReduceOp::Sum)->wait();
+    EXPECT_NEAR(item(loss), item(ref), 1e-6 * item(ref)) << (fused ? "fused" : "unfused");
+    expect_close(to_double_vector(dx), to_double_vector(x_ref.grad()), 1e-7, 1e-5,
+                 fused ? "dx (fused)" : "dx (unfused)");
+  }
+}
+
 nn::GptConfig tiny(int64_t vocab) {
   // The vocabulary is deliberately not a multiple of 128 * tp.
   return {.n_layer = 2, .n_head = 4, .d_model = 32, .vocab_size = vocab, .seq_len = 8};
@@ -208,6 +240,40 @@ TEST_P(TensorParallelGptTest, LossLogitsAndEveryGradientMatchOneProcess) {
     ++checked;
   }
   EXPECT_EQ(checked, 4 + 12 * 2);
+}
+
+// Packed documents (each its own attention window and positions) and the
+// end-of-document loss mask through the sharded model, against one process.
+TEST_P(TensorParallelGptTest, PackedDocumentsMatchOneProcess) {
+  const bool sp = GetParam();
+  const int64_t V = 300;
+  nn::GptConfig cfg = tiny(V);
+  cfg.eod_token = 7;
+  cfg.reset_attention_mask = true;
+  cfg.reset_position_ids = true;
+  nn::Gpt ref(cfg, 13);
+  TensorParallelGpt model(cfg, 13, g_world, sp);
+  Tensor ids = token_ids(V, 3);
+  for (int64_t i : {2, 5, 9, 10}) ids.data<int64_t>()[i] = 7;
+  const data::Batch batch = data::mask_loss_after_eod({ids, token_ids(V, 4)}, 7);
+  expect_close(to_double_vector(model.logits(ids)), to_double_vector(ref.forward(ids)), 2e-5, 0,
+               "logits");
+  Tensor l = model.loss(batch.inputs, batch.targets), lr = ref.loss(batch.inputs, batch.targets);
+  EXPECT_NEAR(item(l), item(lr), 1e-6 * item(lr));
+  autograd::backward({l});
+  autograd::backward({lr});
+  model.reduce_sequence_parallel_grads();
+  nn::StateDict shard_grads;
+  for (auto& [name, p] : model.named_parameters()) shard_grads[name] = p.grad();
+  TensorParallelGpt holder(cfg, 0, g_world, sp);
+  holder.load_state_dict(shard_grads);
+  const nn::StateDict grads = holder.full_state_dict();
+  for (auto& [name, p] : ref.named_parameters()) {
+    expect_close(to_double_vector(grads.at(name)), to_double_vector(p.grad()), 1e-6, 1e-4, name);
+  }
+  // The documents matter: without them the loss differs.
+  EXPECT_GT(std::abs(item(nn::Gpt(tiny(V), 13).loss(batch.inputs, batch.targets)) - item(lr)),
+            1e-4);
 }
 
 TEST_P(TensorParallelGptTest, ThreeAdamWStepsGiveTheSameLosses) {
