@@ -1,8 +1,10 @@
 // triad-tokenize: turns a text file into an llm.c token shard, or into a
-// Megatron indexed dataset (the whole file one document).
+// Megatron indexed dataset, as one document or many (--documents), each
+// optionally followed by an end-of-document token (--eod).
 //   triad-tokenize --input corpus.txt --output train.bin            (bytes, vocab 256)
 //   triad-tokenize --input corpus.txt --output train.bin --vocab vocab.json --merges merges.txt
 //   triad-tokenize --input corpus.txt --output data/train --format megatron   (train.bin + .idx)
+//   triad-tokenize ... --documents paragraphs --eod 50256     (GPT-2's <|endoftext|> after each)
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
@@ -17,7 +19,8 @@
 
 int main(int argc, char** argv) {
   CLI::App app{"Tokenize a text file into an llm.c shard or a Megatron indexed dataset"};
-  std::string input, output, vocab, merges, format = "llmc";
+  std::string input, output, vocab, merges, format = "llmc", documents = "whole";
+  int64_t eod = -1;
   app.add_option("--input", input, "UTF-8 text file")->required();
   app.add_option("--output", output, "shard to write (llmc), or the dataset's prefix (megatron)")
       ->required();
@@ -27,6 +30,13 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"llmc", "megatron"}));
   app.add_option("--vocab", vocab, "GPT-2 vocab.json (with --merges: BPE; otherwise bytes)");
   app.add_option("--merges", merges, "GPT-2 merges.txt");
+  app.add_option("--documents", documents,
+                 "how the input divides into documents: whole (one), lines (each non-empty line) "
+                 "or paragraphs (separated by blank lines); each is a document of a Megatron "
+                 "dataset");
+  app.add_option("--eod", eod,
+                 "token appended after each document (e.g. 50256, GPT-2's <|endoftext|>; "
+                 "data.eod_token in triad-train); -1: none");
   CLI11_PARSE(app, argc, argv);
   try {
     if (vocab.empty() != merges.empty()) {
@@ -42,24 +52,32 @@ int main(int argc, char** argv) {
     if (!in) throw triad::IoError("cannot open input '" + input + "'");
     std::stringstream ss;
     ss << in.rdbuf();
-    const auto ids = tok->encode(ss.str());
+    const auto docs = triad::data::tokenize_documents(
+        *tok,
+        triad::data::split_documents(ss.str(), triad::data::document_split_from_string(documents)),
+        eod);
+    size_t count = 0;
+    for (const auto& d : docs) count += d.size();
     if (format == "megatron") {
       const auto dtype = triad::data::indexed_dtype_for_vocab(tok->vocab_size());
-      triad::data::write_indexed_dataset(output, {std::vector<int64_t>(ids.begin(), ids.end())},
-                                         dtype);
-      spdlog::info("wrote {} tokens (vocab {}, {}) to {}.bin and {}.idx", ids.size(),
-                   tok->vocab_size(), triad::data::indexed_dtype_name(dtype), output, output);
+      triad::data::write_indexed_dataset(output, docs, dtype);
+      spdlog::info("wrote {} tokens in {} documents (vocab {}, {}) to {}.bin and {}.idx", count,
+                   docs.size(), tok->vocab_size(), triad::data::indexed_dtype_name(dtype), output,
+                   output);
       return 0;
     }
     std::vector<uint16_t> tokens;
-    tokens.reserve(ids.size());
-    for (int32_t id : ids) {
-      if (id < 0 || id > 65535)
-        throw triad::ValueError("token id " + std::to_string(id) + " does not fit in uint16");
-      tokens.push_back(static_cast<uint16_t>(id));
+    tokens.reserve(count);
+    for (const auto& d : docs) {
+      for (int64_t id : d) {
+        if (id < 0 || id > 65535)
+          throw triad::ValueError("token id " + std::to_string(id) + " does not fit in uint16");
+        tokens.push_back(static_cast<uint16_t>(id));
+      }
     }
     triad::data::write_token_shard(output, tokens);
-    spdlog::info("wrote {} tokens (vocab {}) to {}", tokens.size(), tok->vocab_size(), output);
+    spdlog::info("wrote {} tokens in {} documents (vocab {}) to {}", tokens.size(), docs.size(),
+                 tok->vocab_size(), output);
   } catch (const triad::Error& e) {
     spdlog::error("{}", e.what());
     return 2;

@@ -268,4 +268,58 @@ std::string Gpt2BpeTokenizer::decode(const std::vector<int32_t>& ids) const {
   return out;
 }
 
+DocumentSplit document_split_from_string(const std::string& name) {
+  if (name == "whole") return DocumentSplit::Whole;
+  if (name == "lines") return DocumentSplit::Lines;
+  if (name == "paragraphs") return DocumentSplit::Paragraphs;
+  throw ValueError("documents '" + name + "' must be whole, lines or paragraphs");
+}
+
+std::vector<std::string> split_documents(const std::string& text, DocumentSplit how) {
+  if (how == DocumentSplit::Whole) return {text};
+  std::vector<std::string> docs;
+  std::string paragraph;
+  auto blank = [](const std::string& line) {
+    return line.find_first_not_of(" \t\r") == std::string::npos;
+  };
+  size_t at = 0;
+  while (at <= text.size()) {
+    size_t end = text.find('\n', at);
+    if (end == std::string::npos) end = text.size();
+    std::string line = text.substr(at, end - at);
+    at = end + 1;
+    if (how == DocumentSplit::Lines) {
+      if (!line.empty() && line.back() == '\r') line.pop_back();
+      if (!line.empty()) docs.push_back(std::move(line));
+    } else if (blank(line)) {
+      if (!paragraph.empty()) docs.push_back(std::move(paragraph));
+      paragraph.clear();
+    } else {
+      if (!paragraph.empty()) paragraph += '\n';
+      paragraph += line;
+    }
+  }
+  if (!paragraph.empty()) docs.push_back(std::move(paragraph));
+  return docs;
+}
+
+std::vector<std::vector<int64_t>> tokenize_documents(const Tokenizer& tokenizer,
+                                                     const std::vector<std::string>& documents,
+                                                     int64_t eod_token) {
+  if (eod_token >= tokenizer.vocab_size()) {
+    throw ValueError("end-of-document token " + std::to_string(eod_token) +
+                     " is outside the tokenizer's vocabulary [0, " +
+                     std::to_string(tokenizer.vocab_size()) + ")");
+  }
+  std::vector<std::vector<int64_t>> out;
+  out.reserve(documents.size());
+  for (const std::string& d : documents) {
+    const std::vector<int32_t> ids = tokenizer.encode(d);
+    std::vector<int64_t> doc(ids.begin(), ids.end());
+    if (eod_token >= 0) doc.push_back(eod_token);
+    out.push_back(std::move(doc));
+  }
+  return out;
+}
+
 }  // namespace triad::data

@@ -206,6 +206,11 @@ void validate(const Config& c, bool min_lr_given) {
                       ") needs validation data: set data.val");
   }
   require(!c.output_dir.empty(), "output.dir", "''", "must not be empty");
+  if (c.model.reset_attention_mask && c.attention_kernel == "cudnn") {
+    throw ConfigError(
+        "model.attention_kernel 'cudnn' cannot take data.reset_attention_mask: cuDNN's fused "
+        "attention has no document mask (use auto, simt or tensor_core)");
+  }
   if (c.data_eod_mask_loss && (c.model.eod_token < 0 || c.model.eod_token >= c.model.vocab_size)) {
     throw ConfigError("data.eod_token (" + std::to_string(c.model.eod_token) +
                       ") must be a token id in [0, " + std::to_string(c.model.vocab_size) +

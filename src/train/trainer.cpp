@@ -926,6 +926,17 @@ std::vector<StepMetrics> Trainer::run() {
       dp_ > 1
           ? ", " + std::to_string(config_.accumulation_steps() / dp_) + " per data-parallel rank"
           : std::string());
+  const auto& mc = config_.model;
+  if (mc.reset_attention_mask || mc.reset_position_ids || config_.data_eod_mask_loss) {
+    std::string what;
+    auto say = [&](bool on, const char* s) {
+      if (on) what.append(what.empty() ? "" : ", ").append(s);
+    };
+    say(mc.reset_attention_mask, "attention within each document");
+    say(mc.reset_position_ids, "positions from each document's start");
+    say(config_.data_eod_mask_loss, "no loss on the token after the end");
+    spdlog::info("  packed documents ending with token {}: {}", mc.eod_token, what);
+  }
   if (dataset_->num_components() > 1) {
     for (size_t c = 0; c < dataset_->num_components(); ++c) {
       const auto& d = dataset_->component(c);

@@ -293,6 +293,10 @@ TEST(Config, PackedDocumentSettingsParseRoundTripAndNeedAnEndToken) {
                       "data.eod_token (-1) must be a token id in [0, 256)");
   expect_config_error(kValid, {"data.reset_position_ids=true", "data.eod_token=256"},
                       "data.eod_token (256) must be a token id in [0, 256)");
+  expect_config_error(kValid,
+                      {"data.eod_token=1", "data.reset_attention_mask=true",
+                       "model.attention_kernel=cudnn"},
+                      "model.attention_kernel 'cudnn' cannot take data.reset_attention_mask");
   expect_config_error(kValid, {"data.eod_mask_loss=true"},
                       "data.eod_token (-1) must be a token id in [0, 256) when data.eod_mask_loss");
 }

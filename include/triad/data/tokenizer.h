@@ -48,6 +48,21 @@ class Gpt2BpeTokenizer final : public Tokenizer {
   std::map<std::string, uint8_t> unicode_to_byte_;
 };
 
+// How a text file divides into documents (triad-tokenize --documents):
+// the whole file is one; each non-empty line is one (a trailing \r is
+// dropped); or paragraphs, runs of lines separated by blank lines (lines of
+// spaces, tabs or \r only), each document its lines joined by \n.
+enum class DocumentSplit { Whole, Lines, Paragraphs };
+// whole | lines | paragraphs; anything else is a ValueError naming it.
+DocumentSplit document_split_from_string(const std::string& name);
+std::vector<std::string> split_documents(const std::string& text, DocumentSplit how);
+// Each document's tokens, each followed by eod_token when it is >= 0 (it
+// must then be below the tokenizer's vocab_size: a ValueError otherwise).
+// Documents are encoded one by one, so no BPE merge crosses a boundary.
+std::vector<std::vector<int64_t>> tokenize_documents(const Tokenizer& tokenizer,
+                                                     const std::vector<std::string>& documents,
+                                                     int64_t eod_token);
+
 // GPT-2 pre-tokenisation of text into pieces (exposed for tests).
 std::vector<std::string> gpt2_pretokenize(const std::string& text);
 
