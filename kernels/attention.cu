@@ -216,8 +216,8 @@ __global__ void __launch_bounds__(kRows)
   float* v_own = k_own + kRows * padded<MAXD>();
   float* q_tile = v_own + kRows * padded<MAXD>();
   float* do_tile = q_tile + kTile * padded<MAXD>();
-  float* l_tile = do_tile + kTile * padded<MAXD>();  // [kTile]
-  float* d_tile = l_tile + kTile;                    // [kTile]
+  float* l_tile = do_tile + kTile * padded<MAXD>();      // [kTile]
+  float* d_tile = l_tile + kTile;                        // [kTile]
   int* s_tile = reinterpret_cast<int*>(d_tile + kTile);  // [kTile] document starts
   const int bh = blockIdx.y, b = bh / NH, h = bh % NH;
   const int64_t C3 = 3 * C;
@@ -251,7 +251,7 @@ __global__ void __launch_bounds__(kRows)
     if (j < Tn) {
       for (int r = 0; r < kTile; ++r) {
         const int64_t qi = q0 + r;
-        if (qi < j) continue;  // causal: only queries at or after this key
+        if (qi < j) continue;                  // causal: only queries at or after this key
         if (qi >= Tn || s_tile[r] > j) break;  // past the end, or in a later document
         const float* qr = q_tile + r * padded<MAXD>();
         const float* gr = do_tile + r * padded<MAXD>();
@@ -441,13 +441,12 @@ void attention_backward(const void* qkv, const void* out, const float* lse, cons
       constexpr int MAXD = decltype(width)::value;
       auto dq = attn_dq_kernel<T, MAXD>;
       allow_smem(dq, dq_smem<MAXD>());
-      dq<<<grid, kRows, dq_smem<MAXD>(), stream>>>(pqkv, pdo, lse, delta, doc_starts, pd, s.T,
-                                                   s.C, static_cast<int>(s.NH), D, scale);
+      dq<<<grid, kRows, dq_smem<MAXD>(), stream>>>(pqkv, pdo, lse, delta, doc_starts, pd, s.T, s.C,
+                                                   static_cast<int>(s.NH), D, scale);
       auto dkdv = attn_dkdv_kernel<T, MAXD>;
       allow_smem(dkdv, dkdv_smem<MAXD>());
-      dkdv<<<grid, kRows, dkdv_smem<MAXD>(), stream>>>(pqkv, pdo, lse, delta, doc_starts, pd,
-                                                       s.T, s.C, static_cast<int>(s.NH), D,
-                                                       scale);
+      dkdv<<<grid, kRows, dkdv_smem<MAXD>(), stream>>>(pqkv, pdo, lse, delta, doc_starts, pd, s.T,
+                                                       s.C, static_cast<int>(s.NH), D, scale);
     });
   });
   check_launch("attention_backward");

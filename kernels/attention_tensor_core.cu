@@ -282,8 +282,8 @@ __global__ void __launch_bounds__(32 * kWarps)
     for (int j = 0; j < 32; ++j) {
       const int col = half * 32 + j;
       const int64_t key = k0 + col;
-      s[j] = (key <= q && key < Tn && key >= docs.start) ? Sw[r * L::ld_s + col] * scale
-                                                          : -INFINITY;
+      s[j] =
+          (key <= q && key < Tn && key >= docs.start) ? Sw[r * L::ld_s + col] * scale : -INFINITY;
       tile_max = fmaxf(tile_max, s[j]);
     }
     tile_max = fmaxf(tile_max, __shfl_xor_sync(kFull, tile_max, 1));
@@ -517,10 +517,9 @@ void attention_forward_tensor_core(const void* qkv, void* out, float* lse, Scala
     constexpr int MAXD = decltype(width)::value;
     const size_t bytes = forward_bytes<MAXD, T>();
     allow(attn_forward_tc<T, MAXD>, bytes);
-    attn_forward_tc<T, MAXD>
-        <<<grid, 32 * kWarps, bytes, stream>>>(static_cast<const T*>(qkv), static_cast<T*>(out),
-                                               lse, doc_starts, s.T, s.C, static_cast<int>(s.NH), D,
-                                               scale);
+    attn_forward_tc<T, MAXD><<<grid, 32 * kWarps, bytes, stream>>>(
+        static_cast<const T*>(qkv), static_cast<T*>(out), lse, doc_starts, s.T, s.C,
+        static_cast<int>(s.NH), D, scale);
   });
   check_launch("attention_forward (tensor cores)");
 }

@@ -8,8 +8,8 @@
 #include "data/sequence_batch.h"
 #include "data/token_run.h"
 #include "triad/core/rng.h"
-#include "triad/ops/elementwise.h"
 #include "triad/data/token_shard.h"
+#include "triad/ops/elementwise.h"
 
 namespace triad::data {
 
@@ -17,9 +17,10 @@ Batch mask_loss_after_eod(const Batch& batch, int64_t eod_token) {
   if (!batch.inputs.device().is_cpu() || batch.inputs.dtype() != DType::I64 ||
       batch.targets.dtype() != DType::I64 || !batch.targets.device().is_cpu() ||
       !batch.inputs.is_contiguous() || batch.targets.shape() != batch.inputs.shape()) {
-    throw ValueError("mask_loss_after_eod: expected contiguous i64 host inputs and targets of one "
-                     "shape, got inputs " + shape_str(batch.inputs.shape()) + " and targets " +
-                     shape_str(batch.targets.shape()));
+    throw ValueError(
+        "mask_loss_after_eod: expected contiguous i64 host inputs and targets of one "
+        "shape, got inputs " +
+        shape_str(batch.inputs.shape()) + " and targets " + shape_str(batch.targets.shape()));
   }
   Batch out{batch.inputs, clone(batch.targets)};
   const int64_t* in = batch.inputs.data<int64_t>();

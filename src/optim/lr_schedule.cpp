@@ -52,18 +52,20 @@ LrSchedule::LrSchedule(const LrScheduleOptions& o) : o_(o) {
   }
 }
 
-double LrSchedule::at(int64_t step) const {
+double LrSchedule::at(double step) const {
   const auto& o = o_;
-  if (step < o.warmup_steps) {
-    return o.lr * static_cast<double>(step + 1) / static_cast<double>(o.warmup_steps);
+  // Step s ends (s + 1) / warmup_steps of the warm-up (a fractional step
+  // past its end is already at lr).
+  if (step + 1.0 < static_cast<double>(o.warmup_steps)) {
+    return o.lr * (step + 1.0) / static_cast<double>(o.warmup_steps);
   }
   if (o.decay == LrDecay::Constant) return o.lr;
-  if (step >= o.decay_steps) return o.min_lr;
+  if (step >= static_cast<double>(o.decay_steps)) return o.min_lr;
   // The decay's own start: after warm-up, or (wsd) where the cool-down begins.
   const int64_t from = o.decay == LrDecay::Wsd ? o.decay_steps - o.cooldown_steps : o.warmup_steps;
-  if (step < from) return o.lr;  // wsd's stable phase
+  if (step < static_cast<double>(from)) return o.lr;  // wsd's stable phase
   const double progress =
-      static_cast<double>(step - from) / static_cast<double>(o.decay_steps - from);
+      (step - static_cast<double>(from)) / static_cast<double>(o.decay_steps - from);
   if (o.decay == LrDecay::Cosine) {
     return o.min_lr + 0.5 * (o.lr - o.min_lr) * (1.0 + std::cos(M_PI * progress));
   }

@@ -169,6 +169,13 @@ void validate(const Config& c, bool min_lr_given) {
                       ") must be divisible by train.micro_batch_size (" +
                       std::to_string(t.micro_batch_size) + ")");
   }
+  for (int64_t G : t.batch_ramp().sizes()) {  // (the ramp checks its own values)
+    if (G % t.micro_batch_size != 0) {
+      throw ConfigError("the ramped global batch " + std::to_string(G) +
+                        " (train.rampup_batch_size) must be divisible by train.micro_batch_size (" +
+                        std::to_string(t.micro_batch_size) + ")");
+    }
+  }
   require(t.lr >= 0, "train.lr", t.lr, "must be >= 0");
   require(t.min_lr >= 0, "train.min_lr", t.min_lr, "must be >= 0");
   if (min_lr_given && t.min_lr > t.lr) {
@@ -283,20 +290,30 @@ void validate(const Config& c, bool min_lr_given) {
 
 void check_batch(const Config& c, int dp) {
   const auto& t = c.train;
-  if (t.global_batch_size % (static_cast<int64_t>(t.micro_batch_size) * dp) != 0) {
-    throw ConfigError("train.global_batch_size (" + std::to_string(t.global_batch_size) +
-                      ") must be divisible by train.micro_batch_size * parallel.dp (" +
-                      std::to_string(t.micro_batch_size) + " * " + std::to_string(dp) + " = " +
-                      std::to_string(t.micro_batch_size * dp) + ")");
+  for (int64_t G : t.batch_ramp().sizes()) {
+    const bool target = G == t.global_batch_size;
+    const std::string name = target ? "train.global_batch_size" : "the ramped global batch";
+    if (G % (static_cast<int64_t>(t.micro_batch_size) * dp) != 0) {
+      throw ConfigError(name + (target ? " (" + std::to_string(G) + ")" : " " + std::to_string(G)) +
+                        " must be divisible by train.micro_batch_size * parallel.dp (" +
+                        std::to_string(t.micro_batch_size) + " * " + std::to_string(dp) + " = " +
+                        std::to_string(t.micro_batch_size * dp) + ")");
+    }
+    const int64_t m = G / (t.micro_batch_size * dp);
+    if (c.parallel.schedule == "interleaved" && m % c.parallel.pp != 0) {
+      throw ConfigError("the interleaved schedule needs the microbatches per pipeline (" +
+                        (target ? name : name + " " + std::to_string(G)) +
+                        " / (train.micro_batch_size * parallel.dp) = " + std::to_string(m) +
+                        ") to be a multiple of parallel.pp (" + std::to_string(c.parallel.pp) +
+                        ")");
+    }
   }
-  const int64_t m = t.global_batch_size / (t.micro_batch_size * dp);
-  if (c.parallel.schedule == "interleaved" && m % c.parallel.pp != 0) {
-    throw ConfigError(
-        "the interleaved schedule needs the microbatches per pipeline (train.global_batch_size / "
-        "(train.micro_batch_size * parallel.dp) = " +
-        std::to_string(m) + ") to be a multiple of parallel.pp (" + std::to_string(c.parallel.pp) +
-        ")");
-  }
+}
+
+BatchSizeRamp TrainSection::batch_ramp() const {
+  if (rampup_batch_size.empty()) return BatchSizeRamp(global_batch_size);
+  return BatchSizeRamp(rampup_batch_size[0], rampup_batch_size[1], rampup_batch_size[2],
+                       global_batch_size);
 }
 
 optim::LrScheduleOptions TrainSection::lr_schedule() const {
@@ -425,6 +442,16 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
       {"steps", {true, [&](auto& v, auto& k) { t.steps = get_int(v, k); }}},
       {"global_batch_size", {true, [&](auto& v, auto& k) { t.global_batch_size = get_int(v, k); }}},
       {"micro_batch_size", {true, [&](auto& v, auto& k) { t.micro_batch_size = get_int(v, k); }}},
+      {"rampup_batch_size",
+       {false,
+        [&](auto& v, auto& k) {
+          if (!v.IsSequence() || v.size() != 3) {
+            throw ConfigError(k + ": expected [start, increment, samples], e.g. [32, 32, 2000000]");
+          }
+          t.rampup_batch_size.clear();
+          for (size_t i = 0; i < 3; ++i)
+            t.rampup_batch_size.push_back(get_int(v[i], k + "[" + std::to_string(i) + "]"));
+        }}},
       {"lr", {false, [&](auto& v, auto& k) { t.lr = get_double(v, k); }}},
       {"min_lr",
        {false,
@@ -672,6 +699,8 @@ std::string to_yaml(const Config& c) {
   e << YAML::Key << "steps" << YAML::Value << t.steps;
   e << YAML::Key << "global_batch_size" << YAML::Value << t.global_batch_size;
   e << YAML::Key << "micro_batch_size" << YAML::Value << t.micro_batch_size;
+  if (!t.rampup_batch_size.empty())
+    e << YAML::Key << "rampup_batch_size" << YAML::Value << YAML::Flow << t.rampup_batch_size;
   e << YAML::Key << "lr" << YAML::Value << t.lr;
   e << YAML::Key << "min_lr" << YAML::Value << t.min_lr;
   e << YAML::Key << "warmup_steps" << YAML::Value << t.warmup_steps;

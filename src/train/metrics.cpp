@@ -17,6 +17,7 @@ void MetricsWriter::write(const StepMetrics& m) {
   j["lr"] = m.lr;
   j["grad_norm"] = m.grad_norm;
   j["consumed_sequences"] = m.consumed_sequences;
+  j["global_batch_size"] = m.global_batch_size;
   j["tokens_per_s"] = m.tokens_per_s;
   j["step_ms"] = m.step_ms;
   j["tflops_per_device"] = m.tflops_per_device;

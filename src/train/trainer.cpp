@@ -97,6 +97,7 @@ Trainer::Trainer(Config config, dist::ProcessGroupPtr world)
   dist::MeshShape shape{par.tp, par.pp, dp_, par.order};
   shape.validate(world_size);
   check_batch(config_, dp_);
+  ramp_ = config_.train.batch_ramp();
   const uint64_t seed = config_.train.seed;
   if (world_size == 1) {
     model_ = std::make_unique<nn::Gpt>(config_.model, seed);
@@ -389,6 +390,7 @@ void Trainer::save_checkpoint(int64_t next_step) {
       {"consumed_sequences", std::to_string(first_sequence(next_step))},
       {"global_batch_size", std::to_string(config_.train.global_batch_size)},
       {"applied_steps", std::to_string(applied_steps_)},
+      {"applied_sequences", std::to_string(applied_sequences_)},
       {"consecutive_skips", std::to_string(consecutive_skips_)},
       {"optimizer_step", std::to_string(opt_step)}};
   if (scaler_) meta["loss_scaler"] = scaler_->state().dump();
@@ -533,6 +535,10 @@ int64_t Trainer::restore_counters(const io::CheckpointInfo& info,
   consecutive_skips_ = metadata_int(info, metadata, "consecutive_skips");
   const int64_t next = metadata_int(info, metadata, "next_step");
   const int64_t G = config_.train.global_batch_size;
+  // (A checkpoint from before they were recorded ran every step at its G.)
+  applied_sequences_ = metadata.count("applied_sequences")
+                           ? metadata_int(info, metadata, "applied_sequences")
+                           : applied_steps_ * G;
   // The data goes on from the sequences consumed, whatever the batch size
   // was (a checkpoint from before they were recorded used this one).
   data_origin_step_ = next;
@@ -680,13 +686,49 @@ data::Batch Trainer::with_loss_mask(data::Batch batch) const {
   return data::mask_loss_after_eod(batch, config_.model.eod_token);
 }
 
+int64_t Trainer::first_sequence(int64_t index) const {
+  if (!ramp_.ramps()) return data_origin_ + (index - data_origin_step_) * ramp_.target();
+  // Each step's batch depends on the sequences before it: walk from the
+  // origin, or from the last answer (steps are asked for in order).
+  if (index < walked_step_ || walked_step_ < data_origin_step_) {
+    walked_step_ = data_origin_step_;
+    walked_sequences_ = data_origin_;
+  }
+  for (; walked_step_ < index; ++walked_step_) walked_sequences_ += ramp_.at(walked_sequences_);
+  return walked_sequences_;
+}
+
+double Trainer::schedule_position(int64_t batch) const {
+  if (!ramp_.ramps()) return static_cast<double>(applied_steps_);
+  // The step that ends after applied + batch sequences, in target batches.
+  return static_cast<double>(applied_sequences_ + batch) / static_cast<double>(ramp_.target()) -
+         1.0;
+}
+
+pipeline::PipelineExecutor& Trainer::executor_for(int64_t micro) {
+  if (micro == config_.train.global_batch_size / (config_.train.micro_batch_size * dp_))
+    return *executor_;
+  auto& e = ramp_executors_[micro];
+  if (!e) {
+    const auto& par = config_.parallel;
+    e = std::make_unique<pipeline::PipelineExecutor>(
+        *pp_model_, pipeline::make_schedule(pipeline::schedule_from_name(par.schedule), par.pp,
+                                            static_cast<int>(micro), par.vpp));
+    e->set_event_sink([this](const std::string& name, const std::string& cat,
+                             TraceRecorder::Clock::time_point t0,
+                             TraceRecorder::Clock::time_point t1) { record(name, cat, t0, t1); });
+  }
+  return *e;
+}
+
 double Trainer::forward_backward(int64_t index, double* bubble) {
   const auto& t = config_.train;
-  const int64_t per_rank = t.global_batch_size / dp_;
+  const int64_t per_rank = batch_size(index) / dp_;
   const int64_t micro = per_rank / t.micro_batch_size;  // microbatches of this rank
   const int64_t first = dp_rank_ * per_rank;            // rank d's share of the step
+  // Dropout streams: one per global microbatch of the run.
   const uint64_t call =
-      static_cast<uint64_t>(index * (t.global_batch_size / t.micro_batch_size) + dp_rank_ * micro);
+      static_cast<uint64_t>(first_sequence(index) / t.micro_batch_size + dp_rank_ * micro);
   if (pp_model_) {
     std::vector<data::Batch> batches;
     for (int64_t i = 0; i < micro; ++i) {
@@ -695,7 +737,7 @@ double Trainer::forward_backward(int64_t index, double* bubble) {
     }
     const auto start = std::chrono::steady_clock::now();
     pipeline::PipelineStepResult r =
-        executor_->run(batches, {true, t.seed, call}, scaler_ ? scaler_->scale() : 1.0);
+        executor_for(micro).run(batches, {true, t.seed, call}, scaler_ ? scaler_->scale() : 1.0);
     const double wall =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     Tensor busiest = from_vector(std::vector<double>{r.compute_seconds}, {1}, DType::F64);
@@ -778,6 +820,7 @@ StepMetrics Trainer::step(int64_t index) {
   const auto& t = config_.train;
   trace_.set_enabled(index < kTracedSteps);
   double bubble = -1;
+  if (reducer_) reducer_->set_microbatches(batch_size(index) / dp_ / t.micro_batch_size);
   double loss = forward_backward(index, &bubble);
   const auto reduce_start = TraceRecorder::Clock::now();
   if (reducer_) {
@@ -802,7 +845,8 @@ StepMetrics Trainer::step(int64_t index) {
   // (it is reduced over all of them): all skip the update together and the
   // learning-rate schedule does not advance.
   StepMetrics m;
-  const double lr = schedule_.at(applied_steps_);
+  const int64_t G = batch_size(index);
+  const double lr = schedule_.at(schedule_position(G));
   if (scaler_) m.loss_scale = scaler_->scale();
   if (scaler_ && std::isfinite(loss) && !std::isfinite(norm)) {
     // fp16 overflow: part of dynamic loss scaling, not a failure. The scale
@@ -832,22 +876,24 @@ StepMetrics Trainer::step(int64_t index) {
       optimizer_->step(lr, clip_coef);
     }
     ++applied_steps_;
+    applied_sequences_ += G;
     record("optimizer", "optimizer", opt_start, TraceRecorder::Clock::now());
   }
   zero_grad();
   const double ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   m.step = index + 1;
-  m.consumed_sequences = first_sequence(index) + t.global_batch_size;
+  m.consumed_sequences = first_sequence(index) + G;
+  m.global_batch_size = G;
   m.loss = loss;
   m.lr = lr;
   m.grad_norm = norm;
   m.step_ms = ms;
   m.bubble_fraction = bubble;
-  m.tokens_per_s = static_cast<double>(t.global_batch_size * config_.model.seq_len) / (ms / 1000.0);
+  m.tokens_per_s = static_cast<double>(G * config_.model.seq_len) / (ms / 1000.0);
   // PTD-P model FLOPs (no recomputation) per device, and over the peak.
   const auto& mc = config_.model;
-  const double B = static_cast<double>(t.global_batch_size), S = static_cast<double>(mc.seq_len);
+  const double B = static_cast<double>(G), S = static_cast<double>(mc.seq_len);
   const double L = static_cast<double>(mc.n_layer), H = static_cast<double>(mc.d_model),
                V = static_cast<double>(mc.vocab_size);
   const double flops = 72.0 * B * S * L * H * H * (1.0 + S / (6.0 * H) + V / (12.0 * L * H));
@@ -926,6 +972,12 @@ std::vector<StepMetrics> Trainer::run() {
       dp_ > 1
           ? ", " + std::to_string(config_.accumulation_steps() / dp_) + " per data-parallel rank"
           : std::string());
+  if (ramp_.ramps()) {
+    const auto sizes = ramp_.sizes();
+    spdlog::info("  the global batch ramps from {} by {} to {} over the first {} sequences",
+                 sizes.front(), sizes.size() > 1 ? sizes[1] - sizes[0] : 0, sizes.back(),
+                 ramp_.samples());
+  }
   const auto& mc = config_.model;
   if (mc.reset_attention_mask || mc.reset_position_ids || config_.data_eod_mask_loss) {
     std::string what;

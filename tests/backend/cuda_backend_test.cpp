@@ -257,8 +257,7 @@ TEST(CudaKernels, AttentionOverPackedDocuments) {
     for (DType dtype : {DType::F32, DType::BF16, DType::F16}) {
       for (cuda::AttentionKernel kernel :
            {cuda::AttentionKernel::Simt, cuda::AttentionKernel::TensorCore}) {
-        if (!cuda::attention_kernel_unavailable(kernel, dtype, sh.T, sh.C, sh.NH).empty())
-          continue;
+        if (!cuda::attention_kernel_unavailable(kernel, dtype, sh.T, sh.C, sh.NH).empty()) continue;
         SCOPED_TRACE(c.name + " " + dtype_name(dtype) + " " + cuda::attention_kernel_name(kernel));
         expect_attention_kernel_matches_cpu(c, dtype, kernel);
       }

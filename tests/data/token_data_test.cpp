@@ -160,9 +160,9 @@ TEST(TokenDataset, ShuffledPassesVisitEverySequenceOnceWhateverTheSplit) {
 TEST(Tokenizer, TextSplitsIntoDocumentsByLineOrParagraph) {
   const std::string text = "first line\r\nsecond\n\n  \nthird\nstill third\n\n\nfourth";
   EXPECT_EQ(split_documents(text, DocumentSplit::Whole), std::vector<std::string>{text});
-  EXPECT_EQ(split_documents(text, DocumentSplit::Lines),
-            (std::vector<std::string>{"first line", "second", "  ", "third", "still third",
-                                      "fourth"}));
+  EXPECT_EQ(
+      split_documents(text, DocumentSplit::Lines),
+      (std::vector<std::string>{"first line", "second", "  ", "third", "still third", "fourth"}));
   EXPECT_EQ(split_documents(text, DocumentSplit::Paragraphs),
             (std::vector<std::string>{"first line\r\nsecond", "third\nstill third", "fourth"}));
   EXPECT_EQ(document_split_from_string("paragraphs"), DocumentSplit::Paragraphs);
@@ -175,8 +175,9 @@ TEST(Tokenizer, TextSplitsIntoDocumentsByLineOrParagraph) {
     tokenize_documents(tok, {"ab"}, 256);
     FAIL() << "expected ValueError";
   } catch (const ValueError& e) {
-    EXPECT_NE(std::string(e.what()).find("token 256 is outside the tokenizer's vocabulary [0, 256)"),
-              std::string::npos)
+    EXPECT_NE(
+        std::string(e.what()).find("token 256 is outside the tokenizer's vocabulary [0, 256)"),
+        std::string::npos)
         << e.what();
   }
 }

@@ -58,8 +58,8 @@ TEST(Documents, AttentionOverAPackedRowEqualsEachDocumentAlone) {
   struct Doc {
     int64_t row, start, length;
   };
-  for (const Doc& doc : {Doc{0, 0, 20}, Doc{0, 20, 44}, Doc{0, 64, 1}, Doc{0, 65, 5},
-                         Doc{1, 0, T}}) {
+  for (const Doc& doc :
+       {Doc{0, 0, 20}, Doc{0, 20, 44}, Doc{0, 64, 1}, Doc{0, 65, 5}, Doc{1, 0, T}}) {
     Tensor part = contiguous(narrow(narrow(qkv.detach(), 0, doc.row, 1), 1, doc.start, doc.length));
     part.set_requires_grad(true);
     Tensor alone = causal_attention(part, NH);
@@ -73,8 +73,8 @@ TEST(Documents, AttentionOverAPackedRowEqualsEachDocumentAlone) {
       want_g.insert(want_g.end(), packed_grad.begin() + row * 3 * C,
                     packed_grad.begin() + (row + 1) * 3 * C);
     }
-    const std::string where = "document at " + std::to_string(doc.row) + ":" +
-                              std::to_string(doc.start);
+    const std::string where =
+        "document at " + std::to_string(doc.row) + ":" + std::to_string(doc.start);
     expect_near_all(o, want_o, 1e-12, where + " output");
     expect_near_all(g, want_g, 1e-12, where + " dqkv");
   }
@@ -88,9 +88,9 @@ TEST(Documents, DocumentStartsAreChecked) {
   } catch (const ValueError& e) {
     EXPECT_NE(std::string(e.what()).find("doc_starts[0, 2] is 1"), std::string::npos) << e.what();
   }
-  EXPECT_THROW(causal_attention(qkv, 1, from_vector(std::vector<int64_t>{0, 0, 0}, {1, 3},
-                                                    DType::I32)),
-               ShapeError);
+  EXPECT_THROW(
+      causal_attention(qkv, 1, from_vector(std::vector<int64_t>{0, 0, 0}, {1, 3}, DType::I32)),
+      ShapeError);
   EXPECT_THROW(causal_attention(qkv, 1, from_vector(std::vector<int64_t>{0, 0, 0, 0}, {1, 4})),
                ShapeError);  // i64
 }
@@ -141,9 +141,8 @@ TEST(Documents, APackedGptRowEqualsItsDocumentsRunAlone) {
   }
   // Training goes through the same path: the loss of the packed row is the
   // token-weighted mean of the documents' losses.
-  const Tensor targets = from_vector(std::vector<int64_t>{9, 2, 7, 0, 3, 3, 8, 1, 5, 6, 0, 2, 9,
-                                                          4, 4, 1},
-                                     {1, 16});
+  const Tensor targets =
+      from_vector(std::vector<int64_t>{9, 2, 7, 0, 3, 3, 8, 1, 5, 6, 0, 2, 9, 4, 4, 1}, {1, 16});
   double weighted = 0;
   for (const Doc& doc : docs) {
     weighted += item(both.loss(narrow(ids, 1, doc.start, doc.length),

@@ -262,7 +262,8 @@ inline std::vector<OpCase> op_cases() {
                },
                [](const std::vector<Tensor>& x) {
                  std::vector<int64_t> s(70);
-                 for (int64_t t = 0; t < 70; ++t) s[t] = t < 20 ? 0 : t < 64 ? 20 : t < 66 ? 64 : 66;
+                 for (int64_t t = 0; t < 70; ++t)
+                   s[t] = t < 20 ? 0 : t < 64 ? 20 : t < 66 ? 64 : 66;
                  return causal_attention(x[0], 2, from_vector(s, {1, 70}, DType::I32));
                }});
   c.push_back({"embedding",

@@ -173,6 +173,17 @@ TEST(LrSchedule, WarmupThenCosineToMinLr) {
   EXPECT_THROW(LrSchedule(LrScheduleOptions{0.1, 0.2, 0, 10}), ValueError);
 }
 
+// Fractional steps (a batch-size ramp's small steps): the warm-up grows in
+// proportion and stops at lr, and the decay falls in between.
+TEST(LrSchedule, FractionalStepsInterpolate) {
+  LrSchedule s = schedule(LrDecay::Cosine, 10, 110);
+  EXPECT_NEAR(s.at(2.5), 0.35, 1e-12);
+  EXPECT_NEAR(s.at(8.5), 0.95, 1e-12);
+  EXPECT_NEAR(s.at(9.5), 1.0, 1e-12);  // past the warm-up's end: lr, not 1.05
+  EXPECT_LT(s.at(60.5), s.at(60.0));
+  EXPECT_GT(s.at(60.5), s.at(61.0));
+}
+
 TEST(LrSchedule, LinearConstantAndWarmupStableDecay) {
   LrSchedule linear = schedule(LrDecay::Linear, 10, 110);
   EXPECT_NEAR(linear.at(4), 0.5, 1e-12);

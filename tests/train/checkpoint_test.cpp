@@ -211,7 +211,8 @@ TEST(Checkpoint, AResumeWithAnotherGlobalBatchSizeContinuesTheData) {
   EXPECT_EQ(rest[0].consumed_sequences, 16);
   EXPECT_EQ(rest[1].consumed_sequences, 24);
   // Step 3's loss is that of sequences 8-15 under the checkpoint's weights,
-  // with the step's dropout masks (seed, step 2 · 4 micro-batches + i).
+  // with their dropout masks (seed, global micro-batch 8 / 2 + i: streams
+  // follow the data, whatever the batch size).
   nn::Gpt model(bigger.model, 0);
   {
     // The weights after step 2: a fresh G-4 run from the same seed, two steps.
@@ -225,7 +226,7 @@ TEST(Checkpoint, AResumeWithAnotherGlobalBatchSizeContinuesTheData) {
     for (int64_t i = 0; i < 4; ++i) {
       const data::Batch b = data.sequences(first_sequence + 2 * i, 2);
       const nn::ForwardContext ctx{true, static_cast<uint64_t>(bigger.train.seed),
-                                   static_cast<uint64_t>(2 * 4 + i)};
+                                   static_cast<uint64_t>(8 / 2 + i)};
       sum += item(model.loss(b.inputs, b.targets, ctx));
     }
     return sum / 4;
@@ -233,6 +234,64 @@ TEST(Checkpoint, AResumeWithAnotherGlobalBatchSizeContinuesTheData) {
   EXPECT_NEAR(rest[0].loss, loss_of(8), 1e-6 * rest[0].loss);
   // Sequences 16-23 (step 2 · G) would be another loss: the check can tell.
   EXPECT_GT(std::abs(loss_of(16) - loss_of(8)), 1e-4);
+}
+
+// A batch-size ramp is a run whose global batch changes where the ramp
+// says: bitwise the run at the small batch resumed from a checkpoint with
+// the large one (same data, dropout streams and updates; a constant lr
+// keeps the schedules, which count differently, out of it).
+TEST(Checkpoint, ARampedBatchEqualsASmallBatchRunResumedWithTheLargeOne) {
+  const std::vector<std::string> constant = {"train.lr_decay=constant", "train.warmup_steps=0"};
+  auto with = [](const Config& c, std::vector<std::string> overrides) {
+    return parse_config(to_yaml(c), overrides);
+  };
+  std::vector<StepMetrics> ramped;
+  {
+    TempDir dir;
+    // [2, 2, 8] up to G 4: 8 sequences at 2 a step, then 4.
+    std::vector<std::string> o = constant;
+    o.push_back("train.rampup_batch_size=[2, 2, 8]");
+    Trainer t(with(config(dir, 6, 0, "never"), o));
+    ramped = t.run();
+  }
+  ASSERT_EQ(ramped.size(), 6u);
+  std::vector<int64_t> sizes, consumed;
+  for (const auto& m : ramped) {
+    sizes.push_back(m.global_batch_size);
+    consumed.push_back(m.consumed_sequences);
+  }
+  EXPECT_EQ(sizes, (std::vector<int64_t>{2, 2, 2, 2, 4, 4}));
+  EXPECT_EQ(consumed, (std::vector<int64_t>{2, 4, 6, 8, 12, 16}));
+  TempDir dir;
+  std::vector<std::string> small = constant;
+  small.push_back("train.global_batch_size=2");
+  std::vector<StepMetrics> pieced;
+  {
+    Trainer t(with(config(dir, 4, 4, "never"), small));
+    pieced = t.run();
+  }
+  Trainer t(with(config(dir, 6, 0, "auto"), constant));
+  for (const auto& m : t.run()) pieced.push_back(m);
+  ASSERT_EQ(pieced.size(), 6u);
+  for (size_t k = 0; k < 6; ++k) {
+    EXPECT_EQ(pieced[k].loss, ramped[k].loss) << "step " << k + 1;
+    EXPECT_EQ(pieced[k].grad_norm, ramped[k].grad_norm) << "step " << k + 1;
+  }
+}
+
+// The learning-rate schedule counts a ramp's steps in sequences (Megatron's
+// rule): with target 4 and a 2-step warm-up, steps of 2 sequences end at
+// 0.5, 1, 1.5 and 2 target steps: lr/4, lr/2, 3lr/4, lr.
+TEST(Checkpoint, ARampMovesTheScheduleBySequences) {
+  TempDir dir;
+  const Config c = parse_config(to_yaml(config(dir, 5, 0, "never")),
+                                {"train.lr_decay=constant", "train.rampup_batch_size=[2, 2, 8]"});
+  Trainer t(c);
+  const auto m = t.run();
+  ASSERT_EQ(m.size(), 5u);
+  const double lr = c.train.lr;
+  const std::vector<double> want = {lr / 4, lr / 2, 3 * lr / 4, lr, lr};
+  for (size_t k = 0; k < 5; ++k) EXPECT_NEAR(m[k].lr, want[k], 1e-15) << "step " << k + 1;
 }
 
 TEST(Checkpoint, PlacementsRoundTripAndNonsenseIsRefused) {

@@ -276,13 +276,42 @@ TEST(Config, AttentionKernelParsesRoundTripsAndNamesABadValue) {
       "model.attention_kernel 'flash3' must be one of auto, simt, tensor_core, cudnn");
 }
 
+TEST(Config, BatchSizeRampParsesRoundTripsAndChecksEverySize) {
+  EXPECT_TRUE(parse_config(kValid).train.rampup_batch_size.empty());
+  const Config c = parse_config(kValid, {"train.rampup_batch_size=[4, 4, 100]"});
+  EXPECT_EQ(c.train.rampup_batch_size, (std::vector<int64_t>{4, 4, 100}));
+  EXPECT_EQ(c.train.batch_ramp().sizes(), (std::vector<int64_t>{4, 8}));
+  EXPECT_EQ(parse_config(to_yaml(c)).train.rampup_batch_size, c.train.rampup_batch_size);
+  expect_config_error(kValid, {"train.rampup_batch_size=[4, 4]"},
+                      "train.rampup_batch_size: expected [start, increment, samples]");
+  expect_config_error(kValid, {"train.rampup_batch_size=[2, 4, 100]"},
+                      "(8 - 2) must be a multiple of the increment");
+  expect_config_error(kValid, {"train.rampup_batch_size=[2, 2, 100]"},
+                      "the ramped global batch 2 (train.rampup_batch_size) must be divisible by "
+                      "train.micro_batch_size (4)");
+  // Each size against the data-parallel split too (known with the world).
+  const Config dp =
+      parse_config(kValid, {"train.rampup_batch_size=[4, 4, 100]", "train.micro_batch_size=2"});
+  EXPECT_NO_THROW(check_batch(dp, 2));
+  try {
+    check_batch(
+        parse_config(kValid, {"train.rampup_batch_size=[2, 2, 100]", "train.micro_batch_size=2"}),
+        2);
+    FAIL() << "expected ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("the ramped global batch 2"), std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(Config, PackedDocumentSettingsParseRoundTripAndNeedAnEndToken) {
   const Config plain = parse_config(kValid);
   EXPECT_EQ(plain.model.eod_token, -1);
   EXPECT_FALSE(plain.model.reset_attention_mask || plain.model.reset_position_ids ||
                plain.data_eod_mask_loss);
-  const Config c = parse_config(kValid, {"data.eod_token=10", "data.reset_attention_mask=true",
-                                         "data.reset_position_ids=true", "data.eod_mask_loss=true"});
+  const Config c =
+      parse_config(kValid, {"data.eod_token=10", "data.reset_attention_mask=true",
+                            "data.reset_position_ids=true", "data.eod_mask_loss=true"});
   EXPECT_EQ(c.model.eod_token, 10);
   EXPECT_TRUE(c.model.reset_attention_mask && c.model.reset_position_ids && c.data_eod_mask_loss);
   const Config back = parse_config(to_yaml(c));
@@ -293,10 +322,10 @@ TEST(Config, PackedDocumentSettingsParseRoundTripAndNeedAnEndToken) {
                       "data.eod_token (-1) must be a token id in [0, 256)");
   expect_config_error(kValid, {"data.reset_position_ids=true", "data.eod_token=256"},
                       "data.eod_token (256) must be a token id in [0, 256)");
-  expect_config_error(kValid,
-                      {"data.eod_token=1", "data.reset_attention_mask=true",
-                       "model.attention_kernel=cudnn"},
-                      "model.attention_kernel 'cudnn' cannot take data.reset_attention_mask");
+  expect_config_error(
+      kValid,
+      {"data.eod_token=1", "data.reset_attention_mask=true", "model.attention_kernel=cudnn"},
+      "model.attention_kernel 'cudnn' cannot take data.reset_attention_mask");
   expect_config_error(kValid, {"data.eod_mask_loss=true"},
                       "data.eod_token (-1) must be a token id in [0, 256) when data.eod_mask_loss");
 }

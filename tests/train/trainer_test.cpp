@@ -84,9 +84,9 @@ TEST(Trainer, GradientAccumulationEqualsOneLargeBatch) {
 TEST(Trainer, TrainsOnPackedDocumentsWithTheEndTokenLossMask) {
   TempDir dir;
   Config c = small_config(dir, 4);
-  auto packed = parse_config(to_yaml(c), {"data.eod_token=3", "data.reset_attention_mask=true",
-                                          "data.reset_position_ids=true",
-                                          "data.eod_mask_loss=true"});
+  auto packed =
+      parse_config(to_yaml(c), {"data.eod_token=3", "data.reset_attention_mask=true",
+                                "data.reset_position_ids=true", "data.eod_mask_loss=true"});
   Trainer t(packed);
   nn::Gpt ref(packed.model, 0);
   ref.load_state_dict(t.full_state_dict());
@@ -100,8 +100,8 @@ TEST(Trainer, TrainsOnPackedDocumentsWithTheEndTokenLossMask) {
     ends += in.back() == 3;
   }
   ASSERT_GT(ends, 1) << "the stream should hold end tokens";
-  const data::Batch b = data::mask_loss_after_eod(
-      {from_vector(in, {4, 16}), from_vector(target, {4, 16})}, 3);
+  const data::Batch b =
+      data::mask_loss_after_eod({from_vector(in, {4, 16}), from_vector(target, {4, 16})}, 3);
   const double want = item(ref.loss(b.inputs, b.targets));
   EXPECT_NEAR(t.step(0).loss, want, 1e-6 * want);
   // Without the settings the same weights score the same tokens otherwise.
@@ -109,9 +109,9 @@ TEST(Trainer, TrainsOnPackedDocumentsWithTheEndTokenLossMask) {
   plain.reset_attention_mask = plain.reset_position_ids = false;
   nn::Gpt unpacked(plain, 0);
   unpacked.load_state_dict(ref.state_dict());
-  EXPECT_GT(std::abs(item(unpacked.loss(from_vector(in, {4, 16}), from_vector(target, {4, 16}))) -
-                     want),
-            1e-4);
+  EXPECT_GT(
+      std::abs(item(unpacked.loss(from_vector(in, {4, 16}), from_vector(target, {4, 16}))) - want),
+      1e-4);
 }
 
 TEST(Trainer, RunLearnsAndWritesMetricsAndWeights) {

@@ -30,8 +30,9 @@ struct LrScheduleOptions {
 class LrSchedule {
  public:
   explicit LrSchedule(const LrScheduleOptions& options);
-  // Learning rate for 0-based step `step`.
-  double at(int64_t step) const;
+  // Learning rate for 0-based step `step`, which may be fractional (a
+  // batch-size ramp counts its small early steps as fractions of one).
+  double at(double step) const;
   const LrScheduleOptions& options() const { return o_; }
 
  private:

@@ -6,6 +6,7 @@
 
 #include "triad/nn/gpt.h"
 #include "triad/optim/lr_schedule.h"
+#include "triad/train/batch_size_ramp.h"
 
 namespace triad::train {
 
@@ -33,6 +34,11 @@ struct TrainSection {
   std::string precision = "fp32";
   double loss_scale_init = 65536.0;  // fp16: initial loss scale
   int64_t loss_scale_window = 2000;  // fp16: clean steps before the scale doubles
+  // [start, increment, samples]: the global batch ramps up from `start`
+  // (train/batch_size_ramp.h); empty: global_batch_size from the first step.
+  std::vector<int64_t> rampup_batch_size;
+  // The ramp these keys describe (no ramp when rampup_batch_size is empty).
+  BatchSizeRamp batch_ramp() const;
   // The parameter dtype `precision` asks for.
   DType param_dtype() const;
   // The learning-rate schedule these keys describe, defaults resolved.
@@ -98,7 +104,7 @@ struct Config {
   // data.reset_position_ids live in `model` (nn::GptConfig): they change
   // what the model computes.
   bool data_eod_mask_loss = false;
-  std::string init_from;      // init.from: GPT-2 safetensors (optional)
+  std::string init_from;  // init.from: GPT-2 safetensors (optional)
   std::string output_dir = "out";
   int64_t log_interval = 10;
   double log_peak_tflops = 0;  // log.peak_tflops: per-device peak for MFU (0: no MFU)
@@ -125,7 +131,8 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
 Config load_config(const std::string& path, const std::vector<std::string>& overrides = {});
 // Checks the batch against a data-parallel size (known once the world is):
 // global batch divisible by micro batch * dp, and for the interleaved
-// schedule the microbatches per pipeline a multiple of pp.
+// schedule the microbatches per pipeline a multiple of pp; every size of a
+// batch-size ramp likewise.
 void check_batch(const Config& config, int dp);
 // The configuration as YAML (every key, defaults included).
 std::string to_yaml(const Config& config);

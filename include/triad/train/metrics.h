@@ -27,6 +27,9 @@ struct StepMetrics {
   // Training sequences (of seq_len + 1 tokens) consumed after this step,
   // over the whole run (resumes included).
   int64_t consumed_sequences = 0;
+  // Sequences this step trained on (train.global_batch_size, or less while
+  // a batch-size ramp is below it).
+  int64_t global_batch_size = 0;
   // Mean loss over the validation tokens, after this step's update (steps
   // that evaluated: every eval.interval and the last).
   std::optional<double> val_loss;

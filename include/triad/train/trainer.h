@@ -94,16 +94,28 @@ class Trainer {
   std::unique_ptr<dp::ZeroAdamW> zero_optimizer_;  // parallel.zero = 1
   std::vector<double> norm_weight_;  // ZeRO-1 norm: how each parameter counts on this rank
   int64_t applied_steps_ = 0;        // optimizer steps taken (skipped ones excluded)
+  int64_t applied_sequences_ = 0;    // the sequences of those steps
   int64_t consecutive_skips_ = 0;
   int64_t nan_step_ = -1, nan_steps_ = 0;
   // Step data_origin_step_ starts at global training sequence data_origin_;
-  // each step takes the next global_batch_size. A resume sets both from the
-  // checkpoint, so the data goes on where it stopped even when the global
-  // batch size changed.
+  // each step takes the next global batch (ramp_.at the sequences consumed
+  // before it). A resume sets both from the checkpoint, so the data goes on
+  // where it stopped even when the global batch size changed.
   int64_t data_origin_ = 0, data_origin_step_ = 0;
-  int64_t first_sequence(int64_t index) const {
-    return data_origin_ + (index - data_origin_step_) * config_.train.global_batch_size;
-  }
+  BatchSizeRamp ramp_;
+  mutable int64_t walked_step_ = 0, walked_sequences_ = 0;  // first_sequence's last answer
+  int64_t first_sequence(int64_t index) const;
+  // Step `index`'s global batch.
+  int64_t batch_size(int64_t index) const { return ramp_.at(first_sequence(index)); }
+  // Where the learning-rate schedule is for a step of `batch` sequences:
+  // the optimizer steps taken, or with a batch-size ramp the sequences the
+  // step ends at, in target-sized steps, less one (Megatron-LM's rule: small
+  // early batches move the schedule less).
+  double schedule_position(int64_t batch) const;
+  // The pipeline executor for `micro` microbatches per step (a ramp changes
+  // the count; one executor per count, built when first needed).
+  pipeline::PipelineExecutor& executor_for(int64_t micro);
+  std::map<int64_t, std::unique_ptr<pipeline::PipelineExecutor>> ramp_executors_;
   Device device_;                                     // where parameters and activations live
   std::unique_ptr<optim::DynamicLossScaler> scaler_;  // train.precision = fp16
   double global_norm_zero1() const;

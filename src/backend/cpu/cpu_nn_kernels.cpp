@@ -354,8 +354,7 @@ void CpuBackend::attention_backward(const Tensor& qkv, const Tensor& out, const 
             std::fill(drow + hi + 1, drow + w, T(0));
           }
           // dQ[r0:r1] = dS K[kb:r1] ; dK[kb:r1] += dS^T Q[r0:r1]
-          gemm_rm<T>(false, false, rows, hd, w, T(1), dP.data(), w, kk, C3, T(0), dq + r0 * C3,
-                     C3);
+          gemm_rm<T>(false, false, rows, hd, w, T(1), dP.data(), w, kk, C3, T(0), dq + r0 * C3, C3);
           gemm_rm<T>(true, false, w, hd, rows, T(1), dP.data(), w, q + r0 * C3, C3, T(1),
                      dk + kb * C3, C3);
         }

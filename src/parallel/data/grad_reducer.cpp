@@ -169,7 +169,8 @@ void GradientReducer::launch(Bucket& b) {
 
 void GradientReducer::finish() {
   if (!learned_) {
-    expected_ = seen_;
+    expected_ = learned_counts_ = seen_;
+    learned_micro_ = microbatches_;
     learned_ = true;
   }
   early_last_step_ = launched_early_;
@@ -185,6 +186,26 @@ void GradientReducer::finish() {
   for (Bucket& b : buckets_) {
     b.pending = 0;
     for (size_t i : b.params) b.pending += expected_[i] > 0;
+  }
+}
+
+void GradientReducer::set_microbatches(int64_t microbatches) {
+  if (microbatches < 1) {
+    throw ValueError("GradientReducer: microbatches (" + std::to_string(microbatches) +
+                     ") must be positive");
+  }
+  microbatches_ = microbatches;
+  if (!learned_) return;
+  for (size_t i = 0; i < expected_.size(); ++i) {
+    const int64_t scaled = learned_counts_[i] * microbatches;
+    if (scaled % learned_micro_ != 0) {
+      throw Error("GradientReducer: parameter '" + params_[i].first + "' received " +
+                  std::to_string(learned_counts_[i]) + " gradients over the first step's " +
+                  std::to_string(learned_micro_) +
+                  " microbatches, not the same number per microbatch: a step of " +
+                  std::to_string(microbatches) + " cannot be expected");
+    }
+    expected_[i] = scaled / learned_micro_;
   }
 }
 

@@ -2,10 +2,10 @@
 
 #include <cmath>
 
-#include "triad/nn/documents.h"
 #include "triad/autograd/checkpoint.h"
 #include "triad/autograd/grad_mode.h"
 #include "triad/core/rng.h"
+#include "triad/nn/documents.h"
 #include "triad/nn/init.h"
 #include "triad/ops.h"
 #include "triad/optim/clip.h"
@@ -266,8 +266,8 @@ Tensor TensorParallelGpt::embed(const Tensor& ids, const nn::ForwardContext& ctx
   Tensor positions;
   if (ctx.positions.defined()) {  // per token, within its document
     if (ctx.positions.shape() != ids.shape()) {
-      throw ShapeError("TensorParallelGpt: document positions " +
-                       shape_str(ctx.positions.shape()) + " for ids " + shape_str(ids.shape()));
+      throw ShapeError("TensorParallelGpt: document positions " + shape_str(ctx.positions.shape()) +
+                       " for ids " + shape_str(ids.shape()));
     }
     positions = sp_ ? narrow(ctx.positions, 1, first, count) : ctx.positions;
   } else {
@@ -318,7 +318,7 @@ Tensor TensorParallelGpt::head_loss(const Tensor& hidden, const Tensor& targets)
 }
 
 nn::ForwardContext TensorParallelGpt::with_documents(const Tensor& ids,
-                                                    const nn::ForwardContext& ctx) const {
+                                                     const nn::ForwardContext& ctx) const {
   const auto params = parameters();
   return nn::with_documents(cfg_, ids, ctx, params.empty() ? Device::cpu() : params[0].device());
 }

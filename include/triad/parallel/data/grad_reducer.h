@@ -52,6 +52,10 @@ class GradientReducer {
   void finish();
   // Zeroes the flat gradient buffer (use instead of Module::zero_grad).
   void zero_grad();
+  // The microbatches of the next step (1 until set). The counts learned on
+  // the first step are per its microbatches, so a step with another count
+  // (a batch-size ramp) expects them scaled to its own.
+  void set_microbatches(int64_t microbatches);
   int num_buckets() const { return static_cast<int>(buckets_.size()); }
   // Each bucket's span in the flat buffers, gaps included.
   std::vector<int64_t> bucket_lengths() const;
@@ -96,6 +100,8 @@ class GradientReducer {
   std::vector<size_t> bucket_of_;
   std::vector<Bucket> buckets_;
   std::vector<int64_t> expected_, seen_;  // accumulations per step
+  std::vector<int64_t> learned_counts_;   // on the first step, of learned_micro_ microbatches
+  int64_t microbatches_ = 1, learned_micro_ = 1;
   bool learned_ = false;
   int launched_early_ = 0;
   int early_last_step_ = 0;
