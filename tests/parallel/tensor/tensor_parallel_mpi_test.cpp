@@ -106,6 +106,29 @@ TEST(Mappings, ScatterAndGatherAreEachOthersGradients) {
   }
 }
 
+// The vocab-parallel loss of x (2, 6, C) against this rank's shard of
+// w_full (`shard` rows from rank * shard; the vocabulary is its first V):
+// fused with the head, or after a plain linear. The loss, x's gradient
+// summed over the ranks (as copy_to_region sums it) and the shard's.
+struct VocabLoss {
+  double loss;
+  std::vector<double> dx, dw;
+};
+VocabLoss vocab_loss(bool fused, const Tensor& w_full, const Tensor& targets, int64_t shard,
+                     int64_t V) {
+  const int64_t start = g_world->rank() * shard, valid = std::min(shard, V - start);
+  Tensor x = randn({2, 6, w_full.size(1)}, 3, 1);
+  Tensor w = contiguous(narrow(w_full, 0, start, shard)).detach();
+  x.set_requires_grad(true);
+  w.set_requires_grad(true);
+  Tensor loss = fused ? vocab_parallel_linear_cross_entropy(x, w, targets, start, valid, g_world)
+                      : vocab_parallel_cross_entropy(linear(x, w), targets, start, valid, g_world);
+  autograd::backward({loss});
+  Tensor dx = x.grad();
+  g_world->all_reduce(dx, dist::ReduceOp::Sum)->wait();
+  return {item(loss), to_double_vector(dx), to_double_vector(w.grad())};
+}
+
 // The fused head + vocab-parallel loss (the GPT's last stage) against the
 // unfused pair on the same shards, and against one process's cross entropy
 // over the whole vocabulary: loss, the weight shard's gradient, and x's
@@ -119,24 +142,8 @@ TEST(VocabParallel, FusedHeadLossEqualsLinearThenLossAndTheUnshardedOne) {
   for (int64_t i = 0; i < 12; ++i) t.push_back((i * 29 + 3) % V);
   const Tensor targets = from_vector(t, {2, 6});
   const int64_t start = me * shard, valid = std::min(shard, V - start);
-  struct Grads {
-    double loss;
-    std::vector<double> dx, dw;
-  };
-  auto run = [&](bool fused) {
-    Tensor x = randn({2, 6, C}, 3, 1);
-    Tensor w = contiguous(narrow(w_full, 0, start, shard)).detach();
-    x.set_requires_grad(true);
-    w.set_requires_grad(true);
-    Tensor loss = fused
-                      ? vocab_parallel_linear_cross_entropy(x, w, targets, start, valid, g_world)
-                      : vocab_parallel_cross_entropy(linear(x, w), targets, start, valid, g_world);
-    autograd::backward({loss});
-    Tensor dx = x.grad();
-    g_world->all_reduce(dx, dist::ReduceOp::Sum)->wait();
-    return Grads{to_double_vector(loss)[0], to_double_vector(dx), to_double_vector(w.grad())};
-  };
-  const Grads fused = run(true), plain = run(false);
+  const VocabLoss fused = vocab_loss(true, w_full, targets, shard, V),
+                  plain = vocab_loss(false, w_full, targets, shard, V);
   EXPECT_NEAR(fused.loss, plain.loss, 1e-6 * plain.loss);
   expect_close(fused.dx, plain.dx, 1e-7, 1e-5, "dx");
   expect_close(fused.dw, plain.dw, 1e-7, 1e-5, "dw");
@@ -164,29 +171,19 @@ TEST(VocabParallel, FusedHeadLossEqualsLinearThenLossAndTheUnshardedOne) {
 // process's cross_entropy: fused and unfused vocab-parallel losses, loss and
 // x's gradient (summed over the ranks).
 TEST(VocabParallel, IgnoredTargetsAreLeftOutOfTheMean) {
-  const int P = g_world->size(), me = g_world->rank();
-  const int64_t shard = 37, V = shard * P - 5, C = 16;
-  const Tensor w_full = randn({shard * P, C}, 3, 2, 0.3);
+  const int64_t shard = 37, V = shard * g_world->size() - 5, C = 16;
+  const Tensor w_full = randn({shard * g_world->size(), C}, 3, 2, 0.3);
   std::vector<int64_t> t;
   for (int64_t i = 0; i < 12; ++i) t.push_back(i % 3 == 1 ? -100 : (i * 29 + 3) % V);
   const Tensor targets = from_vector(t, {2, 6});
-  const int64_t start = me * shard, valid = std::min(shard, V - start);
   Tensor x_ref = randn({2, 6, C}, 3, 1);
   x_ref.set_requires_grad(true);
   Tensor ref = cross_entropy(linear(x_ref, contiguous(narrow(w_full, 0, 0, V))), targets);
   autograd::backward({ref});
   for (bool fused : {true, false}) {
-    Tensor x = randn({2, 6, C}, 3, 1);
-    Tensor w = contiguous(narrow(w_full, 0, start, shard)).detach();
-    x.set_requires_grad(true);
-    Tensor loss = fused
-                      ? vocab_parallel_linear_cross_entropy(x, w, targets, start, valid, g_world)
-                      : vocab_parallel_cross_entropy(linear(x, w), targets, start, valid, g_world);
-    autograd::backward({loss});
-    Tensor dx = x.grad();
-    g_world->all_reduce(dx, dist::ReduceOp::Sum)->wait();
-    EXPECT_NEAR(item(loss), item(ref), 1e-6 * item(ref)) << (fused ? "fused" : "unfused");
-    expect_close(to_double_vector(dx), to_double_vector(x_ref.grad()), 1e-7, 1e-5,
+    const VocabLoss got = vocab_loss(fused, w_full, targets, shard, V);
+    EXPECT_NEAR(got.loss, item(ref), 1e-6 * item(ref)) << (fused ? "fused" : "unfused");
+    expect_close(got.dx, to_double_vector(x_ref.grad()), 1e-7, 1e-5,
                  fused ? "dx (fused)" : "dx (unfused)");
   }
 }
