@@ -37,6 +37,10 @@ int main(int argc, char** argv) {
   app.add_option("--top-p", o.top_p, "sample from the smallest set holding this probability")
       ->capture_default_str();
   app.add_option("--seed", o.seed, "sampling seed")->capture_default_str();
+  int64_t stop_token = -2;  // -2: the config's data.eod_token
+  app.add_option("--stop-token", stop_token,
+                 "stop when the model produces this token, and do not print it (default: the "
+                 "config's data.eod_token, the end of a document; -1: never)");
   app.add_option("--device", device, "cpu, cuda or cuda:N (default: the config's)");
   app.add_option("--vocab", vocab, "GPT-2 vocab.json (with --merges: BPE; otherwise bytes)");
   app.add_option("--merges", merges, "GPT-2 merges.txt");
@@ -71,6 +75,12 @@ int main(int argc, char** argv) {
                               std::to_string(config.model.vocab_size));
     }
     o.vocab_limit = tok->vocab_size();  // never an id the tokenizer cannot print
+    o.stop_token = stop_token == -2 ? config.model.eod_token : stop_token;
+    if (o.stop_token < -1 || o.stop_token >= tok->vocab_size()) {
+      throw triad::ValueError("--stop-token " + std::to_string(o.stop_token) +
+                              " is outside the tokenizer's vocabulary [0, " +
+                              std::to_string(tok->vocab_size()) + ") (-1: never stop early)");
+    }
     triad::nn::GptConfig model_cfg = config.model;
     model_cfg.dropout = 0;
     triad::nn::Gpt model(model_cfg, config.train.seed);
@@ -78,7 +88,7 @@ int main(int argc, char** argv) {
     model.to(triad::device_from_string(device.empty() ? config.device : device));
     const auto ids = tok->encode(prompt);
     const auto t0 = std::chrono::steady_clock::now();
-    const auto out = triad::nn::generate(model, std::vector<int64_t>(ids.begin(), ids.end()), o);
+    auto out = triad::nn::generate(model, std::vector<int64_t>(ids.begin(), ids.end()), o);
     const double secs =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (timing) {
@@ -86,6 +96,7 @@ int main(int argc, char** argv) {
                    ids.size(), secs, static_cast<double>(out.size()) / secs,
                    o.kv_cache ? "key/value cache" : "no cache");
     }
+    if (!out.empty() && out.back() == o.stop_token) out.pop_back();  // the end, not text
     std::printf("%s%s\n", prompt.c_str(),
                 tok->decode(std::vector<int32_t>(out.begin(), out.end())).c_str());
   } catch (const triad::Error& e) {
