@@ -4,10 +4,12 @@
 // memory-bound kernels, TFLOP/s over --peak-tflops for GEMMs and attention.
 // One JSON line per kernel.
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <functional>
 #include <nlohmann/json.hpp>
+#include <vector>
 
 #include "triad/backend/backend.h"
 #include "triad/backend/cuda.h"
@@ -159,6 +161,33 @@ int main(int argc, char** argv) {
                     {triad::cuda::AttentionKernel::TensorCore, triad::cuda::AttentionKernel::Cudnn},
                     "_B" + std::to_string(a.b) + "_T" + std::to_string(a.t) + "_C" +
                         std::to_string(a.c) + "_NH" + std::to_string(a.nh));
+  }
+  // Packed documents (data.reset_attention_mask): four equal documents a
+  // row, so a quarter of the causal FLOPs; the kernels skip the other
+  // documents' tiles, and the time should fall about as much.
+  {
+    Tensor qkv = rnd({B, T, 3 * C}, 5), out = triad::empty({B, T, C}, bf, gpu);
+    Tensor lse = triad::empty({B, NH, T}, DType::F32, gpu),
+           dqkv = triad::empty({B, T, 3 * C}, bf, gpu);
+    std::vector<int64_t> starts(static_cast<size_t>(B * T));
+    const int64_t doc = std::max<int64_t>(1, T / 4);
+    for (int64_t i = 0; i < B * T; ++i) starts[i] = (i % T) / doc * doc;
+    const Tensor st = triad::to_device(triad::from_vector(starts, {B, T}, DType::I32), gpu);
+    const double docs_fwd = 2.0 * B * NH * static_cast<double>(T) * doc * (C / NH);
+    triad::cuda::set_attention_kernel(triad::cuda::AttentionKernel::TensorCore);
+    try {
+      report("attention_forward_tensor_core_docs4",
+             time_ms([&] { be.attention_forward(qkv, NH, out, lse, st); }, iters), 0, docs_fwd);
+      report("attention_backward_tensor_core_docs4",
+             time_ms([&] { be.attention_backward(qkv, out, lse, out, NH, dqkv, st); }, iters), 0,
+             2.5 * docs_fwd);
+    } catch (const std::exception& e) {
+      std::printf("%s\n",
+                  nlohmann::json{{"kernel", "attention_tensor_core_docs4"}, {"error", e.what()}}
+                      .dump()
+                      .c_str());
+    }
+    triad::cuda::set_attention_kernel(triad::cuda::AttentionKernel::Auto);
   }
 
   Tensor wq = rnd({3 * C, C}, 6), yq = triad::empty({N, 3 * C}, bf, gpu);
