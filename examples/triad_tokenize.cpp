@@ -19,7 +19,7 @@
 
 int main(int argc, char** argv) {
   CLI::App app{"Tokenize a text file into an llm.c shard or a Megatron indexed dataset"};
-  std::string input, output, vocab, merges, format = "llmc", documents = "whole";
+  std::string input, output, vocab, merges, format = "llmc", documents = "whole", json_key = "text";
   int64_t eod = -1;
   app.add_option("--input", input, "UTF-8 text file")->required();
   app.add_option("--output", output, "shard to write (llmc), or the dataset's prefix (megatron)")
@@ -31,9 +31,11 @@ int main(int argc, char** argv) {
   app.add_option("--vocab", vocab, "GPT-2 vocab.json (with --merges: BPE; otherwise bytes)");
   app.add_option("--merges", merges, "GPT-2 merges.txt");
   app.add_option("--documents", documents,
-                 "how the input divides into documents: whole (one), lines (each non-empty line) "
-                 "or paragraphs (separated by blank lines); each is a document of a Megatron "
-                 "dataset");
+                 "how the input divides into documents: whole (one), lines (each non-empty line), "
+                 "paragraphs (separated by blank lines) or jsonl (one JSON object per line, the "
+                 "text under --json-key); each is a document of a Megatron dataset");
+  app.add_option("--json-key", json_key, "jsonl: the field holding each document's text")
+      ->capture_default_str();
   app.add_option("--eod", eod,
                  "token appended after each document (e.g. 50256, GPT-2's <|endoftext|>; "
                  "data.eod_token in triad-train); -1: none");
@@ -54,7 +56,8 @@ int main(int argc, char** argv) {
     ss << in.rdbuf();
     const auto docs = triad::data::tokenize_documents(
         *tok,
-        triad::data::split_documents(ss.str(), triad::data::document_split_from_string(documents)),
+        triad::data::split_documents(ss.str(), triad::data::document_split_from_string(documents),
+                                     json_key),
         eod);
     size_t count = 0;
     for (const auto& d : docs) count += d.size();

@@ -272,11 +272,39 @@ DocumentSplit document_split_from_string(const std::string& name) {
   if (name == "whole") return DocumentSplit::Whole;
   if (name == "lines") return DocumentSplit::Lines;
   if (name == "paragraphs") return DocumentSplit::Paragraphs;
-  throw ValueError("documents '" + name + "' must be whole, lines or paragraphs");
+  if (name == "jsonl") return DocumentSplit::JsonLines;
+  throw ValueError("documents '" + name + "' must be whole, lines, paragraphs or jsonl");
 }
 
-std::vector<std::string> split_documents(const std::string& text, DocumentSplit how) {
+namespace {
+// The string under `key` of each non-blank line's JSON object.
+std::vector<std::string> json_line_documents(const std::string& text, const std::string& key) {
+  std::vector<std::string> docs;
+  size_t at = 0;
+  for (int64_t number = 1; at < text.size(); ++number) {
+    size_t end = text.find('\n', at);
+    if (end == std::string::npos) end = text.size();
+    const std::string line = text.substr(at, end - at);
+    at = end + 1;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    const std::string where = "JSON line " + std::to_string(number);
+    if (j.is_discarded()) throw ValueError(where + " does not parse");
+    if (!j.is_object()) throw ValueError(where + " is not an object");
+    const auto it = j.find(key);
+    if (it == j.end() || !it->is_string()) {
+      throw ValueError(where + " has no string \"" + key + "\" (--json-key names the field)");
+    }
+    docs.push_back(it->get<std::string>());
+  }
+  return docs;
+}
+}  // namespace
+
+std::vector<std::string> split_documents(const std::string& text, DocumentSplit how,
+                                         const std::string& json_key) {
   if (how == DocumentSplit::Whole) return {text};
+  if (how == DocumentSplit::JsonLines) return json_line_documents(text, json_key);
   std::vector<std::string> docs;
   std::string paragraph;
   auto blank = [](const std::string& line) {

@@ -157,7 +157,7 @@ TEST(TokenDataset, ShuffledPassesVisitEverySequenceOnceWhateverTheSplit) {
   }
 }
 
-TEST(Tokenizer, TextSplitsIntoDocumentsByLineOrParagraph) {
+TEST(Tokenizer, TextSplitsIntoDocumentsByLineParagraphOrJsonLine) {
   const std::string text = "first line\r\nsecond\n\n  \nthird\nstill third\n\n\nfourth";
   EXPECT_EQ(split_documents(text, DocumentSplit::Whole), std::vector<std::string>{text});
   EXPECT_EQ(
@@ -166,6 +166,26 @@ TEST(Tokenizer, TextSplitsIntoDocumentsByLineOrParagraph) {
   EXPECT_EQ(split_documents(text, DocumentSplit::Paragraphs),
             (std::vector<std::string>{"first line\r\nsecond", "third\nstill third", "fourth"}));
   EXPECT_EQ(document_split_from_string("paragraphs"), DocumentSplit::Paragraphs);
+  const std::string jsonl =
+      "{\"text\": \"one\\ntwo\", \"id\": 1}\n\n{\"id\": 2, \"text\": \"caf\u00e9\"}\r\n";
+  EXPECT_EQ(split_documents(jsonl, DocumentSplit::JsonLines),
+            (std::vector<std::string>{"one\ntwo", "caf\u00e9"}));
+  auto json_error = [](const std::string& text, const std::string& key) {
+    try {
+      split_documents(text, DocumentSplit::JsonLines, key);
+    } catch (const ValueError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(json_error("{\"text\": \"a\"}\n{\"text\": 3}\n", "text"),
+            "JSON line 2 has no string \"text\" (--json-key names the field)");
+  EXPECT_EQ(json_error("{\"body\": \"a\"}\n", "text"),
+            "JSON line 1 has no string \"text\" (--json-key names the field)");
+  EXPECT_EQ(json_error("\n\n{\"text\": \"a\"\n", "text"), "JSON line 3 does not parse");
+  EXPECT_EQ(json_error("[1]\n", "text"), "JSON line 1 is not an object");
+  EXPECT_EQ(split_documents("{\"body\": \"b\"}", DocumentSplit::JsonLines, "body"),
+            std::vector<std::string>{"b"});
   EXPECT_THROW(document_split_from_string("pages"), ValueError);
   ByteTokenizer tok;
   const auto docs = tokenize_documents(tok, {"ab", "c"}, 0);

@@ -50,12 +50,17 @@ class Gpt2BpeTokenizer final : public Tokenizer {
 
 // How a text file divides into documents (triad-tokenize --documents):
 // the whole file is one; each non-empty line is one (a trailing \r is
-// dropped); or paragraphs, runs of lines separated by blank lines (lines of
-// spaces, tabs or \r only), each document its lines joined by \n.
-enum class DocumentSplit { Whole, Lines, Paragraphs };
-// whole | lines | paragraphs; anything else is a ValueError naming it.
+// dropped); paragraphs, runs of lines separated by blank lines (lines of
+// spaces, tabs or \r only), each document its lines joined by \n; or JSON
+// lines (Megatron-LM's preprocessing input: one object per non-blank line,
+// the document the string under `json_key`).
+enum class DocumentSplit { Whole, Lines, Paragraphs, JsonLines };
+// whole | lines | paragraphs | jsonl; anything else is a ValueError naming it.
 DocumentSplit document_split_from_string(const std::string& name);
-std::vector<std::string> split_documents(const std::string& text, DocumentSplit how);
+// A JSON line that does not parse, is not an object or lacks a string
+// under json_key is a ValueError naming its line number.
+std::vector<std::string> split_documents(const std::string& text, DocumentSplit how,
+                                         const std::string& json_key = "text");
 // Each document's tokens, each followed by eod_token when it is >= 0 (it
 // must then be below the tokenizer's vocab_size: a ValueError otherwise).
 // Documents are encoded one by one, so no BPE merge crosses a boundary.
