@@ -576,6 +576,7 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
             throw ConfigError(k + " ('" + c.checkpoint.resume + "') must be never or auto");
           }
         }}},
+      {"async", {false, [&](auto& v, auto& k) { c.checkpoint.async = get_bool(v, k); }}},
   };
   auto positive_int = [](const YAML::Node& v, const std::string& k, int min) {
     const int64_t x = get_int(v, k);
@@ -765,7 +766,8 @@ std::string to_yaml(const Config& c) {
     e << YAML::Key << "checkpoint" << YAML::Value << YAML::BeginMap << YAML::Key << "dir"
       << YAML::Value << c.checkpoint.dir << YAML::Key << "interval" << YAML::Value
       << c.checkpoint.interval << YAML::Key << "keep" << YAML::Value << c.checkpoint.keep
-      << YAML::Key << "resume" << YAML::Value << c.checkpoint.resume << YAML::EndMap;
+      << YAML::Key << "resume" << YAML::Value << c.checkpoint.resume << YAML::Key << "async"
+      << YAML::Value << c.checkpoint.async << YAML::EndMap;
   }
   if (!c.data_val.empty()) {
     e << YAML::Key << "eval" << YAML::Value << YAML::BeginMap << YAML::Key << "interval"

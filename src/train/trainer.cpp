@@ -366,8 +366,14 @@ RankPlacement Trainer::placement() const {
 void Trainer::save_checkpoint(int64_t next_step) {
   const auto& ck = config_.checkpoint;
   const int rank = world_ ? world_->rank() : 0;
+  if (pending_checkpoint_) commit_pending_checkpoint(/*wait=*/true);
   std::map<std::string, Tensor> tensors;
-  auto host = [](const Tensor& t) { return to_device(t.detach(), Device::cpu()).detach(); };
+  // A write on another thread needs a snapshot: host tensors are copied, not
+  // shared with the parameters and moments the next steps update.
+  auto host = [async = ck.async](const Tensor& t) {
+    Tensor h = to_device(t.detach(), Device::cpu()).detach();
+    return async && t.device().is_cpu() ? clone(h).detach() : h;
+  };
   for (auto& [name, p] : parameters()) tensors["param/" + name] = host(p);
   int64_t opt_step = 0;
   if (zero_optimizer_) {
@@ -400,7 +406,20 @@ void Trainer::save_checkpoint(int64_t next_step) {
     // instead of timing again, and so repeats this one's arithmetic.
     meta["attention_choices"] = attention_choices_to_json(cuda::attention_choices()).dump();
   }
-  io::write_rank_state(io::checkpoint_staging_dir(ck.dir, next_step), rank, tensors, meta);
+  const std::string staging = io::checkpoint_staging_dir(ck.dir, next_step);
+  if (ck.async) {
+    pending_checkpoint_ = PendingCheckpoint{
+        next_step,
+        std::async(std::launch::async, [staging, rank, tensors = std::move(tensors),
+                                        meta = std::move(meta), hook = before_checkpoint_write_] {
+          if (hook) hook();
+          io::write_rank_state(staging, rank, tensors, meta);
+        }).share()};
+    if (is_logging_rank())
+      spdlog::info("checkpoint: step {} is being written in the background", next_step);
+    return;
+  }
+  io::write_rank_state(staging, rank, tensors, meta);
   barrier();
   if (rank == 0) {
     io::commit_checkpoint(ck.dir, next_step, world_ ? world_->size() : 1, layout(),
@@ -408,6 +427,47 @@ void Trainer::save_checkpoint(int64_t next_step) {
     spdlog::info("checkpoint: {}/step_{}", ck.dir, next_step);
   }
   barrier();
+}
+
+bool Trainer::pending_checkpoint_written() const {
+  return !pending_checkpoint_ ||
+         pending_checkpoint_->write.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+}
+
+std::exception_ptr Trainer::pending_checkpoint_error() const {
+  try {
+    pending_checkpoint_->write.get();  // a shared future: the error stays for the commit
+  } catch (...) {
+    return std::current_exception();
+  }
+  return nullptr;
+}
+
+void Trainer::commit_pending_checkpoint(bool wait, bool any_failed) {
+  if (!pending_checkpoint_) return;
+  if (wait) {
+    pending_checkpoint_->write.wait();
+    // Every rank learns whether any failed before rank 0 commits.
+    Tensor failed =
+        from_vector(std::vector<double>{pending_checkpoint_error() ? 1.0 : 0.0}, {1}, DType::F64);
+    if (world_ && world_->size() > 1) world_->all_reduce(failed, dist::ReduceOp::Max)->wait();
+    any_failed = item(failed) > 0;
+  }
+  const std::exception_ptr error = pending_checkpoint_error();
+  const int64_t step = pending_checkpoint_->step;
+  pending_checkpoint_.reset();
+  if (error) std::rethrow_exception(error);
+  if (any_failed) {
+    throw IoError("checkpoint step " + std::to_string(step) +
+                  ": another rank could not write its state (its log names the reason)");
+  }
+  const auto& ck = config_.checkpoint;
+  if (!world_ || world_->rank() == 0) {
+    io::commit_checkpoint(ck.dir, step, world_ ? world_->size() : 1, layout(), to_yaml(config_),
+                          ck.keep);
+    spdlog::info("checkpoint: {}/step_{}", ck.dir, step);
+  }
+  if (wait) barrier();
 }
 
 int64_t Trainer::load_checkpoint() {
@@ -1062,10 +1122,18 @@ std::vector<StepMetrics> Trainer::run() {
                    *m.val_loss,
                    val_batches_ * config_.train.global_batch_size * config_.model.seq_len, eval_ms);
     }
-    // Every rank agrees on stopping, so they all checkpoint the same step.
-    Tensor stop = from_vector(std::vector<double>{g_stop_requested ? 1.0 : 0.0}, {1}, DType::F64);
-    if (world_ && world_->size() > 1) world_->all_reduce(stop, dist::ReduceOp::Max)->wait();
-    const bool stopping = item(stop) > 0;
+    // Every rank agrees on stopping, so they all checkpoint the same step,
+    // and (checkpoint.async) on whether every rank has written the one in
+    // flight, so rank 0 commits it only then: one reduction for both.
+    const bool written = pending_checkpoint_written();
+    const bool failed = written && pending_checkpoint_ && pending_checkpoint_error();
+    Tensor flags = from_vector(
+        std::vector<double>{g_stop_requested ? 1.0 : 0.0, written ? 0.0 : 1.0, failed ? 1.0 : 0.0},
+        {3}, DType::F64);
+    if (world_ && world_->size() > 1) world_->all_reduce(flags, dist::ReduceOp::Max)->wait();
+    const std::vector<double> agreed = to_double_vector(flags);
+    const bool stopping = agreed[0] > 0;
+    if (agreed[1] == 0) commit_pending_checkpoint(/*wait=*/false, agreed[2] > 0);
     const bool periodic = ck.interval > 0 && m.step % ck.interval == 0;
     if (!ck.dir.empty() && (periodic || stopping || m.step == steps)) save_checkpoint(m.step);
     if (stopping) {
@@ -1073,6 +1141,7 @@ std::vector<StepMetrics> Trainer::run() {
       break;
     }
   }
+  commit_pending_checkpoint(/*wait=*/true);  // the last one, before the run returns
   std::signal(SIGTERM, previous_term);
   std::signal(SIGINT, previous_int);
   if (device_.is_cuda() && cuda::gemm_settings().verify) {

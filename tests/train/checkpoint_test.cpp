@@ -3,6 +3,8 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <thread>
 
 #include "support/temp_dir.h"
 #include "triad/data/token_dataset.h"
@@ -292,6 +294,58 @@ TEST(Checkpoint, ARampMovesTheScheduleBySequences) {
   const double lr = c.train.lr;
   const std::vector<double> want = {lr / 4, lr / 2, 3 * lr / 4, lr, lr};
   for (size_t k = 0; k < 5; ++k) EXPECT_NEAR(m[k].lr, want[k], 1e-15) << "step " << k + 1;
+}
+
+std::string file_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// checkpoint.async writes a snapshot on a thread while training goes on:
+// the files are byte for byte the synchronous run's. Each write first waits
+// 300 ms, so the next steps have long updated the parameters and moments
+// when it writes: a snapshot that shared their memory would hold those.
+TEST(Checkpoint, AsyncCheckpointsAreTheSynchronousFilesWhileTrainingGoesOn) {
+  TempDir sync_dir, async_dir;
+  {
+    Trainer t(config(sync_dir, 6, 2, "never"));
+    t.run();
+  }
+  Config c = config(async_dir, 6, 2, "never");
+  c.checkpoint.async = true;
+  Trainer t(c);
+  int writes = 0;
+  t.before_checkpoint_write([&writes] {
+    ++writes;
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  });
+  t.run();
+  EXPECT_EQ(writes, 3);
+  for (int step : {2, 4, 6}) {
+    const std::string file = "ckpt/step_" + std::to_string(step) + "/rank_0.safetensors";
+    const std::string want = file_bytes(sync_dir.file(file)),
+                      got = file_bytes(async_dir.file(file));
+    ASSERT_FALSE(want.empty()) << file;
+    EXPECT_TRUE(got == want) << file << " differs from the synchronous run's";
+  }
+  EXPECT_EQ(file_bytes(async_dir.file("ckpt/latest")), "step_6\n");
+}
+
+// A write that fails stops the run with its error, and nothing is committed.
+TEST(Checkpoint, AFailedAsyncWriteStopsTheRunWithItsError) {
+  TempDir dir;
+  Config c = config(dir, 4, 2, "never");
+  c.checkpoint.async = true;
+  Trainer t(c);
+  t.before_checkpoint_write([] { throw IoError("disk full (test)"); });
+  try {
+    t.run();
+    FAIL() << "expected IoError";
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find("disk full (test)"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir.file("ckpt/latest")));
+  EXPECT_FALSE(std::filesystem::exists(dir.file("ckpt/step_2")));
 }
 
 TEST(Checkpoint, PlacementsRoundTripAndNonsenseIsRefused) {

@@ -304,6 +304,15 @@ TEST(Config, BatchSizeRampParsesRoundTripsAndChecksEverySize) {
   }
 }
 
+TEST(Config, AsyncCheckpointsParseAndRoundTrip) {
+  EXPECT_FALSE(parse_config(kValid).checkpoint.async);
+  const Config c = parse_config(kValid, {"checkpoint.dir=ck", "checkpoint.async=true"});
+  EXPECT_TRUE(c.checkpoint.async);
+  EXPECT_TRUE(parse_config(to_yaml(c)).checkpoint.async);
+  expect_config_error(kValid, {"checkpoint.async=later"},
+                      "checkpoint.async: expected true or false, got 'later'");
+}
+
 TEST(Config, PackedDocumentSettingsParseRoundTripAndNeedAnEndToken) {
   const Config plain = parse_config(kValid);
   EXPECT_EQ(plain.model.eod_token, -1);

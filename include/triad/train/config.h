@@ -72,6 +72,10 @@ struct CheckpointSection {
   int64_t interval = 0;          // every N steps (0: only when stopped by a signal, and at the end)
   int keep = 3;                  // newest checkpoints kept
   std::string resume = "never";  // never | auto (the newest complete checkpoint in dir)
+  // true: each rank copies its state to host memory and writes it on a
+  // thread of its own while training goes on; the checkpoint is committed
+  // at the first step boundary after every rank has written.
+  bool async = false;
 };
 
 // Validation (`eval:` section; runs only when data.val is given).

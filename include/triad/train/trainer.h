@@ -1,8 +1,11 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <future>
 #include <map>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "triad/data/blended_dataset.h"
@@ -53,6 +56,12 @@ class Trainer {
   double evaluate_only();
   // Global batches one evaluation covers (0 without data.val).
   int64_t eval_batches() const { return val_batches_; }
+  // Test hook: runs on the writing thread of every asynchronous checkpoint
+  // (checkpoint.async) before it writes; an exception it throws is the
+  // write's error.
+  void before_checkpoint_write(std::function<void()> hook) {
+    before_checkpoint_write_ = std::move(hook);
+  }
   // Test hook: this rank's loss (and so its gradients) becomes NaN at the
   // `count` (0-based) steps from `index` on (layouts without a pipeline).
   void inject_nan_at(int64_t index, int64_t count = 1) {
@@ -142,7 +151,26 @@ class Trainer {
   // Auto attention (CUDA): times the training shape and agrees with the
   // other ranks on one kernel (train/attention_choice.h).
   void choose_attention_kernel();
+  // Saves the state before step next_step: at once, or (checkpoint.async)
+  // as a snapshot written on a thread, committed by commit_pending_checkpoint.
   void save_checkpoint(int64_t next_step);
+  // checkpoint.async: the write in flight, if any (this rank's part).
+  struct PendingCheckpoint {
+    int64_t step = 0;
+    std::shared_future<void> write;
+  };
+  std::optional<PendingCheckpoint> pending_checkpoint_;
+  std::function<void()> before_checkpoint_write_;
+  // Whether this rank's write has finished (true without one), and the
+  // error a finished one raised (null when it succeeded).
+  bool pending_checkpoint_written() const;
+  std::exception_ptr pending_checkpoint_error() const;
+  // Commits the write in flight: with `wait`, once each rank's own write
+  // has finished (a collective that also agrees on failures); without, the
+  // caller has agreed at a step boundary that every rank's has, and on
+  // `any_failed`. A rank whose write failed raises its error; the others
+  // raise one naming the step.
+  void commit_pending_checkpoint(bool wait, bool any_failed = false);
   int64_t load_checkpoint();
   void barrier() const;
   void record(const std::string& name, const std::string& category,
