@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # triad-train gets SIGTERM mid-run: it must finish the step, write a complete
-# checkpoint, exit 0; a resumed run then continues from that step.
+# checkpoint, exit 0; a resumed run then continues from that step. Arguments
+# after the fourth are more triad-train flags (e.g. asynchronous checkpoints).
 set -u
 train=$1 config=$2 data=$3 work=$4
+shift 4
 rm -rf "$work"
 args=(--config "$config" --set data.train="$data" --set train.steps=100000 --set log.interval=1000
-      --set checkpoint.dir="$work/ckpt" --set output.dir="$work/out")
+      --set checkpoint.dir="$work/ckpt" --set output.dir="$work/out" "$@")
 "$train" "${args[@]}" > "$work.log" 2>&1 &
 pid=$!
 for _ in $(seq 1 200); do   # wait until it is training
