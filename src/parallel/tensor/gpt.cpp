@@ -311,6 +311,20 @@ Tensor TensorParallelGpt::block_forward(int64_t i, const Tensor& x,
 
 Tensor TensorParallelGpt::head_loss(const Tensor& hidden, const Tensor& targets) const {
   require(plan_.head, "the output head");
+  // Checked where they are read anyway (host targets; device ones are the
+  // caller's): the shards see only their own vocabulary, so a target past
+  // the whole of it would silently score 0 on every rank.
+  if (targets.device().is_cpu()) {
+    const Tensor t = contiguous(cast(targets, DType::I64));
+    const int64_t* p = t.data<int64_t>();
+    for (int64_t i = 0; i < t.numel(); ++i) {
+      if (p[i] != -100 && (p[i] < 0 || p[i] >= cfg_.vocab_size)) {
+        throw ValueError("TensorParallelGpt: target " + std::to_string(p[i]) + " at row " +
+                         std::to_string(i) + " is outside [0, " +
+                         std::to_string(cfg_.vocab_size) + ") (-100: ignored)");
+      }
+    }
+  }
   Tensor y = ln_f_->forward(hidden);
   Tensor full = sp_ ? gather_from_sequence_region(y, group_) : copy_to_region(y, group_);
   return vocab_parallel_linear_cross_entropy(full, wte_->weight(), targets, wte_->vocab_start(),

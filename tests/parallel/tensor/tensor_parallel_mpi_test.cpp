@@ -273,6 +273,22 @@ TEST_P(TensorParallelGptTest, PackedDocumentsMatchOneProcess) {
             1e-4);
 }
 
+// A target outside the vocabulary is named, as one process's loss names it
+// (each shard alone cannot tell it from another shard's token).
+TEST(TensorParallelGpt, ATargetOutsideTheVocabularyIsNamed) {
+  TensorParallelGpt model(tiny(300), 1, g_world, false);
+  Tensor targets = token_ids(300, 2);
+  targets.data<int64_t>()[5] = 300;
+  try {
+    model.loss(token_ids(300, 1), targets);
+    FAIL() << "expected ValueError";
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("target 300 at row 5 is outside [0, 300)"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST_P(TensorParallelGptTest, ThreeAdamWStepsGiveTheSameLosses) {
   const bool sp = GetParam();
   const int64_t V = 200;
