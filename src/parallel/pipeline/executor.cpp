@@ -233,6 +233,9 @@ PipelineStepResult PipelineExecutor::run(const std::vector<data::Batch>& micro,
   using Key = std::pair<int, int>;  // (chunk, microbatch)
   std::map<Key, Tensor> inputs, outputs, losses, grad_in, grad_out;
   std::map<Key, autograd::WeightGradStore> stores;
+  // Each microbatch's packed documents, found once from its ids for all of
+  // this rank's chunks (every stage sees the batch's ids).
+  std::map<int, nn::ForwardContext> documents;
   PipelineStepResult res;
   std::vector<dist::WorkPtr> pending_sends;
   int live = 0;
@@ -318,8 +321,10 @@ PipelineStepResult PipelineExecutor::run(const std::vector<data::Batch>& micro,
     nn::ForwardContext cctx = ctx;
     cctx.call = ctx.call + static_cast<uint64_t>(mb);  // distinct per microbatch
     if (a.compute == ComputeKind::Forward) {
-      // Every stage sees the batch's ids: each finds the documents itself.
-      cctx = chunk.with_documents(micro[mb].inputs, cctx);
+      auto found = documents.find(mb);
+      if (found == documents.end())
+        found = documents.emplace(mb, chunk.with_documents(micro[mb].inputs, cctx)).first;
+      cctx = found->second;
     }
     switch (a.compute) {
       case ComputeKind::Forward:
@@ -397,10 +402,10 @@ double PipelineExecutor::evaluate(const std::vector<data::Batch>& micro) {
   std::vector<dist::WorkPtr> previous, current;
   for (const data::Batch& batch : micro) {
     const int64_t b = batch.inputs.size(0), T = batch.inputs.size(1);
+    const nn::ForwardContext ctx = model_.chunk(0).with_documents(batch.inputs, no_dropout);
     for (int c = 0; c < model_.v(); ++c) {
       const int stage = schedule_.stage_of(r, c);
       tp::TensorParallelGpt& chunk = model_.chunk(c);
-      const nn::ForwardContext ctx = chunk.with_documents(batch.inputs, no_dropout);
       Tensor x;
       if (stage == 0) {
         x = chunk.embed(batch.inputs, ctx);
