@@ -51,7 +51,7 @@ void GptConfig::validate() const {
   require_positive(d_model, "d_model");
   require_positive(vocab_size, "vocab_size");
   require_positive(seq_len, "seq_len");
-  if ((reset_attention_mask || reset_position_ids) && (eod_token < 0 || eod_token >= vocab_size)) {
+  if (resets_documents() && (eod_token < 0 || eod_token >= vocab_size)) {
     throw ConfigError("data.eod_token (" + std::to_string(eod_token) +
                       ") must be a token id in [0, " + std::to_string(vocab_size) +
                       ") when data.reset_attention_mask or data.reset_position_ids is set");

@@ -1039,7 +1039,7 @@ std::vector<StepMetrics> Trainer::run() {
                  ramp_.samples());
   }
   const auto& mc = config_.model;
-  if (mc.reset_attention_mask || mc.reset_position_ids || config_.data_eod_mask_loss) {
+  if (mc.resets_documents() || config_.data_eod_mask_loss) {
     std::string what;
     auto say = [&](bool on, const char* s) {
       if (on) what.append(what.empty() ? "" : ", ").append(s);

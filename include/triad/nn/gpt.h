@@ -39,6 +39,8 @@ struct GptConfig {
   int64_t eod_token = -1;
   bool reset_attention_mask = false;
   bool reset_position_ids = false;
+  // Whether either reset is on (a forward pass then needs its documents).
+  bool resets_documents() const { return reset_attention_mask || reset_position_ids; }
 
   // Throws ConfigError naming the field when a value is impossible.
   void validate() const;

@@ -320,8 +320,8 @@ Tensor TensorParallelGpt::head_loss(const Tensor& hidden, const Tensor& targets)
     for (int64_t i = 0; i < t.numel(); ++i) {
       if (p[i] != -100 && (p[i] < 0 || p[i] >= cfg_.vocab_size)) {
         throw ValueError("TensorParallelGpt: target " + std::to_string(p[i]) + " at row " +
-                         std::to_string(i) + " is outside [0, " +
-                         std::to_string(cfg_.vocab_size) + ") (-100: ignored)");
+                         std::to_string(i) + " is outside [0, " + std::to_string(cfg_.vocab_size) +
+                         ") (-100: ignored)");
       }
     }
   }
@@ -333,6 +333,7 @@ Tensor TensorParallelGpt::head_loss(const Tensor& hidden, const Tensor& targets)
 
 nn::ForwardContext TensorParallelGpt::with_documents(const Tensor& ids,
                                                      const nn::ForwardContext& ctx) const {
+  if (!cfg_.resets_documents()) return ctx;  // (no parameter walk on every forward)
   const auto params = parameters();
   return nn::with_documents(cfg_, ids, ctx, params.empty() ? Device::cpu() : params[0].device());
 }
