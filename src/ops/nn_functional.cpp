@@ -1,5 +1,6 @@
 #include "triad/ops/nn_functional.h"
 
+#include <cmath>
 #include <functional>
 #include <memory>
 #include <string>
@@ -176,6 +177,59 @@ Tensor causal_attention(const Tensor& qkv, int64_t n_head, const Tensor& doc_sta
            Tensor dout = contiguous(g[0]);
            Tensor dqkv = empty_like(qc);
            backend_for(qc).attention_backward(qc, od, lse, dout, n_head, dqkv, starts);
+           return {dqkv};
+         });
+  return out;
+}
+
+Tensor rotary_embedding(const Tensor& qkv, int64_t n_head, const Tensor& positions,
+                        int64_t start, double theta) {
+  detail::check_floating(qkv, "rotary_embedding", "qkv");
+  detail::check_dim(qkv, 3, "rotary_embedding", "qkv");
+  const int64_t B = qkv.size(0), T = qkv.size(1), C3 = qkv.size(2);
+  if (C3 % 3 != 0) {
+    throw ShapeError("rotary_embedding: last dim of qkv (" + std::to_string(C3) + ") must be 3*C");
+  }
+  const int64_t C = C3 / 3;
+  if (n_head <= 0 || C % n_head != 0 || (C / n_head) % 2 != 0) {
+    throw ShapeError("rotary_embedding: C (" + std::to_string(C) + ") must be n_head (" +
+                     std::to_string(n_head) + ") times an even head dimension");
+  }
+  if (!(theta > 0.0) || !std::isfinite(theta)) {
+    throw ValueError("rotary_embedding: theta (" + std::to_string(theta) +
+                     ") must be a positive number");
+  }
+  if (start < 0) {
+    throw ValueError("rotary_embedding: start (" + std::to_string(start) + ") must be >= 0");
+  }
+  Tensor pos;
+  if (positions.defined()) {
+    detail::check_index(positions, "rotary_embedding", "positions");
+    if (positions.dim() != 2 || positions.size(0) != B || positions.size(1) != T) {
+      throw ShapeError("rotary_embedding: positions must be (" + std::to_string(B) + ", " +
+                       std::to_string(T) + "), got " + shape_str(positions.shape()));
+    }
+    pos = contiguous(cast(positions, DType::I64)).detach();
+    if (pos.device().is_cpu()) {
+      const int64_t* p = pos.data<int64_t>();
+      for (int64_t i = 0; i < pos.numel(); ++i) {
+        if (p[i] < 0) {
+          throw ValueError("rotary_embedding: positions[" + std::to_string(i / T) + ", " +
+                           std::to_string(i % T) + "] is " + std::to_string(p[i]) +
+                           "; expected >= 0");
+        }
+      }
+    }
+    if (!(pos.device() == qkv.device())) pos = to_device(pos, qkv.device()).detach();
+  }
+  Tensor qc = contiguous(qkv);
+  Tensor out = empty_like(qc);
+  backend_for(qc).rotary_embedding(qc, n_head, pos, start, theta, false, out);
+  record("rotary_embedding", {qkv}, {out},
+         [pos, n_head, start, theta](const TensorList& g) -> TensorList {
+           Tensor dout = contiguous(g[0]);
+           Tensor dqkv = empty_like(dout);
+           backend_for(dout).rotary_embedding(dout, n_head, pos, start, theta, true, dqkv);
            return {dqkv};
          });
   return out;

@@ -157,6 +157,16 @@ class Backend {
                                   const Tensor& dout, int64_t n_head, Tensor& dqkv,
                                   const Tensor& doc_starts) = 0;
 
+  // Rotary position embedding (RoPE, the rotate-half form of GPT-NeoX and
+  // LLaMA) of the q and k parts of qkv (B, T, 3*C), C = n_head * D with D
+  // even; the v part is copied. Token (b, t) sits at positions[b, t] ((B, T)
+  // i64 on qkv's device) or, with positions undefined, at start + t. In each
+  // head, elements i and i + D/2 (i < D/2) turn by the angle
+  // position * theta^(-2i/D); `inverse` turns them back (the backward pass:
+  // the rotation's transpose). cos and sin are taken in f64.
+  virtual void rotary_embedding(const Tensor& qkv, int64_t n_head, const Tensor& positions,
+                                int64_t start, double theta, bool inverse, Tensor& out) = 0;
+
   // weight (V, C); ids (N) i32 or i64; out (N, C). Ids are validated < V.
   virtual void embedding_forward(const Tensor& weight, const Tensor& ids, Tensor& out) = 0;
   // dweight (V, C) is overwritten; the order of accumulation is fixed.

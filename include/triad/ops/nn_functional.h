@@ -33,6 +33,18 @@ Tensor softmax(const Tensor& x);
 // device; undefined means one document per row.
 Tensor causal_attention(const Tensor& qkv, int64_t n_head, const Tensor& doc_starts = {});
 
+// Rotary position embedding (RoPE; the rotate-half form of GPT-NeoX and
+// LLaMA) of the queries and keys in qkv (B, T, 3*C) = [q | k | v], C =
+// n_head * D with D even -> the same layout with q and k rotated and v
+// unchanged, ready for causal_attention. In each head, elements i and
+// i + D/2 turn by position * theta^(-2i/D), so a query-key product depends
+// only on how far apart the two tokens are. Token (b, t) sits at
+// positions[b, t] ((B, T) i32/i64, each >= 0, on qkv's device or the host,
+// where they are checked) or, with positions undefined, at start + t (a
+// key/value-cache step starts past the cached tokens).
+Tensor rotary_embedding(const Tensor& qkv, int64_t n_head, const Tensor& positions = {},
+                        int64_t start = 0, double theta = 10000.0);
+
 // Rows of weight (V, C) picked by ids (..., i32/i64) -> (..., C). The ids
 // are on the weight's device or on the host: host ids are checked (and, in
 // backward, grouped) where they are, so a GPU step never waits to copy them

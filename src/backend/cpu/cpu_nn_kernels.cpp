@@ -2,6 +2,7 @@
 // softmax, causal attention, embedding, cross entropy.
 #include <cblas.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -359,6 +360,52 @@ void CpuBackend::attention_backward(const Tensor& qkv, const Tensor& out, const 
                      dk + kb * C3, C3);
         }
       }
+    }
+  });
+}
+
+void CpuBackend::rotary_embedding(const Tensor& qkv, int64_t n_head, const Tensor& positions,
+                                  int64_t start, double theta, bool inverse, Tensor& out) {
+  dispatch_float(qkv.dtype(), "rotary_embedding", [&](auto tag) {
+    using T = decltype(tag);
+    const int64_t B = qkv.size(0), Tn = qkv.size(1), C3 = qkv.size(2), C = C3 / 3;
+    const int64_t D = C / n_head, half = D / 2;
+    const int64_t* pos = positions.defined() ? positions.data<int64_t>() : nullptr;
+    auto position = [&](int64_t b, int64_t t) { return pos ? pos[b * Tn + t] : start + t; };
+    // cos and sin of every (position, pair) the batch uses, in f64 and then
+    // in T, shared by the 2 * n_head rotations of a token.
+    int64_t npos = 0;
+    for (int64_t b = 0; b < B; ++b) {
+      for (int64_t t = 0; t < Tn; ++t) npos = std::max(npos, position(b, t) + 1);
+    }
+    std::vector<T> cs(static_cast<size_t>(npos * half)), sn(cs.size());
+    const double sign = inverse ? -1.0 : 1.0;
+    for (int64_t i = 0; i < half; ++i) {
+      const double freq = std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(D));
+      for (int64_t p = 0; p < npos; ++p) {
+        const double angle = static_cast<double>(p) * freq;
+        cs[static_cast<size_t>(p * half + i)] = static_cast<T>(std::cos(angle));
+        sn[static_cast<size_t>(p * half + i)] = static_cast<T>(sign * std::sin(angle));
+      }
+    }
+    const T* in = qkv.data<T>();
+    T* o = out.data<T>();
+#pragma omp parallel for schedule(static) if (B * Tn * C3 > 16384)
+    for (int64_t r = 0; r < B * Tn; ++r) {
+      const T* c = cs.data() + position(r / Tn, r % Tn) * half;
+      const T* s = sn.data() + position(r / Tn, r % Tn) * half;
+      const T* x = in + r * C3;
+      T* y = o + r * C3;
+      for (int64_t h = 0; h < 2 * n_head; ++h) {  // q's heads, then k's
+        const T* xh = x + h * D;
+        T* yh = y + h * D;
+        for (int64_t i = 0; i < half; ++i) {
+          const T x1 = xh[i], x2 = xh[i + half];
+          yh[i] = x1 * c[i] - x2 * s[i];
+          yh[i + half] = x2 * c[i] + x1 * s[i];
+        }
+      }
+      std::copy(x + 2 * C, x + C3, y + 2 * C);  // v
     }
   });
 }

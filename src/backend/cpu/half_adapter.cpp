@@ -196,6 +196,14 @@ void HalfAdapter::vocab_ce_backward(const Tensor& logits, const Tensor& targets,
   w.finish();
 }
 
+void HalfAdapter::rotary_embedding(const Tensor& qkv, int64_t n_head, const Tensor& positions,
+                                   int64_t start, double theta, bool inverse, Tensor& out) {
+  Widen w(inner_);
+  Tensor o = w.out(out);
+  inner_.rotary_embedding(w.in(qkv), n_head, positions, start, theta, inverse, o);
+  w.finish();
+}
+
 void HalfAdapter::dropout(const Tensor& x, double p, uint64_t seed, uint64_t stream,
                           uint64_t offset, Tensor& y) {
   Widen w(inner_);

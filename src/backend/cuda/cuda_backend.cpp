@@ -23,6 +23,7 @@
 #include "kernels/elementwise.h"
 #include "kernels/embedding.h"
 #include "kernels/layernorm.h"
+#include "kernels/rotary.h"
 #include "kernels/softmax.h"
 #include "op_profiler.h"
 #include "scalar_type.h"
@@ -1146,6 +1147,25 @@ void CudaBackend::vocab_ce_backward(const Tensor& logits, const Tensor& targets,
                          targets.dtype() == DType::I64, logits.size(0), logits.size(1), ld,
                          vocab_start, valid, global_max.data<float>(), sumexp.data<float>(),
                          dloss.data<float>(), dlogits.raw_data(), s.stream);
+  });
+}
+
+void CudaBackend::rotary_embedding(const Tensor& qkv, int64_t n_head, const Tensor& positions,
+                                   int64_t start, double theta, bool inverse, Tensor& out) {
+  DeviceState& s = state(out.device().index);
+  DeviceGuard g(s.index);
+  const int64_t C = qkv.size(2) / 3;
+  if (positions.defined() && (positions.dtype() != DType::I64 || !positions.device().is_cuda() ||
+                              !positions.is_contiguous() || positions.numel() != qkv.size(0) * qkv.size(1))) {
+    throw ValueError("rotary_embedding: positions must be a contiguous (B, T) i64 tensor on the GPU, got " +
+                     std::string(dtype_name(positions.dtype())) + " " + shape_str(positions.shape()) +
+                     " on " + positions.device().str());
+  }
+  launch(s.index, s.stream, "rotary_embedding", [&] {
+    k::rotary_embedding(qkv.raw_data(), out.raw_data(), scalar(qkv.dtype()), qkv.size(0),
+                        qkv.size(1), n_head, C / n_head,
+                        positions.defined() ? positions.data<int64_t>() : nullptr, start, theta,
+                        inverse, s.stream);
   });
 }
 

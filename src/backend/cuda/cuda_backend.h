@@ -61,6 +61,8 @@ class CudaBackend final : public Backend {
   void attention_backward(const Tensor& qkv, const Tensor& out, const Tensor& lse,
                           const Tensor& dout, int64_t n_head, Tensor& dqkv,
                           const Tensor& doc_starts) override;
+  void rotary_embedding(const Tensor& qkv, int64_t n_head, const Tensor& positions, int64_t start,
+                        double theta, bool inverse, Tensor& out) override;
   void embedding_forward(const Tensor& weight, const Tensor& ids, Tensor& out) override;
   void embedding_backward(const Tensor& ids, const Tensor& dout, Tensor& dweight) override;
   void embedding_backward_into(const Tensor& ids, const Tensor& dout, Tensor& dweight,
