@@ -44,14 +44,15 @@ __global__ void rotary_kernel(const T* x, T* y, int64_t rows, int64_t T_len, int
 
 }  // namespace
 
-Status check_rotary_embedding(int64_t B, int64_t T, int64_t n_head, int64_t head_dim,
-                              double theta, int64_t start) {
+Status check_rotary_embedding(int64_t B, int64_t T, int64_t n_head, int64_t head_dim, double theta,
+                              int64_t start) {
   if (B < 0 || T < 0 || n_head <= 0) {
     return Status::fail("B " + std::to_string(B) + ", T " + std::to_string(T) + ", n_head " +
                         std::to_string(n_head) + ": need B, T >= 0 and n_head > 0");
   }
   if (head_dim <= 0 || head_dim % 2 != 0) {
-    return Status::fail("head dimension " + std::to_string(head_dim) + " must be even and positive");
+    return Status::fail("head dimension " + std::to_string(head_dim) +
+                        " must be even and positive");
   }
   if (!(theta > 0.0) || !std::isfinite(theta)) {
     return Status::fail("theta " + std::to_string(theta) + " must be a positive number");

@@ -21,7 +21,7 @@ namespace triad::kernels {
 void rotary_embedding(const void* qkv, void* out, ScalarType type, int64_t B, int64_t T,
                       int64_t n_head, int64_t head_dim, const int64_t* positions, int64_t start,
                       double theta, bool inverse, cudaStream_t stream);
-Status check_rotary_embedding(int64_t B, int64_t T, int64_t n_head, int64_t head_dim,
-                              double theta, int64_t start);
+Status check_rotary_embedding(int64_t B, int64_t T, int64_t n_head, int64_t head_dim, double theta,
+                              int64_t start);
 
 }  // namespace triad::kernels

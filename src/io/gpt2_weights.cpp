@@ -52,7 +52,10 @@ nn::StateDict load_gpt2_state_dict(const std::string& path,
   for (const auto& [name, shape] : expected) {
     auto it = state.find(name);
     if (it == state.end())
-      throw IoError("GPT-2 weights '" + path + "': tensor '" + name + "' is missing");
+      throw IoError("GPT-2 weights '" + path + "': tensor '" + name + "' is missing" +
+                    (name == "wpe.weight" ? " (written by a model with rotary embeddings? Set "
+                                            "model.position_embedding: rope)"
+                                          : ""));
     if (it->second.shape() != shape) {
       Shape stored = it->second.shape(), want = shape;
       if (is_gpt2_conv1d_weight(name)) {
@@ -65,7 +68,11 @@ nn::StateDict load_gpt2_state_dict(const std::string& path,
   }
   for (const auto& [name, t] : state) {
     if (!expected.count(name))
-      throw IoError("GPT-2 weights '" + path + "': unexpected tensor '" + name + "'");
+      throw IoError("GPT-2 weights '" + path + "': unexpected tensor '" + name + "'" +
+                    (name == "wpe.weight"
+                         ? " (a learned position table, but the configured model uses rotary "
+                           "embeddings: model.position_embedding is rope)"
+                         : ""));
   }
   return state;
 }
@@ -84,6 +91,10 @@ void save_gpt2_state_dict(const nn::StateDict& full, const nn::GptConfig& c,
                                           {"d_model", std::to_string(c.d_model)},
                                           {"vocab_size", std::to_string(c.vocab_size)},
                                           {"seq_len", std::to_string(c.seq_len)}};
+  if (c.rotary()) {
+    meta["position_embedding"] = nn::position_embedding_string(c.position_embedding);
+    meta["rope_theta"] = std::to_string(c.rope_theta);
+  }
   save_safetensors(path, triad_to_gpt2(full), meta);
 }
 

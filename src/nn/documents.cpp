@@ -42,7 +42,11 @@ ForwardContext with_documents(const GptConfig& cfg, const Tensor& ids, ForwardCo
   if (!mask && !positions) return ctx;
   DocumentLayout d = document_layout(ids, cfg.eod_token);
   if (mask) ctx.doc_starts = device.is_cpu() ? d.starts : to_device(d.starts, device);
-  if (positions) ctx.positions = d.positions;
+  if (positions) {
+    // The position table takes host ids; rotary embeddings read them where
+    // the attention runs (uploaded once per forward, not once per layer).
+    ctx.positions = cfg.rotary() && !device.is_cpu() ? to_device(d.positions, device) : d.positions;
+  }
   return ctx;
 }
 

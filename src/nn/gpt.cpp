@@ -45,6 +45,16 @@ const char* recompute_string(Recompute r) {
   return r == Recompute::Full ? "full" : r == Recompute::Selective ? "selective" : "none";
 }
 
+PositionEmbedding position_embedding_from_string(const std::string& name) {
+  if (name == "learned") return PositionEmbedding::Learned;
+  if (name == "rope") return PositionEmbedding::Rotary;
+  throw ConfigError("model.position_embedding ('" + name + "') must be learned or rope");
+}
+
+const char* position_embedding_string(PositionEmbedding p) {
+  return p == PositionEmbedding::Rotary ? "rope" : "learned";
+}
+
 void GptConfig::validate() const {
   require_positive(n_layer, "n_layer");
   require_positive(n_head, "n_head");
@@ -60,6 +70,16 @@ void GptConfig::validate() const {
     throw ConfigError("model.d_model (" + std::to_string(d_model) +
                       ") must be divisible by model.n_head (" + std::to_string(n_head) + ")");
   }
+  if (rotary() && (d_model / n_head) % 2 != 0) {
+    throw ConfigError(
+        "model.position_embedding rope needs an even head dimension; model.d_model (" +
+        std::to_string(d_model) + ") / model.n_head (" + std::to_string(n_head) + ") is " +
+        std::to_string(d_model / n_head));
+  }
+  if (!(rope_theta > 0.0) || !std::isfinite(rope_theta)) {
+    throw ConfigError("model.rope_theta (" + std::to_string(rope_theta) +
+                      ") must be a positive number");
+  }
   if (!(dropout >= 0.0 && dropout < 1.0)) {
     throw ConfigError("model.dropout (" + std::to_string(dropout) + ") must be in [0, 1)");
   }
@@ -68,17 +88,23 @@ void GptConfig::validate() const {
 int64_t GptConfig::num_parameters() const {
   const int64_t h = d_model, l = n_layer;
   // Per block: 12h^2 weights + 13h biases/LayerNorm; plus embeddings and ln_f.
-  return l * (12 * h * h + 13 * h) + (vocab_size + seq_len) * h + 2 * h;
+  return l * (12 * h * h + 13 * h) + (vocab_size + (rotary() ? 0 : seq_len)) * h + 2 * h;
 }
 
 CausalSelfAttention::CausalSelfAttention(const GptConfig& cfg, int64_t layer)
-    : n_head_(cfg.n_head), layer_(layer), dropout_(cfg.dropout) {
+    : n_head_(cfg.n_head),
+      layer_(layer),
+      dropout_(cfg.dropout),
+      rotary_(cfg.rotary()),
+      rope_theta_(cfg.rope_theta) {
   c_attn_ = register_module("c_attn", std::make_shared<Linear>(cfg.d_model, 3 * cfg.d_model));
   c_proj_ = register_module("c_proj", std::make_shared<Linear>(cfg.d_model, cfg.d_model));
 }
 
 Tensor CausalSelfAttention::forward(const Tensor& x, const ForwardContext& ctx) const {
-  Tensor y = causal_attention(c_attn_->forward(x), n_head_, ctx.doc_starts);
+  Tensor qkv = c_attn_->forward(x);
+  if (rotary_) qkv = rotary_embedding(qkv, n_head_, ctx.positions, 0, rope_theta_);
+  Tensor y = causal_attention(qkv, n_head_, ctx.doc_starts);
   return site_dropout(c_proj_->forward(y), dropout_, ctx, layer_, "attn.resid");
 }
 
@@ -87,6 +113,7 @@ Tensor CausalSelfAttention::forward_cached(const Tensor& x, Tensor& k_cache, Ten
   const int64_t B = x.size(0), n = x.size(1), C = x.size(2), H = n_head_, D = C / H;
   const int64_t L = start + n;  // positions attended over
   Tensor qkv = c_attn_->forward(x);
+  if (rotary_) qkv = rotary_embedding(qkv, n_head_, {}, start, rope_theta_);
   // (B, n, C) piece of qkv viewed as (B, H, n, D).
   auto heads = [&](int64_t which) {
     return permute(reshape(narrow(qkv, 2, which * C, C), {B, n, H, D}), {0, 2, 1, 3});
@@ -149,7 +176,8 @@ Gpt::Gpt(const GptConfig& cfg, uint64_t seed, DType dtype) : cfg_(cfg) {
                             " is not supported (f32, bf16 or f16)");
   }
   wte_ = register_module("wte", std::make_shared<Embedding>(cfg.vocab_size, cfg.d_model));
-  wpe_ = register_module("wpe", std::make_shared<Embedding>(cfg.seq_len, cfg.d_model));
+  if (!cfg.rotary())
+    wpe_ = register_module("wpe", std::make_shared<Embedding>(cfg.seq_len, cfg.d_model));
   auto h = register_module("h", std::make_shared<ModuleList>());
   for (int64_t i = 0; i < cfg.n_layer; ++i) {
     blocks_.push_back(std::make_shared<Block>(cfg, i));
@@ -177,6 +205,10 @@ Tensor Gpt::embed(const Tensor& ids, const ForwardContext& ctx, int64_t start) c
                      ") exceed model.seq_len " + std::to_string(cfg_.seq_len));
   }
   Tensor positions = ctx.positions;  // per token, within its document
+  if (!wpe_) {
+    // Rotary embeddings: the attention layers take the positions.
+    return site_dropout(wte_->forward(ids), cfg_.dropout, ctx, 0, "embed");
+  }
   if (positions.defined()) {
     if (start != 0 || positions.shape() != ids.shape()) {
       throw ShapeError("Gpt: document positions " + shape_str(positions.shape()) + " for ids " +

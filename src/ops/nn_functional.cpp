@@ -182,8 +182,8 @@ Tensor causal_attention(const Tensor& qkv, int64_t n_head, const Tensor& doc_sta
   return out;
 }
 
-Tensor rotary_embedding(const Tensor& qkv, int64_t n_head, const Tensor& positions,
-                        int64_t start, double theta) {
+Tensor rotary_embedding(const Tensor& qkv, int64_t n_head, const Tensor& positions, int64_t start,
+                        double theta) {
   detail::check_floating(qkv, "rotary_embedding", "qkv");
   detail::check_dim(qkv, 3, "rotary_embedding", "qkv");
   const int64_t B = qkv.size(0), T = qkv.size(1), C3 = qkv.size(2);

@@ -424,6 +424,12 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
       {"recompute",
        {false,
         [&](auto& v, auto& k) { m.recompute = nn::recompute_from_string(get_string(v, k)); }}},
+      {"position_embedding",
+       {false,
+        [&](auto& v, auto& k) {
+          m.position_embedding = nn::position_embedding_from_string(get_string(v, k));
+        }}},
+      {"rope_theta", {false, [&](auto& v, auto& k) { m.rope_theta = get_double(v, k); }}},
       {"attention_kernel",
        {false,
         [&](auto& v, auto& k) {
@@ -692,6 +698,9 @@ std::string to_yaml(const Config& c) {
   e << YAML::Key << "seq_len" << YAML::Value << c.model.seq_len;
   e << YAML::Key << "dropout" << YAML::Value << c.model.dropout;
   e << YAML::Key << "recompute" << YAML::Value << nn::recompute_string(c.model.recompute);
+  e << YAML::Key << "position_embedding" << YAML::Value
+    << nn::position_embedding_string(c.model.position_embedding);
+  e << YAML::Key << "rope_theta" << YAML::Value << c.model.rope_theta;
   e << YAML::Key << "attention_kernel" << YAML::Value << c.attention_kernel;
   e << YAML::Key << "attention_deterministic" << YAML::Value << c.attention_deterministic;
   e << YAML::EndMap;

@@ -104,8 +104,12 @@ GptConfig packed_config(bool mask, bool positions) {
 }
 
 // Megatron-LM's two switches together make each document of a row exactly
-// the sequence it would be alone: same logits, token for token.
-TEST(Documents, APackedGptRowEqualsItsDocumentsRunAlone) {
+// the sequence it would be alone: same logits, token for token; with
+// learned positions and with rotary embeddings (which turn queries and keys
+// by the positions within the document).
+class PackedGpt : public ::testing::TestWithParam<PositionEmbedding> {};
+
+TEST_P(PackedGpt, APackedRowEqualsItsDocumentsRunAlone) {
   // Documents [0, 5), [5, 12), [12, 16); the first two end with eod 0.
   const std::vector<int64_t> row = {4, 9, 2, 7, 0, 3, 3, 8, 1, 5, 6, 0, 2, 9, 4, 4};
   const Tensor ids = from_vector(row, {1, 16});
@@ -121,20 +125,32 @@ TEST(Documents, APackedGptRowEqualsItsDocumentsRunAlone) {
     return std::vector<double>(packed.begin() + doc.start * V,
                                packed.begin() + (doc.start + doc.length) * V);
   };
-  const Gpt both(packed_config(true, true), 7);
+  auto config = [&](bool mask, bool positions) {
+    GptConfig c = packed_config(mask, positions);
+    c.position_embedding = GetParam();
+    c.rope_theta = 30.0;
+    return c;
+  };
+  const Gpt both(config(true, true), 7);
   const std::vector<double> packed = to_double_vector(both.forward(ids));
   for (const Doc& doc : docs) {
     expect_near_all(packed_slice(packed, doc), alone_logits(both, doc), 1e-5,
                     "document at " + std::to_string(doc.start));
   }
   // Each switch alone changes something, and only the first document is
-  // unaffected by either (its positions and its window are the same).
-  const Gpt plain(packed_config(false, false), 7), mask(packed_config(true, false), 7),
-      positions(packed_config(false, true), 7);
+  // unaffected by either (its positions and its window are the same). But
+  // rotary scores depend only on distances, so under them the mask alone
+  // already makes each document its own sequence.
+  const Gpt plain(config(false, false), 7), mask(config(true, false), 7),
+      positions(config(false, true), 7);
   for (const Gpt* m : {&plain, &mask, &positions}) {
     const std::vector<double> l = to_double_vector(m->forward(ids));
     expect_near_all(packed_slice(l, docs[0]), alone_logits(*m, docs[0]), 1e-5, "first document");
     const std::vector<double> second = packed_slice(l, docs[1]), want = alone_logits(*m, docs[1]);
+    if (m == &mask && GetParam() == PositionEmbedding::Rotary) {
+      expect_near_all(second, want, 1e-5, "second document, rotary, mask alone");
+      continue;
+    }
     double diff = 0;
     for (size_t i = 0; i < second.size(); ++i) diff = std::max(diff, std::abs(second[i] - want[i]));
     EXPECT_GT(diff, 1e-3) << "a single switch should not isolate the second document";
@@ -151,6 +167,12 @@ TEST(Documents, APackedGptRowEqualsItsDocumentsRunAlone) {
   }
   EXPECT_NEAR(item(both.loss(ids, targets)), weighted / 16.0, 1e-5);
 }
+
+INSTANTIATE_TEST_SUITE_P(Documents, PackedGpt,
+                         ::testing::Values(PositionEmbedding::Learned, PositionEmbedding::Rotary),
+                         [](const auto& info) {
+                           return std::string(position_embedding_string(info.param));
+                         });
 
 TEST(Documents, AConfigWithoutAnEndTokenIsRefused) {
   GptConfig c = packed_config(true, false);

@@ -131,9 +131,15 @@ TEST(Generate, DrawsArePureFunctionsOfTheSeedAndRespectTheLimits) {
   EXPECT_THROW(generate(model, {3}, o), ValueError);
 }
 
-TEST(KvCache, DecodingPieceByPieceGivesTheFullForwardsLogits) {
+class KvCacheDecoding : public ::testing::TestWithParam<PositionEmbedding> {};
+
+// Under rotary embeddings each step turns its keys by their positions
+// before caching them, and its queries by theirs.
+TEST_P(KvCacheDecoding, PieceByPieceGivesTheFullForwardsLogits) {
   GptConfig cfg = tiny();
   cfg.seq_len = 12;
+  cfg.position_embedding = GetParam();
+  cfg.rope_theta = 50.0;  // large turns over 12 positions
   Gpt model(cfg, 7);
   make_opinionated(model);
   // Two sequences, fed as a prompt of 5, three single tokens, a piece of 3
@@ -177,6 +183,12 @@ TEST(KvCache, DecodingPieceByPieceGivesTheFullForwardsLogits) {
   EXPECT_THROW(model.decode(all, one), ShapeError);
   EXPECT_THROW(KvCache(cfg, 0, DType::F32, Device::cpu()), ValueError);
 }
+
+INSTANTIATE_TEST_SUITE_P(BothPositionEmbeddings, KvCacheDecoding,
+                         ::testing::Values(PositionEmbedding::Learned, PositionEmbedding::Rotary),
+                         [](const auto& info) {
+                           return std::string(position_embedding_string(info.param));
+                         });
 
 TEST(KvCache, LastOnlyGivesTheLastPositionsLogits) {
   Gpt model(tiny(), 8);

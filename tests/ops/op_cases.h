@@ -274,21 +274,21 @@ inline std::vector<OpCase> op_cases() {
                  return std::vector<Tensor>{rnd({2, 5, 36}, d, 1)};
                },
                [](const std::vector<Tensor>& x) { return rotary_embedding(x[0], 3); }});
-  c.push_back({"rotary_embedding_start_B1_T3_C12_NH2",
-               [](DType d) {
-                 return std::vector<Tensor>{rnd({1, 3, 36}, d, 1)};
-               },
-               [](const std::vector<Tensor>& x) {
-                 return rotary_embedding(x[0], 2, {}, 1021, 500.0);
-               }});
-  c.push_back({"rotary_embedding_positions_B2_T4_C16_NH2",
-               [](DType d) {
-                 return std::vector<Tensor>{rnd({2, 4, 48}, d, 1)};
-               },
-               [](const std::vector<Tensor>& x) {
-                 const Tensor pos = to_device(ids({0, 1, 0, 1, 7, 8, 9, 300}, {2, 4}), x[0].device());
-                 return rotary_embedding(x[0], 2, pos, 0, 1e4 / 3);
-               }});
+  c.push_back(
+      {"rotary_embedding_start_B1_T3_C12_NH2",
+       [](DType d) {
+         return std::vector<Tensor>{rnd({1, 3, 36}, d, 1)};
+       },
+       [](const std::vector<Tensor>& x) { return rotary_embedding(x[0], 2, {}, 1021, 500.0); }});
+  c.push_back(
+      {"rotary_embedding_positions_B2_T4_C16_NH2",
+       [](DType d) {
+         return std::vector<Tensor>{rnd({2, 4, 48}, d, 1)};
+       },
+       [](const std::vector<Tensor>& x) {
+         const Tensor pos = to_device(ids({0, 1, 0, 1, 7, 8, 9, 300}, {2, 4}), x[0].device());
+         return rotary_embedding(x[0], 2, pos, 0, 1e4 / 3);
+       }});
   c.push_back({"embedding",
                [](DType d) {
                  return std::vector<Tensor>{rnd({6, 4}, d, 1)};

@@ -32,7 +32,8 @@ DocumentLayout document_layout(const Tensor& ids, int64_t eod_token);
 // ctx for a forward pass over ids under cfg's document settings: with
 // reset_attention_mask, ctx.doc_starts (on `device`, where the attention
 // runs); with reset_position_ids, ctx.positions (on the host: the position
-// embedding takes host ids). Fields ctx already has are kept, so a caller
+// embedding takes host ids; on `device` under rotary embeddings, which the
+// attention layers apply). Fields ctx already has are kept, so a caller
 // can compute them once per micro-batch for every stage and recomputation.
 ForwardContext with_documents(const GptConfig& cfg, const Tensor& ids, ForwardContext ctx,
                               const Device& device);

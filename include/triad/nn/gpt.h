@@ -22,6 +22,16 @@ Recompute recompute_from_string(
     const std::string& name);  // none | selective | full, else ConfigError
 const char* recompute_string(Recompute r);
 
+// How tokens learn where they are: GPT-2's learned position table (wpe,
+// added to the token embedding), or rotary embeddings (RoPE, GPT-NeoX's and
+// LLaMA's: queries and keys turned by their positions inside each
+// attention layer; no parameters, and a query-key product depends only on
+// the tokens' distance).
+enum class PositionEmbedding { Learned, Rotary };
+PositionEmbedding position_embedding_from_string(
+    const std::string& name);  // learned | rope, else ConfigError
+const char* position_embedding_string(PositionEmbedding p);
+
 // The shape of a GPT-2 style model.
 struct GptConfig {
   int64_t n_layer = 12;
@@ -32,6 +42,9 @@ struct GptConfig {
   double dropout = 0.0;
   double layer_norm_eps = 1e-5;
   Recompute recompute = Recompute::None;
+  PositionEmbedding position_embedding = PositionEmbedding::Learned;
+  double rope_theta = 10000.0;  // RoPE's base: pair i turns by theta^(-2i/D) a position
+  bool rotary() const { return position_embedding == PositionEmbedding::Rotary; }
   // Packed documents (nn/documents.h): the token that ends a document (-1:
   // none), and whether each document of a row gets its own attention window
   // and its own positions (Megatron-LM's reset_attention_mask and
@@ -44,7 +57,8 @@ struct GptConfig {
 
   // Throws ConfigError naming the field when a value is impossible.
   void validate() const;
-  // 12*l*h^2*(1 + 13/(12h) + (V+s)/(12*l*h)) of the PTD-P paper (tied head).
+  // 12*l*h^2*(1 + 13/(12h) + (V+s)/(12*l*h)) of the PTD-P paper (tied head;
+  // no s*h position table under rotary embeddings).
   int64_t num_parameters() const;
 };
 
@@ -78,6 +92,8 @@ class CausalSelfAttention : public Module {
   std::shared_ptr<Linear> c_attn_, c_proj_;
   int64_t n_head_, layer_;
   double dropout_;
+  bool rotary_;
+  double rope_theta_;
 };
 
 // Position-wise MLP: c_fc (C -> 4C), GELU (tanh), c_proj (4C -> C).
@@ -106,8 +122,9 @@ class Block : public Module {
   std::shared_ptr<Mlp> mlp_;
 };
 
-// GPT-2: token + learned position embeddings, n_layer blocks, final
-// LayerNorm, output head tied to the token embedding. Parameter names are
+// GPT-2: token + learned position embeddings (or rotary embeddings in each
+// attention layer), n_layer blocks, final LayerNorm, output head tied to
+// the token embedding. Parameter names are
 // GPT-2's (wte.weight, h.0.attn.c_attn.weight, ...), linear weights stored
 // (out, in). The pieces (embed, block, head) are public so pipeline stages
 // can run a sub-range.

@@ -1155,11 +1155,13 @@ void CudaBackend::rotary_embedding(const Tensor& qkv, int64_t n_head, const Tens
   DeviceState& s = state(out.device().index);
   DeviceGuard g(s.index);
   const int64_t C = qkv.size(2) / 3;
-  if (positions.defined() && (positions.dtype() != DType::I64 || !positions.device().is_cuda() ||
-                              !positions.is_contiguous() || positions.numel() != qkv.size(0) * qkv.size(1))) {
-    throw ValueError("rotary_embedding: positions must be a contiguous (B, T) i64 tensor on the GPU, got " +
-                     std::string(dtype_name(positions.dtype())) + " " + shape_str(positions.shape()) +
-                     " on " + positions.device().str());
+  if (positions.defined() &&
+      (positions.dtype() != DType::I64 || !positions.device().is_cuda() ||
+       !positions.is_contiguous() || positions.numel() != qkv.size(0) * qkv.size(1))) {
+    throw ValueError(
+        "rotary_embedding: positions must be a contiguous (B, T) i64 tensor on the GPU, got " +
+        std::string(dtype_name(positions.dtype())) + " " + shape_str(positions.shape()) + " on " +
+        positions.device().str());
   }
   launch(s.index, s.stream, "rotary_embedding", [&] {
     k::rotary_embedding(qkv.raw_data(), out.raw_data(), scalar(qkv.dtype()), qkv.size(0),

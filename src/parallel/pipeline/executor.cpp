@@ -161,7 +161,7 @@ nn::StateDict PipelineModel::full_state_dict() const {
     std::vector<std::pair<std::string, Shape>> names;
     if (stage == 0) {
       names.push_back({"wte.weight", {cfg_.vocab_size, C}});
-      names.push_back({"wpe.weight", {cfg_.seq_len, C}});
+      if (!cfg_.rotary()) names.push_back({"wpe.weight", {cfg_.seq_len, C}});
     }
     for (int64_t i : layers[stage]) {
       const std::string pre = "h." + std::to_string(i) + ".";

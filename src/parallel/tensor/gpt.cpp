@@ -82,7 +82,7 @@ void TensorParallelGpt::build(uint64_t seed) {
         "wte", std::make_shared<VocabParallelEmbedding>(cfg_.vocab_size, C, group_, sp_));
     specs_["wte.weight"] = wte_->spec();
   }
-  if (plan_.embedding) {
+  if (plan_.embedding && !cfg_.rotary()) {
     wpe_ = register_module("wpe", std::make_shared<nn::Embedding>(cfg_.seq_len, C));
     // Under sequence parallelism each rank looks up only its positions.
     specs_["wpe.weight"] = ShardSpec::replicated(sp_);
@@ -263,6 +263,10 @@ Tensor TensorParallelGpt::embed(const Tensor& ids, const nn::ForwardContext& ctx
     count = T / group_->size();
     first = group_->rank() * count;
   }
+  if (!wpe_) {  // rotary embeddings: the attention layers take the positions
+    return site_dropout(wte_->forward(ids), cfg_.dropout, ctx, 0, "embed",
+                        sp_ ? group_->rank() : 0);
+  }
   Tensor positions;
   if (ctx.positions.defined()) {  // per token, within its document
     if (ctx.positions.shape() != ids.shape()) {
@@ -300,7 +304,10 @@ Tensor TensorParallelGpt::block_forward(int64_t i, const Tensor& x,
                      std::to_string(i));
   const Layer& L = it->second;
   const int shard = sp_ ? group_->rank() : 0;
-  Tensor qkv = L.c_attn->forward(L.ln_1->forward(x));
+  Tensor qkv = L.c_attn->forward(L.ln_1->forward(x));  // the whole sequence, local heads
+  if (cfg_.rotary()) {
+    qkv = rotary_embedding(qkv, cfg_.n_head / group_->size(), ctx.positions, 0, cfg_.rope_theta);
+  }
   Tensor a =
       L.attn_proj->forward(causal_attention(qkv, cfg_.n_head / group_->size(), ctx.doc_starts));
   const AddLayerNorm h =

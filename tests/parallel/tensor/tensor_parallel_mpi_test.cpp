@@ -273,6 +273,45 @@ TEST_P(TensorParallelGptTest, PackedDocumentsMatchOneProcess) {
             1e-4);
 }
 
+// Rotary embeddings turn each rank's own heads (the column-parallel qkv's
+// local q and k), over the whole sequence under sequence parallelism; with
+// and without packed documents' positions.
+TEST_P(TensorParallelGptTest, RotaryEmbeddingsMatchOneProcess) {
+  const bool sp = GetParam();
+  const int64_t V = 300;
+  for (const bool documents : {false, true}) {
+    SCOPED_TRACE(documents ? "packed documents" : "one document a row");
+    nn::GptConfig cfg = tiny(V);
+    cfg.position_embedding = nn::PositionEmbedding::Rotary;
+    cfg.rope_theta = 20.0;
+    if (documents) {
+      cfg.eod_token = 7;
+      cfg.reset_attention_mask = true;
+      cfg.reset_position_ids = true;
+    }
+    nn::Gpt ref(cfg, 17);
+    TensorParallelGpt model(cfg, 17, g_world, sp);
+    Tensor ids = token_ids(V, 5), targets = token_ids(V, 6);
+    for (int64_t i : {3, 11}) ids.data<int64_t>()[i] = 7;
+    EXPECT_EQ(model.full_shapes().count("wpe.weight"), 0u);
+    expect_close(to_double_vector(model.logits(ids)), to_double_vector(ref.forward(ids)), 2e-5, 0,
+                 "logits");
+    Tensor l = model.loss(ids, targets), lr = ref.loss(ids, targets);
+    EXPECT_NEAR(item(l), item(lr), 1e-6 * item(lr));
+    autograd::backward({l});
+    autograd::backward({lr});
+    model.reduce_sequence_parallel_grads();
+    nn::StateDict shard_grads;
+    for (auto& [name, p] : model.named_parameters()) shard_grads[name] = p.grad();
+    TensorParallelGpt holder(cfg, 0, g_world, sp);
+    holder.load_state_dict(shard_grads);
+    const nn::StateDict grads = holder.full_state_dict();
+    for (auto& [name, p] : ref.named_parameters()) {
+      expect_close(to_double_vector(grads.at(name)), to_double_vector(p.grad()), 1e-6, 1e-4, name);
+    }
+  }
+}
+
 // A target outside the vocabulary is named, as one process's loss names it
 // (each shard alone cannot tell it from another shard's token).
 TEST(TensorParallelGpt, ATargetOutsideTheVocabularyIsNamed) {

@@ -1,0 +1,168 @@
+// Rotary position embeddings: the op against its formula and the property
+// it exists for, and the GPT model that uses it.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "triad/autograd/engine.h"
+#include "triad/nn/gpt.h"
+#include "triad/ops.h"
+
+namespace triad::nn {
+namespace {
+
+// The rotate-half rule written out for one head vector at one position.
+std::vector<double> rotated(const std::vector<double>& x, double position, double theta) {
+  const size_t D = x.size(), half = D / 2;
+  std::vector<double> y(D);
+  for (size_t i = 0; i < half; ++i) {
+    const double a = position * std::pow(theta, -2.0 * static_cast<double>(i) / D);
+    y[i] = x[i] * std::cos(a) - x[i + half] * std::sin(a);
+    y[i + half] = x[i + half] * std::cos(a) + x[i] * std::sin(a);
+  }
+  return y;
+}
+
+TEST(RotaryEmbedding, TurnsEachHeadsPairsOfQueriesAndKeysAndCopiesValues) {
+  // B 2, T 3, 2 heads of D 6: C 12, qkv 36 wide.
+  const int64_t B = 2, T = 3, H = 2, D = 6, C = H * D;
+  const Tensor qkv = randn({B, T, 3 * C}, 3, 1, 1.0, DType::F64);
+  const Tensor positions = from_vector(std::vector<int64_t>{0, 4, 5, 9, 0, 1}, {B, T});
+  const double theta = 100.0;
+  const std::vector<double> in = to_double_vector(qkv);
+  for (const bool explicit_positions : {true, false}) {
+    SCOPED_TRACE(explicit_positions ? "positions" : "start 7");
+    const Tensor out = explicit_positions ? rotary_embedding(qkv, H, positions, 0, theta)
+                                          : rotary_embedding(qkv, H, {}, 7, theta);
+    const std::vector<double> got = to_double_vector(out);
+    const std::vector<int64_t> pos = {0, 4, 5, 9, 0, 1};
+    for (int64_t b = 0; b < B; ++b) {
+      for (int64_t t = 0; t < T; ++t) {
+        const double p = explicit_positions ? static_cast<double>(pos[b * T + t]) : 7.0 + t;
+        const size_t row = static_cast<size_t>((b * T + t) * 3 * C);
+        for (int64_t h = 0; h < 2 * H; ++h) {  // q's and k's heads
+          const size_t at = row + static_cast<size_t>(h * D);
+          const std::vector<double> want =
+              rotated(std::vector<double>(in.begin() + at, in.begin() + at + D), p, theta);
+          for (int64_t d = 0; d < D; ++d) {
+            ASSERT_NEAR(got[at + d], want[d], 1e-12) << "b " << b << " t " << t << " head " << h;
+          }
+        }
+        for (int64_t d = 2 * C; d < 3 * C; ++d) {
+          ASSERT_EQ(got[row + d], in[row + d]) << "v changed";
+        }
+      }
+    }
+  }
+}
+
+// What RoPE is for: the score between a query and a key depends on how far
+// apart they are, not on where they are.
+TEST(RotaryEmbedding, ScoresDependOnlyOnTheDistance) {
+  const int64_t H = 1, D = 8, C = H * D;
+  const Tensor qkv = randn({1, 2, 3 * C}, 9, 2, 1.0, DType::F64);
+  auto score = [&](int64_t query_at, int64_t key_at) {
+    const Tensor r =
+        rotary_embedding(qkv, H, from_vector(std::vector<int64_t>{query_at, key_at}, {1, 2}));
+    const std::vector<double> v = to_double_vector(r);
+    double s = 0;  // token 0's query . token 1's key
+    for (int64_t d = 0; d < D; ++d) s += v[d] * v[3 * C + C + d];
+    return s;
+  };
+  const double near = score(3, 1);
+  EXPECT_NEAR(score(103, 101), near, 1e-10);
+  EXPECT_NEAR(score(2, 0), near, 1e-10);
+  EXPECT_GT(std::abs(score(3, 0) - near), 1e-3) << "another distance should change the score";
+}
+
+TEST(RotaryEmbedding, BadArgumentsAreNamed) {
+  const Tensor qkv = randn({1, 2, 36}, 1, 1);
+  auto message = [](auto&& f) {
+    try {
+      f();
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(message([&] { rotary_embedding(qkv, 4); }).find("even head dimension"),
+            std::string::npos);  // D 3
+  EXPECT_NE(message([&] { rotary_embedding(qkv, 2, {}, 0, -1.0); }).find("theta"),
+            std::string::npos);
+  EXPECT_NE(message([&] { rotary_embedding(qkv, 2, {}, -3); }).find("start (-3)"),
+            std::string::npos);
+  EXPECT_NE(message([&] {
+              rotary_embedding(qkv, 2, from_vector(std::vector<int64_t>{0, 1, 2}, {1, 3}));
+            }).find("positions must be (1, 2), got [1, 3]"),
+            std::string::npos);
+  EXPECT_NE(message([&] {
+              rotary_embedding(qkv, 2, from_vector(std::vector<int64_t>{0, -1}, {1, 2}));
+            }).find("positions[0, 1] is -1"),
+            std::string::npos);
+}
+
+GptConfig rope_config() {
+  GptConfig c{.n_layer = 2, .n_head = 2, .d_model = 16, .vocab_size = 23, .seq_len = 8};
+  c.position_embedding = PositionEmbedding::Rotary;
+  c.rope_theta = 40.0;
+  return c;
+}
+
+TEST(RotaryGpt, HasNoPositionTableAndCountsItsParameters) {
+  const Gpt m(rope_config(), 1);
+  const StateDict sd = m.state_dict();
+  EXPECT_EQ(sd.count("wpe.weight"), 0u);
+  EXPECT_EQ(sd.size(), 1u + 12u * 2 + 2u);
+  EXPECT_EQ(m.num_parameters(), rope_config().num_parameters());
+  GptConfig learned = rope_config();
+  learned.position_embedding = PositionEmbedding::Learned;
+  EXPECT_EQ(learned.num_parameters() - rope_config().num_parameters(), 8 * 16);
+  // Everything else is initialised as in the learned model.
+  const Gpt l(learned, 1);
+  for (const auto& [name, t] : sd) {
+    EXPECT_EQ(to_double_vector(t), to_double_vector(l.state_dict().at(name))) << name;
+  }
+}
+
+// Order matters to the model only through the rotations: with them the
+// logits depend on the order of the tokens; a rotary model given the same
+// tokens learns from gradients that reach every block's c_attn.
+TEST(RotaryGpt, PositionsReachTheLogitsThroughTheAttention) {
+  const Gpt m(rope_config(), 3);
+  const Tensor a = from_vector(std::vector<int64_t>{5, 9, 5, 9}, {1, 4});
+  const Tensor b = from_vector(std::vector<int64_t>{9, 5, 5, 9}, {1, 4});
+  // The last token sees the same multiset {5, 9, 5, 9} in both rows; only
+  // where they stand differs.
+  const std::vector<double> la = to_double_vector(narrow(m.forward(a), 1, 3, 1));
+  const std::vector<double> lb = to_double_vector(narrow(m.forward(b), 1, 3, 1));
+  double diff = 0;
+  for (size_t i = 0; i < la.size(); ++i) diff = std::max(diff, std::abs(la[i] - lb[i]));
+  EXPECT_GT(diff, 1e-4);
+  Tensor loss = m.loss(a, from_vector(std::vector<int64_t>{9, 5, 9, 1}, {1, 4}));
+  autograd::backward({loss});
+  for (const auto& [name, p] : m.named_parameters()) {
+    ASSERT_TRUE(p.grad().defined()) << name;
+  }
+}
+
+TEST(RotaryGpt, ConfigIsChecked) {
+  GptConfig c = rope_config();
+  c.d_model = 18;
+  c.n_head = 6;  // head dim 3
+  try {
+    c.validate();
+    FAIL() << "expected ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("even head dimension"), std::string::npos) << e.what();
+  }
+  c = rope_config();
+  c.rope_theta = 0;
+  EXPECT_THROW(c.validate(), ConfigError);
+  EXPECT_THROW(position_embedding_from_string("alibi"), ConfigError);
+  EXPECT_EQ(position_embedding_from_string("rope"), PositionEmbedding::Rotary);
+}
+
+}  // namespace
+}  // namespace triad::nn
