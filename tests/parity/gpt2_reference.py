@@ -6,7 +6,10 @@ Builds a small random GPT-2 in plain PyTorch, writes it as GPT-2 safetensors
 the step-0 logits, loss and every gradient, a greedy continuation of a
 prompt, plus the losses of 10 AdamW steps
 (weight decay on 2-D tensors, global-norm clipping that triggers, warm-up +
-cosine learning rate, gradient accumulation over two micro-batches).
+cosine learning rate, gradient accumulation over two micro-batches). The
+same for a variant with rotary position embeddings (no position table;
+queries and keys turned in the rotate-half form of GPT-NeoX and LLaMA):
+step-0 logits, loss and gradients, and a greedy continuation.
 
 usage: gpt2_reference.py OUT_DIR
 """
@@ -26,13 +29,29 @@ GREEDY_PROMPT, GREEDY_TOKENS = [5, 17, 3, 42, 8], 24
 CONV1D = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
 
 
+ROPE_THETA = 30.0  # large turns over 16 positions
+
+
+def rotate(t, theta):
+    """Rotary embedding of t (B, NH, T, D) at positions 0..T-1, rotate-half form."""
+    T, D = t.shape[-2], t.shape[-1]
+    inv = 1.0 / (theta ** (torch.arange(0, D, 2, dtype=torch.float64) / D))
+    angle = torch.arange(T, dtype=torch.float64)[:, None] * inv[None, :]
+    angle = torch.cat([angle, angle], dim=-1)
+    cos, sin = angle.cos().to(t.dtype), angle.sin().to(t.dtype)
+    turned = torch.cat([-t[..., D // 2:], t[..., :D // 2]], dim=-1)
+    return t * cos + turned * sin
+
+
 class Gpt(torch.nn.Module):
-    def __init__(self, c):
+    def __init__(self, c, rope_theta=None):
         super().__init__()
         C, L = c["d_model"], c["n_layer"]
         self.c = c
+        self.rope_theta = rope_theta
         self.wte = torch.nn.Embedding(c["vocab_size"], C)
-        self.wpe = torch.nn.Embedding(c["seq_len"], C)
+        if rope_theta is None:
+            self.wpe = torch.nn.Embedding(c["seq_len"], C)
         self.h = torch.nn.ModuleList()
         for _ in range(L):
             b = torch.nn.Module()
@@ -58,12 +77,16 @@ class Gpt(torch.nn.Module):
     def forward(self, idx):
         B, T = idx.shape
         C, NH = self.c["d_model"], self.c["n_head"]
-        x = self.wte(idx) + self.wpe(torch.arange(T))
+        x = self.wte(idx)
+        if self.rope_theta is None:
+            x = x + self.wpe(torch.arange(T))
         mask = torch.tril(torch.ones(T, T, dtype=torch.bool))
         for b in self.h:
             qkv = b.attn.c_attn(b.ln_1(x))
             q, k, v = qkv.split(C, dim=2)
             q, k, v = (t.view(B, T, NH, C // NH).transpose(1, 2) for t in (q, k, v))
+            if self.rope_theta is not None:
+                q, k = rotate(q, self.rope_theta), rotate(k, self.rope_theta)
             att = (q @ k.transpose(-2, -1)) / math.sqrt(C // NH)
             att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
             y = (att @ v).transpose(1, 2).reshape(B, T, C)
@@ -177,13 +200,40 @@ def main():
         losses.append(total)
         norms.append(float(norm))
     assert max(norms) > TRAIN["grad_clip"], "clipping must trigger in the reference run"
+    # The rotary variant: step-0 logits, loss and gradients on the same
+    # micro-batch, and a greedy continuation past seq_len by a model with
+    # weights 8x larger.
+    rope = Gpt(CFG, ROPE_THETA)
+    save_safetensors(os.path.join(out, "rope_model.safetensors"),
+                     {n: gpt2_layout(n, p) for n, p in rope.named_parameters()})
+    x, y = seqs(0, 0, b)
+    logits = rope(x)
+    loss = F.cross_entropy(logits.reshape(-1, V), y.reshape(-1))
+    loss.backward()
+    ref["rope.logits"], ref["rope.loss"] = logits, loss.reshape(1)
+    for n, p in rope.named_parameters():
+        ref["rope.grad." + n] = gpt2_layout(n, p.grad)
+    with torch.no_grad():
+        for name, p in rope.named_parameters():
+            if "ln_" not in name:
+                p.mul_(8.0)
+    save_safetensors(os.path.join(out, "rope_generator.safetensors"),
+                     {n: gpt2_layout(n, p) for n, p in rope.named_parameters()})
+    seq = list(GREEDY_PROMPT)
+    with torch.no_grad():
+        for _ in range(GREEDY_TOKENS):
+            window = torch.tensor([seq[-CFG["seq_len"]:]])
+            seq.append(int(rope(window)[0, -1].argmax()))
+    ref["rope.greedy_tokens"] = torch.tensor(seq[len(GREEDY_PROMPT):], dtype=torch.float32)
+    assert len(set(seq[len(GREEDY_PROMPT):])) >= 4, "the rotary greedy reference is too uniform"
+
     ref["greedy_prompt"] = torch.tensor(GREEDY_PROMPT, dtype=torch.float32)
     ref["greedy_tokens"] = torch.tensor(greedy, dtype=torch.float32)
     ref["losses"] = torch.tensor(losses, dtype=torch.float64)
     ref["grad_norms"] = torch.tensor(norms, dtype=torch.float64)
     save_safetensors(os.path.join(out, "reference.safetensors"), ref)
     with open(os.path.join(out, "config.json"), "w") as f:
-        json.dump({"model": CFG, "train": TRAIN}, f)
+        json.dump({"model": CFG, "train": TRAIN, "rope_theta": ROPE_THETA}, f)
     print("losses", " ".join(f"{v:.6f}" for v in losses))
 
 

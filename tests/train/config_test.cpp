@@ -339,6 +339,25 @@ TEST(Config, PackedDocumentSettingsParseRoundTripAndNeedAnEndToken) {
                       "data.eod_token (-1) must be a token id in [0, 256) when data.eod_mask_loss");
 }
 
+TEST(Config, PositionEmbeddingParsesRoundTripsAndNamesABadValue) {
+  const Config plain = parse_config(kValid);
+  EXPECT_FALSE(plain.model.rotary());
+  EXPECT_EQ(plain.model.rope_theta, 10000.0);
+  const Config c =
+      parse_config(kValid, {"model.position_embedding=rope", "model.rope_theta=500000"});
+  EXPECT_TRUE(c.model.rotary());
+  EXPECT_EQ(c.model.rope_theta, 500000.0);
+  const Config back = parse_config(to_yaml(c));
+  EXPECT_TRUE(back.model.rotary());
+  EXPECT_EQ(back.model.rope_theta, 500000.0);
+  expect_config_error(kValid, {"model.position_embedding=alibi"},
+                      "model.position_embedding ('alibi') must be learned or rope");
+  expect_config_error(kValid, {"model.position_embedding=rope", "model.rope_theta=-1"},
+                      "model.rope_theta (-1.000000) must be a positive number");
+  expect_config_error(kValid, {"model.position_embedding=rope", "model.n_head=16"},
+                      "model.position_embedding rope needs an even head dimension");
+}
+
 // A resumed run logs what changed since its checkpoint: the resolved
 // configs compared key by key.
 TEST(Config, ChangesBetweenResolvedConfigsAreListedKeyByKey) {
