@@ -105,6 +105,14 @@ int main(int argc, char** argv) {
   report("residual_add", time_ms([&] { be.binary(triad::BinaryOp::Add, x, dx, y); }, iters),
          3 * N * C * h, 0);
   report("dropout", time_ms([&] { be.dropout(x, 0.1, 1, 2, 3, y); }, iters), 2 * N * C * h, 0);
+  // Rotary embeddings of a (B, T, 3C) qkv in NH heads: reads and writes
+  // all of it (v copied).
+  {
+    Tensor qkv = rnd({B, T, 3 * C}, 14), turned = triad::empty({B, T, 3 * C}, bf, gpu);
+    report("rotary_embedding",
+           time_ms([&] { be.rotary_embedding(qkv, NH, {}, 0, 10000.0, false, turned); }, iters),
+           2 * N * 3 * C * h, 0);
+  }
 
   // Attention: every implementation at the main shape, then the fast two
   // across model shapes (the per-shape choice auto makes). A shape an

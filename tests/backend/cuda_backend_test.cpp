@@ -1841,11 +1841,17 @@ TEST(CudaTraining, PackedDocumentsAndABatchRampMatchTheCpuTrainer) {
                                           "data.eod_mask_loss=true",
                                           "train.rampup_batch_size=[2, 2, 8]",
                                           "train.micro_batch_size=2"};
-  for (const std::string precision : {"fp32", "bf16"}) {
+  // Rotary embeddings take the documents' positions on the GPU (uploaded
+  // once a forward pass, no host wait).
+  for (const std::string precision : {"fp32", "bf16", "bf16 rope"}) {
     SCOPED_TRACE(precision);
+    const bool rope = precision == "bf16 rope";
     auto config = [&](const std::string& device) {
+      std::vector<std::string> overrides = extra;
+      if (rope) overrides.push_back("model.position_embedding=rope");
       return train::parse_config(
-          train::to_yaml(train_config(dir, model, device, precision, 6, 4, 128)), extra);
+          train::to_yaml(train_config(dir, model, device, rope ? "bf16" : precision, 6, 4, 128)),
+          overrides);
     };
     train::Trainer cpu(config("cpu"));
     train::Trainer gpu(config("cuda"));
@@ -1862,6 +1868,9 @@ TEST(CudaTraining, PackedDocumentsAndABatchRampMatchTheCpuTrainer) {
       EXPECT_EQ(b.global_batch_size, a.global_batch_size) << "step " << k;
       // Stated tolerance: fp32 1e-4, bf16 1% per step.
       EXPECT_NEAR(b.loss, a.loss, (precision == "fp32" ? 1e-4 : 0.01) * a.loss) << "step " << k;
+      if (rope) {
+        EXPECT_EQ(gpu.config().model.position_embedding, nn::PositionEmbedding::Rotary);
+      }
     }
   }
 }
