@@ -40,13 +40,21 @@ nn::GptConfig parse_model_spec(const std::string& yaml_text, const std::string& 
   get("d_model", c.d_model, true);
   get("vocab_size", c.vocab_size, true);
   get("seq_len", c.seq_len, true);
+  // The position embedding changes the parameter count (no table under rope).
+  if (const YAML::Node v = model["position_embedding"]) {
+    try {
+      c.position_embedding = nn::position_embedding_from_string(v.as<std::string>());
+    } catch (const YAML::Exception&) {
+      throw ConfigError(source + ": model.position_embedding: expected learned or rope");
+    }
+  }
   for (auto it = model.begin(); it != model.end(); ++it) {
     const std::string k = it->first.as<std::string>();
     if (k != "n_layer" && k != "n_head" && k != "d_model" && k != "vocab_size" && k != "seq_len" &&
-        k != "dropout" && k != "recompute") {
-      throw ConfigError(
-          source + ": unknown model key '" + k +
-          "' (allowed: n_layer, n_head, d_model, vocab_size, seq_len, dropout, recompute)");
+        k != "dropout" && k != "recompute" && k != "position_embedding" && k != "rope_theta") {
+      throw ConfigError(source + ": unknown model key '" + k +
+                        "' (allowed: n_layer, n_head, d_model, vocab_size, seq_len, dropout, "
+                        "recompute, position_embedding, rope_theta)");
     }
   }
   c.validate();

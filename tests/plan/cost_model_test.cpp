@@ -292,6 +292,18 @@ TEST(PlannerFiles, ClusterAndModelFilesAreValidated) {
   EXPECT_THROW(
       parse_model_spec("{n_layer: 2, n_head: 2, d_model: 8, vocab_size: 10, seq_len: 4, width: 3}"),
       ConfigError);
+  // A rotary model has no position table to count.
+  const nn::GptConfig rope = parse_model_spec(
+      "{n_layer: 2, n_head: 2, d_model: 8, vocab_size: 10, seq_len: 4, position_embedding: rope, "
+      "rope_theta: 500000}");
+  EXPECT_TRUE(rope.rotary());
+  EXPECT_EQ(parse_model_spec("{n_layer: 2, n_head: 2, d_model: 8, vocab_size: 10, seq_len: 4}")
+                    .num_parameters() -
+                rope.num_parameters(),
+            4 * 8);
+  EXPECT_THROW(parse_model_spec("{n_layer: 2, n_head: 2, d_model: 8, vocab_size: 10, seq_len: 4, "
+                                "position_embedding: alibi}"),
+               ConfigError);
 }
 
 }  // namespace
