@@ -229,6 +229,33 @@ __global__ void gelu_backward_kernel(const T* x, const T* dy, T* dx, int64_t n) 
   });
 }
 
+// SwiGLU, one output element per thread: a and b lie F apart in x's row.
+template <class T>
+__global__ void swiglu_forward_kernel(const T* x, T* y, int64_t rows, int64_t F) {
+  using C = compute_t<T>;
+  const int64_t n = rows * F;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = i / F, j = i - r * F;
+    const C a = load(x, r * 2 * F + j), b = load(x, r * 2 * F + F + j);
+    store(y, i, a / (C(1) + exp_of(-a)) * b);
+  }
+}
+
+template <class T>
+__global__ void swiglu_backward_kernel(const T* x, const T* dy, T* dx, int64_t rows, int64_t F) {
+  using C = compute_t<T>;
+  const int64_t n = rows * F;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = i / F, j = i - r * F;
+    const C a = load(x, r * 2 * F + j), b = load(x, r * 2 * F + F + j), g = load(dy, i);
+    const C s = C(1) / (C(1) + exp_of(-a));
+    store(dx, r * 2 * F + j, g * b * s * (C(1) + a * (C(1) - s)));
+    store(dx, r * 2 * F + F + j, g * a * s);
+  }
+}
+
 // Element i's draw is word (offset + i) % 4 of Philox counter (offset + i)
 // / 4 (the CPU's rule): a thread takes one counter, so one Philox block
 // serves up to four elements instead of one (ten rounds of it per element
@@ -671,6 +698,38 @@ void gelu_backward(const void* x, const void* dy, void* dx, ScalarType type, int
         static_cast<const double*>(x), static_cast<const double*>(dy), static_cast<double*>(dx), n);
   }
   check_launch("gelu_backward");
+}
+
+void swiglu_forward(const void* x, void* y, ScalarType type, int64_t rows, int64_t F,
+                    cudaStream_t stream) {
+  if (rows * F == 0) return;
+  auto launch = [&](auto t) {
+    using T = decltype(t);
+    swiglu_forward_kernel<T><<<grid_for(rows * F, kThreads), kThreads, 0, stream>>>(
+        static_cast<const T*>(x), static_cast<T*>(y), rows, F);
+  };
+  if (type == ScalarType::F64) {
+    launch(double{});
+  } else {
+    dispatch_nn(type, "swiglu_forward", launch);
+  }
+  check_launch("swiglu_forward");
+}
+
+void swiglu_backward(const void* x, const void* dy, void* dx, ScalarType type, int64_t rows,
+                     int64_t F, cudaStream_t stream) {
+  if (rows * F == 0) return;
+  auto launch = [&](auto t) {
+    using T = decltype(t);
+    swiglu_backward_kernel<T><<<grid_for(rows * F, kThreads), kThreads, 0, stream>>>(
+        static_cast<const T*>(x), static_cast<const T*>(dy), static_cast<T*>(dx), rows, F);
+  };
+  if (type == ScalarType::F64) {
+    launch(double{});
+  } else {
+    dispatch_nn(type, "swiglu_backward", launch);
+  }
+  check_launch("swiglu_backward");
 }
 
 Status check_dropout(double p) {

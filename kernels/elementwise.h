@@ -2,7 +2,7 @@
 
 // Elementwise kernels (elementwise.cu): copies with dtype conversion between
 // strided views, fill, binary arithmetic with broadcasting, affine maps,
-// GELU forward/backward, dropout and reductions along one dimension.
+// GELU forward/backward, SwiGLU, dropout and reductions along one dimension.
 // Pointers are device pointers; every launcher takes the stream it runs on.
 #include <cuda_runtime_api.h>
 
@@ -35,6 +35,13 @@ void affine(const void* x, void* out, ScalarType type, int64_t n, double alpha, 
 void gelu_forward(const void* x, void* y, ScalarType type, int64_t n, cudaStream_t stream);
 void gelu_backward(const void* x, const void* dy, void* dx, ScalarType type, int64_t n,
                    cudaStream_t stream);
+// SwiGLU: x (rows, 2F) = [a | b] -> y (rows, F) = silu(a) * b; backward
+// dx (rows, 2F) = [dy * b * silu'(a) | dy * silu(a)]. f32, f64, bf16, f16
+// (f32 math for halves); contiguous.
+void swiglu_forward(const void* x, void* y, ScalarType type, int64_t rows, int64_t F,
+                    cudaStream_t stream);
+void swiglu_backward(const void* x, const void* dy, void* dx, ScalarType type, int64_t rows,
+                     int64_t F, cudaStream_t stream);
 // y = x * keep / (1 - p), keep = philox::uniform(seed, rng_stream, offset + i) >= p: the
 // CPU backend's mask, bit for bit.
 void dropout(const void* x, void* y, ScalarType type, int64_t n, double p, uint64_t seed,

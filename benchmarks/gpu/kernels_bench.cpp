@@ -105,6 +105,16 @@ int main(int argc, char** argv) {
   report("residual_add", time_ms([&] { be.binary(triad::BinaryOp::Add, x, dx, y); }, iters),
          3 * N * C * h, 0);
   report("dropout", time_ms([&] { be.dropout(x, 0.1, 1, 2, 3, y); }, iters), 2 * N * C * h, 0);
+  // SwiGLU on an 8C-wide c_fc output (F = 4C): reads 8C, writes 4C per token
+  // (backward reads 8C and 4C, writes 8C).
+  {
+    Tensor fc = rnd({N, 8 * C}, 15), act = triad::empty({N, 4 * C}, bf, gpu),
+           dfc = triad::empty({N, 8 * C}, bf, gpu);
+    report("swiglu_forward", time_ms([&] { be.swiglu_forward(fc, act); }, iters), 12.0 * N * C * h,
+           0);
+    report("swiglu_backward", time_ms([&] { be.swiglu_backward(fc, act, dfc); }, iters),
+           20.0 * N * C * h, 0);
+  }
   // Rotary embeddings of a (B, T, 3C) qkv in NH heads: reads and writes
   // all of it (v copied).
   {

@@ -55,6 +55,16 @@ const char* position_embedding_string(PositionEmbedding p) {
   return p == PositionEmbedding::Rotary ? "rope" : "learned";
 }
 
+Activation activation_from_string(const std::string& name) {
+  if (name == "gelu") return Activation::Gelu;
+  if (name == "swiglu") return Activation::SwiGlu;
+  throw ConfigError("model.activation ('" + name + "') must be gelu or swiglu");
+}
+
+const char* activation_string(Activation a) {
+  return a == Activation::SwiGlu ? "swiglu" : "gelu";
+}
+
 void GptConfig::validate() const {
   require_positive(n_layer, "n_layer");
   require_positive(n_head, "n_head");
@@ -76,6 +86,10 @@ void GptConfig::validate() const {
         std::to_string(d_model) + ") / model.n_head (" + std::to_string(n_head) + ") is " +
         std::to_string(d_model / n_head));
   }
+  if (ffn_hidden_size < 0) {
+    throw ConfigError("model.ffn_hidden_size (" + std::to_string(ffn_hidden_size) +
+                      ") must be positive (or 0 for 4 * d_model)");
+  }
   if (!(rope_theta > 0.0) || !std::isfinite(rope_theta)) {
     throw ConfigError("model.rope_theta (" + std::to_string(rope_theta) +
                       ") must be a positive number");
@@ -86,9 +100,25 @@ void GptConfig::validate() const {
 }
 
 int64_t GptConfig::num_parameters() const {
-  const int64_t h = d_model, l = n_layer;
-  // Per block: 12h^2 weights + 13h biases/LayerNorm; plus embeddings and ln_f.
-  return l * (12 * h * h + 13 * h) + (vocab_size + (rotary() ? 0 : seq_len)) * h + 2 * h;
+  const int64_t h = d_model, l = n_layer, f = ffn(), m = fc_width();
+  // Per block: attention 4h^2 + 4h, MLP (h + 1) m + (f + 1) h, two
+  // LayerNorms 4h (12h^2 + 13h for GPT-2's F = 4h); plus embeddings and ln_f.
+  const int64_t block = 4 * h * h + 4 * h + (h + 1) * m + (f + 1) * h + 4 * h;
+  return l * block + (vocab_size + (rotary() ? 0 : seq_len)) * h + 2 * h;
+}
+
+double GptConfig::training_flops(double sequences, bool full_recompute) const {
+  const double s = static_cast<double>(seq_len), h = static_cast<double>(d_model);
+  const double l = static_cast<double>(n_layer), V = static_cast<double>(vocab_size);
+  const double f = static_cast<double>(ffn()), m = static_cast<double>(fc_width());
+  // Forward per token: 2 FLOPs per weight of the layers' products, 4*s*h for
+  // the scores and their product with V, 2*h*V for the head.
+  const double layer = 2.0 * (4.0 * h * h + h * m + f * h) + 4.0 * s * h;
+  const double forward = l * layer + 2.0 * h * V;
+  // Backward is twice forward; full recomputation runs the layers forward
+  // once more (not the head).
+  const double per_token = 3.0 * forward + (full_recompute ? l * layer : 0.0);
+  return sequences * s * per_token;
 }
 
 CausalSelfAttention::CausalSelfAttention(const GptConfig& cfg, int64_t layer)
@@ -139,13 +169,15 @@ Tensor CausalSelfAttention::forward_cached(const Tensor& x, Tensor& k_cache, Ten
   return c_proj_->forward(y);
 }
 
-Mlp::Mlp(const GptConfig& cfg, int64_t layer) : layer_(layer), dropout_(cfg.dropout) {
-  c_fc_ = register_module("c_fc", std::make_shared<Linear>(cfg.d_model, 4 * cfg.d_model));
-  c_proj_ = register_module("c_proj", std::make_shared<Linear>(4 * cfg.d_model, cfg.d_model));
+Mlp::Mlp(const GptConfig& cfg, int64_t layer)
+    : layer_(layer), dropout_(cfg.dropout), swiglu_(cfg.activation == Activation::SwiGlu) {
+  c_fc_ = register_module("c_fc", std::make_shared<Linear>(cfg.d_model, cfg.fc_width()));
+  c_proj_ = register_module("c_proj", std::make_shared<Linear>(cfg.ffn(), cfg.d_model));
 }
 
 Tensor Mlp::forward(const Tensor& x, const ForwardContext& ctx) const {
-  Tensor y = c_proj_->forward_after_gelu(c_fc_->forward_gelu(x));
+  Tensor y = swiglu_ ? c_proj_->forward(swiglu(c_fc_->forward(x)))
+                     : c_proj_->forward_after_gelu(c_fc_->forward_gelu(x));
   return site_dropout(y, dropout_, ctx, layer_, "mlp.resid");
 }
 

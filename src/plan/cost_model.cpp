@@ -72,11 +72,13 @@ LayerCost layer_cost(const nn::GptConfig& m, const ClusterSpec& c, const Paralle
   const double tokens = b * s;
   LayerCost L;
   // Linear layers split over TP: QKV (h -> 3h/t), projection (h/t -> h),
-  // MLP up (h -> 4h/t) and down (4h/t -> h); 24bsh^2/t FLOPs forward, the
-  // same again for each of the input and weight gradients.
+  // MLP up (h -> m/t, m = F or 2F for SwiGLU) and down (F/t -> h); 24bsh^2/t
+  // FLOPs forward for GPT-2's F = 4h, the same again for each of the input
+  // and weight gradients.
+  const double f = static_cast<double>(m.ffn()), fc = static_cast<double>(m.fc_width());
   for (const LinearTimes& lt :
        {linear_times(tokens, h, 3 * h / t, c), linear_times(tokens, h / t, h, c),
-        linear_times(tokens, h, 4 * h / t, c), linear_times(tokens, 4 * h / t, h, c)}) {
+        linear_times(tokens, h, fc / t, c), linear_times(tokens, f / t, h, c)}) {
     L.fwd_gemm += lt.fwd;
     L.bwd_input_gemm += lt.dx;
     L.bwd_weight_gemm += lt.dw;
@@ -111,11 +113,12 @@ LayerCost layer_cost(const nn::GptConfig& m, const ClusterSpec& c, const Paralle
   }
   // Token-wise kernels, bytes per token per hidden unit forward: two
   // LayerNorms (4 each), two fused bias-dropout-residual adds (7 each) and
-  // the fused bias-GELU on the 4h MLP activation (16, split by TP). With
-  // sequence parallelism the replicated ones are split too. Backward moves
-  // about twice as much.
+  // the MLP's activation reading its m inputs and writing F outputs (16 for
+  // GPT-2's bias-GELU on 4h, split by TP). With sequence parallelism the
+  // replicated ones are split too. Backward moves about twice as much.
   const double replicated = 22.0 / (p.sequence_parallel ? t : 1.0);
-  const double token_bytes_fwd = tokens * h * (replicated + 16.0 / t);
+  const double act_bytes = 2.0 * (fc + f) / h;
+  const double token_bytes_fwd = tokens * h * (replicated + act_bytes / t);
   L.fwd_mem = L.attn_mem_fwd + token_bytes_fwd / bw;
   L.bwd_mem = attn_mem_bwd + 2.0 * token_bytes_fwd / bw;
   // Tensor parallelism: two all-reduces (or reduce-scatter + all-gather
@@ -235,11 +238,9 @@ std::string ParallelConfig::str() const {
 }
 
 double ptdp_model_flops(const nn::GptConfig& m, int global_batch, bool full_recompute) {
-  const double B = global_batch, s = static_cast<double>(m.seq_len),
-               l = static_cast<double>(m.n_layer);
-  const double h = static_cast<double>(m.d_model), V = static_cast<double>(m.vocab_size);
-  if (full_recompute) return 96.0 * B * s * l * h * h * (1.0 + s / (6.0 * h) + V / (16.0 * l * h));
-  return 72.0 * B * s * l * h * h * (1.0 + s / (6.0 * h) + V / (12.0 * l * h));
+  // 72*B*s*l*h^2*(1 + s/(6h) + V/(12*l*h)), or 96*...*V/(16*l*h) with full
+  // recomputation, for GPT-2's MLP; GptConfig generalises it to any MLP.
+  return m.training_flops(static_cast<double>(global_batch), full_recompute);
 }
 
 void check_config(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int global_batch,
@@ -348,10 +349,13 @@ Estimate estimate(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int gl
   }
 
   // ---- parameters on the most loaded pipeline rank
-  const double layer_params = 12.0 * h * h + 13.0 * h;
+  const double ffn_w = static_cast<double>(m.ffn()), fc_w = static_cast<double>(m.fc_width());
+  const double layer_params =
+      4.0 * h * h + 4.0 * h + (h + 1.0) * fc_w + (ffn_w + 1.0) * h + 4.0 * h;
   const double body = (static_cast<double>(m.n_layer) / p.pp) * layer_params / t;
   const double embedding = V * h / t;  // first stage (and a copy on the last when pp > 1)
-  const double params = body + embedding + (p.pp == 1 ? s * h : std::max(s * h, 0.0));
+  const double positions = m.rotary() ? 0.0 : s * h;  // the learned table, first stage
+  const double params = body + embedding + positions;
   // ---- data parallelism: fp32 gradient reduction (hierarchical: inside the
   // node over NVLink, then across nodes through each GPU's share of the NICs)
   if (p.dp > 1) {
@@ -402,21 +406,25 @@ Estimate estimate(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int gl
   // mask and output of the (s x s) scores (5as/h), or with fused attention
   // the f32 log-sum-exp per head and position (4a/h).
   const double attn_extra = flash ? 4.0 * a / h : 5.0 * a * s / h;
+  // Of the 34 sbh, 16 are the MLP's activation input (4h) and c_proj's input
+  // (4h) in 2 bytes: 2(m + F)/h for another width or SwiGLU. 24 of them are
+  // split by TP.
+  const double mlp_acts = 2.0 * (fc_w + ffn_w) / h, split = 8.0 + mlp_acts, whole = 18.0 + mlp_acts;
   double per_layer = 0;
   switch (recompute) {
     case Recompute::None:
-      per_layer = p.sequence_parallel ? sbh * (34.0 + attn_extra) / t
-                                      : sbh * (10.0 + 24.0 / t + attn_extra / t);
+      per_layer = p.sequence_parallel ? sbh * (whole + attn_extra) / t
+                                      : sbh * (10.0 + split / t + attn_extra / t);
       break;
     case Recompute::Selective:
-      per_layer = p.sequence_parallel ? sbh * 34.0 / t : sbh * (10.0 + 24.0 / t);
+      per_layer = p.sequence_parallel ? sbh * whole / t : sbh * (10.0 + split / t);
       break;
     case Recompute::Full:
       per_layer = 2.0 * sbh / (p.sequence_parallel ? t : 1.0);
       break;
   }
   double activations = e.peak_inflight * layers_per_chunk * per_layer;
-  if (recompute == Recompute::Full) activations += sbh * (34.0 + attn_extra) / t;  // one rebuilt
+  if (recompute == Recompute::Full) activations += sbh * (whole + attn_extra) / t;  // one rebuilt
   // bf16 logits of one micro-batch; backward writes their gradient over
   // them (linear_head_loss), so there is no second buffer.
   activations += b * s * V / t * 2.0;

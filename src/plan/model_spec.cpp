@@ -48,13 +48,23 @@ nn::GptConfig parse_model_spec(const std::string& yaml_text, const std::string& 
       throw ConfigError(source + ": model.position_embedding: expected learned or rope");
     }
   }
+  // So do the MLP's width and activation.
+  get("ffn_hidden_size", c.ffn_hidden_size, false);
+  if (const YAML::Node v = model["activation"]) {
+    try {
+      c.activation = nn::activation_from_string(v.as<std::string>());
+    } catch (const YAML::Exception&) {
+      throw ConfigError(source + ": model.activation: expected gelu or swiglu");
+    }
+  }
   for (auto it = model.begin(); it != model.end(); ++it) {
     const std::string k = it->first.as<std::string>();
     if (k != "n_layer" && k != "n_head" && k != "d_model" && k != "vocab_size" && k != "seq_len" &&
-        k != "dropout" && k != "recompute" && k != "position_embedding" && k != "rope_theta") {
+        k != "dropout" && k != "recompute" && k != "position_embedding" && k != "rope_theta" &&
+        k != "activation" && k != "ffn_hidden_size") {
       throw ConfigError(source + ": unknown model key '" + k +
                         "' (allowed: n_layer, n_head, d_model, vocab_size, seq_len, dropout, "
-                        "recompute, position_embedding, rope_theta)");
+                        "recompute, position_embedding, rope_theta, activation, ffn_hidden_size)");
     }
   }
   c.validate();

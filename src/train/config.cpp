@@ -424,6 +424,10 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
       {"recompute",
        {false,
         [&](auto& v, auto& k) { m.recompute = nn::recompute_from_string(get_string(v, k)); }}},
+      {"activation",
+       {false,
+        [&](auto& v, auto& k) { m.activation = nn::activation_from_string(get_string(v, k)); }}},
+      {"ffn_hidden_size", {false, [&](auto& v, auto& k) { m.ffn_hidden_size = get_int(v, k); }}},
       {"position_embedding",
        {false,
         [&](auto& v, auto& k) {
@@ -698,6 +702,8 @@ std::string to_yaml(const Config& c) {
   e << YAML::Key << "seq_len" << YAML::Value << c.model.seq_len;
   e << YAML::Key << "dropout" << YAML::Value << c.model.dropout;
   e << YAML::Key << "recompute" << YAML::Value << nn::recompute_string(c.model.recompute);
+  e << YAML::Key << "activation" << YAML::Value << nn::activation_string(c.model.activation);
+  e << YAML::Key << "ffn_hidden_size" << YAML::Value << c.model.ffn_hidden_size;
   e << YAML::Key << "position_embedding" << YAML::Value
     << nn::position_embedding_string(c.model.position_embedding);
   e << YAML::Key << "rope_theta" << YAML::Value << c.model.rope_theta;

@@ -952,11 +952,7 @@ StepMetrics Trainer::step(int64_t index) {
   m.bubble_fraction = bubble;
   m.tokens_per_s = static_cast<double>(G * config_.model.seq_len) / (ms / 1000.0);
   // PTD-P model FLOPs (no recomputation) per device, and over the peak.
-  const auto& mc = config_.model;
-  const double B = static_cast<double>(G), S = static_cast<double>(mc.seq_len);
-  const double L = static_cast<double>(mc.n_layer), H = static_cast<double>(mc.d_model),
-               V = static_cast<double>(mc.vocab_size);
-  const double flops = 72.0 * B * S * L * H * H * (1.0 + S / (6.0 * H) + V / (12.0 * L * H));
+  const double flops = config_.model.training_flops(static_cast<double>(G));
   const int devices = world_ ? world_->size() : 1;
   m.tflops_per_device = flops / (ms / 1000.0) / devices / 1e12;
   if (config_.log_peak_tflops > 0) m.mfu = m.tflops_per_device / config_.log_peak_tflops;

@@ -226,6 +226,16 @@ inline std::vector<OpCase> op_cases() {
          return std::vector<Tensor>{rnd({2, 3, 8}, d, 1, 2.0), rnd({8}, d, 2), rnd({8}, d, 3)};
        },
        [](const std::vector<Tensor>& x) { return layer_norm(x[0], x[1], x[2]); }});
+  c.push_back({"swiglu",
+               [](DType d) {
+                 return std::vector<Tensor>{rnd({2, 3, 10}, d, 1, 2.0)};
+               },
+               [](const std::vector<Tensor>& x) { return swiglu(x[0]); }});
+  c.push_back({"swiglu_long_rows",
+               [](DType d) {
+                 return std::vector<Tensor>{rnd({3, 2 * 37}, d, 2, 3.0)};
+               },
+               [](const std::vector<Tensor>& x) { return swiglu(x[0]); }});
   c.push_back({"softmax",
                [](DType d) {
                  return std::vector<Tensor>{rnd({3, 7}, d, 1, 2.0)};

@@ -358,6 +358,22 @@ TEST(Config, PositionEmbeddingParsesRoundTripsAndNamesABadValue) {
                       "model.position_embedding rope needs an even head dimension");
 }
 
+TEST(Config, MlpActivationAndWidthParseRoundTripAndAreChecked) {
+  const Config plain = parse_config(kValid);
+  EXPECT_EQ(plain.model.activation, nn::Activation::Gelu);
+  EXPECT_EQ(plain.model.ffn(), 64);
+  const Config c = parse_config(kValid, {"model.activation=swiglu", "model.ffn_hidden_size=44"});
+  EXPECT_EQ(c.model.activation, nn::Activation::SwiGlu);
+  EXPECT_EQ(c.model.fc_width(), 88);
+  const Config back = parse_config(to_yaml(c));
+  EXPECT_EQ(back.model.activation, nn::Activation::SwiGlu);
+  EXPECT_EQ(back.model.ffn_hidden_size, 44);
+  expect_config_error(kValid, {"model.activation=relu"},
+                      "model.activation ('relu') must be gelu or swiglu");
+  expect_config_error(kValid, {"model.ffn_hidden_size=-4"},
+                      "model.ffn_hidden_size (-4) must be positive");
+}
+
 // A resumed run logs what changed since its checkpoint: the resolved
 // configs compared key by key.
 TEST(Config, ChangesBetweenResolvedConfigsAreListedKeyByKey) {

@@ -91,6 +91,11 @@ class Backend {
   // GELU, tanh approximation.
   virtual void gelu_forward(const Tensor& x, Tensor& y) = 0;
   virtual void gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) = 0;
+  // SwiGLU over the last dimension: x (rows, 2F) = [a | b] -> y (rows, F) =
+  // silu(a) * b, silu(a) = a * sigmoid(a). Backward: dx = [dy * b * silu'(a)
+  // | dy * silu(a)] from x and dy (rows, F).
+  virtual void swiglu_forward(const Tensor& x, Tensor& y) = 0;
+  virtual void swiglu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) = 0;
 
   // A linear layer's forward: y (rows, out) = x (rows, in) @ w^T (w is
   // (out, in)) + bias (out; may be undefined, then no bias). With

@@ -32,6 +32,13 @@ PositionEmbedding position_embedding_from_string(
     const std::string& name);  // learned | rope, else ConfigError
 const char* position_embedding_string(PositionEmbedding p);
 
+// The MLP's activation: GPT-2's GELU (tanh approximation) between c_fc
+// (C -> F) and c_proj, or SwiGLU (LLaMA's: c_fc makes C -> 2F, a gate and a
+// value half, and silu(gate) * value goes on to c_proj).
+enum class Activation { Gelu, SwiGlu };
+Activation activation_from_string(const std::string& name);  // gelu | swiglu, else ConfigError
+const char* activation_string(Activation a);
+
 // The shape of a GPT-2 style model.
 struct GptConfig {
   int64_t n_layer = 12;
@@ -42,9 +49,14 @@ struct GptConfig {
   double dropout = 0.0;
   double layer_norm_eps = 1e-5;
   Recompute recompute = Recompute::None;
+  Activation activation = Activation::Gelu;
+  int64_t ffn_hidden_size = 0;  // the MLP's hidden width F; 0: 4 * d_model
   PositionEmbedding position_embedding = PositionEmbedding::Learned;
   double rope_theta = 10000.0;  // RoPE's base: pair i turns by theta^(-2i/D) a position
   bool rotary() const { return position_embedding == PositionEmbedding::Rotary; }
+  // The MLP's hidden width F, and c_fc's output width (F, or 2F for SwiGLU).
+  int64_t ffn() const { return ffn_hidden_size > 0 ? ffn_hidden_size : 4 * d_model; }
+  int64_t fc_width() const { return activation == Activation::SwiGlu ? 2 * ffn() : ffn(); }
   // Packed documents (nn/documents.h): the token that ends a document (-1:
   // none), and whether each document of a row gets its own attention window
   // and its own positions (Megatron-LM's reset_attention_mask and
@@ -58,8 +70,14 @@ struct GptConfig {
   // Throws ConfigError naming the field when a value is impossible.
   void validate() const;
   // 12*l*h^2*(1 + 13/(12h) + (V+s)/(12*l*h)) of the PTD-P paper (tied head;
-  // no s*h position table under rotary embeddings).
+  // no s*h position table under rotary embeddings), for any MLP width.
   int64_t num_parameters() const;
+  // Model FLOPs of training on `sequences` sequences of seq_len tokens: the
+  // PTD-P paper's count (every matrix product, attention over all s^2
+  // scores, the head; backward twice forward, plus a forward again under
+  // full recomputation), 72*B*s*l*h^2*(1 + s/(6h) + V/(12*l*h)) for GPT-2's
+  // MLP and generalised to any F and SwiGLU.
+  double training_flops(double sequences, bool full_recompute = false) const;
 };
 
 // What one forward pass needs besides its input. Randomness: dropout masks
@@ -96,7 +114,8 @@ class CausalSelfAttention : public Module {
   double rope_theta_;
 };
 
-// Position-wise MLP: c_fc (C -> 4C), GELU (tanh), c_proj (4C -> C).
+// Position-wise MLP: c_fc (C -> F), GELU (tanh), c_proj (F -> C); or with
+// SwiGLU c_fc (C -> 2F), swiglu, c_proj (F -> C). F is 4C by default.
 class Mlp : public Module {
  public:
   Mlp(const GptConfig& cfg, int64_t layer);
@@ -106,6 +125,7 @@ class Mlp : public Module {
   std::shared_ptr<Linear> c_fc_, c_proj_;
   int64_t layer_;
   double dropout_;
+  bool swiglu_;
 };
 
 // Pre-LayerNorm transformer block: x + attn(ln_1(x)), then + mlp(ln_2(x)).

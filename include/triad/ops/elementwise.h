@@ -19,6 +19,9 @@ inline Tensor scale(const Tensor& x, double alpha) {
 
 // GELU with the tanh approximation (GPT-2's).
 Tensor gelu(const Tensor& x);
+// SwiGLU (Shazeer 2020; LLaMA's MLP): x (..., 2F) = [a | b] -> (..., F) =
+// silu(a) * b, silu(a) = a * sigmoid(a). The last dimension must be even.
+Tensor swiglu(const Tensor& x);
 
 // Inverted dropout: keeps element i when philox_uniform(seed, stream,
 // offset + i) >= p and scales kept values by 1/(1-p). Identity when p == 0.

@@ -93,6 +93,49 @@ void CpuBackend::gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) {
   });
 }
 
+// SwiGLU: y = silu(a) * b with a, b the two halves of each row of x.
+void CpuBackend::swiglu_forward(const Tensor& x, Tensor& y) {
+  dispatch_float(x.dtype(), "swiglu", [&](auto tag) {
+    using T = decltype(tag);
+    const int64_t F = y.size(-1), rows = F ? y.numel() / F : 0;
+    const T* px = x.data<T>();
+    T* py = y.data<T>();
+#pragma omp parallel for schedule(static) if (rows * F > 4096)
+    for (int64_t r = 0; r < rows; ++r) {
+      const T* a = px + r * 2 * F;
+      const T* b = a + F;
+      T* out = py + r * F;
+#pragma omp simd
+      for (int64_t j = 0; j < F; ++j) out[j] = a[j] / (T(1) + exp_fast(-a[j])) * b[j];
+    }
+  });
+}
+
+// With s = sigmoid(a): silu(a) = a s and silu'(a) = s (1 + a (1 - s)).
+void CpuBackend::swiglu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) {
+  dispatch_float(x.dtype(), "swiglu_backward", [&](auto tag) {
+    using T = decltype(tag);
+    const int64_t F = dy.size(-1), rows = F ? dy.numel() / F : 0;
+    const T* px = x.data<T>();
+    const T* pdy = dy.data<T>();
+    T* pdx = dx.data<T>();
+#pragma omp parallel for schedule(static) if (rows * F > 4096)
+    for (int64_t r = 0; r < rows; ++r) {
+      const T* a = px + r * 2 * F;
+      const T* b = a + F;
+      const T* g = pdy + r * F;
+      T* da = pdx + r * 2 * F;
+      T* db = da + F;
+#pragma omp simd
+      for (int64_t j = 0; j < F; ++j) {
+        const T s = T(1) / (T(1) + exp_fast(-a[j]));
+        da[j] = g[j] * b[j] * s * (T(1) + a[j] * (T(1) - s));
+        db[j] = g[j] * a[j] * s;
+      }
+    }
+  });
+}
+
 void CpuBackend::layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias,
                                     double eps, Tensor& y, Tensor& mean, Tensor& rstd) {
   dispatch_float(x.dtype(), "layer_norm", [&](auto tag) {

@@ -204,6 +204,20 @@ void HalfAdapter::rotary_embedding(const Tensor& qkv, int64_t n_head, const Tens
   w.finish();
 }
 
+void HalfAdapter::swiglu_forward(const Tensor& x, Tensor& y) {
+  Widen w(inner_);
+  Tensor o = w.out(y);
+  inner_.swiglu_forward(w.in(x), o);
+  w.finish();
+}
+
+void HalfAdapter::swiglu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) {
+  Widen w(inner_);
+  Tensor o = w.out(dx);
+  inner_.swiglu_backward(w.in(x), w.in(dy), o);
+  w.finish();
+}
+
 void HalfAdapter::dropout(const Tensor& x, double p, uint64_t seed, uint64_t stream,
                           uint64_t offset, Tensor& y) {
   Widen w(inner_);

@@ -174,9 +174,9 @@ nn::StateDict PipelineModel::full_state_dict() const {
                                                       {"attn.c_proj.bias", {C}},
                                                       {"ln_2.weight", {C}},
                                                       {"ln_2.bias", {C}},
-                                                      {"mlp.c_fc.weight", {4 * C, C}},
-                                                      {"mlp.c_fc.bias", {4 * C}},
-                                                      {"mlp.c_proj.weight", {C, 4 * C}},
+                                                      {"mlp.c_fc.weight", {cfg_.fc_width(), C}},
+                                                      {"mlp.c_fc.bias", {cfg_.fc_width()}},
+                                                      {"mlp.c_proj.weight", {C, cfg_.ffn()}},
                                                       {"mlp.c_proj.bias", {C}}}) {
         names.push_back({pre + n, s});
       }

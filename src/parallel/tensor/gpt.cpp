@@ -76,6 +76,11 @@ void TensorParallelGpt::build(uint64_t seed) {
                        std::to_string(cfg_.n_layer) + ")");
     }
   }
+  if (cfg_.ffn() % t != 0) {
+    throw ConfigError("model.ffn_hidden_size (" + std::to_string(cfg_.ffn()) +
+                      ") must be divisible by parallel.tp (" + std::to_string(t) + ")");
+  }
+  const bool swiglu = cfg_.activation == nn::Activation::SwiGlu;
   const int64_t C = cfg_.d_model;
   if (plan_.embedding || plan_.head) {
     wte_ = register_module(
@@ -98,8 +103,13 @@ void TensorParallelGpt::build(uint64_t seed) {
     L.attn_proj = attn->add("c_proj", std::make_shared<RowParallelLinear>(C, C, group_, sp_));
     L.ln_2 = block->add("ln_2", std::make_shared<nn::LayerNorm>(C, cfg_.layer_norm_eps));
     auto mlp = block->add("mlp", std::make_shared<Container>());
-    L.c_fc = mlp->add("c_fc", std::make_shared<ColumnParallelLinear>(C, 4 * C, group_, sp_));
-    L.mlp_proj = mlp->add("c_proj", std::make_shared<RowParallelLinear>(4 * C, C, group_, sp_));
+    // SwiGLU's c_fc holds [gate | value]: each half split over the ranks, so
+    // a rank's shard is its gate and value columns (the full tensor keeps
+    // one process's layout).
+    L.c_fc = mlp->add("c_fc", std::make_shared<ColumnParallelLinear>(C, cfg_.fc_width(), group_,
+                                                                     sp_, swiglu ? 2 : 1));
+    L.mlp_proj =
+        mlp->add("c_proj", std::make_shared<RowParallelLinear>(cfg_.ffn(), C, group_, sp_));
     h->add(std::to_string(i), block);
     L.module = block;
     const std::string p = "h." + std::to_string(i) + ".";
@@ -151,9 +161,9 @@ std::map<std::string, Shape> TensorParallelGpt::full_shapes() const {
     s[p + "attn.c_attn.bias"] = {3 * C};
     s[p + "attn.c_proj.weight"] = {C, C};
     s[p + "attn.c_proj.bias"] = {C};
-    s[p + "mlp.c_fc.weight"] = {4 * C, C};
-    s[p + "mlp.c_fc.bias"] = {4 * C};
-    s[p + "mlp.c_proj.weight"] = {C, 4 * C};
+    s[p + "mlp.c_fc.weight"] = {cfg_.fc_width(), C};
+    s[p + "mlp.c_fc.bias"] = {cfg_.fc_width()};
+    s[p + "mlp.c_proj.weight"] = {C, cfg_.ffn()};
     s[p + "mlp.c_proj.bias"] = {C};
   }
   return s;
@@ -312,7 +322,9 @@ Tensor TensorParallelGpt::block_forward(int64_t i, const Tensor& x,
       L.attn_proj->forward(causal_attention(qkv, cfg_.n_head / group_->size(), ctx.doc_starts));
   const AddLayerNorm h =
       L.ln_2->forward_add(x, site_dropout(a, cfg_.dropout, ctx, i, "attn.resid", shard));
-  Tensor m = L.mlp_proj->forward_after_gelu(L.c_fc->forward_gelu(h.norm));
+  Tensor m = cfg_.activation == nn::Activation::SwiGlu
+                 ? L.mlp_proj->forward(swiglu(L.c_fc->forward(h.norm)))
+                 : L.mlp_proj->forward_after_gelu(L.c_fc->forward_gelu(h.norm));
   return add(h.sum, site_dropout(m, cfg_.dropout, ctx, i, "mlp.resid", shard));
 }
 

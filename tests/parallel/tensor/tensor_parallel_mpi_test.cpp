@@ -273,17 +273,25 @@ TEST_P(TensorParallelGptTest, PackedDocumentsMatchOneProcess) {
             1e-4);
 }
 
-// Rotary embeddings turn each rank's own heads (the column-parallel qkv's
-// local q and k), over the whole sequence under sequence parallelism; with
-// and without packed documents' positions.
-TEST_P(TensorParallelGptTest, RotaryEmbeddingsMatchOneProcess) {
+// LLaMA-style options. Rotary embeddings turn each rank's own heads (the
+// column-parallel qkv's local q and k), over the whole sequence under
+// sequence parallelism; with and without packed documents' positions.
+// SwiGLU splits c_fc's gate and value halves each over the ranks, so every
+// rank pairs its own gate and value columns.
+TEST_P(TensorParallelGptTest, RotaryEmbeddingsAndSwigluMatchOneProcess) {
   const bool sp = GetParam();
   const int64_t V = 300;
-  for (const bool documents : {false, true}) {
-    SCOPED_TRACE(documents ? "packed documents" : "one document a row");
+  for (const std::string variant : {"rope", "rope, packed documents", "swiglu, F 24"}) {
+    SCOPED_TRACE(variant);
+    const bool documents = variant == "rope, packed documents";
     nn::GptConfig cfg = tiny(V);
-    cfg.position_embedding = nn::PositionEmbedding::Rotary;
-    cfg.rope_theta = 20.0;
+    if (variant == "swiglu, F 24") {
+      cfg.activation = nn::Activation::SwiGlu;
+      cfg.ffn_hidden_size = 24;
+    } else {
+      cfg.position_embedding = nn::PositionEmbedding::Rotary;
+      cfg.rope_theta = 20.0;
+    }
     if (documents) {
       cfg.eod_token = 7;
       cfg.reset_attention_mask = true;
@@ -293,7 +301,7 @@ TEST_P(TensorParallelGptTest, RotaryEmbeddingsMatchOneProcess) {
     TensorParallelGpt model(cfg, 17, g_world, sp);
     Tensor ids = token_ids(V, 5), targets = token_ids(V, 6);
     for (int64_t i : {3, 11}) ids.data<int64_t>()[i] = 7;
-    EXPECT_EQ(model.full_shapes().count("wpe.weight"), 0u);
+    EXPECT_EQ(model.full_shapes().count("wpe.weight"), cfg.rotary() ? 0u : 1u);
     expect_close(to_double_vector(model.logits(ids)), to_double_vector(ref.forward(ids)), 2e-5, 0,
                  "logits");
     Tensor l = model.loss(ids, targets), lr = ref.loss(ids, targets);

@@ -1,5 +1,6 @@
-// Rotary position embeddings: the op against its formula and the property
-// it exists for, and the GPT model that uses it.
+// LLaMA-style options of the GPT: rotary position embeddings (the op
+// against its formula and the property it exists for) and the SwiGLU MLP
+// of any width, and the models that use them.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -162,6 +163,67 @@ TEST(RotaryGpt, ConfigIsChecked) {
   EXPECT_THROW(c.validate(), ConfigError);
   EXPECT_THROW(position_embedding_from_string("alibi"), ConfigError);
   EXPECT_EQ(position_embedding_from_string("rope"), PositionEmbedding::Rotary);
+}
+
+TEST(Swiglu, IsSiluOfTheFirstHalfTimesTheSecond) {
+  const Tensor x = randn({2, 3, 8}, 4, 1, 2.0, DType::F64);
+  const std::vector<double> in = to_double_vector(x), out = to_double_vector(swiglu(x));
+  ASSERT_EQ(swiglu(x).shape(), (Shape{2, 3, 4}));
+  for (int64_t r = 0; r < 6; ++r) {
+    for (int64_t j = 0; j < 4; ++j) {
+      const double a = in[r * 8 + j], b = in[r * 8 + 4 + j];
+      EXPECT_NEAR(out[r * 4 + j], a / (1.0 + std::exp(-a)) * b, 1e-14);
+    }
+  }
+  EXPECT_THROW(swiglu(randn({2, 5}, 1, 1)), ShapeError);
+}
+
+GptConfig swiglu_config(int64_t ffn) {
+  GptConfig c{.n_layer = 2, .n_head = 2, .d_model = 16, .vocab_size = 23, .seq_len = 8};
+  c.activation = Activation::SwiGlu;
+  c.ffn_hidden_size = ffn;
+  return c;
+}
+
+TEST(SwigluGpt, CFcHoldsGateAndValueAndTheCountsFollowTheWidth) {
+  const Gpt m(swiglu_config(24), 1);
+  const StateDict sd = m.state_dict();
+  EXPECT_EQ(sd.at("h.0.mlp.c_fc.weight").shape(), (Shape{48, 16}));
+  EXPECT_EQ(sd.at("h.0.mlp.c_fc.bias").shape(), (Shape{48}));
+  EXPECT_EQ(sd.at("h.1.mlp.c_proj.weight").shape(), (Shape{16, 24}));
+  EXPECT_EQ(m.num_parameters(), swiglu_config(24).num_parameters());
+  // GELU with another width, and the default 4C.
+  GptConfig gelu = swiglu_config(40);
+  gelu.activation = Activation::Gelu;
+  const Gpt g(gelu, 1);
+  EXPECT_EQ(g.state_dict().at("h.0.mlp.c_fc.weight").shape(), (Shape{40, 16}));
+  EXPECT_EQ(g.num_parameters(), gelu.num_parameters());
+  EXPECT_EQ(swiglu_config(0).ffn(), 64);
+  // Loss and gradients flow through the gate and the value.
+  Tensor loss = m.loss(from_vector(std::vector<int64_t>{1, 2, 3, 4}, {1, 4}),
+                       from_vector(std::vector<int64_t>{2, 3, 4, 5}, {1, 4}));
+  autograd::backward({loss});
+  const std::vector<double> gfc = to_double_vector(m.state_dict().at("h.0.mlp.c_fc.weight").grad());
+  double gate = 0, value = 0;
+  for (size_t i = 0; i < gfc.size(); ++i) (i < gfc.size() / 2 ? gate : value) += std::abs(gfc[i]);
+  EXPECT_GT(gate, 0.0);
+  EXPECT_GT(value, 0.0);
+}
+
+// The model FLOPs generalise the PTD-P formula: equal to it for GPT-2's MLP,
+// and counting each product of another MLP.
+TEST(GptFlops, GeneraliseThePtdpFormula) {
+  GptConfig c{.n_layer = 3, .n_head = 2, .d_model = 16, .vocab_size = 50, .seq_len = 8};
+  const double B = 5, s = 8, l = 3, h = 16, V = 50;
+  EXPECT_NEAR(c.training_flops(B), 72 * B * s * l * h * h * (1 + s / (6 * h) + V / (12 * l * h)),
+              1e-6);
+  EXPECT_NEAR(c.training_flops(B, true),
+              96 * B * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h)), 1e-6);
+  // SwiGLU at F 24: c_fc h -> 48, c_proj 24 -> h; 2 FLOPs a weight a token,
+  // times 3 for forward and backward.
+  const GptConfig g = swiglu_config(24);
+  const double layer = 2 * (4 * 16 * 16 + 16 * 48 + 24 * 16) + 4 * 8 * 16;
+  EXPECT_NEAR(g.training_flops(1), 8 * 3 * (2 * layer + 2 * 16 * 23), 1e-6);
 }
 
 }  // namespace
