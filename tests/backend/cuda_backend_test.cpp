@@ -1841,14 +1841,17 @@ TEST(CudaTraining, PackedDocumentsAndABatchRampMatchTheCpuTrainer) {
                                           "data.eod_mask_loss=true",
                                           "train.rampup_batch_size=[2, 2, 8]",
                                           "train.micro_batch_size=2"};
-  // Rotary embeddings take the documents' positions on the GPU (uploaded
-  // once a forward pass, no host wait).
-  for (const std::string precision : {"fp32", "bf16", "bf16 rope"}) {
+  // LLaMA's options: rotary embeddings take the documents' positions on the
+  // GPU (uploaded once a forward pass, no host wait), and a SwiGLU MLP.
+  for (const std::string precision : {"fp32", "bf16", "bf16 rope swiglu"}) {
     SCOPED_TRACE(precision);
-    const bool rope = precision == "bf16 rope";
+    const bool rope = precision == "bf16 rope swiglu";
     auto config = [&](const std::string& device) {
       std::vector<std::string> overrides = extra;
-      if (rope) overrides.push_back("model.position_embedding=rope");
+      if (rope) {
+        overrides.insert(overrides.end(), {"model.position_embedding=rope",
+                                           "model.activation=swiglu", "model.ffn_hidden_size=88"});
+      }
       return train::parse_config(
           train::to_yaml(train_config(dir, model, device, rope ? "bf16" : precision, 6, 4, 128)),
           overrides);
@@ -1870,6 +1873,7 @@ TEST(CudaTraining, PackedDocumentsAndABatchRampMatchTheCpuTrainer) {
       EXPECT_NEAR(b.loss, a.loss, (precision == "fp32" ? 1e-4 : 0.01) * a.loss) << "step " << k;
       if (rope) {
         EXPECT_EQ(gpu.config().model.position_embedding, nn::PositionEmbedding::Rotary);
+        EXPECT_EQ(gpu.config().model.activation, nn::Activation::SwiGlu);
       }
     }
   }

@@ -84,6 +84,36 @@ TEST_F(Gpt2Parity, LogitsLossAndEveryGradientAtStepZero) {
   EXPECT_EQ(checked, 2 + 12 * model_cfg_.n_layer + 2);
 }
 
+// A model's logits, loss and every gradient on the step-0 micro-batch
+// against the reference's entries under `prefix`.
+void expect_step_zero_matches(const nn::Gpt& model, const std::map<std::string, Tensor>& ref,
+                              const std::string& prefix) {
+  Tensor ids = cast(ref.at("input_ids"), DType::I64);
+  Tensor targets = cast(ref.at("targets"), DType::I64);
+  Tensor logits = model.forward(ids);
+  auto got = to_double_vector(logits), want = to_double_vector(ref.at(prefix + "logits"));
+  ASSERT_EQ(got.size(), want.size());
+  double worst = 0;
+  for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, std::abs(got[i] - want[i]));
+  EXPECT_LE(worst, 1e-5) << "max |logits diff|";
+  Tensor loss = cross_entropy(logits, targets);
+  const double ref_loss = item(ref.at(prefix + "loss"));
+  EXPECT_NEAR(item(loss), ref_loss, 1e-6 * ref_loss);
+  autograd::backward({loss});
+  nn::StateDict g;
+  for (auto& [name, p] : model.named_parameters()) g[name] = p.grad();
+  int checked = 0;
+  for (auto& [name, grad] : io::triad_to_gpt2(g)) {
+    auto a = to_double_vector(grad), b = to_double_vector(ref.at(prefix + "grad." + name));
+    ASSERT_EQ(a.size(), b.size()) << name;
+    for (size_t i = 0; i < a.size(); ++i) {
+      ASSERT_NEAR(a[i], b[i], 1e-6 + 1e-4 * std::abs(b[i])) << name << "[" << i << "]";
+    }
+    ++checked;
+  }
+  EXPECT_EQ(checked, static_cast<int>(model.named_parameters().size()));
+}
+
 // Rotary position embeddings against PyTorch written out independently
 // (rotate-half, f64 angles): logits, loss, every gradient, and a greedy
 // continuation past seq_len (key/value-cache steps, then sliding windows).
@@ -93,30 +123,8 @@ TEST_F(Gpt2Parity, RotaryEmbeddingsLogitsGradientsAndGreedyTokens) {
   cfg.rope_theta = cfg_["rope_theta"];
   nn::Gpt model(cfg, 1);
   io::load_gpt2_safetensors(model, ref_dir() + "/rope_model.safetensors");
-  Tensor ids = cast(ref_.at("input_ids"), DType::I64);
-  Tensor targets = cast(ref_.at("targets"), DType::I64);
-  Tensor logits = model.forward(ids);
-  auto got = to_double_vector(logits), want = to_double_vector(ref_.at("rope.logits"));
-  ASSERT_EQ(got.size(), want.size());
-  double worst = 0;
-  for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, std::abs(got[i] - want[i]));
-  EXPECT_LE(worst, 1e-5) << "max |logits diff|";
-  Tensor loss = cross_entropy(logits, targets);
-  const double ref_loss = item(ref_.at("rope.loss"));
-  EXPECT_NEAR(item(loss), ref_loss, 1e-6 * ref_loss);
-  autograd::backward({loss});
-  nn::StateDict g;
-  for (auto& [name, p] : model.named_parameters()) g[name] = p.grad();
-  int checked = 0;
-  for (auto& [name, grad] : io::triad_to_gpt2(g)) {
-    auto a = to_double_vector(grad), b = to_double_vector(ref_.at("rope.grad." + name));
-    ASSERT_EQ(a.size(), b.size()) << name;
-    for (size_t i = 0; i < a.size(); ++i) {
-      ASSERT_NEAR(a[i], b[i], 1e-6 + 1e-4 * std::abs(b[i])) << name << "[" << i << "]";
-    }
-    ++checked;
-  }
-  EXPECT_EQ(checked, 1 + 12 * cfg.n_layer + 2);
+  EXPECT_EQ(static_cast<int64_t>(model.named_parameters().size()), 1 + 12 * cfg.n_layer + 2);
+  expect_step_zero_matches(model, ref_, "rope.");
 
   nn::Gpt gen(cfg, 1);
   io::load_gpt2_safetensors(gen, ref_dir() + "/rope_generator.safetensors");
@@ -127,6 +135,17 @@ TEST_F(Gpt2Parity, RotaryEmbeddingsLogitsGradientsAndGreedyTokens) {
   o.temperature = 0;
   o.max_new_tokens = static_cast<int64_t>(tokens.size());
   EXPECT_EQ(nn::generate(gen, prompt, o), tokens);
+}
+
+// LLaMA's SwiGLU MLP (silu(gate) * value, c_fc holding both halves) at a
+// hidden width other than 4C, against PyTorch's F.silu.
+TEST_F(Gpt2Parity, SwigluMlpLogitsAndGradients) {
+  nn::GptConfig cfg = model_cfg_;
+  cfg.activation = nn::Activation::SwiGlu;
+  cfg.ffn_hidden_size = cfg_["swiglu_ffn"];
+  nn::Gpt model(cfg, 1);
+  io::load_gpt2_safetensors(model, ref_dir() + "/swiglu_model.safetensors");
+  expect_step_zero_matches(model, ref_, "swiglu.");
 }
 
 TEST_F(Gpt2Parity, GreedyGenerationPicksPyTorchsTokens) {

@@ -9,7 +9,9 @@ prompt, plus the losses of 10 AdamW steps
 cosine learning rate, gradient accumulation over two micro-batches). The
 same for a variant with rotary position embeddings (no position table;
 queries and keys turned in the rotate-half form of GPT-NeoX and LLaMA):
-step-0 logits, loss and gradients, and a greedy continuation.
+step-0 logits, loss and gradients, and a greedy continuation; and for a
+variant with LLaMA's SwiGLU MLP of another width (c_fc holds the gate and
+the value halves): step-0 logits, loss and gradients.
 
 usage: gpt2_reference.py OUT_DIR
 """
@@ -30,6 +32,7 @@ CONV1D = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_
 
 
 ROPE_THETA = 30.0  # large turns over 16 positions
+SWIGLU_FFN = 40  # the SwiGLU variant's hidden width F
 
 
 def rotate(t, theta):
@@ -44,11 +47,12 @@ def rotate(t, theta):
 
 
 class Gpt(torch.nn.Module):
-    def __init__(self, c, rope_theta=None):
+    def __init__(self, c, rope_theta=None, swiglu_ffn=None):
         super().__init__()
         C, L = c["d_model"], c["n_layer"]
         self.c = c
         self.rope_theta = rope_theta
+        self.swiglu_ffn = swiglu_ffn
         self.wte = torch.nn.Embedding(c["vocab_size"], C)
         if rope_theta is None:
             self.wpe = torch.nn.Embedding(c["seq_len"], C)
@@ -61,8 +65,12 @@ class Gpt(torch.nn.Module):
             b.attn.c_proj = torch.nn.Linear(C, C)
             b.ln_2 = torch.nn.LayerNorm(C, eps=1e-5)
             b.mlp = torch.nn.Module()
-            b.mlp.c_fc = torch.nn.Linear(C, 4 * C)
-            b.mlp.c_proj = torch.nn.Linear(4 * C, C)
+            if swiglu_ffn is None:
+                b.mlp.c_fc = torch.nn.Linear(C, 4 * C)
+                b.mlp.c_proj = torch.nn.Linear(4 * C, C)
+            else:
+                b.mlp.c_fc = torch.nn.Linear(C, 2 * swiglu_ffn)
+                b.mlp.c_proj = torch.nn.Linear(swiglu_ffn, C)
             self.h.append(b)
         self.ln_f = torch.nn.LayerNorm(C, eps=1e-5)
         g = torch.Generator().manual_seed(20241121)
@@ -91,7 +99,11 @@ class Gpt(torch.nn.Module):
             att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
             y = (att @ v).transpose(1, 2).reshape(B, T, C)
             x = x + b.attn.c_proj(y)
-            x = x + b.mlp.c_proj(F.gelu(b.mlp.c_fc(b.ln_2(x)), approximate="tanh"))
+            if self.swiglu_ffn is None:
+                x = x + b.mlp.c_proj(F.gelu(b.mlp.c_fc(b.ln_2(x)), approximate="tanh"))
+            else:
+                gate, value = b.mlp.c_fc(b.ln_2(x)).chunk(2, dim=-1)
+                x = x + b.mlp.c_proj(F.silu(gate) * value)
         return self.ln_f(x) @ self.wte.weight.t()
 
 
@@ -227,13 +239,24 @@ def main():
     ref["rope.greedy_tokens"] = torch.tensor(seq[len(GREEDY_PROMPT):], dtype=torch.float32)
     assert len(set(seq[len(GREEDY_PROMPT):])) >= 4, "the rotary greedy reference is too uniform"
 
+    # The SwiGLU variant: step-0 logits, loss and gradients.
+    swiglu = Gpt(CFG, swiglu_ffn=SWIGLU_FFN)
+    save_safetensors(os.path.join(out, "swiglu_model.safetensors"),
+                     {n: gpt2_layout(n, p) for n, p in swiglu.named_parameters()})
+    logits = swiglu(x)
+    loss = F.cross_entropy(logits.reshape(-1, V), y.reshape(-1))
+    loss.backward()
+    ref["swiglu.logits"], ref["swiglu.loss"] = logits, loss.reshape(1)
+    for n, p in swiglu.named_parameters():
+        ref["swiglu.grad." + n] = gpt2_layout(n, p.grad)
+
     ref["greedy_prompt"] = torch.tensor(GREEDY_PROMPT, dtype=torch.float32)
     ref["greedy_tokens"] = torch.tensor(greedy, dtype=torch.float32)
     ref["losses"] = torch.tensor(losses, dtype=torch.float64)
     ref["grad_norms"] = torch.tensor(norms, dtype=torch.float64)
     save_safetensors(os.path.join(out, "reference.safetensors"), ref)
     with open(os.path.join(out, "config.json"), "w") as f:
-        json.dump({"model": CFG, "train": TRAIN, "rope_theta": ROPE_THETA}, f)
+        json.dump({"model": CFG, "train": TRAIN, "rope_theta": ROPE_THETA, "swiglu_ffn": SWIGLU_FFN}, f)
     print("losses", " ".join(f"{v:.6f}" for v in losses))
 
 
