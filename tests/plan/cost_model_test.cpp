@@ -40,6 +40,36 @@ ParallelConfig layout(int tp, int pp, int dp, int mb, Recompute rc = Recompute::
   return p;
 }
 
+// LLaMA's SwiGLU at F = 8h/3 has GPT-2's MLP parameters (3hF = 8h^2), FLOPs
+// and activations (2(2F + F)/h = 16 of Korthikanti's sbh), so it is priced
+// the same; at F = 4h it costs more on every count, and rotary embeddings
+// drop only the position table.
+TEST(CostModel, PricesTheMlpItIsGiven) {
+  const ClusterSpec c = selene();
+  const ParallelConfig p = layout(2, 2, 8, 2, Recompute::None);
+  const nn::GptConfig gelu = gpt(8, 16, 1536);
+  nn::GptConfig llama = gelu, wide = gelu, rope = gelu;
+  llama.activation = wide.activation = nn::Activation::SwiGlu;
+  llama.ffn_hidden_size = 4096;  // 8h/3
+  wide.ffn_hidden_size = 4 * 1536;
+  rope.position_embedding = nn::PositionEmbedding::Rotary;
+  const Estimate g = estimate(gelu, c, 32, 64, p), l = estimate(llama, c, 32, 64, p),
+                 w = estimate(wide, c, 32, 64, p), r = estimate(rope, c, 32, 64, p);
+  EXPECT_NEAR(l.model_flops_per_step, g.model_flops_per_step, 1e-9 * g.model_flops_per_step);
+  EXPECT_NEAR(l.step_time, g.step_time, 0.01 * g.step_time);
+  EXPECT_NEAR(l.activation_bytes, g.activation_bytes, 1e-6 * g.activation_bytes);
+  EXPECT_NEAR(l.weights_bytes, g.weights_bytes, 1e-3 * g.weights_bytes);
+  // F = 4h: the MLP has 12h^2 weights instead of 8h^2.
+  const double h = 1536;
+  EXPECT_NEAR(w.model_flops_per_step - g.model_flops_per_step,
+              64.0 * 2048 * 8 * 3 * 2 * (4 * h * h), 1e-6 * g.model_flops_per_step);
+  EXPECT_GT(w.step_time, 1.1 * g.step_time);
+  EXPECT_GT(w.activation_bytes, 1.05 * g.activation_bytes);
+  // 4 layers a stage, split over tp 2, at 2 bytes: (h + 1) 4h more each.
+  EXPECT_NEAR(w.weights_bytes - g.weights_bytes, 2.0 * 4 * (h + 1) * 4 * h / 2, 1.0);
+  EXPECT_NEAR(g.weights_bytes - r.weights_bytes, 2.0 * 2048 * 1536, 1.0);
+}
+
 // The two published PTD-P runs (Narayanan et al. 2021, Table 1) the cluster
 // file is checked against: fp16, full recomputation, s = 2048, V = 51200.
 TEST(CostModel, PredictsThePublishedPtdpRunsWithin15Percent) {
