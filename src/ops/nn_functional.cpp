@@ -152,20 +152,28 @@ Tensor checked_doc_starts(const Tensor& doc_starts, int64_t B, int64_t T, const 
   }
   return c.device() == device ? c : to_device(c, device).detach();
 }
-}  // namespace
 
-Tensor causal_attention(const Tensor& qkv, int64_t n_head, const Tensor& doc_starts) {
-  detail::check_floating(qkv, "causal_attention", "qkv");
-  detail::check_dim(qkv, 3, "causal_attention", "qkv");
-  const int64_t B = qkv.size(0), T = qkv.size(1), C3 = qkv.size(2);
+// A fused (B, T, 3C) qkv of n_head heads, checked for `op`: returns C.
+int64_t checked_qkv_width(const Tensor& qkv, int64_t n_head, const char* op) {
+  detail::check_floating(qkv, op, "qkv");
+  detail::check_dim(qkv, 3, op, "qkv");
+  const int64_t C3 = qkv.size(2);
   if (C3 % 3 != 0) {
-    throw ShapeError("causal_attention: last dim of qkv (" + std::to_string(C3) + ") must be 3*C");
+    throw ShapeError(std::string(op) + ": last dim of qkv (" + std::to_string(C3) +
+                     ") must be 3*C");
   }
   const int64_t C = C3 / 3;
   if (n_head <= 0 || C % n_head != 0) {
-    throw ShapeError("causal_attention: C (" + std::to_string(C) +
+    throw ShapeError(std::string(op) + ": C (" + std::to_string(C) +
                      ") must be divisible by n_head (" + std::to_string(n_head) + ")");
   }
+  return C;
+}
+}  // namespace
+
+Tensor causal_attention(const Tensor& qkv, int64_t n_head, const Tensor& doc_starts) {
+  const int64_t C = checked_qkv_width(qkv, n_head, "causal_attention");
+  const int64_t B = qkv.size(0), T = qkv.size(1);
   const Tensor starts = checked_doc_starts(doc_starts, B, T, qkv.device());
   Tensor qc = contiguous(qkv).detach();
   Tensor out = empty({B, T, C}, qkv.dtype(), qkv.device());
@@ -184,14 +192,9 @@ Tensor causal_attention(const Tensor& qkv, int64_t n_head, const Tensor& doc_sta
 
 Tensor rotary_embedding(const Tensor& qkv, int64_t n_head, const Tensor& positions, int64_t start,
                         double theta) {
-  detail::check_floating(qkv, "rotary_embedding", "qkv");
-  detail::check_dim(qkv, 3, "rotary_embedding", "qkv");
-  const int64_t B = qkv.size(0), T = qkv.size(1), C3 = qkv.size(2);
-  if (C3 % 3 != 0) {
-    throw ShapeError("rotary_embedding: last dim of qkv (" + std::to_string(C3) + ") must be 3*C");
-  }
-  const int64_t C = C3 / 3;
-  if (n_head <= 0 || C % n_head != 0 || (C / n_head) % 2 != 0) {
+  const int64_t C = checked_qkv_width(qkv, n_head, "rotary_embedding");
+  const int64_t B = qkv.size(0), T = qkv.size(1);
+  if ((C / n_head) % 2 != 0) {
     throw ShapeError("rotary_embedding: C (" + std::to_string(C) + ") must be n_head (" +
                      std::to_string(n_head) + ") times an even head dimension");
   }

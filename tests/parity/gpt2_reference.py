@@ -139,32 +139,50 @@ def lr_at(step):
     return t["min_lr"] + 0.5 * (t["lr"] - t["min_lr"]) * (1 + math.cos(math.pi * progress))
 
 
+def save_model(model, path):
+    save_safetensors(path, {n: gpt2_layout(n, p) for n, p in model.named_parameters()})
+
+
+def greedy_continuation(model):
+    """Greedy continuation of GREEDY_PROMPT, past seq_len (the window slides
+    over the last seq_len tokens), by the model with its weights made 8x
+    larger (small random weights predict one token forever)."""
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "ln_" not in name:
+                p.mul_(8.0)
+    seq = list(GREEDY_PROMPT)
+    with torch.no_grad():
+        for _ in range(GREEDY_TOKENS):
+            window = torch.tensor([seq[-CFG["seq_len"]:]])
+            seq.append(int(model(window)[0, -1].argmax()))
+    greedy = seq[len(GREEDY_PROMPT):]
+    assert len(set(greedy)) >= 4, f"the greedy reference is too uniform: {greedy}"
+    return greedy
+
+
+def record_step_zero(model, x, y, prefix, ref):
+    """The logits, loss and every gradient of one micro-batch, under prefix."""
+    logits = model(x)
+    loss = F.cross_entropy(logits.reshape(-1, CFG["vocab_size"]), y.reshape(-1))
+    loss.backward()
+    ref[prefix + "logits"], ref[prefix + "loss"] = logits, loss.reshape(1)
+    for n, p in model.named_parameters():
+        ref[prefix + "grad." + n] = gpt2_layout(n, p.grad)
+
+
 def main():
     out = sys.argv[1]
     os.makedirs(out, exist_ok=True)
     torch.manual_seed(0)
     torch.set_num_threads(1)
     model = Gpt(CFG)
-    save_safetensors(os.path.join(out, "model.safetensors"),
-                     {n: gpt2_layout(n, p) for n, p in model.named_parameters()})
+    save_model(model, os.path.join(out, "model.safetensors"))
 
-    # Greedy continuation of a prompt, past seq_len (the window slides over
-    # the last seq_len tokens), by a model with weights 8x larger than the
-    # training model's (whose small random weights predict one token forever).
+    # The greedy continuation, by the generator (written with its grown weights).
     gen = Gpt(CFG)
-    with torch.no_grad():
-        for name, p in gen.named_parameters():
-            if "ln_" not in name:
-                p.mul_(8.0)
-    save_safetensors(os.path.join(out, "generator.safetensors"),
-                     {n: gpt2_layout(n, p) for n, p in gen.named_parameters()})
-    seq = list(GREEDY_PROMPT)
-    with torch.no_grad():
-        for _ in range(GREEDY_TOKENS):
-            window = torch.tensor([seq[-CFG["seq_len"]:]])
-            seq.append(int(gen(window)[0, -1].argmax()))
-    greedy = seq[len(GREEDY_PROMPT):]
-    assert len(set(greedy)) >= 4, f"the greedy reference is too uniform: {greedy}"
+    greedy = greedy_continuation(gen)
+    save_model(gen, os.path.join(out, "generator.safetensors"))
 
     G, b, T, V = TRAIN["global_batch_size"], TRAIN["micro_batch_size"], CFG["seq_len"], CFG["vocab_size"]
     g = torch.Generator().manual_seed(7)
@@ -181,12 +199,8 @@ def main():
 
     # Step 0: logits, loss and gradients of the first micro-batch.
     x, y = seqs(0, 0, b)
-    logits = model(x)
-    loss = F.cross_entropy(logits.reshape(-1, V), y.reshape(-1))
-    loss.backward()
-    ref = {"logits": logits, "loss": loss.reshape(1), "input_ids": x.float(), "targets": y.float()}
-    for n, p in model.named_parameters():
-        ref["grad." + n] = gpt2_layout(n, p.grad)
+    ref = {"input_ids": x.float(), "targets": y.float()}
+    record_step_zero(model, x, y, "", ref)
     model.zero_grad(set_to_none=True)
 
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
@@ -213,42 +227,16 @@ def main():
         norms.append(float(norm))
     assert max(norms) > TRAIN["grad_clip"], "clipping must trigger in the reference run"
     # The rotary variant: step-0 logits, loss and gradients on the same
-    # micro-batch, and a greedy continuation past seq_len by a model with
-    # weights 8x larger.
-    rope = Gpt(CFG, ROPE_THETA)
-    save_safetensors(os.path.join(out, "rope_model.safetensors"),
-                     {n: gpt2_layout(n, p) for n, p in rope.named_parameters()})
+    # micro-batch, and a greedy continuation; the SwiGLU variant's step 0.
     x, y = seqs(0, 0, b)
-    logits = rope(x)
-    loss = F.cross_entropy(logits.reshape(-1, V), y.reshape(-1))
-    loss.backward()
-    ref["rope.logits"], ref["rope.loss"] = logits, loss.reshape(1)
-    for n, p in rope.named_parameters():
-        ref["rope.grad." + n] = gpt2_layout(n, p.grad)
-    with torch.no_grad():
-        for name, p in rope.named_parameters():
-            if "ln_" not in name:
-                p.mul_(8.0)
-    save_safetensors(os.path.join(out, "rope_generator.safetensors"),
-                     {n: gpt2_layout(n, p) for n, p in rope.named_parameters()})
-    seq = list(GREEDY_PROMPT)
-    with torch.no_grad():
-        for _ in range(GREEDY_TOKENS):
-            window = torch.tensor([seq[-CFG["seq_len"]:]])
-            seq.append(int(rope(window)[0, -1].argmax()))
-    ref["rope.greedy_tokens"] = torch.tensor(seq[len(GREEDY_PROMPT):], dtype=torch.float32)
-    assert len(set(seq[len(GREEDY_PROMPT):])) >= 4, "the rotary greedy reference is too uniform"
-
-    # The SwiGLU variant: step-0 logits, loss and gradients.
+    rope = Gpt(CFG, ROPE_THETA)
+    save_model(rope, os.path.join(out, "rope_model.safetensors"))
+    record_step_zero(rope, x, y, "rope.", ref)
+    ref["rope.greedy_tokens"] = torch.tensor(greedy_continuation(rope), dtype=torch.float32)
+    save_model(rope, os.path.join(out, "rope_generator.safetensors"))
     swiglu = Gpt(CFG, swiglu_ffn=SWIGLU_FFN)
-    save_safetensors(os.path.join(out, "swiglu_model.safetensors"),
-                     {n: gpt2_layout(n, p) for n, p in swiglu.named_parameters()})
-    logits = swiglu(x)
-    loss = F.cross_entropy(logits.reshape(-1, V), y.reshape(-1))
-    loss.backward()
-    ref["swiglu.logits"], ref["swiglu.loss"] = logits, loss.reshape(1)
-    for n, p in swiglu.named_parameters():
-        ref["swiglu.grad." + n] = gpt2_layout(n, p.grad)
+    save_model(swiglu, os.path.join(out, "swiglu_model.safetensors"))
+    record_step_zero(swiglu, x, y, "swiglu.", ref)
 
     ref["greedy_prompt"] = torch.tensor(GREEDY_PROMPT, dtype=torch.float32)
     ref["greedy_tokens"] = torch.tensor(greedy, dtype=torch.float32)

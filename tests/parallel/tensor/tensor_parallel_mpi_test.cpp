@@ -239,23 +239,17 @@ TEST_P(TensorParallelGptTest, LossLogitsAndEveryGradientMatchOneProcess) {
   EXPECT_EQ(checked, 4 + 12 * 2);
 }
 
-// Packed documents (each its own attention window and positions) and the
-// end-of-document loss mask through the sharded model, against one process.
-TEST_P(TensorParallelGptTest, PackedDocumentsMatchOneProcess) {
-  const bool sp = GetParam();
-  const int64_t V = 300;
-  nn::GptConfig cfg = tiny(V);
-  cfg.eod_token = 7;
-  cfg.reset_attention_mask = true;
-  cfg.reset_position_ids = true;
-  nn::Gpt ref(cfg, 13);
-  TensorParallelGpt model(cfg, 13, g_world, sp);
-  Tensor ids = token_ids(V, 3);
-  for (int64_t i : {2, 5, 9, 10}) ids.data<int64_t>()[i] = 7;
-  const data::Batch batch = data::mask_loss_after_eod({ids, token_ids(V, 4)}, 7);
+// One model of `cfg` sharded over the ranks against nn::Gpt from the same
+// seed: logits, the loss of (inputs, targets) and every gradient. Returns
+// one process's loss.
+double expect_sharded_matches_one_process(const nn::GptConfig& cfg, uint64_t seed, bool sp,
+                                          const Tensor& ids, const Tensor& inputs,
+                                          const Tensor& targets) {
+  nn::Gpt ref(cfg, seed);
+  TensorParallelGpt model(cfg, seed, g_world, sp);
   expect_close(to_double_vector(model.logits(ids)), to_double_vector(ref.forward(ids)), 2e-5, 0,
                "logits");
-  Tensor l = model.loss(batch.inputs, batch.targets), lr = ref.loss(batch.inputs, batch.targets);
+  Tensor l = model.loss(inputs, targets), lr = ref.loss(inputs, targets);
   EXPECT_NEAR(item(l), item(lr), 1e-6 * item(lr));
   autograd::backward({l});
   autograd::backward({lr});
@@ -265,12 +259,28 @@ TEST_P(TensorParallelGptTest, PackedDocumentsMatchOneProcess) {
   TensorParallelGpt holder(cfg, 0, g_world, sp);
   holder.load_state_dict(shard_grads);
   const nn::StateDict grads = holder.full_state_dict();
+  EXPECT_EQ(grads.size(), ref.named_parameters().size());
   for (auto& [name, p] : ref.named_parameters()) {
     expect_close(to_double_vector(grads.at(name)), to_double_vector(p.grad()), 1e-6, 1e-4, name);
   }
+  return item(lr);
+}
+
+// Packed documents (each its own attention window and positions) and the
+// end-of-document loss mask through the sharded model, against one process.
+TEST_P(TensorParallelGptTest, PackedDocumentsMatchOneProcess) {
+  const int64_t V = 300;
+  nn::GptConfig cfg = tiny(V);
+  cfg.eod_token = 7;
+  cfg.reset_attention_mask = true;
+  cfg.reset_position_ids = true;
+  Tensor ids = token_ids(V, 3);
+  for (int64_t i : {2, 5, 9, 10}) ids.data<int64_t>()[i] = 7;
+  const data::Batch batch = data::mask_loss_after_eod({ids, token_ids(V, 4)}, 7);
+  const double loss =
+      expect_sharded_matches_one_process(cfg, 13, GetParam(), ids, batch.inputs, batch.targets);
   // The documents matter: without them the loss differs.
-  EXPECT_GT(std::abs(item(nn::Gpt(tiny(V), 13).loss(batch.inputs, batch.targets)) - item(lr)),
-            1e-4);
+  EXPECT_GT(std::abs(item(nn::Gpt(tiny(V), 13).loss(batch.inputs, batch.targets)) - loss), 1e-4);
 }
 
 // LLaMA-style options. Rotary embeddings turn each rank's own heads (the
@@ -279,11 +289,9 @@ TEST_P(TensorParallelGptTest, PackedDocumentsMatchOneProcess) {
 // SwiGLU splits c_fc's gate and value halves each over the ranks, so every
 // rank pairs its own gate and value columns.
 TEST_P(TensorParallelGptTest, RotaryEmbeddingsAndSwigluMatchOneProcess) {
-  const bool sp = GetParam();
   const int64_t V = 300;
   for (const std::string variant : {"rope", "rope, packed documents", "swiglu, F 24"}) {
     SCOPED_TRACE(variant);
-    const bool documents = variant == "rope, packed documents";
     nn::GptConfig cfg = tiny(V);
     if (variant == "swiglu, F 24") {
       cfg.activation = nn::Activation::SwiGlu;
@@ -292,31 +300,16 @@ TEST_P(TensorParallelGptTest, RotaryEmbeddingsAndSwigluMatchOneProcess) {
       cfg.position_embedding = nn::PositionEmbedding::Rotary;
       cfg.rope_theta = 20.0;
     }
-    if (documents) {
+    if (variant == "rope, packed documents") {
       cfg.eod_token = 7;
       cfg.reset_attention_mask = true;
       cfg.reset_position_ids = true;
     }
-    nn::Gpt ref(cfg, 17);
-    TensorParallelGpt model(cfg, 17, g_world, sp);
-    Tensor ids = token_ids(V, 5), targets = token_ids(V, 6);
+    Tensor ids = token_ids(V, 5);
     for (int64_t i : {3, 11}) ids.data<int64_t>()[i] = 7;
-    EXPECT_EQ(model.full_shapes().count("wpe.weight"), cfg.rotary() ? 0u : 1u);
-    expect_close(to_double_vector(model.logits(ids)), to_double_vector(ref.forward(ids)), 2e-5, 0,
-                 "logits");
-    Tensor l = model.loss(ids, targets), lr = ref.loss(ids, targets);
-    EXPECT_NEAR(item(l), item(lr), 1e-6 * item(lr));
-    autograd::backward({l});
-    autograd::backward({lr});
-    model.reduce_sequence_parallel_grads();
-    nn::StateDict shard_grads;
-    for (auto& [name, p] : model.named_parameters()) shard_grads[name] = p.grad();
-    TensorParallelGpt holder(cfg, 0, g_world, sp);
-    holder.load_state_dict(shard_grads);
-    const nn::StateDict grads = holder.full_state_dict();
-    for (auto& [name, p] : ref.named_parameters()) {
-      expect_close(to_double_vector(grads.at(name)), to_double_vector(p.grad()), 1e-6, 1e-4, name);
-    }
+    EXPECT_EQ(TensorParallelGpt(cfg, 17, g_world, GetParam()).full_shapes().count("wpe.weight"),
+              cfg.rotary() ? 0u : 1u);
+    expect_sharded_matches_one_process(cfg, 17, GetParam(), ids, ids, token_ids(V, 6));
   }
 }
 
