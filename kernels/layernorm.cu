@@ -234,6 +234,47 @@ __global__ void __launch_bounds__(kFinishCols* kFinishSlices)
   store(db, c, sb);
 }
 
+// RMSNorm, a warp per row (rows spread over the grid).
+template <class T>
+__global__ void rms_forward_kernel(const T* x, const T* w, T* y, float* rstd, int64_t N, int64_t C,
+                                   float eps) {
+  const int lane = threadIdx.x % 32;
+  const int64_t warps = int64_t(gridDim.x) * (blockDim.x / 32);
+  for (int64_t r = blockIdx.x * int64_t(blockDim.x / 32) + threadIdx.x / 32; r < N; r += warps) {
+    const T* row = x + r * C;
+    float ss = 0.0f;
+    for (int64_t i = lane; i < C; i += 32) {
+      const float v = load(row, i);
+      ss += v * v;
+    }
+    for (int o = 16; o > 0; o /= 2) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    const float rs = rsqrtf(ss / static_cast<float>(C) + eps);
+    if (lane == 0) rstd[r] = rs;
+    for (int64_t i = lane; i < C; i += 32) store(y + r * C, i, load(row, i) * rs * load(w, i));
+  }
+}
+
+template <class T>
+__global__ void rms_backward_kernel(const T* dy, const T* x, const T* w, const float* rstd, T* dx,
+                                    float* dwx, int64_t N, int64_t C) {
+  const int lane = threadIdx.x % 32;
+  const int64_t warps = int64_t(gridDim.x) * (blockDim.x / 32);
+  for (int64_t r = blockIdx.x * int64_t(blockDim.x / 32) + threadIdx.x / 32; r < N; r += warps) {
+    const T* row = x + r * C;
+    const T* g = dy + r * C;
+    const float rs = rstd[r];
+    float dot = 0.0f;
+    for (int64_t i = lane; i < C; i += 32) dot += load(g, i) * load(w, i) * (load(row, i) * rs);
+    for (int o = 16; o > 0; o /= 2) dot += __shfl_xor_sync(0xffffffffu, dot, o);
+    const float m = dot / static_cast<float>(C);
+    for (int64_t i = lane; i < C; i += 32) {
+      const float xhat = load(row, i) * rs, gi = load(g, i);
+      store(dx + r * C, i, rs * (gi * load(w, i) - xhat * m));
+      dwx[r * C + i] = gi * xhat;
+    }
+  }
+}
+
 }  // namespace
 
 Status check_layer_norm(ScalarType type, int64_t N, int64_t C, double eps) {
@@ -247,6 +288,35 @@ Status check_layer_norm(ScalarType type, int64_t N, int64_t C, double eps) {
   }
   if (!(eps > 0)) return Status::fail("eps " + std::to_string(eps) + " must be positive");
   return Status::fine();
+}
+
+void rms_norm_forward(const void* x, const void* weight, void* y, float* rstd, ScalarType type,
+                      int64_t N, int64_t C, double eps, cudaStream_t stream) {
+  require(check_layer_norm(type, N, C, eps), "rms_norm_forward");
+  if (N == 0) return;
+  dispatch_nn(type, "rms_norm_forward", [&](auto t) {
+    using T = decltype(t);
+    constexpr int kWarpsPerBlock = 4;
+    rms_forward_kernel<T><<<grid_for(N, kWarpsPerBlock), 32 * kWarpsPerBlock, 0, stream>>>(
+        static_cast<const T*>(x), static_cast<const T*>(weight), static_cast<T*>(y), rstd, N, C,
+        static_cast<float>(eps));
+  });
+  check_launch("rms_norm_forward");
+}
+
+void rms_norm_backward(const void* dy, const void* x, const void* weight, const float* rstd,
+                       void* dx, float* dwx, ScalarType type, int64_t N, int64_t C,
+                       cudaStream_t stream) {
+  require(check_layer_norm(type, N, C, 1.0), "rms_norm_backward");
+  if (N == 0) return;
+  dispatch_nn(type, "rms_norm_backward", [&](auto t) {
+    using T = decltype(t);
+    constexpr int kWarpsPerBlock = 4;
+    rms_backward_kernel<T><<<grid_for(N, kWarpsPerBlock), 32 * kWarpsPerBlock, 0, stream>>>(
+        static_cast<const T*>(dy), static_cast<const T*>(x), static_cast<const T*>(weight), rstd,
+        static_cast<T*>(dx), dwx, N, C);
+  });
+  check_launch("rms_norm_backward");
 }
 
 void layer_norm_forward(const void* x, const void* weight, const void* bias, void* y, float* mean,

@@ -20,6 +20,15 @@ void layer_norm_forward(const void* x, const void* weight, const void* bias, voi
                         float* rstd, ScalarType type, int64_t N, int64_t C, double eps,
                         cudaStream_t stream, const void* residual = nullptr, void* sum = nullptr);
 
+// RMSNorm (LLaMA's): y = x * rstd * w with rstd = 1/sqrt(mean(x^2) + eps)
+// in f32; backward writes dx and dwx = dy * x * rstd (N, C, f32), whose
+// column sums are the weight's gradient. A warp per row.
+void rms_norm_forward(const void* x, const void* weight, void* y, float* rstd, ScalarType type,
+                      int64_t N, int64_t C, double eps, cudaStream_t stream);
+void rms_norm_backward(const void* dy, const void* x, const void* weight, const float* rstd,
+                       void* dx, float* dwx, ScalarType type, int64_t N, int64_t C,
+                       cudaStream_t stream);
+
 // Bytes of device scratch layer_norm_backward needs for (N, C).
 size_t layer_norm_backward_workspace(int64_t N, int64_t C);
 // dweight = beta * dweight + the weight gradient, dbias likewise (beta 0:

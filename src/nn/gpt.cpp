@@ -55,6 +55,16 @@ const char* position_embedding_string(PositionEmbedding p) {
   return p == PositionEmbedding::Rotary ? "rope" : "learned";
 }
 
+Normalization normalization_from_string(const std::string& name) {
+  if (name == "layernorm") return Normalization::LayerNorm;
+  if (name == "rmsnorm") return Normalization::RmsNorm;
+  throw ConfigError("model.normalization ('" + name + "') must be layernorm or rmsnorm");
+}
+
+const char* normalization_string(Normalization n) {
+  return n == Normalization::RmsNorm ? "rmsnorm" : "layernorm";
+}
+
 Activation activation_from_string(const std::string& name) {
   if (name == "gelu") return Activation::Gelu;
   if (name == "swiglu") return Activation::SwiGlu;
@@ -102,9 +112,11 @@ void GptConfig::validate() const {
 int64_t GptConfig::num_parameters() const {
   const int64_t h = d_model, l = n_layer, f = ffn(), m = fc_width();
   // Per block: attention 4h^2 + 4h, MLP (h + 1) m + (f + 1) h, two
-  // LayerNorms 4h (12h^2 + 13h for GPT-2's F = 4h); plus embeddings and ln_f.
-  const int64_t block = 4 * h * h + 4 * h + (h + 1) * m + (f + 1) * h + 4 * h;
-  return l * block + (vocab_size + (rotary() ? 0 : seq_len)) * h + 2 * h;
+  // LayerNorms 4h or RMSNorms 2h (12h^2 + 13h for GPT-2); plus embeddings
+  // and ln_f.
+  const int64_t norm = rms_norm() ? h : 2 * h;
+  const int64_t block = 4 * h * h + 4 * h + (h + 1) * m + (f + 1) * h + 2 * norm;
+  return l * block + (vocab_size + (rotary() ? 0 : seq_len)) * h + norm;
 }
 
 double GptConfig::training_flops(double sequences, bool full_recompute) const {
@@ -182,9 +194,11 @@ Tensor Mlp::forward(const Tensor& x, const ForwardContext& ctx) const {
 }
 
 Block::Block(const GptConfig& cfg, int64_t layer) {
-  ln_1_ = register_module("ln_1", std::make_shared<LayerNorm>(cfg.d_model, cfg.layer_norm_eps));
+  ln_1_ = register_module("ln_1", std::make_shared<LayerNorm>(cfg.d_model, cfg.layer_norm_eps,
+                                                              DType::F32, cfg.rms_norm()));
   attn_ = register_module("attn", std::make_shared<CausalSelfAttention>(cfg, layer));
-  ln_2_ = register_module("ln_2", std::make_shared<LayerNorm>(cfg.d_model, cfg.layer_norm_eps));
+  ln_2_ = register_module("ln_2", std::make_shared<LayerNorm>(cfg.d_model, cfg.layer_norm_eps,
+                                                              DType::F32, cfg.rms_norm()));
   mlp_ = register_module("mlp", std::make_shared<Mlp>(cfg, layer));
 }
 
@@ -215,7 +229,8 @@ Gpt::Gpt(const GptConfig& cfg, uint64_t seed, DType dtype) : cfg_(cfg) {
     blocks_.push_back(std::make_shared<Block>(cfg, i));
     h->append(blocks_.back());
   }
-  ln_f_ = register_module("ln_f", std::make_shared<LayerNorm>(cfg.d_model, cfg.layer_norm_eps));
+  ln_f_ = register_module("ln_f", std::make_shared<LayerNorm>(cfg.d_model, cfg.layer_norm_eps,
+                                                              DType::F32, cfg.rms_norm()));
   StateDict init;
   for (auto& [name, p] : named_parameters()) {
     init.emplace(

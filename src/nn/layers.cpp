@@ -2,6 +2,7 @@
 #include "triad/nn/layer_norm.h"
 #include "triad/nn/linear.h"
 #include "triad/ops/creation.h"
+#include "triad/ops/elementwise.h"
 #include "triad/ops/linalg.h"
 #include "triad/ops/nn_functional.h"
 
@@ -28,16 +29,20 @@ Tensor Linear::forward_after_gelu(const LinearGelu& in) const {
   return linear_after_gelu(in, weight_, bias_);
 }
 
-LayerNorm::LayerNorm(int64_t features, double eps, DType dtype) : eps_(eps) {
+LayerNorm::LayerNorm(int64_t features, double eps, DType dtype, bool rms) : eps_(eps), rms_(rms) {
   weight_ = register_parameter("weight", ones({features}, dtype));
-  bias_ = register_parameter("bias", zeros({features}, dtype));
+  if (!rms) bias_ = register_parameter("bias", zeros({features}, dtype));
 }
 
 Tensor LayerNorm::forward(const Tensor& x) const {
-  return layer_norm(x, weight_, bias_, eps_);
+  return rms_ ? rms_norm(x, weight_, eps_) : layer_norm(x, weight_, bias_, eps_);
 }
 
 AddLayerNorm LayerNorm::forward_add(const Tensor& x, const Tensor& residual) const {
+  if (rms_) {
+    Tensor sum = add(x, residual);
+    return {sum, rms_norm(sum, weight_, eps_)};
+  }
   return add_layer_norm(x, residual, weight_, bias_, eps_);
 }
 

@@ -107,6 +107,41 @@ AddLayerNorm add_layer_norm(const Tensor& x, const Tensor& residual, const Tenso
   return {h, y};
 }
 
+Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps) {
+  detail::check_floating(x, "rms_norm", "x");
+  detail::check_same(x, weight, "rms_norm");
+  const int64_t C = x.dim() ? x.size(-1) : 0;
+  if (x.dim() == 0 || weight.shape() != Shape{C}) {
+    throw ShapeError("rms_norm: x " + shape_str(x.shape()) + ", weight " +
+                     shape_str(weight.shape()) + " (weight must be [C] with C the last dim of x)");
+  }
+  if (!(eps > 0)) throw ValueError("rms_norm: eps " + std::to_string(eps) + " must be > 0");
+  Tensor xc = contiguous(x).detach(), wc = contiguous(weight).detach();
+  const int64_t rows = C ? x.numel() / C : 0;
+  Tensor y = empty_like(xc);
+  Tensor rs = empty({rows}, stat_dtype(x.dtype()), x.device());
+  backend_for(x).rms_norm_forward(xc, wc, eps, y, rs);
+  const Tensor leaf = weight.requires_grad() && weight.is_leaf() ? weight : Tensor();
+  record("rms_norm", {x, weight}, {y},
+         [xc, wc, rs, leaf, C, rows](const TensorList& g) -> TensorList {
+           Tensor dy = contiguous(g[0]);
+           Tensor dx = empty_like(xc);
+           // dy * xhat per element in f32 (f64 for f64), summed over the rows
+           // straight into the weight's gradient buffer (f32 for a half weight).
+           Tensor dwx = empty({rows, C}, stat_dtype(xc.dtype()), xc.device());
+           Backend& be = backend_for(xc);
+           be.rms_norm_backward(dy, xc, wc, rs, dx, dwx);
+           if (autograd::accumulate_into_leaf_grad(
+                   leaf, [&](Tensor& acc, double beta) { be.sum_rows_into(dwx, acc, beta); })) {
+             return {dx, Tensor()};
+           }
+           Tensor dw = empty({C}, dwx.dtype(), xc.device());
+           be.sum_rows_into(dwx, dw, 0.0);
+           return {dx, dw.dtype() == wc.dtype() ? dw : cast(dw, wc.dtype())};
+         });
+  return y;
+}
+
 Tensor softmax(const Tensor& x) {
   detail::check_floating(x, "softmax", "x");
   if (x.dim() == 0) throw ShapeError("softmax: needs at least one dimension");

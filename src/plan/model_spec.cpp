@@ -48,7 +48,14 @@ nn::GptConfig parse_model_spec(const std::string& yaml_text, const std::string& 
       throw ConfigError(source + ": model.position_embedding: expected learned or rope");
     }
   }
-  // So do the MLP's width and activation.
+  // So do the MLP's width and activation, and the normalisation.
+  if (const YAML::Node v = model["normalization"]) {
+    try {
+      c.normalization = nn::normalization_from_string(v.as<std::string>());
+    } catch (const YAML::Exception&) {
+      throw ConfigError(source + ": model.normalization: expected layernorm or rmsnorm");
+    }
+  }
   get("ffn_hidden_size", c.ffn_hidden_size, false);
   if (const YAML::Node v = model["activation"]) {
     try {
@@ -61,10 +68,11 @@ nn::GptConfig parse_model_spec(const std::string& yaml_text, const std::string& 
     const std::string k = it->first.as<std::string>();
     if (k != "n_layer" && k != "n_head" && k != "d_model" && k != "vocab_size" && k != "seq_len" &&
         k != "dropout" && k != "recompute" && k != "position_embedding" && k != "rope_theta" &&
-        k != "activation" && k != "ffn_hidden_size") {
-      throw ConfigError(source + ": unknown model key '" + k +
-                        "' (allowed: n_layer, n_head, d_model, vocab_size, seq_len, dropout, "
-                        "recompute, position_embedding, rope_theta, activation, ffn_hidden_size)");
+        k != "activation" && k != "ffn_hidden_size" && k != "normalization") {
+      throw ConfigError(
+          source + ": unknown model key '" + k +
+          "' (allowed: n_layer, n_head, d_model, vocab_size, seq_len, dropout, "
+          "recompute, position_embedding, rope_theta, activation, ffn_hidden_size, normalization)");
     }
   }
   c.validate();

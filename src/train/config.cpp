@@ -424,6 +424,11 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
       {"recompute",
        {false,
         [&](auto& v, auto& k) { m.recompute = nn::recompute_from_string(get_string(v, k)); }}},
+      {"normalization",
+       {false,
+        [&](auto& v, auto& k) {
+          m.normalization = nn::normalization_from_string(get_string(v, k));
+        }}},
       {"activation",
        {false,
         [&](auto& v, auto& k) { m.activation = nn::activation_from_string(get_string(v, k)); }}},
@@ -702,6 +707,8 @@ std::string to_yaml(const Config& c) {
   e << YAML::Key << "seq_len" << YAML::Value << c.model.seq_len;
   e << YAML::Key << "dropout" << YAML::Value << c.model.dropout;
   e << YAML::Key << "recompute" << YAML::Value << nn::recompute_string(c.model.recompute);
+  e << YAML::Key << "normalization" << YAML::Value
+    << nn::normalization_string(c.model.normalization);
   e << YAML::Key << "activation" << YAML::Value << nn::activation_string(c.model.activation);
   e << YAML::Key << "ffn_hidden_size" << YAML::Value << c.model.ffn_hidden_size;
   e << YAML::Key << "position_embedding" << YAML::Value

@@ -210,6 +210,46 @@ TEST(SwigluGpt, CFcHoldsGateAndValueAndTheCountsFollowTheWidth) {
   EXPECT_GT(value, 0.0);
 }
 
+TEST(RmsNorm, ScalesEachRowByItsRootMeanSquare) {
+  const Tensor x = randn({3, 5}, 8, 1, 2.0, DType::F64), w = randn({5}, 8, 2, 1.0, DType::F64);
+  const std::vector<double> in = to_double_vector(x), wv = to_double_vector(w),
+                            out = to_double_vector(rms_norm(x, w, 1e-3));
+  for (int64_t r = 0; r < 3; ++r) {
+    double ss = 0;
+    for (int64_t i = 0; i < 5; ++i) ss += in[r * 5 + i] * in[r * 5 + i];
+    const double rs = 1.0 / std::sqrt(ss / 5 + 1e-3);
+    for (int64_t i = 0; i < 5; ++i) EXPECT_NEAR(out[r * 5 + i], in[r * 5 + i] * rs * wv[i], 1e-13);
+  }
+  // A weight that is not a leaf gets the gradient a leaf gets.
+  Tensor leaf = randn({5}, 8, 3, 1.0, DType::F64).detach();
+  leaf.set_requires_grad(true);
+  Tensor a = leaf.detach();
+  a.set_requires_grad(true);
+  const Tensor dy = randn({3, 5}, 8, 4, 1.0, DType::F64);
+  autograd::backward({sum(mul(rms_norm(x, leaf), dy))});
+  autograd::backward({sum(mul(rms_norm(x, affine(a, 1.0)), dy))});
+  const std::vector<double> g1 = to_double_vector(leaf.grad()), g2 = to_double_vector(a.grad());
+  for (size_t i = 0; i < g1.size(); ++i) EXPECT_NEAR(g1[i], g2[i], 1e-13);
+  EXPECT_THROW(rms_norm(x, randn({4}, 1, 1, 1.0, DType::F64)), ShapeError);
+}
+
+TEST(RmsNormGpt, NormsHaveAWeightAndNoBias) {
+  GptConfig c = swiglu_config(0);
+  c.activation = Activation::Gelu;
+  c.normalization = Normalization::RmsNorm;
+  const Gpt m(c, 1);
+  const StateDict sd = m.state_dict();
+  for (const char* n : {"ln_f.weight", "h.0.ln_1.weight", "h.1.ln_2.weight"}) {
+    EXPECT_TRUE(sd.count(n)) << n;
+  }
+  for (const char* n : {"ln_f.bias", "h.0.ln_1.bias", "h.1.ln_2.bias"}) {
+    EXPECT_FALSE(sd.count(n)) << n;
+  }
+  EXPECT_EQ(m.num_parameters(), c.num_parameters());
+  EXPECT_EQ(sd.size(), 2u + 10u * 2 + 1u);
+  EXPECT_THROW(normalization_from_string("batchnorm"), ConfigError);
+}
+
 // The model FLOPs generalise the PTD-P formula: equal to it for GPT-2's MLP,
 // and counting each product of another MLP.
 TEST(GptFlops, GeneraliseThePtdpFormula) {

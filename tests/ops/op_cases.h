@@ -236,6 +236,16 @@ inline std::vector<OpCase> op_cases() {
                  return std::vector<Tensor>{rnd({3, 2 * 37}, d, 2, 3.0)};
                },
                [](const std::vector<Tensor>& x) { return swiglu(x[0]); }});
+  c.push_back({"rms_norm",
+               [](DType d) {
+                 return std::vector<Tensor>{rnd({2, 3, 8}, d, 1, 2.0), rnd({8}, d, 2)};
+               },
+               [](const std::vector<Tensor>& x) { return rms_norm(x[0], x[1]); }});
+  c.push_back({"rms_norm_wide_rows",
+               [](DType d) {
+                 return std::vector<Tensor>{rnd({3, 70}, d, 3), rnd({70}, d, 4)};
+               },
+               [](const std::vector<Tensor>& x) { return rms_norm(x[0], x[1], 1e-3); }});
   c.push_back({"softmax",
                [](DType d) {
                  return std::vector<Tensor>{rnd({3, 7}, d, 1, 2.0)};

@@ -11,7 +11,9 @@ same for a variant with rotary position embeddings (no position table;
 queries and keys turned in the rotate-half form of GPT-NeoX and LLaMA):
 step-0 logits, loss and gradients, and a greedy continuation; and for a
 variant with LLaMA's SwiGLU MLP of another width (c_fc holds the gate and
-the value halves): step-0 logits, loss and gradients.
+the value halves): step-0 logits, loss and gradients; and for LLaMA's
+combination (rotary embeddings, SwiGLU, RMSNorm written out by hand):
+step-0 logits, loss and gradients.
 
 usage: gpt2_reference.py OUT_DIR
 """
@@ -46,8 +48,18 @@ def rotate(t, theta):
     return t * cos + turned * sin
 
 
+class RmsNorm(torch.nn.Module):
+    def __init__(self, C, eps=1e-5):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.ones(C))
+        self.eps = eps
+
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+
+
 class Gpt(torch.nn.Module):
-    def __init__(self, c, rope_theta=None, swiglu_ffn=None):
+    def __init__(self, c, rope_theta=None, swiglu_ffn=None, rms_norm=False):
         super().__init__()
         C, L = c["d_model"], c["n_layer"]
         self.c = c
@@ -59,11 +71,11 @@ class Gpt(torch.nn.Module):
         self.h = torch.nn.ModuleList()
         for _ in range(L):
             b = torch.nn.Module()
-            b.ln_1 = torch.nn.LayerNorm(C, eps=1e-5)
+            b.ln_1 = RmsNorm(C) if rms_norm else torch.nn.LayerNorm(C, eps=1e-5)
             b.attn = torch.nn.Module()
             b.attn.c_attn = torch.nn.Linear(C, 3 * C)
             b.attn.c_proj = torch.nn.Linear(C, C)
-            b.ln_2 = torch.nn.LayerNorm(C, eps=1e-5)
+            b.ln_2 = RmsNorm(C) if rms_norm else torch.nn.LayerNorm(C, eps=1e-5)
             b.mlp = torch.nn.Module()
             if swiglu_ffn is None:
                 b.mlp.c_fc = torch.nn.Linear(C, 4 * C)
@@ -72,7 +84,7 @@ class Gpt(torch.nn.Module):
                 b.mlp.c_fc = torch.nn.Linear(C, 2 * swiglu_ffn)
                 b.mlp.c_proj = torch.nn.Linear(swiglu_ffn, C)
             self.h.append(b)
-        self.ln_f = torch.nn.LayerNorm(C, eps=1e-5)
+        self.ln_f = RmsNorm(C) if rms_norm else torch.nn.LayerNorm(C, eps=1e-5)
         g = torch.Generator().manual_seed(20241121)
         for name, p in self.named_parameters():
             with torch.no_grad():
@@ -237,6 +249,9 @@ def main():
     swiglu = Gpt(CFG, swiglu_ffn=SWIGLU_FFN)
     save_model(swiglu, os.path.join(out, "swiglu_model.safetensors"))
     record_step_zero(swiglu, x, y, "swiglu.", ref)
+    llama = Gpt(CFG, ROPE_THETA, SWIGLU_FFN, rms_norm=True)
+    save_model(llama, os.path.join(out, "llama_model.safetensors"))
+    record_step_zero(llama, x, y, "llama.", ref)
 
     ref["greedy_prompt"] = torch.tensor(GREEDY_PROMPT, dtype=torch.float32)
     ref["greedy_tokens"] = torch.tensor(greedy, dtype=torch.float32)

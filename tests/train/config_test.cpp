@@ -358,7 +358,7 @@ TEST(Config, PositionEmbeddingParsesRoundTripsAndNamesABadValue) {
                       "model.position_embedding rope needs an even head dimension");
 }
 
-TEST(Config, MlpActivationAndWidthParseRoundTripAndAreChecked) {
+TEST(Config, MlpActivationWidthAndNormalizationParseRoundTripAndAreChecked) {
   const Config plain = parse_config(kValid);
   EXPECT_EQ(plain.model.activation, nn::Activation::Gelu);
   EXPECT_EQ(plain.model.ffn(), 64);
@@ -368,6 +368,11 @@ TEST(Config, MlpActivationAndWidthParseRoundTripAndAreChecked) {
   const Config back = parse_config(to_yaml(c));
   EXPECT_EQ(back.model.activation, nn::Activation::SwiGlu);
   EXPECT_EQ(back.model.ffn_hidden_size, 44);
+  const Config rms = parse_config(kValid, {"model.normalization=rmsnorm"});
+  EXPECT_TRUE(rms.model.rms_norm());
+  EXPECT_TRUE(parse_config(to_yaml(rms)).model.rms_norm());
+  expect_config_error(kValid, {"model.normalization=batchnorm"},
+                      "model.normalization ('batchnorm') must be layernorm or rmsnorm");
   expect_config_error(kValid, {"model.activation=relu"},
                       "model.activation ('relu') must be gelu or swiglu");
   expect_config_error(kValid, {"model.ffn_hidden_size=-4"},

@@ -145,6 +145,16 @@ class Backend {
                                         const Tensor& rstd, Tensor& dx, Tensor& dweight,
                                         Tensor& dbias, double beta);
 
+  // RMSNorm over the last dimension (LLaMA's: no mean, no bias): x, y (N, C)
+  // and weight (C) in one dtype; rstd (N) in stat_dtype, 1/sqrt(mean(x^2) +
+  // eps). Backward writes dx and, for the weight's gradient (the column sums
+  // of dwx, which the caller takes with sum_rows_into), dwx = dy * x * rstd
+  // (N, C) in stat_dtype.
+  virtual void rms_norm_forward(const Tensor& x, const Tensor& weight, double eps, Tensor& y,
+                                Tensor& rstd) = 0;
+  virtual void rms_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
+                                 const Tensor& rstd, Tensor& dx, Tensor& dwx) = 0;
+
   // Softmax over the last dimension of x viewed as (rows, cols).
   virtual void softmax_forward(const Tensor& x, Tensor& y) = 0;
   virtual void softmax_backward(const Tensor& y, const Tensor& dy, Tensor& dx) = 0;

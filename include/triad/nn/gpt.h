@@ -39,6 +39,13 @@ enum class Activation { Gelu, SwiGlu };
 Activation activation_from_string(const std::string& name);  // gelu | swiglu, else ConfigError
 const char* activation_string(Activation a);
 
+// The blocks' and the final normalisation: GPT-2's LayerNorm (scale and
+// shift, weight and bias) or LLaMA's RMSNorm (no mean, a weight only).
+enum class Normalization { LayerNorm, RmsNorm };
+Normalization normalization_from_string(
+    const std::string& name);  // layernorm | rmsnorm, else ConfigError
+const char* normalization_string(Normalization n);
+
 // The shape of a GPT-2 style model.
 struct GptConfig {
   int64_t n_layer = 12;
@@ -49,11 +56,13 @@ struct GptConfig {
   double dropout = 0.0;
   double layer_norm_eps = 1e-5;
   Recompute recompute = Recompute::None;
+  Normalization normalization = Normalization::LayerNorm;
   Activation activation = Activation::Gelu;
   int64_t ffn_hidden_size = 0;  // the MLP's hidden width F; 0: 4 * d_model
   PositionEmbedding position_embedding = PositionEmbedding::Learned;
   double rope_theta = 10000.0;  // RoPE's base: pair i turns by theta^(-2i/D) a position
   bool rotary() const { return position_embedding == PositionEmbedding::Rotary; }
+  bool rms_norm() const { return normalization == Normalization::RmsNorm; }
   // The MLP's hidden width F, and c_fc's output width (F, or 2F for SwiGLU).
   int64_t ffn() const { return ffn_hidden_size > 0 ? ffn_hidden_size : 4 * d_model; }
   int64_t fc_width() const { return activation == Activation::SwiGlu ? 2 * ffn() : ffn(); }

@@ -7,18 +7,23 @@
 
 namespace triad::nn {
 
-// LayerNorm over the last dimension with a learned scale and shift.
+// LayerNorm over the last dimension with a learned scale and shift; or,
+// with `rms`, RMSNorm (LLaMA's: no mean subtracted, a scale and no shift,
+// so the module has a weight and no bias).
 class LayerNorm : public Module {
  public:
-  explicit LayerNorm(int64_t features, double eps = 1e-5, DType dtype = DType::F32);
+  explicit LayerNorm(int64_t features, double eps = 1e-5, DType dtype = DType::F32,
+                     bool rms = false);
   Tensor forward(const Tensor& x) const;
-  // {x + residual, forward(x + residual)} in one op (ops add_layer_norm).
+  // {x + residual, forward(x + residual)}: one op for LayerNorm
+  // (ops add_layer_norm), an add and the norm for RMSNorm.
   AddLayerNorm forward_add(const Tensor& x, const Tensor& residual) const;
 
  private:
   Tensor weight_;
-  Tensor bias_;
+  Tensor bias_;  // undefined for RMSNorm
   double eps_;
+  bool rms_;
 };
 
 }  // namespace triad::nn

@@ -21,6 +21,12 @@ struct AddLayerNorm {
 AddLayerNorm add_layer_norm(const Tensor& x, const Tensor& residual, const Tensor& weight,
                             const Tensor& bias, double eps = 1e-5);
 
+// RMSNorm over the last dimension (LLaMA's normalisation: no mean, no
+// bias): x * weight / sqrt(mean(x^2) + eps). x (..., C); weight (C).
+// Statistics in f32 (f64 for f64); the weight's gradient is summed in a
+// fixed order, straight into its (f32, for half weights) gradient buffer.
+Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps = 1e-5);
+
 // Softmax over the last dimension.
 Tensor softmax(const Tensor& x);
 

@@ -217,6 +217,58 @@ void CpuBackend::layer_norm_backward(const Tensor& dy, const Tensor& x, const Te
   });
 }
 
+// RMSNorm: y = x * rstd * w, rstd = 1 / sqrt(mean(x^2) + eps); backward
+// with xhat = x * rstd and g = dy * w: dx = rstd * (g - xhat * mean(g * xhat)).
+void CpuBackend::rms_norm_forward(const Tensor& x, const Tensor& weight, double eps, Tensor& y,
+                                  Tensor& rstd) {
+  dispatch_float(x.dtype(), "rms_norm", [&](auto tag) {
+    using T = decltype(tag);
+    const int64_t C = x.size(-1), N = x.numel() / std::max<int64_t>(C, 1);
+    const T* px = x.data<T>();
+    const T* w = weight.data<T>();
+    T* py = y.data<T>();
+    T* pr = rstd.data<T>();
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < N; ++r) {
+      const T* row = px + r * C;
+      double ss = 0;
+      for (int64_t i = 0; i < C; ++i) ss += static_cast<double>(row[i]) * row[i];
+      const double rs = 1.0 / std::sqrt(ss / C + eps);
+      pr[r] = static_cast<T>(rs);
+      T* out = py + r * C;
+      for (int64_t i = 0; i < C; ++i) out[i] = static_cast<T>(row[i] * rs) * w[i];
+    }
+  });
+}
+
+void CpuBackend::rms_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
+                                   const Tensor& rstd, Tensor& dx, Tensor& dwx) {
+  dispatch_float(x.dtype(), "rms_norm_backward", [&](auto tag) {
+    using T = decltype(tag);
+    const int64_t C = x.size(-1), N = x.numel() / std::max<int64_t>(C, 1);
+    const T* px = x.data<T>();
+    const T* pdy = dy.data<T>();
+    const T* w = weight.data<T>();
+    const T* pr = rstd.data<T>();
+    T* pdx = dx.data<T>();
+    T* pdw = dwx.data<T>();
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < N; ++r) {
+      const T* row = px + r * C;
+      const T* g = pdy + r * C;
+      const double rs = pr[r];
+      double dot = 0;
+      for (int64_t i = 0; i < C; ++i) dot += static_cast<double>(g[i]) * w[i] * (row[i] * rs);
+      const double m = dot / C;
+      for (int64_t i = 0; i < C; ++i) {
+        const double xhat = row[i] * rs;
+        pdx[r * C + i] = static_cast<T>(rs * (static_cast<double>(g[i]) * w[i] - xhat * m));
+        pdw[r * C + i] = static_cast<T>(g[i] * xhat);
+      }
+    }
+  });
+}
+
 void CpuBackend::softmax_forward(const Tensor& x, Tensor& y) {
   dispatch_float(x.dtype(), "softmax", [&](auto tag) {
     using T = decltype(tag);

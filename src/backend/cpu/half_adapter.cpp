@@ -107,6 +107,23 @@ void HalfAdapter::layer_norm_backward(const Tensor& dy, const Tensor& x, const T
   w.finish();
 }
 
+void HalfAdapter::rms_norm_forward(const Tensor& x, const Tensor& weight, double eps, Tensor& y,
+                                   Tensor& rstd) {
+  Widen w(inner_);
+  Tensor o = w.out(y);
+  inner_.rms_norm_forward(w.in(x), w.in(weight), eps, o, rstd);
+  w.finish();
+}
+
+// dwx is already f32 (stat_dtype of a half x).
+void HalfAdapter::rms_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
+                                    const Tensor& rstd, Tensor& dx, Tensor& dwx) {
+  Widen w(inner_);
+  Tensor o = w.out(dx);
+  inner_.rms_norm_backward(w.in(dy), w.in(x), w.in(weight), rstd, o, dwx);
+  w.finish();
+}
+
 void HalfAdapter::softmax_forward(const Tensor& x, Tensor& y) {
   Widen w(inner_);
   Tensor o = w.out(y);

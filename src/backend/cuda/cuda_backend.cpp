@@ -667,6 +667,30 @@ void CudaBackend::gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) {
   });
 }
 
+void CudaBackend::rms_norm_forward(const Tensor& x, const Tensor& weight, double eps, Tensor& y,
+                                   Tensor& rstd) {
+  require_nn("rms_norm", x.dtype());
+  const int64_t C = x.size(-1), N = x.numel() / std::max<int64_t>(C, 1);
+  DeviceState& s = state(y.device().index);
+  DeviceGuard g(s.index);
+  launch(s.index, s.stream, "rms_norm_forward", [&] {
+    k::rms_norm_forward(x.raw_data(), weight.raw_data(), y.raw_data(), rstd.data<float>(),
+                        scalar(x.dtype()), N, C, eps, s.stream);
+  });
+}
+
+void CudaBackend::rms_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
+                                    const Tensor& rstd, Tensor& dx, Tensor& dwx) {
+  require_nn("rms_norm_backward", x.dtype());
+  const int64_t C = x.size(-1), N = x.numel() / std::max<int64_t>(C, 1);
+  DeviceState& s = state(dx.device().index);
+  DeviceGuard g(s.index);
+  launch(s.index, s.stream, "rms_norm_backward", [&] {
+    k::rms_norm_backward(dy.raw_data(), x.raw_data(), weight.raw_data(), rstd.data<float>(),
+                         dx.raw_data(), dwx.data<float>(), scalar(x.dtype()), N, C, s.stream);
+  });
+}
+
 namespace {
 // LayerNorm with or without the fused residual add (residual/sum, dsum null
 // for the plain op).

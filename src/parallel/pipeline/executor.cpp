@@ -185,6 +185,12 @@ nn::StateDict PipelineModel::full_state_dict() const {
       names.push_back({"ln_f.weight", {C}});
       names.push_back({"ln_f.bias", {C}});
     }
+    if (cfg_.rms_norm()) {  // RMSNorm has a weight only
+      std::erase_if(names, [](const auto& n) {
+        return n.first.ends_with("ln_1.bias") || n.first.ends_with("ln_2.bias") ||
+               n.first == "ln_f.bias";
+      });
+    }
     for (auto& [name, shape] : names) {
       // Every rank's buffer on the model's device, so a device-routed group
       // sends all of them the same way.

@@ -96,12 +96,14 @@ void TensorParallelGpt::build(uint64_t seed) {
   for (int64_t i : plan_.layers) {
     auto block = std::make_shared<Container>();
     Layer L;
-    L.ln_1 = block->add("ln_1", std::make_shared<nn::LayerNorm>(C, cfg_.layer_norm_eps));
+    L.ln_1 = block->add("ln_1", std::make_shared<nn::LayerNorm>(C, cfg_.layer_norm_eps, DType::F32,
+                                                                cfg_.rms_norm()));
     auto attn = block->add("attn", std::make_shared<Container>());
     L.c_attn =
         attn->add("c_attn", std::make_shared<ColumnParallelLinear>(C, 3 * C, group_, sp_, 3));
     L.attn_proj = attn->add("c_proj", std::make_shared<RowParallelLinear>(C, C, group_, sp_));
-    L.ln_2 = block->add("ln_2", std::make_shared<nn::LayerNorm>(C, cfg_.layer_norm_eps));
+    L.ln_2 = block->add("ln_2", std::make_shared<nn::LayerNorm>(C, cfg_.layer_norm_eps, DType::F32,
+                                                                cfg_.rms_norm()));
     auto mlp = block->add("mlp", std::make_shared<Container>());
     // SwiGLU's c_fc holds [gate | value]: each half split over the ranks, so
     // a rank's shard is its gate and value columns (the full tensor keeps
@@ -115,7 +117,7 @@ void TensorParallelGpt::build(uint64_t seed) {
     const std::string p = "h." + std::to_string(i) + ".";
     for (const char* ln : {"ln_1", "ln_2"}) {
       specs_[p + ln + ".weight"] = ShardSpec::replicated(sp_);
-      specs_[p + ln + ".bias"] = ShardSpec::replicated(sp_);
+      if (!cfg_.rms_norm()) specs_[p + ln + ".bias"] = ShardSpec::replicated(sp_);
     }
     specs_[p + "attn.c_attn.weight"] = L.c_attn->weight_spec();
     specs_[p + "attn.c_attn.bias"] = L.c_attn->bias_spec();
@@ -128,9 +130,10 @@ void TensorParallelGpt::build(uint64_t seed) {
     layers_[i] = L;
   }
   if (plan_.head) {
-    ln_f_ = register_module("ln_f", std::make_shared<nn::LayerNorm>(C, cfg_.layer_norm_eps));
+    ln_f_ = register_module("ln_f", std::make_shared<nn::LayerNorm>(C, cfg_.layer_norm_eps,
+                                                                    DType::F32, cfg_.rms_norm()));
     specs_["ln_f.weight"] = ShardSpec::replicated(sp_);
-    specs_["ln_f.bias"] = ShardSpec::replicated(sp_);
+    if (!cfg_.rms_norm()) specs_["ln_f.bias"] = ShardSpec::replicated(sp_);
   }
   // Layout-independent initialisation: cut each rank's shard from the full
   // initial value, a pure function of (seed, name, full shape).
@@ -147,16 +150,19 @@ std::map<std::string, Shape> TensorParallelGpt::full_shapes() const {
   std::map<std::string, Shape> s;
   if (wte_) s["wte.weight"] = {cfg_.vocab_size, C};
   if (wpe_) s["wpe.weight"] = {cfg_.seq_len, C};
+  const bool bias = !cfg_.rms_norm();  // RMSNorm has a weight only
   if (ln_f_) {
     s["ln_f.weight"] = {C};
-    s["ln_f.bias"] = {C};
+    if (bias) s["ln_f.bias"] = {C};
   }
   for (const auto& [i, L] : layers_) {
     const std::string p = "h." + std::to_string(i) + ".";
     s[p + "ln_1.weight"] = {C};
-    s[p + "ln_1.bias"] = {C};
     s[p + "ln_2.weight"] = {C};
-    s[p + "ln_2.bias"] = {C};
+    if (bias) {
+      s[p + "ln_1.bias"] = {C};
+      s[p + "ln_2.bias"] = {C};
+    }
     s[p + "attn.c_attn.weight"] = {3 * C, C};
     s[p + "attn.c_attn.bias"] = {3 * C};
     s[p + "attn.c_proj.weight"] = {C, C};

@@ -287,13 +287,19 @@ TEST_P(TensorParallelGptTest, PackedDocumentsMatchOneProcess) {
 // column-parallel qkv's local q and k), over the whole sequence under
 // sequence parallelism; with and without packed documents' positions.
 // SwiGLU splits c_fc's gate and value halves each over the ranks, so every
-// rank pairs its own gate and value columns.
-TEST_P(TensorParallelGptTest, RotaryEmbeddingsAndSwigluMatchOneProcess) {
+// rank pairs its own gate and value columns. RMSNorm weights are replicated
+// (summed over the ranks under sequence parallelism, as LayerNorm's).
+TEST_P(TensorParallelGptTest, LlamaOptionsMatchOneProcess) {
   const int64_t V = 300;
-  for (const std::string variant : {"rope", "rope, packed documents", "swiglu, F 24"}) {
+  for (const std::string variant :
+       {"rope", "rope, packed documents", "swiglu, F 24", "rmsnorm, rope, swiglu"}) {
     SCOPED_TRACE(variant);
     nn::GptConfig cfg = tiny(V);
-    if (variant == "swiglu, F 24") {
+    if (variant == "rmsnorm, rope, swiglu") {
+      cfg.normalization = nn::Normalization::RmsNorm;
+      cfg.activation = nn::Activation::SwiGlu;
+      cfg.position_embedding = nn::PositionEmbedding::Rotary;
+    } else if (variant == "swiglu, F 24") {
       cfg.activation = nn::Activation::SwiGlu;
       cfg.ffn_hidden_size = 24;
     } else {
