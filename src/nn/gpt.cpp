@@ -115,7 +115,8 @@ int64_t GptConfig::num_parameters() const {
   // LayerNorms 4h or RMSNorms 2h (12h^2 + 13h for GPT-2); plus embeddings
   // and ln_f.
   const int64_t norm = rms_norm() ? h : 2 * h;
-  const int64_t block = 4 * h * h + 4 * h + (h + 1) * m + (f + 1) * h + 2 * norm;
+  const int64_t biases = linear_bias ? 4 * h + m + h : 0;
+  const int64_t block = 4 * h * h + h * m + f * h + biases + 2 * norm;
   return l * block + (vocab_size + (rotary() ? 0 : seq_len)) * h + norm;
 }
 
@@ -139,8 +140,10 @@ CausalSelfAttention::CausalSelfAttention(const GptConfig& cfg, int64_t layer)
       dropout_(cfg.dropout),
       rotary_(cfg.rotary()),
       rope_theta_(cfg.rope_theta) {
-  c_attn_ = register_module("c_attn", std::make_shared<Linear>(cfg.d_model, 3 * cfg.d_model));
-  c_proj_ = register_module("c_proj", std::make_shared<Linear>(cfg.d_model, cfg.d_model));
+  c_attn_ = register_module(
+      "c_attn", std::make_shared<Linear>(cfg.d_model, 3 * cfg.d_model, cfg.linear_bias));
+  c_proj_ = register_module("c_proj",
+                            std::make_shared<Linear>(cfg.d_model, cfg.d_model, cfg.linear_bias));
 }
 
 Tensor CausalSelfAttention::forward(const Tensor& x, const ForwardContext& ctx) const {
@@ -183,8 +186,10 @@ Tensor CausalSelfAttention::forward_cached(const Tensor& x, Tensor& k_cache, Ten
 
 Mlp::Mlp(const GptConfig& cfg, int64_t layer)
     : layer_(layer), dropout_(cfg.dropout), swiglu_(cfg.activation == Activation::SwiGlu) {
-  c_fc_ = register_module("c_fc", std::make_shared<Linear>(cfg.d_model, cfg.fc_width()));
-  c_proj_ = register_module("c_proj", std::make_shared<Linear>(cfg.ffn(), cfg.d_model));
+  c_fc_ = register_module("c_fc",
+                          std::make_shared<Linear>(cfg.d_model, cfg.fc_width(), cfg.linear_bias));
+  c_proj_ =
+      register_module("c_proj", std::make_shared<Linear>(cfg.ffn(), cfg.d_model, cfg.linear_bias));
 }
 
 Tensor Mlp::forward(const Tensor& x, const ForwardContext& ctx) const {

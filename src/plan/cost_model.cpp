@@ -351,7 +351,8 @@ Estimate estimate(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int gl
   // ---- parameters on the most loaded pipeline rank
   const double ffn_w = static_cast<double>(m.ffn()), fc_w = static_cast<double>(m.fc_width());
   const double norms = m.rms_norm() ? 2.0 * h : 4.0 * h;  // two per layer, bias or not
-  const double layer_params = 4.0 * h * h + 4.0 * h + (h + 1.0) * fc_w + (ffn_w + 1.0) * h + norms;
+  const double biases = m.linear_bias ? 4.0 * h + fc_w + h : 0.0;
+  const double layer_params = 4.0 * h * h + h * fc_w + ffn_w * h + biases + norms;
   const double body = (static_cast<double>(m.n_layer) / p.pp) * layer_params / t;
   const double embedding = V * h / t;  // first stage (and a copy on the last when pp > 1)
   const double positions = m.rotary() ? 0.0 : s * h;  // the learned table, first stage

@@ -64,15 +64,22 @@ nn::GptConfig parse_model_spec(const std::string& yaml_text, const std::string& 
       throw ConfigError(source + ": model.activation: expected gelu or swiglu");
     }
   }
+  if (const YAML::Node v = model["linear_bias"]) {
+    try {
+      c.linear_bias = v.as<bool>();
+    } catch (const YAML::Exception&) {
+      throw ConfigError(source + ": model.linear_bias: expected true or false");
+    }
+  }
   for (auto it = model.begin(); it != model.end(); ++it) {
     const std::string k = it->first.as<std::string>();
     if (k != "n_layer" && k != "n_head" && k != "d_model" && k != "vocab_size" && k != "seq_len" &&
         k != "dropout" && k != "recompute" && k != "position_embedding" && k != "rope_theta" &&
-        k != "activation" && k != "ffn_hidden_size" && k != "normalization") {
-      throw ConfigError(
-          source + ": unknown model key '" + k +
-          "' (allowed: n_layer, n_head, d_model, vocab_size, seq_len, dropout, "
-          "recompute, position_embedding, rope_theta, activation, ffn_hidden_size, normalization)");
+        k != "activation" && k != "ffn_hidden_size" && k != "normalization" && k != "linear_bias") {
+      throw ConfigError(source + ": unknown model key '" + k +
+                        "' (allowed: n_layer, n_head, d_model, vocab_size, seq_len, dropout, "
+                        "recompute, position_embedding, rope_theta, activation, ffn_hidden_size, "
+                        "normalization, linear_bias)");
     }
   }
   c.validate();

@@ -429,6 +429,7 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
         [&](auto& v, auto& k) {
           m.normalization = nn::normalization_from_string(get_string(v, k));
         }}},
+      {"linear_bias", {false, [&](auto& v, auto& k) { m.linear_bias = get_bool(v, k); }}},
       {"activation",
        {false,
         [&](auto& v, auto& k) { m.activation = nn::activation_from_string(get_string(v, k)); }}},
@@ -709,6 +710,7 @@ std::string to_yaml(const Config& c) {
   e << YAML::Key << "recompute" << YAML::Value << nn::recompute_string(c.model.recompute);
   e << YAML::Key << "normalization" << YAML::Value
     << nn::normalization_string(c.model.normalization);
+  e << YAML::Key << "linear_bias" << YAML::Value << c.model.linear_bias;
   e << YAML::Key << "activation" << YAML::Value << nn::activation_string(c.model.activation);
   e << YAML::Key << "ffn_hidden_size" << YAML::Value << c.model.ffn_hidden_size;
   e << YAML::Key << "position_embedding" << YAML::Value

@@ -1849,9 +1849,10 @@ TEST(CudaTraining, PackedDocumentsAndABatchRampMatchTheCpuTrainer) {
     auto config = [&](const std::string& device) {
       std::vector<std::string> overrides = extra;
       if (rope) {
-        overrides.insert(overrides.end(),
-                         {"model.position_embedding=rope", "model.activation=swiglu",
-                          "model.ffn_hidden_size=88", "model.normalization=rmsnorm"});
+        overrides.insert(
+            overrides.end(),
+            {"model.position_embedding=rope", "model.activation=swiglu", "model.ffn_hidden_size=88",
+             "model.normalization=rmsnorm", "model.linear_bias=false"});
       }
       return train::parse_config(
           train::to_yaml(train_config(dir, model, device, rope ? "bf16" : precision, 6, 4, 128)),
@@ -1876,6 +1877,7 @@ TEST(CudaTraining, PackedDocumentsAndABatchRampMatchTheCpuTrainer) {
         EXPECT_EQ(gpu.config().model.position_embedding, nn::PositionEmbedding::Rotary);
         EXPECT_EQ(gpu.config().model.activation, nn::Activation::SwiGlu);
         EXPECT_TRUE(gpu.config().model.rms_norm());
+        EXPECT_FALSE(gpu.config().model.linear_bias);
       }
     }
   }

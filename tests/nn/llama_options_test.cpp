@@ -250,6 +250,24 @@ TEST(RmsNormGpt, NormsHaveAWeightAndNoBias) {
   EXPECT_THROW(normalization_from_string("batchnorm"), ConfigError);
 }
 
+TEST(NoBiasGpt, LinearLayersHaveNoBiasesAndNormsKeepTheirs) {
+  GptConfig c = swiglu_config(24);
+  c.linear_bias = false;
+  const Gpt m(c, 1);
+  const StateDict sd = m.state_dict();
+  for (const char* n : {"h.0.attn.c_attn.bias", "h.0.attn.c_proj.bias", "h.1.mlp.c_fc.bias",
+                        "h.1.mlp.c_proj.bias"}) {
+    EXPECT_FALSE(sd.count(n)) << n;
+  }
+  EXPECT_TRUE(sd.count("h.0.ln_1.bias"));
+  EXPECT_EQ(m.num_parameters(), c.num_parameters());
+  EXPECT_EQ(swiglu_config(24).num_parameters() - c.num_parameters(), 2 * (4 * 16 + 48 + 16));
+  Tensor loss = m.loss(from_vector(std::vector<int64_t>{1, 2, 3, 4}, {1, 4}),
+                       from_vector(std::vector<int64_t>{2, 3, 4, 5}, {1, 4}));
+  autograd::backward({loss});
+  for (const auto& [name, p] : m.named_parameters()) ASSERT_TRUE(p.grad().defined()) << name;
+}
+
 // The model FLOPs generalise the PTD-P formula: equal to it for GPT-2's MLP,
 // and counting each product of another MLP.
 TEST(GptFlops, GeneraliseThePtdpFormula) {

@@ -12,8 +12,8 @@ queries and keys turned in the rotate-half form of GPT-NeoX and LLaMA):
 step-0 logits, loss and gradients, and a greedy continuation; and for a
 variant with LLaMA's SwiGLU MLP of another width (c_fc holds the gate and
 the value halves): step-0 logits, loss and gradients; and for LLaMA's
-combination (rotary embeddings, SwiGLU, RMSNorm written out by hand):
-step-0 logits, loss and gradients.
+combination (rotary embeddings, SwiGLU, RMSNorm written out by hand, no
+biases in the linear layers): step-0 logits, loss and gradients.
 
 usage: gpt2_reference.py OUT_DIR
 """
@@ -59,7 +59,7 @@ class RmsNorm(torch.nn.Module):
 
 
 class Gpt(torch.nn.Module):
-    def __init__(self, c, rope_theta=None, swiglu_ffn=None, rms_norm=False):
+    def __init__(self, c, rope_theta=None, swiglu_ffn=None, rms_norm=False, bias=True):
         super().__init__()
         C, L = c["d_model"], c["n_layer"]
         self.c = c
@@ -73,16 +73,16 @@ class Gpt(torch.nn.Module):
             b = torch.nn.Module()
             b.ln_1 = RmsNorm(C) if rms_norm else torch.nn.LayerNorm(C, eps=1e-5)
             b.attn = torch.nn.Module()
-            b.attn.c_attn = torch.nn.Linear(C, 3 * C)
-            b.attn.c_proj = torch.nn.Linear(C, C)
+            b.attn.c_attn = torch.nn.Linear(C, 3 * C, bias=bias)
+            b.attn.c_proj = torch.nn.Linear(C, C, bias=bias)
             b.ln_2 = RmsNorm(C) if rms_norm else torch.nn.LayerNorm(C, eps=1e-5)
             b.mlp = torch.nn.Module()
             if swiglu_ffn is None:
                 b.mlp.c_fc = torch.nn.Linear(C, 4 * C)
                 b.mlp.c_proj = torch.nn.Linear(4 * C, C)
             else:
-                b.mlp.c_fc = torch.nn.Linear(C, 2 * swiglu_ffn)
-                b.mlp.c_proj = torch.nn.Linear(swiglu_ffn, C)
+                b.mlp.c_fc = torch.nn.Linear(C, 2 * swiglu_ffn, bias=bias)
+                b.mlp.c_proj = torch.nn.Linear(swiglu_ffn, C, bias=bias)
             self.h.append(b)
         self.ln_f = RmsNorm(C) if rms_norm else torch.nn.LayerNorm(C, eps=1e-5)
         g = torch.Generator().manual_seed(20241121)
@@ -249,7 +249,7 @@ def main():
     swiglu = Gpt(CFG, swiglu_ffn=SWIGLU_FFN)
     save_model(swiglu, os.path.join(out, "swiglu_model.safetensors"))
     record_step_zero(swiglu, x, y, "swiglu.", ref)
-    llama = Gpt(CFG, ROPE_THETA, SWIGLU_FFN, rms_norm=True)
+    llama = Gpt(CFG, ROPE_THETA, SWIGLU_FFN, rms_norm=True, bias=False)
     save_model(llama, os.path.join(out, "llama_model.safetensors"))
     record_step_zero(llama, x, y, "llama.", ref)
 

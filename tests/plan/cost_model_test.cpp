@@ -68,6 +68,12 @@ TEST(CostModel, PricesTheMlpItIsGiven) {
   // 4 layers a stage, split over tp 2, at 2 bytes: (h + 1) 4h more each.
   EXPECT_NEAR(w.weights_bytes - g.weights_bytes, 2.0 * 4 * (h + 1) * 4 * h / 2, 1.0);
   EXPECT_NEAR(g.weights_bytes - r.weights_bytes, 2.0 * 2048 * 1536, 1.0);
+  // Without linear biases: 4h + 4h + h fewer parameters a layer, 4 layers a
+  // stage split over tp 2, 2 bytes each.
+  nn::GptConfig nobias = gelu;
+  nobias.linear_bias = false;
+  EXPECT_NEAR(g.weights_bytes - estimate(nobias, c, 32, 64, p).weights_bytes, 2.0 * 4 * 9 * h / 2,
+              1.0);
 }
 
 // The two published PTD-P runs (Narayanan et al. 2021, Table 1) the cluster

@@ -368,6 +368,10 @@ TEST(Config, MlpActivationWidthAndNormalizationParseRoundTripAndAreChecked) {
   const Config back = parse_config(to_yaml(c));
   EXPECT_EQ(back.model.activation, nn::Activation::SwiGlu);
   EXPECT_EQ(back.model.ffn_hidden_size, 44);
+  const Config nobias = parse_config(kValid, {"model.linear_bias=false"});
+  EXPECT_FALSE(nobias.model.linear_bias);
+  EXPECT_FALSE(parse_config(to_yaml(nobias)).model.linear_bias);
+  EXPECT_TRUE(plain.model.linear_bias);
   const Config rms = parse_config(kValid, {"model.normalization=rmsnorm"});
   EXPECT_TRUE(rms.model.rms_norm());
   EXPECT_TRUE(parse_config(to_yaml(rms)).model.rms_norm());

@@ -57,6 +57,7 @@ struct GptConfig {
   double layer_norm_eps = 1e-5;
   Recompute recompute = Recompute::None;
   Normalization normalization = Normalization::LayerNorm;
+  bool linear_bias = true;  // biases in the attention's and MLP's linear layers
   Activation activation = Activation::Gelu;
   int64_t ffn_hidden_size = 0;  // the MLP's hidden width F; 0: 4 * d_model
   PositionEmbedding position_embedding = PositionEmbedding::Learned;

@@ -185,12 +185,14 @@ nn::StateDict PipelineModel::full_state_dict() const {
       names.push_back({"ln_f.weight", {C}});
       names.push_back({"ln_f.bias", {C}});
     }
-    if (cfg_.rms_norm()) {  // RMSNorm has a weight only
-      std::erase_if(names, [](const auto& n) {
-        return n.first.ends_with("ln_1.bias") || n.first.ends_with("ln_2.bias") ||
-               n.first == "ln_f.bias";
-      });
-    }
+    // RMSNorm has a weight only; linear layers may have no biases.
+    std::erase_if(names, [&](const auto& n) {
+      const std::string& s = n.first;
+      const bool norm_bias =
+          s.ends_with("ln_1.bias") || s.ends_with("ln_2.bias") || s == "ln_f.bias";
+      const bool linear_bias = s.ends_with(".bias") && !norm_bias;
+      return (norm_bias && cfg_.rms_norm()) || (linear_bias && !cfg_.linear_bias);
+    });
     for (auto& [name, shape] : names) {
       // Every rank's buffer on the model's device, so a device-routed group
       // sends all of them the same way.

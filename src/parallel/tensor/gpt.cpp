@@ -99,9 +99,10 @@ void TensorParallelGpt::build(uint64_t seed) {
     L.ln_1 = block->add("ln_1", std::make_shared<nn::LayerNorm>(C, cfg_.layer_norm_eps, DType::F32,
                                                                 cfg_.rms_norm()));
     auto attn = block->add("attn", std::make_shared<Container>());
+    const bool b = cfg_.linear_bias;
     L.c_attn =
-        attn->add("c_attn", std::make_shared<ColumnParallelLinear>(C, 3 * C, group_, sp_, 3));
-    L.attn_proj = attn->add("c_proj", std::make_shared<RowParallelLinear>(C, C, group_, sp_));
+        attn->add("c_attn", std::make_shared<ColumnParallelLinear>(C, 3 * C, group_, sp_, 3, b));
+    L.attn_proj = attn->add("c_proj", std::make_shared<RowParallelLinear>(C, C, group_, sp_, b));
     L.ln_2 = block->add("ln_2", std::make_shared<nn::LayerNorm>(C, cfg_.layer_norm_eps, DType::F32,
                                                                 cfg_.rms_norm()));
     auto mlp = block->add("mlp", std::make_shared<Container>());
@@ -109,9 +110,9 @@ void TensorParallelGpt::build(uint64_t seed) {
     // a rank's shard is its gate and value columns (the full tensor keeps
     // one process's layout).
     L.c_fc = mlp->add("c_fc", std::make_shared<ColumnParallelLinear>(C, cfg_.fc_width(), group_,
-                                                                     sp_, swiglu ? 2 : 1));
+                                                                     sp_, swiglu ? 2 : 1, b));
     L.mlp_proj =
-        mlp->add("c_proj", std::make_shared<RowParallelLinear>(cfg_.ffn(), C, group_, sp_));
+        mlp->add("c_proj", std::make_shared<RowParallelLinear>(cfg_.ffn(), C, group_, sp_, b));
     h->add(std::to_string(i), block);
     L.module = block;
     const std::string p = "h." + std::to_string(i) + ".";
@@ -120,13 +121,15 @@ void TensorParallelGpt::build(uint64_t seed) {
       if (!cfg_.rms_norm()) specs_[p + ln + ".bias"] = ShardSpec::replicated(sp_);
     }
     specs_[p + "attn.c_attn.weight"] = L.c_attn->weight_spec();
-    specs_[p + "attn.c_attn.bias"] = L.c_attn->bias_spec();
     specs_[p + "attn.c_proj.weight"] = L.attn_proj->weight_spec();
-    specs_[p + "attn.c_proj.bias"] = L.attn_proj->bias_spec();
     specs_[p + "mlp.c_fc.weight"] = L.c_fc->weight_spec();
-    specs_[p + "mlp.c_fc.bias"] = L.c_fc->bias_spec();
     specs_[p + "mlp.c_proj.weight"] = L.mlp_proj->weight_spec();
-    specs_[p + "mlp.c_proj.bias"] = L.mlp_proj->bias_spec();
+    if (b) {
+      specs_[p + "attn.c_attn.bias"] = L.c_attn->bias_spec();
+      specs_[p + "attn.c_proj.bias"] = L.attn_proj->bias_spec();
+      specs_[p + "mlp.c_fc.bias"] = L.c_fc->bias_spec();
+      specs_[p + "mlp.c_proj.bias"] = L.mlp_proj->bias_spec();
+    }
     layers_[i] = L;
   }
   if (plan_.head) {
@@ -150,27 +153,30 @@ std::map<std::string, Shape> TensorParallelGpt::full_shapes() const {
   std::map<std::string, Shape> s;
   if (wte_) s["wte.weight"] = {cfg_.vocab_size, C};
   if (wpe_) s["wpe.weight"] = {cfg_.seq_len, C};
-  const bool bias = !cfg_.rms_norm();  // RMSNorm has a weight only
+  const bool norm_bias = !cfg_.rms_norm();  // RMSNorm has a weight only
+  const bool bias = cfg_.linear_bias;
   if (ln_f_) {
     s["ln_f.weight"] = {C};
-    if (bias) s["ln_f.bias"] = {C};
+    if (norm_bias) s["ln_f.bias"] = {C};
   }
   for (const auto& [i, L] : layers_) {
     const std::string p = "h." + std::to_string(i) + ".";
     s[p + "ln_1.weight"] = {C};
     s[p + "ln_2.weight"] = {C};
-    if (bias) {
+    if (norm_bias) {
       s[p + "ln_1.bias"] = {C};
       s[p + "ln_2.bias"] = {C};
     }
     s[p + "attn.c_attn.weight"] = {3 * C, C};
-    s[p + "attn.c_attn.bias"] = {3 * C};
     s[p + "attn.c_proj.weight"] = {C, C};
-    s[p + "attn.c_proj.bias"] = {C};
     s[p + "mlp.c_fc.weight"] = {cfg_.fc_width(), C};
-    s[p + "mlp.c_fc.bias"] = {cfg_.fc_width()};
     s[p + "mlp.c_proj.weight"] = {C, cfg_.ffn()};
-    s[p + "mlp.c_proj.bias"] = {C};
+    if (bias) {
+      s[p + "attn.c_attn.bias"] = {3 * C};
+      s[p + "attn.c_proj.bias"] = {C};
+      s[p + "mlp.c_fc.bias"] = {cfg_.fc_width()};
+      s[p + "mlp.c_proj.bias"] = {C};
+    }
   }
   return s;
 }

@@ -20,13 +20,13 @@ void divisible(int64_t n, int64_t by, const std::string& what) {
 }  // namespace
 
 ColumnParallelLinear::ColumnParallelLinear(int64_t in, int64_t out, dist::ProcessGroupPtr group,
-                                           bool sequence_parallel, int groups)
+                                           bool sequence_parallel, int groups, bool bias)
     : group_(std::move(group)), sp_(sequence_parallel) {
   divisible(out, static_cast<int64_t>(groups) * group_->size(), "column-parallel output features");
   weight_spec_ = ShardSpec::along(0, groups);
   bias_spec_ = ShardSpec::along(0, groups);
   weight_ = register_parameter("weight", zeros({out / group_->size(), in}));
-  bias_ = register_parameter("bias", zeros({out / group_->size()}));
+  if (bias) bias_ = register_parameter("bias", zeros({out / group_->size()}));
 }
 
 Tensor ColumnParallelLinear::forward(const Tensor& x) const {
@@ -40,13 +40,13 @@ LinearGelu ColumnParallelLinear::forward_gelu(const Tensor& x) const {
 }
 
 RowParallelLinear::RowParallelLinear(int64_t in, int64_t out, dist::ProcessGroupPtr group,
-                                     bool sequence_parallel)
+                                     bool sequence_parallel, bool bias)
     : group_(std::move(group)), sp_(sequence_parallel) {
   divisible(in, group_->size(), "row-parallel input features");
   weight_spec_ = ShardSpec::along(1);
   bias_spec_ = ShardSpec::replicated(sequence_parallel);
   weight_ = register_parameter("weight", zeros({out, in / group_->size()}));
-  bias_ = register_parameter("bias", zeros({out}));
+  if (bias) bias_ = register_parameter("bias", zeros({out}));
 }
 
 namespace {
@@ -56,7 +56,7 @@ Tensor finish_row_parallel(const Tensor& partial, const Tensor& bias,
                            const dist::ProcessGroupPtr& group, bool sp) {
   Tensor y =
       sp ? reduce_scatter_to_sequence_region(partial, group) : reduce_from_region(partial, group);
-  return add(y, bias);
+  return bias.defined() ? add(y, bias) : y;
 }
 }  // namespace
 

@@ -288,15 +288,18 @@ TEST_P(TensorParallelGptTest, PackedDocumentsMatchOneProcess) {
 // sequence parallelism; with and without packed documents' positions.
 // SwiGLU splits c_fc's gate and value halves each over the ranks, so every
 // rank pairs its own gate and value columns. RMSNorm weights are replicated
-// (summed over the ranks under sequence parallelism, as LayerNorm's).
+// (summed over the ranks under sequence parallelism, as LayerNorm's), and
+// without linear biases the row-parallel layers add nothing after their
+// reduction.
 TEST_P(TensorParallelGptTest, LlamaOptionsMatchOneProcess) {
   const int64_t V = 300;
   for (const std::string variant :
-       {"rope", "rope, packed documents", "swiglu, F 24", "rmsnorm, rope, swiglu"}) {
+       {"rope", "rope, packed documents", "swiglu, F 24", "rmsnorm, rope, swiglu, no biases"}) {
     SCOPED_TRACE(variant);
     nn::GptConfig cfg = tiny(V);
-    if (variant == "rmsnorm, rope, swiglu") {
+    if (variant == "rmsnorm, rope, swiglu, no biases") {
       cfg.normalization = nn::Normalization::RmsNorm;
+      cfg.linear_bias = false;
       cfg.activation = nn::Activation::SwiGlu;
       cfg.position_embedding = nn::PositionEmbedding::Rotary;
     } else if (variant == "swiglu, F 24") {

@@ -15,11 +15,11 @@ namespace triad::tp {
 // computes its slice of the output features. Input replicated (x: (B, T,
 // in)) or, with sequence parallelism, sharded along T and all-gathered first.
 // Output (B, T, out/tp) stays split. `groups` > 1 splits each of that many
-// equal output blocks separately (fused QKV).
+// equal output blocks separately (fused QKV). `bias` false: no b.
 class ColumnParallelLinear : public nn::Module {
  public:
   ColumnParallelLinear(int64_t in, int64_t out, dist::ProcessGroupPtr group, bool sequence_parallel,
-                       int groups = 1);
+                       int groups = 1, bool bias = true);
   Tensor forward(const Tensor& x) const;
   // gelu(forward(x)) with its pre-activation, the GELU fused into the GEMM
   // where the backend can (for RowParallelLinear::forward_after_gelu).
@@ -36,10 +36,11 @@ class ColumnParallelLinear : public nn::Module {
 
 // Y = X A^T + b with A split by input columns: the input arrives split
 // (B, T, in/tp); partial products are all-reduced (or reduce-scattered along
-// T with sequence parallelism), then the replicated bias is added.
+// T with sequence parallelism), then the replicated bias (if `bias`) is added.
 class RowParallelLinear : public nn::Module {
  public:
-  RowParallelLinear(int64_t in, int64_t out, dist::ProcessGroupPtr group, bool sequence_parallel);
+  RowParallelLinear(int64_t in, int64_t out, dist::ProcessGroupPtr group, bool sequence_parallel,
+                    bool bias = true);
   Tensor forward(const Tensor& x) const;
   // forward(in.act) with the input gradient taken to in.pre through GELU's
   // derivative in one backend call (ops linear_after_gelu).
