@@ -40,37 +40,30 @@ nn::GptConfig parse_model_spec(const std::string& yaml_text, const std::string& 
   get("d_model", c.d_model, true);
   get("vocab_size", c.vocab_size, true);
   get("seq_len", c.seq_len, true);
-  // The position embedding changes the parameter count (no table under rope).
-  if (const YAML::Node v = model["position_embedding"]) {
+  // The architecture's options change the parameters, FLOPs and activations
+  // priced: the position table, the norms' biases, the linear layers'
+  // biases, the MLP's width and activation.
+  auto option = [&](const char* key, const char* expected, const auto& apply) {
+    const YAML::Node v = model[key];
+    if (!v) return;
     try {
-      c.position_embedding = nn::position_embedding_from_string(v.as<std::string>());
+      apply(v);
     } catch (const YAML::Exception&) {
-      throw ConfigError(source + ": model.position_embedding: expected learned or rope");
+      throw ConfigError(source + ": model." + key + ": expected " + expected);
     }
-  }
-  // So do the MLP's width and activation, and the normalisation.
-  if (const YAML::Node v = model["normalization"]) {
-    try {
-      c.normalization = nn::normalization_from_string(v.as<std::string>());
-    } catch (const YAML::Exception&) {
-      throw ConfigError(source + ": model.normalization: expected layernorm or rmsnorm");
-    }
-  }
+  };
+  option("position_embedding", "learned or rope", [&](const YAML::Node& v) {
+    c.position_embedding = nn::position_embedding_from_string(v.as<std::string>());
+  });
+  option("normalization", "layernorm or rmsnorm", [&](const YAML::Node& v) {
+    c.normalization = nn::normalization_from_string(v.as<std::string>());
+  });
+  option("activation", "gelu or swiglu", [&](const YAML::Node& v) {
+    c.activation = nn::activation_from_string(v.as<std::string>());
+  });
+  option("linear_bias", "true or false",
+         [&](const YAML::Node& v) { c.linear_bias = v.as<bool>(); });
   get("ffn_hidden_size", c.ffn_hidden_size, false);
-  if (const YAML::Node v = model["activation"]) {
-    try {
-      c.activation = nn::activation_from_string(v.as<std::string>());
-    } catch (const YAML::Exception&) {
-      throw ConfigError(source + ": model.activation: expected gelu or swiglu");
-    }
-  }
-  if (const YAML::Node v = model["linear_bias"]) {
-    try {
-      c.linear_bias = v.as<bool>();
-    } catch (const YAML::Exception&) {
-      throw ConfigError(source + ": model.linear_bias: expected true or false");
-    }
-  }
   for (auto it = model.begin(); it != model.end(); ++it) {
     const std::string k = it->first.as<std::string>();
     if (k != "n_layer" && k != "n_head" && k != "d_model" && k != "vocab_size" && k != "seq_len" &&
