@@ -134,6 +134,41 @@ double GptConfig::training_flops(double sequences, bool full_recompute) const {
   return sequences * s * per_token;
 }
 
+std::map<std::string, Shape> gpt_parameter_shapes(const GptConfig& cfg,
+                                                  const std::vector<int64_t>& layers,
+                                                  bool token_embedding, bool embeds,
+                                                  bool final_norm) {
+  const int64_t C = cfg.d_model;
+  const bool norm_bias = !cfg.rms_norm();  // RMSNorm has a weight only
+  std::map<std::string, Shape> s;
+  if (token_embedding) s["wte.weight"] = {cfg.vocab_size, C};
+  if (embeds && !cfg.rotary()) s["wpe.weight"] = {cfg.seq_len, C};
+  if (final_norm) {
+    s["ln_f.weight"] = {C};
+    if (norm_bias) s["ln_f.bias"] = {C};
+  }
+  for (int64_t i : layers) {
+    const std::string p = "h." + std::to_string(i) + ".";
+    s[p + "ln_1.weight"] = {C};
+    s[p + "ln_2.weight"] = {C};
+    if (norm_bias) {
+      s[p + "ln_1.bias"] = {C};
+      s[p + "ln_2.bias"] = {C};
+    }
+    s[p + "attn.c_attn.weight"] = {3 * C, C};
+    s[p + "attn.c_proj.weight"] = {C, C};
+    s[p + "mlp.c_fc.weight"] = {cfg.fc_width(), C};
+    s[p + "mlp.c_proj.weight"] = {C, cfg.ffn()};
+    if (cfg.linear_bias) {
+      s[p + "attn.c_attn.bias"] = {3 * C};
+      s[p + "attn.c_proj.bias"] = {C};
+      s[p + "mlp.c_fc.bias"] = {cfg.fc_width()};
+      s[p + "mlp.c_proj.bias"] = {C};
+    }
+  }
+  return s;
+}
+
 CausalSelfAttention::CausalSelfAttention(const GptConfig& cfg, int64_t layer)
     : n_head_(cfg.n_head),
       layer_(layer),

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -266,6 +267,22 @@ TEST(NoBiasGpt, LinearLayersHaveNoBiasesAndNormsKeepTheirs) {
                        from_vector(std::vector<int64_t>{2, 3, 4, 5}, {1, 4}));
   autograd::backward({loss});
   for (const auto& [name, p] : m.named_parameters()) ASSERT_TRUE(p.grad().defined()) << name;
+}
+
+// The one list of parameter names and shapes every layout builds from is
+// the model's own, whatever the options.
+TEST(GptParameterShapes, AreTheModelsForEveryOption) {
+  for (int mask = 0; mask < 16; ++mask) {
+    GptConfig c = swiglu_config(24);
+    c.activation = mask & 1 ? Activation::SwiGlu : Activation::Gelu;
+    c.position_embedding = mask & 2 ? PositionEmbedding::Rotary : PositionEmbedding::Learned;
+    c.normalization = mask & 4 ? Normalization::RmsNorm : Normalization::LayerNorm;
+    c.linear_bias = (mask & 8) == 0;
+    SCOPED_TRACE(mask);
+    std::map<std::string, Shape> want;
+    for (const auto& [name, p] : Gpt(c, 1).named_parameters()) want[name] = p.shape();
+    EXPECT_EQ(gpt_parameter_shapes(c, {0, 1}, true, true, true), want);
+  }
 }
 
 // The model FLOPs generalise the PTD-P formula: equal to it for GPT-2's MLP,

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -89,6 +90,17 @@ struct GptConfig {
   // MLP and generalised to any F and SwiGLU.
   double training_flops(double sequences, bool full_recompute = false) const;
 };
+
+// The full (unsharded) shape of each parameter of GPT's parts, by GPT-2's
+// names: the token embedding (wte) when `token_embedding`, the position
+// table when `embeds` (learned positions only), blocks `layers`, and ln_f
+// when `final_norm`; biases and widths as `cfg` says. The single list
+// every layout (tensor-parallel shards, pipeline stages) builds its names
+// from.
+std::map<std::string, Shape> gpt_parameter_shapes(const GptConfig& cfg,
+                                                  const std::vector<int64_t>& layers,
+                                                  bool token_embedding, bool embeds,
+                                                  bool final_norm);
 
 // What one forward pass needs besides its input. Randomness: dropout masks
 // are a pure function of (seed, site, call) so that recomputation and other

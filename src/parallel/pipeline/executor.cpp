@@ -154,46 +154,12 @@ nn::StateDict PipelineModel::full_state_dict() const {
     for (auto& [name, t] : c->full_state_dict()) local[name] = t;
   }
   nn::StateDict out;
-  const auto& layers = layers_;
-  const int64_t C = cfg_.d_model;
   for (int stage = 0; stage < num_stages(); ++stage) {
     const int owner = stage % p_;
-    std::vector<std::pair<std::string, Shape>> names;
-    if (stage == 0) {
-      names.push_back({"wte.weight", {cfg_.vocab_size, C}});
-      if (!cfg_.rotary()) names.push_back({"wpe.weight", {cfg_.seq_len, C}});
-    }
-    for (int64_t i : layers[stage]) {
-      const std::string pre = "h." + std::to_string(i) + ".";
-      for (auto& [n, s] :
-           std::vector<std::pair<std::string, Shape>>{{"ln_1.weight", {C}},
-                                                      {"ln_1.bias", {C}},
-                                                      {"attn.c_attn.weight", {3 * C, C}},
-                                                      {"attn.c_attn.bias", {3 * C}},
-                                                      {"attn.c_proj.weight", {C, C}},
-                                                      {"attn.c_proj.bias", {C}},
-                                                      {"ln_2.weight", {C}},
-                                                      {"ln_2.bias", {C}},
-                                                      {"mlp.c_fc.weight", {cfg_.fc_width(), C}},
-                                                      {"mlp.c_fc.bias", {cfg_.fc_width()}},
-                                                      {"mlp.c_proj.weight", {C, cfg_.ffn()}},
-                                                      {"mlp.c_proj.bias", {C}}}) {
-        names.push_back({pre + n, s});
-      }
-    }
-    if (stage == num_stages() - 1) {
-      names.push_back({"ln_f.weight", {C}});
-      names.push_back({"ln_f.bias", {C}});
-    }
-    // RMSNorm has a weight only; linear layers may have no biases.
-    std::erase_if(names, [&](const auto& n) {
-      const std::string& s = n.first;
-      const bool norm_bias =
-          s.ends_with("ln_1.bias") || s.ends_with("ln_2.bias") || s == "ln_f.bias";
-      const bool linear_bias = s.ends_with(".bias") && !norm_bias;
-      return (norm_bias && cfg_.rms_norm()) || (linear_bias && !cfg_.linear_bias);
-    });
-    for (auto& [name, shape] : names) {
+    // The last stage's copy of the tied wte is the first stage's.
+    const auto names = nn::gpt_parameter_shapes(cfg_, layers_[stage], stage == 0, stage == 0,
+                                                stage == num_stages() - 1);
+    for (const auto& [name, shape] : names) {
       // Every rank's buffer on the model's device, so a device-routed group
       // sends all of them the same way.
       Tensor t =

@@ -149,36 +149,9 @@ void TensorParallelGpt::build(uint64_t seed) {
 }
 
 std::map<std::string, Shape> TensorParallelGpt::full_shapes() const {
-  const int64_t C = cfg_.d_model;
-  std::map<std::string, Shape> s;
-  if (wte_) s["wte.weight"] = {cfg_.vocab_size, C};
-  if (wpe_) s["wpe.weight"] = {cfg_.seq_len, C};
-  const bool norm_bias = !cfg_.rms_norm();  // RMSNorm has a weight only
-  const bool bias = cfg_.linear_bias;
-  if (ln_f_) {
-    s["ln_f.weight"] = {C};
-    if (norm_bias) s["ln_f.bias"] = {C};
-  }
-  for (const auto& [i, L] : layers_) {
-    const std::string p = "h." + std::to_string(i) + ".";
-    s[p + "ln_1.weight"] = {C};
-    s[p + "ln_2.weight"] = {C};
-    if (norm_bias) {
-      s[p + "ln_1.bias"] = {C};
-      s[p + "ln_2.bias"] = {C};
-    }
-    s[p + "attn.c_attn.weight"] = {3 * C, C};
-    s[p + "attn.c_proj.weight"] = {C, C};
-    s[p + "mlp.c_fc.weight"] = {cfg_.fc_width(), C};
-    s[p + "mlp.c_proj.weight"] = {C, cfg_.ffn()};
-    if (bias) {
-      s[p + "attn.c_attn.bias"] = {3 * C};
-      s[p + "attn.c_proj.bias"] = {C};
-      s[p + "mlp.c_fc.bias"] = {cfg_.fc_width()};
-      s[p + "mlp.c_proj.bias"] = {C};
-    }
-  }
-  return s;
+  std::vector<int64_t> layers;
+  for (const auto& [i, L] : layers_) layers.push_back(i);
+  return nn::gpt_parameter_shapes(cfg_, layers, wte_ != nullptr, plan_.embedding, ln_f_ != nullptr);
 }
 
 void TensorParallelGpt::load_full_state_dict(const nn::StateDict& full) {
