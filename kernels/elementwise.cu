@@ -230,29 +230,42 @@ __global__ void gelu_backward_kernel(const T* x, const T* dy, T* dx, int64_t n) 
 }
 
 // SwiGLU, one output element per thread: a and b lie F apart in x's row.
-template <class T>
+// SwiGLU: a thread per V consecutive outputs of a row (V = 16 bytes of
+// elements when F is a multiple of it and the tensors are pack-aligned, so
+// every gate, value and output pack is aligned too; else 1).
+template <class T, int V>
 __global__ void swiglu_forward_kernel(const T* x, T* y, int64_t rows, int64_t F) {
   using C = compute_t<T>;
-  const int64_t n = rows * F;
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
-       i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t r = i / F, j = i - r * F;
-    const C a = load(x, r * 2 * F + j), b = load(x, r * 2 * F + F + j);
-    store(y, i, a / (C(1) + exp_of(-a)) * b);
+  const int64_t per_row = F / V, n = rows * per_row;
+  for (int64_t p = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; p < n;
+       p += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = p / per_row, j = (p - r * per_row) * V;
+    C a[V], b[V];
+    load_n<V>(x, r * 2 * F + j, a);
+    load_n<V>(x, r * 2 * F + F + j, b);
+    for (int k = 0; k < V; ++k) a[k] = a[k] / (C(1) + exp_of(-a[k])) * b[k];
+    store_n<V>(y, r * F + j, a);
   }
 }
 
-template <class T>
+template <class T, int V>
 __global__ void swiglu_backward_kernel(const T* x, const T* dy, T* dx, int64_t rows, int64_t F) {
   using C = compute_t<T>;
-  const int64_t n = rows * F;
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
-       i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t r = i / F, j = i - r * F;
-    const C a = load(x, r * 2 * F + j), b = load(x, r * 2 * F + F + j), g = load(dy, i);
-    const C s = C(1) / (C(1) + exp_of(-a));
-    store(dx, r * 2 * F + j, g * b * s * (C(1) + a * (C(1) - s)));
-    store(dx, r * 2 * F + F + j, g * a * s);
+  const int64_t per_row = F / V, n = rows * per_row;
+  for (int64_t p = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; p < n;
+       p += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = p / per_row, j = (p - r * per_row) * V;
+    C a[V], b[V], g[V], da[V], db[V];
+    load_n<V>(x, r * 2 * F + j, a);
+    load_n<V>(x, r * 2 * F + F + j, b);
+    load_n<V>(dy, r * F + j, g);
+    for (int k = 0; k < V; ++k) {
+      const C s = C(1) / (C(1) + exp_of(-a[k]));
+      da[k] = g[k] * b[k] * s * (C(1) + a[k] * (C(1) - s));
+      db[k] = g[k] * a[k] * s;
+    }
+    store_n<V>(dx, r * 2 * F + j, da);
+    store_n<V>(dx, r * 2 * F + F + j, db);
   }
 }
 
@@ -700,18 +713,28 @@ void gelu_backward(const void* x, const void* dy, void* dx, ScalarType type, int
   check_launch("gelu_backward");
 }
 
+// SwiGLU over rows * F / V packs: V = kPack<T> when F is a multiple of it
+// and every pointer is pack-aligned, else 1 (f64: always 1).
 void swiglu_forward(const void* x, void* y, ScalarType type, int64_t rows, int64_t F,
                     cudaStream_t stream) {
   if (rows * F == 0) return;
-  auto launch = [&](auto t) {
+  auto run = [&](auto t, auto v) {
     using T = decltype(t);
-    swiglu_forward_kernel<T><<<grid_for(rows * F, kThreads), kThreads, 0, stream>>>(
+    constexpr int V = decltype(v)::value;
+    swiglu_forward_kernel<T, V><<<grid_for(rows * F / V, kThreads), kThreads, 0, stream>>>(
         static_cast<const T*>(x), static_cast<T*>(y), rows, F);
   };
   if (type == ScalarType::F64) {
-    launch(double{});
+    run(double{}, std::integral_constant<int, 1>{});
   } else {
-    dispatch_nn(type, "swiglu_forward", launch);
+    dispatch_nn(type, "swiglu_forward", [&](auto t) {
+      using T = decltype(t);
+      if (F % kPack<T> == 0 && pack_aligned(x) && pack_aligned(y)) {
+        run(t, std::integral_constant<int, kPack<T>>{});
+      } else {
+        run(t, std::integral_constant<int, 1>{});
+      }
+    });
   }
   check_launch("swiglu_forward");
 }
@@ -719,15 +742,23 @@ void swiglu_forward(const void* x, void* y, ScalarType type, int64_t rows, int64
 void swiglu_backward(const void* x, const void* dy, void* dx, ScalarType type, int64_t rows,
                      int64_t F, cudaStream_t stream) {
   if (rows * F == 0) return;
-  auto launch = [&](auto t) {
+  auto run = [&](auto t, auto v) {
     using T = decltype(t);
-    swiglu_backward_kernel<T><<<grid_for(rows * F, kThreads), kThreads, 0, stream>>>(
+    constexpr int V = decltype(v)::value;
+    swiglu_backward_kernel<T, V><<<grid_for(rows * F / V, kThreads), kThreads, 0, stream>>>(
         static_cast<const T*>(x), static_cast<const T*>(dy), static_cast<T*>(dx), rows, F);
   };
   if (type == ScalarType::F64) {
-    launch(double{});
+    run(double{}, std::integral_constant<int, 1>{});
   } else {
-    dispatch_nn(type, "swiglu_backward", launch);
+    dispatch_nn(type, "swiglu_backward", [&](auto t) {
+      using T = decltype(t);
+      if (F % kPack<T> == 0 && pack_aligned(x) && pack_aligned(dy) && pack_aligned(dx)) {
+        run(t, std::integral_constant<int, kPack<T>>{});
+      } else {
+        run(t, std::integral_constant<int, 1>{});
+      }
+    });
   }
   check_launch("swiglu_backward");
 }

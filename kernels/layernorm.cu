@@ -1,11 +1,12 @@
-// LayerNorm: one warp per row for the row-wise parts (statistics, y, dx);
-// the weight and bias gradients are column sums done in two deterministic
-// stages. Up to kFusedMaxC columns the backward is two launches: one pass
-// over the rows computes dx and, in each warp's own slice of shared memory,
-// the column sums of its rows (no atomics), which each block adds in warp
-// order into its partial row; the second adds the blocks' partials in
-// order. Wider rows take three: dx, the column sums per row chunk, the
-// chunks in order.
+// LayerNorm and RMSNorm: one warp per row for the row-wise parts
+// (statistics, y, dx); the weight and bias gradients are column sums done in
+// two deterministic stages. RMSNorm is LayerNorm with the mean taken as 0 and
+// no bias: the same kernels take it when `mean` is null (and bias, dbias,
+// the bias partials with it), a branch the whole warp takes alike. Up to kFusedMaxC columns the
+// backward is two launches: one pass over the rows computes dx and, in each warp's own slice of
+// shared memory, the column sums of its rows (no atomics), which each block adds in warp order into
+// its partial row; the second adds the blocks' partials in order. Wider rows take three: dx, the
+// column sums per row chunk, the chunks in order.
 #include <type_traits>
 
 #include "device_utils.cuh"
@@ -36,6 +37,7 @@ __global__ void ln_forward_kernel(const T* x, const T* w, const T* b, T* y, floa
   const int lane = threadIdx.x & 31;
   if (row >= N) return;
   const T* xr = x + row * C;
+  const bool rms = mean == nullptr;
   if (residual) {
     // The fused residual add: each lane writes its elements of the sum and
     // reads back only those, so the row needs no synchronisation.
@@ -50,13 +52,16 @@ __global__ void ln_forward_kernel(const T* x, const T* w, const T* b, T* y, floa
     }
     xr = hr;
   }
-  float s = 0;
-  for (int64_t i = lane * V; i < C; i += 32 * V) {
-    float xv[V];
-    load_n<V>(xr, i, xv);
-    for (int k = 0; k < V; ++k) s += xv[k];
+  float mu = 0;
+  if (!rms) {
+    float s = 0;
+    for (int64_t i = lane * V; i < C; i += 32 * V) {
+      float xv[V];
+      load_n<V>(xr, i, xv);
+      for (int k = 0; k < V; ++k) s += xv[k];
+    }
+    mu = warp_sum(s) / static_cast<float>(C);
   }
-  const float mu = warp_sum(s) / static_cast<float>(C);
   float v = 0;
   for (int64_t i = lane * V; i < C; i += 32 * V) {
     float xv[V];
@@ -66,14 +71,17 @@ __global__ void ln_forward_kernel(const T* x, const T* w, const T* b, T* y, floa
   const float rs = rsqrtf(warp_sum(v) / static_cast<float>(C) + eps);
   T* yr = y + row * C;
   for (int64_t i = lane * V; i < C; i += 32 * V) {
-    float xv[V], wv[V], bv[V];
+    float xv[V], wv[V], bv[V] = {};
     load_n<V>(xr, i, xv);
     load_n<V>(w, i, wv);
-    load_n<V>(b, i, bv);
+    if (!rms) load_n<V>(b, i, bv);
     for (int k = 0; k < V; ++k) xv[k] = (xv[k] - mu) * rs * wv[k] + bv[k];
     store_n<V>(yr, i, xv);
   }
-  if (lane == 0) mean[row] = mu, rstd[row] = rs;
+  if (lane == 0) {
+    if (!rms) mean[row] = mu;
+    rstd[row] = rs;
+  }
 }
 
 // The lane's elements of a row are its "slots": slot j * V + k is column
@@ -86,8 +94,9 @@ __device__ __forceinline__ int64_t slot_index(int64_t c, int v) {
   return ((c / (32 * v)) * v + c % v) * 32 + (c / v) % 32;
 }
 
-// dx for one row (a warp; dx = LayerNorm's input gradient + dsum when
+// dx for one row (a warp; dx = the norm's input gradient + dsum when
 // given), calling each(slot, dy, xhat) for every element the lane writes.
+// RMSNorm (mean null): mu = 0 and no mean(dy * w) term.
 template <int V, class T, class F>
 __device__ __forceinline__ void ln_backward_row(const T* dy, const T* x, const T* w,
                                                 const float* mean, const float* rstd, T* dx,
@@ -95,7 +104,7 @@ __device__ __forceinline__ void ln_backward_row(const T* dy, const T* x, const T
                                                 F&& each) {
   const T* xr = x + row * C;
   const T* gr = dy + row * C;
-  const float mu = mean[row], rs = rstd[row];
+  const float mu = mean ? mean[row] : 0.0f, rs = rstd[row];
   float mg = 0, mgx = 0;  // the row means of dy * w and dy * w * xhat
   for (int64_t i = lane * V; i < C; i += 32 * V) {
     float g[V], xv[V], wv[V];
@@ -108,7 +117,7 @@ __device__ __forceinline__ void ln_backward_row(const T* dy, const T* x, const T
       mgx += gw * (xv[k] - mu) * rs;
     }
   }
-  mg = warp_sum(mg) / static_cast<float>(C);
+  mg = mean ? warp_sum(mg) / static_cast<float>(C) : 0.0f;
   mgx = warp_sum(mgx) / static_cast<float>(C);
   T* out = dx + row * C;
   int64_t slot = 0;
@@ -139,7 +148,8 @@ __global__ void ln_backward_dx_kernel(const T* dy, const T* x, const T* w, const
 
 // dx for rows blockIdx.x * kFusedWarps + warp, then every gridDim.x *
 // kFusedWarps rows after, and part_w/part_b[blockIdx.x][c]: the column sums
-// of dy * xhat and dy over the block's rows, in a fixed order.
+// of dy * xhat and dy over the block's rows, in a fixed order (part_b null
+// for RMSNorm, whose warps then keep one sum per column).
 template <class T, int V>
 __global__ void __launch_bounds__(32 * kFusedWarps)
     ln_backward_fused_kernel(const T* dy, const T* x, const T* w, const float* mean,
@@ -148,27 +158,30 @@ __global__ void __launch_bounds__(32 * kFusedWarps)
   extern __shared__ float sums[];  // [warp][2][slot][lane]: the weight, then bias sums
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int64_t slice = slots_per_lane(C, V) * 32;
-  float* sw = sums + warp * 2 * slice;
-  float* sb = sw + slice;
+  const int per_warp = part_b ? 2 : 1;
+  float* sw = sums + warp * per_warp * slice;
+  float* sb = part_b ? sw + slice : nullptr;
   // A lane only ever touches its own column [slot][lane] of its warp's
   // slice, so the slice needs no synchronisation until the block sums it.
-  for (int64_t i = lane; i < slice; i += 32) sw[i] = 0.0f, sb[i] = 0.0f;
+  for (int64_t i = lane; i < per_warp * slice; i += 32) sw[i] = 0.0f;
   const int64_t stride = int64_t(gridDim.x) * kFusedWarps;
   for (int64_t row = blockIdx.x * int64_t(kFusedWarps) + warp; row < N; row += stride) {
     ln_backward_row<V>(dy, x, w, mean, rstd, dx, C, dsum, row, lane,
                        [sw, sb, lane](int64_t slot, float g, float xhat) {
                          sw[slot * 32 + lane] += g * xhat;
-                         sb[slot * 32 + lane] += g;
+                         if (sb) sb[slot * 32 + lane] += g;
                        });
   }
   __syncthreads();
   for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
     const int64_t at = slot_index(c, V);
     float a = 0, b = 0;
-    for (int k = 0; k < kFusedWarps; ++k)
-      a += sums[k * 2 * slice + at], b += sums[(k * 2 + 1) * slice + at];
+    for (int k = 0; k < kFusedWarps; ++k) {
+      a += sums[k * per_warp * slice + at];
+      if (part_b) b += sums[(k * 2 + 1) * slice + at];
+    }
     part_w[blockIdx.x * C + c] = a;
-    part_b[blockIdx.x * C + c] = b;
+    if (part_b) part_b[blockIdx.x * C + c] = b;
   }
 }
 
@@ -191,7 +204,7 @@ __global__ void __launch_bounds__(kTilePacks* kRowGroups)
       float g[V], xv[V];
       load_n<V>(dy, r * C + c0, g);
       load_n<V>(x, r * C + c0, xv);
-      const float mu = mean[r], rs = rstd[r];
+      const float mu = mean ? mean[r] : 0.0f, rs = rstd[r];
       for (int k = 0; k < V; ++k) {
         sw[k] += g[k] * (xv[k] - mu) * rs;
         sb[k] += g[k];
@@ -199,10 +212,11 @@ __global__ void __launch_bounds__(kTilePacks* kRowGroups)
     }
   }
   float* out_w = part_w + blockIdx.y * C + tile;
-  float* out_b = part_b + blockIdx.y * C + tile;
   add_row_groups(sw, tile_w, [&](int t, float total) {
     if (tile + t < C) out_w[t] = total;
   });
+  if (!part_b) return;  // RMSNorm: no bias (the whole block returns here)
+  float* out_b = part_b + blockIdx.y * C + tile;
   add_row_groups(sb, tile_b, [&](int t, float total) {
     if (tile + t < C) out_b[t] = total;
   });
@@ -210,7 +224,8 @@ __global__ void __launch_bounds__(kTilePacks* kRowGroups)
 
 // dw = beta * dw + the partial rows' sum (beta 0: dw's contents are not
 // read), the partials added in a fixed order (add_slices); D is the tensor
-// type, or f32 for the f32 gradients of half parameters.
+// type, or f32 for the f32 gradients of half parameters. part_b and db are
+// null for RMSNorm.
 template <class D>
 __global__ void __launch_bounds__(kFinishCols* kFinishSlices)
     ln_backward_finish_kernel(const float* part_w, const float* part_b, D* dw, D* db, int64_t C,
@@ -220,59 +235,20 @@ __global__ void __launch_bounds__(kFinishCols* kFinishSlices)
   const int64_t c = blockIdx.x * int64_t(kFinishCols) + col;
   float sw = 0, sb = 0;
   if (c < C) {
-    for (int64_t k = slice; k < chunks; k += kFinishSlices)
-      sw += part_w[k * C + c], sb += part_b[k * C + c];
+    for (int64_t k = slice; k < chunks; k += kFinishSlices) {
+      sw += part_w[k * C + c];
+      if (part_b) sb += part_b[k * C + c];
+    }
   }
   sw = add_slices(sw, sw_all);
-  sb = add_slices(sb, sb_all);
+  if (part_b) sb = add_slices(sb, sb_all);
   if (slice != 0 || c >= C) return;
   if (beta != 0.0f) {
     sw = beta * static_cast<float>(load(dw, c)) + sw;
-    sb = beta * static_cast<float>(load(db, c)) + sb;
+    if (db) sb = beta * static_cast<float>(load(db, c)) + sb;
   }
   store(dw, c, sw);
-  store(db, c, sb);
-}
-
-// RMSNorm, a warp per row (rows spread over the grid).
-template <class T>
-__global__ void rms_forward_kernel(const T* x, const T* w, T* y, float* rstd, int64_t N, int64_t C,
-                                   float eps) {
-  const int lane = threadIdx.x % 32;
-  const int64_t warps = int64_t(gridDim.x) * (blockDim.x / 32);
-  for (int64_t r = blockIdx.x * int64_t(blockDim.x / 32) + threadIdx.x / 32; r < N; r += warps) {
-    const T* row = x + r * C;
-    float ss = 0.0f;
-    for (int64_t i = lane; i < C; i += 32) {
-      const float v = load(row, i);
-      ss += v * v;
-    }
-    for (int o = 16; o > 0; o /= 2) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-    const float rs = rsqrtf(ss / static_cast<float>(C) + eps);
-    if (lane == 0) rstd[r] = rs;
-    for (int64_t i = lane; i < C; i += 32) store(y + r * C, i, load(row, i) * rs * load(w, i));
-  }
-}
-
-template <class T>
-__global__ void rms_backward_kernel(const T* dy, const T* x, const T* w, const float* rstd, T* dx,
-                                    float* dwx, int64_t N, int64_t C) {
-  const int lane = threadIdx.x % 32;
-  const int64_t warps = int64_t(gridDim.x) * (blockDim.x / 32);
-  for (int64_t r = blockIdx.x * int64_t(blockDim.x / 32) + threadIdx.x / 32; r < N; r += warps) {
-    const T* row = x + r * C;
-    const T* g = dy + r * C;
-    const float rs = rstd[r];
-    float dot = 0.0f;
-    for (int64_t i = lane; i < C; i += 32) dot += load(g, i) * load(w, i) * (load(row, i) * rs);
-    for (int o = 16; o > 0; o /= 2) dot += __shfl_xor_sync(0xffffffffu, dot, o);
-    const float m = dot / static_cast<float>(C);
-    for (int64_t i = lane; i < C; i += 32) {
-      const float xhat = load(row, i) * rs, gi = load(g, i);
-      store(dx + r * C, i, rs * (gi * load(w, i) - xhat * m));
-      dwx[r * C + i] = gi * xhat;
-    }
-  }
+  if (db) store(db, c, sb);
 }
 
 }  // namespace
@@ -290,43 +266,16 @@ Status check_layer_norm(ScalarType type, int64_t N, int64_t C, double eps) {
   return Status::fine();
 }
 
-void rms_norm_forward(const void* x, const void* weight, void* y, float* rstd, ScalarType type,
-                      int64_t N, int64_t C, double eps, cudaStream_t stream) {
-  require(check_layer_norm(type, N, C, eps), "rms_norm_forward");
-  if (N == 0) return;
-  dispatch_nn(type, "rms_norm_forward", [&](auto t) {
-    using T = decltype(t);
-    constexpr int kWarpsPerBlock = 4;
-    rms_forward_kernel<T><<<grid_for(N, kWarpsPerBlock), 32 * kWarpsPerBlock, 0, stream>>>(
-        static_cast<const T*>(x), static_cast<const T*>(weight), static_cast<T*>(y), rstd, N, C,
-        static_cast<float>(eps));
-  });
-  check_launch("rms_norm_forward");
-}
-
-void rms_norm_backward(const void* dy, const void* x, const void* weight, const float* rstd,
-                       void* dx, float* dwx, ScalarType type, int64_t N, int64_t C,
-                       cudaStream_t stream) {
-  require(check_layer_norm(type, N, C, 1.0), "rms_norm_backward");
-  if (N == 0) return;
-  dispatch_nn(type, "rms_norm_backward", [&](auto t) {
-    using T = decltype(t);
-    constexpr int kWarpsPerBlock = 4;
-    rms_backward_kernel<T><<<grid_for(N, kWarpsPerBlock), 32 * kWarpsPerBlock, 0, stream>>>(
-        static_cast<const T*>(dy), static_cast<const T*>(x), static_cast<const T*>(weight), rstd,
-        static_cast<T*>(dx), dwx, N, C);
-  });
-  check_launch("rms_norm_backward");
-}
-
-void layer_norm_forward(const void* x, const void* weight, const void* bias, void* y, float* mean,
-                        float* rstd, ScalarType type, int64_t N, int64_t C, double eps,
-                        cudaStream_t stream, const void* residual, void* sum) {
-  require(check_layer_norm(type, N, C, eps), "layer_norm_forward");
+namespace {
+// Both norms' forward (RMSNorm: mean and bias null); `name` for errors.
+void norm_forward(const char* name, const void* x, const void* weight, const void* bias, void* y,
+                  float* mean, float* rstd, ScalarType type, int64_t N, int64_t C, double eps,
+                  cudaStream_t stream, const void* residual, void* sum) {
+  require(check_layer_norm(type, N, C, eps), name);
   if (residual && !sum)
-    throw std::invalid_argument("layer_norm_forward: a residual needs a sum output");
+    throw std::invalid_argument(std::string(name) + ": a residual needs a sum output");
   if (N == 0) return;
-  dispatch_nn(type, "layer_norm_forward", [&](auto t) {
+  dispatch_nn(type, name, [&](auto t) {
     using T = decltype(t);
     const unsigned blocks = static_cast<unsigned>((N + kRowsPerBlock - 1) / kRowsPerBlock);
     auto launch = [&](auto v) {
@@ -342,10 +291,9 @@ void layer_norm_forward(const void* x, const void* weight, const void* bias, voi
       launch(std::integral_constant<int, 1>{});
     }
   });
-  check_launch("layer_norm_forward");
+  check_launch(name);
 }
 
-namespace {
 // Partial rows of the column sums: the fused kernel's blocks, or the
 // three-launch path's row chunks.
 int64_t partial_rows(int64_t N, int64_t C) {
@@ -355,24 +303,20 @@ int64_t partial_rows(int64_t N, int64_t C) {
   }
   return std::min<int64_t>(kChunks, std::max<int64_t>(N, 1));
 }
-}  // namespace
 
-size_t layer_norm_backward_workspace(int64_t N, int64_t C) {
-  return static_cast<size_t>(2 * partial_rows(N, C) * C) * sizeof(float);
-}
-
-void layer_norm_backward(const void* dy, const void* x, const void* weight, const float* mean,
-                         const float* rstd, void* dx, void* dweight, void* dbias, ScalarType type,
-                         int64_t N, int64_t C, void* workspace, cudaStream_t stream,
-                         const void* dsum, bool f32_param_grads, double beta) {
-  require(check_layer_norm(type, N, C, 1.0), "layer_norm_backward");
-  if (!workspace) throw std::invalid_argument("layer_norm_backward: workspace is null");
+// Both norms' backward (RMSNorm: mean, dbias null; its bias partials too).
+void norm_backward(const char* name, const void* dy, const void* x, const void* weight,
+                   const float* mean, const float* rstd, void* dx, void* dweight, void* dbias,
+                   ScalarType type, int64_t N, int64_t C, void* workspace, cudaStream_t stream,
+                   const void* dsum, bool f32_param_grads, double beta) {
+  require(check_layer_norm(type, N, C, 1.0), name);
+  if (!workspace) throw std::invalid_argument(std::string(name) + ": workspace is null");
   const int64_t chunks = partial_rows(N, C);
   const int64_t rows_per_chunk = (N + chunks - 1) / chunks;
   float* part_w = static_cast<float*>(workspace);
-  float* part_b = part_w + chunks * C;
+  float* part_b = mean ? part_w + chunks * C : nullptr;
   const bool fused = C <= kFusedMaxC;
-  dispatch_nn(type, "layer_norm_backward", [&](auto t) {
+  dispatch_nn(type, name, [&](auto t) {
     using T = decltype(t);
     const T* pdy = static_cast<const T*>(dy);
     const T* px = static_cast<const T*>(x);
@@ -384,7 +328,8 @@ void layer_norm_backward(const void* dy, const void* x, const void* weight, cons
       if (fused) {
         // (With no rows the blocks still write their zero partial sums.)
         const size_t smem =
-            static_cast<size_t>(2 * kFusedWarps * slots_per_lane(C, V) * 32) * sizeof(float);
+            static_cast<size_t>((part_b ? 2 : 1) * kFusedWarps * slots_per_lane(C, V) * 32) *
+            sizeof(float);
         ln_backward_fused_kernel<T, V>
             <<<static_cast<unsigned>(chunks), 32 * kFusedWarps, smem, stream>>>(
                 pdy, px, pw, mean, rstd, pdx, N, C, pds, part_w, part_b);
@@ -423,7 +368,44 @@ void layer_norm_backward(const void* dy, const void* x, const void* weight, cons
           static_cast<float>(beta));
     }
   });
-  check_launch("layer_norm_backward");
+  check_launch(name);
+}
+}  // namespace
+
+size_t layer_norm_backward_workspace(int64_t N, int64_t C) {
+  return static_cast<size_t>(2 * partial_rows(N, C) * C) * sizeof(float);
+}
+
+void layer_norm_forward(const void* x, const void* weight, const void* bias, void* y, float* mean,
+                        float* rstd, ScalarType type, int64_t N, int64_t C, double eps,
+                        cudaStream_t stream, const void* residual, void* sum) {
+  if (!mean || !bias) throw std::invalid_argument("layer_norm_forward: mean and bias are null");
+  norm_forward("layer_norm_forward", x, weight, bias, y, mean, rstd, type, N, C, eps, stream,
+               residual, sum);
+}
+
+void layer_norm_backward(const void* dy, const void* x, const void* weight, const float* mean,
+                         const float* rstd, void* dx, void* dweight, void* dbias, ScalarType type,
+                         int64_t N, int64_t C, void* workspace, cudaStream_t stream,
+                         const void* dsum, bool f32_param_grads, double beta) {
+  if (!mean || !dbias) throw std::invalid_argument("layer_norm_backward: mean and dbias are null");
+  norm_backward("layer_norm_backward", dy, x, weight, mean, rstd, dx, dweight, dbias, type, N, C,
+                workspace, stream, dsum, f32_param_grads, beta);
+}
+
+void rms_norm_forward(const void* x, const void* weight, void* y, float* rstd, ScalarType type,
+                      int64_t N, int64_t C, double eps, cudaStream_t stream, const void* residual,
+                      void* sum) {
+  norm_forward("rms_norm_forward", x, weight, nullptr, y, nullptr, rstd, type, N, C, eps, stream,
+               residual, sum);
+}
+
+void rms_norm_backward(const void* dy, const void* x, const void* weight, const float* rstd,
+                       void* dx, void* dweight, ScalarType type, int64_t N, int64_t C,
+                       void* workspace, cudaStream_t stream, const void* dsum, bool f32_param_grads,
+                       double beta) {
+  norm_backward("rms_norm_backward", dy, x, weight, nullptr, rstd, dx, dweight, nullptr, type, N, C,
+                workspace, stream, dsum, f32_param_grads, beta);
 }
 
 }  // namespace triad::kernels

@@ -20,15 +20,6 @@ void layer_norm_forward(const void* x, const void* weight, const void* bias, voi
                         float* rstd, ScalarType type, int64_t N, int64_t C, double eps,
                         cudaStream_t stream, const void* residual = nullptr, void* sum = nullptr);
 
-// RMSNorm (LLaMA's): y = x * rstd * w with rstd = 1/sqrt(mean(x^2) + eps)
-// in f32; backward writes dx and dwx = dy * x * rstd (N, C, f32), whose
-// column sums are the weight's gradient. A warp per row.
-void rms_norm_forward(const void* x, const void* weight, void* y, float* rstd, ScalarType type,
-                      int64_t N, int64_t C, double eps, cudaStream_t stream);
-void rms_norm_backward(const void* dy, const void* x, const void* weight, const float* rstd,
-                       void* dx, float* dwx, ScalarType type, int64_t N, int64_t C,
-                       cudaStream_t stream);
-
 // Bytes of device scratch layer_norm_backward needs for (N, C).
 size_t layer_norm_backward_workspace(int64_t N, int64_t C);
 // dweight = beta * dweight + the weight gradient, dbias likewise (beta 0:
@@ -43,5 +34,18 @@ void layer_norm_backward(const void* dy, const void* x, const void* weight, cons
                          int64_t N, int64_t C, void* workspace, cudaStream_t stream,
                          const void* dsum = nullptr, bool f32_param_grads = false,
                          double beta = 0.0);
+
+// RMSNorm (LLaMA's), LayerNorm's kernels with the mean taken as 0 and no
+// bias: y = x * rstd * w, rstd = 1/sqrt(mean(x^2) + eps) in f32. The
+// residual add, workspace (layer_norm_backward_workspace), dsum,
+// f32_param_grads and beta as for LayerNorm; dweight gets the weight's
+// gradient in the same fixed order.
+void rms_norm_forward(const void* x, const void* weight, void* y, float* rstd, ScalarType type,
+                      int64_t N, int64_t C, double eps, cudaStream_t stream,
+                      const void* residual = nullptr, void* sum = nullptr);
+void rms_norm_backward(const void* dy, const void* x, const void* weight, const float* rstd,
+                       void* dx, void* dweight, ScalarType type, int64_t N, int64_t C,
+                       void* workspace, cudaStream_t stream, const void* dsum = nullptr,
+                       bool f32_param_grads = false, double beta = 0.0);
 
 }  // namespace triad::kernels

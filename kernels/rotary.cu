@@ -1,7 +1,9 @@
-// Rotary position embedding: one thread per (token, pair i), which takes
-// the pair's cos and sin once (f64) and turns pair i of all 2 * n_head
-// heads of q and k with them, then copies pair i of v's heads. Neighbouring
-// threads take neighbouring i, so a warp reads and writes runs of
+// Rotary position embedding: one thread per (token, V consecutive pairs
+// i..i+V), which takes the pairs' cos and sin once (f64) and turns those
+// pairs of all 2 * n_head heads of q and k with them, then copies them from
+// v's heads. V = 16 bytes of elements where the head's half (D / 2) is a
+// multiple of it and the tensors are pack-aligned, else 1; neighbouring
+// threads take neighbouring pairs, so a warp reads and writes runs of
 // consecutive elements of each head.
 #include <cmath>
 #include <string>
@@ -14,30 +16,43 @@ namespace {
 
 constexpr int kThreads = 256;
 
-template <class T>
+template <class T, int V>
 __global__ void rotary_kernel(const T* x, T* y, int64_t rows, int64_t T_len, int64_t n_head,
                               int64_t D, const int64_t* positions, int64_t start, double theta,
                               double sign) {
   using Cp = compute_t<T>;
-  const int64_t half = D / 2, C = n_head * D, n = rows * half;
+  const int64_t half = D / 2, C = n_head * D, packs = half / V, n = rows * packs;
   for (int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; idx < n;
        idx += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t r = idx / half, i = idx - r * half;
+    const int64_t r = idx / packs, i = (idx - r * packs) * V;
     const int64_t pos = positions ? positions[r] : start + r % T_len;
-    const double angle = static_cast<double>(pos) * pow(theta, -2.0 * double(i) / double(D));
-    const Cp c = static_cast<Cp>(cos(angle)), s = static_cast<Cp>(sign * sin(angle));
+    Cp c[V], s[V];
+    for (int k = 0; k < V; ++k) {
+      const double angle = static_cast<double>(pos) * pow(theta, -2.0 * double(i + k) / double(D));
+      c[k] = static_cast<Cp>(cos(angle));
+      s[k] = static_cast<Cp>(sign * sin(angle));
+    }
     const T* xr = x + r * 3 * C;
     T* yr = y + r * 3 * C;
     for (int64_t h = 0; h < 2 * n_head; ++h) {
       const int64_t a = h * D + i, b = a + half;
-      const Cp x1 = load(xr, a), x2 = load(xr, b);
-      store(yr, a, x1 * c - x2 * s);
-      store(yr, b, x2 * c + x1 * s);
+      Cp x1[V], x2[V], y1[V], y2[V];
+      load_n<V>(xr, a, x1);
+      load_n<V>(xr, b, x2);
+      for (int k = 0; k < V; ++k) {
+        y1[k] = x1[k] * c[k] - x2[k] * s[k];
+        y2[k] = x2[k] * c[k] + x1[k] * s[k];
+      }
+      store_n<V>(yr, a, y1);
+      store_n<V>(yr, b, y2);
     }
-    for (int64_t h = 0; h < n_head; ++h) {
+    for (int64_t h = 0; h < n_head; ++h) {  // v, copied (exactly: T -> Cp -> T)
       const int64_t a = 2 * C + h * D + i;
-      yr[a] = xr[a];
-      yr[a + half] = xr[a + half];
+      Cp v[V];
+      load_n<V>(xr, a, v);
+      store_n<V>(yr, a, v);
+      load_n<V>(xr, a + half, v);
+      store_n<V>(yr, a + half, v);
     }
   }
 }
@@ -65,18 +80,28 @@ void rotary_embedding(const void* qkv, void* out, ScalarType type, int64_t B, in
                       int64_t n_head, int64_t head_dim, const int64_t* positions, int64_t start,
                       double theta, bool inverse, cudaStream_t stream) {
   require(check_rotary_embedding(B, T, n_head, head_dim, theta, start), "rotary_embedding");
-  const int64_t rows = B * T, n = rows * (head_dim / 2);
-  if (n == 0) return;
-  auto launch = [&](auto tag) {
+  const int64_t rows = B * T, half = head_dim / 2;
+  if (rows * half == 0) return;
+  auto run = [&](auto tag, auto v) {
     using E = decltype(tag);
-    rotary_kernel<E><<<grid_for(n, kThreads), kThreads, 0, stream>>>(
+    constexpr int V = decltype(v)::value;
+    rotary_kernel<E, V><<<grid_for(rows * (half / V), kThreads), kThreads, 0, stream>>>(
         static_cast<const E*>(qkv), static_cast<E*>(out), rows, T, n_head, head_dim, positions,
         start, theta, inverse ? -1.0 : 1.0);
   };
   if (type == ScalarType::F64) {
-    launch(double{});
+    run(double{}, std::integral_constant<int, 1>{});
   } else {
-    dispatch_nn(type, "rotary_embedding", launch);
+    dispatch_nn(type, "rotary_embedding", [&](auto tag) {
+      using E = decltype(tag);
+      // Every pack starts at a multiple of V elements from the row's start
+      // (rows are 3 * n_head * head_dim long, heads head_dim, halves D / 2).
+      if (half % kPack<E> == 0 && pack_aligned(qkv) && pack_aligned(out)) {
+        run(tag, std::integral_constant<int, kPack<E>>{});
+      } else {
+        run(tag, std::integral_constant<int, 1>{});
+      }
+    });
   }
   check_launch("rotary_embedding");
 }

@@ -193,6 +193,28 @@ void Backend::layer_norm_backward_into(const Tensor& dy, const Tensor* dh, const
   add_scaled_into(*this, db, dbias, beta);
 }
 
+void Backend::add_rms_norm_forward(const Tensor& x, const Tensor& residual, const Tensor& weight,
+                                   double eps, Tensor& h, Tensor& y, Tensor& rstd) {
+  binary(BinaryOp::Add, x, residual, h);
+  rms_norm_forward(h, weight, eps, y, rstd);
+}
+
+void Backend::rms_norm_backward_into(const Tensor& dy, const Tensor* dh, const Tensor& x,
+                                     const Tensor& weight, const Tensor& rstd, Tensor& dx,
+                                     Tensor& dweight, double beta) {
+  check_grad_buffer("rms_norm_backward_into", x.dtype(), dweight, weight.shape());
+  // As layer_norm_backward_into: in the buffer's dtype, dx rounded to its
+  // dtype and then dh added.
+  const DType d = dweight.dtype();
+  auto widen = [&](const Tensor& t) { return as_dtype(*this, t, d); };
+  Tensor dxw = dx.dtype() == d ? dx : empty(dx.shape(), d, dx.device());
+  Tensor dw = empty(weight.shape(), d, weight.device());
+  rms_norm_backward(widen(dy), widen(x), widen(weight), rstd, dxw, dw);
+  if (!dxw.same(dx)) copy(dxw, dx);
+  if (dh) binary(BinaryOp::Add, dx, *dh, dx);
+  add_scaled_into(*this, dw, dweight, beta);
+}
+
 void Backend::embedding_backward_into(const Tensor& ids, const Tensor& dout, Tensor& dweight,
                                       double beta) {
   check_grad_buffer("embedding_backward_into", dout.dtype(), dweight, dweight.shape());

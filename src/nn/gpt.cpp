@@ -244,13 +244,13 @@ Block::Block(const GptConfig& cfg, int64_t layer) {
 
 Tensor Block::forward(const Tensor& x, const ForwardContext& ctx) const {
   // The attention's residual add and ln_2 run as one op.
-  const AddLayerNorm h = ln_2_->forward_add(x, attn_->forward(ln_1_->forward(x), ctx));
+  const AddNorm h = ln_2_->forward_add(x, attn_->forward(ln_1_->forward(x), ctx));
   return add(h.sum, mlp_->forward(h.norm, ctx));
 }
 
 Tensor Block::forward_cached(const Tensor& x, Tensor& k_cache, Tensor& v_cache,
                              int64_t start) const {
-  const AddLayerNorm h =
+  const AddNorm h =
       ln_2_->forward_add(x, attn_->forward_cached(ln_1_->forward(x), k_cache, v_cache, start));
   return add(h.sum, mlp_->forward(h.norm, ForwardContext{false, 0, 0}));
 }

@@ -38,11 +38,8 @@ Tensor LayerNorm::forward(const Tensor& x) const {
   return rms_ ? rms_norm(x, weight_, eps_) : layer_norm(x, weight_, bias_, eps_);
 }
 
-AddLayerNorm LayerNorm::forward_add(const Tensor& x, const Tensor& residual) const {
-  if (rms_) {
-    Tensor sum = add(x, residual);
-    return {sum, rms_norm(sum, weight_, eps_)};
-  }
+AddNorm LayerNorm::forward_add(const Tensor& x, const Tensor& residual) const {
+  if (rms_) return add_rms_norm(x, residual, weight_, eps_);
   return add_layer_norm(x, residual, weight_, bias_, eps_);
 }
 

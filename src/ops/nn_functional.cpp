@@ -72,8 +72,8 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
   return y;
 }
 
-AddLayerNorm add_layer_norm(const Tensor& x, const Tensor& residual, const Tensor& weight,
-                            const Tensor& bias, double eps) {
+AddNorm add_layer_norm(const Tensor& x, const Tensor& residual, const Tensor& weight,
+                       const Tensor& bias, double eps) {
   const int64_t C = check_layer_norm_args("add_layer_norm", x, weight, bias, eps);
   detail::check_same(x, residual, "add_layer_norm");
   if (residual.shape() != x.shape()) {
@@ -107,39 +107,73 @@ AddLayerNorm add_layer_norm(const Tensor& x, const Tensor& residual, const Tenso
   return {h, y};
 }
 
-Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps) {
-  detail::check_floating(x, "rms_norm", "x");
-  detail::check_same(x, weight, "rms_norm");
+namespace {
+int64_t check_rms_norm_args(const char* op, const Tensor& x, const Tensor& weight, double eps) {
+  detail::check_floating(x, op, "x");
+  detail::check_same(x, weight, op);
   const int64_t C = x.dim() ? x.size(-1) : 0;
   if (x.dim() == 0 || weight.shape() != Shape{C}) {
-    throw ShapeError("rms_norm: x " + shape_str(x.shape()) + ", weight " +
+    throw ShapeError(std::string(op) + ": x " + shape_str(x.shape()) + ", weight " +
                      shape_str(weight.shape()) + " (weight must be [C] with C the last dim of x)");
   }
-  if (!(eps > 0)) throw ValueError("rms_norm: eps " + std::to_string(eps) + " must be > 0");
+  if (!(eps > 0))
+    throw ValueError(std::string(op) + ": eps " + std::to_string(eps) + " must be > 0");
+  return C;
+}
+
+// RMSNorm's backward node for x (the norm's input: h under the fused add),
+// with dh (the gradient h gets from its other uses) added into dx when
+// `fused`. A leaf weight's gradient goes straight into .grad (f32 for a
+// half weight); otherwise it is formed in the weight's dtype.
+autograd::BackwardFn rms_norm_backward_fn(const Tensor& xc, const Tensor& wc, const Tensor& rs,
+                                          const Tensor& weight, bool fused) {
+  const Tensor leaf = weight.requires_grad() && weight.is_leaf() ? weight : Tensor();
+  return [xc, wc, rs, leaf, fused](const TensorList& g) -> TensorList {
+    Tensor dy = contiguous(g[fused ? 1 : 0]);
+    Tensor dh = fused ? contiguous(g[0]) : Tensor();
+    Tensor dx = empty_like(xc);
+    Backend& be = backend_for(xc);
+    auto run = [&](Tensor& dw, double beta) {
+      be.rms_norm_backward_into(dy, fused ? &dh : nullptr, xc, wc, rs, dx, dw, beta);
+    };
+    Tensor dw;
+    if (!autograd::accumulate_into_leaf_grad(leaf, run)) {
+      dw = empty_like(wc);
+      run(dw, 0.0);
+    }
+    if (fused) return {dx, dx, dw};
+    return {dx, dw};
+  };
+}
+}  // namespace
+
+Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps) {
+  const int64_t C = check_rms_norm_args("rms_norm", x, weight, eps);
   Tensor xc = contiguous(x).detach(), wc = contiguous(weight).detach();
   const int64_t rows = C ? x.numel() / C : 0;
   Tensor y = empty_like(xc);
   Tensor rs = empty({rows}, stat_dtype(x.dtype()), x.device());
   backend_for(x).rms_norm_forward(xc, wc, eps, y, rs);
-  const Tensor leaf = weight.requires_grad() && weight.is_leaf() ? weight : Tensor();
-  record("rms_norm", {x, weight}, {y},
-         [xc, wc, rs, leaf, C, rows](const TensorList& g) -> TensorList {
-           Tensor dy = contiguous(g[0]);
-           Tensor dx = empty_like(xc);
-           // dy * xhat per element in f32 (f64 for f64), summed over the rows
-           // straight into the weight's gradient buffer (f32 for a half weight).
-           Tensor dwx = empty({rows, C}, stat_dtype(xc.dtype()), xc.device());
-           Backend& be = backend_for(xc);
-           be.rms_norm_backward(dy, xc, wc, rs, dx, dwx);
-           if (autograd::accumulate_into_leaf_grad(
-                   leaf, [&](Tensor& acc, double beta) { be.sum_rows_into(dwx, acc, beta); })) {
-             return {dx, Tensor()};
-           }
-           Tensor dw = empty({C}, dwx.dtype(), xc.device());
-           be.sum_rows_into(dwx, dw, 0.0);
-           return {dx, dw.dtype() == wc.dtype() ? dw : cast(dw, wc.dtype())};
-         });
+  record("rms_norm", {x, weight}, {y}, rms_norm_backward_fn(xc, wc, rs, weight, false));
   return y;
+}
+
+AddNorm add_rms_norm(const Tensor& x, const Tensor& residual, const Tensor& weight, double eps) {
+  const int64_t C = check_rms_norm_args("add_rms_norm", x, weight, eps);
+  detail::check_same(x, residual, "add_rms_norm");
+  if (residual.shape() != x.shape()) {
+    throw ShapeError("add_rms_norm: residual " + shape_str(residual.shape()) +
+                     " must have x's shape " + shape_str(x.shape()));
+  }
+  Tensor xc = contiguous(x).detach(), rc = contiguous(residual).detach();
+  Tensor wc = contiguous(weight).detach();
+  const int64_t rows = C ? x.numel() / C : 0;
+  Tensor h = empty_like(xc), y = empty_like(xc);
+  Tensor rs = empty({rows}, stat_dtype(x.dtype()), x.device());
+  backend_for(x).add_rms_norm_forward(xc, rc, wc, eps, h, y, rs);
+  record("add_rms_norm", {x, residual, weight}, {h, y},
+         rms_norm_backward_fn(h.detach(), wc, rs, weight, true));
+  return {h, y};
 }
 
 Tensor softmax(const Tensor& x) {

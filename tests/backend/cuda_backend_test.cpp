@@ -319,7 +319,7 @@ TEST(CudaKernels, RowKernelsAtModelWidths) {
                                     randn({768}, 7, 3, 1.0, d)};
        },
        [](const std::vector<Tensor>& x) {
-         const AddLayerNorm o = add_layer_norm(x[0], x[1], x[2], x[3]);
+         const AddNorm o = add_layer_norm(x[0], x[1], x[2], x[3]);
          return add(o.sum, o.norm);
        }},
       {"layer_norm_N40_C2048",  // wider than the fused backward takes: three launches
@@ -335,7 +335,30 @@ TEST(CudaKernels, RowKernelsAtModelWidths) {
                                     randn({40}, 7, 3, 1.0, d)};
        },
        [](const std::vector<Tensor>& x) {
-         const AddLayerNorm o = add_layer_norm(x[0], x[1], x[2], x[3]);
+         const AddNorm o = add_layer_norm(x[0], x[1], x[2], x[3]);
+         return add(o.sum, o.norm);
+       }},
+      {"rms_norm_N333_C768",
+       [](DType d) {
+         return std::vector<Tensor>{randn({333, 768}, 7, 1, 2.0, d), randn({768}, 7, 2, 1.0, d)};
+       },
+       [](const std::vector<Tensor>& x) { return rms_norm(x[0], x[1]); }},
+      {"add_rms_norm_N2100_C40",  // more rows than the fused backward's warps
+       [](DType d) {
+         return std::vector<Tensor>{randn({2100, 40}, 7, 1, 2.0, d),
+                                    randn({2100, 40}, 7, 4, 1.0, d), randn({40}, 7, 2, 1.0, d)};
+       },
+       [](const std::vector<Tensor>& x) {
+         const AddNorm o = add_rms_norm(x[0], x[1], x[2]);
+         return add(o.sum, o.norm);
+       }},
+      {"add_rms_norm_N40_C4096",  // LLaMA 7B's width: three launches
+       [](DType d) {
+         return std::vector<Tensor>{randn({40, 4096}, 7, 1, 2.0, d),
+                                    randn({40, 4096}, 7, 4, 1.0, d), randn({4096}, 7, 2, 1.0, d)};
+       },
+       [](const std::vector<Tensor>& x) {
+         const AddNorm o = add_rms_norm(x[0], x[1], x[2]);
          return add(o.sum, o.norm);
        }},
       {"softmax_N5_C1000",
@@ -663,7 +686,23 @@ TEST(CudaKernels, PackedAndElementwisePathsMatchTheCpu) {
                                      randn({C}, 9, 2, 1.0, d), randn({C}, 9, 3, 1.0, d)};
         },
         [](const std::vector<Tensor>& x) {
-          const AddLayerNorm o = add_layer_norm(x[1], x[0], x[2], x[3]);
+          const AddNorm o = add_layer_norm(x[1], x[0], x[2], x[3]);
+          return add(o.sum, o.norm);
+        }));
+    add_cases(both(
+        "rms_norm_C" + w,
+        [C](DType d) {
+          return std::vector<Tensor>{randn({37, C}, 9, 1, 2.0, d), randn({C}, 9, 2, 1.0, d)};
+        },
+        [](const std::vector<Tensor>& x) { return rms_norm(x[0], x[1]); }));
+    add_cases(both(
+        "add_rms_norm_C" + w,
+        [C](DType d) {
+          return std::vector<Tensor>{randn({37, C}, 9, 4, 1.0, d), randn({37, C}, 9, 1, 2.0, d),
+                                     randn({C}, 9, 2, 1.0, d)};
+        },
+        [](const std::vector<Tensor>& x) {
+          const AddNorm o = add_rms_norm(x[1], x[0], x[2]);
           return add(o.sum, o.norm);
         }));
     add_cases(both(
@@ -672,6 +711,24 @@ TEST(CudaKernels, PackedAndElementwisePathsMatchTheCpu) {
           return std::vector<Tensor>{randn({3, 5, C}, 9, 5, 1.0, d), randn({C}, 9, 6, 1.0, d)};
         },
         [](const std::vector<Tensor>& x) { return add(x[0], x[1]); }));
+  }
+  // LLaMA's kernels: SwiGLU's F and rotary's half head (D / 2) with packs of
+  // 8 and 4, of 4 only, neither.
+  for (int64_t F : {int64_t{768}, int64_t{36}, int64_t{41}}) {
+    add_cases(both(
+        "swiglu_F" + std::to_string(F),
+        [F](DType d) {
+          return std::vector<Tensor>{randn({9, 2 * F}, 9, 15, 2.0, d)};
+        },
+        [](const std::vector<Tensor>& x) { return swiglu(x[0]); }));
+  }
+  for (int64_t D : {int64_t{128}, int64_t{8}, int64_t{6}}) {
+    add_cases(both(
+        "rotary_embedding_D" + std::to_string(D),
+        [D](DType d) {
+          return std::vector<Tensor>{randn({2, 11, 3 * 3 * D}, 9, 16, 1.0, d)};
+        },
+        [](const std::vector<Tensor>& x) { return rotary_embedding(x[0], 3, {}, 5); }));
   }
   for (int64_t C : {int64_t{768}, int64_t{36}}) {  // packs of 8 and 4, of 4 only
     add_cases(both(

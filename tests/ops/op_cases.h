@@ -197,7 +197,7 @@ inline std::vector<OpCase> op_cases() {
                },
                [](const std::vector<Tensor>& x) {
                  // Both outputs reach the result, as in a transformer block.
-                 const AddLayerNorm o = add_layer_norm(x[0], x[1], x[2], x[3]);
+                 const AddNorm o = add_layer_norm(x[0], x[1], x[2], x[3]);
                  return add(mul(o.sum, o.sum), o.norm);
                }});
   c.push_back({"add_layer_norm_computed_params",
@@ -209,7 +209,7 @@ inline std::vector<OpCase> op_cases() {
                  // Weight and bias that are not leaves take their gradients
                  // through the op's outputs (add_layer_norm_backward), not
                  // straight into a parameter's buffer.
-                 const AddLayerNorm o =
+                 const AddNorm o =
                      add_layer_norm(x[0], x[1], mul(x[2], x[2]), affine(x[3], 2.0, 0.5));
                  return add(mul(o.sum, o.sum), o.norm);
                }});
@@ -246,6 +246,24 @@ inline std::vector<OpCase> op_cases() {
                  return std::vector<Tensor>{rnd({3, 70}, d, 3), rnd({70}, d, 4)};
                },
                [](const std::vector<Tensor>& x) { return rms_norm(x[0], x[1], 1e-3); }});
+  c.push_back(
+      {"add_rms_norm",
+       [](DType d) {
+         return std::vector<Tensor>{rnd({2, 3, 8}, d, 1), rnd({2, 3, 8}, d, 2), rnd({8}, d, 3)};
+       },
+       [](const std::vector<Tensor>& x) {
+         const AddNorm o = add_rms_norm(x[0], x[1], x[2], 1e-3);
+         return add(mul(o.sum, o.sum), o.norm);
+       }});
+  c.push_back(
+      {"add_rms_norm_computed_weight",
+       [](DType d) {
+         return std::vector<Tensor>{rnd({3, 70}, d, 1), rnd({3, 70}, d, 2), rnd({70}, d, 3)};
+       },
+       [](const std::vector<Tensor>& x) {
+         const AddNorm o = add_rms_norm(x[0], x[1], affine(x[2], 2.0, 0.5));
+         return add(mul(o.sum, o.sum), o.norm);
+       }});
   c.push_back({"softmax",
                [](DType d) {
                  return std::vector<Tensor>{rnd({3, 7}, d, 1, 2.0)};

@@ -147,13 +147,25 @@ class Backend {
 
   // RMSNorm over the last dimension (LLaMA's: no mean, no bias): x, y (N, C)
   // and weight (C) in one dtype; rstd (N) in stat_dtype, 1/sqrt(mean(x^2) +
-  // eps). Backward writes dx and, for the weight's gradient (the column sums
-  // of dwx, which the caller takes with sum_rows_into), dwx = dy * x * rstd
-  // (N, C) in stat_dtype.
+  // eps). Backward writes dx; dweight (x's dtype) is overwritten.
   virtual void rms_norm_forward(const Tensor& x, const Tensor& weight, double eps, Tensor& y,
                                 Tensor& rstd) = 0;
   virtual void rms_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
-                                 const Tensor& rstd, Tensor& dx, Tensor& dwx) = 0;
+                                 const Tensor& rstd, Tensor& dx, Tensor& dweight) = 0;
+  // The residual add fused with the RMSNorm after it, as
+  // add_layer_norm_forward: h = x + residual, y = RMSNorm(h). The default
+  // composes binary and rms_norm_forward; the CUDA backend fuses them.
+  virtual void add_rms_norm_forward(const Tensor& x, const Tensor& residual, const Tensor& weight,
+                                    double eps, Tensor& h, Tensor& y, Tensor& rstd);
+  // RMSNorm's backward (with dh: the fused residual add's, dx = the input
+  // gradient + dh) with the weight's gradient added into a buffer, as
+  // layer_norm_backward_into: dweight = beta * dweight + the gradient, in
+  // x's dtype or f32 under bf16/f16 x. The default computes in the buffer's
+  // dtype and adds; the CUDA backend writes it directly, in one pass over
+  // the rows and a second over the blocks' partial sums.
+  virtual void rms_norm_backward_into(const Tensor& dy, const Tensor* dh, const Tensor& x,
+                                      const Tensor& weight, const Tensor& rstd, Tensor& dx,
+                                      Tensor& dweight, double beta);
 
   // Softmax over the last dimension of x viewed as (rows, cols).
   virtual void softmax_forward(const Tensor& x, Tensor& y) = 0;

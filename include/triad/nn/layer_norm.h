@@ -15,9 +15,9 @@ class LayerNorm : public Module {
   explicit LayerNorm(int64_t features, double eps = 1e-5, DType dtype = DType::F32,
                      bool rms = false);
   Tensor forward(const Tensor& x) const;
-  // {x + residual, forward(x + residual)}: one op for LayerNorm
-  // (ops add_layer_norm), an add and the norm for RMSNorm.
-  AddLayerNorm forward_add(const Tensor& x, const Tensor& residual) const;
+  // {x + residual, forward(x + residual)} in one op (ops add_layer_norm,
+  // add_rms_norm).
+  AddNorm forward_add(const Tensor& x, const Tensor& residual) const;
 
  private:
   Tensor weight_;

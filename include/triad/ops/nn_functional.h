@@ -10,22 +10,25 @@ namespace triad {
 // LayerNorm over the last dimension. x (..., C); weight, bias (C).
 Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps = 1e-5);
 
-// A residual add and the LayerNorm after it in one op: returns
-// {h = x + residual, layer_norm(h, weight, bias, eps)}. x and residual have
-// the same shape (..., C). Values and gradients equal the unfused
-// add-then-layer_norm; the CUDA backend does each direction in one pass.
-struct AddLayerNorm {
+// A residual add and the norm after it in one op: returns {h = x +
+// residual, layer_norm(h, weight, bias, eps)} (add_rms_norm: rms_norm(h,
+// weight, eps)). x and residual have the same shape (..., C). Values and
+// gradients equal the unfused add-then-norm; the CUDA backend does each
+// direction in one pass.
+struct AddNorm {
   Tensor sum;   // h, the residual stream
-  Tensor norm;  // LayerNorm(h)
+  Tensor norm;  // the norm of h
 };
-AddLayerNorm add_layer_norm(const Tensor& x, const Tensor& residual, const Tensor& weight,
-                            const Tensor& bias, double eps = 1e-5);
+AddNorm add_layer_norm(const Tensor& x, const Tensor& residual, const Tensor& weight,
+                       const Tensor& bias, double eps = 1e-5);
 
 // RMSNorm over the last dimension (LLaMA's normalisation: no mean, no
 // bias): x * weight / sqrt(mean(x^2) + eps). x (..., C); weight (C).
 // Statistics in f32 (f64 for f64); the weight's gradient is summed in a
 // fixed order, straight into its (f32, for half weights) gradient buffer.
 Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps = 1e-5);
+AddNorm add_rms_norm(const Tensor& x, const Tensor& residual, const Tensor& weight,
+                     double eps = 1e-5);
 
 // Softmax over the last dimension.
 Tensor softmax(const Tensor& x);

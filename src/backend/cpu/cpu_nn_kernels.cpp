@@ -242,7 +242,7 @@ void CpuBackend::rms_norm_forward(const Tensor& x, const Tensor& weight, double 
 }
 
 void CpuBackend::rms_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
-                                   const Tensor& rstd, Tensor& dx, Tensor& dwx) {
+                                   const Tensor& rstd, Tensor& dx, Tensor& dweight) {
   dispatch_float(x.dtype(), "rms_norm_backward", [&](auto tag) {
     using T = decltype(tag);
     const int64_t C = x.size(-1), N = x.numel() / std::max<int64_t>(C, 1);
@@ -251,7 +251,6 @@ void CpuBackend::rms_norm_backward(const Tensor& dy, const Tensor& x, const Tens
     const T* w = weight.data<T>();
     const T* pr = rstd.data<T>();
     T* pdx = dx.data<T>();
-    T* pdw = dwx.data<T>();
 #pragma omp parallel for schedule(static)
     for (int64_t r = 0; r < N; ++r) {
       const T* row = px + r * C;
@@ -263,9 +262,18 @@ void CpuBackend::rms_norm_backward(const Tensor& dy, const Tensor& x, const Tens
       for (int64_t i = 0; i < C; ++i) {
         const double xhat = row[i] * rs;
         pdx[r * C + i] = static_cast<T>(rs * (static_cast<double>(g[i]) * w[i] - xhat * m));
-        pdw[r * C + i] = static_cast<T>(g[i] * xhat);
       }
     }
+    // The weight's gradient: column sums of dy * xhat, in f64, rows in order.
+    std::vector<double> dw(C, 0.0);
+    for (int64_t r = 0; r < N; ++r) {
+      const T* row = px + r * C;
+      const T* g = pdy + r * C;
+      const double rs = pr[r];
+      for (int64_t i = 0; i < C; ++i) dw[i] += static_cast<double>(g[i]) * (row[i] * rs);
+    }
+    T* pdw = dweight.data<T>();
+    for (int64_t i = 0; i < C; ++i) pdw[i] = static_cast<T>(dw[i]);
   });
 }
 

@@ -115,12 +115,11 @@ void HalfAdapter::rms_norm_forward(const Tensor& x, const Tensor& weight, double
   w.finish();
 }
 
-// dwx is already f32 (stat_dtype of a half x).
 void HalfAdapter::rms_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
-                                    const Tensor& rstd, Tensor& dx, Tensor& dwx) {
+                                    const Tensor& rstd, Tensor& dx, Tensor& dweight) {
   Widen w(inner_);
-  Tensor o = w.out(dx);
-  inner_.rms_norm_backward(w.in(dy), w.in(x), w.in(weight), rstd, o, dwx);
+  Tensor a = w.out(dx), b = w.out(dweight);
+  inner_.rms_norm_backward(w.in(dy), w.in(x), w.in(weight), rstd, a, b);
   w.finish();
 }
 

@@ -40,7 +40,7 @@ class HalfAdapter final : public Backend {
   void rms_norm_forward(const Tensor& x, const Tensor& weight, double eps, Tensor& y,
                         Tensor& rstd) override;
   void rms_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
-                         const Tensor& rstd, Tensor& dx, Tensor& dwx) override;
+                         const Tensor& rstd, Tensor& dx, Tensor& dweight) override;
   void softmax_forward(const Tensor& x, Tensor& y) override;
   void softmax_backward(const Tensor& y, const Tensor& dy, Tensor& dx) override;
   void attention_forward(const Tensor& qkv, int64_t n_head, Tensor& out, Tensor& lse,

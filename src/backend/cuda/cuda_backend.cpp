@@ -667,88 +667,86 @@ void CudaBackend::gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) {
   });
 }
 
-void CudaBackend::rms_norm_forward(const Tensor& x, const Tensor& weight, double eps, Tensor& y,
-                                   Tensor& rstd) {
-  require_nn("rms_norm", x.dtype());
-  const int64_t C = x.size(-1), N = x.numel() / std::max<int64_t>(C, 1);
-  DeviceState& s = state(y.device().index);
-  DeviceGuard g(s.index);
-  launch(s.index, s.stream, "rms_norm_forward", [&] {
-    k::rms_norm_forward(x.raw_data(), weight.raw_data(), y.raw_data(), rstd.data<float>(),
-                        scalar(x.dtype()), N, C, eps, s.stream);
-  });
-}
-
-void CudaBackend::rms_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
-                                    const Tensor& rstd, Tensor& dx, Tensor& dwx) {
-  require_nn("rms_norm_backward", x.dtype());
-  const int64_t C = x.size(-1), N = x.numel() / std::max<int64_t>(C, 1);
-  DeviceState& s = state(dx.device().index);
-  DeviceGuard g(s.index);
-  launch(s.index, s.stream, "rms_norm_backward", [&] {
-    k::rms_norm_backward(dy.raw_data(), x.raw_data(), weight.raw_data(), rstd.data<float>(),
-                         dx.raw_data(), dwx.data<float>(), scalar(x.dtype()), N, C, s.stream);
-  });
-}
-
 namespace {
-// LayerNorm with or without the fused residual add (residual/sum, dsum null
-// for the plain op).
-void run_layer_norm_forward(CudaBackend& be, const Tensor& x, const Tensor* residual,
-                            const Tensor& weight, const Tensor& bias, double eps, Tensor* sum,
-                            Tensor& y, Tensor& mean, Tensor& rstd) {
-  require_nn("layer_norm", x.dtype());
+// LayerNorm, or RMSNorm when `mean` is null (no bias then), with or without
+// the fused residual add (residual/sum, dsum null for the plain op).
+void run_norm_forward(CudaBackend& be, const Tensor& x, const Tensor* residual,
+                      const Tensor& weight, const Tensor* bias, double eps, Tensor* sum, Tensor& y,
+                      Tensor* mean, Tensor& rstd) {
+  const char* name = mean ? "layer_norm_forward" : "rms_norm_forward";
+  require_nn(mean ? "layer_norm" : "rms_norm", x.dtype());
   const int64_t C = x.size(-1), N = x.numel() / std::max<int64_t>(C, 1);
   CudaBackend::DeviceState& s = be.state(y.device().index);
   DeviceGuard g(s.index);
-  launch(s.index, s.stream, "layer_norm_forward", [&] {
-    k::layer_norm_forward(x.raw_data(), weight.raw_data(), bias.raw_data(), y.raw_data(),
-                          mean.data<float>(), rstd.data<float>(), scalar(x.dtype()), N, C, eps,
-                          s.stream, residual ? residual->raw_data() : nullptr,
-                          sum ? sum->raw_data() : nullptr);
+  const void* r = residual ? residual->raw_data() : nullptr;
+  void* h = sum ? sum->raw_data() : nullptr;
+  launch(s.index, s.stream, name, [&] {
+    if (mean) {
+      k::layer_norm_forward(x.raw_data(), weight.raw_data(), bias->raw_data(), y.raw_data(),
+                            mean->data<float>(), rstd.data<float>(), scalar(x.dtype()), N, C, eps,
+                            s.stream, r, h);
+    } else {
+      k::rms_norm_forward(x.raw_data(), weight.raw_data(), y.raw_data(), rstd.data<float>(),
+                          scalar(x.dtype()), N, C, eps, s.stream, r, h);
+    }
   });
 }
 
-void run_layer_norm_backward(CudaBackend& be, const Tensor& dy, const Tensor* dsum, const Tensor& x,
-                             const Tensor& weight, const Tensor& mean, const Tensor& rstd,
-                             Tensor& dx, Tensor& dweight, Tensor& dbias, double beta = 0.0) {
-  require_nn("layer_norm_backward", x.dtype());
+void run_norm_backward(CudaBackend& be, const Tensor& dy, const Tensor* dsum, const Tensor& x,
+                       const Tensor& weight, const Tensor* mean, const Tensor& rstd, Tensor& dx,
+                       Tensor& dweight, Tensor* dbias, double beta = 0.0) {
+  const char* name = mean ? "layer_norm_backward" : "rms_norm_backward";
+  require_nn(name, x.dtype());
   const int64_t C = x.size(-1), N = x.numel() / std::max<int64_t>(C, 1);
   CudaBackend::DeviceState& s = be.state(dx.device().index);
   DeviceGuard g(s.index);
   Scratch ws(s.allocator, k::layer_norm_backward_workspace(N, C));
-  launch(s.index, s.stream, "layer_norm_backward", [&] {
-    k::layer_norm_backward(dy.raw_data(), x.raw_data(), weight.raw_data(), mean.data<float>(),
-                           rstd.data<float>(), dx.raw_data(), dweight.raw_data(), dbias.raw_data(),
-                           scalar(x.dtype()), N, C, ws.get(), s.stream,
-                           dsum ? dsum->raw_data() : nullptr,
-                           dweight.dtype() == DType::F32 && x.dtype() != DType::F32, beta);
+  const void* ds = dsum ? dsum->raw_data() : nullptr;
+  const bool f32_grads = dweight.dtype() == DType::F32 && x.dtype() != DType::F32;
+  launch(s.index, s.stream, name, [&] {
+    if (mean) {
+      k::layer_norm_backward(dy.raw_data(), x.raw_data(), weight.raw_data(), mean->data<float>(),
+                             rstd.data<float>(), dx.raw_data(), dweight.raw_data(),
+                             dbias->raw_data(), scalar(x.dtype()), N, C, ws.get(), s.stream, ds,
+                             f32_grads, beta);
+    } else {
+      k::rms_norm_backward(dy.raw_data(), x.raw_data(), weight.raw_data(), rstd.data<float>(),
+                           dx.raw_data(), dweight.raw_data(), scalar(x.dtype()), N, C, ws.get(),
+                           s.stream, ds, f32_grads, beta);
+    }
   });
+}
+
+// Whether the kernels can add a parameter's gradient straight into `g`: f32,
+// or x's dtype; contiguous, on x's device, of the weight's shape.
+bool fits_grad_buffer(const Tensor& g, const Tensor& x, const Tensor& weight) {
+  return g.shape() == weight.shape() && g.is_contiguous() && g.device() == x.device() &&
+         (g.dtype() == x.dtype() || (is_half(x.dtype()) && g.dtype() == DType::F32));
 }
 }  // namespace
 
 void CudaBackend::layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias,
                                      double eps, Tensor& y, Tensor& mean, Tensor& rstd) {
-  run_layer_norm_forward(*this, x, nullptr, weight, bias, eps, nullptr, y, mean, rstd);
+  run_norm_forward(*this, x, nullptr, weight, &bias, eps, nullptr, y, &mean, rstd);
 }
 
 void CudaBackend::layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
                                       const Tensor& mean, const Tensor& rstd, Tensor& dx,
                                       Tensor& dweight, Tensor& dbias) {
-  run_layer_norm_backward(*this, dy, nullptr, x, weight, mean, rstd, dx, dweight, dbias);
+  run_norm_backward(*this, dy, nullptr, x, weight, &mean, rstd, dx, dweight, &dbias);
 }
 
 void CudaBackend::add_layer_norm_forward(const Tensor& x, const Tensor& residual,
                                          const Tensor& weight, const Tensor& bias, double eps,
                                          Tensor& h, Tensor& y, Tensor& mean, Tensor& rstd) {
-  run_layer_norm_forward(*this, x, &residual, weight, bias, eps, &h, y, mean, rstd);
+  run_norm_forward(*this, x, &residual, weight, &bias, eps, &h, y, &mean, rstd);
 }
 
 void CudaBackend::add_layer_norm_backward(const Tensor& dy, const Tensor& dh, const Tensor& h,
                                           const Tensor& weight, const Tensor& mean,
                                           const Tensor& rstd, Tensor& dx, Tensor& dweight,
                                           Tensor& dbias) {
-  run_layer_norm_backward(*this, dy, &dh, h, weight, mean, rstd, dx, dweight, dbias);
+  run_norm_backward(*this, dy, &dh, h, weight, &mean, rstd, dx, dweight, &dbias);
 }
 
 void CudaBackend::layer_norm_backward_into(const Tensor& dy, const Tensor* dh, const Tensor& x,
@@ -757,16 +755,40 @@ void CudaBackend::layer_norm_backward_into(const Tensor& dy, const Tensor* dh, c
                                            Tensor& dbias, double beta) {
   // The kernel's last stage adds the column sums into the buffers (f32, or
   // x's dtype) directly: no half-precision temporaries, no adds after.
-  auto fits = [&](const Tensor& g) {
-    return g.shape() == weight.shape() && g.is_contiguous() && g.device() == x.device() &&
-           (g.dtype() == x.dtype() || (is_half(x.dtype()) && g.dtype() == DType::F32));
-  };
-  if (x.dtype() == DType::F64 || !fits(dweight) || !fits(dbias) ||
-      dweight.dtype() != dbias.dtype() || (beta != 0.0 && beta != 1.0)) {
+  if (x.dtype() == DType::F64 || !fits_grad_buffer(dweight, x, weight) ||
+      !fits_grad_buffer(dbias, x, weight) || dweight.dtype() != dbias.dtype() ||
+      (beta != 0.0 && beta != 1.0)) {
     Backend::layer_norm_backward_into(dy, dh, x, weight, mean, rstd, dx, dweight, dbias, beta);
     return;
   }
-  run_layer_norm_backward(*this, dy, dh, x, weight, mean, rstd, dx, dweight, dbias, beta);
+  run_norm_backward(*this, dy, dh, x, weight, &mean, rstd, dx, dweight, &dbias, beta);
+}
+
+void CudaBackend::rms_norm_forward(const Tensor& x, const Tensor& weight, double eps, Tensor& y,
+                                   Tensor& rstd) {
+  run_norm_forward(*this, x, nullptr, weight, nullptr, eps, nullptr, y, nullptr, rstd);
+}
+
+void CudaBackend::add_rms_norm_forward(const Tensor& x, const Tensor& residual,
+                                       const Tensor& weight, double eps, Tensor& h, Tensor& y,
+                                       Tensor& rstd) {
+  run_norm_forward(*this, x, &residual, weight, nullptr, eps, &h, y, nullptr, rstd);
+}
+
+void CudaBackend::rms_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
+                                    const Tensor& rstd, Tensor& dx, Tensor& dweight) {
+  run_norm_backward(*this, dy, nullptr, x, weight, nullptr, rstd, dx, dweight, nullptr);
+}
+
+void CudaBackend::rms_norm_backward_into(const Tensor& dy, const Tensor* dh, const Tensor& x,
+                                         const Tensor& weight, const Tensor& rstd, Tensor& dx,
+                                         Tensor& dweight, double beta) {
+  if (x.dtype() == DType::F64 || !fits_grad_buffer(dweight, x, weight) ||
+      (beta != 0.0 && beta != 1.0)) {
+    Backend::rms_norm_backward_into(dy, dh, x, weight, rstd, dx, dweight, beta);
+    return;
+  }
+  run_norm_backward(*this, dy, dh, x, weight, nullptr, rstd, dx, dweight, nullptr, beta);
 }
 
 void CudaBackend::softmax_forward(const Tensor& x, Tensor& y) {

@@ -305,7 +305,7 @@ Tensor TensorParallelGpt::block_forward(int64_t i, const Tensor& x,
   }
   Tensor a =
       L.attn_proj->forward(causal_attention(qkv, cfg_.n_head / group_->size(), ctx.doc_starts));
-  const AddLayerNorm h =
+  const AddNorm h =
       L.ln_2->forward_add(x, site_dropout(a, cfg_.dropout, ctx, i, "attn.resid", shard));
   Tensor m = cfg_.activation == nn::Activation::SwiGlu
                  ? L.mlp_proj->forward(swiglu(L.c_fc->forward(h.norm)))
