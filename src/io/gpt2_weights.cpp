@@ -1,5 +1,7 @@
 #include "triad/io/gpt2_weights.h"
 
+#include <cstring>
+
 #include "triad/io/safetensors.h"
 #include "triad/ops/elementwise.h"
 #include "triad/ops/shape_ops.h"
@@ -18,6 +20,13 @@ Tensor transposed_copy(const Tensor& t) {
   return contiguous(transpose(t.detach(), 0, 1)).detach();
 }
 
+// Whether two host tensors hold the same dtype, shape and bytes.
+bool same_values(const Tensor& a, const Tensor& b) {
+  if (a.dtype() != b.dtype() || a.shape() != b.shape()) return false;
+  const Tensor ac = contiguous(a), bc = contiguous(b);
+  return std::memcmp(ac.raw_data(), bc.raw_data(), ac.nbytes()) == 0;
+}
+
 }  // namespace
 
 bool is_gpt2_conv1d_weight(const std::string& name) {
@@ -29,10 +38,7 @@ nn::StateDict gpt2_to_triad(const std::map<std::string, Tensor>& tensors) {
   nn::StateDict out;
   for (const auto& [raw, t] : tensors) {
     std::string name = raw.rfind("transformer.", 0) == 0 ? raw.substr(12) : raw;
-    if (ends_with(name, ".attn.bias") || ends_with(name, ".attn.masked_bias") ||
-        name == "lm_head.weight") {
-      continue;
-    }
+    if (ends_with(name, ".attn.bias") || ends_with(name, ".attn.masked_bias")) continue;
     out[name] = is_gpt2_conv1d_weight(name) ? transposed_copy(t) : t;
   }
   return out;
@@ -49,13 +55,27 @@ nn::StateDict load_gpt2_state_dict(const std::string& path,
                                    const std::map<std::string, Shape>& expected) {
   Safetensors file = load_safetensors(path);
   nn::StateDict state = gpt2_to_triad(file.tensors);
+  // A tied model takes a file's lm_head.weight only as the copy of wte some
+  // exports carry; an untied one needs its own.
+  auto head = state.find("lm_head.weight");
+  if (head != state.end() && !expected.count("lm_head.weight")) {
+    auto wte = state.find("wte.weight");
+    if (wte == state.end() || !same_values(wte->second, head->second)) {
+      throw IoError("GPT-2 weights '" + path +
+                    "': tensor 'lm_head.weight' differs from 'wte.weight' (an untied output "
+                    "head), but the configured model ties them: set model.tie_embeddings: false");
+    }
+    state.erase(head);
+  }
   for (const auto& [name, shape] : expected) {
     auto it = state.find(name);
     if (it == state.end())
       throw IoError("GPT-2 weights '" + path + "': tensor '" + name + "' is missing" +
                     (name == "wpe.weight" ? " (written by a model with rotary embeddings? Set "
                                             "model.position_embedding: rope)"
-                                          : ""));
+                     : name == "lm_head.weight"
+                         ? " (its output head is tied to wte? Set model.tie_embeddings: true)"
+                         : ""));
     if (it->second.shape() != shape) {
       Shape stored = it->second.shape(), want = shape;
       if (is_gpt2_conv1d_weight(name)) {
@@ -91,6 +111,7 @@ void save_gpt2_state_dict(const nn::StateDict& full, const nn::GptConfig& c,
                                           {"d_model", std::to_string(c.d_model)},
                                           {"vocab_size", std::to_string(c.vocab_size)},
                                           {"seq_len", std::to_string(c.seq_len)}};
+  if (!c.tie_embeddings) meta["tie_embeddings"] = "false";
   if (c.rotary()) {
     meta["position_embedding"] = nn::position_embedding_string(c.position_embedding);
     meta["rope_theta"] = std::to_string(c.rope_theta);

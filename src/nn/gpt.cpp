@@ -117,7 +117,8 @@ int64_t GptConfig::num_parameters() const {
   const int64_t norm = rms_norm() ? h : 2 * h;
   const int64_t biases = linear_bias ? 4 * h + m + h : 0;
   const int64_t block = 4 * h * h + h * m + f * h + biases + 2 * norm;
-  return l * block + (vocab_size + (rotary() ? 0 : seq_len)) * h + norm;
+  const int64_t tables = (tie_embeddings ? 1 : 2) * vocab_size + (rotary() ? 0 : seq_len);
+  return l * block + tables * h + norm;
 }
 
 double GptConfig::training_flops(double sequences, bool full_recompute) const {
@@ -136,16 +137,16 @@ double GptConfig::training_flops(double sequences, bool full_recompute) const {
 
 std::map<std::string, Shape> gpt_parameter_shapes(const GptConfig& cfg,
                                                   const std::vector<int64_t>& layers,
-                                                  bool token_embedding, bool embeds,
-                                                  bool final_norm) {
+                                                  bool token_embedding, bool embeds, bool head) {
   const int64_t C = cfg.d_model;
   const bool norm_bias = !cfg.rms_norm();  // RMSNorm has a weight only
   std::map<std::string, Shape> s;
   if (token_embedding) s["wte.weight"] = {cfg.vocab_size, C};
   if (embeds && !cfg.rotary()) s["wpe.weight"] = {cfg.seq_len, C};
-  if (final_norm) {
+  if (head) {
     s["ln_f.weight"] = {C};
     if (norm_bias) s["ln_f.bias"] = {C};
+    if (!cfg.tie_embeddings) s["lm_head.weight"] = {cfg.vocab_size, C};
   }
   for (int64_t i : layers) {
     const std::string p = "h." + std::to_string(i) + ".";
@@ -271,6 +272,9 @@ Gpt::Gpt(const GptConfig& cfg, uint64_t seed, DType dtype) : cfg_(cfg) {
   }
   ln_f_ = register_module("ln_f", std::make_shared<LayerNorm>(cfg.d_model, cfg.layer_norm_eps,
                                                               DType::F32, cfg.rms_norm()));
+  if (!cfg.tie_embeddings) {
+    lm_head_ = register_module("lm_head", std::make_shared<Embedding>(cfg.vocab_size, cfg.d_model));
+  }
   StateDict init;
   for (auto& [name, p] : named_parameters()) {
     init.emplace(
@@ -311,8 +315,12 @@ Tensor Gpt::embed(const Tensor& ids, const ForwardContext& ctx, int64_t start) c
   return site_dropout(x, cfg_.dropout, ctx, 0, "embed");
 }
 
+const Tensor& Gpt::head_weight() const {
+  return lm_head_ ? lm_head_->weight() : wte_->weight();
+}
+
 Tensor Gpt::head(const Tensor& hidden) const {
-  return linear(ln_f_->forward(hidden), wte_->weight());
+  return linear(ln_f_->forward(hidden), head_weight());
 }
 
 Tensor Gpt::forward(const Tensor& ids, const ForwardContext& ctx) const {
@@ -336,7 +344,7 @@ Tensor Gpt::trunk(const Tensor& ids, const ForwardContext& in) const {
 
 Tensor Gpt::loss(const Tensor& ids, const Tensor& targets, const ForwardContext& ctx) const {
   // The head and the loss in one op: padded logits rows, aligned GEMMs.
-  return linear_cross_entropy(ln_f_->forward(trunk(ids, ctx)), wte_->weight(), targets);
+  return linear_cross_entropy(ln_f_->forward(trunk(ids, ctx)), head_weight(), targets);
 }
 
 Tensor Gpt::decode(const Tensor& ids, KvCache& cache, bool last_only) const {

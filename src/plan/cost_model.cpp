@@ -354,7 +354,11 @@ Estimate estimate(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int gl
   const double biases = m.linear_bias ? 4.0 * h + fc_w + h : 0.0;
   const double layer_params = 4.0 * h * h + h * fc_w + ffn_w * h + biases + norms;
   const double body = (static_cast<double>(m.n_layer) / p.pp) * layer_params / t;
-  const double embedding = V * h / t;  // first stage (and a copy on the last when pp > 1)
+  // The token table on the first stage (and a tied copy, or an untied
+  // head, on the last when pp > 1; one process holds both an untied head and
+  // the table).
+  const double table = V * h / t;
+  const double embedding = (!m.tie_embeddings && p.pp == 1 ? 2.0 : 1.0) * table;
   const double positions = m.rotary() ? 0.0 : s * h;  // the learned table, first stage
   const double params = body + embedding + positions;
   // ---- data parallelism: fp32 gradient reduction (hierarchical: inside the
@@ -383,9 +387,9 @@ Estimate estimate(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int gl
   }
   // Tied embeddings: first and last stage all-reduce the embedding gradient.
   double embedding_sync = 0;
-  if (p.pp > 1) {
-    embedding_sync = ring_time(embedding * 4.0, 1.0, 2, c.inter_bandwidth_per_gpu(),
-                               c.inter_latency, c.collective_efficiency);
+  if (p.pp > 1 && m.tie_embeddings) {
+    embedding_sync = ring_time(table * 4.0, 1.0, 2, c.inter_bandwidth_per_gpu(), c.inter_latency,
+                               c.collective_efficiency);
   }
   // Optimizer: AdamW streams fp32 master, moments and gradients, writes fp16 params.
   e.optimizer_time =

@@ -42,7 +42,7 @@ nn::GptConfig parse_model_spec(const std::string& yaml_text, const std::string& 
   get("seq_len", c.seq_len, true);
   // The architecture's options change the parameters, FLOPs and activations
   // priced: the position table, the norms' biases, the linear layers'
-  // biases, the MLP's width and activation.
+  // biases, the MLP's width and activation, an untied head.
   auto option = [&](const char* key, const char* expected, const auto& apply) {
     const YAML::Node v = model[key];
     if (!v) return;
@@ -63,16 +63,19 @@ nn::GptConfig parse_model_spec(const std::string& yaml_text, const std::string& 
   });
   option("linear_bias", "true or false",
          [&](const YAML::Node& v) { c.linear_bias = v.as<bool>(); });
+  option("tie_embeddings", "true or false",
+         [&](const YAML::Node& v) { c.tie_embeddings = v.as<bool>(); });
   get("ffn_hidden_size", c.ffn_hidden_size, false);
   for (auto it = model.begin(); it != model.end(); ++it) {
     const std::string k = it->first.as<std::string>();
     if (k != "n_layer" && k != "n_head" && k != "d_model" && k != "vocab_size" && k != "seq_len" &&
         k != "dropout" && k != "recompute" && k != "position_embedding" && k != "rope_theta" &&
-        k != "activation" && k != "ffn_hidden_size" && k != "normalization" && k != "linear_bias") {
+        k != "activation" && k != "ffn_hidden_size" && k != "normalization" && k != "linear_bias" &&
+        k != "tie_embeddings") {
       throw ConfigError(source + ": unknown model key '" + k +
                         "' (allowed: n_layer, n_head, d_model, vocab_size, seq_len, dropout, "
                         "recompute, position_embedding, rope_theta, activation, ffn_hidden_size, "
-                        "normalization, linear_bias)");
+                        "normalization, linear_bias, tie_embeddings)");
     }
   }
   c.validate();

@@ -214,7 +214,7 @@ Trainer::Trainer(Config config, dist::ProcessGroupPtr world)
     // Gradients still changed after backward are reduced last: the tied
     // embedding (summed across stages) and sequence-parallel partial sums.
     std::set<std::string> late;
-    if (pp_model_) late.insert("wte.weight");
+    if (pp_model_ && config_.model.tie_embeddings) late.insert("wte.weight");
     std::map<std::string, tp::ShardSpec> specs;
     if (pp_model_) {
       for (int c = 0; c < pp_model_->v(); ++c) {

@@ -1899,17 +1899,18 @@ TEST(CudaTraining, PackedDocumentsAndABatchRampMatchTheCpuTrainer) {
                                           "train.rampup_batch_size=[2, 2, 8]",
                                           "train.micro_batch_size=2"};
   // LLaMA's options: rotary embeddings take the documents' positions on the
-  // GPU (uploaded once a forward pass, no host wait), a SwiGLU MLP, RMSNorm.
+  // GPU (uploaded once a forward pass, no host wait), a SwiGLU MLP, RMSNorm
+  // (its residual add fused in), an untied head.
   for (const std::string precision : {"fp32", "bf16", "bf16 llama"}) {
     SCOPED_TRACE(precision);
     const bool rope = precision == "bf16 llama";
     auto config = [&](const std::string& device) {
       std::vector<std::string> overrides = extra;
       if (rope) {
-        overrides.insert(
-            overrides.end(),
-            {"model.position_embedding=rope", "model.activation=swiglu", "model.ffn_hidden_size=88",
-             "model.normalization=rmsnorm", "model.linear_bias=false"});
+        overrides.insert(overrides.end(),
+                         {"model.position_embedding=rope", "model.activation=swiglu",
+                          "model.ffn_hidden_size=88", "model.normalization=rmsnorm",
+                          "model.linear_bias=false", "model.tie_embeddings=false"});
       }
       return train::parse_config(
           train::to_yaml(train_config(dir, model, device, rope ? "bf16" : precision, 6, 4, 128)),
@@ -1935,6 +1936,7 @@ TEST(CudaTraining, PackedDocumentsAndABatchRampMatchTheCpuTrainer) {
         EXPECT_EQ(gpu.config().model.activation, nn::Activation::SwiGlu);
         EXPECT_TRUE(gpu.config().model.rms_norm());
         EXPECT_FALSE(gpu.config().model.linear_bias);
+        EXPECT_FALSE(gpu.config().model.tie_embeddings);
       }
     }
   }

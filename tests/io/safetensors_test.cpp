@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <functional>
 
 #include "support/temp_dir.h"
 #include "triad/io/gpt2_weights.h"
@@ -134,6 +135,52 @@ TEST(Gpt2Weights, ShapeMismatchNamesTensorAndShapes) {
     EXPECT_NE(m.find("[11, 8]"), std::string::npos) << m;
     EXPECT_NE(m.find("[12, 8]"), std::string::npos) << m;
   }
+}
+
+// An untied head travels as lm_head.weight. A tied model accepts a file's
+// lm_head only as the copy of wte some exports carry; either side missing
+// what the other has is named with the setting to change.
+TEST(Gpt2Weights, AnUntiedHeadRoundTripsAndMismatchesAreNamed) {
+  TempDir dir;
+  nn::GptConfig cfg{.n_layer = 1, .n_head = 2, .d_model = 8, .vocab_size = 11, .seq_len = 5};
+  nn::GptConfig ucfg = cfg;
+  ucfg.tie_embeddings = false;
+  const nn::Gpt untied(ucfg, 3);
+  const std::string upath = dir.file("untied.safetensors");
+  save_gpt2_safetensors(untied, upath);
+  const Safetensors f = load_safetensors(upath);
+  EXPECT_EQ(f.tensors.at("lm_head.weight").shape(), (Shape{11, 8}));
+  EXPECT_EQ(f.metadata.at("tie_embeddings"), "false");
+  nn::Gpt back(ucfg, 99);
+  load_gpt2_safetensors(back, upath);
+  EXPECT_EQ(to_double_vector(back.state_dict().at("lm_head.weight")),
+            to_double_vector(untied.state_dict().at("lm_head.weight")));
+  auto expect_io_error = [](const std::function<void()>& fn, const std::string& want) {
+    try {
+      fn();
+      FAIL() << "no error";
+    } catch (const IoError& e) {
+      EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+    }
+  };
+  // A tied model and an untied file, and the reverse.
+  nn::Gpt tied(cfg, 3);
+  expect_io_error([&] { load_gpt2_safetensors(tied, upath); }, "model.tie_embeddings: false");
+  const std::string tpath = dir.file("tied.safetensors");
+  save_gpt2_safetensors(tied, tpath);
+  EXPECT_FALSE(load_safetensors(tpath).metadata.count("tie_embeddings"));
+  nn::Gpt other(ucfg, 3);
+  expect_io_error([&] { load_gpt2_safetensors(other, tpath); },
+                  "'lm_head.weight' is missing (its output head is tied to wte? Set "
+                  "model.tie_embeddings: true)");
+  // A tied file carrying lm_head = wte (as Hugging Face exports do) loads.
+  std::map<std::string, Tensor> with_copy = load_safetensors(tpath).tensors;
+  with_copy["lm_head.weight"] = clone(with_copy.at("wte.weight"));
+  save_safetensors(tpath, with_copy);
+  nn::Gpt again(cfg, 99);
+  load_gpt2_safetensors(again, tpath);
+  EXPECT_EQ(to_double_vector(again.state_dict().at("wte.weight")),
+            to_double_vector(tied.state_dict().at("wte.weight")));
 }
 
 }  // namespace

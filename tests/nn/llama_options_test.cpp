@@ -269,15 +269,59 @@ TEST(NoBiasGpt, LinearLayersHaveNoBiasesAndNormsKeepTheirs) {
   for (const auto& [name, p] : m.named_parameters()) ASSERT_TRUE(p.grad().defined()) << name;
 }
 
+// An untied head is a (V, C) weight of its own: the model with its head set
+// to wte's values computes the tied model's loss, and the tied wte's
+// gradient is the sum of the untied wte's (the lookup) and lm_head's (the
+// head).
+TEST(UntiedHead, IsItsOwnWeightAndSplitsTheTiedGradient) {
+  GptConfig c = swiglu_config(24);
+  GptConfig u = c;
+  u.tie_embeddings = false;
+  const Gpt tied(c, 3), untied(u, 3);
+  const StateDict sd = untied.state_dict();
+  ASSERT_TRUE(sd.count("lm_head.weight"));
+  EXPECT_EQ(sd.at("lm_head.weight").shape(), (Shape{c.vocab_size, c.d_model}));
+  EXPECT_EQ(untied.num_parameters(), u.num_parameters());
+  EXPECT_EQ(u.num_parameters() - c.num_parameters(), c.vocab_size * c.d_model);
+  EXPECT_FALSE(tied.state_dict().count("lm_head.weight"));
+  // Initialised apart from wte (its own name in the layout-independent rule).
+  EXPECT_NE(to_double_vector(sd.at("lm_head.weight")), to_double_vector(sd.at("wte.weight")));
+  StateDict same = sd;
+  same["lm_head.weight"] = clone(sd.at("wte.weight"));
+  Gpt copy(u, 3);
+  copy.load_state_dict(same);
+  const Tensor ids = from_vector(std::vector<int64_t>{1, 2, 3, 4, 9, 7}, {2, 3});
+  const Tensor targets = from_vector(std::vector<int64_t>{2, 3, 4, 0, 8, 6}, {2, 3});
+  const Tensor lt = tied.loss(ids, targets), lu = copy.loss(ids, targets);
+  EXPECT_NEAR(item(lt), item(lu), 1e-6);
+  autograd::backward({lt});
+  autograd::backward({lu});
+  const StateDict gt = tied.state_dict(), gu = copy.state_dict();
+  const std::vector<double> want = to_double_vector(gt.at("wte.weight").grad());
+  const std::vector<double> a = to_double_vector(gu.at("wte.weight").grad()),
+                            b = to_double_vector(gu.at("lm_head.weight").grad());
+  double head = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    ASSERT_NEAR(a[i] + b[i], want[i], 1e-6) << i;
+    head += std::abs(b[i]);
+  }
+  EXPECT_GT(head, 0.0);
+  // Logits come from lm_head: changing it changes them, wte held fixed.
+  same["lm_head.weight"] = affine(sd.at("wte.weight"), 2.0);
+  copy.load_state_dict(same);
+  EXPECT_GT(std::abs(item(copy.loss(ids, targets)) - item(lt)), 1e-4);
+}
+
 // The one list of parameter names and shapes every layout builds from is
 // the model's own, whatever the options.
 TEST(GptParameterShapes, AreTheModelsForEveryOption) {
-  for (int mask = 0; mask < 16; ++mask) {
+  for (int mask = 0; mask < 32; ++mask) {
     GptConfig c = swiglu_config(24);
     c.activation = mask & 1 ? Activation::SwiGlu : Activation::Gelu;
     c.position_embedding = mask & 2 ? PositionEmbedding::Rotary : PositionEmbedding::Learned;
     c.normalization = mask & 4 ? Normalization::RmsNorm : Normalization::LayerNorm;
     c.linear_bias = (mask & 8) == 0;
+    c.tie_embeddings = (mask & 16) == 0;
     SCOPED_TRACE(mask);
     std::map<std::string, Shape> want;
     for (const auto& [name, p] : Gpt(c, 1).named_parameters()) want[name] = p.shape();

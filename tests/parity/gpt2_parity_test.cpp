@@ -149,8 +149,8 @@ TEST_F(Gpt2Parity, SwigluMlpLogitsAndGradients) {
 }
 
 // LLaMA's combination: rotary embeddings, SwiGLU, RMSNorm (written out in
-// PyTorch by hand: x * rsqrt(mean(x^2) + eps) * weight) and linear layers
-// without biases.
+// PyTorch by hand: x * rsqrt(mean(x^2) + eps) * weight), linear layers
+// without biases and an untied output head (lm_head.weight).
 TEST_F(Gpt2Parity, LlamaStyleModelLogitsAndGradients) {
   nn::GptConfig cfg = model_cfg_;
   cfg.position_embedding = nn::PositionEmbedding::Rotary;
@@ -159,9 +159,10 @@ TEST_F(Gpt2Parity, LlamaStyleModelLogitsAndGradients) {
   cfg.ffn_hidden_size = cfg_["swiglu_ffn"];
   cfg.normalization = nn::Normalization::RmsNorm;
   cfg.linear_bias = false;
+  cfg.tie_embeddings = false;
   nn::Gpt model(cfg, 1);
   io::load_gpt2_safetensors(model, ref_dir() + "/llama_model.safetensors");
-  EXPECT_EQ(static_cast<int64_t>(model.named_parameters().size()), 1 + 6 * cfg.n_layer + 1);
+  EXPECT_EQ(static_cast<int64_t>(model.named_parameters().size()), 1 + 6 * cfg.n_layer + 1 + 1);
   expect_step_zero_matches(model, ref_, "llama.");
 }
 

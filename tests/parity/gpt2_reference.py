@@ -13,7 +13,8 @@ step-0 logits, loss and gradients, and a greedy continuation; and for a
 variant with LLaMA's SwiGLU MLP of another width (c_fc holds the gate and
 the value halves): step-0 logits, loss and gradients; and for LLaMA's
 combination (rotary embeddings, SwiGLU, RMSNorm written out by hand, no
-biases in the linear layers): step-0 logits, loss and gradients.
+biases in the linear layers, an output head of its own, lm_head, not tied to
+the token embedding): step-0 logits, loss and gradients.
 
 usage: gpt2_reference.py OUT_DIR
 """
@@ -59,7 +60,8 @@ class RmsNorm(torch.nn.Module):
 
 
 class Gpt(torch.nn.Module):
-    def __init__(self, c, rope_theta=None, swiglu_ffn=None, rms_norm=False, bias=True):
+    def __init__(self, c, rope_theta=None, swiglu_ffn=None, rms_norm=False, bias=True,
+                 tie=True):
         super().__init__()
         C, L = c["d_model"], c["n_layer"]
         self.c = c
@@ -85,6 +87,8 @@ class Gpt(torch.nn.Module):
                 b.mlp.c_proj = torch.nn.Linear(swiglu_ffn, C, bias=bias)
             self.h.append(b)
         self.ln_f = RmsNorm(C) if rms_norm else torch.nn.LayerNorm(C, eps=1e-5)
+        if not tie:
+            self.lm_head = torch.nn.Linear(C, c["vocab_size"], bias=False)
         g = torch.Generator().manual_seed(20241121)
         for name, p in self.named_parameters():
             with torch.no_grad():
@@ -116,7 +120,8 @@ class Gpt(torch.nn.Module):
             else:
                 gate, value = b.mlp.c_fc(b.ln_2(x)).chunk(2, dim=-1)
                 x = x + b.mlp.c_proj(F.silu(gate) * value)
-        return self.ln_f(x) @ self.wte.weight.t()
+        head = self.wte.weight if not hasattr(self, "lm_head") else self.lm_head.weight
+        return self.ln_f(x) @ head.t()
 
 
 def gpt2_layout(name, t):
@@ -249,7 +254,7 @@ def main():
     swiglu = Gpt(CFG, swiglu_ffn=SWIGLU_FFN)
     save_model(swiglu, os.path.join(out, "swiglu_model.safetensors"))
     record_step_zero(swiglu, x, y, "swiglu.", ref)
-    llama = Gpt(CFG, ROPE_THETA, SWIGLU_FFN, rms_norm=True, bias=False)
+    llama = Gpt(CFG, ROPE_THETA, SWIGLU_FFN, rms_norm=True, bias=False, tie=False)
     save_model(llama, os.path.join(out, "llama_model.safetensors"))
     record_step_zero(llama, x, y, "llama.", ref)
 

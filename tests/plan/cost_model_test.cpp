@@ -76,6 +76,26 @@ TEST(CostModel, PricesTheMlpItIsGiven) {
               1.0);
 }
 
+// An untied head is a second (V, h) table: one process holds both, while a
+// pipeline keeps one table a stage either way and no longer all-reduces
+// the embedding's gradient between the first and last stage.
+TEST(CostModel, PricesAnUntiedHead) {
+  const ClusterSpec c = selene();
+  const nn::GptConfig tied = gpt(8, 16, 1536);
+  nn::GptConfig untied = tied;
+  untied.tie_embeddings = false;
+  const double table = static_cast<double>(tied.vocab_size) * 1536 / 2;  // split over tp 2
+  const ParallelConfig one_stage = layout(2, 1, 16, 2, Recompute::None);
+  EXPECT_NEAR(estimate(untied, c, 32, 64, one_stage).weights_bytes -
+                  estimate(tied, c, 32, 64, one_stage).weights_bytes,
+              2.0 * table, 1.0);
+  const ParallelConfig stages = layout(2, 2, 8, 2, Recompute::None);
+  const Estimate t = estimate(tied, c, 32, 64, stages), u = estimate(untied, c, 32, 64, stages);
+  EXPECT_NEAR(u.weights_bytes, t.weights_bytes, 1.0);
+  EXPECT_LT(u.step_time, t.step_time);
+  EXPECT_NEAR(u.pipeline_time, t.pipeline_time, 1e-12);
+}
+
 // The two published PTD-P runs (Narayanan et al. 2021, Table 1) the cluster
 // file is checked against: fp16, full recomputation, s = 2048, V = 51200.
 TEST(CostModel, PredictsThePublishedPtdpRunsWithin15Percent) {

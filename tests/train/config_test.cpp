@@ -372,6 +372,11 @@ TEST(Config, MlpActivationWidthAndNormalizationParseRoundTripAndAreChecked) {
   EXPECT_FALSE(nobias.model.linear_bias);
   EXPECT_FALSE(parse_config(to_yaml(nobias)).model.linear_bias);
   EXPECT_TRUE(plain.model.linear_bias);
+  EXPECT_TRUE(plain.model.tie_embeddings);
+  const Config untied = parse_config(kValid, {"model.tie_embeddings=false"});
+  EXPECT_FALSE(untied.model.tie_embeddings);
+  EXPECT_FALSE(parse_config(to_yaml(untied)).model.tie_embeddings);
+  expect_config_error(kValid, {"model.tie_embeddings=maybe"}, "model.tie_embeddings");
   const Config rms = parse_config(kValid, {"model.normalization=rmsnorm"});
   EXPECT_TRUE(rms.model.rms_norm());
   EXPECT_TRUE(parse_config(to_yaml(rms)).model.rms_norm());

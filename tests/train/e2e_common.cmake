@@ -29,8 +29,9 @@ function(scaled value outvar)
   string(REGEX REPLACE "^([0-9]+)\\.([0-9]+)$" "\\1" ip "${num}")
   string(REGEX REPLACE "^([0-9]+)\\.([0-9]+)$" "\\2" fp "${num}")
   string(SUBSTRING "${fp}000000000" 0 9 fp)
-  string(REGEX REPLACE "^0+([0-9])" "\\1" fp "${fp}")
-  math(EXPR v "${ip} * 1000000000 + ${fp}")
+  # (A leading 1 keeps the fraction's zeros: REGEX REPLACE re-anchors ^ after
+  # each match, so stripping them took zeros from the middle too.)
+  math(EXPR v "${ip} * 1000000000 + 1${fp} - 1000000000")
   set(${outvar} ${v} PARENT_SCOPE)
 endfunction()
 

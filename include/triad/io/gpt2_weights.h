@@ -13,8 +13,10 @@ namespace triad::io {
 bool is_gpt2_conv1d_weight(const std::string& name);
 
 // Public GPT-2 tensors -> Triad state dict. Accepts a "transformer." prefix
-// and ignores the attention-mask buffers (".attn.bias", ".attn.masked_bias")
-// and "lm_head.weight" (tied to wte) that some exports carry.
+// and ignores the attention-mask buffers (".attn.bias", ".attn.masked_bias").
+// "lm_head.weight" is kept: load_gpt2_state_dict drops it for a tied model
+// when it is the copy of wte some exports carry, and an untied model
+// (model.tie_embeddings: false) loads it as its head.
 nn::StateDict gpt2_to_triad(const std::map<std::string, Tensor>& tensors);
 std::map<std::string, Tensor> triad_to_gpt2(const nn::StateDict& state);
 

@@ -63,6 +63,9 @@ struct GptConfig {
   int64_t ffn_hidden_size = 0;  // the MLP's hidden width F; 0: 4 * d_model
   PositionEmbedding position_embedding = PositionEmbedding::Learned;
   double rope_theta = 10000.0;  // RoPE's base: pair i turns by theta^(-2i/D) a position
+  // The output head: GPT-2's is the token embedding (tied); untied, it is a
+  // (V, C) weight of its own, lm_head.weight (LLaMA's).
+  bool tie_embeddings = true;
   bool rotary() const { return position_embedding == PositionEmbedding::Rotary; }
   bool rms_norm() const { return normalization == Normalization::RmsNorm; }
   // The MLP's hidden width F, and c_fc's output width (F, or 2F for SwiGLU).
@@ -81,7 +84,8 @@ struct GptConfig {
   // Throws ConfigError naming the field when a value is impossible.
   void validate() const;
   // 12*l*h^2*(1 + 13/(12h) + (V+s)/(12*l*h)) of the PTD-P paper (tied head;
-  // no s*h position table under rotary embeddings), for any MLP width.
+  // no s*h position table under rotary embeddings; V*h more for an untied
+  // head), for any MLP width.
   int64_t num_parameters() const;
   // Model FLOPs of training on `sequences` sequences of seq_len tokens: the
   // PTD-P paper's count (every matrix product, attention over all s^2
@@ -94,13 +98,13 @@ struct GptConfig {
 // The full (unsharded) shape of each parameter of GPT's parts, by GPT-2's
 // names: the token embedding (wte) when `token_embedding`, the position
 // table when `embeds` (learned positions only), blocks `layers`, and ln_f
-// when `final_norm`; biases and widths as `cfg` says. The single list
+// (and an untied head's lm_head) when `head`; biases and widths as `cfg`
+// says. The single list
 // every layout (tensor-parallel shards, pipeline stages) builds its names
 // from.
 std::map<std::string, Shape> gpt_parameter_shapes(const GptConfig& cfg,
                                                   const std::vector<int64_t>& layers,
-                                                  bool token_embedding, bool embeds,
-                                                  bool final_norm);
+                                                  bool token_embedding, bool embeds, bool head);
 
 // What one forward pass needs besides its input. Randomness: dropout masks
 // are a pure function of (seed, site, call) so that recomputation and other
@@ -166,7 +170,7 @@ class Block : public Module {
 
 // GPT-2: token + learned position embeddings (or rotary embeddings in each
 // attention layer), n_layer blocks, final LayerNorm, output head tied to
-// the token embedding. Parameter names are
+// the token embedding (or its own lm_head.weight). Parameter names are
 // GPT-2's (wte.weight, h.0.attn.c_attn.weight, ...), linear weights stored
 // (out, in). The pieces (embed, block, head) are public so pipeline stages
 // can run a sub-range.
@@ -193,10 +197,13 @@ class Gpt : public Module {
   // (B, 1, V), the one a sampler needs. Errors name a batch that differs
   // from the cache's and positions beyond model.seq_len.
   Tensor decode(const Tensor& ids, KvCache& cache, bool last_only = false) const;
+  // The output head's (V, C) weight: wte's, or lm_head's when untied.
+  const Tensor& head_weight() const;
 
  private:
   GptConfig cfg_;
   std::shared_ptr<Embedding> wte_, wpe_;
+  std::shared_ptr<Embedding> lm_head_;  // untied head only (a weight holder)
   std::vector<std::shared_ptr<Block>> blocks_;
   std::shared_ptr<LayerNorm> ln_f_;
 

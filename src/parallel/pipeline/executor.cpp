@@ -109,7 +109,7 @@ void PipelineModel::zero_grad() const {
 }
 
 void PipelineModel::reduce_tied_embedding_grads() const {
-  if (!groups_.embedding) return;
+  if (!groups_.embedding || !cfg_.tie_embeddings) return;  // (an untied head: nothing shared)
   for (const auto& c : chunks_) {
     if (!c->plan().embedding && !c->plan().head) continue;
     Tensor g = c->token_embedding().grad();
@@ -156,7 +156,8 @@ nn::StateDict PipelineModel::full_state_dict() const {
   nn::StateDict out;
   for (int stage = 0; stage < num_stages(); ++stage) {
     const int owner = stage % p_;
-    // The last stage's copy of the tied wte is the first stage's.
+    // The last stage's copy of the tied wte is the first stage's (an untied
+    // head's lm_head is the last stage's own).
     const auto names = nn::gpt_parameter_shapes(cfg_, layers_[stage], stage == 0, stage == 0,
                                                 stage == num_stages() - 1);
     for (const auto& [name, shape] : names) {

@@ -82,7 +82,7 @@ void TensorParallelGpt::build(uint64_t seed) {
   }
   const bool swiglu = cfg_.activation == nn::Activation::SwiGlu;
   const int64_t C = cfg_.d_model;
-  if (plan_.embedding || plan_.head) {
+  if (plan_.embedding || (plan_.head && cfg_.tie_embeddings)) {
     wte_ = register_module(
         "wte", std::make_shared<VocabParallelEmbedding>(cfg_.vocab_size, C, group_, sp_));
     specs_["wte.weight"] = wte_->spec();
@@ -137,6 +137,13 @@ void TensorParallelGpt::build(uint64_t seed) {
                                                                     DType::F32, cfg_.rms_norm()));
     specs_["ln_f.weight"] = ShardSpec::replicated(sp_);
     if (!cfg_.rms_norm()) specs_["ln_f.bias"] = ShardSpec::replicated(sp_);
+    if (cfg_.tie_embeddings) {
+      head_ = wte_;
+    } else {
+      head_ = register_module(
+          "lm_head", std::make_shared<VocabParallelEmbedding>(cfg_.vocab_size, C, group_, sp_));
+      specs_["lm_head.weight"] = head_->spec();
+    }
   }
   // Layout-independent initialisation: cut each rank's shard from the full
   // initial value, a pure function of (seed, name, full shape).
@@ -331,8 +338,8 @@ Tensor TensorParallelGpt::head_loss(const Tensor& hidden, const Tensor& targets)
   }
   Tensor y = ln_f_->forward(hidden);
   Tensor full = sp_ ? gather_from_sequence_region(y, group_) : copy_to_region(y, group_);
-  return vocab_parallel_linear_cross_entropy(full, wte_->weight(), targets, wte_->vocab_start(),
-                                             wte_->valid_rows(), group_);
+  return vocab_parallel_linear_cross_entropy(full, head_->weight(), targets, head_->vocab_start(),
+                                             head_->valid_rows(), group_);
 }
 
 nn::ForwardContext TensorParallelGpt::with_documents(const Tensor& ids,
@@ -358,7 +365,7 @@ Tensor TensorParallelGpt::logits(const Tensor& ids, const nn::ForwardContext& in
   for (int64_t i : plan_.layers) x = block(i, x, ctx);
   Tensor y = ln_f_->forward(x);
   if (sp_) y = all_gather_along(y, 1, group_);
-  Tensor local = linear(y, wte_->weight());
+  Tensor local = linear(y, head_->weight());
   Tensor all = all_gather_along(local, -1, group_);
   return contiguous(narrow(all, -1, 0, cfg_.vocab_size));
 }

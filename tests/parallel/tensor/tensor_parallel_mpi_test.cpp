@@ -286,6 +286,7 @@ TEST_P(TensorParallelGptTest, PackedDocumentsMatchOneProcess) {
 // LLaMA-style options. Rotary embeddings turn each rank's own heads (the
 // column-parallel qkv's local q and k), over the whole sequence under
 // sequence parallelism; with and without packed documents' positions.
+// An untied head (lm_head) is split over the vocabulary as wte is.
 // SwiGLU splits c_fc's gate and value halves each over the ranks, so every
 // rank pairs its own gate and value columns. RMSNorm weights are replicated
 // (summed over the ranks under sequence parallelism, as LayerNorm's), and
@@ -294,10 +295,12 @@ TEST_P(TensorParallelGptTest, PackedDocumentsMatchOneProcess) {
 TEST_P(TensorParallelGptTest, LlamaOptionsMatchOneProcess) {
   const int64_t V = 300;
   for (const std::string variant :
-       {"rope", "rope, packed documents", "swiglu, F 24", "rmsnorm, rope, swiglu, no biases"}) {
+       {"rope", "rope, packed documents", "swiglu, F 24", "rmsnorm, rope, swiglu, no biases",
+        "rmsnorm, rope, swiglu, no biases, untied head"}) {
     SCOPED_TRACE(variant);
     nn::GptConfig cfg = tiny(V);
-    if (variant == "rmsnorm, rope, swiglu, no biases") {
+    if (variant.rfind("rmsnorm, rope, swiglu, no biases", 0) == 0) {
+      cfg.tie_embeddings = variant.find("untied") == std::string::npos;
       cfg.normalization = nn::Normalization::RmsNorm;
       cfg.linear_bias = false;
       cfg.activation = nn::Activation::SwiGlu;
@@ -316,8 +319,9 @@ TEST_P(TensorParallelGptTest, LlamaOptionsMatchOneProcess) {
     }
     Tensor ids = token_ids(V, 5);
     for (int64_t i : {3, 11}) ids.data<int64_t>()[i] = 7;
-    EXPECT_EQ(TensorParallelGpt(cfg, 17, g_world, GetParam()).full_shapes().count("wpe.weight"),
-              cfg.rotary() ? 0u : 1u);
+    const auto shapes = TensorParallelGpt(cfg, 17, g_world, GetParam()).full_shapes();
+    EXPECT_EQ(shapes.count("wpe.weight"), cfg.rotary() ? 0u : 1u);
+    EXPECT_EQ(shapes.count("lm_head.weight"), cfg.tie_embeddings ? 0u : 1u);
     expect_sharded_matches_one_process(cfg, 17, GetParam(), ids, ids, token_ids(V, 6));
   }
 }

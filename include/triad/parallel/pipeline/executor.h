@@ -35,8 +35,9 @@ std::vector<std::vector<int64_t>> split_layers(int64_t n_layer, int pp, int vpp,
 // This rank's part of a pipeline-parallel GPT: chunk c holds model stage
 // c*p + r (r = pipeline rank), built from TensorParallelGpt so pipeline and
 // tensor parallelism compose. Stage 0 holds the embeddings, stage S-1 the
-// final LayerNorm, the tied head (its own copy of the token embedding) and the
-// loss. Initialisation is layout-independent, as everywhere.
+// final LayerNorm, the head (its own copy of the token embedding, or an
+// untied lm_head) and the loss. Initialisation is layout-independent, as
+// everywhere.
 class PipelineModel {
  public:
   PipelineModel(const nn::GptConfig& cfg, uint64_t seed, PipelineGroups groups,

@@ -16,8 +16,8 @@ namespace triad::tp {
 
 // Which part of the model a pipeline stage holds: a run of layers (global
 // indices, ascending), the embeddings (first stage) and/or the final
-// LayerNorm with the tied output head and the loss (last stage; it holds its
-// own copy of the token embedding).
+// LayerNorm with the output head and the loss (last stage; it holds its own
+// copy of the token embedding when the head is tied to it, else lm_head).
 struct StagePlan {
   std::vector<int64_t> layers;
   bool embedding = true;
@@ -82,6 +82,9 @@ class TensorParallelGpt : public nn::Module {
   Tensor grad_norm_squared(bool count_embedding = true) const;
   void scale_grads(double coef) const;
   const Tensor& token_embedding() const { return wte_->weight(); }
+  // Whether this stage holds the token embedding (first stage, or the last
+  // one's tied copy).
+  bool holds_token_embedding() const { return wte_ != nullptr; }
 
  private:
   Tensor block_forward(int64_t i, const Tensor& x, const nn::ForwardContext& ctx) const;
@@ -97,6 +100,9 @@ class TensorParallelGpt : public nn::Module {
   void build(uint64_t seed);
   void require(bool held, const char* what) const;
   std::shared_ptr<VocabParallelEmbedding> wte_;
+  // The output head's vocabulary shard: wte_ when tied, else its own
+  // lm_head (split like wte; only its weight is used).
+  std::shared_ptr<VocabParallelEmbedding> head_;
   std::shared_ptr<nn::Embedding> wpe_;
   StagePlan plan_;
   std::map<int64_t, Layer> layers_;
