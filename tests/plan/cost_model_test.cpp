@@ -360,6 +360,16 @@ TEST(PlannerFiles, ClusterAndModelFilesAreValidated) {
   EXPECT_THROW(parse_model_spec("{n_layer: 2, n_head: 2, d_model: 8, vocab_size: 10, seq_len: 4, "
                                 "position_embedding: alibi}"),
                ConfigError);
+  // LLaMA 2 7B from its options has the published model's parameters
+  // exactly (Hugging Face's count for Llama-2-7b): 32 blocks of attention
+  // 4h^2, SwiGLU 3hF and two RMSNorms, two untied 32000 x h tables, the
+  // final norm.
+  const nn::GptConfig llama =
+      load_model_spec(std::string(TRIAD_SOURCE_DIR) + "/configs/models/llama2_7b.yaml");
+  EXPECT_EQ(llama.num_parameters(), 6'738'415'616);
+  nn::GptConfig tied = llama;
+  tied.tie_embeddings = true;
+  EXPECT_EQ(llama.num_parameters() - tied.num_parameters(), int64_t{32000} * 4096);
 }
 
 }  // namespace
