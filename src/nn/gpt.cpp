@@ -104,6 +104,10 @@ void GptConfig::validate() const {
     throw ConfigError("model.rope_theta (" + std::to_string(rope_theta) +
                       ") must be a positive number");
   }
+  if (!(layer_norm_eps > 0.0) || !std::isfinite(layer_norm_eps)) {
+    throw ConfigError("model.norm_eps (" + std::to_string(layer_norm_eps) +
+                      ") must be a positive number");
+  }
   if (!(dropout >= 0.0 && dropout < 1.0)) {
     throw ConfigError("model.dropout (" + std::to_string(dropout) + ") must be in [0, 1)");
   }

@@ -2,8 +2,10 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
+#include <vector>
 
 #include "triad/core/error.h"
 
@@ -65,17 +67,33 @@ nn::GptConfig parse_model_spec(const std::string& yaml_text, const std::string& 
          [&](const YAML::Node& v) { c.linear_bias = v.as<bool>(); });
   option("tie_embeddings", "true or false",
          [&](const YAML::Node& v) { c.tie_embeddings = v.as<bool>(); });
+  option("norm_eps", "a number", [&](const YAML::Node& v) { c.layer_norm_eps = v.as<double>(); });
   get("ffn_hidden_size", c.ffn_hidden_size, false);
+  // Keys a trainer config's model section may also hold; the ones not read
+  // above change nothing priced.
+  static const std::vector<std::string> kKeys = {"n_layer",
+                                                 "n_head",
+                                                 "d_model",
+                                                 "vocab_size",
+                                                 "seq_len",
+                                                 "dropout",
+                                                 "recompute",
+                                                 "position_embedding",
+                                                 "rope_theta",
+                                                 "activation",
+                                                 "ffn_hidden_size",
+                                                 "normalization",
+                                                 "linear_bias",
+                                                 "tie_embeddings",
+                                                 "norm_eps",
+                                                 "attention_kernel",
+                                                 "attention_deterministic"};
   for (auto it = model.begin(); it != model.end(); ++it) {
     const std::string k = it->first.as<std::string>();
-    if (k != "n_layer" && k != "n_head" && k != "d_model" && k != "vocab_size" && k != "seq_len" &&
-        k != "dropout" && k != "recompute" && k != "position_embedding" && k != "rope_theta" &&
-        k != "activation" && k != "ffn_hidden_size" && k != "normalization" && k != "linear_bias" &&
-        k != "tie_embeddings") {
-      throw ConfigError(source + ": unknown model key '" + k +
-                        "' (allowed: n_layer, n_head, d_model, vocab_size, seq_len, dropout, "
-                        "recompute, position_embedding, rope_theta, activation, ffn_hidden_size, "
-                        "normalization, linear_bias, tie_embeddings)");
+    if (std::find(kKeys.begin(), kKeys.end(), k) == kKeys.end()) {
+      std::string allowed;
+      for (const auto& key : kKeys) allowed += (allowed.empty() ? "" : ", ") + key;
+      throw ConfigError(source + ": unknown model key '" + k + "' (allowed: " + allowed + ")");
     }
   }
   c.validate();

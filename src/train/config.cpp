@@ -421,6 +421,7 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
       {"vocab_size", {true, [&](auto& v, auto& k) { m.vocab_size = get_int(v, k); }}},
       {"seq_len", {true, [&](auto& v, auto& k) { m.seq_len = get_int(v, k); }}},
       {"dropout", {false, [&](auto& v, auto& k) { m.dropout = get_double(v, k); }}},
+      {"norm_eps", {false, [&](auto& v, auto& k) { m.layer_norm_eps = get_double(v, k); }}},
       {"recompute",
        {false,
         [&](auto& v, auto& k) { m.recompute = nn::recompute_from_string(get_string(v, k)); }}},
@@ -708,6 +709,7 @@ std::string to_yaml(const Config& c) {
   e << YAML::Key << "vocab_size" << YAML::Value << c.model.vocab_size;
   e << YAML::Key << "seq_len" << YAML::Value << c.model.seq_len;
   e << YAML::Key << "dropout" << YAML::Value << c.model.dropout;
+  e << YAML::Key << "norm_eps" << YAML::Value << c.model.layer_norm_eps;
   e << YAML::Key << "recompute" << YAML::Value << nn::recompute_string(c.model.recompute);
   e << YAML::Key << "normalization" << YAML::Value
     << nn::normalization_string(c.model.normalization);

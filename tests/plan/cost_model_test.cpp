@@ -367,6 +367,11 @@ TEST(PlannerFiles, ClusterAndModelFilesAreValidated) {
   const nn::GptConfig llama =
       load_model_spec(std::string(TRIAD_SOURCE_DIR) + "/configs/models/llama2_7b.yaml");
   EXPECT_EQ(llama.num_parameters(), 6'738'415'616);
+  // A trainer config's other model keys are accepted (nothing priced).
+  EXPECT_EQ(parse_model_spec("{n_layer: 2, n_head: 2, d_model: 8, vocab_size: 10, seq_len: 4, "
+                             "norm_eps: 1.0e-6, attention_kernel: simt}")
+                .layer_norm_eps,
+            1e-6);
   nn::GptConfig tied = llama;
   tied.tie_embeddings = true;
   EXPECT_EQ(llama.num_parameters() - tied.num_parameters(), int64_t{32000} * 4096);

@@ -373,6 +373,11 @@ TEST(Config, MlpActivationWidthAndNormalizationParseRoundTripAndAreChecked) {
   EXPECT_FALSE(parse_config(to_yaml(nobias)).model.linear_bias);
   EXPECT_TRUE(plain.model.linear_bias);
   EXPECT_TRUE(plain.model.tie_embeddings);
+  EXPECT_DOUBLE_EQ(plain.model.layer_norm_eps, 1e-5);
+  const Config eps = parse_config(kValid, {"model.norm_eps=1e-6"});
+  EXPECT_DOUBLE_EQ(eps.model.layer_norm_eps, 1e-6);
+  EXPECT_DOUBLE_EQ(parse_config(to_yaml(eps)).model.layer_norm_eps, 1e-6);
+  expect_config_error(kValid, {"model.norm_eps=0"}, "model.norm_eps (0.000000) must be a positive");
   const Config untied = parse_config(kValid, {"model.tie_embeddings=false"});
   EXPECT_FALSE(untied.model.tie_embeddings);
   EXPECT_FALSE(parse_config(to_yaml(untied)).model.tie_embeddings);

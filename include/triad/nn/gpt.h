@@ -55,7 +55,7 @@ struct GptConfig {
   int64_t vocab_size = 50257;
   int64_t seq_len = 1024;
   double dropout = 0.0;
-  double layer_norm_eps = 1e-5;
+  double layer_norm_eps = 1e-5;  // every norm's eps (config key model.norm_eps)
   Recompute recompute = Recompute::None;
   Normalization normalization = Normalization::LayerNorm;
   bool linear_bias = true;  // biases in the attention's and MLP's linear layers
