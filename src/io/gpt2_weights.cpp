@@ -1,6 +1,8 @@
 #include "triad/io/gpt2_weights.h"
 
 #include <cstring>
+#include <exception>
+#include <string>
 
 #include "triad/io/safetensors.h"
 #include "triad/ops/elementwise.h"
@@ -51,10 +53,78 @@ std::map<std::string, Tensor> triad_to_gpt2(const nn::StateDict& state) {
   return out;
 }
 
+bool is_hf_llama(const std::map<std::string, Tensor>& tensors) {
+  return tensors.count("model.embed_tokens.weight") > 0;
+}
+
+nn::StateDict hf_llama_to_triad(const std::map<std::string, Tensor>& tensors) {
+  nn::StateDict out;
+  // Per layer: the projections to stack, by their Hugging Face names.
+  std::map<int64_t, std::map<std::string, Tensor>> layers;
+  for (const auto& [name, t] : tensors) {
+    if (name == "model.embed_tokens.weight") {
+      out["wte.weight"] = t;
+    } else if (name == "model.norm.weight") {
+      out["ln_f.weight"] = t;
+    } else if (name == "lm_head.weight") {
+      out["lm_head.weight"] = t;
+    } else if (name.rfind("model.layers.", 0) == 0) {
+      const std::string rest = name.substr(13);
+      const size_t dot = rest.find('.');
+      int64_t layer = -1;
+      try {
+        layer = std::stoll(rest.substr(0, dot));
+      } catch (const std::exception&) {
+      }
+      if (dot == std::string::npos || layer < 0)
+        throw IoError("Hugging Face LLaMA weights: tensor '" + name + "' has no layer number");
+      layers[layer][rest.substr(dot + 1)] = t;
+    } else {
+      throw IoError("Hugging Face LLaMA weights: unexpected tensor '" + name + "'");
+    }
+  }
+  static const std::map<std::string, std::string> kSingle = {
+      {"input_layernorm.weight", "ln_1.weight"},
+      {"post_attention_layernorm.weight", "ln_2.weight"},
+      {"self_attn.o_proj.weight", "attn.c_proj.weight"},
+      {"mlp.down_proj.weight", "mlp.c_proj.weight"}};
+  for (auto& [i, parts] : layers) {
+    const std::string hf = "model.layers." + std::to_string(i) + ".";
+    const std::string p = "h." + std::to_string(i) + ".";
+    auto take = [&](const std::string& key) {
+      auto it = parts.find(key);
+      if (it == parts.end())
+        throw IoError("Hugging Face LLaMA weights: tensor '" + hf + key + "' is missing");
+      Tensor t = it->second;
+      parts.erase(it);
+      return t;
+    };
+    for (const auto& [from, to] : kSingle) out[p + to] = take(from);
+    const Tensor q = take("self_attn.q_proj.weight"), k = take("self_attn.k_proj.weight"),
+                 v = take("self_attn.v_proj.weight");
+    if (k.shape() != q.shape() || v.shape() != q.shape()) {
+      throw NotSupportedError("Hugging Face LLaMA weights: layer " + std::to_string(i) +
+                              " has q_proj " + shape_str(q.shape()) + " but k_proj " +
+                              shape_str(k.shape()) + " and v_proj " + shape_str(v.shape()) +
+                              ": grouped-query attention is not supported");
+    }
+    out[p + "attn.c_attn.weight"] = concat({q, k, v}, 0);
+    out[p + "mlp.c_fc.weight"] =
+        concat({take("mlp.gate_proj.weight"), take("mlp.up_proj.weight")}, 0);
+    parts.erase("self_attn.rotary_emb.inv_freq");  // a buffer, recomputed
+    if (!parts.empty()) {
+      throw IoError("Hugging Face LLaMA weights: unexpected tensor '" + hf + parts.begin()->first +
+                    "'");
+    }
+  }
+  return out;
+}
+
 nn::StateDict load_gpt2_state_dict(const std::string& path,
                                    const std::map<std::string, Shape>& expected) {
   Safetensors file = load_safetensors(path);
-  nn::StateDict state = gpt2_to_triad(file.tensors);
+  const bool llama = is_hf_llama(file.tensors);
+  nn::StateDict state = llama ? hf_llama_to_triad(file.tensors) : gpt2_to_triad(file.tensors);
   // A tied model takes a file's lm_head.weight only as the copy of wte some
   // exports carry; an untied one needs its own.
   auto head = state.find("lm_head.weight");
@@ -78,7 +148,7 @@ nn::StateDict load_gpt2_state_dict(const std::string& path,
                          : ""));
     if (it->second.shape() != shape) {
       Shape stored = it->second.shape(), want = shape;
-      if (is_gpt2_conv1d_weight(name)) {
+      if (!llama && is_gpt2_conv1d_weight(name)) {
         std::swap(stored[0], stored[1]);
         std::swap(want[0], want[1]);
       }

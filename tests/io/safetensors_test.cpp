@@ -183,5 +183,67 @@ TEST(Gpt2Weights, AnUntiedHeadRoundTripsAndMismatchesAreNamed) {
             to_double_vector(tied.state_dict().at("wte.weight")));
 }
 
+// Hugging Face's LLaMA layout: separate q/k/v and gate/up projections under
+// their names load into the same model; grouped-query attention, a missing
+// and an unknown tensor are named.
+TEST(HfLlamaWeights, LoadIntoTheSameModelAndMismatchesAreNamed) {
+  TempDir dir;
+  nn::GptConfig cfg{.n_layer = 2, .n_head = 2, .d_model = 8, .vocab_size = 11, .seq_len = 5};
+  cfg.position_embedding = nn::PositionEmbedding::Rotary;
+  cfg.activation = nn::Activation::SwiGlu;
+  cfg.ffn_hidden_size = 12;
+  cfg.normalization = nn::Normalization::RmsNorm;
+  cfg.linear_bias = false;
+  cfg.tie_embeddings = false;
+  const nn::Gpt model(cfg, 3);
+  const nn::StateDict sd = model.state_dict();
+  std::map<std::string, Tensor> hf{{"model.embed_tokens.weight", sd.at("wte.weight")},
+                                   {"model.norm.weight", sd.at("ln_f.weight")},
+                                   {"lm_head.weight", sd.at("lm_head.weight")}};
+  for (int i = 0; i < 2; ++i) {
+    const std::string p = "h." + std::to_string(i) + ".",
+                      q = "model.layers." + std::to_string(i) + ".";
+    const Tensor qkv = sd.at(p + "attn.c_attn.weight"), fc = sd.at(p + "mlp.c_fc.weight");
+    hf[q + "self_attn.q_proj.weight"] = contiguous(narrow(qkv, 0, 0, 8));
+    hf[q + "self_attn.k_proj.weight"] = contiguous(narrow(qkv, 0, 8, 8));
+    hf[q + "self_attn.v_proj.weight"] = contiguous(narrow(qkv, 0, 16, 8));
+    hf[q + "self_attn.o_proj.weight"] = sd.at(p + "attn.c_proj.weight");
+    hf[q + "mlp.gate_proj.weight"] = contiguous(narrow(fc, 0, 0, 12));
+    hf[q + "mlp.up_proj.weight"] = contiguous(narrow(fc, 0, 12, 12));
+    hf[q + "mlp.down_proj.weight"] = sd.at(p + "mlp.c_proj.weight");
+    hf[q + "input_layernorm.weight"] = sd.at(p + "ln_1.weight");
+    hf[q + "post_attention_layernorm.weight"] = sd.at(p + "ln_2.weight");
+  }
+  const std::string path = dir.file("hf.safetensors");
+  save_safetensors(path, hf);
+  nn::Gpt loaded(cfg, 99);
+  load_gpt2_safetensors(loaded, path);
+  for (const auto& [name, t] : sd)
+    EXPECT_EQ(to_double_vector(loaded.state_dict().at(name)), to_double_vector(t)) << name;
+  auto expect_error = [&](std::map<std::string, Tensor> tensors, const std::string& want) {
+    save_safetensors(path, tensors);
+    nn::Gpt m(cfg, 1);
+    try {
+      load_gpt2_safetensors(m, path);
+      FAIL() << "no error for " << want;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+    }
+  };
+  auto gqa = hf;
+  gqa["model.layers.1.self_attn.k_proj.weight"] =
+      contiguous(narrow(gqa.at("model.layers.1.self_attn.k_proj.weight"), 0, 0, 4));
+  expect_error(gqa, "grouped-query attention is not supported");
+  auto missing = hf;
+  missing.erase("model.layers.0.mlp.up_proj.weight");
+  expect_error(missing, "'model.layers.0.mlp.up_proj.weight' is missing");
+  auto extra = hf;
+  extra["model.layers.1.self_attn.q_norm.weight"] = sd.at("ln_f.weight");
+  expect_error(extra, "unexpected tensor 'model.layers.1.self_attn.q_norm.weight'");
+  EXPECT_THROW(hf_llama_to_triad({{"model.embed_tokens.weight", sd.at("wte.weight")},
+                                  {"model.layers.x.mlp.up_proj.weight", sd.at("wte.weight")}}),
+               IoError);
+}
+
 }  // namespace
 }  // namespace triad::io

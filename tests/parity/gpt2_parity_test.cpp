@@ -164,6 +164,11 @@ TEST_F(Gpt2Parity, LlamaStyleModelLogitsAndGradients) {
   io::load_gpt2_safetensors(model, ref_dir() + "/llama_model.safetensors");
   EXPECT_EQ(static_cast<int64_t>(model.named_parameters().size()), 1 + 6 * cfg.n_layer + 1 + 1);
   expect_step_zero_matches(model, ref_, "llama.");
+  // The same weights under Hugging Face's LlamaForCausalLM names and layout
+  // (q, k, v and gate, up as separate projections) load to the same model.
+  nn::Gpt hf(cfg, 2);
+  io::load_gpt2_safetensors(hf, ref_dir() + "/llama_hf_model.safetensors");
+  expect_step_zero_matches(hf, ref_, "llama.");
 }
 
 TEST_F(Gpt2Parity, GreedyGenerationPicksPyTorchsTokens) {

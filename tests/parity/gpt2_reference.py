@@ -160,6 +160,25 @@ def save_model(model, path):
     save_safetensors(path, {n: gpt2_layout(n, p) for n, p in model.named_parameters()})
 
 
+def save_hf_llama(model, path):
+    """A LLaMA-style model under Hugging Face's LlamaForCausalLM names and
+    layout: q, k, v and gate, up as separate (out, in) projections."""
+    C, F = model.c["d_model"], model.swiglu_ffn
+    t = {"model.embed_tokens.weight": model.wte.weight, "model.norm.weight": model.ln_f.weight,
+         "lm_head.weight": model.lm_head.weight}
+    for i, b in enumerate(model.h):
+        p = f"model.layers.{i}."
+        q, k, v = b.attn.c_attn.weight.split(C, 0)
+        gate, up = b.mlp.c_fc.weight.split(F, 0)
+        t.update({p + "input_layernorm.weight": b.ln_1.weight,
+                  p + "post_attention_layernorm.weight": b.ln_2.weight,
+                  p + "self_attn.q_proj.weight": q, p + "self_attn.k_proj.weight": k,
+                  p + "self_attn.v_proj.weight": v, p + "self_attn.o_proj.weight": b.attn.c_proj.weight,
+                  p + "mlp.gate_proj.weight": gate, p + "mlp.up_proj.weight": up,
+                  p + "mlp.down_proj.weight": b.mlp.c_proj.weight})
+    save_safetensors(path, t)
+
+
 def greedy_continuation(model):
     """Greedy continuation of GREEDY_PROMPT, past seq_len (the window slides
     over the last seq_len tokens), by the model with its weights made 8x
@@ -256,6 +275,7 @@ def main():
     record_step_zero(swiglu, x, y, "swiglu.", ref)
     llama = Gpt(CFG, ROPE_THETA, SWIGLU_FFN, rms_norm=True, bias=False, tie=False)
     save_model(llama, os.path.join(out, "llama_model.safetensors"))
+    save_hf_llama(llama, os.path.join(out, "llama_hf_model.safetensors"))
     record_step_zero(llama, x, y, "llama.", ref)
 
     ref["greedy_prompt"] = torch.tensor(GREEDY_PROMPT, dtype=torch.float32)

@@ -20,13 +20,25 @@ bool is_gpt2_conv1d_weight(const std::string& name);
 nn::StateDict gpt2_to_triad(const std::map<std::string, Tensor>& tensors);
 std::map<std::string, Tensor> triad_to_gpt2(const nn::StateDict& state);
 
+// Hugging Face LLaMA tensors (model.embed_tokens, model.layers.N.self_attn.
+// {q,k,v,o}_proj, mlp.{gate,up,down}_proj, input_layernorm,
+// post_attention_layernorm, model.norm, lm_head) -> Triad state dict: q, k,
+// v stacked into c_attn, gate and up into c_fc (Triad's SwiGLU order). Their
+// rotary embeddings are the rotate-half form Triad's are. Grouped-query
+// attention (k_proj narrower than q_proj) is a NotSupportedError; an
+// unknown tensor is an IoError naming it.
+bool is_hf_llama(const std::map<std::string, Tensor>& tensors);
+nn::StateDict hf_llama_to_triad(const std::map<std::string, Tensor>& tensors);
+
 // Loads a GPT-2 safetensors file into `model` (shapes must match its config;
 // errors name the tensor and both shapes).
 void load_gpt2_safetensors(nn::Gpt& model, const std::string& path);
 void save_gpt2_safetensors(const nn::Gpt& model, const std::string& path);
 
 // The same for any layout: read a file into a full Triad state dict checked
-// against `expected` (name -> full shape), and write a full state dict.
+// against `expected` (name -> full shape), and write a full state dict. A
+// file in Hugging Face's LLaMA layout (is_hf_llama) is read too
+// (hf_llama_to_triad).
 nn::StateDict load_gpt2_state_dict(const std::string& path,
                                    const std::map<std::string, Shape>& expected);
 void save_gpt2_state_dict(const nn::StateDict& full, const nn::GptConfig& config,
