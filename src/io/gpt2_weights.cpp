@@ -1,7 +1,12 @@
 #include "triad/io/gpt2_weights.h"
 
+#include <nlohmann/json.hpp>
+
 #include <cstring>
 #include <exception>
+#include <filesystem>
+#include <fstream>
+#include <set>
 #include <string>
 
 #include "triad/io/safetensors.h"
@@ -120,9 +125,67 @@ nn::StateDict hf_llama_to_triad(const std::map<std::string, Tensor>& tensors) {
   return out;
 }
 
+// A safetensors file, a sharded checkpoint's index, or a directory of either.
+static Safetensors load_weight_files(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::string index = path;
+  if (fs::is_directory(path)) {
+    const fs::path dir(path);
+    if (fs::exists(dir / "model.safetensors.index.json")) {
+      index = (dir / "model.safetensors.index.json").string();
+    } else if (fs::exists(dir / "model.safetensors")) {
+      return load_safetensors((dir / "model.safetensors").string());
+    } else {
+      throw IoError("weights '" + path +
+                    "': a directory without model.safetensors or model.safetensors.index.json");
+    }
+  }
+  const std::string suffix = ".index.json";
+  if (index.size() < suffix.size() ||
+      index.compare(index.size() - suffix.size(), suffix.size(), suffix) != 0) {
+    return load_safetensors(path);
+  }
+  // A sharded checkpoint: the index's weight_map names each tensor's file.
+  std::ifstream in(index);
+  if (!in) throw IoError("weights index '" + index + "' cannot be read");
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw IoError("weights index '" + index + "' is not valid JSON: " + e.what());
+  }
+  if (!j.contains("weight_map") || !j["weight_map"].is_object())
+    throw IoError("weights index '" + index + "' has no \"weight_map\" object");
+  std::map<std::string, std::string> where;
+  std::set<std::string> files;
+  for (const auto& [name, file] : j["weight_map"].items()) {
+    if (!file.is_string())
+      throw IoError("weights index '" + index + "': the file of '" + name + "' is not a string");
+    where[name] = file.get<std::string>();
+    files.insert(file.get<std::string>());
+  }
+  Safetensors all;
+  const fs::path dir = fs::path(index).parent_path();
+  for (const std::string& f : files) {
+    Safetensors shard = load_safetensors((dir / f).string());
+    for (auto& [name, t] : shard.tensors) {
+      auto it = where.find(name);
+      if (it == where.end() || it->second != f)
+        throw IoError("weights shard '" + f + "' holds '" + name +
+                      "', which the index puts elsewhere");
+      all.tensors[name] = t;
+    }
+  }
+  for (const auto& [name, f] : where) {
+    if (!all.tensors.count(name))
+      throw IoError("weights shard '" + f + "' lacks '" + name + "', which the index lists");
+  }
+  return all;
+}
+
 nn::StateDict load_gpt2_state_dict(const std::string& path,
                                    const std::map<std::string, Shape>& expected) {
-  Safetensors file = load_safetensors(path);
+  Safetensors file = load_weight_files(path);
   const bool llama = is_hf_llama(file.tensors);
   nn::StateDict state = llama ? hf_llama_to_triad(file.tensors) : gpt2_to_triad(file.tensors);
   // A tied model takes a file's lm_head.weight only as the copy of wte some

@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <functional>
 
 #include "support/temp_dir.h"
@@ -220,6 +222,44 @@ TEST(HfLlamaWeights, LoadIntoTheSameModelAndMismatchesAreNamed) {
   load_gpt2_safetensors(loaded, path);
   for (const auto& [name, t] : sd)
     EXPECT_EQ(to_double_vector(loaded.state_dict().at(name)), to_double_vector(t)) << name;
+  // Sharded (Hugging Face's model.safetensors.index.json beside its files):
+  // through the index or its directory.
+  {
+    std::map<std::string, Tensor> first, second;
+    std::string map;
+    for (const auto& [name, t] : hf) {
+      const bool a = name.find("layers.1.") == std::string::npos;
+      (a ? first : second)[name] = t;
+      map += std::string(map.empty() ? "" : ", ") + "\"" + name + "\": \"" +
+             (a ? "model-00001-of-00002.safetensors" : "model-00002-of-00002.safetensors") + "\"";
+    }
+    const std::string shards = dir.file("sharded");
+    std::filesystem::create_directories(shards);
+    save_safetensors(shards + "/model-00001-of-00002.safetensors", first);
+    save_safetensors(shards + "/model-00002-of-00002.safetensors", second);
+    std::ofstream(shards + "/model.safetensors.index.json")
+        << "{\"metadata\": {}, \"weight_map\": {" << map << "}}";
+    for (const std::string& from : {shards + "/model.safetensors.index.json", shards}) {
+      nn::Gpt m(cfg, 98);
+      load_gpt2_safetensors(m, from);
+      EXPECT_EQ(to_double_vector(m.state_dict().at("h.1.attn.c_attn.weight")),
+                to_double_vector(sd.at("h.1.attn.c_attn.weight")))
+          << from;
+    }
+    // The index naming a tensor its shard lacks.
+    std::ofstream(shards + "/model.safetensors.index.json")
+        << "{\"weight_map\": {" << map
+        << ", \"model.layers.9.mlp.up_proj.weight\": \"model-00002-of-00002.safetensors\"}}";
+    nn::Gpt m(cfg, 98);
+    try {
+      load_gpt2_safetensors(m, shards);
+      FAIL() << "no error";
+    } catch (const IoError& e) {
+      EXPECT_NE(std::string(e.what()).find("lacks 'model.layers.9.mlp.up_proj.weight'"),
+                std::string::npos)
+          << e.what();
+    }
+  }
   auto expect_error = [&](std::map<std::string, Tensor> tensors, const std::string& want) {
     save_safetensors(path, tensors);
     nn::Gpt m(cfg, 1);

@@ -38,7 +38,9 @@ void save_gpt2_safetensors(const nn::Gpt& model, const std::string& path);
 // The same for any layout: read a file into a full Triad state dict checked
 // against `expected` (name -> full shape), and write a full state dict. A
 // file in Hugging Face's LLaMA layout (is_hf_llama) is read too
-// (hf_llama_to_triad).
+// (hf_llama_to_triad). `path` is a safetensors file, a sharded checkpoint's
+// model.safetensors.index.json (its weight_map names each tensor's file,
+// beside it), or a directory holding either.
 nn::StateDict load_gpt2_state_dict(const std::string& path,
                                    const std::map<std::string, Shape>& expected);
 void save_gpt2_state_dict(const nn::StateDict& full, const nn::GptConfig& config,
