@@ -136,61 +136,71 @@ void CpuBackend::swiglu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) 
   });
 }
 
-void CpuBackend::layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias,
-                                    double eps, Tensor& y, Tensor& mean, Tensor& rstd) {
-  dispatch_float(x.dtype(), "layer_norm", [&](auto tag) {
+namespace {
+// LayerNorm and RMSNorm share these (RMSNorm: no mean, taken as 0, and no
+// bias; mean, bias and dbias null), in f64, each row's sums and the
+// columns' sums in order.
+void norm_forward(const char* name, const Tensor& x, const Tensor& weight, const Tensor* bias,
+                  double eps, Tensor& y, Tensor* mean, Tensor& rstd) {
+  dispatch_float(x.dtype(), name, [&](auto tag) {
     using T = decltype(tag);
     const int64_t C = x.size(-1), N = x.numel() / std::max<int64_t>(C, 1);
     const T* px = x.data<T>();
     const T* w = weight.data<T>();
-    const T* b = bias.data<T>();
+    const T* b = bias ? bias->data<T>() : nullptr;
     T* py = y.data<T>();
-    T* pm = mean.data<T>();
+    T* pm = mean ? mean->data<T>() : nullptr;
     T* pr = rstd.data<T>();
 #pragma omp parallel for schedule(static)
     for (int64_t r = 0; r < N; ++r) {
       const T* row = px + r * C;
-      double s = 0;
-      for (int64_t i = 0; i < C; ++i) s += row[i];
-      const double mu = s / C;
+      double mu = 0;
+      if (pm) {
+        double s = 0;
+        for (int64_t i = 0; i < C; ++i) s += row[i];
+        mu = s / C;
+        pm[r] = static_cast<T>(mu);
+      }
       double v = 0;
       for (int64_t i = 0; i < C; ++i) v += (row[i] - mu) * (row[i] - mu);
       const double rs = 1.0 / std::sqrt(v / C + eps);
-      pm[r] = static_cast<T>(mu);
       pr[r] = static_cast<T>(rs);
       T* out = py + r * C;
       for (int64_t i = 0; i < C; ++i) {
-        out[i] = static_cast<T>((row[i] - mu) * rs) * w[i] + b[i];
+        const T scaled = static_cast<T>((row[i] - mu) * rs) * w[i];
+        out[i] = b ? scaled + b[i] : scaled;
       }
     }
   });
 }
 
-void CpuBackend::layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
-                                     const Tensor& mean, const Tensor& rstd, Tensor& dx,
-                                     Tensor& dweight, Tensor& dbias) {
-  dispatch_float(x.dtype(), "layer_norm_backward", [&](auto tag) {
+// dx = rstd * (dy * w - mean(dy * w) - xhat * mean(dy * w * xhat)), without
+// the mean(dy * w) term for RMSNorm; dweight = column sums of dy * xhat,
+// dbias of dy.
+void norm_backward(const char* name, const Tensor& dy, const Tensor& x, const Tensor& weight,
+                   const Tensor* mean, const Tensor& rstd, Tensor& dx, Tensor& dweight,
+                   Tensor* dbias) {
+  dispatch_float(x.dtype(), name, [&](auto tag) {
     using T = decltype(tag);
     const int64_t C = x.size(-1), N = x.numel() / std::max<int64_t>(C, 1);
     const T* px = x.data<T>();
     const T* pdy = dy.data<T>();
     const T* w = weight.data<T>();
-    const T* pm = mean.data<T>();
+    const T* pm = mean ? mean->data<T>() : nullptr;
     const T* pr = rstd.data<T>();
     T* pdx = dx.data<T>();
 #pragma omp parallel for schedule(static)
     for (int64_t r = 0; r < N; ++r) {
       const T* row = px + r * C;
       const T* g = pdy + r * C;
-      const double mu = pm[r], rs = pr[r];
+      const double mu = pm ? static_cast<double>(pm[r]) : 0.0, rs = pr[r];
       double mean_g = 0, mean_gx = 0;
       for (int64_t i = 0; i < C; ++i) {
         const double gw = static_cast<double>(g[i]) * w[i];
-        const double xhat = (row[i] - mu) * rs;
         mean_g += gw;
-        mean_gx += gw * xhat;
+        mean_gx += gw * ((row[i] - mu) * rs);
       }
-      mean_g /= C;
+      mean_g = pm ? mean_g / C : 0.0;
       mean_gx /= C;
       T* out = pdx + r * C;
       for (int64_t i = 0; i < C; ++i) {
@@ -198,83 +208,47 @@ void CpuBackend::layer_norm_backward(const Tensor& dy, const Tensor& x, const Te
         out[i] = static_cast<T>(rs * (static_cast<double>(g[i]) * w[i] - mean_g - xhat * mean_gx));
       }
     }
-    std::vector<double> dw(C, 0.0), db(C, 0.0);
+    std::vector<double> dw(C, 0.0), db(dbias ? C : 0, 0.0);
     for (int64_t r = 0; r < N; ++r) {
       const T* row = px + r * C;
       const T* g = pdy + r * C;
-      const double mu = pm[r], rs = pr[r];
+      const double mu = pm ? static_cast<double>(pm[r]) : 0.0, rs = pr[r];
       for (int64_t i = 0; i < C; ++i) {
         dw[i] += static_cast<double>(g[i]) * ((row[i] - mu) * rs);
-        db[i] += g[i];
+        if (dbias) db[i] += g[i];
       }
     }
     T* pdw = dweight.data<T>();
-    T* pdb = dbias.data<T>();
-    for (int64_t i = 0; i < C; ++i) {
-      pdw[i] = static_cast<T>(dw[i]);
-      pdb[i] = static_cast<T>(db[i]);
+    for (int64_t i = 0; i < C; ++i) pdw[i] = static_cast<T>(dw[i]);
+    if (dbias) {
+      T* pdb = dbias->data<T>();
+      for (int64_t i = 0; i < C; ++i) pdb[i] = static_cast<T>(db[i]);
     }
   });
+}
+}  // namespace
+
+void CpuBackend::layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                                    double eps, Tensor& y, Tensor& mean, Tensor& rstd) {
+  norm_forward("layer_norm", x, weight, &bias, eps, y, &mean, rstd);
+}
+
+void CpuBackend::layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
+                                     const Tensor& mean, const Tensor& rstd, Tensor& dx,
+                                     Tensor& dweight, Tensor& dbias) {
+  norm_backward("layer_norm_backward", dy, x, weight, &mean, rstd, dx, dweight, &dbias);
 }
 
 // RMSNorm: y = x * rstd * w, rstd = 1 / sqrt(mean(x^2) + eps); backward
 // with xhat = x * rstd and g = dy * w: dx = rstd * (g - xhat * mean(g * xhat)).
 void CpuBackend::rms_norm_forward(const Tensor& x, const Tensor& weight, double eps, Tensor& y,
                                   Tensor& rstd) {
-  dispatch_float(x.dtype(), "rms_norm", [&](auto tag) {
-    using T = decltype(tag);
-    const int64_t C = x.size(-1), N = x.numel() / std::max<int64_t>(C, 1);
-    const T* px = x.data<T>();
-    const T* w = weight.data<T>();
-    T* py = y.data<T>();
-    T* pr = rstd.data<T>();
-#pragma omp parallel for schedule(static)
-    for (int64_t r = 0; r < N; ++r) {
-      const T* row = px + r * C;
-      double ss = 0;
-      for (int64_t i = 0; i < C; ++i) ss += static_cast<double>(row[i]) * row[i];
-      const double rs = 1.0 / std::sqrt(ss / C + eps);
-      pr[r] = static_cast<T>(rs);
-      T* out = py + r * C;
-      for (int64_t i = 0; i < C; ++i) out[i] = static_cast<T>(row[i] * rs) * w[i];
-    }
-  });
+  norm_forward("rms_norm", x, weight, nullptr, eps, y, nullptr, rstd);
 }
 
 void CpuBackend::rms_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
                                    const Tensor& rstd, Tensor& dx, Tensor& dweight) {
-  dispatch_float(x.dtype(), "rms_norm_backward", [&](auto tag) {
-    using T = decltype(tag);
-    const int64_t C = x.size(-1), N = x.numel() / std::max<int64_t>(C, 1);
-    const T* px = x.data<T>();
-    const T* pdy = dy.data<T>();
-    const T* w = weight.data<T>();
-    const T* pr = rstd.data<T>();
-    T* pdx = dx.data<T>();
-#pragma omp parallel for schedule(static)
-    for (int64_t r = 0; r < N; ++r) {
-      const T* row = px + r * C;
-      const T* g = pdy + r * C;
-      const double rs = pr[r];
-      double dot = 0;
-      for (int64_t i = 0; i < C; ++i) dot += static_cast<double>(g[i]) * w[i] * (row[i] * rs);
-      const double m = dot / C;
-      for (int64_t i = 0; i < C; ++i) {
-        const double xhat = row[i] * rs;
-        pdx[r * C + i] = static_cast<T>(rs * (static_cast<double>(g[i]) * w[i] - xhat * m));
-      }
-    }
-    // The weight's gradient: column sums of dy * xhat, in f64, rows in order.
-    std::vector<double> dw(C, 0.0);
-    for (int64_t r = 0; r < N; ++r) {
-      const T* row = px + r * C;
-      const T* g = pdy + r * C;
-      const double rs = pr[r];
-      for (int64_t i = 0; i < C; ++i) dw[i] += static_cast<double>(g[i]) * (row[i] * rs);
-    }
-    T* pdw = dweight.data<T>();
-    for (int64_t i = 0; i < C; ++i) pdw[i] = static_cast<T>(dw[i]);
-  });
+  norm_backward("rms_norm_backward", dy, x, weight, nullptr, rstd, dx, dweight, nullptr);
 }
 
 void CpuBackend::softmax_forward(const Tensor& x, Tensor& y) {
