@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <array>
+#include <functional>
 #include <mutex>
+#include <vector>
 
 #include "cpu/cpu_backend.h"
 #include "cpu/half_adapter.h"
@@ -174,23 +176,38 @@ void Backend::add_layer_norm_backward(const Tensor& dy, const Tensor& dh, const 
   binary(BinaryOp::Add, dx, dh, dx);
 }
 
+namespace {
+// The default *_norm_backward_into: `backward(dy, x, weight, dx, grads)` in
+// the buffers' dtype (half values widened exactly) into fresh parameter
+// gradients, dx rounded to its dtype and then dh added (as the unfused
+// add's backward does), each gradient added into its buffer.
+void norm_backward_into_widened(
+    Backend& be, const Tensor& dy, const Tensor* dh, const Tensor& x, const Tensor& weight,
+    Tensor& dx, const std::vector<Tensor*>& buffers, double beta,
+    const std::function<void(const Tensor&, const Tensor&, const Tensor&, Tensor&,
+                             std::vector<Tensor>&)>& backward) {
+  const DType d = buffers[0]->dtype();
+  Tensor dxw = dx.dtype() == d ? dx : empty(dx.shape(), d, dx.device());
+  std::vector<Tensor> grads;
+  for (size_t i = 0; i < buffers.size(); ++i)
+    grads.push_back(empty(weight.shape(), d, weight.device()));
+  backward(as_dtype(be, dy, d), as_dtype(be, x, d), as_dtype(be, weight, d), dxw, grads);
+  if (!dxw.same(dx)) be.copy(dxw, dx);
+  if (dh) be.binary(BinaryOp::Add, dx, *dh, dx);
+  for (size_t i = 0; i < buffers.size(); ++i) add_scaled_into(be, grads[i], *buffers[i], beta);
+}
+}  // namespace
+
 void Backend::layer_norm_backward_into(const Tensor& dy, const Tensor* dh, const Tensor& x,
                                        const Tensor& weight, const Tensor& mean, const Tensor& rstd,
                                        Tensor& dx, Tensor& dweight, Tensor& dbias, double beta) {
   check_grad_buffer("layer_norm_backward_into", x.dtype(), dweight, weight.shape());
   check_grad_buffer("layer_norm_backward_into", x.dtype(), dbias, weight.shape());
-  // In the buffers' dtype (half values widened exactly); dx rounded to its
-  // dtype and then dh added, as add_layer_norm_backward's default does.
-  const DType d = dweight.dtype();
-  auto widen = [&](const Tensor& t) { return as_dtype(*this, t, d); };
-  Tensor dxw = dx.dtype() == d ? dx : empty(dx.shape(), d, dx.device());
-  Tensor dw = empty(weight.shape(), d, weight.device()),
-         db = empty(weight.shape(), d, weight.device());
-  layer_norm_backward(widen(dy), widen(x), widen(weight), mean, rstd, dxw, dw, db);
-  if (!dxw.same(dx)) copy(dxw, dx);
-  if (dh) binary(BinaryOp::Add, dx, *dh, dx);
-  add_scaled_into(*this, dw, dweight, beta);
-  add_scaled_into(*this, db, dbias, beta);
+  norm_backward_into_widened(*this, dy, dh, x, weight, dx, {&dweight, &dbias}, beta,
+                             [&](const Tensor& g, const Tensor& xw, const Tensor& w, Tensor& dxw,
+                                 std::vector<Tensor>& grads) {
+                               layer_norm_backward(g, xw, w, mean, rstd, dxw, grads[0], grads[1]);
+                             });
 }
 
 void Backend::add_rms_norm_forward(const Tensor& x, const Tensor& residual, const Tensor& weight,
@@ -203,16 +220,10 @@ void Backend::rms_norm_backward_into(const Tensor& dy, const Tensor* dh, const T
                                      const Tensor& weight, const Tensor& rstd, Tensor& dx,
                                      Tensor& dweight, double beta) {
   check_grad_buffer("rms_norm_backward_into", x.dtype(), dweight, weight.shape());
-  // As layer_norm_backward_into: in the buffer's dtype, dx rounded to its
-  // dtype and then dh added.
-  const DType d = dweight.dtype();
-  auto widen = [&](const Tensor& t) { return as_dtype(*this, t, d); };
-  Tensor dxw = dx.dtype() == d ? dx : empty(dx.shape(), d, dx.device());
-  Tensor dw = empty(weight.shape(), d, weight.device());
-  rms_norm_backward(widen(dy), widen(x), widen(weight), rstd, dxw, dw);
-  if (!dxw.same(dx)) copy(dxw, dx);
-  if (dh) binary(BinaryOp::Add, dx, *dh, dx);
-  add_scaled_into(*this, dw, dweight, beta);
+  norm_backward_into_widened(
+      *this, dy, dh, x, weight, dx, {&dweight}, beta,
+      [&](const Tensor& g, const Tensor& xw, const Tensor& w, Tensor& dxw,
+          std::vector<Tensor>& grads) { rms_norm_backward(g, xw, w, rstd, dxw, grads[0]); });
 }
 
 void Backend::embedding_backward_into(const Tensor& ids, const Tensor& dout, Tensor& dweight,
