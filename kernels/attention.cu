@@ -6,6 +6,7 @@
 #include <cfloat>
 
 #include "attention.h"
+#include "attention_layout.cuh"
 #include "device_utils.cuh"
 
 namespace triad::kernels {
@@ -61,17 +62,20 @@ __device__ __forceinline__ float dot_rows(const float* a, const float* b, int D)
 template <class T, int MAXD>
 __global__ void __launch_bounds__(kRows)
     attn_forward_kernel(const T* qkv, T* out, float* lse, const int32_t* starts, int64_t Tn,
-                        int64_t C, int NH, int D, float scale) {
+                        QkvLayout L, float scale) {
   extern __shared__ float smem[];
   float* q_own = smem;                              // [kRows][MAXD + 1]
   float* k_tile = q_own + kRows * padded<MAXD>();   // [kTile][MAXD + 1]
   float* v_tile = k_tile + kTile * padded<MAXD>();  // [kTile][MAXD + 1]
-  const int bh = blockIdx.y, b = bh / NH, h = bh % NH;
-  const int64_t C3 = 3 * C;
-  const T* q_base = qkv + b * Tn * C3 + h * D;
+  const int D = L.D;
+  const int bh = blockIdx.y, b = bh / L.NH, h = bh % L.NH;
+  const T* row = qkv + b * Tn * L.W;
+  const T* q_base = row + L.q(h);
+  const T* k_base = row + L.k(h / L.G);
+  const T* v_base = row + L.v(h / L.G);
   const int64_t r0 = blockIdx.x * int64_t(kRows);
   const int64_t i = r0 + threadIdx.x;  // this thread's query
-  load_own<T, MAXD>(q_own, q_base, C3, r0, Tn, D);
+  load_own<T, MAXD>(q_own, q_base, L.W, r0, Tn, D);
   const float* q = q_own + threadIdx.x * padded<MAXD>();
   // Packed documents: this query sees keys [si, i]; the block starts at its
   // first row's document (starts never decrease along a row).
@@ -86,8 +90,8 @@ __global__ void __launch_bounds__(kRows)
   const int64_t last_key = min(Tn, r0 + kRows);  // causal: no key past the block's last query
   for (int64_t k0 = first_key; k0 < last_key; k0 += kTile) {
     __syncthreads();
-    load_tile<T, MAXD>(k_tile, q_base + C, C3, k0, Tn, D);
-    load_tile<T, MAXD>(v_tile, q_base + 2 * C, C3, k0, Tn, D);
+    load_tile<T, MAXD>(k_tile, k_base, L.W, k0, Tn, D);
+    load_tile<T, MAXD>(v_tile, v_base, L.W, k0, Tn, D);
     __syncthreads();
     if (i < Tn) {
       for (int j = first_in_tile(si, k0); j < kTile && k0 + j <= i; ++j) {
@@ -115,7 +119,7 @@ __global__ void __launch_bounds__(kRows)
   }
   if (i < Tn) {
     const float inv = 1.0f / l;
-    T* o = out + (b * Tn + i) * C + h * D;
+    T* o = out + (b * Tn + i) * L.C + h * D;
 #pragma unroll
     for (int d = 0; d < MAXD; ++d) {
       if (d < D) store(o, d, acc[d] * inv);
@@ -150,20 +154,22 @@ __global__ void attn_delta_kernel(const T* out, const T* dout, float* delta, int
 template <class T, int MAXD>
 __global__ void __launch_bounds__(kRows)
     attn_dq_kernel(const T* qkv, const T* dout, const float* lse, const float* delta,
-                   const int32_t* starts, T* dqkv, int64_t Tn, int64_t C, int NH, int D,
-                   float scale) {
+                   const int32_t* starts, T* dqkv, int64_t Tn, QkvLayout L, float scale) {
   extern __shared__ float smem[];
   float* q_own = smem;
   float* do_own = q_own + kRows * padded<MAXD>();
   float* k_tile = do_own + kRows * padded<MAXD>();
   float* v_tile = k_tile + kTile * padded<MAXD>();
-  const int bh = blockIdx.y, b = bh / NH, h = bh % NH;
-  const int64_t C3 = 3 * C;
-  const T* q_base = qkv + b * Tn * C3 + h * D;
+  const int D = L.D;
+  const int bh = blockIdx.y, b = bh / L.NH, h = bh % L.NH;
+  const T* row = qkv + b * Tn * L.W;
+  const T* q_base = row + L.q(h);
+  const T* k_base = row + L.k(h / L.G);
+  const T* v_base = row + L.v(h / L.G);
   const int64_t r0 = blockIdx.x * int64_t(kRows);
   const int64_t i = r0 + threadIdx.x;
-  load_own<T, MAXD>(q_own, q_base, C3, r0, Tn, D);
-  load_own<T, MAXD>(do_own, dout + b * Tn * C + h * D, C, r0, Tn, D);
+  load_own<T, MAXD>(q_own, q_base, L.W, r0, Tn, D);
+  load_own<T, MAXD>(do_own, dout + b * Tn * L.C + h * D, L.C, r0, Tn, D);
   const float* q = q_own + threadIdx.x * padded<MAXD>();
   const float* go = do_own + threadIdx.x * padded<MAXD>();
   const float li = i < Tn ? lse[int64_t(bh) * Tn + i] : 0.0f;
@@ -178,8 +184,8 @@ __global__ void __launch_bounds__(kRows)
   const int64_t last_key = min(Tn, r0 + kRows);
   for (int64_t k0 = first_key; k0 < last_key; k0 += kTile) {
     __syncthreads();
-    load_tile<T, MAXD>(k_tile, q_base + C, C3, k0, Tn, D);
-    load_tile<T, MAXD>(v_tile, q_base + 2 * C, C3, k0, Tn, D);
+    load_tile<T, MAXD>(k_tile, k_base, L.W, k0, Tn, D);
+    load_tile<T, MAXD>(v_tile, v_base, L.W, k0, Tn, D);
     __syncthreads();
     if (i < Tn) {
       for (int j = first_in_tile(si, k0); j < kTile && k0 + j <= i; ++j) {
@@ -195,7 +201,7 @@ __global__ void __launch_bounds__(kRows)
     }
   }
   if (i < Tn) {
-    T* o = dqkv + (b * Tn + i) * C3 + h * D;
+    T* o = dqkv + (b * Tn + i) * L.W + L.q(h);
 #pragma unroll
     for (int d = 0; d < MAXD; ++d) {
       if (d < D) store(o, d, dq[d] * scale);
@@ -203,14 +209,14 @@ __global__ void __launch_bounds__(kRows)
   }
 }
 
-// dk, dv: grid (ceil(T / kRows), B * NH), one thread per key; Q, dO tiles
-// (with their lse and delta) stream over the queries at or after the block's
-// first key, up to the first query of a later document.
+// dk, dv: grid (ceil(T / kRows), B * NKV), one thread per key; for each
+// query head of the key's group in turn, Q, dO tiles (with their lse and
+// delta) stream over the queries at or after the block's first key, up to
+// the first query of a later document.
 template <class T, int MAXD>
 __global__ void __launch_bounds__(kRows)
     attn_dkdv_kernel(const T* qkv, const T* dout, const float* lse, const float* delta,
-                     const int32_t* starts, T* dqkv, int64_t Tn, int64_t C, int NH, int D,
-                     float scale) {
+                     const int32_t* starts, T* dqkv, int64_t Tn, QkvLayout L, float scale) {
   extern __shared__ float smem[];
   float* k_own = smem;
   float* v_own = k_own + kRows * padded<MAXD>();
@@ -219,14 +225,13 @@ __global__ void __launch_bounds__(kRows)
   float* l_tile = do_tile + kTile * padded<MAXD>();      // [kTile]
   float* d_tile = l_tile + kTile;                        // [kTile]
   int* s_tile = reinterpret_cast<int*>(d_tile + kTile);  // [kTile] document starts
-  const int bh = blockIdx.y, b = bh / NH, h = bh % NH;
-  const int64_t C3 = 3 * C;
-  const T* q_base = qkv + b * Tn * C3 + h * D;
-  const T* do_base = dout + b * Tn * C + h * D;
+  const int D = L.D;
+  const int bkv = blockIdx.y, b = bkv / L.NKV, kvh = bkv % L.NKV;
+  const T* row = qkv + b * Tn * L.W;
   const int64_t r0 = blockIdx.x * int64_t(kRows);
   const int64_t j = r0 + threadIdx.x;  // this thread's key
-  load_own<T, MAXD>(k_own, q_base + C, C3, r0, Tn, D);
-  load_own<T, MAXD>(v_own, q_base + 2 * C, C3, r0, Tn, D);
+  load_own<T, MAXD>(k_own, row + L.k(kvh), L.W, r0, Tn, D);
+  load_own<T, MAXD>(v_own, row + L.v(kvh), L.W, r0, Tn, D);
   const float* kr = k_own + threadIdx.x * padded<MAXD>();
   const float* vr = v_own + threadIdx.x * padded<MAXD>();
 
@@ -235,45 +240,50 @@ __global__ void __launch_bounds__(kRows)
   for (int d = 0; d < MAXD; ++d) dk[d] = 0, dv[d] = 0;
   const int32_t* row_starts = starts ? starts + b * Tn : nullptr;
   const int64_t block_last_key = min(Tn, r0 + kRows) - 1;
-  for (int64_t q0 = (r0 / kTile) * kTile; q0 < Tn; q0 += kTile) {
-    // Queries from here on belong to documents after every key of the block.
-    if (row_starts && row_starts[q0] > block_last_key) break;
-    __syncthreads();
-    load_tile<T, MAXD>(q_tile, q_base, C3, q0, Tn, D);
-    load_tile<T, MAXD>(do_tile, do_base, C, q0, Tn, D);
-    for (int r = threadIdx.x; r < kTile; r += blockDim.x) {
-      const int64_t qi = q0 + r;
-      l_tile[r] = qi < Tn ? lse[int64_t(bh) * Tn + qi] : 0.0f;
-      d_tile[r] = qi < Tn ? delta[int64_t(bh) * Tn + qi] : 0.0f;
-      s_tile[r] = row_starts && qi < Tn ? row_starts[qi] : 0;
-    }
-    __syncthreads();
-    if (j < Tn) {
-      for (int r = 0; r < kTile; ++r) {
+  for (int h = kvh * L.G; h < (kvh + 1) * L.G; ++h) {
+    const int64_t bh = int64_t(b) * L.NH + h;
+    const T* q_base = row + L.q(h);
+    const T* do_base = dout + b * Tn * L.C + h * D;
+    for (int64_t q0 = (r0 / kTile) * kTile; q0 < Tn; q0 += kTile) {
+      // Queries from here on belong to documents after every key of the block.
+      if (row_starts && row_starts[q0] > block_last_key) break;
+      __syncthreads();
+      load_tile<T, MAXD>(q_tile, q_base, L.W, q0, Tn, D);
+      load_tile<T, MAXD>(do_tile, do_base, L.C, q0, Tn, D);
+      for (int r = threadIdx.x; r < kTile; r += blockDim.x) {
         const int64_t qi = q0 + r;
-        if (qi < j) continue;                  // causal: only queries at or after this key
-        if (qi >= Tn || s_tile[r] > j) break;  // past the end, or in a later document
-        const float* qr = q_tile + r * padded<MAXD>();
-        const float* gr = do_tile + r * padded<MAXD>();
-        const float p = __expf(dot_rows<MAXD>(qr, kr, D) * scale - l_tile[r]);
-        const float ds = p * (dot_rows<MAXD>(gr, vr, D) - d_tile[r]);
+        l_tile[r] = qi < Tn ? lse[bh * Tn + qi] : 0.0f;
+        d_tile[r] = qi < Tn ? delta[bh * Tn + qi] : 0.0f;
+        s_tile[r] = row_starts && qi < Tn ? row_starts[qi] : 0;
+      }
+      __syncthreads();
+      if (j < Tn) {
+        for (int r = 0; r < kTile; ++r) {
+          const int64_t qi = q0 + r;
+          if (qi < j) continue;                  // causal: only queries at or after this key
+          if (qi >= Tn || s_tile[r] > j) break;  // past the end, or in a later document
+          const float* qr = q_tile + r * padded<MAXD>();
+          const float* gr = do_tile + r * padded<MAXD>();
+          const float p = __expf(dot_rows<MAXD>(qr, kr, D) * scale - l_tile[r]);
+          const float ds = p * (dot_rows<MAXD>(gr, vr, D) - d_tile[r]);
 #pragma unroll
-        for (int d = 0; d < MAXD; ++d) {
-          if (d < D) {
-            dv[d] += p * gr[d];
-            dk[d] += ds * qr[d];
+          for (int d = 0; d < MAXD; ++d) {
+            if (d < D) {
+              dv[d] += p * gr[d];
+              dk[d] += ds * qr[d];
+            }
           }
         }
       }
     }
   }
   if (j < Tn) {
-    T* o = dqkv + (b * Tn + j) * C3 + h * D;
+    T* o = dqkv + (b * Tn + j) * L.W;
 #pragma unroll
     for (int d = 0; d < MAXD; ++d) {
       if (d < D) {
-        store(o + C, d, dk[d] * scale);
-        store(o + 2 * C, d, dv[d]);
+        store(o + L.k(kvh), d, dk[d] * scale);
+        store(o + L.v(kvh), d, dv[d]);
       }
     }
   }
@@ -324,6 +334,10 @@ Status check_attention(ScalarType type, const AttentionShape& s) {
   }
   if (s.C % s.NH != 0) {
     return Status::fail("C (" + std::to_string(s.C) + ") must be divisible by NH (" +
+                        std::to_string(s.NH) + ")");
+  }
+  if (s.NKV < 0 || s.NH % s.kv_heads() != 0) {
+    return Status::fail("NKV (" + std::to_string(s.NKV) + ") must divide NH (" +
                         std::to_string(s.NH) + ")");
   }
   if (s.head_dim() > kAttentionMaxHeadDim) {
@@ -395,9 +409,9 @@ void attention_forward(const void* qkv, void* out, float* lse, ScalarType type,
       constexpr int MAXD = decltype(width)::value;
       auto kernel = attn_forward_kernel<T, MAXD>;
       allow_smem(kernel, forward_smem<MAXD>());
-      kernel<<<grid, kRows, forward_smem<MAXD>(), stream>>>(
-          static_cast<const T*>(qkv), static_cast<T*>(out), lse, doc_starts, s.T, s.C,
-          static_cast<int>(s.NH), D, scale);
+      kernel<<<grid, kRows, forward_smem<MAXD>(), stream>>>(static_cast<const T*>(qkv),
+                                                            static_cast<T*>(out), lse, doc_starts,
+                                                            s.T, QkvLayout::of(s), scale);
     });
   });
   check_launch("attention_forward");
@@ -441,12 +455,13 @@ void attention_backward(const void* qkv, const void* out, const float* lse, cons
       constexpr int MAXD = decltype(width)::value;
       auto dq = attn_dq_kernel<T, MAXD>;
       allow_smem(dq, dq_smem<MAXD>());
-      dq<<<grid, kRows, dq_smem<MAXD>(), stream>>>(pqkv, pdo, lse, delta, doc_starts, pd, s.T, s.C,
-                                                   static_cast<int>(s.NH), D, scale);
+      dq<<<grid, kRows, dq_smem<MAXD>(), stream>>>(pqkv, pdo, lse, delta, doc_starts, pd, s.T,
+                                                   QkvLayout::of(s), scale);
       auto dkdv = attn_dkdv_kernel<T, MAXD>;
       allow_smem(dkdv, dkdv_smem<MAXD>());
-      dkdv<<<grid, kRows, dkdv_smem<MAXD>(), stream>>>(pqkv, pdo, lse, delta, doc_starts, pd, s.T,
-                                                       s.C, static_cast<int>(s.NH), D, scale);
+      const dim3 kv_grid(grid.x, static_cast<unsigned>(s.B * s.kv_heads()));
+      dkdv<<<kv_grid, kRows, dkdv_smem<MAXD>(), stream>>>(pqkv, pdo, lse, delta, doc_starts, pd,
+                                                          s.T, QkvLayout::of(s), scale);
     });
   });
   check_launch("attention_backward");

@@ -10,6 +10,11 @@
 // atomics (dq per query; dk, dv per key), so results are deterministic.
 // Inputs f32, bf16 or f16; head dims up to 128.
 //
+// Grouped-query attention: NKV key/value heads (NKV divides NH) make qkv
+// (B, T, C + 2 * NKV * D) = [q | k | v], k and v NKV heads wide; query head
+// h uses key/value head h / (NH / NKV). The dk/dv pass runs one block per
+// key/value head and sums its group's query heads in a fixed order.
+//
 // Packed documents: doc_starts, when not null, is (B, T) i32 on the device,
 // the position where each token's document begins in its row (0 <= start
 // <= t, never decreasing along a row); query t then sees keys [start, t]
@@ -29,7 +34,12 @@ namespace triad::kernels {
 
 struct AttentionShape {
   int64_t B = 0, T = 0, C = 0, NH = 0;
+  int64_t NKV = 0;  // key/value heads; 0 means NH (multi-head attention)
   int64_t head_dim() const { return NH > 0 ? C / NH : 0; }
+  int64_t kv_heads() const { return NKV > 0 ? NKV : NH; }
+  bool grouped() const { return kv_heads() != NH; }
+  // Width of qkv's rows: C for q plus k's and v's heads.
+  int64_t qkv_width() const { return C + 2 * kv_heads() * head_dim(); }
 };
 
 // The largest head dimension the kernels are built for.
@@ -54,7 +64,7 @@ void attention_forward(const void* qkv, void* out, float* lse, ScalarType type,
 
 // Bytes of device scratch attention_backward needs.
 size_t attention_backward_workspace(const AttentionShape& s);
-// dqkv (B, T, 3*C) is overwritten.
+// dqkv (B, T, qkv_width) is overwritten.
 void attention_backward(const void* qkv, const void* out, const float* lse, const void* dout,
                         void* dqkv, ScalarType type, const AttentionShape& s, void* workspace,
                         cudaStream_t stream, AttentionKernel kernel = AttentionKernel::Auto,

@@ -15,6 +15,7 @@
 #include <type_traits>
 
 #include "attention.h"
+#include "attention_layout.cuh"
 #include "device_utils.cuh"
 
 namespace triad::kernels {
@@ -238,8 +239,8 @@ struct DocWindow {
 
 template <class T, int MAXD>
 __global__ void __launch_bounds__(32 * kWarps)
-    attn_forward_tc(const T* qkv, T* out, float* lse, const int32_t* starts, int64_t Tn, int64_t C,
-                    int NH, int D, float scale) {
+    attn_forward_tc(const T* qkv, T* out, float* lse, const int32_t* starts, int64_t Tn,
+                    QkvLayout lay, float scale) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   using L = Layout<MAXD>;
   extern __shared__ __align__(128) unsigned char smem[];
@@ -250,12 +251,14 @@ __global__ void __launch_bounds__(32 * kWarps)
   float* Ss = carve.take<float>(kWarps * 16 * L::ld_s);
   T* Ps = carve.take<T>(kWarps * 16 * L::ld_p);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, r = lane >> 1, half = lane & 1;
-  const int bh = blockIdx.x, b = bh / NH, h = bh % NH;
-  const int64_t C3 = 3 * C;
-  const T* base = qkv + b * Tn * C3 + h * D;
+  const int D = lay.D;
+  const int bh = blockIdx.x, b = bh / lay.NH, h = bh % lay.NH;
+  const T* row = qkv + b * Tn * lay.W;
+  const T* k_base = row + lay.k(h / lay.G);
+  const T* v_base = row + lay.v(h / lay.G);
   // The last query rows see the most keys: their blocks go first.
   const int64_t q0 = (gridDim.y - 1 - blockIdx.y) * int64_t(kRows);
-  load_rows(Qs, L::ld_h, base, C3, q0, Tn, D);
+  load_rows(Qs, L::ld_h, row + lay.q(h), lay.W, q0, Tn, D);
   float* Sw = Ss + warp * 16 * L::ld_s;
   T* Pw = Ps + warp * 16 * L::ld_p;
   const T* Qw = Qs + warp * 16 * L::ld_h;
@@ -269,8 +272,8 @@ __global__ void __launch_bounds__(32 * kWarps)
   const int64_t end = min(Tn, q0 + kRows);
   for (int64_t k0 = docs.block_first_key; k0 < end; k0 += kTile) {
     __syncthreads();
-    load_rows(Ks, L::ld_h, base + C, C3, k0, Tn, D);
-    load_rows(Vs, L::ld_h, base + 2 * C, C3, k0, Tn, D);
+    load_rows(Ks, L::ld_h, k_base, lay.W, k0, Tn, D);
+    load_rows(Vs, L::ld_h, v_base, lay.W, k0, Tn, D);
     __syncthreads();
     if (k0 > warp_last) continue;  // every key of this tile is in the warp's future
     if (k0 + kTile <= docs.warp_first_start) continue;  // or in its rows' earlier documents
@@ -306,7 +309,7 @@ __global__ void __launch_bounds__(32 * kWarps)
     accumulate<T, MAXD>(o, Pw, Vs, D);
     __syncwarp();
   }
-  write_rows<T, MAXD>(o, Sw, out + b * Tn * C + h * D, C, q0 + warp * 16, Tn, D, 1.0f / l);
+  write_rows<T, MAXD>(o, Sw, out + b * Tn * lay.C + h * D, lay.C, q0 + warp * 16, Tn, D, 1.0f / l);
   if (q < Tn && half == 0) lse[int64_t(bh) * Tn + q] = m + logf(l);
 #else
   __trap();  // dispatched only on sm_80 and newer
@@ -316,7 +319,7 @@ __global__ void __launch_bounds__(32 * kWarps)
 template <class T, int MAXD>
 __global__ void __launch_bounds__(32 * kWarps)
     attn_dq_tc(const T* qkv, const T* dout, const float* lse, const float* delta,
-               const int32_t* starts, T* dqkv, int64_t Tn, int64_t C, int NH, int D, float scale) {
+               const int32_t* starts, T* dqkv, int64_t Tn, QkvLayout lay, float scale) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   using L = Layout<MAXD>;
   extern __shared__ __align__(128) unsigned char smem[];
@@ -329,13 +332,15 @@ __global__ void __launch_bounds__(32 * kWarps)
   float* dPs = carve.take<float>(kWarps * 16 * L::ld_s);
   T* dSs = carve.take<T>(kWarps * 16 * L::ld_p);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, r = lane >> 1, half = lane & 1;
-  const int bh = blockIdx.x, b = bh / NH, h = bh % NH;
-  const int64_t C3 = 3 * C;
-  const T* base = qkv + b * Tn * C3 + h * D;
+  const int D = lay.D;
+  const int bh = blockIdx.x, b = bh / lay.NH, h = bh % lay.NH;
+  const T* row = qkv + b * Tn * lay.W;
+  const T* k_base = row + lay.k(h / lay.G);
+  const T* v_base = row + lay.v(h / lay.G);
   // The last query rows see the most keys: their blocks go first.
   const int64_t q0 = (gridDim.y - 1 - blockIdx.y) * int64_t(kRows);
-  load_rows(Qs, L::ld_h, base, C3, q0, Tn, D);
-  load_rows(dOs, L::ld_h, dout + b * Tn * C + h * D, C, q0, Tn, D);
+  load_rows(Qs, L::ld_h, row + lay.q(h), lay.W, q0, Tn, D);
+  load_rows(dOs, L::ld_h, dout + b * Tn * lay.C + h * D, lay.C, q0, Tn, D);
   float* Sw = Ss + warp * 16 * L::ld_s;
   float* dPw = dPs + warp * 16 * L::ld_s;
   T* dSw = dSs + warp * 16 * L::ld_p;
@@ -350,8 +355,8 @@ __global__ void __launch_bounds__(32 * kWarps)
   const int64_t end = min(Tn, q0 + kRows);
   for (int64_t k0 = docs.block_first_key; k0 < end; k0 += kTile) {
     __syncthreads();
-    load_rows(Ks, L::ld_h, base + C, C3, k0, Tn, D);
-    load_rows(Vs, L::ld_h, base + 2 * C, C3, k0, Tn, D);
+    load_rows(Ks, L::ld_h, k_base, lay.W, k0, Tn, D);
+    load_rows(Vs, L::ld_h, v_base, lay.W, k0, Tn, D);
     __syncthreads();
     if (k0 > warp_last) continue;
     if (k0 + kTile <= docs.warp_first_start) continue;
@@ -369,7 +374,8 @@ __global__ void __launch_bounds__(32 * kWarps)
     __syncwarp();
     accumulate<T, MAXD>(acc, dSw, Ks, D);
   }
-  write_rows<T, MAXD>(acc, Sw, dqkv + b * Tn * C3 + h * D, C3, q0 + warp * 16, Tn, D, scale);
+  write_rows<T, MAXD>(acc, Sw, dqkv + b * Tn * lay.W + lay.q(h), lay.W, q0 + warp * 16, Tn, D,
+                      scale);
 #else
   __trap();
 #endif
@@ -378,8 +384,7 @@ __global__ void __launch_bounds__(32 * kWarps)
 template <class T, int MAXD>
 __global__ void __launch_bounds__(32 * kWarps)
     attn_dkdv_tc(const T* qkv, const T* dout, const float* lse, const float* delta,
-                 const int32_t* starts, T* dqkv, int64_t Tn, int64_t C, int NH, int D,
-                 float scale) {
+                 const int32_t* starts, T* dqkv, int64_t Tn, QkvLayout lay, float scale) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   using L = Layout<MAXD>;
   extern __shared__ __align__(128) unsigned char smem[];
@@ -396,14 +401,13 @@ __global__ void __launch_bounds__(32 * kWarps)
   T* Pts = carve.take<T>(kWarps * 16 * L::ld_p);
   T* dSts = carve.take<T>(kWarps * 16 * L::ld_p);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, r = lane >> 1, half = lane & 1;
-  const int bh = blockIdx.x, b = bh / NH, h = bh % NH;
-  const int64_t C3 = 3 * C;
-  const T* base = qkv + b * Tn * C3 + h * D;
-  const T* dbase = dout + b * Tn * C + h * D;
+  const int D = lay.D;
+  const int bkv = blockIdx.x, b = bkv / lay.NKV, kvh = bkv % lay.NKV;
+  const T* row = qkv + b * Tn * lay.W;
   // The first key rows meet the most queries: their blocks (low y) go first.
   const int64_t k0 = blockIdx.y * int64_t(kRows);
-  load_rows(Ks, L::ld_h, base + C, C3, k0, Tn, D);
-  load_rows(Vs, L::ld_h, base + 2 * C, C3, k0, Tn, D);
+  load_rows(Ks, L::ld_h, row + lay.k(kvh), lay.W, k0, Tn, D);
+  load_rows(Vs, L::ld_h, row + lay.v(kvh), lay.W, k0, Tn, D);
   float* Stw = Sts + warp * 16 * L::ld_s;
   float* dPtw = dPts + warp * 16 * L::ld_s;
   T* Ptw = Pts + warp * 16 * L::ld_p;
@@ -417,38 +421,44 @@ __global__ void __launch_bounds__(32 * kWarps)
   }
   const int32_t* row_starts = starts ? starts + b * Tn : nullptr;
   const int64_t block_last_key = min(Tn, k0 + kRows) - 1;
-  for (int64_t q0 = k0; q0 < Tn; q0 += kTile) {
-    // Queries from here on belong to documents after every key of the block.
-    if (row_starts && row_starts[q0] > block_last_key) break;
-    __syncthreads();
-    load_rows(Qs, L::ld_h, base, C3, q0, Tn, D);
-    load_rows(dOs, L::ld_h, dbase, C, q0, Tn, D);
-    for (int i = threadIdx.x; i < kTile; i += blockDim.x) {
-      const int64_t qi = q0 + i;
-      Lq[i] = qi < Tn ? lse[int64_t(bh) * Tn + qi] : 0.0f;
-      Dq[i] = qi < Tn ? delta[int64_t(bh) * Tn + qi] : 0.0f;
-      Sq[i] = row_starts && qi < Tn ? row_starts[qi] : 0;
-    }
-    __syncthreads();
-    scores<T, MAXD>(Stw, Ks + warp * 16 * L::ld_h, Qs, D);
-    scores<T, MAXD>(dPtw, Vs + warp * 16 * L::ld_h, dOs, D);
-    __syncwarp();
+  // The query heads of this key/value head's group, one after another.
+  for (int h = kvh * lay.G; h < (kvh + 1) * lay.G; ++h) {
+    const int64_t bh = int64_t(b) * lay.NH + h;
+    const T* qbase = row + lay.q(h);
+    const T* dbase = dout + b * Tn * lay.C + h * D;
+    for (int64_t q0 = k0; q0 < Tn; q0 += kTile) {
+      // Queries from here on belong to documents after every key of the block.
+      if (row_starts && row_starts[q0] > block_last_key) break;
+      __syncthreads();
+      load_rows(Qs, L::ld_h, qbase, lay.W, q0, Tn, D);
+      load_rows(dOs, L::ld_h, dbase, lay.C, q0, Tn, D);
+      for (int i = threadIdx.x; i < kTile; i += blockDim.x) {
+        const int64_t qi = q0 + i;
+        Lq[i] = qi < Tn ? lse[bh * Tn + qi] : 0.0f;
+        Dq[i] = qi < Tn ? delta[bh * Tn + qi] : 0.0f;
+        Sq[i] = row_starts && qi < Tn ? row_starts[qi] : 0;
+      }
+      __syncthreads();
+      scores<T, MAXD>(Stw, Ks + warp * 16 * L::ld_h, Qs, D);
+      scores<T, MAXD>(dPtw, Vs + warp * 16 * L::ld_h, dOs, D);
+      __syncwarp();
 #pragma unroll 4
-    for (int j = 0; j < 32; ++j) {
-      const int col = half * 32 + j;
-      const int64_t qi = q0 + col;
-      const bool valid = qi >= key && qi < Tn && key < Tn && Sq[col] <= key;
-      const float p = valid ? __expf(Stw[r * L::ld_s + col] * scale - Lq[col]) : 0.0f;
-      Ptw[r * L::ld_p + col] = to_half<T>(p);
-      dStw[r * L::ld_p + col] = to_half<T>(p * (dPtw[r * L::ld_s + col] - Dq[col]));
+      for (int j = 0; j < 32; ++j) {
+        const int col = half * 32 + j;
+        const int64_t qi = q0 + col;
+        const bool valid = qi >= key && qi < Tn && key < Tn && Sq[col] <= key;
+        const float p = valid ? __expf(Stw[r * L::ld_s + col] * scale - Lq[col]) : 0.0f;
+        Ptw[r * L::ld_p + col] = to_half<T>(p);
+        dStw[r * L::ld_p + col] = to_half<T>(p * (dPtw[r * L::ld_s + col] - Dq[col]));
+      }
+      __syncwarp();
+      accumulate<T, MAXD>(dv, Ptw, dOs, D);
+      accumulate<T, MAXD>(dk, dStw, Qs, D);
     }
-    __syncwarp();
-    accumulate<T, MAXD>(dv, Ptw, dOs, D);
-    accumulate<T, MAXD>(dk, dStw, Qs, D);
   }
-  T* dst = dqkv + b * Tn * C3 + h * D;
-  write_rows<T, MAXD>(dk, Stw, dst + C, C3, k0 + warp * 16, Tn, D, scale);
-  write_rows<T, MAXD>(dv, Stw, dst + 2 * C, C3, k0 + warp * 16, Tn, D, 1.0f);
+  T* dst = dqkv + b * Tn * lay.W;
+  write_rows<T, MAXD>(dk, Stw, dst + lay.k(kvh), lay.W, k0 + warp * 16, Tn, D, scale);
+  write_rows<T, MAXD>(dv, Stw, dst + lay.v(kvh), lay.W, k0 + warp * 16, Tn, D, 1.0f);
 #else
   __trap();
 #endif
@@ -457,8 +467,9 @@ __global__ void __launch_bounds__(32 * kWarps)
 // (B * NH, row blocks): every head's blocks of one causal length run side by
 // side, the longest first, so the short ones fill the last wave instead of
 // the longest starting last (check_attention_tensor_core keeps y <= 65535).
-dim3 tc_grid(const AttentionShape& s) {
-  return dim3(static_cast<unsigned>(s.B * s.NH), static_cast<unsigned>((s.T + kRows - 1) / kRows));
+// The dk/dv pass takes `heads` = the key/value heads.
+dim3 tc_grid(const AttentionShape& s, int64_t heads) {
+  return dim3(static_cast<unsigned>(s.B * heads), static_cast<unsigned>((s.T + kRows - 1) / kRows));
 }
 
 template <int MAXD, class T>
@@ -511,15 +522,15 @@ void attention_forward_tensor_core(const void* qkv, void* out, float* lse, Scala
   if (s.B * s.T == 0) return;
   const int D = static_cast<int>(s.head_dim());
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
-  const dim3 grid = tc_grid(s);
+  const dim3 grid = tc_grid(s, s.NH);
   dispatch_tc(type, D, [&](auto t, auto width) {
     using T = decltype(t);
     constexpr int MAXD = decltype(width)::value;
     const size_t bytes = forward_bytes<MAXD, T>();
     allow(attn_forward_tc<T, MAXD>, bytes);
-    attn_forward_tc<T, MAXD><<<grid, 32 * kWarps, bytes, stream>>>(
-        static_cast<const T*>(qkv), static_cast<T*>(out), lse, doc_starts, s.T, s.C,
-        static_cast<int>(s.NH), D, scale);
+    attn_forward_tc<T, MAXD>
+        <<<grid, 32 * kWarps, bytes, stream>>>(static_cast<const T*>(qkv), static_cast<T*>(out),
+                                               lse, doc_starts, s.T, QkvLayout::of(s), scale);
   });
   check_launch("attention_forward (tensor cores)");
 }
@@ -532,7 +543,8 @@ void attention_backward_tensor_core(const void* qkv, const void* dout, const flo
   if (s.B * s.T == 0) return;
   const int D = static_cast<int>(s.head_dim());
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
-  const dim3 grid = tc_grid(s);
+  const dim3 grid = tc_grid(s, s.NH), kv_grid = tc_grid(s, s.kv_heads());
+  const QkvLayout lay = QkvLayout::of(s);
   dispatch_tc(type, D, [&](auto t, auto width) {
     using T = decltype(t);
     constexpr int MAXD = decltype(width)::value;
@@ -542,10 +554,10 @@ void attention_backward_tensor_core(const void* qkv, const void* dout, const flo
     const size_t dq = dq_bytes<MAXD, T>(), dkdv = dkdv_bytes<MAXD, T>();
     allow(attn_dq_tc<T, MAXD>, dq);
     allow(attn_dkdv_tc<T, MAXD>, dkdv);
-    attn_dq_tc<T, MAXD><<<grid, 32 * kWarps, dq, stream>>>(
-        pqkv, pdo, lse, delta, doc_starts, pd, s.T, s.C, static_cast<int>(s.NH), D, scale);
-    attn_dkdv_tc<T, MAXD><<<grid, 32 * kWarps, dkdv, stream>>>(
-        pqkv, pdo, lse, delta, doc_starts, pd, s.T, s.C, static_cast<int>(s.NH), D, scale);
+    attn_dq_tc<T, MAXD>
+        <<<grid, 32 * kWarps, dq, stream>>>(pqkv, pdo, lse, delta, doc_starts, pd, s.T, lay, scale);
+    attn_dkdv_tc<T, MAXD><<<kv_grid, 32 * kWarps, dkdv, stream>>>(pqkv, pdo, lse, delta, doc_starts,
+                                                                  pd, s.T, lay, scale);
   });
   check_launch("attention_backward (tensor cores)");
 }

@@ -1,7 +1,7 @@
 // Rotary position embedding: one thread per (token, V consecutive pairs
 // i..i+V), which takes the pairs' cos and sin once (f64) and turns those
-// pairs of all 2 * n_head heads of q and k with them, then copies them from
-// v's heads. V = 16 bytes of elements where the head's half (D / 2) is a
+// pairs of all n_head + n_kv_head heads of q and k with them, then copies
+// them from v's n_kv_head heads. V = 16 bytes of elements where the head's half (D / 2) is a
 // multiple of it and the tensors are pack-aligned, else 1; neighbouring
 // threads take neighbouring pairs, so a warp reads and writes runs of
 // consecutive elements of each head.
@@ -18,10 +18,11 @@ constexpr int kThreads = 256;
 
 template <class T, int V>
 __global__ void rotary_kernel(const T* x, T* y, int64_t rows, int64_t T_len, int64_t n_head,
-                              int64_t D, const int64_t* positions, int64_t start, double theta,
-                              double sign) {
+                              int64_t n_kv_head, int64_t D, const int64_t* positions, int64_t start,
+                              double theta, double sign) {
   using Cp = compute_t<T>;
-  const int64_t half = D / 2, C = n_head * D, packs = half / V, n = rows * packs;
+  const int64_t half = D / 2, rotated = n_head + n_kv_head, W = (rotated + n_kv_head) * D;
+  const int64_t packs = half / V, n = rows * packs;
   for (int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; idx < n;
        idx += int64_t(gridDim.x) * blockDim.x) {
     const int64_t r = idx / packs, i = (idx - r * packs) * V;
@@ -32,9 +33,9 @@ __global__ void rotary_kernel(const T* x, T* y, int64_t rows, int64_t T_len, int
       c[k] = static_cast<Cp>(cos(angle));
       s[k] = static_cast<Cp>(sign * sin(angle));
     }
-    const T* xr = x + r * 3 * C;
-    T* yr = y + r * 3 * C;
-    for (int64_t h = 0; h < 2 * n_head; ++h) {
+    const T* xr = x + r * W;
+    T* yr = y + r * W;
+    for (int64_t h = 0; h < rotated; ++h) {
       const int64_t a = h * D + i, b = a + half;
       Cp x1[V], x2[V], y1[V], y2[V];
       load_n<V>(xr, a, x1);
@@ -46,8 +47,8 @@ __global__ void rotary_kernel(const T* x, T* y, int64_t rows, int64_t T_len, int
       store_n<V>(yr, a, y1);
       store_n<V>(yr, b, y2);
     }
-    for (int64_t h = 0; h < n_head; ++h) {  // v, copied (exactly: T -> Cp -> T)
-      const int64_t a = 2 * C + h * D + i;
+    for (int64_t h = rotated; h < rotated + n_kv_head; ++h) {  // v, copied (T -> Cp -> T exactly)
+      const int64_t a = h * D + i;
       Cp v[V];
       load_n<V>(xr, a, v);
       store_n<V>(yr, a, v);
@@ -59,11 +60,15 @@ __global__ void rotary_kernel(const T* x, T* y, int64_t rows, int64_t T_len, int
 
 }  // namespace
 
-Status check_rotary_embedding(int64_t B, int64_t T, int64_t n_head, int64_t head_dim, double theta,
-                              int64_t start) {
+Status check_rotary_embedding(int64_t B, int64_t T, int64_t n_head, int64_t n_kv_head,
+                              int64_t head_dim, double theta, int64_t start) {
   if (B < 0 || T < 0 || n_head <= 0) {
     return Status::fail("B " + std::to_string(B) + ", T " + std::to_string(T) + ", n_head " +
                         std::to_string(n_head) + ": need B, T >= 0 and n_head > 0");
+  }
+  if (n_kv_head <= 0 || n_head % n_kv_head != 0) {
+    return Status::fail("n_kv_head " + std::to_string(n_kv_head) + " must divide n_head " +
+                        std::to_string(n_head));
   }
   if (head_dim <= 0 || head_dim % 2 != 0) {
     return Status::fail("head dimension " + std::to_string(head_dim) +
@@ -77,17 +82,18 @@ Status check_rotary_embedding(int64_t B, int64_t T, int64_t n_head, int64_t head
 }
 
 void rotary_embedding(const void* qkv, void* out, ScalarType type, int64_t B, int64_t T,
-                      int64_t n_head, int64_t head_dim, const int64_t* positions, int64_t start,
-                      double theta, bool inverse, cudaStream_t stream) {
-  require(check_rotary_embedding(B, T, n_head, head_dim, theta, start), "rotary_embedding");
+                      int64_t n_head, int64_t n_kv_head, int64_t head_dim, const int64_t* positions,
+                      int64_t start, double theta, bool inverse, cudaStream_t stream) {
+  require(check_rotary_embedding(B, T, n_head, n_kv_head, head_dim, theta, start),
+          "rotary_embedding");
   const int64_t rows = B * T, half = head_dim / 2;
   if (rows * half == 0) return;
   auto run = [&](auto tag, auto v) {
     using E = decltype(tag);
     constexpr int V = decltype(v)::value;
     rotary_kernel<E, V><<<grid_for(rows * (half / V), kThreads), kThreads, 0, stream>>>(
-        static_cast<const E*>(qkv), static_cast<E*>(out), rows, T, n_head, head_dim, positions,
-        start, theta, inverse ? -1.0 : 1.0);
+        static_cast<const E*>(qkv), static_cast<E*>(out), rows, T, n_head, n_kv_head, head_dim,
+        positions, start, theta, inverse ? -1.0 : 1.0);
   };
   if (type == ScalarType::F64) {
     run(double{}, std::integral_constant<int, 1>{});
@@ -95,7 +101,8 @@ void rotary_embedding(const void* qkv, void* out, ScalarType type, int64_t B, in
     dispatch_nn(type, "rotary_embedding", [&](auto tag) {
       using E = decltype(tag);
       // Every pack starts at a multiple of V elements from the row's start
-      // (rows are 3 * n_head * head_dim long, heads head_dim, halves D / 2).
+      // (rows are (n_head + 2 n_kv_head) * head_dim long, heads head_dim,
+      // halves D / 2).
       if (half % kPack<E> == 0 && pack_aligned(qkv) && pack_aligned(out)) {
         run(tag, std::integral_constant<int, kPack<E>>{});
       } else {

@@ -138,18 +138,20 @@ int main(int argc, char** argv) {
   // Attention: every implementation at the main shape, then the fast two
   // across model shapes (the per-shape choice auto makes). A shape an
   // implementation cannot run is reported with its reason, not fatal.
-  auto bench_attention = [&](int64_t ab, int64_t at, int64_t ac, int64_t anh,
+  // `heads`: query heads, or query and key/value heads (grouped-query).
+  auto bench_attention = [&](int64_t ab, int64_t at, int64_t ac, triad::AttentionHeads heads,
                              std::initializer_list<triad::cuda::AttentionKernel> kernels,
                              const std::string& suffix) {
-    Tensor qkv = rnd({ab, at, 3 * ac}, 5), out = triad::empty({ab, at, ac}, bf, gpu);
+    const int64_t anh = heads.q, width = ac + 2 * heads.kv * (ac / heads.q);
+    Tensor qkv = rnd({ab, at, width}, 5), out = triad::empty({ab, at, ac}, bf, gpu);
     Tensor lse = triad::empty({ab, anh, at}, DType::F32, gpu),
-           dqkv = triad::empty({ab, at, 3 * ac}, bf, gpu);
+           dqkv = triad::empty({ab, at, width}, bf, gpu);
     const double D = static_cast<double>(ac / anh);
     // Causal: half of the 4 B NH T^2 D forward FLOPs; backward 2.5x forward.
     const double attn_fwd = 2.0 * ab * anh * static_cast<double>(at) * at * D;
     for (auto kernel : kernels) {
       const std::string why =
-          triad::cuda::attention_kernel_unavailable(kernel, DType::BF16, at, ac, anh);
+          triad::cuda::attention_kernel_unavailable(kernel, DType::BF16, at, ac, heads);
       if (!why.empty()) {
         std::printf(
             "%s\n",
@@ -164,10 +166,11 @@ int main(int argc, char** argv) {
       const std::string tag = triad::cuda::attention_kernel_name(kernel) + suffix;
       try {
         report("attention_forward_" + tag,
-               time_ms([&] { be.attention_forward(qkv, anh, out, lse, {}); }, iters), 0, attn_fwd);
+               time_ms([&] { be.attention_forward(qkv, heads, out, lse, {}); }, iters), 0,
+               attn_fwd);
         report("attention_backward_" + tag,
-               time_ms([&] { be.attention_backward(qkv, out, lse, out, anh, dqkv, {}); }, iters), 0,
-               2.5 * attn_fwd);
+               time_ms([&] { be.attention_backward(qkv, out, lse, out, heads, dqkv, {}); }, iters),
+               0, 2.5 * attn_fwd);
       } catch (const std::exception& e) {
         std::printf(
             "%s\n",
@@ -190,6 +193,20 @@ int main(int argc, char** argv) {
                     {triad::cuda::AttentionKernel::TensorCore, triad::cuda::AttentionKernel::Cudnn},
                     "_B" + std::to_string(a.b) + "_T" + std::to_string(a.t) + "_C" +
                         std::to_string(a.c) + "_NH" + std::to_string(a.nh));
+  }
+  // Grouped-query attention: a tp-8 rank of LLaMA 2 70B (8 query heads of
+  // 128 over one key/value head) and LLaMA 3 8B whole (32 over 8). The
+  // FLOPs are multi-head attention's; the k/v traffic shrinks by the group.
+  struct GqaShape {
+    int64_t b, t, c, nh, kv;
+  };
+  for (const GqaShape& a : {GqaShape{2, 4096, 1024, 8, 1}, GqaShape{1, 4096, 4096, 32, 8}}) {
+    if (no_sweep) break;
+    const triad::AttentionHeads heads{a.nh, a.kv};
+    bench_attention(a.b, a.t, a.c, heads, {triad::cuda::AttentionKernel::TensorCore},
+                    "_gqa_B" + std::to_string(a.b) + "_T" + std::to_string(a.t) + "_C" +
+                        std::to_string(a.c) + "_NH" + std::to_string(heads.q) + "_KV" +
+                        std::to_string(heads.kv));
   }
   // Packed documents (data.reset_attention_mask): four equal documents a
   // row, so a quarter of the causal FLOPs; the kernels skip the other

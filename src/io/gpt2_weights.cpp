@@ -107,11 +107,15 @@ nn::StateDict hf_llama_to_triad(const std::map<std::string, Tensor>& tensors) {
     for (const auto& [from, to] : kSingle) out[p + to] = take(from);
     const Tensor q = take("self_attn.q_proj.weight"), k = take("self_attn.k_proj.weight"),
                  v = take("self_attn.v_proj.weight");
-    if (k.shape() != q.shape() || v.shape() != q.shape()) {
-      throw NotSupportedError("Hugging Face LLaMA weights: layer " + std::to_string(i) +
-                              " has q_proj " + shape_str(q.shape()) + " but k_proj " +
-                              shape_str(k.shape()) + " and v_proj " + shape_str(v.shape()) +
-                              ": grouped-query attention is not supported");
+    // Grouped-query attention: k_proj and v_proj are n_kv_head heads tall,
+    // a divisor of q_proj's n_head heads; the stack is c_attn's [q | k | v].
+    if (q.dim() != 2 || k.shape() != v.shape() || k.dim() != 2 || k.size(1) != q.size(1) ||
+        k.size(0) < 1 || q.size(0) % k.size(0) != 0) {
+      throw IoError("Hugging Face LLaMA weights: layer " + std::to_string(i) + " has q_proj " +
+                    shape_str(q.shape()) + ", k_proj " + shape_str(k.shape()) + " and v_proj " +
+                    shape_str(v.shape()) +
+                    "; expected k_proj and v_proj alike, as wide as q_proj, and a divisor of its "
+                    "height");
     }
     out[p + "attn.c_attn.weight"] = concat({q, k, v}, 0);
     out[p + "mlp.c_fc.weight"] =
@@ -215,8 +219,26 @@ nn::StateDict load_gpt2_state_dict(const std::string& path,
         std::swap(stored[0], stored[1]);
         std::swap(want[0], want[1]);
       }
+      // c_attn's weight (Triad's layout here: out, in) and bias are C + 2 *
+      // n_kv_head * head_dim tall: a height that differs points at
+      // model.n_kv_head (C is the weight's width).
+      std::string hint;
+      const bool c_attn =
+          ends_with(name, ".attn.c_attn.weight") || ends_with(name, ".attn.c_attn.bias");
+      const std::string weight = name.substr(0, name.rfind('.')) + ".weight";
+      const auto w = state.find(weight);
+      if (c_attn && w != state.end() && w->second.dim() == 2 && it->second.dim() >= 1 &&
+          !shape.empty() && it->second.size(0) != shape[0]) {
+        const int64_t C = w->second.size(1), rows = it->second.size(0);
+        if (rows > C && shape[0] > C) {
+          hint = " (its key and value projections are " + std::to_string((rows - C) / 2) +
+                 " wide, the configured model's " + std::to_string((shape[0] - C) / 2) +
+                 ": check model.n_kv_head)";
+        }
+      }
       throw IoError("GPT-2 weights '" + path + "': tensor '" + name + "' has shape " +
-                    shape_str(stored) + " but the configured model needs " + shape_str(want));
+                    shape_str(stored) + " but the configured model needs " + shape_str(want) +
+                    hint);
     }
   }
   for (const auto& [name, t] : state) {
@@ -245,6 +267,7 @@ void save_gpt2_state_dict(const nn::StateDict& full, const nn::GptConfig& c,
                                           {"vocab_size", std::to_string(c.vocab_size)},
                                           {"seq_len", std::to_string(c.seq_len)}};
   if (!c.tie_embeddings) meta["tie_embeddings"] = "false";
+  if (c.kv_heads() != c.n_head) meta["n_kv_head"] = std::to_string(c.kv_heads());
   if (c.rotary()) {
     meta["position_embedding"] = nn::position_embedding_string(c.position_embedding);
     meta["rope_theta"] = std::to_string(c.rope_theta);

@@ -90,6 +90,11 @@ void GptConfig::validate() const {
     throw ConfigError("model.d_model (" + std::to_string(d_model) +
                       ") must be divisible by model.n_head (" + std::to_string(n_head) + ")");
   }
+  if (n_kv_head < 0 || n_head % kv_heads() != 0) {
+    throw ConfigError("model.n_kv_head (" + std::to_string(n_kv_head) +
+                      ") must divide model.n_head (" + std::to_string(n_head) +
+                      "), or be 0 for one key/value head per query head");
+  }
   if (rotary() && (d_model / n_head) % 2 != 0) {
     throw ConfigError(
         "model.position_embedding rope needs an even head dimension; model.d_model (" +
@@ -114,13 +119,13 @@ void GptConfig::validate() const {
 }
 
 int64_t GptConfig::num_parameters() const {
-  const int64_t h = d_model, l = n_layer, f = ffn(), m = fc_width();
-  // Per block: attention 4h^2 + 4h, MLP (h + 1) m + (f + 1) h, two
-  // LayerNorms 4h or RMSNorms 2h (12h^2 + 13h for GPT-2); plus embeddings
-  // and ln_f.
+  const int64_t h = d_model, l = n_layer, f = ffn(), m = fc_width(), w = qkv_width();
+  // Per block: attention (w + h) h + w + h (4h^2 + 4h with a key/value head
+  // per query head), MLP (h + 1) m + (f + 1) h, two LayerNorms 4h or
+  // RMSNorms 2h (12h^2 + 13h for GPT-2); plus embeddings and ln_f.
   const int64_t norm = rms_norm() ? h : 2 * h;
-  const int64_t biases = linear_bias ? 4 * h + m + h : 0;
-  const int64_t block = 4 * h * h + h * m + f * h + biases + 2 * norm;
+  const int64_t biases = linear_bias ? w + h + m + h : 0;
+  const int64_t block = (w + h) * h + h * m + f * h + biases + 2 * norm;
   const int64_t tables = (tie_embeddings ? 1 : 2) * vocab_size + (rotary() ? 0 : seq_len);
   return l * block + tables * h + norm;
 }
@@ -129,9 +134,11 @@ double GptConfig::training_flops(double sequences, bool full_recompute) const {
   const double s = static_cast<double>(seq_len), h = static_cast<double>(d_model);
   const double l = static_cast<double>(n_layer), V = static_cast<double>(vocab_size);
   const double f = static_cast<double>(ffn()), m = static_cast<double>(fc_width());
-  // Forward per token: 2 FLOPs per weight of the layers' products, 4*s*h for
-  // the scores and their product with V, 2*h*V for the head.
-  const double layer = 2.0 * (4.0 * h * h + h * m + f * h) + 4.0 * s * h;
+  const double w = static_cast<double>(qkv_width());
+  // Forward per token: 2 FLOPs per weight of the layers' products (c_attn
+  // h*w, 3h^2 with a key/value head per query head), 4*s*h for the scores
+  // and their product with V (every query head's), 2*h*V for the head.
+  const double layer = 2.0 * ((w + h) * h + h * m + f * h) + 4.0 * s * h;
   const double forward = l * layer + 2.0 * h * V;
   // Backward is twice forward; full recomputation runs the layers forward
   // once more (not the head).
@@ -160,12 +167,12 @@ std::map<std::string, Shape> gpt_parameter_shapes(const GptConfig& cfg,
       s[p + "ln_1.bias"] = {C};
       s[p + "ln_2.bias"] = {C};
     }
-    s[p + "attn.c_attn.weight"] = {3 * C, C};
+    s[p + "attn.c_attn.weight"] = {cfg.qkv_width(), C};
     s[p + "attn.c_proj.weight"] = {C, C};
     s[p + "mlp.c_fc.weight"] = {cfg.fc_width(), C};
     s[p + "mlp.c_proj.weight"] = {C, cfg.ffn()};
     if (cfg.linear_bias) {
-      s[p + "attn.c_attn.bias"] = {3 * C};
+      s[p + "attn.c_attn.bias"] = {cfg.qkv_width()};
       s[p + "attn.c_proj.bias"] = {C};
       s[p + "mlp.c_fc.bias"] = {cfg.fc_width()};
       s[p + "mlp.c_proj.bias"] = {C};
@@ -175,51 +182,56 @@ std::map<std::string, Shape> gpt_parameter_shapes(const GptConfig& cfg,
 }
 
 CausalSelfAttention::CausalSelfAttention(const GptConfig& cfg, int64_t layer)
-    : n_head_(cfg.n_head),
+    : heads_(cfg.heads()),
       layer_(layer),
       dropout_(cfg.dropout),
       rotary_(cfg.rotary()),
       rope_theta_(cfg.rope_theta) {
   c_attn_ = register_module(
-      "c_attn", std::make_shared<Linear>(cfg.d_model, 3 * cfg.d_model, cfg.linear_bias));
+      "c_attn", std::make_shared<Linear>(cfg.d_model, cfg.qkv_width(), cfg.linear_bias));
   c_proj_ = register_module("c_proj",
                             std::make_shared<Linear>(cfg.d_model, cfg.d_model, cfg.linear_bias));
 }
 
 Tensor CausalSelfAttention::forward(const Tensor& x, const ForwardContext& ctx) const {
   Tensor qkv = c_attn_->forward(x);
-  if (rotary_) qkv = rotary_embedding(qkv, n_head_, ctx.positions, 0, rope_theta_);
-  Tensor y = causal_attention(qkv, n_head_, ctx.doc_starts);
+  if (rotary_) qkv = rotary_embedding(qkv, heads_, ctx.positions, 0, rope_theta_);
+  Tensor y = causal_attention(qkv, heads_, ctx.doc_starts);
   return site_dropout(c_proj_->forward(y), dropout_, ctx, layer_, "attn.resid");
 }
 
 Tensor CausalSelfAttention::forward_cached(const Tensor& x, Tensor& k_cache, Tensor& v_cache,
                                            int64_t start) const {
-  const int64_t B = x.size(0), n = x.size(1), C = x.size(2), H = n_head_, D = C / H;
+  const int64_t B = x.size(0), n = x.size(1), C = x.size(2), H = heads_.q, D = C / H;
+  const int64_t KV = heads_.kv, G = heads_.group();
   const int64_t L = start + n;  // positions attended over
   Tensor qkv = c_attn_->forward(x);
-  if (rotary_) qkv = rotary_embedding(qkv, n_head_, {}, start, rope_theta_);
-  // (B, n, C) piece of qkv viewed as (B, H, n, D).
-  auto heads = [&](int64_t which) {
-    return permute(reshape(narrow(qkv, 2, which * C, C), {B, n, H, D}), {0, 2, 1, 3});
+  if (rotary_) qkv = rotary_embedding(qkv, heads_, {}, start, rope_theta_);
+  // The piece of qkv at column `at`, `h` heads wide, viewed as (B, h, n, D).
+  auto heads = [&](int64_t at, int64_t h) {
+    return permute(reshape(narrow(qkv, 2, at, h * D), {B, n, h, D}), {0, 2, 1, 3});
   };
   Tensor k_step = narrow(k_cache, 2, start, n), v_step = narrow(v_cache, 2, start, n);
-  copy_(k_step, heads(1));  // one strided copy each, straight into the cache
-  copy_(v_step, heads(2));
+  copy_(k_step, heads(C, KV));  // one strided copy each, straight into the cache
+  copy_(v_step, heads(C + KV * D, KV));
   const Tensor keys = contiguous(narrow(k_cache, 2, 0, L));
   const Tensor values = contiguous(narrow(v_cache, 2, 0, L));
-  Tensor scores = matmul(scale(contiguous(heads(0)), 1.0 / std::sqrt(static_cast<double>(D))),
-                         contiguous(transpose(keys, 2, 3)));  // (B, H, n, L)
+  // A key/value head's G query heads (consecutive) as G * n rows of one
+  // product: (B, KV, G * n, D).
+  const Tensor queries = reshape(contiguous(heads(0, H)), {B, KV, G * n, D});
+  Tensor scores = matmul(scale(queries, 1.0 / std::sqrt(static_cast<double>(D))),
+                         contiguous(transpose(keys, 2, 3)));  // (B, KV, G * n, L)
   if (n > 1) {
-    // Query i sits at position start + i and sees keys up to it.
-    std::vector<double> mask(static_cast<size_t>(n * L), 0.0);
-    for (int64_t i = 0; i < n; ++i) {
-      for (int64_t j = start + i + 1; j < L; ++j)
-        mask[static_cast<size_t>(i * L + j)] = -std::numeric_limits<double>::infinity();
+    // Query i sits at position start + i and sees keys up to it (each of a
+    // group's heads alike).
+    std::vector<double> mask(static_cast<size_t>(G * n * L), 0.0);
+    for (int64_t r = 0; r < G * n; ++r) {
+      for (int64_t j = start + r % n + 1; j < L; ++j)
+        mask[static_cast<size_t>(r * L + j)] = -std::numeric_limits<double>::infinity();
     }
-    scores = add(scores, from_vector(mask, {n, L}, scores.dtype(), scores.device()));
+    scores = add(scores, from_vector(mask, {G * n, L}, scores.dtype(), scores.device()));
   }
-  Tensor y = matmul(softmax(scores), values);  // (B, H, n, D)
+  Tensor y = reshape(matmul(softmax(scores), values), {B, H, n, D});
   y = reshape(contiguous(permute(y, {0, 2, 1, 3})), {B, n, C});
   return c_proj_->forward(y);
 }

@@ -9,10 +9,9 @@ namespace triad::nn {
 
 KvCache::KvCache(const GptConfig& cfg, int64_t batch, DType dtype, Device device) {
   if (batch <= 0) throw ValueError("KvCache: batch (" + std::to_string(batch) + ") must be > 0");
-  const int64_t head_dim = cfg.d_model / cfg.n_head;
   for (int64_t i = 0; i < cfg.n_layer; ++i) {
-    k.push_back(empty({batch, cfg.n_head, cfg.seq_len, head_dim}, dtype, device));
-    v.push_back(empty({batch, cfg.n_head, cfg.seq_len, head_dim}, dtype, device));
+    k.push_back(empty({batch, cfg.kv_heads(), cfg.seq_len, cfg.head_dim()}, dtype, device));
+    v.push_back(empty({batch, cfg.kv_heads(), cfg.seq_len, cfg.head_dim()}, dtype, device));
   }
 }
 

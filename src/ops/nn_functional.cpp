@@ -222,50 +222,41 @@ Tensor checked_doc_starts(const Tensor& doc_starts, int64_t B, int64_t T, const 
   return c.device() == device ? c : to_device(c, device).detach();
 }
 
-// A fused (B, T, 3C) qkv of n_head heads, checked for `op`: returns C.
-int64_t checked_qkv_width(const Tensor& qkv, int64_t n_head, const char* op) {
+// A fused (B, T, (q + 2 kv) D) qkv of `heads`, checked for `op`: returns D.
+int64_t checked_head_dim(const Tensor& qkv, const AttentionHeads& heads, const char* op) {
   detail::check_floating(qkv, op, "qkv");
   detail::check_dim(qkv, 3, op, "qkv");
-  const int64_t C3 = qkv.size(2);
-  if (C3 % 3 != 0) {
-    throw ShapeError(std::string(op) + ": last dim of qkv (" + std::to_string(C3) +
-                     ") must be 3*C");
-  }
-  const int64_t C = C3 / 3;
-  if (n_head <= 0 || C % n_head != 0) {
-    throw ShapeError(std::string(op) + ": C (" + std::to_string(C) +
-                     ") must be divisible by n_head (" + std::to_string(n_head) + ")");
-  }
-  return C;
+  return heads.head_dim(qkv.size(2), op);
 }
 }  // namespace
 
-Tensor causal_attention(const Tensor& qkv, int64_t n_head, const Tensor& doc_starts) {
-  const int64_t C = checked_qkv_width(qkv, n_head, "causal_attention");
+Tensor causal_attention(const Tensor& qkv, AttentionHeads heads, const Tensor& doc_starts) {
+  const int64_t C = heads.q * checked_head_dim(qkv, heads, "causal_attention");
   const int64_t B = qkv.size(0), T = qkv.size(1);
   const Tensor starts = checked_doc_starts(doc_starts, B, T, qkv.device());
   Tensor qc = contiguous(qkv).detach();
   Tensor out = empty({B, T, C}, qkv.dtype(), qkv.device());
-  Tensor lse = empty({B, n_head, T}, stat_dtype(qkv.dtype()), qkv.device());
-  backend_for(qkv).attention_forward(qc, n_head, out, lse, starts);
+  Tensor lse = empty({B, heads.q, T}, stat_dtype(qkv.dtype()), qkv.device());
+  backend_for(qkv).attention_forward(qc, heads, out, lse, starts);
   Tensor od = out.detach();
   record("causal_attention", {qkv}, {out},
-         [qc, od, lse, n_head, starts](const TensorList& g) -> TensorList {
+         [qc, od, lse, heads, starts](const TensorList& g) -> TensorList {
            Tensor dout = contiguous(g[0]);
            Tensor dqkv = empty_like(qc);
-           backend_for(qc).attention_backward(qc, od, lse, dout, n_head, dqkv, starts);
+           backend_for(qc).attention_backward(qc, od, lse, dout, heads, dqkv, starts);
            return {dqkv};
          });
   return out;
 }
 
-Tensor rotary_embedding(const Tensor& qkv, int64_t n_head, const Tensor& positions, int64_t start,
-                        double theta) {
-  const int64_t C = checked_qkv_width(qkv, n_head, "rotary_embedding");
+Tensor rotary_embedding(const Tensor& qkv, AttentionHeads heads, const Tensor& positions,
+                        int64_t start, double theta) {
+  const int64_t D = checked_head_dim(qkv, heads, "rotary_embedding");
   const int64_t B = qkv.size(0), T = qkv.size(1);
-  if ((C / n_head) % 2 != 0) {
-    throw ShapeError("rotary_embedding: C (" + std::to_string(C) + ") must be n_head (" +
-                     std::to_string(n_head) + ") times an even head dimension");
+  if (D % 2 != 0) {
+    throw ShapeError("rotary_embedding: the head dimension (" + std::to_string(D) +
+                     ", qkv's last dim " + std::to_string(qkv.size(2)) + " over " +
+                     std::to_string(heads.fused()) + " heads) must be an even head dimension");
   }
   if (!(theta > 0.0) || !std::isfinite(theta)) {
     throw ValueError("rotary_embedding: theta (" + std::to_string(theta) +
@@ -296,12 +287,12 @@ Tensor rotary_embedding(const Tensor& qkv, int64_t n_head, const Tensor& positio
   }
   Tensor qc = contiguous(qkv);
   Tensor out = empty_like(qc);
-  backend_for(qc).rotary_embedding(qc, n_head, pos, start, theta, false, out);
+  backend_for(qc).rotary_embedding(qc, heads, pos, start, theta, false, out);
   record("rotary_embedding", {qkv}, {out},
-         [pos, n_head, start, theta](const TensorList& g) -> TensorList {
+         [pos, heads, start, theta](const TensorList& g) -> TensorList {
            Tensor dout = contiguous(g[0]);
            Tensor dqkv = empty_like(dout);
-           backend_for(dout).rotary_embedding(dout, n_head, pos, start, theta, true, dqkv);
+           backend_for(dout).rotary_embedding(dout, heads, pos, start, theta, true, dqkv);
            return {dqkv};
          });
   return out;

@@ -71,13 +71,15 @@ LayerCost layer_cost(const nn::GptConfig& m, const ClusterSpec& c, const Paralle
   const double a = static_cast<double>(m.n_head), t = p.tp, hd = h / a;
   const double tokens = b * s;
   LayerCost L;
-  // Linear layers split over TP: QKV (h -> 3h/t), projection (h/t -> h),
-  // MLP up (h -> m/t, m = F or 2F for SwiGLU) and down (F/t -> h); 24bsh^2/t
-  // FLOPs forward for GPT-2's F = 4h, the same again for each of the input
-  // and weight gradients.
+  // Linear layers split over TP: QKV (h -> w/t, w = 3h, or h plus the
+  // key/value heads' width twice under grouped-query attention), projection
+  // (h/t -> h), MLP up (h -> m/t, m = F or 2F for SwiGLU) and down (F/t ->
+  // h); 24bsh^2/t FLOPs forward for GPT-2's F = 4h, the same again for each
+  // of the input and weight gradients.
   const double f = static_cast<double>(m.ffn()), fc = static_cast<double>(m.fc_width());
+  const double w = static_cast<double>(m.qkv_width());
   for (const LinearTimes& lt :
-       {linear_times(tokens, h, 3 * h / t, c), linear_times(tokens, h / t, h, c),
+       {linear_times(tokens, h, w / t, c), linear_times(tokens, h / t, h, c),
         linear_times(tokens, h, fc / t, c), linear_times(tokens, f / t, h, c)}) {
     L.fwd_gemm += lt.fwd;
     L.bwd_input_gemm += lt.dx;
@@ -259,6 +261,11 @@ void check_config(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int gl
     throw ConfigError(
         need("n_head", m.n_head, "must be divisible by tp (" + std::to_string(p.tp) + ")"));
   }
+  if (m.kv_heads() % p.tp != 0) {
+    throw ConfigError(need("n_kv_head", m.kv_heads(),
+                           "must be divisible by tp (" + std::to_string(p.tp) +
+                               "): each rank holds whole key/value heads"));
+  }
   if (p.tp > c.gpus_per_node) {
     throw ConfigError(need("tp", p.tp,
                            "must not exceed gpus_per_node (" + std::to_string(c.gpus_per_node) +
@@ -350,9 +357,10 @@ Estimate estimate(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int gl
 
   // ---- parameters on the most loaded pipeline rank
   const double ffn_w = static_cast<double>(m.ffn()), fc_w = static_cast<double>(m.fc_width());
-  const double norms = m.rms_norm() ? 2.0 * h : 4.0 * h;  // two per layer, bias or not
-  const double biases = m.linear_bias ? 4.0 * h + fc_w + h : 0.0;
-  const double layer_params = 4.0 * h * h + h * fc_w + ffn_w * h + biases + norms;
+  const double norms = m.rms_norm() ? 2.0 * h : 4.0 * h;    // two per layer, bias or not
+  const double qkv_w = static_cast<double>(m.qkv_width());  // 3h, less under GQA
+  const double biases = m.linear_bias ? qkv_w + h + fc_w + h : 0.0;
+  const double layer_params = (qkv_w + h) * h + h * fc_w + ffn_w * h + biases + norms;
   const double body = (static_cast<double>(m.n_layer) / p.pp) * layer_params / t;
   // The token table on the first stage (and a tied copy, or an untied
   // head, on the last when pp > 1; one process holds both an untied head and
@@ -412,9 +420,12 @@ Estimate estimate(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int gl
   // the f32 log-sum-exp per head and position (4a/h).
   const double attn_extra = flash ? 4.0 * a / h : 5.0 * a * s / h;
   // Of the 34 sbh, 16 are the MLP's activation input (4h) and c_proj's input
-  // (4h) in 2 bytes: 2(m + F)/h for another width or SwiGLU. 24 of them are
+  // (4h) in 2 bytes: 2(m + F)/h for another width or SwiGLU; 6 are q, k and
+  // v (2w/h with grouped-query attention's narrower k and v). 24 of them are
   // split by TP.
-  const double mlp_acts = 2.0 * (fc_w + ffn_w) / h, split = 8.0 + mlp_acts, whole = 18.0 + mlp_acts;
+  const double qkv_acts = 2.0 * static_cast<double>(m.qkv_width()) / h;
+  const double mlp_acts = 2.0 * (fc_w + ffn_w) / h, split = 2.0 + qkv_acts + mlp_acts,
+               whole = 18.0 + mlp_acts;
   double per_layer = 0;
   switch (recompute) {
     case Recompute::None:

@@ -3,11 +3,13 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <vector>
 
 #include "triad/core/error.h"
+#include "triad/io/hf_config.h"
 
 namespace triad::plan {
 
@@ -21,7 +23,19 @@ nn::GptConfig parse_model_spec(const std::string& yaml_text, const std::string& 
   if (!root || !root.IsMap()) throw ConfigError(source + ": expected a mapping");
   const YAML::Node model = root["model"] ? root["model"] : root;
   if (!model.IsMap()) throw ConfigError(source + ": 'model' must be a mapping");
+  // model.hf_config: a Hugging Face config.json (or its directory) gives
+  // the model; the keys beside it override its values.
+  const bool hf = static_cast<bool>(model["hf_config"]);
   nn::GptConfig c;
+  if (hf) {
+    std::string path;
+    try {
+      path = model["hf_config"].as<std::string>();
+    } catch (const YAML::Exception&) {
+      throw ConfigError(source + ": model.hf_config: expected a path");
+    }
+    c = io::load_hf_config(path);
+  }
   auto get = [&](const char* key, int64_t& out, bool required) {
     const YAML::Node v = model[key];
     if (!v) {
@@ -37,14 +51,15 @@ nn::GptConfig parse_model_spec(const std::string& yaml_text, const std::string& 
                         "'");
     }
   };
-  get("n_layer", c.n_layer, true);
-  get("n_head", c.n_head, true);
-  get("d_model", c.d_model, true);
-  get("vocab_size", c.vocab_size, true);
-  get("seq_len", c.seq_len, true);
+  get("n_layer", c.n_layer, !hf);
+  get("n_head", c.n_head, !hf);
+  get("d_model", c.d_model, !hf);
+  get("vocab_size", c.vocab_size, !hf);
+  get("seq_len", c.seq_len, !hf);
   // The architecture's options change the parameters, FLOPs and activations
   // priced: the position table, the norms' biases, the linear layers'
-  // biases, the MLP's width and activation, an untied head.
+  // biases, the MLP's width and activation, an untied head, grouped-query
+  // attention's key/value heads.
   auto option = [&](const char* key, const char* expected, const auto& apply) {
     const YAML::Node v = model[key];
     if (!v) return;
@@ -69,10 +84,13 @@ nn::GptConfig parse_model_spec(const std::string& yaml_text, const std::string& 
          [&](const YAML::Node& v) { c.tie_embeddings = v.as<bool>(); });
   option("norm_eps", "a number", [&](const YAML::Node& v) { c.layer_norm_eps = v.as<double>(); });
   get("ffn_hidden_size", c.ffn_hidden_size, false);
+  get("n_kv_head", c.n_kv_head, false);
   // Keys a trainer config's model section may also hold; the ones not read
   // above change nothing priced.
-  static const std::vector<std::string> kKeys = {"n_layer",
+  static const std::vector<std::string> kKeys = {"hf_config",
+                                                 "n_layer",
                                                  "n_head",
+                                                 "n_kv_head",
                                                  "d_model",
                                                  "vocab_size",
                                                  "seq_len",
@@ -101,6 +119,9 @@ nn::GptConfig parse_model_spec(const std::string& yaml_text, const std::string& 
 }
 
 nn::GptConfig load_model_spec(const std::string& path) {
+  namespace fs = std::filesystem;
+  const bool json = path.size() >= 5 && path.compare(path.size() - 5, 5, ".json") == 0;
+  if (json || fs::is_directory(path)) return io::load_hf_config(path);
   std::ifstream in(path);
   if (!in) throw ConfigError("cannot open model file '" + path + "'");
   std::stringstream ss;

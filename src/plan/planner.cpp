@@ -11,7 +11,7 @@ std::vector<Estimate> recommend(const nn::GptConfig& m, const ClusterSpec& c, in
                                 int global_batch, const SearchSpace& space) {
   std::vector<ParallelConfig> candidates;
   for (int tp = 1; tp <= std::min(gpus, c.gpus_per_node); tp *= 2) {
-    if (gpus % tp != 0 || m.n_head % tp != 0) continue;
+    if (gpus % tp != 0 || m.n_head % tp != 0 || m.kv_heads() % tp != 0) continue;
     for (int pp = 1; pp <= gpus / tp; ++pp) {
       if ((gpus / tp) % pp != 0 || m.n_layer % pp != 0) continue;
       const int dp = gpus / (tp * pp);

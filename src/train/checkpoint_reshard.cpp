@@ -34,6 +34,7 @@ std::string placement_to_json(const RankPlacement& p) {
                     {"groups", q.spec.groups},
                     {"padded", q.spec.padded},
                     {"shape", q.full_shape}};
+    if (!q.spec.blocks.empty()) params[name]["blocks"] = q.spec.blocks;
   }
   j["params"] = params;
   nlohmann::json segs = nlohmann::json::array();
@@ -60,8 +61,15 @@ RankPlacement placement_from_json(const std::string& text) {
       param.spec.groups = q.at("groups").get<int>();
       param.spec.padded = q.at("padded").get<int64_t>();
       param.full_shape = q.at("shape").get<Shape>();
+      if (q.contains("blocks")) param.spec.blocks = q.at("blocks").get<std::vector<int64_t>>();
       const int64_t rank = static_cast<int64_t>(param.full_shape.size());
-      if (param.spec.groups < 1 ||
+      int64_t block_sum = 0;
+      for (int64_t b : param.spec.blocks) block_sum += b > 0 ? b : -1;
+      const bool blocks_fit = param.spec.blocks.empty() ||
+                              (static_cast<int>(param.spec.blocks.size()) == param.spec.groups &&
+                               param.spec.split && param.spec.dim >= 0 && param.spec.dim < rank &&
+                               block_sum == param.full_shape[param.spec.dim]);
+      if (param.spec.groups < 1 || !blocks_fit ||
           (param.spec.split && (param.spec.dim < 0 || param.spec.dim >= rank))) {
         throw ValueError("parameter '" + name + "': split dim " + std::to_string(param.spec.dim) +
                          " in groups of " + std::to_string(param.spec.groups) +

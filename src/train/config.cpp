@@ -14,6 +14,7 @@
 #include "triad/backend/cuda.h"
 #include "triad/core/device.h"
 #include "triad/core/error.h"
+#include "triad/io/hf_config.h"
 
 namespace triad::train {
 namespace {
@@ -227,6 +228,17 @@ void validate(const Config& c, bool min_lr_given) {
     throw ConfigError("model.n_head (" + std::to_string(c.model.n_head) +
                       ") must be divisible by parallel.tp (" + std::to_string(c.parallel.tp) + ")");
   }
+  if (c.model.kv_heads() % c.parallel.tp != 0) {
+    throw ConfigError("model.n_kv_head (" + std::to_string(c.model.kv_heads()) +
+                      ") must be divisible by parallel.tp (" + std::to_string(c.parallel.tp) +
+                      "): each rank holds whole key/value heads");
+  }
+  if (c.model.kv_heads() != c.model.n_head && c.attention_kernel == "cudnn") {
+    throw ConfigError("model.attention_kernel 'cudnn' cannot take model.n_kv_head " +
+                      std::to_string(c.model.n_kv_head) +
+                      " (grouped-query attention is not "
+                      "wired to the cuDNN graph; use auto, simt or tensor_core)");
+  }
   if (c.parallel.sequence_parallel && c.parallel.tp == 1) {
     throw ConfigError("parallel.sequence_parallel needs parallel.tp > 1");
   }
@@ -414,12 +426,27 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
   bool min_lr_given = false;
   auto& m = c.model;
   auto& t = c.train;
+  // model.hf_config (a Hugging Face config.json or its directory) sets the
+  // whole model first; the other keys, applied after it, override it, and
+  // the shape keys are required only without it.
+  const bool shape = !(root["model"] && root["model"].IsMap() && root["model"]["hf_config"]);
   const Section model{
-      {"n_layer", {true, [&](auto& v, auto& k) { m.n_layer = get_int(v, k); }}},
-      {"n_head", {true, [&](auto& v, auto& k) { m.n_head = get_int(v, k); }}},
-      {"d_model", {true, [&](auto& v, auto& k) { m.d_model = get_int(v, k); }}},
-      {"vocab_size", {true, [&](auto& v, auto& k) { m.vocab_size = get_int(v, k); }}},
-      {"seq_len", {true, [&](auto& v, auto& k) { m.seq_len = get_int(v, k); }}},
+      {"hf_config",
+       {false,
+        [&](auto& v, auto& k) {
+          const std::string path = get_string(v, k);
+          try {
+            m = io::load_hf_config(path);
+          } catch (const Error& e) {
+            throw ConfigError(k + ": " + e.what());
+          }
+        }}},
+      {"n_layer", {shape, [&](auto& v, auto& k) { m.n_layer = get_int(v, k); }}},
+      {"n_head", {shape, [&](auto& v, auto& k) { m.n_head = get_int(v, k); }}},
+      {"n_kv_head", {false, [&](auto& v, auto& k) { m.n_kv_head = get_int(v, k); }}},
+      {"d_model", {shape, [&](auto& v, auto& k) { m.d_model = get_int(v, k); }}},
+      {"vocab_size", {shape, [&](auto& v, auto& k) { m.vocab_size = get_int(v, k); }}},
+      {"seq_len", {shape, [&](auto& v, auto& k) { m.seq_len = get_int(v, k); }}},
       {"dropout", {false, [&](auto& v, auto& k) { m.dropout = get_double(v, k); }}},
       {"norm_eps", {false, [&](auto& v, auto& k) { m.layer_norm_eps = get_double(v, k); }}},
       {"recompute",
@@ -705,6 +732,7 @@ std::string to_yaml(const Config& c) {
   e << YAML::Key << "model" << YAML::Value << YAML::BeginMap;
   e << YAML::Key << "n_layer" << YAML::Value << c.model.n_layer;
   e << YAML::Key << "n_head" << YAML::Value << c.model.n_head;
+  e << YAML::Key << "n_kv_head" << YAML::Value << c.model.n_kv_head;
   e << YAML::Key << "d_model" << YAML::Value << c.model.d_model;
   e << YAML::Key << "vocab_size" << YAML::Value << c.model.vocab_size;
   e << YAML::Key << "seq_len" << YAML::Value << c.model.seq_len;

@@ -261,7 +261,7 @@ void Trainer::choose_attention_kernel() {
   cuda::AttentionChoice choice;
   const bool has = cuda::tune_attention(device_.index, config_.train.param_dtype(),
                                         config_.train.micro_batch_size, m.seq_len, m.d_model / tp,
-                                        m.n_head / tp, choice);
+                                        AttentionHeads{m.n_head / tp, m.kv_heads() / tp}, choice);
   if (!train::agree_attention_choice(has, choice, world_.get())) return;
   cuda::set_attention_choice(choice);
   const int ranks = world_ ? world_->size() : 1;

@@ -236,6 +236,54 @@ TEST(CudaKernels, AttentionHeadDimsAndLongSequences) {
   }
 }
 
+// Grouped-query attention (NKV key/value heads, each shared by NH / NKV
+// query heads; NKV 1 is multi-query): SIMT and tensor cores against the CPU,
+// with and without packed documents, the dk/dv pass summing a group's query
+// heads. cuDNN's graph is not wired for it and says so.
+TEST(CudaKernels, GroupedQueryAttention) {
+  struct Shape {
+    int64_t B, T, C, NH, NKV;
+  };
+  for (const Shape& sh : {Shape{2, 200, 256, 4, 2}, Shape{1, 130, 128, 4, 1},
+                          Shape{2, 65, 128, 8, 2}, Shape{1, 70, 48, 6, 3}}) {
+    const AttentionHeads heads{sh.NH, sh.NKV};
+    const int64_t width = sh.C + 2 * sh.NKV * (sh.C / sh.NH);
+    std::vector<int64_t> ids(static_cast<size_t>(sh.B * sh.T), 5);
+    for (int64_t end : {20, 63, static_cast<int>(sh.T) - 2}) ids[end] = 0;
+    const Tensor starts = nn::document_layout(from_vector(ids, {sh.B, sh.T}), 0).starts;
+    for (bool documents : {false, true}) {
+      const std::string name = "gqa_B" + std::to_string(sh.B) + "_T" + std::to_string(sh.T) + "_C" +
+                               std::to_string(sh.C) + "_NH" + std::to_string(sh.NH) + "_KV" +
+                               std::to_string(sh.NKV) + (documents ? "_documents" : "");
+      const testing::OpCase c{
+          name,
+          [=](DType d) {
+            return std::vector<Tensor>{randn({sh.B, sh.T, width}, 7, 1, 1.0, d)};
+          },
+          [=](const std::vector<Tensor>& x) {
+            return causal_attention(x[0], heads, documents ? starts : Tensor());
+          }};
+      for (DType dtype : {DType::F32, DType::BF16, DType::F16}) {
+        for (cuda::AttentionKernel kernel :
+             {cuda::AttentionKernel::Simt, cuda::AttentionKernel::TensorCore}) {
+          if (!cuda::attention_kernel_unavailable(kernel, dtype, sh.T, sh.C, heads).empty())
+            continue;
+          SCOPED_TRACE(name + " " + dtype_name(dtype) + " " + cuda::attention_kernel_name(kernel));
+          expect_attention_kernel_matches_cpu(c, dtype, kernel);
+        }
+      }
+    }
+  }
+  EXPECT_NE(cuda::attention_kernel_unavailable(cuda::AttentionKernel::Cudnn, DType::BF16, 64, 128,
+                                               AttentionHeads{4, 2})
+                .find("grouped-query"),
+            std::string::npos);
+  // A key/value head count that does not divide the query heads.
+  EXPECT_NE(cuda::attention_kernel_unavailable(cuda::AttentionKernel::Simt, DType::BF16, 64, 128,
+                                               AttentionHeads{4, 3}),
+            "");
+}
+
 // Packed documents (doc_starts): row 0 holds documents [0, 37), [37, 64),
 // [64, 100), [100, 131), [131, T - 1) and a last one-token document, so
 // boundaries fall inside the kernels' tiles, on a 64-row boundary and on the
@@ -1900,17 +1948,18 @@ TEST(CudaTraining, PackedDocumentsAndABatchRampMatchTheCpuTrainer) {
                                           "train.micro_batch_size=2"};
   // LLaMA's options: rotary embeddings take the documents' positions on the
   // GPU (uploaded once a forward pass, no host wait), a SwiGLU MLP, RMSNorm
-  // (its residual add fused in), an untied head.
+  // (its residual add fused in), an untied head, and multi-query attention
+  // (the 2 query heads share one key/value head).
   for (const std::string precision : {"fp32", "bf16", "bf16 llama"}) {
     SCOPED_TRACE(precision);
     const bool rope = precision == "bf16 llama";
     auto config = [&](const std::string& device) {
       std::vector<std::string> overrides = extra;
       if (rope) {
-        overrides.insert(overrides.end(),
-                         {"model.position_embedding=rope", "model.activation=swiglu",
-                          "model.ffn_hidden_size=88", "model.normalization=rmsnorm",
-                          "model.linear_bias=false", "model.tie_embeddings=false"});
+        overrides.insert(overrides.end(), {"model.position_embedding=rope",
+                                           "model.activation=swiglu", "model.ffn_hidden_size=88",
+                                           "model.normalization=rmsnorm", "model.linear_bias=false",
+                                           "model.tie_embeddings=false", "model.n_kv_head=1"});
       }
       return train::parse_config(
           train::to_yaml(train_config(dir, model, device, rope ? "bf16" : precision, 6, 4, 128)),
@@ -1937,6 +1986,7 @@ TEST(CudaTraining, PackedDocumentsAndABatchRampMatchTheCpuTrainer) {
         EXPECT_TRUE(gpu.config().model.rms_norm());
         EXPECT_FALSE(gpu.config().model.linear_bias);
         EXPECT_FALSE(gpu.config().model.tie_embeddings);
+        EXPECT_EQ(gpu.config().model.kv_heads(), 1);
       }
     }
   }

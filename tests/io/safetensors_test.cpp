@@ -139,6 +139,43 @@ TEST(Gpt2Weights, ShapeMismatchNamesTensorAndShapes) {
   }
 }
 
+// Grouped-query attention's narrower c_attn travels in GPT-2's layout with
+// n_kv_head in the metadata; a model with other key/value heads is told
+// which setting to check.
+TEST(Gpt2Weights, GroupedQueryAttentionRoundTripsAndAMismatchIsNamed) {
+  TempDir dir;
+  nn::GptConfig cfg{
+      .n_layer = 1, .n_head = 4, .n_kv_head = 2, .d_model = 16, .vocab_size = 11, .seq_len = 5};
+  const nn::Gpt model(cfg, 3);
+  const std::string path = dir.file("gqa.safetensors");
+  save_gpt2_safetensors(model, path);
+  const Safetensors f = load_safetensors(path);
+  EXPECT_EQ(f.metadata.at("n_kv_head"), "2");
+  EXPECT_EQ(f.tensors.at("h.0.attn.c_attn.weight").shape(), (Shape{16, 32}));  // (in, out)
+  nn::Gpt back(cfg, 99);
+  load_gpt2_safetensors(back, path);
+  EXPECT_EQ(to_double_vector(back.state_dict().at("h.0.attn.c_attn.weight")),
+            to_double_vector(model.state_dict().at("h.0.attn.c_attn.weight")));
+  nn::GptConfig mha = cfg;
+  mha.n_kv_head = 0;
+  nn::Gpt other(mha, 1);
+  try {
+    load_gpt2_safetensors(other, path);
+    FAIL() << "no error";
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find("projections are 8 wide, the configured model's 16: "
+                                         "check model.n_kv_head"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_FALSE(load_safetensors([&] {
+                 const std::string p = dir.file("mha.safetensors");
+                 save_gpt2_safetensors(other, p);
+                 return p;
+               }())
+                   .metadata.count("n_kv_head"));
+}
+
 // An untied head travels as lm_head.weight. A tied model accepts a file's
 // lm_head only as the copy of wte some exports carry; either side missing
 // what the other has is named with the setting to change.
@@ -270,10 +307,37 @@ TEST(HfLlamaWeights, LoadIntoTheSameModelAndMismatchesAreNamed) {
       EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
     }
   };
+  // A grouped-query file (one key/value head of 4 for the 2 query heads)
+  // into the configured multi-head model names the setting; k_proj and
+  // v_proj of different heights are refused.
   auto gqa = hf;
-  gqa["model.layers.1.self_attn.k_proj.weight"] =
-      contiguous(narrow(gqa.at("model.layers.1.self_attn.k_proj.weight"), 0, 0, 4));
-  expect_error(gqa, "grouped-query attention is not supported");
+  for (const char* kv : {"k_proj", "v_proj"}) {
+    for (int i = 0; i < 2; ++i) {
+      const std::string key = "model.layers." + std::to_string(i) + ".self_attn." + kv + ".weight";
+      gqa[key] = contiguous(narrow(gqa.at(key), 0, 0, 4));
+    }
+  }
+  expect_error(gqa,
+               "its key and value projections are 4 wide, the configured model's 8: check "
+               "model.n_kv_head");
+  auto uneven = hf;
+  uneven["model.layers.1.self_attn.k_proj.weight"] =
+      contiguous(narrow(uneven.at("model.layers.1.self_attn.k_proj.weight"), 0, 0, 4));
+  expect_error(uneven, "expected k_proj and v_proj alike");
+  // The model it fits: n_kv_head 1 loads those projections as they are.
+  {
+    nn::GptConfig mqa = cfg;
+    mqa.n_kv_head = 1;
+    save_safetensors(path, gqa);
+    nn::Gpt m(mqa, 5);
+    load_gpt2_safetensors(m, path);
+    const Tensor qkv = m.state_dict().at("h.1.attn.c_attn.weight");
+    ASSERT_EQ(qkv.shape(), (Shape{16, 8}));
+    EXPECT_EQ(to_double_vector(narrow(qkv, 0, 8, 4)),
+              to_double_vector(gqa.at("model.layers.1.self_attn.k_proj.weight")));
+    EXPECT_EQ(to_double_vector(narrow(qkv, 0, 12, 4)),
+              to_double_vector(gqa.at("model.layers.1.self_attn.v_proj.weight")));
+  }
   auto missing = hf;
   missing.erase("model.layers.0.mlp.up_proj.weight");
   expect_error(missing, "'model.layers.0.mlp.up_proj.weight' is missing");

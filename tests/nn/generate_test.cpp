@@ -131,14 +131,23 @@ TEST(Generate, DrawsArePureFunctionsOfTheSeedAndRespectTheLimits) {
   EXPECT_THROW(generate(model, {3}, o), ValueError);
 }
 
-class KvCacheDecoding : public ::testing::TestWithParam<PositionEmbedding> {};
+// Position embedding, and query heads over key/value heads.
+struct Decoding {
+  PositionEmbedding positions;
+  int64_t n_head, n_kv_head;
+};
+class KvCacheDecoding : public ::testing::TestWithParam<Decoding> {};
 
 // Under rotary embeddings each step turns its keys by their positions
-// before caching them, and its queries by theirs.
+// before caching them, and its queries by theirs. Under grouped-query
+// attention the cache holds the key/value heads only, each serving its
+// group's query heads.
 TEST_P(KvCacheDecoding, PieceByPieceGivesTheFullForwardsLogits) {
   GptConfig cfg = tiny();
   cfg.seq_len = 12;
-  cfg.position_embedding = GetParam();
+  cfg.position_embedding = GetParam().positions;
+  cfg.n_head = GetParam().n_head;
+  cfg.n_kv_head = GetParam().n_kv_head;
   cfg.rope_theta = 50.0;  // large turns over 12 positions
   Gpt model(cfg, 7);
   make_opinionated(model);
@@ -150,6 +159,7 @@ TEST_P(KvCacheDecoding, PieceByPieceGivesTheFullForwardsLogits) {
   const auto want = to_double_vector(model.forward(all, {false, 0, 0}));  // (2, 12, V)
   KvCache cache(cfg, 2, DType::F32, Device::cpu());
   EXPECT_EQ(cache.capacity(), 12);
+  EXPECT_EQ(cache.k[0].shape(), (Shape{2, cfg.kv_heads(), 12, cfg.head_dim()}));
   int64_t at = 0;
   for (int64_t n : {5, 1, 1, 1, 3, 1}) {
     Tensor logits = model.decode(narrow(all, 1, at, n), cache);
@@ -184,10 +194,18 @@ TEST_P(KvCacheDecoding, PieceByPieceGivesTheFullForwardsLogits) {
   EXPECT_THROW(KvCache(cfg, 0, DType::F32, Device::cpu()), ValueError);
 }
 
-INSTANTIATE_TEST_SUITE_P(BothPositionEmbeddings, KvCacheDecoding,
-                         ::testing::Values(PositionEmbedding::Learned, PositionEmbedding::Rotary),
+INSTANTIATE_TEST_SUITE_P(PositionsAndHeads, KvCacheDecoding,
+                         ::testing::Values(Decoding{PositionEmbedding::Learned, 2, 0},
+                                           Decoding{PositionEmbedding::Rotary, 2, 0},
+                                           Decoding{PositionEmbedding::Rotary, 4, 2},
+                                           Decoding{PositionEmbedding::Learned, 4, 1}),
                          [](const auto& info) {
-                           return std::string(position_embedding_string(info.param));
+                           const Decoding& d = info.param;
+                           return std::string(position_embedding_string(d.positions)) + "_" +
+                                  std::to_string(d.n_head) + "_heads_" +
+                                  (d.n_kv_head ? std::to_string(d.n_kv_head)
+                                               : std::string("each")) +
+                                  "_kv";
                          });
 
 TEST(KvCache, LastOnlyGivesTheLastPositionsLogits) {

@@ -315,8 +315,9 @@ TEST(UntiedHead, IsItsOwnWeightAndSplitsTheTiedGradient) {
 // The one list of parameter names and shapes every layout builds from is
 // the model's own, whatever the options.
 TEST(GptParameterShapes, AreTheModelsForEveryOption) {
-  for (int mask = 0; mask < 32; ++mask) {
+  for (int mask = 0; mask < 64; ++mask) {
     GptConfig c = swiglu_config(24);
+    c.n_kv_head = mask & 32 ? 1 : 0;  // multi-query attention, or a key/value head per query head
     c.activation = mask & 1 ? Activation::SwiGlu : Activation::Gelu;
     c.position_embedding = mask & 2 ? PositionEmbedding::Rotary : PositionEmbedding::Learned;
     c.normalization = mask & 4 ? Normalization::RmsNorm : Normalization::LayerNorm;

@@ -304,6 +304,27 @@ inline std::vector<OpCase> op_cases() {
                    s[t] = t < 20 ? 0 : t < 64 ? 20 : t < 66 ? 64 : 66;
                  return causal_attention(x[0], 2, from_vector(s, {1, 70}, DType::I32));
                }});
+  // Grouped-query attention: 4 query heads over 2 key/value heads (head
+  // dim 4, qkv (4 + 2 * 2) * 4 wide), and multi-query attention (6 query
+  // heads over 1, head dim 2) over packed documents across the CPU
+  // kernel's 64-row blocks.
+  c.push_back({"causal_attention_gqa_B2_T9_NH4_KV2",
+               [](DType d) {
+                 return std::vector<Tensor>{rnd({2, 9, 32}, d, 1)};
+               },
+               [](const std::vector<Tensor>& x) {
+                 return causal_attention(x[0], AttentionHeads{4, 2});
+               }});
+  c.push_back(
+      {"causal_attention_mqa_documents_B1_T70_NH6_KV1",
+       [](DType d) {
+         return std::vector<Tensor>{rnd({1, 70, 16}, d, 1)};
+       },
+       [](const std::vector<Tensor>& x) {
+         std::vector<int64_t> s(70);
+         for (int64_t t = 0; t < 70; ++t) s[t] = t < 30 ? 0 : t < 66 ? 30 : 66;
+         return causal_attention(x[0], AttentionHeads{6, 1}, from_vector(s, {1, 70}, DType::I32));
+       }});
   // Rotary embedding: the rows' own positions (head dim 4), a key/value-cache
   // step's offset far along (large angles, head dim 6), and packed documents'
   // positions on the device (head dim 8, another theta).
@@ -327,6 +348,13 @@ inline std::vector<OpCase> op_cases() {
          const Tensor pos = to_device(ids({0, 1, 0, 1, 7, 8, 9, 300}, {2, 4}), x[0].device());
          return rotary_embedding(x[0], 2, pos, 0, 1e4 / 3);
        }});
+  c.push_back({"rotary_embedding_gqa_B2_T5_NH4_KV2",  // q's 4 heads and k's 2 turn, v's 2 copied
+               [](DType d) {
+                 return std::vector<Tensor>{rnd({2, 5, 32}, d, 1)};
+               },
+               [](const std::vector<Tensor>& x) {
+                 return rotary_embedding(x[0], AttentionHeads{4, 2});
+               }});
   c.push_back({"embedding",
                [](DType d) {
                  return std::vector<Tensor>{rnd({6, 4}, d, 1)};

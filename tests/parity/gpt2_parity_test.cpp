@@ -150,9 +150,13 @@ TEST_F(Gpt2Parity, SwigluMlpLogitsAndGradients) {
 
 // LLaMA's combination: rotary embeddings, SwiGLU, RMSNorm (written out in
 // PyTorch by hand: x * rsqrt(mean(x^2) + eps) * weight), linear layers
-// without biases and an untied output head (lm_head.weight).
+// without biases, an untied output head (lm_head.weight) and grouped-query
+// attention (4 query heads over 2 key/value heads, repeated for their
+// groups as Hugging Face's LLaMA does).
 TEST_F(Gpt2Parity, LlamaStyleModelLogitsAndGradients) {
   nn::GptConfig cfg = model_cfg_;
+  cfg.n_kv_head = cfg_["llama_kv_heads"];
+  ASSERT_LT(cfg.n_kv_head, cfg.n_head);
   cfg.position_embedding = nn::PositionEmbedding::Rotary;
   cfg.rope_theta = cfg_["rope_theta"];
   cfg.activation = nn::Activation::SwiGlu;

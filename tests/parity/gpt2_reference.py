@@ -36,6 +36,7 @@ CONV1D = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_
 
 ROPE_THETA = 30.0  # large turns over 16 positions
 SWIGLU_FFN = 40  # the SwiGLU variant's hidden width F
+LLAMA_KV_HEADS = 2  # the LLaMA-style variant's key/value heads (grouped-query attention)
 
 
 def rotate(t, theta):
@@ -61,10 +62,12 @@ class RmsNorm(torch.nn.Module):
 
 class Gpt(torch.nn.Module):
     def __init__(self, c, rope_theta=None, swiglu_ffn=None, rms_norm=False, bias=True,
-                 tie=True):
+                 tie=True, kv_heads=None):
         super().__init__()
         C, L = c["d_model"], c["n_layer"]
         self.c = c
+        self.kv_heads = kv_heads or c["n_head"]
+        KV = self.kv_heads * (C // c["n_head"])  # k's and v's width
         self.rope_theta = rope_theta
         self.swiglu_ffn = swiglu_ffn
         self.wte = torch.nn.Embedding(c["vocab_size"], C)
@@ -75,7 +78,7 @@ class Gpt(torch.nn.Module):
             b = torch.nn.Module()
             b.ln_1 = RmsNorm(C) if rms_norm else torch.nn.LayerNorm(C, eps=1e-5)
             b.attn = torch.nn.Module()
-            b.attn.c_attn = torch.nn.Linear(C, 3 * C, bias=bias)
+            b.attn.c_attn = torch.nn.Linear(C, C + 2 * KV, bias=bias)
             b.attn.c_proj = torch.nn.Linear(C, C, bias=bias)
             b.ln_2 = RmsNorm(C) if rms_norm else torch.nn.LayerNorm(C, eps=1e-5)
             b.mlp = torch.nn.Module()
@@ -100,17 +103,22 @@ class Gpt(torch.nn.Module):
 
     def forward(self, idx):
         B, T = idx.shape
-        C, NH = self.c["d_model"], self.c["n_head"]
+        C, NH, NKV = self.c["d_model"], self.c["n_head"], self.kv_heads
+        D = C // NH
         x = self.wte(idx)
         if self.rope_theta is None:
             x = x + self.wpe(torch.arange(T))
         mask = torch.tril(torch.ones(T, T, dtype=torch.bool))
         for b in self.h:
             qkv = b.attn.c_attn(b.ln_1(x))
-            q, k, v = qkv.split(C, dim=2)
-            q, k, v = (t.view(B, T, NH, C // NH).transpose(1, 2) for t in (q, k, v))
+            q, k, v = qkv.split([C, NKV * D, NKV * D], dim=2)
+            q = q.view(B, T, NH, D).transpose(1, 2)
+            k, v = (t.view(B, T, NKV, D).transpose(1, 2) for t in (k, v))
             if self.rope_theta is not None:
                 q, k = rotate(q, self.rope_theta), rotate(k, self.rope_theta)
+            # Grouped-query attention as Hugging Face's LLaMA runs it: each
+            # key/value head repeated for the NH / NKV query heads after it.
+            k, v = (t.repeat_interleave(NH // NKV, dim=1) for t in (k, v))
             att = (q @ k.transpose(-2, -1)) / math.sqrt(C // NH)
             att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
             y = (att @ v).transpose(1, 2).reshape(B, T, C)
@@ -164,11 +172,12 @@ def save_hf_llama(model, path):
     """A LLaMA-style model under Hugging Face's LlamaForCausalLM names and
     layout: q, k, v and gate, up as separate (out, in) projections."""
     C, F = model.c["d_model"], model.swiglu_ffn
+    KV = model.kv_heads * (C // model.c["n_head"])
     t = {"model.embed_tokens.weight": model.wte.weight, "model.norm.weight": model.ln_f.weight,
          "lm_head.weight": model.lm_head.weight}
     for i, b in enumerate(model.h):
         p = f"model.layers.{i}."
-        q, k, v = b.attn.c_attn.weight.split(C, 0)
+        q, k, v = b.attn.c_attn.weight.split([C, KV, KV], 0)
         gate, up = b.mlp.c_fc.weight.split(F, 0)
         t.update({p + "input_layernorm.weight": b.ln_1.weight,
                   p + "post_attention_layernorm.weight": b.ln_2.weight,
@@ -273,7 +282,8 @@ def main():
     swiglu = Gpt(CFG, swiglu_ffn=SWIGLU_FFN)
     save_model(swiglu, os.path.join(out, "swiglu_model.safetensors"))
     record_step_zero(swiglu, x, y, "swiglu.", ref)
-    llama = Gpt(CFG, ROPE_THETA, SWIGLU_FFN, rms_norm=True, bias=False, tie=False)
+    llama = Gpt(CFG, ROPE_THETA, SWIGLU_FFN, rms_norm=True, bias=False, tie=False,
+                kv_heads=LLAMA_KV_HEADS)
     save_model(llama, os.path.join(out, "llama_model.safetensors"))
     save_hf_llama(llama, os.path.join(out, "llama_hf_model.safetensors"))
     record_step_zero(llama, x, y, "llama.", ref)
@@ -284,7 +294,8 @@ def main():
     ref["grad_norms"] = torch.tensor(norms, dtype=torch.float64)
     save_safetensors(os.path.join(out, "reference.safetensors"), ref)
     with open(os.path.join(out, "config.json"), "w") as f:
-        json.dump({"model": CFG, "train": TRAIN, "rope_theta": ROPE_THETA, "swiglu_ffn": SWIGLU_FFN}, f)
+        json.dump({"model": CFG, "train": TRAIN, "rope_theta": ROPE_THETA, "swiglu_ffn": SWIGLU_FFN,
+                   "llama_kv_heads": LLAMA_KV_HEADS}, f)
     print("losses", " ".join(f"{v:.6f}" for v in losses))
 
 

@@ -96,6 +96,33 @@ TEST(CostModel, PricesAnUntiedHead) {
   EXPECT_NEAR(u.pipeline_time, t.pipeline_time, 1e-12);
 }
 
+// Grouped-query attention narrows c_attn from 3h to h + 2 * n_kv_head *
+// head_dim: fewer weights, a faster QKV product, smaller q/k/v activations;
+// the attention core (every query head's scores) is unchanged. The key/value
+// heads must split over tp like the query heads.
+TEST(CostModel, PricesGroupedQueryAttention) {
+  const ClusterSpec c = selene();
+  const nn::GptConfig mha = gpt(8, 16, 1536);
+  nn::GptConfig gqa = mha;
+  gqa.n_kv_head = 4;  // 16 query heads of 96 over 4 key/value heads
+  // k's and v's rows (weight and bias) no longer there, split over tp 2.
+  const double saved_per_layer = 2.0 * (1536 - 4 * 96) * (1536 + 1) / 2;
+  const ParallelConfig p = layout(2, 1, 16, 2, Recompute::None);
+  const Estimate m = estimate(mha, c, 32, 64, p), g = estimate(gqa, c, 32, 64, p);
+  EXPECT_NEAR(m.weights_bytes - g.weights_bytes, 2.0 * 8 * saved_per_layer, 1.0);
+  EXPECT_LT(g.step_time, m.step_time);
+  EXPECT_LT(g.activation_bytes, m.activation_bytes);
+  EXPECT_LT(g.model_flops_per_step, m.model_flops_per_step);
+  try {
+    check_config(gqa, c, 64, 64, layout(8, 1, 8, 1));
+    FAIL() << "expected ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("n_kv_head (4) must be divisible by tp (8)"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 // The two published PTD-P runs (Narayanan et al. 2021, Table 1) the cluster
 // file is checked against: fp16, full recomputation, s = 2048, V = 51200.
 TEST(CostModel, PredictsThePublishedPtdpRunsWithin15Percent) {
@@ -375,6 +402,23 @@ TEST(PlannerFiles, ClusterAndModelFilesAreValidated) {
   nn::GptConfig tied = llama;
   tied.tie_embeddings = true;
   EXPECT_EQ(llama.num_parameters() - tied.num_parameters(), int64_t{32000} * 4096);
+  // LLaMA 2 70B, whose 64 query heads share 8 key/value heads: c_attn is
+  // h + 2 * 8 * 128 tall instead of 3h, and the count is the published one.
+  const nn::GptConfig big =
+      load_model_spec(std::string(TRIAD_SOURCE_DIR) + "/configs/models/llama2_70b.yaml");
+  EXPECT_EQ(big.kv_heads(), 8);
+  EXPECT_EQ(big.num_parameters(), 68'976'648'192);
+  nn::GptConfig mha = big;
+  mha.n_kv_head = 0;
+  EXPECT_EQ(mha.num_parameters() - big.num_parameters(), int64_t{80} * 2 * (8192 - 8 * 128) * 8192);
+  try {
+    parse_model_spec(
+        "{n_layer: 2, n_head: 4, n_kv_head: 3, d_model: 8, vocab_size: 10, "
+        "seq_len: 4}");
+    ADD_FAILURE() << "expected ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("model.n_kv_head (3)"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

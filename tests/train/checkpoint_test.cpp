@@ -348,6 +348,31 @@ TEST(Checkpoint, AFailedAsyncWriteStopsTheRunWithItsError) {
   EXPECT_FALSE(std::filesystem::exists(dir.file("ckpt/step_2")));
 }
 
+// Blocks of unequal heights (grouped-query attention's q, k, v) are each
+// split over the ranks; assembling the shards gives the tensor back.
+TEST(ShardSpec, UnequalBlocksAreEachSplitOverTheRanks) {
+  std::vector<double> rows(16);
+  for (size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<double>(i);
+  const Tensor full = from_vector(rows, {8, 2}, DType::F64);  // row r holds 2r, 2r + 1
+  const tp::ShardSpec spec = tp::ShardSpec::along_blocks(0, {4, 2, 2});
+  const Tensor r0 = spec.cut(full, 0, 2), r1 = spec.cut(full, 1, 2);
+  // Rank 0: q rows 0-1, k row 4, v row 6; rank 1: q rows 2-3, k row 5, v row 7.
+  EXPECT_EQ(to_double_vector(r0), (std::vector<double>{0, 1, 2, 3, 8, 9, 12, 13}));
+  EXPECT_EQ(to_double_vector(r1), (std::vector<double>{4, 5, 6, 7, 10, 11, 14, 15}));
+  EXPECT_EQ(spec.shard_shape({8, 2}, 2), (Shape{4, 2}));
+  EXPECT_EQ(to_double_vector(spec.assemble({r0, r1}, {8, 2})), rows);
+  // Equal blocks written as a list cut as `groups` does.
+  EXPECT_EQ(to_double_vector(tp::ShardSpec::along_blocks(0, {4, 4}).cut(full, 1, 2)),
+            to_double_vector(tp::ShardSpec::along(0, 2).cut(full, 1, 2)));
+  try {
+    spec.cut(full, 0, 4);  // 2-row blocks over 4 ranks
+    FAIL();
+  } catch (const ShapeError& e) {
+    EXPECT_NE(std::string(e.what()).find("blocks of [4, 2, 2] over 4 ranks"), std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(Checkpoint, PlacementsRoundTripAndNonsenseIsRefused) {
   RankPlacement p;
   p.tp_rank = 1;
@@ -357,18 +382,29 @@ TEST(Checkpoint, PlacementsRoundTripAndNonsenseIsRefused) {
   p.params["wte.weight"] = {tp::ShardSpec::along(0, 1, 512), {300, 16}};
   p.params["h.0.attn.c_attn.weight"] = {tp::ShardSpec::along(0, 3), {48, 16}};
   p.params["h.0.ln_1.weight"] = {tp::ShardSpec::replicated(true), {16}};
+  // Grouped-query attention's c_attn: q, k, v blocks of unequal heights.
+  p.params["h.1.attn.c_attn.weight"] = {tp::ShardSpec::along_blocks(0, {16, 8, 8}), {32, 16}};
   p.zero_segments = {{"wte.weight", 128, 1000}, {"h.0.ln_1.weight", 0, 16}};
   const RankPlacement q = placement_from_json(placement_to_json(p));
   EXPECT_EQ(q.tp_rank, 1);
   EXPECT_EQ(q.tp_size, 2);
   EXPECT_EQ(q.pp_rank, 3);
   EXPECT_EQ(q.dp_rank, 4);
-  ASSERT_EQ(q.params.size(), 3u);
+  ASSERT_EQ(q.params.size(), 4u);
   const auto& wte = q.params.at("wte.weight");
   EXPECT_TRUE(wte.spec.split);
   EXPECT_EQ(wte.spec.padded, 512);
   EXPECT_EQ(wte.full_shape, (Shape{300, 16}));
   EXPECT_EQ(q.params.at("h.0.attn.c_attn.weight").spec.groups, 3);
+  EXPECT_TRUE(q.params.at("h.0.attn.c_attn.weight").spec.blocks.empty());
+  EXPECT_EQ(q.params.at("h.1.attn.c_attn.weight").spec.blocks, (std::vector<int64_t>{16, 8, 8}));
+  EXPECT_EQ(q.params.at("h.1.attn.c_attn.weight").spec.groups, 3);
+  // Blocks that do not add up to the split dimension.
+  EXPECT_THROW(placement_from_json(R"({"tp_rank": 0, "tp_size": 1, "pp_rank": 0, "dp_rank": 0,
+      "params": {"x": {"split": true, "dim": 0, "groups": 3, "padded": 0, "shape": [32, 4],
+                       "blocks": [16, 8, 4]}},
+      "zero_segments": []})"),
+               ValueError);
   EXPECT_FALSE(q.params.at("h.0.ln_1.weight").spec.split);
   ASSERT_EQ(q.zero_segments.size(), 2u);
   EXPECT_EQ(q.zero_segments[0].name, "wte.weight");

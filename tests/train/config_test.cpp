@@ -358,6 +358,22 @@ TEST(Config, PositionEmbeddingParsesRoundTripsAndNamesABadValue) {
                       "model.position_embedding rope needs an even head dimension");
 }
 
+TEST(Config, KeyValueHeadsParseRoundTripAndAreChecked) {
+  EXPECT_EQ(parse_config(kValid).model.kv_heads(), 2);  // one per query head
+  const Config c = parse_config(kValid, {"model.n_head=4", "model.n_kv_head=2"});
+  EXPECT_EQ(c.model.n_kv_head, 2);
+  EXPECT_EQ(c.model.qkv_width(), 16 + 2 * 2 * 4);
+  EXPECT_EQ(parse_config(to_yaml(c)).model.n_kv_head, 2);
+  expect_config_error(kValid, {"model.n_head=4", "model.n_kv_head=3"},
+                      "model.n_kv_head (3) must divide model.n_head (4)");
+  expect_config_error(kValid, {"model.n_head=4", "model.n_kv_head=1", "parallel.tp=2"},
+                      "model.n_kv_head (1) must be divisible by parallel.tp (2)");
+  expect_config_error(kValid,
+                      {"model.n_head=4", "model.n_kv_head=2", "model.attention_kernel=cudnn"},
+                      "model.attention_kernel 'cudnn' cannot take model.n_kv_head 2");
+  expect_config_error(kValid, {"model.n_kv_head=two"}, "model.n_kv_head");
+}
+
 TEST(Config, MlpActivationWidthAndNormalizationParseRoundTripAndAreChecked) {
   const Config plain = parse_config(kValid);
   EXPECT_EQ(plain.model.activation, nn::Activation::Gelu);

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "triad/core/allocator.h"
+#include "triad/core/attention_heads.h"
 #include "triad/core/device.h"
 #include "triad/core/tensor.h"
 
@@ -174,25 +175,30 @@ class Backend {
   // Causal self-attention. qkv (B, T, 3*C) holds q, k, v side by side, each
   // split into n_head heads of C/n_head; out (B, T, C); lse (B, NH, T) in stat_dtype is
   // the log-sum-exp of each query's scaled scores, kept for backward.
+  // Grouped-query attention (heads.kv < heads.q): qkv (B, T, (q + 2 kv) D)
+  // holds q's heads, then k's and v's kv heads; query head h uses key/value
+  // head h / heads.group(); out (B, T, q D); lse (B, q, T); the k and v
+  // gradients sum over each group's query heads.
   // doc_starts, when defined, is (B, T) i32 on qkv's device: the position
   // where token t's document begins in its packed row (0 <= start <= t, and
   // either the previous token's start or t itself); query t then attends to
   // keys [start, t] only. Undefined: one document per row.
-  virtual void attention_forward(const Tensor& qkv, int64_t n_head, Tensor& out, Tensor& lse,
-                                 const Tensor& doc_starts) = 0;
+  virtual void attention_forward(const Tensor& qkv, const AttentionHeads& heads, Tensor& out,
+                                 Tensor& lse, const Tensor& doc_starts) = 0;
   virtual void attention_backward(const Tensor& qkv, const Tensor& out, const Tensor& lse,
-                                  const Tensor& dout, int64_t n_head, Tensor& dqkv,
+                                  const Tensor& dout, const AttentionHeads& heads, Tensor& dqkv,
                                   const Tensor& doc_starts) = 0;
 
   // Rotary position embedding (RoPE, the rotate-half form of GPT-NeoX and
-  // LLaMA) of the q and k parts of qkv (B, T, 3*C), C = n_head * D with D
-  // even; the v part is copied. Token (b, t) sits at positions[b, t] ((B, T)
+  // LLaMA) of the q and k parts of qkv (B, T, (q + 2 kv) D), D even; the v
+  // part is copied. Token (b, t) sits at positions[b, t] ((B, T)
   // i64 on qkv's device) or, with positions undefined, at start + t. In each
   // head, elements i and i + D/2 (i < D/2) turn by the angle
   // position * theta^(-2i/D); `inverse` turns them back (the backward pass:
   // the rotation's transpose). cos and sin are taken in f64.
-  virtual void rotary_embedding(const Tensor& qkv, int64_t n_head, const Tensor& positions,
-                                int64_t start, double theta, bool inverse, Tensor& out) = 0;
+  virtual void rotary_embedding(const Tensor& qkv, const AttentionHeads& heads,
+                                const Tensor& positions, int64_t start, double theta, bool inverse,
+                                Tensor& out) = 0;
 
   // weight (V, C); ids (N) i32 or i64; out (N, C). Ids are validated < V.
   virtual void embedding_forward(const Tensor& weight, const Tensor& ids, Tensor& out) = 0;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "triad/core/allocator.h"
+#include "triad/core/attention_heads.h"
 #include "triad/core/dtype.h"
 
 namespace triad::cuda {
@@ -69,10 +70,10 @@ AttentionKernel attention_kernel();
 AttentionKernel attention_kernel_from_string(const std::string& name);
 const char* attention_kernel_name(AttentionKernel kernel);
 // Why `kernel` cannot run causal attention on (B, seq_len, d_model) inputs
-// of `dtype` with `n_head` heads on `device`, or "" when it can (Auto always
-// can where CUDA runs).
+// of `dtype` with `heads` (query heads, or query and key/value heads) on
+// `device`, or "" when it can (Auto always can where CUDA runs).
 std::string attention_kernel_unavailable(AttentionKernel kernel, DType dtype, int64_t seq_len,
-                                         int64_t d_model, int64_t n_head, int device = 0);
+                                         int64_t d_model, AttentionHeads heads, int device = 0);
 // Whether attention's backward must repeat bit for bit (default true).
 // Triad's kernels always do; false lets cuDNN's backward accumulate dQ with
 // atomics, its faster engine. triad-train sets it from
@@ -167,6 +168,6 @@ void clear_attention_choices();
 // rules, a build without it) or the kernel is not Auto. NotSupportedError
 // without CUDA.
 bool tune_attention(int device, DType dtype, int64_t batch, int64_t seq_len, int64_t d_model,
-                    int64_t n_head, AttentionChoice& out);
+                    AttentionHeads heads, AttentionChoice& out);
 
 }  // namespace triad::cuda

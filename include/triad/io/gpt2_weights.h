@@ -25,8 +25,9 @@ std::map<std::string, Tensor> triad_to_gpt2(const nn::StateDict& state);
 // post_attention_layernorm, model.norm, lm_head) -> Triad state dict: q, k,
 // v stacked into c_attn, gate and up into c_fc (Triad's SwiGLU order). Their
 // rotary embeddings are the rotate-half form Triad's are. Grouped-query
-// attention (k_proj narrower than q_proj) is a NotSupportedError; an
-// unknown tensor is an IoError naming it.
+// attention's narrower k_proj and v_proj stack as they are (the model needs
+// the matching model.n_kv_head); an unknown tensor, or k_proj and v_proj
+// that do not fit q_proj, is an IoError naming it.
 bool is_hf_llama(const std::map<std::string, Tensor>& tensors);
 nn::StateDict hf_llama_to_triad(const std::map<std::string, Tensor>& tensors);
 

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "triad/core/attention_heads.h"
 #include "triad/nn/embedding.h"
 #include "triad/nn/kv_cache.h"
 #include "triad/nn/layer_norm.h"
@@ -51,6 +52,12 @@ const char* normalization_string(Normalization n);
 struct GptConfig {
   int64_t n_layer = 12;
   int64_t n_head = 12;
+  // Key/value heads (config key model.n_kv_head): 0 (or n_head) is
+  // multi-head attention; fewer, dividing n_head, is grouped-query
+  // attention (LLaMA 2 70B's, LLaMA 3's, Mistral's): each key/value head
+  // serves n_head / n_kv_head query heads, c_attn makes (n_head + 2 *
+  // n_kv_head) * head_dim outputs and the key/value cache shrinks alike.
+  int64_t n_kv_head = 0;
   int64_t d_model = 768;
   int64_t vocab_size = 50257;
   int64_t seq_len = 1024;
@@ -67,6 +74,11 @@ struct GptConfig {
   // (V, C) weight of its own, lm_head.weight (LLaMA's).
   bool tie_embeddings = true;
   bool rotary() const { return position_embedding == PositionEmbedding::Rotary; }
+  int64_t kv_heads() const { return n_kv_head > 0 ? n_kv_head : n_head; }
+  int64_t head_dim() const { return d_model / n_head; }
+  AttentionHeads heads() const { return {n_head, kv_heads()}; }
+  // c_attn's output width: C for q plus k's and v's key/value heads.
+  int64_t qkv_width() const { return d_model + 2 * kv_heads() * head_dim(); }
   bool rms_norm() const { return normalization == Normalization::RmsNorm; }
   // The MLP's hidden width F, and c_fc's output width (F, or 2F for SwiGLU).
   int64_t ffn() const { return ffn_hidden_size > 0 ? ffn_hidden_size : 4 * d_model; }
@@ -122,19 +134,23 @@ struct ForwardContext {
   Tensor positions = {};
 };
 
-// Multi-head causal self-attention: c_attn (C -> 3C), fused attention, c_proj.
+// Multi-head causal self-attention: c_attn (C -> 3C), fused attention, c_proj;
+// grouped-query attention (cfg.n_kv_head < n_head): c_attn (C -> C + 2 *
+// n_kv_head * head_dim), each key/value head shared by a group of query
+// heads.
 class CausalSelfAttention : public Module {
  public:
   CausalSelfAttention(const GptConfig& cfg, int64_t layer);
   Tensor forward(const Tensor& x, const ForwardContext& ctx) const;
   // Inference on x (B, n, C) at positions [start, start + n): stores this
-  // step's keys and values into k_cache and v_cache (B, H, capacity, D) and
+  // step's keys and values into k_cache and v_cache (B, Hkv, capacity, D) and
   // attends over positions [0, start + n), causally. No dropout.
   Tensor forward_cached(const Tensor& x, Tensor& k_cache, Tensor& v_cache, int64_t start) const;
 
  private:
   std::shared_ptr<Linear> c_attn_, c_proj_;
-  int64_t n_head_, layer_;
+  AttentionHeads heads_;
+  int64_t layer_;
   double dropout_;
   bool rotary_;
   double rope_theta_;

@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <functional>
 
+#include "triad/core/attention_heads.h"
 #include "triad/core/tensor.h"
 
 namespace triad {
@@ -35,12 +36,17 @@ Tensor softmax(const Tensor& x);
 
 // Causal multi-head self-attention with scale 1/sqrt(head_dim).
 // qkv (B, T, 3*C) = [q | k | v], each C = n_head * head_dim -> (B, T, C).
+// Grouped-query attention: heads {n_head, n_kv_head} with qkv (B, T,
+// (n_head + 2 * n_kv_head) * head_dim) = [q | k | v], k and v n_kv_head
+// heads wide; query head h attends with key/value head h / (n_head /
+// n_kv_head) -> (B, T, n_head * head_dim). The gradients of k and v sum
+// over the query heads sharing them.
 // Packed documents: doc_starts (B, T) i32 (nn::document_starts builds it)
 // holds where each token's document begins in its row; token t then attends
 // to [start, t] only, as if each document were its own sequence. It is
 // checked where it is (values read only on the host) and moved to qkv's
 // device; undefined means one document per row.
-Tensor causal_attention(const Tensor& qkv, int64_t n_head, const Tensor& doc_starts = {});
+Tensor causal_attention(const Tensor& qkv, AttentionHeads heads, const Tensor& doc_starts = {});
 
 // Rotary position embedding (RoPE; the rotate-half form of GPT-NeoX and
 // LLaMA) of the queries and keys in qkv (B, T, 3*C) = [q | k | v], C =
@@ -50,8 +56,10 @@ Tensor causal_attention(const Tensor& qkv, int64_t n_head, const Tensor& doc_sta
 // only on how far apart the two tokens are. Token (b, t) sits at
 // positions[b, t] ((B, T) i32/i64, each >= 0, on qkv's device or the host,
 // where they are checked) or, with positions undefined, at start + t (a
-// key/value-cache step starts past the cached tokens).
-Tensor rotary_embedding(const Tensor& qkv, int64_t n_head, const Tensor& positions = {},
+// key/value-cache step starts past the cached tokens). Grouped-query
+// layouts (see causal_attention) rotate their n_head query heads and
+// n_kv_head key heads alike.
+Tensor rotary_embedding(const Tensor& qkv, AttentionHeads heads, const Tensor& positions = {},
                         int64_t start = 0, double theta = 10000.0);
 
 // Rows of weight (V, C) picked by ids (..., i32/i64) -> (..., C). The ids

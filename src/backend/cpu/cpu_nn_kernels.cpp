@@ -311,12 +311,13 @@ struct DocStarts {
 };
 }  // namespace
 
-void CpuBackend::attention_forward(const Tensor& qkv, int64_t n_head, Tensor& out, Tensor& lse,
-                                   const Tensor& doc_starts) {
+void CpuBackend::attention_forward(const Tensor& qkv, const AttentionHeads& heads, Tensor& out,
+                                   Tensor& lse, const Tensor& doc_starts) {
   dispatch_float(qkv.dtype(), "attention", [&](auto tag) {
     using T = decltype(tag);
-    const int64_t B = qkv.size(0), Tn = qkv.size(1), C3 = qkv.size(2), C = C3 / 3;
-    const int64_t hd = C / n_head;
+    // C3: qkv's row, (n_head + 2 n_kv_head) hd wide; C: out's, n_head hd.
+    const int64_t B = qkv.size(0), Tn = qkv.size(1), C3 = qkv.size(2), n_head = heads.q;
+    const int64_t hd = C3 / heads.fused(), C = n_head * hd, KV = heads.kv * hd;
     const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(hd)));
     const T* base = qkv.data<T>();
     T* po = out.data<T>();
@@ -329,8 +330,8 @@ void CpuBackend::attention_forward(const Tensor& qkv, int64_t n_head, Tensor& ou
       for (int64_t bh = 0; bh < B * n_head; ++bh) {
         const int64_t b = bh / n_head, h = bh % n_head;
         const T* q = base + b * Tn * C3 + h * hd;
-        const T* k = q + C;
-        const T* v = q + 2 * C;
+        const T* k = base + b * Tn * C3 + C + h / heads.group() * hd;
+        const T* v = k + KV;
         for (int64_t r0 = 0; r0 < Tn; r0 += kAttnBlock) {
           const int64_t r1 = std::min(Tn, r0 + kAttnBlock), rows = r1 - r0;
           const int64_t kb = start_of(b, r0), w = r1 - kb;  // keys [kb, r1)
@@ -365,12 +366,13 @@ void CpuBackend::attention_forward(const Tensor& qkv, int64_t n_head, Tensor& ou
 }
 
 void CpuBackend::attention_backward(const Tensor& qkv, const Tensor& out, const Tensor& lse,
-                                    const Tensor& dout, int64_t n_head, Tensor& dqkv,
+                                    const Tensor& dout, const AttentionHeads& heads, Tensor& dqkv,
                                     const Tensor& doc_starts) {
   dispatch_float(qkv.dtype(), "attention_backward", [&](auto tag) {
     using T = decltype(tag);
-    const int64_t B = qkv.size(0), Tn = qkv.size(1), C3 = qkv.size(2), C = C3 / 3;
-    const int64_t hd = C / n_head;
+    const int64_t B = qkv.size(0), Tn = qkv.size(1), C3 = qkv.size(2), n_head = heads.q;
+    const int64_t hd = C3 / heads.fused(), C = n_head * hd, KV = heads.kv * hd;
+    const int64_t G = heads.group();
     const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(hd)));
     const T* base = qkv.data<T>();
     const T* po = out.data<T>();
@@ -382,75 +384,82 @@ void CpuBackend::attention_backward(const Tensor& qkv, const Tensor& out, const 
     {
       std::vector<T> P(static_cast<size_t>(kAttnBlock * Tn)),
           dP(static_cast<size_t>(kAttnBlock * Tn));
+      // One task per key/value head: its dK and dV accumulate over the
+      // query blocks of each query head in its group, in a fixed order.
 #pragma omp for schedule(dynamic)
-      for (int64_t bh = 0; bh < B * n_head; ++bh) {
-        const int64_t b = bh / n_head, h = bh % n_head;
-        const T* q = base + b * Tn * C3 + h * hd;
-        const T* k = q + C;
-        const T* v = q + 2 * C;
-        const T* o = po + b * Tn * C + h * hd;
-        const T* dO = pdo + b * Tn * C + h * hd;
-        T* dq = pd + b * Tn * C3 + h * hd;
-        T* dk = dq + C;
-        T* dv = dq + 2 * C;
-        // dK and dV accumulate over query blocks.
+      for (int64_t bkv = 0; bkv < B * heads.kv; ++bkv) {
+        const int64_t b = bkv / heads.kv, kvh = bkv % heads.kv;
+        const T* k = base + b * Tn * C3 + C + kvh * hd;
+        const T* v = k + KV;
+        T* dk = pd + b * Tn * C3 + C + kvh * hd;
+        T* dv = dk + KV;
         for (int64_t t = 0; t < Tn; ++t) {
           std::fill_n(dk + t * C3, hd, T(0));
           std::fill_n(dv + t * C3, hd, T(0));
         }
-        for (int64_t r0 = 0; r0 < Tn; r0 += kAttnBlock) {
-          const int64_t r1 = std::min(Tn, r0 + kAttnBlock), rows = r1 - r0;
-          const int64_t kb = start_of(b, r0), w = r1 - kb;  // keys [kb, r1)
-          const T* kk = k + kb * C3;
-          const T* vk = v + kb * C3;
-          // Recompute probabilities from the saved log-sum-exp.
-          gemm_rm<T>(false, true, rows, w, hd, scale, q + r0 * C3, C3, kk, C3, T(0), P.data(), w);
-          for (int64_t i = 0; i < rows; ++i) {
-            const int64_t t = r0 + i, lo = start_of(b, t) - kb, hi = t - kb;
-            const T l = pl[bh * Tn + t];
-            T* row = P.data() + i * w;
+        for (int64_t h = kvh * G; h < (kvh + 1) * G; ++h) {
+          const int64_t bh = b * n_head + h;
+          const T* q = base + b * Tn * C3 + h * hd;
+          const T* o = po + b * Tn * C + h * hd;
+          const T* dO = pdo + b * Tn * C + h * hd;
+          T* dq = pd + b * Tn * C3 + h * hd;
+          for (int64_t r0 = 0; r0 < Tn; r0 += kAttnBlock) {
+            const int64_t r1 = std::min(Tn, r0 + kAttnBlock), rows = r1 - r0;
+            const int64_t kb = start_of(b, r0), w = r1 - kb;  // keys [kb, r1)
+            const T* kk = k + kb * C3;
+            const T* vk = v + kb * C3;
+            // Recompute probabilities from the saved log-sum-exp.
+            gemm_rm<T>(false, true, rows, w, hd, scale, q + r0 * C3, C3, kk, C3, T(0), P.data(), w);
+            for (int64_t i = 0; i < rows; ++i) {
+              const int64_t t = r0 + i, lo = start_of(b, t) - kb, hi = t - kb;
+              const T l = pl[bh * Tn + t];
+              T* row = P.data() + i * w;
 #pragma omp simd
-            for (int64_t j = lo; j <= hi; ++j) row[j] = exp_fast(row[j] - l);
-            std::fill(row, row + lo, T(0));
-            std::fill(row + hi + 1, row + w, T(0));
-          }
-          // dV[kb:r1] += P^T dO[r0:r1] ; dP = dO[r0:r1] V[kb:r1]^T
-          gemm_rm<T>(true, false, w, hd, rows, T(1), P.data(), w, dO + r0 * C, C, T(1),
-                     dv + kb * C3, C3);
-          gemm_rm<T>(false, true, rows, w, hd, T(1), dO + r0 * C, C, vk, C3, T(0), dP.data(), w);
-          // dS = P * (dP - rowsum(dO * O)), scaled for the QK^T product.
-          for (int64_t i = 0; i < rows; ++i) {
-            const int64_t t = r0 + i, lo = start_of(b, t) - kb, hi = t - kb;
-            double D = 0;
-            for (int64_t d = 0; d < hd; ++d) D += static_cast<double>(dO[t * C + d]) * o[t * C + d];
-            const T* prow = P.data() + i * w;
-            T* drow = dP.data() + i * w;
-            const T Dt = static_cast<T>(D);
+              for (int64_t j = lo; j <= hi; ++j) row[j] = exp_fast(row[j] - l);
+              std::fill(row, row + lo, T(0));
+              std::fill(row + hi + 1, row + w, T(0));
+            }
+            // dV[kb:r1] += P^T dO[r0:r1] ; dP = dO[r0:r1] V[kb:r1]^T
+            gemm_rm<T>(true, false, w, hd, rows, T(1), P.data(), w, dO + r0 * C, C, T(1),
+                       dv + kb * C3, C3);
+            gemm_rm<T>(false, true, rows, w, hd, T(1), dO + r0 * C, C, vk, C3, T(0), dP.data(), w);
+            // dS = P * (dP - rowsum(dO * O)), scaled for the QK^T product.
+            for (int64_t i = 0; i < rows; ++i) {
+              const int64_t t = r0 + i, lo = start_of(b, t) - kb, hi = t - kb;
+              double D = 0;
+              for (int64_t d = 0; d < hd; ++d)
+                D += static_cast<double>(dO[t * C + d]) * o[t * C + d];
+              const T* prow = P.data() + i * w;
+              T* drow = dP.data() + i * w;
+              const T Dt = static_cast<T>(D);
 #pragma omp simd
-            for (int64_t j = lo; j <= hi; ++j) drow[j] = prow[j] * (drow[j] - Dt) * scale;
-            std::fill(drow, drow + lo, T(0));
-            std::fill(drow + hi + 1, drow + w, T(0));
+              for (int64_t j = lo; j <= hi; ++j) drow[j] = prow[j] * (drow[j] - Dt) * scale;
+              std::fill(drow, drow + lo, T(0));
+              std::fill(drow + hi + 1, drow + w, T(0));
+            }
+            // dQ[r0:r1] = dS K[kb:r1] ; dK[kb:r1] += dS^T Q[r0:r1]
+            gemm_rm<T>(false, false, rows, hd, w, T(1), dP.data(), w, kk, C3, T(0), dq + r0 * C3,
+                       C3);
+            gemm_rm<T>(true, false, w, hd, rows, T(1), dP.data(), w, q + r0 * C3, C3, T(1),
+                       dk + kb * C3, C3);
           }
-          // dQ[r0:r1] = dS K[kb:r1] ; dK[kb:r1] += dS^T Q[r0:r1]
-          gemm_rm<T>(false, false, rows, hd, w, T(1), dP.data(), w, kk, C3, T(0), dq + r0 * C3, C3);
-          gemm_rm<T>(true, false, w, hd, rows, T(1), dP.data(), w, q + r0 * C3, C3, T(1),
-                     dk + kb * C3, C3);
         }
       }
     }
   });
 }
 
-void CpuBackend::rotary_embedding(const Tensor& qkv, int64_t n_head, const Tensor& positions,
-                                  int64_t start, double theta, bool inverse, Tensor& out) {
+void CpuBackend::rotary_embedding(const Tensor& qkv, const AttentionHeads& heads,
+                                  const Tensor& positions, int64_t start, double theta,
+                                  bool inverse, Tensor& out) {
   dispatch_float(qkv.dtype(), "rotary_embedding", [&](auto tag) {
     using T = decltype(tag);
-    const int64_t B = qkv.size(0), Tn = qkv.size(1), C3 = qkv.size(2), C = C3 / 3;
-    const int64_t D = C / n_head, half = D / 2;
+    const int64_t B = qkv.size(0), Tn = qkv.size(1), C3 = qkv.size(2);
+    const int64_t D = C3 / heads.fused(), half = D / 2, rotated = heads.q + heads.kv;
     const int64_t* pos = positions.defined() ? positions.data<int64_t>() : nullptr;
     auto position = [&](int64_t b, int64_t t) { return pos ? pos[b * Tn + t] : start + t; };
     // cos and sin of every (position, pair) the batch uses, in f64 and then
-    // in T, shared by the 2 * n_head rotations of a token.
+    // in T, shared by the q + kv rotations of a token.
     int64_t npos = 0;
     for (int64_t b = 0; b < B; ++b) {
       for (int64_t t = 0; t < Tn; ++t) npos = std::max(npos, position(b, t) + 1);
@@ -473,7 +482,7 @@ void CpuBackend::rotary_embedding(const Tensor& qkv, int64_t n_head, const Tenso
       const T* s = sn.data() + position(r / Tn, r % Tn) * half;
       const T* x = in + r * C3;
       T* y = o + r * C3;
-      for (int64_t h = 0; h < 2 * n_head; ++h) {  // q's heads, then k's
+      for (int64_t h = 0; h < rotated; ++h) {  // q's heads, then k's
         const T* xh = x + h * D;
         T* yh = y + h * D;
         for (int64_t i = 0; i < half; ++i) {
@@ -482,7 +491,7 @@ void CpuBackend::rotary_embedding(const Tensor& qkv, int64_t n_head, const Tenso
           yh[i + half] = x2 * c[i] + x1 * s[i];
         }
       }
-      std::copy(x + 2 * C, x + C3, y + 2 * C);  // v
+      std::copy(x + rotated * D, x + C3, y + rotated * D);  // v
     }
   });
 }

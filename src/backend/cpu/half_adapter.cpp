@@ -137,20 +137,20 @@ void HalfAdapter::softmax_backward(const Tensor& y, const Tensor& dy, Tensor& dx
   w.finish();
 }
 
-void HalfAdapter::attention_forward(const Tensor& qkv, int64_t n_head, Tensor& out, Tensor& lse,
-                                    const Tensor& doc_starts) {
+void HalfAdapter::attention_forward(const Tensor& qkv, const AttentionHeads& heads, Tensor& out,
+                                    Tensor& lse, const Tensor& doc_starts) {
   Widen w(inner_);
   Tensor o = w.out(out);
-  inner_.attention_forward(w.in(qkv), n_head, o, lse, doc_starts);
+  inner_.attention_forward(w.in(qkv), heads, o, lse, doc_starts);
   w.finish();
 }
 
 void HalfAdapter::attention_backward(const Tensor& qkv, const Tensor& out, const Tensor& lse,
-                                     const Tensor& dout, int64_t n_head, Tensor& dqkv,
+                                     const Tensor& dout, const AttentionHeads& heads, Tensor& dqkv,
                                      const Tensor& doc_starts) {
   Widen w(inner_);
   Tensor o = w.out(dqkv);
-  inner_.attention_backward(w.in(qkv), w.in(out), lse, w.in(dout), n_head, o, doc_starts);
+  inner_.attention_backward(w.in(qkv), w.in(out), lse, w.in(dout), heads, o, doc_starts);
   w.finish();
 }
 
@@ -212,11 +212,12 @@ void HalfAdapter::vocab_ce_backward(const Tensor& logits, const Tensor& targets,
   w.finish();
 }
 
-void HalfAdapter::rotary_embedding(const Tensor& qkv, int64_t n_head, const Tensor& positions,
-                                   int64_t start, double theta, bool inverse, Tensor& out) {
+void HalfAdapter::rotary_embedding(const Tensor& qkv, const AttentionHeads& heads,
+                                   const Tensor& positions, int64_t start, double theta,
+                                   bool inverse, Tensor& out) {
   Widen w(inner_);
   Tensor o = w.out(out);
-  inner_.rotary_embedding(w.in(qkv), n_head, positions, start, theta, inverse, o);
+  inner_.rotary_embedding(w.in(qkv), heads, positions, start, theta, inverse, o);
   w.finish();
 }
 

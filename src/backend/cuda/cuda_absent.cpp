@@ -20,10 +20,11 @@ int device_count() {
 bool cudnn_compiled() {
   return false;
 }
-std::string attention_kernel_unavailable(AttentionKernel, DType, int64_t, int64_t, int64_t, int) {
+std::string attention_kernel_unavailable(AttentionKernel, DType, int64_t, int64_t, AttentionHeads,
+                                         int) {
   return "this build has no CUDA backend (configure with TRIAD_WITH_CUDA=ON)";
 }
-bool tune_attention(int, DType, int64_t, int64_t, int64_t, int64_t, AttentionChoice&) {
+bool tune_attention(int, DType, int64_t, int64_t, int64_t, AttentionHeads, AttentionChoice&) {
   absent("tune_attention");
 }
 void* compute_stream(int) {

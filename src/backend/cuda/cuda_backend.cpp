@@ -813,8 +813,8 @@ void CudaBackend::softmax_backward(const Tensor& y, const Tensor& dy, Tensor& dx
 }
 
 namespace {
-k::AttentionShape attention_shape(const Tensor& qkv, int64_t n_head) {
-  return {qkv.size(0), qkv.size(1), qkv.size(2) / 3, n_head};
+k::AttentionShape attention_shape(const Tensor& qkv, const AttentionHeads& heads) {
+  return {qkv.size(0), qkv.size(1), qkv.size(2) / heads.fused() * heads.q, heads.q, heads.kv};
 }
 
 cudnn_graph::AttentionProblem cudnn_problem(const k::AttentionShape& s, DType dtype) {
@@ -838,6 +838,10 @@ struct AttentionRoute {
 // Why cuDNN cannot take the call ("" when it can); f32 never goes there.
 std::string cudnn_unavailable(DType dtype, const k::AttentionShape& shape, int device) {
   if (dtype == DType::F32) return "cuDNN fused attention takes bf16 or f16 only";
+  if (shape.grouped())
+    return "grouped-query attention (" + std::to_string(shape.kv_heads()) +
+           " key/value heads for " + std::to_string(shape.NH) +
+           " query heads) is not wired to the cuDNN graph";
   return cudnn_attention_unavailable(cudnn_problem(shape, dtype), sm_major(device));
 }
 
@@ -1005,12 +1009,12 @@ const int32_t* doc_starts_ptr(const Tensor& doc_starts) {
 }
 }  // namespace
 
-void CudaBackend::attention_forward(const Tensor& qkv, int64_t n_head, Tensor& out, Tensor& lse,
-                                    const Tensor& doc_starts) {
+void CudaBackend::attention_forward(const Tensor& qkv, const AttentionHeads& heads, Tensor& out,
+                                    Tensor& lse, const Tensor& doc_starts) {
   require_nn("attention", qkv.dtype());
   DeviceState& s = state(out.device().index);
   DeviceGuard g(s.index);
-  const k::AttentionShape shape = attention_shape(qkv, n_head);
+  const k::AttentionShape shape = attention_shape(qkv, heads);
   const int32_t* starts = doc_starts_ptr(doc_starts);
   launch(s.index, s.stream, "attention_forward", [&] {
     const AttentionRoute route = route_attention(s, qkv, shape, starts != nullptr);
@@ -1027,10 +1031,10 @@ void CudaBackend::attention_forward(const Tensor& qkv, int64_t n_head, Tensor& o
 }
 
 void CudaBackend::attention_backward(const Tensor& qkv, const Tensor& out, const Tensor& lse,
-                                     const Tensor& dout, int64_t n_head, Tensor& dqkv,
+                                     const Tensor& dout, const AttentionHeads& heads, Tensor& dqkv,
                                      const Tensor& doc_starts) {
   require_nn("attention_backward", qkv.dtype());
-  const k::AttentionShape shape = attention_shape(qkv, n_head);
+  const k::AttentionShape shape = attention_shape(qkv, heads);
   DeviceState& s = state(dqkv.device().index);
   DeviceGuard g(s.index);
   const int32_t* starts = doc_starts_ptr(doc_starts);
@@ -1216,11 +1220,12 @@ void CudaBackend::vocab_ce_backward(const Tensor& logits, const Tensor& targets,
   });
 }
 
-void CudaBackend::rotary_embedding(const Tensor& qkv, int64_t n_head, const Tensor& positions,
-                                   int64_t start, double theta, bool inverse, Tensor& out) {
+void CudaBackend::rotary_embedding(const Tensor& qkv, const AttentionHeads& heads,
+                                   const Tensor& positions, int64_t start, double theta,
+                                   bool inverse, Tensor& out) {
   DeviceState& s = state(out.device().index);
   DeviceGuard g(s.index);
-  const int64_t C = qkv.size(2) / 3;
+  const int64_t D = qkv.size(2) / heads.fused();
   if (positions.defined() &&
       (positions.dtype() != DType::I64 || !positions.device().is_cuda() ||
        !positions.is_contiguous() || positions.numel() != qkv.size(0) * qkv.size(1))) {
@@ -1231,7 +1236,7 @@ void CudaBackend::rotary_embedding(const Tensor& qkv, int64_t n_head, const Tens
   }
   launch(s.index, s.stream, "rotary_embedding", [&] {
     k::rotary_embedding(qkv.raw_data(), out.raw_data(), scalar(qkv.dtype()), qkv.size(0),
-                        qkv.size(1), n_head, C / n_head,
+                        qkv.size(1), heads.q, heads.kv, D,
                         positions.defined() ? positions.data<int64_t>() : nullptr, start, theta,
                         inverse, s.stream);
   });
@@ -1389,24 +1394,24 @@ bool cudnn_compiled() {
 }
 
 bool tune_attention(int device, DType dtype, int64_t batch, int64_t seq_len, int64_t d_model,
-                    int64_t n_head, AttentionChoice& out) {
+                    AttentionHeads heads, AttentionChoice& out) {
   namespace k = triad::kernels;
   if (device < 0 || device >= device_count()) {
     throw NotSupportedError("tune_attention: cuda:" + std::to_string(device) + " is not visible (" +
                             std::to_string(device_count()) + " device(s))");
   }
-  const k::AttentionShape shape{batch, seq_len, d_model, n_head};
+  const k::AttentionShape shape{batch, seq_len, d_model, heads.q, heads.kv};
   const k::Status ok = k::check_attention(detail::scalar(dtype), shape);
   if (!ok.ok) throw ValueError("tune_attention: " + ok.reason);
   return detail::tune_attention(device, dtype, shape, out);
 }
 
 std::string attention_kernel_unavailable(AttentionKernel kernel, DType dtype, int64_t seq_len,
-                                         int64_t d_model, int64_t n_head, int device) {
+                                         int64_t d_model, AttentionHeads heads, int device) {
   namespace k = triad::kernels;
   if (dtype != DType::F32 && dtype != DType::BF16 && dtype != DType::F16)
     return std::string("attention takes f32, bf16 or f16, not ") + dtype_name(dtype);
-  const k::AttentionShape shape{1, seq_len, d_model, n_head};
+  const k::AttentionShape shape{1, seq_len, d_model, heads.q, heads.kv};
   const k::ScalarType type = detail::scalar(dtype);
   const k::Status base = k::check_attention(type, shape);
   if (!base.ok) return base.reason;

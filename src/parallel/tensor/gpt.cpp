@@ -65,6 +65,12 @@ void TensorParallelGpt::build(uint64_t seed) {
     throw ConfigError("model.n_head (" + std::to_string(cfg_.n_head) +
                       ") must be divisible by parallel.tp (" + std::to_string(t) + ")");
   }
+  if (cfg_.kv_heads() % t != 0) {
+    // Megatron-LM's rule too: a key/value head is never split across ranks.
+    throw ConfigError("model.n_kv_head (" + std::to_string(cfg_.kv_heads()) +
+                      ") must be divisible by parallel.tp (" + std::to_string(t) +
+                      "): each rank holds whole key/value heads");
+  }
   if (sp_ && cfg_.seq_len % t != 0) {
     throw ConfigError("model.seq_len (" + std::to_string(cfg_.seq_len) +
                       ") must be divisible by parallel.tp (" + std::to_string(t) +
@@ -100,8 +106,11 @@ void TensorParallelGpt::build(uint64_t seed) {
                                                                 cfg_.rms_norm()));
     auto attn = block->add("attn", std::make_shared<Container>());
     const bool b = cfg_.linear_bias;
-    L.c_attn =
-        attn->add("c_attn", std::make_shared<ColumnParallelLinear>(C, 3 * C, group_, sp_, 3, b));
+    // [q | k | v] split block by block: a rank holds its query heads and
+    // the key/value heads they use.
+    const int64_t kv = cfg_.kv_heads() * cfg_.head_dim();
+    L.c_attn = attn->add("c_attn", std::make_shared<ColumnParallelLinear>(
+                                       C, std::vector<int64_t>{C, kv, kv}, group_, sp_, b));
     L.attn_proj = attn->add("c_proj", std::make_shared<RowParallelLinear>(C, C, group_, sp_, b));
     L.ln_2 = block->add("ln_2", std::make_shared<nn::LayerNorm>(C, cfg_.layer_norm_eps, DType::F32,
                                                                 cfg_.rms_norm()));
@@ -307,11 +316,10 @@ Tensor TensorParallelGpt::block_forward(int64_t i, const Tensor& x,
   const Layer& L = it->second;
   const int shard = sp_ ? group_->rank() : 0;
   Tensor qkv = L.c_attn->forward(L.ln_1->forward(x));  // the whole sequence, local heads
-  if (cfg_.rotary()) {
-    qkv = rotary_embedding(qkv, cfg_.n_head / group_->size(), ctx.positions, 0, cfg_.rope_theta);
-  }
-  Tensor a =
-      L.attn_proj->forward(causal_attention(qkv, cfg_.n_head / group_->size(), ctx.doc_starts));
+  const int64_t t = group_->size();
+  const AttentionHeads heads{cfg_.n_head / t, cfg_.kv_heads() / t};  // this rank's
+  if (cfg_.rotary()) qkv = rotary_embedding(qkv, heads, ctx.positions, 0, cfg_.rope_theta);
+  Tensor a = L.attn_proj->forward(causal_attention(qkv, heads, ctx.doc_starts));
   const AddNorm h =
       L.ln_2->forward_add(x, site_dropout(a, cfg_.dropout, ctx, i, "attn.resid", shard));
   Tensor m = cfg_.activation == nn::Activation::SwiGlu

@@ -29,6 +29,21 @@ ColumnParallelLinear::ColumnParallelLinear(int64_t in, int64_t out, dist::Proces
   if (bias) bias_ = register_parameter("bias", zeros({out / group_->size()}));
 }
 
+ColumnParallelLinear::ColumnParallelLinear(int64_t in, const std::vector<int64_t>& blocks,
+                                           dist::ProcessGroupPtr group, bool sequence_parallel,
+                                           bool bias)
+    : group_(std::move(group)), sp_(sequence_parallel) {
+  int64_t out = 0;
+  for (int64_t b : blocks) {
+    divisible(b, group_->size(), "column-parallel output block");
+    out += b;
+  }
+  weight_spec_ = ShardSpec::along_blocks(0, blocks);
+  bias_spec_ = ShardSpec::along_blocks(0, blocks);
+  weight_ = register_parameter("weight", zeros({out / group_->size(), in}));
+  if (bias) bias_ = register_parameter("bias", zeros({out / group_->size()}));
+}
+
 Tensor ColumnParallelLinear::forward(const Tensor& x) const {
   Tensor in = sp_ ? gather_from_sequence_region(x, group_) : copy_to_region(x, group_);
   return linear(in, weight_, bias_);

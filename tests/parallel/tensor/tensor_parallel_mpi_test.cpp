@@ -291,14 +291,25 @@ TEST_P(TensorParallelGptTest, PackedDocumentsMatchOneProcess) {
 // rank pairs its own gate and value columns. RMSNorm weights are replicated
 // (summed over the ranks under sequence parallelism, as LayerNorm's), and
 // without linear biases the row-parallel layers add nothing after their
-// reduction.
+// reduction. Grouped-query attention splits c_attn's q, k and v blocks
+// each over the ranks (blocks of unequal heights), so a rank holds its
+// query heads and the key/value heads they share.
 TEST_P(TensorParallelGptTest, LlamaOptionsMatchOneProcess) {
   const int64_t V = 300;
   for (const std::string variant :
        {"rope", "rope, packed documents", "swiglu, F 24", "rmsnorm, rope, swiglu, no biases",
-        "rmsnorm, rope, swiglu, no biases, untied head"}) {
+        "rmsnorm, rope, swiglu, no biases, untied head",
+        "rmsnorm, rope, swiglu, no biases, grouped-query attention"}) {
     SCOPED_TRACE(variant);
     nn::GptConfig cfg = tiny(V);
+    if (variant.find("grouped-query") != std::string::npos) {
+      // 8 query heads of 4 over as few key/value heads as the ranks allow
+      // (2, or one a rank): groups of 4 or 2.
+      cfg.n_head = 8;
+      cfg.n_kv_head = std::max(2, g_world->size());
+      if (8 % cfg.n_kv_head != 0) continue;
+      cfg.rope_theta = 30.0;
+    }
     if (variant.rfind("rmsnorm, rope, swiglu, no biases", 0) == 0) {
       cfg.tie_embeddings = variant.find("untied") == std::string::npos;
       cfg.normalization = nn::Normalization::RmsNorm;
@@ -460,6 +471,16 @@ TEST(TensorParallelGpt, ConfigErrorsNameTheNumbers) {
     FAIL();
   } catch (const ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find("model.n_head (3) must be divisible by parallel.tp"),
+              std::string::npos)
+        << e.what();
+  }
+  nn::GptConfig g = tiny(100);
+  g.n_kv_head = 1;  // multi-query: one key/value head cannot be split
+  try {
+    TensorParallelGpt m(g, 1, g_world, false);
+    FAIL();
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("model.n_kv_head (1) must be divisible by parallel.tp"),
               std::string::npos)
         << e.what();
   }

@@ -15,11 +15,15 @@ namespace triad::tp {
 // computes its slice of the output features. Input replicated (x: (B, T,
 // in)) or, with sequence parallelism, sharded along T and all-gathered first.
 // Output (B, T, out/tp) stays split. `groups` > 1 splits each of that many
-// equal output blocks separately (fused QKV). `bias` false: no b.
+// equal output blocks separately (fused QKV); `blocks` lists output blocks
+// of different sizes, each split separately (grouped-query QKV: q, k, v).
+// `bias` false: no b.
 class ColumnParallelLinear : public nn::Module {
  public:
   ColumnParallelLinear(int64_t in, int64_t out, dist::ProcessGroupPtr group, bool sequence_parallel,
                        int groups = 1, bool bias = true);
+  ColumnParallelLinear(int64_t in, const std::vector<int64_t>& blocks, dist::ProcessGroupPtr group,
+                       bool sequence_parallel, bool bias = true);
   Tensor forward(const Tensor& x) const;
   // gelu(forward(x)) with its pre-activation, the GELU fused into the GEMM
   // where the backend can (for RowParallelLinear::forward_after_gelu).

@@ -11,6 +11,8 @@ namespace triad::tp {
 // split parameter holds, along `dim`, its rank's 1/tp of each of `groups`
 // equal blocks (the fused QKV weight has three: q, k, v), after the full
 // dimension has been padded with zeros to `padded` (vocabulary padding).
+// Blocks of different sizes (grouped-query attention's q, k, v: C, then
+// n_kv_head * head_dim twice) are listed in `blocks` instead.
 struct ShardSpec {
   bool split = false;
   int64_t dim = 0;
@@ -19,11 +21,20 @@ struct ShardSpec {
   // Replicated parameter whose gradient is a partial sum under sequence
   // parallelism (LayerNorm, row-parallel biases): all-reduced over TP.
   bool sequence_parallel_grad = false;
+  // The blocks' sizes along `dim` when they differ (then groups ==
+  // blocks.size()); empty: `groups` equal blocks.
+  std::vector<int64_t> blocks = {};
 
   static ShardSpec replicated(bool sp_grad = false) { return {false, 0, 1, 0, sp_grad}; }
   static ShardSpec along(int64_t dim, int groups = 1, int64_t padded = 0) {
     return {true, dim, groups, padded, false};
   }
+  static ShardSpec along_blocks(int64_t dim, std::vector<int64_t> sizes) {
+    const int n = static_cast<int>(sizes.size());
+    return {true, dim, n, 0, false, std::move(sizes)};
+  }
+  // The sizes of the blocks of a (padded) dimension of n.
+  std::vector<int64_t> block_sizes(int64_t n) const;
 
   // The shard of `full` that rank `rank` of `size` holds.
   Tensor cut(const Tensor& full, int rank, int size) const;

@@ -1,0 +1,34 @@
+#pragma once
+
+#include <cstdint>
+
+namespace triad {
+
+// The heads of a fused attention projection qkv (B, T, (q + 2 kv) * D):
+// q query heads, then kv key heads, then kv value heads, each D wide.
+// Query head h reads key/value head h / (q / kv): multi-head attention has
+// kv == q, grouped-query attention (GQA) 1 <= kv < q with kv dividing q,
+// multi-query attention kv == 1. The output (B, T, q * D) has the query
+// heads' width.
+struct AttentionHeads {
+  int64_t q = 0;
+  int64_t kv = 0;
+
+  // Multi-head attention: one key/value head per query head. Implicit, so
+  // that a plain head count reads as what it always meant.
+  AttentionHeads(int64_t n_head) : q(n_head), kv(n_head) {}  // NOLINT(google-explicit-constructor)
+  AttentionHeads(int64_t q_heads, int64_t kv_heads) : q(q_heads), kv(kv_heads) {}
+
+  // Query heads per key/value head.
+  int64_t group() const { return q / kv; }
+  // Heads across qkv's last dimension.
+  int64_t fused() const { return q + 2 * kv; }
+  bool grouped() const { return kv != q; }
+
+  // The head dimension D of a qkv whose last dimension is `width`, checked
+  // for `op`: throws ShapeError naming the numbers when the heads are not
+  // valid (q, kv >= 1, kv dividing q) or do not divide `width`.
+  int64_t head_dim(int64_t width, const char* op) const;
+};
+
+}  // namespace triad

@@ -1,0 +1,160 @@
+#include "triad/io/hf_config.h"
+
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "triad/core/error.h"
+
+namespace triad::io {
+namespace {
+
+using Json = nlohmann::json;
+
+// Typed reads of config.json's keys, each error naming the file and key.
+class Keys {
+ public:
+  Keys(const Json& j, std::string source) : j_(j), source_(std::move(source)) {}
+
+  bool has(const char* key) const { return j_.contains(key) && !j_.at(key).is_null(); }
+
+  int64_t integer(const char* key) const {
+    if (!has(key)) throw ConfigError(source_ + ": key '" + key + "' is missing");
+    const Json& v = j_.at(key);
+    if (!v.is_number_integer())
+      throw ConfigError(source_ + ": '" + key + "' (" + v.dump() + ") must be an integer");
+    return v.get<int64_t>();
+  }
+  int64_t integer(const char* key, int64_t otherwise) const {
+    return has(key) ? integer(key) : otherwise;
+  }
+  double number(const char* key, double otherwise) const {
+    if (!has(key)) return otherwise;
+    const Json& v = j_.at(key);
+    if (!v.is_number())
+      throw ConfigError(source_ + ": '" + key + "' (" + v.dump() + ") must be a number");
+    return v.get<double>();
+  }
+  bool boolean(const char* key, bool otherwise) const {
+    if (!has(key)) return otherwise;
+    const Json& v = j_.at(key);
+    if (!v.is_boolean())
+      throw ConfigError(source_ + ": '" + key + "' (" + v.dump() + ") must be true or false");
+    return v.get<bool>();
+  }
+  std::string text(const char* key, const std::string& otherwise) const {
+    if (!has(key)) return otherwise;
+    const Json& v = j_.at(key);
+    if (!v.is_string())
+      throw ConfigError(source_ + ": '" + key + "' (" + v.dump() + ") must be a string");
+    return v.get<std::string>();
+  }
+  // What Triad does not build, named with the key's value.
+  [[noreturn]] void unsupported(const char* key, const std::string& why) const {
+    throw NotSupportedError(source_ + ": '" + key + "' (" + j_.at(key).dump() + "): " + why);
+  }
+
+ private:
+  const Json& j_;
+  std::string source_;
+};
+
+// LlamaForCausalLM and its relatives: rotary embeddings, SwiGLU, RMSNorm,
+// no linear biases.
+nn::GptConfig llama_config(const Keys& k, const std::string& type) {
+  nn::GptConfig c;
+  c.n_layer = k.integer("num_hidden_layers");
+  c.n_head = k.integer("num_attention_heads");
+  c.d_model = k.integer("hidden_size");
+  c.n_kv_head = k.integer("num_key_value_heads", c.n_head);
+  if (c.n_kv_head == c.n_head) c.n_kv_head = 0;  // multi-head attention
+  c.vocab_size = k.integer("vocab_size");
+  c.seq_len = k.integer("max_position_embeddings");
+  c.ffn_hidden_size = k.integer("intermediate_size");
+  c.position_embedding = nn::PositionEmbedding::Rotary;
+  c.rope_theta = k.number("rope_theta", 10000.0);
+  c.normalization = nn::Normalization::RmsNorm;
+  c.layer_norm_eps = k.number("rms_norm_eps", 1e-6);
+  c.activation = nn::Activation::SwiGlu;
+  c.linear_bias = false;
+  c.tie_embeddings = k.boolean("tie_word_embeddings", false);
+  if (k.has("rope_scaling"))
+    k.unsupported("rope_scaling", "scaled rotary embeddings are not implemented");
+  if (k.text("hidden_act", "silu") != "silu")
+    k.unsupported("hidden_act", "Triad's gated MLP is SwiGLU (silu)");
+  if (k.boolean("attention_bias", false))
+    k.unsupported("attention_bias", "Triad's LLaMA blocks have no attention biases");
+  if (k.boolean("mlp_bias", false))
+    k.unsupported("mlp_bias", "Triad's LLaMA blocks have no MLP biases");
+  if (k.has("head_dim") && k.integer("head_dim") * c.n_head != c.d_model)
+    k.unsupported("head_dim", "Triad's head dimension is hidden_size / num_attention_heads (" +
+                                  std::to_string(c.d_model / std::max<int64_t>(c.n_head, 1)) + ")");
+  if (type == "mistral" && k.has("sliding_window") && k.integer("sliding_window") < c.seq_len) {
+    k.unsupported("sliding_window",
+                  "sliding-window attention shorter than max_position_embeddings (" +
+                      std::to_string(c.seq_len) + ") is not implemented");
+  }
+  return c;
+}
+
+// GPT2LMHeadModel: learned positions, GELU (tanh), LayerNorm, biases, a
+// tied head.
+nn::GptConfig gpt2_config(const Keys& k) {
+  nn::GptConfig c;
+  c.n_layer = k.integer("n_layer");
+  c.n_head = k.integer("n_head");
+  c.d_model = k.integer("n_embd");
+  c.vocab_size = k.integer("vocab_size");
+  c.seq_len = k.integer("n_positions");
+  c.ffn_hidden_size = k.integer("n_inner", 0);
+  c.layer_norm_eps = k.number("layer_norm_epsilon", 1e-5);
+  c.tie_embeddings = k.boolean("tie_word_embeddings", true);
+  const std::string act = k.text("activation_function", "gelu_new");
+  if (act != "gelu_new" && act != "gelu_pytorch_tanh")
+    k.unsupported("activation_function", "Triad's GELU is the tanh approximation (gelu_new)");
+  return c;
+}
+
+}  // namespace
+
+nn::GptConfig gpt_config_from_hf(const std::string& json_text, const std::string& source) {
+  Json j;
+  try {
+    j = Json::parse(json_text);
+  } catch (const Json::exception& e) {
+    throw ConfigError(source + ": not valid JSON: " + e.what());
+  }
+  if (!j.is_object()) throw ConfigError(source + ": expected a JSON object");
+  const Keys k(j, source);
+  const std::string type = k.text("model_type", "");
+  nn::GptConfig c;
+  if (type == "llama" || type == "mistral") {
+    c = llama_config(k, type);
+  } else if (type == "gpt2") {
+    c = gpt2_config(k);
+  } else {
+    throw NotSupportedError(source + ": model_type '" + type +
+                            "' is not supported (llama, mistral or gpt2)");
+  }
+  try {
+    c.validate();
+  } catch (const ConfigError& e) {
+    throw ConfigError(source + ": " + e.what());
+  }
+  return c;
+}
+
+nn::GptConfig load_hf_config(const std::string& path) {
+  namespace fs = std::filesystem;
+  const std::string file =
+      fs::is_directory(path) ? (fs::path(path) / "config.json").string() : path;
+  std::ifstream in(file);
+  if (!in) throw ConfigError("Hugging Face config '" + file + "' cannot be read");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return gpt_config_from_hf(ss.str(), file);
+}
+
+}  // namespace triad::io

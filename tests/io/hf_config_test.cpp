@@ -1,0 +1,183 @@
+// Hugging Face config.json files as Triad's model: LLaMA 2 7B's and 70B's
+// give the model files' configs (and their published parameter counts),
+// GPT-2's the default GPT-2, and what Triad does not build is named.
+#include "triad/io/hf_config.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <string>
+
+#include "support/temp_dir.h"
+#include "triad/plan/model_spec.h"
+#include "triad/train/config.h"
+
+namespace triad::io {
+namespace {
+
+// LLaMA 2 7B's config.json as Hugging Face publishes it (the keys Triad
+// reads, and some it has no use for).
+const char* kLlama7b = R"({
+  "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_act": "silu",
+  "hidden_size": 4096, "intermediate_size": 11008, "num_attention_heads": 32,
+  "num_hidden_layers": 32, "num_key_value_heads": 32, "max_position_embeddings": 4096,
+  "rms_norm_eps": 1e-05, "rope_theta": 10000.0, "rope_scaling": null,
+  "tie_word_embeddings": false, "vocab_size": 32000, "torch_dtype": "float16",
+  "bos_token_id": 1, "eos_token_id": 2, "initializer_range": 0.02, "pretraining_tp": 1,
+  "use_cache": true, "attention_bias": false
+})";
+
+const char* kLlama70b = R"({
+  "model_type": "llama", "hidden_size": 8192, "intermediate_size": 28672,
+  "num_attention_heads": 64, "num_hidden_layers": 80, "num_key_value_heads": 8,
+  "max_position_embeddings": 4096, "rms_norm_eps": 1e-05, "vocab_size": 32000,
+  "tie_word_embeddings": false
+})";
+
+std::string edited(const std::string& json, const std::string& key, const std::string& value) {
+  // Appends (JSON objects keep the last value of a repeated key in
+  // nlohmann's parser, so an appended key overrides).
+  std::string s = json;
+  s.insert(s.rfind('}'), ", \"" + key + "\": " + value);
+  return s;
+}
+
+TEST(HfConfig, LlamaConfigsAreTheModelFiles) {
+  const nn::GptConfig c = gpt_config_from_hf(kLlama7b, "7b/config.json");
+  const nn::GptConfig want =
+      plan::load_model_spec(std::string(TRIAD_SOURCE_DIR) + "/configs/models/llama2_7b.yaml");
+  EXPECT_EQ(c.num_parameters(), 6'738'415'616);
+  EXPECT_EQ(c.num_parameters(), want.num_parameters());
+  EXPECT_TRUE(c.rotary());
+  EXPECT_TRUE(c.rms_norm());
+  EXPECT_EQ(c.activation, nn::Activation::SwiGlu);
+  EXPECT_FALSE(c.linear_bias);
+  EXPECT_FALSE(c.tie_embeddings);
+  EXPECT_EQ(c.kv_heads(), 32);
+  EXPECT_EQ(c.n_kv_head, 0);  // multi-head attention, written as Triad's default
+  EXPECT_EQ(c.seq_len, 4096);
+  EXPECT_DOUBLE_EQ(c.layer_norm_eps, 1e-5);
+  EXPECT_DOUBLE_EQ(c.rope_theta, 10000.0);
+  const nn::GptConfig big = gpt_config_from_hf(kLlama70b, "70b/config.json");
+  EXPECT_EQ(big.n_kv_head, 8);
+  EXPECT_EQ(big.num_parameters(), 68'976'648'192);
+  EXPECT_EQ(big.num_parameters(),
+            plan::load_model_spec(std::string(TRIAD_SOURCE_DIR) + "/configs/models/llama2_70b.yaml")
+                .num_parameters());
+  // LLaMA 3's larger theta; Mistral without a window shorter than its
+  // context; a head_dim that is hidden_size / heads.
+  EXPECT_DOUBLE_EQ(gpt_config_from_hf(edited(kLlama70b, "rope_theta", "500000.0"), "x").rope_theta,
+                   500000.0);
+  EXPECT_EQ(
+      gpt_config_from_hf(
+          edited(edited(kLlama70b, "model_type", "\"mistral\""), "sliding_window", "null"), "x")
+          .n_kv_head,
+      8);
+  EXPECT_EQ(gpt_config_from_hf(edited(kLlama70b, "head_dim", "128"), "x").head_dim(), 128);
+}
+
+TEST(HfConfig, Gpt2ConfigIsTheDefaultGpt2) {
+  const nn::GptConfig c = gpt_config_from_hf(
+      R"({"model_type": "gpt2", "n_embd": 768, "n_head": 12, "n_layer": 12, "n_positions": 1024,
+          "vocab_size": 50257, "layer_norm_epsilon": 1e-05, "activation_function": "gelu_new",
+          "n_inner": null})",
+      "gpt2/config.json");
+  const nn::GptConfig want;  // Triad's defaults are GPT-2 124M
+  EXPECT_EQ(c.num_parameters(), want.num_parameters());
+  EXPECT_EQ(c.num_parameters(), 124'439'808);
+  EXPECT_FALSE(c.rotary());
+  EXPECT_TRUE(c.tie_embeddings);
+  EXPECT_TRUE(c.linear_bias);
+}
+
+TEST(HfConfig, WhatTriadDoesNotBuildIsNamed) {
+  auto message = [](const std::function<void()>& f) {
+    try {
+      f();
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  auto from = [](const std::string& json) {
+    return [json] { gpt_config_from_hf(json, "m/config.json"); };
+  };
+  const std::string llama = kLlama70b;
+  EXPECT_NE(
+      message(from(edited(llama, "rope_scaling", R"({"rope_type": "llama3", "factor": 8.0})")))
+          .find("m/config.json: 'rope_scaling' ({\"factor\":8.0,\"rope_type\":\"llama3\"}): "
+                "scaled rotary embeddings are not implemented"),
+      std::string::npos);
+  EXPECT_NE(message(from(edited(llama, "hidden_act", "\"gelu\""))).find("'hidden_act' (\"gelu\")"),
+            std::string::npos);
+  EXPECT_NE(message(from(edited(llama, "attention_bias", "true"))).find("'attention_bias'"),
+            std::string::npos);
+  EXPECT_NE(
+      message(from(edited(llama, "head_dim", "64"))).find("hidden_size / num_attention_heads"),
+      std::string::npos);
+  EXPECT_NE(
+      message(from(edited(edited(llama, "model_type", "\"mistral\""), "sliding_window", "1024")))
+          .find("'sliding_window' (1024): sliding-window attention shorter than "
+                "max_position_embeddings (4096)"),
+      std::string::npos);
+  EXPECT_NE(message(from(edited(llama, "model_type", "\"qwen2\"")))
+                .find("model_type 'qwen2' is not supported (llama, mistral or gpt2)"),
+            std::string::npos);
+  EXPECT_NE(message(from(R"({"model_type": "llama", "hidden_size": 64})"))
+                .find("m/config.json: key 'num_hidden_layers' is missing"),
+            std::string::npos);
+  EXPECT_NE(message(from(edited(llama, "num_key_value_heads", "\"eight\"")))
+                .find("'num_key_value_heads' (\"eight\") must be an integer"),
+            std::string::npos);
+  EXPECT_NE(message(from(edited(llama, "num_key_value_heads", "7"))).find("model.n_kv_head (7)"),
+            std::string::npos);
+  EXPECT_NE(message(from("[1, 2]")).find("expected a JSON object"), std::string::npos);
+  EXPECT_NE(message(from("{")).find("not valid JSON"), std::string::npos);
+  EXPECT_NE(message([] { load_hf_config("/nonexistent/dir"); }).find("cannot be read"),
+            std::string::npos);
+}
+
+// A Hugging Face model's directory as the trainer's model (the keys beside
+// model.hf_config override it) and as the planner's model file.
+TEST(HfConfig, TrainerAndPlannerReadIt) {
+  testing::TempDir dir;
+  const std::string model_dir = dir.file("Llama-2-70b-hf");
+  std::filesystem::create_directories(model_dir);
+  std::ofstream(model_dir + "/config.json") << kLlama70b;
+  const std::string yaml = "model: {hf_config: " + model_dir +
+                           ", seq_len: 2048, recompute: full}\n"
+                           "train: {steps: 5, global_batch_size: 8, micro_batch_size: 4}\n"
+                           "data: {train: data/x.bin}\n";
+  const train::Config c = train::parse_config(yaml);
+  EXPECT_EQ(c.model.n_layer, 80);
+  EXPECT_EQ(c.model.n_kv_head, 8);
+  EXPECT_EQ(c.model.seq_len, 2048);  // overridden
+  EXPECT_EQ(c.model.recompute, nn::Recompute::Full);
+  EXPECT_FALSE(c.model.tie_embeddings);
+  // The resolved model round-trips without the file.
+  const train::Config back = train::parse_config(train::to_yaml(c));
+  EXPECT_EQ(back.model.num_parameters(), c.model.num_parameters());
+  EXPECT_EQ(back.model.n_kv_head, 8);
+  try {
+    train::parse_config("model: {hf_config: " + dir.file("missing") +
+                        "}\ntrain: {steps: 1, global_batch_size: 1, micro_batch_size: 1}\n"
+                        "data: {train: x.bin}\n");
+    FAIL() << "expected ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("model.hf_config: Hugging Face config"), std::string::npos)
+        << e.what();
+  }
+  // Without hf_config the shape keys are still required.
+  EXPECT_THROW(train::parse_config("model: {n_layer: 2}\ntrain: {steps: 1, global_batch_size: 1, "
+                                   "micro_batch_size: 1}\ndata: {train: x.bin}\n"),
+               ConfigError);
+  EXPECT_EQ(plan::load_model_spec(model_dir).num_parameters(), 68'976'648'192);
+  EXPECT_EQ(plan::load_model_spec(model_dir + "/config.json").n_kv_head, 8);
+  EXPECT_EQ(plan::parse_model_spec("model: {hf_config: " + model_dir + ", seq_len: 1024}").seq_len,
+            1024);
+}
+
+}  // namespace
+}  // namespace triad::io
