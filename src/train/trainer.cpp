@@ -328,9 +328,13 @@ std::map<std::string, std::string> Trainer::layout() const {
           {"stage_layers", stages},
           {"bucket_mb", std::to_string(p.bucket_mb)},
           {"precision", config_.train.precision},
+          // (Key/value heads only when grouped: earlier checkpoints' models
+          // read the same.)
           {"model", std::to_string(m.n_layer) + "x" + std::to_string(m.d_model) + "x" +
-                        std::to_string(m.n_head) + " vocab " + std::to_string(m.vocab_size) +
-                        " seq " + std::to_string(m.seq_len)}};
+                        std::to_string(m.n_head) +
+                        (m.kv_heads() != m.n_head ? " kv " + std::to_string(m.kv_heads()) : "") +
+                        " vocab " + std::to_string(m.vocab_size) + " seq " +
+                        std::to_string(m.seq_len)}};
 }
 
 RankPlacement Trainer::placement() const {

@@ -244,6 +244,17 @@ TEST(Trainer, EvaluateOnlyScoresTheStartingWeights) {
   Config from_checkpoint = c;
   from_checkpoint.checkpoint.resume = "auto";
   EXPECT_NEAR(Trainer(from_checkpoint).evaluate_only(), *trained.back().val_loss, 1e-12);
+  // A model with other key/value heads cannot resume it, and is told why.
+  Config grouped = from_checkpoint;
+  grouped.model.n_kv_head = 1;
+  try {
+    Trainer{grouped}.evaluate_only();
+    FAIL() << "expected IoError";
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find("this run has model = 2x16x2 kv 1 vocab 32 seq 16"),
+              std::string::npos)
+        << e.what();
+  }
   // Fresh weights score near uniform guessing (ln 32).
   Config fresh = c;
   fresh.checkpoint.dir.clear();
