@@ -1,0 +1,55 @@
+// triad-export: a trained model in Hugging Face's layout (config.json and
+// model.safetensors), for transformers, vLLM and the rest of that ecosystem.
+//   triad-export --run out/llama_tiny --output out/llama_tiny_hf
+//   (out/llama_tiny/{config.yaml,model.safetensors})
+//   triad-export --config my.yaml --weights model.safetensors --output hf/
+// LLaMA-style models become LlamaForCausalLM, GPT-2-style ones
+// GPT2LMHeadModel; model.hf_config and init.from read the directory back.
+#include <spdlog/spdlog.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+
+#include "triad/core/error.h"
+#include "triad/io/gpt2_weights.h"
+#include "triad/io/hf_export.h"
+#include "triad/train/config.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"Write a model trained by Triad in Hugging Face's layout"};
+  std::string run_dir, config_path, weights, output;
+  app.add_option("--run", run_dir,
+                 "a triad-train output.dir (its config.yaml and model.safetensors)");
+  app.add_option("--config", config_path, "the model's YAML config (instead of --run)");
+  app.add_option("--weights", weights, "Triad's safetensors (instead of --run)");
+  app.add_option("--output", output, "the directory to write config.json and model.safetensors")
+      ->required();
+  CLI11_PARSE(app, argc, argv);
+  try {
+    if (!run_dir.empty()) {
+      if (config_path.empty()) config_path = run_dir + "/config.yaml";
+      if (weights.empty()) weights = run_dir + "/model.safetensors";
+    }
+    if (config_path.empty() || weights.empty()) {
+      throw triad::ValueError("give --run DIR, or both --config and --weights");
+    }
+    const triad::nn::GptConfig model = triad::train::load_config(config_path).model;
+    const char* type = triad::io::hf_model_type(model);  // before reading the weights
+    std::vector<int64_t> layers;
+    for (int64_t i = 0; i < model.n_layer; ++i) layers.push_back(i);
+    const auto state = triad::io::load_gpt2_state_dict(
+        weights, triad::nn::gpt_parameter_shapes(model, layers, true, true, true));
+    triad::io::save_hf_model(state, model, output);
+    std::printf("wrote %s/config.json and %s/model.safetensors (%s, %lld parameters)\n",
+                output.c_str(), output.c_str(),
+                std::string(type) == "llama" ? "LlamaForCausalLM" : "GPT2LMHeadModel",
+                static_cast<long long>(model.num_parameters()));
+  } catch (const triad::Error& e) {
+    spdlog::error("{}", e.what());
+    return 2;
+  } catch (const std::exception& e) {  // the system's (memory, files), not Triad's
+    spdlog::error("unexpected error: {}", e.what());
+    return 2;
+  }
+  return 0;
+}

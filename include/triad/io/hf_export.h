@@ -1,0 +1,34 @@
+#pragma once
+
+#include <map>
+#include <string>
+
+#include "triad/nn/gpt.h"
+
+namespace triad::io {
+
+// Triad models in Hugging Face's layouts, for transformers, vLLM and the
+// rest of that ecosystem: the inverse of model.hf_config and init.from.
+//
+// Which class fits: LlamaForCausalLM for rotary embeddings + SwiGLU +
+// RMSNorm without linear biases (grouped-query attention and a tied or
+// untied head included), GPT2LMHeadModel for learned positions + GELU +
+// LayerNorm with biases and multi-head attention. Another combination has
+// no Hugging Face class to load it: NotSupportedError naming what differs.
+const char* hf_model_type(const nn::GptConfig& c);  // "llama" or "gpt2"
+
+// config.json's text for `c` (hf_model_type's class; gpt_config_from_hf
+// reads it back to the same model). `torch_dtype` names the weights' type.
+std::string hf_config_json(const nn::GptConfig& c, const std::string& torch_dtype = "float32");
+
+// A full Triad state dict under the class's names and layouts: LLaMA's
+// c_attn split into q_proj, k_proj and v_proj (k and v n_kv_head heads
+// tall) and c_fc into gate_proj and up_proj; GPT-2's under "transformer."
+// with its Conv1D weights transposed. load_gpt2_state_dict reads either
+// back to the same state dict.
+std::map<std::string, Tensor> triad_to_hf(const nn::StateDict& full, const nn::GptConfig& c);
+
+// Writes dir/config.json and dir/model.safetensors (dir is created).
+void save_hf_model(const nn::StateDict& full, const nn::GptConfig& c, const std::string& dir);
+
+}  // namespace triad::io

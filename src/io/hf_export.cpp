@@ -1,0 +1,158 @@
+#include "triad/io/hf_export.h"
+
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <fstream>
+
+#include "triad/core/error.h"
+#include "triad/io/gpt2_weights.h"
+#include "triad/io/safetensors.h"
+#include "triad/ops/elementwise.h"
+#include "triad/ops/shape_ops.h"
+
+namespace triad::io {
+namespace {
+
+// What keeps `c` from each class, "" when nothing does.
+std::string llama_misfit(const nn::GptConfig& c) {
+  std::string why;
+  auto add = [&](bool bad, const char* what) {
+    if (bad) why += (why.empty() ? "" : ", ") + std::string(what);
+  };
+  add(!c.rotary(), "model.position_embedding is not rope");
+  add(c.activation != nn::Activation::SwiGlu, "model.activation is not swiglu");
+  add(!c.rms_norm(), "model.normalization is not rmsnorm");
+  add(c.linear_bias, "model.linear_bias is true");
+  return why;
+}
+
+std::string gpt2_misfit(const nn::GptConfig& c) {
+  std::string why;
+  auto add = [&](bool bad, const char* what) {
+    if (bad) why += (why.empty() ? "" : ", ") + std::string(what);
+  };
+  add(c.rotary(), "model.position_embedding is rope");
+  add(c.activation != nn::Activation::Gelu, "model.activation is not gelu");
+  add(c.rms_norm(), "model.normalization is rmsnorm");
+  add(!c.linear_bias, "model.linear_bias is false");
+  add(c.kv_heads() != c.n_head, "model.n_kv_head groups the heads");
+  return why;
+}
+
+const Tensor& at(const nn::StateDict& s, const std::string& name) {
+  auto it = s.find(name);
+  if (it == s.end()) throw ValueError("export: the state dict has no '" + name + "'");
+  return it->second;
+}
+
+}  // namespace
+
+const char* hf_model_type(const nn::GptConfig& c) {
+  const std::string llama = llama_misfit(c), gpt2 = gpt2_misfit(c);
+  if (llama.empty()) return "llama";
+  if (gpt2.empty()) return "gpt2";
+  throw NotSupportedError(
+      "no Hugging Face class holds this model: LlamaForCausalLM needs rope, swiglu, rmsnorm and "
+      "no linear biases (here " +
+      llama +
+      "); GPT2LMHeadModel needs learned positions, gelu, layernorm, linear biases and a "
+      "key/value head per query head (here " +
+      gpt2 + ")");
+}
+
+std::string hf_config_json(const nn::GptConfig& c, const std::string& torch_dtype) {
+  c.validate();
+  nlohmann::ordered_json j;
+  if (std::string(hf_model_type(c)) == "llama") {
+    j["architectures"] = nlohmann::ordered_json::array({"LlamaForCausalLM"});
+    j["model_type"] = "llama";
+    j["hidden_size"] = c.d_model;
+    j["intermediate_size"] = c.ffn();
+    j["num_hidden_layers"] = c.n_layer;
+    j["num_attention_heads"] = c.n_head;
+    j["num_key_value_heads"] = c.kv_heads();
+    j["head_dim"] = c.head_dim();
+    j["hidden_act"] = "silu";
+    j["max_position_embeddings"] = c.seq_len;
+    j["rms_norm_eps"] = c.layer_norm_eps;
+    j["rope_theta"] = c.rope_theta;
+    j["rope_scaling"] = nullptr;
+    j["attention_bias"] = false;
+    j["mlp_bias"] = false;
+    j["attention_dropout"] = c.dropout;
+  } else {
+    j["architectures"] = nlohmann::ordered_json::array({"GPT2LMHeadModel"});
+    j["model_type"] = "gpt2";
+    j["n_embd"] = c.d_model;
+    j["n_layer"] = c.n_layer;
+    j["n_head"] = c.n_head;
+    j["n_positions"] = c.seq_len;
+    j["n_ctx"] = c.seq_len;
+    if (c.ffn() != 4 * c.d_model) {
+      j["n_inner"] = c.ffn();
+    } else {
+      j["n_inner"] = nullptr;
+    }
+    j["activation_function"] = "gelu_new";
+    j["layer_norm_epsilon"] = c.layer_norm_eps;
+    j["resid_pdrop"] = c.dropout;
+    j["embd_pdrop"] = c.dropout;
+    j["attn_pdrop"] = 0.0;  // Triad drops no attention probabilities
+  }
+  j["vocab_size"] = c.vocab_size;
+  j["tie_word_embeddings"] = c.tie_embeddings;
+  j["torch_dtype"] = torch_dtype;
+  return j.dump(2) + "\n";
+}
+
+std::map<std::string, Tensor> triad_to_hf(const nn::StateDict& full, const nn::GptConfig& c) {
+  std::map<std::string, Tensor> out;
+  if (std::string(hf_model_type(c)) == "gpt2") {
+    for (auto& [name, t] : triad_to_gpt2(full))
+      out[name == "lm_head.weight" ? name : "transformer." + name] = t;
+    return out;
+  }
+  const int64_t C = c.d_model, KV = c.kv_heads() * c.head_dim(), F = c.ffn();
+  out["model.embed_tokens.weight"] = at(full, "wte.weight");
+  out["model.norm.weight"] = at(full, "ln_f.weight");
+  if (!c.tie_embeddings) out["lm_head.weight"] = at(full, "lm_head.weight");
+  for (int64_t i = 0; i < c.n_layer; ++i) {
+    const std::string p = "h." + std::to_string(i) + ".";
+    const std::string hf = "model.layers." + std::to_string(i) + ".";
+    const Tensor& qkv = at(full, p + "attn.c_attn.weight");
+    const Tensor& fc = at(full, p + "mlp.c_fc.weight");
+    if (qkv.dim() != 2 || qkv.size(0) != C + 2 * KV || fc.dim() != 2 || fc.size(0) != 2 * F) {
+      throw ShapeError("export: layer " + std::to_string(i) + "'s c_attn " +
+                       shape_str(qkv.shape()) + " and c_fc " + shape_str(fc.shape()) +
+                       " do not fit the configured model (c_attn " + std::to_string(C + 2 * KV) +
+                       " tall, c_fc " + std::to_string(2 * F) + ")");
+    }
+    out[hf + "self_attn.q_proj.weight"] = contiguous(narrow(qkv, 0, 0, C)).detach();
+    out[hf + "self_attn.k_proj.weight"] = contiguous(narrow(qkv, 0, C, KV)).detach();
+    out[hf + "self_attn.v_proj.weight"] = contiguous(narrow(qkv, 0, C + KV, KV)).detach();
+    out[hf + "self_attn.o_proj.weight"] = at(full, p + "attn.c_proj.weight");
+    out[hf + "mlp.gate_proj.weight"] = contiguous(narrow(fc, 0, 0, F)).detach();
+    out[hf + "mlp.up_proj.weight"] = contiguous(narrow(fc, 0, F, F)).detach();
+    out[hf + "mlp.down_proj.weight"] = at(full, p + "mlp.c_proj.weight");
+    out[hf + "input_layernorm.weight"] = at(full, p + "ln_1.weight");
+    out[hf + "post_attention_layernorm.weight"] = at(full, p + "ln_2.weight");
+  }
+  return out;
+}
+
+void save_hf_model(const nn::StateDict& full, const nn::GptConfig& c, const std::string& dir) {
+  const std::map<std::string, Tensor> tensors = triad_to_hf(full, c);
+  const DType dtype = at(full, "wte.weight").dtype();
+  const std::string torch_dtype = dtype == DType::BF16  ? "bfloat16"
+                                  : dtype == DType::F16 ? "float16"
+                                                        : "float32";
+  std::filesystem::create_directories(dir);
+  save_safetensors(dir + "/model.safetensors", tensors, {{"format", "pt"}});
+  const std::string path = dir + "/config.json";
+  std::ofstream f(path);
+  f << hf_config_json(c, torch_dtype);
+  if (!f) throw IoError("export: cannot write '" + path + "'");
+}
+
+}  // namespace triad::io

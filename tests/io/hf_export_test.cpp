@@ -1,0 +1,137 @@
+// Exports to Hugging Face's layouts read back (config.json through
+// model.hf_config's reader, weights through init.from's) to the same model,
+// and a model no Hugging Face class holds is named.
+#include "triad/io/hf_export.h"
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include <string>
+
+#include "support/temp_dir.h"
+#include "triad/io/gpt2_weights.h"
+#include "triad/io/hf_config.h"
+#include "triad/io/safetensors.h"
+#include "triad/ops.h"
+
+namespace triad::io {
+namespace {
+
+nn::GptConfig llama(bool tied, int64_t kv) {
+  nn::GptConfig c{
+      .n_layer = 2, .n_head = 4, .n_kv_head = kv, .d_model = 16, .vocab_size = 19, .seq_len = 12};
+  c.position_embedding = nn::PositionEmbedding::Rotary;
+  c.rope_theta = 5000.0;
+  c.activation = nn::Activation::SwiGlu;
+  c.ffn_hidden_size = 24;
+  c.normalization = nn::Normalization::RmsNorm;
+  c.layer_norm_eps = 1e-6;
+  c.linear_bias = false;
+  c.tie_embeddings = tied;
+  return c;
+}
+
+nn::GptConfig gpt2(bool tied) {
+  nn::GptConfig c{.n_layer = 2, .n_head = 2, .d_model = 8, .vocab_size = 11, .seq_len = 6};
+  c.ffn_hidden_size = 20;
+  c.tie_embeddings = tied;
+  return c;
+}
+
+void expect_same_model(const nn::GptConfig& a, const nn::GptConfig& b) {
+  EXPECT_EQ(a.n_layer, b.n_layer);
+  EXPECT_EQ(a.n_head, b.n_head);
+  EXPECT_EQ(a.kv_heads(), b.kv_heads());
+  EXPECT_EQ(a.d_model, b.d_model);
+  EXPECT_EQ(a.vocab_size, b.vocab_size);
+  EXPECT_EQ(a.seq_len, b.seq_len);
+  EXPECT_EQ(a.ffn(), b.ffn());
+  EXPECT_EQ(a.position_embedding, b.position_embedding);
+  EXPECT_EQ(a.activation, b.activation);
+  EXPECT_EQ(a.normalization, b.normalization);
+  EXPECT_EQ(a.linear_bias, b.linear_bias);
+  EXPECT_EQ(a.tie_embeddings, b.tie_embeddings);
+  EXPECT_DOUBLE_EQ(a.layer_norm_eps, b.layer_norm_eps);
+  if (a.rotary()) {
+    EXPECT_DOUBLE_EQ(a.rope_theta, b.rope_theta);
+  }
+  EXPECT_EQ(a.num_parameters(), b.num_parameters());
+}
+
+// Each configuration through save_hf_model, then back: the config, and the
+// weights bit for bit through init.from's reader (directory form).
+TEST(HfExport, LlamaAndGpt2RoundTrip) {
+  testing::TempDir dir;
+  int n = 0;
+  for (const nn::GptConfig& c :
+       {llama(false, 2), llama(true, 0), llama(false, 1), gpt2(true), gpt2(false)}) {
+    SCOPED_TRACE(std::string(hf_model_type(c)) + " " + std::to_string(n));
+    const nn::Gpt model(c, 7);
+    const std::string out = dir.file("hf" + std::to_string(n++));
+    save_hf_model(model.state_dict(), c, out);
+    expect_same_model(load_hf_config(out), c);
+    std::map<std::string, Shape> expected;
+    for (auto& [name, p] : model.named_parameters()) expected[name] = p.shape();
+    const nn::StateDict back = load_gpt2_state_dict(out, expected);
+    ASSERT_EQ(back.size(), expected.size());
+    for (const auto& [name, t] : model.state_dict())
+      EXPECT_EQ(to_double_vector(back.at(name)), to_double_vector(t)) << name;
+  }
+}
+
+// The names and shapes Hugging Face's classes load.
+TEST(HfExport, NamesAndShapesAreHuggingFaces) {
+  const nn::GptConfig c = llama(false, 2);  // 4 query heads of 4 over 2 key/value heads
+  const auto t = triad_to_hf(nn::Gpt(c, 1).state_dict(), c);
+  EXPECT_EQ(t.at("model.layers.1.self_attn.q_proj.weight").shape(), (Shape{16, 16}));
+  EXPECT_EQ(t.at("model.layers.1.self_attn.k_proj.weight").shape(), (Shape{8, 16}));
+  EXPECT_EQ(t.at("model.layers.1.self_attn.v_proj.weight").shape(), (Shape{8, 16}));
+  EXPECT_EQ(t.at("model.layers.0.mlp.gate_proj.weight").shape(), (Shape{24, 16}));
+  EXPECT_EQ(t.at("model.layers.0.mlp.down_proj.weight").shape(), (Shape{16, 24}));
+  EXPECT_EQ(t.at("lm_head.weight").shape(), (Shape{19, 16}));
+  EXPECT_EQ(t.size(), 3u + 2 * 9);
+  const auto j = nlohmann::json::parse(hf_config_json(c));
+  EXPECT_EQ(j.at("architectures").at(0), "LlamaForCausalLM");
+  EXPECT_EQ(j.at("num_key_value_heads"), 2);
+  EXPECT_EQ(j.at("head_dim"), 4);
+  EXPECT_EQ(j.at("intermediate_size"), 24);
+  EXPECT_EQ(j.at("tie_word_embeddings"), false);
+  const nn::GptConfig g = gpt2(true);
+  const auto gt = triad_to_hf(nn::Gpt(g, 1).state_dict(), g);
+  EXPECT_EQ(gt.at("transformer.h.0.attn.c_attn.weight").shape(), (Shape{8, 24}));  // Conv1D
+  EXPECT_EQ(gt.at("transformer.wpe.weight").shape(), (Shape{6, 8}));
+  EXPECT_FALSE(gt.count("lm_head.weight"));
+  const auto gj = nlohmann::json::parse(hf_config_json(g, "bfloat16"));
+  EXPECT_EQ(gj.at("model_type"), "gpt2");
+  EXPECT_EQ(gj.at("n_inner"), 20);
+  EXPECT_EQ(gj.at("torch_dtype"), "bfloat16");
+}
+
+TEST(HfExport, AModelNoClassHoldsIsNamed) {
+  nn::GptConfig c = gpt2(true);
+  c.position_embedding = nn::PositionEmbedding::Rotary;  // rope with GELU and LayerNorm
+  try {
+    hf_model_type(c);
+    FAIL() << "expected NotSupportedError";
+  } catch (const NotSupportedError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("LlamaForCausalLM needs rope, swiglu, rmsnorm and no linear biases (here "
+                     "model.activation is not swiglu, model.normalization is not rmsnorm, "
+                     "model.linear_bias is true)"),
+              std::string::npos)
+        << m;
+    EXPECT_NE(m.find("(here model.position_embedding is rope)"), std::string::npos) << m;
+  }
+  nn::GptConfig grouped = gpt2(true);
+  grouped.n_kv_head = 1;
+  EXPECT_THROW(hf_model_type(grouped), NotSupportedError);
+  // Weights that do not fit the configured model are named.
+  const nn::GptConfig l = llama(false, 2);
+  nn::StateDict sd = nn::Gpt(l, 1).state_dict();
+  sd["h.1.attn.c_attn.weight"] = sd.at("h.1.attn.c_proj.weight");
+  EXPECT_THROW(triad_to_hf(sd, l), ShapeError);
+}
+
+}  // namespace
+}  // namespace triad::io

@@ -1,0 +1,34 @@
+# triad-export end to end: train CONFIG for 20 steps, export the run to
+# Hugging Face's layout, and sample (temperature 1, a fixed seed: every
+# probability matters) from the run and from the exported directory
+# (init.from's reader): the texts must be the same, and config.json must
+# name the expected class.
+#   -DTRAIN= -DEXPORT= -DGENERATE= -DCONFIG= -DDATA= -DWORK= -DCLASS=
+file(REMOVE_RECURSE ${WORK})
+execute_process(COMMAND ${TRAIN} --config ${CONFIG} --set data.train=${DATA} --set train.steps=20
+                        --set train.warmup_steps=5 --set output.dir=${WORK}/run
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
+if(rc)
+  message(FATAL_ERROR "training failed (${rc}):\n${out}")
+endif()
+execute_process(COMMAND ${EXPORT} --run ${WORK}/run --output ${WORK}/hf
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
+if(rc)
+  message(FATAL_ERROR "triad-export failed (${rc}):\n${out}")
+endif()
+file(READ ${WORK}/hf/config.json json)
+if(NOT json MATCHES "\"${CLASS}\"")
+  message(FATAL_ERROR "config.json does not name ${CLASS}:\n${json}")
+endif()
+set(sample --prompt "Once upon" --tokens 60 --temperature 1 --top-k 0 --seed 5 --stop-token -1)
+execute_process(COMMAND ${GENERATE} --run ${WORK}/run ${sample}
+                RESULT_VARIABLE rc1 OUTPUT_VARIABLE from_run ERROR_VARIABLE err1)
+execute_process(COMMAND ${GENERATE} --config ${WORK}/run/config.yaml --weights ${WORK}/hf ${sample}
+                RESULT_VARIABLE rc2 OUTPUT_VARIABLE from_hf ERROR_VARIABLE err2)
+if(rc1 OR rc2)
+  message(FATAL_ERROR "triad-generate failed (${rc1}, ${rc2}):\n${err1}\n${err2}")
+endif()
+if(NOT from_run STREQUAL from_hf OR NOT from_run MATCHES "^Once upon")
+  message(FATAL_ERROR "samples differ:\nrun: ${from_run}\nexported: ${from_hf}")
+endif()
+message(STATUS "same sample from the run and its export: ${from_run}")
