@@ -42,7 +42,9 @@ int main(int argc, char** argv) {
     triad::io::save_hf_model(state, model, output);
     std::printf("wrote %s/config.json and %s/model.safetensors (%s, %lld parameters)\n",
                 output.c_str(), output.c_str(),
-                std::string(type) == "llama" ? "LlamaForCausalLM" : "GPT2LMHeadModel",
+                std::string(type) == "llama"     ? "LlamaForCausalLM"
+                : std::string(type) == "mistral" ? "MistralForCausalLM"
+                                                 : "GPT2LMHeadModel",
                 static_cast<long long>(model.num_parameters()));
   } catch (const triad::Error& e) {
     spdlog::error("{}", e.what());

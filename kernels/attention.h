@@ -15,10 +15,11 @@
 // h uses key/value head h / (NH / NKV). The dk/dv pass runs one block per
 // key/value head and sums its group's query heads in a fixed order.
 //
-// Packed documents: doc_starts, when not null, is (B, T) i32 on the device,
-// the position where each token's document begins in its row (0 <= start
-// <= t, never decreasing along a row); query t then sees keys [start, t]
-// only, and tiles wholly outside a block's documents are skipped.
+// Packed documents and sliding windows: doc_starts, when not null, is
+// (B, T) i32 on the device, the first key each query sees (its document's
+// start, or t - window + 1 if later; 0 <= start <= t, never decreasing
+// along a row); query t then sees keys [start, t] only, and tiles wholly
+// before a block's first start are skipped.
 //
 // Two implementations: SIMT kernels (attention.cu: one thread per query or
 // key, every type and head dim) and tensor-core kernels

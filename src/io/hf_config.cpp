@@ -91,10 +91,12 @@ nn::GptConfig llama_config(const Keys& k, const std::string& type) {
   if (k.has("head_dim") && k.integer("head_dim") * c.n_head != c.d_model)
     k.unsupported("head_dim", "Triad's head dimension is hidden_size / num_attention_heads (" +
                                   std::to_string(c.d_model / std::max<int64_t>(c.n_head, 1)) + ")");
-  if (type == "mistral" && k.has("sliding_window") && k.integer("sliding_window") < c.seq_len) {
-    k.unsupported("sliding_window",
-                  "sliding-window attention shorter than max_position_embeddings (" +
-                      std::to_string(c.seq_len) + ") is not implemented");
+  // Mistral's sliding window (null: none); one as long as the context
+  // changes nothing.
+  if (type == "mistral" && k.has("sliding_window")) {
+    const int64_t w = k.integer("sliding_window");
+    if (w < 1) k.unsupported("sliding_window", "a window must hold at least one key");
+    if (w < c.seq_len) c.sliding_window = w;
   }
   return c;
 }

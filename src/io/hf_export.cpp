@@ -37,6 +37,7 @@ std::string gpt2_misfit(const nn::GptConfig& c) {
   add(c.rms_norm(), "model.normalization is rmsnorm");
   add(!c.linear_bias, "model.linear_bias is false");
   add(c.kv_heads() != c.n_head, "model.n_kv_head groups the heads");
+  add(c.sliding_window > 0, "model.sliding_window is set");
   return why;
 }
 
@@ -50,7 +51,7 @@ const Tensor& at(const nn::StateDict& s, const std::string& name) {
 
 const char* hf_model_type(const nn::GptConfig& c) {
   const std::string llama = llama_misfit(c), gpt2 = gpt2_misfit(c);
-  if (llama.empty()) return "llama";
+  if (llama.empty()) return c.sliding_window > 0 ? "mistral" : "llama";
   if (gpt2.empty()) return "gpt2";
   throw NotSupportedError(
       "no Hugging Face class holds this model: LlamaForCausalLM needs rope, swiglu, rmsnorm and "
@@ -64,9 +65,11 @@ const char* hf_model_type(const nn::GptConfig& c) {
 std::string hf_config_json(const nn::GptConfig& c, const std::string& torch_dtype) {
   c.validate();
   nlohmann::ordered_json j;
-  if (std::string(hf_model_type(c)) == "llama") {
-    j["architectures"] = nlohmann::ordered_json::array({"LlamaForCausalLM"});
-    j["model_type"] = "llama";
+  const std::string type = hf_model_type(c);
+  if (type == "llama" || type == "mistral") {
+    j["architectures"] = nlohmann::ordered_json::array(
+        {type == "llama" ? "LlamaForCausalLM" : "MistralForCausalLM"});
+    j["model_type"] = type;
     j["hidden_size"] = c.d_model;
     j["intermediate_size"] = c.ffn();
     j["num_hidden_layers"] = c.n_layer;
@@ -81,6 +84,7 @@ std::string hf_config_json(const nn::GptConfig& c, const std::string& torch_dtyp
     j["attention_bias"] = false;
     j["mlp_bias"] = false;
     j["attention_dropout"] = c.dropout;
+    if (type == "mistral") j["sliding_window"] = c.sliding_window;
   } else {
     j["architectures"] = nlohmann::ordered_json::array({"GPT2LMHeadModel"});
     j["model_type"] = "gpt2";

@@ -1,5 +1,7 @@
 #include "triad/nn/documents.h"
 
+#include <algorithm>
+#include <string>
 #include <vector>
 
 #include "triad/core/error.h"
@@ -35,13 +37,44 @@ DocumentLayout document_layout(const Tensor& ids, int64_t eod_token) {
   return {from_vector(starts, {B, T}, DType::I32), from_vector(positions, {B, T}, DType::I64)};
 }
 
+Tensor sliding_window_starts(int64_t B, int64_t T, int64_t window, const Tensor& doc_starts) {
+  if (window < 1) {
+    throw ValueError("sliding_window_starts: window (" + std::to_string(window) + ") must be >= 1");
+  }
+  const Tensor d =
+      doc_starts.defined() ? contiguous(to_device(doc_starts, Device::cpu())) : Tensor();
+  if (d.defined() && (d.dtype() != DType::I32 || d.shape() != Shape{B, T})) {
+    throw ShapeError("sliding_window_starts: doc_starts must be i32 (" + std::to_string(B) + ", " +
+                     std::to_string(T) + "), got " + dtype_name(d.dtype()) + " " +
+                     shape_str(d.shape()));
+  }
+  std::vector<int64_t> starts(static_cast<size_t>(B * T));
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t t = 0; t < T; ++t) {
+      const size_t i = static_cast<size_t>(b * T + t);
+      const int64_t doc = d.defined() ? d.data<int32_t>()[i] : 0;
+      starts[i] = std::max(doc, t - window + 1);
+    }
+  }
+  return from_vector(starts, {B, T}, DType::I32);
+}
+
 ForwardContext with_documents(const GptConfig& cfg, const Tensor& ids, ForwardContext ctx,
                               const Device& device) {
   const bool mask = cfg.reset_attention_mask && !ctx.doc_starts.defined();
   const bool positions = cfg.reset_position_ids && !ctx.positions.defined();
-  if (!mask && !positions) return ctx;
-  DocumentLayout d = document_layout(ids, cfg.eod_token);
-  if (mask) ctx.doc_starts = device.is_cpu() ? d.starts : to_device(d.starts, device);
+  // A window shorter than the rows limits every query's keys, documents or not.
+  const bool window = cfg.sliding_window > 0 && ids.dim() == 2 &&
+                      ids.size(1) > cfg.sliding_window && !ctx.doc_starts.defined();
+  if (!mask && !positions && !window) return ctx;
+  DocumentLayout d;
+  if (mask || positions) d = document_layout(ids, cfg.eod_token);
+  if (mask || window) {
+    Tensor starts = mask ? d.starts : Tensor();
+    if (window)
+      starts = sliding_window_starts(ids.size(0), ids.size(1), cfg.sliding_window, starts);
+    ctx.doc_starts = device.is_cpu() ? starts : to_device(starts, device);
+  }
   if (positions) {
     // The position table takes host ids; rotary embeddings read them where
     // the attention runs (uploaded once per forward, not once per layer).

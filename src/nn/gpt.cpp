@@ -1,5 +1,6 @@
 #include "triad/nn/gpt.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -101,6 +102,10 @@ void GptConfig::validate() const {
         std::to_string(d_model) + ") / model.n_head (" + std::to_string(n_head) + ") is " +
         std::to_string(d_model / n_head));
   }
+  if (sliding_window < 0) {
+    throw ConfigError("model.sliding_window (" + std::to_string(sliding_window) +
+                      ") must be >= 0 (0: no window)");
+  }
   if (ffn_hidden_size < 0) {
     throw ConfigError("model.ffn_hidden_size (" + std::to_string(ffn_hidden_size) +
                       ") must be positive (or 0 for 4 * d_model)");
@@ -184,6 +189,7 @@ std::map<std::string, Shape> gpt_parameter_shapes(const GptConfig& cfg,
 CausalSelfAttention::CausalSelfAttention(const GptConfig& cfg, int64_t layer)
     : heads_(cfg.heads()),
       layer_(layer),
+      window_(cfg.sliding_window),
       dropout_(cfg.dropout),
       rotary_(cfg.rotary()),
       rope_theta_(cfg.rope_theta) {
@@ -221,13 +227,18 @@ Tensor CausalSelfAttention::forward_cached(const Tensor& x, Tensor& k_cache, Ten
   const Tensor queries = reshape(contiguous(heads(0, H)), {B, KV, G * n, D});
   Tensor scores = matmul(scale(queries, 1.0 / std::sqrt(static_cast<double>(D))),
                          contiguous(transpose(keys, 2, 3)));  // (B, KV, G * n, L)
-  if (n > 1) {
+  if (n > 1 || (window_ > 0 && L > window_)) {
     // Query i sits at position start + i and sees keys up to it (each of a
-    // group's heads alike).
+    // group's heads alike), and under a sliding window only the last
+    // window_ of them.
     std::vector<double> mask(static_cast<size_t>(G * n * L), 0.0);
     for (int64_t r = 0; r < G * n; ++r) {
-      for (int64_t j = start + r % n + 1; j < L; ++j)
-        mask[static_cast<size_t>(r * L + j)] = -std::numeric_limits<double>::infinity();
+      const int64_t p = start + r % n;
+      const int64_t first = window_ > 0 ? std::max<int64_t>(0, p - window_ + 1) : 0;
+      for (int64_t j = 0; j < L; ++j) {
+        if (j > p || j < first)
+          mask[static_cast<size_t>(r * L + j)] = -std::numeric_limits<double>::infinity();
+      }
     }
     scores = add(scores, from_vector(mask, {G * n, L}, scores.dtype(), scores.device()));
   }

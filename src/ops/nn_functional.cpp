@@ -209,12 +209,16 @@ Tensor checked_doc_starts(const Tensor& doc_starts, int64_t B, int64_t T, const 
     for (int64_t b = 0; b < B; ++b) {
       for (int64_t t = 0; t < T; ++t) {
         const int64_t s = p[b * T + t];
-        const bool ok = t == 0 ? s == 0 : (s == p[b * T + t - 1] || s == t);
-        if (!ok) {
+        // The first key query t sees: never past t, never before the
+        // previous query's (documents and sliding windows both move forward).
+        const int64_t lo = t == 0 ? 0 : p[b * T + t - 1];
+        if (s < lo || s > t) {
           throw ValueError("causal_attention: doc_starts[" + std::to_string(b) + ", " +
-                           std::to_string(t) + "] is " + std::to_string(s) +
-                           "; expected the previous token's start or " + std::to_string(t) +
-                           " (a document starting there)" + (t == 0 ? ", i.e. 0" : ""));
+                           std::to_string(t) + "] is " + std::to_string(s) + "; expected " +
+                           (t == 0 ? std::string("0")
+                                   : "a first key in [" + std::to_string(lo) + ", " +
+                                         std::to_string(t) +
+                                         "] (the previous query's, up to the query itself)"));
         }
       }
     }

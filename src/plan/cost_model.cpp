@@ -91,13 +91,16 @@ LayerCost layer_cost(const nn::GptConfig& m, const ClusterSpec& c, const Paralle
   const double bw = c.memory_bandwidth * c.memory_efficiency;
   double attn_mem_bwd = 0;
   if (p.attention == Attention::Flash) {
-    // Fused: the causal mask skips half the tiles; forward is QK^T and PV,
+    // Fused: the causal mask skips half the tiles (a sliding window of W
+    // keys all but W - W(W-1)/2s of a query's s); forward is QK^T and PV,
     // backward recomputes QK^T and forms dP, dQ, dK and dV (all input
     // gradients: attention has no weights). Scores never reach memory.
     const double rate = c.peak_flops * c.flash_attention_efficiency();
-    L.attn_gemm_fwd = 0.5 * 2.0 * attn_gemm_flops / rate;
+    const double W = static_cast<double>(m.sliding_window);
+    const double seen = W > 0 && W < s ? (W - W * (W - 1) / (2 * s)) / s : 0.5;
+    L.attn_gemm_fwd = seen * 2.0 * attn_gemm_flops / rate;
     L.fwd_gemm += L.attn_gemm_fwd;
-    L.bwd_input_gemm += 0.5 * 5.0 * attn_gemm_flops / rate;
+    L.bwd_input_gemm += seen * 5.0 * attn_gemm_flops / rate;
   } else {
     // The two batched GEMMs move the score matrix through memory (2 bytes
     // per element each), which for small head dims costs more than their

@@ -219,6 +219,13 @@ void validate(const Config& c, bool min_lr_given) {
         "model.attention_kernel 'cudnn' cannot take data.reset_attention_mask: cuDNN's fused "
         "attention has no document mask (use auto, simt or tensor_core)");
   }
+  if (c.model.sliding_window > 0 && c.model.sliding_window < c.model.seq_len &&
+      c.attention_kernel == "cudnn") {
+    throw ConfigError("model.attention_kernel 'cudnn' cannot take model.sliding_window " +
+                      std::to_string(c.model.sliding_window) +
+                      ": cuDNN's graph here has only the causal mask (use auto, simt or "
+                      "tensor_core)");
+  }
   if (c.data_eod_mask_loss && (c.model.eod_token < 0 || c.model.eod_token >= c.model.vocab_size)) {
     throw ConfigError("data.eod_token (" + std::to_string(c.model.eod_token) +
                       ") must be a token id in [0, " + std::to_string(c.model.vocab_size) +
@@ -469,6 +476,7 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
           m.position_embedding = nn::position_embedding_from_string(get_string(v, k));
         }}},
       {"rope_theta", {false, [&](auto& v, auto& k) { m.rope_theta = get_double(v, k); }}},
+      {"sliding_window", {false, [&](auto& v, auto& k) { m.sliding_window = get_int(v, k); }}},
       {"attention_kernel",
        {false,
         [&](auto& v, auto& k) {
@@ -748,6 +756,7 @@ std::string to_yaml(const Config& c) {
   e << YAML::Key << "position_embedding" << YAML::Value
     << nn::position_embedding_string(c.model.position_embedding);
   e << YAML::Key << "rope_theta" << YAML::Value << c.model.rope_theta;
+  e << YAML::Key << "sliding_window" << YAML::Value << c.model.sliding_window;
   e << YAML::Key << "attention_kernel" << YAML::Value << c.attention_kernel;
   e << YAML::Key << "attention_deterministic" << YAML::Value << c.attention_deterministic;
   e << YAML::EndMap;

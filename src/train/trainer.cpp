@@ -1002,10 +1002,17 @@ std::vector<StepMetrics> Trainer::run() {
   } else {
     spdlog::set_level(spdlog::level::warn);
   }
-  spdlog::info("model: {} layers, {} heads, d_model {}, vocab {}, seq {} ({:.2f}M parameters)",
-               config_.model.n_layer, config_.model.n_head, config_.model.d_model,
-               config_.model.vocab_size, config_.model.seq_len,
-               config_.model.num_parameters() / 1e6);
+  const auto& model = config_.model;
+  spdlog::info("model: {} layers, {} heads{}, d_model {}, vocab {}, seq {}{} ({:.2f}M parameters)",
+               model.n_layer, model.n_head,
+               model.kv_heads() != model.n_head
+                   ? fmt::format(" sharing {} key/value heads", model.kv_heads())
+                   : std::string(),
+               model.d_model, model.vocab_size, model.seq_len,
+               model.sliding_window > 0 && model.sliding_window < model.seq_len
+                   ? fmt::format(", attention over a window of {}", model.sliding_window)
+                   : std::string(),
+               model.num_parameters() / 1e6);
   if (mesh_) {
     const auto& par = config_.parallel;
     spdlog::info("parallel: tp {} x pp {} x dp {} over {} ranks{}{}", par.tp, par.pp, dp_,

@@ -284,6 +284,46 @@ TEST(CudaKernels, GroupedQueryAttention) {
             "");
 }
 
+// Sliding windows (each query's first key t - W + 1, or its document's
+// start if later): SIMT and tensor cores against the CPU, windows shorter
+// than a tile and spanning several, so whole tiles before a block's first
+// key are skipped in the forward, dq and dk/dv passes.
+TEST(CudaKernels, AttentionOverASlidingWindow) {
+  struct Case {
+    int64_t B, T, C, NH, NKV, window;
+    bool documents;
+  };
+  for (const Case& k : {Case{2, 200, 128, 2, 2, 50, false}, Case{1, 260, 256, 4, 2, 130, false},
+                        Case{2, 200, 128, 4, 1, 20, true}}) {
+    const AttentionHeads heads{k.NH, k.NKV};
+    const int64_t width = k.C + 2 * k.NKV * (k.C / k.NH);
+    Tensor docs;
+    if (k.documents) {
+      std::vector<int64_t> ids(static_cast<size_t>(k.B * k.T), 5);
+      for (int64_t end : {36, 99, 150}) ids[end] = 0;
+      docs = nn::document_layout(from_vector(ids, {k.B, k.T}), 0).starts;
+    }
+    const Tensor starts = nn::sliding_window_starts(k.B, k.T, k.window, docs);
+    const std::string name = "window" + std::to_string(k.window) + "_B" + std::to_string(k.B) +
+                             "_T" + std::to_string(k.T) + "_NH" + std::to_string(k.NH) + "_KV" +
+                             std::to_string(k.NKV) + (k.documents ? "_documents" : "");
+    const testing::OpCase c{
+        name,
+        [=](DType d) {
+          return std::vector<Tensor>{randn({k.B, k.T, width}, 9, 1, 1.0, d)};
+        },
+        [=](const std::vector<Tensor>& x) { return causal_attention(x[0], heads, starts); }};
+    for (DType dtype : {DType::F32, DType::BF16, DType::F16}) {
+      for (cuda::AttentionKernel kernel :
+           {cuda::AttentionKernel::Simt, cuda::AttentionKernel::TensorCore}) {
+        if (!cuda::attention_kernel_unavailable(kernel, dtype, k.T, k.C, heads).empty()) continue;
+        SCOPED_TRACE(name + " " + dtype_name(dtype) + " " + cuda::attention_kernel_name(kernel));
+        expect_attention_kernel_matches_cpu(c, dtype, kernel);
+      }
+    }
+  }
+}
+
 // Packed documents (doc_starts): row 0 holds documents [0, 37), [37, 64),
 // [64, 100), [100, 131), [131, T - 1) and a last one-token document, so
 // boundaries fall inside the kernels' tiles, on a 64-row boundary and on the

@@ -76,6 +76,11 @@ TEST(HfConfig, LlamaConfigsAreTheModelFiles) {
           .n_kv_head,
       8);
   EXPECT_EQ(gpt_config_from_hf(edited(kLlama70b, "head_dim", "128"), "x").head_dim(), 128);
+  // Mistral's window when shorter than its context (none when as long).
+  const std::string mistral = edited(kLlama70b, "model_type", "\"mistral\"");
+  EXPECT_EQ(gpt_config_from_hf(edited(mistral, "sliding_window", "1024"), "x").sliding_window,
+            1024);
+  EXPECT_EQ(gpt_config_from_hf(edited(mistral, "sliding_window", "4096"), "x").sliding_window, 0);
 }
 
 TEST(HfConfig, Gpt2ConfigIsTheDefaultGpt2) {
@@ -117,11 +122,9 @@ TEST(HfConfig, WhatTriadDoesNotBuildIsNamed) {
   EXPECT_NE(
       message(from(edited(llama, "head_dim", "64"))).find("hidden_size / num_attention_heads"),
       std::string::npos);
-  EXPECT_NE(
-      message(from(edited(edited(llama, "model_type", "\"mistral\""), "sliding_window", "1024")))
-          .find("'sliding_window' (1024): sliding-window attention shorter than "
-                "max_position_embeddings (4096)"),
-      std::string::npos);
+  EXPECT_NE(message(from(edited(edited(llama, "model_type", "\"mistral\""), "sliding_window", "0")))
+                .find("'sliding_window' (0): a window must hold at least one key"),
+            std::string::npos);
   EXPECT_NE(message(from(edited(llama, "model_type", "\"qwen2\"")))
                 .find("model_type 'qwen2' is not supported (llama, mistral or gpt2)"),
             std::string::npos);

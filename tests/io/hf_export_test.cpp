@@ -52,6 +52,7 @@ void expect_same_model(const nn::GptConfig& a, const nn::GptConfig& b) {
   EXPECT_EQ(a.normalization, b.normalization);
   EXPECT_EQ(a.linear_bias, b.linear_bias);
   EXPECT_EQ(a.tie_embeddings, b.tie_embeddings);
+  EXPECT_EQ(a.sliding_window, b.sliding_window);
   EXPECT_DOUBLE_EQ(a.layer_norm_eps, b.layer_norm_eps);
   if (a.rotary()) {
     EXPECT_DOUBLE_EQ(a.rope_theta, b.rope_theta);
@@ -64,8 +65,10 @@ void expect_same_model(const nn::GptConfig& a, const nn::GptConfig& b) {
 TEST(HfExport, LlamaAndGpt2RoundTrip) {
   testing::TempDir dir;
   int n = 0;
+  nn::GptConfig mistral = llama(false, 2);
+  mistral.sliding_window = 5;  // MistralForCausalLM
   for (const nn::GptConfig& c :
-       {llama(false, 2), llama(true, 0), llama(false, 1), gpt2(true), gpt2(false)}) {
+       {llama(false, 2), llama(true, 0), llama(false, 1), mistral, gpt2(true), gpt2(false)}) {
     SCOPED_TRACE(std::string(hf_model_type(c)) + " " + std::to_string(n));
     const nn::Gpt model(c, 7);
     const std::string out = dir.file("hf" + std::to_string(n++));
@@ -126,6 +129,13 @@ TEST(HfExport, AModelNoClassHoldsIsNamed) {
   nn::GptConfig grouped = gpt2(true);
   grouped.n_kv_head = 1;
   EXPECT_THROW(hf_model_type(grouped), NotSupportedError);
+  nn::GptConfig windowed = gpt2(true);
+  windowed.sliding_window = 3;
+  EXPECT_THROW(hf_model_type(windowed), NotSupportedError);
+  nn::GptConfig mistral = llama(false, 2);
+  mistral.sliding_window = 5;
+  EXPECT_STREQ(hf_model_type(mistral), "mistral");
+  EXPECT_EQ(nlohmann::json::parse(hf_config_json(mistral)).at("sliding_window"), 5);
   // Weights that do not fit the configured model are named.
   const nn::GptConfig l = llama(false, 2);
   nn::StateDict sd = nn::Gpt(l, 1).state_dict();

@@ -82,12 +82,25 @@ TEST(Documents, AttentionOverAPackedRowEqualsEachDocumentAlone) {
 
 TEST(Documents, DocumentStartsAreChecked) {
   const Tensor qkv = randn({1, 4, 6}, 1, 1);
-  try {
-    causal_attention(qkv, 1, from_vector(std::vector<int64_t>{0, 0, 1, 1}, {1, 4}, DType::I32));
-    FAIL() << "expected ValueError";
-  } catch (const ValueError& e) {
-    EXPECT_NE(std::string(e.what()).find("doc_starts[0, 2] is 1"), std::string::npos) << e.what();
+  // A first key past the query, and one before the previous query's.
+  for (const auto& [starts, want] :
+       {std::pair{std::vector<int64_t>{0, 0, 3, 3},
+                  "doc_starts[0, 2] is 3; expected a first key "
+                  "in [0, 2]"},
+        std::pair{std::vector<int64_t>{0, 1, 0, 0},
+                  "doc_starts[0, 2] is 0; expected a first key "
+                  "in [1, 2]"},
+        std::pair{std::vector<int64_t>{1, 1, 1, 1}, "doc_starts[0, 0] is 1; expected 0"}}) {
+    try {
+      causal_attention(qkv, 1, from_vector(starts, {1, 4}, DType::I32));
+      FAIL() << "expected ValueError: " << want;
+    } catch (const ValueError& e) {
+      EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+    }
   }
+  // Any non-decreasing first keys up to each query (a sliding window's) pass.
+  EXPECT_NO_THROW(
+      causal_attention(qkv, 1, from_vector(std::vector<int64_t>{0, 0, 1, 2}, {1, 4}, DType::I32)));
   EXPECT_THROW(
       causal_attention(qkv, 1, from_vector(std::vector<int64_t>{0, 0, 0}, {1, 3}, DType::I32)),
       ShapeError);

@@ -131,23 +131,25 @@ TEST(Generate, DrawsArePureFunctionsOfTheSeedAndRespectTheLimits) {
   EXPECT_THROW(generate(model, {3}, o), ValueError);
 }
 
-// Position embedding, and query heads over key/value heads.
+// Position embedding, query heads over key/value heads, sliding window.
 struct Decoding {
   PositionEmbedding positions;
-  int64_t n_head, n_kv_head;
+  int64_t n_head, n_kv_head, window = 0;
 };
 class KvCacheDecoding : public ::testing::TestWithParam<Decoding> {};
 
 // Under rotary embeddings each step turns its keys by their positions
 // before caching them, and its queries by theirs. Under grouped-query
 // attention the cache holds the key/value heads only, each serving its
-// group's query heads.
+// group's query heads. Under a sliding window the decode steps mask the
+// cached keys before it, as the forward pass's kernel skips them.
 TEST_P(KvCacheDecoding, PieceByPieceGivesTheFullForwardsLogits) {
   GptConfig cfg = tiny();
   cfg.seq_len = 12;
   cfg.position_embedding = GetParam().positions;
   cfg.n_head = GetParam().n_head;
   cfg.n_kv_head = GetParam().n_kv_head;
+  cfg.sliding_window = GetParam().window;
   cfg.rope_theta = 50.0;  // large turns over 12 positions
   Gpt model(cfg, 7);
   make_opinionated(model);
@@ -194,19 +196,19 @@ TEST_P(KvCacheDecoding, PieceByPieceGivesTheFullForwardsLogits) {
   EXPECT_THROW(KvCache(cfg, 0, DType::F32, Device::cpu()), ValueError);
 }
 
-INSTANTIATE_TEST_SUITE_P(PositionsAndHeads, KvCacheDecoding,
-                         ::testing::Values(Decoding{PositionEmbedding::Learned, 2, 0},
-                                           Decoding{PositionEmbedding::Rotary, 2, 0},
-                                           Decoding{PositionEmbedding::Rotary, 4, 2},
-                                           Decoding{PositionEmbedding::Learned, 4, 1}),
-                         [](const auto& info) {
-                           const Decoding& d = info.param;
-                           return std::string(position_embedding_string(d.positions)) + "_" +
-                                  std::to_string(d.n_head) + "_heads_" +
-                                  (d.n_kv_head ? std::to_string(d.n_kv_head)
-                                               : std::string("each")) +
-                                  "_kv";
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    PositionsAndHeads, KvCacheDecoding,
+    ::testing::Values(Decoding{PositionEmbedding::Learned, 2, 0},
+                      Decoding{PositionEmbedding::Rotary, 2, 0},
+                      Decoding{PositionEmbedding::Rotary, 4, 2},
+                      Decoding{PositionEmbedding::Learned, 4, 1},
+                      Decoding{PositionEmbedding::Rotary, 4, 2, 5}),
+    [](const auto& info) {
+      const Decoding& d = info.param;
+      return std::string(position_embedding_string(d.positions)) + "_" + std::to_string(d.n_head) +
+             "_heads_" + (d.n_kv_head ? std::to_string(d.n_kv_head) : std::string("each")) + "_kv" +
+             (d.window ? "_window_" + std::to_string(d.window) : std::string());
+    });
 
 TEST(KvCache, LastOnlyGivesTheLastPositionsLogits) {
   Gpt model(tiny(), 8);

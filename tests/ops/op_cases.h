@@ -5,6 +5,7 @@
 // and the CUDA conformance suite (tests/backend/cuda_backend_test.cpp), so
 // an op added here is checked on every backend. Inputs are built on the host;
 // a case moves any index tensor it makes to the device of its first input.
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <ostream>
@@ -304,6 +305,18 @@ inline std::vector<OpCase> op_cases() {
                    s[t] = t < 20 ? 0 : t < 64 ? 20 : t < 66 ? 64 : 66;
                  return causal_attention(x[0], 2, from_vector(s, {1, 70}, DType::I32));
                }});
+  // A sliding window of 9 keys (each query's first key t - 8), over the
+  // CPU kernel's two 64-row blocks, with grouped-query heads.
+  c.push_back(
+      {"causal_attention_window9_B1_T70_NH2_KV1",
+       [](DType d) {
+         return std::vector<Tensor>{rnd({1, 70, 12}, d, 1)};
+       },
+       [](const std::vector<Tensor>& x) {
+         std::vector<int64_t> s(70);
+         for (int64_t t = 0; t < 70; ++t) s[t] = std::max<int64_t>(0, t - 8);
+         return causal_attention(x[0], AttentionHeads{2, 1}, from_vector(s, {1, 70}, DType::I32));
+       }});
   // Grouped-query attention: 4 query heads over 2 key/value heads (head
   // dim 4, qkv (4 + 2 * 2) * 4 wide), and multi-query attention (6 query
   // heads over 1, head dim 2) over packed documents across the CPU

@@ -123,6 +123,23 @@ TEST(CostModel, PricesGroupedQueryAttention) {
   }
 }
 
+// A sliding window shortens fused attention's work in proportion to the
+// keys each query sees; one as long as the sequence changes nothing.
+TEST(CostModel, PricesASlidingWindow) {
+  const ClusterSpec c = selene();
+  const nn::GptConfig full = gpt(8, 16, 1536);  // s = 2048
+  nn::GptConfig same = full, windowed = full;
+  same.sliding_window = 2048;
+  windowed.sliding_window = 256;
+  ParallelConfig p = layout(2, 1, 16, 2, Recompute::None);
+  p.attention = Attention::Flash;
+  const Estimate f = estimate(full, c, 32, 64, p), w = estimate(windowed, c, 32, 64, p);
+  EXPECT_EQ(estimate(same, c, 32, 64, p).step_time, f.step_time);
+  EXPECT_LT(w.step_time, f.step_time);
+  EXPECT_LT(w.gemm_time, f.gemm_time);
+  EXPECT_EQ(w.memory_bytes, f.memory_bytes);
+}
+
 // The two published PTD-P runs (Narayanan et al. 2021, Table 1) the cluster
 // file is checked against: fp16, full recomputation, s = 2048, V = 51200.
 TEST(CostModel, PredictsThePublishedPtdpRunsWithin15Percent) {

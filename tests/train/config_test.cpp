@@ -374,6 +374,19 @@ TEST(Config, KeyValueHeadsParseRoundTripAndAreChecked) {
   expect_config_error(kValid, {"model.n_kv_head=two"}, "model.n_kv_head");
 }
 
+TEST(Config, SlidingWindowParsesRoundTripsAndIsChecked) {
+  EXPECT_EQ(parse_config(kValid).model.sliding_window, 0);
+  const Config c = parse_config(kValid, {"model.sliding_window=8"});
+  EXPECT_EQ(c.model.sliding_window, 8);
+  EXPECT_EQ(parse_config(to_yaml(c)).model.sliding_window, 8);
+  expect_config_error(kValid, {"model.sliding_window=-2"}, "model.sliding_window (-2) must be");
+  expect_config_error(kValid, {"model.sliding_window=8", "model.attention_kernel=cudnn"},
+                      "model.attention_kernel 'cudnn' cannot take model.sliding_window 8");
+  // A window as long as the sequence is no window: cuDNN may take it.
+  EXPECT_NO_THROW(
+      parse_config(kValid, {"model.sliding_window=32", "model.attention_kernel=cudnn"}));
+}
+
 TEST(Config, MlpActivationWidthAndNormalizationParseRoundTripAndAreChecked) {
   const Config plain = parse_config(kValid);
   EXPECT_EQ(plain.model.activation, nn::Activation::Gelu);

@@ -3,13 +3,16 @@
 # probability matters) from the run and from the exported directory
 # (init.from's reader): the texts must be the same, and config.json must
 # name the expected class.
-#   -DTRAIN= -DEXPORT= -DGENERATE= -DCONFIG= -DDATA= -DWORK= -DCLASS=
+#   -DTRAIN= -DEXPORT= -DGENERATE= -DCONFIG= -DDATA= -DWORK= -DCLASS= [-DLOG=regex]
 file(REMOVE_RECURSE ${WORK})
 execute_process(COMMAND ${TRAIN} --config ${CONFIG} --set data.train=${DATA} --set train.steps=20
                         --set train.warmup_steps=5 --set output.dir=${WORK}/run
                 RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
 if(rc)
   message(FATAL_ERROR "training failed (${rc}):\n${out}")
+endif()
+if(DEFINED LOG AND NOT out MATCHES "${LOG}")
+  message(FATAL_ERROR "the training log does not say '${LOG}':\n${out}")
 endif()
 execute_process(COMMAND ${EXPORT} --run ${WORK}/run --output ${WORK}/hf
                 RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)

@@ -179,10 +179,11 @@ class Backend {
   // holds q's heads, then k's and v's kv heads; query head h uses key/value
   // head h / heads.group(); out (B, T, q D); lse (B, q, T); the k and v
   // gradients sum over each group's query heads.
-  // doc_starts, when defined, is (B, T) i32 on qkv's device: the position
-  // where token t's document begins in its packed row (0 <= start <= t, and
-  // either the previous token's start or t itself); query t then attends to
-  // keys [start, t] only. Undefined: one document per row.
+  // doc_starts, when defined, is (B, T) i32 on qkv's device: the first key
+  // query t sees, where its document begins in its packed row or where its
+  // sliding window does (0 <= start <= t, never below the previous query's);
+  // query t then attends to keys [start, t] only. Undefined: every earlier
+  // key.
   virtual void attention_forward(const Tensor& qkv, const AttentionHeads& heads, Tensor& out,
                                  Tensor& lse, const Tensor& doc_starts) = 0;
   virtual void attention_backward(const Tensor& qkv, const Tensor& out, const Tensor& lse,

@@ -7,15 +7,15 @@
 namespace triad::io {
 
 // A Hugging Face model's config.json as Triad's model: LlamaForCausalLM
-// (model_type "llama") and Mistral without a sliding window shorter than
-// its context (model_type "mistral"), whose blocks are Triad's with rotary
-// embeddings, SwiGLU, RMSNorm and no linear biases. Read: hidden_size,
+// (model_type "llama") and MistralForCausalLM ("mistral", its
+// sliding_window as model.sliding_window), whose blocks are Triad's with
+// rotary embeddings, SwiGLU, RMSNorm and no linear biases. Read: hidden_size,
 // num_hidden_layers, num_attention_heads, num_key_value_heads (grouped-query
 // attention; absent means one per query head), intermediate_size,
 // vocab_size, max_position_embeddings (as seq_len), rope_theta,
 // rms_norm_eps and tie_word_embeddings. What Triad does not implement (RoPE
 // scaling, biases in the attention, another activation, a head_dim other
-// than hidden_size / num_attention_heads, a shorter sliding window) is a
+// than hidden_size / num_attention_heads) is a
 // NotSupportedError naming the key and its value; a missing or mistyped key
 // is a ConfigError naming `source` and the key.
 nn::GptConfig gpt_config_from_hf(const std::string& json_text, const std::string& source);

@@ -12,10 +12,11 @@ namespace triad::io {
 //
 // Which class fits: LlamaForCausalLM for rotary embeddings + SwiGLU +
 // RMSNorm without linear biases (grouped-query attention and a tied or
-// untied head included), GPT2LMHeadModel for learned positions + GELU +
+// untied head included; MistralForCausalLM, the same weights, with a
+// sliding window), GPT2LMHeadModel for learned positions + GELU +
 // LayerNorm with biases and multi-head attention. Another combination has
 // no Hugging Face class to load it: NotSupportedError naming what differs.
-const char* hf_model_type(const nn::GptConfig& c);  // "llama" or "gpt2"
+const char* hf_model_type(const nn::GptConfig& c);  // "llama", "mistral" or "gpt2"
 
 // config.json's text for `c` (hf_model_type's class; gpt_config_from_hf
 // reads it back to the same model). `torch_dtype` names the weights' type.

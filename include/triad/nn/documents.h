@@ -29,12 +29,20 @@ struct DocumentLayout {
 };
 DocumentLayout document_layout(const Tensor& ids, int64_t eod_token);
 
+// The first key each query of a (B, T) batch sees under a sliding window
+// of `window` keys (itself and the window - 1 before it; Mistral's): max(its
+// document's start in `doc_starts` (i32 (B, T) on the host; undefined: 0),
+// t - window + 1), i32 (B, T) on the host. Non-decreasing along each row,
+// as causal_attention's doc_starts must be.
+Tensor sliding_window_starts(int64_t B, int64_t T, int64_t window, const Tensor& doc_starts = {});
+
 // ctx for a forward pass over ids under cfg's document settings: with
 // reset_attention_mask, ctx.doc_starts (on `device`, where the attention
-// runs); with reset_position_ids, ctx.positions (on the host: the position
-// embedding takes host ids; on `device` under rotary embeddings, which the
-// attention layers apply). Fields ctx already has are kept, so a caller
-// can compute them once per micro-batch for every stage and recomputation.
+// runs), limited to the last sliding_window keys when that is set (a
+// sliding window alone gives doc_starts too, once T exceeds it); with reset_position_ids,
+// ctx.positions (on the host: the position embedding takes host ids; on `device` under rotary
+// embeddings, which the attention layers apply). Fields ctx already has are kept, so a caller can
+// compute them once per micro-batch for every stage and recomputation.
 ForwardContext with_documents(const GptConfig& cfg, const Tensor& ids, ForwardContext ctx,
                               const Device& device);
 

@@ -92,6 +92,14 @@ struct GptConfig {
   bool reset_position_ids = false;
   // Whether either reset is on (a forward pass then needs its documents).
   bool resets_documents() const { return reset_attention_mask || reset_position_ids; }
+  // Sliding-window attention (config key model.sliding_window; Mistral's):
+  // each query sees at most this many keys, itself and the ones just before
+  // it (within its document); 0: every earlier key. Attention then costs
+  // O(T * window) instead of O(T^2): the kernels skip the tiles before it.
+  int64_t sliding_window = 0;
+  // Whether a forward pass needs nn::with_documents (its documents, or the
+  // window's first keys).
+  bool needs_attention_starts() const { return resets_documents() || sliding_window > 0; }
 
   // Throws ConfigError naming the field when a value is impossible.
   void validate() const;
@@ -123,7 +131,8 @@ std::map<std::string, Shape> gpt_parameter_shapes(const GptConfig& cfg,
 // layouts reproduce them. The mode is per call, not a module flag: training
 // = false (evaluation) turns dropout off. Packed documents
 // (nn::with_documents fills them in): doc_starts (B, T) i32 on the
-// attention's device, where each token's document starts, and positions
+// attention's device, where each token's document starts (or its sliding
+// window, if later: the first key it sees), and positions
 // (B, T) i64, each token's position in its document; undefined: one
 // document per row, positions 0..T-1.
 struct ForwardContext {
@@ -151,6 +160,7 @@ class CausalSelfAttention : public Module {
   std::shared_ptr<Linear> c_attn_, c_proj_;
   AttentionHeads heads_;
   int64_t layer_;
+  int64_t window_;  // cfg.sliding_window: forward_cached masks by it (forward gets ctx.doc_starts)
   double dropout_;
   bool rotary_;
   double rope_theta_;

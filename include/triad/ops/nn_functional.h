@@ -41,11 +41,14 @@ Tensor softmax(const Tensor& x);
 // heads wide; query head h attends with key/value head h / (n_head /
 // n_kv_head) -> (B, T, n_head * head_dim). The gradients of k and v sum
 // over the query heads sharing them.
-// Packed documents: doc_starts (B, T) i32 (nn::document_starts builds it)
+// Packed documents: doc_starts (B, T) i32 (nn::document_layout builds it)
 // holds where each token's document begins in its row; token t then attends
-// to [start, t] only, as if each document were its own sequence. It is
-// checked where it is (values read only on the host) and moved to qkv's
-// device; undefined means one document per row.
+// to [start, t] only, as if each document were its own sequence. In general
+// it is the first key each query sees, non-decreasing along a row and at
+// most t, so a sliding window (nn::sliding_window_starts: t - W + 1, or the
+// document's start if later) is the same mechanism. It is checked where it
+// is (values read only on the host) and moved to qkv's device; undefined
+// means every earlier key.
 Tensor causal_attention(const Tensor& qkv, AttentionHeads heads, const Tensor& doc_starts = {});
 
 // Rotary position embedding (RoPE; the rotate-half form of GPT-NeoX and

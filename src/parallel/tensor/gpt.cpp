@@ -352,7 +352,7 @@ Tensor TensorParallelGpt::head_loss(const Tensor& hidden, const Tensor& targets)
 
 nn::ForwardContext TensorParallelGpt::with_documents(const Tensor& ids,
                                                      const nn::ForwardContext& ctx) const {
-  if (!cfg_.resets_documents()) return ctx;  // (no parameter walk on every forward)
+  if (!cfg_.needs_attention_starts()) return ctx;  // (no parameter walk on every forward)
   const auto params = parameters();
   return nn::with_documents(cfg_, ids, ctx, params.empty() ? Device::cpu() : params[0].device());
 }

@@ -299,7 +299,8 @@ TEST_P(TensorParallelGptTest, LlamaOptionsMatchOneProcess) {
   for (const std::string variant :
        {"rope", "rope, packed documents", "swiglu, F 24", "rmsnorm, rope, swiglu, no biases",
         "rmsnorm, rope, swiglu, no biases, untied head",
-        "rmsnorm, rope, swiglu, no biases, grouped-query attention"}) {
+        "rmsnorm, rope, swiglu, no biases, grouped-query attention",
+        "rope, sliding window, packed documents"}) {
     SCOPED_TRACE(variant);
     nn::GptConfig cfg = tiny(V);
     if (variant.find("grouped-query") != std::string::npos) {
@@ -323,7 +324,8 @@ TEST_P(TensorParallelGptTest, LlamaOptionsMatchOneProcess) {
       cfg.position_embedding = nn::PositionEmbedding::Rotary;
       cfg.rope_theta = 20.0;
     }
-    if (variant == "rope, packed documents") {
+    if (variant.find("sliding window") != std::string::npos) cfg.sliding_window = 3;
+    if (variant.find("packed documents") != std::string::npos) {
       cfg.eod_token = 7;
       cfg.reset_attention_mask = true;
       cfg.reset_position_ids = true;

@@ -1,0 +1,150 @@
+// Sliding-window attention (model.sliding_window, Mistral's): each query
+// sees itself and the window - 1 keys before it, within its document. The
+// first keys, attention against the explicitly masked softmax, and the
+// model.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "triad/autograd/engine.h"
+#include "triad/nn/documents.h"
+#include "triad/nn/gpt.h"
+#include "triad/ops.h"
+
+namespace triad::nn {
+namespace {
+
+std::vector<int64_t> ints(const Tensor& t) {
+  std::vector<int64_t> out;
+  for (double v : to_double_vector(t)) out.push_back(static_cast<int64_t>(v));
+  return out;
+}
+
+TEST(SlidingWindow, FirstKeysAreTheLaterOfTheDocumentsAndTheWindows) {
+  EXPECT_EQ(ints(sliding_window_starts(1, 8, 3)), (std::vector<int64_t>{0, 0, 0, 1, 2, 3, 4, 5}));
+  const Tensor docs = from_vector(std::vector<int64_t>{0, 0, 0, 0, 4, 4, 4, 4}, {1, 8}, DType::I32);
+  EXPECT_EQ(ints(sliding_window_starts(1, 8, 3, docs)),
+            (std::vector<int64_t>{0, 0, 0, 1, 4, 4, 4, 5}));
+  EXPECT_EQ(ints(sliding_window_starts(1, 4, 1)), (std::vector<int64_t>{0, 1, 2, 3}));
+  EXPECT_THROW(sliding_window_starts(1, 8, 0), ValueError);
+  EXPECT_THROW(
+      sliding_window_starts(1, 8, 3, from_vector(std::vector<int64_t>{0, 0}, {1, 2}, DType::I32)),
+      ShapeError);
+}
+
+// Dense attention for one (row, head): softmax(q k^T / sqrt(D) + mask) v
+// with -inf outside [first[t], t], built from differentiable ops.
+Tensor masked_attention(const Tensor& qkv, int64_t H, const std::vector<int64_t>& first) {
+  const int64_t B = qkv.size(0), T = qkv.size(1), C = qkv.size(2) / 3, D = C / H;
+  std::vector<double> mask(static_cast<size_t>(B * T * T), 0.0);
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t t = 0; t < T; ++t) {
+      for (int64_t j = 0; j < T; ++j) {
+        if (j > t || j < first[static_cast<size_t>(b * T + t)])
+          mask[static_cast<size_t>((b * T + t) * T + j)] = -std::numeric_limits<double>::infinity();
+      }
+    }
+  }
+  const Tensor m = reshape(from_vector(mask, {B, T, T}, qkv.dtype()), {B, 1, T, T});
+  auto heads = [&](int64_t which) {
+    return contiguous(permute(reshape(narrow(qkv, 2, which * C, C), {B, T, H, D}), {0, 2, 1, 3}));
+  };
+  Tensor scores = add(matmul(scale(heads(0), 1.0 / std::sqrt(static_cast<double>(D))),
+                             contiguous(transpose(heads(1), 2, 3))),
+                      m);
+  Tensor y = matmul(softmax(scores), heads(2));  // (B, H, T, D)
+  return reshape(contiguous(permute(y, {0, 2, 1, 3})), {B, T, C});
+}
+
+// The fused kernel over a window (and a window inside packed documents)
+// equals the dense masked softmax, values and gradients; T = 70 spans two
+// of the CPU kernel's 64-row blocks, the second starting past the first's
+// keys.
+TEST(SlidingWindow, AttentionEqualsTheExplicitlyMaskedSoftmax) {
+  const int64_t B = 2, T = 70, H = 2, C = 8;
+  const Tensor docs = nn::document_layout(
+                          [&] {
+                            std::vector<int64_t> ids(B * T, 3);
+                            for (int64_t end : {29, 40}) ids[static_cast<size_t>(T + end)] = 0;
+                            return from_vector(ids, {B, T});
+                          }(),
+                          0)
+                          .starts;
+  for (const int64_t window : {9, 1, 64}) {
+    for (const bool documents : {false, true}) {
+      SCOPED_TRACE("window " + std::to_string(window) + (documents ? ", documents" : ""));
+      const Tensor starts = sliding_window_starts(B, T, window, documents ? docs : Tensor());
+      Tensor qkv = randn({B, T, 3 * C}, 8, 1, 1.0, DType::F64);
+      qkv.set_requires_grad(true);
+      const Tensor w = randn({B, T, C}, 8, 2, 1.0, DType::F64);
+      const Tensor fused = causal_attention(qkv, H, starts);
+      const Tensor dense = masked_attention(qkv, H, ints(starts));
+      const std::vector<double> a = to_double_vector(fused), b = to_double_vector(dense);
+      for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], 1e-12) << i;
+      autograd::backward({sum(mul(fused, w))});
+      const std::vector<double> g = to_double_vector(qkv.grad());
+      qkv.set_grad(Tensor());
+      autograd::backward({sum(mul(dense, w))});
+      const std::vector<double> want = to_double_vector(qkv.grad());
+      for (size_t i = 0; i < g.size(); ++i)
+        ASSERT_NEAR(g[i], want[i], 1e-11 * (1 + std::abs(want[i]))) << i;
+    }
+  }
+}
+
+GptConfig windowed(int64_t window) {
+  GptConfig c{.n_layer = 2, .n_head = 2, .d_model = 16, .vocab_size = 23, .seq_len = 16};
+  c.position_embedding = PositionEmbedding::Rotary;
+  c.sliding_window = window;
+  return c;
+}
+
+// A window as long as the rows changes nothing (no first keys are made); a
+// shorter one changes the logits of the positions past it only.
+TEST(SlidingWindow, GptSeesOnlyTheWindow) {
+  std::vector<int64_t> tokens;
+  for (int64_t i = 0; i < 2 * 16; ++i) tokens.push_back((i * 5 + 2) % 23);
+  const Tensor ids = from_vector(tokens, {2, 16});
+  const ForwardContext eval{false, 0, 0};
+  const Gpt full(windowed(0), 3), same(windowed(16), 3), narrow_window(windowed(4), 3);
+  EXPECT_FALSE(with_documents(windowed(16), ids, eval, Device::cpu()).doc_starts.defined());
+  EXPECT_TRUE(with_documents(windowed(4), ids, eval, Device::cpu()).doc_starts.defined());
+  const std::vector<double> a = to_double_vector(full.forward(ids, eval));
+  EXPECT_EQ(to_double_vector(same.forward(ids, eval)), a);
+  const std::vector<double> b = to_double_vector(narrow_window.forward(ids, eval));
+  const int64_t V = 23;
+  for (int64_t row = 0; row < 2; ++row) {
+    for (int64_t t = 0; t < 16; ++t) {
+      double diff = 0;
+      for (int64_t v = 0; v < V; ++v) {
+        const size_t i = static_cast<size_t>((row * 16 + t) * V + v);
+        diff = std::max(diff, std::abs(a[i] - b[i]));
+      }
+      if (t < 4) {
+        EXPECT_LT(diff, 1e-12) << "position " << t << " is inside the window";
+      } else {
+        EXPECT_GT(diff, 1e-6) << "position " << t << " sees fewer keys";
+      }
+    }
+  }
+}
+
+TEST(SlidingWindow, ConfigIsChecked) {
+  GptConfig c = windowed(-1);
+  try {
+    c.validate();
+    FAIL() << "expected ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("model.sliding_window (-1) must be >= 0"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_TRUE(windowed(4).needs_attention_starts());
+  EXPECT_FALSE(windowed(0).needs_attention_starts());
+}
+
+}  // namespace
+}  // namespace triad::nn
