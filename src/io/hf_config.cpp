@@ -3,10 +3,9 @@
 #include <nlohmann/json.hpp>
 
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "triad/core/error.h"
+#include "triad/io/text_file.h"
 
 namespace triad::io {
 namespace {
@@ -152,11 +151,7 @@ nn::GptConfig load_hf_config(const std::string& path) {
   namespace fs = std::filesystem;
   const std::string file =
       fs::is_directory(path) ? (fs::path(path) / "config.json").string() : path;
-  std::ifstream in(file);
-  if (!in) throw ConfigError("Hugging Face config '" + file + "' cannot be read");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return gpt_config_from_hf(ss.str(), file);
+  return gpt_config_from_hf(read_text_file(file, "Hugging Face config"), file);
 }
 
 }  // namespace triad::io

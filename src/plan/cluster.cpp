@@ -2,12 +2,12 @@
 
 #include <yaml-cpp/yaml.h>
 
-#include <fstream>
 #include <functional>
 #include <map>
 #include <sstream>
 
 #include "triad/core/error.h"
+#include "triad/io/text_file.h"
 
 namespace triad::plan {
 namespace {
@@ -157,11 +157,7 @@ ClusterSpec parse_cluster(const std::string& yaml_text, const std::string& sourc
 }
 
 ClusterSpec load_cluster(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw ConfigError("cannot open cluster file '" + path + "'");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return parse_cluster(ss.str(), path);
+  return parse_cluster(io::read_text_file(path, "cluster file"), path);
 }
 
 }  // namespace triad::plan

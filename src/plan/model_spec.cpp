@@ -4,12 +4,12 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
 #include <sstream>
 #include <vector>
 
 #include "triad/core/error.h"
 #include "triad/io/hf_config.h"
+#include "triad/io/text_file.h"
 
 namespace triad::plan {
 
@@ -109,11 +109,7 @@ nn::GptConfig load_model_spec(const std::string& path) {
   namespace fs = std::filesystem;
   const bool json = path.size() >= 5 && path.compare(path.size() - 5, 5, ".json") == 0;
   if (json || fs::is_directory(path)) return io::load_hf_config(path);
-  std::ifstream in(path);
-  if (!in) throw ConfigError("cannot open model file '" + path + "'");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return parse_model_spec(ss.str(), path);
+  return parse_model_spec(io::read_text_file(path, "model file"), path);
 }
 
 }  // namespace triad::plan

@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
-#include <fstream>
 #include <functional>
 #include <map>
 #include <set>
@@ -15,6 +14,7 @@
 #include "triad/core/device.h"
 #include "triad/core/error.h"
 #include "triad/io/hf_config.h"
+#include "triad/io/text_file.h"
 
 namespace triad::train {
 namespace {
@@ -727,11 +727,7 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
 }
 
 Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
-  std::ifstream in(path);
-  if (!in) throw ConfigError("cannot open config file '" + path + "'");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return parse_config(ss.str(), overrides, path);
+  return parse_config(io::read_text_file(path, "config file"), overrides, path);
 }
 
 std::string to_yaml(const Config& c) {

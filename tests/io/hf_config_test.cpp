@@ -138,7 +138,8 @@ TEST(HfConfig, WhatTriadDoesNotBuildIsNamed) {
             std::string::npos);
   EXPECT_NE(message(from("[1, 2]")).find("expected a JSON object"), std::string::npos);
   EXPECT_NE(message(from("{")).find("not valid JSON"), std::string::npos);
-  EXPECT_NE(message([] { load_hf_config("/nonexistent/dir"); }).find("cannot be read"),
+  EXPECT_NE(message([] { load_hf_config("/nonexistent/dir"); })
+                .find("cannot open Hugging Face config '/nonexistent/dir'"),
             std::string::npos);
 }
 
@@ -169,7 +170,7 @@ TEST(HfConfig, TrainerAndPlannerReadIt) {
                         "data: {train: x.bin}\n");
     FAIL() << "expected ConfigError";
   } catch (const ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("model.hf_config: Hugging Face config"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("model.hf_config: cannot open Hugging Face config"), std::string::npos)
         << e.what();
   }
   // Without hf_config the shape keys are still required.

@@ -17,18 +17,13 @@
 namespace triad::nn {
 namespace {
 
-std::vector<int64_t> ints(const Tensor& t) {
-  std::vector<int64_t> out;
-  for (double v : to_double_vector(t)) out.push_back(static_cast<int64_t>(v));
-  return out;
-}
-
 TEST(SlidingWindow, FirstKeysAreTheLaterOfTheDocumentsAndTheWindows) {
-  EXPECT_EQ(ints(sliding_window_starts(1, 8, 3)), (std::vector<int64_t>{0, 0, 0, 1, 2, 3, 4, 5}));
+  EXPECT_EQ(to_double_vector(sliding_window_starts(1, 8, 3)),
+            (std::vector<double>{0, 0, 0, 1, 2, 3, 4, 5}));
   const Tensor docs = from_vector(std::vector<int64_t>{0, 0, 0, 0, 4, 4, 4, 4}, {1, 8}, DType::I32);
-  EXPECT_EQ(ints(sliding_window_starts(1, 8, 3, docs)),
-            (std::vector<int64_t>{0, 0, 0, 1, 4, 4, 4, 5}));
-  EXPECT_EQ(ints(sliding_window_starts(1, 4, 1)), (std::vector<int64_t>{0, 1, 2, 3}));
+  EXPECT_EQ(to_double_vector(sliding_window_starts(1, 8, 3, docs)),
+            (std::vector<double>{0, 0, 0, 1, 4, 4, 4, 5}));
+  EXPECT_EQ(to_double_vector(sliding_window_starts(1, 4, 1)), (std::vector<double>{0, 1, 2, 3}));
   EXPECT_THROW(sliding_window_starts(1, 8, 0), ValueError);
   EXPECT_THROW(
       sliding_window_starts(1, 8, 3, from_vector(std::vector<int64_t>{0, 0}, {1, 2}, DType::I32)),
@@ -37,13 +32,13 @@ TEST(SlidingWindow, FirstKeysAreTheLaterOfTheDocumentsAndTheWindows) {
 
 // Dense attention for one (row, head): softmax(q k^T / sqrt(D) + mask) v
 // with -inf outside [first[t], t], built from differentiable ops.
-Tensor masked_attention(const Tensor& qkv, int64_t H, const std::vector<int64_t>& first) {
+Tensor masked_attention(const Tensor& qkv, int64_t H, const std::vector<double>& first) {
   const int64_t B = qkv.size(0), T = qkv.size(1), C = qkv.size(2) / 3, D = C / H;
   std::vector<double> mask(static_cast<size_t>(B * T * T), 0.0);
   for (int64_t b = 0; b < B; ++b) {
     for (int64_t t = 0; t < T; ++t) {
       for (int64_t j = 0; j < T; ++j) {
-        if (j > t || j < first[static_cast<size_t>(b * T + t)])
+        if (j > t || j < static_cast<int64_t>(first[static_cast<size_t>(b * T + t)]))
           mask[static_cast<size_t>((b * T + t) * T + j)] = -std::numeric_limits<double>::infinity();
       }
     }
@@ -81,7 +76,7 @@ TEST(SlidingWindow, AttentionEqualsTheExplicitlyMaskedSoftmax) {
       qkv.set_requires_grad(true);
       const Tensor w = randn({B, T, C}, 8, 2, 1.0, DType::F64);
       const Tensor fused = causal_attention(qkv, H, starts);
-      const Tensor dense = masked_attention(qkv, H, ints(starts));
+      const Tensor dense = masked_attention(qkv, H, to_double_vector(starts));
       const std::vector<double> a = to_double_vector(fused), b = to_double_vector(dense);
       for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], 1e-12) << i;
       autograd::backward({sum(mul(fused, w))});
