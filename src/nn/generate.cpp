@@ -8,6 +8,7 @@
 
 #include "triad/autograd/grad_mode.h"
 #include "triad/core/rng.h"
+#include "triad/nn/documents.h"
 #include "triad/ops.h"
 
 namespace triad::nn {
@@ -87,9 +88,11 @@ std::vector<int64_t> generate(const Gpt& model, const std::vector<int64_t>& prom
   autograd::NoGradGuard no_grad;
   const ForwardContext ctx{false, 0, 0};
   std::vector<int64_t> tokens = prompt, out;
+  const Tensor w = model.named_parameters().front().second;  // (a copy: the list is a temporary)
+  GptConfig one_document = cfg;
+  one_document.reset_attention_mask = one_document.reset_position_ids = false;
   std::unique_ptr<KvCache> cache;
   if (o.kv_cache && o.max_new_tokens > 0) {
-    const Tensor w = model.named_parameters().front().second;  // (a copy: the list is a temporary)
     cache = std::make_unique<KvCache>(cfg, 1, w.dtype(), w.device());
   }
   for (int64_t step = 0; step < o.max_new_tokens; ++step) {
@@ -102,9 +105,13 @@ std::vector<int64_t> generate(const Gpt& model, const std::vector<int64_t>& prom
       logits = model.decode(from_vector(ids, {1, n}), *cache, /*last_only=*/true);
     } else {
       const int64_t window = std::min<int64_t>(count, cfg.seq_len);
-      std::vector<int64_t> ids(tokens.end() - window, tokens.end());
-      Tensor x = model.embed(from_vector(ids, {1, window}), ctx);
-      for (int64_t i = 0; i < cfg.n_layer; ++i) x = model.block(i).forward(x, ctx);
+      const Tensor ids =
+          from_vector(std::vector<int64_t>(tokens.end() - window, tokens.end()), {1, window});
+      // A sliding window's first keys, as the cached steps mask them (the
+      // text is one document here, as it is to the cached steps).
+      const ForwardContext wctx = with_documents(one_document, ids, ctx, w.device());
+      Tensor x = model.embed(ids, wctx);
+      for (int64_t i = 0; i < cfg.n_layer; ++i) x = model.block(i).forward(x, wctx);
       // Only the last position's logits are needed.
       logits = model.head(narrow(x, 1, window - 1, 1));
     }

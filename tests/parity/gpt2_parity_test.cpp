@@ -175,6 +175,36 @@ TEST_F(Gpt2Parity, LlamaStyleModelLogitsAndGradients) {
   expect_step_zero_matches(hf, ref_, "llama.");
 }
 
+// Mistral's sliding window on the LLaMA-style model (each query sees 5 of
+// the 16 positions' keys): step 0, and a greedy continuation whose
+// key/value-cache steps mask the keys before the window as the kernels
+// skip them.
+TEST_F(Gpt2Parity, SlidingWindowModelLogitsGradientsAndGreedyTokens) {
+  nn::GptConfig cfg = model_cfg_;
+  cfg.n_kv_head = cfg_["llama_kv_heads"];
+  cfg.sliding_window = cfg_["mistral_window"];
+  ASSERT_LT(cfg.sliding_window, cfg.seq_len);
+  cfg.position_embedding = nn::PositionEmbedding::Rotary;
+  cfg.rope_theta = cfg_["rope_theta"];
+  cfg.activation = nn::Activation::SwiGlu;
+  cfg.ffn_hidden_size = cfg_["swiglu_ffn"];
+  cfg.normalization = nn::Normalization::RmsNorm;
+  cfg.linear_bias = false;
+  cfg.tie_embeddings = false;
+  nn::Gpt model(cfg, 1);
+  io::load_gpt2_safetensors(model, ref_dir() + "/mistral_model.safetensors");
+  expect_step_zero_matches(model, ref_, "mistral.");
+  nn::Gpt gen(cfg, 1);
+  io::load_gpt2_safetensors(gen, ref_dir() + "/mistral_generator.safetensors");
+  std::vector<int64_t> prompt, tokens;
+  for (double v : to_double_vector(ref_.at("greedy_prompt"))) prompt.push_back(int64_t(v));
+  for (double v : to_double_vector(ref_.at("mistral.greedy_tokens"))) tokens.push_back(int64_t(v));
+  nn::SamplingOptions o;
+  o.temperature = 0;
+  o.max_new_tokens = static_cast<int64_t>(tokens.size());
+  EXPECT_EQ(nn::generate(gen, prompt, o), tokens);
+}
+
 TEST_F(Gpt2Parity, GreedyGenerationPicksPyTorchsTokens) {
   nn::Gpt model(model_cfg_, 1);
   io::load_gpt2_safetensors(model, ref_dir() + "/generator.safetensors");

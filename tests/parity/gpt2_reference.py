@@ -37,6 +37,7 @@ CONV1D = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_
 ROPE_THETA = 30.0  # large turns over 16 positions
 SWIGLU_FFN = 40  # the SwiGLU variant's hidden width F
 LLAMA_KV_HEADS = 2  # the LLaMA-style variant's key/value heads (grouped-query attention)
+MISTRAL_WINDOW = 5  # the Mistral-style variant's sliding window: each query sees 5 keys
 
 
 def rotate(t, theta):
@@ -62,8 +63,9 @@ class RmsNorm(torch.nn.Module):
 
 class Gpt(torch.nn.Module):
     def __init__(self, c, rope_theta=None, swiglu_ffn=None, rms_norm=False, bias=True,
-                 tie=True, kv_heads=None):
+                 tie=True, kv_heads=None, window=None):
         super().__init__()
+        self.window = window
         C, L = c["d_model"], c["n_layer"]
         self.c = c
         self.kv_heads = kv_heads or c["n_head"]
@@ -109,6 +111,9 @@ class Gpt(torch.nn.Module):
         if self.rope_theta is None:
             x = x + self.wpe(torch.arange(T))
         mask = torch.tril(torch.ones(T, T, dtype=torch.bool))
+        if self.window is not None:  # query i sees keys i - window + 1 .. i
+            offset = torch.arange(T)[:, None] - torch.arange(T)[None, :]
+            mask = mask & (offset < self.window)
         for b in self.h:
             qkv = b.attn.c_attn(b.ln_1(x))
             q, k, v = qkv.split([C, NKV * D, NKV * D], dim=2)
@@ -287,6 +292,15 @@ def main():
     save_model(llama, os.path.join(out, "llama_model.safetensors"))
     save_hf_llama(llama, os.path.join(out, "llama_hf_model.safetensors"))
     record_step_zero(llama, x, y, "llama.", ref)
+    # Mistral's: the LLaMA-style model with a sliding window, step 0 and a
+    # greedy continuation (key/value-cache steps past the window, then
+    # windows of seq_len tokens).
+    mistral = Gpt(CFG, ROPE_THETA, SWIGLU_FFN, rms_norm=True, bias=False, tie=False,
+                  kv_heads=LLAMA_KV_HEADS, window=MISTRAL_WINDOW)
+    save_model(mistral, os.path.join(out, "mistral_model.safetensors"))
+    record_step_zero(mistral, x, y, "mistral.", ref)
+    ref["mistral.greedy_tokens"] = torch.tensor(greedy_continuation(mistral), dtype=torch.float32)
+    save_model(mistral, os.path.join(out, "mistral_generator.safetensors"))
 
     ref["greedy_prompt"] = torch.tensor(GREEDY_PROMPT, dtype=torch.float32)
     ref["greedy_tokens"] = torch.tensor(greedy, dtype=torch.float32)
@@ -295,7 +309,7 @@ def main():
     save_safetensors(os.path.join(out, "reference.safetensors"), ref)
     with open(os.path.join(out, "config.json"), "w") as f:
         json.dump({"model": CFG, "train": TRAIN, "rope_theta": ROPE_THETA, "swiglu_ffn": SWIGLU_FFN,
-                   "llama_kv_heads": LLAMA_KV_HEADS}, f)
+                   "llama_kv_heads": LLAMA_KV_HEADS, "mistral_window": MISTRAL_WINDOW}, f)
     print("losses", " ".join(f"{v:.6f}" for v in losses))
 
 
