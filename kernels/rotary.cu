@@ -19,7 +19,7 @@ constexpr int kThreads = 256;
 template <class T, int V>
 __global__ void rotary_kernel(const T* x, T* y, int64_t rows, int64_t T_len, int64_t n_head,
                               int64_t n_kv_head, int64_t D, const int64_t* positions, int64_t start,
-                              double theta, double sign) {
+                              double theta, RopeScaling scaling, double sign) {
   using Cp = compute_t<T>;
   const int64_t half = D / 2, rotated = n_head + n_kv_head, W = (rotated + n_kv_head) * D;
   const int64_t packs = half / V, n = rows * packs;
@@ -29,7 +29,7 @@ __global__ void rotary_kernel(const T* x, T* y, int64_t rows, int64_t T_len, int
     const int64_t pos = positions ? positions[r] : start + r % T_len;
     Cp c[V], s[V];
     for (int k = 0; k < V; ++k) {
-      const double angle = static_cast<double>(pos) * pow(theta, -2.0 * double(i + k) / double(D));
+      const double angle = static_cast<double>(pos) * rope_frequency(i + k, D, theta, scaling);
       c[k] = static_cast<Cp>(cos(angle));
       s[k] = static_cast<Cp>(sign * sin(angle));
     }
@@ -83,7 +83,8 @@ Status check_rotary_embedding(int64_t B, int64_t T, int64_t n_head, int64_t n_kv
 
 void rotary_embedding(const void* qkv, void* out, ScalarType type, int64_t B, int64_t T,
                       int64_t n_head, int64_t n_kv_head, int64_t head_dim, const int64_t* positions,
-                      int64_t start, double theta, bool inverse, cudaStream_t stream) {
+                      int64_t start, double theta, const RopeScaling& scaling, bool inverse,
+                      cudaStream_t stream) {
   require(check_rotary_embedding(B, T, n_head, n_kv_head, head_dim, theta, start),
           "rotary_embedding");
   const int64_t rows = B * T, half = head_dim / 2;
@@ -93,7 +94,7 @@ void rotary_embedding(const void* qkv, void* out, ScalarType type, int64_t B, in
     constexpr int V = decltype(v)::value;
     rotary_kernel<E, V><<<grid_for(rows * (half / V), kThreads), kThreads, 0, stream>>>(
         static_cast<const E*>(qkv), static_cast<E*>(out), rows, T, n_head, n_kv_head, head_dim,
-        positions, start, theta, inverse ? -1.0 : 1.0);
+        positions, start, theta, scaling, inverse ? -1.0 : 1.0);
   };
   if (type == ScalarType::F64) {
     run(double{}, std::integral_constant<int, 1>{});

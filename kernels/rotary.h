@@ -9,19 +9,22 @@
 #include <cstdint>
 
 #include "common.h"
+#include "triad/core/rope_scaling.h"
 
 namespace triad::kernels {
 
 // out = qkv with, in each of the n_head + n_kv_head heads of q and k (head
 // dim D, even), elements i and i + D/2 turned by
-// sign * position * theta^(-2i/D), sign -1 when `inverse` (the backward
+// sign * position * rope_frequency(i, D, theta, scaling) (theta^(-2i/D)
+// unscaled), sign -1 when `inverse` (the backward
 // pass). Token (b, t)'s position is positions[b * T + t] (i64) or, with
 // positions null, start + t. cos and sin are taken in f64 and rounded to
 // the compute type (f32 for bf16/f16), as the CPU backend does. f32, f64,
 // bf16, f16; qkv and out contiguous and distinct.
 void rotary_embedding(const void* qkv, void* out, ScalarType type, int64_t B, int64_t T,
                       int64_t n_head, int64_t n_kv_head, int64_t head_dim, const int64_t* positions,
-                      int64_t start, double theta, bool inverse, cudaStream_t stream);
+                      int64_t start, double theta, const RopeScaling& scaling, bool inverse,
+                      cudaStream_t stream);
 Status check_rotary_embedding(int64_t B, int64_t T, int64_t n_head, int64_t n_kv_head,
                               int64_t head_dim, double theta, int64_t start);
 

@@ -131,7 +131,7 @@ int main(int argc, char** argv) {
   {
     Tensor qkv = rnd({B, T, 3 * C}, 14), turned = triad::empty({B, T, 3 * C}, bf, gpu);
     report("rotary_embedding",
-           time_ms([&] { be.rotary_embedding(qkv, NH, {}, 0, 10000.0, false, turned); }, iters),
+           time_ms([&] { be.rotary_embedding(qkv, NH, {}, 0, 10000.0, {}, false, turned); }, iters),
            2 * N * 3 * C * h, 0);
   }
 

@@ -50,6 +50,30 @@ class Keys {
       throw ConfigError(source_ + ": '" + key + "' (" + v.dump() + ") must be a string");
     return v.get<std::string>();
   }
+  // rope_scaling: LLaMA 3.1's {"rope_type": "llama3", "factor", ...}
+  // (older files say "type"); other kinds are not implemented.
+  RopeScaling rope_scaling() const {
+    const Json& v = j_.at("rope_scaling");
+    if (!v.is_object()) unsupported("rope_scaling", "expected an object with rope_type llama3");
+    const std::string type = v.value("rope_type", v.value("type", std::string()));
+    if (type != "llama3")
+      unsupported("rope_scaling", "only rope_type llama3 (LLaMA 3.1's) is implemented");
+    RopeScaling r;
+    r.kind = RopeScaling::Kind::Llama3;
+    auto number = [&](const char* key, double& out) {
+      if (!v.contains(key)) return;
+      if (!v.at(key).is_number())
+        throw ConfigError(source_ + ": 'rope_scaling." + key + "' (" + v.at(key).dump() +
+                          ") must be a number");
+      out = v.at(key).get<double>();
+    };
+    number("factor", r.factor);
+    number("low_freq_factor", r.low_freq_factor);
+    number("high_freq_factor", r.high_freq_factor);
+    number("original_max_position_embeddings", r.original_seq_len);
+    return r;
+  }
+
   // What Triad does not build, named with the key's value.
   [[noreturn]] void unsupported(const char* key, const std::string& why) const {
     throw NotSupportedError(source_ + ": '" + key + "' (" + j_.at(key).dump() + "): " + why);
@@ -79,8 +103,7 @@ nn::GptConfig llama_config(const Keys& k, const std::string& type) {
   c.activation = nn::Activation::SwiGlu;
   c.linear_bias = false;
   c.tie_embeddings = k.boolean("tie_word_embeddings", false);
-  if (k.has("rope_scaling"))
-    k.unsupported("rope_scaling", "scaled rotary embeddings are not implemented");
+  if (k.has("rope_scaling")) c.rope_scaling = k.rope_scaling();
   if (k.text("hidden_act", "silu") != "silu")
     k.unsupported("hidden_act", "Triad's gated MLP is SwiGLU (silu)");
   if (k.boolean("attention_bias", false))

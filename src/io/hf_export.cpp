@@ -80,7 +80,17 @@ std::string hf_config_json(const nn::GptConfig& c, const std::string& torch_dtyp
     j["max_position_embeddings"] = c.seq_len;
     j["rms_norm_eps"] = c.layer_norm_eps;
     j["rope_theta"] = c.rope_theta;
-    j["rope_scaling"] = nullptr;
+    if (c.rope_scaling.scaled()) {
+      const RopeScaling& r = c.rope_scaling;
+      j["rope_scaling"] = {
+          {"rope_type", "llama3"},
+          {"factor", r.factor},
+          {"low_freq_factor", r.low_freq_factor},
+          {"high_freq_factor", r.high_freq_factor},
+          {"original_max_position_embeddings", static_cast<int64_t>(r.original_seq_len)}};
+    } else {
+      j["rope_scaling"] = nullptr;
+    }
     j["attention_bias"] = false;
     j["mlp_bias"] = false;
     j["attention_dropout"] = c.dropout;

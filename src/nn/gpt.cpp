@@ -114,6 +114,18 @@ void GptConfig::validate() const {
     throw ConfigError("model.rope_theta (" + std::to_string(rope_theta) +
                       ") must be a positive number");
   }
+  if (rope_scaling.scaled()) {
+    const RopeScaling& s = rope_scaling;
+    if (!(s.factor >= 1.0) || !(s.low_freq_factor > 0.0) ||
+        !(s.high_freq_factor > s.low_freq_factor) || !(s.original_seq_len > 0.0)) {
+      throw ConfigError("model.rope_scaling (llama3) needs factor >= 1 (got " +
+                        std::to_string(s.factor) + "), 0 < low_freq_factor (" +
+                        std::to_string(s.low_freq_factor) + ") < high_freq_factor (" +
+                        std::to_string(s.high_freq_factor) +
+                        ") and original_max_position_embeddings > 0 (" +
+                        std::to_string(s.original_seq_len) + ")");
+    }
+  }
   if (!(layer_norm_eps > 0.0) || !std::isfinite(layer_norm_eps)) {
     throw ConfigError("model.norm_eps (" + std::to_string(layer_norm_eps) +
                       ") must be a positive number");
@@ -192,7 +204,8 @@ CausalSelfAttention::CausalSelfAttention(const GptConfig& cfg, int64_t layer)
       window_(cfg.sliding_window),
       dropout_(cfg.dropout),
       rotary_(cfg.rotary()),
-      rope_theta_(cfg.rope_theta) {
+      rope_theta_(cfg.rope_theta),
+      rope_scaling_(cfg.rope_scaling) {
   c_attn_ = register_module(
       "c_attn", std::make_shared<Linear>(cfg.d_model, cfg.qkv_width(), cfg.linear_bias));
   c_proj_ = register_module("c_proj",
@@ -201,7 +214,7 @@ CausalSelfAttention::CausalSelfAttention(const GptConfig& cfg, int64_t layer)
 
 Tensor CausalSelfAttention::forward(const Tensor& x, const ForwardContext& ctx) const {
   Tensor qkv = c_attn_->forward(x);
-  if (rotary_) qkv = rotary_embedding(qkv, heads_, ctx.positions, 0, rope_theta_);
+  if (rotary_) qkv = rotary_embedding(qkv, heads_, ctx.positions, 0, rope_theta_, rope_scaling_);
   Tensor y = causal_attention(qkv, heads_, ctx.doc_starts);
   return site_dropout(c_proj_->forward(y), dropout_, ctx, layer_, "attn.resid");
 }
@@ -212,7 +225,7 @@ Tensor CausalSelfAttention::forward_cached(const Tensor& x, Tensor& k_cache, Ten
   const int64_t KV = heads_.kv, G = heads_.group();
   const int64_t L = start + n;  // positions attended over
   Tensor qkv = c_attn_->forward(x);
-  if (rotary_) qkv = rotary_embedding(qkv, heads_, {}, start, rope_theta_);
+  if (rotary_) qkv = rotary_embedding(qkv, heads_, {}, start, rope_theta_, rope_scaling_);
   // The piece of qkv at column `at`, `h` heads wide, viewed as (B, h, n, D).
   auto heads = [&](int64_t at, int64_t h) {
     return permute(reshape(narrow(qkv, 2, at, h * D), {B, n, h, D}), {0, 2, 1, 3});

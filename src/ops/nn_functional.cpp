@@ -254,7 +254,7 @@ Tensor causal_attention(const Tensor& qkv, AttentionHeads heads, const Tensor& d
 }
 
 Tensor rotary_embedding(const Tensor& qkv, AttentionHeads heads, const Tensor& positions,
-                        int64_t start, double theta) {
+                        int64_t start, double theta, const RopeScaling& scaling) {
   const int64_t D = checked_head_dim(qkv, heads, "rotary_embedding");
   const int64_t B = qkv.size(0), T = qkv.size(1);
   if (D % 2 != 0) {
@@ -265,6 +265,16 @@ Tensor rotary_embedding(const Tensor& qkv, AttentionHeads heads, const Tensor& p
   if (!(theta > 0.0) || !std::isfinite(theta)) {
     throw ValueError("rotary_embedding: theta (" + std::to_string(theta) +
                      ") must be a positive number");
+  }
+  if (scaling.scaled() &&
+      !(scaling.factor >= 1.0 && scaling.low_freq_factor > 0.0 &&
+        scaling.high_freq_factor > scaling.low_freq_factor && scaling.original_seq_len > 0.0)) {
+    throw ValueError("rotary_embedding: llama3 scaling needs factor >= 1 (" +
+                     std::to_string(scaling.factor) + "), 0 < low_freq_factor (" +
+                     std::to_string(scaling.low_freq_factor) + ") < high_freq_factor (" +
+                     std::to_string(scaling.high_freq_factor) +
+                     ") and original_max_position_embeddings > 0 (" +
+                     std::to_string(scaling.original_seq_len) + ")");
   }
   if (start < 0) {
     throw ValueError("rotary_embedding: start (" + std::to_string(start) + ") must be >= 0");
@@ -291,12 +301,12 @@ Tensor rotary_embedding(const Tensor& qkv, AttentionHeads heads, const Tensor& p
   }
   Tensor qc = contiguous(qkv);
   Tensor out = empty_like(qc);
-  backend_for(qc).rotary_embedding(qc, heads, pos, start, theta, false, out);
+  backend_for(qc).rotary_embedding(qc, heads, pos, start, theta, scaling, false, out);
   record("rotary_embedding", {qkv}, {out},
-         [pos, heads, start, theta](const TensorList& g) -> TensorList {
+         [pos, heads, start, theta, scaling](const TensorList& g) -> TensorList {
            Tensor dout = contiguous(g[0]);
            Tensor dqkv = empty_like(dout);
-           backend_for(dout).rotary_embedding(dout, heads, pos, start, theta, true, dqkv);
+           backend_for(dout).rotary_embedding(dout, heads, pos, start, theta, scaling, true, dqkv);
            return {dqkv};
          });
   return out;

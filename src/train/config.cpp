@@ -61,6 +61,42 @@ std::string get_string(const YAML::Node& n, const std::string& key) {
   return n.Scalar();
 }
 
+// model.rope_scaling: none, or {type: llama3, factor, low_freq_factor,
+// high_freq_factor, original_max_position_embeddings} (Hugging Face's keys;
+// the ones left out keep RopeScaling's defaults, LLaMA 3.1's).
+RopeScaling get_rope_scaling(const YAML::Node& n, const std::string& key) {
+  RopeScaling r;
+  if (n.IsScalar()) {
+    const std::string v = get_string(n, key);
+    if (v != "none")
+      throw ConfigError(key + " ('" + v + "') must be none or a mapping with type: llama3");
+    return r;
+  }
+  if (!n.IsMap()) throw ConfigError(key + ": expected none or a mapping with type: llama3");
+  static const std::vector<std::string> kKeys = {
+      "type", "factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"};
+  for (auto it = n.begin(); it != n.end(); ++it) {
+    const std::string k = it->first.as<std::string>();
+    if (std::find(kKeys.begin(), kKeys.end(), k) == kKeys.end())
+      throw ConfigError("unknown key '" + key + "." + k +
+                        "' (allowed: type, factor, low_freq_factor, high_freq_factor, "
+                        "original_max_position_embeddings)");
+  }
+  const std::string type = n["type"] ? get_string(n["type"], key + ".type") : std::string();
+  if (type == "none") return r;
+  if (type != "llama3") throw ConfigError(key + ".type ('" + type + "') must be llama3 or none");
+  r.kind = RopeScaling::Kind::Llama3;
+  if (n["factor"]) r.factor = get_double(n["factor"], key + ".factor");
+  if (n["low_freq_factor"])
+    r.low_freq_factor = get_double(n["low_freq_factor"], key + ".low_freq_factor");
+  if (n["high_freq_factor"])
+    r.high_freq_factor = get_double(n["high_freq_factor"], key + ".high_freq_factor");
+  if (n["original_max_position_embeddings"])
+    r.original_seq_len = get_double(n["original_max_position_embeddings"],
+                                    key + ".original_max_position_embeddings");
+  return r;
+}
+
 // data.train: one path or glob, or a list of {path, weight} (a mixture).
 std::vector<Config::DataPart> get_data_parts(const YAML::Node& n, const std::string& key) {
   if (n.IsScalar()) return {{get_string(n, key), 1.0}};
@@ -476,6 +512,7 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
           m.position_embedding = nn::position_embedding_from_string(get_string(v, k));
         }}},
       {"rope_theta", {false, [&](auto& v, auto& k) { m.rope_theta = get_double(v, k); }}},
+      {"rope_scaling", {false, [&](auto& v, auto& k) { m.rope_scaling = get_rope_scaling(v, k); }}},
       {"sliding_window", {false, [&](auto& v, auto& k) { m.sliding_window = get_int(v, k); }}},
       {"attention_kernel",
        {false,
@@ -752,6 +789,17 @@ std::string to_yaml(const Config& c) {
   e << YAML::Key << "position_embedding" << YAML::Value
     << nn::position_embedding_string(c.model.position_embedding);
   e << YAML::Key << "rope_theta" << YAML::Value << c.model.rope_theta;
+  e << YAML::Key << "rope_scaling" << YAML::Value;
+  if (c.model.rope_scaling.scaled()) {
+    const RopeScaling& r = c.model.rope_scaling;
+    e << YAML::BeginMap << YAML::Key << "type" << YAML::Value << "llama3" << YAML::Key << "factor"
+      << YAML::Value << r.factor << YAML::Key << "low_freq_factor" << YAML::Value
+      << r.low_freq_factor << YAML::Key << "high_freq_factor" << YAML::Value << r.high_freq_factor
+      << YAML::Key << "original_max_position_embeddings" << YAML::Value << r.original_seq_len
+      << YAML::EndMap;
+  } else {
+    e << "none";
+  }
   e << YAML::Key << "sliding_window" << YAML::Value << c.model.sliding_window;
   e << YAML::Key << "attention_kernel" << YAML::Value << c.attention_kernel;
   e << YAML::Key << "attention_deterministic" << YAML::Value << c.attention_deterministic;

@@ -76,6 +76,18 @@ TEST(HfConfig, LlamaConfigsAreTheModelFiles) {
           .n_kv_head,
       8);
   EXPECT_EQ(gpt_config_from_hf(edited(kLlama70b, "head_dim", "128"), "x").head_dim(), 128);
+  // LLaMA 3.1's RoPE scaling (and the older "type" key).
+  for (const char* key : {"rope_type", "type"}) {
+    const nn::GptConfig l31 = gpt_config_from_hf(
+        edited(kLlama70b, "rope_scaling",
+               std::string("{\"") + key +
+                   "\": \"llama3\", \"factor\": 8.0, \"low_freq_factor\": 1.0, "
+                   "\"high_freq_factor\": 4.0, \"original_max_position_embeddings\": 8192}"),
+        "x");
+    EXPECT_TRUE(l31.rope_scaling.scaled()) << key;
+    EXPECT_EQ(l31.rope_scaling.factor, 8.0);
+    EXPECT_EQ(l31.rope_scaling.original_seq_len, 8192.0);
+  }
   // Mistral's window when shorter than its context (none when as long).
   const std::string mistral = edited(kLlama70b, "model_type", "\"mistral\"");
   EXPECT_EQ(gpt_config_from_hf(edited(mistral, "sliding_window", "1024"), "x").sliding_window,
@@ -110,10 +122,13 @@ TEST(HfConfig, WhatTriadDoesNotBuildIsNamed) {
     return [json] { gpt_config_from_hf(json, "m/config.json"); };
   };
   const std::string llama = kLlama70b;
+  EXPECT_NE(message(from(edited(llama, "rope_scaling", R"({"rope_type": "yarn", "factor": 4.0})")))
+                .find("m/config.json: 'rope_scaling' ({\"factor\":4.0,\"rope_type\":\"yarn\"}): "
+                      "only rope_type llama3 (LLaMA 3.1's) is implemented"),
+            std::string::npos);
   EXPECT_NE(
-      message(from(edited(llama, "rope_scaling", R"({"rope_type": "llama3", "factor": 8.0})")))
-          .find("m/config.json: 'rope_scaling' ({\"factor\":8.0,\"rope_type\":\"llama3\"}): "
-                "scaled rotary embeddings are not implemented"),
+      message(from(edited(llama, "rope_scaling", R"({"rope_type": "llama3", "factor": "x"})")))
+          .find("'rope_scaling.factor' (\"x\") must be a number"),
       std::string::npos);
   EXPECT_NE(message(from(edited(llama, "hidden_act", "\"gelu\""))).find("'hidden_act' (\"gelu\")"),
             std::string::npos);
@@ -138,8 +153,9 @@ TEST(HfConfig, WhatTriadDoesNotBuildIsNamed) {
             std::string::npos);
   EXPECT_NE(message(from("[1, 2]")).find("expected a JSON object"), std::string::npos);
   EXPECT_NE(message(from("{")).find("not valid JSON"), std::string::npos);
-  EXPECT_NE(message([] { load_hf_config("/nonexistent/dir"); })
-                .find("cannot open Hugging Face config '/nonexistent/dir'"),
+  EXPECT_NE(message([] {
+              load_hf_config("/nonexistent/dir");
+            }).find("cannot open Hugging Face config '/nonexistent/dir'"),
             std::string::npos);
 }
 
@@ -170,7 +186,8 @@ TEST(HfConfig, TrainerAndPlannerReadIt) {
                         "data: {train: x.bin}\n");
     FAIL() << "expected ConfigError";
   } catch (const ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("model.hf_config: cannot open Hugging Face config"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("model.hf_config: cannot open Hugging Face config"),
+              std::string::npos)
         << e.what();
   }
   // Without hf_config the shape keys are still required.

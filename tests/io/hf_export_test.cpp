@@ -53,6 +53,11 @@ void expect_same_model(const nn::GptConfig& a, const nn::GptConfig& b) {
   EXPECT_EQ(a.linear_bias, b.linear_bias);
   EXPECT_EQ(a.tie_embeddings, b.tie_embeddings);
   EXPECT_EQ(a.sliding_window, b.sliding_window);
+  EXPECT_EQ(a.rope_scaling.scaled(), b.rope_scaling.scaled());
+  EXPECT_EQ(a.rope_scaling.factor, b.rope_scaling.factor);
+  EXPECT_EQ(a.rope_scaling.low_freq_factor, b.rope_scaling.low_freq_factor);
+  EXPECT_EQ(a.rope_scaling.high_freq_factor, b.rope_scaling.high_freq_factor);
+  EXPECT_EQ(a.rope_scaling.original_seq_len, b.rope_scaling.original_seq_len);
   EXPECT_DOUBLE_EQ(a.layer_norm_eps, b.layer_norm_eps);
   if (a.rotary()) {
     EXPECT_DOUBLE_EQ(a.rope_theta, b.rope_theta);
@@ -66,7 +71,10 @@ TEST(HfExport, LlamaAndGpt2RoundTrip) {
   testing::TempDir dir;
   int n = 0;
   nn::GptConfig mistral = llama(false, 2);
-  mistral.sliding_window = 5;  // MistralForCausalLM
+  mistral.sliding_window = 5;                             // MistralForCausalLM
+  mistral.rope_scaling.kind = RopeScaling::Kind::Llama3;  // and LLaMA 3.1's RoPE scaling
+  mistral.rope_scaling.factor = 4.0;
+  mistral.rope_scaling.original_seq_len = 64.0;
   for (const nn::GptConfig& c :
        {llama(false, 2), llama(true, 0), llama(false, 1), mistral, gpt2(true), gpt2(false)}) {
     SCOPED_TRACE(std::string(hf_model_type(c)) + " " + std::to_string(n));

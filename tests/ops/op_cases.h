@@ -368,6 +368,17 @@ inline std::vector<OpCase> op_cases() {
                [](const std::vector<Tensor>& x) {
                  return rotary_embedding(x[0], AttentionHeads{4, 2});
                }});
+  c.push_back({"rotary_embedding_llama3_scaling_B1_T6_C16_NH2",  // all three wavelength regions
+               [](DType d) {
+                 return std::vector<Tensor>{rnd({1, 6, 48}, d, 1)};
+               },
+               [](const std::vector<Tensor>& x) {
+                 RopeScaling s;
+                 s.kind = RopeScaling::Kind::Llama3;
+                 s.factor = 4.0;
+                 s.original_seq_len = 32.0;
+                 return rotary_embedding(x[0], 2, {}, 900, 30.0, s);
+               }});
   c.push_back({"embedding",
                [](DType d) {
                  return std::vector<Tensor>{rnd({6, 4}, d, 1)};

@@ -175,6 +175,30 @@ TEST_F(Gpt2Parity, LlamaStyleModelLogitsAndGradients) {
   expect_step_zero_matches(hf, ref_, "llama.");
 }
 
+// LLaMA 3.1's RoPE scaling on the LLaMA-style model (its four frequencies
+// in all three of the rule's regions), against Hugging Face's rule written
+// out in PyTorch.
+TEST_F(Gpt2Parity, Llama3RopeScalingLogitsAndGradients) {
+  nn::GptConfig cfg = model_cfg_;
+  cfg.n_kv_head = cfg_["llama_kv_heads"];
+  cfg.position_embedding = nn::PositionEmbedding::Rotary;
+  cfg.rope_theta = cfg_["rope_theta"];
+  const auto& s = cfg_["llama3_scaling"];
+  cfg.rope_scaling.kind = RopeScaling::Kind::Llama3;
+  cfg.rope_scaling.factor = s["factor"];
+  cfg.rope_scaling.low_freq_factor = s["low_freq_factor"];
+  cfg.rope_scaling.high_freq_factor = s["high_freq_factor"];
+  cfg.rope_scaling.original_seq_len = s["original_max_position_embeddings"];
+  cfg.activation = nn::Activation::SwiGlu;
+  cfg.ffn_hidden_size = cfg_["swiglu_ffn"];
+  cfg.normalization = nn::Normalization::RmsNorm;
+  cfg.linear_bias = false;
+  cfg.tie_embeddings = false;
+  nn::Gpt model(cfg, 1);
+  io::load_gpt2_safetensors(model, ref_dir() + "/llama31_model.safetensors");
+  expect_step_zero_matches(model, ref_, "llama31.");
+}
+
 // Mistral's sliding window on the LLaMA-style model (each query sees 5 of
 // the 16 positions' keys): step 0, and a greedy continuation whose
 // key/value-cache steps mask the keys before the window as the kernels

@@ -40,10 +40,32 @@ LLAMA_KV_HEADS = 2  # the LLaMA-style variant's key/value heads (grouped-query a
 MISTRAL_WINDOW = 5  # the Mistral-style variant's sliding window: each query sees 5 keys
 
 
-def rotate(t, theta):
+# LLaMA 3.1's RoPE scaling for the scaled variant, at this small size: head
+# dim 8 and theta 30 put its four frequencies' wavelengths (6.3, 14.7, 34.4,
+# 80.6) below, between and above 32 / 4 and 32 / 1.
+LLAMA3_SCALING = dict(factor=4.0, low_freq_factor=1.0, high_freq_factor=4.0,
+                      original_max_position_embeddings=32)
+
+
+def llama3_inv_freq(inv, s):
+    """Hugging Face's llama3 rule: slow long wavelengths by `factor`, keep short
+    ones, interpolate between."""
+    old = s["original_max_position_embeddings"]
+    low_wavelen, high_wavelen = old / s["low_freq_factor"], old / s["high_freq_factor"]
+    wavelen = 2 * math.pi / inv
+    scaled = torch.where(wavelen > low_wavelen, inv / s["factor"], inv)
+    smooth = (old / wavelen - s["low_freq_factor"]) / (s["high_freq_factor"] - s["low_freq_factor"])
+    smoothed = (1 - smooth) * scaled / s["factor"] + smooth * scaled
+    medium = (wavelen >= high_wavelen) & (wavelen <= low_wavelen)
+    return torch.where(medium, smoothed, scaled)
+
+
+def rotate(t, theta, scaling=None):
     """Rotary embedding of t (B, NH, T, D) at positions 0..T-1, rotate-half form."""
     T, D = t.shape[-2], t.shape[-1]
     inv = 1.0 / (theta ** (torch.arange(0, D, 2, dtype=torch.float64) / D))
+    if scaling is not None:
+        inv = llama3_inv_freq(inv, scaling)
     angle = torch.arange(T, dtype=torch.float64)[:, None] * inv[None, :]
     angle = torch.cat([angle, angle], dim=-1)
     cos, sin = angle.cos().to(t.dtype), angle.sin().to(t.dtype)
@@ -63,9 +85,10 @@ class RmsNorm(torch.nn.Module):
 
 class Gpt(torch.nn.Module):
     def __init__(self, c, rope_theta=None, swiglu_ffn=None, rms_norm=False, bias=True,
-                 tie=True, kv_heads=None, window=None):
+                 tie=True, kv_heads=None, window=None, rope_scaling=None):
         super().__init__()
         self.window = window
+        self.rope_scaling = rope_scaling
         C, L = c["d_model"], c["n_layer"]
         self.c = c
         self.kv_heads = kv_heads or c["n_head"]
@@ -120,7 +143,8 @@ class Gpt(torch.nn.Module):
             q = q.view(B, T, NH, D).transpose(1, 2)
             k, v = (t.view(B, T, NKV, D).transpose(1, 2) for t in (k, v))
             if self.rope_theta is not None:
-                q, k = rotate(q, self.rope_theta), rotate(k, self.rope_theta)
+                q = rotate(q, self.rope_theta, self.rope_scaling)
+                k = rotate(k, self.rope_theta, self.rope_scaling)
             # Grouped-query attention as Hugging Face's LLaMA runs it: each
             # key/value head repeated for the NH / NKV query heads after it.
             k, v = (t.repeat_interleave(NH // NKV, dim=1) for t in (k, v))
@@ -292,6 +316,11 @@ def main():
     save_model(llama, os.path.join(out, "llama_model.safetensors"))
     save_hf_llama(llama, os.path.join(out, "llama_hf_model.safetensors"))
     record_step_zero(llama, x, y, "llama.", ref)
+    # LLaMA 3.1's: the LLaMA-style model with RoPE scaling, step 0.
+    llama31 = Gpt(CFG, ROPE_THETA, SWIGLU_FFN, rms_norm=True, bias=False, tie=False,
+                  kv_heads=LLAMA_KV_HEADS, rope_scaling=LLAMA3_SCALING)
+    save_model(llama31, os.path.join(out, "llama31_model.safetensors"))
+    record_step_zero(llama31, x, y, "llama31.", ref)
     # Mistral's: the LLaMA-style model with a sliding window, step 0 and a
     # greedy continuation (key/value-cache steps past the window, then
     # windows of seq_len tokens).
@@ -309,7 +338,8 @@ def main():
     save_safetensors(os.path.join(out, "reference.safetensors"), ref)
     with open(os.path.join(out, "config.json"), "w") as f:
         json.dump({"model": CFG, "train": TRAIN, "rope_theta": ROPE_THETA, "swiglu_ffn": SWIGLU_FFN,
-                   "llama_kv_heads": LLAMA_KV_HEADS, "mistral_window": MISTRAL_WINDOW}, f)
+                   "llama_kv_heads": LLAMA_KV_HEADS, "mistral_window": MISTRAL_WINDOW,
+                   "llama3_scaling": LLAMA3_SCALING}, f)
     print("losses", " ".join(f"{v:.6f}" for v in losses))
 
 

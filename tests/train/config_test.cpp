@@ -374,6 +374,28 @@ TEST(Config, KeyValueHeadsParseRoundTripAndAreChecked) {
   expect_config_error(kValid, {"model.n_kv_head=two"}, "model.n_kv_head");
 }
 
+TEST(Config, RopeScalingParsesRoundTripsAndIsChecked) {
+  EXPECT_FALSE(parse_config(kValid).model.rope_scaling.scaled());
+  const Config c = parse_config(
+      std::string(kValid) + "",
+      {"model.position_embedding=rope",
+       "model.rope_scaling={type: llama3, factor: 4, original_max_position_embeddings: 16}"});
+  EXPECT_TRUE(c.model.rope_scaling.scaled());
+  EXPECT_EQ(c.model.rope_scaling.factor, 4.0);
+  EXPECT_EQ(c.model.rope_scaling.high_freq_factor, 4.0);  // LLaMA 3.1's default
+  EXPECT_EQ(c.model.rope_scaling.original_seq_len, 16.0);
+  const Config back = parse_config(to_yaml(c));
+  EXPECT_TRUE(back.model.rope_scaling.scaled());
+  EXPECT_EQ(back.model.rope_scaling.original_seq_len, 16.0);
+  EXPECT_FALSE(parse_config(kValid, {"model.rope_scaling=none"}).model.rope_scaling.scaled());
+  expect_config_error(kValid, {"model.rope_scaling={type: yarn}"},
+                      "model.rope_scaling.type ('yarn') must be llama3 or none");
+  expect_config_error(kValid, {"model.rope_scaling={type: llama3, alpha: 2}"},
+                      "unknown key 'model.rope_scaling.alpha'");
+  expect_config_error(kValid, {"model.rope_scaling={type: llama3, factor: 0.5}"},
+                      "model.rope_scaling (llama3) needs factor >= 1");
+}
+
 TEST(Config, SlidingWindowParsesRoundTripsAndIsChecked) {
   EXPECT_EQ(parse_config(kValid).model.sliding_window, 0);
   const Config c = parse_config(kValid, {"model.sliding_window=8"});

@@ -6,6 +6,7 @@
 #include "triad/core/allocator.h"
 #include "triad/core/attention_heads.h"
 #include "triad/core/device.h"
+#include "triad/core/rope_scaling.h"
 #include "triad/core/tensor.h"
 
 namespace triad {
@@ -195,11 +196,12 @@ class Backend {
   // part is copied. Token (b, t) sits at positions[b, t] ((B, T)
   // i64 on qkv's device) or, with positions undefined, at start + t. In each
   // head, elements i and i + D/2 (i < D/2) turn by the angle
-  // position * theta^(-2i/D); `inverse` turns them back (the backward pass:
-  // the rotation's transpose). cos and sin are taken in f64.
+  // position * rope_frequency(i, D, theta, scaling) (theta^(-2i/D)
+  // unscaled); `inverse` turns them back (the backward pass: the rotation's
+  // transpose). cos and sin are taken in f64.
   virtual void rotary_embedding(const Tensor& qkv, const AttentionHeads& heads,
-                                const Tensor& positions, int64_t start, double theta, bool inverse,
-                                Tensor& out) = 0;
+                                const Tensor& positions, int64_t start, double theta,
+                                const RopeScaling& scaling, bool inverse, Tensor& out) = 0;
 
   // weight (V, C); ids (N) i32 or i64; out (N, C). Ids are validated < V.
   virtual void embedding_forward(const Tensor& weight, const Tensor& ids, Tensor& out) = 0;

@@ -13,9 +13,10 @@ namespace triad::io {
 // num_hidden_layers, num_attention_heads, num_key_value_heads (grouped-query
 // attention; absent means one per query head), intermediate_size,
 // vocab_size, max_position_embeddings (as seq_len), rope_theta,
-// rms_norm_eps and tie_word_embeddings. What Triad does not implement (RoPE
-// scaling, biases in the attention, another activation, a head_dim other
-// than hidden_size / num_attention_heads) is a
+// rope_scaling (LLaMA 3.1's llama3), rms_norm_eps and tie_word_embeddings.
+// What Triad does not implement (other RoPE scaling, biases in the
+// attention, another activation, a head_dim other than hidden_size /
+// num_attention_heads) is a
 // NotSupportedError naming the key and its value; a missing or mistyped key
 // is a ConfigError naming `source` and the key.
 nn::GptConfig gpt_config_from_hf(const std::string& json_text, const std::string& source);

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "triad/core/attention_heads.h"
+#include "triad/core/rope_scaling.h"
 #include "triad/nn/embedding.h"
 #include "triad/nn/kv_cache.h"
 #include "triad/nn/layer_norm.h"
@@ -70,6 +71,10 @@ struct GptConfig {
   int64_t ffn_hidden_size = 0;  // the MLP's hidden width F; 0: 4 * d_model
   PositionEmbedding position_embedding = PositionEmbedding::Learned;
   double rope_theta = 10000.0;  // RoPE's base: pair i turns by theta^(-2i/D) a position
+  // RoPE's frequencies scaled for a longer context than the model was
+  // trained on (config key model.rope_scaling; LLaMA 3.1's "llama3"):
+  // core/rope_scaling.h.
+  RopeScaling rope_scaling = {};
   // The output head: GPT-2's is the token embedding (tied); untied, it is a
   // (V, C) weight of its own, lm_head.weight (LLaMA's).
   bool tie_embeddings = true;
@@ -164,6 +169,7 @@ class CausalSelfAttention : public Module {
   double dropout_;
   bool rotary_;
   double rope_theta_;
+  RopeScaling rope_scaling_;
 };
 
 // Position-wise MLP: c_fc (C -> F), GELU (tanh), c_proj (F -> C); or with

@@ -4,6 +4,7 @@
 #include <functional>
 
 #include "triad/core/attention_heads.h"
+#include "triad/core/rope_scaling.h"
 #include "triad/core/tensor.h"
 
 namespace triad {
@@ -61,9 +62,10 @@ Tensor causal_attention(const Tensor& qkv, AttentionHeads heads, const Tensor& d
 // where they are checked) or, with positions undefined, at start + t (a
 // key/value-cache step starts past the cached tokens). Grouped-query
 // layouts (see causal_attention) rotate their n_head query heads and
-// n_kv_head key heads alike.
+// n_kv_head key heads alike. `scaling` (LLaMA 3.1's "llama3") changes the
+// frequencies as core/rope_scaling.h says.
 Tensor rotary_embedding(const Tensor& qkv, AttentionHeads heads, const Tensor& positions = {},
-                        int64_t start = 0, double theta = 10000.0);
+                        int64_t start = 0, double theta = 10000.0, const RopeScaling& scaling = {});
 
 // Rows of weight (V, C) picked by ids (..., i32/i64) -> (..., C). The ids
 // are on the weight's device or on the host: host ids are checked (and, in

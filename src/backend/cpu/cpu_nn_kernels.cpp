@@ -451,7 +451,7 @@ void CpuBackend::attention_backward(const Tensor& qkv, const Tensor& out, const 
 
 void CpuBackend::rotary_embedding(const Tensor& qkv, const AttentionHeads& heads,
                                   const Tensor& positions, int64_t start, double theta,
-                                  bool inverse, Tensor& out) {
+                                  const RopeScaling& scaling, bool inverse, Tensor& out) {
   dispatch_float(qkv.dtype(), "rotary_embedding", [&](auto tag) {
     using T = decltype(tag);
     const int64_t B = qkv.size(0), Tn = qkv.size(1), C3 = qkv.size(2);
@@ -467,7 +467,7 @@ void CpuBackend::rotary_embedding(const Tensor& qkv, const AttentionHeads& heads
     std::vector<T> cs(static_cast<size_t>(npos * half)), sn(cs.size());
     const double sign = inverse ? -1.0 : 1.0;
     for (int64_t i = 0; i < half; ++i) {
-      const double freq = std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(D));
+      const double freq = rope_frequency(i, D, theta, scaling);
       for (int64_t p = 0; p < npos; ++p) {
         const double angle = static_cast<double>(p) * freq;
         cs[static_cast<size_t>(p * half + i)] = static_cast<T>(std::cos(angle));

@@ -214,10 +214,10 @@ void HalfAdapter::vocab_ce_backward(const Tensor& logits, const Tensor& targets,
 
 void HalfAdapter::rotary_embedding(const Tensor& qkv, const AttentionHeads& heads,
                                    const Tensor& positions, int64_t start, double theta,
-                                   bool inverse, Tensor& out) {
+                                   const RopeScaling& scaling, bool inverse, Tensor& out) {
   Widen w(inner_);
   Tensor o = w.out(out);
-  inner_.rotary_embedding(w.in(qkv), heads, positions, start, theta, inverse, o);
+  inner_.rotary_embedding(w.in(qkv), heads, positions, start, theta, scaling, inverse, o);
   w.finish();
 }
 

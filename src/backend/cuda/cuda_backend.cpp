@@ -1222,7 +1222,7 @@ void CudaBackend::vocab_ce_backward(const Tensor& logits, const Tensor& targets,
 
 void CudaBackend::rotary_embedding(const Tensor& qkv, const AttentionHeads& heads,
                                    const Tensor& positions, int64_t start, double theta,
-                                   bool inverse, Tensor& out) {
+                                   const RopeScaling& scaling, bool inverse, Tensor& out) {
   DeviceState& s = state(out.device().index);
   DeviceGuard g(s.index);
   const int64_t D = qkv.size(2) / heads.fused();
@@ -1238,7 +1238,7 @@ void CudaBackend::rotary_embedding(const Tensor& qkv, const AttentionHeads& head
     k::rotary_embedding(qkv.raw_data(), out.raw_data(), scalar(qkv.dtype()), qkv.size(0),
                         qkv.size(1), heads.q, heads.kv, D,
                         positions.defined() ? positions.data<int64_t>() : nullptr, start, theta,
-                        inverse, s.stream);
+                        scaling, inverse, s.stream);
   });
 }
 

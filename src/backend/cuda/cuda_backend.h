@@ -73,7 +73,8 @@ class CudaBackend final : public Backend {
                           const Tensor& dout, const AttentionHeads& heads, Tensor& dqkv,
                           const Tensor& doc_starts) override;
   void rotary_embedding(const Tensor& qkv, const AttentionHeads& heads, const Tensor& positions,
-                        int64_t start, double theta, bool inverse, Tensor& out) override;
+                        int64_t start, double theta, const RopeScaling& scaling, bool inverse,
+                        Tensor& out) override;
   void embedding_forward(const Tensor& weight, const Tensor& ids, Tensor& out) override;
   void embedding_backward(const Tensor& ids, const Tensor& dout, Tensor& dweight) override;
   void embedding_backward_into(const Tensor& ids, const Tensor& dout, Tensor& dweight,

@@ -318,7 +318,8 @@ Tensor TensorParallelGpt::block_forward(int64_t i, const Tensor& x,
   Tensor qkv = L.c_attn->forward(L.ln_1->forward(x));  // the whole sequence, local heads
   const int64_t t = group_->size();
   const AttentionHeads heads{cfg_.n_head / t, cfg_.kv_heads() / t};  // this rank's
-  if (cfg_.rotary()) qkv = rotary_embedding(qkv, heads, ctx.positions, 0, cfg_.rope_theta);
+  if (cfg_.rotary())
+    qkv = rotary_embedding(qkv, heads, ctx.positions, 0, cfg_.rope_theta, cfg_.rope_scaling);
   Tensor a = L.attn_proj->forward(causal_attention(qkv, heads, ctx.doc_starts));
   const AddNorm h =
       L.ln_2->forward_add(x, site_dropout(a, cfg_.dropout, ctx, i, "attn.resid", shard));

@@ -1,0 +1,112 @@
+// LLaMA 3.1's RoPE scaling (model.rope_scaling: llama3): the frequencies in
+// each of the three wavelength regions, the op turning heads by them, and
+// the config.
+#include "triad/core/rope_scaling.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "triad/nn/gpt.h"
+#include "triad/ops.h"
+
+namespace triad::nn {
+namespace {
+
+RopeScaling llama3(double factor, double low, double high, double original) {
+  RopeScaling s;
+  s.kind = RopeScaling::Kind::Llama3;
+  s.factor = factor;
+  s.low_freq_factor = low;
+  s.high_freq_factor = high;
+  s.original_seq_len = original;
+  return s;
+}
+
+// Head dim 8, theta 30: frequencies 1, 0.427, 0.183, 0.078 (wavelengths 6.3,
+// 14.7, 34.4, 80.6). With an original context of 32, low 1 and high 4, a
+// wavelength under 8 keeps its speed, one over 32 turns 4 times slower, and
+// 14.7 lies between: smooth = (32 / 14.7 - 1) / 3.
+TEST(RopeScaling, Llama3SlowsTheLowFrequenciesAndInterpolatesBetween) {
+  const RopeScaling s = llama3(4.0, 1.0, 4.0, 32.0);
+  const RopeScaling none;
+  for (int64_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(rope_frequency(i, 8, 30.0, none), std::pow(30.0, -2.0 * i / 8.0)) << i;
+  }
+  const double f1 = std::pow(30.0, -0.25), w1 = 2 * M_PI / f1;
+  const double smooth = (32.0 / w1 - 1.0) / 3.0;
+  ASSERT_GT(smooth, 0.0);
+  ASSERT_LT(smooth, 1.0);
+  EXPECT_DOUBLE_EQ(rope_frequency(0, 8, 30.0, s), 1.0);
+  EXPECT_DOUBLE_EQ(rope_frequency(1, 8, 30.0, s), (1 - smooth) * f1 / 4.0 + smooth * f1);
+  EXPECT_DOUBLE_EQ(rope_frequency(2, 8, 30.0, s), std::pow(30.0, -0.5) / 4.0);
+  EXPECT_DOUBLE_EQ(rope_frequency(3, 8, 30.0, s), std::pow(30.0, -0.75) / 4.0);
+  // LLaMA 3.1 8B's: head dim 128, theta 500000, factor 8 over 8192 tokens.
+  const RopeScaling l31 = llama3(8.0, 1.0, 4.0, 8192.0);
+  EXPECT_DOUBLE_EQ(rope_frequency(0, 128, 500000.0, l31), 1.0);
+  EXPECT_DOUBLE_EQ(rope_frequency(63, 128, 500000.0, l31),
+                   std::pow(500000.0, -126.0 / 128.0) / 8.0);
+}
+
+// The op turns each pair by position * its scaled frequency, in q's and k's
+// heads; v is copied. Without scaling the result is the unscaled op's, bit
+// for bit.
+TEST(RopeScaling, TheOpTurnsByTheScaledFrequencies) {
+  const int64_t T = 3, H = 2, D = 8, C = H * D;
+  const Tensor qkv = randn({1, T, 3 * C}, 6, 1, 1.0, DType::F64);
+  const RopeScaling s = llama3(4.0, 1.0, 4.0, 32.0);
+  EXPECT_EQ(to_double_vector(rotary_embedding(qkv, H, {}, 5, 30.0, RopeScaling{})),
+            to_double_vector(rotary_embedding(qkv, H, {}, 5, 30.0)));
+  const std::vector<double> in = to_double_vector(qkv);
+  const std::vector<double> got = to_double_vector(rotary_embedding(qkv, H, {}, 5, 30.0, s));
+  for (int64_t t = 0; t < T; ++t) {
+    const double p = 5.0 + t;
+    const size_t row = static_cast<size_t>(t * 3 * C);
+    for (int64_t h = 0; h < 2 * H; ++h) {
+      for (int64_t i = 0; i < D / 2; ++i) {
+        const double a = p * rope_frequency(i, D, 30.0, s);
+        const size_t x1 = row + h * D + i, x2 = x1 + D / 2;
+        ASSERT_NEAR(got[x1], in[x1] * std::cos(a) - in[x2] * std::sin(a), 1e-12);
+        ASSERT_NEAR(got[x2], in[x2] * std::cos(a) + in[x1] * std::sin(a), 1e-12);
+      }
+    }
+    for (int64_t d = 2 * C; d < 3 * C; ++d) ASSERT_EQ(got[row + d], in[row + d]);
+  }
+  // Scaling changes the low frequencies only: the first pair is unchanged.
+  const std::vector<double> plain = to_double_vector(rotary_embedding(qkv, H, {}, 5, 30.0));
+  EXPECT_EQ(got[0], plain[0]);
+  EXPECT_NE(got[3], plain[3]);
+  EXPECT_THROW(rotary_embedding(qkv, H, {}, 0, 30.0, llama3(0.5, 1.0, 4.0, 32.0)), ValueError);
+  EXPECT_THROW(rotary_embedding(qkv, H, {}, 0, 30.0, llama3(8.0, 4.0, 4.0, 32.0)), ValueError);
+}
+
+TEST(RopeScaling, ModelConfigIsChecked) {
+  GptConfig c{.n_layer = 1, .n_head = 2, .d_model = 16, .vocab_size = 11, .seq_len = 8};
+  c.position_embedding = PositionEmbedding::Rotary;
+  c.rope_scaling = llama3(8.0, 2.0, 1.0, 8192.0);
+  try {
+    c.validate();
+    FAIL() << "expected ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("model.rope_scaling (llama3) needs"), std::string::npos)
+        << e.what();
+  }
+  c.rope_scaling = llama3(8.0, 1.0, 4.0, 8192.0);
+  EXPECT_NO_THROW(c.validate());
+  c.rope_theta = 30.0;  // frequencies in all three regions of a 32-token original context
+  c.rope_scaling = llama3(4.0, 1.0, 4.0, 32.0);
+  // The model turns its heads by the scaled frequencies: other logits.
+  GptConfig plain = c;
+  plain.rope_scaling = {};
+  const Tensor ids = from_vector(std::vector<int64_t>{1, 2, 3, 4, 5, 6, 7, 8}, {1, 8});
+  const auto a = to_double_vector(Gpt(c, 2).forward(ids)),
+             b = to_double_vector(Gpt(plain, 2).forward(ids));
+  double diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) diff = std::max(diff, std::abs(a[i] - b[i]));
+  EXPECT_GT(diff, 1e-6);
+}
+
+}  // namespace
+}  // namespace triad::nn
