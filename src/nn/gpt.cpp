@@ -114,18 +114,8 @@ void GptConfig::validate() const {
     throw ConfigError("model.rope_theta (" + std::to_string(rope_theta) +
                       ") must be a positive number");
   }
-  if (rope_scaling.scaled()) {
-    const RopeScaling& s = rope_scaling;
-    if (!(s.factor >= 1.0) || !(s.low_freq_factor > 0.0) ||
-        !(s.high_freq_factor > s.low_freq_factor) || !(s.original_seq_len > 0.0)) {
-      throw ConfigError("model.rope_scaling (llama3) needs factor >= 1 (got " +
-                        std::to_string(s.factor) + "), 0 < low_freq_factor (" +
-                        std::to_string(s.low_freq_factor) + ") < high_freq_factor (" +
-                        std::to_string(s.high_freq_factor) +
-                        ") and original_max_position_embeddings > 0 (" +
-                        std::to_string(s.original_seq_len) + ")");
-    }
-  }
+  if (const std::string why = rope_scaling_problem(rope_scaling); !why.empty())
+    throw ConfigError("model.rope_scaling: " + why);
   if (!(layer_norm_eps > 0.0) || !std::isfinite(layer_norm_eps)) {
     throw ConfigError("model.norm_eps (" + std::to_string(layer_norm_eps) +
                       ") must be a positive number");

@@ -266,16 +266,8 @@ Tensor rotary_embedding(const Tensor& qkv, AttentionHeads heads, const Tensor& p
     throw ValueError("rotary_embedding: theta (" + std::to_string(theta) +
                      ") must be a positive number");
   }
-  if (scaling.scaled() &&
-      !(scaling.factor >= 1.0 && scaling.low_freq_factor > 0.0 &&
-        scaling.high_freq_factor > scaling.low_freq_factor && scaling.original_seq_len > 0.0)) {
-    throw ValueError("rotary_embedding: llama3 scaling needs factor >= 1 (" +
-                     std::to_string(scaling.factor) + "), 0 < low_freq_factor (" +
-                     std::to_string(scaling.low_freq_factor) + ") < high_freq_factor (" +
-                     std::to_string(scaling.high_freq_factor) +
-                     ") and original_max_position_embeddings > 0 (" +
-                     std::to_string(scaling.original_seq_len) + ")");
-  }
+  if (const std::string why = rope_scaling_problem(scaling); !why.empty())
+    throw ValueError("rotary_embedding: " + why);
   if (start < 0) {
     throw ValueError("rotary_embedding: start (" + std::to_string(start) + ") must be >= 0");
   }

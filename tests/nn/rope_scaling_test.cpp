@@ -90,7 +90,7 @@ TEST(RopeScaling, ModelConfigIsChecked) {
     c.validate();
     FAIL() << "expected ConfigError";
   } catch (const ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("model.rope_scaling (llama3) needs"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("model.rope_scaling: llama3 scaling needs"), std::string::npos)
         << e.what();
   }
   c.rope_scaling = llama3(8.0, 1.0, 4.0, 8192.0);

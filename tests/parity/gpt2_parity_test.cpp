@@ -47,6 +47,21 @@ class Gpt2Parity : public ::testing::Test {
   }
   nlohmann::json cfg_;
   nn::GptConfig model_cfg_;
+
+  // The reference's LLaMA-style model: rotary embeddings, SwiGLU, RMSNorm,
+  // no linear biases, an untied head, grouped-query attention.
+  nn::GptConfig llama_style() const {
+    nn::GptConfig cfg = model_cfg_;
+    cfg.n_kv_head = cfg_["llama_kv_heads"];
+    cfg.position_embedding = nn::PositionEmbedding::Rotary;
+    cfg.rope_theta = cfg_["rope_theta"];
+    cfg.activation = nn::Activation::SwiGlu;
+    cfg.ffn_hidden_size = cfg_["swiglu_ffn"];
+    cfg.normalization = nn::Normalization::RmsNorm;
+    cfg.linear_bias = false;
+    cfg.tie_embeddings = false;
+    return cfg;
+  }
   std::map<std::string, Tensor> ref_;
 };
 
@@ -154,16 +169,8 @@ TEST_F(Gpt2Parity, SwigluMlpLogitsAndGradients) {
 // attention (4 query heads over 2 key/value heads, repeated for their
 // groups as Hugging Face's LLaMA does).
 TEST_F(Gpt2Parity, LlamaStyleModelLogitsAndGradients) {
-  nn::GptConfig cfg = model_cfg_;
-  cfg.n_kv_head = cfg_["llama_kv_heads"];
+  const nn::GptConfig cfg = llama_style();
   ASSERT_LT(cfg.n_kv_head, cfg.n_head);
-  cfg.position_embedding = nn::PositionEmbedding::Rotary;
-  cfg.rope_theta = cfg_["rope_theta"];
-  cfg.activation = nn::Activation::SwiGlu;
-  cfg.ffn_hidden_size = cfg_["swiglu_ffn"];
-  cfg.normalization = nn::Normalization::RmsNorm;
-  cfg.linear_bias = false;
-  cfg.tie_embeddings = false;
   nn::Gpt model(cfg, 1);
   io::load_gpt2_safetensors(model, ref_dir() + "/llama_model.safetensors");
   EXPECT_EQ(static_cast<int64_t>(model.named_parameters().size()), 1 + 6 * cfg.n_layer + 1 + 1);
@@ -179,21 +186,13 @@ TEST_F(Gpt2Parity, LlamaStyleModelLogitsAndGradients) {
 // in all three of the rule's regions), against Hugging Face's rule written
 // out in PyTorch.
 TEST_F(Gpt2Parity, Llama3RopeScalingLogitsAndGradients) {
-  nn::GptConfig cfg = model_cfg_;
-  cfg.n_kv_head = cfg_["llama_kv_heads"];
-  cfg.position_embedding = nn::PositionEmbedding::Rotary;
-  cfg.rope_theta = cfg_["rope_theta"];
+  nn::GptConfig cfg = llama_style();
   const auto& s = cfg_["llama3_scaling"];
   cfg.rope_scaling.kind = RopeScaling::Kind::Llama3;
   cfg.rope_scaling.factor = s["factor"];
   cfg.rope_scaling.low_freq_factor = s["low_freq_factor"];
   cfg.rope_scaling.high_freq_factor = s["high_freq_factor"];
   cfg.rope_scaling.original_seq_len = s["original_max_position_embeddings"];
-  cfg.activation = nn::Activation::SwiGlu;
-  cfg.ffn_hidden_size = cfg_["swiglu_ffn"];
-  cfg.normalization = nn::Normalization::RmsNorm;
-  cfg.linear_bias = false;
-  cfg.tie_embeddings = false;
   nn::Gpt model(cfg, 1);
   io::load_gpt2_safetensors(model, ref_dir() + "/llama31_model.safetensors");
   expect_step_zero_matches(model, ref_, "llama31.");
@@ -204,17 +203,9 @@ TEST_F(Gpt2Parity, Llama3RopeScalingLogitsAndGradients) {
 // key/value-cache steps mask the keys before the window as the kernels
 // skip them.
 TEST_F(Gpt2Parity, SlidingWindowModelLogitsGradientsAndGreedyTokens) {
-  nn::GptConfig cfg = model_cfg_;
-  cfg.n_kv_head = cfg_["llama_kv_heads"];
+  nn::GptConfig cfg = llama_style();
   cfg.sliding_window = cfg_["mistral_window"];
   ASSERT_LT(cfg.sliding_window, cfg.seq_len);
-  cfg.position_embedding = nn::PositionEmbedding::Rotary;
-  cfg.rope_theta = cfg_["rope_theta"];
-  cfg.activation = nn::Activation::SwiGlu;
-  cfg.ffn_hidden_size = cfg_["swiglu_ffn"];
-  cfg.normalization = nn::Normalization::RmsNorm;
-  cfg.linear_bias = false;
-  cfg.tie_embeddings = false;
   nn::Gpt model(cfg, 1);
   io::load_gpt2_safetensors(model, ref_dir() + "/mistral_model.safetensors");
   expect_step_zero_matches(model, ref_, "mistral.");

@@ -393,7 +393,7 @@ TEST(Config, RopeScalingParsesRoundTripsAndIsChecked) {
   expect_config_error(kValid, {"model.rope_scaling={type: llama3, alpha: 2}"},
                       "unknown key 'model.rope_scaling.alpha'");
   expect_config_error(kValid, {"model.rope_scaling={type: llama3, factor: 0.5}"},
-                      "model.rope_scaling (llama3) needs factor >= 1");
+                      "model.rope_scaling: llama3 scaling needs factor >= 1");
 }
 
 TEST(Config, SlidingWindowParsesRoundTripsAndIsChecked) {

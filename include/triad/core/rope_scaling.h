@@ -10,6 +10,7 @@
 // high_freq_factor keep their speed, and the ones between are interpolated.
 #include <cmath>
 #include <cstdint>
+#include <string>
 
 #if defined(__CUDACC__)
 #define TRIAD_ROPE_HD __host__ __device__
@@ -39,6 +40,20 @@ TRIAD_ROPE_HD inline double rope_frequency(int64_t i, int64_t D, double theta,
   const double smooth = (s.original_seq_len / wavelength - s.low_freq_factor) /
                         (s.high_freq_factor - s.low_freq_factor);
   return (1.0 - smooth) * f / s.factor + smooth * f;
+}
+
+// Why `s` cannot scale (naming each value), or "" when it can: llama3
+// needs factor >= 1, 0 < low_freq_factor < high_freq_factor and an original
+// context > 0. (Host only.)
+inline std::string rope_scaling_problem(const RopeScaling& s) {
+  if (s.kind == RopeScaling::Kind::None) return "";
+  if (s.factor >= 1.0 && s.low_freq_factor > 0.0 && s.high_freq_factor > s.low_freq_factor &&
+      s.original_seq_len > 0.0)
+    return "";
+  return "llama3 scaling needs factor >= 1 (got " + std::to_string(s.factor) +
+         "), 0 < low_freq_factor (" + std::to_string(s.low_freq_factor) + ") < high_freq_factor (" +
+         std::to_string(s.high_freq_factor) + ") and original_max_position_embeddings > 0 (" +
+         std::to_string(s.original_seq_len) + ")";
 }
 
 }  // namespace triad
