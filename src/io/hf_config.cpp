@@ -51,7 +51,7 @@ class Keys {
     return v.get<std::string>();
   }
   // rope_scaling: LLaMA 3.1's {"rope_type": "llama3", "factor", ...}
-  // (older files say "type"); other kinds are not implemented.
+  // (older files say "type"); any other kind is a NotSupportedError naming it.
   RopeScaling rope_scaling() const {
     const Json& v = j_.at("rope_scaling");
     if (!v.is_object()) unsupported("rope_scaling", "expected an object with rope_type llama3");
