@@ -129,6 +129,22 @@ void expect_step_zero_matches(const nn::Gpt& model, const std::map<std::string, 
   EXPECT_EQ(checked, static_cast<int>(model.named_parameters().size()));
 }
 
+// Greedy generation by `cfg`'s model with the reference's generator weights
+// `file` picks the reference's tokens `key` after its prompt (past seq_len:
+// key/value-cache steps, then windows of seq_len tokens).
+void expect_greedy_tokens(const nn::GptConfig& cfg, const std::string& file, const std::string& key,
+                          const std::map<std::string, Tensor>& ref) {
+  nn::Gpt gen(cfg, 1);
+  io::load_gpt2_safetensors(gen, ref_dir() + "/" + file);
+  std::vector<int64_t> prompt, tokens;
+  for (double v : to_double_vector(ref.at("greedy_prompt"))) prompt.push_back(int64_t(v));
+  for (double v : to_double_vector(ref.at(key))) tokens.push_back(int64_t(v));
+  nn::SamplingOptions o;
+  o.temperature = 0;
+  o.max_new_tokens = static_cast<int64_t>(tokens.size());
+  EXPECT_EQ(nn::generate(gen, prompt, o), tokens) << file;
+}
+
 // Rotary position embeddings against PyTorch written out independently
 // (rotate-half, f64 angles): logits, loss, every gradient, and a greedy
 // continuation past seq_len (key/value-cache steps, then sliding windows).
@@ -141,15 +157,7 @@ TEST_F(Gpt2Parity, RotaryEmbeddingsLogitsGradientsAndGreedyTokens) {
   EXPECT_EQ(static_cast<int64_t>(model.named_parameters().size()), 1 + 12 * cfg.n_layer + 2);
   expect_step_zero_matches(model, ref_, "rope.");
 
-  nn::Gpt gen(cfg, 1);
-  io::load_gpt2_safetensors(gen, ref_dir() + "/rope_generator.safetensors");
-  std::vector<int64_t> prompt, tokens;
-  for (double v : to_double_vector(ref_.at("greedy_prompt"))) prompt.push_back(int64_t(v));
-  for (double v : to_double_vector(ref_.at("rope.greedy_tokens"))) tokens.push_back(int64_t(v));
-  nn::SamplingOptions o;
-  o.temperature = 0;
-  o.max_new_tokens = static_cast<int64_t>(tokens.size());
-  EXPECT_EQ(nn::generate(gen, prompt, o), tokens);
+  expect_greedy_tokens(cfg, "rope_generator.safetensors", "rope.greedy_tokens", ref_);
 }
 
 // LLaMA's SwiGLU MLP (silu(gate) * value, c_fc holding both halves) at a
@@ -209,15 +217,7 @@ TEST_F(Gpt2Parity, SlidingWindowModelLogitsGradientsAndGreedyTokens) {
   nn::Gpt model(cfg, 1);
   io::load_gpt2_safetensors(model, ref_dir() + "/mistral_model.safetensors");
   expect_step_zero_matches(model, ref_, "mistral.");
-  nn::Gpt gen(cfg, 1);
-  io::load_gpt2_safetensors(gen, ref_dir() + "/mistral_generator.safetensors");
-  std::vector<int64_t> prompt, tokens;
-  for (double v : to_double_vector(ref_.at("greedy_prompt"))) prompt.push_back(int64_t(v));
-  for (double v : to_double_vector(ref_.at("mistral.greedy_tokens"))) tokens.push_back(int64_t(v));
-  nn::SamplingOptions o;
-  o.temperature = 0;
-  o.max_new_tokens = static_cast<int64_t>(tokens.size());
-  EXPECT_EQ(nn::generate(gen, prompt, o), tokens);
+  expect_greedy_tokens(cfg, "mistral_generator.safetensors", "mistral.greedy_tokens", ref_);
 }
 
 TEST_F(Gpt2Parity, GreedyGenerationPicksPyTorchsTokens) {
