@@ -8,6 +8,7 @@
 
 #include "triad/core/error.h"
 #include "triad/parallel/pipeline/simulator.h"
+#include "triad/parallel/pipeline/zero_bubble.h"
 
 namespace triad::pipeline {
 namespace {
@@ -97,16 +98,17 @@ void check(bool ok, const std::string& message) {
 // Times a set of per-rank compute orders on integer costs (F 1, B 2, B/W 1
 // each) with free communication: each action starts when its rank is free and
 // its inputs exist. Throws if the orders are inconsistent (would wait forever).
-std::vector<std::vector<std::pair<int, int>>> time_orders(const Schedule& s,
-                                                          const std::vector<Order>& orders) {
+std::vector<std::vector<std::pair<double, double>>> time_orders(const Schedule& s,
+                                                                const std::vector<Order>& orders,
+                                                                const ActionCost& cost_of) {
   const int p = s.p, S = s.num_stages(), m = s.m;
-  std::vector<std::vector<std::pair<int, int>>> when(p);
+  std::vector<std::vector<std::pair<double, double>>> when(p);
   for (int r = 0; r < p; ++r) when[r].resize(orders[r].size());
-  const int unknown = -1;
+  const double unknown = -1;
   // Finish times by (stage, microbatch) of F and of the input-gradient pass.
-  std::vector<std::vector<int>> f_end(S, std::vector<int>(m, unknown)), b_end = f_end;
+  std::vector<std::vector<double>> f_end(S, std::vector<double>(m, unknown)), b_end = f_end;
   std::vector<size_t> next(p, 0);
-  std::vector<int> clock(p, 0);
+  std::vector<double> clock(p, 0);
   size_t left = 0;
   for (const auto& o : orders) left += o.size();
   while (left > 0) {
@@ -115,9 +117,9 @@ std::vector<std::vector<std::pair<int, int>>> time_orders(const Schedule& s,
       while (next[r] < orders[r].size()) {
         const Action& a = orders[r][next[r]];
         const int st = s.stage_of(r, a.chunk), mb = a.microbatch;
-        int ready = clock[r];
+        double ready = clock[r];
         bool ok = true;
-        auto need = [&](int t) {
+        auto need = [&](double t) {
           if (t == unknown) ok = false;
           ready = std::max(ready, t);
         };
@@ -130,7 +132,11 @@ std::vector<std::vector<std::pair<int, int>>> time_orders(const Schedule& s,
           if (st < S - 1) need(b_end[st + 1][mb]);
         }
         if (!ok) break;
-        const int cost = a.compute == ComputeKind::Backward ? 2 : 1;
+        const double cost = cost_of ? cost_of(r, a) : a.compute == ComputeKind::Backward ? 2.0 : 1.0;
+        if (!(cost > 0))
+          throw ValueError(std::string(schedule_name(s.kind)) + ": the cost of " + a.str() +
+                           " on rank " + std::to_string(r) + " (" + std::to_string(cost) +
+                           ") must be > 0");
         when[r][next[r]] = {ready, ready + cost};
         clock[r] = ready + cost;
         if (a.compute == ComputeKind::Forward) f_end[st][mb] = clock[r];
@@ -154,16 +160,17 @@ std::vector<std::vector<std::pair<int, int>>> time_orders(const Schedule& s,
 // producer and receives before their consumer. Then the smallest unfinished
 // round always has every participant posted, so the lists cannot deadlock
 // under blocking (rendezvous) semantics.
-std::vector<std::vector<Action>> with_p2p(const Schedule& s, const std::vector<Order>& orders) {
+std::vector<std::vector<Action>> with_p2p(const Schedule& s, const std::vector<Order>& orders,
+                                          const ActionCost& cost) {
   const int p = s.p, S = s.num_stages();
-  const auto when = time_orders(s, orders);
+  const auto when = time_orders(s, orders, cost);
   // Per rank: round -> ops.
-  std::vector<std::map<int, std::vector<P2POp>>> rounds(p);
+  std::vector<std::map<double, std::vector<P2POp>>> rounds(p);
   for (int r = 0; r < p; ++r) {
     for (size_t i = 0; i < orders[r].size(); ++i) {
       const Action& a = orders[r][i];
       const int st = s.stage_of(r, a.chunk);
-      const int t = when[r][i].second;
+      const double t = when[r][i].second;
       const bool input_grad =
           a.compute == ComputeKind::Backward || a.compute == ComputeKind::BackwardInput;
       if (a.compute == ComputeKind::Forward && st < S - 1 && s.rank_of(st + 1) != r) {
@@ -181,7 +188,7 @@ std::vector<std::vector<Action>> with_p2p(const Schedule& s, const std::vector<O
   std::vector<std::vector<Action>> lists(p);
   for (int r = 0; r < p; ++r) {
     auto it = rounds[r].begin();
-    auto flush_until = [&](int t) {  // batches of rounds <= t
+    auto flush_until = [&](double t) {  // batches of rounds <= t
       for (; it != rounds[r].end() && it->first <= t; ++it) {
         Action batch;
         batch.type = Action::Type::P2P;
@@ -193,7 +200,7 @@ std::vector<std::vector<Action>> with_p2p(const Schedule& s, const std::vector<O
       flush_until(when[r][i].first);
       lists[r].push_back(orders[r][i]);
     }
-    flush_until(std::numeric_limits<int>::max());
+    flush_until(std::numeric_limits<double>::infinity());
   }
   return lists;
 }
@@ -210,17 +217,19 @@ const char* schedule_name(ScheduleKind kind) {
       return "interleaved";
     case ScheduleKind::ZbH1:
       return "zb-h1";
+    case ScheduleKind::ZbAuto:
+      return "zb-auto";
   }
   return "?";
 }
 
 ScheduleKind schedule_from_name(const std::string& name) {
   for (auto k : {ScheduleKind::GPipe, ScheduleKind::OneFOneB, ScheduleKind::Interleaved,
-                 ScheduleKind::ZbH1}) {
+                 ScheduleKind::ZbH1, ScheduleKind::ZbAuto}) {
     if (name == schedule_name(k)) return k;
   }
   throw ValueError("unknown pipeline schedule '" + name +
-                   "' (expected gpipe, 1f1b, interleaved or zb-h1)");
+                   "' (expected gpipe, 1f1b, interleaved, zb-h1 or zb-auto)");
 }
 
 std::string Action::str() const {
@@ -257,12 +266,13 @@ Schedule make_schedule(ScheduleKind kind, int p, int m, int v) {
     check(v == 1, name + ": chunks per rank v (" + std::to_string(v) +
                       ") must be 1 (only interleaved uses v > 1)");
   }
-  Schedule s;
-  s.kind = kind;
-  s.p = p;
-  s.m = m;
-  s.v = v;
-  s.split_backward = kind == ScheduleKind::ZbH1;
+  if (kind == ScheduleKind::ZbAuto) {
+    Costs equal;
+    equal.forward = {1.0};
+    equal.backward_input = {1.0};
+    equal.backward_weight = {1.0};
+    return make_zero_bubble_schedule(p, m, equal);
+  }
   std::vector<Order> orders(p);
   if (kind == ScheduleKind::ZbH1) {
     orders = zb_h1_orders(p, m);
@@ -273,7 +283,22 @@ Schedule make_schedule(ScheduleKind kind, int p, int m, int v) {
                                                    : interleaved_order(p, m, v, r);
     }
   }
-  s.ranks = with_p2p(s, orders);
+  return schedule_from_orders(kind, p, m, v, kind == ScheduleKind::ZbH1, std::move(orders));
+}
+
+Schedule schedule_from_orders(ScheduleKind kind, int p, int m, int v, bool split_backward,
+                              std::vector<std::vector<Action>> orders, const ActionCost& cost) {
+  if (static_cast<int>(orders.size()) != p) {
+    throw ValueError(std::string(schedule_name(kind)) + ": " + std::to_string(orders.size()) +
+                     " rank orders for p = " + std::to_string(p));
+  }
+  Schedule s;
+  s.kind = kind;
+  s.p = p;
+  s.m = m;
+  s.v = v;
+  s.split_backward = split_backward;
+  s.ranks = with_p2p(s, orders, cost);
   return s;
 }
 

@@ -14,19 +14,8 @@
 namespace triad::pipeline {
 namespace {
 
-double compute_cost(const Schedule& s, const Costs& c, const Action& a) {
-  switch (a.compute) {
-    case ComputeKind::Forward:
-      return c.f(a.chunk);
-    case ComputeKind::Backward:
-      return c.b(a.chunk);
-    case ComputeKind::BackwardInput:
-      return c.bi(a.chunk);
-    case ComputeKind::BackwardWeight:
-      return c.bw(a.chunk);
-  }
-  (void)s;
-  return 0;
+double compute_cost(const Schedule& s, const Costs& c, int rank, const Action& a) {
+  return c.of(a.compute, s.stage_of(rank, a.chunk), s.p, s.v);
 }
 
 bool counterpart(const P2POp& mine, int me, const P2POp& theirs) {
@@ -35,6 +24,24 @@ bool counterpart(const P2POp& mine, int me, const P2POp& theirs) {
 }
 
 }  // namespace
+
+double Costs::of(ComputeKind kind, int stage, int p, int v) const {
+  const char* name = kind == ComputeKind::Forward         ? "forward"
+                     : kind == ComputeKind::Backward      ? "backward"
+                     : kind == ComputeKind::BackwardInput ? "backward_input"
+                                                          : "backward_weight";
+  const std::vector<double>& c = kind == ComputeKind::Forward         ? forward
+                                 : kind == ComputeKind::Backward      ? backward
+                                 : kind == ComputeKind::BackwardInput ? backward_input
+                                                                      : backward_weight;
+  const size_t n = c.size();
+  if (n == 1) return c[0];
+  if (n == static_cast<size_t>(p) * static_cast<size_t>(v)) return c.at(static_cast<size_t>(stage));
+  if (n == static_cast<size_t>(v)) return c.at(static_cast<size_t>(stage / p));
+  throw ValueError(std::string("pipeline costs: ") + name + " has " + std::to_string(n) +
+                   " entries; expected 1 (every stage), v = " + std::to_string(v) +
+                   " (one per chunk) or p*v = " + std::to_string(p * v) + " (one per stage)");
+}
 
 SimulationResult simulate(const Schedule& s, const Costs& costs, P2PSemantics semantics) {
   const int p = s.p;
@@ -76,7 +83,7 @@ SimulationResult simulate(const Schedule& s, const Costs& costs, P2PSemantics se
     for (int r = 0; r < p; ++r) {
       while (pc[r] < s.ranks[r].size() && s.ranks[r][pc[r]].is_compute()) {
         const Action& a = s.ranks[r][pc[r]];
-        const double d = compute_cost(s, costs, a);
+        const double d = compute_cost(s, costs, r, a);
         if (a.compute == ComputeKind::Forward)
           res.peak_alive[r] = std::max(res.peak_alive[r], ++alive[r]);
         if (a.compute == ComputeKind::Backward || a.compute == ComputeKind::BackwardInput)

@@ -91,7 +91,7 @@ TEST(Schedule, ConstraintsAreClearErrors) {
   expect_error([] { make_schedule(ScheduleKind::GPipe, 0, 8); }, "p (0) must be >= 1");
   expect_error([] { make_schedule(ScheduleKind::ZbH1, 2, 0); }, "m (0) must be >= 1");
   expect_error([] { schedule_from_name("pipedream"); },
-               "expected gpipe, 1f1b, interleaved or zb-h1");
+               "expected gpipe, 1f1b, interleaved, zb-h1 or zb-auto");
   EXPECT_EQ(schedule_from_name("zb-h1"), ScheduleKind::ZbH1);
 }
 

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -13,10 +14,11 @@ namespace triad::pipeline {
 // Layout: p ranks, v model chunks per rank, S = p*v model stages; chunk c of
 // rank r holds stage c*p + r. Stage 0 takes the embedding, stage S-1 the loss.
 
-enum class ScheduleKind { GPipe, OneFOneB, Interleaved, ZbH1 };
+enum class ScheduleKind { GPipe, OneFOneB, Interleaved, ZbH1, ZbAuto };
 
 const char* schedule_name(ScheduleKind kind);
-// "gpipe", "1f1b", "interleaved", "zb-h1"; throws ValueError listing them.
+// "gpipe", "1f1b", "interleaved", "zb-h1", "zb-auto"; throws ValueError
+// listing them.
 ScheduleKind schedule_from_name(const std::string& name);
 
 enum class ComputeKind { Forward, Backward, BackwardInput, BackwardWeight };
@@ -87,7 +89,25 @@ struct Schedule {
 //               B, then F while at most p-r microbatches are in flight, then
 //               W — so W fills what would be bubbles and peak activation
 //               memory stays that of 1F1B (Qi et al. 2023).
+//  ZB-auto      zero-bubble order chosen for measured costs
+//               (zero_bubble.h); here for equal F, B and W costs and 1F1B's
+//               memory.
 Schedule make_schedule(ScheduleKind kind, int p, int m, int v = 1);
+
+// The cost of a compute action on a rank, for schedule_from_orders().
+using ActionCost = std::function<double(int rank, const Action& action)>;
+
+// A schedule from per-rank compute orders (compute actions only): adds the
+// point-to-point batches the orders imply. Each message's round is the time
+// its producer finishes when the orders run with `cost` (every cost > 0;
+// empty: F 1, B 2, B/W 1 each) and free communication; a rank posts a
+// round's operations together, before its first action starting at or after
+// that time, so the lists cannot deadlock even under rendezvous semantics.
+// Throws Error when the orders would wait forever. Run validate() on the
+// result for the full check.
+Schedule schedule_from_orders(ScheduleKind kind, int p, int m, int v, bool split_backward,
+                              std::vector<std::vector<Action>> orders,
+                              const ActionCost& cost = {});
 
 // Result of validate(): ok, or the first problem found.
 struct Validation {

@@ -8,8 +8,9 @@
 namespace triad::pipeline {
 
 // Per-action costs for the simulator. Times in seconds (any unit works as
-// long as it is consistent). Vectors are indexed by chunk; a single entry
-// applies to all chunks.
+// long as it is consistent). Each vector holds one entry (every stage), v
+// entries (one per chunk: chunk c of every rank) or p*v entries (one per
+// stage: the first and last stages carry the embedding and the head).
 struct Costs {
   std::vector<double> forward{1.0};
   std::vector<double> backward{2.0};         // full backward (B + W)
@@ -19,17 +20,12 @@ struct Costs {
   double p2p_bandwidth = 0.0;                // bytes/s; 0 = infinite
   double message_bytes = 0.0;                // activation (= gradient) size
 
-  double f(int chunk) const { return pick(forward, chunk); }
-  double b(int chunk) const { return pick(backward, chunk); }
-  double bi(int chunk) const { return pick(backward_input, chunk); }
-  double bw(int chunk) const { return pick(backward_weight, chunk); }
+  // The cost of a `kind` action on `stage` (= chunk * p + rank) of a
+  // schedule of p ranks and v chunks per rank. Throws ValueError when a
+  // vector's size is none of 1, v and p*v.
+  double of(ComputeKind kind, int stage, int p, int v) const;
   double transfer() const {
     return p2p_latency + (p2p_bandwidth > 0 ? message_bytes / p2p_bandwidth : 0.0);
-  }
-
- private:
-  static double pick(const std::vector<double>& v, int chunk) {
-    return v.size() == 1 ? v[0] : v.at(static_cast<size_t>(chunk));
   }
 };
 
