@@ -14,6 +14,7 @@
 
 #include "triad/core/error.h"
 #include "triad/parallel/pipeline/simulator.h"
+#include "triad/parallel/pipeline/zero_bubble.h"
 #include "triad/plan/from_config.h"
 #include "triad/plan/model_spec.h"
 #include "triad/plan/planner.h"
@@ -57,9 +58,10 @@ int main(int argc, char** argv) {
 
   auto* sched = app.add_subcommand("schedule", "simulate a pipeline schedule and draw it");
   std::string kind = "1f1b", svg, trace;
-  int p = 4, v = 1, m = 8;
+  int p = 4, v = 1, m = 8, max_in_flight = 0;
   double tf = 1, tb = 2, tw = 0, comm = 0;
-  sched->add_option("--kind", kind, "gpipe, 1f1b, interleaved or zb-h1")->capture_default_str();
+  sched->add_option("--kind", kind, "gpipe, 1f1b, interleaved, zb-h1 or zb-auto")
+      ->capture_default_str();
   sched->add_option("--p", p, "pipeline ranks")->capture_default_str();
   sched->add_option("--v", v, "chunks per rank (interleaved)")->capture_default_str();
   sched->add_option("--m", m, "microbatches")->capture_default_str();
@@ -67,6 +69,8 @@ int main(int argc, char** argv) {
   sched->add_option("--tb", tb, "backward time per chunk (B + W)")->capture_default_str();
   sched->add_option("--tw", tw, "weight-gradient part of --tb for split schedules (default half)");
   sched->add_option("--comm", comm, "time of one point-to-point message")->capture_default_str();
+  sched->add_option("--max-in-flight", max_in_flight,
+                    "zb-auto: microbatches a rank may hold from F to W (default p)");
   sched->add_option("--svg", svg, "write the timeline as SVG");
   sched->add_option("--trace", trace, "write the timeline as Chrome trace JSON");
 
@@ -97,7 +101,7 @@ int main(int argc, char** argv) {
   predict->add_flag("--sequence-parallel", sp);
   predict->add_option("--zero", zero, "1 shards the optimizer state (ZeRO-1)");
   predict->add_option("--schedule", schedule_name,
-                      "1f1b (default), interleaved (default when --vpp > 1), zb-h1");
+                      "1f1b (default), interleaved (default when --vpp > 1), zb-h1, zb-auto");
   auto* rec = app.add_subcommand("recommend", "rank every configuration that fits");
   add_common(rec);
   rec->add_option("--top", top, "how many to print")->capture_default_str();
@@ -105,7 +109,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   try {
     if (sched->parsed()) {
-      auto s = pipeline::make_schedule(pipeline::schedule_from_name(kind), p, m, v);
+      const pipeline::ScheduleKind k = pipeline::schedule_from_name(kind);
       pipeline::Costs c;
       c.forward = {tf};
       c.backward = {tb};
@@ -113,9 +117,16 @@ int main(int argc, char** argv) {
       c.backward_input = {tb - w};
       c.backward_weight = {w};
       c.p2p_latency = comm;
+      if (max_in_flight != 0 && k != pipeline::ScheduleKind::ZbAuto)
+        throw ConfigError("--max-in-flight goes with --kind zb-auto");
+      auto s = pipeline::make_schedule(k, p, m, v);  // names bad numbers
+      // zb-auto: the order searched for these costs.
+      if (k == pipeline::ScheduleKind::ZbAuto)
+        s = pipeline::make_zero_bubble_schedule(p, m, c, {max_in_flight});
       auto r = pipeline::simulate(s, c);
+      const int held = s.split_backward ? r.peak_held[0] : r.peak_alive[0];
       std::printf("%s p=%d v=%d m=%d: makespan %.4g, bubble %.2f%%, peak in-flight on rank 0: %d\n",
-                  kind.c_str(), p, v, m, r.makespan, 100 * r.bubble_fraction, r.peak_alive[0]);
+                  kind.c_str(), p, v, m, r.makespan, 100 * r.bubble_fraction, held);
       if (!svg.empty()) write_file(svg, pipeline::timeline_svg(s, r));
       if (!trace.empty()) write_file(trace, pipeline::timeline_chrome_trace(s, r));
       return 0;

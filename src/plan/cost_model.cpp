@@ -11,6 +11,7 @@
 
 #include "triad/core/error.h"
 #include "triad/parallel/pipeline/simulator.h"
+#include "triad/parallel/pipeline/zero_bubble.h"
 
 namespace triad::plan {
 namespace {
@@ -154,13 +155,13 @@ HeadCost head_cost(const nn::GptConfig& m, const ClusterSpec& c, const ParallelC
 }
 
 struct SimKey {
-  int kind, p, v, m;
+  int kind, p, v, m, limit;
   // Costs relative to a chunk's forward, in 1e-4 units: body chunk (f, bi,
   // bw), the extra of the last chunk (the output head), communication.
   long bi, bw, hf, hbi, hbw, comm;
   bool operator<(const SimKey& o) const {
-    return std::tie(kind, p, v, m, bi, bw, hf, hbi, hbw, comm) <
-           std::tie(o.kind, o.p, o.v, o.m, o.bi, o.bw, o.hf, o.hbi, o.hbw, o.comm);
+    return std::tie(kind, p, v, m, limit, bi, bw, hf, hbi, hbw, comm) <
+           std::tie(o.kind, o.p, o.v, o.m, o.limit, o.bi, o.bw, o.hf, o.hbi, o.hbw, o.comm);
   }
 };
 
@@ -169,14 +170,22 @@ struct SimKey {
 // chunk also carries the head, so the simulated pipeline runs at the pace of
 // the last (slowest) stage.
 pipeline::SimulationResult simulate_cached(pipeline::ScheduleKind kind, int p, int v, int m,
-                                           double f, double bi, double bwt, const HeadCost& head,
-                                           double comm) {
+                                           int limit, double f, double bi, double bwt,
+                                           const HeadCost& head, double comm) {
   static std::mutex mutex;
   static std::map<SimKey, pipeline::SimulationResult> cache;
   auto q = [&](double x) { return std::lround(x / f * 1e4); };
-  const SimKey key{
-      static_cast<int>(kind), p,      v, m, q(bi), q(bwt), q(head.fwd), q(head.bwd_input),
-      q(head.bwd_weight),     q(comm)};
+  const SimKey key{static_cast<int>(kind),
+                   p,
+                   v,
+                   m,
+                   kind == pipeline::ScheduleKind::ZbAuto ? limit : 0,
+                   q(bi),
+                   q(bwt),
+                   q(head.fwd),
+                   q(head.bwd_input),
+                   q(head.bwd_weight),
+                   q(comm)};
   {
     std::lock_guard<std::mutex> lock(mutex);
     auto it = cache.find(key);
@@ -193,7 +202,13 @@ pipeline::SimulationResult simulate_cached(pipeline::ScheduleKind kind, int p, i
   for (int c = 0; c < v; ++c)
     costs.backward[c] = costs.backward_input[c] + costs.backward_weight[c];
   costs.p2p_latency = key.comm / 1e4;
-  auto result = pipeline::simulate(pipeline::make_schedule(kind, p, m, v), costs);
+  // zb-auto's order is searched for these very costs, as the trainer does
+  // for the ones it measures.
+  const pipeline::Schedule schedule =
+      kind == pipeline::ScheduleKind::ZbAuto
+          ? pipeline::make_zero_bubble_schedule(p, m, costs, {key.limit})
+          : pipeline::make_schedule(kind, p, m, v);
+  auto result = pipeline::simulate(schedule, costs);
   std::lock_guard<std::mutex> lock(mutex);
   cache.emplace(key, result);
   return result;
@@ -239,6 +254,9 @@ std::string ParallelConfig::str() const {
          " vpp=" + std::to_string(vpp) + " mb=" + std::to_string(micro_batch) +
          " recompute=" + recompute_name(recompute) + " sp=" + (sequence_parallel ? "on" : "off") +
          " zero1=" + (zero1 ? "on" : "off") + " " + pipeline::schedule_name(schedule) +
+         (schedule == pipeline::ScheduleKind::ZbAuto && zb_max_in_flight > 0
+              ? " max-in-flight=" + std::to_string(zb_max_in_flight)
+              : std::string()) +
          (attention == Attention::Flash ? " attention=flash" : "");
 }
 
@@ -348,13 +366,13 @@ Estimate estimate(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int gl
     e.p2p_time =
         (cross ? c.inter_latency : c.intra_latency) + bytes / (bwid * c.collective_efficiency);
   }
-  const pipeline::SimulationResult sim =
-      simulate_cached(p.schedule, p.pp, p.vpp, e.num_microbatches, f, bi, bw, H, e.p2p_time);
+  const pipeline::SimulationResult sim = simulate_cached(
+      p.schedule, p.pp, p.vpp, e.num_microbatches, p.zb_max_in_flight, f, bi, bw, H, e.p2p_time);
   e.pipeline_time = sim.makespan * f;
   e.bubble_fraction = sim.bubble_fraction;
   e.peak_inflight =
       sim.peak_alive.empty() ? 0 : *std::max_element(sim.peak_alive.begin(), sim.peak_alive.end());
-  if (p.schedule == pipeline::ScheduleKind::ZbH1) {
+  if (p.schedule == pipeline::ScheduleKind::ZbH1 || p.schedule == pipeline::ScheduleKind::ZbAuto) {
     e.peak_inflight = *std::max_element(sim.peak_held.begin(), sim.peak_held.end());
   }
 

@@ -40,6 +40,7 @@ PlannedRun planned_run(const train::Config& config, int gpus) {
   p.zero1 = par.zero == 1;
   p.schedule =
       par.pp > 1 ? pipeline::schedule_from_name(par.schedule) : pipeline::ScheduleKind::OneFOneB;
+  p.zb_max_in_flight = par.zb_max_in_flight;
   p.overlap_dp = true;  // Triad's bucketed reducer starts during backward
   p.attention = Attention::Flash;
   run.gpus = gpus;

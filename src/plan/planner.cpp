@@ -25,6 +25,7 @@ std::vector<Estimate> recommend(const nn::GptConfig& m, const ClusterSpec& c, in
             if (v > 1) schedules.push_back({pipeline::ScheduleKind::Interleaved, v});
           }
           if (space.try_zb_h1) schedules.push_back({pipeline::ScheduleKind::ZbH1, 1});
+          if (space.try_zb_auto) schedules.push_back({pipeline::ScheduleKind::ZbAuto, 1});
         }
         for (auto [kind, v] : schedules) {
           for (Recompute rc : {Recompute::None, Recompute::Selective, Recompute::Full}) {

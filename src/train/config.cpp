@@ -296,10 +296,14 @@ void validate(const Config& c, bool min_lr_given) {
     throw ConfigError("device ('" + c.device + "') must be cpu, cuda or cuda:N");
   }
   const auto& p = c.parallel;
-  const std::set<std::string> schedules{"gpipe", "1f1b", "interleaved", "zb-h1"};
+  const std::set<std::string> schedules{"gpipe", "1f1b", "interleaved", "zb-h1", "zb-auto"};
   if (!schedules.count(p.schedule)) {
     throw ConfigError("parallel.schedule ('" + p.schedule +
-                      "') must be gpipe, 1f1b, interleaved or zb-h1");
+                      "') must be gpipe, 1f1b, interleaved, zb-h1 or zb-auto");
+  }
+  if (p.zb_max_in_flight != 0 && p.schedule != "zb-auto") {
+    throw ConfigError("parallel.zb_max_in_flight (" + std::to_string(p.zb_max_in_flight) +
+                      ") goes with parallel.schedule 'zb-auto' (got '" + p.schedule + "')");
   }
   if (p.pp > c.model.n_layer) {
     throw ConfigError("parallel.pp (" + std::to_string(p.pp) + ") must not exceed model.n_layer (" +
@@ -688,6 +692,15 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
        {false, [&](auto& v, auto& k) { c.parallel.sequence_parallel = get_bool(v, k); }}},
       {"schedule", {false, [&](auto& v, auto& k) { c.parallel.schedule = get_string(v, k); }}},
       {"order", {false, [&](auto& v, auto& k) { c.parallel.order = get_string(v, k); }}},
+      {"zb_max_in_flight",
+       {false,
+        [&](auto& v, auto& k) {
+          const int64_t n = get_int(v, k);
+          if (n < 0 || n > 1'000'000)
+            throw ConfigError(k + " (" + std::to_string(n) +
+                              ") must be >= 1, or 0 for parallel.pp");
+          c.parallel.zb_max_in_flight = static_cast<int>(n);
+        }}},
       {"topology",
        {false,
         [&](auto& v, auto& k) {
@@ -863,6 +876,8 @@ std::string to_yaml(const Config& c) {
   e << YAML::Key << "sequence_parallel" << YAML::Value << p.sequence_parallel;
   e << YAML::Key << "schedule" << YAML::Value << p.schedule << YAML::Key << "order" << YAML::Value
     << p.order;
+  if (p.zb_max_in_flight != 0)
+    e << YAML::Key << "zb_max_in_flight" << YAML::Value << p.zb_max_in_flight;
   if (!p.stage_layers.empty())
     e << YAML::Key << "stage_layers" << YAML::Value << YAML::Flow << p.stage_layers;
   e << YAML::Key << "zero" << YAML::Value << p.zero << YAML::Key << "bucket_mb" << YAML::Value

@@ -27,6 +27,8 @@
 #include "triad/ops/shape_ops.h"
 #include "triad/optim/clip.h"
 #include "triad/parallel/pipeline/schedule.h"
+#include "triad/parallel/pipeline/simulator.h"
+#include "triad/parallel/pipeline/zero_bubble.h"
 #include "triad/train/attention_choice.h"
 
 namespace triad::train {
@@ -128,13 +130,7 @@ Trainer::Trainer(Config config, dist::ProcessGroupPtr world)
           par.sequence_parallel, par.vpp, par.stage_layers);
       const int m = static_cast<int>(config_.train.global_batch_size /
                                      (config_.train.micro_batch_size * dp_));
-      executor_ = std::make_unique<pipeline::PipelineExecutor>(
-          *pp_model_,
-          pipeline::make_schedule(pipeline::schedule_from_name(par.schedule), par.pp, m, par.vpp));
-      executor_->set_event_sink(
-          [this](const std::string& name, const std::string& cat,
-                 TraceRecorder::Clock::time_point t0,
-                 TraceRecorder::Clock::time_point t1) { record(name, cat, t0, t1); });
+      executor_ = make_executor(m);
       if (!config_.init_from.empty()) {
         nn::StateDict full;
         std::map<std::string, Shape> shapes;
@@ -769,19 +765,87 @@ double Trainer::schedule_position(int64_t batch) const {
          1.0;
 }
 
+pipeline::Schedule Trainer::pipeline_schedule(int64_t micro) const {
+  const auto& par = config_.parallel;
+  const int m = static_cast<int>(micro);
+  if (par.schedule != "zb-auto")
+    return pipeline::make_schedule(pipeline::schedule_from_name(par.schedule), par.pp, m, par.vpp);
+  pipeline::Costs costs;  // equal F, B and W until measured
+  costs.forward = {1.0};
+  costs.backward_input = {1.0};
+  costs.backward_weight = {1.0};
+  return pipeline::make_zero_bubble_schedule(par.pp, m, zb_costs_ ? *zb_costs_ : costs,
+                                             {par.zb_max_in_flight});
+}
+
+std::unique_ptr<pipeline::PipelineExecutor> Trainer::make_executor(int64_t micro) {
+  auto e = std::make_unique<pipeline::PipelineExecutor>(*pp_model_, pipeline_schedule(micro));
+  e->set_event_sink([this](const std::string& name, const std::string& cat,
+                           TraceRecorder::Clock::time_point t0,
+                           TraceRecorder::Clock::time_point t1) { record(name, cat, t0, t1); });
+  return e;
+}
+
+void Trainer::plan_zero_bubble(const pipeline::PipelineStepResult& measured) {
+  const int p = config_.parallel.pp, stage = mesh_->pp_rank();
+  // [kind * p + stage]: this rank's mean times in its stage's slots; the sum
+  // over the world divided by the tp * dp ranks of each stage is the mean.
+  std::vector<double> slots(3 * static_cast<size_t>(p), 0.0);
+  auto mean = [](double seconds, int count) { return count > 0 ? seconds / count : 0.0; };
+  slots[static_cast<size_t>(stage)] = mean(measured.forward_seconds, measured.forwards);
+  slots[static_cast<size_t>(p + stage)] = mean(measured.backward_seconds, measured.backwards);
+  slots[static_cast<size_t>(2 * p + stage)] = mean(measured.weight_seconds, measured.weight_passes);
+  Tensor t = from_vector(slots, {3 * static_cast<int64_t>(p)}, DType::F64);
+  world_->all_reduce(t, dist::ReduceOp::Sum)->wait();
+  // Bit-identical inputs on every rank, so every rank searches the same order.
+  world_->broadcast(t, 0)->wait();
+  slots = to_double_vector(t);
+  const double ranks_per_stage = static_cast<double>(world_->size() / p);
+  pipeline::Costs costs;
+  costs.forward.assign(slots.begin(), slots.begin() + p);
+  costs.backward_input.assign(slots.begin() + p, slots.begin() + 2 * p);
+  costs.backward_weight.assign(slots.begin() + 2 * p, slots.end());
+  // A pass too short to time (or absent) still costs something: at least a
+  // microsecond, so the search gets positive costs.
+  for (auto* v : {&costs.forward, &costs.backward_input, &costs.backward_weight}) {
+    for (double& x : *v) x = std::max(x / ranks_per_stage, 1e-6);
+  }
+  costs.backward.resize(static_cast<size_t>(p));
+  for (int s = 0; s < p; ++s)
+    costs.backward[s] = costs.backward_input[s] + costs.backward_weight[s];
+  zb_costs_ = costs;
+  const int m = executor_->schedule().m;
+  executor_ = make_executor(m);
+  ramp_executors_.clear();  // rebuilt with the measured costs when next needed
+  auto ms = [](const std::vector<double>& v) {
+    std::string s;
+    for (double x : v) {
+      if (!s.empty()) s += ' ';
+      s += fmt::format("{:.3g}", x * 1e3);
+    }
+    return s;
+  };
+  const auto& par = config_.parallel;
+  const int limit = par.zb_max_in_flight == 0 ? p : par.zb_max_in_flight;
+  const double chosen = pipeline::simulate(executor_->schedule(), costs).bubble_fraction;
+  const double zb_h1 =
+      pipeline::simulate(pipeline::make_schedule(pipeline::ScheduleKind::ZbH1, p, m), costs)
+          .bubble_fraction;
+  const double ofob =
+      pipeline::simulate(pipeline::make_schedule(pipeline::ScheduleKind::OneFOneB, p, m), costs)
+          .bubble_fraction;
+  spdlog::info(
+      "zb-auto: measured ms per stage F [{}] B [{}] W [{}]; order for {} microbatches within {} "
+      "in flight: simulated bubble {:.1f}% (zb-h1 {:.1f}%, 1f1b {:.1f}%)",
+      ms(costs.forward), ms(costs.backward_input), ms(costs.backward_weight), m, limit,
+      100 * chosen, 100 * zb_h1, 100 * ofob);
+}
+
 pipeline::PipelineExecutor& Trainer::executor_for(int64_t micro) {
   if (micro == config_.train.global_batch_size / (config_.train.micro_batch_size * dp_))
     return *executor_;
   auto& e = ramp_executors_[micro];
-  if (!e) {
-    const auto& par = config_.parallel;
-    e = std::make_unique<pipeline::PipelineExecutor>(
-        *pp_model_, pipeline::make_schedule(pipeline::schedule_from_name(par.schedule), par.pp,
-                                            static_cast<int>(micro), par.vpp));
-    e->set_event_sink([this](const std::string& name, const std::string& cat,
-                             TraceRecorder::Clock::time_point t0,
-                             TraceRecorder::Clock::time_point t1) { record(name, cat, t0, t1); });
-  }
+  if (!e) e = make_executor(micro);
   return *e;
 }
 
@@ -799,14 +863,21 @@ double Trainer::forward_backward(int64_t index, double* bubble) {
       batches.push_back(with_loss_mask(dataset_->sequences(
           first_sequence(index) + first + i * t.micro_batch_size, t.micro_batch_size)));
     }
+    // zb-auto measures its second step (the first pays one-time costs).
+    const bool measure = config_.parallel.schedule == "zb-auto" && pipeline_steps_ == 1;
+    ++pipeline_steps_;
+    pipeline::PipelineExecutor& executor = executor_for(micro);
+    executor.set_profile(measure && device_.is_cuda());
     const auto start = std::chrono::steady_clock::now();
     pipeline::PipelineStepResult r =
-        executor_for(micro).run(batches, {true, t.seed, call}, scaler_ ? scaler_->scale() : 1.0);
+        executor.run(batches, {true, t.seed, call}, scaler_ ? scaler_->scale() : 1.0);
     const double wall =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    executor.set_profile(false);
     Tensor busiest = from_vector(std::vector<double>{r.compute_seconds}, {1}, DType::F64);
     mesh_->pp()->all_reduce(busiest, dist::ReduceOp::Max)->wait();
     *bubble = std::max(0.0, wall - item(busiest)) / item(busiest);
+    if (measure) plan_zero_bubble(r);
     return r.loss;
   }
   // Summed on the loss's device and read once after the last micro-batch:

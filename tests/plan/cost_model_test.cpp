@@ -200,6 +200,22 @@ TEST(CostModel, InterleavingCutsTheBubbleAndSmallMicrobatchesLoseGemmEfficiency)
   ParallelConfig z = a;
   z.schedule = pipeline::ScheduleKind::ZbH1;
   EXPECT_LT(estimate(m, c, 32, 16, z).bubble_fraction, one.bubble_fraction);
+  // zb-auto searches its order for the predicted costs: never slower than
+  // ZB-H1 or 1F1B, within 1F1B's memory by default and in a larger budget
+  // when given one (ZB-H2's 2p - 1), which it uses.
+  ParallelConfig za = a;
+  za.schedule = pipeline::ScheduleKind::ZbAuto;
+  const Estimate zb_auto = estimate(m, c, 32, 16, za), zb_h1 = estimate(m, c, 32, 16, z);
+  EXPECT_LE(zb_auto.step_time, zb_h1.step_time * (1 + 1e-12));
+  EXPECT_LE(zb_auto.step_time, one.step_time * (1 + 1e-12));
+  EXPECT_LE(zb_auto.peak_inflight, a.pp);
+  za.zb_max_in_flight = 2 * a.pp - 1;
+  EXPECT_EQ(za.str(),
+            "tp=8 pp=4 dp=1 vpp=1 mb=1 recompute=selective sp=off zero1=off zb-auto "
+            "max-in-flight=7");
+  const Estimate zb_h2 = estimate(m, c, 32, 16, za);
+  EXPECT_LE(zb_h2.step_time, zb_auto.step_time * (1 + 1e-12));
+  EXPECT_LE(zb_h2.peak_inflight, 2 * a.pp - 1);
   // Per token, a micro batch of 1 x 2048 tokens over tp = 8 runs its GEMMs
   // less efficiently than 8 x 2048.
   const Estimate mb1 = estimate(m, c, 32, 64, layout(8, 1, 4, 1, Recompute::None));

@@ -313,6 +313,29 @@ TEST(Config, AsyncCheckpointsParseAndRoundTrip) {
                       "checkpoint.async: expected true or false, got 'later'");
 }
 
+TEST(Config, ZeroBubbleAutoParsesRoundTripsAndNamesBadValues) {
+  const Config c = parse_config(
+      kValid, {"parallel.pp=2", "parallel.schedule=zb-auto", "parallel.zb_max_in_flight=3"});
+  EXPECT_EQ(c.parallel.schedule, "zb-auto");
+  EXPECT_EQ(c.parallel.zb_max_in_flight, 3);
+  EXPECT_EQ(parse_config(to_yaml(c)).parallel.zb_max_in_flight, 3);
+  EXPECT_EQ(parse_config(kValid, {"parallel.pp=2", "parallel.schedule=zb-auto"})
+                .parallel.zb_max_in_flight,
+            0);
+  expect_config_error(kValid, {"parallel.pp=2", "parallel.schedule=zb-h2"},
+                      "parallel.schedule ('zb-h2') must be gpipe, 1f1b, interleaved, zb-h1 or "
+                      "zb-auto");
+  expect_config_error(
+      kValid, {"parallel.pp=2", "parallel.schedule=zb-auto", "parallel.zb_max_in_flight=-1"},
+      "parallel.zb_max_in_flight (-1) must be >= 1, or 0 for parallel.pp");
+  expect_config_error(kValid,
+                      {"parallel.pp=2", "parallel.schedule=zb-h1", "parallel.zb_max_in_flight=3"},
+                      "parallel.zb_max_in_flight (3) goes with parallel.schedule 'zb-auto' (got "
+                      "'zb-h1')");
+  expect_config_error(kValid, {"parallel.schedule=zb-auto"},
+                      "parallel.schedule ('zb-auto') needs parallel.pp > 1");
+}
+
 TEST(Config, PackedDocumentSettingsParseRoundTripAndNeedAnEndToken) {
   const Config plain = parse_config(kValid);
   EXPECT_EQ(plain.model.eod_token, -1);

@@ -33,6 +33,8 @@ struct ParallelConfig {
   bool sequence_parallel = false;
   bool zero1 = false;
   pipeline::ScheduleKind schedule = pipeline::ScheduleKind::OneFOneB;
+  // zb-auto: microbatches a rank holds from F to W (0: pp), as in the trainer.
+  int zb_max_in_flight = 0;
   // Whether the data-parallel gradient reduction overlaps backward (Triad's
   // bucketed reducer) or runs after it (Megatron-LM as published in 2021).
   bool overlap_dp = false;

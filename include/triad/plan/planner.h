@@ -10,6 +10,7 @@ struct SearchSpace {
   std::vector<int> micro_batches{1, 2, 4, 8, 16};
   std::vector<int> vpps{1, 2, 4};
   bool try_zb_h1 = true;
+  bool try_zb_auto = true;  // the order searched for the predicted costs
   bool overlap_dp = false;
   Attention attention = Attention::Unfused;
 };

@@ -52,7 +52,9 @@ struct ParallelSection {
   int vpp = 1;
   int dp = 0;  // 0: derived from the world size (world / (tp * pp))
   bool sequence_parallel = false;
-  std::string schedule = "1f1b";  // gpipe, 1f1b, interleaved, zb-h1 (pp > 1)
+  std::string schedule = "1f1b";  // gpipe, 1f1b, interleaved, zb-h1, zb-auto (pp > 1)
+  // zb-auto: microbatches a rank holds from F to W; 0 = pp (1F1B's memory).
+  int zb_max_in_flight = 0;
   std::string order = "tp-dp-pp";
   // Layers of each of the pp*vpp stages, in stage order; empty: even split.
   std::vector<int64_t> stage_layers;

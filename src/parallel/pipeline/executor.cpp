@@ -222,10 +222,28 @@ PipelineStepResult PipelineExecutor::run(const std::vector<data::Batch>& micro,
     return Shape{b, sp ? T / tpg->size() : T, cfg.d_model};
   };
   auto timed = [&](const Action& a, auto&& fn) {
+    if (profile_) backend_for(act_device.type).synchronize();
     const auto t0 = Clock::now();
     fn();
+    if (profile_) backend_for(act_device.type).synchronize();
     const auto t1 = Clock::now();
-    res.compute_seconds += std::chrono::duration<double>(t1 - t0).count();
+    const double seconds = std::chrono::duration<double>(t1 - t0).count();
+    res.compute_seconds += seconds;
+    switch (a.compute) {
+      case ComputeKind::Forward:
+        res.forward_seconds += seconds;
+        ++res.forwards;
+        break;
+      case ComputeKind::Backward:
+      case ComputeKind::BackwardInput:
+        res.backward_seconds += seconds;
+        ++res.backwards;
+        break;
+      case ComputeKind::BackwardWeight:
+        res.weight_seconds += seconds;
+        ++res.weight_passes;
+        break;
+    }
     if (sink_) {
       const bool f = a.compute == ComputeKind::Forward,
                  w = a.compute == ComputeKind::BackwardWeight;

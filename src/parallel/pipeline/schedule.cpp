@@ -132,7 +132,9 @@ std::vector<std::vector<std::pair<double, double>>> time_orders(const Schedule& 
           if (st < S - 1) need(b_end[st + 1][mb]);
         }
         if (!ok) break;
-        const double cost = cost_of ? cost_of(r, a) : a.compute == ComputeKind::Backward ? 2.0 : 1.0;
+        const double cost = cost_of                              ? cost_of(r, a)
+                            : a.compute == ComputeKind::Backward ? 2.0
+                                                                 : 1.0;
         if (!(cost > 0))
           throw ValueError(std::string(schedule_name(s.kind)) + ": the cost of " + a.str() +
                            " on rank " + std::to_string(r) + " (" + std::to_string(cost) +
@@ -164,8 +166,8 @@ std::vector<std::vector<Action>> with_p2p(const Schedule& s, const std::vector<O
                                           const ActionCost& cost) {
   const int p = s.p, S = s.num_stages();
   const auto when = time_orders(s, orders, cost);
-  // Per rank: round -> ops.
-  std::vector<std::map<double, std::vector<P2POp>>> rounds(p);
+  // Per rank: (round, op), in the order found; sorted stably below.
+  std::vector<std::vector<std::pair<double, P2POp>>> rounds(p);
   for (int r = 0; r < p; ++r) {
     for (size_t i = 0; i < orders[r].size(); ++i) {
       const Action& a = orders[r][i];
@@ -175,25 +177,30 @@ std::vector<std::vector<Action>> with_p2p(const Schedule& s, const std::vector<O
           a.compute == ComputeKind::Backward || a.compute == ComputeKind::BackwardInput;
       if (a.compute == ComputeKind::Forward && st < S - 1 && s.rank_of(st + 1) != r) {
         const int q = s.rank_of(st + 1);
-        rounds[r][t].push_back({true, Payload::Activation, st, a.microbatch, q});
-        rounds[q][t].push_back({false, Payload::Activation, st, a.microbatch, r});
+        rounds[r].push_back({t, {true, Payload::Activation, st, a.microbatch, q}});
+        rounds[q].push_back({t, {false, Payload::Activation, st, a.microbatch, r}});
       }
       if (input_grad && st > 0 && s.rank_of(st - 1) != r) {
         const int q = s.rank_of(st - 1);
-        rounds[r][t].push_back({true, Payload::Gradient, st, a.microbatch, q});
-        rounds[q][t].push_back({false, Payload::Gradient, st, a.microbatch, r});
+        rounds[r].push_back({t, {true, Payload::Gradient, st, a.microbatch, q}});
+        rounds[q].push_back({t, {false, Payload::Gradient, st, a.microbatch, r}});
       }
     }
   }
   std::vector<std::vector<Action>> lists(p);
   for (int r = 0; r < p; ++r) {
-    auto it = rounds[r].begin();
-    auto flush_until = [&](double t) {  // batches of rounds <= t
-      for (; it != rounds[r].end() && it->first <= t; ++it) {
+    auto& mine = rounds[r];
+    std::stable_sort(mine.begin(), mine.end(),
+                     [](const auto& x, const auto& y) { return x.first < y.first; });
+    size_t next = 0;
+    auto flush_until = [&](double t) {  // one batch per round <= t
+      while (next < mine.size() && mine[next].first <= t) {
         Action batch;
         batch.type = Action::Type::P2P;
-        batch.ops = it->second;
-        lists[r].push_back(batch);
+        const double round = mine[next].first;
+        for (; next < mine.size() && mine[next].first == round; ++next)
+          batch.ops.push_back(mine[next].second);
+        lists[r].push_back(std::move(batch));
       }
     };
     for (size_t i = 0; i < orders[r].size(); ++i) {
@@ -252,7 +259,9 @@ std::string Action::str() const {
   return s + "]";
 }
 
-Schedule make_schedule(ScheduleKind kind, int p, int m, int v) {
+namespace {
+
+void check_numbers(ScheduleKind kind, int p, int m, int v) {
   const std::string name = schedule_name(kind);
   check(p >= 1, name + ": pipeline ranks p (" + std::to_string(p) + ") must be >= 1");
   check(m >= 1, name + ": microbatches m (" + std::to_string(m) + ") must be >= 1");
@@ -266,12 +275,21 @@ Schedule make_schedule(ScheduleKind kind, int p, int m, int v) {
     check(v == 1, name + ": chunks per rank v (" + std::to_string(v) +
                       ") must be 1 (only interleaved uses v > 1)");
   }
+}
+
+}  // namespace
+
+std::vector<std::vector<Action>> compute_orders(ScheduleKind kind, int p, int m, int v) {
+  check_numbers(kind, p, m, v);
   if (kind == ScheduleKind::ZbAuto) {
-    Costs equal;
-    equal.forward = {1.0};
-    equal.backward_input = {1.0};
-    equal.backward_weight = {1.0};
-    return make_zero_bubble_schedule(p, m, equal);
+    std::vector<Order> orders(p);
+    const Schedule s = make_schedule(kind, p, m, v);
+    for (int r = 0; r < p; ++r) {
+      for (const Action& a : s.ranks[r]) {
+        if (a.is_compute()) orders[r].push_back(a);
+      }
+    }
+    return orders;
   }
   std::vector<Order> orders(p);
   if (kind == ScheduleKind::ZbH1) {
@@ -283,7 +301,20 @@ Schedule make_schedule(ScheduleKind kind, int p, int m, int v) {
                                                    : interleaved_order(p, m, v, r);
     }
   }
-  return schedule_from_orders(kind, p, m, v, kind == ScheduleKind::ZbH1, std::move(orders));
+  return orders;
+}
+
+Schedule make_schedule(ScheduleKind kind, int p, int m, int v) {
+  if (kind == ScheduleKind::ZbAuto) {
+    check_numbers(kind, p, m, v);
+    Costs equal;
+    equal.forward = {1.0};
+    equal.backward_input = {1.0};
+    equal.backward_weight = {1.0};
+    return make_zero_bubble_schedule(p, m, equal);
+  }
+  return schedule_from_orders(kind, p, m, v, kind == ScheduleKind::ZbH1,
+                              compute_orders(kind, p, m, v));
 }
 
 Schedule schedule_from_orders(ScheduleKind kind, int p, int m, int v, bool split_backward,

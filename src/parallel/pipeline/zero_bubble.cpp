@@ -1,8 +1,9 @@
 #include "triad/parallel/pipeline/zero_bubble.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
-#include <optional>
+#include <set>
 #include <string>
 
 #include "triad/core/error.h"
@@ -34,15 +35,15 @@ std::vector<Order> list_schedule(int p, int m, int limit, const std::vector<Stag
   // gradient (B); NaN until the producer has been scheduled.
   std::vector<std::vector<double>> act(p, std::vector<double>(m, unknown)), grad = act;
   for (int i = 0; i < m; ++i) act[0][i] = 0.0;
-  std::vector<double> f_end(m);
+  // Ranks neither finished nor blocked, by (clock, rank): the earliest goes next.
+  std::set<std::pair<double, int>> active;
+  for (int r = 0; r < p; ++r) active.insert({0.0, r});
   int left = p;
   while (left > 0) {
-    int r = -1;
-    for (int q = 0; q < p; ++q) {
-      if (nw[q] == m || blocked[q]) continue;
-      if (r < 0 || clock[q] < clock[r]) r = q;
-    }
-    if (r < 0) throw Error("zero-bubble list scheduler: every rank waits (internal error)");
+    if (active.empty())
+      throw Error("zero-bubble list scheduler: every rank waits (internal error)");
+    const int r = active.begin()->second;
+    active.erase(active.begin());
     const double t = clock[r];
     // The next B and F this rank could run, and when their inputs arrive.
     const bool b_possible = nb[r] < nf[r];
@@ -53,18 +54,26 @@ std::vector<Order> list_schedule(int p, int m, int limit, const std::vector<Stag
     auto run = [&](ComputeKind kind, int mb, double duration) {
       orders[r].push_back(Action::make_compute(kind, 0, mb));
       clock[r] = t + duration;
-      std::fill(blocked.begin(), blocked.end(), false);
+      // Only a neighbour's input can have become known.
+      for (int q : {r - 1, r + 1}) {
+        if (q >= 0 && q < p && blocked[q]) {
+          blocked[q] = false;
+          active.insert({clock[q], q});
+        }
+      }
     };
     if (b_possible && ready(b_at)) {
       const int mb = nb[r]++;
       run(ComputeKind::BackwardInput, mb, cost[r].b);
       if (r > 0) grad[r - 1][mb] = clock[r] + transfer;
+      active.insert({clock[r], r});
       continue;
     }
     if (f_possible && ready(f_at)) {
       const int mb = nf[r]++;
       run(ComputeKind::Forward, mb, cost[r].f);
       if (r < p - 1) act[r + 1][mb] = clock[r] + transfer;
+      active.insert({clock[r], r});
       continue;
     }
     // The earliest known arrival of an input this rank is waiting for.
@@ -75,26 +84,31 @@ std::vector<Order> list_schedule(int p, int m, int limit, const std::vector<Stag
     if (nw[r] < nb[r] && (policy == WPolicy::Eager || next >= t + cost[r].w)) {
       const int mb = nw[r]++;
       run(ComputeKind::BackwardWeight, mb, cost[r].w);
-      if (nw[r] == m) --left;
+      if (nw[r] == m) {
+        --left;  // done: never active again
+      } else {
+        active.insert({clock[r], r});
+      }
       continue;
     }
     if (std::isinf(next)) {
-      blocked[r] = true;  // until another rank schedules something
+      blocked[r] = true;  // until a neighbour schedules something
     } else {
       clock[r] = next;
+      active.insert({clock[r], r});
     }
   }
   return orders;
 }
 
-// A schedule's compute actions only, its backwards split into B then W.
-std::vector<Order> split_orders(const Schedule& s) {
-  std::vector<Order> orders(s.p);
-  for (int r = 0; r < s.p; ++r) {
-    for (const Action& a : s.ranks[r]) {
-      if (!a.is_compute()) continue;
+// Compute orders with each full backward split into B then W.
+std::vector<Order> split_orders(const std::vector<Order>& in) {
+  std::vector<Order> orders(in.size());
+  for (size_t r = 0; r < in.size(); ++r) {
+    for (const Action& a : in[r]) {
       if (a.compute == ComputeKind::Backward) {
-        orders[r].push_back(Action::make_compute(ComputeKind::BackwardInput, a.chunk, a.microbatch));
+        orders[r].push_back(
+            Action::make_compute(ComputeKind::BackwardInput, a.chunk, a.microbatch));
         orders[r].push_back(
             Action::make_compute(ComputeKind::BackwardWeight, a.chunk, a.microbatch));
       } else {
@@ -103,6 +117,65 @@ std::vector<Order> split_orders(const Schedule& s) {
     }
   }
   return orders;
+}
+
+// The makespan of split orders run as the executor runs them: each action
+// starts when its rank is free and its input has arrived (the producer's end
+// plus the transfer time), or infinity when a rank would hold more than
+// `limit` microbatches between F and W.
+double makespan(int p, int m, int limit, const std::vector<Order>& orders,
+                const std::vector<StageCost>& cost, double transfer) {
+  for (const Order& o : orders) {
+    int held = 0;
+    for (const Action& a : o) {
+      held += a.compute == ComputeKind::Forward          ? 1
+              : a.compute == ComputeKind::BackwardWeight ? -1
+                                                         : 0;
+      if (held > limit) return std::numeric_limits<double>::infinity();
+    }
+  }
+  const double unknown = std::numeric_limits<double>::quiet_NaN();
+  // When rank r's F / B of each microbatch ends.
+  std::vector<std::vector<double>> f_end(p, std::vector<double>(m, unknown)), b_end = f_end;
+  std::vector<size_t> next(p, 0);
+  std::vector<double> clock(p, 0.0);
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (int r = 0; r < p; ++r) {
+      for (; next[r] < orders[r].size(); ++next[r]) {
+        const Action& a = orders[r][next[r]];
+        const int mb = a.microbatch;
+        double ready = clock[r];
+        bool known = true;
+        auto after = [&](double t) {  // NaN: not produced yet
+          known = known && !std::isnan(t);
+          if (known) ready = std::max(ready, t);
+        };
+        double d = 0;
+        if (a.compute == ComputeKind::Forward) {
+          if (r > 0) after(f_end[r - 1][mb] + transfer);
+          d = cost[r].f;
+        } else if (a.compute == ComputeKind::BackwardInput) {
+          after(f_end[r][mb]);
+          if (r < p - 1) after(b_end[r + 1][mb] + transfer);
+          d = cost[r].b;
+        } else {
+          after(b_end[r][mb]);
+          d = cost[r].w;
+        }
+        if (!known) break;
+        clock[r] = ready + d;
+        if (a.compute == ComputeKind::Forward) f_end[r][mb] = clock[r];
+        if (a.compute == ComputeKind::BackwardInput) b_end[r][mb] = clock[r];
+        progress = true;
+      }
+    }
+  }
+  for (int r = 0; r < p; ++r) {
+    if (next[r] < orders[r].size())
+      throw Error("zb-auto: candidate orders wait forever (internal error)");
+  }
+  return *std::max_element(clock.begin(), clock.end());
 }
 
 }  // namespace
@@ -146,24 +219,21 @@ Schedule make_zero_bubble_schedule(int p, int m, const Costs& costs,
     for (WPolicy policy : {WPolicy::Eager, WPolicy::Fit})
       candidates.push_back(list_schedule(p, m, budget, cost, costs.transfer(), policy));
   }
-  candidates.push_back(split_orders(make_schedule(ScheduleKind::ZbH1, p, m)));
-  candidates.push_back(split_orders(make_schedule(ScheduleKind::OneFOneB, p, m)));
-  std::optional<Schedule> best;
-  double best_time = 0;
-  for (auto& orders : candidates) {
-    Schedule s =
-        schedule_from_orders(ScheduleKind::ZbAuto, p, m, 1, true, std::move(orders), action_cost);
-    const SimulationResult sim = simulate(s, costs);
-    bool fits = true;
-    for (int held : sim.peak_held) fits = fits && held <= limit;
-    if (!fits) continue;
-    if (!best || sim.makespan < best_time) {
-      best_time = sim.makespan;
-      best = std::move(s);
+  candidates.push_back(compute_orders(ScheduleKind::ZbH1, p, m));
+  candidates.push_back(split_orders(compute_orders(ScheduleKind::OneFOneB, p, m)));
+  size_t best = candidates.size();
+  double best_time = std::numeric_limits<double>::infinity();
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    const double t = makespan(p, m, limit, candidates[i], cost, costs.transfer());
+    if (t < best_time) {
+      best_time = t;
+      best = i;
     }
   }
-  if (!best) throw Error(name + ": no candidate order fits the memory limit (internal error)");
-  return *best;
+  if (best == candidates.size())
+    throw Error(name + ": no candidate order fits the memory limit (internal error)");
+  return schedule_from_orders(ScheduleKind::ZbAuto, p, m, 1, true, std::move(candidates[best]),
+                              action_cost);
 }
 
 }  // namespace triad::pipeline

@@ -51,7 +51,8 @@ struct Case {
 
 std::vector<Case> cases(int p) {
   std::vector<Case> c;
-  for (ScheduleKind k : {ScheduleKind::GPipe, ScheduleKind::OneFOneB, ScheduleKind::ZbH1}) {
+  for (ScheduleKind k :
+       {ScheduleKind::GPipe, ScheduleKind::OneFOneB, ScheduleKind::ZbH1, ScheduleKind::ZbAuto}) {
     for (int m : {p, 2 * p, p + 1}) c.push_back({k, 1, m});
   }
   for (int m : {p, 2 * p}) c.push_back({ScheduleKind::Interleaved, 2, m});
@@ -95,6 +96,17 @@ TEST(Pipeline, OneStepEqualsGradientAccumulationForEverySchedule) {
     // Live stage outputs never exceed what the schedule promises.
     auto sim = simulate(exec.schedule(), Costs{});
     EXPECT_LE(res.peak_live_outputs, sim.peak_alive[g_world->rank()]) << name(c);
+    // Every compute action is timed under its kind.
+    const bool split = exec.schedule().split_backward;
+    EXPECT_EQ(res.forwards, c.m * c.v) << name(c);
+    EXPECT_EQ(res.backwards, c.m * c.v) << name(c);
+    EXPECT_EQ(res.weight_passes, split ? c.m * c.v : 0) << name(c);
+    EXPECT_GT(res.forward_seconds, 0.0) << name(c);
+    EXPECT_GT(res.backward_seconds, 0.0) << name(c);
+    EXPECT_EQ(res.weight_seconds > 0.0, split) << name(c);
+    EXPECT_NEAR(res.forward_seconds + res.backward_seconds + res.weight_seconds,
+                res.compute_seconds, 1e-9 * res.compute_seconds)
+        << name(c);
   }
 }
 

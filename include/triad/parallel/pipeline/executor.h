@@ -83,6 +83,10 @@ struct PipelineStepResult {
   double loss = 0;             // mean over all tokens of all microbatches (same on every rank)
   int peak_live_outputs = 0;   // most (chunk, microbatch) stage outputs held at once
   double compute_seconds = 0;  // time in F, B and W on this rank
+  // The same time by kind: forwards, backwards (B, or full backwards in
+  // unsplit schedules) and weight-gradient passes, with their counts.
+  double forward_seconds = 0, backward_seconds = 0, weight_seconds = 0;
+  int forwards = 0, backwards = 0, weight_passes = 0;
 };
 
 // Runs one step's forward and backward by executing this rank's action
@@ -101,6 +105,10 @@ class PipelineExecutor {
   using EventSink = std::function<void(const std::string& name, const std::string& category,
                                        Clock::time_point start, Clock::time_point end)>;
   void set_event_sink(EventSink sink) { sink_ = std::move(sink); }
+  // Profiling: wait for the device before and after every compute action so
+  // that the times measured (PipelineStepResult, events) are the device's,
+  // not the host's enqueueing. Slower; for the steps zb-auto measures.
+  void set_profile(bool on) { profile_ = on; }
   // microbatches.size() must equal the schedule's m; each batch (b, T).
   // Microbatch i runs with ctx.call + i (dropout streams). Backward starts
   // from loss * loss_scale (fp16 loss scaling); the reported loss is unscaled.
@@ -117,6 +125,7 @@ class PipelineExecutor {
   PipelineModel& model_;
   Schedule schedule_;
   EventSink sink_;
+  bool profile_ = false;
 };
 
 }  // namespace triad::pipeline

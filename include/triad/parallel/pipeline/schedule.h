@@ -94,6 +94,10 @@ struct Schedule {
 //               memory.
 Schedule make_schedule(ScheduleKind kind, int p, int m, int v = 1);
 
+// The compute actions of make_schedule(kind, p, m, v), rank by rank,
+// without the point-to-point batches; the same checks.
+std::vector<std::vector<Action>> compute_orders(ScheduleKind kind, int p, int m, int v = 1);
+
 // The cost of a compute action on a rank, for schedule_from_orders().
 using ActionCost = std::function<double(int rank, const Action& action)>;
 
@@ -106,8 +110,7 @@ using ActionCost = std::function<double(int rank, const Action& action)>;
 // Throws Error when the orders would wait forever. Run validate() on the
 // result for the full check.
 Schedule schedule_from_orders(ScheduleKind kind, int p, int m, int v, bool split_backward,
-                              std::vector<std::vector<Action>> orders,
-                              const ActionCost& cost = {});
+                              std::vector<std::vector<Action>> orders, const ActionCost& cost = {});
 
 // Result of validate(): ok, or the first problem found.
 struct Validation {
