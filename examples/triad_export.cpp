@@ -3,7 +3,8 @@
 //   triad-export --run out/llama_tiny --output out/llama_tiny_hf
 //   (out/llama_tiny/{config.yaml,model.safetensors})
 //   triad-export --config my.yaml --weights model.safetensors --output hf/
-// LLaMA-style models become LlamaForCausalLM, GPT-2-style ones
+// LLaMA-style models become LlamaForCausalLM (MistralForCausalLM with a
+// window, Qwen2ForCausalLM with q, k and v biases), GPT-2-style ones
 // GPT2LMHeadModel; model.hf_config and init.from read the directory back.
 #include <spdlog/spdlog.h>
 
@@ -34,17 +35,14 @@ int main(int argc, char** argv) {
       throw triad::ValueError("give --run DIR, or both --config and --weights");
     }
     const triad::nn::GptConfig model = triad::train::load_config(config_path).model;
-    const char* type = triad::io::hf_model_type(model);  // before reading the weights
+    const char* architecture = triad::io::hf_architecture(model);  // before reading the weights
     std::vector<int64_t> layers;
     for (int64_t i = 0; i < model.n_layer; ++i) layers.push_back(i);
     const auto state = triad::io::load_gpt2_state_dict(
         weights, triad::nn::gpt_parameter_shapes(model, layers, true, true, true));
     triad::io::save_hf_model(state, model, output);
     std::printf("wrote %s/config.json and %s/model.safetensors (%s, %lld parameters)\n",
-                output.c_str(), output.c_str(),
-                std::string(type) == "llama"     ? "LlamaForCausalLM"
-                : std::string(type) == "mistral" ? "MistralForCausalLM"
-                                                 : "GPT2LMHeadModel",
+                output.c_str(), output.c_str(), architecture,
                 static_cast<long long>(model.num_parameters()));
   } catch (const triad::Error& e) {
     spdlog::error("{}", e.what());

@@ -118,6 +118,22 @@ nn::StateDict hf_llama_to_triad(const std::map<std::string, Tensor>& tensors) {
                     "height");
     }
     out[p + "attn.c_attn.weight"] = concat({q, k, v}, 0);
+    // Qwen2's q, k and v biases stack the same way (all three or none).
+    const bool qb = parts.count("self_attn.q_proj.bias") > 0,
+               kb = parts.count("self_attn.k_proj.bias") > 0,
+               vb = parts.count("self_attn.v_proj.bias") > 0;
+    if (qb || kb || vb) {
+      const Tensor bq = take("self_attn.q_proj.bias"), bk = take("self_attn.k_proj.bias"),
+                   bv = take("self_attn.v_proj.bias");
+      if (bq.dim() != 1 || bk.dim() != 1 || bv.dim() != 1 || bq.size(0) != q.size(0) ||
+          bk.size(0) != k.size(0) || bv.size(0) != v.size(0)) {
+        throw IoError("Hugging Face LLaMA weights: layer " + std::to_string(i) +
+                      "'s q, k and v biases " + shape_str(bq.shape()) + ", " +
+                      shape_str(bk.shape()) + " and " + shape_str(bv.shape()) +
+                      " do not fit its projections' heights");
+      }
+      out[p + "attn.c_attn.bias"] = concat({bq, bk, bv}, 0);
+    }
     out[p + "mlp.c_fc.weight"] =
         concat({take("mlp.gate_proj.weight"), take("mlp.up_proj.weight")}, 0);
     parts.erase("self_attn.rotary_emb.inv_freq");  // a buffer, recomputed
@@ -212,6 +228,9 @@ nn::StateDict load_gpt2_state_dict(const std::string& path,
                                             "model.position_embedding: rope)"
                      : name == "lm_head.weight"
                          ? " (its output head is tied to wte? Set model.tie_embeddings: true)"
+                     : ends_with(name, ".attn.c_attn.bias")
+                         ? " (the file's q, k and v projections have no biases: set "
+                           "model.qkv_bias and model.linear_bias to false)"
                          : ""));
     if (it->second.shape() != shape) {
       Shape stored = it->second.shape(), want = shape;
@@ -247,6 +266,9 @@ nn::StateDict load_gpt2_state_dict(const std::string& path,
                     (name == "wpe.weight"
                          ? " (a learned position table, but the configured model uses rotary "
                            "embeddings: model.position_embedding is rope)"
+                     : ends_with(name, ".attn.c_attn.bias")
+                         ? " (biases on q, k and v, as Qwen2's blocks have: set "
+                           "model.qkv_bias: true)"
                          : ""));
   }
   return state;

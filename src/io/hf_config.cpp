@@ -113,6 +113,16 @@ nn::GptConfig llama_config(const Keys& k, const std::string& type) {
   if (k.has("head_dim") && k.integer("head_dim") * c.n_head != c.d_model)
     k.unsupported("head_dim", "Triad's head dimension is hidden_size / num_attention_heads (" +
                                   std::to_string(c.d_model / std::max<int64_t>(c.n_head, 1)) + ")");
+  // Qwen2: LLaMA's blocks with biases on q, k and v (implied by the type).
+  // Its optional window spares the first max_window_layers layers, which
+  // Triad's window (every layer alike) cannot express.
+  if (type == "qwen2") {
+    c.qkv_bias = true;
+    if (k.boolean("use_sliding_window", false))
+      k.unsupported("use_sliding_window",
+                    "Qwen2's window leaves its first max_window_layers layers unwindowed; "
+                    "Triad's covers every layer");
+  }
   // Mistral's sliding window (null: none); one as long as the context
   // changes nothing.
   if (type == "mistral" && k.has("sliding_window")) {
@@ -154,13 +164,13 @@ nn::GptConfig gpt_config_from_hf(const std::string& json_text, const std::string
   const Keys k(j, source);
   const std::string type = k.text("model_type", "");
   nn::GptConfig c;
-  if (type == "llama" || type == "mistral") {
+  if (type == "llama" || type == "mistral" || type == "qwen2") {
     c = llama_config(k, type);
   } else if (type == "gpt2") {
     c = gpt2_config(k);
   } else {
     throw NotSupportedError(source + ": model_type '" + type +
-                            "' is not supported (llama, mistral or gpt2)");
+                            "' is not supported (llama, mistral, qwen2 or gpt2)");
   }
   try {
     c.validate();

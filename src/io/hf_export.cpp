@@ -14,8 +14,9 @@
 namespace triad::io {
 namespace {
 
-// What keeps `c` from each class, "" when nothing does.
-std::string llama_misfit(const nn::GptConfig& c) {
+// What keeps `c` from each class, "" when nothing does. LLaMA's and
+// Qwen2's blocks differ only in Qwen2's q, k and v biases.
+std::string llama_misfit(const nn::GptConfig& c, bool qkv_bias) {
   std::string why;
   auto add = [&](bool bad, const char* what) {
     if (bad) why += (why.empty() ? "" : ", ") + std::string(what);
@@ -24,6 +25,12 @@ std::string llama_misfit(const nn::GptConfig& c) {
   add(c.activation != nn::Activation::SwiGlu, "model.activation is not swiglu");
   add(!c.rms_norm(), "model.normalization is not rmsnorm");
   add(c.linear_bias, "model.linear_bias is true");
+  if (qkv_bias) {
+    add(!c.qkv_bias, "model.qkv_bias is false");
+    add(c.sliding_window > 0, "model.sliding_window is set");
+  } else {
+    add(c.qkv_bias, "model.qkv_bias is true");
+  }
   return why;
 }
 
@@ -50,25 +57,35 @@ const Tensor& at(const nn::StateDict& s, const std::string& name) {
 }  // namespace
 
 const char* hf_model_type(const nn::GptConfig& c) {
-  const std::string llama = llama_misfit(c), gpt2 = gpt2_misfit(c);
+  const std::string llama = llama_misfit(c, false), qwen2 = llama_misfit(c, true),
+                    gpt2 = gpt2_misfit(c);
   if (llama.empty()) return c.sliding_window > 0 ? "mistral" : "llama";
+  if (qwen2.empty()) return "qwen2";
   if (gpt2.empty()) return "gpt2";
   throw NotSupportedError(
       "no Hugging Face class holds this model: LlamaForCausalLM needs rope, swiglu, rmsnorm and "
       "no linear biases (here " +
-      llama +
+      llama + "); Qwen2ForCausalLM the same with biases on q, k and v only, and no window (here " +
+      qwen2 +
       "); GPT2LMHeadModel needs learned positions, gelu, layernorm, linear biases and a "
       "key/value head per query head (here " +
       gpt2 + ")");
+}
+
+const char* hf_architecture(const nn::GptConfig& c) {
+  const std::string type = hf_model_type(c);
+  return type == "llama"     ? "LlamaForCausalLM"
+         : type == "mistral" ? "MistralForCausalLM"
+         : type == "qwen2"   ? "Qwen2ForCausalLM"
+                             : "GPT2LMHeadModel";
 }
 
 std::string hf_config_json(const nn::GptConfig& c, const std::string& torch_dtype) {
   c.validate();
   nlohmann::ordered_json j;
   const std::string type = hf_model_type(c);
-  if (type == "llama" || type == "mistral") {
-    j["architectures"] = nlohmann::ordered_json::array(
-        {type == "llama" ? "LlamaForCausalLM" : "MistralForCausalLM"});
+  if (type == "llama" || type == "mistral" || type == "qwen2") {
+    j["architectures"] = nlohmann::ordered_json::array({hf_architecture(c)});
     j["model_type"] = type;
     j["hidden_size"] = c.d_model;
     j["intermediate_size"] = c.ffn();
@@ -91,12 +108,16 @@ std::string hf_config_json(const nn::GptConfig& c, const std::string& torch_dtyp
     } else {
       j["rope_scaling"] = nullptr;
     }
-    j["attention_bias"] = false;
-    j["mlp_bias"] = false;
+    if (type == "qwen2") {
+      j["use_sliding_window"] = false;  // its q, k and v biases are implied
+    } else {
+      j["attention_bias"] = false;
+      j["mlp_bias"] = false;
+    }
     j["attention_dropout"] = c.dropout;
     if (type == "mistral") j["sliding_window"] = c.sliding_window;
   } else {
-    j["architectures"] = nlohmann::ordered_json::array({"GPT2LMHeadModel"});
+    j["architectures"] = nlohmann::ordered_json::array({hf_architecture(c)});
     j["model_type"] = "gpt2";
     j["n_embd"] = c.d_model;
     j["n_layer"] = c.n_layer;
@@ -145,6 +166,12 @@ std::map<std::string, Tensor> triad_to_hf(const nn::StateDict& full, const nn::G
     out[hf + "self_attn.q_proj.weight"] = contiguous(narrow(qkv, 0, 0, C)).detach();
     out[hf + "self_attn.k_proj.weight"] = contiguous(narrow(qkv, 0, C, KV)).detach();
     out[hf + "self_attn.v_proj.weight"] = contiguous(narrow(qkv, 0, C + KV, KV)).detach();
+    if (c.qkv_bias) {
+      const Tensor& bias = at(full, p + "attn.c_attn.bias");
+      out[hf + "self_attn.q_proj.bias"] = contiguous(narrow(bias, 0, 0, C)).detach();
+      out[hf + "self_attn.k_proj.bias"] = contiguous(narrow(bias, 0, C, KV)).detach();
+      out[hf + "self_attn.v_proj.bias"] = contiguous(narrow(bias, 0, C + KV, KV)).detach();
+    }
     out[hf + "self_attn.o_proj.weight"] = at(full, p + "attn.c_proj.weight");
     out[hf + "mlp.gate_proj.weight"] = contiguous(narrow(fc, 0, 0, F)).detach();
     out[hf + "mlp.up_proj.weight"] = contiguous(narrow(fc, 0, F, F)).detach();

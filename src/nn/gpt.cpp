@@ -131,7 +131,7 @@ int64_t GptConfig::num_parameters() const {
   // per query head), MLP (h + 1) m + (f + 1) h, two LayerNorms 4h or
   // RMSNorms 2h (12h^2 + 13h for GPT-2); plus embeddings and ln_f.
   const int64_t norm = rms_norm() ? h : 2 * h;
-  const int64_t biases = linear_bias ? w + h + m + h : 0;
+  const int64_t biases = linear_bias ? w + h + m + h : qkv_bias ? w : 0;
   const int64_t block = (w + h) * h + h * m + f * h + biases + 2 * norm;
   const int64_t tables = (tie_embeddings ? 1 : 2) * vocab_size + (rotary() ? 0 : seq_len);
   return l * block + tables * h + norm;
@@ -178,8 +178,8 @@ std::map<std::string, Shape> gpt_parameter_shapes(const GptConfig& cfg,
     s[p + "attn.c_proj.weight"] = {C, C};
     s[p + "mlp.c_fc.weight"] = {cfg.fc_width(), C};
     s[p + "mlp.c_proj.weight"] = {C, cfg.ffn()};
+    if (cfg.c_attn_bias()) s[p + "attn.c_attn.bias"] = {cfg.qkv_width()};
     if (cfg.linear_bias) {
-      s[p + "attn.c_attn.bias"] = {cfg.qkv_width()};
       s[p + "attn.c_proj.bias"] = {C};
       s[p + "mlp.c_fc.bias"] = {cfg.fc_width()};
       s[p + "mlp.c_proj.bias"] = {C};
@@ -197,7 +197,7 @@ CausalSelfAttention::CausalSelfAttention(const GptConfig& cfg, int64_t layer)
       rope_theta_(cfg.rope_theta),
       rope_scaling_(cfg.rope_scaling) {
   c_attn_ = register_module(
-      "c_attn", std::make_shared<Linear>(cfg.d_model, cfg.qkv_width(), cfg.linear_bias));
+      "c_attn", std::make_shared<Linear>(cfg.d_model, cfg.qkv_width(), cfg.c_attn_bias()));
   c_proj_ = register_module("c_proj",
                             std::make_shared<Linear>(cfg.d_model, cfg.d_model, cfg.linear_bias));
 }

@@ -380,7 +380,7 @@ Estimate estimate(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int gl
   const double ffn_w = static_cast<double>(m.ffn()), fc_w = static_cast<double>(m.fc_width());
   const double norms = m.rms_norm() ? 2.0 * h : 4.0 * h;    // two per layer, bias or not
   const double qkv_w = static_cast<double>(m.qkv_width());  // 3h, less under GQA
-  const double biases = m.linear_bias ? qkv_w + h + fc_w + h : 0.0;
+  const double biases = m.linear_bias ? qkv_w + h + fc_w + h : m.qkv_bias ? qkv_w : 0.0;
   const double layer_params = (qkv_w + h) * h + h * fc_w + ffn_w * h + biases + norms;
   const double body = (static_cast<double>(m.n_layer) / p.pp) * layer_params / t;
   // The token table on the first stage (and a tied copy, or an untied

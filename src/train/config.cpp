@@ -505,6 +505,7 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
           m.normalization = nn::normalization_from_string(get_string(v, k));
         }}},
       {"linear_bias", {false, [&](auto& v, auto& k) { m.linear_bias = get_bool(v, k); }}},
+      {"qkv_bias", {false, [&](auto& v, auto& k) { m.qkv_bias = get_bool(v, k); }}},
       {"tie_embeddings", {false, [&](auto& v, auto& k) { m.tie_embeddings = get_bool(v, k); }}},
       {"activation",
        {false,
@@ -796,6 +797,7 @@ std::string to_yaml(const Config& c) {
   e << YAML::Key << "normalization" << YAML::Value
     << nn::normalization_string(c.model.normalization);
   e << YAML::Key << "linear_bias" << YAML::Value << c.model.linear_bias;
+  if (c.model.qkv_bias) e << YAML::Key << "qkv_bias" << YAML::Value << true;
   e << YAML::Key << "tie_embeddings" << YAML::Value << c.model.tie_embeddings;
   e << YAML::Key << "activation" << YAML::Value << nn::activation_string(c.model.activation);
   e << YAML::Key << "ffn_hidden_size" << YAML::Value << c.model.ffn_hidden_size;

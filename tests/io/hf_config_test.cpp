@@ -95,6 +95,37 @@ TEST(HfConfig, LlamaConfigsAreTheModelFiles) {
   EXPECT_EQ(gpt_config_from_hf(edited(mistral, "sliding_window", "4096"), "x").sliding_window, 0);
 }
 
+// Qwen2-0.5B's config.json: LLaMA's blocks with biases on q, k and v, a
+// tied head, 14 query heads over 2 key/value heads, and a window it does
+// not use.
+const char* kQwen2_05b = R"({
+  "architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_act": "silu",
+  "hidden_size": 896, "intermediate_size": 4864, "num_attention_heads": 14,
+  "num_hidden_layers": 24, "num_key_value_heads": 2, "max_position_embeddings": 32768,
+  "max_window_layers": 24, "rms_norm_eps": 1e-06, "rope_theta": 1000000.0,
+  "sliding_window": 32768, "use_sliding_window": false, "tie_word_embeddings": true,
+  "vocab_size": 151936, "torch_dtype": "bfloat16", "attention_dropout": 0.0
+})";
+
+TEST(HfConfig, Qwen2ConfigIsLlamasBlocksWithQkvBiases) {
+  const nn::GptConfig c = gpt_config_from_hf(kQwen2_05b, "qwen2/config.json");
+  EXPECT_TRUE(c.qkv_bias);
+  EXPECT_FALSE(c.linear_bias);
+  EXPECT_TRUE(c.tie_embeddings);
+  EXPECT_EQ(c.kv_heads(), 2);
+  EXPECT_EQ(c.head_dim(), 64);
+  EXPECT_EQ(c.sliding_window, 0);  // use_sliding_window: false
+  EXPECT_DOUBLE_EQ(c.rope_theta, 1e6);
+  EXPECT_DOUBLE_EQ(c.layer_norm_eps, 1e-6);
+  // Hugging Face's count for Qwen2-0.5B, the q, k and v biases included.
+  EXPECT_EQ(c.num_parameters(), 494'032'768);
+  nn::GptConfig without = c;
+  without.qkv_bias = false;
+  EXPECT_EQ(c.num_parameters() - without.num_parameters(), 24 * (896 + 2 * 2 * 64));
+  EXPECT_THROW(gpt_config_from_hf(edited(kQwen2_05b, "use_sliding_window", "true"), "x"),
+               NotSupportedError);
+}
+
 TEST(HfConfig, Gpt2ConfigIsTheDefaultGpt2) {
   const nn::GptConfig c = gpt_config_from_hf(
       R"({"model_type": "gpt2", "n_embd": 768, "n_head": 12, "n_layer": 12, "n_positions": 1024,
@@ -140,8 +171,12 @@ TEST(HfConfig, WhatTriadDoesNotBuildIsNamed) {
   EXPECT_NE(message(from(edited(edited(llama, "model_type", "\"mistral\""), "sliding_window", "0")))
                 .find("'sliding_window' (0): a window must hold at least one key"),
             std::string::npos);
-  EXPECT_NE(message(from(edited(llama, "model_type", "\"qwen2\"")))
-                .find("model_type 'qwen2' is not supported (llama, mistral or gpt2)"),
+  EXPECT_NE(message(from(edited(llama, "model_type", "\"qwen3\"")))
+                .find("model_type 'qwen3' is not supported (llama, mistral, qwen2 or gpt2)"),
+            std::string::npos);
+  EXPECT_NE(message(from(edited(kQwen2_05b, "use_sliding_window", "true")))
+                .find("'use_sliding_window' (true): Qwen2's window leaves its first "
+                      "max_window_layers layers unwindowed"),
             std::string::npos);
   EXPECT_NE(message(from(R"({"model_type": "llama", "hidden_size": 64})"))
                 .find("m/config.json: key 'num_hidden_layers' is missing"),

@@ -51,6 +51,7 @@ void expect_same_model(const nn::GptConfig& a, const nn::GptConfig& b) {
   EXPECT_EQ(a.activation, b.activation);
   EXPECT_EQ(a.normalization, b.normalization);
   EXPECT_EQ(a.linear_bias, b.linear_bias);
+  EXPECT_EQ(a.qkv_bias, b.qkv_bias);
   EXPECT_EQ(a.tie_embeddings, b.tie_embeddings);
   EXPECT_EQ(a.sliding_window, b.sliding_window);
   EXPECT_EQ(a.rope_scaling.scaled(), b.rope_scaling.scaled());
@@ -75,8 +76,10 @@ TEST(HfExport, LlamaAndGpt2RoundTrip) {
   mistral.rope_scaling.kind = RopeScaling::Kind::Llama3;  // and LLaMA 3.1's RoPE scaling
   mistral.rope_scaling.factor = 4.0;
   mistral.rope_scaling.original_seq_len = 64.0;
-  for (const nn::GptConfig& c :
-       {llama(false, 2), llama(true, 0), llama(false, 1), mistral, gpt2(true), gpt2(false)}) {
+  nn::GptConfig qwen2 = llama(true, 2);  // Qwen2ForCausalLM: q, k and v biases
+  qwen2.qkv_bias = true;
+  for (const nn::GptConfig& c : {llama(false, 2), llama(true, 0), llama(false, 1), mistral, qwen2,
+                                 gpt2(true), gpt2(false)}) {
     SCOPED_TRACE(std::string(hf_model_type(c)) + " " + std::to_string(n));
     const nn::Gpt model(c, 7);
     const std::string out = dir.file("hf" + std::to_string(n++));
@@ -143,6 +146,26 @@ TEST(HfExport, AModelNoClassHoldsIsNamed) {
   nn::GptConfig mistral = llama(false, 2);
   mistral.sliding_window = 5;
   EXPECT_STREQ(hf_model_type(mistral), "mistral");
+  nn::GptConfig qwen2 = llama(false, 2);
+  qwen2.qkv_bias = true;
+  EXPECT_STREQ(hf_model_type(qwen2), "qwen2");
+  const auto qj = nlohmann::json::parse(hf_config_json(qwen2));
+  EXPECT_EQ(qj.at("architectures").at(0), "Qwen2ForCausalLM");
+  EXPECT_FALSE(qj.contains("attention_bias"));
+  const auto qt = triad_to_hf(nn::Gpt(qwen2, 1).state_dict(), qwen2);
+  EXPECT_EQ(qt.at("model.layers.1.self_attn.q_proj.bias").shape(), (Shape{16}));
+  EXPECT_EQ(qt.at("model.layers.1.self_attn.k_proj.bias").shape(), (Shape{8}));
+  EXPECT_FALSE(qt.count("model.layers.1.self_attn.o_proj.bias"));
+  qwen2.sliding_window = 5;  // Qwen2's window spares layers; Triad's does not
+  try {
+    hf_model_type(qwen2);
+    FAIL() << "a windowed Qwen2 exported";
+  } catch (const NotSupportedError& e) {
+    EXPECT_NE(std::string(e.what()).find("Qwen2ForCausalLM the same with biases on q, k and v "
+                                         "only, and no window (here model.sliding_window is set)"),
+              std::string::npos)
+        << e.what();
+  }
   EXPECT_EQ(nlohmann::json::parse(hf_config_json(mistral)).at("sliding_window"), 5);
   // Weights that do not fit the configured model are named.
   const nn::GptConfig l = llama(false, 2);

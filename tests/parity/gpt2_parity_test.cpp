@@ -190,6 +190,34 @@ TEST_F(Gpt2Parity, LlamaStyleModelLogitsAndGradients) {
   expect_step_zero_matches(hf, ref_, "llama.");
 }
 
+// Qwen2's blocks: the LLaMA-style model with biases on q, k and v only
+// (model.qkv_bias) and a tied head, loaded from Hugging Face's
+// Qwen2ForCausalLM names and layout (separate q/k/v weights and biases, no
+// lm_head).
+TEST_F(Gpt2Parity, Qwen2StyleModelLogitsAndGradients) {
+  nn::GptConfig cfg = llama_style();
+  cfg.qkv_bias = true;
+  cfg.tie_embeddings = true;
+  nn::Gpt model(cfg, 1);
+  // Per layer: two RMSNorm weights, c_attn's weight and bias, c_proj, c_fc,
+  // the MLP's c_proj; plus wte and ln_f.
+  EXPECT_EQ(static_cast<int64_t>(model.named_parameters().size()), 1 + 7 * cfg.n_layer + 1);
+  EXPECT_EQ(model.num_parameters(), cfg.num_parameters());
+  io::load_gpt2_safetensors(model, ref_dir() + "/qwen2_hf_model.safetensors");
+  expect_step_zero_matches(model, ref_, "qwen2.");
+  // Without model.qkv_bias the file's biases are named as the reason.
+  nn::GptConfig no_bias = cfg;
+  no_bias.qkv_bias = false;
+  nn::Gpt plain(no_bias, 1);
+  try {
+    io::load_gpt2_safetensors(plain, ref_dir() + "/qwen2_hf_model.safetensors");
+    FAIL() << "a Qwen2 file loaded into a model without q, k and v biases";
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find("set model.qkv_bias: true"), std::string::npos)
+        << e.what();
+  }
+}
+
 // LLaMA 3.1's RoPE scaling on the LLaMA-style model (its four frequencies
 // in all three of the rule's regions), against Hugging Face's rule written
 // out in PyTorch.

@@ -85,7 +85,7 @@ class RmsNorm(torch.nn.Module):
 
 class Gpt(torch.nn.Module):
     def __init__(self, c, rope_theta=None, swiglu_ffn=None, rms_norm=False, bias=True,
-                 tie=True, kv_heads=None, window=None, rope_scaling=None):
+                 tie=True, kv_heads=None, window=None, rope_scaling=None, qkv_bias=False):
         super().__init__()
         self.window = window
         self.rope_scaling = rope_scaling
@@ -103,7 +103,7 @@ class Gpt(torch.nn.Module):
             b = torch.nn.Module()
             b.ln_1 = RmsNorm(C) if rms_norm else torch.nn.LayerNorm(C, eps=1e-5)
             b.attn = torch.nn.Module()
-            b.attn.c_attn = torch.nn.Linear(C, C + 2 * KV, bias=bias)
+            b.attn.c_attn = torch.nn.Linear(C, C + 2 * KV, bias=bias or qkv_bias)
             b.attn.c_proj = torch.nn.Linear(C, C, bias=bias)
             b.ln_2 = RmsNorm(C) if rms_norm else torch.nn.LayerNorm(C, eps=1e-5)
             b.mlp = torch.nn.Module()
@@ -198,14 +198,20 @@ def save_model(model, path):
 
 
 def save_hf_llama(model, path):
-    """A LLaMA-style model under Hugging Face's LlamaForCausalLM names and
-    layout: q, k, v and gate, up as separate (out, in) projections."""
+    """A LLaMA-style model under Hugging Face's LlamaForCausalLM (or, with
+    q, k and v biases, Qwen2ForCausalLM) names and layout: q, k, v and gate,
+    up as separate (out, in) projections; no lm_head when tied."""
     C, F = model.c["d_model"], model.swiglu_ffn
     KV = model.kv_heads * (C // model.c["n_head"])
-    t = {"model.embed_tokens.weight": model.wte.weight, "model.norm.weight": model.ln_f.weight,
-         "lm_head.weight": model.lm_head.weight}
+    t = {"model.embed_tokens.weight": model.wte.weight, "model.norm.weight": model.ln_f.weight}
+    if hasattr(model, "lm_head"):
+        t["lm_head.weight"] = model.lm_head.weight
     for i, b in enumerate(model.h):
         p = f"model.layers.{i}."
+        if b.attn.c_attn.bias is not None:
+            bq, bk, bv = b.attn.c_attn.bias.split([C, KV, KV], 0)
+            t.update({p + "self_attn.q_proj.bias": bq, p + "self_attn.k_proj.bias": bk,
+                      p + "self_attn.v_proj.bias": bv})
         q, k, v = b.attn.c_attn.weight.split([C, KV, KV], 0)
         gate, up = b.mlp.c_fc.weight.split(F, 0)
         t.update({p + "input_layernorm.weight": b.ln_1.weight,
@@ -330,6 +336,12 @@ def main():
     record_step_zero(mistral, x, y, "mistral.", ref)
     ref["mistral.greedy_tokens"] = torch.tensor(greedy_continuation(mistral), dtype=torch.float32)
     save_model(mistral, os.path.join(out, "mistral_generator.safetensors"))
+    # Qwen2's: the LLaMA-style model with biases on q, k and v only and a
+    # tied head, step 0, from Hugging Face's Qwen2ForCausalLM layout.
+    qwen2 = Gpt(CFG, ROPE_THETA, SWIGLU_FFN, rms_norm=True, bias=False, tie=True,
+                kv_heads=LLAMA_KV_HEADS, qkv_bias=True)
+    save_hf_llama(qwen2, os.path.join(out, "qwen2_hf_model.safetensors"))
+    record_step_zero(qwen2, x, y, "qwen2.", ref)
 
     ref["greedy_prompt"] = torch.tensor(GREEDY_PROMPT, dtype=torch.float32)
     ref["greedy_tokens"] = torch.tensor(greedy, dtype=torch.float32)

@@ -313,6 +313,16 @@ TEST(Config, AsyncCheckpointsParseAndRoundTrip) {
                       "checkpoint.async: expected true or false, got 'later'");
 }
 
+TEST(Config, QkvBiasParsesAndRoundTrips) {
+  EXPECT_FALSE(parse_config(kValid).model.qkv_bias);
+  const Config c = parse_config(kValid, {"model.linear_bias=false", "model.qkv_bias=true"});
+  EXPECT_TRUE(c.model.qkv_bias);
+  EXPECT_TRUE(c.model.c_attn_bias());
+  EXPECT_TRUE(parse_config(to_yaml(c)).model.qkv_bias);
+  expect_config_error(kValid, {"model.qkv_bias=some"},
+                      "model.qkv_bias: expected true or false, got 'some'");
+}
+
 TEST(Config, ZeroBubbleAutoParsesRoundTripsAndNamesBadValues) {
   const Config c = parse_config(
       kValid, {"parallel.pp=2", "parallel.schedule=zb-auto", "parallel.zb_max_in_flight=3"});

@@ -7,9 +7,11 @@
 namespace triad::io {
 
 // A Hugging Face model's config.json as Triad's model: LlamaForCausalLM
-// (model_type "llama") and MistralForCausalLM ("mistral", its
-// sliding_window as model.sliding_window), whose blocks are Triad's with
-// rotary embeddings, SwiGLU, RMSNorm and no linear biases. Read: hidden_size,
+// (model_type "llama"), MistralForCausalLM ("mistral", its sliding_window
+// as model.sliding_window) and Qwen2ForCausalLM ("qwen2", biases on q, k
+// and v: model.qkv_bias; not with use_sliding_window), whose blocks are
+// Triad's with rotary embeddings, SwiGLU, RMSNorm and no other linear
+// biases; and GPT2LMHeadModel ("gpt2"). Read: hidden_size,
 // num_hidden_layers, num_attention_heads, num_key_value_heads (grouped-query
 // attention; absent means one per query head), intermediate_size,
 // vocab_size, max_position_embeddings (as seq_len), rope_theta,

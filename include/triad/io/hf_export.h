@@ -13,10 +13,15 @@ namespace triad::io {
 // Which class fits: LlamaForCausalLM for rotary embeddings + SwiGLU +
 // RMSNorm without linear biases (grouped-query attention and a tied or
 // untied head included; MistralForCausalLM, the same weights, with a
-// sliding window), GPT2LMHeadModel for learned positions + GELU +
-// LayerNorm with biases and multi-head attention. Another combination has
-// no Hugging Face class to load it: NotSupportedError naming what differs.
-const char* hf_model_type(const nn::GptConfig& c);  // "llama", "mistral" or "gpt2"
+// sliding window; Qwen2ForCausalLM with biases on q, k and v only,
+// model.qkv_bias, and no window), GPT2LMHeadModel for learned positions +
+// GELU + LayerNorm with biases and multi-head attention. Another
+// combination has no Hugging Face class to load it: NotSupportedError
+// naming what differs.
+const char* hf_model_type(const nn::GptConfig& c);  // "llama", "mistral", "qwen2" or "gpt2"
+// The class itself: "LlamaForCausalLM", "MistralForCausalLM",
+// "Qwen2ForCausalLM" or "GPT2LMHeadModel".
+const char* hf_architecture(const nn::GptConfig& c);
 
 // config.json's text for `c` (hf_model_type's class; gpt_config_from_hf
 // reads it back to the same model). `torch_dtype` names the weights' type.
@@ -24,7 +29,7 @@ std::string hf_config_json(const nn::GptConfig& c, const std::string& torch_dtyp
 
 // A full Triad state dict under the class's names and layouts: LLaMA's
 // c_attn split into q_proj, k_proj and v_proj (k and v n_kv_head heads
-// tall) and c_fc into gate_proj and up_proj; GPT-2's under "transformer."
+// tall; Qwen2's biases alike) and c_fc into gate_proj and up_proj; GPT-2's under "transformer."
 // with its Conv1D weights transposed. load_gpt2_state_dict reads either
 // back to the same state dict.
 std::map<std::string, Tensor> triad_to_hf(const nn::StateDict& full, const nn::GptConfig& c);

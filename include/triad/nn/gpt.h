@@ -67,6 +67,10 @@ struct GptConfig {
   Recompute recompute = Recompute::None;
   Normalization normalization = Normalization::LayerNorm;
   bool linear_bias = true;  // biases in the attention's and MLP's linear layers
+  // Biases on the attention's q, k and v projections (c_attn) even when
+  // linear_bias is off: Qwen2's blocks (config key model.qkv_bias).
+  bool qkv_bias = false;
+  bool c_attn_bias() const { return linear_bias || qkv_bias; }
   Activation activation = Activation::Gelu;
   int64_t ffn_hidden_size = 0;  // the MLP's hidden width F; 0: 4 * d_model
   PositionEmbedding position_embedding = PositionEmbedding::Learned;

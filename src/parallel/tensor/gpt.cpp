@@ -109,8 +109,9 @@ void TensorParallelGpt::build(uint64_t seed) {
     // [q | k | v] split block by block: a rank holds its query heads and
     // the key/value heads they use.
     const int64_t kv = cfg_.kv_heads() * cfg_.head_dim();
-    L.c_attn = attn->add("c_attn", std::make_shared<ColumnParallelLinear>(
-                                       C, std::vector<int64_t>{C, kv, kv}, group_, sp_, b));
+    L.c_attn = attn->add(
+        "c_attn", std::make_shared<ColumnParallelLinear>(C, std::vector<int64_t>{C, kv, kv}, group_,
+                                                         sp_, cfg_.c_attn_bias()));
     L.attn_proj = attn->add("c_proj", std::make_shared<RowParallelLinear>(C, C, group_, sp_, b));
     L.ln_2 = block->add("ln_2", std::make_shared<nn::LayerNorm>(C, cfg_.layer_norm_eps, DType::F32,
                                                                 cfg_.rms_norm()));
@@ -133,8 +134,8 @@ void TensorParallelGpt::build(uint64_t seed) {
     specs_[p + "attn.c_proj.weight"] = L.attn_proj->weight_spec();
     specs_[p + "mlp.c_fc.weight"] = L.c_fc->weight_spec();
     specs_[p + "mlp.c_proj.weight"] = L.mlp_proj->weight_spec();
+    if (cfg_.c_attn_bias()) specs_[p + "attn.c_attn.bias"] = L.c_attn->bias_spec();
     if (b) {
-      specs_[p + "attn.c_attn.bias"] = L.c_attn->bias_spec();
       specs_[p + "attn.c_proj.bias"] = L.attn_proj->bias_spec();
       specs_[p + "mlp.c_fc.bias"] = L.c_fc->bias_spec();
       specs_[p + "mlp.c_proj.bias"] = L.mlp_proj->bias_spec();

@@ -293,13 +293,15 @@ TEST_P(TensorParallelGptTest, PackedDocumentsMatchOneProcess) {
 // without linear biases the row-parallel layers add nothing after their
 // reduction. Grouped-query attention splits c_attn's q, k and v blocks
 // each over the ranks (blocks of unequal heights), so a rank holds its
-// query heads and the key/value heads they share.
+// query heads and the key/value heads they share; Qwen2's q, k and v biases
+// split with them, block by block.
 TEST_P(TensorParallelGptTest, LlamaOptionsMatchOneProcess) {
   const int64_t V = 300;
   for (const std::string variant :
        {"rope", "rope, packed documents", "swiglu, F 24", "rmsnorm, rope, swiglu, no biases",
         "rmsnorm, rope, swiglu, no biases, untied head",
         "rmsnorm, rope, swiglu, no biases, grouped-query attention",
+        "rmsnorm, rope, swiglu, no biases, grouped-query attention, qkv biases",
         "rope, sliding window, packed documents"}) {
     SCOPED_TRACE(variant);
     nn::GptConfig cfg = tiny(V);
@@ -325,6 +327,7 @@ TEST_P(TensorParallelGptTest, LlamaOptionsMatchOneProcess) {
       cfg.rope_theta = 20.0;
     }
     if (variant.find("sliding window") != std::string::npos) cfg.sliding_window = 3;
+    cfg.qkv_bias = variant.find("qkv biases") != std::string::npos;
     if (variant.find("packed documents") != std::string::npos) {
       cfg.eod_token = 7;
       cfg.reset_attention_mask = true;
@@ -335,6 +338,8 @@ TEST_P(TensorParallelGptTest, LlamaOptionsMatchOneProcess) {
     const auto shapes = TensorParallelGpt(cfg, 17, g_world, GetParam()).full_shapes();
     EXPECT_EQ(shapes.count("wpe.weight"), cfg.rotary() ? 0u : 1u);
     EXPECT_EQ(shapes.count("lm_head.weight"), cfg.tie_embeddings ? 0u : 1u);
+    EXPECT_EQ(shapes.count("h.0.attn.c_attn.bias"), cfg.c_attn_bias() ? 1u : 0u);
+    EXPECT_EQ(shapes.count("h.0.attn.c_proj.bias"), cfg.linear_bias ? 1u : 0u);
     expect_sharded_matches_one_process(cfg, 17, GetParam(), ids, ids, token_ids(V, 6));
   }
 }
