@@ -28,10 +28,11 @@ __global__ void rotary_kernel(const T* x, T* y, int64_t rows, int64_t T_len, int
     const int64_t r = idx / packs, i = (idx - r * packs) * V;
     const int64_t pos = positions ? positions[r] : start + r % T_len;
     Cp c[V], s[V];
+    const double amplitude = rope_amplitude(scaling);  // yarn's; 1 otherwise
     for (int k = 0; k < V; ++k) {
       const double angle = static_cast<double>(pos) * rope_frequency(i + k, D, theta, scaling);
-      c[k] = static_cast<Cp>(cos(angle));
-      s[k] = static_cast<Cp>(sign * sin(angle));
+      c[k] = static_cast<Cp>(amplitude * cos(angle));
+      s[k] = static_cast<Cp>(amplitude * sign * sin(angle));
     }
     const T* xr = x + r * W;
     T* yr = y + r * W;

@@ -50,27 +50,51 @@ class Keys {
       throw ConfigError(source_ + ": '" + key + "' (" + v.dump() + ") must be a string");
     return v.get<std::string>();
   }
-  // rope_scaling: LLaMA 3.1's {"rope_type": "llama3", "factor", ...}
-  // (older files say "type"); any other kind is a NotSupportedError naming it.
-  RopeScaling rope_scaling() const {
+  // rope_scaling: {"rope_type": "llama3" | "linear" | "yarn", "factor", ...}
+  // (older files say "type"); yarn's original context defaults to
+  // max_position_embeddings, as in Hugging Face. Any other kind, and yarn's
+  // DeepSeek variants (mscale, mscale_all_dim) or untruncated ramp, is a
+  // NotSupportedError naming it.
+  RopeScaling rope_scaling(double max_positions) const {
     const Json& v = j_.at("rope_scaling");
-    if (!v.is_object()) unsupported("rope_scaling", "expected an object with rope_type llama3");
+    if (!v.is_object())
+      unsupported("rope_scaling", "expected an object with rope_type llama3, linear or yarn");
     const std::string type = v.value("rope_type", v.value("type", std::string()));
-    if (type != "llama3")
-      unsupported("rope_scaling", "only rope_type llama3 (LLaMA 3.1's) is implemented");
     RopeScaling r;
-    r.kind = RopeScaling::Kind::Llama3;
+    if (type == "llama3") {
+      r.kind = RopeScaling::Kind::Llama3;
+    } else if (type == "linear") {
+      r.kind = RopeScaling::Kind::Linear;
+    } else if (type == "yarn") {
+      r.kind = RopeScaling::Kind::Yarn;
+      r.original_seq_len = max_positions;
+      for (const char* key : {"mscale", "mscale_all_dim"}) {
+        if (v.contains(key) && !v.at(key).is_null())
+          unsupported("rope_scaling", std::string("yarn's ") + key +
+                                          " (DeepSeek's attention factor) is not implemented");
+      }
+      if (v.contains("truncate") && v.at("truncate") == false)
+        unsupported("rope_scaling", "yarn without truncate is not implemented");
+    } else {
+      unsupported("rope_scaling",
+                  "only rope_type llama3 (LLaMA 3.1's), linear and yarn are implemented");
+    }
     auto number = [&](const char* key, double& out) {
-      if (!v.contains(key)) return;
+      if (!v.contains(key) || v.at(key).is_null()) return;
       if (!v.at(key).is_number())
         throw ConfigError(source_ + ": 'rope_scaling." + key + "' (" + v.at(key).dump() +
                           ") must be a number");
       out = v.at(key).get<double>();
     };
+    if (r.kind != RopeScaling::Kind::Llama3 && !v.contains("factor"))
+      unsupported("rope_scaling", "a " + type + " scaling needs its factor");
     number("factor", r.factor);
     number("low_freq_factor", r.low_freq_factor);
     number("high_freq_factor", r.high_freq_factor);
     number("original_max_position_embeddings", r.original_seq_len);
+    number("beta_fast", r.beta_fast);
+    number("beta_slow", r.beta_slow);
+    number("attention_factor", r.attention_factor);
     return r;
   }
 
@@ -103,7 +127,7 @@ nn::GptConfig llama_config(const Keys& k, const std::string& type) {
   c.activation = nn::Activation::SwiGlu;
   c.linear_bias = false;
   c.tie_embeddings = k.boolean("tie_word_embeddings", false);
-  if (k.has("rope_scaling")) c.rope_scaling = k.rope_scaling();
+  if (k.has("rope_scaling")) c.rope_scaling = k.rope_scaling(static_cast<double>(c.seq_len));
   if (k.text("hidden_act", "silu") != "silu")
     k.unsupported("hidden_act", "Triad's gated MLP is SwiGLU (silu)");
   if (k.boolean("attention_bias", false))

@@ -99,12 +99,19 @@ std::string hf_config_json(const nn::GptConfig& c, const std::string& torch_dtyp
     j["rope_theta"] = c.rope_theta;
     if (c.rope_scaling.scaled()) {
       const RopeScaling& r = c.rope_scaling;
-      j["rope_scaling"] = {
-          {"rope_type", "llama3"},
-          {"factor", r.factor},
-          {"low_freq_factor", r.low_freq_factor},
-          {"high_freq_factor", r.high_freq_factor},
-          {"original_max_position_embeddings", static_cast<int64_t>(r.original_seq_len)}};
+      nlohmann::ordered_json s{{"rope_type", rope_scaling_name(r.kind)}, {"factor", r.factor}};
+      if (r.kind == RopeScaling::Kind::Llama3) {
+        s["low_freq_factor"] = r.low_freq_factor;
+        s["high_freq_factor"] = r.high_freq_factor;
+      }
+      if (r.kind != RopeScaling::Kind::Linear)
+        s["original_max_position_embeddings"] = static_cast<int64_t>(r.original_seq_len);
+      if (r.kind == RopeScaling::Kind::Yarn) {
+        s["beta_fast"] = r.beta_fast;
+        s["beta_slow"] = r.beta_slow;
+        if (r.attention_factor > 0) s["attention_factor"] = r.attention_factor;
+      }
+      j["rope_scaling"] = s;
     } else {
       j["rope_scaling"] = nullptr;
     }

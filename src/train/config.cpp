@@ -61,39 +61,62 @@ std::string get_string(const YAML::Node& n, const std::string& key) {
   return n.Scalar();
 }
 
-// model.rope_scaling: none, or {type: llama3, factor, low_freq_factor,
-// high_freq_factor, original_max_position_embeddings} (Hugging Face's keys;
-// the ones left out keep RopeScaling's defaults, LLaMA 3.1's).
+// model.rope_scaling: none, or {type: llama3 | linear | yarn, ...} with
+// Hugging Face's keys for the type (llama3: factor, low_freq_factor,
+// high_freq_factor, original_max_position_embeddings, left-out ones keeping
+// LLaMA 3.1's values; linear: factor; yarn: factor and
+// original_max_position_embeddings, and beta_fast, beta_slow,
+// attention_factor).
 RopeScaling get_rope_scaling(const YAML::Node& n, const std::string& key) {
   RopeScaling r;
+  const std::string expected = "none or a mapping with type: llama3, linear or yarn";
   if (n.IsScalar()) {
     const std::string v = get_string(n, key);
-    if (v != "none")
-      throw ConfigError(key + " ('" + v + "') must be none or a mapping with type: llama3");
+    if (v != "none") throw ConfigError(key + " ('" + v + "') must be " + expected);
     return r;
   }
-  if (!n.IsMap()) throw ConfigError(key + ": expected none or a mapping with type: llama3");
-  static const std::vector<std::string> kKeys = {
-      "type", "factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"};
-  for (auto it = n.begin(); it != n.end(); ++it) {
-    const std::string k = it->first.as<std::string>();
-    if (std::find(kKeys.begin(), kKeys.end(), k) == kKeys.end())
-      throw ConfigError("unknown key '" + key + "." + k +
-                        "' (allowed: type, factor, low_freq_factor, high_freq_factor, "
-                        "original_max_position_embeddings)");
-  }
+  if (!n.IsMap()) throw ConfigError(key + ": expected " + expected);
   const std::string type = n["type"] ? get_string(n["type"], key + ".type") : std::string();
   if (type == "none") return r;
-  if (type != "llama3") throw ConfigError(key + ".type ('" + type + "') must be llama3 or none");
-  r.kind = RopeScaling::Kind::Llama3;
-  if (n["factor"]) r.factor = get_double(n["factor"], key + ".factor");
-  if (n["low_freq_factor"])
-    r.low_freq_factor = get_double(n["low_freq_factor"], key + ".low_freq_factor");
-  if (n["high_freq_factor"])
-    r.high_freq_factor = get_double(n["high_freq_factor"], key + ".high_freq_factor");
-  if (n["original_max_position_embeddings"])
-    r.original_seq_len = get_double(n["original_max_position_embeddings"],
-                                    key + ".original_max_position_embeddings");
+  std::vector<std::string> keys{"type", "factor"};
+  if (type == "llama3") {
+    r.kind = RopeScaling::Kind::Llama3;
+    keys.insert(keys.end(),
+                {"low_freq_factor", "high_freq_factor", "original_max_position_embeddings"});
+  } else if (type == "linear") {
+    r.kind = RopeScaling::Kind::Linear;
+  } else if (type == "yarn") {
+    r.kind = RopeScaling::Kind::Yarn;
+    keys.insert(keys.end(),
+                {"original_max_position_embeddings", "beta_fast", "beta_slow", "attention_factor"});
+  } else {
+    throw ConfigError(key + ".type ('" + type + "') must be llama3, linear, yarn or none");
+  }
+  for (auto it = n.begin(); it != n.end(); ++it) {
+    const std::string k = it->first.as<std::string>();
+    if (std::find(keys.begin(), keys.end(), k) == keys.end()) {
+      std::string allowed;
+      for (const auto& a : keys) allowed += (allowed.empty() ? "" : ", ") + a;
+      throw ConfigError("unknown key '" + key + "." + k + "' (allowed with type " + type + ": " +
+                        allowed + ")");
+    }
+  }
+  auto number = [&](const char* k, double& out) {
+    if (n[k]) out = get_double(n[k], key + "." + k);
+  };
+  // A linear or yarn stretch has no sensible default: the factor is the
+  // model's, and so is yarn's original context.
+  if (r.kind != RopeScaling::Kind::Llama3 && !n["factor"])
+    throw ConfigError(key + ".factor is required with type " + type);
+  if (r.kind == RopeScaling::Kind::Yarn && !n["original_max_position_embeddings"])
+    throw ConfigError(key + ".original_max_position_embeddings is required with type yarn");
+  number("factor", r.factor);
+  number("low_freq_factor", r.low_freq_factor);
+  number("high_freq_factor", r.high_freq_factor);
+  number("original_max_position_embeddings", r.original_seq_len);
+  number("beta_fast", r.beta_fast);
+  number("beta_slow", r.beta_slow);
+  number("attention_factor", r.attention_factor);
   return r;
 }
 
@@ -807,11 +830,20 @@ std::string to_yaml(const Config& c) {
   e << YAML::Key << "rope_scaling" << YAML::Value;
   if (c.model.rope_scaling.scaled()) {
     const RopeScaling& r = c.model.rope_scaling;
-    e << YAML::BeginMap << YAML::Key << "type" << YAML::Value << "llama3" << YAML::Key << "factor"
-      << YAML::Value << r.factor << YAML::Key << "low_freq_factor" << YAML::Value
-      << r.low_freq_factor << YAML::Key << "high_freq_factor" << YAML::Value << r.high_freq_factor
-      << YAML::Key << "original_max_position_embeddings" << YAML::Value << r.original_seq_len
-      << YAML::EndMap;
+    e << YAML::BeginMap << YAML::Key << "type" << YAML::Value << rope_scaling_name(r.kind)
+      << YAML::Key << "factor" << YAML::Value << r.factor;
+    if (r.kind == RopeScaling::Kind::Llama3) {
+      e << YAML::Key << "low_freq_factor" << YAML::Value << r.low_freq_factor << YAML::Key
+        << "high_freq_factor" << YAML::Value << r.high_freq_factor;
+    }
+    if (r.kind != RopeScaling::Kind::Linear)
+      e << YAML::Key << "original_max_position_embeddings" << YAML::Value << r.original_seq_len;
+    if (r.kind == RopeScaling::Kind::Yarn) {
+      e << YAML::Key << "beta_fast" << YAML::Value << r.beta_fast << YAML::Key << "beta_slow"
+        << YAML::Value << r.beta_slow << YAML::Key << "attention_factor" << YAML::Value
+        << r.attention_factor;
+    }
+    e << YAML::EndMap;
   } else {
     e << "none";
   }

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -126,6 +127,30 @@ TEST(HfConfig, Qwen2ConfigIsLlamasBlocksWithQkvBiases) {
                NotSupportedError);
 }
 
+// Qwen2.5's long-context recipe (yarn, factor 4 over 32768 positions) and a
+// linear stretch.
+TEST(HfConfig, YarnAndLinearRopeScaling) {
+  const nn::GptConfig q = gpt_config_from_hf(
+      edited(kQwen2_05b, "rope_scaling",
+             R"({"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768})"),
+      "x");
+  EXPECT_EQ(q.rope_scaling.kind, RopeScaling::Kind::Yarn);
+  EXPECT_EQ(q.rope_scaling.factor, 4.0);
+  EXPECT_EQ(q.rope_scaling.original_seq_len, 32768.0);
+  EXPECT_EQ(q.rope_scaling.beta_fast, 32.0);  // Hugging Face's defaults
+  EXPECT_EQ(q.rope_scaling.beta_slow, 1.0);
+  EXPECT_DOUBLE_EQ(rope_amplitude(q.rope_scaling), 0.1 * std::log(4.0) + 1.0);
+  // Without its own original context, yarn stretches max_position_embeddings.
+  const nn::GptConfig d = gpt_config_from_hf(
+      edited(kQwen2_05b, "rope_scaling", R"({"rope_type": "yarn", "factor": 2.0})"), "x");
+  EXPECT_EQ(d.rope_scaling.original_seq_len, 32768.0);
+  const nn::GptConfig l = gpt_config_from_hf(
+      edited(kLlama7b, "rope_scaling", R"({"type": "linear", "factor": 2.0})"), "x");
+  EXPECT_EQ(l.rope_scaling.kind, RopeScaling::Kind::Linear);
+  EXPECT_DOUBLE_EQ(rope_frequency(5, 128, 10000.0, l.rope_scaling),
+                   std::pow(10000.0, -10.0 / 128.0) / 2.0);
+}
+
 TEST(HfConfig, Gpt2ConfigIsTheDefaultGpt2) {
   const nn::GptConfig c = gpt_config_from_hf(
       R"({"model_type": "gpt2", "n_embd": 768, "n_head": 12, "n_layer": 12, "n_positions": 1024,
@@ -153,9 +178,17 @@ TEST(HfConfig, WhatTriadDoesNotBuildIsNamed) {
     return [json] { gpt_config_from_hf(json, "m/config.json"); };
   };
   const std::string llama = kLlama70b;
-  EXPECT_NE(message(from(edited(llama, "rope_scaling", R"({"rope_type": "yarn", "factor": 4.0})")))
-                .find("m/config.json: 'rope_scaling' ({\"factor\":4.0,\"rope_type\":\"yarn\"}): "
-                      "only rope_type llama3 (LLaMA 3.1's) is implemented"),
+  EXPECT_NE(
+      message(from(edited(llama, "rope_scaling", R"({"rope_type": "dynamic", "factor": 4.0})")))
+          .find("m/config.json: 'rope_scaling' ({\"factor\":4.0,\"rope_type\":\"dynamic\"}): "
+                "only rope_type llama3 (LLaMA 3.1's), linear and yarn are implemented"),
+      std::string::npos);
+  EXPECT_NE(message(from(edited(llama, "rope_scaling",
+                                R"({"rope_type": "yarn", "factor": 40, "mscale": 0.707})")))
+                .find("yarn's mscale (DeepSeek's attention factor) is not implemented"),
+            std::string::npos);
+  EXPECT_NE(message(from(edited(llama, "rope_scaling", R"({"type": "linear"})")))
+                .find("a linear scaling needs its factor"),
             std::string::npos);
   EXPECT_NE(
       message(from(edited(llama, "rope_scaling", R"({"rope_type": "llama3", "factor": "x"})")))

@@ -54,7 +54,10 @@ void expect_same_model(const nn::GptConfig& a, const nn::GptConfig& b) {
   EXPECT_EQ(a.qkv_bias, b.qkv_bias);
   EXPECT_EQ(a.tie_embeddings, b.tie_embeddings);
   EXPECT_EQ(a.sliding_window, b.sliding_window);
-  EXPECT_EQ(a.rope_scaling.scaled(), b.rope_scaling.scaled());
+  EXPECT_EQ(a.rope_scaling.kind, b.rope_scaling.kind);
+  EXPECT_EQ(a.rope_scaling.beta_fast, b.rope_scaling.beta_fast);
+  EXPECT_EQ(a.rope_scaling.beta_slow, b.rope_scaling.beta_slow);
+  EXPECT_EQ(a.rope_scaling.attention_factor, b.rope_scaling.attention_factor);
   EXPECT_EQ(a.rope_scaling.factor, b.rope_scaling.factor);
   EXPECT_EQ(a.rope_scaling.low_freq_factor, b.rope_scaling.low_freq_factor);
   EXPECT_EQ(a.rope_scaling.high_freq_factor, b.rope_scaling.high_freq_factor);
@@ -78,8 +81,16 @@ TEST(HfExport, LlamaAndGpt2RoundTrip) {
   mistral.rope_scaling.original_seq_len = 64.0;
   nn::GptConfig qwen2 = llama(true, 2);  // Qwen2ForCausalLM: q, k and v biases
   qwen2.qkv_bias = true;
+  qwen2.rope_scaling.kind = RopeScaling::Kind::Yarn;  // with Qwen2.5's long context
+  qwen2.rope_scaling.factor = 4.0;
+  qwen2.rope_scaling.original_seq_len = 3.0;
+  qwen2.rope_scaling.beta_fast = 8.0;
+  qwen2.rope_scaling.attention_factor = 1.5;
+  nn::GptConfig stretched = llama(false, 0);  // a linear RoPE stretch
+  stretched.rope_scaling.kind = RopeScaling::Kind::Linear;
+  stretched.rope_scaling.factor = 2.0;
   for (const nn::GptConfig& c : {llama(false, 2), llama(true, 0), llama(false, 1), mistral, qwen2,
-                                 gpt2(true), gpt2(false)}) {
+                                 stretched, gpt2(true), gpt2(false)}) {
     SCOPED_TRACE(std::string(hf_model_type(c)) + " " + std::to_string(n));
     const nn::Gpt model(c, 7);
     const std::string out = dir.file("hf" + std::to_string(n++));

@@ -82,6 +82,71 @@ TEST(RopeScaling, TheOpTurnsByTheScaledFrequencies) {
   EXPECT_THROW(rotary_embedding(qkv, H, {}, 0, 30.0, llama3(8.0, 4.0, 4.0, 32.0)), ValueError);
 }
 
+RopeScaling yarn(double factor, double original) {
+  RopeScaling s;
+  s.kind = RopeScaling::Kind::Yarn;
+  s.factor = factor;
+  s.original_seq_len = original;
+  return s;
+}
+
+// Linear (position interpolation): every frequency `factor` times slower.
+TEST(RopeScaling, LinearSlowsEveryFrequency) {
+  RopeScaling s;
+  s.kind = RopeScaling::Kind::Linear;
+  s.factor = 2.5;
+  for (int64_t i = 0; i < 4; ++i)
+    EXPECT_DOUBLE_EQ(rope_frequency(i, 8, 30.0, s), std::pow(30.0, -2.0 * i / 8.0) / 2.5) << i;
+  EXPECT_EQ(rope_amplitude(s), 1.0);
+}
+
+// YaRN at head dim 8, theta 30, an original context of 32: pair i turns
+// 32 f_i / (2 pi) times over it. beta_fast 32 puts the ramp's start at
+// floor(8 ln(32 / (32 * 2 pi)) / (2 ln 30)) = -3, so 0; beta_slow 1 its end
+// at ceil(8 ln(32 / (2 pi)) / (2 ln 30)) = 2. So pair 0 keeps its speed,
+// pair 1 is halfway down the ramp, pairs 2 and 3 turn `factor` times
+// slower; q and k are scaled by 0.1 ln(factor) + 1.
+TEST(RopeScaling, YarnRampsFromKeptToSlowedFrequenciesAndScalesTheLogits) {
+  const RopeScaling s = yarn(4.0, 32.0);
+  const double f1 = std::pow(30.0, -0.25);
+  EXPECT_DOUBLE_EQ(rope_frequency(0, 8, 30.0, s), 1.0);
+  EXPECT_DOUBLE_EQ(rope_frequency(1, 8, 30.0, s), 0.5 * f1 / 4.0 + 0.5 * f1);
+  EXPECT_DOUBLE_EQ(rope_frequency(2, 8, 30.0, s), std::pow(30.0, -0.5) / 4.0);
+  EXPECT_DOUBLE_EQ(rope_frequency(3, 8, 30.0, s), std::pow(30.0, -0.75) / 4.0);
+  EXPECT_DOUBLE_EQ(rope_amplitude(s), 0.1 * std::log(4.0) + 1.0);
+  RopeScaling given = s;
+  given.attention_factor = 1.7;
+  EXPECT_EQ(rope_amplitude(given), 1.7);
+  // Qwen2.5 7B's long context: head dim 128, theta 1e6, factor 4 over
+  // 32768 positions: the fastest pair kept, the slowest slowed.
+  const RopeScaling q = yarn(4.0, 32768.0);
+  EXPECT_DOUBLE_EQ(rope_frequency(0, 128, 1e6, q), 1.0);
+  EXPECT_DOUBLE_EQ(rope_frequency(63, 128, 1e6, q), std::pow(1e6, -126.0 / 128.0) / 4.0);
+  // The op: q's and k's pairs turned by the frequencies and scaled by the
+  // amplitude (so each q.k logit by its square); v copied.
+  const int64_t T = 3, D = 8;
+  const AttentionHeads heads{2, 1};
+  const Tensor qkv = randn({1, T, 4 * D}, 7, 1, 1.0, DType::F64);
+  const std::vector<double> in = to_double_vector(qkv);
+  const std::vector<double> got = to_double_vector(rotary_embedding(qkv, heads, {}, 4, 30.0, s));
+  const double m = rope_amplitude(s);
+  for (int64_t t = 0; t < T; ++t) {
+    const size_t row = static_cast<size_t>(t * 4 * D);
+    for (int64_t h = 0; h < 3; ++h) {
+      for (int64_t i = 0; i < D / 2; ++i) {
+        const double a = (4.0 + t) * rope_frequency(i, D, 30.0, s);
+        const size_t x1 = row + h * D + i, x2 = x1 + D / 2;
+        ASSERT_NEAR(got[x1], m * (in[x1] * std::cos(a) - in[x2] * std::sin(a)), 1e-12);
+        ASSERT_NEAR(got[x2], m * (in[x2] * std::cos(a) + in[x1] * std::sin(a)), 1e-12);
+      }
+    }
+    for (int64_t d = 3 * D; d < 4 * D; ++d) ASSERT_EQ(got[row + d], in[row + d]);
+  }
+  RopeScaling bad = s;
+  bad.beta_slow = 64.0;
+  EXPECT_THROW(rotary_embedding(qkv, heads, {}, 0, 30.0, bad), ValueError);
+}
+
 TEST(RopeScaling, ModelConfigIsChecked) {
   GptConfig c{.n_layer = 1, .n_head = 2, .d_model = 16, .vocab_size = 11, .seq_len = 8};
   c.position_embedding = PositionEmbedding::Rotary;
@@ -90,7 +155,8 @@ TEST(RopeScaling, ModelConfigIsChecked) {
     c.validate();
     FAIL() << "expected ConfigError";
   } catch (const ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("model.rope_scaling: llama3 scaling needs"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("model.rope_scaling: llama3 scaling needs"),
+              std::string::npos)
         << e.what();
   }
   c.rope_scaling = llama3(8.0, 1.0, 4.0, 8192.0);

@@ -379,6 +379,19 @@ inline std::vector<OpCase> op_cases() {
                  s.original_seq_len = 32.0;
                  return rotary_embedding(x[0], 2, {}, 900, 30.0, s);
                }});
+  // YaRN: a pair kept, one on the ramp, two slowed, and every rotated pair
+  // scaled by the attention factor (the backward scales alike).
+  c.push_back({"rotary_embedding_yarn_scaling_B1_T6_C16_NH2_KV1",
+               [](DType d) {
+                 return std::vector<Tensor>{rnd({1, 6, 32}, d, 1)};
+               },
+               [](const std::vector<Tensor>& x) {
+                 RopeScaling s;
+                 s.kind = RopeScaling::Kind::Yarn;
+                 s.factor = 4.0;
+                 s.original_seq_len = 32.0;
+                 return rotary_embedding(x[0], AttentionHeads{2, 1}, {}, 300, 30.0, s);
+               }});
   c.push_back({"embedding",
                [](DType d) {
                  return std::vector<Tensor>{rnd({6, 4}, d, 1)};

@@ -218,6 +218,23 @@ TEST_F(Gpt2Parity, Qwen2StyleModelLogitsAndGradients) {
   }
 }
 
+// YaRN (Qwen2.5's long-context RoPE scaling) on the Qwen2-style model:
+// frequencies kept, ramped and slowed, and q and k scaled by the attention
+// factor, against Hugging Face's rule written out in PyTorch.
+TEST_F(Gpt2Parity, YarnRopeScalingLogitsAndGradients) {
+  nn::GptConfig cfg = llama_style();
+  cfg.qkv_bias = true;
+  cfg.tie_embeddings = true;
+  const auto& s = cfg_["yarn_scaling"];
+  ASSERT_EQ(s["rope_type"], "yarn");
+  cfg.rope_scaling.kind = RopeScaling::Kind::Yarn;
+  cfg.rope_scaling.factor = s["factor"];
+  cfg.rope_scaling.original_seq_len = s["original_max_position_embeddings"];
+  nn::Gpt model(cfg, 1);
+  io::load_gpt2_safetensors(model, ref_dir() + "/yarn_model.safetensors");
+  expect_step_zero_matches(model, ref_, "yarn.");
+}
+
 // LLaMA 3.1's RoPE scaling on the LLaMA-style model (its four frequencies
 // in all three of the rule's regions), against Hugging Face's rule written
 // out in PyTorch.

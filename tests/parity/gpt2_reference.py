@@ -60,15 +60,45 @@ def llama3_inv_freq(inv, s):
     return torch.where(medium, smoothed, scaled)
 
 
+# YaRN (Qwen2.5's long-context scaling) at this size: head dim 8, theta 30
+# and 32 original positions put pair 0 before the ramp, pair 1 on it and
+# pairs 2 and 3 past it.
+YARN_SCALING = dict(rope_type="yarn", factor=4.0, original_max_position_embeddings=32)
+
+
+def yarn_inv_freq_and_factor(D, theta, s):
+    """Hugging Face's yarn rule written out: frequencies blended from kept
+    (extrapolated) to `factor` times slower (interpolated) along a linear ramp
+    over the pair index between the beta_fast and beta_slow correction
+    dimensions, and the attention factor 0.1 ln(factor) + 1 on cos and sin."""
+    old = s["original_max_position_embeddings"]
+
+    def correction_dim(rotations):
+        return D * math.log(old / (rotations * 2 * math.pi)) / (2 * math.log(theta))
+
+    low = max(math.floor(correction_dim(s.get("beta_fast", 32))), 0)
+    high = min(math.ceil(correction_dim(s.get("beta_slow", 1))), D - 1)
+    if low == high:
+        high += 0.001
+    ramp = ((torch.arange(D // 2, dtype=torch.float64) - low) / (high - low)).clamp(0, 1)
+    extrapolation = 1 - ramp
+    pos = theta ** (torch.arange(0, D, 2, dtype=torch.float64) / D)
+    inv = (1 / (s["factor"] * pos)) * (1 - extrapolation) + (1 / pos) * extrapolation
+    return inv, 0.1 * math.log(s["factor"]) + 1.0
+
+
 def rotate(t, theta, scaling=None):
     """Rotary embedding of t (B, NH, T, D) at positions 0..T-1, rotate-half form."""
     T, D = t.shape[-2], t.shape[-1]
     inv = 1.0 / (theta ** (torch.arange(0, D, 2, dtype=torch.float64) / D))
-    if scaling is not None:
+    amplitude = 1.0
+    if scaling is not None and scaling.get("rope_type") == "yarn":
+        inv, amplitude = yarn_inv_freq_and_factor(D, theta, scaling)
+    elif scaling is not None:
         inv = llama3_inv_freq(inv, scaling)
     angle = torch.arange(T, dtype=torch.float64)[:, None] * inv[None, :]
     angle = torch.cat([angle, angle], dim=-1)
-    cos, sin = angle.cos().to(t.dtype), angle.sin().to(t.dtype)
+    cos, sin = (amplitude * angle.cos()).to(t.dtype), (amplitude * angle.sin()).to(t.dtype)
     turned = torch.cat([-t[..., D // 2:], t[..., :D // 2]], dim=-1)
     return t * cos + turned * sin
 
@@ -342,6 +372,11 @@ def main():
                 kv_heads=LLAMA_KV_HEADS, qkv_bias=True)
     save_hf_llama(qwen2, os.path.join(out, "qwen2_hf_model.safetensors"))
     record_step_zero(qwen2, x, y, "qwen2.", ref)
+    # Qwen2.5's long context: the Qwen2-style model with YaRN, step 0.
+    yarn = Gpt(CFG, ROPE_THETA, SWIGLU_FFN, rms_norm=True, bias=False, tie=True,
+               kv_heads=LLAMA_KV_HEADS, qkv_bias=True, rope_scaling=YARN_SCALING)
+    save_model(yarn, os.path.join(out, "yarn_model.safetensors"))
+    record_step_zero(yarn, x, y, "yarn.", ref)
 
     ref["greedy_prompt"] = torch.tensor(GREEDY_PROMPT, dtype=torch.float32)
     ref["greedy_tokens"] = torch.tensor(greedy, dtype=torch.float32)
@@ -351,7 +386,7 @@ def main():
     with open(os.path.join(out, "config.json"), "w") as f:
         json.dump({"model": CFG, "train": TRAIN, "rope_theta": ROPE_THETA, "swiglu_ffn": SWIGLU_FFN,
                    "llama_kv_heads": LLAMA_KV_HEADS, "mistral_window": MISTRAL_WINDOW,
-                   "llama3_scaling": LLAMA3_SCALING}, f)
+                   "llama3_scaling": LLAMA3_SCALING, "yarn_scaling": YARN_SCALING}, f)
     print("losses", " ".join(f"{v:.6f}" for v in losses))
 
 

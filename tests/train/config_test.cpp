@@ -421,12 +421,43 @@ TEST(Config, RopeScalingParsesRoundTripsAndIsChecked) {
   EXPECT_TRUE(back.model.rope_scaling.scaled());
   EXPECT_EQ(back.model.rope_scaling.original_seq_len, 16.0);
   EXPECT_FALSE(parse_config(kValid, {"model.rope_scaling=none"}).model.rope_scaling.scaled());
-  expect_config_error(kValid, {"model.rope_scaling={type: yarn}"},
-                      "model.rope_scaling.type ('yarn') must be llama3 or none");
+  expect_config_error(kValid, {"model.rope_scaling={type: dynamic}"},
+                      "model.rope_scaling.type ('dynamic') must be llama3, linear, yarn or none");
   expect_config_error(kValid, {"model.rope_scaling={type: llama3, alpha: 2}"},
-                      "unknown key 'model.rope_scaling.alpha'");
+                      "unknown key 'model.rope_scaling.alpha' (allowed with type llama3: type, "
+                      "factor, low_freq_factor");
   expect_config_error(kValid, {"model.rope_scaling={type: llama3, factor: 0.5}"},
                       "model.rope_scaling: llama3 scaling needs factor >= 1");
+  // Linear and yarn: their keys, the factor (and yarn's original context)
+  // required, every value round-tripping.
+  const Config lin = parse_config(
+      kValid, {"model.position_embedding=rope", "model.rope_scaling={type: linear, factor: 2.5}"});
+  EXPECT_EQ(lin.model.rope_scaling.kind, RopeScaling::Kind::Linear);
+  EXPECT_EQ(parse_config(to_yaml(lin)).model.rope_scaling.factor, 2.5);
+  const Config yarn = parse_config(
+      kValid, {"model.position_embedding=rope",
+               "model.rope_scaling={type: yarn, factor: 4, original_max_position_embeddings: 32, "
+               "beta_fast: 16, attention_factor: 1.25}"});
+  const RopeScaling y = parse_config(to_yaml(yarn)).model.rope_scaling;
+  EXPECT_EQ(y.kind, RopeScaling::Kind::Yarn);
+  EXPECT_EQ(y.factor, 4.0);
+  EXPECT_EQ(y.original_seq_len, 32.0);
+  EXPECT_EQ(y.beta_fast, 16.0);
+  EXPECT_EQ(y.beta_slow, 1.0);
+  EXPECT_EQ(y.attention_factor, 1.25);
+  expect_config_error(kValid, {"model.rope_scaling={type: linear}"},
+                      "model.rope_scaling.factor is required with type linear");
+  expect_config_error(kValid, {"model.rope_scaling={type: yarn, factor: 4}"},
+                      "model.rope_scaling.original_max_position_embeddings is required with type "
+                      "yarn");
+  expect_config_error(kValid, {"model.rope_scaling={type: linear, factor: 2, beta_fast: 3}"},
+                      "unknown key 'model.rope_scaling.beta_fast' (allowed with type linear: "
+                      "type, factor)");
+  expect_config_error(kValid,
+                      {"model.rope_scaling={type: yarn, factor: 4, "
+                       "original_max_position_embeddings: 32, beta_fast: 1, beta_slow: 2}"},
+                      "model.rope_scaling: yarn scaling needs original_max_position_embeddings > "
+                      "0 (got 32.000000), beta_fast (1.000000) > beta_slow (2.000000)");
 }
 
 TEST(Config, SlidingWindowParsesRoundTripsAndIsChecked) {

@@ -465,13 +465,15 @@ void CpuBackend::rotary_embedding(const Tensor& qkv, const AttentionHeads& heads
       for (int64_t t = 0; t < Tn; ++t) npos = std::max(npos, position(b, t) + 1);
     }
     std::vector<T> cs(static_cast<size_t>(npos * half)), sn(cs.size());
-    const double sign = inverse ? -1.0 : 1.0;
+    // The amplitude (yarn's) scales the rotation both ways: the inverse is
+    // the transpose, the gradient of the scaled rotation.
+    const double amplitude = rope_amplitude(scaling), sign = inverse ? -1.0 : 1.0;
     for (int64_t i = 0; i < half; ++i) {
       const double freq = rope_frequency(i, D, theta, scaling);
       for (int64_t p = 0; p < npos; ++p) {
         const double angle = static_cast<double>(p) * freq;
-        cs[static_cast<size_t>(p * half + i)] = static_cast<T>(std::cos(angle));
-        sn[static_cast<size_t>(p * half + i)] = static_cast<T>(sign * std::sin(angle));
+        cs[static_cast<size_t>(p * half + i)] = static_cast<T>(amplitude * std::cos(angle));
+        sn[static_cast<size_t>(p * half + i)] = static_cast<T>(amplitude * sign * std::sin(angle));
       }
     }
     const T* in = qkv.data<T>();
