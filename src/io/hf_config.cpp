@@ -61,12 +61,10 @@ class Keys {
       unsupported("rope_scaling", "expected an object with rope_type llama3, linear or yarn");
     const std::string type = v.value("rope_type", v.value("type", std::string()));
     RopeScaling r;
-    if (type == "llama3") {
-      r.kind = RopeScaling::Kind::Llama3;
-    } else if (type == "linear") {
-      r.kind = RopeScaling::Kind::Linear;
-    } else if (type == "yarn") {
-      r.kind = RopeScaling::Kind::Yarn;
+    if (!rope_scaling_kind(type, &r.kind) || !r.scaled())
+      unsupported("rope_scaling",
+                  "only rope_type llama3 (LLaMA 3.1's), linear and yarn are implemented");
+    if (r.kind == RopeScaling::Kind::Yarn) {
       r.original_seq_len = max_positions;
       for (const char* key : {"mscale", "mscale_all_dim"}) {
         if (v.contains(key) && !v.at(key).is_null())
@@ -75,26 +73,16 @@ class Keys {
       }
       if (v.contains("truncate") && v.at("truncate") == false)
         unsupported("rope_scaling", "yarn without truncate is not implemented");
-    } else {
-      unsupported("rope_scaling",
-                  "only rope_type llama3 (LLaMA 3.1's), linear and yarn are implemented");
     }
-    auto number = [&](const char* key, double& out) {
-      if (!v.contains(key) || v.at(key).is_null()) return;
-      if (!v.at(key).is_number())
-        throw ConfigError(source_ + ": 'rope_scaling." + key + "' (" + v.at(key).dump() +
-                          ") must be a number");
-      out = v.at(key).get<double>();
-    };
     if (r.kind != RopeScaling::Kind::Llama3 && !v.contains("factor"))
       unsupported("rope_scaling", "a " + type + " scaling needs its factor");
-    number("factor", r.factor);
-    number("low_freq_factor", r.low_freq_factor);
-    number("high_freq_factor", r.high_freq_factor);
-    number("original_max_position_embeddings", r.original_seq_len);
-    number("beta_fast", r.beta_fast);
-    number("beta_slow", r.beta_slow);
-    number("attention_factor", r.attention_factor);
+    for (const auto& k : rope_scaling_keys(r.kind)) {
+      if (!v.contains(k.name) || v.at(k.name).is_null()) continue;
+      if (!v.at(k.name).is_number())
+        throw ConfigError(source_ + ": 'rope_scaling." + k.name + "' (" + v.at(k.name).dump() +
+                          ") must be a number");
+      r.*k.field = v.at(k.name).get<double>();
+    }
     return r;
   }
 

@@ -99,17 +99,14 @@ std::string hf_config_json(const nn::GptConfig& c, const std::string& torch_dtyp
     j["rope_theta"] = c.rope_theta;
     if (c.rope_scaling.scaled()) {
       const RopeScaling& r = c.rope_scaling;
-      nlohmann::ordered_json s{{"rope_type", rope_scaling_name(r.kind)}, {"factor", r.factor}};
-      if (r.kind == RopeScaling::Kind::Llama3) {
-        s["low_freq_factor"] = r.low_freq_factor;
-        s["high_freq_factor"] = r.high_freq_factor;
-      }
-      if (r.kind != RopeScaling::Kind::Linear)
-        s["original_max_position_embeddings"] = static_cast<int64_t>(r.original_seq_len);
-      if (r.kind == RopeScaling::Kind::Yarn) {
-        s["beta_fast"] = r.beta_fast;
-        s["beta_slow"] = r.beta_slow;
-        if (r.attention_factor > 0) s["attention_factor"] = r.attention_factor;
+      nlohmann::ordered_json s{{"rope_type", rope_scaling_name(r.kind)}};
+      for (const auto& k : rope_scaling_keys(r.kind)) {
+        const double x = r.*k.field;
+        if (k.field == &RopeScaling::original_seq_len) {
+          s[k.name] = static_cast<int64_t>(x);  // a count of positions
+        } else if (k.field != &RopeScaling::attention_factor || x > 0) {
+          s[k.name] = x;  // (yarn's default attention factor is written as its absence)
+        }
       }
       j["rope_scaling"] = s;
     } else {

@@ -77,46 +77,32 @@ RopeScaling get_rope_scaling(const YAML::Node& n, const std::string& key) {
   }
   if (!n.IsMap()) throw ConfigError(key + ": expected " + expected);
   const std::string type = n["type"] ? get_string(n["type"], key + ".type") : std::string();
-  if (type == "none") return r;
-  std::vector<std::string> keys{"type", "factor"};
-  if (type == "llama3") {
-    r.kind = RopeScaling::Kind::Llama3;
-    keys.insert(keys.end(),
-                {"low_freq_factor", "high_freq_factor", "original_max_position_embeddings"});
-  } else if (type == "linear") {
-    r.kind = RopeScaling::Kind::Linear;
-  } else if (type == "yarn") {
-    r.kind = RopeScaling::Kind::Yarn;
-    keys.insert(keys.end(),
-                {"original_max_position_embeddings", "beta_fast", "beta_slow", "attention_factor"});
-  } else {
+  if (!rope_scaling_kind(type, &r.kind))
     throw ConfigError(key + ".type ('" + type + "') must be llama3, linear, yarn or none");
-  }
+  if (!r.scaled()) return r;
+  const std::vector<RopeScalingKey> keys = rope_scaling_keys(r.kind);
   for (auto it = n.begin(); it != n.end(); ++it) {
     const std::string k = it->first.as<std::string>();
-    if (std::find(keys.begin(), keys.end(), k) == keys.end()) {
-      std::string allowed;
-      for (const auto& a : keys) allowed += (allowed.empty() ? "" : ", ") + a;
+    bool known = k == "type";
+    std::string allowed = "type";
+    for (const auto& a : keys) {
+      known = known || k == a.name;
+      allowed += std::string(", ") + a.name;
+    }
+    if (!known) {
       throw ConfigError("unknown key '" + key + "." + k + "' (allowed with type " + type + ": " +
                         allowed + ")");
     }
   }
-  auto number = [&](const char* k, double& out) {
-    if (n[k]) out = get_double(n[k], key + "." + k);
-  };
   // A linear or yarn stretch has no sensible default: the factor is the
   // model's, and so is yarn's original context.
   if (r.kind != RopeScaling::Kind::Llama3 && !n["factor"])
     throw ConfigError(key + ".factor is required with type " + type);
   if (r.kind == RopeScaling::Kind::Yarn && !n["original_max_position_embeddings"])
     throw ConfigError(key + ".original_max_position_embeddings is required with type yarn");
-  number("factor", r.factor);
-  number("low_freq_factor", r.low_freq_factor);
-  number("high_freq_factor", r.high_freq_factor);
-  number("original_max_position_embeddings", r.original_seq_len);
-  number("beta_fast", r.beta_fast);
-  number("beta_slow", r.beta_slow);
-  number("attention_factor", r.attention_factor);
+  for (const auto& k : keys) {
+    if (n[k.name]) r.*k.field = get_double(n[k.name], key + "." + k.name);
+  }
   return r;
 }
 
@@ -830,19 +816,9 @@ std::string to_yaml(const Config& c) {
   e << YAML::Key << "rope_scaling" << YAML::Value;
   if (c.model.rope_scaling.scaled()) {
     const RopeScaling& r = c.model.rope_scaling;
-    e << YAML::BeginMap << YAML::Key << "type" << YAML::Value << rope_scaling_name(r.kind)
-      << YAML::Key << "factor" << YAML::Value << r.factor;
-    if (r.kind == RopeScaling::Kind::Llama3) {
-      e << YAML::Key << "low_freq_factor" << YAML::Value << r.low_freq_factor << YAML::Key
-        << "high_freq_factor" << YAML::Value << r.high_freq_factor;
-    }
-    if (r.kind != RopeScaling::Kind::Linear)
-      e << YAML::Key << "original_max_position_embeddings" << YAML::Value << r.original_seq_len;
-    if (r.kind == RopeScaling::Kind::Yarn) {
-      e << YAML::Key << "beta_fast" << YAML::Value << r.beta_fast << YAML::Key << "beta_slow"
-        << YAML::Value << r.beta_slow << YAML::Key << "attention_factor" << YAML::Value
-        << r.attention_factor;
-    }
+    e << YAML::BeginMap << YAML::Key << "type" << YAML::Value << rope_scaling_name(r.kind);
+    for (const auto& k : rope_scaling_keys(r.kind))
+      e << YAML::Key << k.name << YAML::Value << r.*k.field;
     e << YAML::EndMap;
   } else {
     e << "none";

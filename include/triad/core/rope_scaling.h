@@ -20,6 +20,7 @@
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #if defined(__CUDACC__)
 #define TRIAD_ROPE_HD __host__ __device__
@@ -86,7 +87,7 @@ TRIAD_ROPE_HD inline double rope_amplitude(const RopeScaling& s) {
 }
 
 // "none", "llama3", "linear" or "yarn" (the config's and Hugging Face's
-// names).
+// names); rope_scaling_kind reads one back (false for another name).
 inline const char* rope_scaling_name(RopeScaling::Kind k) {
   switch (k) {
     case RopeScaling::Kind::None:
@@ -99,6 +100,46 @@ inline const char* rope_scaling_name(RopeScaling::Kind k) {
       return "yarn";
   }
   return "?";
+}
+inline bool rope_scaling_kind(const std::string& name, RopeScaling::Kind* kind) {
+  for (auto k : {RopeScaling::Kind::None, RopeScaling::Kind::Llama3, RopeScaling::Kind::Linear,
+                 RopeScaling::Kind::Yarn}) {
+    if (name == rope_scaling_name(k)) {
+      *kind = k;
+      return true;
+    }
+  }
+  return false;
+}
+
+// A kind's keys besides its type, as Hugging Face's rope_scaling object and
+// the config name them, and the fields they set: what the config and
+// config.json readers accept and their writers write (host only).
+using RopeScalingField = double RopeScaling::*;
+struct RopeScalingKey {
+  const char* name;
+  RopeScalingField field;
+};
+inline std::vector<RopeScalingKey> rope_scaling_keys(RopeScaling::Kind k) {
+  using R = RopeScaling;
+  switch (k) {
+    case R::Kind::None:
+      return {};
+    case R::Kind::Linear:
+      return {{"factor", &R::factor}};
+    case R::Kind::Llama3:
+      return {{"factor", &R::factor},
+              {"low_freq_factor", &R::low_freq_factor},
+              {"high_freq_factor", &R::high_freq_factor},
+              {"original_max_position_embeddings", &R::original_seq_len}};
+    case R::Kind::Yarn:
+      return {{"factor", &R::factor},
+              {"original_max_position_embeddings", &R::original_seq_len},
+              {"beta_fast", &R::beta_fast},
+              {"beta_slow", &R::beta_slow},
+              {"attention_factor", &R::attention_factor}};
+  }
+  return {};
 }
 
 // Why `s` cannot scale (naming each value), or "" when it can: every kind
