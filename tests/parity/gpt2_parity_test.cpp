@@ -62,6 +62,23 @@ class Gpt2Parity : public ::testing::Test {
     cfg.tie_embeddings = false;
     return cfg;
   }
+  // Qwen2's: LLaMA's with biases on q, k and v, and a tied head.
+  nn::GptConfig qwen2_style() const {
+    nn::GptConfig cfg = llama_style();
+    cfg.qkv_bias = true;
+    cfg.tie_embeddings = true;
+    return cfg;
+  }
+  // The reference's rope_scaling entry `key` (Hugging Face's keys), read
+  // through the table the config readers use.
+  RopeScaling scaling(const std::string& key, RopeScaling::Kind kind) const {
+    RopeScaling r;
+    r.kind = kind;
+    for (const auto& k : rope_scaling_keys(kind)) {
+      if (cfg_[key].contains(k.name)) r.*k.field = cfg_[key][k.name].get<double>();
+    }
+    return r;
+  }
   std::map<std::string, Tensor> ref_;
 };
 
@@ -195,9 +212,7 @@ TEST_F(Gpt2Parity, LlamaStyleModelLogitsAndGradients) {
 // Qwen2ForCausalLM names and layout (separate q/k/v weights and biases, no
 // lm_head).
 TEST_F(Gpt2Parity, Qwen2StyleModelLogitsAndGradients) {
-  nn::GptConfig cfg = llama_style();
-  cfg.qkv_bias = true;
-  cfg.tie_embeddings = true;
+  const nn::GptConfig cfg = qwen2_style();
   nn::Gpt model(cfg, 1);
   // Per layer: two RMSNorm weights, c_attn's weight and bias, c_proj, c_fc,
   // the MLP's c_proj; plus wte and ln_f.
@@ -222,14 +237,10 @@ TEST_F(Gpt2Parity, Qwen2StyleModelLogitsAndGradients) {
 // frequencies kept, ramped and slowed, and q and k scaled by the attention
 // factor, against Hugging Face's rule written out in PyTorch.
 TEST_F(Gpt2Parity, YarnRopeScalingLogitsAndGradients) {
-  nn::GptConfig cfg = llama_style();
-  cfg.qkv_bias = true;
-  cfg.tie_embeddings = true;
-  const auto& s = cfg_["yarn_scaling"];
-  ASSERT_EQ(s["rope_type"], "yarn");
-  cfg.rope_scaling.kind = RopeScaling::Kind::Yarn;
-  cfg.rope_scaling.factor = s["factor"];
-  cfg.rope_scaling.original_seq_len = s["original_max_position_embeddings"];
+  nn::GptConfig cfg = qwen2_style();
+  ASSERT_EQ(cfg_["yarn_scaling"]["rope_type"], "yarn");
+  cfg.rope_scaling = scaling("yarn_scaling", RopeScaling::Kind::Yarn);
+  ASSERT_EQ(cfg.rope_scaling.original_seq_len, 32.0);
   nn::Gpt model(cfg, 1);
   io::load_gpt2_safetensors(model, ref_dir() + "/yarn_model.safetensors");
   expect_step_zero_matches(model, ref_, "yarn.");
@@ -240,12 +251,8 @@ TEST_F(Gpt2Parity, YarnRopeScalingLogitsAndGradients) {
 // out in PyTorch.
 TEST_F(Gpt2Parity, Llama3RopeScalingLogitsAndGradients) {
   nn::GptConfig cfg = llama_style();
-  const auto& s = cfg_["llama3_scaling"];
-  cfg.rope_scaling.kind = RopeScaling::Kind::Llama3;
-  cfg.rope_scaling.factor = s["factor"];
-  cfg.rope_scaling.low_freq_factor = s["low_freq_factor"];
-  cfg.rope_scaling.high_freq_factor = s["high_freq_factor"];
-  cfg.rope_scaling.original_seq_len = s["original_max_position_embeddings"];
+  cfg.rope_scaling = scaling("llama3_scaling", RopeScaling::Kind::Llama3);
+  ASSERT_EQ(cfg.rope_scaling.original_seq_len, 32.0);
   nn::Gpt model(cfg, 1);
   io::load_gpt2_safetensors(model, ref_dir() + "/llama31_model.safetensors");
   expect_step_zero_matches(model, ref_, "llama31.");
