@@ -770,11 +770,8 @@ pipeline::Schedule Trainer::pipeline_schedule(int64_t micro) const {
   const int m = static_cast<int>(micro);
   if (par.schedule != "zb-auto")
     return pipeline::make_schedule(pipeline::schedule_from_name(par.schedule), par.pp, m, par.vpp);
-  pipeline::Costs costs;  // equal F, B and W until measured
-  costs.forward = {1.0};
-  costs.backward_input = {1.0};
-  costs.backward_weight = {1.0};
-  return pipeline::make_zero_bubble_schedule(par.pp, m, zb_costs_ ? *zb_costs_ : costs,
+  // Until measured, Costs' defaults: F, B and W of 1 each.
+  return pipeline::make_zero_bubble_schedule(par.pp, m, zb_costs_ ? *zb_costs_ : pipeline::Costs{},
                                              {par.zb_max_in_flight});
 }
 

@@ -307,11 +307,7 @@ std::vector<std::vector<Action>> compute_orders(ScheduleKind kind, int p, int m,
 Schedule make_schedule(ScheduleKind kind, int p, int m, int v) {
   if (kind == ScheduleKind::ZbAuto) {
     check_numbers(kind, p, m, v);
-    Costs equal;
-    equal.forward = {1.0};
-    equal.backward_input = {1.0};
-    equal.backward_weight = {1.0};
-    return make_zero_bubble_schedule(p, m, equal);
+    return make_zero_bubble_schedule(p, m, Costs{});  // F, B and W of 1 each
   }
   return schedule_from_orders(kind, p, m, v, kind == ScheduleKind::ZbH1,
                               compute_orders(kind, p, m, v));
