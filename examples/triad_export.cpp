@@ -4,7 +4,8 @@
 //   (out/llama_tiny/{config.yaml,model.safetensors})
 //   triad-export --config my.yaml --weights model.safetensors --output hf/
 // LLaMA-style models become LlamaForCausalLM (MistralForCausalLM with a
-// window, Qwen2ForCausalLM with q, k and v biases), GPT-2-style ones
+// window, Qwen2ForCausalLM with q, k and v biases, Qwen3ForCausalLM with
+// query/key norms), GPT-2-style ones
 // GPT2LMHeadModel; model.hf_config and init.from read the directory back.
 #include <spdlog/spdlog.h>
 

@@ -118,6 +118,11 @@ nn::StateDict hf_llama_to_triad(const std::map<std::string, Tensor>& tensors) {
                     "height");
     }
     out[p + "attn.c_attn.weight"] = concat({q, k, v}, 0);
+    // Qwen3's query/key norms (both or neither).
+    if (parts.count("self_attn.q_norm.weight") > 0 || parts.count("self_attn.k_norm.weight") > 0) {
+      out[p + "attn.q_norm.weight"] = take("self_attn.q_norm.weight");
+      out[p + "attn.k_norm.weight"] = take("self_attn.k_norm.weight");
+    }
     // Qwen2's q, k and v biases stack the same way (all three or none).
     const bool qb = parts.count("self_attn.q_proj.bias") > 0,
                kb = parts.count("self_attn.k_proj.bias") > 0,
@@ -231,6 +236,9 @@ nn::StateDict load_gpt2_state_dict(const std::string& path,
                      : ends_with(name, ".attn.c_attn.bias")
                          ? " (the file's q, k and v projections have no biases: set "
                            "model.qkv_bias and model.linear_bias to false)"
+                     : ends_with(name, "_norm.weight") && name.find(".attn.") != std::string::npos
+                         ? " (the file's attention has no query/key norms: set model.qk_norm: "
+                           "false)"
                          : ""));
     if (it->second.shape() != shape) {
       Shape stored = it->second.shape(), want = shape;
@@ -239,8 +247,9 @@ nn::StateDict load_gpt2_state_dict(const std::string& path,
         std::swap(want[0], want[1]);
       }
       // c_attn's weight (Triad's layout here: out, in) and bias are C + 2 *
-      // n_kv_head * head_dim tall: a height that differs points at
-      // model.n_kv_head (C is the weight's width).
+      // n_kv_head * head_dim tall (C the weight's width, when the heads are
+      // d_model / n_head wide): a height that differs points at
+      // model.n_kv_head, or at model.head_dim.
       std::string hint;
       const bool c_attn =
           ends_with(name, ".attn.c_attn.weight") || ends_with(name, ".attn.c_attn.bias");
@@ -252,7 +261,7 @@ nn::StateDict load_gpt2_state_dict(const std::string& path,
         if (rows > C && shape[0] > C) {
           hint = " (its key and value projections are " + std::to_string((rows - C) / 2) +
                  " wide, the configured model's " + std::to_string((shape[0] - C) / 2) +
-                 ": check model.n_kv_head)";
+                 ": check model.n_kv_head and model.head_dim)";
         }
       }
       throw IoError("GPT-2 weights '" + path + "': tensor '" + name + "' has shape " +
@@ -269,6 +278,8 @@ nn::StateDict load_gpt2_state_dict(const std::string& path,
                      : ends_with(name, ".attn.c_attn.bias")
                          ? " (biases on q, k and v, as Qwen2's blocks have: set "
                            "model.qkv_bias: true)"
+                     : ends_with(name, "_norm.weight") && name.find(".attn.") != std::string::npos
+                         ? " (query/key norms, as Qwen3's blocks have: set model.qk_norm: true)"
                          : ""));
   }
   return state;
@@ -290,6 +301,8 @@ void save_gpt2_state_dict(const nn::StateDict& full, const nn::GptConfig& c,
                                           {"seq_len", std::to_string(c.seq_len)}};
   if (!c.tie_embeddings) meta["tie_embeddings"] = "false";
   if (c.kv_heads() != c.n_head) meta["n_kv_head"] = std::to_string(c.kv_heads());
+  if (c.heads_apart()) meta["head_dim"] = std::to_string(c.head_dim());
+  if (c.qk_norm) meta["qk_norm"] = "true";
   if (c.rotary()) {
     meta["position_embedding"] = nn::position_embedding_string(c.position_embedding);
     meta["rope_theta"] = std::to_string(c.rope_theta);

@@ -122,17 +122,21 @@ nn::GptConfig llama_config(const Keys& k, const std::string& type) {
     k.unsupported("attention_bias", "Triad's LLaMA blocks have no attention biases");
   if (k.boolean("mlp_bias", false))
     k.unsupported("mlp_bias", "Triad's LLaMA blocks have no MLP biases");
+  // Heads of their own width (Qwen3's, Mistral NeMo's); the same as
+  // hidden_size / num_attention_heads is no different from its absence.
   if (k.has("head_dim") && k.integer("head_dim") * c.n_head != c.d_model)
-    k.unsupported("head_dim", "Triad's head dimension is hidden_size / num_attention_heads (" +
-                                  std::to_string(c.d_model / std::max<int64_t>(c.n_head, 1)) + ")");
+    c.head_size = k.integer("head_dim");
   // Qwen2: LLaMA's blocks with biases on q, k and v (implied by the type).
   // Its optional window spares the first max_window_layers layers, which
   // Triad's window (every layer alike) cannot express.
-  if (type == "qwen2") {
-    c.qkv_bias = true;
+  // Qwen3: LLaMA's blocks with RMSNorm over each query and key head (and
+  // heads of their own width, head_dim above); the same optional window.
+  if (type == "qwen3") c.qk_norm = true;
+  if (type == "qwen2" || type == "qwen3") {
+    c.qkv_bias = type == "qwen2";
     if (k.boolean("use_sliding_window", false))
       k.unsupported("use_sliding_window",
-                    "Qwen2's window leaves its first max_window_layers layers unwindowed; "
+                    "Qwen's window leaves its first max_window_layers layers unwindowed; "
                     "Triad's covers every layer");
   }
   // Mistral's sliding window (null: none); one as long as the context
@@ -176,13 +180,13 @@ nn::GptConfig gpt_config_from_hf(const std::string& json_text, const std::string
   const Keys k(j, source);
   const std::string type = k.text("model_type", "");
   nn::GptConfig c;
-  if (type == "llama" || type == "mistral" || type == "qwen2") {
+  if (type == "llama" || type == "mistral" || type == "qwen2" || type == "qwen3") {
     c = llama_config(k, type);
   } else if (type == "gpt2") {
     c = gpt2_config(k);
   } else {
     throw NotSupportedError(source + ": model_type '" + type +
-                            "' is not supported (llama, mistral, qwen2 or gpt2)");
+                            "' is not supported (llama, mistral, qwen2, qwen3 or gpt2)");
   }
   try {
     c.validate();

@@ -14,9 +14,10 @@
 namespace triad::io {
 namespace {
 
-// What keeps `c` from each class, "" when nothing does. LLaMA's and
-// Qwen2's blocks differ only in Qwen2's q, k and v biases.
-std::string llama_misfit(const nn::GptConfig& c, bool qkv_bias) {
+// What keeps `c` from each class, "" when nothing does. LLaMA's, Qwen2's
+// and Qwen3's blocks differ only in Qwen2's q, k and v biases and Qwen3's
+// query/key norms (`type`: llama, qwen2 or qwen3).
+std::string llama_misfit(const nn::GptConfig& c, const std::string& type) {
   std::string why;
   auto add = [&](bool bad, const char* what) {
     if (bad) why += (why.empty() ? "" : ", ") + std::string(what);
@@ -25,12 +26,11 @@ std::string llama_misfit(const nn::GptConfig& c, bool qkv_bias) {
   add(c.activation != nn::Activation::SwiGlu, "model.activation is not swiglu");
   add(!c.rms_norm(), "model.normalization is not rmsnorm");
   add(c.linear_bias, "model.linear_bias is true");
-  if (qkv_bias) {
-    add(!c.qkv_bias, "model.qkv_bias is false");
-    add(c.sliding_window > 0, "model.sliding_window is set");
-  } else {
-    add(c.qkv_bias, "model.qkv_bias is true");
-  }
+  if (type == "qwen2") add(!c.qkv_bias, "model.qkv_bias is false");
+  if (type != "qwen2") add(c.qkv_bias, "model.qkv_bias is true");
+  if (type == "qwen3") add(!c.qk_norm, "model.qk_norm is false");
+  if (type != "qwen3") add(c.qk_norm, "model.qk_norm is true");
+  if (type != "llama") add(c.sliding_window > 0, "model.sliding_window is set");
   return why;
 }
 
@@ -45,6 +45,8 @@ std::string gpt2_misfit(const nn::GptConfig& c) {
   add(!c.linear_bias, "model.linear_bias is false");
   add(c.kv_heads() != c.n_head, "model.n_kv_head groups the heads");
   add(c.sliding_window > 0, "model.sliding_window is set");
+  add(c.heads_apart(), "model.head_dim is not d_model / n_head");
+  add(c.qk_norm, "model.qk_norm is true");
   return why;
 }
 
@@ -57,18 +59,20 @@ const Tensor& at(const nn::StateDict& s, const std::string& name) {
 }  // namespace
 
 const char* hf_model_type(const nn::GptConfig& c) {
-  const std::string llama = llama_misfit(c, false), qwen2 = llama_misfit(c, true),
-                    gpt2 = gpt2_misfit(c);
+  const std::string llama = llama_misfit(c, "llama"), qwen2 = llama_misfit(c, "qwen2"),
+                    qwen3 = llama_misfit(c, "qwen3"), gpt2 = gpt2_misfit(c);
   if (llama.empty()) return c.sliding_window > 0 ? "mistral" : "llama";
   if (qwen2.empty()) return "qwen2";
+  if (qwen3.empty()) return "qwen3";
   if (gpt2.empty()) return "gpt2";
   throw NotSupportedError(
-      "no Hugging Face class holds this model: LlamaForCausalLM needs rope, swiglu, rmsnorm and "
-      "no linear biases (here " +
+      "no Hugging Face class holds this model: LlamaForCausalLM needs rope, swiglu, rmsnorm, "
+      "no linear biases and no query/key norms (here " +
       llama + "); Qwen2ForCausalLM the same with biases on q, k and v only, and no window (here " +
-      qwen2 +
-      "); GPT2LMHeadModel needs learned positions, gelu, layernorm, linear biases and a "
-      "key/value head per query head (here " +
+      qwen2 + "); Qwen3ForCausalLM the same with query/key norms, no biases and no window (here " +
+      qwen3 +
+      "); GPT2LMHeadModel needs learned positions, gelu, layernorm, linear biases, a "
+      "key/value head per query head and heads d_model / n_head wide (here " +
       gpt2 + ")");
 }
 
@@ -77,6 +81,7 @@ const char* hf_architecture(const nn::GptConfig& c) {
   return type == "llama"     ? "LlamaForCausalLM"
          : type == "mistral" ? "MistralForCausalLM"
          : type == "qwen2"   ? "Qwen2ForCausalLM"
+         : type == "qwen3"   ? "Qwen3ForCausalLM"
                              : "GPT2LMHeadModel";
 }
 
@@ -84,7 +89,7 @@ std::string hf_config_json(const nn::GptConfig& c, const std::string& torch_dtyp
   c.validate();
   nlohmann::ordered_json j;
   const std::string type = hf_model_type(c);
-  if (type == "llama" || type == "mistral" || type == "qwen2") {
+  if (type != "gpt2") {
     j["architectures"] = nlohmann::ordered_json::array({hf_architecture(c)});
     j["model_type"] = type;
     j["hidden_size"] = c.d_model;
@@ -116,7 +121,11 @@ std::string hf_config_json(const nn::GptConfig& c, const std::string& torch_dtyp
       j["use_sliding_window"] = false;  // its q, k and v biases are implied
     } else {
       j["attention_bias"] = false;
-      j["mlp_bias"] = false;
+      if (type == "qwen3") {
+        j["use_sliding_window"] = false;  // its query/key norms are implied
+      } else {
+        j["mlp_bias"] = false;
+      }
     }
     j["attention_dropout"] = c.dropout;
     if (type == "mistral") j["sliding_window"] = c.sliding_window;
@@ -152,7 +161,7 @@ std::map<std::string, Tensor> triad_to_hf(const nn::StateDict& full, const nn::G
       out[name == "lm_head.weight" ? name : "transformer." + name] = t;
     return out;
   }
-  const int64_t C = c.d_model, KV = c.kv_heads() * c.head_dim(), F = c.ffn();
+  const int64_t Q = c.q_width(), KV = c.kv_heads() * c.head_dim(), F = c.ffn();
   out["model.embed_tokens.weight"] = at(full, "wte.weight");
   out["model.norm.weight"] = at(full, "ln_f.weight");
   if (!c.tie_embeddings) out["lm_head.weight"] = at(full, "lm_head.weight");
@@ -161,20 +170,20 @@ std::map<std::string, Tensor> triad_to_hf(const nn::StateDict& full, const nn::G
     const std::string hf = "model.layers." + std::to_string(i) + ".";
     const Tensor& qkv = at(full, p + "attn.c_attn.weight");
     const Tensor& fc = at(full, p + "mlp.c_fc.weight");
-    if (qkv.dim() != 2 || qkv.size(0) != C + 2 * KV || fc.dim() != 2 || fc.size(0) != 2 * F) {
+    if (qkv.dim() != 2 || qkv.size(0) != Q + 2 * KV || fc.dim() != 2 || fc.size(0) != 2 * F) {
       throw ShapeError("export: layer " + std::to_string(i) + "'s c_attn " +
                        shape_str(qkv.shape()) + " and c_fc " + shape_str(fc.shape()) +
-                       " do not fit the configured model (c_attn " + std::to_string(C + 2 * KV) +
+                       " do not fit the configured model (c_attn " + std::to_string(Q + 2 * KV) +
                        " tall, c_fc " + std::to_string(2 * F) + ")");
     }
-    out[hf + "self_attn.q_proj.weight"] = contiguous(narrow(qkv, 0, 0, C)).detach();
-    out[hf + "self_attn.k_proj.weight"] = contiguous(narrow(qkv, 0, C, KV)).detach();
-    out[hf + "self_attn.v_proj.weight"] = contiguous(narrow(qkv, 0, C + KV, KV)).detach();
+    out[hf + "self_attn.q_proj.weight"] = contiguous(narrow(qkv, 0, 0, Q)).detach();
+    out[hf + "self_attn.k_proj.weight"] = contiguous(narrow(qkv, 0, Q, KV)).detach();
+    out[hf + "self_attn.v_proj.weight"] = contiguous(narrow(qkv, 0, Q + KV, KV)).detach();
     if (c.qkv_bias) {
       const Tensor& bias = at(full, p + "attn.c_attn.bias");
-      out[hf + "self_attn.q_proj.bias"] = contiguous(narrow(bias, 0, 0, C)).detach();
-      out[hf + "self_attn.k_proj.bias"] = contiguous(narrow(bias, 0, C, KV)).detach();
-      out[hf + "self_attn.v_proj.bias"] = contiguous(narrow(bias, 0, C + KV, KV)).detach();
+      out[hf + "self_attn.q_proj.bias"] = contiguous(narrow(bias, 0, 0, Q)).detach();
+      out[hf + "self_attn.k_proj.bias"] = contiguous(narrow(bias, 0, Q, KV)).detach();
+      out[hf + "self_attn.v_proj.bias"] = contiguous(narrow(bias, 0, Q + KV, KV)).detach();
     }
     out[hf + "self_attn.o_proj.weight"] = at(full, p + "attn.c_proj.weight");
     out[hf + "mlp.gate_proj.weight"] = contiguous(narrow(fc, 0, 0, F)).detach();
@@ -182,6 +191,10 @@ std::map<std::string, Tensor> triad_to_hf(const nn::StateDict& full, const nn::G
     out[hf + "mlp.down_proj.weight"] = at(full, p + "mlp.c_proj.weight");
     out[hf + "input_layernorm.weight"] = at(full, p + "ln_1.weight");
     out[hf + "post_attention_layernorm.weight"] = at(full, p + "ln_2.weight");
+    if (c.qk_norm) {
+      out[hf + "self_attn.q_norm.weight"] = at(full, p + "attn.q_norm.weight");
+      out[hf + "self_attn.k_norm.weight"] = at(full, p + "attn.k_norm.weight");
+    }
   }
   return out;
 }

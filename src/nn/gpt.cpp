@@ -87,20 +87,26 @@ void GptConfig::validate() const {
                       ") must be a token id in [0, " + std::to_string(vocab_size) +
                       ") when data.reset_attention_mask or data.reset_position_ids is set");
   }
-  if (d_model % n_head != 0) {
+  if (head_size < 0) {
+    throw ConfigError("model.head_dim (" + std::to_string(head_size) +
+                      ") must be positive (or 0 for model.d_model / model.n_head)");
+  }
+  if (head_size == 0 && d_model % n_head != 0) {
     throw ConfigError("model.d_model (" + std::to_string(d_model) +
-                      ") must be divisible by model.n_head (" + std::to_string(n_head) + ")");
+                      ") must be divisible by model.n_head (" + std::to_string(n_head) +
+                      "), or model.head_dim must set the heads' width");
   }
   if (n_kv_head < 0 || n_head % kv_heads() != 0) {
     throw ConfigError("model.n_kv_head (" + std::to_string(n_kv_head) +
                       ") must divide model.n_head (" + std::to_string(n_head) +
                       "), or be 0 for one key/value head per query head");
   }
-  if (rotary() && (d_model / n_head) % 2 != 0) {
-    throw ConfigError(
-        "model.position_embedding rope needs an even head dimension; model.d_model (" +
-        std::to_string(d_model) + ") / model.n_head (" + std::to_string(n_head) + ") is " +
-        std::to_string(d_model / n_head));
+  if (rotary() && head_dim() % 2 != 0) {
+    throw ConfigError("model.position_embedding rope needs an even head dimension; " +
+                      (head_size > 0 ? "model.head_dim is " + std::to_string(head_size)
+                                     : "model.d_model (" + std::to_string(d_model) +
+                                           ") / model.n_head (" + std::to_string(n_head) + ") is " +
+                                           std::to_string(d_model / n_head)));
   }
   if (sliding_window < 0) {
     throw ConfigError("model.sliding_window (" + std::to_string(sliding_window) +
@@ -125,27 +131,33 @@ void GptConfig::validate() const {
   }
 }
 
-int64_t GptConfig::num_parameters() const {
-  const int64_t h = d_model, l = n_layer, f = ffn(), m = fc_width(), w = qkv_width();
-  // Per block: attention (w + h) h + w + h (4h^2 + 4h with a key/value head
-  // per query head), MLP (h + 1) m + (f + 1) h, two LayerNorms 4h or
-  // RMSNorms 2h (12h^2 + 13h for GPT-2); plus embeddings and ln_f.
+int64_t GptConfig::block_parameters() const {
+  const int64_t h = d_model, f = ffn(), m = fc_width(), w = qkv_width(), q = q_width();
+  // Attention (w + q) h + w + h (4h^2 + 4h with a key/value head per query
+  // head and q = h), MLP (h + 1) m + (f + 1) h, two LayerNorms 4h or
+  // RMSNorms 2h (12h^2 + 13h for GPT-2).
   const int64_t norm = rms_norm() ? h : 2 * h;
   const int64_t biases = linear_bias ? w + h + m + h : qkv_bias ? w : 0;
-  const int64_t block = (w + h) * h + h * m + f * h + biases + 2 * norm;
+  return (w + q) * h + h * m + f * h + biases + 2 * norm + (qk_norm ? 2 * head_dim() : 0);
+}
+
+int64_t GptConfig::num_parameters() const {
+  // The blocks, the embeddings and ln_f.
+  const int64_t h = d_model, norm = rms_norm() ? h : 2 * h;
   const int64_t tables = (tie_embeddings ? 1 : 2) * vocab_size + (rotary() ? 0 : seq_len);
-  return l * block + tables * h + norm;
+  return n_layer * block_parameters() + tables * h + norm;
 }
 
 double GptConfig::training_flops(double sequences, bool full_recompute) const {
   const double s = static_cast<double>(seq_len), h = static_cast<double>(d_model);
   const double l = static_cast<double>(n_layer), V = static_cast<double>(vocab_size);
   const double f = static_cast<double>(ffn()), m = static_cast<double>(fc_width());
-  const double w = static_cast<double>(qkv_width());
+  const double w = static_cast<double>(qkv_width()), q = static_cast<double>(q_width());
   // Forward per token: 2 FLOPs per weight of the layers' products (c_attn
-  // h*w, 3h^2 with a key/value head per query head), 4*s*h for the scores
-  // and their product with V (every query head's), 2*h*V for the head.
-  const double layer = 2.0 * ((w + h) * h + h * m + f * h) + 4.0 * s * h;
+  // h*w, 3h^2 with a key/value head per query head; c_proj q*h), 4*s*q for
+  // the scores and their product with V (every query head's, q = h unless
+  // model.head_dim sets the heads apart), 2*h*V for the head.
+  const double layer = 2.0 * ((w + q) * h + h * m + f * h) + 4.0 * s * q;
   const double forward = l * layer + 2.0 * h * V;
   // Backward is twice forward; full recomputation runs the layers forward
   // once more (not the head).
@@ -175,10 +187,14 @@ std::map<std::string, Shape> gpt_parameter_shapes(const GptConfig& cfg,
       s[p + "ln_2.bias"] = {C};
     }
     s[p + "attn.c_attn.weight"] = {cfg.qkv_width(), C};
-    s[p + "attn.c_proj.weight"] = {C, C};
+    s[p + "attn.c_proj.weight"] = {C, cfg.q_width()};
     s[p + "mlp.c_fc.weight"] = {cfg.fc_width(), C};
     s[p + "mlp.c_proj.weight"] = {C, cfg.ffn()};
     if (cfg.c_attn_bias()) s[p + "attn.c_attn.bias"] = {cfg.qkv_width()};
+    if (cfg.qk_norm) {
+      s[p + "attn.q_norm.weight"] = {cfg.head_dim()};
+      s[p + "attn.k_norm.weight"] = {cfg.head_dim()};
+    }
     if (cfg.linear_bias) {
       s[p + "attn.c_proj.bias"] = {C};
       s[p + "mlp.c_fc.bias"] = {cfg.fc_width()};
@@ -190,6 +206,7 @@ std::map<std::string, Shape> gpt_parameter_shapes(const GptConfig& cfg,
 
 CausalSelfAttention::CausalSelfAttention(const GptConfig& cfg, int64_t layer)
     : heads_(cfg.heads()),
+      head_dim_(cfg.head_dim()),
       layer_(layer),
       window_(cfg.sliding_window),
       dropout_(cfg.dropout),
@@ -199,23 +216,35 @@ CausalSelfAttention::CausalSelfAttention(const GptConfig& cfg, int64_t layer)
   c_attn_ = register_module(
       "c_attn", std::make_shared<Linear>(cfg.d_model, cfg.qkv_width(), cfg.c_attn_bias()));
   c_proj_ = register_module("c_proj",
-                            std::make_shared<Linear>(cfg.d_model, cfg.d_model, cfg.linear_bias));
+                            std::make_shared<Linear>(cfg.q_width(), cfg.d_model, cfg.linear_bias));
+  if (cfg.qk_norm) {
+    q_norm_ = register_module("q_norm", std::make_shared<LayerNorm>(
+                                            cfg.head_dim(), cfg.layer_norm_eps, DType::F32, true));
+    k_norm_ = register_module("k_norm", std::make_shared<LayerNorm>(
+                                            cfg.head_dim(), cfg.layer_norm_eps, DType::F32, true));
+  }
+}
+
+Tensor CausalSelfAttention::project(const Tensor& x, const Tensor& positions, int64_t start) const {
+  Tensor qkv = c_attn_->forward(x);
+  if (q_norm_) qkv = norm_query_key_heads(qkv, heads_, *q_norm_, *k_norm_);
+  if (rotary_) qkv = rotary_embedding(qkv, heads_, positions, start, rope_theta_, rope_scaling_);
+  return qkv;
 }
 
 Tensor CausalSelfAttention::forward(const Tensor& x, const ForwardContext& ctx) const {
-  Tensor qkv = c_attn_->forward(x);
-  if (rotary_) qkv = rotary_embedding(qkv, heads_, ctx.positions, 0, rope_theta_, rope_scaling_);
+  const Tensor qkv = project(x, ctx.positions, 0);
   Tensor y = causal_attention(qkv, heads_, ctx.doc_starts);
   return site_dropout(c_proj_->forward(y), dropout_, ctx, layer_, "attn.resid");
 }
 
 Tensor CausalSelfAttention::forward_cached(const Tensor& x, Tensor& k_cache, Tensor& v_cache,
                                            int64_t start) const {
-  const int64_t B = x.size(0), n = x.size(1), C = x.size(2), H = heads_.q, D = C / H;
+  // C: the query heads' width (d_model unless model.head_dim sets D apart).
+  const int64_t B = x.size(0), n = x.size(1), H = heads_.q, D = head_dim_, C = H * D;
   const int64_t KV = heads_.kv, G = heads_.group();
   const int64_t L = start + n;  // positions attended over
-  Tensor qkv = c_attn_->forward(x);
-  if (rotary_) qkv = rotary_embedding(qkv, heads_, {}, start, rope_theta_, rope_scaling_);
+  const Tensor qkv = project(x, {}, start);
   // The piece of qkv at column `at`, `h` heads wide, viewed as (B, h, n, D).
   auto heads = [&](int64_t at, int64_t h) {
     return permute(reshape(narrow(qkv, 2, at, h * D), {B, n, h, D}), {0, 2, 1, 3});

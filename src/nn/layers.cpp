@@ -5,6 +5,7 @@
 #include "triad/ops/elementwise.h"
 #include "triad/ops/linalg.h"
 #include "triad/ops/nn_functional.h"
+#include "triad/ops/shape_ops.h"
 
 namespace triad::nn {
 
@@ -41,6 +42,22 @@ Tensor LayerNorm::forward(const Tensor& x) const {
 AddNorm LayerNorm::forward_add(const Tensor& x, const Tensor& residual) const {
   if (rms_) return add_rms_norm(x, residual, weight_, eps_);
   return add_layer_norm(x, residual, weight_, bias_, eps_);
+}
+
+Tensor norm_query_key_heads(const Tensor& qkv, const AttentionHeads& heads, const LayerNorm& q_norm,
+                            const LayerNorm& k_norm) {
+  if (qkv.dim() != 3) {
+    throw ShapeError("norm_query_key_heads: qkv must be (B, T, width), got " +
+                     shape_str(qkv.shape()));
+  }
+  const int64_t B = qkv.size(0), T = qkv.size(1), W = qkv.size(2);
+  const int64_t D = heads.head_dim(W, "norm_query_key_heads");
+  const Tensor h = reshape(qkv, {B, T, heads.fused(), D});
+  return reshape(concat({q_norm.forward(narrow(h, 2, 0, heads.q)),
+                         k_norm.forward(narrow(h, 2, heads.q, heads.kv)),
+                         narrow(h, 2, heads.q + heads.kv, heads.kv)},
+                        2),
+                 {B, T, W});
 }
 
 Embedding::Embedding(int64_t num_embeddings, int64_t dim, DType dtype) {

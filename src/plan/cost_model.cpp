@@ -69,18 +69,20 @@ LinearTimes linear_times(double tokens, double in, double out, const ClusterSpec
 LayerCost layer_cost(const nn::GptConfig& m, const ClusterSpec& c, const ParallelConfig& p) {
   const double b = p.micro_batch, s = static_cast<double>(m.seq_len),
                h = static_cast<double>(m.d_model);
-  const double a = static_cast<double>(m.n_head), t = p.tp, hd = h / a;
+  const double a = static_cast<double>(m.n_head), t = p.tp;
+  const double hd = static_cast<double>(m.head_dim()), q = static_cast<double>(m.q_width());
   const double tokens = b * s;
   LayerCost L;
   // Linear layers split over TP: QKV (h -> w/t, w = 3h, or h plus the
   // key/value heads' width twice under grouped-query attention), projection
-  // (h/t -> h), MLP up (h -> m/t, m = F or 2F for SwiGLU) and down (F/t ->
-  // h); 24bsh^2/t FLOPs forward for GPT-2's F = 4h, the same again for each
-  // of the input and weight gradients.
+  // (q/t -> h, q = a * head_dim = h unless model.head_dim sets it apart), MLP
+  // up (h -> m/t, m = F or 2F for SwiGLU) and down (F/t -> h); 24bsh^2/t
+  // FLOPs forward for GPT-2's F = 4h, the same again for each of the input
+  // and weight gradients.
   const double f = static_cast<double>(m.ffn()), fc = static_cast<double>(m.fc_width());
   const double w = static_cast<double>(m.qkv_width());
   for (const LinearTimes& lt :
-       {linear_times(tokens, h, w / t, c), linear_times(tokens, h / t, h, c),
+       {linear_times(tokens, h, w / t, c), linear_times(tokens, q / t, h, c),
         linear_times(tokens, h, fc / t, c), linear_times(tokens, f / t, h, c)}) {
     L.fwd_gemm += lt.fwd;
     L.bwd_input_gemm += lt.dx;
@@ -378,10 +380,7 @@ Estimate estimate(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int gl
 
   // ---- parameters on the most loaded pipeline rank
   const double ffn_w = static_cast<double>(m.ffn()), fc_w = static_cast<double>(m.fc_width());
-  const double norms = m.rms_norm() ? 2.0 * h : 4.0 * h;    // two per layer, bias or not
-  const double qkv_w = static_cast<double>(m.qkv_width());  // 3h, less under GQA
-  const double biases = m.linear_bias ? qkv_w + h + fc_w + h : m.qkv_bias ? qkv_w : 0.0;
-  const double layer_params = (qkv_w + h) * h + h * fc_w + ffn_w * h + biases + norms;
+  const double layer_params = static_cast<double>(m.block_parameters());
   const double body = (static_cast<double>(m.n_layer) / p.pp) * layer_params / t;
   // The token table on the first stage (and a tied copy, or an untied
   // head, on the last when pp > 1; one process holds both an untied head and
@@ -442,10 +441,12 @@ Estimate estimate(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int gl
   const double attn_extra = flash ? 4.0 * a / h : 5.0 * a * s / h;
   // Of the 34 sbh, 16 are the MLP's activation input (4h) and c_proj's input
   // (4h) in 2 bytes: 2(m + F)/h for another width or SwiGLU; 6 are q, k and
-  // v (2w/h with grouped-query attention's narrower k and v). 24 of them are
-  // split by TP.
+  // v (2w/h with grouped-query attention's narrower k and v) and 2 the
+  // attention's output (2q/h when model.head_dim sets the heads' width
+  // apart). 24 of them are split by TP.
   const double qkv_acts = 2.0 * static_cast<double>(m.qkv_width()) / h;
-  const double mlp_acts = 2.0 * (fc_w + ffn_w) / h, split = 2.0 + qkv_acts + mlp_acts,
+  const double attn_out = 2.0 * static_cast<double>(m.q_width()) / h;
+  const double mlp_acts = 2.0 * (fc_w + ffn_w) / h, split = attn_out + qkv_acts + mlp_acts,
                whole = 18.0 + mlp_acts;
   double per_layer = 0;
   switch (recompute) {

@@ -81,25 +81,40 @@ nn::GptConfig parse_model_spec(const std::string& yaml_text, const std::string& 
   option("linear_bias", "true or false",
          [&](const YAML::Node& v) { c.linear_bias = v.as<bool>(); });
   option("qkv_bias", "true or false", [&](const YAML::Node& v) { c.qkv_bias = v.as<bool>(); });
+  option("qk_norm", "true or false", [&](const YAML::Node& v) { c.qk_norm = v.as<bool>(); });
   option("tie_embeddings", "true or false",
          [&](const YAML::Node& v) { c.tie_embeddings = v.as<bool>(); });
   option("norm_eps", "a number", [&](const YAML::Node& v) { c.layer_norm_eps = v.as<double>(); });
   get("ffn_hidden_size", c.ffn_hidden_size, false);
   get("n_kv_head", c.n_kv_head, false);
+  get("head_dim", c.head_size, false);
   get("sliding_window", c.sliding_window, false);
   // Keys a trainer config's model section may also hold; the ones not read
   // above change nothing priced.
-  static const std::vector<std::string> kKeys = {"hf_config",        "n_layer",
-                                                 "n_head",           "n_kv_head",
-                                                 "d_model",          "vocab_size",
-                                                 "seq_len",          "dropout",
-                                                 "recompute",        "position_embedding",
-                                                 "rope_theta",       "rope_scaling",
-                                                 "sliding_window",   "activation",
-                                                 "ffn_hidden_size",  "normalization",
-                                                 "linear_bias",      "qkv_bias",
-                                                 "tie_embeddings",   "norm_eps",
-                                                 "attention_kernel", "attention_deterministic"};
+  static const std::vector<std::string> kKeys = {"hf_config",
+                                                 "n_layer",
+                                                 "n_head",
+                                                 "n_kv_head",
+                                                 "head_dim",
+                                                 "d_model",
+                                                 "vocab_size",
+                                                 "seq_len",
+                                                 "dropout",
+                                                 "recompute",
+                                                 "position_embedding",
+                                                 "rope_theta",
+                                                 "rope_scaling",
+                                                 "sliding_window",
+                                                 "activation",
+                                                 "ffn_hidden_size",
+                                                 "normalization",
+                                                 "linear_bias",
+                                                 "qkv_bias",
+                                                 "qk_norm",
+                                                 "tie_embeddings",
+                                                 "norm_eps",
+                                                 "attention_kernel",
+                                                 "attention_deterministic"};
   for (auto it = model.begin(); it != model.end(); ++it) {
     const std::string k = it->first.as<std::string>();
     if (std::find(kKeys.begin(), kKeys.end(), k) == kKeys.end()) {

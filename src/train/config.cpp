@@ -500,6 +500,7 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
       {"n_layer", {shape, [&](auto& v, auto& k) { m.n_layer = get_int(v, k); }}},
       {"n_head", {shape, [&](auto& v, auto& k) { m.n_head = get_int(v, k); }}},
       {"n_kv_head", {false, [&](auto& v, auto& k) { m.n_kv_head = get_int(v, k); }}},
+      {"head_dim", {false, [&](auto& v, auto& k) { m.head_size = get_int(v, k); }}},
       {"d_model", {shape, [&](auto& v, auto& k) { m.d_model = get_int(v, k); }}},
       {"vocab_size", {shape, [&](auto& v, auto& k) { m.vocab_size = get_int(v, k); }}},
       {"seq_len", {shape, [&](auto& v, auto& k) { m.seq_len = get_int(v, k); }}},
@@ -515,6 +516,7 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
         }}},
       {"linear_bias", {false, [&](auto& v, auto& k) { m.linear_bias = get_bool(v, k); }}},
       {"qkv_bias", {false, [&](auto& v, auto& k) { m.qkv_bias = get_bool(v, k); }}},
+      {"qk_norm", {false, [&](auto& v, auto& k) { m.qk_norm = get_bool(v, k); }}},
       {"tie_embeddings", {false, [&](auto& v, auto& k) { m.tie_embeddings = get_bool(v, k); }}},
       {"activation",
        {false,
@@ -797,6 +799,7 @@ std::string to_yaml(const Config& c) {
   e << YAML::Key << "n_layer" << YAML::Value << c.model.n_layer;
   e << YAML::Key << "n_head" << YAML::Value << c.model.n_head;
   e << YAML::Key << "n_kv_head" << YAML::Value << c.model.n_kv_head;
+  if (c.model.head_size > 0) e << YAML::Key << "head_dim" << YAML::Value << c.model.head_size;
   e << YAML::Key << "d_model" << YAML::Value << c.model.d_model;
   e << YAML::Key << "vocab_size" << YAML::Value << c.model.vocab_size;
   e << YAML::Key << "seq_len" << YAML::Value << c.model.seq_len;
@@ -807,6 +810,7 @@ std::string to_yaml(const Config& c) {
     << nn::normalization_string(c.model.normalization);
   e << YAML::Key << "linear_bias" << YAML::Value << c.model.linear_bias;
   if (c.model.qkv_bias) e << YAML::Key << "qkv_bias" << YAML::Value << true;
+  if (c.model.qk_norm) e << YAML::Key << "qk_norm" << YAML::Value << true;
   e << YAML::Key << "tie_embeddings" << YAML::Value << c.model.tie_embeddings;
   e << YAML::Key << "activation" << YAML::Value << nn::activation_string(c.model.activation);
   e << YAML::Key << "ffn_hidden_size" << YAML::Value << c.model.ffn_hidden_size;

@@ -220,7 +220,7 @@ Trainer::Trainer(Config config, dist::ProcessGroupPtr world)
       specs = tp_model_->shard_specs();
     }
     for (auto& [n, sp] : specs) {
-      if (sp.sequence_parallel_grad) late.insert(n);
+      if (sp.partial_grad) late.insert(n);
     }
     reducer_ = std::make_unique<dp::GradientReducer>(parameters(), mesh_->dp(), par.bucket_mb * 1e6,
                                                      par.zero == 1, late);
@@ -256,7 +256,7 @@ void Trainer::choose_attention_kernel() {
   const auto& m = config_.model;
   cuda::AttentionChoice choice;
   const bool has = cuda::tune_attention(device_.index, config_.train.param_dtype(),
-                                        config_.train.micro_batch_size, m.seq_len, m.d_model / tp,
+                                        config_.train.micro_batch_size, m.seq_len, m.q_width() / tp,
                                         AttentionHeads{m.n_head / tp, m.kv_heads() / tp}, choice);
   if (!train::agree_attention_choice(has, choice, world_.get())) return;
   cuda::set_attention_choice(choice);
@@ -905,7 +905,7 @@ double Trainer::forward_backward(int64_t index, double* bubble) {
     record(std::string("F").append(id), "forward", t0, t1);
     record(std::string("B").append(id), "backward", t1, TraceRecorder::Clock::now());
   }
-  if (tp_model_) tp_model_->reduce_sequence_parallel_grads();
+  if (tp_model_) tp_model_->reduce_partial_grads();
   return item(loss_sum) / static_cast<double>(micro);
 }
 
@@ -1071,16 +1071,18 @@ std::vector<StepMetrics> Trainer::run() {
     spdlog::set_level(spdlog::level::warn);
   }
   const auto& model = config_.model;
-  spdlog::info("model: {} layers, {} heads{}, d_model {}, vocab {}, seq {}{} ({:.2f}M parameters)",
-               model.n_layer, model.n_head,
-               model.kv_heads() != model.n_head
-                   ? fmt::format(" sharing {} key/value heads", model.kv_heads())
-                   : std::string(),
-               model.d_model, model.vocab_size, model.seq_len,
-               model.sliding_window > 0 && model.sliding_window < model.seq_len
-                   ? fmt::format(", attention over a window of {}", model.sliding_window)
-                   : std::string(),
-               model.num_parameters() / 1e6);
+  spdlog::info(
+      "model: {} layers, {} heads{}{}, d_model {}, vocab {}, seq {}{} ({:.2f}M parameters)",
+      model.n_layer, model.n_head,
+      model.head_size > 0 ? fmt::format(" of width {}", model.head_size) : std::string(),
+      model.kv_heads() != model.n_head
+          ? fmt::format(" sharing {} key/value heads", model.kv_heads())
+          : std::string(),
+      model.d_model, model.vocab_size, model.seq_len,
+      model.sliding_window > 0 && model.sliding_window < model.seq_len
+          ? fmt::format(", attention over a window of {}", model.sliding_window)
+          : std::string(),
+      model.num_parameters() / 1e6);
   if (mesh_) {
     const auto& par = config_.parallel;
     spdlog::info("parallel: tp {} x pp {} x dp {} over {} ranks{}{}", par.tp, par.pp, dp_,

@@ -127,6 +127,43 @@ TEST(HfConfig, Qwen2ConfigIsLlamasBlocksWithQkvBiases) {
                NotSupportedError);
 }
 
+// Qwen3-0.6B's config.json: LLaMA's blocks with RMSNorm over each query and
+// key head, 16 query heads of 128 (2048 wide together, hidden_size 1024)
+// over 8 key/value heads, and a tied head.
+const char* kQwen3_06b = R"({
+  "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "attention_bias": false,
+  "attention_dropout": 0.0, "head_dim": 128, "hidden_act": "silu", "hidden_size": 1024,
+  "intermediate_size": 3072, "max_position_embeddings": 40960, "max_window_layers": 28,
+  "num_attention_heads": 16, "num_hidden_layers": 28, "num_key_value_heads": 8,
+  "rms_norm_eps": 1e-06, "rope_scaling": null, "rope_theta": 1000000, "sliding_window": null,
+  "tie_word_embeddings": true, "torch_dtype": "bfloat16", "use_sliding_window": false,
+  "vocab_size": 151936
+})";
+
+TEST(HfConfig, Qwen3ConfigIsLlamasBlocksWithHeadNormsAndWiderHeads) {
+  const nn::GptConfig c = gpt_config_from_hf(kQwen3_06b, "qwen3/config.json");
+  EXPECT_TRUE(c.qk_norm);
+  EXPECT_FALSE(c.qkv_bias);
+  EXPECT_FALSE(c.linear_bias);
+  EXPECT_TRUE(c.tie_embeddings);
+  EXPECT_EQ(c.head_dim(), 128);
+  EXPECT_EQ(c.q_width(), 2048);
+  EXPECT_EQ(c.qkv_width(), 2048 + 2 * 8 * 128);
+  EXPECT_EQ(c.sliding_window, 0);
+  EXPECT_EQ(c.seq_len, 40960);
+  // Hugging Face's count for Qwen3-0.6B: 28 layers of q (2048 x 1024), k
+  // and v (1024 x 1024 each), o (1024 x 2048), the MLP (3 x 3072 x 1024),
+  // two norms of 1024 and the head norms of 128 each, plus the tied table
+  // and the final norm.
+  EXPECT_EQ(c.num_parameters(), 596'049'920);
+  nn::GptConfig without = c;
+  without.qk_norm = false;
+  EXPECT_EQ(c.num_parameters() - without.num_parameters(), 28 * 2 * 128);
+  // A head_dim equal to hidden_size / num_attention_heads is no different
+  // from its absence (LLaMA's configs write it).
+  EXPECT_EQ(gpt_config_from_hf(edited(kQwen3_06b, "head_dim", "64"), "x").head_size, 0);
+}
+
 // Qwen2.5's long-context recipe (yarn, factor 4 over 32768 positions) and a
 // linear stretch.
 TEST(HfConfig, YarnAndLinearRopeScaling) {
@@ -198,18 +235,21 @@ TEST(HfConfig, WhatTriadDoesNotBuildIsNamed) {
             std::string::npos);
   EXPECT_NE(message(from(edited(llama, "attention_bias", "true"))).find("'attention_bias'"),
             std::string::npos);
-  EXPECT_NE(
-      message(from(edited(llama, "head_dim", "64"))).find("hidden_size / num_attention_heads"),
-      std::string::npos);
+  EXPECT_NE(message(from(edited(llama, "head_dim", "-2"))).find("model.head_dim (-2)"),
+            std::string::npos);
   EXPECT_NE(message(from(edited(edited(llama, "model_type", "\"mistral\""), "sliding_window", "0")))
                 .find("'sliding_window' (0): a window must hold at least one key"),
             std::string::npos);
-  EXPECT_NE(message(from(edited(llama, "model_type", "\"qwen3\"")))
-                .find("model_type 'qwen3' is not supported (llama, mistral, qwen2 or gpt2)"),
-            std::string::npos);
+  EXPECT_NE(
+      message(from(edited(llama, "model_type", "\"qwen3_moe\"")))
+          .find("model_type 'qwen3_moe' is not supported (llama, mistral, qwen2, qwen3 or gpt2)"),
+      std::string::npos);
   EXPECT_NE(message(from(edited(kQwen2_05b, "use_sliding_window", "true")))
-                .find("'use_sliding_window' (true): Qwen2's window leaves its first "
+                .find("'use_sliding_window' (true): Qwen's window leaves its first "
                       "max_window_layers layers unwindowed"),
+            std::string::npos);
+  EXPECT_NE(message(from(edited(kQwen3_06b, "use_sliding_window", "true")))
+                .find("'use_sliding_window' (true)"),
             std::string::npos);
   EXPECT_NE(message(from(R"({"model_type": "llama", "hidden_size": 64})"))
                 .find("m/config.json: key 'num_hidden_layers' is missing"),

@@ -52,6 +52,8 @@ void expect_same_model(const nn::GptConfig& a, const nn::GptConfig& b) {
   EXPECT_EQ(a.normalization, b.normalization);
   EXPECT_EQ(a.linear_bias, b.linear_bias);
   EXPECT_EQ(a.qkv_bias, b.qkv_bias);
+  EXPECT_EQ(a.qk_norm, b.qk_norm);
+  EXPECT_EQ(a.head_dim(), b.head_dim());
   EXPECT_EQ(a.tie_embeddings, b.tie_embeddings);
   EXPECT_EQ(a.sliding_window, b.sliding_window);
   EXPECT_EQ(a.rope_scaling.kind, b.rope_scaling.kind);
@@ -86,11 +88,16 @@ TEST(HfExport, LlamaAndGpt2RoundTrip) {
   qwen2.rope_scaling.original_seq_len = 3.0;
   qwen2.rope_scaling.beta_fast = 8.0;
   qwen2.rope_scaling.attention_factor = 1.5;
+  nn::GptConfig qwen3 = llama(true, 2);  // Qwen3ForCausalLM: head norms, heads of 6
+  qwen3.qk_norm = true;
+  qwen3.head_size = 6;
+  nn::GptConfig wide = llama(false, 2);  // LlamaForCausalLM with heads of its own width
+  wide.head_size = 8;
   nn::GptConfig stretched = llama(false, 0);  // a linear RoPE stretch
   stretched.rope_scaling.kind = RopeScaling::Kind::Linear;
   stretched.rope_scaling.factor = 2.0;
   for (const nn::GptConfig& c : {llama(false, 2), llama(true, 0), llama(false, 1), mistral, qwen2,
-                                 stretched, gpt2(true), gpt2(false)}) {
+                                 qwen3, wide, stretched, gpt2(true), gpt2(false)}) {
     SCOPED_TRACE(std::string(hf_model_type(c)) + " " + std::to_string(n));
     const nn::Gpt model(c, 7);
     const std::string out = dir.file("hf" + std::to_string(n++));
@@ -141,8 +148,9 @@ TEST(HfExport, AModelNoClassHoldsIsNamed) {
     FAIL() << "expected NotSupportedError";
   } catch (const NotSupportedError& e) {
     const std::string m = e.what();
-    EXPECT_NE(m.find("LlamaForCausalLM needs rope, swiglu, rmsnorm and no linear biases (here "
-                     "model.activation is not swiglu, model.normalization is not rmsnorm, "
+    EXPECT_NE(m.find("LlamaForCausalLM needs rope, swiglu, rmsnorm, no linear biases and no "
+                     "query/key norms (here model.activation is not swiglu, model.normalization is "
+                     "not rmsnorm, "
                      "model.linear_bias is true)"),
               std::string::npos)
         << m;
@@ -178,6 +186,33 @@ TEST(HfExport, AModelNoClassHoldsIsNamed) {
         << e.what();
   }
   EXPECT_EQ(nlohmann::json::parse(hf_config_json(mistral)).at("sliding_window"), 5);
+  // Qwen3: the head norms under their names, the projections as wide as the
+  // heads (4 query heads of 6: 24, over 2 key/value heads: 12).
+  nn::GptConfig qwen3 = llama(false, 2);
+  qwen3.qk_norm = true;
+  qwen3.head_size = 6;
+  EXPECT_STREQ(hf_model_type(qwen3), "qwen3");
+  const auto q3 = nlohmann::json::parse(hf_config_json(qwen3));
+  EXPECT_EQ(q3.at("architectures").at(0), "Qwen3ForCausalLM");
+  EXPECT_EQ(q3.at("head_dim"), 6);
+  const auto q3t = triad_to_hf(nn::Gpt(qwen3, 1).state_dict(), qwen3);
+  EXPECT_EQ(q3t.at("model.layers.1.self_attn.q_norm.weight").shape(), (Shape{6}));
+  EXPECT_EQ(q3t.at("model.layers.1.self_attn.k_norm.weight").shape(), (Shape{6}));
+  EXPECT_EQ(q3t.at("model.layers.1.self_attn.q_proj.weight").shape(), (Shape{24, 16}));
+  EXPECT_EQ(q3t.at("model.layers.1.self_attn.k_proj.weight").shape(), (Shape{12, 16}));
+  EXPECT_EQ(q3t.at("model.layers.1.self_attn.o_proj.weight").shape(), (Shape{16, 24}));
+  // GPT-2's class has neither.
+  nn::GptConfig normed = gpt2(true);
+  normed.qk_norm = true;
+  try {
+    hf_model_type(normed);
+    FAIL() << "a GPT-2 with head norms exported";
+  } catch (const NotSupportedError& e) {
+    EXPECT_NE(std::string(e.what()).find("model.qk_norm is true"), std::string::npos) << e.what();
+  }
+  nn::GptConfig wide_gpt2 = gpt2(true);
+  wide_gpt2.head_size = 8;
+  EXPECT_THROW(hf_model_type(wide_gpt2), NotSupportedError);
   // Weights that do not fit the configured model are named.
   const nn::GptConfig l = llama(false, 2);
   nn::StateDict sd = nn::Gpt(l, 1).state_dict();

@@ -233,6 +233,45 @@ TEST_F(Gpt2Parity, Qwen2StyleModelLogitsAndGradients) {
   }
 }
 
+// Qwen3's blocks: the LLaMA-style model with RMSNorm over each query head
+// and each key head before the rotation (model.qk_norm), heads of their own
+// width (model.head_dim 12: the 4 query heads are 48 wide, d_model 32) and a
+// tied head, loaded from Hugging Face's Qwen3ForCausalLM names and layout.
+TEST_F(Gpt2Parity, Qwen3StyleModelLogitsAndGradients) {
+  nn::GptConfig cfg = llama_style();
+  cfg.tie_embeddings = true;
+  cfg.qk_norm = true;
+  cfg.head_size = cfg_["qwen3_head_dim"];
+  ASSERT_TRUE(cfg.heads_apart());
+  nn::Gpt model(cfg, 1);
+  // Per layer: two RMSNorm weights, the two head norms, c_attn, c_proj,
+  // c_fc, the MLP's c_proj; plus wte and ln_f.
+  EXPECT_EQ(static_cast<int64_t>(model.named_parameters().size()), 1 + 8 * cfg.n_layer + 1);
+  EXPECT_EQ(model.num_parameters(), cfg.num_parameters());
+  io::load_gpt2_safetensors(model, ref_dir() + "/qwen3_hf_model.safetensors");
+  expect_step_zero_matches(model, ref_, "qwen3.");
+  // Without model.qk_norm the file's head norms are named as the reason;
+  // with heads d_model / n_head wide, the projections' shapes are.
+  nn::GptConfig no_norm = cfg;
+  no_norm.qk_norm = false;
+  nn::Gpt plain(no_norm, 1);
+  try {
+    io::load_gpt2_safetensors(plain, ref_dir() + "/qwen3_hf_model.safetensors");
+    FAIL() << "a Qwen3 file loaded into a model without query/key norms";
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find("set model.qk_norm: true"), std::string::npos) << e.what();
+  }
+  nn::GptConfig narrow_heads = cfg;
+  narrow_heads.head_size = 0;
+  nn::Gpt narrow(narrow_heads, 1);
+  try {
+    io::load_gpt2_safetensors(narrow, ref_dir() + "/qwen3_hf_model.safetensors");
+    FAIL() << "a Qwen3 file loaded into a model with narrower heads";
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find("model.head_dim"), std::string::npos) << e.what();
+  }
+}
+
 // YaRN (Qwen2.5's long-context RoPE scaling) on the Qwen2-style model:
 // frequencies kept, ramped and slowed, and q and k scaled by the attention
 // factor, against Hugging Face's rule written out in PyTorch.

@@ -38,6 +38,7 @@ ROPE_THETA = 30.0  # large turns over 16 positions
 SWIGLU_FFN = 40  # the SwiGLU variant's hidden width F
 LLAMA_KV_HEADS = 2  # the LLaMA-style variant's key/value heads (grouped-query attention)
 MISTRAL_WINDOW = 5  # the Mistral-style variant's sliding window: each query sees 5 keys
+QWEN3_HEAD_DIM = 12  # the Qwen3-style variant's heads: 4 x 12 = 48 wide, not d_model's 32
 
 
 # LLaMA 3.1's RoPE scaling for the scaled variant, at this small size: head
@@ -115,14 +116,19 @@ class RmsNorm(torch.nn.Module):
 
 class Gpt(torch.nn.Module):
     def __init__(self, c, rope_theta=None, swiglu_ffn=None, rms_norm=False, bias=True,
-                 tie=True, kv_heads=None, window=None, rope_scaling=None, qkv_bias=False):
+                 tie=True, kv_heads=None, window=None, rope_scaling=None, qkv_bias=False,
+                 head_dim=None, qk_norm=False):
         super().__init__()
         self.window = window
         self.rope_scaling = rope_scaling
         C, L = c["d_model"], c["n_layer"]
         self.c = c
         self.kv_heads = kv_heads or c["n_head"]
-        KV = self.kv_heads * (C // c["n_head"])  # k's and v's width
+        # Each head's width: d_model / n_head unless set apart (Qwen3's).
+        self.D = head_dim or C // c["n_head"]
+        self.qk_norm = qk_norm
+        Q = c["n_head"] * self.D  # the query heads' width
+        KV = self.kv_heads * self.D  # k's and v's width
         self.rope_theta = rope_theta
         self.swiglu_ffn = swiglu_ffn
         self.wte = torch.nn.Embedding(c["vocab_size"], C)
@@ -133,8 +139,11 @@ class Gpt(torch.nn.Module):
             b = torch.nn.Module()
             b.ln_1 = RmsNorm(C) if rms_norm else torch.nn.LayerNorm(C, eps=1e-5)
             b.attn = torch.nn.Module()
-            b.attn.c_attn = torch.nn.Linear(C, C + 2 * KV, bias=bias or qkv_bias)
-            b.attn.c_proj = torch.nn.Linear(C, C, bias=bias)
+            b.attn.c_attn = torch.nn.Linear(C, Q + 2 * KV, bias=bias or qkv_bias)
+            b.attn.c_proj = torch.nn.Linear(Q, C, bias=bias)
+            if qk_norm:  # Qwen3's RMSNorm over each query head and each key head
+                b.attn.q_norm = RmsNorm(self.D)
+                b.attn.k_norm = RmsNorm(self.D)
             b.ln_2 = RmsNorm(C) if rms_norm else torch.nn.LayerNorm(C, eps=1e-5)
             b.mlp = torch.nn.Module()
             if swiglu_ffn is None:
@@ -150,7 +159,7 @@ class Gpt(torch.nn.Module):
         g = torch.Generator().manual_seed(20241121)
         for name, p in self.named_parameters():
             with torch.no_grad():
-                if "ln_" in name:
+                if "ln_" in name or "_norm" in name:
                     p.copy_(1.0 + 0.1 * torch.randn(p.shape, generator=g)) if name.endswith("weight") \
                         else p.copy_(0.1 * torch.randn(p.shape, generator=g))
                 else:
@@ -159,7 +168,7 @@ class Gpt(torch.nn.Module):
     def forward(self, idx):
         B, T = idx.shape
         C, NH, NKV = self.c["d_model"], self.c["n_head"], self.kv_heads
-        D = C // NH
+        D = self.D
         x = self.wte(idx)
         if self.rope_theta is None:
             x = x + self.wpe(torch.arange(T))
@@ -169,18 +178,20 @@ class Gpt(torch.nn.Module):
             mask = mask & (offset < self.window)
         for b in self.h:
             qkv = b.attn.c_attn(b.ln_1(x))
-            q, k, v = qkv.split([C, NKV * D, NKV * D], dim=2)
-            q = q.view(B, T, NH, D).transpose(1, 2)
-            k, v = (t.view(B, T, NKV, D).transpose(1, 2) for t in (k, v))
+            q, k, v = qkv.split([NH * D, NKV * D, NKV * D], dim=2)
+            q, k, v = q.view(B, T, NH, D), k.view(B, T, NKV, D), v.view(B, T, NKV, D)
+            if self.qk_norm:  # as Hugging Face's Qwen3 does, before the rotation
+                q, k = b.attn.q_norm(q), b.attn.k_norm(k)
+            q, k, v = (t.transpose(1, 2) for t in (q, k, v))
             if self.rope_theta is not None:
                 q = rotate(q, self.rope_theta, self.rope_scaling)
                 k = rotate(k, self.rope_theta, self.rope_scaling)
             # Grouped-query attention as Hugging Face's LLaMA runs it: each
             # key/value head repeated for the NH / NKV query heads after it.
             k, v = (t.repeat_interleave(NH // NKV, dim=1) for t in (k, v))
-            att = (q @ k.transpose(-2, -1)) / math.sqrt(C // NH)
+            att = (q @ k.transpose(-2, -1)) / math.sqrt(D)
             att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
-            y = (att @ v).transpose(1, 2).reshape(B, T, C)
+            y = (att @ v).transpose(1, 2).reshape(B, T, NH * D)
             x = x + b.attn.c_proj(y)
             if self.swiglu_ffn is None:
                 x = x + b.mlp.c_proj(F.gelu(b.mlp.c_fc(b.ln_2(x)), approximate="tanh"))
@@ -229,10 +240,11 @@ def save_model(model, path):
 
 def save_hf_llama(model, path):
     """A LLaMA-style model under Hugging Face's LlamaForCausalLM (or, with
-    q, k and v biases, Qwen2ForCausalLM) names and layout: q, k, v and gate,
-    up as separate (out, in) projections; no lm_head when tied."""
-    C, F = model.c["d_model"], model.swiglu_ffn
-    KV = model.kv_heads * (C // model.c["n_head"])
+    q, k and v biases, Qwen2ForCausalLM; with query/key norms,
+    Qwen3ForCausalLM) names and layout: q, k, v and gate, up as separate
+    (out, in) projections; no lm_head when tied."""
+    F = model.swiglu_ffn
+    C, KV = model.c["n_head"] * model.D, model.kv_heads * model.D  # q's width, k's and v's
     t = {"model.embed_tokens.weight": model.wte.weight, "model.norm.weight": model.ln_f.weight}
     if hasattr(model, "lm_head"):
         t["lm_head.weight"] = model.lm_head.weight
@@ -250,6 +262,9 @@ def save_hf_llama(model, path):
                   p + "self_attn.v_proj.weight": v, p + "self_attn.o_proj.weight": b.attn.c_proj.weight,
                   p + "mlp.gate_proj.weight": gate, p + "mlp.up_proj.weight": up,
                   p + "mlp.down_proj.weight": b.mlp.c_proj.weight})
+        if model.qk_norm:
+            t.update({p + "self_attn.q_norm.weight": b.attn.q_norm.weight,
+                      p + "self_attn.k_norm.weight": b.attn.k_norm.weight})
     save_safetensors(path, t)
 
 
@@ -377,6 +392,13 @@ def main():
                kv_heads=LLAMA_KV_HEADS, qkv_bias=True, rope_scaling=YARN_SCALING)
     save_model(yarn, os.path.join(out, "yarn_model.safetensors"))
     record_step_zero(yarn, x, y, "yarn.", ref)
+    # Qwen3's: the LLaMA-style model with RMSNorm over each query and key
+    # head, heads of their own width and a tied head, step 0, from Hugging
+    # Face's Qwen3ForCausalLM layout.
+    qwen3 = Gpt(CFG, ROPE_THETA, SWIGLU_FFN, rms_norm=True, bias=False, tie=True,
+                kv_heads=LLAMA_KV_HEADS, head_dim=QWEN3_HEAD_DIM, qk_norm=True)
+    save_hf_llama(qwen3, os.path.join(out, "qwen3_hf_model.safetensors"))
+    record_step_zero(qwen3, x, y, "qwen3.", ref)
 
     ref["greedy_prompt"] = torch.tensor(GREEDY_PROMPT, dtype=torch.float32)
     ref["greedy_tokens"] = torch.tensor(greedy, dtype=torch.float32)
@@ -386,7 +408,8 @@ def main():
     with open(os.path.join(out, "config.json"), "w") as f:
         json.dump({"model": CFG, "train": TRAIN, "rope_theta": ROPE_THETA, "swiglu_ffn": SWIGLU_FFN,
                    "llama_kv_heads": LLAMA_KV_HEADS, "mistral_window": MISTRAL_WINDOW,
-                   "llama3_scaling": LLAMA3_SCALING, "yarn_scaling": YARN_SCALING}, f)
+                   "llama3_scaling": LLAMA3_SCALING, "yarn_scaling": YARN_SCALING,
+                   "qwen3_head_dim": QWEN3_HEAD_DIM}, f)
     print("losses", " ".join(f"{v:.6f}" for v in losses))
 
 

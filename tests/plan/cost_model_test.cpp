@@ -125,6 +125,29 @@ TEST(CostModel, PricesGroupedQueryAttention) {
 
 // A sliding window shortens fused attention's work in proportion to the
 // keys each query sees; one as long as the sequence changes nothing.
+// Heads wider together than d_model (Qwen3's model.head_dim): c_attn and
+// c_proj grow, and so do the attention core's products and the q, k, v and
+// output activations; the estimate's weights are the model's own count.
+TEST(CostModel, PricesHeadsOfTheirOwnWidth) {
+  const ClusterSpec c = selene();
+  const nn::GptConfig narrow = gpt(8, 16, 1536);  // heads of 96
+  nn::GptConfig wide = narrow;
+  wide.head_size = 128;  // 16 x 128 = 2048 wide
+  wide.qk_norm = true;
+  const ParallelConfig p = layout(2, 1, 16, 2, Recompute::None);
+  const Estimate n = estimate(narrow, c, 32, 64, p), w = estimate(wide, c, 32, 64, p);
+  // Per layer over tp 2: c_attn 3 * 512 rows more (weight and bias), c_proj
+  // 512 columns more, the head norms (2 * 128; the planner divides a
+  // layer's small replicated vectors by tp too).
+  const double more_per_layer = (3.0 * 512 * (1536 + 1) + 512.0 * 1536 + 2 * 128) / 2;
+  EXPECT_NEAR(w.weights_bytes - n.weights_bytes, 2.0 * 8 * more_per_layer, 1.0);
+  EXPECT_GT(w.step_time, n.step_time);
+  EXPECT_GT(w.activation_bytes, n.activation_bytes);
+  EXPECT_NEAR(w.model_flops_per_step / n.model_flops_per_step,
+              wide.training_flops(64) / narrow.training_flops(64), 1e-12);
+  EXPECT_GT(w.model_flops_per_step, n.model_flops_per_step);
+}
+
 TEST(CostModel, PricesASlidingWindow) {
   const ClusterSpec c = selene();
   const nn::GptConfig full = gpt(8, 16, 1536);  // s = 2048
@@ -444,6 +467,13 @@ TEST(PlannerFiles, ClusterAndModelFilesAreValidated) {
   nn::GptConfig mha = big;
   mha.n_kv_head = 0;
   EXPECT_EQ(mha.num_parameters() - big.num_parameters(), int64_t{80} * 2 * (8192 - 8 * 128) * 8192);
+  // Qwen3 4B: 32 query heads of 128 over 8, 4096 wide on a d_model of
+  // 2560, with the head norms; Hugging Face's count.
+  const nn::GptConfig qwen3 =
+      load_model_spec(std::string(TRIAD_SOURCE_DIR) + "/configs/models/qwen3_4b.yaml");
+  EXPECT_TRUE(qwen3.qk_norm);
+  EXPECT_EQ(qwen3.q_width(), 4096);
+  EXPECT_EQ(qwen3.num_parameters(), 4'022'468'096);
   try {
     parse_model_spec(
         "{n_layer: 2, n_head: 4, n_kv_head: 3, d_model: 8, vocab_size: 10, "

@@ -323,6 +323,24 @@ TEST(Config, QkvBiasParsesAndRoundTrips) {
                       "model.qkv_bias: expected true or false, got 'some'");
 }
 
+TEST(Config, HeadDimAndQkNormParseAndRoundTrip) {
+  const Config plain = parse_config(kValid);
+  EXPECT_FALSE(plain.model.qk_norm);
+  EXPECT_EQ(plain.model.head_size, 0);
+  EXPECT_FALSE(plain.model.heads_apart());
+  EXPECT_EQ(to_yaml(plain).find("head_dim"), std::string::npos);  // written only when set
+  const Config c = parse_config(kValid, {"model.qk_norm=true", "model.head_dim=12"});
+  EXPECT_TRUE(c.model.qk_norm);
+  EXPECT_EQ(c.model.head_dim(), 12);
+  EXPECT_EQ(c.model.q_width(), 12 * c.model.n_head);
+  const Config back = parse_config(to_yaml(c));
+  EXPECT_TRUE(back.model.qk_norm);
+  EXPECT_EQ(back.model.head_size, 12);
+  expect_config_error(kValid, {"model.qk_norm=maybe"},
+                      "model.qk_norm: expected true or false, got 'maybe'");
+  expect_config_error(kValid, {"model.head_dim=-3"}, "model.head_dim (-3) must be positive");
+}
+
 TEST(Config, ZeroBubbleAutoParsesRoundTripsAndNamesBadValues) {
   const Config c = parse_config(
       kValid, {"parallel.pp=2", "parallel.schedule=zb-auto", "parallel.zb_max_in_flight=3"});

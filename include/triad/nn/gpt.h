@@ -60,6 +60,11 @@ struct GptConfig {
   // n_kv_head) * head_dim outputs and the key/value cache shrinks alike.
   int64_t n_kv_head = 0;
   int64_t d_model = 768;
+  // Each head's width D (config key model.head_dim): 0 is d_model / n_head.
+  // Set apart from it (Qwen3's, Gemma's, Mistral NeMo's), the heads are
+  // n_head * D wide together: c_attn maps d_model to (n_head + 2 *
+  // n_kv_head) * D and the attention's c_proj maps n_head * D back.
+  int64_t head_size = 0;
   int64_t vocab_size = 50257;
   int64_t seq_len = 1024;
   double dropout = 0.0;
@@ -71,6 +76,10 @@ struct GptConfig {
   // linear_bias is off: Qwen2's blocks (config key model.qkv_bias).
   bool qkv_bias = false;
   bool c_attn_bias() const { return linear_bias || qkv_bias; }
+  // RMSNorm over each query head and each key head before rotary
+  // embeddings, one weight of head_dim for the queries (attn.q_norm) and one
+  // for the keys (attn.k_norm): Qwen3's blocks (config key model.qk_norm).
+  bool qk_norm = false;
   Activation activation = Activation::Gelu;
   int64_t ffn_hidden_size = 0;  // the MLP's hidden width F; 0: 4 * d_model
   PositionEmbedding position_embedding = PositionEmbedding::Learned;
@@ -84,10 +93,15 @@ struct GptConfig {
   bool tie_embeddings = true;
   bool rotary() const { return position_embedding == PositionEmbedding::Rotary; }
   int64_t kv_heads() const { return n_kv_head > 0 ? n_kv_head : n_head; }
-  int64_t head_dim() const { return d_model / n_head; }
+  int64_t head_dim() const { return head_size > 0 ? head_size : d_model / n_head; }
   AttentionHeads heads() const { return {n_head, kv_heads()}; }
-  // c_attn's output width: C for q plus k's and v's key/value heads.
-  int64_t qkv_width() const { return d_model + 2 * kv_heads() * head_dim(); }
+  // The query heads' width n_head * D (the attention's output, c_proj's
+  // input): d_model unless model.head_dim sets D apart.
+  int64_t q_width() const { return n_head * head_dim(); }
+  // Whether model.head_dim sets the heads' width apart from d_model / n_head.
+  bool heads_apart() const { return q_width() != d_model; }
+  // c_attn's output width: q plus k's and v's key/value heads.
+  int64_t qkv_width() const { return q_width() + 2 * kv_heads() * head_dim(); }
   bool rms_norm() const { return normalization == Normalization::RmsNorm; }
   // The MLP's hidden width F, and c_fc's output width (F, or 2F for SwiGLU).
   int64_t ffn() const { return ffn_hidden_size > 0 ? ffn_hidden_size : 4 * d_model; }
@@ -116,6 +130,8 @@ struct GptConfig {
   // no s*h position table under rotary embeddings; V*h more for an untied
   // head), for any MLP width.
   int64_t num_parameters() const;
+  // One block's parameters (its linear layers, biases and two norms).
+  int64_t block_parameters() const;
   // Model FLOPs of training on `sequences` sequences of seq_len tokens: the
   // PTD-P paper's count (every matrix product, attention over all s^2
   // scores, the head; backward twice forward, plus a forward again under
@@ -160,14 +176,20 @@ class CausalSelfAttention : public Module {
  public:
   CausalSelfAttention(const GptConfig& cfg, int64_t layer);
   Tensor forward(const Tensor& x, const ForwardContext& ctx) const;
-  // Inference on x (B, n, C) at positions [start, start + n): stores this
+  // Inference on x (B, n, d_model) at positions [start, start + n): stores this
   // step's keys and values into k_cache and v_cache (B, Hkv, capacity, D) and
   // attends over positions [0, start + n), causally. No dropout.
   Tensor forward_cached(const Tensor& x, Tensor& k_cache, Tensor& v_cache, int64_t start) const;
 
  private:
+  // c_attn, then the query/key norms (model.qk_norm) and the rotary
+  // embedding from `start` or at `positions`.
+  Tensor project(const Tensor& x, const Tensor& positions, int64_t start) const;
+
   std::shared_ptr<Linear> c_attn_, c_proj_;
+  std::shared_ptr<LayerNorm> q_norm_, k_norm_;  // model.qk_norm only
   AttentionHeads heads_;
+  int64_t head_dim_;
   int64_t layer_;
   int64_t window_;  // cfg.sliding_window: forward_cached masks by it (forward gets ctx.doc_starts)
   double dropout_;

@@ -2,6 +2,7 @@
 
 #include <cstdint>
 
+#include "triad/core/attention_heads.h"
 #include "triad/nn/module.h"
 #include "triad/ops/nn_functional.h"
 
@@ -25,5 +26,13 @@ class LayerNorm : public Module {
   double eps_;
   bool rms_;
 };
+
+// Qwen3's query/key normalisation (model.qk_norm): each query head of a
+// fused qkv (B, T, (q + 2 kv) * D) normalised over its D features by
+// `q_norm`, each key head by `k_norm` (both D wide, shared by every head),
+// the values left alone. Normalised queries and keys bound the attention
+// logits whatever scale the projections grow to.
+Tensor norm_query_key_heads(const Tensor& qkv, const AttentionHeads& heads, const LayerNorm& q_norm,
+                            const LayerNorm& k_norm);
 
 }  // namespace triad::nn

@@ -371,7 +371,7 @@ PipelineStepResult PipelineExecutor::run(const std::vector<data::Batch>& micro,
     }
   }
   for (auto& w : pending_sends) w->wait();
-  for (int c = 0; c < model_.v(); ++c) model_.chunk(c).reduce_sequence_parallel_grads();
+  for (int c = 0; c < model_.v(); ++c) model_.chunk(c).reduce_partial_grads();
   model_.reduce_tied_embedding_grads();
   // The last stage knows the loss; every pipeline rank reports it.
   const double total = loss_sum.defined() ? item(loss_sum) : 0.0;

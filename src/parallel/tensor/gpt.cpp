@@ -108,11 +108,19 @@ void TensorParallelGpt::build(uint64_t seed) {
     const bool b = cfg_.linear_bias;
     // [q | k | v] split block by block: a rank holds its query heads and
     // the key/value heads they use.
-    const int64_t kv = cfg_.kv_heads() * cfg_.head_dim();
+    const int64_t q = cfg_.q_width(), kv = cfg_.kv_heads() * cfg_.head_dim();
     L.c_attn = attn->add(
-        "c_attn", std::make_shared<ColumnParallelLinear>(C, std::vector<int64_t>{C, kv, kv}, group_,
+        "c_attn", std::make_shared<ColumnParallelLinear>(C, std::vector<int64_t>{q, kv, kv}, group_,
                                                          sp_, cfg_.c_attn_bias()));
-    L.attn_proj = attn->add("c_proj", std::make_shared<RowParallelLinear>(C, C, group_, sp_, b));
+    L.attn_proj = attn->add("c_proj", std::make_shared<RowParallelLinear>(q, C, group_, sp_, b));
+    if (cfg_.qk_norm) {
+      auto norm = [&] {
+        return std::make_shared<nn::LayerNorm>(cfg_.head_dim(), cfg_.layer_norm_eps, DType::F32,
+                                               true);
+      };
+      L.q_norm = attn->add("q_norm", norm());
+      L.k_norm = attn->add("k_norm", norm());
+    }
     L.ln_2 = block->add("ln_2", std::make_shared<nn::LayerNorm>(C, cfg_.layer_norm_eps, DType::F32,
                                                                 cfg_.rms_norm()));
     auto mlp = block->add("mlp", std::make_shared<Container>());
@@ -129,6 +137,13 @@ void TensorParallelGpt::build(uint64_t seed) {
     for (const char* ln : {"ln_1", "ln_2"}) {
       specs_[p + ln + ".weight"] = ShardSpec::replicated(sp_);
       if (!cfg_.rms_norm()) specs_[p + ln + ".bias"] = ShardSpec::replicated(sp_);
+    }
+    if (cfg_.qk_norm) {
+      // Replicated, each rank normalising its own heads: their gradients
+      // are partial sums over the ranks, with or without sequence
+      // parallelism.
+      specs_[p + "attn.q_norm.weight"] = ShardSpec::replicated(true);
+      specs_[p + "attn.k_norm.weight"] = ShardSpec::replicated(true);
     }
     specs_[p + "attn.c_attn.weight"] = L.c_attn->weight_spec();
     specs_[p + "attn.c_proj.weight"] = L.attn_proj->weight_spec();
@@ -208,10 +223,10 @@ nn::StateDict TensorParallelGpt::full_state_dict() const {
   return out;
 }
 
-void TensorParallelGpt::reduce_sequence_parallel_grads() const {
-  if (!sp_ || group_->size() == 1) return;
+void TensorParallelGpt::reduce_partial_grads() const {
+  if (group_->size() == 1) return;
   for (const auto& [name, p] : named_parameters()) {
-    if (!specs_.at(name).sequence_parallel_grad) continue;
+    if (!specs_.at(name).partial_grad) continue;
     Tensor g = p.grad();
     if (g.defined()) group_->all_reduce(g, dist::ReduceOp::Sum)->wait();
   }
@@ -319,6 +334,7 @@ Tensor TensorParallelGpt::block_forward(int64_t i, const Tensor& x,
   Tensor qkv = L.c_attn->forward(L.ln_1->forward(x));  // the whole sequence, local heads
   const int64_t t = group_->size();
   const AttentionHeads heads{cfg_.n_head / t, cfg_.kv_heads() / t};  // this rank's
+  if (L.q_norm) qkv = nn::norm_query_key_heads(qkv, heads, *L.q_norm, *L.k_norm);
   if (cfg_.rotary())
     qkv = rotary_embedding(qkv, heads, ctx.positions, 0, cfg_.rope_theta, cfg_.rope_scaling);
   Tensor a = L.attn_proj->forward(causal_attention(qkv, heads, ctx.doc_starts));

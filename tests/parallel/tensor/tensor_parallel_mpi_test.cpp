@@ -229,7 +229,7 @@ TEST_P(TensorParallelGptTest, LossLogitsAndEveryGradientMatchOneProcess) {
   EXPECT_NEAR(item(l), item(lr), 1e-6 * item(lr));
   autograd::backward({l});
   autograd::backward({lr});
-  model.reduce_sequence_parallel_grads();
+  model.reduce_partial_grads();
   const nn::StateDict grads = full_grads(model, V, sp);
   int checked = 0;
   for (auto& [name, p] : ref.named_parameters()) {
@@ -253,7 +253,7 @@ double expect_sharded_matches_one_process(const nn::GptConfig& cfg, uint64_t see
   EXPECT_NEAR(item(l), item(lr), 1e-6 * item(lr));
   autograd::backward({l});
   autograd::backward({lr});
-  model.reduce_sequence_parallel_grads();
+  model.reduce_partial_grads();
   nn::StateDict shard_grads;
   for (auto& [name, p] : model.named_parameters()) shard_grads[name] = p.grad();
   TensorParallelGpt holder(cfg, 0, g_world, sp);
@@ -294,7 +294,10 @@ TEST_P(TensorParallelGptTest, PackedDocumentsMatchOneProcess) {
 // reduction. Grouped-query attention splits c_attn's q, k and v blocks
 // each over the ranks (blocks of unequal heights), so a rank holds its
 // query heads and the key/value heads they share; Qwen2's q, k and v biases
-// split with them, block by block.
+// split with them, block by block. Qwen3's heads of their own width
+// (model.head_dim) split the same way, and its query/key norms are
+// replicated, each rank normalising its own heads: their gradients are
+// summed over the ranks with or without sequence parallelism.
 TEST_P(TensorParallelGptTest, LlamaOptionsMatchOneProcess) {
   const int64_t V = 300;
   for (const std::string variant :
@@ -302,6 +305,7 @@ TEST_P(TensorParallelGptTest, LlamaOptionsMatchOneProcess) {
         "rmsnorm, rope, swiglu, no biases, untied head",
         "rmsnorm, rope, swiglu, no biases, grouped-query attention",
         "rmsnorm, rope, swiglu, no biases, grouped-query attention, qkv biases",
+        "rmsnorm, rope, swiglu, no biases, grouped-query attention, qk norm, heads of 6",
         "rope, sliding window, packed documents"}) {
     SCOPED_TRACE(variant);
     nn::GptConfig cfg = tiny(V);
@@ -328,6 +332,10 @@ TEST_P(TensorParallelGptTest, LlamaOptionsMatchOneProcess) {
     }
     if (variant.find("sliding window") != std::string::npos) cfg.sliding_window = 3;
     cfg.qkv_bias = variant.find("qkv biases") != std::string::npos;
+    if (variant.find("qk norm") != std::string::npos) {
+      cfg.qk_norm = true;
+      cfg.head_size = 6;
+    }
     if (variant.find("packed documents") != std::string::npos) {
       cfg.eod_token = 7;
       cfg.reset_attention_mask = true;
@@ -340,6 +348,8 @@ TEST_P(TensorParallelGptTest, LlamaOptionsMatchOneProcess) {
     EXPECT_EQ(shapes.count("lm_head.weight"), cfg.tie_embeddings ? 0u : 1u);
     EXPECT_EQ(shapes.count("h.0.attn.c_attn.bias"), cfg.c_attn_bias() ? 1u : 0u);
     EXPECT_EQ(shapes.count("h.0.attn.c_proj.bias"), cfg.linear_bias ? 1u : 0u);
+    EXPECT_EQ(shapes.count("h.0.attn.q_norm.weight"), cfg.qk_norm ? 1u : 0u);
+    EXPECT_EQ(shapes.at("h.0.attn.c_proj.weight"), (Shape{cfg.d_model, cfg.q_width()}));
     expect_sharded_matches_one_process(cfg, 17, GetParam(), ids, ids, token_ids(V, 6));
   }
 }
@@ -374,7 +384,7 @@ TEST_P(TensorParallelGptTest, ThreeAdamWStepsGiveTheSameLosses) {
     EXPECT_NEAR(item(l), item(lr), 1e-5 * item(lr)) << "step " << step;
     autograd::backward({lr});
     autograd::backward({l});
-    model.reduce_sequence_parallel_grads();
+    model.reduce_partial_grads();
     a.step(o.lr);
     b.step(o.lr);
     ref.zero_grad();
@@ -393,7 +403,7 @@ TEST_P(TensorParallelGptTest, ClippingEqualsOneProcessClipping) {
   Tensor ids = token_ids(V, 3), targets = token_ids(V, 4);
   autograd::backward({ref.loss(ids, targets)});
   autograd::backward({model.loss(ids, targets)});
-  model.reduce_sequence_parallel_grads();
+  model.reduce_partial_grads();
   const double unclipped = model.grad_norm();
   const double max_norm = 0.25 * unclipped;  // so that clipping scales
   const double want = optim::clip_grad_norm(ref.parameters(), max_norm);
@@ -453,7 +463,7 @@ TEST(TensorParallelGpt, FullRecomputationChangesNothingButMemory) {
     Tensor l = m->loss(ids, targets, ctx);
     *held = cpu_allocator().stats().allocated - before;
     autograd::backward({l});
-    m->reduce_sequence_parallel_grads();
+    m->reduce_partial_grads();
     return std::make_pair(item(l), std::move(m));
   };
   int64_t held_none = 0, held_full = 0;

@@ -63,9 +63,10 @@ class TensorParallelGpt : public nn::Module {
   void load_full_state_dict(const nn::StateDict& full);
   // Gathers every shard into the full tensors (collective over the group).
   nn::StateDict full_state_dict() const;
-  // Sequence parallelism: all-reduce the partial gradients of replicated
-  // parameters (LayerNorms, row-parallel biases) over the group.
-  void reduce_sequence_parallel_grads() const;
+  // All-reduce the partial gradients of replicated parameters over the
+  // group (ShardSpec::partial_grad: under sequence parallelism LayerNorms
+  // and row-parallel biases; the query/key norms always).
+  void reduce_partial_grads() const;
   // PyTorch's global-norm clipping over the whole model: split parameters'
   // squares summed over the group, replicated ones counted once. Returns the
   // norm before clipping (identical on every rank).
@@ -91,6 +92,7 @@ class TensorParallelGpt : public nn::Module {
   struct Layer {
     std::shared_ptr<nn::Module> module;  // the block's parameters, for recomputation
     std::shared_ptr<nn::LayerNorm> ln_1, ln_2;
+    std::shared_ptr<nn::LayerNorm> q_norm, k_norm;  // model.qk_norm only
     std::shared_ptr<ColumnParallelLinear> c_attn, c_fc;
     std::shared_ptr<RowParallelLinear> attn_proj, mlp_proj;
   };

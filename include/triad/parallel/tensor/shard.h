@@ -18,9 +18,12 @@ struct ShardSpec {
   int64_t dim = 0;
   int groups = 1;
   int64_t padded = 0;  // 0: no padding
-  // Replicated parameter whose gradient is a partial sum under sequence
-  // parallelism (LayerNorm, row-parallel biases): all-reduced over TP.
-  bool sequence_parallel_grad = false;
+  // Replicated parameter whose gradient is a partial sum over the TP ranks:
+  // under sequence parallelism LayerNorms and row-parallel biases (each
+  // rank sees its share of the tokens), always the query/key norms of
+  // model.qk_norm (each rank sees its share of the heads). All-reduced over
+  // TP after backward.
+  bool partial_grad = false;
   // The blocks' sizes along `dim` when they differ (then groups ==
   // blocks.size()); empty: `groups` equal blocks.
   std::vector<int64_t> blocks = {};
