@@ -1989,10 +1989,11 @@ TEST(CudaTraining, PackedDocumentsAndABatchRampMatchTheCpuTrainer) {
   // LLaMA's options: rotary embeddings take the documents' positions on the
   // GPU (uploaded once a forward pass, no host wait), a SwiGLU MLP, RMSNorm
   // (its residual add fused in), an untied head, and multi-query attention
-  // (the 2 query heads share one key/value head).
-  for (const std::string precision : {"fp32", "bf16", "bf16 llama"}) {
+  // (the 2 query heads share one key/value head). Qwen3's on top: RMSNorm
+  // over each query and key head, and heads of 32 (64 wide on d_model 32).
+  for (const std::string precision : {"fp32", "bf16", "bf16 llama", "bf16 qwen3"}) {
     SCOPED_TRACE(precision);
-    const bool rope = precision == "bf16 llama";
+    const bool rope = precision.rfind("bf16 ", 0) == 0, qwen3 = precision == "bf16 qwen3";
     auto config = [&](const std::string& device) {
       std::vector<std::string> overrides = extra;
       if (rope) {
@@ -2001,6 +2002,7 @@ TEST(CudaTraining, PackedDocumentsAndABatchRampMatchTheCpuTrainer) {
                                            "model.normalization=rmsnorm", "model.linear_bias=false",
                                            "model.tie_embeddings=false", "model.n_kv_head=1"});
       }
+      if (qwen3) overrides.insert(overrides.end(), {"model.head_dim=32", "model.qk_norm=true"});
       return train::parse_config(
           train::to_yaml(train_config(dir, model, device, rope ? "bf16" : precision, 6, 4, 128)),
           overrides);
@@ -2027,6 +2029,8 @@ TEST(CudaTraining, PackedDocumentsAndABatchRampMatchTheCpuTrainer) {
         EXPECT_FALSE(gpu.config().model.linear_bias);
         EXPECT_FALSE(gpu.config().model.tie_embeddings);
         EXPECT_EQ(gpu.config().model.kv_heads(), 1);
+        EXPECT_EQ(gpu.config().model.qk_norm, qwen3);
+        EXPECT_EQ(gpu.config().model.q_width(), qwen3 ? 64 : 32);
       }
     }
   }

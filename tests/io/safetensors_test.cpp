@@ -342,8 +342,16 @@ TEST(HfLlamaWeights, LoadIntoTheSameModelAndMismatchesAreNamed) {
   missing.erase("model.layers.0.mlp.up_proj.weight");
   expect_error(missing, "'model.layers.0.mlp.up_proj.weight' is missing");
   auto extra = hf;
-  extra["model.layers.1.self_attn.q_norm.weight"] = sd.at("ln_f.weight");
-  expect_error(extra, "unexpected tensor 'model.layers.1.self_attn.q_norm.weight'");
+  extra["model.layers.1.self_attn.sinks"] = sd.at("ln_f.weight");
+  expect_error(extra, "unexpected tensor 'model.layers.1.self_attn.sinks'");
+  // Qwen3's head norms come in pairs; both into a model without
+  // model.qk_norm name the setting.
+  auto half_normed = hf;
+  half_normed["model.layers.1.self_attn.q_norm.weight"] = sd.at("ln_f.weight");
+  expect_error(half_normed, "'model.layers.1.self_attn.k_norm.weight' is missing");
+  auto normed = half_normed;
+  normed["model.layers.1.self_attn.k_norm.weight"] = sd.at("ln_f.weight");
+  expect_error(normed, "set model.qk_norm: true");
   EXPECT_THROW(hf_llama_to_triad({{"model.embed_tokens.weight", sd.at("wte.weight")},
                                   {"model.layers.x.mlp.up_proj.weight", sd.at("wte.weight")}}),
                IoError);
