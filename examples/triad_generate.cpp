@@ -3,7 +3,8 @@
 //   (out/gpt_tiny/{config.yaml,model.safetensors})
 //   triad-generate --config my.yaml --weights model.safetensors --prompt "Hello"
 //       --vocab vocab.json --merges merges.txt --tokens 100 --temperature 0.8 --top-k 40
-// Byte-level tokens unless --vocab/--merges give GPT-2's BPE.
+// Byte-level tokens unless --vocab/--merges give GPT-2's BPE, or --tokenizer a Hugging
+// Face tokenizer.json (LLaMA 3's, Qwen's).
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
@@ -44,6 +45,10 @@ int main(int argc, char** argv) {
   app.add_option("--device", device, "cpu, cuda or cuda:N (default: the config's)");
   app.add_option("--vocab", vocab, "GPT-2 vocab.json (with --merges: BPE; otherwise bytes)");
   app.add_option("--merges", merges, "GPT-2 merges.txt");
+  std::string hf_tokenizer;
+  app.add_option("--tokenizer", hf_tokenizer,
+                 "a Hugging Face tokenizer.json, or its model directory (byte-level BPE: GPT-2's, "
+                 "LLaMA 3's, Qwen2's, Qwen3's)");
   bool no_cache = false;
   app.add_flag("--no-kv-cache", no_cache,
                "run the model over the whole window for every token (for comparison)");
@@ -59,16 +64,9 @@ int main(int argc, char** argv) {
     if (config_path.empty() || weights.empty()) {
       throw triad::ValueError("give --run DIR, or both --config and --weights");
     }
-    if (vocab.empty() != merges.empty()) {
-      throw triad::ValueError("--vocab and --merges must be given together");
-    }
     const triad::train::Config config = triad::train::load_config(config_path);
-    std::unique_ptr<triad::data::Tokenizer> tok;
-    if (vocab.empty()) {
-      tok = std::make_unique<triad::data::ByteTokenizer>();
-    } else {
-      tok = std::make_unique<triad::data::Gpt2BpeTokenizer>(vocab, merges);
-    }
+    const std::unique_ptr<triad::data::Tokenizer> tok =
+        triad::data::make_tokenizer(vocab, merges, hf_tokenizer);
     if (tok->vocab_size() > config.model.vocab_size) {
       throw triad::ValueError("the tokenizer has " + std::to_string(tok->vocab_size()) +
                               " tokens but the model's vocab_size is " +

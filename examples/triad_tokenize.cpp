@@ -5,6 +5,8 @@
 //   triad-tokenize --input corpus.txt --output train.bin --vocab vocab.json --merges merges.txt
 //   triad-tokenize --input corpus.txt --output data/train --format megatron   (train.bin + .idx)
 //   triad-tokenize ... --documents paragraphs --eod 50256     (GPT-2's <|endoftext|> after each)
+//   triad-tokenize --input docs.jsonl --documents jsonl --tokenizer /models/Qwen3-0.6B
+//       --eod 151643 --format megatron --output data/qwen         (Qwen's tokenizer.json)
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
@@ -30,6 +32,10 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"llmc", "megatron"}));
   app.add_option("--vocab", vocab, "GPT-2 vocab.json (with --merges: BPE; otherwise bytes)");
   app.add_option("--merges", merges, "GPT-2 merges.txt");
+  std::string hf_tokenizer;
+  app.add_option("--tokenizer", hf_tokenizer,
+                 "a Hugging Face tokenizer.json, or its model directory (byte-level BPE: GPT-2's, "
+                 "LLaMA 3's, Qwen2's, Qwen3's)");
   app.add_option("--documents", documents,
                  "how the input divides into documents: whole (one), lines (each non-empty line), "
                  "paragraphs (separated by blank lines) or jsonl (one JSON object per line, the "
@@ -41,15 +47,8 @@ int main(int argc, char** argv) {
                  "data.eod_token in triad-train); -1: none");
   CLI11_PARSE(app, argc, argv);
   try {
-    if (vocab.empty() != merges.empty()) {
-      throw triad::ValueError("--vocab and --merges must be given together");
-    }
-    std::unique_ptr<triad::data::Tokenizer> tok;
-    if (vocab.empty()) {
-      tok = std::make_unique<triad::data::ByteTokenizer>();
-    } else {
-      tok = std::make_unique<triad::data::Gpt2BpeTokenizer>(vocab, merges);
-    }
+    const std::unique_ptr<triad::data::Tokenizer> tok =
+        triad::data::make_tokenizer(vocab, merges, hf_tokenizer);
     std::ifstream in(input, std::ios::binary);
     if (!in) throw triad::IoError("cannot open input '" + input + "'");
     std::stringstream ss;

@@ -1,63 +1,16 @@
 #include "triad/data/tokenizer.h"
 
+#include <algorithm>
 #include <climits>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "triad/core/error.h"
 #include "unicode_classes.h"
+#include "utf8.h"
 
 namespace triad::data {
 namespace {
-
-// Decodes one UTF-8 code point at s[i]; malformed bytes decode as themselves.
-uint32_t next_code_point(const std::string& s, size_t i, size_t& len) {
-  const auto c = static_cast<unsigned char>(s[i]);
-  auto cont = [&](size_t k) {
-    return i + k < s.size() && (static_cast<unsigned char>(s[i + k]) & 0xC0) == 0x80;
-  };
-  if (c < 0x80) {
-    len = 1;
-    return c;
-  }
-  if ((c & 0xE0) == 0xC0 && cont(1)) {
-    len = 2;
-    return ((c & 0x1Fu) << 6) | (static_cast<unsigned char>(s[i + 1]) & 0x3Fu);
-  }
-  if ((c & 0xF0) == 0xE0 && cont(1) && cont(2)) {
-    len = 3;
-    return ((c & 0x0Fu) << 12) | ((static_cast<unsigned char>(s[i + 1]) & 0x3Fu) << 6) |
-           (static_cast<unsigned char>(s[i + 2]) & 0x3Fu);
-  }
-  if ((c & 0xF8) == 0xF0 && cont(1) && cont(2) && cont(3)) {
-    len = 4;
-    return ((c & 0x07u) << 18) | ((static_cast<unsigned char>(s[i + 1]) & 0x3Fu) << 12) |
-           ((static_cast<unsigned char>(s[i + 2]) & 0x3Fu) << 6) |
-           (static_cast<unsigned char>(s[i + 3]) & 0x3Fu);
-  }
-  len = 1;
-  return c;
-}
-
-std::string utf8(uint32_t cp) {
-  std::string out;
-  if (cp < 0x80) {
-    out.push_back(static_cast<char>(cp));
-  } else if (cp < 0x800) {
-    out.push_back(static_cast<char>(0xC0 | (cp >> 6)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else if (cp < 0x10000) {
-    out.push_back(static_cast<char>(0xE0 | (cp >> 12)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else {
-    out.push_back(static_cast<char>(0xF0 | (cp >> 18)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  }
-  return out;
-}
 
 bool is_space(uint32_t c) {
   return c == ' ' || (c >= 0x09 && c <= 0x0D) || c == 0x85 || c == 0xA0 || c == 0x1680 ||
@@ -82,20 +35,38 @@ Cls classify(uint32_t c) {
 
 }  // namespace
 
-std::vector<std::string> gpt2_pretokenize(const std::string& text) {
-  // Code points with their byte positions.
+namespace {
+
+// Code points with their byte positions (the last one: the text's end).
+struct CodePoints {
   std::vector<uint32_t> cps;
   std::vector<size_t> pos;
-  for (size_t i = 0; i < text.size();) {
-    size_t len;
-    cps.push_back(next_code_point(text, i, len));
-    pos.push_back(i);
-    i += len;
+  explicit CodePoints(const std::string& text) {
+    for (size_t i = 0; i < text.size();) {
+      size_t len;
+      cps.push_back(next_code_point(text, i, len));
+      pos.push_back(i);
+      i += len;
+    }
+    pos.push_back(text.size());
   }
-  pos.push_back(text.size());
+};
+
+// The end of the whitespace run at i, given that it ends at k: \s+(?!\S)
+// leaves the run's last character for the next piece when a non-space
+// follows, \s+ takes a lone one.
+size_t whitespace_end(size_t i, size_t k, size_t n) {
+  return k < n && k - i > 1 ? k - 1 : k;
+}
+
+std::vector<std::string> gpt2_pieces(const std::string& text) {
+  const CodePoints t(text);
+  const std::vector<uint32_t>& cps = t.cps;
   const size_t n = cps.size();
   std::vector<std::string> out;
-  auto emit = [&](size_t a, size_t b) { out.push_back(text.substr(pos[a], pos[b] - pos[a])); };
+  auto emit = [&](size_t a, size_t b) {
+    out.push_back(text.substr(t.pos[a], t.pos[b] - t.pos[a]));
+  };
   size_t i = 0;
   while (i < n) {
     // Contractions: 's 't 're 've 'm 'll 'd
@@ -123,15 +94,126 @@ std::vector<std::string> gpt2_pretokenize(const std::string& text) {
       i = j;
       continue;
     }
-    // Whitespace run: leave its last character for the next piece when a
-    // non-space follows (\s+(?!\S)), else take it all (\s+).
     size_t k = i;
     while (k < n && is_space(cps[k])) ++k;
-    if (k < n && k - i > 1) k -= 1;
+    k = whitespace_end(i, k, n);
     emit(i, k);
     i = k;
   }
   return out;
+}
+
+// The letter a contraction's character matches case-insensitively (the
+// pattern's (?i:...)): ASCII letters, and U+017F (long s), whose simple case
+// folding is 's'.
+uint32_t folded(uint32_t c) {
+  if (c >= 'A' && c <= 'Z') return c - 'A' + 'a';
+  if (c == 0x17F) return 's';
+  return c;
+}
+
+// LLaMA 3's pattern, and Qwen2's with numbers of at most `max_digits`:
+//   (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|
+//   ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
+// Each alternative tried in turn at each position, as the regex does.
+std::vector<std::string> llama3_pieces(const std::string& text, size_t max_digits) {
+  const CodePoints t(text);
+  const std::vector<uint32_t>& cps = t.cps;
+  const size_t n = cps.size();
+  std::vector<std::string> out;
+  auto emit = [&](size_t a, size_t b) {
+    out.push_back(text.substr(t.pos[a], t.pos[b] - t.pos[a]));
+  };
+  auto cls = [&](size_t k) { return classify(cps[k]); };
+  auto newline = [&](size_t k) { return cps[k] == '\r' || cps[k] == '\n'; };
+  size_t i = 0;
+  while (i < n) {
+    if (cps[i] == '\'' && i + 1 < n) {
+      const uint32_t a = folded(cps[i + 1]);
+      const uint32_t b = i + 2 < n ? folded(cps[i + 2]) : 0;
+      if (a == 's' || a == 't' || a == 'm' || a == 'd') {
+        emit(i, i + 2);
+        i += 2;
+        continue;
+      }
+      if ((a == 'r' && b == 'e') || (a == 'v' && b == 'e') || (a == 'l' && b == 'l')) {
+        emit(i, i + 3);
+        i += 3;
+        continue;
+      }
+    }
+    // [^\r\n\p{L}\p{N}]?\p{L}+
+    size_t j = i;
+    if (cls(j) != Cls::Letter && cls(j) != Cls::Number && !newline(j) && j + 1 < n &&
+        cls(j + 1) == Cls::Letter)
+      ++j;
+    if (cls(j) == Cls::Letter) {
+      while (j < n && cls(j) == Cls::Letter) ++j;
+      emit(i, j);
+      i = j;
+      continue;
+    }
+    // \p{N}{1,max}
+    if (cls(i) == Cls::Number) {
+      j = i;
+      while (j < n && j - i < max_digits && cls(j) == Cls::Number) ++j;
+      emit(i, j);
+      i = j;
+      continue;
+    }
+    //  ?[^\s\p{L}\p{N}]+[\r\n]*
+    j = i;
+    if (cps[j] == ' ' && j + 1 < n && cls(j + 1) == Cls::Other) ++j;
+    if (cls(j) == Cls::Other) {
+      while (j < n && cls(j) == Cls::Other) ++j;
+      while (j < n && newline(j)) ++j;
+      emit(i, j);
+      i = j;
+      continue;
+    }
+    // Whitespace: \s*[\r\n]+ up to the run's last newline, else \s+(?!\S)
+    // or \s+.
+    size_t k = i;
+    while (k < n && is_space(cps[k])) ++k;
+    size_t last_newline = k;
+    for (size_t m = i; m < k; ++m) {
+      if (newline(m)) last_newline = m;
+    }
+    k = last_newline < k ? last_newline + 1 : whitespace_end(i, k, n);
+    emit(i, k);
+    i = k;
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<std::string> pretokenize(const std::string& text, PretokenizePattern pattern) {
+  switch (pattern) {
+    case PretokenizePattern::Gpt2:
+      return gpt2_pieces(text);
+    case PretokenizePattern::Llama3:
+      return llama3_pieces(text, 3);
+    case PretokenizePattern::Qwen2:
+      return llama3_pieces(text, 1);
+  }
+  throw ValueError("pretokenize: unknown pattern");
+}
+
+const char* pretokenize_pattern_name(PretokenizePattern pattern) {
+  switch (pattern) {
+    case PretokenizePattern::Gpt2:
+      return "gpt2";
+    case PretokenizePattern::Llama3:
+      return "llama3";
+    case PretokenizePattern::Qwen2:
+      return "qwen2";
+  }
+  return "?";
+}
+
+std::vector<std::string> gpt2_pretokenize(const std::string& text) {
+  return pretokenize(text, PretokenizePattern::Gpt2);
 }
 
 std::vector<int32_t> ByteTokenizer::encode(const std::string& text) const {
@@ -150,8 +232,10 @@ std::string ByteTokenizer::decode(const std::vector<int32_t>& ids) const {
   return s;
 }
 
-Gpt2BpeTokenizer::Gpt2BpeTokenizer(const std::string& vocab_json_path,
-                                   const std::string& merges_path) {
+BpeTokenizer::BpeTokenizer(std::map<std::string, int32_t> vocab,
+                           const std::vector<std::pair<std::string, std::string>>& merges,
+                           Settings settings)
+    : settings_(std::move(settings)), encoder_(std::move(vocab)) {
   // GPT-2's reversible byte -> printable code point map.
   int extra = 0;
   for (int b = 0; b < 256; ++b) {
@@ -161,43 +245,32 @@ Gpt2BpeTokenizer::Gpt2BpeTokenizer(const std::string& vocab_json_path,
     byte_to_unicode_[b] = utf8(cp);
     unicode_to_byte_[byte_to_unicode_[b]] = static_cast<uint8_t>(b);
   }
-  std::ifstream vin(vocab_json_path);
-  if (!vin) throw IoError("tokenizer: cannot open vocab '" + vocab_json_path + "'");
-  nlohmann::json vocab;
-  try {
-    vocab = nlohmann::json::parse(vin);
-  } catch (const nlohmann::json::exception& e) {
-    throw IoError("tokenizer: vocab '" + vocab_json_path + "' is not valid JSON: " + e.what());
+  for (const auto& [token, id] : encoder_) {
+    if (id < 0) throw ValueError("tokenizer: '" + token + "' has a negative id");
+    decoder_[id] = token;
+    vocab_size_ = std::max<int64_t>(vocab_size_, int64_t{id} + 1);
   }
-  if (!vocab.is_object())
-    throw IoError("tokenizer: vocab '" + vocab_json_path + "' must map tokens to ids");
-  for (auto it = vocab.begin(); it != vocab.end(); ++it) {
-    if (!it.value().is_number_integer()) {
-      throw IoError("tokenizer: vocab entry '" + it.key() + "' has a non-integer id");
+  for (const auto& [content, id] : settings_.added_tokens) {
+    if (id < 0) throw ValueError("tokenizer: added token '" + content + "' has a negative id");
+    if (content.empty()) throw ValueError("tokenizer: an added token is empty");
+    const auto clash = decoder_.find(id);
+    if (clash != decoder_.end() && clash->second != content) {
+      throw ValueError("tokenizer: added token '" + content + "' takes id " + std::to_string(id) +
+                       ", the vocabulary's '" + clash->second + "'");
     }
-    const int64_t id = it.value().get<int64_t>();
-    if (id < 0 || id > INT32_MAX)
-      throw IoError("tokenizer: vocab id " + std::to_string(id) + " is out of range");
-    encoder_[it.key()] = static_cast<int32_t>(id);
-    decoder_[static_cast<int32_t>(id)] = it.key();
+    added_by_id_[id] = content;
+    vocab_size_ = std::max<int64_t>(vocab_size_, int64_t{id} + 1);
   }
-  std::ifstream min(merges_path);
-  if (!min) throw IoError("tokenizer: cannot open merges '" + merges_path + "'");
-  std::string line;
-  int rank = 0, line_no = 0;
-  while (std::getline(min, line)) {
-    ++line_no;
-    if (line.rfind("#version", 0) == 0 || line.empty()) continue;
-    const auto sp = line.find(' ');
-    if (sp == std::string::npos || sp == 0 || sp + 1 >= line.size()) {
-      throw IoError("tokenizer: merges '" + merges_path + "' line " + std::to_string(line_no) +
-                    " is not 'left right'");
-    }
-    ranks_[{line.substr(0, sp), line.substr(sp + 1)}] = rank++;
-  }
+  int rank = 0;
+  for (const auto& m : merges) ranks_.emplace(m, rank++);  // the first of a repeated pair wins
 }
 
-std::vector<std::string> Gpt2BpeTokenizer::bpe(const std::string& word) const {
+int32_t BpeTokenizer::added_token(const std::string& content) const {
+  const auto it = settings_.added_tokens.find(content);
+  return it == settings_.added_tokens.end() ? -1 : it->second;
+}
+
+std::vector<std::string> BpeTokenizer::bpe(const std::string& word) const {
   std::vector<std::string> symbols;
   for (size_t i = 0; i < word.size();) {
     size_t len;
@@ -232,11 +305,18 @@ std::vector<std::string> Gpt2BpeTokenizer::bpe(const std::string& word) const {
   return symbols;
 }
 
-std::vector<int32_t> Gpt2BpeTokenizer::encode(const std::string& text) const {
-  std::vector<int32_t> ids;
-  for (const std::string& piece : gpt2_pretokenize(text)) {
+void BpeTokenizer::encode_plain(const std::string& text, std::vector<int32_t>& ids) const {
+  const std::string normal = settings_.nfc ? nfc(text) : text;
+  for (const std::string& piece : pretokenize(normal, settings_.pattern)) {
     std::string mapped;
     for (unsigned char b : piece) mapped += byte_to_unicode_[b];
+    if (settings_.ignore_merges) {
+      const auto whole = encoder_.find(mapped);
+      if (whole != encoder_.end()) {
+        ids.push_back(whole->second);
+        continue;
+      }
+    }
     for (const std::string& sym : bpe(mapped)) {
       auto it = encoder_.find(sym);
       if (it == encoder_.end()) {
@@ -245,12 +325,45 @@ std::vector<int32_t> Gpt2BpeTokenizer::encode(const std::string& text) const {
       ids.push_back(it->second);
     }
   }
+}
+
+std::vector<int32_t> BpeTokenizer::encode(const std::string& text) const {
+  std::vector<int32_t> ids;
+  if (settings_.added_tokens.empty()) {
+    encode_plain(text, ids);
+    return ids;
+  }
+  // Added tokens first: the leftmost occurrence of any, the longest of those
+  // starting there; the text between them goes through BPE.
+  size_t at = 0;
+  while (at < text.size()) {
+    size_t best = std::string::npos;
+    const std::pair<const std::string, int32_t>* found = nullptr;
+    for (const auto& entry : settings_.added_tokens) {
+      const size_t k = text.find(entry.first, at);
+      if (k == std::string::npos) continue;
+      if (k < best || (k == best && entry.first.size() > found->first.size())) {
+        best = k;
+        found = &entry;
+      }
+    }
+    if (found == nullptr) break;
+    if (best > at) encode_plain(text.substr(at, best - at), ids);
+    ids.push_back(found->second);
+    at = best + found->first.size();
+  }
+  if (at < text.size()) encode_plain(text.substr(at), ids);
   return ids;
 }
 
-std::string Gpt2BpeTokenizer::decode(const std::vector<int32_t>& ids) const {
+std::string BpeTokenizer::decode(const std::vector<int32_t>& ids) const {
   std::string out;
   for (int32_t id : ids) {
+    const auto added = added_by_id_.find(id);
+    if (added != added_by_id_.end()) {
+      out += added->second;
+      continue;
+    }
     auto it = decoder_.find(id);
     if (it == decoder_.end())
       throw ValueError("tokenizer: id " + std::to_string(id) + " is not in the vocabulary");
@@ -267,6 +380,56 @@ std::string Gpt2BpeTokenizer::decode(const std::vector<int32_t>& ids) const {
   }
   return out;
 }
+
+namespace {
+
+std::map<std::string, int32_t> read_gpt2_vocab(const std::string& path) {
+  std::ifstream vin(path);
+  if (!vin) throw IoError("tokenizer: cannot open vocab '" + path + "'");
+  nlohmann::json vocab;
+  try {
+    vocab = nlohmann::json::parse(vin);
+  } catch (const nlohmann::json::exception& e) {
+    throw IoError("tokenizer: vocab '" + path + "' is not valid JSON: " + e.what());
+  }
+  if (!vocab.is_object()) throw IoError("tokenizer: vocab '" + path + "' must map tokens to ids");
+  std::map<std::string, int32_t> out;
+  for (auto it = vocab.begin(); it != vocab.end(); ++it) {
+    if (!it.value().is_number_integer()) {
+      throw IoError("tokenizer: vocab entry '" + it.key() + "' has a non-integer id");
+    }
+    const int64_t id = it.value().get<int64_t>();
+    if (id < 0 || id > INT32_MAX)
+      throw IoError("tokenizer: vocab id " + std::to_string(id) + " is out of range");
+    out[it.key()] = static_cast<int32_t>(id);
+  }
+  return out;
+}
+
+std::vector<std::pair<std::string, std::string>> read_gpt2_merges(const std::string& path) {
+  std::ifstream min(path);
+  if (!min) throw IoError("tokenizer: cannot open merges '" + path + "'");
+  std::vector<std::pair<std::string, std::string>> out;
+  std::string line;
+  int line_no = 0;
+  while (std::getline(min, line)) {
+    ++line_no;
+    if (line.rfind("#version", 0) == 0 || line.empty()) continue;
+    const auto sp = line.find(' ');
+    if (sp == std::string::npos || sp == 0 || sp + 1 >= line.size()) {
+      throw IoError("tokenizer: merges '" + path + "' line " + std::to_string(line_no) +
+                    " is not 'left right'");
+    }
+    out.emplace_back(line.substr(0, sp), line.substr(sp + 1));
+  }
+  return out;
+}
+
+}  // namespace
+
+Gpt2BpeTokenizer::Gpt2BpeTokenizer(const std::string& vocab_json_path,
+                                   const std::string& merges_path)
+    : BpeTokenizer(read_gpt2_vocab(vocab_json_path), read_gpt2_merges(merges_path), {}) {}
 
 DocumentSplit document_split_from_string(const std::string& name) {
   if (name == "whole") return DocumentSplit::Whole;

@@ -1,10 +1,14 @@
 #!/usr/bin/env python3
-"""Reference for Triad's GPT-2 pre-tokenisation: the pieces OpenAI's encoder
-splits text into (its pattern, run by the `regex` module it was written for;
-Debian: python3-regex), for hand-written multilingual text and for random
-strings drawn from long-assigned Unicode blocks (letters, digits of several
-scripts, marks, punctuation, symbols, emoji, every kind of whitespace), with
-a fixed seed. Writes OUT_FILE as JSON: [{"text": ..., "pieces": [...]}, ...].
+"""Reference for Triad's pre-tokenisation and Unicode normalisation: the
+pieces OpenAI's GPT-2 encoder splits text into (its pattern, run by the
+`regex` module it was written for; Debian: python3-regex), the pieces of
+LLaMA 3's and Qwen2's patterns (as their tokenizer.json files write them),
+and the text's NFC (Python's unicodedata), for hand-written multilingual
+text and for random strings drawn from long-assigned Unicode blocks
+(letters, digits of several scripts, combining marks, Hangul jamo and
+syllables, punctuation, symbols, emoji, every kind of whitespace), with a
+fixed seed. Writes OUT_FILE as JSON:
+[{"text": ..., "pieces": [...], "llama3": [...], "qwen2": [...], "nfc": ...}, ...].
 
 usage: gpt2_pretokenize_reference.py OUT_FILE
 """
@@ -17,6 +21,9 @@ import unicodedata
 import regex
 
 GPT2_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+LLAMA3_PATTERN = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"""
+                  r""" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+""")
+QWEN2_PATTERN = LLAMA3_PATTERN.replace(r"\p{N}{1,3}", r"\p{N}")
 
 TEXTS = [
     "Hello world's  end!! 123abc\n\nok ",
@@ -38,6 +45,11 @@ TEXTS = [
     " ",
     "'",
     "a'sb'tc're'",
+    "I'M HERE, YOU'RE THERE, WE'LL SEE; DON'T 'S 'LL 'Ve 'ſ",
+    "12345 6789012 3.14159 1,000,000 \u0661\u0662\u0663\u0664 x2y34z",
+    "line one\n\n  line two \r\n\t\n   indented!!\n\n\n",
+    "e\u0301 a\u0323\u0302 A\u030a\u0301 \u212b \u2126 \u1100\u1161\u11a8 \u1100\u1161 \uac00\u11a8",
+    "\u0915\u093c \u0930\u093c \u00c5\u0301 o\u0308\u0304 \u0f73 \u0344 \uf900\ufa10",
 ]
 
 # Long-assigned blocks whose characters' categories do not change between
@@ -47,11 +59,15 @@ BLOCKS = [
     (0x0600, 0x06FF), (0x0900, 0x097F), (0x0E00, 0x0E7F), (0x1100, 0x11FF), (0x1E00, 0x1EFF),
     (0x2000, 0x206F), (0x2070, 0x209F), (0x20A0, 0x20BF), (0x2100, 0x218F), (0x2190, 0x22FF),
     (0x2460, 0x24FF), (0x2500, 0x257F), (0x3000, 0x30FF), (0x4E00, 0x9FA5), (0xAC00, 0xD7A3),
-    (0xFF00, 0xFFEF), (0x1D400, 0x1D7FF), (0x1F300, 0x1F64F),
+    (0xFF00, 0xFFEF), (0x1D400, 0x1D7FF), (0x1F300, 0x1F64F), (0x0F00, 0x0FFF),
+    (0xF900, 0xFAFF), (0x1F00, 0x1FFF),
 ]
 ASCII = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789" + " " * 12 + "\n\t'.,!?-_()[]{}\"'#@$%^&*+=/\\|<>~`;:"
 WHITESPACE = " \t\n\r\x0b\x0c\x85\xa0\u1680\u2000\u2005\u200a\u2028\u2029\u202f\u205f\u3000"
-CONTRACTIONS = ["'s", "'t", "'re", "'ve", "'m", "'ll", "'d", "'S", "'Re", "'x"]
+CONTRACTIONS = ["'s", "'t", "'re", "'ve", "'m", "'ll", "'d", "'S", "'Re", "'x", "'LL", "'vE",
+                "'\u017f", "'D"]
+COMBINING = ["\u0301", "\u0300", "\u0308", "\u0323", "\u0327", "\u030a", "\u0302", "\u0304",
+             "\u093c", "\u1161", "\u11a8", "\u0345"]
 
 
 def pool():
@@ -77,6 +93,8 @@ def random_texts(count, seed=20261123):
                 pieces.append(rng.choice(WHITESPACE))
             elif r < 0.62:
                 pieces.append(rng.choice(CONTRACTIONS))
+            elif r < 0.70:
+                pieces.append(rng.choice(COMBINING))
             else:
                 pieces.append(rng.choice(unicode_pool))
         out.append("".join(pieces))
@@ -84,8 +102,10 @@ def random_texts(count, seed=20261123):
 
 
 def main():
-    pattern = regex.compile(GPT2_PATTERN)
-    cases = [{"text": t, "pieces": pattern.findall(t)} for t in TEXTS + random_texts(2000)]
+    gpt2, llama3, qwen2 = (regex.compile(p) for p in (GPT2_PATTERN, LLAMA3_PATTERN, QWEN2_PATTERN))
+    cases = [{"text": t, "pieces": gpt2.findall(t), "llama3": llama3.findall(t),
+              "qwen2": qwen2.findall(t), "nfc": unicodedata.normalize("NFC", t)}
+             for t in TEXTS + random_texts(2000)]
     os.makedirs(os.path.dirname(os.path.abspath(sys.argv[1])), exist_ok=True)
     with open(sys.argv[1], "w", encoding="utf-8") as f:
         json.dump(cases, f, ensure_ascii=False)

@@ -26,27 +26,91 @@ class ByteTokenizer final : public Tokenizer {
   int64_t vocab_size() const override { return 256; }
 };
 
-// GPT-2's byte-level BPE from its vocab.json (token -> id) and merges.txt.
-// Pre-tokenisation follows GPT-2's pattern (contractions, runs of \p{L}
-// letters, of \p{N} numbers, of other symbols, whitespace) with Unicode's
-// classes (Unicode 15.0 tables: src/data/unicode_classes.cpp), so any text
-// splits as OpenAI's encoder splits it.
-class Gpt2BpeTokenizer final : public Tokenizer {
+// How byte-level BPE tokenizers split text into pieces before merging,
+// each a hand-written matcher of the regular expression it names, with
+// Unicode's classes (Unicode 15.0 tables: src/data/unicode_classes.cpp):
+//   Gpt2    GPT-2's: contractions, runs of \p{L} letters, of \p{N} numbers,
+//           of other symbols (each optionally after a space), whitespace.
+//   Llama3  LLaMA 3's (tiktoken's cl100k): contractions in any case, a
+//           letter run after at most one other character, numbers in runs of
+//           at most 3 digits, symbol runs with the newlines after them, and
+//           whitespace runs that end in a newline kept apart.
+//   Qwen2   Qwen2's and Qwen3's: LLaMA 3's with numbers one digit each.
+enum class PretokenizePattern { Gpt2, Llama3, Qwen2 };
+std::vector<std::string> pretokenize(const std::string& text, PretokenizePattern pattern);
+const char* pretokenize_pattern_name(PretokenizePattern pattern);
+
+// Byte-level BPE (GPT-2's scheme, kept by LLaMA 3 and Qwen): text is split
+// into pieces by the pattern, each piece's bytes mapped to printable code
+// points and merged pair by pair, lowest rank first. Optionally the text is
+// normalised to NFC first (Qwen's), a piece that is a whole vocabulary
+// entry is taken as it is (`ignore_merges`, LLaMA 3's), and added tokens
+// (Hugging Face's special tokens, such as <|endoftext|>) are matched
+// literally before anything else, longest first, and decode to their text.
+class BpeTokenizer : public Tokenizer {
  public:
-  Gpt2BpeTokenizer(const std::string& vocab_json_path, const std::string& merges_path);
+  struct Settings {
+    PretokenizePattern pattern = PretokenizePattern::Gpt2;
+    bool nfc = false;
+    bool ignore_merges = false;
+    std::map<std::string, int32_t> added_tokens = {};
+  };
+  // `merges` in rank order; every id must be >= 0, and an added token's id
+  // must not be a vocabulary entry's.
+  BpeTokenizer(std::map<std::string, int32_t> vocab,
+               const std::vector<std::pair<std::string, std::string>>& merges, Settings settings);
   std::vector<int32_t> encode(const std::string& text) const override;
   std::string decode(const std::vector<int32_t>& ids) const override;
-  int64_t vocab_size() const override { return static_cast<int64_t>(decoder_.size()); }
+  // One more than the largest id (vocabulary or added token).
+  int64_t vocab_size() const override { return vocab_size_; }
+  // The id of the added token `content`, or -1.
+  int32_t added_token(const std::string& content) const;
+  const Settings& settings() const { return settings_; }
 
  private:
   std::vector<std::string> bpe(const std::string& word) const;
+  void encode_plain(const std::string& text, std::vector<int32_t>& ids) const;
 
+  Settings settings_;
   std::map<std::string, int32_t> encoder_;
   std::map<int32_t, std::string> decoder_;
+  std::map<int32_t, std::string> added_by_id_;
   std::map<std::pair<std::string, std::string>, int> ranks_;
   std::string byte_to_unicode_[256];
   std::map<std::string, uint8_t> unicode_to_byte_;
+  int64_t vocab_size_ = 0;
 };
+
+// GPT-2's byte-level BPE from its vocab.json (token -> id) and merges.txt,
+// GPT-2's pattern: any text splits as OpenAI's encoder splits it.
+class Gpt2BpeTokenizer final : public BpeTokenizer {
+ public:
+  Gpt2BpeTokenizer(const std::string& vocab_json_path, const std::string& merges_path);
+};
+
+// A Hugging Face tokenizer.json (or the directory holding it) of the
+// byte-level BPE kind: GPT-2's, LLaMA 3's, Qwen2's and Qwen3's. Reads the
+// vocabulary, the merges (either form), ignore_merges, the added tokens,
+// an NFC normaliser and the pre-tokeniser, whose pattern must be one of
+// PretokenizePattern's. What it does not build (another model type or
+// pre-tokeniser, byte fallback, a normaliser other than NFC, added tokens
+// that strip spaces or match single words) is a NotSupportedError naming
+// the key; the post-processor's BOS/EOS templates are not applied (Triad's
+// tokenizing tools append their own end-of-document token).
+std::unique_ptr<BpeTokenizer> load_hf_tokenizer(const std::string& path);
+
+// The tokenizer the command-line tools' flags name: a Hugging Face
+// tokenizer.json (`hf`, --tokenizer), GPT-2's vocab.json and merges.txt
+// (--vocab and --merges, both), or one token per byte (none). Any other
+// combination is a ValueError naming the flags.
+std::unique_ptr<Tokenizer> make_tokenizer(const std::string& vocab, const std::string& merges,
+                                          const std::string& hf);
+
+// Unicode's canonical composition (NFC) of UTF-8 text; malformed bytes are
+// kept as they are. The data are Python's unicodedata's (Unicode
+// nfc_unicode_version(); src/data/unicode_nfc_tables.cpp).
+std::string nfc(const std::string& text);
+const char* nfc_unicode_version();
 
 // How a text file divides into documents (triad-tokenize --documents):
 // the whole file is one; each non-empty line is one (a trailing \r is

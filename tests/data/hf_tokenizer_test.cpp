@@ -1,0 +1,234 @@
+// Hugging Face tokenizer.json (byte-level BPE) read into a BpeTokenizer:
+// the patterns, ignore_merges, added tokens, NFC, the GPT-2 form against
+// Gpt2BpeTokenizer's files, and what is refused by name.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "support/temp_dir.h"
+#include "triad/core/error.h"
+#include "triad/data/tokenizer.h"
+
+namespace triad::data {
+namespace {
+
+using Json = nlohmann::json;
+using triad::testing::TempDir;
+
+std::string utf8(uint32_t cp) {
+  std::string out;
+  if (cp < 0x80) {
+    out.push_back(static_cast<char>(cp));
+  } else {  // below 0x800 here
+    out.push_back(static_cast<char>(0xC0 | (cp >> 6)));
+    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+  }
+  return out;
+}
+
+// GPT-2's byte -> printable symbol map, as tokenizer.json's vocabularies
+// spell bytes (" " is "Ġ", "\n" is "Ċ").
+std::string symbol(unsigned char b) {
+  int extra = 0;
+  for (int c = 0; c < 256; ++c) {
+    const bool printable =
+        (c >= '!' && c <= '~') || (c >= 0xA1 && c <= 0xAC) || (c >= 0xAE && c <= 0xFF);
+    const uint32_t cp = printable ? static_cast<uint32_t>(c) : static_cast<uint32_t>(256 + extra++);
+    if (c == b) return utf8(cp);
+  }
+  return "";
+}
+
+std::string symbols(const std::string& bytes) {
+  std::string out;
+  for (unsigned char b : bytes) out += symbol(b);
+  return out;
+}
+
+// A tokenizer.json: every byte (ids 0-255 in byte order), then merged
+// tokens, the merges in rank order, `pattern` one of the three regexes, and
+// the given extras.
+Json tokenizer_json(const std::string& regex, bool nfc, bool ignore_merges) {
+  Json vocab = Json::object();
+  for (int b = 0; b < 256; ++b) vocab[symbol(static_cast<unsigned char>(b))] = b;
+  const std::vector<std::pair<std::string, std::string>> merges = {
+      {" ", "t"}, {" t", "h"}, {" th", "e"}, {"1", "2"}, {"12", "3"}, {"\xC3", "\xA9"}};
+  Json m = Json::array();
+  int id = 256;
+  for (const auto& [a, b] : merges) {
+    m.push_back(Json::array({symbols(a), symbols(b)}));
+    vocab[symbols(a + b)] = id++;
+  }
+  vocab[symbols(" xyz")] = id++;  // reachable only through ignore_merges
+  Json j;
+  j["version"] = "1.0";
+  j["normalizer"] = nfc ? Json{{"type", "NFC"}} : Json();
+  j["pre_tokenizer"] = {{"type", "Sequence"},
+                        {"pretokenizers", Json::array({{{"type", "Split"},
+                                                        {"pattern", {{"Regex", regex}}},
+                                                        {"behavior", "Isolated"},
+                                                        {"invert", false}},
+                                                       {{"type", "ByteLevel"},
+                                                        {"add_prefix_space", false},
+                                                        {"trim_offsets", false},
+                                                        {"use_regex", false}}})}};
+  j["decoder"] = {{"type", "ByteLevel"}};
+  j["added_tokens"] = Json::array(
+      {{{"id", 300}, {"content", "<|endoftext|>"}, {"special", true}, {"lstrip", false}},
+       {{"id", 301}, {"content", "<|im_start|>"}, {"special", true}},
+       {{"id", 302}, {"content", "<|im"}, {"special", false}}});
+  j["model"] = {{"type", "BPE"},          {"dropout", nullptr},
+                {"byte_fallback", false}, {"ignore_merges", ignore_merges},
+                {"vocab", vocab},         {"merges", m}};
+  return j;
+}
+
+const char* kLlama3 =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+const char* kQwen2 =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+
+std::unique_ptr<BpeTokenizer> load(TempDir& dir, const Json& j, const std::string& name = "t") {
+  const std::string path = dir.file(name + ".json");
+  triad::testing::write_text(path, j.dump());
+  return load_hf_tokenizer(path);
+}
+
+TEST(HfTokenizer, Llama3FormMergesIgnoresMergesAndMatchesAddedTokens) {
+  TempDir dir;
+  const auto tok = load(dir, tokenizer_json(kLlama3, false, true));
+  EXPECT_EQ(tok->settings().pattern, PretokenizePattern::Llama3);
+  EXPECT_TRUE(tok->settings().ignore_merges);
+  EXPECT_FALSE(tok->settings().nfc);
+  EXPECT_EQ(tok->vocab_size(), 303);  // the added tokens' ids past the vocabulary
+  // " the" merges to one token (id 258); "1234" is one piece of 3 digits
+  // ("123", id 260) and one of 1; " xyz" is a whole vocabulary entry.
+  EXPECT_EQ(tok->encode("a the 1234 xyz"), (std::vector<int32_t>{'a', 258, ' ', 260, '4', 262}));
+  // Added tokens are matched first, the longest at a position ("<|im_start|>"
+  // over "<|im"), and decode to their text.
+  const std::string text = "hi<|endoftext|>x<|im_start|><|im<|endoftext|>";
+  const std::vector<int32_t> ids = tok->encode(text);
+  EXPECT_EQ(ids, (std::vector<int32_t>{'h', 'i', 300, 'x', 301, 302, 300}));
+  EXPECT_EQ(tok->decode(ids), text);
+  EXPECT_EQ(tok->added_token("<|endoftext|>"), 300);
+  EXPECT_EQ(tok->added_token("<|nothing|>"), -1);
+  // Any text comes back from its ids.
+  for (const std::string t : {"The café's 12345 apples\n\n  indented", "x'LL y'Re", "\t\r\n !?"}) {
+    EXPECT_EQ(tok->decode(tok->encode(t)), t) << t;
+  }
+}
+
+TEST(HfTokenizer, WithoutIgnoreMergesAWholeEntryIsBuiltByMergesOnly) {
+  TempDir dir;
+  const auto tok = load(dir, tokenizer_json(kLlama3, false, false));
+  // No merge builds " xyz": its bytes stay apart.
+  EXPECT_EQ(tok->encode(" xyz"), (std::vector<int32_t>{' ', 'x', 'y', 'z'}));
+}
+
+TEST(HfTokenizer, Qwen2FormSplitsDigitsAndNormalisesToNfc) {
+  TempDir dir;
+  const auto tok = load(dir, tokenizer_json(kQwen2, true, false));
+  EXPECT_EQ(tok->settings().pattern, PretokenizePattern::Qwen2);
+  EXPECT_TRUE(tok->settings().nfc);
+  // One digit a piece: "12" is never merged.
+  EXPECT_EQ(tok->encode("123"), (std::vector<int32_t>{'1', '2', '3'}));
+  // "e" + U+0301 becomes U+00E9 (bytes C3 A9, merged to id 261) first.
+  EXPECT_EQ(tok->encode("e\xCC\x81"), (std::vector<int32_t>{261}));
+  EXPECT_EQ(tok->encode("\xC3\xA9"), (std::vector<int32_t>{261}));
+  const auto plain = load(dir, tokenizer_json(kQwen2, false, false), "plain");
+  EXPECT_EQ(plain->encode("e\xCC\x81"), (std::vector<int32_t>{'e', 0xCC, 0x81}));
+}
+
+TEST(HfTokenizer, Gpt2FormEqualsTheVocabAndMergesFiles) {
+  TempDir dir;
+  Json j = tokenizer_json(kLlama3, false, false);
+  j["pre_tokenizer"] = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}};
+  j["added_tokens"] = Json::array();
+  // The older merges form: "left right" strings.
+  Json merges = Json::array();
+  std::string merges_txt = "#version: 0.2\n";
+  for (const auto& m : j["model"]["merges"]) {
+    merges.push_back(m[0].get<std::string>() + " " + m[1].get<std::string>());
+    merges_txt += merges.back().get<std::string>() + "\n";
+  }
+  j["model"]["merges"] = merges;
+  const auto tok = load(dir, j);
+  EXPECT_EQ(tok->settings().pattern, PretokenizePattern::Gpt2);
+  triad::testing::write_text(dir.file("vocab.json"), j["model"]["vocab"].dump());
+  triad::testing::write_text(dir.file("merges.txt"), merges_txt);
+  const Gpt2BpeTokenizer files(dir.file("vocab.json"), dir.file("merges.txt"));
+  for (const std::string t : {"a the 1234 xyz", "café  the\n\nthe", "it's 123 the'll"}) {
+    EXPECT_EQ(tok->encode(t), files.encode(t)) << t;
+  }
+  // A directory reads its tokenizer.json.
+  triad::testing::write_text(dir.file("tokenizer.json"), j.dump());
+  EXPECT_EQ(load_hf_tokenizer(dir.path())->encode("the the"), tok->encode("the the"));
+}
+
+TEST(HfTokenizer, WhatTriadDoesNotBuildIsNamed) {
+  TempDir dir;
+  auto message = [&](const Json& j) {
+    try {
+      load(dir, j, "bad");
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  auto expect = [&](const Json& j, const std::string& want) {
+    EXPECT_NE(message(j).find(want), std::string::npos) << message(j);
+  };
+  const Json good = tokenizer_json(kLlama3, false, false);
+  Json j = good;
+  j["model"]["type"] = "WordPiece";
+  expect(j, "'model.type' (\"WordPiece\"): only byte-level BPE");
+  j = good;
+  j["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = "\\w+";
+  expect(j, "'pre_tokenizer.pretokenizers[0].pattern' ({\"Regex\":\"\\\\w+\"}): not one of");
+  j = good;
+  j["normalizer"] = {{"type", "Lowercase"}};
+  expect(j, "'normalizer' ({\"type\":\"Lowercase\"}): only NFC");
+  j = good;
+  j["added_tokens"][0]["lstrip"] = true;
+  expect(j, "'added_tokens[0].lstrip' (true)");
+  j = good;
+  j["model"]["byte_fallback"] = true;
+  expect(j, "'model.byte_fallback'");
+  j = good;
+  j["model"]["merges"][2] = "abc";
+  expect(j, "'model.merges[2]' (\"abc\") is not 'left right'");
+  j = good;
+  j["model"]["vocab"]["!"] = -4;
+  expect(j, "'model.vocab' entry '!' has the id -4");
+  j = good;
+  j["added_tokens"][0]["id"] = 65;  // "A"'s id
+  expect(j, "added token '<|endoftext|>' takes id 65, the vocabulary's 'A'");
+  j = good;
+  j["pre_tokenizer"] = {{"type", "Metaspace"}};
+  expect(j, "'pre_tokenizer' ({\"type\":\"Metaspace\"})");
+  triad::testing::write_text(dir.file("broken.json"), "{\"model\": ");
+  EXPECT_THROW(load_hf_tokenizer(dir.file("broken.json")), IoError);
+  EXPECT_THROW(load_hf_tokenizer(dir.file("absent.json")), IoError);
+}
+
+// NFC's three steps by hand (the parity test runs 2000 texts against
+// Python's unicodedata): composition, canonical reordering of marks, Hangul
+// by formula, singletons, blocked marks, and malformed bytes kept.
+TEST(Nfc, ComposesReordersAndKeepsWhatItCannotRead) {
+  EXPECT_EQ(nfc("plain ASCII and caf\xC3\xA9"), "plain ASCII and caf\xC3\xA9");
+  EXPECT_EQ(nfc("e\xCC\x81"), "\xC3\xA9");              // e + acute -> é
+  EXPECT_EQ(nfc("a\xCC\x82\xCC\xA3"), "\xE1\xBA\xAD");  // a + circumflex + dot below -> ậ
+  EXPECT_EQ(nfc("a\xCC\xA3\xCC\x82"), "\xE1\xBA\xAD");  // the other order too
+  EXPECT_EQ(nfc("\xE2\x84\xAB"), "\xC3\x85");           // Angstrom sign -> Å
+  EXPECT_EQ(nfc("\xE1\x84\x80\xE1\x85\xA1\xE1\x86\xA8"), "\xEA\xB0\x81");  // jamo -> 각
+  EXPECT_EQ(nfc("\xEA\xB0\x80\xE1\x86\xA8"), "\xEA\xB0\x81");              // 가 + final -> 각
+  EXPECT_EQ(nfc("\xCC\x81"
+                "e"),
+            "\xCC\x81"
+            "e");                                    // a leading mark stays
+  EXPECT_EQ(nfc("e\xFF\xCC\x81"), "e\xFF\xCC\x81");  // a malformed byte blocks
+  EXPECT_STRNE(nfc_unicode_version(), "");
+}
+
+}  // namespace
+}  // namespace triad::data
