@@ -23,6 +23,7 @@ int main(int argc, char** argv) {
   CLI::App app{"Tokenize a text file into an llm.c shard or a Megatron indexed dataset"};
   std::string input, output, vocab, merges, format = "llmc", documents = "whole", json_key = "text";
   int64_t eod = -1;
+  int workers = 0;
   app.add_option("--input", input, "UTF-8 text file")->required();
   app.add_option("--output", output, "shard to write (llmc), or the dataset's prefix (megatron)")
       ->required();
@@ -45,6 +46,10 @@ int main(int argc, char** argv) {
   app.add_option("--eod", eod,
                  "token appended after each document (e.g. 50256, GPT-2's <|endoftext|>; "
                  "data.eod_token in triad-train); -1: none");
+  app.add_option("--workers", workers,
+                 "threads encoding documents (0: one per hardware thread); the output is the same "
+                 "for any number")
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   try {
     const std::unique_ptr<triad::data::Tokenizer> tok =
@@ -57,7 +62,7 @@ int main(int argc, char** argv) {
         *tok,
         triad::data::split_documents(ss.str(), triad::data::document_split_from_string(documents),
                                      json_key),
-        eod);
+        eod, workers);
     size_t count = 0;
     for (const auto& d : docs) count += d.size();
     if (format == "megatron") {

@@ -1,9 +1,12 @@
 #include "triad/data/tokenizer.h"
 
 #include <algorithm>
+#include <atomic>
 #include <climits>
 #include <fstream>
+#include <mutex>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "triad/core/error.h"
 #include "unicode_classes.h"
@@ -496,20 +499,46 @@ std::vector<std::string> split_documents(const std::string& text, DocumentSplit 
 
 std::vector<std::vector<int64_t>> tokenize_documents(const Tokenizer& tokenizer,
                                                      const std::vector<std::string>& documents,
-                                                     int64_t eod_token) {
+                                                     int64_t eod_token, int workers) {
   if (eod_token >= tokenizer.vocab_size()) {
     throw ValueError("end-of-document token " + std::to_string(eod_token) +
                      " is outside the tokenizer's vocabulary [0, " +
                      std::to_string(tokenizer.vocab_size()) + ")");
   }
-  std::vector<std::vector<int64_t>> out;
-  out.reserve(documents.size());
-  for (const std::string& d : documents) {
-    const std::vector<int32_t> ids = tokenizer.encode(d);
-    std::vector<int64_t> doc(ids.begin(), ids.end());
-    if (eod_token >= 0) doc.push_back(eod_token);
-    out.push_back(std::move(doc));
+  if (workers < 0) throw ValueError("workers (" + std::to_string(workers) + ") must be >= 0");
+  if (workers == 0) workers = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const size_t n = documents.size();
+  std::vector<std::vector<int64_t>> out(n);
+  std::atomic<size_t> next{0};
+  // The first failing document (by index) and why.
+  std::mutex failure_mutex;
+  size_t failed_at = n;
+  std::string failure;
+  auto work = [&] {
+    for (size_t i = next++; i < n; i = next++) {
+      try {
+        const std::vector<int32_t> ids = tokenizer.encode(documents[i]);
+        std::vector<int64_t> doc(ids.begin(), ids.end());
+        if (eod_token >= 0) doc.push_back(eod_token);
+        out[i] = std::move(doc);
+      } catch (const std::exception& e) {
+        const std::lock_guard<std::mutex> lock(failure_mutex);
+        if (i < failed_at) {
+          failed_at = i;
+          failure = e.what();
+        }
+      }
+    }
+  };
+  const size_t threads = std::min<size_t>(static_cast<size_t>(workers), n);
+  if (threads <= 1) {
+    work();
+  } else {
+    std::vector<std::thread> pool;
+    for (size_t t = 0; t < threads; ++t) pool.emplace_back(work);
+    for (auto& t : pool) t.join();
   }
+  if (failed_at < n) throw ValueError("document " + std::to_string(failed_at) + ": " + failure);
   return out;
 }
 

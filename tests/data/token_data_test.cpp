@@ -191,6 +191,15 @@ TEST(Tokenizer, TextSplitsIntoDocumentsByLineParagraphOrJsonLine) {
   const auto docs = tokenize_documents(tok, {"ab", "c"}, 0);
   EXPECT_EQ(docs, (std::vector<std::vector<int64_t>>{{97, 98, 0}, {99, 0}}));
   EXPECT_EQ(tokenize_documents(tok, {"ab"}, -1), (std::vector<std::vector<int64_t>>{{97, 98}}));
+  // Any number of workers gives the same documents in the same order.
+  std::vector<std::string> many;
+  for (int i = 0; i < 50; ++i)
+    many.push_back(std::string(static_cast<size_t>(i % 7 + 1), 'a' + i % 26));
+  const auto one = tokenize_documents(tok, many, 0, 1);
+  EXPECT_EQ(one.size(), 50u);
+  EXPECT_EQ(one[3], (std::vector<int64_t>{'d', 'd', 'd', 'd', 0}));
+  for (int workers : {0, 2, 7, 64}) EXPECT_EQ(tokenize_documents(tok, many, 0, workers), one);
+  EXPECT_THROW(tokenize_documents(tok, many, 0, -1), ValueError);
   try {
     tokenize_documents(tok, {"ab"}, 256);
     FAIL() << "expected ValueError";
@@ -275,6 +284,15 @@ TEST(Tokenizer, Gpt2BpeAppliesMergesByRank) {
   EXPECT_EQ(tok.encode("hello hello"), (std::vector<int32_t>{8, 4, 8}));
   EXPECT_EQ(tok.decode({8, 9, 1, 6, 3}), "hello hello");
   EXPECT_THROW(tok.encode("z"), ValueError);
+  // Among documents encoded by several workers, the first that fails is
+  // named, whichever worker met it.
+  try {
+    tokenize_documents(tok, {"hello", "hello", "z", "hello", "zz"}, -1, 3);
+    FAIL() << "expected ValueError";
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("document 2: tokenizer: symbol 'z'"), std::string::npos)
+        << e.what();
+  }
   triad::testing::write_text(dir.file("bad.txt"), "nospace\n");
   EXPECT_THROW(Gpt2BpeTokenizer(dir.file("vocab.json"), dir.file("bad.txt")), IoError);
 }

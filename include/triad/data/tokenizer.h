@@ -127,10 +127,13 @@ std::vector<std::string> split_documents(const std::string& text, DocumentSplit 
                                          const std::string& json_key = "text");
 // Each document's tokens, each followed by eod_token when it is >= 0 (it
 // must then be below the tokenizer's vocab_size: a ValueError otherwise).
-// Documents are encoded one by one, so no BPE merge crosses a boundary.
+// Documents are encoded one by one, so no BPE merge crosses a boundary, by
+// `workers` threads taking the next document as they finish one (0: one
+// per hardware thread); the result does not depend on their number. A
+// document that cannot be encoded is named by its index (the first such).
 std::vector<std::vector<int64_t>> tokenize_documents(const Tokenizer& tokenizer,
                                                      const std::vector<std::string>& documents,
-                                                     int64_t eod_token);
+                                                     int64_t eod_token, int workers = 1);
 
 // GPT-2 pre-tokenisation of text into pieces (exposed for tests).
 std::vector<std::string> gpt2_pretokenize(const std::string& text);
