@@ -164,6 +164,31 @@ TEST(HfConfig, Qwen3ConfigIsLlamasBlocksWithHeadNormsAndWiderHeads) {
   EXPECT_EQ(gpt_config_from_hf(edited(kQwen3_06b, "head_dim", "64"), "x").head_size, 0);
 }
 
+// Mistral NeMo 12B's config.json: Mistral's blocks with heads of 128 on a
+// hidden size of 5120 (32 query heads, 4096 wide together) over 8 key/value
+// heads, an untied head and no window.
+const char* kMistralNemo = R"({
+  "architectures": ["MistralForCausalLM"], "model_type": "mistral", "head_dim": 128,
+  "hidden_act": "silu", "hidden_size": 5120, "intermediate_size": 14336,
+  "max_position_embeddings": 128000, "num_attention_heads": 32, "num_hidden_layers": 40,
+  "num_key_value_heads": 8, "rms_norm_eps": 1e-05, "rope_theta": 1000000.0,
+  "sliding_window": null, "tie_word_embeddings": false, "torch_dtype": "bfloat16",
+  "vocab_size": 131072
+})";
+
+TEST(HfConfig, MistralNemoConfigHasHeadsWiderThanItsHiddenSizeSplits) {
+  const nn::GptConfig c = gpt_config_from_hf(kMistralNemo, "nemo/config.json");
+  EXPECT_EQ(c.head_dim(), 128);
+  EXPECT_EQ(c.q_width(), 4096);
+  EXPECT_TRUE(c.heads_apart());
+  EXPECT_FALSE(c.qk_norm);
+  EXPECT_EQ(c.sliding_window, 0);
+  // 40 layers of q (4096 x 5120), k and v (1024 x 5120 each), o (5120 x
+  // 4096), the MLP (3 x 14336 x 5120) and two norms, the two 131072-row
+  // tables and the final norm: Mistral-Nemo-Base-2407's 12.2B.
+  EXPECT_EQ(c.num_parameters(), 12'247'782'400);
+}
+
 // Qwen2.5's long-context recipe (yarn, factor 4 over 32768 positions) and a
 // linear stretch.
 TEST(HfConfig, YarnAndLinearRopeScaling) {
