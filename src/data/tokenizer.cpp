@@ -62,6 +62,27 @@ size_t whitespace_end(size_t i, size_t k, size_t n) {
   return k < n && k - i > 1 ? k - 1 : k;
 }
 
+// The letter a contraction's character matches case-insensitively (the
+// pattern's (?i:...)): ASCII letters, and U+017F (long s), whose simple case
+// folding is 's'.
+uint32_t folded(uint32_t c) {
+  if (c >= 'A' && c <= 'Z') return c - 'A' + 'a';
+  if (c == 0x17F) return 's';
+  return c;
+}
+
+// The length of the contraction ('s 't 're 've 'm 'll 'd) at cps[i], or 0;
+// `any_case`: its letters in either case ((?i:...)).
+size_t contraction(const std::vector<uint32_t>& cps, size_t i, bool any_case) {
+  const size_t n = cps.size();
+  if (cps[i] != '\'' || i + 1 >= n) return 0;
+  auto letter = [&](size_t k) { return k < n ? (any_case ? folded(cps[k]) : cps[k]) : 0; };
+  const uint32_t a = letter(i + 1), b = letter(i + 2);
+  if (a == 's' || a == 't' || a == 'm' || a == 'd') return 2;
+  if ((a == 'r' && b == 'e') || (a == 'v' && b == 'e') || (a == 'l' && b == 'l')) return 3;
+  return 0;
+}
+
 std::vector<std::string> gpt2_pieces(const std::string& text) {
   const CodePoints t(text);
   const std::vector<uint32_t>& cps = t.cps;
@@ -72,20 +93,10 @@ std::vector<std::string> gpt2_pieces(const std::string& text) {
   };
   size_t i = 0;
   while (i < n) {
-    // Contractions: 's 't 're 've 'm 'll 'd
-    if (cps[i] == '\'' && i + 1 < n) {
-      const uint32_t a = cps[i + 1];
-      const uint32_t b = i + 2 < n ? cps[i + 2] : 0;
-      if (a == 's' || a == 't' || a == 'm' || a == 'd') {
-        emit(i, i + 2);
-        i += 2;
-        continue;
-      }
-      if ((a == 'r' && b == 'e') || (a == 'v' && b == 'e') || (a == 'l' && b == 'l')) {
-        emit(i, i + 3);
-        i += 3;
-        continue;
-      }
+    if (const size_t k = contraction(cps, i, false)) {
+      emit(i, i + k);
+      i += k;
+      continue;
     }
     size_t start = i;
     size_t j = i;
@@ -106,15 +117,6 @@ std::vector<std::string> gpt2_pieces(const std::string& text) {
   return out;
 }
 
-// The letter a contraction's character matches case-insensitively (the
-// pattern's (?i:...)): ASCII letters, and U+017F (long s), whose simple case
-// folding is 's'.
-uint32_t folded(uint32_t c) {
-  if (c >= 'A' && c <= 'Z') return c - 'A' + 'a';
-  if (c == 0x17F) return 's';
-  return c;
-}
-
 // LLaMA 3's pattern, and Qwen2's with numbers of at most `max_digits`:
 //   (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|
 //   ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
@@ -131,19 +133,10 @@ std::vector<std::string> llama3_pieces(const std::string& text, size_t max_digit
   auto newline = [&](size_t k) { return cps[k] == '\r' || cps[k] == '\n'; };
   size_t i = 0;
   while (i < n) {
-    if (cps[i] == '\'' && i + 1 < n) {
-      const uint32_t a = folded(cps[i + 1]);
-      const uint32_t b = i + 2 < n ? folded(cps[i + 2]) : 0;
-      if (a == 's' || a == 't' || a == 'm' || a == 'd') {
-        emit(i, i + 2);
-        i += 2;
-        continue;
-      }
-      if ((a == 'r' && b == 'e') || (a == 'v' && b == 'e') || (a == 'l' && b == 'l')) {
-        emit(i, i + 3);
-        i += 3;
-        continue;
-      }
+    if (const size_t k = contraction(cps, i, true)) {
+      emit(i, i + k);
+      i += k;
+      continue;
     }
     // [^\r\n\p{L}\p{N}]?\p{L}+
     size_t j = i;

@@ -43,6 +43,27 @@ class Keys {
       throw ConfigError(source_ + ": '" + key + "' (" + v.dump() + ") must be true or false");
     return v.get<bool>();
   }
+  // layer_types (newer transformers' per-layer attention kinds): the
+  // indices of the "full_attention" layers, every other entry
+  // "sliding_attention"; n_layer entries.
+  std::vector<int64_t> full_attention_layers(int64_t n_layer) const {
+    const Json& v = j_.at("layer_types");
+    if (!v.is_array() || static_cast<int64_t>(v.size()) != n_layer) {
+      throw ConfigError(source_ + ": 'layer_types' (" + v.dump() + ") must list " +
+                        std::to_string(n_layer) + " layers' attention kinds");
+    }
+    std::vector<int64_t> full;
+    for (size_t i = 0; i < v.size(); ++i) {
+      const std::string kind = v[i].is_string() ? v[i].get<std::string>() : v[i].dump();
+      if (kind == "full_attention") {
+        full.push_back(static_cast<int64_t>(i));
+      } else if (kind != "sliding_attention") {
+        throw NotSupportedError(source_ + ": 'layer_types[" + std::to_string(i) + "]' (" + kind +
+                                "): expected full_attention or sliding_attention");
+      }
+    }
+    return full;
+  }
   std::string text(const char* key, const std::string& otherwise) const {
     if (!has(key)) return otherwise;
     const Json& v = j_.at(key);
@@ -127,24 +148,33 @@ nn::GptConfig llama_config(const Keys& k, const std::string& type) {
   if (k.has("head_dim") && k.integer("head_dim") * c.n_head != c.d_model)
     c.head_size = k.integer("head_dim");
   // Qwen2: LLaMA's blocks with biases on q, k and v (implied by the type).
-  // Its optional window spares the first max_window_layers layers, which
-  // Triad's window (every layer alike) cannot express.
   // Qwen3: LLaMA's blocks with RMSNorm over each query and key head (and
-  // heads of their own width, head_dim above); the same optional window.
+  // heads of their own width, head_dim above).
   if (type == "qwen3") c.qk_norm = true;
-  if (type == "qwen2" || type == "qwen3") {
-    c.qkv_bias = type == "qwen2";
-    if (k.boolean("use_sliding_window", false))
-      k.unsupported("use_sliding_window",
-                    "Qwen's window leaves its first max_window_layers layers unwindowed; "
-                    "Triad's covers every layer");
+  if (type == "qwen2" || type == "qwen3") c.qkv_bias = type == "qwen2";
+  // Sliding windows: Mistral's on every layer (null: none); Qwen's, when
+  // use_sliding_window is set, on the layers from max_window_layers on; or
+  // the layers layer_types names (newer files, any of these types). A
+  // window as long as the context changes nothing.
+  const bool qwen = type == "qwen2" || type == "qwen3";
+  std::vector<int64_t> full;
+  bool windowed = type == "mistral" && k.has("sliding_window");
+  if (qwen && k.boolean("use_sliding_window", false)) {
+    windowed = true;
+    for (int64_t i = 0; i < std::min(k.integer("max_window_layers", c.n_layer), c.n_layer); ++i)
+      full.push_back(i);
   }
-  // Mistral's sliding window (null: none); one as long as the context
-  // changes nothing.
-  if (type == "mistral" && k.has("sliding_window")) {
+  if (k.has("layer_types")) {
+    full = k.full_attention_layers(c.n_layer);
+    windowed = static_cast<int64_t>(full.size()) < c.n_layer;
+  }
+  if (windowed && static_cast<int64_t>(full.size()) < c.n_layer) {
     const int64_t w = k.integer("sliding_window");
     if (w < 1) k.unsupported("sliding_window", "a window must hold at least one key");
-    if (w < c.seq_len) c.sliding_window = w;
+    if (w < c.seq_len) {
+      c.sliding_window = w;
+      c.full_attention_layers = full;
+    }
   }
   return c;
 }

@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <optional>
 
 #include "triad/core/error.h"
 #include "triad/io/gpt2_weights.h"
@@ -13,6 +14,17 @@
 
 namespace triad::io {
 namespace {
+
+// Qwen's max_window_layers for `c`'s window: the layers before it see every
+// key, the rest the window. None when the exempt layers are not the first
+// ones.
+std::optional<int64_t> qwen_window_layers(const nn::GptConfig& c) {
+  const auto& full = c.full_attention_layers;
+  for (size_t i = 0; i < full.size(); ++i) {
+    if (full[i] != static_cast<int64_t>(i)) return std::nullopt;
+  }
+  return static_cast<int64_t>(full.size());
+}
 
 // What keeps `c` from each class, "" when nothing does. LLaMA's, Qwen2's
 // and Qwen3's blocks differ only in Qwen2's q, k and v biases and Qwen3's
@@ -30,7 +42,13 @@ std::string llama_misfit(const nn::GptConfig& c, const std::string& type) {
   if (type != "qwen2") add(c.qkv_bias, "model.qkv_bias is true");
   if (type == "qwen3") add(!c.qk_norm, "model.qk_norm is false");
   if (type != "qwen3") add(c.qk_norm, "model.qk_norm is true");
-  if (type != "llama") add(c.sliding_window > 0, "model.sliding_window is set");
+  // Mistral windows every layer; Qwen every layer from max_window_layers on.
+  if (type == "llama") {
+    add(!c.full_attention_layers.empty(),
+        "model.full_attention_layers exempts layers from the window");
+  } else {
+    add(!qwen_window_layers(c).has_value(), "model.full_attention_layers is not the first layers");
+  }
   return why;
 }
 
@@ -68,9 +86,10 @@ const char* hf_model_type(const nn::GptConfig& c) {
   throw NotSupportedError(
       "no Hugging Face class holds this model: LlamaForCausalLM needs rope, swiglu, rmsnorm, "
       "no linear biases and no query/key norms (here " +
-      llama + "); Qwen2ForCausalLM the same with biases on q, k and v only, and no window (here " +
-      qwen2 + "); Qwen3ForCausalLM the same with query/key norms, no biases and no window (here " +
-      qwen3 +
+      llama +
+      "); Qwen2ForCausalLM the same with biases on q, k and v only, and a window, if any, on "
+      "every layer from some layer on (here " +
+      qwen2 + "); Qwen3ForCausalLM the same with query/key norms and no biases (here " + qwen3 +
       "); GPT2LMHeadModel needs learned positions, gelu, layernorm, linear biases, a "
       "key/value head per query head and heads d_model / n_head wide (here " +
       gpt2 + ")");
@@ -117,15 +136,13 @@ std::string hf_config_json(const nn::GptConfig& c, const std::string& torch_dtyp
     } else {
       j["rope_scaling"] = nullptr;
     }
-    if (type == "qwen2") {
-      j["use_sliding_window"] = false;  // its q, k and v biases are implied
+    if (type != "qwen2") j["attention_bias"] = false;  // Qwen2's q, k and v biases are implied
+    if (type == "qwen2" || type == "qwen3") {
+      j["use_sliding_window"] = c.sliding_window > 0;
+      j["sliding_window"] = c.sliding_window > 0 ? c.sliding_window : c.seq_len;
+      j["max_window_layers"] = c.sliding_window > 0 ? *qwen_window_layers(c) : c.n_layer;
     } else {
-      j["attention_bias"] = false;
-      if (type == "qwen3") {
-        j["use_sliding_window"] = false;  // its query/key norms are implied
-      } else {
-        j["mlp_bias"] = false;
-      }
+      j["mlp_bias"] = false;
     }
     j["attention_dropout"] = c.dropout;
     if (type == "mistral") j["sliding_window"] = c.sliding_window;

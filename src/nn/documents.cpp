@@ -71,8 +71,12 @@ ForwardContext with_documents(const GptConfig& cfg, const Tensor& ids, ForwardCo
   if (mask || positions) d = document_layout(ids, cfg.eod_token);
   if (mask || window) {
     Tensor starts = mask ? d.starts : Tensor();
-    if (window)
+    if (window) {
+      // Layers exempt from the window see their documents alone.
+      if (!cfg.full_attention_layers.empty())
+        ctx.full_starts = !starts.defined() || device.is_cpu() ? starts : to_device(starts, device);
       starts = sliding_window_starts(ids.size(0), ids.size(1), cfg.sliding_window, starts);
+    }
     ctx.doc_starts = device.is_cpu() ? starts : to_device(starts, device);
   }
   if (positions) {

@@ -112,6 +112,18 @@ void GptConfig::validate() const {
     throw ConfigError("model.sliding_window (" + std::to_string(sliding_window) +
                       ") must be >= 0 (0: no window)");
   }
+  if (!full_attention_layers.empty() && sliding_window == 0) {
+    throw ConfigError(
+        "model.full_attention_layers exempts layers from a window, but model.sliding_window is 0");
+  }
+  for (size_t i = 0; i < full_attention_layers.size(); ++i) {
+    const int64_t l = full_attention_layers[i];
+    if (l < 0 || l >= n_layer || (i > 0 && l <= full_attention_layers[i - 1])) {
+      throw ConfigError("model.full_attention_layers: " + std::to_string(l) + " at position " +
+                        std::to_string(i) + "; expected increasing layer indices in [0, " +
+                        std::to_string(n_layer) + ")");
+    }
+  }
   if (ffn_hidden_size < 0) {
     throw ConfigError("model.ffn_hidden_size (" + std::to_string(ffn_hidden_size) +
                       ") must be positive (or 0 for 4 * d_model)");
@@ -129,6 +141,12 @@ void GptConfig::validate() const {
   if (!(dropout >= 0.0 && dropout < 1.0)) {
     throw ConfigError("model.dropout (" + std::to_string(dropout) + ") must be in [0, 1)");
   }
+}
+
+int64_t GptConfig::window_of(int64_t layer) const {
+  if (std::binary_search(full_attention_layers.begin(), full_attention_layers.end(), layer))
+    return 0;
+  return sliding_window;
 }
 
 int64_t GptConfig::block_parameters() const {
@@ -208,7 +226,7 @@ CausalSelfAttention::CausalSelfAttention(const GptConfig& cfg, int64_t layer)
     : heads_(cfg.heads()),
       head_dim_(cfg.head_dim()),
       layer_(layer),
-      window_(cfg.sliding_window),
+      window_(cfg.window_of(layer)),
       dropout_(cfg.dropout),
       rotary_(cfg.rotary()),
       rope_theta_(cfg.rope_theta),
@@ -234,7 +252,7 @@ Tensor CausalSelfAttention::project(const Tensor& x, const Tensor& positions, in
 
 Tensor CausalSelfAttention::forward(const Tensor& x, const ForwardContext& ctx) const {
   const Tensor qkv = project(x, ctx.positions, 0);
-  Tensor y = causal_attention(qkv, heads_, ctx.doc_starts);
+  Tensor y = causal_attention(qkv, heads_, ctx.attention_starts(window_ > 0));
   return site_dropout(c_proj_->forward(y), dropout_, ctx, layer_, "attn.resid");
 }
 

@@ -98,9 +98,14 @@ LayerCost layer_cost(const nn::GptConfig& m, const ClusterSpec& c, const Paralle
     // keys all but W - W(W-1)/2s of a query's s); forward is QK^T and PV,
     // backward recomputes QK^T and forms dP, dQ, dK and dV (all input
     // gradients: attention has no weights). Scores never reach memory.
+    // Layers exempt from the window (model.full_attention_layers) see half
+    // the tiles: a layer's cost is the mean over the model's layers.
     const double rate = c.peak_flops * c.flash_attention_efficiency();
     const double W = static_cast<double>(m.sliding_window);
-    const double seen = W > 0 && W < s ? (W - W * (W - 1) / (2 * s)) / s : 0.5;
+    const double windowed = W > 0 && W < s ? (W - W * (W - 1) / (2 * s)) / s : 0.5;
+    const double full_share = static_cast<double>(m.full_attention_layers.size()) /
+                              static_cast<double>(std::max<int64_t>(m.n_layer, 1));
+    const double seen = full_share * 0.5 + (1.0 - full_share) * windowed;
     L.attn_gemm_fwd = seen * 2.0 * attn_gemm_flops / rate;
     L.fwd_gemm += L.attn_gemm_fwd;
     L.bwd_input_gemm += seen * 5.0 * attn_gemm_flops / rate;

@@ -89,6 +89,8 @@ nn::GptConfig parse_model_spec(const std::string& yaml_text, const std::string& 
   get("n_kv_head", c.n_kv_head, false);
   get("head_dim", c.head_size, false);
   get("sliding_window", c.sliding_window, false);
+  option("full_attention_layers", "a list of layer indices",
+         [&](const YAML::Node& v) { c.full_attention_layers = v.as<std::vector<int64_t>>(); });
   // Keys a trainer config's model section may also hold; the ones not read
   // above change nothing priced.
   static const std::vector<std::string> kKeys = {"hf_config",
@@ -105,6 +107,7 @@ nn::GptConfig parse_model_spec(const std::string& yaml_text, const std::string& 
                                                  "rope_theta",
                                                  "rope_scaling",
                                                  "sliding_window",
+                                                 "full_attention_layers",
                                                  "activation",
                                                  "ffn_hidden_size",
                                                  "normalization",

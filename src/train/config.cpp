@@ -530,6 +530,14 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
       {"rope_theta", {false, [&](auto& v, auto& k) { m.rope_theta = get_double(v, k); }}},
       {"rope_scaling", {false, [&](auto& v, auto& k) { m.rope_scaling = get_rope_scaling(v, k); }}},
       {"sliding_window", {false, [&](auto& v, auto& k) { m.sliding_window = get_int(v, k); }}},
+      {"full_attention_layers",
+       {false,
+        [&](auto& v, auto& k) {
+          if (!v.IsSequence()) throw ConfigError(k + ": expected a list of layer indices");
+          m.full_attention_layers.clear();
+          for (size_t i = 0; i < v.size(); ++i)
+            m.full_attention_layers.push_back(get_int(v[i], k + "[" + std::to_string(i) + "]"));
+        }}},
       {"attention_kernel",
        {false,
         [&](auto& v, auto& k) {
@@ -828,6 +836,10 @@ std::string to_yaml(const Config& c) {
     e << "none";
   }
   e << YAML::Key << "sliding_window" << YAML::Value << c.model.sliding_window;
+  if (!c.model.full_attention_layers.empty()) {
+    e << YAML::Key << "full_attention_layers" << YAML::Value << YAML::Flow
+      << c.model.full_attention_layers;
+  }
   e << YAML::Key << "attention_kernel" << YAML::Value << c.attention_kernel;
   e << YAML::Key << "attention_deterministic" << YAML::Value << c.attention_deterministic;
   e << YAML::EndMap;

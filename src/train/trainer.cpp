@@ -1080,7 +1080,13 @@ std::vector<StepMetrics> Trainer::run() {
           : std::string(),
       model.d_model, model.vocab_size, model.seq_len,
       model.sliding_window > 0 && model.sliding_window < model.seq_len
-          ? fmt::format(", attention over a window of {}", model.sliding_window)
+          ? fmt::format(", attention over a window of {}{}", model.sliding_window,
+                        model.full_attention_layers.empty()
+                            ? std::string()
+                            : fmt::format(" on {} of {} layers",
+                                          model.n_layer - static_cast<int64_t>(
+                                                              model.full_attention_layers.size()),
+                                          model.n_layer))
           : std::string(),
       model.num_parameters() / 1e6);
   if (mesh_) {

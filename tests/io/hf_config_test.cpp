@@ -123,8 +123,38 @@ TEST(HfConfig, Qwen2ConfigIsLlamasBlocksWithQkvBiases) {
   nn::GptConfig without = c;
   without.qkv_bias = false;
   EXPECT_EQ(c.num_parameters() - without.num_parameters(), 24 * (896 + 2 * 2 * 64));
-  EXPECT_THROW(gpt_config_from_hf(edited(kQwen2_05b, "use_sliding_window", "true"), "x"),
-               NotSupportedError);
+  // Its window, when used, covers the layers from max_window_layers on (the
+  // first 21 see every key); one as long as the context is no window.
+  const std::string windowed =
+      edited(edited(edited(kQwen2_05b, "use_sliding_window", "true"), "sliding_window", "4096"),
+             "max_window_layers", "21");
+  const nn::GptConfig w = gpt_config_from_hf(windowed, "x");
+  EXPECT_EQ(w.sliding_window, 4096);
+  ASSERT_EQ(w.full_attention_layers.size(), 21u);
+  EXPECT_EQ(w.full_attention_layers.back(), 20);
+  EXPECT_EQ(w.window_of(20), 0);
+  EXPECT_EQ(w.window_of(21), 4096);
+  EXPECT_EQ(
+      gpt_config_from_hf(edited(kQwen2_05b, "use_sliding_window", "true"), "x").sliding_window,
+      0);  // 32768, the whole context
+  // Newer files list each layer's kind (layer_types), which wins.
+  std::string kinds = "[";
+  for (int i = 0; i < 24; ++i)
+    kinds +=
+        std::string(i ? ", " : "") + (i % 4 == 3 ? "\"full_attention\"" : "\"sliding_attention\"");
+  const nn::GptConfig typed = gpt_config_from_hf(edited(windowed, "layer_types", kinds + "]"), "x");
+  EXPECT_EQ(typed.full_attention_layers, (std::vector<int64_t>{3, 7, 11, 15, 19, 23}));
+  EXPECT_EQ(typed.sliding_window, 4096);
+  EXPECT_THROW(gpt_config_from_hf(edited(windowed, "layer_types", "[\"full_attention\"]"), "x"),
+               ConfigError);  // one kind for 24 layers
+  kinds.replace(kinds.find("full_attention"), 14, "chunked_attention");
+  try {
+    gpt_config_from_hf(edited(windowed, "layer_types", kinds + "]"), "x");
+    FAIL() << "an unknown attention kind was read";
+  } catch (const NotSupportedError& e) {
+    EXPECT_NE(std::string(e.what()).find("'layer_types[3]' (chunked_attention)"), std::string::npos)
+        << e.what();
+  }
 }
 
 // Qwen3-0.6B's config.json: LLaMA's blocks with RMSNorm over each query and
@@ -269,12 +299,10 @@ TEST(HfConfig, WhatTriadDoesNotBuildIsNamed) {
       message(from(edited(llama, "model_type", "\"qwen3_moe\"")))
           .find("model_type 'qwen3_moe' is not supported (llama, mistral, qwen2, qwen3 or gpt2)"),
       std::string::npos);
-  EXPECT_NE(message(from(edited(kQwen2_05b, "use_sliding_window", "true")))
-                .find("'use_sliding_window' (true): Qwen's window leaves its first "
-                      "max_window_layers layers unwindowed"),
-            std::string::npos);
-  EXPECT_NE(message(from(edited(kQwen3_06b, "use_sliding_window", "true")))
-                .find("'use_sliding_window' (true)"),
+  EXPECT_NE(message(from(edited(edited(edited(kQwen3_06b, "use_sliding_window", "true"),
+                                       "max_window_layers", "10"),
+                                "sliding_window", "0")))
+                .find("'sliding_window' (0): a window must hold at least one key"),
             std::string::npos);
   EXPECT_NE(message(from(R"({"model_type": "llama", "hidden_size": 64})"))
                 .find("m/config.json: key 'num_hidden_layers' is missing"),

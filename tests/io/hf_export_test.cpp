@@ -56,6 +56,7 @@ void expect_same_model(const nn::GptConfig& a, const nn::GptConfig& b) {
   EXPECT_EQ(a.head_dim(), b.head_dim());
   EXPECT_EQ(a.tie_embeddings, b.tie_embeddings);
   EXPECT_EQ(a.sliding_window, b.sliding_window);
+  EXPECT_EQ(a.full_attention_layers, b.full_attention_layers);
   EXPECT_EQ(a.rope_scaling.kind, b.rope_scaling.kind);
   EXPECT_EQ(a.rope_scaling.beta_fast, b.rope_scaling.beta_fast);
   EXPECT_EQ(a.rope_scaling.beta_slow, b.rope_scaling.beta_slow);
@@ -93,11 +94,14 @@ TEST(HfExport, LlamaAndGpt2RoundTrip) {
   qwen3.head_size = 6;
   nn::GptConfig wide = llama(false, 2);  // LlamaForCausalLM with heads of its own width
   wide.head_size = 8;
+  nn::GptConfig qwen_window = qwen3;  // Qwen's window from layer 1 on
+  qwen_window.sliding_window = 4;
+  qwen_window.full_attention_layers = {0};
   nn::GptConfig stretched = llama(false, 0);  // a linear RoPE stretch
   stretched.rope_scaling.kind = RopeScaling::Kind::Linear;
   stretched.rope_scaling.factor = 2.0;
   for (const nn::GptConfig& c : {llama(false, 2), llama(true, 0), llama(false, 1), mistral, qwen2,
-                                 qwen3, wide, stretched, gpt2(true), gpt2(false)}) {
+                                 qwen3, qwen_window, wide, stretched, gpt2(true), gpt2(false)}) {
     SCOPED_TRACE(std::string(hf_model_type(c)) + " " + std::to_string(n));
     const nn::Gpt model(c, 7);
     const std::string out = dir.file("hf" + std::to_string(n++));
@@ -175,16 +179,31 @@ TEST(HfExport, AModelNoClassHoldsIsNamed) {
   EXPECT_EQ(qt.at("model.layers.1.self_attn.q_proj.bias").shape(), (Shape{16}));
   EXPECT_EQ(qt.at("model.layers.1.self_attn.k_proj.bias").shape(), (Shape{8}));
   EXPECT_FALSE(qt.count("model.layers.1.self_attn.o_proj.bias"));
-  qwen2.sliding_window = 5;  // Qwen2's window spares layers; Triad's does not
+  // Qwen's window covers the layers from max_window_layers on: the exempt
+  // layers must be the first ones.
+  qwen2.sliding_window = 5;
+  qwen2.full_attention_layers = {0};
+  const auto wj = nlohmann::json::parse(hf_config_json(qwen2));
+  EXPECT_EQ(wj.at("use_sliding_window"), true);
+  EXPECT_EQ(wj.at("sliding_window"), 5);
+  EXPECT_EQ(wj.at("max_window_layers"), 1);
+  qwen2.full_attention_layers = {1};
   try {
     hf_model_type(qwen2);
-    FAIL() << "a windowed Qwen2 exported";
+    FAIL() << "a Qwen2 windowed on its first layer only exported";
   } catch (const NotSupportedError& e) {
     EXPECT_NE(std::string(e.what()).find("Qwen2ForCausalLM the same with biases on q, k and v "
-                                         "only, and no window (here model.sliding_window is set)"),
+                                         "only, and a window, if any, on every layer from some "
+                                         "layer on (here model.full_attention_layers is not the "
+                                         "first layers)"),
               std::string::npos)
         << e.what();
   }
+  // Mistral's window covers every layer.
+  nn::GptConfig mixed = llama(false, 2);
+  mixed.sliding_window = 5;
+  mixed.full_attention_layers = {0};
+  EXPECT_THROW(hf_model_type(mixed), NotSupportedError);
   EXPECT_EQ(nlohmann::json::parse(hf_config_json(mistral)).at("sliding_window"), 5);
   // Qwen3: the head norms under their names, the projections as wide as the
   // heads (4 query heads of 6: 24, over 2 key/value heads: 12).

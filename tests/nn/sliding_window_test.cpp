@@ -127,6 +127,55 @@ TEST(SlidingWindow, GptSeesOnlyTheWindow) {
   }
 }
 
+// model.full_attention_layers: the exempt layers see every earlier key.
+// Every layer exempt is no window at all; none exempt is the window on
+// every layer; one exempt is neither, and the layer's own attention reads
+// the documents' starts alone (with packed documents too).
+TEST(SlidingWindow, ExemptLayersSeeEveryKey) {
+  std::vector<int64_t> tokens;
+  for (int64_t i = 0; i < 2 * 16; ++i) tokens.push_back((i * 5 + 2) % 23);
+  const Tensor ids = from_vector(tokens, {2, 16});
+  const ForwardContext eval{false, 0, 0};
+  auto exempt = [](std::vector<int64_t> layers) {
+    GptConfig c = windowed(4);
+    c.full_attention_layers = std::move(layers);
+    return c;
+  };
+  EXPECT_EQ(exempt({1}).window_of(0), 4);
+  EXPECT_EQ(exempt({1}).window_of(1), 0);
+  auto logits = [&](const GptConfig& c) { return to_double_vector(Gpt(c, 3).forward(ids, eval)); };
+  const std::vector<double> none = logits(windowed(0)), all = logits(windowed(4));
+  EXPECT_EQ(logits(exempt({0, 1})), none);
+  EXPECT_EQ(logits(exempt({})), all);
+  const std::vector<double> mixed = logits(exempt({1})), other = logits(exempt({0}));
+  auto far = [](const std::vector<double>& a, const std::vector<double>& b) {
+    double d = 0;
+    for (size_t i = 0; i < a.size(); ++i) d = std::max(d, std::abs(a[i] - b[i]));
+    return d;
+  };
+  EXPECT_GT(far(mixed, none), 1e-6);
+  EXPECT_GT(far(mixed, all), 1e-6);
+  EXPECT_GT(far(mixed, other), 1e-6);
+  // The context: the windowed first keys for the windowed layers, the
+  // documents' alone (none here: from 0) for the exempt one.
+  const ForwardContext ctx = with_documents(exempt({1}), ids, eval, Device::cpu());
+  ASSERT_TRUE(ctx.full_starts.has_value());
+  EXPECT_FALSE(ctx.full_starts->defined());
+  EXPECT_TRUE(ctx.attention_starts(true).defined());
+  EXPECT_FALSE(ctx.attention_starts(false).defined());
+  EXPECT_FALSE(with_documents(windowed(4), ids, eval, Device::cpu()).full_starts.has_value());
+  // With packed documents the exempt layer still stops at its document.
+  GptConfig docs = exempt({1});
+  docs.eod_token = 7;
+  docs.reset_attention_mask = true;
+  Tensor with_ends = ids;
+  for (int64_t i : {5, 20}) with_ends.data<int64_t>()[i] = 7;
+  const ForwardContext dctx = with_documents(docs, with_ends, eval, Device::cpu());
+  ASSERT_TRUE(dctx.full_starts.has_value() && dctx.full_starts->defined());
+  EXPECT_EQ(to_double_vector(*dctx.full_starts)[8], 6.0);  // row 0's second document
+  EXPECT_EQ(to_double_vector(dctx.doc_starts)[15], 12.0);  // the window, later than 6
+}
+
 TEST(SlidingWindow, ConfigIsChecked) {
   GptConfig c = windowed(-1);
   try {
@@ -139,6 +188,28 @@ TEST(SlidingWindow, ConfigIsChecked) {
   }
   EXPECT_TRUE(windowed(4).needs_attention_starts());
   EXPECT_FALSE(windowed(0).needs_attention_starts());
+  auto expect_error = [](GptConfig c, const std::string& fragment) {
+    try {
+      c.validate();
+      ADD_FAILURE() << "expected ConfigError with '" << fragment << "'";
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+    }
+  };
+  GptConfig exempt = windowed(0);
+  exempt.full_attention_layers = {1};
+  expect_error(exempt,
+               "model.full_attention_layers exempts layers from a window, but "
+               "model.sliding_window is 0");
+  exempt.sliding_window = 4;
+  exempt.full_attention_layers = {2};
+  expect_error(exempt,
+               "model.full_attention_layers: 2 at position 0; expected increasing layer "
+               "indices in [0, 2)");
+  exempt.full_attention_layers = {1, 0};
+  expect_error(exempt, "model.full_attention_layers: 0 at position 1");
+  exempt.full_attention_layers = {0, 1};
+  EXPECT_NO_THROW(exempt.validate());
 }
 
 }  // namespace

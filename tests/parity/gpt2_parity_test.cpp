@@ -311,6 +311,19 @@ TEST_F(Gpt2Parity, SlidingWindowModelLogitsGradientsAndGreedyTokens) {
   expect_greedy_tokens(cfg, "mistral_generator.safetensors", "mistral.greedy_tokens", ref_);
 }
 
+// The window on layer 1 only, layer 0 seeing every earlier key
+// (model.full_attention_layers: [0]): step 0 and a greedy continuation.
+TEST_F(Gpt2Parity, WindowOnSomeLayersLogitsGradientsAndGreedyTokens) {
+  nn::GptConfig cfg = llama_style();
+  cfg.sliding_window = cfg_["mistral_window"];
+  cfg.full_attention_layers = {0};
+  nn::Gpt model(cfg, 1);
+  io::load_gpt2_safetensors(model, ref_dir() + "/mixed_window_model.safetensors");
+  expect_step_zero_matches(model, ref_, "mixed_window.");
+  expect_greedy_tokens(cfg, "mixed_window_generator.safetensors", "mixed_window.greedy_tokens",
+                       ref_);
+}
+
 TEST_F(Gpt2Parity, GreedyGenerationPicksPyTorchsTokens) {
   nn::Gpt model(model_cfg_, 1);
   io::load_gpt2_safetensors(model, ref_dir() + "/generator.safetensors");

@@ -117,9 +117,10 @@ class RmsNorm(torch.nn.Module):
 class Gpt(torch.nn.Module):
     def __init__(self, c, rope_theta=None, swiglu_ffn=None, rms_norm=False, bias=True,
                  tie=True, kv_heads=None, window=None, rope_scaling=None, qkv_bias=False,
-                 head_dim=None, qk_norm=False):
+                 head_dim=None, qk_norm=False, full_layers=()):
         super().__init__()
         self.window = window
+        self.full_layers = full_layers  # layers exempt from the window
         self.rope_scaling = rope_scaling
         C, L = c["d_model"], c["n_layer"]
         self.c = c
@@ -172,11 +173,13 @@ class Gpt(torch.nn.Module):
         x = self.wte(idx)
         if self.rope_theta is None:
             x = x + self.wpe(torch.arange(T))
-        mask = torch.tril(torch.ones(T, T, dtype=torch.bool))
+        full_mask = torch.tril(torch.ones(T, T, dtype=torch.bool))
+        mask = full_mask
         if self.window is not None:  # query i sees keys i - window + 1 .. i
             offset = torch.arange(T)[:, None] - torch.arange(T)[None, :]
             mask = mask & (offset < self.window)
-        for b in self.h:
+        for layer, b in enumerate(self.h):
+            layer_mask = full_mask if layer in self.full_layers else mask
             qkv = b.attn.c_attn(b.ln_1(x))
             q, k, v = qkv.split([NH * D, NKV * D, NKV * D], dim=2)
             q, k, v = q.view(B, T, NH, D), k.view(B, T, NKV, D), v.view(B, T, NKV, D)
@@ -190,7 +193,7 @@ class Gpt(torch.nn.Module):
             # key/value head repeated for the NH / NKV query heads after it.
             k, v = (t.repeat_interleave(NH // NKV, dim=1) for t in (k, v))
             att = (q @ k.transpose(-2, -1)) / math.sqrt(D)
-            att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
+            att = att.masked_fill(~layer_mask, float("-inf")).softmax(dim=-1)
             y = (att @ v).transpose(1, 2).reshape(B, T, NH * D)
             x = x + b.attn.c_proj(y)
             if self.swiglu_ffn is None:
@@ -381,6 +384,15 @@ def main():
     record_step_zero(mistral, x, y, "mistral.", ref)
     ref["mistral.greedy_tokens"] = torch.tensor(greedy_continuation(mistral), dtype=torch.float32)
     save_model(mistral, os.path.join(out, "mistral_generator.safetensors"))
+    # The same window on layer 1 only (layer 0 sees every earlier key): local
+    # and global attention interleaved, step 0 and a greedy continuation.
+    mixed = Gpt(CFG, ROPE_THETA, SWIGLU_FFN, rms_norm=True, bias=False, tie=False,
+                kv_heads=LLAMA_KV_HEADS, window=MISTRAL_WINDOW, full_layers=(0,))
+    save_model(mixed, os.path.join(out, "mixed_window_model.safetensors"))
+    record_step_zero(mixed, x, y, "mixed_window.", ref)
+    ref["mixed_window.greedy_tokens"] = torch.tensor(greedy_continuation(mixed),
+                                                     dtype=torch.float32)
+    save_model(mixed, os.path.join(out, "mixed_window_generator.safetensors"))
     # Qwen2's: the LLaMA-style model with biases on q, k and v only and a
     # tied head, step 0, from Hugging Face's Qwen2ForCausalLM layout.
     qwen2 = Gpt(CFG, ROPE_THETA, SWIGLU_FFN, rms_norm=True, bias=False, tie=True,

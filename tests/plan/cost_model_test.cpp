@@ -161,6 +161,15 @@ TEST(CostModel, PricesASlidingWindow) {
   EXPECT_LT(w.step_time, f.step_time);
   EXPECT_LT(w.gemm_time, f.gemm_time);
   EXPECT_EQ(w.memory_bytes, f.memory_bytes);
+  // Layers exempt from the window (model.full_attention_layers) cost what
+  // full attention does: every one exempt is no window, half of them half
+  // way between.
+  nn::GptConfig all_exempt = windowed, half = windowed;
+  all_exempt.full_attention_layers = {0, 1, 2, 3, 4, 5, 6, 7};
+  half.full_attention_layers = {1, 3, 5, 7};
+  EXPECT_NEAR(estimate(all_exempt, c, 32, 64, p).step_time, f.step_time, 1e-12 * f.step_time);
+  const Estimate h = estimate(half, c, 32, 64, p);
+  EXPECT_NEAR(h.gemm_time, 0.5 * (w.gemm_time + f.gemm_time), 1e-9 * f.gemm_time);
 }
 
 // The two published PTD-P runs (Narayanan et al. 2021, Table 1) the cluster

@@ -341,6 +341,18 @@ TEST(Config, HeadDimAndQkNormParseAndRoundTrip) {
   expect_config_error(kValid, {"model.head_dim=-3"}, "model.head_dim (-3) must be positive");
 }
 
+TEST(Config, FullAttentionLayersParseRoundTripAndAreChecked) {
+  const Config c =
+      parse_config(kValid, {"model.sliding_window=8", "model.full_attention_layers=[0, 1]"});
+  EXPECT_EQ(c.model.full_attention_layers, (std::vector<int64_t>{0, 1}));
+  EXPECT_EQ(parse_config(to_yaml(c)).model.full_attention_layers, c.model.full_attention_layers);
+  EXPECT_EQ(to_yaml(parse_config(kValid)).find("full_attention_layers"), std::string::npos);
+  expect_config_error(kValid, {"model.sliding_window=8", "model.full_attention_layers=3"},
+                      "model.full_attention_layers: expected a list of layer indices");
+  expect_config_error(kValid, {"model.full_attention_layers=[0]"},
+                      "model.full_attention_layers exempts layers from a window");
+}
+
 TEST(Config, ZeroBubbleAutoParsesRoundTripsAndNamesBadValues) {
   const Config c = parse_config(
       kValid, {"parallel.pp=2", "parallel.schedule=zb-auto", "parallel.zb_max_in_flight=3"});

@@ -39,7 +39,9 @@ Tensor sliding_window_starts(int64_t B, int64_t T, int64_t window, const Tensor&
 // ctx for a forward pass over ids under cfg's document settings: with
 // reset_attention_mask, ctx.doc_starts (on `device`, where the attention
 // runs), limited to the last sliding_window keys when that is set (a
-// sliding window alone gives doc_starts too, once T exceeds it); with reset_position_ids,
+// sliding window alone gives doc_starts too, once T exceeds it; then layers
+// exempt from it, model.full_attention_layers, read ctx.full_starts, the
+// documents' starts alone); with reset_position_ids,
 // ctx.positions (on the host: the position embedding takes host ids; on `device` under rotary
 // embeddings, which the attention layers apply). Fields ctx already has are kept, so a caller can
 // compute them once per micro-batch for every stage and recomputation.

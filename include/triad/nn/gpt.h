@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -120,6 +121,13 @@ struct GptConfig {
   // it (within its document); 0: every earlier key. Attention then costs
   // O(T * window) instead of O(T^2): the kernels skip the tiles before it.
   int64_t sliding_window = 0;
+  // Layers exempt from the window (config key model.full_attention_layers):
+  // they see every earlier key of their document, the others the window
+  // alone. Interleaved local and global attention (Gemma's, GPT-OSS's) or
+  // Qwen's first max_window_layers. Empty: every layer windowed.
+  std::vector<int64_t> full_attention_layers = {};
+  // The window layer `layer` attends through (0: none).
+  int64_t window_of(int64_t layer) const;
   // Whether a forward pass needs nn::with_documents (its documents, or the
   // window's first keys).
   bool needs_attention_starts() const { return resets_documents() || sliding_window > 0; }
@@ -166,6 +174,15 @@ struct ForwardContext {
   uint64_t call = 0;  // distinct per (step, microbatch)
   Tensor doc_starts = {};
   Tensor positions = {};
+  // When doc_starts holds a sliding window's first keys and some layers are
+  // exempt from it (model.full_attention_layers): their first keys, the
+  // documents' starts alone (an undefined tensor: 0). Unset otherwise.
+  std::optional<Tensor> full_starts = {};
+  // The first keys the attention of a layer with (`windowed`) or without
+  // the window reads.
+  const Tensor& attention_starts(bool windowed) const {
+    return !windowed && full_starts ? *full_starts : doc_starts;
+  }
 };
 
 // Multi-head causal self-attention: c_attn (C -> 3C), fused attention, c_proj;
@@ -191,7 +208,7 @@ class CausalSelfAttention : public Module {
   AttentionHeads heads_;
   int64_t head_dim_;
   int64_t layer_;
-  int64_t window_;  // cfg.sliding_window: forward_cached masks by it (forward gets ctx.doc_starts)
+  int64_t window_;  // this layer's window (window_of): forward_cached masks by it
   double dropout_;
   bool rotary_;
   double rope_theta_;

@@ -337,7 +337,8 @@ Tensor TensorParallelGpt::block_forward(int64_t i, const Tensor& x,
   if (L.q_norm) qkv = nn::norm_query_key_heads(qkv, heads, *L.q_norm, *L.k_norm);
   if (cfg_.rotary())
     qkv = rotary_embedding(qkv, heads, ctx.positions, 0, cfg_.rope_theta, cfg_.rope_scaling);
-  Tensor a = L.attn_proj->forward(causal_attention(qkv, heads, ctx.doc_starts));
+  Tensor a = L.attn_proj->forward(
+      causal_attention(qkv, heads, ctx.attention_starts(cfg_.window_of(i) > 0)));
   const AddNorm h =
       L.ln_2->forward_add(x, site_dropout(a, cfg_.dropout, ctx, i, "attn.resid", shard));
   Tensor m = cfg_.activation == nn::Activation::SwiGlu

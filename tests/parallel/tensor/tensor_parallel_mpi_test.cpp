@@ -306,7 +306,8 @@ TEST_P(TensorParallelGptTest, LlamaOptionsMatchOneProcess) {
         "rmsnorm, rope, swiglu, no biases, grouped-query attention",
         "rmsnorm, rope, swiglu, no biases, grouped-query attention, qkv biases",
         "rmsnorm, rope, swiglu, no biases, grouped-query attention, qk norm, heads of 6",
-        "rope, sliding window, packed documents"}) {
+        "rope, sliding window, packed documents",
+        "rope, sliding window on layer 1 only, packed documents"}) {
     SCOPED_TRACE(variant);
     nn::GptConfig cfg = tiny(V);
     if (variant.find("grouped-query") != std::string::npos) {
@@ -331,6 +332,7 @@ TEST_P(TensorParallelGptTest, LlamaOptionsMatchOneProcess) {
       cfg.rope_theta = 20.0;
     }
     if (variant.find("sliding window") != std::string::npos) cfg.sliding_window = 3;
+    if (variant.find("on layer 1 only") != std::string::npos) cfg.full_attention_layers = {0};
     cfg.qkv_bias = variant.find("qkv biases") != std::string::npos;
     if (variant.find("qk norm") != std::string::npos) {
       cfg.qk_norm = true;
