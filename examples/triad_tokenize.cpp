@@ -12,7 +12,6 @@
 #include <CLI/CLI.hpp>
 #include <fstream>
 #include <memory>
-#include <sstream>
 
 #include "triad/core/error.h"
 #include "triad/data/indexed_dataset.h"
@@ -56,34 +55,44 @@ int main(int argc, char** argv) {
         triad::data::make_tokenizer(vocab, merges, hf_tokenizer);
     std::ifstream in(input, std::ios::binary);
     if (!in) throw triad::IoError("cannot open input '" + input + "'");
-    std::stringstream ss;
-    ss << in.rdbuf();
-    const auto docs = triad::data::tokenize_documents(
-        *tok,
-        triad::data::split_documents(ss.str(), triad::data::document_split_from_string(documents),
-                                     json_key),
-        eod, workers);
-    size_t count = 0;
-    for (const auto& d : docs) count += d.size();
-    if (format == "megatron") {
-      const auto dtype = triad::data::indexed_dtype_for_vocab(tok->vocab_size());
-      triad::data::write_indexed_dataset(output, docs, dtype);
+    // The input a batch of documents at a time (about 64 MB of text), each
+    // batch encoded by the workers and appended to the output, so a corpus
+    // larger than memory streams through.
+    triad::data::DocumentReader reader(in, triad::data::document_split_from_string(documents),
+                                       json_key);
+    const bool megatron = format == "megatron";
+    const auto dtype = triad::data::indexed_dtype_for_vocab(tok->vocab_size());
+    std::unique_ptr<triad::data::IndexedDatasetWriter> dataset;
+    std::unique_ptr<triad::data::TokenShardWriter> shard;
+    if (megatron) {
+      dataset = std::make_unique<triad::data::IndexedDatasetWriter>(output, dtype);
+    } else {
+      shard = std::make_unique<triad::data::TokenShardWriter>(output);
+    }
+    int64_t count = 0, document_count = 0;
+    std::vector<std::string> batch;
+    while (reader.next(batch, size_t{64} << 20)) {
+      for (const auto& d :
+           triad::data::tokenize_documents(*tok, batch, eod, workers, document_count)) {
+        try {
+          megatron ? dataset->add(d) : shard->add(d);
+        } catch (const triad::Error& e) {
+          throw triad::ValueError("document " + std::to_string(document_count) + ": " + e.what());
+        }
+        count += static_cast<int64_t>(d.size());
+        ++document_count;
+      }
+      batch.clear();
+    }
+    if (megatron) {
+      dataset->finish();
       spdlog::info("wrote {} tokens in {} documents (vocab {}, {}) to {}.bin and {}.idx", count,
-                   docs.size(), tok->vocab_size(), triad::data::indexed_dtype_name(dtype), output,
-                   output);
+                   document_count, tok->vocab_size(), triad::data::indexed_dtype_name(dtype),
+                   output, output);
       return 0;
     }
-    std::vector<uint16_t> tokens;
-    tokens.reserve(count);
-    for (const auto& d : docs) {
-      for (int64_t id : d) {
-        if (id < 0 || id > 65535)
-          throw triad::ValueError("token id " + std::to_string(id) + " does not fit in uint16");
-        tokens.push_back(static_cast<uint16_t>(id));
-      }
-    }
-    triad::data::write_token_shard(output, tokens);
-    spdlog::info("wrote {} tokens in {} documents (vocab {}) to {}", tokens.size(), docs.size(),
+    shard->finish();
+    spdlog::info("wrote {} tokens in {} documents (vocab {}) to {}", count, document_count,
                  tok->vocab_size(), output);
   } catch (const triad::Error& e) {
     spdlog::error("{}", e.what());

@@ -188,65 +188,87 @@ const std::byte* IndexedDataset::bin() const {
   return bin_->data();
 }
 
-void write_indexed_dataset(const std::string& prefix,
-                           const std::vector<std::vector<int64_t>>& documents, IndexedDType dtype) {
-  const int esize = indexed_dtype_bytes(dtype);
-  const bool is_unsigned = dtype == IndexedDType::U8 || dtype == IndexedDType::U16;
+IndexedDatasetWriter::IndexedDatasetWriter(std::string prefix, IndexedDType dtype)
+    : prefix_(std::move(prefix)), dtype_(dtype) {
+  const std::string bin_tmp = prefix_ + ".bin.tmp";
+  bin_ = std::make_unique<std::ofstream>(bin_tmp, std::ios::binary | std::ios::trunc);
+  if (!*bin_) throw IoError("indexed dataset '" + bin_tmp + "': cannot open for writing");
+}
+
+IndexedDatasetWriter::~IndexedDatasetWriter() {
+  if (finished_) return;
+  bin_.reset();
+  std::error_code ignored;
+  std::filesystem::remove(prefix_ + ".bin.tmp", ignored);
+  std::filesystem::remove(prefix_ + ".idx.tmp", ignored);
+}
+
+void IndexedDatasetWriter::add(const std::vector<int64_t>& doc) {
+  if (finished_) throw ValueError("indexed dataset '" + prefix_ + "': add() after finish()");
+  const int esize = indexed_dtype_bytes(dtype_);
+  const bool is_unsigned = dtype_ == IndexedDType::U8 || dtype_ == IndexedDType::U16;
   const int64_t lo = is_unsigned  ? 0
                      : esize == 8 ? std::numeric_limits<int64_t>::min()
                                   : -(int64_t{1} << (8 * esize - 1));
   const int64_t hi = esize == 8 ? std::numeric_limits<int64_t>::max()
                                 : (int64_t{1} << (8 * esize - (is_unsigned ? 0 : 1))) - 1;
-  std::vector<int32_t> lengths;
-  std::vector<int64_t> pointers, doc_index{0};
-  const std::string bin_tmp = prefix + ".bin.tmp", idx_tmp = prefix + ".idx.tmp";
-  {
-    std::ofstream bin(bin_tmp, std::ios::binary | std::ios::trunc);
-    if (!bin) throw IoError("indexed dataset '" + bin_tmp + "': cannot open for writing");
-    int64_t at = 0;
-    for (size_t d = 0; d < documents.size(); ++d) {
-      const auto& doc = documents[d];
-      if (doc.size() > static_cast<size_t>(std::numeric_limits<int32_t>::max())) {
-        throw ValueError("indexed dataset '" + prefix + "': document " + std::to_string(d) +
-                         " has " + std::to_string(doc.size()) +
-                         " tokens, more than a sequence length (int32) holds");
-      }
-      for (size_t t = 0; t < doc.size(); ++t) {
-        const int64_t v = doc[t];
-        if (v < lo || v > hi) {
-          throw ValueError("indexed dataset '" + prefix + "': token " + std::to_string(v) +
-                           " (document " + std::to_string(d) + ", position " + std::to_string(t) +
-                           ") does not fit " + indexed_dtype_name(dtype));
-        }
-        // Little-endian bytes of the value, as wide as the element.
-        char bytes[8];
-        std::memcpy(bytes, &v, 8);
-        bin.write(bytes, esize);
-      }
-      lengths.push_back(static_cast<int32_t>(doc.size()));
-      pointers.push_back(at);
-      at += static_cast<int64_t>(doc.size()) * esize;
-      doc_index.push_back(static_cast<int64_t>(lengths.size()));
-    }
-    if (!bin) throw IoError("indexed dataset '" + bin_tmp + "': write failed");
+  const size_t d = lengths_.size();
+  if (doc.size() > static_cast<size_t>(std::numeric_limits<int32_t>::max())) {
+    throw ValueError("indexed dataset '" + prefix_ + "': document " + std::to_string(d) + " has " +
+                     std::to_string(doc.size()) +
+                     " tokens, more than a sequence length (int32) holds");
   }
+  std::vector<char> bytes(doc.size() * static_cast<size_t>(esize));
+  for (size_t t = 0; t < doc.size(); ++t) {
+    const int64_t v = doc[t];
+    if (v < lo || v > hi) {
+      throw ValueError("indexed dataset '" + prefix_ + "': token " + std::to_string(v) +
+                       " (document " + std::to_string(d) + ", position " + std::to_string(t) +
+                       ") does not fit " + indexed_dtype_name(dtype_));
+    }
+    // Little-endian bytes of the value, as wide as the element.
+    std::memcpy(bytes.data() + t * static_cast<size_t>(esize), &v, static_cast<size_t>(esize));
+  }
+  bin_->write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  if (!*bin_) throw IoError("indexed dataset '" + prefix_ + ".bin.tmp': write failed");
+  lengths_.push_back(static_cast<int32_t>(doc.size()));
+  pointers_.push_back(at_);
+  at_ += static_cast<int64_t>(bytes.size());
+  tokens_ += static_cast<int64_t>(doc.size());
+}
+
+void IndexedDatasetWriter::finish() {
+  if (finished_) return;
+  bin_->close();
+  if (!*bin_) throw IoError("indexed dataset '" + prefix_ + ".bin.tmp': write failed");
+  const std::string idx_tmp = prefix_ + ".idx.tmp";
   {
     std::ofstream idx(idx_tmp, std::ios::binary | std::ios::trunc);
     if (!idx) throw IoError("indexed dataset '" + idx_tmp + "': cannot open for writing");
-    const uint64_t S = lengths.size(), D = doc_index.size();
-    const auto code = static_cast<uint8_t>(dtype);
+    const uint64_t S = lengths_.size(), D = S + 1;
+    std::vector<int64_t> doc_index(D);
+    for (uint64_t i = 0; i < D; ++i) doc_index[i] = static_cast<int64_t>(i);
+    const auto code = static_cast<uint8_t>(dtype_);
     idx.write(kMagic, sizeof(kMagic));
     idx.write(reinterpret_cast<const char*>(&kVersion), 8);
     idx.write(reinterpret_cast<const char*>(&code), 1);
     idx.write(reinterpret_cast<const char*>(&S), 8);
     idx.write(reinterpret_cast<const char*>(&D), 8);
-    idx.write(reinterpret_cast<const char*>(lengths.data()), static_cast<std::streamsize>(4 * S));
-    idx.write(reinterpret_cast<const char*>(pointers.data()), static_cast<std::streamsize>(8 * S));
+    idx.write(reinterpret_cast<const char*>(lengths_.data()), static_cast<std::streamsize>(4 * S));
+    idx.write(reinterpret_cast<const char*>(pointers_.data()), static_cast<std::streamsize>(8 * S));
     idx.write(reinterpret_cast<const char*>(doc_index.data()), static_cast<std::streamsize>(8 * D));
     if (!idx) throw IoError("indexed dataset '" + idx_tmp + "': write failed");
   }
-  std::filesystem::rename(bin_tmp, prefix + ".bin");
-  std::filesystem::rename(idx_tmp, prefix + ".idx");
+  std::filesystem::rename(prefix_ + ".bin.tmp", prefix_ + ".bin");
+  std::filesystem::rename(idx_tmp, prefix_ + ".idx");
+  finished_ = true;
+}
+
+void write_indexed_dataset(const std::string& prefix,
+                           const std::vector<std::vector<int64_t>>& documents, IndexedDType dtype) {
+  IndexedDatasetWriter writer(prefix, dtype);
+  for (const auto& doc : documents) writer.add(doc);
+  writer.finish();
 }
 
 }  // namespace triad::data

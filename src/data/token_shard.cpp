@@ -60,26 +60,58 @@ std::vector<uint16_t> read_token_shard(const std::string& path, int64_t vocab_si
   return tokens;
 }
 
-void write_token_shard(const std::string& path, const std::vector<uint16_t>& tokens) {
-  if (tokens.size() > static_cast<size_t>(INT32_MAX)) {
-    throw IoError("token shard '" + path + "': " + std::to_string(tokens.size()) +
+TokenShardWriter::TokenShardWriter(std::string path) : path_(std::move(path)) {
+  const std::string tmp = path_ + ".tmp";
+  out_ = std::make_unique<std::ofstream>(tmp, std::ios::binary | std::ios::trunc);
+  if (!*out_) throw IoError("token shard '" + tmp + "': cannot open for writing");
+  const std::vector<char> header(kShardHeaderBytes, 0);  // the count comes at finish()
+  out_->write(header.data(), static_cast<std::streamsize>(header.size()));
+}
+
+TokenShardWriter::~TokenShardWriter() {
+  if (finished_) return;
+  out_.reset();
+  std::error_code ignored;
+  std::filesystem::remove(path_ + ".tmp", ignored);
+}
+
+void TokenShardWriter::add(const std::vector<int64_t>& tokens) {
+  if (finished_) throw ValueError("token shard '" + path_ + "': add() after finish()");
+  std::vector<uint16_t> narrow(tokens.size());
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    if (tokens[i] < 0 || tokens[i] > 65535)
+      throw ValueError("token id " + std::to_string(tokens[i]) + " does not fit in uint16");
+    narrow[i] = static_cast<uint16_t>(tokens[i]);
+  }
+  if (count_ + narrow.size() > static_cast<uint64_t>(INT32_MAX)) {
+    throw IoError("token shard '" + path_ + "': " + std::to_string(count_ + narrow.size()) +
                   " tokens exceed the format's int32 count");
   }
+  out_->write(reinterpret_cast<const char*>(narrow.data()),
+              static_cast<std::streamsize>(2 * narrow.size()));
+  if (!*out_) throw IoError("token shard '" + path_ + ".tmp': write failed");
+  count_ += narrow.size();
+}
+
+void TokenShardWriter::finish() {
+  if (finished_) return;
   int32_t header[256];
   std::memset(header, 0, sizeof(header));
   header[0] = kShardMagic;
   header[1] = kShardVersion;
-  header[2] = static_cast<int32_t>(tokens.size());
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) throw IoError("token shard '" + tmp + "': cannot open for writing");
-    out.write(reinterpret_cast<const char*>(header), sizeof(header));
-    out.write(reinterpret_cast<const char*>(tokens.data()),
-              static_cast<std::streamsize>(2 * tokens.size()));
-    if (!out) throw IoError("token shard '" + tmp + "': write failed");
-  }
-  std::filesystem::rename(tmp, path);
+  header[2] = static_cast<int32_t>(count_);
+  out_->seekp(0);
+  out_->write(reinterpret_cast<const char*>(header), sizeof(header));
+  out_->close();
+  if (!*out_) throw IoError("token shard '" + path_ + ".tmp': write failed");
+  std::filesystem::rename(path_ + ".tmp", path_);
+  finished_ = true;
+}
+
+void write_token_shard(const std::string& path, const std::vector<uint16_t>& tokens) {
+  TokenShardWriter writer(path);
+  writer.add(std::vector<int64_t>(tokens.begin(), tokens.end()));
+  writer.finish();
 }
 
 std::vector<std::string> expand_shard_paths(const std::string& pattern) {

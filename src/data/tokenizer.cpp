@@ -6,6 +6,7 @@
 #include <fstream>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <thread>
 
 #include "triad/core/error.h"
@@ -435,64 +436,82 @@ DocumentSplit document_split_from_string(const std::string& name) {
   throw ValueError("documents '" + name + "' must be whole, lines, paragraphs or jsonl");
 }
 
-namespace {
-// The string under `key` of each non-blank line's JSON object.
-std::vector<std::string> json_line_documents(const std::string& text, const std::string& key) {
-  std::vector<std::string> docs;
-  size_t at = 0;
-  for (int64_t number = 1; at < text.size(); ++number) {
-    size_t end = text.find('\n', at);
-    if (end == std::string::npos) end = text.size();
-    const std::string line = text.substr(at, end - at);
-    at = end + 1;
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    const nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-    const std::string where = "JSON line " + std::to_string(number);
-    if (j.is_discarded()) throw ValueError(where + " does not parse");
-    if (!j.is_object()) throw ValueError(where + " is not an object");
-    const auto it = j.find(key);
-    if (it == j.end() || !it->is_string()) {
-      throw ValueError(where + " has no string \"" + key + "\" (--json-key names the field)");
-    }
-    docs.push_back(it->get<std::string>());
-  }
-  return docs;
-}
-}  // namespace
+DocumentReader::DocumentReader(std::istream& in, DocumentSplit how, std::string json_key)
+    : in_(in), how_(how), key_(std::move(json_key)) {}
 
-std::vector<std::string> split_documents(const std::string& text, DocumentSplit how,
-                                         const std::string& json_key) {
-  if (how == DocumentSplit::Whole) return {text};
-  if (how == DocumentSplit::JsonLines) return json_line_documents(text, json_key);
-  std::vector<std::string> docs;
-  std::string paragraph;
+bool DocumentReader::next(std::vector<std::string>& batch, size_t max_bytes) {
+  if (done_) return false;
+  const size_t before = batch.size();
+  if (how_ == DocumentSplit::Whole) {
+    std::ostringstream all;
+    all << in_.rdbuf();
+    batch.push_back(all.str());
+    done_ = true;
+    return true;
+  }
   auto blank = [](const std::string& line) {
     return line.find_first_not_of(" \t\r") == std::string::npos;
   };
-  size_t at = 0;
-  while (at <= text.size()) {
-    size_t end = text.find('\n', at);
-    if (end == std::string::npos) end = text.size();
-    std::string line = text.substr(at, end - at);
-    at = end + 1;
-    if (how == DocumentSplit::Lines) {
-      if (!line.empty() && line.back() == '\r') line.pop_back();
-      if (!line.empty()) docs.push_back(std::move(line));
-    } else if (blank(line)) {
-      if (!paragraph.empty()) docs.push_back(std::move(paragraph));
-      paragraph.clear();
-    } else {
-      if (!paragraph.empty()) paragraph += '\n';
-      paragraph += line;
+  size_t bytes = 0;
+  std::string line;
+  while (bytes < max_bytes || batch.size() == before) {
+    if (!std::getline(in_, line)) {
+      done_ = true;
+      // The input's last paragraph.
+      if (!paragraph_.empty()) batch.push_back(std::move(paragraph_));
+      paragraph_.clear();
+      break;
+    }
+    ++line_;
+    bytes += line.size() + 1;
+    switch (how_) {
+      case DocumentSplit::Lines:
+        if (!line.empty() && line.back() == '\r') line.pop_back();
+        if (!line.empty()) batch.push_back(std::move(line));
+        break;
+      case DocumentSplit::Paragraphs:
+        if (blank(line)) {
+          if (!paragraph_.empty()) batch.push_back(std::move(paragraph_));
+          paragraph_.clear();
+        } else {
+          if (!paragraph_.empty()) paragraph_ += '\n';
+          paragraph_ += line;
+        }
+        break;
+      case DocumentSplit::JsonLines: {
+        if (blank(line)) break;
+        const nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+        const std::string where = "JSON line " + std::to_string(line_);
+        if (j.is_discarded()) throw ValueError(where + " does not parse");
+        if (!j.is_object()) throw ValueError(where + " is not an object");
+        const auto it = j.find(key_);
+        if (it == j.end() || !it->is_string()) {
+          throw ValueError(where + " has no string \"" + key_ + "\" (--json-key names the field)");
+        }
+        batch.push_back(it->get<std::string>());
+        break;
+      }
+      case DocumentSplit::Whole:
+        break;
     }
   }
-  if (!paragraph.empty()) docs.push_back(std::move(paragraph));
+  return batch.size() > before || !done_;
+}
+
+std::vector<std::string> split_documents(const std::string& text, DocumentSplit how,
+                                         const std::string& json_key) {
+  std::istringstream in(text);
+  DocumentReader reader(in, how, json_key);
+  std::vector<std::string> docs;
+  while (reader.next(docs, SIZE_MAX)) {
+  }
   return docs;
 }
 
 std::vector<std::vector<int64_t>> tokenize_documents(const Tokenizer& tokenizer,
                                                      const std::vector<std::string>& documents,
-                                                     int64_t eod_token, int workers) {
+                                                     int64_t eod_token, int workers,
+                                                     int64_t first_document) {
   if (eod_token >= tokenizer.vocab_size()) {
     throw ValueError("end-of-document token " + std::to_string(eod_token) +
                      " is outside the tokenizer's vocabulary [0, " +
@@ -531,7 +550,11 @@ std::vector<std::vector<int64_t>> tokenize_documents(const Tokenizer& tokenizer,
     for (size_t t = 0; t < threads; ++t) pool.emplace_back(work);
     for (auto& t : pool) t.join();
   }
-  if (failed_at < n) throw ValueError("document " + std::to_string(failed_at) + ": " + failure);
+  if (failed_at < n) {
+    throw ValueError("document " +
+                     std::to_string(first_document + static_cast<int64_t>(failed_at)) + ": " +
+                     failure);
+  }
   return out;
 }
 

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 
@@ -83,6 +84,31 @@ TEST(IndexedDataset, TheWriterProducesMegatronsBytes) {
   EXPECT_EQ(file_bytes(dir.file("w.bin")), bin.b);
   EXPECT_EQ(indexed_dtype_for_vocab(50257), IndexedDType::U16);
   EXPECT_EQ(indexed_dtype_for_vocab(128256), IndexedDType::I32);
+}
+
+// The streaming writer: documents added one by one give the same files;
+// nothing is left behind by a writer dropped before finish().
+TEST(IndexedDataset, TheStreamingWriterAddsDocumentsAsTheyCome) {
+  TempDir dir;
+  {
+    IndexedDatasetWriter w(dir.file("s"), IndexedDType::I32);
+    w.add({7, -3});
+    w.add({});
+    w.add({1 << 20});
+    EXPECT_EQ(w.documents(), 3);
+    EXPECT_EQ(w.tokens(), 3);
+    w.finish();
+    EXPECT_THROW(w.add({1}), ValueError);
+  }
+  EXPECT_EQ(file_bytes(dir.file("s.idx")), index_bytes(4, {2, 0, 1}, {0, 8, 8}, {0, 1, 2, 3}).b);
+  {
+    IndexedDatasetWriter w(dir.file("dropped"), IndexedDType::U16);
+    w.add({1, 2});
+    EXPECT_TRUE(std::filesystem::exists(dir.file("dropped.bin.tmp")));
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir.file("dropped.bin.tmp")));
+  EXPECT_FALSE(std::filesystem::exists(dir.file("dropped.bin")));
+  EXPECT_FALSE(std::filesystem::exists(dir.file("dropped.idx")));
 }
 
 TEST(IndexedDataset, EveryTokenTypeRoundTripsItsExtremes) {

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <filesystem>
+#include <sstream>
 
 #include "support/temp_dir.h"
 #include "triad/data/token_dataset.h"
@@ -49,6 +51,70 @@ TEST(TokenShard, RoundTripAndValidation) {
   triad::testing::write_bytes(p, std::vector<uint8_t>(100, 0));
   expect_shard_error(p, 0, "shorter than the 1024-byte header");
   expect_shard_error(dir.file("missing.bin"), 0, "cannot open");
+}
+
+// The streaming writer: pieces added one by one make one shard whose header
+// counts them all; ids that do not fit are named; a writer dropped before
+// finish() leaves nothing.
+TEST(TokenShard, TheStreamingWriterAppendsPiecesAndCountsThemAtTheEnd) {
+  TempDir dir;
+  {
+    TokenShardWriter w(dir.file("s.bin"));
+    w.add({1, 2});
+    w.add({});
+    w.add({3, 65535});
+    EXPECT_EQ(w.tokens(), 4u);
+    EXPECT_THROW(w.add({70000}), ValueError);
+    EXPECT_THROW(w.add({-1}), ValueError);
+    w.finish();
+  }
+  EXPECT_EQ(read_token_shard(dir.file("s.bin")), (std::vector<uint16_t>{1, 2, 3, 65535}));
+  {
+    TokenShardWriter w(dir.file("dropped.bin"));
+    w.add({5});
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir.file("dropped.bin")));
+  EXPECT_FALSE(std::filesystem::exists(dir.file("dropped.bin.tmp")));
+}
+
+// Documents read a batch at a time are the documents of the whole text,
+// in every division, whatever the batch size; a JSON error names its line
+// in the whole stream.
+TEST(Tokenizer, DocumentsReadInBatchesAreTheWholeTextsDocuments) {
+  const std::string text = "first line\r\n\n  second\nthird\n \t\n\nfourth para\nlast line";
+  const std::string jsonl = "{\"text\": \"a\"}\n\n{\"text\": \"bb\"}\n{\"text\": \"ccc\"}\n";
+  for (DocumentSplit how : {DocumentSplit::Whole, DocumentSplit::Lines, DocumentSplit::Paragraphs,
+                            DocumentSplit::JsonLines}) {
+    const std::string& input = how == DocumentSplit::JsonLines ? jsonl : text;
+    const std::vector<std::string> want = split_documents(input, how);
+    ASSERT_FALSE(want.empty());
+    for (size_t max_bytes : {size_t{1}, size_t{7}, size_t{20}, SIZE_MAX}) {
+      std::istringstream in(input);
+      DocumentReader reader(in, how);
+      std::vector<std::string> got, batch;
+      int batches = 0;
+      while (reader.next(batch, max_bytes)) {
+        got.insert(got.end(), batch.begin(), batch.end());
+        batch.clear();
+        ++batches;
+      }
+      EXPECT_EQ(got, want) << "split " << static_cast<int>(how) << ", batches of " << max_bytes;
+      if (how == DocumentSplit::Lines && max_bytes == 1) {
+        EXPECT_GE(batches, 5);
+      }
+    }
+  }
+  std::istringstream bad("{\"text\": \"a\"}\n{\"text\": \"b\"}\n\n{oops\n");
+  DocumentReader reader(bad, DocumentSplit::JsonLines);
+  std::vector<std::string> batch;
+  EXPECT_TRUE(reader.next(batch, 1));
+  try {
+    while (reader.next(batch, 1)) {
+    }
+    FAIL() << "expected ValueError";
+  } catch (const ValueError& e) {
+    EXPECT_EQ(std::string(e.what()), "JSON line 4 does not parse");
+  }
 }
 
 TEST(TokenShard, GlobExpandsSorted) {

@@ -2,6 +2,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <iosfwd>
 #include <memory>
 #include <string>
 #include <utility>
@@ -67,9 +68,35 @@ class IndexedDataset {
   uint64_t lengths_at_ = 0, pointers_at_ = 0, documents_at_ = 0;  // offsets in the .idx
 };
 
-// Writes `prefix.bin` and `prefix.idx`, one sequence per document, in the
-// format above (each file to `<path>.tmp`, then renamed). Every token must
-// fit `dtype`; errors name the document, position and value.
+// Writes `prefix.bin` and `prefix.idx` a document at a time, one sequence
+// per document, in the format above: the tokens stream to `prefix.bin.tmp`
+// as they come (only 16 bytes a document stay in memory for the index), and
+// finish() writes the index and renames both. Every token must fit `dtype`;
+// errors name the document, position and value. Destroyed without
+// finish(), it removes its temporaries and leaves no dataset.
+class IndexedDatasetWriter {
+ public:
+  IndexedDatasetWriter(std::string prefix, IndexedDType dtype);
+  ~IndexedDatasetWriter();
+  IndexedDatasetWriter(const IndexedDatasetWriter&) = delete;
+  IndexedDatasetWriter& operator=(const IndexedDatasetWriter&) = delete;
+
+  void add(const std::vector<int64_t>& document);
+  void finish();
+  int64_t documents() const { return static_cast<int64_t>(lengths_.size()); }
+  int64_t tokens() const { return tokens_; }
+
+ private:
+  std::string prefix_;
+  IndexedDType dtype_;
+  std::unique_ptr<std::ofstream> bin_;
+  std::vector<int32_t> lengths_;
+  std::vector<int64_t> pointers_;
+  int64_t tokens_ = 0, at_ = 0;
+  bool finished_ = false;
+};
+
+// All of `documents` through an IndexedDatasetWriter.
 void write_indexed_dataset(const std::string& prefix,
                            const std::vector<std::vector<int64_t>>& documents, IndexedDType dtype);
 

@@ -1,6 +1,8 @@
 #pragma once
 
 #include <cstdint>
+#include <iosfwd>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -23,6 +25,28 @@ uint64_t check_token_shard(const std::string& path, const void* bytes, uint64_t 
 
 // Writes tokens (each must fit in uint16) as a shard, atomically.
 void write_token_shard(const std::string& path, const std::vector<uint16_t>& tokens);
+
+// Writes a shard a piece at a time: the tokens stream to `<path>.tmp` as
+// they come, finish() writes the count into the header and renames the file.
+// Destroyed without finish(), it removes the temporary and leaves no shard.
+class TokenShardWriter {
+ public:
+  explicit TokenShardWriter(std::string path);
+  ~TokenShardWriter();
+  TokenShardWriter(const TokenShardWriter&) = delete;
+  TokenShardWriter& operator=(const TokenShardWriter&) = delete;
+
+  // Each id must be in [0, 65535]: a ValueError naming it otherwise.
+  void add(const std::vector<int64_t>& tokens);
+  void finish();
+  uint64_t tokens() const { return count_; }
+
+ private:
+  std::string path_;
+  std::unique_ptr<std::ofstream> out_;
+  uint64_t count_ = 0;
+  bool finished_ = false;
+};
 
 // Expands a path or glob ("data/train_*.bin") into a sorted list of files;
 // an error when nothing matches.

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <istream>
 #include <map>
 #include <memory>
 #include <string>
@@ -125,15 +126,37 @@ DocumentSplit document_split_from_string(const std::string& name);
 // under json_key is a ValueError naming its line number.
 std::vector<std::string> split_documents(const std::string& text, DocumentSplit how,
                                          const std::string& json_key = "text");
+
+// The same documents read from a stream a batch at a time, so that a corpus
+// larger than memory is tokenized in pieces (triad-tokenize): each next()
+// appends documents to `batch` until the text read passes `max_bytes` (and
+// at least one line was read) or the input ends, and returns false once
+// the input is spent. JSON errors name the line's number in the whole
+// stream. `whole` reads everything as one document.
+class DocumentReader {
+ public:
+  DocumentReader(std::istream& in, DocumentSplit how, std::string json_key = "text");
+  bool next(std::vector<std::string>& batch, size_t max_bytes);
+
+ private:
+  std::istream& in_;
+  DocumentSplit how_;
+  std::string key_;
+  std::string paragraph_;  // a paragraph still being read
+  int64_t line_ = 0;
+  bool done_ = false;
+};
 // Each document's tokens, each followed by eod_token when it is >= 0 (it
 // must then be below the tokenizer's vocab_size: a ValueError otherwise).
 // Documents are encoded one by one, so no BPE merge crosses a boundary, by
 // `workers` threads taking the next document as they finish one (0: one
 // per hardware thread); the result does not depend on their number. A
-// document that cannot be encoded is named by its index (the first such).
+// document that cannot be encoded is named by its index (the first such),
+// counted from `first_document` (a batch's place in a longer stream).
 std::vector<std::vector<int64_t>> tokenize_documents(const Tokenizer& tokenizer,
                                                      const std::vector<std::string>& documents,
-                                                     int64_t eod_token, int workers = 1);
+                                                     int64_t eod_token, int workers = 1,
+                                                     int64_t first_document = 0);
 
 // GPT-2 pre-tokenisation of text into pieces (exposed for tests).
 std::vector<std::string> gpt2_pretokenize(const std::string& text);
