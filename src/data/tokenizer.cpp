@@ -41,11 +41,14 @@ Cls classify(uint32_t c) {
 
 namespace {
 
-// Code points with their byte positions (the last one: the text's end).
-struct CodePoints {
+// A text split by a pattern: its code points with their byte positions
+// (the last one: the text's end), and the pieces found so far.
+struct Pieces {
+  const std::string& text;
   std::vector<uint32_t> cps;
   std::vector<size_t> pos;
-  explicit CodePoints(const std::string& text) {
+  std::vector<std::string> out;
+  explicit Pieces(const std::string& s) : text(s) {
     for (size_t i = 0; i < text.size();) {
       size_t len;
       cps.push_back(next_code_point(text, i, len));
@@ -54,6 +57,8 @@ struct CodePoints {
     }
     pos.push_back(text.size());
   }
+  // Code points [a, b) make the next piece.
+  void emit(size_t a, size_t b) { out.push_back(text.substr(pos[a], pos[b] - pos[a])); }
 };
 
 // The end of the whitespace run at i, given that it ends at k: \s+(?!\S)
@@ -85,13 +90,10 @@ size_t contraction(const std::vector<uint32_t>& cps, size_t i, bool any_case) {
 }
 
 std::vector<std::string> gpt2_pieces(const std::string& text) {
-  const CodePoints t(text);
-  const std::vector<uint32_t>& cps = t.cps;
+  Pieces p(text);
+  const std::vector<uint32_t>& cps = p.cps;
   const size_t n = cps.size();
-  std::vector<std::string> out;
-  auto emit = [&](size_t a, size_t b) {
-    out.push_back(text.substr(t.pos[a], t.pos[b] - t.pos[a]));
-  };
+  auto emit = [&](size_t a, size_t b) { p.emit(a, b); };
   size_t i = 0;
   while (i < n) {
     if (const size_t k = contraction(cps, i, false)) {
@@ -115,7 +117,7 @@ std::vector<std::string> gpt2_pieces(const std::string& text) {
     emit(i, k);
     i = k;
   }
-  return out;
+  return p.out;
 }
 
 // LLaMA 3's pattern, and Qwen2's with numbers of at most `max_digits`:
@@ -123,13 +125,10 @@ std::vector<std::string> gpt2_pieces(const std::string& text) {
 //   ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
 // Each alternative tried in turn at each position, as the regex does.
 std::vector<std::string> llama3_pieces(const std::string& text, size_t max_digits) {
-  const CodePoints t(text);
-  const std::vector<uint32_t>& cps = t.cps;
+  Pieces p(text);
+  const std::vector<uint32_t>& cps = p.cps;
   const size_t n = cps.size();
-  std::vector<std::string> out;
-  auto emit = [&](size_t a, size_t b) {
-    out.push_back(text.substr(t.pos[a], t.pos[b] - t.pos[a]));
-  };
+  auto emit = [&](size_t a, size_t b) { p.emit(a, b); };
   auto cls = [&](size_t k) { return classify(cps[k]); };
   auto newline = [&](size_t k) { return cps[k] == '\r' || cps[k] == '\n'; };
   size_t i = 0;
@@ -180,7 +179,7 @@ std::vector<std::string> llama3_pieces(const std::string& text, size_t max_digit
     emit(i, k);
     i = k;
   }
-  return out;
+  return p.out;
 }
 
 }  // namespace

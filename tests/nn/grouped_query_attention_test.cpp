@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "support/gpt_config_checks.h"
 #include "triad/autograd/engine.h"
 #include "triad/nn/gpt.h"
 #include "triad/ops.h"
@@ -147,19 +148,11 @@ TEST(GroupedQueryAttention, GptShapesCountsAndGradients) {
 }
 
 TEST(GroupedQueryAttention, ConfigIsChecked) {
-  auto expect_error = [](GptConfig c, const std::string& fragment) {
-    try {
-      c.validate();
-      ADD_FAILURE() << "expected ConfigError with '" << fragment << "'";
-    } catch (const ConfigError& e) {
-      EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
-    }
-  };
   GptConfig c = grouped_config();
   c.n_kv_head = 3;
-  expect_error(c, "model.n_kv_head (3) must divide model.n_head (4)");
+  triad::testing::expect_invalid(c, "model.n_kv_head (3) must divide model.n_head (4)");
   c.n_kv_head = -1;
-  expect_error(c, "model.n_kv_head (-1)");
+  triad::testing::expect_invalid(c, "model.n_kv_head (-1)");
   c.n_kv_head = 4;  // one per query head: multi-head attention
   EXPECT_NO_THROW(c.validate());
   EXPECT_EQ(c.qkv_width(), 3 * c.d_model);

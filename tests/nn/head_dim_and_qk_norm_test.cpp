@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "support/gpt_config_checks.h"
 #include "triad/autograd/engine.h"
 #include "triad/nn/gpt.h"
 #include "triad/ops.h"
@@ -167,23 +168,16 @@ TEST(QkNorm, EveryParameterGetsAGradient) {
 }
 
 TEST(HeadDim, ConfigIsChecked) {
-  auto expect_error = [](GptConfig c, const std::string& fragment) {
-    try {
-      c.validate();
-      ADD_FAILURE() << "expected ConfigError with '" << fragment << "'";
-    } catch (const ConfigError& e) {
-      EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
-    }
-  };
   GptConfig c = qwen3_config();
   c.head_size = -4;
-  expect_error(c, "model.head_dim (-4) must be positive");
+  triad::testing::expect_invalid(c, "model.head_dim (-4) must be positive");
   c.head_size = 7;  // rotary embeddings turn pairs of features
-  expect_error(c, "rope needs an even head dimension; model.head_dim is 7");
+  triad::testing::expect_invalid(c, "rope needs an even head dimension; model.head_dim is 7");
   // d_model not divisible by n_head needs the heads' width set.
   c.head_size = 0;
   c.d_model = 30;
-  expect_error(c, "model.d_model (30) must be divisible by model.n_head (4), or model.head_dim");
+  triad::testing::expect_invalid(
+      c, "model.d_model (30) must be divisible by model.n_head (4), or model.head_dim");
   c.head_size = 8;
   EXPECT_NO_THROW(c.validate());
   EXPECT_EQ(c.q_width(), 32);

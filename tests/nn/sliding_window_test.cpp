@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "support/gpt_config_checks.h"
 #include "triad/autograd/engine.h"
 #include "triad/nn/documents.h"
 #include "triad/nn/gpt.h"
@@ -188,26 +189,19 @@ TEST(SlidingWindow, ConfigIsChecked) {
   }
   EXPECT_TRUE(windowed(4).needs_attention_starts());
   EXPECT_FALSE(windowed(0).needs_attention_starts());
-  auto expect_error = [](GptConfig c, const std::string& fragment) {
-    try {
-      c.validate();
-      ADD_FAILURE() << "expected ConfigError with '" << fragment << "'";
-    } catch (const ConfigError& e) {
-      EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
-    }
-  };
   GptConfig exempt = windowed(0);
   exempt.full_attention_layers = {1};
-  expect_error(exempt,
-               "model.full_attention_layers exempts layers from a window, but "
-               "model.sliding_window is 0");
+  triad::testing::expect_invalid(exempt,
+                                 "model.full_attention_layers exempts layers from a window, but "
+                                 "model.sliding_window is 0");
   exempt.sliding_window = 4;
   exempt.full_attention_layers = {2};
-  expect_error(exempt,
-               "model.full_attention_layers: 2 at position 0; expected increasing layer "
-               "indices in [0, 2)");
+  triad::testing::expect_invalid(
+      exempt,
+      "model.full_attention_layers: 2 at position 0; expected increasing layer "
+      "indices in [0, 2)");
   exempt.full_attention_layers = {1, 0};
-  expect_error(exempt, "model.full_attention_layers: 0 at position 1");
+  triad::testing::expect_invalid(exempt, "model.full_attention_layers: 0 at position 1");
   exempt.full_attention_layers = {0, 1};
   EXPECT_NO_THROW(exempt.validate());
 }
