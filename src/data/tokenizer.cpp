@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <thread>
+#include <unordered_map>
 
 #include "triad/core/error.h"
 #include "unicode_classes.h"
@@ -228,10 +229,27 @@ std::string ByteTokenizer::decode(const std::vector<int32_t>& ids) const {
   return s;
 }
 
+namespace {
+
+// Pieces already encoded, by their bytes: words recur (Zipf), and BPE
+// costs a lookup per adjacent pair per merge. One cache per thread, so the
+// workers of tokenize_documents never wait for each other, for the
+// tokenizer it last served (`owner`, an id no other tokenizer takes);
+// emptied when it grows past a bound.
+struct PieceCache {
+  uint64_t owner = 0;
+  std::unordered_map<std::string, std::vector<int32_t>> ids;
+};
+thread_local PieceCache piece_cache;
+constexpr size_t kPieceCacheEntries = size_t{1} << 16;
+std::atomic<uint64_t> next_tokenizer_id{1};
+
+}  // namespace
+
 BpeTokenizer::BpeTokenizer(std::map<std::string, int32_t> vocab,
                            const std::vector<std::pair<std::string, std::string>>& merges,
                            Settings settings)
-    : settings_(std::move(settings)), encoder_(std::move(vocab)) {
+    : settings_(std::move(settings)), encoder_(std::move(vocab)), id_(next_tokenizer_id++) {
   // GPT-2's reversible byte -> printable code point map.
   int extra = 0;
   for (int b = 0; b < 256; ++b) {
@@ -303,23 +321,35 @@ std::vector<std::string> BpeTokenizer::bpe(const std::string& word) const {
 
 void BpeTokenizer::encode_plain(const std::string& text, std::vector<int32_t>& ids) const {
   const std::string normal = settings_.nfc ? nfc(text) : text;
+  PieceCache& cache = piece_cache;
+  if (cache.owner != id_) {
+    cache.ids.clear();
+    cache.owner = id_;
+  }
   for (const std::string& piece : pretokenize(normal, settings_.pattern)) {
+    const auto hit = cache.ids.find(piece);
+    if (hit != cache.ids.end()) {
+      ids.insert(ids.end(), hit->second.begin(), hit->second.end());
+      continue;
+    }
+    std::vector<int32_t> piece_ids;
     std::string mapped;
     for (unsigned char b : piece) mapped += byte_to_unicode_[b];
-    if (settings_.ignore_merges) {
-      const auto whole = encoder_.find(mapped);
-      if (whole != encoder_.end()) {
-        ids.push_back(whole->second);
-        continue;
+    const auto whole = settings_.ignore_merges ? encoder_.find(mapped) : encoder_.end();
+    if (whole != encoder_.end()) {
+      piece_ids.push_back(whole->second);
+    } else {
+      for (const std::string& sym : bpe(mapped)) {
+        auto it = encoder_.find(sym);
+        if (it == encoder_.end()) {
+          throw ValueError("tokenizer: symbol '" + sym + "' is not in the vocabulary");
+        }
+        piece_ids.push_back(it->second);
       }
     }
-    for (const std::string& sym : bpe(mapped)) {
-      auto it = encoder_.find(sym);
-      if (it == encoder_.end()) {
-        throw ValueError("tokenizer: symbol '" + sym + "' is not in the vocabulary");
-      }
-      ids.push_back(it->second);
-    }
+    ids.insert(ids.end(), piece_ids.begin(), piece_ids.end());
+    if (cache.ids.size() >= kPieceCacheEntries) cache.ids.clear();
+    cache.ids.emplace(piece, std::move(piece_ids));
   }
 }
 

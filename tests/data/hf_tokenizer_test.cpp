@@ -5,6 +5,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <thread>
+
 #include "support/temp_dir.h"
 #include "triad/core/error.h"
 #include "triad/data/tokenizer.h"
@@ -123,6 +125,24 @@ TEST(HfTokenizer, WithoutIgnoreMergesAWholeEntryIsBuiltByMergesOnly) {
   const auto tok = load(dir, tokenizer_json(kLlama3, false, false));
   // No merge builds " xyz": its bytes stay apart.
   EXPECT_EQ(tok->encode(" xyz"), (std::vector<int32_t>{' ', 'x', 'y', 'z'}));
+}
+
+// Each thread keeps the pieces it has encoded for the tokenizer it last
+// served: two tokenizers used in turn, and the same text encoded again,
+// give their own ids every time.
+TEST(HfTokenizer, CachedPiecesBelongToTheirTokenizer) {
+  TempDir dir;
+  const auto whole = load(dir, tokenizer_json(kLlama3, false, true), "whole");
+  const auto merged = load(dir, tokenizer_json(kLlama3, false, false), "merged");
+  const std::vector<int32_t> a{'a', 262}, b{'a', ' ', 'x', 'y', 'z'};
+  for (int round = 0; round < 3; ++round) {
+    EXPECT_EQ(whole->encode("a xyz"), a) << round;
+    EXPECT_EQ(merged->encode("a xyz"), b) << round;
+  }
+  std::vector<int32_t> from_another_thread;
+  std::thread([&] { from_another_thread = merged->encode("a xyz a xyz"); }).join();
+  EXPECT_EQ(from_another_thread,
+            (std::vector<int32_t>{'a', ' ', 'x', 'y', 'z', ' ', 'a', ' ', 'x', 'y', 'z'}));
 }
 
 TEST(HfTokenizer, Qwen2FormSplitsDigitsAndNormalisesToNfc) {

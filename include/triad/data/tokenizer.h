@@ -80,6 +80,7 @@ class BpeTokenizer : public Tokenizer {
   std::string byte_to_unicode_[256];
   std::map<std::string, uint8_t> unicode_to_byte_;
   int64_t vocab_size_ = 0;
+  uint64_t id_;  // this tokenizer's, for the per-thread piece cache
 };
 
 // GPT-2's byte-level BPE from its vocab.json (token -> id) and merges.txt,
