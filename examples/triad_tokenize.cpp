@@ -22,6 +22,7 @@ int main(int argc, char** argv) {
   CLI::App app{"Tokenize a text file into an llm.c shard or a Megatron indexed dataset"};
   std::string input, output, vocab, merges, format = "llmc", documents = "whole", json_key = "text";
   int64_t eod = -1;
+  std::string eod_token;
   int workers = 0;
   app.add_option("--input", input, "UTF-8 text file")->required();
   app.add_option("--output", output, "shard to write (llmc), or the dataset's prefix (megatron)")
@@ -45,6 +46,9 @@ int main(int argc, char** argv) {
   app.add_option("--eod", eod,
                  "token appended after each document (e.g. 50256, GPT-2's <|endoftext|>; "
                  "data.eod_token in triad-train); -1: none");
+  app.add_option("--eod-token", eod_token,
+                 "the end-of-document token by its text, an added token of --tokenizer's (e.g. "
+                 "<|endoftext|>); instead of --eod");
   app.add_option("--workers", workers,
                  "threads encoding documents (0: one per hardware thread); the output is the same "
                  "for any number")
@@ -53,6 +57,16 @@ int main(int argc, char** argv) {
   try {
     const std::unique_ptr<triad::data::Tokenizer> tok =
         triad::data::make_tokenizer(vocab, merges, hf_tokenizer);
+    if (!eod_token.empty()) {
+      if (eod != -1) throw triad::ValueError("give --eod or --eod-token, not both");
+      const auto* bpe = dynamic_cast<const triad::data::BpeTokenizer*>(tok.get());
+      eod = bpe ? bpe->added_token(eod_token) : -1;
+      if (eod < 0) {
+        throw triad::ValueError("--eod-token '" + eod_token +
+                                "' is not an added token of the tokenizer (--tokenizer names "
+                                "them in its tokenizer.json's added_tokens)");
+      }
+    }
     std::ifstream in(input, std::ios::binary);
     if (!in) throw triad::IoError("cannot open input '" + input + "'");
     // The input a batch of documents at a time (about 64 MB of text), each
