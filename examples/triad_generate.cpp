@@ -47,8 +47,9 @@ int main(int argc, char** argv) {
   app.add_option("--merges", merges, "GPT-2 merges.txt");
   std::string hf_tokenizer;
   app.add_option("--tokenizer", hf_tokenizer,
-                 "a Hugging Face tokenizer.json, or its model directory (byte-level BPE: GPT-2's, "
-                 "LLaMA 3's, Qwen2's, Qwen3's)");
+                 "a Hugging Face tokenizer.json (byte-level BPE: GPT-2's, LLaMA 3's, Qwen2's, "
+                 "Qwen3's), a SentencePiece tokenizer.model (LLaMA 2's, Mistral 7B's, Gemma's, "
+                 "T5's), or the model directory holding one");
   bool no_cache = false;
   app.add_flag("--no-kv-cache", no_cache,
                "run the model over the whole window for every token (for comparison)");

@@ -35,8 +35,9 @@ int main(int argc, char** argv) {
   app.add_option("--merges", merges, "GPT-2 merges.txt");
   std::string hf_tokenizer;
   app.add_option("--tokenizer", hf_tokenizer,
-                 "a Hugging Face tokenizer.json, or its model directory (byte-level BPE: GPT-2's, "
-                 "LLaMA 3's, Qwen2's, Qwen3's)");
+                 "a Hugging Face tokenizer.json (byte-level BPE: GPT-2's, LLaMA 3's, Qwen2's, "
+                 "Qwen3's), a SentencePiece tokenizer.model (LLaMA 2's, Mistral 7B's, Gemma's, "
+                 "T5's), or the model directory holding one");
   app.add_option("--documents", documents,
                  "how the input divides into documents: whole (one), lines (each non-empty line), "
                  "paragraphs (separated by blank lines) or jsonl (one JSON object per line, the "
@@ -47,8 +48,8 @@ int main(int argc, char** argv) {
                  "token appended after each document (e.g. 50256, GPT-2's <|endoftext|>; "
                  "data.eod_token in triad-train); -1: none");
   app.add_option("--eod-token", eod_token,
-                 "the end-of-document token by its text, an added token of --tokenizer's (e.g. "
-                 "<|endoftext|>); instead of --eod");
+                 "the end-of-document token by its text, a special token of --tokenizer's (e.g. "
+                 "<|endoftext|>, </s>); instead of --eod");
   app.add_option("--workers", workers,
                  "threads encoding documents (0: one per hardware thread); the output is the same "
                  "for any number")
@@ -59,12 +60,12 @@ int main(int argc, char** argv) {
         triad::data::make_tokenizer(vocab, merges, hf_tokenizer);
     if (!eod_token.empty()) {
       if (eod != -1) throw triad::ValueError("give --eod or --eod-token, not both");
-      const auto* bpe = dynamic_cast<const triad::data::BpeTokenizer*>(tok.get());
-      eod = bpe ? bpe->added_token(eod_token) : -1;
+      eod = tok->special_token(eod_token);
       if (eod < 0) {
         throw triad::ValueError("--eod-token '" + eod_token +
-                                "' is not an added token of the tokenizer (--tokenizer names "
-                                "them in its tokenizer.json's added_tokens)");
+                                "' is not a special token of the tokenizer (an added token of a "
+                                "tokenizer.json, a control or user-defined piece of a "
+                                "SentencePiece model)");
       }
     }
     std::ifstream in(input, std::ios::binary);

@@ -3,10 +3,13 @@
 // changes how text becomes ids is either honoured or refused by name.
 #include <nlohmann/json.hpp>
 
+#include <cctype>
 #include <climits>
 #include <filesystem>
+#include <fstream>
 
 #include "triad/core/error.h"
+#include "triad/data/sentencepiece.h"
 #include "triad/data/tokenizer.h"
 #include "triad/io/text_file.h"
 
@@ -206,13 +209,35 @@ std::unique_ptr<BpeTokenizer> load_hf_tokenizer(const std::string& path) {
   }
 }
 
+std::unique_ptr<Tokenizer> load_tokenizer(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) {
+    const fs::path json = fs::path(path) / "tokenizer.json";
+    const fs::path model = fs::path(path) / "tokenizer.model";
+    if (fs::exists(json, ec)) return load_hf_tokenizer(json.string());
+    if (fs::exists(model, ec)) return load_sentencepiece(model.string());
+    throw IoError("tokenizer directory '" + path +
+                  "' holds neither tokenizer.json nor tokenizer.model");
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw IoError("cannot open tokenizer '" + path + "'");
+  // JSON begins with '{' after any whitespace; a SentencePiece model (a
+  // protocol buffer) begins with its first piece's key, byte 0x0A.
+  char c = 0;
+  while (in.get(c) && std::isspace(static_cast<unsigned char>(c))) {
+  }
+  if (c == '{') return load_hf_tokenizer(path);
+  return load_sentencepiece(path);
+}
+
 std::unique_ptr<Tokenizer> make_tokenizer(const std::string& vocab, const std::string& merges,
                                           const std::string& hf) {
   if (vocab.empty() != merges.empty())
     throw ValueError("--vocab and --merges must be given together");
   if (!hf.empty() && !vocab.empty())
     throw ValueError("--tokenizer and --vocab/--merges name two tokenizers; give one");
-  if (!hf.empty()) return load_hf_tokenizer(hf);
+  if (!hf.empty()) return load_tokenizer(hf);
   if (!vocab.empty()) return std::make_unique<Gpt2BpeTokenizer>(vocab, merges);
   return std::make_unique<ByteTokenizer>();
 }

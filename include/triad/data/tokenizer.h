@@ -17,6 +17,13 @@ class Tokenizer {
   virtual std::vector<int32_t> encode(const std::string& text) const = 0;
   virtual std::string decode(const std::vector<int32_t>& ids) const = 0;
   virtual int64_t vocab_size() const = 0;
+  // The id of a special token by its text (BPE's added tokens, such as
+  // <|endoftext|>; SentencePiece's control, user-defined and unknown
+  // pieces, such as </s>), or -1.
+  virtual int32_t special_token(const std::string& text) const {
+    (void)text;
+    return -1;
+  }
 };
 
 // One token per byte (vocabulary of 256).
@@ -66,6 +73,7 @@ class BpeTokenizer : public Tokenizer {
   int64_t vocab_size() const override { return vocab_size_; }
   // The id of the added token `content`, or -1.
   int32_t added_token(const std::string& content) const;
+  int32_t special_token(const std::string& text) const override { return added_token(text); }
   const Settings& settings() const { return settings_; }
 
  private:
@@ -101,8 +109,14 @@ class Gpt2BpeTokenizer final : public BpeTokenizer {
 // tokenizing tools append their own end-of-document token).
 std::unique_ptr<BpeTokenizer> load_hf_tokenizer(const std::string& path);
 
-// The tokenizer the command-line tools' flags name: a Hugging Face
-// tokenizer.json (`hf`, --tokenizer), GPT-2's vocab.json and merges.txt
+// The tokenizer a file or directory holds, told apart by content: a
+// Hugging Face tokenizer.json (load_hf_tokenizer) or a SentencePiece model
+// (load_sentencepiece, include/triad/data/sentencepiece.h); a directory's
+// tokenizer.json is read before its tokenizer.model.
+std::unique_ptr<Tokenizer> load_tokenizer(const std::string& path);
+
+// The tokenizer the command-line tools' flags name: load_tokenizer's
+// (`hf`, --tokenizer), GPT-2's vocab.json and merges.txt
 // (--vocab and --merges, both), or one token per byte (none). Any other
 // combination is a ValueError naming the flags.
 std::unique_ptr<Tokenizer> make_tokenizer(const std::string& vocab, const std::string& merges,
