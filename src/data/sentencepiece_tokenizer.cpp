@@ -304,7 +304,7 @@ std::string SentencePieceTokenizer::normalize(const std::string& text) const {
   return out;
 }
 
-int32_t SentencePieceTokenizer::id_of(const std::string& text) const {
+int32_t SentencePieceTokenizer::id_of(std::string_view text) const {
   if (const auto r = reserved_.find(text); r != reserved_.end()) return r->second;
   if (const auto m = matchable_.find(text); m != matchable_.end()) return m->second;
   return unk_id_;
@@ -341,10 +341,11 @@ void SentencePieceTokenizer::bpe(const std::string& text, std::vector<Segment>& 
     return a.score < b.score || (a.score == b.score && a.left > b.left);
   };
   std::priority_queue<Candidate, std::vector<Candidate>, decltype(lower)> agenda(lower);
-  std::unordered_map<std::string, std::pair<size_t, size_t>> unused;  // piece -> halves' sizes
+  std::unordered_map<std::string_view, std::pair<size_t, size_t>> unused;  // halves' sizes
+  const std::string_view all = text;
   auto consider = [&](int64_t l, int64_t r) {
     if (l < 0 || r < 0 || sym[l].frozen || sym[r].frozen) return;
-    std::string merged = text.substr(sym[l].begin, sym[l].size + sym[r].size);
+    const std::string_view merged = all.substr(sym[l].begin, sym[l].size + sym[r].size);
     const auto it = matchable_.find(merged);
     if (it == matchable_.end()) return;
     const Piece& p = pieces_[it->second];
@@ -374,7 +375,7 @@ void SentencePieceTokenizer::bpe(const std::string& text, std::vector<Segment>& 
     while (!stack.empty()) {
       const auto [begin, size] = stack.back();
       stack.pop_back();
-      const std::string piece = text.substr(begin, size);
+      const std::string_view piece = all.substr(begin, size);
       const int32_t id = id_of(piece);
       if (pieces_[id].type == PieceType::Unused) {
         if (const auto u = unused.find(piece); u != unused.end()) {

@@ -13,7 +13,9 @@
 
 #include <cstdint>
 #include <memory>
+#include <functional>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -78,12 +80,18 @@ class SentencePieceTokenizer final : public Tokenizer {
   size_t normalize_prefix(const char* s, size_t n, std::string& out) const;
   void bpe(const std::string& text, std::vector<Segment>& out) const;
   void unigram(const std::string& text, std::vector<Segment>& out) const;
-  int32_t id_of(const std::string& text) const;
+  int32_t id_of(std::string_view text) const;
+  // Looked up by views into the text, without copying.
+  struct Hash {
+    using is_transparent = void;
+    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  };
+  using PieceMap = std::unordered_map<std::string, int32_t, Hash, std::equal_to<>>;
 
   std::vector<Piece> pieces_;
   Settings settings_;
-  std::unordered_map<std::string, int32_t> matchable_;  // Normal, UserDefined, Unused
-  std::unordered_map<std::string, int32_t> reserved_;   // Unknown, Control, Byte
+  PieceMap matchable_;  // Normal, UserDefined, Unused
+  PieceMap reserved_;  // Unknown, Control, Byte
   std::shared_ptr<const Trie> user_defined_;            // literal matches in text
   std::shared_ptr<const Trie> unigram_trie_;            // every matchable piece
   int32_t unk_id_ = -1;
