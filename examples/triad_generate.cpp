@@ -50,6 +50,10 @@ int main(int argc, char** argv) {
                  "a Hugging Face tokenizer.json (byte-level BPE: GPT-2's, LLaMA 3's, Qwen2's, "
                  "Qwen3's), a SentencePiece tokenizer.model (LLaMA 2's, Mistral 7B's, Gemma's, "
                  "T5's), or the model directory holding one");
+  std::string bos_token;
+  app.add_option("--bos-token", bos_token,
+                 "a special token put before the prompt, by its text (LLaMA 2's <s>: SentencePiece "
+                 "models do not add it themselves)");
   bool no_cache = false;
   app.add_flag("--no-kv-cache", no_cache,
                "run the model over the whole window for every token (for comparison)");
@@ -85,7 +89,16 @@ int main(int argc, char** argv) {
     triad::nn::Gpt model(model_cfg, config.train.seed);
     triad::io::load_gpt2_safetensors(model, weights);
     model.to(triad::device_from_string(device.empty() ? config.device : device));
-    const auto ids = tok->encode(prompt);
+    std::vector<int32_t> ids;
+    if (!bos_token.empty()) {
+      const int32_t bos = tok->special_token(bos_token);
+      if (bos < 0) {
+        throw triad::ValueError("--bos-token '" + bos_token +
+                                "' is not a special token of the tokenizer");
+      }
+      ids.push_back(bos);
+    }
+    for (const int32_t id : tok->encode(prompt)) ids.push_back(id);
     const auto t0 = std::chrono::steady_clock::now();
     auto out = triad::nn::generate(model, std::vector<int64_t>(ids.begin(), ids.end()), o);
     const double secs =
@@ -96,8 +109,10 @@ int main(int argc, char** argv) {
                    o.kv_cache ? "key/value cache" : "no cache");
     }
     if (!out.empty() && out.back() == o.stop_token) out.pop_back();  // the end, not text
-    std::printf("%s%s\n", prompt.c_str(),
-                tok->decode(std::vector<int32_t>(out.begin(), out.end())).c_str());
+    std::printf(
+        "%s%s\n", prompt.c_str(),
+        triad::data::continuation_text(*tok, ids, std::vector<int32_t>(out.begin(), out.end()))
+            .c_str());
   } catch (const triad::Error& e) {
     spdlog::error("{}", e.what());
     return 2;

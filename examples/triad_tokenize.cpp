@@ -50,6 +50,10 @@ int main(int argc, char** argv) {
   app.add_option("--eod-token", eod_token,
                  "the end-of-document token by its text, a special token of --tokenizer's (e.g. "
                  "<|endoftext|>, </s>); instead of --eod");
+  std::string bos_token;
+  app.add_option("--bos-token", bos_token,
+                 "a special token of --tokenizer's put before each document, by its text (e.g. "
+                 "LLaMA 2's <s>; SentencePiece models do not add it themselves)");
   app.add_option("--workers", workers,
                  "threads encoding documents (0: one per hardware thread); the output is the same "
                  "for any number")
@@ -63,6 +67,16 @@ int main(int argc, char** argv) {
       eod = tok->special_token(eod_token);
       if (eod < 0) {
         throw triad::ValueError("--eod-token '" + eod_token +
+                                "' is not a special token of the tokenizer (an added token of a "
+                                "tokenizer.json, a control or user-defined piece of a "
+                                "SentencePiece model)");
+      }
+    }
+    int64_t bos = -1;
+    if (!bos_token.empty()) {
+      bos = tok->special_token(bos_token);
+      if (bos < 0) {
+        throw triad::ValueError("--bos-token '" + bos_token +
                                 "' is not a special token of the tokenizer (an added token of a "
                                 "tokenizer.json, a control or user-defined piece of a "
                                 "SentencePiece model)");
@@ -88,7 +102,7 @@ int main(int argc, char** argv) {
     std::vector<std::string> batch;
     while (reader.next(batch, size_t{64} << 20)) {
       for (const auto& d :
-           triad::data::tokenize_documents(*tok, batch, eod, workers, document_count)) {
+           triad::data::tokenize_documents(*tok, batch, eod, workers, document_count, bos)) {
         try {
           megatron ? dataset->add(d) : shard->add(d);
         } catch (const triad::Error& e) {

@@ -215,8 +215,17 @@ std::unique_ptr<Tokenizer> load_tokenizer(const std::string& path) {
   if (fs::is_directory(path, ec)) {
     const fs::path json = fs::path(path) / "tokenizer.json";
     const fs::path model = fs::path(path) / "tokenizer.model";
-    if (fs::exists(json, ec)) return load_hf_tokenizer(json.string());
-    if (fs::exists(model, ec)) return load_sentencepiece(model.string());
+    const bool has_model = fs::exists(model, ec);
+    if (fs::exists(json, ec)) {
+      try {
+        return load_hf_tokenizer(json.string());
+      } catch (const NotSupportedError&) {
+        // LLaMA 2's and Mistral's directories hold both; their
+        // tokenizer.json (byte fallback) is the kind Triad does not build.
+        if (!has_model) throw;
+      }
+    }
+    if (has_model) return load_sentencepiece(model.string());
     throw IoError("tokenizer directory '" + path +
                   "' holds neither tokenizer.json nor tokenizer.model");
   }

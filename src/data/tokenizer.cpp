@@ -540,9 +540,14 @@ std::vector<std::string> split_documents(const std::string& text, DocumentSplit 
 std::vector<std::vector<int64_t>> tokenize_documents(const Tokenizer& tokenizer,
                                                      const std::vector<std::string>& documents,
                                                      int64_t eod_token, int workers,
-                                                     int64_t first_document) {
+                                                     int64_t first_document, int64_t bos_token) {
   if (eod_token >= tokenizer.vocab_size()) {
     throw ValueError("end-of-document token " + std::to_string(eod_token) +
+                     " is outside the tokenizer's vocabulary [0, " +
+                     std::to_string(tokenizer.vocab_size()) + ")");
+  }
+  if (bos_token >= tokenizer.vocab_size()) {
+    throw ValueError("beginning-of-document token " + std::to_string(bos_token) +
                      " is outside the tokenizer's vocabulary [0, " +
                      std::to_string(tokenizer.vocab_size()) + ")");
   }
@@ -559,7 +564,10 @@ std::vector<std::vector<int64_t>> tokenize_documents(const Tokenizer& tokenizer,
     for (size_t i = next++; i < n; i = next++) {
       try {
         const std::vector<int32_t> ids = tokenizer.encode(documents[i]);
-        std::vector<int64_t> doc(ids.begin(), ids.end());
+        std::vector<int64_t> doc;
+        doc.reserve(ids.size() + 2);
+        if (bos_token >= 0) doc.push_back(bos_token);
+        doc.insert(doc.end(), ids.begin(), ids.end());
         if (eod_token >= 0) doc.push_back(eod_token);
         out[i] = std::move(doc);
       } catch (const std::exception& e) {
@@ -585,6 +593,16 @@ std::vector<std::vector<int64_t>> tokenize_documents(const Tokenizer& tokenizer,
                      failure);
   }
   return out;
+}
+
+std::string continuation_text(const Tokenizer& tokenizer, const std::vector<int32_t>& prompt,
+                              const std::vector<int32_t>& generated) {
+  const std::string before = tokenizer.decode(prompt);
+  std::vector<int32_t> all = prompt;
+  all.insert(all.end(), generated.begin(), generated.end());
+  const std::string after = tokenizer.decode(all);
+  if (after.compare(0, before.size(), before) == 0) return after.substr(before.size());
+  return tokenizer.decode(generated);
 }
 
 }  // namespace triad::data

@@ -113,6 +113,18 @@ TEST(SentencePiece, SpecialTokensByText) {
   EXPECT_NE(sp->encode("</s>"), std::vector<int32_t>{2});
 }
 
+TEST(SentencePiece, ContinuationKeepsTheLeadingSpace) {
+  const auto sp = load_sentencepiece(kFixture);
+  const std::vector<int32_t> prompt = sp->encode("Hello");  // [▁Hello]
+  ASSERT_EQ(prompt, std::vector<int32_t>{373});
+  // "▁world" decoded alone loses its space, as the first piece of a text.
+  EXPECT_EQ(sp->decode({575}), "world");
+  EXPECT_EQ(continuation_text(*sp, prompt, {575, 670}), " world,");
+  // After <s>, too (a control piece decodes to nothing).
+  EXPECT_EQ(continuation_text(*sp, {1}, {575}), "world");
+  EXPECT_EQ(continuation_text(*sp, {1, 373}, {575}), " world");
+}
+
 TEST(SentencePiece, LoadTokenizerTellsFilesApartByContent) {
   TempDir dir;
   // A directory holding only tokenizer.model.
@@ -127,6 +139,15 @@ TEST(SentencePiece, LoadTokenizerTellsFilesApartByContent) {
   std::filesystem::copy_file(std::string(TRIAD_SOURCE_DIR) + "/tests/data/fixtures/tokenizer.json",
                              dir.file("tokenizer.json"));
   EXPECT_NE(dynamic_cast<const BpeTokenizer*>(load_tokenizer(dir.path().string()).get()), nullptr);
+  // ... unless it is of a kind Triad does not build (LLaMA 2's directory:
+  // a byte-fallback tokenizer.json beside tokenizer.model).
+  triad::testing::write_text(dir.file("tokenizer.json"),
+                             R"({"model": {"type": "Unigram", "vocab": []}})");
+  EXPECT_THROW(load_hf_tokenizer(dir.file("tokenizer.json")), NotSupportedError);
+  EXPECT_NE(dynamic_cast<const SentencePieceTokenizer*>(load_tokenizer(dir.path().string()).get()),
+            nullptr);
+  std::filesystem::remove(dir.file("tokenizer.model"));
+  EXPECT_THROW(load_tokenizer(dir.path().string()), NotSupportedError);
   TempDir empty;
   EXPECT_NE(error_of<IoError>([&] {
               load_tokenizer(empty.path().string());

@@ -257,6 +257,10 @@ TEST(Tokenizer, TextSplitsIntoDocumentsByLineParagraphOrJsonLine) {
   const auto docs = tokenize_documents(tok, {"ab", "c"}, 0);
   EXPECT_EQ(docs, (std::vector<std::vector<int64_t>>{{97, 98, 0}, {99, 0}}));
   EXPECT_EQ(tokenize_documents(tok, {"ab"}, -1), (std::vector<std::vector<int64_t>>{{97, 98}}));
+  // A beginning-of-document token goes first (LLaMA 2's <s>).
+  EXPECT_EQ(tokenize_documents(tok, {"ab", ""}, 0, 1, 0, 7),
+            (std::vector<std::vector<int64_t>>{{7, 97, 98, 0}, {7, 0}}));
+  EXPECT_THROW(tokenize_documents(tok, {"ab"}, 0, 1, 0, 256), ValueError);
   // Any number of workers gives the same documents in the same order.
   std::vector<std::string> many;
   for (int i = 0; i < 50; ++i)

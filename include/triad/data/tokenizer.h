@@ -111,8 +111,10 @@ std::unique_ptr<BpeTokenizer> load_hf_tokenizer(const std::string& path);
 
 // The tokenizer a file or directory holds, told apart by content: a
 // Hugging Face tokenizer.json (load_hf_tokenizer) or a SentencePiece model
-// (load_sentencepiece, include/triad/data/sentencepiece.h); a directory's
-// tokenizer.json is read before its tokenizer.model.
+// (load_sentencepiece, include/triad/data/sentencepiece.h). A directory's
+// tokenizer.json is read before its tokenizer.model, which is read instead
+// when the tokenizer.json is of a kind load_hf_tokenizer refuses (LLaMA 2's
+// and Mistral's directories hold both).
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& path);
 
 // The tokenizer the command-line tools' flags name: load_tokenizer's
@@ -161,8 +163,9 @@ class DocumentReader {
   int64_t line_ = 0;
   bool done_ = false;
 };
-// Each document's tokens, each followed by eod_token when it is >= 0 (it
-// must then be below the tokenizer's vocab_size: a ValueError otherwise).
+// Each document's tokens, each followed by eod_token when it is >= 0 and
+// preceded by bos_token when that is >= 0 (each must then be below the
+// tokenizer's vocab_size: a ValueError otherwise).
 // Documents are encoded one by one, so no BPE merge crosses a boundary, by
 // `workers` threads taking the next document as they finish one (0: one
 // per hardware thread); the result does not depend on their number. A
@@ -171,7 +174,16 @@ class DocumentReader {
 std::vector<std::vector<int64_t>> tokenize_documents(const Tokenizer& tokenizer,
                                                      const std::vector<std::string>& documents,
                                                      int64_t eod_token, int workers = 1,
-                                                     int64_t first_document = 0);
+                                                     int64_t first_document = 0,
+                                                     int64_t bos_token = -1);
+
+// The text `generated` adds after `prompt`: the two decoded together, less
+// the prompt's own text, so that what depends on its neighbours survives
+// (a SentencePiece piece's leading space is dropped at the start of a
+// text). When the prompt's text is not a prefix of the whole, `generated`
+// decoded alone.
+std::string continuation_text(const Tokenizer& tokenizer, const std::vector<int32_t>& prompt,
+                              const std::vector<int32_t>& generated);
 
 // GPT-2 pre-tokenisation of text into pieces (exposed for tests).
 std::vector<std::string> gpt2_pretokenize(const std::string& text);
