@@ -91,12 +91,7 @@ int main(int argc, char** argv) {
     model.to(triad::device_from_string(device.empty() ? config.device : device));
     std::vector<int32_t> ids;
     if (!bos_token.empty()) {
-      const int32_t bos = tok->special_token(bos_token);
-      if (bos < 0) {
-        throw triad::ValueError("--bos-token '" + bos_token +
-                                "' is not a special token of the tokenizer");
-      }
-      ids.push_back(bos);
+      ids.push_back(triad::data::require_special_token(*tok, bos_token, "--bos-token"));
     }
     for (const int32_t id : tok->encode(prompt)) ids.push_back(id);
     const auto t0 = std::chrono::steady_clock::now();

@@ -64,24 +64,10 @@ int main(int argc, char** argv) {
         triad::data::make_tokenizer(vocab, merges, hf_tokenizer);
     if (!eod_token.empty()) {
       if (eod != -1) throw triad::ValueError("give --eod or --eod-token, not both");
-      eod = tok->special_token(eod_token);
-      if (eod < 0) {
-        throw triad::ValueError("--eod-token '" + eod_token +
-                                "' is not a special token of the tokenizer (an added token of a "
-                                "tokenizer.json, a control or user-defined piece of a "
-                                "SentencePiece model)");
-      }
+      eod = triad::data::require_special_token(*tok, eod_token, "--eod-token");
     }
-    int64_t bos = -1;
-    if (!bos_token.empty()) {
-      bos = tok->special_token(bos_token);
-      if (bos < 0) {
-        throw triad::ValueError("--bos-token '" + bos_token +
-                                "' is not a special token of the tokenizer (an added token of a "
-                                "tokenizer.json, a control or user-defined piece of a "
-                                "SentencePiece model)");
-      }
-    }
+    const int64_t bos =
+        bos_token.empty() ? -1 : triad::data::require_special_token(*tok, bos_token, "--bos-token");
     std::ifstream in(input, std::ios::binary);
     if (!in) throw triad::IoError("cannot open input '" + input + "'");
     // The input a batch of documents at a time (about 64 MB of text), each

@@ -209,6 +209,17 @@ std::unique_ptr<BpeTokenizer> load_hf_tokenizer(const std::string& path) {
   }
 }
 
+int32_t require_special_token(const Tokenizer& tokenizer, const std::string& text,
+                              const std::string& what) {
+  const int32_t id = tokenizer.special_token(text);
+  if (id < 0) {
+    throw ValueError(what + " '" + text +
+                     "' is not a special token of the tokenizer (an added token of a "
+                     "tokenizer.json, a control or user-defined piece of a SentencePiece model)");
+  }
+  return id;
+}
+
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& path) {
   namespace fs = std::filesystem;
   std::error_code ec;

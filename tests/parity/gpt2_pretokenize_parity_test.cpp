@@ -9,26 +9,14 @@
 #include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
+#include "support/escaped_text.h"
 #include "triad/data/tokenizer.h"
 
 namespace triad::data {
 namespace {
 
-// The text with every byte outside printable ASCII escaped, for messages.
-std::string escaped(const std::string& s) {
-  std::ostringstream o;
-  for (unsigned char c : s) {
-    if (c >= 0x20 && c < 0x7F) {
-      o << c;
-    } else {
-      static const char* hex = "0123456789abcdef";
-      o << "\\x" << hex[c >> 4] << hex[c & 15];
-    }
-  }
-  return o.str();
-}
+using triad::testing::escaped;
 
 std::string joined(const std::vector<std::string>& pieces) {
   std::string out;

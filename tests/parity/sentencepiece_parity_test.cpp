@@ -10,25 +10,14 @@
 #include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
+#include "support/escaped_text.h"
 #include "triad/data/sentencepiece.h"
 
 namespace triad::data {
 namespace {
 
-std::string escaped(const std::string& s) {
-  std::ostringstream o;
-  for (unsigned char c : s) {
-    if (c >= 0x20 && c < 0x7F) {
-      o << c;
-    } else {
-      static const char* hex = "0123456789abcdef";
-      o << "\\x" << hex[c >> 4] << hex[c & 15];
-    }
-  }
-  return o.str();
-}
+using triad::testing::escaped;
 
 std::string pieces_of(const SentencePieceTokenizer& sp, const std::vector<int32_t>& ids) {
   std::string out;

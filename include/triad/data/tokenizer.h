@@ -109,6 +109,11 @@ class Gpt2BpeTokenizer final : public BpeTokenizer {
 // tokenizing tools append their own end-of-document token).
 std::unique_ptr<BpeTokenizer> load_hf_tokenizer(const std::string& path);
 
+// Tokenizer::special_token(text), or a ValueError naming `what` (the flag
+// that gave it, e.g. "--eod-token") and what a special token is.
+int32_t require_special_token(const Tokenizer& tokenizer, const std::string& text,
+                              const std::string& what);
+
 // The tokenizer a file or directory holds, told apart by content: a
 // Hugging Face tokenizer.json (load_hf_tokenizer) or a SentencePiece model
 // (load_sentencepiece, include/triad/data/sentencepiece.h). A directory's
