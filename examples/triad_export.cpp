@@ -26,6 +26,11 @@ int main(int argc, char** argv) {
   app.add_option("--weights", weights, "Triad's safetensors (instead of --run)");
   app.add_option("--output", output, "the directory to write config.json and model.safetensors")
       ->required();
+  std::string tokenizer;
+  app.add_option("--tokenizer", tokenizer,
+                 "the tokenizer the model was trained with, copied into --output: a "
+                 "tokenizer.json, a SentencePiece tokenizer.model, or a model directory (its "
+                 "tokenizer files and tokenizer_config.json)");
   CLI11_PARSE(app, argc, argv);
   try {
     if (!run_dir.empty()) {
@@ -41,9 +46,15 @@ int main(int argc, char** argv) {
     for (int64_t i = 0; i < model.n_layer; ++i) layers.push_back(i);
     const auto state = triad::io::load_gpt2_state_dict(
         weights, triad::nn::gpt_parameter_shapes(model, layers, true, true, true));
+    // The tokenizer first: it is checked before anything is written.
+    std::vector<std::string> tokenizer_files;
+    if (!tokenizer.empty())
+      tokenizer_files = triad::io::copy_hf_tokenizer(tokenizer, output, model.vocab_size);
     triad::io::save_hf_model(state, model, output);
-    std::printf("wrote %s/config.json and %s/model.safetensors (%s, %lld parameters)\n",
-                output.c_str(), output.c_str(), architecture,
+    std::string also;
+    for (const auto& f : tokenizer_files) also += ", " + f;
+    std::printf("wrote %s/config.json and %s/model.safetensors%s (%s, %lld parameters)\n",
+                output.c_str(), output.c_str(), also.c_str(), architecture,
                 static_cast<long long>(model.num_parameters()));
   } catch (const triad::Error& e) {
     spdlog::error("{}", e.what());

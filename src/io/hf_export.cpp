@@ -7,6 +7,8 @@
 #include <optional>
 
 #include "triad/core/error.h"
+#include "triad/data/sentencepiece.h"
+#include "triad/data/tokenizer.h"
 #include "triad/io/gpt2_weights.h"
 #include "triad/io/safetensors.h"
 #include "triad/ops/elementwise.h"
@@ -228,6 +230,54 @@ void save_hf_model(const nn::StateDict& full, const nn::GptConfig& c, const std:
   std::ofstream f(path);
   f << hf_config_json(c, torch_dtype);
   if (!f) throw IoError("export: cannot write '" + path + "'");
+}
+
+std::vector<std::string> copy_hf_tokenizer(const std::string& source, const std::string& dir,
+                                           int64_t vocab_size) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  // (source file, name in dir)
+  std::vector<std::pair<fs::path, std::string>> files;
+  std::unique_ptr<data::Tokenizer> tokenizer;
+  if (fs::is_directory(source, ec)) {
+    const fs::path from(source);
+    for (const char* name :
+         {"tokenizer.json", "tokenizer.model", "vocab.json", "merges.txt", "tokenizer_config.json",
+          "special_tokens_map.json", "added_tokens.json"}) {
+      if (fs::is_regular_file(from / name, ec)) files.emplace_back(from / name, name);
+    }
+    const bool gpt2 = fs::is_regular_file(from / "vocab.json", ec) &&
+                      fs::is_regular_file(from / "merges.txt", ec);
+    if (fs::exists(from / "tokenizer.json", ec) || fs::exists(from / "tokenizer.model", ec)) {
+      tokenizer = data::load_tokenizer(source);
+    } else if (gpt2) {
+      tokenizer = std::make_unique<data::Gpt2BpeTokenizer>((from / "vocab.json").string(),
+                                                           (from / "merges.txt").string());
+    } else {
+      throw IoError("tokenizer directory '" + source +
+                    "' holds no tokenizer.json, tokenizer.model, or vocab.json with merges.txt");
+    }
+  } else {
+    tokenizer = data::load_tokenizer(source);
+    const bool sentencepiece =
+        dynamic_cast<const data::SentencePieceTokenizer*>(tokenizer.get()) != nullptr;
+    files.emplace_back(source, sentencepiece ? "tokenizer.model" : "tokenizer.json");
+  }
+  if (tokenizer->vocab_size() > vocab_size) {
+    throw ValueError("tokenizer '" + source + "' has " + std::to_string(tokenizer->vocab_size()) +
+                     " tokens but the model's vocab_size is " + std::to_string(vocab_size));
+  }
+  fs::create_directories(dir, ec);
+  std::vector<std::string> written;
+  for (const auto& [from, name] : files) {
+    const fs::path to = fs::path(dir) / name;
+    if (!fs::copy_file(from, to, fs::copy_options::overwrite_existing, ec) || ec) {
+      throw IoError("cannot copy '" + from.string() + "' to '" + to.string() +
+                    "': " + ec.message());
+    }
+    written.push_back(name);
+  }
+  return written;
 }
 
 }  // namespace triad::io

@@ -7,9 +7,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <string>
 
 #include "support/temp_dir.h"
+#include "triad/core/error.h"
 #include "triad/io/gpt2_weights.h"
 #include "triad/io/hf_config.h"
 #include "triad/io/safetensors.h"
@@ -237,6 +241,50 @@ TEST(HfExport, AModelNoClassHoldsIsNamed) {
   nn::StateDict sd = nn::Gpt(l, 1).state_dict();
   sd["h.1.attn.c_attn.weight"] = sd.at("h.1.attn.c_proj.weight");
   EXPECT_THROW(triad_to_hf(sd, l), ShapeError);
+}
+
+// The tokenizer goes along with the export: a file by its kind, a model
+// directory's tokenizer files as they are; checked before anything is
+// copied.
+TEST(HfExport, CopiesTheTokenizerIntoTheExportedDirectory) {
+  const std::string fixtures = std::string(TRIAD_SOURCE_DIR) + "/tests/data/fixtures/";
+  auto bytes = [](const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  };
+  testing::TempDir out;
+  const std::string sp_dir = out.file("sp");
+  EXPECT_EQ(copy_hf_tokenizer(fixtures + "sentencepiece_bpe.model", sp_dir, 700),
+            std::vector<std::string>{"tokenizer.model"});
+  EXPECT_EQ(bytes(sp_dir + "/tokenizer.model"), bytes(fixtures + "sentencepiece_bpe.model"));
+  EXPECT_EQ(copy_hf_tokenizer(fixtures + "tokenizer.json", out.file("hf"), 512),
+            std::vector<std::string>{"tokenizer.json"});
+  // A model directory: its tokenizer files, not its weights or config.
+  testing::TempDir model;
+  testing::write_text(model.file("tokenizer.json"), bytes(fixtures + "tokenizer.json"));
+  testing::write_text(model.file("tokenizer_config.json"), R"({"model_max_length": 64})");
+  testing::write_text(model.file("config.json"), "{}");
+  testing::write_text(model.file("model.safetensors"), "not copied");
+  const auto written = copy_hf_tokenizer(model.path().string(), out.file("dir"), 301);
+  EXPECT_EQ(written, (std::vector<std::string>{"tokenizer.json", "tokenizer_config.json"}));
+  EXPECT_FALSE(std::filesystem::exists(out.file("dir") + "/config.json"));
+  EXPECT_EQ(bytes(out.file("dir") + "/tokenizer_config.json"), R"({"model_max_length": 64})");
+  // Ids past the model's vocabulary, a directory without a tokenizer, a
+  // file that is not one: refused, nothing written.
+  try {
+    copy_hf_tokenizer(fixtures + "sentencepiece_bpe.model", out.file("small"), 256);
+    FAIL() << "a 700-token tokenizer went with a 256-token model";
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("has 700 tokens but the model's vocab_size is 256"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_FALSE(std::filesystem::exists(out.file("small")));
+  testing::TempDir empty;
+  EXPECT_THROW(copy_hf_tokenizer(empty.path().string(), out.file("none"), 700), IoError);
+  testing::write_text(empty.file("bogus.model"), "\x0b\x01");
+  EXPECT_THROW(copy_hf_tokenizer(empty.file("bogus.model"), out.file("none"), 700), IoError);
+  EXPECT_FALSE(std::filesystem::exists(out.file("none")));
 }
 
 }  // namespace

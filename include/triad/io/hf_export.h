@@ -2,6 +2,7 @@
 
 #include <map>
 #include <string>
+#include <vector>
 
 #include "triad/nn/gpt.h"
 
@@ -36,5 +37,18 @@ std::map<std::string, Tensor> triad_to_hf(const nn::StateDict& full, const nn::G
 
 // Writes dir/config.json and dir/model.safetensors (dir is created).
 void save_hf_model(const nn::StateDict& full, const nn::GptConfig& c, const std::string& dir);
+
+// Copies the tokenizer the model was trained with into an exported
+// directory, so that it is a whole Hugging Face model (AutoTokenizer reads
+// it too). `source` is a tokenizer.json or a SentencePiece model (written
+// as dir/tokenizer.json or dir/tokenizer.model, by content), or a model
+// directory, whose tokenizer files are copied as they are:
+// tokenizer.json, tokenizer.model, vocab.json and merges.txt (GPT-2's),
+// tokenizer_config.json, special_tokens_map.json, added_tokens.json. The
+// tokenizer is read first: one that does not load (or a directory with
+// none), or whose ids reach past vocab_size, is an error naming it and
+// nothing is copied. Returns the names written.
+std::vector<std::string> copy_hf_tokenizer(const std::string& source, const std::string& dir,
+                                           int64_t vocab_size);
 
 }  // namespace triad::io
