@@ -233,8 +233,32 @@ __global__ void gelu_backward_kernel(const T* x, const T* dy, T* dx, int64_t n) 
 // SwiGLU: a thread per V consecutive outputs of a row (V = 16 bytes of
 // elements when F is a multiple of it and the tensors are pack-aligned, so
 // every gate, value and output pack is aligned too; else 1).
-template <class T, int V>
-__global__ void swiglu_forward_kernel(const T* x, T* y, int64_t rows, int64_t F) {
+// The gate's sigmoid s (act(a) = a s): sigmoid(a) for silu, sigmoid(2u)
+// with u = k0 (a + k1 a^3) for GELU's tanh approximation.
+template <bool Gelu, class C>
+__device__ __forceinline__ C gate_sigmoid(C a) {
+  if constexpr (Gelu) {
+    const C u = C(0.7978845608028654) * (a + C(0.044715) * a * a * a);
+    return C(1) / (C(1) + exp_of(C(-2) * u));
+  } else {
+    return C(1) / (C(1) + exp_of(-a));
+  }
+}
+
+// act'(a) given s = gate_sigmoid(a): s (1 + a (1 - s)) for silu, s + 2 a s
+// (1 - s) du for GELU (du = k0 (1 + 3 k1 a^2)).
+template <bool Gelu, class C>
+__device__ __forceinline__ C gate_slope(C a, C s) {
+  if constexpr (Gelu) {
+    const C du = C(0.7978845608028654) * (C(1) + C(3) * C(0.044715) * a * a);
+    return s + C(2) * a * s * (C(1) - s) * du;
+  } else {
+    return s * (C(1) + a * (C(1) - s));
+  }
+}
+
+template <class T, int V, bool Gelu>
+__global__ void glu_forward_kernel(const T* x, T* y, int64_t rows, int64_t F) {
   using C = compute_t<T>;
   const int64_t per_row = F / V, n = rows * per_row;
   for (int64_t p = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; p < n;
@@ -243,13 +267,13 @@ __global__ void swiglu_forward_kernel(const T* x, T* y, int64_t rows, int64_t F)
     C a[V], b[V];
     load_n<V>(x, r * 2 * F + j, a);
     load_n<V>(x, r * 2 * F + F + j, b);
-    for (int k = 0; k < V; ++k) a[k] = a[k] / (C(1) + exp_of(-a[k])) * b[k];
+    for (int k = 0; k < V; ++k) a[k] = a[k] * gate_sigmoid<Gelu>(a[k]) * b[k];
     store_n<V>(y, r * F + j, a);
   }
 }
 
-template <class T, int V>
-__global__ void swiglu_backward_kernel(const T* x, const T* dy, T* dx, int64_t rows, int64_t F) {
+template <class T, int V, bool Gelu>
+__global__ void glu_backward_kernel(const T* x, const T* dy, T* dx, int64_t rows, int64_t F) {
   using C = compute_t<T>;
   const int64_t per_row = F / V, n = rows * per_row;
   for (int64_t p = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; p < n;
@@ -260,8 +284,8 @@ __global__ void swiglu_backward_kernel(const T* x, const T* dy, T* dx, int64_t r
     load_n<V>(x, r * 2 * F + F + j, b);
     load_n<V>(dy, r * F + j, g);
     for (int k = 0; k < V; ++k) {
-      const C s = C(1) / (C(1) + exp_of(-a[k]));
-      da[k] = g[k] * b[k] * s * (C(1) + a[k] * (C(1) - s));
+      const C s = gate_sigmoid<Gelu>(a[k]);
+      da[k] = g[k] * b[k] * gate_slope<Gelu>(a[k], s);
       db[k] = g[k] * a[k] * s;
     }
     store_n<V>(dx, r * 2 * F + j, da);
@@ -715,19 +739,24 @@ void gelu_backward(const void* x, const void* dy, void* dx, ScalarType type, int
 
 // SwiGLU over rows * F / V packs: V = kPack<T> when F is a multiple of it
 // and every pointer is pack-aligned, else 1 (f64: always 1).
-void swiglu_forward(const void* x, void* y, ScalarType type, int64_t rows, int64_t F,
-                    cudaStream_t stream) {
+void glu_forward(const void* x, void* y, ScalarType type, int64_t rows, int64_t F, bool gelu,
+                 cudaStream_t stream) {
   if (rows * F == 0) return;
   auto run = [&](auto t, auto v) {
     using T = decltype(t);
     constexpr int V = decltype(v)::value;
-    swiglu_forward_kernel<T, V><<<grid_for(rows * F / V, kThreads), kThreads, 0, stream>>>(
-        static_cast<const T*>(x), static_cast<T*>(y), rows, F);
+    if (gelu) {
+      glu_forward_kernel<T, V, true><<<grid_for(rows * F / V, kThreads), kThreads, 0, stream>>>(
+          static_cast<const T*>(x), static_cast<T*>(y), rows, F);
+    } else {
+      glu_forward_kernel<T, V, false><<<grid_for(rows * F / V, kThreads), kThreads, 0, stream>>>(
+          static_cast<const T*>(x), static_cast<T*>(y), rows, F);
+    }
   };
   if (type == ScalarType::F64) {
     run(double{}, std::integral_constant<int, 1>{});
   } else {
-    dispatch_nn(type, "swiglu_forward", [&](auto t) {
+    dispatch_nn(type, "glu_forward", [&](auto t) {
       using T = decltype(t);
       if (F % kPack<T> == 0 && pack_aligned(x) && pack_aligned(y)) {
         run(t, std::integral_constant<int, kPack<T>>{});
@@ -736,22 +765,30 @@ void swiglu_forward(const void* x, void* y, ScalarType type, int64_t rows, int64
       }
     });
   }
-  check_launch("swiglu_forward");
+  check_launch(gelu ? "geglu_forward" : "swiglu_forward");
 }
 
-void swiglu_backward(const void* x, const void* dy, void* dx, ScalarType type, int64_t rows,
-                     int64_t F, cudaStream_t stream) {
+void glu_backward(const void* x, const void* dy, void* dx, ScalarType type, int64_t rows, int64_t F,
+                  bool gelu, cudaStream_t stream) {
   if (rows * F == 0) return;
   auto run = [&](auto t, auto v) {
     using T = decltype(t);
     constexpr int V = decltype(v)::value;
-    swiglu_backward_kernel<T, V><<<grid_for(rows * F / V, kThreads), kThreads, 0, stream>>>(
-        static_cast<const T*>(x), static_cast<const T*>(dy), static_cast<T*>(dx), rows, F);
+    const auto* px = static_cast<const T*>(x);
+    const auto* pdy = static_cast<const T*>(dy);
+    auto* pdx = static_cast<T*>(dx);
+    if (gelu) {
+      glu_backward_kernel<T, V, true>
+          <<<grid_for(rows * F / V, kThreads), kThreads, 0, stream>>>(px, pdy, pdx, rows, F);
+    } else {
+      glu_backward_kernel<T, V, false>
+          <<<grid_for(rows * F / V, kThreads), kThreads, 0, stream>>>(px, pdy, pdx, rows, F);
+    }
   };
   if (type == ScalarType::F64) {
     run(double{}, std::integral_constant<int, 1>{});
   } else {
-    dispatch_nn(type, "swiglu_backward", [&](auto t) {
+    dispatch_nn(type, "glu_backward", [&](auto t) {
       using T = decltype(t);
       if (F % kPack<T> == 0 && pack_aligned(x) && pack_aligned(dy) && pack_aligned(dx)) {
         run(t, std::integral_constant<int, kPack<T>>{});
@@ -760,7 +797,7 @@ void swiglu_backward(const void* x, const void* dy, void* dx, ScalarType type, i
       }
     });
   }
-  check_launch("swiglu_backward");
+  check_launch(gelu ? "geglu_backward" : "swiglu_backward");
 }
 
 Status check_dropout(double p) {

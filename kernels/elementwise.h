@@ -35,13 +35,14 @@ void affine(const void* x, void* out, ScalarType type, int64_t n, double alpha, 
 void gelu_forward(const void* x, void* y, ScalarType type, int64_t n, cudaStream_t stream);
 void gelu_backward(const void* x, const void* dy, void* dx, ScalarType type, int64_t n,
                    cudaStream_t stream);
-// SwiGLU: x (rows, 2F) = [a | b] -> y (rows, F) = silu(a) * b; backward
-// dx (rows, 2F) = [dy * b * silu'(a) | dy * silu(a)]. f32, f64, bf16, f16
-// (f32 math for halves); contiguous.
-void swiglu_forward(const void* x, void* y, ScalarType type, int64_t rows, int64_t F,
-                    cudaStream_t stream);
-void swiglu_backward(const void* x, const void* dy, void* dx, ScalarType type, int64_t rows,
-                     int64_t F, cudaStream_t stream);
+// A gated linear unit: x (rows, 2F) = [a | b] -> y (rows, F) = act(a) * b,
+// act silu (SwiGLU) or, with `gelu`, GELU's tanh approximation (GeGLU);
+// backward dx (rows, 2F) = [dy * b * act'(a) | dy * act(a)]. f32, f64,
+// bf16, f16 (f32 math for halves); contiguous.
+void glu_forward(const void* x, void* y, ScalarType type, int64_t rows, int64_t F, bool gelu,
+                 cudaStream_t stream);
+void glu_backward(const void* x, const void* dy, void* dx, ScalarType type, int64_t rows, int64_t F,
+                  bool gelu, cudaStream_t stream);
 // y = x * keep / (1 - p), keep = philox::uniform(seed, rng_stream, offset + i) >= p: the
 // CPU backend's mask, bit for bit.
 void dropout(const void* x, void* y, ScalarType type, int64_t n, double p, uint64_t seed,

@@ -121,9 +121,10 @@ int main(int argc, char** argv) {
   {
     Tensor fc = rnd({N, 8 * C}, 15), act = triad::empty({N, 4 * C}, bf, gpu),
            dfc = triad::empty({N, 8 * C}, bf, gpu);
-    report("swiglu_forward", time_ms([&] { be.swiglu_forward(fc, act); }, iters), 12.0 * N * C * h,
-           0);
-    report("swiglu_backward", time_ms([&] { be.swiglu_backward(fc, act, dfc); }, iters),
+    report("swiglu_forward", time_ms([&] { be.glu_forward(fc, act, triad::GluGate::Silu); }, iters),
+           12.0 * N * C * h, 0);
+    report("swiglu_backward",
+           time_ms([&] { be.glu_backward(fc, act, dfc, triad::GluGate::Silu); }, iters),
            20.0 * N * C * h, 0);
   }
   // Rotary embeddings of a (B, T, 3C) qkv in NH heads: reads and writes

@@ -69,11 +69,24 @@ const char* normalization_string(Normalization n) {
 Activation activation_from_string(const std::string& name) {
   if (name == "gelu") return Activation::Gelu;
   if (name == "swiglu") return Activation::SwiGlu;
-  throw ConfigError("model.activation ('" + name + "') must be gelu or swiglu");
+  if (name == "geglu") return Activation::GeGlu;
+  throw ConfigError("model.activation ('" + name + "') must be gelu, swiglu or geglu");
 }
 
 const char* activation_string(Activation a) {
-  return a == Activation::SwiGlu ? "swiglu" : "gelu";
+  switch (a) {
+    case Activation::SwiGlu:
+      return "swiglu";
+    case Activation::GeGlu:
+      return "geglu";
+    case Activation::Gelu:
+      break;
+  }
+  return "gelu";
+}
+
+Tensor gated_activation(Activation a, const Tensor& x) {
+  return a == Activation::GeGlu ? geglu(x) : swiglu(x);
 }
 
 void GptConfig::validate() const {
@@ -298,7 +311,7 @@ Tensor CausalSelfAttention::forward_cached(const Tensor& x, Tensor& k_cache, Ten
 }
 
 Mlp::Mlp(const GptConfig& cfg, int64_t layer)
-    : layer_(layer), dropout_(cfg.dropout), swiglu_(cfg.activation == Activation::SwiGlu) {
+    : layer_(layer), dropout_(cfg.dropout), activation_(cfg.activation) {
   c_fc_ = register_module("c_fc",
                           std::make_shared<Linear>(cfg.d_model, cfg.fc_width(), cfg.linear_bias));
   c_proj_ =
@@ -306,8 +319,9 @@ Mlp::Mlp(const GptConfig& cfg, int64_t layer)
 }
 
 Tensor Mlp::forward(const Tensor& x, const ForwardContext& ctx) const {
-  Tensor y = swiglu_ ? c_proj_->forward(swiglu(c_fc_->forward(x)))
-                     : c_proj_->forward_after_gelu(c_fc_->forward_gelu(x));
+  Tensor y = activation_ != Activation::Gelu
+                 ? c_proj_->forward(gated_activation(activation_, c_fc_->forward(x)))
+                 : c_proj_->forward_after_gelu(c_fc_->forward_gelu(x));
   return site_dropout(y, dropout_, ctx, layer_, "mlp.resid");
 }
 

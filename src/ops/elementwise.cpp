@@ -123,24 +123,36 @@ Tensor gelu(const Tensor& x) {
   return y;
 }
 
-Tensor swiglu(const Tensor& x) {
-  detail::check_floating(x, "swiglu", "x");
+namespace {
+
+Tensor glu(const Tensor& x, GluGate gate, const char* name) {
+  detail::check_floating(x, name, "x");
   if (x.dim() == 0 || x.size(-1) % 2 != 0) {
-    throw ShapeError("swiglu: the last dimension of x " + shape_str(x.shape()) +
+    throw ShapeError(std::string(name) + ": the last dimension of x " + shape_str(x.shape()) +
                      " must hold two halves [a | b] (an even size)");
   }
   Tensor xc = contiguous(x).detach();
   Shape out_shape = x.shape();
   out_shape.back() /= 2;
   Tensor y = empty(out_shape, x.dtype(), x.device());
-  backend_for(xc).swiglu_forward(xc, y);
-  record("swiglu", {x}, {y}, [xc](const TensorList& g) -> TensorList {
+  backend_for(xc).glu_forward(xc, y, gate);
+  record(name, {x}, {y}, [xc, gate](const TensorList& g) -> TensorList {
     Tensor dy = contiguous(g[0]);
     Tensor dx = empty_like(xc);
-    backend_for(xc).swiglu_backward(xc, dy, dx);
+    backend_for(xc).glu_backward(xc, dy, dx, gate);
     return {dx};
   });
   return y;
+}
+
+}  // namespace
+
+Tensor swiglu(const Tensor& x) {
+  return glu(x, GluGate::Silu, "swiglu");
+}
+
+Tensor geglu(const Tensor& x) {
+  return glu(x, GluGate::GeluTanh, "geglu");
 }
 
 Tensor dropout(const Tensor& x, double p, uint64_t seed, uint64_t stream, uint64_t offset) {

@@ -809,6 +809,12 @@ TEST(CudaKernels, PackedAndElementwisePathsMatchTheCpu) {
           return std::vector<Tensor>{randn({9, 2 * F}, 9, 15, 2.0, d)};
         },
         [](const std::vector<Tensor>& x) { return swiglu(x[0]); }));
+    add_cases(both(
+        "geglu_F" + std::to_string(F),
+        [F](DType d) {
+          return std::vector<Tensor>{randn({9, 2 * F}, 9, 16, 2.0, d)};
+        },
+        [](const std::vector<Tensor>& x) { return geglu(x[0]); }));
   }
   for (int64_t D : {int64_t{128}, int64_t{8}, int64_t{6}}) {
     add_cases(both(

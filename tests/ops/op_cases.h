@@ -237,6 +237,16 @@ inline std::vector<OpCase> op_cases() {
                  return std::vector<Tensor>{rnd({3, 2 * 37}, d, 2, 3.0)};
                },
                [](const std::vector<Tensor>& x) { return swiglu(x[0]); }});
+  c.push_back({"geglu",
+               [](DType d) {
+                 return std::vector<Tensor>{rnd({2, 3, 10}, d, 4, 2.0)};
+               },
+               [](const std::vector<Tensor>& x) { return geglu(x[0]); }});
+  c.push_back({"geglu_long_rows",
+               [](DType d) {
+                 return std::vector<Tensor>{rnd({3, 2 * 37}, d, 5, 3.0)};
+               },
+               [](const std::vector<Tensor>& x) { return geglu(x[0]); }});
   c.push_back({"rms_norm",
                [](DType d) {
                  return std::vector<Tensor>{rnd({2, 3, 8}, d, 1, 2.0), rnd({8}, d, 2)};

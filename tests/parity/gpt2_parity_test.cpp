@@ -188,6 +188,17 @@ TEST_F(Gpt2Parity, SwigluMlpLogitsAndGradients) {
   expect_step_zero_matches(model, ref_, "swiglu.");
 }
 
+// Gemma's GeGLU MLP (GELU's tanh approximation on the gate half) against
+// PyTorch's F.gelu(approximate="tanh").
+TEST_F(Gpt2Parity, GegluMlpLogitsAndGradients) {
+  nn::GptConfig cfg = model_cfg_;
+  cfg.activation = nn::Activation::GeGlu;
+  cfg.ffn_hidden_size = cfg_["swiglu_ffn"];
+  nn::Gpt model(cfg, 1);
+  io::load_gpt2_safetensors(model, ref_dir() + "/geglu_model.safetensors");
+  expect_step_zero_matches(model, ref_, "geglu.");
+}
+
 // LLaMA's combination: rotary embeddings, SwiGLU, RMSNorm (written out in
 // PyTorch by hand: x * rsqrt(mean(x^2) + eps) * weight), linear layers
 // without biases, an untied output head (lm_head.weight) and grouped-query

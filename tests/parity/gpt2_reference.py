@@ -117,8 +117,9 @@ class RmsNorm(torch.nn.Module):
 class Gpt(torch.nn.Module):
     def __init__(self, c, rope_theta=None, swiglu_ffn=None, rms_norm=False, bias=True,
                  tie=True, kv_heads=None, window=None, rope_scaling=None, qkv_bias=False,
-                 head_dim=None, qk_norm=False, full_layers=()):
+                 head_dim=None, qk_norm=False, full_layers=(), geglu=False):
         super().__init__()
+        self.geglu = geglu  # the gated MLP's gate: GELU (tanh) instead of silu
         self.window = window
         self.full_layers = full_layers  # layers exempt from the window
         self.rope_scaling = rope_scaling
@@ -200,7 +201,8 @@ class Gpt(torch.nn.Module):
                 x = x + b.mlp.c_proj(F.gelu(b.mlp.c_fc(b.ln_2(x)), approximate="tanh"))
             else:
                 gate, value = b.mlp.c_fc(b.ln_2(x)).chunk(2, dim=-1)
-                x = x + b.mlp.c_proj(F.silu(gate) * value)
+                act = F.gelu(gate, approximate="tanh") if self.geglu else F.silu(gate)
+                x = x + b.mlp.c_proj(act * value)
         head = self.wte.weight if not hasattr(self, "lm_head") else self.lm_head.weight
         return self.ln_f(x) @ head.t()
 
@@ -365,6 +367,9 @@ def main():
     swiglu = Gpt(CFG, swiglu_ffn=SWIGLU_FFN)
     save_model(swiglu, os.path.join(out, "swiglu_model.safetensors"))
     record_step_zero(swiglu, x, y, "swiglu.", ref)
+    geglu = Gpt(CFG, swiglu_ffn=SWIGLU_FFN, geglu=True)
+    save_model(geglu, os.path.join(out, "geglu_model.safetensors"))
+    record_step_zero(geglu, x, y, "geglu.", ref)
     llama = Gpt(CFG, ROPE_THETA, SWIGLU_FFN, rms_norm=True, bias=False, tie=False,
                 kv_heads=LLAMA_KV_HEADS)
     save_model(llama, os.path.join(out, "llama_model.safetensors"))

@@ -513,6 +513,10 @@ TEST(Config, MlpActivationWidthAndNormalizationParseRoundTripAndAreChecked) {
   const Config back = parse_config(to_yaml(c));
   EXPECT_EQ(back.model.activation, nn::Activation::SwiGlu);
   EXPECT_EQ(back.model.ffn_hidden_size, 44);
+  const Config gemma = parse_config(kValid, {"model.activation=geglu"});
+  EXPECT_EQ(gemma.model.activation, nn::Activation::GeGlu);
+  EXPECT_EQ(gemma.model.fc_width(), 128);
+  EXPECT_EQ(parse_config(to_yaml(gemma)).model.activation, nn::Activation::GeGlu);
   const Config nobias = parse_config(kValid, {"model.linear_bias=false"});
   EXPECT_FALSE(nobias.model.linear_bias);
   EXPECT_FALSE(parse_config(to_yaml(nobias)).model.linear_bias);
@@ -533,7 +537,7 @@ TEST(Config, MlpActivationWidthAndNormalizationParseRoundTripAndAreChecked) {
   expect_config_error(kValid, {"model.normalization=batchnorm"},
                       "model.normalization ('batchnorm') must be layernorm or rmsnorm");
   expect_config_error(kValid, {"model.activation=relu"},
-                      "model.activation ('relu') must be gelu or swiglu");
+                      "model.activation ('relu') must be gelu, swiglu or geglu");
   expect_config_error(kValid, {"model.ffn_hidden_size=-4"},
                       "model.ffn_hidden_size (-4) must be positive");
 }

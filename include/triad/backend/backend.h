@@ -46,6 +46,9 @@ struct AdamWStep {
 // Adding a backend: implement this interface, register it with
 // register_backend(), and run the shared conformance suite
 // (tests/ops/op_harness_test.cpp) against it.
+// The activation a gated linear unit applies to its gate half.
+enum class GluGate { Silu, GeluTanh };
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -93,11 +96,12 @@ class Backend {
   // GELU, tanh approximation.
   virtual void gelu_forward(const Tensor& x, Tensor& y) = 0;
   virtual void gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) = 0;
-  // SwiGLU over the last dimension: x (rows, 2F) = [a | b] -> y (rows, F) =
-  // silu(a) * b, silu(a) = a * sigmoid(a). Backward: dx = [dy * b * silu'(a)
-  // | dy * silu(a)] from x and dy (rows, F).
-  virtual void swiglu_forward(const Tensor& x, Tensor& y) = 0;
-  virtual void swiglu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) = 0;
+  // A gated linear unit over the last dimension: x (rows, 2F) = [a | b] ->
+  // y (rows, F) = act(a) * b, act silu (SwiGLU: a * sigmoid(a)) or GELU's
+  // tanh approximation (GeGLU). Backward: dx = [dy * b * act'(a) | dy *
+  // act(a)] from x and dy (rows, F).
+  virtual void glu_forward(const Tensor& x, Tensor& y, GluGate gate) = 0;
+  virtual void glu_backward(const Tensor& x, const Tensor& dy, Tensor& dx, GluGate gate) = 0;
 
   // A linear layer's forward: y (rows, out) = x (rows, in) @ w^T (w is
   // (out, in)) + bias (out; may be undefined, then no bias). With

@@ -39,9 +39,15 @@ const char* position_embedding_string(PositionEmbedding p);
 // The MLP's activation: GPT-2's GELU (tanh approximation) between c_fc
 // (C -> F) and c_proj, or SwiGLU (LLaMA's: c_fc makes C -> 2F, a gate and a
 // value half, and silu(gate) * value goes on to c_proj).
-enum class Activation { Gelu, SwiGlu };
-Activation activation_from_string(const std::string& name);  // gelu | swiglu, else ConfigError
+// The MLP's: GELU (GPT-2's), or a gated linear unit whose c_fc is twice as
+// wide, [gate | up] -> act(gate) * up: SwiGLU (LLaMA's, silu) or GeGLU
+// (Gemma's, GELU's tanh approximation).
+enum class Activation { Gelu, SwiGlu, GeGlu };
+// gelu | swiglu | geglu, else ConfigError
+Activation activation_from_string(const std::string& name);
 const char* activation_string(Activation a);
+// A gated activation's output from c_fc's [gate | up] (swiglu or geglu).
+Tensor gated_activation(Activation a, const Tensor& x);
 
 // The blocks' and the final normalisation: GPT-2's LayerNorm (scale and
 // shift, weight and bias) or LLaMA's RMSNorm (no mean, a weight only).
@@ -106,7 +112,8 @@ struct GptConfig {
   bool rms_norm() const { return normalization == Normalization::RmsNorm; }
   // The MLP's hidden width F, and c_fc's output width (F, or 2F for SwiGLU).
   int64_t ffn() const { return ffn_hidden_size > 0 ? ffn_hidden_size : 4 * d_model; }
-  int64_t fc_width() const { return activation == Activation::SwiGlu ? 2 * ffn() : ffn(); }
+  bool gated_mlp() const { return activation != Activation::Gelu; }
+  int64_t fc_width() const { return gated_mlp() ? 2 * ffn() : ffn(); }
   // Packed documents (nn/documents.h): the token that ends a document (-1:
   // none), and whether each document of a row gets its own attention window
   // and its own positions (Megatron-LM's reset_attention_mask and
@@ -215,8 +222,9 @@ class CausalSelfAttention : public Module {
   RopeScaling rope_scaling_;
 };
 
-// Position-wise MLP: c_fc (C -> F), GELU (tanh), c_proj (F -> C); or with
-// SwiGLU c_fc (C -> 2F), swiglu, c_proj (F -> C). F is 4C by default.
+// Position-wise MLP: c_fc (C -> F), GELU (tanh), c_proj (F -> C); or gated
+// (SwiGLU, GeGLU) c_fc (C -> 2F), the gated activation, c_proj (F -> C). F
+// is 4C by default.
 class Mlp : public Module {
  public:
   Mlp(const GptConfig& cfg, int64_t layer);
@@ -226,7 +234,7 @@ class Mlp : public Module {
   std::shared_ptr<Linear> c_fc_, c_proj_;
   int64_t layer_;
   double dropout_;
-  bool swiglu_;
+  Activation activation_;
 };
 
 // Pre-LayerNorm transformer block: x + attn(ln_1(x)), then + mlp(ln_2(x)).

@@ -22,6 +22,9 @@ Tensor gelu(const Tensor& x);
 // SwiGLU (Shazeer 2020; LLaMA's MLP): x (..., 2F) = [a | b] -> (..., F) =
 // silu(a) * b, silu(a) = a * sigmoid(a). The last dimension must be even.
 Tensor swiglu(const Tensor& x);
+// GeGLU (Shazeer 2020; Gemma's and T5 v1.1's MLP): the same with GELU's
+// tanh approximation on the gate half, gelu(a) * b.
+Tensor geglu(const Tensor& x);
 
 // Inverted dropout: keeps element i when philox_uniform(seed, stream,
 // offset + i) >= p and scales kept values by 1/(1-p). Identity when p == 0.

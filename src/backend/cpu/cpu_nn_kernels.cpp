@@ -93,32 +93,47 @@ void CpuBackend::gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) {
   });
 }
 
-// SwiGLU: y = silu(a) * b with a, b the two halves of each row of x.
-void CpuBackend::swiglu_forward(const Tensor& x, Tensor& y) {
-  dispatch_float(x.dtype(), "swiglu", [&](auto tag) {
+// A gated linear unit: y = act(a) * b with a, b the two halves of each row
+// of x. Both gates are a * s for a sigmoid s: silu's s = sigmoid(a), GELU's
+// (tanh approximation) s = sigmoid(2u) with u = k0 (a + k1 a^3).
+void CpuBackend::glu_forward(const Tensor& x, Tensor& y, GluGate gate) {
+  dispatch_float(x.dtype(), "glu", [&](auto tag) {
     using T = decltype(tag);
     const int64_t F = y.size(-1), rows = F ? y.numel() / F : 0;
     const T* px = x.data<T>();
     T* py = y.data<T>();
+    const bool gelu = gate == GluGate::GeluTanh;
+    const T k0 = static_cast<T>(kSqrt2OverPi), k1 = T(0.044715);
 #pragma omp parallel for schedule(static) if (rows * F > 4096)
     for (int64_t r = 0; r < rows; ++r) {
       const T* a = px + r * 2 * F;
       const T* b = a + F;
       T* out = py + r * F;
+      if (gelu) {
 #pragma omp simd
-      for (int64_t j = 0; j < F; ++j) out[j] = a[j] / (T(1) + exp_fast(-a[j])) * b[j];
+        for (int64_t j = 0; j < F; ++j) {
+          const T u = k0 * (a[j] + k1 * a[j] * a[j] * a[j]);
+          out[j] = a[j] / (T(1) + exp_fast(T(-2) * u)) * b[j];
+        }
+      } else {
+#pragma omp simd
+        for (int64_t j = 0; j < F; ++j) out[j] = a[j] / (T(1) + exp_fast(-a[j])) * b[j];
+      }
     }
   });
 }
 
-// With s = sigmoid(a): silu(a) = a s and silu'(a) = s (1 + a (1 - s)).
-void CpuBackend::swiglu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) {
-  dispatch_float(x.dtype(), "swiglu_backward", [&](auto tag) {
+// silu'(a) = s (1 + a (1 - s)) with s = sigmoid(a); GELU's, as in
+// gelu_backward, s + 2 a s (1 - s) du with s = sigmoid(2u).
+void CpuBackend::glu_backward(const Tensor& x, const Tensor& dy, Tensor& dx, GluGate gate) {
+  dispatch_float(x.dtype(), "glu_backward", [&](auto tag) {
     using T = decltype(tag);
     const int64_t F = dy.size(-1), rows = F ? dy.numel() / F : 0;
     const T* px = x.data<T>();
     const T* pdy = dy.data<T>();
     T* pdx = dx.data<T>();
+    const bool gelu = gate == GluGate::GeluTanh;
+    const T k0 = static_cast<T>(kSqrt2OverPi), k1 = T(0.044715);
 #pragma omp parallel for schedule(static) if (rows * F > 4096)
     for (int64_t r = 0; r < rows; ++r) {
       const T* a = px + r * 2 * F;
@@ -126,11 +141,22 @@ void CpuBackend::swiglu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) 
       const T* g = pdy + r * F;
       T* da = pdx + r * 2 * F;
       T* db = da + F;
+      if (gelu) {
 #pragma omp simd
-      for (int64_t j = 0; j < F; ++j) {
-        const T s = T(1) / (T(1) + exp_fast(-a[j]));
-        da[j] = g[j] * b[j] * s * (T(1) + a[j] * (T(1) - s));
-        db[j] = g[j] * a[j] * s;
+        for (int64_t j = 0; j < F; ++j) {
+          const T u = k0 * (a[j] + k1 * a[j] * a[j] * a[j]);
+          const T s = T(1) / (T(1) + exp_fast(T(-2) * u));
+          const T du = k0 * (T(1) + T(3) * k1 * a[j] * a[j]);
+          da[j] = g[j] * b[j] * (s + T(2) * a[j] * s * (T(1) - s) * du);
+          db[j] = g[j] * a[j] * s;
+        }
+      } else {
+#pragma omp simd
+        for (int64_t j = 0; j < F; ++j) {
+          const T s = T(1) / (T(1) + exp_fast(-a[j]));
+          da[j] = g[j] * b[j] * s * (T(1) + a[j] * (T(1) - s));
+          db[j] = g[j] * a[j] * s;
+        }
       }
     }
   });

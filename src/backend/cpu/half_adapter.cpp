@@ -221,17 +221,17 @@ void HalfAdapter::rotary_embedding(const Tensor& qkv, const AttentionHeads& head
   w.finish();
 }
 
-void HalfAdapter::swiglu_forward(const Tensor& x, Tensor& y) {
+void HalfAdapter::glu_forward(const Tensor& x, Tensor& y, GluGate gate) {
   Widen w(inner_);
   Tensor o = w.out(y);
-  inner_.swiglu_forward(w.in(x), o);
+  inner_.glu_forward(w.in(x), o, gate);
   w.finish();
 }
 
-void HalfAdapter::swiglu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) {
+void HalfAdapter::glu_backward(const Tensor& x, const Tensor& dy, Tensor& dx, GluGate gate) {
   Widen w(inner_);
   Tensor o = w.out(dx);
-  inner_.swiglu_backward(w.in(x), w.in(dy), o);
+  inner_.glu_backward(w.in(x), w.in(dy), o, gate);
   w.finish();
 }
 

@@ -30,8 +30,8 @@ class HalfAdapter final : public Backend {
               Tensor* indices) override;
   void gelu_forward(const Tensor& x, Tensor& y) override;
   void gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) override;
-  void swiglu_forward(const Tensor& x, Tensor& y) override;
-  void swiglu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) override;
+  void glu_forward(const Tensor& x, Tensor& y, GluGate gate) override;
+  void glu_backward(const Tensor& x, const Tensor& dy, Tensor& dx, GluGate gate) override;
   void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps,
                           Tensor& y, Tensor& mean, Tensor& rstd) override;
   void layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,

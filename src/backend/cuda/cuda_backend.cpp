@@ -638,23 +638,25 @@ void CudaBackend::gelu_forward(const Tensor& x, Tensor& y) {
   });
 }
 
-void CudaBackend::swiglu_forward(const Tensor& x, Tensor& y) {
+void CudaBackend::glu_forward(const Tensor& x, Tensor& y, GluGate gate) {
   DeviceState& s = state(y.device().index);
   DeviceGuard g(s.index);
   const int64_t F = y.size(-1);
-  launch(s.index, s.stream, "swiglu_forward", [&] {
-    k::swiglu_forward(x.raw_data(), y.raw_data(), scalar(x.dtype()), F ? y.numel() / F : 0, F,
-                      s.stream);
+  const bool gelu = gate == GluGate::GeluTanh;
+  launch(s.index, s.stream, gelu ? "geglu_forward" : "swiglu_forward", [&] {
+    k::glu_forward(x.raw_data(), y.raw_data(), scalar(x.dtype()), F ? y.numel() / F : 0, F, gelu,
+                   s.stream);
   });
 }
 
-void CudaBackend::swiglu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) {
+void CudaBackend::glu_backward(const Tensor& x, const Tensor& dy, Tensor& dx, GluGate gate) {
   DeviceState& s = state(dx.device().index);
   DeviceGuard g(s.index);
   const int64_t F = dy.size(-1);
-  launch(s.index, s.stream, "swiglu_backward", [&] {
-    k::swiglu_backward(x.raw_data(), dy.raw_data(), dx.raw_data(), scalar(x.dtype()),
-                       F ? dy.numel() / F : 0, F, s.stream);
+  const bool gelu = gate == GluGate::GeluTanh;
+  launch(s.index, s.stream, gelu ? "geglu_backward" : "swiglu_backward", [&] {
+    k::glu_backward(x.raw_data(), dy.raw_data(), dx.raw_data(), scalar(x.dtype()),
+                    F ? dy.numel() / F : 0, F, gelu, s.stream);
   });
 }
 

@@ -39,8 +39,8 @@ class CudaBackend final : public Backend {
               Tensor* indices) override;
   void gelu_forward(const Tensor& x, Tensor& y) override;
   void gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) override;
-  void swiglu_forward(const Tensor& x, Tensor& y) override;
-  void swiglu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) override;
+  void glu_forward(const Tensor& x, Tensor& y, GluGate gate) override;
+  void glu_backward(const Tensor& x, const Tensor& dy, Tensor& dx, GluGate gate) override;
   void linear_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y,
                       Tensor* gelu_input) override;
   void gelu_linear_input_grad(const Tensor& dy, const Tensor& w, const Tensor& pre,

@@ -86,7 +86,7 @@ void TensorParallelGpt::build(uint64_t seed) {
     throw ConfigError("model.ffn_hidden_size (" + std::to_string(cfg_.ffn()) +
                       ") must be divisible by parallel.tp (" + std::to_string(t) + ")");
   }
-  const bool swiglu = cfg_.activation == nn::Activation::SwiGlu;
+  const bool gated = cfg_.gated_mlp();
   const int64_t C = cfg_.d_model;
   if (plan_.embedding || (plan_.head && cfg_.tie_embeddings)) {
     wte_ = register_module(
@@ -128,7 +128,7 @@ void TensorParallelGpt::build(uint64_t seed) {
     // a rank's shard is its gate and value columns (the full tensor keeps
     // one process's layout).
     L.c_fc = mlp->add("c_fc", std::make_shared<ColumnParallelLinear>(C, cfg_.fc_width(), group_,
-                                                                     sp_, swiglu ? 2 : 1, b));
+                                                                     sp_, gated ? 2 : 1, b));
     L.mlp_proj =
         mlp->add("c_proj", std::make_shared<RowParallelLinear>(cfg_.ffn(), C, group_, sp_, b));
     h->add(std::to_string(i), block);
@@ -341,9 +341,10 @@ Tensor TensorParallelGpt::block_forward(int64_t i, const Tensor& x,
       causal_attention(qkv, heads, ctx.attention_starts(cfg_.window_of(i) > 0)));
   const AddNorm h =
       L.ln_2->forward_add(x, site_dropout(a, cfg_.dropout, ctx, i, "attn.resid", shard));
-  Tensor m = cfg_.activation == nn::Activation::SwiGlu
-                 ? L.mlp_proj->forward(swiglu(L.c_fc->forward(h.norm)))
-                 : L.mlp_proj->forward_after_gelu(L.c_fc->forward_gelu(h.norm));
+  Tensor m =
+      cfg_.gated_mlp()
+          ? L.mlp_proj->forward(nn::gated_activation(cfg_.activation, L.c_fc->forward(h.norm)))
+          : L.mlp_proj->forward_after_gelu(L.c_fc->forward_gelu(h.norm));
   return add(h.sum, site_dropout(m, cfg_.dropout, ctx, i, "mlp.resid", shard));
 }
 

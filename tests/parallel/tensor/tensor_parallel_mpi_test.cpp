@@ -301,8 +301,8 @@ TEST_P(TensorParallelGptTest, PackedDocumentsMatchOneProcess) {
 TEST_P(TensorParallelGptTest, LlamaOptionsMatchOneProcess) {
   const int64_t V = 300;
   for (const std::string variant :
-       {"rope", "rope, packed documents", "swiglu, F 24", "rmsnorm, rope, swiglu, no biases",
-        "rmsnorm, rope, swiglu, no biases, untied head",
+       {"rope", "rope, packed documents", "swiglu, F 24", "geglu, F 24",
+        "rmsnorm, rope, swiglu, no biases", "rmsnorm, rope, swiglu, no biases, untied head",
         "rmsnorm, rope, swiglu, no biases, grouped-query attention",
         "rmsnorm, rope, swiglu, no biases, grouped-query attention, qkv biases",
         "rmsnorm, rope, swiglu, no biases, grouped-query attention, qk norm, heads of 6",
@@ -324,8 +324,8 @@ TEST_P(TensorParallelGptTest, LlamaOptionsMatchOneProcess) {
       cfg.linear_bias = false;
       cfg.activation = nn::Activation::SwiGlu;
       cfg.position_embedding = nn::PositionEmbedding::Rotary;
-    } else if (variant == "swiglu, F 24") {
-      cfg.activation = nn::Activation::SwiGlu;
+    } else if (variant == "swiglu, F 24" || variant == "geglu, F 24") {
+      cfg.activation = variant[0] == 's' ? nn::Activation::SwiGlu : nn::Activation::GeGlu;
       cfg.ffn_hidden_size = 24;
     } else {
       cfg.position_embedding = nn::PositionEmbedding::Rotary;
