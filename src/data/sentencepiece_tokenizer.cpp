@@ -115,6 +115,7 @@ SentencePieceTokenizer::SentencePieceTokenizer(std::vector<Piece> pieces, Settin
   if (pieces_.size() > static_cast<size_t>(INT32_MAX))
     throw ValueError("SentencePiece model: " + std::to_string(pieces_.size()) + " pieces");
   std::fill(std::begin(byte_ids_), std::end(byte_ids_), -1);
+  byte_of_.assign(pieces_.size(), -1);
   auto user = std::make_shared<Trie>();
   auto all = std::make_shared<Trie>();
   bool has_user = false;
@@ -157,6 +158,7 @@ SentencePieceTokenizer::SentencePieceTokenizer(std::vector<Piece> pieces, Settin
           if (p.text == byte_piece(v)) b = v;
         if (b < 0) throw ValueError(at + " is a byte piece not spelled <0xNN>");
         byte_ids_[b] = id;
+        byte_of_[i] = static_cast<int16_t>(b);
         break;
       }
       case PieceType::Control:
@@ -479,9 +481,7 @@ std::string SentencePieceTokenizer::decode(const std::vector<int32_t>& ids) cons
                        " is outside the vocabulary of " + std::to_string(vocab_size()));
     const Piece& p = pieces_[static_cast<size_t>(id)];
     if (p.type == PieceType::Byte) {
-      int b = 0;
-      while (byte_ids_[b] != id) ++b;
-      bytes.push_back(static_cast<char>(b));
+      bytes.push_back(static_cast<char>(byte_of_[static_cast<size_t>(id)]));
       seen = true;
       continue;
     }

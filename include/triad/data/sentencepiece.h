@@ -12,8 +12,8 @@
 // (tests/parity/sentencepiece_reference.py).
 
 #include <cstdint>
-#include <memory>
 #include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -90,12 +90,13 @@ class SentencePieceTokenizer final : public Tokenizer {
 
   std::vector<Piece> pieces_;
   Settings settings_;
-  PieceMap matchable_;  // Normal, UserDefined, Unused
-  PieceMap reserved_;  // Unknown, Control, Byte
-  std::shared_ptr<const Trie> user_defined_;            // literal matches in text
-  std::shared_ptr<const Trie> unigram_trie_;            // every matchable piece
+  PieceMap matchable_;                        // Normal, UserDefined, Unused
+  PieceMap reserved_;                         // Unknown, Control, Byte
+  std::shared_ptr<const Trie> user_defined_;  // literal matches in text
+  std::shared_ptr<const Trie> unigram_trie_;  // every matchable piece
   int32_t unk_id_ = -1;
   int32_t byte_ids_[256] = {};
+  std::vector<int16_t> byte_of_;         // per piece: the byte a Byte piece stands for, or -1
   float min_score_ = 0, max_score_ = 0;  // over Normal pieces (unigram)
   // The charsmap's double array and replacement strings, views into
   // settings_.precompiled_charsmap.
