@@ -303,6 +303,9 @@ void save_gpt2_state_dict(const nn::StateDict& full, const nn::GptConfig& c,
   if (c.kv_heads() != c.n_head) meta["n_kv_head"] = std::to_string(c.kv_heads());
   if (c.heads_apart()) meta["head_dim"] = std::to_string(c.head_dim());
   if (c.qk_norm) meta["qk_norm"] = "true";
+  if (c.norm_weight_offset) meta["norm_weight_offset"] = "true";
+  if (c.embedding_multiplier != 1.0)
+    meta["embedding_multiplier"] = std::to_string(c.embedding_multiplier);
   if (c.rotary()) {
     meta["position_embedding"] = nn::position_embedding_string(c.position_embedding);
     meta["rope_theta"] = std::to_string(c.rope_theta);

@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cmath>
 #include <filesystem>
 
 #include "triad/core/error.h"
@@ -135,10 +136,21 @@ nn::GptConfig llama_config(const Keys& k, const std::string& type) {
   c.layer_norm_eps = k.number("rms_norm_eps", 1e-6);
   c.activation = nn::Activation::SwiGlu;
   c.linear_bias = false;
-  c.tie_embeddings = k.boolean("tie_word_embeddings", false);
+  c.tie_embeddings = k.boolean("tie_word_embeddings", type == "gemma");
   if (k.has("rope_scaling")) c.rope_scaling = k.rope_scaling(static_cast<double>(c.seq_len));
-  if (k.text("hidden_act", "silu") != "silu")
+  if (type == "gemma") {
+    // Gemma: GeGLU (transformers reads hidden_activation and takes GELU's
+    // tanh approximation when it is absent, whatever hidden_act says), the
+    // token embeddings times sqrt(hidden_size), norms scaling by 1 + weight.
+    c.activation = nn::Activation::GeGlu;
+    const std::string act = k.text("hidden_activation", "gelu_pytorch_tanh");
+    if (act != "gelu_pytorch_tanh" && act != "gelu_new")
+      k.unsupported("hidden_activation", "Triad's GeGLU uses GELU's tanh approximation");
+    c.embedding_multiplier = std::sqrt(static_cast<double>(c.d_model));
+    c.norm_weight_offset = true;
+  } else if (k.text("hidden_act", "silu") != "silu") {
     k.unsupported("hidden_act", "Triad's gated MLP is SwiGLU (silu)");
+  }
   if (k.boolean("attention_bias", false))
     k.unsupported("attention_bias", "Triad's LLaMA blocks have no attention biases");
   if (k.boolean("mlp_bias", false))
@@ -210,13 +222,14 @@ nn::GptConfig gpt_config_from_hf(const std::string& json_text, const std::string
   const Keys k(j, source);
   const std::string type = k.text("model_type", "");
   nn::GptConfig c;
-  if (type == "llama" || type == "mistral" || type == "qwen2" || type == "qwen3") {
+  if (type == "llama" || type == "mistral" || type == "qwen2" || type == "qwen3" ||
+      type == "gemma") {
     c = llama_config(k, type);
   } else if (type == "gpt2") {
     c = gpt2_config(k);
   } else {
     throw NotSupportedError(source + ": model_type '" + type +
-                            "' is not supported (llama, mistral, qwen2, qwen3 or gpt2)");
+                            "' is not supported (llama, mistral, qwen2, qwen3, gemma or gpt2)");
   }
   try {
     c.validate();

@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <optional>
@@ -30,14 +31,28 @@ std::optional<int64_t> qwen_window_layers(const nn::GptConfig& c) {
 
 // What keeps `c` from each class, "" when nothing does. LLaMA's, Qwen2's
 // and Qwen3's blocks differ only in Qwen2's q, k and v biases and Qwen3's
-// query/key norms (`type`: llama, qwen2 or qwen3).
+// query/key norms; Gemma's in GeGLU, its embedding multiplier of
+// sqrt(d_model) and norms scaling by 1 + weight (`type`: llama, qwen2,
+// qwen3 or gemma).
 std::string llama_misfit(const nn::GptConfig& c, const std::string& type) {
   std::string why;
   auto add = [&](bool bad, const char* what) {
     if (bad) why += (why.empty() ? "" : ", ") + std::string(what);
   };
+  const bool gemma = type == "gemma";
   add(!c.rotary(), "model.position_embedding is not rope");
-  add(c.activation != nn::Activation::SwiGlu, "model.activation is not swiglu");
+  if (gemma) {
+    const double root = std::sqrt(static_cast<double>(c.d_model));
+    add(c.activation != nn::Activation::GeGlu, "model.activation is not geglu");
+    add(std::abs(c.embedding_multiplier - root) > 1e-9 * root,
+        "model.embedding_multiplier is not sqrt(d_model)");
+    add(!c.norm_weight_offset, "model.norm_weight_offset is false");
+    add(c.sliding_window > 0, "model.sliding_window is set");
+  } else {
+    add(c.activation != nn::Activation::SwiGlu, "model.activation is not swiglu");
+    add(c.embedding_multiplier != 1.0, "model.embedding_multiplier is not 1");
+    add(c.norm_weight_offset, "model.norm_weight_offset is true");
+  }
   add(!c.rms_norm(), "model.normalization is not rmsnorm");
   add(c.linear_bias, "model.linear_bias is true");
   if (type == "qwen2") add(!c.qkv_bias, "model.qkv_bias is false");
@@ -45,7 +60,7 @@ std::string llama_misfit(const nn::GptConfig& c, const std::string& type) {
   if (type == "qwen3") add(!c.qk_norm, "model.qk_norm is false");
   if (type != "qwen3") add(c.qk_norm, "model.qk_norm is true");
   // Mistral windows every layer; Qwen every layer from max_window_layers on.
-  if (type == "llama") {
+  if (type == "llama" || gemma) {
     add(!c.full_attention_layers.empty(),
         "model.full_attention_layers exempts layers from the window");
   } else {
@@ -67,6 +82,8 @@ std::string gpt2_misfit(const nn::GptConfig& c) {
   add(c.sliding_window > 0, "model.sliding_window is set");
   add(c.heads_apart(), "model.head_dim is not d_model / n_head");
   add(c.qk_norm, "model.qk_norm is true");
+  add(c.embedding_multiplier != 1.0, "model.embedding_multiplier is not 1");
+  add(c.norm_weight_offset, "model.norm_weight_offset is true");
   return why;
 }
 
@@ -80,10 +97,12 @@ const Tensor& at(const nn::StateDict& s, const std::string& name) {
 
 const char* hf_model_type(const nn::GptConfig& c) {
   const std::string llama = llama_misfit(c, "llama"), qwen2 = llama_misfit(c, "qwen2"),
-                    qwen3 = llama_misfit(c, "qwen3"), gpt2 = gpt2_misfit(c);
+                    qwen3 = llama_misfit(c, "qwen3"), gemma = llama_misfit(c, "gemma"),
+                    gpt2 = gpt2_misfit(c);
   if (llama.empty()) return c.sliding_window > 0 ? "mistral" : "llama";
   if (qwen2.empty()) return "qwen2";
   if (qwen3.empty()) return "qwen3";
+  if (gemma.empty()) return "gemma";
   if (gpt2.empty()) return "gpt2";
   throw NotSupportedError(
       "no Hugging Face class holds this model: LlamaForCausalLM needs rope, swiglu, rmsnorm, "
@@ -92,6 +111,9 @@ const char* hf_model_type(const nn::GptConfig& c) {
       "); Qwen2ForCausalLM the same with biases on q, k and v only, and a window, if any, on "
       "every layer from some layer on (here " +
       qwen2 + "); Qwen3ForCausalLM the same with query/key norms and no biases (here " + qwen3 +
+      "); GemmaForCausalLM LLaMA's with geglu, an embedding multiplier of sqrt(d_model) and "
+      "norm_weight_offset (here " +
+      gemma +
       "); GPT2LMHeadModel needs learned positions, gelu, layernorm, linear biases, a "
       "key/value head per query head and heads d_model / n_head wide (here " +
       gpt2 + ")");
@@ -103,6 +125,7 @@ const char* hf_architecture(const nn::GptConfig& c) {
          : type == "mistral" ? "MistralForCausalLM"
          : type == "qwen2"   ? "Qwen2ForCausalLM"
          : type == "qwen3"   ? "Qwen3ForCausalLM"
+         : type == "gemma"   ? "GemmaForCausalLM"
                              : "GPT2LMHeadModel";
 }
 
@@ -119,7 +142,12 @@ std::string hf_config_json(const nn::GptConfig& c, const std::string& torch_dtyp
     j["num_attention_heads"] = c.n_head;
     j["num_key_value_heads"] = c.kv_heads();
     j["head_dim"] = c.head_dim();
-    j["hidden_act"] = "silu";
+    if (type == "gemma") {
+      j["hidden_act"] = "gelu_pytorch_tanh";
+      j["hidden_activation"] = "gelu_pytorch_tanh";
+    } else {
+      j["hidden_act"] = "silu";
+    }
     j["max_position_embeddings"] = c.seq_len;
     j["rms_norm_eps"] = c.layer_norm_eps;
     j["rope_theta"] = c.rope_theta;

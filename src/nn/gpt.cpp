@@ -85,6 +85,10 @@ const char* activation_string(Activation a) {
   return "gelu";
 }
 
+Tensor scale_token_embeddings(const GptConfig& cfg, const Tensor& x) {
+  return cfg.embedding_multiplier == 1.0 ? x : affine(x, cfg.embedding_multiplier);
+}
+
 Tensor gated_activation(Activation a, const Tensor& x) {
   return a == Activation::GeGlu ? geglu(x) : swiglu(x);
 }
@@ -149,6 +153,10 @@ void GptConfig::validate() const {
     throw ConfigError("model.rope_scaling: " + why);
   if (!(layer_norm_eps > 0.0) || !std::isfinite(layer_norm_eps)) {
     throw ConfigError("model.norm_eps (" + std::to_string(layer_norm_eps) +
+                      ") must be a positive number");
+  }
+  if (!(embedding_multiplier > 0.0) || !std::isfinite(embedding_multiplier)) {
+    throw ConfigError("model.embedding_multiplier (" + std::to_string(embedding_multiplier) +
                       ") must be a positive number");
   }
   if (!(dropout >= 0.0 && dropout < 1.0)) {
@@ -249,10 +257,12 @@ CausalSelfAttention::CausalSelfAttention(const GptConfig& cfg, int64_t layer)
   c_proj_ = register_module("c_proj",
                             std::make_shared<Linear>(cfg.q_width(), cfg.d_model, cfg.linear_bias));
   if (cfg.qk_norm) {
-    q_norm_ = register_module("q_norm", std::make_shared<LayerNorm>(
-                                            cfg.head_dim(), cfg.layer_norm_eps, DType::F32, true));
-    k_norm_ = register_module("k_norm", std::make_shared<LayerNorm>(
-                                            cfg.head_dim(), cfg.layer_norm_eps, DType::F32, true));
+    q_norm_ = register_module(
+        "q_norm", std::make_shared<LayerNorm>(cfg.head_dim(), cfg.layer_norm_eps, DType::F32, true,
+                                              cfg.norm_weight_offset));
+    k_norm_ = register_module(
+        "k_norm", std::make_shared<LayerNorm>(cfg.head_dim(), cfg.layer_norm_eps, DType::F32, true,
+                                              cfg.norm_weight_offset));
   }
 }
 
@@ -326,11 +336,13 @@ Tensor Mlp::forward(const Tensor& x, const ForwardContext& ctx) const {
 }
 
 Block::Block(const GptConfig& cfg, int64_t layer) {
-  ln_1_ = register_module("ln_1", std::make_shared<LayerNorm>(cfg.d_model, cfg.layer_norm_eps,
-                                                              DType::F32, cfg.rms_norm()));
+  ln_1_ = register_module("ln_1",
+                          std::make_shared<LayerNorm>(cfg.d_model, cfg.layer_norm_eps, DType::F32,
+                                                      cfg.rms_norm(), cfg.norm_weight_offset));
   attn_ = register_module("attn", std::make_shared<CausalSelfAttention>(cfg, layer));
-  ln_2_ = register_module("ln_2", std::make_shared<LayerNorm>(cfg.d_model, cfg.layer_norm_eps,
-                                                              DType::F32, cfg.rms_norm()));
+  ln_2_ = register_module("ln_2",
+                          std::make_shared<LayerNorm>(cfg.d_model, cfg.layer_norm_eps, DType::F32,
+                                                      cfg.rms_norm(), cfg.norm_weight_offset));
   mlp_ = register_module("mlp", std::make_shared<Mlp>(cfg, layer));
 }
 
@@ -361,15 +373,17 @@ Gpt::Gpt(const GptConfig& cfg, uint64_t seed, DType dtype) : cfg_(cfg) {
     blocks_.push_back(std::make_shared<Block>(cfg, i));
     h->append(blocks_.back());
   }
-  ln_f_ = register_module("ln_f", std::make_shared<LayerNorm>(cfg.d_model, cfg.layer_norm_eps,
-                                                              DType::F32, cfg.rms_norm()));
+  ln_f_ = register_module("ln_f",
+                          std::make_shared<LayerNorm>(cfg.d_model, cfg.layer_norm_eps, DType::F32,
+                                                      cfg.rms_norm(), cfg.norm_weight_offset));
   if (!cfg.tie_embeddings) {
     lm_head_ = register_module("lm_head", std::make_shared<Embedding>(cfg.vocab_size, cfg.d_model));
   }
   StateDict init;
   for (auto& [name, p] : named_parameters()) {
-    init.emplace(
-        name, init_parameter(name, p.shape(), gpt2_init_rule(name, cfg.n_layer), seed, DType::F32));
+    init.emplace(name, init_parameter(name, p.shape(),
+                                      gpt2_init_rule(name, cfg.n_layer, cfg.norm_weight_offset),
+                                      seed, DType::F32));
   }
   load_state_dict(init);
   // Half parameters are the f32 initial values rounded once (what the f32
@@ -389,7 +403,8 @@ Tensor Gpt::embed(const Tensor& ids, const ForwardContext& ctx, int64_t start) c
   Tensor positions = ctx.positions;  // per token, within its document
   if (!wpe_) {
     // Rotary embeddings: the attention layers take the positions.
-    return site_dropout(wte_->forward(ids), cfg_.dropout, ctx, 0, "embed");
+    return site_dropout(scale_token_embeddings(cfg_, wte_->forward(ids)), cfg_.dropout, ctx, 0,
+                        "embed");
   }
   if (positions.defined()) {
     if (start != 0 || positions.shape() != ids.shape()) {
@@ -402,7 +417,7 @@ Tensor Gpt::embed(const Tensor& ids, const ForwardContext& ctx, int64_t start) c
     for (int64_t t = 0; t < T; ++t) pos[t] = start + t;
     positions = from_vector(pos, {T}, DType::I64, ids.device());
   }
-  Tensor x = add(wte_->forward(ids), wpe_->forward(positions));
+  Tensor x = add(scale_token_embeddings(cfg_, wte_->forward(ids)), wpe_->forward(positions));
   return site_dropout(x, cfg_.dropout, ctx, 0, "embed");
 }
 

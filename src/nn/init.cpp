@@ -20,12 +20,13 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 }
 }  // namespace
 
-InitRule gpt2_init_rule(const std::string& name, int64_t n_layer) {
-  // Norms' weights start at one: the blocks' ln_1 and ln_2, ln_f, and the
-  // query/key norms (attn.q_norm, attn.k_norm).
+InitRule gpt2_init_rule(const std::string& name, int64_t n_layer, bool norm_weight_offset) {
+  // Norms' weights start at one (zero when they scale by 1 + weight): the
+  // blocks' ln_1 and ln_2, ln_f, and the query/key norms (attn.q_norm,
+  // attn.k_norm).
   const bool is_ln = name.find("ln_") != std::string::npos || ends_with(name, "_norm.weight");
   if (ends_with(name, ".bias")) return InitRule::constant(0.0);
-  if (is_ln) return InitRule::constant(1.0);
+  if (is_ln) return InitRule::constant(norm_weight_offset ? 0.0 : 1.0);
   if (ends_with(name, "c_proj.weight")) {
     return InitRule::normal(0.02 / std::sqrt(2.0 * static_cast<double>(n_layer)));
   }

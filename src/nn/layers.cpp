@@ -30,18 +30,25 @@ Tensor Linear::forward_after_gelu(const LinearGelu& in) const {
   return linear_after_gelu(in, weight_, bias_);
 }
 
-LayerNorm::LayerNorm(int64_t features, double eps, DType dtype, bool rms) : eps_(eps), rms_(rms) {
-  weight_ = register_parameter("weight", ones({features}, dtype));
+LayerNorm::LayerNorm(int64_t features, double eps, DType dtype, bool rms, bool unit_offset)
+    : eps_(eps), rms_(rms), unit_offset_(unit_offset) {
+  weight_ = register_parameter("weight",
+                               unit_offset ? zeros({features}, dtype) : ones({features}, dtype));
   if (!rms) bias_ = register_parameter("bias", zeros({features}, dtype));
 }
 
+Tensor LayerNorm::scale() const {
+  if (!unit_offset_) return weight_;
+  return affine(weight_, 1.0, 1.0);
+}
+
 Tensor LayerNorm::forward(const Tensor& x) const {
-  return rms_ ? rms_norm(x, weight_, eps_) : layer_norm(x, weight_, bias_, eps_);
+  return rms_ ? rms_norm(x, scale(), eps_) : layer_norm(x, scale(), bias_, eps_);
 }
 
 AddNorm LayerNorm::forward_add(const Tensor& x, const Tensor& residual) const {
-  if (rms_) return add_rms_norm(x, residual, weight_, eps_);
-  return add_layer_norm(x, residual, weight_, bias_, eps_);
+  if (rms_) return add_rms_norm(x, residual, scale(), eps_);
+  return add_layer_norm(x, residual, scale(), bias_, eps_);
 }
 
 Tensor norm_query_key_heads(const Tensor& qkv, const AttentionHeads& heads, const LayerNorm& q_norm,

@@ -82,6 +82,10 @@ nn::GptConfig parse_model_spec(const std::string& yaml_text, const std::string& 
          [&](const YAML::Node& v) { c.linear_bias = v.as<bool>(); });
   option("qkv_bias", "true or false", [&](const YAML::Node& v) { c.qkv_bias = v.as<bool>(); });
   option("qk_norm", "true or false", [&](const YAML::Node& v) { c.qk_norm = v.as<bool>(); });
+  option("embedding_multiplier", "a positive number",
+         [&](const YAML::Node& v) { c.embedding_multiplier = v.as<double>(); });
+  option("norm_weight_offset", "true or false",
+         [&](const YAML::Node& v) { c.norm_weight_offset = v.as<bool>(); });
   option("tie_embeddings", "true or false",
          [&](const YAML::Node& v) { c.tie_embeddings = v.as<bool>(); });
   option("norm_eps", "a number", [&](const YAML::Node& v) { c.layer_norm_eps = v.as<double>(); });
@@ -115,6 +119,8 @@ nn::GptConfig parse_model_spec(const std::string& yaml_text, const std::string& 
                                                  "qkv_bias",
                                                  "qk_norm",
                                                  "tie_embeddings",
+                                                 "embedding_multiplier",
+                                                 "norm_weight_offset",
                                                  "norm_eps",
                                                  "attention_kernel",
                                                  "attention_deterministic"};

@@ -518,6 +518,10 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
       {"qkv_bias", {false, [&](auto& v, auto& k) { m.qkv_bias = get_bool(v, k); }}},
       {"qk_norm", {false, [&](auto& v, auto& k) { m.qk_norm = get_bool(v, k); }}},
       {"tie_embeddings", {false, [&](auto& v, auto& k) { m.tie_embeddings = get_bool(v, k); }}},
+      {"embedding_multiplier",
+       {false, [&](auto& v, auto& k) { m.embedding_multiplier = get_double(v, k); }}},
+      {"norm_weight_offset",
+       {false, [&](auto& v, auto& k) { m.norm_weight_offset = get_bool(v, k); }}},
       {"activation",
        {false,
         [&](auto& v, auto& k) { m.activation = nn::activation_from_string(get_string(v, k)); }}},
@@ -820,6 +824,9 @@ std::string to_yaml(const Config& c) {
   if (c.model.qkv_bias) e << YAML::Key << "qkv_bias" << YAML::Value << true;
   if (c.model.qk_norm) e << YAML::Key << "qk_norm" << YAML::Value << true;
   e << YAML::Key << "tie_embeddings" << YAML::Value << c.model.tie_embeddings;
+  if (c.model.embedding_multiplier != 1.0)
+    e << YAML::Key << "embedding_multiplier" << YAML::Value << c.model.embedding_multiplier;
+  if (c.model.norm_weight_offset) e << YAML::Key << "norm_weight_offset" << YAML::Value << true;
   e << YAML::Key << "activation" << YAML::Value << nn::activation_string(c.model.activation);
   e << YAML::Key << "ffn_hidden_size" << YAML::Value << c.model.ffn_hidden_size;
   e << YAML::Key << "position_embedding" << YAML::Value

@@ -194,6 +194,45 @@ TEST(HfConfig, Qwen3ConfigIsLlamasBlocksWithHeadNormsAndWiderHeads) {
   EXPECT_EQ(gpt_config_from_hf(edited(kQwen3_06b, "head_dim", "64"), "x").head_size, 0);
 }
 
+// Gemma 7B's config.json: LLaMA's blocks with GeGLU (hidden_act "gelu",
+// which transformers reads as GELU's tanh approximation), 16 heads of 256
+// on a hidden size of 3072, token embeddings times sqrt(3072), norms
+// scaling by 1 + weight and a tied head (the default for Gemma).
+const char* kGemma7b = R"({
+  "architectures": ["GemmaForCausalLM"], "model_type": "gemma", "attention_bias": false,
+  "attention_dropout": 0.0, "head_dim": 256, "hidden_act": "gelu", "hidden_size": 3072,
+  "intermediate_size": 24576, "max_position_embeddings": 8192, "num_attention_heads": 16,
+  "num_hidden_layers": 28, "num_key_value_heads": 16, "rms_norm_eps": 1e-06,
+  "rope_scaling": null, "rope_theta": 10000.0, "torch_dtype": "bfloat16", "vocab_size": 256000
+})";
+
+TEST(HfConfig, GemmaConfigIsLlamasBlocksWithGegluScaledEmbeddingsAndOffsetNorms) {
+  const nn::GptConfig c = gpt_config_from_hf(kGemma7b, "gemma/config.json");
+  EXPECT_EQ(c.activation, nn::Activation::GeGlu);
+  EXPECT_DOUBLE_EQ(c.embedding_multiplier, std::sqrt(3072.0));
+  EXPECT_TRUE(c.norm_weight_offset);
+  EXPECT_TRUE(c.tie_embeddings);
+  EXPECT_TRUE(c.rms_norm());
+  EXPECT_EQ(c.head_dim(), 256);
+  EXPECT_EQ(c.q_width(), 4096);
+  EXPECT_EQ(c.kv_heads(), 16);
+  // Hugging Face's count for Gemma 7B: 28 layers of q, k, v (4096 x 3072
+  // each), o (3072 x 4096), the MLP (3 x 24576 x 3072) and two norms, plus
+  // the tied table and the final norm.
+  EXPECT_EQ(c.num_parameters(), 8'537'680'896);
+  // GELU's exact form is not Triad's GeGLU.
+  try {
+    gpt_config_from_hf(edited(kGemma7b, "hidden_activation", "\"gelu\""), "gemma/config.json");
+    FAIL() << "exact GELU accepted";
+  } catch (const NotSupportedError& e) {
+    EXPECT_NE(std::string(e.what()).find("'hidden_activation' (\"gelu\")"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(gpt_config_from_hf(edited(kGemma7b, "hidden_activation", "\"gelu_pytorch_tanh\""), "x")
+                .activation,
+            nn::Activation::GeGlu);
+}
+
 // Mistral NeMo 12B's config.json: Mistral's blocks with heads of 128 on a
 // hidden size of 5120 (32 query heads, 4096 wide together) over 8 key/value
 // heads, an untied head and no window.
@@ -297,7 +336,7 @@ TEST(HfConfig, WhatTriadDoesNotBuildIsNamed) {
             std::string::npos);
   EXPECT_NE(
       message(from(edited(llama, "model_type", "\"qwen3_moe\"")))
-          .find("model_type 'qwen3_moe' is not supported (llama, mistral, qwen2, qwen3 or gpt2)"),
+          .find("model_type 'qwen3_moe' is not supported (llama, mistral, qwen2, qwen3, gemma or gpt2)"),
       std::string::npos);
   EXPECT_NE(message(from(edited(edited(edited(kQwen3_06b, "use_sliding_window", "true"),
                                        "max_window_layers", "10"),

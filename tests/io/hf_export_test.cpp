@@ -57,6 +57,8 @@ void expect_same_model(const nn::GptConfig& a, const nn::GptConfig& b) {
   EXPECT_EQ(a.linear_bias, b.linear_bias);
   EXPECT_EQ(a.qkv_bias, b.qkv_bias);
   EXPECT_EQ(a.qk_norm, b.qk_norm);
+  EXPECT_DOUBLE_EQ(a.embedding_multiplier, b.embedding_multiplier);
+  EXPECT_EQ(a.norm_weight_offset, b.norm_weight_offset);
   EXPECT_EQ(a.head_dim(), b.head_dim());
   EXPECT_EQ(a.tie_embeddings, b.tie_embeddings);
   EXPECT_EQ(a.sliding_window, b.sliding_window);
@@ -104,8 +106,14 @@ TEST(HfExport, LlamaAndGpt2RoundTrip) {
   nn::GptConfig stretched = llama(false, 0);  // a linear RoPE stretch
   stretched.rope_scaling.kind = RopeScaling::Kind::Linear;
   stretched.rope_scaling.factor = 2.0;
-  for (const nn::GptConfig& c : {llama(false, 2), llama(true, 0), llama(false, 1), mistral, qwen2,
-                                 qwen3, qwen_window, wide, stretched, gpt2(true), gpt2(false)}) {
+  nn::GptConfig gemma = llama(true, 1);  // GemmaForCausalLM: GeGLU, sqrt(16), 1 + weight
+  gemma.activation = nn::Activation::GeGlu;
+  gemma.embedding_multiplier = 4.0;
+  gemma.norm_weight_offset = true;
+  gemma.head_size = 8;
+  for (const nn::GptConfig& c :
+       {llama(false, 2), llama(true, 0), llama(false, 1), mistral, qwen2, qwen3, qwen_window, wide,
+        stretched, gemma, gpt2(true), gpt2(false)}) {
     SCOPED_TRACE(std::string(hf_model_type(c)) + " " + std::to_string(n));
     const nn::Gpt model(c, 7);
     const std::string out = dir.file("hf" + std::to_string(n++));
@@ -117,6 +125,36 @@ TEST(HfExport, LlamaAndGpt2RoundTrip) {
     ASSERT_EQ(back.size(), expected.size());
     for (const auto& [name, t] : model.state_dict())
       EXPECT_EQ(to_double_vector(back.at(name)), to_double_vector(t)) << name;
+  }
+}
+
+// Gemma's class and config.json: GeGLU as gelu_pytorch_tanh, and a model
+// missing one of Gemma's departures named as what keeps it from the class.
+TEST(HfExport, GemmaClassAndWhatKeepsAModelFromIt) {
+  nn::GptConfig gemma = llama(true, 1);
+  gemma.activation = nn::Activation::GeGlu;
+  gemma.embedding_multiplier = 4.0;
+  gemma.norm_weight_offset = true;
+  EXPECT_STREQ(hf_architecture(gemma), "GemmaForCausalLM");
+  const auto j = nlohmann::json::parse(hf_config_json(gemma));
+  EXPECT_EQ(j.at("model_type"), "gemma");
+  EXPECT_EQ(j.at("hidden_activation"), "gelu_pytorch_tanh");
+  nn::GptConfig unscaled = gemma;
+  unscaled.embedding_multiplier = 1.0;
+  nn::GptConfig plain_norms = gemma;
+  plain_norms.norm_weight_offset = false;
+  nn::GptConfig offset_llama = llama(true, 1);
+  offset_llama.norm_weight_offset = true;
+  for (const auto& [c, why] :
+       {std::pair{unscaled, "model.embedding_multiplier is not sqrt(d_model)"},
+        std::pair{plain_norms, "model.norm_weight_offset is false"},
+        std::pair{offset_llama, "model.norm_weight_offset is true"}}) {
+    try {
+      hf_model_type(c);
+      FAIL() << "exported as " << hf_model_type(c);
+    } catch (const NotSupportedError& e) {
+      EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << e.what();
+    }
   }
 }
 

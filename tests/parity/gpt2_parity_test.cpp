@@ -248,6 +248,28 @@ TEST_F(Gpt2Parity, Qwen2StyleModelLogitsAndGradients) {
 // and each key head before the rotation (model.qk_norm), heads of their own
 // width (model.head_dim 12: the 4 query heads are 48 wide, d_model 32) and a
 // tied head, loaded from Hugging Face's Qwen3ForCausalLM names and layout.
+// Gemma's blocks: LLaMA's with GeGLU, the token embeddings times
+// sqrt(d_model), RMSNorms scaling by 1 + weight (weights stored as Hugging
+// Face stores them), multi-query attention and a tied head, loaded from
+// GemmaForCausalLM's names.
+TEST_F(Gpt2Parity, GemmaStyleModelLogitsAndGradients) {
+  nn::GptConfig cfg = llama_style();
+  cfg.tie_embeddings = true;
+  cfg.n_kv_head = 1;
+  cfg.activation = nn::Activation::GeGlu;
+  cfg.embedding_multiplier = std::sqrt(static_cast<double>(cfg.d_model));
+  cfg.norm_weight_offset = true;
+  nn::Gpt model(cfg, 1);
+  // Initialised as Gemma is: every norm's weight zero (a scale of one).
+  for (const auto& [name, p] : model.named_parameters()) {
+    if (name.find("ln_") == std::string::npos) continue;
+    const float* w = p.data<float>();
+    for (int64_t i = 0; i < p.numel(); ++i) ASSERT_EQ(w[i], 0.0f) << name << "[" << i << "]";
+  }
+  io::load_gpt2_safetensors(model, ref_dir() + "/gemma_hf_model.safetensors");
+  expect_step_zero_matches(model, ref_, "gemma.");
+}
+
 TEST_F(Gpt2Parity, Qwen3StyleModelLogitsAndGradients) {
   nn::GptConfig cfg = llama_style();
   cfg.tie_embeddings = true;

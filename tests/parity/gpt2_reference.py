@@ -105,20 +105,24 @@ def rotate(t, theta, scaling=None):
 
 
 class RmsNorm(torch.nn.Module):
-    def __init__(self, C, eps=1e-5):
+    def __init__(self, C, eps=1e-5, offset=False):
         super().__init__()
         self.weight = torch.nn.Parameter(torch.ones(C))
         self.eps = eps
+        self.offset = offset  # Gemma's: scale by 1 + weight, as Hugging Face's GemmaRMSNorm
 
     def forward(self, x):
-        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+        scale = 1.0 + self.weight if self.offset else self.weight
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * scale
 
 
 class Gpt(torch.nn.Module):
     def __init__(self, c, rope_theta=None, swiglu_ffn=None, rms_norm=False, bias=True,
                  tie=True, kv_heads=None, window=None, rope_scaling=None, qkv_bias=False,
-                 head_dim=None, qk_norm=False, full_layers=(), geglu=False):
+                 head_dim=None, qk_norm=False, full_layers=(), geglu=False, embed_scale=None,
+                 norm_offset=False):
         super().__init__()
+        self.embed_scale = embed_scale  # Gemma's sqrt(d_model) on the token embeddings
         self.geglu = geglu  # the gated MLP's gate: GELU (tanh) instead of silu
         self.window = window
         self.full_layers = full_layers  # layers exempt from the window
@@ -139,14 +143,14 @@ class Gpt(torch.nn.Module):
         self.h = torch.nn.ModuleList()
         for _ in range(L):
             b = torch.nn.Module()
-            b.ln_1 = RmsNorm(C) if rms_norm else torch.nn.LayerNorm(C, eps=1e-5)
+            b.ln_1 = RmsNorm(C, offset=norm_offset) if rms_norm else torch.nn.LayerNorm(C, eps=1e-5)
             b.attn = torch.nn.Module()
             b.attn.c_attn = torch.nn.Linear(C, Q + 2 * KV, bias=bias or qkv_bias)
             b.attn.c_proj = torch.nn.Linear(Q, C, bias=bias)
             if qk_norm:  # Qwen3's RMSNorm over each query head and each key head
                 b.attn.q_norm = RmsNorm(self.D)
                 b.attn.k_norm = RmsNorm(self.D)
-            b.ln_2 = RmsNorm(C) if rms_norm else torch.nn.LayerNorm(C, eps=1e-5)
+            b.ln_2 = RmsNorm(C, offset=norm_offset) if rms_norm else torch.nn.LayerNorm(C, eps=1e-5)
             b.mlp = torch.nn.Module()
             if swiglu_ffn is None:
                 b.mlp.c_fc = torch.nn.Linear(C, 4 * C)
@@ -155,14 +159,15 @@ class Gpt(torch.nn.Module):
                 b.mlp.c_fc = torch.nn.Linear(C, 2 * swiglu_ffn, bias=bias)
                 b.mlp.c_proj = torch.nn.Linear(swiglu_ffn, C, bias=bias)
             self.h.append(b)
-        self.ln_f = RmsNorm(C) if rms_norm else torch.nn.LayerNorm(C, eps=1e-5)
+        self.ln_f = RmsNorm(C, offset=norm_offset) if rms_norm else torch.nn.LayerNorm(C, eps=1e-5)
         if not tie:
             self.lm_head = torch.nn.Linear(C, c["vocab_size"], bias=False)
         g = torch.Generator().manual_seed(20241121)
         for name, p in self.named_parameters():
             with torch.no_grad():
                 if "ln_" in name or "_norm" in name:
-                    p.copy_(1.0 + 0.1 * torch.randn(p.shape, generator=g)) if name.endswith("weight") \
+                    one = 0.0 if norm_offset else 1.0  # an offset norm's weight 0 scales by 1
+                    p.copy_(one + 0.1 * torch.randn(p.shape, generator=g)) if name.endswith("weight") \
                         else p.copy_(0.1 * torch.randn(p.shape, generator=g))
                 else:
                     p.copy_(0.05 * torch.randn(p.shape, generator=g))
@@ -172,6 +177,8 @@ class Gpt(torch.nn.Module):
         C, NH, NKV = self.c["d_model"], self.c["n_head"], self.kv_heads
         D = self.D
         x = self.wte(idx)
+        if self.embed_scale is not None:
+            x = x * self.embed_scale
         if self.rope_theta is None:
             x = x + self.wpe(torch.arange(T))
         full_mask = torch.tril(torch.ones(T, T, dtype=torch.bool))
@@ -416,6 +423,14 @@ def main():
                 kv_heads=LLAMA_KV_HEADS, head_dim=QWEN3_HEAD_DIM, qk_norm=True)
     save_hf_llama(qwen3, os.path.join(out, "qwen3_hf_model.safetensors"))
     record_step_zero(qwen3, x, y, "qwen3.", ref)
+    # Gemma's: the LLaMA-style model with GeGLU, token embeddings times
+    # sqrt(d_model), norms scaling by 1 + weight, one key/value head and a
+    # tied head, step 0, from Hugging Face's GemmaForCausalLM layout (the
+    # same names as LLaMA's).
+    gemma = Gpt(CFG, ROPE_THETA, SWIGLU_FFN, rms_norm=True, bias=False, tie=True, kv_heads=1,
+                geglu=True, embed_scale=math.sqrt(CFG["d_model"]), norm_offset=True)
+    save_hf_llama(gemma, os.path.join(out, "gemma_hf_model.safetensors"))
+    record_step_zero(gemma, x, y, "gemma.", ref)
 
     ref["greedy_prompt"] = torch.tensor(GREEDY_PROMPT, dtype=torch.float32)
     ref["greedy_tokens"] = torch.tensor(greedy, dtype=torch.float32)

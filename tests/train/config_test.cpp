@@ -513,10 +513,19 @@ TEST(Config, MlpActivationWidthAndNormalizationParseRoundTripAndAreChecked) {
   const Config back = parse_config(to_yaml(c));
   EXPECT_EQ(back.model.activation, nn::Activation::SwiGlu);
   EXPECT_EQ(back.model.ffn_hidden_size, 44);
-  const Config gemma = parse_config(kValid, {"model.activation=geglu"});
+  const Config gemma = parse_config(
+      kValid, {"model.activation=geglu", "model.embedding_multiplier=5.656854249492381",
+               "model.norm_weight_offset=true"});
   EXPECT_EQ(gemma.model.activation, nn::Activation::GeGlu);
   EXPECT_EQ(gemma.model.fc_width(), 128);
-  EXPECT_EQ(parse_config(to_yaml(gemma)).model.activation, nn::Activation::GeGlu);
+  const Config gemma_back = parse_config(to_yaml(gemma));
+  EXPECT_EQ(gemma_back.model.activation, nn::Activation::GeGlu);
+  EXPECT_DOUBLE_EQ(gemma_back.model.embedding_multiplier, 5.656854249492381);
+  EXPECT_TRUE(gemma_back.model.norm_weight_offset);
+  EXPECT_DOUBLE_EQ(plain.model.embedding_multiplier, 1.0);
+  EXPECT_FALSE(plain.model.norm_weight_offset);
+  expect_config_error(kValid, {"model.embedding_multiplier=0"},
+                      "model.embedding_multiplier (0.000000) must be a positive number");
   const Config nobias = parse_config(kValid, {"model.linear_bias=false"});
   EXPECT_FALSE(nobias.model.linear_bias);
   EXPECT_FALSE(parse_config(to_yaml(nobias)).model.linear_bias);

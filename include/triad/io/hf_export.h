@@ -18,10 +18,13 @@ namespace triad::io {
 // model.qkv_bias, and no window), GPT2LMHeadModel for learned positions +
 // GELU + LayerNorm with biases and multi-head attention. Another
 // combination has no Hugging Face class to load it: NotSupportedError
-// naming what differs.
-const char* hf_model_type(const nn::GptConfig& c);  // "llama", "mistral", "qwen2" or "gpt2"
+// naming what differs. GemmaForCausalLM is LLaMA's with GeGLU, an embedding
+// multiplier of sqrt(d_model) and norms scaling by 1 + weight.
+// "llama", "mistral", "qwen2", "qwen3", "gemma" or "gpt2"
+const char* hf_model_type(const nn::GptConfig& c);
 // The class itself: "LlamaForCausalLM", "MistralForCausalLM",
-// "Qwen2ForCausalLM" or "GPT2LMHeadModel".
+// "Qwen2ForCausalLM", "Qwen3ForCausalLM", "GemmaForCausalLM" or
+// "GPT2LMHeadModel".
 const char* hf_architecture(const nn::GptConfig& c);
 
 // config.json's text for `c` (hf_model_type's class; gpt_config_from_hf

@@ -48,6 +48,8 @@ Activation activation_from_string(const std::string& name);
 const char* activation_string(Activation a);
 // A gated activation's output from c_fc's [gate | up] (swiglu or geglu).
 Tensor gated_activation(Activation a, const Tensor& x);
+// Token embeddings times model.embedding_multiplier (Gemma's sqrt(d_model)).
+Tensor scale_token_embeddings(const GptConfig& cfg, const Tensor& x);
 
 // The blocks' and the final normalisation: GPT-2's LayerNorm (scale and
 // shift, weight and bias) or LLaMA's RMSNorm (no mean, a weight only).
@@ -98,6 +100,13 @@ struct GptConfig {
   // The output head: GPT-2's is the token embedding (tied); untied, it is a
   // (V, C) weight of its own, lm_head.weight (LLaMA's).
   bool tie_embeddings = true;
+  // Gemma's two departures (config keys model.embedding_multiplier and
+  // model.norm_weight_offset): the token embeddings are multiplied by this
+  // (Gemma's sqrt(d_model)) before the first block; and every norm scales
+  // by 1 + weight rather than weight, its weights starting at zero (the
+  // same function, stored as Hugging Face stores Gemma's).
+  double embedding_multiplier = 1.0;
+  bool norm_weight_offset = false;
   bool rotary() const { return position_embedding == PositionEmbedding::Rotary; }
   int64_t kv_heads() const { return n_kv_head > 0 ? n_kv_head : n_head; }
   int64_t head_dim() const { return head_size > 0 ? head_size : d_model / n_head; }

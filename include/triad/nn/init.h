@@ -27,6 +27,6 @@ Tensor init_parameter(const std::string& name, const Shape& full_shape, const In
 // GPT-2's rule for a parameter name: LayerNorm weights 1, biases 0, residual
 // projections (attn.c_proj.weight, mlp.c_proj.weight) std 0.02/sqrt(2*n_layer),
 // every other weight std 0.02.
-InitRule gpt2_init_rule(const std::string& name, int64_t n_layer);
+InitRule gpt2_init_rule(const std::string& name, int64_t n_layer, bool norm_weight_offset = false);
 
 }  // namespace triad::nn

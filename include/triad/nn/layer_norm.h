@@ -13,8 +13,9 @@ namespace triad::nn {
 // so the module has a weight and no bias).
 class LayerNorm : public Module {
  public:
+  // unit_offset: scale by 1 + weight (Gemma's RMSNorm), weight starting at 0.
   explicit LayerNorm(int64_t features, double eps = 1e-5, DType dtype = DType::F32,
-                     bool rms = false);
+                     bool rms = false, bool unit_offset = false);
   Tensor forward(const Tensor& x) const;
   // {x + residual, forward(x + residual)} in one op (ops add_layer_norm,
   // add_rms_norm).
@@ -22,9 +23,11 @@ class LayerNorm : public Module {
 
  private:
   Tensor weight_;
-  Tensor bias_;  // undefined for RMSNorm
+  Tensor bias_;          // undefined for RMSNorm
+  Tensor scale() const;  // weight, or 1 + weight
   double eps_;
   bool rms_;
+  bool unit_offset_;
 };
 
 // Qwen3's query/key normalisation (model.qk_norm): each query head of a

@@ -102,8 +102,9 @@ void TensorParallelGpt::build(uint64_t seed) {
   for (int64_t i : plan_.layers) {
     auto block = std::make_shared<Container>();
     Layer L;
-    L.ln_1 = block->add("ln_1", std::make_shared<nn::LayerNorm>(C, cfg_.layer_norm_eps, DType::F32,
-                                                                cfg_.rms_norm()));
+    L.ln_1 = block->add(
+        "ln_1", std::make_shared<nn::LayerNorm>(C, cfg_.layer_norm_eps, DType::F32, cfg_.rms_norm(),
+                                                cfg_.norm_weight_offset));
     auto attn = block->add("attn", std::make_shared<Container>());
     const bool b = cfg_.linear_bias;
     // [q | k | v] split block by block: a rank holds its query heads and
@@ -116,13 +117,14 @@ void TensorParallelGpt::build(uint64_t seed) {
     if (cfg_.qk_norm) {
       auto norm = [&] {
         return std::make_shared<nn::LayerNorm>(cfg_.head_dim(), cfg_.layer_norm_eps, DType::F32,
-                                               true);
+                                               true, cfg_.norm_weight_offset);
       };
       L.q_norm = attn->add("q_norm", norm());
       L.k_norm = attn->add("k_norm", norm());
     }
-    L.ln_2 = block->add("ln_2", std::make_shared<nn::LayerNorm>(C, cfg_.layer_norm_eps, DType::F32,
-                                                                cfg_.rms_norm()));
+    L.ln_2 = block->add(
+        "ln_2", std::make_shared<nn::LayerNorm>(C, cfg_.layer_norm_eps, DType::F32, cfg_.rms_norm(),
+                                                cfg_.norm_weight_offset));
     auto mlp = block->add("mlp", std::make_shared<Container>());
     // SwiGLU's c_fc holds [gate | value]: each half split over the ranks, so
     // a rank's shard is its gate and value columns (the full tensor keeps
@@ -158,8 +160,9 @@ void TensorParallelGpt::build(uint64_t seed) {
     layers_[i] = L;
   }
   if (plan_.head) {
-    ln_f_ = register_module("ln_f", std::make_shared<nn::LayerNorm>(C, cfg_.layer_norm_eps,
-                                                                    DType::F32, cfg_.rms_norm()));
+    ln_f_ = register_module(
+        "ln_f", std::make_shared<nn::LayerNorm>(C, cfg_.layer_norm_eps, DType::F32, cfg_.rms_norm(),
+                                                cfg_.norm_weight_offset));
     specs_["ln_f.weight"] = ShardSpec::replicated(sp_);
     if (!cfg_.rms_norm()) specs_["ln_f.bias"] = ShardSpec::replicated(sp_);
     if (cfg_.tie_embeddings) {
@@ -174,8 +177,9 @@ void TensorParallelGpt::build(uint64_t seed) {
   // initial value, a pure function of (seed, name, full shape).
   nn::StateDict full;
   for (const auto& [name, shape] : full_shapes()) {
-    full.emplace(name,
-                 nn::init_parameter(name, shape, nn::gpt2_init_rule(name, cfg_.n_layer), seed));
+    full.emplace(name, nn::init_parameter(
+                           name, shape,
+                           nn::gpt2_init_rule(name, cfg_.n_layer, cfg_.norm_weight_offset), seed));
   }
   load_full_state_dict(full);
 }
@@ -291,8 +295,8 @@ Tensor TensorParallelGpt::embed(const Tensor& ids, const nn::ForwardContext& ctx
     first = group_->rank() * count;
   }
   if (!wpe_) {  // rotary embeddings: the attention layers take the positions
-    return site_dropout(wte_->forward(ids), cfg_.dropout, ctx, 0, "embed",
-                        sp_ ? group_->rank() : 0);
+    return site_dropout(nn::scale_token_embeddings(cfg_, wte_->forward(ids)), cfg_.dropout, ctx, 0,
+                        "embed", sp_ ? group_->rank() : 0);
   }
   Tensor positions;
   if (ctx.positions.defined()) {  // per token, within its document
@@ -306,7 +310,7 @@ Tensor TensorParallelGpt::embed(const Tensor& ids, const nn::ForwardContext& ctx
     for (int64_t t = 0; t < count; ++t) pos[t] = first + t;
     positions = from_vector(pos, {count}, DType::I64, ids.device());
   }
-  Tensor x = add(wte_->forward(ids), wpe_->forward(positions));
+  Tensor x = add(nn::scale_token_embeddings(cfg_, wte_->forward(ids)), wpe_->forward(positions));
   return site_dropout(x, cfg_.dropout, ctx, 0, "embed", sp_ ? group_->rank() : 0);
 }
 

@@ -301,7 +301,7 @@ TEST_P(TensorParallelGptTest, PackedDocumentsMatchOneProcess) {
 TEST_P(TensorParallelGptTest, LlamaOptionsMatchOneProcess) {
   const int64_t V = 300;
   for (const std::string variant :
-       {"rope", "rope, packed documents", "swiglu, F 24", "geglu, F 24",
+       {"rope", "rope, packed documents", "swiglu, F 24", "geglu, F 24", "gemma's blocks",
         "rmsnorm, rope, swiglu, no biases", "rmsnorm, rope, swiglu, no biases, untied head",
         "rmsnorm, rope, swiglu, no biases, grouped-query attention",
         "rmsnorm, rope, swiglu, no biases, grouped-query attention, qkv biases",
@@ -324,6 +324,13 @@ TEST_P(TensorParallelGptTest, LlamaOptionsMatchOneProcess) {
       cfg.linear_bias = false;
       cfg.activation = nn::Activation::SwiGlu;
       cfg.position_embedding = nn::PositionEmbedding::Rotary;
+    } else if (variant == "gemma's blocks") {  // GeGLU, scaled embeddings, 1 + weight
+      cfg.normalization = nn::Normalization::RmsNorm;
+      cfg.linear_bias = false;
+      cfg.activation = nn::Activation::GeGlu;
+      cfg.position_embedding = nn::PositionEmbedding::Rotary;
+      cfg.embedding_multiplier = 4.0;
+      cfg.norm_weight_offset = true;
     } else if (variant == "swiglu, F 24" || variant == "geglu, F 24") {
       cfg.activation = variant[0] == 's' ? nn::Activation::SwiGlu : nn::Activation::GeGlu;
       cfg.ffn_hidden_size = 24;
