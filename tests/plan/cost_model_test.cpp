@@ -483,6 +483,14 @@ TEST(PlannerFiles, ClusterAndModelFilesAreValidated) {
   EXPECT_TRUE(qwen3.qk_norm);
   EXPECT_EQ(qwen3.q_width(), 4096);
   EXPECT_EQ(qwen3.num_parameters(), 4'022'468'096);
+  // Gemma 7B: GeGLU, 16 heads of 256 on a d_model of 3072; the planner's
+  // model is the one model.hf_config reads from its config.json.
+  const nn::GptConfig gemma =
+      load_model_spec(std::string(TRIAD_SOURCE_DIR) + "/configs/models/gemma_7b.yaml");
+  EXPECT_EQ(gemma.activation, nn::Activation::GeGlu);
+  EXPECT_TRUE(gemma.norm_weight_offset);
+  EXPECT_DOUBLE_EQ(gemma.embedding_multiplier, std::sqrt(3072.0));
+  EXPECT_EQ(gemma.num_parameters(), 8'537'680'896);
   try {
     parse_model_spec(
         "{n_layer: 2, n_head: 4, n_kv_head: 3, d_model: 8, vocab_size: 10, "
