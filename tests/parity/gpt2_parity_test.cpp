@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <utility>
 
 #include "triad/autograd/engine.h"
 #include "triad/io/gpt2_weights.h"
@@ -177,26 +178,20 @@ TEST_F(Gpt2Parity, RotaryEmbeddingsLogitsGradientsAndGreedyTokens) {
   expect_greedy_tokens(cfg, "rope_generator.safetensors", "rope.greedy_tokens", ref_);
 }
 
-// LLaMA's SwiGLU MLP (silu(gate) * value, c_fc holding both halves) at a
-// hidden width other than 4C, against PyTorch's F.silu.
-TEST_F(Gpt2Parity, SwigluMlpLogitsAndGradients) {
-  nn::GptConfig cfg = model_cfg_;
-  cfg.activation = nn::Activation::SwiGlu;
-  cfg.ffn_hidden_size = cfg_["swiglu_ffn"];
-  nn::Gpt model(cfg, 1);
-  io::load_gpt2_safetensors(model, ref_dir() + "/swiglu_model.safetensors");
-  expect_step_zero_matches(model, ref_, "swiglu.");
-}
-
-// Gemma's GeGLU MLP (GELU's tanh approximation on the gate half) against
-// PyTorch's F.gelu(approximate="tanh").
-TEST_F(Gpt2Parity, GegluMlpLogitsAndGradients) {
-  nn::GptConfig cfg = model_cfg_;
-  cfg.activation = nn::Activation::GeGlu;
-  cfg.ffn_hidden_size = cfg_["swiglu_ffn"];
-  nn::Gpt model(cfg, 1);
-  io::load_gpt2_safetensors(model, ref_dir() + "/geglu_model.safetensors");
-  expect_step_zero_matches(model, ref_, "geglu.");
+// The gated MLPs (c_fc holding both halves, at a hidden width other than
+// 4C): LLaMA's SwiGLU, silu(gate) * value, against PyTorch's F.silu, and
+// Gemma's GeGLU, gelu(gate) * value, against F.gelu(approximate="tanh").
+TEST_F(Gpt2Parity, GatedMlpLogitsAndGradients) {
+  for (const auto& [activation, name] :
+       {std::pair{nn::Activation::SwiGlu, "swiglu"}, std::pair{nn::Activation::GeGlu, "geglu"}}) {
+    SCOPED_TRACE(name);
+    nn::GptConfig cfg = model_cfg_;
+    cfg.activation = activation;
+    cfg.ffn_hidden_size = cfg_["swiglu_ffn"];
+    nn::Gpt model(cfg, 1);
+    io::load_gpt2_safetensors(model, ref_dir() + "/" + name + "_model.safetensors");
+    expect_step_zero_matches(model, ref_, std::string(name) + ".");
+  }
 }
 
 // LLaMA's combination: rotary embeddings, SwiGLU, RMSNorm (written out in
