@@ -105,6 +105,19 @@ nn::StateDict hf_llama_to_triad(const std::map<std::string, Tensor>& tensors) {
       return t;
     };
     for (const auto& [from, to] : kSingle) out[p + to] = take(from);
+    // Phi-3's projections come fused, already in Triad's layout: qkv_proj
+    // is c_attn's [q | k | v], gate_up_proj c_fc's [gate | up].
+    if (parts.count("self_attn.qkv_proj.weight") > 0 ||
+        parts.count("mlp.gate_up_proj.weight") > 0) {
+      out[p + "attn.c_attn.weight"] = take("self_attn.qkv_proj.weight");
+      out[p + "mlp.c_fc.weight"] = take("mlp.gate_up_proj.weight");
+      parts.erase("self_attn.rotary_emb.inv_freq");  // a buffer, recomputed
+      if (!parts.empty()) {
+        throw IoError("Hugging Face Phi-3 weights: unexpected tensor '" + hf +
+                      parts.begin()->first + "'");
+      }
+      continue;
+    }
     const Tensor q = take("self_attn.q_proj.weight"), k = take("self_attn.k_proj.weight"),
                  v = take("self_attn.v_proj.weight");
     // Grouped-query attention: k_proj and v_proj are n_kv_head heads tall,

@@ -151,6 +151,11 @@ nn::GptConfig llama_config(const Keys& k, const std::string& type) {
   } else if (k.text("hidden_act", "silu") != "silu") {
     k.unsupported("hidden_act", "Triad's gated MLP is SwiGLU (silu)");
   }
+  // Phi-3: LLaMA's blocks with fused projections (the weights' reader
+  // takes qkv_proj and gate_up_proj) and Mistral's window. A partial
+  // rotation (Phi-4-mini's) is not Triad's RoPE.
+  if (type == "phi3" && k.number("partial_rotary_factor", 1.0) != 1.0)
+    k.unsupported("partial_rotary_factor", "Triad rotates every dimension of a head");
   if (k.boolean("attention_bias", false))
     k.unsupported("attention_bias", "Triad's LLaMA blocks have no attention biases");
   if (k.boolean("mlp_bias", false))
@@ -170,7 +175,7 @@ nn::GptConfig llama_config(const Keys& k, const std::string& type) {
   // window as long as the context changes nothing.
   const bool qwen = type == "qwen2" || type == "qwen3";
   std::vector<int64_t> full;
-  bool windowed = type == "mistral" && k.has("sliding_window");
+  bool windowed = (type == "mistral" || type == "phi3") && k.has("sliding_window");
   if (qwen && k.boolean("use_sliding_window", false)) {
     windowed = true;
     for (int64_t i = 0; i < std::min(k.integer("max_window_layers", c.n_layer), c.n_layer); ++i)
@@ -223,13 +228,14 @@ nn::GptConfig gpt_config_from_hf(const std::string& json_text, const std::string
   const std::string type = k.text("model_type", "");
   nn::GptConfig c;
   if (type == "llama" || type == "mistral" || type == "qwen2" || type == "qwen3" ||
-      type == "gemma") {
+      type == "gemma" || type == "phi3") {
     c = llama_config(k, type);
   } else if (type == "gpt2") {
     c = gpt2_config(k);
   } else {
     throw NotSupportedError(source + ": model_type '" + type +
-                            "' is not supported (llama, mistral, qwen2, qwen3, gemma or gpt2)");
+                            "' is not supported (llama, mistral, qwen2, qwen3, gemma, phi3 or "
+                            "gpt2)");
   }
   try {
     c.validate();

@@ -233,6 +233,44 @@ TEST(HfConfig, GemmaConfigIsLlamasBlocksWithGegluScaledEmbeddingsAndOffsetNorms)
             nn::Activation::GeGlu);
 }
 
+// Phi-3-mini-4k's config.json: LLaMA's blocks (its fused qkv_proj and
+// gate_up_proj are the weights' concern) with Mistral's window of 2047 on a
+// context of 4096, and an untied head.
+const char* kPhi3Mini = R"({
+  "architectures": ["Phi3ForCausalLM"], "model_type": "phi3", "attention_bias": false,
+  "attention_dropout": 0.0, "embd_pdrop": 0.0, "hidden_act": "silu", "hidden_size": 3072,
+  "intermediate_size": 8192, "max_position_embeddings": 4096,
+  "original_max_position_embeddings": 4096, "num_attention_heads": 32, "num_hidden_layers": 32,
+  "num_key_value_heads": 32, "resid_pdrop": 0.0, "rms_norm_eps": 1e-05, "rope_scaling": null,
+  "rope_theta": 10000.0, "sliding_window": 2047, "tie_word_embeddings": false,
+  "torch_dtype": "bfloat16", "vocab_size": 32064
+})";
+
+TEST(HfConfig, Phi3ConfigIsLlamasBlocksWithMistralsWindow) {
+  const nn::GptConfig c = gpt_config_from_hf(kPhi3Mini, "phi3/config.json");
+  EXPECT_EQ(c.activation, nn::Activation::SwiGlu);
+  EXPECT_EQ(c.sliding_window, 2047);
+  EXPECT_FALSE(c.tie_embeddings);
+  EXPECT_EQ(c.kv_heads(), 32);
+  // Hugging Face's count for Phi-3-mini: 32 layers of qkv (9216 x 3072),
+  // o (3072 x 3072), gate_up (16384 x 3072), down (3072 x 8192) and two
+  // norms, plus the embedding, the head and the final norm.
+  EXPECT_EQ(c.num_parameters(), 3'821'079'552);
+  // Phi-4-mini's partial rotation and Phi-3's long-context "longrope"
+  // scaling are named.
+  try {
+    gpt_config_from_hf(edited(kPhi3Mini, "partial_rotary_factor", "0.75"), "phi3/config.json");
+    FAIL() << "a partial rotation accepted";
+  } catch (const NotSupportedError& e) {
+    EXPECT_NE(std::string(e.what()).find("'partial_rotary_factor' (0.75)"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(gpt_config_from_hf(edited(kPhi3Mini, "rope_scaling",
+                                         R"({"type": "longrope", "long_factor": [1.0]})"),
+                                  "phi3/config.json"),
+               NotSupportedError);
+}
+
 // Mistral NeMo 12B's config.json: Mistral's blocks with heads of 128 on a
 // hidden size of 5120 (32 query heads, 4096 wide together) over 8 key/value
 // heads, an untied head and no window.
@@ -334,10 +372,10 @@ TEST(HfConfig, WhatTriadDoesNotBuildIsNamed) {
   EXPECT_NE(message(from(edited(edited(llama, "model_type", "\"mistral\""), "sliding_window", "0")))
                 .find("'sliding_window' (0): a window must hold at least one key"),
             std::string::npos);
-  EXPECT_NE(
-      message(from(edited(llama, "model_type", "\"qwen3_moe\"")))
-          .find("model_type 'qwen3_moe' is not supported (llama, mistral, qwen2, qwen3, gemma or gpt2)"),
-      std::string::npos);
+  EXPECT_NE(message(from(edited(llama, "model_type", "\"qwen3_moe\"")))
+                .find("model_type 'qwen3_moe' is not supported (llama, mistral, qwen2, qwen3, "
+                      "gemma, phi3 or gpt2)"),
+            std::string::npos);
   EXPECT_NE(message(from(edited(edited(edited(kQwen3_06b, "use_sliding_window", "true"),
                                        "max_window_layers", "10"),
                                 "sliding_window", "0")))

@@ -158,6 +158,46 @@ TEST(HfExport, GemmaClassAndWhatKeepsAModelFromIt) {
   }
 }
 
+// Phi-3's checkpoints fuse q, k and v into qkv_proj and gate and up into
+// gate_up_proj, in the order Triad's c_attn and c_fc hold them: they load
+// as they are, bit for bit; a layer missing half of the pair is named.
+TEST(HfExport, Phi3FusedProjectionsLoad) {
+  const nn::GptConfig c = llama(false, 2);
+  const nn::Gpt model(c, 3);
+  const nn::StateDict sd = model.state_dict();
+  std::map<std::string, Tensor> phi3{{"model.embed_tokens.weight", sd.at("wte.weight")},
+                                     {"model.norm.weight", sd.at("ln_f.weight")},
+                                     {"lm_head.weight", sd.at("lm_head.weight")}};
+  for (int64_t i = 0; i < c.n_layer; ++i) {
+    const std::string p = "h." + std::to_string(i) + ".";
+    const std::string hf = "model.layers." + std::to_string(i) + ".";
+    phi3[hf + "input_layernorm.weight"] = sd.at(p + "ln_1.weight");
+    phi3[hf + "post_attention_layernorm.weight"] = sd.at(p + "ln_2.weight");
+    phi3[hf + "self_attn.qkv_proj.weight"] = sd.at(p + "attn.c_attn.weight");
+    phi3[hf + "self_attn.o_proj.weight"] = sd.at(p + "attn.c_proj.weight");
+    phi3[hf + "mlp.gate_up_proj.weight"] = sd.at(p + "mlp.c_fc.weight");
+    phi3[hf + "mlp.down_proj.weight"] = sd.at(p + "mlp.c_proj.weight");
+  }
+  testing::TempDir dir;
+  save_safetensors(dir.file("model.safetensors"), phi3, {});
+  std::map<std::string, Shape> expected;
+  for (auto& [name, p] : model.named_parameters()) expected[name] = p.shape();
+  const nn::StateDict back = load_gpt2_state_dict(dir.path().string(), expected);
+  ASSERT_EQ(back.size(), expected.size());
+  for (const auto& [name, t] : sd)
+    EXPECT_EQ(to_double_vector(back.at(name)), to_double_vector(t)) << name;
+  phi3.erase("model.layers.1.mlp.gate_up_proj.weight");
+  save_safetensors(dir.file("half.safetensors"), phi3, {});
+  try {
+    load_gpt2_state_dict(dir.file("half.safetensors"), expected);
+    FAIL() << "a layer without gate_up_proj loaded";
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find("model.layers.1.mlp.gate_up_proj.weight' is missing"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 // The names and shapes Hugging Face's classes load.
 TEST(HfExport, NamesAndShapesAreHuggingFaces) {
   const nn::GptConfig c = llama(false, 2);  // 4 query heads of 4 over 2 key/value heads
