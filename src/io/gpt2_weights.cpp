@@ -90,7 +90,6 @@ nn::StateDict hf_llama_to_triad(const std::map<std::string, Tensor>& tensors) {
   }
   static const std::map<std::string, std::string> kSingle = {
       {"input_layernorm.weight", "ln_1.weight"},
-      {"post_attention_layernorm.weight", "ln_2.weight"},
       {"self_attn.o_proj.weight", "attn.c_proj.weight"},
       {"mlp.down_proj.weight", "mlp.c_proj.weight"}};
   for (auto& [i, parts] : layers) {
@@ -105,6 +104,16 @@ nn::StateDict hf_llama_to_triad(const std::map<std::string, Tensor>& tensors) {
       return t;
     };
     for (const auto& [from, to] : kSingle) out[p + to] = take(from);
+    // Gemma 2's and 3's four norms: post_attention_layernorm is then the
+    // attention output's (post_attn_norm) and pre_feedforward_layernorm the
+    // MLP's input's (ln_2); LLaMA's post_attention_layernorm is ln_2.
+    if (parts.count("pre_feedforward_layernorm.weight") > 0) {
+      out[p + "post_attn_norm.weight"] = take("post_attention_layernorm.weight");
+      out[p + "ln_2.weight"] = take("pre_feedforward_layernorm.weight");
+      out[p + "post_mlp_norm.weight"] = take("post_feedforward_layernorm.weight");
+    } else {
+      out[p + "ln_2.weight"] = take("post_attention_layernorm.weight");
+    }
     // Phi-3's projections come fused, already in Triad's layout: qkv_proj
     // is c_attn's [q | k | v], gate_up_proj c_fc's [gate | up].
     if (parts.count("self_attn.qkv_proj.weight") > 0 ||
@@ -252,6 +261,8 @@ nn::StateDict load_gpt2_state_dict(const std::string& path,
                      : ends_with(name, "_norm.weight") && name.find(".attn.") != std::string::npos
                          ? " (the file's attention has no query/key norms: set model.qk_norm: "
                            "false)"
+                     : name.find(".post_") != std::string::npos
+                         ? " (the file's blocks have no post-norms: set model.post_norms: false)"
                          : ""));
     if (it->second.shape() != shape) {
       Shape stored = it->second.shape(), want = shape;
@@ -293,6 +304,9 @@ nn::StateDict load_gpt2_state_dict(const std::string& path,
                            "model.qkv_bias: true)"
                      : ends_with(name, "_norm.weight") && name.find(".attn.") != std::string::npos
                          ? " (query/key norms, as Qwen3's blocks have: set model.qk_norm: true)"
+                     : name.find(".post_") != std::string::npos
+                         ? " (post-norms, as Gemma 2's and 3's blocks have: set "
+                           "model.post_norms: true)"
                          : ""));
   }
   return state;
@@ -317,6 +331,8 @@ void save_gpt2_state_dict(const nn::StateDict& full, const nn::GptConfig& c,
   if (c.heads_apart()) meta["head_dim"] = std::to_string(c.head_dim());
   if (c.qk_norm) meta["qk_norm"] = "true";
   if (c.norm_weight_offset) meta["norm_weight_offset"] = "true";
+  if (c.post_norms) meta["post_norms"] = "true";
+  if (c.rope_local_theta > 0.0) meta["rope_local_theta"] = std::to_string(c.rope_local_theta);
   if (c.embedding_multiplier != 1.0)
     meta["embedding_multiplier"] = std::to_string(c.embedding_multiplier);
   if (c.rotary()) {

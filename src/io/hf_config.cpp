@@ -131,14 +131,15 @@ nn::GptConfig llama_config(const Keys& k, const std::string& type) {
   c.seq_len = k.integer("max_position_embeddings");
   c.ffn_hidden_size = k.integer("intermediate_size");
   c.position_embedding = nn::PositionEmbedding::Rotary;
-  c.rope_theta = k.number("rope_theta", 10000.0);
+  c.rope_theta = k.number("rope_theta", type == "gemma3_text" ? 1e6 : 10000.0);
   c.normalization = nn::Normalization::RmsNorm;
   c.layer_norm_eps = k.number("rms_norm_eps", 1e-6);
   c.activation = nn::Activation::SwiGlu;
   c.linear_bias = false;
-  c.tie_embeddings = k.boolean("tie_word_embeddings", type == "gemma");
+  const bool gemma = type == "gemma" || type == "gemma2" || type == "gemma3_text";
+  c.tie_embeddings = k.boolean("tie_word_embeddings", gemma);
   if (k.has("rope_scaling")) c.rope_scaling = k.rope_scaling(static_cast<double>(c.seq_len));
-  if (type == "gemma") {
+  if (gemma) {
     // Gemma: GeGLU (transformers reads hidden_activation and takes GELU's
     // tanh approximation when it is absent, whatever hidden_act says), the
     // token embeddings times sqrt(hidden_size), norms scaling by 1 + weight.
@@ -148,9 +149,18 @@ nn::GptConfig llama_config(const Keys& k, const std::string& type) {
       k.unsupported("hidden_activation", "Triad's GeGLU uses GELU's tanh approximation");
     c.embedding_multiplier = std::sqrt(static_cast<double>(c.d_model));
     c.norm_weight_offset = true;
-  } else if (k.text("hidden_act", "silu") != "silu") {
-    k.unsupported("hidden_act", "Triad's gated MLP is SwiGLU (silu)");
   }
+  if (type == "gemma2" || type == "gemma3_text") {
+    // Gemma 2 and 3: Gemma's blocks with each sublayer's output normalised
+    // again; Gemma 3's query/key norms too.
+    c.post_norms = true;
+    c.qk_norm = type == "gemma3_text";
+    for (const char* key : {"attn_logit_softcapping", "final_logit_softcapping"}) {
+      if (k.has(key)) k.unsupported(key, "soft-capping (cap * tanh(x / cap)) is not implemented");
+    }
+  }
+  if (!gemma && k.text("hidden_act", "silu") != "silu")
+    k.unsupported("hidden_act", "Triad's gated MLP is SwiGLU (silu)");
   // Phi-3: LLaMA's blocks with fused projections (the weights' reader
   // takes qkv_proj and gate_up_proj) and Mistral's window. A partial
   // rotation (Phi-4-mini's) is not Triad's RoPE.
@@ -164,6 +174,14 @@ nn::GptConfig llama_config(const Keys& k, const std::string& type) {
   // hidden_size / num_attention_heads is no different from its absence.
   if (k.has("head_dim") && k.integer("head_dim") * c.n_head != c.d_model)
     c.head_size = k.integer("head_dim");
+  // Gemma 2's and 3's attention scale 1 / sqrt(query_pre_attn_scalar): only
+  // the head dimension's is Triad's.
+  if (k.has("query_pre_attn_scalar") &&
+      k.number("query_pre_attn_scalar", 0.0) != static_cast<double>(c.head_dim())) {
+    k.unsupported("query_pre_attn_scalar",
+                  "Triad scales attention scores by 1 / sqrt(head_dim), head_dim " +
+                      std::to_string(c.head_dim()));
+  }
   // Qwen2: LLaMA's blocks with biases on q, k and v (implied by the type).
   // Qwen3: LLaMA's blocks with RMSNorm over each query and key head (and
   // heads of their own width, head_dim above).
@@ -176,6 +194,14 @@ nn::GptConfig llama_config(const Keys& k, const std::string& type) {
   const bool qwen = type == "qwen2" || type == "qwen3";
   std::vector<int64_t> full;
   bool windowed = (type == "mistral" || type == "phi3") && k.has("sliding_window");
+  // Gemma 2 and 3: local and global layers interleaved, every
+  // sliding_window_pattern-th layer global (Gemma 2's every other).
+  if ((type == "gemma2" || type == "gemma3_text") && k.has("sliding_window")) {
+    windowed = true;
+    const int64_t every = type == "gemma2" ? 2 : k.integer("sliding_window_pattern", 6);
+    if (every < 1) k.unsupported("sliding_window_pattern", "expected a positive count of layers");
+    for (int64_t i = every - 1; i < c.n_layer; i += every) full.push_back(i);
+  }
   if (qwen && k.boolean("use_sliding_window", false)) {
     windowed = true;
     for (int64_t i = 0; i < std::min(k.integer("max_window_layers", c.n_layer), c.n_layer); ++i)
@@ -188,9 +214,14 @@ nn::GptConfig llama_config(const Keys& k, const std::string& type) {
   if (windowed && static_cast<int64_t>(full.size()) < c.n_layer) {
     const int64_t w = k.integer("sliding_window");
     if (w < 1) k.unsupported("sliding_window", "a window must hold at least one key");
-    if (w < c.seq_len) {
+    // Gemma 3's local layers turn by a RoPE base of their own, unscaled,
+    // which the window marks out even when it is as long as the context.
+    const double local = type == "gemma3_text" ? k.number("rope_local_base_freq", 10000.0) : 0.0;
+    const bool local_rope = local > 0.0 && (local != c.rope_theta || c.rope_scaling.scaled());
+    if (w < c.seq_len || local_rope) {
       c.sliding_window = w;
       c.full_attention_layers = full;
+      if (local_rope) c.rope_local_theta = local;
     }
   }
   return c;
@@ -228,14 +259,14 @@ nn::GptConfig gpt_config_from_hf(const std::string& json_text, const std::string
   const std::string type = k.text("model_type", "");
   nn::GptConfig c;
   if (type == "llama" || type == "mistral" || type == "qwen2" || type == "qwen3" ||
-      type == "gemma" || type == "phi3") {
+      type == "gemma" || type == "gemma2" || type == "gemma3_text" || type == "phi3") {
     c = llama_config(k, type);
   } else if (type == "gpt2") {
     c = gpt2_config(k);
   } else {
     throw NotSupportedError(source + ": model_type '" + type +
-                            "' is not supported (llama, mistral, qwen2, qwen3, gemma, phi3 or "
-                            "gpt2)");
+                            "' is not supported (llama, mistral, qwen2, qwen3, gemma, gemma2, "
+                            "gemma3_text, phi3 or gpt2)");
   }
   try {
     c.validate();

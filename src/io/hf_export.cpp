@@ -29,17 +29,23 @@ std::optional<int64_t> qwen_window_layers(const nn::GptConfig& c) {
   return static_cast<int64_t>(full.size());
 }
 
+bool is_gemma(const std::string& type) {
+  return type == "gemma" || type == "gemma2" || type == "gemma3_text";
+}
+
 // What keeps `c` from each class, "" when nothing does. LLaMA's, Qwen2's
 // and Qwen3's blocks differ only in Qwen2's q, k and v biases and Qwen3's
 // query/key norms; Gemma's in GeGLU, its embedding multiplier of
-// sqrt(d_model) and norms scaling by 1 + weight (`type`: llama, qwen2,
-// qwen3 or gemma).
+// sqrt(d_model) and norms scaling by 1 + weight; Gemma 2's in post-norms
+// and windows on any layers; Gemma 3's in query/key norms too and its
+// local layers' own RoPE base (`type`: llama, qwen2, qwen3, gemma, gemma2
+// or gemma3_text).
 std::string llama_misfit(const nn::GptConfig& c, const std::string& type) {
   std::string why;
   auto add = [&](bool bad, const char* what) {
     if (bad) why += (why.empty() ? "" : ", ") + std::string(what);
   };
-  const bool gemma = type == "gemma";
+  const bool gemma = is_gemma(type), sandwich = type == "gemma2" || type == "gemma3_text";
   add(!c.rotary(), "model.position_embedding is not rope");
   if (gemma) {
     const double root = std::sqrt(static_cast<double>(c.d_model));
@@ -47,23 +53,35 @@ std::string llama_misfit(const nn::GptConfig& c, const std::string& type) {
     add(std::abs(c.embedding_multiplier - root) > 1e-9 * root,
         "model.embedding_multiplier is not sqrt(d_model)");
     add(!c.norm_weight_offset, "model.norm_weight_offset is false");
-    add(c.sliding_window > 0, "model.sliding_window is set");
+    if (!sandwich) add(c.sliding_window > 0, "model.sliding_window is set");
   } else {
     add(c.activation != nn::Activation::SwiGlu, "model.activation is not swiglu");
     add(c.embedding_multiplier != 1.0, "model.embedding_multiplier is not 1");
     add(c.norm_weight_offset, "model.norm_weight_offset is true");
   }
+  if (sandwich) add(!c.post_norms, "model.post_norms is false");
+  if (!sandwich) add(c.post_norms, "model.post_norms is true");
+  if (type == "gemma3_text") {
+    // Its local layers turn unscaled: a scaled model.rope_theta there needs
+    // model.rope_local_theta.
+    add(c.sliding_window > 0 && c.rope_local_theta == 0.0 && c.rope_scaling.scaled(),
+        "the windowed layers' RoPE is scaled");
+  } else {
+    add(c.rope_local_theta > 0.0, "model.rope_local_theta is set");
+  }
   add(!c.rms_norm(), "model.normalization is not rmsnorm");
   add(c.linear_bias, "model.linear_bias is true");
   if (type == "qwen2") add(!c.qkv_bias, "model.qkv_bias is false");
   if (type != "qwen2") add(c.qkv_bias, "model.qkv_bias is true");
-  if (type == "qwen3") add(!c.qk_norm, "model.qk_norm is false");
-  if (type != "qwen3") add(c.qk_norm, "model.qk_norm is true");
-  // Mistral windows every layer; Qwen every layer from max_window_layers on.
-  if (type == "llama" || gemma) {
+  const bool qk = type == "qwen3" || type == "gemma3_text";
+  if (qk) add(!c.qk_norm, "model.qk_norm is false");
+  if (!qk) add(c.qk_norm, "model.qk_norm is true");
+  // Mistral windows every layer; Qwen every layer from max_window_layers
+  // on; Gemma 2 and 3 any layers (layer_types).
+  if (type == "llama" || type == "gemma") {
     add(!c.full_attention_layers.empty(),
         "model.full_attention_layers exempts layers from the window");
-  } else {
+  } else if (!sandwich) {
     add(!qwen_window_layers(c).has_value(), "model.full_attention_layers is not the first layers");
   }
   return why;
@@ -84,6 +102,7 @@ std::string gpt2_misfit(const nn::GptConfig& c) {
   add(c.qk_norm, "model.qk_norm is true");
   add(c.embedding_multiplier != 1.0, "model.embedding_multiplier is not 1");
   add(c.norm_weight_offset, "model.norm_weight_offset is true");
+  add(c.post_norms, "model.post_norms is true");
   return why;
 }
 
@@ -98,11 +117,14 @@ const Tensor& at(const nn::StateDict& s, const std::string& name) {
 const char* hf_model_type(const nn::GptConfig& c) {
   const std::string llama = llama_misfit(c, "llama"), qwen2 = llama_misfit(c, "qwen2"),
                     qwen3 = llama_misfit(c, "qwen3"), gemma = llama_misfit(c, "gemma"),
+                    gemma2 = llama_misfit(c, "gemma2"), gemma3 = llama_misfit(c, "gemma3_text"),
                     gpt2 = gpt2_misfit(c);
   if (llama.empty()) return c.sliding_window > 0 ? "mistral" : "llama";
   if (qwen2.empty()) return "qwen2";
   if (qwen3.empty()) return "qwen3";
   if (gemma.empty()) return "gemma";
+  if (gemma2.empty()) return "gemma2";
+  if (gemma3.empty()) return "gemma3_text";
   if (gpt2.empty()) return "gpt2";
   throw NotSupportedError(
       "no Hugging Face class holds this model: LlamaForCausalLM needs rope, swiglu, rmsnorm, "
@@ -113,7 +135,8 @@ const char* hf_model_type(const nn::GptConfig& c) {
       qwen2 + "); Qwen3ForCausalLM the same with query/key norms and no biases (here " + qwen3 +
       "); GemmaForCausalLM LLaMA's with geglu, an embedding multiplier of sqrt(d_model) and "
       "norm_weight_offset (here " +
-      gemma +
+      gemma + "); Gemma2ForCausalLM Gemma's with post_norms (here " + gemma2 +
+      "); Gemma3ForCausalLM Gemma 2's with query/key norms (here " + gemma3 +
       "); GPT2LMHeadModel needs learned positions, gelu, layernorm, linear biases, a "
       "key/value head per query head and heads d_model / n_head wide (here " +
       gpt2 + ")");
@@ -121,12 +144,14 @@ const char* hf_model_type(const nn::GptConfig& c) {
 
 const char* hf_architecture(const nn::GptConfig& c) {
   const std::string type = hf_model_type(c);
-  return type == "llama"     ? "LlamaForCausalLM"
-         : type == "mistral" ? "MistralForCausalLM"
-         : type == "qwen2"   ? "Qwen2ForCausalLM"
-         : type == "qwen3"   ? "Qwen3ForCausalLM"
-         : type == "gemma"   ? "GemmaForCausalLM"
-                             : "GPT2LMHeadModel";
+  return type == "llama"         ? "LlamaForCausalLM"
+         : type == "mistral"     ? "MistralForCausalLM"
+         : type == "qwen2"       ? "Qwen2ForCausalLM"
+         : type == "qwen3"       ? "Qwen3ForCausalLM"
+         : type == "gemma"       ? "GemmaForCausalLM"
+         : type == "gemma2"      ? "Gemma2ForCausalLM"
+         : type == "gemma3_text" ? "Gemma3ForCausalLM"
+                                 : "GPT2LMHeadModel";
 }
 
 std::string hf_config_json(const nn::GptConfig& c, const std::string& torch_dtype) {
@@ -142,7 +167,7 @@ std::string hf_config_json(const nn::GptConfig& c, const std::string& torch_dtyp
     j["num_attention_heads"] = c.n_head;
     j["num_key_value_heads"] = c.kv_heads();
     j["head_dim"] = c.head_dim();
-    if (type == "gemma") {
+    if (is_gemma(type)) {
       j["hidden_act"] = "gelu_pytorch_tanh";
       j["hidden_activation"] = "gelu_pytorch_tanh";
     } else {
@@ -176,6 +201,18 @@ std::string hf_config_json(const nn::GptConfig& c, const std::string& torch_dtyp
     }
     j["attention_dropout"] = c.dropout;
     if (type == "mistral") j["sliding_window"] = c.sliding_window;
+    if (type == "gemma2" || type == "gemma3_text") {
+      j["query_pre_attn_scalar"] = c.head_dim();
+      j["attn_logit_softcapping"] = nullptr;
+      j["final_logit_softcapping"] = nullptr;
+      j["sliding_window"] = c.sliding_window > 0 ? c.sliding_window : c.seq_len;
+      nlohmann::ordered_json kinds = nlohmann::ordered_json::array();
+      for (int64_t i = 0; i < c.n_layer; ++i)
+        kinds.push_back(c.window_of(i) > 0 ? "sliding_attention" : "full_attention");
+      j["layer_types"] = kinds;
+      if (type == "gemma3_text")
+        j["rope_local_base_freq"] = c.rope_local_theta > 0.0 ? c.rope_local_theta : c.rope_theta;
+    }
   } else {
     j["architectures"] = nlohmann::ordered_json::array({hf_architecture(c)});
     j["model_type"] = "gpt2";
@@ -237,7 +274,13 @@ std::map<std::string, Tensor> triad_to_hf(const nn::StateDict& full, const nn::G
     out[hf + "mlp.up_proj.weight"] = contiguous(narrow(fc, 0, F, F)).detach();
     out[hf + "mlp.down_proj.weight"] = at(full, p + "mlp.c_proj.weight");
     out[hf + "input_layernorm.weight"] = at(full, p + "ln_1.weight");
-    out[hf + "post_attention_layernorm.weight"] = at(full, p + "ln_2.weight");
+    if (c.post_norms) {  // Gemma 2's and 3's names for the four norms
+      out[hf + "post_attention_layernorm.weight"] = at(full, p + "post_attn_norm.weight");
+      out[hf + "pre_feedforward_layernorm.weight"] = at(full, p + "ln_2.weight");
+      out[hf + "post_feedforward_layernorm.weight"] = at(full, p + "post_mlp_norm.weight");
+    } else {
+      out[hf + "post_attention_layernorm.weight"] = at(full, p + "ln_2.weight");
+    }
     if (c.qk_norm) {
       out[hf + "self_attn.q_norm.weight"] = at(full, p + "attn.q_norm.weight");
       out[hf + "self_attn.k_norm.weight"] = at(full, p + "attn.k_norm.weight");

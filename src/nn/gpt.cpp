@@ -149,6 +149,17 @@ void GptConfig::validate() const {
     throw ConfigError("model.rope_theta (" + std::to_string(rope_theta) +
                       ") must be a positive number");
   }
+  if (rope_local_theta != 0.0) {
+    if (!(rope_local_theta > 0.0) || !std::isfinite(rope_local_theta)) {
+      throw ConfigError("model.rope_local_theta (" + std::to_string(rope_local_theta) +
+                        ") must be a positive number (or 0: rope_theta on every layer)");
+    }
+    if (!rotary() || sliding_window == 0) {
+      throw ConfigError("model.rope_local_theta (" + std::to_string(rope_local_theta) +
+                        ") is the windowed layers' RoPE base: it needs model.position_embedding "
+                        "rope and a model.sliding_window");
+    }
+  }
   if (const std::string why = rope_scaling_problem(rope_scaling); !why.empty())
     throw ConfigError("model.rope_scaling: " + why);
   if (!(layer_norm_eps > 0.0) || !std::isfinite(layer_norm_eps)) {
@@ -170,14 +181,20 @@ int64_t GptConfig::window_of(int64_t layer) const {
   return sliding_window;
 }
 
+GptConfig::Rope GptConfig::rope_of(int64_t layer) const {
+  if (rope_local_theta > 0.0 && window_of(layer) > 0) return {rope_local_theta, RopeScaling{}};
+  return {rope_theta, rope_scaling};
+}
+
 int64_t GptConfig::block_parameters() const {
   const int64_t h = d_model, f = ffn(), m = fc_width(), w = qkv_width(), q = q_width();
   // Attention (w + q) h + w + h (4h^2 + 4h with a key/value head per query
   // head and q = h), MLP (h + 1) m + (f + 1) h, two LayerNorms 4h or
-  // RMSNorms 2h (12h^2 + 13h for GPT-2).
+  // RMSNorms 2h (12h^2 + 13h for GPT-2); twice that with post_norms.
   const int64_t norm = rms_norm() ? h : 2 * h;
   const int64_t biases = linear_bias ? w + h + m + h : qkv_bias ? w : 0;
-  return (w + q) * h + h * m + f * h + biases + 2 * norm + (qk_norm ? 2 * head_dim() : 0);
+  return (w + q) * h + h * m + f * h + biases + (post_norms ? 4 : 2) * norm +
+         (qk_norm ? 2 * head_dim() : 0);
 }
 
 int64_t GptConfig::num_parameters() const {
@@ -195,12 +212,21 @@ double GptConfig::training_flops(double sequences, bool full_recompute) const {
   // Forward per token: 2 FLOPs per weight of the layers' products (c_attn
   // h*w, 3h^2 with a key/value head per query head; c_proj q*h), 4*s*q for
   // the scores and their product with V (every query head's, q = h unless
-  // model.head_dim sets the heads apart), 2*h*V for the head.
-  const double layer = 2.0 * ((w + q) * h + h * m + f * h) + 4.0 * s * q;
-  const double forward = l * layer + 2.0 * h * V;
+  // model.head_dim sets the heads apart), 2*h*V for the head. A windowed
+  // layer's queries each see at most the window's keys: 4*min(W, s)*q (the
+  // work its kernels do, so that a model with short windows on a long
+  // context is not credited with work nobody does).
+  double scores = 0.0;
+  for (int64_t i = 0; i < n_layer; ++i) {
+    const int64_t window = window_of(i);
+    scores += 4.0 * (window > 0 ? std::min(s, static_cast<double>(window)) : s) * q;
+  }
+  const double weights = 2.0 * ((w + q) * h + h * m + f * h);
+  const double layers = l * weights + scores;
+  const double forward = layers + 2.0 * h * V;
   // Backward is twice forward; full recomputation runs the layers forward
   // once more (not the head).
-  const double per_token = 3.0 * forward + (full_recompute ? l * layer : 0.0);
+  const double per_token = 3.0 * forward + (full_recompute ? layers : 0.0);
   return sequences * s * per_token;
 }
 
@@ -219,11 +245,10 @@ std::map<std::string, Shape> gpt_parameter_shapes(const GptConfig& cfg,
   }
   for (int64_t i : layers) {
     const std::string p = "h." + std::to_string(i) + ".";
-    s[p + "ln_1.weight"] = {C};
-    s[p + "ln_2.weight"] = {C};
-    if (norm_bias) {
-      s[p + "ln_1.bias"] = {C};
-      s[p + "ln_2.bias"] = {C};
+    for (const char* norm : {"ln_1", "ln_2", "post_attn_norm", "post_mlp_norm"}) {
+      if (!cfg.post_norms && std::string(norm).rfind("post_", 0) == 0) continue;
+      s[p + norm + ".weight"] = {C};
+      if (norm_bias) s[p + norm + ".bias"] = {C};
     }
     s[p + "attn.c_attn.weight"] = {cfg.qkv_width(), C};
     s[p + "attn.c_proj.weight"] = {C, cfg.q_width()};
@@ -250,8 +275,7 @@ CausalSelfAttention::CausalSelfAttention(const GptConfig& cfg, int64_t layer)
       window_(cfg.window_of(layer)),
       dropout_(cfg.dropout),
       rotary_(cfg.rotary()),
-      rope_theta_(cfg.rope_theta),
-      rope_scaling_(cfg.rope_scaling) {
+      rope_(cfg.rope_of(layer)) {
   c_attn_ = register_module(
       "c_attn", std::make_shared<Linear>(cfg.d_model, cfg.qkv_width(), cfg.c_attn_bias()));
   c_proj_ = register_module("c_proj",
@@ -269,7 +293,7 @@ CausalSelfAttention::CausalSelfAttention(const GptConfig& cfg, int64_t layer)
 Tensor CausalSelfAttention::project(const Tensor& x, const Tensor& positions, int64_t start) const {
   Tensor qkv = c_attn_->forward(x);
   if (q_norm_) qkv = norm_query_key_heads(qkv, heads_, *q_norm_, *k_norm_);
-  if (rotary_) qkv = rotary_embedding(qkv, heads_, positions, start, rope_theta_, rope_scaling_);
+  if (rotary_) qkv = rotary_embedding(qkv, heads_, positions, start, rope_.theta, rope_.scaling);
   return qkv;
 }
 
@@ -336,27 +360,42 @@ Tensor Mlp::forward(const Tensor& x, const ForwardContext& ctx) const {
 }
 
 Block::Block(const GptConfig& cfg, int64_t layer) {
-  ln_1_ = register_module("ln_1",
-                          std::make_shared<LayerNorm>(cfg.d_model, cfg.layer_norm_eps, DType::F32,
-                                                      cfg.rms_norm(), cfg.norm_weight_offset));
+  auto norm = [&] {
+    return std::make_shared<LayerNorm>(cfg.d_model, cfg.layer_norm_eps, DType::F32, cfg.rms_norm(),
+                                       cfg.norm_weight_offset);
+  };
+  ln_1_ = register_module("ln_1", norm());
   attn_ = register_module("attn", std::make_shared<CausalSelfAttention>(cfg, layer));
-  ln_2_ = register_module("ln_2",
-                          std::make_shared<LayerNorm>(cfg.d_model, cfg.layer_norm_eps, DType::F32,
-                                                      cfg.rms_norm(), cfg.norm_weight_offset));
+  ln_2_ = register_module("ln_2", norm());
   mlp_ = register_module("mlp", std::make_shared<Mlp>(cfg, layer));
+  if (cfg.post_norms) {
+    post_attn_norm_ = register_module("post_attn_norm", norm());
+    post_mlp_norm_ = register_module("post_mlp_norm", norm());
+  }
 }
+
+namespace {
+
+// A sublayer's output normalised again (model.post_norms), or as it is.
+Tensor post_norm(const std::shared_ptr<LayerNorm>& norm, const Tensor& y) {
+  return norm ? norm->forward(y) : y;
+}
+
+}  // namespace
 
 Tensor Block::forward(const Tensor& x, const ForwardContext& ctx) const {
   // The attention's residual add and ln_2 run as one op.
-  const AddNorm h = ln_2_->forward_add(x, attn_->forward(ln_1_->forward(x), ctx));
-  return add(h.sum, mlp_->forward(h.norm, ctx));
+  const AddNorm h =
+      ln_2_->forward_add(x, post_norm(post_attn_norm_, attn_->forward(ln_1_->forward(x), ctx)));
+  return add(h.sum, post_norm(post_mlp_norm_, mlp_->forward(h.norm, ctx)));
 }
 
 Tensor Block::forward_cached(const Tensor& x, Tensor& k_cache, Tensor& v_cache,
                              int64_t start) const {
-  const AddNorm h =
-      ln_2_->forward_add(x, attn_->forward_cached(ln_1_->forward(x), k_cache, v_cache, start));
-  return add(h.sum, mlp_->forward(h.norm, ForwardContext{false, 0, 0}));
+  const AddNorm h = ln_2_->forward_add(
+      x, post_norm(post_attn_norm_,
+                   attn_->forward_cached(ln_1_->forward(x), k_cache, v_cache, start)));
+  return add(h.sum, post_norm(post_mlp_norm_, mlp_->forward(h.norm, ForwardContext{false, 0, 0})));
 }
 
 Gpt::Gpt(const GptConfig& cfg, uint64_t seed, DType dtype) : cfg_(cfg) {

@@ -86,6 +86,7 @@ nn::GptConfig parse_model_spec(const std::string& yaml_text, const std::string& 
          [&](const YAML::Node& v) { c.embedding_multiplier = v.as<double>(); });
   option("norm_weight_offset", "true or false",
          [&](const YAML::Node& v) { c.norm_weight_offset = v.as<bool>(); });
+  option("post_norms", "true or false", [&](const YAML::Node& v) { c.post_norms = v.as<bool>(); });
   option("tie_embeddings", "true or false",
          [&](const YAML::Node& v) { c.tie_embeddings = v.as<bool>(); });
   option("norm_eps", "a number", [&](const YAML::Node& v) { c.layer_norm_eps = v.as<double>(); });
@@ -121,6 +122,8 @@ nn::GptConfig parse_model_spec(const std::string& yaml_text, const std::string& 
                                                  "tie_embeddings",
                                                  "embedding_multiplier",
                                                  "norm_weight_offset",
+                                                 "post_norms",
+                                                 "rope_local_theta",
                                                  "norm_eps",
                                                  "attention_kernel",
                                                  "attention_deterministic"};

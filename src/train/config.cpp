@@ -522,6 +522,7 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
        {false, [&](auto& v, auto& k) { m.embedding_multiplier = get_double(v, k); }}},
       {"norm_weight_offset",
        {false, [&](auto& v, auto& k) { m.norm_weight_offset = get_bool(v, k); }}},
+      {"post_norms", {false, [&](auto& v, auto& k) { m.post_norms = get_bool(v, k); }}},
       {"activation",
        {false,
         [&](auto& v, auto& k) { m.activation = nn::activation_from_string(get_string(v, k)); }}},
@@ -533,6 +534,8 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
         }}},
       {"rope_theta", {false, [&](auto& v, auto& k) { m.rope_theta = get_double(v, k); }}},
       {"rope_scaling", {false, [&](auto& v, auto& k) { m.rope_scaling = get_rope_scaling(v, k); }}},
+      {"rope_local_theta",
+       {false, [&](auto& v, auto& k) { m.rope_local_theta = get_double(v, k); }}},
       {"sliding_window", {false, [&](auto& v, auto& k) { m.sliding_window = get_int(v, k); }}},
       {"full_attention_layers",
        {false,
@@ -827,6 +830,7 @@ std::string to_yaml(const Config& c) {
   if (c.model.embedding_multiplier != 1.0)
     e << YAML::Key << "embedding_multiplier" << YAML::Value << c.model.embedding_multiplier;
   if (c.model.norm_weight_offset) e << YAML::Key << "norm_weight_offset" << YAML::Value << true;
+  if (c.model.post_norms) e << YAML::Key << "post_norms" << YAML::Value << true;
   e << YAML::Key << "activation" << YAML::Value << nn::activation_string(c.model.activation);
   e << YAML::Key << "ffn_hidden_size" << YAML::Value << c.model.ffn_hidden_size;
   e << YAML::Key << "position_embedding" << YAML::Value
@@ -842,6 +846,8 @@ std::string to_yaml(const Config& c) {
   } else {
     e << "none";
   }
+  if (c.model.rope_local_theta > 0.0)
+    e << YAML::Key << "rope_local_theta" << YAML::Value << c.model.rope_local_theta;
   e << YAML::Key << "sliding_window" << YAML::Value << c.model.sliding_window;
   if (!c.model.full_attention_layers.empty()) {
     e << YAML::Key << "full_attention_layers" << YAML::Value << YAML::Flow

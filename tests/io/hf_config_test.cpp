@@ -233,6 +233,94 @@ TEST(HfConfig, GemmaConfigIsLlamasBlocksWithGegluScaledEmbeddingsAndOffsetNorms)
             nn::Activation::GeGlu);
 }
 
+// Gemma 3 1B's config.json (the text model, Gemma3ForCausalLM): Gemma's
+// blocks with post-norms and query/key norms, 4 heads of 256 on a hidden
+// size of 1152 over one key/value head, a window of 512 on five layers in
+// six, and the local layers' own RoPE base.
+const char* kGemma3_1b = R"({
+  "architectures": ["Gemma3ForCausalLM"], "model_type": "gemma3_text", "attention_bias": false,
+  "attention_dropout": 0.0, "attn_logit_softcapping": null, "final_logit_softcapping": null,
+  "head_dim": 256, "hidden_activation": "gelu_pytorch_tanh", "hidden_size": 1152,
+  "intermediate_size": 6912, "max_position_embeddings": 32768, "num_attention_heads": 4,
+  "num_hidden_layers": 26, "num_key_value_heads": 1, "query_pre_attn_scalar": 256,
+  "rms_norm_eps": 1e-06, "rope_local_base_freq": 10000, "rope_scaling": null,
+  "rope_theta": 1000000, "sliding_window": 512, "sliding_window_pattern": 6,
+  "torch_dtype": "bfloat16", "vocab_size": 262144
+})";
+
+TEST(HfConfig, Gemma3ConfigIsGemmasBlocksWithPostNormsLocalLayersAndTheirRope) {
+  const nn::GptConfig c = gpt_config_from_hf(kGemma3_1b, "gemma3/config.json");
+  EXPECT_EQ(c.activation, nn::Activation::GeGlu);
+  EXPECT_TRUE(c.post_norms);
+  EXPECT_TRUE(c.qk_norm);
+  EXPECT_TRUE(c.norm_weight_offset);
+  EXPECT_TRUE(c.tie_embeddings);
+  EXPECT_DOUBLE_EQ(c.embedding_multiplier, std::sqrt(1152.0));
+  EXPECT_EQ(c.head_dim(), 256);
+  EXPECT_EQ(c.kv_heads(), 1);
+  EXPECT_EQ(c.sliding_window, 512);
+  EXPECT_EQ(c.full_attention_layers, (std::vector<int64_t>{5, 11, 17, 23}));
+  EXPECT_EQ(c.rope_theta, 1e6);
+  EXPECT_EQ(c.rope_local_theta, 1e4);
+  EXPECT_EQ(c.rope_of(0).theta, 1e4);
+  EXPECT_EQ(c.rope_of(5).theta, 1e6);
+  // Hugging Face's count for Gemma 3 1B: 26 layers of q (1024 x 1152), k
+  // and v (256 x 1152), o (1152 x 1024), the MLP (3 x 6912 x 1152), four
+  // norms and the two head norms, plus the tied table and the final norm.
+  EXPECT_EQ(c.num_parameters(), 999'885'952);
+  // The planner's file is the same model.
+  const nn::GptConfig spec =
+      plan::load_model_spec(std::string(TRIAD_SOURCE_DIR) + "/configs/models/gemma3_1b.yaml");
+  EXPECT_EQ(spec.num_parameters(), c.num_parameters());
+  EXPECT_EQ(spec.full_attention_layers, c.full_attention_layers);
+  EXPECT_EQ(spec.sliding_window, c.sliding_window);
+  EXPECT_TRUE(spec.post_norms && spec.qk_norm && spec.norm_weight_offset);
+  EXPECT_DOUBLE_EQ(spec.embedding_multiplier, c.embedding_multiplier);
+  // layer_types (newer files) names the global layers instead.
+  std::string kinds;
+  for (int i = 0; i < 26; ++i)
+    kinds +=
+        std::string(i ? ", " : "") + (i % 3 == 2 ? "\"full_attention\"" : "\"sliding_attention\"");
+  const nn::GptConfig typed = gpt_config_from_hf(
+      edited(kGemma3_1b, "layer_types", "[" + kinds + "]"), "gemma3/config.json");
+  EXPECT_EQ(typed.full_attention_layers, (std::vector<int64_t>{2, 5, 8, 11, 14, 17, 20, 23}));
+  // The 4B and larger scale the global layers' RoPE (linear, 8x): the local
+  // ones keep theirs, unscaled.
+  const nn::GptConfig scaled = gpt_config_from_hf(
+      edited(kGemma3_1b, "rope_scaling", R"({"rope_type": "linear", "factor": 8.0})"), "x");
+  EXPECT_TRUE(scaled.rope_of(5).scaling.scaled());
+  EXPECT_FALSE(scaled.rope_of(0).scaling.scaled());
+  // What Triad does not build is named: 27B's query_pre_attn_scalar (168,
+  // heads of 128) and Gemma 2's soft-capping.
+  try {
+    gpt_config_from_hf(edited(kGemma3_1b, "query_pre_attn_scalar", "168"), "gemma3/config.json");
+    FAIL() << "another attention scale accepted";
+  } catch (const NotSupportedError& e) {
+    EXPECT_NE(std::string(e.what()).find("'query_pre_attn_scalar' (168)"), std::string::npos)
+        << e.what();
+  }
+  const std::string gemma2 = edited(
+      edited(edited(kGemma3_1b, "model_type", "\"gemma2\""), "attn_logit_softcapping", "50.0"),
+      "final_logit_softcapping", "30.0");
+  try {
+    gpt_config_from_hf(gemma2, "gemma2/config.json");
+    FAIL() << "soft-capping accepted";
+  } catch (const NotSupportedError& e) {
+    EXPECT_NE(std::string(e.what()).find("'attn_logit_softcapping' (50.0)"), std::string::npos)
+        << e.what();
+  }
+  // Gemma 2 without soft-capping: no query/key norms, every other layer
+  // global, one RoPE base.
+  const nn::GptConfig g2 = gpt_config_from_hf(
+      edited(edited(gemma2, "attn_logit_softcapping", "null"), "final_logit_softcapping", "null"),
+      "gemma2/config.json");
+  EXPECT_TRUE(g2.post_norms);
+  EXPECT_FALSE(g2.qk_norm);
+  EXPECT_EQ(g2.full_attention_layers.size(), 13u);
+  EXPECT_EQ(g2.full_attention_layers.front(), 1);
+  EXPECT_EQ(g2.rope_local_theta, 0.0);
+}
+
 // Phi-3-mini-4k's config.json: LLaMA's blocks (its fused qkv_proj and
 // gate_up_proj are the weights' concern) with Mistral's window of 2047 on a
 // context of 4096, and an untied head.
@@ -374,7 +462,7 @@ TEST(HfConfig, WhatTriadDoesNotBuildIsNamed) {
             std::string::npos);
   EXPECT_NE(message(from(edited(llama, "model_type", "\"qwen3_moe\"")))
                 .find("model_type 'qwen3_moe' is not supported (llama, mistral, qwen2, qwen3, "
-                      "gemma, phi3 or gpt2)"),
+                      "gemma, gemma2, gemma3_text, phi3 or gpt2)"),
             std::string::npos);
   EXPECT_NE(message(from(edited(edited(edited(kQwen3_06b, "use_sliding_window", "true"),
                                        "max_window_layers", "10"),

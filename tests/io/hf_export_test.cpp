@@ -59,6 +59,9 @@ void expect_same_model(const nn::GptConfig& a, const nn::GptConfig& b) {
   EXPECT_EQ(a.qk_norm, b.qk_norm);
   EXPECT_DOUBLE_EQ(a.embedding_multiplier, b.embedding_multiplier);
   EXPECT_EQ(a.norm_weight_offset, b.norm_weight_offset);
+  EXPECT_EQ(a.post_norms, b.post_norms);
+  EXPECT_EQ(a.qk_norm, b.qk_norm);
+  EXPECT_EQ(a.rope_local_theta, b.rope_local_theta);
   EXPECT_EQ(a.head_dim(), b.head_dim());
   EXPECT_EQ(a.tie_embeddings, b.tie_embeddings);
   EXPECT_EQ(a.sliding_window, b.sliding_window);
@@ -111,9 +114,18 @@ TEST(HfExport, LlamaAndGpt2RoundTrip) {
   gemma.embedding_multiplier = 4.0;
   gemma.norm_weight_offset = true;
   gemma.head_size = 8;
+  nn::GptConfig gemma2 = gemma;  // Gemma2ForCausalLM: post-norms, layer 1 global
+  gemma2.post_norms = true;
+  gemma2.sliding_window = 3;
+  gemma2.full_attention_layers = {1};
+  nn::GptConfig gemma3 = gemma2;  // Gemma3ForCausalLM: head norms, a local RoPE base
+  gemma3.qk_norm = true;
+  gemma3.rope_local_theta = 7.0;
+  gemma3.rope_scaling.kind = RopeScaling::Kind::Linear;
+  gemma3.rope_scaling.factor = 2.0;
   for (const nn::GptConfig& c :
        {llama(false, 2), llama(true, 0), llama(false, 1), mistral, qwen2, qwen3, qwen_window, wide,
-        stretched, gemma, gpt2(true), gpt2(false)}) {
+        stretched, gemma, gemma2, gemma3, gpt2(true), gpt2(false)}) {
     SCOPED_TRACE(std::string(hf_model_type(c)) + " " + std::to_string(n));
     const nn::Gpt model(c, 7);
     const std::string out = dir.file("hf" + std::to_string(n++));
@@ -149,6 +161,57 @@ TEST(HfExport, GemmaClassAndWhatKeepsAModelFromIt) {
        {std::pair{unscaled, "model.embedding_multiplier is not sqrt(d_model)"},
         std::pair{plain_norms, "model.norm_weight_offset is false"},
         std::pair{offset_llama, "model.norm_weight_offset is true"}}) {
+    try {
+      hf_model_type(c);
+      FAIL() << "exported as " << hf_model_type(c);
+    } catch (const NotSupportedError& e) {
+      EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << e.what();
+    }
+  }
+}
+
+// Gemma 2's and 3's classes: post-norms (and Gemma 3's head norms) under
+// Hugging Face's four norm names, the global layers as layer_types, Gemma
+// 3's local RoPE base; a model one step from either is named.
+TEST(HfExport, Gemma2And3ClassesAndWhatKeepsAModelFromThem) {
+  nn::GptConfig gemma3 = llama(true, 1);
+  gemma3.activation = nn::Activation::GeGlu;
+  gemma3.embedding_multiplier = 4.0;
+  gemma3.norm_weight_offset = true;
+  gemma3.post_norms = true;
+  gemma3.qk_norm = true;
+  gemma3.sliding_window = 3;
+  gemma3.full_attention_layers = {1};
+  gemma3.rope_local_theta = 7.0;
+  EXPECT_STREQ(hf_architecture(gemma3), "Gemma3ForCausalLM");
+  const auto j = nlohmann::json::parse(hf_config_json(gemma3));
+  EXPECT_EQ(j.at("model_type"), "gemma3_text");
+  EXPECT_EQ(j.at("layer_types"), nlohmann::json({"sliding_attention", "full_attention"}));
+  EXPECT_EQ(j.at("rope_local_base_freq"), 7.0);
+  EXPECT_EQ(j.at("query_pre_attn_scalar"), gemma3.head_dim());
+  EXPECT_TRUE(j.at("attn_logit_softcapping").is_null());
+  const auto names = triad_to_hf(nn::Gpt(gemma3, 1).state_dict(), gemma3);
+  for (const char* norm : {"input_layernorm", "post_attention_layernorm",
+                           "pre_feedforward_layernorm", "post_feedforward_layernorm"})
+    EXPECT_EQ(names.count(std::string("model.layers.1.") + norm + ".weight"), 1u) << norm;
+  nn::GptConfig gemma2 = gemma3;
+  gemma2.qk_norm = false;
+  gemma2.rope_local_theta = 0.0;
+  EXPECT_STREQ(hf_architecture(gemma2), "Gemma2ForCausalLM");
+  EXPECT_EQ(nlohmann::json::parse(hf_config_json(gemma2)).count("rope_local_base_freq"), 0u);
+  // Gemma 3's local layers turn unscaled: scaling every layer's RoPE alike
+  // fits no class; a local base without the post-norms neither.
+  nn::GptConfig scaled_everywhere = gemma3;
+  scaled_everywhere.rope_local_theta = 0.0;
+  scaled_everywhere.rope_scaling.kind = RopeScaling::Kind::Linear;
+  scaled_everywhere.rope_scaling.factor = 2.0;
+  nn::GptConfig local_gemma = gemma3;
+  local_gemma.post_norms = false;
+  nn::GptConfig sandwich_llama = llama(true, 1);
+  sandwich_llama.post_norms = true;
+  for (const auto& [c, why] : {std::pair{scaled_everywhere, "the windowed layers' RoPE is scaled"},
+                               std::pair{local_gemma, "model.post_norms is false"},
+                               std::pair{sandwich_llama, "model.post_norms is true"}}) {
     try {
       hf_model_type(c);
       FAIL() << "exported as " << hf_model_type(c);

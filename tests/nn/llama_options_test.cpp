@@ -344,6 +344,17 @@ TEST(GptFlops, GeneraliseThePtdpFormula) {
   const GptConfig g = swiglu_config(24);
   const double layer = 2 * (4 * 16 * 16 + 16 * 48 + 24 * 16) + 4 * 8 * 16;
   EXPECT_NEAR(g.training_flops(1), 8 * 3 * (2 * layer + 2 * 16 * 23), 1e-6);
+  // A window of 3 keys on layers 0 and 2 (layer 1 global): their queries
+  // count 3 keys, not s = 8; a window as long as the context changes nothing.
+  GptConfig windowed = c;
+  windowed.sliding_window = 3;
+  windowed.full_attention_layers = {1};
+  EXPECT_NEAR(c.training_flops(B) - windowed.training_flops(B), 3 * B * s * 2 * 4 * (8 - 3) * h,
+              1e-6);
+  EXPECT_NEAR(c.training_flops(B, true) - windowed.training_flops(B, true),
+              4 * B * s * 2 * 4 * (8 - 3) * h, 1e-6);
+  windowed.sliding_window = 8;
+  EXPECT_NEAR(windowed.training_flops(B), c.training_flops(B), 1e-6);
 }
 
 }  // namespace

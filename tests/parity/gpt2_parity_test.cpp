@@ -17,6 +17,7 @@
 
 #include "triad/autograd/engine.h"
 #include "triad/io/gpt2_weights.h"
+#include "triad/io/hf_config.h"
 #include "triad/io/safetensors.h"
 #include "triad/nn/generate.h"
 #include "triad/ops.h"
@@ -263,6 +264,50 @@ TEST_F(Gpt2Parity, GemmaStyleModelLogitsAndGradients) {
   }
   io::load_gpt2_safetensors(model, ref_dir() + "/gemma_hf_model.safetensors");
   expect_step_zero_matches(model, ref_, "gemma.");
+}
+
+// Gemma 3's blocks, read from a Gemma3ForCausalLM directory (config.json
+// through model.hf_config's reader, then its weights): Gemma's with each
+// sublayer's output normalised again (model.post_norms; Hugging Face's
+// post_attention_layernorm is then the attention output's norm and
+// pre_feedforward_layernorm the MLP's input's), query/key norms scaling by
+// 1 + weight, heads of their own width, every second layer global
+// (sliding_window_pattern) and the windowed layers turning by
+// rope_local_base_freq unscaled while the global one's RoPE is scaled:
+// step 0 and a greedy continuation (key/value-cache steps past the window).
+TEST_F(Gpt2Parity, Gemma3StyleModelLogitsGradientsAndGreedyTokens) {
+  const std::string dir = ref_dir() + "/gemma3_hf";
+  const nn::GptConfig cfg = io::load_hf_config(dir);
+  EXPECT_TRUE(cfg.post_norms);
+  EXPECT_TRUE(cfg.qk_norm);
+  EXPECT_TRUE(cfg.norm_weight_offset);
+  EXPECT_EQ(cfg.activation, nn::Activation::GeGlu);
+  EXPECT_EQ(cfg.sliding_window, cfg_["mistral_window"].get<int64_t>());
+  EXPECT_EQ(cfg.full_attention_layers, std::vector<int64_t>{1});
+  EXPECT_EQ(cfg.rope_local_theta, cfg_["gemma3_local_theta"].get<double>());
+  EXPECT_EQ(cfg.rope_scaling.kind, RopeScaling::Kind::Linear);
+  EXPECT_EQ(cfg.rope_of(0).theta, cfg.rope_local_theta);
+  EXPECT_FALSE(cfg.rope_of(0).scaling.scaled());
+  EXPECT_EQ(cfg.rope_of(1).theta, cfg.rope_theta);
+  nn::Gpt model(cfg, 1);
+  // Per layer: four norms, the two head norms, c_attn, c_proj, c_fc, the
+  // MLP's c_proj; plus wte and ln_f.
+  EXPECT_EQ(static_cast<int64_t>(model.named_parameters().size()), 1 + 10 * cfg.n_layer + 1);
+  EXPECT_EQ(model.num_parameters(), cfg.num_parameters());
+  io::load_gpt2_safetensors(model, dir + "/model.safetensors");
+  expect_step_zero_matches(model, ref_, "gemma3.");
+  expect_greedy_tokens(cfg, "gemma3_generator.safetensors", "gemma3.greedy_tokens", ref_);
+  // Without model.post_norms the file's extra norms are named as the reason.
+  nn::GptConfig sans = cfg;
+  sans.post_norms = false;
+  nn::Gpt plain(sans, 1);
+  try {
+    io::load_gpt2_safetensors(plain, dir + "/model.safetensors");
+    FAIL() << "a Gemma 3 file loaded into a model without post-norms";
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find("set model.post_norms: true"), std::string::npos)
+        << e.what();
+  }
 }
 
 TEST_F(Gpt2Parity, Qwen3StyleModelLogitsAndGradients) {

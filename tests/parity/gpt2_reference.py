@@ -14,7 +14,9 @@ variant with LLaMA's SwiGLU MLP of another width (c_fc holds the gate and
 the value halves): step-0 logits, loss and gradients; and for LLaMA's
 combination (rotary embeddings, SwiGLU, RMSNorm written out by hand, no
 biases in the linear layers, an output head of its own, lm_head, not tied to
-the token embedding): step-0 logits, loss and gradients.
+the token embedding): step-0 logits, loss and gradients. Then the other
+variants main() names: RoPE scaling (LLaMA 3.1's, YaRN, linear), Mistral's
+window, Qwen2's, Qwen3's, Gemma's and Gemma 3's blocks.
 
 usage: gpt2_reference.py OUT_DIR
 """
@@ -39,6 +41,8 @@ SWIGLU_FFN = 40  # the SwiGLU variant's hidden width F
 LLAMA_KV_HEADS = 2  # the LLaMA-style variant's key/value heads (grouped-query attention)
 MISTRAL_WINDOW = 5  # the Mistral-style variant's sliding window: each query sees 5 keys
 QWEN3_HEAD_DIM = 12  # the Qwen3-style variant's heads: 4 x 12 = 48 wide, not d_model's 32
+GEMMA3_LOCAL_THETA = 7.0  # the Gemma 3-style variant's windowed layers' RoPE base
+GEMMA3_SCALING = dict(rope_type="linear", factor=2.0)  # its global layer's
 
 
 # LLaMA 3.1's RoPE scaling for the scaled variant, at this small size: head
@@ -95,6 +99,8 @@ def rotate(t, theta, scaling=None):
     amplitude = 1.0
     if scaling is not None and scaling.get("rope_type") == "yarn":
         inv, amplitude = yarn_inv_freq_and_factor(D, theta, scaling)
+    elif scaling is not None and scaling.get("rope_type") == "linear":
+        inv = inv / scaling["factor"]  # position interpolation
     elif scaling is not None:
         inv = llama3_inv_freq(inv, scaling)
     angle = torch.arange(T, dtype=torch.float64)[:, None] * inv[None, :]
@@ -120,8 +126,12 @@ class Gpt(torch.nn.Module):
     def __init__(self, c, rope_theta=None, swiglu_ffn=None, rms_norm=False, bias=True,
                  tie=True, kv_heads=None, window=None, rope_scaling=None, qkv_bias=False,
                  head_dim=None, qk_norm=False, full_layers=(), geglu=False, embed_scale=None,
-                 norm_offset=False):
+                 norm_offset=False, post_norms=False, rope_local_theta=None):
         super().__init__()
+        # Gemma 2's and 3's: each sublayer's output normalised again.
+        self.post_norms = post_norms
+        # Gemma 3's: the windowed layers turn by a base of their own, unscaled.
+        self.rope_local_theta = rope_local_theta
         self.embed_scale = embed_scale  # Gemma's sqrt(d_model) on the token embeddings
         self.geglu = geglu  # the gated MLP's gate: GELU (tanh) instead of silu
         self.window = window
@@ -148,8 +158,11 @@ class Gpt(torch.nn.Module):
             b.attn.c_attn = torch.nn.Linear(C, Q + 2 * KV, bias=bias or qkv_bias)
             b.attn.c_proj = torch.nn.Linear(Q, C, bias=bias)
             if qk_norm:  # Qwen3's RMSNorm over each query head and each key head
-                b.attn.q_norm = RmsNorm(self.D)
-                b.attn.k_norm = RmsNorm(self.D)
+                b.attn.q_norm = RmsNorm(self.D, offset=norm_offset)
+                b.attn.k_norm = RmsNorm(self.D, offset=norm_offset)
+            if post_norms:
+                b.post_attn_norm = RmsNorm(C, offset=norm_offset)
+                b.post_mlp_norm = RmsNorm(C, offset=norm_offset)
             b.ln_2 = RmsNorm(C, offset=norm_offset) if rms_norm else torch.nn.LayerNorm(C, eps=1e-5)
             b.mlp = torch.nn.Module()
             if swiglu_ffn is None:
@@ -195,21 +208,26 @@ class Gpt(torch.nn.Module):
                 q, k = b.attn.q_norm(q), b.attn.k_norm(k)
             q, k, v = (t.transpose(1, 2) for t in (q, k, v))
             if self.rope_theta is not None:
-                q = rotate(q, self.rope_theta, self.rope_scaling)
-                k = rotate(k, self.rope_theta, self.rope_scaling)
+                theta, scaling = self.rope_theta, self.rope_scaling
+                if self.rope_local_theta is not None and layer not in self.full_layers:
+                    theta, scaling = self.rope_local_theta, None
+                q = rotate(q, theta, scaling)
+                k = rotate(k, theta, scaling)
             # Grouped-query attention as Hugging Face's LLaMA runs it: each
             # key/value head repeated for the NH / NKV query heads after it.
             k, v = (t.repeat_interleave(NH // NKV, dim=1) for t in (k, v))
             att = (q @ k.transpose(-2, -1)) / math.sqrt(D)
             att = att.masked_fill(~layer_mask, float("-inf")).softmax(dim=-1)
             y = (att @ v).transpose(1, 2).reshape(B, T, NH * D)
-            x = x + b.attn.c_proj(y)
+            post_attn = b.post_attn_norm if self.post_norms else (lambda t: t)
+            post_mlp = b.post_mlp_norm if self.post_norms else (lambda t: t)
+            x = x + post_attn(b.attn.c_proj(y))
             if self.swiglu_ffn is None:
-                x = x + b.mlp.c_proj(F.gelu(b.mlp.c_fc(b.ln_2(x)), approximate="tanh"))
+                x = x + post_mlp(b.mlp.c_proj(F.gelu(b.mlp.c_fc(b.ln_2(x)), approximate="tanh")))
             else:
                 gate, value = b.mlp.c_fc(b.ln_2(x)).chunk(2, dim=-1)
                 act = F.gelu(gate, approximate="tanh") if self.geglu else F.silu(gate)
-                x = x + b.mlp.c_proj(act * value)
+                x = x + post_mlp(b.mlp.c_proj(act * value))
         head = self.wte.weight if not hasattr(self, "lm_head") else self.lm_head.weight
         return self.ln_f(x) @ head.t()
 
@@ -268,8 +286,13 @@ def save_hf_llama(model, path):
                       p + "self_attn.v_proj.bias": bv})
         q, k, v = b.attn.c_attn.weight.split([C, KV, KV], 0)
         gate, up = b.mlp.c_fc.weight.split(F, 0)
+        if model.post_norms:  # Gemma 2's and 3's names for the four norms
+            t.update({p + "post_attention_layernorm.weight": b.post_attn_norm.weight,
+                      p + "pre_feedforward_layernorm.weight": b.ln_2.weight,
+                      p + "post_feedforward_layernorm.weight": b.post_mlp_norm.weight})
+        else:
+            t[p + "post_attention_layernorm.weight"] = b.ln_2.weight
         t.update({p + "input_layernorm.weight": b.ln_1.weight,
-                  p + "post_attention_layernorm.weight": b.ln_2.weight,
                   p + "self_attn.q_proj.weight": q, p + "self_attn.k_proj.weight": k,
                   p + "self_attn.v_proj.weight": v, p + "self_attn.o_proj.weight": b.attn.c_proj.weight,
                   p + "mlp.gate_proj.weight": gate, p + "mlp.up_proj.weight": up,
@@ -280,14 +303,17 @@ def save_hf_llama(model, path):
     save_safetensors(path, t)
 
 
-def greedy_continuation(model):
+def greedy_continuation(model, embedding_growth=8.0):
     """Greedy continuation of GREEDY_PROMPT, past seq_len (the window slides
     over the last seq_len tokens), by the model with its weights made 8x
-    larger (small random weights predict one token forever)."""
+    larger (small random weights predict one token forever) and its token
+    embedding `embedding_growth` times (Gemma 3's, times sqrt(d_model) and
+    read back by the tied head past post-normed blocks, grown 8x make the
+    model repeat its last token)."""
     with torch.no_grad():
         for name, p in model.named_parameters():
             if "ln_" not in name:
-                p.mul_(8.0)
+                p.mul_(embedding_growth if name == "wte.weight" else 8.0)
     seq = list(GREEDY_PROMPT)
     with torch.no_grad():
         for _ in range(GREEDY_TOKENS):
@@ -432,6 +458,37 @@ def main():
     save_hf_llama(gemma, os.path.join(out, "gemma_hf_model.safetensors"))
     record_step_zero(gemma, x, y, "gemma.", ref)
 
+    # Gemma 3's: Gemma's blocks with each sublayer's output normalised again,
+    # query/key norms scaling by 1 + weight, heads of their own width, the
+    # window on every second layer, whose RoPE base is its own and
+    # unscaled while the global layer's is scaled (linear); step 0 and a
+    # greedy continuation, from a Gemma3ForCausalLM directory (config.json
+    # and weights).
+    gemma3 = Gpt(CFG, ROPE_THETA, SWIGLU_FFN, rms_norm=True, bias=False, tie=True,
+                 kv_heads=LLAMA_KV_HEADS, head_dim=QWEN3_HEAD_DIM, qk_norm=True, geglu=True,
+                 embed_scale=math.sqrt(CFG["d_model"]), norm_offset=True, post_norms=True,
+                 window=MISTRAL_WINDOW, full_layers=(1,), rope_local_theta=GEMMA3_LOCAL_THETA,
+                 rope_scaling=GEMMA3_SCALING)
+    gemma3_dir = os.path.join(out, "gemma3_hf")
+    os.makedirs(gemma3_dir, exist_ok=True)
+    save_hf_llama(gemma3, os.path.join(gemma3_dir, "model.safetensors"))
+    with open(os.path.join(gemma3_dir, "config.json"), "w") as f:
+        json.dump({"architectures": ["Gemma3ForCausalLM"], "model_type": "gemma3_text",
+                   "hidden_size": CFG["d_model"], "intermediate_size": SWIGLU_FFN,
+                   "num_hidden_layers": CFG["n_layer"], "num_attention_heads": CFG["n_head"],
+                   "num_key_value_heads": LLAMA_KV_HEADS, "head_dim": QWEN3_HEAD_DIM,
+                   "hidden_activation": "gelu_pytorch_tanh", "vocab_size": CFG["vocab_size"],
+                   "max_position_embeddings": CFG["seq_len"], "rms_norm_eps": 1e-5,
+                   "rope_theta": ROPE_THETA, "rope_local_base_freq": GEMMA3_LOCAL_THETA,
+                   "rope_scaling": GEMMA3_SCALING, "sliding_window": MISTRAL_WINDOW,
+                   "sliding_window_pattern": 2, "query_pre_attn_scalar": QWEN3_HEAD_DIM,
+                   "attn_logit_softcapping": None, "final_logit_softcapping": None,
+                   "attention_bias": False, "tie_word_embeddings": True}, f)
+    record_step_zero(gemma3, x, y, "gemma3.", ref)
+    ref["gemma3.greedy_tokens"] = torch.tensor(greedy_continuation(gemma3, embedding_growth=2.0),
+                                              dtype=torch.float32)
+    save_hf_llama(gemma3, os.path.join(out, "gemma3_generator.safetensors"))
+
     ref["greedy_prompt"] = torch.tensor(GREEDY_PROMPT, dtype=torch.float32)
     ref["greedy_tokens"] = torch.tensor(greedy, dtype=torch.float32)
     ref["losses"] = torch.tensor(losses, dtype=torch.float64)
@@ -441,7 +498,7 @@ def main():
         json.dump({"model": CFG, "train": TRAIN, "rope_theta": ROPE_THETA, "swiglu_ffn": SWIGLU_FFN,
                    "llama_kv_heads": LLAMA_KV_HEADS, "mistral_window": MISTRAL_WINDOW,
                    "llama3_scaling": LLAMA3_SCALING, "yarn_scaling": YARN_SCALING,
-                   "qwen3_head_dim": QWEN3_HEAD_DIM}, f)
+                   "qwen3_head_dim": QWEN3_HEAD_DIM, "gemma3_local_theta": GEMMA3_LOCAL_THETA}, f)
     print("losses", " ".join(f"{v:.6f}" for v in losses))
 
 

@@ -526,6 +526,24 @@ TEST(Config, MlpActivationWidthAndNormalizationParseRoundTripAndAreChecked) {
   EXPECT_FALSE(plain.model.norm_weight_offset);
   expect_config_error(kValid, {"model.embedding_multiplier=0"},
                       "model.embedding_multiplier (0.000000) must be a positive number");
+  // Gemma 3's: post-norms, and a RoPE base of the windowed layers' own,
+  // which needs rope and a window.
+  const Config gemma3 = parse_config(
+      kValid, {"model.post_norms=true", "model.position_embedding=rope", "model.sliding_window=4",
+               "model.full_attention_layers=[1]", "model.rope_local_theta=100"});
+  const Config gemma3_back = parse_config(to_yaml(gemma3));
+  EXPECT_TRUE(gemma3_back.model.post_norms);
+  EXPECT_EQ(gemma3_back.model.rope_local_theta, 100.0);
+  EXPECT_EQ(gemma3_back.model.rope_of(0).theta, 100.0);
+  EXPECT_EQ(gemma3_back.model.rope_of(1).theta, gemma3.model.rope_theta);
+  EXPECT_FALSE(plain.model.post_norms);
+  expect_config_error(kValid, {"model.position_embedding=rope", "model.rope_local_theta=100"},
+                      "model.rope_local_theta (100.000000) is the windowed layers' RoPE base: it "
+                      "needs model.position_embedding rope and a model.sliding_window");
+  expect_config_error(
+      kValid,
+      {"model.position_embedding=rope", "model.sliding_window=4", "model.rope_local_theta=-1"},
+      "model.rope_local_theta (-1.000000) must be a positive number");
   const Config nobias = parse_config(kValid, {"model.linear_bias=false"});
   EXPECT_FALSE(nobias.model.linear_bias);
   EXPECT_FALSE(parse_config(to_yaml(nobias)).model.linear_bias);

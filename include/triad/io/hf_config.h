@@ -6,21 +6,28 @@
 
 namespace triad::io {
 
-// A Hugging Face model's config.json as Triad's model: LlamaForCausalLM
-// (model_type "llama"), MistralForCausalLM ("mistral", its sliding_window
-// as model.sliding_window) and Qwen2ForCausalLM ("qwen2", biases on q, k
-// and v: model.qkv_bias; not with use_sliding_window), whose blocks are
-// Triad's with rotary embeddings, SwiGLU, RMSNorm and no other linear
-// biases; and GPT2LMHeadModel ("gpt2"). Read: hidden_size,
-// num_hidden_layers, num_attention_heads, num_key_value_heads (grouped-query
-// attention; absent means one per query head), intermediate_size,
-// vocab_size, max_position_embeddings (as seq_len), rope_theta,
-// rope_scaling (LLaMA 3.1's llama3), rms_norm_eps and tie_word_embeddings.
-// What Triad does not implement (other RoPE scaling, biases in the
-// attention, another activation, a head_dim other than hidden_size /
-// num_attention_heads) is a
-// NotSupportedError naming the key and its value; a missing or mistyped key
-// is a ConfigError naming `source` and the key.
+// A Hugging Face model's config.json as Triad's model. The LLaMA family
+// (rotary embeddings, RMSNorm, no linear biases) by model_type:
+//  - "llama" and "mistral" (SwiGLU; Mistral's sliding_window);
+//  - "qwen2" (biases on q, k and v: model.qkv_bias) and "qwen3" (query/key
+//    norms: model.qk_norm), with use_sliding_window's window on the layers
+//    from max_window_layers on;
+//  - "phi3" (fused qkv_proj and gate_up_proj, its window);
+//  - "gemma" (GeGLU, embeddings times sqrt(hidden_size), norms scaling by
+//    1 + weight), "gemma2" (and each sublayer's output normalised again:
+//    model.post_norms; every other layer windowed) and "gemma3_text"
+//    (query/key norms too, every sliding_window_pattern-th layer global, the
+//    local layers' rope_local_base_freq as model.rope_local_theta);
+// and GPT2LMHeadModel ("gpt2"). Read: hidden_size, num_hidden_layers,
+// num_attention_heads, num_key_value_heads (absent: one per query head),
+// head_dim, intermediate_size, vocab_size, max_position_embeddings (as
+// seq_len), rope_theta, rope_scaling (llama3, linear, yarn), rms_norm_eps,
+// tie_word_embeddings, and the windows (sliding_window, layer_types).
+// What Triad does not implement (another RoPE scaling, biases in the
+// attention or MLP, another activation, soft-capping, a
+// query_pre_attn_scalar other than head_dim) is a NotSupportedError naming
+// the key and its value; a missing or mistyped key is a ConfigError naming
+// `source` and the key.
 nn::GptConfig gpt_config_from_hf(const std::string& json_text, const std::string& source);
 // The same from a file: config.json, or a directory holding one (a Hugging
 // Face model's directory, the one init.from reads its weights from).

@@ -11,20 +11,28 @@ namespace triad::io {
 // Triad models in Hugging Face's layouts, for transformers, vLLM and the
 // rest of that ecosystem: the inverse of model.hf_config and init.from.
 //
-// Which class fits: LlamaForCausalLM for rotary embeddings + SwiGLU +
-// RMSNorm without linear biases (grouped-query attention and a tied or
-// untied head included; MistralForCausalLM, the same weights, with a
-// sliding window; Qwen2ForCausalLM with biases on q, k and v only,
-// model.qkv_bias, and no window), GPT2LMHeadModel for learned positions +
-// GELU + LayerNorm with biases and multi-head attention. Another
-// combination has no Hugging Face class to load it: NotSupportedError
-// naming what differs. GemmaForCausalLM is LLaMA's with GeGLU, an embedding
-// multiplier of sqrt(d_model) and norms scaling by 1 + weight.
-// "llama", "mistral", "qwen2", "qwen3", "gemma" or "gpt2"
+// Which class fits:
+//  - LlamaForCausalLM: rotary embeddings + SwiGLU + RMSNorm without linear
+//    biases (grouped-query attention and a tied or untied head included);
+//    MistralForCausalLM, the same weights, with a sliding window on every
+//    layer;
+//  - Qwen2ForCausalLM: biases on q, k and v only (model.qkv_bias);
+//    Qwen3ForCausalLM: query/key norms (model.qk_norm); either with a window
+//    on the layers from some layer on;
+//  - GemmaForCausalLM: LLaMA's with GeGLU, an embedding multiplier of
+//    sqrt(d_model) and norms scaling by 1 + weight; Gemma2ForCausalLM:
+//    Gemma's with post_norms and windows on any layers; Gemma3ForCausalLM:
+//    Gemma 2's with query/key norms (and model.rope_local_theta);
+//  - GPT2LMHeadModel: learned positions + GELU + LayerNorm with biases and
+//    multi-head attention.
+// Another combination has no Hugging Face class to load it:
+// NotSupportedError naming what differs.
+// "llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text" or
+// "gpt2"
 const char* hf_model_type(const nn::GptConfig& c);
 // The class itself: "LlamaForCausalLM", "MistralForCausalLM",
-// "Qwen2ForCausalLM", "Qwen3ForCausalLM", "GemmaForCausalLM" or
-// "GPT2LMHeadModel".
+// "Qwen2ForCausalLM", "Qwen3ForCausalLM", "GemmaForCausalLM",
+// "Gemma2ForCausalLM", "Gemma3ForCausalLM" or "GPT2LMHeadModel".
 const char* hf_architecture(const nn::GptConfig& c);
 
 // config.json's text for `c` (hf_model_type's class; gpt_config_from_hf

@@ -107,6 +107,17 @@ struct GptConfig {
   // same function, stored as Hugging Face stores Gemma's).
   double embedding_multiplier = 1.0;
   bool norm_weight_offset = false;
+  // Gemma 2's and 3's sandwich (config key model.post_norms): each
+  // sublayer's output is normalised again before it joins the residual,
+  // x + post_attn_norm(attn(ln_1(x))), then + post_mlp_norm(mlp(ln_2(.))).
+  // Two more norms per block, of the blocks' kind (h.N.post_attn_norm,
+  // h.N.post_mlp_norm).
+  bool post_norms = false;
+  // The RoPE base of the windowed layers (config key model.rope_local_theta;
+  // Gemma 3's rope_local_base_freq): they turn by it, unscaled, while the
+  // layers exempt from the window (model.full_attention_layers) keep
+  // rope_theta and rope_scaling. 0: every layer alike.
+  double rope_local_theta = 0.0;
   bool rotary() const { return position_embedding == PositionEmbedding::Rotary; }
   int64_t kv_heads() const { return n_kv_head > 0 ? n_kv_head : n_head; }
   int64_t head_dim() const { return head_size > 0 ? head_size : d_model / n_head; }
@@ -144,6 +155,12 @@ struct GptConfig {
   std::vector<int64_t> full_attention_layers = {};
   // The window layer `layer` attends through (0: none).
   int64_t window_of(int64_t layer) const;
+  // The RoPE base and scaling layer `layer` turns its queries and keys by.
+  struct Rope {
+    double theta;
+    RopeScaling scaling;
+  };
+  Rope rope_of(int64_t layer) const;
   // Whether a forward pass needs nn::with_documents (its documents, or the
   // window's first keys).
   bool needs_attention_starts() const { return resets_documents() || sliding_window > 0; }
@@ -154,13 +171,15 @@ struct GptConfig {
   // no s*h position table under rotary embeddings; V*h more for an untied
   // head), for any MLP width.
   int64_t num_parameters() const;
-  // One block's parameters (its linear layers, biases and two norms).
+  // One block's parameters (its linear layers, biases and two norms, four
+  // with post_norms).
   int64_t block_parameters() const;
   // Model FLOPs of training on `sequences` sequences of seq_len tokens: the
   // PTD-P paper's count (every matrix product, attention over all s^2
   // scores, the head; backward twice forward, plus a forward again under
   // full recomputation), 72*B*s*l*h^2*(1 + s/(6h) + V/(12*l*h)) for GPT-2's
-  // MLP and generalised to any F and SwiGLU.
+  // MLP and generalised to any F and SwiGLU; a windowed layer's queries
+  // count min(window, s) keys instead of s.
   double training_flops(double sequences, bool full_recompute = false) const;
 };
 
@@ -227,8 +246,7 @@ class CausalSelfAttention : public Module {
   int64_t window_;  // this layer's window (window_of): forward_cached masks by it
   double dropout_;
   bool rotary_;
-  double rope_theta_;
-  RopeScaling rope_scaling_;
+  GptConfig::Rope rope_;  // this layer's (rope_of)
 };
 
 // Position-wise MLP: c_fc (C -> F), GELU (tanh), c_proj (F -> C); or gated
@@ -246,7 +264,9 @@ class Mlp : public Module {
   Activation activation_;
 };
 
-// Pre-LayerNorm transformer block: x + attn(ln_1(x)), then + mlp(ln_2(x)).
+// Pre-LayerNorm transformer block: x + attn(ln_1(x)), then + mlp(ln_2(x));
+// with model.post_norms each sublayer's output is normalised again
+// (post_attn_norm, post_mlp_norm) before the residual add.
 class Block : public Module {
  public:
   Block(const GptConfig& cfg, int64_t layer);
@@ -256,6 +276,7 @@ class Block : public Module {
 
  private:
   std::shared_ptr<LayerNorm> ln_1_, ln_2_;
+  std::shared_ptr<LayerNorm> post_attn_norm_, post_mlp_norm_;  // model.post_norms only
   std::shared_ptr<CausalSelfAttention> attn_;
   std::shared_ptr<Mlp> mlp_;
 };

@@ -133,10 +133,21 @@ void TensorParallelGpt::build(uint64_t seed) {
                                                                      sp_, gated ? 2 : 1, b));
     L.mlp_proj =
         mlp->add("c_proj", std::make_shared<RowParallelLinear>(cfg_.ffn(), C, group_, sp_, b));
+    if (cfg_.post_norms) {
+      // On the row-parallel layers' reduced outputs: the whole width, and
+      // under sequence parallelism this rank's tokens, as ln_1 and ln_2.
+      auto norm = [&] {
+        return std::make_shared<nn::LayerNorm>(C, cfg_.layer_norm_eps, DType::F32, cfg_.rms_norm(),
+                                               cfg_.norm_weight_offset);
+      };
+      L.post_attn_norm = block->add("post_attn_norm", norm());
+      L.post_mlp_norm = block->add("post_mlp_norm", norm());
+    }
     h->add(std::to_string(i), block);
     L.module = block;
     const std::string p = "h." + std::to_string(i) + ".";
-    for (const char* ln : {"ln_1", "ln_2"}) {
+    for (const char* ln : {"ln_1", "ln_2", "post_attn_norm", "post_mlp_norm"}) {
+      if (!cfg_.post_norms && std::string(ln).rfind("post_", 0) == 0) continue;
       specs_[p + ln + ".weight"] = ShardSpec::replicated(sp_);
       if (!cfg_.rms_norm()) specs_[p + ln + ".bias"] = ShardSpec::replicated(sp_);
     }
@@ -339,17 +350,22 @@ Tensor TensorParallelGpt::block_forward(int64_t i, const Tensor& x,
   const int64_t t = group_->size();
   const AttentionHeads heads{cfg_.n_head / t, cfg_.kv_heads() / t};  // this rank's
   if (L.q_norm) qkv = nn::norm_query_key_heads(qkv, heads, *L.q_norm, *L.k_norm);
-  if (cfg_.rotary())
-    qkv = rotary_embedding(qkv, heads, ctx.positions, 0, cfg_.rope_theta, cfg_.rope_scaling);
+  if (cfg_.rotary()) {
+    const nn::GptConfig::Rope rope = cfg_.rope_of(i);
+    qkv = rotary_embedding(qkv, heads, ctx.positions, 0, rope.theta, rope.scaling);
+  }
   Tensor a = L.attn_proj->forward(
       causal_attention(qkv, heads, ctx.attention_starts(cfg_.window_of(i) > 0)));
-  const AddNorm h =
-      L.ln_2->forward_add(x, site_dropout(a, cfg_.dropout, ctx, i, "attn.resid", shard));
+  a = site_dropout(a, cfg_.dropout, ctx, i, "attn.resid", shard);
+  if (L.post_attn_norm) a = L.post_attn_norm->forward(a);
+  const AddNorm h = L.ln_2->forward_add(x, a);
   Tensor m =
       cfg_.gated_mlp()
           ? L.mlp_proj->forward(nn::gated_activation(cfg_.activation, L.c_fc->forward(h.norm)))
           : L.mlp_proj->forward_after_gelu(L.c_fc->forward_gelu(h.norm));
-  return add(h.sum, site_dropout(m, cfg_.dropout, ctx, i, "mlp.resid", shard));
+  m = site_dropout(m, cfg_.dropout, ctx, i, "mlp.resid", shard);
+  if (L.post_mlp_norm) m = L.post_mlp_norm->forward(m);
+  return add(h.sum, m);
 }
 
 Tensor TensorParallelGpt::head_loss(const Tensor& hidden, const Tensor& targets) const {

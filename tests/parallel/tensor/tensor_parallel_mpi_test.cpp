@@ -297,12 +297,16 @@ TEST_P(TensorParallelGptTest, PackedDocumentsMatchOneProcess) {
 // split with them, block by block. Qwen3's heads of their own width
 // (model.head_dim) split the same way, and its query/key norms are
 // replicated, each rank normalising its own heads: their gradients are
-// summed over the ranks with or without sequence parallelism.
+// summed over the ranks with or without sequence parallelism. Gemma 3's
+// post-norms act on the row-parallel layers' reduced outputs (under
+// sequence parallelism each rank's tokens), replicated as ln_1 and ln_2;
+// its windowed layer turns by a RoPE base of its own.
 TEST_P(TensorParallelGptTest, LlamaOptionsMatchOneProcess) {
   const int64_t V = 300;
   for (const std::string variant :
        {"rope", "rope, packed documents", "swiglu, F 24", "geglu, F 24", "gemma's blocks",
-        "rmsnorm, rope, swiglu, no biases", "rmsnorm, rope, swiglu, no biases, untied head",
+        "gemma 3's blocks, sliding window on layer 0 only", "rmsnorm, rope, swiglu, no biases",
+        "rmsnorm, rope, swiglu, no biases, untied head",
         "rmsnorm, rope, swiglu, no biases, grouped-query attention",
         "rmsnorm, rope, swiglu, no biases, grouped-query attention, qkv biases",
         "rmsnorm, rope, swiglu, no biases, grouped-query attention, qk norm, heads of 6",
@@ -324,13 +328,26 @@ TEST_P(TensorParallelGptTest, LlamaOptionsMatchOneProcess) {
       cfg.linear_bias = false;
       cfg.activation = nn::Activation::SwiGlu;
       cfg.position_embedding = nn::PositionEmbedding::Rotary;
-    } else if (variant == "gemma's blocks") {  // GeGLU, scaled embeddings, 1 + weight
+    } else if (variant.rfind("gemma", 0) == 0) {  // GeGLU, scaled embeddings, 1 + weight
       cfg.normalization = nn::Normalization::RmsNorm;
       cfg.linear_bias = false;
       cfg.activation = nn::Activation::GeGlu;
       cfg.position_embedding = nn::PositionEmbedding::Rotary;
       cfg.embedding_multiplier = 4.0;
       cfg.norm_weight_offset = true;
+      if (variant.rfind("gemma 3", 0) == 0) {
+        // Post-norms, head norms on heads of 6, the window on layer 0 with
+        // its own RoPE base, layer 1's scaled.
+        cfg.post_norms = true;
+        cfg.qk_norm = true;
+        cfg.head_size = 6;
+        cfg.sliding_window = 3;
+        cfg.full_attention_layers = {1};
+        cfg.rope_theta = 30.0;
+        cfg.rope_local_theta = 5.0;
+        cfg.rope_scaling.kind = RopeScaling::Kind::Linear;
+        cfg.rope_scaling.factor = 2.0;
+      }
     } else if (variant == "swiglu, F 24" || variant == "geglu, F 24") {
       cfg.activation = variant[0] == 's' ? nn::Activation::SwiGlu : nn::Activation::GeGlu;
       cfg.ffn_hidden_size = 24;
@@ -358,6 +375,7 @@ TEST_P(TensorParallelGptTest, LlamaOptionsMatchOneProcess) {
     EXPECT_EQ(shapes.count("h.0.attn.c_attn.bias"), cfg.c_attn_bias() ? 1u : 0u);
     EXPECT_EQ(shapes.count("h.0.attn.c_proj.bias"), cfg.linear_bias ? 1u : 0u);
     EXPECT_EQ(shapes.count("h.0.attn.q_norm.weight"), cfg.qk_norm ? 1u : 0u);
+    EXPECT_EQ(shapes.count("h.1.post_mlp_norm.weight"), cfg.post_norms ? 1u : 0u);
     EXPECT_EQ(shapes.at("h.0.attn.c_proj.weight"), (Shape{cfg.d_model, cfg.q_width()}));
     expect_sharded_matches_one_process(cfg, 17, GetParam(), ids, ids, token_ids(V, 6));
   }
