@@ -174,13 +174,12 @@ nn::GptConfig llama_config(const Keys& k, const std::string& type) {
   // hidden_size / num_attention_heads is no different from its absence.
   if (k.has("head_dim") && k.integer("head_dim") * c.n_head != c.d_model)
     c.head_size = k.integer("head_dim");
-  // Gemma 2's and 3's attention scale 1 / sqrt(query_pre_attn_scalar): only
-  // the head dimension's is Triad's.
-  if (k.has("query_pre_attn_scalar") &&
-      k.number("query_pre_attn_scalar", 0.0) != static_cast<double>(c.head_dim())) {
-    k.unsupported("query_pre_attn_scalar",
-                  "Triad scales attention scores by 1 / sqrt(head_dim), head_dim " +
-                      std::to_string(c.head_dim()));
+  // Gemma 2's and 3's attention scale 1 / sqrt(query_pre_attn_scalar)
+  // (27B's 168 and 144, d_model / n_head, against heads of 128); the head
+  // dimension's is no different from its absence.
+  if (gemma && k.has("query_pre_attn_scalar")) {
+    const double s = k.number("query_pre_attn_scalar", 0.0);
+    if (s != static_cast<double>(c.head_dim())) c.query_pre_attn_scalar = s;  // validated below
   }
   // Qwen2: LLaMA's blocks with biases on q, k and v (implied by the type).
   // Qwen3: LLaMA's blocks with RMSNorm over each query and key head (and

@@ -59,6 +59,11 @@ std::string llama_misfit(const nn::GptConfig& c, const std::string& type) {
     add(c.embedding_multiplier != 1.0, "model.embedding_multiplier is not 1");
     add(c.norm_weight_offset, "model.norm_weight_offset is true");
   }
+  if (!sandwich) {
+    add(c.query_pre_attn_scalar > 0.0 &&
+            c.query_pre_attn_scalar != static_cast<double>(c.head_dim()),
+        "model.query_pre_attn_scalar is not head_dim");
+  }
   if (sandwich) add(!c.post_norms, "model.post_norms is false");
   if (!sandwich) add(c.post_norms, "model.post_norms is true");
   if (type == "gemma3_text") {
@@ -202,7 +207,11 @@ std::string hf_config_json(const nn::GptConfig& c, const std::string& torch_dtyp
     j["attention_dropout"] = c.dropout;
     if (type == "mistral") j["sliding_window"] = c.sliding_window;
     if (type == "gemma2" || type == "gemma3_text") {
-      j["query_pre_attn_scalar"] = c.head_dim();
+      if (c.query_pre_attn_scalar > 0.0) {
+        j["query_pre_attn_scalar"] = c.query_pre_attn_scalar;
+      } else {
+        j["query_pre_attn_scalar"] = c.head_dim();
+      }
       j["attn_logit_softcapping"] = nullptr;
       j["final_logit_softcapping"] = nullptr;
       j["sliding_window"] = c.sliding_window > 0 ? c.sliding_window : c.seq_len;

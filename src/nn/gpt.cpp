@@ -149,6 +149,17 @@ void GptConfig::validate() const {
     throw ConfigError("model.rope_theta (" + std::to_string(rope_theta) +
                       ") must be a positive number");
   }
+  if (query_pre_attn_scalar != 0.0) {
+    if (!(query_pre_attn_scalar > 0.0) || !std::isfinite(query_pre_attn_scalar)) {
+      throw ConfigError("model.query_pre_attn_scalar (" + std::to_string(query_pre_attn_scalar) +
+                        ") must be a positive number (or 0: head_dim)");
+    }
+    if (!rotary()) {
+      throw ConfigError("model.query_pre_attn_scalar (" + std::to_string(query_pre_attn_scalar) +
+                        ") rescales the attention through the rotary embedding: it needs "
+                        "model.position_embedding rope");
+    }
+  }
   if (rope_local_theta != 0.0) {
     if (!(rope_local_theta > 0.0) || !std::isfinite(rope_local_theta)) {
       throw ConfigError("model.rope_local_theta (" + std::to_string(rope_local_theta) +
@@ -182,8 +193,13 @@ int64_t GptConfig::window_of(int64_t layer) const {
 }
 
 GptConfig::Rope GptConfig::rope_of(int64_t layer) const {
-  if (rope_local_theta > 0.0 && window_of(layer) > 0) return {rope_local_theta, RopeScaling{}};
-  return {rope_theta, rope_scaling};
+  Rope r{rope_theta, rope_scaling};
+  if (rope_local_theta > 0.0 && window_of(layer) > 0) r = {rope_local_theta, RopeScaling{}};
+  // Scores q.k / sqrt(D) become q.k / sqrt(s) when q and k each grow by
+  // (D / s)^(1/4).
+  if (query_pre_attn_scalar > 0.0)
+    r.scaling.amplitude = std::pow(static_cast<double>(head_dim()) / query_pre_attn_scalar, 0.25);
+  return r;
 }
 
 int64_t GptConfig::block_parameters() const {

@@ -127,9 +127,10 @@ LayerCost layer_cost(const nn::GptConfig& m, const ClusterSpec& c, const Paralle
   // Token-wise kernels, bytes per token per hidden unit forward: two
   // LayerNorms (4 each), two fused bias-dropout-residual adds (7 each) and
   // the MLP's activation reading its m inputs and writing F outputs (16 for
-  // GPT-2's bias-GELU on 4h, split by TP). With sequence parallelism the
-  // replicated ones are split too. Backward moves about twice as much.
-  const double replicated = 22.0 / (p.sequence_parallel ? t : 1.0);
+  // GPT-2's bias-GELU on 4h, split by TP); model.post_norms adds two more
+  // norms (4 each). With sequence parallelism the replicated ones are split
+  // too. Backward moves about twice as much.
+  const double replicated = (m.post_norms ? 30.0 : 22.0) / (p.sequence_parallel ? t : 1.0);
   const double act_bytes = 2.0 * (fc + f) / h;
   const double token_bytes_fwd = tokens * h * (replicated + act_bytes / t);
   L.fwd_mem = L.attn_mem_fwd + token_bytes_fwd / bw;
@@ -448,19 +449,22 @@ Estimate estimate(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int gl
   // (4h) in 2 bytes: 2(m + F)/h for another width or SwiGLU; 6 are q, k and
   // v (2w/h with grouped-query attention's narrower k and v) and 2 the
   // attention's output (2q/h when model.head_dim sets the heads' width
-  // apart). 24 of them are split by TP.
+  // apart). 24 of them are split by TP. model.post_norms keeps two more
+  // norm inputs (4 sbh), replicated as the others' are.
   const double qkv_acts = 2.0 * static_cast<double>(m.qkv_width()) / h;
   const double attn_out = 2.0 * static_cast<double>(m.q_width()) / h;
+  const double post_norm_acts = m.post_norms ? 4.0 : 0.0;
+  const double unsplit = 10.0 + post_norm_acts;
   const double mlp_acts = 2.0 * (fc_w + ffn_w) / h, split = attn_out + qkv_acts + mlp_acts,
-               whole = 18.0 + mlp_acts;
+               whole = 18.0 + post_norm_acts + mlp_acts;
   double per_layer = 0;
   switch (recompute) {
     case Recompute::None:
       per_layer = p.sequence_parallel ? sbh * (whole + attn_extra) / t
-                                      : sbh * (10.0 + split / t + attn_extra / t);
+                                      : sbh * (unsplit + split / t + attn_extra / t);
       break;
     case Recompute::Selective:
-      per_layer = p.sequence_parallel ? sbh * whole / t : sbh * (10.0 + split / t);
+      per_layer = p.sequence_parallel ? sbh * whole / t : sbh * (unsplit + split / t);
       break;
     case Recompute::Full:
       per_layer = 2.0 * sbh / (p.sequence_parallel ? t : 1.0);

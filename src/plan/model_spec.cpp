@@ -124,6 +124,7 @@ nn::GptConfig parse_model_spec(const std::string& yaml_text, const std::string& 
                                                  "norm_weight_offset",
                                                  "post_norms",
                                                  "rope_local_theta",
+                                                 "query_pre_attn_scalar",
                                                  "norm_eps",
                                                  "attention_kernel",
                                                  "attention_deterministic"};

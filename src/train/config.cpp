@@ -536,6 +536,8 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
       {"rope_scaling", {false, [&](auto& v, auto& k) { m.rope_scaling = get_rope_scaling(v, k); }}},
       {"rope_local_theta",
        {false, [&](auto& v, auto& k) { m.rope_local_theta = get_double(v, k); }}},
+      {"query_pre_attn_scalar",
+       {false, [&](auto& v, auto& k) { m.query_pre_attn_scalar = get_double(v, k); }}},
       {"sliding_window", {false, [&](auto& v, auto& k) { m.sliding_window = get_int(v, k); }}},
       {"full_attention_layers",
        {false,
@@ -848,6 +850,8 @@ std::string to_yaml(const Config& c) {
   }
   if (c.model.rope_local_theta > 0.0)
     e << YAML::Key << "rope_local_theta" << YAML::Value << c.model.rope_local_theta;
+  if (c.model.query_pre_attn_scalar > 0.0)
+    e << YAML::Key << "query_pre_attn_scalar" << YAML::Value << c.model.query_pre_attn_scalar;
   e << YAML::Key << "sliding_window" << YAML::Value << c.model.sliding_window;
   if (!c.model.full_attention_layers.empty()) {
     e << YAML::Key << "full_attention_layers" << YAML::Value << YAML::Flow

@@ -290,15 +290,24 @@ TEST(HfConfig, Gemma3ConfigIsGemmasBlocksWithPostNormsLocalLayersAndTheirRope) {
       edited(kGemma3_1b, "rope_scaling", R"({"rope_type": "linear", "factor": 8.0})"), "x");
   EXPECT_TRUE(scaled.rope_of(5).scaling.scaled());
   EXPECT_FALSE(scaled.rope_of(0).scaling.scaled());
-  // What Triad does not build is named: 27B's query_pre_attn_scalar (168,
-  // heads of 128) and Gemma 2's soft-capping.
+  // 27B's attention scale (query_pre_attn_scalar 168 against heads of
+  // 128): q and k each turn with the fourth root of the scores' change.
+  EXPECT_EQ(c.query_pre_attn_scalar, 0.0);  // 256, the head dimension
+  const nn::GptConfig big = gpt_config_from_hf(
+      edited(edited(kGemma3_1b, "query_pre_attn_scalar", "168"), "head_dim", "128"), "x");
+  EXPECT_EQ(big.query_pre_attn_scalar, 168.0);
+  EXPECT_DOUBLE_EQ(std::pow(big.rope_of(0).scaling.amplitude, 4), 128.0 / 168.0);
+  EXPECT_DOUBLE_EQ(rope_amplitude(big.rope_of(5).scaling), big.rope_of(0).scaling.amplitude);
   try {
-    gpt_config_from_hf(edited(kGemma3_1b, "query_pre_attn_scalar", "168"), "gemma3/config.json");
-    FAIL() << "another attention scale accepted";
-  } catch (const NotSupportedError& e) {
-    EXPECT_NE(std::string(e.what()).find("'query_pre_attn_scalar' (168)"), std::string::npos)
+    gpt_config_from_hf(edited(kGemma3_1b, "query_pre_attn_scalar", "-1"), "gemma3/config.json");
+    FAIL() << "a negative attention scalar accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("model.query_pre_attn_scalar (-1.000000) must be a "
+                                         "positive number"),
+              std::string::npos)
         << e.what();
   }
+  // Gemma 2's soft-capping is named.
   const std::string gemma2 = edited(
       edited(edited(kGemma3_1b, "model_type", "\"gemma2\""), "attn_logit_softcapping", "50.0"),
       "final_logit_softcapping", "30.0");

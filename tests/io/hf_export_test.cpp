@@ -62,6 +62,7 @@ void expect_same_model(const nn::GptConfig& a, const nn::GptConfig& b) {
   EXPECT_EQ(a.post_norms, b.post_norms);
   EXPECT_EQ(a.qk_norm, b.qk_norm);
   EXPECT_EQ(a.rope_local_theta, b.rope_local_theta);
+  EXPECT_EQ(a.query_pre_attn_scalar, b.query_pre_attn_scalar);
   EXPECT_EQ(a.head_dim(), b.head_dim());
   EXPECT_EQ(a.tie_embeddings, b.tie_embeddings);
   EXPECT_EQ(a.sliding_window, b.sliding_window);
@@ -123,6 +124,7 @@ TEST(HfExport, LlamaAndGpt2RoundTrip) {
   gemma3.rope_local_theta = 7.0;
   gemma3.rope_scaling.kind = RopeScaling::Kind::Linear;
   gemma3.rope_scaling.factor = 2.0;
+  gemma3.query_pre_attn_scalar = 10.0;  // scores over sqrt(10), not sqrt(8)
   for (const nn::GptConfig& c :
        {llama(false, 2), llama(true, 0), llama(false, 1), mistral, qwen2, qwen3, qwen_window, wide,
         stretched, gemma, gemma2, gemma3, gpt2(true), gpt2(false)}) {
@@ -209,9 +211,13 @@ TEST(HfExport, Gemma2And3ClassesAndWhatKeepsAModelFromThem) {
   local_gemma.post_norms = false;
   nn::GptConfig sandwich_llama = llama(true, 1);
   sandwich_llama.post_norms = true;
-  for (const auto& [c, why] : {std::pair{scaled_everywhere, "the windowed layers' RoPE is scaled"},
-                               std::pair{local_gemma, "model.post_norms is false"},
-                               std::pair{sandwich_llama, "model.post_norms is true"}}) {
+  nn::GptConfig rescaled_llama = llama(true, 1);
+  rescaled_llama.query_pre_attn_scalar = 9.0;
+  for (const auto& [c, why] :
+       {std::pair{scaled_everywhere, "the windowed layers' RoPE is scaled"},
+        std::pair{local_gemma, "model.post_norms is false"},
+        std::pair{sandwich_llama, "model.post_norms is true"},
+        std::pair{rescaled_llama, "model.query_pre_attn_scalar is not head_dim"}}) {
     try {
       hf_model_type(c);
       FAIL() << "exported as " << hf_model_type(c);

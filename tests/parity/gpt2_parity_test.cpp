@@ -273,8 +273,10 @@ TEST_F(Gpt2Parity, GemmaStyleModelLogitsAndGradients) {
 // pre_feedforward_layernorm the MLP's input's), query/key norms scaling by
 // 1 + weight, heads of their own width, every second layer global
 // (sliding_window_pattern) and the windowed layers turning by
-// rope_local_base_freq unscaled while the global one's RoPE is scaled:
-// step 0 and a greedy continuation (key/value-cache steps past the window).
+// rope_local_base_freq unscaled while the global one's RoPE is scaled,
+// and scores over sqrt(query_pre_attn_scalar) (27B's kind) rather than
+// sqrt(head_dim): step 0 and a greedy continuation (key/value-cache steps
+// past the window).
 TEST_F(Gpt2Parity, Gemma3StyleModelLogitsGradientsAndGreedyTokens) {
   const std::string dir = ref_dir() + "/gemma3_hf";
   const nn::GptConfig cfg = io::load_hf_config(dir);
@@ -289,6 +291,7 @@ TEST_F(Gpt2Parity, Gemma3StyleModelLogitsGradientsAndGreedyTokens) {
   EXPECT_EQ(cfg.rope_of(0).theta, cfg.rope_local_theta);
   EXPECT_FALSE(cfg.rope_of(0).scaling.scaled());
   EXPECT_EQ(cfg.rope_of(1).theta, cfg.rope_theta);
+  EXPECT_EQ(cfg.query_pre_attn_scalar, cfg_["gemma3_attn_scalar"].get<double>());
   nn::Gpt model(cfg, 1);
   // Per layer: four norms, the two head norms, c_attn, c_proj, c_fc, the
   // MLP's c_proj; plus wte and ln_f.

@@ -43,6 +43,7 @@ MISTRAL_WINDOW = 5  # the Mistral-style variant's sliding window: each query see
 QWEN3_HEAD_DIM = 12  # the Qwen3-style variant's heads: 4 x 12 = 48 wide, not d_model's 32
 GEMMA3_LOCAL_THETA = 7.0  # the Gemma 3-style variant's windowed layers' RoPE base
 GEMMA3_SCALING = dict(rope_type="linear", factor=2.0)  # its global layer's
+GEMMA3_ATTN_SCALAR = 20.0  # its scores over sqrt(20), not sqrt(head_dim 12): 27B's kind
 
 
 # LLaMA 3.1's RoPE scaling for the scaled variant, at this small size: head
@@ -126,8 +127,10 @@ class Gpt(torch.nn.Module):
     def __init__(self, c, rope_theta=None, swiglu_ffn=None, rms_norm=False, bias=True,
                  tie=True, kv_heads=None, window=None, rope_scaling=None, qkv_bias=False,
                  head_dim=None, qk_norm=False, full_layers=(), geglu=False, embed_scale=None,
-                 norm_offset=False, post_norms=False, rope_local_theta=None):
+                 norm_offset=False, post_norms=False, rope_local_theta=None, attn_scalar=None):
         super().__init__()
+        # Gemma 2's and 3's query_pre_attn_scalar: scores over sqrt(this), not sqrt(D).
+        self.attn_scalar = attn_scalar
         # Gemma 2's and 3's: each sublayer's output normalised again.
         self.post_norms = post_norms
         # Gemma 3's: the windowed layers turn by a base of their own, unscaled.
@@ -216,7 +219,7 @@ class Gpt(torch.nn.Module):
             # Grouped-query attention as Hugging Face's LLaMA runs it: each
             # key/value head repeated for the NH / NKV query heads after it.
             k, v = (t.repeat_interleave(NH // NKV, dim=1) for t in (k, v))
-            att = (q @ k.transpose(-2, -1)) / math.sqrt(D)
+            att = (q @ k.transpose(-2, -1)) / math.sqrt(self.attn_scalar or D)
             att = att.masked_fill(~layer_mask, float("-inf")).softmax(dim=-1)
             y = (att @ v).transpose(1, 2).reshape(B, T, NH * D)
             post_attn = b.post_attn_norm if self.post_norms else (lambda t: t)
@@ -461,14 +464,15 @@ def main():
     # Gemma 3's: Gemma's blocks with each sublayer's output normalised again,
     # query/key norms scaling by 1 + weight, heads of their own width, the
     # window on every second layer, whose RoPE base is its own and
-    # unscaled while the global layer's is scaled (linear); step 0 and a
+    # unscaled while the global layer's is scaled (linear), scores over
+    # sqrt(query_pre_attn_scalar) rather than sqrt(head_dim); step 0 and a
     # greedy continuation, from a Gemma3ForCausalLM directory (config.json
     # and weights).
     gemma3 = Gpt(CFG, ROPE_THETA, SWIGLU_FFN, rms_norm=True, bias=False, tie=True,
                  kv_heads=LLAMA_KV_HEADS, head_dim=QWEN3_HEAD_DIM, qk_norm=True, geglu=True,
                  embed_scale=math.sqrt(CFG["d_model"]), norm_offset=True, post_norms=True,
                  window=MISTRAL_WINDOW, full_layers=(1,), rope_local_theta=GEMMA3_LOCAL_THETA,
-                 rope_scaling=GEMMA3_SCALING)
+                 rope_scaling=GEMMA3_SCALING, attn_scalar=GEMMA3_ATTN_SCALAR)
     gemma3_dir = os.path.join(out, "gemma3_hf")
     os.makedirs(gemma3_dir, exist_ok=True)
     save_hf_llama(gemma3, os.path.join(gemma3_dir, "model.safetensors"))
@@ -481,7 +485,7 @@ def main():
                    "max_position_embeddings": CFG["seq_len"], "rms_norm_eps": 1e-5,
                    "rope_theta": ROPE_THETA, "rope_local_base_freq": GEMMA3_LOCAL_THETA,
                    "rope_scaling": GEMMA3_SCALING, "sliding_window": MISTRAL_WINDOW,
-                   "sliding_window_pattern": 2, "query_pre_attn_scalar": QWEN3_HEAD_DIM,
+                   "sliding_window_pattern": 2, "query_pre_attn_scalar": GEMMA3_ATTN_SCALAR,
                    "attn_logit_softcapping": None, "final_logit_softcapping": None,
                    "attention_bias": False, "tie_word_embeddings": True}, f)
     record_step_zero(gemma3, x, y, "gemma3.", ref)
@@ -498,7 +502,8 @@ def main():
         json.dump({"model": CFG, "train": TRAIN, "rope_theta": ROPE_THETA, "swiglu_ffn": SWIGLU_FFN,
                    "llama_kv_heads": LLAMA_KV_HEADS, "mistral_window": MISTRAL_WINDOW,
                    "llama3_scaling": LLAMA3_SCALING, "yarn_scaling": YARN_SCALING,
-                   "qwen3_head_dim": QWEN3_HEAD_DIM, "gemma3_local_theta": GEMMA3_LOCAL_THETA}, f)
+                   "qwen3_head_dim": QWEN3_HEAD_DIM, "gemma3_local_theta": GEMMA3_LOCAL_THETA,
+                   "gemma3_attn_scalar": GEMMA3_ATTN_SCALAR}, f)
     print("losses", " ".join(f"{v:.6f}" for v in losses))
 
 

@@ -170,6 +170,42 @@ TEST(CostModel, PricesASlidingWindow) {
   EXPECT_NEAR(estimate(all_exempt, c, 32, 64, p).step_time, f.step_time, 1e-12 * f.step_time);
   const Estimate h = estimate(half, c, 32, 64, p);
   EXPECT_NEAR(h.gemm_time, 0.5 * (w.gemm_time + f.gemm_time), 1e-9 * f.gemm_time);
+  // The model FLOPs count the window's work too, so MFU does not credit the
+  // scores a window skips: the windowed model does fewer FLOPs a step and
+  // its MFU stays near the full model's (not above it by the time saved).
+  EXPECT_LT(w.model_flops_per_step, f.model_flops_per_step);
+  EXPECT_EQ(w.model_flops_per_step, windowed.training_flops(64));
+  EXPECT_LT(w.mfu, 1.1 * f.mfu);
+  // Gemma 3 1B's windows of 512 on a context of 32768: without counting
+  // them, its MFU came out above 100%.
+  const nn::GptConfig gemma3 =
+      load_model_spec(std::string(TRIAD_SOURCE_DIR) + "/configs/models/gemma3_1b.yaml");
+  ParallelConfig dp = layout(1, 1, 16, 1, Recompute::None);
+  dp.attention = Attention::Flash;
+  const Estimate g = estimate(gemma3, c, 16, 16, dp);
+  EXPECT_GT(g.mfu, 0.0);
+  EXPECT_LT(g.mfu, 1.0);
+}
+
+// model.post_norms: two more norms a layer, each reading and writing the
+// b*s*h activation (8 of the token-wise kernels' 22 bytes more) and keeping
+// its input (4 sbh more, split only under sequence parallelism); the GEMMs
+// are unchanged.
+TEST(CostModel, PricesPostNorms) {
+  const ClusterSpec c = selene();
+  const nn::GptConfig plain = gpt(8, 16, 1536);
+  nn::GptConfig sandwich = plain;
+  sandwich.post_norms = true;
+  for (const bool sp : {false, true}) {
+    ParallelConfig p = layout(2, 1, 16, 2, Recompute::None);
+    p.sequence_parallel = sp;
+    const Estimate a = estimate(plain, c, 32, 64, p), b = estimate(sandwich, c, 32, 64, p);
+    EXPECT_EQ(b.gemm_time, a.gemm_time);
+    EXPECT_GT(b.memory_bound_time, a.memory_bound_time);
+    const double sbh = 2.0 * 2048 * 1536;  // micro batch 2, s 2048, h 1536
+    EXPECT_NEAR(b.activation_bytes - a.activation_bytes,
+                b.peak_inflight * 8 * 4.0 * sbh / (sp ? 2 : 1), 1e-6 * a.activation_bytes);
+  }
 }
 
 // The two published PTD-P runs (Narayanan et al. 2021, Table 1) the cluster

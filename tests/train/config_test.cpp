@@ -537,6 +537,12 @@ TEST(Config, MlpActivationWidthAndNormalizationParseRoundTripAndAreChecked) {
   EXPECT_EQ(gemma3_back.model.rope_of(0).theta, 100.0);
   EXPECT_EQ(gemma3_back.model.rope_of(1).theta, gemma3.model.rope_theta);
   EXPECT_FALSE(plain.model.post_norms);
+  const Config scaled =
+      parse_config(kValid, {"model.position_embedding=rope", "model.query_pre_attn_scalar=12"});
+  EXPECT_EQ(parse_config(to_yaml(scaled)).model.query_pre_attn_scalar, 12.0);
+  expect_config_error(kValid, {"model.query_pre_attn_scalar=12"},
+                      "model.query_pre_attn_scalar (12.000000) rescales the attention through the "
+                      "rotary embedding: it needs model.position_embedding rope");
   expect_config_error(kValid, {"model.position_embedding=rope", "model.rope_local_theta=100"},
                       "model.rope_local_theta (100.000000) is the windowed layers' RoPE base: it "
                       "needs model.position_embedding rope and a model.sliding_window");

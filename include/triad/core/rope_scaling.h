@@ -40,6 +40,10 @@ struct RopeScaling {
   double beta_fast = 32.0;           // yarn
   double beta_slow = 1.0;            // yarn
   double attention_factor = 0.0;     // yarn; 0: 0.1 ln(factor) + 1
+  // A further factor on q's and k's pairs, whatever the kind: the fourth
+  // root of the attention scores' rescaling (GptConfig::rope_of sets it
+  // for model.query_pre_attn_scalar). Not a key of rope_scaling.
+  double amplitude = 1.0;
   bool scaled() const { return kind != Kind::None; }
 };
 
@@ -79,11 +83,11 @@ TRIAD_ROPE_HD inline double rope_frequency(int64_t i, int64_t D, double theta,
 }
 
 // The factor q's and k's rotated pairs are multiplied by: yarn's attention
-// factor, 1 otherwise.
+// factor (1 for the other kinds), times `amplitude`.
 TRIAD_ROPE_HD inline double rope_amplitude(const RopeScaling& s) {
-  if (s.kind != RopeScaling::Kind::Yarn) return 1.0;
-  if (s.attention_factor > 0.0) return s.attention_factor;
-  return s.factor <= 1.0 ? 1.0 : 0.1 * log(s.factor) + 1.0;
+  if (s.kind != RopeScaling::Kind::Yarn) return s.amplitude;
+  if (s.attention_factor > 0.0) return s.attention_factor * s.amplitude;
+  return (s.factor <= 1.0 ? 1.0 : 0.1 * log(s.factor) + 1.0) * s.amplitude;
 }
 
 // "none", "llama3", "linear" or "yarn" (the config's and Hugging Face's

@@ -17,17 +17,17 @@ namespace triad::io {
 //    1 + weight), "gemma2" (and each sublayer's output normalised again:
 //    model.post_norms; every other layer windowed) and "gemma3_text"
 //    (query/key norms too, every sliding_window_pattern-th layer global, the
-//    local layers' rope_local_base_freq as model.rope_local_theta);
+//    local layers' rope_local_base_freq as model.rope_local_theta), both
+//    with their query_pre_attn_scalar;
 // and GPT2LMHeadModel ("gpt2"). Read: hidden_size, num_hidden_layers,
 // num_attention_heads, num_key_value_heads (absent: one per query head),
 // head_dim, intermediate_size, vocab_size, max_position_embeddings (as
 // seq_len), rope_theta, rope_scaling (llama3, linear, yarn), rms_norm_eps,
 // tie_word_embeddings, and the windows (sliding_window, layer_types).
 // What Triad does not implement (another RoPE scaling, biases in the
-// attention or MLP, another activation, soft-capping, a
-// query_pre_attn_scalar other than head_dim) is a NotSupportedError naming
-// the key and its value; a missing or mistyped key is a ConfigError naming
-// `source` and the key.
+// attention or MLP, another activation, soft-capping) is a
+// NotSupportedError naming the key and its value; a missing or mistyped key
+// is a ConfigError naming `source` and the key.
 nn::GptConfig gpt_config_from_hf(const std::string& json_text, const std::string& source);
 // The same from a file: config.json, or a directory holding one (a Hugging
 // Face model's directory, the one init.from reads its weights from).

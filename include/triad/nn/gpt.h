@@ -118,6 +118,13 @@ struct GptConfig {
   // layers exempt from the window (model.full_attention_layers) keep
   // rope_theta and rope_scaling. 0: every layer alike.
   double rope_local_theta = 0.0;
+  // The attention scores' scale 1 / sqrt(query_pre_attn_scalar) instead of
+  // 1 / sqrt(head_dim) (config key model.query_pre_attn_scalar; Gemma 2
+  // 27B's and Gemma 3 27B's, d_model / n_head against heads of 128). With
+  // rope only: the rotation multiplies q and k each by the fourth root of
+  // the change (rope_of's amplitude), so every attention kernel and the
+  // key/value cache see it. 0: head_dim.
+  double query_pre_attn_scalar = 0.0;
   bool rotary() const { return position_embedding == PositionEmbedding::Rotary; }
   int64_t kv_heads() const { return n_kv_head > 0 ? n_kv_head : n_head; }
   int64_t head_dim() const { return head_size > 0 ? head_size : d_model / n_head; }
@@ -155,7 +162,8 @@ struct GptConfig {
   std::vector<int64_t> full_attention_layers = {};
   // The window layer `layer` attends through (0: none).
   int64_t window_of(int64_t layer) const;
-  // The RoPE base and scaling layer `layer` turns its queries and keys by.
+  // The RoPE base and scaling layer `layer` turns its queries and keys by
+  // (the scaling's amplitude carrying model.query_pre_attn_scalar).
   struct Rope {
     double theta;
     RopeScaling scaling;
