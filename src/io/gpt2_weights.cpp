@@ -58,6 +58,34 @@ std::map<std::string, Tensor> triad_to_gpt2(const nn::StateDict& state) {
   return out;
 }
 
+std::map<std::string, Tensor> language_model_tensors(std::map<std::string, Tensor> tensors) {
+  static const char* const kText[][2] = {{"language_model.model.", "model."},
+                                         {"model.language_model.", "model."},
+                                         {"language_model.lm_head.", "lm_head."}};
+  static const char* const kOther[] = {"vision_tower.", "multi_modal_projector.",
+                                       "model.vision_tower.", "model.multi_modal_projector."};
+  auto starts = [](const std::string& name, const char* prefix) {
+    return name.rfind(prefix, 0) == 0;
+  };
+  bool multimodal = false;
+  for (const auto& [name, t] : tensors) {
+    for (const auto& p : kText) multimodal = multimodal || starts(name, p[0]);
+  }
+  if (!multimodal) return tensors;
+  std::map<std::string, Tensor> out;
+  for (auto& [name, t] : tensors) {
+    bool other = false;
+    for (const char* p : kOther) other = other || starts(name, p);
+    if (other) continue;
+    std::string renamed = name;
+    for (const auto& p : kText) {
+      if (starts(name, p[0])) renamed = p[1] + name.substr(std::string(p[0]).size());
+    }
+    out[renamed] = std::move(t);
+  }
+  return out;
+}
+
 bool is_hf_llama(const std::map<std::string, Tensor>& tensors) {
   return tensors.count("model.embed_tokens.weight") > 0;
 }
@@ -233,6 +261,7 @@ static Safetensors load_weight_files(const std::string& path) {
 nn::StateDict load_gpt2_state_dict(const std::string& path,
                                    const std::map<std::string, Shape>& expected) {
   Safetensors file = load_weight_files(path);
+  file.tensors = language_model_tensors(std::move(file.tensors));
   const bool llama = is_hf_llama(file.tensors);
   nn::StateDict state = llama ? hf_llama_to_triad(file.tensors) : gpt2_to_triad(file.tensors);
   // A tied model takes a file's lm_head.weight only as the copy of wte some

@@ -244,6 +244,32 @@ nn::GptConfig gpt2_config(const Keys& k) {
   return c;
 }
 
+// Gemma3TextConfig's defaults for the keys a file leaves out (the
+// multimodal checkpoints' text_config gives few of them: 4B's names its
+// widths, depth, window and RoPE scaling only).
+Json with_gemma3_defaults(Json j) {
+  static const Json kDefaults = {{"vocab_size", 262208},
+                                 {"hidden_size", 2304},
+                                 {"intermediate_size", 9216},
+                                 {"num_hidden_layers", 26},
+                                 {"num_attention_heads", 8},
+                                 {"num_key_value_heads", 4},
+                                 {"head_dim", 256},
+                                 {"hidden_activation", "gelu_pytorch_tanh"},
+                                 {"max_position_embeddings", 131072},
+                                 {"rms_norm_eps", 1e-6},
+                                 {"rope_theta", 1e6},
+                                 {"query_pre_attn_scalar", 256},
+                                 {"sliding_window", 4096},
+                                 {"sliding_window_pattern", 6},
+                                 {"rope_local_base_freq", 1e4},
+                                 {"tie_word_embeddings", true}};
+  for (const auto& [key, value] : kDefaults.items()) {
+    if (!j.contains(key)) j[key] = value;
+  }
+  return j;
+}
+
 }  // namespace
 
 nn::GptConfig gpt_config_from_hf(const std::string& json_text, const std::string& source) {
@@ -254,8 +280,26 @@ nn::GptConfig gpt_config_from_hf(const std::string& json_text, const std::string
     throw ConfigError(source + ": not valid JSON: " + e.what());
   }
   if (!j.is_object()) throw ConfigError(source + ": expected a JSON object");
+  std::string type = Keys(j, source).text("model_type", "");
+  // Gemma 3's multimodal checkpoints (4B and up, Gemma3ForConditionalGeneration):
+  // the language model's config is text_config; Triad builds it alone (the
+  // weights' reader leaves out the vision tower and the projector).
+  if (type == "gemma3") {
+    if (!j.contains("text_config") || !j.at("text_config").is_object()) {
+      throw ConfigError(source +
+                        ": model_type 'gemma3' needs its language model's 'text_config' object");
+    }
+    Json text = j.at("text_config");
+    const std::string inner = Keys(text, source + " text_config").text("model_type", "gemma3_text");
+    if (inner != "gemma3_text") {
+      throw NotSupportedError(source + ": text_config's model_type '" + inner +
+                              "' (expected gemma3_text)");
+    }
+    text["model_type"] = type = "gemma3_text";
+    j = std::move(text);
+  }
+  if (type == "gemma3_text") j = with_gemma3_defaults(std::move(j));
   const Keys k(j, source);
-  const std::string type = k.text("model_type", "");
   nn::GptConfig c;
   if (type == "llama" || type == "mistral" || type == "qwen2" || type == "qwen3" ||
       type == "gemma" || type == "gemma2" || type == "gemma3_text" || type == "phi3") {
@@ -265,7 +309,7 @@ nn::GptConfig gpt_config_from_hf(const std::string& json_text, const std::string
   } else {
     throw NotSupportedError(source + ": model_type '" + type +
                             "' is not supported (llama, mistral, qwen2, qwen3, gemma, gemma2, "
-                            "gemma3_text, phi3 or gpt2)");
+                            "gemma3_text, gemma3, phi3 or gpt2)");
   }
   try {
     c.validate();

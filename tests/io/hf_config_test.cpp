@@ -307,6 +307,30 @@ TEST(HfConfig, Gemma3ConfigIsGemmasBlocksWithPostNormsLocalLayersAndTheirRope) {
               std::string::npos)
         << e.what();
   }
+  // Gemma 3 4B's config.json (Gemma3ForConditionalGeneration): its
+  // text_config names few keys, the others being Gemma3TextConfig's
+  // defaults (8 heads of 256 over 4, vocabulary 262208, 131072 positions,
+  // a window on five layers in six). Its language model: 34 layers of q
+  // (2048 x 2560), k and v (1024 x 2560), o, the MLP (3 x 10240 x 2560),
+  // four norms and two head norms, the tied table and the final norm.
+  const nn::GptConfig four_b = gpt_config_from_hf(R"({
+    "architectures": ["Gemma3ForConditionalGeneration"], "model_type": "gemma3",
+    "boi_token_index": 255999, "image_token_index": 262144, "mm_tokens_per_image": 256,
+    "text_config": {"hidden_size": 2560, "intermediate_size": 10240, "model_type": "gemma3_text",
+                    "num_hidden_layers": 34, "rope_scaling": {"factor": 8.0, "rope_type": "linear"},
+                    "sliding_window": 1024},
+    "vision_config": {"hidden_size": 1152, "model_type": "siglip_vision_model"}})",
+                                                  "gemma3-4b/config.json");
+  EXPECT_EQ(four_b.n_head, 8);
+  EXPECT_EQ(four_b.kv_heads(), 4);
+  EXPECT_EQ(four_b.head_dim(), 256);
+  EXPECT_EQ(four_b.vocab_size, 262208);
+  EXPECT_EQ(four_b.seq_len, 131072);
+  EXPECT_EQ(four_b.sliding_window, 1024);
+  EXPECT_EQ(four_b.full_attention_layers, (std::vector<int64_t>{5, 11, 17, 23, 29}));
+  EXPECT_TRUE(four_b.rope_of(5).scaling.scaled());
+  EXPECT_FALSE(four_b.rope_of(0).scaling.scaled());
+  EXPECT_EQ(four_b.num_parameters(), 3'880'263'168);
   // Gemma 2's soft-capping is named.
   const std::string gemma2 = edited(
       edited(edited(kGemma3_1b, "model_type", "\"gemma2\""), "attn_logit_softcapping", "50.0"),
@@ -471,7 +495,7 @@ TEST(HfConfig, WhatTriadDoesNotBuildIsNamed) {
             std::string::npos);
   EXPECT_NE(message(from(edited(llama, "model_type", "\"qwen3_moe\"")))
                 .find("model_type 'qwen3_moe' is not supported (llama, mistral, qwen2, qwen3, "
-                      "gemma, gemma2, gemma3_text, phi3 or gpt2)"),
+                      "gemma, gemma2, gemma3_text, gemma3, phi3 or gpt2)"),
             std::string::npos);
   EXPECT_NE(message(from(edited(edited(edited(kQwen3_06b, "use_sliding_window", "true"),
                                        "max_window_layers", "10"),

@@ -230,6 +230,56 @@ TEST(HfExport, Gemma2And3ClassesAndWhatKeepsAModelFromThem) {
 // Phi-3's checkpoints fuse q, k and v into qkv_proj and gate and up into
 // gate_up_proj, in the order Triad's c_attn and c_fc hold them: they load
 // as they are, bit for bit; a layer missing half of the pair is named.
+// Gemma 3's multimodal checkpoints (Gemma3ForConditionalGeneration, 4B and
+// up): config.json's text_config is the language model, and its tensors
+// sit under language_model.model. (or, from later transformers,
+// model.language_model.) beside the vision tower's and the projector's,
+// which Triad leaves out. Both layouts read back as the text model, bit for
+// bit.
+TEST(HfExport, Gemma3MultimodalCheckpointsReadAsTheirLanguageModel) {
+  nn::GptConfig c = llama(true, 1);
+  c.activation = nn::Activation::GeGlu;
+  c.embedding_multiplier = 4.0;
+  c.norm_weight_offset = true;
+  c.post_norms = true;
+  c.qk_norm = true;
+  c.sliding_window = 3;
+  c.full_attention_layers = {1};
+  c.rope_local_theta = 7.0;
+  const nn::Gpt model(c, 3);
+  const auto text = triad_to_hf(model.state_dict(), c);
+  testing::TempDir dir;
+  for (const std::string prefix : {"language_model.model.", "model.language_model."}) {
+    SCOPED_TRACE(prefix);
+    const std::string out = dir.file(prefix.substr(0, 5));
+    std::filesystem::create_directories(out);
+    std::map<std::string, Tensor> tensors;
+    for (const auto& [name, t] : text) tensors[prefix + name.substr(6)] = t;  // past "model."
+    const std::string tower = prefix[0] == 'l' ? "" : "model.";
+    tensors[tower + "vision_tower.vision_model.embeddings.patch_embedding.weight"] =
+        ones({4, 3, 2, 2});
+    tensors[tower + "multi_modal_projector.mm_input_projection_weight"] = ones({5, 16});
+    save_safetensors(out + "/model.safetensors", tensors, {{"format", "pt"}});
+    nlohmann::json config = {{"architectures", {"Gemma3ForConditionalGeneration"}},
+                             {"model_type", "gemma3"},
+                             {"text_config", nlohmann::json::parse(hf_config_json(c))},
+                             {"vision_config", {{"model_type", "siglip_vision_model"}}}};
+    std::ofstream(out + "/config.json") << config.dump();
+    expect_same_model(load_hf_config(out), c);
+    std::map<std::string, Shape> expected;
+    for (auto& [name, p] : model.named_parameters()) expected[name] = p.shape();
+    const nn::StateDict back = load_gpt2_state_dict(out, expected);
+    ASSERT_EQ(back.size(), expected.size());
+    for (const auto& [name, t] : model.state_dict())
+      EXPECT_EQ(to_double_vector(back.at(name)), to_double_vector(t)) << name;
+  }
+  // A text_config of another kind is named.
+  const nlohmann::json other = {{"model_type", "gemma3"},
+                                {"text_config", {{"model_type", "llama"}}}};
+  EXPECT_THROW(gpt_config_from_hf(other.dump(), "x"), NotSupportedError);
+  EXPECT_THROW(gpt_config_from_hf(R"({"model_type": "gemma3"})", "x"), ConfigError);
+}
+
 TEST(HfExport, Phi3FusedProjectionsLoad) {
   const nn::GptConfig c = llama(false, 2);
   const nn::Gpt model(c, 3);

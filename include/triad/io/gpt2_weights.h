@@ -27,9 +27,18 @@ std::map<std::string, Tensor> triad_to_gpt2(const nn::StateDict& state);
 // rotary embeddings are the rotate-half form Triad's are. Grouped-query
 // attention's narrower k_proj and v_proj stack as they are (the model needs
 // the matching model.n_kv_head); an unknown tensor, or k_proj and v_proj
-// that do not fit q_proj, is an IoError naming it.
+// that do not fit q_proj, is an IoError naming it. Gemma 2's and 3's four
+// norms (pre_feedforward_layernorm present) map to ln_1, post_attn_norm,
+// ln_2 and post_mlp_norm.
 bool is_hf_llama(const std::map<std::string, Tensor>& tensors);
 nn::StateDict hf_llama_to_triad(const std::map<std::string, Tensor>& tensors);
+
+// A multimodal checkpoint's language model (Gemma 3's 4B and up): its
+// tensors under language_model.model. (transformers 4.50's layout) or
+// model.language_model. (later ones) renamed to model., language_model's
+// lm_head to lm_head, and the vision tower's and the projector's left out.
+// Tensors without those prefixes come back unchanged.
+std::map<std::string, Tensor> language_model_tensors(std::map<std::string, Tensor> tensors);
 
 // Loads a GPT-2 safetensors file into `model` (shapes must match its config;
 // errors name the tensor and both shapes).
@@ -39,7 +48,8 @@ void save_gpt2_safetensors(const nn::Gpt& model, const std::string& path);
 // The same for any layout: read a file into a full Triad state dict checked
 // against `expected` (name -> full shape), and write a full state dict. A
 // file in Hugging Face's LLaMA layout (is_hf_llama) is read too
-// (hf_llama_to_triad). `path` is a safetensors file, a sharded checkpoint's
+// (hf_llama_to_triad), a multimodal checkpoint's language model alone
+// (language_model_tensors). `path` is a safetensors file, a sharded checkpoint's
 // model.safetensors.index.json (its weight_map names each tensor's file,
 // beside it), or a directory holding either.
 nn::StateDict load_gpt2_state_dict(const std::string& path,

@@ -17,8 +17,10 @@ namespace triad::io {
 //    1 + weight), "gemma2" (and each sublayer's output normalised again:
 //    model.post_norms; every other layer windowed) and "gemma3_text"
 //    (query/key norms too, every sliding_window_pattern-th layer global, the
-//    local layers' rope_local_base_freq as model.rope_local_theta), both
-//    with their query_pre_attn_scalar;
+//    local layers' rope_local_base_freq as model.rope_local_theta; keys
+//    left out take Gemma3TextConfig's defaults), both with their
+//    query_pre_attn_scalar; and "gemma3" (the multimodal checkpoints, 4B and
+//    up): its text_config's language model alone;
 // and GPT2LMHeadModel ("gpt2"). Read: hidden_size, num_hidden_layers,
 // num_attention_heads, num_key_value_heads (absent: one per query head),
 // head_dim, intermediate_size, vocab_size, max_position_embeddings (as
