@@ -6,6 +6,7 @@
 
 #include "triad/autograd/checkpoint.h"
 #include "triad/autograd/grad_mode.h"
+#include "triad/core/half.h"
 #include "triad/core/rng.h"
 #include "triad/nn/documents.h"
 #include "triad/nn/init.h"
@@ -86,7 +87,14 @@ const char* activation_string(Activation a) {
 }
 
 Tensor scale_token_embeddings(const GptConfig& cfg, const Tensor& x) {
-  return cfg.embedding_multiplier == 1.0 ? x : affine(x, cfg.embedding_multiplier);
+  if (cfg.embedding_multiplier == 1.0) return x;
+  // In the embeddings' type, as Gemma's reference implementations multiply
+  // (Hugging Face's by a tensor of that dtype): bf16 training and inference
+  // use sqrt(3072) = 55.5, not 55.43.
+  double m = cfg.embedding_multiplier;
+  if (x.dtype() == DType::BF16) m = bf16_to_float(float_to_bf16(static_cast<float>(m)));
+  if (x.dtype() == DType::F16) m = f16_to_float(float_to_f16(static_cast<float>(m)));
+  return affine(x, m);
 }
 
 Tensor gated_activation(Activation a, const Tensor& x) {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "triad/autograd/engine.h"
+#include "triad/autograd/grad_mode.h"
 #include "triad/nn/gpt.h"
 #include "triad/ops.h"
 
@@ -315,9 +316,10 @@ TEST(UntiedHead, IsItsOwnWeightAndSplitsTheTiedGradient) {
 // The one list of parameter names and shapes every layout builds from is
 // the model's own, whatever the options.
 TEST(GptParameterShapes, AreTheModelsForEveryOption) {
-  for (int mask = 0; mask < 64; ++mask) {
+  for (int mask = 0; mask < 128; ++mask) {
     GptConfig c = swiglu_config(24);
     c.n_kv_head = mask & 32 ? 1 : 0;  // multi-query attention, or a key/value head per query head
+    c.post_norms = (mask & 64) != 0;  // Gemma 2's and 3's
     c.activation = mask & 1 ? Activation::SwiGlu : Activation::Gelu;
     c.position_embedding = mask & 2 ? PositionEmbedding::Rotary : PositionEmbedding::Learned;
     c.normalization = mask & 4 ? Normalization::RmsNorm : Normalization::LayerNorm;
@@ -328,6 +330,57 @@ TEST(GptParameterShapes, AreTheModelsForEveryOption) {
     for (const auto& [name, p] : Gpt(c, 1).named_parameters()) want[name] = p.shape();
     EXPECT_EQ(gpt_parameter_shapes(c, {0, 1}, true, true, true), want);
   }
+}
+
+// Post-norms (Gemma 2's and 3's) normalise each sublayer's output before
+// the residual add: they count as two norms a block, and a block's output
+// no longer depends on the scale of its sublayers' outputs (c_proj's
+// weights 100 times larger change nothing), which it does without them.
+TEST(PostNorms, NormaliseEachSublayersOutputBeforeTheResidualAdd) {
+  GptConfig c = swiglu_config(24);
+  c.normalization = Normalization::RmsNorm;
+  c.layer_norm_eps = 1e-12;  // so that only the scale-free part of a norm is seen
+  GptConfig sandwich = c;
+  sandwich.post_norms = true;
+  EXPECT_EQ(sandwich.num_parameters() - c.num_parameters(), 2 * c.n_layer * c.d_model);
+  const Tensor x = randn({1, 4, c.d_model}, 3);
+  for (const GptConfig& cfg : {c, sandwich}) {
+    SCOPED_TRACE(cfg.post_norms ? "post-norms" : "pre-norms only");
+    Gpt model(cfg, 5);
+    EXPECT_EQ(model.num_parameters(), cfg.num_parameters());
+    const ForwardContext eval{false, 0, 0};
+    const auto before = to_double_vector(model.block(0).forward(x, eval));
+    {
+      autograd::NoGradGuard no_grad;
+      for (auto& [name, p] : model.named_parameters()) {
+        if (name == "h.0.attn.c_proj.weight" || name == "h.0.mlp.c_proj.weight") scale_(p, 100.0);
+      }
+    }
+    const auto after = to_double_vector(model.block(0).forward(x, eval));
+    double diff = 0, size = 0;
+    for (size_t i = 0; i < before.size(); ++i) {
+      diff = std::max(diff, std::abs(after[i] - before[i]));
+      size = std::max(size, std::abs(before[i]));
+    }
+    if (cfg.post_norms) {
+      EXPECT_LT(diff, 1e-4 * size);
+    } else {
+      EXPECT_GT(diff, 0.1 * size);
+    }
+  }
+}
+
+// Gemma's embedding multiplier is applied in the activations' type, as its
+// reference implementations do (Hugging Face's multiplies by a tensor of the
+// embeddings' dtype): sqrt(3072) = 55.43 is 55.5 in bf16.
+TEST(EmbeddingMultiplier, IsRoundedToTheActivationsType) {
+  GptConfig c = swiglu_config(24);
+  c.embedding_multiplier = std::sqrt(3072.0);
+  const Tensor ones32 = full({2}, 1.0, DType::F32);
+  EXPECT_FLOAT_EQ(static_cast<float>(to_double_vector(scale_token_embeddings(c, ones32))[0]),
+                  static_cast<float>(std::sqrt(3072.0)));
+  EXPECT_EQ(to_double_vector(scale_token_embeddings(c, full({2}, 1.0, DType::BF16)))[0], 55.5);
+  EXPECT_EQ(to_double_vector(scale_token_embeddings(c, full({2}, 1.0, DType::F16)))[0], 55.4375);
 }
 
 // The model FLOPs generalise the PTD-P formula: equal to it for GPT-2's MLP,

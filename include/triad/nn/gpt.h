@@ -48,7 +48,9 @@ Activation activation_from_string(const std::string& name);
 const char* activation_string(Activation a);
 // A gated activation's output from c_fc's [gate | up] (swiglu or geglu).
 Tensor gated_activation(Activation a, const Tensor& x);
-// Token embeddings times model.embedding_multiplier (Gemma's sqrt(d_model)).
+// Token embeddings times model.embedding_multiplier (Gemma's sqrt(d_model)),
+// the multiplier rounded to x's type when it is bf16 or f16 (as Gemma's
+// reference implementations multiply).
 Tensor scale_token_embeddings(const GptConfig& cfg, const Tensor& x);
 
 // The blocks' and the final normalisation: GPT-2's LayerNorm (scale and
