@@ -527,6 +527,17 @@ TEST(PlannerFiles, ClusterAndModelFilesAreValidated) {
   EXPECT_TRUE(gemma.norm_weight_offset);
   EXPECT_DOUBLE_EQ(gemma.embedding_multiplier, std::sqrt(3072.0));
   EXPECT_EQ(gemma.num_parameters(), 8'537'680'896);
+  // Gemma 3 27B's language model: 62 layers of q (4096 x 5376), k and v
+  // (2048 x 5376), o, the MLP (3 x 21504 x 5376), four norms and the two
+  // head norms, plus the tied table of 262208 and the final norm; every
+  // sixth layer global.
+  const nn::GptConfig gemma3 =
+      load_model_spec(std::string(TRIAD_SOURCE_DIR) + "/configs/models/gemma3_27b.yaml");
+  EXPECT_TRUE(gemma3.post_norms && gemma3.qk_norm);
+  EXPECT_EQ(gemma3.num_parameters(), 27'009'346'304);
+  EXPECT_EQ(gemma3.full_attention_layers.size(), 10u);
+  EXPECT_EQ(gemma3.window_of(59), 0);
+  EXPECT_EQ(gemma3.window_of(60), 1024);
   try {
     parse_model_spec(
         "{n_layer: 2, n_head: 4, n_kv_head: 3, d_model: 8, vocab_size: 10, "
