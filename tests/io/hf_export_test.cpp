@@ -43,6 +43,37 @@ nn::GptConfig gpt2(bool tied) {
   return c;
 }
 
+// Gemma's blocks on llama(true, 1): GeGLU, an embedding multiplier of
+// sqrt(16), norms scaling by 1 + weight. `version` 2 adds post-norms and a
+// window on layer 0 (layer 1 global); 3 also head norms and the windowed
+// layer's own RoPE base.
+nn::GptConfig gemma(int version) {
+  nn::GptConfig c = llama(true, 1);
+  c.activation = nn::Activation::GeGlu;
+  c.embedding_multiplier = 4.0;
+  c.norm_weight_offset = true;
+  if (version >= 2) {
+    c.post_norms = true;
+    c.sliding_window = 3;
+    c.full_attention_layers = {1};
+  }
+  if (version >= 3) {
+    c.qk_norm = true;
+    c.rope_local_theta = 7.0;
+  }
+  return c;
+}
+
+// No Hugging Face class holds `c`, and the error names `why`.
+void expect_no_class(const nn::GptConfig& c, const std::string& why) {
+  try {
+    hf_model_type(c);
+    ADD_FAILURE() << "exported as " << hf_model_type(c) << " (expected: " << why << ")";
+  } catch (const NotSupportedError& e) {
+    EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << e.what();
+  }
+}
+
 void expect_same_model(const nn::GptConfig& a, const nn::GptConfig& b) {
   EXPECT_EQ(a.n_layer, b.n_layer);
   EXPECT_EQ(a.n_head, b.n_head);
@@ -110,24 +141,18 @@ TEST(HfExport, LlamaAndGpt2RoundTrip) {
   nn::GptConfig stretched = llama(false, 0);  // a linear RoPE stretch
   stretched.rope_scaling.kind = RopeScaling::Kind::Linear;
   stretched.rope_scaling.factor = 2.0;
-  nn::GptConfig gemma = llama(true, 1);  // GemmaForCausalLM: GeGLU, sqrt(16), 1 + weight
-  gemma.activation = nn::Activation::GeGlu;
-  gemma.embedding_multiplier = 4.0;
-  gemma.norm_weight_offset = true;
-  gemma.head_size = 8;
-  nn::GptConfig gemma2 = gemma;  // Gemma2ForCausalLM: post-norms, layer 1 global
-  gemma2.post_norms = true;
-  gemma2.sliding_window = 3;
-  gemma2.full_attention_layers = {1};
-  nn::GptConfig gemma3 = gemma2;  // Gemma3ForCausalLM: head norms, a local RoPE base
-  gemma3.qk_norm = true;
-  gemma3.rope_local_theta = 7.0;
+  nn::GptConfig gemma1 = gemma(1);  // GemmaForCausalLM, with heads of 8
+  gemma1.head_size = 8;
+  nn::GptConfig gemma2 = gemma(2);  // Gemma2ForCausalLM
+  gemma2.head_size = 8;
+  nn::GptConfig gemma3 = gemma(3);  // Gemma3ForCausalLM, its global layer's RoPE scaled
+  gemma3.head_size = 8;
   gemma3.rope_scaling.kind = RopeScaling::Kind::Linear;
   gemma3.rope_scaling.factor = 2.0;
   gemma3.query_pre_attn_scalar = 10.0;  // scores over sqrt(10), not sqrt(8)
   for (const nn::GptConfig& c :
        {llama(false, 2), llama(true, 0), llama(false, 1), mistral, qwen2, qwen3, qwen_window, wide,
-        stretched, gemma, gemma2, gemma3, gpt2(true), gpt2(false)}) {
+        stretched, gemma1, gemma2, gemma3, gpt2(true), gpt2(false)}) {
     SCOPED_TRACE(std::string(hf_model_type(c)) + " " + std::to_string(n));
     const nn::Gpt model(c, 7);
     const std::string out = dir.file("hf" + std::to_string(n++));
@@ -145,46 +170,27 @@ TEST(HfExport, LlamaAndGpt2RoundTrip) {
 // Gemma's class and config.json: GeGLU as gelu_pytorch_tanh, and a model
 // missing one of Gemma's departures named as what keeps it from the class.
 TEST(HfExport, GemmaClassAndWhatKeepsAModelFromIt) {
-  nn::GptConfig gemma = llama(true, 1);
-  gemma.activation = nn::Activation::GeGlu;
-  gemma.embedding_multiplier = 4.0;
-  gemma.norm_weight_offset = true;
-  EXPECT_STREQ(hf_architecture(gemma), "GemmaForCausalLM");
-  const auto j = nlohmann::json::parse(hf_config_json(gemma));
+  const nn::GptConfig gemma1 = gemma(1);
+  EXPECT_STREQ(hf_architecture(gemma1), "GemmaForCausalLM");
+  const auto j = nlohmann::json::parse(hf_config_json(gemma1));
   EXPECT_EQ(j.at("model_type"), "gemma");
   EXPECT_EQ(j.at("hidden_activation"), "gelu_pytorch_tanh");
-  nn::GptConfig unscaled = gemma;
+  nn::GptConfig unscaled = gemma1;
   unscaled.embedding_multiplier = 1.0;
-  nn::GptConfig plain_norms = gemma;
+  expect_no_class(unscaled, "model.embedding_multiplier is not sqrt(d_model)");
+  nn::GptConfig plain_norms = gemma1;
   plain_norms.norm_weight_offset = false;
+  expect_no_class(plain_norms, "model.norm_weight_offset is false");
   nn::GptConfig offset_llama = llama(true, 1);
   offset_llama.norm_weight_offset = true;
-  for (const auto& [c, why] :
-       {std::pair{unscaled, "model.embedding_multiplier is not sqrt(d_model)"},
-        std::pair{plain_norms, "model.norm_weight_offset is false"},
-        std::pair{offset_llama, "model.norm_weight_offset is true"}}) {
-    try {
-      hf_model_type(c);
-      FAIL() << "exported as " << hf_model_type(c);
-    } catch (const NotSupportedError& e) {
-      EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << e.what();
-    }
-  }
+  expect_no_class(offset_llama, "model.norm_weight_offset is true");
 }
 
 // Gemma 2's and 3's classes: post-norms (and Gemma 3's head norms) under
 // Hugging Face's four norm names, the global layers as layer_types, Gemma
 // 3's local RoPE base; a model one step from either is named.
 TEST(HfExport, Gemma2And3ClassesAndWhatKeepsAModelFromThem) {
-  nn::GptConfig gemma3 = llama(true, 1);
-  gemma3.activation = nn::Activation::GeGlu;
-  gemma3.embedding_multiplier = 4.0;
-  gemma3.norm_weight_offset = true;
-  gemma3.post_norms = true;
-  gemma3.qk_norm = true;
-  gemma3.sliding_window = 3;
-  gemma3.full_attention_layers = {1};
-  gemma3.rope_local_theta = 7.0;
+  const nn::GptConfig gemma3 = gemma(3);
   EXPECT_STREQ(hf_architecture(gemma3), "Gemma3ForCausalLM");
   const auto j = nlohmann::json::parse(hf_config_json(gemma3));
   EXPECT_EQ(j.at("model_type"), "gemma3_text");
@@ -196,9 +202,7 @@ TEST(HfExport, Gemma2And3ClassesAndWhatKeepsAModelFromThem) {
   for (const char* norm : {"input_layernorm", "post_attention_layernorm",
                            "pre_feedforward_layernorm", "post_feedforward_layernorm"})
     EXPECT_EQ(names.count(std::string("model.layers.1.") + norm + ".weight"), 1u) << norm;
-  nn::GptConfig gemma2 = gemma3;
-  gemma2.qk_norm = false;
-  gemma2.rope_local_theta = 0.0;
+  const nn::GptConfig gemma2 = gemma(2);
   EXPECT_STREQ(hf_architecture(gemma2), "Gemma2ForCausalLM");
   EXPECT_EQ(nlohmann::json::parse(hf_config_json(gemma2)).count("rope_local_base_freq"), 0u);
   // Gemma 3's local layers turn unscaled: scaling every layer's RoPE alike
@@ -207,29 +211,18 @@ TEST(HfExport, Gemma2And3ClassesAndWhatKeepsAModelFromThem) {
   scaled_everywhere.rope_local_theta = 0.0;
   scaled_everywhere.rope_scaling.kind = RopeScaling::Kind::Linear;
   scaled_everywhere.rope_scaling.factor = 2.0;
+  expect_no_class(scaled_everywhere, "the windowed layers' RoPE is scaled");
   nn::GptConfig local_gemma = gemma3;
   local_gemma.post_norms = false;
+  expect_no_class(local_gemma, "model.post_norms is false");
   nn::GptConfig sandwich_llama = llama(true, 1);
   sandwich_llama.post_norms = true;
+  expect_no_class(sandwich_llama, "model.post_norms is true");
   nn::GptConfig rescaled_llama = llama(true, 1);
   rescaled_llama.query_pre_attn_scalar = 9.0;
-  for (const auto& [c, why] :
-       {std::pair{scaled_everywhere, "the windowed layers' RoPE is scaled"},
-        std::pair{local_gemma, "model.post_norms is false"},
-        std::pair{sandwich_llama, "model.post_norms is true"},
-        std::pair{rescaled_llama, "model.query_pre_attn_scalar is not head_dim"}}) {
-    try {
-      hf_model_type(c);
-      FAIL() << "exported as " << hf_model_type(c);
-    } catch (const NotSupportedError& e) {
-      EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << e.what();
-    }
-  }
+  expect_no_class(rescaled_llama, "model.query_pre_attn_scalar is not head_dim");
 }
 
-// Phi-3's checkpoints fuse q, k and v into qkv_proj and gate and up into
-// gate_up_proj, in the order Triad's c_attn and c_fc hold them: they load
-// as they are, bit for bit; a layer missing half of the pair is named.
 // Gemma 3's multimodal checkpoints (Gemma3ForConditionalGeneration, 4B and
 // up): config.json's text_config is the language model, and its tensors
 // sit under language_model.model. (or, from later transformers,
@@ -237,15 +230,7 @@ TEST(HfExport, Gemma2And3ClassesAndWhatKeepsAModelFromThem) {
 // which Triad leaves out. Both layouts read back as the text model, bit for
 // bit.
 TEST(HfExport, Gemma3MultimodalCheckpointsReadAsTheirLanguageModel) {
-  nn::GptConfig c = llama(true, 1);
-  c.activation = nn::Activation::GeGlu;
-  c.embedding_multiplier = 4.0;
-  c.norm_weight_offset = true;
-  c.post_norms = true;
-  c.qk_norm = true;
-  c.sliding_window = 3;
-  c.full_attention_layers = {1};
-  c.rope_local_theta = 7.0;
+  const nn::GptConfig c = gemma(3);
   const nn::Gpt model(c, 3);
   const auto text = triad_to_hf(model.state_dict(), c);
   testing::TempDir dir;
@@ -280,6 +265,9 @@ TEST(HfExport, Gemma3MultimodalCheckpointsReadAsTheirLanguageModel) {
   EXPECT_THROW(gpt_config_from_hf(R"({"model_type": "gemma3"})", "x"), ConfigError);
 }
 
+// Phi-3's checkpoints fuse q, k and v into qkv_proj and gate and up into
+// gate_up_proj, in the order Triad's c_attn and c_fc hold them: they load
+// as they are, bit for bit; a layer missing half of the pair is named.
 TEST(HfExport, Phi3FusedProjectionsLoad) {
   const nn::GptConfig c = llama(false, 2);
   const nn::Gpt model(c, 3);
