@@ -337,7 +337,7 @@ TEST_P(TensorParallelGptTest, LlamaOptionsMatchOneProcess) {
       cfg.norm_weight_offset = true;
       if (variant.rfind("gemma 3", 0) == 0) {
         // Post-norms, head norms on heads of 6, the window on layer 0 with
-        // its own RoPE base, layer 1's scaled.
+        // its own RoPE base, layer 1's scaled, 27B's kind of attention scale.
         cfg.post_norms = true;
         cfg.qk_norm = true;
         cfg.head_size = 6;
@@ -347,6 +347,7 @@ TEST_P(TensorParallelGptTest, LlamaOptionsMatchOneProcess) {
         cfg.rope_local_theta = 5.0;
         cfg.rope_scaling.kind = RopeScaling::Kind::Linear;
         cfg.rope_scaling.factor = 2.0;
+        cfg.query_pre_attn_scalar = 10.0;  // scores over sqrt(10), not sqrt(6)
       }
     } else if (variant == "swiglu, F 24" || variant == "geglu, F 24") {
       cfg.activation = variant[0] == 's' ? nn::Activation::SwiGlu : nn::Activation::GeGlu;
