@@ -58,12 +58,23 @@ std::map<std::string, Tensor> triad_to_gpt2(const nn::StateDict& state) {
   return out;
 }
 
+namespace {
+
+// A multimodal checkpoint's parts other than its language model.
+bool is_vision_tensor(const std::string& name) {
+  for (const char* p : {"vision_tower.", "multi_modal_projector.", "model.vision_tower.",
+                        "model.multi_modal_projector."}) {
+    if (name.rfind(p, 0) == 0) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
 std::map<std::string, Tensor> language_model_tensors(std::map<std::string, Tensor> tensors) {
   static const char* const kText[][2] = {{"language_model.model.", "model."},
                                          {"model.language_model.", "model."},
                                          {"language_model.lm_head.", "lm_head."}};
-  static const char* const kOther[] = {"vision_tower.", "multi_modal_projector.",
-                                       "model.vision_tower.", "model.multi_modal_projector."};
   auto starts = [](const std::string& name, const char* prefix) {
     return name.rfind(prefix, 0) == 0;
   };
@@ -74,9 +85,7 @@ std::map<std::string, Tensor> language_model_tensors(std::map<std::string, Tenso
   if (!multimodal) return tensors;
   std::map<std::string, Tensor> out;
   for (auto& [name, t] : tensors) {
-    bool other = false;
-    for (const char* p : kOther) other = other || starts(name, p);
-    if (other) continue;
+    if (is_vision_tensor(name)) continue;
     std::string renamed = name;
     for (const auto& p : kText) {
       if (starts(name, p[0])) renamed = p[1] + name.substr(std::string(p[0]).size());
@@ -200,16 +209,18 @@ nn::StateDict hf_llama_to_triad(const std::map<std::string, Tensor>& tensors) {
   return out;
 }
 
-// A safetensors file, a sharded checkpoint's index, or a directory of either.
+// A safetensors file, a sharded checkpoint's index, or a directory of either;
+// a multimodal checkpoint's vision tower and projector are left unread.
 static Safetensors load_weight_files(const std::string& path) {
   namespace fs = std::filesystem;
+  const TensorFilter wanted = [](const std::string& name) { return !is_vision_tensor(name); };
   std::string index = path;
   if (fs::is_directory(path)) {
     const fs::path dir(path);
     if (fs::exists(dir / "model.safetensors.index.json")) {
       index = (dir / "model.safetensors.index.json").string();
     } else if (fs::exists(dir / "model.safetensors")) {
-      return load_safetensors((dir / "model.safetensors").string());
+      return load_safetensors((dir / "model.safetensors").string(), wanted);
     } else {
       throw IoError("weights '" + path +
                     "': a directory without model.safetensors or model.safetensors.index.json");
@@ -218,7 +229,7 @@ static Safetensors load_weight_files(const std::string& path) {
   const std::string suffix = ".index.json";
   if (index.size() < suffix.size() ||
       index.compare(index.size() - suffix.size(), suffix.size(), suffix) != 0) {
-    return load_safetensors(path);
+    return load_safetensors(path, wanted);
   }
   // A sharded checkpoint: the index's weight_map names each tensor's file.
   std::ifstream in(index);
@@ -242,7 +253,7 @@ static Safetensors load_weight_files(const std::string& path) {
   Safetensors all;
   const fs::path dir = fs::path(index).parent_path();
   for (const std::string& f : files) {
-    Safetensors shard = load_safetensors((dir / f).string());
+    Safetensors shard = load_safetensors((dir / f).string(), wanted);
     for (auto& [name, t] : shard.tensors) {
       auto it = where.find(name);
       if (it == where.end() || it->second != f)
@@ -252,7 +263,7 @@ static Safetensors load_weight_files(const std::string& path) {
     }
   }
   for (const auto& [name, f] : where) {
-    if (!all.tensors.count(name))
+    if (wanted(name) && !all.tensors.count(name))
       throw IoError("weights shard '" + f + "' lacks '" + name + "', which the index lists");
   }
   return all;

@@ -6,8 +6,10 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <memory>
 #include <nlohmann/json.hpp>
 
+#include "data/mapped_file.h"
 #include "triad/backend/backend.h"
 #include "triad/ops/elementwise.h"
 
@@ -99,9 +101,14 @@ void save_safetensors(const std::string& path, const std::map<std::string, Tenso
 }
 
 Safetensors parse_safetensors(const std::vector<uint8_t>& bytes, const std::string& source) {
-  if (bytes.size() < 8) {
-    fail(source, "file is " + std::to_string(bytes.size()) +
-                     " bytes, too short for the 8-byte header length");
+  return parse_safetensors(bytes.data(), bytes.size(), source);
+}
+
+Safetensors parse_safetensors(const uint8_t* bytes, uint64_t size, const std::string& source,
+                              const TensorFilter& wanted) {
+  if (size < 8) {
+    fail(source,
+         "file is " + std::to_string(size) + " bytes, too short for the 8-byte header length");
   }
   uint64_t header_len = 0;
   for (int i = 0; i < 8; ++i) header_len |= static_cast<uint64_t>(bytes[i]) << (8 * i);
@@ -109,20 +116,19 @@ Safetensors parse_safetensors(const std::vector<uint8_t>& bytes, const std::stri
     fail(source, "header length " + std::to_string(header_len) + " exceeds the limit of " +
                      std::to_string(kMaxSafetensorsHeader) + " bytes");
   }
-  if (header_len > bytes.size() - 8) {
+  if (header_len > size - 8) {
     fail(source, "header length " + std::to_string(header_len) +
-                     " runs past the end of the file (" + std::to_string(bytes.size()) + " bytes)");
+                     " runs past the end of the file (" + std::to_string(size) + " bytes)");
   }
   json header;
   try {
-    header =
-        json::parse(bytes.begin() + 8, bytes.begin() + 8 + static_cast<std::ptrdiff_t>(header_len));
+    header = json::parse(bytes + 8, bytes + 8 + header_len);
   } catch (const json::exception& e) {
     fail(source, std::string("header is not valid JSON: ") + e.what());
   }
   if (!header.is_object()) fail(source, "header is not a JSON object");
-  const uint64_t data_size = bytes.size() - 8 - header_len;
-  const uint8_t* data = bytes.data() + 8 + header_len;
+  const uint64_t data_size = size - 8 - header_len;
+  const uint8_t* data = bytes + 8 + header_len;
 
   Safetensors result;
   struct Span {
@@ -182,10 +188,11 @@ Safetensors parse_safetensors(const std::vector<uint8_t>& bytes, const std::stri
                        std::to_string(end) + ") lies outside the " + std::to_string(data_size) +
                        "-byte data section");
     }
+    spans.push_back({begin, end, name});
+    if (wanted && !wanted(name)) continue;
     Tensor t = empty(shape, dtype);
     if (nbytes) std::memcpy(t.raw_data(), data + begin, nbytes);
     result.tensors.emplace(name, t);
-    spans.push_back({begin, end, name});
   }
   std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) {
     return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
@@ -206,12 +213,15 @@ Safetensors parse_safetensors(const std::vector<uint8_t>& bytes, const std::stri
   return result;
 }
 
-Safetensors load_safetensors(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw IoError("safetensors: cannot open '" + path + "'");
-  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)),
-                             std::istreambuf_iterator<char>());
-  return parse_safetensors(bytes, path);
+Safetensors load_safetensors(const std::string& path, const TensorFilter& wanted) {
+  std::unique_ptr<data::MappedFile> file;
+  try {
+    file = std::make_unique<data::MappedFile>(path);
+  } catch (const IoError& e) {
+    throw IoError(std::string("safetensors: cannot open '") + path + "': " + e.what());
+  }
+  return parse_safetensors(reinterpret_cast<const uint8_t*>(file->data()), file->size(), path,
+                           wanted);
 }
 
 }  // namespace triad::io

@@ -227,24 +227,39 @@ TEST(HfExport, Gemma2And3ClassesAndWhatKeepsAModelFromThem) {
 // up): config.json's text_config is the language model, and its tensors
 // sit under language_model.model. (or, from later transformers,
 // model.language_model.) beside the vision tower's and the projector's,
-// which Triad leaves out. Both layouts read back as the text model, bit for
-// bit.
+// which Triad leaves out (a shard holding only them is mapped, its header
+// checked, nothing copied). Both layouts, in one file or sharded, read back
+// as the text model, bit for bit.
 TEST(HfExport, Gemma3MultimodalCheckpointsReadAsTheirLanguageModel) {
   const nn::GptConfig c = gemma(3);
   const nn::Gpt model(c, 3);
   const auto text = triad_to_hf(model.state_dict(), c);
   testing::TempDir dir;
-  for (const std::string prefix : {"language_model.model.", "model.language_model."}) {
+  for (const std::string prefix :
+       {"language_model.model.", "model.language_model.", "sharded:language_model.model."}) {
     SCOPED_TRACE(prefix);
-    const std::string out = dir.file(prefix.substr(0, 5));
+    const bool sharded = prefix.rfind("sharded:", 0) == 0;
+    const std::string out = dir.file(std::to_string(prefix.size()));
     std::filesystem::create_directories(out);
     std::map<std::string, Tensor> tensors;
-    for (const auto& [name, t] : text) tensors[prefix + name.substr(6)] = t;  // past "model."
-    const std::string tower = prefix[0] == 'l' ? "" : "model.";
-    tensors[tower + "vision_tower.vision_model.embeddings.patch_embedding.weight"] =
-        ones({4, 3, 2, 2});
-    tensors[tower + "multi_modal_projector.mm_input_projection_weight"] = ones({5, 16});
-    save_safetensors(out + "/model.safetensors", tensors, {{"format", "pt"}});
+    const std::string lm = sharded ? prefix.substr(8) : prefix;
+    for (const auto& [name, t] : text) tensors[lm + name.substr(6)] = t;  // past "model."
+    const std::string tower = lm[0] == 'l' ? "" : "model.";
+    std::map<std::string, Tensor> vision = {
+        {tower + "vision_tower.vision_model.embeddings.patch_embedding.weight", ones({4, 3, 2, 2})},
+        {tower + "multi_modal_projector.mm_input_projection_weight", ones({5, 16})}};
+    if (sharded) {
+      save_safetensors(out + "/model-00001-of-00002.safetensors", tensors);
+      save_safetensors(out + "/model-00002-of-00002.safetensors", vision);
+      nlohmann::json map;
+      for (const auto& [name, t] : tensors) map[name] = "model-00001-of-00002.safetensors";
+      for (const auto& [name, t] : vision) map[name] = "model-00002-of-00002.safetensors";
+      std::ofstream(out + "/model.safetensors.index.json")
+          << nlohmann::json{{"weight_map", map}}.dump();
+    } else {
+      tensors.insert(vision.begin(), vision.end());
+      save_safetensors(out + "/model.safetensors", tensors, {{"format", "pt"}});
+    }
     nlohmann::json config = {{"architectures", {"Gemma3ForConditionalGeneration"}},
                              {"model_type", "gemma3"},
                              {"text_config", nlohmann::json::parse(hf_config_json(c))},

@@ -92,6 +92,37 @@ TEST(Safetensors, RejectsMalformedFiles) {
   EXPECT_THROW(load_safetensors("/nonexistent/file.safetensors"), IoError);
 }
 
+// A filter copies out only the tensors it names, and the header is checked
+// whole all the same: a tensor left out still has to be well formed. An
+// empty file is named, mapped as it is.
+TEST(Safetensors, AFilterCopiesOutOnlyTheWantedTensorsAndChecksThemAll) {
+  TempDir dir;
+  const std::string path = dir.file("t.safetensors");
+  save_safetensors(path, {{"keep", randn({2, 3}, 1)}, {"vision.skip", randn({4}, 2)}});
+  const TensorFilter keep = [](const std::string& name) { return name.rfind("vision.", 0) != 0; };
+  const Safetensors some = load_safetensors(path, keep);
+  ASSERT_EQ(some.tensors.size(), 1u);
+  EXPECT_EQ(to_double_vector(some.tensors.at("keep")), to_double_vector(randn({2, 3}, 1)));
+  const std::vector<uint8_t> bad =
+      raw(R"({"keep":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
+          R"("vision.skip":{"dtype":"F32","shape":[2],"data_offsets":[4,8]}})",
+          8);
+  try {
+    parse_safetensors(bad.data(), bad.size(), "x.safetensors", keep);
+    FAIL() << "a malformed tensor that was left out passed";
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find("'vision.skip'"), std::string::npos) << e.what();
+  }
+  const std::string empty_file = dir.file("empty.safetensors");
+  std::ofstream(empty_file).flush();
+  try {
+    load_safetensors(empty_file);
+    FAIL() << "an empty file loaded";
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find("too short"), std::string::npos) << e.what();
+  }
+}
+
 TEST(Gpt2Weights, SavedFileUsesGpt2NamesAndLayouts) {
   TempDir dir;
   nn::GptConfig cfg{.n_layer = 2, .n_head = 2, .d_model = 8, .vocab_size = 11, .seq_len = 5};

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -27,9 +28,16 @@ void save_safetensors(const std::string& path, const std::map<std::string, Tenso
 // Reads and validates a whole file. Every problem is an IoError naming the
 // file and what is wrong: header length, JSON, dtype (F32, F64, BF16, F16,
 // I32, I64), shape x dtype size vs. offsets, offsets contiguous from 0 and
-// inside the file, arithmetic overflow.
-Safetensors load_safetensors(const std::string& path);
+// inside the file, arithmetic overflow. The file is mapped, not read: a
+// load holds the tensors it copies out and nothing more. `wanted`, when
+// given, names the tensors to copy out (the whole header is checked either
+// way): a multimodal checkpoint's language model leaves its vision tower
+// unread.
+using TensorFilter = std::function<bool(const std::string& name)>;
+Safetensors load_safetensors(const std::string& path, const TensorFilter& wanted = {});
 Safetensors parse_safetensors(const std::vector<uint8_t>& bytes, const std::string& source);
+Safetensors parse_safetensors(const uint8_t* bytes, uint64_t size, const std::string& source,
+                              const TensorFilter& wanted = {});
 
 // Safetensors dtype names ("F32", "BF16", ...).
 const char* safetensors_dtype_name(DType dtype);
