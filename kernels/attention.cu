@@ -4,6 +4,7 @@
 // collide on banks. Head dims are rounded up to a compiled width (32, 64,
 // 128) and guarded at run time.
 #include <cfloat>
+#include <cmath>
 
 #include "attention.h"
 #include "attention_layout.cuh"
@@ -97,7 +98,7 @@ __global__ void __launch_bounds__(kRows)
       for (int j = first_in_tile(si, k0); j < kTile && k0 + j <= i; ++j) {
         const float* kr = k_tile + j * padded<MAXD>();
         const float* vr = v_tile + j * padded<MAXD>();
-        const float s = dot_rows<MAXD>(q, kr, D) * scale;
+        const float s = L.capped(dot_rows<MAXD>(q, kr, D) * scale);
         if (s > m) {
           const float corr = __expf(m - s);  // 0 on the first key (m = -inf)
           l = l * corr + 1.0f;
@@ -191,8 +192,9 @@ __global__ void __launch_bounds__(kRows)
       for (int j = first_in_tile(si, k0); j < kTile && k0 + j <= i; ++j) {
         const float* kr = k_tile + j * padded<MAXD>();
         const float* vr = v_tile + j * padded<MAXD>();
-        const float p = __expf(dot_rows<MAXD>(q, kr, D) * scale - li);
-        const float ds = p * (dot_rows<MAXD>(go, vr, D) - di);
+        const float z = L.capped(dot_rows<MAXD>(q, kr, D) * scale);
+        const float p = __expf(z - li);
+        const float ds = p * (dot_rows<MAXD>(go, vr, D) - di) * L.cap_slope(z);
 #pragma unroll
         for (int d = 0; d < MAXD; ++d) {
           if (d < D) dq[d] += ds * kr[d];
@@ -264,8 +266,9 @@ __global__ void __launch_bounds__(kRows)
           if (qi >= Tn || s_tile[r] > j) break;  // past the end, or in a later document
           const float* qr = q_tile + r * padded<MAXD>();
           const float* gr = do_tile + r * padded<MAXD>();
-          const float p = __expf(dot_rows<MAXD>(qr, kr, D) * scale - l_tile[r]);
-          const float ds = p * (dot_rows<MAXD>(gr, vr, D) - d_tile[r]);
+          const float z = L.capped(dot_rows<MAXD>(qr, kr, D) * scale);
+          const float p = __expf(z - l_tile[r]);
+          const float ds = p * (dot_rows<MAXD>(gr, vr, D) - d_tile[r]) * L.cap_slope(z);
 #pragma unroll
           for (int d = 0; d < MAXD; ++d) {
             if (d < D) {
@@ -346,6 +349,10 @@ Status check_attention(ScalarType type, const AttentionShape& s) {
   }
   if (s.B * s.NH > 65535) {
     return Status::fail("B * NH (" + std::to_string(s.B * s.NH) + ") exceeds 65535");
+  }
+  if (!(s.softcap >= 0.0) || !std::isfinite(s.softcap)) {
+    return Status::fail("softcap " + std::to_string(s.softcap) +
+                        " must be a finite number >= 0 (0: none)");
   }
   return Status::fine();
 }

@@ -36,6 +36,9 @@ namespace triad::kernels {
 struct AttentionShape {
   int64_t B = 0, T = 0, C = 0, NH = 0;
   int64_t NKV = 0;  // key/value heads; 0 means NH (multi-head attention)
+  // Logit soft-capping (Gemma 2's): scaled scores s become
+  // softcap * tanh(s / softcap) before the softmax; 0: none.
+  double softcap = 0.0;
   int64_t head_dim() const { return NH > 0 ? C / NH : 0; }
   int64_t kv_heads() const { return NKV > 0 ? NKV : NH; }
   bool grouped() const { return kv_heads() != NH; }

@@ -15,6 +15,7 @@ struct QkvLayout {
   int64_t C = 0;  // out's row: NH * D
   int64_t W = 0;  // qkv's row
   int NH = 0, NKV = 0, G = 1, D = 0;
+  float cap = 0.0f;  // the scores' soft cap (0: none)
 
   static QkvLayout of(const AttentionShape& s) {
     QkvLayout l;
@@ -24,7 +25,18 @@ struct QkvLayout {
     l.NKV = static_cast<int>(s.kv_heads());
     l.G = l.NH / l.NKV;
     l.D = static_cast<int>(s.head_dim());
+    l.cap = static_cast<float>(s.softcap);
     return l;
+  }
+  // A scaled score soft-capped: cap * tanh(s / cap), or s without a cap.
+  __device__ __forceinline__ float capped(float s) const {
+    return cap > 0.0f ? cap * tanhf(s / cap) : s;
+  }
+  // The cap's derivative at a capped score z: 1 - (z / cap)^2, or 1.
+  __device__ __forceinline__ float cap_slope(float z) const {
+    if (cap <= 0.0f) return 1.0f;
+    const float r = z / cap;
+    return 1.0f - r * r;
   }
   // Column offsets within a qkv row: query head h's q, and the k and v of
   // key/value head kv.

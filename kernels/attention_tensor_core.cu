@@ -285,8 +285,8 @@ __global__ void __launch_bounds__(32 * kWarps)
     for (int j = 0; j < 32; ++j) {
       const int col = half * 32 + j;
       const int64_t key = k0 + col;
-      s[j] =
-          (key <= q && key < Tn && key >= docs.start) ? Sw[r * L::ld_s + col] * scale : -INFINITY;
+      s[j] = (key <= q && key < Tn && key >= docs.start) ? lay.capped(Sw[r * L::ld_s + col] * scale)
+                                                         : -INFINITY;
       tile_max = fmaxf(tile_max, s[j]);
     }
     tile_max = fmaxf(tile_max, __shfl_xor_sync(kFull, tile_max, 1));
@@ -368,8 +368,10 @@ __global__ void __launch_bounds__(32 * kWarps)
       const int col = half * 32 + j;
       const int64_t key = k0 + col;
       const bool valid = key <= q && key < Tn && q < Tn && key >= docs.start;
-      const float p = valid ? __expf(Sw[r * L::ld_s + col] * scale - lq) : 0.0f;
-      dSw[r * L::ld_p + col] = to_half<T>(p * (dPw[r * L::ld_s + col] - dq_delta));
+      const float z = lay.capped(Sw[r * L::ld_s + col] * scale);
+      const float p = valid ? __expf(z - lq) : 0.0f;
+      dSw[r * L::ld_p + col] =
+          to_half<T>(p * (dPw[r * L::ld_s + col] - dq_delta) * lay.cap_slope(z));
     }
     __syncwarp();
     accumulate<T, MAXD>(acc, dSw, Ks, D);
@@ -447,9 +449,11 @@ __global__ void __launch_bounds__(32 * kWarps)
         const int col = half * 32 + j;
         const int64_t qi = q0 + col;
         const bool valid = qi >= key && qi < Tn && key < Tn && Sq[col] <= key;
-        const float p = valid ? __expf(Stw[r * L::ld_s + col] * scale - Lq[col]) : 0.0f;
+        const float z = lay.capped(Stw[r * L::ld_s + col] * scale);
+        const float p = valid ? __expf(z - Lq[col]) : 0.0f;
         Ptw[r * L::ld_p + col] = to_half<T>(p);
-        dStw[r * L::ld_p + col] = to_half<T>(p * (dPtw[r * L::ld_s + col] - Dq[col]));
+        dStw[r * L::ld_p + col] =
+            to_half<T>(p * (dPtw[r * L::ld_s + col] - Dq[col]) * lay.cap_slope(z));
       }
       __syncwarp();
       accumulate<T, MAXD>(dv, Ptw, dOs, D);

@@ -91,16 +91,25 @@ __device__ __forceinline__ void map_row(const T* row, T* out, int64_t n, F&& f) 
   });
 }
 
+// The soft cap's derivative at a capped logit z: 1 - (z / cap)^2; 1 without
+// a cap (cap 0).
+__device__ __forceinline__ float cap_slope(float z, float cap) {
+  if (cap <= 0.0f) return 1.0f;
+  const float r = z / cap;
+  return 1.0f - r * r;
+}
+
 template <class T, int P>
 __global__ void ce_backward_kernel(const T* logits, const void* targets, bool t64, const float* lse,
                                    const float* dlosses, int64_t V, int64_t ld,
-                                   int64_t ignore_index, T* dlogits) {
+                                   int64_t ignore_index, float cap, T* dlogits) {
   const int64_t r = blockIdx.x;
   const int64_t t = load_id(targets, t64, r);
   const float g = t == ignore_index ? 0.0f : dlosses[r];
   const float l = lse[r];
-  map_row<P>(logits + r * ld, dlogits + r * ld, V,
-             [&](int64_t j, float x) { return (__expf(x - l) - (j == t ? 1.0f : 0.0f)) * g; });
+  map_row<P>(logits + r * ld, dlogits + r * ld, V, [&](int64_t j, float x) {
+    return (__expf(x - l) - (j == t ? 1.0f : 0.0f)) * g * cap_slope(x, cap);
+  });
 }
 
 template <class T>
@@ -151,14 +160,15 @@ template <class T, int P>
 __global__ void vce_backward_kernel(const T* logits, const void* targets, bool t64, int64_t Vl,
                                     int64_t ld, int64_t vocab_start, int64_t valid,
                                     const float* gmax, const float* sumexp, const float* dloss,
-                                    T* dlogits) {
+                                    float cap, T* dlogits) {
   const int64_t r = blockIdx.x;
   const float m = gmax[r], scale = dloss[r] / sumexp[r], g = dloss[r];
   const int64_t t = load_id(targets, t64, r) - vocab_start;
   map_row<P>(logits + r * ld, dlogits + r * ld, Vl, [&](int64_t j, float x) {
-    float d = j < valid ? __expf(x - m) * scale : 0.0f;
-    if (j == t && t < valid) d -= g;
-    return d;
+    if (j >= valid) return 0.0f;
+    float d = __expf(x - m) * scale;
+    if (j == t) d -= g;
+    return d * cap_slope(x, cap);
   });
 }
 
@@ -201,8 +211,8 @@ void cross_entropy_forward(const void* logits, ScalarType type, const void* targ
 
 void cross_entropy_backward(const void* logits, ScalarType type, const void* targets,
                             bool targets64, const float* lse, const float* dlosses, int64_t N,
-                            int64_t V, int64_t ld, int64_t ignore_index, void* dlogits,
-                            cudaStream_t stream) {
+                            int64_t V, int64_t ld, int64_t ignore_index, double softcap,
+                            void* dlogits, cudaStream_t stream) {
   require(check_cross_entropy(type, N, V, ld), "cross_entropy_backward");
   if (N == 0) return;
   dispatch_nn(type, "cross_entropy_backward", [&](auto t) {
@@ -210,7 +220,7 @@ void cross_entropy_backward(const void* logits, ScalarType type, const void* tar
     auto launch = [&](auto p) {
       ce_backward_kernel<T, decltype(p)::value><<<static_cast<unsigned>(N), kThreads, 0, stream>>>(
           static_cast<const T*>(logits), targets, targets64, lse, dlosses, V, ld, ignore_index,
-          static_cast<T*>(dlogits));
+          static_cast<float>(softcap), static_cast<T*>(dlogits));
     };
     if (same_alignment(logits, dlogits)) {
       launch(std::integral_constant<int, kPack<T>>{});
@@ -270,7 +280,7 @@ void vocab_ce_loss(const float* global_max, const float* target_logit, const flo
 void vocab_ce_backward(const void* logits, ScalarType type, const void* targets, bool targets64,
                        int64_t N, int64_t Vl, int64_t ld, int64_t vocab_start, int64_t valid,
                        const float* global_max, const float* sumexp, const float* dloss,
-                       void* dlogits, cudaStream_t stream) {
+                       double softcap, void* dlogits, cudaStream_t stream) {
   require(check_vocab_ce(type, N, Vl, ld, valid), "vocab_ce_backward");
   if (N == 0) return;
   dispatch_nn(type, "vocab_ce_backward", [&](auto t) {
@@ -278,7 +288,7 @@ void vocab_ce_backward(const void* logits, ScalarType type, const void* targets,
     auto launch = [&](auto p) {
       vce_backward_kernel<T, decltype(p)::value><<<static_cast<unsigned>(N), kThreads, 0, stream>>>(
           static_cast<const T*>(logits), targets, targets64, Vl, ld, vocab_start, valid, global_max,
-          sumexp, dloss, static_cast<T*>(dlogits));
+          sumexp, dloss, static_cast<float>(softcap), static_cast<T*>(dlogits));
     };
     if (same_alignment(logits, dlogits)) {
       launch(std::integral_constant<int, kPack<T>>{});

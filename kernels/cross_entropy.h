@@ -9,6 +9,10 @@
 // GEMM's output aligned); dlogits has the same layout and may be logits
 // itself (each element read before its gradient overwrites it).
 //
+// Soft-capped logits (softcap > 0, for the backward passes): the logits hold
+// z = softcap * tanh(x / softcap) (soft_cap.h) and the gradient written is
+// x's, each element's times 1 - (z / softcap)^2; 0: no cap.
+//
 // The vocab-parallel variant works on one rank's shard (N, Vl) (rows `ld`
 // apart, dlogits alike and possibly the logits themselves) whose first
 // `valid` columns are the real vocabulary [vocab_start, vocab_start + valid):
@@ -29,8 +33,8 @@ void cross_entropy_forward(const void* logits, ScalarType type, const void* targ
                            float* lse, cudaStream_t stream);
 void cross_entropy_backward(const void* logits, ScalarType type, const void* targets,
                             bool targets64, const float* lse, const float* dlosses, int64_t N,
-                            int64_t V, int64_t ld, int64_t ignore_index, void* dlogits,
-                            cudaStream_t stream);
+                            int64_t V, int64_t ld, int64_t ignore_index, double softcap,
+                            void* dlogits, cudaStream_t stream);
 
 Status check_vocab_ce(ScalarType logits_type, int64_t N, int64_t Vl, int64_t ld, int64_t valid);
 void vocab_ce_partial(const void* logits, ScalarType type, const void* targets, bool targets64,
@@ -44,6 +48,6 @@ void vocab_ce_loss(const float* global_max, const float* target_logit, const flo
 void vocab_ce_backward(const void* logits, ScalarType type, const void* targets, bool targets64,
                        int64_t N, int64_t Vl, int64_t ld, int64_t vocab_start, int64_t valid,
                        const float* global_max, const float* sumexp, const float* dloss,
-                       void* dlogits, cudaStream_t stream);
+                       double softcap, void* dlogits, cudaStream_t stream);
 
 }  // namespace triad::kernels

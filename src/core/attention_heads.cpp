@@ -1,5 +1,6 @@
 #include "triad/core/attention_heads.h"
 
+#include <cmath>
 #include <string>
 
 #include "triad/core/error.h"
@@ -17,6 +18,10 @@ int64_t AttentionHeads::head_dim(int64_t width, const char* op) const {
                      ") must be (n_head + 2 * n_kv_head) * head_dim = " + std::to_string(fused()) +
                      " * head_dim (n_head " + std::to_string(q) + ", n_kv_head " +
                      std::to_string(kv) + ")");
+  }
+  if (!(softcap >= 0.0) || !std::isfinite(softcap)) {
+    throw ValueError(std::string(op) + ": logit softcap " + std::to_string(softcap) +
+                     " must be a finite number >= 0 (0: no soft-capping)");
   }
   return width / fused();
 }

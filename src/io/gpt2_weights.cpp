@@ -375,6 +375,9 @@ void save_gpt2_state_dict(const nn::StateDict& full, const nn::GptConfig& c,
   if (c.rope_local_theta > 0.0) meta["rope_local_theta"] = std::to_string(c.rope_local_theta);
   if (c.query_pre_attn_scalar > 0.0)
     meta["query_pre_attn_scalar"] = std::to_string(c.query_pre_attn_scalar);
+  if (c.attn_logit_softcap > 0.0) meta["attn_logit_softcap"] = std::to_string(c.attn_logit_softcap);
+  if (c.final_logit_softcap > 0.0)
+    meta["final_logit_softcap"] = std::to_string(c.final_logit_softcap);
   if (c.embedding_multiplier != 1.0)
     meta["embedding_multiplier"] = std::to_string(c.embedding_multiplier);
   if (c.rotary()) {

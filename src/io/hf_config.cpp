@@ -19,6 +19,8 @@ class Keys {
   Keys(const Json& j, std::string source) : j_(j), source_(std::move(source)) {}
 
   bool has(const char* key) const { return j_.contains(key) && !j_.at(key).is_null(); }
+  // Whether the file names the key at all (null included).
+  bool names(const char* key) const { return j_.contains(key); }
 
   int64_t integer(const char* key) const {
     if (!has(key)) throw ConfigError(source_ + ": key '" + key + "' is missing");
@@ -155,9 +157,14 @@ nn::GptConfig llama_config(const Keys& k, const std::string& type) {
     // again; Gemma 3's query/key norms too.
     c.post_norms = true;
     c.qk_norm = type == "gemma3_text";
-    for (const char* key : {"attn_logit_softcapping", "final_logit_softcapping"}) {
-      if (k.has(key)) k.unsupported(key, "soft-capping (cap * tanh(x / cap)) is not implemented");
-    }
+    // Soft-capping of the attention's scores and the head's logits: null is
+    // none; left out, Gemma2Config's 50 and 30 (Gemma3TextConfig's none).
+    auto cap = [&](const char* key, double gemma2_default) {
+      if (!k.names(key)) return type == "gemma2" ? gemma2_default : 0.0;
+      return k.number(key, 0.0);  // (validate() names a negative one)
+    };
+    c.attn_logit_softcap = cap("attn_logit_softcapping", 50.0);
+    c.final_logit_softcap = cap("final_logit_softcapping", 30.0);
   }
   if (!gemma && k.text("hidden_act", "silu") != "silu")
     k.unsupported("hidden_act", "Triad's gated MLP is SwiGLU (silu)");

@@ -65,7 +65,11 @@ std::string llama_misfit(const nn::GptConfig& c, const std::string& type) {
         "model.query_pre_attn_scalar is not head_dim");
   }
   if (sandwich) add(!c.post_norms, "model.post_norms is false");
-  if (!sandwich) add(c.post_norms, "model.post_norms is true");
+  if (!sandwich) {
+    add(c.post_norms, "model.post_norms is true");
+    add(c.attn_logit_softcap > 0.0, "model.attn_logit_softcap is set");
+    add(c.final_logit_softcap > 0.0, "model.final_logit_softcap is set");
+  }
   if (type == "gemma3_text") {
     // Its local layers turn unscaled: a scaled model.rope_theta there needs
     // model.rope_local_theta.
@@ -108,6 +112,8 @@ std::string gpt2_misfit(const nn::GptConfig& c) {
   add(c.embedding_multiplier != 1.0, "model.embedding_multiplier is not 1");
   add(c.norm_weight_offset, "model.norm_weight_offset is true");
   add(c.post_norms, "model.post_norms is true");
+  add(c.attn_logit_softcap > 0.0, "model.attn_logit_softcap is set");
+  add(c.final_logit_softcap > 0.0, "model.final_logit_softcap is set");
   return why;
 }
 
@@ -212,8 +218,9 @@ std::string hf_config_json(const nn::GptConfig& c, const std::string& torch_dtyp
       } else {
         j["query_pre_attn_scalar"] = c.head_dim();
       }
-      j["attn_logit_softcapping"] = nullptr;
-      j["final_logit_softcapping"] = nullptr;
+      auto cap = [](double v) { return v > 0.0 ? nlohmann::ordered_json(v) : nullptr; };
+      j["attn_logit_softcapping"] = cap(c.attn_logit_softcap);
+      j["final_logit_softcapping"] = cap(c.final_logit_softcap);
       j["sliding_window"] = c.sliding_window > 0 ? c.sliding_window : c.seq_len;
       nlohmann::ordered_json kinds = nlohmann::ordered_json::array();
       for (int64_t i = 0; i < c.n_layer; ++i)

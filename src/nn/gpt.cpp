@@ -179,6 +179,13 @@ void GptConfig::validate() const {
                         "rope and a model.sliding_window");
     }
   }
+  for (auto [key, cap] : {std::pair<const char*, double>{"attn_logit_softcap", attn_logit_softcap},
+                          {"final_logit_softcap", final_logit_softcap}}) {
+    if (!(cap >= 0.0) || !std::isfinite(cap)) {
+      throw ConfigError(std::string("model.") + key + " (" + std::to_string(cap) +
+                        ") must be a positive number (or 0: no soft-capping)");
+    }
+  }
   if (const std::string why = rope_scaling_problem(rope_scaling); !why.empty())
     throw ConfigError("model.rope_scaling: " + why);
   if (!(layer_norm_eps > 0.0) || !std::isfinite(layer_norm_eps)) {
@@ -348,6 +355,7 @@ Tensor CausalSelfAttention::forward_cached(const Tensor& x, Tensor& k_cache, Ten
   const Tensor queries = reshape(contiguous(heads(0, H)), {B, KV, G * n, D});
   Tensor scores = matmul(scale(queries, 1.0 / std::sqrt(static_cast<double>(D))),
                          contiguous(transpose(keys, 2, 3)));  // (B, KV, G * n, L)
+  if (heads_.capped()) scores = soft_cap(scores, heads_.softcap);
   if (n > 1 || (window_ > 0 && L > window_)) {
     // Query i sits at position start + i and sees keys up to it (each of a
     // group's heads alike), and under a sliding window only the last
@@ -489,7 +497,8 @@ const Tensor& Gpt::head_weight() const {
 }
 
 Tensor Gpt::head(const Tensor& hidden) const {
-  return linear(ln_f_->forward(hidden), head_weight());
+  const Tensor logits = linear(ln_f_->forward(hidden), head_weight());
+  return cfg_.final_logit_softcap > 0 ? soft_cap(logits, cfg_.final_logit_softcap) : logits;
 }
 
 Tensor Gpt::forward(const Tensor& ids, const ForwardContext& ctx) const {
@@ -513,7 +522,8 @@ Tensor Gpt::trunk(const Tensor& ids, const ForwardContext& in) const {
 
 Tensor Gpt::loss(const Tensor& ids, const Tensor& targets, const ForwardContext& ctx) const {
   // The head and the loss in one op: padded logits rows, aligned GEMMs.
-  return linear_cross_entropy(ln_f_->forward(trunk(ids, ctx)), head_weight(), targets);
+  return linear_cross_entropy(ln_f_->forward(trunk(ids, ctx)), head_weight(), targets, -100,
+                              cfg_.final_logit_softcap);
 }
 
 Tensor Gpt::decode(const Tensor& ids, KvCache& cache, bool last_only) const {

@@ -108,6 +108,14 @@ AddNorm add_layer_norm(const Tensor& x, const Tensor& residual, const Tensor& we
 }
 
 namespace {
+// A soft cap: a finite number >= 0 (0: none).
+void check_softcap(const char* op, double cap) {
+  if (!(cap >= 0.0) || !std::isfinite(cap)) {
+    throw ValueError(std::string(op) + ": softcap " + std::to_string(cap) +
+                     " must be a finite number >= 0 (0: no soft-capping)");
+  }
+}
+
 int64_t check_rms_norm_args(const char* op, const Tensor& x, const Tensor& weight, double eps) {
   detail::check_floating(x, op, "x");
   detail::check_same(x, weight, op);
@@ -174,6 +182,23 @@ AddNorm add_rms_norm(const Tensor& x, const Tensor& residual, const Tensor& weig
   record("add_rms_norm", {x, residual, weight}, {h, y},
          rms_norm_backward_fn(h.detach(), wc, rs, weight, true));
   return {h, y};
+}
+
+Tensor soft_cap(const Tensor& x, double cap) {
+  detail::check_floating(x, "soft_cap", "x");
+  check_softcap("soft_cap", cap);
+  if (!(cap > 0)) throw ValueError("soft_cap: cap 0 caps nothing (expected a number > 0)");
+  Tensor xc = contiguous(x);
+  Tensor y = empty_like(xc);
+  backend_for(x).soft_cap(xc, cap, y);
+  Tensor yd = y.detach();
+  record("soft_cap", {x}, {y}, [yd, cap](const TensorList& g) -> TensorList {
+    Tensor dy = contiguous(g[0]);
+    Tensor dx = empty_like(yd);
+    backend_for(yd).soft_cap_backward(yd, dy, cap, dx);
+    return {dx};
+  });
+  return y;
 }
 
 Tensor softmax(const Tensor& x) {
@@ -389,15 +414,18 @@ CrossEntropyParts cross_entropy_forward(const char* op, const Tensor& lc, const 
 }
 
 // dlogits (lc's layout; may be lc itself) from the mean loss's gradient g.
+// softcap > 0: lc holds soft-capped logits, and dlogits is with respect to
+// the uncapped ones.
 void cross_entropy_backward(const Tensor& lc, const CrossEntropyParts& ce, int64_t ignore_index,
-                            const Tensor& g, Tensor& dlogits) {
+                            const Tensor& g, Tensor& dlogits, double softcap = 0.0) {
   const int64_t N = lc.size(0);
   const DType sd = stat_dtype(lc.dtype());
   Tensor gl = cast(g, sd);
   Tensor dl = empty({N}, sd, lc.device());
   backend_for(lc).copy(make_view(gl, {N}, {0}, gl.offset()), dl);
   if (ce.count) backend_for(dl).affine(dl, 1.0 / static_cast<double>(ce.count), 0.0, dl);
-  backend_for(lc).cross_entropy_backward(lc, ce.targets, ce.lse, dl, ignore_index, dlogits);
+  backend_for(lc).cross_entropy_backward(lc, ce.targets, ce.lse, dl, ignore_index, dlogits,
+                                         softcap);
 }
 
 // targets must be the leading dims of a (..., last) tensor, on its device
@@ -445,7 +473,9 @@ int64_t padded_logits_row(int64_t classes) {
 }
 
 Tensor linear_head_loss(const char* op, const Tensor& x, const Tensor& weight,
-                        const std::function<HeadLoss(const Tensor& logits)>& loss_of) {
+                        const std::function<HeadLoss(const Tensor& logits)>& loss_of,
+                        double softcap) {
+  check_softcap(op, softcap);
   detail::check_floating(x, op, "x");
   detail::check_same(x, weight, op);
   if (x.dim() < 1 || weight.dim() != 2 || weight.size(1) != x.size(-1) || weight.size(0) == 0 ||
@@ -461,6 +491,7 @@ Tensor linear_head_loss(const char* op, const Tensor& x, const Tensor& weight,
   // dimensions whatever V is. Only this op and its loss ever see them.
   Tensor logits = make_view(empty({N, ld}, x.dtype(), x.device()), {N, V}, {ld, 1}, 0);
   backend_for(x).gemm(x2, w, logits, false, true, 1.0, 0.0);
+  if (softcap > 0) backend_for(x).soft_cap(logits, softcap, logits);  // in place
   HeadLoss head = loss_of(logits);
 
   // Backward overwrites the logits with their gradient (no second buffer of
@@ -505,20 +536,24 @@ Tensor linear_head_loss(const char* op, const Tensor& x, const Tensor& weight,
 }
 
 Tensor linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor& targets,
-                            int64_t ignore_index) {
+                            int64_t ignore_index, double softcap) {
   const char* op = "linear_cross_entropy";
   detail::check_index(targets, op, "targets");
   if (x.dim() < 1) throw ShapeError(std::string(op) + ": x must have a feature dimension");
   const Shape lead(x.shape().begin(), x.shape().end() - 1);
   check_targets(op, targets, x, lead);
   Tensor tc = reshape(contiguous(targets).detach(), {numel(lead)}).detach();
-  return linear_head_loss(op, x, weight, [&](const Tensor& logits) {
-    Tensor loss;
-    CrossEntropyParts ce = cross_entropy_forward(op, logits, tc, ignore_index, &loss);
-    return HeadLoss{loss, [ce = std::move(ce), ignore_index](const Tensor& g, Tensor& dlogits) {
-                      cross_entropy_backward(dlogits, ce, ignore_index, g, dlogits);
-                    }};
-  });
+  return linear_head_loss(
+      op, x, weight,
+      [&](const Tensor& logits) {
+        Tensor loss;
+        CrossEntropyParts ce = cross_entropy_forward(op, logits, tc, ignore_index, &loss);
+        return HeadLoss{
+            loss, [ce = std::move(ce), ignore_index, softcap](const Tensor& g, Tensor& dlogits) {
+              cross_entropy_backward(dlogits, ce, ignore_index, g, dlogits, softcap);
+            }};
+      },
+      softcap);
 }
 
 }  // namespace triad

@@ -157,9 +157,14 @@ HeadCost head_cost(const nn::GptConfig& m, const ClusterSpec& c, const ParallelC
   const double v = static_cast<double>(m.vocab_size) / p.tp, h = static_cast<double>(m.d_model);
   const LinearTimes lt = linear_times(tokens, h, v, c);
   // Cross entropy over fp32 logits: written, read for the max/sum, read and
-  // written again for the gradient.
-  const double ce = tokens * v * 4.0 * 4.0 / (c.memory_bandwidth * c.memory_efficiency);
-  return {lt.fwd + ce / 2, lt.dx + ce / 2, lt.dw};
+  // written again for the gradient; soft-capped logits (Gemma 2's
+  // final_logit_softcap) are read and written once more, in place, before
+  // the loss (the gradient takes the cap's derivative in its own pass).
+  const double passes = m.final_logit_softcap > 0 ? 6.0 : 4.0;
+  const double bytes = tokens * v * 4.0 * passes;
+  const double ce = bytes / (c.memory_bandwidth * c.memory_efficiency);
+  const double backward_share = 2.0 / passes;  // the gradient's read and write
+  return {lt.fwd + ce * (1 - backward_share), lt.dx + ce * backward_share, lt.dw};
 }
 
 struct SimKey {

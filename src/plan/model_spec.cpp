@@ -87,6 +87,10 @@ nn::GptConfig parse_model_spec(const std::string& yaml_text, const std::string& 
   option("norm_weight_offset", "true or false",
          [&](const YAML::Node& v) { c.norm_weight_offset = v.as<bool>(); });
   option("post_norms", "true or false", [&](const YAML::Node& v) { c.post_norms = v.as<bool>(); });
+  option("final_logit_softcap", "a number",
+         [&](const YAML::Node& v) { c.final_logit_softcap = v.as<double>(); });
+  option("attn_logit_softcap", "a number",
+         [&](const YAML::Node& v) { c.attn_logit_softcap = v.as<double>(); });
   option("tie_embeddings", "true or false",
          [&](const YAML::Node& v) { c.tie_embeddings = v.as<bool>(); });
   option("norm_eps", "a number", [&](const YAML::Node& v) { c.layer_norm_eps = v.as<double>(); });
@@ -125,6 +129,8 @@ nn::GptConfig parse_model_spec(const std::string& yaml_text, const std::string& 
                                                  "post_norms",
                                                  "rope_local_theta",
                                                  "query_pre_attn_scalar",
+                                                 "attn_logit_softcap",
+                                                 "final_logit_softcap",
                                                  "norm_eps",
                                                  "attention_kernel",
                                                  "attention_deterministic"};

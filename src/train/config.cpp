@@ -291,6 +291,12 @@ void validate(const Config& c, bool min_lr_given) {
                       " (grouped-query attention is not "
                       "wired to the cuDNN graph; use auto, simt or tensor_core)");
   }
+  if (c.model.attn_logit_softcap > 0.0 && c.attention_kernel == "cudnn") {
+    throw ConfigError(
+        "model.attention_kernel 'cudnn' cannot take model.attn_logit_softcap " +
+        std::to_string(c.model.attn_logit_softcap) +
+        " (the cuDNN graph has no logit soft-capping; use auto, simt or tensor_core)");
+  }
   if (c.parallel.sequence_parallel && c.parallel.tp == 1) {
     throw ConfigError("parallel.sequence_parallel needs parallel.tp > 1");
   }
@@ -538,6 +544,10 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
        {false, [&](auto& v, auto& k) { m.rope_local_theta = get_double(v, k); }}},
       {"query_pre_attn_scalar",
        {false, [&](auto& v, auto& k) { m.query_pre_attn_scalar = get_double(v, k); }}},
+      {"attn_logit_softcap",
+       {false, [&](auto& v, auto& k) { m.attn_logit_softcap = get_double(v, k); }}},
+      {"final_logit_softcap",
+       {false, [&](auto& v, auto& k) { m.final_logit_softcap = get_double(v, k); }}},
       {"sliding_window", {false, [&](auto& v, auto& k) { m.sliding_window = get_int(v, k); }}},
       {"full_attention_layers",
        {false,
@@ -852,6 +862,10 @@ std::string to_yaml(const Config& c) {
     e << YAML::Key << "rope_local_theta" << YAML::Value << c.model.rope_local_theta;
   if (c.model.query_pre_attn_scalar > 0.0)
     e << YAML::Key << "query_pre_attn_scalar" << YAML::Value << c.model.query_pre_attn_scalar;
+  if (c.model.attn_logit_softcap > 0.0)
+    e << YAML::Key << "attn_logit_softcap" << YAML::Value << c.model.attn_logit_softcap;
+  if (c.model.final_logit_softcap > 0.0)
+    e << YAML::Key << "final_logit_softcap" << YAML::Value << c.model.final_logit_softcap;
   e << YAML::Key << "sliding_window" << YAML::Value << c.model.sliding_window;
   if (!c.model.full_attention_layers.empty()) {
     e << YAML::Key << "full_attention_layers" << YAML::Value << YAML::Flow

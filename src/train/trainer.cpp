@@ -255,9 +255,10 @@ void Trainer::choose_attention_kernel() {
   const int64_t tp = mesh_ ? mesh_->tp()->size() : 1;
   const auto& m = config_.model;
   cuda::AttentionChoice choice;
-  const bool has = cuda::tune_attention(device_.index, config_.train.param_dtype(),
-                                        config_.train.micro_batch_size, m.seq_len, m.q_width() / tp,
-                                        AttentionHeads{m.n_head / tp, m.kv_heads() / tp}, choice);
+  const bool has = cuda::tune_attention(
+      device_.index, config_.train.param_dtype(), config_.train.micro_batch_size, m.seq_len,
+      m.q_width() / tp,
+      AttentionHeads{m.n_head / tp, m.kv_heads() / tp}.with_softcap(m.attn_logit_softcap), choice);
   if (!train::agree_attention_choice(has, choice, world_.get())) return;
   cuda::set_attention_choice(choice);
   const int ranks = world_ ? world_->size() : 1;

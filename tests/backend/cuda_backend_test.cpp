@@ -324,6 +324,86 @@ TEST(CudaKernels, AttentionOverASlidingWindow) {
   }
 }
 
+// Gemma 2's logit soft-capping (scores cap * tanh(s / cap)): SIMT and
+// tensor cores against the CPU, with scores the size of the cap (inputs of
+// stddev 2, cap 3) so the forward's capped softmax and the backward's
+// 1 - (z / cap)^2 both matter; grouped heads, and a window over packed
+// documents. cuDNN's graph has no cap and says so.
+TEST(CudaKernels, AttentionWithLogitSoftCapping) {
+  struct Case {
+    int64_t B, T, C, NH, NKV, window;
+  };
+  for (const Case& k : {Case{2, 130, 128, 4, 2, 0}, Case{1, 150, 128, 2, 1, 40}}) {
+    const AttentionHeads heads = AttentionHeads{k.NH, k.NKV}.with_softcap(3.0);
+    const int64_t width = k.C + 2 * k.NKV * (k.C / k.NH);
+    Tensor starts;
+    if (k.window > 0) {
+      std::vector<int64_t> ids(static_cast<size_t>(k.B * k.T), 5);
+      ids[99] = 0;
+      const Tensor docs = nn::document_layout(from_vector(ids, {k.B, k.T}), 0).starts;
+      starts = nn::sliding_window_starts(k.B, k.T, k.window, docs);
+    }
+    const std::string name = "softcap_B" + std::to_string(k.B) + "_T" + std::to_string(k.T) +
+                             "_NH" + std::to_string(k.NH) + "_KV" + std::to_string(k.NKV) +
+                             "_window" + std::to_string(k.window);
+    const testing::OpCase c{
+        name,
+        [=](DType d) {
+          return std::vector<Tensor>{randn({k.B, k.T, width}, 11, 1, 2.0, d)};
+        },
+        [=](const std::vector<Tensor>& x) { return causal_attention(x[0], heads, starts); }};
+    for (DType dtype : {DType::F32, DType::BF16, DType::F16}) {
+      for (cuda::AttentionKernel kernel :
+           {cuda::AttentionKernel::Simt, cuda::AttentionKernel::TensorCore}) {
+        if (!cuda::attention_kernel_unavailable(kernel, dtype, k.T, k.C, heads).empty()) continue;
+        SCOPED_TRACE(name + " " + dtype_name(dtype) + " " + cuda::attention_kernel_name(kernel));
+        expect_attention_kernel_matches_cpu(c, dtype, kernel);
+      }
+    }
+  }
+  EXPECT_NE(cuda::attention_kernel_unavailable(cuda::AttentionKernel::Cudnn, DType::BF16, 64, 128,
+                                               AttentionHeads{2}.with_softcap(50.0))
+                .find("soft-capping"),
+            std::string::npos);
+}
+
+// soft_cap's kernels in each layout they take: contiguous in 16-byte packs
+// (with a tail), a view one element past a boundary (element by element),
+// and a padded matrix's rows, in place (the fused head + loss); f64 too.
+TEST(CudaKernels, SoftCapInEveryLayout) {
+  const std::vector<testing::OpCase> cases = {
+      {"soft_cap_packs",
+       [](DType d) { return std::vector<Tensor>{randn({7, 151}, 3, 1, 3.0, d)}; },
+       [](const std::vector<Tensor>& x) { return soft_cap(x[0], 2.0); }},
+      {"soft_cap_misaligned",
+       [](DType d) { return std::vector<Tensor>{randn({7, 151}, 3, 2, 3.0, d)}; },
+       [](const std::vector<Tensor>& x) { return soft_cap(misaligned(x[0]), 2.0); }},
+      {"linear_cross_entropy_softcap_rows",
+       [](DType d) {
+         return std::vector<Tensor>{randn({3, 40, 16}, 3, 3, 1.0, d),
+                                    randn({301, 16}, 3, 4, 1.0, d)};
+       },
+       [](const std::vector<Tensor>& x) {
+         std::vector<int64_t> t(120);
+         for (int64_t i = 0; i < 120; ++i) t[i] = (i * 37) % 301;
+         return linear_cross_entropy(x[0], x[1],
+                                     to_device(from_vector(t, {3, 40}), x[0].device()), -100,
+                                     1.5);
+       }}};
+  for (const testing::OpCase& c : cases) {
+    for (DType dtype : {DType::F64, DType::F32, DType::BF16}) {
+      if (dtype == DType::F64 && c.name.rfind("linear", 0) == 0) continue;  // f32/bf16/f16 only
+      SCOPED_TRACE(c.name + " " + dtype_name(dtype));
+      const CaseResult cpu = run_case(c, dtype, Device::cpu());
+      const CaseResult gpu = run_case(c, dtype, kGpu);
+      const Tolerance t = dtype == DType::F64 ? Tolerance{1e-12, 1e-12} : tolerance(dtype);
+      expect_close(gpu.out, cpu.out, t.rtol, t.atol, "output");
+      for (size_t i = 0; i < cpu.grads.size(); ++i)
+        expect_close(gpu.grads[i], cpu.grads[i], 4 * t.rtol, 4 * t.atol, "gradient");
+    }
+  }
+}
+
 // Packed documents (doc_starts): row 0 holds documents [0, 37), [37, 64),
 // [64, 100), [100, 131), [131, T - 1) and a last one-token document, so
 // boundaries fall inside the kernels' tiles, on a 64-row boundary and on the

@@ -4,6 +4,7 @@
 #include "triad/io/hf_config.h"
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <cmath>
 #include <filesystem>
@@ -43,6 +44,13 @@ std::string edited(const std::string& json, const std::string& key, const std::s
   std::string s = json;
   s.insert(s.rfind('}'), ", \"" + key + "\": " + value);
   return s;
+}
+
+// The file with `key` left out.
+std::string without(const std::string& json, const std::string& key) {
+  nlohmann::json j = nlohmann::json::parse(json);
+  j.erase(key);
+  return j.dump();
 }
 
 TEST(HfConfig, LlamaConfigsAreTheModelFiles) {
@@ -331,27 +339,43 @@ TEST(HfConfig, Gemma3ConfigIsGemmasBlocksWithPostNormsLocalLayersAndTheirRope) {
   EXPECT_TRUE(four_b.rope_of(5).scaling.scaled());
   EXPECT_FALSE(four_b.rope_of(0).scaling.scaled());
   EXPECT_EQ(four_b.num_parameters(), 3'880'263'168);
-  // Gemma 2's soft-capping is named.
+  // Gemma 2: no query/key norms, every other layer global, one RoPE base,
+  // and its soft caps on the attention's scores and the head's logits.
   const std::string gemma2 = edited(
       edited(edited(kGemma3_1b, "model_type", "\"gemma2\""), "attn_logit_softcapping", "50.0"),
       "final_logit_softcapping", "30.0");
-  try {
-    gpt_config_from_hf(gemma2, "gemma2/config.json");
-    FAIL() << "soft-capping accepted";
-  } catch (const NotSupportedError& e) {
-    EXPECT_NE(std::string(e.what()).find("'attn_logit_softcapping' (50.0)"), std::string::npos)
-        << e.what();
-  }
-  // Gemma 2 without soft-capping: no query/key norms, every other layer
-  // global, one RoPE base.
-  const nn::GptConfig g2 = gpt_config_from_hf(
-      edited(edited(gemma2, "attn_logit_softcapping", "null"), "final_logit_softcapping", "null"),
-      "gemma2/config.json");
+  const nn::GptConfig g2 = gpt_config_from_hf(gemma2, "gemma2/config.json");
   EXPECT_TRUE(g2.post_norms);
   EXPECT_FALSE(g2.qk_norm);
   EXPECT_EQ(g2.full_attention_layers.size(), 13u);
   EXPECT_EQ(g2.full_attention_layers.front(), 1);
   EXPECT_EQ(g2.rope_local_theta, 0.0);
+  EXPECT_EQ(g2.attn_logit_softcap, 50.0);
+  EXPECT_EQ(g2.final_logit_softcap, 30.0);
+  EXPECT_EQ(g2.heads().softcap, 50.0);
+  // null is no cap; left out, Gemma2Config's 50 and 30 (Gemma 3's none).
+  const nn::GptConfig uncapped = gpt_config_from_hf(
+      edited(edited(gemma2, "attn_logit_softcapping", "null"), "final_logit_softcapping", "null"),
+      "gemma2/config.json");
+  EXPECT_EQ(uncapped.attn_logit_softcap, 0.0);
+  EXPECT_EQ(uncapped.final_logit_softcap, 0.0);
+  const nn::GptConfig implied = gpt_config_from_hf(
+      without(without(gemma2, "attn_logit_softcapping"), "final_logit_softcapping"),
+      "gemma2/config.json");
+  EXPECT_EQ(implied.attn_logit_softcap, 50.0);
+  EXPECT_EQ(implied.final_logit_softcap, 30.0);
+  const nn::GptConfig g3 = gpt_config_from_hf(
+      without(without(kGemma3_1b, "attn_logit_softcapping"), "final_logit_softcapping"),
+      "gemma3/config.json");
+  EXPECT_EQ(g3.attn_logit_softcap, 0.0);
+  EXPECT_EQ(g3.final_logit_softcap, 0.0);
+  try {
+    gpt_config_from_hf(edited(gemma2, "final_logit_softcapping", "-30.0"), "gemma2/config.json");
+    FAIL() << "a negative soft cap accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("model.final_logit_softcap (-30"), std::string::npos)
+        << e.what();
+  }
 }
 
 // Phi-3-mini-4k's config.json: LLaMA's blocks (its fused qkv_proj and

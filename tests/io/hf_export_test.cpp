@@ -205,6 +205,26 @@ TEST(HfExport, Gemma2And3ClassesAndWhatKeepsAModelFromThem) {
   const nn::GptConfig gemma2 = gemma(2);
   EXPECT_STREQ(hf_architecture(gemma2), "Gemma2ForCausalLM");
   EXPECT_EQ(nlohmann::json::parse(hf_config_json(gemma2)).count("rope_local_base_freq"), 0u);
+  // Gemma 2's soft caps are written (null when unset) and read back; no
+  // other class has them.
+  nn::GptConfig capped = gemma2;
+  capped.attn_logit_softcap = 50.0;
+  capped.final_logit_softcap = 30.0;
+  const std::string capped_json = hf_config_json(capped);
+  const auto cj = nlohmann::json::parse(capped_json);
+  EXPECT_EQ(cj.at("attn_logit_softcapping"), 50.0);
+  EXPECT_EQ(cj.at("final_logit_softcapping"), 30.0);
+  EXPECT_TRUE(
+      nlohmann::json::parse(hf_config_json(gemma2)).at("final_logit_softcapping").is_null());
+  const nn::GptConfig back = gpt_config_from_hf(capped_json, "exported/config.json");
+  EXPECT_EQ(back.attn_logit_softcap, 50.0);
+  EXPECT_EQ(back.final_logit_softcap, 30.0);
+  nn::GptConfig capped_llama = llama(true, 1);
+  capped_llama.final_logit_softcap = 30.0;
+  expect_no_class(capped_llama, "model.final_logit_softcap is set");
+  nn::GptConfig capped_gemma1 = gemma(1);
+  capped_gemma1.attn_logit_softcap = 50.0;
+  expect_no_class(capped_gemma1, "model.attn_logit_softcap is set");
   // Gemma 3's local layers turn unscaled: scaling every layer's RoPE alike
   // fits no class; a local base without the post-norms neither.
   nn::GptConfig scaled_everywhere = gemma3;

@@ -137,6 +137,7 @@ struct Decoding {
   int64_t n_head, n_kv_head, window = 0;
   int64_t head_dim = 0;                   // model.head_dim, with model.qk_norm when set
   std::vector<int64_t> full_layers = {};  // exempt from the window
+  double softcap = 0.0;  // the scores' soft cap (and twice it the logits'), Gemma 2's
 };
 class KvCacheDecoding : public ::testing::TestWithParam<Decoding> {};
 
@@ -155,6 +156,8 @@ TEST_P(KvCacheDecoding, PieceByPieceGivesTheFullForwardsLogits) {
   cfg.head_size = GetParam().head_dim;
   cfg.qk_norm = GetParam().head_dim > 0;
   cfg.full_attention_layers = GetParam().full_layers;
+  cfg.attn_logit_softcap = GetParam().softcap;
+  cfg.final_logit_softcap = 2 * GetParam().softcap;
   cfg.rope_theta = 50.0;  // large turns over 12 positions
   Gpt model(cfg, 7);
   make_opinionated(model);
@@ -209,14 +212,16 @@ INSTANTIATE_TEST_SUITE_P(
                       Decoding{PositionEmbedding::Learned, 4, 1},
                       Decoding{PositionEmbedding::Rotary, 4, 2, 5},
                       Decoding{PositionEmbedding::Rotary, 4, 2, 0, 6},
-                      Decoding{PositionEmbedding::Rotary, 4, 2, 5, 0, {0}}),
+                      Decoding{PositionEmbedding::Rotary, 4, 2, 5, 0, {0}},
+                      Decoding{PositionEmbedding::Rotary, 4, 2, 5, 0, {0}, 0.5}),
     [](const auto& info) {
       const Decoding& d = info.param;
       return std::string(position_embedding_string(d.positions)) + "_" + std::to_string(d.n_head) +
              "_heads_" + (d.n_kv_head ? std::to_string(d.n_kv_head) : std::string("each")) + "_kv" +
              (d.window ? "_window_" + std::to_string(d.window) : std::string()) +
              (d.full_layers.empty() ? std::string() : "_on_layer_1") +
-             (d.head_dim ? "_qk_norm_heads_of_" + std::to_string(d.head_dim) : std::string());
+             (d.head_dim ? "_qk_norm_heads_of_" + std::to_string(d.head_dim) : std::string()) +
+             (d.softcap > 0 ? "_soft_capped" : "");
     });
 
 TEST(KvCache, LastOnlyGivesTheLastPositionsLogits) {

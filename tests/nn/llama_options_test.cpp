@@ -370,6 +370,64 @@ TEST(PostNorms, NormaliseEachSublayersOutputBeforeTheResidualAdd) {
   }
 }
 
+// Gemma 2's soft caps: every logit within the final cap (which the
+// uncapped model's exceed), and the fused head + loss, which caps the
+// logits in place, giving the loss and gradients of the plain cross entropy
+// over the capped forward.
+TEST(SoftCapping, BoundsTheLogitsAndTheFusedLossAgreesWithTheCappedForward) {
+  GptConfig c = swiglu_config(24);
+  c.position_embedding = PositionEmbedding::Rotary;
+  const Tensor ids = from_vector(std::vector<int64_t>{3, 9, 1, 22, 5, 7, 0, 14}, {2, 4});
+  const Tensor targets = from_vector(std::vector<int64_t>{9, 1, 22, 5, 7, 0, 14, 2}, {2, 4});
+  auto max_logit = [&](const Gpt& m) {
+    double most = 0;
+    for (double v : to_double_vector(m.forward(ids, {false, 0, 0})))
+      most = std::max(most, std::abs(v));
+    return most;
+  };
+  auto opinionated = [](Gpt& m) {
+    autograd::NoGradGuard ng;
+    for (auto& [name, p] : m.named_parameters()) {
+      if (name.find("ln_") == std::string::npos) scale_(p, 8.0);
+    }
+  };
+  Gpt plain(c, 4);
+  opinionated(plain);
+  EXPECT_GT(max_logit(plain), 2.0) << "a vacuous cap";
+  c.attn_logit_softcap = 0.5;
+  c.final_logit_softcap = 1.5;
+  Gpt capped(c, 4);
+  opinionated(capped);
+  EXPECT_LT(max_logit(capped), 1.5);
+
+  const ForwardContext eval{false, 0, 0};
+  const Tensor fused = capped.loss(ids, targets, eval);
+  autograd::backward({fused});
+  std::map<std::string, std::vector<double>> want;
+  for (auto& [name, p] : capped.named_parameters()) want[name] = to_double_vector(p.grad());
+  capped.zero_grad();
+  const Tensor plain_loss = cross_entropy(capped.forward(ids, eval), targets);
+  autograd::backward({plain_loss});
+  EXPECT_NEAR(item(fused), item(plain_loss), 1e-5);
+  for (auto& [name, p] : capped.named_parameters()) {
+    const std::vector<double> got = to_double_vector(p.grad());
+    for (size_t i = 0; i < got.size(); ++i) {
+      ASSERT_NEAR(got[i], want[name][i], 1e-4 * (1 + std::abs(want[name][i])))
+          << name << " [" << i << "]";
+    }
+  }
+
+  GptConfig bad = c;
+  bad.final_logit_softcap = -30.0;
+  try {
+    bad.validate();
+    ADD_FAILURE() << "expected ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("model.final_logit_softcap (-30"), std::string::npos)
+        << e.what();
+  }
+}
+
 // Gemma's embedding multiplier is applied in the activations' type, as its
 // reference implementations do (Hugging Face's multiplies by a tensor of the
 // embeddings' dtype): sqrt(3072) = 55.43 is 55.5 in bf16.

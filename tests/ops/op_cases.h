@@ -348,6 +348,31 @@ inline std::vector<OpCase> op_cases() {
          for (int64_t t = 0; t < 70; ++t) s[t] = t < 30 ? 0 : t < 66 ? 30 : 66;
          return causal_attention(x[0], AttentionHeads{6, 1}, from_vector(s, {1, 70}, DType::I32));
        }});
+  // Gemma 2's logit soft-capping: scores of about the cap's size (inputs of
+  // stddev 2 against a cap of 1.5), grouped heads, and a window over the
+  // CPU kernel's two 64-row blocks.
+  c.push_back({"causal_attention_softcap_B2_T9_NH4_KV2",
+               [](DType d) {
+                 return std::vector<Tensor>{rnd({2, 9, 32}, d, 1, 2.0)};
+               },
+               [](const std::vector<Tensor>& x) {
+                 return causal_attention(x[0], AttentionHeads{4, 2}.with_softcap(1.5));
+               }});
+  c.push_back({"causal_attention_softcap_window9_B1_T70_NH2_KV1",
+               [](DType d) {
+                 return std::vector<Tensor>{rnd({1, 70, 16}, d, 1, 2.0)};
+               },
+               [](const std::vector<Tensor>& x) {
+                 std::vector<int64_t> s(70);
+                 for (int64_t t = 0; t < 70; ++t) s[t] = std::max<int64_t>(0, t - 8);
+                 return causal_attention(x[0], AttentionHeads{2, 1}.with_softcap(1.5),
+                                         from_vector(s, {1, 70}, DType::I32));
+               }});
+  c.push_back({"soft_cap",
+               [](DType d) {
+                 return std::vector<Tensor>{rnd({5, 7}, d, 1, 3.0)};
+               },
+               [](const std::vector<Tensor>& x) { return soft_cap(x[0], 2.0); }});
   // Rotary embedding: the rows' own positions (head dim 4), a key/value-cache
   // step's offset far along (large angles, head dim 6), and packed documents'
   // positions on the device (head dim 8, another theta).
@@ -425,6 +450,17 @@ inline std::vector<OpCase> op_cases() {
                [](const std::vector<Tensor>& x) {
                  return linear_cross_entropy(
                      x[0], x[1], to_device(ids({1, 66, -100, 0, 3, 65}, {2, 3}), x[0].device()));
+               }});
+  // Soft-capped logits (final_logit_softcapping), in place in the padded
+  // rows: logits of stddev about 2 against a cap of 1.
+  c.push_back({"linear_cross_entropy_softcap",
+               [](DType d) {
+                 return std::vector<Tensor>{rnd({2, 3, 5}, d, 1), rnd({67, 5}, d, 2)};
+               },
+               [](const std::vector<Tensor>& x) {
+                 return linear_cross_entropy(
+                     x[0], x[1], to_device(ids({1, 66, -100, 0, 3, 65}, {2, 3}), x[0].device()),
+                     -100, 1.0);
                }});
   // Computed (non-leaf) weights and biases: their gradients come back
   // through the op's outputs rather than straight into a parameter's buffer.

@@ -313,6 +313,29 @@ TEST_F(Gpt2Parity, Gemma3StyleModelLogitsGradientsAndGreedyTokens) {
   }
 }
 
+// Gemma 2's blocks from a Gemma2ForCausalLM directory: post-norms, the
+// window on every second layer, and soft caps (caps the size of the scores
+// and logits, so tanh bends them) on the attention's scores and the head's
+// logits: step 0 through the plain cross entropy and through the fused head
+// + loss, which caps the logits in place.
+TEST_F(Gpt2Parity, Gemma2StyleModelSoftCapsLogitsAndGradients) {
+  const std::string dir = ref_dir() + "/gemma2_hf";
+  const nn::GptConfig cfg = io::load_hf_config(dir);
+  EXPECT_TRUE(cfg.post_norms);
+  EXPECT_FALSE(cfg.qk_norm);
+  EXPECT_EQ(cfg.full_attention_layers, std::vector<int64_t>{1});
+  EXPECT_EQ(cfg.attn_logit_softcap, cfg_["gemma2_attn_softcap"].get<double>());
+  EXPECT_EQ(cfg.final_logit_softcap, cfg_["gemma2_final_softcap"].get<double>());
+  EXPECT_EQ(cfg.heads().softcap, cfg.attn_logit_softcap);
+  nn::Gpt model(cfg, 1);
+  io::load_gpt2_safetensors(model, dir + "/model.safetensors");
+  expect_step_zero_matches(model, ref_, "gemma2.");
+  const Tensor fused =
+      model.loss(cast(ref_.at("input_ids"), DType::I64), cast(ref_.at("targets"), DType::I64));
+  const double want = item(ref_.at("gemma2.loss"));
+  EXPECT_NEAR(item(fused), want, 1e-6 * want);
+}
+
 TEST_F(Gpt2Parity, Qwen3StyleModelLogitsAndGradients) {
   nn::GptConfig cfg = llama_style();
   cfg.tie_embeddings = true;

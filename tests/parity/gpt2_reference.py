@@ -44,6 +44,10 @@ QWEN3_HEAD_DIM = 12  # the Qwen3-style variant's heads: 4 x 12 = 48 wide, not d_
 GEMMA3_LOCAL_THETA = 7.0  # the Gemma 3-style variant's windowed layers' RoPE base
 GEMMA3_SCALING = dict(rope_type="linear", factor=2.0)  # its global layer's
 GEMMA3_ATTN_SCALAR = 20.0  # its scores over sqrt(20), not sqrt(head_dim 12): 27B's kind
+# The Gemma 2-style variant's soft caps, about the size of its scores and
+# logits at step 0 so that tanh bends them (Gemma 2's own are 50 and 30).
+GEMMA2_ATTN_SOFTCAP = 0.1
+GEMMA2_FINAL_SOFTCAP = 0.5
 
 
 # LLaMA 3.1's RoPE scaling for the scaled variant, at this small size: head
@@ -127,8 +131,11 @@ class Gpt(torch.nn.Module):
     def __init__(self, c, rope_theta=None, swiglu_ffn=None, rms_norm=False, bias=True,
                  tie=True, kv_heads=None, window=None, rope_scaling=None, qkv_bias=False,
                  head_dim=None, qk_norm=False, full_layers=(), geglu=False, embed_scale=None,
-                 norm_offset=False, post_norms=False, rope_local_theta=None, attn_scalar=None):
+                 norm_offset=False, post_norms=False, rope_local_theta=None, attn_scalar=None,
+                 attn_softcap=None, final_softcap=None):
         super().__init__()
+        # Gemma 2's soft caps: scores and logits pass through cap * tanh(x / cap).
+        self.attn_softcap, self.final_softcap = attn_softcap, final_softcap
         # Gemma 2's and 3's query_pre_attn_scalar: scores over sqrt(this), not sqrt(D).
         self.attn_scalar = attn_scalar
         # Gemma 2's and 3's: each sublayer's output normalised again.
@@ -220,6 +227,8 @@ class Gpt(torch.nn.Module):
             # key/value head repeated for the NH / NKV query heads after it.
             k, v = (t.repeat_interleave(NH // NKV, dim=1) for t in (k, v))
             att = (q @ k.transpose(-2, -1)) / math.sqrt(self.attn_scalar or D)
+            if self.attn_softcap is not None:  # as Hugging Face's Gemma2Attention does
+                att = torch.tanh(att / self.attn_softcap) * self.attn_softcap
             att = att.masked_fill(~layer_mask, float("-inf")).softmax(dim=-1)
             y = (att @ v).transpose(1, 2).reshape(B, T, NH * D)
             post_attn = b.post_attn_norm if self.post_norms else (lambda t: t)
@@ -232,7 +241,10 @@ class Gpt(torch.nn.Module):
                 act = F.gelu(gate, approximate="tanh") if self.geglu else F.silu(gate)
                 x = x + post_mlp(b.mlp.c_proj(act * value))
         head = self.wte.weight if not hasattr(self, "lm_head") else self.lm_head.weight
-        return self.ln_f(x) @ head.t()
+        logits = self.ln_f(x) @ head.t()
+        if self.final_softcap is not None:  # as Gemma2ForCausalLM does
+            logits = torch.tanh(logits / self.final_softcap) * self.final_softcap
+        return logits
 
 
 def gpt2_layout(name, t):
@@ -493,6 +505,31 @@ def main():
                                               dtype=torch.float32)
     save_hf_llama(gemma3, os.path.join(out, "gemma3_generator.safetensors"))
 
+    # Gemma 2's: Gemma's blocks with post-norms, the window on every second
+    # layer, and soft caps on the attention's scores and the head's logits;
+    # step 0, from a Gemma2ForCausalLM directory (config.json and weights).
+    gemma2 = Gpt(CFG, ROPE_THETA, SWIGLU_FFN, rms_norm=True, bias=False, tie=True,
+                 kv_heads=LLAMA_KV_HEADS, geglu=True, embed_scale=math.sqrt(CFG["d_model"]),
+                 norm_offset=True, post_norms=True, window=MISTRAL_WINDOW, full_layers=(1,),
+                 attn_softcap=GEMMA2_ATTN_SOFTCAP, final_softcap=GEMMA2_FINAL_SOFTCAP)
+    gemma2_dir = os.path.join(out, "gemma2_hf")
+    os.makedirs(gemma2_dir, exist_ok=True)
+    save_hf_llama(gemma2, os.path.join(gemma2_dir, "model.safetensors"))
+    with open(os.path.join(gemma2_dir, "config.json"), "w") as f:
+        json.dump({"architectures": ["Gemma2ForCausalLM"], "model_type": "gemma2",
+                   "hidden_size": CFG["d_model"], "intermediate_size": SWIGLU_FFN,
+                   "num_hidden_layers": CFG["n_layer"], "num_attention_heads": CFG["n_head"],
+                   "num_key_value_heads": LLAMA_KV_HEADS,
+                   "head_dim": CFG["d_model"] // CFG["n_head"],
+                   "hidden_activation": "gelu_pytorch_tanh", "vocab_size": CFG["vocab_size"],
+                   "max_position_embeddings": CFG["seq_len"], "rms_norm_eps": 1e-5,
+                   "rope_theta": ROPE_THETA, "sliding_window": MISTRAL_WINDOW,
+                   "query_pre_attn_scalar": CFG["d_model"] // CFG["n_head"],
+                   "attn_logit_softcapping": GEMMA2_ATTN_SOFTCAP,
+                   "final_logit_softcapping": GEMMA2_FINAL_SOFTCAP,
+                   "attention_bias": False, "tie_word_embeddings": True}, f)
+    record_step_zero(gemma2, x, y, "gemma2.", ref)
+
     ref["greedy_prompt"] = torch.tensor(GREEDY_PROMPT, dtype=torch.float32)
     ref["greedy_tokens"] = torch.tensor(greedy, dtype=torch.float32)
     ref["losses"] = torch.tensor(losses, dtype=torch.float64)
@@ -503,7 +540,9 @@ def main():
                    "llama_kv_heads": LLAMA_KV_HEADS, "mistral_window": MISTRAL_WINDOW,
                    "llama3_scaling": LLAMA3_SCALING, "yarn_scaling": YARN_SCALING,
                    "qwen3_head_dim": QWEN3_HEAD_DIM, "gemma3_local_theta": GEMMA3_LOCAL_THETA,
-                   "gemma3_attn_scalar": GEMMA3_ATTN_SCALAR}, f)
+                   "gemma3_attn_scalar": GEMMA3_ATTN_SCALAR,
+                   "gemma2_attn_softcap": GEMMA2_ATTN_SOFTCAP,
+                   "gemma2_final_softcap": GEMMA2_FINAL_SOFTCAP}, f)
     print("losses", " ".join(f"{v:.6f}" for v in losses))
 
 

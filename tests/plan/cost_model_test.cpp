@@ -208,6 +208,27 @@ TEST(CostModel, PricesPostNorms) {
   }
 }
 
+// Gemma 2's soft-capped logits cost one more in-place pass over them
+// before the loss: a longer step at the same GEMM time, the same model
+// FLOPs and memory; capped attention scores cost nothing priced.
+TEST(CostModel, PricesSoftCappedLogits) {
+  const ClusterSpec c = selene();
+  nn::GptConfig plain = gpt(8, 16, 1536);
+  plain.vocab_size = 256000;  // Gemma's: the head's pass is worth seeing
+  nn::GptConfig capped = plain;
+  capped.final_logit_softcap = 30.0;
+  capped.attn_logit_softcap = 50.0;
+  const ParallelConfig p = layout(2, 1, 16, 2, Recompute::None);
+  const Estimate a = estimate(plain, c, 32, 64, p), b = estimate(capped, c, 32, 64, p);
+  EXPECT_GT(b.step_time, a.step_time);
+  EXPECT_EQ(b.gemm_time, a.gemm_time);
+  EXPECT_EQ(b.model_flops_per_step, a.model_flops_per_step);
+  EXPECT_EQ(b.memory_bytes, a.memory_bytes);
+  nn::GptConfig scores_only = plain;
+  scores_only.attn_logit_softcap = 50.0;
+  EXPECT_EQ(estimate(scores_only, c, 32, 64, p).step_time, a.step_time);
+}
+
 // The two published PTD-P runs (Narayanan et al. 2021, Table 1) the cluster
 // file is checked against: fp16, full recomputation, s = 2048, V = 51200.
 TEST(CostModel, PredictsThePublishedPtdpRunsWithin15Percent) {
@@ -538,6 +559,19 @@ TEST(PlannerFiles, ClusterAndModelFilesAreValidated) {
   EXPECT_EQ(gemma3.full_attention_layers.size(), 10u);
   EXPECT_EQ(gemma3.window_of(59), 0);
   EXPECT_EQ(gemma3.window_of(60), 1024);
+  // Gemma 2 9B: 42 layers of q (4096 x 3584), k and v (2048 x 3584), o,
+  // the MLP (3 x 14336 x 3584) and four norms, plus the tied table of 256000
+  // and the final norm; every other layer global, and its soft caps (the
+  // logits' priced as a pass over them).
+  const nn::GptConfig gemma2 =
+      load_model_spec(std::string(TRIAD_SOURCE_DIR) + "/configs/models/gemma2_9b.yaml");
+  EXPECT_TRUE(gemma2.post_norms);
+  EXPECT_FALSE(gemma2.qk_norm);
+  EXPECT_EQ(gemma2.num_parameters(), 9'241'705'984);
+  EXPECT_EQ(gemma2.window_of(40), 4096);
+  EXPECT_EQ(gemma2.window_of(41), 0);
+  EXPECT_EQ(gemma2.attn_logit_softcap, 50.0);
+  EXPECT_EQ(gemma2.final_logit_softcap, 30.0);
   try {
     parse_model_spec(
         "{n_layer: 2, n_head: 4, n_kv_head: 3, d_model: 8, vocab_size: 10, "

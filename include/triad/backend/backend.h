@@ -96,6 +96,12 @@ class Backend {
   // GELU, tanh approximation.
   virtual void gelu_forward(const Tensor& x, Tensor& y) = 0;
   virtual void gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) = 0;
+  // Soft-capping (Gemma 2's): y = cap * tanh(x / cap) for cap > 0, so no
+  // |y| exceeds cap. x and y may be one tensor, and may be row-strided
+  // matrices of one row stride (matrix_ld: the head's padded logits).
+  virtual void soft_cap(const Tensor& x, double cap, Tensor& y) = 0;
+  // Its backward from the output: dx = dy * (1 - (y / cap)^2); contiguous.
+  virtual void soft_cap_backward(const Tensor& y, const Tensor& dy, double cap, Tensor& dx) = 0;
   // A gated linear unit over the last dimension: x (rows, 2F) = [a | b] ->
   // y (rows, F) = act(a) * b, act silu (SwiGLU: a * sigmoid(a)) or GELU's
   // tanh approximation (GeGLU). Backward: dx = [dy * b * act'(a) | dy *
@@ -225,9 +231,12 @@ class Backend {
   virtual void cross_entropy_forward(const Tensor& logits, const Tensor& targets,
                                      int64_t ignore_index, Tensor& losses, Tensor& lse) = 0;
   // dlogits = (softmax(logits) - onehot(target)) * dlosses[row]; ignored rows 0.
+  // softcap > 0: the logits hold soft-capped values z = softcap * tanh(x /
+  // softcap) (soft_cap, in place), and dlogits is the gradient with respect
+  // to x, each element times 1 - (z / softcap)^2; 0: no cap.
   virtual void cross_entropy_backward(const Tensor& logits, const Tensor& targets,
                                       const Tensor& lse, const Tensor& dlosses,
-                                      int64_t ignore_index, Tensor& dlogits) = 0;
+                                      int64_t ignore_index, Tensor& dlogits, double softcap) = 0;
 
   // Vocab-parallel cross entropy over a shard of the vocabulary: logits
   // (N, Vl) hold global columns [vocab_start, vocab_start + Vl), of which the
@@ -247,10 +256,10 @@ class Backend {
   virtual void vocab_ce_loss(const Tensor& global_max, const Tensor& target_logit,
                              const Tensor& sumexp, Tensor& losses) = 0;
   // Backward: dlogits = (exp(logit - max) / sumexp - onehot) * dloss[row];
-  // padding columns get 0.
+  // padding columns get 0; softcap as for cross_entropy_backward.
   virtual void vocab_ce_backward(const Tensor& logits, const Tensor& targets, int64_t vocab_start,
                                  int64_t valid, const Tensor& global_max, const Tensor& sumexp,
-                                 const Tensor& dloss, Tensor& dlogits) = 0;
+                                 const Tensor& dloss, Tensor& dlogits, double softcap) = 0;
 
   // y = x * keep / (1 - p), keep = philox_uniform(seed, stream, offset + i) >= p.
   // The same call maps dy to dx in backward.

@@ -10,9 +10,14 @@ namespace triad {
 // kv == q, grouped-query attention (GQA) 1 <= kv < q with kv dividing q,
 // multi-query attention kv == 1. The output (B, T, q * D) has the query
 // heads' width.
+//
+// It also carries the one score transform every attention path must apply
+// alike, Gemma 2's logit soft-capping: with softcap > 0 each scaled score s
+// becomes softcap * tanh(s / softcap) before the softmax (0: none).
 struct AttentionHeads {
   int64_t q = 0;
   int64_t kv = 0;
+  double softcap = 0.0;
 
   // Multi-head attention: one key/value head per query head. Implicit, so
   // that a plain head count reads as what it always meant.
@@ -24,10 +29,18 @@ struct AttentionHeads {
   // Heads across qkv's last dimension.
   int64_t fused() const { return q + 2 * kv; }
   bool grouped() const { return kv != q; }
+  bool capped() const { return softcap > 0.0; }
+  // These heads with the scores soft-capped at `cap`.
+  AttentionHeads with_softcap(double cap) const {
+    AttentionHeads h = *this;
+    h.softcap = cap;
+    return h;
+  }
 
   // The head dimension D of a qkv whose last dimension is `width`, checked
   // for `op`: throws ShapeError naming the numbers when the heads are not
-  // valid (q, kv >= 1, kv dividing q) or do not divide `width`.
+  // valid (q, kv >= 1, kv dividing q) or do not divide `width`, and
+  // ValueError when softcap is negative or not finite.
   int64_t head_dim(int64_t width, const char* op) const;
 };
 

@@ -127,10 +127,18 @@ struct GptConfig {
   // the change (rope_of's amplitude), so every attention kernel and the
   // key/value cache see it. 0: head_dim.
   double query_pre_attn_scalar = 0.0;
+  // Gemma 2's soft-capping (config keys model.attn_logit_softcap and
+  // model.final_logit_softcap): the attention's scaled scores, and the
+  // head's logits, each pass through cap * tanh(x / cap), so none exceeds
+  // the cap in size. 0: none.
+  double attn_logit_softcap = 0.0;
+  double final_logit_softcap = 0.0;
   bool rotary() const { return position_embedding == PositionEmbedding::Rotary; }
   int64_t kv_heads() const { return n_kv_head > 0 ? n_kv_head : n_head; }
   int64_t head_dim() const { return head_size > 0 ? head_size : d_model / n_head; }
-  AttentionHeads heads() const { return {n_head, kv_heads()}; }
+  AttentionHeads heads() const {
+    return AttentionHeads{n_head, kv_heads()}.with_softcap(attn_logit_softcap);
+  }
   // The query heads' width n_head * D (the attention's output, c_proj's
   // input): d_model unless model.head_dim sets D apart.
   int64_t q_width() const { return n_head * head_dim(); }

@@ -35,6 +35,10 @@ AddNorm add_rms_norm(const Tensor& x, const Tensor& residual, const Tensor& weig
 // Softmax over the last dimension.
 Tensor softmax(const Tensor& x);
 
+// Soft-capping (Gemma 2's): cap * tanh(x / cap), cap > 0, so no |value|
+// exceeds cap while small ones pass almost unchanged.
+Tensor soft_cap(const Tensor& x, double cap);
+
 // Causal multi-head self-attention with scale 1/sqrt(head_dim).
 // qkv (B, T, 3*C) = [q | k | v], each C = n_head * head_dim -> (B, T, C).
 // Grouped-query attention: heads {n_head, n_kv_head} with qkv (B, T,
@@ -90,8 +94,10 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
 // logits-sized buffer. Hence its graph can be walked only once (a second
 // backward with retain_graph is a NotSupportedError). The weight's gradient
 // is deferrable (zero-bubble W) like a linear layer's.
+// softcap > 0 (Gemma 2's final_logit_softcapping): the loss is over the
+// logits soft-capped, softcap * tanh(logits / softcap), in place.
 Tensor linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor& targets,
-                            int64_t ignore_index = -100);
+                            int64_t ignore_index = -100, double softcap = 0.0);
 // Elements from one row of linear_cross_entropy's logits to the next: V
 // rounded up to a multiple of 64.
 int64_t padded_logits_row(int64_t classes);
@@ -107,8 +113,12 @@ struct HeadLoss {
 // (the vocab-parallel cross entropy uses it too): logits = x @ weight^T in
 // padded rows, viewed (N, V) and handed to `loss_of`; backward has the loss
 // overwrite them with their gradient, then takes x's (now) and weight's
-// (deferrable) gradients from them. `op` names it in errors.
+// (deferrable) gradients from them. `op` names it in errors. softcap > 0:
+// the logits are soft-capped in place (Backend::soft_cap) before `loss_of`
+// sees them, and its backward must write the gradient with respect to the
+// uncapped logits (the backends' cross entropies take the cap for that).
 Tensor linear_head_loss(const char* op, const Tensor& x, const Tensor& weight,
-                        const std::function<HeadLoss(const Tensor& logits)>& loss_of);
+                        const std::function<HeadLoss(const Tensor& logits)>& loss_of,
+                        double softcap = 0.0);
 
 }  // namespace triad

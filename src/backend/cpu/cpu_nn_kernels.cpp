@@ -52,6 +52,28 @@ void row_scaled_exp(const T* row, int64_t n, int64_t width, T shift, T scale, T*
   for (int64_t j = n; j < width; ++j) out[j] = T(0);
 }
 
+// The soft cap's derivative at a capped value z: 1 - (z / cap)^2; 1 without
+// a cap (cap 0).
+template <class T>
+T cap_slope(T z, T cap) {
+  if (!(cap > T(0))) return T(1);
+  const T r = z / cap;
+  return T(1) - r * r;
+}
+
+// A cross entropy's gradient row over soft-capped logits z (cap > 0):
+// row_scaled_exp's, times each element's cap_slope (out may be row).
+template <class T>
+void row_scaled_exp_capped(const T* row, int64_t n, int64_t width, T shift, T scale, T cap,
+                           T* out) {
+  if (!(cap > T(0))) return row_scaled_exp(row, n, width, shift, scale, out);
+  for (int64_t j = 0; j < n; ++j) {
+    const T z = row[j];
+    out[j] = exp_fast(z - shift) * scale * cap_slope(z, cap);
+  }
+  for (int64_t j = n; j < width; ++j) out[j] = T(0);
+}
+
 }  // namespace
 
 // GELU(x) = 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3), written
@@ -90,6 +112,35 @@ void CpuBackend::gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) {
       const T du = k0 * (T(1) + T(3) * k1 * v * v);
       pdx[i] = pdy[i] * (s + T(2) * v * s * (T(1) - s) * du);
     }
+  });
+}
+
+void CpuBackend::soft_cap(const Tensor& x, double cap, Tensor& y) {
+  dispatch_float(x.dtype(), "soft_cap", [&](auto tag) {
+    using T = decltype(tag);
+    // Contiguous, or (the head's padded logits) one row stride for both.
+    const int64_t ld = same_row_stride(x, y, "soft_cap");
+    const int64_t cols = x.dim() ? x.size(-1) : 1, rows = cols ? x.numel() / cols : 0;
+    const T* px = x.data<T>();
+    T* py = y.data<T>();
+    const T c = static_cast<T>(cap), inv = static_cast<T>(1.0 / cap);
+#pragma omp parallel for schedule(static) if (rows * cols > 4096)
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t j = 0; j < cols; ++j) py[r * ld + j] = c * std::tanh(px[r * ld + j] * inv);
+    }
+  });
+}
+
+void CpuBackend::soft_cap_backward(const Tensor& y, const Tensor& dy, double cap, Tensor& dx) {
+  dispatch_float(y.dtype(), "soft_cap_backward", [&](auto tag) {
+    using T = decltype(tag);
+    const T* py = y.data<T>();
+    const T* pdy = dy.data<T>();
+    T* pdx = dx.data<T>();
+    const int64_t n = y.numel();
+    const T c = static_cast<T>(cap);
+#pragma omp parallel for simd schedule(static) if (n > 4096)
+    for (int64_t i = 0; i < n; ++i) pdx[i] = pdy[i] * cap_slope(py[i], c);
   });
 }
 
@@ -345,6 +396,7 @@ void CpuBackend::attention_forward(const Tensor& qkv, const AttentionHeads& head
     const int64_t B = qkv.size(0), Tn = qkv.size(1), C3 = qkv.size(2), n_head = heads.q;
     const int64_t hd = C3 / heads.fused(), C = n_head * hd, KV = heads.kv * hd;
     const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(hd)));
+    const T cap = static_cast<T>(heads.softcap);  // scores cap * tanh(s / cap), when > 0
     const T* base = qkv.data<T>();
     T* po = out.data<T>();
     T* pl = lse.data<T>();
@@ -367,6 +419,9 @@ void CpuBackend::attention_forward(const Tensor& qkv, const AttentionHeads& head
           for (int64_t i = 0; i < rows; ++i) {
             const int64_t t = r0 + i, lo = start_of(b, t) - kb, hi = t - kb;
             T* row = S.data() + i * w;
+            if (cap > 0) {
+              for (int64_t j = lo; j <= hi; ++j) row[j] = cap * std::tanh(row[j] / cap);
+            }
             T mx = -std::numeric_limits<T>::infinity();
 #pragma omp simd reduction(max : mx)
             for (int64_t j = lo; j <= hi; ++j) mx = std::max(mx, row[j]);
@@ -400,6 +455,7 @@ void CpuBackend::attention_backward(const Tensor& qkv, const Tensor& out, const 
     const int64_t hd = C3 / heads.fused(), C = n_head * hd, KV = heads.kv * hd;
     const int64_t G = heads.group();
     const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(hd)));
+    const T cap = static_cast<T>(heads.softcap);
     const T* base = qkv.data<T>();
     const T* po = out.data<T>();
     const T* pdo = dout.data<T>();
@@ -410,6 +466,8 @@ void CpuBackend::attention_backward(const Tensor& qkv, const Tensor& out, const 
     {
       std::vector<T> P(static_cast<size_t>(kAttnBlock * Tn)),
           dP(static_cast<size_t>(kAttnBlock * Tn));
+      // Soft-capped scores z: the cap's derivative 1 - (z / cap)^2 per score.
+      std::vector<T> dcap(cap > 0 ? static_cast<size_t>(kAttnBlock * Tn) : 0);
       // One task per key/value head: its dK and dV accumulate over the
       // query blocks of each query head in its group, in a fixed order.
 #pragma omp for schedule(dynamic)
@@ -440,6 +498,14 @@ void CpuBackend::attention_backward(const Tensor& qkv, const Tensor& out, const 
               const int64_t t = r0 + i, lo = start_of(b, t) - kb, hi = t - kb;
               const T l = pl[bh * Tn + t];
               T* row = P.data() + i * w;
+              if (cap > 0) {
+                T* drow = dcap.data() + i * w;
+                for (int64_t j = lo; j <= hi; ++j) {
+                  const T z = std::tanh(row[j] / cap);
+                  row[j] = cap * z;
+                  drow[j] = T(1) - z * z;
+                }
+              }
 #pragma omp simd
               for (int64_t j = lo; j <= hi; ++j) row[j] = exp_fast(row[j] - l);
               std::fill(row, row + lo, T(0));
@@ -460,6 +526,11 @@ void CpuBackend::attention_backward(const Tensor& qkv, const Tensor& out, const 
               const T Dt = static_cast<T>(D);
 #pragma omp simd
               for (int64_t j = lo; j <= hi; ++j) drow[j] = prow[j] * (drow[j] - Dt) * scale;
+              if (cap > 0) {
+                const T* crow = dcap.data() + i * w;
+#pragma omp simd
+                for (int64_t j = lo; j <= hi; ++j) drow[j] *= crow[j];
+              }
               std::fill(drow, drow + lo, T(0));
               std::fill(drow + hi + 1, drow + w, T(0));
             }
@@ -591,7 +662,7 @@ void CpuBackend::cross_entropy_forward(const Tensor& logits, const Tensor& targe
 
 void CpuBackend::cross_entropy_backward(const Tensor& logits, const Tensor& targets,
                                         const Tensor& lse, const Tensor& dlosses,
-                                        int64_t ignore_index, Tensor& dlogits) {
+                                        int64_t ignore_index, Tensor& dlogits, double softcap) {
   dispatch_float(logits.dtype(), "cross_entropy_backward", [&](auto tag) {
     using T = decltype(tag);
     const int64_t N = logits.size(0), V = logits.size(1);
@@ -606,8 +677,11 @@ void CpuBackend::cross_entropy_backward(const Tensor& logits, const Tensor& targ
       const int64_t t = load_index(targets, i);
       // Ignored rows: no gradient at all.
       const T g = t == ignore_index ? T(0) : pg[i];
-      row_scaled_exp(px + i * ld, V, V, ps[i], g, pd + i * ld);
-      if (t != ignore_index) pd[i * ld + t] -= g;
+      // (The target's slope is read before the row is overwritten.)
+      const T cap = static_cast<T>(softcap);
+      const T gt = t == ignore_index ? T(0) : g * cap_slope(px[i * ld + t], cap);
+      row_scaled_exp_capped(px + i * ld, V, V, ps[i], g, cap, pd + i * ld);
+      if (t != ignore_index) pd[i * ld + t] -= gt;
     }
   });
 }
@@ -662,7 +736,7 @@ void CpuBackend::vocab_ce_loss(const Tensor& global_max, const Tensor& target_lo
 
 void CpuBackend::vocab_ce_backward(const Tensor& logits, const Tensor& targets, int64_t vocab_start,
                                    int64_t valid, const Tensor& global_max, const Tensor& sumexp,
-                                   const Tensor& dloss, Tensor& dlogits) {
+                                   const Tensor& dloss, Tensor& dlogits, double softcap) {
   dispatch_float(logits.dtype(), "vocab_ce_backward", [&](auto tag) {
     using T = decltype(tag);
     const int64_t N = logits.size(0), V = logits.size(1);
@@ -674,9 +748,12 @@ void CpuBackend::vocab_ce_backward(const Tensor& logits, const Tensor& targets, 
     T* pd = dlogits.data<T>();
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < N; ++i) {
-      row_scaled_exp(px + i * ld, valid, V, pm[i], pg[i] / ps[i], pd + i * ld);
       const int64_t t = load_index(targets, i) - vocab_start;
-      if (t >= 0 && t < valid) pd[i * ld + t] -= pg[i];
+      const bool here = t >= 0 && t < valid;
+      const T cap = static_cast<T>(softcap);
+      const T gt = here ? pg[i] * cap_slope(px[i * ld + t], cap) : T(0);
+      row_scaled_exp_capped(px + i * ld, valid, V, pm[i], pg[i] / ps[i], cap, pd + i * ld);
+      if (here) pd[i * ld + t] -= gt;
     }
   });
 }

@@ -90,6 +90,21 @@ void HalfAdapter::gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) {
   w.finish();
 }
 
+void HalfAdapter::soft_cap(const Tensor& x, double cap, Tensor& y) {
+  Widen w(inner_);
+  // In place (the head's logits): one widened copy serves both.
+  Tensor o = same_data(x, y) ? w.inout(y) : w.out(y);
+  inner_.soft_cap(same_data(x, y) ? o : w.in(x), cap, o);
+  w.finish();
+}
+
+void HalfAdapter::soft_cap_backward(const Tensor& y, const Tensor& dy, double cap, Tensor& dx) {
+  Widen w(inner_);
+  Tensor o = w.out(dx);
+  inner_.soft_cap_backward(w.in(y), w.in(dy), cap, o);
+  w.finish();
+}
+
 void HalfAdapter::layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias,
                                      double eps, Tensor& y, Tensor& mean, Tensor& rstd) {
   Widen w(inner_);
@@ -176,12 +191,12 @@ void HalfAdapter::cross_entropy_forward(const Tensor& logits, const Tensor& targ
 
 void HalfAdapter::cross_entropy_backward(const Tensor& logits, const Tensor& targets,
                                          const Tensor& lse, const Tensor& dlosses,
-                                         int64_t ignore_index, Tensor& dlogits) {
+                                         int64_t ignore_index, Tensor& dlogits, double softcap) {
   Widen w(inner_);
   // In place (the gradient over the logits): one widened copy serves both.
   Tensor o = same_data(logits, dlogits) ? w.inout(dlogits) : w.out(dlogits);
   inner_.cross_entropy_backward(same_data(logits, dlogits) ? o : w.in(logits), targets, lse,
-                                dlosses, ignore_index, o);
+                                dlosses, ignore_index, o, softcap);
   w.finish();
 }
 
@@ -204,11 +219,12 @@ void HalfAdapter::vocab_ce_loss(const Tensor& global_max, const Tensor& target_l
 
 void HalfAdapter::vocab_ce_backward(const Tensor& logits, const Tensor& targets,
                                     int64_t vocab_start, int64_t valid, const Tensor& global_max,
-                                    const Tensor& sumexp, const Tensor& dloss, Tensor& dlogits) {
+                                    const Tensor& sumexp, const Tensor& dloss, Tensor& dlogits,
+                                    double softcap) {
   Widen w(inner_);
   Tensor o = same_data(logits, dlogits) ? w.inout(dlogits) : w.out(dlogits);
   inner_.vocab_ce_backward(same_data(logits, dlogits) ? o : w.in(logits), targets, vocab_start,
-                           valid, global_max, sumexp, dloss, o);
+                           valid, global_max, sumexp, dloss, o, softcap);
   w.finish();
 }
 

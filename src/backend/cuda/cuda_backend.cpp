@@ -24,6 +24,7 @@
 #include "kernels/embedding.h"
 #include "kernels/layernorm.h"
 #include "kernels/rotary.h"
+#include "kernels/soft_cap.h"
 #include "kernels/softmax.h"
 #include "op_profiler.h"
 #include "scalar_type.h"
@@ -638,6 +639,26 @@ void CudaBackend::gelu_forward(const Tensor& x, Tensor& y) {
   });
 }
 
+void CudaBackend::soft_cap(const Tensor& x, double cap, Tensor& y) {
+  // Contiguous, or (the head's padded logits) one row stride for both.
+  const int64_t ld = same_row_stride(x, y, "soft_cap");
+  const int64_t cols = x.dim() ? x.size(-1) : 1, rows = cols ? x.numel() / cols : 0;
+  DeviceState& s = state(y.device().index);
+  DeviceGuard g(s.index);
+  launch(s.index, s.stream, "soft_cap", [&] {
+    k::soft_cap(x.raw_data(), y.raw_data(), scalar(x.dtype()), rows, cols, ld, cap, s.stream);
+  });
+}
+
+void CudaBackend::soft_cap_backward(const Tensor& y, const Tensor& dy, double cap, Tensor& dx) {
+  DeviceState& s = state(dx.device().index);
+  DeviceGuard g(s.index);
+  launch(s.index, s.stream, "soft_cap_backward", [&] {
+    k::soft_cap_backward(y.raw_data(), dy.raw_data(), dx.raw_data(), scalar(y.dtype()), y.numel(),
+                         cap, s.stream);
+  });
+}
+
 void CudaBackend::glu_forward(const Tensor& x, Tensor& y, GluGate gate) {
   DeviceState& s = state(y.device().index);
   DeviceGuard g(s.index);
@@ -816,7 +837,8 @@ void CudaBackend::softmax_backward(const Tensor& y, const Tensor& dy, Tensor& dx
 
 namespace {
 k::AttentionShape attention_shape(const Tensor& qkv, const AttentionHeads& heads) {
-  return {qkv.size(0), qkv.size(1), qkv.size(2) / heads.fused() * heads.q, heads.q, heads.kv};
+  return {qkv.size(0), qkv.size(1), qkv.size(2) / heads.fused() * heads.q,
+          heads.q,     heads.kv,    heads.softcap};
 }
 
 cudnn_graph::AttentionProblem cudnn_problem(const k::AttentionShape& s, DType dtype) {
@@ -844,6 +866,8 @@ std::string cudnn_unavailable(DType dtype, const k::AttentionShape& shape, int d
     return "grouped-query attention (" + std::to_string(shape.kv_heads()) +
            " key/value heads for " + std::to_string(shape.NH) +
            " query heads) is not wired to the cuDNN graph";
+  if (shape.softcap > 0)
+    return "its graph has no logit soft-capping (softcap " + std::to_string(shape.softcap) + ")";
   return cudnn_attention_unavailable(cudnn_problem(shape, dtype), sm_major(device));
 }
 
@@ -1146,7 +1170,7 @@ void CudaBackend::cross_entropy_forward(const Tensor& logits, const Tensor& targ
 
 void CudaBackend::cross_entropy_backward(const Tensor& logits, const Tensor& targets,
                                          const Tensor& lse, const Tensor& dlosses,
-                                         int64_t ignore_index, Tensor& dlogits) {
+                                         int64_t ignore_index, Tensor& dlogits, double softcap) {
   require_nn("cross_entropy_backward", logits.dtype());
   require_index("cross_entropy_backward", targets);
   // Padded rows: dlogits takes the logits' layout (and may be the logits).
@@ -1157,7 +1181,7 @@ void CudaBackend::cross_entropy_backward(const Tensor& logits, const Tensor& tar
     k::cross_entropy_backward(logits.raw_data(), scalar(logits.dtype()), targets.raw_data(),
                               targets.dtype() == DType::I64, lse.data<float>(),
                               dlosses.data<float>(), logits.size(0), logits.size(1), ld,
-                              ignore_index, dlogits.raw_data(), s.stream);
+                              ignore_index, softcap, dlogits.raw_data(), s.stream);
   });
 }
 
@@ -1208,7 +1232,8 @@ void CudaBackend::vocab_ce_loss(const Tensor& global_max, const Tensor& target_l
 
 void CudaBackend::vocab_ce_backward(const Tensor& logits, const Tensor& targets,
                                     int64_t vocab_start, int64_t valid, const Tensor& global_max,
-                                    const Tensor& sumexp, const Tensor& dloss, Tensor& dlogits) {
+                                    const Tensor& sumexp, const Tensor& dloss, Tensor& dlogits,
+                                    double softcap) {
   require_nn("vocab_ce_backward", logits.dtype());
   require_index("vocab_ce_backward", targets);
   const int64_t ld = same_row_stride(logits, dlogits, "vocab_ce_backward");
@@ -1218,7 +1243,7 @@ void CudaBackend::vocab_ce_backward(const Tensor& logits, const Tensor& targets,
     k::vocab_ce_backward(logits.raw_data(), scalar(logits.dtype()), targets.raw_data(),
                          targets.dtype() == DType::I64, logits.size(0), logits.size(1), ld,
                          vocab_start, valid, global_max.data<float>(), sumexp.data<float>(),
-                         dloss.data<float>(), dlogits.raw_data(), s.stream);
+                         dloss.data<float>(), softcap, dlogits.raw_data(), s.stream);
   });
 }
 
@@ -1402,7 +1427,7 @@ bool tune_attention(int device, DType dtype, int64_t batch, int64_t seq_len, int
     throw NotSupportedError("tune_attention: cuda:" + std::to_string(device) + " is not visible (" +
                             std::to_string(device_count()) + " device(s))");
   }
-  const k::AttentionShape shape{batch, seq_len, d_model, heads.q, heads.kv};
+  const k::AttentionShape shape{batch, seq_len, d_model, heads.q, heads.kv, heads.softcap};
   const k::Status ok = k::check_attention(detail::scalar(dtype), shape);
   if (!ok.ok) throw ValueError("tune_attention: " + ok.reason);
   return detail::tune_attention(device, dtype, shape, out);
@@ -1413,7 +1438,7 @@ std::string attention_kernel_unavailable(AttentionKernel kernel, DType dtype, in
   namespace k = triad::kernels;
   if (dtype != DType::F32 && dtype != DType::BF16 && dtype != DType::F16)
     return std::string("attention takes f32, bf16 or f16, not ") + dtype_name(dtype);
-  const k::AttentionShape shape{1, seq_len, d_model, heads.q, heads.kv};
+  const k::AttentionShape shape{1, seq_len, d_model, heads.q, heads.kv, heads.softcap};
   const k::ScalarType type = detail::scalar(dtype);
   const k::Status base = k::check_attention(type, shape);
   if (!base.ok) return base.reason;

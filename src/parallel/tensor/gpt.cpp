@@ -348,7 +348,8 @@ Tensor TensorParallelGpt::block_forward(int64_t i, const Tensor& x,
   const int shard = sp_ ? group_->rank() : 0;
   Tensor qkv = L.c_attn->forward(L.ln_1->forward(x));  // the whole sequence, local heads
   const int64_t t = group_->size();
-  const AttentionHeads heads{cfg_.n_head / t, cfg_.kv_heads() / t};  // this rank's
+  const AttentionHeads heads = AttentionHeads{cfg_.n_head / t, cfg_.kv_heads() / t}.with_softcap(
+      cfg_.attn_logit_softcap);  // this rank's
   if (L.q_norm) qkv = nn::norm_query_key_heads(qkv, heads, *L.q_norm, *L.k_norm);
   if (cfg_.rotary()) {
     const nn::GptConfig::Rope rope = cfg_.rope_of(i);
@@ -387,7 +388,7 @@ Tensor TensorParallelGpt::head_loss(const Tensor& hidden, const Tensor& targets)
   Tensor y = ln_f_->forward(hidden);
   Tensor full = sp_ ? gather_from_sequence_region(y, group_) : copy_to_region(y, group_);
   return vocab_parallel_linear_cross_entropy(full, head_->weight(), targets, head_->vocab_start(),
-                                             head_->valid_rows(), group_);
+                                             head_->valid_rows(), group_, cfg_.final_logit_softcap);
 }
 
 nn::ForwardContext TensorParallelGpt::with_documents(const Tensor& ids,
@@ -415,7 +416,8 @@ Tensor TensorParallelGpt::logits(const Tensor& ids, const nn::ForwardContext& in
   if (sp_) y = all_gather_along(y, 1, group_);
   Tensor local = linear(y, head_->weight());
   Tensor all = all_gather_along(local, -1, group_);
-  return contiguous(narrow(all, -1, 0, cfg_.vocab_size));
+  Tensor out = contiguous(narrow(all, -1, 0, cfg_.vocab_size));
+  return cfg_.final_logit_softcap > 0 ? soft_cap(out, cfg_.final_logit_softcap) : out;
 }
 
 }  // namespace triad::tp

@@ -127,6 +127,7 @@ struct VocabCrossEntropy {
   // the others, 0 for them ((N), on the logits' device); undefined: 1/N.
   Tensor row_weight;
   int64_t vocab_start = 0, valid = 0;
+  double softcap = 0.0;  // > 0: the logits are soft-capped (the gradient is the uncapped ones')
 
   // dlogits (the logits' layout; may be the logits) from the loss's gradient.
   void backward(const Tensor& g, const Tensor& logits, Tensor& dlogits) const {
@@ -142,7 +143,7 @@ struct VocabCrossEntropy {
       backend_for(dl).affine(dl, 1.0 / static_cast<double>(N), 0.0, dl);
     }
     backend_for(logits).vocab_ce_backward(logits, targets, vocab_start, valid, gmax, sumexp, dl,
-                                          dlogits);
+                                          dlogits, softcap);
   }
 };
 
@@ -233,17 +234,23 @@ Tensor vocab_parallel_cross_entropy(const Tensor& logits, const Tensor& targets,
 
 Tensor vocab_parallel_linear_cross_entropy(const Tensor& x, const Tensor& weight,
                                            const Tensor& targets, int64_t vocab_start,
-                                           int64_t valid, const dist::ProcessGroupPtr& group) {
+                                           int64_t valid, const dist::ProcessGroupPtr& group,
+                                           double softcap) {
   const char* op = "vocab_parallel_linear_cross_entropy";
   const int64_t C = x.dim() ? x.size(-1) : 0;
   check_vocab_targets(op, targets, C ? x.numel() / C : 0, x);
-  return linear_head_loss(op, x, weight, [&](const Tensor& logits) {
-    Tensor loss;
-    VocabCrossEntropy ce = vocab_cross_entropy(logits, targets, vocab_start, valid, group, &loss);
-    return HeadLoss{loss, [ce = std::move(ce)](const Tensor& g, Tensor& dlogits) {
-                      ce.backward(g, dlogits, dlogits);
-                    }};
-  });
+  return linear_head_loss(
+      op, x, weight,
+      [&](const Tensor& logits) {
+        Tensor loss;
+        VocabCrossEntropy ce =
+            vocab_cross_entropy(logits, targets, vocab_start, valid, group, &loss);
+        ce.softcap = softcap;
+        return HeadLoss{loss, [ce = std::move(ce)](const Tensor& g, Tensor& dlogits) {
+                          ce.backward(g, dlogits, dlogits);
+                        }};
+      },
+      softcap);
 }
 
 }  // namespace triad::tp

@@ -300,13 +300,15 @@ TEST_P(TensorParallelGptTest, PackedDocumentsMatchOneProcess) {
 // summed over the ranks with or without sequence parallelism. Gemma 3's
 // post-norms act on the row-parallel layers' reduced outputs (under
 // sequence parallelism each rank's tokens), replicated as ln_1 and ln_2;
-// its windowed layer turns by a RoPE base of its own.
+// its windowed layer turns by a RoPE base of its own. Gemma 2's soft caps
+// act on each rank's heads' scores and each vocabulary shard's logits.
 TEST_P(TensorParallelGptTest, LlamaOptionsMatchOneProcess) {
   const int64_t V = 300;
   for (const std::string variant :
        {"rope", "rope, packed documents", "swiglu, F 24", "geglu, F 24", "gemma's blocks",
-        "gemma 3's blocks, sliding window on layer 0 only", "rmsnorm, rope, swiglu, no biases",
-        "rmsnorm, rope, swiglu, no biases, untied head",
+        "gemma 3's blocks, sliding window on layer 0 only",
+        "gemma 2's blocks, soft caps, sliding window on layer 0 only",
+        "rmsnorm, rope, swiglu, no biases", "rmsnorm, rope, swiglu, no biases, untied head",
         "rmsnorm, rope, swiglu, no biases, grouped-query attention",
         "rmsnorm, rope, swiglu, no biases, grouped-query attention, qkv biases",
         "rmsnorm, rope, swiglu, no biases, grouped-query attention, qk norm, heads of 6",
@@ -348,6 +350,15 @@ TEST_P(TensorParallelGptTest, LlamaOptionsMatchOneProcess) {
         cfg.rope_scaling.kind = RopeScaling::Kind::Linear;
         cfg.rope_scaling.factor = 2.0;
         cfg.query_pre_attn_scalar = 10.0;  // scores over sqrt(10), not sqrt(6)
+      }
+      if (variant.rfind("gemma 2", 0) == 0) {
+        // Post-norms, and soft caps of about the size of the tiny model's
+        // scores and logits (the vocabulary-parallel loss caps each shard).
+        cfg.post_norms = true;
+        cfg.sliding_window = 3;
+        cfg.full_attention_layers = {1};
+        cfg.attn_logit_softcap = 0.01;
+        cfg.final_logit_softcap = 0.1;
       }
     } else if (variant == "swiglu, F 24" || variant == "geglu, F 24") {
       cfg.activation = variant[0] == 's' ? nn::Activation::SwiGlu : nn::Activation::GeGlu;

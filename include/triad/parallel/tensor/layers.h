@@ -94,9 +94,12 @@ Tensor vocab_parallel_cross_entropy(const Tensor& logits, const Tensor& targets,
                                     const dist::ProcessGroupPtr& group);
 // The head and that loss in one op (linear_head_loss): this rank's logits
 // x @ weight^T (weight its vocabulary shard) in padded rows, overwritten by
-// their gradient in backward — what the GPT's last stage runs.
+// their gradient in backward — what the GPT's last stage runs. softcap > 0
+// soft-caps the logits first (linear_cross_entropy's softcap); the padding
+// columns past `valid` are capped too and stay out of the loss.
 Tensor vocab_parallel_linear_cross_entropy(const Tensor& x, const Tensor& weight,
                                            const Tensor& targets, int64_t vocab_start,
-                                           int64_t valid, const dist::ProcessGroupPtr& group);
+                                           int64_t valid, const dist::ProcessGroupPtr& group,
+                                           double softcap = 0.0);
 
 }  // namespace triad::tp
