@@ -373,10 +373,14 @@ TEST(CudaKernels, AttentionWithLogitSoftCapping) {
 TEST(CudaKernels, SoftCapInEveryLayout) {
   const std::vector<testing::OpCase> cases = {
       {"soft_cap_packs",
-       [](DType d) { return std::vector<Tensor>{randn({7, 151}, 3, 1, 3.0, d)}; },
+       [](DType d) {
+         return std::vector<Tensor>{randn({7, 151}, 3, 1, 3.0, d)};
+       },
        [](const std::vector<Tensor>& x) { return soft_cap(x[0], 2.0); }},
       {"soft_cap_misaligned",
-       [](DType d) { return std::vector<Tensor>{randn({7, 151}, 3, 2, 3.0, d)}; },
+       [](DType d) {
+         return std::vector<Tensor>{randn({7, 151}, 3, 2, 3.0, d)};
+       },
        [](const std::vector<Tensor>& x) { return soft_cap(misaligned(x[0]), 2.0); }},
       {"linear_cross_entropy_softcap_rows",
        [](DType d) {
@@ -386,9 +390,8 @@ TEST(CudaKernels, SoftCapInEveryLayout) {
        [](const std::vector<Tensor>& x) {
          std::vector<int64_t> t(120);
          for (int64_t i = 0; i < 120; ++i) t[i] = (i * 37) % 301;
-         return linear_cross_entropy(x[0], x[1],
-                                     to_device(from_vector(t, {3, 40}), x[0].device()), -100,
-                                     1.5);
+         return linear_cross_entropy(x[0], x[1], to_device(from_vector(t, {3, 40}), x[0].device()),
+                                     -100, 1.5);
        }}};
   for (const testing::OpCase& c : cases) {
     for (DType dtype : {DType::F64, DType::F32, DType::BF16}) {
