@@ -32,7 +32,7 @@ constexpr int64_t kFusedMaxC = 48 * 1024 / (2 * kFusedWarps * int64_t(sizeof(flo
 template <class T, int V>
 __global__ void ln_forward_kernel(const T* x, const T* w, const T* b, T* y, float* mean,
                                   float* rstd, int64_t N, int64_t C, float eps, const T* residual,
-                                  T* sum) {
+                                  T* sum, float woff) {
   const int64_t row = blockIdx.x * int64_t(kRowsPerBlock) + (threadIdx.x >> 5);
   const int lane = threadIdx.x & 31;
   if (row >= N) return;
@@ -75,7 +75,7 @@ __global__ void ln_forward_kernel(const T* x, const T* w, const T* b, T* y, floa
     load_n<V>(xr, i, xv);
     load_n<V>(w, i, wv);
     if (!rms) load_n<V>(b, i, bv);
-    for (int k = 0; k < V; ++k) xv[k] = (xv[k] - mu) * rs * wv[k] + bv[k];
+    for (int k = 0; k < V; ++k) xv[k] = (xv[k] - mu) * rs * (wv[k] + woff) + bv[k];
     store_n<V>(yr, i, xv);
   }
   if (lane == 0) {
@@ -101,7 +101,7 @@ template <int V, class T, class F>
 __device__ __forceinline__ void ln_backward_row(const T* dy, const T* x, const T* w,
                                                 const float* mean, const float* rstd, T* dx,
                                                 int64_t C, const T* dsum, int64_t row, int lane,
-                                                F&& each) {
+                                                float woff, F&& each) {
   const T* xr = x + row * C;
   const T* gr = dy + row * C;
   const float mu = mean ? mean[row] : 0.0f, rs = rstd[row];
@@ -112,7 +112,7 @@ __device__ __forceinline__ void ln_backward_row(const T* dy, const T* x, const T
     load_n<V>(xr, i, xv);
     load_n<V>(w, i, wv);
     for (int k = 0; k < V; ++k) {
-      const float gw = g[k] * wv[k];
+      const float gw = g[k] * (wv[k] + woff);
       mg += gw;
       mgx += gw * (xv[k] - mu) * rs;
     }
@@ -130,7 +130,7 @@ __device__ __forceinline__ void ln_backward_row(const T* dy, const T* x, const T
     for (int k = 0; k < V; ++k) {
       const float xhat = (xv[k] - mu) * rs;
       each(slot + k, g[k], xhat);
-      xv[k] = rs * (g[k] * wv[k] - mg - xhat * mgx) + extra[k];
+      xv[k] = rs * (g[k] * (wv[k] + woff) - mg - xhat * mgx) + extra[k];
     }
     store_n<V>(out, i, xv);
   }
@@ -138,11 +138,11 @@ __device__ __forceinline__ void ln_backward_row(const T* dy, const T* x, const T
 
 template <class T, int V>
 __global__ void ln_backward_dx_kernel(const T* dy, const T* x, const T* w, const float* mean,
-                                      const float* rstd, T* dx, int64_t N, int64_t C,
-                                      const T* dsum) {
+                                      const float* rstd, T* dx, int64_t N, int64_t C, const T* dsum,
+                                      float woff) {
   const int64_t row = blockIdx.x * int64_t(kRowsPerBlock) + (threadIdx.x >> 5);
   if (row >= N) return;
-  ln_backward_row<V>(dy, x, w, mean, rstd, dx, C, dsum, row, threadIdx.x & 31,
+  ln_backward_row<V>(dy, x, w, mean, rstd, dx, C, dsum, row, threadIdx.x & 31, woff,
                      [](int64_t, float, float) {});
 }
 
@@ -154,7 +154,7 @@ template <class T, int V>
 __global__ void __launch_bounds__(32 * kFusedWarps)
     ln_backward_fused_kernel(const T* dy, const T* x, const T* w, const float* mean,
                              const float* rstd, T* dx, int64_t N, int64_t C, const T* dsum,
-                             float* part_w, float* part_b) {
+                             float* part_w, float* part_b, float woff) {
   extern __shared__ float sums[];  // [warp][2][slot][lane]: the weight, then bias sums
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int64_t slice = slots_per_lane(C, V) * 32;
@@ -166,7 +166,7 @@ __global__ void __launch_bounds__(32 * kFusedWarps)
   for (int64_t i = lane; i < per_warp * slice; i += 32) sw[i] = 0.0f;
   const int64_t stride = int64_t(gridDim.x) * kFusedWarps;
   for (int64_t row = blockIdx.x * int64_t(kFusedWarps) + warp; row < N; row += stride) {
-    ln_backward_row<V>(dy, x, w, mean, rstd, dx, C, dsum, row, lane,
+    ln_backward_row<V>(dy, x, w, mean, rstd, dx, C, dsum, row, lane, woff,
                        [sw, sb, lane](int64_t slot, float g, float xhat) {
                          sw[slot * 32 + lane] += g * xhat;
                          if (sb) sb[slot * 32 + lane] += g;
@@ -270,7 +270,7 @@ namespace {
 // Both norms' forward (RMSNorm: mean and bias null); `name` for errors.
 void norm_forward(const char* name, const void* x, const void* weight, const void* bias, void* y,
                   float* mean, float* rstd, ScalarType type, int64_t N, int64_t C, double eps,
-                  cudaStream_t stream, const void* residual, void* sum) {
+                  cudaStream_t stream, const void* residual, void* sum, double weight_offset) {
   require(check_layer_norm(type, N, C, eps), name);
   if (residual && !sum)
     throw std::invalid_argument(std::string(name) + ": a residual needs a sum output");
@@ -282,7 +282,7 @@ void norm_forward(const char* name, const void* x, const void* weight, const voi
       ln_forward_kernel<T, decltype(v)::value><<<blocks, 32 * kRowsPerBlock, 0, stream>>>(
           static_cast<const T*>(x), static_cast<const T*>(weight), static_cast<const T*>(bias),
           static_cast<T*>(y), mean, rstd, N, C, static_cast<float>(eps),
-          static_cast<const T*>(residual), static_cast<T*>(sum));
+          static_cast<const T*>(residual), static_cast<T*>(sum), static_cast<float>(weight_offset));
     };
     if (C % kPack<T> == 0 && pack_aligned(x) && pack_aligned(weight) && pack_aligned(bias) &&
         pack_aligned(y) && pack_aligned(residual) && pack_aligned(sum)) {
@@ -308,7 +308,7 @@ int64_t partial_rows(int64_t N, int64_t C) {
 void norm_backward(const char* name, const void* dy, const void* x, const void* weight,
                    const float* mean, const float* rstd, void* dx, void* dweight, void* dbias,
                    ScalarType type, int64_t N, int64_t C, void* workspace, cudaStream_t stream,
-                   const void* dsum, bool f32_param_grads, double beta) {
+                   const void* dsum, bool f32_param_grads, double beta, double weight_offset) {
   require(check_layer_norm(type, N, C, 1.0), name);
   if (!workspace) throw std::invalid_argument(std::string(name) + ": workspace is null");
   const int64_t chunks = partial_rows(N, C);
@@ -332,11 +332,12 @@ void norm_backward(const char* name, const void* dy, const void* x, const void* 
             sizeof(float);
         ln_backward_fused_kernel<T, V>
             <<<static_cast<unsigned>(chunks), 32 * kFusedWarps, smem, stream>>>(
-                pdy, px, pw, mean, rstd, pdx, N, C, pds, part_w, part_b);
+                pdy, px, pw, mean, rstd, pdx, N, C, pds, part_w, part_b,
+                static_cast<float>(weight_offset));
       } else if (N > 0) {
         const unsigned blocks = static_cast<unsigned>((N + kRowsPerBlock - 1) / kRowsPerBlock);
-        ln_backward_dx_kernel<T, V>
-            <<<blocks, 32 * kRowsPerBlock, 0, stream>>>(pdy, px, pw, mean, rstd, pdx, N, C, pds);
+        ln_backward_dx_kernel<T, V><<<blocks, 32 * kRowsPerBlock, 0, stream>>>(
+            pdy, px, pw, mean, rstd, pdx, N, C, pds, static_cast<float>(weight_offset));
       }
     };
     auto launch_partials = [&](auto v) {
@@ -381,7 +382,7 @@ void layer_norm_forward(const void* x, const void* weight, const void* bias, voi
                         cudaStream_t stream, const void* residual, void* sum) {
   if (!mean || !bias) throw std::invalid_argument("layer_norm_forward: mean and bias are null");
   norm_forward("layer_norm_forward", x, weight, bias, y, mean, rstd, type, N, C, eps, stream,
-               residual, sum);
+               residual, sum, 0.0);
 }
 
 void layer_norm_backward(const void* dy, const void* x, const void* weight, const float* mean,
@@ -390,22 +391,22 @@ void layer_norm_backward(const void* dy, const void* x, const void* weight, cons
                          const void* dsum, bool f32_param_grads, double beta) {
   if (!mean || !dbias) throw std::invalid_argument("layer_norm_backward: mean and dbias are null");
   norm_backward("layer_norm_backward", dy, x, weight, mean, rstd, dx, dweight, dbias, type, N, C,
-                workspace, stream, dsum, f32_param_grads, beta);
+                workspace, stream, dsum, f32_param_grads, beta, 0.0);
 }
 
 void rms_norm_forward(const void* x, const void* weight, void* y, float* rstd, ScalarType type,
                       int64_t N, int64_t C, double eps, cudaStream_t stream, const void* residual,
-                      void* sum) {
+                      void* sum, double weight_offset) {
   norm_forward("rms_norm_forward", x, weight, nullptr, y, nullptr, rstd, type, N, C, eps, stream,
-               residual, sum);
+               residual, sum, weight_offset);
 }
 
 void rms_norm_backward(const void* dy, const void* x, const void* weight, const float* rstd,
                        void* dx, void* dweight, ScalarType type, int64_t N, int64_t C,
                        void* workspace, cudaStream_t stream, const void* dsum, bool f32_param_grads,
-                       double beta) {
+                       double beta, double weight_offset) {
   norm_backward("rms_norm_backward", dy, x, weight, nullptr, rstd, dx, dweight, nullptr, type, N, C,
-                workspace, stream, dsum, f32_param_grads, beta);
+                workspace, stream, dsum, f32_param_grads, beta, weight_offset);
 }
 
 }  // namespace triad::kernels

@@ -36,16 +36,18 @@ void layer_norm_backward(const void* dy, const void* x, const void* weight, cons
                          double beta = 0.0);
 
 // RMSNorm (LLaMA's), LayerNorm's kernels with the mean taken as 0 and no
-// bias: y = x * rstd * w, rstd = 1/sqrt(mean(x^2) + eps) in f32. The
+// bias: y = x * rstd * (weight_offset + w), rstd = 1/sqrt(mean(x^2) + eps),
+// in f32 (Gemma's 1 + w is formed there, never rounded to the type). The
 // residual add, workspace (layer_norm_backward_workspace), dsum,
 // f32_param_grads and beta as for LayerNorm; dweight gets the weight's
-// gradient in the same fixed order.
+// gradient in the same fixed order (the offset has none).
 void rms_norm_forward(const void* x, const void* weight, void* y, float* rstd, ScalarType type,
                       int64_t N, int64_t C, double eps, cudaStream_t stream,
-                      const void* residual = nullptr, void* sum = nullptr);
+                      const void* residual = nullptr, void* sum = nullptr,
+                      double weight_offset = 0.0);
 void rms_norm_backward(const void* dy, const void* x, const void* weight, const float* rstd,
                        void* dx, void* dweight, ScalarType type, int64_t N, int64_t C,
                        void* workspace, cudaStream_t stream, const void* dsum = nullptr,
-                       bool f32_param_grads = false, double beta = 0.0);
+                       bool f32_param_grads = false, double beta = 0.0, double weight_offset = 0.0);
 
 }  // namespace triad::kernels

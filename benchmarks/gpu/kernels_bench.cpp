@@ -101,14 +101,15 @@ int main(int argc, char** argv) {
   // RMSNorm (LLaMA's) and its fused residual add: LayerNorm's kernels
   // without the mean and the bias; the weight's f32 gradient as in training.
   Tensor dw32 = triad::empty({C}, DType::F32, gpu);
-  report("rms_norm_forward", time_ms([&] { be.rms_norm_forward(x, w, 1e-5, y, rstd); }, iters),
+  report("rms_norm_forward", time_ms([&] { be.rms_norm_forward(x, w, 1e-5, y, rstd, 0.0); }, iters),
          2 * N * C * h, 0);
   report("add_rms_norm_forward",
-         time_ms([&] { be.add_rms_norm_forward(x, r, w, 1e-5, hsum, y, rstd); }, iters),
+         time_ms([&] { be.add_rms_norm_forward(x, r, w, 1e-5, hsum, y, rstd, 0.0); }, iters),
          4 * N * C * h, 0);
-  report("add_rms_norm_backward",
-         time_ms([&] { be.rms_norm_backward_into(y, &r, hsum, w, rstd, dx, dw32, 0.0); }, iters),
-         5 * N * C * h, 0);
+  report(
+      "add_rms_norm_backward",
+      time_ms([&] { be.rms_norm_backward_into(y, &r, hsum, w, rstd, dx, dw32, 0.0, 0.0); }, iters),
+      5 * N * C * h, 0);
   Tensor a4 = rnd({N, 4 * C}, 4), g4 = triad::empty({N, 4 * C}, bf, gpu);
   report("gelu_forward", time_ms([&] { be.gelu_forward(a4, g4); }, iters), 2 * N * 4 * C * h, 0);
   report("gelu_backward", time_ms([&] { be.gelu_backward(a4, g4, g4); }, iters), 3 * N * 4 * C * h,

@@ -211,19 +211,21 @@ void Backend::layer_norm_backward_into(const Tensor& dy, const Tensor* dh, const
 }
 
 void Backend::add_rms_norm_forward(const Tensor& x, const Tensor& residual, const Tensor& weight,
-                                   double eps, Tensor& h, Tensor& y, Tensor& rstd) {
+                                   double eps, Tensor& h, Tensor& y, Tensor& rstd,
+                                   double weight_offset) {
   binary(BinaryOp::Add, x, residual, h);
-  rms_norm_forward(h, weight, eps, y, rstd);
+  rms_norm_forward(h, weight, eps, y, rstd, weight_offset);
 }
 
 void Backend::rms_norm_backward_into(const Tensor& dy, const Tensor* dh, const Tensor& x,
                                      const Tensor& weight, const Tensor& rstd, Tensor& dx,
-                                     Tensor& dweight, double beta) {
+                                     Tensor& dweight, double beta, double weight_offset) {
   check_grad_buffer("rms_norm_backward_into", x.dtype(), dweight, weight.shape());
-  norm_backward_into_widened(
-      *this, dy, dh, x, weight, dx, {&dweight}, beta,
-      [&](const Tensor& g, const Tensor& xw, const Tensor& w, Tensor& dxw,
-          std::vector<Tensor>& grads) { rms_norm_backward(g, xw, w, rstd, dxw, grads[0]); });
+  norm_backward_into_widened(*this, dy, dh, x, weight, dx, {&dweight}, beta,
+                             [&](const Tensor& g, const Tensor& xw, const Tensor& w, Tensor& dxw,
+                                 std::vector<Tensor>& grads) {
+                               rms_norm_backward(g, xw, w, rstd, dxw, grads[0], weight_offset);
+                             });
 }
 
 void Backend::embedding_backward_into(const Tensor& ids, const Tensor& dout, Tensor& dweight,

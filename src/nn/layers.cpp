@@ -42,12 +42,15 @@ Tensor LayerNorm::scale() const {
   return affine(weight_, 1.0, 1.0);
 }
 
+// RMSNorm's kernels add the offset to the weight themselves (in f32);
+// LayerNorm's take the sum as a tensor.
 Tensor LayerNorm::forward(const Tensor& x) const {
-  return rms_ ? rms_norm(x, scale(), eps_) : layer_norm(x, scale(), bias_, eps_);
+  if (rms_) return rms_norm(x, weight_, eps_, unit_offset_ ? 1.0 : 0.0);
+  return layer_norm(x, scale(), bias_, eps_);
 }
 
 AddNorm LayerNorm::forward_add(const Tensor& x, const Tensor& residual) const {
-  if (rms_) return add_rms_norm(x, residual, scale(), eps_);
+  if (rms_) return add_rms_norm(x, residual, weight_, eps_, unit_offset_ ? 1.0 : 0.0);
   return add_layer_norm(x, residual, scale(), bias_, eps_);
 }
 

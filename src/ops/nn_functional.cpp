@@ -116,7 +116,12 @@ void check_softcap(const char* op, double cap) {
   }
 }
 
-int64_t check_rms_norm_args(const char* op, const Tensor& x, const Tensor& weight, double eps) {
+int64_t check_rms_norm_args(const char* op, const Tensor& x, const Tensor& weight, double eps,
+                            double weight_offset) {
+  if (!std::isfinite(weight_offset)) {
+    throw ValueError(std::string(op) + ": weight offset " + std::to_string(weight_offset) +
+                     " must be finite");
+  }
   detail::check_floating(x, op, "x");
   detail::check_same(x, weight, op);
   const int64_t C = x.dim() ? x.size(-1) : 0;
@@ -134,15 +139,15 @@ int64_t check_rms_norm_args(const char* op, const Tensor& x, const Tensor& weigh
 // `fused`. A leaf weight's gradient goes straight into .grad (f32 for a
 // half weight); otherwise it is formed in the weight's dtype.
 autograd::BackwardFn rms_norm_backward_fn(const Tensor& xc, const Tensor& wc, const Tensor& rs,
-                                          const Tensor& weight, bool fused) {
+                                          const Tensor& weight, bool fused, double offset) {
   const Tensor leaf = weight.requires_grad() && weight.is_leaf() ? weight : Tensor();
-  return [xc, wc, rs, leaf, fused](const TensorList& g) -> TensorList {
+  return [xc, wc, rs, leaf, fused, offset](const TensorList& g) -> TensorList {
     Tensor dy = contiguous(g[fused ? 1 : 0]);
     Tensor dh = fused ? contiguous(g[0]) : Tensor();
     Tensor dx = empty_like(xc);
     Backend& be = backend_for(xc);
     auto run = [&](Tensor& dw, double beta) {
-      be.rms_norm_backward_into(dy, fused ? &dh : nullptr, xc, wc, rs, dx, dw, beta);
+      be.rms_norm_backward_into(dy, fused ? &dh : nullptr, xc, wc, rs, dx, dw, beta, offset);
     };
     Tensor dw;
     if (!autograd::accumulate_into_leaf_grad(leaf, run)) {
@@ -155,19 +160,21 @@ autograd::BackwardFn rms_norm_backward_fn(const Tensor& xc, const Tensor& wc, co
 }
 }  // namespace
 
-Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps) {
-  const int64_t C = check_rms_norm_args("rms_norm", x, weight, eps);
+Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps, double weight_offset) {
+  const int64_t C = check_rms_norm_args("rms_norm", x, weight, eps, weight_offset);
   Tensor xc = contiguous(x).detach(), wc = contiguous(weight).detach();
   const int64_t rows = C ? x.numel() / C : 0;
   Tensor y = empty_like(xc);
   Tensor rs = empty({rows}, stat_dtype(x.dtype()), x.device());
-  backend_for(x).rms_norm_forward(xc, wc, eps, y, rs);
-  record("rms_norm", {x, weight}, {y}, rms_norm_backward_fn(xc, wc, rs, weight, false));
+  backend_for(x).rms_norm_forward(xc, wc, eps, y, rs, weight_offset);
+  record("rms_norm", {x, weight}, {y},
+         rms_norm_backward_fn(xc, wc, rs, weight, false, weight_offset));
   return y;
 }
 
-AddNorm add_rms_norm(const Tensor& x, const Tensor& residual, const Tensor& weight, double eps) {
-  const int64_t C = check_rms_norm_args("add_rms_norm", x, weight, eps);
+AddNorm add_rms_norm(const Tensor& x, const Tensor& residual, const Tensor& weight, double eps,
+                     double weight_offset) {
+  const int64_t C = check_rms_norm_args("add_rms_norm", x, weight, eps, weight_offset);
   detail::check_same(x, residual, "add_rms_norm");
   if (residual.shape() != x.shape()) {
     throw ShapeError("add_rms_norm: residual " + shape_str(residual.shape()) +
@@ -178,9 +185,9 @@ AddNorm add_rms_norm(const Tensor& x, const Tensor& residual, const Tensor& weig
   const int64_t rows = C ? x.numel() / C : 0;
   Tensor h = empty_like(xc), y = empty_like(xc);
   Tensor rs = empty({rows}, stat_dtype(x.dtype()), x.device());
-  backend_for(x).add_rms_norm_forward(xc, rc, wc, eps, h, y, rs);
+  backend_for(x).add_rms_norm_forward(xc, rc, wc, eps, h, y, rs, weight_offset);
   record("add_rms_norm", {x, residual, weight}, {h, y},
-         rms_norm_backward_fn(h.detach(), wc, rs, weight, true));
+         rms_norm_backward_fn(h.detach(), wc, rs, weight, true, weight_offset));
   return {h, y};
 }
 

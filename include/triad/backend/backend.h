@@ -159,16 +159,21 @@ class Backend {
 
   // RMSNorm over the last dimension (LLaMA's: no mean, no bias): x, y (N, C)
   // and weight (C) in one dtype; rstd (N) in stat_dtype, 1/sqrt(mean(x^2) +
-  // eps). Backward writes dx; dweight (x's dtype) is overwritten.
+  // eps); y = x * rstd * (weight_offset + weight), the sum formed in the
+  // computation's precision (Gemma's 1 + weight never rounded to half; 0:
+  // the weight itself). Backward writes dx; dweight (x's dtype) is
+  // overwritten (the offset has no gradient).
   virtual void rms_norm_forward(const Tensor& x, const Tensor& weight, double eps, Tensor& y,
-                                Tensor& rstd) = 0;
+                                Tensor& rstd, double weight_offset) = 0;
   virtual void rms_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
-                                 const Tensor& rstd, Tensor& dx, Tensor& dweight) = 0;
+                                 const Tensor& rstd, Tensor& dx, Tensor& dweight,
+                                 double weight_offset) = 0;
   // The residual add fused with the RMSNorm after it, as
   // add_layer_norm_forward: h = x + residual, y = RMSNorm(h). The default
   // composes binary and rms_norm_forward; the CUDA backend fuses them.
   virtual void add_rms_norm_forward(const Tensor& x, const Tensor& residual, const Tensor& weight,
-                                    double eps, Tensor& h, Tensor& y, Tensor& rstd);
+                                    double eps, Tensor& h, Tensor& y, Tensor& rstd,
+                                    double weight_offset);
   // RMSNorm's backward (with dh: the fused residual add's, dx = the input
   // gradient + dh) with the weight's gradient added into a buffer, as
   // layer_norm_backward_into: dweight = beta * dweight + the gradient, in
@@ -177,7 +182,7 @@ class Backend {
   // the rows and a second over the blocks' partial sums.
   virtual void rms_norm_backward_into(const Tensor& dy, const Tensor* dh, const Tensor& x,
                                       const Tensor& weight, const Tensor& rstd, Tensor& dx,
-                                      Tensor& dweight, double beta);
+                                      Tensor& dweight, double beta, double weight_offset);
 
   // Softmax over the last dimension of x viewed as (rows, cols).
   virtual void softmax_forward(const Tensor& x, Tensor& y) = 0;

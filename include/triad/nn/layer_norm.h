@@ -24,7 +24,7 @@ class LayerNorm : public Module {
  private:
   Tensor weight_;
   Tensor bias_;          // undefined for RMSNorm
-  Tensor scale() const;  // weight, or 1 + weight
+  Tensor scale() const;  // LayerNorm's: weight, or 1 + weight
   double eps_;
   bool rms_;
   bool unit_offset_;

@@ -25,12 +25,15 @@ AddNorm add_layer_norm(const Tensor& x, const Tensor& residual, const Tensor& we
                        const Tensor& bias, double eps = 1e-5);
 
 // RMSNorm over the last dimension (LLaMA's normalisation: no mean, no
-// bias): x * weight / sqrt(mean(x^2) + eps). x (..., C); weight (C).
-// Statistics in f32 (f64 for f64); the weight's gradient is summed in a
-// fixed order, straight into its (f32, for half weights) gradient buffer.
-Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps = 1e-5);
+// bias): x * (weight_offset + weight) / sqrt(mean(x^2) + eps). x (..., C);
+// weight (C); weight_offset 1 is Gemma's 1 + weight, formed inside the
+// kernels in f32 (never rounded to a half weight's dtype). Statistics in
+// f32 (f64 for f64); the weight's gradient is summed in a fixed order,
+// straight into its (f32, for half weights) gradient buffer.
+Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps = 1e-5,
+                double weight_offset = 0.0);
 AddNorm add_rms_norm(const Tensor& x, const Tensor& residual, const Tensor& weight,
-                     double eps = 1e-5);
+                     double eps = 1e-5, double weight_offset = 0.0);
 
 // Softmax over the last dimension.
 Tensor softmax(const Tensor& x);

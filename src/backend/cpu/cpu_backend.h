@@ -36,10 +36,11 @@ class CpuBackend final : public Backend {
   void layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
                            const Tensor& mean, const Tensor& rstd, Tensor& dx, Tensor& dweight,
                            Tensor& dbias) override;
-  void rms_norm_forward(const Tensor& x, const Tensor& weight, double eps, Tensor& y,
-                        Tensor& rstd) override;
+  void rms_norm_forward(const Tensor& x, const Tensor& weight, double eps, Tensor& y, Tensor& rstd,
+                        double weight_offset) override;
   void rms_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
-                         const Tensor& rstd, Tensor& dx, Tensor& dweight) override;
+                         const Tensor& rstd, Tensor& dx, Tensor& dweight,
+                         double weight_offset) override;
   void softmax_forward(const Tensor& x, Tensor& y) override;
   void softmax_backward(const Tensor& y, const Tensor& dy, Tensor& dx) override;
   void attention_forward(const Tensor& qkv, const AttentionHeads& heads, Tensor& out, Tensor& lse,

@@ -218,7 +218,7 @@ namespace {
 // bias; mean, bias and dbias null), in f64, each row's sums and the
 // columns' sums in order.
 void norm_forward(const char* name, const Tensor& x, const Tensor& weight, const Tensor* bias,
-                  double eps, Tensor& y, Tensor* mean, Tensor& rstd) {
+                  double eps, Tensor& y, Tensor* mean, Tensor& rstd, double weight_offset) {
   dispatch_float(x.dtype(), name, [&](auto tag) {
     using T = decltype(tag);
     const int64_t C = x.size(-1), N = x.numel() / std::max<int64_t>(C, 1);
@@ -228,6 +228,7 @@ void norm_forward(const char* name, const Tensor& x, const Tensor& weight, const
     T* py = y.data<T>();
     T* pm = mean ? mean->data<T>() : nullptr;
     T* pr = rstd.data<T>();
+    const T off = static_cast<T>(weight_offset);
 #pragma omp parallel for schedule(static)
     for (int64_t r = 0; r < N; ++r) {
       const T* row = px + r * C;
@@ -244,7 +245,7 @@ void norm_forward(const char* name, const Tensor& x, const Tensor& weight, const
       pr[r] = static_cast<T>(rs);
       T* out = py + r * C;
       for (int64_t i = 0; i < C; ++i) {
-        const T scaled = static_cast<T>((row[i] - mu) * rs) * w[i];
+        const T scaled = static_cast<T>((row[i] - mu) * rs) * (off + w[i]);
         out[i] = b ? scaled + b[i] : scaled;
       }
     }
@@ -256,7 +257,7 @@ void norm_forward(const char* name, const Tensor& x, const Tensor& weight, const
 // dbias of dy.
 void norm_backward(const char* name, const Tensor& dy, const Tensor& x, const Tensor& weight,
                    const Tensor* mean, const Tensor& rstd, Tensor& dx, Tensor& dweight,
-                   Tensor* dbias) {
+                   Tensor* dbias, double weight_offset) {
   dispatch_float(x.dtype(), name, [&](auto tag) {
     using T = decltype(tag);
     const int64_t C = x.size(-1), N = x.numel() / std::max<int64_t>(C, 1);
@@ -273,7 +274,7 @@ void norm_backward(const char* name, const Tensor& dy, const Tensor& x, const Te
       const double mu = pm ? static_cast<double>(pm[r]) : 0.0, rs = pr[r];
       double mean_g = 0, mean_gx = 0;
       for (int64_t i = 0; i < C; ++i) {
-        const double gw = static_cast<double>(g[i]) * w[i];
+        const double gw = static_cast<double>(g[i]) * (weight_offset + w[i]);
         mean_g += gw;
         mean_gx += gw * ((row[i] - mu) * rs);
       }
@@ -282,7 +283,8 @@ void norm_backward(const char* name, const Tensor& dy, const Tensor& x, const Te
       T* out = pdx + r * C;
       for (int64_t i = 0; i < C; ++i) {
         const double xhat = (row[i] - mu) * rs;
-        out[i] = static_cast<T>(rs * (static_cast<double>(g[i]) * w[i] - mean_g - xhat * mean_gx));
+        out[i] = static_cast<T>(
+            rs * (static_cast<double>(g[i]) * (weight_offset + w[i]) - mean_g - xhat * mean_gx));
       }
     }
     std::vector<double> dw(C, 0.0), db(dbias ? C : 0, 0.0);
@@ -307,25 +309,28 @@ void norm_backward(const char* name, const Tensor& dy, const Tensor& x, const Te
 
 void CpuBackend::layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias,
                                     double eps, Tensor& y, Tensor& mean, Tensor& rstd) {
-  norm_forward("layer_norm", x, weight, &bias, eps, y, &mean, rstd);
+  norm_forward("layer_norm", x, weight, &bias, eps, y, &mean, rstd, 0.0);
 }
 
 void CpuBackend::layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
                                      const Tensor& mean, const Tensor& rstd, Tensor& dx,
                                      Tensor& dweight, Tensor& dbias) {
-  norm_backward("layer_norm_backward", dy, x, weight, &mean, rstd, dx, dweight, &dbias);
+  norm_backward("layer_norm_backward", dy, x, weight, &mean, rstd, dx, dweight, &dbias, 0.0);
 }
 
-// RMSNorm: y = x * rstd * w, rstd = 1 / sqrt(mean(x^2) + eps); backward
-// with xhat = x * rstd and g = dy * w: dx = rstd * (g - xhat * mean(g * xhat)).
+// RMSNorm: y = x * rstd * w, rstd = 1 / sqrt(mean(x^2) + eps), w the
+// weight plus its offset; backward with xhat = x * rstd and g = dy * w:
+// dx = rstd * (g - xhat * mean(g * xhat)).
 void CpuBackend::rms_norm_forward(const Tensor& x, const Tensor& weight, double eps, Tensor& y,
-                                  Tensor& rstd) {
-  norm_forward("rms_norm", x, weight, nullptr, eps, y, nullptr, rstd);
+                                  Tensor& rstd, double weight_offset) {
+  norm_forward("rms_norm", x, weight, nullptr, eps, y, nullptr, rstd, weight_offset);
 }
 
 void CpuBackend::rms_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
-                                   const Tensor& rstd, Tensor& dx, Tensor& dweight) {
-  norm_backward("rms_norm_backward", dy, x, weight, nullptr, rstd, dx, dweight, nullptr);
+                                   const Tensor& rstd, Tensor& dx, Tensor& dweight,
+                                   double weight_offset) {
+  norm_backward("rms_norm_backward", dy, x, weight, nullptr, rstd, dx, dweight, nullptr,
+                weight_offset);
 }
 
 void CpuBackend::softmax_forward(const Tensor& x, Tensor& y) {

@@ -123,18 +123,19 @@ void HalfAdapter::layer_norm_backward(const Tensor& dy, const Tensor& x, const T
 }
 
 void HalfAdapter::rms_norm_forward(const Tensor& x, const Tensor& weight, double eps, Tensor& y,
-                                   Tensor& rstd) {
+                                   Tensor& rstd, double weight_offset) {
   Widen w(inner_);
   Tensor o = w.out(y);
-  inner_.rms_norm_forward(w.in(x), w.in(weight), eps, o, rstd);
+  inner_.rms_norm_forward(w.in(x), w.in(weight), eps, o, rstd, weight_offset);
   w.finish();
 }
 
 void HalfAdapter::rms_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
-                                    const Tensor& rstd, Tensor& dx, Tensor& dweight) {
+                                    const Tensor& rstd, Tensor& dx, Tensor& dweight,
+                                    double weight_offset) {
   Widen w(inner_);
   Tensor a = w.out(dx), b = w.out(dweight);
-  inner_.rms_norm_backward(w.in(dy), w.in(x), w.in(weight), rstd, a, b);
+  inner_.rms_norm_backward(w.in(dy), w.in(x), w.in(weight), rstd, a, b, weight_offset);
   w.finish();
 }
 

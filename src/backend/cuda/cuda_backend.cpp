@@ -692,10 +692,11 @@ void CudaBackend::gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) {
 
 namespace {
 // LayerNorm, or RMSNorm when `mean` is null (no bias then), with or without
-// the fused residual add (residual/sum, dsum null for the plain op).
+// the fused residual add (residual/sum, dsum null for the plain op);
+// RMSNorm's scale is weight_offset + weight.
 void run_norm_forward(CudaBackend& be, const Tensor& x, const Tensor* residual,
                       const Tensor& weight, const Tensor* bias, double eps, Tensor* sum, Tensor& y,
-                      Tensor* mean, Tensor& rstd) {
+                      Tensor* mean, Tensor& rstd, double weight_offset = 0.0) {
   const char* name = mean ? "layer_norm_forward" : "rms_norm_forward";
   require_nn(mean ? "layer_norm" : "rms_norm", x.dtype());
   const int64_t C = x.size(-1), N = x.numel() / std::max<int64_t>(C, 1);
@@ -710,14 +711,15 @@ void run_norm_forward(CudaBackend& be, const Tensor& x, const Tensor* residual,
                             s.stream, r, h);
     } else {
       k::rms_norm_forward(x.raw_data(), weight.raw_data(), y.raw_data(), rstd.data<float>(),
-                          scalar(x.dtype()), N, C, eps, s.stream, r, h);
+                          scalar(x.dtype()), N, C, eps, s.stream, r, h, weight_offset);
     }
   });
 }
 
 void run_norm_backward(CudaBackend& be, const Tensor& dy, const Tensor* dsum, const Tensor& x,
                        const Tensor& weight, const Tensor* mean, const Tensor& rstd, Tensor& dx,
-                       Tensor& dweight, Tensor* dbias, double beta = 0.0) {
+                       Tensor& dweight, Tensor* dbias, double beta = 0.0,
+                       double weight_offset = 0.0) {
   const char* name = mean ? "layer_norm_backward" : "rms_norm_backward";
   require_nn(name, x.dtype());
   const int64_t C = x.size(-1), N = x.numel() / std::max<int64_t>(C, 1);
@@ -735,7 +737,7 @@ void run_norm_backward(CudaBackend& be, const Tensor& dy, const Tensor* dsum, co
     } else {
       k::rms_norm_backward(dy.raw_data(), x.raw_data(), weight.raw_data(), rstd.data<float>(),
                            dx.raw_data(), dweight.raw_data(), scalar(x.dtype()), N, C, ws.get(),
-                           s.stream, ds, f32_grads, beta);
+                           s.stream, ds, f32_grads, beta, weight_offset);
     }
   });
 }
@@ -788,30 +790,34 @@ void CudaBackend::layer_norm_backward_into(const Tensor& dy, const Tensor* dh, c
 }
 
 void CudaBackend::rms_norm_forward(const Tensor& x, const Tensor& weight, double eps, Tensor& y,
-                                   Tensor& rstd) {
-  run_norm_forward(*this, x, nullptr, weight, nullptr, eps, nullptr, y, nullptr, rstd);
+                                   Tensor& rstd, double weight_offset) {
+  run_norm_forward(*this, x, nullptr, weight, nullptr, eps, nullptr, y, nullptr, rstd,
+                   weight_offset);
 }
 
 void CudaBackend::add_rms_norm_forward(const Tensor& x, const Tensor& residual,
                                        const Tensor& weight, double eps, Tensor& h, Tensor& y,
-                                       Tensor& rstd) {
-  run_norm_forward(*this, x, &residual, weight, nullptr, eps, &h, y, nullptr, rstd);
+                                       Tensor& rstd, double weight_offset) {
+  run_norm_forward(*this, x, &residual, weight, nullptr, eps, &h, y, nullptr, rstd, weight_offset);
 }
 
 void CudaBackend::rms_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
-                                    const Tensor& rstd, Tensor& dx, Tensor& dweight) {
-  run_norm_backward(*this, dy, nullptr, x, weight, nullptr, rstd, dx, dweight, nullptr);
+                                    const Tensor& rstd, Tensor& dx, Tensor& dweight,
+                                    double weight_offset) {
+  run_norm_backward(*this, dy, nullptr, x, weight, nullptr, rstd, dx, dweight, nullptr, 0.0,
+                    weight_offset);
 }
 
 void CudaBackend::rms_norm_backward_into(const Tensor& dy, const Tensor* dh, const Tensor& x,
                                          const Tensor& weight, const Tensor& rstd, Tensor& dx,
-                                         Tensor& dweight, double beta) {
+                                         Tensor& dweight, double beta, double weight_offset) {
   if (x.dtype() == DType::F64 || !fits_grad_buffer(dweight, x, weight) ||
       (beta != 0.0 && beta != 1.0)) {
-    Backend::rms_norm_backward_into(dy, dh, x, weight, rstd, dx, dweight, beta);
+    Backend::rms_norm_backward_into(dy, dh, x, weight, rstd, dx, dweight, beta, weight_offset);
     return;
   }
-  run_norm_backward(*this, dy, dh, x, weight, nullptr, rstd, dx, dweight, nullptr, beta);
+  run_norm_backward(*this, dy, dh, x, weight, nullptr, rstd, dx, dweight, nullptr, beta,
+                    weight_offset);
 }
 
 void CudaBackend::softmax_forward(const Tensor& x, Tensor& y) {

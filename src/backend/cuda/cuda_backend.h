@@ -58,15 +58,17 @@ class CudaBackend final : public Backend {
   void add_layer_norm_backward(const Tensor& dy, const Tensor& dh, const Tensor& h,
                                const Tensor& weight, const Tensor& mean, const Tensor& rstd,
                                Tensor& dx, Tensor& dweight, Tensor& dbias) override;
-  void rms_norm_forward(const Tensor& x, const Tensor& weight, double eps, Tensor& y,
-                        Tensor& rstd) override;
+  void rms_norm_forward(const Tensor& x, const Tensor& weight, double eps, Tensor& y, Tensor& rstd,
+                        double weight_offset) override;
   void rms_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
-                         const Tensor& rstd, Tensor& dx, Tensor& dweight) override;
+                         const Tensor& rstd, Tensor& dx, Tensor& dweight,
+                         double weight_offset) override;
   void add_rms_norm_forward(const Tensor& x, const Tensor& residual, const Tensor& weight,
-                            double eps, Tensor& h, Tensor& y, Tensor& rstd) override;
+                            double eps, Tensor& h, Tensor& y, Tensor& rstd,
+                            double weight_offset) override;
   void rms_norm_backward_into(const Tensor& dy, const Tensor* dh, const Tensor& x,
                               const Tensor& weight, const Tensor& rstd, Tensor& dx, Tensor& dweight,
-                              double beta) override;
+                              double beta, double weight_offset) override;
   void softmax_forward(const Tensor& x, Tensor& y) override;
   void softmax_backward(const Tensor& y, const Tensor& dy, Tensor& dx) override;
   void attention_forward(const Tensor& qkv, const AttentionHeads& heads, Tensor& out, Tensor& lse,
