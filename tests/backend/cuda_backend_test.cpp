@@ -214,6 +214,20 @@ void expect_attention_matches_cpu(const testing::OpCase& c, int64_t T, int64_t C
   }
 }
 
+// The case's attention in f32, bf16 and f16 through Triad's own kernels
+// (SIMT, and tensor cores where they apply) against the CPU.
+void expect_own_kernels_match_cpu(const testing::OpCase& c, int64_t T, int64_t C,
+                                  const AttentionHeads& heads) {
+  for (DType dtype : {DType::F32, DType::BF16, DType::F16}) {
+    for (cuda::AttentionKernel kernel :
+         {cuda::AttentionKernel::Simt, cuda::AttentionKernel::TensorCore}) {
+      if (!cuda::attention_kernel_unavailable(kernel, dtype, T, C, heads).empty()) continue;
+      SCOPED_TRACE(c.name + " " + dtype_name(dtype) + " " + cuda::attention_kernel_name(kernel));
+      expect_attention_kernel_matches_cpu(c, dtype, kernel);
+    }
+  }
+}
+
 TEST(CudaKernels, AttentionHeadDimsAndLongSequences) {
   // D = 64 (GPT-2), 128, 80, 16 and 8; T not a multiple of the blocks (and
   // one that is, for cuDNN before 9.16). Every implementation where it
@@ -263,15 +277,7 @@ TEST(CudaKernels, GroupedQueryAttention) {
           [=](const std::vector<Tensor>& x) {
             return causal_attention(x[0], heads, documents ? starts : Tensor());
           }};
-      for (DType dtype : {DType::F32, DType::BF16, DType::F16}) {
-        for (cuda::AttentionKernel kernel :
-             {cuda::AttentionKernel::Simt, cuda::AttentionKernel::TensorCore}) {
-          if (!cuda::attention_kernel_unavailable(kernel, dtype, sh.T, sh.C, heads).empty())
-            continue;
-          SCOPED_TRACE(name + " " + dtype_name(dtype) + " " + cuda::attention_kernel_name(kernel));
-          expect_attention_kernel_matches_cpu(c, dtype, kernel);
-        }
-      }
+      expect_own_kernels_match_cpu(c, sh.T, sh.C, heads);
     }
   }
   EXPECT_NE(cuda::attention_kernel_unavailable(cuda::AttentionKernel::Cudnn, DType::BF16, 64, 128,
@@ -313,14 +319,7 @@ TEST(CudaKernels, AttentionOverASlidingWindow) {
           return std::vector<Tensor>{randn({k.B, k.T, width}, 9, 1, 1.0, d)};
         },
         [=](const std::vector<Tensor>& x) { return causal_attention(x[0], heads, starts); }};
-    for (DType dtype : {DType::F32, DType::BF16, DType::F16}) {
-      for (cuda::AttentionKernel kernel :
-           {cuda::AttentionKernel::Simt, cuda::AttentionKernel::TensorCore}) {
-        if (!cuda::attention_kernel_unavailable(kernel, dtype, k.T, k.C, heads).empty()) continue;
-        SCOPED_TRACE(name + " " + dtype_name(dtype) + " " + cuda::attention_kernel_name(kernel));
-        expect_attention_kernel_matches_cpu(c, dtype, kernel);
-      }
-    }
+    expect_own_kernels_match_cpu(c, k.T, k.C, heads);
   }
 }
 
@@ -352,14 +351,7 @@ TEST(CudaKernels, AttentionWithLogitSoftCapping) {
           return std::vector<Tensor>{randn({k.B, k.T, width}, 11, 1, 2.0, d)};
         },
         [=](const std::vector<Tensor>& x) { return causal_attention(x[0], heads, starts); }};
-    for (DType dtype : {DType::F32, DType::BF16, DType::F16}) {
-      for (cuda::AttentionKernel kernel :
-           {cuda::AttentionKernel::Simt, cuda::AttentionKernel::TensorCore}) {
-        if (!cuda::attention_kernel_unavailable(kernel, dtype, k.T, k.C, heads).empty()) continue;
-        SCOPED_TRACE(name + " " + dtype_name(dtype) + " " + cuda::attention_kernel_name(kernel));
-        expect_attention_kernel_matches_cpu(c, dtype, kernel);
-      }
-    }
+    expect_own_kernels_match_cpu(c, k.T, k.C, heads);
   }
   EXPECT_NE(cuda::attention_kernel_unavailable(cuda::AttentionKernel::Cudnn, DType::BF16, 64, 128,
                                                AttentionHeads{2}.with_softcap(50.0))
@@ -425,14 +417,7 @@ TEST(CudaKernels, AttentionOverPackedDocuments) {
     c.fn = [starts, NH = sh.NH](const std::vector<Tensor>& x) {
       return causal_attention(x[0], NH, starts);
     };
-    for (DType dtype : {DType::F32, DType::BF16, DType::F16}) {
-      for (cuda::AttentionKernel kernel :
-           {cuda::AttentionKernel::Simt, cuda::AttentionKernel::TensorCore}) {
-        if (!cuda::attention_kernel_unavailable(kernel, dtype, sh.T, sh.C, sh.NH).empty()) continue;
-        SCOPED_TRACE(c.name + " " + dtype_name(dtype) + " " + cuda::attention_kernel_name(kernel));
-        expect_attention_kernel_matches_cpu(c, dtype, kernel);
-      }
-    }
+    expect_own_kernels_match_cpu(c, sh.T, sh.C, sh.NH);
   }
   cuda::set_attention_kernel(cuda::AttentionKernel::Cudnn);
   try {

@@ -318,6 +318,24 @@ def save_hf_llama(model, path):
     save_safetensors(path, t)
 
 
+def save_hf_gemma(model, directory, architecture, model_type, **keys):
+    """A Gemma 2/3-style model as a Hugging Face directory: its weights under
+    LLaMA's names (save_hf_llama) and a config.json with the keys every such
+    test model shares, plus `keys`."""
+    os.makedirs(directory, exist_ok=True)
+    save_hf_llama(model, os.path.join(directory, "model.safetensors"))
+    config = {"architectures": [architecture], "model_type": model_type,
+              "hidden_size": CFG["d_model"], "intermediate_size": SWIGLU_FFN,
+              "num_hidden_layers": CFG["n_layer"], "num_attention_heads": CFG["n_head"],
+              "num_key_value_heads": LLAMA_KV_HEADS, "hidden_activation": "gelu_pytorch_tanh",
+              "vocab_size": CFG["vocab_size"], "max_position_embeddings": CFG["seq_len"],
+              "rms_norm_eps": 1e-5, "rope_theta": ROPE_THETA, "sliding_window": MISTRAL_WINDOW,
+              "attention_bias": False, "tie_word_embeddings": True}
+    config.update(keys)
+    with open(os.path.join(directory, "config.json"), "w") as f:
+        json.dump(config, f)
+
+
 def greedy_continuation(model, embedding_growth=8.0):
     """Greedy continuation of GREEDY_PROMPT, past seq_len (the window slides
     over the last seq_len tokens), by the model with its weights made 8x
@@ -485,21 +503,11 @@ def main():
                  embed_scale=math.sqrt(CFG["d_model"]), norm_offset=True, post_norms=True,
                  window=MISTRAL_WINDOW, full_layers=(1,), rope_local_theta=GEMMA3_LOCAL_THETA,
                  rope_scaling=GEMMA3_SCALING, attn_scalar=GEMMA3_ATTN_SCALAR)
-    gemma3_dir = os.path.join(out, "gemma3_hf")
-    os.makedirs(gemma3_dir, exist_ok=True)
-    save_hf_llama(gemma3, os.path.join(gemma3_dir, "model.safetensors"))
-    with open(os.path.join(gemma3_dir, "config.json"), "w") as f:
-        json.dump({"architectures": ["Gemma3ForCausalLM"], "model_type": "gemma3_text",
-                   "hidden_size": CFG["d_model"], "intermediate_size": SWIGLU_FFN,
-                   "num_hidden_layers": CFG["n_layer"], "num_attention_heads": CFG["n_head"],
-                   "num_key_value_heads": LLAMA_KV_HEADS, "head_dim": QWEN3_HEAD_DIM,
-                   "hidden_activation": "gelu_pytorch_tanh", "vocab_size": CFG["vocab_size"],
-                   "max_position_embeddings": CFG["seq_len"], "rms_norm_eps": 1e-5,
-                   "rope_theta": ROPE_THETA, "rope_local_base_freq": GEMMA3_LOCAL_THETA,
-                   "rope_scaling": GEMMA3_SCALING, "sliding_window": MISTRAL_WINDOW,
-                   "sliding_window_pattern": 2, "query_pre_attn_scalar": GEMMA3_ATTN_SCALAR,
-                   "attn_logit_softcapping": None, "final_logit_softcapping": None,
-                   "attention_bias": False, "tie_word_embeddings": True}, f)
+    save_hf_gemma(gemma3, os.path.join(out, "gemma3_hf"), "Gemma3ForCausalLM", "gemma3_text",
+                  head_dim=QWEN3_HEAD_DIM, rope_local_base_freq=GEMMA3_LOCAL_THETA,
+                  rope_scaling=GEMMA3_SCALING, sliding_window_pattern=2,
+                  query_pre_attn_scalar=GEMMA3_ATTN_SCALAR, attn_logit_softcapping=None,
+                  final_logit_softcapping=None)
     record_step_zero(gemma3, x, y, "gemma3.", ref)
     ref["gemma3.greedy_tokens"] = torch.tensor(greedy_continuation(gemma3, embedding_growth=2.0),
                                               dtype=torch.float32)
@@ -512,22 +520,11 @@ def main():
                  kv_heads=LLAMA_KV_HEADS, geglu=True, embed_scale=math.sqrt(CFG["d_model"]),
                  norm_offset=True, post_norms=True, window=MISTRAL_WINDOW, full_layers=(1,),
                  attn_softcap=GEMMA2_ATTN_SOFTCAP, final_softcap=GEMMA2_FINAL_SOFTCAP)
-    gemma2_dir = os.path.join(out, "gemma2_hf")
-    os.makedirs(gemma2_dir, exist_ok=True)
-    save_hf_llama(gemma2, os.path.join(gemma2_dir, "model.safetensors"))
-    with open(os.path.join(gemma2_dir, "config.json"), "w") as f:
-        json.dump({"architectures": ["Gemma2ForCausalLM"], "model_type": "gemma2",
-                   "hidden_size": CFG["d_model"], "intermediate_size": SWIGLU_FFN,
-                   "num_hidden_layers": CFG["n_layer"], "num_attention_heads": CFG["n_head"],
-                   "num_key_value_heads": LLAMA_KV_HEADS,
-                   "head_dim": CFG["d_model"] // CFG["n_head"],
-                   "hidden_activation": "gelu_pytorch_tanh", "vocab_size": CFG["vocab_size"],
-                   "max_position_embeddings": CFG["seq_len"], "rms_norm_eps": 1e-5,
-                   "rope_theta": ROPE_THETA, "sliding_window": MISTRAL_WINDOW,
-                   "query_pre_attn_scalar": CFG["d_model"] // CFG["n_head"],
-                   "attn_logit_softcapping": GEMMA2_ATTN_SOFTCAP,
-                   "final_logit_softcapping": GEMMA2_FINAL_SOFTCAP,
-                   "attention_bias": False, "tie_word_embeddings": True}, f)
+    save_hf_gemma(gemma2, os.path.join(out, "gemma2_hf"), "Gemma2ForCausalLM", "gemma2",
+                  head_dim=CFG["d_model"] // CFG["n_head"],
+                  query_pre_attn_scalar=CFG["d_model"] // CFG["n_head"],
+                  attn_logit_softcapping=GEMMA2_ATTN_SOFTCAP,
+                  final_logit_softcapping=GEMMA2_FINAL_SOFTCAP)
     record_step_zero(gemma2, x, y, "gemma2.", ref)
 
     ref["greedy_prompt"] = torch.tensor(GREEDY_PROMPT, dtype=torch.float32)
