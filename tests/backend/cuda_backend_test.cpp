@@ -214,6 +214,19 @@ void expect_attention_matches_cpu(const testing::OpCase& c, int64_t T, int64_t C
   }
 }
 
+// causal_attention over random qkv (B, T, C + 2 * kv * D; stddev `stddev`,
+// seed `seed`) with `heads` and first keys `starts` (undefined: none).
+testing::OpCase qkv_attention_case(const std::string& name, int64_t B, int64_t T, int64_t C,
+                                   const AttentionHeads& heads, const Tensor& starts, uint64_t seed,
+                                   double stddev) {
+  const int64_t width = C + 2 * heads.kv * (C / heads.q);
+  return {name,
+          [=](DType d) {
+            return std::vector<Tensor>{randn({B, T, width}, seed, 1, stddev, d)};
+          },
+          [=](const std::vector<Tensor>& x) { return causal_attention(x[0], heads, starts); }};
+}
+
 // The case's attention in f32, bf16 and f16 through Triad's own kernels
 // (SIMT, and tensor cores where they apply) against the CPU.
 void expect_own_kernels_match_cpu(const testing::OpCase& c, int64_t T, int64_t C,
@@ -261,7 +274,6 @@ TEST(CudaKernels, GroupedQueryAttention) {
   for (const Shape& sh : {Shape{2, 200, 256, 4, 2}, Shape{1, 130, 128, 4, 1},
                           Shape{2, 65, 128, 8, 2}, Shape{1, 70, 48, 6, 3}}) {
     const AttentionHeads heads{sh.NH, sh.NKV};
-    const int64_t width = sh.C + 2 * sh.NKV * (sh.C / sh.NH);
     std::vector<int64_t> ids(static_cast<size_t>(sh.B * sh.T), 5);
     for (int64_t end : {20, 63, static_cast<int>(sh.T) - 2}) ids[end] = 0;
     const Tensor starts = nn::document_layout(from_vector(ids, {sh.B, sh.T}), 0).starts;
@@ -269,15 +281,9 @@ TEST(CudaKernels, GroupedQueryAttention) {
       const std::string name = "gqa_B" + std::to_string(sh.B) + "_T" + std::to_string(sh.T) + "_C" +
                                std::to_string(sh.C) + "_NH" + std::to_string(sh.NH) + "_KV" +
                                std::to_string(sh.NKV) + (documents ? "_documents" : "");
-      const testing::OpCase c{
-          name,
-          [=](DType d) {
-            return std::vector<Tensor>{randn({sh.B, sh.T, width}, 7, 1, 1.0, d)};
-          },
-          [=](const std::vector<Tensor>& x) {
-            return causal_attention(x[0], heads, documents ? starts : Tensor());
-          }};
-      expect_own_kernels_match_cpu(c, sh.T, sh.C, heads);
+      expect_own_kernels_match_cpu(
+          qkv_attention_case(name, sh.B, sh.T, sh.C, heads, documents ? starts : Tensor(), 7, 1.0),
+          sh.T, sh.C, heads);
     }
   }
   EXPECT_NE(cuda::attention_kernel_unavailable(cuda::AttentionKernel::Cudnn, DType::BF16, 64, 128,
@@ -302,7 +308,6 @@ TEST(CudaKernels, AttentionOverASlidingWindow) {
   for (const Case& k : {Case{2, 200, 128, 2, 2, 50, false}, Case{1, 260, 256, 4, 2, 130, false},
                         Case{2, 200, 128, 4, 1, 20, true}}) {
     const AttentionHeads heads{k.NH, k.NKV};
-    const int64_t width = k.C + 2 * k.NKV * (k.C / k.NH);
     Tensor docs;
     if (k.documents) {
       std::vector<int64_t> ids(static_cast<size_t>(k.B * k.T), 5);
@@ -313,13 +318,8 @@ TEST(CudaKernels, AttentionOverASlidingWindow) {
     const std::string name = "window" + std::to_string(k.window) + "_B" + std::to_string(k.B) +
                              "_T" + std::to_string(k.T) + "_NH" + std::to_string(k.NH) + "_KV" +
                              std::to_string(k.NKV) + (k.documents ? "_documents" : "");
-    const testing::OpCase c{
-        name,
-        [=](DType d) {
-          return std::vector<Tensor>{randn({k.B, k.T, width}, 9, 1, 1.0, d)};
-        },
-        [=](const std::vector<Tensor>& x) { return causal_attention(x[0], heads, starts); }};
-    expect_own_kernels_match_cpu(c, k.T, k.C, heads);
+    expect_own_kernels_match_cpu(qkv_attention_case(name, k.B, k.T, k.C, heads, starts, 9, 1.0),
+                                 k.T, k.C, heads);
   }
 }
 
@@ -334,7 +334,6 @@ TEST(CudaKernels, AttentionWithLogitSoftCapping) {
   };
   for (const Case& k : {Case{2, 130, 128, 4, 2, 0}, Case{1, 150, 128, 2, 1, 40}}) {
     const AttentionHeads heads = AttentionHeads{k.NH, k.NKV}.with_softcap(3.0);
-    const int64_t width = k.C + 2 * k.NKV * (k.C / k.NH);
     Tensor starts;
     if (k.window > 0) {
       std::vector<int64_t> ids(static_cast<size_t>(k.B * k.T), 5);
@@ -345,13 +344,8 @@ TEST(CudaKernels, AttentionWithLogitSoftCapping) {
     const std::string name = "softcap_B" + std::to_string(k.B) + "_T" + std::to_string(k.T) +
                              "_NH" + std::to_string(k.NH) + "_KV" + std::to_string(k.NKV) +
                              "_window" + std::to_string(k.window);
-    const testing::OpCase c{
-        name,
-        [=](DType d) {
-          return std::vector<Tensor>{randn({k.B, k.T, width}, 11, 1, 2.0, d)};
-        },
-        [=](const std::vector<Tensor>& x) { return causal_attention(x[0], heads, starts); }};
-    expect_own_kernels_match_cpu(c, k.T, k.C, heads);
+    expect_own_kernels_match_cpu(qkv_attention_case(name, k.B, k.T, k.C, heads, starts, 11, 2.0),
+                                 k.T, k.C, heads);
   }
   EXPECT_NE(cuda::attention_kernel_unavailable(cuda::AttentionKernel::Cudnn, DType::BF16, 64, 128,
                                                AttentionHeads{2}.with_softcap(50.0))
