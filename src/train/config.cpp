@@ -311,14 +311,16 @@ void validate(const Config& c, bool min_lr_given) {
     throw ConfigError("device ('" + c.device + "') must be cpu, cuda or cuda:N");
   }
   const auto& p = c.parallel;
-  const std::set<std::string> schedules{"gpipe", "1f1b", "interleaved", "zb-h1", "zb-auto"};
+  const std::set<std::string> schedules{"gpipe",   "1f1b",   "interleaved",
+                                        "zb-h1",   "zb-auto", "zb-v"};
   if (!schedules.count(p.schedule)) {
     throw ConfigError("parallel.schedule ('" + p.schedule +
-                      "') must be gpipe, 1f1b, interleaved, zb-h1 or zb-auto");
+                      "') must be gpipe, 1f1b, interleaved, zb-h1, zb-auto or zb-v");
   }
-  if (p.zb_max_in_flight != 0 && p.schedule != "zb-auto") {
+  if (p.zb_max_in_flight != 0 && p.schedule != "zb-auto" && p.schedule != "zb-v") {
     throw ConfigError("parallel.zb_max_in_flight (" + std::to_string(p.zb_max_in_flight) +
-                      ") goes with parallel.schedule 'zb-auto' (got '" + p.schedule + "')");
+                      ") goes with parallel.schedule 'zb-auto' or 'zb-v' (got '" + p.schedule +
+                      "')");
   }
   if (p.pp > c.model.n_layer) {
     throw ConfigError("parallel.pp (" + std::to_string(p.pp) + ") must not exceed model.n_layer (" +
@@ -348,9 +350,16 @@ void validate(const Config& c, bool min_lr_given) {
                       ") must be divisible by parallel.pp * parallel.vpp (" + std::to_string(p.pp) +
                       " * " + std::to_string(p.vpp) + " = " + std::to_string(p.pp * p.vpp) + ")");
   }
-  if ((p.vpp > 1) != (p.schedule == "interleaved")) {
+  if (p.schedule == "zb-v") {
+    if (p.vpp != 2) {
+      throw ConfigError("parallel.schedule 'zb-v' places two chunks on every rank in a V: "
+                        "parallel.vpp must be 2 (got " +
+                        std::to_string(p.vpp) + ")");
+    }
+  } else if ((p.vpp > 1) != (p.schedule == "interleaved")) {
     throw ConfigError("parallel.vpp (" + std::to_string(p.vpp) +
-                      ") > 1 goes with parallel.schedule 'interleaved' (got '" + p.schedule + "')");
+                      ") > 1 goes with parallel.schedule 'interleaved' or 'zb-v' (got '" +
+                      p.schedule + "')");
   }
   if (p.pp == 1 && p.schedule != "1f1b") {
     throw ConfigError("parallel.schedule ('" + p.schedule + "') needs parallel.pp > 1");

@@ -127,7 +127,8 @@ Trainer::Trainer(Config config, dist::ProcessGroupPtr world)
       pp_model_ = std::make_unique<pipeline::PipelineModel>(
           config_.model, seed,
           pipeline::PipelineGroups{mesh_->tp(), mesh_->pp(), mesh_->embedding()},
-          par.sequence_parallel, par.vpp, par.stage_layers);
+          par.sequence_parallel, par.vpp, par.stage_layers,
+          pipeline::placement_of(pipeline::schedule_from_name(par.schedule)));
       const int m = static_cast<int>(config_.train.global_batch_size /
                                      (config_.train.micro_batch_size * dp_));
       executor_ = make_executor(m);
@@ -769,6 +770,9 @@ double Trainer::schedule_position(int64_t batch) const {
 pipeline::Schedule Trainer::pipeline_schedule(int64_t micro) const {
   const auto& par = config_.parallel;
   const int m = static_cast<int>(micro);
+  if (par.schedule == "zb-v")
+    return pipeline::make_zero_bubble_v_schedule(par.pp, m, pipeline::Costs{},
+                                                 {par.zb_max_in_flight});
   if (par.schedule != "zb-auto")
     return pipeline::make_schedule(pipeline::schedule_from_name(par.schedule), par.pp, m, par.vpp);
   // Until measured, Costs' defaults: F, B and W of 1 each.

@@ -363,15 +363,32 @@ TEST(Config, ZeroBubbleAutoParsesRoundTripsAndNamesBadValues) {
                 .parallel.zb_max_in_flight,
             0);
   expect_config_error(kValid, {"parallel.pp=2", "parallel.schedule=zb-h2"},
-                      "parallel.schedule ('zb-h2') must be gpipe, 1f1b, interleaved, zb-h1 or "
-                      "zb-auto");
+                      "parallel.schedule ('zb-h2') must be gpipe, 1f1b, interleaved, zb-h1, "
+                      "zb-auto or zb-v");
   expect_config_error(
       kValid, {"parallel.pp=2", "parallel.schedule=zb-auto", "parallel.zb_max_in_flight=-1"},
       "parallel.zb_max_in_flight (-1) must be >= 1, or 0 for parallel.pp");
   expect_config_error(kValid,
                       {"parallel.pp=2", "parallel.schedule=zb-h1", "parallel.zb_max_in_flight=3"},
-                      "parallel.zb_max_in_flight (3) goes with parallel.schedule 'zb-auto' (got "
-                      "'zb-h1')");
+                      "parallel.zb_max_in_flight (3) goes with parallel.schedule 'zb-auto' or "
+                      "'zb-v' (got 'zb-h1')");
+  expect_config_error(kValid, {"model.n_layer=4", "parallel.pp=2", "parallel.schedule=zb-v"},
+                      "parallel.schedule 'zb-v' places two chunks on every rank in a V: "
+                      "parallel.vpp must be 2 (got 1)");
+  expect_config_error(kValid,
+                      {"model.n_layer=6", "parallel.pp=2", "parallel.vpp=2",
+                       "parallel.schedule=zb-v"},
+                      "model.n_layer (6) must be divisible by parallel.pp * parallel.vpp (2 * 2 = 4)");
+  // A valid ZB-V layout, its in-flight budget included, round-trips.
+  const Config zbv = parse_config(kValid, {"model.n_layer=4", "parallel.pp=2", "parallel.vpp=2",
+                                                "parallel.schedule=zb-v",
+                                                "parallel.zb_max_in_flight=3"});
+  EXPECT_EQ(zbv.parallel.schedule, "zb-v");
+  EXPECT_EQ(zbv.parallel.zb_max_in_flight, 3);
+  const Config back = parse_config(to_yaml(zbv));
+  EXPECT_EQ(back.parallel.schedule, "zb-v");
+  EXPECT_EQ(back.parallel.vpp, 2);
+  EXPECT_EQ(back.parallel.zb_max_in_flight, 3);
   expect_config_error(kValid, {"parallel.schedule=zb-auto"},
                       "parallel.schedule ('zb-auto') needs parallel.pp > 1");
 }

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <set>
 
 #include "triad/autograd/engine.h"
 #include "triad/autograd/grad_mode.h"
@@ -57,31 +58,48 @@ std::vector<std::vector<int64_t>> split_layers(int64_t n_layer, int pp, int vpp,
 }
 
 PipelineModel::PipelineModel(const nn::GptConfig& cfg, uint64_t seed, PipelineGroups groups,
-                             bool sequence_parallel, int vpp, std::vector<int64_t> stage_layers)
+                             bool sequence_parallel, int vpp, std::vector<int64_t> stage_layers,
+                             Placement placement)
     : cfg_(cfg),
       groups_(std::move(groups)),
       p_(groups_.pp->size()),
       v_(vpp),
-      rank_(groups_.pp->rank()) {
+      rank_(groups_.pp->rank()),
+      placement_(placement) {
   if (p_ < 2)
     throw ConfigError("a pipeline needs parallel.pp >= 2 (got " + std::to_string(p_) + ")");
+  if (placement_ == Placement::V && v_ != 2) {
+    throw ConfigError("the V placement (parallel.schedule 'zb-v') holds two chunks per rank: "
+                      "parallel.vpp must be 2 (got " +
+                      std::to_string(v_) + ")");
+  }
   layers_ = split_layers(cfg.n_layer, p_, v_, stage_layers);
   const auto& layers = layers_;
   for (int c = 0; c < v_; ++c) {
-    const int stage = c * p_ + rank_;
+    const int stage = stage_of(c);
     tp::StagePlan plan;
     plan.layers = layers[stage];
     plan.embedding = stage == 0;
     plan.head = stage == num_stages() - 1;
-    chunks_.push_back(
-        std::make_shared<tp::TensorParallelGpt>(cfg, seed, groups_.tp, sequence_parallel, plan));
+    // The V placement's rank 0 holds the first stage (chunk 0, built
+    // already) and the last: a tied head there is the embedding itself.
+    const bool share = plan.head && !plan.embedding && cfg.tie_embeddings &&
+                       rank_at(placement_, p_, 0) == rank_;
+    chunks_.push_back(share ? std::make_shared<tp::TensorParallelGpt>(
+                                  cfg, seed, groups_.tp, sequence_parallel, plan,
+                                  chunks_.front()->token_embedding_module())
+                            : std::make_shared<tp::TensorParallelGpt>(cfg, seed, groups_.tp,
+                                                                      sequence_parallel, plan));
   }
 }
 
 std::vector<std::pair<std::string, Tensor>> PipelineModel::named_parameters() const {
   std::vector<std::pair<std::string, Tensor>> out;
+  std::set<std::string> seen;
   for (const auto& c : chunks_) {
-    for (auto& np : c->named_parameters()) out.push_back(np);
+    for (auto& np : c->named_parameters()) {
+      if (seen.insert(np.first).second) out.push_back(np);
+    }
   }
   return out;
 }
@@ -110,6 +128,7 @@ void PipelineModel::zero_grad() const {
 
 void PipelineModel::reduce_tied_embedding_grads() const {
   if (!groups_.embedding || !cfg_.tie_embeddings) return;  // (an untied head: nothing shared)
+  if (rank_at(placement_, p_, 0) == rank_at(placement_, p_, num_stages() - 1)) return;
   for (const auto& c : chunks_) {
     if (!c->plan().embedding && !c->plan().head) continue;
     Tensor g = c->token_embedding().grad();
@@ -128,7 +147,11 @@ double PipelineModel::clip_grad_norm(double max_norm) const {
   if (max_norm > 0) {
     const double coef = max_norm / (norm + 1e-6);
     if (coef < 1.0) {
-      for (const auto& c : chunks_) c->scale_grads(coef);
+      autograd::NoGradGuard ng;
+      for (const auto& [name, p] : named_parameters()) {  // a shared tensor once
+        Tensor g = p.grad();
+        if (g.defined()) scale_(g, coef);
+      }
     }
   }
   return norm;
@@ -155,7 +178,7 @@ nn::StateDict PipelineModel::full_state_dict() const {
   }
   nn::StateDict out;
   for (int stage = 0; stage < num_stages(); ++stage) {
-    const int owner = stage % p_;
+    const int owner = rank_at(placement_, p_, stage);
     // The last stage's copy of the tied wte is the first stage's (an untied
     // head's lm_head is the last stage's own).
     const auto names = nn::gpt_parameter_shapes(cfg_, layers_[stage], stage == 0, stage == 0,
@@ -186,6 +209,12 @@ void PipelineModel::load_full_state_dict(const nn::StateDict& full) {
 
 PipelineExecutor::PipelineExecutor(PipelineModel& model, Schedule schedule)
     : model_(model), schedule_(std::move(schedule)) {
+  if (schedule_.placement() != model_.placement()) {
+    auto name = [](Placement pl) { return pl == Placement::V ? "the V" : "the loop"; };
+    throw ConfigError(std::string("schedule ") + schedule_name(schedule_.kind) + " needs " +
+                      name(schedule_.placement()) + " placement of stages, but the pipeline has " +
+                      name(model_.placement()) + " placement");
+  }
   if (schedule_.p != model_.p() || schedule_.v != model_.v()) {
     throw ConfigError("schedule (p=" + std::to_string(schedule_.p) +
                       ", v=" + std::to_string(schedule_.v) + ") does not match the pipeline (pp=" +
@@ -217,6 +246,12 @@ PipelineStepResult PipelineExecutor::run(const std::vector<data::Batch>& micro,
   // The last stage sums its micro-batches' losses on their device and reads
   // the sum once (a read per micro-batch would make the host wait each time).
   Tensor loss_sum;
+  // A payload whose consumer is on this rank (the V placement's turn from
+  // stage p-1 to p) is handed over as a message would be: a new leaf in the
+  // activation dtype, the graph cut between the two stages.
+  auto local_payload = [&](const Tensor& t) {
+    return (t.dtype() != act_dtype ? cast(t, act_dtype) : contiguous(t)).detach();
+  };
   auto activation_shape = [&](int mb) {
     const int64_t b = micro[mb].inputs.size(0), T = micro[mb].inputs.size(1);
     return Shape{b, sp ? T / tpg->size() : T, cfg.d_model};
@@ -334,6 +369,8 @@ PipelineStepResult PipelineExecutor::run(const std::vector<data::Batch>& micro,
             losses[k] = chunk.head_loss(x, micro[mb].targets);
           } else {
             outputs[k] = x;
+            if (schedule_.rank_of(stage + 1) == r)
+              inputs[{schedule_.chunk_of(stage + 1), mb}] = local_payload(x);
           }
         });
         res.peak_live_outputs = std::max(res.peak_live_outputs, ++live);
@@ -356,7 +393,11 @@ PipelineStepResult PipelineExecutor::run(const std::vector<data::Batch>& micro,
             grad_out.erase(k);
           }
           if (stage > 0) {
-            grad_in[k] = inputs.at(k).grad();
+            if (schedule_.rank_of(stage - 1) == r) {
+              grad_out[{schedule_.chunk_of(stage - 1), mb}] = local_payload(inputs.at(k).grad());
+            } else {
+              grad_in[k] = inputs.at(k).grad();
+            }
             inputs.erase(k);
           }
         });
@@ -376,7 +417,7 @@ PipelineStepResult PipelineExecutor::run(const std::vector<data::Batch>& micro,
   // The last stage knows the loss; every pipeline rank reports it.
   const double total = loss_sum.defined() ? item(loss_sum) : 0.0;
   Tensor l = from_vector(std::vector<double>{total / m}, {1}, DType::F64);
-  model_.groups().pp->broadcast(l, model_.p() - 1)->wait();
+  model_.groups().pp->broadcast(l, schedule_.rank_of(S - 1))->wait();
   res.loss = item(l);
   return res;
 }
@@ -384,7 +425,7 @@ PipelineStepResult PipelineExecutor::run(const std::vector<data::Batch>& micro,
 double PipelineExecutor::evaluate(const std::vector<data::Batch>& micro) {
   if (micro.empty()) throw ValueError("pipeline evaluate: no microbatches");
   autograd::NoGradGuard no_grad;
-  const int S = model_.num_stages(), p = model_.p(), r = model_.rank();
+  const int S = model_.num_stages(), r = model_.rank();
   const auto& pp = model_.groups().pp;
   const int64_t tp = model_.groups().tp->size();
   const bool sp = model_.chunk(0).sequence_parallel();
@@ -396,22 +437,30 @@ double PipelineExecutor::evaluate(const std::vector<data::Batch>& micro) {
   for (const data::Batch& batch : micro) {
     const int64_t b = batch.inputs.size(0), T = batch.inputs.size(1);
     const nn::ForwardContext ctx = model_.chunk(0).with_documents(batch.inputs, no_dropout);
+    // This rank's stages in increasing order; an output whose next stage
+    // is on this rank too (the V's turn) goes straight on.
+    Tensor carried;
     for (int c = 0; c < model_.v(); ++c) {
       const int stage = schedule_.stage_of(r, c);
       tp::TensorParallelGpt& chunk = model_.chunk(c);
       Tensor x;
       if (stage == 0) {
         x = chunk.embed(batch.inputs, ctx);
+      } else if (schedule_.rank_of(stage - 1) == r) {
+        x = carried;
       } else {
         x = empty({b, sp ? T / tp : T, model_.config().d_model}, model_.dtype(), model_.device());
-        pp->batch_isend_irecv({{false, x, (r + p - 1) % p, 0}})->wait();
+        pp->batch_isend_irecv({{false, x, schedule_.rank_of(stage - 1), 0}})->wait();
       }
       for (int64_t i : chunk.plan().layers) x = chunk.block(i, x, ctx);
       if (stage == S - 1) {
         Tensor part = cast(chunk.head_loss(x, batch.targets), DType::F64);
         loss_sum = loss_sum.defined() ? add(loss_sum, part) : part;
+      } else if (schedule_.rank_of(stage + 1) == r) {
+        carried = x;
       } else {
-        current.push_back(pp->batch_isend_irecv({{true, contiguous(x), (r + 1) % p, 0}}));
+        current.push_back(
+            pp->batch_isend_irecv({{true, contiguous(x), schedule_.rank_of(stage + 1), 0}}));
       }
     }
     for (auto& w : previous) w->wait();
@@ -422,7 +471,7 @@ double PipelineExecutor::evaluate(const std::vector<data::Batch>& micro) {
   const double total = loss_sum.defined() ? item(loss_sum) : 0.0;
   Tensor l =
       from_vector(std::vector<double>{total / static_cast<double>(micro.size())}, {1}, DType::F64);
-  pp->broadcast(l, p - 1)->wait();
+  pp->broadcast(l, schedule_.rank_of(S - 1))->wait();
   return item(l);
 }
 

@@ -226,17 +226,33 @@ const char* schedule_name(ScheduleKind kind) {
       return "zb-h1";
     case ScheduleKind::ZbAuto:
       return "zb-auto";
+    case ScheduleKind::ZbV:
+      return "zb-v";
   }
   return "?";
 }
 
+Placement placement_of(ScheduleKind kind) {
+  return kind == ScheduleKind::ZbV ? Placement::V : Placement::Loop;
+}
+
+int stage_at(Placement placement, int p, int rank, int chunk) {
+  if (placement == Placement::V) return chunk == 0 ? rank : 2 * p - 1 - rank;
+  return chunk * p + rank;
+}
+
+int rank_at(Placement placement, int p, int stage) {
+  if (placement == Placement::V) return stage < p ? stage : 2 * p - 1 - stage;
+  return stage % p;
+}
+
 ScheduleKind schedule_from_name(const std::string& name) {
   for (auto k : {ScheduleKind::GPipe, ScheduleKind::OneFOneB, ScheduleKind::Interleaved,
-                 ScheduleKind::ZbH1, ScheduleKind::ZbAuto}) {
+                 ScheduleKind::ZbH1, ScheduleKind::ZbAuto, ScheduleKind::ZbV}) {
     if (name == schedule_name(k)) return k;
   }
   throw ValueError("unknown pipeline schedule '" + name +
-                   "' (expected gpipe, 1f1b, interleaved, zb-h1 or zb-auto)");
+                   "' (expected gpipe, 1f1b, interleaved, zb-h1, zb-auto or zb-v)");
 }
 
 std::string Action::str() const {
@@ -271,9 +287,12 @@ void check_numbers(ScheduleKind kind, int p, int m, int v) {
                       ") must be >= 2 (use 1f1b for one chunk)");
     check(m % p == 0, "interleaved: microbatches m (" + std::to_string(m) +
                           ") must be a multiple of pipeline ranks p (" + std::to_string(p) + ")");
+  } else if (kind == ScheduleKind::ZbV) {
+    check(v == 2, "zb-v: chunks per rank v (" + std::to_string(v) +
+                      ") must be 2 (the V places two chunks on every rank)");
   } else {
     check(v == 1, name + ": chunks per rank v (" + std::to_string(v) +
-                      ") must be 1 (only interleaved uses v > 1)");
+                      ") must be 1 (only interleaved and zb-v use v > 1)");
   }
 }
 
@@ -281,7 +300,7 @@ void check_numbers(ScheduleKind kind, int p, int m, int v) {
 
 std::vector<std::vector<Action>> compute_orders(ScheduleKind kind, int p, int m, int v) {
   check_numbers(kind, p, m, v);
-  if (kind == ScheduleKind::ZbAuto) {
+  if (kind == ScheduleKind::ZbAuto || kind == ScheduleKind::ZbV) {
     std::vector<Order> orders(p);
     const Schedule s = make_schedule(kind, p, m, v);
     for (int r = 0; r < p; ++r) {
@@ -308,6 +327,10 @@ Schedule make_schedule(ScheduleKind kind, int p, int m, int v) {
   if (kind == ScheduleKind::ZbAuto) {
     check_numbers(kind, p, m, v);
     return make_zero_bubble_schedule(p, m, Costs{});  // F, B and W of 1 each
+  }
+  if (kind == ScheduleKind::ZbV) {
+    check_numbers(kind, p, m, v);
+    return make_zero_bubble_v_schedule(p, m, Costs{});
   }
   return schedule_from_orders(kind, p, m, v, kind == ScheduleKind::ZbH1,
                               compute_orders(kind, p, m, v));

@@ -1,7 +1,9 @@
 #include "triad/parallel/pipeline/zero_bubble.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <deque>
 #include <limits>
 #include <set>
 #include <string>
@@ -178,6 +180,127 @@ double makespan(int p, int m, int limit, const std::vector<Order>& orders,
   return *std::max_element(clock.begin(), clock.end());
 }
 
+// Which B a ZB-V rank starts when both of its chunks have one ready.
+enum class BPreference { Chunk0, Chunk1, EarliestArrival };
+
+// The ZB-V list scheduler (zero_bubble.h): every rank's order over its two
+// chunks in the V placement, from a simulation with per-stage costs.
+// `admit` is the most microbatches a rank holds at once.
+std::vector<Order> v_list_schedule(int p, int m, int admit, const std::vector<StageCost>& cost,
+                                   double transfer, WPolicy policy, BPreference prefer,
+                                   bool new_first) {
+  const int S = 2 * p;
+  const double unknown = std::numeric_limits<double>::quiet_NaN();
+  std::vector<Order> orders(p);
+  // Per rank and chunk: the next microbatch to forward and to backward.
+  std::vector<std::array<int, 2>> nf(p, {0, 0}), nb(p, {0, 0});
+  std::vector<int> w_done(p, 0), reserved(p, 0);
+  std::vector<std::deque<std::pair<int, int>>> w_queue(p);  // (chunk, microbatch), B order
+  std::vector<double> clock(p, 0.0);
+  std::vector<bool> blocked(p, false);
+  // When stage s has the input activation of microbatch i (F) and the
+  // output gradient (B); NaN until its producer has been scheduled.
+  std::vector<std::vector<double>> act(S, std::vector<double>(m, unknown)), grad = act;
+  for (int i = 0; i < m; ++i) act[0][i] = 0.0;
+  std::set<std::pair<double, int>> active;
+  for (int r = 0; r < p; ++r) active.insert({0.0, r});
+  int left = p;
+  auto stage = [&](int r, int c) { return stage_at(Placement::V, p, r, c); };
+  auto hop = [&](int from, int to) {  // the transfer time between two stages
+    return rank_at(Placement::V, p, from) == rank_at(Placement::V, p, to) ? 0.0 : transfer;
+  };
+  while (left > 0) {
+    if (active.empty()) throw Error("zb-v list scheduler: every rank waits (internal error)");
+    const int r = active.begin()->second;
+    active.erase(active.begin());
+    const double t = clock[r];
+    std::array<double, 2> b_at{unknown, unknown}, f_at{unknown, unknown};
+    for (int c = 0; c < 2; ++c) {
+      const int st = stage(r, c);
+      if (nb[r][c] < nf[r][c]) b_at[c] = grad[st][nb[r][c]];
+      // A chunk-0 F admits a microbatch: it reserves both chunks' activations.
+      const bool room = c == 1 || reserved[r] + 2 <= 2 * admit;
+      if (nf[r][c] < m && room) f_at[c] = act[st][nf[r][c]];
+    }
+    auto ready = [&](double at) { return !std::isnan(at) && at <= t; };
+    auto run = [&](ComputeKind kind, int c, int mb, double duration) {
+      orders[r].push_back(Action::make_compute(kind, c, mb));
+      clock[r] = t + duration;
+      for (int q = 0; q < p; ++q) {  // an input of any rank may have become known
+        if (blocked[q]) {
+          blocked[q] = false;
+          active.insert({clock[q], q});
+        }
+      }
+    };
+    int b_chunk = -1;
+    if (ready(b_at[0]) && ready(b_at[1])) {
+      b_chunk = prefer == BPreference::Chunk0   ? 0
+                : prefer == BPreference::Chunk1 ? 1
+                                                : (b_at[1] < b_at[0] ? 1 : 0);
+    } else if (ready(b_at[0]) || ready(b_at[1])) {
+      b_chunk = ready(b_at[0]) ? 0 : 1;
+    }
+    if (b_chunk >= 0) {
+      const int st = stage(r, b_chunk), mb = nb[r][b_chunk]++;
+      run(ComputeKind::BackwardInput, b_chunk, mb, cost[st].b);
+      if (st > 0) grad[st - 1][mb] = clock[r] + hop(st, st - 1);
+      w_queue[r].push_back({b_chunk, mb});
+      active.insert({clock[r], r});
+      continue;
+    }
+    const int first = new_first ? 0 : 1;
+    const int f_chunk = ready(f_at[first]) ? first : ready(f_at[1 - first]) ? 1 - first : -1;
+    if (f_chunk >= 0) {
+      const int st = stage(r, f_chunk), mb = nf[r][f_chunk]++;
+      if (f_chunk == 0) reserved[r] += 2;
+      run(ComputeKind::Forward, f_chunk, mb, cost[st].f);
+      if (st < S - 1) {
+        act[st + 1][mb] = clock[r] + hop(st, st + 1);
+      } else {
+        grad[st][mb] = clock[r];  // the loss: its B may follow at once
+      }
+      active.insert({clock[r], r});
+      continue;
+    }
+    double next = std::numeric_limits<double>::infinity();
+    for (double at : {b_at[0], b_at[1], f_at[0], f_at[1]}) {
+      if (!std::isnan(at)) next = std::min(next, at);
+    }
+    if (!w_queue[r].empty()) {
+      const auto [c, mb] = w_queue[r].front();
+      const double w = cost[stage(r, c)].w;
+      if (policy == WPolicy::Eager || next >= t + w) {
+        w_queue[r].pop_front();
+        --reserved[r];
+        run(ComputeKind::BackwardWeight, c, mb, w);
+        if (++w_done[r] == 2 * m) {
+          --left;
+        } else {
+          active.insert({clock[r], r});
+        }
+        continue;
+      }
+    }
+    if (std::isinf(next)) {
+      blocked[r] = true;  // until another rank schedules something
+    } else {
+      clock[r] = next;
+      active.insert({clock[r], r});
+    }
+  }
+  return orders;
+}
+
+// Checks one cost and returns it.
+double checked_cost(const std::string& name, const char* what, int stage, double value) {
+  if (!(value > 0) || !std::isfinite(value)) {
+    throw ValueError(name + ": the " + what + " cost of stage " + std::to_string(stage) + " (" +
+                     std::to_string(value) + ") must be a finite number > 0");
+  }
+  return value;
+}
+
 }  // namespace
 
 Schedule make_zero_bubble_schedule(int p, int m, const Costs& costs,
@@ -192,17 +315,11 @@ Schedule make_zero_bubble_schedule(int p, int m, const Costs& costs,
   const int limit = options.max_in_flight == 0 ? p : options.max_in_flight;
   std::vector<StageCost> cost(p);
   for (int r = 0; r < p; ++r) {
-    cost[r] = {costs.of(ComputeKind::Forward, r, p, 1),
-               costs.of(ComputeKind::BackwardInput, r, p, 1),
-               costs.of(ComputeKind::BackwardWeight, r, p, 1)};
-    for (auto [what, value] : {std::pair<const char*, double>{"forward", cost[r].f},
-                               {"backward_input", cost[r].b},
-                               {"backward_weight", cost[r].w}}) {
-      if (!(value > 0) || !std::isfinite(value)) {
-        throw ValueError(name + ": the " + what + " cost of stage " + std::to_string(r) + " (" +
-                         std::to_string(value) + ") must be a finite number > 0");
-      }
-    }
+    cost[r] = {checked_cost(name, "forward", r, costs.of(ComputeKind::Forward, r, p, 1)),
+               checked_cost(name, "backward_input", r,
+                            costs.of(ComputeKind::BackwardInput, r, p, 1)),
+               checked_cost(name, "backward_weight", r,
+                            costs.of(ComputeKind::BackwardWeight, r, p, 1))};
   }
   if (!(costs.transfer() >= 0) || !std::isfinite(costs.transfer())) {
     throw ValueError(name + ": the transfer time (" + std::to_string(costs.transfer()) +
@@ -234,6 +351,57 @@ Schedule make_zero_bubble_schedule(int p, int m, const Costs& costs,
     throw Error(name + ": no candidate order fits the memory limit (internal error)");
   return schedule_from_orders(ScheduleKind::ZbAuto, p, m, 1, true, std::move(candidates[best]),
                               action_cost);
+}
+
+Schedule make_zero_bubble_v_schedule(int p, int m, const Costs& costs,
+                                     const ZeroBubbleOptions& options) {
+  const std::string name = "zb-v";
+  if (p < 1) throw ValueError(name + ": pipeline ranks p (" + std::to_string(p) + ") must be >= 1");
+  if (m < 1) throw ValueError(name + ": microbatches m (" + std::to_string(m) + ") must be >= 1");
+  if (options.max_in_flight < 0) {
+    throw ValueError(name + ": max_in_flight (" + std::to_string(options.max_in_flight) +
+                     ") must be >= 1, or 0 for p");
+  }
+  const int limit = options.max_in_flight == 0 ? p : options.max_in_flight;
+  const int S = 2 * p;
+  std::vector<StageCost> cost(S);
+  for (int st = 0; st < S; ++st) {
+    cost[st] = {checked_cost(name, "forward", st, costs.of(ComputeKind::Forward, st, p, 2)),
+                checked_cost(name, "backward_input", st,
+                             costs.of(ComputeKind::BackwardInput, st, p, 2)),
+                checked_cost(name, "backward_weight", st,
+                             costs.of(ComputeKind::BackwardWeight, st, p, 2))};
+  }
+  if (!(costs.transfer() >= 0) || !std::isfinite(costs.transfer())) {
+    throw ValueError(name + ": the transfer time (" + std::to_string(costs.transfer()) +
+                     ") must be a finite number >= 0");
+  }
+  const ActionCost action_cost = [&](int rank, const Action& a) {
+    return costs.of(a.compute, stage_at(Placement::V, p, rank, a.chunk), p, 2);
+  };
+  std::vector<int> budgets{limit};
+  if (limit > p) budgets.push_back(p);
+  Schedule best;
+  double best_time = std::numeric_limits<double>::infinity();
+  for (int budget : budgets) {
+    for (WPolicy policy : {WPolicy::Eager, WPolicy::Fit}) {
+      for (BPreference prefer :
+           {BPreference::Chunk0, BPreference::Chunk1, BPreference::EarliestArrival}) {
+        for (bool new_first : {false, true}) {
+          Schedule s = schedule_from_orders(
+              ScheduleKind::ZbV, p, m, 2, true,
+              v_list_schedule(p, m, budget, cost, costs.transfer(), policy, prefer, new_first),
+              action_cost);
+          const double t = simulate(s, costs).makespan;
+          if (t < best_time) {
+            best_time = t;
+            best = std::move(s);
+          }
+        }
+      }
+    }
+  }
+  return best;
 }
 
 }  // namespace triad::pipeline

@@ -53,12 +53,28 @@ TensorParallelGpt::TensorParallelGpt(const nn::GptConfig& cfg, uint64_t seed,
   build(seed);
 }
 
+TensorParallelGpt::TensorParallelGpt(const nn::GptConfig& cfg, uint64_t seed,
+                                     dist::ProcessGroupPtr group, bool sequence_parallel,
+                                     StagePlan plan,
+                                     std::shared_ptr<VocabParallelEmbedding> embedding)
+    : cfg_(cfg), group_(std::move(group)), sp_(sequence_parallel), plan_(std::move(plan)) {
+  if (!embedding || !plan_.head || plan_.embedding || !cfg_.tie_embeddings) {
+    throw ValueError(
+        "TensorParallelGpt: a shared token embedding goes only to a last stage without the "
+        "embedding whose head is tied to it (embedding " +
+        std::string(embedding ? "given" : "missing") + ", head " + (plan_.head ? "yes" : "no") +
+        ", first stage " + (plan_.embedding ? "yes" : "no") + ", tie_embeddings " +
+        (cfg_.tie_embeddings ? "true" : "false") + ")");
+  }
+  build(seed, std::move(embedding));
+}
+
 void TensorParallelGpt::require(bool held, const char* what) const {
   if (!held)
     throw ValueError(std::string("TensorParallelGpt: this pipeline stage does not hold ") + what);
 }
 
-void TensorParallelGpt::build(uint64_t seed) {
+void TensorParallelGpt::build(uint64_t seed, std::shared_ptr<VocabParallelEmbedding> embedding) {
   cfg_.validate();
   const int t = group_->size();
   if (cfg_.n_head % t != 0) {
@@ -89,8 +105,9 @@ void TensorParallelGpt::build(uint64_t seed) {
   const bool gated = cfg_.gated_mlp();
   const int64_t C = cfg_.d_model;
   if (plan_.embedding || (plan_.head && cfg_.tie_embeddings)) {
-    wte_ = register_module(
-        "wte", std::make_shared<VocabParallelEmbedding>(cfg_.vocab_size, C, group_, sp_));
+    wte_ = register_module("wte", embedding ? std::move(embedding)
+                                            : std::make_shared<VocabParallelEmbedding>(
+                                                  cfg_.vocab_size, C, group_, sp_));
     specs_["wte.weight"] = wte_->spec();
   }
   if (plan_.embedding && !cfg_.rotary()) {

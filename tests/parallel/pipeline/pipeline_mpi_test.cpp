@@ -1,6 +1,7 @@
 // Every schedule on real stages, against one process accumulating the same
 // microbatches: loss and every parameter gradient after one step, then ten
-// steps of losses, for p = world size (CTest: 2 and 4 ranks), v in {1, 2},
+// steps of losses, for p = world size (CTest: 2 and 4 ranks), v in {1, 2}
+// (ZB-V's two chunks in a V, with a tied and an untied head),
 // m in {p, 2p, p + 1 where allowed}. fp32; loss within 1e-6 relative,
 // gradients within 1e-6 + 1e-4 relative, ten-step losses within 1e-5.
 #include <gtest/gtest.h>
@@ -47,7 +48,14 @@ PipelineGroups groups() {
 struct Case {
   ScheduleKind kind;
   int v, m;
+  bool untied = false;  // an lm_head of its own
 };
+
+nn::GptConfig config(const Case& c) {
+  nn::GptConfig cfg = tiny();
+  cfg.tie_embeddings = !c.untied;
+  return cfg;
+}
 
 std::vector<Case> cases(int p) {
   std::vector<Case> c;
@@ -56,19 +64,25 @@ std::vector<Case> cases(int p) {
     for (int m : {p, 2 * p, p + 1}) c.push_back({k, 1, m});
   }
   for (int m : {p, 2 * p}) c.push_back({ScheduleKind::Interleaved, 2, m});
+  for (int m : {p, 2 * p, p + 1}) c.push_back({ScheduleKind::ZbV, 2, m});
+  c.push_back({ScheduleKind::ZbV, 2, 2 * p, true});
   return c;
 }
 
 std::string name(const Case& c) {
   return std::string(schedule_name(c.kind)) + " v=" + std::to_string(c.v) +
-         " m=" + std::to_string(c.m);
+         " m=" + std::to_string(c.m) + (c.untied ? " untied" : "");
+}
+
+PipelineModel model_for(const Case& c, uint64_t seed) {
+  return PipelineModel(config(c), seed, groups(), false, c.v, {}, placement_of(c.kind));
 }
 
 TEST(Pipeline, OneStepEqualsGradientAccumulationForEverySchedule) {
   const int p = g_world->size();
   for (const Case& c : cases(p)) {
-    nn::Gpt ref(tiny(), 21);
-    PipelineModel model(tiny(), 21, groups(), false, c.v);
+    nn::Gpt ref(config(c), 21);
+    PipelineModel model = model_for(c, 21);
     PipelineExecutor exec(model, make_schedule(c.kind, p, c.m, c.v));
     auto data = batches(c.m, 1);
     PipelineStepResult res = exec.run(data, {});
@@ -114,9 +128,9 @@ TEST(Pipeline, TenStepsGiveTheSameLossesAsOneProcess) {
   const int p = g_world->size();
   for (const Case& c :
        {Case{ScheduleKind::OneFOneB, 1, 2 * p}, Case{ScheduleKind::Interleaved, 2, p},
-        Case{ScheduleKind::ZbH1, 1, p + 1}}) {
-    nn::Gpt ref(tiny(), 22);
-    PipelineModel model(tiny(), 22, groups(), false, c.v);
+        Case{ScheduleKind::ZbH1, 1, p + 1}, Case{ScheduleKind::ZbV, 2, p + 1}}) {
+    nn::Gpt ref(config(c), 22);
+    PipelineModel model = model_for(c, 22);
     PipelineExecutor exec(model, make_schedule(c.kind, p, c.m, c.v));
     optim::AdamWOptions o;
     o.lr = 3e-3;
@@ -169,6 +183,37 @@ TEST(Pipeline, LayoutErrorsNameTheNumbers) {
   expect_error([&] { PipelineModel m(odd, 1, groups(), false, 1); },
                "must be divisible by parallel.pp");
   EXPECT_THROW(make_schedule(ScheduleKind::Interleaved, p, p + 1, 2), ValueError);  // m % p != 0
+  expect_error([] { PipelineModel m(tiny(), 1, groups(), false, 1, {}, Placement::V); },
+               "parallel.vpp must be 2 (got 1)");
+  // A schedule and a model that place the stages differently.
+  expect_error(
+      [&] {
+        PipelineModel m(tiny(), 1, groups(), false, 2);
+        PipelineExecutor e(m, make_schedule(ScheduleKind::ZbV, p, p, 2));
+      },
+      "schedule zb-v needs the V placement of stages, but the pipeline has the loop placement");
+}
+
+TEST(Pipeline, ZbVHoldsOneTiedEmbeddingOnTheFirstRankAndEvaluatesLikeOneProcess) {
+  const int p = g_world->size(), r = g_mesh->pp_rank();
+  const Case c{ScheduleKind::ZbV, 2, p};
+  PipelineModel model = model_for(c, 23);
+  EXPECT_EQ(model.stage_of(0), r);
+  EXPECT_EQ(model.stage_of(1), 2 * p - 1 - r);
+  int wte = 0;
+  for (auto& [pname, t] : model.named_parameters()) wte += pname == "wte.weight";
+  EXPECT_EQ(wte, r == 0 ? 1 : 0);  // the embedding and the tied head share one tensor
+  if (r == 0) {
+    EXPECT_EQ(&model.chunk(0).token_embedding().impl(),
+              &model.chunk(1).token_embedding().impl());
+  }
+  // Evaluation hands the turn over locally and the loss comes from rank 0.
+  nn::Gpt ref(tiny(), 23);
+  PipelineExecutor exec(model, make_schedule(ScheduleKind::ZbV, p, c.m, 2));
+  const auto data = batches(3, 7);
+  double want = 0;
+  for (const auto& b : data) want += item(ref.loss(b.inputs, b.targets)) / 3.0;
+  EXPECT_NEAR(exec.evaluate(data), want, 1e-6 * want);
 }
 
 }  // namespace

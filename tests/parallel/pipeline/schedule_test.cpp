@@ -87,11 +87,11 @@ TEST(Schedule, ConstraintsAreClearErrors) {
                "interleaved: microbatches m (6) must be a multiple of pipeline ranks p (4)");
   expect_error([] { make_schedule(ScheduleKind::Interleaved, 4, 8, 1); }, "v (1) must be >= 2");
   expect_error([] { make_schedule(ScheduleKind::OneFOneB, 4, 8, 2); },
-               "only interleaved uses v > 1");
+               "only interleaved and zb-v use v > 1");
   expect_error([] { make_schedule(ScheduleKind::GPipe, 0, 8); }, "p (0) must be >= 1");
   expect_error([] { make_schedule(ScheduleKind::ZbH1, 2, 0); }, "m (0) must be >= 1");
   expect_error([] { schedule_from_name("pipedream"); },
-               "expected gpipe, 1f1b, interleaved, zb-h1 or zb-auto");
+               "expected gpipe, 1f1b, interleaved, zb-h1, zb-auto or zb-v");
   EXPECT_EQ(schedule_from_name("zb-h1"), ScheduleKind::ZbH1);
 }
 

@@ -33,23 +33,29 @@ std::vector<std::vector<int64_t>> split_layers(int64_t n_layer, int pp, int vpp,
                                                const std::vector<int64_t>& counts);
 
 // This rank's part of a pipeline-parallel GPT: chunk c holds model stage
-// c*p + r (r = pipeline rank), built from TensorParallelGpt so pipeline and
-// tensor parallelism compose. Stage 0 holds the embeddings, stage S-1 the
-// final LayerNorm, the head (its own copy of the token embedding, or an
-// untied lm_head) and the loss. Initialisation is layout-independent, as
+// stage_at(placement, p, r, c) (r = pipeline rank; c*p + r in the loop
+// placement), built from TensorParallelGpt so pipeline and tensor
+// parallelism compose. Stage 0 holds the embeddings, stage S-1 the final
+// LayerNorm, the head (a copy of the token embedding on another rank, the
+// same module when the V placement puts both stages on rank 0, or an untied
+// lm_head) and the loss. Initialisation is layout-independent, as
 // everywhere.
 class PipelineModel {
  public:
   PipelineModel(const nn::GptConfig& cfg, uint64_t seed, PipelineGroups groups,
-                bool sequence_parallel, int vpp, std::vector<int64_t> stage_layers = {});
+                bool sequence_parallel, int vpp, std::vector<int64_t> stage_layers = {},
+                Placement placement = Placement::Loop);
   int p() const { return p_; }
   int v() const { return v_; }
   int rank() const { return rank_; }
   int num_stages() const { return p_ * v_; }
+  Placement placement() const { return placement_; }
+  int stage_of(int chunk) const { return stage_at(placement_, p_, rank_, chunk); }
   tp::TensorParallelGpt& chunk(int c) const { return *chunks_.at(c); }
   const PipelineGroups& groups() const { return groups_; }
   const nn::GptConfig& config() const { return cfg_; }
-  // Every parameter of this rank's chunks (names are global and distinct).
+  // Every parameter of this rank's chunks, each once (names are global; a
+  // token embedding two chunks share appears once).
   std::vector<std::pair<std::string, Tensor>> named_parameters() const;
   void zero_grad() const;
   // The parameters' dtype (activations travel in it); to() converts every
@@ -59,7 +65,8 @@ class PipelineModel {
   void to(DType dtype);
   void to(Device device);
   // Sums the token-embedding gradients of the first and last stage (tied
-  // weights) so both copies take the same step.
+  // weights) so both copies take the same step. Nothing to do when one rank
+  // holds both stages (the V placement): they share the tensor.
   void reduce_tied_embedding_grads() const;
   // Pipeline-wide global-norm clipping; the tied embedding is counted once.
   double clip_grad_norm(double max_norm) const;
@@ -74,6 +81,7 @@ class PipelineModel {
   nn::GptConfig cfg_;
   PipelineGroups groups_;
   int p_, v_, rank_;
+  Placement placement_;
   std::vector<std::vector<int64_t>> layers_;  // per stage
   std::vector<std::shared_ptr<tp::TensorParallelGpt>> chunks_;
 };

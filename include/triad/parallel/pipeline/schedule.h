@@ -11,15 +11,30 @@ namespace triad::pipeline {
 // of what it does. No tensors, no communication: the executor runs these
 // lists, the simulator times them, the planner prices them.
 //
-// Layout: p ranks, v model chunks per rank, S = p*v model stages; chunk c of
-// rank r holds stage c*p + r. Stage 0 takes the embedding, stage S-1 the loss.
+// Layout: p ranks, v model chunks per rank, S = p*v model stages. Stage 0
+// takes the embedding, stage S-1 the loss. Where the stages live is the
+// schedule's Placement (below).
 
-enum class ScheduleKind { GPipe, OneFOneB, Interleaved, ZbH1, ZbAuto };
+enum class ScheduleKind { GPipe, OneFOneB, Interleaved, ZbH1, ZbAuto, ZbV };
 
 const char* schedule_name(ScheduleKind kind);
-// "gpipe", "1f1b", "interleaved", "zb-h1", "zb-auto"; throws ValueError
-// listing them.
+// "gpipe", "1f1b", "interleaved", "zb-h1", "zb-auto", "zb-v"; throws
+// ValueError listing them.
 ScheduleKind schedule_from_name(const std::string& name);
+
+// Where the model stages live.
+//  Loop  chunk c of rank r holds stage c*p + r: the stages go round the
+//        ranks v times (1F1B, interleaved, every schedule but ZB-V).
+//  V     two chunks per rank: chunk 0 of rank r holds stage r, chunk 1 stage
+//        2p-1-r. The model goes down the ranks and back up, so rank 0 holds
+//        the first and the last stage (the embedding and the loss: a tied
+//        embedding is one tensor) and rank p-1 hands stage p-1's output to
+//        stage p without communication (ZB-V).
+// In both, stage s belongs to chunk s / p.
+enum class Placement { Loop, V };
+Placement placement_of(ScheduleKind kind);
+int stage_at(Placement placement, int p, int rank, int chunk);
+int rank_at(Placement placement, int p, int stage);
 
 enum class ComputeKind { Forward, Backward, BackwardInput, BackwardWeight };
 
@@ -67,8 +82,9 @@ struct Schedule {
   std::vector<std::vector<Action>> ranks;
 
   int num_stages() const { return p * v; }
-  int stage_of(int rank, int chunk) const { return chunk * p + rank; }
-  int rank_of(int stage) const { return stage % p; }
+  Placement placement() const { return placement_of(kind); }
+  int stage_of(int rank, int chunk) const { return stage_at(placement(), p, rank, chunk); }
+  int rank_of(int stage) const { return rank_at(placement(), p, stage); }
   int chunk_of(int stage) const { return stage / p; }
 };
 
@@ -76,7 +92,8 @@ struct Schedule {
 // point-to-point batches it implies (each batch holds the sends of the
 // previous compute action and the receives of the next). Constraints, each a
 // ValueError naming the numbers: p, m >= 1; v >= 1 with v == 1 unless
-// Interleaved; Interleaved needs v >= 2 and m a multiple of p.
+// Interleaved or ZB-V; Interleaved needs v >= 2 and m a multiple of p, ZB-V
+// v == 2.
 //
 //  GPipe        all forwards, then all backwards.
 //  1F1B         rank r: min(p-r-1, m) warm-up forwards, then one forward /
@@ -92,6 +109,10 @@ struct Schedule {
 //  ZB-auto      zero-bubble order chosen for measured costs
 //               (zero_bubble.h); here for equal F, B and W costs and 1F1B's
 //               memory.
+//  ZB-V         the V placement with B/W split (zero_bubble.h,
+//               make_zero_bubble_v_schedule): 1F1B's activation memory and,
+//               for equal F, B and W costs, almost no bubble; here for those
+//               costs.
 Schedule make_schedule(ScheduleKind kind, int p, int m, int v = 1);
 
 // The compute actions of make_schedule(kind, p, m, v), rank by rank,

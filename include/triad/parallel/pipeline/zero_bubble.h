@@ -43,4 +43,29 @@ struct ZeroBubbleOptions {
 Schedule make_zero_bubble_schedule(int p, int m, const Costs& costs,
                                    const ZeroBubbleOptions& options = {});
 
+// ZB-V (Qi et al. 2023): two chunks per rank in the V placement (chunk 0 of
+// rank r holds stage r, chunk 1 stage 2p-1-r), backward split into B and W.
+// A microbatch goes down the ranks and back up, so every rank takes part
+// in its forward twice and its backward twice, spaced so that each rank's
+// W passes fill what would be bubbles; the last rank turns it round without
+// communication and the first rank holds the embedding and the loss.
+//
+// The order comes from the same list scheduler as zb-auto's, on stages:
+// whenever a rank is free it starts a B whose output gradient has arrived,
+// else an F whose input has arrived — a chunk-1 F (a microbatch already in
+// the pipeline, on its way to the loss) before a chunk-0 F (a new one) —
+// else a W. A chunk-0 F admits a microbatch to the rank and reserves its
+// two chunk activations until their W passes: at most
+// `max_in_flight` microbatches (0 = p) are admitted at once, so the peak
+// activation memory is 1F1B's (p microbatches of a whole stage = 2p of a
+// half-size chunk) and no chunk-1 F ever waits for memory (no deadlock).
+// Variants of the rule (which chunk's B first, W eager or only when it fits
+// before the next arrival) are timed with the costs and the shortest wins.
+//
+// Costs are per stage (Costs' 1, 2 or 2p-entry vectors; backward_input and
+// backward_weight are used); each must be > 0. Throws ValueError naming a
+// bad value.
+Schedule make_zero_bubble_v_schedule(int p, int m, const Costs& costs,
+                                     const ZeroBubbleOptions& options = {});
+
 }  // namespace triad::pipeline

@@ -39,6 +39,13 @@ class TensorParallelGpt : public nn::Module {
   // One pipeline stage of the model (parameter names stay global).
   TensorParallelGpt(const nn::GptConfig& cfg, uint64_t seed, dist::ProcessGroupPtr group,
                     bool sequence_parallel, StagePlan plan);
+  // A last stage whose tied head uses `embedding`, the token embedding of
+  // the first stage held by the same rank (ZB-V's V placement): one tensor,
+  // whose gradient sums both uses, under one name. ValueError unless the
+  // plan is a head without the embedding and the model ties them.
+  TensorParallelGpt(const nn::GptConfig& cfg, uint64_t seed, dist::ProcessGroupPtr group,
+                    bool sequence_parallel, StagePlan plan,
+                    std::shared_ptr<VocabParallelEmbedding> embedding);
   const StagePlan& plan() const { return plan_; }
   const nn::GptConfig& config() const { return cfg_; }
   const dist::ProcessGroupPtr& group() const { return group_; }
@@ -83,6 +90,7 @@ class TensorParallelGpt : public nn::Module {
   Tensor grad_norm_squared(bool count_embedding = true) const;
   void scale_grads(double coef) const;
   const Tensor& token_embedding() const { return wte_->weight(); }
+  const std::shared_ptr<VocabParallelEmbedding>& token_embedding_module() const { return wte_; }
   // Whether this stage holds the token embedding (first stage, or the last
   // one's tied copy).
   bool holds_token_embedding() const { return wte_ != nullptr; }
@@ -100,7 +108,7 @@ class TensorParallelGpt : public nn::Module {
   nn::GptConfig cfg_;
   dist::ProcessGroupPtr group_;
   bool sp_;
-  void build(uint64_t seed);
+  void build(uint64_t seed, std::shared_ptr<VocabParallelEmbedding> embedding = nullptr);
   void require(bool held, const char* what) const;
   std::shared_ptr<VocabParallelEmbedding> wte_;
   // The output head's vocabulary shard: wte_ when tied, else its own
