@@ -2,7 +2,8 @@
 //   triad-plan schedule --kind interleaved --p 4 --v 2 --m 8 --svg out.svg [--trace out.json]
 //   triad-plan predict --model M.yaml --cluster C.yaml --gpus N --global-batch B --tp T --pp P
 //                      [--vpp V] --micro-batch b [--recompute none|selective|full]
-//                      [--sequence-parallel] [--zero 1] [--schedule 1f1b|interleaved|zb-h1]
+//                      [--sequence-parallel] [--zero 1]
+//                      [--schedule 1f1b|interleaved|zb-h1|zb-auto|zb-v]
 //                      [--json]
 //   triad-plan recommend --model M.yaml --cluster C.yaml --gpus N --global-batch B [--top K]
 //   [--json]
@@ -60,17 +61,18 @@ int main(int argc, char** argv) {
   std::string kind = "1f1b", svg, trace;
   int p = 4, v = 1, m = 8, max_in_flight = 0;
   double tf = 1, tb = 2, tw = 0, comm = 0;
-  sched->add_option("--kind", kind, "gpipe, 1f1b, interleaved, zb-h1 or zb-auto")
+  sched->add_option("--kind", kind, "gpipe, 1f1b, interleaved, zb-h1, zb-auto or zb-v")
       ->capture_default_str();
   sched->add_option("--p", p, "pipeline ranks")->capture_default_str();
-  sched->add_option("--v", v, "chunks per rank (interleaved)")->capture_default_str();
+  sched->add_option("--v", v, "chunks per rank (interleaved; zb-v: 2, its default)")
+      ->capture_default_str();
   sched->add_option("--m", m, "microbatches")->capture_default_str();
   sched->add_option("--tf", tf, "forward time per chunk")->capture_default_str();
   sched->add_option("--tb", tb, "backward time per chunk (B + W)")->capture_default_str();
   sched->add_option("--tw", tw, "weight-gradient part of --tb for split schedules (default half)");
   sched->add_option("--comm", comm, "time of one point-to-point message")->capture_default_str();
   sched->add_option("--max-in-flight", max_in_flight,
-                    "zb-auto: microbatches a rank may hold from F to W (default p)");
+                    "zb-auto, zb-v: microbatches a rank may hold from F to W (default p)");
   sched->add_option("--svg", svg, "write the timeline as SVG");
   sched->add_option("--trace", trace, "write the timeline as Chrome trace JSON");
 
@@ -101,7 +103,8 @@ int main(int argc, char** argv) {
   predict->add_flag("--sequence-parallel", sp);
   predict->add_option("--zero", zero, "1 shards the optimizer state (ZeRO-1)");
   predict->add_option("--schedule", schedule_name,
-                      "1f1b (default), interleaved (default when --vpp > 1), zb-h1, zb-auto");
+                      "1f1b (default), interleaved (default when --vpp > 1), zb-h1, zb-auto, "
+                      "zb-v (--vpp 2, its default)");
   auto* rec = app.add_subcommand("recommend", "rank every configuration that fits");
   add_common(rec);
   rec->add_option("--top", top, "how many to print")->capture_default_str();
@@ -117,12 +120,16 @@ int main(int argc, char** argv) {
       c.backward_input = {tb - w};
       c.backward_weight = {w};
       c.p2p_latency = comm;
-      if (max_in_flight != 0 && k != pipeline::ScheduleKind::ZbAuto)
-        throw ConfigError("--max-in-flight goes with --kind zb-auto");
+      if (max_in_flight != 0 && k != pipeline::ScheduleKind::ZbAuto &&
+          k != pipeline::ScheduleKind::ZbV)
+        throw ConfigError("--max-in-flight goes with --kind zb-auto or zb-v");
+      if (k == pipeline::ScheduleKind::ZbV && sched->get_option("--v")->count() == 0) v = 2;
       auto s = pipeline::make_schedule(k, p, m, v);  // names bad numbers
-      // zb-auto: the order searched for these costs.
+      // zb-auto and zb-v: the order searched for these costs.
       if (k == pipeline::ScheduleKind::ZbAuto)
         s = pipeline::make_zero_bubble_schedule(p, m, c, {max_in_flight});
+      if (k == pipeline::ScheduleKind::ZbV)
+        s = pipeline::make_zero_bubble_v_schedule(p, m, c, {max_in_flight});
       auto r = pipeline::simulate(s, c);
       const int held = s.split_backward ? r.peak_held[0] : r.peak_alive[0];
       std::printf("%s p=%d v=%d m=%d: makespan %.4g, bubble %.2f%%, peak in-flight on rank 0: %d\n",
@@ -180,6 +187,7 @@ int main(int argc, char** argv) {
       c.dp = gpus / (c.tp * c.pp);
       if (!schedule_name.empty()) {
         c.schedule = pipeline::schedule_from_name(schedule_name);
+        if (c.schedule == pipeline::ScheduleKind::ZbV && !given(predict, "--vpp")) c.vpp = 2;
       } else if (config_path.empty() || given(predict, "--vpp")) {
         c.schedule =
             c.vpp > 1 ? pipeline::ScheduleKind::Interleaved : pipeline::ScheduleKind::OneFOneB;

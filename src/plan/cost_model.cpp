@@ -192,7 +192,9 @@ pipeline::SimulationResult simulate_cached(pipeline::ScheduleKind kind, int p, i
                    p,
                    v,
                    m,
-                   kind == pipeline::ScheduleKind::ZbAuto ? limit : 0,
+                   kind == pipeline::ScheduleKind::ZbAuto || kind == pipeline::ScheduleKind::ZbV
+                       ? limit
+                       : 0,
                    q(bi),
                    q(bwt),
                    q(head.fwd),
@@ -216,10 +218,12 @@ pipeline::SimulationResult simulate_cached(pipeline::ScheduleKind kind, int p, i
     costs.backward[c] = costs.backward_input[c] + costs.backward_weight[c];
   costs.p2p_latency = key.comm / 1e4;
   // zb-auto's order is searched for these very costs, as the trainer does
-  // for the ones it measures.
+  // for the ones it measures; zb-v's list scheduler takes them too.
   const pipeline::Schedule schedule =
       kind == pipeline::ScheduleKind::ZbAuto
           ? pipeline::make_zero_bubble_schedule(p, m, costs, {key.limit})
+      : kind == pipeline::ScheduleKind::ZbV
+          ? pipeline::make_zero_bubble_v_schedule(p, m, costs, {key.limit})
           : pipeline::make_schedule(kind, p, m, v);
   auto result = pipeline::simulate(schedule, costs);
   std::lock_guard<std::mutex> lock(mutex);
@@ -267,7 +271,8 @@ std::string ParallelConfig::str() const {
          " vpp=" + std::to_string(vpp) + " mb=" + std::to_string(micro_batch) +
          " recompute=" + recompute_name(recompute) + " sp=" + (sequence_parallel ? "on" : "off") +
          " zero1=" + (zero1 ? "on" : "off") + " " + pipeline::schedule_name(schedule) +
-         (schedule == pipeline::ScheduleKind::ZbAuto && zb_max_in_flight > 0
+         ((schedule == pipeline::ScheduleKind::ZbAuto || schedule == pipeline::ScheduleKind::ZbV) &&
+                  zb_max_in_flight > 0
               ? " max-in-flight=" + std::to_string(zb_max_in_flight)
               : std::string()) +
          (attention == Attention::Flash ? " attention=flash" : "");
@@ -316,9 +321,14 @@ void check_config(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int gl
   }
   const int micro = global_batch / (p.micro_batch * p.dp);
   const bool interleaved = p.schedule == pipeline::ScheduleKind::Interleaved;
-  if (interleaved != (p.vpp > 1)) {
+  if (p.schedule == pipeline::ScheduleKind::ZbV) {
+    if (p.vpp != 2) {
+      throw ConfigError("vpp (" + std::to_string(p.vpp) +
+                        ") must be 2 for the zb-v schedule (two chunks per rank in a V)");
+    }
+  } else if (interleaved != (p.vpp > 1)) {
     throw ConfigError("vpp (" + std::to_string(p.vpp) +
-                      ") > 1 goes with the interleaved schedule and only with it (got " +
+                      ") > 1 goes with the interleaved or zb-v schedule and only with them (got " +
                       pipeline::schedule_name(p.schedule) + ")");
   }
   if (interleaved && micro % p.pp != 0) {
@@ -385,7 +395,8 @@ Estimate estimate(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int gl
   e.bubble_fraction = sim.bubble_fraction;
   e.peak_inflight =
       sim.peak_alive.empty() ? 0 : *std::max_element(sim.peak_alive.begin(), sim.peak_alive.end());
-  if (p.schedule == pipeline::ScheduleKind::ZbH1 || p.schedule == pipeline::ScheduleKind::ZbAuto) {
+  if (p.schedule == pipeline::ScheduleKind::ZbH1 || p.schedule == pipeline::ScheduleKind::ZbAuto ||
+      p.schedule == pipeline::ScheduleKind::ZbV) {
     e.peak_inflight = *std::max_element(sim.peak_held.begin(), sim.peak_held.end());
   }
 
@@ -394,10 +405,11 @@ Estimate estimate(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int gl
   const double layer_params = static_cast<double>(m.block_parameters());
   const double body = (static_cast<double>(m.n_layer) / p.pp) * layer_params / t;
   // The token table on the first stage (and a tied copy, or an untied
-  // head, on the last when pp > 1; one process holds both an untied head and
-  // the table).
+  // head, on the last when pp > 1; one process, and ZB-V's first rank, hold
+  // both an untied head and the table, or the one tied table).
   const double table = V * h / t;
-  const double embedding = (!m.tie_embeddings && p.pp == 1 ? 2.0 : 1.0) * table;
+  const bool both_ends = p.pp == 1 || pipeline::placement_of(p.schedule) == pipeline::Placement::V;
+  const double embedding = (!m.tie_embeddings && both_ends ? 2.0 : 1.0) * table;
   const double positions = m.rotary() ? 0.0 : s * h;  // the learned table, first stage
   const double params = body + embedding + positions;
   // ---- data parallelism: fp32 gradient reduction (hierarchical: inside the
@@ -424,9 +436,10 @@ Estimate estimate(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int gl
     e.dp_comm_time =
         p.overlap_dp ? std::max(0.0, time - p.vpp * (bi + bw) - H.bwd_input - H.bwd_weight) : time;
   }
-  // Tied embeddings: first and last stage all-reduce the embedding gradient.
+  // Tied embeddings: first and last stage all-reduce the embedding gradient
+  // (unless they are one rank's).
   double embedding_sync = 0;
-  if (p.pp > 1 && m.tie_embeddings) {
+  if (!both_ends && m.tie_embeddings) {
     embedding_sync = ring_time(table * 4.0, 1.0, 2, c.inter_bandwidth_per_gpu(), c.inter_latency,
                                c.collective_efficiency);
   }

@@ -26,6 +26,7 @@ std::vector<Estimate> recommend(const nn::GptConfig& m, const ClusterSpec& c, in
           }
           if (space.try_zb_h1) schedules.push_back({pipeline::ScheduleKind::ZbH1, 1});
           if (space.try_zb_auto) schedules.push_back({pipeline::ScheduleKind::ZbAuto, 1});
+          if (space.try_zb_v) schedules.push_back({pipeline::ScheduleKind::ZbV, 2});
         }
         for (auto [kind, v] : schedules) {
           for (Recompute rc : {Recompute::None, Recompute::Selective, Recompute::Full}) {

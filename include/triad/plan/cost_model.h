@@ -27,7 +27,7 @@ struct ParallelConfig {
   int tp = 1;
   int pp = 1;
   int dp = 1;
-  int vpp = 1;  // chunks per pipeline rank (interleaved when > 1)
+  int vpp = 1;  // chunks per pipeline rank (interleaved when > 1; zb-v: 2)
   int micro_batch = 1;
   Recompute recompute = Recompute::None;
   bool sequence_parallel = false;

@@ -11,6 +11,7 @@ struct SearchSpace {
   std::vector<int> vpps{1, 2, 4};
   bool try_zb_h1 = true;
   bool try_zb_auto = true;  // the order searched for the predicted costs
+  bool try_zb_v = true;     // two chunks per rank in a V (vpp 2)
   bool overlap_dp = false;
   Attention attention = Attention::Unfused;
 };

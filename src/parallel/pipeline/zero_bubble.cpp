@@ -18,6 +18,9 @@ using Order = std::vector<Action>;  // compute actions only
 enum class WPolicy {
   Eager,  // W whenever neither B nor F can start now
   Fit,    // W only when it ends before the next known arrival
+  // ZB-V only: as Eager, but when a new microbatch waits for memory alone,
+  // the W passes that free it go before everything else.
+  MemoryFirst,
 };
 
 struct StageCost {
@@ -123,10 +126,12 @@ std::vector<Order> split_orders(const std::vector<Order>& in) {
 
 // The makespan of split orders run as the executor runs them: each action
 // starts when its rank is free and its input has arrived (the producer's end
-// plus the transfer time), or infinity when a rank would hold more than
-// `limit` microbatches between F and W.
-double makespan(int p, int m, int limit, const std::vector<Order>& orders,
-                const std::vector<StageCost>& cost, double transfer) {
+// plus the transfer time when the producer is on another rank), or infinity
+// when a rank would hold more than `limit` (chunk, microbatch) activations
+// between F and W. `cost` per stage; v chunks per rank in `placement`.
+double makespan(int p, int v, Placement placement, int m, int limit,
+                const std::vector<Order>& orders, const std::vector<StageCost>& cost,
+                double transfer) {
   for (const Order& o : orders) {
     int held = 0;
     for (const Action& a : o) {
@@ -136,9 +141,13 @@ double makespan(int p, int m, int limit, const std::vector<Order>& orders,
       if (held > limit) return std::numeric_limits<double>::infinity();
     }
   }
+  const int S = p * v;
+  auto hop = [&](int from, int to) {
+    return rank_at(placement, p, from) == rank_at(placement, p, to) ? 0.0 : transfer;
+  };
   const double unknown = std::numeric_limits<double>::quiet_NaN();
-  // When rank r's F / B of each microbatch ends.
-  std::vector<std::vector<double>> f_end(p, std::vector<double>(m, unknown)), b_end = f_end;
+  // When each stage's F / B of each microbatch ends.
+  std::vector<std::vector<double>> f_end(S, std::vector<double>(m, unknown)), b_end = f_end;
   std::vector<size_t> next(p, 0);
   std::vector<double> clock(p, 0.0);
   for (bool progress = true; progress;) {
@@ -146,7 +155,7 @@ double makespan(int p, int m, int limit, const std::vector<Order>& orders,
     for (int r = 0; r < p; ++r) {
       for (; next[r] < orders[r].size(); ++next[r]) {
         const Action& a = orders[r][next[r]];
-        const int mb = a.microbatch;
+        const int mb = a.microbatch, st = stage_at(placement, p, r, a.chunk);
         double ready = clock[r];
         bool known = true;
         auto after = [&](double t) {  // NaN: not produced yet
@@ -155,27 +164,27 @@ double makespan(int p, int m, int limit, const std::vector<Order>& orders,
         };
         double d = 0;
         if (a.compute == ComputeKind::Forward) {
-          if (r > 0) after(f_end[r - 1][mb] + transfer);
-          d = cost[r].f;
+          if (st > 0) after(f_end[st - 1][mb] + hop(st - 1, st));
+          d = cost[st].f;
         } else if (a.compute == ComputeKind::BackwardInput) {
-          after(f_end[r][mb]);
-          if (r < p - 1) after(b_end[r + 1][mb] + transfer);
-          d = cost[r].b;
+          after(f_end[st][mb]);
+          if (st < S - 1) after(b_end[st + 1][mb] + hop(st + 1, st));
+          d = cost[st].b;
         } else {
-          after(b_end[r][mb]);
-          d = cost[r].w;
+          after(b_end[st][mb]);
+          d = cost[st].w;
         }
         if (!known) break;
         clock[r] = ready + d;
-        if (a.compute == ComputeKind::Forward) f_end[r][mb] = clock[r];
-        if (a.compute == ComputeKind::BackwardInput) b_end[r][mb] = clock[r];
+        if (a.compute == ComputeKind::Forward) f_end[st][mb] = clock[r];
+        if (a.compute == ComputeKind::BackwardInput) b_end[st][mb] = clock[r];
         progress = true;
       }
     }
   }
   for (int r = 0; r < p; ++r) {
     if (next[r] < orders[r].size())
-      throw Error("zb-auto: candidate orders wait forever (internal error)");
+      throw Error("zero-bubble: candidate orders wait forever (internal error)");
   }
   return *std::max_element(clock.begin(), clock.end());
 }
@@ -188,7 +197,7 @@ enum class BPreference { Chunk0, Chunk1, EarliestArrival };
 // `admit` is the most microbatches a rank holds at once.
 std::vector<Order> v_list_schedule(int p, int m, int admit, const std::vector<StageCost>& cost,
                                    double transfer, WPolicy policy, BPreference prefer,
-                                   bool new_first) {
+                                   int keep) {
   const int S = 2 * p;
   const double unknown = std::numeric_limits<double>::quiet_NaN();
   std::vector<Order> orders(p);
@@ -210,7 +219,12 @@ std::vector<Order> v_list_schedule(int p, int m, int admit, const std::vector<St
     return rank_at(Placement::V, p, from) == rank_at(Placement::V, p, to) ? 0.0 : transfer;
   };
   while (left > 0) {
-    if (active.empty()) throw Error("zb-v list scheduler: every rank waits (internal error)");
+    if (active.empty()) {
+      // Shared room can run out with every rank waiting for another's
+      // chunk-1 F: this variant fails. Reserving per microbatch cannot.
+      if (keep >= 0) return {};
+      throw Error("zb-v list scheduler: every rank waits (internal error)");
+    }
     const int r = active.begin()->second;
     active.erase(active.begin());
     const double t = clock[r];
@@ -218,21 +232,41 @@ std::vector<Order> v_list_schedule(int p, int m, int admit, const std::vector<St
     for (int c = 0; c < 2; ++c) {
       const int st = stage(r, c);
       if (nb[r][c] < nf[r][c]) b_at[c] = grad[st][nb[r][c]];
-      // A chunk-0 F admits a microbatch: it reserves both chunks' activations.
-      const bool room = c == 1 || reserved[r] + 2 <= 2 * admit;
+      // A chunk-0 F admits a microbatch. Either it reserves both chunks'
+      // activations until their W passes, or `keep` chunk activations stay
+      // free for any microbatch's chunk-1 F.
+      const int held = nf[r][0] + nf[r][1] - w_done[r];
+      const bool room = keep < 0 ? c == 1 || reserved[r] + 2 <= 2 * admit
+                                 : held + 1 + (c == 0 ? keep : 0) <= 2 * admit;
       if (nf[r][c] < m && room) f_at[c] = act[st][nf[r][c]];
     }
     auto ready = [&](double at) { return !std::isnan(at) && at <= t; };
-    auto run = [&](ComputeKind kind, int c, int mb, double duration) {
+    // `consumer`: the rank whose input this action makes known (a blocked
+    // rank waits for nothing else: room frees only by its own W passes).
+    auto run = [&](ComputeKind kind, int c, int mb, double duration, int consumer) {
       orders[r].push_back(Action::make_compute(kind, c, mb));
       clock[r] = t + duration;
-      for (int q = 0; q < p; ++q) {  // an input of any rank may have become known
-        if (blocked[q]) {
-          blocked[q] = false;
-          active.insert({clock[q], q});
-        }
+      if (consumer >= 0 && blocked[consumer]) {
+        blocked[consumer] = false;
+        active.insert({clock[consumer], consumer});
       }
     };
+    auto run_w = [&] {
+      const auto [c, mb] = w_queue[r].front();
+      w_queue[r].pop_front();
+      --reserved[r];
+      run(ComputeKind::BackwardWeight, c, mb, cost[stage(r, c)].w, -1);
+      if (++w_done[r] == 2 * m) {
+        --left;
+      } else {
+        active.insert({clock[r], r});
+      }
+    };
+    const bool starved = nf[r][0] < m && std::isnan(f_at[0]) && ready(act[stage(r, 0)][nf[r][0]]);
+    if (!w_queue[r].empty() && policy == WPolicy::MemoryFirst && starved) {
+      run_w();
+      continue;
+    }
     int b_chunk = -1;
     if (ready(b_at[0]) && ready(b_at[1])) {
       b_chunk = prefer == BPreference::Chunk0   ? 0
@@ -243,18 +277,19 @@ std::vector<Order> v_list_schedule(int p, int m, int admit, const std::vector<St
     }
     if (b_chunk >= 0) {
       const int st = stage(r, b_chunk), mb = nb[r][b_chunk]++;
-      run(ComputeKind::BackwardInput, b_chunk, mb, cost[st].b);
+      run(ComputeKind::BackwardInput, b_chunk, mb, cost[st].b,
+          st > 0 ? rank_at(Placement::V, p, st - 1) : -1);
       if (st > 0) grad[st - 1][mb] = clock[r] + hop(st, st - 1);
       w_queue[r].push_back({b_chunk, mb});
       active.insert({clock[r], r});
       continue;
     }
-    const int first = new_first ? 0 : 1;
-    const int f_chunk = ready(f_at[first]) ? first : ready(f_at[1 - first]) ? 1 - first : -1;
+    const int f_chunk = ready(f_at[1]) ? 1 : ready(f_at[0]) ? 0 : -1;
     if (f_chunk >= 0) {
       const int st = stage(r, f_chunk), mb = nf[r][f_chunk]++;
       if (f_chunk == 0) reserved[r] += 2;
-      run(ComputeKind::Forward, f_chunk, mb, cost[st].f);
+      run(ComputeKind::Forward, f_chunk, mb, cost[st].f,
+          st < S - 1 ? rank_at(Placement::V, p, st + 1) : -1);
       if (st < S - 1) {
         act[st + 1][mb] = clock[r] + hop(st, st + 1);
       } else {
@@ -267,20 +302,10 @@ std::vector<Order> v_list_schedule(int p, int m, int admit, const std::vector<St
     for (double at : {b_at[0], b_at[1], f_at[0], f_at[1]}) {
       if (!std::isnan(at)) next = std::min(next, at);
     }
-    if (!w_queue[r].empty()) {
-      const auto [c, mb] = w_queue[r].front();
-      const double w = cost[stage(r, c)].w;
-      if (policy == WPolicy::Eager || next >= t + w) {
-        w_queue[r].pop_front();
-        --reserved[r];
-        run(ComputeKind::BackwardWeight, c, mb, w);
-        if (++w_done[r] == 2 * m) {
-          --left;
-        } else {
-          active.insert({clock[r], r});
-        }
-        continue;
-      }
+    if (!w_queue[r].empty() &&
+        (policy != WPolicy::Fit || next >= t + cost[stage(r, w_queue[r].front().first)].w)) {
+      run_w();
+      continue;
     }
     if (std::isinf(next)) {
       blocked[r] = true;  // until another rank schedules something
@@ -341,7 +366,8 @@ Schedule make_zero_bubble_schedule(int p, int m, const Costs& costs,
   size_t best = candidates.size();
   double best_time = std::numeric_limits<double>::infinity();
   for (size_t i = 0; i < candidates.size(); ++i) {
-    const double t = makespan(p, m, limit, candidates[i], cost, costs.transfer());
+    const double t =
+        makespan(p, 1, Placement::Loop, m, limit, candidates[i], cost, costs.transfer());
     if (t < best_time) {
       best_time = t;
       best = i;
@@ -381,27 +407,28 @@ Schedule make_zero_bubble_v_schedule(int p, int m, const Costs& costs,
   };
   std::vector<int> budgets{limit};
   if (limit > p) budgets.push_back(p);
-  Schedule best;
+  std::vector<Order> best;
   double best_time = std::numeric_limits<double>::infinity();
   for (int budget : budgets) {
-    for (WPolicy policy : {WPolicy::Eager, WPolicy::Fit}) {
+    for (WPolicy policy : {WPolicy::Eager, WPolicy::Fit, WPolicy::MemoryFirst}) {
       for (BPreference prefer :
            {BPreference::Chunk0, BPreference::Chunk1, BPreference::EarliestArrival}) {
-        for (bool new_first : {false, true}) {
-          Schedule s = schedule_from_orders(
-              ScheduleKind::ZbV, p, m, 2, true,
-              v_list_schedule(p, m, budget, cost, costs.transfer(), policy, prefer, new_first),
-              action_cost);
-          const double t = simulate(s, costs).makespan;
+        for (int keep : {-1, 1, 2, 4}) {
+          auto orders =
+              v_list_schedule(p, m, budget, cost, costs.transfer(), policy, prefer, keep);
+          if (orders.empty()) continue;  // this variant ran out of room
+          const double t =
+              makespan(p, 2, Placement::V, m, 2 * limit, orders, cost, costs.transfer());
           if (t < best_time) {
             best_time = t;
-            best = std::move(s);
+            best = std::move(orders);
           }
         }
       }
     }
   }
-  return best;
+  if (best.empty()) throw Error(name + ": no candidate order fits the memory limit (internal error)");
+  return schedule_from_orders(ScheduleKind::ZbV, p, m, 2, true, std::move(best), action_cost);
 }
 
 }  // namespace triad::pipeline
