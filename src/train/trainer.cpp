@@ -770,14 +770,13 @@ double Trainer::schedule_position(int64_t batch) const {
 pipeline::Schedule Trainer::pipeline_schedule(int64_t micro) const {
   const auto& par = config_.parallel;
   const int m = static_cast<int>(micro);
+  // Until measured, Costs' defaults: F, B and W of 1 each.
+  const pipeline::Costs costs = zb_costs_ ? *zb_costs_ : pipeline::Costs{};
   if (par.schedule == "zb-v")
-    return pipeline::make_zero_bubble_v_schedule(par.pp, m, pipeline::Costs{},
-                                                 {par.zb_max_in_flight});
+    return pipeline::make_zero_bubble_v_schedule(par.pp, m, costs, {par.zb_max_in_flight});
   if (par.schedule != "zb-auto")
     return pipeline::make_schedule(pipeline::schedule_from_name(par.schedule), par.pp, m, par.vpp);
-  // Until measured, Costs' defaults: F, B and W of 1 each.
-  return pipeline::make_zero_bubble_schedule(par.pp, m, zb_costs_ ? *zb_costs_ : pipeline::Costs{},
-                                             {par.zb_max_in_flight});
+  return pipeline::make_zero_bubble_schedule(par.pp, m, costs, {par.zb_max_in_flight});
 }
 
 std::unique_ptr<pipeline::PipelineExecutor> Trainer::make_executor(int64_t micro) {
@@ -789,31 +788,35 @@ std::unique_ptr<pipeline::PipelineExecutor> Trainer::make_executor(int64_t micro
 }
 
 void Trainer::plan_zero_bubble(const pipeline::PipelineStepResult& measured) {
-  const int p = config_.parallel.pp, stage = mesh_->pp_rank();
-  // [kind * p + stage]: this rank's mean times in its stage's slots; the sum
+  const int p = config_.parallel.pp, S = pp_model_->num_stages();
+  // [kind * S + stage]: this rank's mean times in its stages' slots; the sum
   // over the world divided by the tp * dp ranks of each stage is the mean.
-  std::vector<double> slots(3 * static_cast<size_t>(p), 0.0);
+  std::vector<double> slots(3 * static_cast<size_t>(S), 0.0);
   auto mean = [](double seconds, int count) { return count > 0 ? seconds / count : 0.0; };
-  slots[static_cast<size_t>(stage)] = mean(measured.forward_seconds, measured.forwards);
-  slots[static_cast<size_t>(p + stage)] = mean(measured.backward_seconds, measured.backwards);
-  slots[static_cast<size_t>(2 * p + stage)] = mean(measured.weight_seconds, measured.weight_passes);
-  Tensor t = from_vector(slots, {3 * static_cast<int64_t>(p)}, DType::F64);
+  for (int c = 0; c < pp_model_->v(); ++c) {
+    const auto& times = measured.chunks.at(static_cast<size_t>(c));
+    const auto stage = static_cast<size_t>(pp_model_->stage_of(c));
+    slots[stage] = mean(times.forward_seconds, times.forwards);
+    slots[S + stage] = mean(times.backward_seconds, times.backwards);
+    slots[2 * S + stage] = mean(times.weight_seconds, times.weight_passes);
+  }
+  Tensor t = from_vector(slots, {3 * static_cast<int64_t>(S)}, DType::F64);
   world_->all_reduce(t, dist::ReduceOp::Sum)->wait();
   // Bit-identical inputs on every rank, so every rank searches the same order.
   world_->broadcast(t, 0)->wait();
   slots = to_double_vector(t);
   const double ranks_per_stage = static_cast<double>(world_->size() / p);
   pipeline::Costs costs;
-  costs.forward.assign(slots.begin(), slots.begin() + p);
-  costs.backward_input.assign(slots.begin() + p, slots.begin() + 2 * p);
-  costs.backward_weight.assign(slots.begin() + 2 * p, slots.end());
+  costs.forward.assign(slots.begin(), slots.begin() + S);
+  costs.backward_input.assign(slots.begin() + S, slots.begin() + 2 * S);
+  costs.backward_weight.assign(slots.begin() + 2 * S, slots.end());
   // A pass too short to time (or absent) still costs something: at least a
   // microsecond, so the search gets positive costs.
   for (auto* v : {&costs.forward, &costs.backward_input, &costs.backward_weight}) {
     for (double& x : *v) x = std::max(x / ranks_per_stage, 1e-6);
   }
-  costs.backward.resize(static_cast<size_t>(p));
-  for (int s = 0; s < p; ++s)
+  costs.backward.resize(static_cast<size_t>(S));
+  for (int s = 0; s < S; ++s)
     costs.backward[s] = costs.backward_input[s] + costs.backward_weight[s];
   zb_costs_ = costs;
   const int m = executor_->schedule().m;
@@ -830,17 +833,22 @@ void Trainer::plan_zero_bubble(const pipeline::PipelineStepResult& measured) {
   const auto& par = config_.parallel;
   const int limit = par.zb_max_in_flight == 0 ? p : par.zb_max_in_flight;
   const double chosen = pipeline::simulate(executor_->schedule(), costs).bubble_fraction;
-  const double zb_h1 =
-      pipeline::simulate(pipeline::make_schedule(pipeline::ScheduleKind::ZbH1, p, m), costs)
-          .bubble_fraction;
-  const double ofob =
-      pipeline::simulate(pipeline::make_schedule(pipeline::ScheduleKind::OneFOneB, p, m), costs)
-          .bubble_fraction;
+  auto bubble = [&](const pipeline::Schedule& s) {
+    return 100 * pipeline::simulate(s, costs).bubble_fraction;
+  };
+  // Beside the order chosen, what the fixed orders would have given.
+  const std::string others =
+      par.schedule == "zb-v"
+          ? fmt::format("the order for equal costs {:.1f}%",
+                        bubble(pipeline::make_schedule(pipeline::ScheduleKind::ZbV, p, m, 2)))
+          : fmt::format("zb-h1 {:.1f}%, 1f1b {:.1f}%",
+                        bubble(pipeline::make_schedule(pipeline::ScheduleKind::ZbH1, p, m)),
+                        bubble(pipeline::make_schedule(pipeline::ScheduleKind::OneFOneB, p, m)));
   spdlog::info(
-      "zb-auto: measured ms per stage F [{}] B [{}] W [{}]; order for {} microbatches within {} "
-      "in flight: simulated bubble {:.1f}% (zb-h1 {:.1f}%, 1f1b {:.1f}%)",
-      ms(costs.forward), ms(costs.backward_input), ms(costs.backward_weight), m, limit,
-      100 * chosen, 100 * zb_h1, 100 * ofob);
+      "{}: measured ms per stage F [{}] B [{}] W [{}]; order for {} microbatches within {} "
+      "in flight: simulated bubble {:.1f}% ({})",
+      par.schedule, ms(costs.forward), ms(costs.backward_input), ms(costs.backward_weight), m,
+      limit, 100 * chosen, others);
 }
 
 pipeline::PipelineExecutor& Trainer::executor_for(int64_t micro) {
@@ -865,8 +873,11 @@ double Trainer::forward_backward(int64_t index, double* bubble) {
       batches.push_back(with_loss_mask(dataset_->sequences(
           first_sequence(index) + first + i * t.micro_batch_size, t.micro_batch_size)));
     }
-    // zb-auto measures its second step (the first pays one-time costs).
-    const bool measure = config_.parallel.schedule == "zb-auto" && pipeline_steps_ == 1;
+    // zb-auto and zb-v measure their second step (the first pays one-time
+    // costs).
+    const bool measure =
+        (config_.parallel.schedule == "zb-auto" || config_.parallel.schedule == "zb-v") &&
+        pipeline_steps_ == 1;
     ++pipeline_steps_;
     pipeline::PipelineExecutor& executor = executor_for(micro);
     executor.set_profile(measure && device_.is_cuda());

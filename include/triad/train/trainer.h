@@ -127,14 +127,15 @@ class Trainer {
   pipeline::PipelineExecutor& executor_for(int64_t micro);
   std::map<int64_t, std::unique_ptr<pipeline::PipelineExecutor>> ramp_executors_;
   // The schedule for `micro` microbatches per step: parallel.schedule's, or
-  // for zb-auto the order searched for zb_costs_ (equal costs until measured).
+  // for zb-auto and zb-v the order searched for zb_costs_ (equal costs until
+  // measured).
   pipeline::Schedule pipeline_schedule(int64_t micro) const;
   // An executor of pipeline_schedule(micro) recording into the trace.
   std::unique_ptr<pipeline::PipelineExecutor> make_executor(int64_t micro);
-  // zb-auto: after the step that measured them, averages every stage's F, B
-  // and W times over the ranks holding it (collective over the world, the
-  // same numbers on every rank) and rebuilds the executors with the order
-  // searched for them.
+  // zb-auto and zb-v: after the step that measured them, averages every
+  // stage's F, B and W times over the ranks holding it (collective over the
+  // world, the same numbers on every rank) and rebuilds the executors with
+  // the order searched for them.
   void plan_zero_bubble(const pipeline::PipelineStepResult& measured);
   std::optional<pipeline::Costs> zb_costs_;
   int64_t pipeline_steps_ = 0;                        // pipeline steps this process has run

@@ -241,6 +241,7 @@ PipelineStepResult PipelineExecutor::run(const std::vector<data::Batch>& micro,
   // this rank's chunks (every stage sees the batch's ids).
   std::map<int, nn::ForwardContext> documents;
   PipelineStepResult res;
+  res.chunks.resize(static_cast<size_t>(model_.v()));
   std::vector<dist::WorkPtr> pending_sends;
   int live = 0;
   // The last stage sums its micro-batches' losses on their device and reads
@@ -264,19 +265,26 @@ PipelineStepResult PipelineExecutor::run(const std::vector<data::Batch>& micro,
     const auto t1 = Clock::now();
     const double seconds = std::chrono::duration<double>(t1 - t0).count();
     res.compute_seconds += seconds;
+    PipelineStepResult::ChunkTimes& mine = res.chunks[static_cast<size_t>(a.chunk)];
     switch (a.compute) {
       case ComputeKind::Forward:
         res.forward_seconds += seconds;
         ++res.forwards;
+        mine.forward_seconds += seconds;
+        ++mine.forwards;
         break;
       case ComputeKind::Backward:
       case ComputeKind::BackwardInput:
         res.backward_seconds += seconds;
         ++res.backwards;
+        mine.backward_seconds += seconds;
+        ++mine.backwards;
         break;
       case ComputeKind::BackwardWeight:
         res.weight_seconds += seconds;
         ++res.weight_passes;
+        mine.weight_seconds += seconds;
+        ++mine.weight_passes;
         break;
     }
     if (sink_) {

@@ -95,6 +95,13 @@ struct PipelineStepResult {
   // unsplit schedules) and weight-gradient passes, with their counts.
   double forward_seconds = 0, backward_seconds = 0, weight_seconds = 0;
   int forwards = 0, backwards = 0, weight_passes = 0;
+  // The same per chunk of this rank (v entries): what a zero-bubble search
+  // needs to price each stage.
+  struct ChunkTimes {
+    double forward_seconds = 0, backward_seconds = 0, weight_seconds = 0;
+    int forwards = 0, backwards = 0, weight_passes = 0;
+  };
+  std::vector<ChunkTimes> chunks;
 };
 
 // Runs one step's forward and backward by executing this rank's action
