@@ -16,7 +16,7 @@ work=$(mktemp -d)
 "$B/examples/triad-tokenize" --input "$work/c.txt" --output "$work/c.bin" >/dev/null
 echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores; commit $(git rev-parse --short HEAD)"
 printf "%-12s %3s %3s %3s %10s %10s\n" schedule p v m measured simulated
-for spec in "1f1b 1 4" "1f1b 1 8" "gpipe 1 8" "zb-h1 1 8" "zb-auto 1 8" "interleaved 2 8"; do
+for spec in "1f1b 1 4" "1f1b 1 8" "gpipe 1 8" "zb-h1 1 8" "zb-auto 1 8" "interleaved 2 8" "zb-v 2 8"; do
   set -- $spec
   kind=$1; v=$2; m=$3
   out=$work/$kind-$v-$m
