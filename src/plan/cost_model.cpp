@@ -188,19 +188,18 @@ pipeline::SimulationResult simulate_cached(pipeline::ScheduleKind kind, int p, i
   static std::mutex mutex;
   static std::map<SimKey, pipeline::SimulationResult> cache;
   auto q = [&](double x) { return std::lround(x / f * 1e4); };
-  const SimKey key{static_cast<int>(kind),
-                   p,
-                   v,
-                   m,
-                   kind == pipeline::ScheduleKind::ZbAuto || kind == pipeline::ScheduleKind::ZbV
-                       ? limit
-                       : 0,
-                   q(bi),
-                   q(bwt),
-                   q(head.fwd),
-                   q(head.bwd_input),
-                   q(head.bwd_weight),
-                   q(comm)};
+  const SimKey key{
+      static_cast<int>(kind),
+      p,
+      v,
+      m,
+      kind == pipeline::ScheduleKind::ZbAuto || kind == pipeline::ScheduleKind::ZbV ? limit : 0,
+      q(bi),
+      q(bwt),
+      q(head.fwd),
+      q(head.bwd_input),
+      q(head.bwd_weight),
+      q(comm)};
   {
     std::lock_guard<std::mutex> lock(mutex);
     auto it = cache.find(key);

@@ -311,8 +311,7 @@ void validate(const Config& c, bool min_lr_given) {
     throw ConfigError("device ('" + c.device + "') must be cpu, cuda or cuda:N");
   }
   const auto& p = c.parallel;
-  const std::set<std::string> schedules{"gpipe",   "1f1b",   "interleaved",
-                                        "zb-h1",   "zb-auto", "zb-v"};
+  const std::set<std::string> schedules{"gpipe", "1f1b", "interleaved", "zb-h1", "zb-auto", "zb-v"};
   if (!schedules.count(p.schedule)) {
     throw ConfigError("parallel.schedule ('" + p.schedule +
                       "') must be gpipe, 1f1b, interleaved, zb-h1, zb-auto or zb-v");
@@ -352,9 +351,10 @@ void validate(const Config& c, bool min_lr_given) {
   }
   if (p.schedule == "zb-v") {
     if (p.vpp != 2) {
-      throw ConfigError("parallel.schedule 'zb-v' places two chunks on every rank in a V: "
-                        "parallel.vpp must be 2 (got " +
-                        std::to_string(p.vpp) + ")");
+      throw ConfigError(
+          "parallel.schedule 'zb-v' places two chunks on every rank in a V: "
+          "parallel.vpp must be 2 (got " +
+          std::to_string(p.vpp) + ")");
     }
   } else if ((p.vpp > 1) != (p.schedule == "interleaved")) {
     throw ConfigError("parallel.vpp (" + std::to_string(p.vpp) +

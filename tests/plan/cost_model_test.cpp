@@ -315,8 +315,8 @@ TEST(CostModel, InterleavingCutsTheBubbleAndSmallMicrobatchesLoseGemmEfficiency)
 // ZB-V: two half-size chunks per rank in a V. The same activation memory as
 // 1F1B (2p chunk activations of L / 2p layers), a smaller bubble than
 // ZB-H1's (half its warm-up with equal F, B and W; here W is lighter and
-// twice as many messages cross between ranks: 22% less), and rank 0 holds both ends of the model: one tied table (no gradient to
-// sum across stages) or the table and an untied head.
+// twice as many messages cross between ranks: 22% less), and rank 0 holds both ends of the model:
+// one tied table (no gradient to sum across stages) or the table and an untied head.
 TEST(CostModel, ZbVCutsZbH1sBubbleInTheSameMemory) {
   const ClusterSpec c = selene();
   const nn::GptConfig m = gpt(32, 32, 4096);

@@ -375,14 +375,13 @@ TEST(Config, ZeroBubbleAutoParsesRoundTripsAndNamesBadValues) {
   expect_config_error(kValid, {"model.n_layer=4", "parallel.pp=2", "parallel.schedule=zb-v"},
                       "parallel.schedule 'zb-v' places two chunks on every rank in a V: "
                       "parallel.vpp must be 2 (got 1)");
-  expect_config_error(kValid,
-                      {"model.n_layer=6", "parallel.pp=2", "parallel.vpp=2",
-                       "parallel.schedule=zb-v"},
-                      "model.n_layer (6) must be divisible by parallel.pp * parallel.vpp (2 * 2 = 4)");
+  expect_config_error(
+      kValid, {"model.n_layer=6", "parallel.pp=2", "parallel.vpp=2", "parallel.schedule=zb-v"},
+      "model.n_layer (6) must be divisible by parallel.pp * parallel.vpp (2 * 2 = 4)");
   // A valid ZB-V layout, its in-flight budget included, round-trips.
-  const Config zbv = parse_config(kValid, {"model.n_layer=4", "parallel.pp=2", "parallel.vpp=2",
-                                                "parallel.schedule=zb-v",
-                                                "parallel.zb_max_in_flight=3"});
+  const Config zbv =
+      parse_config(kValid, {"model.n_layer=4", "parallel.pp=2", "parallel.vpp=2",
+                            "parallel.schedule=zb-v", "parallel.zb_max_in_flight=3"});
   EXPECT_EQ(zbv.parallel.schedule, "zb-v");
   EXPECT_EQ(zbv.parallel.zb_max_in_flight, 3);
   const Config back = parse_config(to_yaml(zbv));

@@ -69,9 +69,10 @@ PipelineModel::PipelineModel(const nn::GptConfig& cfg, uint64_t seed, PipelineGr
   if (p_ < 2)
     throw ConfigError("a pipeline needs parallel.pp >= 2 (got " + std::to_string(p_) + ")");
   if (placement_ == Placement::V && v_ != 2) {
-    throw ConfigError("the V placement (parallel.schedule 'zb-v') holds two chunks per rank: "
-                      "parallel.vpp must be 2 (got " +
-                      std::to_string(v_) + ")");
+    throw ConfigError(
+        "the V placement (parallel.schedule 'zb-v') holds two chunks per rank: "
+        "parallel.vpp must be 2 (got " +
+        std::to_string(v_) + ")");
   }
   layers_ = split_layers(cfg.n_layer, p_, v_, stage_layers);
   const auto& layers = layers_;
@@ -83,8 +84,8 @@ PipelineModel::PipelineModel(const nn::GptConfig& cfg, uint64_t seed, PipelineGr
     plan.head = stage == num_stages() - 1;
     // The V placement's rank 0 holds the first stage (chunk 0, built
     // already) and the last: a tied head there is the embedding itself.
-    const bool share = plan.head && !plan.embedding && cfg.tie_embeddings &&
-                       rank_at(placement_, p_, 0) == rank_;
+    const bool share =
+        plan.head && !plan.embedding && cfg.tie_embeddings && rank_at(placement_, p_, 0) == rank_;
     chunks_.push_back(share ? std::make_shared<tp::TensorParallelGpt>(
                                   cfg, seed, groups_.tp, sequence_parallel, plan,
                                   chunks_.front()->token_embedding_module())

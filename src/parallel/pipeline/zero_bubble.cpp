@@ -7,6 +7,7 @@
 #include <limits>
 #include <set>
 #include <string>
+#include <utility>
 
 #include "triad/core/error.h"
 
@@ -196,8 +197,7 @@ enum class BPreference { Chunk0, Chunk1, EarliestArrival };
 // chunks in the V placement, from a simulation with per-stage costs.
 // `admit` is the most microbatches a rank holds at once.
 std::vector<Order> v_list_schedule(int p, int m, int admit, const std::vector<StageCost>& cost,
-                                   double transfer, WPolicy policy, BPreference prefer,
-                                   int keep) {
+                                   double transfer, WPolicy policy, BPreference prefer, int keep) {
   const int S = 2 * p;
   const double unknown = std::numeric_limits<double>::quiet_NaN();
   std::vector<Order> orders(p);
@@ -317,13 +317,36 @@ std::vector<Order> v_list_schedule(int p, int m, int admit, const std::vector<St
   return orders;
 }
 
-// Checks one cost and returns it.
-double checked_cost(const std::string& name, const char* what, int stage, double value) {
-  if (!(value > 0) || !std::isfinite(value)) {
-    throw ValueError(name + ": the " + what + " cost of stage " + std::to_string(stage) + " (" +
-                     std::to_string(value) + ") must be a finite number > 0");
+// Checks a search's inputs (`name`: the schedule, for the errors) and
+// returns the costs of its p*v stages.
+std::vector<StageCost> checked_inputs(const std::string& name, int p, int v, int m,
+                                      const Costs& costs, const ZeroBubbleOptions& options) {
+  if (p < 1) throw ValueError(name + ": pipeline ranks p (" + std::to_string(p) + ") must be >= 1");
+  if (m < 1) throw ValueError(name + ": microbatches m (" + std::to_string(m) + ") must be >= 1");
+  if (options.max_in_flight < 0) {
+    throw ValueError(name + ": max_in_flight (" + std::to_string(options.max_in_flight) +
+                     ") must be >= 1, or 0 for p");
   }
-  return value;
+  std::vector<StageCost> cost;
+  for (int st = 0; st < p * v; ++st) {
+    const double f = costs.of(ComputeKind::Forward, st, p, v),
+                 b = costs.of(ComputeKind::BackwardInput, st, p, v),
+                 w = costs.of(ComputeKind::BackwardWeight, st, p, v);
+    for (auto [what, value] : {std::pair<const char*, double>{"forward", f},
+                               {"backward_input", b},
+                               {"backward_weight", w}}) {
+      if (!(value > 0) || !std::isfinite(value)) {
+        throw ValueError(name + ": the " + what + " cost of stage " + std::to_string(st) + " (" +
+                         std::to_string(value) + ") must be a finite number > 0");
+      }
+    }
+    cost.push_back({f, b, w});
+  }
+  if (!(costs.transfer() >= 0) || !std::isfinite(costs.transfer())) {
+    throw ValueError(name + ": the transfer time (" + std::to_string(costs.transfer()) +
+                     ") must be a finite number >= 0");
+  }
+  return cost;
 }
 
 }  // namespace
@@ -331,25 +354,8 @@ double checked_cost(const std::string& name, const char* what, int stage, double
 Schedule make_zero_bubble_schedule(int p, int m, const Costs& costs,
                                    const ZeroBubbleOptions& options) {
   const std::string name = "zb-auto";
-  if (p < 1) throw ValueError(name + ": pipeline ranks p (" + std::to_string(p) + ") must be >= 1");
-  if (m < 1) throw ValueError(name + ": microbatches m (" + std::to_string(m) + ") must be >= 1");
-  if (options.max_in_flight < 0) {
-    throw ValueError(name + ": max_in_flight (" + std::to_string(options.max_in_flight) +
-                     ") must be >= 1, or 0 for p");
-  }
+  const std::vector<StageCost> cost = checked_inputs(name, p, 1, m, costs, options);
   const int limit = options.max_in_flight == 0 ? p : options.max_in_flight;
-  std::vector<StageCost> cost(p);
-  for (int r = 0; r < p; ++r) {
-    cost[r] = {checked_cost(name, "forward", r, costs.of(ComputeKind::Forward, r, p, 1)),
-               checked_cost(name, "backward_input", r,
-                            costs.of(ComputeKind::BackwardInput, r, p, 1)),
-               checked_cost(name, "backward_weight", r,
-                            costs.of(ComputeKind::BackwardWeight, r, p, 1))};
-  }
-  if (!(costs.transfer() >= 0) || !std::isfinite(costs.transfer())) {
-    throw ValueError(name + ": the transfer time (" + std::to_string(costs.transfer()) +
-                     ") must be a finite number >= 0");
-  }
   const ActionCost action_cost = [&](int rank, const Action& a) {
     return costs.of(a.compute, rank, p, 1);
   };
@@ -382,26 +388,8 @@ Schedule make_zero_bubble_schedule(int p, int m, const Costs& costs,
 Schedule make_zero_bubble_v_schedule(int p, int m, const Costs& costs,
                                      const ZeroBubbleOptions& options) {
   const std::string name = "zb-v";
-  if (p < 1) throw ValueError(name + ": pipeline ranks p (" + std::to_string(p) + ") must be >= 1");
-  if (m < 1) throw ValueError(name + ": microbatches m (" + std::to_string(m) + ") must be >= 1");
-  if (options.max_in_flight < 0) {
-    throw ValueError(name + ": max_in_flight (" + std::to_string(options.max_in_flight) +
-                     ") must be >= 1, or 0 for p");
-  }
+  const std::vector<StageCost> cost = checked_inputs(name, p, 2, m, costs, options);
   const int limit = options.max_in_flight == 0 ? p : options.max_in_flight;
-  const int S = 2 * p;
-  std::vector<StageCost> cost(S);
-  for (int st = 0; st < S; ++st) {
-    cost[st] = {checked_cost(name, "forward", st, costs.of(ComputeKind::Forward, st, p, 2)),
-                checked_cost(name, "backward_input", st,
-                             costs.of(ComputeKind::BackwardInput, st, p, 2)),
-                checked_cost(name, "backward_weight", st,
-                             costs.of(ComputeKind::BackwardWeight, st, p, 2))};
-  }
-  if (!(costs.transfer() >= 0) || !std::isfinite(costs.transfer())) {
-    throw ValueError(name + ": the transfer time (" + std::to_string(costs.transfer()) +
-                     ") must be a finite number >= 0");
-  }
   const ActionCost action_cost = [&](int rank, const Action& a) {
     return costs.of(a.compute, stage_at(Placement::V, p, rank, a.chunk), p, 2);
   };
@@ -414,8 +402,7 @@ Schedule make_zero_bubble_v_schedule(int p, int m, const Costs& costs,
       for (BPreference prefer :
            {BPreference::Chunk0, BPreference::Chunk1, BPreference::EarliestArrival}) {
         for (int keep : {-1, 1, 2, 4}) {
-          auto orders =
-              v_list_schedule(p, m, budget, cost, costs.transfer(), policy, prefer, keep);
+          auto orders = v_list_schedule(p, m, budget, cost, costs.transfer(), policy, prefer, keep);
           if (orders.empty()) continue;  // this variant ran out of room
           const double t =
               makespan(p, 2, Placement::V, m, 2 * limit, orders, cost, costs.transfer());
@@ -427,7 +414,8 @@ Schedule make_zero_bubble_v_schedule(int p, int m, const Costs& costs,
       }
     }
   }
-  if (best.empty()) throw Error(name + ": no candidate order fits the memory limit (internal error)");
+  if (best.empty())
+    throw Error(name + ": no candidate order fits the memory limit (internal error)");
   return schedule_from_orders(ScheduleKind::ZbV, p, m, 2, true, std::move(best), action_cost);
 }
 

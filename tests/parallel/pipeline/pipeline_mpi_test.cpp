@@ -204,8 +204,7 @@ TEST(Pipeline, ZbVHoldsOneTiedEmbeddingOnTheFirstRankAndEvaluatesLikeOneProcess)
   for (auto& [pname, t] : model.named_parameters()) wte += pname == "wte.weight";
   EXPECT_EQ(wte, r == 0 ? 1 : 0);  // the embedding and the tied head share one tensor
   if (r == 0) {
-    EXPECT_EQ(&model.chunk(0).token_embedding().impl(),
-              &model.chunk(1).token_embedding().impl());
+    EXPECT_EQ(&model.chunk(0).token_embedding().impl(), &model.chunk(1).token_embedding().impl());
   }
   // Evaluation hands the turn over locally and the loss comes from rank 0.
   nn::Gpt ref(tiny(), 23);
