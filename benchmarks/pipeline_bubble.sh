@@ -3,7 +3,10 @@
 # schedule, on a balanced toy model (8 equal layers, no TP): triad-train runs
 # each schedule on 2 CPU ranks (one per core) and reports the measured
 # bubble per step; triad-plan simulates the schedule with the forward and
-# backward times measured in the run's trace.
+# backward times measured in the run's trace. "peak MB" is the median over
+# the same steps of metrics.jsonl's peak_memory_bytes (the largest rank's
+# most bytes of tensors held at once: weights, gradients, AdamW state,
+# activations).
 #   benchmarks/pipeline_bubble.sh [BUILD_DIR]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,7 +18,7 @@ work=$(mktemp -d)
 "$B/examples/triad-corpus" --output "$work/c.txt" --bytes 400000 >/dev/null
 "$B/examples/triad-tokenize" --input "$work/c.txt" --output "$work/c.bin" >/dev/null
 echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores; commit $(git rev-parse --short HEAD)"
-printf "%-12s %3s %3s %3s %10s %10s\n" schedule p v m measured simulated
+printf "%-12s %3s %3s %3s %10s %10s %8s\n" schedule p v m measured simulated "peak MB"
 for spec in "1f1b 1 4" "1f1b 1 8" "gpipe 1 8" "zb-h1 1 8" "zb-auto 1 8" "interleaved 2 8" "zb-v 2 8"; do
   set -- $spec
   kind=$1; v=$2; m=$3
@@ -23,7 +26,7 @@ for spec in "1f1b 1 4" "1f1b 1 8" "gpipe 1 8" "zb-h1 1 8" "zb-auto 1 8" "interle
   "${MPIRUN[@]}" -np 2 "$B/examples/triad-train" --config configs/gpt_tiny.yaml --set data.train="$work/c.bin" \
     --set model.n_layer=8 --set train.steps=12 --set train.global_batch_size=$((m * 2)) --set train.micro_batch_size=2 \
     --set parallel.pp=2 --set parallel.vpp=$v --set parallel.schedule=$kind --set output.dir="$out" >/dev/null 2>&1
-  read -r measured tf tb tw < <("$PY" - "$out" <<'PY'
+  read -r measured tf tb tw peak < <("$PY" - "$out" <<'PY'
 import json, sys, statistics
 d = sys.argv[1]
 steps = [json.loads(l) for l in open(d + "/metrics.jsonl")][2:]   # skip warm-up steps
@@ -32,12 +35,13 @@ ev = [e for e in json.load(open(d + "/trace.json"))["traceEvents"] if e.get("ph"
 def mean(cat): 
     xs = [e["dur"] for e in ev if e["cat"] == cat]
     return sum(xs) / len(xs) if xs else 0.0
-print(bubble, mean("forward"), mean("backward"), mean("weight-grad"))
+peak = statistics.median(s["peak_memory_bytes"] for s in steps) / 1e6
+print(bubble, mean("forward"), mean("backward"), mean("weight-grad"), peak)
 PY
 )
   tb_total=$("$PY" -c "print($tb + $tw)")
   sim=$("$B/examples/triad-plan" schedule --kind "$kind" --p 2 --v "$v" --m "$m" --tf "$tf" --tb "$tb_total" \
         --tw "$("$PY" -c "print($tw if $tw > 0 else $tb_total / 2)")" | sed -n 's/.*bubble \([0-9.]*\)%.*/\1/p')
-  printf "%-12s %3s %3s %3s %9.1f%% %9.1f%%\n" "$kind" 2 "$v" "$m" "$("$PY" -c "print(100 * $measured)")" "$sim"
+  printf "%-12s %3s %3s %3s %9.1f%% %9.1f%% %8.2f\n" "$kind" 2 "$v" "$m" "$("$PY" -c "print(100 * $measured)")" "$sim" "$peak"
 done
 rm -rf "$work"

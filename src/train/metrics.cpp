@@ -25,6 +25,7 @@ void MetricsWriter::write(const StepMetrics& m) {
   if (m.bubble_fraction >= 0) j["bubble_fraction"] = m.bubble_fraction;
   if (m.skipped) j["skipped"] = true;
   if (m.loss_scale > 0) j["loss_scale"] = m.loss_scale;
+  j["peak_memory_bytes"] = m.peak_memory_bytes;
   if (m.val_loss) j["val_loss"] = *m.val_loss;
   out_ << j.dump() << '\n';
   out_.flush();

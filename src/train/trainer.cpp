@@ -16,6 +16,7 @@
 
 #include "triad/autograd/engine.h"
 #include "triad/autograd/grad_mode.h"
+#include "triad/backend/backend.h"
 #include "triad/backend/cuda.h"
 #include "triad/data/token_shard.h"
 #include "triad/dist/nccl.h"
@@ -966,6 +967,8 @@ double Trainer::evaluate() {
 StepMetrics Trainer::step(int64_t index) {
   const auto start = std::chrono::steady_clock::now();
   const auto& t = config_.train;
+  Allocator& memory = backend_for(device_.type).allocator(device_.index);
+  memory.reset_peak();
   trace_.set_enabled(index < kTracedSteps);
   double bubble = -1;
   if (reducer_) reducer_->set_microbatches(batch_size(index) / dp_ / t.micro_batch_size);
@@ -1044,6 +1047,11 @@ StepMetrics Trainer::step(int64_t index) {
   const int devices = world_ ? world_->size() : 1;
   m.tflops_per_device = flops / (ms / 1000.0) / devices / 1e12;
   if (config_.log_peak_tflops > 0) m.mfu = m.tflops_per_device / config_.log_peak_tflops;
+  // Every rank's peak, the largest reported (a pipeline's ranks differ).
+  Tensor peak = from_vector(std::vector<double>{static_cast<double>(memory.stats().peak_allocated)},
+                            {1}, DType::F64);
+  if (world_ && world_->size() > 1) world_->all_reduce(peak, dist::ReduceOp::Max)->wait();
+  m.peak_memory_bytes = static_cast<int64_t>(item(peak));
   return m;
 }
 
@@ -1188,6 +1196,7 @@ std::vector<StepMetrics> Trainer::run() {
         total_ms / 1000.0 / static_cast<double>(m.step) * static_cast<double>(steps - m.step);
     std::string extra = m.mfu > 0 ? fmt::format(" | MFU {:.1f}%", 100 * m.mfu) : std::string();
     if (m.bubble_fraction >= 0) extra += fmt::format(" | bubble {:.1f}%", 100 * m.bubble_fraction);
+    extra += fmt::format(" | mem {:.3g} GB", static_cast<double>(m.peak_memory_bytes) / 1e9);
     if (m.skipped) extra += " | skipped";
     spdlog::info(
         "step {:>5}/{} | loss {:.4f} | lr {:.2e} | grad norm {:.3f} | {:.0f} tok/s | {:.3f} "

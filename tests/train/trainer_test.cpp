@@ -130,12 +130,19 @@ TEST(Trainer, RunLearnsAndWritesMetricsAndWeights) {
   int lines = 0;
   while (std::getline(in, line)) {
     ++lines;
-    for (const char* key :
-         {"\"step\"", "\"loss\"", "\"lr\"", "\"grad_norm\"", "\"tokens_per_s\"", "\"step_ms\""}) {
+    for (const char* key : {"\"step\"", "\"loss\"", "\"lr\"", "\"grad_norm\"", "\"tokens_per_s\"",
+                            "\"step_ms\"", "\"peak_memory_bytes\""}) {
       EXPECT_NE(line.find(key), std::string::npos) << line;
     }
   }
   EXPECT_EQ(lines, 40);
+  // The step's peak holds at least the f32 weights, their gradients and
+  // AdamW's two moments; a model this small stays far below a gigabyte.
+  const double f32_weights = 4.0 * static_cast<double>(nn::Gpt(c.model, 0).num_parameters());
+  for (const auto& step : m) {
+    EXPECT_GE(static_cast<double>(step.peak_memory_bytes), 4 * f32_weights) << "step " << step.step;
+    EXPECT_LT(step.peak_memory_bytes, int64_t{1} << 30) << "step " << step.step;
+  }
   auto weights = io::load_safetensors(dir.file("out/model.safetensors"));
   EXPECT_EQ(weights.tensors.at("h.0.attn.c_attn.weight").shape(), (Shape{16, 48}));
   EXPECT_TRUE(std::filesystem::exists(dir.file("out/config.yaml")));

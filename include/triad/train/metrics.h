@@ -24,6 +24,10 @@ struct StepMetrics {
   bool skipped = false;
   // fp16: the loss scale this step's backward used (0 otherwise).
   double loss_scale = 0;
+  // The most bytes of tensors held at once on the training device during
+  // the step (parameters, gradients, optimizer state, activations and
+  // buffers), the largest over all ranks: what must fit.
+  int64_t peak_memory_bytes = 0;
   // Training sequences (of seq_len + 1 tokens) consumed after this step,
   // over the whole run (resumes included).
   int64_t consumed_sequences = 0;
