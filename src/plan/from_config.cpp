@@ -50,7 +50,7 @@ PlannedRun planned_run(const train::Config& config, int gpus) {
         "the planner prices mixed precision (bf16/fp16 weights and activations); this config "
         "trains in fp32, which needs about twice the activation memory and runs slower";
   }
-  if (!par.stage_layers.empty()) {
+  if (!par.stage_layers.empty() || par.stage_layers_auto) {
     run.note += std::string(run.note.empty() ? "" : "; ") +
                 "parallel.stage_layers is priced as an even split";
   }

@@ -344,6 +344,13 @@ void validate(const Config& c, bool min_lr_given) {
       throw ConfigError("parallel.stage_layers add up to " + std::to_string(total) +
                         " layers but model.n_layer is " + std::to_string(c.model.n_layer));
     }
+  } else if (p.stage_layers_auto) {
+    if (c.model.n_layer < static_cast<int64_t>(p.pp) * p.vpp) {
+      throw ConfigError("parallel.stage_layers auto: model.n_layer (" +
+                        std::to_string(c.model.n_layer) +
+                        ") must be at least parallel.pp * parallel.vpp (" +
+                        std::to_string(p.pp * p.vpp) + "), a layer per stage");
+    }
   } else if (c.model.n_layer % (static_cast<int64_t>(p.pp) * p.vpp) != 0) {
     throw ConfigError("model.n_layer (" + std::to_string(c.model.n_layer) +
                       ") must be divisible by parallel.pp * parallel.vpp (" + std::to_string(p.pp) +
@@ -784,9 +791,13 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
       {"stage_layers",
        {false,
         [&](auto& v, auto& k) {
-          if (!v.IsSequence())
-            throw ConfigError(k + ": expected a list of layer counts, e.g. [3, 5]");
           c.parallel.stage_layers.clear();
+          c.parallel.stage_layers_auto = v.IsScalar() && v.Scalar() == "auto";
+          if (c.parallel.stage_layers_auto) return;
+          if (!v.IsSequence()) {
+            throw ConfigError(k + " (" + scalar_text(v) +
+                              "): expected auto or a list of layer counts, e.g. [3, 5]");
+          }
           for (size_t i = 0; i < v.size(); ++i) {
             c.parallel.stage_layers.push_back(get_int(v[i], k + "[" + std::to_string(i) + "]"));
           }
@@ -944,6 +955,7 @@ std::string to_yaml(const Config& c) {
     << p.order;
   if (p.zb_max_in_flight != 0)
     e << YAML::Key << "zb_max_in_flight" << YAML::Value << p.zb_max_in_flight;
+  if (p.stage_layers_auto) e << YAML::Key << "stage_layers" << YAML::Value << "auto";
   if (!p.stage_layers.empty())
     e << YAML::Key << "stage_layers" << YAML::Value << YAML::Flow << p.stage_layers;
   e << YAML::Key << "zero" << YAML::Value << p.zero << YAML::Key << "bucket_mb" << YAML::Value

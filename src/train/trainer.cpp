@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <numeric>
 #include <optional>
 #include <set>
 
@@ -29,11 +30,22 @@
 #include "triad/optim/clip.h"
 #include "triad/parallel/pipeline/schedule.h"
 #include "triad/parallel/pipeline/simulator.h"
+#include "triad/parallel/pipeline/stage_balance.h"
 #include "triad/parallel/pipeline/zero_bubble.h"
 #include "triad/train/attention_choice.h"
 
 namespace triad::train {
 namespace {
+
+// "4, 4, 3, 1": counts joined by `sep`.
+std::string joined(const std::vector<int64_t>& counts, const char* sep) {
+  std::string out;
+  for (int64_t n : counts) {
+    if (!out.empty()) out += sep;
+    out += std::to_string(n);
+  }
+  return out;
+}
 
 // Set by SIGTERM/SIGINT; the training loop checks it between steps.
 std::atomic<bool> g_stop_requested{false};
@@ -125,10 +137,15 @@ Trainer::Trainer(Config config, dist::ProcessGroupPtr world)
       mesh_->use_cuda(device_.index);
     }
     if (par.pp > 1) {
+      stage_layers_ = par.stage_layers;
+      if (par.stage_layers_auto) {
+        stage_layers_ = pipeline::balanced_stage_layers(
+            config_.model, par.pp, par.vpp, config_.model.recompute == nn::Recompute::Full);
+      }
       pp_model_ = std::make_unique<pipeline::PipelineModel>(
           config_.model, seed,
           pipeline::PipelineGroups{mesh_->tp(), mesh_->pp(), mesh_->embedding()},
-          par.sequence_parallel, par.vpp, par.stage_layers,
+          par.sequence_parallel, par.vpp, stage_layers_,
           pipeline::placement_of(pipeline::schedule_from_name(par.schedule)));
       const int m = static_cast<int>(config_.train.global_batch_size /
                                      (config_.train.micro_batch_size * dp_));
@@ -311,11 +328,7 @@ void Trainer::barrier() const {
 std::map<std::string, std::string> Trainer::layout() const {
   const auto& p = config_.parallel;
   const auto& m = config_.model;
-  std::string stages;
-  for (int64_t n : p.stage_layers) {
-    if (!stages.empty()) stages.push_back(',');
-    stages.append(std::to_string(n));
-  }
+  const std::string stages = joined(stage_layers_, ",");
   return {{"world", std::to_string(world_ ? world_->size() : 1)},
           {"tp", std::to_string(p.tp)},
           {"pp", std::to_string(p.pp)},
@@ -1120,6 +1133,17 @@ std::vector<StepMetrics> Trainer::run() {
                  par.pp > 1 ? ", schedule " + par.schedule +
                                   (par.vpp > 1 ? " (vpp " + std::to_string(par.vpp) + ")" : "")
                             : std::string());
+    if (!stage_layers_.empty()) {
+      const pipeline::StageWork work = pipeline::stage_work(config_.model);
+      const double layer = std::accumulate(work.layer.begin(), work.layer.end(), 0.0) /
+                           static_cast<double>(work.layer.size());
+      spdlog::info("pipeline stages' layers: [{}]{}", joined(stage_layers_, ", "),
+                   par.stage_layers_auto
+                       ? fmt::format(" (parallel.stage_layers auto: the head's work is that of "
+                                     "{:.1f} layers)",
+                                     work.head / layer)
+                       : std::string());
+    }
   }
   if (device_.is_cuda() && cuda::gemm_settings().verify) {
     spdlog::warn(

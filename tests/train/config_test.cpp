@@ -158,13 +158,30 @@ TEST(Config, ErrorsNameKeyValueAndRule) {
       "to be a multiple of parallel.pp (2)");
   expect_config_error(kValid, {"model.n_layer=8", "parallel.pp=2", "parallel.stage_layers=[3, 4]"},
                       "parallel.stage_layers add up to 7 layers but model.n_layer is 8");
+  expect_config_error(kValid, {"model.n_layer=8", "parallel.pp=2", "parallel.stage_layers=even"},
+                      "parallel.stage_layers (even): expected auto or a list of layer counts");
+  expect_config_error(kValid,
+                      {"model.n_layer=3", "parallel.pp=2", "parallel.vpp=2",
+                       "parallel.schedule=zb-v", "parallel.stage_layers=auto"},
+                      "parallel.stage_layers auto: model.n_layer (3) must be at least "
+                      "parallel.pp * parallel.vpp (4), a layer per stage");
+  // auto: any layer count of at least a layer per stage; it round-trips.
+  const Config balanced =
+      parse_config(kValid, {"model.n_layer=6", "parallel.pp=4", "parallel.stage_layers=auto"});
+  EXPECT_TRUE(balanced.parallel.stage_layers_auto);
+  EXPECT_TRUE(balanced.parallel.stage_layers.empty());
+  const Config balanced_back = parse_config(to_yaml(balanced));
+  EXPECT_TRUE(balanced_back.parallel.stage_layers_auto);
+  EXPECT_FALSE(
+      parse_config(kValid, {"model.n_layer=6", "parallel.pp=2", "parallel.stage_layers=[2, 4]"})
+          .parallel.stage_layers_auto);
   expect_config_error(
       kValid, {"model.n_layer=8", "parallel.pp=2", "parallel.stage_layers=[8]"},
       "parallel.stage_layers has 1 entries, expected parallel.pp * parallel.vpp = 2");
   expect_config_error(kValid, {"model.n_layer=8", "parallel.pp=2", "parallel.stage_layers=[0, 8]"},
                       "parallel.stage_layers[0] (0) must be >= 1");
   expect_config_error(kValid, {"parallel.stage_layers=3"},
-                      "parallel.stage_layers: expected a list");
+                      "parallel.stage_layers (3): expected auto or a list");
   EXPECT_EQ(
       parse_config(kValid, {"model.n_layer=7", "parallel.pp=2", "parallel.stage_layers=[3, 4]"})
           .parallel.stage_layers,

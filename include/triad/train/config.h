@@ -52,12 +52,15 @@ struct ParallelSection {
   int vpp = 1;
   int dp = 0;  // 0: derived from the world size (world / (tp * pp))
   bool sequence_parallel = false;
-  std::string schedule = "1f1b";  // gpipe, 1f1b, interleaved, zb-h1, zb-auto (pp > 1)
-  // zb-auto: microbatches a rank holds from F to W; 0 = pp (1F1B's memory).
+  std::string schedule = "1f1b";  // gpipe, 1f1b, interleaved, zb-h1, zb-auto, zb-v (pp > 1)
+  // zb-auto, zb-v: microbatches a rank holds from F to W; 0 = pp (1F1B's memory).
   int zb_max_in_flight = 0;
   std::string order = "tp-dp-pp";
   // Layers of each of the pp*vpp stages, in stage order; empty: even split.
   std::vector<int64_t> stage_layers;
+  // `stage_layers: auto`: the split that balances the stages' work, the
+  // head's included (pipeline::balanced_stage_layers); stage_layers empty.
+  bool stage_layers_auto = false;
   int zero = 0;                   // 1: ZeRO-1 (optimizer state sharded over dp)
   std::string topology = "warn";  // a TP group spanning nodes: warn | refuse
   double bucket_mb = 25;          // gradient-reduction bucket size

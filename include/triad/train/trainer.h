@@ -138,6 +138,9 @@ class Trainer {
   // the order searched for them.
   void plan_zero_bubble(const pipeline::PipelineStepResult& measured);
   std::optional<pipeline::Costs> zb_costs_;
+  // Layers per pipeline stage: parallel.stage_layers, or the balanced
+  // split when it is auto; empty for an even split.
+  std::vector<int64_t> stage_layers_;
   int64_t pipeline_steps_ = 0;                        // pipeline steps this process has run
   Device device_;                                     // where parameters and activations live
   std::unique_ptr<optim::DynamicLossScaler> scaler_;  // train.precision = fp16

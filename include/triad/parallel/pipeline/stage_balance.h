@@ -1,0 +1,34 @@
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "triad/nn/gpt.h"
+
+namespace triad::pipeline {
+
+// The layers of a pipeline stage cost about the same, but the last stage
+// also runs the output head and the loss: a GPT-2 124M head (768 x 50257)
+// costs as much as four and a half of its layers, so an even split of 12
+// layers over 4 stages leaves the last one doing 2.5x the others' work and
+// the whole pipeline running at its pace. `parallel.stage_layers: auto`
+// balances the split instead.
+
+// What one token costs each stage's work in training (forward + backward,
+// FLOPs): layer i (its products and its attention scores over its window;
+// one more forward under full recomputation) and the head (its product;
+// the loss itself is a few passes over the logits and is left out).
+struct StageWork {
+  std::vector<double> layer;  // n_layer entries
+  double head = 0;
+};
+StageWork stage_work(const nn::GptConfig& cfg, bool full_recompute = false);
+
+// Layers per stage for pp * vpp stages (stage order; the last holds the
+// head), each stage at least one layer: the split whose most expensive
+// stage is cheapest, and among those the most even (least sum of squared
+// stage costs). ConfigError when n_layer < pp * vpp.
+std::vector<int64_t> balanced_stage_layers(const nn::GptConfig& cfg, int pp, int vpp,
+                                           bool full_recompute = false);
+
+}  // namespace triad::pipeline

@@ -1,0 +1,87 @@
+#include "triad/parallel/pipeline/stage_balance.h"
+
+#include <algorithm>
+#include <limits>
+#include <string>
+
+#include "triad/core/error.h"
+
+namespace triad::pipeline {
+
+StageWork stage_work(const nn::GptConfig& cfg, bool full_recompute) {
+  // GptConfig::training_flops's terms, per layer: 2 FLOPs a weight of the
+  // products and 4 * keys seen * q for the scores, forward; backward twice.
+  const double s = static_cast<double>(cfg.seq_len), h = static_cast<double>(cfg.d_model);
+  const double f = static_cast<double>(cfg.ffn()), m = static_cast<double>(cfg.fc_width());
+  const double w = static_cast<double>(cfg.qkv_width()), q = static_cast<double>(cfg.q_width());
+  const double weights = 2.0 * ((w + q) * h + h * m + f * h);
+  const double passes = full_recompute ? 4.0 : 3.0;
+  StageWork work;
+  for (int64_t i = 0; i < cfg.n_layer; ++i) {
+    const int64_t window = cfg.window_of(i);
+    const double keys = window > 0 ? std::min(s, static_cast<double>(window)) : s;
+    work.layer.push_back(passes * (weights + 4.0 * keys * q));
+  }
+  work.head = 3.0 * 2.0 * h * static_cast<double>(cfg.vocab_size);
+  return work;
+}
+
+std::vector<int64_t> balanced_stage_layers(const nn::GptConfig& cfg, int pp, int vpp,
+                                           bool full_recompute) {
+  const int64_t S = static_cast<int64_t>(pp) * vpp, L = cfg.n_layer;
+  if (pp < 1 || vpp < 1) throw ConfigError("parallel.pp and parallel.vpp must be >= 1");
+  if (L < S) {
+    throw ConfigError("parallel.stage_layers auto: model.n_layer (" + std::to_string(L) +
+                      ") must be at least parallel.pp * parallel.vpp (" + std::to_string(S) +
+                      "), a layer per stage");
+  }
+  const StageWork work = stage_work(cfg, full_recompute);
+  std::vector<double> prefix(L + 1, 0.0);
+  for (int64_t i = 0; i < L; ++i) prefix[i + 1] = prefix[i] + work.layer[i];
+  // Stage s (0-based) holding layers [j, i): its cost.
+  auto cost = [&](int64_t s, int64_t j, int64_t i) {
+    return prefix[i] - prefix[j] + (s == S - 1 ? work.head : 0.0);
+  };
+  const double inf = std::numeric_limits<double>::infinity();
+  // Two passes over (stages, first layers): the least possible most
+  // expensive stage, then the least sum of squares within it.
+  // best[s][i]: stages 0..s over the first i layers.
+  auto solve = [&](double cap, bool squares, std::vector<std::vector<int64_t>>* cut) {
+    std::vector<std::vector<double>> best(S, std::vector<double>(L + 1, inf));
+    if (cut) cut->assign(S, std::vector<int64_t>(L + 1, -1));
+    for (int64_t i = 1; i <= L - (S - 1); ++i) {
+      const double c = cost(0, 0, i);
+      if (c <= cap) best[0][i] = squares ? c * c : c;
+    }
+    for (int64_t s = 1; s < S; ++s) {
+      for (int64_t i = s + 1; i <= L - (S - 1 - s); ++i) {
+        for (int64_t j = s; j < i; ++j) {
+          if (best[s - 1][j] == inf) continue;
+          const double c = cost(s, j, i);
+          if (c > cap) continue;
+          const double v = squares ? best[s - 1][j] + c * c : std::max(best[s - 1][j], c);
+          if (v < best[s][i]) {
+            best[s][i] = v;
+            if (cut) (*cut)[s][i] = j;
+          }
+        }
+      }
+    }
+    return best[S - 1][L];
+  };
+  const double most = solve(inf, false, nullptr);
+  std::vector<std::vector<int64_t>> cut;
+  // A hair of slack: the two passes add the same costs in other orders.
+  solve(most * (1 + 1e-12), true, &cut);
+  std::vector<int64_t> counts(S);
+  int64_t i = L;
+  for (int64_t s = S - 1; s > 0; --s) {
+    const int64_t j = cut[s][i];
+    counts[s] = i - j;
+    i = j;
+  }
+  counts[0] = i;
+  return counts;
+}
+
+}  // namespace triad::pipeline
