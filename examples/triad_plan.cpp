@@ -4,7 +4,7 @@
 //                      [--vpp V] --micro-batch b [--recompute none|selective|full]
 //                      [--sequence-parallel] [--zero 1]
 //                      [--schedule 1f1b|interleaved|zb-h1|zb-auto|zb-v]
-//                      [--json]
+//                      [--stage-layers auto|3,4,4,1] [--json]
 //   triad-plan recommend --model M.yaml --cluster C.yaml --gpus N --global-batch B [--top K]
 //   [--json]
 #include <spdlog/spdlog.h>
@@ -12,9 +12,11 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <fstream>
+#include <sstream>
 
 #include "triad/core/error.h"
 #include "triad/parallel/pipeline/simulator.h"
+#include "triad/parallel/pipeline/stage_balance.h"
 #include "triad/parallel/pipeline/zero_bubble.h"
 #include "triad/plan/from_config.h"
 #include "triad/plan/model_spec.h"
@@ -76,7 +78,8 @@ int main(int argc, char** argv) {
   sched->add_option("--svg", svg, "write the timeline as SVG");
   sched->add_option("--trace", trace, "write the timeline as Chrome trace JSON");
 
-  std::string model_path, cluster_path, recompute = "none", schedule_name, attention = "unfused";
+  std::string model_path, cluster_path, recompute = "none", schedule_name, attention = "unfused",
+                                        stage_layers;
   int gpus = 0, global_batch = 0, tp = 1, pp = 1, vpp = 1, micro = 1, zero = 0, top = 5;
   bool sp = false, json = false, overlap = false;
   std::string config_path;
@@ -102,6 +105,8 @@ int main(int argc, char** argv) {
   predict->add_option("--recompute", recompute, "none, selective or full");
   predict->add_flag("--sequence-parallel", sp);
   predict->add_option("--zero", zero, "1 shards the optimizer state (ZeRO-1)");
+  predict->add_option("--stage-layers", stage_layers,
+                      "layers per stage, e.g. 3,4,4,1, or auto (balanced for the head)");
   predict->add_option("--schedule", schedule_name,
                       "1f1b (default), interleaved (default when --vpp > 1), zb-h1, zb-auto, "
                       "zb-v (--vpp 2, its default)");
@@ -191,6 +196,26 @@ int main(int argc, char** argv) {
       } else if (config_path.empty() || given(predict, "--vpp")) {
         c.schedule =
             c.vpp > 1 ? pipeline::ScheduleKind::Interleaved : pipeline::ScheduleKind::OneFOneB;
+      }
+      if (given(predict, "--stage-layers")) {
+        c.stage_layers.clear();
+        if (stage_layers == "auto") {
+          c.stage_layers = pipeline::balanced_stage_layers(model, c.pp, c.vpp,
+                                                           c.recompute == plan::Recompute::Full);
+        } else {
+          std::stringstream in(stage_layers);
+          for (std::string item; std::getline(in, item, ',');) {
+            try {
+              size_t used = 0;
+              c.stage_layers.push_back(std::stoll(item, &used));
+              if (used != item.size()) throw std::invalid_argument(item);
+            } catch (const std::exception&) {
+              throw ConfigError("--stage-layers ('" + stage_layers +
+                                "'): expected auto or layer counts separated by commas, e.g. "
+                                "3,4,4,1");
+            }
+          }
+        }
       }
       const auto e = plan::estimate(model, cluster, gpus, global_batch, c);
       if (json) {

@@ -169,36 +169,42 @@ HeadCost head_cost(const nn::GptConfig& m, const ClusterSpec& c, const ParallelC
 
 struct SimKey {
   int kind, p, v, m, limit;
-  // Costs relative to a chunk's forward, in 1e-4 units: body chunk (f, bi,
-  // bw), the extra of the last chunk (the output head), communication.
-  long bi, bw, hf, hbi, hbw, comm;
+  // Each stage's F, B and W relative to a layer's forward, in 1e-4 units,
+  // and the message time likewise.
+  std::vector<long> f, bi, bw;
+  long comm;
   bool operator<(const SimKey& o) const {
-    return std::tie(kind, p, v, m, limit, bi, bw, hf, hbi, hbw, comm) <
-           std::tie(o.kind, o.p, o.v, o.m, o.limit, o.bi, o.bw, o.hf, o.hbi, o.hbw, o.comm);
+    return std::tie(kind, p, v, m, limit, f, bi, bw, comm) <
+           std::tie(o.kind, o.p, o.v, o.m, o.limit, o.f, o.bi, o.bw, o.comm);
   }
 };
 
-// The schedule's simulated makespan in units of a chunk's forward time,
-// cached: the planner asks for the same shapes many times. Every rank's last
-// chunk also carries the head, so the simulated pipeline runs at the pace of
-// the last (slowest) stage.
+// The schedule simulated on per-stage costs (p * v stages: each its layers'
+// F, B and W, the last one with the head's), cached: the planner asks for
+// the same shapes many times. The result's times are in units of `unit` (a
+// layer's forward).
 pipeline::SimulationResult simulate_cached(pipeline::ScheduleKind kind, int p, int v, int m,
-                                           int limit, double f, double bi, double bwt,
-                                           const HeadCost& head, double comm) {
+                                           int limit, const std::vector<double>& f,
+                                           const std::vector<double>& bi,
+                                           const std::vector<double>& bw, double comm,
+                                           double unit) {
   static std::mutex mutex;
   static std::map<SimKey, pipeline::SimulationResult> cache;
-  auto q = [&](double x) { return std::lround(x / f * 1e4); };
+  auto q = [&](double x) { return std::lround(x / unit * 1e4); };
+  auto qs = [&](const std::vector<double>& xs) {
+    std::vector<long> out;
+    for (double x : xs) out.push_back(q(x));
+    return out;
+  };
   const SimKey key{
       static_cast<int>(kind),
       p,
       v,
       m,
       kind == pipeline::ScheduleKind::ZbAuto || kind == pipeline::ScheduleKind::ZbV ? limit : 0,
-      q(bi),
-      q(bwt),
-      q(head.fwd),
-      q(head.bwd_input),
-      q(head.bwd_weight),
+      qs(f),
+      qs(bi),
+      qs(bw),
       q(comm)};
   {
     std::lock_guard<std::mutex> lock(mutex);
@@ -206,15 +212,18 @@ pipeline::SimulationResult simulate_cached(pipeline::ScheduleKind kind, int p, i
     if (it != cache.end()) return it->second;
   }
   pipeline::Costs costs;
-  costs.forward.assign(v, 1.0);
-  costs.backward_input.assign(v, key.bi / 1e4);
-  costs.backward_weight.assign(v, key.bw / 1e4);
-  costs.forward.back() += key.hf / 1e4;
-  costs.backward_input.back() += key.hbi / 1e4;
-  costs.backward_weight.back() += key.hbw / 1e4;
-  costs.backward.resize(v);
-  for (int c = 0; c < v; ++c)
-    costs.backward[c] = costs.backward_input[c] + costs.backward_weight[c];
+  auto back = [](const std::vector<long>& xs) {
+    std::vector<double> out;
+    // A stage too cheap to price still costs something (the search needs > 0).
+    for (long x : xs) out.push_back(std::max(x, 1L) / 1e4);
+    return out;
+  };
+  costs.forward = back(key.f);
+  costs.backward_input = back(key.bi);
+  costs.backward_weight = back(key.bw);
+  costs.backward.resize(costs.forward.size());
+  for (size_t st = 0; st < costs.backward.size(); ++st)
+    costs.backward[st] = costs.backward_input[st] + costs.backward_weight[st];
   costs.p2p_latency = key.comm / 1e4;
   // zb-auto's order is searched for these very costs, as the trainer does
   // for the ones it measures; zb-v's list scheduler takes them too.
@@ -266,6 +275,9 @@ Attention attention_from_name(const std::string& name) {
 }
 
 std::string ParallelConfig::str() const {
+  std::string stages;
+  for (int64_t n : stage_layers) stages += (stages.empty() ? " stages=[" : ",") + std::to_string(n);
+  if (!stages.empty()) stages += "]";
   return "tp=" + std::to_string(tp) + " pp=" + std::to_string(pp) + " dp=" + std::to_string(dp) +
          " vpp=" + std::to_string(vpp) + " mb=" + std::to_string(micro_batch) +
          " recompute=" + recompute_name(recompute) + " sp=" + (sequence_parallel ? "on" : "off") +
@@ -274,7 +286,7 @@ std::string ParallelConfig::str() const {
                   zb_max_in_flight > 0
               ? " max-in-flight=" + std::to_string(zb_max_in_flight)
               : std::string()) +
-         (attention == Attention::Flash ? " attention=flash" : "");
+         (attention == Attention::Flash ? " attention=flash" : "") + stages;
 }
 
 double ptdp_model_flops(const nn::GptConfig& m, int global_batch, bool full_recompute) {
@@ -309,9 +321,26 @@ void check_config(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int gl
                            "must not exceed gpus_per_node (" + std::to_string(c.gpus_per_node) +
                                "): a tensor-parallel group stays inside one node"));
   }
-  if (m.n_layer % (static_cast<long long>(p.pp) * p.vpp) != 0) {
-    throw ConfigError(need("n_layer", m.n_layer,
-                           "must be divisible by pp*vpp (" + std::to_string(p.pp * p.vpp) + ")"));
+  const long long stages = static_cast<long long>(p.pp) * p.vpp;
+  if (!p.stage_layers.empty()) {
+    if (static_cast<long long>(p.stage_layers.size()) != stages) {
+      throw ConfigError("stage_layers has " + std::to_string(p.stage_layers.size()) +
+                        " entries, expected pp*vpp = " + std::to_string(stages));
+    }
+    long long total = 0;
+    for (size_t i = 0; i < p.stage_layers.size(); ++i) {
+      if (p.stage_layers[i] < 1)
+        throw ConfigError(
+            need("stage_layers[" + std::to_string(i) + "]", p.stage_layers[i], "must be >= 1"));
+      total += p.stage_layers[i];
+    }
+    if (total != m.n_layer) {
+      throw ConfigError(need("stage_layers' sum", total,
+                             "must equal n_layer (" + std::to_string(m.n_layer) + ")"));
+    }
+  } else if (m.n_layer % stages != 0) {
+    throw ConfigError(
+        need("n_layer", m.n_layer, "must be divisible by pp*vpp (" + std::to_string(stages) + ")"));
   }
   if (global_batch % (static_cast<long long>(p.micro_batch) * p.dp) != 0) {
     throw ConfigError(need(
@@ -347,36 +376,68 @@ Estimate estimate(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int gl
   const double b = p.micro_batch, s = static_cast<double>(m.seq_len),
                h = static_cast<double>(m.d_model);
   const double a = static_cast<double>(m.n_head), t = p.tp, V = static_cast<double>(m.vocab_size);
-  const int layers_per_chunk = static_cast<int>(m.n_layer / (p.pp * p.vpp));
+  // ---- the stages: each one's layers (the split given, or an even one) and
+  // the ranks holding them (the schedule's placement)
+  const int S = p.pp * p.vpp;
+  const std::vector<int64_t> counts =
+      p.stage_layers.empty() ? std::vector<int64_t>(S, m.n_layer / S) : p.stage_layers;
+  const pipeline::Placement placement = pipeline::placement_of(p.schedule);
+  std::vector<int64_t> rank_layers(p.pp, 0);  // layers each rank holds
+  std::vector<int64_t> widest(p.pp, 0);       // its largest chunk
+  for (int r = 0; r < p.pp; ++r) {
+    for (int ch = 0; ch < p.vpp; ++ch) {
+      const int64_t n = counts[pipeline::stage_at(placement, p.pp, r, ch)];
+      rank_layers[r] += n;
+      widest[r] = std::max(widest[r], n);
+    }
+  }
 
-  // ---- compute per microbatch on one chunk (the slowest stage sets the pace)
+  // ---- compute per microbatch: a layer's F, B and W; each stage's, the
+  // last with the output head and the loss
   const LayerCost L = layer_cost(m, c, p);
   const HeadCost H = head_cost(m, c, p);
-  double f = layers_per_chunk * (L.fwd_gemm + L.fwd_mem + L.fwd_tp);
-  double bi = layers_per_chunk * (L.bwd_input_gemm + 0.5 * L.bwd_mem + 0.5 * L.bwd_tp);
-  double bw = layers_per_chunk * (L.bwd_weight_gemm + 0.5 * L.bwd_mem + 0.5 * L.bwd_tp);
+  const double f1 = L.fwd_gemm + L.fwd_mem + L.fwd_tp;
+  double bi1 = L.bwd_input_gemm + 0.5 * L.bwd_mem + 0.5 * L.bwd_tp;
+  const double bw1 = L.bwd_weight_gemm + 0.5 * L.bwd_mem + 0.5 * L.bwd_tp;
   // Recomputation reruns forward work inside the backward. Selective
   // recomputation redoes the attention core to avoid storing its score-
   // sized activations; fused attention stores none, so it changes nothing.
   const bool flash = p.attention == Attention::Flash;
   const Recompute recompute =
       flash && p.recompute == Recompute::Selective ? Recompute::None : p.recompute;
-  const double redo =
-      recompute == Recompute::Full        ? layers_per_chunk * (L.fwd_gemm + L.fwd_mem + L.fwd_tp)
-      : recompute == Recompute::Selective ? layers_per_chunk * (L.attn_gemm_fwd + L.attn_mem_fwd)
-                                          : 0.0;
-  bi += redo;
-  // The last stage also runs the output head and the loss (in its last chunk).
-  e.compute_time = p.vpp * (f + bi + bw) + H.fwd + H.bwd_input + H.bwd_weight;
-  e.gemm_time = p.vpp * layers_per_chunk *
-                (L.fwd_gemm + L.bwd_input_gemm + L.bwd_weight_gemm +
-                 (recompute == Recompute::Full        ? L.fwd_gemm
-                  : recompute == Recompute::Selective ? L.attn_gemm_fwd
-                                                      : 0));
-  e.memory_bound_time = p.vpp * layers_per_chunk *
-                        (L.fwd_mem + L.bwd_mem + (p.recompute == Recompute::Full ? L.fwd_mem : 0));
-  e.tp_comm_time = p.vpp * layers_per_chunk *
-                   (L.fwd_tp + L.bwd_tp + (p.recompute == Recompute::Full ? L.fwd_tp : 0));
+  bi1 += recompute == Recompute::Full        ? f1
+         : recompute == Recompute::Selective ? L.attn_gemm_fwd + L.attn_mem_fwd
+                                             : 0.0;
+  std::vector<double> sf(S), sbi(S), sbw(S);
+  for (int st = 0; st < S; ++st) {
+    const double n = static_cast<double>(counts[st]);
+    const bool head = st == S - 1;
+    sf[st] = n * f1 + (head ? H.fwd : 0.0);
+    sbi[st] = n * bi1 + (head ? H.bwd_input : 0.0);
+    sbw[st] = n * bw1 + (head ? H.bwd_weight : 0.0);
+  }
+  // The busiest rank's work per microbatch (its stages' F, B and W) sets
+  // the pace; the breakdown is of its layers.
+  int busiest = 0;
+  std::vector<double> rank_backward(p.pp, 0.0);
+  std::vector<double> rank_work(p.pp, 0.0);
+  for (int r = 0; r < p.pp; ++r) {
+    for (int ch = 0; ch < p.vpp; ++ch) {
+      const int st = pipeline::stage_at(placement, p.pp, r, ch);
+      rank_work[r] += sf[st] + sbi[st] + sbw[st];
+      rank_backward[r] += sbi[st] + sbw[st];
+    }
+    if (rank_work[r] > rank_work[busiest]) busiest = r;
+  }
+  const double layers = static_cast<double>(rank_layers[busiest]);
+  e.compute_time = rank_work[busiest];
+  e.gemm_time = layers * (L.fwd_gemm + L.bwd_input_gemm + L.bwd_weight_gemm +
+                          (recompute == Recompute::Full        ? L.fwd_gemm
+                           : recompute == Recompute::Selective ? L.attn_gemm_fwd
+                                                               : 0));
+  e.memory_bound_time =
+      layers * (L.fwd_mem + L.bwd_mem + (p.recompute == Recompute::Full ? L.fwd_mem : 0));
+  e.tp_comm_time = layers * (L.fwd_tp + L.bwd_tp + (p.recompute == Recompute::Full ? L.fwd_tp : 0));
 
   // ---- pipeline point-to-point: one (b, s, h) activation, split over the TP
   // ranks (scatter-gather / sequence parallel); across nodes when a pipeline
@@ -388,21 +449,30 @@ Estimate estimate(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int gl
     e.p2p_time =
         (cross ? c.inter_latency : c.intra_latency) + bytes / (bwid * c.collective_efficiency);
   }
-  const pipeline::SimulationResult sim = simulate_cached(
-      p.schedule, p.pp, p.vpp, e.num_microbatches, p.zb_max_in_flight, f, bi, bw, H, e.p2p_time);
-  e.pipeline_time = sim.makespan * f;
+  const pipeline::SimulationResult sim =
+      simulate_cached(p.schedule, p.pp, p.vpp, e.num_microbatches, p.zb_max_in_flight, sf, sbi, sbw,
+                      e.p2p_time, f1);
+  e.pipeline_time = sim.makespan * f1;
   e.bubble_fraction = sim.bubble_fraction;
-  e.peak_inflight =
-      sim.peak_alive.empty() ? 0 : *std::max_element(sim.peak_alive.begin(), sim.peak_alive.end());
-  if (p.schedule == pipeline::ScheduleKind::ZbH1 || p.schedule == pipeline::ScheduleKind::ZbAuto ||
-      p.schedule == pipeline::ScheduleKind::ZbV) {
-    e.peak_inflight = *std::max_element(sim.peak_held.begin(), sim.peak_held.end());
+  // Chunk activations held at once per rank (split schedules hold a
+  // microbatch's until its W), and the layers they span on the rank that
+  // holds the most.
+  const bool split_backward = p.schedule == pipeline::ScheduleKind::ZbH1 ||
+                              p.schedule == pipeline::ScheduleKind::ZbAuto ||
+                              p.schedule == pipeline::ScheduleKind::ZbV;
+  const std::vector<int>& held = split_backward ? sim.peak_held : sim.peak_alive;
+  double held_layers = 0;
+  for (int r = 0; r < p.pp && r < static_cast<int>(held.size()); ++r) {
+    e.peak_inflight = std::max(e.peak_inflight, held[r]);
+    held_layers = std::max(held_layers, static_cast<double>(held[r] * widest[r]));
   }
 
   // ---- parameters on the most loaded pipeline rank
   const double ffn_w = static_cast<double>(m.ffn()), fc_w = static_cast<double>(m.fc_width());
   const double layer_params = static_cast<double>(m.block_parameters());
-  const double body = (static_cast<double>(m.n_layer) / p.pp) * layer_params / t;
+  const double body =
+      static_cast<double>(*std::max_element(rank_layers.begin(), rank_layers.end())) *
+      layer_params / t;
   // The token table on the first stage (and a tied copy, or an untied
   // head, on the last when pp > 1; one process, and ZB-V's first rank, hold
   // both an untied head and the table, or the one tied table).
@@ -432,8 +502,7 @@ Estimate estimate(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int gl
                         c.inter_bandwidth_per_gpu(), c.inter_latency, c.collective_efficiency);
     }
     // Overlapped with the last microbatch's backward when the reducer allows.
-    e.dp_comm_time =
-        p.overlap_dp ? std::max(0.0, time - p.vpp * (bi + bw) - H.bwd_input - H.bwd_weight) : time;
+    e.dp_comm_time = p.overlap_dp ? std::max(0.0, time - rank_backward[busiest]) : time;
   }
   // Tied embeddings: first and last stage all-reduce the embedding gradient
   // (unless they are one rank's).
@@ -487,7 +556,7 @@ Estimate estimate(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int gl
       per_layer = 2.0 * sbh / (p.sequence_parallel ? t : 1.0);
       break;
   }
-  double activations = e.peak_inflight * layers_per_chunk * per_layer;
+  double activations = held_layers * per_layer;
   if (recompute == Recompute::Full) activations += sbh * (whole + attn_extra) / t;  // one rebuilt
   // bf16 logits of one micro-batch; backward writes their gradient over
   // them (linear_head_loss), so there is no second buffer.
@@ -509,6 +578,7 @@ std::string Estimate::json() const {
                    {"sequence_parallel", config.sequence_parallel},
                    {"zero1", config.zero1},
                    {"schedule", pipeline::schedule_name(config.schedule)},
+                   {"stage_layers", config.stage_layers},
                    {"overlap_dp", config.overlap_dp},
                    {"attention", attention_name(config.attention)},
                    {"num_microbatches", num_microbatches},

@@ -1,6 +1,7 @@
 #include "triad/plan/from_config.h"
 
 #include "triad/core/error.h"
+#include "triad/parallel/pipeline/stage_balance.h"
 
 namespace triad::plan {
 
@@ -41,6 +42,12 @@ PlannedRun planned_run(const train::Config& config, int gpus) {
   p.schedule =
       par.pp > 1 ? pipeline::schedule_from_name(par.schedule) : pipeline::ScheduleKind::OneFOneB;
   p.zb_max_in_flight = par.zb_max_in_flight;
+  // The trainer's split: as given, or balanced as the trainer balances it.
+  p.stage_layers = par.stage_layers;
+  if (par.pp > 1 && par.stage_layers_auto) {
+    p.stage_layers = pipeline::balanced_stage_layers(config.model, par.pp, par.vpp,
+                                                     config.model.recompute == nn::Recompute::Full);
+  }
   p.overlap_dp = true;  // Triad's bucketed reducer starts during backward
   p.attention = Attention::Flash;
   run.gpus = gpus;
@@ -49,10 +56,6 @@ PlannedRun planned_run(const train::Config& config, int gpus) {
     run.note =
         "the planner prices mixed precision (bf16/fp16 weights and activations); this config "
         "trains in fp32, which needs about twice the activation memory and runs slower";
-  }
-  if (!par.stage_layers.empty() || par.stage_layers_auto) {
-    run.note += std::string(run.note.empty() ? "" : "; ") +
-                "parallel.stage_layers is priced as an even split";
   }
   return run;
 }

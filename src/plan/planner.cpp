@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "triad/core/error.h"
+#include "triad/parallel/pipeline/stage_balance.h"
 
 namespace triad::plan {
 
@@ -13,7 +14,8 @@ std::vector<Estimate> recommend(const nn::GptConfig& m, const ClusterSpec& c, in
   for (int tp = 1; tp <= std::min(gpus, c.gpus_per_node); tp *= 2) {
     if (gpus % tp != 0 || m.n_head % tp != 0 || m.kv_heads() % tp != 0) continue;
     for (int pp = 1; pp <= gpus / tp; ++pp) {
-      if ((gpus / tp) % pp != 0 || m.n_layer % pp != 0) continue;
+      if ((gpus / tp) % pp != 0 || pp > m.n_layer) continue;
+      if (m.n_layer % pp != 0 && !space.try_balanced_stages) continue;
       const int dp = gpus / (tp * pp);
       if (global_batch % dp != 0) continue;
       for (int mb : space.micro_batches) {
@@ -49,12 +51,24 @@ std::vector<Estimate> recommend(const nn::GptConfig& m, const ClusterSpec& c, in
                 p.schedule = kind;
                 p.overlap_dp = space.overlap_dp;
                 p.attention = space.attention;
-                try {
-                  check_config(m, c, gpus, global_batch, p);
-                } catch (const ConfigError&) {
-                  continue;
+                std::vector<ParallelConfig> layouts{p};
+                if (pp > 1 && space.try_balanced_stages && m.n_layer >= pp * v) {
+                  ParallelConfig balanced = p;
+                  balanced.stage_layers =
+                      pipeline::balanced_stage_layers(m, pp, v, rc == Recompute::Full);
+                  const bool even =
+                      std::all_of(balanced.stage_layers.begin(), balanced.stage_layers.end(),
+                                  [&](int64_t n) { return n * pp * v == m.n_layer; });
+                  if (!even) layouts.push_back(balanced);
                 }
-                candidates.push_back(p);
+                for (const ParallelConfig& layout : layouts) {
+                  try {
+                    check_config(m, c, gpus, global_batch, layout);
+                  } catch (const ConfigError&) {
+                    continue;
+                  }
+                  candidates.push_back(layout);
+                }
               }
             }
           }

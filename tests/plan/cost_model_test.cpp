@@ -10,6 +10,7 @@
 #include "triad/nn/gpt.h"
 #include "triad/ops.h"
 #include "triad/optim/adamw.h"
+#include "triad/parallel/pipeline/stage_balance.h"
 #include "triad/plan/model_spec.h"
 #include "triad/plan/planner.h"
 
@@ -351,6 +352,41 @@ TEST(CostModel, ZbVCutsZbH1sBubbleInTheSameMemory) {
   EXPECT_TRUE(offered);
 }
 
+// The last stage also runs the head: a GPT-2-sized vocabulary on a narrow
+// model makes it the slowest by far under an even split. The balanced split
+// gives it fewer layers, and the planner prices the split it is given.
+TEST(CostModel, PricesTheStagesSplitAndPrefersABalancedOne) {
+  const ClusterSpec c = selene();
+  nn::GptConfig m = gpt(24, 16, 1024);
+  m.vocab_size = 128000;
+  ParallelConfig even = layout(1, 4, 8, 1, Recompute::None);
+  even.attention = Attention::Flash;
+  ParallelConfig balanced = even;
+  balanced.stage_layers = pipeline::balanced_stage_layers(m, 4, 1);
+  ASSERT_LT(balanced.stage_layers.back(), 6);
+  EXPECT_NE(balanced.str().find(" stages=["), std::string::npos) << balanced.str();
+  const Estimate a = estimate(m, c, 32, 256, even), b = estimate(m, c, 32, 256, balanced);
+  EXPECT_LT(b.compute_time, 0.85 * a.compute_time);  // the busiest rank's work
+  EXPECT_LT(b.step_time, 0.9 * a.step_time);
+  // An explicit even split is priced as the default one.
+  ParallelConfig listed = even;
+  listed.stage_layers = {6, 6, 6, 6};
+  EXPECT_NEAR(estimate(m, c, 32, 256, listed).step_time, a.step_time, 1e-12 * a.step_time);
+  // A split can leave n_layer indivisible by pp: 24 layers on 5 stages.
+  ParallelConfig five = layout(1, 5, 1, 1, Recompute::None);
+  five.stage_layers = pipeline::balanced_stage_layers(m, 5, 1);
+  EXPECT_NO_THROW(estimate(m, c, 5, 40, five));
+  // The planner offers balanced splits, and ranks one first here.
+  SearchSpace space;
+  space.micro_batches = {1};
+  space.attention = Attention::Flash;
+  const auto best = recommend(m, c, 32, 256, space);
+  ASSERT_FALSE(best.empty());
+  bool offered = false;
+  for (const Estimate& e : best) offered = offered || !e.config.stage_layers.empty();
+  EXPECT_TRUE(offered);
+}
+
 TEST(CostModel, FusedAttentionStoresNoScoresAndSkipsMaskedTiles) {
   const ClusterSpec c = selene();
   const nn::GptConfig m = gpt(32, 32, 4096);  // s = 2048, head dim 128
@@ -468,6 +504,13 @@ TEST(CostModel, InvalidLayoutsAreErrorsNamingTheNumbers) {
   inter.vpp = 2;
   inter.schedule = pipeline::ScheduleKind::Interleaved;
   expect_error(inter, 4, 6, "microbatches per pipeline (6) must be a multiple of pp (4)");
+  ParallelConfig split = layout(1, 4, 1, 1);
+  split.stage_layers = {6, 6, 6};
+  expect_error(split, 4, 8, "stage_layers has 3 entries, expected pp*vpp = 4");
+  split.stage_layers = {6, 6, 6, 0};
+  expect_error(split, 4, 8, "stage_layers[3] (0) must be >= 1");
+  split.stage_layers = {6, 6, 6, 5};
+  expect_error(split, 4, 8, "stage_layers' sum (23) must equal n_layer (24)");
   ParallelConfig v = layout(1, 4, 1, 1);
   v.schedule = pipeline::ScheduleKind::ZbV;
   expect_error(v, 4, 8, "vpp (1) must be 2 for the zb-v schedule");

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "triad/core/error.h"
+#include "triad/parallel/pipeline/stage_balance.h"
 
 namespace triad::plan {
 namespace {
@@ -45,6 +46,20 @@ TEST(PlannedRun, TakesTheModelLayoutAndBatchOfATrainerConfig) {
   const ClusterSpec c =
       load_cluster(std::string(TRIAD_SOURCE_DIR) + "/configs/clusters/hgx_h200.yaml");
   EXPECT_GT(estimate(run.model, c, run.gpus, run.global_batch, run.layout).mfu, 0.0);
+}
+
+TEST(PlannedRun, PricesTheTrainersStageSplit) {
+  // As given...
+  EXPECT_EQ(planned_run(config("{pp: 4, dp: 1, stage_layers: [7, 7, 6, 4]}")).layout.stage_layers,
+            (std::vector<int64_t>{7, 7, 6, 4}));
+  // ... or balanced as the trainer balances it (ZB-V's stages too).
+  const PlannedRun run = planned_run(config("{pp: 4, dp: 1, stage_layers: auto}"));
+  EXPECT_EQ(run.layout.stage_layers, pipeline::balanced_stage_layers(run.model, 4, 1));
+  EXPECT_EQ(planned_run(config("{pp: 2, vpp: 2, dp: 1, schedule: zb-v, stage_layers: auto}"))
+                .layout.stage_layers,
+            pipeline::balanced_stage_layers(run.model, 2, 2));
+  EXPECT_TRUE(run.note.empty()) << run.note;
+  EXPECT_TRUE(planned_run(config("{pp: 4, dp: 1}")).layout.stage_layers.empty());
 }
 
 TEST(PlannedRun, TheGpuCountComesFromDpOrIsGivenAndMustFit) {

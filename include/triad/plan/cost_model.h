@@ -33,14 +33,20 @@ struct ParallelConfig {
   bool sequence_parallel = false;
   bool zero1 = false;
   pipeline::ScheduleKind schedule = pipeline::ScheduleKind::OneFOneB;
-  // zb-auto: microbatches a rank holds from F to W (0: pp), as in the trainer.
+  // zb-auto, zb-v: microbatches a rank holds from F to W (0: pp), as in the trainer.
   int zb_max_in_flight = 0;
+  // Layers of each of the pp * vpp stages (parallel.stage_layers); empty:
+  // an even split. The last stage also runs the head, so an uneven split
+  // (pipeline::balanced_stage_layers) can even the stages' work out.
+  std::vector<int64_t> stage_layers;
   // Whether the data-parallel gradient reduction overlaps backward (Triad's
   // bucketed reducer) or runs after it (Megatron-LM as published in 2021).
   bool overlap_dp = false;
   Attention attention = Attention::Unfused;
 
-  std::string str() const;  // "tp=8 pp=64 dp=6 vpp=1 mb=1 recompute=full sp=off zero1=off 1f1b"
+  // "tp=8 pp=64 dp=6 vpp=1 mb=1 recompute=full sp=off zero1=off 1f1b", and
+  // " stages=[3,4,4,1]" for an uneven split.
+  std::string str() const;
 };
 
 // Where the time and memory of one step go.

@@ -12,6 +12,9 @@ struct SearchSpace {
   bool try_zb_h1 = true;
   bool try_zb_auto = true;  // the order searched for the predicted costs
   bool try_zb_v = true;     // two chunks per rank in a V (vpp 2)
+  // Each pipeline also with its stages balanced for the head
+  // (pipeline::balanced_stage_layers), and pp not dividing the layers.
+  bool try_balanced_stages = true;
   bool overlap_dp = false;
   Attention attention = Attention::Unfused;
 };
