@@ -1133,16 +1133,27 @@ std::vector<StepMetrics> Trainer::run() {
                  par.pp > 1 ? ", schedule " + par.schedule +
                                   (par.vpp > 1 ? " (vpp " + std::to_string(par.vpp) + ")" : "")
                             : std::string());
+    const pipeline::StageWork work = pipeline::stage_work(config_.model);
+    const double layer = std::accumulate(work.layer.begin(), work.layer.end(), 0.0) /
+                         static_cast<double>(work.layer.size());
     if (!stage_layers_.empty()) {
-      const pipeline::StageWork work = pipeline::stage_work(config_.model);
-      const double layer = std::accumulate(work.layer.begin(), work.layer.end(), 0.0) /
-                           static_cast<double>(work.layer.size());
       spdlog::info("pipeline stages' layers: [{}]{}", joined(stage_layers_, ", "),
                    par.stage_layers_auto
                        ? fmt::format(" (parallel.stage_layers auto: the head's work is that of "
                                      "{:.1f} layers)",
                                      work.head / layer)
                        : std::string());
+    } else if (par.pp > 1) {
+      // An even split: say when the head makes the last stage the bottleneck.
+      const double per_stage =
+          static_cast<double>(config_.model.n_layer) / (par.pp * par.vpp) * layer;
+      const double ratio = (per_stage + work.head) / per_stage;
+      if (ratio > 1.15) {
+        spdlog::info(
+            "pipeline stages: the last one also runs the head, {:.2f}x the others' work; "
+            "parallel.stage_layers: auto would balance them",
+            ratio);
+      }
     }
   }
   if (device_.is_cuda() && cuda::gemm_settings().verify) {
