@@ -5,7 +5,7 @@
 #include <cmath>
 #include <deque>
 #include <limits>
-#include <set>
+#include <queue>
 #include <string>
 #include <utility>
 
@@ -41,15 +41,17 @@ std::vector<Order> list_schedule(int p, int m, int limit, const std::vector<Stag
   // gradient (B); NaN until the producer has been scheduled.
   std::vector<std::vector<double>> act(p, std::vector<double>(m, unknown)), grad = act;
   for (int i = 0; i < m; ++i) act[0][i] = 0.0;
-  // Ranks neither finished nor blocked, by (clock, rank): the earliest goes next.
-  std::set<std::pair<double, int>> active;
-  for (int r = 0; r < p; ++r) active.insert({0.0, r});
+  // Ranks neither finished nor blocked, earliest (clock, rank) first; each
+  // at most once.
+  std::priority_queue<std::pair<double, int>, std::vector<std::pair<double, int>>, std::greater<>>
+      active;
+  for (int r = 0; r < p; ++r) active.push({0.0, r});
   int left = p;
   while (left > 0) {
     if (active.empty())
       throw Error("zero-bubble list scheduler: every rank waits (internal error)");
-    const int r = active.begin()->second;
-    active.erase(active.begin());
+    const int r = active.top().second;
+    active.pop();
     const double t = clock[r];
     // The next B and F this rank could run, and when their inputs arrive.
     const bool b_possible = nb[r] < nf[r];
@@ -64,7 +66,7 @@ std::vector<Order> list_schedule(int p, int m, int limit, const std::vector<Stag
       for (int q : {r - 1, r + 1}) {
         if (q >= 0 && q < p && blocked[q]) {
           blocked[q] = false;
-          active.insert({clock[q], q});
+          active.push({clock[q], q});
         }
       }
     };
@@ -72,14 +74,14 @@ std::vector<Order> list_schedule(int p, int m, int limit, const std::vector<Stag
       const int mb = nb[r]++;
       run(ComputeKind::BackwardInput, mb, cost[r].b);
       if (r > 0) grad[r - 1][mb] = clock[r] + transfer;
-      active.insert({clock[r], r});
+      active.push({clock[r], r});
       continue;
     }
     if (f_possible && ready(f_at)) {
       const int mb = nf[r]++;
       run(ComputeKind::Forward, mb, cost[r].f);
       if (r < p - 1) act[r + 1][mb] = clock[r] + transfer;
-      active.insert({clock[r], r});
+      active.push({clock[r], r});
       continue;
     }
     // The earliest known arrival of an input this rank is waiting for.
@@ -93,7 +95,7 @@ std::vector<Order> list_schedule(int p, int m, int limit, const std::vector<Stag
       if (nw[r] == m) {
         --left;  // done: never active again
       } else {
-        active.insert({clock[r], r});
+        active.push({clock[r], r});
       }
       continue;
     }
@@ -101,7 +103,7 @@ std::vector<Order> list_schedule(int p, int m, int limit, const std::vector<Stag
       blocked[r] = true;  // until a neighbour schedules something
     } else {
       clock[r] = next;
-      active.insert({clock[r], r});
+      active.push({clock[r], r});
     }
   }
   return orders;
@@ -211,8 +213,11 @@ std::vector<Order> v_list_schedule(int p, int m, int admit, const std::vector<St
   // output gradient (B); NaN until its producer has been scheduled.
   std::vector<std::vector<double>> act(S, std::vector<double>(m, unknown)), grad = act;
   for (int i = 0; i < m; ++i) act[0][i] = 0.0;
-  std::set<std::pair<double, int>> active;
-  for (int r = 0; r < p; ++r) active.insert({0.0, r});
+  // Ranks neither finished nor blocked, earliest (clock, rank) first; each
+  // at most once.
+  std::priority_queue<std::pair<double, int>, std::vector<std::pair<double, int>>, std::greater<>>
+      active;
+  for (int r = 0; r < p; ++r) active.push({0.0, r});
   int left = p;
   auto stage = [&](int r, int c) { return stage_at(Placement::V, p, r, c); };
   auto hop = [&](int from, int to) {  // the transfer time between two stages
@@ -225,8 +230,8 @@ std::vector<Order> v_list_schedule(int p, int m, int admit, const std::vector<St
       if (keep >= 0) return {};
       throw Error("zb-v list scheduler: every rank waits (internal error)");
     }
-    const int r = active.begin()->second;
-    active.erase(active.begin());
+    const int r = active.top().second;
+    active.pop();
     const double t = clock[r];
     std::array<double, 2> b_at{unknown, unknown}, f_at{unknown, unknown};
     for (int c = 0; c < 2; ++c) {
@@ -248,7 +253,7 @@ std::vector<Order> v_list_schedule(int p, int m, int admit, const std::vector<St
       clock[r] = t + duration;
       if (consumer >= 0 && blocked[consumer]) {
         blocked[consumer] = false;
-        active.insert({clock[consumer], consumer});
+        active.push({clock[consumer], consumer});
       }
     };
     auto run_w = [&] {
@@ -259,7 +264,7 @@ std::vector<Order> v_list_schedule(int p, int m, int admit, const std::vector<St
       if (++w_done[r] == 2 * m) {
         --left;
       } else {
-        active.insert({clock[r], r});
+        active.push({clock[r], r});
       }
     };
     const bool starved = nf[r][0] < m && std::isnan(f_at[0]) && ready(act[stage(r, 0)][nf[r][0]]);
@@ -281,7 +286,7 @@ std::vector<Order> v_list_schedule(int p, int m, int admit, const std::vector<St
           st > 0 ? rank_at(Placement::V, p, st - 1) : -1);
       if (st > 0) grad[st - 1][mb] = clock[r] + hop(st, st - 1);
       w_queue[r].push_back({b_chunk, mb});
-      active.insert({clock[r], r});
+      active.push({clock[r], r});
       continue;
     }
     const int f_chunk = ready(f_at[1]) ? 1 : ready(f_at[0]) ? 0 : -1;
@@ -295,7 +300,7 @@ std::vector<Order> v_list_schedule(int p, int m, int admit, const std::vector<St
       } else {
         grad[st][mb] = clock[r];  // the loss: its B may follow at once
       }
-      active.insert({clock[r], r});
+      active.push({clock[r], r});
       continue;
     }
     double next = std::numeric_limits<double>::infinity();
@@ -311,7 +316,7 @@ std::vector<Order> v_list_schedule(int p, int m, int admit, const std::vector<St
       blocked[r] = true;  // until another rank schedules something
     } else {
       clock[r] = next;
-      active.insert({clock[r], r});
+      active.push({clock[r], r});
     }
   }
   return orders;
@@ -395,13 +400,31 @@ Schedule make_zero_bubble_v_schedule(int p, int m, const Costs& costs,
   };
   std::vector<int> budgets{limit};
   if (limit > p) budgets.push_back(p);
+  // No order ends before every rank has done its work, which it cannot
+  // start before the first microbatch's forwards reach it: an order that
+  // ends then ends the search.
+  double bound = 0;
+  for (int r = 0; r < p; ++r) {
+    double start = 0, work = 0;
+    for (int st = 0; st < r; ++st) start += cost[st].f + costs.transfer();
+    for (int c = 0; c < 2; ++c) {
+      const StageCost& sc = cost[stage_at(Placement::V, p, r, c)];
+      work += m * (sc.f + sc.b + sc.w);
+    }
+    bound = std::max(bound, start + work);
+  }
+  // Large pipelines (the planner prices many) try the variants that win most.
+  const bool large = static_cast<int64_t>(p) * m > 2048;
+  std::vector<BPreference> prefers{BPreference::Chunk0, BPreference::EarliestArrival};
+  if (!large) prefers.push_back(BPreference::Chunk1);
+  const std::vector<int> keeps = large ? std::vector<int>{1, -1} : std::vector<int>{1, -1, 2, 4};
   std::vector<Order> best;
   double best_time = std::numeric_limits<double>::infinity();
   for (int budget : budgets) {
-    for (WPolicy policy : {WPolicy::Eager, WPolicy::Fit, WPolicy::MemoryFirst}) {
-      for (BPreference prefer :
-           {BPreference::Chunk0, BPreference::Chunk1, BPreference::EarliestArrival}) {
-        for (int keep : {-1, 1, 2, 4}) {
+    for (WPolicy policy : {WPolicy::Fit, WPolicy::MemoryFirst, WPolicy::Eager}) {
+      for (BPreference prefer : prefers) {
+        for (int keep : keeps) {
+          if (best_time <= bound * (1 + 1e-9)) break;
           auto orders = v_list_schedule(p, m, budget, cost, costs.transfer(), policy, prefer, keep);
           if (orders.empty()) continue;  // this variant ran out of room
           const double t =
