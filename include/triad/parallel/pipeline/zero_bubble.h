@@ -59,8 +59,11 @@ Schedule make_zero_bubble_schedule(int p, int m, const Costs& costs,
 // `max_in_flight` microbatches (0 = p) are admitted at once, so the peak
 // activation memory is 1F1B's (p microbatches of a whole stage = 2p of a
 // half-size chunk) and no chunk-1 F ever waits for memory (no deadlock).
-// Variants of the rule (which chunk's B first, W eager or only when it fits
-// before the next arrival) are timed with the costs and the shortest wins.
+// Variants of the rule (which chunk's B first; W when idle, only when it
+// fits before the next arrival, or first when a new microbatch waits for
+// memory alone; room reserved per microbatch or a few slots kept free) are
+// timed with the costs and the shortest wins; the search stops at an order
+// that meets the lower bound, and tries fewer variants when p * m > 2048.
 //
 // Costs are per stage (Costs' 1, 2 or 2p-entry vectors; backward_input and
 // backward_weight are used); each must be > 0. Throws ValueError naming a
