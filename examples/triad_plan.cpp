@@ -6,7 +6,7 @@
 //                      [--schedule 1f1b|interleaved|zb-h1|zb-auto|zb-v]
 //                      [--stage-layers auto|3,4,4,1] [--json]
 //   triad-plan recommend --model M.yaml --cluster C.yaml --gpus N --global-batch B [--top K]
-//   [--json]
+//   [--schedules interleaved,zb-h1,zb-auto,zb-v] [--even-stages] [--json]
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
@@ -113,6 +113,13 @@ int main(int argc, char** argv) {
   auto* rec = app.add_subcommand("recommend", "rank every configuration that fits");
   add_common(rec);
   rec->add_option("--top", top, "how many to print")->capture_default_str();
+  std::string schedules = "interleaved,zb-h1,zb-auto,zb-v";
+  bool even_stages = false;
+  rec->add_option("--schedules", schedules,
+                  "pipeline schedules tried beside 1f1b (always tried), comma-separated")
+      ->capture_default_str();
+  rec->add_flag("--even-stages", even_stages,
+                "only even stage splits (pp dividing the layers): a narrower, faster search");
 
   CLI11_PARSE(app, argc, argv);
   try {
@@ -230,6 +237,34 @@ int main(int argc, char** argv) {
     plan::SearchSpace space;
     space.overlap_dp = overlap;
     space.attention = plan::attention_from_name(attention);
+    space.try_balanced_stages = !even_stages;
+    space.try_zb_h1 = space.try_zb_auto = space.try_zb_v = false;
+    bool interleaved = false;
+    std::stringstream names(schedules);
+    for (std::string name; std::getline(names, name, ',');) {
+      if (name.empty()) continue;
+      switch (pipeline::schedule_from_name(name)) {  // names the choices when unknown
+        case pipeline::ScheduleKind::Interleaved:
+          interleaved = true;
+          break;
+        case pipeline::ScheduleKind::ZbH1:
+          space.try_zb_h1 = true;
+          break;
+        case pipeline::ScheduleKind::ZbAuto:
+          space.try_zb_auto = true;
+          break;
+        case pipeline::ScheduleKind::ZbV:
+          space.try_zb_v = true;
+          break;
+        case pipeline::ScheduleKind::GPipe:
+          throw ConfigError(
+              "--schedules: gpipe holds every microbatch's activations and is "
+              "never the better choice; the search leaves it out");
+        case pipeline::ScheduleKind::OneFOneB:
+          break;  // always tried
+      }
+    }
+    if (!interleaved) space.vpps = {1};
     const auto all = plan::recommend(model, cluster, gpus, global_batch, space);
     if (all.empty())
       throw ConfigError("no configuration of " + std::to_string(gpus) +
