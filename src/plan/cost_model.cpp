@@ -66,7 +66,10 @@ LinearTimes linear_times(double tokens, double in, double out, const ClusterSpec
           gemm_time(out, in, tokens, c)};
 }
 
-LayerCost layer_cost(const nn::GptConfig& m, const ClusterSpec& c, const ParallelConfig& p) {
+// Layer `layer`'s costs: the layers differ only in their attention's window
+// (model.sliding_window, and the layers model.full_attention_layers exempts).
+LayerCost layer_cost(const nn::GptConfig& m, const ClusterSpec& c, const ParallelConfig& p,
+                     int64_t layer) {
   const double b = p.micro_batch, s = static_cast<double>(m.seq_len),
                h = static_cast<double>(m.d_model);
   const double a = static_cast<double>(m.n_head), t = p.tp;
@@ -95,17 +98,13 @@ LayerCost layer_cost(const nn::GptConfig& m, const ClusterSpec& c, const Paralle
   double attn_mem_bwd = 0;
   if (p.attention == Attention::Flash) {
     // Fused: the causal mask skips half the tiles (a sliding window of W
-    // keys all but W - W(W-1)/2s of a query's s); forward is QK^T and PV,
-    // backward recomputes QK^T and forms dP, dQ, dK and dV (all input
+    // keys all but W - W(W-1)/2s of a query's s; a layer exempt from the
+    // window, model.full_attention_layers, sees half); forward is QK^T and
+    // PV, backward recomputes QK^T and forms dP, dQ, dK and dV (all input
     // gradients: attention has no weights). Scores never reach memory.
-    // Layers exempt from the window (model.full_attention_layers) see half
-    // the tiles: a layer's cost is the mean over the model's layers.
     const double rate = c.peak_flops * c.flash_attention_efficiency();
-    const double W = static_cast<double>(m.sliding_window);
-    const double windowed = W > 0 && W < s ? (W - W * (W - 1) / (2 * s)) / s : 0.5;
-    const double full_share = static_cast<double>(m.full_attention_layers.size()) /
-                              static_cast<double>(std::max<int64_t>(m.n_layer, 1));
-    const double seen = full_share * 0.5 + (1.0 - full_share) * windowed;
+    const double W = static_cast<double>(m.window_of(layer));
+    const double seen = W > 0 && W < s ? (W - W * (W - 1) / (2 * s)) / s : 0.5;
     L.attn_gemm_fwd = seen * 2.0 * attn_gemm_flops / rate;
     L.fwd_gemm += L.attn_gemm_fwd;
     L.bwd_input_gemm += seen * 5.0 * attn_gemm_flops / rate;
@@ -392,29 +391,64 @@ Estimate estimate(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int gl
     }
   }
 
-  // ---- compute per microbatch: a layer's F, B and W; each stage's, the
-  // last with the output head and the loss
-  const LayerCost L = layer_cost(m, c, p);
+  // ---- compute per microbatch: each layer's F, B and W (the layers differ
+  // in their attention's window); each stage's, the last with the output
+  // head and the loss
   const HeadCost H = head_cost(m, c, p);
-  const double f1 = L.fwd_gemm + L.fwd_mem + L.fwd_tp;
-  double bi1 = L.bwd_input_gemm + 0.5 * L.bwd_mem + 0.5 * L.bwd_tp;
-  const double bw1 = L.bwd_weight_gemm + 0.5 * L.bwd_mem + 0.5 * L.bwd_tp;
   // Recomputation reruns forward work inside the backward. Selective
   // recomputation redoes the attention core to avoid storing its score-
   // sized activations; fused attention stores none, so it changes nothing.
   const bool flash = p.attention == Attention::Flash;
   const Recompute recompute =
       flash && p.recompute == Recompute::Selective ? Recompute::None : p.recompute;
-  bi1 += recompute == Recompute::Full        ? f1
-         : recompute == Recompute::Selective ? L.attn_gemm_fwd + L.attn_mem_fwd
-                                             : 0.0;
+  struct Layer {
+    double f, bi, bw;      // the pipeline's passes
+    double gemm, mem, tp;  // the breakdown (forward + backward + recomputation)
+  };
+  auto layer_of = [&](const LayerCost& L) {
+    Layer x;
+    x.f = L.fwd_gemm + L.fwd_mem + L.fwd_tp;
+    x.bi = L.bwd_input_gemm + 0.5 * L.bwd_mem + 0.5 * L.bwd_tp +
+           (recompute == Recompute::Full        ? x.f
+            : recompute == Recompute::Selective ? L.attn_gemm_fwd + L.attn_mem_fwd
+                                                : 0.0);
+    x.bw = L.bwd_weight_gemm + 0.5 * L.bwd_mem + 0.5 * L.bwd_tp;
+    x.gemm = L.fwd_gemm + L.bwd_input_gemm + L.bwd_weight_gemm +
+             (recompute == Recompute::Full        ? L.fwd_gemm
+              : recompute == Recompute::Selective ? L.attn_gemm_fwd
+                                                  : 0);
+    x.mem = L.fwd_mem + L.bwd_mem + (recompute == Recompute::Full ? L.fwd_mem : 0);
+    x.tp = L.fwd_tp + L.bwd_tp + (recompute == Recompute::Full ? L.fwd_tp : 0);
+    return x;
+  };
+  // Two kinds of layer at most: windowed and not (layer_cost reads the
+  // window of the layer it is given).
+  std::map<int64_t, Layer> by_window;
+  std::vector<Layer> layers(static_cast<size_t>(m.n_layer));
+  double mean_f = 0;
+  for (int64_t i = 0; i < m.n_layer; ++i) {
+    const int64_t window = m.window_of(i);
+    auto it = by_window.find(window);
+    if (it == by_window.end())
+      it = by_window.emplace(window, layer_of(layer_cost(m, c, p, i))).first;
+    layers[static_cast<size_t>(i)] = it->second;
+    mean_f += it->second.f / static_cast<double>(m.n_layer);
+  }
+  // Stage st holds the layers from first[st] on (stages in layer order).
+  std::vector<Layer> stage(S, Layer{});
+  for (int st = 0, first = 0; st < S; first += static_cast<int>(counts[st]), ++st) {
+    for (int64_t i = first; i < first + counts[st]; ++i) {
+      const Layer& x = layers[static_cast<size_t>(i)];
+      Layer& y = stage[st];
+      y.f += x.f, y.bi += x.bi, y.bw += x.bw, y.gemm += x.gemm, y.mem += x.mem, y.tp += x.tp;
+    }
+  }
   std::vector<double> sf(S), sbi(S), sbw(S);
   for (int st = 0; st < S; ++st) {
-    const double n = static_cast<double>(counts[st]);
     const bool head = st == S - 1;
-    sf[st] = n * f1 + (head ? H.fwd : 0.0);
-    sbi[st] = n * bi1 + (head ? H.bwd_input : 0.0);
-    sbw[st] = n * bw1 + (head ? H.bwd_weight : 0.0);
+    sf[st] = stage[st].f + (head ? H.fwd : 0.0);
+    sbi[st] = stage[st].bi + (head ? H.bwd_input : 0.0);
+    sbw[st] = stage[st].bw + (head ? H.bwd_weight : 0.0);
   }
   // The busiest rank's work per microbatch (its stages' F, B and W) sets
   // the pace; the breakdown is of its layers.
@@ -429,15 +463,13 @@ Estimate estimate(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int gl
     }
     if (rank_work[r] > rank_work[busiest]) busiest = r;
   }
-  const double layers = static_cast<double>(rank_layers[busiest]);
   e.compute_time = rank_work[busiest];
-  e.gemm_time = layers * (L.fwd_gemm + L.bwd_input_gemm + L.bwd_weight_gemm +
-                          (recompute == Recompute::Full        ? L.fwd_gemm
-                           : recompute == Recompute::Selective ? L.attn_gemm_fwd
-                                                               : 0));
-  e.memory_bound_time =
-      layers * (L.fwd_mem + L.bwd_mem + (p.recompute == Recompute::Full ? L.fwd_mem : 0));
-  e.tp_comm_time = layers * (L.fwd_tp + L.bwd_tp + (p.recompute == Recompute::Full ? L.fwd_tp : 0));
+  for (int ch = 0; ch < p.vpp; ++ch) {
+    const Layer& y = stage[pipeline::stage_at(placement, p.pp, busiest, ch)];
+    e.gemm_time += y.gemm;
+    e.memory_bound_time += y.mem;
+    e.tp_comm_time += y.tp;
+  }
 
   // ---- pipeline point-to-point: one (b, s, h) activation, split over the TP
   // ranks (scatter-gather / sequence parallel); across nodes when a pipeline
@@ -451,8 +483,8 @@ Estimate estimate(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int gl
   }
   const pipeline::SimulationResult sim =
       simulate_cached(p.schedule, p.pp, p.vpp, e.num_microbatches, p.zb_max_in_flight, sf, sbi, sbw,
-                      e.p2p_time, f1);
-  e.pipeline_time = sim.makespan * f1;
+                      e.p2p_time, mean_f);
+  e.pipeline_time = sim.makespan * mean_f;
   e.bubble_fraction = sim.bubble_fraction;
   // Chunk activations held at once per rank (split schedules hold a
   // microbatch's until its W), and the layers they span on the rank that

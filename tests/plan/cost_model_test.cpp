@@ -188,6 +188,45 @@ TEST(CostModel, PricesASlidingWindow) {
   EXPECT_LT(g.mfu, 1.0);
 }
 
+// Each stage is priced for the layers it holds: with the exempt layers all
+// on one stage, that stage costs what a fully attending model's does and a
+// windowed one's what a windowed model's does (a mean layer would make the
+// two placements of the same layers cost the same), and stage balancing,
+// which weighs the same layers, moves layers off the exempt stage.
+TEST(CostModel, PricesEachStagesOwnWindows) {
+  const ClusterSpec c = selene();
+  nn::GptConfig windowed = gpt(8, 16, 1536);
+  windowed.seq_len = 8192;
+  windowed.vocab_size = 1024;  // a head too light to matter
+  windowed.sliding_window = 256;
+  nn::GptConfig front = windowed, back = windowed, full = windowed;
+  front.full_attention_layers = {0, 1, 2, 3};
+  back.full_attention_layers = {4, 5, 6, 7};
+  full.full_attention_layers = {0, 1, 2, 3, 4, 5, 6, 7};
+  ParallelConfig p = layout(2, 2, 2, 1, Recompute::None);
+  p.attention = Attention::Flash;
+  p.schedule = pipeline::ScheduleKind::OneFOneB;
+  const Estimate f = estimate(front, c, 8, 16, p), b = estimate(back, c, 8, 16, p);
+  const Estimate all = estimate(full, c, 8, 16, p), none = estimate(windowed, c, 8, 16, p);
+  // The busiest rank holds the four exempt layers: a fully attending
+  // model's stage without the head.
+  EXPECT_NEAR(f.gemm_time, all.gemm_time, 1e-9 * all.gemm_time);
+  EXPECT_NEAR(b.gemm_time, all.gemm_time, 1e-9 * all.gemm_time);
+  EXPECT_GT(f.gemm_time, 1.5 * none.gemm_time);
+  // ... and the last stage adds the head to them: back is the slower.
+  EXPECT_GT(b.compute_time, f.compute_time);
+  EXPECT_LT(f.compute_time, all.compute_time);
+  EXPECT_GT(f.compute_time, none.compute_time);
+  // Balanced for those windows, fewer exempt layers share a stage and the
+  // step is quicker than the even split's.
+  ParallelConfig balanced = p;
+  balanced.stage_layers = pipeline::balanced_stage_layers(front, 2, 1);
+  ASSERT_LT(balanced.stage_layers[0], 4);
+  const Estimate fb = estimate(front, c, 8, 16, balanced);
+  EXPECT_LT(fb.compute_time, f.compute_time);
+  EXPECT_LT(fb.step_time, f.step_time);
+}
+
 // model.post_norms: two more norms a layer, each reading and writing the
 // b*s*h activation (8 of the token-wise kernels' 22 bytes more) and keeping
 // its input (4 sbh more, split only under sequence parallelism); the GEMMs
