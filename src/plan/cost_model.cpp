@@ -519,22 +519,32 @@ Estimate estimate(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int gl
     const double grad_bytes = params * 4.0;
     const int in_node = std::max(1, std::min(p.dp, c.gpus_per_node / p.tp));
     const int nodes = p.dp / in_node;
-    double time = 0;
+    // A ring over the node's ranks, then one over the nodes; `fraction`: 2
+    // for an all-reduce, 1 for a reduce-scatter or all-gather.
+    auto hierarchical = [&](double bytes, double fraction) {
+      return ring_time(bytes, fraction * (in_node - 1) / in_node, in_node, c.intra_bandwidth,
+                       c.intra_latency, c.collective_efficiency) +
+             ring_time(bytes / in_node, fraction * (nodes - 1) / std::max(nodes, 1), nodes,
+                       c.inter_bandwidth_per_gpu(), c.inter_latency, c.collective_efficiency);
+    };
+    // The reduction is overlapped with the last microbatch's backward when
+    // the reducer allows.
+    const double backward = rank_backward[busiest];
+    const double forward = rank_work[busiest] - backward;
     if (!p.zero1) {
-      time += ring_time(grad_bytes, 2.0 * (in_node - 1) / in_node, in_node, c.intra_bandwidth,
-                        c.intra_latency, c.collective_efficiency);
-      time += ring_time(grad_bytes / in_node, 2.0 * (nodes - 1) / std::max(nodes, 1), nodes,
-                        c.inter_bandwidth_per_gpu(), c.inter_latency, c.collective_efficiency);
+      const double time = hierarchical(grad_bytes, 2.0);
+      e.dp_comm_time = p.overlap_dp ? std::max(0.0, time - backward) : time;
     } else {
-      // Reduce-scatter fp32 gradients, all-gather fp16 parameters.
-      const double bytes = params * (4.0 + 2.0);
-      time += ring_time(bytes, 1.0 * (in_node - 1) / in_node, in_node, c.intra_bandwidth,
-                        c.intra_latency, c.collective_efficiency);
-      time += ring_time(bytes / in_node, 1.0 * (nodes - 1) / std::max(nodes, 1), nodes,
-                        c.inter_bandwidth_per_gpu(), c.inter_latency, c.collective_efficiency);
+      // Reduce-scatter fp32 gradients (during backward), all-gather fp16
+      // parameters after the step — with overlap_param_gather during the
+      // next step's first forward pass, each part waiting for its own.
+      const double scatter = hierarchical(grad_bytes, 1.0);
+      const double gather = hierarchical(params * kFp16, 1.0);
+      e.dp_comm_time =
+          !p.overlap_dp ? scatter + gather
+                        : std::max(0.0, scatter - backward) +
+                              (p.overlap_param_gather ? std::max(0.0, gather - forward) : gather);
     }
-    // Overlapped with the last microbatch's backward when the reducer allows.
-    e.dp_comm_time = p.overlap_dp ? std::max(0.0, time - rank_backward[busiest]) : time;
   }
   // Tied embeddings: first and last stage all-reduce the embedding gradient
   // (unless they are one rank's).
@@ -612,6 +622,7 @@ std::string Estimate::json() const {
                    {"schedule", pipeline::schedule_name(config.schedule)},
                    {"stage_layers", config.stage_layers},
                    {"overlap_dp", config.overlap_dp},
+                   {"overlap_param_gather", config.overlap_param_gather},
                    {"attention", attention_name(config.attention)},
                    {"num_microbatches", num_microbatches},
                    {"step_time_s", step_time},

@@ -49,6 +49,7 @@ PlannedRun planned_run(const train::Config& config, int gpus) {
                                                      config.model.recompute == nn::Recompute::Full);
   }
   p.overlap_dp = true;  // Triad's bucketed reducer starts during backward
+  p.overlap_param_gather = par.overlap_param_gather;
   p.attention = Attention::Flash;
   run.gpus = gpus;
   run.global_batch = static_cast<int>(config.train.global_batch_size);

@@ -779,6 +779,8 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
           if (!(c.parallel.bucket_mb > 0))
             throw ConfigError(k + " (" + scalar_text(v) + ") must be > 0");
         }}},
+      {"overlap_param_gather",
+       {false, [&](auto& v, auto& k) { c.parallel.overlap_param_gather = get_bool(v, k); }}},
       {"timeout_s",
        {false,
         [&](auto& v, auto& k) {
@@ -960,6 +962,7 @@ std::string to_yaml(const Config& c) {
     e << YAML::Key << "stage_layers" << YAML::Value << YAML::Flow << p.stage_layers;
   e << YAML::Key << "zero" << YAML::Value << p.zero << YAML::Key << "bucket_mb" << YAML::Value
     << p.bucket_mb;
+  e << YAML::Key << "overlap_param_gather" << YAML::Value << p.overlap_param_gather;
   e << YAML::Key << "topology" << YAML::Value << p.topology;
   e << YAML::Key << "timeout_s" << YAML::Value << p.timeout_s << YAML::Key << "validate_collectives"
     << YAML::Value << p.validate_collectives;

@@ -260,6 +260,20 @@ Trainer::Trainer(Config config, dist::ProcessGroupPtr world)
   // Weight decay follows the tensor's rank (2-d shards stay 2-d).
   if (reducer_ && reducer_->zero1()) {
     zero_optimizer_ = std::make_unique<dp::ZeroAdamW>(*reducer_, o);
+    if (par.overlap_param_gather) {
+      // The optimizer step leaves its all-gathers running; each part of the
+      // model waits for its own parameters' buckets when the next forward
+      // pass reaches it.
+      reducer_->set_overlap_param_gather(true);
+      dp::GradientReducer* reducer = reducer_.get();
+      const tp::TensorParallelGpt::ParameterFence fence = [reducer](const nn::Module& part) {
+        if (reducer->pending_gathers() > 0) reducer->wait_gathered(part.parameters());
+      };
+      if (tp_model_) tp_model_->set_parameter_fence(fence);
+      if (pp_model_) {
+        for (int c = 0; c < par.vpp; ++c) pp_model_->chunk(c).set_parameter_fence(fence);
+      }
+    }
   } else {
     optimizer_ = std::make_unique<optim::AdamW>(parameters(), o);
   }
@@ -380,6 +394,7 @@ RankPlacement Trainer::placement() const {
 }
 
 void Trainer::save_checkpoint(int64_t next_step) {
+  if (reducer_) reducer_->wait_gathers();  // (overlap_param_gather)
   const auto& ck = config_.checkpoint;
   const int rank = world_ ? world_->rank() : 0;
   if (pending_checkpoint_) commit_pending_checkpoint(/*wait=*/true);
@@ -736,6 +751,8 @@ void Trainer::unscale_gradients() const {
 }
 
 std::vector<std::pair<std::string, Tensor>> Trainer::parameters() const {
+  // With overlap_param_gather the last step's all-gathers may still run.
+  if (reducer_) reducer_->wait_gathers();
   if (pp_model_) return pp_model_->named_parameters();
   if (tp_model_) return tp_model_->named_parameters();
   return model_->named_parameters();
@@ -752,6 +769,7 @@ void Trainer::zero_grad() const {
 }
 
 nn::StateDict Trainer::full_state_dict() const {
+  if (reducer_) reducer_->wait_gathers();
   if (pp_model_) return pp_model_->full_state_dict();
   if (tp_model_) return tp_model_->full_state_dict();
   return model_->state_dict();
@@ -941,6 +959,7 @@ double Trainer::forward_backward(int64_t index, double* bubble) {
 
 double Trainer::evaluate() {
   if (!val_dataset_) throw ValueError("evaluate: the config has no validation data (data.val)");
+  if (reducer_) reducer_->wait_gathers();  // (the forward's fences would too, part by part)
   autograd::NoGradGuard no_grad;
   const auto& t = config_.train;
   const int64_t per_rank = t.global_batch_size / dp_;

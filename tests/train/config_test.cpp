@@ -47,10 +47,13 @@ TEST(Config, ParsesDefaultsAndOverrides) {
   // Collectives' time limit and validate mode, defaults and round trip.
   EXPECT_DOUBLE_EQ(c.parallel.timeout_s, 600);
   EXPECT_FALSE(c.parallel.validate_collectives);
-  Config d = parse_config(to_yaml(
-      parse_config(kValid, {"parallel.timeout_s=45.5", "parallel.validate_collectives=true"})));
+  EXPECT_TRUE(c.parallel.overlap_param_gather);
+  Config d = parse_config(
+      to_yaml(parse_config(kValid, {"parallel.timeout_s=45.5", "parallel.validate_collectives=true",
+                                    "parallel.overlap_param_gather=false"})));
   EXPECT_DOUBLE_EQ(d.parallel.timeout_s, 45.5);
   EXPECT_TRUE(d.parallel.validate_collectives);
+  EXPECT_FALSE(d.parallel.overlap_param_gather);
   // Validation data and its schedule.
   EXPECT_TRUE(c.data_val.empty());
   EXPECT_EQ(c.eval.interval, 0);
@@ -207,6 +210,8 @@ TEST(Config, ErrorsNameKeyValueAndRule) {
   expect_config_error(kValid, {"parallel.timeout_s=1e9"}, "parallel.timeout_s (1e9) must be > 0");
   expect_config_error(kValid, {"parallel.validate_collectives=often"},
                       "parallel.validate_collectives: expected true or false, got 'often'");
+  expect_config_error(kValid, {"parallel.overlap_param_gather=1x"},
+                      "parallel.overlap_param_gather: expected true or false, got '1x'");
   expect_config_error(kValid, {"train.steps=abc"}, "train.steps: expected an integer, got 'abc'");
   expect_config_error(kValid, {"train.steps=2.5"}, "train.steps: expected an integer");
   expect_config_error(kValid, {"train.lr=[1]"}, "train.lr: expected a number");

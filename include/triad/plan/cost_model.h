@@ -42,6 +42,10 @@ struct ParallelConfig {
   // Whether the data-parallel gradient reduction overlaps backward (Triad's
   // bucketed reducer) or runs after it (Megatron-LM as published in 2021).
   bool overlap_dp = false;
+  // ZeRO-1 with overlap_dp: the parameters' all-gather runs during the next
+  // step's first forward pass (parallel.overlap_param_gather) rather than
+  // after the optimizer step.
+  bool overlap_param_gather = true;
   Attention attention = Attention::Unfused;
 
   // "tp=8 pp=64 dp=6 vpp=1 mb=1 recompute=full sp=off zero1=off 1f1b", and

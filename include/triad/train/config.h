@@ -64,6 +64,10 @@ struct ParallelSection {
   int zero = 0;                   // 1: ZeRO-1 (optimizer state sharded over dp)
   std::string topology = "warn";  // a TP group spanning nodes: warn | refuse
   double bucket_mb = 25;          // gradient-reduction bucket size
+  // ZeRO-1: leave the parameters' all-gathers running after the optimizer
+  // step, each bucket waited for when the next forward pass reaches its
+  // parameters (dp::GradientReducer::start_gather).
+  bool overlap_param_gather = true;
   // Time limit of every collective and transfer (a stuck one raises an
   // error naming it, and the job ends), in seconds.
   double timeout_s = 600;

@@ -96,6 +96,7 @@ GradientReducer::GradientReducer(std::vector<std::pair<std::string, Tensor>> par
     auto& impl = p.impl();
     impl.storage = flat_param_.storage();
     impl.offset = offset_[i];
+    param_at_[offset_[i]] = i;
     impl.grad =
         make_view(flat_grad_, p.shape(), contiguous_strides(p.shape()), offset_[i]).impl_ptr();
   }
@@ -122,6 +123,11 @@ GradientReducer::GradientReducer(std::vector<std::pair<std::string, Tensor>> par
 
 GradientReducer::~GradientReducer() {
   if (auto t = std::static_pointer_cast<HookTarget>(hook_target_)) t->reducer = nullptr;
+  // No collective may outlive the buffers it writes into.
+  try {
+    wait_gathers();
+  } catch (const std::exception&) {  // (a failed gather was reported by its first wait)
+  }
 }
 
 std::vector<int64_t> GradientReducer::bucket_lengths() const {
@@ -168,6 +174,9 @@ void GradientReducer::launch(Bucket& b) {
 }
 
 void GradientReducer::finish() {
+  parts_last_step_ = waited_by_parts_;
+  waited_by_parts_ = 0;
+  wait_gathers();  // (a parameter the forward pass never read)
   if (!learned_) {
     expected_ = learned_counts_ = seen_;
     learned_micro_ = microbatches_;
@@ -214,16 +223,58 @@ void GradientReducer::zero_grad() {
 }
 
 void GradientReducer::gather_parameters() {
+  start_gather();
+  wait_gathers();
+}
+
+void GradientReducer::start_gather() {
+  if (!zero1_) throw Error("GradientReducer: start_gather needs zero1 (nothing is sharded)");
   autograd::NoGradGuard ng;
+  wait_gathers();  // (one gather per bucket in flight at a time)
   // Every bucket's gather is issued before any is waited for, each in place
-  // (this rank's piece is already where the gathered bucket keeps it).
-  std::vector<dist::WorkPtr> works;
-  for (const Bucket& b : buckets_) {
+  // (this rank's piece is already where the gathered bucket keeps it), in
+  // the order the forward pass reads them: buckets are laid out backward's
+  // way, so the last holds the first layers. Late buckets (replicated norms
+  // and biases, spread over every layer) go first.
+  std::vector<size_t> order;
+  for (size_t k = buckets_.size(); k-- > 0;) {
+    if (buckets_[k].late) order.push_back(k);
+  }
+  for (size_t k = buckets_.size(); k-- > 0;) {
+    if (!buckets_[k].late) order.push_back(k);
+  }
+  for (size_t k : order) {
+    Bucket& b = buckets_[k];
     Tensor mine = range(flat_param_, piece_begin(b), piece_length(b));
     Tensor all = range(flat_param_, b.begin, b.end - b.begin);
-    works.push_back(group_->all_gather(mine, all));
+    b.gather = group_->all_gather(mine, all);
+    ++pending_gathers_;
   }
-  for (auto& w : works) w->wait();
+}
+
+void GradientReducer::wait_gather(Bucket& b) {
+  if (!b.gather) return;
+  dist::WorkPtr w = std::move(b.gather);
+  b.gather.reset();
+  --pending_gathers_;
+  w->wait();
+}
+
+void GradientReducer::wait_gathered(const std::vector<Tensor>& params) {
+  if (pending_gathers_ == 0) return;
+  for (const Tensor& p : params) {
+    if (!p.defined() || p.storage() != flat_param_.storage()) continue;
+    auto it = param_at_.find(p.offset());
+    if (it == param_at_.end()) continue;
+    Bucket& b = buckets_[bucket_of_[it->second]];
+    if (!b.gather) continue;
+    wait_gather(b);
+    ++waited_by_parts_;
+  }
+}
+
+void GradientReducer::wait_gathers() {
+  for (Bucket& b : buckets_) wait_gather(b);
 }
 
 ZeroAdamW::ZeroAdamW(GradientReducer& reducer, optim::AdamWOptions options)
@@ -259,6 +310,7 @@ void ZeroAdamW::sync_params_from_masters() {
 
 void ZeroAdamW::step(double lr, double grad_scale) {
   autograd::NoGradGuard ng;
+  reducer_.wait_gathers();  // (this rank's pieces are what the gathers read)
   ++step_;
   // One multi-tensor update over every piece (on a GPU a few launches, not
   // one or two per parameter); clipping's coefficient rides in grad_scale.
@@ -285,7 +337,8 @@ void ZeroAdamW::step(double lr, double grad_scale) {
     hp.step = step_;
     backend_for(reducer_.flat_params()).adamw_many(entries, hp);
   }
-  reducer_.gather_parameters();
+  reducer_.start_gather();
+  if (!reducer_.overlap_param_gather()) reducer_.wait_gathers();
 }
 
 }  // namespace triad::dp

@@ -322,6 +322,8 @@ Tensor TensorParallelGpt::embed(const Tensor& ids, const nn::ForwardContext& ctx
     count = T / group_->size();
     first = group_->rank() * count;
   }
+  fence(wte_.get());
+  fence(wpe_.get());
   if (!wpe_) {  // rotary embeddings: the attention layers take the positions
     return site_dropout(nn::scale_token_embeddings(cfg_, wte_->forward(ids)), cfg_.dropout, ctx, 0,
                         "embed", sp_ ? group_->rank() : 0);
@@ -343,12 +345,13 @@ Tensor TensorParallelGpt::embed(const Tensor& ids, const nn::ForwardContext& ctx
 }
 
 Tensor TensorParallelGpt::block(int64_t i, const Tensor& x, const nn::ForwardContext& ctx) const {
-  if (cfg_.recompute != nn::Recompute::Full) return block_forward(i, x, ctx);
   auto it = layers_.find(i);
   if (it == layers_.end()) {
     throw ValueError("TensorParallelGpt: this pipeline stage does not hold layer " +
                      std::to_string(i));
   }
+  fence(it->second.module.get());
+  if (cfg_.recompute != nn::Recompute::Full) return block_forward(i, x, ctx);
   // By value: the recomputation runs in backward, after this frame.
   return autograd::checkpoint(
       [this, i, ctx](const Tensor& in) { return block_forward(i, in, ctx); }, x,
@@ -402,6 +405,8 @@ Tensor TensorParallelGpt::head_loss(const Tensor& hidden, const Tensor& targets)
       }
     }
   }
+  fence(ln_f_.get());
+  fence(head_.get());
   Tensor y = ln_f_->forward(hidden);
   Tensor full = sp_ ? gather_from_sequence_region(y, group_) : copy_to_region(y, group_);
   return vocab_parallel_linear_cross_entropy(full, head_->weight(), targets, head_->vocab_start(),
@@ -429,6 +434,8 @@ Tensor TensorParallelGpt::logits(const Tensor& ids, const nn::ForwardContext& in
   const nn::ForwardContext ctx = with_documents(ids, in);
   Tensor x = embed(ids, ctx);
   for (int64_t i : plan_.layers) x = block(i, x, ctx);
+  fence(ln_f_.get());
+  fence(head_.get());
   Tensor y = ln_f_->forward(x);
   if (sp_) y = all_gather_along(y, 1, group_);
   Tensor local = linear(y, head_->weight());

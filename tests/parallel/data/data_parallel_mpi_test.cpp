@@ -11,11 +11,14 @@
 
 #include "support/mpi_main.h"
 #include "support/temp_dir.h"
+#include "triad/autograd/engine.h"
 #include "triad/core/allocator.h"
 #include "triad/data/token_shard.h"
 #include "triad/dist/world.h"
 #include "triad/io/checkpoint.h"
 #include "triad/ops.h"
+#include "triad/parallel/data/grad_reducer.h"
+#include "triad/parallel/tensor/gpt.h"
 #include "triad/train/attention_choice.h"
 #include "triad/train/trainer.h"
 
@@ -117,6 +120,14 @@ TEST(DataParallel, BucketsStartDuringBackwardAndZeroShardsTheState) {
       full_state = t.optimizer_state_elements();
       continue;
     }
+    // parallel.overlap_param_gather (on by default): the step left every
+    // bucket's all-gather running, and step 2's forward pass waited for
+    // each where it first read the bucket's parameters; reading the
+    // parameters from outside waits for the rest.
+    EXPECT_EQ(t.reducer()->pending_gathers(), buckets);
+    EXPECT_EQ(t.reducer()->gathers_waited_by_parts_last_step(), buckets);
+    t.full_state_dict();
+    EXPECT_EQ(t.reducer()->pending_gathers(), 0);
     // Every bucket splits into dp equal, aligned pieces (NCCL's
     // reduce-scatter and all-gather, not per-rank reduces and broadcasts).
     for (int64_t len : t.reducer()->bucket_lengths()) EXPECT_EQ(len % (align * dp), 0) << len;
@@ -175,6 +186,109 @@ TEST(DataParallel, ZeroOneGathersTheParametersInPlace) {
     for (size_t i = 0; i < v.size(); ++i)
       ASSERT_EQ(v[i], owner[at + static_cast<int64_t>(i)] + 1) << name << " element " << i;
   }
+}
+
+// A group whose all-gathers run only when waited for (every other call goes
+// straight through): a parameter read before its bucket's gather was waited
+// for still holds its value from before the step, as it would on a GPU,
+// where MPI's shared memory might deliver the values early anyway. Ranks
+// wait in the same order (a forward pass's), so the deferred calls still
+// meet.
+class GatherOnWait final : public dist::ProcessGroup {
+ public:
+  explicit GatherOnWait(dist::ProcessGroupPtr inner)
+      : ProcessGroup(inner->name(), inner->rank(), inner->size(), inner->members()),
+        inner_(std::move(inner)) {}
+  dist::WorkPtr all_gather(const Tensor& input, Tensor& output) override {
+    struct Deferred final : dist::Work {
+      dist::ProcessGroupPtr group;
+      Tensor in, out;
+      bool done = false;
+      void wait() override {
+        if (!done) group->all_gather(in, out)->wait();
+        done = true;
+      }
+      void wait_for(std::chrono::milliseconds) override { wait(); }
+      bool is_completed() override { return done; }
+    };
+    auto w = std::make_shared<Deferred>();
+    w->group = inner_, w->in = input, w->out = output;
+    return w;
+  }
+  dist::WorkPtr all_reduce(Tensor& t, dist::ReduceOp op) override {
+    return inner_->all_reduce(t, op);
+  }
+  dist::WorkPtr all_gather_uneven(const Tensor& in, Tensor& out,
+                                  const std::vector<int64_t>& counts) override {
+    return inner_->all_gather_uneven(in, out, counts);
+  }
+  dist::WorkPtr reduce_scatter(const Tensor& in, Tensor& out, dist::ReduceOp op) override {
+    return inner_->reduce_scatter(in, out, op);
+  }
+  dist::WorkPtr broadcast(Tensor& t, int root) override { return inner_->broadcast(t, root); }
+  dist::WorkPtr send(const Tensor& t, int dst, int tag) override {
+    return inner_->send(t, dst, tag);
+  }
+  dist::WorkPtr recv(Tensor& t, int src, int tag) override { return inner_->recv(t, src, tag); }
+  dist::WorkPtr batch_isend_irecv(const std::vector<dist::P2POp>& ops) override {
+    return inner_->batch_isend_irecv(ops);
+  }
+  dist::WorkPtr barrier() override { return inner_->barrier(); }
+
+ private:
+  dist::ProcessGroupPtr inner_;
+};
+
+// parallel.overlap_param_gather: the ZeRO-1 step leaves its all-gathers
+// running and the next forward pass waits for each bucket when it reaches
+// the bucket's parameters (the model's parameter fence). The losses are
+// bitwise those of gathering at once; without the fences the forward pass
+// reads parameters before their gather and the losses differ.
+TEST(DataParallel, OverlappedParameterGathersAreWaitedForPartByPart) {
+  const int me = g_world->rank();
+  const dist::ProcessGroupPtr tp = dist::split_group(g_world, me, "tp");  // one rank each
+  nn::GptConfig cfg;
+  cfg.n_layer = 3, cfg.n_head = 2, cfg.d_model = 16, cfg.vocab_size = 32, cfg.seq_len = 8;
+  auto run = [&](bool overlap, bool fences) {
+    tp::TensorParallelGpt model(cfg, 5, tp, false);
+    dp::GradientReducer r(model.named_parameters(), std::make_shared<GatherOnWait>(g_world), 1024.0,
+                          true);
+    EXPECT_GT(r.num_buckets(), 3);
+    r.set_overlap_param_gather(overlap);
+    if (fences) {
+      model.set_parameter_fence(
+          [&r](const nn::Module& part) { r.wait_gathered(part.parameters()); });
+    }
+    optim::AdamWOptions o;
+    dp::ZeroAdamW opt(r, o);
+    std::vector<double> losses;
+    for (int step = 0; step < 4; ++step) {
+      std::vector<int64_t> ids, targets;
+      for (int i = 0; i < 16; ++i) {
+        ids.push_back((i * 3 + step + 5 * me) % 32);
+        targets.push_back((i * 7 + step + me) % 32);
+      }
+      Tensor loss = model.loss(from_vector(ids, {2, 8}, DType::I64),
+                               from_vector(targets, {2, 8}, DType::I64));
+      // Every part's fence ran: nothing is left pending after the forward.
+      if (overlap && fences) {
+        EXPECT_EQ(r.pending_gathers(), 0) << "step " << step;
+      }
+      autograd::backward({loss});
+      r.finish();
+      if (overlap && fences && step > 0) {
+        EXPECT_EQ(r.gathers_waited_by_parts_last_step(), r.num_buckets()) << "step " << step;
+      }
+      opt.step(1e-2);
+      EXPECT_EQ(r.pending_gathers(), overlap ? r.num_buckets() : 0) << "step " << step;
+      r.zero_grad();
+      losses.push_back(item(loss));
+    }
+    return losses;
+  };
+  const std::vector<double> eager = run(false, false);
+  EXPECT_EQ(run(true, true), eager);
+  EXPECT_NE(run(true, false), eager);
 }
 
 // ZeRO-1 reduce-scatters the gradients in place: each rank's averaged piece

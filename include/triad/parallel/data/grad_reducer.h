@@ -4,6 +4,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -30,7 +31,11 @@ namespace triad::dp {
 //
 // With zero1, gradients are reduce-scattered instead: each rank receives the
 // average of its 1/dp piece of each bucket, updates that piece of the
-// parameters (ZeroAdamW) and all-gathers them.
+// parameters (ZeroAdamW) and all-gathers them. With overlap_param_gather the
+// all-gathers are started and left running: the next forward pass waits for
+// each bucket just before it reads the bucket's parameters (wait_gathered,
+// through the model's parameter fence), so the gathers of later layers'
+// parameters overlap the earlier layers' forward work.
 //
 // Each parameter starts at a multiple of kAlign elements, and under zero1
 // each bucket spans a multiple of kAlign * dp, so every rank's piece has the
@@ -78,6 +83,28 @@ class GradientReducer {
   Tensor& flat_params() { return flat_param_; }
   // zero1: all-gathers every bucket's updated pieces into the parameters.
   void gather_parameters();
+  // zero1: starts every bucket's all-gather, the buckets holding the
+  // first-registered parameters (the forward pass's first layers) first,
+  // and returns. Each is waited for by wait_gathered or wait_gathers.
+  void start_gather();
+  // Waits for the all-gathers of the buckets holding `params` (tensors that
+  // are not this reducer's parameters are ignored). Cheap when none is
+  // pending.
+  void wait_gathered(const std::vector<Tensor>& params);
+  // Waits for every pending all-gather: before anything reads all the
+  // parameters (a checkpoint, an export) and before the optimizer writes
+  // them. finish() and the destructor call it.
+  void wait_gathers();
+  // Buckets whose all-gather was started and not yet waited for.
+  int pending_gathers() const { return pending_gathers_; }
+  // Buckets whose all-gather wait_gathered waited for (a forward pass
+  // reaching their parameters) before the last finish(); the rest were
+  // waited for there.
+  int gathers_waited_by_parts_last_step() const { return parts_last_step_; }
+  // Whether ZeroAdamW::step leaves its all-gathers running (start_gather)
+  // instead of waiting for them (gather_parameters). Default false.
+  void set_overlap_param_gather(bool on) { overlap_gather_ = on; }
+  bool overlap_param_gather() const { return overlap_gather_; }
 
  private:
   struct Bucket {
@@ -86,7 +113,9 @@ class GradientReducer {
     bool late = false;
     int pending = 0;  // parameters still waiting for gradients this step
     dist::WorkPtr work;
+    dist::WorkPtr gather;  // zero1: the parameters' all-gather, until waited for
   };
+  void wait_gather(Bucket& b);
   void on_ready(size_t param);
   void launch(Bucket& b);
   int64_t piece_length(const Bucket& b) const;  // zero1: each rank's, equal
@@ -107,6 +136,10 @@ class GradientReducer {
   int early_last_step_ = 0;
   std::vector<Segment> shard_;
   std::shared_ptr<void> hook_target_;
+  std::unordered_map<int64_t, size_t> param_at_;  // offset in the flat buffers -> parameter
+  int pending_gathers_ = 0;
+  int waited_by_parts_ = 0, parts_last_step_ = 0;
+  bool overlap_gather_ = false;
 };
 
 // AdamW over this rank's ZeRO-1 pieces: moments exist only for those

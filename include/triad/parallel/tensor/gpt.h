@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -50,6 +51,14 @@ class TensorParallelGpt : public nn::Module {
   const nn::GptConfig& config() const { return cfg_; }
   const dist::ProcessGroupPtr& group() const { return group_; }
   bool sequence_parallel() const { return sp_; }
+
+  // Called with each part's parameters just before a forward pass first
+  // reads them — the embeddings, each block, the final norm and the head —
+  // e.g. to wait for their ZeRO-1 all-gather
+  // (dp::GradientReducer::wait_gathered) so the gathers of later layers
+  // overlap the earlier layers' work. None by default.
+  using ParameterFence = std::function<void(const nn::Module&)>;
+  void set_parameter_fence(ParameterFence fence) { fence_ = std::move(fence); }
 
   // ctx with the packed-document tensors of ids (nn::with_documents) under
   // this model's settings, on its device: computed once per micro-batch and
@@ -119,6 +128,10 @@ class TensorParallelGpt : public nn::Module {
   std::map<int64_t, Layer> layers_;
   std::shared_ptr<nn::LayerNorm> ln_f_;
   std::map<std::string, ShardSpec> specs_;
+  ParameterFence fence_;
+  void fence(const nn::Module* m) const {
+    if (fence_ && m) fence_(*m);
+  }
 };
 
 }  // namespace triad::tp
