@@ -346,7 +346,6 @@ void check_config(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int gl
         "global batch", global_batch,
         "must be divisible by micro batch * dp (" + std::to_string(p.micro_batch * p.dp) + ")"));
   }
-  const int micro = global_batch / (p.micro_batch * p.dp);
   const bool interleaved = p.schedule == pipeline::ScheduleKind::Interleaved;
   if (p.schedule == pipeline::ScheduleKind::ZbV) {
     if (p.vpp != 2) {
@@ -357,11 +356,6 @@ void check_config(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int gl
     throw ConfigError("vpp (" + std::to_string(p.vpp) +
                       ") > 1 goes with the interleaved or zb-v schedule and only with them (got " +
                       pipeline::schedule_name(p.schedule) + ")");
-  }
-  if (interleaved && micro % p.pp != 0) {
-    throw ConfigError(need(
-        "microbatches per pipeline", micro,
-        "must be a multiple of pp (" + std::to_string(p.pp) + ") for the interleaved schedule"));
   }
   if (p.sequence_parallel && p.tp == 1) throw ConfigError("sequence parallelism needs tp > 1");
 }

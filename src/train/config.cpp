@@ -389,14 +389,6 @@ void check_batch(const Config& c, int dp) {
                         std::to_string(t.micro_batch_size) + " * " + std::to_string(dp) + " = " +
                         std::to_string(t.micro_batch_size * dp) + ")");
     }
-    const int64_t m = G / (t.micro_batch_size * dp);
-    if (c.parallel.schedule == "interleaved" && m % c.parallel.pp != 0) {
-      throw ConfigError("the interleaved schedule needs the microbatches per pipeline (" +
-                        (target ? name : name + " " + std::to_string(G)) +
-                        " / (train.micro_batch_size * parallel.dp) = " + std::to_string(m) +
-                        ") to be a multiple of parallel.pp (" + std::to_string(c.parallel.pp) +
-                        ")");
-    }
   }
 }
 

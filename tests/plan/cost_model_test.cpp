@@ -565,7 +565,8 @@ TEST(CostModel, InvalidLayoutsAreErrorsNamingTheNumbers) {
   ParallelConfig inter = layout(1, 4, 1, 1);
   inter.vpp = 2;
   inter.schedule = pipeline::ScheduleKind::Interleaved;
-  expect_error(inter, 4, 6, "microbatches per pipeline (6) must be a multiple of pp (4)");
+  // Any number of microbatches (the short last group leaves its slots empty).
+  EXPECT_GT(estimate(m, c, 4, 6, inter).step_time, 0.0);
   ParallelConfig split = layout(1, 4, 1, 1);
   split.stage_layers = {6, 6, 6};
   expect_error(split, 4, 8, "stage_layers has 3 entries, expected pp*vpp = 4");

@@ -41,19 +41,35 @@ Order one_f_one_b_order(int p, int m, int r) {
   return o;
 }
 
+// Megatron-LM's interleaved 1F1B: microbatches in groups of p, each group
+// through chunk 0, then chunk 1, ...; backward takes the same order with the
+// chunks reversed. Rank r warms up with 2(p - r - 1) + (v - 1)p forwards
+// (all of them when one group fills the pipeline), then alternates F and B.
+// When p does not divide m, the order is the one for m rounded up to a
+// multiple of p with the missing microbatches' actions left out: every
+// dependency of what remains was there in that valid order, and each rank
+// runs its remaining actions in the same relative order, so nothing can
+// wait forever (a short last group just leaves its slots empty).
 Order interleaved_order(int p, int m, int v, int r) {
-  const int total = m * v;
+  const int padded = (m + p - 1) / p * p;
+  const int total = padded * v;
   auto mb_of = [&](int k) { return (k / (p * v)) * p + k % p; };
   auto fwd_chunk = [&](int k) { return (k / p) % v; };
   auto bwd_chunk = [&](int k) { return v - 1 - (k / p) % v; };
-  int warmup = m == p ? total : std::min((p - r - 1) * 2 + (v - 1) * p, total);
+  const int warmup = padded == p ? total : std::min((p - r - 1) * 2 + (v - 1) * p, total);
   Order o;
-  for (int k = 0; k < warmup; ++k) o.push_back(F(fwd_chunk(k), mb_of(k)));
+  auto f = [&](int k) {
+    if (mb_of(k) < m) o.push_back(F(fwd_chunk(k), mb_of(k)));
+  };
+  auto b = [&](int k) {
+    if (mb_of(k) < m) o.push_back(B(bwd_chunk(k), mb_of(k)));
+  };
+  for (int k = 0; k < warmup; ++k) f(k);
   for (int k = 0; k < total - warmup; ++k) {
-    o.push_back(F(fwd_chunk(warmup + k), mb_of(warmup + k)));
-    o.push_back(B(bwd_chunk(k), mb_of(k)));
+    f(warmup + k);
+    b(k);
   }
-  for (int k = total - warmup; k < total; ++k) o.push_back(B(bwd_chunk(k), mb_of(k)));
+  for (int k = total - warmup; k < total; ++k) b(k);
   return o;
 }
 
@@ -285,8 +301,6 @@ void check_numbers(ScheduleKind kind, int p, int m, int v) {
   if (kind == ScheduleKind::Interleaved) {
     check(v >= 2, "interleaved: chunks per rank v (" + std::to_string(v) +
                       ") must be >= 2 (use 1f1b for one chunk)");
-    check(m % p == 0, "interleaved: microbatches m (" + std::to_string(m) +
-                          ") must be a multiple of pipeline ranks p (" + std::to_string(p) + ")");
   } else if (kind == ScheduleKind::ZbV) {
     check(v == 2, "zb-v: chunks per rank v (" + std::to_string(v) +
                       ") must be 2 (the V places two chunks on every rank)");

@@ -182,7 +182,7 @@ TEST(Pipeline, LayoutErrorsNameTheNumbers) {
   odd.n_layer = p * 2 + 1;
   expect_error([&] { PipelineModel m(odd, 1, groups(), false, 1); },
                "must be divisible by parallel.pp");
-  EXPECT_THROW(make_schedule(ScheduleKind::Interleaved, p, p + 1, 2), ValueError);  // m % p != 0
+  EXPECT_THROW(make_schedule(ScheduleKind::Interleaved, p, p, 1), ValueError);  // v < 2
   expect_error([] { PipelineModel m(tiny(), 1, groups(), false, 1, {}, Placement::V); },
                "parallel.vpp must be 2 (got 1)");
   // A schedule and a model that place the stages differently.
