@@ -59,9 +59,11 @@ Schedule make_zero_bubble_schedule(int p, int m, const Costs& costs,
 // `max_in_flight` microbatches (0 = p) are admitted at once, so the peak
 // activation memory is 1F1B's (p microbatches of a whole stage = 2p of a
 // half-size chunk) and no chunk-1 F ever waits for memory (no deadlock).
-// Variants of the rule (which chunk's B first; W when idle, only when it
+// Variants of the rule (which chunk's B first; whether a ready F goes
+// before a ready B, which with B much heavier than F keeps microbatches
+// from queueing at each of the V's 2p stages; W when idle, only when it
 // fits before the next arrival, or first when a new microbatch waits for
-// memory alone; room reserved per microbatch or a few slots kept free) are
+// memory alone; room reserved per microbatch or one slot kept free) are
 // timed with the costs and the shortest wins; the search stops at an order
 // that meets the lower bound, and tries fewer variants when p * m > 2048.
 //
