@@ -63,7 +63,7 @@ std::vector<Case> cases(int p) {
        {ScheduleKind::GPipe, ScheduleKind::OneFOneB, ScheduleKind::ZbH1, ScheduleKind::ZbAuto}) {
     for (int m : {p, 2 * p, p + 1}) c.push_back({k, 1, m});
   }
-  for (int m : {p, 2 * p}) c.push_back({ScheduleKind::Interleaved, 2, m});
+  for (int m : {p, 2 * p, p + 1}) c.push_back({ScheduleKind::Interleaved, 2, m});
   for (int m : {p, 2 * p, p + 1}) c.push_back({ScheduleKind::ZbV, 2, m});
   c.push_back({ScheduleKind::ZbV, 2, 2 * p, true});
   return c;
