@@ -1147,11 +1147,16 @@ std::vector<StepMetrics> Trainer::run() {
       model.num_parameters() / 1e6);
   if (mesh_) {
     const auto& par = config_.parallel;
-    spdlog::info("parallel: tp {} x pp {} x dp {} over {} ranks{}{}", par.tp, par.pp, dp_,
+    spdlog::info("parallel: tp {} x pp {} x dp {} over {} ranks{}{}{}", par.tp, par.pp, dp_,
                  world_->size(), par.sequence_parallel ? ", sequence parallel" : "",
                  par.pp > 1 ? ", schedule " + par.schedule +
                                   (par.vpp > 1 ? " (vpp " + std::to_string(par.vpp) + ")" : "")
-                            : std::string());
+                            : std::string(),
+                 zero_optimizer_
+                     ? (par.overlap_param_gather
+                            ? ", ZeRO-1 (parameter all-gathers overlap the next forward)"
+                            : ", ZeRO-1")
+                     : "");
     const pipeline::StageWork work = pipeline::stage_work(config_.model);
     const double layer = std::accumulate(work.layer.begin(), work.layer.end(), 0.0) /
                          static_cast<double>(work.layer.size());
