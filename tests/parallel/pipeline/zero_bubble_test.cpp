@@ -40,6 +40,16 @@ Costs head_heavy(int stages, double scale = 1.0) {
   return c;
 }
 
+// Every rank's list of actions is the same in both schedules.
+void expect_same_actions(const Schedule& a, const Schedule& b) {
+  ASSERT_EQ(a.ranks.size(), b.ranks.size());
+  for (size_t r = 0; r < a.ranks.size(); ++r) {
+    ASSERT_EQ(a.ranks[r].size(), b.ranks[r].size()) << "rank " << r;
+    for (size_t i = 0; i < a.ranks[r].size(); ++i)
+      EXPECT_EQ(a.ranks[r][i].str(), b.ranks[r][i].str()) << "rank " << r << " action " << i;
+  }
+}
+
 double makespan(const Schedule& s, const Costs& c) {
   return simulate(s, c).makespan;
 }
@@ -151,12 +161,7 @@ TEST(ZeroBubble, MakeScheduleBuildsItForEqualCosts) {
   EXPECT_STREQ(schedule_name(ScheduleKind::ZbAuto), "zb-auto");
   const Schedule a = make_schedule(ScheduleKind::ZbAuto, 4, 8);
   const Schedule b = make_zero_bubble_schedule(4, 8, split_costs(1, 1, 1));
-  ASSERT_EQ(a.ranks.size(), b.ranks.size());
-  for (size_t r = 0; r < a.ranks.size(); ++r) {
-    ASSERT_EQ(a.ranks[r].size(), b.ranks[r].size());
-    for (size_t i = 0; i < a.ranks[r].size(); ++i)
-      EXPECT_EQ(a.ranks[r][i].str(), b.ranks[r][i].str());
-  }
+  expect_same_actions(a, b);
   try {
     make_schedule(ScheduleKind::ZbAuto, 2, 4, 2);
     FAIL() << "v = 2 accepted";
@@ -308,12 +313,7 @@ TEST(ZeroBubbleV, MakeScheduleBuildsItForEqualCosts) {
   EXPECT_STREQ(schedule_name(ScheduleKind::ZbV), "zb-v");
   const Schedule a = make_schedule(ScheduleKind::ZbV, 3, 7, 2);
   const Schedule b = make_zero_bubble_v_schedule(3, 7, split_costs(1, 1, 1));
-  ASSERT_EQ(a.ranks.size(), b.ranks.size());
-  for (size_t r = 0; r < a.ranks.size(); ++r) {
-    ASSERT_EQ(a.ranks[r].size(), b.ranks[r].size());
-    for (size_t i = 0; i < a.ranks[r].size(); ++i)
-      EXPECT_EQ(a.ranks[r][i].str(), b.ranks[r][i].str());
-  }
+  expect_same_actions(a, b);
   const auto orders = compute_orders(ScheduleKind::ZbV, 3, 7, 2);
   ASSERT_EQ(orders.size(), 3u);
   for (size_t r = 0; r < 3; ++r) EXPECT_EQ(orders[r].size(), 2u * 7 * 3);  // F, B, W per chunk
