@@ -41,7 +41,6 @@ void FunctionNode::set_split(std::vector<int> deferrable, BackwardFn backward_in
   deferrable_ = std::move(deferrable);
   backward_input_ = std::move(backward_input);
   backward_weight_ = std::move(backward_weight);
-  backward_ = nullptr;
 }
 
 TensorList AccumulateGrad::apply(const TensorList& grad_outputs) {

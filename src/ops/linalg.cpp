@@ -88,7 +88,7 @@ struct LinearResult {
 // input and a gelu node follows. With `gelu_in` defined, x = gelu(gelu_in)
 // and the input gradient goes to gelu_in, GELU's derivative fused into it.
 LinearResult linear_core(const char* op, const Tensor& x, const Tensor& weight, const Tensor& bias,
-                         bool gelu_out, const Tensor& gelu_in) {
+                         bool gelu_out, const Tensor& gelu_in, const InputGradComm* comm) {
   detail::check_floating(x, op, "x");
   detail::check_floating(weight, op, "weight");
   detail::check_same(x, weight, op);
@@ -170,34 +170,90 @@ LinearResult linear_core(const char* op, const Tensor& x, const Tensor& weight, 
   };
   TensorList inputs{gelu_in.defined() ? gelu_in : x, weight};
   if (has_bias) inputs.push_back(bias);
-  auto node = record("linear", inputs, {pre}, nullptr);
-  if (node) {
-    std::vector<int> deferrable{1};
-    if (has_bias) deferrable.push_back(2);
-    node->set_split(deferrable, input_grad, weight_grad);
-  }
+  std::vector<int> deferrable{1};
+  if (has_bias) deferrable.push_back(2);
+  detail::record_layer("linear", inputs, {pre}, deferrable, input_grad, weight_grad, comm);
   if (gelu_out) detail::record_gelu(pre, pre, y);
   return {y, gelu_out ? pre : Tensor()};
 }
 
 }  // namespace
 
+const InputGradComm* detail::checked_comm(const char* op, const Tensor& x,
+                                          const InputGradComm& comm) {
+  if (!comm.start) return nullptr;
+  detail::check_defined(comm.source, op, "comm.source");
+  if (x.requires_grad() && !x.same(comm.source)) {
+    throw ValueError(std::string(op) +
+                     ": with an input-gradient collective the layer's gradient goes to "
+                     "comm.source; x must be that tensor or carry no gradient of its own");
+  }
+  return &comm;
+}
+
+std::shared_ptr<autograd::FunctionNode> detail::record_layer(
+    const char* op, const TensorList& inputs, const TensorList& outputs, std::vector<int> deferrable,
+    autograd::BackwardFn input_grad, autograd::BackwardFn weight_grad, const InputGradComm* comm) {
+  if (comm == nullptr || !comm->start) {
+    auto node = record(op, inputs, outputs, nullptr);
+    if (node) node->set_split(std::move(deferrable), std::move(input_grad), std::move(weight_grad));
+    return node;
+  }
+  auto start = comm->start;
+  // Split (zero-bubble B): nothing to overlap the collective with.
+  autograd::BackwardFn input_now = [input_grad, start](const TensorList& g) -> TensorList {
+    TensorList grads = input_grad(g);
+    if (grads[0].defined()) grads[0] = start(grads[0])();
+    return grads;
+  };
+  // Unsplit: the collective runs while the weight half computes.
+  autograd::BackwardFn overlapped = [input_grad, weight_grad, start,
+                                     deferrable](const TensorList& g) -> TensorList {
+    TensorList grads = input_grad(g);
+    std::function<Tensor()> finish;
+    if (grads[0].defined()) finish = start(grads[0]);
+    grads[0] = Tensor();  // (start may have taken it over)
+    const TensorList weights = weight_grad(g);
+    for (int i : deferrable) grads[static_cast<size_t>(i)] = weights[static_cast<size_t>(i)];
+    if (finish) grads[0] = finish();
+    return grads;
+  };
+  TensorList edges = inputs;
+  edges[0] = comm->source;
+  auto node = record(op, edges, outputs, std::move(overlapped));
+  if (node) node->set_split(std::move(deferrable), std::move(input_now), std::move(weight_grad));
+  return node;
+}
+
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
-  return linear_core("linear", x, weight, bias, false, Tensor()).y;
+  return linear_core("linear", x, weight, bias, false, Tensor(), nullptr).y;
+}
+
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias,
+              const InputGradComm& comm) {
+  return linear_core("linear", x, weight, bias, false, Tensor(), detail::checked_comm("linear", x, comm))
+      .y;
 }
 
 Tensor linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias) {
-  return linear_core("linear_gelu", x, weight, bias, true, Tensor()).y;
+  return linear_core("linear_gelu", x, weight, bias, true, Tensor(), nullptr).y;
 }
 
 LinearGelu linear_gelu_parts(const Tensor& x, const Tensor& weight, const Tensor& bias) {
-  LinearResult r = linear_core("linear_gelu", x, weight, bias, true, Tensor());
+  LinearResult r = linear_core("linear_gelu", x, weight, bias, true, Tensor(), nullptr);
+  return {r.pre, r.y};
+}
+
+LinearGelu linear_gelu_parts(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                             const InputGradComm& comm) {
+  LinearResult r = linear_core("linear_gelu", x, weight, bias, true, Tensor(),
+                               detail::checked_comm("linear_gelu", x, comm));
   return {r.pre, r.y};
 }
 
 Tensor linear_after_gelu(const LinearGelu& in, const Tensor& weight, const Tensor& bias) {
   detail::check_defined(in.pre, "linear_after_gelu", "pre");
-  return linear_core("linear_after_gelu", in.act, weight, bias, false, in.pre).y;
+  return linear_core("linear_after_gelu", in.act, weight, bias, false, in.pre, nullptr).y;
 }
 
 }  // namespace triad

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "op_checks.h"
+#include "op_nodes.h"
 #include "triad/autograd/node.h"
 #include "triad/backend/backend.h"
 #include "triad/ops/elementwise.h"
@@ -481,10 +482,11 @@ int64_t padded_logits_row(int64_t classes) {
 
 Tensor linear_head_loss(const char* op, const Tensor& x, const Tensor& weight,
                         const std::function<HeadLoss(const Tensor& logits)>& loss_of,
-                        double softcap) {
+                        double softcap, const InputGradComm& comm) {
   check_softcap(op, softcap);
   detail::check_floating(x, op, "x");
   detail::check_same(x, weight, op);
+  const InputGradComm* through = detail::checked_comm(op, x, comm);
   if (x.dim() < 1 || weight.dim() != 2 || weight.size(1) != x.size(-1) || weight.size(0) == 0 ||
       weight.size(1) == 0) {
     throw ShapeError(std::string(op) + ": x " + shape_str(x.shape()) + " and weight " +
@@ -506,7 +508,8 @@ Tensor linear_head_loss(const char* op, const Tensor& x, const Tensor& weight,
   // it after. The graph can therefore be walked once.
   auto consumed = std::make_shared<bool>(false);
   auto input_grad = [logits, w, consumed, backward = std::move(head.backward),
-                     name = std::string(op), need_x = x.requires_grad(),
+                     name = std::string(op),
+                     need_x = (comm.start ? comm.source : x).requires_grad(),
                      xs = x.shape()](const TensorList& g) -> TensorList {
     if (*consumed) {
       throw NotSupportedError(name +
@@ -537,8 +540,7 @@ Tensor linear_head_loss(const char* op, const Tensor& x, const Tensor& weight,
     }
     return {Tensor(), gw};
   };
-  auto node = record(op, {x, weight}, {head.loss}, nullptr);
-  if (node) node->set_split({1}, input_grad, weight_grad);
+  detail::record_layer(op, {x, weight}, {head.loss}, {1}, input_grad, weight_grad, through);
   return head.loss;
 }
 

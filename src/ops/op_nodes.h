@@ -1,9 +1,31 @@
 #pragma once
 
 // Autograd nodes that more than one op records (ops/*.cpp only).
+#include <vector>
+
+#include "triad/autograd/node.h"
 #include "triad/core/tensor.h"
+#include "triad/ops/linalg.h"
 
 namespace triad::detail {
+
+// `comm` if it has a start (else null), after checking that x, the input
+// the layer computes on, needs no gradient other than comm.source's.
+const InputGradComm* checked_comm(const char* op, const Tensor& x, const InputGradComm& comm);
+
+// Records a layer whose backward splits into an input half (`input_grad`:
+// gradients of the inputs not in `deferrable`) and a weight half
+// (`weight_grad`: those in it), both returning one entry per input. With a
+// `comm` start, input 0's gradient goes through it and inputs[0] must be
+// comm->source: the unsplit backward overlaps the collective with the weight
+// half (InputGradComm). Returns the node, or null when nothing needs grad.
+std::shared_ptr<autograd::FunctionNode> record_layer(const char* op,
+                                                     const autograd::TensorList& inputs,
+                                                     const autograd::TensorList& outputs,
+                                                     std::vector<int> deferrable,
+                                                     autograd::BackwardFn input_grad,
+                                                     autograd::BackwardFn weight_grad,
+                                                     const InputGradComm* comm);
 
 // GELU's node from `x` to `y` = gelu(x); `saved` is x, contiguous, kept for
 // the backward (gelu() and linear_gelu() record the same node).

@@ -68,7 +68,10 @@ class FunctionNode final : public Node {
 
   // backward_input returns grads for all inputs with deferrable ones
   // undefined; backward_weight returns grads for all inputs with only the
-  // deferrable ones defined.
+  // deferrable ones defined. An unsplit backward given to record() stays
+  // what apply() runs (it may interleave the two halves, say to overlap
+  // communication of the input gradients with the weight half); without
+  // one, apply() runs backward_input, then backward_weight.
   void set_split(std::vector<int> deferrable, BackwardFn backward_input,
                  BackwardFn backward_weight);
 

@@ -1,5 +1,7 @@
 #pragma once
 
+#include <functional>
+
 #include "triad/core/tensor.h"
 
 namespace triad {
@@ -32,5 +34,26 @@ struct LinearGelu {
 };
 LinearGelu linear_gelu_parts(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
 Tensor linear_after_gelu(const LinearGelu& in, const Tensor& weight, const Tensor& bias = Tensor());
+
+// Communication a layer's input gradient goes through before it leaves the
+// layer's node, overlapped with the layer's weight gradient: tensor
+// parallelism's all-reduce of a column-parallel layer's input gradient, or
+// its reduce-scatter under sequence parallelism (Megatron-LM's asynchronous
+// tensor-parallel all-reduce). The layer computes on `x` and returns the
+// gradient of `source` (x itself, or what x was all-gathered from).
+// start(dx) begins the collective on dx (and may overwrite it); the
+// function it returns waits and gives source's gradient. The unsplit
+// backward runs the input-gradient GEMM, start, the weight-gradient GEMMs,
+// then the wait; a split backward (zero-bubble B) starts and waits at once,
+// its weight gradients coming later. An empty start: no communication, x
+// is source.
+struct InputGradComm {
+  Tensor source;
+  std::function<std::function<Tensor()>(const Tensor& dx)> start;
+};
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias,
+              const InputGradComm& comm);
+LinearGelu linear_gelu_parts(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                             const InputGradComm& comm);
 
 }  // namespace triad

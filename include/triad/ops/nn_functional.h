@@ -6,6 +6,7 @@
 #include "triad/core/attention_heads.h"
 #include "triad/core/rope_scaling.h"
 #include "triad/core/tensor.h"
+#include "triad/ops/linalg.h"
 
 namespace triad {
 
@@ -120,8 +121,10 @@ struct HeadLoss {
 // the logits are soft-capped in place (Backend::soft_cap) before `loss_of`
 // sees them, and its backward must write the gradient with respect to the
 // uncapped logits (the backends' cross entropies take the cap for that).
+// A `comm` start takes x's gradient through a collective overlapped with
+// the weight's gradient, as for linear (InputGradComm).
 Tensor linear_head_loss(const char* op, const Tensor& x, const Tensor& weight,
                         const std::function<HeadLoss(const Tensor& logits)>& loss_of,
-                        double softcap = 0.0);
+                        double softcap = 0.0, const InputGradComm& comm = {});
 
 }  // namespace triad

@@ -408,9 +408,10 @@ Tensor TensorParallelGpt::head_loss(const Tensor& hidden, const Tensor& targets)
   fence(ln_f_.get());
   fence(head_.get());
   Tensor y = ln_f_->forward(hidden);
-  Tensor full = sp_ ? gather_from_sequence_region(y, group_) : copy_to_region(y, group_);
-  return vocab_parallel_linear_cross_entropy(full, head_->weight(), targets, head_->vocab_start(),
-                                             head_->valid_rows(), group_, cfg_.final_logit_softcap);
+  const RegionInput in = enter_region(y, group_, sp_);
+  return vocab_parallel_linear_cross_entropy(in.input, head_->weight(), targets,
+                                             head_->vocab_start(), head_->valid_rows(), group_,
+                                             cfg_.final_logit_softcap, in.comm);
 }
 
 nn::ForwardContext TensorParallelGpt::with_documents(const Tensor& ids,

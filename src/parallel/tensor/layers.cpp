@@ -44,14 +44,16 @@ ColumnParallelLinear::ColumnParallelLinear(int64_t in, const std::vector<int64_t
   if (bias) bias_ = register_parameter("bias", zeros({out / group_->size()}));
 }
 
+// The region's entry is fused into the linear node, so the input
+// gradient's collective overlaps the weight gradient's GEMM.
 Tensor ColumnParallelLinear::forward(const Tensor& x) const {
-  Tensor in = sp_ ? gather_from_sequence_region(x, group_) : copy_to_region(x, group_);
-  return linear(in, weight_, bias_);
+  const RegionInput in = enter_region(x, group_, sp_);
+  return linear(in.input, weight_, bias_, in.comm);
 }
 
 LinearGelu ColumnParallelLinear::forward_gelu(const Tensor& x) const {
-  Tensor in = sp_ ? gather_from_sequence_region(x, group_) : copy_to_region(x, group_);
-  return linear_gelu_parts(in, weight_, bias_);
+  const RegionInput in = enter_region(x, group_, sp_);
+  return linear_gelu_parts(in.input, weight_, bias_, in.comm);
 }
 
 RowParallelLinear::RowParallelLinear(int64_t in, int64_t out, dist::ProcessGroupPtr group,
@@ -235,7 +237,7 @@ Tensor vocab_parallel_cross_entropy(const Tensor& logits, const Tensor& targets,
 Tensor vocab_parallel_linear_cross_entropy(const Tensor& x, const Tensor& weight,
                                            const Tensor& targets, int64_t vocab_start,
                                            int64_t valid, const dist::ProcessGroupPtr& group,
-                                           double softcap) {
+                                           double softcap, const InputGradComm& comm) {
   const char* op = "vocab_parallel_linear_cross_entropy";
   const int64_t C = x.dim() ? x.size(-1) : 0;
   check_vocab_targets(op, targets, C ? x.numel() / C : 0, x);
@@ -250,7 +252,7 @@ Tensor vocab_parallel_linear_cross_entropy(const Tensor& x, const Tensor& weight
                           ce.backward(g, dlogits, dlogits);
                         }};
       },
-      softcap);
+      softcap, comm);
 }
 
 }  // namespace triad::tp

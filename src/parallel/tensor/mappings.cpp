@@ -44,16 +44,41 @@ Tensor all_gather_along(const Tensor& x, int64_t dim, const dist::ProcessGroupPt
   return unfront(out, d).detach();
 }
 
-Tensor reduce_scatter_along(const Tensor& x, int64_t dim, const dist::ProcessGroupPtr& g) {
+namespace {
+
+// Begins reduce_scatter_along; the function returned waits and gives its result.
+std::function<Tensor()> start_reduce_scatter_along(const Tensor& x, int64_t dim,
+                                                   const dist::ProcessGroupPtr& g) {
   autograd::NoGradGuard ng;
-  if (g->size() == 1) return x;
   const int64_t d = check_divisible(x, dim, g, "reduce_scatter_along");
   Tensor in = front(x, d).detach();
   Shape s = in.shape();
   s[0] /= g->size();
   Tensor out = empty(s, x.dtype(), x.device());
-  g->reduce_scatter(in, out, dist::ReduceOp::Sum)->wait();
-  return unfront(out, d).detach();
+  dist::WorkPtr work = g->reduce_scatter(in, out, dist::ReduceOp::Sum);
+  return [work, in, out, d]() {
+    autograd::NoGradGuard guard;
+    work->wait();
+    return unfront(out, d).detach();
+  };
+}
+
+// Begins the in-place all-reduce (sum) of x, which must be contiguous.
+std::function<Tensor()> start_all_reduce_in_place(const Tensor& x,
+                                                  const dist::ProcessGroupPtr& g) {
+  Tensor t = x.detach();
+  dist::WorkPtr work = g->all_reduce(t, dist::ReduceOp::Sum);
+  return [work, t]() {
+    work->wait();
+    return t;
+  };
+}
+
+}  // namespace
+
+Tensor reduce_scatter_along(const Tensor& x, int64_t dim, const dist::ProcessGroupPtr& g) {
+  if (g->size() == 1) return x;
+  return start_reduce_scatter_along(x, dim, g)();
 }
 
 Tensor slice_along(const Tensor& x, int64_t dim, const dist::ProcessGroupPtr& g) {
@@ -69,11 +94,25 @@ namespace {
 Tensor all_reduced(const Tensor& x, const dist::ProcessGroupPtr& g) {
   autograd::NoGradGuard ng;
   Tensor y = clone(contiguous(x)).detach();
-  if (g->size() > 1) g->all_reduce(y, dist::ReduceOp::Sum)->wait();
-  return y;
+  return g->size() > 1 ? start_all_reduce_in_place(y, g)() : y;
 }
 
 }  // namespace
+
+RegionInput enter_region(const Tensor& x, const dist::ProcessGroupPtr& g, bool sequence_parallel) {
+  if (g->size() == 1) return {x, {}};
+  InputGradComm comm;
+  comm.source = x;
+  if (sequence_parallel) {
+    comm.start = [g](const Tensor& dx) { return start_reduce_scatter_along(dx, 1, g); };
+    return {all_gather_along(x, 1, g), std::move(comm)};
+  }
+  comm.start = [g](const Tensor& dx) {
+    autograd::NoGradGuard ng;
+    return start_all_reduce_in_place(contiguous(dx), g);
+  };
+  return {x, std::move(comm)};
+}
 
 Tensor copy_to_region(const Tensor& x, const dist::ProcessGroupPtr& g) {
   Tensor y = x.detach();

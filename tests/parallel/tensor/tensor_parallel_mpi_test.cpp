@@ -4,8 +4,12 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <functional>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "support/mpi_main.h"
 #include "triad/autograd/engine.h"
@@ -105,6 +109,177 @@ TEST(Mappings, ScatterAndGatherAreEachOthersGradients) {
     }
   }
 }
+
+// A group whose all-reduces and reduce-scatters run only when waited for,
+// as over a slow link, each start and wait written to `log`: what a
+// backward pass logs between the two is what the collective overlapped.
+class CollectivesRunOnWait final : public dist::ProcessGroup {
+ public:
+  CollectivesRunOnWait(dist::ProcessGroupPtr inner, std::vector<std::string>* log)
+      : ProcessGroup(inner->name(), inner->rank(), inner->size(), inner->members()),
+        inner_(std::move(inner)),
+        log_(log) {}
+  dist::WorkPtr all_reduce(Tensor& t, dist::ReduceOp op) override {
+    return deferred("all_reduce", [g = inner_, t, op]() mutable { g->all_reduce(t, op)->wait(); });
+  }
+  dist::WorkPtr reduce_scatter(const Tensor& in, Tensor& out, dist::ReduceOp op) override {
+    return deferred("reduce_scatter", [g = inner_, in, out, op]() mutable {
+      g->reduce_scatter(in, out, op)->wait();
+    });
+  }
+  dist::WorkPtr all_gather(const Tensor& in, Tensor& out) override {
+    return inner_->all_gather(in, out);
+  }
+  dist::WorkPtr all_gather_uneven(const Tensor& in, Tensor& out,
+                                  const std::vector<int64_t>& counts) override {
+    return inner_->all_gather_uneven(in, out, counts);
+  }
+  dist::WorkPtr broadcast(Tensor& t, int root) override { return inner_->broadcast(t, root); }
+  dist::WorkPtr send(const Tensor& t, int dst, int tag) override {
+    return inner_->send(t, dst, tag);
+  }
+  dist::WorkPtr recv(Tensor& t, int src, int tag) override { return inner_->recv(t, src, tag); }
+  dist::WorkPtr batch_isend_irecv(const std::vector<dist::P2POp>& ops) override {
+    return inner_->batch_isend_irecv(ops);
+  }
+  dist::WorkPtr barrier() override { return inner_->barrier(); }
+
+ private:
+  struct Deferred final : dist::Work {
+    std::function<void()> run;
+    std::vector<std::string>* log = nullptr;
+    std::string name;
+    bool done = false;
+    void wait() override {
+      if (done) return;
+      log->push_back("wait " + name);
+      run();
+      done = true;
+    }
+    void wait_for(std::chrono::milliseconds) override { wait(); }
+    bool is_completed() override { return done; }
+  };
+  dist::WorkPtr deferred(const std::string& name, std::function<void()> run) {
+    log_->push_back(name);
+    auto w = std::make_shared<Deferred>();
+    w->run = std::move(run), w->log = log_, w->name = name;
+    return w;
+  }
+
+  dist::ProcessGroupPtr inner_;
+  std::vector<std::string>* log_;
+};
+
+// Logs `what` whenever t's gradient is accumulated.
+void log_gradient(Tensor& t, std::vector<std::string>& log, const std::string& what) {
+  t.register_post_accumulate_hook([&log, what](Tensor&) { log.push_back(what); });
+}
+
+struct LayerGrads {
+  std::vector<double> dx, dw, db;
+};
+
+// A column-parallel layer's input gradient leaves through its collective
+// (all-reduce; reduce-scatter along the sequence with sequence parallelism)
+// while the layer computes its weight and bias gradients: started before
+// them, waited for after. A split backward (zero-bubble B) waits at once and
+// leaves the weight half for later. Gradients are bitwise those of the
+// region's own op (copy_to_region, gather_from_sequence_region) before a
+// plain linear.
+class ColumnParallelOverlapTest : public ::testing::TestWithParam<bool> {};
+
+TEST_P(ColumnParallelOverlapTest, InputGradientCollectiveRunsDuringTheWeightGradient) {
+  const int P = g_world->size(), me = g_world->rank();
+  if (P == 1) GTEST_SKIP() << "a group of one has no collective";
+  const bool sp = GetParam();
+  const int64_t C = 8, T = 2 * P, out = 4 * P;
+  const std::string coll = sp ? "reduce_scatter" : "all_reduce";
+  const Tensor w = randn({out / P, C}, 7, 10 + me), b = randn({out / P}, 7, 20 + me);
+  const Tensor x0 = randn({2, sp ? T / P : T, C}, 3, sp ? me : 0);
+  const Tensor gy = randn({2, T, out / P}, 5, me);
+  std::vector<std::string> log;
+  auto slow = std::make_shared<CollectivesRunOnWait>(g_world, &log);
+
+  auto layer_run = [&](bool split) {
+    ColumnParallelLinear layer(C, out, slow, sp);
+    layer.load_state_dict({{"weight", w}, {"bias", b}});
+    auto params = layer.named_parameters();
+    log_gradient(params[0].second, log, "weight gradient");
+    log_gradient(params[1].second, log, "bias gradient");
+    Tensor x = clone(x0).detach();
+    x.set_requires_grad(true);
+    Tensor y = layer.forward(x);
+    log.clear();
+    autograd::WeightGradStore store;
+    autograd::backward({y}, {gy}, {.defer_weight_grads = split ? &store : nullptr});
+    log.push_back("flush");
+    store.flush();
+    return LayerGrads{to_double_vector(x.grad()), to_double_vector(params[0].second.grad()),
+                      to_double_vector(params[1].second.grad())};
+  };
+  const LayerGrads whole = layer_run(false);
+  EXPECT_EQ(log, (std::vector<std::string>{coll, "weight gradient", "bias gradient",
+                                           "wait " + coll, "flush"}));
+  const LayerGrads split = layer_run(true);
+  EXPECT_EQ(log, (std::vector<std::string>{coll, "wait " + coll, "flush", "weight gradient",
+                                           "bias gradient"}));
+
+  Tensor x = clone(x0).detach(), wl = clone(w).detach(), bl = clone(b).detach();
+  x.set_requires_grad(true);
+  wl.set_requires_grad(true);
+  bl.set_requires_grad(true);
+  Tensor in = sp ? gather_from_sequence_region(x, g_world) : copy_to_region(x, g_world);
+  autograd::backward({linear(in, wl, bl)}, {gy});
+  for (const LayerGrads* got : {&whole, &split}) {
+    EXPECT_EQ(got->dx, to_double_vector(x.grad()));
+    EXPECT_EQ(got->dw, to_double_vector(wl.grad()));
+    EXPECT_EQ(got->db, to_double_vector(bl.grad()));
+  }
+}
+
+// The vocab-parallel head does the same with x's gradient: its all-reduce
+// (reduce-scatter) runs while the head's weight gradient is computed.
+TEST_P(ColumnParallelOverlapTest, HeadInputGradientCollectiveRunsDuringTheWeightGradient) {
+  const int P = g_world->size(), me = g_world->rank();
+  if (P == 1) GTEST_SKIP() << "a group of one has no collective";
+  const bool sp = GetParam();
+  const int64_t C = 8, T = 2 * P, shard = 5, V = shard * P - 2;
+  const std::string coll = sp ? "reduce_scatter" : "all_reduce";
+  const Tensor w0 = randn({shard, C}, 7, 30 + me);
+  const Tensor x0 = randn({2, sp ? T / P : T, C}, 3, sp ? me : 0);
+  std::vector<int64_t> t;
+  for (int64_t i = 0; i < 2 * T; ++i) t.push_back((i * 7 + 1) % V);
+  const Tensor targets = from_vector(t, {2, T});
+  const int64_t start = me * shard, valid = std::min(shard, V - start);
+  std::vector<std::string> log;
+  auto slow = std::make_shared<CollectivesRunOnWait>(g_world, &log);
+
+  auto grads = [&](bool fused) {
+    Tensor x = clone(x0).detach(), w = clone(w0).detach();
+    x.set_requires_grad(true);
+    w.set_requires_grad(true);
+    log_gradient(w, log, "weight gradient");
+    Tensor loss;
+    if (fused) {
+      const RegionInput in = enter_region(x, slow, sp);
+      loss = vocab_parallel_linear_cross_entropy(in.input, w, targets, start, valid, g_world, 0.0,
+                                                 in.comm);
+    } else {
+      Tensor in = sp ? gather_from_sequence_region(x, g_world) : copy_to_region(x, g_world);
+      loss = vocab_parallel_linear_cross_entropy(in, w, targets, start, valid, g_world);
+    }
+    log.clear();
+    autograd::backward({loss});
+    return LayerGrads{to_double_vector(x.grad()), to_double_vector(w.grad()), {}};
+  };
+  const LayerGrads fused = grads(true);
+  EXPECT_EQ(log, (std::vector<std::string>{coll, "weight gradient", "wait " + coll}));
+  const LayerGrads plain = grads(false);
+  EXPECT_EQ(fused.dx, plain.dx);
+  EXPECT_EQ(fused.dw, plain.dw);
+}
+
+INSTANTIATE_TEST_SUITE_P(SequenceParallel, ColumnParallelOverlapTest, ::testing::Bool());
 
 // The vocab-parallel loss of x (2, 6, C) against this rank's shard of
 // w_full (`shard` rows from rank * shard; the vocabulary is its first V):

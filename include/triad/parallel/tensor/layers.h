@@ -96,10 +96,12 @@ Tensor vocab_parallel_cross_entropy(const Tensor& logits, const Tensor& targets,
 // x @ weight^T (weight its vocabulary shard) in padded rows, overwritten by
 // their gradient in backward — what the GPT's last stage runs. softcap > 0
 // soft-caps the logits first (linear_cross_entropy's softcap); the padding
-// columns past `valid` are capped too and stay out of the loss.
+// columns past `valid` are capped too and stay out of the loss. `comm`
+// (enter_region's) takes x's gradient back through the TP collective while
+// the head's weight gradient computes.
 Tensor vocab_parallel_linear_cross_entropy(const Tensor& x, const Tensor& weight,
                                            const Tensor& targets, int64_t vocab_start,
                                            int64_t valid, const dist::ProcessGroupPtr& group,
-                                           double softcap = 0.0);
+                                           double softcap = 0.0, const InputGradComm& comm = {});
 
 }  // namespace triad::tp

@@ -4,6 +4,7 @@
 
 #include "triad/core/tensor.h"
 #include "triad/dist/process_group.h"
+#include "triad/ops/linalg.h"
 
 namespace triad::tp {
 
@@ -28,6 +29,19 @@ Tensor reduce_scatter_to_sequence_region(const Tensor& x, const dist::ProcessGro
 // This rank's slice of the sequence forward, all-gather backward (enter SP
 // without communication, e.g. from a replicated tensor).
 Tensor scatter_to_sequence_region(const Tensor& x, const dist::ProcessGroupPtr& group);
+
+// A column-parallel layer's way into a TP region inside its own autograd
+// node (copy_to_region or gather_from_sequence_region fused into the
+// layer): `input` is what the layer computes on (x, or x all-gathered along
+// the sequence with sequence parallelism) and `comm` takes the gradient
+// back to x (all-reduce, or reduce-scatter along the sequence) while the
+// layer computes its weight gradient. A group of one: x, no comm.
+struct RegionInput {
+  Tensor input;
+  InputGradComm comm;
+};
+RegionInput enter_region(const Tensor& x, const dist::ProcessGroupPtr& group,
+                         bool sequence_parallel);
 
 // Non-differentiable building blocks (exposed for tests and the layers).
 Tensor all_gather_along(const Tensor& x, int64_t dim, const dist::ProcessGroupPtr& group);
