@@ -42,10 +42,10 @@ void print_estimate(const plan::Estimate& e, const plan::ClusterSpec& c) {
       e.memory_bytes / 1e9, e.fits ? "" : " (does NOT fit)");
   std::printf(
       "  time: pipeline %.3f s (per microbatch %.1f ms: GEMM %.1f, memory-bound %.1f, TP comm "
-      "%.1f; "
-      "p2p %.2f ms/msg), DP comm %.3f s, optimizer %.3f s\n",
+      "%.1f of which %.1f hidden; p2p %.2f ms/msg), DP comm %.3f s, optimizer %.3f s\n",
       e.pipeline_time, 1e3 * e.compute_time, 1e3 * e.gemm_time, 1e3 * e.memory_bound_time,
-      1e3 * e.tp_comm_time, 1e3 * e.p2p_time, e.dp_comm_time, e.optimizer_time);
+      1e3 * e.tp_comm_time, 1e3 * e.tp_comm_hidden_time, 1e3 * e.p2p_time, e.dp_comm_time,
+      e.optimizer_time);
   std::printf(
       "  memory: weights %.1f, grads %.1f, optimizer %.1f, activations %.1f, reserved %.1f GB (of "
       "%.1f)\n",
@@ -81,7 +81,7 @@ int main(int argc, char** argv) {
   std::string model_path, cluster_path, recompute = "none", schedule_name, attention = "unfused",
                                         stage_layers;
   int gpus = 0, global_batch = 0, tp = 1, pp = 1, vpp = 1, micro = 1, zero = 0, top = 5;
-  bool sp = false, json = false, overlap = false;
+  bool sp = false, json = false, overlap = false, overlap_tp = false;
   std::string config_path;
   auto add_common = [&](CLI::App* c) {
     c->add_option("--model", model_path, "trainer config or model section YAML");
@@ -89,6 +89,8 @@ int main(int argc, char** argv) {
     c->add_option("--gpus", gpus, "number of GPUs");
     c->add_option("--global-batch", global_batch, "sequences per step");
     c->add_flag("--overlap-dp", overlap, "assume the DP gradient reduction overlaps backward");
+    c->add_flag("--overlap-tp", overlap_tp,
+                "assume column-parallel input-gradient collectives overlap the weight gradients");
     c->add_option("--attention", attention,
                   "unfused (Megatron-LM 2021, the default) or flash (Triad's fused attention)");
     c->add_flag("--json", json, "print JSON");
@@ -97,7 +99,8 @@ int main(int argc, char** argv) {
   add_common(predict);
   predict->add_option("--config", config_path,
                       "a triad-train config: its model, layout and batch (options given here "
-                      "override them), priced as Triad runs it (overlapped DP, fused attention)");
+                      "override them), priced as Triad runs it (overlapped DP and TP, fused "
+                      "attention)");
   predict->add_option("--tp", tp);
   predict->add_option("--pp", pp);
   predict->add_option("--vpp", vpp);
@@ -176,6 +179,7 @@ int main(int argc, char** argv) {
         require(predict, {"--model", "--gpus", "--global-batch", "--tp", "--pp", "--micro-batch"});
         model = plan::load_model_spec(model_path);
         c.overlap_dp = overlap;
+        c.overlap_tp = overlap_tp;
         c.attention = plan::attention_from_name(attention);
       }
       // Options given here override the config's.
@@ -191,6 +195,7 @@ int main(int argc, char** argv) {
         c.zero1 = zero == 1;
       }
       if (given(predict, "--overlap-dp")) c.overlap_dp = overlap;
+      if (given(predict, "--overlap-tp")) c.overlap_tp = overlap_tp;
       if (given(predict, "--attention")) c.attention = plan::attention_from_name(attention);
       if (gpus % (c.tp * c.pp) != 0) {
         throw ConfigError("GPUs (" + std::to_string(gpus) + ") must be divisible by tp*pp (" +
@@ -236,6 +241,7 @@ int main(int argc, char** argv) {
     const auto model = plan::load_model_spec(model_path);
     plan::SearchSpace space;
     space.overlap_dp = overlap;
+    space.overlap_tp = overlap_tp;
     space.attention = plan::attention_from_name(attention);
     space.try_balanced_stages = !even_stages;
     space.try_zb_h1 = space.try_zb_auto = space.try_zb_v = false;

@@ -32,11 +32,21 @@ double roofline(double flops, double bytes, const ClusterSpec& c) {
                   bytes / (c.memory_bandwidth * c.memory_efficiency));
 }
 
+// A reduce-scatter (or all-gather) of `bytes` over the TP group.
+double tp_reduce_scatter(double bytes, const ClusterSpec& c, const ParallelConfig& p) {
+  return ring_time(bytes, (p.tp - 1.0) / p.tp, p.tp, c.intra_bandwidth, c.intra_latency,
+                   c.collective_efficiency);
+}
+
 // Per-layer, per-microbatch costs on one GPU (seconds).
 struct LayerCost {
   double fwd_gemm = 0, fwd_mem = 0, fwd_tp = 0;
   double attn_gemm_fwd = 0, attn_mem_fwd = 0;  // the attention core (selective recompute redoes it)
   double bwd_input_gemm = 0, bwd_weight_gemm = 0, bwd_mem = 0, bwd_tp = 0;
+  // Of bwd_tp, what hides behind the column-parallel layers' weight-gradient
+  // GEMMs when B and W run together (each input gradient's collective runs
+  // during its own layer's dW).
+  double bwd_tp_hidden = 0;
 };
 
 // Fraction of the GPU a GEMM with an (M, N) output keeps busy: cuBLAS cuts
@@ -84,9 +94,9 @@ LayerCost layer_cost(const nn::GptConfig& m, const ClusterSpec& c, const Paralle
   // and weight gradients.
   const double f = static_cast<double>(m.ffn()), fc = static_cast<double>(m.fc_width());
   const double w = static_cast<double>(m.qkv_width());
+  const LinearTimes qkv = linear_times(tokens, h, w / t, c), up = linear_times(tokens, h, fc / t, c);
   for (const LinearTimes& lt :
-       {linear_times(tokens, h, w / t, c), linear_times(tokens, q / t, h, c),
-        linear_times(tokens, h, fc / t, c), linear_times(tokens, f / t, h, c)}) {
+       {qkv, linear_times(tokens, q / t, h, c), up, linear_times(tokens, f / t, h, c)}) {
     L.fwd_gemm += lt.fwd;
     L.bwd_input_gemm += lt.dx;
     L.bwd_weight_gemm += lt.dw;
@@ -135,13 +145,18 @@ LayerCost layer_cost(const nn::GptConfig& m, const ClusterSpec& c, const Paralle
   L.fwd_mem = L.attn_mem_fwd + token_bytes_fwd / bw;
   L.bwd_mem = attn_mem_bwd + 2.0 * token_bytes_fwd / bw;
   // Tensor parallelism: two all-reduces (or reduce-scatter + all-gather
-  // pairs, the same bytes) of the b*s*h activation per direction.
+  // pairs, the same bytes) of the b*s*h activation per direction. Backward,
+  // the QKV and MLP-up layers' input gradients (all-reduced, or
+  // reduce-scattered under sequence parallelism) overlap their own
+  // weight-gradient GEMMs.
   if (t > 1) {
     const double act = tokens * h * kFp16;
     const double ar = ring_time(act, 2.0 * (t - 1) / t, p.tp, c.intra_bandwidth, c.intra_latency,
                                 c.collective_efficiency);
     L.fwd_tp = 2.0 * ar;
     L.bwd_tp = 2.0 * ar;
+    const double input_grad = p.sequence_parallel ? tp_reduce_scatter(act, c, p) : ar;
+    L.bwd_tp_hidden = std::min(input_grad, qkv.dw) + std::min(input_grad, up.dw);
   }
   return L;
 }
@@ -149,6 +164,7 @@ LayerCost layer_cost(const nn::GptConfig& m, const ClusterSpec& c, const Paralle
 // Output head and loss on the last stage, per microbatch (seconds).
 struct HeadCost {
   double fwd = 0, bwd_input = 0, bwd_weight = 0;
+  double tp = 0, bwd_tp_hidden = 0;  // as LayerCost's (included in the three above)
 };
 
 HeadCost head_cost(const nn::GptConfig& m, const ClusterSpec& c, const ParallelConfig& p) {
@@ -163,7 +179,27 @@ HeadCost head_cost(const nn::GptConfig& m, const ClusterSpec& c, const ParallelC
   const double bytes = tokens * v * 4.0 * passes;
   const double ce = bytes / (c.memory_bandwidth * c.memory_efficiency);
   const double backward_share = 2.0 / passes;  // the gradient's read and write
-  return {lt.fwd + ce * (1 - backward_share), lt.dx + ce * backward_share, lt.dw};
+  HeadCost H{lt.fwd + ce * (1 - backward_share), lt.dx + ce * backward_share, lt.dw};
+  if (p.tp > 1) {
+    // The vocab-parallel loss all-reduces three f32 numbers per token (row
+    // max, target logit, sum of exponentials); x's gradient is all-reduced
+    // (reduce-scattered, its input having been all-gathered, under sequence
+    // parallelism) during the head's weight-gradient GEMM.
+    const double act = tokens * h * kFp16;
+    const double stats = 3.0 * ring_time(tokens * 4.0, 2.0 * (p.tp - 1.0) / p.tp, p.tp,
+                                         c.intra_bandwidth, c.intra_latency,
+                                         c.collective_efficiency);
+    const double gather = p.sequence_parallel ? tp_reduce_scatter(act, c, p) : 0.0;
+    const double dx = p.sequence_parallel
+                          ? tp_reduce_scatter(act, c, p)
+                          : ring_time(act, 2.0 * (p.tp - 1.0) / p.tp, p.tp, c.intra_bandwidth,
+                                      c.intra_latency, c.collective_efficiency);
+    H.fwd += stats + gather;
+    H.bwd_input += dx;
+    H.tp = stats + gather + dx;
+    H.bwd_tp_hidden = std::min(dx, lt.dw);
+  }
+  return H;
 }
 
 struct SimKey {
@@ -388,7 +424,14 @@ Estimate estimate(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int gl
   // ---- compute per microbatch: each layer's F, B and W (the layers differ
   // in their attention's window); each stage's, the last with the output
   // head and the loss
+  // Zero-bubble schedules run B (input gradients) and W apart: nothing
+  // then hides the input gradients' TP collectives.
+  const bool split_backward = p.schedule == pipeline::ScheduleKind::ZbH1 ||
+                              p.schedule == pipeline::ScheduleKind::ZbAuto ||
+                              p.schedule == pipeline::ScheduleKind::ZbV;
+  const bool hide_tp = p.overlap_tp && !split_backward;
   const HeadCost H = head_cost(m, c, p);
+  const double head_hidden = hide_tp ? H.bwd_tp_hidden : 0.0;
   // Recomputation reruns forward work inside the backward. Selective
   // recomputation redoes the attention core to avoid storing its score-
   // sized activations; fused attention stores none, so it changes nothing.
@@ -398,6 +441,7 @@ Estimate estimate(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int gl
   struct Layer {
     double f, bi, bw;      // the pipeline's passes
     double gemm, mem, tp;  // the breakdown (forward + backward + recomputation)
+    double tp_hidden;      // of tp, hidden behind weight-gradient GEMMs
   };
   auto layer_of = [&](const LayerCost& L) {
     Layer x;
@@ -406,7 +450,9 @@ Estimate estimate(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int gl
            (recompute == Recompute::Full        ? x.f
             : recompute == Recompute::Selective ? L.attn_gemm_fwd + L.attn_mem_fwd
                                                 : 0.0);
-    x.bw = L.bwd_weight_gemm + 0.5 * L.bwd_mem + 0.5 * L.bwd_tp;
+    // (Unsplit, B and W run as one: the hidden collectives leave W.)
+    x.tp_hidden = hide_tp ? L.bwd_tp_hidden : 0.0;
+    x.bw = L.bwd_weight_gemm + 0.5 * L.bwd_mem + 0.5 * L.bwd_tp - x.tp_hidden;
     x.gemm = L.fwd_gemm + L.bwd_input_gemm + L.bwd_weight_gemm +
              (recompute == Recompute::Full        ? L.fwd_gemm
               : recompute == Recompute::Selective ? L.attn_gemm_fwd
@@ -435,6 +481,7 @@ Estimate estimate(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int gl
       const Layer& x = layers[static_cast<size_t>(i)];
       Layer& y = stage[st];
       y.f += x.f, y.bi += x.bi, y.bw += x.bw, y.gemm += x.gemm, y.mem += x.mem, y.tp += x.tp;
+      y.tp_hidden += x.tp_hidden;
     }
   }
   std::vector<double> sf(S), sbi(S), sbw(S);
@@ -442,7 +489,7 @@ Estimate estimate(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int gl
     const bool head = st == S - 1;
     sf[st] = stage[st].f + (head ? H.fwd : 0.0);
     sbi[st] = stage[st].bi + (head ? H.bwd_input : 0.0);
-    sbw[st] = stage[st].bw + (head ? H.bwd_weight : 0.0);
+    sbw[st] = stage[st].bw + (head ? H.bwd_weight - head_hidden : 0.0);
   }
   // The busiest rank's work per microbatch (its stages' F, B and W) sets
   // the pace; the breakdown is of its layers.
@@ -463,6 +510,7 @@ Estimate estimate(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int gl
     e.gemm_time += y.gemm;
     e.memory_bound_time += y.mem;
     e.tp_comm_time += y.tp;
+    e.tp_comm_hidden_time += y.tp_hidden;
   }
 
   // ---- pipeline point-to-point: one (b, s, h) activation, split over the TP
@@ -483,9 +531,6 @@ Estimate estimate(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int gl
   // Chunk activations held at once per rank (split schedules hold a
   // microbatch's until its W), and the layers they span on the rank that
   // holds the most.
-  const bool split_backward = p.schedule == pipeline::ScheduleKind::ZbH1 ||
-                              p.schedule == pipeline::ScheduleKind::ZbAuto ||
-                              p.schedule == pipeline::ScheduleKind::ZbV;
   const std::vector<int>& held = split_backward ? sim.peak_held : sim.peak_alive;
   double held_layers = 0;
   for (int r = 0; r < p.pp && r < static_cast<int>(held.size()); ++r) {
@@ -616,6 +661,7 @@ std::string Estimate::json() const {
                    {"schedule", pipeline::schedule_name(config.schedule)},
                    {"stage_layers", config.stage_layers},
                    {"overlap_dp", config.overlap_dp},
+                   {"overlap_tp", config.overlap_tp},
                    {"overlap_param_gather", config.overlap_param_gather},
                    {"attention", attention_name(config.attention)},
                    {"num_microbatches", num_microbatches},
@@ -632,6 +678,7 @@ std::string Estimate::json() const {
                      {"gemm_per_microbatch_s", gemm_time},
                      {"memory_bound_per_microbatch_s", memory_bound_time},
                      {"tp_comm_per_microbatch_s", tp_comm_time},
+                     {"tp_comm_hidden_per_microbatch_s", tp_comm_hidden_time},
                      {"p2p_per_message_s", p2p_time},
                      {"dp_comm_s", dp_comm_time},
                      {"optimizer_s", optimizer_time},

@@ -50,6 +50,7 @@ std::vector<Estimate> recommend(const nn::GptConfig& m, const ClusterSpec& c, in
                 p.zero1 = z;
                 p.schedule = kind;
                 p.overlap_dp = space.overlap_dp;
+                p.overlap_tp = space.overlap_tp;
                 p.attention = space.attention;
                 std::vector<ParallelConfig> layouts{p};
                 if (pp > 1 && space.try_balanced_stages && m.n_layer >= pp * v) {

@@ -317,6 +317,44 @@ TEST(CostModel, MemoryRespondsToRecomputeSequenceParallelAndZero) {
   EXPECT_EQ(zero.weights_bytes, sel.weights_bytes);
 }
 
+// With overlap_tp and backward in one piece, the QKV and MLP-up layers'
+// input-gradient collectives (and the head's) run during those layers'
+// weight-gradient GEMMs. Zero-bubble schedules run B and W apart and hide
+// none of it, as does the 2021 baseline: all else equal, their busiest
+// rank's microbatch costs the layers' hidden time more, and the head's.
+// Under sequence parallelism the collective is a reduce-scatter, half an
+// all-reduce's bytes.
+TEST(CostModel, TensorParallelInputGradientsHideBehindTheirWeightGradients) {
+  const ClusterSpec c = selene();
+  const nn::GptConfig m = gpt(8, 32, 4096);
+  ParallelConfig p = layout(8, 2, 1, 1, Recompute::None);
+  p.schedule = pipeline::ScheduleKind::OneFOneB;
+  const Estimate after = estimate(m, c, 16, 16, p);  // Megatron-LM's 2021 baseline
+  p.overlap_tp = true;
+  const Estimate whole = estimate(m, c, 16, 16, p);
+  EXPECT_EQ(after.tp_comm_hidden_time, 0.0);
+  p.schedule = pipeline::ScheduleKind::ZbH1;
+  const Estimate split = estimate(m, c, 16, 16, p);
+  EXPECT_GT(whole.tp_comm_hidden_time, 0.1 * whole.tp_comm_time);
+  EXPECT_LE(whole.tp_comm_hidden_time, 0.5 * whole.tp_comm_time);  // forward's half never hides
+  EXPECT_EQ(split.tp_comm_hidden_time, 0.0);
+  EXPECT_DOUBLE_EQ(split.compute_time, after.compute_time);
+  EXPECT_DOUBLE_EQ(split.tp_comm_time, whole.tp_comm_time);
+  EXPECT_GT(split.compute_time - whole.compute_time, whole.tp_comm_hidden_time);
+  EXPECT_LT(split.compute_time - whole.compute_time, 2.0 * whole.tp_comm_hidden_time);
+  // At tp 2 the GEMMs outlast the collectives: backward's half of the
+  // TP time hides whole, and under sequence parallelism about half as much.
+  ParallelConfig q = layout(2, 2, 4, 1, Recompute::None);
+  q.overlap_tp = true;
+  const Estimate ar = estimate(m, c, 16, 16, q);
+  q.sequence_parallel = true;
+  const Estimate rs = estimate(m, c, 16, 16, q);
+  EXPECT_NEAR(ar.tp_comm_hidden_time, 0.5 * ar.tp_comm_time, 1e-9 * ar.tp_comm_time);
+  EXPECT_NEAR(rs.tp_comm_hidden_time, 0.5 * ar.tp_comm_hidden_time,
+              0.1 * ar.tp_comm_hidden_time);
+  EXPECT_NE(whole.json().find("\"tp_comm_hidden_per_microbatch_s\""), std::string::npos);
+}
+
 // ZeRO-1's parameter all-gather follows the optimizer step; with
 // overlap_param_gather (the trainer's default) it runs under the next
 // step's first forward pass instead, and only what outlasts that pass is

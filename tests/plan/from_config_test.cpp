@@ -40,6 +40,7 @@ TEST(PlannedRun, TakesTheModelLayoutAndBatchOfATrainerConfig) {
   EXPECT_EQ(p.schedule, pipeline::ScheduleKind::Interleaved);
   // Priced as Triad runs it.
   EXPECT_TRUE(p.overlap_dp);
+  EXPECT_TRUE(p.overlap_tp);
   EXPECT_TRUE(p.overlap_param_gather);
   EXPECT_FALSE(planned_run(config("{dp: 8, zero: 1, overlap_param_gather: false}"))
                    .layout.overlap_param_gather);

@@ -46,6 +46,12 @@ struct ParallelConfig {
   // step's first forward pass (parallel.overlap_param_gather) rather than
   // after the optimizer step.
   bool overlap_param_gather = true;
+  // Whether a column-parallel layer's input-gradient all-reduce
+  // (reduce-scatter under sequence parallelism) runs during its
+  // weight-gradient GEMM (Triad's layers, outside zero-bubble schedules,
+  // which compute the two apart) or after it (Megatron-LM as published in
+  // 2021).
+  bool overlap_tp = false;
   Attention attention = Attention::Unfused;
 
   // "tp=8 pp=64 dp=6 vpp=1 mb=1 recompute=full sp=off zero1=off 1f1b", and
@@ -64,6 +70,7 @@ struct Estimate {
   double gemm_time = 0;          // ... of which GEMMs
   double memory_bound_time = 0;  // ... of which memory-bound kernels (softmax, norms, ...)
   double tp_comm_time = 0;       // ... of which tensor-parallel collectives
+  double tp_comm_hidden_time = 0;  // ... of those, hidden behind weight-gradient GEMMs
   double p2p_time = 0;           // one activation transfer between stages
   double dp_comm_time = 0;       // gradient reduction (exposed part)
   double optimizer_time = 0;
@@ -87,7 +94,7 @@ struct Estimate {
 
 // Throws ConfigError naming the numbers when the configuration is not
 // possible: world = tp*pp*dp, n_head % tp, layers % (pp*vpp), global batch %
-// (micro batch * dp), interleaved needs microbatches % pp == 0, ...
+// (micro batch * dp), ...
 void check_config(const nn::GptConfig& model, const ClusterSpec& cluster, int gpus,
                   int global_batch, const ParallelConfig& config);
 

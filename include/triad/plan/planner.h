@@ -16,6 +16,7 @@ struct SearchSpace {
   // (pipeline::balanced_stage_layers), and pp not dividing the layers.
   bool try_balanced_stages = true;
   bool overlap_dp = false;
+  bool overlap_tp = false;
   Attention attention = Attention::Unfused;
 };
 
