@@ -148,8 +148,8 @@ LinearResult linear_core(const char* op, const Tensor& x, const Tensor& weight, 
   // bias its column sums, the same way.
   const Tensor leaf_weight = weight.requires_grad() && weight.is_leaf() ? weight : Tensor();
   const Tensor leaf_bias = has_bias && bias.requires_grad() && bias.is_leaf() ? bias : Tensor();
-  auto weight_grad = [x2, rows, out_f, in_f, has_bias, leaf_weight,
-                      leaf_bias](const TensorList& g) -> TensorList {
+  auto weight_grad = [rows, out_f, in_f, has_bias, leaf_weight, leaf_bias](
+                         const Tensor& x2, const TensorList& g) -> TensorList {
     Tensor g2 = reshape(contiguous(g[0]), {rows, out_f});
     Tensor gw;
     const bool added =
@@ -172,7 +172,7 @@ LinearResult linear_core(const char* op, const Tensor& x, const Tensor& weight, 
   if (has_bias) inputs.push_back(bias);
   std::vector<int> deferrable{1};
   if (has_bias) deferrable.push_back(2);
-  detail::record_layer("linear", inputs, {pre}, deferrable, input_grad, weight_grad, comm);
+  detail::record_layer("linear", inputs, {pre}, deferrable, input_grad, weight_grad, x2, comm);
   if (gelu_out) detail::record_gelu(pre, pre, y);
   return {y, gelu_out ? pre : Tensor()};
 }
@@ -193,10 +193,29 @@ const InputGradComm* detail::checked_comm(const char* op, const Tensor& x,
 
 std::shared_ptr<autograd::FunctionNode> detail::record_layer(
     const char* op, const TensorList& inputs, const TensorList& outputs, std::vector<int> deferrable,
-    autograd::BackwardFn input_grad, autograd::BackwardFn weight_grad, const InputGradComm* comm) {
+    autograd::BackwardFn input_grad, WeightGradFn weight_grad, const Tensor& saved,
+    const InputGradComm* comm) {
+  if (!autograd::any_requires_grad(inputs) &&
+      !(comm && comm->start && autograd::any_requires_grad({comm->source}))) {
+    return nullptr;
+  }
+  // How the weight half gets the layer's input: kept, or gathered again.
+  using Pending = std::function<Tensor()>;
+  std::function<Pending()> input_of;
+  if (comm && comm->regather) {
+    input_of = [regather = comm->regather, shape = saved.shape()]() -> Pending {
+      Pending gathered = regather();
+      return [gathered, shape]() { return reshape(contiguous(gathered()), shape).detach(); };
+    };
+  } else {
+    input_of = [saved]() -> Pending { return [saved]() { return saved; }; };
+  }
+  autograd::BackwardFn weight_later = [input_of, weight_grad](const TensorList& g) {
+    return weight_grad(input_of()(), g);
+  };
   if (comm == nullptr || !comm->start) {
     auto node = record(op, inputs, outputs, nullptr);
-    if (node) node->set_split(std::move(deferrable), std::move(input_grad), std::move(weight_grad));
+    if (node) node->set_split(std::move(deferrable), std::move(input_grad), std::move(weight_later));
     return node;
   }
   auto start = comm->start;
@@ -206,14 +225,17 @@ std::shared_ptr<autograd::FunctionNode> detail::record_layer(
     if (grads[0].defined()) grads[0] = start(grads[0])();
     return grads;
   };
-  // Unsplit: the collective runs while the weight half computes.
-  autograd::BackwardFn overlapped = [input_grad, weight_grad, start,
+  // Unsplit: the input's gather runs during the input-gradient GEMM, the
+  // input gradient's collective during the weight half.
+  autograd::BackwardFn overlapped = [input_of, input_grad, weight_grad, start,
                                      deferrable](const TensorList& g) -> TensorList {
+    Pending input = input_of();
     TensorList grads = input_grad(g);
-    std::function<Tensor()> finish;
+    const Tensor x = input();
+    Pending finish;
     if (grads[0].defined()) finish = start(grads[0]);
     grads[0] = Tensor();  // (start may have taken it over)
-    const TensorList weights = weight_grad(g);
+    const TensorList weights = weight_grad(x, g);
     for (int i : deferrable) grads[static_cast<size_t>(i)] = weights[static_cast<size_t>(i)];
     if (finish) grads[0] = finish();
     return grads;
@@ -221,7 +243,7 @@ std::shared_ptr<autograd::FunctionNode> detail::record_layer(
   TensorList edges = inputs;
   edges[0] = comm->source;
   auto node = record(op, edges, outputs, std::move(overlapped));
-  if (node) node->set_split(std::move(deferrable), std::move(input_now), std::move(weight_grad));
+  if (node) node->set_split(std::move(deferrable), std::move(input_now), std::move(weight_later));
   return node;
 }
 

@@ -525,8 +525,8 @@ Tensor linear_head_loss(const char* op, const Tensor& x, const Tensor& weight,
     return {reshape(gx, xs), Tensor()};
   };
   const Tensor leaf_weight = weight.requires_grad() && weight.is_leaf() ? weight : Tensor();
-  auto weight_grad = [logits, x2, leaf_weight,
-                      need_w = weight.requires_grad()](const TensorList&) -> TensorList {
+  auto weight_grad = [logits, leaf_weight, need_w = weight.requires_grad()](
+                         const Tensor& x2, const TensorList&) -> TensorList {
     // (logits hold their gradient by now: input_grad always runs first.)
     if (!need_w) return {Tensor(), Tensor()};
     Tensor gw;
@@ -540,7 +540,7 @@ Tensor linear_head_loss(const char* op, const Tensor& x, const Tensor& weight,
     }
     return {Tensor(), gw};
   };
-  detail::record_layer(op, {x, weight}, {head.loss}, {1}, input_grad, weight_grad, through);
+  detail::record_layer(op, {x, weight}, {head.loss}, {1}, input_grad, weight_grad, x2, through);
   return head.loss;
 }
 

@@ -13,19 +13,24 @@ namespace triad::detail {
 // the layer computes on, needs no gradient other than comm.source's.
 const InputGradComm* checked_comm(const char* op, const Tensor& x, const InputGradComm& comm);
 
+// A layer's weight half: the gradients of its deferrable inputs (one entry
+// per input, the others undefined) from the input it computed on (`saved`,
+// as record_layer was given it) and its output's gradients.
+using WeightGradFn =
+    std::function<autograd::TensorList(const Tensor& saved, const autograd::TensorList& grads)>;
+
 // Records a layer whose backward splits into an input half (`input_grad`:
-// gradients of the inputs not in `deferrable`) and a weight half
-// (`weight_grad`: those in it), both returning one entry per input. With a
-// `comm` start, input 0's gradient goes through it and inputs[0] must be
-// comm->source: the unsplit backward overlaps the collective with the weight
-// half (InputGradComm). Returns the node, or null when nothing needs grad.
-std::shared_ptr<autograd::FunctionNode> record_layer(const char* op,
-                                                     const autograd::TensorList& inputs,
-                                                     const autograd::TensorList& outputs,
-                                                     std::vector<int> deferrable,
-                                                     autograd::BackwardFn input_grad,
-                                                     autograd::BackwardFn weight_grad,
-                                                     const InputGradComm* comm);
+// gradients of the inputs not in `deferrable`, one entry per input) and a
+// weight half (`weight_grad` of `saved`, the input as the layer computed
+// on it). With a `comm` start, input 0's gradient goes through it and
+// inputs[0] must be comm->source: the unsplit backward overlaps the
+// collective with the weight half; with comm->regather, `saved` is not kept
+// but gathered again (InputGradComm). Returns the node, or null when
+// nothing needs grad.
+std::shared_ptr<autograd::FunctionNode> record_layer(
+    const char* op, const autograd::TensorList& inputs, const autograd::TensorList& outputs,
+    std::vector<int> deferrable, autograd::BackwardFn input_grad, WeightGradFn weight_grad,
+    const Tensor& saved, const InputGradComm* comm);
 
 // GELU's node from `x` to `y` = gelu(x); `saved` is x, contiguous, kept for
 // the backward (gelu() and linear_gelu() record the same node).

@@ -47,9 +47,18 @@ Tensor linear_after_gelu(const LinearGelu& in, const Tensor& weight, const Tenso
 // then the wait; a split backward (zero-bubble B) starts and waits at once,
 // its weight gradients coming later. An empty start: no communication, x
 // is source.
+//
+// With `regather`, the layer does not keep x for its weight gradient (under
+// sequence parallelism x is the all-gather of a shard it would hold t
+// times over): regather() begins gathering it again from what the closure
+// keeps and returns a function that waits and gives it. The unsplit
+// backward starts it before the input-gradient GEMM and waits before
+// starting the input gradient's collective (Megatron-LM's order); a
+// deferred weight half gathers when it runs.
 struct InputGradComm {
   Tensor source;
   std::function<std::function<Tensor()>(const Tensor& dx)> start;
+  std::function<std::function<Tensor()>()> regather;
 };
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias,
               const InputGradComm& comm);

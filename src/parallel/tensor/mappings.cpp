@@ -32,16 +32,30 @@ Tensor unfront(const Tensor& x, int64_t d) {
 
 }  // namespace
 
-Tensor all_gather_along(const Tensor& x, int64_t dim, const dist::ProcessGroupPtr& g) {
+namespace {
+
+// Begins all_gather_along; the function returned waits and gives its result.
+std::function<Tensor()> start_all_gather_along(const Tensor& x, int64_t dim,
+                                               const dist::ProcessGroupPtr& g) {
   autograd::NoGradGuard ng;
-  if (g->size() == 1) return x;
   const int64_t d = wrap_dim(dim, x.dim(), "all_gather_along");
   Tensor in = front(x, d).detach();
   Shape s = in.shape();
   s[0] *= g->size();
   Tensor out = empty(s, x.dtype(), x.device());
-  g->all_gather(in, out)->wait();
-  return unfront(out, d).detach();
+  dist::WorkPtr work = g->all_gather(in, out);
+  return [work, in, out, d]() {
+    autograd::NoGradGuard guard;
+    work->wait();
+    return unfront(out, d).detach();
+  };
+}
+
+}  // namespace
+
+Tensor all_gather_along(const Tensor& x, int64_t dim, const dist::ProcessGroupPtr& g) {
+  if (g->size() == 1) return x;
+  return start_all_gather_along(x, dim, g)();
 }
 
 namespace {
@@ -105,6 +119,9 @@ RegionInput enter_region(const Tensor& x, const dist::ProcessGroupPtr& g, bool s
   comm.source = x;
   if (sequence_parallel) {
     comm.start = [g](const Tensor& dx) { return start_reduce_scatter_along(dx, 1, g); };
+    // The layer keeps this shard, not the gathered input, for its weight
+    // gradient (Korthikanti et al.'s sequence-parallel activation memory).
+    comm.regather = [g, shard = x.detach()]() { return start_all_gather_along(shard, 1, g); };
     return {all_gather_along(x, 1, g), std::move(comm)};
   }
   comm.start = [g](const Tensor& dx) {

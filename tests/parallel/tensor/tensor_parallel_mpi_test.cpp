@@ -13,6 +13,7 @@
 
 #include "support/mpi_main.h"
 #include "triad/autograd/engine.h"
+#include "triad/core/allocator.h"
 #include "triad/core/rng.h"
 #include "triad/data/token_dataset.h"
 #include "triad/dist/world.h"
@@ -280,6 +281,26 @@ TEST_P(ColumnParallelOverlapTest, HeadInputGradientCollectiveRunsDuringTheWeight
 }
 
 INSTANTIATE_TEST_SUITE_P(SequenceParallel, ColumnParallelOverlapTest, ::testing::Bool());
+
+// Under sequence parallelism a column-parallel layer keeps its input's
+// shard for the weight gradient, not the all-gathered input (tp times its
+// size): forward leaves nothing new alive but the output. Backward gathers
+// again; the gradients are checked against the unfused ops above and
+// against one process by the GPT tests.
+TEST(ColumnParallelLinear, SequenceParallelKeepsOnlyTheInputShardForBackward) {
+  const int P = g_world->size(), me = g_world->rank();
+  if (P == 1) GTEST_SKIP() << "a group of one gathers nothing";
+  const int64_t C = 64, T = 4 * P, out = 2 * P;
+  ColumnParallelLinear layer(C, out, g_world, true);
+  Tensor x = randn({2, T / P, C}, 3, me);
+  x.set_requires_grad(true);
+  const int64_t before = cpu_allocator().stats().allocated;
+  Tensor y = layer.forward(x);
+  const int64_t held = cpu_allocator().stats().allocated - before;
+  EXPECT_EQ(held, static_cast<int64_t>(y.nbytes()));
+  autograd::backward({sum(y)});
+  EXPECT_EQ(x.grad().shape(), x.shape());
+}
 
 // The vocab-parallel loss of x (2, 6, C) against this rank's shard of
 // w_full (`shard` rows from rank * shard; the vocabulary is its first V):

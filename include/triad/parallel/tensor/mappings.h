@@ -35,7 +35,9 @@ Tensor scatter_to_sequence_region(const Tensor& x, const dist::ProcessGroupPtr& 
 // layer): `input` is what the layer computes on (x, or x all-gathered along
 // the sequence with sequence parallelism) and `comm` takes the gradient
 // back to x (all-reduce, or reduce-scatter along the sequence) while the
-// layer computes its weight gradient. A group of one: x, no comm.
+// layer computes its weight gradient. With sequence parallelism the layer
+// keeps x's shard for that, not the gathered input: backward gathers it
+// again during the input-gradient GEMM. A group of one: x, no comm.
 struct RegionInput {
   Tensor input;
   InputGradComm comm;
