@@ -514,14 +514,18 @@ Estimate estimate(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int gl
   }
 
   // ---- pipeline point-to-point: one (b, s, h) activation, split over the TP
-  // ranks (scatter-gather / sequence parallel); across nodes when a pipeline
-  // hop skips a whole node of tp*dp ranks.
+  // ranks (sequence parallel, or scatter-gather with the receiving stage's
+  // all-gather of the pieces); across nodes when a pipeline hop skips a
+  // whole node of tp*dp ranks.
   if (p.pp > 1) {
-    const double bytes = b * s * h * kFp16 / t;
+    const double whole = b * s * h * kFp16;
+    const bool scatter_gather = !p.sequence_parallel && p.scatter_gather && p.tp > 1;
+    const double bytes = p.sequence_parallel || scatter_gather ? whole / t : whole;
     const bool cross = p.tp * p.dp >= c.gpus_per_node;
     const double bwid = cross ? c.inter_bandwidth_per_gpu() : c.intra_bandwidth;
     e.p2p_time =
         (cross ? c.inter_latency : c.intra_latency) + bytes / (bwid * c.collective_efficiency);
+    if (scatter_gather) e.p2p_time += tp_reduce_scatter(whole, c, p);
   }
   const pipeline::SimulationResult sim =
       simulate_cached(p.schedule, p.pp, p.vpp, e.num_microbatches, p.zb_max_in_flight, sf, sbi, sbw,
@@ -662,6 +666,7 @@ std::string Estimate::json() const {
                    {"stage_layers", config.stage_layers},
                    {"overlap_dp", config.overlap_dp},
                    {"overlap_tp", config.overlap_tp},
+                   {"scatter_gather", config.scatter_gather},
                    {"overlap_param_gather", config.overlap_param_gather},
                    {"attention", attention_name(config.attention)},
                    {"num_microbatches", num_microbatches},

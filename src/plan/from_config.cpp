@@ -51,6 +51,7 @@ PlannedRun planned_run(const train::Config& config, int gpus) {
   p.overlap_dp = true;  // Triad's bucketed reducer starts during backward
   p.overlap_param_gather = par.overlap_param_gather;
   p.overlap_tp = true;  // Triad's column-parallel layers
+  p.scatter_gather = par.pipeline_scatter_gather;
   p.attention = Attention::Flash;
   run.gpus = gpus;
   run.global_batch = static_cast<int>(config.train.global_batch_size);

@@ -773,6 +773,8 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
         }}},
       {"overlap_param_gather",
        {false, [&](auto& v, auto& k) { c.parallel.overlap_param_gather = get_bool(v, k); }}},
+      {"pipeline_scatter_gather",
+       {false, [&](auto& v, auto& k) { c.parallel.pipeline_scatter_gather = get_bool(v, k); }}},
       {"timeout_s",
        {false,
         [&](auto& v, auto& k) {
@@ -955,6 +957,7 @@ std::string to_yaml(const Config& c) {
   e << YAML::Key << "zero" << YAML::Value << p.zero << YAML::Key << "bucket_mb" << YAML::Value
     << p.bucket_mb;
   e << YAML::Key << "overlap_param_gather" << YAML::Value << p.overlap_param_gather;
+  e << YAML::Key << "pipeline_scatter_gather" << YAML::Value << p.pipeline_scatter_gather;
   e << YAML::Key << "topology" << YAML::Value << p.topology;
   e << YAML::Key << "timeout_s" << YAML::Value << p.timeout_s << YAML::Key << "validate_collectives"
     << YAML::Value << p.validate_collectives;

@@ -813,6 +813,7 @@ pipeline::Schedule Trainer::pipeline_schedule(int64_t micro) const {
 
 std::unique_ptr<pipeline::PipelineExecutor> Trainer::make_executor(int64_t micro) {
   auto e = std::make_unique<pipeline::PipelineExecutor>(*pp_model_, pipeline_schedule(micro));
+  e->set_scatter_gather(config_.parallel.pipeline_scatter_gather);
   e->set_event_sink([this](const std::string& name, const std::string& cat,
                            TraceRecorder::Clock::time_point t0,
                            TraceRecorder::Clock::time_point t1) { record(name, cat, t0, t1); });

@@ -359,6 +359,27 @@ TEST(CostModel, TensorParallelInputGradientsHideBehindTheirWeightGradients) {
 // overlap_param_gather (the trainer's default) it runs under the next
 // step's first forward pass instead, and only what outlasts that pass is
 // exposed. Without overlap_dp (Megatron-LM's 2021 baseline) nothing hides.
+// Between pipeline stages on different nodes, tp 8 without sequence
+// parallelism: scatter-gather sends an eighth of the activation over the
+// network and all-gathers it over NVLink; without it the whole activation
+// crosses. Sequence-parallel activations are split already.
+TEST(CostModel, ScatterGatherSendsOneCopyBetweenStages) {
+  const ClusterSpec c = selene();
+  const nn::GptConfig m = gpt(8, 32, 4096);
+  ParallelConfig p = layout(8, 2, 1, 1, Recompute::None);
+  const Estimate split = estimate(m, c, 16, 16, p);
+  p.scatter_gather = false;
+  const Estimate whole = estimate(m, c, 16, 16, p);
+  EXPECT_GT(whole.p2p_time, 3.0 * split.p2p_time);
+  EXPECT_GT(whole.step_time, split.step_time);
+  p.sequence_parallel = true;
+  const Estimate sp_off = estimate(m, c, 16, 16, p);
+  p.scatter_gather = true;
+  const Estimate sp_on = estimate(m, c, 16, 16, p);
+  EXPECT_EQ(sp_off.p2p_time, sp_on.p2p_time);
+  EXPECT_LT(sp_on.p2p_time, split.p2p_time);  // no all-gather after it
+}
+
 TEST(CostModel, ZeroOnesParameterGatherHidesBehindTheNextForward) {
   const ClusterSpec c = selene();
   const nn::GptConfig m = gpt(8, 16, 1536);

@@ -44,6 +44,9 @@ TEST(PlannedRun, TakesTheModelLayoutAndBatchOfATrainerConfig) {
   EXPECT_TRUE(p.overlap_param_gather);
   EXPECT_FALSE(planned_run(config("{dp: 8, zero: 1, overlap_param_gather: false}"))
                    .layout.overlap_param_gather);
+  EXPECT_TRUE(p.scatter_gather);
+  EXPECT_FALSE(planned_run(config("{tp: 2, pp: 2, dp: 16, pipeline_scatter_gather: false}"))
+                   .layout.scatter_gather);
   EXPECT_EQ(p.attention, Attention::Flash);
   EXPECT_TRUE(run.note.empty()) << run.note;
   // It prices without complaint on a real cluster file.

@@ -52,6 +52,10 @@ struct ParallelConfig {
   // which compute the two apart) or after it (Megatron-LM as published in
   // 2021).
   bool overlap_tp = false;
+  // Without sequence parallelism, each TP rank sends 1/tp of a stage's
+  // activation and the next stage all-gathers it (PTD-P's scatter-gather,
+  // parallel.pipeline_scatter_gather); false: every TP rank sends it whole.
+  bool scatter_gather = true;
   Attention attention = Attention::Unfused;
 
   // "tp=8 pp=64 dp=6 vpp=1 mb=1 recompute=full sp=off zero1=off 1f1b", and

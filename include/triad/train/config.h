@@ -68,6 +68,10 @@ struct ParallelSection {
   // step, each bucket waited for when the next forward pass reaches its
   // parameters (dp::GradientReducer::start_gather).
   bool overlap_param_gather = true;
+  // Pipeline transfers without sequence parallelism: each TP rank sends its
+  // 1/tp of a stage's activation (or gradient) and the next stage's TP ranks
+  // all-gather it (pipeline::PipelineExecutor::set_scatter_gather).
+  bool pipeline_scatter_gather = true;
   // Time limit of every collective and transfer (a stuck one raises an
   // error naming it, and the job ends), in seconds.
   double timeout_s = 600;

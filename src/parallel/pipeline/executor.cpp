@@ -6,12 +6,47 @@
 #include <chrono>
 #include <cmath>
 #include <set>
+#include <tuple>
 
 #include "triad/autograd/engine.h"
 #include "triad/autograd/grad_mode.h"
 #include "triad/ops.h"
 
 namespace triad::pipeline {
+
+namespace {
+
+// A payload between stages whole, or (scatter-gather) as this TP rank's
+// 1/t of it, the receiving stage's TP ranks all-gathering the pieces.
+class StageTransfer {
+ public:
+  StageTransfer(dist::ProcessGroupPtr tp, bool split) : tp_(std::move(tp)), split_(split) {}
+  bool splits(const Shape& s) const { return split_ && numel(s) % tp_->size() == 0; }
+  // What to send of a payload.
+  Tensor outgoing(const Tensor& t) const {
+    Tensor c = contiguous(t).detach();
+    if (!splits(c.shape())) return c;
+    const int64_t part = c.numel() / tp_->size();
+    return contiguous(narrow(reshape(c, {c.numel()}), 0, tp_->rank() * part, part)).detach();
+  }
+  // Where to receive a payload of `shape`.
+  Tensor incoming(const Shape& shape, DType dtype, Device device) const {
+    return empty(splits(shape) ? Shape{numel(shape) / tp_->size()} : shape, dtype, device);
+  }
+  // The payload from what was received into incoming()'s buffer.
+  Tensor whole(const Tensor& received, const Shape& shape) const {
+    if (received.shape() == shape) return received;
+    Tensor all = empty({numel(shape)}, received.dtype(), received.device());
+    tp_->all_gather(received, all)->wait();
+    return reshape(all, shape).detach();
+  }
+
+ private:
+  dist::ProcessGroupPtr tp_;
+  bool split_;
+};
+
+}  // namespace
 
 std::vector<std::vector<int64_t>> split_layers(int64_t n_layer, int pp, int vpp) {
   if (pp < 1 || vpp < 1) throw ConfigError("parallel.pp and parallel.vpp must be >= 1");
@@ -244,6 +279,7 @@ PipelineStepResult PipelineExecutor::run(const std::vector<data::Batch>& micro,
   PipelineStepResult res;
   res.chunks.resize(static_cast<size_t>(model_.v()));
   std::vector<dist::WorkPtr> pending_sends;
+  const StageTransfer transfer(tpg, scatter_gather_ && !sp && tpg->size() > 1);
   int live = 0;
   // The last stage sums its micro-batches' losses on their device and reads
   // the sum once (a read per micro-batch would make the host wait each time).
@@ -306,6 +342,8 @@ PipelineStepResult PipelineExecutor::run(const std::vector<data::Batch>& micro,
     if (!a.is_compute()) {
       std::vector<dist::P2POp> ops;
       std::vector<Key> sent_outputs;
+      // Received payloads: where each goes, and its whole shape.
+      std::vector<std::tuple<std::map<Key, Tensor>*, Key, Shape>> received;
       for (const P2POp& o : a.ops) {
         const int chunk_src = schedule_.chunk_of(o.stage);
         if (o.is_send) {
@@ -313,14 +351,19 @@ PipelineStepResult PipelineExecutor::run(const std::vector<data::Batch>& micro,
           Tensor t = o.payload == Payload::Activation ? outputs.at(k) : grad_in.at(k);
           // Gradients travel in the activation dtype (half leaves hold f32 gradients).
           if (t.dtype() != act_dtype) t = cast(t, act_dtype);
-          ops.push_back({true, contiguous(t).detach(), o.peer, 0});
+          Tensor out = transfer.outgoing(t);
+          res.p2p_bytes_sent += static_cast<int64_t>(out.nbytes());
+          ops.push_back({true, out, o.peer, 0});
           if (o.payload == Payload::Activation) sent_outputs.push_back(k);
         } else {
           // The consumer is the next stage (activation) or the previous one (gradient).
           const int consumer = o.payload == Payload::Activation ? o.stage + 1 : o.stage - 1;
           const Key k{schedule_.chunk_of(consumer), o.microbatch};
-          Tensor buf = empty(activation_shape(o.microbatch), act_dtype, act_device);
-          (o.payload == Payload::Activation ? inputs : grad_out)[k] = buf;
+          const Shape shape = activation_shape(o.microbatch);
+          Tensor buf = transfer.incoming(shape, act_dtype, act_device);
+          auto* into = o.payload == Payload::Activation ? &inputs : &grad_out;
+          (*into)[k] = buf;
+          received.emplace_back(into, k, shape);
           ops.push_back({false, buf, o.peer, 0});
         }
       }
@@ -341,6 +384,7 @@ PipelineStepResult PipelineExecutor::run(const std::vector<data::Batch>& micro,
           pending_sends.push_back(w);
         }
       }
+      for (auto& [into, k, shape] : received) (*into)[k] = transfer.whole(into->at(k), shape);
       if (sink_) sink_("p2p", "p2p", t0, Clock::now());
       // Sent activations: only their place in the graph is still needed.
       for (const Key& k : sent_outputs) {
@@ -439,6 +483,7 @@ double PipelineExecutor::evaluate(const std::vector<data::Batch>& micro) {
   const int64_t tp = model_.groups().tp->size();
   const bool sp = model_.chunk(0).sequence_parallel();
   const nn::ForwardContext no_dropout{false, 0, 0};
+  const StageTransfer transfer(model_.groups().tp, scatter_gather_ && !sp && tp > 1);
   Tensor loss_sum;
   // Sends stay in flight for one microbatch (the next stage takes them when
   // it gets there), so at most two microbatches' activations are held.
@@ -458,8 +503,10 @@ double PipelineExecutor::evaluate(const std::vector<data::Batch>& micro) {
       } else if (schedule_.rank_of(stage - 1) == r) {
         x = carried;
       } else {
-        x = empty({b, sp ? T / tp : T, model_.config().d_model}, model_.dtype(), model_.device());
+        const Shape shape{b, sp ? T / tp : T, model_.config().d_model};
+        x = transfer.incoming(shape, model_.dtype(), model_.device());
         pp->batch_isend_irecv({{false, x, schedule_.rank_of(stage - 1), 0}})->wait();
+        x = transfer.whole(x, shape);
       }
       for (int64_t i : chunk.plan().layers) x = chunk.block(i, x, ctx);
       if (stage == S - 1) {
@@ -468,8 +515,8 @@ double PipelineExecutor::evaluate(const std::vector<data::Batch>& micro) {
       } else if (schedule_.rank_of(stage + 1) == r) {
         carried = x;
       } else {
-        current.push_back(
-            pp->batch_isend_irecv({{true, contiguous(x), schedule_.rank_of(stage + 1), 0}}));
+        current.push_back(pp->batch_isend_irecv(
+            {{true, transfer.outgoing(x), schedule_.rank_of(stage + 1), 0}}));
       }
     }
     for (auto& w : previous) w->wait();

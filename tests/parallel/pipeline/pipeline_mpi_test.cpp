@@ -124,6 +124,41 @@ TEST(Pipeline, OneStepEqualsGradientAccumulationForEverySchedule) {
   }
 }
 
+// Scatter-gather: under tp 2 without sequence parallelism each TP rank
+// sends its half of every activation and gradient and the next stage
+// all-gathers the halves: the same step as sending whole payloads, bit for
+// bit, for half the bytes (1F1B, ZB-H1 and evaluation).
+TEST(Pipeline, ScatterGatherSendsEachTpRanksShareAndChangesNothing) {
+  const int w = g_world->size();
+  if (w < 4) GTEST_SKIP() << "needs tp 2 x pp 2";
+  const dist::DeviceMesh mesh(g_world, dist::MeshShape{2, w / 2, 1});
+  const PipelineGroups g{mesh.tp(), mesh.pp(), mesh.embedding()};
+  const int p = w / 2;
+  struct Run {
+    PipelineStepResult res;
+    std::vector<std::vector<double>> grads;
+    double eval = 0;
+  };
+  for (ScheduleKind kind : {ScheduleKind::OneFOneB, ScheduleKind::ZbH1}) {
+    auto run = [&](bool scatter_gather) {
+      PipelineModel model(tiny(), 21, g, false, 1, {}, placement_of(kind));
+      PipelineExecutor exec(model, make_schedule(kind, p, 2 * p, 1));
+      exec.set_scatter_gather(scatter_gather);
+      Run r;
+      r.res = exec.run(batches(2 * p, 3), {});
+      for (auto& [n, t] : model.named_parameters()) r.grads.push_back(to_double_vector(t.grad()));
+      r.eval = exec.evaluate(batches(3, 4));
+      return r;
+    };
+    const Run on = run(true), off = run(false);
+    EXPECT_EQ(on.res.loss, off.res.loss) << schedule_name(kind);
+    EXPECT_EQ(on.grads, off.grads) << schedule_name(kind);
+    EXPECT_EQ(on.eval, off.eval) << schedule_name(kind);
+    EXPECT_GT(off.res.p2p_bytes_sent, 0) << schedule_name(kind);
+    EXPECT_EQ(2 * on.res.p2p_bytes_sent, off.res.p2p_bytes_sent) << schedule_name(kind);
+  }
+}
+
 TEST(Pipeline, TenStepsGiveTheSameLossesAsOneProcess) {
   const int p = g_world->size();
   for (const Case& c :

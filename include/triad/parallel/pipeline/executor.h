@@ -90,6 +90,7 @@ class PipelineModel {
 struct PipelineStepResult {
   double loss = 0;             // mean over all tokens of all microbatches (same on every rank)
   int peak_live_outputs = 0;   // most (chunk, microbatch) stage outputs held at once
+  int64_t p2p_bytes_sent = 0;  // activations and gradients this rank sent to other stages
   double compute_seconds = 0;  // time in F, B and W on this rank
   // The same time by kind: forwards, backwards (B, or full backwards in
   // unsplit schedules) and weight-gradient passes, with their counts.
@@ -124,6 +125,13 @@ class PipelineExecutor {
   // that the times measured (PipelineStepResult, events) are the device's,
   // not the host's enqueueing. Slower; for the steps zb-auto measures.
   void set_profile(bool on) { profile_ = on; }
+  // PTD-P's scatter-gather (Narayanan et al. 2021, section 4.1; on by
+  // default): without sequence parallelism the t ranks of a stage's TP
+  // group hold the same activation and the same gradient of it, so each
+  // sends only its 1/t and the receiving stage's TP ranks all-gather the
+  // pieces: one copy crosses between the stages (over the network when
+  // they are on different nodes) instead of t. Values are unchanged.
+  void set_scatter_gather(bool on) { scatter_gather_ = on; }
   // microbatches.size() must equal the schedule's m; each batch (b, T).
   // Microbatch i runs with ctx.call + i (dropout streams). Backward starts
   // from loss * loss_scale (fp16 loss scaling); the reported loss is unscaled.
@@ -141,6 +149,7 @@ class PipelineExecutor {
   Schedule schedule_;
   EventSink sink_;
   bool profile_ = false;
+  bool scatter_gather_ = true;
 };
 
 }  // namespace triad::pipeline
