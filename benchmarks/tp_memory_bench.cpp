@@ -60,10 +60,9 @@ int main(int argc, char** argv) {
   }
   for (bool sp : {false, true}) {
     const int64_t L = cfg.n_layer;
-    const double per_layer =
-        static_cast<double>(held_after_forward(cfg, 2 * L, batch, world, sp) -
-                            held_after_forward(cfg, L, batch, world, sp)) /
-        static_cast<double>(L);
+    const double per_layer = static_cast<double>(held_after_forward(cfg, 2 * L, batch, world, sp) -
+                                                 held_after_forward(cfg, L, batch, world, sp)) /
+                             static_cast<double>(L);
     // Korthikanti et al. 2022, selective recomputation, 2-byte activations
     // and 1-byte dropout masks: sbh(10 + 24/t), sequence-parallel sbh(34/t).
     const double megatron = sp ? 34.0 / t : 10.0 + 24.0 / t;

@@ -192,9 +192,9 @@ const InputGradComm* detail::checked_comm(const char* op, const Tensor& x,
 }
 
 std::shared_ptr<autograd::FunctionNode> detail::record_layer(
-    const char* op, const TensorList& inputs, const TensorList& outputs, std::vector<int> deferrable,
-    autograd::BackwardFn input_grad, WeightGradFn weight_grad, const Tensor& saved,
-    const InputGradComm* comm) {
+    const char* op, const TensorList& inputs, const TensorList& outputs,
+    std::vector<int> deferrable, autograd::BackwardFn input_grad, WeightGradFn weight_grad,
+    const Tensor& saved, const InputGradComm* comm) {
   if (!autograd::any_requires_grad(inputs) &&
       !(comm && comm->start && autograd::any_requires_grad({comm->source}))) {
     return nullptr;
@@ -215,7 +215,8 @@ std::shared_ptr<autograd::FunctionNode> detail::record_layer(
   };
   if (comm == nullptr || !comm->start) {
     auto node = record(op, inputs, outputs, nullptr);
-    if (node) node->set_split(std::move(deferrable), std::move(input_grad), std::move(weight_later));
+    if (node)
+      node->set_split(std::move(deferrable), std::move(input_grad), std::move(weight_later));
     return node;
   }
   auto start = comm->start;
@@ -253,7 +254,8 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
 
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias,
               const InputGradComm& comm) {
-  return linear_core("linear", x, weight, bias, false, Tensor(), detail::checked_comm("linear", x, comm))
+  return linear_core("linear", x, weight, bias, false, Tensor(),
+                     detail::checked_comm("linear", x, comm))
       .y;
 }
 

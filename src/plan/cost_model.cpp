@@ -94,7 +94,8 @@ LayerCost layer_cost(const nn::GptConfig& m, const ClusterSpec& c, const Paralle
   // and weight gradients.
   const double f = static_cast<double>(m.ffn()), fc = static_cast<double>(m.fc_width());
   const double w = static_cast<double>(m.qkv_width());
-  const LinearTimes qkv = linear_times(tokens, h, w / t, c), up = linear_times(tokens, h, fc / t, c);
+  const LinearTimes qkv = linear_times(tokens, h, w / t, c),
+                    up = linear_times(tokens, h, fc / t, c);
   for (const LinearTimes& lt :
        {qkv, linear_times(tokens, q / t, h, c), up, linear_times(tokens, f / t, h, c)}) {
     L.fwd_gemm += lt.fwd;
@@ -186,9 +187,9 @@ HeadCost head_cost(const nn::GptConfig& m, const ClusterSpec& c, const ParallelC
     // (reduce-scattered, its input having been all-gathered, under sequence
     // parallelism) during the head's weight-gradient GEMM.
     const double act = tokens * h * kFp16;
-    const double stats = 3.0 * ring_time(tokens * 4.0, 2.0 * (p.tp - 1.0) / p.tp, p.tp,
-                                         c.intra_bandwidth, c.intra_latency,
-                                         c.collective_efficiency);
+    const double stats =
+        3.0 * ring_time(tokens * 4.0, 2.0 * (p.tp - 1.0) / p.tp, p.tp, c.intra_bandwidth,
+                        c.intra_latency, c.collective_efficiency);
     const double gather = p.sequence_parallel ? tp_reduce_scatter(act, c, p) : 0.0;
     const double dx = p.sequence_parallel
                           ? tp_reduce_scatter(act, c, p)

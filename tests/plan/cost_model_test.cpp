@@ -350,8 +350,7 @@ TEST(CostModel, TensorParallelInputGradientsHideBehindTheirWeightGradients) {
   q.sequence_parallel = true;
   const Estimate rs = estimate(m, c, 16, 16, q);
   EXPECT_NEAR(ar.tp_comm_hidden_time, 0.5 * ar.tp_comm_time, 1e-9 * ar.tp_comm_time);
-  EXPECT_NEAR(rs.tp_comm_hidden_time, 0.5 * ar.tp_comm_hidden_time,
-              0.1 * ar.tp_comm_hidden_time);
+  EXPECT_NEAR(rs.tp_comm_hidden_time, 0.5 * ar.tp_comm_hidden_time, 0.1 * ar.tp_comm_hidden_time);
   EXPECT_NE(whole.json().find("\"tp_comm_hidden_per_microbatch_s\""), std::string::npos);
 }
 

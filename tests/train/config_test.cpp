@@ -49,10 +49,9 @@ TEST(Config, ParsesDefaultsAndOverrides) {
   EXPECT_FALSE(c.parallel.validate_collectives);
   EXPECT_TRUE(c.parallel.overlap_param_gather);
   EXPECT_TRUE(c.parallel.pipeline_scatter_gather);
-  Config d = parse_config(
-      to_yaml(parse_config(kValid, {"parallel.timeout_s=45.5", "parallel.validate_collectives=true",
-                                    "parallel.overlap_param_gather=false",
-                                    "parallel.pipeline_scatter_gather=false"})));
+  Config d = parse_config(to_yaml(parse_config(
+      kValid, {"parallel.timeout_s=45.5", "parallel.validate_collectives=true",
+               "parallel.overlap_param_gather=false", "parallel.pipeline_scatter_gather=false"})));
   EXPECT_FALSE(d.parallel.pipeline_scatter_gather);
   EXPECT_DOUBLE_EQ(d.parallel.timeout_s, 45.5);
   EXPECT_TRUE(d.parallel.validate_collectives);

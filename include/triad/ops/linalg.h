@@ -60,8 +60,7 @@ struct InputGradComm {
   std::function<std::function<Tensor()>(const Tensor& dx)> start;
   std::function<std::function<Tensor()>()> regather;
 };
-Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias,
-              const InputGradComm& comm);
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, const InputGradComm& comm);
 LinearGelu linear_gelu_parts(const Tensor& x, const Tensor& weight, const Tensor& bias,
                              const InputGradComm& comm);
 

@@ -69,14 +69,14 @@ struct Estimate {
   int num_microbatches = 0;  // per pipeline (global batch / (dp * micro batch))
   // Time, seconds per optimizer step.
   double step_time = 0;
-  double pipeline_time = 0;      // simulated makespan of all microbatches (compute + p2p)
-  double compute_time = 0;       // per microbatch on the slowest stage: F + B (+ recompute)
-  double gemm_time = 0;          // ... of which GEMMs
-  double memory_bound_time = 0;  // ... of which memory-bound kernels (softmax, norms, ...)
-  double tp_comm_time = 0;       // ... of which tensor-parallel collectives
+  double pipeline_time = 0;        // simulated makespan of all microbatches (compute + p2p)
+  double compute_time = 0;         // per microbatch on the slowest stage: F + B (+ recompute)
+  double gemm_time = 0;            // ... of which GEMMs
+  double memory_bound_time = 0;    // ... of which memory-bound kernels (softmax, norms, ...)
+  double tp_comm_time = 0;         // ... of which tensor-parallel collectives
   double tp_comm_hidden_time = 0;  // ... of those, hidden behind weight-gradient GEMMs
-  double p2p_time = 0;           // one activation transfer between stages
-  double dp_comm_time = 0;       // gradient reduction (exposed part)
+  double p2p_time = 0;             // one activation transfer between stages
+  double dp_comm_time = 0;         // gradient reduction (exposed part)
   double optimizer_time = 0;
   double bubble_fraction = 0;  // from the simulated schedule
   // Throughput.

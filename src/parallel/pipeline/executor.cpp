@@ -515,8 +515,8 @@ double PipelineExecutor::evaluate(const std::vector<data::Batch>& micro) {
       } else if (schedule_.rank_of(stage + 1) == r) {
         carried = x;
       } else {
-        current.push_back(pp->batch_isend_irecv(
-            {{true, transfer.outgoing(x), schedule_.rank_of(stage + 1), 0}}));
+        current.push_back(
+            pp->batch_isend_irecv({{true, transfer.outgoing(x), schedule_.rank_of(stage + 1), 0}}));
       }
     }
     for (auto& w : previous) w->wait();

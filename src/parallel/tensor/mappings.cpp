@@ -78,8 +78,7 @@ std::function<Tensor()> start_reduce_scatter_along(const Tensor& x, int64_t dim,
 }
 
 // Begins the in-place all-reduce (sum) of x, which must be contiguous.
-std::function<Tensor()> start_all_reduce_in_place(const Tensor& x,
-                                                  const dist::ProcessGroupPtr& g) {
+std::function<Tensor()> start_all_reduce_in_place(const Tensor& x, const dist::ProcessGroupPtr& g) {
   Tensor t = x.detach();
   dist::WorkPtr work = g->all_reduce(t, dist::ReduceOp::Sum);
   return [work, t]() {

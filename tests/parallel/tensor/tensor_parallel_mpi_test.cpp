@@ -219,8 +219,8 @@ TEST_P(ColumnParallelOverlapTest, InputGradientCollectiveRunsDuringTheWeightGrad
                       to_double_vector(params[1].second.grad())};
   };
   const LayerGrads whole = layer_run(false);
-  EXPECT_EQ(log, (std::vector<std::string>{coll, "weight gradient", "bias gradient",
-                                           "wait " + coll, "flush"}));
+  EXPECT_EQ(log, (std::vector<std::string>{coll, "weight gradient", "bias gradient", "wait " + coll,
+                                           "flush"}));
   const LayerGrads split = layer_run(true);
   EXPECT_EQ(log, (std::vector<std::string>{coll, "wait " + coll, "flush", "weight gradient",
                                            "bias gradient"}));
