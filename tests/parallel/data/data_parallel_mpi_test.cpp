@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "support/forwarding_group.h"
 #include "support/mpi_main.h"
 #include "support/temp_dir.h"
 #include "triad/autograd/engine.h"
@@ -194,11 +195,9 @@ TEST(DataParallel, ZeroOneGathersTheParametersInPlace) {
 // where MPI's shared memory might deliver the values early anyway. Ranks
 // wait in the same order (a forward pass's), so the deferred calls still
 // meet.
-class GatherOnWait final : public dist::ProcessGroup {
+class GatherOnWait final : public testing::ForwardingGroup {
  public:
-  explicit GatherOnWait(dist::ProcessGroupPtr inner)
-      : ProcessGroup(inner->name(), inner->rank(), inner->size(), inner->members()),
-        inner_(std::move(inner)) {}
+  using ForwardingGroup::ForwardingGroup;
   dist::WorkPtr all_gather(const Tensor& input, Tensor& output) override {
     struct Deferred final : dist::Work {
       dist::ProcessGroupPtr group;
@@ -212,31 +211,9 @@ class GatherOnWait final : public dist::ProcessGroup {
       bool is_completed() override { return done; }
     };
     auto w = std::make_shared<Deferred>();
-    w->group = inner_, w->in = input, w->out = output;
+    w->group = inner(), w->in = input, w->out = output;
     return w;
   }
-  dist::WorkPtr all_reduce(Tensor& t, dist::ReduceOp op) override {
-    return inner_->all_reduce(t, op);
-  }
-  dist::WorkPtr all_gather_uneven(const Tensor& in, Tensor& out,
-                                  const std::vector<int64_t>& counts) override {
-    return inner_->all_gather_uneven(in, out, counts);
-  }
-  dist::WorkPtr reduce_scatter(const Tensor& in, Tensor& out, dist::ReduceOp op) override {
-    return inner_->reduce_scatter(in, out, op);
-  }
-  dist::WorkPtr broadcast(Tensor& t, int root) override { return inner_->broadcast(t, root); }
-  dist::WorkPtr send(const Tensor& t, int dst, int tag) override {
-    return inner_->send(t, dst, tag);
-  }
-  dist::WorkPtr recv(Tensor& t, int src, int tag) override { return inner_->recv(t, src, tag); }
-  dist::WorkPtr batch_isend_irecv(const std::vector<dist::P2POp>& ops) override {
-    return inner_->batch_isend_irecv(ops);
-  }
-  dist::WorkPtr barrier() override { return inner_->barrier(); }
-
- private:
-  dist::ProcessGroupPtr inner_;
 };
 
 // parallel.overlap_param_gather: the ZeRO-1 step leaves its all-gathers

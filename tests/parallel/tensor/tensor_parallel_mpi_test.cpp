@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "support/forwarding_group.h"
 #include "support/mpi_main.h"
 #include "triad/autograd/engine.h"
 #include "triad/core/allocator.h"
@@ -114,36 +115,18 @@ TEST(Mappings, ScatterAndGatherAreEachOthersGradients) {
 // A group whose all-reduces and reduce-scatters run only when waited for,
 // as over a slow link, each start and wait written to `log`: what a
 // backward pass logs between the two is what the collective overlapped.
-class CollectivesRunOnWait final : public dist::ProcessGroup {
+class CollectivesRunOnWait final : public testing::ForwardingGroup {
  public:
   CollectivesRunOnWait(dist::ProcessGroupPtr inner, std::vector<std::string>* log)
-      : ProcessGroup(inner->name(), inner->rank(), inner->size(), inner->members()),
-        inner_(std::move(inner)),
-        log_(log) {}
+      : ForwardingGroup(std::move(inner)), log_(log) {}
   dist::WorkPtr all_reduce(Tensor& t, dist::ReduceOp op) override {
-    return deferred("all_reduce", [g = inner_, t, op]() mutable { g->all_reduce(t, op)->wait(); });
+    return deferred("all_reduce", [g = inner(), t, op]() mutable { g->all_reduce(t, op)->wait(); });
   }
   dist::WorkPtr reduce_scatter(const Tensor& in, Tensor& out, dist::ReduceOp op) override {
-    return deferred("reduce_scatter", [g = inner_, in, out, op]() mutable {
+    return deferred("reduce_scatter", [g = inner(), in, out, op]() mutable {
       g->reduce_scatter(in, out, op)->wait();
     });
   }
-  dist::WorkPtr all_gather(const Tensor& in, Tensor& out) override {
-    return inner_->all_gather(in, out);
-  }
-  dist::WorkPtr all_gather_uneven(const Tensor& in, Tensor& out,
-                                  const std::vector<int64_t>& counts) override {
-    return inner_->all_gather_uneven(in, out, counts);
-  }
-  dist::WorkPtr broadcast(Tensor& t, int root) override { return inner_->broadcast(t, root); }
-  dist::WorkPtr send(const Tensor& t, int dst, int tag) override {
-    return inner_->send(t, dst, tag);
-  }
-  dist::WorkPtr recv(Tensor& t, int src, int tag) override { return inner_->recv(t, src, tag); }
-  dist::WorkPtr batch_isend_irecv(const std::vector<dist::P2POp>& ops) override {
-    return inner_->batch_isend_irecv(ops);
-  }
-  dist::WorkPtr barrier() override { return inner_->barrier(); }
 
  private:
   struct Deferred final : dist::Work {
@@ -167,7 +150,6 @@ class CollectivesRunOnWait final : public dist::ProcessGroup {
     return w;
   }
 
-  dist::ProcessGroupPtr inner_;
   std::vector<std::string>* log_;
 };
 
