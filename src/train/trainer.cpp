@@ -1148,11 +1148,15 @@ std::vector<StepMetrics> Trainer::run() {
       model.num_parameters() / 1e6);
   if (mesh_) {
     const auto& par = config_.parallel;
+    std::string pipeline;
+    if (par.pp > 1) {
+      pipeline = ", schedule " + par.schedule;
+      if (par.vpp > 1) pipeline += " (vpp " + std::to_string(par.vpp) + ")";
+      if (par.tp > 1 && !par.sequence_parallel && par.pipeline_scatter_gather)
+        pipeline += ", scatter-gather between stages";
+    }
     spdlog::info("parallel: tp {} x pp {} x dp {} over {} ranks{}{}{}", par.tp, par.pp, dp_,
-                 world_->size(), par.sequence_parallel ? ", sequence parallel" : "",
-                 par.pp > 1 ? ", schedule " + par.schedule +
-                                  (par.vpp > 1 ? " (vpp " + std::to_string(par.vpp) + ")" : "")
-                            : std::string(),
+                 world_->size(), par.sequence_parallel ? ", sequence parallel" : "", pipeline,
                  zero_optimizer_
                      ? (par.overlap_param_gather
                             ? ", ZeRO-1 (parameter all-gathers overlap the next forward)"
