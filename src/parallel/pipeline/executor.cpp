@@ -280,6 +280,24 @@ PipelineStepResult PipelineExecutor::run(const std::vector<data::Batch>& micro,
   res.chunks.resize(static_cast<size_t>(model_.v()));
   std::vector<dist::WorkPtr> pending_sends;
   const StageTransfer transfer(tpg, scatter_gather_ && !sp && tpg->size() > 1);
+  // Payloads on their way here: their batch, and their whole shape. The
+  // action that consumes one waits for it (a receive posted before a W, say,
+  // lets the W run meanwhile; on a GPU the compute stream is not made to
+  // wait for it earlier).
+  struct Arriving {
+    dist::WorkPtr work;
+    Shape shape;
+  };
+  std::map<Key, Arriving> arriving_inputs, arriving_grads;
+  auto arrived = [&](std::map<Key, Arriving>& arriving, std::map<Key, Tensor>& into, const Key& k) {
+    auto it = arriving.find(k);
+    if (it == arriving.end()) return;
+    const auto t0 = Clock::now();
+    it->second.work->wait();
+    into[k] = transfer.whole(into.at(k), it->second.shape);
+    arriving.erase(it);
+    if (sink_) sink_("wait", "p2p", t0, Clock::now());
+  };
   int live = 0;
   // The last stage sums its micro-batches' losses on their device and reads
   // the sum once (a read per micro-batch would make the host wait each time).
@@ -342,8 +360,8 @@ PipelineStepResult PipelineExecutor::run(const std::vector<data::Batch>& micro,
     if (!a.is_compute()) {
       std::vector<dist::P2POp> ops;
       std::vector<Key> sent_outputs;
-      // Received payloads: where each goes, and its whole shape.
-      std::vector<std::tuple<std::map<Key, Tensor>*, Key, Shape>> received;
+      // Payloads to receive: where each is announced, and its whole shape.
+      std::vector<std::tuple<std::map<Key, Arriving>*, Key, Shape>> received;
       for (const P2POp& o : a.ops) {
         const int chunk_src = schedule_.chunk_of(o.stage);
         if (o.is_send) {
@@ -361,9 +379,9 @@ PipelineStepResult PipelineExecutor::run(const std::vector<data::Batch>& micro,
           const Key k{schedule_.chunk_of(consumer), o.microbatch};
           const Shape shape = activation_shape(o.microbatch);
           Tensor buf = transfer.incoming(shape, act_dtype, act_device);
-          auto* into = o.payload == Payload::Activation ? &inputs : &grad_out;
-          (*into)[k] = buf;
-          received.emplace_back(into, k, shape);
+          const bool activation = o.payload == Payload::Activation;
+          (activation ? inputs : grad_out)[k] = buf;
+          received.emplace_back(activation ? &arriving_inputs : &arriving_grads, k, shape);
           ops.push_back({false, buf, o.peer, 0});
         }
       }
@@ -372,19 +390,19 @@ PipelineStepResult PipelineExecutor::run(const std::vector<data::Batch>& micro,
       // NCCL two batches would run in order on the group's stream, each
       // rank's send waiting for a receive the peer queued behind its own
       // send (a deadlock MPI's eager sends hide). One batch lets them pair
-      // up. Batches holding only sends stay in flight until the step ends.
+      // up. A batch that only receives is waited for by the action that
+      // consumes its payload, so the rank computes meanwhile (ZB-H1's order
+      // posts receives before W passes). One that also sends is waited for
+      // at once: an MPI group moves a rendezvous send on only inside MPI
+      // calls, and the peer is waiting for it. Every batch is waited for
+      // again when the step ends.
       const auto t0 = Clock::now();
-      const bool receives =
-          std::any_of(ops.begin(), ops.end(), [](const dist::P2POp& o) { return !o.is_send; });
       if (!ops.empty()) {
         dist::WorkPtr w = model_.groups().pp->batch_isend_irecv(ops);
-        if (receives) {
-          w->wait();
-        } else {
-          pending_sends.push_back(w);
-        }
+        for (auto& [arriving, k, shape] : received) (*arriving)[k] = {w, shape};
+        pending_sends.push_back(w);
+        if (!received.empty() && received.size() < ops.size()) w->wait();
       }
-      for (auto& [into, k, shape] : received) (*into)[k] = transfer.whole(into->at(k), shape);
       if (sink_) sink_("p2p", "p2p", t0, Clock::now());
       // Sent activations: only their place in the graph is still needed.
       for (const Key& k : sent_outputs) {
@@ -406,6 +424,16 @@ PipelineStepResult PipelineExecutor::run(const std::vector<data::Batch>& micro,
       if (found == documents.end())
         found = documents.emplace(mb, chunk.with_documents(micro[mb].inputs, cctx)).first;
       cctx = found->second;
+    }
+    // Batches done by now let go of what they sent (and, asking, an MPI
+    // group moves the others on).
+    pending_sends.erase(std::remove_if(pending_sends.begin(), pending_sends.end(),
+                                       [](const dist::WorkPtr& w) { return w->is_completed(); }),
+                        pending_sends.end());
+    if (a.compute == ComputeKind::Forward) {
+      arrived(arriving_inputs, inputs, k);
+    } else if (a.compute != ComputeKind::BackwardWeight) {
+      arrived(arriving_grads, grad_out, k);
     }
     switch (a.compute) {
       case ComputeKind::Forward:
