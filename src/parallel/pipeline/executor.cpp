@@ -285,19 +285,23 @@ PipelineStepResult PipelineExecutor::run(const std::vector<data::Batch>& micro,
   // lets the W run meanwhile; on a GPU the compute stream is not made to
   // wait for it earlier).
   struct Arriving {
-    dist::WorkPtr work;
+    dist::WorkPtr work;  // null: waited for already
     Shape shape;
   };
   std::map<Key, Arriving> arriving_inputs, arriving_grads;
   auto arrived = [&](std::map<Key, Arriving>& arriving, std::map<Key, Tensor>& into, const Key& k) {
     auto it = arriving.find(k);
     if (it == arriving.end()) return;
-    const auto t0 = Clock::now();
-    it->second.work->wait();
+    if (it->second.work) {
+      const auto t0 = Clock::now();
+      it->second.work->wait();
+      if (sink_) sink_("wait", "p2p", t0, Clock::now());
+    }
     into[k] = transfer.whole(into.at(k), it->second.shape);
     arriving.erase(it);
-    if (sink_) sink_("wait", "p2p", t0, Clock::now());
   };
+  // A host-side (MPI) group moves transfers on only inside its calls.
+  const bool poll = act_device.is_cpu();
   int live = 0;
   // The last stage sums its micro-batches' losses on their device and reads
   // the sum once (a read per micro-batch would make the host wait each time).
@@ -394,14 +398,18 @@ PipelineStepResult PipelineExecutor::run(const std::vector<data::Batch>& micro,
       // consumes its payload, so the rank computes meanwhile (ZB-H1's order
       // posts receives before W passes). One that also sends is waited for
       // at once: an MPI group moves a rendezvous send on only inside MPI
-      // calls, and the peer is waiting for it. Every batch is waited for
-      // again when the step ends.
+      // calls, and the peer is waiting for it. Sends alone stay in flight
+      // until they are done or the step ends.
       const auto t0 = Clock::now();
       if (!ops.empty()) {
         dist::WorkPtr w = model_.groups().pp->batch_isend_irecv(ops);
+        if (received.empty()) {
+          pending_sends.push_back(w);
+        } else if (received.size() < ops.size()) {
+          w->wait();
+          w = nullptr;
+        }
         for (auto& [arriving, k, shape] : received) (*arriving)[k] = {w, shape};
-        pending_sends.push_back(w);
-        if (!received.empty() && received.size() < ops.size()) w->wait();
       }
       if (sink_) sink_("p2p", "p2p", t0, Clock::now());
       // Sent activations: only their place in the graph is still needed.
@@ -425,11 +433,14 @@ PipelineStepResult PipelineExecutor::run(const std::vector<data::Batch>& micro,
         found = documents.emplace(mb, chunk.with_documents(micro[mb].inputs, cctx)).first;
       cctx = found->second;
     }
-    // Batches done by now let go of what they sent (and, asking, an MPI
-    // group moves the others on).
-    pending_sends.erase(std::remove_if(pending_sends.begin(), pending_sends.end(),
-                                       [](const dist::WorkPtr& w) { return w->is_completed(); }),
-                        pending_sends.end());
+    // On the host, sends done by now let go of what they sent (and, asked,
+    // the MPI group moves the others on). A GPU's are never polled: their
+    // waits are stream-ordered.
+    if (poll) {
+      pending_sends.erase(std::remove_if(pending_sends.begin(), pending_sends.end(),
+                                         [](const dist::WorkPtr& w) { return w->is_completed(); }),
+                          pending_sends.end());
+    }
     if (a.compute == ComputeKind::Forward) {
       arrived(arriving_inputs, inputs, k);
     } else if (a.compute != ComputeKind::BackwardWeight) {
