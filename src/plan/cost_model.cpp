@@ -32,9 +32,14 @@ double roofline(double flops, double bytes, const ClusterSpec& c) {
                   bytes / (c.memory_bandwidth * c.memory_efficiency));
 }
 
-// A reduce-scatter (or all-gather) of `bytes` over the TP group.
+// A reduce-scatter (or all-gather) of `bytes` over the TP group, and an
+// all-reduce (twice the traffic).
 double tp_reduce_scatter(double bytes, const ClusterSpec& c, const ParallelConfig& p) {
   return ring_time(bytes, (p.tp - 1.0) / p.tp, p.tp, c.intra_bandwidth, c.intra_latency,
+                   c.collective_efficiency);
+}
+double tp_all_reduce(double bytes, const ClusterSpec& c, const ParallelConfig& p) {
+  return ring_time(bytes, 2.0 * (p.tp - 1.0) / p.tp, p.tp, c.intra_bandwidth, c.intra_latency,
                    c.collective_efficiency);
 }
 
@@ -152,8 +157,7 @@ LayerCost layer_cost(const nn::GptConfig& m, const ClusterSpec& c, const Paralle
   // weight-gradient GEMMs.
   if (t > 1) {
     const double act = tokens * h * kFp16;
-    const double ar = ring_time(act, 2.0 * (t - 1) / t, p.tp, c.intra_bandwidth, c.intra_latency,
-                                c.collective_efficiency);
+    const double ar = tp_all_reduce(act, c, p);
     L.fwd_tp = 2.0 * ar;
     L.bwd_tp = 2.0 * ar;
     const double input_grad = p.sequence_parallel ? tp_reduce_scatter(act, c, p) : ar;
@@ -165,7 +169,7 @@ LayerCost layer_cost(const nn::GptConfig& m, const ClusterSpec& c, const Paralle
 // Output head and loss on the last stage, per microbatch (seconds).
 struct HeadCost {
   double fwd = 0, bwd_input = 0, bwd_weight = 0;
-  double tp = 0, bwd_tp_hidden = 0;  // as LayerCost's (included in the three above)
+  double bwd_tp_hidden = 0;  // as LayerCost's (its TP collectives are in the three above)
 };
 
 HeadCost head_cost(const nn::GptConfig& m, const ClusterSpec& c, const ParallelConfig& p) {
@@ -187,17 +191,11 @@ HeadCost head_cost(const nn::GptConfig& m, const ClusterSpec& c, const ParallelC
     // (reduce-scattered, its input having been all-gathered, under sequence
     // parallelism) during the head's weight-gradient GEMM.
     const double act = tokens * h * kFp16;
-    const double stats =
-        3.0 * ring_time(tokens * 4.0, 2.0 * (p.tp - 1.0) / p.tp, p.tp, c.intra_bandwidth,
-                        c.intra_latency, c.collective_efficiency);
+    const double stats = 3.0 * tp_all_reduce(tokens * 4.0, c, p);
     const double gather = p.sequence_parallel ? tp_reduce_scatter(act, c, p) : 0.0;
-    const double dx = p.sequence_parallel
-                          ? tp_reduce_scatter(act, c, p)
-                          : ring_time(act, 2.0 * (p.tp - 1.0) / p.tp, p.tp, c.intra_bandwidth,
-                                      c.intra_latency, c.collective_efficiency);
+    const double dx = p.sequence_parallel ? tp_reduce_scatter(act, c, p) : tp_all_reduce(act, c, p);
     H.fwd += stats + gather;
     H.bwd_input += dx;
-    H.tp = stats + gather + dx;
     H.bwd_tp_hidden = std::min(dx, lt.dw);
   }
   return H;
