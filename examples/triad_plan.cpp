@@ -75,6 +75,13 @@ int main(int argc, char** argv) {
   sched->add_option("--comm", comm, "time of one point-to-point message")->capture_default_str();
   sched->add_option("--max-in-flight", max_in_flight,
                     "zb-auto, zb-v: microbatches a rank may hold from F to W (default p)");
+  std::string wait = "consumer";
+  sched
+      ->add_option("--wait", wait,
+                   "where a rank waits for a receive: consumer (where its payload is used, as "
+                   "the executor does), posted (where its batch is posted) or rendezvous (sends "
+                   "wait for their receives too)")
+      ->capture_default_str();
   sched->add_option("--svg", svg, "write the timeline as SVG");
   sched->add_option("--trace", trace, "write the timeline as Chrome trace JSON");
 
@@ -145,7 +152,13 @@ int main(int argc, char** argv) {
         s = pipeline::make_zero_bubble_schedule(p, m, c, {max_in_flight});
       if (k == pipeline::ScheduleKind::ZbV)
         s = pipeline::make_zero_bubble_v_schedule(p, m, c, {max_in_flight});
-      auto r = pipeline::simulate(s, c);
+      const pipeline::P2PSemantics semantics =
+          wait == "consumer" ? pipeline::P2PSemantics::WaitAtConsumer
+          : wait == "posted" ? pipeline::P2PSemantics::AsyncSends
+          : wait == "rendezvous"
+              ? pipeline::P2PSemantics::Blocking
+              : throw ConfigError("--wait " + wait + ": expected consumer, posted or rendezvous");
+      auto r = pipeline::simulate(s, c, semantics);
       const int held = s.split_backward ? r.peak_held[0] : r.peak_alive[0];
       std::printf("%s p=%d v=%d m=%d: makespan %.4g, bubble %.2f%%, peak in-flight on rank 0: %d\n",
                   kind.c_str(), p, v, m, r.makespan, 100 * r.bubble_fraction, held);

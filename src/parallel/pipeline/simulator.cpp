@@ -46,6 +46,7 @@ double Costs::of(ComputeKind kind, int stage, int p, int v) const {
 SimulationResult simulate(const Schedule& s, const Costs& costs, P2PSemantics semantics) {
   const int p = s.p;
   const bool blocking = semantics == P2PSemantics::Blocking;
+  const bool at_consumer = semantics == P2PSemantics::WaitAtConsumer;
   SimulationResult res;
   res.timeline.resize(p);
   res.peak_alive.assign(p, 0);
@@ -68,6 +69,19 @@ SimulationResult simulate(const Schedule& s, const Costs& costs, P2PSemantics se
     }
   };
   std::map<Key, double> outstanding;
+  // WaitAtConsumer: receives posted in a batch that was not waited for, per
+  // rank, by what consumes them: (chunk, microbatch, payload) -> the receive,
+  // its post time and its completion time (NaN: not yet).
+  struct Deferred {
+    P2POp op;
+    double post = 0, done = 0;
+  };
+  using ConsumerKey = std::tuple<int, int, int>;
+  std::vector<std::map<ConsumerKey, Deferred>> deferred(p);
+  auto consumer_of = [&](const P2POp& o) {
+    const int consumer = o.payload == Payload::Activation ? o.stage + 1 : o.stage - 1;
+    return ConsumerKey{s.chunk_of(consumer), o.microbatch, static_cast<int>(o.payload)};
+  };
   std::vector<int> alive(p, 0), pending_w(p, 0);
   const double nan = std::numeric_limits<double>::quiet_NaN();
 
@@ -79,44 +93,81 @@ SimulationResult simulate(const Schedule& s, const Costs& costs, P2PSemantics se
   };
   while (!finished()) {
     bool progress = false;
-    // Run compute actions up to the next batch; post that batch.
+    // Run compute actions up to the next batch that is waited for; post
+    // that batch.
     for (int r = 0; r < p; ++r) {
-      while (pc[r] < s.ranks[r].size() && s.ranks[r][pc[r]].is_compute()) {
-        const Action& a = s.ranks[r][pc[r]];
-        const double d = compute_cost(s, costs, r, a);
-        if (a.compute == ComputeKind::Forward)
-          res.peak_alive[r] = std::max(res.peak_alive[r], ++alive[r]);
-        if (a.compute == ComputeKind::Backward || a.compute == ComputeKind::BackwardInput)
-          --alive[r];
-        if (a.compute == ComputeKind::BackwardInput) {
-          res.peak_weight_pending[r] = std::max(res.peak_weight_pending[r], ++pending_w[r]);
-        }
-        if (a.compute == ComputeKind::BackwardWeight) --pending_w[r];
-        res.peak_held[r] = std::max(res.peak_held[r], alive[r] + pending_w[r]);
-        res.timeline[r].push_back({clock[r], clock[r] + d, true, a.compute, a.chunk, a.microbatch});
-        clock[r] += d;
-        res.compute_time[r] += d;
-        ++pc[r];
-        progress = true;
-      }
-      if (pc[r] < s.ranks[r].size() && !posted[r]) {
-        posted[r] = true;
-        post_time[r] = clock[r];
-        const auto& ops = s.ranks[r][pc[r]].ops;
-        done[r].assign(ops.size(), nan);
-        if (!blocking) {
-          for (size_t i = 0; i < ops.size(); ++i) {
-            if (!ops[i].is_send) continue;
-            outstanding[{ops[i].peer, r, static_cast<int>(ops[i].payload), ops[i].stage,
-                         ops[i].microbatch}] = clock[r];
-            done[r][i] = clock[r];
+      for (bool more = true; more;) {
+        more = false;
+        while (pc[r] < s.ranks[r].size() && s.ranks[r][pc[r]].is_compute()) {
+          const Action& a = s.ranks[r][pc[r]];
+          if (a.compute != ComputeKind::BackwardWeight) {
+            const Payload needs =
+                a.compute == ComputeKind::Forward ? Payload::Activation : Payload::Gradient;
+            auto it = deferred[r].find({a.chunk, a.microbatch, static_cast<int>(needs)});
+            if (it != deferred[r].end()) {
+              const double arrives = it->second.done;
+              if (std::isnan(arrives)) break;  // its payload is still on the way
+              if (arrives > clock[r]) {
+                res.timeline[r].push_back({clock[r], arrives, false, ComputeKind::Forward, 0, 0});
+                clock[r] = arrives;
+              }
+              deferred[r].erase(it);
+            }
           }
+          const double d = compute_cost(s, costs, r, a);
+          if (a.compute == ComputeKind::Forward)
+            res.peak_alive[r] = std::max(res.peak_alive[r], ++alive[r]);
+          if (a.compute == ComputeKind::Backward || a.compute == ComputeKind::BackwardInput)
+            --alive[r];
+          if (a.compute == ComputeKind::BackwardInput) {
+            res.peak_weight_pending[r] = std::max(res.peak_weight_pending[r], ++pending_w[r]);
+          }
+          if (a.compute == ComputeKind::BackwardWeight) --pending_w[r];
+          res.peak_held[r] = std::max(res.peak_held[r], alive[r] + pending_w[r]);
+          res.timeline[r].push_back(
+              {clock[r], clock[r] + d, true, a.compute, a.chunk, a.microbatch});
+          clock[r] += d;
+          res.compute_time[r] += d;
+          ++pc[r];
+          progress = true;
         }
-        progress = true;
+        if (pc[r] < s.ranks[r].size() && !posted[r] && !s.ranks[r][pc[r]].is_compute()) {
+          const auto& ops = s.ranks[r][pc[r]].ops;
+          const bool receives_only =
+              std::none_of(ops.begin(), ops.end(), [](const P2POp& o) { return o.is_send; });
+          if (at_consumer && receives_only) {
+            for (const P2POp& o : ops) deferred[r][consumer_of(o)] = {o, clock[r], nan};
+            ++pc[r];
+            progress = true;
+            more = true;
+            continue;
+          }
+          posted[r] = true;
+          post_time[r] = clock[r];
+          done[r].assign(ops.size(), nan);
+          if (!blocking) {
+            for (size_t i = 0; i < ops.size(); ++i) {
+              if (!ops[i].is_send) continue;
+              outstanding[{ops[i].peer, r, static_cast<int>(ops[i].payload), ops[i].stage,
+                           ops[i].microbatch}] = clock[r];
+              done[r][i] = clock[r];
+            }
+          }
+          progress = true;
+        }
       }
     }
     // Match operations whose counterparts are posted.
     for (int r = 0; r < p; ++r) {
+      for (auto& [consumer, d] : deferred[r]) {
+        if (!std::isnan(d.done)) continue;
+        auto it = outstanding.find(
+            {r, d.op.peer, static_cast<int>(d.op.payload), d.op.stage, d.op.microbatch});
+        if (it == outstanding.end()) continue;
+        d.done = std::max(d.post, it->second) + costs.transfer();
+        outstanding.erase(it);
+        progress = true;
+      }
       if (!posted[r]) continue;
       const auto& ops = s.ranks[r][pc[r]].ops;
       for (size_t i = 0; i < ops.size(); ++i) {
@@ -177,6 +228,11 @@ SimulationResult simulate(const Schedule& s, const Costs& costs, P2PSemantics se
   }
   if (!outstanding.empty())
     throw ValueError(std::string(schedule_name(s.kind)) + " schedule: a send was never received");
+  for (int r = 0; r < p; ++r) {
+    if (!deferred[r].empty())
+      throw ValueError(std::string(schedule_name(s.kind)) + " schedule: rank " + std::to_string(r) +
+                       " receives a payload no action of it consumes");
+  }
   res.makespan = *std::max_element(clock.begin(), clock.end());
   const double ideal = *std::max_element(res.compute_time.begin(), res.compute_time.end());
   res.bubble_fraction = ideal > 0 ? (res.makespan - ideal) / ideal : 0.0;

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <deque>
 #include <limits>
+#include <optional>
 #include <queue>
 #include <string>
 #include <utility>
@@ -396,22 +397,32 @@ Schedule make_zero_bubble_schedule(int p, int m, const Costs& costs,
     for (WPolicy policy : {WPolicy::Eager, WPolicy::Fit})
       candidates.push_back(list_schedule(p, m, budget, cost, costs.transfer(), policy));
   }
+  const size_t searched = candidates.size();
   candidates.push_back(compute_orders(ScheduleKind::ZbH1, p, m));
   candidates.push_back(split_orders(compute_orders(ScheduleKind::OneFOneB, p, m)));
-  size_t best = candidates.size();
+  // Each order that fits the memory limit gets its point-to-point batches
+  // and is timed by the simulator as the executor runs it (a batch that
+  // only receives is waited for where its payload is consumed, one that
+  // also sends where it is posted). The hand-written orders keep
+  // make_schedule's batches (placed for unit costs, which posts some
+  // receives early), so the result is never slower than those schedules.
+  std::optional<Schedule> best;
   double best_time = std::numeric_limits<double>::infinity();
   for (size_t i = 0; i < candidates.size(); ++i) {
-    const double t =
-        makespan(p, 1, Placement::Loop, m, limit, candidates[i], cost, costs.transfer());
+    if (!std::isfinite(
+            makespan(p, 1, Placement::Loop, m, limit, candidates[i], cost, costs.transfer())))
+      continue;
+    Schedule s = schedule_from_orders(ScheduleKind::ZbAuto, p, m, 1, true,
+                                      std::move(candidates[i]),
+                                      i < searched ? action_cost : ActionCost{});
+    const double t = simulate(s, costs).makespan;
     if (t < best_time) {
       best_time = t;
-      best = i;
+      best = std::move(s);
     }
   }
-  if (best == candidates.size())
-    throw Error(name + ": no candidate order fits the memory limit (internal error)");
-  return schedule_from_orders(ScheduleKind::ZbAuto, p, m, 1, true, std::move(candidates[best]),
-                              action_cost);
+  if (!best) throw Error(name + ": no candidate order fits the memory limit (internal error)");
+  return std::move(*best);
 }
 
 Schedule make_zero_bubble_v_schedule(int p, int m, const Costs& costs,

@@ -131,14 +131,21 @@ TEST(ZeroBubble, EqualCostsReachTheLowerBound) {
 
 TEST(ZeroBubble, AShortWeightPassBeatsBothHandWrittenOrders) {
   // W a seventh of B (what the tiny model of docs/benchmarks.md measures):
-  // ZB-H1's fixed order stalls, and 1F1B leaves its cool-down bubble.
+  // 1F1B leaves its cool-down bubble. ZB-H1's fixed order stalls where a
+  // rank waits for each batch as it posts it; the executor waits for a
+  // receive where its payload is consumed, which lets ZB-H1's W passes run
+  // meanwhile, and there the search's order is at least as quick.
   const Costs c = split_costs(1, 1.75, 0.25);
   for (auto [p, m] : {std::pair{2, 8}, std::pair{4, 16}, std::pair{8, 32}}) {
-    const double zb = simulate(make_schedule(ScheduleKind::ZbH1, p, m), c).bubble_fraction;
+    const Schedule h1 = make_schedule(ScheduleKind::ZbH1, p, m);
+    const Schedule s = make_zero_bubble_schedule(p, m, c);
+    const double zb = simulate(h1, c).bubble_fraction;
     const double ofob = simulate(make_schedule(ScheduleKind::OneFOneB, p, m), c).bubble_fraction;
-    const double a = simulate(make_zero_bubble_schedule(p, m, c), c).bubble_fraction;
+    const double a = simulate(s, c).bubble_fraction;
     EXPECT_LT(a, 0.9 * ofob) << "p=" << p << " m=" << m;
-    EXPECT_LT(a, 0.6 * zb) << "p=" << p << " m=" << m;
+    EXPECT_LE(a, zb + 1e-12) << "p=" << p << " m=" << m;
+    EXPECT_GT(simulate(h1, c, P2PSemantics::AsyncSends).bubble_fraction, zb + 0.05)
+        << "p=" << p << " m=" << m;
     // ZB-H2's budget (2p - 1 microbatches) buys a little more.
     const double a2 = simulate(make_zero_bubble_schedule(p, m, c, {2 * p - 1}), c).bubble_fraction;
     EXPECT_LT(a2, a) << "p=" << p << " m=" << m;

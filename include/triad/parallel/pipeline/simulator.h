@@ -58,8 +58,15 @@ struct SimulationResult {
 
 // How a point-to-point batch completes.
 enum class P2PSemantics {
-  // Sends are posted and the rank moves on; a batch waits only for its
-  // receives (what an executor with isend/irecv does).
+  // Triad's executor: sends are posted and the rank moves on; a batch that
+  // only receives is waited for by the compute action that consumes its
+  // payload (the forward of the next stage, the backward of the previous
+  // one), so the rank computes meanwhile; a batch that sends and receives
+  // waits for its receives where it is posted.
+  WaitAtConsumer,
+  // Sends are posted and the rank moves on; every batch waits for its
+  // receives where it is posted (an executor with isend/irecv that waits
+  // for each batch at once).
   AsyncSends,
   // Every operation, send or receive, must meet its posted counterpart
   // before the batch completes (rendezvous; the strictest model).
@@ -68,9 +75,10 @@ enum class P2PSemantics {
 
 // Discrete-event execution: each rank runs its list in order; a compute
 // action takes its cost; a message moves when both sides have posted it and
-// takes the transfer time. Throws ValueError if the schedule deadlocks.
+// takes the transfer time; where a rank waits depends on `semantics`.
+// Throws ValueError if the schedule deadlocks.
 SimulationResult simulate(const Schedule& schedule, const Costs& costs,
-                          P2PSemantics semantics = P2PSemantics::AsyncSends);
+                          P2PSemantics semantics = P2PSemantics::WaitAtConsumer);
 
 // Chrome trace JSON (opens in Perfetto / chrome://tracing): one process, one
 // thread row per rank, times in microseconds of the simulation unit x 1e6.

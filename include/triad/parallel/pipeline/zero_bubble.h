@@ -18,13 +18,12 @@ namespace triad::pipeline {
 // Two variants of that rule — W whenever nothing else is ready, or W only
 // when it ends before the next known arrival — each within the memory limit
 // and, when the limit exceeds p, within 1F1B's too, and the hand-written
-// ZB-H1 and 1F1B (with W right after B) orders are all timed with the costs
-// (each action as soon as its rank is free and its input has arrived, the
-// transfer time after its producer ends); the shortest that fits the limit
-// wins (ties: in that order), and only it gets its point-to-point batches.
-// With free communication that timing is the simulator's, so the result is
-// never slower in simulation than ZB-H1 or 1F1B within the same memory, nor
-// than itself with the limit p.
+// ZB-H1 and 1F1B (with W right after B) orders are the candidates. Each
+// that fits the limit gets its point-to-point batches (the hand-written
+// ones make_schedule's) and is timed by simulate() as the executor runs it
+// (P2PSemantics::WaitAtConsumer); the quickest wins (ties: in that order).
+// So the result is never slower in simulation than ZB-H1 or 1F1B within
+// the same memory, nor than itself with the limit p.
 //
 // Each rank runs its F, B and W passes in microbatch order, so weight
 // gradients accumulate in the same order as under every other schedule and
