@@ -10,9 +10,11 @@
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
+#include <vector>
 
 #include "triad/core/error.h"
 #include "triad/parallel/pipeline/simulator.h"
@@ -62,16 +64,27 @@ int main(int argc, char** argv) {
   auto* sched = app.add_subcommand("schedule", "simulate a pipeline schedule and draw it");
   std::string kind = "1f1b", svg, trace;
   int p = 4, v = 1, m = 8, max_in_flight = 0;
-  double tf = 1, tb = 2, tw = 0, comm = 0;
+  std::vector<double> tf{1}, tb{2}, tw;
+  double comm = 0;
   sched->add_option("--kind", kind, "gpipe, 1f1b, interleaved, zb-h1, zb-auto or zb-v")
       ->capture_default_str();
   sched->add_option("--p", p, "pipeline ranks")->capture_default_str();
   sched->add_option("--v", v, "chunks per rank (interleaved; zb-v: 2, its default)")
       ->capture_default_str();
   sched->add_option("--m", m, "microbatches")->capture_default_str();
-  sched->add_option("--tf", tf, "forward time per chunk")->capture_default_str();
-  sched->add_option("--tb", tb, "backward time per chunk (B + W)")->capture_default_str();
-  sched->add_option("--tw", tw, "weight-gradient part of --tb for split schedules (default half)");
+  // Each time: one value (every stage), v (one per chunk) or p*v (one per
+  // stage), comma-separated.
+  sched->add_option("--tf", tf, "forward time per chunk; a list: per chunk or per stage")
+      ->delimiter(',')
+      ->capture_default_str();
+  sched->add_option("--tb", tb, "backward time per chunk (B + W); a list: per chunk or per stage")
+      ->delimiter(',')
+      ->capture_default_str();
+  sched
+      ->add_option("--tw", tw,
+                   "weight-gradient part of --tb for split schedules (default half); a list "
+                   "as --tb's")
+      ->delimiter(',');
   sched->add_option("--comm", comm, "time of one point-to-point message")->capture_default_str();
   sched->add_option("--max-in-flight", max_in_flight,
                     "zb-auto, zb-v: microbatches a rank may hold from F to W (default p)");
@@ -136,11 +149,30 @@ int main(int argc, char** argv) {
     if (sched->parsed()) {
       const pipeline::ScheduleKind k = pipeline::schedule_from_name(kind);
       pipeline::Costs c;
-      c.forward = {tf};
-      c.backward = {tb};
-      const double w = tw > 0 ? tw : tb / 2;
-      c.backward_input = {tb - w};
-      c.backward_weight = {w};
+      c.forward = tf;
+      c.backward = tb;
+      c.backward_weight = tw;
+      if (tw.empty()) {
+        for (double b : tb) c.backward_weight.push_back(b / 2);
+      }
+      // B = (B + W) - W, entry by entry; a single value stands for every entry.
+      const size_t n = std::max(tb.size(), c.backward_weight.size());
+      if (tb.size() != n && tb.size() != 1)
+        throw ConfigError("--tb has " + std::to_string(tb.size()) + " values and --tw " +
+                          std::to_string(tw.size()) + ": give them as many, or one of them one");
+      if (c.backward_weight.size() != n && c.backward_weight.size() != 1)
+        throw ConfigError("--tw has " + std::to_string(tw.size()) + " values and --tb " +
+                          std::to_string(tb.size()) + ": give them as many, or one of them one");
+      c.backward_input.clear();
+      for (size_t i = 0; i < n; ++i) {
+        const double b = tb[tb.size() == 1 ? 0 : i];
+        const double w = c.backward_weight[c.backward_weight.size() == 1 ? 0 : i];
+        if (!(w < b))
+          throw ConfigError("--tw " + fmt::format("{:g}", w) + " must be less than --tb " +
+                            fmt::format("{:g}", b) + " (W is a part of B + W)");
+        c.backward_input.push_back(b - w);
+      }
+      if (c.backward_weight.size() != n) c.backward_weight.assign(n, c.backward_weight[0]);
       c.p2p_latency = comm;
       if (max_in_flight != 0 && k != pipeline::ScheduleKind::ZbAuto &&
           k != pipeline::ScheduleKind::ZbV)
