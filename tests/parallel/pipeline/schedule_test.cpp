@@ -270,6 +270,31 @@ TEST(Simulator, AReceiveIsWaitedForWhereItsPayloadIsConsumed) {
   EXPECT_DOUBLE_EQ(at.compute_time[1], posted.compute_time[1]);
 }
 
+// A receive nothing consumes is an error under either rule: waited for
+// where it is posted it never arrives (a deadlock); deferred to a consumer
+// that never comes, it is named at the end.
+TEST(Simulator, AReceiveNothingConsumesIsAnError) {
+  Schedule s = make_schedule(ScheduleKind::OneFOneB, 2, 2);
+  Action stray;
+  stray.type = Action::Type::P2P;
+  stray.ops.push_back({false, Payload::Activation, 0, 5, 0});
+  s.ranks[1].push_back(stray);
+  try {
+    simulate(s, Costs{}, P2PSemantics::WaitAtConsumer);
+    ADD_FAILURE() << "no error";
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("rank 1 receives a payload no action of it consumes"),
+              std::string::npos)
+        << e.what();
+  }
+  try {
+    simulate(s, Costs{}, P2PSemantics::AsyncSends);
+    ADD_FAILURE() << "no error";
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("deadlocks"), std::string::npos) << e.what();
+  }
+}
+
 // Waiting where the payload is consumed only lifts constraints: over every
 // generator and uneven costs with and without transfer time, never slower
 // than waiting where each batch is posted, which is never slower than
