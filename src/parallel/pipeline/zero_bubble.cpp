@@ -406,18 +406,30 @@ Schedule make_zero_bubble_schedule(int p, int m, const Costs& costs,
   // also sends where it is posted). The hand-written orders keep
   // make_schedule's batches (placed for unit costs, which posts some
   // receives early), so the result is never slower than those schedules.
+  // An order's time with every action as soon as its inputs have arrived
+  // (`makespan`) bounds its simulated time from below: orders are simulated
+  // from the lowest bound up, and one whose bound is already slower than the
+  // best simulated so far is passed over.
+  std::vector<std::pair<double, size_t>> bounds;
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    const double bound =
+        makespan(p, 1, Placement::Loop, m, limit, candidates[i], cost, costs.transfer());
+    if (std::isfinite(bound)) bounds.emplace_back(bound, i);
+  }
+  std::sort(bounds.begin(), bounds.end());
   std::optional<Schedule> best;
   double best_time = std::numeric_limits<double>::infinity();
-  for (size_t i = 0; i < candidates.size(); ++i) {
-    if (!std::isfinite(
-            makespan(p, 1, Placement::Loop, m, limit, candidates[i], cost, costs.transfer())))
-      continue;
+  size_t best_index = 0;
+  for (const auto& [bound, i] : bounds) {
+    if (bound > best_time * (1 + 1e-9)) break;
     Schedule s = schedule_from_orders(ScheduleKind::ZbAuto, p, m, 1, true,
                                       std::move(candidates[i]),
                                       i < searched ? action_cost : ActionCost{});
     const double t = simulate(s, costs).makespan;
-    if (t < best_time) {
+    // The quickest wins; among equally quick ones, the first candidate.
+    if (t < best_time || (t == best_time && i < best_index)) {
       best_time = t;
+      best_index = i;
       best = std::move(s);
     }
   }
