@@ -229,7 +229,8 @@ TEST(CostModel, PricesEachStagesOwnWindows) {
   ASSERT_LT(balanced.stage_layers[0], 4);
   const Estimate fb = estimate(front, c, 8, 16, balanced);
   EXPECT_LT(fb.compute_time, f.compute_time);
-  const Estimate f_long = estimate(front, c, 8, 64, p), fb_long = estimate(front, c, 8, 64, balanced);
+  const Estimate f_long = estimate(front, c, 8, 64, p),
+                 fb_long = estimate(front, c, 8, 64, balanced);
   EXPECT_LT(fb_long.step_time, f_long.step_time);
 }
 

@@ -422,8 +422,7 @@ Schedule make_zero_bubble_schedule(int p, int m, const Costs& costs,
   size_t best_index = 0;
   for (const auto& [bound, i] : bounds) {
     if (bound > best_time * (1 + 1e-9)) break;
-    Schedule s = schedule_from_orders(ScheduleKind::ZbAuto, p, m, 1, true,
-                                      std::move(candidates[i]),
+    Schedule s = schedule_from_orders(ScheduleKind::ZbAuto, p, m, 1, true, std::move(candidates[i]),
                                       i < searched ? action_cost : ActionCost{});
     const double t = simulate(s, costs).makespan;
     // The quickest wins; among equally quick ones, the first candidate.
