@@ -14,24 +14,11 @@
 #include <chrono>
 #include <cstdio>
 
+#include "byte_sizes.h"
 #include "triad/backend/cuda.h"
 #include "triad/dist/nccl.h"
 #include "triad/dist/world.h"
 #include "triad/ops.h"
-
-namespace {
-
-int64_t parse_bytes(std::string s) {
-  int64_t mult = 1;
-  const char c = s.empty() ? ' ' : s.back();
-  if (c == 'K' || c == 'k') mult = 1 << 10;
-  if (c == 'M' || c == 'm') mult = 1 << 20;
-  if (c == 'G' || c == 'g') mult = 1LL << 30;
-  if (mult != 1) s.pop_back();
-  return std::stoll(s) * mult;
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"Triad collective benchmark"};
@@ -39,8 +26,8 @@ int main(int argc, char** argv) {
   int iters = 20, warmup = 5;
   double factor = 2;
   app.add_option("--op", op, "all_reduce, all_gather, reduce_scatter, broadcast or all");
-  app.add_option("--min-bytes", min_s);
-  app.add_option("--max-bytes", max_s);
+  app.add_option("--min-bytes", min_s)->check(triad::bench::byte_count_error);
+  app.add_option("--max-bytes", max_s)->check(triad::bench::byte_count_error);
   app.add_option("--factor", factor);
   app.add_option("--iters", iters);
   app.add_option("--warmup", warmup);
@@ -82,7 +69,7 @@ int main(int argc, char** argv) {
     const double bus = name == "all_reduce"  ? 2.0 * (n - 1) / n
                        : name == "broadcast" ? 1.0
                                              : 1.0 * (n - 1) / n;
-    for (int64_t bytes = parse_bytes(min_s); bytes <= parse_bytes(max_s);
+    for (int64_t bytes = bench::parse_bytes(min_s); bytes <= bench::parse_bytes(max_s);
          bytes = std::max<int64_t>(bytes + 1, static_cast<int64_t>(bytes * factor))) {
       // Sizes are of the whole result; per-rank pieces for gather/scatter.
       const int64_t count = std::max<int64_t>(n, bytes / esize / n * n);

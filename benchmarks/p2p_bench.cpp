@@ -15,21 +15,13 @@
 #include <chrono>
 #include <cstdio>
 
+#include "byte_sizes.h"
 #include "triad/dist/world.h"
 #include "triad/ops.h"
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-int64_t parse_bytes(std::string s) {
-  int64_t mult = 1;
-  const char c = s.empty() ? ' ' : s.back();
-  if (c == 'K' || c == 'k') mult = 1 << 10;
-  if (c == 'M' || c == 'm') mult = 1 << 20;
-  if (mult != 1) s.pop_back();
-  return std::stoll(s) * mult;
-}
 
 // Keeps the core busy for `us` microseconds, as a compute pass would.
 void busy_for(double us) {
@@ -45,8 +37,12 @@ int main(int argc, char** argv) {
   std::string min_s = "4K", max_s = "4M";
   int iters = 100;
   double factor = 4, late_us = 500;
-  app.add_option("--min-bytes", min_s)->capture_default_str();
-  app.add_option("--max-bytes", max_s)->capture_default_str();
+  app.add_option("--min-bytes", min_s)
+      ->check(triad::bench::byte_count_error)
+      ->capture_default_str();
+  app.add_option("--max-bytes", max_s)
+      ->check(triad::bench::byte_count_error)
+      ->capture_default_str();
   app.add_option("--factor", factor)->capture_default_str();
   app.add_option("--iters", iters, "exchanges timed per size and column")->capture_default_str();
   app.add_option("--late-us", late_us, "how much later the late rank posts")->capture_default_str();
@@ -74,7 +70,7 @@ int main(int argc, char** argv) {
     std::printf("# %12s %14s %14s %8s\n", "size(B)", "on time(us)", "late(us)", "#wrong");
   }
   bool any_wrong = false;
-  for (int64_t bytes = parse_bytes(min_s); bytes <= parse_bytes(max_s);
+  for (int64_t bytes = bench::parse_bytes(min_s); bytes <= bench::parse_bytes(max_s);
        bytes = std::max<int64_t>(bytes + 1, static_cast<int64_t>(bytes * factor))) {
     const int64_t count = std::max<int64_t>(1, bytes / 4);
     Tensor out = full({count}, static_cast<double>(r + 1)), in = empty({count}, DType::F32);
