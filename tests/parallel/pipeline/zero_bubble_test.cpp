@@ -129,7 +129,7 @@ TEST(ZeroBubble, EqualCostsReachTheLowerBound) {
   }
 }
 
-TEST(ZeroBubble, AShortWeightPassBeatsBothHandWrittenOrders) {
+TEST(ZeroBubble, AShortWeightPassBeats1F1BAndNeverLosesToZbH1) {
   // W a seventh of B (what the tiny model of docs/benchmarks.md measures):
   // 1F1B leaves its cool-down bubble. ZB-H1's fixed order stalls where a
   // rank waits for each batch as it posts it; the executor waits for a
