@@ -76,15 +76,11 @@ MPI_Op mpi_op(ReduceOp op) {
   return MPI_SUM;
 }
 
-// The most ranks of one communicator seen on this node (the world's, once it
-// exists). More ranks than cores (mpirun --oversubscribe) makes a waiting
-// rank sleep between polls, leaving the cores to the ranks that compute.
-std::atomic<int> g_node_ranks{1};
-
-bool node_oversubscribed() {
-  const unsigned cores = std::thread::hardware_concurrency();
-  return cores > 0 && static_cast<unsigned>(g_node_ranks.load()) > cores;
-}
+// Whether a communicator has put more of its ranks on this node than it has
+// cores (mpirun --oversubscribe): then a waiting rank sleeps between polls,
+// leaving the cores to the ranks that compute. Set as groups are made (the
+// world first), read by every wait.
+std::atomic<bool> g_oversubscribed{false};
 
 // Outstanding MPI requests plus what to do when they complete.
 class MpiWork final : public Work {
@@ -125,7 +121,8 @@ class MpiWork final : public Work {
       // ranks that outnumber the cores, sleep, so the ranks computing get
       // the cores.
       if (++spins > 1000) {
-        if (!oversubscribed_ && waited < std::chrono::milliseconds(2))
+        if (!g_oversubscribed.load(std::memory_order_relaxed) &&
+            waited < std::chrono::milliseconds(2))
           std::this_thread::yield();
         else
           std::this_thread::sleep_for(std::chrono::microseconds(50));
@@ -142,7 +139,6 @@ class MpiWork final : public Work {
   std::function<void()> on_complete_;
   std::string what_;
   std::chrono::milliseconds timeout_;
-  bool oversubscribed_ = node_oversubscribed();
   bool done_ = false;
 };
 
@@ -170,8 +166,8 @@ MpiProcessGroup::MpiProcessGroup(MPI_Comm comm, std::string name)
     MPI_Comm_size(node, &on_node);
     MPI_Comm_free(&node);
   }
-  for (int seen = g_node_ranks.load(); on_node > seen;)
-    g_node_ranks.compare_exchange_weak(seen, on_node);
+  const unsigned cores = std::thread::hardware_concurrency();
+  if (cores > 0 && static_cast<unsigned>(on_node) > cores) g_oversubscribed = true;
 }
 
 MpiProcessGroup::~MpiProcessGroup() {

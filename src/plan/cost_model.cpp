@@ -261,13 +261,17 @@ pipeline::SimulationResult simulate_cached(pipeline::ScheduleKind kind, int p, i
   costs.p2p_latency = key.comm / 1e4;
   // zb-auto's order is searched for these very costs, as the trainer does
   // for the ones it measures; zb-v's list scheduler takes them too.
-  const pipeline::Schedule schedule =
-      kind == pipeline::ScheduleKind::ZbAuto
-          ? pipeline::make_zero_bubble_schedule(p, m, costs, {key.limit})
-      : kind == pipeline::ScheduleKind::ZbV
-          ? pipeline::make_zero_bubble_v_schedule(p, m, costs, {key.limit})
-          : pipeline::make_schedule(kind, p, m, v);
-  auto result = pipeline::simulate(schedule, costs);
+  // (zb-auto's search simulates the order it picks: its result is used.)
+  pipeline::SimulationResult result;
+  if (kind == pipeline::ScheduleKind::ZbAuto) {
+    pipeline::make_zero_bubble_schedule(p, m, costs, {key.limit}, &result);
+  } else {
+    result =
+        pipeline::simulate(kind == pipeline::ScheduleKind::ZbV
+                               ? pipeline::make_zero_bubble_v_schedule(p, m, costs, {key.limit})
+                               : pipeline::make_schedule(kind, p, m, v),
+                           costs);
+  }
   std::lock_guard<std::mutex> lock(mutex);
   cache.emplace(key, result);
   return result;

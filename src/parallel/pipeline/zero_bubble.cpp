@@ -128,11 +128,13 @@ std::vector<Order> split_orders(const std::vector<Order>& in) {
   return orders;
 }
 
-// The makespan of split orders run as the executor runs them: each action
-// starts when its rank is free and its input has arrived (the producer's end
-// plus the transfer time when the producer is on another rank), or infinity
-// when a rank would hold more than `limit` (chunk, microbatch) activations
-// between F and W. `cost` per stage; v chunks per rank in `placement`.
+// The makespan of split orders run as data flow allows: each action starts
+// when its rank is free and its input has arrived (the producer's end plus
+// the transfer time when the producer is on another rank), with no
+// point-to-point batch making a rank wait sooner; so no schedule of these
+// orders is quicker in simulate(). Infinity when a rank would hold more
+// than `limit` (chunk, microbatch) activations between F and W. `cost` per
+// stage; v chunks per rank in `placement`.
 double makespan(int p, int v, Placement placement, int m, int limit,
                 const std::vector<Order>& orders, const std::vector<StageCost>& cost,
                 double transfer) {
@@ -382,7 +384,7 @@ std::vector<StageCost> checked_inputs(const std::string& name, int p, int v, int
 }  // namespace
 
 Schedule make_zero_bubble_schedule(int p, int m, const Costs& costs,
-                                   const ZeroBubbleOptions& options) {
+                                   const ZeroBubbleOptions& options, SimulationResult* simulated) {
   const std::string name = "zb-auto";
   const std::vector<StageCost> cost = checked_inputs(name, p, 1, m, costs, options);
   const int limit = options.max_in_flight == 0 ? p : options.max_in_flight;
@@ -424,12 +426,14 @@ Schedule make_zero_bubble_schedule(int p, int m, const Costs& costs,
     if (bound > best_time * (1 + 1e-9)) break;
     Schedule s = schedule_from_orders(ScheduleKind::ZbAuto, p, m, 1, true, std::move(candidates[i]),
                                       i < searched ? action_cost : ActionCost{});
-    const double t = simulate(s, costs).makespan;
+    SimulationResult timed = simulate(s, costs);
     // The quickest wins; among equally quick ones, the first candidate.
+    const double t = timed.makespan;
     if (t < best_time || (t == best_time && i < best_index)) {
       best_time = t;
       best_index = i;
       best = std::move(s);
+      if (simulated) *simulated = std::move(timed);
     }
   }
   if (!best) throw Error(name + ": no candidate order fits the memory limit (internal error)");

@@ -85,7 +85,8 @@ TEST(ZeroBubble, ValidWithinMemoryInMicrobatchOrderAndNoSlowerThanTheHandWritten
   const int checked = for_each_search_case(
       [](int p) { return head_heavy(p); },
       [](int p, int m, const Costs& c, int limit, const std::string& at) {
-        const Schedule s = make_zero_bubble_schedule(p, m, c, {limit});
+        SimulationResult searched;
+        const Schedule s = make_zero_bubble_schedule(p, m, c, {limit}, &searched);
         EXPECT_EQ(s.kind, ScheduleKind::ZbAuto);
         EXPECT_TRUE(s.split_backward);
         const Validation v = validate(s);
@@ -101,6 +102,10 @@ TEST(ZeroBubble, ValidWithinMemoryInMicrobatchOrderAndNoSlowerThanTheHandWritten
           }
         }
         const SimulationResult sim = simulate(s, c);
+        // What the search hands back is that simulation.
+        EXPECT_EQ(searched.makespan, sim.makespan) << at;
+        EXPECT_EQ(searched.peak_held, sim.peak_held) << at;
+        EXPECT_EQ(searched.compute_time, sim.compute_time) << at;
         const int budget = limit == 0 ? p : limit;
         for (int r = 0; r < p; ++r) EXPECT_LE(sim.peak_held[r], budget) << at << " rank " << r;
         if (budget >= p) {

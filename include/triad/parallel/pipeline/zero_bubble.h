@@ -38,9 +38,11 @@ struct ZeroBubbleOptions {
 
 // v = 1 (one chunk per rank); costs may differ per stage (Costs' p-entry
 // vectors; backward_input and backward_weight are used, backward is not).
-// Every cost must be > 0. Throws ValueError naming a bad value.
+// Every cost must be > 0. Throws ValueError naming a bad value. `simulated`,
+// when given, receives simulate(result, costs), which the search has run.
 Schedule make_zero_bubble_schedule(int p, int m, const Costs& costs,
-                                   const ZeroBubbleOptions& options = {});
+                                   const ZeroBubbleOptions& options = {},
+                                   SimulationResult* simulated = nullptr);
 
 // ZB-V (Qi et al. 2023): two chunks per rank in the V placement (chunk 0 of
 // rank r holds stage r, chunk 1 stage 2p-1-r), backward split into B and W.
