@@ -92,8 +92,10 @@ int main(int argc, char** argv) {
   sched
       ->add_option("--wait", wait,
                    "where a rank waits for a receive: consumer (where its payload is used, as "
-                   "the executor does), posted (where its batch is posted) or rendezvous (sends "
-                   "wait for their receives too)")
+                   "the executor does on CPUs), posted (where its batch is posted), rendezvous "
+                   "(sends wait for their receives too) or stream (as the executor does on "
+                   "GPUs: batches run in order on a communication stream and rendezvous there, "
+                   "compute waits only where a payload is used)")
       ->capture_default_str();
   sched->add_option("--svg", svg, "write the timeline as SVG");
   sched->add_option("--trace", trace, "write the timeline as Chrome trace JSON");
@@ -185,11 +187,13 @@ int main(int argc, char** argv) {
       if (k == pipeline::ScheduleKind::ZbV)
         s = pipeline::make_zero_bubble_v_schedule(p, m, c, {max_in_flight});
       const pipeline::P2PSemantics semantics =
-          wait == "consumer" ? pipeline::P2PSemantics::WaitAtConsumer
-          : wait == "posted" ? pipeline::P2PSemantics::AsyncSends
-          : wait == "rendezvous"
-              ? pipeline::P2PSemantics::Blocking
-              : throw ConfigError("--wait " + wait + ": expected consumer, posted or rendezvous");
+          wait == "consumer"     ? pipeline::P2PSemantics::WaitAtConsumer
+          : wait == "posted"     ? pipeline::P2PSemantics::AsyncSends
+          : wait == "rendezvous" ? pipeline::P2PSemantics::Blocking
+          : wait == "stream"
+              ? pipeline::P2PSemantics::StreamOrdered
+              : throw ConfigError("--wait " + wait +
+                                  ": expected consumer, posted, rendezvous or stream");
       auto r = pipeline::simulate(s, c, semantics);
       const int held = s.split_backward ? r.peak_held[0] : r.peak_alive[0];
       std::printf("%s p=%d v=%d m=%d: makespan %.4g, bubble %.2f%%, peak in-flight on rank 0: %d\n",

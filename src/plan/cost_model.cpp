@@ -262,15 +262,17 @@ pipeline::SimulationResult simulate_cached(pipeline::ScheduleKind kind, int p, i
   // zb-auto's order is searched for these very costs, as the trainer does
   // for the ones it measures; zb-v's list scheduler takes them too.
   // (zb-auto's search simulates the order it picks: its result is used.)
+  // The executor on GPUs waits as StreamOrdered models.
+  const auto semantics = pipeline::P2PSemantics::StreamOrdered;
   pipeline::SimulationResult result;
   if (kind == pipeline::ScheduleKind::ZbAuto) {
-    pipeline::make_zero_bubble_schedule(p, m, costs, {key.limit}, &result);
+    pipeline::make_zero_bubble_schedule(p, m, costs, {key.limit, semantics}, &result);
   } else {
     result =
         pipeline::simulate(kind == pipeline::ScheduleKind::ZbV
                                ? pipeline::make_zero_bubble_v_schedule(p, m, costs, {key.limit})
                                : pipeline::make_schedule(kind, p, m, v),
-                           costs);
+                           costs, semantics);
   }
   std::lock_guard<std::mutex> lock(mutex);
   cache.emplace(key, result);

@@ -808,7 +808,15 @@ pipeline::Schedule Trainer::pipeline_schedule(int64_t micro) const {
     return pipeline::make_zero_bubble_v_schedule(par.pp, m, costs, {par.zb_max_in_flight});
   if (par.schedule != "zb-auto")
     return pipeline::make_schedule(pipeline::schedule_from_name(par.schedule), par.pp, m, par.vpp);
-  return pipeline::make_zero_bubble_schedule(par.pp, m, costs, {par.zb_max_in_flight});
+  return pipeline::make_zero_bubble_schedule(par.pp, m, costs,
+                                             {par.zb_max_in_flight, p2p_semantics()});
+}
+
+pipeline::P2PSemantics Trainer::p2p_semantics() const {
+  // The executor waits for a receive where its payload is consumed; on a GPU
+  // its batches run in order on the NCCL group's stream.
+  return device_.is_cpu() ? pipeline::P2PSemantics::WaitAtConsumer
+                          : pipeline::P2PSemantics::StreamOrdered;
 }
 
 std::unique_ptr<pipeline::PipelineExecutor> Trainer::make_executor(int64_t micro) {
@@ -865,9 +873,10 @@ void Trainer::plan_zero_bubble(const pipeline::PipelineStepResult& measured) {
   };
   const auto& par = config_.parallel;
   const int limit = par.zb_max_in_flight == 0 ? p : par.zb_max_in_flight;
-  const double chosen = pipeline::simulate(executor_->schedule(), costs).bubble_fraction;
+  const double chosen =
+      pipeline::simulate(executor_->schedule(), costs, p2p_semantics()).bubble_fraction;
   auto bubble = [&](const pipeline::Schedule& s) {
-    return 100 * pipeline::simulate(s, costs).bubble_fraction;
+    return 100 * pipeline::simulate(s, costs, p2p_semantics()).bubble_fraction;
   };
   // Beside the order chosen, what the fixed orders would have given.
   const std::string others =

@@ -130,6 +130,8 @@ class Trainer {
   // for zb-auto and zb-v the order searched for zb_costs_ (equal costs until
   // measured).
   pipeline::Schedule pipeline_schedule(int64_t micro) const;
+  // How the executor waits on this run's device, as the simulator models it.
+  pipeline::P2PSemantics p2p_semantics() const;
   // An executor of pipeline_schedule(micro) recording into the trace.
   std::unique_ptr<pipeline::PipelineExecutor> make_executor(int64_t micro);
   // zb-auto and zb-v: after the step that measured them, averages every

@@ -396,18 +396,22 @@ PipelineStepResult PipelineExecutor::run(const std::vector<data::Batch>& micro,
       // send (a deadlock MPI's eager sends hide). One batch lets them pair
       // up. A batch that only receives is waited for by the action that
       // consumes its payload, so the rank computes meanwhile (ZB-H1's order
-      // posts receives before W passes). One that also sends is waited for
-      // at once: an MPI group moves a rendezvous send on only inside MPI
-      // calls, and the peer is waiting for it. Sends alone stay in flight
-      // until they are done or the step ends.
+      // posts receives before W passes). On the host one that also sends is
+      // waited for at once: an MPI group moves a rendezvous send on only
+      // inside MPI calls, and the peer is waiting for it. On a GPU it is
+      // deferred to its consumer too (the NCCL group's stream moves the
+      // sends on by itself; the simulator's P2PSemantics::StreamOrdered).
+      // Sends stay in flight until they are done or the step ends.
       const auto t0 = Clock::now();
       if (!ops.empty()) {
         dist::WorkPtr w = model_.groups().pp->batch_isend_irecv(ops);
-        if (received.empty()) {
-          pending_sends.push_back(w);
-        } else if (received.size() < ops.size()) {
-          w->wait();
-          w = nullptr;
+        if (received.size() < ops.size()) {
+          if (received.empty() || !poll) {
+            pending_sends.push_back(w);
+          } else {
+            w->wait();
+            w = nullptr;
+          }
         }
         for (auto& [arriving, k, shape] : received) (*arriving)[k] = {w, shape};
       }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <deque>
 #include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -21,6 +22,196 @@ double compute_cost(const Schedule& s, const Costs& c, int rank, const Action& a
 bool counterpart(const P2POp& mine, int me, const P2POp& theirs) {
   return theirs.is_send != mine.is_send && theirs.payload == mine.payload &&
          theirs.stage == mine.stage && theirs.microbatch == mine.microbatch && theirs.peer == me;
+}
+
+using ConsumerKey = std::tuple<int, int, int>;  // (chunk, microbatch, payload)
+
+// What consumes a received payload on the receiving rank: the forward of the
+// next stage (an activation) or the backward of the previous one (a gradient).
+ConsumerKey consumer_of(const Schedule& s, const P2POp& o) {
+  const int consumer = o.payload == Payload::Activation ? o.stage + 1 : o.stage - 1;
+  return ConsumerKey{s.chunk_of(consumer), o.microbatch, static_cast<int>(o.payload)};
+}
+
+// The key under which a compute action finds the payload it consumes (W
+// consumes none).
+bool consumes(const Action& a, ConsumerKey& key) {
+  if (a.compute == ComputeKind::BackwardWeight) return false;
+  const Payload needs = a.compute == ComputeKind::Forward ? Payload::Activation : Payload::Gradient;
+  key = ConsumerKey{a.chunk, a.microbatch, static_cast<int>(needs)};
+  return true;
+}
+
+// What both event loops record of the compute actions: the timeline, the
+// compute time and the peaks of activations held.
+class ComputeLedger {
+ public:
+  ComputeLedger(SimulationResult& res, int p) : res_(res), alive_(p, 0), pending_w_(p, 0) {
+    res.timeline.resize(p);
+    res.peak_alive.assign(p, 0);
+    res.peak_weight_pending.assign(p, 0);
+    res.peak_held.assign(p, 0);
+    res.compute_time.assign(p, 0.0);
+  }
+  // Rank r idles until `until` (a box of waiting on its timeline).
+  void wait(int r, double& clock, double until) {
+    if (until <= clock) return;
+    res_.timeline[r].push_back({clock, until, false, ComputeKind::Forward, 0, 0});
+    clock = until;
+  }
+  // Rank r runs `a` for d from `clock`.
+  void run(int r, const Action& a, double d, double& clock) {
+    auto& peak = res_.peak_alive[r];
+    if (a.compute == ComputeKind::Forward) peak = std::max(peak, ++alive_[r]);
+    if (a.compute == ComputeKind::Backward || a.compute == ComputeKind::BackwardInput) --alive_[r];
+    if (a.compute == ComputeKind::BackwardInput) {
+      res_.peak_weight_pending[r] = std::max(res_.peak_weight_pending[r], ++pending_w_[r]);
+    }
+    if (a.compute == ComputeKind::BackwardWeight) --pending_w_[r];
+    res_.peak_held[r] = std::max(res_.peak_held[r], alive_[r] + pending_w_[r]);
+    res_.timeline[r].push_back({clock, clock + d, true, a.compute, a.chunk, a.microbatch});
+    clock += d;
+    res_.compute_time[r] += d;
+  }
+  // The makespan (the last of `ends`) and the bubble over the busiest rank.
+  void finish(const std::vector<double>& ends) {
+    res_.makespan = *std::max_element(ends.begin(), ends.end());
+    const double ideal = *std::max_element(res_.compute_time.begin(), res_.compute_time.end());
+    res_.bubble_fraction = ideal > 0 ? (res_.makespan - ideal) / ideal : 0.0;
+  }
+
+ private:
+  SimulationResult& res_;
+  std::vector<int> alive_, pending_w_;
+};
+
+std::string deadlock_error(const Schedule& s, const std::vector<size_t>& pc,
+                           const std::string& extra = "") {
+  std::string where;
+  for (int r = 0; r < s.p; ++r) {
+    where +=
+        "\n  rank " + std::to_string(r) + ": " +
+        (pc[r] < s.ranks[r].size() ? "blocked at " + s.ranks[r][pc[r]].str() : std::string("done"));
+  }
+  return std::string(schedule_name(s.kind)) + " schedule (p=" + std::to_string(s.p) +
+         ", v=" + std::to_string(s.v) + ", m=" + std::to_string(s.m) + ") deadlocks:" + where +
+         extra;
+}
+
+std::string unconsumed_error(const Schedule& s, int r) {
+  return std::string(schedule_name(s.kind)) + " schedule: rank " + std::to_string(r) +
+         " receives a payload no action of it consumes";
+}
+
+// P2PSemantics::StreamOrdered: compute never waits in a batch; each rank's
+// batches run in order on its communication stream and rendezvous there.
+SimulationResult simulate_streams(const Schedule& s, const Costs& costs) {
+  const int p = s.p;
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  SimulationResult res;
+  ComputeLedger ledger(res, p);
+  std::vector<size_t> pc(p, 0);
+  std::vector<double> clock(p, 0.0), stream_free(p, 0.0);
+  struct Batch {
+    const Action* action;
+    double post, start;        // start: NaN until it runs on the stream
+    std::vector<double> done;  // per op: when it met its counterpart (NaN: not yet)
+  };
+  std::vector<std::deque<Batch>> stream(p);
+  // Payloads received or on their way, by what consumes them -> when their
+  // batch finished (NaN: not yet).
+  std::vector<std::map<ConsumerKey, double>> arriving(p);
+  auto busy = [&] {
+    for (int r = 0; r < p; ++r) {
+      if (pc[r] < s.ranks[r].size() || !stream[r].empty()) return true;
+    }
+    return false;
+  };
+  while (busy()) {
+    bool progress = false;
+    // Compute runs until a payload it consumes has not arrived; batches are
+    // queued on the stream as the host reaches them.
+    for (int r = 0; r < p; ++r) {
+      while (pc[r] < s.ranks[r].size()) {
+        const Action& a = s.ranks[r][pc[r]];
+        if (!a.is_compute()) {
+          stream[r].push_back({&a, clock[r], nan, std::vector<double>(a.ops.size(), nan)});
+          for (const P2POp& o : a.ops) {
+            if (!o.is_send) arriving[r][consumer_of(s, o)] = nan;
+          }
+        } else {
+          ConsumerKey key;
+          if (consumes(a, key)) {
+            auto it = arriving[r].find(key);
+            if (it != arriving[r].end()) {
+              if (std::isnan(it->second)) break;  // still on its way
+              ledger.wait(r, clock[r], it->second);
+              arriving[r].erase(it);
+            }
+          }
+          ledger.run(r, a, compute_cost(s, costs, r, a), clock[r]);
+        }
+        ++pc[r];
+        progress = true;
+      }
+    }
+    // The batch at the head of each stream starts once posted and once the
+    // one before it has finished.
+    for (int r = 0; r < p; ++r) {
+      if (!stream[r].empty() && std::isnan(stream[r].front().start))
+        stream[r].front().start = std::max(stream[r].front().post, stream_free[r]);
+    }
+    // Operations meet their counterparts in the peers' running batches.
+    for (int r = 0; r < p; ++r) {
+      if (stream[r].empty()) continue;
+      Batch& mine = stream[r].front();
+      const auto& ops = mine.action->ops;
+      for (size_t i = 0; i < ops.size(); ++i) {
+        const int q = ops[i].peer;
+        if (!std::isnan(mine.done[i]) || q < 0 || q >= p || stream[q].empty()) continue;
+        Batch& theirs = stream[q].front();
+        for (size_t j = 0; j < theirs.action->ops.size(); ++j) {
+          if (std::isnan(theirs.done[j]) && counterpart(ops[i], r, theirs.action->ops[j])) {
+            const double t = std::max(mine.start, theirs.start) + costs.transfer();
+            mine.done[i] = theirs.done[j] = t;
+            progress = true;
+            break;
+          }
+        }
+      }
+    }
+    // Batches whose operations have all met finish; their payloads arrive.
+    for (int r = 0; r < p; ++r) {
+      if (stream[r].empty()) continue;
+      const Batch& b = stream[r].front();
+      if (std::any_of(b.done.begin(), b.done.end(), [](double t) { return std::isnan(t); }))
+        continue;
+      double end = b.start;
+      for (double t : b.done) end = std::max(end, t);
+      for (const P2POp& o : b.action->ops) {
+        if (!o.is_send) arriving[r][consumer_of(s, o)] = end;
+      }
+      stream_free[r] = end;
+      stream[r].pop_front();
+      progress = true;
+    }
+    if (!progress) {
+      std::string streams;
+      for (int r = 0; r < p; ++r) {
+        if (!stream[r].empty())
+          streams +=
+              "\n  rank " + std::to_string(r) + "'s stream runs " + stream[r].front().action->str();
+      }
+      throw ValueError(deadlock_error(s, pc, streams));
+    }
+  }
+  for (int r = 0; r < p; ++r) {
+    if (!arriving[r].empty()) throw ValueError(unconsumed_error(s, r));
+  }
+  std::vector<double> ends(p);
+  for (int r = 0; r < p; ++r) ends[r] = std::max(clock[r], stream_free[r]);
+  ledger.finish(ends);
+  return res;
 }
 
 }  // namespace
@@ -44,15 +235,12 @@ double Costs::of(ComputeKind kind, int stage, int p, int v) const {
 }
 
 SimulationResult simulate(const Schedule& s, const Costs& costs, P2PSemantics semantics) {
+  if (semantics == P2PSemantics::StreamOrdered) return simulate_streams(s, costs);
   const int p = s.p;
   const bool blocking = semantics == P2PSemantics::Blocking;
   const bool at_consumer = semantics == P2PSemantics::WaitAtConsumer;
   SimulationResult res;
-  res.timeline.resize(p);
-  res.peak_alive.assign(p, 0);
-  res.peak_weight_pending.assign(p, 0);
-  res.peak_held.assign(p, 0);
-  res.compute_time.assign(p, 0.0);
+  ComputeLedger ledger(res, p);
   std::vector<size_t> pc(p, 0);
   std::vector<double> clock(p, 0.0), post_time(p, 0.0);
   std::vector<bool> posted(p, false);
@@ -76,13 +264,7 @@ SimulationResult simulate(const Schedule& s, const Costs& costs, P2PSemantics se
     P2POp op;
     double post = 0, done = 0;
   };
-  using ConsumerKey = std::tuple<int, int, int>;
   std::vector<std::map<ConsumerKey, Deferred>> deferred(p);
-  auto consumer_of = [&](const P2POp& o) {
-    const int consumer = o.payload == Payload::Activation ? o.stage + 1 : o.stage - 1;
-    return ConsumerKey{s.chunk_of(consumer), o.microbatch, static_cast<int>(o.payload)};
-  };
-  std::vector<int> alive(p, 0), pending_w(p, 0);
   const double nan = std::numeric_limits<double>::quiet_NaN();
 
   auto finished = [&] {
@@ -100,34 +282,17 @@ SimulationResult simulate(const Schedule& s, const Costs& costs, P2PSemantics se
         more = false;
         while (pc[r] < s.ranks[r].size() && s.ranks[r][pc[r]].is_compute()) {
           const Action& a = s.ranks[r][pc[r]];
-          if (a.compute != ComputeKind::BackwardWeight) {
-            const Payload needs =
-                a.compute == ComputeKind::Forward ? Payload::Activation : Payload::Gradient;
-            auto it = deferred[r].find({a.chunk, a.microbatch, static_cast<int>(needs)});
+          ConsumerKey key;
+          if (consumes(a, key)) {
+            auto it = deferred[r].find(key);
             if (it != deferred[r].end()) {
               const double arrives = it->second.done;
               if (std::isnan(arrives)) break;  // its payload is still on the way
-              if (arrives > clock[r]) {
-                res.timeline[r].push_back({clock[r], arrives, false, ComputeKind::Forward, 0, 0});
-                clock[r] = arrives;
-              }
+              ledger.wait(r, clock[r], arrives);
               deferred[r].erase(it);
             }
           }
-          const double d = compute_cost(s, costs, r, a);
-          if (a.compute == ComputeKind::Forward)
-            res.peak_alive[r] = std::max(res.peak_alive[r], ++alive[r]);
-          if (a.compute == ComputeKind::Backward || a.compute == ComputeKind::BackwardInput)
-            --alive[r];
-          if (a.compute == ComputeKind::BackwardInput) {
-            res.peak_weight_pending[r] = std::max(res.peak_weight_pending[r], ++pending_w[r]);
-          }
-          if (a.compute == ComputeKind::BackwardWeight) --pending_w[r];
-          res.peak_held[r] = std::max(res.peak_held[r], alive[r] + pending_w[r]);
-          res.timeline[r].push_back(
-              {clock[r], clock[r] + d, true, a.compute, a.chunk, a.microbatch});
-          clock[r] += d;
-          res.compute_time[r] += d;
+          ledger.run(r, a, compute_cost(s, costs, r, a), clock[r]);
           ++pc[r];
           progress = true;
         }
@@ -136,7 +301,7 @@ SimulationResult simulate(const Schedule& s, const Costs& costs, P2PSemantics se
           const bool receives_only =
               std::none_of(ops.begin(), ops.end(), [](const P2POp& o) { return o.is_send; });
           if (at_consumer && receives_only) {
-            for (const P2POp& o : ops) deferred[r][consumer_of(o)] = {o, clock[r], nan};
+            for (const P2POp& o : ops) deferred[r][consumer_of(s, o)] = {o, clock[r], nan};
             ++pc[r];
             progress = true;
             more = true;
@@ -207,35 +372,19 @@ SimulationResult simulate(const Schedule& s, const Costs& costs, P2PSemantics se
         end = std::max(end, t);
       }
       if (!all) continue;
-      if (end > post_time[r])
-        res.timeline[r].push_back({post_time[r], end, false, ComputeKind::Forward, 0, 0});
-      clock[r] = end;
+      ledger.wait(r, clock[r], end);
       posted[r] = false;
       ++pc[r];
       progress = true;
     }
-    if (!progress) {
-      std::string where;
-      for (int r = 0; r < p; ++r) {
-        where += "\n  rank " + std::to_string(r) + ": " +
-                 (pc[r] < s.ranks[r].size() ? "blocked at " + s.ranks[r][pc[r]].str()
-                                            : std::string("done"));
-      }
-      throw ValueError(std::string(schedule_name(s.kind)) + " schedule (p=" + std::to_string(s.p) +
-                       ", v=" + std::to_string(s.v) + ", m=" + std::to_string(s.m) +
-                       ") deadlocks:" + where);
-    }
+    if (!progress) throw ValueError(deadlock_error(s, pc));
   }
   if (!outstanding.empty())
     throw ValueError(std::string(schedule_name(s.kind)) + " schedule: a send was never received");
   for (int r = 0; r < p; ++r) {
-    if (!deferred[r].empty())
-      throw ValueError(std::string(schedule_name(s.kind)) + " schedule: rank " + std::to_string(r) +
-                       " receives a payload no action of it consumes");
+    if (!deferred[r].empty()) throw ValueError(unconsumed_error(s, r));
   }
-  res.makespan = *std::max_element(clock.begin(), clock.end());
-  const double ideal = *std::max_element(res.compute_time.begin(), res.compute_time.end());
-  res.bubble_fraction = ideal > 0 ? (res.makespan - ideal) / ideal : 0.0;
+  ledger.finish(clock);
   return res;
 }
 

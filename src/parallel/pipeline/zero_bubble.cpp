@@ -426,7 +426,7 @@ Schedule make_zero_bubble_schedule(int p, int m, const Costs& costs,
     if (bound > best_time * (1 + 1e-9)) break;
     Schedule s = schedule_from_orders(ScheduleKind::ZbAuto, p, m, 1, true, std::move(candidates[i]),
                                       i < searched ? action_cost : ActionCost{});
-    SimulationResult timed = simulate(s, costs);
+    SimulationResult timed = simulate(s, costs, options.semantics);
     // The quickest wins; among equally quick ones, the first candidate.
     const double t = timed.makespan;
     if (t < best_time || (t == best_time && i < best_index)) {

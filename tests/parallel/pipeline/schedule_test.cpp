@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <sstream>
 
 #include "triad/core/error.h"
@@ -270,9 +271,75 @@ TEST(Simulator, AReceiveIsWaitedForWhereItsPayloadIsConsumed) {
   EXPECT_DOUBLE_EQ(at.compute_time[1], posted.compute_time[1]);
 }
 
-// A receive nothing consumes is an error under either rule: waited for
-// where it is posted it never arrives (a deadlock); deferred to a consumer
-// that never comes, it is named at the end.
+// Two ranks, backward split; the last stage's batch that sends microbatch
+// 0's gradient also receives microbatch 1's activation, which the first
+// stage (forward 3, every other pass 1) sends only at 6. Waited for where
+// it is posted (the executor on the host, whose MPI sends move on only
+// inside its calls), rank 1 idles from 5 to 6; on a GPU the batch runs on
+// the communication stream and F of microbatch 1 waits for it, so W of
+// microbatch 0 fills that time and the step ends at 10, not 11.
+TEST(Simulator, OnAStreamABatchThatAlsoSendsIsWaitedForByItsConsumer) {
+  using K = ComputeKind;
+  auto compute = [](K k, int mb) { return Action::make_compute(k, 0, mb); };
+  auto batch = [](std::vector<P2POp> ops) {
+    Action a;
+    a.type = Action::Type::P2P;
+    a.ops = std::move(ops);
+    return a;
+  };
+  const P2POp send_a0{true, Payload::Activation, 0, 0, 1},
+      send_a1{true, Payload::Activation, 0, 1, 1};
+  const P2POp recv_a0{false, Payload::Activation, 0, 0, 0},
+      recv_a1{false, Payload::Activation, 0, 1, 0};
+  const P2POp send_g0{true, Payload::Gradient, 1, 0, 0}, send_g1{true, Payload::Gradient, 1, 1, 0};
+  const P2POp recv_g0{false, Payload::Gradient, 1, 0, 1},
+      recv_g1{false, Payload::Gradient, 1, 1, 1};
+  Schedule s;
+  s.kind = ScheduleKind::ZbH1;
+  s.p = 2;
+  s.m = 2;
+  s.split_backward = true;
+  s.ranks = {{compute(K::Forward, 0), batch({send_a0}), compute(K::Forward, 1), batch({send_a1}),
+              batch({recv_g0}), compute(K::BackwardInput, 0), compute(K::BackwardWeight, 0),
+              batch({recv_g1}), compute(K::BackwardInput, 1), compute(K::BackwardWeight, 1)},
+             {batch({recv_a0}), compute(K::Forward, 0), compute(K::BackwardInput, 0),
+              batch({send_g0, recv_a1}), compute(K::BackwardWeight, 0), compute(K::Forward, 1),
+              compute(K::BackwardInput, 1), batch({send_g1}), compute(K::BackwardWeight, 1)}};
+  const Validation v = validate(s);
+  ASSERT_TRUE(v.ok) << v.error;
+  Costs c;
+  c.forward = {3.0, 1.0};
+  c.backward_input = {1.0, 1.0};
+  c.backward_weight = {1.0, 1.0};
+  c.backward = {2.0, 2.0};
+  const SimulationResult stream = simulate(s, c, P2PSemantics::StreamOrdered);
+  const SimulationResult host = simulate(s, c, P2PSemantics::WaitAtConsumer);
+  auto boxes = [](const SimulationResult& r, int rank) {
+    std::ostringstream out;
+    for (const TimelineEvent& e : r.timeline[static_cast<size_t>(rank)]) {
+      if (e.compute)
+        out << (e.kind == K::Forward          ? "F"
+                : e.kind == K::BackwardWeight ? "W"
+                                              : "B")
+            << e.microbatch;
+      else
+        out << "wait";
+      out << "[" << e.start << "," << e.end << ") ";
+    }
+    return out.str();
+  };
+  EXPECT_EQ(boxes(stream, 1), "wait[0,3) F0[3,4) B0[4,5) W0[5,6) F1[6,7) B1[7,8) W1[8,9) ");
+  EXPECT_EQ(boxes(stream, 0), "F0[0,3) F1[3,6) B0[6,7) W0[7,8) B1[8,9) W1[9,10) ");
+  EXPECT_DOUBLE_EQ(stream.makespan, 10.0);
+  EXPECT_EQ(boxes(host, 1),
+            "wait[0,3) F0[3,4) B0[4,5) wait[5,6) W0[6,7) F1[7,8) B1[8,9) W1[9,10) ");
+  EXPECT_EQ(boxes(host, 0), "F0[0,3) F1[3,6) B0[6,7) W0[7,8) wait[8,9) B1[9,10) W1[10,11) ");
+  EXPECT_DOUBLE_EQ(host.makespan, 11.0);
+}
+
+// A receive nothing consumes is an error under every rule: waited for
+// where it is posted, or on a stream, it never arrives (a deadlock);
+// deferred to a consumer that never comes, it is named at the end.
 TEST(Simulator, AReceiveNothingConsumesIsAnError) {
   Schedule s = make_schedule(ScheduleKind::OneFOneB, 2, 2);
   Action stray;
@@ -293,6 +360,16 @@ TEST(Simulator, AReceiveNothingConsumesIsAnError) {
   } catch (const ValueError& e) {
     EXPECT_NE(std::string(e.what()).find("deadlocks"), std::string::npos) << e.what();
   }
+  // On a stream it never meets a send: the stream is named where it stops.
+  try {
+    simulate(s, Costs{}, P2PSemantics::StreamOrdered);
+    ADD_FAILURE() << "no error";
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("deadlocks"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("rank 1's stream runs P2P[recv act s0 m5 <- 0]"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 // Waiting where the payload is consumed only lifts constraints: over every
@@ -300,7 +377,7 @@ TEST(Simulator, AReceiveNothingConsumesIsAnError) {
 // than waiting where each batch is posted, which is never slower than
 // rendezvous; the same compute, and no deadlock.
 TEST(Simulator, WaitingAtTheConsumerIsNeverSlower) {
-  int quicker = 0, cases = 0;
+  int quicker = 0, stream_quicker = 0, cases = 0;
   for (ScheduleKind kind : {ScheduleKind::GPipe, ScheduleKind::OneFOneB, ScheduleKind::Interleaved,
                             ScheduleKind::ZbH1, ScheduleKind::ZbV}) {
     const int v = kind == ScheduleKind::Interleaved || kind == ScheduleKind::ZbV ? 2 : 1;
@@ -328,12 +405,21 @@ TEST(Simulator, WaitingAtTheConsumerIsNeverSlower) {
           const SimulationResult a = simulate(s, c, P2PSemantics::WaitAtConsumer);
           const SimulationResult b = simulate(s, c, P2PSemantics::AsyncSends);
           const SimulationResult r = simulate(s, c, P2PSemantics::Blocking);
+          const SimulationResult st = simulate(s, c, P2PSemantics::StreamOrdered);
           EXPECT_LE(a.makespan, b.makespan + 1e-9) << at;
           EXPECT_LE(b.makespan, r.makespan + 1e-9) << at;
-          for (int rank = 0; rank < p; ++rank)
+          // On a stream the host never waits in a batch: never slower than
+          // rendezvous, which holds the host there.
+          EXPECT_LE(st.makespan, r.makespan + 1e-9) << at;
+          for (int rank = 0; rank < p; ++rank) {
             EXPECT_NEAR(a.compute_time[rank], b.compute_time[rank], 1e-9) << at;
+            EXPECT_NEAR(st.compute_time[rank], b.compute_time[rank], 1e-9) << at;
+          }
           EXPECT_EQ(a.peak_alive, b.peak_alive) << at;
+          EXPECT_EQ(st.peak_alive, b.peak_alive) << at;
+          EXPECT_EQ(st.peak_held, b.peak_held) << at;
           quicker += a.makespan < b.makespan - 1e-9;
+          stream_quicker += st.makespan < r.makespan - 1e-9;
           ++cases;
         }
       }
@@ -341,6 +427,11 @@ TEST(Simulator, WaitingAtTheConsumerIsNeverSlower) {
   }
   EXPECT_GT(cases, 60);
   EXPECT_GT(quicker, cases / 4);
+  EXPECT_GT(stream_quicker, cases / 4);
+  std::printf(
+      "%d cases: waiting at the consumer quicker than where posted in %d, on a stream "
+      "quicker than rendezvous in %d\n",
+      cases, quicker, stream_quicker);
 }
 
 TEST(Simulator, PicturesDescribeTheTimeline) {

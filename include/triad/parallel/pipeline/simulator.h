@@ -71,6 +71,14 @@ enum class P2PSemantics {
   // Every operation, send or receive, must meet its posted counterpart
   // before the batch completes (rendezvous; the strictest model).
   Blocking,
+  // Triad's executor on GPUs (NCCL): the host never waits in a batch; each
+  // rank's batches run one after another on its communication stream, a
+  // batch starting once it is posted and the one before it has finished,
+  // and every operation meets its counterpart in the peer's running batch
+  // (rendezvous, as NCCL's point-to-point kernels do for messages larger
+  // than their buffers). Compute waits for a received payload only at the
+  // action that consumes it, whether its batch also sent or not.
+  StreamOrdered,
 };
 
 // Discrete-event execution: each rank runs its list in order; a compute

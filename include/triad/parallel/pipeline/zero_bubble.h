@@ -21,7 +21,7 @@ namespace triad::pipeline {
 // ZB-H1 and 1F1B (with W right after B) orders are the candidates. Each
 // that fits the limit gets its point-to-point batches (the hand-written
 // ones make_schedule's) and is timed by simulate() as the executor runs it
-// (P2PSemantics::WaitAtConsumer); the quickest wins (ties: in that order).
+// (`semantics` below); the quickest wins (ties: in that order).
 // So the result is never slower in simulation than ZB-H1 or 1F1B within
 // the same memory, nor than itself with the limit p.
 //
@@ -34,12 +34,16 @@ struct ZeroBubbleOptions {
   // 0 = p, what 1F1B's first rank holds (ZB-H1's budget). 2p - 1 gives the
   // paper's ZB-H2 budget. At least 1.
   int max_in_flight = 0;
+  // How the executor waits for its receives, which the search simulates:
+  // WaitAtConsumer on the host (MPI), StreamOrdered on GPUs (NCCL).
+  P2PSemantics semantics = P2PSemantics::WaitAtConsumer;
 };
 
 // v = 1 (one chunk per rank); costs may differ per stage (Costs' p-entry
 // vectors; backward_input and backward_weight are used, backward is not).
 // Every cost must be > 0. Throws ValueError naming a bad value. `simulated`,
-// when given, receives simulate(result, costs), which the search has run.
+// when given, receives simulate(result, costs, options.semantics), which the
+// search has run.
 Schedule make_zero_bubble_schedule(int p, int m, const Costs& costs,
                                    const ZeroBubbleOptions& options = {},
                                    SimulationResult* simulated = nullptr);
