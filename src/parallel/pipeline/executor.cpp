@@ -278,7 +278,13 @@ PipelineStepResult PipelineExecutor::run(const std::vector<data::Batch>& micro,
   std::map<int, nn::ForwardContext> documents;
   PipelineStepResult res;
   res.chunks.resize(static_cast<size_t>(model_.v()));
-  std::vector<dist::WorkPtr> pending_sends;
+  // Batches with sends still in flight, in the order they were posted.
+  struct Pending {
+    uint64_t batch;  // its place in the posting order
+    dist::WorkPtr work;
+  };
+  std::vector<Pending> pending_sends;
+  uint64_t batches_posted = 0;
   const StageTransfer transfer(tpg, scatter_gather_ && !sp && tpg->size() > 1);
   // Payloads on their way here: their batch, and their whole shape. The
   // action that consumes one waits for it (a receive posted before a W, say,
@@ -287,8 +293,11 @@ PipelineStepResult PipelineExecutor::run(const std::vector<data::Batch>& micro,
   struct Arriving {
     dist::WorkPtr work;  // null: waited for already
     Shape shape;
+    uint64_t batch = 0;  // its batch's place in the posting order
   };
   std::map<Key, Arriving> arriving_inputs, arriving_grads;
+  // A host-side (MPI) group moves transfers on only inside its calls.
+  const bool poll = act_device.is_cpu();
   auto arrived = [&](std::map<Key, Arriving>& arriving, std::map<Key, Tensor>& into, const Key& k) {
     auto it = arriving.find(k);
     if (it == arriving.end()) return;
@@ -296,12 +305,21 @@ PipelineStepResult PipelineExecutor::run(const std::vector<data::Batch>& micro,
       const auto t0 = Clock::now();
       it->second.work->wait();
       if (sink_) sink_("wait", "p2p", t0, Clock::now());
+      // On a GPU the group's batches run in posting order on its stream, so
+      // the compute stream, now ordered after this batch, is after every
+      // earlier one too: their waits cost nothing more and let go of what
+      // they sent (which would otherwise be held until the step ends).
+      if (!poll) {
+        const uint64_t upto = it->second.batch;
+        auto done = std::find_if(pending_sends.begin(), pending_sends.end(),
+                                 [&](const Pending& q) { return q.batch > upto; });
+        for (auto q = pending_sends.begin(); q != done; ++q) q->work->wait();
+        pending_sends.erase(pending_sends.begin(), done);
+      }
     }
     into[k] = transfer.whole(into.at(k), it->second.shape);
     arriving.erase(it);
   };
-  // A host-side (MPI) group moves transfers on only inside its calls.
-  const bool poll = act_device.is_cpu();
   int live = 0;
   // The last stage sums its micro-batches' losses on their device and reads
   // the sum once (a read per micro-batch would make the host wait each time).
@@ -405,15 +423,16 @@ PipelineStepResult PipelineExecutor::run(const std::vector<data::Batch>& micro,
       const auto t0 = Clock::now();
       if (!ops.empty()) {
         dist::WorkPtr w = model_.groups().pp->batch_isend_irecv(ops);
+        const uint64_t batch = batches_posted++;
         if (received.size() < ops.size()) {
           if (received.empty() || !poll) {
-            pending_sends.push_back(w);
+            pending_sends.push_back({batch, w});
           } else {
             w->wait();
             w = nullptr;
           }
         }
-        for (auto& [arriving, k, shape] : received) (*arriving)[k] = {w, shape};
+        for (auto& [arriving, k, shape] : received) (*arriving)[k] = {w, shape, batch};
       }
       if (sink_) sink_("p2p", "p2p", t0, Clock::now());
       // Sent activations: only their place in the graph is still needed.
@@ -439,10 +458,11 @@ PipelineStepResult PipelineExecutor::run(const std::vector<data::Batch>& micro,
     }
     // On the host, sends done by now let go of what they sent (and, asked,
     // the MPI group moves the others on). A GPU's are never polled: their
-    // waits are stream-ordered.
+    // waits are stream-ordered, and each receive waited for lets go of the
+    // sends posted before it (above).
     if (poll) {
       pending_sends.erase(std::remove_if(pending_sends.begin(), pending_sends.end(),
-                                         [](const dist::WorkPtr& w) { return w->is_completed(); }),
+                                         [](const Pending& q) { return q.work->is_completed(); }),
                           pending_sends.end());
     }
     if (a.compute == ComputeKind::Forward) {
@@ -507,7 +527,7 @@ PipelineStepResult PipelineExecutor::run(const std::vector<data::Batch>& micro,
         break;
     }
   }
-  for (auto& w : pending_sends) w->wait();
+  for (auto& q : pending_sends) q.work->wait();
   for (int c = 0; c < model_.v(); ++c) model_.chunk(c).reduce_partial_grads();
   model_.reduce_tied_embedding_grads();
   // The last stage knows the loss; every pipeline rank reports it.
