@@ -93,9 +93,10 @@ int main(int argc, char** argv) {
       ->add_option("--wait", wait,
                    "where a rank waits for a receive: consumer (where its payload is used, as "
                    "the executor does on CPUs), posted (where its batch is posted), rendezvous "
-                   "(sends wait for their receives too) or stream (as the executor does on "
-                   "GPUs: batches run in order on a communication stream and rendezvous there, "
-                   "compute waits only where a payload is used)")
+                   "(sends wait for their receives too), stream (batches run in order on one "
+                   "communication stream and rendezvous there, compute waits only where a "
+                   "payload is used) or peer-streams (the same with a stream per neighbour, as "
+                   "the executor does on GPUs)")
       ->capture_default_str();
   sched->add_option("--svg", svg, "write the timeline as SVG");
   sched->add_option("--trace", trace, "write the timeline as Chrome trace JSON");
@@ -190,10 +191,12 @@ int main(int argc, char** argv) {
           wait == "consumer"     ? pipeline::P2PSemantics::WaitAtConsumer
           : wait == "posted"     ? pipeline::P2PSemantics::AsyncSends
           : wait == "rendezvous" ? pipeline::P2PSemantics::Blocking
-          : wait == "stream"
-              ? pipeline::P2PSemantics::StreamOrdered
-              : throw ConfigError("--wait " + wait +
-                                  ": expected consumer, posted, rendezvous or stream");
+          : wait == "stream"     ? pipeline::P2PSemantics::StreamOrdered
+          : wait == "peer-streams"
+              ? pipeline::P2PSemantics::StreamPerPeer
+              : throw ConfigError(
+                    "--wait " + wait +
+                    ": expected consumer, posted, rendezvous, stream or peer-streams");
       auto r = pipeline::simulate(s, c, semantics);
       const int held = s.split_backward ? r.peak_held[0] : r.peak_alive[0];
       std::printf("%s p=%d v=%d m=%d: makespan %.4g, bubble %.2f%%, peak in-flight on rank 0: %d\n",

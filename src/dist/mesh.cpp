@@ -161,8 +161,13 @@ DeviceMesh::DeviceMesh(ProcessGroupPtr world, MeshShape shape, TopologyPolicy po
 }
 
 void DeviceMesh::use_cuda(int device) {
+  // The pipeline's neighbours exchange over links of their own, unless
+  // TRIAD_NCCL_P2P_STREAMS=one keeps every call on the group's stream.
+  const bool per_peer = nccl_p2p_streams_per_peer();
   for (ProcessGroupPtr* g : {&tp_, &dp_, &pp_, &mp_, &embedding_}) {
-    if (*g) *g = make_device_routed_group(*g, make_nccl_group(*g, device));
+    NcclOptions options;
+    options.p2p_streams_per_peer = g == &pp_ && per_peer;
+    if (*g) *g = make_device_routed_group(*g, make_nccl_group(*g, device, options));
   }
 }
 

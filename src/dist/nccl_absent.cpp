@@ -7,7 +7,7 @@ bool nccl_available() {
   return false;
 }
 
-ProcessGroupPtr make_nccl_group(const ProcessGroupPtr&, int) {
+ProcessGroupPtr make_nccl_group(const ProcessGroupPtr&, int, const NcclOptions&) {
   throw NotSupportedError(
       "make_nccl_group: this build has no NCCL process group (it needs TRIAD_WITH_CUDA, "
       "TRIAD_WITH_MPI and NCCL)");

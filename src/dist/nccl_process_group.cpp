@@ -21,6 +21,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -136,16 +137,18 @@ class EventPool : public std::enable_shared_from_this<EventPool> {
   std::vector<cudaEvent_t> free_;
 };
 
-// An enqueued NCCL call: the event after it, the tensors it uses (kept alive
-// until the compute stream is ordered after it: their memory belongs to the
-// compute stream's pool of the caching allocator, and only work ordered
-// after the call may reuse it), and what to do with the result.
+// An enqueued NCCL call: the events after it (one per stream it runs on),
+// the tensors it uses (kept alive until the compute stream is ordered after
+// it: their memory belongs to the compute stream's pool of the caching
+// allocator, and only work ordered after the call may reuse it), and what
+// to do with the result.
 class NcclWork final : public Work {
  public:
-  NcclWork(std::shared_ptr<NcclProcessGroup> group, Event event, std::vector<Tensor> keep,
-           std::function<void()> on_complete, std::string what, std::chrono::milliseconds timeout)
+  NcclWork(std::shared_ptr<NcclProcessGroup> group, std::vector<Event> events,
+           std::vector<Tensor> keep, std::function<void()> on_complete, std::string what,
+           std::chrono::milliseconds timeout)
       : group_(std::move(group)),
-        event_(std::move(event)),
+        events_(std::move(events)),
         keep_(std::move(keep)),
         on_complete_(std::move(on_complete)),
         what_(std::move(what)),
@@ -158,7 +161,7 @@ class NcclWork final : public Work {
  private:
   void finish();
   std::shared_ptr<NcclProcessGroup> group_;
-  Event event_;
+  std::vector<Event> events_;
   std::vector<Tensor> keep_;
   std::function<void()> on_complete_;
   std::string what_;
@@ -169,7 +172,7 @@ class NcclWork final : public Work {
 class NcclProcessGroup final : public ProcessGroup,
                                public std::enable_shared_from_this<NcclProcessGroup> {
  public:
-  NcclProcessGroup(const ProcessGroupPtr& bootstrap, int device)
+  NcclProcessGroup(const ProcessGroupPtr& bootstrap, int device, const NcclOptions& options)
       : ProcessGroup(bootstrap->name() + "/nccl", bootstrap->rank(), bootstrap->size(),
                      bootstrap->members()),
         bootstrap_(bootstrap),
@@ -192,6 +195,7 @@ class NcclProcessGroup final : public ProcessGroup,
     check_nccl(ncclCommInitRank(&comm_, size_, uid, rank_),
                "ncclCommInitRank for group '" + name_ + "' on cuda:" + std::to_string(device_));
     check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "NCCL group stream");
+    if (options.p2p_streams_per_peer && size_ > 2) link_neighbours();
     detail::Watchdog::Hooks hooks;
     hooks.thread_start = [device = device_] { cudaSetDevice(device); };
     hooks.async_error = [this] { return async_error(); };
@@ -200,6 +204,7 @@ class NcclProcessGroup final : public ProcessGroup,
     hooks.abort = [this] {
       aborted_ = true;
       ncclCommAbort(comm_);
+      for (auto& [peer, link] : links_) ncclCommAbort(link.comm);
     };
     watchdog_ = std::make_unique<detail::Watchdog>(name_, std::move(hooks));
   }
@@ -207,9 +212,16 @@ class NcclProcessGroup final : public ProcessGroup,
   ~NcclProcessGroup() override {
     // Calls still in flight finish first (under the watchdog, so a hung one
     // ends the process rather than this destructor).
-    if (!watchdog_->failed()) cudaStreamSynchronize(stream_);
+    if (!watchdog_->failed()) {
+      cudaStreamSynchronize(stream_);
+      for (auto& [peer, link] : links_) cudaStreamSynchronize(link.stream);
+    }
     watchdog_.reset();
     DeviceGuard g(device_);
+    for (auto& [peer, link] : links_) {
+      if (link.comm && !aborted_) ncclCommDestroy(link.comm);
+      if (link.stream) cudaStreamDestroy(link.stream);
+    }
     if (comm_ && !aborted_) ncclCommDestroy(comm_);
     if (stream_) cudaStreamDestroy(stream_);
   }
@@ -405,29 +417,57 @@ class NcclProcessGroup final : public ProcessGroup,
     }
     if (ops.empty()) return completed_work();
     const std::string what = describe("batch_isend_irecv", ops.front().tensor, peers);
+    // An operation with a linked neighbour runs on that link, the others on
+    // the group's own communicator; all in one NCCL group call.
+    std::vector<cudaStream_t> streams;
+    auto route = [&](int peer, ncclComm_t& comm, cudaStream_t& stream, int& to) {
+      auto it = links_.find(peer);
+      if (it == links_.end()) {
+        comm = comm_;
+        stream = stream_;
+        to = peer;
+      } else {
+        comm = it->second.comm;
+        stream = it->second.stream;
+        to = it->second.peer_rank;
+      }
+    };
+    for (const auto& o : ops) {
+      ncclComm_t comm;
+      cudaStream_t stream;
+      int to;
+      route(o.peer, comm, stream, to);
+      if (std::find(streams.begin(), streams.end(), stream) == streams.end())
+        streams.push_back(stream);
+    }
     return enqueue(
         [&] {
           check_nccl(ncclGroupStart(), what);
           for (const auto& o : ops) {
+            ncclComm_t comm;
+            cudaStream_t stream;
+            int to;
+            route(o.peer, comm, stream, to);
             if (o.is_send) {
-              check_nccl(ncclSend(o.tensor.raw_data(), o.tensor.nbytes(), ncclUint8, o.peer, comm_,
-                                  stream_),
-                         what);
+              check_nccl(
+                  ncclSend(o.tensor.raw_data(), o.tensor.nbytes(), ncclUint8, to, comm, stream),
+                  what);
             } else {
-              check_nccl(ncclRecv(o.tensor.raw_data(), o.tensor.nbytes(), ncclUint8, o.peer, comm_,
-                                  stream_),
-                         what);
+              check_nccl(
+                  ncclRecv(o.tensor.raw_data(), o.tensor.nbytes(), ncclUint8, to, comm, stream),
+                  what);
             }
           }
           check_nccl(ncclGroupEnd(), what);
         },
-        std::move(keep), nullptr, what);
+        std::move(keep), nullptr, what, streams);
   }
 
   WorkPtr barrier() override {
     Tensor one = full({1}, 1.0, DType::F32, Device::cuda(device_));
     return all_reduce(one, ReduceOp::Sum);
   }
+  bool has_p2p_link(int peer) const override { return links_.count(peer) > 0; }
 
  private:
   std::string describe(const std::string& op, const Tensor& t, const std::string& peers) const {
@@ -437,10 +477,53 @@ class NcclProcessGroup final : public ProcessGroup,
   // "" while the communicator is healthy, else NCCL's asynchronous error.
   std::string async_error() const {
     if (aborted_) return "";
-    ncclResult_t r = ncclSuccess;
-    ncclCommGetAsyncError(comm_, &r);
-    if (r == ncclSuccess || r == ncclInProgress) return "";
-    return "NCCL error " + std::to_string(static_cast<int>(r)) + " (" + ncclGetErrorString(r) + ")";
+    auto error_of = [](ncclComm_t c) -> std::string {
+      ncclResult_t r = ncclSuccess;
+      ncclCommGetAsyncError(c, &r);
+      if (r == ncclSuccess || r == ncclInProgress) return "";
+      return "NCCL error " + std::to_string(static_cast<int>(r)) + " (" + ncclGetErrorString(r) +
+             ")";
+    };
+    std::string e = error_of(comm_);
+    for (const auto& [peer, link] : links_) {
+      if (!e.empty()) break;
+      e = error_of(link.comm);
+      if (!e.empty()) e += " on the link to rank " + std::to_string(peer);
+    }
+    return e;
+  }
+
+  // Communicators of two (and a stream each) with the previous and the
+  // next rank, for point-to-point calls. Made pair by pair in one order on
+  // every rank (pair i is ranks i and i + 1 mod size; its first rank makes
+  // the id and sends it over the bootstrap group), so each pair's two
+  // members reach it once both have made their earlier pairs.
+  void link_neighbours() {
+    static_assert(sizeof(ncclUniqueId) % sizeof(int32_t) == 0);
+    const int64_t words = static_cast<int64_t>(sizeof(ncclUniqueId) / sizeof(int32_t));
+    for (int i = 0; i < size_; ++i) {
+      const int first = i, second = (i + 1) % size_;
+      if (rank_ != first && rank_ != second) continue;
+      const bool leads = rank_ == first;
+      const int peer = leads ? second : first;
+      const std::string what = "ncclCommInitRank for group '" + name_ + "''s link to rank " +
+                               std::to_string(peer) + " on cuda:" + std::to_string(device_);
+      Tensor id = zeros({words}, DType::I32);
+      ncclUniqueId uid{};
+      if (leads) {
+        check_nccl(ncclGetUniqueId(&uid), what);
+        std::memcpy(id.raw_data(), &uid, sizeof(uid));
+        bootstrap_->send(id, peer, kLinkTag)->wait();
+      } else {
+        bootstrap_->recv(id, peer, kLinkTag)->wait();
+        std::memcpy(&uid, id.raw_data(), sizeof(uid));
+      }
+      PeerLink link;
+      link.peer_rank = leads ? 1 : 0;
+      check_nccl(ncclCommInitRank(&link.comm, 2, uid, leads ? 0 : 1), what);
+      check_cuda(cudaStreamCreateWithFlags(&link.stream, cudaStreamNonBlocking), what);
+      links_[peer] = link;
+    }
   }
 
   void check_tensor(const Tensor& t, const char* op) {
@@ -468,23 +551,44 @@ class NcclProcessGroup final : public ProcessGroup,
 
   // Orders the group's stream after the compute stream, runs `issue`
   // (which enqueues the NCCL calls), and returns the Work for them.
+  // Issues a call on `streams` (by default the group's own), each ordered
+  // after the compute stream first, and records an event after it on each.
   WorkPtr enqueue(const std::function<void()>& issue, std::vector<Tensor> keep,
-                  std::function<void()> on_complete, const std::string& what) {
+                  std::function<void()> on_complete, const std::string& what,
+                  std::vector<cudaStream_t> streams = {}) {
     DeviceGuard g(device_);
-    cuda::order_after_compute(device_, stream_);
+    if (streams.empty()) streams.push_back(stream_);
+    for (cudaStream_t s : streams) cuda::order_after_compute(device_, s);
     issue();
-    Event event = events_->take(what);
-    check_cuda(cudaEventRecord(event.get(), stream_), what);
-    watchdog_->watch([event] { return cudaEventQuery(event.get()) != cudaErrorNotReady; }, what,
-                     timeout_);
-    return std::make_shared<NcclWork>(shared_from_this(), std::move(event), std::move(keep),
+    std::vector<Event> events;
+    for (cudaStream_t s : streams) {
+      events.push_back(events_->take(what));
+      check_cuda(cudaEventRecord(events.back().get(), s), what);
+    }
+    watchdog_->watch(
+        [events] {
+          return std::all_of(events.begin(), events.end(), [](const Event& e) {
+            return cudaEventQuery(e.get()) != cudaErrorNotReady;
+          });
+        },
+        what, timeout_);
+    return std::make_shared<NcclWork>(shared_from_this(), std::move(events), std::move(keep),
                                       std::move(on_complete), what, timeout_);
   }
+
+  // A point-to-point link to a neighbouring rank (link_neighbours()).
+  struct PeerLink {
+    ncclComm_t comm = nullptr;
+    cudaStream_t stream = nullptr;
+    int peer_rank = 0;  // the neighbour's rank in the link's communicator
+  };
+  static constexpr int kLinkTag = 7401;  // the ids' messages on the bootstrap group
 
   ProcessGroupPtr bootstrap_;
   int device_;
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;
+  std::map<int, PeerLink> links_;  // by the neighbour's rank in this group
   std::atomic<bool> aborted_{false};
   bool blocking_wait_ = false;
   std::unique_ptr<detail::Watchdog> watchdog_;
@@ -495,8 +599,10 @@ NcclWork::~NcclWork() {
   // Dropped without a wait: the compute stream still waits for the call
   // before its pool may hand the tensors' memory out again.
   if (!done_) {
-    cudaStreamWaitEvent(static_cast<cudaStream_t>(cuda::compute_stream(group_->device())),
-                        event_.get(), 0);
+    for (const Event& e : events_) {
+      cudaStreamWaitEvent(static_cast<cudaStream_t>(cuda::compute_stream(group_->device())),
+                          e.get(), 0);
+    }
   }
 }
 
@@ -513,9 +619,11 @@ void NcclWork::wait() {
 bool NcclWork::is_completed() {
   group_->check_failure();
   if (done_) return true;
-  const cudaError_t st = cudaEventQuery(event_.get());
-  if (st == cudaErrorNotReady) return false;
-  check_cuda(st, what_);
+  for (const Event& e : events_) {
+    const cudaError_t st = cudaEventQuery(e.get());
+    if (st == cudaErrorNotReady) return false;
+    check_cuda(st, what_);
+  }
   finish();
   return true;
 }
@@ -533,9 +641,11 @@ void NcclWork::wait_for(std::chrono::milliseconds timeout) {
 }
 
 void NcclWork::finish() {
-  check_cuda(cudaStreamWaitEvent(static_cast<cudaStream_t>(cuda::compute_stream(group_->device())),
-                                 event_.get(), 0),
-             what_);
+  for (const Event& e : events_) {
+    check_cuda(cudaStreamWaitEvent(
+                   static_cast<cudaStream_t>(cuda::compute_stream(group_->device())), e.get(), 0),
+               what_);
+  }
   done_ = true;
   if (on_complete_) on_complete_();
   keep_.clear();
@@ -579,6 +689,8 @@ class DeviceRoutedGroup final : public ProcessGroup {
     return pick(ops.front().tensor).batch_isend_irecv(ops);
   }
   WorkPtr barrier() override { return host_->barrier(); }
+  // Links are the NCCL group's: they carry the CUDA tensors.
+  bool has_p2p_link(int peer) const override { return nccl_->has_p2p_link(peer); }
 
  private:
   ProcessGroup& pick(const Tensor& t) {
@@ -596,14 +708,15 @@ bool nccl_available() {
   return true;
 }
 
-ProcessGroupPtr make_nccl_group(const ProcessGroupPtr& bootstrap, int device) {
+ProcessGroupPtr make_nccl_group(const ProcessGroupPtr& bootstrap, int device,
+                                const NcclOptions& options) {
   if (device < 0 || device >= cuda::device_count()) {
     throw NotSupportedError("make_nccl_group: cuda:" + std::to_string(device) +
                             " is not available (" + std::to_string(cuda::device_count()) +
                             " device(s) visible)");
   }
   if (!bootstrap) throw ValueError("make_nccl_group: no bootstrap group");
-  return std::make_shared<NcclProcessGroup>(bootstrap, device);
+  return std::make_shared<NcclProcessGroup>(bootstrap, device, options);
 }
 
 ProcessGroupPtr make_device_routed_group(ProcessGroupPtr host, ProcessGroupPtr nccl) {

@@ -262,8 +262,8 @@ pipeline::SimulationResult simulate_cached(pipeline::ScheduleKind kind, int p, i
   // zb-auto's order is searched for these very costs, as the trainer does
   // for the ones it measures; zb-v's list scheduler takes them too.
   // (zb-auto's search simulates the order it picks: its result is used.)
-  // The executor on GPUs waits as StreamOrdered models.
-  const auto semantics = pipeline::P2PSemantics::StreamOrdered;
+  // The executor on GPUs waits as StreamPerPeer models.
+  const auto semantics = pipeline::P2PSemantics::StreamPerPeer;
   pipeline::SimulationResult result;
   if (kind == pipeline::ScheduleKind::ZbAuto) {
     pipeline::make_zero_bubble_schedule(p, m, costs, {key.limit, semantics}, &result);

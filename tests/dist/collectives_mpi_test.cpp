@@ -582,6 +582,72 @@ TEST(NcclGroup, AnAsynchronousNcclErrorAbortsTheGroupAndNamesTheCall) {
   EXPECT_NO_THROW(g_world->all_reduce(x, ReduceOp::Sum)->wait());
   cuda::synchronize(g_device.index);
 }
+
+// NcclOptions::p2p_streams_per_peer: exchanges with the previous and the
+// next rank go over links of their own (communicators of two), carrying the
+// same payloads as the group's own communicator; an asynchronous error on a
+// link fails the group and names the link.
+TEST(NcclGroup, NeighbourLinksCarryTheExchangesAndNameTheirErrors) {
+  const int P = g_host_world->size(), me = g_host_world->rank();
+  if (P < 3) GTEST_SKIP() << "links are made for groups of more than two ranks";
+  // (Made first: the linked group's second link is this process's newest
+  // communicator, failed below.)
+  auto unlinked = make_nccl_group(split_group(g_host_world, 0, "unlinked"), me);
+  auto bootstrap = split_group(g_host_world, 0, "linked");
+  bootstrap->set_timeout(std::chrono::minutes(5));
+  NcclOptions options;
+  options.p2p_streams_per_peer = true;
+  auto g = make_nccl_group(bootstrap, me, options);
+  const int next = (me + 1) % P, prev = (me + P - 1) % P;
+  for (DType d : {DType::F32, DType::BF16, DType::I64}) {
+    Tensor mine = filled(me, 11, d), from_prev = empty({11}, d, g_device),
+           from_next = empty({11}, d, g_device);
+    const std::vector<P2POp> ops{{true, mine, next, 0},
+                                 {true, mine, prev, 0},
+                                 {false, from_prev, prev, 0},
+                                 {false, from_next, next, 0}};
+    // The four operations go over communicators of two; without links,
+    // over the group's own.
+    const long before = testing::mock_nccl::p2p_operations_on_communicators_of(2);
+    g->batch_isend_irecv(ops)->wait();
+    EXPECT_EQ(testing::mock_nccl::p2p_operations_on_communicators_of(2), before + 4);
+    unlinked->batch_isend_irecv(ops)->wait();
+    EXPECT_EQ(testing::mock_nccl::p2p_operations_on_communicators_of(2), before + 4);
+    const auto a = to_double_vector(to_device(from_prev, Device::cpu()));
+    const auto b = to_double_vector(to_device(from_next, Device::cpu()));
+    for (int64_t i = 0; i < 11; ++i) {
+      ASSERT_EQ(a[i], value(prev, i)) << dtype_name(d);
+      ASSERT_EQ(b[i], value(next, i)) << dtype_name(d);
+    }
+  }
+  // Collectives still run on the group's own communicator.
+  Tensor t = filled(me, 5, DType::F32);
+  g->all_reduce(t, ReduceOp::Sum)->wait();
+  EXPECT_EQ(to_double_vector(to_device(t, Device::cpu()))[2], [&] {
+    double s = 0;
+    for (int r = 0; r < P; ++r) s += value(r, 2);
+    return s;
+  }());
+  // The newest communicator is this rank's second link: to the next rank,
+  // or for rank 0 (whose links are made with ranks 1 and then P - 1) the
+  // previous one.
+  const int newest = me == 0 ? prev : next;
+  Tensor x = filled(me, 4, DType::F32), y = empty({4}, DType::F32, g_device);
+  WorkPtr w = g->batch_isend_irecv({{true, x, next, 0}, {false, y, prev, 0}});
+  testing::mock_nccl::fail_newest_communicator(2);
+  try {
+    w->wait();
+    FAIL() << "expected an Error";
+  } catch (const TimeoutError& e) {
+    FAIL() << "not a timeout: " << e.what();
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("process group 'linked/nccl'"), std::string::npos) << m;
+    EXPECT_NE(m.find("NCCL error 2"), std::string::npos) << m;
+    EXPECT_NE(m.find("on the link to rank " + std::to_string(newest)), std::string::npos) << m;
+  }
+  cuda::synchronize(g_device.index);
+}
 #endif
 
 }  // namespace

@@ -65,6 +65,12 @@ struct P2p {
   cudaStream_t stream;
 };
 std::vector<P2p> g_p2p;
+std::vector<long> g_p2p_by_size;  // mock_nccl::p2p_operations_on_communicators_of
+
+void count_p2p(ncclComm_t c) {
+  if (g_p2p_by_size.size() <= static_cast<size_t>(c->size)) g_p2p_by_size.resize(c->size + 1, 0);
+  ++g_p2p_by_size[static_cast<size_t>(c->size)];
+}
 
 size_t type_size(ncclDataType_t t) {
   switch (t) {
@@ -455,6 +461,7 @@ ncclResult_t ncclSend(const void* send, size_t count, ncclDataType_t t, int peer
   if (!usable(c) || type_size(t) == 0 || peer < 0 || peer >= c->size || peer == c->rank) {
     return ncclInvalidArgument;
   }
+  count_p2p(c);
   g_p2p.push_back({true, const_cast<void*>(send), count * type_size(t), peer, c, stream});
   return g_group_depth > 0 ? ncclSuccess : (ncclGroupStart(), ncclGroupEnd());
 }
@@ -464,6 +471,7 @@ ncclResult_t ncclRecv(void* recv, size_t count, ncclDataType_t t, int peer, nccl
   if (!usable(c) || type_size(t) == 0 || peer < 0 || peer >= c->size || peer == c->rank) {
     return ncclInvalidArgument;
   }
+  count_p2p(c);
   g_p2p.push_back({false, recv, count * type_size(t), peer, c, stream});
   return g_group_depth > 0 ? ncclSuccess : (ncclGroupStart(), ncclGroupEnd());
 }
@@ -527,5 +535,11 @@ ncclResult_t ncclGroupEnd() {
 namespace triad::testing::mock_nccl {
 void fail_newest_communicator(int result) {
   if (ncclComm_t c = g_newest.load()) c->async_error = result;
+}
+
+long p2p_operations_on_communicators_of(int size) {
+  return size >= 0 && static_cast<size_t>(size) < g_p2p_by_size.size()
+             ? g_p2p_by_size[static_cast<size_t>(size)]
+             : 0;
 }
 }  // namespace triad::testing::mock_nccl

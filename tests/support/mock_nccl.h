@@ -9,4 +9,8 @@ namespace triad::testing::mock_nccl {
 // watchdog must abort it. Others are unaffected.
 void fail_newest_communicator(int result);
 
+// Point-to-point operations (ncclSend, ncclRecv) this process has issued on
+// communicators of `size` ranks.
+long p2p_operations_on_communicators_of(int size);
+
 }  // namespace triad::testing::mock_nccl

@@ -34,7 +34,23 @@ bool nccl_available();
 // Work::wait_for() and is_completed() look from the host;
 // TRIAD_NCCL_BLOCKING_WAIT=1 (read when a group is made) makes wait() block
 // the host too.
-ProcessGroupPtr make_nccl_group(const ProcessGroupPtr& bootstrap, int device);
+struct NcclOptions {
+  // Point-to-point calls with the previous and the next rank (mod size) go
+  // over communicators of two, each with a stream of its own (as PyTorch's
+  // NCCL group keeps one per pair of ranks): a send that waits for its
+  // receiver holds up nothing to or from the other neighbour. A call with
+  // both neighbours still is one NCCL group call. For groups of more than
+  // two ranks (with two there is one neighbour); made collectively with the
+  // group. The pipeline group takes it (DeviceMesh::use_cuda).
+  bool p2p_streams_per_peer = false;
+};
+ProcessGroupPtr make_nccl_group(const ProcessGroupPtr& bootstrap, int device,
+                                const NcclOptions& options = {});
+
+// Whether the pipeline group takes NcclOptions::p2p_streams_per_peer:
+// TRIAD_NCCL_P2P_STREAMS=per-peer (the default) or one. Throws ConfigError
+// naming any other value.
+bool nccl_p2p_streams_per_peer();
 
 // Routes each call by its tensors' device: CUDA to `nccl`, host to `host`.
 // Both must have the same members in the same order.

@@ -85,6 +85,11 @@ class ProcessGroup {
   // Posts all operations at once; the Work completes when all have.
   virtual WorkPtr batch_isend_irecv(const std::vector<P2POp>& ops) = 0;
   virtual WorkPtr barrier() = 0;
+  // Whether point-to-point calls with `peer` run on a link of their own, in
+  // order among themselves only (the NCCL pipeline group's neighbours,
+  // NcclOptions::p2p_streams_per_peer): then a batch may go out as one call
+  // per linked peer without one peer's calls waiting behind another's.
+  virtual bool has_p2p_link(int /*peer*/) const { return false; }
 
  protected:
   ProcessGroup(std::string name, int rank, int size, std::vector<int> members)

@@ -281,6 +281,7 @@ PipelineStepResult PipelineExecutor::run(const std::vector<data::Batch>& micro,
   // Batches with sends still in flight, in the order they were posted.
   struct Pending {
     uint64_t batch;  // its place in the posting order
+    int peer;        // the one peer of its operations, or -1
     dist::WorkPtr work;
   };
   std::vector<Pending> pending_sends;
@@ -294,10 +295,18 @@ PipelineStepResult PipelineExecutor::run(const std::vector<data::Batch>& micro,
     dist::WorkPtr work;  // null: waited for already
     Shape shape;
     uint64_t batch = 0;  // its batch's place in the posting order
+    int peer = -1;       // its batch's one peer, or -1
   };
   std::map<Key, Arriving> arriving_inputs, arriving_grads;
   // A host-side (MPI) group moves transfers on only inside its calls.
   const bool poll = act_device.is_cpu();
+  // On GPUs the NCCL pipeline group talks to each neighbour on a link of
+  // its own (dist::NcclOptions::p2p_streams_per_peer), so a batch goes out
+  // as one call per linked peer: each receive's Work then waits only for
+  // its own link, not for a send to the other neighbour that waits for its
+  // receiver. (Split on one stream, a batch's calls could deadlock: its
+  // operations with both neighbours must pair up together.)
+  const dist::ProcessGroupPtr& pp = model_.groups().pp;
   auto arrived = [&](std::map<Key, Arriving>& arriving, std::map<Key, Tensor>& into, const Key& k) {
     auto it = arriving.find(k);
     if (it == arriving.end()) return;
@@ -305,16 +314,20 @@ PipelineStepResult PipelineExecutor::run(const std::vector<data::Batch>& micro,
       const auto t0 = Clock::now();
       it->second.work->wait();
       if (sink_) sink_("wait", "p2p", t0, Clock::now());
-      // On a GPU the group's batches run in posting order on its stream, so
-      // the compute stream, now ordered after this batch, is after every
-      // earlier one too: their waits cost nothing more and let go of what
-      // they sent (which would otherwise be held until the step ends).
+      // On a GPU the group's calls run in posting order on each stream (the
+      // group's one, or each neighbour's), so the compute stream, now
+      // ordered after this call, is after every earlier one on its stream
+      // too: their waits cost nothing more and let go of what they sent
+      // (which would otherwise be held until the step ends).
       if (!poll) {
         const uint64_t upto = it->second.batch;
-        auto done = std::find_if(pending_sends.begin(), pending_sends.end(),
-                                 [&](const Pending& q) { return q.batch > upto; });
-        for (auto q = pending_sends.begin(); q != done; ++q) q->work->wait();
-        pending_sends.erase(pending_sends.begin(), done);
+        const int peer = it->second.peer;
+        auto earlier = [&](const Pending& q) { return q.batch <= upto && q.peer == peer; };
+        for (const Pending& q : pending_sends) {
+          if (earlier(q)) q.work->wait();
+        }
+        pending_sends.erase(std::remove_if(pending_sends.begin(), pending_sends.end(), earlier),
+                            pending_sends.end());
       }
     }
     into[k] = transfer.whole(into.at(k), it->second.shape);
@@ -380,10 +393,24 @@ PipelineStepResult PipelineExecutor::run(const std::vector<data::Batch>& micro,
   };
   for (const Action& a : schedule_.ranks[r]) {
     if (!a.is_compute()) {
-      std::vector<dist::P2POp> ops;
+      // What goes out in one call: the whole batch, or one linked peer's
+      // share of it (peer -1: the group's own stream).
+      struct Call {
+        int peer = -1;
+        std::vector<dist::P2POp> ops;
+        // Payloads to receive: where each is announced, and its whole shape.
+        std::vector<std::tuple<std::map<Key, Arriving>*, Key, Shape>> received;
+      };
+      std::vector<Call> calls;
+      auto call_for = [&](int peer) -> Call& {
+        if (poll || !pp->has_p2p_link(peer)) peer = -1;
+        for (Call& c : calls) {
+          if (c.peer == peer) return c;
+        }
+        calls.push_back({peer, {}, {}});
+        return calls.back();
+      };
       std::vector<Key> sent_outputs;
-      // Payloads to receive: where each is announced, and its whole shape.
-      std::vector<std::tuple<std::map<Key, Arriving>*, Key, Shape>> received;
       for (const P2POp& o : a.ops) {
         const int chunk_src = schedule_.chunk_of(o.stage);
         if (o.is_send) {
@@ -393,7 +420,7 @@ PipelineStepResult PipelineExecutor::run(const std::vector<data::Batch>& micro,
           if (t.dtype() != act_dtype) t = cast(t, act_dtype);
           Tensor out = transfer.outgoing(t);
           res.p2p_bytes_sent += static_cast<int64_t>(out.nbytes());
-          ops.push_back({true, out, o.peer, 0});
+          call_for(o.peer).ops.push_back({true, out, o.peer, 0});
           if (o.payload == Payload::Activation) sent_outputs.push_back(k);
         } else {
           // The consumer is the next stage (activation) or the previous one (gradient).
@@ -403,8 +430,9 @@ PipelineStepResult PipelineExecutor::run(const std::vector<data::Batch>& micro,
           Tensor buf = transfer.incoming(shape, act_dtype, act_device);
           const bool activation = o.payload == Payload::Activation;
           (activation ? inputs : grad_out)[k] = buf;
-          received.emplace_back(activation ? &arriving_inputs : &arriving_grads, k, shape);
-          ops.push_back({false, buf, o.peer, 0});
+          Call& call = call_for(o.peer);
+          call.received.emplace_back(activation ? &arriving_inputs : &arriving_grads, k, shape);
+          call.ops.push_back({false, buf, o.peer, 0});
         }
       }
       // An action's sends and receives go out as one batch: in 1F1B's steady
@@ -412,27 +440,31 @@ PipelineStepResult PipelineExecutor::run(const std::vector<data::Batch>& micro,
       // NCCL two batches would run in order on the group's stream, each
       // rank's send waiting for a receive the peer queued behind its own
       // send (a deadlock MPI's eager sends hide). One batch lets them pair
-      // up. A batch that only receives is waited for by the action that
-      // consumes its payload, so the rank computes meanwhile (ZB-H1's order
-      // posts receives before W passes). On the host one that also sends is
+      // up (with links, one call per neighbour, on that neighbour's link,
+      // where its sends and receives pair up the same way). A batch that
+      // only receives is waited for by the action that consumes its
+      // payload, so the rank computes meanwhile (ZB-H1's order posts
+      // receives before W passes). On the host one that also sends is
       // waited for at once: an MPI group moves a rendezvous send on only
       // inside MPI calls, and the peer is waiting for it. On a GPU it is
-      // deferred to its consumer too (the NCCL group's stream moves the
-      // sends on by itself; the simulator's P2PSemantics::StreamOrdered).
-      // Sends stay in flight until they are done or the step ends.
+      // deferred to its consumer too (the NCCL group moves the sends on by
+      // itself; the simulator's P2PSemantics::StreamPerPeer, or
+      // StreamOrdered on one stream). Sends stay in flight until they are
+      // done or the step ends.
       const auto t0 = Clock::now();
-      if (!ops.empty()) {
-        dist::WorkPtr w = model_.groups().pp->batch_isend_irecv(ops);
+      for (Call& call : calls) {
+        dist::WorkPtr w = pp->batch_isend_irecv(call.ops);
         const uint64_t batch = batches_posted++;
-        if (received.size() < ops.size()) {
-          if (received.empty() || !poll) {
-            pending_sends.push_back({batch, w});
+        if (call.received.size() < call.ops.size()) {
+          if (call.received.empty() || !poll) {
+            pending_sends.push_back({batch, call.peer, w});
           } else {
             w->wait();
             w = nullptr;
           }
         }
-        for (auto& [arriving, k, shape] : received) (*arriving)[k] = {w, shape, batch};
+        for (auto& [arriving, k, shape] : call.received)
+          (*arriving)[k] = {w, shape, batch, call.peer};
       }
       if (sink_) sink_("p2p", "p2p", t0, Clock::now());
       // Sent activations: only their place in the graph is still needed.

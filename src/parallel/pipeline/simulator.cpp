@@ -103,41 +103,63 @@ std::string unconsumed_error(const Schedule& s, int r) {
          " receives a payload no action of it consumes";
 }
 
-// P2PSemantics::StreamOrdered: compute never waits in a batch; each rank's
-// batches run in order on its communication stream and rendezvous there.
-SimulationResult simulate_streams(const Schedule& s, const Costs& costs) {
+// P2PSemantics::StreamOrdered (per_peer false) and StreamPerPeer: compute
+// never waits in a batch; a batch's operations run on the rank's
+// communication stream, or each on the stream it keeps for its peer, in
+// posting order, and rendezvous there.
+SimulationResult simulate_streams(const Schedule& s, const Costs& costs, bool per_peer) {
   const int p = s.p;
   const double nan = std::numeric_limits<double>::quiet_NaN();
   SimulationResult res;
   ComputeLedger ledger(res, p);
   std::vector<size_t> pc(p, 0);
-  std::vector<double> clock(p, 0.0), stream_free(p, 0.0);
-  struct Batch {
-    const Action* action;
+  std::vector<double> clock(p, 0.0);
+  // What of a batch runs on one stream.
+  struct Part {
+    std::vector<P2POp> ops;
     double post, start;        // start: NaN until it runs on the stream
     std::vector<double> done;  // per op: when it met its counterpart (NaN: not yet)
   };
-  std::vector<std::deque<Batch>> stream(p);
+  struct Stream {
+    std::deque<Part> queue;
+    double free = 0;  // when the last part to run on it finished
+  };
+  // Per rank, its streams by peer (-1: the one stream of StreamOrdered).
+  std::vector<std::map<int, Stream>> streams(p);
+  auto lane = [&](const P2POp& o) { return per_peer ? o.peer : -1; };
   // Payloads received or on their way, by what consumes them -> when their
-  // batch finished (NaN: not yet).
+  // part finished (NaN: not yet).
   std::vector<std::map<ConsumerKey, double>> arriving(p);
   auto busy = [&] {
     for (int r = 0; r < p; ++r) {
-      if (pc[r] < s.ranks[r].size() || !stream[r].empty()) return true;
+      if (pc[r] < s.ranks[r].size()) return true;
+      for (const auto& [peer, st] : streams[r]) {
+        if (!st.queue.empty()) return true;
+      }
     }
     return false;
+  };
+  auto running = [&](int r, int l) -> Part* {
+    auto it = streams[r].find(l);
+    return it == streams[r].end() || it->second.queue.empty() ? nullptr : &it->second.queue.front();
   };
   while (busy()) {
     bool progress = false;
     // Compute runs until a payload it consumes has not arrived; batches are
-    // queued on the stream as the host reaches them.
+    // queued on the streams as the host reaches them.
     for (int r = 0; r < p; ++r) {
       while (pc[r] < s.ranks[r].size()) {
         const Action& a = s.ranks[r][pc[r]];
         if (!a.is_compute()) {
-          stream[r].push_back({&a, clock[r], nan, std::vector<double>(a.ops.size(), nan)});
+          std::map<int, std::vector<P2POp>> parts;
           for (const P2POp& o : a.ops) {
+            parts[lane(o)].push_back(o);
             if (!o.is_send) arriving[r][consumer_of(s, o)] = nan;
+          }
+          for (auto& [l, ops] : parts) {
+            const size_t n = ops.size();
+            streams[r][l].queue.push_back(
+                {std::move(ops), clock[r], nan, std::vector<double>(n, nan)});
           }
         } else {
           ConsumerKey key;
@@ -155,61 +177,75 @@ SimulationResult simulate_streams(const Schedule& s, const Costs& costs) {
         progress = true;
       }
     }
-    // The batch at the head of each stream starts once posted and once the
+    // The part at the head of each stream starts once posted and once the
     // one before it has finished.
     for (int r = 0; r < p; ++r) {
-      if (!stream[r].empty() && std::isnan(stream[r].front().start))
-        stream[r].front().start = std::max(stream[r].front().post, stream_free[r]);
+      for (auto& [l, st] : streams[r]) {
+        if (!st.queue.empty() && std::isnan(st.queue.front().start))
+          st.queue.front().start = std::max(st.queue.front().post, st.free);
+      }
     }
-    // Operations meet their counterparts in the peers' running batches.
+    // Operations meet their counterparts in the peers' running parts.
     for (int r = 0; r < p; ++r) {
-      if (stream[r].empty()) continue;
-      Batch& mine = stream[r].front();
-      const auto& ops = mine.action->ops;
-      for (size_t i = 0; i < ops.size(); ++i) {
-        const int q = ops[i].peer;
-        if (!std::isnan(mine.done[i]) || q < 0 || q >= p || stream[q].empty()) continue;
-        Batch& theirs = stream[q].front();
-        for (size_t j = 0; j < theirs.action->ops.size(); ++j) {
-          if (std::isnan(theirs.done[j]) && counterpart(ops[i], r, theirs.action->ops[j])) {
-            const double t = std::max(mine.start, theirs.start) + costs.transfer();
-            mine.done[i] = theirs.done[j] = t;
-            progress = true;
-            break;
+      for (auto& [l, st] : streams[r]) {
+        if (st.queue.empty()) continue;
+        Part& mine = st.queue.front();
+        for (size_t i = 0; i < mine.ops.size(); ++i) {
+          const int q = mine.ops[i].peer;
+          if (!std::isnan(mine.done[i]) || q < 0 || q >= p) continue;
+          Part* theirs = running(q, per_peer ? r : -1);
+          if (!theirs) continue;
+          for (size_t j = 0; j < theirs->ops.size(); ++j) {
+            if (std::isnan(theirs->done[j]) && counterpart(mine.ops[i], r, theirs->ops[j])) {
+              const double t = std::max(mine.start, theirs->start) + costs.transfer();
+              mine.done[i] = theirs->done[j] = t;
+              progress = true;
+              break;
+            }
           }
         }
       }
     }
-    // Batches whose operations have all met finish; their payloads arrive.
+    // Parts whose operations have all met finish; their payloads arrive.
     for (int r = 0; r < p; ++r) {
-      if (stream[r].empty()) continue;
-      const Batch& b = stream[r].front();
-      if (std::any_of(b.done.begin(), b.done.end(), [](double t) { return std::isnan(t); }))
-        continue;
-      double end = b.start;
-      for (double t : b.done) end = std::max(end, t);
-      for (const P2POp& o : b.action->ops) {
-        if (!o.is_send) arriving[r][consumer_of(s, o)] = end;
+      for (auto& [l, st] : streams[r]) {
+        if (st.queue.empty()) continue;
+        const Part& part = st.queue.front();
+        if (std::any_of(part.done.begin(), part.done.end(), [](double t) { return std::isnan(t); }))
+          continue;
+        double end = part.start;
+        for (double t : part.done) end = std::max(end, t);
+        for (const P2POp& o : part.ops) {
+          if (!o.is_send) arriving[r][consumer_of(s, o)] = end;
+        }
+        st.free = end;
+        st.queue.pop_front();
+        progress = true;
       }
-      stream_free[r] = end;
-      stream[r].pop_front();
-      progress = true;
     }
     if (!progress) {
-      std::string streams;
+      std::string stuck;
       for (int r = 0; r < p; ++r) {
-        if (!stream[r].empty())
-          streams +=
-              "\n  rank " + std::to_string(r) + "'s stream runs " + stream[r].front().action->str();
+        for (const auto& [l, st] : streams[r]) {
+          if (st.queue.empty()) continue;
+          Action shown;
+          shown.type = Action::Type::P2P;
+          shown.ops = st.queue.front().ops;
+          stuck += "\n  rank " + std::to_string(r) + "'s stream" +
+                   (l < 0 ? std::string() : " to rank " + std::to_string(l)) + " runs " +
+                   shown.str();
+        }
       }
-      throw ValueError(deadlock_error(s, pc, streams));
+      throw ValueError(deadlock_error(s, pc, stuck));
     }
   }
   for (int r = 0; r < p; ++r) {
     if (!arriving[r].empty()) throw ValueError(unconsumed_error(s, r));
   }
-  std::vector<double> ends(p);
-  for (int r = 0; r < p; ++r) ends[r] = std::max(clock[r], stream_free[r]);
+  std::vector<double> ends(clock);
+  for (int r = 0; r < p; ++r) {
+    for (const auto& [l, st] : streams[r]) ends[r] = std::max(ends[r], st.free);
+  }
   ledger.finish(ends);
   return res;
 }
@@ -235,7 +271,8 @@ double Costs::of(ComputeKind kind, int stage, int p, int v) const {
 }
 
 SimulationResult simulate(const Schedule& s, const Costs& costs, P2PSemantics semantics) {
-  if (semantics == P2PSemantics::StreamOrdered) return simulate_streams(s, costs);
+  if (semantics == P2PSemantics::StreamOrdered) return simulate_streams(s, costs, false);
+  if (semantics == P2PSemantics::StreamPerPeer) return simulate_streams(s, costs, true);
   const int p = s.p;
   const bool blocking = semantics == P2PSemantics::Blocking;
   const bool at_consumer = semantics == P2PSemantics::WaitAtConsumer;

@@ -377,7 +377,7 @@ TEST(Simulator, AReceiveNothingConsumesIsAnError) {
 // than waiting where each batch is posted, which is never slower than
 // rendezvous; the same compute, and no deadlock.
 TEST(Simulator, WaitingAtTheConsumerIsNeverSlower) {
-  int quicker = 0, stream_quicker = 0, cases = 0;
+  int quicker = 0, stream_quicker = 0, peers_quicker = 0, cases = 0;
   for (ScheduleKind kind : {ScheduleKind::GPipe, ScheduleKind::OneFOneB, ScheduleKind::Interleaved,
                             ScheduleKind::ZbH1, ScheduleKind::ZbV}) {
     const int v = kind == ScheduleKind::Interleaved || kind == ScheduleKind::ZbV ? 2 : 1;
@@ -406,20 +406,25 @@ TEST(Simulator, WaitingAtTheConsumerIsNeverSlower) {
           const SimulationResult b = simulate(s, c, P2PSemantics::AsyncSends);
           const SimulationResult r = simulate(s, c, P2PSemantics::Blocking);
           const SimulationResult st = simulate(s, c, P2PSemantics::StreamOrdered);
+          const SimulationResult peers = simulate(s, c, P2PSemantics::StreamPerPeer);
           EXPECT_LE(a.makespan, b.makespan + 1e-9) << at;
           EXPECT_LE(b.makespan, r.makespan + 1e-9) << at;
           // On a stream the host never waits in a batch: never slower than
           // rendezvous, which holds the host there.
           EXPECT_LE(st.makespan, r.makespan + 1e-9) << at;
+          // A stream per neighbour only lifts the order between neighbours.
+          EXPECT_LE(peers.makespan, st.makespan + 1e-9) << at;
           for (int rank = 0; rank < p; ++rank) {
             EXPECT_NEAR(a.compute_time[rank], b.compute_time[rank], 1e-9) << at;
             EXPECT_NEAR(st.compute_time[rank], b.compute_time[rank], 1e-9) << at;
+            EXPECT_NEAR(peers.compute_time[rank], b.compute_time[rank], 1e-9) << at;
           }
           EXPECT_EQ(a.peak_alive, b.peak_alive) << at;
           EXPECT_EQ(st.peak_alive, b.peak_alive) << at;
           EXPECT_EQ(st.peak_held, b.peak_held) << at;
           quicker += a.makespan < b.makespan - 1e-9;
           stream_quicker += st.makespan < r.makespan - 1e-9;
+          peers_quicker += peers.makespan < st.makespan - 1e-9;
           ++cases;
         }
       }
@@ -428,10 +433,11 @@ TEST(Simulator, WaitingAtTheConsumerIsNeverSlower) {
   EXPECT_GT(cases, 60);
   EXPECT_GT(quicker, cases / 4);
   EXPECT_GT(stream_quicker, cases / 4);
+  EXPECT_GT(peers_quicker, 0);
   std::printf(
       "%d cases: waiting at the consumer quicker than where posted in %d, on a stream "
-      "quicker than rendezvous in %d\n",
-      cases, quicker, stream_quicker);
+      "quicker than rendezvous in %d, on a stream per neighbour quicker than on one in %d\n",
+      cases, quicker, stream_quicker, peers_quicker);
 }
 
 TEST(Simulator, PicturesDescribeTheTimeline) {

@@ -79,6 +79,11 @@ enum class P2PSemantics {
   // than their buffers). Compute waits for a received payload only at the
   // action that consumes it, whether its batch also sent or not.
   StreamOrdered,
+  // As StreamOrdered, with one communication stream per peer (as PyTorch's
+  // NCCL group keeps a communicator per pair of ranks for point-to-point
+  // calls): a send to the next rank that waits for its receiver holds up
+  // nothing from the previous rank.
+  StreamPerPeer,
 };
 
 // Discrete-event execution: each rank runs its list in order; a compute
