@@ -1,6 +1,8 @@
 // Process group over NCCL for CUDA tensors. Every call is enqueued on the
-// group's own stream after the device's compute stream (so it sees every
-// result queued so far) and records an event after it. Work::wait() makes
+// group's own stream (point-to-point calls with a linked neighbour on that
+// link's stream, NcclOptions::p2p_streams_per_peer) after the device's
+// compute stream (so it sees every result queued so far) and records an
+// event after it on each stream it used. Work::wait() makes
 // the compute stream wait for that event, not the host: the host runs on,
 // and everything it queues later sees the result. The group's watchdog
 // (watchdog.h) enforces the timeout from a thread of its own, polling the

@@ -281,7 +281,7 @@ PipelineStepResult PipelineExecutor::run(const std::vector<data::Batch>& micro,
   // Batches with sends still in flight, in the order they were posted.
   struct Pending {
     uint64_t batch;  // its place in the posting order
-    int peer;        // the one peer of its operations, or -1
+    int peer;        // its link's peer, or -1: the group's own stream
     dist::WorkPtr work;
   };
   std::vector<Pending> pending_sends;
@@ -295,7 +295,7 @@ PipelineStepResult PipelineExecutor::run(const std::vector<data::Batch>& micro,
     dist::WorkPtr work;  // null: waited for already
     Shape shape;
     uint64_t batch = 0;  // its batch's place in the posting order
-    int peer = -1;       // its batch's one peer, or -1
+    int peer = -1;       // its call's link's peer, or -1: the group's own stream
   };
   std::map<Key, Arriving> arriving_inputs, arriving_grads;
   // A host-side (MPI) group moves transfers on only inside its calls.
