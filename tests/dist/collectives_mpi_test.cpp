@@ -11,7 +11,9 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "support/mpi_main.h"
 #ifdef TRIAD_NCCL_ON_SIM
@@ -559,22 +561,27 @@ TEST(NcclGroup, TheWatchdogFailsACallPastTheTimeoutAndTheNextCallRaisesIt) {
   cuda::synchronize(g_device.index);
 }
 
+// Waiting for `w` raises an Error, not a timeout, whose message holds each
+// of `pieces`.
+void expect_failure(const WorkPtr& w, const std::vector<std::string>& pieces) {
+  try {
+    w->wait();
+    ADD_FAILURE() << "expected an Error";
+  } catch (const TimeoutError& e) {
+    ADD_FAILURE() << "not a timeout: " << e.what();
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    for (const std::string& piece : pieces) EXPECT_NE(m.find(piece), std::string::npos) << m;
+  }
+}
+
 TEST(NcclGroup, AnAsynchronousNcclErrorAbortsTheGroupAndNamesTheCall) {
   auto g = fresh_nccl_group(std::chrono::minutes(5));
   Tensor t = filled(g->rank(), 3, DType::BF16);
   WorkPtr w = g->all_reduce(t, ReduceOp::Max);
   testing::mock_nccl::fail_newest_communicator(2);  // ncclSystemError
-  try {
-    w->wait();
-    FAIL() << "expected an Error";
-  } catch (const TimeoutError& e) {
-    FAIL() << "not a timeout: " << e.what();
-  } catch (const Error& e) {
-    const std::string m = e.what();
-    EXPECT_NE(m.find("process group 'watched/nccl'"), std::string::npos) << m;
-    EXPECT_NE(m.find("all_reduce(max) of bf16 [3]"), std::string::npos) << m;
-    EXPECT_NE(m.find("failed: NCCL error 2"), std::string::npos) << m;
-  }
+  expect_failure(
+      w, {"process group 'watched/nccl'", "all_reduce(max) of bf16 [3]", "failed: NCCL error 2"});
   Tensor other = filled(g->rank(), 3, DType::F32);
   EXPECT_THROW(g->broadcast(other, 0), Error);
   // The world's group is untouched.
@@ -635,17 +642,8 @@ TEST(NcclGroup, NeighbourLinksCarryTheExchangesAndNameTheirErrors) {
   Tensor x = filled(me, 4, DType::F32), y = empty({4}, DType::F32, g_device);
   WorkPtr w = g->batch_isend_irecv({{true, x, next, 0}, {false, y, prev, 0}});
   testing::mock_nccl::fail_newest_communicator(2);
-  try {
-    w->wait();
-    FAIL() << "expected an Error";
-  } catch (const TimeoutError& e) {
-    FAIL() << "not a timeout: " << e.what();
-  } catch (const Error& e) {
-    const std::string m = e.what();
-    EXPECT_NE(m.find("process group 'linked/nccl'"), std::string::npos) << m;
-    EXPECT_NE(m.find("NCCL error 2"), std::string::npos) << m;
-    EXPECT_NE(m.find("on the link to rank " + std::to_string(newest)), std::string::npos) << m;
-  }
+  expect_failure(w, {"process group 'linked/nccl'", "NCCL error 2",
+                     "on the link to rank " + std::to_string(newest)});
   cuda::synchronize(g_device.index);
 }
 #endif

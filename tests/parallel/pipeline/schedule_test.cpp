@@ -236,6 +236,23 @@ TEST(Simulator, CommunicationCostStretchesThePipeline) {
   EXPECT_GT(slow.bubble_fraction, free_comm.bubble_fraction);
 }
 
+// A rank's simulated timeline as text: "F0[0,2) wait[2,3) B0[3,5) W0[5,6) ".
+std::string timeline_boxes(const SimulationResult& r, int rank) {
+  std::ostringstream out;
+  for (const TimelineEvent& e : r.timeline[static_cast<size_t>(rank)]) {
+    if (e.compute) {
+      out << (e.kind == ComputeKind::Forward          ? "F"
+              : e.kind == ComputeKind::BackwardWeight ? "W"
+                                                      : "B")
+          << e.microbatch;
+    } else {
+      out << "wait";
+    }
+    out << "[" << e.start << "," << e.end << ") ";
+  }
+  return out.str();
+}
+
 // 1F1B on two ranks whose first stage's forward is twice the second's:
 // rank 1 posts the receive of microbatch 1's activation before B of
 // microbatch 0. Waited for where it is posted (AsyncSends, Blocking), rank 1
@@ -254,20 +271,9 @@ TEST(Simulator, AReceiveIsWaitedForWhereItsPayloadIsConsumed) {
   EXPECT_DOUBLE_EQ(at.makespan, 10.0);
   EXPECT_DOUBLE_EQ(posted.makespan, 11.0);
   EXPECT_DOUBLE_EQ(blocking.makespan, 11.0);
-  auto boxes = [](const SimulationResult& r, int rank) {
-    std::ostringstream out;
-    for (const TimelineEvent& e : r.timeline[static_cast<size_t>(rank)]) {
-      if (e.compute)
-        out << (e.kind == ComputeKind::Forward ? "F" : "B") << e.microbatch;
-      else
-        out << "wait";
-      out << "[" << e.start << "," << e.end << ") ";
-    }
-    return out.str();
-  };
-  EXPECT_EQ(boxes(at, 1), "wait[0,2) F0[2,3) B0[3,5) F1[5,6) B1[6,8) ");
-  EXPECT_EQ(boxes(posted, 1), "wait[0,2) F0[2,3) wait[3,4) B0[4,6) F1[6,7) B1[7,9) ");
-  EXPECT_EQ(boxes(at, 0), "F0[0,2) F1[2,4) wait[4,5) B0[5,7) wait[7,8) B1[8,10) ");
+  EXPECT_EQ(timeline_boxes(at, 1), "wait[0,2) F0[2,3) B0[3,5) F1[5,6) B1[6,8) ");
+  EXPECT_EQ(timeline_boxes(posted, 1), "wait[0,2) F0[2,3) wait[3,4) B0[4,6) F1[6,7) B1[7,9) ");
+  EXPECT_EQ(timeline_boxes(at, 0), "F0[0,2) F1[2,4) wait[4,5) B0[5,7) wait[7,8) B1[8,10) ");
   EXPECT_DOUBLE_EQ(at.compute_time[1], posted.compute_time[1]);
 }
 
@@ -314,26 +320,14 @@ TEST(Simulator, OnAStreamABatchThatAlsoSendsIsWaitedForByItsConsumer) {
   c.backward = {2.0, 2.0};
   const SimulationResult stream = simulate(s, c, P2PSemantics::StreamOrdered);
   const SimulationResult host = simulate(s, c, P2PSemantics::WaitAtConsumer);
-  auto boxes = [](const SimulationResult& r, int rank) {
-    std::ostringstream out;
-    for (const TimelineEvent& e : r.timeline[static_cast<size_t>(rank)]) {
-      if (e.compute)
-        out << (e.kind == K::Forward          ? "F"
-                : e.kind == K::BackwardWeight ? "W"
-                                              : "B")
-            << e.microbatch;
-      else
-        out << "wait";
-      out << "[" << e.start << "," << e.end << ") ";
-    }
-    return out.str();
-  };
-  EXPECT_EQ(boxes(stream, 1), "wait[0,3) F0[3,4) B0[4,5) W0[5,6) F1[6,7) B1[7,8) W1[8,9) ");
-  EXPECT_EQ(boxes(stream, 0), "F0[0,3) F1[3,6) B0[6,7) W0[7,8) B1[8,9) W1[9,10) ");
+  EXPECT_EQ(timeline_boxes(stream, 1),
+            "wait[0,3) F0[3,4) B0[4,5) W0[5,6) F1[6,7) B1[7,8) W1[8,9) ");
+  EXPECT_EQ(timeline_boxes(stream, 0), "F0[0,3) F1[3,6) B0[6,7) W0[7,8) B1[8,9) W1[9,10) ");
   EXPECT_DOUBLE_EQ(stream.makespan, 10.0);
-  EXPECT_EQ(boxes(host, 1),
+  EXPECT_EQ(timeline_boxes(host, 1),
             "wait[0,3) F0[3,4) B0[4,5) wait[5,6) W0[6,7) F1[7,8) B1[8,9) W1[9,10) ");
-  EXPECT_EQ(boxes(host, 0), "F0[0,3) F1[3,6) B0[6,7) W0[7,8) wait[8,9) B1[9,10) W1[10,11) ");
+  EXPECT_EQ(timeline_boxes(host, 0),
+            "F0[0,3) F1[3,6) B0[6,7) W0[7,8) wait[8,9) B1[9,10) W1[10,11) ");
   EXPECT_DOUBLE_EQ(host.makespan, 11.0);
 }
 
