@@ -10,7 +10,7 @@
 # Four stages talk to their neighbours over NCCL links of their own
 # (dist/nccl.h), where a receive lets go only of the sends to its own peer.
 # Variables: TRAIN (triad-train-sim), MPIRUN (list), CONFIG, DATA, WORK,
-# LAYOUTS (';'-separated "stages:schedule").
+# LAYOUTS ('@'-separated "stages:schedule").
 file(REMOVE_RECURSE ${WORK})
 set(micro 4)
 set(seq 32)
@@ -19,7 +19,8 @@ math(EXPR payload "${micro} * ${seq} * ${width} * 4")
 set(common --config ${CONFIG} --set data.train=${DATA} --set device=cuda
     --set model.n_layer=4 --set model.d_model=${width} --set model.seq_len=${seq}
     --set train.micro_batch_size=${micro} --set train.steps=2 --set log.interval=100)
-foreach(layout IN LISTS LAYOUTS)
+string(REPLACE "@" ";" layouts "${LAYOUTS}")
+foreach(layout IN LISTS layouts)
   string(REPLACE ":" ";" fields "${layout}")
   list(GET fields 0 stages)
   list(GET fields 1 schedule)
