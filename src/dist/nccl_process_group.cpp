@@ -421,44 +421,32 @@ class NcclProcessGroup final : public ProcessGroup,
     const std::string what = describe("batch_isend_irecv", ops.front().tensor, peers);
     // An operation with a linked neighbour runs on that link, the others on
     // the group's own communicator; all in one NCCL group call.
-    std::vector<cudaStream_t> streams;
-    auto route = [&](int peer, ncclComm_t& comm, cudaStream_t& stream, int& to) {
-      auto it = links_.find(peer);
-      if (it == links_.end()) {
-        comm = comm_;
-        stream = stream_;
-        to = peer;
-      } else {
-        comm = it->second.comm;
-        stream = it->second.stream;
-        to = it->second.peer_rank;
-      }
-    };
-    for (const auto& o : ops) {
+    struct Route {
       ncclComm_t comm;
       cudaStream_t stream;
-      int to;
-      route(o.peer, comm, stream, to);
-      if (std::find(streams.begin(), streams.end(), stream) == streams.end())
-        streams.push_back(stream);
+      int peer;  // in `comm`
+    };
+    std::vector<Route> routes;
+    std::vector<cudaStream_t> streams;
+    for (const auto& o : ops) {
+      auto link = links_.find(o.peer);
+      routes.push_back(link == links_.end()
+                           ? Route{comm_, stream_, o.peer}
+                           : Route{link->second.comm, link->second.stream, link->second.peer_rank});
+      if (std::find(streams.begin(), streams.end(), routes.back().stream) == streams.end())
+        streams.push_back(routes.back().stream);
     }
     return enqueue(
         [&] {
           check_nccl(ncclGroupStart(), what);
-          for (const auto& o : ops) {
-            ncclComm_t comm;
-            cudaStream_t stream;
-            int to;
-            route(o.peer, comm, stream, to);
-            if (o.is_send) {
-              check_nccl(
-                  ncclSend(o.tensor.raw_data(), o.tensor.nbytes(), ncclUint8, to, comm, stream),
-                  what);
-            } else {
-              check_nccl(
-                  ncclRecv(o.tensor.raw_data(), o.tensor.nbytes(), ncclUint8, to, comm, stream),
-                  what);
-            }
+          for (size_t i = 0; i < ops.size(); ++i) {
+            const P2POp& o = ops[i];
+            const Route& to = routes[i];
+            check_nccl(o.is_send ? ncclSend(o.tensor.raw_data(), o.tensor.nbytes(), ncclUint8,
+                                            to.peer, to.comm, to.stream)
+                                 : ncclRecv(o.tensor.raw_data(), o.tensor.nbytes(), ncclUint8,
+                                            to.peer, to.comm, to.stream),
+                       what);
           }
           check_nccl(ncclGroupEnd(), what);
         },
@@ -551,10 +539,9 @@ class NcclProcessGroup final : public ProcessGroup,
     detail::check_call_headers(*this, op, std::vector<int64_t>(p, p + all.numel()));
   }
 
-  // Orders the group's stream after the compute stream, runs `issue`
-  // (which enqueues the NCCL calls), and returns the Work for them.
-  // Issues a call on `streams` (by default the group's own), each ordered
-  // after the compute stream first, and records an event after it on each.
+  // Orders `streams` (by default the group's own) after the compute
+  // stream, runs `issue` (which enqueues the NCCL calls on them), records an
+  // event after the call on each, and returns the Work for them.
   WorkPtr enqueue(const std::function<void()>& issue, std::vector<Tensor> keep,
                   std::function<void()> on_complete, const std::string& what,
                   std::vector<cudaStream_t> streams = {}) {
