@@ -71,7 +71,8 @@ enum class P2PSemantics {
   // Every operation, send or receive, must meet its posted counterpart
   // before the batch completes (rendezvous; the strictest model).
   Blocking,
-  // Triad's executor on GPUs (NCCL): the host never waits in a batch; each
+  // Triad's executor on GPUs with one NCCL stream per rank
+  // (TRIAD_NCCL_P2P_STREAMS=one): the host never waits in a batch; each
   // rank's batches run one after another on its communication stream, a
   // batch starting once it is posted and the one before it has finished,
   // and every operation meets its counterpart in the peer's running batch
@@ -79,10 +80,11 @@ enum class P2PSemantics {
   // than their buffers). Compute waits for a received payload only at the
   // action that consumes it, whether its batch also sent or not.
   StreamOrdered,
-  // As StreamOrdered, with one communication stream per peer (as PyTorch's
-  // NCCL group keeps a communicator per pair of ranks for point-to-point
-  // calls): a send to the next rank that waits for its receiver holds up
-  // nothing from the previous rank.
+  // Triad's executor on GPUs: as StreamOrdered, with one communication
+  // stream per peer (the pipeline group's NCCL links, as PyTorch's NCCL
+  // group keeps a communicator per pair of ranks for point-to-point calls):
+  // a send to the next rank that waits for its receiver holds up nothing
+  // from the previous rank.
   StreamPerPeer,
 };
 

@@ -35,7 +35,8 @@ struct ZeroBubbleOptions {
   // paper's ZB-H2 budget. At least 1.
   int max_in_flight = 0;
   // How the executor waits for its receives, which the search simulates:
-  // WaitAtConsumer on the host (MPI), StreamOrdered on GPUs (NCCL).
+  // WaitAtConsumer on the host (MPI), StreamPerPeer on GPUs (NCCL links;
+  // StreamOrdered on one stream).
   P2PSemantics semantics = P2PSemantics::WaitAtConsumer;
 };
 
