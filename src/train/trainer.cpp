@@ -814,11 +814,13 @@ pipeline::Schedule Trainer::pipeline_schedule(int64_t micro) const {
 
 pipeline::P2PSemantics Trainer::p2p_semantics() const {
   // The executor waits for a receive where its payload is consumed; on a GPU
-  // its batches run in order on the NCCL group's streams: one per
-  // neighbour, or one (TRIAD_NCCL_P2P_STREAMS=one).
+  // its calls run in order on the NCCL group's streams: one per neighbour
+  // where the group has links (more than two stages), else its one.
   if (device_.is_cpu()) return pipeline::P2PSemantics::WaitAtConsumer;
-  return dist::nccl_p2p_streams_per_peer() ? pipeline::P2PSemantics::StreamPerPeer
-                                           : pipeline::P2PSemantics::StreamOrdered;
+  if (!mesh_ || !mesh_->pp()) return pipeline::P2PSemantics::StreamOrdered;
+  const dist::ProcessGroupPtr& pp = mesh_->pp();
+  return pp->has_p2p_link((pp->rank() + 1) % pp->size()) ? pipeline::P2PSemantics::StreamPerPeer
+                                                         : pipeline::P2PSemantics::StreamOrdered;
 }
 
 std::unique_ptr<pipeline::PipelineExecutor> Trainer::make_executor(int64_t micro) {
