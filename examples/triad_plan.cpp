@@ -323,20 +323,24 @@ int main(int argc, char** argv) {
       }
     }
     if (!interleaved) space.vpps = {1};
-    const auto all = plan::recommend(model, cluster, gpus, global_batch, space);
-    if (all.empty())
+    space.top = std::max(top, 1);
+    plan::SearchStats stats;
+    const auto best = plan::recommend(model, cluster, gpus, global_batch, space, &stats);
+    if (best.empty())
       throw ConfigError("no configuration of " + std::to_string(gpus) +
                         " GPUs fits this model in memory");
-    const size_t n = std::min<size_t>(all.size(), static_cast<size_t>(std::max(top, 1)));
+    const size_t n = best.size();
     if (json) {
       std::string out = "[";
-      for (size_t i = 0; i < n; ++i) out += (i ? "," : "") + all[i].json();
+      for (size_t i = 0; i < n; ++i) out += (i ? "," : "") + best[i].json();
       std::printf("%s]\n", out.c_str());
     } else {
-      std::printf("%zu configurations fit; the best %zu:\n", all.size(), n);
+      // (The rest were ruled out by a bound: too slow to rank, or too large.)
+      std::printf("%zu layouts, %zu priced in full (%zu of those fit); the best %zu:\n",
+                  stats.layouts, stats.priced, stats.fit, n);
       for (size_t i = 0; i < n; ++i) {
         std::printf("%zu. ", i + 1);
-        print_estimate(all[i], cluster);
+        print_estimate(best[i], cluster);
       }
     }
   } catch (const triad::Error& e) {

@@ -7,6 +7,7 @@
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <numeric>
 #include <tuple>
 
 #include "triad/core/error.h"
@@ -401,8 +402,12 @@ void check_config(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int gl
   if (p.sequence_parallel && p.tp == 1) throw ConfigError("sequence parallelism needs tp > 1");
 }
 
-Estimate estimate(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int global_batch,
-                  const ParallelConfig& p) {
+namespace {
+
+// estimate() with the schedule simulated, or (`simulate` false) the bounds
+// from below that estimate_lower_bound() describes.
+Estimate price(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int global_batch,
+               const ParallelConfig& p, bool simulate) {
   check_config(m, c, gpus, global_batch, p);
   Estimate e;
   e.config = p;
@@ -532,19 +537,38 @@ Estimate estimate(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int gl
         (cross ? c.inter_latency : c.intra_latency) + bytes / (bwid * c.collective_efficiency);
     if (scatter_gather) e.p2p_time += tp_reduce_scatter(whole, c, p);
   }
-  const pipeline::SimulationResult sim =
-      simulate_cached(p.schedule, p.pp, p.vpp, e.num_microbatches, p.zb_max_in_flight, sf, sbi, sbw,
-                      e.p2p_time, mean_f);
-  e.pipeline_time = sim.makespan * mean_f;
-  e.bubble_fraction = sim.bubble_fraction;
-  // Chunk activations held at once per rank (split schedules hold a
-  // microbatch's until its W), and the layers they span on the rank that
-  // holds the most.
-  const std::vector<int>& held = split_backward ? sim.peak_held : sim.peak_alive;
   double held_layers = 0;
-  for (int r = 0; r < p.pp && r < static_cast<int>(held.size()); ++r) {
-    e.peak_inflight = std::max(e.peak_inflight, held[r]);
-    held_layers = std::max(held_layers, static_cast<double>(held[r] * widest[r]));
+  if (simulate) {
+    const pipeline::SimulationResult sim =
+        simulate_cached(p.schedule, p.pp, p.vpp, e.num_microbatches, p.zb_max_in_flight, sf, sbi,
+                        sbw, e.p2p_time, mean_f);
+    e.pipeline_time = sim.makespan * mean_f;
+    e.bubble_fraction = sim.bubble_fraction;
+    // Chunk activations held at once per rank (split schedules hold a
+    // microbatch's until its W), and the layers they span on the rank that
+    // holds the most.
+    const std::vector<int>& held = split_backward ? sim.peak_held : sim.peak_alive;
+    for (int r = 0; r < p.pp && r < static_cast<int>(held.size()); ++r) {
+      e.peak_inflight = std::max(e.peak_inflight, held[r]);
+      held_layers = std::max(held_layers, static_cast<double>(held[r] * widest[r]));
+    }
+  } else {
+    // No rank starts before the first microbatch's forward has reached its
+    // first stage, nor ends before it has then run every microbatch's
+    // passes one after another (less a thousandth: the simulator rounds
+    // each stage's costs to 1e-4 of a layer's forward); and every rank
+    // holds at least one chunk's activations at some point.
+    double pipeline = 0;
+    for (int r = 0; r < p.pp; ++r) {
+      int first = S;
+      for (int ch = 0; ch < p.vpp; ++ch)
+        first = std::min(first, pipeline::stage_at(placement, p.pp, r, ch));
+      const double start = std::accumulate(sf.begin(), sf.begin() + first, 0.0);
+      pipeline = std::max(pipeline, start + e.num_microbatches * rank_work[r]);
+    }
+    e.pipeline_time = pipeline * (1 - 1e-3);
+    e.peak_inflight = 1;
+    held_layers = static_cast<double>(*std::max_element(widest.begin(), widest.end()));
   }
 
   // ---- parameters on the most loaded pipeline rank
@@ -656,6 +680,18 @@ Estimate estimate(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int gl
                    c.reserved_bytes;
   e.fits = e.memory_bytes <= c.memory_bytes;
   return e;
+}
+
+}  // namespace
+
+Estimate estimate(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int global_batch,
+                  const ParallelConfig& p) {
+  return price(m, c, gpus, global_batch, p, true);
+}
+
+Estimate estimate_lower_bound(const nn::GptConfig& m, const ClusterSpec& c, int gpus,
+                              int global_batch, const ParallelConfig& p) {
+  return price(m, c, gpus, global_batch, p, false);
 }
 
 std::string Estimate::json() const {

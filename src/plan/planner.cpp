@@ -2,15 +2,34 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
+#include <tuple>
 
 #include "triad/core/error.h"
 #include "triad/parallel/pipeline/stage_balance.h"
 
 namespace triad::plan {
 
+namespace {
+
+// Fastest first; among equally fast layouts (the same 0.1% bucket of step
+// time), the leaner one; then in the search's order.
+double bucket(const Estimate& e) {
+  return std::floor(std::log(e.step_time) / std::log(1.001));
+}
+bool ranks_before(const Estimate& x, const Estimate& y) {
+  const double bx = bucket(x), by = bucket(y);
+  return bx != by ? bx < by : x.memory_bytes < y.memory_bytes;
+}
+
+}  // namespace
+
 std::vector<Estimate> recommend(const nn::GptConfig& m, const ClusterSpec& c, int gpus,
-                                int global_batch, const SearchSpace& space) {
+                                int global_batch, const SearchSpace& space, SearchStats* stats) {
   std::vector<ParallelConfig> candidates;
+  // Each pipeline's balanced split, worked out once (it depends on neither
+  // tp, dp nor the micro batch).
+  std::map<std::tuple<int, int, bool>, std::vector<int64_t>> splits;
   for (int tp = 1; tp <= std::min(gpus, c.gpus_per_node); tp *= 2) {
     if (gpus % tp != 0 || m.n_head % tp != 0 || m.kv_heads() % tp != 0) continue;
     for (int pp = 1; pp <= gpus / tp; ++pp) {
@@ -55,8 +74,15 @@ std::vector<Estimate> recommend(const nn::GptConfig& m, const ClusterSpec& c, in
                 std::vector<ParallelConfig> layouts{p};
                 if (pp > 1 && space.try_balanced_stages && m.n_layer >= pp * v) {
                   ParallelConfig balanced = p;
-                  balanced.stage_layers =
-                      pipeline::balanced_stage_layers(m, pp, v, rc == Recompute::Full);
+                  const std::tuple<int, int, bool> split{pp, v, rc == Recompute::Full};
+                  auto known = splits.find(split);
+                  if (known == splits.end()) {
+                    known = splits
+                                .emplace(split, pipeline::balanced_stage_layers(
+                                                    m, pp, v, rc == Recompute::Full))
+                                .first;
+                  }
+                  balanced.stage_layers = known->second;
                   const bool even =
                       std::all_of(balanced.stage_layers.begin(), balanced.stage_layers.end(),
                                   [&](int64_t n) { return n * pp * v == m.n_layer; });
@@ -77,23 +103,66 @@ std::vector<Estimate> recommend(const nn::GptConfig& m, const ClusterSpec& c, in
       }
     }
   }
-  std::vector<Estimate> priced(candidates.size());
+  SearchStats seen;
+  seen.layouts = candidates.size();
+  // Which candidates to price in full, in what order: all of them, or those
+  // that may fit, by their bound (then the search's order).
+  std::vector<size_t> order;
+  std::vector<double> bound(candidates.size(), 0.0);
+  if (space.top <= 0) {
+    for (size_t i = 0; i < candidates.size(); ++i) order.push_back(i);
+  } else {
+    std::vector<char> may_fit(candidates.size());
 #pragma omp parallel for schedule(dynamic)
-  for (size_t i = 0; i < candidates.size(); ++i)
-    priced[i] = estimate(m, c, gpus, global_batch, candidates[i]);
-  std::vector<Estimate> out;
-  for (const Estimate& e : priced) {
-    if (e.fits) out.push_back(e);
+    for (size_t i = 0; i < candidates.size(); ++i) {
+      const Estimate b = estimate_lower_bound(m, c, gpus, global_batch, candidates[i]);
+      bound[i] = b.step_time;
+      may_fit[i] = b.fits;
+    }
+    for (size_t i = 0; i < candidates.size(); ++i)
+      if (may_fit[i]) order.push_back(i);
+    std::stable_sort(order.begin(), order.end(),
+                     [&](size_t x, size_t y) { return bound[x] < bound[y]; });
   }
-  // Fastest first; among equally fast layouts (the same 0.1% bucket of step
-  // time), the leaner one.
-  auto bucket = [](const Estimate& e) {
-    return std::floor(std::log(e.step_time) / std::log(1.001));
-  };
-  std::stable_sort(out.begin(), out.end(), [&](const Estimate& x, const Estimate& y) {
-    const double bx = bucket(x), by = bucket(y);
-    return bx != by ? bx < by : x.memory_bytes < y.memory_bytes;
-  });
+  // Priced in rounds: once `top` layouts fit, the next round begins past the
+  // first bound above the top-th best time (a margin of two ranking buckets:
+  // a layout in the top-th's bucket may rank before it).
+  std::vector<std::pair<size_t, Estimate>> fitting;
+  std::vector<double> best;  // the fitting layouts' step times, fastest first, at most `top`
+  const size_t round = space.top <= 0 ? std::max<size_t>(order.size(), 1) : 32;
+  for (size_t next = 0; next < order.size();) {
+    size_t end = std::min(order.size(), next + round);
+    if (space.top > 0 && best.size() == static_cast<size_t>(space.top)) {
+      const double limit = best.back() * 1.002;
+      while (end > next && bound[order[end - 1]] > limit) --end;
+      if (end == next) break;
+    }
+    std::vector<Estimate> priced(end - next);
+#pragma omp parallel for schedule(dynamic)
+    for (size_t i = next; i < end; ++i)
+      priced[i - next] = estimate(m, c, gpus, global_batch, candidates[order[i]]);
+    for (size_t i = next; i < end; ++i) {
+      const Estimate& e = priced[i - next];
+      if (!e.fits) continue;
+      fitting.emplace_back(order[i], e);
+      if (space.top > 0) {
+        best.insert(std::upper_bound(best.begin(), best.end(), e.step_time), e.step_time);
+        if (best.size() > static_cast<size_t>(space.top)) best.pop_back();
+      }
+    }
+    seen.priced += end - next;
+    next = end;
+  }
+  seen.fit = fitting.size();
+  if (stats) *stats = seen;
+  // In the search's order, then ranked (stable): the order pricing every
+  // layout would give.
+  std::sort(fitting.begin(), fitting.end(),
+            [](const auto& x, const auto& y) { return x.first < y.first; });
+  std::vector<Estimate> out;
+  for (auto& [index, e] : fitting) out.push_back(std::move(e));
+  std::stable_sort(out.begin(), out.end(), ranks_before);
+  if (space.top > 0 && out.size() > static_cast<size_t>(space.top)) out.resize(space.top);
   return out;
 }
 

@@ -683,6 +683,86 @@ TEST(Planner, RecommendsOnlyFittingLayoutsFastestFirst) {
   }
 }
 
+// The bound the planner orders its search by is never above what pricing
+// the layout in full says (time and memory), and a layout it says cannot
+// fit does not. Deep pipelines of every schedule, where the simulation is
+// what costs.
+TEST(Planner, TheLowerBoundIsBelowTheFullPrice) {
+  const ClusterSpec c = selene();
+  const nn::GptConfig m = gpt(48, 32, 4096);
+  int checked = 0;
+  for (auto [kind, v] : {std::pair{pipeline::ScheduleKind::OneFOneB, 1},
+                         {pipeline::ScheduleKind::Interleaved, 2},
+                         {pipeline::ScheduleKind::ZbH1, 1},
+                         {pipeline::ScheduleKind::ZbAuto, 1},
+                         {pipeline::ScheduleKind::ZbV, 2}}) {
+    for (int pp : {2, 8, 24}) {
+      if (m.n_layer % (pp * v) != 0) continue;
+      for (Recompute rc : {Recompute::None, Recompute::Full}) {
+        for (int mb : {1, 4}) {
+          ParallelConfig p = layout(4, pp, 96 / (4 * pp), mb, rc);
+          p.vpp = v;
+          p.schedule = kind;
+          p.attention = Attention::Flash;
+          SCOPED_TRACE(p.str());
+          const Estimate full = estimate(m, c, 96, 96 * 4, p);
+          const Estimate bound = estimate_lower_bound(m, c, 96, 96 * 4, p);
+          EXPECT_LE(bound.step_time, full.step_time);
+          // (Not a vacuous bound: the bubble and the activations beyond one
+          // chunk are all it leaves out.)
+          EXPECT_GT(bound.step_time, (1 - full.bubble_fraction) * 0.99 * full.step_time);
+          EXPECT_LE(bound.memory_bytes, full.memory_bytes);
+          EXPECT_TRUE(bound.fits || !full.fits);
+          ++checked;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(checked, 5 * 3 * 2 * 2);
+  // 10B parameters at 18 bytes each on one GPU: the bound rules it out.
+  const ParallelConfig whole = layout(1, 1, 96, 1, Recompute::Full);
+  EXPECT_FALSE(estimate_lower_bound(m, c, 96, 96 * 4, whole).fits);
+  EXPECT_FALSE(estimate(m, c, 96, 96 * 4, whole).fits);
+}
+
+// Asked for the best few, the planner prices far fewer layouts and returns
+// exactly the first few of the exhaustive ranking.
+TEST(Planner, TheBestFewMatchPricingEveryLayout) {
+  const ClusterSpec c = selene();
+  const nn::GptConfig m = gpt(24, 32, 4096);
+  SearchSpace space;
+  space.micro_batches = {1, 2, 4};
+  space.attention = Attention::Flash;
+  SearchStats all_stats;
+  const auto all = recommend(m, c, 32, 128, space, &all_stats);
+  ASSERT_GT(all.size(), 10u);
+  EXPECT_EQ(all_stats.priced, all_stats.layouts);
+  EXPECT_EQ(all_stats.fit, all.size());
+  for (const Estimate& e : all) {
+    EXPECT_LE(estimate_lower_bound(m, c, 32, 128, e.config).step_time, e.step_time)
+        << e.config.str();
+  }
+  for (int top : {1, 3, 10}) {
+    SCOPED_TRACE(top);
+    space.top = top;
+    SearchStats stats;
+    const auto best = recommend(m, c, 32, 128, space, &stats);
+    ASSERT_EQ(best.size(), static_cast<size_t>(top));
+    EXPECT_EQ(stats.layouts, all_stats.layouts);
+    EXPECT_LT(stats.priced, all_stats.layouts / 2);
+    for (int i = 0; i < top; ++i) {
+      EXPECT_EQ(best[i].config.str(), all[i].config.str()) << i;
+      EXPECT_EQ(best[i].step_time, all[i].step_time) << i;
+      EXPECT_EQ(best[i].memory_bytes, all[i].memory_bytes) << i;
+    }
+  }
+  // More wanted than fit: every one that fits, in the same order.
+  space.top = static_cast<int>(all.size()) + 5;
+  const auto every = recommend(m, c, 32, 128, space);
+  ASSERT_EQ(every.size(), all.size());
+  for (size_t i = 0; i < all.size(); ++i) EXPECT_EQ(every[i].config.str(), all[i].config.str());
+}
+
 TEST(PlannerFiles, ClusterAndModelFilesAreValidated) {
   EXPECT_NO_THROW(load_cluster(std::string(TRIAD_SOURCE_DIR) + "/configs/clusters/dgx_h100.yaml"));
   EXPECT_NO_THROW(load_cluster(std::string(TRIAD_SOURCE_DIR) + "/configs/clusters/hgx_h200.yaml"));

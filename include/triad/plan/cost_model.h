@@ -106,6 +106,17 @@ void check_config(const nn::GptConfig& model, const ClusterSpec& cluster, int gp
 Estimate estimate(const nn::GptConfig& model, const ClusterSpec& cluster, int gpus,
                   int global_batch, const ParallelConfig& config);
 
+// What estimate() would say at best, without simulating the schedule (a
+// small fraction of the cost of a deep pipeline's zero-bubble search): a
+// step_time no greater than estimate()'s (the busiest rank's passes for
+// every microbatch, back to back, plus the same communication and
+// optimizer), a memory_bytes no greater (one chunk's activations held per
+// rank), and `fits` false only when the layout cannot fit. The planner
+// prices layouts in this bound's order and stops where it passes the best
+// found (recommend).
+Estimate estimate_lower_bound(const nn::GptConfig& model, const ClusterSpec& cluster, int gpus,
+                              int global_batch, const ParallelConfig& config);
+
 // Model FLOPs of one step, PTD-P eq. (3): 72 B s l h^2 (1 + s/6h + V/12lh),
 // or 96 B s l h^2 (1 + s/6h + V/16lh) with full recomputation.
 double ptdp_model_flops(const nn::GptConfig& model, int global_batch, bool full_recompute);

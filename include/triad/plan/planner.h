@@ -18,12 +18,26 @@ struct SearchSpace {
   bool overlap_dp = false;
   bool overlap_tp = false;
   Attention attention = Attention::Unfused;
+  // > 0: only the `top` fastest layouts that fit are wanted. Layouts are
+  // then priced in the order of estimate_lower_bound's step time, and the
+  // search stops where that bound passes the top-th best found: the same
+  // `top` layouts, in the same order, as pricing every one.
+  int top = 0;
+};
+
+// What a search looked at.
+struct SearchStats {
+  size_t layouts = 0;  // valid layouts of the search space
+  size_t priced = 0;   // of those, priced in full (schedule simulated)
+  size_t fit = 0;      // of those, fitting in memory
 };
 
 // Every valid configuration of `gpus` GPUs for this model and global batch
 // (tp within a node and dividing the heads, pp dividing the layers, ...),
-// priced, those that do not fit in memory dropped, fastest first.
+// priced, those that do not fit in memory dropped, fastest first (at most
+// space.top of them when it is set).
 std::vector<Estimate> recommend(const nn::GptConfig& model, const ClusterSpec& cluster, int gpus,
-                                int global_batch, const SearchSpace& space = {});
+                                int global_batch, const SearchSpace& space = {},
+                                SearchStats* stats = nullptr);
 
 }  // namespace triad::plan
