@@ -1216,6 +1216,12 @@ std::vector<StepMetrics> Trainer::run() {
       dp_ > 1
           ? ", " + std::to_string(config_.accumulation_steps() / dp_) + " per data-parallel rank"
           : std::string());
+  if (dataset_->num_sequences() < config_.train.global_batch_size) {
+    spdlog::warn(
+        "data.train holds {} sequences of model.seq_len + 1 = {} tokens, fewer than one global "
+        "batch (train.global_batch_size = {}): each step repeats some of them",
+        dataset_->num_sequences(), config_.model.seq_len + 1, config_.train.global_batch_size);
+  }
   if (ramp_.ramps()) {
     const auto sizes = ramp_.sizes();
     spdlog::info("  the global batch ramps from {} by {} to {} over the first {} sequences",
