@@ -59,6 +59,17 @@ void print_estimate(const plan::Estimate& e, const plan::ClusterSpec& c) {
 
 int main(int argc, char** argv) {
   CLI::App app{"Triad planner: pipeline schedules and cluster predictions"};
+  // (CLI11's PositiveNumber names a range of doubles in its error.)
+  const CLI::Validator at_least_one(
+      [](std::string& value) -> std::string {
+        size_t used = 0;
+        try {
+          if (std::stoll(value, &used) >= 1 && used == value.size()) return "";
+        } catch (const std::exception&) {
+        }
+        return "expected an integer >= 1, got '" + value + "'";
+      },
+      "INT >= 1");
   app.require_subcommand(1);
 
   auto* sched = app.add_subcommand("schedule", "simulate a pipeline schedule and draw it");
@@ -109,8 +120,8 @@ int main(int argc, char** argv) {
   auto add_common = [&](CLI::App* c) {
     c->add_option("--model", model_path, "trainer config or model section YAML");
     c->add_option("--cluster", cluster_path, "cluster YAML (configs/clusters/)")->required();
-    c->add_option("--gpus", gpus, "number of GPUs");
-    c->add_option("--global-batch", global_batch, "sequences per step");
+    c->add_option("--gpus", gpus, "number of GPUs")->check(at_least_one);
+    c->add_option("--global-batch", global_batch, "sequences per step")->check(at_least_one);
     c->add_flag("--overlap-dp", overlap, "assume the DP gradient reduction overlaps backward");
     c->add_flag("--overlap-tp", overlap_tp,
                 "assume column-parallel input-gradient collectives overlap the weight gradients");
@@ -124,10 +135,10 @@ int main(int argc, char** argv) {
                       "a triad-train config: its model, layout and batch (options given here "
                       "override them), priced as Triad runs it (overlapped DP and TP, fused "
                       "attention)");
-  predict->add_option("--tp", tp);
-  predict->add_option("--pp", pp);
-  predict->add_option("--vpp", vpp);
-  predict->add_option("--micro-batch", micro);
+  predict->add_option("--tp", tp)->check(at_least_one);
+  predict->add_option("--pp", pp)->check(at_least_one);
+  predict->add_option("--vpp", vpp)->check(at_least_one);
+  predict->add_option("--micro-batch", micro)->check(at_least_one);
   predict->add_option("--recompute", recompute, "none, selective or full");
   predict->add_flag("--sequence-parallel", sp);
   predict->add_option("--zero", zero, "1 shards the optimizer state (ZeRO-1)");
@@ -138,7 +149,7 @@ int main(int argc, char** argv) {
                       "zb-v (--vpp 2, its default)");
   auto* rec = app.add_subcommand("recommend", "rank every configuration that fits");
   add_common(rec);
-  rec->add_option("--top", top, "how many to print")->capture_default_str();
+  rec->add_option("--top", top, "how many to print")->check(at_least_one)->capture_default_str();
   std::string schedules = "interleaved,zb-h1,zb-auto,zb-v";
   bool even_stages = false;
   rec->add_option("--schedules", schedules,
@@ -323,7 +334,7 @@ int main(int argc, char** argv) {
       }
     }
     if (!interleaved) space.vpps = {1};
-    space.top = std::max(top, 1);
+    space.top = top;
     plan::SearchStats stats;
     const auto best = plan::recommend(model, cluster, gpus, global_batch, space, &stats);
     if (best.empty())
