@@ -13,6 +13,8 @@
 #include "triad/core/error.h"
 #include "triad/core/rng.h"
 
+#include "cli_checks.h"
+
 namespace {
 
 const std::vector<std::string> kAdjectives{"small", "quiet",   "bright",  "old",
@@ -63,7 +65,8 @@ int main(int argc, char** argv) {
   int64_t bytes = 2'000'000;
   uint64_t seed = 1;
   app.add_option("--output", output, "text file to write")->required();
-  app.add_option("--bytes", bytes, "approximate size in bytes")->check(CLI::PositiveNumber);
+  app.add_option("--bytes", bytes, "approximate size in bytes")
+      ->check(triad::examples::at_least_one());
   app.add_option("--seed", seed, "generator seed");
   CLI11_PARSE(app, argc, argv);
   std::ofstream out(output, std::ios::binary | std::ios::trunc);

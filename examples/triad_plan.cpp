@@ -25,6 +25,8 @@
 #include "triad/plan/planner.h"
 #include "triad/train/config.h"
 
+#include "cli_checks.h"
+
 namespace {
 
 using namespace triad;
@@ -59,17 +61,7 @@ void print_estimate(const plan::Estimate& e, const plan::ClusterSpec& c) {
 
 int main(int argc, char** argv) {
   CLI::App app{"Triad planner: pipeline schedules and cluster predictions"};
-  // (CLI11's PositiveNumber names a range of doubles in its error.)
-  const CLI::Validator at_least_one(
-      [](std::string& value) -> std::string {
-        size_t used = 0;
-        try {
-          if (std::stoll(value, &used) >= 1 && used == value.size()) return "";
-        } catch (const std::exception&) {
-        }
-        return "expected an integer >= 1, got '" + value + "'";
-      },
-      "INT >= 1");
+  const CLI::Validator at_least_one = examples::at_least_one();
   app.require_subcommand(1);
 
   auto* sched = app.add_subcommand("schedule", "simulate a pipeline schedule and draw it");
