@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <limits>
 
 #include "triad/autograd/checkpoint.h"
@@ -196,6 +197,15 @@ void GptConfig::validate() const {
     throw ConfigError("model.embedding_multiplier (" + std::to_string(embedding_multiplier) +
                       ") must be a positive number");
   }
+  // (Every count and offset is a 64-bit integer; 2^60 parameters, a
+  // million times today's largest models, leaves room for their products.)
+  if (const double count = parameter_count(); !(count < 0x1p60)) {
+    char what[64];
+    std::snprintf(what, sizeof what, "%.3g", count);
+    throw ConfigError("model: n_layer " + std::to_string(n_layer) + ", d_model " +
+                      std::to_string(d_model) + " and vocab_size " + std::to_string(vocab_size) +
+                      " make " + what + " parameters, more than the 2^60 Triad can count");
+  }
   if (!(dropout >= 0.0 && dropout < 1.0)) {
     throw ConfigError("model.dropout (" + std::to_string(dropout) + ") must be in [0, 1)");
   }
@@ -217,22 +227,45 @@ GptConfig::Rope GptConfig::rope_of(int64_t layer) const {
   return r;
 }
 
-int64_t GptConfig::block_parameters() const {
-  const int64_t h = d_model, f = ffn(), m = fc_width(), w = qkv_width(), q = q_width();
+namespace {
+
+// One block's parameters and the whole model's, counted in T: int64_t, or
+// double for sizes whose count would overflow it.
+template <typename T>
+T block_parameters_in(const GptConfig& c) {
+  const T h = static_cast<T>(c.d_model), f = static_cast<T>(c.ffn()),
+          m = static_cast<T>(c.fc_width()), w = static_cast<T>(c.qkv_width()),
+          q = static_cast<T>(c.q_width());
   // Attention (w + q) h + w + h (4h^2 + 4h with a key/value head per query
   // head and q = h), MLP (h + 1) m + (f + 1) h, two LayerNorms 4h or
   // RMSNorms 2h (12h^2 + 13h for GPT-2); twice that with post_norms.
-  const int64_t norm = rms_norm() ? h : 2 * h;
-  const int64_t biases = linear_bias ? w + h + m + h : qkv_bias ? w : 0;
-  return (w + q) * h + h * m + f * h + biases + (post_norms ? 4 : 2) * norm +
-         (qk_norm ? 2 * head_dim() : 0);
+  const T norm = c.rms_norm() ? h : 2 * h;
+  const T biases = c.linear_bias ? w + h + m + h : c.qkv_bias ? w : 0;
+  return (w + q) * h + h * m + f * h + biases + (c.post_norms ? 4 : 2) * norm +
+         static_cast<T>(c.qk_norm ? 2 * c.head_dim() : 0);
+}
+
+template <typename T>
+T parameters_in(const GptConfig& c) {
+  // The blocks, the embeddings and ln_f.
+  const T h = static_cast<T>(c.d_model), norm = c.rms_norm() ? h : 2 * h;
+  const T tables =
+      static_cast<T>((c.tie_embeddings ? 1 : 2) * c.vocab_size + (c.rotary() ? 0 : c.seq_len));
+  return static_cast<T>(c.n_layer) * block_parameters_in<T>(c) + tables * h + norm;
+}
+
+}  // namespace
+
+int64_t GptConfig::block_parameters() const {
+  return block_parameters_in<int64_t>(*this);
 }
 
 int64_t GptConfig::num_parameters() const {
-  // The blocks, the embeddings and ln_f.
-  const int64_t h = d_model, norm = rms_norm() ? h : 2 * h;
-  const int64_t tables = (tie_embeddings ? 1 : 2) * vocab_size + (rotary() ? 0 : seq_len);
-  return n_layer * block_parameters() + tables * h + norm;
+  return parameters_in<int64_t>(*this);
+}
+
+double GptConfig::parameter_count() const {
+  return parameters_in<double>(*this);
 }
 
 double GptConfig::training_flops(double sequences, bool full_recompute) const {

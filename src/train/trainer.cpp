@@ -15,6 +15,8 @@
 #include <optional>
 #include <set>
 
+#include <unistd.h>
+
 #include "triad/autograd/engine.h"
 #include "triad/autograd/grad_mode.h"
 #include "triad/backend/backend.h"
@@ -66,6 +68,48 @@ std::string format_duration(double seconds) {
   return buf;
 }
 
+// Refuses, before anything is built, a model whose training state cannot fit:
+// its weights, gradients and AdamW's moments (and f32 master weights under
+// half precision; ZeRO-1 shards the optimizer's part over dp) average over
+// the tp * pp ranks holding one copy, and `ranks_here` such ranks share the
+// host's memory (CPU) or each has its GPU's. The average rank needs no less
+// than that, so a model that fits is never refused.
+void check_training_state_fits(const Config& config, int dp, Device device, int ranks_here) {
+  const bool half = config.train.param_dtype() != DType::F32;
+  const double optimizer = (half ? 12.0 : 8.0) / (config.parallel.zero == 1 ? dp : 1);
+  const double per_parameter = (half ? 2.0 : 4.0) + 4.0 + optimizer;
+  const double ranks = static_cast<double>(config.parallel.tp) * config.parallel.pp;
+  const double count = config.model.parameter_count();
+  const double need = count / ranks * per_parameter;
+  double have = 0;
+  std::string where;
+  if (device.is_cuda()) {
+    have = static_cast<double>(cuda::device_memory(device.index));
+    where = "the " + device.str() + " device's";
+  } else {
+    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+    if (pages <= 0 || page <= 0) return;  // unknown: nothing to check against
+    have = static_cast<double>(pages) * static_cast<double>(page) / ranks_here;
+    where = ranks_here > 1
+                ? "each of this node's " + std::to_string(ranks_here) + " ranks' share of its"
+                : "this machine's";
+  }
+  if (need <= have) return;
+  auto g = [](double x) {  // 3 significant digits
+    char out[32];
+    std::snprintf(out, sizeof out, "%.3g", x);
+    return std::string(out);
+  };
+  throw ConfigError("model: n_layer " + std::to_string(config.model.n_layer) + ", d_model " +
+                    std::to_string(config.model.d_model) + ": " + g(count) + " parameters need " +
+                    g(need / 1e9) + " GB per rank (" + g(per_parameter) +
+                    " bytes each over tp*pp = " + g(ranks) +
+                    " ranks) for weights, gradients and optimizer state, more than " + where + " " +
+                    g(have / 1e9) +
+                    " GB of memory (tp and pp split it; parallel.zero: 1 shards the "
+                    "optimizer's part over dp)");
+}
+
 }  // namespace
 
 Trainer::Trainer(Config config, dist::ProcessGroupPtr world)
@@ -115,6 +159,7 @@ Trainer::Trainer(Config config, dist::ProcessGroupPtr world)
   ramp_ = config_.train.batch_ramp();
   const uint64_t seed = config_.train.seed;
   if (world_size == 1) {
+    check_training_state_fits(config_, dp_, device_, 1);
     model_ = std::make_unique<nn::Gpt>(config_.model, seed);
     if (!config_.init_from.empty()) io::load_gpt2_safetensors(*model_, config_.init_from);
   } else {
@@ -136,6 +181,7 @@ Trainer::Trainer(Config config, dist::ProcessGroupPtr world)
       device_ = Device::cuda(mesh_->local_device());
       mesh_->use_cuda(device_.index);
     }
+    check_training_state_fits(config_, dp_, device_, mesh_->node().local_size);
     if (par.pp > 1) {
       stage_layers_ = par.stage_layers;
       if (par.stage_layers_auto) {

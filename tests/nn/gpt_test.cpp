@@ -31,6 +31,27 @@ TEST(Gpt, ParameterNamesAreGpt2sAndCountMatchesTheFormula) {
   EXPECT_EQ(sd.size(), 2u + 12u * 2 + 2u);
 }
 
+// The count in floating point is the integer one, and a size whose count
+// would overflow the 64-bit integers is refused by name before anything is
+// built.
+TEST(Gpt, ParameterCountsBeyondWhatCanBeCountedAreRefused) {
+  GptConfig gpt2{.n_layer = 12, .n_head = 12, .d_model = 768, .vocab_size = 50257, .seq_len = 1024};
+  EXPECT_EQ(gpt2.num_parameters(), 124439808);  // GPT-2 small, tied head
+  EXPECT_EQ(gpt2.parameter_count(), 124439808.0);
+  gpt2.n_layer = 100'000'000'000'000;  // 1e14 layers of 7.1M parameters
+  EXPECT_NEAR(gpt2.parameter_count(), 7.0875e20, 1e17);
+  try {
+    gpt2.validate();
+    FAIL() << "expected a ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("model: n_layer 100000000000000, d_model 768 and "
+                                         "vocab_size 50257 make 7.09e+20 parameters, more than "
+                                         "the 2^60 Triad can count"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(Gpt, InitialisationDependsOnSeedNameAndShapeOnly) {
   Gpt a(tiny(2), 5), b(tiny(3), 5), c(tiny(2), 6);
   auto sa = a.state_dict(), sb = b.state_dict(), sc = c.state_dict();

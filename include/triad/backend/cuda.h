@@ -32,6 +32,8 @@ void synchronize(int device);
 void order_after_compute(int device, void* other_stream);
 // The reverse: the compute stream waits for what is queued on `other_stream`.
 void order_compute_after(int device, void* other_stream);
+// The memory `device` has in all, bytes.
+size_t device_memory(int device);
 // Statistics of `device`'s caching allocator.
 AllocatorStats memory_stats(int device);
 // Returns the cached free blocks of `device` to the driver.

@@ -189,6 +189,9 @@ struct GptConfig {
   // no s*h position table under rotary embeddings; V*h more for an untied
   // head), for any MLP width.
   int64_t num_parameters() const;
+  // The same in floating point (for checks before the model is built: a
+  // count validate() rejects does not overflow it).
+  double parameter_count() const;
   // One block's parameters (its linear layers, biases and two norms, four
   // with post_norms).
   int64_t block_parameters() const;

@@ -30,6 +30,9 @@ bool tune_attention(int, DType, int64_t, int64_t, int64_t, AttentionHeads, Atten
 void* compute_stream(int) {
   absent("compute_stream");
 }
+size_t device_memory(int) {
+  absent("device_memory");
+}
 void synchronize(int) {
   absent("synchronize");
 }

@@ -1475,6 +1475,17 @@ void* compute_stream(int device) {
   return cuda_backend().state(device).stream;
 }
 
+size_t device_memory(int device) {
+  if (device < 0 || device >= device_count()) {
+    throw NotSupportedError("device_memory: cuda:" + std::to_string(device) + " is not visible (" +
+                            std::to_string(device_count()) + " device(s))");
+  }
+  detail::DeviceGuard g(device);
+  size_t free = 0, total = 0;
+  detail::check(cudaMemGetInfo(&free, &total), "cudaMemGetInfo");
+  return total;
+}
+
 void synchronize(int device) {
   detail::check(cudaStreamSynchronize(cuda_backend().state(device).stream), "synchronize");
 }
