@@ -73,7 +73,8 @@ std::string format_duration(double seconds) {
 // half precision; ZeRO-1 shards the optimizer's part over dp) average over
 // the tp * pp ranks holding one copy, and `ranks_here` such ranks share the
 // host's memory (CPU) or each has its GPU's. The average rank needs no less
-// than that, so a model that fits is never refused.
+// than that, so a model that can train is never refused. (--eval-only builds
+// the same trainer, moments included, and is checked the same way.)
 void check_training_state_fits(const Config& config, int dp, Device device, int ranks_here) {
   const bool half = config.train.param_dtype() != DType::F32;
   const double optimizer = (half ? 12.0 : 8.0) / (config.parallel.zero == 1 ? dp : 1);
