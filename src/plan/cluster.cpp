@@ -6,6 +6,7 @@
 #include <map>
 #include <sstream>
 
+#include "io/yaml_document.h"
 #include "triad/core/error.h"
 #include "triad/io/text_file.h"
 
@@ -58,12 +59,7 @@ void apply(const YAML::Node& node, const std::string& section,
 }  // namespace
 
 ClusterSpec parse_cluster(const std::string& yaml_text, const std::string& source) {
-  YAML::Node root;
-  try {
-    root = YAML::Load(yaml_text);
-  } catch (const YAML::Exception& e) {
-    throw ConfigError(source + ": not valid YAML: " + e.what());
-  }
+  const YAML::Node root = io::load_yaml(yaml_text, source);
   ClusterSpec c;
   const std::map<std::string, Setter> gpu{
       {"name", [&](auto& v, auto&) { c.gpu_name = v.Scalar(); }},

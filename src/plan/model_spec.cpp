@@ -7,6 +7,7 @@
 #include <sstream>
 #include <vector>
 
+#include "io/yaml_document.h"
 #include "triad/core/error.h"
 #include "triad/io/hf_config.h"
 #include "triad/io/text_file.h"
@@ -14,12 +15,7 @@
 namespace triad::plan {
 
 nn::GptConfig parse_model_spec(const std::string& yaml_text, const std::string& source) {
-  YAML::Node root;
-  try {
-    root = YAML::Load(yaml_text);
-  } catch (const YAML::Exception& e) {
-    throw ConfigError(source + ": not valid YAML: " + e.what());
-  }
+  const YAML::Node root = io::load_yaml(yaml_text, source);
   if (!root || !root.IsMap()) throw ConfigError(source + ": expected a mapping");
   const YAML::Node model = root["model"] ? root["model"] : root;
   if (!model.IsMap()) throw ConfigError(source + ": 'model' must be a mapping");

@@ -10,6 +10,7 @@
 #include <set>
 #include <sstream>
 
+#include "io/yaml_document.h"
 #include "triad/backend/cuda.h"
 #include "triad/core/device.h"
 #include "triad/core/error.h"
@@ -172,12 +173,7 @@ void apply_override(YAML::Node& root, const std::string& assignment) {
     throw ConfigError("--set '" + assignment + "': expected key=value (e.g. train.lr=1e-3)");
   }
   const std::string path = assignment.substr(0, eq);
-  YAML::Node value;
-  try {
-    value = YAML::Load(assignment.substr(eq + 1));
-  } catch (const YAML::Exception& e) {
-    throw ConfigError("--set '" + assignment + "': value is not valid YAML: " + e.what());
-  }
+  YAML::Node value = io::load_yaml(assignment.substr(eq + 1), "--set '" + assignment + "'", path);
   std::vector<std::string> parts;
   std::stringstream ss(path);
   for (std::string p; std::getline(ss, p, '.');) parts.push_back(p);
@@ -482,12 +478,7 @@ DType TrainSection::param_dtype() const {
 
 Config parse_config(const std::string& yaml_text, const std::vector<std::string>& overrides,
                     const std::string& source) {
-  YAML::Node root;
-  try {
-    root = YAML::Load(yaml_text);
-  } catch (const YAML::Exception& e) {
-    throw ConfigError(source + ": not valid YAML: " + e.what());
-  }
+  YAML::Node root = io::load_yaml(yaml_text, source);
   if (!root || root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
   if (!root.IsMap()) throw ConfigError(source + ": the top level must be a mapping of sections");
   for (const auto& o : overrides) apply_override(root, o);

@@ -779,6 +779,7 @@ TEST(PlannerFiles, ClusterAndModelFilesAreValidated) {
     }
   };
   expect_error(ok + "nics: 8\n", "unknown key 'nics'");
+  expect_error(ok + "gpus_per_node: 4\n", "key 'gpus_per_node' is given twice (lines 1 and 5)");
   expect_error(ok + "efficiency: {gemm: 1.5}\n", "efficiency.gemm (1.500000) must be in (0, 1]");
   expect_error("gpus_per_node: 8\n", "missing required key 'gpu'");
   expect_error(ok + "efficiency: {gemm: fast}\n", "efficiency.gemm: expected a number, got 'fast'");

@@ -69,6 +69,30 @@ TEST(Config, ParsesDefaultsAndOverrides) {
   EXPECT_TRUE(parse_config(to_yaml(parse_config(kValid, {"data.shuffle=true"}))).data_shuffle);
 }
 
+// YAML forbids a key given twice in one mapping; yaml-cpp would keep the
+// first and drop the second, so the error names both lines.
+TEST(Config, AKeyGivenTwiceIsAnError) {
+  const std::string twice = R"(
+model:
+  n_layer: 2
+  n_head: 2
+  d_model: 16
+  vocab_size: 256
+  seq_len: 32
+  n_layer: 4
+train: {steps: 5, global_batch_size: 8, micro_batch_size: 4, lr: 1.0e-3}
+data: {train: data/x.bin}
+)";
+  expect_config_error(twice, {},
+                      "key 'model.n_layer' is given twice (lines 3 and 8); give it once");
+  expect_config_error(std::string(kValid) + "train: {steps: 7}\n", {},
+                      "key 'train' is given twice (lines 3 and 5)");
+  expect_config_error(kValid, {"data.train=[{path: a, path: b}]"},
+                      "--set 'data.train=[{path: a, path: b}]': key 'data.train[0].path' is "
+                      "given twice (columns 3 and 12 of line 1)");
+  EXPECT_NO_THROW(parse_config(kValid));
+}
+
 TEST(Config, LearningRateDecayKeys) {
   Config c = parse_config(kValid);
   EXPECT_EQ(c.train.lr_decay, "cosine");
@@ -234,7 +258,7 @@ TEST(Config, ErrorsNameKeyValueAndRule) {
                       "--set 'train.adam.beta1=0.9': key must be 'section.key' or a top-level key");
   expect_config_error(kValid, {"device=cpu", "device.index=1"},
                       "--set 'device.index=1': 'device' is not a section");
-  expect_config_error(kValid, {"train.lr=[1"}, "--set 'train.lr=[1': value is not valid YAML");
+  expect_config_error(kValid, {"train.lr=[1"}, "--set 'train.lr=[1': not valid YAML");
   expect_config_error(kValid,
                       {"parallel.tp=2", "parallel.sequence_parallel=true", "model.seq_len=31"},
                       "model.seq_len (31) must be divisible by parallel.tp (2) with sequence "
