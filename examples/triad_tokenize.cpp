@@ -60,6 +60,10 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   try {
+    if (eod < -1) {
+      throw triad::ValueError("--eod (" + std::to_string(eod) +
+                              ") must be a token id >= 0, or -1 for none");
+    }
     const std::unique_ptr<triad::data::Tokenizer> tok =
         triad::data::make_tokenizer(vocab, merges, hf_tokenizer);
     if (!eod_token.empty()) {
