@@ -139,7 +139,8 @@ int main(int argc, char** argv) {
   predict->add_option("--schedule", schedule_name,
                       "1f1b (default), interleaved (default when --vpp > 1), zb-h1, zb-auto, "
                       "zb-v (--vpp 2, its default)");
-  auto* rec = app.add_subcommand("recommend", "rank every configuration that fits");
+  auto* rec =
+      app.add_subcommand("recommend", "the fastest configurations that fit (--top of them)");
   add_common(rec);
   rec->add_option("--top", top, "how many to print")->check(at_least_one)->capture_default_str();
   std::string schedules = "interleaved,zb-h1,zb-auto,zb-v";
