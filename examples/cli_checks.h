@@ -4,6 +4,7 @@
 // names a range of doubles in its error; these name the rule.)
 
 #include <CLI/CLI.hpp>
+#include <cctype>
 #include <exception>
 #include <string>
 
@@ -21,6 +22,25 @@ inline CLI::Validator at_least_one() {
         return "expected an integer >= 1, got '" + value + "'";
       },
       "INT >= 1");
+}
+
+// A whole number from 0 to 2^64 - 1, digits only, for unsigned options such
+// as seeds (CLI11 would take "-1" as 2^64 - 1).
+inline CLI::Validator unsigned_integer() {
+  return CLI::Validator(
+      [](std::string& value) -> std::string {
+        bool digits = !value.empty();
+        for (char ch : value) digits = digits && std::isdigit(static_cast<unsigned char>(ch));
+        if (digits) {
+          try {
+            std::stoull(value);
+            return "";
+          } catch (const std::exception&) {
+          }
+        }
+        return "expected an integer from 0 to 18446744073709551615, got '" + value + "'";
+      },
+      "UINT");
 }
 
 }  // namespace triad::examples

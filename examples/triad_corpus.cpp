@@ -67,7 +67,7 @@ int main(int argc, char** argv) {
   app.add_option("--output", output, "text file to write")->required();
   app.add_option("--bytes", bytes, "approximate size in bytes")
       ->check(triad::examples::at_least_one());
-  app.add_option("--seed", seed, "generator seed");
+  app.add_option("--seed", seed, "generator seed")->check(triad::examples::unsigned_integer());
   CLI11_PARSE(app, argc, argv);
   std::ofstream out(output, std::ios::binary | std::ios::trunc);
   if (!out) {

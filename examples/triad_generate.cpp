@@ -18,6 +18,8 @@
 #include "triad/nn/generate.h"
 #include "triad/train/config.h"
 
+#include "cli_checks.h"
+
 int main(int argc, char** argv) {
   CLI::App app{"Continue a prompt with a GPT trained by Triad"};
   std::string run_dir, config_path, weights, prompt, vocab, merges, device;
@@ -37,7 +39,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--top-p", o.top_p, "sample from the smallest set holding this probability")
       ->capture_default_str();
-  app.add_option("--seed", o.seed, "sampling seed")->capture_default_str();
+  app.add_option("--seed", o.seed, "sampling seed")
+      ->check(triad::examples::unsigned_integer())
+      ->capture_default_str();
   int64_t stop_token = -2;  // -2: the config's data.eod_token
   app.add_option("--stop-token", stop_token,
                  "stop when the model produces this token, and do not print it (default: the "

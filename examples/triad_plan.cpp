@@ -11,9 +11,12 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "triad/core/error.h"
@@ -155,6 +158,16 @@ int main(int argc, char** argv) {
   try {
     if (sched->parsed()) {
       const pipeline::ScheduleKind k = pipeline::schedule_from_name(kind);
+      for (const auto& [option, values] : {std::pair<const char*, std::vector<double>>{"--tf", tf},
+                                           {"--tb", tb},
+                                           {"--tw", tw},
+                                           {"--comm", {comm}}}) {
+        for (double t : values) {
+          if (!(t >= 0) || !std::isfinite(t))
+            throw ConfigError(std::string(option) + " " + fmt::format("{:g}", t) +
+                              ": a time is a finite number >= 0");
+        }
+      }
       pipeline::Costs c;
       c.forward = tf;
       c.backward = tb;

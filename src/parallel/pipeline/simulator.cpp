@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <tuple>
+#include <utility>
 
 #include "triad/core/error.h"
 
@@ -270,7 +271,28 @@ double Costs::of(ComputeKind kind, int stage, int p, int v) const {
                    " (one per chunk) or p*v = " + std::to_string(p * v) + " (one per stage)");
 }
 
+void Costs::check() const {
+  auto finite_at_least_zero = [](double value, const std::string& what) {
+    if (!(value >= 0) || !std::isfinite(value)) {
+      throw ValueError("pipeline costs: " + what + " (" + std::to_string(value) +
+                       ") must be a finite number >= 0");
+    }
+  };
+  for (const auto& [name, values] :
+       {std::pair<const char*, const std::vector<double>*>{"forward", &forward},
+        {"backward", &backward},
+        {"backward_input", &backward_input},
+        {"backward_weight", &backward_weight}}) {
+    for (size_t i = 0; i < values->size(); ++i)
+      finite_at_least_zero((*values)[i], std::string(name) + "[" + std::to_string(i) + "]");
+  }
+  finite_at_least_zero(p2p_latency, "p2p_latency");
+  finite_at_least_zero(p2p_bandwidth, "p2p_bandwidth");
+  finite_at_least_zero(message_bytes, "message_bytes");
+}
+
 SimulationResult simulate(const Schedule& s, const Costs& costs, P2PSemantics semantics) {
+  costs.check();
   if (semantics == P2PSemantics::StreamOrdered) return simulate_streams(s, costs, false);
   if (semantics == P2PSemantics::StreamPerPeer) return simulate_streams(s, costs, true);
   const int p = s.p;

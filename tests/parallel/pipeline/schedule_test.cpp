@@ -2,7 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
+#include <functional>
+#include <limits>
 #include <sstream>
 
 #include "triad/core/error.h"
@@ -234,6 +237,51 @@ TEST(Simulator, CommunicationCostStretchesThePipeline) {
   EXPECT_GT(slow.makespan,
             free_comm.makespan + 6 * 0.2 - 1e-9);  // at least the fill and drain hops
   EXPECT_GT(slow.bubble_fraction, free_comm.bubble_fraction);
+}
+
+// A negative or non-finite time, size or bandwidth is refused by name, for
+// every way of waiting: the timeline it would give means nothing (a negative
+// forward once gave a 75% "bubble").
+TEST(Simulator, NegativeOrNonFiniteCostsAreRefused) {
+  const Schedule s = make_schedule(ScheduleKind::OneFOneB, 2, 4);
+  const double nan = std::nan("");
+  const double inf = std::numeric_limits<double>::infinity();
+  struct Case {
+    std::function<void(Costs&)> spoil;
+    std::string named;
+  };
+  const std::vector<Case> cases{
+      {[](Costs& c) { c.forward = {-1}; }, "forward[0] (-1.000000) must be a finite number >= 0"},
+      {[&](Costs& c) {
+         c.backward = {2, nan};
+       },
+       "backward[1] (nan)"},
+      {[](Costs& c) { c.backward_input = {-0.5}; }, "backward_input[0] (-0.500000)"},
+      {[&](Costs& c) { c.backward_weight = {inf}; }, "backward_weight[0] (inf)"},
+      {[](Costs& c) { c.p2p_latency = -1; }, "p2p_latency (-1.000000)"},
+      {[](Costs& c) { c.p2p_bandwidth = -1e9; }, "p2p_bandwidth"},
+      {[&](Costs& c) { c.message_bytes = nan; }, "message_bytes (nan)"},
+  };
+  for (const Case& k : cases) {
+    Costs c;
+    k.spoil(c);
+    for (P2PSemantics w :
+         {P2PSemantics::WaitAtConsumer, P2PSemantics::AsyncSends, P2PSemantics::Blocking,
+          P2PSemantics::StreamOrdered, P2PSemantics::StreamPerPeer}) {
+      try {
+        simulate(s, c, w);
+        ADD_FAILURE() << k.named << ": no error";
+      } catch (const ValueError& e) {
+        EXPECT_NE(std::string(e.what()).find("pipeline costs: " + k.named), std::string::npos)
+            << e.what();
+      }
+    }
+  }
+  // Zero is a time (an empty stage, free communication).
+  Costs zero;
+  zero.forward = {0, 1};
+  zero.p2p_latency = 0;
+  EXPECT_NO_THROW(simulate(make_schedule(ScheduleKind::OneFOneB, 2, 4), zero));
 }
 
 // A rank's simulated timeline as text: "F0[0,2) wait[2,3) B0[3,5) W0[5,6) ".

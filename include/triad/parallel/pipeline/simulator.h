@@ -24,6 +24,9 @@ struct Costs {
   // schedule of p ranks and v chunks per rank. Throws ValueError when a
   // vector's size is none of 1, v and p*v.
   double of(ComputeKind kind, int stage, int p, int v) const;
+  // Throws ValueError naming the first time, size or bandwidth that is
+  // negative, NaN or infinite (simulate() checks its costs so).
+  void check() const;
   double transfer() const {
     return p2p_latency + (p2p_bandwidth > 0 ? message_bytes / p2p_bandwidth : 0.0);
   }
