@@ -2,6 +2,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <cmath>
 #include <functional>
 #include <map>
 #include <sstream>
@@ -26,7 +27,13 @@ double number(const YAML::Node& n, const std::string& key) {
 }
 
 void positive(double v, const std::string& key) {
-  if (!(v > 0)) throw ConfigError(key + " (" + std::to_string(v) + ") must be positive");
+  if (!(v > 0) || !std::isfinite(v))
+    throw ConfigError(key + " (" + std::to_string(v) + ") must be a finite number > 0");
+}
+
+void non_negative(double v, const std::string& key) {
+  if (!(v >= 0) || !std::isfinite(v))
+    throw ConfigError(key + " (" + std::to_string(v) + ") must be a finite number >= 0");
 }
 
 void fraction(double v, const std::string& key) {
@@ -92,7 +99,12 @@ ClusterSpec parse_cluster(const std::string& yaml_text, const std::string& sourc
          c.intra_bandwidth = number(v, k) * 1e9;
          positive(c.intra_bandwidth, k);
        }},
-      {"latency_us", [&](auto& v, auto& k) { c.intra_latency = number(v, k) * 1e-6; }},
+      {"latency_us",
+       [&](auto& v, auto& k) {
+         const double us = number(v, k);
+         non_negative(us, k);
+         c.intra_latency = us * 1e-6;
+       }},
   };
   const std::map<std::string, Setter> inter{
       {"bandwidth_gbs",
@@ -100,7 +112,12 @@ ClusterSpec parse_cluster(const std::string& yaml_text, const std::string& sourc
          c.inter_bandwidth = number(v, k) * 1e9;
          positive(c.inter_bandwidth, k);
        }},
-      {"latency_us", [&](auto& v, auto& k) { c.inter_latency = number(v, k) * 1e-6; }},
+      {"latency_us",
+       [&](auto& v, auto& k) {
+         const double us = number(v, k);
+         non_negative(us, k);
+         c.inter_latency = us * 1e-6;
+       }},
   };
   const std::map<std::string, Setter> eff{
       {"gemm",
@@ -140,12 +157,27 @@ ClusterSpec parse_cluster(const std::string& yaml_text, const std::string& sourc
       {"intra_node", [&](auto& v, auto&) { apply(v, "intra_node", intra, {"bandwidth_gbs"}); }},
       {"inter_node", [&](auto& v, auto&) { apply(v, "inter_node", inter, {"bandwidth_gbs"}); }},
       {"efficiency", [&](auto& v, auto&) { apply(v, "efficiency", eff, {}); }},
-      {"reserved_gib", [&](auto& v, auto& k) { c.reserved_bytes = number(v, k) * (1ull << 30); }},
+      {"reserved_gib",
+       [&](auto& v, auto& k) {
+         const double gib = number(v, k);
+         non_negative(gib, k);
+         c.reserved_bytes = gib * (1ull << 30);
+       }},
   };
   if (!root || !root.IsMap())
     throw ConfigError(source + ": a cluster file is a mapping (see docs/planner.md)");
   try {
     apply(root, "", top, {"gpus_per_node", "gpu", "intra_node", "inter_node"});
+    if (c.reserved_bytes >= c.memory_bytes) {
+      auto gib = [](double bytes) {
+        std::ostringstream out;
+        out << bytes / (1ull << 30);
+        return out.str();
+      };
+      throw ConfigError("reserved_gib (" + gib(c.reserved_bytes) +
+                        ") must be less than gpu.memory_gib (" + gib(c.memory_bytes) +
+                        "): nothing would be left for the model");
+    }
   } catch (const ConfigError& e) {
     throw ConfigError(source + ": " + e.what());
   }

@@ -786,6 +786,24 @@ TEST(PlannerFiles, ClusterAndModelFilesAreValidated) {
   EXPECT_DOUBLE_EQ(
       parse_cluster(ok + "efficiency: {attention: 0.5}\n").flash_attention_efficiency(), 0.5);
   expect_error(ok + "efficiency: {attention: 2}\n", "efficiency.attention");
+  // Latencies and the reserve may be zero but not negative, and the reserve
+  // leaves room for the model; no value may be infinite.
+  EXPECT_NO_THROW(parse_cluster(ok + "reserved_gib: 0\n"));
+  expect_error(
+      "gpus_per_node: 8\ngpu: {peak_tflops: 312, memory_gib: 80, memory_bandwidth_gbs: 2039}\n"
+      "intra_node: {bandwidth_gbs: 300, latency_us: -3}\ninter_node: {bandwidth_gbs: 200}\n",
+      "intra_node.latency_us (-3.000000) must be a finite number >= 0");
+  expect_error(
+      "gpus_per_node: 8\ngpu: {peak_tflops: 312, memory_gib: 80, memory_bandwidth_gbs: 2039}\n"
+      "intra_node: {bandwidth_gbs: 300}\ninter_node: {bandwidth_gbs: 200, latency_us: .nan}\n",
+      "inter_node.latency_us (nan)");
+  expect_error(ok + "reserved_gib: -1\n", "reserved_gib (-1.000000) must be a finite number >= 0");
+  expect_error(ok + "reserved_gib: 80\n",
+               "reserved_gib (80) must be less than gpu.memory_gib (80): nothing would be left");
+  expect_error(
+      "gpus_per_node: 8\ngpu: {peak_tflops: .inf, memory_gib: 80, memory_bandwidth_gbs: 2039}\n"
+      "intra_node: {bandwidth_gbs: 300}\ninter_node: {bandwidth_gbs: 200}\n",
+      "gpu.peak_tflops (inf) must be a finite number > 0");
   // A trainer config works as a model file, and so does a bare model section.
   nn::GptConfig m = load_model_spec(std::string(TRIAD_SOURCE_DIR) + "/configs/gpt_tiny.yaml");
   EXPECT_EQ(m.d_model, 128);
