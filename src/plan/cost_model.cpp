@@ -555,16 +555,30 @@ Estimate price(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int globa
   } else {
     // No rank starts before the first microbatch's forward has reached its
     // first stage, nor ends before it has then run every microbatch's
-    // passes one after another (less a thousandth: the simulator rounds
-    // each stage's costs to 1e-4 of a layer's forward); and every rank
-    // holds at least one chunk's activations at some point.
+    // passes one after another. And the step does not end before the
+    // pipeline has drained: the last input gradient a rank computes at its
+    // first stage comes after all its forwards and input gradients (each
+    // needs its microbatch's forward through every later stage and the
+    // input gradients back), and is followed by that microbatch's input
+    // gradients through the earlier stages (and, when W runs apart, stage
+    // 0's W). Both less a thousandth: the simulator rounds each stage's
+    // costs to 1e-4 of a layer's forward. And every rank holds at least one
+    // chunk's activations at some point.
+    auto input_grad = [&](int st) { return sbi[st] + (split_backward ? 0.0 : sbw[st]); };
     double pipeline = 0;
     for (int r = 0; r < p.pp; ++r) {
       int first = S;
-      for (int ch = 0; ch < p.vpp; ++ch)
-        first = std::min(first, pipeline::stage_at(placement, p.pp, r, ch));
+      double forward_and_input_grad = 0;
+      for (int ch = 0; ch < p.vpp; ++ch) {
+        const int st = pipeline::stage_at(placement, p.pp, r, ch);
+        first = std::min(first, st);
+        forward_and_input_grad += sf[st] + input_grad(st);
+      }
       const double start = std::accumulate(sf.begin(), sf.begin() + first, 0.0);
-      pipeline = std::max(pipeline, start + e.num_microbatches * rank_work[r]);
+      double drain = split_backward ? sbw[0] : 0.0;
+      for (int st = 0; st < first; ++st) drain += input_grad(st);
+      pipeline = std::max({pipeline, start + e.num_microbatches * rank_work[r],
+                           start + e.num_microbatches * forward_and_input_grad + drain});
     }
     e.pipeline_time = pipeline * (1 - 1e-3);
     e.peak_inflight = 1;
