@@ -484,7 +484,7 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
   for (const auto& o : overrides) apply_override(root, o);
 
   Config c;
-  bool min_lr_given = false;
+  bool min_lr_given = false, vpp_given = false;
   auto& m = c.model;
   auto& t = c.train;
   // model.hf_config (a Hugging Face config.json or its directory) sets the
@@ -724,7 +724,12 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
   const Section parallel{
       {"tp", {false, [&](auto& v, auto& k) { c.parallel.tp = positive_int(v, k, 1); }}},
       {"pp", {false, [&](auto& v, auto& k) { c.parallel.pp = positive_int(v, k, 1); }}},
-      {"vpp", {false, [&](auto& v, auto& k) { c.parallel.vpp = positive_int(v, k, 1); }}},
+      {"vpp",
+       {false,
+        [&](auto& v, auto& k) {
+          c.parallel.vpp = positive_int(v, k, 1);
+          vpp_given = true;
+        }}},
       {"dp", {false, [&](auto& v, auto& k) { c.parallel.dp = positive_int(v, k, 1); }}},
       {"sequence_parallel",
        {false, [&](auto& v, auto& k) { c.parallel.sequence_parallel = get_bool(v, k); }}},
@@ -818,6 +823,8 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
     apply_section(node, name, *s);
   }
   if (!min_lr_given) t.min_lr = 0.1 * t.lr;
+  // ZB-V has two chunks per rank by definition: left out, vpp is 2.
+  if (!vpp_given && c.parallel.schedule == "zb-v") c.parallel.vpp = 2;
   validate(c, min_lr_given);
   return c;
 }

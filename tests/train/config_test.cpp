@@ -419,9 +419,14 @@ TEST(Config, ZeroBubbleAutoParsesRoundTripsAndNamesBadValues) {
                       {"parallel.pp=2", "parallel.schedule=zb-h1", "parallel.zb_max_in_flight=3"},
                       "parallel.zb_max_in_flight (3) goes with parallel.schedule 'zb-auto' or "
                       "'zb-v' (got 'zb-h1')");
-  expect_config_error(kValid, {"model.n_layer=4", "parallel.pp=2", "parallel.schedule=zb-v"},
-                      "parallel.schedule 'zb-v' places two chunks on every rank in a V: "
-                      "parallel.vpp must be 2 (got 1)");
+  // ZB-V's two chunks per rank need no vpp; a vpp given is checked.
+  EXPECT_EQ(parse_config(kValid, {"model.n_layer=4", "parallel.pp=2", "parallel.schedule=zb-v"})
+                .parallel.vpp,
+            2);
+  expect_config_error(
+      kValid, {"model.n_layer=4", "parallel.pp=2", "parallel.vpp=1", "parallel.schedule=zb-v"},
+      "parallel.schedule 'zb-v' places two chunks on every rank in a V: "
+      "parallel.vpp must be 2 (got 1)");
   expect_config_error(
       kValid, {"model.n_layer=6", "parallel.pp=2", "parallel.vpp=2", "parallel.schedule=zb-v"},
       "model.n_layer (6) must be divisible by parallel.pp * parallel.vpp (2 * 2 = 4)");
