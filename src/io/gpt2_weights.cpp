@@ -2,12 +2,14 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstring>
 #include <exception>
 #include <filesystem>
 #include <fstream>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "triad/io/safetensors.h"
 #include "triad/ops/elementwise.h"
@@ -286,6 +288,43 @@ nn::StateDict load_gpt2_state_dict(const std::string& path,
                     "head), but the configured model ties them: set model.tie_embeddings: false");
     }
     state.erase(head);
+  }
+  // A file of another width or depth is named as such, not by the first
+  // tensor (in name order) whose shape or presence differs.
+  auto width_of = [](const std::map<std::string, Shape>& shapes) -> int64_t {
+    auto wte = shapes.find("wte.weight");
+    return wte != shapes.end() && wte->second.size() == 2 ? wte->second[1] : -1;
+  };
+  auto blocks_of = [](const std::vector<std::string>& names) {
+    int64_t n = 0;
+    for (const std::string& name : names) {
+      if (name.rfind("h.", 0) != 0) continue;
+      const size_t dot = name.find('.', 2);
+      try {
+        n = std::max<int64_t>(n, std::stoll(name.substr(2, dot - 2)) + 1);
+      } catch (const std::exception&) {
+      }
+    }
+    return n;
+  };
+  std::map<std::string, Shape> stored;
+  std::vector<std::string> stored_names, expected_names;
+  for (const auto& [name, t] : state) {
+    stored[name] = t.shape();
+    stored_names.push_back(name);
+  }
+  for (const auto& [name, shape] : expected) expected_names.push_back(name);
+  const int64_t file_width = width_of(stored), model_width = width_of(expected);
+  if (file_width > 0 && model_width > 0 && file_width != model_width) {
+    throw IoError("GPT-2 weights '" + path + "': the file's model is " +
+                  std::to_string(file_width) + " wide (wte.weight " +
+                  shape_str(stored.at("wte.weight")) + ") but the configured model.d_model is " +
+                  std::to_string(model_width));
+  }
+  const int64_t file_blocks = blocks_of(stored_names), model_blocks = blocks_of(expected_names);
+  if (file_blocks != model_blocks) {
+    throw IoError("GPT-2 weights '" + path + "': the file holds " + std::to_string(file_blocks) +
+                  " blocks but the configured model.n_layer is " + std::to_string(model_blocks));
   }
   for (const auto& [name, shape] : expected) {
     auto it = state.find(name);

@@ -198,10 +198,11 @@ Trainer::Trainer(Config config, dist::ProcessGroupPtr world)
                                      (config_.train.micro_batch_size * dp_));
       executor_ = make_executor(m);
       if (!config_.init_from.empty()) {
-        nn::StateDict full;
-        std::map<std::string, Shape> shapes;
-        nn::Gpt shapes_of(config_.model, 0);  // names and full shapes
-        for (auto& [name, p] : shapes_of.named_parameters()) shapes[name] = p.shape();
+        // Every parameter's name and full shape, without building the model.
+        std::vector<int64_t> layers(static_cast<size_t>(config_.model.n_layer));
+        std::iota(layers.begin(), layers.end(), int64_t{0});
+        const std::map<std::string, Shape> shapes =
+            nn::gpt_parameter_shapes(config_.model, layers, true, true, true);
         pp_model_->load_full_state_dict(io::load_gpt2_state_dict(config_.init_from, shapes));
       }
     } else {

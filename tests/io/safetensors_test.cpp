@@ -170,6 +170,35 @@ TEST(Gpt2Weights, ShapeMismatchNamesTensorAndShapes) {
   }
 }
 
+// A file of another width or depth says so, instead of naming the first
+// tensor in name order that differs (c_attn's bias, or a block missing).
+TEST(Gpt2Weights, AnotherWidthOrDepthIsNamed) {
+  TempDir dir;
+  const nn::GptConfig cfg{.n_layer = 2, .n_head = 2, .d_model = 8, .vocab_size = 11, .seq_len = 5};
+  const std::string path = dir.file("gpt2.safetensors");
+  save_gpt2_safetensors(nn::Gpt(cfg, 3), path);
+  auto expect_error = [&](nn::GptConfig other, const std::string& want) {
+    nn::Gpt m(other, 4);
+    try {
+      load_gpt2_safetensors(m, path);
+      FAIL() << "no error for " << want;
+    } catch (const IoError& e) {
+      EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+    }
+  };
+  nn::GptConfig narrower = cfg;
+  narrower.d_model = 4;
+  expect_error(narrower,
+               "the file's model is 8 wide (wte.weight [11, 8]) but the configured model.d_model "
+               "is 4");
+  nn::GptConfig deeper = cfg;
+  deeper.n_layer = 3;
+  expect_error(deeper, "the file holds 2 blocks but the configured model.n_layer is 3");
+  nn::GptConfig shallower = cfg;
+  shallower.n_layer = 1;
+  expect_error(shallower, "the file holds 2 blocks but the configured model.n_layer is 1");
+}
+
 // Grouped-query attention's narrower c_attn travels in GPT-2's layout with
 // n_kv_head in the metadata; a model with other key/value heads is told
 // which setting to check.
