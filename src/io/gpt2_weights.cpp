@@ -71,6 +71,28 @@ bool is_vision_tensor(const std::string& name) {
   return false;
 }
 
+// The block a tensor belongs to, -1 for none: "h.3.attn.c_attn.weight"
+// (Triad's and GPT-2's names, also after "transformer."), and Hugging
+// Face's "model.layers.3.self_attn.q_proj.weight" (after any prefix).
+int64_t block_index(const std::string& name) {
+  size_t at = std::string::npos;
+  if (name.rfind("h.", 0) == 0) {
+    at = 2;
+  } else if (name.rfind("transformer.h.", 0) == 0) {
+    at = 14;
+  } else if (name.rfind("layers.", 0) == 0) {
+    at = 7;
+  } else if (const size_t l = name.find(".layers."); l != std::string::npos) {
+    at = l + 8;
+  }
+  if (at == std::string::npos) return -1;
+  int64_t n = 0;
+  size_t i = at;
+  for (; i < name.size() && i < at + 18 && name[i] >= '0' && name[i] <= '9'; ++i)
+    n = n * 10 + (name[i] - '0');
+  return i > at && i < name.size() && name[i] == '.' ? n : -1;
+}
+
 }  // namespace
 
 std::map<std::string, Tensor> language_model_tensors(std::map<std::string, Tensor> tensors) {
@@ -213,9 +235,13 @@ nn::StateDict hf_llama_to_triad(const std::map<std::string, Tensor>& tensors) {
 
 // A safetensors file, a sharded checkpoint's index, or a directory of either;
 // a multimodal checkpoint's vision tower and projector are left unread.
-static Safetensors load_weight_files(const std::string& path) {
+static Safetensors load_weight_files(const std::string& path, const std::set<int64_t>* blocks) {
   namespace fs = std::filesystem;
-  const TensorFilter wanted = [](const std::string& name) { return !is_vision_tensor(name); };
+  const TensorFilter wanted = [blocks](const std::string& name) {
+    if (is_vision_tensor(name)) return false;
+    const int64_t block = block_index(name);
+    return !blocks || block < 0 || blocks->count(block) > 0;
+  };
   std::string index = path;
   if (fs::is_directory(path)) {
     const fs::path dir(path);
@@ -256,6 +282,7 @@ static Safetensors load_weight_files(const std::string& path) {
   const fs::path dir = fs::path(index).parent_path();
   for (const std::string& f : files) {
     Safetensors shard = load_safetensors((dir / f).string(), wanted);
+    all.shapes.insert(shard.shapes.begin(), shard.shapes.end());
     for (auto& [name, t] : shard.tensors) {
       auto it = where.find(name);
       if (it == where.end() || it->second != f)
@@ -272,8 +299,9 @@ static Safetensors load_weight_files(const std::string& path) {
 }
 
 nn::StateDict load_gpt2_state_dict(const std::string& path,
-                                   const std::map<std::string, Shape>& expected) {
-  Safetensors file = load_weight_files(path);
+                                   const std::map<std::string, Shape>& expected,
+                                   const std::set<int64_t>* blocks) {
+  Safetensors file = load_weight_files(path, blocks);
   file.tensors = language_model_tensors(std::move(file.tensors));
   const bool llama = is_hf_llama(file.tensors);
   nn::StateDict state = llama ? hf_llama_to_triad(file.tensors) : gpt2_to_triad(file.tensors);
@@ -295,25 +323,16 @@ nn::StateDict load_gpt2_state_dict(const std::string& path,
     auto wte = shapes.find("wte.weight");
     return wte != shapes.end() && wte->second.size() == 2 ? wte->second[1] : -1;
   };
-  auto blocks_of = [](const std::vector<std::string>& names) {
+  // (The depth from every name the file lists, read or not.)
+  auto blocks_of = [](const std::map<std::string, Shape>& names) {
     int64_t n = 0;
-    for (const std::string& name : names) {
-      if (name.rfind("h.", 0) != 0) continue;
-      const size_t dot = name.find('.', 2);
-      try {
-        n = std::max<int64_t>(n, std::stoll(name.substr(2, dot - 2)) + 1);
-      } catch (const std::exception&) {
-      }
+    for (const auto& [name, shape] : names) {
+      if (!is_vision_tensor(name)) n = std::max(n, block_index(name) + 1);
     }
     return n;
   };
   std::map<std::string, Shape> stored;
-  std::vector<std::string> stored_names, expected_names;
-  for (const auto& [name, t] : state) {
-    stored[name] = t.shape();
-    stored_names.push_back(name);
-  }
-  for (const auto& [name, shape] : expected) expected_names.push_back(name);
+  for (const auto& [name, t] : state) stored[name] = t.shape();
   const int64_t file_width = width_of(stored), model_width = width_of(expected);
   if (file_width > 0 && model_width > 0 && file_width != model_width) {
     throw IoError("GPT-2 weights '" + path + "': the file's model is " +
@@ -321,12 +340,14 @@ nn::StateDict load_gpt2_state_dict(const std::string& path,
                   shape_str(stored.at("wte.weight")) + ") but the configured model.d_model is " +
                   std::to_string(model_width));
   }
-  const int64_t file_blocks = blocks_of(stored_names), model_blocks = blocks_of(expected_names);
+  const int64_t file_blocks = blocks_of(file.shapes), model_blocks = blocks_of(expected);
   if (file_blocks != model_blocks) {
     throw IoError("GPT-2 weights '" + path + "': the file holds " + std::to_string(file_blocks) +
                   " blocks but the configured model.n_layer is " + std::to_string(model_blocks));
   }
   for (const auto& [name, shape] : expected) {
+    const int64_t block = block_index(name);
+    if (blocks && block >= 0 && !blocks->count(block)) continue;  // another rank's
     auto it = state.find(name);
     if (it == state.end())
       throw IoError("GPT-2 weights '" + path + "': tensor '" + name + "' is missing" +

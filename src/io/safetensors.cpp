@@ -189,6 +189,7 @@ Safetensors parse_safetensors(const uint8_t* bytes, uint64_t size, const std::st
                        "-byte data section");
     }
     spans.push_back({begin, end, name});
+    result.shapes[name] = shape;
     if (wanted && !wanted(name)) continue;
     Tensor t = empty(shape, dtype);
     if (nbytes) std::memcpy(t.raw_data(), data + begin, nbytes);

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <csignal>
 #include <cstdio>
+#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -198,12 +199,32 @@ Trainer::Trainer(Config config, dist::ProcessGroupPtr world)
                                      (config_.train.micro_batch_size * dp_));
       executor_ = make_executor(m);
       if (!config_.init_from.empty()) {
-        // Every parameter's name and full shape, without building the model.
+        // Every parameter's name and full shape, without building the model;
+        // each rank reads its own stages' blocks only (the file's other
+        // blocks are checked by the ranks that read them), and every rank
+        // learns whether all could.
         std::vector<int64_t> layers(static_cast<size_t>(config_.model.n_layer));
         std::iota(layers.begin(), layers.end(), int64_t{0});
         const std::map<std::string, Shape> shapes =
             nn::gpt_parameter_shapes(config_.model, layers, true, true, true);
-        pp_model_->load_full_state_dict(io::load_gpt2_state_dict(config_.init_from, shapes));
+        const std::set<int64_t> mine = pp_model_->local_layers();
+        std::exception_ptr error;
+        try {
+          pp_model_->load_full_state_dict(
+              io::load_gpt2_state_dict(config_.init_from, shapes, &mine));
+        } catch (const Error&) {
+          error = std::current_exception();
+        }
+        Tensor first_failed = from_vector(
+            std::vector<double>{static_cast<double>(error ? world_->rank() : world_->size())}, {1},
+            DType::F64);
+        world_->all_reduce(first_failed, dist::ReduceOp::Min)->wait();
+        if (error) std::rethrow_exception(error);
+        const int failed = static_cast<int>(item(first_failed));
+        if (failed < world_->size()) {
+          throw IoError("init.from '" + config_.init_from + "': rank " + std::to_string(failed) +
+                        " could not read its part of the weights (its log names the reason)");
+        }
       }
     } else {
       tp_model_ = std::make_unique<tp::TensorParallelGpt>(config_.model, seed, mesh_->tp(),

@@ -6,6 +6,8 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
+#include <set>
 
 #include "support/temp_dir.h"
 #include "triad/io/gpt2_weights.h"
@@ -103,6 +105,8 @@ TEST(Safetensors, AFilterCopiesOutOnlyTheWantedTensorsAndChecksThemAll) {
   const Safetensors some = load_safetensors(path, keep);
   ASSERT_EQ(some.tensors.size(), 1u);
   EXPECT_EQ(to_double_vector(some.tensors.at("keep")), to_double_vector(randn({2, 3}, 1)));
+  // The header's shapes are all listed, copied out or not.
+  EXPECT_EQ(some.shapes, (std::map<std::string, Shape>{{"keep", {2, 3}}, {"vision.skip", {4}}}));
   const std::vector<uint8_t> bad =
       raw(R"({"keep":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
           R"("vision.skip":{"dtype":"F32","shape":[2],"data_offsets":[4,8]}})",
@@ -197,6 +201,63 @@ TEST(Gpt2Weights, AnotherWidthOrDepthIsNamed) {
   nn::GptConfig shallower = cfg;
   shallower.n_layer = 1;
   expect_error(shallower, "the file holds 2 blocks but the configured model.n_layer is 1");
+}
+
+// A pipeline rank reads its own blocks: the others' tensors are neither
+// returned nor checked, while the embedding, the final norm and the file's
+// depth and width always are.
+TEST(Gpt2Weights, ARankReadsOnlyTheBlocksItNames) {
+  TempDir dir;
+  const nn::GptConfig cfg{.n_layer = 3, .n_head = 2, .d_model = 8, .vocab_size = 11, .seq_len = 5};
+  const nn::Gpt model(cfg, 3);
+  const std::string path = dir.file("gpt2.safetensors");
+  save_gpt2_safetensors(model, path);
+  auto shapes_of = [](const nn::GptConfig& c) {
+    std::vector<int64_t> layers;
+    for (int64_t i = 0; i < c.n_layer; ++i) layers.push_back(i);
+    return nn::gpt_parameter_shapes(c, layers, true, true, true);
+  };
+  const std::set<int64_t> middle{1};
+  const nn::StateDict got = load_gpt2_state_dict(path, shapes_of(cfg), &middle);
+  const nn::StateDict all = model.state_dict();
+  size_t expected = 0;
+  for (const auto& [name, t] : all) {
+    const bool wanted = name.rfind("h.", 0) != 0 || name.rfind("h.1.", 0) == 0;
+    expected += wanted;
+    EXPECT_EQ(got.count(name), wanted ? 1u : 0u) << name;
+    if (wanted && got.count(name)) {
+      EXPECT_EQ(to_double_vector(got.at(name)), to_double_vector(t)) << name;
+    }
+  }
+  EXPECT_EQ(got.size(), expected);
+  EXPECT_TRUE(got.count("wte.weight") && got.count("ln_f.weight") && got.count("wpe.weight"));
+  // Depth is checked from the file's names even so.
+  nn::GptConfig deeper = cfg;
+  deeper.n_layer = 4;
+  try {
+    load_gpt2_state_dict(path, shapes_of(deeper), &middle);
+    FAIL() << "a 3-block file passed for 4 layers";
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find("the file holds 3 blocks but the configured "
+                                         "model.n_layer is 4"),
+              std::string::npos)
+        << e.what();
+  }
+  // A tensor missing from block 0 is found by the rank reading block 0 only.
+  nn::StateDict holed = all;
+  holed.erase("h.0.mlp.c_fc.weight");
+  const std::string holed_path = dir.file("holed.safetensors");
+  save_gpt2_state_dict(holed, cfg, holed_path);
+  EXPECT_EQ(load_gpt2_state_dict(holed_path, shapes_of(cfg), &middle).count("h.1.mlp.c_fc.weight"),
+            1u);
+  const std::set<int64_t> first{0};
+  try {
+    load_gpt2_state_dict(holed_path, shapes_of(cfg), &first);
+    FAIL() << "a missing tensor of block 0 passed for its reader";
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find("'h.0.mlp.c_fc.weight' is missing"), std::string::npos)
+        << e.what();
+  }
 }
 
 // Grouped-query attention's narrower c_attn travels in GPT-2's layout with

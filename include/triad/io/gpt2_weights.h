@@ -1,6 +1,8 @@
 #pragma once
 
+#include <cstdint>
 #include <map>
+#include <set>
 #include <string>
 
 #include "triad/nn/gpt.h"
@@ -51,9 +53,14 @@ void save_gpt2_safetensors(const nn::Gpt& model, const std::string& path);
 // (hf_llama_to_triad), a multimodal checkpoint's language model alone
 // (language_model_tensors). `path` is a safetensors file, a sharded checkpoint's
 // model.safetensors.index.json (its weight_map names each tensor's file,
-// beside it), or a directory holding either.
+// beside it), or a directory holding either. `blocks`, when given, names the
+// blocks (h.N) to read: the others' tensors are neither copied out nor
+// returned nor checked (a pipeline rank reads its stages' blocks; the
+// embedding, position table, final norm and head are always read). The
+// file's width and depth are checked either way.
 nn::StateDict load_gpt2_state_dict(const std::string& path,
-                                   const std::map<std::string, Shape>& expected);
+                                   const std::map<std::string, Shape>& expected,
+                                   const std::set<int64_t>* blocks = nullptr);
 void save_gpt2_state_dict(const nn::StateDict& full, const nn::GptConfig& config,
                           const std::string& path);
 

@@ -15,6 +15,8 @@ namespace triad::io {
 struct Safetensors {
   std::map<std::string, Tensor> tensors;
   std::map<std::string, std::string> metadata;
+  // Every tensor the header lists, copied out or not (see `wanted` below).
+  std::map<std::string, Shape> shapes;
 };
 
 // Largest JSON header accepted (the format's reference reader uses 100 MB).

@@ -231,6 +231,14 @@ nn::StateDict PipelineModel::full_state_dict() const {
   return out;
 }
 
+std::set<int64_t> PipelineModel::local_layers() const {
+  std::set<int64_t> out;
+  for (int c = 0; c < v_; ++c) {
+    for (int64_t layer : layers_[stage_of(c)]) out.insert(layer);
+  }
+  return out;
+}
+
 void PipelineModel::load_full_state_dict(const nn::StateDict& full) {
   for (const auto& c : chunks_) {
     nn::StateDict mine;

@@ -5,6 +5,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -75,7 +76,10 @@ class PipelineModel {
   // Full tensors of every parameter of the whole model on every rank (TP
   // shards gathered, pipeline stages broadcast). Collective.
   nn::StateDict full_state_dict() const;
+  // Takes this rank's parameters from `full` (the others may be absent).
   void load_full_state_dict(const nn::StateDict& full);
+  // The blocks this rank's chunks hold (what it reads of a full state dict).
+  std::set<int64_t> local_layers() const;
 
  private:
   nn::GptConfig cfg_;
