@@ -90,7 +90,14 @@ int main(int argc, char** argv) {
     }
     int64_t count = 0, document_count = 0;
     std::vector<std::string> batch;
-    while (reader.next(batch, size_t{64} << 20)) {
+    auto next_batch = [&] {
+      try {
+        return reader.next(batch, size_t{64} << 20);
+      } catch (const triad::ValueError& e) {
+        throw triad::ValueError("input '" + input + "': " + e.what());
+      }
+    };
+    while (next_batch()) {
       for (const auto& d :
            triad::data::tokenize_documents(*tok, batch, eod, workers, document_count, bos)) {
         try {

@@ -509,9 +509,19 @@ bool DocumentReader::next(std::vector<std::string>& batch, size_t max_bytes) {
         break;
       case DocumentSplit::JsonLines: {
         if (blank(line)) break;
-        const nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
         const std::string where = "JSON line " + std::to_string(line_);
-        if (j.is_discarded()) throw ValueError(where + " does not parse");
+        nlohmann::json j;
+        try {
+          j = nlohmann::json::parse(line);
+        } catch (const nlohmann::json::parse_error& e) {
+          // The library's reason, without its "[json.exception...] parse
+          // error at line 1, column N: " prefix (the line is ours).
+          std::string why = e.what();
+          const size_t colon = why.find(": ");
+          if (colon != std::string::npos) why = why.substr(colon + 2);
+          throw ValueError(where + " does not parse at byte " + std::to_string(e.byte) + ": " +
+                           why);
+        }
         if (!j.is_object()) throw ValueError(where + " is not an object");
         const auto it = j.find(key_);
         if (it == j.end() || !it->is_string()) {

@@ -311,7 +311,9 @@ void save_hf_model(const nn::StateDict& full, const nn::GptConfig& c, const std:
   const std::string torch_dtype = dtype == DType::BF16  ? "bfloat16"
                                   : dtype == DType::F16 ? "float16"
                                                         : "float32";
-  std::filesystem::create_directories(dir);
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) throw IoError("export: cannot create the directory '" + dir + "': " + ec.message());
   save_safetensors(dir + "/model.safetensors", tensors, {{"format", "pt"}});
   const std::string path = dir + "/config.json";
   std::ofstream f(path);
@@ -355,6 +357,7 @@ std::vector<std::string> copy_hf_tokenizer(const std::string& source, const std:
                      " tokens but the model's vocab_size is " + std::to_string(vocab_size));
   }
   fs::create_directories(dir, ec);
+  if (ec) throw IoError("cannot create the directory '" + dir + "': " + ec.message());
   std::vector<std::string> written;
   for (const auto& [from, name] : files) {
     const fs::path to = fs::path(dir) / name;
