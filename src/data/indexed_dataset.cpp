@@ -259,8 +259,14 @@ void IndexedDatasetWriter::finish() {
     idx.write(reinterpret_cast<const char*>(doc_index.data()), static_cast<std::streamsize>(8 * D));
     if (!idx) throw IoError("indexed dataset '" + idx_tmp + "': write failed");
   }
-  std::filesystem::rename(prefix_ + ".bin.tmp", prefix_ + ".bin");
-  std::filesystem::rename(idx_tmp, prefix_ + ".idx");
+  for (const auto& [from, to] :
+       {std::pair<std::string, std::string>{prefix_ + ".bin.tmp", prefix_ + ".bin"},
+        {idx_tmp, prefix_ + ".idx"}}) {
+    std::error_code ec;
+    std::filesystem::rename(from, to, ec);
+    if (ec)
+      throw IoError("indexed dataset: cannot move '" + from + "' to '" + to + "': " + ec.message());
+  }
   finished_ = true;
 }
 

@@ -104,7 +104,11 @@ void TokenShardWriter::finish() {
   out_->write(reinterpret_cast<const char*>(header), sizeof(header));
   out_->close();
   if (!*out_) throw IoError("token shard '" + path_ + ".tmp': write failed");
-  std::filesystem::rename(path_ + ".tmp", path_);
+  std::error_code ec;
+  std::filesystem::rename(path_ + ".tmp", path_, ec);
+  if (ec)
+    throw IoError("token shard '" + path_ +
+                  "': cannot move the finished .tmp there: " + ec.message());
   finished_ = true;
 }
 
