@@ -4,6 +4,9 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <string>
+#include <system_error>
+#include <utility>
 
 #include "data/mapped_file.h"
 #include "data/token_run.h"
