@@ -223,18 +223,31 @@ void check_checkpoint_layout(const CheckpointInfo& info,
   }
 }
 
-RankState read_rank_state(const CheckpointInfo& info, int rank) {
-  const std::string path = checkpoint_rank_file(info.step_dir, rank);
-  auto it = info.checksums.find(rank);
-  if (it == info.checksums.end())
+namespace {
+void require_rank_file(const CheckpointInfo& info, int rank) {
+  if (!info.checksums.count(rank))
     throw IoError("checkpoint '" + info.step_dir + "' has no file for rank " +
                   std::to_string(rank));
+}
+}  // namespace
+
+RankHeader read_rank_header(const CheckpointInfo& info, int rank) {
+  require_rank_file(info, rank);
+  Safetensors s = load_safetensors(checkpoint_rank_file(info.step_dir, rank),
+                                   [](const std::string&) { return false; });
+  return {std::move(s.metadata), std::move(s.shapes)};
+}
+
+RankState read_rank_state(const CheckpointInfo& info, int rank, const TensorFilter& wanted) {
+  const std::string path = checkpoint_rank_file(info.step_dir, rank);
+  require_rank_file(info, rank);
+  auto it = info.checksums.find(rank);
   const uint64_t actual = file_checksum(path);
   if (actual != it->second) {
     throw IoError("checkpoint file '" + path + "' is corrupted (checksum " +
                   std::to_string(actual) + ", manifest says " + std::to_string(it->second) + ")");
   }
-  Safetensors s = load_safetensors(path);
+  Safetensors s = load_safetensors(path, wanted);
   return {std::move(s.tensors), std::move(s.metadata)};
 }
 

@@ -2,6 +2,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <set>
+#include <string>
 #include <tuple>
 
 #include "triad/autograd/grad_mode.h"
@@ -105,10 +107,13 @@ FullState gather_full_state(const io::CheckpointInfo& info, const std::set<std::
   std::map<std::tuple<std::string, int, int>, Pieces> pieces;
   for (const auto& [rank, checksum] : info.checksums) {
     (void)checksum;
-    const io::RankState st = io::read_rank_state(info, rank);
-    if (rank == 0) out.metadata = st.metadata;
-    auto it = st.metadata.find("placement");
-    if (it == st.metadata.end()) {
+    // The header first: a file is read (its checksum verified, the tensors
+    // wanted copied out) only for what no file before it gave: data-parallel
+    // replicas of a shard, and every tensor of other names, stay on disk.
+    const io::RankHeader header = io::read_rank_header(info, rank);
+    if (rank == 0) out.metadata = header.metadata;
+    auto it = header.metadata.find("placement");
+    if (it == header.metadata.end()) {
       throw IoError(where +
                     " records no parameter placement (it predates layout-free resume): resume it "
                     "with the layout it was written with");
@@ -124,6 +129,25 @@ FullState gather_full_state(const io::CheckpointInfo& info, const std::set<std::
                     std::to_string(pl.tp_size) + ", others " + std::to_string(tp_size));
     }
     tp_size = pl.tp_size;
+    std::set<std::string> wanted;
+    for (const auto& [name, param] : pl.params) {
+      if (!names.count(name)) continue;
+      placement.emplace(name, param);
+      for (const std::string kind : {"param/", "adam_m/", "adam_v/", "master/"}) {
+        auto s = shards.find(kind + name);
+        if (header.shapes.count(kind + name) && (s == shards.end() || !s->second.count(pl.tp_rank)))
+          wanted.insert(kind + name);
+      }
+    }
+    for (const auto& seg : pl.zero_segments) {
+      if (!names.count(seg.name)) continue;
+      for (const Kind& kind : kStateKinds) {
+        if (header.shapes.count(kind.zero)) wanted.insert(kind.zero);
+      }
+    }
+    if (wanted.empty()) continue;
+    const io::RankState st = io::read_rank_state(
+        info, rank, [&](const std::string& key) { return wanted.count(key) > 0; });
     auto tensor = [&](const std::string& key) -> const Tensor* {
       auto t = st.tensors.find(key);
       return t == st.tensors.end() ? nullptr : &t->second;

@@ -528,5 +528,59 @@ TEST(Checkpoint, FullStateJoinsTensorParallelShardsAndZeroPieces) {
   EXPECT_EQ(fs.tensors.count("master/w"), 0u);
 }
 
+// Resuming under another layout reads a rank file only for what no file
+// before it gave: a data-parallel replica of shards already read, and a
+// file holding none of the names asked for, stay unread (a damaged byte in
+// one is not even seen), while a file that is needed is checked as before.
+TEST(Checkpoint, FullStateReadsOnlyTheFilesItNeeds) {
+  TempDir dir;
+  const std::string root = dir.file("ck");
+  const std::string staging = io::checkpoint_staging_dir(root, 1);
+  // Ranks 0 and 1: data-parallel replicas holding w; rank 2 holds b alone
+  // (another pipeline stage).
+  const Tensor w = from_vector(std::vector<float>{1, 2, 3, 4}, {2, 2});
+  for (int r = 0; r < 3; ++r) {
+    RankPlacement p;
+    p.dp_rank = r == 1 ? 1 : 0;
+    p.pp_rank = r == 2 ? 1 : 0;
+    std::map<std::string, Tensor> tensors;
+    if (r < 2) {
+      p.params["w"] = {tp::ShardSpec::replicated(), {2, 2}};
+      tensors = {{"param/w", w}, {"adam_m/w", scale(w, 2.0)}, {"adam_v/w", scale(w, 3.0)}};
+    } else {
+      p.params["b"] = {tp::ShardSpec::replicated(), {2}};
+      tensors = {{"param/b", from_vector(std::vector<float>{7, 8}, {2})},
+                 {"adam_m/b", zeros({2})},
+                 {"adam_v/b", zeros({2})}};
+    }
+    io::write_rank_state(staging, r, tensors,
+                         {{"next_step", "1"}, {"placement", placement_to_json(p)}});
+  }
+  io::commit_checkpoint(root, 1, 3, {{"tp", "1"}}, "", 3);
+  const io::CheckpointInfo info = *io::find_latest_checkpoint(root);
+  // The last byte of a file is tensor data: the header still reads.
+  auto damage = [&](int rank) {
+    const std::string path = io::checkpoint_rank_file(info.step_dir, rank);
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(-1, std::ios::end);
+    const char c = static_cast<char>(f.get());
+    f.seekp(-1, std::ios::end);
+    f.put(static_cast<char>(c ^ 0x5a));
+  };
+  damage(1);
+  damage(2);
+  const FullState fs = gather_full_state(info, {"w"});
+  EXPECT_EQ(to_double_vector(fs.tensors.at("param/w")), to_double_vector(w));
+  EXPECT_EQ(to_double_vector(fs.tensors.at("adam_v/w")), to_double_vector(scale(w, 3.0)));
+  EXPECT_EQ(fs.tensors.count("param/b"), 0u);
+  // b is needed from rank 2's damaged file: its checksum says so.
+  try {
+    gather_full_state(info, {"w", "b"});
+    FAIL() << "a damaged file that is needed was read";
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find("is corrupted"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace triad::train

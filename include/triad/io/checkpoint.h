@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "triad/core/tensor.h"
+#include "triad/io/safetensors.h"
 
 namespace triad::io {
 
@@ -61,11 +62,19 @@ void check_checkpoint_layout(const CheckpointInfo& info,
                              const std::map<std::string, std::string>& layout);
 
 // Reads rank r's file, verifying its checksum first (a mismatch names the
-// file).
+// file). `wanted`, when given, names the tensors to copy out (the rest of
+// the file is checked, not held).
 struct RankState {
   std::map<std::string, Tensor> tensors;
   std::map<std::string, std::string> metadata;
 };
-RankState read_rank_state(const CheckpointInfo& info, int rank);
+RankState read_rank_state(const CheckpointInfo& info, int rank, const TensorFilter& wanted = {});
+// Rank r's metadata and the shape of every tensor it holds, from the
+// file's header alone: no checksum, no tensor read.
+struct RankHeader {
+  std::map<std::string, std::string> metadata;
+  std::map<std::string, Shape> shapes;
+};
+RankHeader read_rank_header(const CheckpointInfo& info, int rank);
 
 }  // namespace triad::io
