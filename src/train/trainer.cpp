@@ -1423,7 +1423,12 @@ std::vector<StepMetrics> Trainer::run() {
     std::ofstream(config_.output_dir + "/trace.json") << trace;
   }
   const std::string weights = config_.output_dir + "/model.safetensors";
-  const nn::StateDict full = full_state_dict();  // collective
+  // Collective; only the writing rank's pipeline sends its stages there (a
+  // pipeline's every rank shares its tp and dp rank).
+  if (reducer_) reducer_->wait_gathers();
+  const nn::StateDict full =
+      pp_model_ ? pp_model_->gather_state_dict(mesh_->tp_rank() == 0 && mesh_->dp_rank() == 0)
+                : full_state_dict();
   if (lead) {
     io::save_gpt2_state_dict(full, config_.model, weights);
     spdlog::info("wrote {} and {}/metrics.jsonl", weights, config_.output_dir);

@@ -231,6 +231,37 @@ nn::StateDict PipelineModel::full_state_dict() const {
   return out;
 }
 
+nn::StateDict PipelineModel::gather_state_dict(bool wanted) const {
+  autograd::NoGradGuard ng;
+  nn::StateDict local;
+  for (const auto& c : chunks_) {
+    for (auto& [name, t] : c->full_state_dict(/*on_host=*/true)) local[name] = t;
+  }
+  if (!wanted) return {};
+  constexpr int kRoot = 0;
+  nn::StateDict out;
+  for (int stage = 0; stage < num_stages(); ++stage) {
+    const int owner = rank_at(placement_, p_, stage);
+    if (owner != kRoot && rank_ != kRoot && rank_ != owner) continue;
+    // The tied wte is the first stage's (as in full_state_dict).
+    const auto names = nn::gpt_parameter_shapes(cfg_, layers_[stage], stage == 0, stage == 0,
+                                                stage == num_stages() - 1);
+    for (const auto& [name, shape] : names) {
+      if (owner == kRoot) {
+        if (rank_ == kRoot) out[name] = local.at(name);
+      } else if (rank_ == owner) {
+        // Through the model's device, as a device-routed group sends.
+        groups_.pp->send(to_device(local.at(name), device()), kRoot)->wait();
+      } else {
+        Tensor t = empty(shape, dtype(), device());
+        groups_.pp->recv(t, owner)->wait();
+        out[name] = to_device(t, Device::cpu()).detach();
+      }
+    }
+  }
+  return out;
+}
+
 std::set<int64_t> PipelineModel::local_layers() const {
   std::set<int64_t> out;
   for (int c = 0; c < v_; ++c) {

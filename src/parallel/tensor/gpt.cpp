@@ -233,24 +233,32 @@ void TensorParallelGpt::load_full_state_dict(const nn::StateDict& full) {
   load_state_dict(shards);
 }
 
-nn::StateDict TensorParallelGpt::full_state_dict() const {
+nn::StateDict TensorParallelGpt::full_state_dict(bool on_host) const {
   autograd::NoGradGuard ng;
   const auto shapes = full_shapes();
   nn::StateDict out;
   for (const auto& [name, p] : named_parameters()) {
     const ShardSpec& spec = specs_.at(name);
+    Tensor full;
     if (!spec.split || group_->size() == 1) {
-      out[name] = spec.split ? spec.assemble({p}, shapes.at(name)) : clone(p).detach();
-      continue;
+      full = spec.split ? spec.assemble({p}, shapes.at(name)) : p;
+    } else {
+      Tensor flat = reshape(contiguous(p).detach(), {p.numel()}).detach();
+      Tensor all = empty({p.numel() * group_->size()}, p.dtype(), p.device());
+      group_->all_gather(flat, all)->wait();
+      std::vector<Tensor> shards;
+      for (int r = 0; r < group_->size(); ++r) {
+        shards.push_back(reshape(narrow(all, 0, r * p.numel(), p.numel()), p.shape()).detach());
+      }
+      full = spec.assemble(shards, shapes.at(name));
     }
-    Tensor flat = reshape(contiguous(p).detach(), {p.numel()}).detach();
-    Tensor all = empty({p.numel() * group_->size()}, p.dtype(), p.device());
-    group_->all_gather(flat, all)->wait();
-    std::vector<Tensor> shards;
-    for (int r = 0; r < group_->size(); ++r) {
-      shards.push_back(reshape(narrow(all, 0, r * p.numel(), p.numel()), p.shape()).detach());
+    // A copy never shares the parameter's storage; on the host each tensor
+    // leaves the device before the next is joined.
+    if (on_host && !full.device().is_cpu()) {
+      out[name] = to_device(contiguous(full), Device::cpu()).detach();
+    } else {
+      out[name] = spec.split ? full : clone(p).detach();  // (assemble makes a new tensor)
     }
-    out[name] = spec.assemble(shards, shapes.at(name));
   }
   return out;
 }

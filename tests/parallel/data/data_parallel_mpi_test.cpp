@@ -17,6 +17,7 @@
 #include "triad/data/token_shard.h"
 #include "triad/dist/world.h"
 #include "triad/io/checkpoint.h"
+#include "triad/io/gpt2_weights.h"
 #include "triad/ops.h"
 #include "triad/parallel/data/grad_reducer.h"
 #include "triad/parallel/tensor/gpt.h"
@@ -97,6 +98,45 @@ TEST(AttentionChoice, DecisionsRoundTripThroughCheckpointJson) {
   }
   bad[0].erase("kernel");
   EXPECT_THROW(attention_choices_from_json(bad), IoError);
+}
+
+// The model.safetensors a run writes is the model it trained, on layouts
+// with pipelines (only the first pipeline rank of tp and dp rank 0 gathers
+// it, one tensor at a time; the other pipelines send nothing).
+TEST(DataParallel, TheSavedModelIsTheTrainedOneUnderPipelines) {
+  const int P = g_world->size();
+  std::vector<std::string> layouts{"{pp: " + std::to_string(P) + "}"};
+  if (P == 4) {
+    layouts.insert(layouts.end(), {"{pp: 2, dp: 2}", "{pp: 2, dp: 2, zero: 1}",
+                                   "{tp: 2, pp: 2, sequence_parallel: true}",
+                                   "{pp: 2, vpp: 2, schedule: zb-v, dp: 2}"});
+  }
+  for (const std::string& layout : layouts) {
+    SCOPED_TRACE(layout);
+    testing::TempDir dir;
+    std::vector<uint16_t> tokens;
+    for (int i = 0; i < 6000; ++i) tokens.push_back(static_cast<uint16_t>((i * 5 + i / 7) % 31));
+    data::write_token_shard(dir.file("train.bin"), tokens);
+    const Config c = parse_config(
+        "model: {n_layer: 4, n_head: 2, d_model: 16, vocab_size: 32, seq_len: 16}\n"
+        "train: {steps: 2, global_batch_size: 8, micro_batch_size: 1, lr: 1.0e-2}\n"
+        "parallel: " +
+        layout + "\ndata: {train: " + dir.file("train.bin") +
+        "}\noutput: {dir: " + dir.file("out") + "}\nlog: {interval: 1}\n");
+    Trainer t(c, g_world);
+    t.run();  // writes out/model.safetensors on rank 0
+    const nn::StateDict trained = t.full_state_dict();
+    if (g_world->rank() != 0) continue;
+    std::vector<int64_t> layers{0, 1, 2, 3};
+    const nn::StateDict saved =
+        io::load_gpt2_state_dict(dir.file("out/model.safetensors"),
+                                 nn::gpt_parameter_shapes(c.model, layers, true, true, true));
+    ASSERT_EQ(saved.size(), trained.size());
+    for (const auto& [name, want] : trained) {
+      ASSERT_TRUE(saved.count(name)) << name;
+      EXPECT_EQ(to_double_vector(saved.at(name)), to_double_vector(want)) << name;
+    }
+  }
 }
 
 TEST(DataParallel, BucketsStartDuringBackwardAndZeroShardsTheState) {

@@ -287,6 +287,31 @@ TEST(Pipeline, TenStepsGiveTheSameLossesAsOneProcess) {
   }
 }
 
+// For saving: pipeline rank 0 alone receives the whole model, as host
+// tensors equal to what every rank's full_state_dict gathers (the loop and
+// the V placement, a tied head on the last stage or on rank 0 itself);
+// the others, and every rank of a pipeline that is not wanted, get nothing.
+TEST(Pipeline, TheSavedModelIsGatheredOnTheFirstRankOnly) {
+  const int p = g_world->size();
+  for (const Case& c : {Case{ScheduleKind::OneFOneB, 1, p}, Case{ScheduleKind::ZbV, 2, p}}) {
+    const PipelineModel model = model_for(c, 23);
+    const nn::StateDict every = model.full_state_dict();
+    const nn::StateDict first = model.gather_state_dict(true);
+    if (g_mesh->pp()->rank() == 0) {
+      ASSERT_EQ(first.size(), every.size()) << name(c);
+      for (const auto& [pname, t] : every) {
+        ASSERT_TRUE(first.count(pname)) << name(c) << " " << pname;
+        EXPECT_TRUE(first.at(pname).device().is_cpu()) << pname;
+        EXPECT_EQ(to_double_vector(first.at(pname)), to_double_vector(t))
+            << name(c) << " " << pname;
+      }
+    } else {
+      EXPECT_TRUE(first.empty()) << name(c);
+    }
+    EXPECT_TRUE(model.gather_state_dict(false).empty()) << name(c);
+  }
+}
+
 TEST(Pipeline, LayoutErrorsNameTheNumbers) {
   const int p = g_world->size();
   auto expect_error = [](auto fn, const std::string& fragment) {

@@ -77,8 +77,11 @@ class TensorParallelGpt : public nn::Module {
   std::map<std::string, Shape> full_shapes() const;
   // Loads full (unsharded) tensors, each rank cutting its shard.
   void load_full_state_dict(const nn::StateDict& full);
-  // Gathers every shard into the full tensors (collective over the group).
-  nn::StateDict full_state_dict() const;
+  // Gathers every shard into the full tensors (collective over the group),
+  // on the parameters' device, or on the host (`on_host`: each tensor
+  // leaves the device as soon as it is joined, so the device never holds
+  // more than one full tensor at a time).
+  nn::StateDict full_state_dict(bool on_host = false) const;
   // All-reduce the partial gradients of replicated parameters over the
   // group (ShardSpec::partial_grad: under sequence parallelism LayerNorms
   // and row-parallel biases; the query/key norms always).
