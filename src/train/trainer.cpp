@@ -1424,11 +1424,17 @@ std::vector<StepMetrics> Trainer::run() {
   }
   const std::string weights = config_.output_dir + "/model.safetensors";
   // Collective; only the writing rank's pipeline sends its stages there (a
-  // pipeline's every rank shares its tp and dp rank).
+  // pipeline's every rank shares its tp and dp rank), and only its
+  // tensor-parallel group joins its shards, on the host.
   if (reducer_) reducer_->wait_gathers();
-  const nn::StateDict full =
-      pp_model_ ? pp_model_->gather_state_dict(mesh_->tp_rank() == 0 && mesh_->dp_rank() == 0)
-                : full_state_dict();
+  nn::StateDict full;
+  if (pp_model_) {
+    full = pp_model_->gather_state_dict(mesh_->tp_rank() == 0 && mesh_->dp_rank() == 0);
+  } else if (tp_model_) {
+    if (mesh_->dp_rank() == 0) full = tp_model_->full_state_dict(/*on_host=*/true);
+  } else {
+    full = full_state_dict();
+  }
   if (lead) {
     io::save_gpt2_state_dict(full, config_.model, weights);
     spdlog::info("wrote {} and {}/metrics.jsonl", weights, config_.output_dir);

@@ -102,11 +102,14 @@ TEST(AttentionChoice, DecisionsRoundTripThroughCheckpointJson) {
 
 // The model.safetensors a run writes is the model it trained, on layouts
 // with pipelines (only the first pipeline rank of tp and dp rank 0 gathers
-// it, one tensor at a time; the other pipelines send nothing).
-TEST(DataParallel, TheSavedModelIsTheTrainedOneUnderPipelines) {
+// it, one tensor at a time; the other pipelines send nothing) and with
+// tensor parallelism alone (only dp rank 0's group joins its shards).
+TEST(DataParallel, TheSavedModelIsTheTrainedOneOnEveryLayout) {
   const int P = g_world->size();
-  std::vector<std::string> layouts{"{pp: " + std::to_string(P) + "}"};
+  std::vector<std::string> layouts{"{pp: " + std::to_string(P) + "}",
+                                   "{tp: " + std::to_string(P) + "}"};
   if (P == 4) {
+    layouts.push_back("{tp: 2, dp: 2, zero: 1}");
     layouts.insert(layouts.end(), {"{pp: 2, dp: 2}", "{pp: 2, dp: 2, zero: 1}",
                                    "{tp: 2, pp: 2, sequence_parallel: true}",
                                    "{pp: 2, vpp: 2, schedule: zb-v, dp: 2}"});
@@ -118,7 +121,7 @@ TEST(DataParallel, TheSavedModelIsTheTrainedOneUnderPipelines) {
     for (int i = 0; i < 6000; ++i) tokens.push_back(static_cast<uint16_t>((i * 5 + i / 7) % 31));
     data::write_token_shard(dir.file("train.bin"), tokens);
     const Config c = parse_config(
-        "model: {n_layer: 4, n_head: 2, d_model: 16, vocab_size: 32, seq_len: 16}\n"
+        "model: {n_layer: 4, n_head: 4, d_model: 16, vocab_size: 32, seq_len: 16}\n"
         "train: {steps: 2, global_batch_size: 8, micro_batch_size: 1, lr: 1.0e-2}\n"
         "parallel: " +
         layout + "\ndata: {train: " + dir.file("train.bin") +
