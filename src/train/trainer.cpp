@@ -1423,13 +1423,14 @@ std::vector<StepMetrics> Trainer::run() {
     std::ofstream(config_.output_dir + "/trace.json") << trace;
   }
   const std::string weights = config_.output_dir + "/model.safetensors";
-  // Collective; only the writing rank's pipeline sends its stages there (a
-  // pipeline's every rank shares its tp and dp rank), and only its
-  // tensor-parallel group joins its shards, on the host.
+  // Collective: only data-parallel replica 0's tensor-parallel groups join
+  // their shards (on the host), and only the writing rank's pipeline (its
+  // ranks share their tp and dp rank) sends its stages there.
   if (reducer_) reducer_->wait_gathers();
   nn::StateDict full;
   if (pp_model_) {
-    full = pp_model_->gather_state_dict(mesh_->tp_rank() == 0 && mesh_->dp_rank() == 0);
+    full = pp_model_->gather_state_dict(mesh_->dp_rank() == 0,
+                                        mesh_->tp_rank() == 0 && mesh_->dp_rank() == 0);
   } else if (tp_model_) {
     if (mesh_->dp_rank() == 0) full = tp_model_->full_state_dict(/*on_host=*/true);
   } else {

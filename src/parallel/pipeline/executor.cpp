@@ -231,13 +231,14 @@ nn::StateDict PipelineModel::full_state_dict() const {
   return out;
 }
 
-nn::StateDict PipelineModel::gather_state_dict(bool wanted) const {
+nn::StateDict PipelineModel::gather_state_dict(bool group_saves, bool pipeline_saves) const {
   autograd::NoGradGuard ng;
+  if (!group_saves) return {};
   nn::StateDict local;
   for (const auto& c : chunks_) {
     for (auto& [name, t] : c->full_state_dict(/*on_host=*/true)) local[name] = t;
   }
-  if (!wanted) return {};
+  if (!pipeline_saves) return {};
   constexpr int kRoot = 0;
   nn::StateDict out;
   for (int stage = 0; stage < num_stages(); ++stage) {

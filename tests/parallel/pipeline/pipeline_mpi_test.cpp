@@ -296,7 +296,7 @@ TEST(Pipeline, TheSavedModelIsGatheredOnTheFirstRankOnly) {
   for (const Case& c : {Case{ScheduleKind::OneFOneB, 1, p}, Case{ScheduleKind::ZbV, 2, p}}) {
     const PipelineModel model = model_for(c, 23);
     const nn::StateDict every = model.full_state_dict();
-    const nn::StateDict first = model.gather_state_dict(true);
+    const nn::StateDict first = model.gather_state_dict(true, true);
     if (g_mesh->pp()->rank() == 0) {
       ASSERT_EQ(first.size(), every.size()) << name(c);
       for (const auto& [pname, t] : every) {
@@ -308,7 +308,8 @@ TEST(Pipeline, TheSavedModelIsGatheredOnTheFirstRankOnly) {
     } else {
       EXPECT_TRUE(first.empty()) << name(c);
     }
-    EXPECT_TRUE(model.gather_state_dict(false).empty()) << name(c);
+    EXPECT_TRUE(model.gather_state_dict(true, false).empty()) << name(c);
+    EXPECT_TRUE(model.gather_state_dict(false, false).empty()) << name(c);
   }
 }
 

@@ -76,13 +76,14 @@ class PipelineModel {
   // Full tensors of every parameter of the whole model on every rank (TP
   // shards gathered, pipeline stages broadcast). Collective.
   nn::StateDict full_state_dict() const;
-  // The same on the first pipeline rank only, as host tensors, for saving:
-  // each rank joins its tensor-parallel shards on the host (collective over
-  // the TP group), and when `wanted` (the same on every rank of this
-  // pipeline) sends them to pipeline rank 0, one tensor at a time through
-  // the device. Other ranks get an empty dict; no rank holds more of the
-  // model on its device than one tensor beyond its own shards.
-  nn::StateDict gather_state_dict(bool wanted) const;
+  // The same on the first pipeline rank only, as host tensors, for saving.
+  // When `group_saves` (the same on every rank of a tensor-parallel group)
+  // a rank joins its chunks' shards on the host (collective over the TP
+  // group); when `pipeline_saves` too (the same on every rank of this
+  // pipeline) it sends them to pipeline rank 0, one tensor at a time
+  // through the device. Other ranks get an empty dict; no rank holds more
+  // of the model on its device than one tensor beyond its own shards.
+  nn::StateDict gather_state_dict(bool group_saves, bool pipeline_saves) const;
   // Takes this rank's parameters from `full` (the others may be absent).
   void load_full_state_dict(const nn::StateDict& full);
   // The blocks this rank's chunks hold (what it reads of a full state dict).
