@@ -42,10 +42,8 @@ int main(int argc, char** argv) {
     }
     const triad::nn::GptConfig model = triad::train::load_config(config_path).model;
     const char* architecture = triad::io::hf_architecture(model);  // before reading the weights
-    std::vector<int64_t> layers;
-    for (int64_t i = 0; i < model.n_layer; ++i) layers.push_back(i);
-    const auto state = triad::io::load_gpt2_state_dict(
-        weights, triad::nn::gpt_parameter_shapes(model, layers, true, true, true));
+    const auto state =
+        triad::io::load_gpt2_state_dict(weights, triad::nn::gpt_parameter_shapes(model));
     // The tokenizer first: it is checked before anything is written.
     std::vector<std::string> tokenizer_files;
     if (!tokenizer.empty())

@@ -319,10 +319,6 @@ nn::StateDict load_gpt2_state_dict(const std::string& path,
   }
   // A file of another width or depth is named as such, not by the first
   // tensor (in name order) whose shape or presence differs.
-  auto width_of = [](const std::map<std::string, Shape>& shapes) -> int64_t {
-    auto wte = shapes.find("wte.weight");
-    return wte != shapes.end() && wte->second.size() == 2 ? wte->second[1] : -1;
-  };
   // (The depth from every name the file lists, read or not.)
   auto blocks_of = [](const std::map<std::string, Shape>& names) {
     int64_t n = 0;
@@ -331,14 +327,14 @@ nn::StateDict load_gpt2_state_dict(const std::string& path,
     }
     return n;
   };
-  std::map<std::string, Shape> stored;
-  for (const auto& [name, t] : state) stored[name] = t.shape();
-  const int64_t file_width = width_of(stored), model_width = width_of(expected);
-  if (file_width > 0 && model_width > 0 && file_width != model_width) {
+  const auto file_wte = state.find("wte.weight");
+  const auto model_wte = expected.find("wte.weight");
+  if (file_wte != state.end() && model_wte != expected.end() && file_wte->second.dim() == 2 &&
+      model_wte->second.size() == 2 && file_wte->second.size(1) != model_wte->second[1]) {
     throw IoError("GPT-2 weights '" + path + "': the file's model is " +
-                  std::to_string(file_width) + " wide (wte.weight " +
-                  shape_str(stored.at("wte.weight")) + ") but the configured model.d_model is " +
-                  std::to_string(model_width));
+                  std::to_string(file_wte->second.size(1)) + " wide (wte.weight " +
+                  shape_str(file_wte->second.shape()) + ") but the configured model.d_model is " +
+                  std::to_string(model_wte->second[1]));
   }
   const int64_t file_blocks = blocks_of(file.shapes), model_blocks = blocks_of(expected);
   if (file_blocks != model_blocks) {

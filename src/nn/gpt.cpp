@@ -332,6 +332,12 @@ std::map<std::string, Shape> gpt_parameter_shapes(const GptConfig& cfg,
   return s;
 }
 
+std::map<std::string, Shape> gpt_parameter_shapes(const GptConfig& cfg) {
+  std::vector<int64_t> layers(static_cast<size_t>(cfg.n_layer));
+  for (int64_t i = 0; i < cfg.n_layer; ++i) layers[static_cast<size_t>(i)] = i;
+  return gpt_parameter_shapes(cfg, layers, true, true, true);
+}
+
 CausalSelfAttention::CausalSelfAttention(const GptConfig& cfg, int64_t layer)
     : heads_(cfg.heads()),
       head_dim_(cfg.head_dim()),

@@ -203,10 +203,7 @@ Trainer::Trainer(Config config, dist::ProcessGroupPtr world)
         // each rank reads its own stages' blocks only (the file's other
         // blocks are checked by the ranks that read them), and every rank
         // learns whether all could.
-        std::vector<int64_t> layers(static_cast<size_t>(config_.model.n_layer));
-        std::iota(layers.begin(), layers.end(), int64_t{0});
-        const std::map<std::string, Shape> shapes =
-            nn::gpt_parameter_shapes(config_.model, layers, true, true, true);
+        const std::map<std::string, Shape> shapes = nn::gpt_parameter_shapes(config_.model);
         const std::set<int64_t> mine = pp_model_->local_layers();
         std::exception_ptr error;
         try {

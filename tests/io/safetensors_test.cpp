@@ -29,6 +29,17 @@ std::vector<uint8_t> raw(const std::string& header, size_t data_bytes,
   return b;
 }
 
+// `load` throws an IoError whose message holds `fragment`.
+template <class Load>
+void expect_load_error(Load load, const std::string& fragment) {
+  try {
+    load();
+    FAIL() << "expected an IoError mentioning '" << fragment << "'";
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+  }
+}
+
 void expect_io_error(const std::vector<uint8_t>& bytes, const std::string& fragment) {
   try {
     parse_safetensors(bytes, "x.safetensors");
@@ -183,12 +194,7 @@ TEST(Gpt2Weights, AnotherWidthOrDepthIsNamed) {
   save_gpt2_safetensors(nn::Gpt(cfg, 3), path);
   auto expect_error = [&](nn::GptConfig other, const std::string& want) {
     nn::Gpt m(other, 4);
-    try {
-      load_gpt2_safetensors(m, path);
-      FAIL() << "no error for " << want;
-    } catch (const IoError& e) {
-      EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
-    }
+    expect_load_error([&] { load_gpt2_safetensors(m, path); }, want);
   };
   nn::GptConfig narrower = cfg;
   narrower.d_model = 4;
@@ -212,13 +218,8 @@ TEST(Gpt2Weights, ARankReadsOnlyTheBlocksItNames) {
   const nn::Gpt model(cfg, 3);
   const std::string path = dir.file("gpt2.safetensors");
   save_gpt2_safetensors(model, path);
-  auto shapes_of = [](const nn::GptConfig& c) {
-    std::vector<int64_t> layers;
-    for (int64_t i = 0; i < c.n_layer; ++i) layers.push_back(i);
-    return nn::gpt_parameter_shapes(c, layers, true, true, true);
-  };
   const std::set<int64_t> middle{1};
-  const nn::StateDict got = load_gpt2_state_dict(path, shapes_of(cfg), &middle);
+  const nn::StateDict got = load_gpt2_state_dict(path, nn::gpt_parameter_shapes(cfg), &middle);
   const nn::StateDict all = model.state_dict();
   size_t expected = 0;
   for (const auto& [name, t] : all) {
@@ -234,30 +235,20 @@ TEST(Gpt2Weights, ARankReadsOnlyTheBlocksItNames) {
   // Depth is checked from the file's names even so.
   nn::GptConfig deeper = cfg;
   deeper.n_layer = 4;
-  try {
-    load_gpt2_state_dict(path, shapes_of(deeper), &middle);
-    FAIL() << "a 3-block file passed for 4 layers";
-  } catch (const IoError& e) {
-    EXPECT_NE(std::string(e.what()).find("the file holds 3 blocks but the configured "
-                                         "model.n_layer is 4"),
-              std::string::npos)
-        << e.what();
-  }
+  expect_load_error([&] { load_gpt2_state_dict(path, nn::gpt_parameter_shapes(deeper), &middle); },
+                    "the file holds 3 blocks but the configured model.n_layer is 4");
   // A tensor missing from block 0 is found by the rank reading block 0 only.
   nn::StateDict holed = all;
   holed.erase("h.0.mlp.c_fc.weight");
   const std::string holed_path = dir.file("holed.safetensors");
   save_gpt2_state_dict(holed, cfg, holed_path);
-  EXPECT_EQ(load_gpt2_state_dict(holed_path, shapes_of(cfg), &middle).count("h.1.mlp.c_fc.weight"),
+  EXPECT_EQ(load_gpt2_state_dict(holed_path, nn::gpt_parameter_shapes(cfg), &middle)
+                .count("h.1.mlp.c_fc.weight"),
             1u);
   const std::set<int64_t> first{0};
-  try {
-    load_gpt2_state_dict(holed_path, shapes_of(cfg), &first);
-    FAIL() << "a missing tensor of block 0 passed for its reader";
-  } catch (const IoError& e) {
-    EXPECT_NE(std::string(e.what()).find("'h.0.mlp.c_fc.weight' is missing"), std::string::npos)
-        << e.what();
-  }
+  expect_load_error(
+      [&] { load_gpt2_state_dict(holed_path, nn::gpt_parameter_shapes(cfg), &first); },
+      "'h.0.mlp.c_fc.weight' is missing");
 }
 
 // Grouped-query attention's narrower c_attn travels in GPT-2's layout with

@@ -214,6 +214,8 @@ struct GptConfig {
 std::map<std::string, Shape> gpt_parameter_shapes(const GptConfig& cfg,
                                                   const std::vector<int64_t>& layers,
                                                   bool token_embedding, bool embeds, bool head);
+// Every parameter of the whole model (all blocks, both ends).
+std::map<std::string, Shape> gpt_parameter_shapes(const GptConfig& cfg);
 
 // What one forward pass needs besides its input. Randomness: dropout masks
 // are a pure function of (seed, site, call) so that recomputation and other
