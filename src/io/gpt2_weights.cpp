@@ -233,117 +233,109 @@ nn::StateDict hf_llama_to_triad(const std::map<std::string, Tensor>& tensors) {
   return out;
 }
 
-// A safetensors file, a sharded checkpoint's index, or a directory of either;
-// a multimodal checkpoint's vision tower and projector are left unread.
-static Safetensors load_weight_files(const std::string& path, const std::set<int64_t>* blocks) {
-  namespace fs = std::filesystem;
-  const TensorFilter wanted = [blocks](const std::string& name) {
-    if (is_vision_tensor(name)) return false;
-    const int64_t block = block_index(name);
-    return !blocks || block < 0 || blocks->count(block) > 0;
-  };
-  std::string index = path;
-  if (fs::is_directory(path)) {
-    const fs::path dir(path);
-    if (fs::exists(dir / "model.safetensors.index.json")) {
-      index = (dir / "model.safetensors.index.json").string();
-    } else if (fs::exists(dir / "model.safetensors")) {
-      return load_safetensors((dir / "model.safetensors").string(), wanted);
-    } else {
-      throw IoError("weights '" + path +
-                    "': a directory without model.safetensors or model.safetensors.index.json");
-    }
-  }
-  const std::string suffix = ".index.json";
-  if (index.size() < suffix.size() ||
-      index.compare(index.size() - suffix.size(), suffix.size(), suffix) != 0) {
-    return load_safetensors(path, wanted);
-  }
-  // A sharded checkpoint: the index's weight_map names each tensor's file.
-  std::ifstream in(index);
-  if (!in) throw IoError("weights index '" + index + "' cannot be read");
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    throw IoError("weights index '" + index + "' is not valid JSON: " + e.what());
-  }
-  if (!j.contains("weight_map") || !j["weight_map"].is_object())
-    throw IoError("weights index '" + index + "' has no \"weight_map\" object");
-  std::map<std::string, std::string> where;
-  std::set<std::string> files;
-  for (const auto& [name, file] : j["weight_map"].items()) {
-    if (!file.is_string())
-      throw IoError("weights index '" + index + "': the file of '" + name + "' is not a string");
-    where[name] = file.get<std::string>();
-    files.insert(file.get<std::string>());
-  }
-  Safetensors all;
-  const fs::path dir = fs::path(index).parent_path();
-  for (const std::string& f : files) {
-    Safetensors shard = load_safetensors((dir / f).string(), wanted);
-    all.shapes.insert(shard.shapes.begin(), shard.shapes.end());
-    for (auto& [name, t] : shard.tensors) {
-      auto it = where.find(name);
-      if (it == where.end() || it->second != f)
-        throw IoError("weights shard '" + f + "' holds '" + name +
-                      "', which the index puts elsewhere");
-      all.tensors[name] = t;
-    }
-  }
-  for (const auto& [name, f] : where) {
-    if (wanted(name) && !all.tensors.count(name))
-      throw IoError("weights shard '" + f + "' lacks '" + name + "', which the index lists");
-  }
-  return all;
-}
+namespace {
 
-nn::StateDict load_gpt2_state_dict(const std::string& path,
-                                   const std::map<std::string, Shape>& expected,
-                                   const std::set<int64_t>* blocks) {
-  Safetensors file = load_weight_files(path, blocks);
-  file.tensors = language_model_tensors(std::move(file.tensors));
-  const bool llama = is_hf_llama(file.tensors);
-  nn::StateDict state = llama ? hf_llama_to_triad(file.tensors) : gpt2_to_triad(file.tensors);
-  // A tied model takes a file's lm_head.weight only as the copy of wte some
-  // exports carry; an untied one needs its own.
-  auto head = state.find("lm_head.weight");
-  if (head != state.end() && !expected.count("lm_head.weight")) {
-    auto wte = state.find("wte.weight");
-    if (wte == state.end() || !same_values(wte->second, head->second)) {
-      throw IoError("GPT-2 weights '" + path +
-                    "': tensor 'lm_head.weight' differs from 'wte.weight' (an untied output "
-                    "head), but the configured model ties them: set model.tie_embeddings: false");
+// The safetensors files behind a weights path (a file, a sharded
+// checkpoint's index, or a directory of either), mapped and their headers
+// checked once; tensors are copied out part by part. A multimodal
+// checkpoint's vision tower and projector are never copied out.
+class WeightFiles {
+ public:
+  explicit WeightFiles(const std::string& path) {
+    namespace fs = std::filesystem;
+    std::string index = path;
+    if (fs::is_directory(path)) {
+      const fs::path dir(path);
+      if (fs::exists(dir / "model.safetensors.index.json")) {
+        index = (dir / "model.safetensors.index.json").string();
+      } else if (fs::exists(dir / "model.safetensors")) {
+        index = (dir / "model.safetensors").string();
+      } else {
+        throw IoError("weights '" + path +
+                      "': a directory without model.safetensors or model.safetensors.index.json");
+      }
     }
-    state.erase(head);
-  }
-  // A file of another width or depth is named as such, not by the first
-  // tensor (in name order) whose shape or presence differs.
-  // (The depth from every name the file lists, read or not.)
-  auto blocks_of = [](const std::map<std::string, Shape>& names) {
-    int64_t n = 0;
-    for (const auto& [name, shape] : names) {
-      if (!is_vision_tensor(name)) n = std::max(n, block_index(name) + 1);
+    if (!ends_with(index, ".index.json")) {
+      files_.emplace_back("", SafetensorsFile(index));
+    } else {
+      read_index(index);
     }
-    return n;
-  };
-  const auto file_wte = state.find("wte.weight");
-  const auto model_wte = expected.find("wte.weight");
-  if (file_wte != state.end() && model_wte != expected.end() && file_wte->second.dim() == 2 &&
-      model_wte->second.size() == 2 && file_wte->second.size(1) != model_wte->second[1]) {
-    throw IoError("GPT-2 weights '" + path + "': the file's model is " +
-                  std::to_string(file_wte->second.size(1)) + " wide (wte.weight " +
-                  shape_str(file_wte->second.shape()) + ") but the configured model.d_model is " +
-                  std::to_string(model_wte->second[1]));
+    for (const auto& [f, file] : files_) shapes_.insert(file.shapes().begin(), file.shapes().end());
   }
-  const int64_t file_blocks = blocks_of(file.shapes), model_blocks = blocks_of(expected);
-  if (file_blocks != model_blocks) {
-    throw IoError("GPT-2 weights '" + path + "': the file holds " + std::to_string(file_blocks) +
-                  " blocks but the configured model.n_layer is " + std::to_string(model_blocks));
+
+  // Every tensor the files list, read or not.
+  const std::map<std::string, Shape>& shapes() const { return shapes_; }
+
+  // The tensors `wanted` names, from the files that hold them.
+  std::map<std::string, Tensor> read(const TensorFilter& wanted) const {
+    const TensorFilter text = [&](const std::string& name) {
+      return !is_vision_tensor(name) && wanted(name);
+    };
+    std::map<std::string, Tensor> all;
+    for (const auto& [f, file] : files_) {
+      for (auto& [name, t] : file.read(text)) {
+        if (!f.empty()) {
+          auto it = where_.find(name);
+          if (it == where_.end() || it->second != f)
+            throw IoError("weights shard '" + f + "' holds '" + name +
+                          "', which the index puts elsewhere");
+        }
+        all[name] = t;
+      }
+    }
+    check_listed(text);
+    return all;
   }
+
+  // That the shards hold the tensors of the index that `which` names (from
+  // their headers: nothing is read).
+  void check_listed(const TensorFilter& which) const {
+    for (const auto& [name, f] : where_) {
+      if (!which(name) || is_vision_tensor(name)) continue;
+      const auto file = std::find_if(files_.begin(), files_.end(),
+                                     [&](const auto& entry) { return entry.first == f; });
+      if (file == files_.end() || !file->second.shapes().count(name))
+        throw IoError("weights shard '" + f + "' lacks '" + name + "', which the index lists");
+    }
+  }
+
+ private:
+  // A sharded checkpoint: the index's weight_map names each tensor's file.
+  void read_index(const std::string& index) {
+    namespace fs = std::filesystem;
+    std::ifstream in(index);
+    if (!in) throw IoError("weights index '" + index + "' cannot be read");
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(in);
+    } catch (const nlohmann::json::exception& e) {
+      throw IoError("weights index '" + index + "' is not valid JSON: " + e.what());
+    }
+    if (!j.contains("weight_map") || !j["weight_map"].is_object())
+      throw IoError("weights index '" + index + "' has no \"weight_map\" object");
+    std::set<std::string> names;
+    for (const auto& [name, file] : j["weight_map"].items()) {
+      if (!file.is_string())
+        throw IoError("weights index '" + index + "': the file of '" + name + "' is not a string");
+      where_[name] = file.get<std::string>();
+      names.insert(file.get<std::string>());
+    }
+    const fs::path dir = fs::path(index).parent_path();
+    for (const std::string& f : names) files_.emplace_back(f, SafetensorsFile((dir / f).string()));
+  }
+
+  std::vector<std::pair<std::string, SafetensorsFile>> files_;  // (index's name, file)
+  std::map<std::string, std::string> where_;                    // the index's weight_map
+  std::map<std::string, Shape> shapes_;
+};
+
+// Checks one part of a file (the tensors outside the blocks, or one block)
+// against the model's tensors of that part: each present with its shape,
+// nothing else.
+void check_part(const std::string& path, const nn::StateDict& state,
+                const std::map<std::string, Shape>& expected, int64_t part, bool llama) {
   for (const auto& [name, shape] : expected) {
-    const int64_t block = block_index(name);
-    if (blocks && block >= 0 && !blocks->count(block)) continue;  // another rank's
+    if (block_index(name) != part) continue;
     auto it = state.find(name);
     if (it == state.end())
       throw IoError("GPT-2 weights '" + path + "': tensor '" + name + "' is missing" +
@@ -390,7 +382,7 @@ nn::StateDict load_gpt2_state_dict(const std::string& path,
     }
   }
   for (const auto& [name, t] : state) {
-    if (!expected.count(name))
+    if (!expected.count(name) || block_index(name) != part)
       throw IoError("GPT-2 weights '" + path + "': unexpected tensor '" + name + "'" +
                     (name == "wpe.weight"
                          ? " (a learned position table, but the configured model uses rotary "
@@ -405,7 +397,81 @@ nn::StateDict load_gpt2_state_dict(const std::string& path,
                            "model.post_norms: true)"
                          : ""));
   }
-  return state;
+}
+
+}  // namespace
+
+void read_gpt2_weights(const std::string& path, const std::map<std::string, Shape>& expected,
+                       const std::set<int64_t>* blocks,
+                       const std::function<void(nn::StateDict&&)>& consume) {
+  const WeightFiles files(path);
+  // First the tensors outside the blocks (the embedding, position table,
+  // final norm and head): they name the file's layout and width.
+  std::map<std::string, Tensor> outside = language_model_tensors(
+      files.read([](const std::string& name) { return block_index(name) < 0; }));
+  const bool llama = is_hf_llama(outside);
+  nn::StateDict state = llama ? hf_llama_to_triad(outside) : gpt2_to_triad(outside);
+  outside.clear();
+  // A tied model takes a file's lm_head.weight only as the copy of wte some
+  // exports carry; an untied one needs its own.
+  auto head = state.find("lm_head.weight");
+  if (head != state.end() && !expected.count("lm_head.weight")) {
+    auto wte = state.find("wte.weight");
+    if (wte == state.end() || !same_values(wte->second, head->second)) {
+      throw IoError("GPT-2 weights '" + path +
+                    "': tensor 'lm_head.weight' differs from 'wte.weight' (an untied output "
+                    "head), but the configured model ties them: set model.tie_embeddings: false");
+    }
+    state.erase(head);
+  }
+  // A file of another width or depth is named as such, not by the first
+  // tensor (in name order) whose shape or presence differs.
+  // (The depth from every name the file lists, read or not.)
+  auto blocks_of = [](const std::map<std::string, Shape>& names) {
+    int64_t n = 0;
+    for (const auto& [name, shape] : names) {
+      if (!is_vision_tensor(name)) n = std::max(n, block_index(name) + 1);
+    }
+    return n;
+  };
+  const auto file_wte = state.find("wte.weight");
+  const auto model_wte = expected.find("wte.weight");
+  if (file_wte != state.end() && model_wte != expected.end() && file_wte->second.dim() == 2 &&
+      model_wte->second.size() == 2 && file_wte->second.size(1) != model_wte->second[1]) {
+    throw IoError("GPT-2 weights '" + path + "': the file's model is " +
+                  std::to_string(file_wte->second.size(1)) + " wide (wte.weight " +
+                  shape_str(file_wte->second.shape()) + ") but the configured model.d_model is " +
+                  std::to_string(model_wte->second[1]));
+  }
+  const int64_t model_blocks = blocks_of(expected);
+  // An index listing a block no shard holds and no rank reads names it.
+  files.check_listed([&](const std::string& name) { return block_index(name) >= model_blocks; });
+  const int64_t file_blocks = blocks_of(files.shapes());
+  if (file_blocks != model_blocks) {
+    throw IoError("GPT-2 weights '" + path + "': the file holds " + std::to_string(file_blocks) +
+                  " blocks but the configured model.n_layer is " + std::to_string(model_blocks));
+  }
+  check_part(path, state, expected, -1, llama);
+  consume(std::move(state));
+  // Then one block at a time: a rank holds one block of the file's tensors
+  // (converted, before it cuts its shard) and never the whole model.
+  for (int64_t b = 0; b < model_blocks; ++b) {
+    if (blocks && !blocks->count(b)) continue;  // another rank's
+    std::map<std::string, Tensor> tensors = language_model_tensors(
+        files.read([b](const std::string& name) { return block_index(name) == b; }));
+    nn::StateDict part = llama ? hf_llama_to_triad(tensors) : gpt2_to_triad(tensors);
+    tensors.clear();
+    check_part(path, part, expected, b, llama);
+    consume(std::move(part));
+  }
+}
+
+nn::StateDict load_gpt2_state_dict(const std::string& path,
+                                   const std::map<std::string, Shape>& expected,
+                                   const std::set<int64_t>* blocks) {
+  nn::StateDict all;
+  read_gpt2_weights(path, expected, blocks, [&](nn::StateDict&& part) { all.merge(part); });
+  return all;
 }
 
 void load_gpt2_safetensors(nn::Gpt& model, const std::string& path) {

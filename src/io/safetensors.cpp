@@ -104,8 +104,25 @@ Safetensors parse_safetensors(const std::vector<uint8_t>& bytes, const std::stri
   return parse_safetensors(bytes.data(), bytes.size(), source);
 }
 
-Safetensors parse_safetensors(const uint8_t* bytes, uint64_t size, const std::string& source,
-                              const TensorFilter& wanted) {
+namespace {
+
+// One tensor's place in a file's data section.
+struct Entry {
+  DType dtype;
+  Shape shape;
+  uint64_t begin, end;
+};
+
+// A header parsed and checked against the file's size: every entry's
+// dtype, shape, byte count, and the entries tiling the data section.
+struct Header {
+  std::map<std::string, Entry> entries;
+  std::map<std::string, std::string> metadata;
+  std::map<std::string, Shape> shapes;
+  const uint8_t* data = nullptr;
+};
+
+Header parse_header(const uint8_t* bytes, uint64_t size, const std::string& source) {
   if (size < 8) {
     fail(source,
          "file is " + std::to_string(size) + " bytes, too short for the 8-byte header length");
@@ -128,9 +145,9 @@ Safetensors parse_safetensors(const uint8_t* bytes, uint64_t size, const std::st
   }
   if (!header.is_object()) fail(source, "header is not a JSON object");
   const uint64_t data_size = size - 8 - header_len;
-  const uint8_t* data = bytes + 8 + header_len;
 
-  Safetensors result;
+  Header result;
+  result.data = bytes + 8 + header_len;
   struct Span {
     uint64_t begin, end;
     std::string name;
@@ -190,10 +207,7 @@ Safetensors parse_safetensors(const uint8_t* bytes, uint64_t size, const std::st
     }
     spans.push_back({begin, end, name});
     result.shapes[name] = shape;
-    if (wanted && !wanted(name)) continue;
-    Tensor t = empty(shape, dtype);
-    if (nbytes) std::memcpy(t.raw_data(), data + begin, nbytes);
-    result.tensors.emplace(name, t);
+    result.entries[name] = Entry{dtype, shape, begin, end};
   }
   std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) {
     return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
@@ -214,15 +228,68 @@ Safetensors parse_safetensors(const uint8_t* bytes, uint64_t size, const std::st
   return result;
 }
 
-Safetensors load_safetensors(const std::string& path, const TensorFilter& wanted) {
+std::map<std::string, Tensor> copy_out(const Header& header, const TensorFilter& wanted) {
+  std::map<std::string, Tensor> out;
+  for (const auto& [name, e] : header.entries) {
+    if (wanted && !wanted(name)) continue;
+    Tensor t = empty(e.shape, e.dtype);
+    if (e.end > e.begin) std::memcpy(t.raw_data(), header.data + e.begin, e.end - e.begin);
+    out.emplace(name, t);
+  }
+  return out;
+}
+
+}  // namespace
+
+Safetensors parse_safetensors(const uint8_t* bytes, uint64_t size, const std::string& source,
+                              const TensorFilter& wanted) {
+  Header header = parse_header(bytes, size, source);
+  Safetensors result;
+  result.tensors = copy_out(header, wanted);
+  result.metadata = std::move(header.metadata);
+  result.shapes = std::move(header.shapes);
+  return result;
+}
+
+struct SafetensorsFile::State {
   std::unique_ptr<data::MappedFile> file;
+  Header header;
+};
+
+SafetensorsFile::SafetensorsFile(const std::string& path) : state_(std::make_unique<State>()) {
   try {
-    file = std::make_unique<data::MappedFile>(path);
+    state_->file = std::make_unique<data::MappedFile>(path);
   } catch (const IoError& e) {
     throw IoError(std::string("safetensors: cannot open '") + path + "': " + e.what());
   }
-  return parse_safetensors(reinterpret_cast<const uint8_t*>(file->data()), file->size(), path,
-                           wanted);
+  state_->header = parse_header(reinterpret_cast<const uint8_t*>(state_->file->data()),
+                                state_->file->size(), path);
+}
+
+SafetensorsFile::~SafetensorsFile() = default;
+SafetensorsFile::SafetensorsFile(SafetensorsFile&&) noexcept = default;
+SafetensorsFile& SafetensorsFile::operator=(SafetensorsFile&&) noexcept = default;
+
+const std::string& SafetensorsFile::path() const {
+  return state_->file->path();
+}
+const std::map<std::string, Shape>& SafetensorsFile::shapes() const {
+  return state_->header.shapes;
+}
+const std::map<std::string, std::string>& SafetensorsFile::metadata() const {
+  return state_->header.metadata;
+}
+std::map<std::string, Tensor> SafetensorsFile::read(const TensorFilter& wanted) const {
+  return copy_out(state_->header, wanted);
+}
+
+Safetensors load_safetensors(const std::string& path, const TensorFilter& wanted) {
+  const SafetensorsFile file(path);
+  Safetensors result;
+  result.tensors = file.read(wanted);
+  result.metadata = file.metadata();
+  result.shapes = file.shapes();
+  return result;
 }
 
 }  // namespace triad::io

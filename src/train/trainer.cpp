@@ -163,7 +163,13 @@ Trainer::Trainer(Config config, dist::ProcessGroupPtr world)
   if (world_size == 1) {
     check_training_state_fits(config_, dp_, device_, 1);
     model_ = std::make_unique<nn::Gpt>(config_.model, seed);
-    if (!config_.init_from.empty()) io::load_gpt2_safetensors(*model_, config_.init_from);
+    if (!config_.init_from.empty()) {
+      // Block by block: the freshly initialised model and one block of the
+      // file, never two copies of the model.
+      io::read_gpt2_weights(
+          config_.init_from, nn::gpt_parameter_shapes(config_.model), nullptr,
+          [&](nn::StateDict&& part) { model_->load_state_dict(part, /*strict=*/false); });
+    }
   } else {
     // Every group of the mesh (and its NCCL communicator) inherits these.
     world_->set_timeout(std::chrono::milliseconds(static_cast<int64_t>(par.timeout_s * 1000.0)));
@@ -200,15 +206,15 @@ Trainer::Trainer(Config config, dist::ProcessGroupPtr world)
       executor_ = make_executor(m);
       if (!config_.init_from.empty()) {
         // Every parameter's name and full shape, without building the model;
-        // each rank reads its own stages' blocks only (the file's other
-        // blocks are checked by the ranks that read them), and every rank
-        // learns whether all could.
+        // each rank reads its own stages' blocks only, one at a time, cutting
+        // its shards from each (the file's other blocks are checked by the
+        // ranks that read them), and every rank learns whether all could.
         const std::map<std::string, Shape> shapes = nn::gpt_parameter_shapes(config_.model);
         const std::set<int64_t> mine = pp_model_->local_layers();
         std::exception_ptr error;
         try {
-          pp_model_->load_full_state_dict(
-              io::load_gpt2_state_dict(config_.init_from, shapes, &mine));
+          io::read_gpt2_weights(config_.init_from, shapes, &mine,
+                                [&](nn::StateDict&& part) { pp_model_->load_full_tensors(part); });
         } catch (const Error&) {
           error = std::current_exception();
         }
@@ -227,8 +233,9 @@ Trainer::Trainer(Config config, dist::ProcessGroupPtr world)
       tp_model_ = std::make_unique<tp::TensorParallelGpt>(config_.model, seed, mesh_->tp(),
                                                           par.sequence_parallel);
       if (!config_.init_from.empty()) {
-        tp_model_->load_full_state_dict(
-            io::load_gpt2_state_dict(config_.init_from, tp_model_->full_shapes()));
+        // One block of the file at a time, each rank cutting its shards.
+        io::read_gpt2_weights(config_.init_from, tp_model_->full_shapes(), nullptr,
+                              [&](nn::StateDict&& part) { tp_model_->load_full_tensors(part); });
       }
     }
   }

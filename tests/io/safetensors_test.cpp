@@ -8,6 +8,8 @@
 #include <functional>
 #include <map>
 #include <set>
+#include <string>
+#include <vector>
 
 #include "support/temp_dir.h"
 #include "triad/io/gpt2_weights.h"
@@ -251,6 +253,62 @@ TEST(Gpt2Weights, ARankReadsOnlyTheBlocksItNames) {
       "'h.0.mlp.c_fc.weight' is missing");
 }
 
+// The blocks of each part read, in the order read_gpt2_weights hands the
+// parts over (-1: the tensors outside the blocks).
+std::vector<std::set<int64_t>> parts_read(const std::string& path,
+                                          const std::map<std::string, Shape>& expected,
+                                          const std::set<int64_t>* blocks, nn::StateDict* all) {
+  std::vector<std::set<int64_t>> parts;
+  read_gpt2_weights(path, expected, blocks, [&](nn::StateDict&& part) {
+    std::set<int64_t> in;
+    for (const auto& [name, t] : part) {
+      in.insert(name.rfind("h.", 0) == 0 ? std::stoll(name.substr(2)) : -1);
+      if (all) all->emplace(name, t);
+    }
+    parts.push_back(in);
+  });
+  return parts;
+}
+
+// A reader gets the file part by part (the tensors outside the blocks, then
+// one block at a time): a tensor-parallel rank cuts its shards from each and
+// never holds the whole model. The parts add up to the whole file, and a
+// broken block stops the reading after the blocks before it.
+TEST(Gpt2Weights, TheFileIsHandedOverOneBlockAtATime) {
+  TempDir dir;
+  const nn::GptConfig cfg{.n_layer = 3, .n_head = 2, .d_model = 8, .vocab_size = 11, .seq_len = 5};
+  const nn::Gpt model(cfg, 3);
+  const std::string path = dir.file("gpt2.safetensors");
+  save_gpt2_safetensors(model, path);
+  const auto shapes = nn::gpt_parameter_shapes(cfg);
+  nn::StateDict all;
+  EXPECT_EQ(parts_read(path, shapes, nullptr, &all),
+            (std::vector<std::set<int64_t>>{{-1}, {0}, {1}, {2}}));
+  const nn::StateDict want = model.state_dict();
+  ASSERT_EQ(all.size(), want.size());
+  for (const auto& [name, t] : want) {
+    EXPECT_EQ(to_double_vector(all.at(name)), to_double_vector(t)) << name;
+  }
+  const std::set<int64_t> last_two{1, 2};
+  EXPECT_EQ(parts_read(path, shapes, &last_two, nullptr),
+            (std::vector<std::set<int64_t>>{{-1}, {1}, {2}}));
+  // Block 2's MLP of another shape: blocks 0 and 1 were handed over first.
+  nn::StateDict broken = want;
+  broken["h.2.mlp.c_proj.bias"] = randn({9}, 1, 1);
+  const std::string broken_path = dir.file("broken.safetensors");
+  save_gpt2_state_dict(broken, cfg, broken_path);
+  int handed = 0;
+  expect_load_error(
+      [&] { read_gpt2_weights(broken_path, shapes, nullptr, [&](nn::StateDict&&) { ++handed; }); },
+      "tensor 'h.2.mlp.c_proj.bias' has shape [9] but the configured model needs [8]");
+  EXPECT_EQ(handed, 3);
+  // load_gpt2_safetensors reads everything before it changes the model.
+  nn::Gpt kept(cfg, 4);
+  const auto before = to_double_vector(kept.state_dict().at("h.0.mlp.c_fc.weight"));
+  expect_load_error([&] { load_gpt2_safetensors(kept, broken_path); }, "'h.2.mlp.c_proj.bias'");
+  EXPECT_EQ(to_double_vector(kept.state_dict().at("h.0.mlp.c_fc.weight")), before);
+}
+
 // Grouped-query attention's narrower c_attn travels in GPT-2's layout with
 // n_kv_head in the metadata; a model with other key/value heads is told
 // which setting to check.
@@ -395,6 +453,12 @@ TEST(HfLlamaWeights, LoadIntoTheSameModelAndMismatchesAreNamed) {
                 to_double_vector(sd.at("h.1.attn.c_attn.weight")))
           << from;
     }
+    // Part by part, each layer's projections stacked within its part.
+    nn::StateDict parts;
+    EXPECT_EQ(parts_read(shards, nn::gpt_parameter_shapes(cfg), nullptr, &parts),
+              (std::vector<std::set<int64_t>>{{-1}, {0}, {1}}));
+    EXPECT_EQ(to_double_vector(parts.at("h.1.mlp.c_fc.weight")),
+              to_double_vector(sd.at("h.1.mlp.c_fc.weight")));
     // The index naming a tensor its shard lacks.
     std::ofstream(shards + "/model.safetensors.index.json")
         << "{\"weight_map\": {" << map

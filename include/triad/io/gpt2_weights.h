@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <set>
 #include <string>
@@ -44,6 +45,9 @@ std::map<std::string, Tensor> language_model_tensors(std::map<std::string, Tenso
 
 // Loads a GPT-2 safetensors file into `model` (shapes must match its config;
 // errors name the tensor and both shapes).
+// The whole file is read and checked before the model changes: on an error
+// it keeps its weights. (The trainer, whose model is freshly initialised,
+// reads block by block instead: read_gpt2_weights below.)
 void load_gpt2_safetensors(nn::Gpt& model, const std::string& path);
 void save_gpt2_safetensors(const nn::Gpt& model, const std::string& path);
 
@@ -58,6 +62,16 @@ void save_gpt2_safetensors(const nn::Gpt& model, const std::string& path);
 // returned nor checked (a pipeline rank reads its stages' blocks; the
 // embedding, position table, final norm and head are always read). The
 // file's width and depth are checked either way.
+//
+// read_gpt2_weights reads the same in parts and hands each to `consume`
+// as it is read, converted and checked: first the tensors outside the blocks,
+// then each block in order. A rank that cuts its tensor-parallel shard from
+// each part holds one block of the file at a time, never the whole model.
+// The checks are load_gpt2_state_dict's; a part is checked before it is
+// handed over, so an error in block N comes after blocks 0..N-1 were given.
+void read_gpt2_weights(const std::string& path, const std::map<std::string, Shape>& expected,
+                       const std::set<int64_t>* blocks,
+                       const std::function<void(nn::StateDict&&)>& consume);
 nn::StateDict load_gpt2_state_dict(const std::string& path,
                                    const std::map<std::string, Shape>& expected,
                                    const std::set<int64_t>* blocks = nullptr);

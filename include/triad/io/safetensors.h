@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -40,6 +41,27 @@ Safetensors load_safetensors(const std::string& path, const TensorFilter& wanted
 Safetensors parse_safetensors(const std::vector<uint8_t>& bytes, const std::string& source);
 Safetensors parse_safetensors(const uint8_t* bytes, uint64_t size, const std::string& source,
                               const TensorFilter& wanted = {});
+
+// One file mapped once, its header parsed and checked as load_safetensors
+// checks it, its tensors copied out on demand: a reader that takes a large
+// checkpoint part by part (one block at a time) parses the header once.
+class SafetensorsFile {
+ public:
+  explicit SafetensorsFile(const std::string& path);
+  ~SafetensorsFile();
+  SafetensorsFile(SafetensorsFile&&) noexcept;
+  SafetensorsFile& operator=(SafetensorsFile&&) noexcept;
+
+  const std::string& path() const;
+  const std::map<std::string, Shape>& shapes() const;
+  const std::map<std::string, std::string>& metadata() const;
+  // Copies out the tensors `wanted` names (every tensor when it is empty).
+  std::map<std::string, Tensor> read(const TensorFilter& wanted = {}) const;
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
 
 // Safetensors dtype names ("F32", "BF16", ...).
 const char* safetensors_dtype_name(DType dtype);

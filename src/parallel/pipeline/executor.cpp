@@ -273,13 +273,20 @@ std::set<int64_t> PipelineModel::local_layers() const {
 
 void PipelineModel::load_full_state_dict(const nn::StateDict& full) {
   for (const auto& c : chunks_) {
-    nn::StateDict mine;
     for (auto& [name, shape] : c->full_shapes()) {
-      auto it = full.find(name);
-      if (it == full.end()) throw ValueError("pipeline load: missing '" + name + "'");
-      mine.emplace(name, it->second);
+      if (!full.count(name)) throw ValueError("pipeline load: missing '" + name + "'");
     }
-    c->load_full_state_dict(mine);
+  }
+  load_full_tensors(full);
+}
+
+void PipelineModel::load_full_tensors(const nn::StateDict& part) {
+  for (const auto& c : chunks_) {
+    nn::StateDict mine;
+    for (const auto& [name, t] : part) {
+      if (c->shard_specs().count(name)) mine.emplace(name, t);
+    }
+    c->load_full_tensors(mine);
   }
 }
 

@@ -202,14 +202,16 @@ void TensorParallelGpt::build(uint64_t seed, std::shared_ptr<VocabParallelEmbedd
     }
   }
   // Layout-independent initialisation: cut each rank's shard from the full
-  // initial value, a pure function of (seed, name, full shape).
-  nn::StateDict full;
+  // initial value, a pure function of (seed, name, full shape), one tensor
+  // at a time (a rank never holds more than one full tensor beyond its own
+  // shards).
+  const auto list = named_parameters();
+  std::map<std::string, Tensor> params(list.begin(), list.end());
   for (const auto& [name, shape] : full_shapes()) {
-    full.emplace(name, nn::init_parameter(
-                           name, shape,
-                           nn::gpt2_init_rule(name, cfg_.n_layer, cfg_.norm_weight_offset), seed));
+    const Tensor full = nn::init_parameter(
+        name, shape, nn::gpt2_init_rule(name, cfg_.n_layer, cfg_.norm_weight_offset), seed);
+    copy_(params.at(name), specs_.at(name).cut(full, group_->rank(), group_->size()));
   }
-  load_full_state_dict(full);
 }
 
 std::map<std::string, Shape> TensorParallelGpt::full_shapes() const {
@@ -219,18 +221,33 @@ std::map<std::string, Shape> TensorParallelGpt::full_shapes() const {
 }
 
 void TensorParallelGpt::load_full_state_dict(const nn::StateDict& full) {
-  const auto shapes = full_shapes();
-  nn::StateDict shards;
-  for (const auto& [name, shape] : shapes) {
+  nn::StateDict mine;
+  for (const auto& [name, shape] : full_shapes()) {
     auto it = full.find(name);
     if (it == full.end()) throw ValueError("load_full_state_dict: missing '" + name + "'");
-    if (it->second.shape() != shape) {
-      throw ShapeError("load_full_state_dict: '" + name + "' has shape " +
-                       shape_str(it->second.shape()) + ", expected " + shape_str(shape));
-    }
-    shards.emplace(name, specs_.at(name).cut(it->second, group_->rank(), group_->size()));
+    mine.emplace(name, it->second);
   }
-  load_state_dict(shards);
+  load_full_tensors(mine);
+}
+
+void TensorParallelGpt::load_full_tensors(const nn::StateDict& part) {
+  const auto shapes = full_shapes();
+  // Every tensor is checked before any parameter changes.
+  for (const auto& [name, t] : part) {
+    auto it = shapes.find(name);
+    if (it == shapes.end()) {
+      throw ValueError("load_full_tensors: '" + name + "' is not a parameter of this model");
+    }
+    if (t.shape() != it->second) {
+      throw ShapeError("load_full_state_dict: '" + name + "' has shape " + shape_str(t.shape()) +
+                       ", expected " + shape_str(it->second));
+    }
+  }
+  const auto list = named_parameters();
+  std::map<std::string, Tensor> params(list.begin(), list.end());
+  for (const auto& [name, t] : part) {
+    copy_(params.at(name), specs_.at(name).cut(t, group_->rank(), group_->size()));
+  }
 }
 
 nn::StateDict TensorParallelGpt::full_state_dict(bool on_host) const {

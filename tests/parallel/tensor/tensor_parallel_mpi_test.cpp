@@ -13,11 +13,13 @@
 
 #include "support/forwarding_group.h"
 #include "support/mpi_main.h"
+#include "support/temp_dir.h"
 #include "triad/autograd/engine.h"
 #include "triad/core/allocator.h"
 #include "triad/core/rng.h"
 #include "triad/data/token_dataset.h"
 #include "triad/dist/world.h"
+#include "triad/io/gpt2_weights.h"
 #include "triad/nn/gpt.h"
 #include "triad/ops.h"
 #include "triad/optim/adamw.h"
@@ -568,6 +570,46 @@ TEST_P(TensorParallelGptTest, LlamaOptionsMatchOneProcess) {
     EXPECT_EQ(shapes.count("h.1.post_mlp_norm.weight"), cfg.post_norms ? 1u : 0u);
     EXPECT_EQ(shapes.at("h.0.attn.c_proj.weight"), (Shape{cfg.d_model, cfg.q_width()}));
     expect_sharded_matches_one_process(cfg, 17, GetParam(), ids, ids, token_ids(V, 6));
+  }
+}
+
+// A rank never holds the whole model on the host while it initialises or
+// reads init.from: its shards, and one full tensor (initialisation) or one
+// block of the file (reading) beside them. Measured by the host allocator's
+// peak against the full model's bytes; the loaded shards are the file's.
+TEST(TensorParallelGpt, InitAndLoadingHoldOneBlockOfTheModelAtATime) {
+  nn::GptConfig cfg = tiny(60);
+  cfg.n_layer = 16;
+  testing::TempDir dir;
+  const std::string path = dir.file("weights.safetensors");
+  int64_t model_bytes = 0;
+  {
+    nn::Gpt source(cfg, 5);
+    io::save_gpt2_safetensors(source, path);
+    for (const auto& [name, p] : source.named_parameters()) model_bytes += p.nbytes();
+  }
+  Allocator& host = cpu_allocator();
+  const int64_t before = host.stats().allocated;
+  host.reset_peak();
+  auto model = std::make_unique<TensorParallelGpt>(cfg, 1, g_world, false);
+  const int64_t init_peak = host.stats().peak_allocated - before;
+  host.reset_peak();
+  int parts = 0;
+  io::read_gpt2_weights(path, model->full_shapes(), nullptr, [&](nn::StateDict&& part) {
+    model->load_full_tensors(part);
+    ++parts;
+  });
+  const int64_t load_peak = host.stats().peak_allocated - before;
+  EXPECT_EQ(parts, 1 + cfg.n_layer);  // the tensors outside the blocks, then each block
+  const double bound = static_cast<double>(model_bytes) * (1.0 / g_world->size() + 0.25);
+  EXPECT_LT(static_cast<double>(init_peak), bound) << "of a " << model_bytes << "-byte model";
+  EXPECT_LT(static_cast<double>(load_peak), bound) << "of a " << model_bytes << "-byte model";
+  // What was loaded is the file's model.
+  const nn::StateDict loaded = model->full_state_dict();
+  model.reset();
+  const nn::Gpt source(cfg, 5);
+  for (const auto& [name, p] : source.named_parameters()) {
+    ASSERT_EQ(to_double_vector(loaded.at(name)), to_double_vector(p)) << name;
   }
 }
 

@@ -86,6 +86,10 @@ class PipelineModel {
   nn::StateDict gather_state_dict(bool group_saves, bool pipeline_saves) const;
   // Takes this rank's parameters from `full` (the others may be absent).
   void load_full_state_dict(const nn::StateDict& full);
+  // The same for the tensors of `part` that this rank holds (a reader's
+  // part: one block); the rest of `part` is ignored, and the parameters it
+  // does not name keep their values.
+  void load_full_tensors(const nn::StateDict& part);
   // The blocks this rank's chunks hold (what it reads of a full state dict).
   std::set<int64_t> local_layers() const;
 

@@ -77,6 +77,9 @@ class TensorParallelGpt : public nn::Module {
   std::map<std::string, Shape> full_shapes() const;
   // Loads full (unsharded) tensors, each rank cutting its shard.
   void load_full_state_dict(const nn::StateDict& full);
+  // The same for some of the parameters (a reader's part: one block); the
+  // others keep their values. A name that is not a parameter is an error.
+  void load_full_tensors(const nn::StateDict& part);
   // Gathers every shard into the full tensors (collective over the group),
   // on the parameters' device, or on the host (`on_host`: each tensor
   // leaves the device as soon as it is joined, so the device never holds
