@@ -506,7 +506,24 @@ void save_gpt2_state_dict(const nn::StateDict& full, const nn::GptConfig& c,
     meta["position_embedding"] = nn::position_embedding_string(c.position_embedding);
     meta["rope_theta"] = std::to_string(c.rope_theta);
   }
-  save_safetensors(path, triad_to_gpt2(full), meta);
+  // GPT-2's Conv1D weights are transposed one at a time as they are written.
+  std::map<std::string, TensorLayout> layout;
+  for (const auto& [name, t] : full) {
+    Shape shape = t.shape();
+    if (is_gpt2_conv1d_weight(name)) {
+      if (shape.size() != 2)
+        throw ShapeError("GPT-2 linear weight must be 2-d, got " + shape_str(shape));
+      std::swap(shape[0], shape[1]);
+    }
+    layout[name] = {shape, t.dtype()};
+  }
+  save_safetensors(
+      path, layout,
+      [&](const std::string& name) {
+        const Tensor& t = full.at(name);
+        return is_gpt2_conv1d_weight(name) ? transposed_copy(t) : t;
+      },
+      meta);
 }
 
 void save_gpt2_safetensors(const nn::Gpt& model, const std::string& path) {

@@ -60,27 +60,34 @@ const char* safetensors_dtype_name(DType dtype) {
 
 void save_safetensors(const std::string& path, const std::map<std::string, Tensor>& tensors,
                       const std::map<std::string, std::string>& metadata) {
+  std::map<std::string, TensorLayout> layout;
+  for (const auto& [name, t] : tensors) layout[name] = {t.shape(), t.dtype()};
+  save_safetensors(
+      path, layout, [&](const std::string& name) { return tensors.at(name); }, metadata);
+}
+
+void save_safetensors(const std::string& path, const std::map<std::string, TensorLayout>& layout,
+                      const std::function<Tensor(const std::string& name)>& make,
+                      const std::map<std::string, std::string>& metadata) {
   json header = json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
-  std::vector<Tensor> host;
   uint64_t offset = 0;
-  for (const auto& [name, t] : tensors) {
+  for (const auto& [name, l] : layout) {
     if (name == "__metadata__")
       throw IoError("safetensors: '__metadata__' is not a valid tensor name");
-    Tensor h = contiguous(to_device(t.detach(), Device::cpu())).detach();
-    host.push_back(h);
+    const uint64_t nbytes = static_cast<uint64_t>(numel(l.shape)) * dtype_size(l.dtype);
     json entry;
-    entry["dtype"] = safetensors_dtype_name(h.dtype());
-    entry["shape"] = h.shape();
-    entry["data_offsets"] = {offset, offset + h.nbytes()};
+    entry["dtype"] = safetensors_dtype_name(l.dtype);
+    entry["shape"] = l.shape;
+    entry["data_offsets"] = {offset, offset + nbytes};
     header[name] = entry;
-    offset += h.nbytes();
+    offset += nbytes;
   }
   std::string text = header.dump();
   // Pad the header with spaces so the data starts 8-byte aligned.
   while ((8 + text.size()) % 8 != 0) text.push_back(' ');
   const std::string tmp = path + ".tmp";
-  {
+  try {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     if (!out) throw IoError("safetensors: cannot open '" + tmp + "' for writing");
     const uint64_t n = text.size();
@@ -88,11 +95,25 @@ void save_safetensors(const std::string& path, const std::map<std::string, Tenso
     for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(n >> (8 * i));
     out.write(reinterpret_cast<const char*>(len), 8);
     out.write(text.data(), static_cast<std::streamsize>(text.size()));
-    for (const Tensor& h : host) {
+    // (The header's order is the map's, and so is the data's.)
+    for (const auto& [name, l] : layout) {
+      const Tensor made = make(name);
+      if (!made.defined() || made.shape() != l.shape || made.dtype() != l.dtype) {
+        throw ValueError("safetensors: tensor '" + name + "' was to be " + shape_str(l.shape) +
+                         " " + safetensors_dtype_name(l.dtype) + " but is " +
+                         (made.defined()
+                              ? shape_str(made.shape()) + " " + safetensors_dtype_name(made.dtype())
+                              : std::string("undefined")));
+      }
+      const Tensor h = contiguous(to_device(made.detach(), Device::cpu())).detach();
       out.write(static_cast<const char*>(h.raw_data()), static_cast<std::streamsize>(h.nbytes()));
     }
     out.flush();
     if (!out) throw IoError("safetensors: error writing '" + tmp + "'");
+  } catch (...) {
+    std::error_code ignored;  // (path itself was never touched)
+    std::filesystem::remove(tmp, ignored);
+    throw;
   }
   std::error_code ec;
   std::filesystem::rename(tmp, path, ec);

@@ -2,16 +2,19 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <iterator>
 #include <map>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "support/temp_dir.h"
+#include "triad/core/allocator.h"
 #include "triad/io/gpt2_weights.h"
 #include "triad/nn/gpt.h"
 #include "triad/ops.h"
@@ -137,6 +140,66 @@ TEST(Safetensors, AFilterCopiesOutOnlyTheWantedTensorsAndChecksThemAll) {
     FAIL() << "an empty file loaded";
   } catch (const IoError& e) {
     EXPECT_NE(std::string(e.what()).find("too short"), std::string::npos) << e.what();
+  }
+}
+
+// A writer's tensors are made one at a time as they are written; one made
+// unlike its layout stops the write, leaving neither the file nor its
+// temporary behind. The same file either way.
+TEST(Safetensors, TensorsAreMadeAsTheyAreWritten) {
+  TempDir dir;
+  const std::map<std::string, Tensor> tensors{{"a", randn({2, 3}, 1)}, {"b", randn({4}, 2)}};
+  std::map<std::string, TensorLayout> layout;
+  for (const auto& [name, t] : tensors) layout[name] = {t.shape(), t.dtype()};
+  std::vector<std::string> made;
+  const std::string lazy = dir.file("lazy.safetensors"), eager = dir.file("eager.safetensors");
+  save_safetensors(lazy, layout, [&](const std::string& name) {
+    made.push_back(name);
+    return tensors.at(name);
+  });
+  save_safetensors(eager, tensors);
+  EXPECT_EQ(made, (std::vector<std::string>{"a", "b"}));
+  std::ifstream l(lazy, std::ios::binary), e(eager, std::ios::binary);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(l), {}),
+            std::string(std::istreambuf_iterator<char>(e), {}));
+  const std::string broken = dir.file("broken.safetensors");
+  try {
+    save_safetensors(broken, layout, [&](const std::string& name) {
+      return name == "b" ? randn({5}, 2) : tensors.at(name);
+    });
+    FAIL() << "a tensor unlike its layout was written";
+  } catch (const ValueError& err) {
+    EXPECT_NE(std::string(err.what()).find("tensor 'b' was to be [4] F32 but is [5] F32"),
+              std::string::npos)
+        << err.what();
+  }
+  EXPECT_FALSE(std::filesystem::exists(broken));
+  EXPECT_FALSE(std::filesystem::exists(broken + ".tmp"));
+}
+
+// Saving in GPT-2's layout transposes the Conv1D weights one at a time: the
+// host holds the state dict and one converted tensor, not a second model.
+TEST(Gpt2Weights, SavingHoldsOneConvertedTensorAtATime) {
+  TempDir dir;
+  const nn::GptConfig cfg{.n_layer = 8, .n_head = 2, .d_model = 32, .vocab_size = 11, .seq_len = 5};
+  const nn::Gpt model(cfg, 3);
+  const nn::StateDict state = model.state_dict();
+  int64_t largest = 0, total = 0;
+  for (const auto& [name, t] : state) {
+    largest = std::max(largest, static_cast<int64_t>(t.nbytes()));
+    total += static_cast<int64_t>(t.nbytes());
+  }
+  Allocator& host = cpu_allocator();
+  const int64_t before = host.stats().allocated;
+  host.reset_peak();
+  const std::string path = dir.file("gpt2.safetensors");
+  save_gpt2_state_dict(state, cfg, path);
+  const int64_t peak = host.stats().peak_allocated - before;
+  EXPECT_LE(peak, 2 * largest) << "of a " << total << "-byte model";
+  nn::Gpt loaded(cfg, 4);
+  load_gpt2_safetensors(loaded, path);
+  for (const auto& [name, t] : state) {
+    EXPECT_EQ(to_double_vector(loaded.state_dict().at(name)), to_double_vector(t)) << name;
   }
 }
 

@@ -28,6 +28,19 @@ inline constexpr uint64_t kMaxSafetensorsHeader = 100ull * 1024 * 1024;
 void save_safetensors(const std::string& path, const std::map<std::string, Tensor>& tensors,
                       const std::map<std::string, std::string>& metadata = {});
 
+// The same, each tensor made by `make` only as it is written and dropped
+// before the next is made: a writer that converts (transposes, casts, moves
+// to the host) holds one converted tensor at a time, not a second copy of
+// everything. `layout` gives each tensor's shape and dtype for the header;
+// a made tensor of another shape or dtype is a ValueError naming it.
+struct TensorLayout {
+  Shape shape;
+  DType dtype;
+};
+void save_safetensors(const std::string& path, const std::map<std::string, TensorLayout>& layout,
+                      const std::function<Tensor(const std::string& name)>& make,
+                      const std::map<std::string, std::string>& metadata = {});
+
 // Reads and validates a whole file. Every problem is an IoError naming the
 // file and what is wrong: header length, JSON, dtype (F32, F64, BF16, F16,
 // I32, I64), shape x dtype size vs. offsets, offsets contiguous from 0 and
