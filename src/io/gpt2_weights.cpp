@@ -480,8 +480,10 @@ void load_gpt2_safetensors(nn::Gpt& model, const std::string& path) {
   model.load_state_dict(load_gpt2_state_dict(path, expected));
 }
 
-void save_gpt2_state_dict(const nn::StateDict& full, const nn::GptConfig& c,
-                          const std::string& path) {
+namespace {
+
+// What a GPT-2 layout file's metadata says of the model beyond its shapes.
+std::map<std::string, std::string> gpt2_metadata(const nn::GptConfig& c) {
   std::map<std::string, std::string> meta{{"format", "pt"},
                                           {"n_layer", std::to_string(c.n_layer)},
                                           {"n_head", std::to_string(c.n_head)},
@@ -506,24 +508,44 @@ void save_gpt2_state_dict(const nn::StateDict& full, const nn::GptConfig& c,
     meta["position_embedding"] = nn::position_embedding_string(c.position_embedding);
     meta["rope_theta"] = std::to_string(c.rope_theta);
   }
-  // GPT-2's Conv1D weights are transposed one at a time as they are written.
-  std::map<std::string, TensorLayout> layout;
-  for (const auto& [name, t] : full) {
-    Shape shape = t.shape();
+  return meta;
+}
+
+std::vector<std::pair<std::string, TensorLayout>> gpt2_layout(
+    const std::vector<std::pair<std::string, TensorLayout>>& triad) {
+  std::vector<std::pair<std::string, TensorLayout>> out;
+  for (auto [name, l] : triad) {
     if (is_gpt2_conv1d_weight(name)) {
-      if (shape.size() != 2)
-        throw ShapeError("GPT-2 linear weight must be 2-d, got " + shape_str(shape));
-      std::swap(shape[0], shape[1]);
+      if (l.shape.size() != 2)
+        throw ShapeError("GPT-2 linear weight must be 2-d, got " + shape_str(l.shape));
+      std::swap(l.shape[0], l.shape[1]);
     }
-    layout[name] = {shape, t.dtype()};
+    out.emplace_back(name, l);
   }
-  save_safetensors(
-      path, layout,
-      [&](const std::string& name) {
-        const Tensor& t = full.at(name);
-        return is_gpt2_conv1d_weight(name) ? transposed_copy(t) : t;
-      },
-      meta);
+  return out;
+}
+
+}  // namespace
+
+Gpt2Writer::Gpt2Writer(const std::string& path, const nn::GptConfig& config,
+                       const std::vector<std::pair<std::string, TensorLayout>>& layout)
+    : writer_(path, gpt2_layout(layout), gpt2_metadata(config)) {}
+
+void Gpt2Writer::write(const std::string& name, const Tensor& t) {
+  writer_.write(name, is_gpt2_conv1d_weight(name) ? transposed_copy(t) : t);
+}
+
+void Gpt2Writer::finish() {
+  writer_.finish();
+}
+
+void save_gpt2_state_dict(const nn::StateDict& full, const nn::GptConfig& c,
+                          const std::string& path) {
+  std::vector<std::pair<std::string, TensorLayout>> layout;
+  for (const auto& [name, t] : full) layout.push_back({name, {t.shape(), t.dtype()}});
+  Gpt2Writer writer(path, c, layout);
+  for (const auto& [name, t] : full) writer.write(name, t);
+  writer.finish();
 }
 
 void save_gpt2_safetensors(const nn::Gpt& model, const std::string& path) {

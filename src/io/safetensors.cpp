@@ -58,23 +58,29 @@ const char* safetensors_dtype_name(DType dtype) {
   return "?";
 }
 
-void save_safetensors(const std::string& path, const std::map<std::string, Tensor>& tensors,
-                      const std::map<std::string, std::string>& metadata) {
-  std::map<std::string, TensorLayout> layout;
-  for (const auto& [name, t] : tensors) layout[name] = {t.shape(), t.dtype()};
-  save_safetensors(
-      path, layout, [&](const std::string& name) { return tensors.at(name); }, metadata);
-}
+struct SafetensorsWriter::State {
+  std::string path, tmp;
+  std::vector<std::pair<std::string, TensorLayout>> layout;
+  size_t written = 0;
+  std::ofstream out;
+  bool finished = false;
+};
 
-void save_safetensors(const std::string& path, const std::map<std::string, TensorLayout>& layout,
-                      const std::function<Tensor(const std::string& name)>& make,
-                      const std::map<std::string, std::string>& metadata) {
+SafetensorsWriter::SafetensorsWriter(std::string path,
+                                     std::vector<std::pair<std::string, TensorLayout>> layout,
+                                     const std::map<std::string, std::string>& metadata)
+    : state_(std::make_unique<State>()) {
+  State& st = *state_;
+  st.path = std::move(path);
+  st.tmp = st.path + ".tmp";
+  st.layout = std::move(layout);
   json header = json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
   uint64_t offset = 0;
-  for (const auto& [name, l] : layout) {
+  for (const auto& [name, l] : st.layout) {
     if (name == "__metadata__")
       throw IoError("safetensors: '__metadata__' is not a valid tensor name");
+    if (header.contains(name)) throw ValueError("safetensors: tensor '" + name + "' given twice");
     const uint64_t nbytes = static_cast<uint64_t>(numel(l.shape)) * dtype_size(l.dtype);
     json entry;
     entry["dtype"] = safetensors_dtype_name(l.dtype);
@@ -86,43 +92,77 @@ void save_safetensors(const std::string& path, const std::map<std::string, Tenso
   std::string text = header.dump();
   // Pad the header with spaces so the data starts 8-byte aligned.
   while ((8 + text.size()) % 8 != 0) text.push_back(' ');
-  const std::string tmp = path + ".tmp";
-  try {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) throw IoError("safetensors: cannot open '" + tmp + "' for writing");
-    const uint64_t n = text.size();
-    unsigned char len[8];
-    for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(n >> (8 * i));
-    out.write(reinterpret_cast<const char*>(len), 8);
-    out.write(text.data(), static_cast<std::streamsize>(text.size()));
-    // (The header's order is the map's, and so is the data's.)
-    for (const auto& [name, l] : layout) {
-      const Tensor made = make(name);
-      if (!made.defined() || made.shape() != l.shape || made.dtype() != l.dtype) {
-        throw ValueError("safetensors: tensor '" + name + "' was to be " + shape_str(l.shape) +
-                         " " + safetensors_dtype_name(l.dtype) + " but is " +
-                         (made.defined()
-                              ? shape_str(made.shape()) + " " + safetensors_dtype_name(made.dtype())
-                              : std::string("undefined")));
-      }
-      const Tensor h = contiguous(to_device(made.detach(), Device::cpu())).detach();
-      out.write(static_cast<const char*>(h.raw_data()), static_cast<std::streamsize>(h.nbytes()));
-    }
-    out.flush();
-    if (!out) throw IoError("safetensors: error writing '" + tmp + "'");
-  } catch (...) {
-    std::error_code ignored;  // (path itself was never touched)
-    std::filesystem::remove(tmp, ignored);
-    throw;
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec)
-    throw IoError("safetensors: cannot rename '" + tmp + "' to '" + path + "': " + ec.message());
+  st.out.open(st.tmp, std::ios::binary | std::ios::trunc);
+  if (!st.out) throw IoError("safetensors: cannot open '" + st.tmp + "' for writing");
+  const uint64_t n = text.size();
+  unsigned char len[8];
+  for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(n >> (8 * i));
+  st.out.write(reinterpret_cast<const char*>(len), 8);
+  st.out.write(text.data(), static_cast<std::streamsize>(text.size()));
 }
 
-Safetensors parse_safetensors(const std::vector<uint8_t>& bytes, const std::string& source) {
-  return parse_safetensors(bytes.data(), bytes.size(), source);
+SafetensorsWriter::~SafetensorsWriter() {
+  if (!state_ || state_->finished) return;
+  state_->out.close();
+  std::error_code ignored;  // (path itself was never touched)
+  std::filesystem::remove(state_->tmp, ignored);
+}
+
+std::string SafetensorsWriter::next() const {
+  return state_->written < state_->layout.size() ? state_->layout[state_->written].first : "";
+}
+
+void SafetensorsWriter::write(const std::string& name, const Tensor& tensor) {
+  State& st = *state_;
+  if (st.finished) throw ValueError("safetensors: '" + st.path + "' is already finished");
+  if (st.written == st.layout.size()) {
+    throw ValueError("safetensors: tensor '" + name + "' is not in the layout of '" + st.path +
+                     "' (all " + std::to_string(st.layout.size()) + " are written)");
+  }
+  const auto& [want, l] = st.layout[st.written];
+  if (name != want) {
+    throw ValueError("safetensors: tensor '" + name + "' written where the layout of '" + st.path +
+                     "' has '" + want + "' next");
+  }
+  if (!tensor.defined() || tensor.shape() != l.shape || tensor.dtype() != l.dtype) {
+    throw ValueError("safetensors: tensor '" + name + "' was to be " + shape_str(l.shape) + " " +
+                     safetensors_dtype_name(l.dtype) + " but is " +
+                     (tensor.defined()
+                          ? shape_str(tensor.shape()) + " " + safetensors_dtype_name(tensor.dtype())
+                          : std::string("undefined")));
+  }
+  const Tensor h = contiguous(to_device(tensor.detach(), Device::cpu())).detach();
+  st.out.write(static_cast<const char*>(h.raw_data()), static_cast<std::streamsize>(h.nbytes()));
+  if (!st.out) throw IoError("safetensors: error writing '" + st.tmp + "'");
+  ++st.written;
+}
+
+void SafetensorsWriter::finish() {
+  State& st = *state_;
+  if (st.written != st.layout.size()) {
+    throw ValueError("safetensors: '" + st.path + "' finished after " + std::to_string(st.written) +
+                     " of its " + std::to_string(st.layout.size()) + " tensors (next: '" + next() +
+                     "')");
+  }
+  st.out.flush();
+  if (!st.out) throw IoError("safetensors: error writing '" + st.tmp + "'");
+  st.out.close();
+  std::error_code ec;
+  std::filesystem::rename(st.tmp, st.path, ec);
+  if (ec) {
+    throw IoError("safetensors: cannot rename '" + st.tmp + "' to '" + st.path +
+                  "': " + ec.message());
+  }
+  st.finished = true;
+}
+
+void save_safetensors(const std::string& path, const std::map<std::string, Tensor>& tensors,
+                      const std::map<std::string, std::string>& metadata) {
+  std::vector<std::pair<std::string, TensorLayout>> layout;
+  for (const auto& [name, t] : tensors) layout.push_back({name, {t.shape(), t.dtype()}});
+  SafetensorsWriter writer(path, std::move(layout), metadata);
+  for (const auto& [name, t] : tensors) writer.write(name, t);
+  writer.finish();
 }
 
 namespace {
@@ -261,6 +301,10 @@ std::map<std::string, Tensor> copy_out(const Header& header, const TensorFilter&
 }
 
 }  // namespace
+
+Safetensors parse_safetensors(const std::vector<uint8_t>& bytes, const std::string& source) {
+  return parse_safetensors(bytes.data(), bytes.size(), source);
+}
 
 Safetensors parse_safetensors(const uint8_t* bytes, uint64_t size, const std::string& source,
                               const TensorFilter& wanted) {

@@ -11,6 +11,7 @@
 #include <exception>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <limits>
 #include <numeric>
 #include <optional>
@@ -1429,21 +1430,51 @@ std::vector<StepMetrics> Trainer::run() {
   const std::string weights = config_.output_dir + "/model.safetensors";
   // Collective: only data-parallel replica 0's tensor-parallel groups join
   // their shards (on the host), and only the writing rank's pipeline (its
-  // ranks share their tp and dp rank) sends its stages there.
+  // ranks share their tp and dp rank) sends its stages there. The writing
+  // rank writes each tensor as it is joined (or arrives), so no rank holds
+  // the whole model on its host either.
   if (reducer_) reducer_->wait_gathers();
-  nn::StateDict full;
+  std::vector<std::pair<std::string, io::TensorLayout>> layout;
   if (pp_model_) {
-    full = pp_model_->gather_state_dict(mesh_->dp_rank() == 0,
-                                        mesh_->tp_rank() == 0 && mesh_->dp_rank() == 0);
-  } else if (tp_model_) {
-    if (mesh_->dp_rank() == 0) full = tp_model_->full_state_dict(/*on_host=*/true);
+    for (auto& [name, shape] : pp_model_->gather_order())
+      layout.push_back({name, {shape, pp_model_->dtype()}});
   } else {
-    full = full_state_dict();
+    const auto shapes = tp_model_ ? tp_model_->full_shapes() : std::map<std::string, Shape>{};
+    for (const auto& [name, p] : parameters())
+      layout.push_back({name, {tp_model_ ? shapes.at(name) : p.shape(), p.dtype()}});
   }
+  // A write that fails (the file cannot be made, the disk fills) is raised
+  // once the other ranks have given their tensors: none waits on the writer.
+  std::exception_ptr write_error;
+  auto attempt = [&](const std::function<void()>& fn) {
+    if (write_error) return;
+    try {
+      fn();
+    } catch (...) {
+      write_error = std::current_exception();
+    }
+  };
+  std::unique_ptr<io::Gpt2Writer> writer;
   if (lead) {
-    io::save_gpt2_state_dict(full, config_.model, weights);
-    spdlog::info("wrote {} and {}/metrics.jsonl", weights, config_.output_dir);
+    attempt([&] { writer = std::make_unique<io::Gpt2Writer>(weights, config_.model, layout); });
   }
+  auto take = [&](const std::string& name, const Tensor& t) {
+    if (writer) attempt([&] { writer->write(name, t); });
+  };
+  if (pp_model_) {
+    pp_model_->gather_each(mesh_->dp_rank() == 0, mesh_->tp_rank() == 0 && mesh_->dp_rank() == 0,
+                           take);
+  } else if (tp_model_) {
+    if (mesh_->dp_rank() == 0) {
+      // Collective over the TP group: every rank joins every tensor.
+      for (const auto& [name, l] : layout) take(name, tp_model_->full_tensor(name, true));
+    }
+  } else {
+    for (const auto& [name, p] : parameters()) take(name, p);
+  }
+  if (writer) attempt([&] { writer->finish(); });
+  if (write_error) std::rethrow_exception(write_error);
+  if (lead) spdlog::info("wrote {} and {}/metrics.jsonl", weights, config_.output_dir);
   return out;
 }
 

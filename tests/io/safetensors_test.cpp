@@ -143,38 +143,59 @@ TEST(Safetensors, AFilterCopiesOutOnlyTheWantedTensorsAndChecksThemAll) {
   }
 }
 
-// A writer's tensors are made one at a time as they are written; one made
-// unlike its layout stops the write, leaving neither the file nor its
-// temporary behind. The same file either way.
-TEST(Safetensors, TensorsAreMadeAsTheyAreWritten) {
+// A writer takes the tensors one at a time in its layout's order (here not
+// the names' order), the header written first; the file reads back as
+// save_safetensors' does. A tensor out of order, unlike its layout, or a
+// writer left unfinished leaves neither the file nor its temporary behind.
+TEST(Safetensors, AWriterTakesOneTensorAtATimeInItsOrder) {
   TempDir dir;
-  const std::map<std::string, Tensor> tensors{{"a", randn({2, 3}, 1)}, {"b", randn({4}, 2)}};
-  std::map<std::string, TensorLayout> layout;
-  for (const auto& [name, t] : tensors) layout[name] = {t.shape(), t.dtype()};
-  std::vector<std::string> made;
-  const std::string lazy = dir.file("lazy.safetensors"), eager = dir.file("eager.safetensors");
-  save_safetensors(lazy, layout, [&](const std::string& name) {
-    made.push_back(name);
-    return tensors.at(name);
-  });
-  save_safetensors(eager, tensors);
-  EXPECT_EQ(made, (std::vector<std::string>{"a", "b"}));
-  std::ifstream l(lazy, std::ios::binary), e(eager, std::ios::binary);
-  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(l), {}),
-            std::string(std::istreambuf_iterator<char>(e), {}));
-  const std::string broken = dir.file("broken.safetensors");
-  try {
-    save_safetensors(broken, layout, [&](const std::string& name) {
-      return name == "b" ? randn({5}, 2) : tensors.at(name);
-    });
-    FAIL() << "a tensor unlike its layout was written";
-  } catch (const ValueError& err) {
-    EXPECT_NE(std::string(err.what()).find("tensor 'b' was to be [4] F32 but is [5] F32"),
-              std::string::npos)
-        << err.what();
+  const Tensor a = randn({2, 3}, 1), b = randn({4}, 2, 1, 1.0, DType::F64);
+  const std::vector<std::pair<std::string, TensorLayout>> layout{{"b", {{4}, DType::F64}},
+                                                                 {"a", {{2, 3}, DType::F32}}};
+  const std::string path = dir.file("w.safetensors");
+  {
+    SafetensorsWriter w(path, layout, {{"k", "v"}});
+    EXPECT_EQ(w.next(), "b");
+    w.write("b", b);
+    EXPECT_FALSE(std::filesystem::exists(path));  // until finish()
+    w.write("a", a);
+    EXPECT_EQ(w.next(), "");
+    w.finish();
   }
-  EXPECT_FALSE(std::filesystem::exists(broken));
-  EXPECT_FALSE(std::filesystem::exists(broken + ".tmp"));
+  const Safetensors back = load_safetensors(path);
+  EXPECT_EQ(to_double_vector(back.tensors.at("a")), to_double_vector(a));
+  EXPECT_EQ(to_double_vector(back.tensors.at("b")), to_double_vector(b));
+  EXPECT_EQ(back.metadata.at("k"), "v");
+  auto expect_refused = [&](const std::function<void(SafetensorsWriter&)>& use,
+                            const std::string& want) {
+    const std::string broken = dir.file("broken.safetensors");
+    try {
+      SafetensorsWriter w(broken, layout);
+      use(w);
+      FAIL() << "no error for " << want;
+    } catch (const ValueError& e) {
+      EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+    }
+    EXPECT_FALSE(std::filesystem::exists(broken)) << want;
+    EXPECT_FALSE(std::filesystem::exists(broken + ".tmp")) << want;
+  };
+  expect_refused([&](SafetensorsWriter& w) { w.write("a", a); },
+                 "tensor 'a' written where the layout of");
+  expect_refused([&](SafetensorsWriter& w) { w.write("b", randn({5}, 2, 1, 1.0, DType::F64)); },
+                 "tensor 'b' was to be [4] F64 but is [5] F64");
+  expect_refused([&](SafetensorsWriter& w) { w.write("b", randn({4}, 2)); },
+                 "tensor 'b' was to be [4] F64 but is [4] F32");
+  expect_refused(
+      [&](SafetensorsWriter& w) {
+        w.write("b", b);
+        w.finish();
+      },
+      "finished after 1 of its 2 tensors (next: 'a')");
+  {
+    SafetensorsWriter w(dir.file("dropped.safetensors"), layout);
+    w.write("b", b);
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir.file("dropped.safetensors.tmp")));
 }
 
 // Saving in GPT-2's layout transposes the Conv1D weights one at a time: the

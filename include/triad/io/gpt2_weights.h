@@ -5,7 +5,10 @@
 #include <map>
 #include <set>
 #include <string>
+#include <utility>
+#include <vector>
 
+#include "triad/io/safetensors.h"
 #include "triad/nn/gpt.h"
 
 namespace triad::io {
@@ -77,5 +80,21 @@ nn::StateDict load_gpt2_state_dict(const std::string& path,
                                    const std::set<int64_t>* blocks = nullptr);
 void save_gpt2_state_dict(const nn::StateDict& full, const nn::GptConfig& config,
                           const std::string& path);
+
+// Writes save_gpt2_state_dict's file tensor by tensor, in the order
+// `layout` lists Triad's names, shapes and dtypes: each Conv1D weight is
+// transposed as it is written, so the caller (the trainer, gathering the
+// model one tensor at a time) never holds the whole model. A SafetensorsWriter:
+// unfinished, it leaves no file.
+class Gpt2Writer {
+ public:
+  Gpt2Writer(const std::string& path, const nn::GptConfig& config,
+             const std::vector<std::pair<std::string, TensorLayout>>& layout);
+  void write(const std::string& name, const Tensor& t);
+  void finish();
+
+ private:
+  SafetensorsWriter writer_;
+};
 
 }  // namespace triad::io

@@ -5,6 +5,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "triad/core/tensor.h"
@@ -28,18 +29,36 @@ inline constexpr uint64_t kMaxSafetensorsHeader = 100ull * 1024 * 1024;
 void save_safetensors(const std::string& path, const std::map<std::string, Tensor>& tensors,
                       const std::map<std::string, std::string>& metadata = {});
 
-// The same, each tensor made by `make` only as it is written and dropped
-// before the next is made: a writer that converts (transposes, casts, moves
-// to the host) holds one converted tensor at a time, not a second copy of
-// everything. `layout` gives each tensor's shape and dtype for the header;
-// a made tensor of another shape or dtype is a ValueError naming it.
+// A file written tensor by tensor: the header first, from each tensor's
+// shape and dtype (`layout`, in the order the data follows), then each
+// tensor as the caller has it, so a writer that gathers, transposes or moves
+// tensors to the host holds one at a time, not a copy of everything. The
+// file is "<path>.tmp" until finish() renames it over path; a writer
+// destroyed before that (an error on the way) removes it. A tensor out of
+// order or unlike its layout is a ValueError naming it.
 struct TensorLayout {
   Shape shape;
   DType dtype;
 };
-void save_safetensors(const std::string& path, const std::map<std::string, TensorLayout>& layout,
-                      const std::function<Tensor(const std::string& name)>& make,
-                      const std::map<std::string, std::string>& metadata = {});
+class SafetensorsWriter {
+ public:
+  SafetensorsWriter(std::string path, std::vector<std::pair<std::string, TensorLayout>> layout,
+                    const std::map<std::string, std::string>& metadata = {});
+  ~SafetensorsWriter();
+  SafetensorsWriter(const SafetensorsWriter&) = delete;
+  SafetensorsWriter& operator=(const SafetensorsWriter&) = delete;
+
+  // The next tensor of the layout (any device; copied to the host).
+  void write(const std::string& name, const Tensor& tensor);
+  // After the last tensor: flushed, then renamed over path.
+  void finish();
+  // The name write() takes next ("" when all are written).
+  std::string next() const;
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
 
 // Reads and validates a whole file. Every problem is an IoError naming the
 // file and what is wrong: header length, JSON, dtype (F32, F64, BF16, F16,

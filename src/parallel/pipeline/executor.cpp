@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <exception>
 #include <set>
 #include <tuple>
 
@@ -231,35 +232,68 @@ nn::StateDict PipelineModel::full_state_dict() const {
   return out;
 }
 
-nn::StateDict PipelineModel::gather_state_dict(bool group_saves, bool pipeline_saves) const {
-  autograd::NoGradGuard ng;
-  if (!group_saves) return {};
-  nn::StateDict local;
-  for (const auto& c : chunks_) {
-    for (auto& [name, t] : c->full_state_dict(/*on_host=*/true)) local[name] = t;
+std::vector<std::pair<std::string, Shape>> PipelineModel::gather_order() const {
+  std::vector<std::pair<std::string, Shape>> out;
+  for (int stage = 0; stage < num_stages(); ++stage) {
+    // The tied wte is the first stage's (as in full_state_dict).
+    for (auto& entry : nn::gpt_parameter_shapes(cfg_, layers_[stage], stage == 0, stage == 0,
+                                                stage == num_stages() - 1)) {
+      out.emplace_back(entry);
+    }
   }
-  if (!pipeline_saves) return {};
+  return out;
+}
+
+void PipelineModel::gather_each(
+    bool group_saves, bool pipeline_saves,
+    const std::function<void(const std::string&, const Tensor&)>& take) const {
+  autograd::NoGradGuard ng;
+  if (!group_saves) return;
   constexpr int kRoot = 0;
-  nn::StateDict out;
+  // An error of `take` waits until the other ranks' sends are received.
+  std::exception_ptr error;
+  auto give = [&](const std::string& name, const Tensor& t) {
+    if (error) return;
+    try {
+      take(name, t);
+    } catch (...) {
+      error = std::current_exception();
+    }
+  };
   for (int stage = 0; stage < num_stages(); ++stage) {
     const int owner = rank_at(placement_, p_, stage);
-    if (owner != kRoot && rank_ != kRoot && rank_ != owner) continue;
-    // The tied wte is the first stage's (as in full_state_dict).
+    if (owner != rank_ && (!pipeline_saves || rank_ != kRoot)) continue;
+    const tp::TensorParallelGpt* chunk = nullptr;
+    for (int c = 0; c < v_; ++c) {
+      if (stage_of(c) == stage) chunk = chunks_[static_cast<size_t>(c)].get();
+    }
     const auto names = nn::gpt_parameter_shapes(cfg_, layers_[stage], stage == 0, stage == 0,
                                                 stage == num_stages() - 1);
     for (const auto& [name, shape] : names) {
-      if (owner == kRoot) {
-        if (rank_ == kRoot) out[name] = local.at(name);
-      } else if (rank_ == owner) {
-        // Through the model's device, as a device-routed group sends.
-        groups_.pp->send(to_device(local.at(name), device()), kRoot)->wait();
+      if (owner == rank_) {
+        // Collective over the TP group, whose ranks all own this stage.
+        const Tensor t = chunk->full_tensor(name, /*on_host=*/true);
+        if (!pipeline_saves) continue;
+        if (rank_ == kRoot) {
+          give(name, t);
+        } else {
+          // Through the model's device, as a device-routed group sends.
+          groups_.pp->send(to_device(t, device()), kRoot)->wait();
+        }
       } else {
         Tensor t = empty(shape, dtype(), device());
         groups_.pp->recv(t, owner)->wait();
-        out[name] = to_device(t, Device::cpu()).detach();
+        give(name, to_device(t, Device::cpu()).detach());
       }
     }
   }
+  if (error) std::rethrow_exception(error);
+}
+
+nn::StateDict PipelineModel::gather_state_dict(bool group_saves, bool pipeline_saves) const {
+  nn::StateDict out;
+  gather_each(group_saves, pipeline_saves,
+              [&](const std::string& name, const Tensor& t) { out[name] = t; });
   return out;
 }
 

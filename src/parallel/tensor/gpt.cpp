@@ -250,34 +250,45 @@ void TensorParallelGpt::load_full_tensors(const nn::StateDict& part) {
   }
 }
 
+Tensor TensorParallelGpt::join(const std::string& name, const Tensor& p, const Shape& shape,
+                               bool on_host) const {
+  const ShardSpec& spec = specs_.at(name);
+  Tensor full;
+  if (!spec.split || group_->size() == 1) {
+    full = spec.split ? spec.assemble({p}, shape) : p;
+  } else {
+    Tensor flat = reshape(contiguous(p).detach(), {p.numel()}).detach();
+    Tensor all = empty({p.numel() * group_->size()}, p.dtype(), p.device());
+    group_->all_gather(flat, all)->wait();
+    std::vector<Tensor> shards;
+    for (int r = 0; r < group_->size(); ++r) {
+      shards.push_back(reshape(narrow(all, 0, r * p.numel(), p.numel()), p.shape()).detach());
+    }
+    full = spec.assemble(shards, shape);
+  }
+  // A copy never shares the parameter's storage; on the host the tensor
+  // leaves the device as soon as it is joined.
+  if (on_host && !full.device().is_cpu())
+    return to_device(contiguous(full), Device::cpu()).detach();
+  return spec.split ? full : clone(p).detach();  // (assemble makes a new tensor)
+}
+
 nn::StateDict TensorParallelGpt::full_state_dict(bool on_host) const {
   autograd::NoGradGuard ng;
   const auto shapes = full_shapes();
   nn::StateDict out;
-  for (const auto& [name, p] : named_parameters()) {
-    const ShardSpec& spec = specs_.at(name);
-    Tensor full;
-    if (!spec.split || group_->size() == 1) {
-      full = spec.split ? spec.assemble({p}, shapes.at(name)) : p;
-    } else {
-      Tensor flat = reshape(contiguous(p).detach(), {p.numel()}).detach();
-      Tensor all = empty({p.numel() * group_->size()}, p.dtype(), p.device());
-      group_->all_gather(flat, all)->wait();
-      std::vector<Tensor> shards;
-      for (int r = 0; r < group_->size(); ++r) {
-        shards.push_back(reshape(narrow(all, 0, r * p.numel(), p.numel()), p.shape()).detach());
-      }
-      full = spec.assemble(shards, shapes.at(name));
-    }
-    // A copy never shares the parameter's storage; on the host each tensor
-    // leaves the device before the next is joined.
-    if (on_host && !full.device().is_cpu()) {
-      out[name] = to_device(contiguous(full), Device::cpu()).detach();
-    } else {
-      out[name] = spec.split ? full : clone(p).detach();  // (assemble makes a new tensor)
-    }
-  }
+  for (const auto& [name, p] : named_parameters())
+    out[name] = join(name, p, shapes.at(name), on_host);
   return out;
+}
+
+Tensor TensorParallelGpt::full_tensor(const std::string& name, bool on_host) const {
+  autograd::NoGradGuard ng;
+  const auto shapes = full_shapes();
+  for (const auto& [pname, p] : named_parameters()) {
+    if (pname == name) return join(name, p, shapes.at(name), on_host);
+  }
+  throw ValueError("full_tensor: '" + name + "' is not a parameter of this model");
 }
 
 void TensorParallelGpt::reduce_partial_grads() const {

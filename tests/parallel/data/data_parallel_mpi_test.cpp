@@ -140,6 +140,43 @@ TEST(DataParallel, TheSavedModelIsTheTrainedOneOnEveryLayout) {
   }
 }
 
+// The final model.safetensors is written as the tensors are joined; a write
+// that fails on rank 0 raises there once the others have given their
+// tensors, and no rank waits forever (here the file's temporary name is
+// taken by a directory).
+TEST(DataParallel, AFinalWriteThatFailsStopsTheWriterOnly) {
+  const int P = g_world->size();
+  for (const std::string& layout :
+       {"{pp: " + std::to_string(P) + "}", "{tp: " + std::to_string(P) + "}"}) {
+    SCOPED_TRACE(layout);
+    testing::TempDir dir;
+    std::vector<uint16_t> tokens;
+    for (int i = 0; i < 3000; ++i) tokens.push_back(static_cast<uint16_t>((i * 5 + i / 7) % 31));
+    data::write_token_shard(dir.file("train.bin"), tokens);
+    std::filesystem::create_directories(dir.file("out/model.safetensors.tmp"));
+    const Config c = parse_config(
+        "model: {n_layer: 4, n_head: 4, d_model: 16, vocab_size: 32, seq_len: 16}\n"
+        "train: {steps: 1, global_batch_size: 8, micro_batch_size: 1, lr: 1.0e-2}\n"
+        "parallel: " +
+        layout + "\ndata: {train: " + dir.file("train.bin") +
+        "}\noutput: {dir: " + dir.file("out") + "}\nlog: {interval: 1}\n");
+    Trainer t(c, g_world);
+    if (g_world->rank() == 0) {
+      try {
+        t.run();
+        FAIL() << "the write did not fail";
+      } catch (const IoError& e) {
+        EXPECT_NE(std::string(e.what()).find("model.safetensors.tmp"), std::string::npos)
+            << e.what();
+      }
+    } else {
+      EXPECT_NO_THROW(t.run());
+    }
+    EXPECT_FALSE(std::filesystem::exists(dir.file("out/model.safetensors")));
+    g_world->barrier()->wait();
+  }
+}
+
 TEST(DataParallel, BucketsStartDuringBackwardAndZeroShardsTheState) {
   int64_t full_state = 0;
   for (int zero : {0, 1}) {

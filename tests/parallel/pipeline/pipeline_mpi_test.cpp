@@ -16,6 +16,7 @@
 #include "support/forwarding_group.h"
 #include "support/mpi_main.h"
 #include "triad/autograd/engine.h"
+#include "triad/core/allocator.h"
 #include "triad/core/rng.h"
 #include "triad/dist/mesh.h"
 #include "triad/ops.h"
@@ -310,6 +311,27 @@ TEST(Pipeline, TheSavedModelIsGatheredOnTheFirstRankOnly) {
     }
     EXPECT_TRUE(model.gather_state_dict(true, false).empty()) << name(c);
     EXPECT_TRUE(model.gather_state_dict(false, false).empty()) << name(c);
+    // What the trainer's writer is given: one tensor at a time, in
+    // gather_order(), the host holding one (or two) beyond what it held.
+    std::vector<std::string> order;
+    int64_t largest = 0;
+    Allocator& host = cpu_allocator();
+    const int64_t before = host.stats().allocated;
+    host.reset_peak();
+    model.gather_each(true, true, [&](const std::string& pname, const Tensor& t) {
+      order.push_back(pname);
+      largest = std::max(largest, static_cast<int64_t>(t.nbytes()));
+    });  // (the values: gather_state_dict above collects them through gather_each)
+    const int64_t peak = host.stats().peak_allocated - before;
+    if (g_mesh->pp()->rank() == 0) {
+      std::vector<std::string> want;
+      for (const auto& [pname, shape] : model.gather_order()) want.push_back(pname);
+      EXPECT_EQ(order, want) << name(c);
+      EXPECT_EQ(order.size(), every.size()) << name(c);
+      EXPECT_LE(peak, 2 * largest) << name(c);
+    } else {
+      EXPECT_TRUE(order.empty()) << name(c);
+    }
   }
 }
 

@@ -84,6 +84,15 @@ class PipelineModel {
   // through the device. Other ranks get an empty dict; no rank holds more
   // of the model on its device than one tensor beyond its own shards.
   nn::StateDict gather_state_dict(bool group_saves, bool pipeline_saves) const;
+  // The same one tensor at a time: on pipeline rank 0, `take` gets each
+  // tensor (on the host) in gather_order() before the next is joined, so a
+  // writer holds one tensor, not the model. Other ranks only take part. An
+  // error of `take` is rethrown once the other ranks' sends are received.
+  void gather_each(bool group_saves, bool pipeline_saves,
+                   const std::function<void(const std::string&, const Tensor&)>& take) const;
+  // Every parameter's name and full shape, stage by stage (the tied wte
+  // once, the first stage's): the order gather_each hands them over.
+  std::vector<std::pair<std::string, Shape>> gather_order() const;
   // Takes this rank's parameters from `full` (the others may be absent).
   void load_full_state_dict(const nn::StateDict& full);
   // The same for the tensors of `part` that this rank holds (a reader's

@@ -85,6 +85,10 @@ class TensorParallelGpt : public nn::Module {
   // leaves the device as soon as it is joined, so the device never holds
   // more than one full tensor at a time).
   nn::StateDict full_state_dict(bool on_host = false) const;
+  // One parameter of it (collective over the group: every rank names the
+  // same parameters in the same order), for a writer that takes the model
+  // one tensor at a time.
+  Tensor full_tensor(const std::string& name, bool on_host = false) const;
   // All-reduce the partial gradients of replicated parameters over the
   // group (ShardSpec::partial_grad: under sequence parallelism LayerNorms
   // and row-parallel biases; the query/key norms always).
@@ -112,6 +116,8 @@ class TensorParallelGpt : public nn::Module {
 
  private:
   Tensor block_forward(int64_t i, const Tensor& x, const nn::ForwardContext& ctx) const;
+  // Parameter `p`'s full tensor, joined from the group's shards.
+  Tensor join(const std::string& name, const Tensor& p, const Shape& shape, bool on_host) const;
   struct Layer {
     std::shared_ptr<nn::Module> module;  // the block's parameters, for recomputation
     std::shared_ptr<nn::LayerNorm> ln_1, ln_2;
