@@ -474,10 +474,13 @@ void Trainer::save_checkpoint(int64_t next_step) {
   if (pending_checkpoint_) commit_pending_checkpoint(/*wait=*/true);
   std::map<std::string, Tensor> tensors;
   // A write on another thread needs a snapshot: host tensors are copied, not
-  // shared with the parameters and moments the next steps update.
+  // shared with the parameters and moments the next steps update. A write
+  // here moves each tensor to the host as it writes it (SafetensorsWriter),
+  // so the host never holds a second copy of the rank's whole state.
   auto host = [async = ck.async](const Tensor& t) {
+    if (!async) return t.detach();
     Tensor h = to_device(t.detach(), Device::cpu()).detach();
-    return async && t.device().is_cpu() ? clone(h).detach() : h;
+    return t.device().is_cpu() ? clone(h).detach() : h;
   };
   for (auto& [name, p] : parameters()) tensors["param/" + name] = host(p);
   int64_t opt_step = 0;

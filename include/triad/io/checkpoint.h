@@ -26,7 +26,8 @@ uint64_t file_checksum(const std::string& path);
 std::string checkpoint_staging_dir(const std::string& dir, int64_t step);
 std::string checkpoint_rank_file(const std::string& step_dir, int rank);
 
-// Writes a rank's tensors and string metadata into the staging dir, fsynced.
+// Writes a rank's tensors (any device: each is moved to the host as it is
+// written) and string metadata into the staging dir, fsynced.
 void write_rank_state(const std::string& staging_dir, int rank,
                       const std::map<std::string, Tensor>& tensors,
                       const std::map<std::string, std::string>& metadata);
