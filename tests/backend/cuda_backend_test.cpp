@@ -25,6 +25,7 @@
 #endif
 #include "triad/backend/backend.h"
 #include "triad/backend/cuda.h"
+#include "triad/core/allocator.h"
 #include "triad/data/token_shard.h"
 #include "triad/dist/nccl.h"
 #include "triad/dist/world.h"
@@ -2123,6 +2124,38 @@ TEST(CudaTraining, MixedPrecisionMatchesTheCpuTrainer) {
       EXPECT_EQ(b.loss_scale, a.loss_scale) << "step " << k;
     }
   }
+}
+
+// A checkpoint written in the step (checkpoint.async: false) moves each
+// tensor to the host as it writes it, and so does the final
+// model.safetensors: the host never holds a copy of the rank's state (the
+// parameters and both moments, three times the model here), nor of the
+// model. The checkpoint still resumes.
+TEST(CudaTraining, SavingMovesOneTensorAtATimeToTheHost) {
+  testing::TempDir dir;
+  train::Config cfg = train_config(
+      dir, "{n_layer: 2, n_head: 2, d_model: 64, vocab_size: 97, seq_len: 16, dropout: 0.0}",
+      "cuda", "fp32", 2, 2, 97, "_save");
+  cfg.checkpoint.dir = dir.file("ckpt");
+  cfg.checkpoint.interval = 1;
+  cfg.checkpoint.async = false;
+  cfg.checkpoint.resume = "auto";
+  int64_t model_bytes = 0;
+  for (const auto& [name, shape] : nn::gpt_parameter_shapes(cfg.model))
+    model_bytes += numel(shape) * 4;  // f32
+  {
+    train::Trainer t(cfg);
+    Allocator& host = cpu_allocator();
+    const int64_t before = host.stats().allocated;
+    host.reset_peak();
+    t.run();
+    const int64_t peak = host.stats().peak_allocated - before;
+    EXPECT_LT(peak, model_bytes / 2) << "of a " << model_bytes << "-byte model";
+  }
+  cfg.train.steps = 3;
+  const auto resumed = train::Trainer(cfg).run();
+  ASSERT_EQ(resumed.size(), 1u);  // only the third step
+  EXPECT_EQ(resumed[0].step, 3);
 }
 
 TEST(CudaTraining, AResumedRunKeepsItsAttentionChoice) {
