@@ -104,6 +104,22 @@ TEST(AttentionChoice, DecisionsRoundTripThroughCheckpointJson) {
 // with pipelines (only the first pipeline rank of tp and dp rank 0 gathers
 // it, one tensor at a time; the other pipelines send nothing) and with
 // tensor parallelism alone (only dp rank 0's group joins its shards).
+// A 4-layer model trained `steps` steps on `layout` (a YAML map of
+// parallel settings), global batch 8 of micro-batches of 1.
+Config four_layers(const testing::TempDir& dir, const std::string& layout, int steps) {
+  std::vector<uint16_t> tokens;
+  for (int i = 0; i < 6000; ++i) tokens.push_back(static_cast<uint16_t>((i * 5 + i / 7) % 31));
+  data::write_token_shard(dir.file("train.bin"), tokens);
+  return parse_config(
+      "model: {n_layer: 4, n_head: 4, d_model: 16, vocab_size: 32, seq_len: 16}\n"
+      "train: {steps: " +
+      std::to_string(steps) +
+      ", global_batch_size: 8, micro_batch_size: 1, lr: 1.0e-2}\n"
+      "parallel: " +
+      layout + "\ndata: {train: " + dir.file("train.bin") + "}\noutput: {dir: " + dir.file("out") +
+      "}\nlog: {interval: 1}\n");
+}
+
 TEST(DataParallel, TheSavedModelIsTheTrainedOneOnEveryLayout) {
   const int P = g_world->size();
   std::vector<std::string> layouts{"{pp: " + std::to_string(P) + "}",
@@ -117,15 +133,7 @@ TEST(DataParallel, TheSavedModelIsTheTrainedOneOnEveryLayout) {
   for (const std::string& layout : layouts) {
     SCOPED_TRACE(layout);
     testing::TempDir dir;
-    std::vector<uint16_t> tokens;
-    for (int i = 0; i < 6000; ++i) tokens.push_back(static_cast<uint16_t>((i * 5 + i / 7) % 31));
-    data::write_token_shard(dir.file("train.bin"), tokens);
-    const Config c = parse_config(
-        "model: {n_layer: 4, n_head: 4, d_model: 16, vocab_size: 32, seq_len: 16}\n"
-        "train: {steps: 2, global_batch_size: 8, micro_batch_size: 1, lr: 1.0e-2}\n"
-        "parallel: " +
-        layout + "\ndata: {train: " + dir.file("train.bin") +
-        "}\noutput: {dir: " + dir.file("out") + "}\nlog: {interval: 1}\n");
+    const Config c = four_layers(dir, layout, 2);
     Trainer t(c, g_world);
     t.run();  // writes out/model.safetensors on rank 0
     const nn::StateDict trained = t.full_state_dict();
@@ -150,17 +158,8 @@ TEST(DataParallel, AFinalWriteThatFailsStopsTheWriterOnly) {
        {"{pp: " + std::to_string(P) + "}", "{tp: " + std::to_string(P) + "}"}) {
     SCOPED_TRACE(layout);
     testing::TempDir dir;
-    std::vector<uint16_t> tokens;
-    for (int i = 0; i < 3000; ++i) tokens.push_back(static_cast<uint16_t>((i * 5 + i / 7) % 31));
-    data::write_token_shard(dir.file("train.bin"), tokens);
     std::filesystem::create_directories(dir.file("out/model.safetensors.tmp"));
-    const Config c = parse_config(
-        "model: {n_layer: 4, n_head: 4, d_model: 16, vocab_size: 32, seq_len: 16}\n"
-        "train: {steps: 1, global_batch_size: 8, micro_batch_size: 1, lr: 1.0e-2}\n"
-        "parallel: " +
-        layout + "\ndata: {train: " + dir.file("train.bin") +
-        "}\noutput: {dir: " + dir.file("out") + "}\nlog: {interval: 1}\n");
-    Trainer t(c, g_world);
+    Trainer t(four_layers(dir, layout, 1), g_world);
     if (g_world->rank() == 0) {
       try {
         t.run();
