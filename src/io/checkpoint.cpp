@@ -238,7 +238,9 @@ RankHeader read_rank_header(const CheckpointInfo& info, int rank) {
   return {std::move(s.metadata), std::move(s.shapes)};
 }
 
-RankState read_rank_state(const CheckpointInfo& info, int rank, const TensorFilter& wanted) {
+namespace {
+// Rank r's file, once its checksum matches the manifest's.
+std::string verified_rank_file(const CheckpointInfo& info, int rank) {
   const std::string path = checkpoint_rank_file(info.step_dir, rank);
   require_rank_file(info, rank);
   auto it = info.checksums.find(rank);
@@ -247,8 +249,15 @@ RankState read_rank_state(const CheckpointInfo& info, int rank, const TensorFilt
     throw IoError("checkpoint file '" + path + "' is corrupted (checksum " +
                   std::to_string(actual) + ", manifest says " + std::to_string(it->second) + ")");
   }
-  Safetensors s = load_safetensors(path, wanted);
+  return path;
+}
+}  // namespace
+
+RankState read_rank_state(const CheckpointInfo& info, int rank, const TensorFilter& wanted) {
+  Safetensors s = load_safetensors(verified_rank_file(info, rank), wanted);
   return {std::move(s.tensors), std::move(s.metadata)};
 }
+
+RankFile::RankFile(const CheckpointInfo& info, int rank) : file_(verified_rank_file(info, rank)) {}
 
 }  // namespace triad::io

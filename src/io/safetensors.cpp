@@ -348,6 +348,26 @@ std::map<std::string, Tensor> SafetensorsFile::read(const TensorFilter& wanted) 
   return copy_out(state_->header, wanted);
 }
 
+Tensor SafetensorsFile::read_elements(const std::string& name, int64_t offset,
+                                      int64_t count) const {
+  const Header& h = state_->header;
+  auto it = h.entries.find(name);
+  if (it == h.entries.end()) fail(path(), "no tensor '" + name + "'");
+  const Entry& e = it->second;
+  const int64_t n = numel(e.shape);
+  if (offset < 0 || count < 0 || offset > n || count > n - offset) {
+    fail(path(), "elements [" + std::to_string(offset) + ", +" + std::to_string(count) +
+                     ") lie outside tensor '" + name + "' (" + std::to_string(n) + " elements)");
+  }
+  Tensor t = empty({count}, e.dtype);
+  const size_t esize = dtype_size(e.dtype);
+  if (count > 0) {
+    std::memcpy(t.raw_data(), h.data + e.begin + static_cast<uint64_t>(offset) * esize,
+                static_cast<size_t>(count) * esize);
+  }
+  return t;
+}
+
 Safetensors load_safetensors(const std::string& path, const TensorFilter& wanted) {
   const SafetensorsFile file(path);
   Safetensors result;

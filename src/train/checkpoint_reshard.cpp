@@ -2,6 +2,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <functional>
+#include <limits>
 #include <set>
 #include <string>
 #include <tuple>
@@ -89,29 +91,35 @@ RankPlacement placement_from_json(const std::string& text) {
   }
 }
 
-FullState gather_full_state(const io::CheckpointInfo& info, const std::set<std::string>& names) {
+void for_each_full_state(
+    const io::CheckpointInfo& info, const std::set<std::string>& names,
+    const std::function<void(const std::string& name, std::map<std::string, Tensor>& full)>& take,
+    std::map<std::string, std::string>* metadata) {
   autograd::NoGradGuard no_grad;
   const std::string where = "checkpoint '" + info.step_dir + "'";
-  FullState out;
   std::map<std::string, RankPlacement::Param> placement;  // of each wanted name
   int tp_size = 0;
-  // Shards by key and tensor-parallel rank (the first replica seen wins:
-  // data-parallel replicas and the tied embedding's two holders agree).
-  std::map<std::string, std::map<int, Tensor>> shards;
-  // ZeRO-1 pieces land in a shard-shaped buffer per (key, tp rank, pp rank),
-  // complete once every element has arrived from the data-parallel ranks.
+  // Where each shard (key "param/<name>" ..., tensor-parallel rank) comes
+  // from, learnt from the files' headers alone: a tensor of one file (the
+  // first replica seen wins: data-parallel replicas and the tied
+  // embedding's two holders agree) ...
+  std::map<std::string, std::map<int, int>> direct;  // key -> tp rank -> file's rank
+  // ... or ZeRO-1 pieces of the flat tensors of the data-parallel ranks,
+  // per (key, tp rank, pp rank), usable once they cover the shard.
+  struct Piece {
+    int rank;
+    const char* flat;
+    int64_t at, param_offset, length;
+  };
   struct Pieces {
-    Tensor flat;
+    std::vector<Piece> list;
     int64_t filled = 0;
   };
   std::map<std::tuple<std::string, int, int>, Pieces> pieces;
   for (const auto& [rank, checksum] : info.checksums) {
     (void)checksum;
-    // The header first: a file is read (its checksum verified, the tensors
-    // wanted copied out) only for what no file before it gave: data-parallel
-    // replicas of a shard, and every tensor of other names, stay on disk.
     const io::RankHeader header = io::read_rank_header(info, rank);
-    if (rank == 0) out.metadata = header.metadata;
+    if (rank == 0 && metadata) *metadata = header.metadata;
     auto it = header.metadata.find("placement");
     if (it == header.metadata.end()) {
       throw IoError(where +
@@ -129,41 +137,19 @@ FullState gather_full_state(const io::CheckpointInfo& info, const std::set<std::
                     std::to_string(pl.tp_size) + ", others " + std::to_string(tp_size));
     }
     tp_size = pl.tp_size;
-    std::set<std::string> wanted;
-    for (const auto& [name, param] : pl.params) {
-      if (!names.count(name)) continue;
-      placement.emplace(name, param);
-      for (const std::string kind : {"param/", "adam_m/", "adam_v/", "master/"}) {
-        auto s = shards.find(kind + name);
-        if (header.shapes.count(kind + name) && (s == shards.end() || !s->second.count(pl.tp_rank)))
-          wanted.insert(kind + name);
-      }
-    }
-    for (const auto& seg : pl.zero_segments) {
-      if (!names.count(seg.name)) continue;
-      for (const Kind& kind : kStateKinds) {
-        if (header.shapes.count(kind.zero)) wanted.insert(kind.zero);
-      }
-    }
-    if (wanted.empty()) continue;
-    const io::RankState st = io::read_rank_state(
-        info, rank, [&](const std::string& key) { return wanted.count(key) > 0; });
-    auto tensor = [&](const std::string& key) -> const Tensor* {
-      auto t = st.tensors.find(key);
-      return t == st.tensors.end() ? nullptr : &t->second;
-    };
     for (const auto& [name, param] : pl.params) {
       if (!names.count(name)) continue;
       placement.emplace(name, param);
       const Shape shard_shape = param.spec.shard_shape(param.full_shape, pl.tp_size);
       for (const std::string kind : {"param/", "adam_m/", "adam_v/", "master/"}) {
-        const Tensor* t = tensor(kind + name);
-        if (!t) continue;
-        if (t->shape() != shard_shape) {
+        auto shape = header.shapes.find(kind + name);
+        if (shape == header.shapes.end()) continue;
+        if (shape->second != shard_shape) {
           throw IoError(where + ", rank " + std::to_string(rank) + ": '" + kind + name + "' is " +
-                        shape_str(t->shape()) + ", its placement says " + shape_str(shard_shape));
+                        shape_str(shape->second) + ", its placement says " +
+                        shape_str(shard_shape));
         }
-        shards[kind + name].emplace(pl.tp_rank, *t);
+        direct[kind + name].emplace(pl.tp_rank, rank);
       }
     }
     int64_t at = 0;
@@ -182,51 +168,106 @@ FullState gather_full_state(const io::CheckpointInfo& info, const std::set<std::
       }
       if (names.count(seg.name)) {
         for (const Kind& kind : kStateKinds) {
-          const Tensor* flat = tensor(kind.zero);
-          if (!flat) continue;
-          if (at + seg.length > flat->numel()) {
+          auto flat = header.shapes.find(kind.zero);
+          if (flat == header.shapes.end()) continue;
+          if (at + seg.length > triad::numel(flat->second)) {
             throw IoError(where + ", rank " + std::to_string(rank) + ": '" + kind.zero +
-                          "' holds " + std::to_string(flat->numel()) +
+                          "' holds " + std::to_string(triad::numel(flat->second)) +
                           " elements, fewer than its pieces add up to");
           }
           Pieces& buf = pieces[{kind.full + seg.name, pl.tp_rank, pl.pp_rank}];
-          if (!buf.flat.defined()) buf.flat = zeros({numel}, flat->dtype());
-          Tensor dst = narrow(buf.flat, 0, seg.param_offset, seg.length);
-          copy_(dst, narrow(*flat, 0, at, seg.length));
+          buf.list.push_back({rank, kind.zero, at, seg.param_offset, seg.length});
           buf.filled += seg.length;
         }
       }
       at += seg.length;
     }
   }
-  for (auto& [key, buf] : pieces) {
-    const auto& [name_key, tp_rank, pp_rank] = key;
-    (void)pp_rank;
-    const std::string name = name_key.substr(name_key.find('/') + 1);
-    const auto& param = placement.at(name);
-    if (buf.filled == buf.flat.numel()) {
-      shards[name_key].emplace(
-          tp_rank, reshape(buf.flat, param.spec.shard_shape(param.full_shape, tp_size)).detach());
-    }
-  }
+  // Each shard's source, every name's checked before any file is read.
+  struct Source {
+    int rank = -1;                   // a tensor of this file, or
+    const Pieces* pieces = nullptr;  // these pieces
+  };
+  std::map<std::string, std::vector<Source>> sources;  // key -> per tp rank
+  std::set<int> needed;
   for (const std::string& name : names) {
     auto p = placement.find(name);
     if (p == placement.end()) throw IoError(where + " holds no parameter '" + name + "'");
+    const int64_t numel = triad::numel(p->second.spec.shard_shape(p->second.full_shape, tp_size));
     for (const std::string kind : {"param/", "adam_m/", "adam_v/", "master/"}) {
-      auto s = shards.find(kind + name);
-      if (s == shards.end()) continue;
-      std::vector<Tensor> ordered;
+      const std::string key = kind + name;
+      std::vector<Source> per_rank(static_cast<size_t>(tp_size));
+      int found = 0;
       for (int r = 0; r < tp_size; ++r) {
-        auto t = s->second.find(r);
-        if (t == s->second.end()) {
-          throw IoError(where + " lacks tensor-parallel rank " + std::to_string(r) +
-                        "'s shard of '" + kind + name + "'");
+        Source& src = per_rank[static_cast<size_t>(r)];
+        if (auto d = direct.find(key); d != direct.end() && d->second.count(r)) {
+          src.rank = d->second.at(r);
+          needed.insert(src.rank);
+        } else {
+          // The first pipeline holder whose pieces cover the shard.
+          for (auto k = pieces.lower_bound({key, r, std::numeric_limits<int>::min()});
+               k != pieces.end() && std::get<0>(k->first) == key && std::get<1>(k->first) == r;
+               ++k) {
+            if (k->second.filled != numel) continue;
+            src.pieces = &k->second;
+            for (const Piece& piece : k->second.list) needed.insert(piece.rank);
+            break;
+          }
         }
-        ordered.push_back(t->second);
+        found += src.rank >= 0 || src.pieces;
       }
-      out.tensors[kind + name] = p->second.spec.assemble(ordered, p->second.full_shape);
+      if (found == 0) continue;  // a kind this checkpoint does not hold
+      for (int r = 0; r < tp_size; ++r) {
+        const Source& src = per_rank[static_cast<size_t>(r)];
+        if (src.rank < 0 && !src.pieces) {
+          throw IoError(where + " lacks tensor-parallel rank " + std::to_string(r) +
+                        "'s shard of '" + key + "'");
+        }
+      }
+      sources[key] = std::move(per_rank);
     }
   }
+  // The files that give something, each verified against its checksum once;
+  // data-parallel replicas and other stages' files stay on disk.
+  std::map<int, io::RankFile> files;
+  for (int rank : needed) files.emplace(rank, io::RankFile(info, rank));
+  // One parameter's full state at a time.
+  for (const std::string& name : names) {
+    const RankPlacement::Param& param = placement.at(name);
+    const Shape shard_shape = param.spec.shard_shape(param.full_shape, tp_size);
+    const int64_t numel = triad::numel(shard_shape);
+    std::map<std::string, Tensor> full;
+    for (const std::string kind : {"param/", "adam_m/", "adam_v/", "master/"}) {
+      auto s = sources.find(kind + name);
+      if (s == sources.end()) continue;
+      std::vector<Tensor> ordered;
+      for (const Source& src : s->second) {
+        Tensor flat;
+        if (src.rank >= 0) {
+          flat = files.at(src.rank).file().read_elements(kind + name, 0, numel);
+        } else {
+          for (const Piece& piece : src.pieces->list) {
+            const Tensor part =
+                files.at(piece.rank).file().read_elements(piece.flat, piece.at, piece.length);
+            if (!flat.defined()) flat = zeros({numel}, part.dtype());
+            Tensor dst = narrow(flat, 0, piece.param_offset, piece.length);
+            copy_(dst, part);
+          }
+        }
+        ordered.push_back(reshape(flat, shard_shape).detach());
+      }
+      full[kind + name] = param.spec.assemble(ordered, param.full_shape);
+    }
+    take(name, full);
+  }
+}
+
+FullState gather_full_state(const io::CheckpointInfo& info, const std::set<std::string>& names) {
+  FullState out;
+  for_each_full_state(
+      info, names,
+      [&](const std::string&, std::map<std::string, Tensor>& full) { out.tensors.merge(full); },
+      &out.metadata);
   return out;
 }
 

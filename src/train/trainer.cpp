@@ -730,18 +730,7 @@ std::map<std::string, std::string> Trainer::load_resharded(const io::CheckpointI
   auto params = parameters();
   std::set<std::string> names;
   for (const auto& [name, p] : params) names.insert(name);
-  const FullState full = gather_full_state(info, names);
   const RankPlacement mine = placement();
-  // This rank's cut of a full tensor, on the parameters' device.
-  auto cut = [&](const std::string& kind, const std::string& name) {
-    auto it = full.tensors.find(kind + name);
-    if (it == full.tensors.end()) {
-      throw IoError("checkpoint '" + info.step_dir + "' has no '" + kind + name +
-                    "' for this run's optimizer");
-    }
-    const Tensor t = mine.params.at(name).spec.cut(it->second, mine.tp_rank, mine.tp_size);
-    return to_device(contiguous(t), device_).detach();
-  };
   auto put = [&](Tensor& into, const Tensor& from, const std::string& what) {
     if (from.shape() != into.shape() || from.dtype() != into.dtype()) {
       throw IoError("checkpoint '" + info.step_dir + "': '" + what + "' comes to " + from.str() +
@@ -749,47 +738,73 @@ std::map<std::string, std::string> Trainer::load_resharded(const io::CheckpointI
     }
     copy_(into, from);
   };
-  // A parameter's f32 weight: its master where the writing run trained in
-  // half precision, else the parameter itself. Under any precision this run
-  // starts from these, so bf16 -> fp32 -> fp16 loses nothing the checkpoint
-  // held; the half parameters are rounded from them once.
-  auto weight = [&](const std::string& name) {
-    const bool has_master = full.tensors.count("master/" + name) != 0;
-    const Tensor w = cut(has_master ? "master/" : "param/", name);
-    return w.dtype() == DType::F32 ? w : cast(w, DType::F32);
-  };
-  for (auto& [name, p] : params) {
-    const Tensor w = weight(name);
-    put(p, p.dtype() == DType::F32 ? w : cast(w, p.dtype()), "param/" + name);
-  }
-  const int64_t optimizer_step = metadata_int(info, full.metadata, "optimizer_step");
+  // Where each parameter's state lives in this run.
+  std::map<std::string, Tensor> param_of(params.begin(), params.end());
+  std::map<std::string, std::vector<std::pair<int64_t, dp::GradientReducer::Segment>>> zero_of;
+  std::map<std::string, optim::AdamW::State*> state_of;
   if (zero_optimizer_) {
     int64_t at = 0;
     for (const auto& seg : reducer_->shard_segments()) {
-      const std::string& name = reducer_->params()[seg.param].first;
-      // This rank's piece of a full-shaped tensor into its flat state.
-      auto place = [&](Tensor& state, const Tensor& src, const std::string& what) {
-        Tensor dst = narrow(state, 0, at, seg.length);
-        put(dst, narrow(reshape(src, {src.numel()}), 0, seg.param_offset, seg.length), what);
-      };
-      place(zero_optimizer_->m(), cut("adam_m/", name), "adam_m/" + name);
-      place(zero_optimizer_->v(), cut("adam_v/", name), "adam_v/" + name);
-      if (zero_optimizer_->master().defined())
-        place(zero_optimizer_->master(), weight(name), "master/" + name);
+      zero_of[reducer_->params()[seg.param].first].push_back({at, seg});
       at += seg.length;
     }
+  } else {
+    for (auto& s : optimizer_->state()) state_of[s.name] = &s;
+  }
+  // One parameter's full state at a time, this rank's cut of it placed
+  // before the next is assembled.
+  std::map<std::string, std::string> metadata;
+  for_each_full_state(
+      info, names,
+      [&](const std::string& name, std::map<std::string, Tensor>& full) {
+        // This rank's cut of a full tensor, on the parameters' device.
+        auto cut = [&](const std::string& kind) {
+          auto it = full.find(kind + name);
+          if (it == full.end()) {
+            throw IoError("checkpoint '" + info.step_dir + "' has no '" + kind + name +
+                          "' for this run's optimizer");
+          }
+          const Tensor t = mine.params.at(name).spec.cut(it->second, mine.tp_rank, mine.tp_size);
+          return to_device(contiguous(t), device_).detach();
+        };
+        // The f32 weight: its master where the writing run trained in half
+        // precision, else the parameter itself. Under any precision this run
+        // starts from these, so bf16 -> fp32 -> fp16 loses nothing the
+        // checkpoint held; the half parameters are rounded from them once.
+        const Tensor w = [&] {
+          const Tensor t = cut(full.count("master/" + name) ? "master/" : "param/");
+          return t.dtype() == DType::F32 ? t : cast(t, DType::F32);
+        }();
+        Tensor& p = param_of.at(name);
+        put(p, p.dtype() == DType::F32 ? w : cast(w, p.dtype()), "param/" + name);
+        if (zero_optimizer_) {
+          for (const auto& [at, seg] : zero_of[name]) {
+            // This rank's piece of a full-shaped tensor into its flat state.
+            auto place = [&](Tensor& state, const Tensor& src, const std::string& what) {
+              Tensor dst = narrow(state, 0, at, seg.length);
+              put(dst, narrow(reshape(src, {src.numel()}), 0, seg.param_offset, seg.length), what);
+            };
+            place(zero_optimizer_->m(), cut("adam_m/"), "adam_m/" + name);
+            place(zero_optimizer_->v(), cut("adam_v/"), "adam_v/" + name);
+            if (zero_optimizer_->master().defined())
+              place(zero_optimizer_->master(), w, "master/" + name);
+          }
+        } else if (auto s = state_of.find(name); s != state_of.end()) {
+          put(s->second->m, cut("adam_m/"), "adam_m/" + name);
+          put(s->second->v, cut("adam_v/"), "adam_v/" + name);
+          if (s->second->master.defined()) put(s->second->master, w, "master/" + name);
+        }
+      },
+      &metadata);
+  const int64_t optimizer_step = metadata_int(info, metadata, "optimizer_step");
+  if (zero_optimizer_) {
     zero_optimizer_->sync_params_from_masters();
     zero_optimizer_->set_step_count(optimizer_step);
   } else {
-    for (auto& s : optimizer_->state()) {
-      put(s.m, cut("adam_m/", s.name), "adam_m/" + s.name);
-      put(s.v, cut("adam_v/", s.name), "adam_v/" + s.name);
-      if (s.master.defined()) put(s.master, weight(s.name), "master/" + s.name);
-    }
     optimizer_->sync_params_from_masters();
     optimizer_->set_step_count(optimizer_step);
   }
-  return full.metadata;
+  return metadata;
 }
 
 int64_t Trainer::optimizer_state_elements() const {

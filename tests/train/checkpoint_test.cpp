@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "support/temp_dir.h"
+#include "triad/core/allocator.h"
 #include "triad/data/token_dataset.h"
 #include "triad/data/token_shard.h"
 #include "triad/io/checkpoint.h"
@@ -526,6 +527,69 @@ TEST(Checkpoint, FullStateJoinsTensorParallelShardsAndZeroPieces) {
   EXPECT_EQ(fs.tensors.at("adam_m/w").shape(), (Shape{6, 2}));
   EXPECT_EQ(to_double_vector(fs.tensors.at("adam_v/b")), (std::vector<double>{-1, -2}));
   EXPECT_EQ(fs.tensors.count("master/w"), 0u);
+}
+
+// A rank resuming under another layout takes the state one parameter at a
+// time: each name's full tensors (all four kinds it holds) are handed over
+// together, and the host holds one parameter's, not the model's (eight
+// parameters split over two tensor-parallel ranks and kept as ZeRO-1
+// pieces of two data-parallel ranks each).
+TEST(Checkpoint, FullStateIsAssembledOneParameterAtATime) {
+  TempDir dir;
+  const std::string root = dir.file("ck");
+  const std::string staging = io::checkpoint_staging_dir(root, 1);
+  const tp::ShardSpec split = tp::ShardSpec::along(0, 1, 64);
+  const int kParams = 8;
+  auto full_of = [](int i) { return randn({64, 64}, static_cast<uint64_t>(i) + 1); };
+  for (int tp = 0; tp < 2; ++tp) {
+    for (int dp = 0; dp < 2; ++dp) {
+      RankPlacement p;
+      p.tp_rank = tp;
+      p.tp_size = 2;
+      p.dp_rank = dp;
+      std::map<std::string, Tensor> tensors;
+      std::vector<Tensor> m;
+      for (int i = 0; i < kParams; ++i) {
+        const std::string name = "w" + std::to_string(i);
+        p.params[name] = {split, {64, 64}};
+        const Tensor shard = split.cut(full_of(i), tp, 2);
+        tensors["param/" + name] = shard;
+        // Data-parallel rank dp keeps half of the shard's moments.
+        p.zero_segments.push_back({name, dp * 1024, 1024});
+        m.push_back(narrow(reshape(contiguous(shard), {2048}), 0, dp * 1024, 1024));
+      }
+      tensors["zero/m"] = concat(m, 0);
+      tensors["zero/v"] = scale(tensors["zero/m"], 2.0);
+      io::write_rank_state(staging, 2 * tp + dp, tensors,
+                           {{"next_step", "1"}, {"placement", placement_to_json(p)}});
+    }
+  }
+  io::commit_checkpoint(root, 1, 4, {{"tp", "2"}}, "", 3);
+  const io::CheckpointInfo info = *io::find_latest_checkpoint(root);
+  std::set<std::string> names;
+  for (int i = 0; i < kParams; ++i) names.insert("w" + std::to_string(i));
+  std::vector<std::string> order;
+  Allocator& host = cpu_allocator();
+  const int64_t before = host.stats().allocated;
+  host.reset_peak();
+  for_each_full_state(info, names,
+                      [&](const std::string& name, std::map<std::string, Tensor>& full) {
+                        order.push_back(name);
+                        EXPECT_EQ(full.size(), 3u) << name;  // param, adam_m, adam_v
+                        EXPECT_EQ(full.at("adam_m/" + name).shape(), (Shape{64, 64})) << name;
+                      });
+  const int64_t peak = host.stats().peak_allocated - before;
+  const int64_t one_param = 3 * 64 * 64 * 4;  // its three full tensors
+  EXPECT_EQ(order, std::vector<std::string>(names.begin(), names.end()));
+  EXPECT_LT(peak, 3 * one_param) << "of " << kParams << " parameters";
+  // The values: as gather_full_state collects them.
+  const FullState all = gather_full_state(info, names);
+  for (int i = 0; i < kParams; ++i) {
+    const std::string name = "w" + std::to_string(i);
+    EXPECT_EQ(to_double_vector(all.tensors.at("param/" + name)), to_double_vector(full_of(i)));
+    EXPECT_EQ(to_double_vector(all.tensors.at("adam_v/" + name)),
+              to_double_vector(scale(full_of(i), 2.0)));
+  }
 }
 
 // Resuming under another layout reads a rank file only for what no file

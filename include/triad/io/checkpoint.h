@@ -77,5 +77,16 @@ struct RankHeader {
   std::map<std::string, Shape> shapes;
 };
 RankHeader read_rank_header(const CheckpointInfo& info, int rank);
+// Rank r's file verified against its checksum once and then mapped: its
+// tensors, or pieces of them, copied out as they are wanted (a resume under
+// another layout takes one parameter's state at a time from many files).
+class RankFile {
+ public:
+  RankFile(const CheckpointInfo& info, int rank);
+  const SafetensorsFile& file() const { return file_; }
+
+ private:
+  SafetensorsFile file_;
+};
 
 }  // namespace triad::io

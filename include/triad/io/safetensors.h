@@ -89,6 +89,10 @@ class SafetensorsFile {
   const std::map<std::string, std::string>& metadata() const;
   // Copies out the tensors `wanted` names (every tensor when it is empty).
   std::map<std::string, Tensor> read(const TensorFilter& wanted = {}) const;
+  // Elements [offset, offset + count) of tensor `name` in its row-major
+  // order, as a 1-d tensor of its dtype (a piece of a flat buffer). A name
+  // the file lacks or a range outside the tensor is an IoError.
+  Tensor read_elements(const std::string& name, int64_t offset, int64_t count) const;
 
  private:
   struct State;

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <set>
 #include <string>
@@ -50,5 +51,16 @@ struct FullState {
   std::map<std::string, std::string> metadata;
 };
 FullState gather_full_state(const io::CheckpointInfo& info, const std::set<std::string>& names);
+// The same one parameter at a time: `take` gets each name of `names` (in
+// order) with its full tensors by key, and a resuming rank cuts its shard
+// before the next is assembled, so it never holds the whole state of the
+// model, nor of its own stage's full tensors. Every source is found from the
+// files' headers, and every name checked, before any file is read; the files
+// that give something are verified against their checksums once.
+// `metadata`, when given, receives rank 0's.
+void for_each_full_state(
+    const io::CheckpointInfo& info, const std::set<std::string>& names,
+    const std::function<void(const std::string& name, std::map<std::string, Tensor>& full)>& take,
+    std::map<std::string, std::string>* metadata = nullptr);
 
 }  // namespace triad::train
