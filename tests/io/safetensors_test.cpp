@@ -143,6 +143,25 @@ TEST(Safetensors, AFilterCopiesOutOnlyTheWantedTensorsAndChecksThemAll) {
   }
 }
 
+// A mapped file hands out pieces of a tensor (a ZeRO-1 flat buffer's
+// parameter) without copying the rest; a range outside it is named.
+TEST(Safetensors, AMappedFileReadsARangeOfElements) {
+  TempDir dir;
+  const std::string path = dir.file("flat.safetensors");
+  const Tensor flat = randn({3, 4}, 5);
+  save_safetensors(path, {{"zero/m", flat}});
+  const SafetensorsFile file(path);
+  EXPECT_EQ(file.shapes().at("zero/m"), (Shape{3, 4}));
+  const auto all = to_double_vector(flat);
+  const Tensor piece = file.read_elements("zero/m", 5, 4);
+  EXPECT_EQ(piece.shape(), (Shape{4}));
+  EXPECT_EQ(to_double_vector(piece), std::vector<double>(all.begin() + 5, all.begin() + 9));
+  EXPECT_EQ(file.read_elements("zero/m", 12, 0).numel(), 0);
+  expect_load_error([&] { file.read_elements("zero/m", 9, 4); },
+                    "elements [9, +4) lie outside tensor 'zero/m' (12 elements)");
+  expect_load_error([&] { file.read_elements("zero/v", 0, 1); }, "no tensor 'zero/v'");
+}
+
 // A writer takes the tensors one at a time in its layout's order (here not
 // the names' order), the header written first; the file reads back as
 // save_safetensors' does. A tensor out of order, unlike its layout, or a
