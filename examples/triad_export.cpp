@@ -42,13 +42,14 @@ int main(int argc, char** argv) {
     }
     const triad::nn::GptConfig model = triad::train::load_config(config_path).model;
     const char* architecture = triad::io::hf_architecture(model);  // before reading the weights
-    const auto state =
-        triad::io::load_gpt2_state_dict(weights, triad::nn::gpt_parameter_shapes(model));
-    // The tokenizer first: it is checked before anything is written.
+    // One block at a time: the model is never whole in memory. The weights
+    // are checked whole first, then the tokenizer is copied (it is checked
+    // before anything is written), then the weights are written.
     std::vector<std::string> tokenizer_files;
-    if (!tokenizer.empty())
-      tokenizer_files = triad::io::copy_hf_tokenizer(tokenizer, output, model.vocab_size);
-    triad::io::save_hf_model(state, model, output);
+    triad::io::export_hf_model(weights, model, output, [&] {
+      if (!tokenizer.empty())
+        tokenizer_files = triad::io::copy_hf_tokenizer(tokenizer, output, model.vocab_size);
+    });
     std::string also;
     for (const auto& f : tokenizer_files) also += ", " + f;
     std::printf("wrote %s/config.json and %s/model.safetensors%s (%s, %lld parameters)\n",

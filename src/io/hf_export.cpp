@@ -5,6 +5,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <optional>
 
 #include "triad/core/error.h"
@@ -256,16 +257,31 @@ std::string hf_config_json(const nn::GptConfig& c, const std::string& torch_dtyp
 
 std::map<std::string, Tensor> triad_to_hf(const nn::StateDict& full, const nn::GptConfig& c) {
   std::map<std::string, Tensor> out;
+  for (int64_t part = -1; part < c.n_layer; ++part) out.merge(triad_to_hf_part(full, c, part));
+  return out;
+}
+
+std::map<std::string, Tensor> triad_to_hf_part(const nn::StateDict& full, const nn::GptConfig& c,
+                                               int64_t block) {
+  std::map<std::string, Tensor> out;
   if (std::string(hf_model_type(c)) == "gpt2") {
-    for (auto& [name, t] : triad_to_gpt2(full))
+    const std::string prefix = "h." + std::to_string(block) + ".";
+    nn::StateDict part;
+    for (const auto& [name, t] : full) {
+      if (block < 0 ? name.rfind("h.", 0) != 0 : name.rfind(prefix, 0) == 0) part[name] = t;
+    }
+    for (auto& [name, t] : triad_to_gpt2(part))
       out[name == "lm_head.weight" ? name : "transformer." + name] = t;
     return out;
   }
   const int64_t Q = c.q_width(), KV = c.kv_heads() * c.head_dim(), F = c.ffn();
-  out["model.embed_tokens.weight"] = at(full, "wte.weight");
-  out["model.norm.weight"] = at(full, "ln_f.weight");
-  if (!c.tie_embeddings) out["lm_head.weight"] = at(full, "lm_head.weight");
-  for (int64_t i = 0; i < c.n_layer; ++i) {
+  if (block < 0) {
+    out["model.embed_tokens.weight"] = at(full, "wte.weight");
+    out["model.norm.weight"] = at(full, "ln_f.weight");
+    if (!c.tie_embeddings) out["lm_head.weight"] = at(full, "lm_head.weight");
+    return out;
+  }
+  for (int64_t i = block; i == block; ++i) {
     const std::string p = "h." + std::to_string(i) + ".";
     const std::string hf = "model.layers." + std::to_string(i) + ".";
     const Tensor& qkv = at(full, p + "attn.c_attn.weight");
@@ -305,20 +321,58 @@ std::map<std::string, Tensor> triad_to_hf(const nn::StateDict& full, const nn::G
   return out;
 }
 
-void save_hf_model(const nn::StateDict& full, const nn::GptConfig& c, const std::string& dir) {
-  const std::map<std::string, Tensor> tensors = triad_to_hf(full, c);
-  const DType dtype = at(full, "wte.weight").dtype();
+namespace {
+
+// dir/config.json, the weights' type named by the embedding's.
+void write_hf_config(const nn::GptConfig& c, DType dtype, const std::string& dir) {
   const std::string torch_dtype = dtype == DType::BF16  ? "bfloat16"
                                   : dtype == DType::F16 ? "float16"
                                                         : "float32";
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) throw IoError("export: cannot create the directory '" + dir + "': " + ec.message());
-  save_safetensors(dir + "/model.safetensors", tensors, {{"format", "pt"}});
   const std::string path = dir + "/config.json";
   std::ofstream f(path);
   f << hf_config_json(c, torch_dtype);
   if (!f) throw IoError("export: cannot write '" + path + "'");
+}
+
+void make_directory(const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) throw IoError("export: cannot create the directory '" + dir + "': " + ec.message());
+}
+
+}  // namespace
+
+void save_hf_model(const nn::StateDict& full, const nn::GptConfig& c, const std::string& dir) {
+  const std::map<std::string, Tensor> tensors = triad_to_hf(full, c);
+  make_directory(dir);
+  save_safetensors(dir + "/model.safetensors", tensors, {{"format", "pt"}});
+  write_hf_config(c, at(full, "wte.weight").dtype(), dir);
+}
+
+void export_hf_model(const std::string& weights, const nn::GptConfig& c, const std::string& dir,
+                     const std::function<void()>& before_writing) {
+  const auto shapes = nn::gpt_parameter_shapes(c);
+  // The first pass learns every tensor's name, shape and type in the order
+  // the second writes them.
+  std::vector<std::pair<std::string, TensorLayout>> layout;
+  DType dtype = DType::F32;
+  int64_t part = -1;
+  read_gpt2_weights(weights, shapes, nullptr, [&](nn::StateDict&& triad) {
+    if (part < 0) dtype = at(triad, "wte.weight").dtype();
+    for (const auto& [name, t] : triad_to_hf_part(triad, c, part))
+      layout.push_back({name, {t.shape(), t.dtype()}});
+    ++part;
+  });
+  if (before_writing) before_writing();
+  make_directory(dir);
+  SafetensorsWriter writer(dir + "/model.safetensors", std::move(layout), {{"format", "pt"}});
+  part = -1;
+  read_gpt2_weights(weights, shapes, nullptr, [&](nn::StateDict&& triad) {
+    for (const auto& [name, t] : triad_to_hf_part(triad, c, part)) writer.write(name, t);
+    ++part;
+  });
+  writer.finish();
+  write_hf_config(c, dtype, dir);
 }
 
 std::vector<std::string> copy_hf_tokenizer(const std::string& source, const std::string& dir,

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "support/temp_dir.h"
+#include "triad/core/allocator.h"
 #include "triad/core/error.h"
 #include "triad/io/gpt2_weights.h"
 #include "triad/io/hf_config.h"
@@ -164,7 +165,65 @@ TEST(HfExport, LlamaAndGpt2RoundTrip) {
     ASSERT_EQ(back.size(), expected.size());
     for (const auto& [name, t] : model.state_dict())
       EXPECT_EQ(to_double_vector(back.at(name)), to_double_vector(t)) << name;
+    // triad-export's way, from Triad's file one block at a time: the same
+    // tensors and config.json.
+    const std::string triad_file = dir.file("triad" + std::to_string(n) + ".safetensors");
+    save_gpt2_safetensors(model, triad_file);
+    bool told = false;
+    export_hf_model(triad_file, c, out + "_streamed", [&] { told = true; });
+    EXPECT_TRUE(told);
+    const Safetensors whole = load_safetensors(out + "/model.safetensors"),
+                      streamed = load_safetensors(out + "_streamed/model.safetensors");
+    ASSERT_EQ(streamed.tensors.size(), whole.tensors.size());
+    for (const auto& [name, t] : whole.tensors) {
+      ASSERT_TRUE(streamed.tensors.count(name)) << name;
+      EXPECT_EQ(streamed.tensors.at(name).dtype(), t.dtype()) << name;
+      EXPECT_EQ(streamed.tensors.at(name).shape(), t.shape()) << name;
+      EXPECT_EQ(to_double_vector(streamed.tensors.at(name)), to_double_vector(t)) << name;
+    }
+    auto text = [](const std::string& path) {
+      std::ifstream in(path);
+      return std::string(std::istreambuf_iterator<char>(in), {});
+    };
+    EXPECT_EQ(text(out + "_streamed/config.json"), text(out + "/config.json"));
   }
+}
+
+// triad-export holds one block of the model at a time (host allocator's
+// peak under half the model's bytes for 8 blocks), and a file that does not
+// fit the model writes nothing: neither the directory nor the tokenizer
+// (its callback) is touched.
+TEST(HfExport, ExportingHoldsOneBlockAtATimeAndABrokenFileWritesNothing) {
+  testing::TempDir dir;
+  nn::GptConfig c = llama(false, 2);
+  c.n_layer = 8;
+  c.d_model = 64;
+  c.n_head = 4;
+  c.ffn_hidden_size = 128;
+  const std::string triad_file = dir.file("triad.safetensors");
+  int64_t model_bytes = 0;
+  {
+    const nn::Gpt model(c, 3);
+    save_gpt2_safetensors(model, triad_file);
+    for (const auto& [name, p] : model.named_parameters()) model_bytes += p.nbytes();
+  }
+  Allocator& host = cpu_allocator();
+  const int64_t before = host.stats().allocated;
+  host.reset_peak();
+  export_hf_model(triad_file, c, dir.file("hf"));
+  const int64_t peak = host.stats().peak_allocated - before;
+  EXPECT_LT(peak, model_bytes / 2) << "of a " << model_bytes << "-byte model";
+  nn::GptConfig deeper = c;
+  deeper.n_layer = 9;
+  bool told = false;
+  try {
+    export_hf_model(triad_file, deeper, dir.file("never"), [&] { told = true; });
+    FAIL() << "a file of another depth was exported";
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find("the file holds 8 blocks"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(told);
+  EXPECT_FALSE(std::filesystem::exists(dir.file("never")));
 }
 
 // Gemma's class and config.json: GeGLU as gelu_pytorch_tanh, and a model

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -45,9 +46,19 @@ std::string hf_config_json(const nn::GptConfig& c, const std::string& torch_dtyp
 // with its Conv1D weights transposed. load_gpt2_state_dict reads either
 // back to the same state dict.
 std::map<std::string, Tensor> triad_to_hf(const nn::StateDict& full, const nn::GptConfig& c);
+// The same for one part of it: block -1 (the embedding, final norm and
+// head), or block N's tensors (read_gpt2_weights' parts).
+std::map<std::string, Tensor> triad_to_hf_part(const nn::StateDict& full, const nn::GptConfig& c,
+                                               int64_t block);
 
 // Writes dir/config.json and dir/model.safetensors (dir is created).
 void save_hf_model(const nn::StateDict& full, const nn::GptConfig& c, const std::string& dir);
+// The same from a Triad safetensors file (init.from's forms), read and
+// written one block at a time (two passes over the file: the first checks
+// it whole and learns the layout; then `before_writing`, then the writes):
+// the whole model is never in memory, and a broken file writes nothing.
+void export_hf_model(const std::string& weights, const nn::GptConfig& c, const std::string& dir,
+                     const std::function<void()>& before_writing = {});
 
 // Copies the tokenizer the model was trained with into an exported
 // directory, so that it is a whole Hugging Face model (AutoTokenizer reads
