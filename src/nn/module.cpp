@@ -22,6 +22,19 @@ std::vector<std::pair<std::string, Tensor>> Module::named_parameters() const {
   return out;
 }
 
+const Tensor* Module::find_parameter(const std::string& name) const {
+  for (const auto& [own, t] : params_) {
+    if (own == name) return &t;
+  }
+  for (const auto& [child_name, child] : children_) {
+    if (name.size() > child_name.size() && name.compare(0, child_name.size(), child_name) == 0 &&
+        name[child_name.size()] == '.') {
+      if (const Tensor* t = child->find_parameter(name.substr(child_name.size() + 1))) return t;
+    }
+  }
+  return nullptr;
+}
+
 std::vector<Tensor> Module::parameters() const {
   std::vector<Tensor> out;
   for (auto& [name, t] : named_parameters()) out.push_back(t);

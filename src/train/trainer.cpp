@@ -446,7 +446,7 @@ RankPlacement Trainer::placement() const {
     pl.dp_rank = mesh_->dp_rank();
   }
   auto add = [&](const tp::TensorParallelGpt& m) {
-    const auto shapes = m.full_shapes();
+    const auto& shapes = m.full_shapes();
     for (const auto& [name, spec] : m.shard_specs()) pl.params[name] = {spec, shapes.at(name)};
   };
   if (pp_model_) {

@@ -144,6 +144,21 @@ TEST(Module, ToConvertsInPlaceSoEveryHandleFollows) {
   EXPECT_THROW(m.to(DType::I64), ValueError);
 }
 
+TEST(Module, FindParameterWalksTheDottedNameToTheSameTensor) {
+  Gpt m(tiny(3), 1);
+  for (const auto& [name, p] : m.named_parameters()) {
+    const Tensor* found = m.find_parameter(name);
+    ASSERT_NE(found, nullptr) << name;
+    EXPECT_EQ(found->storage(), p.storage()) << name;
+  }
+  // A prefix of a name, a module, a name one character off and a layer
+  // past the last are not parameters.
+  for (const char* n : {"h", "h.1", "h.1.attn", "h.1.attn.c_attn", "h.1.attn.c_attn.weigh",
+                        "h.3.ln_1.weight", "h.10.ln_1.weight", "", "wte"}) {
+    EXPECT_EQ(m.find_parameter(n), nullptr) << n;
+  }
+}
+
 TEST(Module, LoadStateDictChecksNamesAndShapes) {
   Gpt m(tiny(), 1);
   auto sd = m.state_dict();

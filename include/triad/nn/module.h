@@ -29,6 +29,10 @@ class Module {
   // registration order.
   std::vector<std::pair<std::string, Tensor>> named_parameters() const;
   std::vector<Tensor> parameters() const;
+  // One parameter by its dotted name ("h.3.attn.c_attn.weight"), found by
+  // walking the children its prefixes name (no list of every parameter is
+  // built); nullptr when there is none.
+  const Tensor* find_parameter(const std::string& name) const;
   int64_t num_parameters() const;
   StateDict state_dict() const;
   // Copies values into the existing parameters (converting dtype). With

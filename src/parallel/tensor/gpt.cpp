@@ -201,23 +201,28 @@ void TensorParallelGpt::build(uint64_t seed, std::shared_ptr<VocabParallelEmbedd
       specs_["lm_head.weight"] = head_->spec();
     }
   }
+  std::vector<int64_t> layer_ids;
+  for (const auto& [i, L] : layers_) layer_ids.push_back(i);
+  full_shapes_ =
+      nn::gpt_parameter_shapes(cfg_, layer_ids, wte_ != nullptr, plan_.embedding, ln_f_ != nullptr);
   // Layout-independent initialisation: cut each rank's shard from the full
   // initial value, a pure function of (seed, name, full shape), one tensor
   // at a time (a rank never holds more than one full tensor beyond its own
   // shards).
-  const auto list = named_parameters();
-  std::map<std::string, Tensor> params(list.begin(), list.end());
-  for (const auto& [name, shape] : full_shapes()) {
+  for (const auto& [name, shape] : full_shapes_) {
     const Tensor full = nn::init_parameter(
         name, shape, nn::gpt2_init_rule(name, cfg_.n_layer, cfg_.norm_weight_offset), seed);
-    copy_(params.at(name), specs_.at(name).cut(full, group_->rank(), group_->size()));
+    Tensor p = parameter(name, "TensorParallelGpt");
+    copy_(p, specs_.at(name).cut(full, group_->rank(), group_->size()));
   }
 }
 
-std::map<std::string, Shape> TensorParallelGpt::full_shapes() const {
-  std::vector<int64_t> layers;
-  for (const auto& [i, L] : layers_) layers.push_back(i);
-  return nn::gpt_parameter_shapes(cfg_, layers, wte_ != nullptr, plan_.embedding, ln_f_ != nullptr);
+Tensor TensorParallelGpt::parameter(const std::string& name, const char* caller) const {
+  const Tensor* p = find_parameter(name);
+  if (p == nullptr) {
+    throw ValueError(std::string(caller) + ": '" + name + "' is not a parameter of this model");
+  }
+  return *p;
 }
 
 void TensorParallelGpt::load_full_state_dict(const nn::StateDict& full) {
@@ -231,11 +236,10 @@ void TensorParallelGpt::load_full_state_dict(const nn::StateDict& full) {
 }
 
 void TensorParallelGpt::load_full_tensors(const nn::StateDict& part) {
-  const auto shapes = full_shapes();
   // Every tensor is checked before any parameter changes.
   for (const auto& [name, t] : part) {
-    auto it = shapes.find(name);
-    if (it == shapes.end()) {
+    auto it = full_shapes_.find(name);
+    if (it == full_shapes_.end()) {
       throw ValueError("load_full_tensors: '" + name + "' is not a parameter of this model");
     }
     if (t.shape() != it->second) {
@@ -243,16 +247,15 @@ void TensorParallelGpt::load_full_tensors(const nn::StateDict& part) {
                        ", expected " + shape_str(it->second));
     }
   }
-  const auto list = named_parameters();
-  std::map<std::string, Tensor> params(list.begin(), list.end());
   for (const auto& [name, t] : part) {
-    copy_(params.at(name), specs_.at(name).cut(t, group_->rank(), group_->size()));
+    Tensor p = parameter(name, "load_full_tensors");
+    copy_(p, specs_.at(name).cut(t, group_->rank(), group_->size()));
   }
 }
 
-Tensor TensorParallelGpt::join(const std::string& name, const Tensor& p, const Shape& shape,
-                               bool on_host) const {
+Tensor TensorParallelGpt::join(const std::string& name, const Tensor& p, bool on_host) const {
   const ShardSpec& spec = specs_.at(name);
+  const Shape& shape = full_shapes_.at(name);
   Tensor full;
   if (!spec.split || group_->size() == 1) {
     full = spec.split ? spec.assemble({p}, shape) : p;
@@ -275,20 +278,14 @@ Tensor TensorParallelGpt::join(const std::string& name, const Tensor& p, const S
 
 nn::StateDict TensorParallelGpt::full_state_dict(bool on_host) const {
   autograd::NoGradGuard ng;
-  const auto shapes = full_shapes();
   nn::StateDict out;
-  for (const auto& [name, p] : named_parameters())
-    out[name] = join(name, p, shapes.at(name), on_host);
+  for (const auto& [name, p] : named_parameters()) out[name] = join(name, p, on_host);
   return out;
 }
 
 Tensor TensorParallelGpt::full_tensor(const std::string& name, bool on_host) const {
   autograd::NoGradGuard ng;
-  const auto shapes = full_shapes();
-  for (const auto& [pname, p] : named_parameters()) {
-    if (pname == name) return join(name, p, shapes.at(name), on_host);
-  }
-  throw ValueError("full_tensor: '" + name + "' is not a parameter of this model");
+  return join(name, parameter(name, "full_tensor"), on_host);
 }
 
 void TensorParallelGpt::reduce_partial_grads() const {

@@ -74,7 +74,7 @@ class TensorParallelGpt : public nn::Module {
   Tensor logits(const Tensor& ids, const nn::ForwardContext& ctx = {}) const;
 
   const std::map<std::string, ShardSpec>& shard_specs() const { return specs_; }
-  std::map<std::string, Shape> full_shapes() const;
+  const std::map<std::string, Shape>& full_shapes() const { return full_shapes_; }
   // Loads full (unsharded) tensors, each rank cutting its shard.
   void load_full_state_dict(const nn::StateDict& full);
   // The same for some of the parameters (a reader's part: one block); the
@@ -117,7 +117,8 @@ class TensorParallelGpt : public nn::Module {
  private:
   Tensor block_forward(int64_t i, const Tensor& x, const nn::ForwardContext& ctx) const;
   // Parameter `p`'s full tensor, joined from the group's shards.
-  Tensor join(const std::string& name, const Tensor& p, const Shape& shape, bool on_host) const;
+  Tensor join(const std::string& name, const Tensor& p, bool on_host) const;
+  Tensor parameter(const std::string& name, const char* caller) const;
   struct Layer {
     std::shared_ptr<nn::Module> module;  // the block's parameters, for recomputation
     std::shared_ptr<nn::LayerNorm> ln_1, ln_2;
@@ -140,6 +141,7 @@ class TensorParallelGpt : public nn::Module {
   std::map<int64_t, Layer> layers_;
   std::shared_ptr<nn::LayerNorm> ln_f_;
   std::map<std::string, ShardSpec> specs_;
+  std::map<std::string, Shape> full_shapes_;  // every parameter's unsharded shape
   ParameterFence fence_;
   void fence(const nn::Module* m) const {
     if (fence_ && m) fence_(*m);
