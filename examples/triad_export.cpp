@@ -1,5 +1,6 @@
 // triad-export: a trained model in Hugging Face's layout (config.json and
-// model.safetensors), for transformers, vLLM and the rest of that ecosystem.
+// model.safetensors, or its shards past --max-shard-size), for transformers,
+// vLLM and the rest of that ecosystem.
 //   triad-export --run out/llama_tiny --output out/llama_tiny_hf
 //   (out/llama_tiny/{config.yaml,model.safetensors})
 //   triad-export --config my.yaml --weights model.safetensors --output hf/
@@ -31,6 +32,12 @@ int main(int argc, char** argv) {
                  "the tokenizer the model was trained with, copied into --output: a "
                  "tokenizer.json, a SentencePiece tokenizer.model, or a model directory (its "
                  "tokenizer files and tokenizer_config.json)");
+  std::string max_shard_size = "5GB";
+  app.add_option("--max-shard-size", max_shard_size,
+                 "the largest weight file (transformers' max_shard_size: 5GB, 500MB, 2GiB); "
+                 "larger models are written as model-00001-of-0000N.safetensors and on, with "
+                 "model.safetensors.index.json")
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   try {
     if (!run_dir.empty()) {
@@ -40,21 +47,28 @@ int main(int argc, char** argv) {
     if (config_path.empty() || weights.empty()) {
       throw triad::ValueError("give --run DIR, or both --config and --weights");
     }
+    const int64_t max_shard_bytes = triad::io::parse_byte_size(max_shard_size);
     const triad::nn::GptConfig model = triad::train::load_config(config_path).model;
     const char* architecture = triad::io::hf_architecture(model);  // before reading the weights
     // One block at a time: the model is never whole in memory. The weights
     // are checked whole first, then the tokenizer is copied (it is checked
     // before anything is written), then the weights are written.
     std::vector<std::string> tokenizer_files;
-    triad::io::export_hf_model(weights, model, output, [&] {
-      if (!tokenizer.empty())
-        tokenizer_files = triad::io::copy_hf_tokenizer(tokenizer, output, model.vocab_size);
-    });
-    std::string also;
-    for (const auto& f : tokenizer_files) also += ", " + f;
-    std::printf("wrote %s/config.json and %s/model.safetensors%s (%s, %lld parameters)\n",
-                output.c_str(), output.c_str(), also.c_str(), architecture,
-                static_cast<long long>(model.num_parameters()));
+    const std::vector<std::string> weight_files = triad::io::export_hf_model(
+        weights, model, output,
+        [&] {
+          if (!tokenizer.empty())
+            tokenizer_files = triad::io::copy_hf_tokenizer(tokenizer, output, model.vocab_size);
+        },
+        max_shard_bytes);
+    std::string what = weight_files.size() == 1
+                           ? weight_files.front()
+                           : std::to_string(weight_files.size()) + " shards (" +
+                                 weight_files.front() + " .. " + weight_files.back() +
+                                 ") and model.safetensors.index.json";
+    for (const auto& f : tokenizer_files) what += ", " + f;
+    std::printf("wrote %s/config.json and %s (%s, %lld parameters)\n", output.c_str(), what.c_str(),
+                architecture, static_cast<long long>(model.num_parameters()));
   } catch (const triad::Error& e) {
     spdlog::error("{}", e.what());
     return 2;

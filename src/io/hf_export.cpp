@@ -2,11 +2,15 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cctype>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <optional>
+#include <regex>
+#include <set>
 
 #include "triad/core/error.h"
 #include "triad/data/sentencepiece.h"
@@ -340,17 +344,195 @@ void make_directory(const std::string& dir) {
   if (ec) throw IoError("export: cannot create the directory '" + dir + "': " + ec.message());
 }
 
-}  // namespace
-
-void save_hf_model(const nn::StateDict& full, const nn::GptConfig& c, const std::string& dir) {
-  const std::map<std::string, Tensor> tensors = triad_to_hf(full, c);
-  make_directory(dir);
-  save_safetensors(dir + "/model.safetensors", tensors, {{"format", "pt"}});
-  write_hf_config(c, at(full, "wte.weight").dtype(), dir);
+int64_t layout_bytes(const TensorLayout& l) {
+  return numel(l.shape) * static_cast<int64_t>(dtype_size(l.dtype));
 }
 
-void export_hf_model(const std::string& weights, const nn::GptConfig& c, const std::string& dir,
-                     const std::function<void()>& before_writing) {
+// "model-00002-of-00005.safetensors", Hugging Face's shard names.
+std::string shard_name(size_t i, size_t n) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "model-%05zu-of-%05zu.safetensors", i + 1, n);
+  return buf;
+}
+
+bool is_shard_name(const std::string& name) {
+  static const std::regex pattern(R"(model-\d{5}-of-\d{5}\.safetensors)");
+  return std::regex_match(name, pattern);
+}
+
+// The weights of an exported model, tensor by tensor in `layout`'s order:
+// dir/model.safetensors, or, past `max_shard_bytes`, Hugging Face's shards
+// (model-0000K-of-0000N.safetensors, filled in order, a tensor larger than
+// the limit alone in its shard) and model.safetensors.index.json naming
+// each tensor's shard. Shards are written under hidden names and renamed
+// only when every one is complete, then the index; the weights of an
+// earlier export to the same directory (the single file or shards the new
+// ones do not replace) are removed last, so transformers never finds two
+// sets. Destroyed before commit() (an error on the way), nothing of the
+// new weights is left and the directory's old ones are untouched.
+class HfWeightsWriter {
+ public:
+  HfWeightsWriter(std::string dir, const std::vector<std::pair<std::string, TensorLayout>>& layout,
+                  int64_t max_shard_bytes)
+      : dir_(std::move(dir)) {
+    if (max_shard_bytes <= 0) {
+      throw ValueError("export: the largest shard must be a positive number of bytes, got " +
+                       std::to_string(max_shard_bytes));
+    }
+    std::vector<std::vector<std::pair<std::string, TensorLayout>>> shards(1);
+    int64_t bytes = 0;
+    for (const auto& entry : layout) {
+      const int64_t b = layout_bytes(entry.second);
+      if (!shards.back().empty() && bytes + b > max_shard_bytes) {
+        shards.emplace_back();
+        bytes = 0;
+      }
+      shards.back().push_back(entry);
+      bytes += b;
+      total_bytes_ += b;
+    }
+    for (size_t i = 0; i < shards.size(); ++i) {
+      const std::string name =
+          shards.size() == 1 ? "model.safetensors" : shard_name(i, shards.size());
+      for (const auto& [tensor, l] : shards[i]) weight_map_[tensor] = name;
+      plan_.push_back({name, std::move(shards[i])});
+    }
+  }
+  ~HfWeightsWriter() {
+    if (committed_) return;
+    writer_.reset();  // removes its unfinished file
+    std::error_code ignored;
+    for (const auto& staged : staged_) std::filesystem::remove(staged, ignored);
+  }
+  HfWeightsWriter(const HfWeightsWriter&) = delete;
+  HfWeightsWriter& operator=(const HfWeightsWriter&) = delete;
+
+  void write(const std::string& name, const Tensor& t) {
+    if (!writer_ || writer_->next().empty()) open_next(name);
+    writer_->write(name, t);
+  }
+
+  // Every tensor written: the shards take their names, then the index.
+  void commit() {
+    if (writer_) writer_->finish();
+    if (staged_.size() != plan_.size()) {
+      throw ValueError("export: " + std::to_string(staged_.size()) + " of " +
+                       std::to_string(plan_.size()) + " weight files written");
+    }
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    for (size_t i = 0; i < plan_.size(); ++i) {
+      const std::string to = dir_ + "/" + plan_[i].first;
+      fs::rename(staged_[i], to, ec);
+      if (ec)
+        throw IoError("export: cannot rename '" + staged_[i] + "' to '" + to +
+                      "': " + ec.message());
+    }
+    committed_ = true;
+    const bool sharded = plan_.size() > 1;
+    if (sharded) {
+      nlohmann::json index;
+      index["metadata"]["total_size"] = total_bytes_;
+      index["weight_map"] = weight_map_;
+      const std::string path = dir_ + "/model.safetensors.index.json";
+      {
+        std::ofstream f(path + ".tmp");
+        f << index.dump(2) << "\n";
+        if (!f) throw IoError("export: cannot write '" + path + ".tmp'");
+      }
+      fs::rename(path + ".tmp", path, ec);
+      if (ec) throw IoError("export: cannot rename '" + path + ".tmp': " + ec.message());
+    }
+    // An earlier export's weights that these do not replace.
+    std::set<std::string> mine;
+    for (const auto& [name, part] : plan_) mine.insert(name);
+    std::vector<fs::path> stale;
+    for (const auto& entry : fs::directory_iterator(dir_, ec)) {
+      const std::string name = entry.path().filename().string();
+      if (mine.count(name) == 0 && (is_shard_name(name) || name == "model.safetensors" ||
+                                    (!sharded && name == "model.safetensors.index.json"))) {
+        stale.push_back(entry.path());
+      }
+    }
+    for (const auto& path : stale) fs::remove(path, ec);
+  }
+
+  // The weight files' names, in order.
+  std::vector<std::string> files() const {
+    std::vector<std::string> out;
+    for (const auto& [name, part] : plan_) out.push_back(name);
+    return out;
+  }
+
+ private:
+  void open_next(const std::string& name) {
+    if (writer_) writer_->finish();
+    const size_t i = staged_.size();
+    if (i == plan_.size()) {
+      throw ValueError("export: tensor '" + name + "' is past the last weight file's layout");
+    }
+    staged_.push_back(dir_ + "/.triad-export-" + plan_[i].first);
+    writer_ = std::make_unique<SafetensorsWriter>(
+        staged_.back(), plan_[i].second, std::map<std::string, std::string>{{"format", "pt"}});
+  }
+
+  std::string dir_;
+  // (file name, its tensors in order)
+  std::vector<std::pair<std::string, std::vector<std::pair<std::string, TensorLayout>>>> plan_;
+  std::map<std::string, std::string> weight_map_;
+  int64_t total_bytes_ = 0;
+  std::vector<std::string> staged_;  // the shards opened so far, under their hidden names
+  std::unique_ptr<SafetensorsWriter> writer_;
+  bool committed_ = false;
+};
+
+}  // namespace
+
+int64_t parse_byte_size(const std::string& text) {
+  static const std::regex pattern(R"(\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)\s*)");
+  std::smatch m;
+  auto bad = [&]() {
+    return ValueError("size '" + text +
+                      "': expected a positive number of bytes with an optional unit (B, KB, MB, "
+                      "GB, TB, KiB, MiB, GiB, TiB), e.g. 5GB");
+  };
+  if (!std::regex_match(text, m, pattern)) throw bad();
+  std::string unit = m[2].str();
+  for (char& ch : unit) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  static const std::map<std::string, double> units = {{"", 1.0},
+                                                      {"b", 1.0},
+                                                      {"kb", 1e3},
+                                                      {"mb", 1e6},
+                                                      {"gb", 1e9},
+                                                      {"tb", 1e12},
+                                                      {"kib", 1024.0},
+                                                      {"mib", 1048576.0},
+                                                      {"gib", 1073741824.0},
+                                                      {"tib", 1099511627776.0}};
+  auto it = units.find(unit);
+  if (it == units.end()) throw bad();
+  const double bytes = std::stod(m[1].str()) * it->second;
+  if (!(bytes >= 1.0) || bytes > 9.0e18) throw bad();
+  return static_cast<int64_t>(bytes);
+}
+
+std::vector<std::string> save_hf_model(const nn::StateDict& full, const nn::GptConfig& c,
+                                       const std::string& dir, int64_t max_shard_bytes) {
+  const std::map<std::string, Tensor> tensors = triad_to_hf(full, c);
+  std::vector<std::pair<std::string, TensorLayout>> layout;
+  for (const auto& [name, t] : tensors) layout.push_back({name, {t.shape(), t.dtype()}});
+  make_directory(dir);
+  HfWeightsWriter writer(dir, layout, max_shard_bytes);
+  for (const auto& [name, t] : tensors) writer.write(name, t);
+  writer.commit();
+  write_hf_config(c, at(full, "wte.weight").dtype(), dir);
+  return writer.files();
+}
+
+std::vector<std::string> export_hf_model(const std::string& weights, const nn::GptConfig& c,
+                                         const std::string& dir,
+                                         const std::function<void()>& before_writing,
+                                         int64_t max_shard_bytes) {
   const auto shapes = nn::gpt_parameter_shapes(c);
   // The first pass learns every tensor's name, shape and type in the order
   // the second writes them.
@@ -363,16 +545,21 @@ void export_hf_model(const std::string& weights, const nn::GptConfig& c, const s
       layout.push_back({name, {t.shape(), t.dtype()}});
     ++part;
   });
+  if (max_shard_bytes <= 0) {  // before anything is written
+    throw ValueError("export: the largest shard must be a positive number of bytes, got " +
+                     std::to_string(max_shard_bytes));
+  }
   if (before_writing) before_writing();
   make_directory(dir);
-  SafetensorsWriter writer(dir + "/model.safetensors", std::move(layout), {{"format", "pt"}});
+  HfWeightsWriter writer(dir, layout, max_shard_bytes);
   part = -1;
   read_gpt2_weights(weights, shapes, nullptr, [&](nn::StateDict&& triad) {
     for (const auto& [name, t] : triad_to_hf_part(triad, c, part)) writer.write(name, t);
     ++part;
   });
-  writer.finish();
+  writer.commit();
   write_hf_config(c, dtype, dir);
+  return writer.files();
 }
 
 std::vector<std::string> copy_hf_tokenizer(const std::string& source, const std::string& dir,

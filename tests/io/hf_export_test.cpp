@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -224,6 +225,121 @@ TEST(HfExport, ExportingHoldsOneBlockAtATimeAndABrokenFileWritesNothing) {
   }
   EXPECT_FALSE(told);
   EXPECT_FALSE(std::filesystem::exists(dir.file("never")));
+}
+
+// The files of an exported directory, sorted.
+std::vector<std::string> listing(const std::string& dir) {
+  std::vector<std::string> out;
+  for (const auto& e : std::filesystem::directory_iterator(dir))
+    out.push_back(e.path().filename().string());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// Past the largest shard, Hugging Face's shards and index: every shard
+// within the limit (or one tensor alone), the index naming each tensor's
+// shard and the total, init.from's reader giving back the same model; a
+// later export replaces the earlier one's weights whole, and one that
+// fails half way leaves them as they were.
+TEST(HfExport, LargeModelsAreShardedWithAnIndexAndEachExportReplacesTheLast) {
+  testing::TempDir dir;
+  nn::GptConfig c = llama(false, 2);
+  c.n_layer = 4;
+  c.d_model = 32;
+  c.ffn_hidden_size = 64;
+  const nn::Gpt model(c, 5);
+  const std::string triad_file = dir.file("triad.safetensors");
+  save_gpt2_safetensors(model, triad_file);
+  std::map<std::string, Shape> expected;
+  for (auto& [name, p] : model.named_parameters()) expected[name] = p.shape();
+  auto expect_model = [&](const std::string& out) {
+    const nn::StateDict back = load_gpt2_state_dict(out, expected);
+    ASSERT_EQ(back.size(), expected.size());
+    for (const auto& [name, t] : model.state_dict())
+      EXPECT_EQ(to_double_vector(back.at(name)), to_double_vector(t)) << name;
+  };
+  const std::string out = dir.file("hf");
+  constexpr int64_t kMax = 10000;  // a block is 4 * 32 * 32 * 4 * (1 + 1/2 + ...) bytes
+  const std::vector<std::string> files = export_hf_model(triad_file, c, out, {}, kMax);
+  ASSERT_GT(files.size(), 4u);
+  EXPECT_EQ(files.front(), "model-00001-of-" +
+                               std::string(5 - std::to_string(files.size()).size(), '0') +
+                               std::to_string(files.size()) + ".safetensors");
+  std::vector<std::string> want = files;
+  want.insert(want.end(), {"config.json", "model.safetensors.index.json"});
+  std::sort(want.begin(), want.end());
+  EXPECT_EQ(listing(out), want);  // no single file, nothing left under a hidden name
+  std::ifstream in(out + "/model.safetensors.index.json");
+  const auto index = nlohmann::json::parse(in);
+  int64_t total = 0;
+  std::map<std::string, int64_t> tensors_in;
+  for (const auto& file : files) {
+    const Safetensors st = load_safetensors(out + "/" + file);
+    int64_t bytes = 0;
+    for (const auto& [name, t] : st.tensors) {
+      bytes += t.nbytes();
+      EXPECT_EQ(index["weight_map"][name].get<std::string>(), file) << name;
+    }
+    EXPECT_TRUE(bytes <= kMax || st.tensors.size() == 1) << file << ": " << bytes << " bytes";
+    EXPECT_EQ(st.metadata.at("format"), "pt");
+    total += bytes;
+    tensors_in[file] = static_cast<int64_t>(st.tensors.size());
+  }
+  EXPECT_EQ(index["metadata"]["total_size"].get<int64_t>(), total);
+  int64_t listed = 0;
+  for (const auto& [file, n] : tensors_in) listed += n;
+  EXPECT_EQ(static_cast<int64_t>(index["weight_map"].size()), listed);
+  expect_model(out);
+  // save_hf_model shards alike.
+  const auto saved = save_hf_model(model.state_dict(), c, dir.file("saved"), kMax);
+  EXPECT_GT(saved.size(), 4u);
+  expect_model(dir.file("saved"));
+
+  // Fewer, larger shards over the same directory: the old ones beyond them go.
+  const auto fewer = export_hf_model(triad_file, c, out, {}, 4 * kMax);
+  ASSERT_LT(fewer.size(), files.size());
+  ASSERT_GT(fewer.size(), 1u);
+  want = fewer;
+  want.insert(want.end(), {"config.json", "model.safetensors.index.json"});
+  std::sort(want.begin(), want.end());
+  EXPECT_EQ(listing(out), want);
+  expect_model(out);
+
+  // An export that fails on its second shard (a directory stands where its
+  // file would go): the earlier export's files are untouched, nothing new
+  // is left.
+  const std::string blocker = out + "/.triad-export-" + files[1] + ".tmp";
+  std::filesystem::create_directories(blocker);
+  EXPECT_THROW(export_hf_model(triad_file, c, out, {}, kMax), IoError);
+  std::filesystem::remove(blocker);
+  EXPECT_EQ(listing(out), want);
+  expect_model(out);
+
+  // One file again (the default limit): the shards and the index go.
+  EXPECT_EQ(export_hf_model(triad_file, c, out), std::vector<std::string>{"model.safetensors"});
+  EXPECT_EQ(listing(out), (std::vector<std::string>{"config.json", "model.safetensors"}));
+  expect_model(out);
+  EXPECT_THROW(export_hf_model(triad_file, c, dir.file("never"), {}, 0), ValueError);
+  EXPECT_FALSE(std::filesystem::exists(dir.file("never")));
+}
+
+// transformers' max_shard_size spellings.
+TEST(HfExport, ShardSizesReadAsTransformersWritesThem) {
+  EXPECT_EQ(parse_byte_size("5GB"), 5'000'000'000);
+  EXPECT_EQ(parse_byte_size("500MiB"), 500LL * 1024 * 1024);
+  EXPECT_EQ(parse_byte_size("1.5gb"), 1'500'000'000);
+  EXPECT_EQ(parse_byte_size("123"), 123);
+  EXPECT_EQ(parse_byte_size("64 KB"), 64'000);
+  EXPECT_EQ(parse_byte_size("2TiB"), 2LL << 40);
+  for (const char* bad : {"", "GB", "5XB", "-1", "0", "0.5", "5 G B", "1e9", "5GB!"}) {
+    try {
+      parse_byte_size(bad);
+      ADD_FAILURE() << "'" << bad << "' was read as a size";
+    } catch (const ValueError& e) {
+      EXPECT_NE(std::string(e.what()).find("size '" + std::string(bad) + "'"), std::string::npos)
+          << e.what();
+    }
+  }
 }
 
 // Gemma's class and config.json: GeGLU as gelu_pytorch_tanh, and a model

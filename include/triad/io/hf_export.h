@@ -1,5 +1,6 @@
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <string>
@@ -51,14 +52,36 @@ std::map<std::string, Tensor> triad_to_hf(const nn::StateDict& full, const nn::G
 std::map<std::string, Tensor> triad_to_hf_part(const nn::StateDict& full, const nn::GptConfig& c,
                                                int64_t block);
 
-// Writes dir/config.json and dir/model.safetensors (dir is created).
-void save_hf_model(const nn::StateDict& full, const nn::GptConfig& c, const std::string& dir);
+// The largest weight file an export writes unless told otherwise:
+// transformers' save_pretrained default (5 GB), under the Hugging Face
+// Hub's limit on one file.
+inline constexpr int64_t kHfMaxShardBytes = 5'000'000'000;
+
+// Writes dir/config.json and the weights (dir is created): one
+// dir/model.safetensors when they fit in `max_shard_bytes`, else Hugging
+// Face's shards, model-00001-of-0000N.safetensors and on, filled in order
+// (a tensor larger than the limit alone in its shard), with
+// model.safetensors.index.json naming each tensor's shard. The shards take
+// their names only once all are written; an earlier export's weights in
+// dir that the new ones do not replace are removed, so a loader never
+// finds two sets. Returns the weight files' names.
+std::vector<std::string> save_hf_model(const nn::StateDict& full, const nn::GptConfig& c,
+                                       const std::string& dir,
+                                       int64_t max_shard_bytes = kHfMaxShardBytes);
 // The same from a Triad safetensors file (init.from's forms), read and
 // written one block at a time (two passes over the file: the first checks
 // it whole and learns the layout; then `before_writing`, then the writes):
 // the whole model is never in memory, and a broken file writes nothing.
-void export_hf_model(const std::string& weights, const nn::GptConfig& c, const std::string& dir,
-                     const std::function<void()>& before_writing = {});
+std::vector<std::string> export_hf_model(const std::string& weights, const nn::GptConfig& c,
+                                         const std::string& dir,
+                                         const std::function<void()>& before_writing = {},
+                                         int64_t max_shard_bytes = kHfMaxShardBytes);
+
+// A size as transformers' max_shard_size writes it: bytes, or a number with
+// a unit, decimal (KB, MB, GB, TB) or binary (KiB, MiB, GiB, TiB), any
+// case ("5GB", "500MiB", "1.5gb"). Anything else, or a size under one
+// byte, is a ValueError naming the text.
+int64_t parse_byte_size(const std::string& text);
 
 // Copies the tokenizer the model was trained with into an exported
 // directory, so that it is a whole Hugging Face model (AutoTokenizer reads
