@@ -38,6 +38,10 @@ int main(int argc, char** argv) {
                  "larger models are written as model-00001-of-0000N.safetensors and on, with "
                  "model.safetensors.index.json")
       ->capture_default_str();
+  std::string dtype;
+  app.add_option("--dtype", dtype,
+                 "the weights' type: float32, bfloat16 or float16 (default: the model's; "
+                 "bfloat16 halves an fp32-trained model's files)");
   CLI11_PARSE(app, argc, argv);
   try {
     if (!run_dir.empty()) {
@@ -47,20 +51,21 @@ int main(int argc, char** argv) {
     if (config_path.empty() || weights.empty()) {
       throw triad::ValueError("give --run DIR, or both --config and --weights");
     }
-    const int64_t max_shard_bytes = triad::io::parse_byte_size(max_shard_size);
+    triad::io::HfExportOptions options;
+    options.max_shard_bytes = triad::io::parse_byte_size(max_shard_size);
+    if (!dtype.empty()) options.dtype = triad::io::hf_weights_dtype(dtype);
     const triad::nn::GptConfig model = triad::train::load_config(config_path).model;
     const char* architecture = triad::io::hf_architecture(model);  // before reading the weights
     // One block at a time: the model is never whole in memory. The weights
     // are checked whole first, then the tokenizer is copied (it is checked
     // before anything is written), then the weights are written.
     std::vector<std::string> tokenizer_files;
-    const std::vector<std::string> weight_files = triad::io::export_hf_model(
-        weights, model, output,
-        [&] {
-          if (!tokenizer.empty())
-            tokenizer_files = triad::io::copy_hf_tokenizer(tokenizer, output, model.vocab_size);
-        },
-        max_shard_bytes);
+    options.before_writing = [&] {
+      if (!tokenizer.empty())
+        tokenizer_files = triad::io::copy_hf_tokenizer(tokenizer, output, model.vocab_size);
+    };
+    const std::vector<std::string> weight_files =
+        triad::io::export_hf_model(weights, model, output, options);
     std::string what = weight_files.size() == 1
                            ? weight_files.front()
                            : std::to_string(weight_files.size()) + " shards (" +

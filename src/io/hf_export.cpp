@@ -516,23 +516,52 @@ int64_t parse_byte_size(const std::string& text) {
   return static_cast<int64_t>(bytes);
 }
 
+DType hf_weights_dtype(const std::string& name) {
+  if (name == "float32" || name == "fp32") return DType::F32;
+  if (name == "bfloat16" || name == "bf16") return DType::BF16;
+  if (name == "float16" || name == "fp16") return DType::F16;
+  throw ValueError("weights dtype '" + name +
+                   "': expected float32, bfloat16 or float16 (or fp32, bf16, fp16)");
+}
+
+namespace {
+
+void check_options(const HfExportOptions& o) {
+  if (o.max_shard_bytes <= 0) {
+    throw ValueError("export: the largest shard must be a positive number of bytes, got " +
+                     std::to_string(o.max_shard_bytes));
+  }
+  if (o.dtype && *o.dtype != DType::F32 && *o.dtype != DType::BF16 && *o.dtype != DType::F16) {
+    throw ValueError(std::string("export: weights of dtype ") + dtype_name(*o.dtype) +
+                     ": expected f32, bf16 or f16");
+  }
+}
+
+// `t` in the export's type.
+Tensor in_dtype(const Tensor& t, const HfExportOptions& o) {
+  return o.dtype && t.dtype() != *o.dtype ? cast(t, *o.dtype) : t;
+}
+
+}  // namespace
+
 std::vector<std::string> save_hf_model(const nn::StateDict& full, const nn::GptConfig& c,
-                                       const std::string& dir, int64_t max_shard_bytes) {
+                                       const std::string& dir, const HfExportOptions& options) {
+  check_options(options);
   const std::map<std::string, Tensor> tensors = triad_to_hf(full, c);
   std::vector<std::pair<std::string, TensorLayout>> layout;
-  for (const auto& [name, t] : tensors) layout.push_back({name, {t.shape(), t.dtype()}});
+  for (const auto& [name, t] : tensors)
+    layout.push_back({name, {t.shape(), options.dtype.value_or(t.dtype())}});
   make_directory(dir);
-  HfWeightsWriter writer(dir, layout, max_shard_bytes);
-  for (const auto& [name, t] : tensors) writer.write(name, t);
+  HfWeightsWriter writer(dir, layout, options.max_shard_bytes);
+  for (const auto& [name, t] : tensors) writer.write(name, in_dtype(t, options));
   writer.commit();
-  write_hf_config(c, at(full, "wte.weight").dtype(), dir);
+  write_hf_config(c, options.dtype.value_or(at(full, "wte.weight").dtype()), dir);
   return writer.files();
 }
 
 std::vector<std::string> export_hf_model(const std::string& weights, const nn::GptConfig& c,
-                                         const std::string& dir,
-                                         const std::function<void()>& before_writing,
-                                         int64_t max_shard_bytes) {
+                                         const std::string& dir, const HfExportOptions& options) {
+  check_options(options);  // before anything is read or written
   const auto shapes = nn::gpt_parameter_shapes(c);
   // The first pass learns every tensor's name, shape and type in the order
   // the second writes them.
@@ -542,23 +571,20 @@ std::vector<std::string> export_hf_model(const std::string& weights, const nn::G
   read_gpt2_weights(weights, shapes, nullptr, [&](nn::StateDict&& triad) {
     if (part < 0) dtype = at(triad, "wte.weight").dtype();
     for (const auto& [name, t] : triad_to_hf_part(triad, c, part))
-      layout.push_back({name, {t.shape(), t.dtype()}});
+      layout.push_back({name, {t.shape(), options.dtype.value_or(t.dtype())}});
     ++part;
   });
-  if (max_shard_bytes <= 0) {  // before anything is written
-    throw ValueError("export: the largest shard must be a positive number of bytes, got " +
-                     std::to_string(max_shard_bytes));
-  }
-  if (before_writing) before_writing();
+  if (options.before_writing) options.before_writing();
   make_directory(dir);
-  HfWeightsWriter writer(dir, layout, max_shard_bytes);
+  HfWeightsWriter writer(dir, layout, options.max_shard_bytes);
   part = -1;
   read_gpt2_weights(weights, shapes, nullptr, [&](nn::StateDict&& triad) {
-    for (const auto& [name, t] : triad_to_hf_part(triad, c, part)) writer.write(name, t);
+    for (const auto& [name, t] : triad_to_hf_part(triad, c, part))
+      writer.write(name, in_dtype(t, options));
     ++part;
   });
   writer.commit();
-  write_hf_config(c, dtype, dir);
+  write_hf_config(c, options.dtype.value_or(dtype), dir);
   return writer.files();
 }
 

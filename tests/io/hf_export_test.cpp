@@ -171,7 +171,7 @@ TEST(HfExport, LlamaAndGpt2RoundTrip) {
     const std::string triad_file = dir.file("triad" + std::to_string(n) + ".safetensors");
     save_gpt2_safetensors(model, triad_file);
     bool told = false;
-    export_hf_model(triad_file, c, out + "_streamed", [&] { told = true; });
+    export_hf_model(triad_file, c, out + "_streamed", {.before_writing = [&] { told = true; }});
     EXPECT_TRUE(told);
     const Safetensors whole = load_safetensors(out + "/model.safetensors"),
                       streamed = load_safetensors(out + "_streamed/model.safetensors");
@@ -218,7 +218,8 @@ TEST(HfExport, ExportingHoldsOneBlockAtATimeAndABrokenFileWritesNothing) {
   deeper.n_layer = 9;
   bool told = false;
   try {
-    export_hf_model(triad_file, deeper, dir.file("never"), [&] { told = true; });
+    export_hf_model(triad_file, deeper, dir.file("never"),
+                    {.before_writing = [&] { told = true; }});
     FAIL() << "a file of another depth was exported";
   } catch (const IoError& e) {
     EXPECT_NE(std::string(e.what()).find("the file holds 8 blocks"), std::string::npos) << e.what();
@@ -260,7 +261,8 @@ TEST(HfExport, LargeModelsAreShardedWithAnIndexAndEachExportReplacesTheLast) {
   };
   const std::string out = dir.file("hf");
   constexpr int64_t kMax = 10000;  // a block is 4 * 32 * 32 * 4 * (1 + 1/2 + ...) bytes
-  const std::vector<std::string> files = export_hf_model(triad_file, c, out, {}, kMax);
+  const std::vector<std::string> files =
+      export_hf_model(triad_file, c, out, {.max_shard_bytes = kMax});
   ASSERT_GT(files.size(), 4u);
   EXPECT_EQ(files.front(), "model-00001-of-" +
                                std::string(5 - std::to_string(files.size()).size(), '0') +
@@ -291,12 +293,13 @@ TEST(HfExport, LargeModelsAreShardedWithAnIndexAndEachExportReplacesTheLast) {
   EXPECT_EQ(static_cast<int64_t>(index["weight_map"].size()), listed);
   expect_model(out);
   // save_hf_model shards alike.
-  const auto saved = save_hf_model(model.state_dict(), c, dir.file("saved"), kMax);
+  const auto saved =
+      save_hf_model(model.state_dict(), c, dir.file("saved"), {.max_shard_bytes = kMax});
   EXPECT_GT(saved.size(), 4u);
   expect_model(dir.file("saved"));
 
   // Fewer, larger shards over the same directory: the old ones beyond them go.
-  const auto fewer = export_hf_model(triad_file, c, out, {}, 4 * kMax);
+  const auto fewer = export_hf_model(triad_file, c, out, {.max_shard_bytes = 4 * kMax});
   ASSERT_LT(fewer.size(), files.size());
   ASSERT_GT(fewer.size(), 1u);
   want = fewer;
@@ -310,7 +313,7 @@ TEST(HfExport, LargeModelsAreShardedWithAnIndexAndEachExportReplacesTheLast) {
   // is left.
   const std::string blocker = out + "/.triad-export-" + files[1] + ".tmp";
   std::filesystem::create_directories(blocker);
-  EXPECT_THROW(export_hf_model(triad_file, c, out, {}, kMax), IoError);
+  EXPECT_THROW(export_hf_model(triad_file, c, out, {.max_shard_bytes = kMax}), IoError);
   std::filesystem::remove(blocker);
   EXPECT_EQ(listing(out), want);
   expect_model(out);
@@ -319,7 +322,55 @@ TEST(HfExport, LargeModelsAreShardedWithAnIndexAndEachExportReplacesTheLast) {
   EXPECT_EQ(export_hf_model(triad_file, c, out), std::vector<std::string>{"model.safetensors"});
   EXPECT_EQ(listing(out), (std::vector<std::string>{"config.json", "model.safetensors"}));
   expect_model(out);
-  EXPECT_THROW(export_hf_model(triad_file, c, dir.file("never"), {}, 0), ValueError);
+  EXPECT_THROW(export_hf_model(triad_file, c, dir.file("never"), {.max_shard_bytes = 0}),
+               ValueError);
+  EXPECT_FALSE(std::filesystem::exists(dir.file("never")));
+}
+
+// An fp32 model exported in bf16 (or f16): every tensor rounded as it is
+// written, config.json's torch_dtype saying so, init.from's reader giving
+// back the rounded model; save_hf_model alike. An unknown name is refused.
+TEST(HfExport, WeightsAreWrittenInTheTypeAsked) {
+  testing::TempDir dir;
+  const nn::GptConfig c = llama(false, 2);
+  const nn::Gpt model(c, 9);
+  const std::string triad_file = dir.file("triad.safetensors");
+  save_gpt2_safetensors(model, triad_file);
+  std::map<std::string, Shape> expected;
+  for (auto& [name, p] : model.named_parameters()) expected[name] = p.shape();
+  for (const auto& [dtype, torch_dtype] :
+       {std::pair{DType::BF16, "bfloat16"}, std::pair{DType::F16, "float16"}}) {
+    SCOPED_TRACE(torch_dtype);
+    const std::string out = dir.file(std::string("hf_") + torch_dtype);
+    export_hf_model(triad_file, c, out, {.dtype = dtype});
+    for (const auto& [name, t] : load_safetensors(out + "/model.safetensors").tensors)
+      EXPECT_EQ(t.dtype(), dtype) << name;
+    std::ifstream in(out + "/config.json");
+    EXPECT_EQ(nlohmann::json::parse(in)["torch_dtype"].get<std::string>(), torch_dtype);
+    const nn::StateDict back = load_gpt2_state_dict(out, expected);
+    for (const auto& [name, t] : model.state_dict()) {
+      ASSERT_EQ(back.at(name).dtype(), dtype) << name;
+      EXPECT_EQ(to_double_vector(back.at(name)), to_double_vector(cast(t, dtype))) << name;
+      if (name.find("norm") == std::string::npos && name.find("ln_") == std::string::npos) {
+        EXPECT_NE(to_double_vector(back.at(name)), to_double_vector(t)) << name << " not rounded";
+      }
+    }
+    save_hf_model(model.state_dict(), c, out + "_saved", {.dtype = dtype});
+    for (const auto& [name, t] : load_safetensors(out + "_saved/model.safetensors").tensors)
+      EXPECT_EQ(t.dtype(), dtype) << name;
+  }
+  EXPECT_EQ(hf_weights_dtype("bf16"), DType::BF16);
+  EXPECT_EQ(hf_weights_dtype("float32"), DType::F32);
+  try {
+    hf_weights_dtype("int8");
+    FAIL() << "int8 weights";
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("'int8': expected float32, bfloat16 or float16"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(export_hf_model(triad_file, c, dir.file("never"), {.dtype = DType::I64}),
+               ValueError);
   EXPECT_FALSE(std::filesystem::exists(dir.file("never")));
 }
 

@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -57,25 +58,43 @@ std::map<std::string, Tensor> triad_to_hf_part(const nn::StateDict& full, const 
 // Hub's limit on one file.
 inline constexpr int64_t kHfMaxShardBytes = 5'000'000'000;
 
+// How an export writes: the largest weight file, the weights' type, and
+// what to do once the weights are checked, before anything is written.
+struct HfExportOptions {
+  // Past it, Hugging Face's shards: model-00001-of-0000N.safetensors and
+  // on, filled in order (a tensor larger than the limit alone in its
+  // shard), with model.safetensors.index.json naming each tensor's shard.
+  int64_t max_shard_bytes = kHfMaxShardBytes;
+  // The weights' type (config.json's torch_dtype names it); unset keeps
+  // the model's. bf16 halves an fp32-trained model's files; each tensor is
+  // rounded to nearest even as it is written.
+  std::optional<DType> dtype{};
+  // export_hf_model: called once the weights have been read and checked
+  // whole, before the directory is touched (triad-export copies the
+  // tokenizer here).
+  std::function<void()> before_writing{};
+};
+
 // Writes dir/config.json and the weights (dir is created): one
-// dir/model.safetensors when they fit in `max_shard_bytes`, else Hugging
-// Face's shards, model-00001-of-0000N.safetensors and on, filled in order
-// (a tensor larger than the limit alone in its shard), with
-// model.safetensors.index.json naming each tensor's shard. The shards take
-// their names only once all are written; an earlier export's weights in
-// dir that the new ones do not replace are removed, so a loader never
-// finds two sets. Returns the weight files' names.
+// dir/model.safetensors when they fit in the largest shard, else Hugging
+// Face's shards and index. The shards take their names only once all are
+// written; an earlier export's weights in dir that the new ones do not
+// replace are removed, so a loader never finds two sets. Returns the weight
+// files' names.
 std::vector<std::string> save_hf_model(const nn::StateDict& full, const nn::GptConfig& c,
-                                       const std::string& dir,
-                                       int64_t max_shard_bytes = kHfMaxShardBytes);
+                                       const std::string& dir, const HfExportOptions& options = {});
 // The same from a Triad safetensors file (init.from's forms), read and
 // written one block at a time (two passes over the file: the first checks
 // it whole and learns the layout; then `before_writing`, then the writes):
 // the whole model is never in memory, and a broken file writes nothing.
 std::vector<std::string> export_hf_model(const std::string& weights, const nn::GptConfig& c,
                                          const std::string& dir,
-                                         const std::function<void()>& before_writing = {},
-                                         int64_t max_shard_bytes = kHfMaxShardBytes);
+                                         const HfExportOptions& options = {});
+
+// A weights type by Hugging Face's torch_dtype name ("float32", "bfloat16",
+// "float16") or Triad's ("fp32", "bf16", "fp16"); anything else is a
+// ValueError naming it and the choices.
+DType hf_weights_dtype(const std::string& name);
 
 // A size as transformers' max_shard_size writes it: bytes, or a number with
 // a unit, decimal (KB, MB, GB, TB) or binary (KiB, MiB, GiB, TiB), any
