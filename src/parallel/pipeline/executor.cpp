@@ -532,7 +532,9 @@ PipelineStepResult PipelineExecutor::run(const std::vector<data::Batch>& micro,
       // itself; the simulator's P2PSemantics::StreamPerPeer, or
       // StreamOrdered on one stream). Sends stay in flight until they are
       // done or the step ends.
-      const auto t0 = Clock::now();
+      // Traced apart: posting (the rank's own time: packing, the group's
+      // calls) as "p2p", waiting for a peer as "wait".
+      auto t0 = Clock::now();
       for (Call& call : calls) {
         dist::WorkPtr w = pp->batch_isend_irecv(call.ops);
         const uint64_t batch = batches_posted++;
@@ -540,8 +542,12 @@ PipelineStepResult PipelineExecutor::run(const std::vector<data::Batch>& micro,
           if (call.received.empty() || !poll) {
             pending_sends.push_back({batch, call.peer, w});
           } else {
+            const auto posted = Clock::now();
+            if (sink_) sink_("p2p", "p2p", t0, posted);
             w->wait();
             w = nullptr;
+            t0 = Clock::now();
+            if (sink_) sink_("wait", "p2p", posted, t0);
           }
         }
         for (auto& [arriving, k, shape] : call.received)
