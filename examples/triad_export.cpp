@@ -4,6 +4,7 @@
 //   triad-export --run out/llama_tiny --output out/llama_tiny_hf
 //   (out/llama_tiny/{config.yaml,model.safetensors})
 //   triad-export --config my.yaml --weights model.safetensors --output hf/
+//   triad-export --checkpoint out/ckpt --output hf/   (its latest checkpoint)
 // LLaMA-style models become LlamaForCausalLM (MistralForCausalLM with a
 // window, Qwen2ForCausalLM with q, k and v biases, Qwen3ForCausalLM with
 // query/key norms), GPT-2-style ones
@@ -12,10 +13,14 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <functional>
+#include <optional>
 
 #include "triad/core/error.h"
+#include "triad/io/checkpoint.h"
 #include "triad/io/gpt2_weights.h"
 #include "triad/io/hf_export.h"
+#include "triad/train/checkpoint_reshard.h"
 #include "triad/train/config.h"
 
 int main(int argc, char** argv) {
@@ -25,6 +30,11 @@ int main(int argc, char** argv) {
                  "a triad-train output.dir (its config.yaml and model.safetensors)");
   app.add_option("--config", config_path, "the model's YAML config (instead of --run)");
   app.add_option("--weights", weights, "Triad's safetensors (instead of --run)");
+  std::string checkpoint;
+  app.add_option("--checkpoint", checkpoint,
+                 "a checkpoint instead of the run's final model: a checkpoint.dir (its latest) "
+                 "or one of its step_<N> directories, written under any layout (its own config "
+                 "unless --config or --run gives one)");
   app.add_option("--output", output, "the directory to write config.json and model.safetensors")
       ->required();
   std::string tokenizer;
@@ -44,17 +54,29 @@ int main(int argc, char** argv) {
                  "bfloat16 halves an fp32-trained model's files)");
   CLI11_PARSE(app, argc, argv);
   try {
+    if (!checkpoint.empty() && !weights.empty()) {
+      throw triad::ValueError("give --weights or --checkpoint, not both");
+    }
     if (!run_dir.empty()) {
       if (config_path.empty()) config_path = run_dir + "/config.yaml";
-      if (weights.empty()) weights = run_dir + "/model.safetensors";
+      if (weights.empty() && checkpoint.empty()) weights = run_dir + "/model.safetensors";
     }
-    if (config_path.empty() || weights.empty()) {
-      throw triad::ValueError("give --run DIR, or both --config and --weights");
+    std::optional<triad::io::CheckpointInfo> info;
+    if (!checkpoint.empty()) {
+      info = triad::io::open_checkpoint(checkpoint);
+      if (config_path.empty() && info->config.empty()) {
+        throw triad::ValueError("checkpoint '" + info->step_dir +
+                                "' keeps no config: give --config");
+      }
+    } else if (config_path.empty() || weights.empty()) {
+      throw triad::ValueError("give --run DIR, both --config and --weights, or --checkpoint");
     }
     triad::io::HfExportOptions options;
     options.max_shard_bytes = triad::io::parse_byte_size(max_shard_size);
     if (!dtype.empty()) options.dtype = triad::io::hf_weights_dtype(dtype);
-    const triad::nn::GptConfig model = triad::train::load_config(config_path).model;
+    const triad::nn::GptConfig model = config_path.empty()
+                                           ? triad::train::parse_config(info->config).model
+                                           : triad::train::load_config(config_path).model;
     const char* architecture = triad::io::hf_architecture(model);  // before reading the weights
     // One block at a time: the model is never whole in memory. The weights
     // are checked whole first, then the tokenizer is copied (it is checked
@@ -65,7 +87,12 @@ int main(int argc, char** argv) {
         tokenizer_files = triad::io::copy_hf_tokenizer(tokenizer, output, model.vocab_size);
     };
     const std::vector<std::string> weight_files =
-        triad::io::export_hf_model(weights, model, output, options);
+        info ? triad::io::export_hf_parts(
+                   [&](const std::function<void(triad::nn::StateDict &&)>& consume) {
+                     triad::train::read_checkpoint_weights(*info, model, consume);
+                   },
+                   model, output, options)
+             : triad::io::export_hf_model(weights, model, output, options);
     std::string what = weight_files.size() == 1
                            ? weight_files.front()
                            : std::to_string(weight_files.size()) + " shards (" +

@@ -163,10 +163,32 @@ std::optional<CheckpointInfo> find_latest_checkpoint(const std::string& dir) {
   std::string name;
   std::getline(in, name);
   const fs::path step_dir = fs::path(dir) / name;
-  const fs::path manifest_path = step_dir / "manifest.json";
-  if (name.rfind("step_", 0) != 0 || !fs::exists(manifest_path)) {
+  if (name.rfind("step_", 0) != 0 || !fs::exists(step_dir / "manifest.json")) {
     throw IoError("checkpoint: '" + marker.string() + "' points to '" + name +
                   "', which has no manifest");
+  }
+  return read_checkpoint(step_dir.string());
+}
+
+CheckpointInfo open_checkpoint(const std::string& path) {
+  if (fs::exists(fs::path(path) / "manifest.json")) return read_checkpoint(path);
+  if (fs::exists(fs::path(path) / "latest")) return *find_latest_checkpoint(path);
+  throw IoError("checkpoint '" + path +
+                "': neither a checkpoint (a step_<N> directory with manifest.json) nor a "
+                "checkpoint.dir (with a 'latest' marker)");
+}
+
+CheckpointInfo read_checkpoint(const std::string& step_dir) {
+  const fs::path manifest_path = fs::path(step_dir) / "manifest.json";
+  std::string trimmed = step_dir;
+  while (trimmed.size() > 1 && trimmed.back() == '/') trimmed.pop_back();
+  if (trimmed.ends_with(".tmp")) {
+    throw IoError("checkpoint '" + step_dir +
+                  "' is a staging directory, a checkpoint whose writing never finished");
+  }
+  if (!fs::exists(manifest_path)) {
+    throw IoError("checkpoint '" + step_dir +
+                  "' has no manifest.json (not a committed checkpoint)");
   }
   nlohmann::json m;
   try {
@@ -180,7 +202,7 @@ std::optional<CheckpointInfo> find_latest_checkpoint(const std::string& dir) {
     throw IoError("checkpoint: manifest '" + manifest_path.string() + "' has an unknown format");
   }
   CheckpointInfo info;
-  info.step_dir = step_dir.string();
+  info.step_dir = step_dir;
   try {
     info.step = m.at("step").get<int64_t>();
     info.layout = m.at("layout").get<std::map<std::string, std::string>>();

@@ -71,9 +71,8 @@ bool is_vision_tensor(const std::string& name) {
   return false;
 }
 
-// The block a tensor belongs to, -1 for none: "h.3.attn.c_attn.weight"
-// (Triad's and GPT-2's names, also after "transformer."), and Hugging
-// Face's "model.layers.3.self_attn.q_proj.weight" (after any prefix).
+}  // namespace
+
 int64_t block_index(const std::string& name) {
   size_t at = std::string::npos;
   if (name.rfind("h.", 0) == 0) {
@@ -92,8 +91,6 @@ int64_t block_index(const std::string& name) {
     n = n * 10 + (name[i] - '0');
   return i > at && i < name.size() && name[i] == '.' ? n : -1;
 }
-
-}  // namespace
 
 std::map<std::string, Tensor> language_model_tensors(std::map<std::string, Tensor> tensors) {
   static const char* const kText[][2] = {{"language_model.model.", "model."},

@@ -559,33 +559,45 @@ std::vector<std::string> save_hf_model(const nn::StateDict& full, const nn::GptC
   return writer.files();
 }
 
-std::vector<std::string> export_hf_model(const std::string& weights, const nn::GptConfig& c,
+std::vector<std::string> export_hf_parts(const WeightParts& read, const nn::GptConfig& c,
                                          const std::string& dir, const HfExportOptions& options) {
   check_options(options);  // before anything is read or written
-  const auto shapes = nn::gpt_parameter_shapes(c);
+  // Which part a reader's state dict is: -1 (outside the blocks) or a block.
+  auto part_of = [](const nn::StateDict& triad) {
+    return triad.empty() ? int64_t{-1} : block_index(triad.begin()->first);
+  };
   // The first pass learns every tensor's name, shape and type in the order
   // the second writes them.
   std::vector<std::pair<std::string, TensorLayout>> layout;
-  DType dtype = DType::F32;
-  int64_t part = -1;
-  read_gpt2_weights(weights, shapes, nullptr, [&](nn::StateDict&& triad) {
+  std::optional<DType> dtype;
+  read([&](nn::StateDict&& triad) {
+    const int64_t part = part_of(triad);
     if (part < 0) dtype = at(triad, "wte.weight").dtype();
     for (const auto& [name, t] : triad_to_hf_part(triad, c, part))
       layout.push_back({name, {t.shape(), options.dtype.value_or(t.dtype())}});
-    ++part;
   });
+  if (!dtype) throw ValueError("export: the weights hold no wte.weight");
   if (options.before_writing) options.before_writing();
   make_directory(dir);
   HfWeightsWriter writer(dir, layout, options.max_shard_bytes);
-  part = -1;
-  read_gpt2_weights(weights, shapes, nullptr, [&](nn::StateDict&& triad) {
-    for (const auto& [name, t] : triad_to_hf_part(triad, c, part))
+  read([&](nn::StateDict&& triad) {
+    for (const auto& [name, t] : triad_to_hf_part(triad, c, part_of(triad)))
       writer.write(name, in_dtype(t, options));
-    ++part;
   });
   writer.commit();
-  write_hf_config(c, options.dtype.value_or(dtype), dir);
+  write_hf_config(c, options.dtype.value_or(*dtype), dir);
   return writer.files();
+}
+
+std::vector<std::string> export_hf_model(const std::string& weights, const nn::GptConfig& c,
+                                         const std::string& dir, const HfExportOptions& options) {
+  check_options(options);
+  const auto shapes = nn::gpt_parameter_shapes(c);
+  return export_hf_parts(
+      [&](const std::function<void(nn::StateDict &&)>& consume) {
+        read_gpt2_weights(weights, shapes, nullptr, consume);
+      },
+      c, dir, options);
 }
 
 std::vector<std::string> copy_hf_tokenizer(const std::string& source, const std::string& dir,

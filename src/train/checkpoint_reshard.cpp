@@ -9,6 +9,7 @@
 #include <tuple>
 
 #include "triad/autograd/grad_mode.h"
+#include "triad/io/gpt2_weights.h"
 #include "triad/ops.h"
 
 namespace triad::train {
@@ -95,8 +96,23 @@ void for_each_full_state(
     const io::CheckpointInfo& info, const std::set<std::string>& names,
     const std::function<void(const std::string& name, std::map<std::string, Tensor>& full)>& take,
     std::map<std::string, std::string>* metadata) {
+  for_each_full_state(info, std::vector<std::string>(names.begin(), names.end()), take,
+                      {.metadata = metadata});
+}
+
+void for_each_full_state(
+    const io::CheckpointInfo& info, const std::vector<std::string>& order,
+    const std::function<void(const std::string& name, std::map<std::string, Tensor>& full)>& take,
+    const FullStateOptions& options) {
   autograd::NoGradGuard no_grad;
   const std::string where = "checkpoint '" + info.step_dir + "'";
+  const std::set<std::string> names(order.begin(), order.end());
+  if (names.size() != order.size())
+    throw ValueError("for_each_full_state: a parameter is named twice");
+  auto wanted = [&](const std::string& kind) {
+    return options.kinds.empty() || options.kinds.count(kind) > 0;
+  };
+  std::map<std::string, std::string>* metadata = options.metadata;
   std::map<std::string, RankPlacement::Param> placement;  // of each wanted name
   int tp_size = 0;
   // Where each shard (key "param/<name>" ..., tensor-parallel rank) comes
@@ -142,6 +158,7 @@ void for_each_full_state(
       placement.emplace(name, param);
       const Shape shard_shape = param.spec.shard_shape(param.full_shape, pl.tp_size);
       for (const std::string kind : {"param/", "adam_m/", "adam_v/", "master/"}) {
+        if (!wanted(kind)) continue;
         auto shape = header.shapes.find(kind + name);
         if (shape == header.shapes.end()) continue;
         if (shape->second != shard_shape) {
@@ -168,6 +185,7 @@ void for_each_full_state(
       }
       if (names.count(seg.name)) {
         for (const Kind& kind : kStateKinds) {
+          if (!wanted(kind.full)) continue;
           auto flat = header.shapes.find(kind.zero);
           if (flat == header.shapes.end()) continue;
           if (at + seg.length > triad::numel(flat->second)) {
@@ -190,11 +208,12 @@ void for_each_full_state(
   };
   std::map<std::string, std::vector<Source>> sources;  // key -> per tp rank
   std::set<int> needed;
-  for (const std::string& name : names) {
+  for (const std::string& name : order) {
     auto p = placement.find(name);
     if (p == placement.end()) throw IoError(where + " holds no parameter '" + name + "'");
     const int64_t numel = triad::numel(p->second.spec.shard_shape(p->second.full_shape, tp_size));
     for (const std::string kind : {"param/", "adam_m/", "adam_v/", "master/"}) {
+      if (!wanted(kind)) continue;
       const std::string key = kind + name;
       std::vector<Source> per_rank(static_cast<size_t>(tp_size));
       int found = 0;
@@ -232,7 +251,7 @@ void for_each_full_state(
   std::map<int, io::RankFile> files;
   for (int rank : needed) files.emplace(rank, io::RankFile(info, rank));
   // One parameter's full state at a time.
-  for (const std::string& name : names) {
+  for (const std::string& name : order) {
     const RankPlacement::Param& param = placement.at(name);
     const Shape shard_shape = param.spec.shard_shape(param.full_shape, tp_size);
     const int64_t numel = triad::numel(shard_shape);
@@ -260,6 +279,74 @@ void for_each_full_state(
     }
     take(name, full);
   }
+}
+
+void read_checkpoint_weights(const io::CheckpointInfo& info, const nn::GptConfig& model,
+                             const std::function<void(nn::StateDict&&)>& consume) {
+  const std::string where = "checkpoint '" + info.step_dir + "'";
+  const std::map<std::string, Shape> expected = nn::gpt_parameter_shapes(model);
+  // The checkpoint's parameters and full shapes, from the headers alone.
+  std::map<std::string, Shape> held;
+  for (const auto& [rank, checksum] : info.checksums) {
+    (void)checksum;
+    const io::RankHeader header = io::read_rank_header(info, rank);
+    auto it = header.metadata.find("placement");
+    if (it == header.metadata.end()) {
+      throw IoError(where +
+                    " records no parameter placement (written before Triad saved them): "
+                    "resume it with its own layout and export the run's model instead");
+    }
+    RankPlacement pl;
+    try {
+      pl = placement_from_json(it->second);
+    } catch (const ValueError& e) {
+      throw IoError(where + ", rank " + std::to_string(rank) + ": " + e.what());
+    }
+    for (const auto& [name, param] : pl.params) held.emplace(name, param.full_shape);
+  }
+  for (const auto& [name, shape] : expected) {
+    auto it = held.find(name);
+    if (it == held.end()) {
+      throw IoError(where + " holds no parameter '" + name + "', which the configured model has" +
+                    (name == "lm_head.weight" ? " (its head is tied to wte? Set "
+                                                "model.tie_embeddings: true)"
+                                              : ""));
+    }
+    if (it->second != shape) {
+      throw IoError(where + ": '" + name + "' is " + shape_str(it->second) +
+                    ", the configured model's " + shape_str(shape));
+    }
+  }
+  for (const auto& [name, shape] : held) {
+    if (!expected.count(name)) {
+      throw IoError(
+          where + " holds '" + name + "', which the configured model lacks" +
+          (name == "lm_head.weight" ? " (an untied head: set model.tie_embeddings: false)" : ""));
+    }
+  }
+  // init.from's order: the tensors outside the blocks, then block by block.
+  std::vector<std::string> order;
+  std::vector<int64_t> part_of;
+  for (int64_t part = -1; part < model.n_layer; ++part) {
+    for (const auto& [name, shape] : expected) {
+      if (io::block_index(name) == part) {
+        order.push_back(name);
+        part_of.push_back(part);
+      }
+    }
+  }
+  nn::StateDict part;
+  size_t i = 0;
+  for_each_full_state(info, order,
+                      [&](const std::string& name, std::map<std::string, Tensor>& full) {
+                        part.emplace(name, full.at("param/" + name));
+                        ++i;
+                        if (i == order.size() || part_of[i] != part_of[i - 1]) {
+                          consume(std::move(part));
+                          part.clear();  // (moved from: empty again)
+                        }
+                      },
+                      {.kinds = {"param/"}});
 }
 
 FullState gather_full_state(const io::CheckpointInfo& info, const std::set<std::string>& names) {

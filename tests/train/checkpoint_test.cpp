@@ -646,5 +646,56 @@ TEST(Checkpoint, FullStateReadsOnlyTheFilesItNeeds) {
   }
 }
 
+// An export reads the weights alone, in its own order; a checkpoint is
+// opened by its step directory or its checkpoint.dir, never by a staging
+// directory whose writing did not finish.
+TEST(Checkpoint, OneKindOfStateInTheCallersOrderAndCheckpointsOpenedByPath) {
+  TempDir dir;
+  const std::string root = dir.file("ck");
+  const std::string staging = io::checkpoint_staging_dir(root, 4);
+  for (int r = 0; r < 2; ++r) {
+    RankPlacement p;
+    p.pp_rank = r;
+    const std::string name = r == 0 ? "w" : "b";
+    p.params[name] = {tp::ShardSpec::replicated(), {2}};
+    const Tensor t = from_vector(std::vector<float>{1.0f + static_cast<float>(r), 5}, {2});
+    io::write_rank_state(staging, r,
+                         {{"param/" + name, t}, {"adam_m/" + name, t}, {"adam_v/" + name, t}},
+                         {{"next_step", "4"}, {"placement", placement_to_json(p)}});
+  }
+  io::commit_checkpoint(root, 4, 2, {{"tp", "1"}}, "model: {}", 3);
+  const io::CheckpointInfo info = io::open_checkpoint(root);
+  EXPECT_EQ(info.step, 4);
+  EXPECT_EQ(info.config, "model: {}");
+  EXPECT_EQ(io::open_checkpoint(info.step_dir).step_dir, info.step_dir);
+  std::vector<std::string> order;
+  for_each_full_state(info, std::vector<std::string>{"w", "b"},
+                      [&](const std::string& name, std::map<std::string, Tensor>& full) {
+                        order.push_back(name);
+                        ASSERT_EQ(full.size(), 1u) << name;
+                        EXPECT_EQ(to_double_vector(full.at("param/" + name)),
+                                  (std::vector<double>{name == "w" ? 1.0 : 2.0, 5.0}));
+                      },
+                      {.kinds = {"param/"}});
+  EXPECT_EQ(order, (std::vector<std::string>{"w", "b"}));
+  EXPECT_THROW(for_each_full_state(info, std::vector<std::string>{"w", "w"},
+                                   [](const std::string&, std::map<std::string, Tensor>&) {}, {}),
+               ValueError);
+  auto refused = [](const std::string& path, const std::string& why) {
+    try {
+      io::open_checkpoint(path);
+      ADD_FAILURE() << path << " opened";
+    } catch (const IoError& e) {
+      EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << e.what();
+    }
+  };
+  refused(dir.file("nothing"), "neither a checkpoint (a step_<N> directory");
+  const std::string unfinished = root + "/step_8.tmp";
+  std::filesystem::create_directories(unfinished);
+  std::filesystem::copy_file(info.step_dir + "/manifest.json", unfinished + "/manifest.json");
+  refused(unfinished, "a staging directory");
+  refused(unfinished + "/", "a staging directory");
+}
+
 }  // namespace
 }  // namespace triad::train

@@ -5,7 +5,9 @@
 # relative 1e-5 for losses, 1e-4 for norms), all starting from the same
 # safetensors. The learning-rate schedule spans 10 steps in every run
 # (train.lr_decay_steps), so the halves see the rates of the whole.
-# Variables: TRAIN (triad-train), MPIRUN (list), CONFIG, DATA, WORK, PAIRS
+# Each second half's last checkpoint must also export (triad-export
+# --checkpoint, when EXPORT is given) to the bytes of its final model.
+# Variables: TRAIN (triad-train), [EXPORT], MPIRUN (list), CONFIG, DATA, WORK, PAIRS
 # ("ranksA|flags A|ranksB|flags B[|loss,norm divisors]" entries joined by '@').
 cmake_policy(SET CMP0007 NEW)  # keep empty fields (a layout with no flags)
 include(${CMAKE_CURRENT_LIST_DIR}/e2e_common.cmake)
@@ -52,5 +54,16 @@ foreach(pair IN LISTS pairs)
   expect_close("${label} loss" "${reference}" "${got}" ${loss_div})
   expect_close("${label} gradient norm" "${reference_norms}" "${got_norms}" ${norm_div})
   message(STATUS "${label}: steps 6-10 match one process (within 1/${loss_div})")
+  # The second half's last checkpoint, sharded its way, exports to the same
+  # bytes as its final model (triad-export --checkpoint joins the shards).
+  if(DEFINED EXPORT)
+    run("${label}: export of the run" ${EXPORT} --run ${dir}/b --output ${dir}/hf_run)
+    run("${label}: export of the checkpoint" ${EXPORT} --checkpoint ${dir}/ck --output ${dir}/hf_ck)
+    execute_process(COMMAND ${CMAKE_COMMAND} -E compare_files ${dir}/hf_run/model.safetensors
+                            ${dir}/hf_ck/model.safetensors RESULT_VARIABLE differ)
+    if(differ)
+      message(FATAL_ERROR "${label}: the checkpoint exports other weights than the run's model")
+    endif()
+  endif()
 endforeach()
 message(STATUS "${index} layout changes checked")

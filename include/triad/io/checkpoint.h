@@ -55,6 +55,11 @@ struct CheckpointInfo {
 
 // The checkpoint `latest` points to, if any (validated manifest).
 std::optional<CheckpointInfo> find_latest_checkpoint(const std::string& dir);
+// One checkpoint by its step directory (<dir>/step_<N>), manifest validated.
+CheckpointInfo read_checkpoint(const std::string& step_dir);
+// A step directory, or a checkpoint.dir (its latest checkpoint); anything
+// else is an IoError naming the path and both forms.
+CheckpointInfo open_checkpoint(const std::string& path);
 
 // Checks the stored layout's entries for the keys of `layout` (the trainer
 // passes those a resume cannot change: the model's shape): an error names

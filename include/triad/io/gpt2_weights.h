@@ -97,4 +97,9 @@ class Gpt2Writer {
   SafetensorsWriter writer_;
 };
 
+// The block a tensor belongs to, -1 for none: "h.3.attn.c_attn.weight"
+// (Triad's and GPT-2's names, also after "transformer."), and Hugging
+// Face's "model.layers.3.self_attn.q_proj.weight" (after any prefix).
+int64_t block_index(const std::string& name);
+
 }  // namespace triad::io

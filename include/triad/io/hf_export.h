@@ -91,6 +91,16 @@ std::vector<std::string> export_hf_model(const std::string& weights, const nn::G
                                          const std::string& dir,
                                          const HfExportOptions& options = {});
 
+// The same from any reader of a model's weights in init.from's parts (the
+// tensors outside the blocks, then each block in order, as
+// read_gpt2_weights hands them over; train::read_checkpoint_weights reads a
+// checkpoint so). It is called twice: once to check and learn the layout,
+// once to write.
+using WeightParts = std::function<void(const std::function<void(nn::StateDict&&)>& consume)>;
+std::vector<std::string> export_hf_parts(const WeightParts& read, const nn::GptConfig& c,
+                                         const std::string& dir,
+                                         const HfExportOptions& options = {});
+
 // A weights type by Hugging Face's torch_dtype name ("float32", "bfloat16",
 // "float16") or Triad's ("fp32", "bf16", "fp16"); anything else is a
 // ValueError naming it and the choices.

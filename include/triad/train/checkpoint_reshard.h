@@ -9,6 +9,7 @@
 
 #include "triad/core/tensor.h"
 #include "triad/io/checkpoint.h"
+#include "triad/nn/gpt.h"
 #include "triad/parallel/tensor/shard.h"
 
 namespace triad::train {
@@ -62,5 +63,25 @@ void for_each_full_state(
     const io::CheckpointInfo& info, const std::set<std::string>& names,
     const std::function<void(const std::string& name, std::map<std::string, Tensor>& full)>& take,
     std::map<std::string, std::string>* metadata = nullptr);
+// The same in the order `order` names the parameters (each once), for the
+// kinds of state asked for ("param/", "adam_m/", "adam_v/", "master/"; none
+// named: all): an export reads the weights alone, block by block.
+struct FullStateOptions {
+  std::set<std::string> kinds{};
+  std::map<std::string, std::string>* metadata = nullptr;  // receives rank 0's
+};
+void for_each_full_state(
+    const io::CheckpointInfo& info, const std::vector<std::string>& order,
+    const std::function<void(const std::string& name, std::map<std::string, Tensor>& full)>& take,
+    const FullStateOptions& options);
+
+// The model's weights as a checkpoint holds them (each parameter's
+// "param/" tensors joined, whatever layout wrote them), handed over as
+// init.from's reader hands over a file: first the tensors outside the
+// blocks, then each block in order, so the host holds one block. The
+// checkpoint's parameters must be the configured model's, shape for shape:
+// an IoError names the first one missing, extra or of another shape.
+void read_checkpoint_weights(const io::CheckpointInfo& info, const nn::GptConfig& model,
+                             const std::function<void(nn::StateDict&&)>& consume);
 
 }  // namespace triad::train

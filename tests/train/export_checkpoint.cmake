@@ -1,0 +1,43 @@
+# triad-export --checkpoint: a checkpoint's weights in Hugging Face's
+# layout. The run's last checkpoint exports to the same bytes as its final
+# model (the same tensors in the same order), an earlier one to other
+# weights, and a path that is no checkpoint or a config it does not fit is
+# refused, naming why.
+#   -DTRAIN= -DEXPORT= -DCONFIG= -DOTHER_CONFIG= -DDATA= -DWORK=
+include(${CMAKE_CURRENT_LIST_DIR}/e2e_common.cmake)
+file(REMOVE_RECURSE ${WORK})
+run(training ${TRAIN} --config ${CONFIG} --set data.train=${DATA} --set train.steps=6
+    --set train.warmup_steps=2 --set output.dir=${WORK}/run --set checkpoint.dir=${WORK}/ck
+    --set checkpoint.interval=3)
+run("export of the run" ${EXPORT} --run ${WORK}/run --output ${WORK}/from_run)
+run("export of the latest checkpoint" ${EXPORT} --checkpoint ${WORK}/ck --output ${WORK}/latest)
+run("export of step 3" ${EXPORT} --checkpoint ${WORK}/ck/step_3 --output ${WORK}/step3)
+foreach(f model.safetensors config.json)
+  execute_process(COMMAND ${CMAKE_COMMAND} -E compare_files ${WORK}/from_run/${f} ${WORK}/latest/${f}
+                  RESULT_VARIABLE differ)
+  if(differ)
+    message(FATAL_ERROR "the last checkpoint's ${f} differs from the run's")
+  endif()
+endforeach()
+execute_process(COMMAND ${CMAKE_COMMAND} -E compare_files ${WORK}/latest/model.safetensors
+                        ${WORK}/step3/model.safetensors RESULT_VARIABLE differ)
+if(NOT differ)
+  message(FATAL_ERROR "step 3's weights are step 6's")
+endif()
+# Refusals.
+function(refused what expected)
+  execute_process(COMMAND ${EXPORT} ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
+  if(rc EQUAL 0 OR NOT out MATCHES "${expected}")
+    message(FATAL_ERROR "${what}: expected an error saying '${expected}', got (${rc}):\n${out}")
+  endif()
+endfunction()
+refused("a run directory" "neither a checkpoint .a step_<N> directory with manifest.json. nor"
+        --checkpoint ${WORK}/run --output ${WORK}/never)
+refused("another model" "holds no parameter '[^']+', which the configured model has"
+        --checkpoint ${WORK}/ck --config ${OTHER_CONFIG} --output ${WORK}/never)
+refused("both sources" "give --weights or --checkpoint, not both"
+        --checkpoint ${WORK}/ck --weights ${WORK}/run/model.safetensors --output ${WORK}/never)
+if(EXISTS ${WORK}/never)
+  message(FATAL_ERROR "a refused export wrote ${WORK}/never")
+endif()
+message(STATUS "the last checkpoint exports as the run's model; step 3 as its own")
