@@ -2,6 +2,7 @@
 //   triad-generate --run out/gpt_tiny --prompt "The cat"
 //   (out/gpt_tiny/{config.yaml,model.safetensors})
 //   triad-generate --config my.yaml --weights model.safetensors --prompt "Hello"
+//   triad-generate --checkpoint out/ckpt --prompt "Hello"   (its latest checkpoint)
 //       --vocab vocab.json --merges merges.txt --tokens 100 --temperature 0.8 --top-k 40
 // Byte-level tokens unless --vocab/--merges give GPT-2's BPE, or --tokenizer a Hugging
 // Face tokenizer.json (LLaMA 3's, Qwen's).
@@ -11,11 +12,14 @@
 #include <chrono>
 #include <cstdio>
 #include <memory>
+#include <optional>
 
 #include "triad/core/error.h"
 #include "triad/data/tokenizer.h"
+#include "triad/io/checkpoint.h"
 #include "triad/io/gpt2_weights.h"
 #include "triad/nn/generate.h"
+#include "triad/train/checkpoint_reshard.h"
 #include "triad/train/config.h"
 
 #include "cli_checks.h"
@@ -32,6 +36,11 @@ int main(int argc, char** argv) {
                  "a triad-train output.dir (its config.yaml and model.safetensors)");
   app.add_option("--config", config_path, "the model's YAML config (instead of --run)");
   app.add_option("--weights", weights, "GPT-2 safetensors (instead of --run)");
+  std::string checkpoint;
+  app.add_option("--checkpoint", checkpoint,
+                 "a checkpoint instead of the run's final model: a checkpoint.dir (its latest) "
+                 "or one of its step_<N> directories, written under any layout (its own config "
+                 "unless --config or --run gives one)");
   app.add_option("--prompt", prompt, "text to continue")->required();
   app.add_option("--tokens", o.max_new_tokens, "tokens to generate")->capture_default_str();
   app.add_option("--temperature", o.temperature, "0: greedy")->capture_default_str();
@@ -66,14 +75,26 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   o.kv_cache = !no_cache;
   try {
+    if (!checkpoint.empty() && !weights.empty()) {
+      throw triad::ValueError("give --weights or --checkpoint, not both");
+    }
     if (!run_dir.empty()) {
       if (config_path.empty()) config_path = run_dir + "/config.yaml";
-      if (weights.empty()) weights = run_dir + "/model.safetensors";
+      if (weights.empty() && checkpoint.empty()) weights = run_dir + "/model.safetensors";
     }
-    if (config_path.empty() || weights.empty()) {
-      throw triad::ValueError("give --run DIR, or both --config and --weights");
+    std::optional<triad::io::CheckpointInfo> info;
+    if (!checkpoint.empty()) {
+      info = triad::io::open_checkpoint(checkpoint);
+      if (config_path.empty() && info->config.empty()) {
+        throw triad::ValueError("checkpoint '" + info->step_dir +
+                                "' keeps no config: give --config");
+      }
+    } else if (config_path.empty() || weights.empty()) {
+      throw triad::ValueError("give --run DIR, both --config and --weights, or --checkpoint");
     }
-    const triad::train::Config config = triad::train::load_config(config_path);
+    const triad::train::Config config = config_path.empty()
+                                            ? triad::train::parse_config(info->config)
+                                            : triad::train::load_config(config_path);
     const std::unique_ptr<triad::data::Tokenizer> tok =
         triad::data::make_tokenizer(vocab, merges, hf_tokenizer);
     if (tok->vocab_size() > config.model.vocab_size) {
@@ -91,7 +112,14 @@ int main(int argc, char** argv) {
     triad::nn::GptConfig model_cfg = config.model;
     model_cfg.dropout = 0;
     triad::nn::Gpt model(model_cfg, config.train.seed);
-    triad::io::load_gpt2_safetensors(model, weights);
+    if (info) {
+      // One block of the checkpoint's joined weights at a time.
+      triad::train::read_checkpoint_weights(*info, model_cfg, [&](triad::nn::StateDict&& part) {
+        model.load_state_dict(part, /*strict=*/false);
+      });
+    } else {
+      triad::io::load_gpt2_safetensors(model, weights);
+    }
     model.to(triad::device_from_string(device.empty() ? config.device : device));
     std::vector<int32_t> ids;
     if (!bos_token.empty()) {

@@ -2,8 +2,8 @@
 # layout. The run's last checkpoint exports to the same bytes as its final
 # model (the same tensors in the same order), an earlier one to other
 # weights, and a path that is no checkpoint or a config it does not fit is
-# refused, naming why.
-#   -DTRAIN= -DEXPORT= -DCONFIG= -DOTHER_CONFIG= -DDATA= -DWORK=
+# refused, naming why. triad-generate --checkpoint samples as the run does.
+#   -DTRAIN= -DEXPORT= -DGENERATE= -DCONFIG= -DOTHER_CONFIG= -DDATA= -DWORK=
 include(${CMAKE_CURRENT_LIST_DIR}/e2e_common.cmake)
 file(REMOVE_RECURSE ${WORK})
 run(training ${TRAIN} --config ${CONFIG} --set data.train=${DATA} --set train.steps=6
@@ -23,6 +23,16 @@ execute_process(COMMAND ${CMAKE_COMMAND} -E compare_files ${WORK}/latest/model.s
                         ${WORK}/step3/model.safetensors RESULT_VARIABLE differ)
 if(NOT differ)
   message(FATAL_ERROR "step 3's weights are step 6's")
+endif()
+# triad-generate --checkpoint samples what the run's model samples.
+set(sample --prompt "Once upon" --tokens 40 --temperature 1 --top-k 0 --seed 3 --stop-token -1)
+execute_process(COMMAND ${GENERATE} --run ${WORK}/run ${sample}
+                RESULT_VARIABLE rc1 OUTPUT_VARIABLE from_run ERROR_VARIABLE err1)
+execute_process(COMMAND ${GENERATE} --checkpoint ${WORK}/ck ${sample}
+                RESULT_VARIABLE rc2 OUTPUT_VARIABLE from_checkpoint ERROR_VARIABLE err2)
+if(rc1 OR rc2 OR NOT from_run STREQUAL from_checkpoint OR NOT from_run MATCHES "^Once upon")
+  message(FATAL_ERROR "samples differ (${rc1}, ${rc2}):\nrun: ${from_run}\ncheckpoint: "
+                      "${from_checkpoint}\n${err1}\n${err2}")
 endif()
 # Refusals.
 function(refused what expected)
