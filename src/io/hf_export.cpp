@@ -592,6 +592,16 @@ std::vector<std::string> export_hf_parts(const WeightParts& read, const nn::GptC
 std::vector<std::string> export_hf_model(const std::string& weights, const nn::GptConfig& c,
                                          const std::string& dir, const HfExportOptions& options) {
   check_options(options);
+  // The export's weights would replace (or, sharded, remove) the file it
+  // reads: a run's model.safetensors exported into its own directory.
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path source_dir =
+      fs::is_directory(weights, ec) ? fs::path(weights) : fs::path(weights).parent_path();
+  if (fs::exists(dir, ec) && fs::equivalent(source_dir.empty() ? "." : source_dir, dir, ec)) {
+    throw ValueError("export: the output directory '" + dir + "' holds the weights '" + weights +
+                     "' being exported; write the export to another directory");
+  }
   const auto shapes = nn::gpt_parameter_shapes(c);
   return export_hf_parts(
       [&](const std::function<void(nn::StateDict &&)>& consume) {

@@ -324,6 +324,17 @@ TEST(HfExport, LargeModelsAreShardedWithAnIndexAndEachExportReplacesTheLast) {
   expect_model(out);
   EXPECT_THROW(export_hf_model(triad_file, c, dir.file("never"), {.max_shard_bytes = 0}),
                ValueError);
+  // Not into the directory of the file it reads (its model.safetensors
+  // would be replaced): the file is untouched.
+  const auto before = load_safetensors(triad_file).tensors.size();
+  try {
+    export_hf_model(triad_file, c, dir.path().string());
+    FAIL() << "exported over its own source";
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("holds the weights"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(load_safetensors(triad_file).tensors.size(), before);
+  EXPECT_FALSE(std::filesystem::exists(dir.file("config.json")));
   EXPECT_FALSE(std::filesystem::exists(dir.file("never")));
 }
 
