@@ -178,6 +178,12 @@ CheckpointInfo open_checkpoint(const std::string& path) {
                 "checkpoint.dir (with a 'latest' marker)");
 }
 
+bool is_checkpoint(const std::string& path) {
+  std::error_code ec;
+  return fs::is_directory(path, ec) && (fs::exists(fs::path(path) / "manifest.json", ec) ||
+                                        fs::exists(fs::path(path) / "latest", ec));
+}
+
 CheckpointInfo read_checkpoint(const std::string& step_dir) {
   const fs::path manifest_path = fs::path(step_dir) / "manifest.json";
   std::string trimmed = step_dir;

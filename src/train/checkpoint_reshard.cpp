@@ -282,7 +282,8 @@ void for_each_full_state(
 }
 
 void read_checkpoint_weights(const io::CheckpointInfo& info, const nn::GptConfig& model,
-                             const std::function<void(nn::StateDict&&)>& consume) {
+                             const std::function<void(nn::StateDict&&)>& consume,
+                             const std::set<int64_t>* blocks) {
   const std::string where = "checkpoint '" + info.step_dir + "'";
   const std::map<std::string, Shape> expected = nn::gpt_parameter_shapes(model);
   // The checkpoint's parameters and full shapes, from the headers alone.
@@ -328,6 +329,7 @@ void read_checkpoint_weights(const io::CheckpointInfo& info, const nn::GptConfig
   std::vector<std::string> order;
   std::vector<int64_t> part_of;
   for (int64_t part = -1; part < model.n_layer; ++part) {
+    if (part >= 0 && blocks && !blocks->count(part)) continue;  // another rank's
     for (const auto& [name, shape] : expected) {
       if (io::block_index(name) == part) {
         order.push_back(name);

@@ -37,6 +37,7 @@
 #include "triad/parallel/pipeline/stage_balance.h"
 #include "triad/parallel/pipeline/zero_bubble.h"
 #include "triad/train/attention_choice.h"
+#include "triad/train/checkpoint_reshard.h"
 
 namespace triad::train {
 namespace {
@@ -49,6 +50,20 @@ std::string joined(const std::vector<int64_t>& counts, const char* sep) {
     out += std::to_string(n);
   }
   return out;
+}
+
+// init.from's weights in parts (the tensors outside the blocks, then each
+// of `blocks`' blocks, or all): a weights file, or a checkpoint's weights
+// alone, joined whatever layout wrote them (a new run from a checkpoint:
+// its optimizer state, counters and data position are not taken).
+void read_init_weights(const Config& config, const std::set<int64_t>* blocks,
+                       const std::function<void(nn::StateDict&&)>& consume) {
+  if (io::is_checkpoint(config.init_from)) {
+    read_checkpoint_weights(io::open_checkpoint(config.init_from), config.model, consume, blocks);
+  } else {
+    io::read_gpt2_weights(config.init_from, nn::gpt_parameter_shapes(config.model), blocks,
+                          consume);
+  }
 }
 
 // Set by SIGTERM/SIGINT; the training loop checks it between steps.
@@ -167,9 +182,9 @@ Trainer::Trainer(Config config, dist::ProcessGroupPtr world)
     if (!config_.init_from.empty()) {
       // Block by block: the freshly initialised model and one block of the
       // file, never two copies of the model.
-      io::read_gpt2_weights(
-          config_.init_from, nn::gpt_parameter_shapes(config_.model), nullptr,
-          [&](nn::StateDict&& part) { model_->load_state_dict(part, /*strict=*/false); });
+      read_init_weights(config_, nullptr, [&](nn::StateDict&& part) {
+        model_->load_state_dict(part, /*strict=*/false);
+      });
     }
   } else {
     // Every group of the mesh (and its NCCL communicator) inherits these.
@@ -210,12 +225,11 @@ Trainer::Trainer(Config config, dist::ProcessGroupPtr world)
         // each rank reads its own stages' blocks only, one at a time, cutting
         // its shards from each (the file's other blocks are checked by the
         // ranks that read them), and every rank learns whether all could.
-        const std::map<std::string, Shape> shapes = nn::gpt_parameter_shapes(config_.model);
         const std::set<int64_t> mine = pp_model_->local_layers();
         std::exception_ptr error;
         try {
-          io::read_gpt2_weights(config_.init_from, shapes, &mine,
-                                [&](nn::StateDict&& part) { pp_model_->load_full_tensors(part); });
+          read_init_weights(config_, &mine,
+                            [&](nn::StateDict&& part) { pp_model_->load_full_tensors(part); });
         } catch (const Error&) {
           error = std::current_exception();
         }
@@ -235,8 +249,8 @@ Trainer::Trainer(Config config, dist::ProcessGroupPtr world)
                                                           par.sequence_parallel);
       if (!config_.init_from.empty()) {
         // One block of the file at a time, each rank cutting its shards.
-        io::read_gpt2_weights(config_.init_from, tp_model_->full_shapes(), nullptr,
-                              [&](nn::StateDict&& part) { tp_model_->load_full_tensors(part); });
+        read_init_weights(config_, nullptr,
+                          [&](nn::StateDict&& part) { tp_model_->load_full_tensors(part); });
       }
     }
   }

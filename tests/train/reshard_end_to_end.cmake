@@ -6,7 +6,8 @@
 # safetensors. The learning-rate schedule spans 10 steps in every run
 # (train.lr_decay_steps), so the halves see the rates of the whole.
 # Each second half's last checkpoint must also export (triad-export
-# --checkpoint, when EXPORT is given) to the bytes of its final model.
+# --checkpoint, when EXPORT is given) to the bytes of its final model, and
+# (first pair) start a new run as the model does (init.from).
 # Variables: TRAIN (triad-train), [EXPORT], MPIRUN (list), CONFIG, DATA, WORK, PAIRS
 # ("ranksA|flags A|ranksB|flags B[|loss,norm divisors]" entries joined by '@').
 cmake_policy(SET CMP0007 NEW)  # keep empty fields (a layout with no flags)
@@ -63,6 +64,21 @@ foreach(pair IN LISTS pairs)
                             ${dir}/hf_ck/model.safetensors RESULT_VARIABLE differ)
     if(differ)
       message(FATAL_ERROR "${label}: the checkpoint exports other weights than the run's model")
+    endif()
+  endif()
+  # The first pair: a new run under layout B with init.from the checkpoint
+  # (each pipeline rank reading its own blocks) trains as one from the model.
+  if(index EQUAL 1)
+    set(new_run ${MPIRUN} -np ${ranks_b} ${TRAIN} ${common} ${flags_b} --set train.steps=2)
+    run("${label}: init.from the checkpoint" ${new_run} --set init.from=${dir}/ck
+        --set output.dir=${dir}/init_ck)
+    run("${label}: init.from the model" ${new_run} --set init.from=${dir}/b/model.safetensors
+        --set output.dir=${dir}/init_model)
+    field(${dir}/init_ck loss from_checkpoint)
+    field(${dir}/init_model loss from_model)
+    if(NOT from_checkpoint STREQUAL from_model)
+      message(FATAL_ERROR "${label}: init.from the checkpoint gives ${from_checkpoint}, from the "
+                          "model ${from_model}")
     endif()
   endif()
 endforeach()

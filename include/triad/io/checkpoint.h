@@ -60,6 +60,8 @@ CheckpointInfo read_checkpoint(const std::string& step_dir);
 // A step directory, or a checkpoint.dir (its latest checkpoint); anything
 // else is an IoError naming the path and both forms.
 CheckpointInfo open_checkpoint(const std::string& path);
+// Whether `path` is either (a directory with manifest.json or `latest`).
+bool is_checkpoint(const std::string& path);
 
 // Checks the stored layout's entries for the keys of `layout` (the trainer
 // passes those a resume cannot change: the model's shape): an error names

@@ -81,7 +81,10 @@ void for_each_full_state(
 // blocks, then each block in order, so the host holds one block. The
 // checkpoint's parameters must be the configured model's, shape for shape:
 // an IoError names the first one missing, extra or of another shape.
+// `blocks`, when given, names the blocks to read (a pipeline rank's), as
+// read_gpt2_weights' does; the tensors outside the blocks are always read.
 void read_checkpoint_weights(const io::CheckpointInfo& info, const nn::GptConfig& model,
-                             const std::function<void(nn::StateDict&&)>& consume);
+                             const std::function<void(nn::StateDict&&)>& consume,
+                             const std::set<int64_t>* blocks = nullptr);
 
 }  // namespace triad::train

@@ -1,8 +1,9 @@
-# triad-export --checkpoint: a checkpoint's weights in Hugging Face's
-# layout. The run's last checkpoint exports to the same bytes as its final
-# model (the same tensors in the same order), an earlier one to other
-# weights, and a path that is no checkpoint or a config it does not fit is
-# refused, naming why. triad-generate --checkpoint samples as the run does.
+# A checkpoint as a model. triad-export --checkpoint: the run's last
+# checkpoint exports to the same bytes as its final model (the same tensors
+# in the same order), an earlier one to other weights, and a path that is no
+# checkpoint or a config it does not fit is refused, naming why.
+# triad-generate --checkpoint samples as the run does, and a new run with
+# init.from the checkpoint trains as one from the final model.
 #   -DTRAIN= -DEXPORT= -DGENERATE= -DCONFIG= -DOTHER_CONFIG= -DDATA= -DWORK=
 include(${CMAKE_CURRENT_LIST_DIR}/e2e_common.cmake)
 file(REMOVE_RECURSE ${WORK})
@@ -34,6 +35,18 @@ if(rc1 OR rc2 OR NOT from_run STREQUAL from_checkpoint OR NOT from_run MATCHES "
   message(FATAL_ERROR "samples differ (${rc1}, ${rc2}):\nrun: ${from_run}\ncheckpoint: "
                       "${from_checkpoint}\n${err1}\n${err2}")
 endif()
+# init.from a checkpoint: the same losses as from the run's model.
+set(new_run --config ${CONFIG} --set data.train=${DATA} --set train.steps=3)
+run("a run from the checkpoint" ${TRAIN} ${new_run} --set init.from=${WORK}/ck
+    --set output.dir=${WORK}/from_checkpoint)
+run("a run from the model" ${TRAIN} ${new_run} --set init.from=${WORK}/run/model.safetensors
+    --set output.dir=${WORK}/from_model)
+field(${WORK}/from_checkpoint loss from_checkpoint)
+field(${WORK}/from_model loss from_model)
+if(NOT from_checkpoint STREQUAL from_model)
+  message(FATAL_ERROR "init.from the checkpoint: losses ${from_checkpoint}, from the model: "
+                      "${from_model}")
+endif()
 # Refusals.
 function(refused what expected)
   execute_process(COMMAND ${EXPORT} ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
@@ -50,4 +63,4 @@ refused("both sources" "give --weights or --checkpoint, not both"
 if(EXISTS ${WORK}/never)
   message(FATAL_ERROR "a refused export wrote ${WORK}/never")
 endif()
-message(STATUS "the last checkpoint exports as the run's model; step 3 as its own")
+message(STATUS "the last checkpoint exports, samples and starts a run as the run's model")
