@@ -372,13 +372,10 @@ bool is_shard_name(const std::string& name) {
 // new weights is left and the directory's old ones are untouched.
 class HfWeightsWriter {
  public:
+  // (max_shard_bytes > 0: check_options has checked it.)
   HfWeightsWriter(std::string dir, const std::vector<std::pair<std::string, TensorLayout>>& layout,
                   int64_t max_shard_bytes)
       : dir_(std::move(dir)) {
-    if (max_shard_bytes <= 0) {
-      throw ValueError("export: the largest shard must be a positive number of bytes, got " +
-                       std::to_string(max_shard_bytes));
-    }
     std::vector<std::vector<std::pair<std::string, TensorLayout>>> shards(1);
     int64_t bytes = 0;
     for (const auto& entry : layout) {
