@@ -1,9 +1,12 @@
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <set>
 #include <thread>
 
 #include "support/temp_dir.h"
@@ -100,6 +103,90 @@ TEST(Checkpoint, IncompleteWritesAreNeverPickedAndCorruptionIsNamed) {
     EXPECT_NE(std::string(e.what()).find(file), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("corrupted"), std::string::npos) << e.what();
   }
+}
+
+// words64: any one flipped bit, anywhere (the four lanes, the zero-padded
+// tail), and one more zero byte change it; fnv1a64 is still computed for
+// older manifests; an unknown kind is named.
+TEST(Checkpoint, TheChecksumSeesEveryBitAndTheLength) {
+  TempDir dir;
+  const std::string path = dir.file("f.bin");
+  std::vector<uint8_t> bytes(1000 + 13);  // whole 32-byte groups and a tail
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<uint8_t>(i * 37 + 11);
+  testing::write_bytes(path, bytes);
+  const uint64_t base = io::file_checksum(path);
+  EXPECT_EQ(io::file_checksum(path, io::kChecksumWords64), base);
+  EXPECT_NE(io::file_checksum(path, io::kChecksumFnv1a64), base);
+  std::set<uint64_t> seen{base};
+  for (size_t at : {size_t{0}, size_t{9}, size_t{17}, size_t{31}, size_t{500}, size_t{1000},
+                    size_t{1005}, bytes.size() - 1}) {
+    for (int bit : {0, 7}) {
+      std::vector<uint8_t> changed = bytes;
+      changed[at] = static_cast<uint8_t>(changed[at] ^ (1u << bit));
+      testing::write_bytes(path, changed);
+      EXPECT_TRUE(seen.insert(io::file_checksum(path)).second) << "byte " << at << " bit " << bit;
+    }
+  }
+  std::vector<uint8_t> longer = bytes;
+  longer.push_back(0);
+  testing::write_bytes(path, longer);
+  EXPECT_TRUE(seen.insert(io::file_checksum(path)).second) << "a zero byte more";
+  EXPECT_THROW(io::file_checksum(path, "crc32"), IoError);
+}
+
+// Every rank hashes its own file as it writes it (rank_<r>.safetensors
+// .checksum), and the commit takes that line instead of reading the file:
+// a wrong line makes the checkpoint read as corrupted, a missing one is
+// hashed at the commit. The lines do not stay in the checkpoint. A manifest
+// from before words64 (no "checksum", FNV-1a values) still verifies.
+TEST(Checkpoint, RanksHashTheirOwnFilesAndOldManifestsStillVerify) {
+  TempDir dir;
+  const std::string root = dir.file("ck");
+  auto write = [&](int64_t step) {
+    const std::string staging = io::checkpoint_staging_dir(root, step);
+    for (int r = 0; r < 2; ++r) {
+      io::write_rank_state(staging, r, {{"t", randn({64}, static_cast<uint64_t>(r + step))}},
+                           {{"next_step", std::to_string(step)}});
+    }
+    return staging;
+  };
+  const std::string staging = write(1);
+  EXPECT_TRUE(std::filesystem::exists(io::checkpoint_rank_file(staging, 1) + ".checksum"));
+  io::commit_checkpoint(root, 1, 2, {}, "", 3);
+  io::CheckpointInfo info = *io::find_latest_checkpoint(root);
+  EXPECT_EQ(info.checksum, io::kChecksumWords64);
+  for (const auto& e : std::filesystem::directory_iterator(info.step_dir))
+    EXPECT_NE(e.path().extension(), ".checksum") << e.path();
+  EXPECT_EQ(io::read_rank_state(info, 1).tensors.size(), 1u);
+  // Rank 1's line is wrong; rank 0's is missing.
+  const std::string staging2 = write(2);
+  std::ofstream(io::checkpoint_rank_file(staging2, 1) + ".checksum") << "words64 12345\n";
+  std::filesystem::remove(io::checkpoint_rank_file(staging2, 0) + ".checksum");
+  io::commit_checkpoint(root, 2, 2, {}, "", 3);
+  info = *io::find_latest_checkpoint(root);
+  EXPECT_EQ(info.checksums.at(1), 12345u);
+  EXPECT_EQ(io::read_rank_state(info, 0).tensors.size(), 1u);
+  try {
+    io::read_rank_state(info, 1);
+    FAIL() << "the rank's wrong checksum was not used";
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find("corrupted"), std::string::npos) << e.what();
+  }
+  // An older manifest: no "checksum", FNV-1a over each file.
+  const std::string manifest = info.step_dir + "/manifest.json";
+  nlohmann::json m = nlohmann::json::parse(std::ifstream(manifest));
+  m.erase("checksum");
+  for (int r = 0; r < 2; ++r) {
+    m["checksums"]["rank_" + std::to_string(r) + ".safetensors"] = std::to_string(
+        io::file_checksum(io::checkpoint_rank_file(info.step_dir, r), io::kChecksumFnv1a64));
+  }
+  std::ofstream(manifest) << m.dump();
+  info = *io::find_latest_checkpoint(root);
+  EXPECT_EQ(info.checksum, io::kChecksumFnv1a64);
+  EXPECT_EQ(io::read_rank_state(info, 1).tensors.size(), 1u);
+  m["checksum"] = "md5";
+  std::ofstream(manifest) << m.dump();
+  EXPECT_THROW(io::find_latest_checkpoint(root), IoError);
 }
 
 TEST(Checkpoint, ALayoutMismatchNamesTheDimension) {

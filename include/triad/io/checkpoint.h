@@ -19,22 +19,30 @@ namespace triad::io {
 // renamed; `latest` moves only after that, so a checkpoint without its
 // marker (an interrupted write) is never loaded.
 
-// FNV-1a over a file's bytes.
-uint64_t file_checksum(const std::string& path);
+// A rank file's checksum. "words64" (written since 2026-11-25): the
+// file's 64-bit words in four independent multiply-xor lanes, so hashing
+// runs at memory speed; any one changed word changes it. "fnv1a64": FNV-1a
+// byte by byte, what older manifests (which name no checksum) hold.
+inline constexpr const char* kChecksumWords64 = "words64";
+inline constexpr const char* kChecksumFnv1a64 = "fnv1a64";
+uint64_t file_checksum(const std::string& path, const std::string& kind = kChecksumWords64);
 
 // Where rank r writes while step N is being saved (inside the .tmp dir).
 std::string checkpoint_staging_dir(const std::string& dir, int64_t step);
 std::string checkpoint_rank_file(const std::string& step_dir, int rank);
 
 // Writes a rank's tensors (any device: each is moved to the host as it is
-// written) and string metadata into the staging dir, fsynced.
+// written) and string metadata into the staging dir, fsynced, then its
+// checksum beside it (rank_<r>.safetensors.checksum): every rank hashes its
+// own file, in parallel.
 void write_rank_state(const std::string& staging_dir, int rank,
                       const std::map<std::string, Tensor>& tensors,
                       const std::map<std::string, std::string>& metadata);
 
 // Rank 0, after every rank has written: the manifest (layout, config text,
-// checksums of all rank files), then rename staging -> step_<N>, then the
-// `latest` marker; finally removes all but the newest `keep` checkpoints.
+// the checksums the ranks wrote beside their files; a file without one is
+// hashed here), then rename staging -> step_<N>, then the `latest` marker;
+// finally removes all but the newest `keep` checkpoints.
 void commit_checkpoint(const std::string& dir, int64_t step, int world_size,
                        const std::map<std::string, std::string>& layout,
                        const std::string& config_yaml, int keep);
@@ -49,8 +57,9 @@ struct CheckpointInfo {
   std::string step_dir;
   int64_t step = 0;
   std::map<std::string, std::string> layout;
-  std::map<int, uint64_t> checksums;  // rank -> checksum
-  std::string config;                 // the writing run's resolved config (YAML)
+  std::map<int, uint64_t> checksums;        // rank -> checksum
+  std::string checksum = kChecksumFnv1a64;  // their kind (file_checksum)
+  std::string config;                       // the writing run's resolved config (YAML)
 };
 
 // The checkpoint `latest` points to, if any (validated manifest).
