@@ -134,7 +134,18 @@ void for_each_full_state(
   std::map<std::tuple<std::string, int, int>, Pieces> pieces;
   for (const auto& [rank, checksum] : info.checksums) {
     (void)checksum;
-    const io::RankHeader header = io::read_rank_header(info, rank);
+    io::RankHeader read;
+    const io::RankHeader* given = &read;
+    if (options.headers) {
+      auto g = options.headers->find(rank);
+      if (g == options.headers->end()) {
+        throw IoError(where + ": no header was given for rank " + std::to_string(rank));
+      }
+      given = &g->second;
+    } else {
+      read = io::read_rank_header(info, rank);
+    }
+    const io::RankHeader& header = *given;
     if (rank == 0 && metadata) *metadata = header.metadata;
     auto it = header.metadata.find("placement");
     if (it == header.metadata.end()) {
@@ -278,6 +289,39 @@ void for_each_full_state(
       full[kind + name] = param.spec.assemble(ordered, param.full_shape);
     }
     take(name, full);
+  }
+}
+
+std::map<int, io::RankHeader> read_rank_headers(const io::CheckpointInfo& info) {
+  std::map<int, io::RankHeader> out;
+  for (const auto& [rank, checksum] : info.checksums) out[rank] = io::read_rank_header(info, rank);
+  return out;
+}
+
+std::string rank_headers_to_json(const std::map<int, io::RankHeader>& headers) {
+  nlohmann::json j = nlohmann::json::object();
+  for (const auto& [rank, h] : headers) {
+    j[std::to_string(rank)] = {{"metadata", h.metadata}, {"shapes", h.shapes}};
+  }
+  return j.dump();
+}
+
+std::map<int, io::RankHeader> rank_headers_from_json(const std::string& text) {
+  try {
+    std::map<int, io::RankHeader> out;
+    const nlohmann::json all = nlohmann::json::parse(text);
+    if (!all.is_object()) throw IoError("checkpoint headers: not a JSON object");
+    for (const auto& [rank, h] : all.items()) {
+      io::RankHeader header;
+      header.metadata = h.at("metadata").get<std::map<std::string, std::string>>();
+      header.shapes = h.at("shapes").get<std::map<std::string, Shape>>();
+      out[std::stoi(rank)] = std::move(header);
+    }
+    return out;
+  } catch (const nlohmann::json::exception& e) {
+    throw IoError(std::string("checkpoint headers: not a valid list: ") + e.what());
+  } catch (const std::logic_error& e) {  // std::stoi
+    throw IoError(std::string("checkpoint headers: a rank that is not a number: ") + e.what());
   }
 }
 

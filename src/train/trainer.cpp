@@ -8,6 +8,7 @@
 #include <cmath>
 #include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <exception>
 #include <filesystem>
 #include <fstream>
@@ -64,6 +65,18 @@ void read_init_weights(const Config& config, const std::set<int64_t>* blocks,
     io::read_gpt2_weights(config.init_from, nn::gpt_parameter_shapes(config.model), blocks,
                           consume);
   }
+}
+
+// `text` on the group's root, the same text on every rank after (host
+// tensors: over MPI under any device).
+std::string broadcast_text(const dist::ProcessGroupPtr& group, const std::string& text) {
+  Tensor length = from_vector(std::vector<int64_t>{static_cast<int64_t>(text.size())}, {1});
+  group->broadcast(length, 0)->wait();
+  const auto n = static_cast<size_t>(to_double_vector(length)[0]);
+  Tensor words = zeros({static_cast<int64_t>((n + 7) / 8)}, DType::I64);
+  if (group->rank() == 0) std::memcpy(words.data<int64_t>(), text.data(), n);
+  group->broadcast(words, 0)->wait();
+  return std::string(reinterpret_cast<const char*>(words.data<int64_t>()), n);
 }
 
 // Set by SIGTERM/SIGINT; the training loop checks it between steps.
@@ -765,11 +778,34 @@ std::map<std::string, std::string> Trainer::load_resharded(const io::CheckpointI
   } else {
     for (auto& s : optimizer_->state()) state_of[s.name] = &s;
   }
+  // Every rank file's header, read by rank 0 alone and broadcast: a
+  // thousand ranks do not each open a thousand files.
+  // A header rank 0 cannot read stops every rank with its error.
+  std::map<int, io::RankHeader> headers;
+  if (world_ && world_->size() > 1) {
+    std::string text;
+    std::exception_ptr error;
+    if (world_->rank() == 0) {
+      try {
+        text = "H" + rank_headers_to_json(read_rank_headers(info));
+      } catch (const Error& e) {
+        error = std::current_exception();
+        text = std::string("E") + e.what();
+      }
+    }
+    text = broadcast_text(world_, text);
+    if (error) std::rethrow_exception(error);
+    if (text.empty() || text[0] != 'H') {
+      throw IoError("rank 0 could not read the headers of checkpoint '" + info.step_dir +
+                    "': " + (text.empty() ? std::string("(no reason given)") : text.substr(1)));
+    }
+    headers = rank_headers_from_json(text.substr(1));
+  }
   // One parameter's full state at a time, this rank's cut of it placed
   // before the next is assembled.
   std::map<std::string, std::string> metadata;
   for_each_full_state(
-      info, names,
+      info, std::vector<std::string>(names.begin(), names.end()),
       [&](const std::string& name, std::map<std::string, Tensor>& full) {
         // This rank's cut of a full tensor, on the parameters' device.
         auto cut = [&](const std::string& kind) {
@@ -809,7 +845,7 @@ std::map<std::string, std::string> Trainer::load_resharded(const io::CheckpointI
           if (s->second->master.defined()) put(s->second->master, w, "master/" + name);
         }
       },
-      &metadata);
+      {.metadata = &metadata, .headers = headers.empty() ? nullptr : &headers});
   const int64_t optimizer_step = metadata_int(info, metadata, "optimizer_step");
   if (zero_optimizer_) {
     zero_optimizer_->sync_params_from_masters();

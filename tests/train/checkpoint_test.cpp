@@ -765,6 +765,36 @@ TEST(Checkpoint, OneKindOfStateInTheCallersOrderAndCheckpointsOpenedByPath) {
                       },
                       {.kinds = {"param/"}});
   EXPECT_EQ(order, (std::vector<std::string>{"w", "b"}));
+  // The headers read once and handed over (as a trainer broadcasts them)
+  // give the same; a rank left out of them is named.
+  const auto headers = rank_headers_from_json(rank_headers_to_json(read_rank_headers(info)));
+  ASSERT_EQ(headers.size(), 2u);
+  EXPECT_EQ(headers.at(1).shapes.at("param/b"), (Shape{2}));
+  EXPECT_EQ(headers.at(0).metadata.at("next_step"), "4");
+  std::map<std::string, std::string> metadata;
+  order.clear();
+  for_each_full_state(
+      info, std::vector<std::string>{"b"},
+      [&](const std::string& name, std::map<std::string, Tensor>& full) {
+        order.push_back(name);
+        EXPECT_EQ(to_double_vector(full.at("adam_m/b")), (std::vector<double>{2.0, 5.0}));
+      },
+      {.metadata = &metadata, .headers = &headers});
+  EXPECT_EQ(order, std::vector<std::string>{"b"});
+  EXPECT_EQ(metadata.at("next_step"), "4");
+  std::map<int, io::RankHeader> partial = headers;
+  partial.erase(1);
+  try {
+    for_each_full_state(info, std::vector<std::string>{"b"},
+                        [](const std::string&, std::map<std::string, Tensor>&) {},
+                        {.headers = &partial});
+    FAIL() << "a missing header went unnoticed";
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find("no header was given for rank 1"), std::string::npos)
+        << e.what();
+  }
+  for (const char* bad : {"[1, 2]", "{\"x\": {}}", "{\"0\": {\"metadata\": 3}}", "not json"})
+    EXPECT_THROW(rank_headers_from_json(bad), IoError) << bad;
   EXPECT_THROW(for_each_full_state(info, std::vector<std::string>{"w", "w"},
                                    [](const std::string&, std::map<std::string, Tensor>&) {}, {}),
                ValueError);

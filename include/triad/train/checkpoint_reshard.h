@@ -69,11 +69,23 @@ void for_each_full_state(
 struct FullStateOptions {
   std::set<std::string> kinds{};
   std::map<std::string, std::string>* metadata = nullptr;  // receives rank 0's
+  // Every rank file's header (placement, shapes), read already: a trainer
+  // resuming under another layout reads them on one rank and broadcasts
+  // them (rank_headers_to_json), so thousands of ranks do not each open
+  // every file of the checkpoint. Unset: read here.
+  const std::map<int, io::RankHeader>* headers = nullptr;
 };
 void for_each_full_state(
     const io::CheckpointInfo& info, const std::vector<std::string>& order,
     const std::function<void(const std::string& name, std::map<std::string, Tensor>& full)>& take,
     const FullStateOptions& options);
+
+// Every rank file's header (io::read_rank_header), and the same as text
+// for a broadcast; a text that is not such is an IoError naming what is
+// wrong.
+std::map<int, io::RankHeader> read_rank_headers(const io::CheckpointInfo& info);
+std::string rank_headers_to_json(const std::map<int, io::RankHeader>& headers);
+std::map<int, io::RankHeader> rank_headers_from_json(const std::string& text);
 
 // The model's weights as a checkpoint holds them (each parameter's
 // "param/" tensors joined, whatever layout wrote them), handed over as
