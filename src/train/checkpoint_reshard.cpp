@@ -327,14 +327,24 @@ std::map<int, io::RankHeader> rank_headers_from_json(const std::string& text) {
 
 void read_checkpoint_weights(const io::CheckpointInfo& info, const nn::GptConfig& model,
                              const std::function<void(nn::StateDict&&)>& consume,
-                             const std::set<int64_t>* blocks) {
+                             const std::set<int64_t>* blocks,
+                             const std::map<int, io::RankHeader>* headers) {
   const std::string where = "checkpoint '" + info.step_dir + "'";
   const std::map<std::string, Shape> expected = nn::gpt_parameter_shapes(model);
+  std::map<int, io::RankHeader> read;
+  if (!headers) {
+    read = read_rank_headers(info);
+    headers = &read;
+  }
   // The checkpoint's parameters and full shapes, from the headers alone.
   std::map<std::string, Shape> held;
   for (const auto& [rank, checksum] : info.checksums) {
     (void)checksum;
-    const io::RankHeader header = io::read_rank_header(info, rank);
+    auto h = headers->find(rank);
+    if (h == headers->end()) {
+      throw IoError(where + ": no header was given for rank " + std::to_string(rank));
+    }
+    const io::RankHeader& header = h->second;
     auto it = header.metadata.find("placement");
     if (it == header.metadata.end()) {
       throw IoError(where +
@@ -392,7 +402,7 @@ void read_checkpoint_weights(const io::CheckpointInfo& info, const nn::GptConfig
                           part.clear();  // (moved from: empty again)
                         }
                       },
-                      {.kinds = {"param/"}});
+                      {.kinds = {"param/"}, .headers = headers});
 }
 
 FullState gather_full_state(const io::CheckpointInfo& info, const std::set<std::string>& names) {

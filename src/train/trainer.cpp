@@ -53,20 +53,6 @@ std::string joined(const std::vector<int64_t>& counts, const char* sep) {
   return out;
 }
 
-// init.from's weights in parts (the tensors outside the blocks, then each
-// of `blocks`' blocks, or all): a weights file, or a checkpoint's weights
-// alone, joined whatever layout wrote them (a new run from a checkpoint:
-// its optimizer state, counters and data position are not taken).
-void read_init_weights(const Config& config, const std::set<int64_t>* blocks,
-                       const std::function<void(nn::StateDict&&)>& consume) {
-  if (io::is_checkpoint(config.init_from)) {
-    read_checkpoint_weights(io::open_checkpoint(config.init_from), config.model, consume, blocks);
-  } else {
-    io::read_gpt2_weights(config.init_from, nn::gpt_parameter_shapes(config.model), blocks,
-                          consume);
-  }
-}
-
 // `text` on the group's root, the same text on every rank after (host
 // tensors: over MPI under any device).
 std::string broadcast_text(const dist::ProcessGroupPtr& group, const std::string& text) {
@@ -195,9 +181,8 @@ Trainer::Trainer(Config config, dist::ProcessGroupPtr world)
     if (!config_.init_from.empty()) {
       // Block by block: the freshly initialised model and one block of the
       // file, never two copies of the model.
-      read_init_weights(config_, nullptr, [&](nn::StateDict&& part) {
-        model_->load_state_dict(part, /*strict=*/false);
-      });
+      read_init_weights(
+          nullptr, [&](nn::StateDict&& part) { model_->load_state_dict(part, /*strict=*/false); });
     }
   } else {
     // Every group of the mesh (and its NCCL communicator) inherits these.
@@ -241,7 +226,7 @@ Trainer::Trainer(Config config, dist::ProcessGroupPtr world)
         const std::set<int64_t> mine = pp_model_->local_layers();
         std::exception_ptr error;
         try {
-          read_init_weights(config_, &mine,
+          read_init_weights(&mine,
                             [&](nn::StateDict&& part) { pp_model_->load_full_tensors(part); });
         } catch (const Error&) {
           error = std::current_exception();
@@ -262,7 +247,7 @@ Trainer::Trainer(Config config, dist::ProcessGroupPtr world)
                                                           par.sequence_parallel);
       if (!config_.init_from.empty()) {
         // One block of the file at a time, each rank cutting its shards.
-        read_init_weights(config_, nullptr,
+        read_init_weights(nullptr,
                           [&](nn::StateDict&& part) { tp_model_->load_full_tensors(part); });
       }
     }
@@ -752,6 +737,41 @@ int64_t Trainer::restore_counters(const io::CheckpointInfo& info,
   return next;
 }
 
+std::map<int, io::RankHeader> Trainer::shared_rank_headers(const io::CheckpointInfo& info) const {
+  if (!world_ || world_->size() == 1) return {};
+  // A header rank 0 cannot read stops every rank with its error.
+  std::string text;
+  std::exception_ptr error;
+  if (world_->rank() == 0) {
+    try {
+      text = "H" + rank_headers_to_json(read_rank_headers(info));
+    } catch (const Error& e) {
+      error = std::current_exception();
+      text = std::string("E") + e.what();
+    }
+  }
+  text = broadcast_text(world_, text);
+  if (error) std::rethrow_exception(error);
+  if (text.empty() || text[0] != 'H') {
+    throw IoError("rank 0 could not read the headers of checkpoint '" + info.step_dir +
+                  "': " + (text.empty() ? std::string("(no reason given)") : text.substr(1)));
+  }
+  return rank_headers_from_json(text.substr(1));
+}
+
+void Trainer::read_init_weights(const std::set<int64_t>* blocks,
+                                const std::function<void(nn::StateDict&&)>& consume) const {
+  const std::string& from = config_.init_from;
+  if (!io::is_checkpoint(from)) {
+    io::read_gpt2_weights(from, nn::gpt_parameter_shapes(config_.model), blocks, consume);
+    return;
+  }
+  const io::CheckpointInfo info = io::open_checkpoint(from);
+  const std::map<int, io::RankHeader> headers = shared_rank_headers(info);
+  read_checkpoint_weights(info, config_.model, consume, blocks,
+                          headers.empty() ? nullptr : &headers);
+}
+
 std::map<std::string, std::string> Trainer::load_resharded(const io::CheckpointInfo& info) {
   autograd::NoGradGuard no_grad;
   auto params = parameters();
@@ -780,27 +800,7 @@ std::map<std::string, std::string> Trainer::load_resharded(const io::CheckpointI
   }
   // Every rank file's header, read by rank 0 alone and broadcast: a
   // thousand ranks do not each open a thousand files.
-  // A header rank 0 cannot read stops every rank with its error.
-  std::map<int, io::RankHeader> headers;
-  if (world_ && world_->size() > 1) {
-    std::string text;
-    std::exception_ptr error;
-    if (world_->rank() == 0) {
-      try {
-        text = "H" + rank_headers_to_json(read_rank_headers(info));
-      } catch (const Error& e) {
-        error = std::current_exception();
-        text = std::string("E") + e.what();
-      }
-    }
-    text = broadcast_text(world_, text);
-    if (error) std::rethrow_exception(error);
-    if (text.empty() || text[0] != 'H') {
-      throw IoError("rank 0 could not read the headers of checkpoint '" + info.step_dir +
-                    "': " + (text.empty() ? std::string("(no reason given)") : text.substr(1)));
-    }
-    headers = rank_headers_from_json(text.substr(1));
-  }
+  const std::map<int, io::RankHeader> headers = shared_rank_headers(info);
   // One parameter's full state at a time, this rank's cut of it placed
   // before the next is assembled.
   std::map<std::string, std::string> metadata;

@@ -95,8 +95,11 @@ std::map<int, io::RankHeader> rank_headers_from_json(const std::string& text);
 // an IoError names the first one missing, extra or of another shape.
 // `blocks`, when given, names the blocks to read (a pipeline rank's), as
 // read_gpt2_weights' does; the tensors outside the blocks are always read.
+// `headers`, when given, are every rank file's (read_rank_headers, as a
+// trainer broadcasts them); else they are read here, once.
 void read_checkpoint_weights(const io::CheckpointInfo& info, const nn::GptConfig& model,
                              const std::function<void(nn::StateDict&&)>& consume,
-                             const std::set<int64_t>* blocks = nullptr);
+                             const std::set<int64_t>* blocks = nullptr,
+                             const std::map<int, io::RankHeader>* headers = nullptr);
 
 }  // namespace triad::train

@@ -6,6 +6,8 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
+#include <string>
 #include <vector>
 
 #include "triad/data/blended_dataset.h"
@@ -158,6 +160,17 @@ class Trainer {
   // Resume from a checkpoint of another layout: full tensors cut anew;
   // returns the checkpoint's (rank 0) metadata.
   std::map<std::string, std::string> load_resharded(const io::CheckpointInfo& info);
+  // Every rank file's header, read by rank 0 alone and broadcast (collective;
+  // empty in one process, where the reader reads them itself): a thousand
+  // ranks do not each open a thousand files.
+  std::map<int, io::RankHeader> shared_rank_headers(const io::CheckpointInfo& info) const;
+  // init.from's weights in parts (the tensors outside the blocks, then each
+  // of `blocks`' blocks, or all): a weights file, or a checkpoint's weights
+  // alone, joined whatever layout wrote them (a new run from a checkpoint:
+  // its optimizer state, counters and data position are not taken).
+  // Collective for a checkpoint.
+  void read_init_weights(const std::set<int64_t>* blocks,
+                         const std::function<void(nn::StateDict&&)>& consume) const;
   // Whether a rank file's ZeRO-1 pieces are this run's (else it is resharded).
   bool same_zero_pieces(const io::RankState& st) const;
   // Step counters and the loss scaler from a checkpoint's metadata; returns
