@@ -14,27 +14,18 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <functional>
-#include <optional>
 
 #include "triad/core/error.h"
-#include "triad/io/checkpoint.h"
-#include "triad/io/gpt2_weights.h"
 #include "triad/io/hf_export.h"
-#include "triad/train/checkpoint_reshard.h"
 #include "triad/train/config.h"
+
+#include "model_source.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"Write a model trained by Triad in Hugging Face's layout"};
-  std::string run_dir, config_path, weights, output;
-  app.add_option("--run", run_dir,
-                 "a triad-train output.dir (its config.yaml and model.safetensors)");
-  app.add_option("--config", config_path, "the model's YAML config (instead of --run)");
-  app.add_option("--weights", weights, "Triad's safetensors (instead of --run)");
-  std::string checkpoint;
-  app.add_option("--checkpoint", checkpoint,
-                 "a checkpoint instead of the run's final model: a checkpoint.dir (its latest) "
-                 "or one of its step_<N> directories, written under any layout (its own config "
-                 "unless --config or --run gives one)");
+  triad::examples::ModelSource source;
+  source.add_options(app);
+  std::string output;
   app.add_option("--output", output, "the directory to write config.json and model.safetensors")
       ->required();
   std::string tokenizer;
@@ -54,29 +45,10 @@ int main(int argc, char** argv) {
                  "bfloat16 halves an fp32-trained model's files)");
   CLI11_PARSE(app, argc, argv);
   try {
-    if (!checkpoint.empty() && !weights.empty()) {
-      throw triad::ValueError("give --weights or --checkpoint, not both");
-    }
-    if (!run_dir.empty()) {
-      if (config_path.empty()) config_path = run_dir + "/config.yaml";
-      if (weights.empty() && checkpoint.empty()) weights = run_dir + "/model.safetensors";
-    }
-    std::optional<triad::io::CheckpointInfo> info;
-    if (!checkpoint.empty()) {
-      info = triad::io::open_checkpoint(checkpoint);
-      if (config_path.empty() && info->config.empty()) {
-        throw triad::ValueError("checkpoint '" + info->step_dir +
-                                "' keeps no config: give --config");
-      }
-    } else if (config_path.empty() || weights.empty()) {
-      throw triad::ValueError("give --run DIR, both --config and --weights, or --checkpoint");
-    }
     triad::io::HfExportOptions options;
     options.max_shard_bytes = triad::io::parse_byte_size(max_shard_size);
     if (!dtype.empty()) options.dtype = triad::io::hf_weights_dtype(dtype);
-    const triad::nn::GptConfig model = config_path.empty()
-                                           ? triad::train::parse_config(info->config).model
-                                           : triad::train::load_config(config_path).model;
+    const triad::nn::GptConfig model = source.resolve().model;
     const char* architecture = triad::io::hf_architecture(model);  // before reading the weights
     // One block at a time: the model is never whole in memory. The weights
     // are checked whole first, then the tokenizer is copied (it is checked
@@ -87,12 +59,13 @@ int main(int argc, char** argv) {
         tokenizer_files = triad::io::copy_hf_tokenizer(tokenizer, output, model.vocab_size);
     };
     const std::vector<std::string> weight_files =
-        info ? triad::io::export_hf_parts(
-                   [&](const std::function<void(triad::nn::StateDict &&)>& consume) {
-                     triad::train::read_checkpoint_weights(*info, model, consume);
-                   },
-                   model, output, options)
-             : triad::io::export_hf_model(weights, model, output, options);
+        source.weights().empty()
+            ? triad::io::export_hf_parts(
+                  [&](const std::function<void(triad::nn::StateDict &&)>& consume) {
+                    source.read(model, consume);
+                  },
+                  model, output, options)
+            : triad::io::export_hf_model(source.weights(), model, output, options);
     std::string what = weight_files.size() == 1
                            ? weight_files.front()
                            : std::to_string(weight_files.size()) + " shards (" +

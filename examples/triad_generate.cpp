@@ -12,35 +12,25 @@
 #include <chrono>
 #include <cstdio>
 #include <memory>
-#include <optional>
 
 #include "triad/core/error.h"
 #include "triad/data/tokenizer.h"
-#include "triad/io/checkpoint.h"
-#include "triad/io/gpt2_weights.h"
 #include "triad/nn/generate.h"
-#include "triad/train/checkpoint_reshard.h"
 #include "triad/train/config.h"
 
 #include "cli_checks.h"
+#include "model_source.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"Continue a prompt with a GPT trained by Triad"};
-  std::string run_dir, config_path, weights, prompt, vocab, merges, device;
+  std::string prompt, vocab, merges, device;
+  triad::examples::ModelSource source;
   triad::nn::SamplingOptions o;
   o.max_new_tokens = 200;
   o.temperature = 0.8;
   o.top_k = 40;
   o.seed = 1;
-  app.add_option("--run", run_dir,
-                 "a triad-train output.dir (its config.yaml and model.safetensors)");
-  app.add_option("--config", config_path, "the model's YAML config (instead of --run)");
-  app.add_option("--weights", weights, "GPT-2 safetensors (instead of --run)");
-  std::string checkpoint;
-  app.add_option("--checkpoint", checkpoint,
-                 "a checkpoint instead of the run's final model: a checkpoint.dir (its latest) "
-                 "or one of its step_<N> directories, written under any layout (its own config "
-                 "unless --config or --run gives one)");
+  source.add_options(app);
   app.add_option("--prompt", prompt, "text to continue")->required();
   app.add_option("--tokens", o.max_new_tokens, "tokens to generate")->capture_default_str();
   app.add_option("--temperature", o.temperature, "0: greedy")->capture_default_str();
@@ -75,26 +65,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   o.kv_cache = !no_cache;
   try {
-    if (!checkpoint.empty() && !weights.empty()) {
-      throw triad::ValueError("give --weights or --checkpoint, not both");
-    }
-    if (!run_dir.empty()) {
-      if (config_path.empty()) config_path = run_dir + "/config.yaml";
-      if (weights.empty() && checkpoint.empty()) weights = run_dir + "/model.safetensors";
-    }
-    std::optional<triad::io::CheckpointInfo> info;
-    if (!checkpoint.empty()) {
-      info = triad::io::open_checkpoint(checkpoint);
-      if (config_path.empty() && info->config.empty()) {
-        throw triad::ValueError("checkpoint '" + info->step_dir +
-                                "' keeps no config: give --config");
-      }
-    } else if (config_path.empty() || weights.empty()) {
-      throw triad::ValueError("give --run DIR, both --config and --weights, or --checkpoint");
-    }
-    const triad::train::Config config = config_path.empty()
-                                            ? triad::train::parse_config(info->config)
-                                            : triad::train::load_config(config_path);
+    const triad::train::Config config = source.resolve();
     const std::unique_ptr<triad::data::Tokenizer> tok =
         triad::data::make_tokenizer(vocab, merges, hf_tokenizer);
     if (tok->vocab_size() > config.model.vocab_size) {
@@ -112,14 +83,10 @@ int main(int argc, char** argv) {
     triad::nn::GptConfig model_cfg = config.model;
     model_cfg.dropout = 0;
     triad::nn::Gpt model(model_cfg, config.train.seed);
-    if (info) {
-      // One block of the checkpoint's joined weights at a time.
-      triad::train::read_checkpoint_weights(*info, model_cfg, [&](triad::nn::StateDict&& part) {
-        model.load_state_dict(part, /*strict=*/false);
-      });
-    } else {
-      triad::io::load_gpt2_safetensors(model, weights);
-    }
+    // One block of the file, or of the checkpoint's joined weights, at a time.
+    source.read(model_cfg, [&](triad::nn::StateDict&& part) {
+      model.load_state_dict(part, /*strict=*/false);
+    });
     model.to(triad::device_from_string(device.empty() ? config.device : device));
     std::vector<int32_t> ids;
     if (!bos_token.empty()) {

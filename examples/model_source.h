@@ -1,0 +1,77 @@
+#pragma once
+
+// Where triad-generate and triad-export take a trained model from: a run's
+// output.dir, a config with a weights file, or a checkpoint.
+
+#include <CLI/CLI.hpp>
+#include <functional>
+#include <optional>
+#include <string>
+
+#include "triad/core/error.h"
+#include "triad/io/checkpoint.h"
+#include "triad/io/gpt2_weights.h"
+#include "triad/nn/gpt.h"
+#include "triad/train/checkpoint_reshard.h"
+#include "triad/train/config.h"
+
+namespace triad::examples {
+
+class ModelSource {
+ public:
+  // --run, --config, --weights and --checkpoint.
+  void add_options(CLI::App& app) {
+    app.add_option("--run", run_dir_,
+                   "a triad-train output.dir (its config.yaml and model.safetensors)");
+    app.add_option("--config", config_path_, "the model's YAML config (instead of --run)");
+    app.add_option("--weights", weights_,
+                   "the model's safetensors (instead of --run): Triad's, or any init.from takes");
+    app.add_option("--checkpoint", checkpoint_,
+                   "a checkpoint instead of the run's final model: a checkpoint.dir (its latest) "
+                   "or one of its step_<N> directories, written under any layout (its own config "
+                   "unless --config or --run gives one)");
+  }
+
+  // After parsing: the paths resolved, the checkpoint's manifest read, and
+  // the config loaded; a missing or doubled source is a ValueError saying
+  // what to give.
+  train::Config resolve() {
+    if (!checkpoint_.empty() && !weights_.empty()) {
+      throw ValueError("give --weights or --checkpoint, not both");
+    }
+    if (!run_dir_.empty()) {
+      if (config_path_.empty()) config_path_ = run_dir_ + "/config.yaml";
+      if (weights_.empty() && checkpoint_.empty()) weights_ = run_dir_ + "/model.safetensors";
+    }
+    if (!checkpoint_.empty()) {
+      info_ = io::open_checkpoint(checkpoint_);
+      if (config_path_.empty() && info_->config.empty()) {
+        throw ValueError("checkpoint '" + info_->step_dir + "' keeps no config: give --config");
+      }
+    } else if (config_path_.empty() || weights_.empty()) {
+      throw ValueError("give --run DIR, both --config and --weights, or --checkpoint");
+    }
+    return config_path_.empty() ? train::parse_config(info_->config)
+                                : train::load_config(config_path_);
+  }
+
+  // The weights in init.from's parts (the tensors outside the blocks, then
+  // block by block), from the file or the checkpoint (joined whatever
+  // layout wrote it). After resolve().
+  void read(const nn::GptConfig& model, const std::function<void(nn::StateDict&&)>& consume) const {
+    if (info_) {
+      train::read_checkpoint_weights(*info_, model, consume);
+    } else {
+      io::read_gpt2_weights(weights_, nn::gpt_parameter_shapes(model), nullptr, consume);
+    }
+  }
+
+  // The weights file, empty for a checkpoint.
+  const std::string& weights() const { return weights_; }
+
+ private:
+  std::string run_dir_, config_path_, weights_, checkpoint_;
+  std::optional<io::CheckpointInfo> info_;
+};
+
+}  // namespace triad::examples
