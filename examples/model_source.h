@@ -57,10 +57,12 @@ class ModelSource {
 
   // The weights in init.from's parts (the tensors outside the blocks, then
   // block by block), from the file or the checkpoint (joined whatever
-  // layout wrote it). After resolve().
-  void read(const nn::GptConfig& model, const std::function<void(nn::StateDict&&)>& consume) const {
+  // layout wrote it; its files are checked against their checksums on the
+  // first read only: an export reads twice). After resolve().
+  void read(const nn::GptConfig& model, const std::function<void(nn::StateDict&&)>& consume) {
     if (info_) {
-      train::read_checkpoint_weights(*info_, model, consume);
+      train::read_checkpoint_weights(*info_, model, consume, {.verify = !verified_});
+      verified_ = true;
     } else {
       io::read_gpt2_weights(weights_, nn::gpt_parameter_shapes(model), nullptr, consume);
     }
@@ -72,6 +74,7 @@ class ModelSource {
  private:
   std::string run_dir_, config_path_, weights_, checkpoint_;
   std::optional<io::CheckpointInfo> info_;
+  bool verified_ = false;
 };
 
 }  // namespace triad::examples

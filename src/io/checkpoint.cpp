@@ -367,6 +367,8 @@ RankState read_rank_state(const CheckpointInfo& info, int rank, const TensorFilt
   return {std::move(s.tensors), std::move(s.metadata)};
 }
 
-RankFile::RankFile(const CheckpointInfo& info, int rank) : file_(verified_rank_file(info, rank)) {}
+RankFile::RankFile(const CheckpointInfo& info, int rank, bool verify)
+    : file_(verify ? verified_rank_file(info, rank)
+                   : (require_rank_file(info, rank), checkpoint_rank_file(info.step_dir, rank))) {}
 
 }  // namespace triad::io

@@ -260,7 +260,7 @@ void for_each_full_state(
   // The files that give something, each verified against its checksum once;
   // data-parallel replicas and other stages' files stay on disk.
   std::map<int, io::RankFile> files;
-  for (int rank : needed) files.emplace(rank, io::RankFile(info, rank));
+  for (int rank : needed) files.emplace(rank, io::RankFile(info, rank, options.verify));
   // One parameter's full state at a time.
   for (const std::string& name : order) {
     const RankPlacement::Param& param = placement.at(name);
@@ -327,8 +327,9 @@ std::map<int, io::RankHeader> rank_headers_from_json(const std::string& text) {
 
 void read_checkpoint_weights(const io::CheckpointInfo& info, const nn::GptConfig& model,
                              const std::function<void(nn::StateDict&&)>& consume,
-                             const std::set<int64_t>* blocks,
-                             const std::map<int, io::RankHeader>* headers) {
+                             const CheckpointWeightsOptions& options) {
+  const std::set<int64_t>* blocks = options.blocks;
+  const std::map<int, io::RankHeader>* headers = options.headers;
   const std::string where = "checkpoint '" + info.step_dir + "'";
   const std::map<std::string, Shape> expected = nn::gpt_parameter_shapes(model);
   std::map<int, io::RankHeader> read;
@@ -402,7 +403,7 @@ void read_checkpoint_weights(const io::CheckpointInfo& info, const nn::GptConfig
                           part.clear();  // (moved from: empty again)
                         }
                       },
-                      {.kinds = {"param/"}, .headers = headers});
+                      {.kinds = {"param/"}, .headers = headers, .verify = options.verify});
 }
 
 FullState gather_full_state(const io::CheckpointInfo& info, const std::set<std::string>& names) {

@@ -768,8 +768,8 @@ void Trainer::read_init_weights(const std::set<int64_t>* blocks,
   }
   const io::CheckpointInfo info = io::open_checkpoint(from);
   const std::map<int, io::RankHeader> headers = shared_rank_headers(info);
-  read_checkpoint_weights(info, config_.model, consume, blocks,
-                          headers.empty() ? nullptr : &headers);
+  read_checkpoint_weights(info, config_.model, consume,
+                          {.blocks = blocks, .headers = headers.empty() ? nullptr : &headers});
 }
 
 std::map<std::string, std::string> Trainer::load_resharded(const io::CheckpointInfo& info) {

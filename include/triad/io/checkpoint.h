@@ -96,9 +96,11 @@ RankHeader read_rank_header(const CheckpointInfo& info, int rank);
 // Rank r's file verified against its checksum once and then mapped: its
 // tensors, or pieces of them, copied out as they are wanted (a resume under
 // another layout takes one parameter's state at a time from many files).
+// `verify` false skips the checksum, for a reader that has just verified
+// the same file (an export's second pass).
 class RankFile {
  public:
-  RankFile(const CheckpointInfo& info, int rank);
+  RankFile(const CheckpointInfo& info, int rank, bool verify = true);
   const SafetensorsFile& file() const { return file_; }
 
  private:

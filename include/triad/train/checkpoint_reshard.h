@@ -74,6 +74,9 @@ struct FullStateOptions {
   // them (rank_headers_to_json), so thousands of ranks do not each open
   // every file of the checkpoint. Unset: read here.
   const std::map<int, io::RankHeader>* headers = nullptr;
+  // false: the files are not checked against their checksums (a reader
+  // that has just verified them, as an export's second pass).
+  bool verify = true;
 };
 void for_each_full_state(
     const io::CheckpointInfo& info, const std::vector<std::string>& order,
@@ -93,13 +96,17 @@ std::map<int, io::RankHeader> rank_headers_from_json(const std::string& text);
 // blocks, then each block in order, so the host holds one block. The
 // checkpoint's parameters must be the configured model's, shape for shape:
 // an IoError names the first one missing, extra or of another shape.
-// `blocks`, when given, names the blocks to read (a pipeline rank's), as
-// read_gpt2_weights' does; the tensors outside the blocks are always read.
-// `headers`, when given, are every rank file's (read_rank_headers, as a
-// trainer broadcasts them); else they are read here, once.
+struct CheckpointWeightsOptions {
+  // The blocks to read (a pipeline rank's), as read_gpt2_weights' `blocks`;
+  // the tensors outside the blocks are always read. Unset: all.
+  const std::set<int64_t>* blocks = nullptr;
+  // Every rank file's header (read_rank_headers, as a trainer broadcasts
+  // them); unset: read here, once.
+  const std::map<int, io::RankHeader>* headers = nullptr;
+  bool verify = true;  // as FullStateOptions::verify
+};
 void read_checkpoint_weights(const io::CheckpointInfo& info, const nn::GptConfig& model,
                              const std::function<void(nn::StateDict&&)>& consume,
-                             const std::set<int64_t>* blocks = nullptr,
-                             const std::map<int, io::RankHeader>* headers = nullptr);
+                             const CheckpointWeightsOptions& options = {});
 
 }  // namespace triad::train
