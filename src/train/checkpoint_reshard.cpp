@@ -116,10 +116,15 @@ void for_each_full_state(
   std::map<std::string, RankPlacement::Param> placement;  // of each wanted name
   int tp_size = 0;
   // Where each shard (key "param/<name>" ..., tensor-parallel rank) comes
-  // from, learnt from the files' headers alone: a tensor of one file (the
-  // first replica seen wins: data-parallel replicas and the tied
-  // embedding's two holders agree) ...
-  std::map<std::string, std::map<int, int>> direct;  // key -> tp rank -> file's rank
+  // from, learnt from the files' headers alone: a tensor of one file (of
+  // the first pipeline stage seen to hold it, as the tied embedding's two
+  // holders agree; among that stage's data-parallel replicas, which all
+  // agree, the one `options.replica` picks, so that resuming ranks spread
+  // their reads over the replicas' files) ...
+  struct Holder {
+    int rank, pp_rank;
+  };
+  std::map<std::string, std::map<int, std::vector<Holder>>> direct;  // key -> tp rank -> files
   // ... or ZeRO-1 pieces of the flat tensors of the data-parallel ranks,
   // per (key, tp rank, pp rank), usable once they cover the shard.
   struct Piece {
@@ -177,7 +182,7 @@ void for_each_full_state(
                         shape_str(shape->second) + ", its placement says " +
                         shape_str(shard_shape));
         }
-        direct[kind + name].emplace(pl.tp_rank, rank);
+        direct[kind + name][pl.tp_rank].push_back({rank, pl.pp_rank});
       }
     }
     int64_t at = 0;
@@ -231,7 +236,11 @@ void for_each_full_state(
       for (int r = 0; r < tp_size; ++r) {
         Source& src = per_rank[static_cast<size_t>(r)];
         if (auto d = direct.find(key); d != direct.end() && d->second.count(r)) {
-          src.rank = d->second.at(r);
+          std::vector<int> replicas;  // the first holder's stage
+          for (const Holder& h : d->second.at(r)) {
+            if (h.pp_rank == d->second.at(r).front().pp_rank) replicas.push_back(h.rank);
+          }
+          src.rank = replicas[static_cast<size_t>(options.replica) % replicas.size()];
           needed.insert(src.rank);
         } else {
           // The first pipeline holder whose pieces cover the shard.
@@ -403,7 +412,10 @@ void read_checkpoint_weights(const io::CheckpointInfo& info, const nn::GptConfig
                           part.clear();  // (moved from: empty again)
                         }
                       },
-                      {.kinds = {"param/"}, .headers = headers, .verify = options.verify});
+                      {.kinds = {"param/"},
+                       .headers = headers,
+                       .verify = options.verify,
+                       .replica = options.replica});
 }
 
 FullState gather_full_state(const io::CheckpointInfo& info, const std::set<std::string>& names) {

@@ -768,8 +768,9 @@ void Trainer::read_init_weights(const std::set<int64_t>* blocks,
   }
   const io::CheckpointInfo info = io::open_checkpoint(from);
   const std::map<int, io::RankHeader> headers = shared_rank_headers(info);
-  read_checkpoint_weights(info, config_.model, consume,
-                          {.blocks = blocks, .headers = headers.empty() ? nullptr : &headers});
+  read_checkpoint_weights(
+      info, config_.model, consume,
+      {.blocks = blocks, .headers = headers.empty() ? nullptr : &headers, .replica = dp_rank_});
 }
 
 std::map<std::string, std::string> Trainer::load_resharded(const io::CheckpointInfo& info) {
@@ -845,7 +846,9 @@ std::map<std::string, std::string> Trainer::load_resharded(const io::CheckpointI
           if (s->second->master.defined()) put(s->second->master, w, "master/" + name);
         }
       },
-      {.metadata = &metadata, .headers = headers.empty() ? nullptr : &headers});
+      {.metadata = &metadata,
+       .headers = headers.empty() ? nullptr : &headers,
+       .replica = dp_rank_});
   const int64_t optimizer_step = metadata_int(info, metadata, "optimizer_step");
   if (zero_optimizer_) {
     zero_optimizer_->sync_params_from_masters();

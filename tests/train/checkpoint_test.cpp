@@ -731,6 +731,15 @@ TEST(Checkpoint, FullStateReadsOnlyTheFilesItNeeds) {
   } catch (const IoError& e) {
     EXPECT_NE(std::string(e.what()).find("is corrupted"), std::string::npos) << e.what();
   }
+  // Another data-parallel rank reads w from its own replica: rank 1's
+  // damaged file (replica 1), rank 0's again for replica 2 (of 2).
+  auto w_from = [&](int replica) {
+    for_each_full_state(info, std::vector<std::string>{"w"},
+                        [](const std::string&, std::map<std::string, Tensor>&) {},
+                        {.replica = replica});
+  };
+  EXPECT_THROW(w_from(1), IoError);
+  EXPECT_NO_THROW(w_from(2));
   // Unless the reader says it has just verified the files (an export's
   // second pass): then nothing checks them.
   int taken = 0;

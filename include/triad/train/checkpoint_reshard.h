@@ -77,6 +77,11 @@ struct FullStateOptions {
   // false: the files are not checked against their checksums (a reader
   // that has just verified them, as an export's second pass).
   bool verify = true;
+  // Which of a stage's data-parallel replicas gives a tensor they all hold
+  // (modulo their number): a resuming rank passes its data-parallel rank,
+  // so the ranks read (and verify) different files instead of all the
+  // first replica's.
+  int replica = 0;
 };
 void for_each_full_state(
     const io::CheckpointInfo& info, const std::vector<std::string>& order,
@@ -104,6 +109,7 @@ struct CheckpointWeightsOptions {
   // them); unset: read here, once.
   const std::map<int, io::RankHeader>* headers = nullptr;
   bool verify = true;  // as FullStateOptions::verify
+  int replica = 0;     // as FullStateOptions::replica
 };
 void read_checkpoint_weights(const io::CheckpointInfo& info, const nn::GptConfig& model,
                              const std::function<void(nn::StateDict&&)>& consume,
