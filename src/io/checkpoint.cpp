@@ -8,9 +8,11 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <vector>
 
+#include "data/mapped_file.h"
 #include "triad/core/error.h"
 #include "triad/io/safetensors.h"
 
@@ -82,18 +84,20 @@ uint64_t file_checksum(const std::string& path, const std::string& kind) {
     throw IoError("checkpoint: unknown checksum '" + kind + "' (expected " + kChecksumWords64 +
                   " or " + kChecksumFnv1a64 + ")");
   }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw IoError("checkpoint: cannot read '" + path + "'");
-  constexpr size_t kBuffer = size_t{1} << 20;  // a multiple of 32
-  std::vector<char> buf(kBuffer);
+  // The file mapped (read through the page cache, no copy into a buffer).
+  std::unique_ptr<data::MappedFile> file;
+  try {
+    file = std::make_unique<data::MappedFile>(path);
+  } catch (const IoError& e) {
+    throw IoError(std::string("checkpoint: cannot read ") + e.what());
+  }
+  const auto* bytes = reinterpret_cast<const unsigned char*>(file->data());
+  const uint64_t length = file->size();
   if (kind == kChecksumFnv1a64) {  // checkpoints written before words64
     uint64_t h = 0xcbf29ce484222325ull;
-    while (in) {
-      in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
-      for (std::streamsize i = 0; i < in.gcount(); ++i) {
-        h ^= static_cast<unsigned char>(buf[static_cast<size_t>(i)]);
-        h *= 0x100000001b3ull;
-      }
+    for (uint64_t i = 0; i < length; ++i) {
+      h ^= bytes[i];
+      h *= 0x100000001b3ull;
     }
     return h;
   }
@@ -103,26 +107,18 @@ uint64_t file_checksum(const std::string& path, const std::string& kind) {
   // independently, so the loop runs at memory speed.
   uint64_t lane[4] = {0x243f6a8885a308d3ull, 0x13198a2e03707344ull, 0xa4093822299f31d0ull,
                       0x082efa98ec4e6c89ull};
-  uint64_t length = 0;
-  size_t tail = 0;  // bytes of a last partial 32-byte group, kept at buf's start
-  while (in) {
-    in.read(buf.data() + tail, static_cast<std::streamsize>(buf.size() - tail));
-    const size_t n = tail + static_cast<size_t>(in.gcount());
-    length += static_cast<uint64_t>(in.gcount());
-    const size_t whole = n / 32 * 32;
-    for (size_t i = 0; i < whole; i += 32) {
-      uint64_t w[4];
-      std::memcpy(w, buf.data() + i, sizeof w);
-      for (int k = 0; k < 4; ++k) lane[k] = (lane[k] ^ w[k]) * kWordMultiplier;
-    }
-    tail = n - whole;
-    std::memmove(buf.data(), buf.data() + whole, tail);
+  const uint64_t whole = length / 32 * 32;
+  for (uint64_t i = 0; i < whole; i += 32) {
+    uint64_t w[4];
+    std::memcpy(w, bytes + i, sizeof w);
+    for (int k = 0; k < 4; ++k) lane[k] = (lane[k] ^ w[k]) * kWordMultiplier;
   }
   // The last bytes, zero-padded to whole words (the length tells a padded
   // file from one that ends in zeros).
-  for (size_t i = 0; i < tail; i += 8) {
+  const uint64_t tail = length - whole;
+  for (uint64_t i = 0; i < tail; i += 8) {
     uint64_t w = 0;
-    std::memcpy(&w, buf.data() + i, std::min<size_t>(8, tail - i));
+    std::memcpy(&w, bytes + whole + i, std::min<uint64_t>(8, tail - i));
     uint64_t& l = lane[(i / 8) % 4];
     l = (l ^ w) * kWordMultiplier;
   }
