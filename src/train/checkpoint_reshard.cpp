@@ -92,6 +92,26 @@ RankPlacement placement_from_json(const std::string& text) {
   }
 }
 
+namespace {
+
+// The placement a rank file's header records; errors name the checkpoint
+// (`where`) and the rank.
+RankPlacement placement_in(const io::RankHeader& header, const std::string& where, int rank) {
+  auto it = header.metadata.find("placement");
+  if (it == header.metadata.end()) {
+    throw IoError(where +
+                  " records no parameter placement (it predates layout-free resume): resume it "
+                  "with the layout it was written with");
+  }
+  try {
+    return placement_from_json(it->second);
+  } catch (const ValueError& e) {
+    throw IoError(where + ", rank " + std::to_string(rank) + ": " + e.what());
+  }
+}
+
+}  // namespace
+
 void for_each_full_state(
     const io::CheckpointInfo& info, const std::set<std::string>& names,
     const std::function<void(const std::string& name, std::map<std::string, Tensor>& full)>& take,
@@ -152,18 +172,7 @@ void for_each_full_state(
     }
     const io::RankHeader& header = *given;
     if (rank == 0 && metadata) *metadata = header.metadata;
-    auto it = header.metadata.find("placement");
-    if (it == header.metadata.end()) {
-      throw IoError(where +
-                    " records no parameter placement (it predates layout-free resume): resume it "
-                    "with the layout it was written with");
-    }
-    RankPlacement pl;
-    try {
-      pl = placement_from_json(it->second);
-    } catch (const ValueError& e) {
-      throw IoError(where + ", rank " + std::to_string(rank) + ": " + e.what());
-    }
+    const RankPlacement pl = placement_in(header, where, rank);
     if (tp_size != 0 && pl.tp_size != tp_size) {
       throw IoError(where + ": rank " + std::to_string(rank) + " has tp " +
                     std::to_string(pl.tp_size) + ", others " + std::to_string(tp_size));
@@ -354,20 +363,8 @@ void read_checkpoint_weights(const io::CheckpointInfo& info, const nn::GptConfig
     if (h == headers->end()) {
       throw IoError(where + ": no header was given for rank " + std::to_string(rank));
     }
-    const io::RankHeader& header = h->second;
-    auto it = header.metadata.find("placement");
-    if (it == header.metadata.end()) {
-      throw IoError(where +
-                    " records no parameter placement (written before Triad saved them): "
-                    "resume it with its own layout and export the run's model instead");
-    }
-    RankPlacement pl;
-    try {
-      pl = placement_from_json(it->second);
-    } catch (const ValueError& e) {
-      throw IoError(where + ", rank " + std::to_string(rank) + ": " + e.what());
-    }
-    for (const auto& [name, param] : pl.params) held.emplace(name, param.full_shape);
+    for (const auto& [name, param] : placement_in(h->second, where, rank).params)
+      held.emplace(name, param.full_shape);
   }
   for (const auto& [name, shape] : expected) {
     auto it = held.find(name);
