@@ -115,6 +115,23 @@ void expect_same_model(const nn::GptConfig& a, const nn::GptConfig& b) {
   EXPECT_EQ(a.num_parameters(), b.num_parameters());
 }
 
+// Every parameter's name and shape: what init.from's reader checks a file
+// against.
+std::map<std::string, Shape> shapes_of(const nn::Gpt& model) {
+  std::map<std::string, Shape> out;
+  for (const auto& [name, p] : model.named_parameters()) out[name] = p.shape();
+  return out;
+}
+
+// init.from's reader gives `model` back from `dir`, bit for bit.
+void expect_reads_back(const std::string& dir, const nn::Gpt& model) {
+  const auto expected = shapes_of(model);
+  const nn::StateDict back = load_gpt2_state_dict(dir, expected);
+  ASSERT_EQ(back.size(), expected.size());
+  for (const auto& [name, t] : model.state_dict())
+    EXPECT_EQ(to_double_vector(back.at(name)), to_double_vector(t)) << name;
+}
+
 // Each configuration through save_hf_model, then back: the config, and the
 // weights bit for bit through init.from's reader (directory form).
 TEST(HfExport, LlamaAndGpt2RoundTrip) {
@@ -160,12 +177,7 @@ TEST(HfExport, LlamaAndGpt2RoundTrip) {
     const std::string out = dir.file("hf" + std::to_string(n++));
     save_hf_model(model.state_dict(), c, out);
     expect_same_model(load_hf_config(out), c);
-    std::map<std::string, Shape> expected;
-    for (auto& [name, p] : model.named_parameters()) expected[name] = p.shape();
-    const nn::StateDict back = load_gpt2_state_dict(out, expected);
-    ASSERT_EQ(back.size(), expected.size());
-    for (const auto& [name, t] : model.state_dict())
-      EXPECT_EQ(to_double_vector(back.at(name)), to_double_vector(t)) << name;
+    expect_reads_back(out, model);
     // triad-export's way, from Triad's file one block at a time: the same
     // tensors and config.json.
     const std::string triad_file = dir.file("triad" + std::to_string(n) + ".safetensors");
@@ -251,14 +263,7 @@ TEST(HfExport, LargeModelsAreShardedWithAnIndexAndEachExportReplacesTheLast) {
   const nn::Gpt model(c, 5);
   const std::string triad_file = dir.file("triad.safetensors");
   save_gpt2_safetensors(model, triad_file);
-  std::map<std::string, Shape> expected;
-  for (auto& [name, p] : model.named_parameters()) expected[name] = p.shape();
-  auto expect_model = [&](const std::string& out) {
-    const nn::StateDict back = load_gpt2_state_dict(out, expected);
-    ASSERT_EQ(back.size(), expected.size());
-    for (const auto& [name, t] : model.state_dict())
-      EXPECT_EQ(to_double_vector(back.at(name)), to_double_vector(t)) << name;
-  };
+  auto expect_model = [&](const std::string& out) { expect_reads_back(out, model); };
   const std::string out = dir.file("hf");
   constexpr int64_t kMax = 10000;  // a block is 4 * 32 * 32 * 4 * (1 + 1/2 + ...) bytes
   const std::vector<std::string> files =
@@ -347,8 +352,7 @@ TEST(HfExport, WeightsAreWrittenInTheTypeAsked) {
   const nn::Gpt model(c, 9);
   const std::string triad_file = dir.file("triad.safetensors");
   save_gpt2_safetensors(model, triad_file);
-  std::map<std::string, Shape> expected;
-  for (auto& [name, p] : model.named_parameters()) expected[name] = p.shape();
+  const auto expected = shapes_of(model);
   for (const auto& [dtype, torch_dtype] :
        {std::pair{DType::BF16, "bfloat16"}, std::pair{DType::F16, "float16"}}) {
     SCOPED_TRACE(torch_dtype);

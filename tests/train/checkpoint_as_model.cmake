@@ -36,17 +36,9 @@ if(rc1 OR rc2 OR NOT from_run STREQUAL from_checkpoint OR NOT from_run MATCHES "
                       "${from_checkpoint}\n${err1}\n${err2}")
 endif()
 # init.from a checkpoint: the same losses as from the run's model.
-set(new_run --config ${CONFIG} --set data.train=${DATA} --set train.steps=3)
-run("a run from the checkpoint" ${TRAIN} ${new_run} --set init.from=${WORK}/ck
-    --set output.dir=${WORK}/from_checkpoint)
-run("a run from the model" ${TRAIN} ${new_run} --set init.from=${WORK}/run/model.safetensors
-    --set output.dir=${WORK}/from_model)
-field(${WORK}/from_checkpoint loss from_checkpoint)
-field(${WORK}/from_model loss from_model)
-if(NOT from_checkpoint STREQUAL from_model)
-  message(FATAL_ERROR "init.from the checkpoint: losses ${from_checkpoint}, from the model: "
-                      "${from_model}")
-endif()
+expect_init_from_checkpoint("one process" ${WORK}/ck ${WORK}/run/model.safetensors ${WORK}
+                            ${TRAIN} --config ${CONFIG} --set data.train=${DATA}
+                            --set train.steps=3)
 # Refusals.
 function(refused what expected)
   execute_process(COMMAND ${EXPORT} ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)

@@ -10,6 +10,23 @@ function(run name)
   set(run_output "${out}" PARENT_SCOPE)
 endfunction()
 
+# A new run started from a checkpoint (init.from CHECKPOINT) trains as one
+# started from the final model it checkpointed (init.from MODEL): the same
+# losses, to the last digit. The run's command is ARGN; its output
+# directories are WORK_DIR/init_ck and WORK_DIR/init_model.
+function(expect_init_from_checkpoint label checkpoint model work_dir)
+  run("${label}: init.from the checkpoint" ${ARGN} --set init.from=${checkpoint}
+      --set output.dir=${work_dir}/init_ck)
+  run("${label}: init.from the model" ${ARGN} --set init.from=${model}
+      --set output.dir=${work_dir}/init_model)
+  field(${work_dir}/init_ck loss from_checkpoint)
+  field(${work_dir}/init_model loss from_model)
+  if(NOT from_checkpoint STREQUAL from_model)
+    message(FATAL_ERROR "${label}: init.from the checkpoint gives ${from_checkpoint}, from the "
+                        "model ${from_model}")
+  endif()
+endfunction()
+
 # One field of every metrics.jsonl line that has it.
 function(field dir key outvar)
   file(STRINGS ${dir}/metrics.jsonl lines)

@@ -69,17 +69,9 @@ foreach(pair IN LISTS pairs)
   # The first pair: a new run under layout B with init.from the checkpoint
   # (each pipeline rank reading its own blocks) trains as one from the model.
   if(index EQUAL 1)
-    set(new_run ${MPIRUN} -np ${ranks_b} ${TRAIN} ${common} ${flags_b} --set train.steps=2)
-    run("${label}: init.from the checkpoint" ${new_run} --set init.from=${dir}/ck
-        --set output.dir=${dir}/init_ck)
-    run("${label}: init.from the model" ${new_run} --set init.from=${dir}/b/model.safetensors
-        --set output.dir=${dir}/init_model)
-    field(${dir}/init_ck loss from_checkpoint)
-    field(${dir}/init_model loss from_model)
-    if(NOT from_checkpoint STREQUAL from_model)
-      message(FATAL_ERROR "${label}: init.from the checkpoint gives ${from_checkpoint}, from the "
-                          "model ${from_model}")
-    endif()
+    expect_init_from_checkpoint("${label}" ${dir}/ck ${dir}/b/model.safetensors ${dir}
+                                ${MPIRUN} -np ${ranks_b} ${TRAIN} ${common} ${flags_b}
+                                --set train.steps=2)
   endif()
 endforeach()
 message(STATUS "${index} layout changes checked")
