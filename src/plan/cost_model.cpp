@@ -99,8 +99,10 @@ LayerCost layer_cost(const nn::GptConfig& m, const ClusterSpec& c, const Paralle
   // FLOPs forward for GPT-2's F = 4h, the same again for each of the input
   // and weight gradients.
   const double f = static_cast<double>(m.ffn()), fc = static_cast<double>(m.fc_width());
-  const double w = static_cast<double>(m.qkv_width());
-  const LinearTimes qkv = linear_times(tokens, h, w / t, c),
+  // (With fewer key/value heads than ranks each rank computes the head it
+  // shares.)
+  const double w_local = static_cast<double>(m.qkv_width_per_rank(p.tp));
+  const LinearTimes qkv = linear_times(tokens, h, w_local, c),
                     up = linear_times(tokens, h, fc / t, c);
   for (const LinearTimes& lt :
        {qkv, linear_times(tokens, q / t, h, c), up, linear_times(tokens, f / t, h, c)}) {
@@ -352,10 +354,11 @@ void check_config(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int gl
     throw ConfigError(
         need("n_head", m.n_head, "must be divisible by tp (" + std::to_string(p.tp) + ")"));
   }
-  if (m.kv_heads() % p.tp != 0) {
+  if (!m.kv_heads_fit(p.tp)) {
     throw ConfigError(need("n_kv_head", m.kv_heads(),
                            "must be divisible by tp (" + std::to_string(p.tp) +
-                               "): each rank holds whole key/value heads"));
+                               "), or divide it: each rank holds whole key/value heads, or "
+                               "shares one"));
   }
   if (p.tp > c.gpus_per_node) {
     throw ConfigError(need("tp", p.tp,
@@ -587,10 +590,13 @@ Estimate price(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int globa
 
   // ---- parameters on the most loaded pipeline rank
   const double ffn_w = static_cast<double>(m.ffn()), fc_w = static_cast<double>(m.fc_width());
-  const double layer_params = static_cast<double>(m.block_parameters());
+  // A key/value head shared by several ranks is held by each of them.
+  const double shared_kv =
+      2.0 * static_cast<double>(m.head_dim()) * (h + (m.c_attn_bias() ? 1.0 : 0.0)) *
+      (static_cast<double>(m.kv_heads_per_rank(p.tp)) - static_cast<double>(m.kv_heads()) / t);
+  const double layer_params = static_cast<double>(m.block_parameters()) / t + shared_kv;
   const double body =
-      static_cast<double>(*std::max_element(rank_layers.begin(), rank_layers.end())) *
-      layer_params / t;
+      static_cast<double>(*std::max_element(rank_layers.begin(), rank_layers.end())) * layer_params;
   // The token table on the first stage (and a tied copy, or an untied
   // head, on the last when pp > 1; one process, and ZB-V's first rank, hold
   // both an untied head and the table, or the one tied table).

@@ -31,7 +31,7 @@ std::vector<Estimate> recommend(const nn::GptConfig& m, const ClusterSpec& c, in
   // tp, dp nor the micro batch).
   std::map<std::tuple<int, int, bool>, std::vector<int64_t>> splits;
   for (int tp = 1; tp <= std::min(gpus, c.gpus_per_node); tp *= 2) {
-    if (gpus % tp != 0 || m.n_head % tp != 0 || m.kv_heads() % tp != 0) continue;
+    if (gpus % tp != 0 || m.n_head % tp != 0 || !m.kv_heads_fit(tp)) continue;
     for (int pp = 1; pp <= gpus / tp; ++pp) {
       if ((gpus / tp) % pp != 0 || pp > m.n_layer) continue;
       if (m.n_layer % pp != 0 && !space.try_balanced_stages) continue;

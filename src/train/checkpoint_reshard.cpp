@@ -40,6 +40,7 @@ std::string placement_to_json(const RankPlacement& p) {
                     {"padded", q.spec.padded},
                     {"shape", q.full_shape}};
     if (!q.spec.blocks.empty()) params[name]["blocks"] = q.spec.blocks;
+    if (!q.spec.units.empty()) params[name]["units"] = q.spec.units;
   }
   j["params"] = params;
   nlohmann::json segs = nlohmann::json::array();
@@ -67,6 +68,7 @@ RankPlacement placement_from_json(const std::string& text) {
       param.spec.padded = q.at("padded").get<int64_t>();
       param.full_shape = q.at("shape").get<Shape>();
       if (q.contains("blocks")) param.spec.blocks = q.at("blocks").get<std::vector<int64_t>>();
+      if (q.contains("units")) param.spec.units = q.at("units").get<std::vector<int64_t>>();
       const int64_t rank = static_cast<int64_t>(param.full_shape.size());
       int64_t block_sum = 0;
       for (int64_t b : param.spec.blocks) block_sum += b > 0 ? b : -1;
@@ -79,6 +81,15 @@ RankPlacement placement_from_json(const std::string& text) {
         throw ValueError("parameter '" + name + "': split dim " + std::to_string(param.spec.dim) +
                          " in groups of " + std::to_string(param.spec.groups) +
                          " does not fit its shape " + shape_str(param.full_shape));
+      }
+      if (param.spec.split) {
+        try {
+          param.spec.check_cut(
+              param.spec.padded ? param.spec.padded : param.full_shape[param.spec.dim], p.tp_size,
+              param.full_shape);
+        } catch (const ShapeError& e) {
+          throw ValueError("parameter '" + name + "': " + e.what());
+        }
       }
       p.params.emplace(name, std::move(param));
     }

@@ -276,10 +276,10 @@ void validate(const Config& c, bool min_lr_given) {
     throw ConfigError("model.n_head (" + std::to_string(c.model.n_head) +
                       ") must be divisible by parallel.tp (" + std::to_string(c.parallel.tp) + ")");
   }
-  if (c.model.kv_heads() % c.parallel.tp != 0) {
+  if (!c.model.kv_heads_fit(c.parallel.tp)) {
     throw ConfigError("model.n_kv_head (" + std::to_string(c.model.kv_heads()) +
                       ") must be divisible by parallel.tp (" + std::to_string(c.parallel.tp) +
-                      "): each rank holds whole key/value heads");
+                      "), or divide it: each rank holds whole key/value heads, or shares one");
   }
   if (c.model.kv_heads() != c.model.n_head && c.attention_kernel == "cudnn") {
     throw ConfigError("model.attention_kernel 'cudnn' cannot take model.n_kv_head " +

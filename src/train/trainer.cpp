@@ -317,26 +317,33 @@ Trainer::Trainer(Config config, dist::ProcessGroupPtr world)
     std::set<std::string> late;
     if (pp_model_ && config_.model.tie_embeddings) late.insert("wte.weight");
     std::map<std::string, tp::ShardSpec> specs;
-    if (pp_model_) {
-      for (int c = 0; c < pp_model_->v(); ++c) {
-        for (auto& [n, sp] : pp_model_->chunk(c).shard_specs()) specs[n] = sp;
+    // Each parameter's elements that another TP rank holds too.
+    std::map<std::string, std::vector<std::pair<int64_t, int64_t>>> repeated;
+    auto note = [&](const tp::TensorParallelGpt& part) {
+      for (auto& [n, sp] : part.shard_specs()) {
+        specs[n] = sp;
+        if (part.reduces_after_backward(n)) late.insert(n);
+        if (sp.split) repeated[n] = part.repeated_elements(n);
       }
+    };
+    if (pp_model_) {
+      for (int c = 0; c < pp_model_->v(); ++c) note(pp_model_->chunk(c));
     } else if (tp_model_) {
-      specs = tp_model_->shard_specs();
-    }
-    for (auto& [n, sp] : specs) {
-      if (sp.partial_grad) late.insert(n);
+      note(*tp_model_);
     }
     reducer_ = std::make_unique<dp::GradientReducer>(parameters(), mesh_->dp(), par.bucket_mb * 1e6,
                                                      par.zero == 1, late);
     // ZeRO-1 clipping sums squares over the whole world: split parameters
     // on every TP rank, replicated ones on TP rank 0 only, the tied
     // embedding on the first stage only.
+    // A shared key/value head counts on the first TP rank holding it.
     for (auto& [name, p] : parameters()) {
       const bool split = specs.count(name) && specs.at(name).split;
       double w = split || mesh_->tp_rank() == 0 ? 1.0 : 0.0;
       if (name == "wte.weight" && pp_model_ && mesh_->pp_rank() != 0) w = 0.0;
       norm_weight_.push_back(w);
+      norm_repeated_.push_back(split ? repeated.at(name)
+                                     : std::vector<std::pair<int64_t, int64_t>>{});
     }
   } else if (par.zero == 1) {
     throw ConfigError(
@@ -377,7 +384,8 @@ void Trainer::choose_attention_kernel() {
   const bool has = cuda::tune_attention(
       device_.index, config_.train.param_dtype(), config_.train.micro_batch_size, m.seq_len,
       m.q_width() / tp,
-      AttentionHeads{m.n_head / tp, m.kv_heads() / tp}.with_softcap(m.attn_logit_softcap), choice);
+      AttentionHeads{m.n_head / tp, m.kv_heads_per_rank(tp)}.with_softcap(m.attn_logit_softcap),
+      choice);
   if (!train::agree_attention_choice(has, choice, world_.get())) return;
   cuda::set_attention_choice(choice);
   const int ranks = world_ ? world_->size() : 1;
@@ -873,7 +881,21 @@ double Trainer::global_norm_zero1() const {
   std::vector<Tensor> pieces;
   for (const auto& seg : reducer_->shard_segments()) {
     if (norm_weight_[seg.param] == 0.0) continue;
-    pieces.push_back(make_view(flat, {seg.length}, {1}, flat.offset() + seg.flat_offset));
+    // The segment's elements [seg.param_offset, + length) of the parameter,
+    // less those another TP rank counts.
+    int64_t at = seg.param_offset;
+    const int64_t end = seg.param_offset + seg.length;
+    auto take = [&](int64_t from, int64_t to) {
+      if (to > from) {
+        pieces.push_back(make_view(flat, {to - from}, {1},
+                                   flat.offset() + seg.flat_offset + (from - seg.param_offset)));
+      }
+    };
+    for (const auto& [begin, stop] : norm_repeated_[seg.param]) {
+      take(at, std::min(begin, end));
+      at = std::max(at, std::min(stop, end));
+    }
+    take(at, end);
   }
   const Tensor local = optim::sum_of_squares_device(pieces);
   const double sq = local.defined() ? item(local) : 0.0;
@@ -1320,6 +1342,10 @@ std::vector<StepMetrics> Trainer::run() {
                             ? ", ZeRO-1 (parameter all-gathers overlap the next forward)"
                             : ", ZeRO-1")
                      : "");
+    if (config_.model.kv_heads() < par.tp) {
+      spdlog::info("tensor parallel: each of the {} key/value heads is shared by {} ranks",
+                   config_.model.kv_heads(), par.tp / config_.model.kv_heads());
+    }
     const pipeline::StageWork work = pipeline::stage_work(config_.model);
     const double layer = std::accumulate(work.layer.begin(), work.layer.end(), 0.0) /
                          static_cast<double>(work.layer.size());

@@ -100,7 +100,8 @@ TEST(CostModel, PricesAnUntiedHead) {
 // Grouped-query attention narrows c_attn from 3h to h + 2 * n_kv_head *
 // head_dim: fewer weights, a faster QKV product, smaller q/k/v activations;
 // the attention core (every query head's scores) is unchanged. The key/value
-// heads must split over tp like the query heads.
+// heads split over tp like the query heads, or, fewer than the ranks, are
+// shared: each rank holds (and computes) the one its query heads use.
 TEST(CostModel, PricesGroupedQueryAttention) {
   const ClusterSpec c = selene();
   const nn::GptConfig mha = gpt(8, 16, 1536);
@@ -114,11 +115,21 @@ TEST(CostModel, PricesGroupedQueryAttention) {
   EXPECT_LT(g.step_time, m.step_time);
   EXPECT_LT(g.activation_bytes, m.activation_bytes);
   EXPECT_LT(g.model_flops_per_step, m.model_flops_per_step);
+  // tp 8 over 4 key/value heads: each rank holds one whole head where an
+  // even split would give it half of one (rank 0's q, k and v rows: 2 query
+  // heads and 2 key/value heads of 96, weight and bias).
+  const Estimate shared = estimate(gqa, c, 64, 64, layout(8, 1, 8, 1, Recompute::None));
+  const Estimate split = estimate(mha, c, 64, 64, layout(8, 1, 8, 1, Recompute::None));
+  const double qkv_rows_mha = 3.0 * 1536 / 8, qkv_rows_gqa = 1536.0 / 8 + 2 * 96;
+  EXPECT_NEAR(split.weights_bytes - shared.weights_bytes,
+              2.0 * 8 * (qkv_rows_mha - qkv_rows_gqa) * (1536 + 1), 1.0);
+  nn::GptConfig odd = gpt(8, 12, 1536);
+  odd.n_kv_head = 3;  // over tp 2: neither split nor shared evenly
   try {
-    check_config(gqa, c, 64, 64, layout(8, 1, 8, 1));
+    check_config(odd, c, 64, 64, layout(2, 1, 32, 1));
     FAIL() << "expected ConfigError";
   } catch (const ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("n_kv_head (4) must be divisible by tp (8)"),
+    EXPECT_NE(std::string(e.what()).find("n_kv_head (3) must be divisible by tp (2), or divide it"),
               std::string::npos)
         << e.what();
   }

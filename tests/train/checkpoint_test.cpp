@@ -461,6 +461,62 @@ TEST(ShardSpec, UnequalBlocksAreEachSplitOverTheRanks) {
   }
 }
 
+// Blocks of whole pieces (heads): a block of fewer pieces than ranks is
+// shared, each piece held by size / pieces consecutive ranks (multi-query
+// attention's one key/value head on every rank, grouped-query attention's
+// two over four ranks); the shards assemble back, and the shared pieces are
+// listed for the gradient sum and, on all but their first holder, for norms.
+TEST(ShardSpec, BlocksOfFewerHeadsThanRanksAreShared) {
+  std::vector<double> rows(16);
+  for (size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<double>(i);
+  const Tensor full = from_vector(rows, {8, 2}, DType::F64);  // row r holds 2r, 2r + 1
+  // q: 4 heads of one row; k, v: 2 heads of one row each.
+  const tp::ShardSpec spec = tp::ShardSpec::along_blocks(0, {4, 2, 2}, {1, 1, 1});
+  std::vector<Tensor> shards;
+  for (int r = 0; r < 4; ++r) shards.push_back(spec.cut(full, r, 4));
+  // Rank r: q row r; ranks 0, 1 share k row 4 and v row 6; ranks 2, 3 k row
+  // 5 and v row 7.
+  EXPECT_EQ(to_double_vector(shards[0]), (std::vector<double>{0, 1, 8, 9, 12, 13}));
+  EXPECT_EQ(to_double_vector(shards[1]), (std::vector<double>{2, 3, 8, 9, 12, 13}));
+  EXPECT_EQ(to_double_vector(shards[3]), (std::vector<double>{6, 7, 10, 11, 14, 15}));
+  EXPECT_EQ(spec.shard_shape({8, 2}, 4), (Shape{3, 2}));
+  EXPECT_EQ(to_double_vector(spec.assemble(shards, {8, 2})), rows);
+  EXPECT_TRUE(spec.shares_blocks(4));
+  EXPECT_FALSE(spec.shares_blocks(2));  // two heads over two ranks: split as before
+  EXPECT_EQ(to_double_vector(spec.cut(full, 1, 2)),
+            to_double_vector(tp::ShardSpec::along_blocks(0, {4, 2, 2}).cut(full, 1, 2)));
+  // Rank 3's k and v rows sit at rows 1 and 2 of its shard, and at rows 1
+  // and 3 of the shared blocks [k0, k1, v0, v1].
+  int64_t shared_rows = 0;
+  const auto pieces = spec.shared_pieces(3, 4, &shared_rows);
+  EXPECT_EQ(shared_rows, 4);
+  ASSERT_EQ(pieces.size(), 2u);
+  EXPECT_EQ(pieces[0].shard_at, 1);
+  EXPECT_EQ(pieces[0].shared_at, 1);
+  EXPECT_EQ(pieces[1].shard_at, 2);
+  EXPECT_EQ(pieces[1].shared_at, 3);
+  EXPECT_TRUE(spec.repeated_elements({8, 2}, 2, 4).empty());  // the first holder of k1, v1
+  EXPECT_EQ(spec.repeated_elements({8, 2}, 3, 4),
+            (std::vector<std::pair<int64_t, int64_t>>{{2, 4}, {4, 6}}));
+  EXPECT_TRUE(spec.shared_pieces(1, 2).empty());
+  // One head shared by all four ranks (multi-query).
+  const tp::ShardSpec mqa = tp::ShardSpec::along_blocks(0, {4, 1, 1}, {1, 1, 1});
+  const Tensor small = narrow(full, 0, 0, 6);
+  EXPECT_EQ(to_double_vector(mqa.cut(small, 2, 4)), (std::vector<double>{4, 5, 8, 9, 10, 11}));
+  // Heads that neither split evenly nor share evenly.
+  try {
+    tp::ShardSpec::along_blocks(0, {6, 3, 3}, {1, 1, 1})
+        .cut(from_vector(std::vector<double>(24, 1.0), {12, 2}, DType::F64), 0, 2);
+    FAIL();
+  } catch (const ShapeError& e) {
+    EXPECT_NE(std::string(e.what()).find("in whole pieces of [1, 1, 1] over 2 ranks"),
+              std::string::npos)
+        << e.what();
+  } catch (const Error& e) {
+    FAIL() << e.what();
+  }
+}
+
 TEST(Checkpoint, PlacementsRoundTripAndNonsenseIsRefused) {
   RankPlacement p;
   p.tp_rank = 1;
@@ -472,13 +528,24 @@ TEST(Checkpoint, PlacementsRoundTripAndNonsenseIsRefused) {
   p.params["h.0.ln_1.weight"] = {tp::ShardSpec::replicated(true), {16}};
   // Grouped-query attention's c_attn: q, k, v blocks of unequal heights.
   p.params["h.1.attn.c_attn.weight"] = {tp::ShardSpec::along_blocks(0, {16, 8, 8}), {32, 16}};
+  // Multi-query attention's one key/value head, shared by both ranks.
+  p.params["h.2.attn.c_attn.weight"] = {tp::ShardSpec::along_blocks(0, {16, 4, 4}, {4, 4, 4}),
+                                        {24, 16}};
   p.zero_segments = {{"wte.weight", 128, 1000}, {"h.0.ln_1.weight", 0, 16}};
   const RankPlacement q = placement_from_json(placement_to_json(p));
   EXPECT_EQ(q.tp_rank, 1);
   EXPECT_EQ(q.tp_size, 2);
   EXPECT_EQ(q.pp_rank, 3);
   EXPECT_EQ(q.dp_rank, 4);
-  ASSERT_EQ(q.params.size(), 4u);
+  ASSERT_EQ(q.params.size(), 5u);
+  EXPECT_EQ(q.params.at("h.2.attn.c_attn.weight").spec.units, (std::vector<int64_t>{4, 4, 4}));
+  EXPECT_TRUE(q.params.at("h.1.attn.c_attn.weight").spec.units.empty());
+  // Heads that do not cut over the writing run's ranks.
+  EXPECT_THROW(placement_from_json(R"({"tp_rank": 0, "tp_size": 2, "pp_rank": 0, "dp_rank": 0,
+      "params": {"x": {"split": true, "dim": 0, "groups": 3, "padded": 0, "shape": [24, 4],
+                       "blocks": [12, 6, 6], "units": [4, 4, 4]}},
+      "zero_segments": []})"),
+               ValueError);
   const auto& wte = q.params.at("wte.weight");
   EXPECT_TRUE(wte.spec.split);
   EXPECT_EQ(wte.spec.padded, 512);

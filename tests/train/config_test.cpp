@@ -497,8 +497,14 @@ TEST(Config, KeyValueHeadsParseRoundTripAndAreChecked) {
   EXPECT_EQ(parse_config(to_yaml(c)).model.n_kv_head, 2);
   expect_config_error(kValid, {"model.n_head=4", "model.n_kv_head=3"},
                       "model.n_kv_head (3) must divide model.n_head (4)");
-  expect_config_error(kValid, {"model.n_head=4", "model.n_kv_head=1", "parallel.tp=2"},
-                      "model.n_kv_head (1) must be divisible by parallel.tp (2)");
+  // Fewer key/value heads than ranks are shared (multi-query over tp 2);
+  // three over two ranks neither split nor share.
+  EXPECT_EQ(parse_config(kValid, {"model.n_head=4", "model.n_kv_head=1", "parallel.tp=2"})
+                .model.kv_heads_per_rank(2),
+            1);
+  expect_config_error(kValid,
+                      {"model.n_head=6", "model.n_kv_head=3", "parallel.tp=2", "model.d_model=24"},
+                      "model.n_kv_head (3) must be divisible by parallel.tp (2), or divide it");
   expect_config_error(kValid,
                       {"model.n_head=4", "model.n_kv_head=2", "model.attention_kernel=cudnn"},
                       "model.attention_kernel 'cudnn' cannot take model.n_kv_head 2");

@@ -146,6 +146,17 @@ struct GptConfig {
   bool heads_apart() const { return q_width() != d_model; }
   // c_attn's output width: q plus k's and v's key/value heads.
   int64_t qkv_width() const { return q_width() + 2 * kv_heads() * head_dim(); }
+  // Whether `tp` tensor-parallel ranks can hold the key/value heads: whole
+  // heads each (n_kv_head divisible by tp), or, with fewer heads than
+  // ranks, each head shared by tp / n_kv_head ranks (tp divisible by
+  // n_kv_head), a rank holding the head its query heads use.
+  bool kv_heads_fit(int64_t tp) const { return kv_heads() % tp == 0 || tp % kv_heads() == 0; }
+  // One tensor-parallel rank's key/value heads (1 where they are shared).
+  int64_t kv_heads_per_rank(int64_t tp) const { return kv_heads() >= tp ? kv_heads() / tp : 1; }
+  // c_attn's output width on one of `tp` ranks.
+  int64_t qkv_width_per_rank(int64_t tp) const {
+    return q_width() / tp + 2 * kv_heads_per_rank(tp) * head_dim();
+  }
   bool rms_norm() const { return normalization == Normalization::RmsNorm; }
   // The MLP's hidden width F, and c_fc's output width (F, or 2F for SwiGLU).
   int64_t ffn() const { return ffn_hidden_size > 0 ? ffn_hidden_size : 4 * d_model; }

@@ -8,6 +8,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "triad/data/blended_dataset.h"
@@ -105,8 +106,11 @@ class Trainer {
   std::unique_ptr<dp::GradientReducer> reducer_;   // dp > 1
   std::unique_ptr<dp::ZeroAdamW> zero_optimizer_;  // parallel.zero = 1
   std::vector<double> norm_weight_;  // ZeRO-1 norm: how each parameter counts on this rank
-  int64_t applied_steps_ = 0;        // optimizer steps taken (skipped ones excluded)
-  int64_t applied_sequences_ = 0;    // the sequences of those steps
+  // ZeRO-1 norm: each parameter's elements another TP rank counts (a shared
+  // key/value head), as [begin, end) ranges.
+  std::vector<std::vector<std::pair<int64_t, int64_t>>> norm_repeated_;
+  int64_t applied_steps_ = 0;      // optimizer steps taken (skipped ones excluded)
+  int64_t applied_sequences_ = 0;  // the sequences of those steps
   int64_t consecutive_skips_ = 0;
   int64_t nan_step_ = -1, nan_steps_ = 0;
   // Step data_origin_step_ starts at global training sequence data_origin_;

@@ -81,11 +81,12 @@ void TensorParallelGpt::build(uint64_t seed, std::shared_ptr<VocabParallelEmbedd
     throw ConfigError("model.n_head (" + std::to_string(cfg_.n_head) +
                       ") must be divisible by parallel.tp (" + std::to_string(t) + ")");
   }
-  if (cfg_.kv_heads() % t != 0) {
-    // Megatron-LM's rule too: a key/value head is never split across ranks.
+  if (!cfg_.kv_heads_fit(t)) {
+    // A key/value head is never split across ranks (Megatron-LM's rule);
+    // unlike Megatron-LM, fewer heads than ranks are shared.
     throw ConfigError("model.n_kv_head (" + std::to_string(cfg_.kv_heads()) +
                       ") must be divisible by parallel.tp (" + std::to_string(t) +
-                      "): each rank holds whole key/value heads");
+                      "), or divide it: each rank holds whole key/value heads, or shares one");
   }
   if (sp_ && cfg_.seq_len % t != 0) {
     throw ConfigError("model.seq_len (" + std::to_string(cfg_.seq_len) +
@@ -124,12 +125,13 @@ void TensorParallelGpt::build(uint64_t seed, std::shared_ptr<VocabParallelEmbedd
                                                 cfg_.norm_weight_offset));
     auto attn = block->add("attn", std::make_shared<Container>());
     const bool b = cfg_.linear_bias;
-    // [q | k | v] split block by block: a rank holds its query heads and
-    // the key/value heads they use.
-    const int64_t q = cfg_.q_width(), kv = cfg_.kv_heads() * cfg_.head_dim();
-    L.c_attn = attn->add(
-        "c_attn", std::make_shared<ColumnParallelLinear>(C, std::vector<int64_t>{q, kv, kv}, group_,
-                                                         sp_, cfg_.c_attn_bias()));
+    // [q | k | v] split block by block at whole heads: a rank holds its
+    // query heads and the key/value heads they use (with fewer key/value
+    // heads than ranks, the one head, shared with the ranks next to it).
+    const int64_t q = cfg_.q_width(), kv = cfg_.kv_heads() * cfg_.head_dim(), hd = cfg_.head_dim();
+    L.c_attn = attn->add("c_attn", std::make_shared<ColumnParallelLinear>(
+                                       C, std::vector<int64_t>{q, kv, kv}, group_, sp_,
+                                       cfg_.c_attn_bias(), std::vector<int64_t>{hd, hd, hd}));
     L.attn_proj = attn->add("c_proj", std::make_shared<RowParallelLinear>(q, C, group_, sp_, b));
     if (cfg_.qk_norm) {
       auto norm = [&] {
@@ -289,12 +291,46 @@ Tensor TensorParallelGpt::full_tensor(const std::string& name, bool on_host) con
 }
 
 void TensorParallelGpt::reduce_partial_grads() const {
-  if (group_->size() == 1) return;
+  autograd::NoGradGuard ng;
+  const int size = group_->size();
+  if (size == 1) return;
   for (const auto& [name, p] : named_parameters()) {
-    if (!specs_.at(name).partial_grad) continue;
+    const ShardSpec& spec = specs_.at(name);
     Tensor g = p.grad();
-    if (g.defined()) group_->all_reduce(g, dist::ReduceOp::Sum)->wait();
+    if (!g.defined()) continue;
+    if (spec.partial_grad) {
+      group_->all_reduce(g, dist::ReduceOp::Sum)->wait();
+    } else if (spec.shares_blocks(size)) {
+      // A shared key/value head's gradient is a partial sum over the ranks
+      // sharing it (each saw its own query heads): every rank puts its
+      // pieces in their places among all the shared heads, the group sums
+      // them, and each takes its pieces' sums back.
+      int64_t rows = 0;
+      const auto pieces = spec.shared_pieces(group_->rank(), size, &rows);
+      Shape shape = g.shape();
+      shape[0] = rows;
+      Tensor all = zeros(shape, g.dtype(), g.device());
+      for (const auto& piece : pieces) {
+        Tensor slot = narrow(all, 0, piece.shared_at, piece.width);
+        copy_(slot, narrow(g, 0, piece.shard_at, piece.width));
+      }
+      group_->all_reduce(all, dist::ReduceOp::Sum)->wait();
+      for (const auto& piece : pieces) {
+        Tensor mine = narrow(g, 0, piece.shard_at, piece.width);
+        copy_(mine, narrow(all, 0, piece.shared_at, piece.width));
+      }
+    }
   }
+}
+
+bool TensorParallelGpt::reduces_after_backward(const std::string& name) const {
+  const ShardSpec& spec = specs_.at(name);
+  return spec.partial_grad || spec.shares_blocks(group_->size());
+}
+
+std::vector<std::pair<int64_t, int64_t>> TensorParallelGpt::repeated_elements(
+    const std::string& name) const {
+  return specs_.at(name).repeated_elements(full_shapes_.at(name), group_->rank(), group_->size());
 }
 
 Tensor TensorParallelGpt::grad_norm_squared(bool count_embedding) const {
@@ -305,7 +341,23 @@ Tensor TensorParallelGpt::grad_norm_squared(bool count_embedding) const {
     device = p.device();
     Tensor g = p.grad();
     if (!g.defined() || (!count_embedding && name == "wte.weight")) continue;
-    (specs_.at(name).split ? split : replicated).push_back(g);
+    if (!specs_.at(name).split) {
+      replicated.push_back(g);
+      continue;
+    }
+    // A shared key/value head counts once, on the first rank holding it.
+    const auto repeated = repeated_elements(name);
+    if (repeated.empty()) {
+      split.push_back(g);
+      continue;
+    }
+    const Tensor flat = reshape(g, {g.numel()});
+    int64_t at = 0;
+    for (const auto& [begin, end] : repeated) {
+      if (begin > at) split.push_back(narrow(flat, 0, at, begin - at));
+      at = end;
+    }
+    if (g.numel() > at) split.push_back(narrow(flat, 0, at, g.numel() - at));
   }
   // Split parameters' squares are summed over the group where they live
   // (NCCL on a GPU), replicated ones added once; nothing is read here.
@@ -401,8 +453,9 @@ Tensor TensorParallelGpt::block_forward(int64_t i, const Tensor& x,
   const int shard = sp_ ? group_->rank() : 0;
   Tensor qkv = L.c_attn->forward(L.ln_1->forward(x));  // the whole sequence, local heads
   const int64_t t = group_->size();
-  const AttentionHeads heads = AttentionHeads{cfg_.n_head / t, cfg_.kv_heads() / t}.with_softcap(
-      cfg_.attn_logit_softcap);  // this rank's
+  const AttentionHeads heads =
+      AttentionHeads{cfg_.n_head / t, cfg_.kv_heads_per_rank(t)}.with_softcap(
+          cfg_.attn_logit_softcap);  // this rank's
   if (L.q_norm) qkv = nn::norm_query_key_heads(qkv, heads, *L.q_norm, *L.k_norm);
   if (cfg_.rotary()) {
     const nn::GptConfig::Rope rope = cfg_.rope_of(i);

@@ -31,17 +31,16 @@ ColumnParallelLinear::ColumnParallelLinear(int64_t in, int64_t out, dist::Proces
 
 ColumnParallelLinear::ColumnParallelLinear(int64_t in, const std::vector<int64_t>& blocks,
                                            dist::ProcessGroupPtr group, bool sequence_parallel,
-                                           bool bias)
+                                           bool bias, const std::vector<int64_t>& units)
     : group_(std::move(group)), sp_(sequence_parallel) {
   int64_t out = 0;
-  for (int64_t b : blocks) {
-    divisible(b, group_->size(), "column-parallel output block");
-    out += b;
-  }
-  weight_spec_ = ShardSpec::along_blocks(0, blocks);
-  bias_spec_ = ShardSpec::along_blocks(0, blocks);
-  weight_ = register_parameter("weight", zeros({out / group_->size(), in}));
-  if (bias) bias_ = register_parameter("bias", zeros({out / group_->size()}));
+  for (int64_t b : blocks) out += b;
+  weight_spec_ = ShardSpec::along_blocks(0, blocks, units);
+  bias_spec_ = weight_spec_;
+  weight_spec_.check_cut(out, group_->size(), {out, in});
+  const int64_t local = weight_spec_.shard_shape({out, in}, group_->size())[0];
+  weight_ = register_parameter("weight", zeros({local, in}));
+  if (bias) bias_ = register_parameter("bias", zeros({local}));
 }
 
 // The region's entry is fused into the linear node, so the input

@@ -573,6 +573,50 @@ TEST_P(TensorParallelGptTest, LlamaOptionsMatchOneProcess) {
   }
 }
 
+// Fewer key/value heads than ranks: multi-query attention (one head on
+// every rank) and two heads over four ranks. Each rank computes the head its
+// query heads use; the head's weight (and Qwen2's bias) gradients, partial
+// sums over the ranks sharing it, are summed over them, so every holder has
+// one process's gradient (not only the first, which the gathered tensors
+// show), and the global norm counts each head once. One process's shared
+// key/value head under RMSNorm (qk norm) and RoPE.
+TEST_P(TensorParallelGptTest, SharedKeyValueHeadsMatchOneProcess) {
+  const int64_t V = 300;
+  for (int64_t kv : {1, 2}) {
+    if (kv >= g_world->size()) continue;  // split, not shared (tested above)
+    SCOPED_TRACE("key/value heads " + std::to_string(kv));
+    nn::GptConfig cfg = tiny(V);
+    cfg.n_head = 8;
+    cfg.n_kv_head = kv;
+    cfg.qkv_bias = true;
+    cfg.qk_norm = true;
+    cfg.normalization = nn::Normalization::RmsNorm;
+    cfg.position_embedding = nn::PositionEmbedding::Rotary;
+    cfg.rope_theta = 30.0;
+    const Tensor ids = token_ids(V, 5), targets = token_ids(V, 6);
+    expect_sharded_matches_one_process(cfg, 17, GetParam(), ids, ids, targets);
+    nn::Gpt ref(cfg, 17);
+    TensorParallelGpt model(cfg, 17, g_world, GetParam());
+    autograd::backward({model.loss(ids, targets)});
+    autograd::backward({ref.loss(ids, targets)});
+    model.reduce_partial_grads();
+    std::vector<Tensor> ref_params;
+    for (auto& [name, p] : ref.named_parameters()) ref_params.push_back(p);
+    EXPECT_NEAR(model.grad_norm(), optim::global_grad_norm(ref_params), 1e-6);
+    // Every rank's c_attn gradient is its cut of one process's.
+    for (auto& [name, p] : model.named_parameters()) {
+      if (name.find("c_attn") == std::string::npos) continue;
+      EXPECT_TRUE(model.reduces_after_backward(name)) << name;
+      const Tensor want = model.shard_specs().at(name).cut(ref.find_parameter(name)->grad(),
+                                                           g_world->rank(), g_world->size());
+      expect_close(to_double_vector(p.grad()), to_double_vector(want), 1e-6, 1e-4, name);
+    }
+    // The norm counts a shared head on its first holder only.
+    const bool first_holder = g_world->rank() % (g_world->size() / kv) == 0;
+    EXPECT_EQ(model.repeated_elements("h.0.attn.c_attn.weight").empty(), first_holder);
+  }
+}
+
 // A rank never holds the whole model on the host while it initialises or
 // reads init.from: its shards, and one full tensor (initialisation) or one
 // block of the file (reading) beside them. Measured by the host allocator's
@@ -751,14 +795,18 @@ TEST(TensorParallelGpt, ConfigErrorsNameTheNumbers) {
         << e.what();
   }
   nn::GptConfig g = tiny(100);
-  g.n_kv_head = 1;  // multi-query: one key/value head cannot be split
-  try {
-    TensorParallelGpt m(g, 1, g_world, false);
-    FAIL();
-  } catch (const ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("model.n_kv_head (1) must be divisible by parallel.tp"),
-              std::string::npos)
-        << e.what();
+  g.n_head = 12;  // 3 key/value heads neither split nor share over 2 or 4 ranks
+  g.d_model = 48;
+  g.n_kv_head = 3;
+  if (g_world->size() > 1) {
+    try {
+      TensorParallelGpt m(g, 1, g_world, false);
+      FAIL();
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find("model.n_kv_head (3) must be divisible by parallel.tp"),
+                std::string::npos)
+          << e.what();
+    }
   }
   nn::GptConfig s = tiny(100);
   s.seq_len = 9;

@@ -91,8 +91,17 @@ class TensorParallelGpt : public nn::Module {
   Tensor full_tensor(const std::string& name, bool on_host = false) const;
   // All-reduce the partial gradients of replicated parameters over the
   // group (ShardSpec::partial_grad: under sequence parallelism LayerNorms
-  // and row-parallel biases; the query/key norms always).
+  // and row-parallel biases; the query/key norms always), and sum each
+  // shared key/value head's gradient over the ranks sharing it.
   void reduce_partial_grads() const;
+  // Whether reduce_partial_grads changes the parameter's gradient (the data-
+  // parallel reduction takes such gradients last): the partial sums above,
+  // and the key/value heads that several ranks share (ShardSpec::units).
+  bool reduces_after_backward(const std::string& name) const;
+  // The elements of a parameter's shard that another rank of the group
+  // holds too (a shared key/value head, on all but the first rank holding
+  // it), as [begin, end) ranges: a norm counts them once.
+  std::vector<std::pair<int64_t, int64_t>> repeated_elements(const std::string& name) const;
   // PyTorch's global-norm clipping over the whole model: split parameters'
   // squares summed over the group, replicated ones counted once. Returns the
   // norm before clipping (identical on every rank).

@@ -16,14 +16,16 @@ namespace triad::tp {
 // in)) or, with sequence parallelism, sharded along T and all-gathered first.
 // Output (B, T, out/tp) stays split. `groups` > 1 splits each of that many
 // equal output blocks separately (fused QKV); `blocks` lists output blocks
-// of different sizes, each split separately (grouped-query QKV: q, k, v).
-// `bias` false: no b.
+// of different sizes, each split separately (grouped-query QKV: q, k, v),
+// at whole `units` (heads; a block of fewer heads than ranks is shared, see
+// ShardSpec::units). `bias` false: no b.
 class ColumnParallelLinear : public nn::Module {
  public:
   ColumnParallelLinear(int64_t in, int64_t out, dist::ProcessGroupPtr group, bool sequence_parallel,
                        int groups = 1, bool bias = true);
   ColumnParallelLinear(int64_t in, const std::vector<int64_t>& blocks, dist::ProcessGroupPtr group,
-                       bool sequence_parallel, bool bias = true);
+                       bool sequence_parallel, bool bias = true,
+                       const std::vector<int64_t>& units = {});
   Tensor forward(const Tensor& x) const;
   // gelu(forward(x)) with its pre-activation, the GELU fused into the GEMM
   // where the backend can (for RowParallelLinear::forward_after_gelu).
