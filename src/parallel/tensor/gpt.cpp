@@ -294,32 +294,54 @@ void TensorParallelGpt::reduce_partial_grads() const {
   autograd::NoGradGuard ng;
   const int size = group_->size();
   if (size == 1) return;
+  // Every partial gradient goes into one flat buffer (per dtype) summed by
+  // one all-reduce: a model has a few such tensors per layer (under
+  // sequence parallelism every norm and row-parallel bias), each far too
+  // small to be worth a collective of its own.
+  struct Slot {
+    Tensor grad;  // this rank's part of the buffer, as the gradient's view
+    int64_t at;   // where it lies in the buffer
+  };
+  struct Buffer {
+    std::vector<Slot> slots;
+    int64_t numel = 0;
+    Device device = Device::cpu();
+  };
+  std::map<DType, Buffer> buffers;
   for (const auto& [name, p] : named_parameters()) {
     const ShardSpec& spec = specs_.at(name);
     Tensor g = p.grad();
-    if (!g.defined()) continue;
-    if (spec.partial_grad) {
-      group_->all_reduce(g, dist::ReduceOp::Sum)->wait();
-    } else if (spec.shares_blocks(size)) {
-      // A shared key/value head's gradient is a partial sum over the ranks
-      // sharing it (each saw its own query heads): every rank puts its
-      // pieces in their places among all the shared heads, the group sums
-      // them, and each takes its pieces' sums back.
-      int64_t rows = 0;
-      const auto pieces = spec.shared_pieces(group_->rank(), size, &rows);
-      Shape shape = g.shape();
-      shape[0] = rows;
-      Tensor all = zeros(shape, g.dtype(), g.device());
-      for (const auto& piece : pieces) {
-        Tensor slot = narrow(all, 0, piece.shared_at, piece.width);
-        copy_(slot, narrow(g, 0, piece.shard_at, piece.width));
-      }
-      group_->all_reduce(all, dist::ReduceOp::Sum)->wait();
-      for (const auto& piece : pieces) {
-        Tensor mine = narrow(g, 0, piece.shard_at, piece.width);
-        copy_(mine, narrow(all, 0, piece.shared_at, piece.width));
-      }
+    if (!g.defined() || (!spec.partial_grad && !spec.shares_blocks(size))) continue;
+    if (!g.is_contiguous()) {  // (the sums are written back through views)
+      throw ValueError("reduce_partial_grads: the gradient of '" + name + "' is not contiguous");
     }
+    Buffer& b = buffers[g.dtype()];
+    b.device = g.device();
+    if (spec.partial_grad) {
+      b.slots.push_back({reshape(g, {g.numel()}), b.numel});
+      b.numel += g.numel();
+      continue;
+    }
+    // A shared key/value head's gradient is a partial sum over the ranks
+    // sharing it (each saw its own query heads): every rank puts its pieces
+    // in their places among all the shared heads' rows, the rest zeros.
+    int64_t rows = 0;
+    const auto pieces = spec.shared_pieces(group_->rank(), size, &rows);
+    const int64_t row = g.numel() / g.size(0);
+    for (const auto& piece : pieces) {
+      b.slots.push_back({reshape(narrow(g, 0, piece.shard_at, piece.width), {piece.width * row}),
+                         b.numel + piece.shared_at * row});
+    }
+    b.numel += rows * row;
+  }
+  for (auto& [dtype, b] : buffers) {
+    Tensor flat = zeros({b.numel}, dtype, b.device);
+    for (const Slot& s : b.slots) {
+      Tensor into = narrow(flat, 0, s.at, s.grad.numel());
+      copy_(into, s.grad);
+    }
+    group_->all_reduce(flat, dist::ReduceOp::Sum)->wait();
+    for (Slot& s : b.slots) copy_(s.grad, narrow(flat, 0, s.at, s.grad.numel()));
   }
 }
 

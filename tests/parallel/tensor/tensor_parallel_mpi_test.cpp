@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -614,6 +615,55 @@ TEST_P(TensorParallelGptTest, SharedKeyValueHeadsMatchOneProcess) {
     // The norm counts a shared head on its first holder only.
     const bool first_holder = g_world->rank() % (g_world->size() / kv) == 0;
     EXPECT_EQ(model.repeated_elements("h.0.attn.c_attn.weight").empty(), first_holder);
+  }
+}
+
+// A group that counts its all-reduces.
+class CountingGroup final : public testing::ForwardingGroup {
+ public:
+  using ForwardingGroup::ForwardingGroup;
+  dist::WorkPtr all_reduce(Tensor& t, dist::ReduceOp op) override {
+    ++all_reduces;
+    return ForwardingGroup::all_reduce(t, op);
+  }
+  int all_reduces = 0;
+};
+
+// The partial gradients after backward — under sequence parallelism every
+// norm and row-parallel bias, the query/key norms, a shared key/value
+// head's rows — are summed by one all-reduce, not one per tensor (a
+// 12-layer model under sequence parallelism has 75 of them), and the sums
+// are each tensor's own all-reduce's.
+TEST(TensorParallelGpt, PartialGradientsAreSummedInOneAllReduce) {
+  if (g_world->size() == 1) GTEST_SKIP() << "nothing to sum on one rank";
+  nn::GptConfig cfg = tiny(300);
+  cfg.n_head = 8;
+  cfg.n_kv_head = 1;
+  cfg.qk_norm = true;
+  const Tensor ids = token_ids(300, 5), targets = token_ids(300, 6);
+  auto counting = std::make_shared<CountingGroup>(g_world);
+  TensorParallelGpt model(cfg, 17, counting, /*sequence_parallel=*/true);
+  autograd::backward({model.loss(ids, targets)});
+  // Each partial gradient summed on its own, for comparison.
+  std::map<std::string, Tensor> want;
+  int partial = 0;
+  for (auto& [name, p] : model.named_parameters()) {
+    if (!model.reduces_after_backward(name)) continue;
+    ++partial;
+    want[name] = clone(p.grad());
+    if (model.shard_specs().at(name).partial_grad)
+      g_world->all_reduce(want[name], dist::ReduceOp::Sum)->wait();
+  }
+  EXPECT_GT(partial, 10);
+  counting->all_reduces = 0;
+  model.reduce_partial_grads();
+  EXPECT_EQ(counting->all_reduces, 1);
+  for (const auto& [name, w] : want) {
+    if (!model.shard_specs().at(name).partial_grad) continue;  // (the shared head: above)
+    // (Bit for bit on two ranks; more may add in another order.)
+    const bool two = g_world->size() == 2;
+    expect_close(to_double_vector(model.find_parameter(name)->grad()), to_double_vector(w),
+                 two ? 0.0 : 1e-7, two ? 0.0 : 1e-6, name);
   }
 }
 
