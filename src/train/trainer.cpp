@@ -39,6 +39,7 @@
 #include "triad/parallel/pipeline/zero_bubble.h"
 #include "triad/train/attention_choice.h"
 #include "triad/train/checkpoint_reshard.h"
+#include "triad/train/tensorboard.h"
 
 namespace triad::train {
 namespace {
@@ -1291,6 +1292,7 @@ double Trainer::evaluate_only() {
 std::vector<StepMetrics> Trainer::run() {
   const bool lead = is_logging_rank();
   std::unique_ptr<MetricsWriter> metrics;
+  std::unique_ptr<TensorBoardWriter> tensorboard;
   if (lead) {
     try {
       std::filesystem::create_directories(config_.output_dir);
@@ -1304,6 +1306,11 @@ std::vector<StepMetrics> Trainer::run() {
     cfg.flush();
     if (!cfg) throw IoError("output.dir: cannot write '" + resolved + "'");
     metrics = std::make_unique<MetricsWriter>(config_.output_dir + "/metrics.jsonl");
+    if (config_.log_tensorboard) {
+      tensorboard = std::make_unique<TensorBoardWriter>(config_.output_dir);
+      spdlog::info("tensorboard: {} (tensorboard --logdir {})", tensorboard->path(),
+                   config_.output_dir);
+    }
   } else {
     spdlog::set_level(spdlog::level::warn);
   }
@@ -1471,6 +1478,7 @@ std::vector<StepMetrics> Trainer::run() {
           std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     }
     if (metrics) metrics->write(m);
+    if (tensorboard) tensorboard->write(m);
     out.push_back(m);
     if (m.step % config_.log_interval == 0 || m.step == steps) {
       print_line(m);

@@ -124,7 +124,8 @@ struct Config {
   std::string init_from;  // init.from: GPT-2 safetensors (optional)
   std::string output_dir = "out";
   int64_t log_interval = 10;
-  double log_peak_tflops = 0;  // log.peak_tflops: per-device peak for MFU (0: no MFU)
+  double log_peak_tflops = 0;    // log.peak_tflops: per-device peak for MFU (0: no MFU)
+  bool log_tensorboard = false;  // log.tensorboard: TensorBoard event files in output.dir
   std::string device = "cpu";
   // model.attention_kernel: auto | simt | tensor_core | cudnn (CUDA attention;
   // see triad/backend/cuda.h). No effect on the CPU.
