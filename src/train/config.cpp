@@ -625,6 +625,14 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
             throw ConfigError(k + " '" + t.precision + "' must be one of fp32, bf16, fp16");
           }
         }}},
+      {"loss_average",
+       {false,
+        [&](auto& v, auto& k) {
+          t.loss_average = get_string(v, k);
+          if (t.loss_average != "microbatches" && t.loss_average != "tokens") {
+            throw ConfigError(k + " '" + t.loss_average + "' must be microbatches or tokens");
+          }
+        }}},
       {"loss_scale_init",
        {false,
         [&](auto& v, auto& k) {
@@ -909,6 +917,7 @@ std::string to_yaml(const Config& c) {
   e << YAML::Key << "grad_clip" << YAML::Value << t.grad_clip;
   e << YAML::Key << "max_skipped_steps" << YAML::Value << t.max_skipped_steps;
   e << YAML::Key << "precision" << YAML::Value << t.precision;
+  e << YAML::Key << "loss_average" << YAML::Value << t.loss_average;
   e << YAML::Key << "loss_scale_init" << YAML::Value << t.loss_scale_init;
   e << YAML::Key << "loss_scale_window" << YAML::Value << t.loss_scale_window;
   e << YAML::Key << "seed" << YAML::Value << t.seed;

@@ -948,6 +948,34 @@ data::Batch Trainer::with_loss_mask(data::Batch batch) const {
   return data::mask_loss_after_eod(batch, config_.model.eod_token);
 }
 
+void Trainer::weigh_by_tokens(std::vector<data::Batch>& batches) const {
+  if (config_.train.loss_average != "tokens") return;
+  // Each microbatch's unmasked targets (counted on the host, where the
+  // batches are), and the step's over every data-parallel rank.
+  std::vector<double> counts;
+  double mine = 0;
+  for (const data::Batch& b : batches) {
+    const Tensor t = contiguous(cast(b.targets, DType::I64));
+    const int64_t* p = t.data<int64_t>();
+    int64_t n = 0;
+    for (int64_t i = 0; i < t.numel(); ++i) n += p[i] != -100;
+    counts.push_back(static_cast<double>(n));
+    mine += static_cast<double>(n);
+  }
+  double all = mine;
+  if (mesh_ && dp_ > 1) {
+    Tensor total = from_vector(std::vector<double>{mine}, {1}, DType::F64);
+    mesh_->dp()->all_reduce(total, dist::ReduceOp::Sum)->wait();
+    all = item(total);
+  }
+  // Weighed by dp: the data-parallel reduction averages over the ranks. A
+  // step without a single target to learn from is not finite (and skipped).
+  for (size_t i = 0; i < batches.size(); ++i) {
+    batches[i].loss_weight = all > 0 ? counts[i] * static_cast<double>(dp_) / all
+                                     : std::numeric_limits<double>::quiet_NaN();
+  }
+}
+
 int64_t Trainer::first_sequence(int64_t index) const {
   if (!ramp_.ramps()) return data_origin_ + (index - data_origin_step_) * ramp_.target();
   // Each step's batch depends on the sequences before it: walk from the
@@ -1081,12 +1109,13 @@ double Trainer::forward_backward(int64_t index, double* bubble) {
   // Dropout streams: one per global microbatch of the run.
   const uint64_t call =
       static_cast<uint64_t>(first_sequence(index) / t.micro_batch_size + dp_rank_ * micro);
+  std::vector<data::Batch> batches;
+  for (int64_t i = 0; i < micro; ++i) {
+    batches.push_back(with_loss_mask(dataset_->sequences(
+        first_sequence(index) + first + i * t.micro_batch_size, t.micro_batch_size)));
+  }
+  weigh_by_tokens(batches);
   if (pp_model_) {
-    std::vector<data::Batch> batches;
-    for (int64_t i = 0; i < micro; ++i) {
-      batches.push_back(with_loss_mask(dataset_->sequences(
-          first_sequence(index) + first + i * t.micro_batch_size, t.micro_batch_size)));
-    }
     // zb-auto and zb-v measure their second step (the first pays one-time
     // costs).
     const bool measure =
@@ -1111,8 +1140,7 @@ double Trainer::forward_backward(int64_t index, double* bubble) {
   // reading each one would make the host wait for the GPU every time.
   Tensor loss_sum;
   for (int64_t i = 0; i < micro; ++i) {
-    const data::Batch b = with_loss_mask(dataset_->sequences(
-        first_sequence(index) + first + i * t.micro_batch_size, t.micro_batch_size));
+    const data::Batch& b = batches[static_cast<size_t>(i)];
     nn::ForwardContext ctx{true, t.seed, call + static_cast<uint64_t>(i)};
     const auto t0 = TraceRecorder::Clock::now();
     // The batch stays on the host: the embedding and the loss check it there
@@ -1123,14 +1151,18 @@ double Trainer::forward_backward(int64_t index, double* bubble) {
       loss = scale(loss, std::numeric_limits<double>::quiet_NaN());
     // A non-finite loss is not an error here: its gradients make the step's
     // norm non-finite on every rank, and step() skips the update.
+    // Each micro-batch's mean loss weighs 1/micro (the step loss is the
+    // mean over the microbatches, and averaged over dp), or its share of the
+    // step's unmasked targets (train.loss_average: tokens).
+    const double w = b.loss_weight;
     Tensor part = cast(loss.detach(), DType::F64);
+    if (w >= 0) part = scale(part, w * static_cast<double>(micro));
     loss_sum = loss_sum.defined() ? add(loss_sum, part) : part;
-    // Each micro-batch's mean loss weighs 1/micro: the step loss is the mean
-    // over all of this rank's tokens (and, averaged over dp, all tokens).
     const auto t1 = TraceRecorder::Clock::now();
     // fp16: backward starts from the scaled loss so small gradients survive.
     const double loss_scale = scaler_ ? scaler_->scale() : 1.0;
-    autograd::backward({scale(loss, loss_scale / static_cast<double>(micro))});
+    autograd::backward(
+        {scale(loss, w >= 0 ? loss_scale * w : loss_scale / static_cast<double>(micro))});
     const std::string id = std::to_string(i);
     record(std::string("F").append(id), "forward", t0, t1);
     record(std::string("B").append(id), "backward", t1, TraceRecorder::Clock::now());
@@ -1154,8 +1186,9 @@ double Trainer::evaluate() {
           k, t.global_batch_size, first + i * t.micro_batch_size, t.micro_batch_size)));
     }
   }
-  // Every micro-batch has as many tokens: the mean of their mean losses is
-  // the mean over all tokens.
+  // The mean of the micro-batches' mean losses, or (train.loss_average:
+  // tokens) the mean over every unmasked target of the evaluation.
+  weigh_by_tokens(batches);
   double mean = 0;
   if (pp_model_) {
     mean = executor_->evaluate(batches);
@@ -1166,6 +1199,8 @@ double Trainer::evaluate() {
       Tensor loss = tp_model_ ? tp_model_->loss(b.inputs, b.targets, ctx)
                               : model_->loss(b.inputs, b.targets, ctx);
       Tensor part = cast(loss, DType::F64);
+      if (b.loss_weight >= 0)
+        part = scale(part, b.loss_weight * static_cast<double>(batches.size()));
       loss_sum = loss_sum.defined() ? add(loss_sum, part) : part;
     }
     mean = item(loss_sum) / static_cast<double>(batches.size());

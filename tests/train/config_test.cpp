@@ -265,6 +265,13 @@ TEST(Config, ErrorsNameKeyValueAndRule) {
                       "parallelism");
   expect_config_error(kValid, {"log.interval=0"}, "log.interval (0) must be positive");
   expect_config_error(kValid, {"log.peak_tflops=-1"}, "log.peak_tflops (-1) must be >= 0");
+  expect_config_error(kValid, {"train.loss_average=sequences"},
+                      "train.loss_average 'sequences' must be microbatches or tokens");
+  EXPECT_EQ(
+      parse_config(to_yaml(parse_config(kValid, {"train.loss_average=tokens"}))).train.loss_average,
+      "tokens");
+  EXPECT_TRUE(
+      parse_config(to_yaml(parse_config(kValid, {"log.tensorboard=true"}))).log_tensorboard);
   expect_config_error(kValid, {"checkpoint.interval=-2"}, "checkpoint.interval (-2) must be >= 0");
   expect_config_error(kValid, {"checkpoint.keep=0"}, "checkpoint.keep (0) must be >= 1");
   expect_config_error(kValid, {"checkpoint.keep=2000000"},

@@ -114,6 +114,51 @@ TEST(Trainer, TrainsOnPackedDocumentsWithTheEndTokenLossMask) {
       1e-4);
 }
 
+// train.loss_average: tokens. With the end token's loss mask the
+// microbatches hold different numbers of targets; the per-token loss is the
+// mean over all of them, so splitting the batch into microbatches changes
+// neither the losses nor the updates (the mean of microbatch means does),
+// in training and in evaluation.
+TEST(Trainer, PerTokenLossIsTheMeanOverEveryUnmaskedTargetOfTheStep) {
+  TempDir dir;
+  auto config = [&](int64_t micro, const std::string& average) {
+    return parse_config(
+        to_yaml(small_config(dir, micro)),
+        {"data.eod_token=3", "data.eod_mask_loss=true", "train.loss_average=" + average,
+         "data.val=" + dir.file("train.bin"), "eval.batches=2"});
+  };
+  std::vector<std::vector<StepMetrics>> runs;
+  std::vector<double> evals;
+  std::vector<nn::StateDict> finals;
+  for (const auto& [micro, average] : std::vector<std::pair<int64_t, std::string>>{
+           {4, "tokens"}, {1, "tokens"}, {2, "tokens"}, {1, "microbatches"}}) {
+    Trainer t(config(micro, average));
+    std::vector<StepMetrics> m;
+    for (int k = 0; k < 3; ++k) m.push_back(t.step(k));
+    runs.push_back(m);
+    evals.push_back(t.evaluate());
+    finals.push_back(t.full_state_dict());
+  }
+  // One microbatch of 4 (its mean is the mean over every target) against
+  // four of 1 and two of 2, per token.
+  for (size_t r = 1; r < 3; ++r) {
+    for (size_t k = 0; k < 3; ++k) {
+      EXPECT_NEAR(runs[r][k].loss, runs[0][k].loss, 1e-6 * runs[0][k].loss) << r << " " << k;
+      EXPECT_NEAR(runs[r][k].grad_norm, runs[0][k].grad_norm, 1e-5 * runs[0][k].grad_norm);
+    }
+    EXPECT_NEAR(evals[r], evals[0], 1e-6 * evals[0]);
+    for (auto& [name, w] : finals[0]) {
+      auto a = to_double_vector(w), b = to_double_vector(finals[r].at(name));
+      for (size_t i = 0; i < a.size(); ++i)
+        ASSERT_NEAR(a[i], b[i], 2e-5) << name << "[" << i << "]";
+    }
+  }
+  // The mean of four microbatch means weighs their tokens unequally (by far
+  // more than the float rounding above).
+  EXPECT_GT(std::abs(runs[3][0].loss - runs[0][0].loss), 1e-5 * runs[0][0].loss);
+  EXPECT_GT(std::abs(evals[3] - evals[0]), 1e-5 * evals[0]);
+}
+
 TEST(Trainer, RunLearnsAndWritesMetricsAndWeights) {
   TempDir dir;
   Config c = small_config(dir, 2);

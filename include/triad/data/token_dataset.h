@@ -17,6 +17,10 @@ class MappedFile;
 struct Batch {
   Tensor inputs;
   Tensor targets;
+  // The batch's mean loss's weight in a step's loss (train.loss_average:
+  // tokens gives each its share of the step's unmasked targets); negative:
+  // an equal share, 1 / (the step's microbatches).
+  double loss_weight = -1.0;
 };
 
 // The batch with the targets that follow an end-of-document token in the

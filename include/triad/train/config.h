@@ -32,6 +32,12 @@ struct TrainSection {
   // precision, f32 gradients, master weights and optimizer state; fp16 adds
   // dynamic loss scaling.
   std::string precision = "fp32";
+  // How a step's loss averages its tokens' losses: "microbatches" (the mean
+  // of each microbatch's mean over its unmasked targets) or "tokens" (the
+  // mean over every unmasked target of the step, whatever microbatch holds
+  // it: Megatron-LM's per-token loss). They differ only where microbatches
+  // hold different numbers of unmasked targets (data.eod_mask_loss).
+  std::string loss_average = "microbatches";
   double loss_scale_init = 65536.0;  // fp16: initial loss scale
   int64_t loss_scale_window = 2000;  // fp16: clean steps before the scale doubles
   // [start, increment, samples]: the global batch ramps up from `start`

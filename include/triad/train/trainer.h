@@ -87,6 +87,10 @@ class Trainer {
   void zero_grad() const;
   // The batch with data.eod_mask_loss applied (the batch itself without it).
   data::Batch with_loss_mask(data::Batch batch) const;
+  // train.loss_average tokens: each batch's loss_weight, its share of the
+  // unmasked targets of all the batches on every data-parallel rank (one
+  // small all-reduce over dp); otherwise nothing.
+  void weigh_by_tokens(std::vector<data::Batch>& batches) const;
   // Forward and backward of this rank's share of step `index`; returns the
   // mean loss over its tokens (and sets *bubble for pipelines).
   double forward_backward(int64_t index, double* bubble);

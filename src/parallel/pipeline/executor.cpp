@@ -617,10 +617,15 @@ PipelineStepResult PipelineExecutor::run(const std::vector<data::Batch>& micro,
           if (a.compute == ComputeKind::BackwardInput) opts.defer_weight_grads = &stores[k];
           if (stage == S - 1) {
             Tensor l = losses.at(k);
+            // The step loss is the mean over microbatches of their mean
+            // losses, or their sum weighted by each one's share of the tokens.
+            const double w = micro[mb].loss_weight;
             Tensor part = cast(l.detach(), DType::F64);
+            if (w >= 0) part = scale(part, w * m);
             loss_sum = loss_sum.defined() ? add(loss_sum, part) : part;
-            // The step loss is the mean over microbatches of their mean losses.
-            autograd::backward({l}, {full({}, loss_scale / m, l.dtype(), l.device())}, opts);
+            autograd::backward(
+                {l}, {full({}, w >= 0 ? loss_scale * w : loss_scale / m, l.dtype(), l.device())},
+                opts);
             losses.erase(k);
           } else {
             autograd::backward({outputs.at(k)}, {grad_out.at(k)}, opts);
@@ -693,6 +698,8 @@ double PipelineExecutor::evaluate(const std::vector<data::Batch>& micro) {
       for (int64_t i : chunk.plan().layers) x = chunk.block(i, x, ctx);
       if (stage == S - 1) {
         Tensor part = cast(chunk.head_loss(x, batch.targets), DType::F64);
+        if (batch.loss_weight >= 0)
+          part = scale(part, batch.loss_weight * static_cast<double>(micro.size()));
         loss_sum = loss_sum.defined() ? add(loss_sum, part) : part;
       } else if (schedule_.rank_of(stage + 1) == r) {
         carried = x;
