@@ -6,8 +6,25 @@
 
 namespace triad::train {
 
-MetricsWriter::MetricsWriter(const std::string& path) : out_(path, std::ios::trunc), path_(path) {
+MetricsWriter::MetricsWriter(const std::string& path, int64_t resumed_at) : path_(path) {
+  std::string kept;
+  if (resumed_at >= 0) {
+    std::ifstream in(path);
+    std::string line;
+    while (std::getline(in, line)) {
+      if (line.empty()) continue;
+      // A line that does not parse (a write cut short) ends the history.
+      const nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+      if (j.is_discarded() || !j.contains("step") || !j["step"].is_number_integer()) break;
+      if (j["step"].get<int64_t>() > resumed_at) break;
+      kept += line + "\n";
+    }
+  }
+  out_.open(path, std::ios::trunc);
   if (!out_) throw IoError("cannot open metrics file '" + path + "' for writing");
+  out_ << kept;
+  out_.flush();
+  if (!out_) throw IoError("error writing metrics file '" + path_ + "'");
 }
 
 void MetricsWriter::write(const StepMetrics& m) {

@@ -125,6 +125,17 @@ void TensorBoardWriter::scalar(const std::string& tag, int64_t step, double valu
   record(e);
 }
 
+void TensorBoardWriter::restart(int64_t step) {
+  // Event.session_log (6) = SessionLog { status (1) = START (1) }.
+  std::string log;
+  key(log, 1, 0);
+  varint(log, 1);
+  std::string e = event(now_seconds(), step);
+  bytes_field(e, 6, log);
+  record(e);
+  flush();
+}
+
 void TensorBoardWriter::write(const StepMetrics& m) {
   const double t = now_seconds();
   scalar("train/loss", m.step, m.loss, t);

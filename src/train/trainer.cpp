@@ -1340,12 +1340,6 @@ std::vector<StepMetrics> Trainer::run() {
     cfg << to_yaml(config_);
     cfg.flush();
     if (!cfg) throw IoError("output.dir: cannot write '" + resolved + "'");
-    metrics = std::make_unique<MetricsWriter>(config_.output_dir + "/metrics.jsonl");
-    if (config_.log_tensorboard) {
-      tensorboard = std::make_unique<TensorBoardWriter>(config_.output_dir);
-      spdlog::info("tensorboard: {} (tensorboard --logdir {})", tensorboard->path(),
-                   config_.output_dir);
-    }
   } else {
     spdlog::set_level(spdlog::level::warn);
   }
@@ -1478,6 +1472,19 @@ std::vector<StepMetrics> Trainer::run() {
   // after the first `interval` steps, whether it can.
   if (!ck.dir.empty()) io::check_checkpoint_dir_writable(ck.dir, world_ ? world_->rank() : 0);
   if (!ck.dir.empty() && ck.resume == "auto") first = load_checkpoint();
+  // A resumed run goes on with the history in metrics.jsonl (the steps up to
+  // its checkpoint kept, any after it trained again); a new run starts one.
+  if (lead) {
+    metrics = std::make_unique<MetricsWriter>(config_.output_dir + "/metrics.jsonl",
+                                              first > 0 ? first : -1);
+    if (config_.log_tensorboard) {
+      tensorboard = std::make_unique<TensorBoardWriter>(config_.output_dir);
+      // TensorBoard drops an earlier file's points from this step on.
+      if (first > 0) tensorboard->restart(first + 1);
+      spdlog::info("tensorboard: {} (tensorboard --logdir {})", tensorboard->path(),
+                   config_.output_dir);
+    }
+  }
   if (first >= steps && first > 0) {
     spdlog::warn(
         "the checkpoint is at step {} and train.steps is {}: no step is left to train (raise "

@@ -25,6 +25,7 @@ struct Event {
   double wall_time = 0;
   int64_t step = 0;
   std::string file_version;
+  int64_t session_status = 0;  // SessionLog's status (1: START)
   std::vector<std::pair<std::string, float>> values;
 };
 
@@ -58,6 +59,12 @@ std::vector<Event> read_events(const std::string& path) {
         e.step = static_cast<int64_t>(field.varint);
       } else if (field.number == 3) {
         e.file_version = std::string(field.bytes);
+      } else if (field.number == 6) {
+        pb::Reader log(field.bytes, "session log");
+        pb::Field status;
+        while (log.next(status)) {
+          if (status.number == 1) e.session_status = static_cast<int64_t>(status.varint);
+        }
       } else if (field.number == 5) {
         pb::Reader summary(field.bytes, "summary");
         pb::Field value;
@@ -106,6 +113,7 @@ TEST(TensorBoard, EventFilesHoldTheVersionThenEachStepsScalars) {
     m.val_loss.reset();
     m.mfu = 0.5;
     w.write(m);
+    w.restart(9);  // a resumed run's first step
   }
   EXPECT_NE(std::filesystem::path(path).filename().string().find("tfevents"), std::string::npos);
   const std::vector<Event> events = read_events(path);
@@ -129,6 +137,9 @@ TEST(TensorBoard, EventFilesHoldTheVersionThenEachStepsScalars) {
   EXPECT_EQ(by_step[3].count("train/mfu"), 0u);  // no peak configured
   EXPECT_EQ(by_step[4].count("val/loss"), 0u);   // not evaluated
   EXPECT_EQ(by_step[4].at("train/mfu"), 0.5f);
+  EXPECT_EQ(events.back().step, 9);
+  EXPECT_EQ(events.back().session_status, 1);
+  EXPECT_TRUE(events.back().values.empty());
 }
 
 TEST(TensorBoard, AnUnwritableDirectoryIsNamed) {

@@ -42,7 +42,11 @@ struct StepMetrics {
 // Appends one JSON object per step to a metrics.jsonl file.
 class MetricsWriter {
  public:
-  explicit MetricsWriter(const std::string& path);
+  // A new file; or, with `resumed_at` >= 0 (a run resumed from the
+  // checkpoint of that step), the existing file's lines up to and including
+  // that step kept and the rest dropped (steps the resumed run trains
+  // again), so the file goes on as one history.
+  explicit MetricsWriter(const std::string& path, int64_t resumed_at = -1);
   void write(const StepMetrics& m);
 
  private:

@@ -28,6 +28,10 @@ class TensorBoardWriter {
   // One scalar at a step; `wall_time` in seconds since the epoch (now when
   // negative).
   void scalar(const std::string& tag, int64_t step, double value, double wall_time = -1);
+  // A session restarting at `step` (a resumed run): TensorBoard discards the
+  // points of earlier files from that step on, which the resumed run trains
+  // again (SessionLog START).
+  void restart(int64_t step);
   // A step's metrics as train/... scalars (and val/loss), flushed.
   void write(const StepMetrics& m);
   void flush();

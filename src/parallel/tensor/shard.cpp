@@ -44,7 +44,8 @@ bool ShardSpec::shares_blocks(int size) const {
 void ShardSpec::check_cut(int64_t n, int size, const Shape& full) const {
   const std::vector<int64_t> sizes = block_sizes(n);
   int64_t total = 0;
-  bool fits = units.empty() || (units.size() == sizes.size() && dim == 0);
+  // (Whole pieces are given block by block, along dim 0.)
+  bool fits = units.empty() || (units.size() == blocks.size() && dim == 0);
   for (size_t j = 0; j < sizes.size(); ++j) {
     const int64_t b = sizes[j], u = unit_of(units, j);
     total += b;
