@@ -151,7 +151,7 @@ void write_rank_state(const std::string& staging_dir, int rank,
 
 void commit_checkpoint(const std::string& dir, int64_t step, int world_size,
                        const std::map<std::string, std::string>& layout,
-                       const std::string& config_yaml, int keep) {
+                       const std::string& config_yaml, int keep, int64_t keep_every) {
   const std::string staging = checkpoint_staging_dir(dir, step);
   nlohmann::json manifest;
   manifest["format"] = "triad-checkpoint-1";
@@ -192,7 +192,8 @@ void commit_checkpoint(const std::string& dir, int64_t step, int world_size,
   // checkpoint as the one to resume from.
   write_text_atomically((fs::path(dir) / "latest").string(), step_name(step) + "\n");
   fsync_path(dir);
-  // Keep the newest `keep` complete checkpoints.
+  // Keep the newest `keep` complete checkpoints, and every multiple of
+  // keep_every.
   std::vector<int64_t> steps;
   fs_op("list '" + dir + "'", [&] {
     for (const auto& e : fs::directory_iterator(dir)) {
@@ -205,6 +206,7 @@ void commit_checkpoint(const std::string& dir, int64_t step, int world_size,
   });
   std::sort(steps.rbegin(), steps.rend());
   for (size_t i = static_cast<size_t>(std::max(keep, 1)); i < steps.size(); ++i) {
+    if (keep_every > 0 && steps[i] % keep_every == 0) continue;
     const fs::path old = fs::path(dir) / step_name(steps[i]);
     fs_op("remove the old checkpoint '" + old.string() + "'", [&] { fs::remove_all(old); });
   }

@@ -248,6 +248,13 @@ void validate(const Config& c, bool min_lr_given) {
   require(t.eps > 0, "train.eps", t.eps, "must be > 0");
   require(t.grad_clip >= 0, "train.grad_clip", t.grad_clip, "must be >= 0 (0 disables clipping)");
   require(c.log_interval > 0, "log.interval", c.log_interval, "must be positive");
+  const auto& ck = c.checkpoint;
+  if (ck.keep_every > 0 && ck.interval > 0 && ck.keep_every % ck.interval != 0) {
+    throw ConfigError("checkpoint.keep_every (" + std::to_string(ck.keep_every) +
+                      ") must be a multiple of checkpoint.interval (" +
+                      std::to_string(ck.interval) +
+                      "): the checkpoints it keeps are the ones the interval writes");
+  }
   if (c.data_val.empty() && (c.eval.interval > 0 || c.eval.batches > 0)) {
     const bool by_interval = c.eval.interval > 0;
     throw ConfigError(std::string(by_interval ? "eval.interval (" : "eval.batches (") +
@@ -700,6 +707,13 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
           if (c.checkpoint.interval < 0)
             throw ConfigError(k + " (" + scalar_text(v) + ") must be >= 0");
         }}},
+      {"keep_every",
+       {false,
+        [&](auto& v, auto& k) {
+          c.checkpoint.keep_every = get_int(v, k);
+          if (c.checkpoint.keep_every < 0)
+            throw ConfigError(k + " (" + scalar_text(v) + ") must be >= 0");
+        }}},
       {"keep",
        {false,
         [&](auto& v, auto& k) {
@@ -974,8 +988,9 @@ std::string to_yaml(const Config& c) {
     e << YAML::Key << "checkpoint" << YAML::Value << YAML::BeginMap << YAML::Key << "dir"
       << YAML::Value << c.checkpoint.dir << YAML::Key << "interval" << YAML::Value
       << c.checkpoint.interval << YAML::Key << "keep" << YAML::Value << c.checkpoint.keep
-      << YAML::Key << "resume" << YAML::Value << c.checkpoint.resume << YAML::Key << "async"
-      << YAML::Value << c.checkpoint.async << YAML::EndMap;
+      << YAML::Key << "keep_every" << YAML::Value << c.checkpoint.keep_every << YAML::Key
+      << "resume" << YAML::Value << c.checkpoint.resume << YAML::Key << "async" << YAML::Value
+      << c.checkpoint.async << YAML::EndMap;
   }
   if (!c.data_val.empty()) {
     e << YAML::Key << "eval" << YAML::Value << YAML::BeginMap << YAML::Key << "interval"

@@ -552,7 +552,7 @@ void Trainer::save_checkpoint(int64_t next_step) {
   barrier();
   if (rank == 0) {
     io::commit_checkpoint(ck.dir, next_step, world_ ? world_->size() : 1, layout(),
-                          to_yaml(config_), ck.keep);
+                          to_yaml(config_), ck.keep, ck.keep_every);
     spdlog::info("checkpoint: {}/step_{}", ck.dir, next_step);
   }
   barrier();
@@ -593,7 +593,7 @@ void Trainer::commit_pending_checkpoint(bool wait, bool any_failed) {
   const auto& ck = config_.checkpoint;
   if (!world_ || world_->rank() == 0) {
     io::commit_checkpoint(ck.dir, step, world_ ? world_->size() : 1, layout(), to_yaml(config_),
-                          ck.keep);
+                          ck.keep, ck.keep_every);
     spdlog::info("checkpoint: {}/step_{}", ck.dir, step);
   }
   if (wait) barrier();

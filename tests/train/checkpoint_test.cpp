@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -75,6 +76,22 @@ TEST(Checkpoint, ResumedRunReproducesTheUninterruptedLossesBitwise) {
     steps.push_back(nlohmann::json::parse(line).at("step").get<int64_t>());
   }
   EXPECT_EQ(steps, (std::vector<int64_t>{1, 2, 3, 4, 5, 6, 7, 8}));
+}
+
+// checkpoint.keep_every: besides the newest `keep`, the checkpoints of its
+// multiples stay for good (milestones to evaluate or branch from later).
+TEST(Checkpoint, RotationKeepsTheNewestAndEveryMilestone) {
+  TempDir dir;
+  Config c = config(dir, 8, 1, "never");
+  c.checkpoint.keep = 2;
+  c.checkpoint.keep_every = 3;
+  Trainer(c).run();
+  std::vector<std::string> left;
+  for (const auto& e : std::filesystem::directory_iterator(dir.file("ckpt"))) {
+    if (e.is_directory()) left.push_back(e.path().filename().string());
+  }
+  std::sort(left.begin(), left.end());
+  EXPECT_EQ(left, (std::vector<std::string>{"step_3", "step_6", "step_7", "step_8"}));
 }
 
 TEST(Checkpoint, IncompleteWritesAreNeverPickedAndCorruptionIsNamed) {

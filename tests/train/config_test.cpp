@@ -274,6 +274,16 @@ TEST(Config, ErrorsNameKeyValueAndRule) {
       parse_config(to_yaml(parse_config(kValid, {"log.tensorboard=true"}))).log_tensorboard);
   expect_config_error(kValid, {"checkpoint.interval=-2"}, "checkpoint.interval (-2) must be >= 0");
   expect_config_error(kValid, {"checkpoint.keep=0"}, "checkpoint.keep (0) must be >= 1");
+  expect_config_error(kValid, {"checkpoint.keep_every=-1"},
+                      "checkpoint.keep_every (-1) must be >= 0");
+  expect_config_error(
+      kValid, {"checkpoint.interval=300", "checkpoint.keep_every=1000"},
+      "checkpoint.keep_every (1000) must be a multiple of checkpoint.interval (300)");
+  EXPECT_EQ(
+      parse_config(to_yaml(parse_config(kValid, {"checkpoint.dir=ck", "checkpoint.interval=10",
+                                                 "checkpoint.keep_every=1000"})))
+          .checkpoint.keep_every,
+      1000);
   expect_config_error(kValid, {"checkpoint.keep=2000000"},
                       "checkpoint.keep (2000000) must be at most 1000000");
   expect_config_error(kValid, {"checkpoint.resume=sometimes"},

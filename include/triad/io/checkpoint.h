@@ -42,10 +42,11 @@ void write_rank_state(const std::string& staging_dir, int rank,
 // Rank 0, after every rank has written: the manifest (layout, config text,
 // the checksums the ranks wrote beside their files; a file without one is
 // hashed here), then rename staging -> step_<N>, then the `latest` marker;
-// finally removes all but the newest `keep` checkpoints.
+// finally removes all but the newest `keep` checkpoints and those whose
+// step is a multiple of `keep_every` (> 0).
 void commit_checkpoint(const std::string& dir, int64_t step, int world_size,
                        const std::map<std::string, std::string>& layout,
-                       const std::string& config_yaml, int keep);
+                       const std::string& config_yaml, int keep, int64_t keep_every = 0);
 
 // Creates `dir` if needed and writes (then removes) a probe file there as
 // rank `rank`; an IoError names the directory and the reason when it cannot.
