@@ -249,6 +249,9 @@ void validate(const Config& c, bool min_lr_given) {
   require(t.grad_clip >= 0, "train.grad_clip", t.grad_clip, "must be >= 0 (0 disables clipping)");
   require(c.log_interval > 0, "log.interval", c.log_interval, "must be positive");
   const auto& ck = c.checkpoint;
+  require(t.exit_after_minutes == 0 || !ck.dir.empty(), "train.exit_after_minutes",
+          t.exit_after_minutes,
+          "needs checkpoint.dir: the run it stops goes on from the checkpoint it writes then");
   if (ck.keep_every > 0 && ck.interval > 0 && ck.keep_every % ck.interval != 0) {
     throw ConfigError("checkpoint.keep_every (" + std::to_string(ck.keep_every) +
                       ") must be a multiple of checkpoint.interval (" +
@@ -617,6 +620,13 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
       {"beta2", {false, [&](auto& v, auto& k) { t.beta2 = get_double(v, k); }}},
       {"eps", {false, [&](auto& v, auto& k) { t.eps = get_double(v, k); }}},
       {"grad_clip", {false, [&](auto& v, auto& k) { t.grad_clip = get_double(v, k); }}},
+      {"exit_after_minutes",
+       {false,
+        [&](auto& v, auto& k) {
+          t.exit_after_minutes = get_double(v, k);
+          if (!(t.exit_after_minutes >= 0) || !std::isfinite(t.exit_after_minutes))
+            throw ConfigError(k + " (" + scalar_text(v) + ") must be a number of minutes >= 0");
+        }}},
       {"max_skipped_steps",
        {false,
         [&](auto& v, auto& k) {
@@ -930,6 +940,7 @@ std::string to_yaml(const Config& c) {
   e << YAML::Key << "eps" << YAML::Value << t.eps;
   e << YAML::Key << "grad_clip" << YAML::Value << t.grad_clip;
   e << YAML::Key << "max_skipped_steps" << YAML::Value << t.max_skipped_steps;
+  e << YAML::Key << "exit_after_minutes" << YAML::Value << t.exit_after_minutes;
   e << YAML::Key << "precision" << YAML::Value << t.precision;
   e << YAML::Key << "loss_average" << YAML::Value << t.loss_average;
   e << YAML::Key << "loss_scale_init" << YAML::Value << t.loss_scale_init;

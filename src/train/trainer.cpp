@@ -1492,6 +1492,8 @@ std::vector<StepMetrics> Trainer::run() {
         first, steps);
   }
   g_stop_requested = false;
+  const auto run_start = std::chrono::steady_clock::now();
+  const double limit_minutes = config_.train.exit_after_minutes;
   auto previous_term = std::signal(SIGTERM, on_stop_signal);
   auto previous_int = std::signal(SIGINT, on_stop_signal);
   auto print_line = [&](const StepMetrics& m) {
@@ -1539,17 +1541,31 @@ std::vector<StepMetrics> Trainer::run() {
     // flight, so rank 0 commits it only then: one reduction for both.
     const bool written = pending_checkpoint_written();
     const bool failed = written && pending_checkpoint_ && pending_checkpoint_error();
-    Tensor flags = from_vector(
-        std::vector<double>{g_stop_requested ? 1.0 : 0.0, written ? 0.0 : 1.0, failed ? 1.0 : 0.0},
-        {3}, DType::F64);
+    // (Flag 0: a signal; flag 3: train.exit_after_minutes reached, on any
+    // rank's clock.)
+    const bool time_up =
+        limit_minutes > 0 &&
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count() >=
+            limit_minutes * 60.0;
+    Tensor flags =
+        from_vector(std::vector<double>{g_stop_requested ? 1.0 : 0.0, written ? 0.0 : 1.0,
+                                        failed ? 1.0 : 0.0, time_up ? 1.0 : 0.0},
+                    {4}, DType::F64);
     if (world_ && world_->size() > 1) world_->all_reduce(flags, dist::ReduceOp::Max)->wait();
     const std::vector<double> agreed = to_double_vector(flags);
-    const bool stopping = agreed[0] > 0;
+    const bool stopping = agreed[0] > 0 || agreed[3] > 0;
     if (agreed[1] == 0) commit_pending_checkpoint(/*wait=*/false, agreed[2] > 0);
     const bool periodic = ck.interval > 0 && m.step % ck.interval == 0;
     if (!ck.dir.empty() && (periodic || stopping || m.step == steps)) save_checkpoint(m.step);
     if (stopping) {
-      spdlog::info("stopping after step {} on a signal", m.step);
+      if (agreed[0] > 0) {
+        spdlog::info("stopping after step {} on a signal", m.step);
+      } else {
+        spdlog::info(
+            "stopping after step {}: train.exit_after_minutes ({}) reached; resume with "
+            "checkpoint.resume: auto",
+            m.step, limit_minutes);
+      }
       break;
     }
   }

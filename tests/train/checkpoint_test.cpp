@@ -78,6 +78,25 @@ TEST(Checkpoint, ResumedRunReproducesTheUninterruptedLossesBitwise) {
   EXPECT_EQ(steps, (std::vector<int64_t>{1, 2, 3, 4, 5, 6, 7, 8}));
 }
 
+// train.exit_after_minutes: a run past its time checkpoints after the step
+// it is in and ends; resumed, it goes on where it stopped, its metrics one
+// history. (A limit of a microsecond: the first step is past it.)
+TEST(Checkpoint, ARunPastItsTimeLimitCheckpointsAndEnds) {
+  TempDir dir;
+  Config c = config(dir, 4, 0, "auto");
+  c.train.exit_after_minutes = 1e-8;
+  const std::vector<StepMetrics> first = Trainer(c).run();
+  ASSERT_EQ(first.size(), 1u);
+  EXPECT_TRUE(std::filesystem::exists(dir.file("ckpt/step_1/manifest.json")));
+  EXPECT_TRUE(std::filesystem::exists(dir.file("out/model.safetensors")));
+  c.train.exit_after_minutes = 0;
+  const std::vector<StepMetrics> rest = Trainer(c).run();
+  ASSERT_EQ(rest.size(), 3u);
+  EXPECT_EQ(rest.front().step, 2);
+  const std::vector<StepMetrics> whole = Trainer(config(dir, 4, 0, "never")).run();
+  EXPECT_EQ(rest.back().loss, whole.back().loss);  // bitwise the uninterrupted run's
+}
+
 // checkpoint.keep_every: besides the newest `keep`, the checkpoints of its
 // multiples stay for good (milestones to evaluate or branch from later).
 TEST(Checkpoint, RotationKeepsTheNewestAndEveryMilestone) {

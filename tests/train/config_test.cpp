@@ -276,6 +276,14 @@ TEST(Config, ErrorsNameKeyValueAndRule) {
   expect_config_error(kValid, {"checkpoint.keep=0"}, "checkpoint.keep (0) must be >= 1");
   expect_config_error(kValid, {"checkpoint.keep_every=-1"},
                       "checkpoint.keep_every (-1) must be >= 0");
+  expect_config_error(kValid, {"train.exit_after_minutes=-1"},
+                      "train.exit_after_minutes (-1) must be a number of minutes >= 0");
+  expect_config_error(kValid, {"train.exit_after_minutes=30"},
+                      "train.exit_after_minutes (30) needs checkpoint.dir");
+  EXPECT_EQ(parse_config(to_yaml(parse_config(
+                             kValid, {"checkpoint.dir=ck", "train.exit_after_minutes=230.5"})))
+                .train.exit_after_minutes,
+            230.5);
   expect_config_error(
       kValid, {"checkpoint.interval=300", "checkpoint.keep_every=1000"},
       "checkpoint.keep_every (1000) must be a multiple of checkpoint.interval (300)");

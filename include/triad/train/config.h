@@ -27,6 +27,10 @@ struct TrainSection {
   double eps = 1e-8;
   double grad_clip = 1.0;         // 0 disables clipping
   int64_t max_skipped_steps = 5;  // consecutive non-finite steps before the job stops
+  // > 0: after the first step that ends this many minutes after the run
+  // started, every rank checkpoints and the run ends, as on SIGTERM (a job
+  // that must end before its allocation does); 0: no limit.
+  double exit_after_minutes = 0;
   uint64_t seed = 1234;
   // fp32 | bf16 | fp16. bf16/fp16: parameters and activations in half
   // precision, f32 gradients, master weights and optimizer state; fp16 adds
