@@ -1,5 +1,6 @@
 #include "triad/train/metrics.h"
 
+#include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "triad/core/error.h"
@@ -20,11 +21,22 @@ MetricsWriter::MetricsWriter(const std::string& path, int64_t resumed_at) : path
       kept += line + "\n";
     }
   }
-  out_.open(path, std::ios::trunc);
+  if (resumed_at >= 0) {
+    // The kept history replaces the file whole (written beside it, then
+    // renamed), so a crash here leaves the old file or the new, never half.
+    const std::string staged = path + ".tmp";
+    {
+      std::ofstream s(staged, std::ios::trunc);
+      s << kept;
+      s.flush();
+      if (!s) throw IoError("cannot write metrics file '" + staged + "'");
+    }
+    std::error_code ec;
+    std::filesystem::rename(staged, path, ec);
+    if (ec) throw IoError("cannot replace metrics file '" + path + "': " + ec.message());
+  }
+  out_.open(path, resumed_at >= 0 ? std::ios::app : std::ios::trunc);
   if (!out_) throw IoError("cannot open metrics file '" + path + "' for writing");
-  out_ << kept;
-  out_.flush();
-  if (!out_) throw IoError("error writing metrics file '" + path_ + "'");
 }
 
 void MetricsWriter::write(const StepMetrics& m) {
