@@ -1492,7 +1492,6 @@ std::vector<StepMetrics> Trainer::run() {
         first, steps);
   }
   g_stop_requested = false;
-  const auto run_start = std::chrono::steady_clock::now();
   const double limit_minutes = config_.train.exit_after_minutes;
   auto previous_term = std::signal(SIGTERM, on_stop_signal);
   auto previous_int = std::signal(SIGINT, on_stop_signal);
@@ -1545,7 +1544,7 @@ std::vector<StepMetrics> Trainer::run() {
     // rank's clock.)
     const bool time_up =
         limit_minutes > 0 &&
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count() >=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - created_).count() >=
             limit_minutes * 60.0;
     Tensor flags =
         from_vector(std::vector<double>{g_stop_requested ? 1.0 : 0.0, written ? 0.0 : 1.0,

@@ -27,8 +27,8 @@ struct TrainSection {
   double eps = 1e-8;
   double grad_clip = 1.0;         // 0 disables clipping
   int64_t max_skipped_steps = 5;  // consecutive non-finite steps before the job stops
-  // > 0: after the first step that ends this many minutes after the run
-  // started, every rank checkpoints and the run ends, as on SIGTERM (a job
+  // > 0: after the first step that ends this many minutes after the
+  // trainer was created, every rank checkpoints and the run ends, as on SIGTERM (a job
   // that must end before its allocation does); 0: no limit.
   double exit_after_minutes = 0;
   uint64_t seed = 1234;

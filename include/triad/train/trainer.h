@@ -1,5 +1,6 @@
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <future>
@@ -110,6 +111,9 @@ class Trainer {
   std::unique_ptr<dp::GradientReducer> reducer_;   // dp > 1
   std::unique_ptr<dp::ZeroAdamW> zero_optimizer_;  // parallel.zero = 1
   std::vector<double> norm_weight_;  // ZeRO-1 norm: how each parameter counts on this rank
+  // When this trainer was created: train.exit_after_minutes counts from it
+  // (building the model and loading its weights and checkpoint included).
+  std::chrono::steady_clock::time_point created_ = std::chrono::steady_clock::now();
   // ZeRO-1 norm: each parameter's elements another TP rank counts (a shared
   // key/value head), as [begin, end) ranges.
   std::vector<std::vector<std::pair<int64_t, int64_t>>> norm_repeated_;
