@@ -7,14 +7,19 @@
 //   triad-tokenize ... --documents paragraphs --eod 50256     (GPT-2's <|endoftext|> after each)
 //   triad-tokenize --input docs.jsonl --documents jsonl --tokenizer /models/Qwen3-0.6B
 //       --eod 151643 --format megatron --output data/qwen         (Qwen's tokenizer.json)
+//   triad-tokenize --input pairs.jsonl --documents jsonl --prompt-key prompt --json-key response
+//       ... --format megatron --output data/sft     (and data/sft.loss_mask: fine-tuning data)
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 
 #include "triad/core/error.h"
 #include "triad/data/indexed_dataset.h"
+#include "triad/data/loss_mask.h"
 #include "triad/data/token_shard.h"
 #include "triad/data/tokenizer.h"
 
@@ -44,6 +49,11 @@ int main(int argc, char** argv) {
                  "text under --json-key); each is a document of a Megatron dataset");
   app.add_option("--json-key", json_key, "jsonl: the field holding each document's text")
       ->capture_default_str();
+  std::string prompt_key;
+  app.add_option("--prompt-key", prompt_key,
+                 "jsonl: the field holding each line's prompt, for supervised fine-tuning; the "
+                 "text under --json-key is then its response, and <output>.loss_mask records "
+                 "that only the response (and --eod) is scored");
   app.add_option("--eod", eod,
                  "token appended after each document (e.g. 50256, GPT-2's <|endoftext|>; "
                  "data.eod_token in triad-train); -1: none");
@@ -78,7 +88,10 @@ int main(int argc, char** argv) {
     // batch encoded by the workers and appended to the output, so a corpus
     // larger than memory streams through.
     triad::data::DocumentReader reader(in, triad::data::document_split_from_string(documents),
-                                       json_key);
+                                       json_key, prompt_key);
+    const std::string mask_path = triad::data::loss_mask_path(output);
+    std::unique_ptr<triad::data::LossMaskWriter> mask;
+    if (!prompt_key.empty()) mask = std::make_unique<triad::data::LossMaskWriter>(mask_path);
     const bool megatron = format == "megatron";
     const auto dtype = triad::data::indexed_dtype_for_vocab(tok->vocab_size());
     std::unique_ptr<triad::data::IndexedDatasetWriter> dataset;
@@ -88,38 +101,60 @@ int main(int argc, char** argv) {
     } else {
       shard = std::make_unique<triad::data::TokenShardWriter>(output);
     }
-    int64_t count = 0, document_count = 0;
-    std::vector<std::string> batch;
+    int64_t count = 0, document_count = 0, scored = 0;
+    std::vector<std::string> batch, prompts;
     auto next_batch = [&] {
       try {
-        return reader.next(batch, size_t{64} << 20);
+        return reader.next(batch, size_t{64} << 20, mask ? &prompts : nullptr);
       } catch (const triad::ValueError& e) {
         throw triad::ValueError("input '" + input + "': " + e.what());
       }
     };
     while (next_batch()) {
-      for (const auto& d :
-           triad::data::tokenize_documents(*tok, batch, eod, workers, document_count, bos)) {
+      triad::data::MaskedDocuments docs;
+      if (mask) {
+        docs = triad::data::tokenize_prompt_responses(*tok, prompts, batch, eod, workers,
+                                                      document_count, bos);
+      } else {
+        docs.tokens =
+            triad::data::tokenize_documents(*tok, batch, eod, workers, document_count, bos);
+      }
+      for (size_t i = 0; i < docs.tokens.size(); ++i) {
+        const auto& d = docs.tokens[i];
         try {
           megatron ? dataset->add(d) : shard->add(d);
+          if (mask) mask->add(docs.keep[i]);
         } catch (const triad::Error& e) {
           throw triad::ValueError("document " + std::to_string(document_count) + ": " + e.what());
         }
         count += static_cast<int64_t>(d.size());
+        if (mask) scored += std::count(docs.keep[i].begin(), docs.keep[i].end(), uint8_t{1});
         ++document_count;
       }
       batch.clear();
+      prompts.clear();
     }
     if (megatron) {
       dataset->finish();
       spdlog::info("wrote {} tokens in {} documents (vocab {}, {}) to {}.bin and {}.idx", count,
                    document_count, tok->vocab_size(), triad::data::indexed_dtype_name(dtype),
                    output, output);
-      return 0;
+    } else {
+      shard->finish();
+      spdlog::info("wrote {} tokens in {} documents (vocab {}) to {}", count, document_count,
+                   tok->vocab_size(), output);
     }
-    shard->finish();
-    spdlog::info("wrote {} tokens in {} documents (vocab {}) to {}", count, document_count,
-                 tok->vocab_size(), output);
+    // The mask once the tokens it describes are in place.
+    if (mask) {
+      mask->finish();
+      spdlog::info("wrote the loss mask {}: {} of {} tokens ({:.1f}%) are responses with loss",
+                   mask_path, scored, count,
+                   count ? 100.0 * static_cast<double>(scored) / static_cast<double>(count) : 0.0);
+    } else if (std::filesystem::exists(mask_path)) {
+      // A mask left by an earlier run over this output would mislabel the new tokens.
+      std::filesystem::remove(mask_path);
+      spdlog::info("removed {}, the loss mask of the data this run replaced", mask_path);
+    }
   } catch (const triad::Error& e) {
     spdlog::error("{}", e.what());
     return 2;

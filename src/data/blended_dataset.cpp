@@ -77,9 +77,9 @@ std::pair<size_t, int64_t> BlendedDataset::locate(int64_t g) const {
 Batch BlendedDataset::sequences(int64_t first, int64_t count) const {
   return read_sequences(
       first, count, seq_len(),
-      [this](int64_t g, int64_t* out) {
+      [this](int64_t g, int64_t* out, uint8_t* keep) {
         const auto [c, i] = locate(g);
-        datasets_[c]->read_sequence(i, out);
+        datasets_[c]->read_sequence(i, out, keep);
       },
       "BlendedDataset");
 }

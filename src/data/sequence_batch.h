@@ -8,10 +8,11 @@
 namespace triad::data {
 
 // Global sequences [first, first + count) as inputs and targets:
-// `read(g, out)` writes the seq_len + 1 tokens of global sequence g. `who`
+// `read(g, out, keep)` writes the seq_len + 1 tokens of global sequence g
+// and their loss mask bytes; a target whose byte is 0 becomes -100. `who`
 // names the caller in the error for a negative range.
 Batch read_sequences(int64_t first, int64_t count, int64_t seq_len,
-                     const std::function<void(int64_t, int64_t*)>& read, const char* who);
+                     const std::function<void(int64_t, int64_t*, uint8_t*)>& read, const char* who);
 
 // The global sequence that sequence `first` of step `step` is (step*G +
 // first), after checking that [first, first + count) lies inside the global

@@ -8,6 +8,7 @@
 #include "data/sequence_batch.h"
 #include "data/token_run.h"
 #include "triad/core/rng.h"
+#include "triad/data/loss_mask.h"
 #include "triad/data/token_shard.h"
 #include "triad/ops/elementwise.h"
 
@@ -66,9 +67,17 @@ std::vector<std::string> expand_data_paths(const std::string& pattern, const std
   std::vector<std::string> out;
   std::set<std::string> seen;
   for (const auto& m : matches) {
+    // A loss mask belongs to the dataset beside it; it is never token data.
+    if (is_loss_mask_path(m)) continue;
     const std::string prefix = megatron_prefix(m);
     const std::string source = prefix.empty() ? m : prefix;
     if (seen.insert(source).second) out.push_back(source);
+  }
+  if (out.empty()) {
+    const std::string& m = matches.front();
+    throw IoError(key + " '" + pattern + "' matches only loss masks, not token data (name the " +
+                  "dataset a mask belongs to: '" +
+                  m.substr(0, m.size() - loss_mask_path("").size()) + "' for '" + m + "')");
   }
   return out;
 }
@@ -115,21 +124,38 @@ TokenDataset::TokenDataset(const std::vector<std::string>& sources, int64_t seq_
                   std::to_string(first + bad) + " is not in [0, vocab_size " +
                   std::to_string(vocab_size) + ")");
   };
+  // The source's loss mask, when one lies beside it.
+  auto mask_of = [&](const std::string& source, int64_t tokens) -> const uint8_t* {
+    const std::string path = loss_mask_path(source);
+    if (!is_file(path)) {
+      loss_tokens_ += tokens;
+      return nullptr;
+    }
+    masks_.push_back(std::make_unique<LossMask>(path, tokens));
+    loss_tokens_ += masks_.back()->kept();
+    return masks_.back()->data();
+  };
   for (const auto& source : sources) {
     if (is_file(source + ".idx")) {
       auto ds = std::make_unique<IndexedDataset>(source);
       const int64_t esize = indexed_dtype_bytes(ds->dtype());
+      const uint8_t* mask = mask_of(source, ds->num_tokens());
       // Sequences that follow each other in the .bin (the usual layout) form
-      // one run; the token check walks each run once.
+      // one run; the token check walks each run once. The mask holds the
+      // sequences in index order, so a run's mask bytes follow each other too.
       std::vector<Run> local;
+      int64_t in_mask = 0;
       for (int64_t i = 0; i < ds->num_sequences(); ++i) {
         const int64_t len = ds->sequence_length(i);
         if (len == 0) continue;
         const std::byte* at = ds->bin() + ds->sequence_pointer(i);
-        if (!local.empty() && local.back().data + local.back().count * esize == at) {
+        const uint8_t* keep = mask ? mask + in_mask : nullptr;
+        in_mask += len;
+        if (!local.empty() && local.back().data + local.back().count * esize == at &&
+            (!mask || local.back().keep + local.back().count == keep)) {
           local.back().count += len;
         } else {
-          local.push_back({at, len, ds->dtype(), num_tokens_});
+          local.push_back({at, len, ds->dtype(), num_tokens_, keep});
         }
         num_tokens_ += len;
       }
@@ -144,7 +170,8 @@ TokenDataset::TokenDataset(const std::vector<std::string>& sources, int64_t seq_
           static_cast<int64_t>(check_token_shard(source, file->data(), file->size()));
       const std::byte* tokens = file->data() + kShardHeaderBytes;
       check_tokens(tokens, IndexedDType::U16, count, source, 0);
-      if (count > 0) runs_.push_back({tokens, count, IndexedDType::U16, num_tokens_});
+      const uint8_t* mask = mask_of(source, count);
+      if (count > 0) runs_.push_back({tokens, count, IndexedDType::U16, num_tokens_, mask});
       num_tokens_ += count;
       shards_.push_back(std::move(file));
     }
@@ -160,7 +187,7 @@ TokenDataset::TokenDataset(const std::vector<std::string>& sources, int64_t seq_
 
 TokenDataset::~TokenDataset() = default;
 
-void TokenDataset::read(int64_t start, int64_t count, int64_t* out) const {
+void TokenDataset::read(int64_t start, int64_t count, int64_t* out, uint8_t* keep) const {
   // The run holding `start`: the last one starting at or before it.
   auto it = std::upper_bound(runs_.begin(), runs_.end(), start,
                              [](int64_t pos, const Run& r) { return pos < r.start; });
@@ -170,6 +197,14 @@ void TokenDataset::read(int64_t start, int64_t count, int64_t* out) const {
     const int64_t first = start - run.start;
     const int64_t n = std::min(count, run.count - first);
     widen_tokens(run.data, run.dtype, first, n, out);
+    if (keep) {
+      if (run.keep) {
+        std::copy(run.keep + first, run.keep + first + n, keep);
+      } else {
+        std::fill(keep, keep + n, uint8_t{1});
+      }
+      keep += n;
+    }
     out += n;
     start += n;
     count -= n;
@@ -183,8 +218,8 @@ int64_t TokenDataset::sequence_of(int64_t g) const {
   return shuffle_seed_ ? shuffled_index(g % n, n, *shuffle_seed_, g / n) : g % n;
 }
 
-void TokenDataset::read_sequence(int64_t g, int64_t* out) const {
-  read(sequence_of(g) * seq_len_, seq_len_ + 1, out);
+void TokenDataset::read_sequence(int64_t g, int64_t* out, uint8_t* keep) const {
+  read(sequence_of(g) * seq_len_, seq_len_ + 1, out, keep);
 }
 
 int64_t batch_start(int64_t step, int64_t global_batch, int64_t first, int64_t count,
@@ -198,7 +233,8 @@ int64_t batch_start(int64_t step, int64_t global_batch, int64_t first, int64_t c
 }
 
 Batch read_sequences(int64_t first, int64_t count, int64_t seq_len,
-                     const std::function<void(int64_t, int64_t*)>& read, const char* who) {
+                     const std::function<void(int64_t, int64_t*, uint8_t*)>& read,
+                     const char* who) {
   if (first < 0 || count <= 0) {
     throw ValueError(std::string(who) + "::sequences: [" + std::to_string(first) + ", +" +
                      std::to_string(count) + ") is not a range of global sequences");
@@ -208,17 +244,20 @@ Batch read_sequences(int64_t first, int64_t count, int64_t seq_len,
   int64_t* in = inputs.data<int64_t>();
   int64_t* tg = targets.data<int64_t>();
   std::vector<int64_t> tokens(static_cast<size_t>(T + 1));
+  std::vector<uint8_t> keep(static_cast<size_t>(T + 1));
   for (int64_t j = 0; j < count; ++j) {
-    read(first + j, tokens.data());
+    read(first + j, tokens.data(), keep.data());
     std::copy(tokens.begin(), tokens.end() - 1, in + j * T);
-    std::copy(tokens.begin() + 1, tokens.end(), tg + j * T);
+    // Target t is token t + 1; its mask byte says whether it has loss.
+    for (int64_t t = 0; t < T; ++t) tg[j * T + t] = keep[t + 1] ? tokens[t + 1] : -100;
   }
   return {inputs, targets};
 }
 
 Batch TokenDataset::sequences(int64_t first, int64_t count) const {
   return read_sequences(
-      first, count, seq_len_, [this](int64_t g, int64_t* out) { read_sequence(g, out); },
+      first, count, seq_len_,
+      [this](int64_t g, int64_t* out, uint8_t* keep) { read_sequence(g, out, keep); },
       "TokenDataset");
 }
 

@@ -465,10 +465,27 @@ DocumentSplit document_split_from_string(const std::string& name) {
   throw ValueError("documents '" + name + "' must be whole, lines, paragraphs or jsonl");
 }
 
-DocumentReader::DocumentReader(std::istream& in, DocumentSplit how, std::string json_key)
-    : in_(in), how_(how), key_(std::move(json_key)) {}
+DocumentReader::DocumentReader(std::istream& in, DocumentSplit how, std::string json_key,
+                               std::string prompt_key)
+    : in_(in), how_(how), key_(std::move(json_key)), prompt_key_(std::move(prompt_key)) {
+  if (!prompt_key_.empty() && how_ != DocumentSplit::JsonLines) {
+    throw ValueError("a prompt key ('" + prompt_key_ +
+                     "') needs JSON lines (--documents jsonl): each line holds a prompt and its "
+                     "response");
+  }
+  if (!prompt_key_.empty() && prompt_key_ == key_) {
+    throw ValueError("the prompt key and the response's key are both '" + key_ +
+                     "' (expected two fields of each JSON line)");
+  }
+}
 
-bool DocumentReader::next(std::vector<std::string>& batch, size_t max_bytes) {
+bool DocumentReader::next(std::vector<std::string>& batch, size_t max_bytes,
+                          std::vector<std::string>* prompts) {
+  if (!prompt_key_.empty() && prompts == nullptr) {
+    throw ValueError(
+        "DocumentReader::next: a reader with a prompt key needs somewhere to put "
+        "the prompts");
+  }
   if (done_) return false;
   const size_t before = batch.size();
   if (how_ == DocumentSplit::Whole) {
@@ -526,6 +543,14 @@ bool DocumentReader::next(std::vector<std::string>& batch, size_t max_bytes) {
         const auto it = j.find(key_);
         if (it == j.end() || !it->is_string()) {
           throw ValueError(where + " has no string \"" + key_ + "\" (--json-key names the field)");
+        }
+        if (!prompt_key_.empty()) {
+          const auto prompt = j.find(prompt_key_);
+          if (prompt == j.end() || !prompt->is_string()) {
+            throw ValueError(where + " has no string \"" + prompt_key_ +
+                             "\" (--prompt-key names the field)");
+          }
+          prompts->push_back(prompt->get<std::string>());
         }
         batch.push_back(it->get<std::string>());
         break;
@@ -601,6 +626,30 @@ std::vector<std::vector<int64_t>> tokenize_documents(const Tokenizer& tokenizer,
     throw ValueError("document " +
                      std::to_string(first_document + static_cast<int64_t>(failed_at)) + ": " +
                      failure);
+  }
+  return out;
+}
+
+MaskedDocuments tokenize_prompt_responses(const Tokenizer& tokenizer,
+                                          const std::vector<std::string>& prompts,
+                                          const std::vector<std::string>& responses,
+                                          int64_t eod_token, int workers, int64_t first_document,
+                                          int64_t bos_token) {
+  if (prompts.size() != responses.size()) {
+    throw ValueError("tokenize_prompt_responses: " + std::to_string(prompts.size()) +
+                     " prompts but " + std::to_string(responses.size()) + " responses");
+  }
+  auto asked = tokenize_documents(tokenizer, prompts, -1, workers, first_document, bos_token);
+  auto answers = tokenize_documents(tokenizer, responses, eod_token, workers, first_document);
+  MaskedDocuments out;
+  out.tokens.resize(prompts.size());
+  out.keep.resize(prompts.size());
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    std::vector<int64_t>& doc = asked[i];
+    out.keep[i].assign(doc.size(), 0);
+    out.keep[i].resize(doc.size() + answers[i].size(), 1);
+    doc.insert(doc.end(), answers[i].begin(), answers[i].end());
+    out.tokens[i] = std::move(doc);
   }
   return out;
 }

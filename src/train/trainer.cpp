@@ -1446,6 +1446,18 @@ std::vector<StepMetrics> Trainer::run() {
     say(config_.data_eod_mask_loss, "no loss on the token after the end");
     spdlog::info("  packed documents ending with token {}: {}", mc.eod_token, what);
   }
+  // Loss masks (supervised fine-tuning data): how much of each set carries loss.
+  auto say_masks = [](const data::TokenDataset& d, const std::string& name) {
+    if (d.masked_sources() == 0) return;
+    spdlog::info(
+        "  {}: loss masks on {} source(s); {} of {} tokens ({:.1f}%) are targets with loss", name,
+        d.masked_sources(), d.loss_tokens(), d.num_tokens(),
+        100.0 * static_cast<double>(d.loss_tokens()) / static_cast<double>(d.num_tokens()));
+  };
+  for (size_t c = 0; c < dataset_->num_components(); ++c) {
+    say_masks(dataset_->component(c), "data.train " + config_.data_train[c].path);
+  }
+  if (val_dataset_) say_masks(*val_dataset_, "data.val " + config_.data_val);
   if (dataset_->num_components() > 1) {
     for (size_t c = 0; c < dataset_->num_components(); ++c) {
       const auto& d = dataset_->component(c);

@@ -9,6 +9,7 @@
 #include "support/temp_dir.h"
 #include "triad/backend/cuda.h"
 #include "triad/data/indexed_dataset.h"
+#include "triad/data/loss_mask.h"
 #include "triad/data/token_dataset.h"
 #include "triad/data/token_shard.h"
 #include "triad/io/safetensors.h"
@@ -112,6 +113,42 @@ TEST(Trainer, TrainsOnPackedDocumentsWithTheEndTokenLossMask) {
   EXPECT_GT(
       std::abs(item(unpacked.loss(from_vector(in, {4, 16}), from_vector(target, {4, 16}))) - want),
       1e-4);
+}
+
+// Supervised fine-tuning data: a loss mask beside the tokens (what
+// triad-tokenize --prompt-key writes) leaves its cleared tokens out of the
+// loss. The first step's loss is the model's loss over the same batch with
+// those targets ignored by hand, from the same weights, and differs from
+// the loss over every target.
+TEST(Trainer, FineTunesOnTheTokensItsLossMaskScores) {
+  TempDir dir;
+  auto token = [](int64_t k) { return (k * 7 + k / 13) % 31; };
+  auto scored = [](int64_t k) { return (k / 5) % 3 != 0; };  // runs of 5 unscored, 10 scored
+  std::vector<std::vector<int64_t>> docs(40);
+  std::vector<uint8_t> keep;
+  for (int64_t k = 0; k < 4000; ++k) {
+    docs[static_cast<size_t>(k / 100)].push_back(token(k));
+    keep.push_back(scored(k));
+  }
+  data::write_indexed_dataset(dir.file("sft"), docs, data::IndexedDType::U16);
+  data::write_loss_mask(data::loss_mask_path(dir.file("sft")), keep);
+  const Config c = parse_config(to_yaml(small_config(dir, 2)),
+                                {"data.train=" + dir.file("sft"), "train.loss_average=tokens"});
+  Trainer t(c);
+  nn::Gpt ref(c.model, 0);
+  ref.load_state_dict(t.full_state_dict());
+  std::vector<int64_t> in, target, masked;
+  for (int64_t i = 0; i < 4 * 16; ++i) {
+    const int64_t k = 16 * (i / 16) + i % 16;  // sequence q is tokens [16q, 16q + 17)
+    in.push_back(token(k));
+    target.push_back(token(k + 1));
+    masked.push_back(scored(k + 1) ? token(k + 1) : -100);
+  }
+  const double want = item(ref.loss(from_vector(in, {4, 16}), from_vector(masked, {4, 16})));
+  const double every = item(ref.loss(from_vector(in, {4, 16}), from_vector(target, {4, 16})));
+  EXPECT_NEAR(t.step(0).loss, want, 1e-6 * want);
+  // Far apart next to that tolerance, even from untrained weights.
+  EXPECT_GT(std::abs(every - want), 1e-4);
 }
 
 // train.loss_average: tokens. With the end token's loss mask the

@@ -12,6 +12,7 @@
 namespace triad::data {
 
 class MappedFile;
+class LossMask;
 
 // Inputs and next-token targets of some sequences, each (n, T) i64.
 struct Batch {
@@ -54,6 +55,9 @@ int64_t shuffled_index(int64_t i, int64_t n, uint64_t seed, int64_t epoch);
 // Files are memory-mapped (ranks on a node share the page cache; nothing is
 // copied in), every header is validated, and every token is checked once,
 // here, to be in [0, vocab_size): errors name the file and the position.
+// A source with a loss mask beside it (`<source>.loss_mask`, loss_mask.h)
+// has the targets its mask clears set to -100 (no loss); a source without
+// one has every target counted.
 class TokenDataset {
  public:
   TokenDataset(const std::vector<std::string>& sources, int64_t seq_len, int64_t vocab_size);
@@ -65,6 +69,10 @@ class TokenDataset {
   // Number of distinct sequences (start positions q*T with q*T + T + 1 <= tokens).
   int64_t num_sequences() const { return num_sequences_; }
   int64_t seq_len() const { return seq_len_; }
+  // The sources with a loss mask, and the tokens that are targets with loss
+  // (every token of a source without a mask, the mask's ones otherwise).
+  int64_t masked_sources() const { return static_cast<int64_t>(masks_.size()); }
+  int64_t loss_tokens() const { return loss_tokens_; }
 
   // Sequences [first, first + count) of step `step` with global batch G.
   Batch batch(int64_t step, int64_t global_batch, int64_t first, int64_t count) const;
@@ -78,24 +86,29 @@ class TokenDataset {
   void shuffle(uint64_t seed) { shuffle_seed_ = seed; }
   // The sequence global sequence g reads.
   int64_t sequence_of(int64_t g) const;
-  // The seq_len + 1 tokens of global sequence g.
-  void read_sequence(int64_t g, int64_t* out) const;
+  // The seq_len + 1 tokens of global sequence g and, when `keep` is not
+  // null, their loss mask bytes (1 for tokens of a source without a mask).
+  void read_sequence(int64_t g, int64_t* out, uint8_t* keep = nullptr) const;
 
  private:
-  // A contiguous run of tokens in a mapped file, at stream position `start`.
+  // A contiguous run of tokens in a mapped file, at stream position `start`,
+  // with their loss mask bytes (null: every token has loss).
   struct Run {
     const std::byte* data;
     int64_t count;
     IndexedDType dtype;
     int64_t start;
+    const uint8_t* keep;
   };
-  // Tokens [start, start + count) of the stream.
-  void read(int64_t start, int64_t count, int64_t* out) const;
+  // Tokens [start, start + count) of the stream, and their mask bytes when
+  // `keep` is not null.
+  void read(int64_t start, int64_t count, int64_t* out, uint8_t* keep) const;
 
   std::vector<std::unique_ptr<MappedFile>> shards_;
   std::vector<std::unique_ptr<IndexedDataset>> indexed_;
+  std::vector<std::unique_ptr<LossMask>> masks_;
   std::vector<Run> runs_;
-  int64_t num_tokens_ = 0;
+  int64_t num_tokens_ = 0, loss_tokens_ = 0;
   int64_t seq_len_;
   int64_t num_sequences_;
   std::optional<uint64_t> shuffle_seed_;

@@ -155,15 +155,21 @@ std::vector<std::string> split_documents(const std::string& text, DocumentSplit 
 // at least one line was read) or the input ends, and returns false once
 // the input is spent. JSON errors name the line's number in the whole
 // stream. `whole` reads everything as one document.
+// With a `prompt_key` (JSON lines only; a ValueError otherwise) each line
+// is a prompt/response pair for supervised fine-tuning: the string under
+// `prompt_key` goes to `*prompts` and the one under `json_key` (the
+// response) to `batch`, index for index.
 class DocumentReader {
  public:
-  DocumentReader(std::istream& in, DocumentSplit how, std::string json_key = "text");
-  bool next(std::vector<std::string>& batch, size_t max_bytes);
+  DocumentReader(std::istream& in, DocumentSplit how, std::string json_key = "text",
+                 std::string prompt_key = "");
+  bool next(std::vector<std::string>& batch, size_t max_bytes,
+            std::vector<std::string>* prompts = nullptr);
 
  private:
   std::istream& in_;
   DocumentSplit how_;
-  std::string key_;
+  std::string key_, prompt_key_;
   std::string paragraph_;  // a paragraph still being read
   int64_t line_ = 0;
   bool done_ = false;
@@ -181,6 +187,23 @@ std::vector<std::vector<int64_t>> tokenize_documents(const Tokenizer& tokenizer,
                                                      int64_t eod_token, int workers = 1,
                                                      int64_t first_document = 0,
                                                      int64_t bos_token = -1);
+
+// Prompt/response pairs (supervised fine-tuning) as documents with loss
+// masks: document i is bos_token (when >= 0), prompt i's tokens, response
+// i's tokens, eod_token (when >= 0); its mask is 0 over bos and the prompt
+// (read, never scored) and 1 over the response and eod (the model learns to
+// answer, and to stop). Prompt and response are encoded apart, as a prompt
+// is at generation time, so no merge crosses the boundary between them.
+// Errors as tokenize_documents's; `prompts` and `responses` must be as long.
+struct MaskedDocuments {
+  std::vector<std::vector<int64_t>> tokens;
+  std::vector<std::vector<uint8_t>> keep;
+};
+MaskedDocuments tokenize_prompt_responses(const Tokenizer& tokenizer,
+                                          const std::vector<std::string>& prompts,
+                                          const std::vector<std::string>& responses,
+                                          int64_t eod_token, int workers = 1,
+                                          int64_t first_document = 0, int64_t bos_token = -1);
 
 // The text `generated` adds after `prompt`: the two decoded together, less
 // the prompt's own text, so that what depends on its neighbours survives
