@@ -52,6 +52,45 @@ std::string megatron_prefix(const std::string& path) {
   return "";
 }
 
+// Whole documents into rows of `capacity` tokens (data.packing: documents),
+// fed each document's length in stream order.
+struct RowPacker {
+  int64_t capacity;                       // seq_len + 1
+  int64_t pos = 0;                        // stream position of the next document
+  int64_t row_start = 0, row_length = 0;  // the row being filled
+  std::vector<int64_t>& starts;
+  std::vector<int32_t>& lengths;
+  int64_t long_documents = 0;
+
+  void close() {
+    if (row_length == 0) return;
+    starts.push_back(row_start);
+    lengths.push_back(static_cast<int32_t>(row_length));
+    row_length = 0;
+  }
+  void add(int64_t length) {
+    int64_t at = pos;
+    pos += length;
+    if (length == 0) return;
+    if (length > capacity) {
+      // Rows of its own, each starting at the last token of the one before
+      // (an input there, after being the target of that row's last input).
+      close();
+      ++long_documents;
+      const int64_t stride = capacity - 1;
+      while (length > capacity) {
+        starts.push_back(at);
+        lengths.push_back(static_cast<int32_t>(capacity));
+        at += stride;
+        length -= stride;
+      }
+    }
+    if (row_length + length > capacity) close();
+    if (row_length == 0) row_start = at;
+    row_length += length;
+  }
+};
+
 }  // namespace
 
 std::vector<std::string> expand_data_paths(const std::string& pattern, const std::string& key) {
@@ -109,10 +148,16 @@ int64_t shuffled_index(int64_t i, int64_t n, uint64_t seed, int64_t epoch) {
 }
 
 TokenDataset::TokenDataset(const std::vector<std::string>& sources, int64_t seq_len,
-                           int64_t vocab_size)
-    : seq_len_(seq_len) {
+                           int64_t vocab_size, DocumentPacking packing)
+    : seq_len_(seq_len), packing_(packing) {
   if (seq_len <= 0)
     throw ValueError("TokenDataset: seq_len (" + std::to_string(seq_len) + ") must be positive");
+  if (packing.whole_documents &&
+      (packing.pad_token < 0 || (vocab_size > 0 && packing.pad_token >= vocab_size))) {
+    throw ValueError("TokenDataset: whole-document rows need a pad token in [0, vocab_size " +
+                     std::to_string(vocab_size) + "), got " + std::to_string(packing.pad_token));
+  }
+  RowPacker packer{seq_len + 1, 0, 0, 0, row_start_, row_length_};
   auto check_tokens = [&](const std::byte* p, IndexedDType dtype, int64_t count,
                           const std::string& file, int64_t first) {
     if (vocab_size <= 0) return;
@@ -159,6 +204,14 @@ TokenDataset::TokenDataset(const std::vector<std::string>& sources, int64_t seq_
         }
         num_tokens_ += len;
       }
+      if (packing.whole_documents) {
+        for (int64_t d = 0; d < ds->num_documents(); ++d) {
+          const auto [first, last] = ds->document(d);
+          int64_t length = 0;
+          for (int64_t i = first; i < last; ++i) length += ds->sequence_length(i);
+          packer.add(length);
+        }
+      }
       for (const Run& r : local) {
         check_tokens(r.data, r.dtype, r.count, ds->bin_path(), (r.data - ds->bin()) / esize);
         runs_.push_back(r);
@@ -173,11 +226,44 @@ TokenDataset::TokenDataset(const std::vector<std::string>& sources, int64_t seq_
       const uint8_t* mask = mask_of(source, count);
       if (count > 0) runs_.push_back({tokens, count, IndexedDType::U16, num_tokens_, mask});
       num_tokens_ += count;
+      if (packing.whole_documents) {
+        // Documents end with the pad (end-of-document) token; the shard's
+        // last one may run to its end without it.
+        int64_t start = 0;
+        std::vector<int64_t> block;
+        for (int64_t i = 0; i < count; i += 1 << 16) {
+          const int64_t n = std::min<int64_t>(1 << 16, count - i);
+          block.resize(static_cast<size_t>(n));
+          widen_tokens(tokens, IndexedDType::U16, i, n, block.data());
+          for (int64_t j = 0; j < n; ++j) {
+            if (block[static_cast<size_t>(j)] != packing.pad_token) continue;
+            packer.add(i + j + 1 - start);
+            start = i + j + 1;
+          }
+        }
+        packer.add(count - start);
+      }
       shards_.push_back(std::move(file));
     }
   }
   const int64_t n = num_tokens_;
   num_sequences_ = n > seq_len ? (n - 1) / seq_len : 0;
+  if (packing.whole_documents) {
+    packer.close();
+    // A last row of one token has no target.
+    if (!row_length_.empty() && row_length_.back() < 2) {
+      row_start_.pop_back();
+      row_length_.pop_back();
+    }
+    num_sequences_ = static_cast<int64_t>(row_start_.size());
+    long_documents_ = packer.long_documents;
+    padding_tokens_ = num_sequences_ * (seq_len + 1);
+    for (const int32_t l : row_length_) padding_tokens_ -= l;
+    if (num_sequences_ == 0) {
+      throw IoError("token data has " + std::to_string(n) +
+                    " tokens, too few for one row of whole documents");
+    }
+  }
   if (num_sequences_ == 0) {
     throw IoError(
         "token data has " + std::to_string(n) +
@@ -219,7 +305,16 @@ int64_t TokenDataset::sequence_of(int64_t g) const {
 }
 
 void TokenDataset::read_sequence(int64_t g, int64_t* out, uint8_t* keep) const {
-  read(sequence_of(g) * seq_len_, seq_len_ + 1, out, keep);
+  const int64_t q = sequence_of(g);
+  if (!packing_.whole_documents) {
+    read(q * seq_len_, seq_len_ + 1, out, keep);
+    return;
+  }
+  const auto r = static_cast<size_t>(q);
+  const int64_t length = row_length_[r];
+  read(row_start_[r], length, out, keep);
+  std::fill(out + length, out + seq_len_ + 1, packing_.pad_token);
+  if (keep) std::fill(keep + length, keep + seq_len_ + 1, uint8_t{0});
 }
 
 int64_t batch_start(int64_t step, int64_t global_batch, int64_t first, int64_t count,

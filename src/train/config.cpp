@@ -282,6 +282,13 @@ void validate(const Config& c, bool min_lr_given) {
                       ") must be a token id in [0, " + std::to_string(c.model.vocab_size) +
                       ") when data.eod_mask_loss is set");
   }
+  if (c.data_packing == "documents" &&
+      (c.model.eod_token < 0 || c.model.eod_token >= c.model.vocab_size)) {
+    throw ConfigError("data.eod_token (" + std::to_string(c.model.eod_token) +
+                      ") must be a token id in [0, " + std::to_string(c.model.vocab_size) +
+                      ") when data.packing is documents: it ends a shard's documents and pads "
+                      "each row");
+  }
   if (c.model.n_head % c.parallel.tp != 0) {
     throw ConfigError("model.n_head (" + std::to_string(c.model.n_head) +
                       ") must be divisible by parallel.tp (" + std::to_string(c.parallel.tp) + ")");
@@ -684,7 +691,16 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
        {false, [&](auto& v, auto& k) { c.model.reset_attention_mask = get_bool(v, k); }}},
       {"reset_position_ids",
        {false, [&](auto& v, auto& k) { c.model.reset_position_ids = get_bool(v, k); }}},
-      {"eod_mask_loss", {false, [&](auto& v, auto& k) { c.data_eod_mask_loss = get_bool(v, k); }}}};
+      {"eod_mask_loss", {false, [&](auto& v, auto& k) { c.data_eod_mask_loss = get_bool(v, k); }}},
+      {"packing", {false, [&](auto& v, auto& k) {
+                     c.data_packing = get_string(v, k);
+                     if (c.data_packing != "stream" && c.data_packing != "documents") {
+                       throw ConfigError(
+                           k + " '" + c.data_packing +
+                           "' must be stream (sequences cut from the token stream) or "
+                           "documents (rows of whole documents, padded)");
+                     }
+                   }}}};
   auto non_negative = [](const YAML::Node& v, const std::string& k) {
     const int64_t x = get_int(v, k);
     if (x < 0) throw ConfigError(k + " (" + std::to_string(x) + ") must be >= 0");
@@ -964,6 +980,7 @@ std::string to_yaml(const Config& c) {
   e << YAML::Key << "reset_attention_mask" << YAML::Value << c.model.reset_attention_mask;
   e << YAML::Key << "reset_position_ids" << YAML::Value << c.model.reset_position_ids;
   e << YAML::Key << "eod_mask_loss" << YAML::Value << c.data_eod_mask_loss;
+  e << YAML::Key << "packing" << YAML::Value << c.data_packing;
   e << YAML::EndMap;
   if (!c.init_from.empty()) {
     e << YAML::Key << "init" << YAML::Value << YAML::BeginMap << YAML::Key << "from" << YAML::Value

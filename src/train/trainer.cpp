@@ -275,21 +275,22 @@ Trainer::Trainer(Config config, dist::ProcessGroupPtr world)
     so.max_scale = std::max(so.max_scale, so.init_scale);
     scaler_ = std::make_unique<optim::DynamicLossScaler>(so);
   }
+  const data::DocumentPacking packing{config_.data_packing == "documents", config_.model.eod_token};
   std::vector<data::BlendedDataset::Component> parts;
   for (const auto& part : config_.data_train) {
     parts.push_back({data::expand_data_paths(part.path), part.weight, part.path});
   }
   try {
     dataset_ = std::make_unique<data::BlendedDataset>(parts, config_.model.seq_len,
-                                                      config_.model.vocab_size);
+                                                      config_.model.vocab_size, packing);
   } catch (const ValueError& e) {
     throw ConfigError(std::string("data.train: ") + e.what());
   }
   if (config_.data_shuffle) dataset_->shuffle(config_.train.seed);
   if (!config_.data_val.empty()) {
-    val_dataset_ =
-        std::make_unique<data::TokenDataset>(data::expand_data_paths(config_.data_val, "data.val"),
-                                             config_.model.seq_len, config_.model.vocab_size);
+    val_dataset_ = std::make_unique<data::TokenDataset>(
+        data::expand_data_paths(config_.data_val, "data.val"), config_.model.seq_len,
+        config_.model.vocab_size, packing);
     const int64_t G = config_.train.global_batch_size;
     const int64_t held = val_dataset_->num_sequences();
     if (held < G) {
@@ -1447,7 +1448,16 @@ std::vector<StepMetrics> Trainer::run() {
     spdlog::info("  packed documents ending with token {}: {}", mc.eod_token, what);
   }
   // Loss masks (supervised fine-tuning data): how much of each set carries loss.
-  auto say_masks = [](const data::TokenDataset& d, const std::string& name) {
+  auto say_masks = [&](const data::TokenDataset& d, const std::string& name) {
+    if (config_.data_packing == "documents") {
+      const double all = static_cast<double>(d.num_sequences() * (config_.model.seq_len + 1));
+      spdlog::info("  {}: {} rows of whole documents, {:.1f}% padding{}", name, d.num_sequences(),
+                   100.0 * static_cast<double>(d.padding_tokens()) / all,
+                   d.long_documents() > 0
+                       ? fmt::format("; {} documents longer than a row cut into rows of their own",
+                                     d.long_documents())
+                       : std::string());
+    }
     if (d.masked_sources() == 0) return;
     spdlog::info(
         "  {}: loss masks on {} source(s); {} of {} tokens ({:.1f}%) are targets with loss", name,

@@ -162,7 +162,7 @@ TEST(Config, EvalNeedsValidationDataAndNonNegativeCounts) {
                       "unknown key 'eval.every' (allowed in eval: interval, batches)");
   expect_config_error(kValid, {"data.test=x"},
                       "unknown key 'data.test' (allowed in data: train, val, shuffle, eod_token, "
-                      "reset_attention_mask, reset_position_ids, eod_mask_loss)");
+                      "reset_attention_mask, reset_position_ids, eod_mask_loss, packing)");
 }
 
 TEST(Config, ErrorsNameKeyValueAndRule) {
@@ -493,6 +493,17 @@ TEST(Config, PackedDocumentSettingsParseRoundTripAndNeedAnEndToken) {
       "model.attention_kernel 'cudnn' cannot take data.reset_attention_mask");
   expect_config_error(kValid, {"data.eod_mask_loss=true"},
                       "data.eod_token (-1) must be a token id in [0, 256) when data.eod_mask_loss");
+  // data.packing: documents pads with the end token.
+  EXPECT_EQ(plain.data_packing, "stream");
+  const Config rows = parse_config(kValid, {"data.eod_token=0", "data.packing=documents"});
+  EXPECT_EQ(rows.data_packing, "documents");
+  EXPECT_EQ(parse_config(to_yaml(rows)).data_packing, "documents");
+  expect_config_error(kValid, {"data.packing=documents"},
+                      "data.eod_token (-1) must be a token id in [0, 256) when data.packing is "
+                      "documents");
+  expect_config_error(kValid, {"data.packing=rows"},
+                      "data.packing 'rows' must be stream (sequences cut from the token stream) or "
+                      "documents");
 }
 
 TEST(Config, PositionEmbeddingParsesRoundTripsAndNamesABadValue) {

@@ -58,16 +58,39 @@ int64_t shuffled_index(int64_t i, int64_t n, uint64_t seed, int64_t epoch);
 // A source with a loss mask beside it (`<source>.loss_mask`, loss_mask.h)
 // has the targets its mask clears set to -100 (no loss); a source without
 // one has every target counted.
+//
+// With `packing.whole_documents` (data.packing: documents) sequences are
+// rows of whole documents instead of cuts of the stream: documents, in
+// stream order, fill a row of seq_len + 1 tokens while they fit, the next
+// starts a new row, and a row's remainder is `packing.pad_token`s that are
+// never targets (-100). No document is cut across rows, so each keeps its
+// start (supervised fine-tuning's prompt stays with its response). A
+// document longer than a row is cut into rows of its own (each starting at
+// the last token of the one before, so every token but its first is a
+// target once) and its tail packs on. Documents are a Megatron dataset's
+// (its document index) and, in an llm.c shard, the runs each ended by
+// pad_token (the end-of-document token). Row j of the packing is sequence j.
+struct DocumentPacking {
+  bool whole_documents = false;
+  int64_t pad_token = -1;
+};
+
 class TokenDataset {
  public:
-  TokenDataset(const std::vector<std::string>& sources, int64_t seq_len, int64_t vocab_size);
+  TokenDataset(const std::vector<std::string>& sources, int64_t seq_len, int64_t vocab_size,
+               DocumentPacking packing = {});
   ~TokenDataset();
   TokenDataset(const TokenDataset&) = delete;
   TokenDataset& operator=(const TokenDataset&) = delete;
 
   int64_t num_tokens() const { return num_tokens_; }
-  // Number of distinct sequences (start positions q*T with q*T + T + 1 <= tokens).
+  // Number of distinct sequences (start positions q*T with q*T + T + 1 <=
+  // tokens; with whole documents, the rows).
   int64_t num_sequences() const { return num_sequences_; }
+  // With whole documents: the rows' pad tokens, and the documents longer
+  // than a row (cut into rows of their own).
+  int64_t padding_tokens() const { return padding_tokens_; }
+  int64_t long_documents() const { return long_documents_; }
   int64_t seq_len() const { return seq_len_; }
   // The sources with a loss mask, and the tokens that are targets with loss
   // (every token of a source without a mask, the mask's ones otherwise).
@@ -112,6 +135,12 @@ class TokenDataset {
   int64_t seq_len_;
   int64_t num_sequences_;
   std::optional<uint64_t> shuffle_seed_;
+  // Whole-document rows: each the stream's tokens [start, start + length),
+  // then padding.
+  DocumentPacking packing_;
+  std::vector<int64_t> row_start_;
+  std::vector<int32_t> row_length_;
+  int64_t padding_tokens_ = 0, long_documents_ = 0;
 };
 
 }  // namespace triad::data

@@ -132,6 +132,9 @@ struct Config {
   // data.reset_position_ids live in `model` (nn::GptConfig): they change
   // what the model computes.
   bool data_eod_mask_loss = false;
+  // data.packing: stream (sequences cut from the token stream) | documents
+  // (rows of whole documents, padded with data.eod_token).
+  std::string data_packing = "stream";
   std::string init_from;  // init.from: GPT-2 safetensors (optional)
   std::string output_dir = "out";
   int64_t log_interval = 10;
