@@ -9,6 +9,8 @@
 //       --eod 151643 --format megatron --output data/qwen         (Qwen's tokenizer.json)
 //   triad-tokenize --input pairs.jsonl --documents jsonl --prompt-key prompt --json-key response
 //       ... --format megatron --output data/sft     (and data/sft.loss_mask: fine-tuning data)
+//   triad-tokenize --input chats.jsonl --documents jsonl --json-key messages --chat-template chatml
+//       --tokenizer /models/Qwen3-0.6B ...          (conversations; the assistant's turns scored)
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
@@ -18,6 +20,7 @@
 #include <memory>
 
 #include "triad/core/error.h"
+#include "triad/data/chat_template.h"
 #include "triad/data/indexed_dataset.h"
 #include "triad/data/loss_mask.h"
 #include "triad/data/token_shard.h"
@@ -54,6 +57,11 @@ int main(int argc, char** argv) {
                  "jsonl: the field holding each line's prompt, for supervised fine-tuning; the "
                  "text under --json-key is then its response, and <output>.loss_mask records "
                  "that only the response (and --eod) is scored");
+  std::string chat_template;
+  app.add_option("--chat-template", chat_template,
+                 "jsonl: the field under --json-key is a conversation, a list of {role, content} "
+                 "messages, written out in this template (chatml: Qwen's; llama3; gemma) with "
+                 "<output>.loss_mask scoring the assistant's turns");
   app.add_option("--eod", eod,
                  "token appended after each document (e.g. 50256, GPT-2's <|endoftext|>; "
                  "data.eod_token in triad-train); -1: none");
@@ -87,11 +95,19 @@ int main(int argc, char** argv) {
     // The input a batch of documents at a time (about 64 MB of text), each
     // batch encoded by the workers and appended to the output, so a corpus
     // larger than memory streams through.
+    triad::data::DocumentLabels labels{prompt_key, std::nullopt};
+    if (!chat_template.empty()) {
+      labels.chat = triad::data::chat_template_from_string(chat_template);
+      // Every marker must be one special token, never text spelt out.
+      for (const auto& marker : triad::data::chat_template_markers(*labels.chat)) {
+        triad::data::require_special_token(*tok, marker, "--chat-template " + chat_template + ":");
+      }
+    }
     triad::data::DocumentReader reader(in, triad::data::document_split_from_string(documents),
-                                       json_key, prompt_key);
+                                       json_key, labels);
     const std::string mask_path = triad::data::loss_mask_path(output);
     std::unique_ptr<triad::data::LossMaskWriter> mask;
-    if (!prompt_key.empty()) mask = std::make_unique<triad::data::LossMaskWriter>(mask_path);
+    if (labels.any()) mask = std::make_unique<triad::data::LossMaskWriter>(mask_path);
     const bool megatron = format == "megatron";
     const auto dtype = triad::data::indexed_dtype_for_vocab(tok->vocab_size());
     std::unique_ptr<triad::data::IndexedDatasetWriter> dataset;
@@ -102,10 +118,12 @@ int main(int argc, char** argv) {
       shard = std::make_unique<triad::data::TokenShardWriter>(output);
     }
     int64_t count = 0, document_count = 0, scored = 0;
-    std::vector<std::string> batch, prompts;
+    std::vector<std::string> batch;
+    std::vector<triad::data::SegmentedDocument> segmented;
     auto next_batch = [&] {
       try {
-        return reader.next(batch, size_t{64} << 20, mask ? &prompts : nullptr);
+        return mask ? reader.next(segmented, size_t{64} << 20)
+                    : reader.next(batch, size_t{64} << 20);
       } catch (const triad::ValueError& e) {
         throw triad::ValueError("input '" + input + "': " + e.what());
       }
@@ -113,8 +131,10 @@ int main(int argc, char** argv) {
     while (next_batch()) {
       triad::data::MaskedDocuments docs;
       if (mask) {
-        docs = triad::data::tokenize_prompt_responses(*tok, prompts, batch, eod, workers,
-                                                      document_count, bos);
+        // A pair's end token is its cue to stop; a chat's turns end with
+        // their own marker.
+        docs = triad::data::tokenize_segmented(*tok, segmented, eod, !labels.chat, workers,
+                                               document_count, bos);
       } else {
         docs.tokens =
             triad::data::tokenize_documents(*tok, batch, eod, workers, document_count, bos);
@@ -132,7 +152,7 @@ int main(int argc, char** argv) {
         ++document_count;
       }
       batch.clear();
-      prompts.clear();
+      segmented.clear();
     }
     if (megatron) {
       dataset->finish();
@@ -147,9 +167,10 @@ int main(int argc, char** argv) {
     // The mask once the tokens it describes are in place.
     if (mask) {
       mask->finish();
-      spdlog::info("wrote the loss mask {}: {} of {} tokens ({:.1f}%) are responses with loss",
-                   mask_path, scored, count,
-                   count ? 100.0 * static_cast<double>(scored) / static_cast<double>(count) : 0.0);
+      spdlog::info("wrote the loss mask {}: {} of {} tokens ({:.1f}%) are scored ({})", mask_path,
+                   scored, count,
+                   count ? 100.0 * static_cast<double>(scored) / static_cast<double>(count) : 0.0,
+                   labels.chat ? "the assistant's turns" : "the responses and end tokens");
     } else if (std::filesystem::exists(mask_path)) {
       // A mask left by an earlier run over this output would mislabel the new tokens.
       std::filesystem::remove(mask_path);

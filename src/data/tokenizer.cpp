@@ -1,5 +1,7 @@
 #include "triad/data/tokenizer.h"
 
+#include "triad/data/chat_template.h"
+
 #include <algorithm>
 #include <atomic>
 #include <climits>
@@ -465,33 +467,99 @@ DocumentSplit document_split_from_string(const std::string& name) {
   throw ValueError("documents '" + name + "' must be whole, lines, paragraphs or jsonl");
 }
 
-DocumentReader::DocumentReader(std::istream& in, DocumentSplit how, std::string json_key,
-                               std::string prompt_key)
-    : in_(in), how_(how), key_(std::move(json_key)), prompt_key_(std::move(prompt_key)) {
-  if (!prompt_key_.empty() && how_ != DocumentSplit::JsonLines) {
-    throw ValueError("a prompt key ('" + prompt_key_ +
-                     "') needs JSON lines (--documents jsonl): each line holds a prompt and its "
-                     "response");
+namespace {
+
+// A labelled JSON line's pieces (DocumentLabels); `where` names the line.
+SegmentedDocument labelled_document(const nlohmann::json& j, const std::string& key,
+                                    const DocumentLabels& labels, const std::string& where) {
+  const auto it = j.find(key);
+  if (labels.chat) {
+    if (it == j.end() || !it->is_array()) {
+      throw ValueError(where + " has no list of messages \"" + key +
+                       "\" (--json-key names the field)");
+    }
+    std::vector<ChatMessage> messages;
+    for (size_t i = 0; i < it->size(); ++i) {
+      const nlohmann::json& m = (*it)[i];
+      const auto role = m.is_object() ? m.find("role") : m.end();
+      const auto content = m.is_object() ? m.find("content") : m.end();
+      if (!m.is_object() || role == m.end() || !role->is_string() || content == m.end() ||
+          !content->is_string()) {
+        throw ValueError(where + ": message " + std::to_string(i) +
+                         " is not an object with a string \"role\" and a string \"content\"");
+      }
+      messages.push_back({role->get<std::string>(), content->get<std::string>()});
+    }
+    try {
+      return render_chat(*labels.chat, messages);
+    } catch (const ValueError& e) {
+      throw ValueError(where + ": " + e.what());
+    }
   }
-  if (!prompt_key_.empty() && prompt_key_ == key_) {
+  if (it == j.end() || !it->is_string()) {
+    throw ValueError(where + " has no string \"" + key + "\" (--json-key names the field)");
+  }
+  const auto prompt = j.find(labels.prompt_key);
+  if (prompt == j.end() || !prompt->is_string()) {
+    throw ValueError(where + " has no string \"" + labels.prompt_key +
+                     "\" (--prompt-key names the field)");
+  }
+  return {{prompt->get<std::string>(), false}, {it->get<std::string>(), true}};
+}
+
+}  // namespace
+
+DocumentReader::DocumentReader(std::istream& in, DocumentSplit how, std::string json_key,
+                               DocumentLabels labels)
+    : in_(in), how_(how), key_(std::move(json_key)), labels_(std::move(labels)) {
+  if (!labels_.any()) return;
+  const std::string what =
+      labels_.chat ? std::string("a chat template ('") + chat_template_name(*labels_.chat) + "')"
+                   : "a prompt key ('" + labels_.prompt_key + "')";
+  if (how_ != DocumentSplit::JsonLines) {
+    throw ValueError(what + " needs JSON lines (--documents jsonl): each line holds one " +
+                     "labelled document");
+  }
+  if (labels_.chat && !labels_.prompt_key.empty()) {
+    throw ValueError("give a prompt key or a chat template, not both: a line is a " +
+                     std::string("prompt/response pair or a conversation"));
+  }
+  if (labels_.prompt_key == key_) {
     throw ValueError("the prompt key and the response's key are both '" + key_ +
                      "' (expected two fields of each JSON line)");
   }
 }
 
-bool DocumentReader::next(std::vector<std::string>& batch, size_t max_bytes,
-                          std::vector<std::string>* prompts) {
-  if (!prompt_key_.empty() && prompts == nullptr) {
+bool DocumentReader::next(std::vector<std::string>& batch, size_t max_bytes) {
+  if (labels_.any()) {
     throw ValueError(
-        "DocumentReader::next: a reader with a prompt key needs somewhere to put "
-        "the prompts");
+        "DocumentReader::next: this reader labels its documents; ask for "
+        "segmented ones");
   }
+  return read(&batch, nullptr, max_bytes);
+}
+
+bool DocumentReader::next(std::vector<SegmentedDocument>& batch, size_t max_bytes) {
+  if (!labels_.any()) {
+    throw ValueError(
+        "DocumentReader::next: this reader has no labels (a prompt key or a chat "
+        "template) to segment its documents by");
+  }
+  return read(nullptr, &batch, max_bytes);
+}
+
+bool DocumentReader::read(std::vector<std::string>* plain,
+                          std::vector<SegmentedDocument>* segmented, size_t max_bytes) {
   if (done_) return false;
-  const size_t before = batch.size();
+  size_t added = 0;
+  auto push = [&](std::string&& doc) {
+    plain->push_back(std::move(doc));
+    ++added;
+  };
   if (how_ == DocumentSplit::Whole) {
     std::ostringstream all;
     all << in_.rdbuf();
-    batch.push_back(all.str());
+    push(all.str());
     done_ = true;
     return true;
   }
@@ -500,11 +568,11 @@ bool DocumentReader::next(std::vector<std::string>& batch, size_t max_bytes,
   };
   size_t bytes = 0;
   std::string line;
-  while (bytes < max_bytes || batch.size() == before) {
+  while (bytes < max_bytes || added == 0) {
     if (!std::getline(in_, line)) {
       done_ = true;
       // The input's last paragraph.
-      if (!paragraph_.empty()) batch.push_back(std::move(paragraph_));
+      if (!paragraph_.empty()) push(std::move(paragraph_));
       paragraph_.clear();
       break;
     }
@@ -513,11 +581,11 @@ bool DocumentReader::next(std::vector<std::string>& batch, size_t max_bytes,
     switch (how_) {
       case DocumentSplit::Lines:
         if (!line.empty() && line.back() == '\r') line.pop_back();
-        if (!line.empty()) batch.push_back(std::move(line));
+        if (!line.empty()) push(std::move(line));
         break;
       case DocumentSplit::Paragraphs:
         if (blank(line)) {
-          if (!paragraph_.empty()) batch.push_back(std::move(paragraph_));
+          if (!paragraph_.empty()) push(std::move(paragraph_));
           paragraph_.clear();
         } else {
           if (!paragraph_.empty()) paragraph_ += '\n';
@@ -540,26 +608,23 @@ bool DocumentReader::next(std::vector<std::string>& batch, size_t max_bytes,
                            why);
         }
         if (!j.is_object()) throw ValueError(where + " is not an object");
+        if (segmented) {
+          segmented->push_back(labelled_document(j, key_, labels_, where));
+          ++added;
+          break;
+        }
         const auto it = j.find(key_);
         if (it == j.end() || !it->is_string()) {
           throw ValueError(where + " has no string \"" + key_ + "\" (--json-key names the field)");
         }
-        if (!prompt_key_.empty()) {
-          const auto prompt = j.find(prompt_key_);
-          if (prompt == j.end() || !prompt->is_string()) {
-            throw ValueError(where + " has no string \"" + prompt_key_ +
-                             "\" (--prompt-key names the field)");
-          }
-          prompts->push_back(prompt->get<std::string>());
-        }
-        batch.push_back(it->get<std::string>());
+        push(it->get<std::string>());
         break;
       }
       case DocumentSplit::Whole:
         break;
     }
   }
-  return batch.size() > before || !done_;
+  return added > 0 || !done_;
 }
 
 std::vector<std::string> split_documents(const std::string& text, DocumentSplit how,
@@ -572,10 +637,10 @@ std::vector<std::string> split_documents(const std::string& text, DocumentSplit 
   return docs;
 }
 
-std::vector<std::vector<int64_t>> tokenize_documents(const Tokenizer& tokenizer,
-                                                     const std::vector<std::string>& documents,
-                                                     int64_t eod_token, int workers,
-                                                     int64_t first_document, int64_t bos_token) {
+namespace {
+
+void check_document_tokens(const Tokenizer& tokenizer, int64_t eod_token, int64_t bos_token,
+                           int workers) {
   if (eod_token >= tokenizer.vocab_size()) {
     throw ValueError("end-of-document token " + std::to_string(eod_token) +
                      " is outside the tokenizer's vocabulary [0, " +
@@ -587,29 +652,31 @@ std::vector<std::vector<int64_t>> tokenize_documents(const Tokenizer& tokenizer,
                      std::to_string(tokenizer.vocab_size()) + ")");
   }
   if (workers < 0) throw ValueError("workers (" + std::to_string(workers) + ") must be >= 0");
+}
+
+// Every text's ids, encoded by `workers` threads (0: one per hardware
+// thread) each taking the next text as it finishes one. A text that cannot
+// be encoded: *failed_at is the first such (by index), *failure why;
+// otherwise *failed_at is texts.size().
+std::vector<std::vector<int32_t>> encode_in_parallel(const Tokenizer& tokenizer,
+                                                     const std::vector<std::string>& texts,
+                                                     int workers, size_t* failed_at,
+                                                     std::string* failure) {
   if (workers == 0) workers = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  const size_t n = documents.size();
-  std::vector<std::vector<int64_t>> out(n);
+  const size_t n = texts.size();
+  std::vector<std::vector<int32_t>> out(n);
   std::atomic<size_t> next{0};
-  // The first failing document (by index) and why.
   std::mutex failure_mutex;
-  size_t failed_at = n;
-  std::string failure;
+  *failed_at = n;
   auto work = [&] {
     for (size_t i = next++; i < n; i = next++) {
       try {
-        const std::vector<int32_t> ids = tokenizer.encode(documents[i]);
-        std::vector<int64_t> doc;
-        doc.reserve(ids.size() + 2);
-        if (bos_token >= 0) doc.push_back(bos_token);
-        doc.insert(doc.end(), ids.begin(), ids.end());
-        if (eod_token >= 0) doc.push_back(eod_token);
-        out[i] = std::move(doc);
+        out[i] = tokenizer.encode(texts[i]);
       } catch (const std::exception& e) {
         const std::lock_guard<std::mutex> lock(failure_mutex);
-        if (i < failed_at) {
-          failed_at = i;
-          failure = e.what();
+        if (i < *failed_at) {
+          *failed_at = i;
+          *failure = e.what();
         }
       }
     }
@@ -622,34 +689,87 @@ std::vector<std::vector<int64_t>> tokenize_documents(const Tokenizer& tokenizer,
     for (size_t t = 0; t < threads; ++t) pool.emplace_back(work);
     for (auto& t : pool) t.join();
   }
-  if (failed_at < n) {
+  return out;
+}
+
+}  // namespace
+
+std::vector<std::vector<int64_t>> tokenize_documents(const Tokenizer& tokenizer,
+                                                     const std::vector<std::string>& documents,
+                                                     int64_t eod_token, int workers,
+                                                     int64_t first_document, int64_t bos_token) {
+  check_document_tokens(tokenizer, eod_token, bos_token, workers);
+  size_t failed_at = 0;
+  std::string failure;
+  const auto ids = encode_in_parallel(tokenizer, documents, workers, &failed_at, &failure);
+  if (failed_at < documents.size()) {
     throw ValueError("document " +
                      std::to_string(first_document + static_cast<int64_t>(failed_at)) + ": " +
                      failure);
   }
+  std::vector<std::vector<int64_t>> out(documents.size());
+  for (size_t i = 0; i < documents.size(); ++i) {
+    std::vector<int64_t>& doc = out[i];
+    doc.reserve(ids[i].size() + 2);
+    if (bos_token >= 0) doc.push_back(bos_token);
+    doc.insert(doc.end(), ids[i].begin(), ids[i].end());
+    if (eod_token >= 0) doc.push_back(eod_token);
+  }
   return out;
 }
 
-MaskedDocuments tokenize_prompt_responses(const Tokenizer& tokenizer,
-                                          const std::vector<std::string>& prompts,
-                                          const std::vector<std::string>& responses,
-                                          int64_t eod_token, int workers, int64_t first_document,
-                                          int64_t bos_token) {
-  if (prompts.size() != responses.size()) {
-    throw ValueError("tokenize_prompt_responses: " + std::to_string(prompts.size()) +
-                     " prompts but " + std::to_string(responses.size()) + " responses");
+MaskedDocuments tokenize_segmented(const Tokenizer& tokenizer,
+                                   const std::vector<SegmentedDocument>& documents,
+                                   int64_t eod_token, bool eod_scored, int workers,
+                                   int64_t first_document, int64_t bos_token) {
+  check_document_tokens(tokenizer, eod_token, bos_token, workers);
+  // Every piece of every document encoded at once; a failure is named by
+  // the document holding the piece.
+  std::vector<std::string> pieces;
+  std::vector<int64_t> owner;
+  for (size_t d = 0; d < documents.size(); ++d) {
+    for (const TextSegment& s : documents[d]) {
+      if (s.special) {
+        if (tokenizer.special_token(s.text) < 0) {
+          throw ValueError("document " + std::to_string(first_document + static_cast<int64_t>(d)) +
+                           ": '" + s.text + "' is not a special token of the tokenizer");
+        }
+        continue;
+      }
+      pieces.push_back(s.text);
+      owner.push_back(first_document + static_cast<int64_t>(d));
+    }
   }
-  auto asked = tokenize_documents(tokenizer, prompts, -1, workers, first_document, bos_token);
-  auto answers = tokenize_documents(tokenizer, responses, eod_token, workers, first_document);
+  size_t failed_at = 0;
+  std::string failure;
+  const auto ids = encode_in_parallel(tokenizer, pieces, workers, &failed_at, &failure);
+  if (failed_at < pieces.size()) {
+    throw ValueError("document " + std::to_string(owner[failed_at]) + ": " + failure);
+  }
   MaskedDocuments out;
-  out.tokens.resize(prompts.size());
-  out.keep.resize(prompts.size());
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    std::vector<int64_t>& doc = asked[i];
-    out.keep[i].assign(doc.size(), 0);
-    out.keep[i].resize(doc.size() + answers[i].size(), 1);
-    doc.insert(doc.end(), answers[i].begin(), answers[i].end());
-    out.tokens[i] = std::move(doc);
+  out.tokens.resize(documents.size());
+  out.keep.resize(documents.size());
+  size_t at = 0;
+  for (size_t d = 0; d < documents.size(); ++d) {
+    std::vector<int64_t>& doc = out.tokens[d];
+    std::vector<uint8_t>& keep = out.keep[d];
+    if (bos_token >= 0) {
+      doc.push_back(bos_token);
+      keep.push_back(0);
+    }
+    for (const TextSegment& s : documents[d]) {
+      if (s.special) {
+        doc.push_back(tokenizer.special_token(s.text));
+      } else {
+        const std::vector<int32_t>& piece = ids[at++];
+        doc.insert(doc.end(), piece.begin(), piece.end());
+      }
+      keep.resize(doc.size(), s.scored ? 1 : 0);
+    }
+    if (eod_token >= 0) {
+      doc.push_back(eod_token);
+      keep.push_back(eod_scored ? 1 : 0);
+    }
   }
   return out;
 }

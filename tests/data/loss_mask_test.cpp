@@ -10,6 +10,7 @@
 #include "support/temp_dir.h"
 #include "triad/core/error.h"
 #include "triad/data/blended_dataset.h"
+#include "triad/data/chat_template.h"
 #include "triad/data/indexed_dataset.h"
 #include "triad/data/token_dataset.h"
 #include "triad/data/token_shard.h"
@@ -199,36 +200,134 @@ TEST(LossMask, PromptResponsePairsAreDocumentsWithTheirPromptsMasked) {
   std::istringstream in(
       "{\"q\": \"ab\", \"a\": \"c\"}\n\n{\"a\": \"\", \"q\": \"d\"}\n{\"q\": \"e\", \"a\": "
       "\"fg\"}\n");
-  DocumentReader reader(in, DocumentSplit::JsonLines, "a", "q");
-  std::vector<std::string> responses, prompts;
-  EXPECT_TRUE(reader.next(responses, 1, &prompts));
-  while (reader.next(responses, 1 << 20, &prompts)) {
+  DocumentReader reader(in, DocumentSplit::JsonLines, "a", {"q", std::nullopt});
+  std::vector<SegmentedDocument> docs_in;
+  EXPECT_TRUE(reader.next(docs_in, 1));
+  EXPECT_EQ(docs_in.size(), 1u) << "a batch ends once max_bytes of text are read";
+  while (reader.next(docs_in, 1 << 20)) {
   }
-  EXPECT_EQ(prompts, (std::vector<std::string>{"ab", "d", "e"}));
-  EXPECT_EQ(responses, (std::vector<std::string>{"c", "", "fg"}));
+  ASSERT_EQ(docs_in.size(), 3u);
+  EXPECT_EQ(docs_in[1][0].text, "d");
+  EXPECT_FALSE(docs_in[1][0].scored);
+  EXPECT_EQ(docs_in[1][1].text, "");
+  EXPECT_TRUE(docs_in[1][1].scored);
   const auto tok = make_tokenizer("", "", "");  // bytes
-  const MaskedDocuments docs = tokenize_prompt_responses(*tok, prompts, responses, 0, 2, 0, 1);
+  const MaskedDocuments docs = tokenize_segmented(*tok, docs_in, 0, true, 2, 0, 1);
   ASSERT_EQ(docs.tokens.size(), 3u);
   EXPECT_EQ(docs.tokens[0], (std::vector<int64_t>{1, 'a', 'b', 'c', 0}));
   EXPECT_EQ(docs.keep[0], (std::vector<uint8_t>{0, 0, 0, 1, 1}));
   EXPECT_EQ(docs.tokens[1], (std::vector<int64_t>{1, 'd', 0}));
   EXPECT_EQ(docs.keep[1], (std::vector<uint8_t>{0, 0, 1}));
   EXPECT_EQ(docs.keep[2], (std::vector<uint8_t>{0, 0, 1, 1, 1}));
-  expect_error([&] { tokenize_prompt_responses(*tok, {"a"}, {}, 0); },
-               {"1 prompts but 0 responses"});
+  // An unscored end token; a special piece the byte tokenizer lacks.
+  EXPECT_EQ(tokenize_segmented(*tok, {docs_in[0]}, 0, false).keep[0],
+            (std::vector<uint8_t>{0, 0, 1, 0}));
+  expect_error(
+      [&] {
+        tokenize_segmented(*tok, {{{"<|im_end|>", true, true}}}, -1, false, 1, 7);
+      },
+      {"document 7: '<|im_end|>' is not a special token of the tokenizer"});
   // A line without its prompt, a prompt key without JSON lines, one key
-  // for both, and a reader with a prompt key given nowhere to put prompts.
+  // for both, and asking for the other kind of document.
   std::istringstream missing("{\"a\": \"x\", \"q\": \"y\"}\n{\"a\": \"x\"}\n");
-  DocumentReader r2(missing, DocumentSplit::JsonLines, "a", "q");
-  expect_error([&] { r2.next(responses, 1 << 20, &prompts); },
+  DocumentReader r2(missing, DocumentSplit::JsonLines, "a", {"q", std::nullopt});
+  expect_error([&] { r2.next(docs_in, 1 << 20); },
                {"JSON line 2 has no string \"q\" (--prompt-key names the field)"});
   std::istringstream text("x\n");
-  expect_error([&] { DocumentReader r(text, DocumentSplit::Lines, "a", "q"); },
-               {"a prompt key ('q') needs JSON lines"});
-  expect_error([&] { DocumentReader r(text, DocumentSplit::JsonLines, "q", "q"); },
-               {"the prompt key and the response's key are both 'q'"});
-  DocumentReader r3(text, DocumentSplit::JsonLines, "a", "q");
-  expect_error([&] { r3.next(responses, 1); }, {"needs somewhere to put the prompts"});
+  expect_error(
+      [&] {
+        DocumentReader r(text, DocumentSplit::Lines, "a", {"q", std::nullopt});
+      },
+      {"a prompt key ('q') needs JSON lines"});
+  expect_error(
+      [&] {
+        DocumentReader r(text, DocumentSplit::JsonLines, "q", {"q", std::nullopt});
+      },
+      {"the prompt key and the response's key are both 'q'"});
+  expect_error(
+      [&] {
+        DocumentReader r(text, DocumentSplit::JsonLines, "a", {"q", ChatTemplate::ChatML});
+      },
+      {"not both"});
+  DocumentReader r3(text, DocumentSplit::JsonLines, "a", {"q", std::nullopt});
+  std::vector<std::string> plain;
+  expect_error([&] { r3.next(plain, 1); }, {"this reader labels its documents"});
+  DocumentReader r4(text, DocumentSplit::Lines);
+  expect_error([&] { r4.next(docs_in, 1); }, {"this reader has no labels"});
+}
+
+// The built-in chat templates write what their Hugging Face Jinja
+// programs write, pieces scored where the assistant speaks.
+TEST(ChatTemplates, WriteTheModelsFormatAndScoreTheAssistantOnly) {
+  auto text = [](const SegmentedDocument& doc, bool scored) {
+    std::string s;
+    for (const auto& p : doc) {
+      if (p.scored == scored) s += p.text;
+    }
+    return s;
+  };
+  auto all = [](const SegmentedDocument& doc) {
+    std::string s;
+    for (const auto& p : doc) s += p.text;
+    return s;
+  };
+  const std::vector<ChatMessage> chat{{"system", "Be brief."},
+                                      {"user", " Hi? "},
+                                      {"assistant", " Hello. "},
+                                      {"user", "Bye"},
+                                      {"assistant", "Bye."}};
+  const auto chatml = render_chat(ChatTemplate::ChatML, chat);
+  EXPECT_EQ(all(chatml),
+            "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\n Hi? <|im_end|>\n"
+            "<|im_start|>assistant\n Hello. <|im_end|>\n<|im_start|>user\nBye<|im_end|>\n"
+            "<|im_start|>assistant\nBye.<|im_end|>\n");
+  EXPECT_EQ(text(chatml, true), " Hello. <|im_end|>Bye.<|im_end|>");
+  // Markers are special pieces; the text between them is not.
+  for (const auto& p : chatml) {
+    EXPECT_EQ(p.special, p.text == "<|im_start|>" || p.text == "<|im_end|>") << p.text;
+  }
+  const auto llama = render_chat(ChatTemplate::Llama3, chat);
+  EXPECT_EQ(all(llama),
+            "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|>"
+            "<|start_header_id|>user<|end_header_id|>\n\nHi?<|eot_id|>"
+            "<|start_header_id|>assistant<|end_header_id|>\n\nHello.<|eot_id|>"
+            "<|start_header_id|>user<|end_header_id|>\n\nBye<|eot_id|>"
+            "<|start_header_id|>assistant<|end_header_id|>\n\nBye.<|eot_id|>");
+  EXPECT_EQ(text(llama, true), "Hello.<|eot_id|>Bye.<|eot_id|>");
+  const auto gemma = render_chat(ChatTemplate::Gemma, chat);
+  EXPECT_EQ(all(gemma),
+            "<bos><start_of_turn>user\nBe brief.\n\nHi?<end_of_turn>\n"
+            "<start_of_turn>model\nHello.<end_of_turn>\n<start_of_turn>user\nBye<end_of_turn>\n"
+            "<start_of_turn>model\nBye.<end_of_turn>\n");
+  EXPECT_EQ(text(gemma, true), "Hello.<end_of_turn>Bye.<end_of_turn>");
+  expect_error(
+      [&] {
+        render_chat(ChatTemplate::ChatML, {{"user", "a"}, {"tool", "b"}});
+      },
+      {"message 1 has role 'tool' (expected system, user or assistant)"});
+  expect_error(
+      [&] {
+        render_chat(ChatTemplate::Gemma, {{"user", "a"}, {"system", "b"}});
+      },
+      {"message 1: gemma has no system turn"});
+  expect_error([&] { chat_template_from_string("alpaca"); },
+               {"chat template 'alpaca' is not one Triad has (chatml, llama3, gemma)"});
+  EXPECT_EQ(chat_template_from_string("llama3"), ChatTemplate::Llama3);
+  // Conversations from JSON lines: a list of messages under the key.
+  std::istringstream in(
+      "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}, {\"role\": \"assistant\", "
+      "\"content\": \"y\", \"weight\": 1}]}\n{\"messages\": [{\"role\": \"user\"}]}\n");
+  DocumentReader reader(in, DocumentSplit::JsonLines, "messages", {"", ChatTemplate::ChatML});
+  std::vector<SegmentedDocument> docs;
+  EXPECT_TRUE(reader.next(docs, 1));
+  ASSERT_EQ(docs.size(), 1u);
+  EXPECT_EQ(text(docs[0], true), "y<|im_end|>");
+  expect_error([&] { reader.next(docs, 1); },
+               {"JSON line 2: message 0 is not an object with a string \"role\" and a string "
+                "\"content\""});
+  std::istringstream flat("{\"messages\": \"hi\"}\n");
+  DocumentReader r2(flat, DocumentSplit::JsonLines, "messages", {"", ChatTemplate::Llama3});
+  expect_error([&] { r2.next(docs, 1); }, {"JSON line 1 has no list of messages \"messages\""});
 }
 
 }  // namespace

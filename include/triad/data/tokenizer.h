@@ -4,6 +4,7 @@
 #include <istream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -149,27 +150,55 @@ DocumentSplit document_split_from_string(const std::string& name);
 std::vector<std::string> split_documents(const std::string& text, DocumentSplit how,
                                          const std::string& json_key = "text");
 
+// A piece of a document's text, and whether its tokens are targets with
+// loss (supervised fine-tuning scores the answers, not the questions). A
+// `special` piece is one special token named by its text (a chat
+// template's markers), taken by id rather than encoded.
+struct TextSegment {
+  std::string text;
+  bool scored = false;
+  bool special = false;
+};
+using SegmentedDocument = std::vector<TextSegment>;
+
+enum class ChatTemplate;  // chat_template.h
+
+// How each JSON line becomes a document of scored and unscored pieces, for
+// supervised fine-tuning (JSON lines only). With a `prompt_key` a line is
+// a prompt/response pair: the string under prompt_key (read only), then
+// the one under json_key (scored). With a `chat` template the value under
+// json_key is a conversation, a list of {"role": ..., "content": ...}
+// objects (further fields ignored), written out by render_chat.
+struct DocumentLabels {
+  std::string prompt_key;
+  std::optional<ChatTemplate> chat;
+  bool any() const { return !prompt_key.empty() || chat.has_value(); }
+};
+
 // The same documents read from a stream a batch at a time, so that a corpus
 // larger than memory is tokenized in pieces (triad-tokenize): each next()
 // appends documents to `batch` until the text read passes `max_bytes` (and
 // at least one line was read) or the input ends, and returns false once
 // the input is spent. JSON errors name the line's number in the whole
-// stream. `whole` reads everything as one document.
-// With a `prompt_key` (JSON lines only; a ValueError otherwise) each line
-// is a prompt/response pair for supervised fine-tuning: the string under
-// `prompt_key` goes to `*prompts` and the one under `json_key` (the
-// response) to `batch`, index for index.
+// stream. `whole` reads everything as one document. A reader with labels
+// (JSON lines only, and not both kinds: ValueErrors) gives segmented
+// documents, one without gives plain ones; asking it for the other kind is
+// a ValueError.
 class DocumentReader {
  public:
   DocumentReader(std::istream& in, DocumentSplit how, std::string json_key = "text",
-                 std::string prompt_key = "");
-  bool next(std::vector<std::string>& batch, size_t max_bytes,
-            std::vector<std::string>* prompts = nullptr);
+                 DocumentLabels labels = {});
+  bool next(std::vector<std::string>& batch, size_t max_bytes);
+  bool next(std::vector<SegmentedDocument>& batch, size_t max_bytes);
 
  private:
+  bool read(std::vector<std::string>* plain, std::vector<SegmentedDocument>* segmented,
+            size_t max_bytes);
+
   std::istream& in_;
   DocumentSplit how_;
-  std::string key_, prompt_key_;
+  std::string key_;
+  DocumentLabels labels_;
   std::string paragraph_;  // a paragraph still being read
   int64_t line_ = 0;
   bool done_ = false;
@@ -188,22 +217,23 @@ std::vector<std::vector<int64_t>> tokenize_documents(const Tokenizer& tokenizer,
                                                      int64_t first_document = 0,
                                                      int64_t bos_token = -1);
 
-// Prompt/response pairs (supervised fine-tuning) as documents with loss
-// masks: document i is bos_token (when >= 0), prompt i's tokens, response
-// i's tokens, eod_token (when >= 0); its mask is 0 over bos and the prompt
-// (read, never scored) and 1 over the response and eod (the model learns to
-// answer, and to stop). Prompt and response are encoded apart, as a prompt
-// is at generation time, so no merge crosses the boundary between them.
-// Errors as tokenize_documents's; `prompts` and `responses` must be as long.
+// Segmented documents (supervised fine-tuning) as tokens with loss masks:
+// document i is bos_token (when >= 0), each piece's tokens, eod_token
+// (when >= 0); its mask is 1 over the scored pieces' tokens, 0 over the
+// others and bos, and `eod_scored` over eod (a prompt/response pair's end
+// is the model's cue to stop; a chat's turns end with their own marker).
+// Each piece is encoded on its own, as a prompt is at generation time, so
+// no merge crosses a boundary where scoring changes; a special piece is
+// its token's id (a ValueError naming it when the tokenizer has no such
+// special token). Threads and errors as tokenize_documents's.
 struct MaskedDocuments {
   std::vector<std::vector<int64_t>> tokens;
   std::vector<std::vector<uint8_t>> keep;
 };
-MaskedDocuments tokenize_prompt_responses(const Tokenizer& tokenizer,
-                                          const std::vector<std::string>& prompts,
-                                          const std::vector<std::string>& responses,
-                                          int64_t eod_token, int workers = 1,
-                                          int64_t first_document = 0, int64_t bos_token = -1);
+MaskedDocuments tokenize_segmented(const Tokenizer& tokenizer,
+                                   const std::vector<SegmentedDocument>& documents,
+                                   int64_t eod_token, bool eod_scored, int workers = 1,
+                                   int64_t first_document = 0, int64_t bos_token = -1);
 
 // The text `generated` adds after `prompt`: the two decoded together, less
 // the prompt's own text, so that what depends on its neighbours survives

@@ -1,0 +1,125 @@
+#include "triad/data/chat_template.h"
+
+#include "triad/core/error.h"
+
+namespace triad::data {
+namespace {
+
+// Appends text, joined to the last piece when that is text scored alike.
+void put(SegmentedDocument& doc, const std::string& text, bool scored) {
+  if (text.empty()) return;
+  if (!doc.empty() && !doc.back().special && doc.back().scored == scored) {
+    doc.back().text += text;
+  } else {
+    doc.push_back({text, scored, false});
+  }
+}
+
+// Appends a marker: one special token.
+void mark(SegmentedDocument& doc, const char* marker, bool scored) {
+  doc.push_back({marker, scored, true});
+}
+
+// Jinja's trim: leading and trailing whitespace off.
+std::string trim(const std::string& s) {
+  const char* space = " \t\n\r\f\v";
+  const size_t first = s.find_first_not_of(space);
+  if (first == std::string::npos) return "";
+  return s.substr(first, s.find_last_not_of(space) - first + 1);
+}
+
+void check_role(const ChatMessage& m, size_t i) {
+  if (m.role != "system" && m.role != "user" && m.role != "assistant") {
+    throw ValueError("message " + std::to_string(i) + " has role '" + m.role +
+                     "' (expected system, user or assistant)");
+  }
+}
+
+}  // namespace
+
+ChatTemplate chat_template_from_string(const std::string& name) {
+  if (name == "chatml") return ChatTemplate::ChatML;
+  if (name == "llama3") return ChatTemplate::Llama3;
+  if (name == "gemma") return ChatTemplate::Gemma;
+  throw ValueError("chat template '" + name + "' is not one Triad has (chatml, llama3, gemma)");
+}
+
+const char* chat_template_name(ChatTemplate t) {
+  switch (t) {
+    case ChatTemplate::ChatML:
+      return "chatml";
+    case ChatTemplate::Llama3:
+      return "llama3";
+    case ChatTemplate::Gemma:
+      return "gemma";
+  }
+  return "?";
+}
+
+std::vector<std::string> chat_template_markers(ChatTemplate t) {
+  switch (t) {
+    case ChatTemplate::ChatML:
+      return {"<|im_start|>", "<|im_end|>"};
+    case ChatTemplate::Llama3:
+      return {"<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"};
+    case ChatTemplate::Gemma:
+      return {"<bos>", "<start_of_turn>", "<end_of_turn>"};
+  }
+  return {};
+}
+
+SegmentedDocument render_chat(ChatTemplate t, const std::vector<ChatMessage>& messages) {
+  for (size_t i = 0; i < messages.size(); ++i) check_role(messages[i], i);
+  SegmentedDocument doc;
+  switch (t) {
+    case ChatTemplate::ChatML:
+      for (const ChatMessage& m : messages) {
+        const bool answer = m.role == "assistant";
+        mark(doc, "<|im_start|>", false);
+        put(doc, m.role + "\n", false);
+        put(doc, m.content, answer);
+        mark(doc, "<|im_end|>", answer);
+        put(doc, "\n", false);
+      }
+      break;
+    case ChatTemplate::Llama3:
+      mark(doc, "<|begin_of_text|>", false);
+      for (const ChatMessage& m : messages) {
+        const bool answer = m.role == "assistant";
+        mark(doc, "<|start_header_id|>", false);
+        put(doc, m.role, false);
+        mark(doc, "<|end_header_id|>", false);
+        put(doc, "\n\n", false);
+        put(doc, trim(m.content), answer);
+        mark(doc, "<|eot_id|>", answer);
+      }
+      break;
+    case ChatTemplate::Gemma: {
+      mark(doc, "<bos>", false);
+      std::string system;
+      for (size_t i = 0; i < messages.size(); ++i) {
+        const ChatMessage& m = messages[i];
+        if (m.role == "system") {
+          if (i != 0 || messages.size() < 2 || messages[1].role != "user") {
+            throw ValueError("message " + std::to_string(i) +
+                             ": gemma has no system turn; a system message must come first and "
+                             "be followed by a user message, whose text it is put before");
+          }
+          system = m.content + "\n\n";
+          continue;
+        }
+        const bool answer = m.role == "assistant";
+        mark(doc, "<start_of_turn>", false);
+        put(doc, std::string(answer ? "model" : "user") + "\n", false);
+        put(doc, system + trim(m.content), answer);
+        system.clear();
+        mark(doc, "<end_of_turn>", answer);
+        put(doc, "\n", false);
+      }
+      break;
+    }
+  }
+  return doc;
+}
+
+}  // namespace triad::data
