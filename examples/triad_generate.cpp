@@ -6,14 +6,18 @@
 //       --vocab vocab.json --merges merges.txt --tokens 100 --temperature 0.8 --top-k 40
 // Byte-level tokens unless --vocab/--merges give GPT-2's BPE, or --tokenizer a Hugging
 // Face tokenizer.json (LLaMA 3's, Qwen's).
+//   triad-generate --run out/chat --tokenizer /models/Qwen3-0.6B --chat-template chatml
+//       --prompt "What is 2+2?"      (a fine-tuned chat model's answer, up to its end of turn)
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdio>
 #include <memory>
+#include <optional>
 
 #include "triad/core/error.h"
+#include "triad/data/chat_template.h"
 #include "triad/data/tokenizer.h"
 #include "triad/nn/generate.h"
 #include "triad/train/config.h"
@@ -57,6 +61,12 @@ int main(int argc, char** argv) {
   app.add_option("--bos-token", bos_token,
                  "a special token put before the prompt, by its text (LLaMA 2's <s>: SentencePiece "
                  "models do not add it themselves)");
+  std::string chat_template, system;
+  app.add_option("--chat-template", chat_template,
+                 "the prompt is a user's message to a chat model (chatml, llama3, gemma; as "
+                 "triad-tokenize --chat-template): the model writes the assistant's turn, which "
+                 "is printed alone, and stops at the template's end of turn");
+  app.add_option("--system", system, "with --chat-template: a system message before the prompt");
   bool no_cache = false;
   app.add_flag("--no-kv-cache", no_cache,
                "run the model over the whole window for every token (for comparison)");
@@ -74,7 +84,22 @@ int main(int argc, char** argv) {
                               std::to_string(config.model.vocab_size));
     }
     o.vocab_limit = tok->vocab_size();  // never an id the tokenizer cannot print
-    o.stop_token = stop_token == -2 ? config.model.eod_token : stop_token;
+    std::optional<triad::data::ChatTemplate> chat;
+    if (!chat_template.empty()) chat = triad::data::chat_template_from_string(chat_template);
+    if (!system.empty() && !chat) throw triad::ValueError("--system needs --chat-template");
+    int64_t default_stop = config.model.eod_token;
+    if (chat) {
+      for (const auto& marker : triad::data::chat_template_markers(*chat)) {
+        triad::data::require_special_token(*tok, marker, "--chat-template " + chat_template + ":");
+      }
+      default_stop = tok->special_token(triad::data::chat_end_of_turn(*chat));
+      if (!bos_token.empty()) {
+        throw triad::ValueError(
+            "--bos-token with --chat-template: the template writes its own "
+            "beginning (or none)");
+      }
+    }
+    o.stop_token = stop_token == -2 ? default_stop : stop_token;
     if (o.stop_token < -1 || o.stop_token >= tok->vocab_size()) {
       throw triad::ValueError("--stop-token " + std::to_string(o.stop_token) +
                               " is outside the tokenizer's vocabulary [0, " +
@@ -92,7 +117,16 @@ int main(int argc, char** argv) {
     if (!bos_token.empty()) {
       ids.push_back(triad::data::require_special_token(*tok, bos_token, "--bos-token"));
     }
-    for (const int32_t id : tok->encode(prompt)) ids.push_back(id);
+    if (chat) {
+      std::vector<triad::data::ChatMessage> messages;
+      if (!system.empty()) messages.push_back({"system", system});
+      messages.push_back({"user", prompt});
+      const auto doc = triad::data::tokenize_segmented(
+          *tok, {triad::data::render_chat_prompt(*chat, messages)}, -1, false);
+      for (const int64_t id : doc.tokens.front()) ids.push_back(static_cast<int32_t>(id));
+    } else {
+      for (const int32_t id : tok->encode(prompt)) ids.push_back(id);
+    }
     const auto t0 = std::chrono::steady_clock::now();
     auto out = triad::nn::generate(model, std::vector<int64_t>(ids.begin(), ids.end()), o);
     const double secs =
@@ -103,6 +137,11 @@ int main(int argc, char** argv) {
                    o.kv_cache ? "key/value cache" : "no cache");
     }
     if (!out.empty() && out.back() == o.stop_token) out.pop_back();  // the end, not text
+    if (chat) {
+      // The assistant's turn alone: the prompt is the template's text.
+      std::printf("%s\n", tok->decode(std::vector<int32_t>(out.begin(), out.end())).c_str());
+      return 0;
+    }
     std::printf(
         "%s%s\n", prompt.c_str(),
         triad::data::continuation_text(*tok, ids, std::vector<int32_t>(out.begin(), out.end()))

@@ -122,4 +122,37 @@ SegmentedDocument render_chat(ChatTemplate t, const std::vector<ChatMessage>& me
   return doc;
 }
 
+SegmentedDocument render_chat_prompt(ChatTemplate t, const std::vector<ChatMessage>& messages) {
+  SegmentedDocument doc = render_chat(t, messages);
+  switch (t) {
+    case ChatTemplate::ChatML:
+      mark(doc, "<|im_start|>", false);
+      put(doc, "assistant\n", false);
+      break;
+    case ChatTemplate::Llama3:
+      mark(doc, "<|start_header_id|>", false);
+      put(doc, "assistant", false);
+      mark(doc, "<|end_header_id|>", false);
+      put(doc, "\n\n", false);
+      break;
+    case ChatTemplate::Gemma:
+      mark(doc, "<start_of_turn>", false);
+      put(doc, "model\n", false);
+      break;
+  }
+  return doc;
+}
+
+const char* chat_end_of_turn(ChatTemplate t) {
+  switch (t) {
+    case ChatTemplate::ChatML:
+      return "<|im_end|>";
+    case ChatTemplate::Llama3:
+      return "<|eot_id|>";
+    case ChatTemplate::Gemma:
+      return "<end_of_turn>";
+  }
+  return "";
+}
+
 }  // namespace triad::data

@@ -300,6 +300,19 @@ TEST(ChatTemplates, WriteTheModelsFormatAndScoreTheAssistantOnly) {
             "<start_of_turn>model\nHello.<end_of_turn>\n<start_of_turn>user\nBye<end_of_turn>\n"
             "<start_of_turn>model\nBye.<end_of_turn>\n");
   EXPECT_EQ(text(gemma, true), "Hello.<end_of_turn>Bye.<end_of_turn>");
+  // What generation is given: the conversation, then the assistant's header.
+  const std::vector<ChatMessage> ask{{"user", "Hi"}};
+  EXPECT_EQ(all(render_chat_prompt(ChatTemplate::ChatML, ask)),
+            "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+  EXPECT_EQ(all(render_chat_prompt(ChatTemplate::Llama3, ask)),
+            "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
+            "<|start_header_id|>assistant<|end_header_id|>\n\n");
+  EXPECT_EQ(all(render_chat_prompt(ChatTemplate::Gemma, ask)),
+            "<bos><start_of_turn>user\nHi<end_of_turn>\n<start_of_turn>model\n");
+  EXPECT_EQ(text(render_chat_prompt(ChatTemplate::Gemma, ask), true), "");
+  EXPECT_STREQ(chat_end_of_turn(ChatTemplate::ChatML), "<|im_end|>");
+  EXPECT_STREQ(chat_end_of_turn(ChatTemplate::Llama3), "<|eot_id|>");
+  EXPECT_STREQ(chat_end_of_turn(ChatTemplate::Gemma), "<end_of_turn>");
   expect_error(
       [&] {
         render_chat(ChatTemplate::ChatML, {{"user", "a"}, {"tool", "b"}});

@@ -50,5 +50,11 @@ struct ChatMessage {
 // other than system, user or assistant, naming the message's index; under gemma, a system message
 // anywhere but first, or not followed by a user message.
 SegmentedDocument render_chat(ChatTemplate t, const std::vector<ChatMessage>& messages);
+// What a chat model is given to answer (triad-generate --chat-template):
+// the conversation so far, then the header that opens the assistant's
+// turn (Hugging Face's add_generation_prompt).
+SegmentedDocument render_chat_prompt(ChatTemplate t, const std::vector<ChatMessage>& messages);
+// The marker that ends a turn, on which generation stops.
+const char* chat_end_of_turn(ChatTemplate t);
 
 }  // namespace triad::data
