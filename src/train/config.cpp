@@ -202,7 +202,11 @@ void require(bool ok, const std::string& key, T value, const std::string& rule) 
 void validate(const Config& c, bool min_lr_given) {
   c.model.validate();
   const auto& t = c.train;
-  require(t.steps > 0, "train.steps", t.steps, "must be positive");
+  if (t.epochs > 0) {
+    require(std::isfinite(t.epochs), "train.epochs", t.epochs, "must be finite");
+  } else {
+    require(t.steps > 0, "train.steps", t.steps, "must be positive");
+  }
   require(t.global_batch_size > 0, "train.global_batch_size", t.global_batch_size,
           "must be positive");
   require(t.micro_batch_size > 0, "train.micro_batch_size", t.micro_batch_size, "must be positive");
@@ -233,7 +237,9 @@ void validate(const Config& c, bool min_lr_given) {
     throw ConfigError("train.cooldown_steps (" + std::to_string(t.cooldown_steps) +
                       ") applies to train.lr_decay 'wsd', not '" + t.lr_decay + "'");
   }
-  if (t.lr_decay == "wsd") {
+  // (With train.epochs the step count is known once the data is read:
+  // resolve_epochs checks this then.)
+  if (t.lr_decay == "wsd" && (t.steps > 0 || t.lr_decay_steps > 0)) {
     const auto o = t.lr_schedule();
     if (o.decay_steps - o.warmup_steps < 1 || o.cooldown_steps > o.decay_steps - o.warmup_steps) {
       throw ConfigError("train.lr_decay 'wsd' needs 1 <= train.cooldown_steps (" +
@@ -403,6 +409,29 @@ void check_batch(const Config& c, int dp) {
                         std::to_string(t.micro_batch_size * dp) + ")");
     }
   }
+}
+
+int64_t steps_for_epochs(const TrainSection& train, int64_t sequences) {
+  if (sequences <= 0) {
+    throw ValueError("steps_for_epochs: " + std::to_string(sequences) + " training sequences");
+  }
+  const auto wanted =
+      static_cast<int64_t>(std::ceil(train.epochs * static_cast<double>(sequences) - 1e-9));
+  const BatchSizeRamp ramp = train.batch_ramp();
+  int64_t steps = 0, consumed = 0;
+  // Through the ramp step by step, then the target-sized rest at once.
+  while (consumed < wanted && ramp.ramps() && consumed < ramp.samples()) {
+    consumed += ramp.at(consumed);
+    ++steps;
+  }
+  if (consumed < wanted) steps += (wanted - consumed + ramp.target() - 1) / ramp.target();
+  return std::max<int64_t>(steps, 1);
+}
+
+void resolve_epochs(Config& config, int64_t sequences) {
+  if (config.train.epochs <= 0) return;
+  config.train.steps = steps_for_epochs(config.train, sequences);
+  validate(config, /*min_lr_given=*/false);
 }
 
 BatchSizeRamp TrainSection::batch_ramp() const {
@@ -588,7 +617,17 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
        {false, [&](auto& v, auto& k) { c.attention_deterministic = get_bool(v, k); }}},
   };
   const Section train{
-      {"steps", {true, [&](auto& v, auto& k) { t.steps = get_int(v, k); }}},
+      {"steps", {false, [&](auto& v, auto& k) { t.steps = get_int(v, k); }}},
+      {"epochs",
+       {false,
+        [&](auto& v, auto& k) {
+          t.epochs = get_double(v, k);
+          if (!(t.epochs > 0) || !std::isfinite(t.epochs)) {
+            std::ostringstream os;
+            os << k << " (" << t.epochs << ") must be a positive number of passes over data.train";
+            throw ConfigError(os.str());
+          }
+        }}},
       {"global_batch_size", {true, [&](auto& v, auto& k) { t.global_batch_size = get_int(v, k); }}},
       {"micro_batch_size", {true, [&](auto& v, auto& k) { t.micro_batch_size = get_int(v, k); }}},
       {"rampup_batch_size",
@@ -871,6 +910,14 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
     }
     apply_section(node, name, *s);
   }
+  const YAML::Node train_node = root["train"];
+  const bool steps_given = train_node && train_node.IsMap() && train_node["steps"];
+  const bool epochs_given = train_node && train_node.IsMap() && train_node["epochs"];
+  if (steps_given == epochs_given) {
+    throw ConfigError(steps_given ? "give train.steps or train.epochs, not both"
+                                  : "missing required key 'train.steps' (or 'train.epochs': "
+                                    "passes over data.train)");
+  }
   if (!min_lr_given) t.min_lr = 0.1 * t.lr;
   // ZB-V has two chunks per rank by definition: left out, vpp is 2.
   if (!vpp_given && c.parallel.schedule == "zb-v") c.parallel.vpp = 2;
@@ -939,7 +986,11 @@ std::string to_yaml(const Config& c) {
   e << YAML::EndMap;
   const auto& t = c.train;
   e << YAML::Key << "train" << YAML::Value << YAML::BeginMap;
-  e << YAML::Key << "steps" << YAML::Value << t.steps;
+  if (t.epochs > 0) {
+    e << YAML::Key << "epochs" << YAML::Value << t.epochs;
+  } else {
+    e << YAML::Key << "steps" << YAML::Value << t.steps;
+  }
   e << YAML::Key << "global_batch_size" << YAML::Value << t.global_batch_size;
   e << YAML::Key << "micro_batch_size" << YAML::Value << t.micro_batch_size;
   if (!t.rampup_batch_size.empty())

@@ -128,10 +128,23 @@ void check_training_state_fits(const Config& config, int dp, Device device, int 
                     "optimizer's part over dp)");
 }
 
+// The learning-rate schedule; with train.epochs, whose steps are known once
+// the data is read, a constant stand-in the trainer replaces then.
+optim::LrSchedule initial_schedule(const TrainSection& t) {
+  optim::LrScheduleOptions o = t.lr_schedule();
+  if (t.epochs > 0 && t.steps == 0) {
+    o.decay = optim::LrDecay::Constant;
+    o.cooldown_steps = 0;
+  }
+  return optim::LrSchedule(o);
+}
+
 }  // namespace
 
 Trainer::Trainer(Config config, dist::ProcessGroupPtr world)
-    : config_(std::move(config)), world_(std::move(world)), schedule_(config_.train.lr_schedule()) {
+    : config_(std::move(config)),
+      world_(std::move(world)),
+      schedule_(initial_schedule(config_.train)) {
   const auto& par = config_.parallel;
   const int world_size = world_ ? world_->size() : 1;
   device_ = device_from_string(config_.device);
@@ -287,6 +300,11 @@ Trainer::Trainer(Config config, dist::ProcessGroupPtr world)
     throw ConfigError(std::string("data.train: ") + e.what());
   }
   if (config_.data_shuffle) dataset_->shuffle(config_.train.seed);
+  if (config_.train.epochs > 0) {
+    // train.epochs: the steps that pass over the data that many times.
+    resolve_epochs(config_, dataset_->num_sequences());
+    schedule_ = optim::LrSchedule(config_.train.lr_schedule());
+  }
   if (!config_.data_val.empty()) {
     val_dataset_ = std::make_unique<data::TokenDataset>(
         data::expand_data_paths(config_.data_val, "data.val"), config_.model.seq_len,
@@ -1417,9 +1435,11 @@ std::vector<StepMetrics> Trainer::run() {
                    : " (f32 gradients, master weights and optimizer state" +
                          std::string(scaler_ ? ", dynamic loss scaling)" : ")"));
   spdlog::info(
-      "data: {} tokens, {} sequences{}; {} steps of {} sequences ({} micro-batches of {}{})",
+      "data: {} tokens, {} sequences{}; {} steps{} of {} sequences ({} micro-batches of {}{})",
       dataset_->num_tokens(), dataset_->num_sequences(),
       config_.data_shuffle ? " (shuffled every pass)" : "", config_.train.steps,
+      config_.train.epochs > 0 ? fmt::format(" (train.epochs {:g})", config_.train.epochs)
+                               : std::string(),
       config_.train.global_batch_size, config_.accumulation_steps(), config_.train.micro_batch_size,
       dp_ > 1
           ? ", " + std::to_string(config_.accumulation_steps() / dp_) + " per data-parallel rank"

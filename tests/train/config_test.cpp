@@ -93,6 +93,59 @@ data: {train: data/x.bin}
   EXPECT_NO_THROW(parse_config(kValid));
 }
 
+// train.epochs instead of train.steps: one of the two, positive; written
+// back as given; turned into steps by the data's size (the ramp counted).
+TEST(Config, EpochsStandInForStepsUntilTheDataIsRead) {
+  const std::string by_epochs = R"(
+model: {n_layer: 2, n_head: 2, d_model: 16, vocab_size: 256, seq_len: 32}
+train: {epochs: 3, global_batch_size: 16, micro_batch_size: 4, lr: 1.0e-3, lr_decay: wsd}
+data: {train: data/x.bin}
+)";
+  Config c = parse_config(by_epochs);
+  EXPECT_EQ(c.train.epochs, 3.0);
+  EXPECT_EQ(c.train.steps, 0);
+  const std::string yaml = to_yaml(c);
+  EXPECT_NE(yaml.find("epochs: 3"), std::string::npos) << yaml;
+  EXPECT_EQ(yaml.find(" steps:"), std::string::npos) << yaml;
+  EXPECT_EQ(parse_config(yaml).train.epochs, 3.0);
+  // 3 passes over 614 sequences: 1842 in batches of 16.
+  EXPECT_EQ(steps_for_epochs(c.train, 614), 116);
+  resolve_epochs(c, 614);
+  EXPECT_EQ(c.train.steps, 116);
+  EXPECT_EQ(c.train.lr_schedule().decay_steps, 116);
+  // Half a pass rounds up to whole sequences, then steps.
+  c.train.epochs = 0.5;
+  EXPECT_EQ(steps_for_epochs(c.train, 33), 2);  // 17 sequences
+  // Through a ramp from 4 by 4 over 64 sequences: 4 x 6 (24), 8 x 3 (48),
+  // 12 x 2 (72), then 16s: 100 sequences after 13 steps.
+  c.train.epochs = 1;
+  c.train.rampup_batch_size = {4, 4, 64};
+  EXPECT_EQ(steps_for_epochs(c.train, 100), 13);
+  // A config in steps is left as it is.
+  Config s = parse_config(kValid);
+  resolve_epochs(s, 1000);
+  EXPECT_EQ(s.train.steps, 5);
+  expect_config_error(kValid, {"train.epochs=2"}, "give train.steps or train.epochs, not both");
+  expect_config_error(by_epochs, {"train.epochs=-1"},
+                      "train.epochs (-1) must be a positive number of passes over data.train");
+  expect_config_error(R"(
+model: {n_layer: 2, n_head: 2, d_model: 16, vocab_size: 256, seq_len: 32}
+train: {global_batch_size: 16, micro_batch_size: 4}
+data: {train: data/x.bin}
+)",
+                      {}, "missing required key 'train.steps' (or 'train.epochs'");
+  // The wsd cool-down is checked once the steps are known: 3 steps leave
+  // no room after 5 warm-up steps.
+  Config w = parse_config(by_epochs, {"train.warmup_steps=5"});
+  try {
+    resolve_epochs(w, 16);
+    FAIL() << "expected the wsd check";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("train.lr_decay 'wsd' needs"), std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(Config, LearningRateDecayKeys) {
   Config c = parse_config(kValid);
   EXPECT_EQ(c.train.lr_decay, "cosine");
@@ -166,8 +219,9 @@ TEST(Config, EvalNeedsValidationDataAndNonNegativeCounts) {
 }
 
 TEST(Config, ErrorsNameKeyValueAndRule) {
-  expect_config_error(kValid, {"train.lrr=1"},
-                      "unknown key 'train.lrr' (allowed in train: steps, global_batch_size");
+  expect_config_error(
+      kValid, {"train.lrr=1"},
+      "unknown key 'train.lrr' (allowed in train: steps, epochs, global_batch_size");
   expect_config_error(kValid, {"pipeline.pp=2"}, "unknown top-level key 'pipeline'");
   expect_config_error(kValid, {"parallel.ep=2"},
                       "unknown key 'parallel.ep' (allowed in parallel: tp, pp, vpp, dp");

@@ -151,6 +151,28 @@ TEST(Trainer, FineTunesOnTheTokensItsLossMaskScores) {
   EXPECT_GT(std::abs(every - want), 1e-4);
 }
 
+// train.epochs: two passes over the 249 sequences of the data take 125
+// steps of 4, and the run is exactly the run given those steps.
+TEST(Trainer, EpochsRunTheStepsThatPassOverTheDataThatOften) {
+  TempDir dir;
+  std::string yaml = to_yaml(small_config(dir, 2));
+  const size_t at = yaml.find("steps: 3");
+  ASSERT_NE(at, std::string::npos) << yaml;
+  yaml.replace(at, 8, "epochs: 2");
+  Trainer by_epochs(parse_config(yaml, {"train.lr_decay=wsd"}));
+  EXPECT_EQ(by_epochs.config().train.steps, 125);
+  Trainer by_steps(
+      parse_config(to_yaml(small_config(dir, 2)), {"train.steps=125", "train.lr_decay=wsd"}));
+  const auto a = by_epochs.run(), b = by_steps.run();
+  ASSERT_EQ(a.size(), 125u);
+  ASSERT_EQ(b.size(), 125u);
+  for (size_t k = 0; k < a.size(); ++k) {
+    EXPECT_EQ(a[k].lr, b[k].lr) << "step " << k;
+    EXPECT_EQ(a[k].loss, b[k].loss) << "step " << k;
+  }
+  EXPECT_LT(a.back().lr, a[100].lr) << "the schedule decays over the resolved steps";
+}
+
 // train.loss_average: tokens. With the end token's loss mask the
 // microbatches hold different numbers of targets; the per-token loss is the
 // mean over all of them, so splitting the batch into microbatches changes

@@ -13,6 +13,10 @@ namespace triad::train {
 // Optimisation settings (`train:` section).
 struct TrainSection {
   int64_t steps = 0;
+  // > 0, instead of steps: train for this many passes over data.train (a
+  // fraction too); the trainer turns it into steps once the data is read
+  // (resolve_epochs). Exactly one of steps and epochs is given.
+  double epochs = 0;
   int64_t global_batch_size = 0;
   int64_t micro_batch_size = 0;
   double lr = 3e-4;
@@ -166,6 +170,15 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
 // schedule the microbatches per pipeline a multiple of pp; every size of a
 // batch-size ramp likewise.
 void check_batch(const Config& config, int dp);
+
+// The steps that read `epochs` passes over `sequences` training sequences:
+// the fewest whose global batches (ramp included) add up to at least
+// ceil(epochs * sequences) sequences.
+int64_t steps_for_epochs(const TrainSection& train, int64_t sequences);
+// train.epochs turned into train.steps for data of `sequences` sequences,
+// and the rules that need the step count (the wsd cool-down) checked; a
+// config given in steps is left as it is.
+void resolve_epochs(Config& config, int64_t sequences);
 // The configuration as YAML (every key, defaults included).
 std::string to_yaml(const Config& config);
 
