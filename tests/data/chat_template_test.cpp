@@ -1,0 +1,114 @@
+#include "triad/data/chat_template.h"
+
+#include <gtest/gtest.h>
+
+#include <optional>
+#include <sstream>
+
+#include "triad/core/error.h"
+#include "triad/data/tokenizer.h"
+
+namespace triad::data {
+namespace {
+
+template <class F>
+void expect_error(F&& f, const std::vector<std::string>& fragments) {
+  try {
+    f();
+    FAIL() << "expected an error with '" << fragments.front() << "'";
+  } catch (const Error& e) {
+    for (const auto& s : fragments) {
+      EXPECT_NE(std::string(e.what()).find(s), std::string::npos) << e.what();
+    }
+  }
+}
+
+// The built-in chat templates write what their Hugging Face Jinja
+// programs write, pieces scored where the assistant speaks.
+TEST(ChatTemplates, WriteTheModelsFormatAndScoreTheAssistantOnly) {
+  auto text = [](const SegmentedDocument& doc, bool scored) {
+    std::string s;
+    for (const auto& p : doc) {
+      if (p.scored == scored) s += p.text;
+    }
+    return s;
+  };
+  auto all = [](const SegmentedDocument& doc) {
+    std::string s;
+    for (const auto& p : doc) s += p.text;
+    return s;
+  };
+  const std::vector<ChatMessage> chat{{"system", "Be brief."},
+                                      {"user", " Hi? "},
+                                      {"assistant", " Hello. "},
+                                      {"user", "Bye"},
+                                      {"assistant", "Bye."}};
+  const auto chatml = render_chat(ChatTemplate::ChatML, chat);
+  EXPECT_EQ(all(chatml),
+            "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\n Hi? <|im_end|>\n"
+            "<|im_start|>assistant\n Hello. <|im_end|>\n<|im_start|>user\nBye<|im_end|>\n"
+            "<|im_start|>assistant\nBye.<|im_end|>\n");
+  EXPECT_EQ(text(chatml, true), " Hello. <|im_end|>Bye.<|im_end|>");
+  // Markers are special pieces; the text between them is not.
+  for (const auto& p : chatml) {
+    EXPECT_EQ(p.special, p.text == "<|im_start|>" || p.text == "<|im_end|>") << p.text;
+  }
+  const auto llama = render_chat(ChatTemplate::Llama3, chat);
+  EXPECT_EQ(all(llama),
+            "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|>"
+            "<|start_header_id|>user<|end_header_id|>\n\nHi?<|eot_id|>"
+            "<|start_header_id|>assistant<|end_header_id|>\n\nHello.<|eot_id|>"
+            "<|start_header_id|>user<|end_header_id|>\n\nBye<|eot_id|>"
+            "<|start_header_id|>assistant<|end_header_id|>\n\nBye.<|eot_id|>");
+  EXPECT_EQ(text(llama, true), "Hello.<|eot_id|>Bye.<|eot_id|>");
+  const auto gemma = render_chat(ChatTemplate::Gemma, chat);
+  EXPECT_EQ(all(gemma),
+            "<bos><start_of_turn>user\nBe brief.\n\nHi?<end_of_turn>\n"
+            "<start_of_turn>model\nHello.<end_of_turn>\n<start_of_turn>user\nBye<end_of_turn>\n"
+            "<start_of_turn>model\nBye.<end_of_turn>\n");
+  EXPECT_EQ(text(gemma, true), "Hello.<end_of_turn>Bye.<end_of_turn>");
+  // What generation is given: the conversation, then the assistant's header.
+  const std::vector<ChatMessage> ask{{"user", "Hi"}};
+  EXPECT_EQ(all(render_chat_prompt(ChatTemplate::ChatML, ask)),
+            "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+  EXPECT_EQ(all(render_chat_prompt(ChatTemplate::Llama3, ask)),
+            "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
+            "<|start_header_id|>assistant<|end_header_id|>\n\n");
+  EXPECT_EQ(all(render_chat_prompt(ChatTemplate::Gemma, ask)),
+            "<bos><start_of_turn>user\nHi<end_of_turn>\n<start_of_turn>model\n");
+  EXPECT_EQ(text(render_chat_prompt(ChatTemplate::Gemma, ask), true), "");
+  EXPECT_STREQ(chat_end_of_turn(ChatTemplate::ChatML), "<|im_end|>");
+  EXPECT_STREQ(chat_end_of_turn(ChatTemplate::Llama3), "<|eot_id|>");
+  EXPECT_STREQ(chat_end_of_turn(ChatTemplate::Gemma), "<end_of_turn>");
+  expect_error(
+      [&] {
+        render_chat(ChatTemplate::ChatML, {{"user", "a"}, {"tool", "b"}});
+      },
+      {"message 1 has role 'tool' (expected system, user or assistant)"});
+  expect_error(
+      [&] {
+        render_chat(ChatTemplate::Gemma, {{"user", "a"}, {"system", "b"}});
+      },
+      {"message 1: gemma has no system turn"});
+  expect_error([&] { chat_template_from_string("alpaca"); },
+               {"chat template 'alpaca' is not one Triad has (chatml, llama3, gemma)"});
+  EXPECT_EQ(chat_template_from_string("llama3"), ChatTemplate::Llama3);
+  // Conversations from JSON lines: a list of messages under the key.
+  std::istringstream in(
+      "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}, {\"role\": \"assistant\", "
+      "\"content\": \"y\", \"weight\": 1}]}\n{\"messages\": [{\"role\": \"user\"}]}\n");
+  DocumentReader reader(in, DocumentSplit::JsonLines, "messages", {"", ChatTemplate::ChatML});
+  std::vector<SegmentedDocument> docs;
+  EXPECT_TRUE(reader.next(docs, 1));
+  ASSERT_EQ(docs.size(), 1u);
+  EXPECT_EQ(text(docs[0], true), "y<|im_end|>");
+  expect_error([&] { reader.next(docs, 1); },
+               {"JSON line 2: message 0 is not an object with a string \"role\" and a string "
+                "\"content\""});
+  std::istringstream flat("{\"messages\": \"hi\"}\n");
+  DocumentReader r2(flat, DocumentSplit::JsonLines, "messages", {"", ChatTemplate::Llama3});
+  expect_error([&] { r2.next(docs, 1); }, {"JSON line 1 has no list of messages \"messages\""});
+}
+
+}  // namespace
+}  // namespace triad::data
