@@ -3,6 +3,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <cmath>
 #include <functional>
@@ -136,6 +137,31 @@ std::vector<Config::DataPart> get_data_parts(const YAML::Node& n, const std::str
     parts.push_back(part);
   }
   return parts;
+}
+
+// data.val: a path or glob, or a mapping of names to them.
+std::vector<Config::ValidationSet> get_validation_sets(const YAML::Node& n,
+                                                       const std::string& key) {
+  if (n.IsScalar()) return {{"", get_string(n, key)}};
+  if (!n.IsMap() || n.size() == 0) {
+    throw ConfigError(key +
+                      ": expected a path or glob, or a mapping of names to them "
+                      "({web: data/web_val, code: data/code_val})");
+  }
+  std::vector<Config::ValidationSet> sets;
+  for (auto it = n.begin(); it != n.end(); ++it) {
+    const std::string name = it->first.as<std::string>();
+    // Names become metric and TensorBoard keys: kept plain.
+    const bool plain = !name.empty() && std::all_of(name.begin(), name.end(), [](char ch) {
+      return std::isalnum(static_cast<unsigned char>(ch)) || ch == '_' || ch == '-' || ch == '.';
+    });
+    if (!plain) {
+      throw ConfigError(key + ": the set name '" + name +
+                        "' must be letters, digits, '_', '-' or '.' (it names the set's metrics)");
+    }
+    sets.push_back({name, get_string(it->second, key + "." + name)});
+  }
+  return sets;
 }
 
 struct Field {
@@ -723,7 +749,7 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
   };
   const Section data{
       {"train", {true, [&](auto& v, auto& k) { c.data_train = get_data_parts(v, k); }}},
-      {"val", {false, [&](auto& v, auto& k) { c.data_val = get_string(v, k); }}},
+      {"val", {false, [&](auto& v, auto& k) { c.data_val = get_validation_sets(v, k); }}},
       {"shuffle", {false, [&](auto& v, auto& k) { c.data_shuffle = get_bool(v, k); }}},
       {"eod_token", {false, [&](auto& v, auto& k) { c.model.eod_token = get_int(v, k); }}},
       {"reset_attention_mask",
@@ -1025,7 +1051,13 @@ std::string to_yaml(const Config& c) {
     }
     e << YAML::EndSeq;
   }
-  if (!c.data_val.empty()) e << YAML::Key << "val" << YAML::Value << c.data_val;
+  if (c.data_val.size() == 1 && c.data_val.front().name.empty()) {
+    e << YAML::Key << "val" << YAML::Value << c.data_val.front().path;
+  } else if (!c.data_val.empty()) {
+    e << YAML::Key << "val" << YAML::Value << YAML::BeginMap;
+    for (const auto& set : c.data_val) e << YAML::Key << set.name << YAML::Value << set.path;
+    e << YAML::EndMap;
+  }
   e << YAML::Key << "shuffle" << YAML::Value << c.data_shuffle;
   e << YAML::Key << "eod_token" << YAML::Value << c.model.eod_token;
   e << YAML::Key << "reset_attention_mask" << YAML::Value << c.model.reset_attention_mask;

@@ -56,6 +56,11 @@ void MetricsWriter::write(const StepMetrics& m) {
   if (m.loss_scale > 0) j["loss_scale"] = m.loss_scale;
   j["peak_memory_bytes"] = m.peak_memory_bytes;
   if (m.val_loss) j["val_loss"] = *m.val_loss;
+  if (!m.val_losses.empty()) {
+    nlohmann::json sets = nlohmann::json::object();
+    for (const auto& [name, loss] : m.val_losses) sets[name] = loss;
+    j["val_losses"] = sets;
+  }
   out_ << j.dump() << '\n';
   out_.flush();
   if (!out_) throw IoError("error writing metrics file '" + path_ + "'");

@@ -305,25 +305,29 @@ Trainer::Trainer(Config config, dist::ProcessGroupPtr world)
     resolve_epochs(config_, dataset_->num_sequences());
     schedule_ = optim::LrSchedule(config_.train.lr_schedule());
   }
-  if (!config_.data_val.empty()) {
-    val_dataset_ = std::make_unique<data::TokenDataset>(
-        data::expand_data_paths(config_.data_val, "data.val"), config_.model.seq_len,
-        config_.model.vocab_size, packing);
+  for (const auto& set : config_.data_val) {
+    // Each set's name in messages: data.val, or data.val.<name>.
+    const std::string key = set.name.empty() ? "data.val" : "data.val." + set.name;
+    ValidationData v{set.name, set.path, nullptr, 0};
+    v.data = std::make_unique<data::TokenDataset>(data::expand_data_paths(set.path, key),
+                                                  config_.model.seq_len, config_.model.vocab_size,
+                                                  packing);
     const int64_t G = config_.train.global_batch_size;
-    const int64_t held = val_dataset_->num_sequences();
+    const int64_t held = v.data->num_sequences();
     if (held < G) {
-      throw ConfigError("data.val ('" + config_.data_val + "') holds " + std::to_string(held) +
+      throw ConfigError(key + " ('" + set.path + "') holds " + std::to_string(held) +
                         " sequences of model.seq_len + 1 tokens, fewer than one global batch "
                         "(train.global_batch_size = " +
                         std::to_string(G) + ")");
     }
-    val_batches_ = config_.eval.batches > 0 ? config_.eval.batches : held / G;
-    if (val_batches_ * G > held) {
-      throw ConfigError("eval.batches (" + std::to_string(val_batches_) + ") global batches of " +
-                        std::to_string(G) + " sequences need " + std::to_string(val_batches_ * G) +
-                        " validation sequences, but data.val ('" + config_.data_val + "') holds " +
+    v.batches = config_.eval.batches > 0 ? config_.eval.batches : held / G;
+    if (v.batches * G > held) {
+      throw ConfigError("eval.batches (" + std::to_string(v.batches) + ") global batches of " +
+                        std::to_string(G) + " sequences need " + std::to_string(v.batches * G) +
+                        " validation sequences, but " + key + " ('" + set.path + "') holds " +
                         std::to_string(held));
     }
+    val_.push_back(std::move(v));
   }
   optim::AdamWOptions o;
   o.lr = config_.train.lr;
@@ -1190,8 +1194,12 @@ double Trainer::forward_backward(int64_t index, double* bubble) {
   return item(loss_sum) / static_cast<double>(micro);
 }
 
-double Trainer::evaluate() {
-  if (!val_dataset_) throw ValueError("evaluate: the config has no validation data (data.val)");
+double Trainer::evaluate(size_t set) {
+  if (set >= val_.size()) {
+    throw ValueError("evaluate: the config has " + std::to_string(val_.size()) +
+                     " validation set(s) (data.val), not a set " + std::to_string(set));
+  }
+  const ValidationData& val = val_[set];
   if (reducer_) reducer_->wait_gathers();  // (the forward's fences would too, part by part)
   autograd::NoGradGuard no_grad;
   const auto& t = config_.train;
@@ -1199,9 +1207,9 @@ double Trainer::evaluate() {
   const int64_t micro = per_rank / t.micro_batch_size;
   const int64_t first = dp_rank_ * per_rank;
   std::vector<data::Batch> batches;
-  for (int64_t k = 0; k < val_batches_; ++k) {
+  for (int64_t k = 0; k < val.batches; ++k) {
     for (int64_t i = 0; i < micro; ++i) {
-      batches.push_back(with_loss_mask(val_dataset_->batch(
+      batches.push_back(with_loss_mask(val.data->batch(
           k, t.global_batch_size, first + i * t.micro_batch_size, t.micro_batch_size)));
     }
   }
@@ -1323,8 +1331,38 @@ StepMetrics Trainer::step(int64_t index) {
   return m;
 }
 
+void Trainer::evaluate_into(StepMetrics& m) {
+  for (size_t i = 0; i < val_.size(); ++i) {
+    const double loss = evaluate(i);
+    if (i == 0) m.val_loss = loss;
+    if (!val_[i].name.empty()) m.val_losses.emplace_back(val_[i].name, loss);
+  }
+}
+
+namespace {
+
+// "val loss 2.3456" for one unnamed set; "val loss 2.3456 (web) | 2.5 (code)"
+// for named ones.
+std::string val_summary(const StepMetrics& m, int precision) {
+  if (m.val_losses.empty()) return fmt::format("val loss {:.{}f}", *m.val_loss, precision);
+  std::string s = "val loss ";
+  for (size_t i = 0; i < m.val_losses.size(); ++i) {
+    s += fmt::format("{}{:.{}f} ({})", i ? " | " : "", m.val_losses[i].second, precision,
+                     m.val_losses[i].first);
+  }
+  return s;
+}
+
+}  // namespace
+
+int64_t Trainer::val_tokens() const {
+  int64_t batches = 0;
+  for (const auto& v : val_) batches += v.batches;
+  return batches * config_.train.global_batch_size * config_.model.seq_len;
+}
+
 double Trainer::evaluate_only() {
-  if (!val_dataset_) {
+  if (val_.empty()) {
     throw ConfigError("evaluation only: there is no validation data to evaluate (set data.val)");
   }
   if (!is_logging_rank()) spdlog::set_level(spdlog::level::warn);
@@ -1335,12 +1373,12 @@ double Trainer::evaluate_only() {
                               : !config_.init_from.empty() ? config_.init_from
                                                            : "the random initialisation";
   const auto t0 = std::chrono::steady_clock::now();
-  const double loss = evaluate();
+  StepMetrics m;
+  evaluate_into(m);
   spdlog::info(
-      "{} | val loss {:.6f} | {} tokens in {:.0f} ms", weights, loss,
-      val_batches_ * config_.train.global_batch_size * config_.model.seq_len,
+      "{} | {} | {} tokens in {:.0f} ms", weights, val_summary(m, 6), val_tokens(),
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
-  return loss;
+  return *m.val_loss;
 }
 
 std::vector<StepMetrics> Trainer::run() {
@@ -1487,7 +1525,9 @@ std::vector<StepMetrics> Trainer::run() {
   for (size_t c = 0; c < dataset_->num_components(); ++c) {
     say_masks(dataset_->component(c), "data.train " + config_.data_train[c].path);
   }
-  if (val_dataset_) say_masks(*val_dataset_, "data.val " + config_.data_val);
+  for (const auto& v : val_) {
+    say_masks(*v.data, (v.name.empty() ? "data.val " : "data.val." + v.name + " ") + v.path);
+  }
   if (dataset_->num_components() > 1) {
     for (size_t c = 0; c < dataset_->num_components(); ++c) {
       const auto& d = dataset_->component(c);
@@ -1497,10 +1537,10 @@ std::vector<StepMetrics> Trainer::run() {
                        (dataset_->share(c) * static_cast<double>(config_.train.global_batch_size)));
     }
   }
-  if (val_dataset_) {
-    spdlog::info("validation: {} global batches ({} tokens) of {}, {}", val_batches_,
-                 val_batches_ * config_.train.global_batch_size * config_.model.seq_len,
-                 config_.data_val,
+  for (const auto& v : val_) {
+    spdlog::info("validation{}: {} global batches ({} tokens) of {}, {}",
+                 v.name.empty() ? "" : " set " + v.name, v.batches,
+                 v.batches * config_.train.global_batch_size * config_.model.seq_len, v.path,
                  config_.eval.interval > 0
                      ? "every " + std::to_string(config_.eval.interval) + " steps and at the end"
                      : std::string("after the last step"));
@@ -1556,9 +1596,9 @@ std::vector<StepMetrics> Trainer::run() {
     total_ms += m.step_ms;
     const int64_t every = config_.eval.interval;
     double eval_ms = 0;
-    if (val_dataset_ && ((every > 0 && m.step % every == 0) || m.step == steps)) {
+    if (!val_.empty() && ((every > 0 && m.step % every == 0) || m.step == steps)) {
       const auto t0 = std::chrono::steady_clock::now();
-      m.val_loss = evaluate();
+      evaluate_into(m);
       eval_ms =
           std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     }
@@ -1573,9 +1613,8 @@ std::vector<StepMetrics> Trainer::run() {
       print_line(m);
     }
     if (m.val_loss) {
-      spdlog::info("step {:>5}/{} | val loss {:.4f} | {} tokens in {:.0f} ms", m.step, steps,
-                   *m.val_loss,
-                   val_batches_ * config_.train.global_batch_size * config_.model.seq_len, eval_ms);
+      spdlog::info("step {:>5}/{} | {} | {} tokens in {:.0f} ms", m.step, steps, val_summary(m, 4),
+                   val_tokens(), eval_ms);
     }
     // Every rank agrees on stopping, so they all checkpoint the same step,
     // and (checkpoint.async) on whether every rank has written the one in

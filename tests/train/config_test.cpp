@@ -62,9 +62,23 @@ TEST(Config, ParsesDefaultsAndOverrides) {
   EXPECT_EQ(c.eval.batches, 0);
   Config v = parse_config(to_yaml(
       parse_config(kValid, {"data.val=data/v_*.bin", "eval.interval=50", "eval.batches=4"})));
-  EXPECT_EQ(v.data_val, "data/v_*.bin");
+  EXPECT_EQ(v.data_val, (std::vector<Config::ValidationSet>{{"", "data/v_*.bin"}}));
   EXPECT_EQ(v.eval.interval, 50);
   EXPECT_EQ(v.eval.batches, 4);
+  // Named sets, in the config's order, round-tripped; names stay plain.
+  auto with_val = [](const std::string& val) {
+    return "model: {n_layer: 2, n_head: 2, d_model: 16, vocab_size: 256, seq_len: 32}\n"
+           "train: {steps: 5, global_batch_size: 8, micro_batch_size: 4}\n"
+           "data: {train: data/x.bin, val: " +
+           val + "}\n";
+  };
+  const Config n = parse_config(to_yaml(parse_config(with_val("{web: data/w.bin, code: c.bin}"))));
+  EXPECT_EQ(n.data_val,
+            (std::vector<Config::ValidationSet>{{"web", "data/w.bin"}, {"code", "c.bin"}}));
+  expect_config_error(with_val("{\"a b\": data/w.bin}"), {},
+                      "data.val: the set name 'a b' must be letters, digits");
+  expect_config_error(with_val("[data/w.bin]"), {},
+                      "data.val: expected a path or glob, or a mapping of names to them");
   EXPECT_FALSE(c.data_shuffle);
   EXPECT_TRUE(parse_config(to_yaml(parse_config(kValid, {"data.shuffle=true"}))).data_shuffle);
 }

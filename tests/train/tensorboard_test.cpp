@@ -108,9 +108,11 @@ TEST(TensorBoard, EventFilesHoldTheVersionThenEachStepsScalars) {
     m.grad_norm = 1.5;
     m.peak_memory_bytes = 2'000'000'000;
     m.val_loss = 2.75;
+    m.val_losses = {{"web", 2.75}, {"code", 1.25}};
     w.write(m);
     m.step = 4;
     m.val_loss.reset();
+    m.val_losses.clear();
     m.mfu = 0.5;
     w.write(m);
     w.restart(9);  // a resumed run's first step
@@ -134,6 +136,9 @@ TEST(TensorBoard, EventFilesHoldTheVersionThenEachStepsScalars) {
   EXPECT_EQ(by_step[3].at("train/grad_norm"), 1.5f);
   EXPECT_EQ(by_step[3].at("train/peak_memory_gb"), 2.0f);
   EXPECT_EQ(by_step[3].at("val/loss"), 2.75f);
+  EXPECT_EQ(by_step[3].at("val/web/loss"), 2.75f);
+  EXPECT_EQ(by_step[3].at("val/code/loss"), 1.25f);
+  EXPECT_EQ(by_step[4].count("val/code/loss"), 0u);
   EXPECT_EQ(by_step[3].count("train/mfu"), 0u);  // no peak configured
   EXPECT_EQ(by_step[4].count("val/loss"), 0u);   // not evaluated
   EXPECT_EQ(by_step[4].at("train/mfu"), 0.5f);

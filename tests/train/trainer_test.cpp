@@ -272,7 +272,7 @@ TEST(Trainer, EvaluatesTheValidationLossWithoutChangingTraining) {
   plain.model.dropout = 0.1;  // evaluation runs without it and leaves training's streams alone
   data::write_token_shard(dir.file("val.bin"), validation_tokens());
   Config with_val = plain;
-  with_val.data_val = dir.file("val.bin");
+  with_val.data_val = {{"", dir.file("val.bin")}};
   with_val.eval.interval = 2;
   with_val.eval.batches = 3;
   with_val.output_dir = dir.file("out_val");
@@ -316,6 +316,43 @@ TEST(Trainer, EvaluatesTheValidationLossWithoutChangingTraining) {
   EXPECT_EQ(with_key, 3);
 }
 
+// data.val as named sets: each evaluated on the steps that evaluate,
+// reported by name in the config's order (the first also as val_loss), each
+// the loss that set alone gives, and written to metrics.jsonl.
+TEST(Trainer, NamedValidationSetsAreEachEvaluatedAndReported) {
+  TempDir dir;
+  Config c = small_config(dir, 2);
+  c.train.steps = 4;
+  c.eval.interval = 2;
+  c.eval.batches = 2;
+  data::write_token_shard(dir.file("val.bin"), validation_tokens());
+  c.data_val = {{"held", dir.file("val.bin")}, {"seen", dir.file("train.bin")}};
+  c.output_dir = dir.file("out_sets");
+  Trainer t(c);
+  const auto m = t.run();
+  ASSERT_EQ(m.size(), 4u);
+  ASSERT_EQ(m[1].val_losses.size(), 2u);
+  EXPECT_EQ(m[1].val_losses[0].first, "held");
+  EXPECT_EQ(m[1].val_losses[1].first, "seen");
+  EXPECT_EQ(*m[1].val_loss, m[1].val_losses[0].second);
+  EXPECT_TRUE(m[2].val_losses.empty());
+  EXPECT_NE(m[3].val_losses[0].second, m[3].val_losses[1].second);
+  // Each set's loss is the one that set alone gives the same weights.
+  Config alone = c;
+  alone.data_val = {{"", dir.file("train.bin")}};
+  alone.output_dir = dir.file("out_alone");
+  Trainer one(alone);
+  one.run();
+  EXPECT_EQ(one.evaluate(), m[3].val_losses[1].second);
+  EXPECT_EQ(t.evaluate(1), m[3].val_losses[1].second);
+  EXPECT_THROW(t.evaluate(2), ValueError);
+  std::ifstream in(dir.file("out_sets/metrics.jsonl"));
+  int with_sets = 0;
+  for (std::string line; std::getline(in, line);)
+    with_sets += line.find("\"val_losses\":{\"held\":") != line.npos;
+  EXPECT_EQ(with_sets, 2);
+}
+
 TEST(Trainer, TrainsOnAWeightedMixture) {
   TempDir dir;
   Config c = small_config(dir, 2);
@@ -342,7 +379,7 @@ TEST(Trainer, EvaluateOnlyScoresTheStartingWeights) {
   data::write_token_shard(dir.file("val.bin"), validation_tokens());
   Config c = small_config(dir, 2);
   c.train.steps = 4;
-  c.data_val = dir.file("val.bin");
+  c.data_val = {{"", dir.file("val.bin")}};
   c.eval.batches = 2;
   c.checkpoint.dir = dir.file("ck");
   const auto trained = Trainer(c).run();
@@ -382,11 +419,11 @@ TEST(Trainer, ValidationDataErrorsNameTheNumbers) {
   EXPECT_THROW(Trainer(c).evaluate(), ValueError);  // no data.val
   // 3 tokens: no whole sequence.
   data::write_token_shard(dir.file("tiny.bin"), {1, 2, 3});
-  c.data_val = dir.file("tiny.bin");
+  c.data_val = {{"", dir.file("tiny.bin")}};
   EXPECT_THROW(Trainer{c}, IoError);
   // 3 sequences: fewer than one global batch of 4.
   data::write_token_shard(dir.file("short.bin"), std::vector<uint16_t>(3 * 16 + 1, 5));
-  c.data_val = dir.file("short.bin");
+  c.data_val = {{"", dir.file("short.bin")}};
   try {
     Trainer t(c);
     FAIL() << "expected ConfigError";
@@ -398,7 +435,7 @@ TEST(Trainer, ValidationDataErrorsNameTheNumbers) {
   }
   // 37 sequences: 9 whole global batches by default, 10 are too many.
   data::write_token_shard(dir.file("val.bin"), validation_tokens());
-  c.data_val = dir.file("val.bin");
+  c.data_val = {{"", dir.file("val.bin")}};
   EXPECT_EQ(Trainer(c).eval_batches(), 9);
   c.eval.batches = 10;
   try {
@@ -426,7 +463,7 @@ TEST(Trainer, TrainsOnAMegatronDatasetAsOnTheSameTokensInAShard) {
   data::write_indexed_dataset(dir.file("mega"), docs, data::IndexedDType::I32);
   Config mega = shard;
   mega.data_train = {{dir.file("mega")}};
-  mega.data_val = dir.file("mega.bin");  // the prefix or either file names it
+  mega.data_val = {{"", dir.file("mega.bin")}};  // the prefix or either file names it
   mega.output_dir = dir.file("out_mega");
   const auto a = Trainer(shard).run();
   const auto b = Trainer(mega).run();

@@ -128,7 +128,15 @@ struct Config {
     bool operator==(const DataPart&) const = default;
   };
   std::vector<DataPart> data_train;
-  std::string data_val;       // data.val: shard path or glob (optional; validation loss)
+  // data.val (optional; validation losses): one path or glob (a set with
+  // no name), or a mapping of names to paths (several held-out sets, each
+  // evaluated and reported by its name, the first also as the val loss).
+  struct ValidationSet {
+    std::string name;
+    std::string path;
+    bool operator==(const ValidationSet&) const = default;
+  };
+  std::vector<ValidationSet> data_val;
   bool data_shuffle = false;  // data.shuffle: a seeded order of sequences every pass
   // data.eod_mask_loss: no loss on the token that follows an end-of-document
   // token (data.eod_token): predicting a new document's first token from

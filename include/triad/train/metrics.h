@@ -4,6 +4,8 @@
 #include <fstream>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace triad::train {
 
@@ -35,8 +37,10 @@ struct StepMetrics {
   // a batch-size ramp is below it).
   int64_t global_batch_size = 0;
   // Mean loss over the validation tokens, after this step's update (steps
-  // that evaluated: every eval.interval and the last).
+  // that evaluated: every eval.interval and the last): data.val's first
+  // set, and with named sets every one's by name, in the config's order.
   std::optional<double> val_loss;
+  std::vector<std::pair<std::string, double>> val_losses;
 };
 
 // Appends one JSON object per step to a metrics.jsonl file.

@@ -49,18 +49,18 @@ class Trainer {
   std::vector<StepMetrics> run();
   // One optimizer step (0-based index); exposed for tests.
   StepMetrics step(int64_t index);
-  // The mean loss over the validation tokens (data.val; the first
-  // eval.batches global batches, split over the layout as training batches
-  // are), forward only and without dropout. Collective; the same on every
-  // rank. An error when the config has no data.val.
-  double evaluate();
+  // The mean loss over the validation tokens of set `set` of data.val (the
+  // first eval.batches global batches, split over the layout as training
+  // batches are), forward only and without dropout. Collective; the same
+  // on every rank. An error when the config has no such set.
+  double evaluate(size_t set = 0);
   // triad-train --eval-only: the validation loss of the weights this
   // trainer starts from (init.from, or the newest checkpoint with
   // checkpoint.resume: auto), logged and returned; nothing is written.
   // Collective. An error without data.val.
   double evaluate_only();
   // Global batches one evaluation covers (0 without data.val).
-  int64_t eval_batches() const { return val_batches_; }
+  int64_t eval_batches() const { return val_.empty() ? 0 : val_.front().batches; }
   // Test hook: runs on the writing thread of every asynchronous checkpoint
   // (checkpoint.async) before it writes; an exception it throws is the
   // write's error.
@@ -104,9 +104,18 @@ class Trainer {
   std::unique_ptr<tp::TensorParallelGpt> tp_model_;  // several, no pipeline
   std::unique_ptr<pipeline::PipelineModel> pp_model_;
   std::unique_ptr<pipeline::PipelineExecutor> executor_;
-  std::unique_ptr<data::BlendedDataset> dataset_;    // data.train (one part or a mixture)
-  std::unique_ptr<data::TokenDataset> val_dataset_;  // data.val
-  int64_t val_batches_ = 0;
+  std::unique_ptr<data::BlendedDataset> dataset_;  // data.train (one part or a mixture)
+  // data.val's sets, in the config's order.
+  struct ValidationData {
+    std::string name, path;
+    std::unique_ptr<data::TokenDataset> data;
+    int64_t batches = 0;  // global batches an evaluation covers
+  };
+  std::vector<ValidationData> val_;
+  // Every set's loss into m (the first's as val_loss; each named one's).
+  void evaluate_into(StepMetrics& m);
+  // Tokens one evaluation of every set reads.
+  int64_t val_tokens() const;
   std::unique_ptr<optim::AdamW> optimizer_;
   std::unique_ptr<dp::GradientReducer> reducer_;   // dp > 1
   std::unique_ptr<dp::ZeroAdamW> zero_optimizer_;  // parallel.zero = 1
