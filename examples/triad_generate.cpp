@@ -63,8 +63,9 @@ int main(int argc, char** argv) {
                  "models do not add it themselves)");
   std::string chat_template, system;
   app.add_option("--chat-template", chat_template,
-                 "the prompt is a user's message to a chat model (chatml, llama3, gemma; as "
-                 "triad-tokenize --chat-template): the model writes the assistant's turn, which "
+                 "the prompt is a user's message to a chat model (chatml, llama3, gemma, or auto: "
+                 "the --tokenizer model's; as triad-tokenize --chat-template): the model writes "
+                 "the assistant's turn, which "
                  "is printed alone, and stops at the template's end of turn");
   app.add_option("--system", system, "with --chat-template: a system message before the prompt");
   bool no_cache = false;
@@ -85,7 +86,10 @@ int main(int argc, char** argv) {
     }
     o.vocab_limit = tok->vocab_size();  // never an id the tokenizer cannot print
     std::optional<triad::data::ChatTemplate> chat;
-    if (!chat_template.empty()) chat = triad::data::chat_template_from_string(chat_template);
+    if (!chat_template.empty()) {
+      chat = triad::data::resolve_chat_template(chat_template, hf_tokenizer);
+      chat_template = triad::data::chat_template_name(*chat);
+    }
     if (!system.empty() && !chat) throw triad::ValueError("--system needs --chat-template");
     int64_t default_stop = config.model.eod_token;
     if (chat) {

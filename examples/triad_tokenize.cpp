@@ -60,8 +60,9 @@ int main(int argc, char** argv) {
   std::string chat_template;
   app.add_option("--chat-template", chat_template,
                  "jsonl: the field under --json-key is a conversation, a list of {role, content} "
-                 "messages, written out in this template (chatml: Qwen's; llama3; gemma) with "
-                 "<output>.loss_mask scoring the assistant's turns");
+                 "messages, written out in this template (chatml: Qwen's; llama3; gemma; auto: "
+                 "the --tokenizer model's own, when it is one of them) with <output>.loss_mask "
+                 "scoring the assistant's turns");
   app.add_option("--eod", eod,
                  "token appended after each document (e.g. 50256, GPT-2's <|endoftext|>; "
                  "data.eod_token in triad-train); -1: none");
@@ -97,7 +98,12 @@ int main(int argc, char** argv) {
     // larger than memory streams through.
     triad::data::DocumentLabels labels{prompt_key, std::nullopt};
     if (!chat_template.empty()) {
-      labels.chat = triad::data::chat_template_from_string(chat_template);
+      labels.chat = triad::data::resolve_chat_template(chat_template, hf_tokenizer);
+      if (chat_template == "auto") {
+        spdlog::info("chat template: {} (the model's)",
+                     triad::data::chat_template_name(*labels.chat));
+        chat_template = triad::data::chat_template_name(*labels.chat);
+      }
       // Every marker must be one special token, never text spelt out.
       for (const auto& marker : triad::data::chat_template_markers(*labels.chat)) {
         triad::data::require_special_token(*tok, marker, "--chat-template " + chat_template + ":");

@@ -1,5 +1,10 @@
 #include "triad/data/chat_template.h"
 
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
 #include "triad/core/error.h"
 
 namespace triad::data {
@@ -42,6 +47,82 @@ ChatTemplate chat_template_from_string(const std::string& name) {
   if (name == "llama3") return ChatTemplate::Llama3;
   if (name == "gemma") return ChatTemplate::Gemma;
   throw ValueError("chat template '" + name + "' is not one Triad has (chatml, llama3, gemma)");
+}
+
+ChatTemplate chat_template_of_jinja(const std::string& jinja) {
+  std::vector<ChatTemplate> found;
+  for (const ChatTemplate t : {ChatTemplate::ChatML, ChatTemplate::Llama3, ChatTemplate::Gemma}) {
+    // Its turn-opening marker: the one no other template writes.
+    if (jinja.find(chat_template_markers(t)[t == ChatTemplate::ChatML ? 0 : 1]) !=
+        std::string::npos) {
+      found.push_back(t);
+    }
+  }
+  if (found.size() != 1) {
+    throw ValueError(std::string("the model's chat template writes ") +
+                     (found.empty() ? "none of the built-in templates' markers"
+                                    : "the markers of more than one built-in template") +
+                     " (<|im_start|>: chatml, <|start_header_id|>: llama3, <start_of_turn>: "
+                     "gemma); name one with --chat-template if its format is one of them");
+  }
+  return found.front();
+}
+
+ChatTemplate chat_template_of_model(const std::string& tokenizer_path) {
+  namespace fs = std::filesystem;
+  if (tokenizer_path.empty()) {
+    throw ValueError(
+        "--chat-template auto reads the model's tokenizer_config.json: give "
+        "--tokenizer (the model directory, or a tokenizer file inside it)");
+  }
+  const fs::path dir = fs::is_directory(tokenizer_path) ? fs::path(tokenizer_path)
+                                                        : fs::path(tokenizer_path).parent_path();
+  std::string path = (dir / "tokenizer_config.json").string();
+  std::ifstream in(path);
+  nlohmann::json config = nlohmann::json::object();
+  if (in) {
+    try {
+      config = nlohmann::json::parse(in);
+    } catch (const nlohmann::json::exception& e) {
+      throw IoError("'" + path + "' is not JSON: " + e.what());
+    }
+  }
+  const auto it = config.find("chat_template");
+  std::string jinja;
+  if (it == config.end()) {
+    // Newer models keep it in a file of its own.
+    const std::string file = (dir / "chat_template.jinja").string();
+    std::ifstream t(file);
+    if (t) {
+      std::ostringstream text;
+      text << t.rdbuf();
+      jinja = text.str();
+      path = file;
+    } else {
+      throw IoError("--chat-template auto: neither '" + path + "' holds a chat_template nor '" +
+                    file + "' exists");
+    }
+  } else if (it->is_string()) {
+    jinja = it->get<std::string>();
+  } else if (it != config.end() && it->is_array()) {
+    // Several named templates: the one named "default".
+    for (const auto& t : *it) {
+      if (t.is_object() && t.value("name", "") == "default" && t.contains("template") &&
+          t["template"].is_string()) {
+        jinja = t["template"].get<std::string>();
+      }
+    }
+  }
+  if (jinja.empty()) throw IoError("'" + path + "' has an empty or unreadable chat_template");
+  try {
+    return chat_template_of_jinja(jinja);
+  } catch (const ValueError& e) {
+    throw ValueError("'" + path + "': " + e.what());
+  }
+}
+
+ChatTemplate resolve_chat_template(const std::string& name, const std::string& tokenizer_path) {
+  return name == "auto" ? chat_template_of_model(tokenizer_path) : chat_template_from_string(name);
 }
 
 const char* chat_template_name(ChatTemplate t) {

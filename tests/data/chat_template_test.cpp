@@ -2,9 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <optional>
 #include <sstream>
 
+#include "support/temp_dir.h"
 #include "triad/core/error.h"
 #include "triad/data/tokenizer.h"
 
@@ -108,6 +110,44 @@ TEST(ChatTemplates, WriteTheModelsFormatAndScoreTheAssistantOnly) {
   std::istringstream flat("{\"messages\": \"hi\"}\n");
   DocumentReader r2(flat, DocumentSplit::JsonLines, "messages", {"", ChatTemplate::Llama3});
   expect_error([&] { r2.next(docs, 1); }, {"JSON line 1 has no list of messages \"messages\""});
+}
+
+// --chat-template auto: the built-in template a model's own is, by the
+// markers its Jinja text writes, from tokenizer_config.json (a string, or
+// the "default" of a list) or chat_template.jinja beside it.
+TEST(ChatTemplates, AutoFindsTheModelsOwnTemplate) {
+  EXPECT_EQ(chat_template_of_jinja("{{ '<|im_start|>' + m.role }}"), ChatTemplate::ChatML);
+  EXPECT_EQ(chat_template_of_jinja("<|start_header_id|>{{ role }}<|end_header_id|>"),
+            ChatTemplate::Llama3);
+  EXPECT_EQ(chat_template_of_jinja("<start_of_turn>model"), ChatTemplate::Gemma);
+  expect_error([] { chat_template_of_jinja("[INST] {{ content }} [/INST]"); },
+               {"writes none of the built-in templates' markers"});
+  expect_error([] { chat_template_of_jinja("<|im_start|><start_of_turn>"); },
+               {"the markers of more than one built-in template"});
+  testing::TempDir dir;
+  auto write = [&](const std::string& name, const std::string& text) {
+    std::ofstream(dir.file(name)) << text;
+  };
+  // A model directory, or a tokenizer file in it.
+  write("tokenizer_config.json", R"({"chat_template": "<start_of_turn>user"})");
+  write("tokenizer.json", "{}");
+  EXPECT_EQ(chat_template_of_model(dir.path().string()), ChatTemplate::Gemma);
+  EXPECT_EQ(resolve_chat_template("auto", dir.file("tokenizer.json")), ChatTemplate::Gemma);
+  EXPECT_EQ(resolve_chat_template("llama3", ""), ChatTemplate::Llama3);
+  write("tokenizer_config.json",
+        R"({"chat_template": [{"name": "tool_use", "template": "<|im_start|>"},
+                              {"name": "default", "template": "<|start_header_id|>"}]})");
+  EXPECT_EQ(chat_template_of_model(dir.path().string()), ChatTemplate::Llama3);
+  // No chat_template in the config: chat_template.jinja.
+  write("tokenizer_config.json", R"({"eos_token": "</s>"})");
+  expect_error([&] { chat_template_of_model(dir.path().string()); },
+               {"holds a chat_template nor", "chat_template.jinja' exists"});
+  write("chat_template.jinja", "{% for m in messages %}<|im_start|>{% endfor %}");
+  EXPECT_EQ(chat_template_of_model(dir.path().string()), ChatTemplate::ChatML);
+  write("chat_template.jinja", "[INST]");
+  expect_error([&] { chat_template_of_model(dir.path().string()); },
+               {"chat_template.jinja': the model's chat template writes none"});
+  expect_error([] { chat_template_of_model(""); }, {"give --tokenizer"});
 }
 
 }  // namespace

@@ -35,6 +35,18 @@ namespace triad::data {
 enum class ChatTemplate { ChatML, Llama3, Gemma };
 // chatml | llama3 | gemma; anything else is a ValueError listing them.
 ChatTemplate chat_template_from_string(const std::string& name);
+// The built-in template a Hugging Face chat template (its Jinja text) is,
+// told by the markers it writes; a ValueError when it writes none of the
+// built-in templates' (or those of more than one).
+ChatTemplate chat_template_of_jinja(const std::string& jinja);
+// The model's own template (`--chat-template auto`): the chat_template of
+// the tokenizer_config.json in `tokenizer_path` (a model directory) or
+// beside it (a tokenizer file) — or, where that holds none, the
+// chat_template.jinja there — as chat_template_of_jinja reads it. Errors
+// name the file and what is missing.
+ChatTemplate chat_template_of_model(const std::string& tokenizer_path);
+// --chat-template's value: a name, or `auto` (chat_template_of_model).
+ChatTemplate resolve_chat_template(const std::string& name, const std::string& tokenizer_path);
 const char* chat_template_name(ChatTemplate t);
 // The markers a template writes, each of which the tokenizer must hold as
 // one special token (else the model would read them as plain text).
