@@ -55,7 +55,8 @@ std::string megatron_prefix(const std::string& path) {
 // Whole documents into rows of `capacity` tokens (data.packing: documents),
 // fed each document's length in stream order.
 struct RowPacker {
-  int64_t capacity;                       // seq_len + 1
+  int64_t capacity;  // seq_len + 1
+  LongDocuments long_policy;
   int64_t pos = 0;                        // stream position of the next document
   int64_t row_start = 0, row_length = 0;  // the row being filled
   std::vector<int64_t>& starts;
@@ -73,10 +74,19 @@ struct RowPacker {
     pos += length;
     if (length == 0) return;
     if (length > capacity) {
+      ++long_documents;
+      // A row holds one run of the stream, so the row being filled ends
+      // here whatever becomes of this document.
+      close();
+      if (long_policy == LongDocuments::Drop) return;
+      if (long_policy == LongDocuments::Truncate) {
+        // Its first row; the rest is never read.
+        starts.push_back(at);
+        lengths.push_back(static_cast<int32_t>(capacity));
+        return;
+      }
       // Rows of its own, each starting at the last token of the one before
       // (an input there, after being the target of that row's last input).
-      close();
-      ++long_documents;
       const int64_t stride = capacity - 1;
       while (length > capacity) {
         starts.push_back(at);
@@ -92,6 +102,13 @@ struct RowPacker {
 };
 
 }  // namespace
+
+LongDocuments long_documents_from_string(const std::string& name) {
+  if (name == "split") return LongDocuments::Split;
+  if (name == "truncate") return LongDocuments::Truncate;
+  if (name == "drop") return LongDocuments::Drop;
+  throw ValueError("long documents '" + name + "': expected split, truncate or drop");
+}
 
 std::vector<std::string> expand_data_paths(const std::string& pattern, const std::string& key) {
   if (is_file(pattern + ".idx") && is_file(pattern + ".bin")) return {pattern};
@@ -157,7 +174,7 @@ TokenDataset::TokenDataset(const std::vector<std::string>& sources, int64_t seq_
     throw ValueError("TokenDataset: whole-document rows need a pad token in [0, vocab_size " +
                      std::to_string(vocab_size) + "), got " + std::to_string(packing.pad_token));
   }
-  RowPacker packer{seq_len + 1, 0, 0, 0, row_start_, row_length_};
+  RowPacker packer{seq_len + 1, packing.long_documents, 0, 0, 0, row_start_, row_length_};
   auto check_tokens = [&](const std::byte* p, IndexedDType dtype, int64_t count,
                           const std::string& file, int64_t first) {
     if (vocab_size <= 0) return;

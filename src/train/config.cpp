@@ -15,6 +15,7 @@
 #include "triad/backend/cuda.h"
 #include "triad/core/device.h"
 #include "triad/core/error.h"
+#include "triad/data/token_dataset.h"
 #include "triad/io/hf_config.h"
 #include "triad/io/text_file.h"
 
@@ -313,6 +314,11 @@ void validate(const Config& c, bool min_lr_given) {
     throw ConfigError("data.eod_token (" + std::to_string(c.model.eod_token) +
                       ") must be a token id in [0, " + std::to_string(c.model.vocab_size) +
                       ") when data.eod_mask_loss is set");
+  }
+  if (c.data_long_documents != "split" && c.data_packing != "documents") {
+    throw ConfigError("data.long_documents '" + c.data_long_documents +
+                      "' applies to data.packing: documents (the stream rule cuts every "
+                      "document where sequences end)");
   }
   if (c.data_packing == "documents" &&
       (c.model.eod_token < 0 || c.model.eod_token >= c.model.vocab_size)) {
@@ -757,15 +763,26 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
       {"reset_position_ids",
        {false, [&](auto& v, auto& k) { c.model.reset_position_ids = get_bool(v, k); }}},
       {"eod_mask_loss", {false, [&](auto& v, auto& k) { c.data_eod_mask_loss = get_bool(v, k); }}},
-      {"packing", {false, [&](auto& v, auto& k) {
-                     c.data_packing = get_string(v, k);
-                     if (c.data_packing != "stream" && c.data_packing != "documents") {
-                       throw ConfigError(
-                           k + " '" + c.data_packing +
-                           "' must be stream (sequences cut from the token stream) or "
-                           "documents (rows of whole documents, padded)");
-                     }
-                   }}}};
+      {"packing",
+       {false,
+        [&](auto& v, auto& k) {
+          c.data_packing = get_string(v, k);
+          if (c.data_packing != "stream" && c.data_packing != "documents") {
+            throw ConfigError(k + " '" + c.data_packing +
+                              "' must be stream (sequences cut from the token stream) or "
+                              "documents (rows of whole documents, padded)");
+          }
+        }}},
+      {"long_documents", {false, [&](auto& v, auto& k) {
+                            c.data_long_documents = get_string(v, k);
+                            try {
+                              data::long_documents_from_string(c.data_long_documents);
+                            } catch (const ValueError&) {
+                              throw ConfigError(k + " '" + c.data_long_documents +
+                                                "' must be split (rows of its own), truncate "
+                                                "(its first row) or drop");
+                            }
+                          }}}};
   auto non_negative = [](const YAML::Node& v, const std::string& k) {
     const int64_t x = get_int(v, k);
     if (x < 0) throw ConfigError(k + " (" + std::to_string(x) + ") must be >= 0");
@@ -1064,6 +1081,7 @@ std::string to_yaml(const Config& c) {
   e << YAML::Key << "reset_position_ids" << YAML::Value << c.model.reset_position_ids;
   e << YAML::Key << "eod_mask_loss" << YAML::Value << c.data_eod_mask_loss;
   e << YAML::Key << "packing" << YAML::Value << c.data_packing;
+  e << YAML::Key << "long_documents" << YAML::Value << c.data_long_documents;
   e << YAML::EndMap;
   if (!c.init_from.empty()) {
     e << YAML::Key << "init" << YAML::Value << YAML::BeginMap << YAML::Key << "from" << YAML::Value

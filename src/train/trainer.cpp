@@ -288,7 +288,9 @@ Trainer::Trainer(Config config, dist::ProcessGroupPtr world)
     so.max_scale = std::max(so.max_scale, so.init_scale);
     scaler_ = std::make_unique<optim::DynamicLossScaler>(so);
   }
-  const data::DocumentPacking packing{config_.data_packing == "documents", config_.model.eod_token};
+  const data::DocumentPacking packing{
+      config_.data_packing == "documents", config_.model.eod_token,
+      data::long_documents_from_string(config_.data_long_documents)};
   std::vector<data::BlendedDataset::Component> parts;
   for (const auto& part : config_.data_train) {
     parts.push_back({data::expand_data_paths(part.path), part.weight, part.path});
@@ -1509,12 +1511,15 @@ std::vector<StepMetrics> Trainer::run() {
   auto say_masks = [&](const data::TokenDataset& d, const std::string& name) {
     if (config_.data_packing == "documents") {
       const double all = static_cast<double>(d.num_sequences() * (config_.model.seq_len + 1));
-      spdlog::info("  {}: {} rows of whole documents, {:.1f}% padding{}", name, d.num_sequences(),
-                   100.0 * static_cast<double>(d.padding_tokens()) / all,
-                   d.long_documents() > 0
-                       ? fmt::format("; {} documents longer than a row cut into rows of their own",
-                                     d.long_documents())
-                       : std::string());
+      spdlog::info(
+          "  {}: {} rows of whole documents, {:.1f}% padding{}", name, d.num_sequences(),
+          100.0 * static_cast<double>(d.padding_tokens()) / all,
+          d.long_documents() > 0
+              ? fmt::format("; {} documents longer than a row {}", d.long_documents(),
+                            config_.data_long_documents == "split" ? "cut into rows of their own"
+                            : config_.data_long_documents == "truncate" ? "truncated to one row"
+                                                                        : "dropped")
+              : std::string());
     }
     if (d.masked_sources() == 0) return;
     spdlog::info(

@@ -105,6 +105,35 @@ TEST(DocumentPacking, RowsHoldWholeDocumentsAndPadTheRest) {
   EXPECT_THROW(TokenDataset({prefix}, 5, 50, {true, -1}), ValueError);
 }
 
+// data.long_documents: the 12-token document of the layout above truncated
+// to its first row, or dropped; either way the row being filled ends there
+// and the documents after it pack on.
+TEST(DocumentPacking, LongDocumentsAreTruncatedOrDroppedWhenAsked) {
+  TempDir dir;
+  const std::string prefix = dir.file("docs");
+  write_grouped_dataset(prefix, {{3}, {4}, {2}, {7, 5}, {1}, {5}});
+  // Each row as (its first stream token, its length).
+  auto rows = [&](LongDocuments policy) {
+    TokenDataset ds({prefix}, 5, 50, {true, 1, policy});
+    EXPECT_EQ(ds.long_documents(), 1);
+    const Batch b = ds.sequences(0, ds.num_sequences());
+    const auto in = to_double_vector(b.inputs), tg = to_double_vector(b.targets);
+    std::vector<std::pair<int64_t, int64_t>> out;
+    for (int64_t r = 0; r < ds.num_sequences(); ++r) {
+      int64_t targets = 0;
+      for (int64_t t = 0; t < 5; ++t) targets += tg[static_cast<size_t>(r * 5 + t)] != -100;
+      out.emplace_back(static_cast<int64_t>(in[static_cast<size_t>(r * 5)]) - 10, targets + 1);
+    }
+    return out;
+  };
+  using Rows = std::vector<std::pair<int64_t, int64_t>>;
+  EXPECT_EQ(rows(LongDocuments::Truncate), (Rows{{0, 3}, {3, 6}, {9, 6}, {21, 6}}));
+  EXPECT_EQ(rows(LongDocuments::Drop), (Rows{{0, 3}, {3, 6}, {21, 6}}));
+  EXPECT_EQ(rows(LongDocuments::Split), (Rows{{0, 3}, {3, 6}, {9, 6}, {14, 6}, {19, 3}, {22, 5}}));
+  EXPECT_EQ(long_documents_from_string("drop"), LongDocuments::Drop);
+  EXPECT_THROW(long_documents_from_string("cut"), ValueError);
+}
+
 // In an llm.c shard a document ends with the end-of-document (pad) token;
 // the shard's last one may run to its end without one. Documents never
 // straddle rows, though the stream rule would cut them.

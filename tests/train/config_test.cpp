@@ -229,7 +229,8 @@ TEST(Config, EvalNeedsValidationDataAndNonNegativeCounts) {
                       "unknown key 'eval.every' (allowed in eval: interval, batches)");
   expect_config_error(kValid, {"data.test=x"},
                       "unknown key 'data.test' (allowed in data: train, val, shuffle, eod_token, "
-                      "reset_attention_mask, reset_position_ids, eod_mask_loss, packing)");
+                      "reset_attention_mask, reset_position_ids, eod_mask_loss, packing, "
+                      "long_documents)");
 }
 
 TEST(Config, ErrorsNameKeyValueAndRule) {
@@ -569,6 +570,15 @@ TEST(Config, PackedDocumentSettingsParseRoundTripAndNeedAnEndToken) {
   expect_config_error(kValid, {"data.packing=documents"},
                       "data.eod_token (-1) must be a token id in [0, 256) when data.packing is "
                       "documents");
+  EXPECT_EQ(rows.data_long_documents, "split");
+  const Config drop = parse_config(to_yaml(parse_config(
+      kValid, {"data.eod_token=0", "data.packing=documents", "data.long_documents=drop"})));
+  EXPECT_EQ(drop.data_long_documents, "drop");
+  expect_config_error(kValid,
+                      {"data.eod_token=0", "data.packing=documents", "data.long_documents=cut"},
+                      "data.long_documents 'cut' must be split (rows of its own), truncate");
+  expect_config_error(kValid, {"data.long_documents=truncate"},
+                      "data.long_documents 'truncate' applies to data.packing: documents");
   expect_config_error(kValid, {"data.packing=rows"},
                       "data.packing 'rows' must be stream (sequences cut from the token stream) or "
                       "documents");

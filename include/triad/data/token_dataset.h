@@ -65,14 +65,19 @@ int64_t shuffled_index(int64_t i, int64_t n, uint64_t seed, int64_t epoch);
 // starts a new row, and a row's remainder is `packing.pad_token`s that are
 // never targets (-100). No document is cut across rows, so each keeps its
 // start (supervised fine-tuning's prompt stays with its response). A
-// document longer than a row is cut into rows of its own (each starting at
-// the last token of the one before, so every token but its first is a
-// target once) and its tail packs on. Documents are a Megatron dataset's
-// (its document index) and, in an llm.c shard, the runs each ended by
-// pad_token (the end-of-document token). Row j of the packing is sequence j.
+// document longer than a row is, by `long_documents`, cut into rows of its
+// own (each starting at the last token of the one before, so every token
+// but its first is a target once) with its tail packing on; truncated to
+// its first row; or dropped. Documents are a Megatron dataset's (its
+// document index) and, in an llm.c shard, the runs each ended by pad_token
+// (the end-of-document token). Row j of the packing is sequence j.
+enum class LongDocuments { Split, Truncate, Drop };
+// split | truncate | drop; anything else is a ValueError naming it.
+LongDocuments long_documents_from_string(const std::string& name);
 struct DocumentPacking {
   bool whole_documents = false;
   int64_t pad_token = -1;
+  LongDocuments long_documents = LongDocuments::Split;
 };
 
 class TokenDataset {
@@ -88,7 +93,7 @@ class TokenDataset {
   // tokens; with whole documents, the rows).
   int64_t num_sequences() const { return num_sequences_; }
   // With whole documents: the rows' pad tokens, and the documents longer
-  // than a row (cut into rows of their own).
+  // than a row (split, truncated or dropped, as packing.long_documents says).
   int64_t padding_tokens() const { return padding_tokens_; }
   int64_t long_documents() const { return long_documents_; }
   int64_t seq_len() const { return seq_len_; }

@@ -147,6 +147,9 @@ struct Config {
   // data.packing: stream (sequences cut from the token stream) | documents
   // (rows of whole documents, padded with data.eod_token).
   std::string data_packing = "stream";
+  // data.long_documents (packing: documents): what becomes of a document
+  // longer than a row: split | truncate | drop.
+  std::string data_long_documents = "split";
   std::string init_from;  // init.from: GPT-2 safetensors (optional)
   std::string output_dir = "out";
   int64_t log_interval = 10;
