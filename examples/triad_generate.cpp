@@ -8,12 +8,15 @@
 // Face tokenizer.json (LLaMA 3's, Qwen's).
 //   triad-generate --run out/chat --tokenizer /models/Qwen3-0.6B --chat-template chatml
 //       --prompt "What is 2+2?"      (a fine-tuned chat model's answer, up to its end of turn)
+//   triad-generate ... --prompts questions.jsonl > answers.jsonl   (one reply per line)
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdio>
+#include <fstream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 
 #include "triad/core/error.h"
@@ -35,7 +38,13 @@ int main(int argc, char** argv) {
   o.top_k = 40;
   o.seed = 1;
   source.add_options(app);
-  app.add_option("--prompt", prompt, "text to continue")->required();
+  std::string prompts_file;
+  auto* one = app.add_option("--prompt", prompt, "text to continue");
+  auto* many = app.add_option("--prompts", prompts_file,
+                              "JSON lines of {\"prompt\": ... [, \"system\": ...]}: each answered "
+                              "in turn, one JSON line {\"prompt\", \"response\"} each on stdout");
+  one->excludes(many);
+  many->excludes(one);
   app.add_option("--tokens", o.max_new_tokens, "tokens to generate")->capture_default_str();
   app.add_option("--temperature", o.temperature, "0: greedy")->capture_default_str();
   app.add_option("--top-k", o.top_k, "sample among the k most likely (0: all)")
@@ -76,6 +85,9 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   o.kv_cache = !no_cache;
   try {
+    if (one->count() == 0 && many->count() == 0) {
+      throw triad::ValueError("give --prompt TEXT or --prompts FILE");
+    }
     const triad::train::Config config = source.resolve();
     const std::unique_ptr<triad::data::Tokenizer> tok =
         triad::data::make_tokenizer(vocab, merges, hf_tokenizer);
@@ -117,39 +129,76 @@ int main(int argc, char** argv) {
       model.load_state_dict(part, /*strict=*/false);
     });
     model.to(triad::device_from_string(device.empty() ? config.device : device));
+    // One prompt's reply: the prompt's ids, and the generated ones less the
+    // stop token.
+    auto answer = [&](const std::string& text, const std::string& sys, std::vector<int32_t>& ids) {
+      ids.clear();
+      if (!bos_token.empty()) {
+        ids.push_back(triad::data::require_special_token(*tok, bos_token, "--bos-token"));
+      }
+      if (chat) {
+        std::vector<triad::data::ChatMessage> messages;
+        if (!sys.empty()) messages.push_back({"system", sys});
+        messages.push_back({"user", text});
+        const auto doc = triad::data::tokenize_segmented(
+            *tok, {triad::data::render_chat_prompt(*chat, messages)}, -1, false);
+        for (const int64_t id : doc.tokens.front()) ids.push_back(static_cast<int32_t>(id));
+      } else {
+        for (const int32_t id : tok->encode(text)) ids.push_back(id);
+      }
+      const auto t0 = std::chrono::steady_clock::now();
+      auto out = triad::nn::generate(model, std::vector<int64_t>(ids.begin(), ids.end()), o);
+      const double secs =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (timing) {
+        std::fprintf(stderr, "%zu tokens (prompt %zu) in %.3f s: %.1f tokens/s (%s)\n", out.size(),
+                     ids.size(), secs, static_cast<double>(out.size()) / secs,
+                     o.kv_cache ? "key/value cache" : "no cache");
+      }
+      if (!out.empty() && out.back() == o.stop_token) out.pop_back();  // the end, not text
+      return std::vector<int32_t>(out.begin(), out.end());
+    };
+    // A chat's reply is the assistant's turn alone (the prompt is the
+    // template's text); a plain continuation is what it adds to the prompt.
+    auto reply_text = [&](const std::vector<int32_t>& ids, const std::vector<int32_t>& out) {
+      return chat ? tok->decode(out) : triad::data::continuation_text(*tok, ids, out);
+    };
     std::vector<int32_t> ids;
-    if (!bos_token.empty()) {
-      ids.push_back(triad::data::require_special_token(*tok, bos_token, "--bos-token"));
-    }
-    if (chat) {
-      std::vector<triad::data::ChatMessage> messages;
-      if (!system.empty()) messages.push_back({"system", system});
-      messages.push_back({"user", prompt});
-      const auto doc = triad::data::tokenize_segmented(
-          *tok, {triad::data::render_chat_prompt(*chat, messages)}, -1, false);
-      for (const int64_t id : doc.tokens.front()) ids.push_back(static_cast<int32_t>(id));
-    } else {
-      for (const int32_t id : tok->encode(prompt)) ids.push_back(id);
-    }
-    const auto t0 = std::chrono::steady_clock::now();
-    auto out = triad::nn::generate(model, std::vector<int64_t>(ids.begin(), ids.end()), o);
-    const double secs =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (timing) {
-      std::fprintf(stderr, "%zu tokens (prompt %zu) in %.3f s: %.1f tokens/s (%s)\n", out.size(),
-                   ids.size(), secs, static_cast<double>(out.size()) / secs,
-                   o.kv_cache ? "key/value cache" : "no cache");
-    }
-    if (!out.empty() && out.back() == o.stop_token) out.pop_back();  // the end, not text
-    if (chat) {
-      // The assistant's turn alone: the prompt is the template's text.
-      std::printf("%s\n", tok->decode(std::vector<int32_t>(out.begin(), out.end())).c_str());
+    if (many->count() == 0) {
+      const auto out = answer(prompt, system, ids);
+      std::printf("%s%s\n", chat ? "" : prompt.c_str(), reply_text(ids, out).c_str());
       return 0;
     }
-    std::printf(
-        "%s%s\n", prompt.c_str(),
-        triad::data::continuation_text(*tok, ids, std::vector<int32_t>(out.begin(), out.end()))
-            .c_str());
+    std::ifstream in(prompts_file);
+    if (!in) throw triad::IoError("--prompts: cannot open '" + prompts_file + "'");
+    int64_t line_no = 0;
+    for (std::string line; std::getline(in, line);) {
+      ++line_no;
+      if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+      const std::string where = "--prompts '" + prompts_file + "' line " + std::to_string(line_no);
+      nlohmann::json j;
+      try {
+        j = nlohmann::json::parse(line);
+      } catch (const nlohmann::json::exception&) {
+        throw triad::ValueError(where + " is not a JSON object");
+      }
+      if (!j.is_object() || !j.contains("prompt") || !j["prompt"].is_string()) {
+        throw triad::ValueError(where + " has no string \"prompt\"");
+      }
+      std::string sys = system;
+      if (j.contains("system")) {
+        if (!chat) throw triad::ValueError(where + ": \"system\" needs --chat-template");
+        if (!j["system"].is_string())
+          throw triad::ValueError(where + ": \"system\" is not a string");
+        sys = j["system"].get<std::string>();
+      }
+      const std::string text = j["prompt"].get<std::string>();
+      const auto out = answer(text, sys, ids);
+      nlohmann::json row{{"prompt", text}, {"response", reply_text(ids, out)}};
+      if (!sys.empty()) row["system"] = sys;
+      std::printf("%s\n", row.dump().c_str());
+      std::fflush(stdout);
+    }
   } catch (const triad::Error& e) {
     spdlog::error("{}", e.what());
     return 2;
