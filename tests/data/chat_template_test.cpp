@@ -6,6 +6,7 @@
 #include <optional>
 #include <sstream>
 
+#include "support/expect_error.h"
 #include "support/temp_dir.h"
 #include "triad/core/error.h"
 #include "triad/data/tokenizer.h"
@@ -13,20 +14,11 @@
 namespace triad::data {
 namespace {
 
-template <class F>
-void expect_error(F&& f, const std::vector<std::string>& fragments) {
-  try {
-    f();
-    FAIL() << "expected an error with '" << fragments.front() << "'";
-  } catch (const Error& e) {
-    for (const auto& s : fragments) {
-      EXPECT_NE(std::string(e.what()).find(s), std::string::npos) << e.what();
-    }
-  }
-}
+using triad::testing::expect_error;
 
-// The built-in chat templates write what their Hugging Face Jinja
-// programs write, pieces scored where the assistant speaks.
+// The built-in chat templates write each model family's chat format (as
+// its published template lays it out), pieces scored where the assistant
+// speaks.
 TEST(ChatTemplates, WriteTheModelsFormatAndScoreTheAssistantOnly) {
   auto text = [](const SegmentedDocument& doc, bool scored) {
     std::string s;

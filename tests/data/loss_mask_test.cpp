@@ -7,6 +7,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "support/expect_error.h"
 #include "support/temp_dir.h"
 #include "triad/core/error.h"
 #include "triad/data/blended_dataset.h"
@@ -20,6 +21,7 @@
 namespace triad::data {
 namespace {
 
+using triad::testing::expect_error;
 using triad::testing::TempDir;
 
 std::vector<uint8_t> file_bytes(const std::string& path) {
@@ -36,18 +38,6 @@ std::vector<uint8_t> mask_bytes(const char* magic, uint64_t version, uint64_t co
   std::memcpy(b.data() + 16, &count, 8);
   for (size_t i = 0; i < keep.size(); ++i) b[24 + i] = keep[i];
   return b;
-}
-
-template <class F>
-void expect_error(F&& f, const std::vector<std::string>& fragments) {
-  try {
-    f();
-    FAIL() << "expected an error with '" << fragments.front() << "'";
-  } catch (const Error& e) {
-    for (const auto& s : fragments) {
-      EXPECT_NE(std::string(e.what()).find(s), std::string::npos) << e.what();
-    }
-  }
 }
 
 // The writer streams documents' bytes after a header whose count it fills
