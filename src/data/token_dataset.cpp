@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <map>
 #include <set>
 
 #include "data/mapped_file.h"
@@ -52,22 +53,40 @@ std::string megatron_prefix(const std::string& path) {
   return "";
 }
 
-// Whole documents into rows of `capacity` tokens (data.packing: documents),
-// fed each document's length in stream order.
+// Whole documents into rows of `capacity` tokens (data.packing: documents
+// or best_fit), fed each document's length in stream order. A row is a list
+// of pieces, each a run of the stream.
 struct RowPacker {
   int64_t capacity;  // seq_len + 1
   LongDocuments long_policy;
-  int64_t pos = 0;                        // stream position of the next document
-  int64_t row_start = 0, row_length = 0;  // the row being filled
-  std::vector<int64_t>& starts;
-  std::vector<int32_t>& lengths;
+  bool best_fit;
+  std::vector<int64_t>& piece_start;
+  std::vector<int32_t>& piece_length;
+  std::vector<int64_t>& row_first;                     // each row's first piece
+  int64_t pos = 0;                                     // stream position of the next document
+  int64_t row_start = 0, row_length = 0;               // in order: the row being filled
+  std::vector<std::pair<int64_t, int64_t>> pending{};  // best fit: (start, length) to place
   int64_t long_documents = 0;
 
+  void row(int64_t start, int64_t length) {
+    row_first.push_back(static_cast<int64_t>(piece_start.size()));
+    piece_start.push_back(start);
+    piece_length.push_back(static_cast<int32_t>(length));
+  }
   void close() {
     if (row_length == 0) return;
-    starts.push_back(row_start);
-    lengths.push_back(static_cast<int32_t>(row_length));
+    row(row_start, row_length);
     row_length = 0;
+  }
+  // A document (or a long one's tail) no longer than a row.
+  void place(int64_t at, int64_t length) {
+    if (best_fit) {
+      pending.emplace_back(at, length);
+      return;
+    }
+    if (row_length + length > capacity) close();
+    if (row_length == 0) row_start = at;
+    row_length += length;
   }
   void add(int64_t length) {
     int64_t at = pos;
@@ -75,29 +94,60 @@ struct RowPacker {
     if (length == 0) return;
     if (length > capacity) {
       ++long_documents;
-      // A row holds one run of the stream, so the row being filled ends
-      // here whatever becomes of this document.
+      // In order, a row holds one run of the stream, so the row being
+      // filled ends here whatever becomes of this document.
       close();
       if (long_policy == LongDocuments::Drop) return;
       if (long_policy == LongDocuments::Truncate) {
-        // Its first row; the rest is never read.
-        starts.push_back(at);
-        lengths.push_back(static_cast<int32_t>(capacity));
+        row(at, capacity);  // its first row; the rest is never read
         return;
       }
       // Rows of its own, each starting at the last token of the one before
       // (an input there, after being the target of that row's last input).
       const int64_t stride = capacity - 1;
       while (length > capacity) {
-        starts.push_back(at);
-        lengths.push_back(static_cast<int32_t>(capacity));
+        row(at, capacity);
         at += stride;
         length -= stride;
       }
     }
-    if (row_length + length > capacity) close();
-    if (row_length == 0) row_start = at;
-    row_length += length;
+    place(at, length);
+  }
+  void finish() {
+    close();
+    if (best_fit) {
+      // Best fit decreasing: longest first, each into the fullest row it
+      // still fits (a new row when none has room); ties go to the earlier
+      // document and the earlier row, so the packing is a function of the
+      // data alone.
+      std::stable_sort(pending.begin(), pending.end(),
+                       [](const auto& a, const auto& b) { return a.second > b.second; });
+      std::vector<std::vector<std::pair<int64_t, int64_t>>> rows;
+      std::multimap<int64_t, size_t> room;  // room left -> row
+      for (const auto& [at, length] : pending) {
+        auto it = room.lower_bound(length);
+        size_t r = 0;
+        int64_t left = capacity;
+        if (it == room.end()) {
+          r = rows.size();
+          rows.emplace_back();
+        } else {
+          r = it->second;
+          left = it->first;
+          room.erase(it);
+        }
+        rows[r].emplace_back(at, length);
+        if (left - length > 0) room.emplace(left - length, r);
+      }
+      for (const auto& pieces : rows) {
+        row_first.push_back(static_cast<int64_t>(piece_start.size()));
+        for (const auto& [at, length] : pieces) {
+          piece_start.push_back(at);
+          piece_length.push_back(static_cast<int32_t>(length));
+        }
+      }
+    }
+    row_first.push_back(static_cast<int64_t>(piece_start.size()));  // the end
   }
 };
 
@@ -174,7 +224,8 @@ TokenDataset::TokenDataset(const std::vector<std::string>& sources, int64_t seq_
     throw ValueError("TokenDataset: whole-document rows need a pad token in [0, vocab_size " +
                      std::to_string(vocab_size) + "), got " + std::to_string(packing.pad_token));
   }
-  RowPacker packer{seq_len + 1, packing.long_documents, 0, 0, 0, row_start_, row_length_};
+  RowPacker packer{seq_len + 1,  packing.long_documents, packing.best_fit,
+                   piece_start_, piece_length_,          row_first_};
   auto check_tokens = [&](const std::byte* p, IndexedDType dtype, int64_t count,
                           const std::string& file, int64_t first) {
     if (vocab_size <= 0) return;
@@ -266,16 +317,18 @@ TokenDataset::TokenDataset(const std::vector<std::string>& sources, int64_t seq_
   const int64_t n = num_tokens_;
   num_sequences_ = n > seq_len ? (n - 1) / seq_len : 0;
   if (packing.whole_documents) {
-    packer.close();
+    packer.finish();
     // A last row of one token has no target.
-    if (!row_length_.empty() && row_length_.back() < 2) {
-      row_start_.pop_back();
-      row_length_.pop_back();
+    const size_t rows = row_first_.size() - 1;
+    if (rows > 0 && row_first_[rows] - row_first_[rows - 1] == 1 && piece_length_.back() < 2) {
+      piece_start_.pop_back();
+      piece_length_.pop_back();
+      row_first_.pop_back();
     }
-    num_sequences_ = static_cast<int64_t>(row_start_.size());
+    num_sequences_ = static_cast<int64_t>(row_first_.size()) - 1;
     long_documents_ = packer.long_documents;
     padding_tokens_ = num_sequences_ * (seq_len + 1);
-    for (const int32_t l : row_length_) padding_tokens_ -= l;
+    for (const int32_t l : piece_length_) padding_tokens_ -= l;
     if (num_sequences_ == 0) {
       throw IoError("token data has " + std::to_string(n) +
                     " tokens, too few for one row of whole documents");
@@ -328,8 +381,12 @@ void TokenDataset::read_sequence(int64_t g, int64_t* out, uint8_t* keep) const {
     return;
   }
   const auto r = static_cast<size_t>(q);
-  const int64_t length = row_length_[r];
-  read(row_start_[r], length, out, keep);
+  int64_t length = 0;
+  for (auto p = static_cast<size_t>(row_first_[r]); p < static_cast<size_t>(row_first_[r + 1]);
+       ++p) {
+    read(piece_start_[p], piece_length_[p], out + length, keep ? keep + length : nullptr);
+    length += piece_length_[p];
+  }
   std::fill(out + length, out + seq_len_ + 1, packing_.pad_token);
   if (keep) std::fill(keep + length, keep + seq_len_ + 1, uint8_t{0});
 }

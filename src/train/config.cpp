@@ -315,17 +315,17 @@ void validate(const Config& c, bool min_lr_given) {
                       ") must be a token id in [0, " + std::to_string(c.model.vocab_size) +
                       ") when data.eod_mask_loss is set");
   }
-  if (c.data_long_documents != "split" && c.data_packing != "documents") {
+  if (c.data_long_documents != "split" && c.data_packing == "stream") {
     throw ConfigError("data.long_documents '" + c.data_long_documents +
-                      "' applies to data.packing: documents (the stream rule cuts every "
-                      "document where sequences end)");
+                      "' applies to data.packing: documents or best_fit (the stream rule cuts "
+                      "every document where sequences end)");
   }
-  if (c.data_packing == "documents" &&
+  if (c.data_packing != "stream" &&
       (c.model.eod_token < 0 || c.model.eod_token >= c.model.vocab_size)) {
     throw ConfigError("data.eod_token (" + std::to_string(c.model.eod_token) +
                       ") must be a token id in [0, " + std::to_string(c.model.vocab_size) +
-                      ") when data.packing is documents: it ends a shard's documents and pads "
-                      "each row");
+                      ") when data.packing is " + c.data_packing +
+                      ": it ends a shard's documents and pads each row");
   }
   if (c.model.n_head % c.parallel.tp != 0) {
     throw ConfigError("model.n_head (" + std::to_string(c.model.n_head) +
@@ -767,10 +767,12 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
        {false,
         [&](auto& v, auto& k) {
           c.data_packing = get_string(v, k);
-          if (c.data_packing != "stream" && c.data_packing != "documents") {
+          if (c.data_packing != "stream" && c.data_packing != "documents" &&
+              c.data_packing != "best_fit") {
             throw ConfigError(k + " '" + c.data_packing +
-                              "' must be stream (sequences cut from the token stream) or "
-                              "documents (rows of whole documents, padded)");
+                              "' must be stream (sequences cut from the token stream), "
+                              "documents (rows of whole documents in order, padded) or best_fit "
+                              "(rows of whole documents fitted together, padded)");
           }
         }}},
       {"long_documents", {false, [&](auto& v, auto& k) {

@@ -288,9 +288,9 @@ Trainer::Trainer(Config config, dist::ProcessGroupPtr world)
     so.max_scale = std::max(so.max_scale, so.init_scale);
     scaler_ = std::make_unique<optim::DynamicLossScaler>(so);
   }
-  const data::DocumentPacking packing{
-      config_.data_packing == "documents", config_.model.eod_token,
-      data::long_documents_from_string(config_.data_long_documents)};
+  const data::DocumentPacking packing{config_.data_packing != "stream", config_.model.eod_token,
+                                      data::long_documents_from_string(config_.data_long_documents),
+                                      config_.data_packing == "best_fit"};
   std::vector<data::BlendedDataset::Component> parts;
   for (const auto& part : config_.data_train) {
     parts.push_back({data::expand_data_paths(part.path), part.weight, part.path});
@@ -1509,7 +1509,7 @@ std::vector<StepMetrics> Trainer::run() {
   }
   // Loss masks (supervised fine-tuning data): how much of each set carries loss.
   auto say_masks = [&](const data::TokenDataset& d, const std::string& name) {
-    if (config_.data_packing == "documents") {
+    if (config_.data_packing != "stream") {
       const double all = static_cast<double>(d.num_sequences() * (config_.model.seq_len + 1));
       spdlog::info(
           "  {}: {} rows of whole documents, {:.1f}% padding{}", name, d.num_sequences(),

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
 
 #include "support/temp_dir.h"
@@ -132,6 +133,58 @@ TEST(DocumentPacking, LongDocumentsAreTruncatedOrDroppedWhenAsked) {
   EXPECT_EQ(rows(LongDocuments::Split), (Rows{{0, 3}, {3, 6}, {9, 6}, {14, 6}, {19, 3}, {22, 5}}));
   EXPECT_EQ(long_documents_from_string("drop"), LongDocuments::Drop);
   EXPECT_THROW(long_documents_from_string("cut"), ValueError);
+}
+
+// data.packing: best_fit. Documents of 5, 2, 4, 3, 1, 6 and 3 tokens in
+// rows of 6 take 5 rows in order (5 | 2 4 | 3 1 | 6 | 3: 6 pads); best fit
+// decreasing places 6 | 5 1 | 4 2 | 3 3: 4 full rows, every document whole
+// and its tokens in their order, each row's pieces longest first.
+TEST(DocumentPacking, BestFitFillsRowsWithWholeDocumentsOutOfOrder) {
+  TempDir dir;
+  const std::string prefix = dir.file("docs");
+  const std::vector<int32_t> lengths{5, 2, 4, 3, 1, 6, 3};
+  std::vector<std::vector<int32_t>> docs;
+  for (int32_t l : lengths) docs.push_back({l});
+  write_grouped_dataset(prefix, docs);
+  std::vector<uint8_t> keep;
+  for (int k = 0; k < 24; ++k) keep.push_back(k % 3 != 1);
+  write_loss_mask(loss_mask_path(prefix), keep);
+  TokenDataset in_order({prefix}, 5, 50, {true, 1});
+  EXPECT_EQ(in_order.num_sequences(), 5);
+  EXPECT_EQ(in_order.padding_tokens(), 5 * 6 - 24);
+  TokenDataset fit({prefix}, 5, 50, {true, 1, LongDocuments::Split, true});
+  ASSERT_EQ(fit.num_sequences(), 4);
+  EXPECT_EQ(fit.padding_tokens(), 0);
+  // Document starts in the stream: 0, 5, 7, 11, 14, 15, 21. Rows:
+  // [15..21) | [0..5) [14] | [7..11) [5..7) | [11..14) [21..24).
+  const std::vector<std::vector<int64_t>> rows{
+      {15, 16, 17, 18, 19, 20}, {0, 1, 2, 3, 4, 14}, {7, 8, 9, 10, 5, 6}, {11, 12, 13, 21, 22, 23}};
+  const Batch b = fit.sequences(0, 4);
+  const auto in = to_double_vector(b.inputs), tg = to_double_vector(b.targets);
+  for (size_t r = 0; r < rows.size(); ++r) {
+    for (size_t t = 0; t < 6; ++t) {
+      const int64_t k = rows[r][t];
+      if (t < 5) {
+        EXPECT_EQ(in[r * 5 + t], k + 10) << "row " << r << " input " << t;
+      }
+      if (t > 0) {
+        EXPECT_EQ(tg[r * 5 + t - 1], keep[static_cast<size_t>(k)] ? k + 10 : -100)
+            << "row " << r << " target " << t - 1;
+      }
+    }
+  }
+  // A long document's rows come first, its tail packed with the rest.
+  write_grouped_dataset(prefix, {{2}, {9}, {3}});
+  std::filesystem::remove(loss_mask_path(prefix));
+  TokenDataset split({prefix}, 5, 50, {true, 1, LongDocuments::Split, true});
+  EXPECT_EQ(split.long_documents(), 1);
+  // Rows: [2..8) | its tail [7..11) with document 0's [0..2) | [11..14).
+  const auto first = to_double_vector(split.sequences(0, split.num_sequences()).inputs);
+  ASSERT_EQ(split.num_sequences(), 3);
+  EXPECT_EQ(first[0], 12);
+  EXPECT_EQ(first[5], 17);
+  EXPECT_EQ(first[9], 10);   // the tail's row ends with document 0
+  EXPECT_EQ(first[10], 21);  // then the 3-token document
 }
 
 // In an llm.c shard a document ends with the end-of-document (pad) token;

@@ -578,10 +578,18 @@ TEST(Config, PackedDocumentSettingsParseRoundTripAndNeedAnEndToken) {
                       {"data.eod_token=0", "data.packing=documents", "data.long_documents=cut"},
                       "data.long_documents 'cut' must be split (rows of its own), truncate");
   expect_config_error(kValid, {"data.long_documents=truncate"},
-                      "data.long_documents 'truncate' applies to data.packing: documents");
+                      "data.long_documents 'truncate' applies to data.packing: documents or "
+                      "best_fit");
   expect_config_error(kValid, {"data.packing=rows"},
-                      "data.packing 'rows' must be stream (sequences cut from the token stream) or "
+                      "data.packing 'rows' must be stream (sequences cut from the token stream), "
                       "documents");
+  const Config fit = parse_config(to_yaml(parse_config(
+      kValid, {"data.eod_token=0", "data.packing=best_fit", "data.long_documents=truncate"})));
+  EXPECT_EQ(fit.data_packing, "best_fit");
+  EXPECT_EQ(fit.data_long_documents, "truncate");
+  expect_config_error(kValid, {"data.packing=best_fit"},
+                      "data.eod_token (-1) must be a token id in [0, 256) when data.packing is "
+                      "best_fit");
 }
 
 TEST(Config, PositionEmbeddingParsesRoundTripsAndNamesABadValue) {

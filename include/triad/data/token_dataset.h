@@ -71,6 +71,10 @@ int64_t shuffled_index(int64_t i, int64_t n, uint64_t seed, int64_t epoch);
 // its first row; or dropped. Documents are a Megatron dataset's (its
 // document index) and, in an llm.c shard, the runs each ended by pad_token
 // (the end-of-document token). Row j of the packing is sequence j.
+// With `best_fit` (data.packing: best_fit) the documents that fit a row
+// are placed out of order instead, longest first, each into the fullest
+// row with room for it (best fit decreasing): far less padding, rows no
+// longer in stream order (shuffle them: data.shuffle).
 enum class LongDocuments { Split, Truncate, Drop };
 // split | truncate | drop; anything else is a ValueError naming it.
 LongDocuments long_documents_from_string(const std::string& name);
@@ -78,6 +82,7 @@ struct DocumentPacking {
   bool whole_documents = false;
   int64_t pad_token = -1;
   LongDocuments long_documents = LongDocuments::Split;
+  bool best_fit = false;
 };
 
 class TokenDataset {
@@ -140,11 +145,12 @@ class TokenDataset {
   int64_t seq_len_;
   int64_t num_sequences_;
   std::optional<uint64_t> shuffle_seed_;
-  // Whole-document rows: each the stream's tokens [start, start + length),
-  // then padding.
   DocumentPacking packing_;
-  std::vector<int64_t> row_start_;
-  std::vector<int32_t> row_length_;
+  // Whole-document rows: row r is pieces [row_first_[r], row_first_[r + 1]),
+  // each the stream's tokens [start, start + length), then padding.
+  std::vector<int64_t> piece_start_;
+  std::vector<int32_t> piece_length_;
+  std::vector<int64_t> row_first_;
   int64_t padding_tokens_ = 0, long_documents_ = 0;
 };
 

@@ -145,7 +145,8 @@ struct Config {
   // what the model computes.
   bool data_eod_mask_loss = false;
   // data.packing: stream (sequences cut from the token stream) | documents
-  // (rows of whole documents, padded with data.eod_token).
+  // (rows of whole documents in order, padded with data.eod_token) |
+  // best_fit (rows of whole documents fitted together, padded).
   std::string data_packing = "stream";
   // data.long_documents (packing: documents): what becomes of a document
   // longer than a row: split | truncate | drop.
