@@ -105,9 +105,7 @@ int main(int argc, char** argv) {
     if (!system.empty() && !chat) throw triad::ValueError("--system needs --chat-template");
     int64_t default_stop = config.model.eod_token;
     if (chat) {
-      for (const auto& marker : triad::data::chat_template_markers(*chat)) {
-        triad::data::require_special_token(*tok, marker, "--chat-template " + chat_template + ":");
-      }
+      triad::data::require_chat_markers(*tok, *chat, "--chat-template " + chat_template + ":");
       default_stop = tok->special_token(triad::data::chat_end_of_turn(*chat));
       if (!bos_token.empty()) {
         throw triad::ValueError(

@@ -105,9 +105,8 @@ int main(int argc, char** argv) {
         chat_template = triad::data::chat_template_name(*labels.chat);
       }
       // Every marker must be one special token, never text spelt out.
-      for (const auto& marker : triad::data::chat_template_markers(*labels.chat)) {
-        triad::data::require_special_token(*tok, marker, "--chat-template " + chat_template + ":");
-      }
+      triad::data::require_chat_markers(*tok, *labels.chat,
+                                        "--chat-template " + chat_template + ":");
     }
     triad::data::DocumentReader reader(in, triad::data::document_split_from_string(documents),
                                        json_key, labels);

@@ -33,6 +33,46 @@ std::string trim(const std::string& s) {
   return s.substr(first, s.find_last_not_of(space) - first + 1);
 }
 
+// A template's markers, each one special token (null: the template has
+// none of that kind).
+struct Markers {
+  const char* begin;       // once, before the first turn
+  const char* open;        // opens each turn; no other template writes it
+  const char* header_end;  // ends a turn's role header
+  const char* end;         // ends each turn
+};
+
+Markers markers_of(ChatTemplate t) {
+  switch (t) {
+    case ChatTemplate::ChatML:
+      return {nullptr, "<|im_start|>", nullptr, "<|im_end|>"};
+    case ChatTemplate::Llama3:
+      return {"<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"};
+    case ChatTemplate::Gemma:
+      return {"<bos>", "<start_of_turn>", nullptr, "<end_of_turn>"};
+  }
+  throw ValueError("chat template: unknown template");
+}
+
+// The unscored header that opens a turn of `role`.
+void open_turn(SegmentedDocument& doc, ChatTemplate t, const std::string& role) {
+  const Markers m = markers_of(t);
+  mark(doc, m.open, false);
+  switch (t) {
+    case ChatTemplate::ChatML:
+      put(doc, role + "\n", false);
+      break;
+    case ChatTemplate::Llama3:
+      put(doc, role, false);
+      mark(doc, m.header_end, false);
+      put(doc, "\n\n", false);
+      break;
+    case ChatTemplate::Gemma:  // Gemma's assistant is the "model"
+      put(doc, (role == "assistant" ? std::string("model") : role) + "\n", false);
+      break;
+  }
+}
+
 void check_role(const ChatMessage& m, size_t i) {
   if (m.role != "system" && m.role != "user" && m.role != "assistant") {
     throw ValueError("message " + std::to_string(i) + " has role '" + m.role +
@@ -52,11 +92,7 @@ ChatTemplate chat_template_from_string(const std::string& name) {
 ChatTemplate chat_template_of_jinja(const std::string& jinja) {
   std::vector<ChatTemplate> found;
   for (const ChatTemplate t : {ChatTemplate::ChatML, ChatTemplate::Llama3, ChatTemplate::Gemma}) {
-    // Its turn-opening marker: the one no other template writes.
-    if (jinja.find(chat_template_markers(t)[t == ChatTemplate::ChatML ? 0 : 1]) !=
-        std::string::npos) {
-      found.push_back(t);
-    }
+    if (jinja.find(markers_of(t).open) != std::string::npos) found.push_back(t);
   }
   if (found.size() != 1) {
     throw ValueError(std::string("the model's chat template writes ") +
@@ -137,103 +173,49 @@ const char* chat_template_name(ChatTemplate t) {
   return "?";
 }
 
-std::vector<std::string> chat_template_markers(ChatTemplate t) {
-  switch (t) {
-    case ChatTemplate::ChatML:
-      return {"<|im_start|>", "<|im_end|>"};
-    case ChatTemplate::Llama3:
-      return {"<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"};
-    case ChatTemplate::Gemma:
-      return {"<bos>", "<start_of_turn>", "<end_of_turn>"};
+void require_chat_markers(const Tokenizer& tokenizer, ChatTemplate t, const std::string& what) {
+  const Markers m = markers_of(t);
+  for (const char* marker : {m.begin, m.open, m.header_end, m.end}) {
+    if (marker) require_special_token(tokenizer, marker, what);
   }
-  return {};
 }
 
 SegmentedDocument render_chat(ChatTemplate t, const std::vector<ChatMessage>& messages) {
   for (size_t i = 0; i < messages.size(); ++i) check_role(messages[i], i);
+  const Markers m = markers_of(t);
   SegmentedDocument doc;
-  switch (t) {
-    case ChatTemplate::ChatML:
-      for (const ChatMessage& m : messages) {
-        const bool answer = m.role == "assistant";
-        mark(doc, "<|im_start|>", false);
-        put(doc, m.role + "\n", false);
-        put(doc, m.content, answer);
-        mark(doc, "<|im_end|>", answer);
-        put(doc, "\n", false);
+  if (m.begin) mark(doc, m.begin, false);
+  std::string system;  // gemma: the system text, put before the first user message's
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const ChatMessage& msg = messages[i];
+    if (t == ChatTemplate::Gemma && msg.role == "system") {
+      if (i != 0 || messages.size() < 2 || messages[1].role != "user") {
+        throw ValueError("message " + std::to_string(i) +
+                         ": gemma has no system turn; a system message must come first and be "
+                         "followed by a user message, whose text it is put before");
       }
-      break;
-    case ChatTemplate::Llama3:
-      mark(doc, "<|begin_of_text|>", false);
-      for (const ChatMessage& m : messages) {
-        const bool answer = m.role == "assistant";
-        mark(doc, "<|start_header_id|>", false);
-        put(doc, m.role, false);
-        mark(doc, "<|end_header_id|>", false);
-        put(doc, "\n\n", false);
-        put(doc, trim(m.content), answer);
-        mark(doc, "<|eot_id|>", answer);
-      }
-      break;
-    case ChatTemplate::Gemma: {
-      mark(doc, "<bos>", false);
-      std::string system;
-      for (size_t i = 0; i < messages.size(); ++i) {
-        const ChatMessage& m = messages[i];
-        if (m.role == "system") {
-          if (i != 0 || messages.size() < 2 || messages[1].role != "user") {
-            throw ValueError("message " + std::to_string(i) +
-                             ": gemma has no system turn; a system message must come first and "
-                             "be followed by a user message, whose text it is put before");
-          }
-          system = m.content + "\n\n";
-          continue;
-        }
-        const bool answer = m.role == "assistant";
-        mark(doc, "<start_of_turn>", false);
-        put(doc, std::string(answer ? "model" : "user") + "\n", false);
-        put(doc, system + trim(m.content), answer);
-        system.clear();
-        mark(doc, "<end_of_turn>", answer);
-        put(doc, "\n", false);
-      }
-      break;
+      system = msg.content + "\n\n";
+      continue;
     }
+    const bool answer = msg.role == "assistant";
+    open_turn(doc, t, msg.role);
+    // LLaMA 3's and Gemma's templates trim the content; ChatML keeps it.
+    put(doc, t == ChatTemplate::ChatML ? msg.content : system + trim(msg.content), answer);
+    system.clear();
+    mark(doc, m.end, answer);
+    if (t != ChatTemplate::Llama3) put(doc, "\n", false);
   }
   return doc;
 }
 
 SegmentedDocument render_chat_prompt(ChatTemplate t, const std::vector<ChatMessage>& messages) {
   SegmentedDocument doc = render_chat(t, messages);
-  switch (t) {
-    case ChatTemplate::ChatML:
-      mark(doc, "<|im_start|>", false);
-      put(doc, "assistant\n", false);
-      break;
-    case ChatTemplate::Llama3:
-      mark(doc, "<|start_header_id|>", false);
-      put(doc, "assistant", false);
-      mark(doc, "<|end_header_id|>", false);
-      put(doc, "\n\n", false);
-      break;
-    case ChatTemplate::Gemma:
-      mark(doc, "<start_of_turn>", false);
-      put(doc, "model\n", false);
-      break;
-  }
+  open_turn(doc, t, "assistant");
   return doc;
 }
 
 const char* chat_end_of_turn(ChatTemplate t) {
-  switch (t) {
-    case ChatTemplate::ChatML:
-      return "<|im_end|>";
-    case ChatTemplate::Llama3:
-      return "<|eot_id|>";
-    case ChatTemplate::Gemma:
-      return "<end_of_turn>";
-  }
-  return "";
+  return markers_of(t).end;
 }
 
 }  // namespace triad::data

@@ -1507,8 +1507,8 @@ std::vector<StepMetrics> Trainer::run() {
     say(config_.data_eod_mask_loss, "no loss on the token after the end");
     spdlog::info("  packed documents ending with token {}: {}", mc.eod_token, what);
   }
-  // Loss masks (supervised fine-tuning data): how much of each set carries loss.
-  auto say_masks = [&](const data::TokenDataset& d, const std::string& name) {
+  // Each set's rows of whole documents (data.packing) and loss masks (fine-tuning data).
+  auto say_set = [&](const data::TokenDataset& d, const std::string& name) {
     if (config_.data_packing != "stream") {
       const double all = static_cast<double>(d.num_sequences() * (config_.model.seq_len + 1));
       spdlog::info(
@@ -1528,10 +1528,10 @@ std::vector<StepMetrics> Trainer::run() {
         100.0 * static_cast<double>(d.loss_tokens()) / static_cast<double>(d.num_tokens()));
   };
   for (size_t c = 0; c < dataset_->num_components(); ++c) {
-    say_masks(dataset_->component(c), "data.train " + config_.data_train[c].path);
+    say_set(dataset_->component(c), "data.train " + config_.data_train[c].path);
   }
   for (const auto& v : val_) {
-    say_masks(*v.data, (v.name.empty() ? "data.val " : "data.val." + v.name + " ") + v.path);
+    say_set(*v.data, (v.name.empty() ? "data.val " : "data.val." + v.name + " ") + v.path);
   }
   if (dataset_->num_components() > 1) {
     for (size_t c = 0; c < dataset_->num_components(); ++c) {

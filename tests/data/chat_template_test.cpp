@@ -74,6 +74,11 @@ TEST(ChatTemplates, WriteTheModelsFormatAndScoreTheAssistantOnly) {
   EXPECT_STREQ(chat_end_of_turn(ChatTemplate::ChatML), "<|im_end|>");
   EXPECT_STREQ(chat_end_of_turn(ChatTemplate::Llama3), "<|eot_id|>");
   EXPECT_STREQ(chat_end_of_turn(ChatTemplate::Gemma), "<end_of_turn>");
+  // The byte tokenizer holds none of the markers as special tokens.
+  const auto bytes = make_tokenizer("", "", "");
+  expect_error(
+      [&] { require_chat_markers(*bytes, ChatTemplate::Llama3, "--chat-template llama3:"); },
+      {"--chat-template llama3: '<|begin_of_text|>' is not a special token"});
   expect_error(
       [&] {
         render_chat(ChatTemplate::ChatML, {{"user", "a"}, {"tool", "b"}});

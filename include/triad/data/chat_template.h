@@ -48,9 +48,10 @@ ChatTemplate chat_template_of_model(const std::string& tokenizer_path);
 // --chat-template's value: a name, or `auto` (chat_template_of_model).
 ChatTemplate resolve_chat_template(const std::string& name, const std::string& tokenizer_path);
 const char* chat_template_name(ChatTemplate t);
-// The markers a template writes, each of which the tokenizer must hold as
-// one special token (else the model would read them as plain text).
-std::vector<std::string> chat_template_markers(ChatTemplate t);
+// Every marker the template writes must be one special token of the
+// tokenizer (else the model would read it as plain text): a ValueError
+// naming the first that is not, after `what`.
+void require_chat_markers(const Tokenizer& tokenizer, ChatTemplate t, const std::string& what);
 
 struct ChatMessage {
   std::string role;  // system | user | assistant
