@@ -128,7 +128,12 @@ LinearResult linear_core(const char* op, const Tensor& x, const Tensor& weight, 
 
   const bool has_bias = bias.defined();
   std::function<TensorList(const TensorList&)> input_grad;
-  if (gelu_in.defined()) {
+  // An input that needs no gradient (the layers before it frozen) costs no
+  // input-gradient GEMM; nor does a frozen weight its weight-gradient one.
+  const bool need_x = (comm ? comm->source : gelu_in.defined() ? gelu_in : x).requires_grad();
+  if (!need_x) {
+    input_grad = [](const TensorList&) -> TensorList { return {Tensor(), Tensor(), Tensor()}; };
+  } else if (gelu_in.defined()) {
     Tensor gin = reshape(contiguous(gelu_in).detach(), {rows, in_f}).detach();
     input_grad = [w, gin, rows, out_f, in_f, xs = x.shape()](const TensorList& g) -> TensorList {
       Tensor g2 = reshape(contiguous(g[0]), {rows, out_f});
@@ -148,21 +153,22 @@ LinearResult linear_core(const char* op, const Tensor& x, const Tensor& weight, 
   // bias its column sums, the same way.
   const Tensor leaf_weight = weight.requires_grad() && weight.is_leaf() ? weight : Tensor();
   const Tensor leaf_bias = has_bias && bias.requires_grad() && bias.is_leaf() ? bias : Tensor();
-  auto weight_grad = [rows, out_f, in_f, has_bias, leaf_weight, leaf_bias](
+  auto weight_grad = [rows, out_f, in_f, has_bias, leaf_weight, leaf_bias,
+                      need_w = weight.requires_grad(), need_b = has_bias && bias.requires_grad()](
                          const Tensor& x2, const TensorList& g) -> TensorList {
     Tensor g2 = reshape(contiguous(g[0]), {rows, out_f});
     Tensor gw;
     const bool added =
-        autograd::accumulate_into_leaf_grad(leaf_weight, [&](Tensor& acc, double beta) {
+        !need_w || autograd::accumulate_into_leaf_grad(leaf_weight, [&](Tensor& acc, double beta) {
           backend_for(g2).gemm(g2, x2, acc, true, false, 1.0, beta);
         });
     if (!added) gw = gemm_new(g2, x2, {out_f, in_f}, true, false);
     Tensor gb;
     const bool bias_added =
-        has_bias && autograd::accumulate_into_leaf_grad(leaf_bias, [&](Tensor& acc, double beta) {
+        !need_b || autograd::accumulate_into_leaf_grad(leaf_bias, [&](Tensor& acc, double beta) {
           backend_for(g2).sum_rows_into(g2, acc, beta);
         });
-    if (has_bias && !bias_added) {
+    if (!bias_added) {
       gb = empty({out_f}, g2.dtype(), g2.device());
       backend_for(g2).reduce(ReduceOp::Sum, g2, 1, rows, out_f, gb, nullptr);
     }
@@ -198,6 +204,23 @@ std::shared_ptr<autograd::FunctionNode> detail::record_layer(
   if (!autograd::any_requires_grad(inputs) &&
       !(comm && comm->start && autograd::any_requires_grad({comm->source}))) {
     return nullptr;
+  }
+  // Frozen weights (none of the deferrable inputs needs a gradient): the
+  // input half is the whole backward, with no weight half to split off and
+  // no input to keep (or gather again) for it.
+  bool need_weight = false;
+  for (int i : deferrable)
+    need_weight = need_weight || inputs[static_cast<size_t>(i)].requires_grad();
+  if (!need_weight) {
+    if (comm == nullptr || !comm->start) return record(op, inputs, outputs, std::move(input_grad));
+    TensorList edges = inputs;
+    edges[0] = comm->source;
+    auto start = comm->start;
+    return record(op, edges, outputs, [input_grad, start](const TensorList& g) -> TensorList {
+      TensorList grads = input_grad(g);
+      if (grads[0].defined()) grads[0] = start(grads[0])();
+      return grads;
+    });
   }
   // How the weight half gets the layer's input: kept, or gathered again.
   using Pending = std::function<Tensor()>;

@@ -18,6 +18,7 @@
 #include "triad/data/token_dataset.h"
 #include "triad/io/hf_config.h"
 #include "triad/io/text_file.h"
+#include "triad/nn/parameter_pattern.h"
 
 namespace triad::train {
 namespace {
@@ -280,6 +281,10 @@ void validate(const Config& c, bool min_lr_given) {
   require(t.beta2 >= 0 && t.beta2 < 1, "train.beta2", t.beta2, "must be in [0, 1)");
   require(t.eps > 0, "train.eps", t.eps, "must be > 0");
   require(t.grad_clip >= 0, "train.grad_clip", t.grad_clip, "must be >= 0 (0 disables clipping)");
+  if (!t.freeze.empty() &&
+      c.frozen_parameters().size() == nn::gpt_parameter_shapes(c.model).size()) {
+    throw ConfigError("train.freeze freezes every parameter of the model: nothing would train");
+  }
   require(c.log_interval > 0, "log.interval", c.log_interval, "must be positive");
   const auto& ck = c.checkpoint;
   require(t.exit_after_minutes == 0 || !ck.dir.empty(), "train.exit_after_minutes",
@@ -672,6 +677,22 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
           for (size_t i = 0; i < 3; ++i)
             t.rampup_batch_size.push_back(get_int(v[i], k + "[" + std::to_string(i) + "]"));
         }}},
+      {"freeze",
+       {false,
+        [&](auto& v, auto& k) {
+          // A pattern, or a list of them.
+          t.freeze.clear();
+          if (v.IsScalar()) {
+            t.freeze.push_back(get_string(v, k));
+          } else if (v.IsSequence()) {
+            for (size_t i = 0; i < v.size(); ++i)
+              t.freeze.push_back(get_string(v[i], k + "[" + std::to_string(i) + "]"));
+          } else {
+            throw ConfigError(k +
+                              ": expected a parameter pattern or a list of them, e.g. "
+                              "[wte.weight, \"h.[0-5].*\"]");
+          }
+        }}},
       {"lr", {false, [&](auto& v, auto& k) { t.lr = get_double(v, k); }}},
       {"min_lr",
        {false,
@@ -970,6 +991,17 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
   return c;
 }
 
+std::set<std::string> Config::frozen_parameters() const {
+  if (train.freeze.empty()) return {};
+  std::vector<std::string> names;
+  for (const auto& [name, shape] : nn::gpt_parameter_shapes(model)) names.push_back(name);
+  try {
+    return nn::matching_parameters(train.freeze, names, "train.freeze");
+  } catch (const ValueError& e) {
+    throw ConfigError(e.what());
+  }
+}
+
 Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
   return parse_config(io::read_text_file(path, "config file"), overrides, path);
 }
@@ -1040,6 +1072,7 @@ std::string to_yaml(const Config& c) {
   e << YAML::Key << "micro_batch_size" << YAML::Value << t.micro_batch_size;
   if (!t.rampup_batch_size.empty())
     e << YAML::Key << "rampup_batch_size" << YAML::Value << YAML::Flow << t.rampup_batch_size;
+  if (!t.freeze.empty()) e << YAML::Key << "freeze" << YAML::Value << YAML::Flow << t.freeze;
   e << YAML::Key << "lr" << YAML::Value << t.lr;
   e << YAML::Key << "min_lr" << YAML::Value << t.min_lr;
   e << YAML::Key << "warmup_steps" << YAML::Value << t.warmup_steps;

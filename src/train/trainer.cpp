@@ -17,6 +17,7 @@
 #include <numeric>
 #include <optional>
 #include <set>
+#include <sstream>
 
 #include <unistd.h>
 
@@ -28,6 +29,7 @@
 #include "triad/dist/nccl.h"
 #include "triad/io/checkpoint.h"
 #include "triad/io/gpt2_weights.h"
+#include "triad/nn/parameter_pattern.h"
 #include "triad/ops/creation.h"
 #include "triad/ops/elementwise.h"
 #include "triad/ops/reduce.h"
@@ -98,7 +100,14 @@ void check_training_state_fits(const Config& config, int dp, Device device, int 
   const double per_parameter = (half ? 2.0 : 4.0) + 4.0 + optimizer;
   const double ranks = static_cast<double>(config.parallel.tp) * config.parallel.pp;
   const double count = config.model.parameter_count();
-  const double need = count / ranks * per_parameter;
+  // A frozen parameter (train.freeze) holds its weight only.
+  double frozen = 0;
+  if (!config.train.freeze.empty()) {
+    const auto shapes = nn::gpt_parameter_shapes(config.model);
+    for (const std::string& name : config.frozen_parameters())
+      frozen += static_cast<double>(numel(shapes.at(name)));
+  }
+  const double need = (count * per_parameter - frozen * (4.0 + optimizer)) / ranks;
   double have = 0;
   std::string where;
   if (device.is_cuda()) {
@@ -281,6 +290,13 @@ Trainer::Trainer(Config config, dist::ProcessGroupPtr world)
     pp_model_->to(device_);
     if (param_dtype != DType::F32) pp_model_->to(param_dtype);
   }
+  // train.freeze: these parameters need no gradient, so backward computes
+  // none for them (nor the weight-gradient GEMMs of frozen layers), and the
+  // optimizer, the gradient reducer and the norm never see them.
+  const std::set<std::string> frozen = config_.frozen_parameters();
+  for (auto& [name, p] : parameters()) {
+    if (frozen.count(name)) p.set_requires_grad(false);
+  }
   if (config_.train.precision == "fp16") {
     optim::LossScalerOptions so;
     so.init_scale = config_.train.loss_scale_init;
@@ -357,13 +373,13 @@ Trainer::Trainer(Config config, dist::ProcessGroupPtr world)
     } else if (tp_model_) {
       note(*tp_model_);
     }
-    reducer_ = std::make_unique<dp::GradientReducer>(parameters(), mesh_->dp(), par.bucket_mb * 1e6,
-                                                     par.zero == 1, late);
+    reducer_ = std::make_unique<dp::GradientReducer>(trainable_parameters(), mesh_->dp(),
+                                                     par.bucket_mb * 1e6, par.zero == 1, late);
     // ZeRO-1 clipping sums squares over the whole world: split parameters
     // on every TP rank, replicated ones on TP rank 0 only, the tied
     // embedding on the first stage only.
     // A shared key/value head counts on the first TP rank holding it.
-    for (auto& [name, p] : parameters()) {
+    for (auto& [name, p] : trainable_parameters()) {  // (the reducer's order)
       const bool split = specs.count(name) && specs.at(name).split;
       double w = split || mesh_->tp_rank() == 0 ? 1.0 : 0.0;
       if (name == "wte.weight" && pp_model_ && mesh_->pp_rank() != 0) w = 0.0;
@@ -394,7 +410,7 @@ Trainer::Trainer(Config config, dist::ProcessGroupPtr world)
       }
     }
   } else {
-    optimizer_ = std::make_unique<optim::AdamW>(parameters(), o);
+    optimizer_ = std::make_unique<optim::AdamW>(trainable_parameters(), o);
   }
   choose_attention_kernel();
 }
@@ -463,24 +479,33 @@ std::map<std::string, std::string> Trainer::layout() const {
   const auto& p = config_.parallel;
   const auto& m = config_.model;
   const std::string stages = joined(stage_layers_, ",");
-  return {{"world", std::to_string(world_ ? world_->size() : 1)},
-          {"tp", std::to_string(p.tp)},
-          {"pp", std::to_string(p.pp)},
-          {"dp", std::to_string(dp_)},
-          {"vpp", std::to_string(p.vpp)},
-          {"zero", std::to_string(p.zero)},
-          {"sequence_parallel", p.sequence_parallel ? "true" : "false"},
-          {"order", p.order},
-          {"stage_layers", stages},
-          {"bucket_mb", std::to_string(p.bucket_mb)},
-          {"precision", config_.train.precision},
-          // (Key/value heads only when grouped: earlier checkpoints' models
-          // read the same.)
-          {"model", std::to_string(m.n_layer) + "x" + std::to_string(m.d_model) + "x" +
-                        std::to_string(m.n_head) +
-                        (m.kv_heads() != m.n_head ? " kv " + std::to_string(m.kv_heads()) : "") +
-                        " vocab " + std::to_string(m.vocab_size) + " seq " +
-                        std::to_string(m.seq_len)}};
+  std::map<std::string, std::string> out{
+      {"world", std::to_string(world_ ? world_->size() : 1)},
+      {"tp", std::to_string(p.tp)},
+      {"pp", std::to_string(p.pp)},
+      {"dp", std::to_string(dp_)},
+      {"vpp", std::to_string(p.vpp)},
+      {"zero", std::to_string(p.zero)},
+      {"sequence_parallel", p.sequence_parallel ? "true" : "false"},
+      {"order", p.order},
+      {"stage_layers", stages},
+      {"bucket_mb", std::to_string(p.bucket_mb)},
+      {"precision", config_.train.precision},
+      // (Key/value heads only when grouped: earlier checkpoints' models
+      // read the same.)
+      {"model", std::to_string(m.n_layer) + "x" + std::to_string(m.d_model) + "x" +
+                    std::to_string(m.n_head) +
+                    (m.kv_heads() != m.n_head ? " kv " + std::to_string(m.kv_heads()) : "") +
+                    " vocab " + std::to_string(m.vocab_size) + " seq " +
+                    std::to_string(m.seq_len)}};
+  // Which parameters hold optimizer state (patterns hold no whitespace).
+  // Without train.freeze no key: earlier checkpoints' layouts read the same.
+  if (!config_.train.freeze.empty()) {
+    std::string patterns;
+    for (const std::string& p : config_.train.freeze) patterns += (patterns.empty() ? "" : " ") + p;
+    out["freeze"] = patterns;
+  }
+  return out;
 }
 
 RankPlacement Trainer::placement() const {
@@ -833,6 +858,20 @@ std::map<std::string, std::string> Trainer::load_resharded(const io::CheckpointI
   } else {
     for (auto& s : optimizer_->state()) state_of[s.name] = &s;
   }
+  // The parameters the writing run froze (train.freeze) have no optimizer
+  // state there; those this run trains start theirs afresh (zero moments).
+  std::set<std::string> frozen_there;
+  int64_t fresh_moments = 0;  // parameters frozen there, trained here
+  if (auto f = info.layout.find("freeze"); f != info.layout.end()) {
+    std::vector<std::string> patterns;
+    std::istringstream words(f->second);
+    for (std::string w; words >> w;) patterns.push_back(w);
+    for (const std::string& name : names) {
+      for (const std::string& pattern : patterns) {
+        if (nn::ParameterPattern(pattern).matches(name)) frozen_there.insert(name);
+      }
+    }
+  }
   // Every rank file's header, read by rank 0 alone and broadcast: a
   // thousand ranks do not each open a thousand files.
   const std::map<int, io::RankHeader> headers = shared_rank_headers(info);
@@ -862,6 +901,20 @@ std::map<std::string, std::string> Trainer::load_resharded(const io::CheckpointI
         }();
         Tensor& p = param_of.at(name);
         put(p, p.dtype() == DType::F32 ? w : cast(w, p.dtype()), "param/" + name);
+        if (frozen_there.count(name) && !full.count("adam_m/" + name)) {
+          // Frozen when written: only the master weight to place.
+          if (zero_optimizer_ && zero_optimizer_->master().defined()) {
+            for (const auto& [at, seg] : zero_of[name]) {
+              Tensor dst = narrow(zero_optimizer_->master(), 0, at, seg.length);
+              put(dst, narrow(reshape(w, {w.numel()}), 0, seg.param_offset, seg.length),
+                  "master/" + name);
+            }
+          } else if (auto s = state_of.find(name); s != state_of.end()) {
+            if (s->second->master.defined()) put(s->second->master, w, "master/" + name);
+          }
+          if (zero_of.count(name) || state_of.count(name)) ++fresh_moments;
+          return;
+        }
         if (zero_optimizer_) {
           for (const auto& [at, seg] : zero_of[name]) {
             // This rank's piece of a full-shaped tensor into its flat state.
@@ -883,6 +936,10 @@ std::map<std::string, std::string> Trainer::load_resharded(const io::CheckpointI
       {.metadata = &metadata,
        .headers = headers.empty() ? nullptr : &headers,
        .replica = dp_rank_});
+  if (fresh_moments > 0 && is_logging_rank()) {
+    spdlog::info("resume: {} parameter{} frozen in the checkpoint train{} now, from zero moments",
+                 fresh_moments, fresh_moments == 1 ? "" : "s", fresh_moments == 1 ? "s" : "");
+  }
   const int64_t optimizer_step = metadata_int(info, metadata, "optimizer_step");
   if (zero_optimizer_) {
     zero_optimizer_->sync_params_from_masters();
@@ -949,6 +1006,12 @@ std::vector<std::pair<std::string, Tensor>> Trainer::parameters() const {
   if (pp_model_) return pp_model_->named_parameters();
   if (tp_model_) return tp_model_->named_parameters();
   return model_->named_parameters();
+}
+
+std::vector<std::pair<std::string, Tensor>> Trainer::trainable_parameters() const {
+  auto all = parameters();
+  std::erase_if(all, [](const auto& named) { return !named.second.requires_grad(); });
+  return all;
 }
 
 void Trainer::zero_grad() const {
@@ -1421,6 +1484,17 @@ std::vector<StepMetrics> Trainer::run() {
                                           model.n_layer))
           : std::string(),
       model.num_parameters() / 1e6);
+  if (!config_.train.freeze.empty()) {
+    const auto shapes = nn::gpt_parameter_shapes(model);
+    const std::set<std::string> frozen = config_.frozen_parameters();
+    double all = 0, fixed = 0;
+    for (const auto& [name, shape] : shapes) {
+      all += static_cast<double>(numel(shape));
+      if (frozen.count(name)) fixed += static_cast<double>(numel(shape));
+    }
+    spdlog::info("train.freeze: {} of {} tensors frozen; {:.2f}M of {:.2f}M parameters train",
+                 frozen.size(), shapes.size(), (all - fixed) / 1e6, all / 1e6);
+  }
   if (mesh_) {
     const auto& par = config_.parallel;
     std::string pipeline;

@@ -78,6 +78,47 @@ TEST(Checkpoint, ResumedRunReproducesTheUninterruptedLossesBitwise) {
   EXPECT_EQ(steps, (std::vector<int64_t>{1, 2, 3, 4, 5, 6, 7, 8}));
 }
 
+// train.freeze: a run with frozen parameters resumes bit for bit; resumed
+// with them unfrozen, it starts from the same weights (the same loss) and
+// trains them from zero moments (their checkpoint holds no optimizer state).
+TEST(Checkpoint, AFrozenRunResumesBitwiseAndCanBeUnfrozen) {
+  TempDir dir;
+  const std::vector<std::string> freeze{"wte.weight", "h.[0-0].*"};
+  auto frozen_config = [&](int64_t steps, int64_t interval, const std::string& resume) {
+    Config c = config(dir, steps, interval, resume);
+    c.train.freeze = freeze;
+    return c;
+  };
+  std::vector<StepMetrics> whole;
+  std::map<std::string, std::vector<double>> end;
+  {
+    Trainer t(frozen_config(4, 2, "never"));
+    whole = t.run();
+    for (const auto& [name, v] : t.full_state_dict()) end[name] = to_double_vector(v);
+  }
+  point_latest_to(dir, 2);
+  {
+    Trainer again(frozen_config(4, 0, "auto"));
+    const auto rest = again.run();
+    ASSERT_EQ(rest.size(), 2u);
+    for (size_t i = 0; i < 2; ++i) {
+      EXPECT_EQ(rest[i].loss, whole[2 + i].loss) << "step " << rest[i].step;
+      EXPECT_EQ(rest[i].grad_norm, whole[2 + i].grad_norm);
+    }
+  }
+  point_latest_to(dir, 2);
+  Trainer unfrozen(config(dir, 4, 0, "auto"));
+  const auto rest = unfrozen.run();
+  ASSERT_EQ(rest.size(), 2u);
+  EXPECT_EQ(rest[0].loss, whole[2].loss);            // the checkpoint's weights
+  EXPECT_GT(rest[0].grad_norm, whole[2].grad_norm);  // more gradients in the norm
+  for (const auto& [name, v] : unfrozen.full_state_dict()) {
+    const bool was_frozen = name == "wte.weight" || name.rfind("h.0.", 0) == 0;
+    if (!was_frozen) continue;
+    EXPECT_NE(to_double_vector(v), end.at(name)) << name << " did not train";
+  }
+}
+
 // train.exit_after_minutes: a run past its time checkpoints after the step
 // it is in and ends; resumed, it goes on where it stopped, its metrics one
 // history. (A limit of a microsecond: the first step is past it.)

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <set>
 
 namespace triad::train {
 namespace {
@@ -190,6 +191,32 @@ TEST(Config, LearningRateDecayKeys) {
                       "train.warmup_steps (5 - 0)");
   expect_config_error(kValid, {"train.lr_decay_steps=-1"},
                       "train.lr_decay_steps (-1) must be >= 0");
+}
+
+// train.freeze: a pattern or a list of them, each checked against the
+// model's parameter names before anything is built; round-trips.
+TEST(Config, FreezeTakesParameterPatternsThatMustMatch) {
+  EXPECT_TRUE(parse_config(kValid).frozen_parameters().empty());
+  const Config one = parse_config(kValid, {"train.freeze=wte.weight"});
+  EXPECT_EQ(one.train.freeze, (std::vector<std::string>{"wte.weight"}));
+  EXPECT_EQ(one.frozen_parameters(), (std::set<std::string>{"wte.weight"}));
+  const Config list = parse_config(kValid, {"train.freeze=[wpe.weight, 'h.[0-0].*', '*.bias']"});
+  const auto frozen = list.frozen_parameters();
+  EXPECT_TRUE(frozen.count("wpe.weight"));
+  EXPECT_TRUE(frozen.count("h.0.attn.c_attn.weight"));
+  EXPECT_TRUE(frozen.count("h.1.mlp.c_fc.bias"));
+  EXPECT_TRUE(frozen.count("ln_f.bias"));
+  EXPECT_FALSE(frozen.count("h.1.mlp.c_fc.weight"));
+  EXPECT_FALSE(frozen.count("wte.weight"));
+  EXPECT_EQ(parse_config(to_yaml(list)).train.freeze, list.train.freeze);
+
+  expect_config_error(kValid, {"train.freeze=[wte.weight, h.*.atn.*]"},
+                      "train.freeze[1]: 'h.*.atn.*' matches no parameter of this model");
+  expect_config_error(kValid, {"train.freeze=['h.[2-3].*']"}, "train.freeze[0]");
+  expect_config_error(kValid, {"train.freeze='h.[1-0].*'"}, "the range [1-0] is empty");
+  expect_config_error(kValid, {"train.freeze={a: b}"}, "expected a parameter pattern or a list");
+  expect_config_error(kValid, {"train.freeze=['*']"},
+                      "train.freeze freezes every parameter of the model: nothing would train");
 }
 
 TEST(Config, TrainingDataIsAPathOrAWeightedMixture) {

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 #include "support/temp_dir.h"
 #include "triad/backend/cuda.h"
@@ -216,6 +217,57 @@ TEST(Trainer, PerTokenLossIsTheMeanOverEveryUnmaskedTargetOfTheStep) {
   // more than the float rounding above).
   EXPECT_GT(std::abs(runs[3][0].loss - runs[0][0].loss), 1e-5 * runs[0][0].loss);
   EXPECT_GT(std::abs(evals[3] - evals[0]), 1e-5 * evals[0]);
+}
+
+// train.freeze: frozen parameters keep their starting values through the
+// step, weight decay and all; the others take exactly the step they take
+// when nothing is frozen (without clipping, whose global norm sees only the
+// trained gradients, a parameter's first AdamW step depends on its own
+// gradient alone, and freezing others changes no gradient). The optimizer
+// keeps state for the trained parameters only.
+TEST(Trainer, FrozenParametersStayPutAndTheOthersStepAsUnfrozen) {
+  TempDir dir;
+  Config c = small_config(dir, 2);
+  c.train.grad_clip = 0;
+  c.train.warmup_steps = 0;
+  // (Values copied out: one process's state dict shares the live weights.)
+  auto values = [](const nn::StateDict& state) {
+    std::map<std::string, std::vector<double>> out;
+    for (const auto& [name, t] : state) out[name] = to_double_vector(t);
+    return out;
+  };
+  Trainer whole(c);
+  const auto start = values(whole.full_state_dict());
+  whole.step(0);
+  const auto stepped = values(whole.full_state_dict());
+  // The whole first block, the token embedding (tied: the head too) and
+  // one weight of the last block; its bias and every norm still train.
+  c.train.freeze = {"wte.weight", "h.[0-0].*", "h.1.mlp.c_fc.weight"};
+  const std::set<std::string> frozen = c.frozen_parameters();
+  Trainer part(c);
+  int64_t trained = 0;
+  for (const auto& [name, v] : start) {
+    if (!frozen.count(name)) trained += static_cast<int64_t>(v.size());
+  }
+  EXPECT_EQ(part.optimizer_state_elements(), trained);
+  part.step(0);
+  const auto after = values(part.full_state_dict());
+  size_t moved = 0;
+  for (const auto& [name, got] : after) {
+    if (frozen.count(name)) {
+      EXPECT_EQ(got, start.at(name)) << name << " moved";
+      continue;
+    }
+    const auto& want = stepped.at(name);
+    const auto& before = start.at(name);
+    bool changed = false;
+    for (size_t i = 0; i < got.size(); ++i) {
+      ASSERT_NEAR(got[i], want[i], 1e-6) << name << "[" << i << "]";
+      changed = changed || got[i] != before[i];
+    }
+    moved += changed;
+  }
+  EXPECT_EQ(moved, after.size() - frozen.size());
 }
 
 TEST(Trainer, RunLearnsAndWritesMetricsAndWeights) {

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -51,6 +52,11 @@ struct TrainSection {
   // [start, increment, samples]: the global batch ramps up from `start`
   // (train/batch_size_ramp.h); empty: global_batch_size from the first step.
   std::vector<int64_t> rampup_batch_size;
+  // Parameter patterns (nn/parameter_pattern.h: "wte.weight", "h.[0-5].*",
+  // "*.bias"): the parameters they match stay as they were loaded or
+  // initialised. They get no gradient, no optimizer state and no weight
+  // decay; the others train. Empty: every parameter trains.
+  std::vector<std::string> freeze;
   // The ramp these keys describe (no ramp when rampup_batch_size is empty).
   BatchSizeRamp batch_ramp() const;
   // The parameter dtype `precision` asks for.
@@ -166,6 +172,11 @@ struct Config {
   ParallelSection parallel;
   CheckpointSection checkpoint;
   EvalSection eval;
+
+  // The names of the parameters train.freeze keeps fixed (of the whole
+  // model, whatever the layout). Parses and checks the patterns as
+  // parse_config does: a pattern that matches nothing is an error.
+  std::set<std::string> frozen_parameters() const;
 
   // Gradient-accumulation steps per optimizer step.
   int64_t accumulation_steps() const { return train.global_batch_size / train.micro_batch_size; }

@@ -85,6 +85,9 @@ class Trainer {
 
  private:
   std::vector<std::pair<std::string, Tensor>> parameters() const;
+  // Those parameters that train (all but train.freeze's): the optimizer's,
+  // the gradient reducer's and the gradient norm's.
+  std::vector<std::pair<std::string, Tensor>> trainable_parameters() const;
   void zero_grad() const;
   // The batch with data.eod_mask_loss applied (the batch itself without it).
   data::Batch with_loss_mask(data::Batch batch) const;

@@ -168,6 +168,7 @@ void PipelineModel::reduce_tied_embedding_grads() const {
   if (rank_at(placement_, p_, 0) == rank_at(placement_, p_, num_stages() - 1)) return;
   for (const auto& c : chunks_) {
     if (!c->plan().embedding && !c->plan().head) continue;
+    if (!c->token_embedding().requires_grad()) continue;  // frozen (train.freeze) on every stage
     Tensor g = c->token_embedding().grad();
     if (!g.defined()) {
       g = zeros(c->token_embedding().shape(), stat_dtype(c->token_embedding().dtype()),
@@ -628,7 +629,10 @@ PipelineStepResult PipelineExecutor::run(const std::vector<data::Batch>& micro,
                 opts);
             losses.erase(k);
           } else {
-            autograd::backward({outputs.at(k)}, {grad_out.at(k)}, opts);
+            // (A stage whose parameters are all frozen, with none before it
+            // to train, has an output that needs no gradient: nothing to do.)
+            if (outputs.at(k).requires_grad())
+              autograd::backward({outputs.at(k)}, {grad_out.at(k)}, opts);
             outputs.erase(k);
             grad_out.erase(k);
           }
