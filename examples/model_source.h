@@ -51,8 +51,13 @@ class ModelSource {
     } else if (config_path_.empty() || weights_.empty()) {
       throw ValueError("give --run DIR, both --config and --weights, or --checkpoint");
     }
-    return config_path_.empty() ? train::parse_config(info_->config)
-                                : train::load_config(config_path_);
+    train::Config c = config_path_.empty() ? train::parse_config(info_->config)
+                                           : train::load_config(config_path_);
+    // A run trained with LoRA wrote its model with the adapters merged in,
+    // and a checkpoint's are merged as it is read: the model either gives
+    // has the base model's shape.
+    c.model.lora = {};
+    return c;
   }
 
   // The weights in init.from's parts (the tensors outside the blocks, then

@@ -138,6 +138,28 @@ void GptConfig::validate() const {
     throw ConfigError("model.sliding_window (" + std::to_string(sliding_window) +
                       ") must be >= 0 (0: no window)");
   }
+  if (lora.rank < 0) {
+    throw ConfigError("model.lora.rank (" + std::to_string(lora.rank) +
+                      ") must be positive (or 0: no adapters)");
+  }
+  if (lora.rank > 0) {
+    if (!(lora.alpha >= 0) || !std::isfinite(lora.alpha)) {
+      throw ConfigError("model.lora.alpha (" + std::to_string(lora.alpha) +
+                        ") must be a finite number >= 0 (0: the rank, a scale of 1)");
+    }
+    if (lora.targets.empty()) throw ConfigError("model.lora.targets must name at least one layer");
+    std::string allowed;
+    for (const std::string& l : lora_layers()) allowed += (allowed.empty() ? "" : ", ") + l;
+    for (size_t i = 0; i < lora.targets.size(); ++i) {
+      const std::string& t = lora.targets[i];
+      const std::string where = "model.lora.targets[" + std::to_string(i) + "] '" + t + "'";
+      if (std::find(lora_layers().begin(), lora_layers().end(), t) == lora_layers().end())
+        throw ConfigError(where + " is not a layer LoRA adapts (one of " + allowed + ")");
+      if (std::find(lora.targets.begin(), lora.targets.begin() + static_cast<std::ptrdiff_t>(i),
+                    t) != lora.targets.begin() + static_cast<std::ptrdiff_t>(i))
+        throw ConfigError(where + " is given twice");
+    }
+  }
   if (!full_attention_layers.empty() && sliding_window == 0) {
     throw ConfigError(
         "model.full_attention_layers exempts layers from a window, but model.sliding_window is 0");
@@ -328,8 +350,68 @@ std::map<std::string, Shape> gpt_parameter_shapes(const GptConfig& cfg,
       s[p + "mlp.c_fc.bias"] = {cfg.fc_width()};
       s[p + "mlp.c_proj.bias"] = {C};
     }
+    for (const std::string& layer : GptConfig::lora_layers()) {
+      if (!cfg.lora_on(layer)) continue;
+      const Shape& w = s.at(p + layer + ".weight");
+      s[p + layer + ".lora_a"] = {cfg.lora.rank, w[1]};
+      s[p + layer + ".lora_b"] = {w[0], cfg.lora.rank};
+    }
   }
   return s;
+}
+
+const std::vector<std::string>& GptConfig::lora_layers() {
+  static const std::vector<std::string> layers{"attn.c_attn", "attn.c_proj", "mlp.c_fc",
+                                               "mlp.c_proj"};
+  return layers;
+}
+
+bool GptConfig::lora_on(const std::string& layer) const {
+  return lora.rank > 0 &&
+         std::find(lora.targets.begin(), lora.targets.end(), layer) != lora.targets.end();
+}
+
+namespace {
+bool ends_with(const std::string& s, const std::string& tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+}  // namespace
+
+bool is_lora_adapter(const std::string& name) {
+  return ends_with(name, ".lora_a") || ends_with(name, ".lora_b");
+}
+
+std::string lora_adapted_weight(const std::string& adapter) {
+  if (!is_lora_adapter(adapter)) throw ValueError("'" + adapter + "' is not a LoRA adapter");
+  return adapter.substr(0, adapter.size() - std::string("lora_a").size()) + "weight";
+}
+
+InitRule gpt_init_rule(const std::string& name, const Shape& full_shape, const GptConfig& cfg) {
+  if (ends_with(name, ".lora_b")) return InitRule::constant(0.0);
+  if (ends_with(name, ".lora_a")) {
+    // Unit variance in, about unit variance out: A x has x's scale.
+    return InitRule::normal(1.0 / std::sqrt(static_cast<double>(full_shape.at(1))));
+  }
+  return gpt2_init_rule(name, cfg.n_layer, cfg.norm_weight_offset);
+}
+
+Tensor merge_lora(const Tensor& weight, const Tensor& lora_a, const Tensor& lora_b, double factor) {
+  if (weight.dim() != 2 || lora_a.dim() != 2 || lora_b.dim() != 2 ||
+      lora_a.size(1) != weight.size(1) || lora_b.size(0) != weight.size(0) ||
+      lora_b.size(1) != lora_a.size(0)) {
+    throw ShapeError("merge_lora: weight " + shape_str(weight.shape()) + ", lora_a " +
+                     shape_str(lora_a.shape()) + ", lora_b " + shape_str(lora_b.shape()) +
+                     " (expected (out, in), (rank, in) and (out, rank))");
+  }
+  autograd::NoGradGuard no_grad;
+  const auto host_f32 = [](const Tensor& t) {
+    Tensor h = to_device(t, Device::cpu());
+    return h.dtype() == DType::F32 ? h : cast(h, DType::F32);
+  };
+  const Tensor w = host_f32(weight);
+  const Tensor delta = matmul(host_f32(lora_b), host_f32(lora_a));
+  const Tensor merged = add(w, scale(delta, factor));
+  return weight.dtype() == DType::F32 ? merged.detach() : cast(merged, weight.dtype()).detach();
 }
 
 std::map<std::string, Shape> gpt_parameter_shapes(const GptConfig& cfg) {
@@ -350,6 +432,8 @@ CausalSelfAttention::CausalSelfAttention(const GptConfig& cfg, int64_t layer)
       "c_attn", std::make_shared<Linear>(cfg.d_model, cfg.qkv_width(), cfg.c_attn_bias()));
   c_proj_ = register_module("c_proj",
                             std::make_shared<Linear>(cfg.q_width(), cfg.d_model, cfg.linear_bias));
+  if (cfg.lora_on("attn.c_attn")) c_attn_->enable_lora(cfg.lora.rank, cfg.lora_scale());
+  if (cfg.lora_on("attn.c_proj")) c_proj_->enable_lora(cfg.lora.rank, cfg.lora_scale());
   if (cfg.qk_norm) {
     q_norm_ = register_module(
         "q_norm", std::make_shared<LayerNorm>(cfg.head_dim(), cfg.layer_norm_eps, DType::F32, true,
@@ -421,6 +505,8 @@ Mlp::Mlp(const GptConfig& cfg, int64_t layer)
                           std::make_shared<Linear>(cfg.d_model, cfg.fc_width(), cfg.linear_bias));
   c_proj_ =
       register_module("c_proj", std::make_shared<Linear>(cfg.ffn(), cfg.d_model, cfg.linear_bias));
+  if (cfg.lora_on("mlp.c_fc")) c_fc_->enable_lora(cfg.lora.rank, cfg.lora_scale());
+  if (cfg.lora_on("mlp.c_proj")) c_proj_->enable_lora(cfg.lora.rank, cfg.lora_scale());
 }
 
 Tensor Mlp::forward(const Tensor& x, const ForwardContext& ctx) const {
@@ -491,9 +577,7 @@ Gpt::Gpt(const GptConfig& cfg, uint64_t seed, DType dtype) : cfg_(cfg) {
   }
   StateDict init;
   for (auto& [name, p] : named_parameters()) {
-    init.emplace(name, init_parameter(name, p.shape(),
-                                      gpt2_init_rule(name, cfg.n_layer, cfg.norm_weight_offset),
-                                      seed, DType::F32));
+    init.emplace(name, init_parameter(name, p.shape(), gpt_init_rule(name, p.shape(), cfg), seed));
   }
   load_state_dict(init);
   // Half parameters are the f32 initial values rounded once (what the f32

@@ -18,16 +18,32 @@ Linear::Linear(int64_t in_features, int64_t out_features, bool bias, DType dtype
   if (bias) bias_ = register_parameter("bias", zeros({out_features}, dtype));
 }
 
+void Linear::enable_lora(int64_t rank, double scale) {
+  if (has_lora()) throw ValueError("Linear::enable_lora: the layer has adapters already");
+  if (rank <= 0) throw ValueError("Linear::enable_lora: rank " + std::to_string(rank) + " <= 0");
+  lora_a_ = register_parameter("lora_a", zeros({rank, weight_.size(1)}, weight_.dtype()));
+  lora_b_ = register_parameter("lora_b", zeros({weight_.size(0), rank}, weight_.dtype()));
+  lora_scale_ = scale;
+}
+
+Tensor Linear::add_lora(const Tensor& y, const Tensor& x) const {
+  if (!has_lora()) return y;
+  return add(y, scale(linear(linear(x, lora_a_), lora_b_), lora_scale_));
+}
+
 Tensor Linear::forward(const Tensor& x) const {
-  return linear(x, weight_, bias_);
+  return add_lora(linear(x, weight_, bias_), x);
 }
 
 LinearGelu Linear::forward_gelu(const Tensor& x) const {
-  return linear_gelu_parts(x, weight_, bias_);
+  if (!has_lora()) return linear_gelu_parts(x, weight_, bias_);
+  // (The adapters join the pre-activation, so GELU cannot be fused in.)
+  const Tensor pre = forward(x);
+  return {pre, gelu(pre)};
 }
 
 Tensor Linear::forward_after_gelu(const LinearGelu& in) const {
-  return linear_after_gelu(in, weight_, bias_);
+  return add_lora(linear_after_gelu(in, weight_, bias_), in.act);
 }
 
 LayerNorm::LayerNorm(int64_t features, double eps, DType dtype, bool rms, bool unit_offset)

@@ -5,6 +5,7 @@
 #include <functional>
 #include <limits>
 #include <set>
+#include <sstream>
 #include <string>
 #include <tuple>
 
@@ -390,7 +391,37 @@ void read_checkpoint_weights(const io::CheckpointInfo& info, const nn::GptConfig
                     ", the configured model's " + shape_str(shape));
     }
   }
+  // LoRA adapters a checkpoint holds beside their weights: merged into them
+  // (W + scale B A), the scale from the checkpoint's layout.
+  double lora_scale = 0;
+  if (auto l = info.layout.find("lora"); l != info.layout.end()) {
+    std::istringstream words(l->second);
+    for (std::string w; words >> w;) {
+      if (w.rfind("scale=", 0) == 0) lora_scale = std::strtod(w.c_str() + 6, nullptr);
+    }
+  }
+  std::map<std::string, std::vector<std::string>> adapters_of;  // weight -> its lora_a, lora_b
   for (const auto& [name, shape] : held) {
+    if (!nn::is_lora_adapter(name) || expected.count(name)) continue;
+    if (!(lora_scale > 0)) {
+      throw IoError(where + " holds the LoRA adapter '" + name +
+                    "' but its layout gives no LoRA scale to merge it with");
+    }
+    const std::string weight = nn::lora_adapted_weight(name);
+    if (!expected.count(weight)) {
+      throw IoError(where + " holds the LoRA adapter '" + name + "' of '" + weight +
+                    "', which the configured model lacks");
+    }
+    adapters_of[weight].push_back(name);
+  }
+  for (const auto& [weight, adapters] : adapters_of) {
+    if (adapters.size() != 2) {
+      throw IoError(where + " holds one LoRA adapter of '" + weight + "' ('" + adapters[0] +
+                    "') without the other");
+    }
+  }
+  for (const auto& [name, shape] : held) {
+    if (adapters_of.count(nn::is_lora_adapter(name) ? nn::lora_adapted_weight(name) : "")) continue;
     if (!expected.count(name)) {
       throw IoError(
           where + " holds '" + name + "', which the configured model lacks" +
@@ -403,9 +434,14 @@ void read_checkpoint_weights(const io::CheckpointInfo& info, const nn::GptConfig
   for (int64_t part = -1; part < model.n_layer; ++part) {
     if (part >= 0 && blocks && !blocks->count(part)) continue;  // another rank's
     for (const auto& [name, shape] : expected) {
-      if (io::block_index(name) == part) {
-        order.push_back(name);
-        part_of.push_back(part);
+      if (io::block_index(name) != part) continue;
+      order.push_back(name);
+      part_of.push_back(part);
+      if (auto a = adapters_of.find(name); a != adapters_of.end()) {
+        for (const std::string& adapter : a->second) {
+          order.push_back(adapter);
+          part_of.push_back(part);
+        }
       }
     }
   }
@@ -416,6 +452,13 @@ void read_checkpoint_weights(const io::CheckpointInfo& info, const nn::GptConfig
                         part.emplace(name, full.at("param/" + name));
                         ++i;
                         if (i == order.size() || part_of[i] != part_of[i - 1]) {
+                          for (const auto& [weight, adapters] : adapters_of) {
+                            auto w = part.find(weight);
+                            if (w == part.end()) continue;
+                            w->second = nn::merge_lora(w->second, part.at(adapters[0]),
+                                                       part.at(adapters[1]), lora_scale);
+                            for (const std::string& adapter : adapters) part.erase(adapter);
+                          }
                           consume(std::move(part));
                           part.clear();  // (moved from: empty again)
                         }

@@ -65,6 +65,59 @@ std::string get_string(const YAML::Node& n, const std::string& key) {
   return n.Scalar();
 }
 
+// model.lora: none, or {rank, alpha, targets}: rank required, alpha the
+// rank when left out, targets every layer LoRA adapts when left out (a
+// name or a list of them). A number alone is the rank.
+nn::GptConfig::Lora get_lora(const YAML::Node& n, const std::string& key) {
+  nn::GptConfig::Lora l;
+  const std::string expected = "none, a rank, or a mapping with rank (and alpha, targets)";
+  if (n.IsScalar()) {
+    const std::string v = get_string(n, key);
+    if (v == "none") return l;
+    if (v.empty() || !std::all_of(v.begin(), v.end(), [](char ch) {
+          return std::isdigit(static_cast<unsigned char>(ch));
+        })) {
+      throw ConfigError(key + " ('" + v + "') must be " + expected);
+    }
+    YAML::Node as_map;
+    as_map["rank"] = n;
+    return get_lora(as_map, key);
+  }
+  if (!n.IsMap()) throw ConfigError(key + ": expected " + expected);
+  for (auto it = n.begin(); it != n.end(); ++it) {
+    const std::string k = it->first.as<std::string>();
+    if (k != "rank" && k != "alpha" && k != "targets")
+      throw ConfigError("unknown key '" + key + "." + k + "' (allowed: rank, alpha, targets)");
+  }
+  if (!n["rank"]) throw ConfigError(key + ": missing required key 'rank' (the adapters' rank)");
+  l.rank = get_int(n["rank"], key + ".rank");
+  if (l.rank <= 0) {
+    throw ConfigError(key + ".rank (" + std::to_string(l.rank) +
+                      ") must be positive (model.lora: none for no adapters)");
+  }
+  if (n["alpha"]) {
+    l.alpha = get_double(n["alpha"], key + ".alpha");
+    if (!(l.alpha > 0) || !std::isfinite(l.alpha)) {
+      std::ostringstream os;
+      os << key << ".alpha (" << l.alpha
+         << ") must be a positive number (the scale is alpha / rank)";
+      throw ConfigError(os.str());
+    }
+  }
+  const YAML::Node t = n["targets"];
+  if (!t) {
+    l.targets = nn::GptConfig::lora_layers();
+  } else if (t.IsScalar()) {
+    l.targets.push_back(get_string(t, key + ".targets"));
+  } else if (t.IsSequence()) {
+    for (size_t i = 0; i < t.size(); ++i)
+      l.targets.push_back(get_string(t[i], key + ".targets[" + std::to_string(i) + "]"));
+  } else {
+    throw ConfigError(key + ".targets: expected a layer name or a list of them");
+  }
+  return l;
+}
+
 // model.rope_scaling: none, or {type: llama3 | linear | yarn, ...} with
 // Hugging Face's keys for the type (llama3: factor, low_freq_factor,
 // high_freq_factor, original_max_position_embeddings, left-out ones keeping
@@ -281,6 +334,10 @@ void validate(const Config& c, bool min_lr_given) {
   require(t.beta2 >= 0 && t.beta2 < 1, "train.beta2", t.beta2, "must be in [0, 1)");
   require(t.eps > 0, "train.eps", t.eps, "must be > 0");
   require(t.grad_clip >= 0, "train.grad_clip", t.grad_clip, "must be >= 0 (0 disables clipping)");
+  if (!t.freeze.empty() && c.model.lora.rank > 0) {
+    throw ConfigError(
+        "train.freeze with model.lora: LoRA freezes every parameter but its adapters itself");
+  }
   if (!t.freeze.empty() &&
       c.frozen_parameters().size() == nn::gpt_parameter_shapes(c.model).size()) {
     throw ConfigError("train.freeze freezes every parameter of the model: nothing would train");
@@ -622,6 +679,7 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
         }}},
       {"rope_theta", {false, [&](auto& v, auto& k) { m.rope_theta = get_double(v, k); }}},
       {"rope_scaling", {false, [&](auto& v, auto& k) { m.rope_scaling = get_rope_scaling(v, k); }}},
+      {"lora", {false, [&](auto& v, auto& k) { m.lora = get_lora(v, k); }}},
       {"rope_local_theta",
        {false, [&](auto& v, auto& k) { m.rope_local_theta = get_double(v, k); }}},
       {"query_pre_attn_scalar",
@@ -992,6 +1050,13 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
 }
 
 std::set<std::string> Config::frozen_parameters() const {
+  if (model.lora.rank > 0) {  // every weight but the adapters
+    std::set<std::string> frozen;
+    for (const auto& [name, shape] : nn::gpt_parameter_shapes(model)) {
+      if (!nn::is_lora_adapter(name)) frozen.insert(name);
+    }
+    return frozen;
+  }
   if (train.freeze.empty()) return {};
   std::vector<std::string> names;
   for (const auto& [name, shape] : nn::gpt_parameter_shapes(model)) names.push_back(name);
@@ -1053,6 +1118,13 @@ std::string to_yaml(const Config& c) {
     e << YAML::Key << "attn_logit_softcap" << YAML::Value << c.model.attn_logit_softcap;
   if (c.model.final_logit_softcap > 0.0)
     e << YAML::Key << "final_logit_softcap" << YAML::Value << c.model.final_logit_softcap;
+  if (c.model.lora.rank > 0) {
+    const auto& l = c.model.lora;
+    e << YAML::Key << "lora" << YAML::Value << YAML::BeginMap << YAML::Key << "rank" << YAML::Value
+      << l.rank;
+    if (l.alpha > 0) e << YAML::Key << "alpha" << YAML::Value << l.alpha;
+    e << YAML::Key << "targets" << YAML::Value << YAML::Flow << l.targets << YAML::EndMap;
+  }
   e << YAML::Key << "sliding_window" << YAML::Value << c.model.sliding_window;
   if (!c.model.full_attention_layers.empty()) {
     e << YAML::Key << "full_attention_layers" << YAML::Value << YAML::Flow

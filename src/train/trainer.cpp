@@ -500,6 +500,13 @@ std::map<std::string, std::string> Trainer::layout() const {
                     std::to_string(m.seq_len)}};
   // Which parameters hold optimizer state (patterns hold no whitespace).
   // Without train.freeze no key: earlier checkpoints' layouts read the same.
+  if (m.lora.rank > 0) {
+    std::string targets;
+    for (const std::string& t : m.lora.targets) targets += (targets.empty() ? "" : ",") + t;
+    char scale[32];
+    std::snprintf(scale, sizeof scale, "%.17g", m.lora_scale());
+    out["lora"] = "rank=" + std::to_string(m.lora.rank) + " scale=" + scale + " targets=" + targets;
+  }
   if (!config_.train.freeze.empty()) {
     std::string patterns;
     for (const std::string& p : config_.train.freeze) patterns += (patterns.empty() ? "" : " ") + p;
@@ -821,14 +828,18 @@ std::map<int, io::RankHeader> Trainer::shared_rank_headers(const io::CheckpointI
 void Trainer::read_init_weights(const std::set<int64_t>* blocks,
                                 const std::function<void(nn::StateDict&&)>& consume) const {
   const std::string& from = config_.init_from;
+  // The model's own weights: LoRA adapters start from their initial values
+  // (B zero: the model the file holds), and a checkpoint's adapters are
+  // merged into its weights.
+  const nn::GptConfig base = config_.model.without_lora();
   if (!io::is_checkpoint(from)) {
-    io::read_gpt2_weights(from, nn::gpt_parameter_shapes(config_.model), blocks, consume);
+    io::read_gpt2_weights(from, nn::gpt_parameter_shapes(base), blocks, consume);
     return;
   }
   const io::CheckpointInfo info = io::open_checkpoint(from);
   const std::map<int, io::RankHeader> headers = shared_rank_headers(info);
   read_checkpoint_weights(
-      info, config_.model, consume,
+      info, base, consume,
       {.blocks = blocks, .headers = headers.empty() ? nullptr : &headers, .replica = dp_rank_});
 }
 
@@ -1484,7 +1495,7 @@ std::vector<StepMetrics> Trainer::run() {
                                           model.n_layer))
           : std::string(),
       model.num_parameters() / 1e6);
-  if (!config_.train.freeze.empty()) {
+  if (!config_.train.freeze.empty() || model.lora.rank > 0) {
     const auto shapes = nn::gpt_parameter_shapes(model);
     const std::set<std::string> frozen = config_.frozen_parameters();
     double all = 0, fixed = 0;
@@ -1492,8 +1503,17 @@ std::vector<StepMetrics> Trainer::run() {
       all += static_cast<double>(numel(shape));
       if (frozen.count(name)) fixed += static_cast<double>(numel(shape));
     }
-    spdlog::info("train.freeze: {} of {} tensors frozen; {:.2f}M of {:.2f}M parameters train",
-                 frozen.size(), shapes.size(), (all - fixed) / 1e6, all / 1e6);
+    if (model.lora.rank > 0) {
+      std::string targets;
+      for (const std::string& t : model.lora.targets) targets += (targets.empty() ? "" : ", ") + t;
+      spdlog::info(
+          "LoRA: rank {} (scale {:g}) on {}; the adapters' {:.3f}M of {:.2f}M parameters "
+          "train, the rest frozen",
+          model.lora.rank, model.lora_scale(), targets, (all - fixed) / 1e6, all / 1e6);
+    } else {
+      spdlog::info("train.freeze: {} of {} tensors frozen; {:.2f}M of {:.2f}M parameters train",
+                   frozen.size(), shapes.size(), (all - fixed) / 1e6, all / 1e6);
+    }
   }
   if (mesh_) {
     const auto& par = config_.parallel;
@@ -1765,6 +1785,16 @@ std::vector<StepMetrics> Trainer::run() {
     for (const auto& [name, p] : parameters())
       layout.push_back({name, {tp_model_ ? shapes.at(name) : p.shape(), p.dtype()}});
   }
+  // LoRA: the file holds the model with its adapters merged in, under the
+  // model's own names (what triad-generate, triad-export and Hugging Face
+  // read); the checkpoints keep the adapters apart.
+  const bool merge = config_.model.lora.rank > 0;
+  std::set<std::string> adapted;  // the weights with adapters
+  for (const auto& [name, l] : layout) {
+    if (merge && nn::is_lora_adapter(name)) adapted.insert(nn::lora_adapted_weight(name));
+  }
+  const std::vector<std::pair<std::string, io::TensorLayout>> gathered = layout;
+  if (merge) std::erase_if(layout, [](const auto& l) { return nn::is_lora_adapter(l.first); });
   // A write that fails (the file cannot be made, the disk fills) is raised
   // once the other ranks have given their tensors: none waits on the writer.
   std::exception_ptr write_error;
@@ -1778,10 +1808,42 @@ std::vector<StepMetrics> Trainer::run() {
   };
   std::unique_ptr<io::Gpt2Writer> writer;
   if (lead) {
-    attempt([&] { writer = std::make_unique<io::Gpt2Writer>(weights, config_.model, layout); });
+    attempt([&] {
+      writer = std::make_unique<io::Gpt2Writer>(weights, config_.model.without_lora(), layout);
+    });
   }
+  // Tensors arrive in the gathering order, each weight before its
+  // adapters: a weight (and whatever follows it before they come) waits
+  // for them.
+  std::vector<std::pair<std::string, Tensor>> waiting;
+  std::map<std::string, Tensor> adapters;
   auto take = [&](const std::string& name, const Tensor& t) {
-    if (writer) attempt([&] { writer->write(name, t); });
+    if (!writer) return;
+    attempt([&] {
+      if (!merge) {
+        writer->write(name, t);
+        return;
+      }
+      if (nn::is_lora_adapter(name)) {
+        adapters[name] = t.detach();
+      } else {
+        waiting.emplace_back(name, t.detach());
+      }
+      while (!waiting.empty()) {
+        auto& [next, w] = waiting.front();
+        if (adapted.count(next)) {
+          const std::string stem = next.substr(0, next.size() - std::string("weight").size());
+          auto a = adapters.find(stem + "lora_a"), b = adapters.find(stem + "lora_b");
+          if (a == adapters.end() || b == adapters.end()) break;
+          writer->write(next, nn::merge_lora(w, a->second, b->second, config_.model.lora_scale()));
+          adapters.erase(a);
+          adapters.erase(b);
+        } else {
+          writer->write(next, w);
+        }
+        waiting.erase(waiting.begin());
+      }
+    });
   };
   if (pp_model_) {
     pp_model_->gather_each(mesh_->dp_rank() == 0, mesh_->tp_rank() == 0 && mesh_->dp_rank() == 0,
@@ -1789,7 +1851,7 @@ std::vector<StepMetrics> Trainer::run() {
   } else if (tp_model_) {
     if (mesh_->dp_rank() == 0) {
       // Collective over the TP group: every rank joins every tensor.
-      for (const auto& [name, l] : layout) take(name, tp_model_->full_tensor(name, true));
+      for (const auto& [name, l] : gathered) take(name, tp_model_->full_tensor(name, true));
     }
   } else {
     for (const auto& [name, p] : parameters()) take(name, p);

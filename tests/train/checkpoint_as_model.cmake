@@ -4,12 +4,15 @@
 # checkpoint or a config it does not fit is refused, naming why.
 # triad-generate --checkpoint samples as the run does, and a new run with
 # init.from the checkpoint trains as one from the final model.
-#   -DTRAIN= -DEXPORT= -DGENERATE= -DCONFIG= -DOTHER_CONFIG= -DDATA= -DWORK=
+# EXTRA: more --set flags for the training run (model.lora: its adapters
+# are merged into the run's model and into what is read of a checkpoint).
+#   -DTRAIN= -DEXPORT= -DGENERATE= -DCONFIG= -DOTHER_CONFIG= -DDATA= -DWORK= [-DEXTRA=]
 include(${CMAKE_CURRENT_LIST_DIR}/e2e_common.cmake)
 file(REMOVE_RECURSE ${WORK})
+separate_arguments(extra UNIX_COMMAND "${EXTRA}")
 run(training ${TRAIN} --config ${CONFIG} --set data.train=${DATA} --set train.steps=6
     --set train.warmup_steps=2 --set output.dir=${WORK}/run --set checkpoint.dir=${WORK}/ck
-    --set checkpoint.interval=3)
+    --set checkpoint.interval=3 ${extra})
 run("export of the run" ${EXPORT} --run ${WORK}/run --output ${WORK}/from_run)
 run("export of the latest checkpoint" ${EXPORT} --checkpoint ${WORK}/ck --output ${WORK}/latest)
 run("export of step 3" ${EXPORT} --checkpoint ${WORK}/ck/step_3 --output ${WORK}/step3)

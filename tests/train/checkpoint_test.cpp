@@ -119,6 +119,60 @@ TEST(Checkpoint, AFrozenRunResumesBitwiseAndCanBeUnfrozen) {
   }
 }
 
+// model.lora: a run resumes bit for bit (the checkpoint keeps the adapters
+// apart), and a run without adapters started from that checkpoint
+// (init.from) starts from its weights with the adapters merged in.
+TEST(Checkpoint, ALoraRunResumesBitwiseAndItsCheckpointLoadsMerged) {
+  TempDir dir;
+  auto lora_config = [&](int64_t steps, int64_t interval, const std::string& resume) {
+    Config c = config(dir, steps, interval, resume);
+    c.model.lora = {.rank = 2, .alpha = 3, .targets = {"attn.c_attn", "attn.c_proj"}};
+    c.train.lr = 3e-2;
+    return c;
+  };
+  std::vector<StepMetrics> whole;
+  nn::StateDict at_two;
+  {
+    Trainer t(lora_config(4, 2, "never"));
+    for (int64_t k = 0; k < 2; ++k) t.step(k);
+    for (const auto& [name, v] : t.full_state_dict()) at_two[name] = clone(v);
+  }
+  std::filesystem::remove_all(dir.file("ckpt"));
+  std::filesystem::remove_all(dir.file("out"));
+  {
+    Trainer t(lora_config(4, 2, "never"));
+    whole = t.run();
+  }
+  point_latest_to(dir, 2);
+  {
+    Trainer again(lora_config(4, 0, "auto"));
+    const auto rest = again.run();
+    ASSERT_EQ(rest.size(), 2u);
+    for (size_t i = 0; i < 2; ++i) {
+      EXPECT_EQ(rest[i].loss, whole[2 + i].loss) << "step " << rest[i].step;
+      EXPECT_EQ(rest[i].grad_norm, whole[2 + i].grad_norm);
+    }
+  }
+  Config plain = config(dir, 1, 0, "never");
+  plain.init_from = dir.file("ckpt/step_2");
+  plain.checkpoint.dir.clear();
+  Trainer from(plain);
+  const nn::StateDict got = from.full_state_dict();
+  EXPECT_EQ(got.size(), nn::gpt_parameter_shapes(plain.model).size());
+  for (const auto& [name, t] : got) {
+    const std::string stem = name.substr(0, name.size() - std::string("weight").size());
+    const bool adapted = at_two.count(stem + "lora_a") > 0;
+    const Tensor want = adapted ? nn::merge_lora(at_two.at(name), at_two.at(stem + "lora_a"),
+                                                 at_two.at(stem + "lora_b"), 1.5)
+                                : at_two.at(name);
+    const auto a = to_double_vector(t), b = to_double_vector(want);
+    for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], 1e-7) << name << "[" << i << "]";
+    if (adapted) {
+      EXPECT_NE(a, to_double_vector(at_two.at(name))) << name;
+    }
+  }
+}
+
 // train.exit_after_minutes: a run past its time checkpoints after the step
 // it is in and ends; resumed, it goes on where it stopped, its metrics one
 // history. (A limit of a microsecond: the first step is past it.)

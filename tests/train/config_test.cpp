@@ -219,6 +219,46 @@ TEST(Config, FreezeTakesParameterPatternsThatMustMatch) {
                       "train.freeze freezes every parameter of the model: nothing would train");
 }
 
+// model.lora: rank required, alpha the rank when left out, every layer LoRA
+// adapts when targets are left out; every other parameter frozen; checked
+// and round-tripped.
+TEST(Config, LoraAdaptersAndTheParametersTheyFreeze) {
+  const Config plain = parse_config(kValid);
+  EXPECT_EQ(plain.model.lora.rank, 0);
+  const Config c = parse_config(kValid, {"model.lora={rank: 4}"});
+  EXPECT_EQ(c.model.lora.rank, 4);
+  EXPECT_DOUBLE_EQ(c.model.lora_scale(), 1.0);
+  EXPECT_EQ(c.model.lora.targets, nn::GptConfig::lora_layers());
+  const auto frozen = c.frozen_parameters();
+  EXPECT_TRUE(frozen.count("h.0.attn.c_attn.weight"));
+  EXPECT_TRUE(frozen.count("wte.weight"));
+  EXPECT_FALSE(frozen.count("h.0.attn.c_attn.lora_a"));
+  EXPECT_EQ(frozen.size(), nn::gpt_parameter_shapes(c.model.without_lora()).size());
+  const Config some =
+      parse_config(kValid, {"model.lora={rank: 8, alpha: 32, targets: [attn.c_attn, mlp.c_fc]}"});
+  EXPECT_DOUBLE_EQ(some.model.lora_scale(), 4.0);
+  EXPECT_TRUE(some.model.lora_on("mlp.c_fc"));
+  EXPECT_FALSE(some.model.lora_on("mlp.c_proj"));
+  EXPECT_EQ(parse_config(to_yaml(some)).model.lora, some.model.lora);
+  EXPECT_EQ(parse_config(to_yaml(plain)).model.lora, plain.model.lora);
+  EXPECT_EQ(parse_config(kValid, {"model.lora=none"}).model.lora.rank, 0);
+  EXPECT_EQ(parse_config(kValid, {"model.lora=16"}).model.lora,
+            parse_config(kValid, {"model.lora={rank: 16}"}).model.lora);
+
+  expect_config_error(kValid, {"model.lora={alpha: 8}"}, "model.lora: missing required key 'rank'");
+  expect_config_error(kValid, {"model.lora={rank: 0}"}, "model.lora.rank (0) must be positive");
+  expect_config_error(kValid, {"model.lora={rank: 4, alpha: -1}"},
+                      "model.lora.alpha (-1) must be a positive number");
+  expect_config_error(kValid, {"model.lora={rank: 4, dropout: 0.1}"},
+                      "unknown key 'model.lora.dropout' (allowed: rank, alpha, targets)");
+  expect_config_error(kValid, {"model.lora={rank: 4, targets: [attn.qkv]}"},
+                      "model.lora.targets[0] 'attn.qkv' is not a layer LoRA adapts");
+  expect_config_error(kValid, {"model.lora=yes"},
+                      "model.lora ('yes') must be none, a rank, or a mapping");
+  expect_config_error(kValid, {"model.lora={rank: 4}", "train.freeze=wte.weight"},
+                      "train.freeze with model.lora");
+}
+
 TEST(Config, TrainingDataIsAPathOrAWeightedMixture) {
   Config c = parse_config(kValid);
   ASSERT_EQ(c.data_train.size(), 1u);

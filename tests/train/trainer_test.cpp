@@ -5,6 +5,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 
 #include "support/temp_dir.h"
@@ -268,6 +269,56 @@ TEST(Trainer, FrozenParametersStayPutAndTheOthersStepAsUnfrozen) {
     moved += changed;
   }
   EXPECT_EQ(moved, after.size() - frozen.size());
+}
+
+// model.lora: only the adapters train (their optimizer state is all there
+// is), the base weights stay bit for bit, and model.safetensors holds the
+// model with the adapters merged in under the model's own names.
+TEST(Trainer, LoraTrainsTheAdaptersAloneAndWritesTheMergedModel) {
+  TempDir dir;
+  Config c = small_config(dir, 2);
+  c.train.steps = 6;
+  c.train.lr = 3e-2;
+  c.model.lora = {.rank = 2, .alpha = 4, .targets = {"attn.c_attn", "mlp.c_fc", "mlp.c_proj"}};
+  std::map<std::string, std::vector<double>> start;
+  {
+    Trainer base(small_config(dir, 2));
+    for (const auto& [name, t] : base.full_state_dict()) start[name] = to_double_vector(t);
+  }
+  Trainer t(c);
+  int64_t adapters = 0;
+  for (const auto& [name, shape] : nn::gpt_parameter_shapes(c.model)) {
+    if (nn::is_lora_adapter(name)) adapters += numel(shape);
+  }
+  EXPECT_EQ(t.optimizer_state_elements(), adapters);
+  const auto steps = t.run();
+  ASSERT_EQ(steps.size(), 6u);
+  EXPECT_LT(steps.back().loss, steps.front().loss);
+  const nn::StateDict end = t.full_state_dict();
+  for (const auto& [name, v] : start) {
+    EXPECT_EQ(to_double_vector(end.at(name)), v) << name << " moved";
+  }
+  EXPECT_NE(to_double_vector(end.at("h.1.mlp.c_fc.lora_b")),
+            std::vector<double>(static_cast<size_t>(end.at("h.1.mlp.c_fc.lora_b").numel()), 0.0));
+  const auto file = io::load_safetensors(dir.file("out/model.safetensors"));
+  size_t held = 0;
+  for (const auto& [name, tensor] : file.tensors) {
+    (void)tensor;
+    EXPECT_FALSE(nn::is_lora_adapter(name)) << name;
+    ++held;
+  }
+  EXPECT_EQ(held, start.size());
+  // GPT-2's file stores linear weights [in, out]: transposed back.
+  const Tensor merged = nn::merge_lora(end.at("h.1.mlp.c_fc.weight"), end.at("h.1.mlp.c_fc.lora_a"),
+                                       end.at("h.1.mlp.c_fc.lora_b"), 2.0);
+  const auto got =
+      to_double_vector(contiguous(transpose(file.tensors.at("h.1.mlp.c_fc.weight"), 0, 1)));
+  const auto want = to_double_vector(merged);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-7) << i;
+  EXPECT_NE(want, start.at("h.1.mlp.c_fc.weight"));
+  EXPECT_EQ(to_double_vector(file.tensors.at("h.0.attn.c_proj.weight")),
+            to_double_vector(contiguous(transpose(end.at("h.0.attn.c_proj.weight"), 0, 1))));
 }
 
 TEST(Trainer, RunLearnsAndWritesMetricsAndWeights) {

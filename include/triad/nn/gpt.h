@@ -10,6 +10,7 @@
 #include "triad/core/attention_heads.h"
 #include "triad/core/rope_scaling.h"
 #include "triad/nn/embedding.h"
+#include "triad/nn/init.h"
 #include "triad/nn/kv_cache.h"
 #include "triad/nn/layer_norm.h"
 #include "triad/nn/linear.h"
@@ -133,6 +134,33 @@ struct GptConfig {
   // the cap in size. 0: none.
   double attn_logit_softcap = 0.0;
   double final_logit_softcap = 0.0;
+  // Low-rank adapters (config key model.lora; Hu et al., 2021, "LoRA"):
+  // each targeted linear layer y = W x + b gains A (rank x in) and B (out x
+  // rank) and computes W x + b + (alpha / rank) B A x. B starts at zero, so
+  // the model starts as it was; the adapters alone train, every other
+  // parameter frozen. They are parameters named after their layer
+  // (h.N.attn.c_attn.lora_a, .lora_b) and split over tensor-parallel ranks
+  // with it. rank 0: none.
+  struct Lora {
+    int64_t rank = 0;
+    double alpha = 0;  // 0: rank (a scale of 1)
+    // Among attn.c_attn, attn.c_proj, mlp.c_fc, mlp.c_proj.
+    std::vector<std::string> targets = {};
+    bool operator==(const Lora&) const = default;
+  };
+  Lora lora = {};
+  // The layers LoRA can adapt, by their names inside a block.
+  static const std::vector<std::string>& lora_layers();
+  // Whether the block layer `layer` ("attn.c_attn", ...) has adapters.
+  bool lora_on(const std::string& layer) const;
+  double lora_scale() const { return (lora.alpha > 0 ? lora.alpha : lora.rank) / lora.rank; }
+  // This model without adapters: the shape of the weights LoRA adapts, and of
+  // a model file with the adapters merged in (W + scale B A).
+  GptConfig without_lora() const {
+    GptConfig c = *this;
+    c.lora = {};
+    return c;
+  }
   bool rotary() const { return position_embedding == PositionEmbedding::Rotary; }
   int64_t kv_heads() const { return n_kv_head > 0 ? n_kv_head : n_head; }
   int64_t head_dim() const { return head_size > 0 ? head_size : d_model / n_head; }
@@ -227,6 +255,16 @@ std::map<std::string, Shape> gpt_parameter_shapes(const GptConfig& cfg,
                                                   bool token_embedding, bool embeds, bool head);
 // Every parameter of the whole model (all blocks, both ends).
 std::map<std::string, Shape> gpt_parameter_shapes(const GptConfig& cfg);
+// Whether `name` is a LoRA adapter (ends in .lora_a or .lora_b), and the
+// weight it adapts ("h.3.attn.c_attn.weight" for "h.3.attn.c_attn.lora_a").
+bool is_lora_adapter(const std::string& name);
+std::string lora_adapted_weight(const std::string& adapter);
+// How a parameter of this model starts: GPT-2's rule (gpt2_init_rule), and
+// for LoRA adapters A ~ N(0, 1/in) and B = 0.
+InitRule gpt_init_rule(const std::string& name, const Shape& full_shape, const GptConfig& cfg);
+// W + scale * B @ A in f32 on the host (W's dtype kept): a weight with its
+// adapters merged in. Shapes are checked.
+Tensor merge_lora(const Tensor& weight, const Tensor& lora_a, const Tensor& lora_b, double scale);
 
 // What one forward pass needs besides its input. Randomness: dropout masks
 // are a pure function of (seed, site, call) so that recomputation and other

@@ -20,10 +20,19 @@ class Linear : public Module {
   Tensor forward_after_gelu(const LinearGelu& in) const;
   Tensor& weight() { return weight_; }
   Tensor& bias() { return bias_; }
+  // Adds LoRA adapters lora_a (rank, in) and lora_b (out, rank), zeros until
+  // the model initialises them: forward then adds scale * lora_b @ lora_a @ x.
+  void enable_lora(int64_t rank, double scale);
+  bool has_lora() const { return lora_a_.defined(); }
 
  private:
+  // scale * B (A x), or x's product with W alone when there are no adapters.
+  Tensor add_lora(const Tensor& y, const Tensor& x) const;
+
   Tensor weight_;
   Tensor bias_;
+  Tensor lora_a_, lora_b_;
+  double lora_scale_ = 0;
 };
 
 }  // namespace triad::nn

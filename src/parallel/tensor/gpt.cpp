@@ -187,6 +187,23 @@ void TensorParallelGpt::build(uint64_t seed, std::shared_ptr<VocabParallelEmbedd
       specs_[p + "mlp.c_fc.bias"] = L.c_fc->bias_spec();
       specs_[p + "mlp.c_proj.bias"] = L.mlp_proj->bias_spec();
     }
+    // LoRA adapters, split with their layers.
+    const int64_t r = cfg_.lora.rank;
+    const double scale = cfg_.lora.rank > 0 ? cfg_.lora_scale() : 0.0;
+    for (const auto& [name, column] :
+         {std::pair{"attn.c_attn", L.c_attn.get()}, std::pair{"mlp.c_fc", L.c_fc.get()}}) {
+      if (!cfg_.lora_on(name)) continue;
+      column->enable_lora(r, scale);
+      specs_[p + name + ".lora_a"] = ColumnParallelLinear::lora_a_spec();
+      specs_[p + name + ".lora_b"] = column->lora_b_spec();
+    }
+    for (const auto& [name, row] :
+         {std::pair{"attn.c_proj", L.attn_proj.get()}, std::pair{"mlp.c_proj", L.mlp_proj.get()}}) {
+      if (!cfg_.lora_on(name)) continue;
+      row->enable_lora(r, scale);
+      specs_[p + name + ".lora_a"] = row->lora_a_spec();
+      specs_[p + name + ".lora_b"] = RowParallelLinear::lora_b_spec();
+    }
     layers_[i] = L;
   }
   if (plan_.head) {
@@ -212,8 +229,7 @@ void TensorParallelGpt::build(uint64_t seed, std::shared_ptr<VocabParallelEmbedd
   // at a time (a rank never holds more than one full tensor beyond its own
   // shards).
   for (const auto& [name, shape] : full_shapes_) {
-    const Tensor full = nn::init_parameter(
-        name, shape, nn::gpt2_init_rule(name, cfg_.n_layer, cfg_.norm_weight_offset), seed);
+    const Tensor full = nn::init_parameter(name, shape, nn::gpt_init_rule(name, shape, cfg_), seed);
     Tensor p = parameter(name, "TensorParallelGpt");
     copy_(p, specs_.at(name).cut(full, group_->rank(), group_->size()));
   }

@@ -32,12 +32,21 @@ class ColumnParallelLinear : public nn::Module {
   LinearGelu forward_gelu(const Tensor& x) const;
   const ShardSpec& weight_spec() const { return weight_spec_; }
   const ShardSpec& bias_spec() const { return bias_spec_; }
+  // LoRA adapters (nn::Linear::enable_lora): lora_a (rank, in) whole on
+  // every rank, its gradient a partial sum over the group (each rank's
+  // output rows contribute); lora_b (out, rank) split as the weight's rows.
+  void enable_lora(int64_t rank, double scale);
+  bool has_lora() const { return lora_a_.defined(); }
+  static ShardSpec lora_a_spec() { return ShardSpec::replicated(true); }
+  const ShardSpec& lora_b_spec() const { return weight_spec_; }
 
  private:
   dist::ProcessGroupPtr group_;
   bool sp_;
   ShardSpec weight_spec_, bias_spec_;
   Tensor weight_, bias_;
+  Tensor lora_a_, lora_b_;
+  double lora_scale_ = 0;
 };
 
 // Y = X A^T + b with A split by input columns: the input arrives split
@@ -53,12 +62,25 @@ class RowParallelLinear : public nn::Module {
   Tensor forward_after_gelu(const LinearGelu& in) const;
   const ShardSpec& weight_spec() const { return weight_spec_; }
   const ShardSpec& bias_spec() const { return bias_spec_; }
+  // LoRA adapters: lora_a (rank, in) split as the weight's columns, so each
+  // rank's B A x is a partial sum that joins the layer's own before the
+  // group sums it (no collective of their own); lora_b (out, rank) whole
+  // on every rank, its gradient a partial sum over the group.
+  void enable_lora(int64_t rank, double scale);
+  bool has_lora() const { return lora_a_.defined(); }
+  const ShardSpec& lora_a_spec() const { return weight_spec_; }
+  static ShardSpec lora_b_spec() { return ShardSpec::replicated(true); }
 
  private:
+  // partial + scale * B (A x) when the layer has adapters.
+  Tensor add_lora(const Tensor& partial, const Tensor& x) const;
+
   dist::ProcessGroupPtr group_;
   bool sp_;
   ShardSpec weight_spec_, bias_spec_;
   Tensor weight_, bias_;
+  Tensor lora_a_, lora_b_;
+  double lora_scale_ = 0;
 };
 
 // Token embedding with the (padded) vocabulary split by rows: each rank looks

@@ -1,0 +1,174 @@
+// LoRA adapters (GptConfig::lora): a model with them starts exactly as the
+// model without (B is zero), computes W x + (alpha / rank) B A x in every
+// targeted layer (the GELU-fused MLP paths included), and its adapters'
+// gradients are the loss's derivatives; merge_lora folds them into W.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "support/expect_error.h"
+#include "triad/autograd/engine.h"
+#include "triad/nn/gpt.h"
+#include "triad/ops.h"
+
+namespace triad::nn {
+namespace {
+
+using triad::testing::expect_error;
+
+GptConfig tiny(std::vector<std::string> targets = GptConfig::lora_layers()) {
+  GptConfig c{.n_layer = 2, .n_head = 2, .d_model = 16, .vocab_size = 23, .seq_len = 8};
+  c.lora = {.rank = 3, .alpha = 6, .targets = std::move(targets)};
+  return c;
+}
+
+Tensor tokens(int64_t salt) {
+  std::vector<int64_t> v;
+  for (int64_t i = 0; i < 16; ++i) v.push_back((i * 7 + salt * 5 + i / 3) % 23);
+  return from_vector(v, {2, 8}, DType::I64);
+}
+Tensor ids() {
+  return tokens(1);
+}
+Tensor targets() {
+  return tokens(2);
+}
+
+TEST(Lora, AdaptersAreNamedAfterTheirLayersAndShapedByThem) {
+  const GptConfig c = tiny({"attn.c_attn", "mlp.c_proj"});
+  const auto shapes = gpt_parameter_shapes(c);
+  EXPECT_EQ(shapes.at("h.1.attn.c_attn.lora_a"), (Shape{3, 16}));
+  EXPECT_EQ(shapes.at("h.1.attn.c_attn.lora_b"), (Shape{48, 3}));
+  EXPECT_EQ(shapes.at("h.0.mlp.c_proj.lora_a"), (Shape{3, 64}));
+  EXPECT_EQ(shapes.at("h.0.mlp.c_proj.lora_b"), (Shape{16, 3}));
+  EXPECT_FALSE(shapes.count("h.0.mlp.c_fc.lora_a"));
+  EXPECT_EQ(shapes.size(), gpt_parameter_shapes(c.without_lora()).size() + 8);
+  Gpt m(c, 1);
+  for (const auto& [name, p] : m.named_parameters()) {
+    ASSERT_TRUE(shapes.count(name)) << name;
+    EXPECT_EQ(p.shape(), shapes.at(name)) << name;
+  }
+  EXPECT_EQ(m.named_parameters().size(), shapes.size());
+  EXPECT_TRUE(is_lora_adapter("h.0.mlp.c_proj.lora_b"));
+  EXPECT_FALSE(is_lora_adapter("h.0.mlp.c_proj.weight"));
+  EXPECT_EQ(lora_adapted_weight("h.4.attn.c_attn.lora_a"), "h.4.attn.c_attn.weight");
+  EXPECT_DOUBLE_EQ(c.lora_scale(), 2.0);
+}
+
+TEST(Lora, AModelWithAdaptersStartsAsTheModelWithout) {
+  for (bool swiglu : {false, true}) {
+    GptConfig c = tiny();
+    if (swiglu) c.activation = Activation::SwiGlu;
+    Gpt with(c, 3), without(c.without_lora(), 3);
+    const auto sw = with.state_dict();
+    for (const auto& [name, t] : without.state_dict()) {
+      EXPECT_EQ(to_double_vector(sw.at(name)), to_double_vector(t)) << name;
+    }
+    EXPECT_EQ(to_double_vector(sw.at("h.0.mlp.c_fc.lora_b")),
+              std::vector<double>(sw.at("h.0.mlp.c_fc.lora_b").numel(), 0.0));
+    // A starts random, about 1/sqrt(in) in size.
+    const auto a = to_double_vector(sw.at("h.0.mlp.c_fc.lora_a"));
+    double sq = 0;
+    for (double v : a) sq += v * v;
+    EXPECT_NEAR(std::sqrt(sq / static_cast<double>(a.size())), 0.25, 0.08);
+    EXPECT_EQ(item(with.loss(ids(), targets())), item(without.loss(ids(), targets())));
+  }
+}
+
+// With B random, the model equals the model without adapters whose weights
+// are W + scale B A: in every targeted layer, on GPT-2's fused GELU MLP and
+// on SwiGLU's.
+TEST(Lora, AdaptersAddTheScaledLowRankProduct) {
+  for (bool swiglu : {false, true}) {
+    GptConfig c = tiny();
+    if (swiglu) c.activation = Activation::SwiGlu;
+    Gpt with(c, 4);
+    StateDict sd = with.state_dict();
+    uint64_t stream = 10;
+    for (auto& [name, t] : sd) {
+      if (name.size() > 7 && name.compare(name.size() - 7, 7, ".lora_b") == 0)
+        copy_(t, randn(t.shape(), 4, stream++, 0.5));
+    }
+    Gpt merged(c.without_lora(), 4);
+    StateDict msd = merged.state_dict();
+    for (auto& [name, t] : msd) {
+      const std::string stem = name.substr(0, name.size() - 6);
+      if (sd.count(stem + "lora_a")) {
+        copy_(t, merge_lora(sd.at(name), sd.at(stem + "lora_a"), sd.at(stem + "lora_b"),
+                            c.lora_scale()));
+      }
+    }
+    const double a = item(with.loss(ids(), targets())), b = item(merged.loss(ids(), targets()));
+    EXPECT_NEAR(a, b, 1e-5 * std::abs(b)) << (swiglu ? "swiglu" : "gelu");
+    // (And the adapters do change the model.)
+    Gpt base(c.without_lora(), 4);
+    EXPECT_GT(std::abs(item(base.loss(ids(), targets())) - b), 1e-4);
+  }
+}
+
+// The adapters' gradients follow from the gradient G of the weight they
+// adapt, taken in the model with them merged in (W + s B A is the layer's
+// weight): dL/dB = s G A^T and dL/dA = s B^T G. B nonzero, so that A's are
+// not zero too.
+TEST(Lora, AdapterGradientsFollowFromTheMergedWeightsGradient) {
+  for (bool swiglu : {false, true}) {
+    GptConfig c = tiny();
+    if (swiglu) c.activation = Activation::SwiGlu;
+    const double s = c.lora_scale();
+    Gpt with(c, 5);
+    StateDict sd = with.state_dict();
+    for (auto& [name, t] : sd) {
+      if (is_lora_adapter(name) && name.back() == 'b') copy_(t, randn(t.shape(), 5, 3, 0.5));
+    }
+    Gpt merged(c.without_lora(), 5);
+    StateDict msd = merged.state_dict();
+    for (auto& [name, t] : msd) {
+      const std::string stem = name.substr(0, name.size() - 6);
+      if (sd.count(stem + "lora_a"))
+        copy_(t, merge_lora(sd.at(name), sd.at(stem + "lora_a"), sd.at(stem + "lora_b"), s));
+    }
+    autograd::backward({with.loss(ids(), targets())}, {});
+    autograd::backward({merged.loss(ids(), targets())}, {});
+    size_t checked = 0;
+    for (const auto& [name, t] : msd) {
+      const std::string stem = name.substr(0, name.size() - 6);
+      if (!sd.count(stem + "lora_a")) {
+        continue;
+      }
+      const Tensor G = t.grad(), A = sd.at(stem + "lora_a"), B = sd.at(stem + "lora_b");
+      ASSERT_TRUE(G.defined()) << name;
+      const auto want_b = to_double_vector(scale(matmul(G, transpose(A, 0, 1)), s));
+      const auto want_a = to_double_vector(scale(matmul(transpose(B, 0, 1), G), s));
+      const auto got_b = to_double_vector(B.grad()), got_a = to_double_vector(A.grad());
+      ASSERT_EQ(got_b.size(), want_b.size());
+      ASSERT_EQ(got_a.size(), want_a.size());
+      double norm_a = 0;
+      for (double v : want_a) norm_a = std::max(norm_a, std::abs(v));
+      EXPECT_GT(norm_a, 1e-4) << name;
+      for (size_t i = 0; i < got_b.size(); ++i)
+        ASSERT_NEAR(got_b[i], want_b[i], 1e-5 + 1e-3 * std::abs(want_b[i])) << stem << "lora_b";
+      for (size_t i = 0; i < got_a.size(); ++i)
+        ASSERT_NEAR(got_a[i], want_a[i], 1e-5 + 1e-3 * std::abs(want_a[i])) << stem << "lora_a";
+      ++checked;
+    }
+    EXPECT_EQ(checked, 8u) << (swiglu ? "swiglu" : "gelu");
+  }
+}
+
+TEST(Lora, BadSettingsAndShapesAreNamed) {
+  GptConfig c = tiny({"attn.c_attn", "mlp.fc"});
+  expect_error([&] { c.validate(); },
+               {"model.lora.targets[1] 'mlp.fc' is not a layer LoRA adapts", "mlp.c_fc"});
+  c.lora.targets = {"mlp.c_fc", "mlp.c_fc"};
+  expect_error([&] { c.validate(); }, {"model.lora.targets[1] 'mlp.c_fc' is given twice"});
+  c.lora.targets = {};
+  expect_error([&] { c.validate(); }, {"model.lora.targets must name at least one layer"});
+  expect_error(
+      [] {
+        merge_lora(zeros({4, 3}), zeros({2, 3}), zeros({4, 3}), 1.0);
+      },
+      {"merge_lora", "lora_b [4, 3]"});
+}
+
+}  // namespace
+}  // namespace triad::nn
