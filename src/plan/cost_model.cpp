@@ -102,10 +102,29 @@ LayerCost layer_cost(const nn::GptConfig& m, const ClusterSpec& c, const Paralle
   // (With fewer key/value heads than ranks each rank computes the head it
   // shares.)
   const double w_local = static_cast<double>(m.qkv_width_per_rank(p.tp));
-  const LinearTimes qkv = linear_times(tokens, h, w_local, c),
-                    up = linear_times(tokens, h, fc / t, c);
+  // model.lora: an adapted layer's weight is frozen (no weight-gradient
+  // GEMM); its adapters add x A^T (rank outputs) and that times B^T, each
+  // with its two gradients.
+  // Those thin products (one side the rank) are bound by memory: each
+  // streams its large operand once.
+  const double r = static_cast<double>(m.lora.rank);
+  const auto thin = [&](double M, double N, double K) {
+    return std::max(2.0 * M * N * K / (c.peak_flops * c.gemm_efficiency),
+                    kFp16 * (M * K + K * N + M * N) / (c.memory_bandwidth * c.memory_efficiency));
+  };
+  const auto with_lora = [&](const char* name, double in, double out) {
+    LinearTimes lt = linear_times(tokens, in, out, c);
+    if (!m.lora_on(name)) return lt;
+    // Forward u = x A^T (tokens, r) and u B^T; backward du = dy B and
+    // dx += du A, dB = dy^T u and dA = du^T x.
+    return LinearTimes{lt.fwd + thin(tokens, r, in) + thin(tokens, out, r),
+                       lt.dx + thin(tokens, r, out) + thin(tokens, in, r),
+                       thin(out, r, tokens) + thin(r, in, tokens)};
+  };
+  const LinearTimes qkv = with_lora("attn.c_attn", h, w_local),
+                    up = with_lora("mlp.c_fc", h, fc / t);
   for (const LinearTimes& lt :
-       {qkv, linear_times(tokens, q / t, h, c), up, linear_times(tokens, f / t, h, c)}) {
+       {qkv, with_lora("attn.c_proj", q / t, h), up, with_lora("mlp.c_proj", f / t, h)}) {
     L.fwd_gemm += lt.fwd;
     L.bwd_input_gemm += lt.dx;
     L.bwd_weight_gemm += lt.dw;
@@ -187,7 +206,9 @@ HeadCost head_cost(const nn::GptConfig& m, const ClusterSpec& c, const ParallelC
   const double bytes = tokens * v * 4.0 * passes;
   const double ce = bytes / (c.memory_bandwidth * c.memory_efficiency);
   const double backward_share = 2.0 / passes;  // the gradient's read and write
-  HeadCost H{lt.fwd + ce * (1 - backward_share), lt.dx + ce * backward_share, lt.dw};
+  // (Under model.lora the head is frozen: no weight gradient.)
+  const double head_dw = m.lora.rank > 0 ? 0.0 : lt.dw;
+  HeadCost H{lt.fwd + ce * (1 - backward_share), lt.dx + ce * backward_share, head_dw};
   if (p.tp > 1) {
     // The vocab-parallel loss all-reduces three f32 numbers per token (row
     // max, target logit, sum of exponentials); x's gradient is all-reduced
@@ -199,7 +220,7 @@ HeadCost head_cost(const nn::GptConfig& m, const ClusterSpec& c, const ParallelC
     const double dx = p.sequence_parallel ? tp_reduce_scatter(act, c, p) : tp_all_reduce(act, c, p);
     H.fwd += stats + gather;
     H.bwd_input += dx;
-    H.bwd_tp_hidden = std::min(dx, lt.dw);
+    H.bwd_tp_hidden = std::min(dx, head_dw);
   }
   return H;
 }
@@ -605,10 +626,23 @@ Estimate price(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int globa
   const double embedding = (!m.tie_embeddings && both_ends ? 2.0 : 1.0) * table;
   const double positions = m.rotary() ? 0.0 : s * h;  // the learned table, first stage
   const double params = body + embedding + positions;
+  // The parameters that train, which have gradients and optimizer state:
+  // all, or under model.lora the adapters (their share of the whole model
+  // taken as the rank's share).
+  double trained = params;
+  if (m.lora.rank > 0) {
+    double adapters = 0, all = 0;
+    for (const auto& [name, shape] : nn::gpt_parameter_shapes(m)) {
+      const double n = static_cast<double>(numel(shape));
+      all += n;
+      if (nn::is_lora_adapter(name)) adapters += n;
+    }
+    trained = params * adapters / all;
+  }
   // ---- data parallelism: fp32 gradient reduction (hierarchical: inside the
   // node over NVLink, then across nodes through each GPU's share of the NICs)
   if (p.dp > 1) {
-    const double grad_bytes = params * 4.0;
+    const double grad_bytes = trained * 4.0;
     const int in_node = std::max(1, std::min(p.dp, c.gpus_per_node / p.tp));
     const int nodes = p.dp / in_node;
     // A ring over the node's ranks, then one over the nodes; `fraction`: 2
@@ -631,7 +665,7 @@ Estimate price(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int globa
       // parameters after the step — with overlap_param_gather during the
       // next step's first forward pass, each part waiting for its own.
       const double scatter = hierarchical(grad_bytes, 1.0);
-      const double gather = hierarchical(params * kFp16, 1.0);
+      const double gather = hierarchical(trained * kFp16, 1.0);
       e.dp_comm_time =
           !p.overlap_dp ? scatter + gather
                         : std::max(0.0, scatter - backward) +
@@ -647,7 +681,7 @@ Estimate price(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int globa
   }
   // Optimizer: AdamW streams fp32 master, moments and gradients, writes fp16 params.
   e.optimizer_time =
-      params / (p.zero1 ? p.dp : 1) * 30.0 / (c.memory_bandwidth * c.memory_efficiency);
+      trained / (p.zero1 ? p.dp : 1) * 30.0 / (c.memory_bandwidth * c.memory_efficiency);
   e.step_time = e.pipeline_time + e.dp_comm_time + embedding_sync + e.optimizer_time;
 
   // ---- throughput
@@ -658,8 +692,8 @@ Estimate price(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int globa
 
   // ---- memory per GPU (Korthikanti et al. 2022 for activations)
   e.weights_bytes = params * 2.0;
-  e.gradient_bytes = params * 4.0;
-  e.optimizer_bytes = params * 12.0 / (p.zero1 ? p.dp : 1);
+  e.gradient_bytes = trained * 4.0;
+  e.optimizer_bytes = trained * 12.0 / (p.zero1 ? p.dp : 1);
   const double sbh = s * b * h;
   // Attention's share beyond the 34 sbh of a layer: softmax output, dropout
   // mask and output of the (s x s) scores (5as/h), or with fused attention

@@ -9,6 +9,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <exception>
 #include <filesystem>
 #include <fstream>
@@ -136,6 +137,46 @@ void check_training_state_fits(const Config& config, int dp, Device device, int 
                     " GB of memory (tp and pp split it; parallel.zero: 1 shards the "
                     "optimizer's part over dp)");
 }
+
+// Writes a model whose LoRA adapters are merged into their weights (W +
+// scale B A) under the model's own names. Tensors come in any order (a
+// tensor-parallel model's registration order has each weight before its
+// adapters, a pipeline's sorted names have them after); a weight, and
+// whatever comes after it, waits until its two adapters have come.
+class MergingWriter {
+ public:
+  MergingWriter(io::Gpt2Writer& writer, std::set<std::string> adapted, double scale)
+      : writer_(writer), adapted_(std::move(adapted)), scale_(scale) {}
+
+  void write(const std::string& name, const Tensor& t) {
+    if (nn::is_lora_adapter(name)) {
+      adapters_[name] = t.detach();
+    } else {
+      waiting_.emplace_back(name, t.detach());
+    }
+    while (!waiting_.empty()) {
+      const auto& [next, w] = waiting_.front();
+      if (adapted_.count(next)) {
+        const std::string stem = next.substr(0, next.size() - std::string("weight").size());
+        auto a = adapters_.find(stem + "lora_a"), b = adapters_.find(stem + "lora_b");
+        if (a == adapters_.end() || b == adapters_.end()) return;
+        writer_.write(next, nn::merge_lora(w, a->second, b->second, scale_));
+        adapters_.erase(a);
+        adapters_.erase(b);
+      } else {
+        writer_.write(next, w);
+      }
+      waiting_.pop_front();
+    }
+  }
+
+ private:
+  io::Gpt2Writer& writer_;
+  std::set<std::string> adapted_;
+  double scale_;
+  std::deque<std::pair<std::string, Tensor>> waiting_;
+  std::map<std::string, Tensor> adapters_;
+};
 
 // The learning-rate schedule; with train.epochs, whose steps are known once
 // the data is read, a constant stand-in the trainer replaces then.
@@ -498,8 +539,9 @@ std::map<std::string, std::string> Trainer::layout() const {
                     (m.kv_heads() != m.n_head ? " kv " + std::to_string(m.kv_heads()) : "") +
                     " vocab " + std::to_string(m.vocab_size) + " seq " +
                     std::to_string(m.seq_len)}};
-  // Which parameters hold optimizer state (patterns hold no whitespace).
-  // Without train.freeze no key: earlier checkpoints' layouts read the same.
+  // LoRA's adapters and their scale (a checkpoint read as a model merges
+  // them with it). Without them no key: earlier checkpoints' layouts read
+  // the same.
   if (m.lora.rank > 0) {
     std::string targets;
     for (const std::string& t : m.lora.targets) targets += (targets.empty() ? "" : ",") + t;
@@ -507,6 +549,8 @@ std::map<std::string, std::string> Trainer::layout() const {
     std::snprintf(scale, sizeof scale, "%.17g", m.lora_scale());
     out["lora"] = "rank=" + std::to_string(m.lora.rank) + " scale=" + scale + " targets=" + targets;
   }
+  // Which parameters hold optimizer state (patterns hold no whitespace).
+  // Without train.freeze no key, as above.
   if (!config_.train.freeze.empty()) {
     std::string patterns;
     for (const std::string& p : config_.train.freeze) patterns += (patterns.empty() ? "" : " ") + p;
@@ -1812,36 +1856,15 @@ std::vector<StepMetrics> Trainer::run() {
       writer = std::make_unique<io::Gpt2Writer>(weights, config_.model.without_lora(), layout);
     });
   }
-  // Tensors arrive in the gathering order, each weight before its
-  // adapters: a weight (and whatever follows it before they come) waits
-  // for them.
-  std::vector<std::pair<std::string, Tensor>> waiting;
-  std::map<std::string, Tensor> adapters;
+  std::optional<MergingWriter> merging;
+  if (writer && merge) merging.emplace(*writer, adapted, config_.model.lora_scale());
   auto take = [&](const std::string& name, const Tensor& t) {
     if (!writer) return;
     attempt([&] {
-      if (!merge) {
-        writer->write(name, t);
-        return;
-      }
-      if (nn::is_lora_adapter(name)) {
-        adapters[name] = t.detach();
+      if (merging) {
+        merging->write(name, t);
       } else {
-        waiting.emplace_back(name, t.detach());
-      }
-      while (!waiting.empty()) {
-        auto& [next, w] = waiting.front();
-        if (adapted.count(next)) {
-          const std::string stem = next.substr(0, next.size() - std::string("weight").size());
-          auto a = adapters.find(stem + "lora_a"), b = adapters.find(stem + "lora_b");
-          if (a == adapters.end() || b == adapters.end()) break;
-          writer->write(next, nn::merge_lora(w, a->second, b->second, config_.model.lora_scale()));
-          adapters.erase(a);
-          adapters.erase(b);
-        } else {
-          writer->write(next, w);
-        }
-        waiting.erase(waiting.begin());
+        writer->write(name, t);
       }
     });
   };

@@ -77,6 +77,43 @@ TEST(CostModel, PricesTheMlpItIsGiven) {
               1.0);
 }
 
+// model.lora: the weights are frozen and the adapters train. The weights
+// still take their memory; gradients, AdamW's state, the data-parallel
+// reduction and the optimizer step shrink to the adapters' share, and
+// backward loses the frozen layers' (and head's) weight-gradient GEMMs.
+// Read from a model section like the trainer's.
+TEST(CostModel, PricesLoraAdaptersOnFrozenWeights) {
+  const ClusterSpec c = selene();
+  const nn::GptConfig full = gpt(8, 16, 1536);
+  const nn::GptConfig lora = parse_model_spec(
+      "n_layer: 8\nn_head: 16\nd_model: 1536\nvocab_size: 51200\nseq_len: 2048\n"
+      "lora: {rank: 16, alpha: 32}\n");
+  EXPECT_EQ(lora.lora.rank, 16);
+  EXPECT_EQ(lora.lora.targets, nn::GptConfig::lora_layers());
+  const ParallelConfig p = layout(2, 2, 8, 2, Recompute::None);
+  const Estimate f = estimate(full, c, 32, 64, p), l = estimate(lora, c, 32, 64, p);
+  EXPECT_NEAR(l.weights_bytes, f.weights_bytes, 1e-3 * f.weights_bytes);
+  EXPECT_LT(l.gradient_bytes, 0.02 * f.gradient_bytes);
+  EXPECT_LT(l.optimizer_bytes, 0.02 * f.optimizer_bytes);
+  EXPECT_GT(l.gradient_bytes, 0.0);
+  EXPECT_LT(l.dp_comm_time, 0.1 * f.dp_comm_time + 1e-6);
+  EXPECT_LT(l.optimizer_time, 0.02 * f.optimizer_time);
+  // Forward about as before (the adapters' thin products on top), backward
+  // without the weight gradients' GEMMs.
+  EXPECT_LT(l.step_time, 0.9 * f.step_time);
+  EXPECT_GT(l.step_time, 0.5 * f.step_time);
+  EXPECT_NEAR(l.activation_bytes, f.activation_bytes, 1e-6 * f.activation_bytes);
+  // Adapters on the attention alone: between the two.
+  nn::GptConfig attn = lora;
+  attn.lora.targets = {"attn.c_attn", "attn.c_proj"};
+  const Estimate a = estimate(attn, c, 32, 64, p);
+  EXPECT_LT(a.step_time, f.step_time);
+  EXPECT_GT(a.step_time, l.step_time);
+  EXPECT_THROW(parse_model_spec("n_layer: 2\nn_head: 2\nd_model: 16\nvocab_size: 32\n"
+                                "seq_len: 8\nlora: {rank: 4, targets: [attn.qkv]}\n"),
+               ConfigError);
+}
+
 // An untied head is a second (V, h) table: one process holds both, while a
 // pipeline keeps one table a stage either way and no longer all-reduces
 // the embedding's gradient between the first and last stage.
