@@ -30,6 +30,7 @@
 #include "triad/dist/nccl.h"
 #include "triad/io/checkpoint.h"
 #include "triad/io/gpt2_weights.h"
+#include "triad/io/peft_adapter.h"
 #include "triad/nn/parameter_pattern.h"
 #include "triad/ops/creation.h"
 #include "triad/ops/elementwise.h"
@@ -148,9 +149,13 @@ class MergingWriter {
   MergingWriter(io::Gpt2Writer& writer, std::set<std::string> adapted, double scale)
       : writer_(writer), adapted_(std::move(adapted)), scale_(scale) {}
 
+  // Every adapter written, by name (the PEFT adapter's tensors).
+  const nn::StateDict& adapters() const { return seen_; }
+
   void write(const std::string& name, const Tensor& t) {
     if (nn::is_lora_adapter(name)) {
       adapters_[name] = t.detach();
+      seen_[name] = t.detach();
     } else {
       waiting_.emplace_back(name, t.detach());
     }
@@ -176,6 +181,7 @@ class MergingWriter {
   double scale_;
   std::deque<std::pair<std::string, Tensor>> waiting_;
   std::map<std::string, Tensor> adapters_;
+  nn::StateDict seen_;
 };
 
 // The learning-rate schedule; with train.epochs, whose steps are known once
@@ -1880,8 +1886,22 @@ std::vector<StepMetrics> Trainer::run() {
     for (const auto& [name, p] : parameters()) take(name, p);
   }
   if (writer) attempt([&] { writer->finish(); });
+  // The adapters apart too, in PEFT's format, for serving many on one base.
+  const std::string adapter_dir = config_.output_dir + "/adapter";
+  if (merging) {
+    attempt([&] {
+      io::save_peft_adapter(merging->adapters(), config_.model, adapter_dir, config_.init_from);
+    });
+  }
   if (write_error) std::rethrow_exception(write_error);
-  if (lead) spdlog::info("wrote {} and {}/metrics.jsonl", weights, config_.output_dir);
+  if (lead && merging) {
+    spdlog::info(
+        "wrote {} (LoRA merged in), the adapters in PEFT's format in {}, and "
+        "{}/metrics.jsonl",
+        weights, adapter_dir, config_.output_dir);
+  } else if (lead) {
+    spdlog::info("wrote {} and {}/metrics.jsonl", weights, config_.output_dir);
+  }
   return out;
 }
 

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <set>
 
@@ -319,6 +320,17 @@ TEST(Trainer, LoraTrainsTheAdaptersAloneAndWritesTheMergedModel) {
   EXPECT_NE(want, start.at("h.1.mlp.c_fc.weight"));
   EXPECT_EQ(to_double_vector(file.tensors.at("h.0.attn.c_proj.weight")),
             to_double_vector(contiguous(transpose(end.at("h.0.attn.c_proj.weight"), 0, 1))));
+  // And the adapters apart, in PEFT's format (GPT-2's modules).
+  const auto adapter = io::load_safetensors(dir.file("out/adapter/adapter_model.safetensors"));
+  EXPECT_EQ(adapter.tensors.size(), 2u * 3 * 2);  // 2 blocks, 3 layers, A and B
+  EXPECT_EQ(to_double_vector(
+                adapter.tensors.at("base_model.model.transformer.h.1.mlp.c_fc.lora_B.weight")),
+            to_double_vector(end.at("h.1.mlp.c_fc.lora_b")));
+  std::ifstream config(dir.file("out/adapter/adapter_config.json"));
+  const std::string text((std::istreambuf_iterator<char>(config)),
+                         std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("\"lora_alpha\": 4.0"), std::string::npos) << text;
+  EXPECT_NE(text.find("\"r\": 2"), std::string::npos) << text;
 }
 
 TEST(Trainer, RunLearnsAndWritesMetricsAndWeights) {

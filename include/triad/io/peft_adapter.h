@@ -1,0 +1,42 @@
+#pragma once
+
+// LoRA adapters (nn::GptConfig::lora) in the format of Hugging Face's PEFT
+// library: a directory holding adapter_model.safetensors and
+// adapter_config.json, which PeftModel.from_pretrained (and vLLM's LoRA
+// serving) loads onto the base model that triad-export writes.
+#include <map>
+#include <optional>
+#include <string>
+
+#include "triad/core/tensor.h"
+#include "triad/nn/gpt.h"
+#include "triad/nn/module.h"
+
+namespace triad::io {
+
+// The adapters, full tensors under Triad's names (h.N.<layer>.lora_a and
+// .lora_b), under PEFT's names for the model's Hugging Face class:
+// base_model.model.<module>.lora_A.weight (rank, in) and .lora_B.weight
+// (out, rank). GPT-2's modules keep Triad's layers (transformer.h.N.attn.
+// c_attn, ...; Conv1D, PEFT's fan_in_fan_out). The LLaMA-style classes split
+// them as their weights split: c_attn's pair becomes q_proj's, k_proj's and
+// v_proj's (each with the one A, and its rows of B), c_fc's gate_proj's
+// and up_proj's; attn.c_proj is o_proj, mlp.c_proj down_proj. Each module's
+// B A is then its rows of Triad's. A missing adapter, or one whose shape
+// does not fit the model, is a ShapeError naming it.
+std::map<std::string, Tensor> triad_lora_to_peft(const nn::StateDict& adapters,
+                                                 const nn::GptConfig& c);
+
+// adapter_config.json's text: LORA for CAUSAL_LM with r, lora_alpha (alpha,
+// or the rank when alpha is 0: PEFT scales by lora_alpha / r as Triad does),
+// the target modules by the class's names, and `base_model` (may be empty).
+std::string peft_adapter_config_json(const nn::GptConfig& c, const std::string& base_model);
+
+// Writes dir/adapter_model.safetensors (in `dtype`, else as given) and
+// dir/adapter_config.json; dir is created. ValueError for a model without
+// adapters.
+void save_peft_adapter(const nn::StateDict& adapters, const nn::GptConfig& c,
+                       const std::string& dir, const std::string& base_model = "",
+                       std::optional<DType> dtype = {});
+
+}  // namespace triad::io

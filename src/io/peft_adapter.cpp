@@ -1,0 +1,133 @@
+#include "triad/io/peft_adapter.h"
+
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <vector>
+
+#include "triad/core/error.h"
+#include "triad/io/hf_export.h"
+#include "triad/io/safetensors.h"
+#include "triad/ops/elementwise.h"
+#include "triad/ops/shape_ops.h"
+
+namespace triad::io {
+
+namespace {
+
+bool is_gpt2(const nn::GptConfig& c) {
+  return std::string(hf_model_type(c)) == "gpt2";
+}
+
+// A Hugging Face module that takes rows [first, first + rows) of a Triad
+// layer's output (its B's rows; A whole).
+struct Piece {
+  std::string module;
+  int64_t first, rows;
+};
+
+// The modules layer `layer` ("attn.c_attn", ...) of block `i` becomes.
+std::vector<Piece> pieces_of(const nn::GptConfig& c, int64_t i, const std::string& layer) {
+  const std::string n = std::to_string(i);
+  if (is_gpt2(c)) return {{"transformer.h." + n + "." + layer, 0, -1}};
+  const std::string hf = "model.layers." + n + ".";
+  const int64_t Q = c.q_width(), KV = c.kv_heads() * c.head_dim(), F = c.ffn();
+  if (layer == "attn.c_attn") {
+    return {{hf + "self_attn.q_proj", 0, Q},
+            {hf + "self_attn.k_proj", Q, KV},
+            {hf + "self_attn.v_proj", Q + KV, KV}};
+  }
+  if (layer == "attn.c_proj") return {{hf + "self_attn.o_proj", 0, -1}};
+  if (layer == "mlp.c_fc") return {{hf + "mlp.gate_proj", 0, F}, {hf + "mlp.up_proj", F, F}};
+  return {{hf + "mlp.down_proj", 0, -1}};
+}
+
+// The module names (the last part) PEFT's target_modules lists for a layer.
+std::vector<std::string> target_names(const nn::GptConfig& c, const std::string& layer) {
+  std::vector<std::string> out;
+  for (const Piece& p : pieces_of(c, 0, layer)) {
+    const std::string last = p.module.substr(p.module.rfind('.') + 1);
+    // GPT-2's two c_proj layers share a name; PEFT matches by suffix, so
+    // each is named with its parent (attn.c_proj, mlp.c_proj).
+    out.push_back(is_gpt2(c) ? layer : last);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::map<std::string, Tensor> triad_lora_to_peft(const nn::StateDict& adapters,
+                                                 const nn::GptConfig& c) {
+  if (c.lora.rank <= 0) throw ValueError("PEFT adapter: the model has no LoRA adapters");
+  const auto shapes = nn::gpt_parameter_shapes(c);
+  std::map<std::string, Tensor> out;
+  for (int64_t i = 0; i < c.n_layer; ++i) {
+    for (const std::string& layer : c.lora.targets) {
+      const std::string stem = "h." + std::to_string(i) + "." + layer + ".";
+      Tensor ab[2];
+      for (int k = 0; k < 2; ++k) {
+        const std::string name = stem + (k == 0 ? "lora_a" : "lora_b");
+        auto it = adapters.find(name);
+        if (it == adapters.end()) throw ShapeError("PEFT adapter: missing '" + name + "'");
+        if (it->second.shape() != shapes.at(name)) {
+          throw ShapeError("PEFT adapter: '" + name + "' is " + shape_str(it->second.shape()) +
+                           ", the model's " + shape_str(shapes.at(name)));
+        }
+        ab[k] = it->second;
+      }
+      for (const Piece& p : pieces_of(c, i, layer)) {
+        const std::string to = "base_model.model." + p.module;
+        out[to + ".lora_A.weight"] = contiguous(ab[0]).detach();
+        out[to + ".lora_B.weight"] = p.rows < 0
+                                         ? contiguous(ab[1]).detach()
+                                         : contiguous(narrow(ab[1], 0, p.first, p.rows)).detach();
+      }
+    }
+  }
+  return out;
+}
+
+std::string peft_adapter_config_json(const nn::GptConfig& c, const std::string& base_model) {
+  if (c.lora.rank <= 0) throw ValueError("PEFT adapter: the model has no LoRA adapters");
+  std::vector<std::string> targets;
+  for (const std::string& layer : c.lora.targets) {
+    for (const std::string& t : target_names(c, layer)) targets.push_back(t);
+  }
+  nlohmann::ordered_json j;
+  j["peft_type"] = "LORA";
+  j["task_type"] = "CAUSAL_LM";
+  j["base_model_name_or_path"] = base_model;
+  j["r"] = c.lora.rank;
+  j["lora_alpha"] = c.lora.alpha > 0 ? c.lora.alpha : static_cast<double>(c.lora.rank);
+  j["lora_dropout"] = 0.0;
+  j["target_modules"] = targets;
+  j["fan_in_fan_out"] = is_gpt2(c);  // GPT-2's Conv1D weights are stored [in, out]
+  j["bias"] = "none";
+  j["use_rslora"] = false;
+  j["inference_mode"] = true;
+  return j.dump(2) + "\n";
+}
+
+void save_peft_adapter(const nn::StateDict& adapters, const nn::GptConfig& c,
+                       const std::string& dir, const std::string& base_model,
+                       std::optional<DType> dtype) {
+  std::map<std::string, Tensor> tensors = triad_lora_to_peft(adapters, c);
+  if (dtype) {
+    for (auto& [name, t] : tensors) {
+      if (t.dtype() != *dtype) t = cast(t, *dtype).detach();
+    }
+  }
+  const std::string config = peft_adapter_config_json(c, base_model);
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) throw IoError("PEFT adapter: cannot create '" + dir + "': " + ec.message());
+  save_safetensors(dir + "/adapter_model.safetensors", tensors, {{"format", "pt"}});
+  const std::string path = dir + "/adapter_config.json";
+  std::ofstream f(path, std::ios::trunc);
+  f << config;
+  f.flush();
+  if (!f) throw IoError("PEFT adapter: cannot write '" + path + "'");
+}
+
+}  // namespace triad::io

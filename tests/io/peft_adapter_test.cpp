@@ -1,0 +1,142 @@
+// LoRA adapters in PEFT's format: each Hugging Face module's B A is its rows
+// of Triad's layer's (so the exported base plus the adapter is the merged
+// model, module by module), the names are PEFT's, and adapter_config.json
+// says what PEFT needs to scale and place them.
+#include "triad/io/peft_adapter.h"
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+
+#include "support/expect_error.h"
+#include "support/temp_dir.h"
+#include "triad/io/hf_export.h"
+#include "triad/io/safetensors.h"
+#include "triad/ops.h"
+
+namespace triad::io {
+namespace {
+
+using triad::testing::expect_error;
+
+nn::GptConfig llama_like() {
+  nn::GptConfig c{.n_layer = 2, .n_head = 4, .d_model = 16, .vocab_size = 40, .seq_len = 8};
+  c.n_kv_head = 2;
+  c.activation = nn::Activation::SwiGlu;
+  c.ffn_hidden_size = 24;
+  c.normalization = nn::Normalization::RmsNorm;
+  c.position_embedding = nn::PositionEmbedding::Rotary;
+  c.linear_bias = false;
+  c.tie_embeddings = false;
+  c.lora = {.rank = 3, .alpha = 6, .targets = nn::GptConfig::lora_layers()};
+  return c;
+}
+
+// A model's state with random adapters (B too).
+nn::StateDict random_state(const nn::GptConfig& c) {
+  nn::StateDict out;
+  uint64_t stream = 1;
+  for (const auto& [name, shape] : nn::gpt_parameter_shapes(c))
+    out[name] = randn(shape, 9, stream++, 0.3);
+  return out;
+}
+
+TEST(PeftAdapter, EachModulesProductIsItsRowsOfTheMergedLayer) {
+  const nn::GptConfig c = llama_like();
+  const nn::StateDict state = random_state(c);
+  nn::StateDict base, merged, adapters;
+  for (const auto& [name, t] : state) {
+    if (nn::is_lora_adapter(name)) {
+      adapters[name] = t;
+      continue;
+    }
+    base[name] = t;
+    const std::string stem = name.substr(0, name.size() - std::string("weight").size());
+    merged[name] = state.count(stem + "lora_a") ? nn::merge_lora(t, state.at(stem + "lora_a"),
+                                                                 state.at(stem + "lora_b"), 2.0)
+                                                : t;
+  }
+  const auto peft = triad_lora_to_peft(adapters, c);
+  // q, k, v, o, gate, up and down in each of the two blocks, A and B each.
+  EXPECT_EQ(peft.size(), 2u * 7 * 2);
+  const auto hf_base = triad_to_hf(base, c.without_lora());
+  const auto hf_merged = triad_to_hf(merged, c.without_lora());
+  size_t modules = 0;
+  for (const auto& [name, a] : peft) {
+    const std::string tail = ".lora_A.weight";
+    if (name.size() < tail.size() || name.compare(name.size() - tail.size(), tail.size(), tail))
+      continue;
+    const std::string module =
+        name.substr(std::string("base_model.model.").size(), name.size() - tail.size() - 17);
+    const Tensor& b = peft.at("base_model.model." + module + ".lora_B.weight");
+    EXPECT_EQ(a.size(0), 3) << module;
+    const auto got =
+        to_double_vector(add(hf_base.at(module + ".weight"), scale(matmul(b, a), 2.0)));
+    const auto want = to_double_vector(hf_merged.at(module + ".weight"));
+    ASSERT_EQ(got.size(), want.size()) << module;
+    for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-5) << module << i;
+    ++modules;
+  }
+  EXPECT_EQ(modules, 14u);
+  EXPECT_TRUE(peft.count("base_model.model.model.layers.1.self_attn.k_proj.lora_B.weight"));
+  EXPECT_EQ(peft.at("base_model.model.model.layers.1.self_attn.k_proj.lora_B.weight").shape(),
+            (Shape{8, 3}));  // two key/value heads of 4
+  EXPECT_EQ(peft.at("base_model.model.model.layers.0.mlp.up_proj.lora_B.weight").shape(),
+            (Shape{24, 3}));
+
+  const auto config = nlohmann::json::parse(peft_adapter_config_json(c, "/models/base"));
+  EXPECT_EQ(config.at("peft_type"), "LORA");
+  EXPECT_EQ(config.at("r"), 3);
+  EXPECT_EQ(config.at("lora_alpha"), 6.0);
+  EXPECT_EQ(config.at("fan_in_fan_out"), false);
+  EXPECT_EQ(config.at("base_model_name_or_path"), "/models/base");
+  EXPECT_EQ(config.at("target_modules"),
+            (std::vector<std::string>{"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
+                                      "up_proj", "down_proj"}));
+}
+
+TEST(PeftAdapter, Gpt2KeepsItsConv1DLayersAndTheFilesRoundTrip) {
+  nn::GptConfig c{.n_layer = 2, .n_head = 2, .d_model = 8, .vocab_size = 20, .seq_len = 8};
+  c.lora = {.rank = 2, .alpha = 0, .targets = {"attn.c_attn", "mlp.c_proj"}};
+  nn::StateDict adapters;
+  for (auto& [name, t] : random_state(c)) {
+    if (nn::is_lora_adapter(name)) adapters[name] = t;
+  }
+  const auto peft = triad_lora_to_peft(adapters, c);
+  ASSERT_EQ(peft.size(), 8u);
+  EXPECT_EQ(to_double_vector(peft.at("base_model.model.transformer.h.1.attn.c_attn.lora_B.weight")),
+            to_double_vector(adapters.at("h.1.attn.c_attn.lora_b")));
+  EXPECT_EQ(peft.at("base_model.model.transformer.h.0.mlp.c_proj.lora_A.weight").shape(),
+            (Shape{2, 32}));
+  triad::testing::TempDir dir;
+  save_peft_adapter(adapters, c, dir.file("adapter"), "", DType::BF16);
+  const auto file = load_safetensors(dir.file("adapter/adapter_model.safetensors"));
+  ASSERT_EQ(file.tensors.size(), 8u);
+  for (const auto& [name, t] : peft) {
+    EXPECT_EQ(file.tensors.at(name).dtype(), DType::BF16) << name;
+    EXPECT_EQ(to_double_vector(file.tensors.at(name)), to_double_vector(cast(t, DType::BF16)));
+  }
+  std::ifstream in(dir.file("adapter/adapter_config.json"));
+  const auto config = nlohmann::json::parse(in);
+  EXPECT_EQ(config.at("lora_alpha"), 2.0);  // alpha 0: the rank
+  EXPECT_EQ(config.at("fan_in_fan_out"), true);
+  EXPECT_EQ(config.at("target_modules"), (std::vector<std::string>{"attn.c_attn", "mlp.c_proj"}));
+}
+
+TEST(PeftAdapter, MissingAdaptersAndModelsWithoutThemAreNamed) {
+  nn::GptConfig c = llama_like();
+  nn::StateDict adapters;
+  for (auto& [name, t] : random_state(c)) {
+    if (nn::is_lora_adapter(name) && name != "h.1.mlp.c_fc.lora_b") adapters[name] = t;
+  }
+  expect_error([&] { triad_lora_to_peft(adapters, c); }, {"missing 'h.1.mlp.c_fc.lora_b'"});
+  adapters["h.1.mlp.c_fc.lora_b"] = zeros({5, 3});
+  expect_error([&] { triad_lora_to_peft(adapters, c); },
+               {"'h.1.mlp.c_fc.lora_b' is [5, 3], the model's [48, 3]"});
+  expect_error([&] { triad_lora_to_peft(adapters, c.without_lora()); }, {"no LoRA adapters"});
+}
+
+}  // namespace
+}  // namespace triad::io
