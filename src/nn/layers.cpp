@@ -18,15 +18,17 @@ Linear::Linear(int64_t in_features, int64_t out_features, bool bias, DType dtype
   if (bias) bias_ = register_parameter("bias", zeros({out_features}, dtype));
 }
 
-void Linear::enable_lora(int64_t rank, double scale) {
-  if (has_lora()) throw ValueError("Linear::enable_lora: the layer has adapters already");
-  if (rank <= 0) throw ValueError("Linear::enable_lora: rank " + std::to_string(rank) + " <= 0");
+void LinearBase::enable_lora(int64_t rank, double scale) {
+  if (has_lora()) throw ValueError("enable_lora: the layer has adapters already");
+  if (!weight_.defined() || weight_.dim() != 2)
+    throw ValueError("enable_lora: the layer has no 2-d weight to adapt");
+  if (rank <= 0) throw ValueError("enable_lora: rank " + std::to_string(rank) + " <= 0");
   lora_a_ = register_parameter("lora_a", zeros({rank, weight_.size(1)}, weight_.dtype()));
   lora_b_ = register_parameter("lora_b", zeros({weight_.size(0), rank}, weight_.dtype()));
   lora_scale_ = scale;
 }
 
-Tensor Linear::add_lora(const Tensor& y, const Tensor& x) const {
+Tensor LinearBase::add_lora(const Tensor& y, const Tensor& x) const {
   if (!has_lora()) return y;
   return add(y, scale(linear(linear(x, lora_a_), lora_b_), lora_scale_));
 }

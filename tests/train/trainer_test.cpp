@@ -333,6 +333,34 @@ TEST(Trainer, LoraTrainsTheAdaptersAloneAndWritesTheMergedModel) {
   EXPECT_NE(text.find("\"r\": 2"), std::string::npos) << text;
 }
 
+// LoRA under bf16: the frozen weights stay the bf16 values they were
+// rounded to once (no f32 master for them), while the adapters step from
+// f32 masters and the loss falls.
+TEST(Trainer, LoraInBf16KeepsTheRoundedBaseAndTrainsTheAdapters) {
+  TempDir dir;
+  Config c = small_config(dir, 2);
+  c.train.steps = 8;
+  c.train.lr = 3e-2;
+  c.train.precision = "bf16";
+  c.model.lora = {.rank = 4, .alpha = 8, .targets = nn::GptConfig::lora_layers()};
+  Trainer t(c);
+  std::map<std::string, std::vector<double>> start;
+  for (const auto& [name, v] : t.full_state_dict()) {
+    EXPECT_EQ(v.dtype(), DType::BF16) << name;
+    start[name] = to_double_vector(v);
+  }
+  std::vector<StepMetrics> steps;
+  for (int64_t k = 0; k < 8; ++k) steps.push_back(t.step(k));
+  EXPECT_LT(steps.back().loss, steps.front().loss);
+  for (const auto& [name, v] : t.full_state_dict()) {
+    if (nn::is_lora_adapter(name) && name.back() == 'b') {
+      EXPECT_NE(to_double_vector(v), start.at(name)) << name;
+    } else if (!nn::is_lora_adapter(name)) {
+      EXPECT_EQ(to_double_vector(v), start.at(name)) << name << " moved";
+    }
+  }
+}
+
 TEST(Trainer, RunLearnsAndWritesMetricsAndWeights) {
   TempDir dir;
   Config c = small_config(dir, 2);

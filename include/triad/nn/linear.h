@@ -7,8 +7,32 @@
 
 namespace triad::nn {
 
+// What every linear layer (Linear, and the tensor-parallel ones in
+// parallel/tensor/layers.h) holds: a weight (out, in) — its shard under
+// tensor parallelism — a bias, and LoRA's adapters, registered on the
+// layer so that they are named after it (<layer>.lora_a, .lora_b).
+class LinearBase : public Module {
+ public:
+  // Adds adapters lora_a (rank, in) and lora_b (out, rank) of the weight's
+  // shape, zeros until the model initialises them; the layer then adds
+  // scale * lora_b @ lora_a @ x (add_lora). Call after the weight exists.
+  void enable_lora(int64_t rank, double scale);
+  bool has_lora() const { return lora_a_.defined(); }
+
+ protected:
+  // y + scale * B (A x); y itself without adapters.
+  Tensor add_lora(const Tensor& y, const Tensor& x) const;
+
+  Tensor weight_;
+  Tensor bias_;
+
+ private:
+  Tensor lora_a_, lora_b_;
+  double lora_scale_ = 0;
+};
+
 // y = x @ weight^T + bias with weight (out_features, in_features).
-class Linear : public Module {
+class Linear : public LinearBase {
  public:
   Linear(int64_t in_features, int64_t out_features, bool bias = true, DType dtype = DType::F32);
   Tensor forward(const Tensor& x) const;
@@ -20,19 +44,6 @@ class Linear : public Module {
   Tensor forward_after_gelu(const LinearGelu& in) const;
   Tensor& weight() { return weight_; }
   Tensor& bias() { return bias_; }
-  // Adds LoRA adapters lora_a (rank, in) and lora_b (out, rank), zeros until
-  // the model initialises them: forward then adds scale * lora_b @ lora_a @ x.
-  void enable_lora(int64_t rank, double scale);
-  bool has_lora() const { return lora_a_.defined(); }
-
- private:
-  // scale * B (A x), or x's product with W alone when there are no adapters.
-  Tensor add_lora(const Tensor& y, const Tensor& x) const;
-
-  Tensor weight_;
-  Tensor bias_;
-  Tensor lora_a_, lora_b_;
-  double lora_scale_ = 0;
 };
 
 }  // namespace triad::nn

@@ -43,16 +43,6 @@ ColumnParallelLinear::ColumnParallelLinear(int64_t in, const std::vector<int64_t
   if (bias) bias_ = register_parameter("bias", zeros({local}));
 }
 
-void ColumnParallelLinear::enable_lora(int64_t rank, double scale) {
-  if (has_lora()) throw ValueError("ColumnParallelLinear::enable_lora: adapters already");
-  if (rank <= 0) {
-    throw ValueError("ColumnParallelLinear::enable_lora: rank " + std::to_string(rank) + " <= 0");
-  }
-  lora_a_ = register_parameter("lora_a", zeros({rank, weight_.size(1)}, weight_.dtype()));
-  lora_b_ = register_parameter("lora_b", zeros({weight_.size(0), rank}, weight_.dtype()));
-  lora_scale_ = scale;
-}
-
 // The region's entry is fused into the linear node, so the input
 // gradient's collective overlaps the weight gradient's GEMM. With adapters
 // the entry is an op of its own: the layer's and the adapters' input
@@ -63,8 +53,7 @@ Tensor ColumnParallelLinear::forward(const Tensor& x) const {
     const Tensor in = group_->size() == 1 ? x
                       : sp_               ? gather_from_sequence_region(x, group_)
                                           : copy_to_region(x, group_);
-    const Tensor low = linear(linear(in, lora_a_), lora_b_);
-    return add(linear(in, weight_, bias_), scale(low, lora_scale_));
+    return add_lora(linear(in, weight_, bias_), in);
   }
   const RegionInput in = enter_region(x, group_, sp_);
   return linear(in.input, weight_, bias_, in.comm);
@@ -99,21 +88,6 @@ Tensor finish_row_parallel(const Tensor& partial, const Tensor& bias,
   return bias.defined() ? add(y, bias) : y;
 }
 }  // namespace
-
-void RowParallelLinear::enable_lora(int64_t rank, double scale) {
-  if (has_lora()) throw ValueError("RowParallelLinear::enable_lora: adapters already");
-  if (rank <= 0) {
-    throw ValueError("RowParallelLinear::enable_lora: rank " + std::to_string(rank) + " <= 0");
-  }
-  lora_a_ = register_parameter("lora_a", zeros({rank, weight_.size(1)}, weight_.dtype()));
-  lora_b_ = register_parameter("lora_b", zeros({weight_.size(0), rank}, weight_.dtype()));
-  lora_scale_ = scale;
-}
-
-Tensor RowParallelLinear::add_lora(const Tensor& partial, const Tensor& x) const {
-  if (!has_lora()) return partial;
-  return add(partial, scale(linear(linear(x, lora_a_), lora_b_), lora_scale_));
-}
 
 Tensor RowParallelLinear::forward(const Tensor& x) const {
   return finish_row_parallel(add_lora(linear(x, weight_), x), bias_, group_, sp_);

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "triad/dist/process_group.h"
+#include "triad/nn/linear.h"
 #include "triad/nn/module.h"
 #include "triad/ops/linalg.h"
 #include "triad/parallel/tensor/shard.h"
@@ -19,7 +20,7 @@ namespace triad::tp {
 // of different sizes, each split separately (grouped-query QKV: q, k, v),
 // at whole `units` (heads; a block of fewer heads than ranks is shared, see
 // ShardSpec::units). `bias` false: no b.
-class ColumnParallelLinear : public nn::Module {
+class ColumnParallelLinear : public nn::LinearBase {
  public:
   ColumnParallelLinear(int64_t in, int64_t out, dist::ProcessGroupPtr group, bool sequence_parallel,
                        int groups = 1, bool bias = true);
@@ -32,11 +33,9 @@ class ColumnParallelLinear : public nn::Module {
   LinearGelu forward_gelu(const Tensor& x) const;
   const ShardSpec& weight_spec() const { return weight_spec_; }
   const ShardSpec& bias_spec() const { return bias_spec_; }
-  // LoRA adapters (nn::Linear::enable_lora): lora_a (rank, in) whole on
-  // every rank, its gradient a partial sum over the group (each rank's
-  // output rows contribute); lora_b (out, rank) split as the weight's rows.
-  void enable_lora(int64_t rank, double scale);
-  bool has_lora() const { return lora_a_.defined(); }
+  // LoRA's adapters (enable_lora): lora_a (rank, in) whole on every rank,
+  // its gradient a partial sum over the group (each rank's output rows
+  // contribute); lora_b (out, rank) split as the weight's rows.
   static ShardSpec lora_a_spec() { return ShardSpec::replicated(true); }
   const ShardSpec& lora_b_spec() const { return weight_spec_; }
 
@@ -44,15 +43,12 @@ class ColumnParallelLinear : public nn::Module {
   dist::ProcessGroupPtr group_;
   bool sp_;
   ShardSpec weight_spec_, bias_spec_;
-  Tensor weight_, bias_;
-  Tensor lora_a_, lora_b_;
-  double lora_scale_ = 0;
 };
 
 // Y = X A^T + b with A split by input columns: the input arrives split
 // (B, T, in/tp); partial products are all-reduced (or reduce-scattered along
 // T with sequence parallelism), then the replicated bias (if `bias`) is added.
-class RowParallelLinear : public nn::Module {
+class RowParallelLinear : public nn::LinearBase {
  public:
   RowParallelLinear(int64_t in, int64_t out, dist::ProcessGroupPtr group, bool sequence_parallel,
                     bool bias = true);
@@ -62,25 +58,18 @@ class RowParallelLinear : public nn::Module {
   Tensor forward_after_gelu(const LinearGelu& in) const;
   const ShardSpec& weight_spec() const { return weight_spec_; }
   const ShardSpec& bias_spec() const { return bias_spec_; }
-  // LoRA adapters: lora_a (rank, in) split as the weight's columns, so each
-  // rank's B A x is a partial sum that joins the layer's own before the
-  // group sums it (no collective of their own); lora_b (out, rank) whole
-  // on every rank, its gradient a partial sum over the group.
-  void enable_lora(int64_t rank, double scale);
-  bool has_lora() const { return lora_a_.defined(); }
+  // LoRA's adapters (enable_lora): lora_a (rank, in) split as the
+  // weight's columns, so each rank's B A x is a partial sum that joins the
+  // layer's own before the group sums it (no collective of their own);
+  // lora_b (out, rank) whole on every rank, its gradient a partial sum over
+  // the group.
   const ShardSpec& lora_a_spec() const { return weight_spec_; }
   static ShardSpec lora_b_spec() { return ShardSpec::replicated(true); }
 
  private:
-  // partial + scale * B (A x) when the layer has adapters.
-  Tensor add_lora(const Tensor& partial, const Tensor& x) const;
-
   dist::ProcessGroupPtr group_;
   bool sp_;
   ShardSpec weight_spec_, bias_spec_;
-  Tensor weight_, bias_;
-  Tensor lora_a_, lora_b_;
-  double lora_scale_ = 0;
 };
 
 // Token embedding with the (padded) vocabulary split by rows: each rank looks
