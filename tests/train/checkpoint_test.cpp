@@ -78,6 +78,20 @@ TEST(Checkpoint, ResumedRunReproducesTheUninterruptedLossesBitwise) {
   EXPECT_EQ(steps, (std::vector<int64_t>{1, 2, 3, 4, 5, 6, 7, 8}));
 }
 
+// Resumed from the checkpoint of step 2 (`resumed` in auto mode), a run of
+// 4 steps gives `whole`'s last two losses and norms bit for bit.
+void expect_resumes_from_step_2_bitwise(const TempDir& dir, const Config& resumed,
+                                        const std::vector<StepMetrics>& whole) {
+  point_latest_to(dir, 2);
+  Trainer again(resumed);
+  const auto rest = again.run();
+  ASSERT_EQ(rest.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(rest[i].loss, whole[2 + i].loss) << "step " << rest[i].step;
+    EXPECT_EQ(rest[i].grad_norm, whole[2 + i].grad_norm);
+  }
+}
+
 // train.freeze: a run with frozen parameters resumes bit for bit; resumed
 // with them unfrozen, it starts from the same weights (the same loss) and
 // trains them from zero moments (their checkpoint holds no optimizer state).
@@ -96,16 +110,7 @@ TEST(Checkpoint, AFrozenRunResumesBitwiseAndCanBeUnfrozen) {
     whole = t.run();
     for (const auto& [name, v] : t.full_state_dict()) end[name] = to_double_vector(v);
   }
-  point_latest_to(dir, 2);
-  {
-    Trainer again(frozen_config(4, 0, "auto"));
-    const auto rest = again.run();
-    ASSERT_EQ(rest.size(), 2u);
-    for (size_t i = 0; i < 2; ++i) {
-      EXPECT_EQ(rest[i].loss, whole[2 + i].loss) << "step " << rest[i].step;
-      EXPECT_EQ(rest[i].grad_norm, whole[2 + i].grad_norm);
-    }
-  }
+  expect_resumes_from_step_2_bitwise(dir, frozen_config(4, 0, "auto"), whole);
   point_latest_to(dir, 2);
   Trainer unfrozen(config(dir, 4, 0, "auto"));
   const auto rest = unfrozen.run();
@@ -143,16 +148,7 @@ TEST(Checkpoint, ALoraRunResumesBitwiseAndItsCheckpointLoadsMerged) {
     Trainer t(lora_config(4, 2, "never"));
     whole = t.run();
   }
-  point_latest_to(dir, 2);
-  {
-    Trainer again(lora_config(4, 0, "auto"));
-    const auto rest = again.run();
-    ASSERT_EQ(rest.size(), 2u);
-    for (size_t i = 0; i < 2; ++i) {
-      EXPECT_EQ(rest[i].loss, whole[2 + i].loss) << "step " << rest[i].step;
-      EXPECT_EQ(rest[i].grad_norm, whole[2 + i].grad_norm);
-    }
-  }
+  expect_resumes_from_step_2_bitwise(dir, lora_config(4, 0, "auto"), whole);
   Config plain = config(dir, 1, 0, "never");
   plain.init_from = dir.file("ckpt/step_2");
   plain.checkpoint.dir.clear();
