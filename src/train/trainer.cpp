@@ -18,7 +18,6 @@
 #include <numeric>
 #include <optional>
 #include <set>
-#include <sstream>
 
 #include <unistd.h>
 
@@ -31,7 +30,6 @@
 #include "triad/io/checkpoint.h"
 #include "triad/io/gpt2_weights.h"
 #include "triad/io/peft_adapter.h"
-#include "triad/nn/parameter_pattern.h"
 #include "triad/ops/creation.h"
 #include "triad/ops/elementwise.h"
 #include "triad/ops/reduce.h"
@@ -919,20 +917,23 @@ std::map<std::string, std::string> Trainer::load_resharded(const io::CheckpointI
   } else {
     for (auto& s : optimizer_->state()) state_of[s.name] = &s;
   }
-  // The parameters the writing run froze (train.freeze) have no optimizer
-  // state there; those this run trains start theirs afresh (zero moments).
-  std::set<std::string> frozen_there;
-  int64_t fresh_moments = 0;  // parameters frozen there, trained here
-  if (auto f = info.layout.find("freeze"); f != info.layout.end()) {
-    std::vector<std::string> patterns;
-    std::istringstream words(f->second);
-    for (std::string w; words >> w;) patterns.push_back(w);
-    for (const std::string& name : names) {
-      for (const std::string& pattern : patterns) {
-        if (nn::ParameterPattern(pattern).matches(name)) frozen_there.insert(name);
-      }
+  // LoRA's adapters change what the weights mean: a checkpoint resumes only
+  // with the adapters it was written with (init.from merges them instead).
+  {
+    const auto theirs = info.layout.find("lora");
+    const auto ours = layout();
+    const std::string a = theirs == info.layout.end() ? "none" : theirs->second;
+    const std::string b = ours.count("lora") ? ours.at("lora") : "none";
+    if (a != b) {
+      throw IoError("checkpoint '" + info.step_dir + "' was written with LoRA adapters " + a +
+                    ", this run has " + b +
+                    ": resume with the same model.lora, or start a new run from it with "
+                    "init.from (which merges its adapters into the weights)");
     }
   }
+  // A parameter the writing run froze (train.freeze) has no optimizer state
+  // there; if this run trains it, its moments start at zero.
+  int64_t fresh_moments = 0;
   // Every rank file's header, read by rank 0 alone and broadcast: a
   // thousand ranks do not each open a thousand files.
   const std::map<int, io::RankHeader> headers = shared_rank_headers(info);
@@ -962,7 +963,7 @@ std::map<std::string, std::string> Trainer::load_resharded(const io::CheckpointI
         }();
         Tensor& p = param_of.at(name);
         put(p, p.dtype() == DType::F32 ? w : cast(w, p.dtype()), "param/" + name);
-        if (frozen_there.count(name) && !full.count("adam_m/" + name)) {
+        if (!full.count("adam_m/" + name)) {
           // Frozen when written: only the master weight to place.
           if (zero_optimizer_ && zero_optimizer_->master().defined()) {
             for (const auto& [at, seg] : zero_of[name]) {

@@ -149,6 +149,19 @@ TEST(Checkpoint, ALoraRunResumesBitwiseAndItsCheckpointLoadsMerged) {
     whole = t.run();
   }
   expect_resumes_from_step_2_bitwise(dir, lora_config(4, 0, "auto"), whole);
+  // Resumed without them (or with others), the weights would lose what the
+  // adapters learnt: refused, naming both and the way out.
+  point_latest_to(dir, 2);
+  try {
+    Trainer(config(dir, 4, 0, "auto")).run();
+    FAIL() << "expected an IoError";
+  } catch (const IoError& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("was written with LoRA adapters rank=2 scale=1.5"), std::string::npos)
+        << msg;
+    EXPECT_NE(msg.find("this run has none"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("init.from"), std::string::npos) << msg;
+  }
   Config plain = config(dir, 1, 0, "never");
   plain.init_from = dir.file("ckpt/step_2");
   plain.checkpoint.dir.clear();
