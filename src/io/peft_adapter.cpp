@@ -100,7 +100,7 @@ std::string peft_adapter_config_json(const nn::GptConfig& c, const std::string& 
   j["base_model_name_or_path"] = base_model;
   j["r"] = c.lora.rank;
   j["lora_alpha"] = c.lora.alpha > 0 ? c.lora.alpha : static_cast<double>(c.lora.rank);
-  j["lora_dropout"] = 0.0;
+  j["lora_dropout"] = c.lora.dropout;
   j["target_modules"] = targets;
   j["fan_in_fan_out"] = is_gpt2(c);  // GPT-2's Conv1D weights are stored [in, out]
   j["bias"] = "none";

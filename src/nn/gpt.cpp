@@ -147,6 +147,10 @@ void GptConfig::validate() const {
       throw ConfigError("model.lora.alpha (" + std::to_string(lora.alpha) +
                         ") must be a finite number >= 0 (0: the rank, a scale of 1)");
     }
+    if (!(lora.dropout >= 0.0 && lora.dropout < 1.0)) {
+      throw ConfigError("model.lora.dropout (" + std::to_string(lora.dropout) +
+                        ") must be in [0, 1)");
+    }
     if (lora.targets.empty()) throw ConfigError("model.lora.targets must name at least one layer");
     std::string allowed;
     for (const std::string& l : lora_layers()) allowed += (allowed.empty() ? "" : ", ") + l;
@@ -366,6 +370,11 @@ const std::vector<std::string>& GptConfig::lora_layers() {
   return layers;
 }
 
+LoraDropout GptConfig::lora_dropout(int64_t layer, const std::string& name) const {
+  return {lora.dropout, stable_hash("lora." + std::to_string(layer) + "." + name),
+          name == "attn.c_proj" || name == "mlp.c_proj"};
+}
+
 bool GptConfig::lora_on(const std::string& layer) const {
   return lora.rank > 0 &&
          std::find(lora.targets.begin(), lora.targets.end(), layer) != lora.targets.end();
@@ -432,8 +441,12 @@ CausalSelfAttention::CausalSelfAttention(const GptConfig& cfg, int64_t layer)
       "c_attn", std::make_shared<Linear>(cfg.d_model, cfg.qkv_width(), cfg.c_attn_bias()));
   c_proj_ = register_module("c_proj",
                             std::make_shared<Linear>(cfg.q_width(), cfg.d_model, cfg.linear_bias));
-  if (cfg.lora_on("attn.c_attn")) c_attn_->enable_lora(cfg.lora.rank, cfg.lora_scale());
-  if (cfg.lora_on("attn.c_proj")) c_proj_->enable_lora(cfg.lora.rank, cfg.lora_scale());
+  if (cfg.lora_on("attn.c_attn")) {
+    c_attn_->enable_lora(cfg.lora.rank, cfg.lora_scale(), cfg.lora_dropout(layer, "attn.c_attn"));
+  }
+  if (cfg.lora_on("attn.c_proj")) {
+    c_proj_->enable_lora(cfg.lora.rank, cfg.lora_scale(), cfg.lora_dropout(layer, "attn.c_proj"));
+  }
   if (cfg.qk_norm) {
     q_norm_ = register_module(
         "q_norm", std::make_shared<LayerNorm>(cfg.head_dim(), cfg.layer_norm_eps, DType::F32, true,
@@ -444,17 +457,18 @@ CausalSelfAttention::CausalSelfAttention(const GptConfig& cfg, int64_t layer)
   }
 }
 
-Tensor CausalSelfAttention::project(const Tensor& x, const Tensor& positions, int64_t start) const {
-  Tensor qkv = c_attn_->forward(x);
+Tensor CausalSelfAttention::project(const Tensor& x, const Tensor& positions, int64_t start,
+                                    const DropoutDraw& draw) const {
+  Tensor qkv = c_attn_->forward(x, draw);
   if (q_norm_) qkv = norm_query_key_heads(qkv, heads_, *q_norm_, *k_norm_);
   if (rotary_) qkv = rotary_embedding(qkv, heads_, positions, start, rope_.theta, rope_.scaling);
   return qkv;
 }
 
 Tensor CausalSelfAttention::forward(const Tensor& x, const ForwardContext& ctx) const {
-  const Tensor qkv = project(x, ctx.positions, 0);
+  const Tensor qkv = project(x, ctx.positions, 0, ctx.draw());
   Tensor y = causal_attention(qkv, heads_, ctx.attention_starts(window_ > 0));
-  return site_dropout(c_proj_->forward(y), dropout_, ctx, layer_, "attn.resid");
+  return site_dropout(c_proj_->forward(y, ctx.draw()), dropout_, ctx, layer_, "attn.resid");
 }
 
 Tensor CausalSelfAttention::forward_cached(const Tensor& x, Tensor& k_cache, Tensor& v_cache,
@@ -463,7 +477,7 @@ Tensor CausalSelfAttention::forward_cached(const Tensor& x, Tensor& k_cache, Ten
   const int64_t B = x.size(0), n = x.size(1), H = heads_.q, D = head_dim_, C = H * D;
   const int64_t KV = heads_.kv, G = heads_.group();
   const int64_t L = start + n;  // positions attended over
-  const Tensor qkv = project(x, {}, start);
+  const Tensor qkv = project(x, {}, start, {});
   // The piece of qkv at column `at`, `h` heads wide, viewed as (B, h, n, D).
   auto heads = [&](int64_t at, int64_t h) {
     return permute(reshape(narrow(qkv, 2, at, h * D), {B, n, h, D}), {0, 2, 1, 3});
@@ -505,14 +519,19 @@ Mlp::Mlp(const GptConfig& cfg, int64_t layer)
                           std::make_shared<Linear>(cfg.d_model, cfg.fc_width(), cfg.linear_bias));
   c_proj_ =
       register_module("c_proj", std::make_shared<Linear>(cfg.ffn(), cfg.d_model, cfg.linear_bias));
-  if (cfg.lora_on("mlp.c_fc")) c_fc_->enable_lora(cfg.lora.rank, cfg.lora_scale());
-  if (cfg.lora_on("mlp.c_proj")) c_proj_->enable_lora(cfg.lora.rank, cfg.lora_scale());
+  if (cfg.lora_on("mlp.c_fc")) {
+    c_fc_->enable_lora(cfg.lora.rank, cfg.lora_scale(), cfg.lora_dropout(layer, "mlp.c_fc"));
+  }
+  if (cfg.lora_on("mlp.c_proj")) {
+    c_proj_->enable_lora(cfg.lora.rank, cfg.lora_scale(), cfg.lora_dropout(layer, "mlp.c_proj"));
+  }
 }
 
 Tensor Mlp::forward(const Tensor& x, const ForwardContext& ctx) const {
   Tensor y = activation_ != Activation::Gelu
-                 ? c_proj_->forward(gated_activation(activation_, c_fc_->forward(x)))
-                 : c_proj_->forward_after_gelu(c_fc_->forward_gelu(x));
+                 ? c_proj_->forward(gated_activation(activation_, c_fc_->forward(x, ctx.draw())),
+                                    ctx.draw())
+                 : c_proj_->forward_after_gelu(c_fc_->forward_gelu(x, ctx.draw()), ctx.draw());
   return site_dropout(y, dropout_, ctx, layer_, "mlp.resid");
 }
 

@@ -18,34 +18,55 @@ Linear::Linear(int64_t in_features, int64_t out_features, bool bias, DType dtype
   if (bias) bias_ = register_parameter("bias", zeros({out_features}, dtype));
 }
 
-void LinearBase::enable_lora(int64_t rank, double scale) {
+void LinearBase::enable_lora(int64_t rank, double scale, const LoraDropout& dropout) {
   if (has_lora()) throw ValueError("enable_lora: the layer has adapters already");
   if (!weight_.defined() || weight_.dim() != 2)
     throw ValueError("enable_lora: the layer has no 2-d weight to adapt");
   if (rank <= 0) throw ValueError("enable_lora: rank " + std::to_string(rank) + " <= 0");
+  if (!(dropout.p >= 0.0 && dropout.p < 1.0))
+    throw ValueError("enable_lora: dropout " + std::to_string(dropout.p) + " is not in [0, 1)");
   lora_a_ = register_parameter("lora_a", zeros({rank, weight_.size(1)}, weight_.dtype()));
   lora_b_ = register_parameter("lora_b", zeros({weight_.size(0), rank}, weight_.dtype()));
   lora_scale_ = scale;
+  lora_dropout_ = dropout;
+  if (lora_in_full_ > 0) lora_dropout_.by_feature = true;  // a shard's slice
 }
 
-Tensor LinearBase::add_lora(const Tensor& y, const Tensor& x) const {
+Tensor LinearBase::add_lora(const Tensor& y, const Tensor& x, const DropoutDraw& draw) const {
   if (!has_lora()) return y;
-  return add(y, scale(linear(linear(x, lora_a_), lora_b_), lora_scale_));
+  Tensor in = x;
+  const double p = lora_dropout_.p;
+  if (draw.training && p > 0.0) {
+    const int64_t features = x.size(-1), rows = x.numel() / features;
+    const int64_t full = lora_in_full_ > 0 ? lora_in_full_ : features;
+    const uint64_t call = draw.call * static_cast<uint64_t>(rows * full);
+    if (!lora_dropout_.by_feature) {
+      in = dropout(x, p, draw.seed, lora_dropout_.stream, call);
+    } else {
+      // The transposed input's flat index is f * M + m: a shard's features
+      // are one contiguous run of the whole's counters.
+      const Tensor t = contiguous(transpose(reshape(x, {rows, features}), 0, 1));
+      const Tensor d = dropout(t, p, draw.seed, lora_dropout_.stream,
+                               call + static_cast<uint64_t>(lora_in_offset_ * rows));
+      in = reshape(contiguous(transpose(d, 0, 1)), x.shape());
+    }
+  }
+  return add(y, scale(linear(linear(in, lora_a_), lora_b_), lora_scale_));
 }
 
-Tensor Linear::forward(const Tensor& x) const {
-  return add_lora(linear(x, weight_, bias_), x);
+Tensor Linear::forward(const Tensor& x, const DropoutDraw& draw) const {
+  return add_lora(linear(x, weight_, bias_), x, draw);
 }
 
-LinearGelu Linear::forward_gelu(const Tensor& x) const {
+LinearGelu Linear::forward_gelu(const Tensor& x, const DropoutDraw& draw) const {
   if (!has_lora()) return linear_gelu_parts(x, weight_, bias_);
   // (The adapters join the pre-activation, so GELU cannot be fused in.)
-  const Tensor pre = forward(x);
+  const Tensor pre = forward(x, draw);
   return {pre, gelu(pre)};
 }
 
-Tensor Linear::forward_after_gelu(const LinearGelu& in) const {
-  return add_lora(linear_after_gelu(in, weight_, bias_), in.act);
+Tensor Linear::forward_after_gelu(const LinearGelu& in, const DropoutDraw& draw) const {
+  return add_lora(linear_after_gelu(in, weight_, bias_), in.act, draw);
 }
 
 LayerNorm::LayerNorm(int64_t features, double eps, DType dtype, bool rms, bool unit_offset)

@@ -3,6 +3,7 @@
 #include "triad/plan/cost_model.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <map>
 #include <mutex>
@@ -53,7 +54,48 @@ struct LayerCost {
   // GEMMs when B and W run together (each input gradient's collective runs
   // during its own layer's dW).
   double bwd_tp_hidden = 0;
+  bool backward = true;  // false: a frozen leading layer, forward only
 };
+
+// Whether parameter `name` trains: under model.lora only the adapters, and
+// never what ParallelConfig::frozen holds fixed.
+bool trains(const nn::GptConfig& m, const ParallelConfig& p, const std::string& name) {
+  return (m.lora.rank <= 0 || nn::is_lora_adapter(name)) && !p.frozen.count(name);
+}
+
+// What a layer's backward pass computes: which of its four weights
+// (attn.c_attn, attn.c_proj, mlp.c_fc, mlp.c_proj) take a gradient, and
+// whether the pass reaches the layer at all — it does not when nothing in
+// it or before it (the token and position tables included) trains, since
+// then nothing asks for its input gradients.
+struct LayerTraining {
+  std::array<bool, 4> weights = {true, true, true, true};
+  bool backward = true;
+  auto operator<=>(const LayerTraining&) const = default;
+};
+
+// Each layer's LayerTraining, in layer order.
+std::vector<LayerTraining> layer_training(const nn::GptConfig& m, const ParallelConfig& p) {
+  std::vector<LayerTraining> out(static_cast<size_t>(m.n_layer));
+  if (m.lora.rank <= 0 && p.frozen.empty()) return out;
+  const std::map<std::string, Shape> shapes = nn::gpt_parameter_shapes(m);
+  static const std::array<const char*, 4> kLinears = {"attn.c_attn", "attn.c_proj", "mlp.c_fc",
+                                                      "mlp.c_proj"};
+  bool reached =
+      trains(m, p, "wte.weight") || (shapes.count("wpe.weight") && trains(m, p, "wpe.weight"));
+  for (int64_t i = 0; i < m.n_layer; ++i) {
+    const std::string prefix = "h." + std::to_string(i) + ".";
+    LayerTraining& l = out[static_cast<size_t>(i)];
+    for (size_t k = 0; k < kLinears.size(); ++k)
+      l.weights[k] = trains(m, p, prefix + kLinears[k] + ".weight");
+    for (auto it = shapes.lower_bound(prefix);
+         !reached && it != shapes.end() && it->first.compare(0, prefix.size(), prefix) == 0; ++it) {
+      reached = trains(m, p, it->first);
+    }
+    l.backward = reached;
+  }
+  return out;
+}
 
 // Fraction of the GPU a GEMM with an (M, N) output keeps busy: cuBLAS cuts
 // the output into 128 x 128 tiles, one per SM at a time, so partial tiles
@@ -82,10 +124,32 @@ LinearTimes linear_times(double tokens, double in, double out, const ClusterSpec
           gemm_time(out, in, tokens, c)};
 }
 
+// model.lora.dropout: the input widths (per rank) of a block's adapted
+// layers, whose adapters take their input again through dropout — a copy
+// kept for backward. The column-parallel layers' inputs are whole
+// (gathered under sequence parallelism), masked in one pass each way; the
+// row-parallel ones' are split and masked by feature, in three (transpose,
+// mask, transpose back). All 0 without dropout.
+struct LoraDropoutWidths {
+  double rows = 0, by_feature = 0;
+  double kept() const { return rows + by_feature; }
+  double passes() const { return rows + 3.0 * by_feature; }  // widths read and written
+};
+LoraDropoutWidths lora_dropout_widths(const nn::GptConfig& m, double t) {
+  LoraDropoutWidths w;
+  if (m.lora.rank <= 0 || m.lora.dropout <= 0.0) return w;
+  const double h = static_cast<double>(m.d_model);
+  if (m.lora_on("attn.c_attn")) w.rows += h;
+  if (m.lora_on("mlp.c_fc")) w.rows += h;
+  if (m.lora_on("attn.c_proj")) w.by_feature += static_cast<double>(m.q_width()) / t;
+  if (m.lora_on("mlp.c_proj")) w.by_feature += static_cast<double>(m.ffn()) / t;
+  return w;
+}
+
 // Layer `layer`'s costs: the layers differ only in their attention's window
 // (model.sliding_window, and the layers model.full_attention_layers exempts).
 LayerCost layer_cost(const nn::GptConfig& m, const ClusterSpec& c, const ParallelConfig& p,
-                     int64_t layer) {
+                     int64_t layer, const LayerTraining& training) {
   const double b = p.micro_batch, s = static_cast<double>(m.seq_len),
                h = static_cast<double>(m.d_model);
   const double a = static_cast<double>(m.n_head), t = p.tp;
@@ -102,9 +166,10 @@ LayerCost layer_cost(const nn::GptConfig& m, const ClusterSpec& c, const Paralle
   // (With fewer key/value heads than ranks each rank computes the head it
   // shares.)
   const double w_local = static_cast<double>(m.qkv_width_per_rank(p.tp));
-  // model.lora: an adapted layer's weight is frozen (no weight-gradient
-  // GEMM); its adapters add x A^T (rank outputs) and that times B^T, each
-  // with its two gradients.
+  // A frozen weight (every one under model.lora, or those
+  // ParallelConfig::frozen holds) has no weight-gradient GEMM. model.lora's
+  // adapters add x A^T (rank outputs) and that times B^T, each with its two
+  // gradients.
   // Those thin products (one side the rank) are bound by memory: each
   // streams its large operand once.
   const double r = static_cast<double>(m.lora.rank);
@@ -112,19 +177,20 @@ LayerCost layer_cost(const nn::GptConfig& m, const ClusterSpec& c, const Paralle
     return std::max(2.0 * M * N * K / (c.peak_flops * c.gemm_efficiency),
                     kFp16 * (M * K + K * N + M * N) / (c.memory_bandwidth * c.memory_efficiency));
   };
-  const auto with_lora = [&](const char* name, double in, double out) {
+  const auto with_lora = [&](const char* name, size_t index, double in, double out) {
     LinearTimes lt = linear_times(tokens, in, out, c);
+    if (!training.weights[index]) lt.dw = 0;
     if (!m.lora_on(name)) return lt;
     // Forward u = x A^T (tokens, r) and u B^T; backward du = dy B and
     // dx += du A, dB = dy^T u and dA = du^T x.
     return LinearTimes{lt.fwd + thin(tokens, r, in) + thin(tokens, out, r),
                        lt.dx + thin(tokens, r, out) + thin(tokens, in, r),
-                       thin(out, r, tokens) + thin(r, in, tokens)};
+                       lt.dw + thin(out, r, tokens) + thin(r, in, tokens)};
   };
-  const LinearTimes qkv = with_lora("attn.c_attn", h, w_local),
-                    up = with_lora("mlp.c_fc", h, fc / t);
+  const LinearTimes qkv = with_lora("attn.c_attn", 0, h, w_local),
+                    up = with_lora("mlp.c_fc", 2, h, fc / t);
   for (const LinearTimes& lt :
-       {qkv, with_lora("attn.c_proj", q / t, h), up, with_lora("mlp.c_proj", f / t, h)}) {
+       {qkv, with_lora("attn.c_proj", 1, q / t, h), up, with_lora("mlp.c_proj", 3, f / t, h)}) {
     L.fwd_gemm += lt.fwd;
     L.bwd_input_gemm += lt.dx;
     L.bwd_weight_gemm += lt.dw;
@@ -170,8 +236,11 @@ LayerCost layer_cost(const nn::GptConfig& m, const ClusterSpec& c, const Paralle
   const double replicated = (m.post_norms ? 30.0 : 22.0) / (p.sequence_parallel ? t : 1.0);
   const double act_bytes = 2.0 * (fc + f) / h;
   const double token_bytes_fwd = tokens * h * (replicated + act_bytes / t);
-  L.fwd_mem = L.attn_mem_fwd + token_bytes_fwd / bw;
-  L.bwd_mem = attn_mem_bwd + 2.0 * token_bytes_fwd / bw;
+  // model.lora.dropout's passes, as many backward (the mask drawn again,
+  // the transposes' gradients) as forward.
+  const double lora_bytes = tokens * lora_dropout_widths(m, t).passes() * 2.0 * kFp16;
+  L.fwd_mem = L.attn_mem_fwd + (token_bytes_fwd + lora_bytes) / bw;
+  L.bwd_mem = attn_mem_bwd + (2.0 * token_bytes_fwd + lora_bytes) / bw;
   // Tensor parallelism: two all-reduces (or reduce-scatter + all-gather
   // pairs, the same bytes) of the b*s*h activation per direction. Backward,
   // the QKV and MLP-up layers' input gradients (all-reduced, or
@@ -184,6 +253,10 @@ LayerCost layer_cost(const nn::GptConfig& m, const ClusterSpec& c, const Paralle
     L.bwd_tp = 2.0 * ar;
     const double input_grad = p.sequence_parallel ? tp_reduce_scatter(act, c, p) : ar;
     L.bwd_tp_hidden = std::min(input_grad, qkv.dw) + std::min(input_grad, up.dw);
+  }
+  if (!training.backward) {
+    L.bwd_input_gemm = L.bwd_weight_gemm = L.bwd_mem = L.bwd_tp = L.bwd_tp_hidden = 0;
+    L.backward = false;
   }
   return L;
 }
@@ -206,8 +279,9 @@ HeadCost head_cost(const nn::GptConfig& m, const ClusterSpec& c, const ParallelC
   const double bytes = tokens * v * 4.0 * passes;
   const double ce = bytes / (c.memory_bandwidth * c.memory_efficiency);
   const double backward_share = 2.0 / passes;  // the gradient's read and write
-  // (Under model.lora the head is frozen: no weight gradient.)
-  const double head_dw = m.lora.rank > 0 ? 0.0 : lt.dw;
+  // (A frozen head, as under model.lora: no weight gradient.)
+  const double head_dw =
+      trains(m, p, m.tie_embeddings ? "wte.weight" : "lm_head.weight") ? lt.dw : 0.0;
   HeadCost H{lt.fwd + ce * (1 - backward_share), lt.dx + ce * backward_share, head_dw};
   if (p.tp > 1) {
     // The vocab-parallel loss all-reduces three f32 numbers per token (row
@@ -424,6 +498,13 @@ void check_config(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int gl
                       pipeline::schedule_name(p.schedule) + ")");
   }
   if (p.sequence_parallel && p.tp == 1) throw ConfigError("sequence parallelism needs tp > 1");
+  if (!p.frozen.empty()) {
+    const std::map<std::string, Shape> shapes = nn::gpt_parameter_shapes(m);
+    for (const std::string& name : p.frozen) {
+      if (!shapes.count(name))
+        throw ConfigError("frozen parameter '" + name + "' is not a parameter of this model");
+    }
+  }
 }
 
 namespace {
@@ -445,13 +526,25 @@ Estimate price(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int globa
   const std::vector<int64_t> counts =
       p.stage_layers.empty() ? std::vector<int64_t>(S, m.n_layer / S) : p.stage_layers;
   const pipeline::Placement placement = pipeline::placement_of(p.schedule);
+  // The layers before `backward_from` (frozen, with nothing before them
+  // training) keep no activations: no backward pass reaches them.
+  int64_t backward_from = 0;
+  if (m.lora.rank > 0 || !p.frozen.empty()) {
+    const std::vector<LayerTraining> training = layer_training(m, p);
+    while (backward_from < m.n_layer && !training[static_cast<size_t>(backward_from)].backward)
+      ++backward_from;
+  }
+  std::vector<int64_t> stage_start(S, 0);
+  for (int st = 1; st < S; ++st) stage_start[st] = stage_start[st - 1] + counts[st - 1];
   std::vector<int64_t> rank_layers(p.pp, 0);  // layers each rank holds
-  std::vector<int64_t> widest(p.pp, 0);       // its largest chunk
+  std::vector<int64_t> widest(p.pp, 0);       // its largest chunk's layers keeping activations
   for (int r = 0; r < p.pp; ++r) {
     for (int ch = 0; ch < p.vpp; ++ch) {
-      const int64_t n = counts[pipeline::stage_at(placement, p.pp, r, ch)];
+      const int st = pipeline::stage_at(placement, p.pp, r, ch);
+      const int64_t n = counts[st];
       rank_layers[r] += n;
-      widest[r] = std::max(widest[r], n);
+      const int64_t kept = std::clamp<int64_t>(stage_start[st] + n - backward_from, 0, n);
+      widest[r] = std::max(widest[r], kept);
     }
   }
 
@@ -479,6 +572,12 @@ Estimate price(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int globa
   };
   auto layer_of = [&](const LayerCost& L) {
     Layer x;
+    if (!L.backward) {  // forward only: nothing to recompute either
+      x.f = L.fwd_gemm + L.fwd_mem + L.fwd_tp;
+      x.bi = x.bw = x.tp_hidden = 0;
+      x.gemm = L.fwd_gemm, x.mem = L.fwd_mem, x.tp = L.fwd_tp;
+      return x;
+    }
     x.f = L.fwd_gemm + L.fwd_mem + L.fwd_tp;
     x.bi = L.bwd_input_gemm + 0.5 * L.bwd_mem + 0.5 * L.bwd_tp +
            (recompute == Recompute::Full        ? x.f
@@ -495,16 +594,17 @@ Estimate price(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int globa
     x.tp = L.fwd_tp + L.bwd_tp + (recompute == Recompute::Full ? L.fwd_tp : 0);
     return x;
   };
-  // Two kinds of layer at most: windowed and not (layer_cost reads the
-  // window of the layer it is given).
-  std::map<int64_t, Layer> by_window;
+  // A few kinds of layer: windowed and not (layer_cost reads the window of
+  // the layer it is given), and what of each trains.
+  const std::vector<LayerTraining> training = layer_training(m, p);
+  std::map<std::pair<int64_t, LayerTraining>, Layer> kinds;
   std::vector<Layer> layers(static_cast<size_t>(m.n_layer));
   double mean_f = 0;
   for (int64_t i = 0; i < m.n_layer; ++i) {
-    const int64_t window = m.window_of(i);
-    auto it = by_window.find(window);
-    if (it == by_window.end())
-      it = by_window.emplace(window, layer_of(layer_cost(m, c, p, i))).first;
+    const auto key = std::make_pair(m.window_of(i), training[static_cast<size_t>(i)]);
+    auto it = kinds.find(key);
+    if (it == kinds.end())
+      it = kinds.emplace(key, layer_of(layer_cost(m, c, p, i, key.second))).first;
     layers[static_cast<size_t>(i)] = it->second;
     mean_f += it->second.f / static_cast<double>(m.n_layer);
   }
@@ -627,17 +727,17 @@ Estimate price(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int globa
   const double positions = m.rotary() ? 0.0 : s * h;  // the learned table, first stage
   const double params = body + embedding + positions;
   // The parameters that train, which have gradients and optimizer state:
-  // all, or under model.lora the adapters (their share of the whole model
-  // taken as the rank's share).
+  // all, or under model.lora the adapters, less what ParallelConfig::frozen
+  // holds fixed (their share of the whole model taken as the rank's share).
   double trained = params;
-  if (m.lora.rank > 0) {
-    double adapters = 0, all = 0;
+  if (m.lora.rank > 0 || !p.frozen.empty()) {
+    double kept = 0, all = 0;
     for (const auto& [name, shape] : nn::gpt_parameter_shapes(m)) {
       const double n = static_cast<double>(numel(shape));
       all += n;
-      if (nn::is_lora_adapter(name)) adapters += n;
+      if (trains(m, p, name)) kept += n;
     }
-    trained = params * adapters / all;
+    trained = params * kept / all;
   }
   // ---- data parallelism: fp32 gradient reduction (hierarchical: inside the
   // node over NVLink, then across nodes through each GPU's share of the NICs)
@@ -711,6 +811,9 @@ Estimate price(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int globa
   const double unsplit = 10.0 + post_norm_acts;
   const double mlp_acts = 2.0 * (fc_w + ffn_w) / h, split = attn_out + qkv_acts + mlp_acts,
                whole = 18.0 + post_norm_acts + mlp_acts;
+  // The adapters' dropped-out inputs (model.lora.dropout), kept unless the
+  // whole layer is recomputed.
+  const double lora_kept = b * s * lora_dropout_widths(m, t).kept() * kFp16;
   double per_layer = 0;
   switch (recompute) {
     case Recompute::None:
@@ -724,8 +827,10 @@ Estimate price(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int globa
       per_layer = 2.0 * sbh / (p.sequence_parallel ? t : 1.0);
       break;
   }
+  if (recompute != Recompute::Full) per_layer += lora_kept;
   double activations = held_layers * per_layer;
-  if (recompute == Recompute::Full) activations += sbh * (whole + attn_extra) / t;  // one rebuilt
+  if (recompute == Recompute::Full)
+    activations += sbh * (whole + attn_extra) / t + lora_kept;  // one rebuilt
   // bf16 logits of one micro-batch; backward writes their gradient over
   // them (linear_head_loss), so there is no second buffer.
   activations += b * s * V / t * 2.0;

@@ -53,6 +53,8 @@ PlannedRun planned_run(const train::Config& config, int gpus) {
   p.overlap_tp = true;  // Triad's column-parallel layers
   p.scatter_gather = par.pipeline_scatter_gather;
   p.attention = Attention::Flash;
+  // train.freeze (model.lora's own freezing the cost model applies itself).
+  if (config.model.lora.rank <= 0) p.frozen = config.frozen_parameters();
   run.gpus = gpus;
   run.global_batch = static_cast<int>(config.train.global_batch_size);
   if (config.train.precision == "fp32") {

@@ -96,8 +96,9 @@ nn::GptConfig parse_model_spec(const std::string& yaml_text, const std::string& 
   get("sliding_window", c.sliding_window, false);
   option("full_attention_layers", "a list of layer indices",
          [&](const YAML::Node& v) { c.full_attention_layers = v.as<std::vector<int64_t>>(); });
-  // model.lora as the trainer reads it (a rank, or {rank, alpha, targets}).
-  option("lora", "none, a rank, or {rank, alpha, targets}", [&](const YAML::Node& v) {
+  // model.lora as the trainer reads it (a rank, or {rank, alpha, targets,
+  // dropout}).
+  option("lora", "none, a rank, or {rank, alpha, targets, dropout}", [&](const YAML::Node& v) {
     if (v.IsScalar()) {
       if (v.as<std::string>() != "none")
         c.lora = {.rank = v.as<int64_t>(), .alpha = 0, .targets = nn::GptConfig::lora_layers()};
@@ -105,6 +106,7 @@ nn::GptConfig parse_model_spec(const std::string& yaml_text, const std::string& 
     }
     c.lora.rank = v["rank"].as<int64_t>();
     c.lora.alpha = v["alpha"] ? v["alpha"].as<double>() : 0.0;
+    c.lora.dropout = v["dropout"] ? v["dropout"].as<double>() : 0.0;
     const YAML::Node t = v["targets"];
     c.lora.targets = !t             ? nn::GptConfig::lora_layers()
                      : t.IsScalar() ? std::vector<std::string>{t.as<std::string>()}

@@ -65,12 +65,13 @@ std::string get_string(const YAML::Node& n, const std::string& key) {
   return n.Scalar();
 }
 
-// model.lora: none, or {rank, alpha, targets}: rank required, alpha the
-// rank when left out, targets every layer LoRA adapts when left out (a
-// name or a list of them). A number alone is the rank.
+// model.lora: none, or {rank, alpha, targets, dropout}: rank required,
+// alpha the rank when left out, targets every layer LoRA adapts when left
+// out (a name or a list of them), dropout 0 when left out. A number alone
+// is the rank.
 nn::GptConfig::Lora get_lora(const YAML::Node& n, const std::string& key) {
   nn::GptConfig::Lora l;
-  const std::string expected = "none, a rank, or a mapping with rank (and alpha, targets)";
+  const std::string expected = "none, a rank, or a mapping with rank (and alpha, targets, dropout)";
   if (n.IsScalar()) {
     const std::string v = get_string(n, key);
     if (v == "none") return l;
@@ -86,8 +87,10 @@ nn::GptConfig::Lora get_lora(const YAML::Node& n, const std::string& key) {
   if (!n.IsMap()) throw ConfigError(key + ": expected " + expected);
   for (auto it = n.begin(); it != n.end(); ++it) {
     const std::string k = it->first.as<std::string>();
-    if (k != "rank" && k != "alpha" && k != "targets")
-      throw ConfigError("unknown key '" + key + "." + k + "' (allowed: rank, alpha, targets)");
+    if (k != "rank" && k != "alpha" && k != "targets" && k != "dropout") {
+      throw ConfigError("unknown key '" + key + "." + k +
+                        "' (allowed: rank, alpha, targets, dropout)");
+    }
   }
   if (!n["rank"]) throw ConfigError(key + ": missing required key 'rank' (the adapters' rank)");
   l.rank = get_int(n["rank"], key + ".rank");
@@ -101,6 +104,15 @@ nn::GptConfig::Lora get_lora(const YAML::Node& n, const std::string& key) {
       std::ostringstream os;
       os << key << ".alpha (" << l.alpha
          << ") must be a positive number (the scale is alpha / rank)";
+      throw ConfigError(os.str());
+    }
+  }
+  if (n["dropout"]) {
+    l.dropout = get_double(n["dropout"], key + ".dropout");
+    if (!(l.dropout >= 0.0 && l.dropout < 1.0)) {
+      std::ostringstream os;
+      os << key << ".dropout (" << l.dropout
+         << ") must be in [0, 1) (the probability of zeroing an adapter input)";
       throw ConfigError(os.str());
     }
   }
@@ -1123,6 +1135,7 @@ std::string to_yaml(const Config& c) {
     e << YAML::Key << "lora" << YAML::Value << YAML::BeginMap << YAML::Key << "rank" << YAML::Value
       << l.rank;
     if (l.alpha > 0) e << YAML::Key << "alpha" << YAML::Value << l.alpha;
+    if (l.dropout > 0) e << YAML::Key << "dropout" << YAML::Value << l.dropout;
     e << YAML::Key << "targets" << YAML::Value << YAML::Flow << l.targets << YAML::EndMap;
   }
   e << YAML::Key << "sliding_window" << YAML::Value << c.model.sliding_window;

@@ -91,6 +91,11 @@ TEST(PeftAdapter, EachModulesProductIsItsRowsOfTheMergedLayer) {
   EXPECT_EQ(config.at("r"), 3);
   EXPECT_EQ(config.at("lora_alpha"), 6.0);
   EXPECT_EQ(config.at("fan_in_fan_out"), false);
+  EXPECT_EQ(config.at("lora_dropout"), 0.0);
+  nn::GptConfig dropped = c;
+  dropped.lora.dropout = 0.05;
+  EXPECT_EQ(nlohmann::json::parse(peft_adapter_config_json(dropped, "/m")).at("lora_dropout"),
+            0.05);
   EXPECT_EQ(config.at("base_model_name_or_path"), "/models/base");
   EXPECT_EQ(config.at("target_modules"),
             (std::vector<std::string>{"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",

@@ -8,6 +8,7 @@
 
 #include "support/expect_error.h"
 #include "triad/autograd/engine.h"
+#include "triad/core/rng.h"
 #include "triad/nn/gpt.h"
 #include "triad/ops.h"
 
@@ -155,6 +156,74 @@ TEST(Lora, AdapterGradientsFollowFromTheMergedWeightsGradient) {
   }
 }
 
+// Dropout on the adapters' input (PEFT's lora_dropout): the layer's own
+// path sees x whole; the adapters see x with element (m, f) of the (M, in)
+// input zeroed when philox_uniform(seed, stream, c) < p and the rest scaled
+// by 1 / (1 - p), where c = call * M * in + m * in + f, or by feature (the
+// row-parallel layers' order) call * M * in + f * M + m. Evaluation draws
+// no mask.
+TEST(Lora, AdapterDropoutMasksTheAdaptersInputAlone) {
+  const int64_t in = 16, out = 8, rank = 3, M = 10;
+  const double p = 0.4, s = 2.0;
+  const uint64_t seed = 9, stream = 42, call = 5;
+  for (bool by_feature : {false, true}) {
+    SCOPED_TRACE(by_feature ? "by feature" : "by row");
+    Linear layer(in, out);
+    layer.enable_lora(rank, s, {p, stream, by_feature});
+    uint64_t k = 1;
+    for (auto& [name, t] : layer.named_parameters()) copy_(t, randn(t.shape(), 3, k++, 0.5));
+    const Tensor x = randn({2, 5, in}, 3, 99);
+    const auto sd = layer.state_dict();
+    const Tensor W = sd.at("weight"), b = sd.at("bias"), A = sd.at("lora_a"), B = sd.at("lora_b");
+    // The mask, drawn here element by element.
+    std::vector<double> kept(static_cast<size_t>(M * in));
+    int64_t dropped = 0;
+    for (int64_t m = 0; m < M; ++m) {
+      for (int64_t f = 0; f < in; ++f) {
+        const auto i = static_cast<uint64_t>(call * M * in + (by_feature ? f * M + m : m * in + f));
+        const bool keep = philox_uniform(seed, stream, i) >= p;
+        kept[static_cast<size_t>(m * in + f)] = keep ? 1.0 / (1.0 - p) : 0.0;
+        dropped += keep ? 0 : 1;
+      }
+    }
+    EXPECT_GT(dropped, M * in / 5);
+    EXPECT_LT(dropped, M * in * 3 / 5);
+    const Tensor xd = mul(x, from_vector(kept, {2, 5, in}));
+    const Tensor want = add(linear(x, W, b), scale(linear(linear(xd, A), B), s));
+    const Tensor got = layer.forward(x, {true, seed, call});
+    const auto g = to_double_vector(got), w = to_double_vector(want);
+    ASSERT_EQ(g.size(), w.size());
+    for (size_t i = 0; i < g.size(); ++i) ASSERT_NEAR(g[i], w[i], 1e-5) << i;
+    // Evaluation, or no draw: the adapters see x whole.
+    const auto plain = to_double_vector(add(linear(x, W, b), scale(linear(linear(x, A), B), s)));
+    for (const DropoutDraw& d : {DropoutDraw{}, DropoutDraw{false, seed, call}}) {
+      const auto e = to_double_vector(layer.forward(x, d));
+      for (size_t i = 0; i < e.size(); ++i) ASSERT_NEAR(e[i], plain[i], 1e-5) << i;
+    }
+    // Another call draws another mask.
+    EXPECT_NE(to_double_vector(layer.forward(x, {true, seed, call + 1})), g);
+    // The gradient reaches x through both paths: d/dx of sum(y) is
+    // sum_o W[o] + s * mask * sum_o (B A)[o].
+    Tensor xg = clone(x);
+    xg.set_requires_grad(true);
+    autograd::backward({sum(layer.forward(xg, {true, seed, call}))}, {});
+    const auto wsum = to_double_vector(sum(W, 0)), basum = to_double_vector(sum(matmul(B, A), 0));
+    const auto dx = to_double_vector(xg.grad());
+    for (int64_t m = 0; m < M; ++m) {
+      for (int64_t f = 0; f < in; ++f) {
+        const auto i = static_cast<size_t>(m * in + f), j = static_cast<size_t>(f);
+        ASSERT_NEAR(dx[i], wsum[j] + s * kept[i] * basum[j], 1e-5) << m << "," << f;
+      }
+    }
+  }
+  // The layers tensor parallelism splits by input features draw by feature.
+  const GptConfig c = tiny();
+  EXPECT_TRUE(c.lora_dropout(1, "mlp.c_proj").by_feature);
+  EXPECT_TRUE(c.lora_dropout(1, "attn.c_proj").by_feature);
+  EXPECT_FALSE(c.lora_dropout(1, "attn.c_attn").by_feature);
+  EXPECT_NE(c.lora_dropout(1, "mlp.c_fc").stream, c.lora_dropout(0, "mlp.c_fc").stream);
+}
+
 TEST(Lora, BadSettingsAndShapesAreNamed) {
   GptConfig c = tiny({"attn.c_attn", "mlp.fc"});
   expect_error([&] { c.validate(); },
@@ -163,6 +232,10 @@ TEST(Lora, BadSettingsAndShapesAreNamed) {
   expect_error([&] { c.validate(); }, {"model.lora.targets[1] 'mlp.c_fc' is given twice"});
   c.lora.targets = {};
   expect_error([&] { c.validate(); }, {"model.lora.targets must name at least one layer"});
+  c = tiny();
+  c.lora.dropout = 1.0;
+  expect_error([&] { c.validate(); }, {"model.lora.dropout (1.0", "must be in [0, 1)"});
+  expect_error([] { Linear(4, 4).enable_lora(2, 1.0, {-0.1}); }, {"enable_lora: dropout -0.1"});
   expect_error(
       [] {
         merge_lora(zeros({4, 3}), zeros({2, 3}), zeros({4, 3}), 1.0);

@@ -103,15 +103,119 @@ TEST(CostModel, PricesLoraAdaptersOnFrozenWeights) {
   EXPECT_LT(l.step_time, 0.9 * f.step_time);
   EXPECT_GT(l.step_time, 0.5 * f.step_time);
   EXPECT_NEAR(l.activation_bytes, f.activation_bytes, 1e-6 * f.activation_bytes);
-  // Adapters on the attention alone: between the two.
   nn::GptConfig attn = lora;
   attn.lora.targets = {"attn.c_attn", "attn.c_proj"};
+  // Adapters on the attention alone: fewer thin products, and the MLP's
+  // weights are as frozen as with adapters on them (no weight-gradient
+  // GEMMs either way).
   const Estimate a = estimate(attn, c, 32, 64, p);
-  EXPECT_LT(a.step_time, f.step_time);
-  EXPECT_GT(a.step_time, l.step_time);
+  EXPECT_LT(a.step_time, l.step_time);
+  EXPECT_LT(a.gradient_bytes, l.gradient_bytes);
   EXPECT_THROW(parse_model_spec("n_layer: 2\nn_head: 2\nd_model: 16\nvocab_size: 32\n"
                                 "seq_len: 8\nlora: {rank: 4, targets: [attn.qkv]}\n"),
                ConfigError);
+}
+
+// train.freeze (ParallelConfig::frozen): frozen parameters have no
+// gradient, optimizer state or share of the reduction, a frozen weight no
+// weight-gradient GEMM, and leading layers with nothing before them
+// training no backward pass and no activations kept for one.
+TEST(CostModel, PricesFrozenParameters) {
+  const ClusterSpec c = selene();
+  const nn::GptConfig m = gpt(8, 16, 1536);
+  const ParallelConfig p = layout(2, 1, 16, 2, Recompute::None);
+  const Estimate full = estimate(m, c, 32, 64, p);
+  // The tables and the first half of the layers.
+  ParallelConfig bottom = p;
+  double all = 0, kept = 0;
+  for (const auto& [name, shape] : nn::gpt_parameter_shapes(m)) {
+    const double n = static_cast<double>(numel(shape));
+    all += n;
+    const bool early = name.size() > 2 && name[0] == 'h' && name[2] < '4';
+    if (name == "wte.weight" || name == "wpe.weight" || early) {
+      bottom.frozen.insert(name);
+    } else {
+      kept += n;
+    }
+  }
+  EXPECT_EQ(bottom.frozen.size(), 2u + 4u * 12u);
+  const Estimate b = estimate(m, c, 32, 64, bottom);
+  EXPECT_NEAR(b.gradient_bytes, full.gradient_bytes * kept / all, 1e-9 * full.gradient_bytes);
+  EXPECT_NEAR(b.optimizer_bytes, full.optimizer_bytes * kept / all, 1e-9 * full.optimizer_bytes);
+  EXPECT_LT(b.optimizer_time, 0.75 * full.optimizer_time);
+  EXPECT_DOUBLE_EQ(b.weights_bytes, full.weights_bytes);
+  // Four of the eight layers keep activations: full's are the logits and 8
+  // layers', these the logits and 4 layers'.
+  const double logits = 2.0 * 2048 * 51200 / 2 * 2;
+  EXPECT_NEAR(full.activation_bytes - b.activation_bytes, b.activation_bytes - logits,
+              1e-9 * full.activation_bytes);
+  // Eight forwards and four backwards against eight of each (a backward
+  // about twice a forward), the head's on both.
+  EXPECT_LT(b.compute_time, 0.75 * full.compute_time);
+  EXPECT_GT(b.compute_time, 0.55 * full.compute_time);
+
+  // The MLP's weights in every layer: every backward runs, less the MLP's
+  // weight-gradient GEMMs; every activation is kept.
+  ParallelConfig mlp = p;
+  for (int64_t i = 0; i < m.n_layer; ++i) {
+    mlp.frozen.insert("h." + std::to_string(i) + ".mlp.c_fc.weight");
+    mlp.frozen.insert("h." + std::to_string(i) + ".mlp.c_proj.weight");
+  }
+  const Estimate e = estimate(m, c, 32, 64, mlp);
+  EXPECT_LT(e.compute_time, 0.95 * full.compute_time);
+  EXPECT_GT(e.compute_time, b.compute_time);
+  EXPECT_DOUBLE_EQ(e.activation_bytes, full.activation_bytes);
+  // Freezing only the last layer's MLP leaves every earlier backward.
+  ParallelConfig last = p;
+  last.frozen = {"h.7.mlp.c_fc.weight"};
+  EXPECT_LT(estimate(m, c, 32, 64, last).compute_time, full.compute_time);
+  EXPECT_GT(estimate(m, c, 32, 64, last).compute_time, e.compute_time);
+
+  ParallelConfig bad = p;
+  bad.frozen = {"h.9.mlp.c_fc.weight"};
+  try {
+    estimate(m, c, 32, 64, bad);
+    ADD_FAILURE() << "no error";
+  } catch (const ConfigError& err) {
+    EXPECT_NE(std::string(err.what()).find("'h.9.mlp.c_fc.weight' is not a parameter"),
+              std::string::npos)
+        << err.what();
+  }
+}
+
+// model.lora.dropout keeps each adapted layer's dropped-out input for
+// backward: 2h (the column-parallel layers' whole inputs) plus (h + 4h) / tp
+// (the row-parallel ones' split inputs) per token and held layer, 2 bytes
+// each; recomputing whole layers holds one layer's. The masking passes
+// (memory-bound) cost some time, against a step that has no weight-gradient
+// GEMMs left.
+TEST(CostModel, PricesLoraDropoutsKeptInputs) {
+  const ClusterSpec c = selene();
+  nn::GptConfig lora = gpt(8, 16, 1536);
+  lora.lora = {.rank = 16, .alpha = 32, .targets = nn::GptConfig::lora_layers()};
+  nn::GptConfig dropped = lora;
+  dropped.lora.dropout = 0.1;
+  EXPECT_EQ(parse_model_spec("n_layer: 8\nn_head: 16\nd_model: 1536\nvocab_size: 51200\n"
+                             "seq_len: 2048\nlora: {rank: 16, alpha: 32, dropout: 0.1}\n")
+                .lora,
+            dropped.lora);
+  const double h = 1536, per_token = (2 * h + (h + 4 * h) / 2) * 2, tokens = 2.0 * 2048;
+  for (Recompute rc : {Recompute::None, Recompute::Selective}) {
+    const ParallelConfig p = layout(2, 2, 8, 2, rc);
+    const Estimate a = estimate(lora, c, 32, 64, p), b = estimate(dropped, c, 32, 64, p);
+    const double extra = b.activation_bytes - a.activation_bytes;
+    // Some whole number of layers' worth (a stage of 4 holds several
+    // micro-batches' activations under 1F1B).
+    const double layers = extra / (tokens * per_token);
+    EXPECT_GE(layers, 4.0 - 1e-9) << recompute_name(rc);
+    EXPECT_NEAR(layers, std::round(layers), 1e-9) << recompute_name(rc);
+    EXPECT_GT(b.step_time, a.step_time);
+    EXPECT_LT(b.step_time, 1.08 * a.step_time);
+  }
+  const ParallelConfig full = layout(2, 2, 8, 2, Recompute::Full);
+  EXPECT_NEAR(estimate(dropped, c, 32, 64, full).activation_bytes -
+                  estimate(lora, c, 32, 64, full).activation_bytes,
+              tokens * per_token, 1e-6 * tokens * per_token);
 }
 
 // An untied head is a second (V, h) table: one process holds both, while a

@@ -83,6 +83,15 @@ TEST(PlannedRun, TheGpuCountComesFromDpOrIsGivenAndMustFit) {
   expect_error("{tp: 2, pp: 2}", 0, "give the number of GPUs (--gpus), a multiple of tp*pp = 4");
   expect_error("{tp: 2, pp: 2}", 30, "GPUs (30) must be a multiple of tp*pp = 2*2");
   expect_error("{tp: 2, pp: 2, dp: 4}", 32, "parallel.dp (4) with tp*pp = 4 needs 16 GPUs, not 32");
+  // train.freeze's patterns reach the planner as the parameters they name.
+  train::Config frozen = config("{dp: 2}");
+  frozen.train.freeze = {"wte.weight", "h.[0-3].*"};
+  const PlannedRun fr = planned_run(frozen);
+  EXPECT_TRUE(fr.layout.frozen.count("wte.weight"));
+  EXPECT_TRUE(fr.layout.frozen.count("h.3.mlp.c_fc.weight"));
+  EXPECT_FALSE(fr.layout.frozen.count("h.4.mlp.c_fc.weight"));
+  EXPECT_EQ(fr.layout.frozen, frozen.frozen_parameters());
+  EXPECT_TRUE(planned_run(config("{dp: 2}")).layout.frozen.empty());
   // What the planner prices differently is said.
   train::Config fp32 = config("{dp: 2}");
   fp32.train.precision = "fp32";

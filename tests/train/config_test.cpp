@@ -241,6 +241,8 @@ TEST(Config, LoraAdaptersAndTheParametersTheyFreeze) {
   EXPECT_FALSE(some.model.lora_on("mlp.c_proj"));
   EXPECT_EQ(parse_config(to_yaml(some)).model.lora, some.model.lora);
   EXPECT_EQ(parse_config(to_yaml(plain)).model.lora, plain.model.lora);
+  const Config dropped = parse_config(kValid, {"model.lora={rank: 2, dropout: 0.05}"});
+  EXPECT_EQ(parse_config(to_yaml(dropped)).model.lora, dropped.model.lora);
   EXPECT_EQ(parse_config(kValid, {"model.lora=none"}).model.lora.rank, 0);
   EXPECT_EQ(parse_config(kValid, {"model.lora=16"}).model.lora,
             parse_config(kValid, {"model.lora={rank: 16}"}).model.lora);
@@ -249,8 +251,13 @@ TEST(Config, LoraAdaptersAndTheParametersTheyFreeze) {
   expect_config_error(kValid, {"model.lora={rank: 0}"}, "model.lora.rank (0) must be positive");
   expect_config_error(kValid, {"model.lora={rank: 4, alpha: -1}"},
                       "model.lora.alpha (-1) must be a positive number");
-  expect_config_error(kValid, {"model.lora={rank: 4, dropout: 0.1}"},
-                      "unknown key 'model.lora.dropout' (allowed: rank, alpha, targets)");
+  EXPECT_DOUBLE_EQ(parse_config(kValid, {"model.lora={rank: 4, dropout: 0.1}"}).model.lora.dropout,
+                   0.1);
+  EXPECT_EQ(parse_config(kValid, {"model.lora=4"}).model.lora.dropout, 0.0);
+  expect_config_error(kValid, {"model.lora={rank: 4, dropout: 1}"},
+                      "model.lora.dropout (1) must be in [0, 1)");
+  expect_config_error(kValid, {"model.lora={rank: 4, drop: 0.1}"},
+                      "unknown key 'model.lora.drop' (allowed: rank, alpha, targets, dropout)");
   expect_config_error(kValid, {"model.lora={rank: 4, targets: [attn.qkv]}"},
                       "model.lora.targets[0] 'attn.qkv' is not a layer LoRA adapts");
   expect_config_error(kValid, {"model.lora=yes"},

@@ -146,6 +146,9 @@ struct GptConfig {
     double alpha = 0;  // 0: rank (a scale of 1)
     // Among attn.c_attn, attn.c_proj, mlp.c_fc, mlp.c_proj.
     std::vector<std::string> targets = {};
+    // The probability of zeroing each element of the adapters' input while
+    // training (PEFT's lora_dropout); the layer's own path sees x whole.
+    double dropout = 0;
     bool operator==(const Lora&) const = default;
   };
   Lora lora = {};
@@ -154,6 +157,11 @@ struct GptConfig {
   // Whether the block layer `layer` ("attn.c_attn", ...) has adapters.
   bool lora_on(const std::string& layer) const;
   double lora_scale() const { return (lora.alpha > 0 ? lora.alpha : lora.rank) / lora.rank; }
+  // How the adapters of block `layer`'s `name` layer drop their input out:
+  // lora.dropout, from a stream of their own (the same on every rank and
+  // layout), by feature in the layers tensor parallelism splits by input
+  // features (attn.c_proj, mlp.c_proj).
+  LoraDropout lora_dropout(int64_t layer, const std::string& name) const;
   // This model without adapters: the shape of the weights LoRA adapts, and of
   // a model file with the adapters merged in (W + scale B A).
   GptConfig without_lora() const {
@@ -290,6 +298,8 @@ struct ForwardContext {
   const Tensor& attention_starts(bool windowed) const {
     return !windowed && full_starts ? *full_starts : doc_starts;
   }
+  // Where layers inside the blocks (LoRA's adapters) draw dropout masks.
+  DropoutDraw draw() const { return {training, seed, call}; }
 };
 
 // Multi-head causal self-attention: c_attn (C -> 3C), fused attention, c_proj;
@@ -308,7 +318,8 @@ class CausalSelfAttention : public Module {
  private:
   // c_attn, then the query/key norms (model.qk_norm) and the rotary
   // embedding from `start` or at `positions`.
-  Tensor project(const Tensor& x, const Tensor& positions, int64_t start) const;
+  Tensor project(const Tensor& x, const Tensor& positions, int64_t start,
+                 const DropoutDraw& draw) const;
 
   std::shared_ptr<Linear> c_attn_, c_proj_;
   std::shared_ptr<LayerNorm> q_norm_, k_norm_;  // model.qk_norm only

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <set>
 #include <string>
 #include <vector>
 
@@ -57,6 +58,13 @@ struct ParallelConfig {
   // parallel.pipeline_scatter_gather); false: every TP rank sends it whole.
   bool scatter_gather = true;
   Attention attention = Attention::Unfused;
+  // Parameters the run holds fixed (train.freeze; the trainer's
+  // train::Config::frozen_parameters()), by their whole-model names: no
+  // gradient, optimizer state, reduction or weight-gradient GEMM, and
+  // leading layers with nothing to train no backward pass at all (nor
+  // activations kept for one). Under model.lora every weight but the
+  // adapters is fixed whatever this holds.
+  std::set<std::string> frozen;
 
   // "tp=8 pp=64 dp=6 vpp=1 mb=1 recompute=full sp=off zero1=off 1f1b", and
   // " stages=[3,4,4,1]" for an uneven split.

@@ -193,14 +193,14 @@ void TensorParallelGpt::build(uint64_t seed, std::shared_ptr<VocabParallelEmbedd
     for (const auto& [name, column] :
          {std::pair{"attn.c_attn", L.c_attn.get()}, std::pair{"mlp.c_fc", L.c_fc.get()}}) {
       if (!cfg_.lora_on(name)) continue;
-      column->enable_lora(r, scale);
+      column->enable_lora(r, scale, cfg_.lora_dropout(i, name));
       specs_[p + name + ".lora_a"] = ColumnParallelLinear::lora_a_spec();
       specs_[p + name + ".lora_b"] = column->lora_b_spec();
     }
     for (const auto& [name, row] :
          {std::pair{"attn.c_proj", L.attn_proj.get()}, std::pair{"mlp.c_proj", L.mlp_proj.get()}}) {
       if (!cfg_.lora_on(name)) continue;
-      row->enable_lora(r, scale);
+      row->enable_lora(r, scale, cfg_.lora_dropout(i, name));
       specs_[p + name + ".lora_a"] = row->lora_a_spec();
       specs_[p + name + ".lora_b"] = RowParallelLinear::lora_b_spec();
     }
@@ -489,7 +489,8 @@ Tensor TensorParallelGpt::block_forward(int64_t i, const Tensor& x,
                      std::to_string(i));
   const Layer& L = it->second;
   const int shard = sp_ ? group_->rank() : 0;
-  Tensor qkv = L.c_attn->forward(L.ln_1->forward(x));  // the whole sequence, local heads
+  const nn::DropoutDraw draw = ctx.draw();
+  Tensor qkv = L.c_attn->forward(L.ln_1->forward(x), draw);  // the whole sequence, local heads
   const int64_t t = group_->size();
   const AttentionHeads heads =
       AttentionHeads{cfg_.n_head / t, cfg_.kv_heads_per_rank(t)}.with_softcap(
@@ -500,14 +501,14 @@ Tensor TensorParallelGpt::block_forward(int64_t i, const Tensor& x,
     qkv = rotary_embedding(qkv, heads, ctx.positions, 0, rope.theta, rope.scaling);
   }
   Tensor a = L.attn_proj->forward(
-      causal_attention(qkv, heads, ctx.attention_starts(cfg_.window_of(i) > 0)));
+      causal_attention(qkv, heads, ctx.attention_starts(cfg_.window_of(i) > 0)), draw);
   a = site_dropout(a, cfg_.dropout, ctx, i, "attn.resid", shard);
   if (L.post_attn_norm) a = L.post_attn_norm->forward(a);
   const AddNorm h = L.ln_2->forward_add(x, a);
-  Tensor m =
-      cfg_.gated_mlp()
-          ? L.mlp_proj->forward(nn::gated_activation(cfg_.activation, L.c_fc->forward(h.norm)))
-          : L.mlp_proj->forward_after_gelu(L.c_fc->forward_gelu(h.norm));
+  Tensor m = cfg_.gated_mlp()
+                 ? L.mlp_proj->forward(
+                       nn::gated_activation(cfg_.activation, L.c_fc->forward(h.norm, draw)), draw)
+                 : L.mlp_proj->forward_after_gelu(L.c_fc->forward_gelu(h.norm, draw), draw);
   m = site_dropout(m, cfg_.dropout, ctx, i, "mlp.resid", shard);
   if (L.post_mlp_norm) m = L.post_mlp_norm->forward(m);
   return add(h.sum, m);

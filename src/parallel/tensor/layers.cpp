@@ -48,20 +48,20 @@ ColumnParallelLinear::ColumnParallelLinear(int64_t in, const std::vector<int64_t
 // the entry is an op of its own: the layer's and the adapters' input
 // gradients add up before the one collective (the frozen weight has no
 // weight-gradient GEMM to overlap anyway).
-Tensor ColumnParallelLinear::forward(const Tensor& x) const {
+Tensor ColumnParallelLinear::forward(const Tensor& x, const nn::DropoutDraw& draw) const {
   if (has_lora()) {
     const Tensor in = group_->size() == 1 ? x
                       : sp_               ? gather_from_sequence_region(x, group_)
                                           : copy_to_region(x, group_);
-    return add_lora(linear(in, weight_, bias_), in);
+    return add_lora(linear(in, weight_, bias_), in, draw);
   }
   const RegionInput in = enter_region(x, group_, sp_);
   return linear(in.input, weight_, bias_, in.comm);
 }
 
-LinearGelu ColumnParallelLinear::forward_gelu(const Tensor& x) const {
+LinearGelu ColumnParallelLinear::forward_gelu(const Tensor& x, const nn::DropoutDraw& draw) const {
   if (has_lora()) {
-    const Tensor pre = forward(x);
+    const Tensor pre = forward(x, draw);
     return {pre, gelu(pre)};
   }
   const RegionInput in = enter_region(x, group_, sp_);
@@ -76,6 +76,7 @@ RowParallelLinear::RowParallelLinear(int64_t in, int64_t out, dist::ProcessGroup
   bias_spec_ = ShardSpec::replicated(sequence_parallel);
   weight_ = register_parameter("weight", zeros({out, in / group_->size()}));
   if (bias) bias_ = register_parameter("bias", zeros({out}));
+  set_lora_input_shard(group_->rank() * (in / group_->size()), in);
 }
 
 namespace {
@@ -89,12 +90,14 @@ Tensor finish_row_parallel(const Tensor& partial, const Tensor& bias,
 }
 }  // namespace
 
-Tensor RowParallelLinear::forward(const Tensor& x) const {
-  return finish_row_parallel(add_lora(linear(x, weight_), x), bias_, group_, sp_);
+Tensor RowParallelLinear::forward(const Tensor& x, const nn::DropoutDraw& draw) const {
+  return finish_row_parallel(add_lora(linear(x, weight_), x, draw), bias_, group_, sp_);
 }
 
-Tensor RowParallelLinear::forward_after_gelu(const LinearGelu& in) const {
-  return finish_row_parallel(add_lora(linear_after_gelu(in, weight_), in.act), bias_, group_, sp_);
+Tensor RowParallelLinear::forward_after_gelu(const LinearGelu& in,
+                                             const nn::DropoutDraw& draw) const {
+  return finish_row_parallel(add_lora(linear_after_gelu(in, weight_), in.act, draw), bias_, group_,
+                             sp_);
 }
 
 VocabParallelEmbedding::VocabParallelEmbedding(int64_t vocab_size, int64_t dim,

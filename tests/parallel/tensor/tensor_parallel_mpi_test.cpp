@@ -802,6 +802,49 @@ TEST(TensorParallelGpt, DropoutFollowsTheRngRule) {
   }
 }
 
+// LoRA's dropout (model.lora.dropout) draws each element's mask from its
+// place in the whole input, so the column-parallel layers (their input
+// whole, or gathered under SP) and the row-parallel ones (a slice of the
+// features each) drop exactly what one process drops: the same loss and
+// gradients, with or without sequence parallelism. B is random, so that the
+// adapters (and the masks) matter.
+TEST_P(TensorParallelGptTest, LoraDropoutDrawsTheMasksOfOneProcess) {
+  const bool sp = GetParam();
+  const int64_t V = 100;
+  nn::GptConfig c = tiny(V);
+  c.lora = {.rank = 2, .alpha = 4, .targets = nn::GptConfig::lora_layers(), .dropout = 0.3};
+  nn::Gpt ref(c, 6);
+  uint64_t stream = 50;
+  for (auto& [name, t] : ref.named_parameters()) {
+    if (name.ends_with(".lora_b")) copy_(t, randn(t.shape(), 6, stream++, 0.3));
+  }
+  TensorParallelGpt model(c, 6, g_world, sp);
+  model.load_full_state_dict(ref.state_dict());
+  Tensor ids = token_ids(V, 3), targets = token_ids(V, 4);
+  const nn::ForwardContext ctx{true, 77, 3};
+  Tensor l = model.loss(ids, targets, ctx), lr = ref.loss(ids, targets, ctx);
+  EXPECT_NEAR(item(l), item(lr), 1e-6 * item(lr));
+  // The masks matter: evaluation and another call give other losses.
+  const double eval = item(ref.loss(ids, targets, nn::ForwardContext{false, 77, 3}));
+  const double other = item(ref.loss(ids, targets, nn::ForwardContext{true, 77, 4}));
+  EXPECT_GT(std::abs(eval - item(lr)), 1e-5);
+  EXPECT_GT(std::abs(other - item(lr)), 1e-5);
+  autograd::backward({l});
+  autograd::backward({lr});
+  model.reduce_partial_grads();
+  nn::StateDict shard_grads;
+  for (auto& [name, p] : model.named_parameters()) shard_grads[name] = p.grad();
+  TensorParallelGpt holder(c, 0, g_world, sp);
+  holder.load_state_dict(shard_grads);
+  const nn::StateDict grads = holder.full_state_dict();
+  int adapters = 0;
+  for (auto& [name, p] : ref.named_parameters()) {
+    expect_close(to_double_vector(grads.at(name)), to_double_vector(p.grad()), 1e-6, 1e-4, name);
+    adapters += nn::is_lora_adapter(name) ? 1 : 0;
+  }
+  EXPECT_EQ(adapters, 2 * 4 * 2);
+}
+
 // Full recomputation under TP + SP with dropout: the same loss and gradients
 // as keeping every activation, while the graph holds far less.
 TEST(TensorParallelGpt, FullRecomputationChangesNothingButMemory) {

@@ -27,10 +27,11 @@ class ColumnParallelLinear : public nn::LinearBase {
   ColumnParallelLinear(int64_t in, const std::vector<int64_t>& blocks, dist::ProcessGroupPtr group,
                        bool sequence_parallel, bool bias = true,
                        const std::vector<int64_t>& units = {});
-  Tensor forward(const Tensor& x) const;
+  // draw: where the adapters' dropout masks come from (none by default).
+  Tensor forward(const Tensor& x, const nn::DropoutDraw& draw = {}) const;
   // gelu(forward(x)) with its pre-activation, the GELU fused into the GEMM
   // where the backend can (for RowParallelLinear::forward_after_gelu).
-  LinearGelu forward_gelu(const Tensor& x) const;
+  LinearGelu forward_gelu(const Tensor& x, const nn::DropoutDraw& draw = {}) const;
   const ShardSpec& weight_spec() const { return weight_spec_; }
   const ShardSpec& bias_spec() const { return bias_spec_; }
   // LoRA's adapters (enable_lora): lora_a (rank, in) whole on every rank,
@@ -52,17 +53,18 @@ class RowParallelLinear : public nn::LinearBase {
  public:
   RowParallelLinear(int64_t in, int64_t out, dist::ProcessGroupPtr group, bool sequence_parallel,
                     bool bias = true);
-  Tensor forward(const Tensor& x) const;
+  Tensor forward(const Tensor& x, const nn::DropoutDraw& draw = {}) const;
   // forward(in.act) with the input gradient taken to in.pre through GELU's
   // derivative in one backend call (ops linear_after_gelu).
-  Tensor forward_after_gelu(const LinearGelu& in) const;
+  Tensor forward_after_gelu(const LinearGelu& in, const nn::DropoutDraw& draw = {}) const;
   const ShardSpec& weight_spec() const { return weight_spec_; }
   const ShardSpec& bias_spec() const { return bias_spec_; }
   // LoRA's adapters (enable_lora): lora_a (rank, in) split as the
   // weight's columns, so each rank's B A x is a partial sum that joins the
   // layer's own before the group sums it (no collective of their own);
   // lora_b (out, rank) whole on every rank, its gradient a partial sum over
-  // the group.
+  // the group. Dropout on their input draws this rank's slice of the
+  // unsharded layer's masks.
   const ShardSpec& lora_a_spec() const { return weight_spec_; }
   static ShardSpec lora_b_spec() { return ShardSpec::replicated(true); }
 
