@@ -1,0 +1,58 @@
+#pragma once
+
+// Jinja, as far as chat templates use it. Hugging Face keeps each model's
+// chat template as a Jinja program (tokenizer_config.json's chat_template)
+// and runs it with Jinja2 in a sandbox set up by transformers: trim_blocks
+// and lstrip_blocks on, {% break %} and {% continue %}, the {% generation
+// %} block (it marks what the assistant writes), and three additions of its
+// own — raise_exception(message), strftime_now(format) and a tojson filter
+// that keeps non-ASCII text as it is. A Template here runs such a program
+// the same way, with Jinja2's (and Python's) semantics for what it
+// supports:
+//   - text, {{ expressions }}, {# comments #}, whitespace control (- and +);
+//   - if / elif / else, for (with else, an `if` filter, unpacking, and
+//     loop.index, index0, revindex, revindex0, first, last, length,
+//     previtem, nextitem), set (of a name, several names, a namespace's
+//     attribute, or a block), macro with defaults, break, continue,
+//     generation;
+//   - literals (strings, numbers, lists, tuples, dicts, true / false /
+//     none in either case), attribute and item access, slices, calls,
+//     and arithmetic, comparison, `in`, `~`, logic and conditional
+//     expressions with Jinja's precedence;
+//   - the filters and tests chat templates use (listed in jinja.cpp), the
+//     methods of strings (strip, split, startswith, ...), dicts (items,
+//     get, ...) and the globals range, namespace, dict, raise_exception
+//     and strftime_now.
+// Anything else is a ValueError that names it and the line it is on, as
+// are errors while rendering (an undefined name's attribute, a
+// raise_exception call, a type that does not fit an operator).
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+
+namespace triad::data::jinja {
+
+class Template {
+ public:
+  // Parses `source` (ValueError naming the line of what does not parse).
+  explicit Template(const std::string& source);
+  ~Template();
+  Template(Template&&) noexcept;
+  Template& operator=(Template&&) noexcept;
+
+  // The text the program writes for `context` (a JSON object whose keys
+  // are the program's variables).
+  std::string render(const nlohmann::ordered_json& context) const;
+
+  struct Program;
+
+ private:
+  std::unique_ptr<Program> program_;
+};
+
+// A value as Python's json.dumps writes it with transformers' settings
+// (ensure_ascii off; ", " and ": " between items, or "," and a newline
+// with `indent` >= 0 spaces per level): what the tojson filter writes.
+std::string to_json(const nlohmann::ordered_json& value, int indent = -1, bool sort_keys = false);
+
+}  // namespace triad::data::jinja

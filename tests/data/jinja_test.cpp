@@ -1,0 +1,67 @@
+// Jinja for chat templates (data/jinja.h): what a template writes, and the
+// errors that name what is wrong and where. (tests/parity/jinja_* compare
+// whole chat templates with Jinja2 itself.)
+#include "triad/data/jinja.h"
+
+#include <gtest/gtest.h>
+
+#include "support/expect_error.h"
+
+namespace triad::data::jinja {
+namespace {
+
+using nlohmann::ordered_json;
+using triad::testing::expect_error;
+
+std::string render(const std::string& source,
+                   const ordered_json& context = ordered_json::object()) {
+  return Template(source).render(context);
+}
+
+TEST(Jinja, WritesTextExpressionsAndStatementsWithTransformersWhitespace) {
+  const ordered_json ctx = {
+      {"messages",
+       {{{"role", "user"}, {"content", "hi"}}, {{"role", "assistant"}, {"content", "hello"}}}}};
+  // trim_blocks drops the newline after a block tag; lstrip_blocks the
+  // indentation before one.
+  EXPECT_EQ(render("{% for m in messages %}\n  {% if m.role == 'user' %}\nU:{{ m.content }}\n  "
+                   "{% else %}\nA:{{ m.content }}\n  {% endif %}\n{% endfor %}\n",
+                   ctx),
+            "U:hi\nA:hello\n");
+  EXPECT_EQ(render("a  {{- ' b ' -}}  c"), "a b c");
+  EXPECT_EQ(render("{{ x }}|{{ x.y is defined }}", {{"x", {{"z", 1}}}}), "{'z': 1}|False");
+  EXPECT_EQ(render("{{ 1 < 2 < 3 }} {{ 3 > 2 > 2 }} {{ -7 // 2 }} {{ 7 / 2 }} {{ 1e16 }}"),
+            "True False -4 3.5 1e+16");
+  EXPECT_EQ(render("{% set ns = namespace(n=0) %}{% for i in range(4) %}{% set ns.n = ns.n + i "
+                   "%}{% endfor %}{{ ns.n }}"),
+            "6");
+  // A variable set in a loop stays in it.
+  EXPECT_EQ(render("{% set v = 1 %}{% for i in [2] %}{% set v = i %}{% endfor %}{{ v }}"), "1");
+  EXPECT_EQ(render("{{ 'x' }}\n"), "x");  // the source's final newline is dropped
+  EXPECT_EQ(to_json({{"a", {1, 2.5, nullptr}}, {"b", "é\n"}}),
+            R"({"a": [1, 2.5, null], "b": "é\n"})");
+  EXPECT_EQ(to_json({{"b", 1}, {"a", {true}}}, 1, true), "{\n \"a\": [\n  true\n ],\n \"b\": 1\n}");
+}
+
+TEST(Jinja, ErrorsNameWhatIsWrongAndItsLine) {
+  expect_error([] { Template("a\n{% if x %}b"); }, {"line 2", "ends before the {% endif %} it needs"});
+  expect_error([] { Template("{% include 'other' %}"); }, {"line 1", "'include' is not supported"});
+  expect_error([] { Template("{{ x |}}"); }, {"expected a name"});
+  expect_error([] { Template("{{ 'open }}"); }, {"string literal is never closed"});
+  expect_error([] { Template("\n\n{{ x"); }, {"line 3", "never closed"});
+  expect_error(
+      [] {
+        render("{{ x | frobnicate }}", {{"x", 1}});
+      },
+      {"the filter 'frobnicate' is not supported"});
+  expect_error([] { render("\n{{ message.content }}"); },
+               {"line 2", "'message' is undefined (reading its 'content')"});
+  expect_error([] { render("{{ raise_exception('roles must alternate') }}"); },
+               {"raised an error: roles must alternate"});
+  expect_error([] { render("{{ 'a' + 1 }}"); }, {"unsupported operands for +"});
+  expect_error([] { render("{{ 1 // 0 }}"); }, {"division by zero"});
+  expect_error([] { render("{{ x }}", ordered_json::array()); }, {"must be a JSON object"});
+}
+
+}  // namespace
+}  // namespace triad::data::jinja
