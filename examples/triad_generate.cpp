@@ -73,9 +73,10 @@ int main(int argc, char** argv) {
   std::string chat_template, system;
   app.add_option("--chat-template", chat_template,
                  "the prompt is a user's message to a chat model (chatml, llama3, gemma, or auto: "
-                 "the --tokenizer model's; as triad-tokenize --chat-template): the model writes "
-                 "the assistant's turn, which "
-                 "is printed alone, and stops at the template's end of turn");
+                 "the --tokenizer model's; model: its own Jinja program; as triad-tokenize "
+                 "--chat-template): the model writes the assistant's turn, which is printed "
+                 "alone, and stops at the template's end of turn (model: at the model's "
+                 "eos_token)");
   app.add_option("--system", system, "with --chat-template: a system message before the prompt");
   bool no_cache = false;
   app.add_flag("--no-kv-cache", no_cache,
@@ -98,15 +99,33 @@ int main(int argc, char** argv) {
     }
     o.vocab_limit = tok->vocab_size();  // never an id the tokenizer cannot print
     std::optional<triad::data::ChatTemplate> chat;
-    if (!chat_template.empty()) {
+    std::optional<triad::data::ModelChatTemplate> model_chat;
+    if (chat_template == "model") {
+      model_chat = triad::data::ModelChatTemplate::load(hf_tokenizer, tok->special_tokens());
+    } else if (!chat_template.empty()) {
       chat = triad::data::resolve_chat_template(chat_template, hf_tokenizer);
       chat_template = triad::data::chat_template_name(*chat);
     }
-    if (!system.empty() && !chat) throw triad::ValueError("--system needs --chat-template");
+    if (!system.empty() && !chat && !model_chat)
+      throw triad::ValueError("--system needs --chat-template");
     int64_t default_stop = config.model.eod_token;
-    if (chat) {
-      triad::data::require_chat_markers(*tok, *chat, "--chat-template " + chat_template + ":");
-      default_stop = tok->special_token(triad::data::chat_end_of_turn(*chat));
+    if (model_chat) {
+      // The model's end token (tokenizer_config.json's eos_token): what an
+      // instruction-tuned model's answer ends with.
+      const std::string eos = model_chat->variable("eos_token");
+      default_stop = eos.empty() ? -1 : tok->special_token(eos);
+      if (default_stop < 0) {
+        spdlog::warn(
+            "--chat-template model: the model's eos_token '{}' is not a special token of "
+            "the tokenizer; give --stop-token",
+            eos);
+      }
+    }
+    if (chat || model_chat) {
+      if (chat) {
+        triad::data::require_chat_markers(*tok, *chat, "--chat-template " + chat_template + ":");
+        default_stop = tok->special_token(triad::data::chat_end_of_turn(*chat));
+      }
       if (!bos_token.empty()) {
         throw triad::ValueError(
             "--bos-token with --chat-template: the template writes its own "
@@ -134,12 +153,19 @@ int main(int argc, char** argv) {
       if (!bos_token.empty()) {
         ids.push_back(triad::data::require_special_token(*tok, bos_token, "--bos-token"));
       }
-      if (chat) {
+      if (chat || model_chat) {
         std::vector<triad::data::ChatMessage> messages;
         if (!sys.empty()) messages.push_back({"system", sys});
         messages.push_back({"user", text});
-        const auto doc = triad::data::tokenize_segmented(
-            *tok, {triad::data::render_chat_prompt(*chat, messages)}, -1, false);
+        triad::data::SegmentedDocument prompt;
+        if (chat) {
+          prompt = triad::data::render_chat_prompt(*chat, messages);
+        } else {
+          nlohmann::ordered_json list = nlohmann::ordered_json::array();
+          for (const auto& m : messages) list.push_back({{"role", m.role}, {"content", m.content}});
+          prompt = model_chat->render_prompt(list);
+        }
+        const auto doc = triad::data::tokenize_segmented(*tok, {prompt}, -1, false);
         for (const int64_t id : doc.tokens.front()) ids.push_back(static_cast<int32_t>(id));
       } else {
         for (const int32_t id : tok->encode(text)) ids.push_back(id);

@@ -61,8 +61,9 @@ int main(int argc, char** argv) {
   app.add_option("--chat-template", chat_template,
                  "jsonl: the field under --json-key is a conversation, a list of {role, content} "
                  "messages, written out in this template (chatml: Qwen's; llama3; gemma; auto: "
-                 "the --tokenizer model's own, when it is one of them) with <output>.loss_mask "
-                 "scoring the assistant's turns");
+                 "the --tokenizer model's own, when it is one of them; model: the --tokenizer "
+                 "model's own Jinja program, run as transformers runs it) with "
+                 "<output>.loss_mask scoring the assistant's turns");
   app.add_option("--eod", eod,
                  "token appended after each document (e.g. 50256, GPT-2's <|endoftext|>; "
                  "data.eod_token in triad-train); -1: none");
@@ -97,7 +98,11 @@ int main(int argc, char** argv) {
     // batch encoded by the workers and appended to the output, so a corpus
     // larger than memory streams through.
     triad::data::DocumentLabels labels{prompt_key, std::nullopt};
-    if (!chat_template.empty()) {
+    if (chat_template == "model") {
+      labels.model_chat = std::make_shared<const triad::data::ModelChatTemplate>(
+          triad::data::ModelChatTemplate::load(hf_tokenizer, tok->special_tokens()));
+      spdlog::info("chat template: the model's own, from {}", labels.model_chat->origin());
+    } else if (!chat_template.empty()) {
       labels.chat = triad::data::resolve_chat_template(chat_template, hf_tokenizer);
       if (chat_template == "auto") {
         spdlog::info("chat template: {} (the model's)",
@@ -138,8 +143,9 @@ int main(int argc, char** argv) {
       if (mask) {
         // A pair's end token is its cue to stop; a chat's turns end with
         // their own marker.
-        docs = triad::data::tokenize_segmented(*tok, segmented, eod, !labels.chat, workers,
-                                               document_count, bos);
+        const bool chat = labels.chat || labels.model_chat;
+        docs = triad::data::tokenize_segmented(*tok, segmented, eod, !chat, workers, document_count,
+                                               bos);
       } else {
         docs.tokens =
             triad::data::tokenize_documents(*tok, batch, eod, workers, document_count, bos);
@@ -175,7 +181,8 @@ int main(int argc, char** argv) {
       spdlog::info("wrote the loss mask {}: {} of {} tokens ({:.1f}%) are scored ({})", mask_path,
                    scored, count,
                    count ? 100.0 * static_cast<double>(scored) / static_cast<double>(count) : 0.0,
-                   labels.chat ? "the assistant's turns" : "the responses and end tokens");
+                   labels.chat || labels.model_chat ? "the assistant's turns"
+                                                    : "the responses and end tokens");
     } else if (std::filesystem::exists(mask_path)) {
       // A mask left by an earlier run over this output would mislabel the new tokens.
       std::filesystem::remove(mask_path);

@@ -1,5 +1,6 @@
 #include "triad/data/chat_template.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -23,6 +24,10 @@ void put(SegmentedDocument& doc, const std::string& text, bool scored) {
 // Appends a marker: one special token.
 void mark(SegmentedDocument& doc, const char* marker, bool scored) {
   doc.push_back({marker, scored, true});
+}
+
+bool is_space_char(char c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
 }
 
 // Jinja's trim: leading and trailing whitespace off.
@@ -104,56 +109,72 @@ ChatTemplate chat_template_of_jinja(const std::string& jinja) {
   return found.front();
 }
 
-ChatTemplate chat_template_of_model(const std::string& tokenizer_path) {
+namespace {
+
+// What a model directory says about chatting: its chat template's Jinja
+// text, where it was read, and tokenizer_config.json (empty if none).
+struct ModelChatFiles {
+  std::string jinja;
+  std::string path;
+  nlohmann::ordered_json config = nlohmann::ordered_json::object();
+};
+
+ModelChatFiles read_model_chat_files(const std::string& tokenizer_path, const std::string& flag) {
   namespace fs = std::filesystem;
   if (tokenizer_path.empty()) {
-    throw ValueError(
-        "--chat-template auto reads the model's tokenizer_config.json: give "
-        "--tokenizer (the model directory, or a tokenizer file inside it)");
+    throw ValueError(flag +
+                     " reads the model's tokenizer_config.json: give "
+                     "--tokenizer (the model directory, or a tokenizer file inside it)");
   }
   const fs::path dir = fs::is_directory(tokenizer_path) ? fs::path(tokenizer_path)
                                                         : fs::path(tokenizer_path).parent_path();
-  std::string path = (dir / "tokenizer_config.json").string();
-  std::ifstream in(path);
-  nlohmann::json config = nlohmann::json::object();
+  ModelChatFiles f;
+  f.path = (dir / "tokenizer_config.json").string();
+  std::ifstream in(f.path);
   if (in) {
     try {
-      config = nlohmann::json::parse(in);
+      f.config = nlohmann::ordered_json::parse(in);
     } catch (const nlohmann::json::exception& e) {
-      throw IoError("'" + path + "' is not JSON: " + e.what());
+      throw IoError("'" + f.path + "' is not JSON: " + e.what());
     }
   }
-  const auto it = config.find("chat_template");
-  std::string jinja;
-  if (it == config.end()) {
+  const auto it = f.config.find("chat_template");
+  if (it == f.config.end()) {
     // Newer models keep it in a file of its own.
     const std::string file = (dir / "chat_template.jinja").string();
     std::ifstream t(file);
     if (t) {
       std::ostringstream text;
       text << t.rdbuf();
-      jinja = text.str();
-      path = file;
+      f.jinja = text.str();
+      f.path = file;
     } else {
-      throw IoError("--chat-template auto: neither '" + path + "' holds a chat_template nor '" +
-                    file + "' exists");
+      throw IoError(flag + ": neither '" + f.path + "' holds a chat_template nor '" + file +
+                    "' exists");
     }
   } else if (it->is_string()) {
-    jinja = it->get<std::string>();
-  } else if (it != config.end() && it->is_array()) {
+    f.jinja = it->get<std::string>();
+  } else if (it->is_array()) {
     // Several named templates: the one named "default".
     for (const auto& t : *it) {
       if (t.is_object() && t.value("name", "") == "default" && t.contains("template") &&
           t["template"].is_string()) {
-        jinja = t["template"].get<std::string>();
+        f.jinja = t["template"].get<std::string>();
       }
     }
   }
-  if (jinja.empty()) throw IoError("'" + path + "' has an empty or unreadable chat_template");
+  if (f.jinja.empty()) throw IoError("'" + f.path + "' has an empty or unreadable chat_template");
+  return f;
+}
+
+}  // namespace
+
+ChatTemplate chat_template_of_model(const std::string& tokenizer_path) {
+  const ModelChatFiles f = read_model_chat_files(tokenizer_path, "--chat-template auto");
   try {
-    return chat_template_of_jinja(jinja);
+    return chat_template_of_jinja(f.jinja);
   } catch (const ValueError& e) {
-    throw ValueError("'" + path + "': " + e.what());
+    throw ValueError("'" + f.path + "': " + e.what());
   }
 }
 
@@ -216,6 +237,153 @@ SegmentedDocument render_chat_prompt(ChatTemplate t, const std::vector<ChatMessa
 
 const char* chat_end_of_turn(ChatTemplate t) {
   return markers_of(t).end;
+}
+
+ModelChatTemplate::ModelChatTemplate(const std::string& jinja, nlohmann::ordered_json variables,
+                                     std::vector<std::string> special_tokens, std::string origin)
+    : program_(std::make_shared<const jinja::Template>(jinja)),
+      variables_(std::move(variables)),
+      special_(std::move(special_tokens)),
+      origin_(std::move(origin)) {
+  if (!variables_.is_object()) throw ValueError("a chat template's variables must be an object");
+  // Longest first, so that a marker is never cut at a shorter one it starts with.
+  std::sort(special_.begin(), special_.end(), [](const std::string& a, const std::string& b) {
+    return a.size() != b.size() ? a.size() > b.size() : a < b;
+  });
+  special_.erase(std::remove(special_.begin(), special_.end(), std::string()), special_.end());
+  for (const std::string& s : special_) starts_[static_cast<unsigned char>(s[0])] = true;
+}
+
+ModelChatTemplate ModelChatTemplate::load(const std::string& tokenizer_path,
+                                          std::vector<std::string> special_tokens) {
+  ModelChatFiles f = read_model_chat_files(tokenizer_path, "--chat-template model");
+  // The token variables transformers passes: each a string, or an added
+  // token's object holding its "content".
+  nlohmann::ordered_json vars = nlohmann::ordered_json::object();
+  for (const char* key : {"bos_token", "eos_token", "unk_token", "pad_token"}) {
+    const auto it = f.config.find(key);
+    if (it == f.config.end()) continue;
+    if (it->is_string()) {
+      vars[key] = *it;
+    } else if (it->is_object() && it->contains("content") && (*it)["content"].is_string()) {
+      vars[key] = (*it)["content"];
+    }
+  }
+  try {
+    return ModelChatTemplate(f.jinja, std::move(vars), std::move(special_tokens), f.path);
+  } catch (const ValueError& e) {
+    throw ValueError("'" + f.path + "': " + e.what());
+  }
+}
+
+std::string ModelChatTemplate::variable(const std::string& name) const {
+  const auto it = variables_.find(name);
+  return it != variables_.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+
+std::string ModelChatTemplate::text(const nlohmann::ordered_json& messages, bool generation_prompt,
+                                    std::vector<std::pair<size_t, size_t>>* generation) const {
+  nlohmann::ordered_json context = variables_;
+  context["messages"] = messages;
+  context["add_generation_prompt"] = generation_prompt;
+  return program_->render(context, generation);
+}
+
+void ModelChatTemplate::cut(const std::string& text, bool scored, SegmentedDocument& doc) const {
+  size_t plain = 0;  // where the text not yet put starts
+  for (size_t i = 0; i < text.size();) {
+    const std::string* hit = nullptr;
+    if (!starts_[static_cast<unsigned char>(text[i])]) {
+      ++i;
+      continue;
+    }
+    for (const std::string& s : special_) {
+      if (text.compare(i, s.size(), s) == 0) {
+        hit = &s;
+        break;
+      }
+    }
+    if (!hit) {
+      ++i;
+      continue;
+    }
+    put(doc, text.substr(plain, i - plain), scored);
+    doc.push_back({*hit, scored, true});
+    i += hit->size();
+    plain = i;
+  }
+  put(doc, text.substr(plain), scored);
+}
+
+namespace {
+
+void check_messages(const nlohmann::ordered_json& messages) {
+  if (!messages.is_array()) throw ValueError("the messages are not a list");
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const auto& m = messages[i];
+    if (!m.is_object() || !m.contains("role") || !m["role"].is_string()) {
+      throw ValueError("message " + std::to_string(i) + " is not an object with a string \"role\"");
+    }
+  }
+}
+
+nlohmann::ordered_json first(const nlohmann::ordered_json& messages, size_t n) {
+  nlohmann::ordered_json out = nlohmann::ordered_json::array();
+  for (size_t i = 0; i < n; ++i) out.push_back(messages[i]);
+  return out;
+}
+
+}  // namespace
+
+SegmentedDocument ModelChatTemplate::render(const nlohmann::ordered_json& messages) const {
+  check_messages(messages);
+  std::vector<std::pair<size_t, size_t>> scored;
+  const std::string whole = text(messages, false, &scored);
+  if (!program_->has_generation()) {
+    // Turn by turn: an assistant message's part is what the program adds
+    // to the conversation before it, prompt for an answer included, by
+    // writing the message (the whitespace after its end marker aside).
+    scored.clear();
+    for (size_t i = 0; i < messages.size(); ++i) {
+      if (messages[i]["role"] != "assistant") continue;
+      const std::string before = text(first(messages, i), true, nullptr);
+      const std::string with = text(first(messages, i + 1), false, nullptr);
+      const std::string where = "message " + std::to_string(i) + " (assistant): ";
+      if (with.compare(0, before.size(), before) != 0) {
+        throw ValueError(where +
+                         "the model's chat template writes the conversation before it "
+                         "differently from the prompt it writes for an answer "
+                         "(add_generation_prompt), so its answer cannot be told apart");
+      }
+      if (whole.compare(0, with.size(), with) != 0) {
+        throw ValueError(where +
+                         "the model's chat template writes this turn differently once "
+                         "later messages follow (as Qwen3's drops earlier turns' thinking), "
+                         "so it cannot be scored turn by turn; use --chat-template auto or "
+                         "a built-in template");
+      }
+      size_t end = with.size();
+      while (end > before.size() && is_space_char(with[end - 1])) --end;
+      if (end > before.size()) scored.emplace_back(before.size(), end);
+    }
+  }
+  SegmentedDocument doc;
+  size_t at = 0;
+  for (const auto& [b, e] : scored) {
+    if (b < at) continue;  // (nested or overlapping blocks: the first wins)
+    cut(whole.substr(at, b - at), false, doc);
+    cut(whole.substr(b, e - b), true, doc);
+    at = e;
+  }
+  cut(whole.substr(at), false, doc);
+  return doc;
+}
+
+SegmentedDocument ModelChatTemplate::render_prompt(const nlohmann::ordered_json& messages) const {
+  check_messages(messages);
+  SegmentedDocument doc;
+  cut(text(messages, true, nullptr), false, doc);
+  return doc;
 }
 
 }  // namespace triad::data

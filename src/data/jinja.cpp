@@ -342,7 +342,7 @@ using NodeP = std::unique_ptr<Node>;
 using Body = std::vector<NodeP>;
 
 struct Node {
-  enum Kind { Text, Output, If, For, Set, SetBlock, Macro, Break, Continue };
+  enum Kind { Text, Output, If, For, Set, SetBlock, Macro, Break, Continue, Generation };
   Kind kind = Text;
   int line = 0;
   std::string text;  // Text
@@ -839,12 +839,13 @@ class Parser {
       n->kind = keyword == "break" ? Node::Break : Node::Continue;
       cur.expect_end();
     } else if (keyword == "generation") {
-      // transformers' marker of what the assistant writes: its body as it is.
+      // transformers' marker of what the assistant writes: its body, its
+      // place in the output recorded.
+      n->kind = Node::Generation;
       cur.expect_end();
-      Body b = body({"endgeneration"}, &stopped);
+      n->body = body({"endgeneration"}, &stopped);
       close("endgeneration");
-      for (NodeP& x : b) out.push_back(std::move(x));
-      return;
+      has_generation_ = true;
     } else if (keyword.empty()) {
       fail(line, "a statement tag without a keyword");
     } else {
@@ -863,12 +864,16 @@ class Parser {
 
   std::vector<Chunk> chunks_;
   size_t at_ = 0;
+
+ public:
+  bool has_generation_ = false;
 };
 
 }  // namespace
 
 struct Template::Program {
   Body body;
+  bool has_generation = false;
 };
 
 // ---------------------------------------------------------------- values
@@ -1281,7 +1286,8 @@ enum class Flow { Normal, Break, Continue };
 
 class Renderer {
  public:
-  explicit Renderer(const json& context) {
+  // spans: where the {% generation %} blocks' text lands in the output.
+  Renderer(const json& context, std::vector<std::pair<size_t, size_t>>* spans) : spans_(spans) {
     scopes_.emplace_back();
     for (const char* builtin : {"range", "namespace", "dict", "raise_exception", "strftime_now"}) {
       Value v;
@@ -1292,6 +1298,12 @@ class Renderer {
     if (!context.is_object()) throw ValueError("a chat template's context must be a JSON object");
     for (auto it = context.begin(); it != context.end(); ++it)
       scopes_.back()[it.key()] = Value::of(it.value());
+  }
+
+  // The whole output: the one generation spans are measured in.
+  Flow run_top(const Body& body, std::string& out) {
+    top_ = &out;
+    return run(body, out);
   }
 
   Flow run(const Body& body, std::string& out) {
@@ -1351,6 +1363,12 @@ class Renderer {
         return Flow::Break;
       case Node::Continue:
         return Flow::Continue;
+      case Node::Generation: {
+        const size_t start = out.size();
+        const Flow f = run(n.body, out);
+        if (spans_ && &out == top_ && out.size() > start) spans_->emplace_back(start, out.size());
+        return f;
+      }
     }
     return Flow::Normal;
   }
@@ -2178,6 +2196,8 @@ class Renderer {
   }
 
   std::vector<std::map<std::string, Value>> scopes_;
+  std::vector<std::pair<size_t, size_t>>* spans_ = nullptr;
+  const std::string* top_ = nullptr;
 };
 
 }  // namespace
@@ -2196,17 +2216,24 @@ Template::Template(const std::string& source) : program_(std::make_unique<Progra
   } else if (!s.empty() && s.back() == '\n') {
     s.pop_back();
   }
-  program_->body = Parser(Lexer(s).run()).program();
+  Parser parser(Lexer(s).run());
+  program_->body = parser.program();
+  program_->has_generation = parser.has_generation_;
 }
 Template::~Template() = default;
 Template::Template(Template&&) noexcept = default;
 Template& Template::operator=(Template&&) noexcept = default;
 
-std::string Template::render(const json& context) const {
-  Renderer r(context);
+std::string Template::render(const json& context,
+                             std::vector<std::pair<size_t, size_t>>* generation) const {
+  Renderer r(context, generation);
   std::string out;
-  r.run(program_->body, out);
+  r.run_top(program_->body, out);
   return out;
+}
+
+bool Template::has_generation() const {
+  return program_->has_generation;
 }
 
 }  // namespace triad::data::jinja

@@ -523,6 +523,16 @@ int32_t SentencePieceTokenizer::special_token(const std::string& text) const {
                                                                                            : -1;
 }
 
+std::vector<std::string> SentencePieceTokenizer::special_tokens() const {
+  std::vector<std::string> out;
+  for (const Piece& p : pieces_) {
+    if (p.type == PieceType::Control || p.type == PieceType::UserDefined ||
+        p.type == PieceType::Unknown)
+      out.push_back(p.text);
+  }
+  return out;
+}
+
 std::unique_ptr<SentencePieceTokenizer> load_sentencepiece(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw IoError("cannot open SentencePiece model '" + path + "'");

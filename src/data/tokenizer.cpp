@@ -286,6 +286,12 @@ int32_t BpeTokenizer::added_token(const std::string& content) const {
   return it == settings_.added_tokens.end() ? -1 : it->second;
 }
 
+std::vector<std::string> BpeTokenizer::special_tokens() const {
+  std::vector<std::string> out;
+  for (const auto& [text, id] : settings_.added_tokens) out.push_back(text);
+  return out;
+}
+
 std::vector<std::string> BpeTokenizer::bpe(const std::string& word) const {
   std::vector<std::string> symbols;
   for (size_t i = 0; i < word.size();) {
@@ -469,6 +475,39 @@ DocumentSplit document_split_from_string(const std::string& name) {
 
 namespace {
 
+// A JSON line as an object; errors name it by `where`.
+template <class Json>
+Json parse_json_line(const std::string& line, const std::string& where) {
+  Json j;
+  try {
+    j = Json::parse(line);
+  } catch (const nlohmann::json::parse_error& e) {
+    // The library's reason, without its "[json.exception...] parse error
+    // at line 1, column N: " prefix (the line is ours).
+    std::string why = e.what();
+    const size_t colon = why.find(": ");
+    if (colon != std::string::npos) why = why.substr(colon + 2);
+    throw ValueError(where + " does not parse at byte " + std::to_string(e.byte) + ": " + why);
+  }
+  if (!j.is_object()) throw ValueError(where + " is not an object");
+  return j;
+}
+
+// A conversation in the model's own template (DocumentLabels::model_chat).
+SegmentedDocument model_chat_document(const nlohmann::ordered_json& j, const std::string& key,
+                                      const ModelChatTemplate& chat, const std::string& where) {
+  const auto it = j.find(key);
+  if (it == j.end() || !it->is_array()) {
+    throw ValueError(where + " has no list of messages \"" + key +
+                     "\" (--json-key names the field)");
+  }
+  try {
+    return chat.render(*it);
+  } catch (const ValueError& e) {
+    throw ValueError(where + ": " + e.what());
+  }
+}
+
 // A labelled JSON line's pieces (DocumentLabels); `where` names the line.
 SegmentedDocument labelled_document(const nlohmann::json& j, const std::string& key,
                                     const DocumentLabels& labels, const std::string& where) {
@@ -514,13 +553,17 @@ DocumentReader::DocumentReader(std::istream& in, DocumentSplit how, std::string 
     : in_(in), how_(how), key_(std::move(json_key)), labels_(std::move(labels)) {
   if (!labels_.any()) return;
   const std::string what =
-      labels_.chat ? std::string("a chat template ('") + chat_template_name(*labels_.chat) + "')"
-                   : "a prompt key ('" + labels_.prompt_key + "')";
+      labels_.model_chat ? std::string("the model's chat template")
+      : labels_.chat ? std::string("a chat template ('") + chat_template_name(*labels_.chat) + "')"
+                     : "a prompt key ('" + labels_.prompt_key + "')";
   if (how_ != DocumentSplit::JsonLines) {
     throw ValueError(what + " needs JSON lines (--documents jsonl): each line holds one " +
                      "labelled document");
   }
-  if (labels_.chat && !labels_.prompt_key.empty()) {
+  if (labels_.chat && labels_.model_chat) {
+    throw ValueError("give a built-in chat template or the model's, not both");
+  }
+  if ((labels_.chat || labels_.model_chat) && !labels_.prompt_key.empty()) {
     throw ValueError("give a prompt key or a chat template, not both: a line is a " +
                      std::string("prompt/response pair or a conversation"));
   }
@@ -595,19 +638,15 @@ bool DocumentReader::read(std::vector<std::string>* plain,
       case DocumentSplit::JsonLines: {
         if (blank(line)) break;
         const std::string where = "JSON line " + std::to_string(line_);
-        nlohmann::json j;
-        try {
-          j = nlohmann::json::parse(line);
-        } catch (const nlohmann::json::parse_error& e) {
-          // The library's reason, without its "[json.exception...] parse
-          // error at line 1, column N: " prefix (the line is ours).
-          std::string why = e.what();
-          const size_t colon = why.find(": ");
-          if (colon != std::string::npos) why = why.substr(colon + 2);
-          throw ValueError(where + " does not parse at byte " + std::to_string(e.byte) + ": " +
-                           why);
+        if (segmented && labels_.model_chat) {
+          // In the order written: the model's template may write fields
+          // out as they are (tool calls' arguments).
+          const auto j = parse_json_line<nlohmann::ordered_json>(line, where);
+          segmented->push_back(model_chat_document(j, key_, *labels_.model_chat, where));
+          ++added;
+          break;
         }
-        if (!j.is_object()) throw ValueError(where + " is not an object");
+        const auto j = parse_json_line<nlohmann::json>(line, where);
         if (segmented) {
           segmented->push_back(labelled_document(j, key_, labels_, where));
           ++added;

@@ -147,5 +147,142 @@ TEST(ChatTemplates, AutoFindsTheModelsOwnTemplate) {
   expect_error([] { chat_template_of_model(""); }, {"give --tokenizer"});
 }
 
+// --chat-template model: the model's own Jinja program. Programs that
+// write the built-in templates' formats give exactly the built-in
+// templates' pieces — the same text, the same special tokens, the same
+// parts scored — found turn by turn.
+std::vector<std::string> markers() {
+  return {"<|im_start|>",      "<|im_end|>", "<|begin_of_text|>", "<|start_header_id|>",
+          "<|end_header_id|>", "<|eot_id|>", "<|endoftext|>"};
+}
+
+const char* kChatMl =
+    "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + "
+    "message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}"
+    "{{ '<|im_start|>assistant\n' }}{% endif %}";
+const char* kLlama3 =
+    "{% set loop_messages = messages %}{% for message in loop_messages %}"
+    "{% set content = '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n'+ "
+    "message['content'] | trim + '<|eot_id|>' %}{% if loop.index0 == 0 %}"
+    "{% set content = bos_token + content %}{% endif %}{{ content }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}"
+    "{% endif %}";
+
+nlohmann::ordered_json as_json(const std::vector<ChatMessage>& messages) {
+  nlohmann::ordered_json out = nlohmann::ordered_json::array();
+  for (const auto& m : messages) out.push_back({{"role", m.role}, {"content", m.content}});
+  return out;
+}
+
+void expect_same(const SegmentedDocument& got, const SegmentedDocument& want) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_EQ(got[i].text, want[i].text) << i;
+    EXPECT_EQ(got[i].scored, want[i].scored) << i << " " << got[i].text;
+    EXPECT_EQ(got[i].special, want[i].special) << i << " " << got[i].text;
+  }
+}
+
+TEST(ModelChatTemplate, WritesWhatTheBuiltInTemplatesWriteForTheirPrograms) {
+  const std::vector<ChatMessage> chat{{"system", "Be brief."},
+                                      {"user", " Hi? "},
+                                      {"assistant", " Hello.\n "},
+                                      {"user", "Bye"},
+                                      {"assistant", "Bye."}};
+  const ModelChatTemplate chatml(kChatMl, nlohmann::ordered_json::object(), markers());
+  expect_same(chatml.render(as_json(chat)), render_chat(ChatTemplate::ChatML, chat));
+  expect_same(chatml.render_prompt(as_json({chat[0], chat[1]})),
+              render_chat_prompt(ChatTemplate::ChatML, {chat[0], chat[1]}));
+  const ModelChatTemplate llama(kLlama3, {{"bos_token", "<|begin_of_text|>"}}, markers());
+  expect_same(llama.render(as_json(chat)), render_chat(ChatTemplate::Llama3, chat));
+  expect_same(llama.render_prompt(as_json({chat[1]})),
+              render_chat_prompt(ChatTemplate::Llama3, {chat[1]}));
+}
+
+// What only the program knows is written too: a default system message,
+// and fields of a message beyond its role and content.
+TEST(ModelChatTemplate, RunsWhatTheProgramSays) {
+  const ModelChatTemplate t(
+      "{% if messages[0].role != 'system' %}<|im_start|>system\nYou are helpful.<|im_end|>\n"
+      "{% endif %}{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}"
+      "{% for c in m.tool_calls %}<tool_call>{{ c | tojson }}</tool_call>{% endfor %}"
+      "<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}",
+      nlohmann::ordered_json::object(), markers());
+  const auto messages = nlohmann::ordered_json::parse(
+      R"([{"role": "user", "content": "Weather?"},
+          {"role": "assistant", "content": "", "tool_calls": [{"name": "w", "arguments": {"c": "P"}}]}])");
+  std::string read, scored;
+  for (const auto& p : t.render(messages)) (p.scored ? scored : read) += p.text;
+  EXPECT_EQ(read,
+            "<|im_start|>system\nYou are helpful.<|im_end|>\n<|im_start|>user\nWeather?"
+            "<|im_end|>\n<|im_start|>assistant\n\n");
+  EXPECT_EQ(scored, R"(<tool_call>{"name": "w", "arguments": {"c": "P"}}</tool_call><|im_end|>)");
+}
+
+// {% generation %} blocks (transformers' assistant mask) say what is
+// scored; a program that writes a turn differently once others follow
+// cannot be scored turn by turn.
+TEST(ModelChatTemplate, GenerationBlocksOrTurnByTurn) {
+  const ModelChatTemplate marked(
+      "{% for m in messages %}<|im_start|>{{ m.role }}\n{% if m.role == 'assistant' %}"
+      "{% generation %}{{ m.content }}<|im_end|>{% endgeneration %}{% else %}{{ m.content }}"
+      "<|im_end|>{% endif %}\n{% endfor %}",
+      nlohmann::ordered_json::object(), markers());
+  const auto messages =
+      as_json({{"user", "a"}, {"assistant", "b"}, {"user", "c"}, {"assistant", "d"}});
+  std::string scored;
+  for (const auto& p : marked.render(messages)) {
+    if (p.scored) scored += p.text + "|";
+  }
+  EXPECT_EQ(scored, "b|<|im_end|>|d|<|im_end|>|");
+  const ModelChatTemplate unstable(
+      "{% for m in messages %}<|im_start|>{{ m.role }}\n{% if m.role == 'assistant' and "
+      "loop.last %}<think></think>{% endif %}{{ m.content }}<|im_end|>\n{% endfor %}"
+      "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}",
+      nlohmann::ordered_json::object(), markers());
+  std::string last;  // one turn is fine
+  for (const auto& p : unstable.render(as_json({{"user", "a"}, {"assistant", "b"}}))) {
+    if (p.scored) last += p.text;
+  }
+  EXPECT_EQ(last, "<think></think>b<|im_end|>");
+  expect_error([&] { unstable.render(messages); },
+               {"message 1 (assistant)", "differently once later messages follow"});
+  expect_error([&] { unstable.render(nlohmann::ordered_json::parse(R"([{"content": "x"}])")); },
+               {"message 0 is not an object with a string \"role\""});
+}
+
+// Loading: the program and the token variables beside it; a DocumentReader
+// hands each line's messages to it whole.
+TEST(ModelChatTemplate, LoadsTheModelsProgramAndTokens) {
+  testing::TempDir dir;
+  std::ofstream(dir.file("tokenizer_config.json"))
+      << R"({"chat_template": "{{ bos_token }}{% for m in messages %}{{ m.content }}{{ eos_token }}{% endfor %}",
+             "bos_token": {"content": "<|begin_of_text|>", "special": true}, "eos_token": "<|eot_id|>"})";
+  const ModelChatTemplate t = ModelChatTemplate::load(dir.path().string(), markers());
+  EXPECT_EQ(t.variable("eos_token"), "<|eot_id|>");
+  EXPECT_EQ(t.variable("pad_token"), "");
+  std::istringstream in(
+      "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}, {\"role\": "
+      "\"assistant\", \"content\": \"y\"}]}\n{\"messages\": {}}\n");
+  DocumentLabels labels;
+  labels.model_chat = std::make_shared<const ModelChatTemplate>(t);
+  DocumentReader reader(in, DocumentSplit::JsonLines, "messages", labels);
+  std::vector<SegmentedDocument> docs;
+  EXPECT_TRUE(reader.next(docs, 1));
+  ASSERT_EQ(docs.size(), 1u);
+  ASSERT_EQ(docs[0].size(), 5u);
+  EXPECT_TRUE(docs[0][0].special);
+  EXPECT_EQ(docs[0][3].text, "y");
+  EXPECT_TRUE(docs[0][3].scored && docs[0][4].scored && docs[0][4].special);
+  expect_error([&] { reader.next(docs, 1); }, {"JSON line 2 has no list of messages"});
+  std::ofstream(dir.file("tokenizer_config.json")) << R"({"chat_template": "{% if x %}"})";
+  expect_error([&] { ModelChatTemplate::load(dir.path().string(), markers()); },
+               {"tokenizer_config.json': chat template, line 1", "endif"});
+  labels.chat = ChatTemplate::ChatML;
+  std::istringstream none("");
+  expect_error([&] { DocumentReader(none, DocumentSplit::JsonLines, "messages", labels); },
+               {"not both"});
+}
+
 }  // namespace
 }  // namespace triad::data

@@ -114,6 +114,10 @@ TEST(HfTokenizer, Llama3FormMergesIgnoresMergesAndMatchesAddedTokens) {
   EXPECT_EQ(tok->decode(ids), text);
   EXPECT_EQ(tok->added_token("<|endoftext|>"), 300);
   EXPECT_EQ(tok->added_token("<|nothing|>"), -1);
+  // Every added token, each one of special_token's.
+  const std::vector<std::string> special = tok->special_tokens();
+  EXPECT_EQ(special.size(), 3u);
+  for (const std::string& s : special) EXPECT_GE(tok->special_token(s), 300) << s;
   // Any text comes back from its ids.
   for (const std::string t : {"The café's 12345 apples\n\n  indented", "x'LL y'Re", "\t\r\n !?"}) {
     EXPECT_EQ(tok->decode(tok->encode(t)), t) << t;

@@ -8,6 +8,8 @@
 // model kinds is tests/parity/sentencepiece_parity_test.cpp.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <cstring>
 #include <filesystem>
 #include <functional>
@@ -108,6 +110,12 @@ TEST(SentencePiece, SpecialTokensByText) {
   EXPECT_EQ(sp->special_token("\xe2\x96\x81Hello"), -1);  // a normal piece
   EXPECT_EQ(sp->special_token("<0x41>"), -1);             // a byte piece
   EXPECT_EQ(sp->special_token("nothing"), -1);
+  // The control, user-defined and unknown pieces, each by its text.
+  const std::vector<std::string> special = sp->special_tokens();
+  for (const char* s : {"</s>", "<s>", "<|im_start|>", "<unk>"}) {
+    EXPECT_NE(std::find(special.begin(), special.end(), s), special.end()) << s;
+  }
+  for (const std::string& s : special) EXPECT_GE(sp->special_token(s), 0) << s;
   // Control pieces decode to nothing and are never matched in text.
   EXPECT_EQ(sp->decode({1, 373, 2}), "Hello");
   EXPECT_NE(sp->encode("</s>"), std::vector<int32_t>{2});

@@ -6,9 +6,10 @@
 // A chat template writes it out as the text a chat model reads, with the
 // markers its tokenizer holds as special tokens; fine-tuning then scores
 // what the assistant says and nothing else. Hugging Face keeps each
-// model's template as a Jinja program in tokenizer_config.json; Triad has
-// the common ones built in, by name, written out as those programs write
-// them, for the messages given and nothing more:
+// model's template as a Jinja program in tokenizer_config.json, which
+// ModelChatTemplate (below) runs; Triad also has the common ones built in,
+// by name, written out as those programs write them, for the messages
+// given and nothing more:
 //   chatml  Qwen2, Qwen2.5, Qwen3 (without thinking blocks) and many more:
 //           <|im_start|>ROLE\nCONTENT<|im_end|>\n per message (Qwen2.5's
 //           own template adds a default system message when there is
@@ -25,9 +26,14 @@
 // In each, an assistant message's content and its end-of-turn marker are
 // scored (the model learns to answer, and to end its turn); the role
 // headers, system and user messages are read only.
+#include <array>
+#include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "triad/data/jinja.h"
 #include "triad/data/tokenizer.h"
 
 namespace triad::data {
@@ -69,5 +75,53 @@ SegmentedDocument render_chat(ChatTemplate t, const std::vector<ChatMessage>& me
 SegmentedDocument render_chat_prompt(ChatTemplate t, const std::vector<ChatMessage>& messages);
 // The marker that ends a turn, on which generation stops.
 const char* chat_end_of_turn(ChatTemplate t);
+
+// A model's own chat template (--chat-template model): its Jinja program
+// run as transformers runs it (data/jinja.h), so that a conversation is
+// written exactly as the model was tuned to read it — default system
+// messages, dated headers, tool calls, any field a message has — with the
+// token variables tokenizer_config.json names (bos_token, eos_token,
+// unk_token, pad_token). The text is cut at the tokenizer's special tokens,
+// each then taken by id. What the assistant says is scored:
+//   - where the program marks it ({% generation %} blocks), those parts
+//     (transformers' assistant mask);
+//   - otherwise, for each assistant message, what the program adds to the
+//     conversation before it with an answer's prompt (add_generation_prompt)
+//     by writing the message — its text and end-of-turn marker, not the
+//     whitespace after. This needs a program that writes every turn the same
+//     whichever follow; one that does not (Qwen3's drops the thinking of
+//     earlier turns) is a ValueError naming the message.
+class ModelChatTemplate {
+ public:
+  // From the model directory `tokenizer_path` (or a tokenizer file in it):
+  // tokenizer_config.json's chat_template (its "default" one where there
+  // are several) or chat_template.jinja, and its token variables.
+  // `special_tokens`: the tokenizer's (Tokenizer::special_tokens). Errors
+  // name the file.
+  static ModelChatTemplate load(const std::string& tokenizer_path,
+                                std::vector<std::string> special_tokens);
+  ModelChatTemplate(const std::string& jinja, nlohmann::ordered_json variables,
+                    std::vector<std::string> special_tokens, std::string origin = "");
+
+  // `messages`: a JSON list of objects, each with a string "role".
+  SegmentedDocument render(const nlohmann::ordered_json& messages) const;
+  // The conversation so far and the opening of the assistant's answer
+  // (add_generation_prompt), nothing scored: what triad-generate asks.
+  SegmentedDocument render_prompt(const nlohmann::ordered_json& messages) const;
+  // A token variable (such as eos_token: the default stop), or "".
+  std::string variable(const std::string& name) const;
+  const std::string& origin() const { return origin_; }
+
+ private:
+  std::string text(const nlohmann::ordered_json& messages, bool generation_prompt,
+                   std::vector<std::pair<size_t, size_t>>* generation) const;
+  void cut(const std::string& text, bool scored, SegmentedDocument& doc) const;
+
+  std::shared_ptr<const jinja::Template> program_;
+  nlohmann::ordered_json variables_;
+  std::vector<std::string> special_;  // longest first
+  std::array<bool, 256> starts_{};    // the bytes a special token starts with
+  std::string origin_;
+};
 
 }  // namespace triad::data

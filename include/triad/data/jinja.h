@@ -29,6 +29,8 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace triad::data::jinja {
 
@@ -41,8 +43,13 @@ class Template {
   Template& operator=(Template&&) noexcept;
 
   // The text the program writes for `context` (a JSON object whose keys
-  // are the program's variables).
-  std::string render(const nlohmann::ordered_json& context) const;
+  // are the program's variables). `generation`: where to put the byte
+  // ranges of the output that {% generation %} blocks wrote (transformers'
+  // assistant mask), in order.
+  std::string render(const nlohmann::ordered_json& context,
+                     std::vector<std::pair<size_t, size_t>>* generation = nullptr) const;
+  // Whether the program marks what the assistant writes ({% generation %}).
+  bool has_generation() const;
 
   struct Program;
 

@@ -63,6 +63,7 @@ class SentencePieceTokenizer final : public Tokenizer {
   int64_t vocab_size() const override { return static_cast<int64_t>(pieces_.size()); }
   // A Control, UserDefined or Unknown piece's id by its text (e.g. </s>).
   int32_t special_token(const std::string& text) const override;
+  std::vector<std::string> special_tokens() const override;
 
   // The normaliser's output, spaces escaped (exposed for tests).
   std::string normalize(const std::string& text) const;

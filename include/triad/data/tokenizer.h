@@ -25,6 +25,9 @@ class Tokenizer {
     (void)text;
     return -1;
   }
+  // The texts special_token knows, each an id of its own (what a chat
+  // template's rendered text is cut at: tokens_of_rendered_text).
+  virtual std::vector<std::string> special_tokens() const { return {}; }
 };
 
 // One token per byte (vocabulary of 256).
@@ -75,6 +78,7 @@ class BpeTokenizer : public Tokenizer {
   // The id of the added token `content`, or -1.
   int32_t added_token(const std::string& content) const;
   int32_t special_token(const std::string& text) const override { return added_token(text); }
+  std::vector<std::string> special_tokens() const override;
   const Settings& settings() const { return settings_; }
 
  private:
@@ -162,6 +166,7 @@ struct TextSegment {
 using SegmentedDocument = std::vector<TextSegment>;
 
 enum class ChatTemplate;  // chat_template.h
+class ModelChatTemplate;  // chat_template.h
 
 // How each JSON line becomes a document of scored and unscored pieces, for
 // supervised fine-tuning (JSON lines only). With a `prompt_key` a line is
@@ -172,7 +177,10 @@ enum class ChatTemplate;  // chat_template.h
 struct DocumentLabels {
   std::string prompt_key;
   std::optional<ChatTemplate> chat;
-  bool any() const { return !prompt_key.empty() || chat.has_value(); }
+  // The model's own template instead of a built-in one: a conversation's
+  // messages go to it as they are, every field kept.
+  std::shared_ptr<const ModelChatTemplate> model_chat = nullptr;
+  bool any() const { return !prompt_key.empty() || chat.has_value() || model_chat; }
 };
 
 // The same documents read from a stream a batch at a time, so that a corpus
