@@ -27,7 +27,7 @@ namespace triad {
 namespace {
 
 std::string ref_dir() {
-  const char* d = std::getenv("TRIAD_PARITY_DIR");
+  const char* d = std::getenv("TRIAD_PARITY_REFERENCE");
   return d ? d : "";
 }
 
@@ -35,7 +35,7 @@ class Gpt2Parity : public ::testing::Test {
  protected:
   void SetUp() override {
     if (const char* why = std::getenv("TRIAD_PARITY_UNAVAILABLE")) GTEST_SKIP() << why;
-    ASSERT_FALSE(ref_dir().empty()) << "TRIAD_PARITY_DIR is not set";
+    ASSERT_FALSE(ref_dir().empty()) << "TRIAD_PARITY_REFERENCE is not set";
     std::ifstream in(ref_dir() + "/config.json");
     ASSERT_TRUE(in) << "missing " << ref_dir()
                     << "/config.json (the reference fixture did not run)";

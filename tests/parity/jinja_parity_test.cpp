@@ -17,8 +17,9 @@ namespace {
 
 TEST(JinjaParity, ChatTemplatesRenderAsJinja2RendersThem) {
   if (const char* why = std::getenv("TRIAD_JINJA_UNAVAILABLE"); why && *why) GTEST_SKIP() << why;
-  const char* file = std::getenv("TRIAD_JINJA_REFERENCE");
-  ASSERT_NE(file, nullptr) << "TRIAD_JINJA_REFERENCE is not set";
+  const char* dir = std::getenv("TRIAD_JINJA_REFERENCE");
+  ASSERT_NE(dir, nullptr) << "TRIAD_JINJA_REFERENCE is not set";
+  const std::string file = std::string(dir) + "/cases.json";
   std::ifstream in(file);
   ASSERT_TRUE(in) << "missing " << file << " (the reference fixture did not run)";
   const auto cases = nlohmann::ordered_json::parse(in);
