@@ -282,8 +282,10 @@ std::string ModelChatTemplate::variable(const std::string& name) const {
 }
 
 std::string ModelChatTemplate::text(const nlohmann::ordered_json& messages, bool generation_prompt,
-                                    std::vector<std::pair<size_t, size_t>>* generation) const {
+                                    std::vector<std::pair<size_t, size_t>>* generation,
+                                    const nlohmann::ordered_json& extra) const {
   nlohmann::ordered_json context = variables_;
+  for (auto it = extra.begin(); it != extra.end(); ++it) context[it.key()] = it.value();
   context["messages"] = messages;
   context["add_generation_prompt"] = generation_prompt;
   return program_->render(context, generation);
@@ -335,10 +337,12 @@ nlohmann::ordered_json first(const nlohmann::ordered_json& messages, size_t n) {
 
 }  // namespace
 
-SegmentedDocument ModelChatTemplate::render(const nlohmann::ordered_json& messages) const {
+SegmentedDocument ModelChatTemplate::render(const nlohmann::ordered_json& messages,
+                                            const nlohmann::ordered_json& extra) const {
+  if (!extra.is_object()) throw ValueError("a chat template's extra variables must be an object");
   check_messages(messages);
   std::vector<std::pair<size_t, size_t>> scored;
-  const std::string whole = text(messages, false, &scored);
+  const std::string whole = text(messages, false, &scored, extra);
   if (!program_->has_generation()) {
     // Turn by turn: an assistant message's part is what the program adds
     // to the conversation before it, prompt for an answer included, by
@@ -346,8 +350,8 @@ SegmentedDocument ModelChatTemplate::render(const nlohmann::ordered_json& messag
     scored.clear();
     for (size_t i = 0; i < messages.size(); ++i) {
       if (messages[i]["role"] != "assistant") continue;
-      const std::string before = text(first(messages, i), true, nullptr);
-      const std::string with = text(first(messages, i + 1), false, nullptr);
+      const std::string before = text(first(messages, i), true, nullptr, extra);
+      const std::string with = text(first(messages, i + 1), false, nullptr, extra);
       const std::string where = "message " + std::to_string(i) + " (assistant): ";
       if (with.compare(0, before.size(), before) != 0) {
         throw ValueError(where +
@@ -382,7 +386,7 @@ SegmentedDocument ModelChatTemplate::render(const nlohmann::ordered_json& messag
 SegmentedDocument ModelChatTemplate::render_prompt(const nlohmann::ordered_json& messages) const {
   check_messages(messages);
   SegmentedDocument doc;
-  cut(text(messages, true, nullptr), false, doc);
+  cut(text(messages, true, nullptr, nlohmann::ordered_json::object()), false, doc);
   return doc;
 }
 

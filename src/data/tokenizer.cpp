@@ -501,8 +501,15 @@ SegmentedDocument model_chat_document(const nlohmann::ordered_json& j, const std
     throw ValueError(where + " has no list of messages \"" + key +
                      "\" (--json-key names the field)");
   }
+  // The tools a conversation may call, given beside its messages, go to
+  // the program as transformers' `tools` argument does.
+  nlohmann::ordered_json extra = nlohmann::ordered_json::object();
+  if (const auto tools = j.find("tools"); tools != j.end() && !tools->is_null()) {
+    if (!tools->is_array()) throw ValueError(where + ": \"tools\" is not a list");
+    extra["tools"] = *tools;
+  }
   try {
-    return chat.render(*it);
+    return chat.render(*it, extra);
   } catch (const ValueError& e) {
     throw ValueError(where + ": " + e.what());
   }

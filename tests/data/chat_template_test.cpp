@@ -256,7 +256,7 @@ TEST(ModelChatTemplate, GenerationBlocksOrTurnByTurn) {
 TEST(ModelChatTemplate, LoadsTheModelsProgramAndTokens) {
   testing::TempDir dir;
   std::ofstream(dir.file("tokenizer_config.json"))
-      << R"({"chat_template": "{{ bos_token }}{% for m in messages %}{{ m.content }}{{ eos_token }}{% endfor %}",
+      << R"({"chat_template": "{{ bos_token }}{% if tools %}[{{ tools | map(attribute='name') | join(',') }}]{% endif %}{% for m in messages %}{{ m.content }}{{ eos_token }}{% endfor %}",
              "bos_token": {"content": "<|begin_of_text|>", "special": true}, "eos_token": "<|eot_id|>"})";
   const ModelChatTemplate t = ModelChatTemplate::load(dir.path().string(), markers());
   EXPECT_EQ(t.variable("eos_token"), "<|eot_id|>");
@@ -275,6 +275,17 @@ TEST(ModelChatTemplate, LoadsTheModelsProgramAndTokens) {
   EXPECT_EQ(docs[0][3].text, "y");
   EXPECT_TRUE(docs[0][3].scored && docs[0][4].scored && docs[0][4].special);
   expect_error([&] { reader.next(docs, 1); }, {"JSON line 2 has no list of messages"});
+  // A line's tools go to the program beside its messages.
+  std::istringstream with_tools(
+      R"({"tools": [{"name": "calc"}, {"name": "web"}], "messages": [{"role": "user", "content": "x"}]})"
+      "\n{\"tools\": 3, \"messages\": []}\n");
+  DocumentReader tooled(with_tools, DocumentSplit::JsonLines, "messages", labels);
+  docs.clear();
+  EXPECT_TRUE(tooled.next(docs, 1));
+  ASSERT_EQ(docs.size(), 1u);
+  ASSERT_GE(docs[0].size(), 2u);
+  EXPECT_EQ(docs[0][1].text, "[calc,web]x");
+  expect_error([&] { tooled.next(docs, 1); }, {"JSON line 2: \"tools\" is not a list"});
   std::ofstream(dir.file("tokenizer_config.json")) << R"({"chat_template": "{% if x %}"})";
   expect_error([&] { ModelChatTemplate::load(dir.path().string(), markers()); },
                {"tokenizer_config.json': chat template, line 1", "endif"});

@@ -104,7 +104,11 @@ class ModelChatTemplate {
                     std::vector<std::string> special_tokens, std::string origin = "");
 
   // `messages`: a JSON list of objects, each with a string "role".
-  SegmentedDocument render(const nlohmann::ordered_json& messages) const;
+  // `extra`: more variables for the program, such as the "tools" a
+  // conversation may call (transformers' apply_chat_template arguments).
+  SegmentedDocument render(
+      const nlohmann::ordered_json& messages,
+      const nlohmann::ordered_json& extra = nlohmann::ordered_json::object()) const;
   // The conversation so far and the opening of the assistant's answer
   // (add_generation_prompt), nothing scored: what triad-generate asks.
   SegmentedDocument render_prompt(const nlohmann::ordered_json& messages) const;
@@ -114,7 +118,8 @@ class ModelChatTemplate {
 
  private:
   std::string text(const nlohmann::ordered_json& messages, bool generation_prompt,
-                   std::vector<std::pair<size_t, size_t>>* generation) const;
+                   std::vector<std::pair<size_t, size_t>>* generation,
+                   const nlohmann::ordered_json& extra) const;
   void cut(const std::string& text, bool scored, SegmentedDocument& doc) const;
 
   std::shared_ptr<const jinja::Template> program_;
