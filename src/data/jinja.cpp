@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "triad/core/error.h"
+#include "utf8.h"
 
 namespace triad::data::jinja {
 
@@ -240,7 +241,7 @@ class Lexer {
               if (e + digits > s_.size()) fail(t.line, "a string literal's escape is cut short");
               const auto cp =
                   static_cast<uint32_t>(std::strtoul(s_.substr(e, digits).c_str(), nullptr, 16));
-              append_utf8(t.text, cp);
+              t.text += utf8(cp);
               e += digits;
               break;
             }
@@ -273,25 +274,6 @@ class Lexer {
       return t;
     }
     fail(line_, std::string("unexpected character '") + c + "'");
-  }
-
- public:
-  static void append_utf8(std::string& out, uint32_t cp) {
-    if (cp < 0x80) {
-      out += static_cast<char>(cp);
-    } else if (cp < 0x800) {
-      out += static_cast<char>(0xC0 | (cp >> 6));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    } else if (cp < 0x10000) {
-      out += static_cast<char>(0xE0 | (cp >> 12));
-      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    } else {
-      out += static_cast<char>(0xF0 | (cp >> 18));
-      out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    }
   }
 
  private:
@@ -1049,11 +1031,9 @@ bool truthy(const Value& v) {
 // A UTF-8 string's code points, each as its bytes (Python indexes those).
 std::vector<std::string> code_points(const std::string& s) {
   std::vector<std::string> out;
-  for (size_t i = 0; i < s.size();) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    const size_t n = c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
+  for (size_t i = 0, n = 0; i < s.size(); i += n) {
+    next_code_point(s, i, n);
     out.push_back(s.substr(i, n));
-    i += n;
   }
   return out;
 }
@@ -1555,12 +1535,14 @@ class Renderer {
     if ((d.is_array() || d.is_string()) && is_int(k)) {
       if (d.is_array()) {
         const int64_t i = index_of(k.get<int64_t>(), static_cast<int64_t>(d.size()));
-        if (i < 0 || i >= static_cast<int64_t>(d.size())) return Value::undefined("item");
+        if (i < 0 || i >= static_cast<int64_t>(d.size()))
+          return Value::undefined("element " + std::to_string(k.get<int64_t>()));
         return Value::of(d[static_cast<size_t>(i)]);
       }
       const auto cps = code_points(d.get<std::string>());
       const int64_t i = index_of(k.get<int64_t>(), static_cast<int64_t>(cps.size()));
-      if (i < 0 || i >= static_cast<int64_t>(cps.size())) return Value::undefined("item");
+      if (i < 0 || i >= static_cast<int64_t>(cps.size()))
+        return Value::undefined("element " + std::to_string(k.get<int64_t>()));
       return Value::of(cps[static_cast<size_t>(i)]);
     }
     if (d.is_object()) {

@@ -44,7 +44,8 @@ TEST(Jinja, WritesTextExpressionsAndStatementsWithTransformersWhitespace) {
 }
 
 TEST(Jinja, ErrorsNameWhatIsWrongAndItsLine) {
-  expect_error([] { Template("a\n{% if x %}b"); }, {"line 2", "ends before the {% endif %} it needs"});
+  expect_error([] { Template("a\n{% if x %}b"); },
+               {"line 2", "ends before the {% endif %} it needs"});
   expect_error([] { Template("{% include 'other' %}"); }, {"line 1", "'include' is not supported"});
   expect_error([] { Template("{{ x |}}"); }, {"expected a name"});
   expect_error([] { Template("{{ 'open }}"); }, {"string literal is never closed"});
@@ -58,6 +59,11 @@ TEST(Jinja, ErrorsNameWhatIsWrongAndItsLine) {
                {"line 2", "'message' is undefined (reading its 'content')"});
   expect_error([] { render("{{ raise_exception('roles must alternate') }}"); },
                {"raised an error: roles must alternate"});
+  expect_error(
+      [] {
+        render("{{ messages[0].role }}", {{"messages", ordered_json::array()}});
+      },
+      {"'element 0' is undefined (reading its 'role')"});
   expect_error([] { render("{{ 'a' + 1 }}"); }, {"unsupported operands for +"});
   expect_error([] { render("{{ 1 // 0 }}"); }, {"division by zero"});
   expect_error([] { render("{{ x }}", ordered_json::array()); }, {"must be a JSON object"});
