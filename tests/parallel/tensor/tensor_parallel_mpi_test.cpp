@@ -383,8 +383,8 @@ Tensor token_ids(int64_t vocab, uint64_t stream) {
 
 // The model's gradients as full (unsharded) tensors, gathered the way the
 // parameters are gathered.
-nn::StateDict full_grads(const TensorParallelGpt& model, int64_t vocab, bool sp) {
-  TensorParallelGpt holder(tiny(vocab), 0, g_world, sp);
+nn::StateDict full_grads(const TensorParallelGpt& model) {
+  TensorParallelGpt holder(model.config(), 0, g_world, model.sequence_parallel());
   nn::StateDict shard_grads;
   for (auto& [name, p] : model.named_parameters()) shard_grads[name] = p.grad();
   holder.load_state_dict(shard_grads);
@@ -411,7 +411,7 @@ TEST_P(TensorParallelGptTest, LossLogitsAndEveryGradientMatchOneProcess) {
   autograd::backward({l});
   autograd::backward({lr});
   model.reduce_partial_grads();
-  const nn::StateDict grads = full_grads(model, V, sp);
+  const nn::StateDict grads = full_grads(model);
   int checked = 0;
   for (auto& [name, p] : ref.named_parameters()) {
     expect_close(to_double_vector(grads.at(name)), to_double_vector(p.grad()), 1e-6, 1e-4, name);
@@ -435,11 +435,7 @@ double expect_sharded_matches_one_process(const nn::GptConfig& cfg, uint64_t see
   autograd::backward({l});
   autograd::backward({lr});
   model.reduce_partial_grads();
-  nn::StateDict shard_grads;
-  for (auto& [name, p] : model.named_parameters()) shard_grads[name] = p.grad();
-  TensorParallelGpt holder(cfg, 0, g_world, sp);
-  holder.load_state_dict(shard_grads);
-  const nn::StateDict grads = holder.full_state_dict();
+  const nn::StateDict grads = full_grads(model);
   EXPECT_EQ(grads.size(), ref.named_parameters().size());
   for (auto& [name, p] : ref.named_parameters()) {
     expect_close(to_double_vector(grads.at(name)), to_double_vector(p.grad()), 1e-6, 1e-4, name);
@@ -763,7 +759,7 @@ TEST_P(TensorParallelGptTest, ClippingEqualsOneProcessClipping) {
   EXPECT_NEAR(unclipped, want, 1e-5 * want);
   EXPECT_NEAR(model.clip_grad_norm(max_norm), want, 1e-5 * want);  // the norm before clipping
   EXPECT_NEAR(model.grad_norm(), max_norm, 1e-4 * max_norm);       // after it
-  const nn::StateDict grads = full_grads(model, V, sp);
+  const nn::StateDict grads = full_grads(model);
   for (auto& [name, p] : ref.named_parameters()) {
     expect_close(to_double_vector(grads.at(name)), to_double_vector(p.grad()), 1e-7, 1e-4, name);
   }
@@ -832,11 +828,7 @@ TEST_P(TensorParallelGptTest, LoraDropoutDrawsTheMasksOfOneProcess) {
   autograd::backward({l});
   autograd::backward({lr});
   model.reduce_partial_grads();
-  nn::StateDict shard_grads;
-  for (auto& [name, p] : model.named_parameters()) shard_grads[name] = p.grad();
-  TensorParallelGpt holder(c, 0, g_world, sp);
-  holder.load_state_dict(shard_grads);
-  const nn::StateDict grads = holder.full_state_dict();
+  const nn::StateDict grads = full_grads(model);
   int adapters = 0;
   for (auto& [name, p] : ref.named_parameters()) {
     expect_close(to_double_vector(grads.at(name)), to_double_vector(p.grad()), 1e-6, 1e-4, name);
