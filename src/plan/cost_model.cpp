@@ -526,14 +526,13 @@ Estimate price(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int globa
   const std::vector<int64_t> counts =
       p.stage_layers.empty() ? std::vector<int64_t>(S, m.n_layer / S) : p.stage_layers;
   const pipeline::Placement placement = pipeline::placement_of(p.schedule);
-  // The layers before `backward_from` (frozen, with nothing before them
-  // training) keep no activations: no backward pass reaches them.
+  // What trains in each layer. The layers before `backward_from` (frozen,
+  // with nothing before them training) keep no activations: no backward
+  // pass reaches them.
+  const std::vector<LayerTraining> training = layer_training(m, p);
   int64_t backward_from = 0;
-  if (m.lora.rank > 0 || !p.frozen.empty()) {
-    const std::vector<LayerTraining> training = layer_training(m, p);
-    while (backward_from < m.n_layer && !training[static_cast<size_t>(backward_from)].backward)
-      ++backward_from;
-  }
+  while (backward_from < m.n_layer && !training[static_cast<size_t>(backward_from)].backward)
+    ++backward_from;
   std::vector<int64_t> stage_start(S, 0);
   for (int st = 1; st < S; ++st) stage_start[st] = stage_start[st - 1] + counts[st - 1];
   std::vector<int64_t> rank_layers(p.pp, 0);  // layers each rank holds
@@ -596,7 +595,6 @@ Estimate price(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int globa
   };
   // A few kinds of layer: windowed and not (layer_cost reads the window of
   // the layer it is given), and what of each trains.
-  const std::vector<LayerTraining> training = layer_training(m, p);
   std::map<std::pair<int64_t, LayerTraining>, Layer> kinds;
   std::vector<Layer> layers(static_cast<size_t>(m.n_layer));
   double mean_f = 0;
