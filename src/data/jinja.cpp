@@ -1260,6 +1260,64 @@ void dump(const json& v, int indent, bool sort_keys, int depth, std::string& out
   }
 }
 
+// Python's `format % args`: %s, %r, %d / %i, %f / %e / %g, %x and %%, with
+// flags (-, 0, +, space), a width and a precision.
+std::string percent_format(const std::string& format, const json& args, int line) {
+  std::string out;
+  size_t next = 0;
+  for (size_t i = 0; i < format.size(); ++i) {
+    if (format[i] != '%') {
+      out += format[i];
+      continue;
+    }
+    size_t j = i + 1;
+    std::string spec = "%";
+    while (j < format.size() && std::string("-0+ #").find(format[j]) != std::string::npos)
+      spec += format[j++];
+    while (j < format.size() &&
+           (std::isdigit(static_cast<unsigned char>(format[j])) || format[j] == '.'))
+      spec += format[j++];
+    if (j >= format.size()) fail(line, "a format ends inside a % conversion");
+    const char conv = format[j];
+    i = j;
+    if (conv == '%') {
+      out += '%';
+      continue;
+    }
+    if (next >= args.size()) fail(line, "not enough arguments for the format string");
+    const json& a = args[next++];
+    char buf[512];
+    switch (conv) {
+      case 's':
+      case 'r': {
+        const std::string text = conv == 's' ? py_str(a) : py_repr(a);
+        std::snprintf(buf, sizeof buf, (spec + "s").c_str(), text.c_str());
+        out += buf;
+        break;
+      }
+      case 'd':
+      case 'i':
+      case 'x':
+        if (!is_num(a)) fail(line, std::string("%") + conv + " needs a number, got " + py_repr(a));
+        std::snprintf(buf, sizeof buf, (spec + "ll" + (conv == 'x' ? 'x' : 'd')).c_str(),
+                      static_cast<long long>(is_int(a) ? a.get<int64_t>() : std::trunc(num(a))));
+        out += buf;
+        break;
+      case 'f':
+      case 'e':
+      case 'g':
+        if (!is_num(a)) fail(line, std::string("%") + conv + " needs a number, got " + py_repr(a));
+        std::snprintf(buf, sizeof buf, (spec + conv).c_str(), num(a));
+        out += buf;
+        break;
+      default:
+        fail(line, std::string("the format conversion %") + conv + " is not supported");
+    }
+  }
+  if (next != args.size()) fail(line, "not all arguments converted during string formatting");
+  return out;
+}
+
 // ---------------------------------------------------------------- rendering
 
 enum class Flow { Normal, Break, Continue };
@@ -1901,6 +1959,10 @@ class Renderer {
         return Value::of(std::move(out));
       }
     }
+    if (op == "%" && x.is_string()) {  // Python's printf-style formatting
+      return Value::of(
+          percent_format(x.get<std::string>(), y.is_array() ? y : json::array({y}), e.line));
+    }
     if (op == "*" && ((x.is_string() && is_int(y)) || (is_int(x) && y.is_string()))) {
       const std::string& s =
           x.is_string() ? x.get_ref<const std::string&>() : y.get_ref<const std::string&>();
@@ -1944,11 +2006,11 @@ class Renderer {
     const std::map<std::string, Value> kw = kwargs_of(e);
     const int line = e.line;
     static const std::set<std::string> kFilters = {
-        "default", "d",     "length",     "count",  "safe",    "string",     "trim",
-        "upper",   "lower", "capitalize", "title",  "replace", "tojson",     "indent",
-        "int",     "float", "abs",        "round",  "items",   "dictsort",   "list",
-        "first",   "last",  "reverse",    "join",   "unique",  "sum",        "max",
-        "min",     "sort",  "map",        "select", "reject",  "selectattr", "rejectattr"};
+        "default", "d",          "length",     "count",    "safe",   "string", "trim", "upper",
+        "lower",   "capitalize", "title",      "replace",  "tojson", "indent", "int",  "float",
+        "abs",     "round",      "items",      "dictsort", "list",   "first",  "last", "reverse",
+        "join",    "unique",     "sum",        "max",      "min",    "sort",   "map",  "select",
+        "reject",  "selectattr", "rejectattr", "format"};
     if (!kFilters.count(name)) fail(line, "the filter '" + name + "' is not supported");
     if (name == "default" || name == "d") {
       const Value dflt = arg(args, kw, 0, "default_value", Value::of(""));
@@ -1964,6 +2026,12 @@ class Renderer {
       fail(line, "object of type " + py_repr(d) + " has no length");
     }
     if (name == "safe") return v;
+    if (name == "format") {
+      if (!kw.empty()) fail(line, "format with keyword arguments is not supported");
+      json list = json::array();
+      for (const Value& a : args) list.push_back(data(a, line));
+      return Value::of(percent_format(str(v), list, line));
+    }
     if (name == "string") return Value::of(str(v));
     if (name == "trim") {
       const Value chars = arg(args, kw, 0, "chars");

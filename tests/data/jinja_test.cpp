@@ -66,6 +66,8 @@ TEST(Jinja, ErrorsNameWhatIsWrongAndItsLine) {
       {"'element 0' is undefined (reading its 'role')"});
   expect_error([] { render("{{ 'a' + 1 }}"); }, {"unsupported operands for +"});
   expect_error([] { render("{{ 1 // 0 }}"); }, {"division by zero"});
+  expect_error([] { render("{{ '%s %s' % 'one' }}"); }, {"not enough arguments"});
+  expect_error([] { render("{{ '%q' | format(1) }}"); }, {"%q is not supported"});
   expect_error([] { render("{{ x }}", ordered_json::array()); }, {"must be a JSON object"});
 }
 

@@ -303,6 +303,7 @@ tests={{ xs is sequence }} {{ 'a' is string }} {{ 3 is odd }} {{ 4 is even }} {{
 {{ 'hello world'.title() }}|{{ 'ABC'.lower() }}|{{ 'a-b-c'.replace('-', '+') }}|{{ 'banana'.count('a') }}|{{ 'banana'.find('n') }}|{{ '-'.join(['x', 'y']) }}|{{ {'a': 1}.get('a') }}|{{ {'a': 1}.get('z', 'none') }}
 {{ 'text' | replace('t', 'T') }} {{ 'a\\nb' | indent(2) }} {{ 'a\\nb' | indent(2, true) }} {{ 3.7 | int }} {{ '12' | int + 1 }} {{ 2 | float }} {{ -3 | abs }} {{ 2.567 | round(1) }} {{ 'abc' | reverse }}
 {{ undefined_thing | default('fallback') }} {{ '' | default('empty', true) }} {{ none | default('kept') }} {{ xs | string }} {{ {'a': 'b'} }} {{ none }} {{ true }} {{ [1, 'two', none] }}
+{{ '%s has %d items, %.2f%% (%5s|%-4d|%03d|%x|%r)' % ('cart', 3, 12.5, 'ab', 7, 7, 255, 'q') }} {{ '%s-%s' | format('a', none) }} {{ '%d' % 3.9 }}
 {{ "it's" }} {{ 'say "hi"' }} {{ ['it\\'s'] }} {{ (1, 2) | list }} {{ dict(a=1, b='x') }} {{ 'x' 'y' }}
 {%- if true %}
     left alone

@@ -17,8 +17,9 @@
 //     generation;
 //   - literals (strings, numbers, lists, tuples, dicts, true / false /
 //     none in either case), attribute and item access, slices, calls,
-//     and arithmetic, comparison, `in`, `~`, logic and conditional
-//     expressions with Jinja's precedence;
+//     and arithmetic, comparison (chained), `in`, `~`, Python's `%`
+//     formatting, logic and conditional expressions with Jinja's
+//     precedence;
 //   - the filters and tests chat templates use (listed in jinja.cpp), the
 //     methods of strings (strip, split, startswith, ...), dicts (items,
 //     get, ...) and the globals range, namespace, dict, raise_exception
