@@ -233,6 +233,27 @@ TEST_F(CudnnAttentionMock, NoEngineAndBadPointersAreClearErrors) {
                ValueError);
 }
 
+// The stand-in refuses an output that shares bytes with another bound
+// tensor, as cuDNN's graphs assume they do not; touching is not sharing.
+TEST_F(CudnnAttentionMock, AnOutputOverAnInputIsRefused) {
+  const g::AttentionProblem p{1, 4, 16, 2, g::DataType::BF16};
+  const size_t n_qkv = 4 * 48, n_out = 4 * 16;
+  Aligned<uint16_t> buffer(n_qkv + n_out);
+  const std::vector<uint16_t> qkv_v = random_bf16(n_qkv, 3);
+  std::copy(qkv_v.begin(), qkv_v.end(), buffer.data);
+  Aligned<float> lse(8);
+  Aligned<char> work(cudnn_attention_workspace(0, p, false));
+  // Right after qkv's last element: runs.
+  cudnn_attention_forward(0, nullptr, p, buffer.data, buffer.data + n_qkv, lse.data, work.data);
+  cudaDeviceSynchronize();
+  EXPECT_EQ(mock::last_error(), "");
+  // Over v of the last token: refused, naming the two tensors.
+  EXPECT_ANY_THROW(cudnn_attention_forward(0, nullptr, p, buffer.data, buffer.data + n_qkv - 16,
+                                           lse.data, work.data));
+  EXPECT_NE(mock::last_error().find("is written over uid"), std::string::npos)
+      << mock::last_error();
+}
+
 // The causal mask's fill follows the loaded library's version, as cuDNN's
 // own frontend does: the lowest float before 9.10, minus infinity after.
 TEST_F(CudnnAttentionMock, MaskFillFollowsTheLoadedVersion) {

@@ -473,19 +473,26 @@ class Run {
                                          CUDNN_REDUCE_TENSOR_ADD) == CUDNN_REDUCE_TENSOR_MAX;
         Memory mx, my;
         if (!memory(x, &mx, why) || !memory(y, &my, why)) return false;
-        std::map<int64_t, double> acc;  // by y's offset
+        // By y's offset; an element no x element reduces into stays 0.
+        int64_t extent = 1;
+        for (int d = 0; d < 4; ++d) extent += (y.dims[d] - 1) * y.strides[d];
+        std::vector<double> acc(static_cast<size_t>(extent), 0.0);
+        std::vector<char> seen(static_cast<size_t>(extent), 0);
         each(x, [&](const int64_t* i) {
           int64_t yi[4];
           for (int d = 0; d < 4; ++d) yi[d] = y.dims[d] == 1 ? 0 : i[d];
-          const int64_t at = offset(y, yi);
+          const auto at = static_cast<size_t>(offset(y, yi));
           const double v = load(x, mx, i);
-          auto it = acc.find(at);
-          if (it == acc.end())
+          if (!seen[at]) {
             acc[at] = v;
-          else
-            it->second = max ? std::max(it->second, v) : it->second + v;
+            seen[at] = 1;
+          } else {
+            acc[at] = max ? std::max(acc[at], v) : acc[at] + v;
+          }
         });
-        each(y, [&](const int64_t* i) { store(y, my, i, static_cast<float>(acc[offset(y, i)])); });
+        each(y, [&](const int64_t* i) {
+          store(y, my, i, static_cast<float>(acc[static_cast<size_t>(offset(y, i))]));
+        });
         return true;
       }
       case CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR: {
@@ -826,7 +833,9 @@ cudnnStatus_t cudnnBackendExecute(cudnnHandle_t handle, cudnnBackendDescriptor_t
   // No tensor an operation writes may share memory with another bound one
   // (element by element: q, k and v interleave inside one buffer).
   {
-    std::map<int64_t, std::set<uintptr_t>> bytes;
+    // Each tensor's bytes as sorted, merged [begin, end) spans.
+    using Spans = std::vector<std::pair<uintptr_t, uintptr_t>>;
+    std::map<int64_t, Spans> bytes;
     std::set<int64_t> written;
     mock::each_tensor(ops, [&](cudnnBackendAttributeName_t name, const mock::TensorInfo& info) {
       if (info.is_virtual || info.by_value || bytes.count(info.uid)) return std::string();
@@ -834,13 +843,14 @@ cudnnStatus_t cudnnBackendExecute(cudnnHandle_t handle, cudnnBackendDescriptor_t
           name == CUDNN_ATTR_OPERATION_REDUCTION_YDESC || name == CUDNN_ATTR_OPERATION_MATMUL_CDESC)
         written.insert(info.uid);
       const size_t elem = info.type == CUDNN_DATA_FLOAT ? 4 : 2;
-      auto& set = bytes[info.uid];
+      Spans all;
       std::vector<int64_t> i(info.dims.size(), 0);
       const auto base = reinterpret_cast<uintptr_t>(bound[info.uid]);
       for (bool more = true; more;) {
         int64_t off = 0;
         for (size_t d = 0; d < i.size(); ++d) off += i[d] * info.strides[d];
-        for (size_t b = 0; b < elem; ++b) set.insert(base + static_cast<uintptr_t>(off) * elem + b);
+        const uintptr_t at = base + static_cast<uintptr_t>(off) * elem;
+        all.emplace_back(at, at + elem);
         more = false;
         for (size_t d = i.size(); d-- > 0;) {
           if (++i[d] < info.dims[d]) {
@@ -850,16 +860,32 @@ cudnnStatus_t cudnnBackendExecute(cudnnHandle_t handle, cudnnBackendDescriptor_t
           i[d] = 0;
         }
       }
+      std::sort(all.begin(), all.end());
+      Spans& merged = bytes[info.uid];
+      for (const auto& span : all) {
+        if (!merged.empty() && span.first <= merged.back().second)
+          merged.back().second = std::max(merged.back().second, span.second);
+        else
+          merged.push_back(span);
+      }
       return std::string();
     });
+    const auto overlap = [](const Spans& a, const Spans& b) {
+      for (size_t x = 0, y = 0; x < a.size() && y < b.size();) {
+        if (a[x].first < b[y].second && b[y].first < a[x].second) return true;
+        if (a[x].second <= b[y].second)
+          ++x;
+        else
+          ++y;
+      }
+      return false;
+    };
     for (int64_t w : written)
-      for (auto& [uid, set] : bytes) {
-        if (uid == w) continue;
-        for (uintptr_t b : bytes[w])
-          if (set.count(b))
-            return mock::reject(CUDNN_STATUS_BAD_PARAM, "uid " + std::to_string(w) +
-                                                            " is written over uid " +
-                                                            std::to_string(uid) + "'s memory");
+      for (auto& [uid, spans] : bytes) {
+        if (uid != w && overlap(bytes[w], spans))
+          return mock::reject(CUDNN_STATUS_BAD_PARAM, "uid " + std::to_string(w) +
+                                                          " is written over uid " +
+                                                          std::to_string(uid) + "'s memory");
       }
   }
   // The graph runs when the handle's stream does (descriptors destroyed in

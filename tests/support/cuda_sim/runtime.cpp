@@ -26,7 +26,7 @@
 
 namespace triad_sim {
 
-thread_local Builtins builtins;
+constinit thread_local Builtins builtins;
 
 // ---- fibers -------------------------------------------------------------------
 // A simulated thread switches at every barrier, so switching must be cheap:
@@ -183,6 +183,11 @@ struct Block {
   std::vector<unsigned char> shared;
   size_t shared_bytes = 0;
   std::vector<void*> fresh;  // static shared arrays already filled in this block
+  // Stacks of this launch's exited threads, which threads not yet started
+  // take before a new one is mapped: a kernel without barriers runs all its
+  // threads on one stack, warm in the caches.
+  std::vector<void*> spare;
+  size_t mapped = 0;  // stacks of the pool handed out in this block
 };
 thread_local Block* g_block = nullptr;
 // Stacks are reused across launches and never released: work queued on a
@@ -204,16 +209,76 @@ void* stack_for(size_t i) {
   return (*g_stacks)[i];
 }
 
+// The lane the scheduler would run after `t` in its warp (the next ready
+// one in the scheduling order), or null when the warp has none left this
+// round. Threads hand over to it directly, which is the order the
+// scheduler's loop runs them in without the switch back to it between.
+ThreadState* next_ready(Block& b, const ThreadState& t) {
+  const int n = static_cast<int>(b.threads.size());
+  const int first = t.linear & ~31;
+  const int lanes = std::min(32, n - first);
+  if (g_order == Order::Forward) {
+    for (int l = t.linear - first + 1; l < lanes; ++l) {
+      if (b.threads[first + l].wait == Wait::Ready) return &b.threads[first + l];
+    }
+  } else {
+    for (int l = t.linear - first - 1; l >= 0; --l) {
+      if (b.threads[first + l].wait == Wait::Ready) return &b.threads[first + l];
+    }
+  }
+  return nullptr;
+}
+
+void thread_entry();
+
+// Gives a thread that has not started a stack: an exited thread's, else the
+// pool's next.
+void give_stack(Block& b, ThreadState& t) {
+  if (b.spare.empty()) {
+    t.stack = stack_for(b.mapped++);
+  } else {
+    t.stack = b.spare.back();
+    b.spare.pop_back();
+  }
+  make_context(t.context, t.stack, kStackBytes, thread_entry);
+}
+
+void enter(Block& b, ThreadState& t) {
+  builtins.threadIdx = t.tid;
+  b.running = &t;
+}
+
+// Runs the body for the thread entered, then for each following lane of its
+// warp that has not started (on the same stack: the finished thread's frames
+// are dead), until a lane yields, throws, or the next ready lane has a stack
+// of its own.
 void thread_entry() {
   Block& b = *g_block;
-  try {
-    (*b.body)();
-  } catch (...) {
-    b.error = std::current_exception();
-    b.failed = b.running;
+  while (true) {
+    ThreadState* t = b.running;
+    bool threw = false;
+    try {
+      (*b.body)();
+    } catch (...) {
+      b.error = std::current_exception();
+      b.failed = t;
+      threw = true;
+    }
+    t->wait = Wait::Done;
+    ThreadState* next = threw ? nullptr : next_ready(b, *t);
+    if (next != nullptr && next->stack == nullptr) {
+      next->stack = t->stack;
+      enter(b, *next);
+      continue;
+    }
+    // Never resumed: the stack is free once this switch has left it.
+    b.spare.push_back(t->stack);
+    if (next != nullptr) {
+      enter(b, *next);
+      switch_context(t->context, next->context);
+    }
+    switch_context(t->context, b.scheduler);
   }
-  b.running->wait = Wait::Done;
-  switch_context(b.running->context, b.scheduler);
 }
 
 std::string where(const ThreadState& t) {
@@ -232,8 +297,15 @@ void yield(Wait wait, unsigned mask, const char* what) {
   t->wait = wait;
   t->mask = mask;
   t->what = what;
-  switch_context(t->context, b->scheduler);
-  // Resumed: the scheduler restored this thread's builtins.
+  ThreadState* next = next_ready(*b, *t);
+  if (next == nullptr) {
+    switch_context(t->context, b->scheduler);
+  } else {
+    if (next->stack == nullptr) give_stack(*b, *next);
+    enter(*b, *next);
+    switch_context(t->context, next->context);
+  }
+  // Resumed: whoever switched here restored this thread's builtins.
 }
 
 // Releases warp `first / 32` when every lane of its mask waits at the same
@@ -306,11 +378,11 @@ std::string deadlock_report(const Block& b) {
 void run_block(Block& b) {
   const int n = static_cast<int>(b.threads.size());
   for (int i = 0; i < n; ++i) {
-    ThreadState& t = b.threads[i];
-    t.wait = Wait::Ready;
-    t.stack = stack_for(i);
-    make_context(t.context, t.stack, kStackBytes, thread_entry);
+    b.threads[i].wait = Wait::Ready;
+    b.threads[i].stack = nullptr;  // given one when it first runs
   }
+  b.spare.clear();
+  b.mapped = 0;
   // Each warp runs ahead as far as it can (through its own collectives) before
   // the next starts, which is a schedule a GPU may pick: a warp that
   // overwrites shared memory another warp has yet to read shows up.
@@ -323,8 +395,10 @@ void run_block(Block& b) {
         for (int lk = 0; lk < lanes; ++lk) {
           ThreadState& t = b.threads[first + (g_order == Order::Forward ? lk : lanes - 1 - lk)];
           if (t.wait != Wait::Ready) continue;
-          builtins.threadIdx = t.tid;
-          b.running = &t;
+          if (t.stack == nullptr) give_stack(b, t);
+          enter(b, t);
+          // Runs this lane and, handed over lane to lane, the ready ones
+          // after it (so the loop finds none of them ready again).
           switch_context(b.scheduler, t.context);
           b.running = nullptr;
           if (b.error) return;

@@ -99,10 +99,12 @@ int64_t pending_work();
 // ---- the state device code reads ------------------------------------------
 // The built-in index variables of the thread the scheduler is running.
 struct Builtins {
-  uint3 threadIdx, blockIdx;
+  uint3 threadIdx{}, blockIdx{};
   dim3 blockDim, gridDim;
 };
-extern thread_local Builtins builtins;
+// constinit: device code reads these directly, without the call a
+// thread_local with dynamic initialisation costs at every access.
+extern constinit thread_local Builtins builtins;
 
 struct ThreadState;
 ThreadState* current();

@@ -10,6 +10,7 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <cstring>
 #include <string>
 
 #include "sim.h"
@@ -135,6 +136,28 @@ void mma_sync(fragment<accumulator, M, N, K, Acc>& d, const fragment<matrix_a, M
               const fragment<matrix_b, M, N, K, T, LB>& b,
               const fragment<accumulator, M, N, K, Acc>& c) {
   ::triad_sim::warp_barrier(0xffffffffu, "wmma::mma_sync");
+  // Every lane holds the whole tile, so the lanes of a warp (whose operands
+  // are the same bytes) would each compute the same product: the last call's
+  // operands and result are kept, and a call on the same bytes takes them.
+  using A = fragment<matrix_a, M, N, K, T, LA>;
+  using B = fragment<matrix_b, M, N, K, T, LB>;
+  using C = fragment<accumulator, M, N, K, Acc>;
+  struct Last {
+    bool valid = false;
+    A a;
+    B b;
+    C c, d;
+  };
+  static thread_local Last last;
+  if (last.valid && std::memcmp(&last.a, &a, sizeof(A)) == 0 &&
+      std::memcmp(&last.b, &b, sizeof(B)) == 0 && std::memcmp(&last.c, &c, sizeof(C)) == 0) {
+    d = last.d;
+    return;
+  }
+  last.valid = false;
+  std::memcpy(&last.a, &a, sizeof(A));
+  std::memcpy(&last.b, &b, sizeof(B));
+  std::memcpy(&last.c, &c, sizeof(C));
   float fa[M * K], fb[K * N], acc[M * N];
   for (int i = 0; i < M * K; ++i) fa[i] = detail::to_float(a.x[i]);
   for (int i = 0; i < K * N; ++i) fb[i] = detail::to_float(b.x[i]);
@@ -148,6 +171,8 @@ void mma_sync(fragment<accumulator, M, N, K, Acc>& d, const fragment<matrix_a, M
   Acc out[M * N];
   for (int i = 0; i < M * N; ++i) out[i] = detail::from_float<Acc>(acc[i]);
   for (int i = 0; i < M * N; ++i) d.x[i] = out[i];
+  std::memcpy(&last.d, &d, sizeof(C));
+  last.valid = true;
 }
 
 }  // namespace nvcuda::wmma
