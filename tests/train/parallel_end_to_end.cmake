@@ -1,28 +1,38 @@
 # triad-train on several (tp, pp, dp) layouts gives the same per-step losses
-# as one process for 10 steps (fp32, relative 1e-5), all starting from the
+# as one process for STEPS steps (default 10; fp32, relative 1e-5), all starting from the
 # same safetensors, with a vocabulary (300) that is not a multiple of 128*tp
-# and 8 layers so pipelines of 4 stages x 2 chunks fit. Layouts may also
+# and 8 layers so pipelines of 4 stages x 2 chunks fit, on sequences of 64
+# tokens (EXTRA may change any of these). Layouts may also
 # switch on full recomputation, which must not change a single loss.
 # Every run reads its training sequences in the shuffled order (data.shuffle:
 # a function of the seed and the pass, never of the layout), and also
-# evaluates 2 global batches of validation data after steps 5
-# and 10 (forward only, the pipelines' own forward-only order), and those
+# evaluates 2 global batches of validation data halfway and at the
+# end (forward only, the pipelines' own forward-only order), and those
 # losses must match one process's too.
 # Mixed-precision layouts (bf16/fp16) are compared with the same fp32
 # reference at the tolerance they deserve, given as a third field
 # "loss divisor,norm divisor" (200,10: losses within 0.5%, norms within 10%).
 # Variables: TRAIN (triad-train), MPIRUN (list), CONFIG, DATA, WORK, LAYOUTS
 # ("ranks|--set ... --set ...[|loss,norm]" entries joined by '@'), and
-# optionally EXTRA (more --set flags for every run, the reference included).
+# optionally EXTRA (more --set flags for every run, the reference included)
+# and STEPS (an even number of steps, 10 unless given).
 include(${CMAKE_CURRENT_LIST_DIR}/e2e_common.cmake)
 file(REMOVE_RECURSE ${WORK})
 separate_arguments(extra UNIX_COMMAND "${EXTRA}")
+if(NOT DEFINED STEPS)
+  set(STEPS 10)
+endif()
+math(EXPR half "${STEPS} / 2")
+math(EXPR whole "${half} * 2")
+if(half LESS 1 OR NOT STEPS EQUAL whole)
+  message(FATAL_ERROR "STEPS must be an even number of at least 2, got '${STEPS}'")
+endif()
 set(common --config ${CONFIG} --set data.train=${DATA} --set model.vocab_size=300 --set model.n_layer=8
-    --set train.micro_batch_size=2 --set log.interval=5 --set data.val=${DATA} --set eval.interval=5
+    --set model.seq_len=64 --set train.micro_batch_size=2 --set log.interval=${half} --set data.val=${DATA} --set eval.interval=${half}
     --set eval.batches=2 --set data.shuffle=true ${extra})
 # A common starting point, then the one-process reference.
 run(init ${TRAIN} ${common} --set train.steps=1 --set output.dir=${WORK}/init)
-set(from --set init.from=${WORK}/init/model.safetensors --set train.steps=10)
+set(from --set init.from=${WORK}/init/model.safetensors --set train.steps=${STEPS})
 run(reference ${TRAIN} ${common} ${from} --set output.dir=${WORK}/reference)
 
 field(${WORK}/reference loss reference)
@@ -30,8 +40,8 @@ field(${WORK}/reference grad_norm reference_norms)
 field(${WORK}/reference val_loss reference_val)
 list(LENGTH reference n)
 list(LENGTH reference_val nv)
-if(NOT n EQUAL 10 OR NOT nv EQUAL 2)
-  message(FATAL_ERROR "expected 10 steps and 2 validation losses from the reference, got ${n} and ${nv}")
+if(NOT n EQUAL STEPS OR NOT nv EQUAL 2)
+  message(FATAL_ERROR "expected ${STEPS} steps and 2 validation losses from the reference, got ${n} and ${nv}")
 endif()
 set(index 0)
 string(REPLACE "@" ";" layouts "${LAYOUTS}")
@@ -73,6 +83,6 @@ foreach(layout IN LISTS layouts)
       message(FATAL_ERROR "${ranks} ranks ${flags}: metrics.jsonl lacks bubble_fraction")
     endif()
   endif()
-  message(STATUS "${ranks} ranks ${flags}: 10 losses and 2 validation losses match one process (within 1/${loss_div})")
+  message(STATUS "${ranks} ranks ${flags}: ${STEPS} losses and 2 validation losses match one process (within 1/${loss_div})")
 endforeach()
 message(STATUS "${count} layouts checked")

@@ -9,12 +9,14 @@
 # --checkpoint, when EXPORT is given) to the bytes of its final model, and
 # (first pair) start a new run as the model does (init.from).
 # Variables: TRAIN (triad-train), [EXPORT], MPIRUN (list), CONFIG, DATA, WORK, PAIRS
-# ("ranksA|flags A|ranksB|flags B[|loss,norm divisors]" entries joined by '@').
+# ("ranksA|flags A|ranksB|flags B[|loss,norm divisors]" entries joined by '@'),
+# and optionally EXTRA (more --set flags for every run, the reference included).
 cmake_policy(SET CMP0007 NEW)  # keep empty fields (a layout with no flags)
 include(${CMAKE_CURRENT_LIST_DIR}/e2e_common.cmake)
 file(REMOVE_RECURSE ${WORK})
+separate_arguments(extra UNIX_COMMAND "${EXTRA}")
 set(common --config ${CONFIG} --set data.train=${DATA} --set model.vocab_size=300 --set model.n_layer=8
-    --set train.micro_batch_size=2 --set log.interval=5 --set train.lr_decay_steps=10)
+    --set train.micro_batch_size=2 --set log.interval=5 --set train.lr_decay_steps=10 ${extra})
 run(init ${TRAIN} ${common} --set train.steps=1 --set output.dir=${WORK}/init)
 set(from --set init.from=${WORK}/init/model.safetensors)
 run(reference ${TRAIN} ${common} ${from} --set train.steps=10 --set output.dir=${WORK}/reference)
