@@ -10,7 +10,8 @@
 include(${CMAKE_CURRENT_LIST_DIR}/e2e_common.cmake)
 file(REMOVE_RECURSE ${WORK})
 separate_arguments(extra UNIX_COMMAND "${EXTRA}")
-run(training ${TRAIN} --config ${CONFIG} --set data.train=${DATA} --set train.steps=6
+set(batch --set train.global_batch_size=4 --set train.micro_batch_size=4)
+run(training ${TRAIN} --config ${CONFIG} --set data.train=${DATA} ${batch} --set train.steps=6
     --set train.warmup_steps=2 --set output.dir=${WORK}/run --set checkpoint.dir=${WORK}/ck
     --set checkpoint.interval=3 ${extra})
 run("export of the run" ${EXPORT} --run ${WORK}/run --output ${WORK}/from_run)
@@ -40,7 +41,7 @@ if(rc1 OR rc2 OR NOT from_run STREQUAL from_checkpoint OR NOT from_run MATCHES "
 endif()
 # init.from a checkpoint: the same losses as from the run's model.
 expect_init_from_checkpoint("one process" ${WORK}/ck ${WORK}/run/model.safetensors ${WORK}
-                            ${TRAIN} --config ${CONFIG} --set data.train=${DATA}
+                            ${TRAIN} --config ${CONFIG} --set data.train=${DATA} ${batch}
                             --set train.steps=3)
 # Refusals.
 function(refused what expected)

@@ -1,4 +1,4 @@
-# triad-export end to end: train CONFIG for 20 steps, export the run to
+# triad-export end to end: train CONFIG for 20 steps of 4 sequences, export the run to
 # Hugging Face's layout, and sample (temperature 1, a fixed seed: every
 # probability matters) from the run and from the exported directory
 # (init.from's reader), and from the same export in shards: the texts must
@@ -6,7 +6,8 @@
 #   -DTRAIN= -DEXPORT= -DGENERATE= -DCONFIG= -DDATA= -DWORK= -DCLASS= [-DLOG=regex]
 file(REMOVE_RECURSE ${WORK})
 execute_process(COMMAND ${TRAIN} --config ${CONFIG} --set data.train=${DATA} --set train.steps=20
-                        --set train.warmup_steps=5 --set output.dir=${WORK}/run
+                        --set train.warmup_steps=5 --set train.global_batch_size=4
+                        --set train.micro_batch_size=4 --set output.dir=${WORK}/run
                 RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
 if(rc)
   message(FATAL_ERROR "training failed (${rc}):\n${out}")
