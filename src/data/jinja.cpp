@@ -1260,6 +1260,45 @@ void dump(const json& v, int indent, bool sort_keys, int depth, std::string& out
   }
 }
 
+// printf's conversion `spec` of one value, however long it comes out.
+template <class T>
+std::string c_format(const std::string& spec, T value) {
+  const int n = std::snprintf(nullptr, 0, spec.c_str(), value);
+  if (n < 0) throw ValueError("cannot format with '" + spec + "'");
+  std::string out(static_cast<size_t>(n), '\0');
+  std::snprintf(out.data(), out.size() + 1, spec.c_str(), value);
+  return out;
+}
+
+// A %s conversion's text: Python cuts it to the precision and pads it to the
+// width in code points (left-justified under the '-' flag; '0' pads with
+// spaces), not in bytes.
+std::string pad_text(const std::string& text, const std::string& spec) {
+  bool left = false;
+  size_t i = 1;  // past the '%'
+  while (i < spec.size() && std::string("-0+ #").find(spec[i]) != std::string::npos)
+    left |= spec[i++] == '-';
+  size_t width = 0, precision = std::string::npos;
+  while (i < spec.size() && std::isdigit(static_cast<unsigned char>(spec[i])))
+    width = width * 10 + static_cast<size_t>(spec[i++] - '0');
+  if (i < spec.size() && spec[i] == '.') {
+    precision = 0;
+    for (++i; i < spec.size() && std::isdigit(static_cast<unsigned char>(spec[i])); ++i)
+      precision = precision * 10 + static_cast<size_t>(spec[i] - '0');
+  }
+  std::string cut;
+  size_t points = 0;
+  for (size_t b = 0; b < text.size(); ++b) {
+    const bool starts = (static_cast<unsigned char>(text[b]) & 0xC0) != 0x80;
+    if (starts && points == precision) break;
+    points += starts;
+    cut += text[b];
+  }
+  if (points >= width) return cut;
+  const std::string fill(width - points, ' ');
+  return left ? cut + fill : fill + cut;
+}
+
 // Python's `format % args`: %s, %r, %d / %i, %f / %e / %g, %x and %%, with
 // flags (-, 0, +, space), a width and a precision.
 std::string percent_format(const std::string& format, const json& args, int line) {
@@ -1286,29 +1325,23 @@ std::string percent_format(const std::string& format, const json& args, int line
     }
     if (next >= args.size()) fail(line, "not enough arguments for the format string");
     const json& a = args[next++];
-    char buf[512];
     switch (conv) {
       case 's':
-      case 'r': {
-        const std::string text = conv == 's' ? py_str(a) : py_repr(a);
-        std::snprintf(buf, sizeof buf, (spec + "s").c_str(), text.c_str());
-        out += buf;
+      case 'r':
+        out += pad_text(conv == 's' ? py_str(a) : py_repr(a), spec);
         break;
-      }
       case 'd':
       case 'i':
       case 'x':
         if (!is_num(a)) fail(line, std::string("%") + conv + " needs a number, got " + py_repr(a));
-        std::snprintf(buf, sizeof buf, (spec + "ll" + (conv == 'x' ? 'x' : 'd')).c_str(),
-                      static_cast<long long>(is_int(a) ? a.get<int64_t>() : std::trunc(num(a))));
-        out += buf;
+        out += c_format(spec + "ll" + (conv == 'x' ? 'x' : 'd'),
+                        static_cast<long long>(is_int(a) ? a.get<int64_t>() : std::trunc(num(a))));
         break;
       case 'f':
       case 'e':
       case 'g':
         if (!is_num(a)) fail(line, std::string("%") + conv + " needs a number, got " + py_repr(a));
-        std::snprintf(buf, sizeof buf, (spec + conv).c_str(), num(a));
-        out += buf;
+        out += c_format(spec + conv, num(a));
         break;
       default:
         fail(line, std::string("the format conversion %") + conv + " is not supported");

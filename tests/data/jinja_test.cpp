@@ -43,6 +43,17 @@ TEST(Jinja, WritesTextExpressionsAndStatementsWithTransformersWhitespace) {
   EXPECT_EQ(to_json({{"b", 1}, {"a", {true}}}, 1, true), "{\n \"a\": [\n  true\n ],\n \"b\": 1\n}");
 }
 
+// Python's % formatting pads and cuts text by code points, and nothing it
+// writes is cut short.
+TEST(Jinja, PercentFormattingCountsCodePointsAndHasNoLengthLimit) {
+  EXPECT_EQ(render("[{{ '%-6s|%.2s|%5s|%3r' % ('h\u00e9\u00e9', '\u00fcn\u00ef', '\u00f6', "
+                   "'\u00e9') }}]"),
+            "[h\u00e9\u00e9   |\u00fcn|    \u00f6|'\u00e9']");
+  EXPECT_EQ(render("{{ '<%s>' % x }}", {{"x", std::string(3000, 'x')}}),
+            "<" + std::string(3000, 'x') + ">");
+  EXPECT_EQ(render("{{ ('%900d' % 7) | length }} {{ '%9.3f|' % 3.14159 }}"), "900     3.142|");
+}
+
 TEST(Jinja, ErrorsNameWhatIsWrongAndItsLine) {
   expect_error([] { Template("a\n{% if x %}b"); },
                {"line 2", "ends before the {% endif %} it needs"});

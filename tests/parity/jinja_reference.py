@@ -304,6 +304,7 @@ tests={{ xs is sequence }} {{ 'a' is string }} {{ 3 is odd }} {{ 4 is even }} {{
 {{ 'text' | replace('t', 'T') }} {{ 'a\\nb' | indent(2) }} {{ 'a\\nb' | indent(2, true) }} {{ 3.7 | int }} {{ '12' | int + 1 }} {{ 2 | float }} {{ -3 | abs }} {{ 2.567 | round(1) }} {{ 'abc' | reverse }}
 {{ undefined_thing | default('fallback') }} {{ '' | default('empty', true) }} {{ none | default('kept') }} {{ xs | string }} {{ {'a': 'b'} }} {{ none }} {{ true }} {{ [1, 'two', none] }}
 {{ '%s has %d items, %.2f%% (%5s|%-4d|%03d|%x|%r)' % ('cart', 3, 12.5, 'ab', 7, 7, 255, 'q') }} {{ '%s-%s' | format('a', none) }} {{ '%d' % 3.9 }}
+{{ '[%-6s|%.2s|%5s|%05s|%3r]' % ('héé', 'ünï', 'ö', 'ñ', 'é') }} {{ ('%s' % ('x' * 700)) | length }} {{ ('%700d' % 1) | length }} {{ '%9.3f|%-8.2e|' % (3.14159, 31415.9) }}
 {{ "it's" }} {{ 'say "hi"' }} {{ ['it\\'s'] }} {{ (1, 2) | list }} {{ dict(a=1, b='x') }} {{ 'x' 'y' }}
 {%- if true %}
     left alone
