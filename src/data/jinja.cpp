@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "triad/core/error.h"
+#include "unicode_classes.h"
 #include "utf8.h"
 
 namespace triad::data::jinja {
@@ -319,12 +320,29 @@ struct Expr {
   std::vector<std::string> ops;                       // Compare: the operators between its operands
 };
 
+// The name a {% filter %} block's text is bound to while its filters run
+// (no template can write it).
+const char* const kBlockText = "\x01block";
+
 struct Node;
 using NodeP = std::unique_ptr<Node>;
 using Body = std::vector<NodeP>;
 
 struct Node {
-  enum Kind { Text, Output, If, For, Set, SetBlock, Macro, Break, Continue, Generation };
+  enum Kind {
+    Text,
+    Output,
+    If,
+    For,
+    Set,
+    SetBlock,
+    Macro,
+    Break,
+    Continue,
+    Generation,
+    FilterBlock,
+    CallBlock
+  };
   Kind kind = Text;
   int line = 0;
   std::string text;  // Text
@@ -332,12 +350,13 @@ struct Node {
   // If: each (condition, body) in turn, the else branch's condition null.
   std::vector<std::pair<ExprP, Body>> branches;
   // For: the loop variables; Set: the names (or a namespace, then `attr`);
-  // SetBlock and Macro: the name.
+  // SetBlock and Macro: the name; CallBlock: "caller".
   std::vector<std::string> targets;
   std::string attr;
-  ExprP filter;                                       // For's `if`
-  Body body, else_body;                               // For; SetBlock; Macro
-  std::vector<std::pair<std::string, ExprP>> params;  // Macro: defaults may be null
+  // For's `if`; FilterBlock: the filters, applied to the variable kBlockText.
+  ExprP filter;
+  Body body, else_body;                               // For; SetBlock; Macro; the blocks
+  std::vector<std::pair<std::string, ExprP>> params;  // Macro, CallBlock: defaults may be null
 };
 
 class Cursor {
@@ -586,6 +605,9 @@ class ExprParser {
     }
     fail(t.line, "unexpected '" + t.text + "'");
   }
+
+ public:
+  // A call's arguments after its '(', up to and past the ')'.
   void call_args(Expr& e) {
     while (!c_.is_op(")")) {
       if (c_.peek().kind == Tok::Name && c_.is_op("=", 1)) {
@@ -675,6 +697,7 @@ class ExprParser {
     }
   }
 
+ private:
   Cursor& c_;
 };
 
@@ -806,17 +829,36 @@ class Parser {
       n->kind = Node::Macro;
       n->targets.push_back(cur.expect_name());
       cur.expect_op("(");
-      while (!cur.is_op(")")) {
-        std::string param = cur.expect_name();
-        ExprP def;
-        if (cur.accept_op("=")) def = ExprParser(cur).expression();
-        n->params.emplace_back(std::move(param), std::move(def));
-        if (!cur.accept_op(",")) break;
-      }
-      cur.expect_op(")");
+      params(cur, *n);
       cur.expect_end();
       n->body = body({"endmacro"}, &stopped);
       close("endmacro");
+    } else if (keyword == "call") {
+      // {% call(params) macro(args) %}body{% endcall %}: the body is the
+      // macro `caller` while the call runs.
+      n->kind = Node::CallBlock;
+      n->targets.push_back("caller");
+      if (cur.accept_op("(")) params(cur, *n);
+      n->expr = ExprParser(cur).expression();
+      if (n->expr->kind != Expr::Call) fail(line, "{% call %} takes a call of a macro");
+      cur.expect_end();
+      n->body = body({"endcall"}, &stopped);
+      close("endcall");
+    } else if (keyword == "filter") {
+      // {% filter f(args) | g %}body{% endfilter %}: the body's text through
+      // the filters.
+      n->kind = Node::FilterBlock;
+      auto text = make(Expr::Var, line);
+      text->name = kBlockText;
+      auto first = make(Expr::Filter, line);
+      first->name = cur.expect_name();
+      first->args.push_back(std::move(text));
+      ExprParser p(cur);
+      if (cur.accept_op("(")) p.call_args(*first);
+      n->filter = p.filters(std::move(first));
+      cur.expect_end();
+      n->body = body({"endfilter"}, &stopped);
+      close("endfilter");
     } else if (keyword == "break" || keyword == "continue") {
       n->kind = keyword == "break" ? Node::Break : Node::Continue;
       cur.expect_end();
@@ -834,6 +876,18 @@ class Parser {
       fail(line, "the tag '" + keyword + "' is not supported");
     }
     out.push_back(std::move(n));
+  }
+
+  // A macro's or a call block's parameters, up to and past the ')'.
+  static void params(Cursor& cur, Node& n) {
+    while (!cur.is_op(")")) {
+      std::string param = cur.expect_name();
+      ExprP def;
+      if (cur.accept_op("=")) def = ExprParser(cur).expression();
+      n.params.emplace_back(std::move(param), std::move(def));
+      if (!cur.accept_op(",")) break;
+    }
+    cur.expect_op(")");
   }
 
   // Reads the closing statement at at_ (its keyword `what`, nothing after).
@@ -870,6 +924,7 @@ struct Value {
   const Node* macro = nullptr;   // Macro
   std::string name;              // Builtin, Method; Undefined: what was looked up
   std::shared_ptr<Value> self;   // Method: its object
+  bool loop = false;             // Data: a for loop's `loop` (which also has cycle())
 
   static Value of(json j) {
     Value v;
@@ -1434,6 +1489,28 @@ class Renderer {
         return Flow::Break;
       case Node::Continue:
         return Flow::Continue;
+      case Node::FilterBlock: {
+        std::string text;
+        const Flow f = run(n.body, text);
+        scopes_.emplace_back();
+        scopes_.back()[kBlockText] = Value::of(text);
+        const Value v = eval(*n.filter);
+        scopes_.pop_back();
+        out += str(v);
+        return f;
+      }
+      case Node::CallBlock: {
+        Value caller;
+        caller.kind = Value::Kind::Macro;
+        caller.macro = &n;
+        caller.name = "caller";
+        scopes_.emplace_back();
+        scopes_.back()["caller"] = caller;
+        const Value v = eval(*n.expr);
+        scopes_.pop_back();
+        out += str(v);
+        return Flow::Normal;
+      }
       case Node::Generation: {
         const size_t start = out.size();
         const Flow f = run(n.body, out);
@@ -1493,12 +1570,15 @@ class Renderer {
       json info = {{"index", i + 1},      {"index0", i},
                    {"revindex", len - i}, {"revindex0", len - i - 1},
                    {"first", i == 0},     {"last", i == len - 1},
-                   {"length", len}};
+                   {"length", len},       {"depth", 1},
+                   {"depth0", 0}};
       if (i > 0 && items[static_cast<size_t>(i - 1)].is_data())
         info["previtem"] = items[static_cast<size_t>(i - 1)].data;
       if (i + 1 < len && items[static_cast<size_t>(i + 1)].is_data())
         info["nextitem"] = items[static_cast<size_t>(i + 1)].data;
-      scopes_.back()["loop"] = Value::of(std::move(info));
+      Value loop_value = Value::of(std::move(info));
+      loop_value.loop = true;
+      scopes_.back()["loop"] = std::move(loop_value);
       bind(n, items[static_cast<size_t>(i)]);
       if (run(n.body, out) == Flow::Break) break;
     }
@@ -1586,7 +1666,7 @@ class Renderer {
     static const std::set<std::string> kString = {
         "strip", "lstrip", "rstrip", "split",      "startswith", "endswith",
         "upper", "lower",  "title",  "capitalize", "replace",    "find",
-        "count", "join",   "rsplit", "splitlines"};
+        "count", "join",   "rsplit", "splitlines", "format"};
     static const std::set<std::string> kDict = {"items", "keys", "values", "get"};
     static const std::set<std::string> kNone;
     if (d.is_string()) return kString;
@@ -1608,7 +1688,7 @@ class Renderer {
       auto it = d.find(name);
       if (it != d.end()) return Value::of(*it);
     }
-    if (methods(d).count(name)) {
+    if (methods(d).count(name) || (obj.loop && name == "cycle")) {
       Value m;
       m.kind = Value::Kind::Method;
       m.name = name;
@@ -1694,7 +1774,7 @@ class Renderer {
       case Value::Kind::Builtin:
         return builtin(callee.name, args, kw, e.line);
       case Value::Kind::Method:
-        return method(*callee.self, callee.name, args, e.line);
+        return method(*callee.self, callee.name, args, kw, e.line);
       case Value::Kind::Macro:
         return call_macro(*callee.macro, args, kw, e.line);
       case Value::Kind::Undefined:
@@ -1725,6 +1805,60 @@ class Renderer {
     run(m.body, out);
     scopes_.pop_back();
     return Value::of(out);
+  }
+
+  // Python's str.format with {}, {0} and {name} fields ({{ and }} for
+  // braces); conversions, attributes, indices and format specs are refused.
+  std::string str_format(const json& format, const std::vector<Value>& args,
+                         const std::map<std::string, Value>& kw, int line) {
+    const std::string f = format.get<std::string>();
+    std::string out;
+    size_t automatic = 0;
+    bool numbered = false;
+    for (size_t i = 0; i < f.size(); ++i) {
+      if (f[i] == '}') {
+        if (i + 1 < f.size() && f[i + 1] == '}') {
+          out += '}';
+          ++i;
+          continue;
+        }
+        fail(line, "single '}' encountered in format string");
+      }
+      if (f[i] != '{') {
+        out += f[i];
+        continue;
+      }
+      if (i + 1 < f.size() && f[i + 1] == '{') {
+        out += '{';
+        ++i;
+        continue;
+      }
+      const size_t close = f.find('}', i);
+      if (close == std::string::npos) fail(line, "single '{' encountered in format string");
+      const std::string field = f.substr(i + 1, close - i - 1);
+      i = close;
+      if (field.find_first_of(":!.[") != std::string::npos)
+        fail(line, "the format field '{" + field + "}' is not supported (plain {}, {0} or {name})");
+      if (field.empty() || std::isdigit(static_cast<unsigned char>(field[0]))) {
+        size_t index = automatic;
+        if (field.empty()) {
+          if (numbered) fail(line, "cannot switch from manual field numbering to automatic");
+          ++automatic;
+        } else {
+          if (automatic > 0) fail(line, "cannot switch from automatic field numbering to manual");
+          numbered = true;
+          index = static_cast<size_t>(std::stoul(field));
+        }
+        if (index >= args.size())
+          fail(line, "format: replacement index " + std::to_string(index) + " out of range");
+        out += str(args[index]);
+      } else {
+        auto it = kw.find(field);
+        if (it == kw.end()) fail(line, "format: no argument named '" + field + "'");
+        out += str(it->second);
+      }
+    }
+    return out;
   }
 
   Value builtin(const std::string& name, const std::vector<Value>& args,
@@ -1774,8 +1908,15 @@ class Renderer {
   }
 
   Value method(const Value& self, const std::string& name, const std::vector<Value>& args,
-               int line) {
+               const std::map<std::string, Value>& kw, int line) {
     const json& d = self.data;
+    if (self.loop && name == "cycle") {
+      // loop.cycle(a, b, ...): the argument at the iteration's index, in turn.
+      if (args.empty()) fail(line, "loop.cycle() takes at least one value");
+      return args[static_cast<size_t>(d.at("index0").get<int64_t>()) % args.size()];
+    }
+    if (d.is_string() && name == "format") return Value::of(str_format(d, args, kw, line));
+    if (!kw.empty()) fail(line, name + "() takes no keyword arguments");
     auto a = [&](size_t i) -> const json& { return data(args.at(i), line); };
     auto string_arg = [&](size_t i) -> std::string {
       const json& v = a(i);
@@ -2039,11 +2180,12 @@ class Renderer {
     const std::map<std::string, Value> kw = kwargs_of(e);
     const int line = e.line;
     static const std::set<std::string> kFilters = {
-        "default", "d",          "length",     "count",    "safe",   "string", "trim", "upper",
-        "lower",   "capitalize", "title",      "replace",  "tojson", "indent", "int",  "float",
-        "abs",     "round",      "items",      "dictsort", "list",   "first",  "last", "reverse",
-        "join",    "unique",     "sum",        "max",      "min",    "sort",   "map",  "select",
-        "reject",  "selectattr", "rejectattr", "format"};
+        "default", "d",      "length",     "count",    "safe",    "string",     "trim",
+        "upper",   "lower",  "capitalize", "title",    "replace", "tojson",     "indent",
+        "int",     "float",  "abs",        "round",    "items",   "dictsort",   "list",
+        "first",   "last",   "reverse",    "join",     "unique",  "sum",        "max",
+        "min",     "sort",   "map",        "select",   "reject",  "selectattr", "rejectattr",
+        "format",  "escape", "e",          "wordcount"};
     if (!kFilters.count(name)) fail(line, "the filter '" + name + "' is not supported");
     if (name == "default" || name == "d") {
       const Value dflt = arg(args, kw, 0, "default_value", Value::of(""));
@@ -2059,6 +2201,49 @@ class Renderer {
       fail(line, "object of type " + py_repr(d) + " has no length");
     }
     if (name == "safe") return v;
+    if (name == "escape" || name == "e") {
+      // markupsafe's five characters. (The result is plain text here: a
+      // Markup string's own escaping of what is later added to it is not
+      // reproduced.)
+      std::string out;
+      for (char c : str(v)) {
+        switch (c) {
+          case '&':
+            out += "&amp;";
+            break;
+          case '<':
+            out += "&lt;";
+            break;
+          case '>':
+            out += "&gt;";
+            break;
+          case '"':
+            out += "&#34;";
+            break;
+          case '\'':
+            out += "&#39;";
+            break;
+          default:
+            out += c;
+        }
+      }
+      return Value::of(out);
+    }
+    if (name == "wordcount") {
+      // Runs of Python's \w: letters, numbers and '_'.
+      const std::string text = str(v);
+      int64_t words = 0;
+      bool in_word = false;
+      for (size_t i = 0; i < text.size();) {
+        size_t len = 1;
+        const uint32_t cp = next_code_point(text, i, len);
+        const bool word = cp == '_' || unicode::is_letter(cp) || unicode::is_number(cp);
+        words += word && !in_word;
+        in_word = word;
+        i += len;
+      }
+      return Value::of(words);
+    }
     if (name == "format") {
       if (!kw.empty()) fail(line, "format with keyword arguments is not supported");
       json list = json::array();
@@ -2150,10 +2335,10 @@ class Renderer {
     }
     if (name == "items") {
       if (!v.defined()) return Value::of(json::array());
-      return method(Value::of(data(v, line)), "items", {}, line);
+      return method(Value::of(data(v, line)), "items", {}, {}, line);
     }
     if (name == "dictsort") {
-      Value items = method(Value::of(data(v, line)), "items", {}, line);
+      Value items = method(Value::of(data(v, line)), "items", {}, {}, line);
       std::stable_sort(items.data.begin(), items.data.end(), [](const json& a, const json& b) {
         return lower(py_str(a[0])) < lower(py_str(b[0]));
       });

@@ -54,6 +54,26 @@ TEST(Jinja, PercentFormattingCountsCodePointsAndHasNoLengthLimit) {
   EXPECT_EQ(render("{{ ('%900d' % 7) | length }} {{ '%9.3f|' % 3.14159 }}"), "900     3.142|");
 }
 
+TEST(Jinja, CallAndFilterBlocksLoopCycleStrFormatEscapeAndWordcount) {
+  EXPECT_EQ(render("{% macro row(x) %}<{{ x }}|{{ caller(x * 2) }}>{% endmacro %}"
+                   "{% call(y) row(3) %}got {{ y }}{% endcall %}"),
+            "<3|got 6>");
+  EXPECT_EQ(render("{% filter upper | replace('B', 'b') %}abc{{ 1 }}{% endfilter %}"), "AbC1");
+  EXPECT_EQ(render("{% for x in 'abc' %}{{ loop.cycle(1, 2) }}{{ loop.depth }}{% endfor %}"),
+            "112111");
+  EXPECT_EQ(render("{{ '{}-{x}-{{}}'.format(1, x='y') }} {{ '{1}{0}'.format('a', 'b') }}"),
+            "1-y-{} ba");
+  EXPECT_EQ(render("{{ '<a href=\"x\">&\\'</a>' | e }}"),
+            "&lt;a href=&#34;x&#34;&gt;&amp;&#39;&lt;/a&gt;");
+  EXPECT_EQ(render("{{ 'h\u00e9llo, w_2 \u2014 ok' | wordcount }}"), "3");
+  expect_error([] { render("{% call 'x' %}{% endcall %}"); }, {"{% call %} takes a call"});
+  expect_error([] { render("{{ '{:>4}'.format(1) }}"); }, {"'{:>4}' is not supported"});
+  expect_error([] { render("{{ '{} {}'.format(1) }}"); }, {"index 1 out of range"});
+  expect_error([] { render("{% for x in [1] %}{{ loop.cycle() }}{% endfor %}"); },
+               {"loop.cycle() takes at least one value"});
+  expect_error([] { render("{% filter upper %}x"); }, {"{% endfilter %}"});
+}
+
 TEST(Jinja, ErrorsNameWhatIsWrongAndItsLine) {
   expect_error([] { Template("a\n{% if x %}b"); },
                {"line 2", "ends before the {% endif %} it needs"});

@@ -305,6 +305,10 @@ tests={{ xs is sequence }} {{ 'a' is string }} {{ 3 is odd }} {{ 4 is even }} {{
 {{ undefined_thing | default('fallback') }} {{ '' | default('empty', true) }} {{ none | default('kept') }} {{ xs | string }} {{ {'a': 'b'} }} {{ none }} {{ true }} {{ [1, 'two', none] }}
 {{ '%s has %d items, %.2f%% (%5s|%-4d|%03d|%x|%r)' % ('cart', 3, 12.5, 'ab', 7, 7, 255, 'q') }} {{ '%s-%s' | format('a', none) }} {{ '%d' % 3.9 }}
 {{ '[%-6s|%.2s|%5s|%05s|%3r]' % ('héé', 'ünï', 'ö', 'ñ', 'é') }} {{ ('%s' % ('x' * 700)) | length }} {{ ('%700d' % 1) | length }} {{ '%9.3f|%-8.2e|' % (3.14159, 31415.9) }}
+{% for p in people %}[{{ loop.cycle('odd', 'even') }} {{ loop.depth }}{{ loop.depth0 }} {{ loop.previtem.name if loop.previtem is defined }}]{% endfor %} {{ 'a{}b{}{x}{{c}}'.format(1, none, x='y') }} {{ '{1}{0}'.format('a', 2) }}
+{{ '<b class="q">Tom & Jerry\\'s</b>' | e }} {{ 4 | escape }} {{ 'héllo wörld, 42_x “q” — go' | wordcount }}
+{% filter upper %}loud {{ people | length }}{% endfilter %} {% filter replace('a', 'o') | trim %}  banana  {% endfilter %}
+{% macro box(title, width=2) %}<{{ title }}:{{ width }}{% if caller is defined %}|{{ caller() }}{% endif %}>{% endmacro %}{{ box('plain') }} {% call box('t', 3) %}inside {{ 1 + 1 }}{% endcall %} {% macro each(xs) %}{% for x in xs %}{{ caller(x, loop.index) }}{% endfor %}{% endmacro %}{% call(x, i) each(['p', 'q']) %}{{ i }}={{ x }};{% endcall %}
 {{ "it's" }} {{ 'say "hi"' }} {{ ['it\\'s'] }} {{ (1, 2) | list }} {{ dict(a=1, b='x') }} {{ 'x' 'y' }}
 {%- if true %}
     left alone

@@ -12,18 +12,21 @@
 //   - text, {{ expressions }}, {# comments #}, whitespace control (- and +);
 //   - if / elif / else, for (with else, an `if` filter, unpacking, and
 //     loop.index, index0, revindex, revindex0, first, last, length,
-//     previtem, nextitem), set (of a name, several names, a namespace's
-//     attribute, or a block), macro with defaults, break, continue,
-//     generation;
+//     previtem, nextitem, depth, depth0, cycle(...)), set (of a name,
+//     several names, a namespace's attribute, or a block), macro with
+//     defaults, call blocks (with parameters: the macro's caller(...)),
+//     filter blocks, break, continue, generation;
 //   - literals (strings, numbers, lists, tuples, dicts, true / false /
 //     none in either case), attribute and item access, slices, calls,
 //     and arithmetic, comparison (chained), `in`, `~`, Python's `%`
 //     formatting, logic and conditional expressions with Jinja's
 //     precedence;
 //   - the filters and tests chat templates use (listed in jinja.cpp), the
-//     methods of strings (strip, split, startswith, ...), dicts (items,
-//     get, ...) and the globals range, namespace, dict, raise_exception
-//     and strftime_now.
+//     methods of strings (strip, split, startswith, format with {}, {0}
+//     and {name} fields, ...), dicts (items, get, ...) and the globals
+//     range, namespace, dict, raise_exception and strftime_now. `escape`
+//     (`e`) writes plain escaped text: a Markup string's escaping of what
+//     is later added to it with `+` is not reproduced.
 // Anything else is a ValueError that names it and the line it is on, as
 // are errors while rendering (an undefined name's attribute, a
 // raise_exception call, a type that does not fit an operator).
