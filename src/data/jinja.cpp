@@ -357,6 +357,7 @@ struct Node {
   ExprP filter;
   Body body, else_body;                               // For; SetBlock; Macro; the blocks
   std::vector<std::pair<std::string, ExprP>> params;  // Macro, CallBlock: defaults may be null
+  bool recursive = false;                             // For: loop(items) runs the body on them
 };
 
 class Cursor {
@@ -797,7 +798,7 @@ class Parser {
       ExprParser p(cur);
       n->expr = p.logic_or();
       if (cur.accept_name("if")) n->filter = ExprParser(cur).logic_or();
-      if (cur.is_name("recursive")) fail(line, "recursive for loops are not supported");
+      n->recursive = cur.accept_name("recursive");
       cur.expect_end();
       n->body = body({"else", "endfor"}, &stopped);
       close(stopped == "else" ? "else" : "endfor");
@@ -924,7 +925,9 @@ struct Value {
   const Node* macro = nullptr;   // Macro
   std::string name;              // Builtin, Method; Undefined: what was looked up
   std::shared_ptr<Value> self;   // Method: its object
-  bool loop = false;             // Data: a for loop's `loop` (which also has cycle())
+  // Data: a for loop's `loop` (which also has cycle(), and is callable when
+  // the loop is recursive: `macro` is then its node).
+  bool loop = false;
 
   static Value of(json j) {
     Value v;
@@ -1553,8 +1556,11 @@ class Renderer {
     }
   }
 
-  Flow loop(const Node& n, std::string& out) {
-    const Value seq = eval(*n.expr);
+  Flow loop(const Node& n, std::string& out) { return loop_over(n, eval(*n.expr), 1, out); }
+
+  // The loop `n` over `seq` at `depth` (a recursive loop's loop(items) goes
+  // one deeper).
+  Flow loop_over(const Node& n, const Value& seq, int64_t depth, std::string& out) {
     scopes_.emplace_back();
     std::vector<Value> items = items_of(seq, n.line);
     if (n.filter) {
@@ -1570,14 +1576,15 @@ class Renderer {
       json info = {{"index", i + 1},      {"index0", i},
                    {"revindex", len - i}, {"revindex0", len - i - 1},
                    {"first", i == 0},     {"last", i == len - 1},
-                   {"length", len},       {"depth", 1},
-                   {"depth0", 0}};
+                   {"length", len},       {"depth", depth},
+                   {"depth0", depth - 1}};
       if (i > 0 && items[static_cast<size_t>(i - 1)].is_data())
         info["previtem"] = items[static_cast<size_t>(i - 1)].data;
       if (i + 1 < len && items[static_cast<size_t>(i + 1)].is_data())
         info["nextitem"] = items[static_cast<size_t>(i + 1)].data;
       Value loop_value = Value::of(std::move(info));
       loop_value.loop = true;
+      if (n.recursive) loop_value.macro = &n;
       scopes_.back()["loop"] = std::move(loop_value);
       bind(n, items[static_cast<size_t>(i)]);
       if (run(n.body, out) == Flow::Break) break;
@@ -1770,6 +1777,13 @@ class Renderer {
     const Value callee = eval(*e.args[0]);
     const std::vector<Value> args = args_of(e, 1);
     const std::map<std::string, Value> kw = kwargs_of(e);
+    if (callee.loop) {
+      if (callee.macro == nullptr) fail(e.line, "loop() needs a loop declared recursive");
+      if (args.size() != 1 || !kw.empty()) fail(e.line, "loop() takes the items to loop over");
+      std::string text;
+      loop_over(*callee.macro, args[0], callee.data.at("depth").get<int64_t>() + 1, text);
+      return Value::of(text);
+    }
     switch (callee.kind) {
       case Value::Kind::Builtin:
         return builtin(callee.name, args, kw, e.line);
@@ -2033,7 +2047,9 @@ class Renderer {
     if (name == "float") return dat && d.is_number_float();
     if (name == "mapping") return (dat && d.is_object()) || v.kind == Value::Kind::Namespace;
     if (name == "sequence") return dat && (d.is_array() || d.is_string() || d.is_object());
-    if (name == "iterable") return dat && (d.is_array() || d.is_string() || d.is_object());
+    // (Jinja's undefined iterates as an empty sequence.)
+    if (name == "iterable")
+      return !v.defined() || (dat && (d.is_array() || d.is_string() || d.is_object()));
     if (name == "callable")
       return v.kind == Value::Kind::Macro || v.kind == Value::Kind::Builtin ||
              v.kind == Value::Kind::Method;

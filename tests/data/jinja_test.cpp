@@ -66,6 +66,13 @@ TEST(Jinja, CallAndFilterBlocksLoopCycleStrFormatEscapeAndWordcount) {
   EXPECT_EQ(render("{{ '<a href=\"x\">&\\'</a>' | e }}"),
             "&lt;a href=&#34;x&#34;&gt;&amp;&#39;&lt;/a&gt;");
   EXPECT_EQ(render("{{ 'h\u00e9llo, w_2 \u2014 ok' | wordcount }}"), "3");
+  EXPECT_EQ(render("{% for n in tree recursive %}{{ n.id }}{{ loop.depth }}"
+                   "{% if n.kids %}({{ loop(n.kids) }}){% endif %}{% endfor %}",
+                   {{"tree", R"([{"id": "a", "kids": [{"id": "b", "kids": [{"id": "c"}]}]},
+                                 {"id": "d"}])"_json}}),
+            "a1(b2(c3))d1");
+  expect_error([] { render("{% for x in [1] %}{{ loop([2]) }}{% endfor %}"); },
+               {"loop() needs a loop declared recursive"});
   expect_error([] { render("{% call 'x' %}{% endcall %}"); }, {"{% call %} takes a call"});
   expect_error([] { render("{{ '{:>4}'.format(1) }}"); }, {"'{:>4}' is not supported"});
   expect_error([] { render("{{ '{} {}'.format(1) }}"); }, {"index 1 out of range"});

@@ -10,7 +10,8 @@
 // the same way, with Jinja2's (and Python's) semantics for what it
 // supports:
 //   - text, {{ expressions }}, {# comments #}, whitespace control (- and +);
-//   - if / elif / else, for (with else, an `if` filter, unpacking, and
+//   - if / elif / else, for (with else, an `if` filter, unpacking,
+//     recursive loops calling loop(items), and
 //     loop.index, index0, revindex, revindex0, first, last, length,
 //     previtem, nextitem, depth, depth0, cycle(...)), set (of a name,
 //     several names, a namespace's attribute, or a block), macro with
