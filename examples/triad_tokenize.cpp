@@ -64,6 +64,14 @@ int main(int argc, char** argv) {
                  "the --tokenizer model's own, when it is one of them; model: the --tokenizer "
                  "model's own Jinja program, run as transformers runs it) with "
                  "<output>.loss_mask scoring the assistant's turns");
+  std::string chat_turns = "whole";
+  app.add_option("--chat-turns", chat_turns,
+                 "with --chat-template model: whole (a conversation is one document, every "
+                 "assistant turn scored) or each (a document per assistant turn: the "
+                 "conversation up to it, that turn scored; for templates such as Qwen3's that "
+                 "write earlier turns differently once later ones follow)")
+      ->check(CLI::IsMember({"whole", "each"}))
+      ->capture_default_str();
   app.add_option("--eod", eod,
                  "token appended after each document (e.g. 50256, GPT-2's <|endoftext|>; "
                  "data.eod_token in triad-train); -1: none");
@@ -98,6 +106,7 @@ int main(int argc, char** argv) {
     // batch encoded by the workers and appended to the output, so a corpus
     // larger than memory streams through.
     triad::data::DocumentLabels labels{prompt_key, std::nullopt};
+    labels.each_turn = chat_turns == "each";
     if (chat_template == "model") {
       labels.model_chat = std::make_shared<const triad::data::ModelChatTemplate>(
           triad::data::ModelChatTemplate::load(hf_tokenizer, tok->special_tokens()));

@@ -363,8 +363,9 @@ SegmentedDocument ModelChatTemplate::render(const nlohmann::ordered_json& messag
         throw ValueError(where +
                          "the model's chat template writes this turn differently once "
                          "later messages follow (as Qwen3's drops earlier turns' thinking), "
-                         "so it cannot be scored turn by turn; use --chat-template auto or "
-                         "a built-in template");
+                         "so it cannot be scored turn by turn in one document; use "
+                         "--chat-turns each (a document per answer), --chat-template auto "
+                         "or a built-in template");
       }
       size_t end = with.size();
       while (end > before.size() && is_space_char(with[end - 1])) --end;
@@ -381,6 +382,47 @@ SegmentedDocument ModelChatTemplate::render(const nlohmann::ordered_json& messag
   }
   cut(whole.substr(at), false, doc);
   return doc;
+}
+
+std::vector<SegmentedDocument> ModelChatTemplate::render_each_turn(
+    const nlohmann::ordered_json& messages, const nlohmann::ordered_json& extra) const {
+  if (!extra.is_object()) throw ValueError("a chat template's extra variables must be an object");
+  check_messages(messages);
+  std::vector<SegmentedDocument> docs;
+  for (size_t i = 0; i < messages.size(); ++i) {
+    if (messages[i]["role"] != "assistant") continue;
+    std::vector<std::pair<size_t, size_t>> spans;
+    const std::string with = text(first(messages, i + 1), false, &spans, extra);
+    const std::string before = text(first(messages, i), true, nullptr, extra);
+    if (with.compare(0, before.size(), before) != 0) {
+      throw ValueError("message " + std::to_string(i) +
+                       " (assistant): the model's chat template writes the conversation before "
+                       "it differently from the prompt it writes for an answer "
+                       "(add_generation_prompt), so its answer cannot be told apart");
+    }
+    // This answer's part: its {% generation %} blocks, or what writing it
+    // adds to the prompt (the whitespace after its end marker aside).
+    std::vector<std::pair<size_t, size_t>> scored;
+    if (program_->has_generation()) {
+      for (const auto& [b, e] : spans)
+        if (b >= before.size()) scored.emplace_back(b, e);
+    } else {
+      size_t end = with.size();
+      while (end > before.size() && is_space_char(with[end - 1])) --end;
+      if (end > before.size()) scored.emplace_back(before.size(), end);
+    }
+    SegmentedDocument doc;
+    size_t at = 0;
+    for (const auto& [b, e] : scored) {
+      if (b < at) continue;
+      cut(with.substr(at, b - at), false, doc);
+      cut(with.substr(b, e - b), true, doc);
+      at = e;
+    }
+    cut(with.substr(at), false, doc);
+    docs.push_back(std::move(doc));
+  }
+  return docs;
 }
 
 SegmentedDocument ModelChatTemplate::render_prompt(const nlohmann::ordered_json& messages) const {

@@ -493,9 +493,12 @@ Json parse_json_line(const std::string& line, const std::string& where) {
   return j;
 }
 
-// A conversation in the model's own template (DocumentLabels::model_chat).
-SegmentedDocument model_chat_document(const nlohmann::ordered_json& j, const std::string& key,
-                                      const ModelChatTemplate& chat, const std::string& where) {
+// A conversation in the model's own template (DocumentLabels::model_chat):
+// one document, or one per assistant message (`each_turn`).
+std::vector<SegmentedDocument> model_chat_documents(const nlohmann::ordered_json& j,
+                                                    const std::string& key,
+                                                    const ModelChatTemplate& chat, bool each_turn,
+                                                    const std::string& where) {
   const auto it = j.find(key);
   if (it == j.end() || !it->is_array()) {
     throw ValueError(where + " has no list of messages \"" + key +
@@ -509,7 +512,10 @@ SegmentedDocument model_chat_document(const nlohmann::ordered_json& j, const std
     extra["tools"] = *tools;
   }
   try {
-    return chat.render(*it, extra);
+    if (each_turn) return chat.render_each_turn(*it, extra);
+    std::vector<SegmentedDocument> one;
+    one.push_back(chat.render(*it, extra));
+    return one;
   } catch (const ValueError& e) {
     throw ValueError(where + ": " + e.what());
   }
@@ -558,6 +564,11 @@ SegmentedDocument labelled_document(const nlohmann::json& j, const std::string& 
 DocumentReader::DocumentReader(std::istream& in, DocumentSplit how, std::string json_key,
                                DocumentLabels labels)
     : in_(in), how_(how), key_(std::move(json_key)), labels_(std::move(labels)) {
+  if (labels_.each_turn && !labels_.model_chat) {
+    throw ValueError(
+        "a document per assistant turn (--chat-turns each) needs the model's chat "
+        "template (--chat-template model)");
+  }
   if (!labels_.any()) return;
   const std::string what =
       labels_.model_chat ? std::string("the model's chat template")
@@ -649,8 +660,11 @@ bool DocumentReader::read(std::vector<std::string>* plain,
           // In the order written: the model's template may write fields
           // out as they are (tool calls' arguments).
           const auto j = parse_json_line<nlohmann::ordered_json>(line, where);
-          segmented->push_back(model_chat_document(j, key_, *labels_.model_chat, where));
-          ++added;
+          for (SegmentedDocument& d :
+               model_chat_documents(j, key_, *labels_.model_chat, labels_.each_turn, where)) {
+            segmented->push_back(std::move(d));
+            ++added;
+          }
           break;
         }
         const auto j = parse_json_line<nlohmann::json>(line, where);

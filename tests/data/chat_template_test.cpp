@@ -251,6 +251,61 @@ TEST(ModelChatTemplate, GenerationBlocksOrTurnByTurn) {
                {"message 0 is not an object with a string \"role\""});
 }
 
+// A document per answer: the conversation up to it as the program writes
+// one that ends there, that answer alone scored. A program that writes
+// earlier turns differently (thinking kept for the latest answer only, as
+// Qwen3's) trains each answer as the model writes it when it is the latest.
+TEST(ModelChatTemplate, EachTurnIsADocumentOfTheConversationUpToIt) {
+  const ModelChatTemplate thinking(
+      "{% for m in messages %}<|im_start|>{{ m.role }}\n{% if m.role == 'assistant' and "
+      "loop.last %}<think>{{ m.thought }}</think>{% endif %}{{ m.content }}<|im_end|>\n"
+      "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}",
+      nlohmann::ordered_json::object(), markers());
+  const auto messages = nlohmann::ordered_json::parse(
+      R"([{"role": "user", "content": "a"}, {"role": "assistant", "content": "b", "thought": "x"},
+          {"role": "user", "content": "c"}, {"role": "assistant", "content": "d", "thought": "y"},
+          {"role": "user", "content": "e"}])");
+  const std::vector<SegmentedDocument> docs = thinking.render_each_turn(messages);
+  ASSERT_EQ(docs.size(), 2u);
+  std::vector<std::string> read(2), scored(2);
+  for (size_t d = 0; d < 2; ++d)
+    for (const auto& p : docs[d]) (p.scored ? scored[d] : read[d]) += p.text;
+  EXPECT_EQ(read[0], "<|im_start|>user\na<|im_end|>\n<|im_start|>assistant\n\n");
+  EXPECT_EQ(scored[0], "<think>x</think>b<|im_end|>");
+  EXPECT_EQ(read[1],
+            "<|im_start|>user\na<|im_end|>\n<|im_start|>assistant\nb<|im_end|>\n"
+            "<|im_start|>user\nc<|im_end|>\n<|im_start|>assistant\n\n");
+  EXPECT_EQ(scored[1], "<think>y</think>d<|im_end|>");
+  // Generation blocks: the last answer's only.
+  const ModelChatTemplate marked(
+      "{% for m in messages %}<|im_start|>{{ m.role }}\n{% if m.role == 'assistant' %}"
+      "{% generation %}{{ m.content }}<|im_end|>{% endgeneration %}{% else %}{{ m.content }}"
+      "<|im_end|>{% endif %}\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n"
+      "{% endif %}",
+      nlohmann::ordered_json::object(), markers());
+  const auto last = marked.render_each_turn(messages).back();
+  std::string marked_scored;
+  for (const auto& p : last)
+    if (p.scored) marked_scored += p.text + "|";
+  EXPECT_EQ(marked_scored, "d|<|im_end|>|");
+  EXPECT_TRUE(marked.render_each_turn(as_json({{"user", "a"}})).empty());
+  // The reader: one document per answer, and the option needs the model's
+  // template.
+  std::istringstream in("{\"messages\": " + messages.dump() + "}\n");
+  DocumentLabels labels;
+  labels.model_chat = std::make_shared<const ModelChatTemplate>(thinking);
+  labels.each_turn = true;
+  DocumentReader reader(in, DocumentSplit::JsonLines, "messages", labels);
+  std::vector<SegmentedDocument> batch;
+  reader.next(batch, 1 << 20);
+  EXPECT_EQ(batch.size(), 2u);
+  std::istringstream none("");
+  DocumentLabels alone;
+  alone.each_turn = true;
+  expect_error([&] { DocumentReader(none, DocumentSplit::JsonLines, "messages", alone); },
+               {"--chat-turns each", "--chat-template model"});
+}
+
 // Loading: the program and the token variables beside it; a DocumentReader
 // hands each line's messages to it whole.
 TEST(ModelChatTemplate, LoadsTheModelsProgramAndTokens) {

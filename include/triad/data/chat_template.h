@@ -109,6 +109,17 @@ class ModelChatTemplate {
   SegmentedDocument render(
       const nlohmann::ordered_json& messages,
       const nlohmann::ordered_json& extra = nlohmann::ordered_json::object()) const;
+  // One document per assistant message: the conversation up to and
+  // including it, as the program writes a conversation that ends there,
+  // with that message's turn alone scored (as render scores it). For
+  // programs that write a turn differently once later messages follow
+  // (Qwen3's drops the thinking of answers before the last question):
+  // each answer is trained as the model writes it when it is the latest,
+  // each earlier one read as the program rewrites it. A conversation
+  // without an assistant message gives none.
+  std::vector<SegmentedDocument> render_each_turn(
+      const nlohmann::ordered_json& messages,
+      const nlohmann::ordered_json& extra = nlohmann::ordered_json::object()) const;
   // The conversation so far and the opening of the assistant's answer
   // (add_generation_prompt), nothing scored: what triad-generate asks.
   SegmentedDocument render_prompt(const nlohmann::ordered_json& messages) const;

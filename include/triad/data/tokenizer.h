@@ -180,6 +180,9 @@ struct DocumentLabels {
   // The model's own template instead of a built-in one: a conversation's
   // messages go to it as they are, every field kept.
   std::shared_ptr<const ModelChatTemplate> model_chat = nullptr;
+  // With model_chat: one document per assistant message
+  // (ModelChatTemplate::render_each_turn) rather than one per conversation.
+  bool each_turn = false;
   bool any() const { return !prompt_key.empty() || chat.has_value() || model_chat; }
 };
 
