@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 
 #include "triad/core/error.h"
@@ -335,7 +336,40 @@ nlohmann::ordered_json first(const nlohmann::ordered_json& messages, size_t n) {
   return out;
 }
 
+// Assistant message `i`'s part of `with` (the conversation up to and
+// including it) past `before` (the conversation before it and the prompt
+// for an answer): what writing the message adds, the whitespace after its
+// end marker aside; none when it adds nothing. A program whose prompt is not
+// where the conversation with the answer starts is refused.
+std::optional<std::pair<size_t, size_t>> answer_span(const std::string& before,
+                                                     const std::string& with, size_t i) {
+  if (with.compare(0, before.size(), before) != 0) {
+    throw ValueError("message " + std::to_string(i) +
+                     " (assistant): the model's chat template writes the conversation before it "
+                     "differently from the prompt it writes for an answer "
+                     "(add_generation_prompt), so its answer cannot be told apart");
+  }
+  size_t end = with.size();
+  while (end > before.size() && is_space_char(with[end - 1])) --end;
+  if (end == before.size()) return std::nullopt;
+  return std::make_pair(before.size(), end);
+}
+
 }  // namespace
+
+SegmentedDocument ModelChatTemplate::pieces(
+    const std::string& text, const std::vector<std::pair<size_t, size_t>>& scored) const {
+  SegmentedDocument doc;
+  size_t at = 0;
+  for (const auto& [b, e] : scored) {
+    if (b < at) continue;  // (nested or overlapping blocks: the first wins)
+    cut(text.substr(at, b - at), false, doc);
+    cut(text.substr(b, e - b), true, doc);
+    at = e;
+  }
+  cut(text.substr(at), false, doc);
+  return doc;
+}
 
 SegmentedDocument ModelChatTemplate::render(const nlohmann::ordered_json& messages,
                                             const nlohmann::ordered_json& extra) const {
@@ -352,36 +386,19 @@ SegmentedDocument ModelChatTemplate::render(const nlohmann::ordered_json& messag
       if (messages[i]["role"] != "assistant") continue;
       const std::string before = text(first(messages, i), true, nullptr, extra);
       const std::string with = text(first(messages, i + 1), false, nullptr, extra);
-      const std::string where = "message " + std::to_string(i) + " (assistant): ";
-      if (with.compare(0, before.size(), before) != 0) {
-        throw ValueError(where +
-                         "the model's chat template writes the conversation before it "
-                         "differently from the prompt it writes for an answer "
-                         "(add_generation_prompt), so its answer cannot be told apart");
-      }
+      const auto span = answer_span(before, with, i);
       if (whole.compare(0, with.size(), with) != 0) {
-        throw ValueError(where +
+        throw ValueError("message " + std::to_string(i) + " (assistant): " +
                          "the model's chat template writes this turn differently once "
                          "later messages follow (as Qwen3's drops earlier turns' thinking), "
                          "so it cannot be scored turn by turn in one document; use "
                          "--chat-turns each (a document per answer), --chat-template auto "
                          "or a built-in template");
       }
-      size_t end = with.size();
-      while (end > before.size() && is_space_char(with[end - 1])) --end;
-      if (end > before.size()) scored.emplace_back(before.size(), end);
+      if (span) scored.push_back(*span);
     }
   }
-  SegmentedDocument doc;
-  size_t at = 0;
-  for (const auto& [b, e] : scored) {
-    if (b < at) continue;  // (nested or overlapping blocks: the first wins)
-    cut(whole.substr(at, b - at), false, doc);
-    cut(whole.substr(b, e - b), true, doc);
-    at = e;
-  }
-  cut(whole.substr(at), false, doc);
-  return doc;
+  return pieces(whole, scored);
 }
 
 std::vector<SegmentedDocument> ModelChatTemplate::render_each_turn(
@@ -394,33 +411,17 @@ std::vector<SegmentedDocument> ModelChatTemplate::render_each_turn(
     std::vector<std::pair<size_t, size_t>> spans;
     const std::string with = text(first(messages, i + 1), false, &spans, extra);
     const std::string before = text(first(messages, i), true, nullptr, extra);
-    if (with.compare(0, before.size(), before) != 0) {
-      throw ValueError("message " + std::to_string(i) +
-                       " (assistant): the model's chat template writes the conversation before "
-                       "it differently from the prompt it writes for an answer "
-                       "(add_generation_prompt), so its answer cannot be told apart");
-    }
+    const auto span = answer_span(before, with, i);
     // This answer's part: its {% generation %} blocks, or what writing it
-    // adds to the prompt (the whitespace after its end marker aside).
+    // adds to the prompt.
     std::vector<std::pair<size_t, size_t>> scored;
     if (program_->has_generation()) {
       for (const auto& [b, e] : spans)
         if (b >= before.size()) scored.emplace_back(b, e);
-    } else {
-      size_t end = with.size();
-      while (end > before.size() && is_space_char(with[end - 1])) --end;
-      if (end > before.size()) scored.emplace_back(before.size(), end);
+    } else if (span) {
+      scored.push_back(*span);
     }
-    SegmentedDocument doc;
-    size_t at = 0;
-    for (const auto& [b, e] : scored) {
-      if (b < at) continue;
-      cut(with.substr(at, b - at), false, doc);
-      cut(with.substr(b, e - b), true, doc);
-      at = e;
-    }
-    cut(with.substr(at), false, doc);
-    docs.push_back(std::move(doc));
+    docs.push_back(pieces(with, scored));
   }
   return docs;
 }

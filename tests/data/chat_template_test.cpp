@@ -219,15 +219,18 @@ TEST(ModelChatTemplate, RunsWhatTheProgramSays) {
   EXPECT_EQ(scored, R"(<tool_call>{"name": "w", "arguments": {"c": "P"}}</tool_call><|im_end|>)");
 }
 
+// ChatML whose assistant turns are {% generation %} blocks.
+const char* kMarkedChatMl =
+    "{% for m in messages %}<|im_start|>{{ m.role }}\n{% if m.role == 'assistant' %}"
+    "{% generation %}{{ m.content }}<|im_end|>{% endgeneration %}{% else %}{{ m.content }}"
+    "<|im_end|>{% endif %}\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n"
+    "{% endif %}";
+
 // {% generation %} blocks (transformers' assistant mask) say what is
 // scored; a program that writes a turn differently once others follow
 // cannot be scored turn by turn.
 TEST(ModelChatTemplate, GenerationBlocksOrTurnByTurn) {
-  const ModelChatTemplate marked(
-      "{% for m in messages %}<|im_start|>{{ m.role }}\n{% if m.role == 'assistant' %}"
-      "{% generation %}{{ m.content }}<|im_end|>{% endgeneration %}{% else %}{{ m.content }}"
-      "<|im_end|>{% endif %}\n{% endfor %}",
-      nlohmann::ordered_json::object(), markers());
+  const ModelChatTemplate marked(kMarkedChatMl, nlohmann::ordered_json::object(), markers());
   const auto messages =
       as_json({{"user", "a"}, {"assistant", "b"}, {"user", "c"}, {"assistant", "d"}});
   std::string scored;
@@ -277,12 +280,7 @@ TEST(ModelChatTemplate, EachTurnIsADocumentOfTheConversationUpToIt) {
             "<|im_start|>user\nc<|im_end|>\n<|im_start|>assistant\n\n");
   EXPECT_EQ(scored[1], "<think>y</think>d<|im_end|>");
   // Generation blocks: the last answer's only.
-  const ModelChatTemplate marked(
-      "{% for m in messages %}<|im_start|>{{ m.role }}\n{% if m.role == 'assistant' %}"
-      "{% generation %}{{ m.content }}<|im_end|>{% endgeneration %}{% else %}{{ m.content }}"
-      "<|im_end|>{% endif %}\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n"
-      "{% endif %}",
-      nlohmann::ordered_json::object(), markers());
+  const ModelChatTemplate marked(kMarkedChatMl, nlohmann::ordered_json::object(), markers());
   const auto last = marked.render_each_turn(messages).back();
   std::string marked_scored;
   for (const auto& p : last)

@@ -132,6 +132,10 @@ class ModelChatTemplate {
                    std::vector<std::pair<size_t, size_t>>* generation,
                    const nlohmann::ordered_json& extra) const;
   void cut(const std::string& text, bool scored, SegmentedDocument& doc) const;
+  // `text` cut into pieces, the byte ranges `scored` scored (in order; one
+  // overlapping an earlier one is skipped).
+  SegmentedDocument pieces(const std::string& text,
+                           const std::vector<std::pair<size_t, size_t>>& scored) const;
 
   std::shared_ptr<const jinja::Template> program_;
   nlohmann::ordered_json variables_;
