@@ -2046,8 +2046,9 @@ class Renderer {
     if (name == "integer") return dat && d.is_number_integer();
     if (name == "float") return dat && d.is_number_float();
     if (name == "mapping") return (dat && d.is_object()) || v.kind == Value::Kind::Namespace;
-    if (name == "sequence") return dat && (d.is_array() || d.is_string() || d.is_object());
-    // (Jinja's undefined iterates as an empty sequence.)
+    // (Jinja's undefined is an empty sequence.)
+    if (name == "sequence")
+      return !v.defined() || (dat && (d.is_array() || d.is_string() || d.is_object()));
     if (name == "iterable")
       return !v.defined() || (dat && (d.is_array() || d.is_string() || d.is_object()));
     if (name == "callable")

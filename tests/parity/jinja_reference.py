@@ -309,7 +309,7 @@ tests={{ xs is sequence }} {{ 'a' is string }} {{ 3 is odd }} {{ 4 is even }} {{
 {{ '<b class="q">Tom & Jerry\\'s</b>' | e }} {{ 4 | escape }} {{ 'héllo wörld, 42_x “q” — go' | wordcount }}
 {% filter upper %}loud {{ people | length }}{% endfilter %} {% filter replace('a', 'o') | trim %}  banana  {% endfilter %}
 {% macro box(title, width=2) %}<{{ title }}:{{ width }}{% if caller is defined %}|{{ caller() }}{% endif %}>{% endmacro %}{{ box('plain') }} {% call box('t', 3) %}inside {{ 1 + 1 }}{% endcall %} {% macro each(xs) %}{% for x in xs %}{{ caller(x, loop.index) }}{% endfor %}{% endmacro %}{% call(x, i) each(['p', 'q']) %}{{ i }}={{ x }};{% endcall %}
-{% for n in [{'name': 'a', 'kids': [{'name': 'b', 'kids': []}, {'name': 'c', 'kids': [{'name': 'd'}]}]}, {'name': 'e'}] recursive %}({{ n.name }}{{ loop.depth }}/{{ loop.index }}{% if n.kids is defined %}[{{ loop(n.kids) }}]{% endif %}){% else %}none{% endfor %} {{ undefined_thing is iterable }}
+{% for n in [{'name': 'a', 'kids': [{'name': 'b', 'kids': []}, {'name': 'c', 'kids': [{'name': 'd'}]}]}, {'name': 'e'}] recursive %}({{ n.name }}{{ loop.depth }}/{{ loop.index }}{% if n.kids is defined %}[{{ loop(n.kids) }}]{% endif %}){% else %}none{% endfor %} {{ undefined_thing is iterable }} {{ undefined_thing is sequence }} {{ undefined_thing is mapping }}
 {{ "it's" }} {{ 'say "hi"' }} {{ ['it\\'s'] }} {{ (1, 2) | list }} {{ dict(a=1, b='x') }} {{ 'x' 'y' }}
 {%- if true %}
     left alone
