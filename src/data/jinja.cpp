@@ -1331,19 +1331,7 @@ std::string c_format(const std::string& spec, T value) {
 // A %s conversion's text: Python cuts it to the precision and pads it to the
 // width in code points (left-justified under the '-' flag; '0' pads with
 // spaces), not in bytes.
-std::string pad_text(const std::string& text, const std::string& spec) {
-  bool left = false;
-  size_t i = 1;  // past the '%'
-  while (i < spec.size() && std::string("-0+ #").find(spec[i]) != std::string::npos)
-    left |= spec[i++] == '-';
-  size_t width = 0, precision = std::string::npos;
-  while (i < spec.size() && std::isdigit(static_cast<unsigned char>(spec[i])))
-    width = width * 10 + static_cast<size_t>(spec[i++] - '0');
-  if (i < spec.size() && spec[i] == '.') {
-    precision = 0;
-    for (++i; i < spec.size() && std::isdigit(static_cast<unsigned char>(spec[i])); ++i)
-      precision = precision * 10 + static_cast<size_t>(spec[i] - '0');
-  }
+std::string pad_text(const std::string& text, bool left, size_t width, size_t precision) {
   std::string cut;
   size_t points = 0;
   for (size_t b = 0; b < text.size(); ++b) {
@@ -1367,13 +1355,28 @@ std::string percent_format(const std::string& format, const json& args, int line
       out += format[i];
       continue;
     }
+    // Flags, width and precision: kept as printf's spec for numbers, read
+    // for text.
     size_t j = i + 1;
     std::string spec = "%";
-    while (j < format.size() && std::string("-0+ #").find(format[j]) != std::string::npos)
+    bool left = false;
+    while (j < format.size() && std::string("-0+ #").find(format[j]) != std::string::npos) {
+      left |= format[j] == '-';
       spec += format[j++];
-    while (j < format.size() &&
-           (std::isdigit(static_cast<unsigned char>(format[j])) || format[j] == '.'))
+    }
+    auto digits = [&](size_t& value) {
+      value = 0;
+      for (; j < format.size() && std::isdigit(static_cast<unsigned char>(format[j])); ++j) {
+        value = value * 10 + static_cast<size_t>(format[j] - '0');
+        spec += format[j];
+      }
+    };
+    size_t width = 0, precision = std::string::npos;
+    digits(width);
+    if (j < format.size() && format[j] == '.') {
       spec += format[j++];
+      digits(precision);
+    }
     if (j >= format.size()) fail(line, "a format ends inside a % conversion");
     const char conv = format[j];
     i = j;
@@ -1386,7 +1389,7 @@ std::string percent_format(const std::string& format, const json& args, int line
     switch (conv) {
       case 's':
       case 'r':
-        out += pad_text(conv == 's' ? py_str(a) : py_repr(a), spec);
+        out += pad_text(conv == 's' ? py_str(a) : py_repr(a), left, width, precision);
         break;
       case 'd':
       case 'i':
@@ -2047,9 +2050,7 @@ class Renderer {
     if (name == "float") return dat && d.is_number_float();
     if (name == "mapping") return (dat && d.is_object()) || v.kind == Value::Kind::Namespace;
     // (Jinja's undefined is an empty sequence.)
-    if (name == "sequence")
-      return !v.defined() || (dat && (d.is_array() || d.is_string() || d.is_object()));
-    if (name == "iterable")
+    if (name == "sequence" || name == "iterable")
       return !v.defined() || (dat && (d.is_array() || d.is_string() || d.is_object()));
     if (name == "callable")
       return v.kind == Value::Kind::Macro || v.kind == Value::Kind::Builtin ||

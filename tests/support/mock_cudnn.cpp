@@ -474,10 +474,8 @@ class Run {
         Memory mx, my;
         if (!memory(x, &mx, why) || !memory(y, &my, why)) return false;
         // By y's offset; an element no x element reduces into stays 0.
-        int64_t extent = 1;
-        for (int d = 0; d < 4; ++d) extent += (y.dims[d] - 1) * y.strides[d];
-        std::vector<double> acc(static_cast<size_t>(extent), 0.0);
-        std::vector<char> seen(static_cast<size_t>(extent), 0);
+        std::vector<double> acc(static_cast<size_t>(extent(y)), 0.0);
+        std::vector<char> seen(acc.size(), 0);
         each(x, [&](const int64_t* i) {
           int64_t yi[4];
           for (int d = 0; d < 4; ++d) yi[d] = y.dims[d] == 1 ? 0 : i[d];
@@ -568,6 +566,12 @@ class Run {
   }
 
  private:
+  // Elements from the first to one past the last a 4-d tensor reaches.
+  static int64_t extent(const TensorInfo& t) {
+    int64_t e = 1;
+    for (int d = 0; d < 4; ++d) e += (t.dims[d] - 1) * t.strides[d];
+    return e;
+  }
   static int64_t offset(const TensorInfo& t, const int64_t* i) {
     int64_t o = 0;
     for (int d = 0; d < 4; ++d) o += i[d] * t.strides[d];
@@ -605,10 +609,8 @@ class Run {
       *m = mem_[t.uid] = Memory{b->second, t.type};
       return true;
     }
-    int64_t extent = 1;
-    for (int d = 0; d < 4; ++d) extent += (t.dims[d] - 1) * t.strides[d];
     store_.push_back(
-        std::make_unique<std::vector<float>>(static_cast<size_t>(extent), std::nanf("")));
+        std::make_unique<std::vector<float>>(static_cast<size_t>(extent(t)), std::nanf("")));
     *m = mem_[t.uid] = Memory{store_.back()->data(), CUDNN_DATA_FLOAT};
     return true;
   }

@@ -276,8 +276,9 @@ void thread_entry() {
     if (next != nullptr) {
       enter(b, *next);
       switch_context(t->context, next->context);
+    } else {
+      switch_context(t->context, b.scheduler);
     }
-    switch_context(t->context, b.scheduler);
   }
 }
 
