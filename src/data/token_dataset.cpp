@@ -215,10 +215,14 @@ int64_t shuffled_index(int64_t i, int64_t n, uint64_t seed, int64_t epoch) {
 }
 
 TokenDataset::TokenDataset(const std::vector<std::string>& sources, int64_t seq_len,
-                           int64_t vocab_size, DocumentPacking packing)
-    : seq_len_(seq_len), packing_(packing) {
+                           int64_t vocab_size, DocumentPacking packing, TokenCheck check)
+    : vocab_size_(vocab_size), seq_len_(seq_len), packing_(packing) {
   if (seq_len <= 0)
     throw ValueError("TokenDataset: seq_len (" + std::to_string(seq_len) + ") must be positive");
+  if (check.count < 1 || check.index < 0 || check.index >= check.count) {
+    throw ValueError("TokenDataset: token check part " + std::to_string(check.index) + " of " +
+                     std::to_string(check.count) + " is not a part (expected 0 <= index < count)");
+  }
   if (packing.whole_documents &&
       (packing.pad_token < 0 || (vocab_size > 0 && packing.pad_token >= vocab_size))) {
     throw ValueError("TokenDataset: whole-document rows need a pad token in [0, vocab_size " +
@@ -226,17 +230,11 @@ TokenDataset::TokenDataset(const std::vector<std::string>& sources, int64_t seq_
   }
   RowPacker packer{seq_len + 1,  packing.long_documents, packing.best_fit,
                    piece_start_, piece_length_,          row_first_};
-  auto check_tokens = [&](const std::byte* p, IndexedDType dtype, int64_t count,
-                          const std::string& file, int64_t first) {
-    if (vocab_size <= 0) return;
-    const int64_t bad = find_token_outside(p, dtype, count, vocab_size);
-    if (bad < 0) return;
-    int64_t v = 0;
-    widen_tokens(p, dtype, bad, 1, &v);
-    throw IoError("token data '" + file + "': token " + std::to_string(v) + " at position " +
-                  std::to_string(first + bad) + " is not in [0, vocab_size " +
-                  std::to_string(vocab_size) + ")");
+  auto found_outside = [&](int64_t position) {
+    if (first_outside_ < 0 || position < first_outside_) first_outside_ = position;
   };
+  // Runs whose every token was read (and checked) already.
+  std::vector<bool> checked;
   // The source's loss mask, when one lies beside it.
   auto mask_of = [&](const std::string& source, int64_t tokens) -> const uint8_t* {
     const std::string path = loss_mask_path(source);
@@ -253,10 +251,11 @@ TokenDataset::TokenDataset(const std::vector<std::string>& sources, int64_t seq_
       auto ds = std::make_unique<IndexedDataset>(source);
       const int64_t esize = indexed_dtype_bytes(ds->dtype());
       const uint8_t* mask = mask_of(source, ds->num_tokens());
+      files_.push_back(ds->bin_path());
       // Sequences that follow each other in the .bin (the usual layout) form
       // one run; the token check walks each run once. The mask holds the
       // sequences in index order, so a run's mask bytes follow each other too.
-      std::vector<Run> local;
+      const size_t first_run = runs_.size();
       int64_t in_mask = 0;
       for (int64_t i = 0; i < ds->num_sequences(); ++i) {
         const int64_t len = ds->sequence_length(i);
@@ -264,14 +263,16 @@ TokenDataset::TokenDataset(const std::vector<std::string>& sources, int64_t seq_
         const std::byte* at = ds->bin() + ds->sequence_pointer(i);
         const uint8_t* keep = mask ? mask + in_mask : nullptr;
         in_mask += len;
-        if (!local.empty() && local.back().data + local.back().count * esize == at &&
-            (!mask || local.back().keep + local.back().count == keep)) {
-          local.back().count += len;
+        if (runs_.size() > first_run && runs_.back().data + runs_.back().count * esize == at &&
+            (!mask || runs_.back().keep + runs_.back().count == keep)) {
+          runs_.back().count += len;
         } else {
-          local.push_back({at, len, ds->dtype(), num_tokens_, keep});
+          runs_.push_back({at, len, ds->dtype(), num_tokens_, keep, files_.size() - 1,
+                           (at - ds->bin()) / esize});
         }
         num_tokens_ += len;
       }
+      checked.resize(runs_.size(), false);
       if (packing.whole_documents) {
         for (int64_t d = 0; d < ds->num_documents(); ++d) {
           const auto [first, last] = ds->document(d);
@@ -280,39 +281,65 @@ TokenDataset::TokenDataset(const std::vector<std::string>& sources, int64_t seq_
           packer.add(length);
         }
       }
-      for (const Run& r : local) {
-        check_tokens(r.data, r.dtype, r.count, ds->bin_path(), (r.data - ds->bin()) / esize);
-        runs_.push_back(r);
-      }
       indexed_.push_back(std::move(ds));
     } else {
       auto file = std::make_unique<MappedFile>(source);
       const auto count =
           static_cast<int64_t>(check_token_shard(source, file->data(), file->size()));
       const std::byte* tokens = file->data() + kShardHeaderBytes;
-      check_tokens(tokens, IndexedDType::U16, count, source, 0);
       const uint8_t* mask = mask_of(source, count);
-      if (count > 0) runs_.push_back({tokens, count, IndexedDType::U16, num_tokens_, mask});
-      num_tokens_ += count;
+      files_.push_back(source);
+      if (count > 0) {
+        runs_.push_back(
+            {tokens, count, IndexedDType::U16, num_tokens_, mask, files_.size() - 1, 0});
+        checked.push_back(packing.whole_documents);
+      }
       if (packing.whole_documents) {
         // Documents end with the pad (end-of-document) token; the shard's
-        // last one may run to its end without it.
+        // last one may run to its end without it. This pass reads every
+        // token, so it checks them too.
         int64_t start = 0;
         std::vector<int64_t> block;
         for (int64_t i = 0; i < count; i += 1 << 16) {
           const int64_t n = std::min<int64_t>(1 << 16, count - i);
           block.resize(static_cast<size_t>(n));
           widen_tokens(tokens, IndexedDType::U16, i, n, block.data());
+          bool outside = false;
           for (int64_t j = 0; j < n; ++j) {
-            if (block[static_cast<size_t>(j)] != packing.pad_token) continue;
+            const int64_t v = block[static_cast<size_t>(j)];
+            outside |= vocab_size > 0 && v >= vocab_size;  // (u16: never negative)
+            if (v != packing.pad_token) continue;
             packer.add(i + j + 1 - start);
             start = i + j + 1;
           }
+          if (outside)
+            found_outside(num_tokens_ + i +
+                          find_token_outside(tokens + i * 2, IndexedDType::U16, n, vocab_size));
         }
         packer.add(count - start);
       }
+      num_tokens_ += count;
       shards_.push_back(std::move(file));
     }
+  }
+  // This process's part of the stream, checked run by run (a branch-free
+  // pass over the mapped bytes).
+  if (vocab_size > 0) {
+    const int64_t lo = num_tokens_ * check.index / check.count;
+    const int64_t hi = num_tokens_ * (check.index + 1) / check.count;
+    for (size_t r = 0; r < runs_.size(); ++r) {
+      const Run& run = runs_[r];
+      const int64_t a = std::max(lo, run.start), b = std::min(hi, run.start + run.count);
+      if (checked[r] || a >= b) continue;
+      const int64_t bad =
+          find_token_outside(run.data + (a - run.start) * indexed_dtype_bytes(run.dtype), run.dtype,
+                             b - a, vocab_size);
+      if (bad >= 0) {
+        found_outside(a + bad);
+        break;
+      }
+    }
+    if (check.count == 1 && first_outside_ >= 0) raise_token_outside(first_outside_);
   }
   const int64_t n = num_tokens_;
   num_sequences_ = n > seq_len ? (n - 1) / seq_len : 0;
@@ -342,6 +369,21 @@ TokenDataset::TokenDataset(const std::vector<std::string>& sources, int64_t seq_
 }
 
 TokenDataset::~TokenDataset() = default;
+
+void TokenDataset::raise_token_outside(int64_t position) const {
+  if (position < 0 || position >= num_tokens_) {
+    throw ValueError("TokenDataset: stream position " + std::to_string(position) +
+                     " is outside its " + std::to_string(num_tokens_) + " tokens");
+  }
+  const Run& run = *(std::upper_bound(runs_.begin(), runs_.end(), position,
+                                      [](int64_t pos, const Run& r) { return pos < r.start; }) -
+                     1);
+  int64_t v = 0;
+  widen_tokens(run.data, run.dtype, position - run.start, 1, &v);
+  throw IoError("token data '" + files_.at(run.file) + "': token " + std::to_string(v) +
+                " at position " + std::to_string(run.file_first + position - run.start) +
+                " is not in [0, vocab_size " + std::to_string(vocab_size_) + ")");
+}
 
 void TokenDataset::read(int64_t start, int64_t count, int64_t* out, uint8_t* keep) const {
   // The run holding `start`: the last one starting at or before it.

@@ -352,13 +352,19 @@ Trainer::Trainer(Config config, dist::ProcessGroupPtr world)
   const data::DocumentPacking packing{config_.data_packing != "stream", config_.model.eod_token,
                                       data::long_documents_from_string(config_.data_long_documents),
                                       config_.data_packing == "best_fit"};
+  // Each rank checks its part of every dataset's tokens (the job reads
+  // the data once at start-up, not once per rank); the ranks agree on what
+  // they found below, before any raises.
+  const data::TokenCheck token_check = world_ && world_->size() > 1
+                                           ? data::TokenCheck{world_->rank(), world_->size()}
+                                           : data::TokenCheck{};
   std::vector<data::BlendedDataset::Component> parts;
   for (const auto& part : config_.data_train) {
     parts.push_back({data::expand_data_paths(part.path), part.weight, part.path});
   }
   try {
-    dataset_ = std::make_unique<data::BlendedDataset>(parts, config_.model.seq_len,
-                                                      config_.model.vocab_size, packing);
+    dataset_ = std::make_unique<data::BlendedDataset>(
+        parts, config_.model.seq_len, config_.model.vocab_size, packing, token_check);
   } catch (const ValueError& e) {
     throw ConfigError(std::string("data.train: ") + e.what());
   }
@@ -374,7 +380,7 @@ Trainer::Trainer(Config config, dist::ProcessGroupPtr world)
     ValidationData v{set.name, set.path, nullptr, 0};
     v.data = std::make_unique<data::TokenDataset>(data::expand_data_paths(set.path, key),
                                                   config_.model.seq_len, config_.model.vocab_size,
-                                                  packing);
+                                                  packing, token_check);
     const int64_t G = config_.train.global_batch_size;
     const int64_t held = v.data->num_sequences();
     if (held < G) {
@@ -391,6 +397,25 @@ Trainer::Trainer(Config config, dist::ProcessGroupPtr world)
                         std::to_string(held));
     }
     val_.push_back(std::move(v));
+  }
+  if (token_check.count > 1) {
+    // A dataset's first bad token is the least any rank found; every rank
+    // then raises the same error.
+    std::vector<const data::TokenDataset*> sets;
+    for (size_t c = 0; c < dataset_->num_components(); ++c) sets.push_back(&dataset_->component(c));
+    for (const auto& v : val_) sets.push_back(v.data.get());
+    const double none = std::ldexp(1.0, 62);
+    std::vector<double> first;
+    for (const auto* d : sets) {
+      const int64_t at = d->first_token_outside();
+      first.push_back(at < 0 ? none : static_cast<double>(at));
+    }
+    Tensor least = from_vector(first, {static_cast<int64_t>(first.size())}, DType::F64);
+    world_->all_reduce(least, dist::ReduceOp::Min)->wait();
+    for (size_t i = 0; i < sets.size(); ++i) {
+      const double at = least.data<double>()[i];
+      if (at < none) sets[i]->raise_token_outside(static_cast<int64_t>(at));
+    }
   }
   optim::AdamWOptions o;
   o.lr = config_.train.lr;

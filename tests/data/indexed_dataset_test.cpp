@@ -289,5 +289,91 @@ TEST(TokenDataset, TokensOutsideTheVocabularyAreFoundInEveryType) {
   }
 }
 
+// The processes of a job each check their part of the stream (TokenCheck):
+// a part reports the first bad token inside it and raises nothing, every
+// token lies in exactly one part, so the least report over the parts is the
+// stream's first bad token, and its error reads as one process's.
+TEST(TokenDataset, EachProcessChecksItsPartAndTheLeastFindIsTheFirstBadToken) {
+  TempDir dir;
+  // The stream: shard a (40 tokens), Megatron dataset m (sequences of 30, 25
+  // and 5), shard b (50): 150 tokens, three above the vocabulary of 50.
+  std::vector<uint16_t> a(40), b(50);
+  for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<uint16_t>(i % 20);
+  for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<uint16_t>(i % 20 + 1);
+  std::vector<std::vector<int64_t>> m = {std::vector<int64_t>(30, 3), std::vector<int64_t>(25, 4),
+                                         std::vector<int64_t>(5, 5)};
+  a[7] = 90;
+  m[1][4] = 95;  // stream 40 + 30 + 4, position 34 of m.bin
+  b[33] = 99;    // stream 40 + 60 + 33
+  write_token_shard(dir.file("a.bin"), a);
+  write_indexed_dataset(dir.file("m"), m, IndexedDType::I32);
+  write_token_shard(dir.file("b.bin"), b);
+  const std::vector<std::string> sources{dir.file("a.bin"), dir.file("m"), dir.file("b.bin")};
+  const int64_t bad[] = {7, 74, 133};
+  std::string whole;
+  try {
+    TokenDataset one(sources, 4, 50);
+    FAIL() << "one process checks every token";
+  } catch (const IoError& e) {
+    whole = e.what();
+  }
+  EXPECT_NE(whole.find("'" + dir.file("a.bin") +
+                       "': token 90 at position 7 is not in [0, "
+                       "vocab_size 50)"),
+            std::string::npos)
+      << whole;
+  for (int64_t count = 2; count <= 9; ++count) {
+    int64_t least = -1;
+    for (int64_t index = 0; index < count; ++index) {
+      TokenDataset part(sources, 4, 50, {}, {index, count});
+      // The first bad token between this part's bounds, or none.
+      const int64_t lo = 150 * index / count, hi = 150 * (index + 1) / count;
+      int64_t expected = -1;
+      for (const int64_t p : bad) {
+        if (p >= lo && p < hi && expected < 0) expected = p;
+      }
+      EXPECT_EQ(part.first_token_outside(), expected) << "part " << index << " of " << count;
+      const int64_t found = part.first_token_outside();
+      if (found >= 0 && (least < 0 || found < least)) least = found;
+    }
+    EXPECT_EQ(least, 7) << count << " parts";
+  }
+  // Any process names any bad token as one process would.
+  TokenDataset part(sources, 4, 50, {}, {1, 2});
+  auto message = [&](int64_t position) {
+    try {
+      part.raise_token_outside(position);
+    } catch (const IoError& e) {
+      return std::string(e.what());
+    }
+    return std::string("(nothing raised)");
+  };
+  EXPECT_EQ(message(7), whole);
+  EXPECT_NE(message(74).find("'" + dir.file("m.bin") + "': token 95 at position 34 is not"),
+            std::string::npos)
+      << message(74);
+  EXPECT_NE(message(133).find("'" + dir.file("b.bin") + "': token 99 at position 33 is not"),
+            std::string::npos)
+      << message(133);
+  EXPECT_THROW(part.raise_token_outside(150), ValueError);
+  for (const TokenCheck wrong : {TokenCheck{2, 2}, TokenCheck{-1, 2}, TokenCheck{0, 0}}) {
+    EXPECT_THROW(TokenDataset(sources, 4, 50, {}, wrong), ValueError);
+  }
+  // Whole-document rows read every token of a shard for its document ends,
+  // and check them in that pass: every part finds shard a's bad token.
+  for (int64_t index = 0; index < 3; ++index) {
+    TokenDataset rows(sources, 8, 100, {true, 0}, {index, 3});
+    EXPECT_EQ(rows.first_token_outside(), -1);
+    TokenDataset bad_rows(sources, 8, 50, {true, 0}, {index, 3});
+    EXPECT_EQ(bad_rows.first_token_outside(), 7) << "part " << index;
+  }
+  try {
+    TokenDataset one_rows(sources, 8, 50, {true, 0});
+    FAIL() << "one process checks every token of whole-document rows";
+  } catch (const IoError& e) {
+    EXPECT_EQ(std::string(e.what()), whole);
+  }
+}
+
 }  // namespace
 }  // namespace triad::data

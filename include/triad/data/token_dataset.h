@@ -53,8 +53,10 @@ int64_t shuffled_index(int64_t i, int64_t n, uint64_t seed, int64_t epoch);
 // (k*G + j)*T (inputs the first T, targets the last T). Global sequence q
 // wraps around to q mod num_sequences() when the stream is exhausted.
 // Files are memory-mapped (ranks on a node share the page cache; nothing is
-// copied in), every header is validated, and every token is checked once,
-// here, to be in [0, vocab_size): errors name the file and the position.
+// copied in), every header is validated, and every token is checked to be in
+// [0, vocab_size): errors name the file, the token and its position there.
+// One process checks every token here (the default TokenCheck); the
+// processes of a job each check their part instead (TokenCheck below).
 // A source with a loss mask beside it (`<source>.loss_mask`, loss_mask.h)
 // has the targets its mask clears set to -100 (no loss); a source without
 // one has every target counted.
@@ -85,10 +87,28 @@ struct DocumentPacking {
   bool best_fit = false;
 };
 
+// Which of a dataset's tokens this process checks against the vocabulary:
+// part `index` of `count` equal parts of its stream. With one part (the
+// default) the constructor checks every token and raises on the first bad
+// one. With more, it checks its part and raises nothing: the processes of a
+// job each read 1/count of the data at start-up, so a terabyte of tokens is
+// read once by the job rather than once by each of its thousand ranks, and
+// they agree on what they found (first_token_outside, the least over the
+// processes) before any raises (raise_token_outside), so that all stop with
+// the same error. (Whole-document rows of llm.c shards still read every
+// token, for the document ends; their check rides along in that pass.)
+struct TokenCheck {
+  int64_t index = 0;
+  int64_t count = 1;
+};
+
 class TokenDataset {
  public:
+  // Errors: a source that cannot be read or fails its checks, too few
+  // tokens, a bad packing, or (TokenCheck of one part) a token outside
+  // [0, vocab_size); vocab_size 0 checks no tokens.
   TokenDataset(const std::vector<std::string>& sources, int64_t seq_len, int64_t vocab_size,
-               DocumentPacking packing = {});
+               DocumentPacking packing = {}, TokenCheck check = {});
   ~TokenDataset();
   TokenDataset(const TokenDataset&) = delete;
   TokenDataset& operator=(const TokenDataset&) = delete;
@@ -123,6 +143,15 @@ class TokenDataset {
   // null, their loss mask bytes (1 for tokens of a source without a mask).
   void read_sequence(int64_t g, int64_t* out, uint8_t* keep = nullptr) const;
 
+  // The stream position of the first token outside [0, vocab_size) that
+  // this process found (in its TokenCheck part, or anywhere it read every
+  // token), -1 for none. The first bad token of the stream is the least of
+  // the job's answers.
+  int64_t first_token_outside() const { return first_outside_; }
+  // Raises the IoError for the token at stream `position`: its file, its
+  // value and its position in the file.
+  [[noreturn]] void raise_token_outside(int64_t position) const;
+
  private:
   // A contiguous run of tokens in a mapped file, at stream position `start`,
   // with their loss mask bytes (null: every token has loss).
@@ -132,6 +161,8 @@ class TokenDataset {
     IndexedDType dtype;
     int64_t start;
     const uint8_t* keep;
+    size_t file;         // files_' index
+    int64_t file_first;  // the position of its first token in that file
   };
   // Tokens [start, start + count) of the stream, and their mask bytes when
   // `keep` is not null.
@@ -141,6 +172,9 @@ class TokenDataset {
   std::vector<std::unique_ptr<IndexedDataset>> indexed_;
   std::vector<std::unique_ptr<LossMask>> masks_;
   std::vector<Run> runs_;
+  std::vector<std::string> files_;  // the token files, for messages
+  int64_t vocab_size_;
+  int64_t first_outside_ = -1;
   int64_t num_tokens_ = 0, loss_tokens_ = 0;
   int64_t seq_len_;
   int64_t num_sequences_;
