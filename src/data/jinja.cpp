@@ -358,6 +358,9 @@ struct Node {
   Body body, else_body;                               // For; SetBlock; Macro; the blocks
   std::vector<std::pair<std::string, ExprP>> params;  // Macro, CallBlock: defaults may be null
   bool recursive = false;                             // For: loop(items) runs the body on them
+  // Macro: its body names `varargs` or `kwargs`, so it takes extra
+  // positional arguments, or keyword arguments it has no parameter for.
+  bool varargs = false, kwargs = false;
 };
 
 class Cursor {
@@ -832,7 +835,20 @@ class Parser {
       cur.expect_op("(");
       params(cur, *n);
       cur.expect_end();
+      const size_t from = at_;
       n->body = body({"endmacro"}, &stopped);
+      // Jinja2's rule: a macro collects extra arguments in `varargs` and
+      // `kwargs` only when its body names them (not as an attribute).
+      for (size_t i = from; i < at_; ++i) {
+        const std::vector<Token>& tokens = chunks_[i].tokens;
+        for (size_t t = 0; t < tokens.size(); ++t) {
+          if (tokens[t].kind != Tok::Name ||
+              (t > 0 && tokens[t - 1].kind == Tok::Op && tokens[t - 1].text == "."))
+            continue;
+          n->varargs |= tokens[t].text == "varargs";
+          n->kwargs |= tokens[t].text == "kwargs";
+        }
+      }
       close("endmacro");
     } else if (keyword == "call") {
       // {% call(params) macro(args) %}body{% endcall %}: the body is the
@@ -928,6 +944,10 @@ struct Value {
   // Data: a for loop's `loop` (which also has cycle(), and is callable when
   // the loop is recursive: `macro` is then its node).
   bool loop = false;
+  // Data: an array that is a tuple (a tuple literal, a macro's varargs),
+  // which Python writes in parentheses. (Only the value itself: a tuple
+  // inside a list or dict is written as a list.)
+  bool tuple = false;
 
   static Value of(json j) {
     Value v;
@@ -1057,6 +1077,11 @@ std::string str(const Value& v) {
     case Value::Kind::Undefined:
       return "";
     case Value::Kind::Data:
+      if (v.tuple && v.data.is_array()) {
+        std::string out = "(";
+        for (size_t i = 0; i < v.data.size(); ++i) out += (i ? ", " : "") + py_repr(v.data[i]);
+        return out + (v.data.size() == 1 ? ",)" : ")");
+      }
       return py_str(v.data);
     case Value::Kind::Namespace:
       return "<Namespace " + py_repr(*v.object) + ">";
@@ -1615,7 +1640,9 @@ class Renderer {
       case Expr::Tuple: {
         json a = json::array();
         for (const ExprP& x : e.args) a.push_back(data(eval(*x), x->line));
-        return Value::of(std::move(a));
+        Value v = Value::of(std::move(a));
+        v.tuple = e.kind == Expr::Tuple;
+        return v;
       }
       case Expr::Dict: {
         json o = json::object();
@@ -1803,13 +1830,16 @@ class Renderer {
 
   Value call_macro(const Node& m, const std::vector<Value>& args,
                    const std::map<std::string, Value>& kw, int line) {
-    if (args.size() > m.params.size())
-      fail(line, "macro '" + m.targets[0] + "' takes at most " + std::to_string(m.params.size()) +
-                     " arguments");
+    const std::string& macro = m.targets[0];
+    if (args.size() > m.params.size() && !m.varargs)
+      fail(line, "macro '" + macro + "' takes not more than " + std::to_string(m.params.size()) +
+                     " argument(s)");
     std::map<std::string, Value> scope;
     for (size_t i = 0; i < m.params.size(); ++i) {
       const auto& [name, def] = m.params[i];
       if (i < args.size()) {
+        if (kw.count(name))
+          fail(line, "macro '" + macro + "' got multiple values for argument '" + name + "'");
         scope[name] = args[i];
       } else if (kw.count(name)) {
         scope[name] = kw.at(name);
@@ -1817,6 +1847,19 @@ class Renderer {
         scope[name] = def ? eval(*def) : Value::undefined(name);
       }
     }
+    // The rest: extra positional arguments, and keywords no parameter takes.
+    json extra = json::array(), named = json::object();
+    for (size_t i = m.params.size(); i < args.size(); ++i) extra.push_back(data(args[i], line));
+    for (const auto& [name, value] : kw) {
+      if (scope.count(name)) continue;
+      if (!m.kwargs) fail(line, "macro '" + macro + "' takes no keyword argument '" + name + "'");
+      named[name] = data(value, line);
+    }
+    if (m.varargs) {
+      scope["varargs"] = Value::of(std::move(extra));
+      scope["varargs"].tuple = true;
+    }
+    if (m.kwargs) scope["kwargs"] = Value::of(std::move(named));
     scopes_.push_back(std::move(scope));
     std::string out;
     run(m.body, out);
@@ -2198,12 +2241,12 @@ class Renderer {
     const std::map<std::string, Value> kw = kwargs_of(e);
     const int line = e.line;
     static const std::set<std::string> kFilters = {
-        "default", "d",      "length",     "count",    "safe",    "string",     "trim",
-        "upper",   "lower",  "capitalize", "title",    "replace", "tojson",     "indent",
-        "int",     "float",  "abs",        "round",    "items",   "dictsort",   "list",
-        "first",   "last",   "reverse",    "join",     "unique",  "sum",        "max",
-        "min",     "sort",   "map",        "select",   "reject",  "selectattr", "rejectattr",
-        "format",  "escape", "e",          "wordcount"};
+        "default", "d",      "length",     "count",     "safe",    "string",     "trim",
+        "upper",   "lower",  "capitalize", "title",     "replace", "tojson",     "indent",
+        "int",     "float",  "abs",        "round",     "items",   "dictsort",   "list",
+        "first",   "last",   "reverse",    "join",      "unique",  "sum",        "max",
+        "min",     "sort",   "map",        "select",    "reject",  "selectattr", "rejectattr",
+        "format",  "escape", "e",          "wordcount", "center",  "batch",      "slice"};
     if (!kFilters.count(name)) fail(line, "the filter '" + name + "' is not supported");
     if (name == "default" || name == "d") {
       const Value dflt = arg(args, kw, 0, "default_value", Value::of(""));
@@ -2261,6 +2304,18 @@ class Renderer {
         i += len;
       }
       return Value::of(words);
+    }
+    if (name == "center") {
+      // Python's str.center: by code points, an odd margin's extra space on
+      // the left when the width is odd.
+      const std::string text = str(v);
+      const int64_t width =
+          data(arg(args, kw, 0, "width", Value::of(int64_t{80})), line).get<int64_t>();
+      const auto length = static_cast<int64_t>(code_points(text).size());
+      if (width <= length) return Value::of(text);
+      const int64_t margin = width - length, left = margin / 2 + (margin & width & 1);
+      return Value::of(std::string(static_cast<size_t>(left), ' ') + text +
+                       std::string(static_cast<size_t>(margin - left), ' '));
     }
     if (name == "format") {
       if (!kw.empty()) fail(line, "format with keyword arguments is not supported");
@@ -2390,6 +2445,39 @@ class Renderer {
             (i ? sep : "") + str(attr.defined() ? attribute(items[i], str(attr), line) : items[i]);
       }
       return Value::of(out);
+    }
+    if (name == "batch" || name == "slice") {
+      // batch: lists of `n` items, the last one filled up to `n` when a fill
+      // is given. slice: `n` lists, the first (size mod n) one item longer,
+      // the others filled by one when a fill is given (Jinja2's rules).
+      const Value count = arg(args, kw, 0, name == "batch" ? "linecount" : "slices");
+      if (!count.defined() || !is_int(data(count, line)) || data(count, line).get<int64_t>() < 1)
+        fail(line, "the filter '" + name + "' needs a count of at least 1");
+      const auto n = static_cast<size_t>(data(count, line).get<int64_t>());
+      const Value fill = arg(args, kw, 1, "fill_with");
+      const bool filled = fill.defined() && !(fill.is_data() && fill.data.is_null());
+      json out = json::array();
+      if (name == "batch") {
+        for (size_t i = 0; i < items.size(); i += n) {
+          json part = json::array();
+          for (size_t j = i; j < std::min(i + n, items.size()); ++j)
+            part.push_back(data(items[j], line));
+          while (filled && part.size() < n) part.push_back(data(fill, line));
+          out.push_back(std::move(part));
+        }
+      } else {
+        const size_t per = items.size() / n, longer = items.size() % n;
+        size_t at = 0;
+        for (size_t k = 0; k < n; ++k) {
+          json part = json::array();
+          const size_t size = per + (k < longer ? 1 : 0);
+          for (size_t j = at; j < at + size; ++j) part.push_back(data(items[j], line));
+          at += size;
+          if (filled && k >= longer) part.push_back(data(fill, line));
+          out.push_back(std::move(part));
+        }
+      }
+      return Value::of(std::move(out));
     }
     if (name == "unique") {
       json out = json::array();

@@ -81,6 +81,39 @@ TEST(Jinja, CallAndFilterBlocksLoopCycleStrFormatEscapeAndWordcount) {
   expect_error([] { render("{% filter upper %}x"); }, {"{% endfilter %}"});
 }
 
+// A macro takes extra arguments only when its body names varargs or kwargs
+// (Jinja2's rule); center, batch and slice as Jinja2's filters.
+TEST(Jinja, MacroVarargsAndKwargsCenterBatchAndSlice) {
+  EXPECT_EQ(render("{% macro m(a, b=2) %}{{ a }}{{ b }}{{ varargs }}{% for k, v in kwargs | "
+                   "dictsort %};{{ k }}={{ v }}{% endfor %}{% endmacro %}"
+                   "{{ m(1) }} {{ m(1, 3, 4, 5) }} {{ m(1, z=0, b=9, y='x') }}"),
+            "12() 13(4, 5) 19();y=x;z=0");
+  EXPECT_EQ(render("{{ (1, 'a') }} {{ (1,) }} {{ () }} {{ (1, 2) | list }}"),
+            "(1, 'a') (1,) () [1, 2]");
+  EXPECT_EQ(render("{% macro m(a) %}{{ a }}{{ x.kwargs }}{% endmacro %}{{ m(1) }}",
+                   {{"x", {{"kwargs", "!"}}}}),
+            "1!");
+  expect_error([] { render("{% macro m(a) %}{{ a }}{% endmacro %}{{ m(1, 2) }}"); },
+               {"macro 'm' takes not more than 1 argument(s)"});
+  expect_error([] { render("{% macro m(a) %}{{ varargs }}{% endmacro %}{{ m(1, b=2) }}"); },
+               {"macro 'm' takes no keyword argument 'b'"});
+  // (an attribute named kwargs is not the macro's)
+  expect_error([] { render("{% macro m(a) %}{{ a.kwargs }}{% endmacro %}{{ m({}, b=2) }}"); },
+               {"macro 'm' takes no keyword argument 'b'"});
+  expect_error([] { render("{% macro m(a) %}{{ a }}{% endmacro %}{{ m(1, a=2) }}"); },
+               {"macro 'm' got multiple values for argument 'a'"});
+  EXPECT_EQ(render("[{{ 'ab' | center(7) }}|{{ 'ab' | center(6) }}|{{ 'abc' | center(6) }}|"
+                   "{{ 'h\u00e9' | center(5) }}|{{ 'long' | center(2) }}]"),
+            "[   ab  |  ab  | abc  |  h\u00e9 |long]");
+  EXPECT_EQ(render("{{ range(7) | batch(3) | list }} {{ range(7) | batch(3, 'x') }} "
+                   "{{ [] | batch(2) }}"),
+            "[[0, 1, 2], [3, 4, 5], [6]] [[0, 1, 2], [3, 4, 5], [6, 'x', 'x']] []");
+  EXPECT_EQ(render("{{ range(7) | slice(3) }} {{ range(8) | slice(3, 0) }} {{ [1] | slice(3) }}"),
+            "[[0, 1, 2], [3, 4], [5, 6]] [[0, 1, 2], [3, 4, 5], [6, 7, 0]] [[1], [], []]");
+  expect_error([] { render("{{ [1] | batch(0) }}"); },
+               {"the filter 'batch' needs a count of at least 1"});
+}
+
 TEST(Jinja, ErrorsNameWhatIsWrongAndItsLine) {
   expect_error([] { Template("a\n{% if x %}b"); },
                {"line 2", "ends before the {% endif %} it needs"});

@@ -15,8 +15,9 @@
 //     loop.index, index0, revindex, revindex0, first, last, length,
 //     previtem, nextitem, depth, depth0, cycle(...)), set (of a name,
 //     several names, a namespace's attribute, or a block), macro with
-//     defaults, call blocks (with parameters: the macro's caller(...)),
-//     filter blocks, break, continue, generation;
+//     defaults (and `varargs` and `kwargs` for the arguments beyond its
+//     parameters, when its body names them), call blocks (with parameters: the macro's
+//     caller(...)), filter blocks, break, continue, generation;
 //   - literals (strings, numbers, lists, tuples, dicts, true / false /
 //     none in either case), attribute and item access, slices, calls,
 //     and arithmetic, comparison (chained), `in`, `~`, Python's `%`
@@ -27,7 +28,8 @@
 //     and {name} fields, ...), dicts (items, get, ...) and the globals
 //     range, namespace, dict, raise_exception and strftime_now. `escape`
 //     (`e`) writes plain escaped text: a Markup string's escaping of what
-//     is later added to it with `+` is not reproduced.
+//     is later added to it with `+` is not reproduced, and a tuple
+//     inside a list or dict is written as a list.
 // Anything else is a ValueError that names it and the line it is on, as
 // are errors while rendering (an undefined name's attribute, a
 // raise_exception call, a type that does not fit an operator).
