@@ -1,5 +1,6 @@
 #include "triad/data/loss_mask.h"
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -34,8 +35,8 @@ bool is_loss_mask_path(const std::string& path) {
   return path.size() > n && path.compare(path.size() - n, n, kSuffix) == 0;
 }
 
-LossMask::LossMask(const std::string& path, int64_t expected_tokens)
-    : file_(std::make_unique<MappedFile>(path)) {
+LossMask::LossMask(const std::string& path, int64_t expected_tokens, bool check_bytes)
+    : path_(path), file_(std::make_unique<MappedFile>(path)) {
   const std::string where = "loss mask '" + path + "'";
   const std::byte* p = file_->data();
   const uint64_t size = file_->size();
@@ -59,19 +60,51 @@ LossMask::LossMask(const std::string& path, int64_t expected_tokens)
                   " (a mask written for other token data? tokenize both again)");
   }
   count_ = static_cast<int64_t>(n);
-  if (count_ == 0) return;
-  bytes_ = reinterpret_cast<const uint8_t*>(p + kHeaderBytes);
-  int64_t kept = 0, bad = -1;
-  for (int64_t i = 0; i < count_; ++i) {
-    const uint8_t b = bytes_[i];
-    kept += b;
-    if (b > 1 && bad < 0) bad = i;
+  if (count_ > 0) bytes_ = reinterpret_cast<const uint8_t*>(p + kHeaderBytes);
+  kept_ = -1;
+  if (!check_bytes) return;
+  const Scan all = scan(0, count_);
+  if (all.bad >= 0) raise_bad_byte(all.bad);
+  kept_ = all.kept;
+}
+
+LossMask::Scan LossMask::scan(int64_t first, int64_t last) const {
+  if (first < 0 || last > count_ || first > last) {
+    throw ValueError("loss mask '" + path_ + "': bytes [" + std::to_string(first) + ", " +
+                     std::to_string(last) + ") are not within its " + std::to_string(count_));
   }
-  if (bad >= 0) {
-    throw IoError(where + ": byte " + std::to_string(bytes_[bad]) + " at token " +
-                  std::to_string(bad) + " (expected 0: no loss, or 1: loss)");
+  // Blocks summed branch-free; only a block with a byte above 1 is searched.
+  Scan out;
+  constexpr int64_t kBlock = 4096;
+  for (int64_t b = first; b < last; b += kBlock) {
+    const int64_t e = std::min(last, b + kBlock);
+    int64_t kept = 0;
+    uint8_t high = 0;
+    for (int64_t i = b; i < e; ++i) {
+      kept += bytes_[i];
+      high |= bytes_[i];
+    }
+    if (high > 1) {
+      for (int64_t i = b; i < e; ++i) {
+        if (bytes_[i] > 1) {
+          out.bad = i;
+          return out;
+        }
+        out.kept += bytes_[i];
+      }
+    }
+    out.kept += kept;
   }
-  kept_ = kept;
+  return out;
+}
+
+void LossMask::raise_bad_byte(int64_t index) const {
+  if (index < 0 || index >= count_) {
+    throw ValueError("loss mask '" + path_ + "': byte " + std::to_string(index) +
+                     " is not within its " + std::to_string(count_));
+  }
+  throw IoError("loss mask '" + path_ + "': byte " + std::to_string(bytes_[index]) + " at token " +
+                std::to_string(index) + " (expected 0: no loss, or 1: loss)");
 }
 
 LossMask::~LossMask() = default;

@@ -230,20 +230,18 @@ TokenDataset::TokenDataset(const std::vector<std::string>& sources, int64_t seq_
   }
   RowPacker packer{seq_len + 1,  packing.long_documents, packing.best_fit,
                    piece_start_, piece_length_,          row_first_};
-  auto found_outside = [&](int64_t position) {
-    if (first_outside_ < 0 || position < first_outside_) first_outside_ = position;
+  auto found_bad = [&](int64_t position) {
+    if (first_bad_ < 0 || position < first_bad_) first_bad_ = position;
   };
-  // Runs whose every token was read (and checked) already.
+  // Runs whose every token was read (and checked against the vocabulary)
+  // already.
   std::vector<bool> checked;
-  // The source's loss mask, when one lies beside it.
+  // The source's loss mask, when one lies beside it (its bytes checked
+  // below, in this process's part).
   auto mask_of = [&](const std::string& source, int64_t tokens) -> const uint8_t* {
     const std::string path = loss_mask_path(source);
-    if (!is_file(path)) {
-      loss_tokens_ += tokens;
-      return nullptr;
-    }
-    masks_.push_back(std::make_unique<LossMask>(path, tokens));
-    loss_tokens_ += masks_.back()->kept();
+    if (!is_file(path)) return nullptr;
+    masks_.push_back(std::make_unique<LossMask>(path, tokens, /*check_bytes=*/false));
     return masks_.back()->data();
   };
   for (const auto& source : sources) {
@@ -268,7 +266,7 @@ TokenDataset::TokenDataset(const std::vector<std::string>& sources, int64_t seq_
           runs_.back().count += len;
         } else {
           runs_.push_back({at, len, ds->dtype(), num_tokens_, keep, files_.size() - 1,
-                           (at - ds->bin()) / esize});
+                           (at - ds->bin()) / esize, masks_.size() - 1});
         }
         num_tokens_ += len;
       }
@@ -290,8 +288,8 @@ TokenDataset::TokenDataset(const std::vector<std::string>& sources, int64_t seq_
       const uint8_t* mask = mask_of(source, count);
       files_.push_back(source);
       if (count > 0) {
-        runs_.push_back(
-            {tokens, count, IndexedDType::U16, num_tokens_, mask, files_.size() - 1, 0});
+        runs_.push_back({tokens, count, IndexedDType::U16, num_tokens_, mask, files_.size() - 1, 0,
+                         masks_.size() - 1});
         checked.push_back(packing.whole_documents);
       }
       if (packing.whole_documents) {
@@ -313,8 +311,8 @@ TokenDataset::TokenDataset(const std::vector<std::string>& sources, int64_t seq_
             start = i + j + 1;
           }
           if (outside)
-            found_outside(num_tokens_ + i +
-                          find_token_outside(tokens + i * 2, IndexedDType::U16, n, vocab_size));
+            found_bad(num_tokens_ + i +
+                      find_token_outside(tokens + i * 2, IndexedDType::U16, n, vocab_size));
         }
         packer.add(count - start);
       }
@@ -322,25 +320,31 @@ TokenDataset::TokenDataset(const std::vector<std::string>& sources, int64_t seq_
       shards_.push_back(std::move(file));
     }
   }
-  // This process's part of the stream, checked run by run (a branch-free
-  // pass over the mapped bytes).
-  if (vocab_size > 0) {
-    const int64_t lo = num_tokens_ * check.index / check.count;
-    const int64_t hi = num_tokens_ * (check.index + 1) / check.count;
-    for (size_t r = 0; r < runs_.size(); ++r) {
-      const Run& run = runs_[r];
-      const int64_t a = std::max(lo, run.start), b = std::min(hi, run.start + run.count);
-      if (checked[r] || a >= b) continue;
+  // This process's part of the stream, checked run by run (branch-free
+  // passes over the mapped bytes), its targets with loss counted.
+  const int64_t lo = num_tokens_ * check.index / check.count;
+  const int64_t hi = num_tokens_ * (check.index + 1) / check.count;
+  for (size_t r = 0; r < runs_.size() && first_bad_ < 0; ++r) {
+    const Run& run = runs_[r];
+    const int64_t a = std::max(lo, run.start), b = std::min(hi, run.start + run.count);
+    if (a >= b) continue;
+    if (vocab_size > 0 && !checked[r]) {
       const int64_t bad =
           find_token_outside(run.data + (a - run.start) * indexed_dtype_bytes(run.dtype), run.dtype,
                              b - a, vocab_size);
-      if (bad >= 0) {
-        found_outside(a + bad);
-        break;
-      }
+      if (bad >= 0) found_bad(a + bad);
     }
-    if (check.count == 1 && first_outside_ >= 0) raise_token_outside(first_outside_);
+    if (!run.keep) {
+      loss_tokens_ += b - a;
+      continue;
+    }
+    const LossMask& mask = *masks_[run.mask];
+    const int64_t at = run.keep - mask.data() + (a - run.start);
+    const LossMask::Scan scan = mask.scan(at, at + (b - a));
+    loss_tokens_ += scan.kept;
+    if (scan.bad >= 0) found_bad(a + (scan.bad - at));
   }
+  if (check.count == 1 && first_bad_ >= 0) raise_bad(first_bad_);
   const int64_t n = num_tokens_;
   num_sequences_ = n > seq_len ? (n - 1) / seq_len : 0;
   if (packing.whole_documents) {
@@ -370,7 +374,12 @@ TokenDataset::TokenDataset(const std::vector<std::string>& sources, int64_t seq_
 
 TokenDataset::~TokenDataset() = default;
 
-void TokenDataset::raise_token_outside(int64_t position) const {
+void TokenDataset::accept_check(const PartCheck& job) {
+  if (job.first_bad >= 0) raise_bad(job.first_bad);
+  loss_tokens_ = job.loss_tokens;
+}
+
+void TokenDataset::raise_bad(int64_t position) const {
   if (position < 0 || position >= num_tokens_) {
     throw ValueError("TokenDataset: stream position " + std::to_string(position) +
                      " is outside its " + std::to_string(num_tokens_) + " tokens");
@@ -380,9 +389,16 @@ void TokenDataset::raise_token_outside(int64_t position) const {
                      1);
   int64_t v = 0;
   widen_tokens(run.data, run.dtype, position - run.start, 1, &v);
-  throw IoError("token data '" + files_.at(run.file) + "': token " + std::to_string(v) +
-                " at position " + std::to_string(run.file_first + position - run.start) +
-                " is not in [0, vocab_size " + std::to_string(vocab_size_) + ")");
+  if (vocab_size_ > 0 && (v < 0 || v >= vocab_size_)) {
+    throw IoError("token data '" + files_.at(run.file) + "': token " + std::to_string(v) +
+                  " at position " + std::to_string(run.file_first + position - run.start) +
+                  " is not in [0, vocab_size " + std::to_string(vocab_size_) + ")");
+  }
+  if (run.keep && run.keep[position - run.start] > 1) {
+    const LossMask& mask = *masks_[run.mask];
+    mask.raise_bad_byte(run.keep - mask.data() + (position - run.start));
+  }
+  throw ValueError("TokenDataset: nothing is wrong at stream position " + std::to_string(position));
 }
 
 void TokenDataset::read(int64_t start, int64_t count, int64_t* out, uint8_t* keep) const {

@@ -399,22 +399,27 @@ Trainer::Trainer(Config config, dist::ProcessGroupPtr world)
     val_.push_back(std::move(v));
   }
   if (token_check.count > 1) {
-    // A dataset's first bad token is the least any rank found; every rank
-    // then raises the same error.
-    std::vector<const data::TokenDataset*> sets;
+    // Each dataset's first bad position is the least any rank found, its
+    // targets with loss the sum of the ranks' parts; every rank then raises
+    // the same error, or takes the same count.
+    std::vector<data::TokenDataset*> sets;
     for (size_t c = 0; c < dataset_->num_components(); ++c) sets.push_back(&dataset_->component(c));
-    for (const auto& v : val_) sets.push_back(v.data.get());
+    for (auto& v : val_) sets.push_back(v.data.get());
     const double none = std::ldexp(1.0, 62);
-    std::vector<double> first;
+    std::vector<double> first, kept;
     for (const auto* d : sets) {
-      const int64_t at = d->first_token_outside();
-      first.push_back(at < 0 ? none : static_cast<double>(at));
+      const data::TokenDataset::PartCheck mine = d->part_check();
+      first.push_back(mine.first_bad < 0 ? none : static_cast<double>(mine.first_bad));
+      kept.push_back(static_cast<double>(mine.loss_tokens));
     }
-    Tensor least = from_vector(first, {static_cast<int64_t>(first.size())}, DType::F64);
+    const auto n = static_cast<int64_t>(sets.size());
+    Tensor least = from_vector(first, {n}, DType::F64), sum = from_vector(kept, {n}, DType::F64);
     world_->all_reduce(least, dist::ReduceOp::Min)->wait();
+    world_->all_reduce(sum, dist::ReduceOp::Sum)->wait();
     for (size_t i = 0; i < sets.size(); ++i) {
       const double at = least.data<double>()[i];
-      if (at < none) sets[i]->raise_token_outside(static_cast<int64_t>(at));
+      sets[i]->accept_check(
+          {at < none ? static_cast<int64_t>(at) : -1, static_cast<int64_t>(sum.data<double>()[i])});
     }
   }
   optim::AdamWOptions o;

@@ -296,7 +296,8 @@ TEST(TokenDataset, TokensOutsideTheVocabularyAreFoundInEveryType) {
 TEST(TokenDataset, EachProcessChecksItsPartAndTheLeastFindIsTheFirstBadToken) {
   TempDir dir;
   // The stream: shard a (40 tokens), Megatron dataset m (sequences of 30, 25
-  // and 5), shard b (50): 150 tokens, three above the vocabulary of 50.
+  // and 5) with a loss mask, shard b (50): 150 tokens, three above the
+  // vocabulary of 50 and one mask byte that is not 0 or 1.
   std::vector<uint16_t> a(40), b(50);
   for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<uint16_t>(i % 20);
   for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<uint16_t>(i % 20 + 1);
@@ -308,8 +309,19 @@ TEST(TokenDataset, EachProcessChecksItsPartAndTheLeastFindIsTheFirstBadToken) {
   write_token_shard(dir.file("a.bin"), a);
   write_indexed_dataset(dir.file("m"), m, IndexedDType::I32);
   write_token_shard(dir.file("b.bin"), b);
+  std::vector<uint8_t> keep(60);
+  for (size_t i = 0; i < keep.size(); ++i) keep[i] = i % 3 != 0;  // 40 of 60 scored
+  auto write_mask = [&](const std::vector<uint8_t>& bytes) {
+    Bytes f;
+    f.text("TRIADLM", 8).put<uint64_t>(1).put<uint64_t>(bytes.size());
+    for (const uint8_t x : bytes) f.put(x);
+    f.write(dir.file("m.loss_mask"));
+  };
+  std::vector<uint8_t> broken = keep;
+  broken[50] = 7;  // stream 40 + 50
+  write_mask(broken);
   const std::vector<std::string> sources{dir.file("a.bin"), dir.file("m"), dir.file("b.bin")};
-  const int64_t bad[] = {7, 74, 133};
+  const int64_t bad[] = {7, 74, 90, 133};
   std::string whole;
   try {
     TokenDataset one(sources, 4, 50);
@@ -317,8 +329,7 @@ TEST(TokenDataset, EachProcessChecksItsPartAndTheLeastFindIsTheFirstBadToken) {
   } catch (const IoError& e) {
     whole = e.what();
   }
-  EXPECT_NE(whole.find("'" + dir.file("a.bin") +
-                       "': token 90 at position 7 is not in [0, "
+  EXPECT_NE(whole.find("'" + dir.file("a.bin") + "': token 90 at position 7 is not in [0, " +
                        "vocab_size 50)"),
             std::string::npos)
       << whole;
@@ -326,23 +337,23 @@ TEST(TokenDataset, EachProcessChecksItsPartAndTheLeastFindIsTheFirstBadToken) {
     int64_t least = -1;
     for (int64_t index = 0; index < count; ++index) {
       TokenDataset part(sources, 4, 50, {}, {index, count});
-      // The first bad token between this part's bounds, or none.
+      // The first bad position between this part's bounds, or none.
       const int64_t lo = 150 * index / count, hi = 150 * (index + 1) / count;
       int64_t expected = -1;
       for (const int64_t p : bad) {
         if (p >= lo && p < hi && expected < 0) expected = p;
       }
-      EXPECT_EQ(part.first_token_outside(), expected) << "part " << index << " of " << count;
-      const int64_t found = part.first_token_outside();
+      const int64_t found = part.part_check().first_bad;
+      EXPECT_EQ(found, expected) << "part " << index << " of " << count;
       if (found >= 0 && (least < 0 || found < least)) least = found;
     }
     EXPECT_EQ(least, 7) << count << " parts";
   }
-  // Any process names any bad token as one process would.
-  TokenDataset part(sources, 4, 50, {}, {1, 2});
+  // Any process names any bad position as one process would.
   auto message = [&](int64_t position) {
+    TokenDataset part(sources, 4, 50, {}, {1, 2});
     try {
-      part.raise_token_outside(position);
+      part.accept_check({position, 0});
     } catch (const IoError& e) {
       return std::string(e.what());
     }
@@ -352,26 +363,55 @@ TEST(TokenDataset, EachProcessChecksItsPartAndTheLeastFindIsTheFirstBadToken) {
   EXPECT_NE(message(74).find("'" + dir.file("m.bin") + "': token 95 at position 34 is not"),
             std::string::npos)
       << message(74);
+  EXPECT_NE(message(90).find("loss mask '" + dir.file("m.loss_mask") +
+                             "': byte 7 at token 50 (expected 0: no loss, or 1: loss)"),
+            std::string::npos)
+      << message(90);
   EXPECT_NE(message(133).find("'" + dir.file("b.bin") + "': token 99 at position 33 is not"),
             std::string::npos)
       << message(133);
-  EXPECT_THROW(part.raise_token_outside(150), ValueError);
+  {
+    TokenDataset part(sources, 4, 50, {}, {1, 2});
+    EXPECT_THROW(part.accept_check({150, 0}), ValueError);
+    EXPECT_THROW(part.accept_check({8, 0}), ValueError);  // nothing wrong there
+  }
   for (const TokenCheck wrong : {TokenCheck{2, 2}, TokenCheck{-1, 2}, TokenCheck{0, 0}}) {
     EXPECT_THROW(TokenDataset(sources, 4, 50, {}, wrong), ValueError);
+  }
+  // With the mask's bad byte alone, one process names it.
+  try {
+    TokenDataset one(sources, 4, 100);
+    FAIL() << "one process checks every mask byte";
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find("byte 7 at token 50"), std::string::npos) << e.what();
   }
   // Whole-document rows read every token of a shard for its document ends,
   // and check them in that pass: every part finds shard a's bad token.
   for (int64_t index = 0; index < 3; ++index) {
-    TokenDataset rows(sources, 8, 100, {true, 0}, {index, 3});
-    EXPECT_EQ(rows.first_token_outside(), -1);
     TokenDataset bad_rows(sources, 8, 50, {true, 0}, {index, 3});
-    EXPECT_EQ(bad_rows.first_token_outside(), 7) << "part " << index;
+    EXPECT_EQ(bad_rows.part_check().first_bad, 7) << "part " << index;
   }
   try {
     TokenDataset one_rows(sources, 8, 50, {true, 0});
     FAIL() << "one process checks every token of whole-document rows";
   } catch (const IoError& e) {
     EXPECT_EQ(std::string(e.what()), whole);
+  }
+  // Clean data: the parts' targets with loss add up to one process's count
+  // (40 + 40 + 50), which accept_check makes every process's.
+  write_mask(keep);
+  EXPECT_EQ(TokenDataset(sources, 4, 100).loss_tokens(), 130);
+  for (int64_t count = 2; count <= 9; ++count) {
+    int64_t sum = 0;
+    for (int64_t index = 0; index < count; ++index) {
+      TokenDataset part(sources, 4, 100, {}, {index, count});
+      EXPECT_EQ(part.part_check().first_bad, -1);
+      sum += part.part_check().loss_tokens;
+    }
+    EXPECT_EQ(sum, 130) << count << " parts";
+    TokenDataset part(sources, 4, 100, {}, {count - 1, count});
+    part.accept_check({-1, sum});
+    EXPECT_EQ(part.loss_tokens(), 130);
   }
 }
 

@@ -36,6 +36,7 @@ class BlendedDataset {
 
   size_t num_components() const { return datasets_.size(); }
   const TokenDataset& component(size_t c) const { return *datasets_.at(c); }
+  TokenDataset& component(size_t c) { return *datasets_.at(c); }
   // Share of component c (its weight over the total).
   double share(size_t c) const { return shares_.at(c); }
   int64_t num_tokens() const;

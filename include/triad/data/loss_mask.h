@@ -30,22 +30,35 @@ bool is_loss_mask_path(const std::string& path);
 
 // A loss mask file, memory-mapped and checked on opening: the magic, the
 // version, a size of exactly 24 + N bytes, N equal to `expected_tokens`
-// (the tokens of the dataset it belongs to), and every byte 0 or 1. Each
-// error names the file and the value.
+// (the tokens of the dataset it belongs to), and (with `check_bytes`) every
+// byte 0 or 1. Each error names the file and the value. A TokenDataset
+// opens its masks without the byte check and checks them (scan) in its
+// TokenCheck part, as it checks its tokens.
 class LossMask {
  public:
-  LossMask(const std::string& path, int64_t expected_tokens);
+  LossMask(const std::string& path, int64_t expected_tokens, bool check_bytes = true);
   ~LossMask();
   LossMask(const LossMask&) = delete;
   LossMask& operator=(const LossMask&) = delete;
 
   int64_t size() const { return count_; }
-  // Tokens whose byte is 1.
+  // Tokens whose byte is 1 (opened with check_bytes; else -1).
   int64_t kept() const { return kept_; }
   // The N bytes (null when N is 0).
   const uint8_t* data() const { return bytes_; }
 
+  // Bytes [first, last): how many are 1, and the first that is neither 0
+  // nor 1 (-1 for none; the count stops there).
+  struct Scan {
+    int64_t kept = 0;
+    int64_t bad = -1;
+  };
+  Scan scan(int64_t first, int64_t last) const;
+  // Raises the IoError for byte `index` (the file, the value, the token).
+  [[noreturn]] void raise_bad_byte(int64_t index) const;
+
  private:
+  std::string path_;
   std::unique_ptr<MappedFile> file_;
   const uint8_t* bytes_ = nullptr;
   int64_t count_ = 0, kept_ = 0;

@@ -87,16 +87,18 @@ struct DocumentPacking {
   bool best_fit = false;
 };
 
-// Which of a dataset's tokens this process checks against the vocabulary:
-// part `index` of `count` equal parts of its stream. With one part (the
-// default) the constructor checks every token and raises on the first bad
-// one. With more, it checks its part and raises nothing: the processes of a
-// job each read 1/count of the data at start-up, so a terabyte of tokens is
-// read once by the job rather than once by each of its thousand ranks, and
-// they agree on what they found (first_token_outside, the least over the
-// processes) before any raises (raise_token_outside), so that all stop with
-// the same error. (Whole-document rows of llm.c shards still read every
-// token, for the document ends; their check rides along in that pass.)
+// Which of a dataset's tokens this process checks, against the vocabulary
+// and (where a loss mask lies beside them) for mask bytes of 0 or 1: part
+// `index` of `count` equal parts of its stream. With one part (the default)
+// the constructor checks every token and raises on the first bad one. With
+// more, it checks its part and raises nothing: the processes of a job each
+// read 1/count of the data at start-up, so a terabyte of tokens is read
+// once by the job rather than once by each of its thousand ranks, and they
+// combine what they found (part_check: the least first bad position, the
+// sum of the targets with loss) before any raises (accept_check), so that
+// all stop with the same error. (Whole-document rows of llm.c shards still
+// read every token, for the document ends; their token check rides along in
+// that pass.)
 struct TokenCheck {
   int64_t index = 0;
   int64_t count = 1;
@@ -123,7 +125,8 @@ class TokenDataset {
   int64_t long_documents() const { return long_documents_; }
   int64_t seq_len() const { return seq_len_; }
   // The sources with a loss mask, and the tokens that are targets with loss
-  // (every token of a source without a mask, the mask's ones otherwise).
+  // (every token of a source without a mask, the mask's ones otherwise; of
+  // this process's part until accept_check gives the job's sum).
   int64_t masked_sources() const { return static_cast<int64_t>(masks_.size()); }
   int64_t loss_tokens() const { return loss_tokens_; }
 
@@ -143,14 +146,20 @@ class TokenDataset {
   // null, their loss mask bytes (1 for tokens of a source without a mask).
   void read_sequence(int64_t g, int64_t* out, uint8_t* keep = nullptr) const;
 
-  // The stream position of the first token outside [0, vocab_size) that
-  // this process found (in its TokenCheck part, or anywhere it read every
-  // token), -1 for none. The first bad token of the stream is the least of
-  // the job's answers.
-  int64_t first_token_outside() const { return first_outside_; }
-  // Raises the IoError for the token at stream `position`: its file, its
-  // value and its position in the file.
-  [[noreturn]] void raise_token_outside(int64_t position) const;
+  // What this process found: the first stream position whose token is
+  // outside [0, vocab_size) or whose mask byte is neither 0 nor 1 (in its
+  // TokenCheck part, or anywhere it read every token; -1 for none), and the
+  // targets with loss among its part's tokens. The job's answer is the
+  // least first_bad (ignoring -1) and the sum of loss_tokens.
+  struct PartCheck {
+    int64_t first_bad = -1;
+    int64_t loss_tokens = 0;
+  };
+  PartCheck part_check() const { return {first_bad_, loss_tokens_}; }
+  // Takes the job's answer: raises the IoError for its first_bad (the
+  // token's file, value and position there, or the mask's byte), or keeps
+  // its loss_tokens as the dataset's.
+  void accept_check(const PartCheck& job);
 
  private:
   // A contiguous run of tokens in a mapped file, at stream position `start`,
@@ -163,7 +172,10 @@ class TokenDataset {
     const uint8_t* keep;
     size_t file;         // files_' index
     int64_t file_first;  // the position of its first token in that file
+    size_t mask;         // masks_' index, when keep is not null
   };
+  // Raises the error for stream `position` (part_check's first_bad).
+  [[noreturn]] void raise_bad(int64_t position) const;
   // Tokens [start, start + count) of the stream, and their mask bytes when
   // `keep` is not null.
   void read(int64_t start, int64_t count, int64_t* out, uint8_t* keep) const;
@@ -174,7 +186,7 @@ class TokenDataset {
   std::vector<Run> runs_;
   std::vector<std::string> files_;  // the token files, for messages
   int64_t vocab_size_;
-  int64_t first_outside_ = -1;
+  int64_t first_bad_ = -1;
   int64_t num_tokens_ = 0, loss_tokens_ = 0;
   int64_t seq_len_;
   int64_t num_sequences_;
