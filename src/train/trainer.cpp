@@ -352,9 +352,9 @@ Trainer::Trainer(Config config, dist::ProcessGroupPtr world)
   const data::DocumentPacking packing{config_.data_packing != "stream", config_.model.eod_token,
                                       data::long_documents_from_string(config_.data_long_documents),
                                       config_.data_packing == "best_fit"};
-  // Each rank checks its part of every dataset's tokens (the job reads
-  // the data once at start-up, not once per rank); the ranks agree on what
-  // they found below, before any raises.
+  // Each rank checks its part of every dataset's tokens and loss-mask
+  // bytes (the job reads the data once at start-up, not once per rank); the
+  // ranks combine what they found below, before any raises.
   const data::TokenCheck token_check = world_ && world_->size() > 1
                                            ? data::TokenCheck{world_->rank(), world_->size()}
                                            : data::TokenCheck{};
