@@ -8,7 +8,8 @@
 namespace triad::data {
 
 BlendedDataset::BlendedDataset(const std::vector<Component>& components, int64_t seq_len,
-                               int64_t vocab_size, DocumentPacking packing, TokenCheck check) {
+                               int64_t vocab_size, DocumentPacking packing, TokenCheck check,
+                               StreamSlice slice) {
   if (components.empty()) throw ValueError("blended dataset: no components");
   double total = 0;
   for (const auto& c : components) {
@@ -20,7 +21,7 @@ BlendedDataset::BlendedDataset(const std::vector<Component>& components, int64_t
   }
   for (const auto& c : components) {
     datasets_.push_back(
-        std::make_unique<TokenDataset>(c.sources, seq_len, vocab_size, packing, check));
+        std::make_unique<TokenDataset>(c.sources, seq_len, vocab_size, packing, check, slice));
     shares_.push_back(c.weight / total);
   }
   // The greedy pattern: position i goes to the component furthest behind

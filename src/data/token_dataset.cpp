@@ -1,6 +1,7 @@
 #include "triad/data/token_dataset.h"
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <map>
 #include <set>
@@ -215,7 +216,8 @@ int64_t shuffled_index(int64_t i, int64_t n, uint64_t seed, int64_t epoch) {
 }
 
 TokenDataset::TokenDataset(const std::vector<std::string>& sources, int64_t seq_len,
-                           int64_t vocab_size, DocumentPacking packing, TokenCheck check)
+                           int64_t vocab_size, DocumentPacking packing, TokenCheck check,
+                           StreamSlice slice)
     : vocab_size_(vocab_size), seq_len_(seq_len), packing_(packing) {
   if (seq_len <= 0)
     throw ValueError("TokenDataset: seq_len (" + std::to_string(seq_len) + ") must be positive");
@@ -223,13 +225,19 @@ TokenDataset::TokenDataset(const std::vector<std::string>& sources, int64_t seq_
     throw ValueError("TokenDataset: token check part " + std::to_string(check.index) + " of " +
                      std::to_string(check.count) + " is not a part (expected 0 <= index < count)");
   }
+  if (!(slice.begin >= 0 && slice.begin < slice.end && slice.end <= 1)) {
+    throw ValueError("TokenDataset: the stream slice [" + std::to_string(slice.begin) + ", " +
+                     std::to_string(slice.end) +
+                     ") is not a part of it (expected 0 <= begin < end <= 1)");
+  }
   if (packing.whole_documents &&
       (packing.pad_token < 0 || (vocab_size > 0 && packing.pad_token >= vocab_size))) {
     throw ValueError("TokenDataset: whole-document rows need a pad token in [0, vocab_size " +
                      std::to_string(vocab_size) + "), got " + std::to_string(packing.pad_token));
   }
-  RowPacker packer{seq_len + 1,  packing.long_documents, packing.best_fit,
-                   piece_start_, piece_length_,          row_first_};
+  // With whole documents: each document's length, in stream order (packed
+  // into rows once the slice is known).
+  std::vector<int64_t> documents;
   auto found_bad = [&](int64_t position) {
     if (first_bad_ < 0 || position < first_bad_) first_bad_ = position;
   };
@@ -276,7 +284,7 @@ TokenDataset::TokenDataset(const std::vector<std::string>& sources, int64_t seq_
           const auto [first, last] = ds->document(d);
           int64_t length = 0;
           for (int64_t i = first; i < last; ++i) length += ds->sequence_length(i);
-          packer.add(length);
+          documents.push_back(length);
         }
       }
       indexed_.push_back(std::move(ds));
@@ -307,18 +315,29 @@ TokenDataset::TokenDataset(const std::vector<std::string>& sources, int64_t seq_
             const int64_t v = block[static_cast<size_t>(j)];
             outside |= vocab_size > 0 && v >= vocab_size;  // (u16: never negative)
             if (v != packing.pad_token) continue;
-            packer.add(i + j + 1 - start);
+            documents.push_back(i + j + 1 - start);
             start = i + j + 1;
           }
           if (outside)
             found_bad(num_tokens_ + i +
                       find_token_outside(tokens + i * 2, IndexedDType::U16, n, vocab_size));
         }
-        packer.add(count - start);
+        documents.push_back(count - start);
       }
       num_tokens_ += count;
       shards_.push_back(std::move(file));
     }
+  }
+  if (slice.begin > 0 || slice.end < 1) {
+    take_slice(slice, documents);
+    checked.assign(runs_.size(), false);
+  }
+  if (packing.whole_documents) {
+    RowPacker packer{seq_len + 1,  packing.long_documents, packing.best_fit,
+                     piece_start_, piece_length_,          row_first_};
+    for (const int64_t length : documents) packer.add(length);
+    packer.finish();
+    long_documents_ = packer.long_documents;
   }
   // This process's part of the stream, checked run by run (branch-free
   // passes over the mapped bytes), its targets with loss counted.
@@ -348,7 +367,6 @@ TokenDataset::TokenDataset(const std::vector<std::string>& sources, int64_t seq_
   const int64_t n = num_tokens_;
   num_sequences_ = n > seq_len ? (n - 1) / seq_len : 0;
   if (packing.whole_documents) {
-    packer.finish();
     // A last row of one token has no target.
     const size_t rows = row_first_.size() - 1;
     if (rows > 0 && row_first_[rows] - row_first_[rows - 1] == 1 && piece_length_.back() < 2) {
@@ -357,7 +375,6 @@ TokenDataset::TokenDataset(const std::vector<std::string>& sources, int64_t seq_
       row_first_.pop_back();
     }
     num_sequences_ = static_cast<int64_t>(row_first_.size()) - 1;
-    long_documents_ = packer.long_documents;
     padding_tokens_ = num_sequences_ * (seq_len + 1);
     for (const int32_t l : piece_length_) padding_tokens_ -= l;
     if (num_sequences_ == 0) {
@@ -373,6 +390,44 @@ TokenDataset::TokenDataset(const std::vector<std::string>& sources, int64_t seq_
 }
 
 TokenDataset::~TokenDataset() = default;
+
+void TokenDataset::take_slice(StreamSlice slice, std::vector<int64_t>& documents) {
+  const int64_t n = num_tokens_;
+  auto at = [n](double f) {
+    return f >= 1 ? n : std::min(n, static_cast<int64_t>(std::floor(f * static_cast<double>(n))));
+  };
+  int64_t first = at(slice.begin), last = at(slice.end);
+  if (packing_.whole_documents) {
+    // A document belongs to the slice that holds its first token.
+    size_t d0 = documents.size(), d1 = documents.size();
+    int64_t start = 0, start0 = n, start1 = n;
+    for (size_t d = 0; d < documents.size(); ++d) {
+      if (d0 == documents.size() && start >= first) d0 = d, start0 = start;
+      if (start >= last) {
+        d1 = d, start1 = start;
+        break;
+      }
+      start += documents[d];
+    }
+    documents = std::vector<int64_t>(documents.begin() + static_cast<std::ptrdiff_t>(d0),
+                                     documents.begin() + static_cast<std::ptrdiff_t>(d1));
+    first = start0, last = start1;
+  }
+  // The runs' tokens within [first, last), counted from `first`.
+  std::vector<Run> kept;
+  for (const Run& r : runs_) {
+    const int64_t a = std::max(first, r.start), b = std::min(last, r.start + r.count);
+    if (a >= b) continue;
+    const int64_t skip = a - r.start;
+    kept.push_back({r.data + skip * indexed_dtype_bytes(r.dtype), b - a, r.dtype, a - first,
+                    r.keep ? r.keep + skip : nullptr, r.file, r.file_first + skip, r.mask});
+  }
+  runs_ = std::move(kept);
+  num_tokens_ = last - first;
+  // What a whole-document pass found (stream positions of the whole) is
+  // found again by the check of this slice's tokens.
+  first_bad_ = -1;
+}
 
 void TokenDataset::accept_check(const PartCheck& job) {
   if (job.first_bad >= 0) raise_bad(job.first_bad);

@@ -365,12 +365,15 @@ void validate(const Config& c, bool min_lr_given) {
                       std::to_string(ck.interval) +
                       "): the checkpoints it keeps are the ones the interval writes");
   }
-  if (c.data_val.empty() && (c.eval.interval > 0 || c.eval.batches > 0)) {
+  if (!c.has_validation() && (c.eval.interval > 0 || c.eval.batches > 0)) {
     const bool by_interval = c.eval.interval > 0;
     throw ConfigError(std::string(by_interval ? "eval.interval (" : "eval.batches (") +
                       std::to_string(by_interval ? c.eval.interval : c.eval.batches) +
-                      ") needs validation data: set data.val");
+                      ") needs validation data: set data.val or data.val_split");
   }
+  require(c.data_val.empty() || c.data_val_split == 0, "data.val_split", c.data_val_split,
+          "and data.val both name the validation data: keep one (set data.val to null to hold "
+          "out part of data.train)");
   require(!c.output_dir.empty(), "output.dir", "''", "must not be empty");
   if (c.model.reset_attention_mask && c.attention_kernel == "cudnn") {
     throw ConfigError(
@@ -847,6 +850,14 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
   const Section data{
       {"train", {true, [&](auto& v, auto& k) { c.data_train = get_data_parts(v, k); }}},
       {"val", {false, [&](auto& v, auto& k) { c.data_val = get_validation_sets(v, k); }}},
+      {"val_split",
+       {false,
+        [&](auto& v, auto& k) {
+          c.data_val_split = get_double(v, k);
+          require(c.data_val_split >= 0 && c.data_val_split < 1, k, c.data_val_split,
+                  "must be in [0, 1): the share of each data.train part held out as validation "
+                  "data (0: none)");
+        }}},
       {"shuffle", {false, [&](auto& v, auto& k) { c.data_shuffle = get_bool(v, k); }}},
       {"eod_token", {false, [&](auto& v, auto& k) { c.model.eod_token = get_int(v, k); }}},
       {"reset_attention_mask",
@@ -1195,6 +1206,7 @@ std::string to_yaml(const Config& c) {
     for (const auto& set : c.data_val) e << YAML::Key << set.name << YAML::Value << set.path;
     e << YAML::EndMap;
   }
+  if (c.data_val_split > 0) e << YAML::Key << "val_split" << YAML::Value << c.data_val_split;
   e << YAML::Key << "shuffle" << YAML::Value << c.data_shuffle;
   e << YAML::Key << "eod_token" << YAML::Value << c.model.eod_token;
   e << YAML::Key << "reset_attention_mask" << YAML::Value << c.model.reset_attention_mask;
@@ -1241,7 +1253,7 @@ std::string to_yaml(const Config& c) {
       << "resume" << YAML::Value << c.checkpoint.resume << YAML::Key << "async" << YAML::Value
       << c.checkpoint.async << YAML::EndMap;
   }
-  if (!c.data_val.empty()) {
+  if (c.has_validation()) {
     e << YAML::Key << "eval" << YAML::Value << YAML::BeginMap << YAML::Key << "interval"
       << YAML::Value << c.eval.interval << YAML::Key << "batches" << YAML::Value << c.eval.batches
       << YAML::EndMap;

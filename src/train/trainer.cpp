@@ -362,9 +362,12 @@ Trainer::Trainer(Config config, dist::ProcessGroupPtr world)
   for (const auto& part : config_.data_train) {
     parts.push_back({data::expand_data_paths(part.path), part.weight, part.path});
   }
+  // data.val_split: each part's last share is validation data, not training.
+  const double held_out = config_.data_val_split;
   try {
     dataset_ = std::make_unique<data::BlendedDataset>(
-        parts, config_.model.seq_len, config_.model.vocab_size, packing, token_check);
+        parts, config_.model.seq_len, config_.model.vocab_size, packing, token_check,
+        data::StreamSlice{0, 1 - held_out});
   } catch (const ValueError& e) {
     throw ConfigError(std::string("data.train: ") + e.what());
   }
@@ -374,13 +377,34 @@ Trainer::Trainer(Config config, dist::ProcessGroupPtr world)
     resolve_epochs(config_, dataset_->num_sequences());
     schedule_ = optim::LrSchedule(config_.train.lr_schedule());
   }
-  for (const auto& set : config_.data_val) {
-    // Each set's name in messages: data.val, or data.val.<name>.
-    const std::string key = set.name.empty() ? "data.val" : "data.val." + set.name;
+  std::vector<Config::ValidationSet> val_sets = config_.data_val;
+  if (held_out > 0) {
+    std::string paths;
+    for (const auto& part : config_.data_train) paths += (paths.empty() ? "" : ", ") + part.path;
+    val_sets.push_back({"", "the last " + fmt::format("{:g}", 100 * held_out) + "% of " + paths});
+  }
+  for (const auto& set : val_sets) {
+    // Each set's name in messages: data.val, data.val.<name> or data.val_split.
+    const std::string key = held_out > 0       ? "data.val_split"
+                            : set.name.empty() ? "data.val"
+                                               : "data.val." + set.name;
     ValidationData v{set.name, set.path, nullptr, 0};
-    v.data = std::make_unique<data::TokenDataset>(data::expand_data_paths(set.path, key),
-                                                  config_.model.seq_len, config_.model.vocab_size,
-                                                  packing, token_check);
+    try {
+      v.data = held_out > 0
+                   ? std::make_unique<data::BlendedDataset>(
+                         parts, config_.model.seq_len, config_.model.vocab_size, packing,
+                         token_check, data::StreamSlice{1 - held_out, 1})
+                   : std::make_unique<data::BlendedDataset>(
+                         std::vector<data::BlendedDataset::Component>{
+                             {data::expand_data_paths(set.path, key), 1.0, set.path}},
+                         config_.model.seq_len, config_.model.vocab_size, packing, token_check);
+    } catch (const ValueError& e) {
+      throw ConfigError(key + ": " + e.what());
+    } catch (const IoError& e) {
+      if (held_out == 0) throw;
+      throw IoError(key + " (" + fmt::format("{:g}", held_out) + ") holds out " + set.path + ": " +
+                    e.what());
+    }
     const int64_t G = config_.train.global_batch_size;
     const int64_t held = v.data->num_sequences();
     if (held < G) {
@@ -404,7 +428,9 @@ Trainer::Trainer(Config config, dist::ProcessGroupPtr world)
     // the same error, or takes the same count.
     std::vector<data::TokenDataset*> sets;
     for (size_t c = 0; c < dataset_->num_components(); ++c) sets.push_back(&dataset_->component(c));
-    for (auto& v : val_) sets.push_back(v.data.get());
+    for (auto& v : val_) {
+      for (size_t c = 0; c < v.data->num_components(); ++c) sets.push_back(&v.data->component(c));
+    }
     const double none = std::ldexp(1.0, 62);
     std::vector<double> first, kept;
     for (const auto* d : sets) {
@@ -1652,7 +1678,12 @@ std::vector<StepMetrics> Trainer::run() {
   spdlog::info(
       "data: {} tokens, {} sequences{}; {} steps{} of {} sequences ({} micro-batches of {}{})",
       dataset_->num_tokens(), dataset_->num_sequences(),
-      config_.data_shuffle ? " (shuffled every pass)" : "", config_.train.steps,
+      std::string(config_.data_shuffle ? " (shuffled every pass)" : "") +
+          (config_.data_val_split > 0
+               ? fmt::format(" (the first {:g}%: data.val_split holds out the rest)",
+                             100 * (1 - config_.data_val_split))
+               : std::string()),
+      config_.train.steps,
       config_.train.epochs > 0 ? fmt::format(" (train.epochs {:g})", config_.train.epochs)
                                : std::string(),
       config_.train.global_batch_size, config_.accumulation_steps(), config_.train.micro_batch_size,
@@ -1706,7 +1737,13 @@ std::vector<StepMetrics> Trainer::run() {
     say_set(dataset_->component(c), "data.train " + config_.data_train[c].path);
   }
   for (const auto& v : val_) {
-    say_set(*v.data, (v.name.empty() ? "data.val " : "data.val." + v.name + " ") + v.path);
+    for (size_t c = 0; c < v.data->num_components(); ++c) {
+      say_set(v.data->component(c),
+              config_.data_val_split > 0
+                  ? fmt::format("data.val_split {} (its last {:g}%)", config_.data_train[c].path,
+                                100 * config_.data_val_split)
+                  : (v.name.empty() ? "data.val " : "data.val." + v.name + " ") + v.path);
+    }
   }
   if (dataset_->num_components() > 1) {
     for (size_t c = 0; c < dataset_->num_components(); ++c) {

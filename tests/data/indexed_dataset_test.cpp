@@ -7,7 +7,9 @@
 #include <fstream>
 #include <limits>
 
+#include "support/expect_error.h"
 #include "support/temp_dir.h"
+#include "triad/data/loss_mask.h"
 #include "triad/data/token_dataset.h"
 #include "triad/data/token_shard.h"
 #include "triad/ops.h"
@@ -15,6 +17,7 @@
 namespace triad::data {
 namespace {
 
+using triad::testing::expect_error;
 using triad::testing::TempDir;
 
 // Little-endian bytes, built field by field as Megatron's index writer lays
@@ -413,6 +416,92 @@ TEST(TokenDataset, EachProcessChecksItsPartAndTheLeastFindIsTheFirstBadToken) {
     part.accept_check({-1, sum});
     EXPECT_EQ(part.loss_tokens(), 130);
   }
+}
+
+// Every token (and mask byte) of a dataset, in stream order: with seq_len 1
+// sequence q is tokens q and q + 1.
+std::pair<std::vector<int64_t>, std::vector<uint8_t>> stream_of(const TokenDataset& d) {
+  std::vector<int64_t> tokens;
+  std::vector<uint8_t> keep;
+  int64_t pair[2];
+  uint8_t mask[2];
+  for (int64_t q = 0; q < d.num_sequences(); ++q) {
+    d.read_sequence(q, pair, mask);
+    tokens.push_back(pair[0]);
+    keep.push_back(mask[0]);
+  }
+  tokens.push_back(pair[1]);
+  keep.push_back(mask[1]);
+  return {tokens, keep};
+}
+
+// data.val_split's two slices of a stream: training reads the first
+// floor(f · N) tokens, validation the rest, with their mask bytes; with
+// whole documents the cut moves to the next document start. Each slice's
+// check sees its own tokens only, in its own positions.
+TEST(TokenDataset, TwoSlicesSplitTheStreamWithoutSharingATokenOrADocument) {
+  TempDir dir;
+  // a: 40 tokens, end-of-document 0 at 0 and 20; m: documents of 30, 25 and
+  // 5 tokens with a mask; b: one document of 50 tokens, 99 at its 33rd.
+  std::vector<uint16_t> a(40), b(50);
+  for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<uint16_t>(i % 20);
+  for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<uint16_t>(i % 20 + 1);
+  b[33] = 99;
+  write_token_shard(dir.file("a.bin"), a);
+  write_indexed_dataset(
+      dir.file("m"),
+      {std::vector<int64_t>(30, 3), std::vector<int64_t>(25, 4), std::vector<int64_t>(5, 5)},
+      IndexedDType::I32);
+  write_token_shard(dir.file("b.bin"), b);
+  {
+    LossMaskWriter w(loss_mask_path(dir.file("m")));
+    std::vector<uint8_t> keep(60);
+    for (size_t i = 0; i < keep.size(); ++i) keep[i] = i % 3 != 0;
+    w.add(keep);
+    w.finish();
+  }
+  const std::vector<std::string> sources{dir.file("a.bin"), dir.file("m"), dir.file("b.bin")};
+  const TokenDataset whole(sources, 1, 100);
+  const TokenDataset train(sources, 1, 100, {}, {}, {0, 0.7});
+  const TokenDataset val(sources, 1, 100, {}, {}, {0.7, 1});
+  EXPECT_EQ(train.num_tokens(), 105);
+  EXPECT_EQ(val.num_tokens(), 45);
+  EXPECT_EQ(train.loss_tokens() + val.loss_tokens(), whole.loss_tokens());
+  auto [all, all_keep] = stream_of(whole);
+  auto [first, first_keep] = stream_of(train);
+  auto [rest, rest_keep] = stream_of(val);
+  first.insert(first.end(), rest.begin(), rest.end());
+  first_keep.insert(first_keep.end(), rest_keep.begin(), rest_keep.end());
+  EXPECT_EQ(first, all);
+  EXPECT_EQ(first_keep, all_keep);
+  // b's 99 lies in the validation slice: only its check finds it, at its
+  // own position 133 - 105 and b's position 33.
+  EXPECT_NO_THROW(TokenDataset(sources, 1, 50, {}, {}, {0, 0.7}));
+  expect_error(
+      [&] {
+        TokenDataset(sources, 1, 50, {}, {}, {0.7, 1});
+      },
+      {"'" + dir.file("b.bin") + "': token 99 at position 33 is not in [0, vocab_size 50)"});
+  int64_t least = -1;
+  for (int64_t index = 0; index < 3; ++index) {
+    const int64_t found =
+        TokenDataset(sources, 1, 50, {}, {index, 3}, {0.7, 1}).part_check().first_bad;
+    if (found >= 0) least = least < 0 ? found : std::min(least, found);
+  }
+  EXPECT_EQ(least, 28);
+  // Whole documents (rows of 64): the documents start at 0, 1, 21, 40, 70,
+  // 95 and 100, so the cut at 75 moves to 95.
+  const TokenDataset doc_train(sources, 63, 100, {true, 0}, {}, {0, 0.5});
+  const TokenDataset doc_val(sources, 63, 100, {true, 0}, {}, {0.5, 1});
+  EXPECT_EQ(doc_train.num_tokens(), 95);
+  EXPECT_EQ(doc_val.num_tokens(), 55);
+  int64_t row[64];
+  doc_val.read_sequence(0, row);
+  EXPECT_EQ(row[0], 5);  // m's last document
+  EXPECT_EQ(row[5], 1);  // then b's
+  EXPECT_EQ(row[5 + 33], 99);
+  for (const StreamSlice wrong : {StreamSlice{0.5, 0.5}, StreamSlice{-0.1, 1}, StreamSlice{0, 1.5}})
+    EXPECT_THROW(TokenDataset(sources, 1, 100, {}, {}, wrong), ValueError);
 }
 
 }  // namespace

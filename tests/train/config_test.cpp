@@ -295,16 +295,29 @@ TEST(Config, EvalNeedsValidationDataAndNonNegativeCounts) {
                       "eval.interval (10) needs validation data: set data.val");
   expect_config_error(kValid, {"eval.batches=2"},
                       "eval.batches (2) needs validation data: set data.val");
+  // data.val_split holds out part of data.train instead of naming a set.
+  const Config split =
+      parse_config(to_yaml(parse_config(kValid, {"data.val_split=0.05", "eval.interval=10"})));
+  EXPECT_DOUBLE_EQ(split.data_val_split, 0.05);
+  EXPECT_TRUE(split.has_validation());
+  EXPECT_EQ(split.eval.interval, 10);
+  EXPECT_DOUBLE_EQ(parse_config(kValid).data_val_split, 0.0);
+  expect_config_error(kValid, {"data.val_split=1"},
+                      "data.val_split (1) must be in [0, 1): the share of each data.train part");
+  expect_config_error(kValid, {"data.val_split=-0.5"}, "data.val_split (-0.5) must be in [0, 1)");
+  expect_config_error(kValid, {"data.val_split=0.1", "data.val=v.bin"},
+                      "data.val_split (0.1) and data.val both name the validation data");
   expect_config_error(kValid, {"data.val=v.bin", "eval.interval=-1"},
                       "eval.interval (-1) must be >= 0");
   expect_config_error(kValid, {"data.val=v.bin", "eval.batches=-3"},
                       "eval.batches (-3) must be >= 0");
   expect_config_error(kValid, {"eval.every=3"},
                       "unknown key 'eval.every' (allowed in eval: interval, batches)");
-  expect_config_error(kValid, {"data.test=x"},
-                      "unknown key 'data.test' (allowed in data: train, val, shuffle, eod_token, "
-                      "reset_attention_mask, reset_position_ids, eod_mask_loss, packing, "
-                      "long_documents)");
+  expect_config_error(
+      kValid, {"data.test=x"},
+      "unknown key 'data.test' (allowed in data: train, val, val_split, shuffle, eod_token, "
+      "reset_attention_mask, reset_position_ids, eod_mask_loss, packing, "
+      "long_documents)");
 }
 
 TEST(Config, ErrorsNameKeyValueAndRule) {

@@ -30,9 +30,9 @@ class BlendedDataset {
   };
   // Errors: no component, a weight that is not positive and finite, or so
   // small that it gets no sequence in a period (below total / 4096).
-  // `packing` and `check` apply to every component.
+  // `packing`, `check` and `slice` apply to every component.
   BlendedDataset(const std::vector<Component>& components, int64_t seq_len, int64_t vocab_size,
-                 DocumentPacking packing = {}, TokenCheck check = {});
+                 DocumentPacking packing = {}, TokenCheck check = {}, StreamSlice slice = {});
 
   size_t num_components() const { return datasets_.size(); }
   const TokenDataset& component(size_t c) const { return *datasets_.at(c); }

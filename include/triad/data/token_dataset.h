@@ -104,13 +104,23 @@ struct TokenCheck {
   int64_t count = 1;
 };
 
+// The part of a dataset's token stream it reads: its tokens
+// [floor(begin · N), floor(end · N)) of N, or with whole documents the
+// documents whose first token lies there. [0, 1 − f) and [1 − f, 1) split a
+// stream into a training set and a held-out tail (data.val_split) that
+// share no token and no document.
+struct StreamSlice {
+  double begin = 0;
+  double end = 1;
+};
+
 class TokenDataset {
  public:
   // Errors: a source that cannot be read or fails its checks, too few
   // tokens, a bad packing, or (TokenCheck of one part) a token outside
   // [0, vocab_size); vocab_size 0 checks no tokens.
   TokenDataset(const std::vector<std::string>& sources, int64_t seq_len, int64_t vocab_size,
-               DocumentPacking packing = {}, TokenCheck check = {});
+               DocumentPacking packing = {}, TokenCheck check = {}, StreamSlice slice = {});
   ~TokenDataset();
   TokenDataset(const TokenDataset&) = delete;
   TokenDataset& operator=(const TokenDataset&) = delete;
@@ -176,6 +186,9 @@ class TokenDataset {
   };
   // Raises the error for stream `position` (part_check's first_bad).
   [[noreturn]] void raise_bad(int64_t position) const;
+  // Keeps the runs' tokens in `slice` (and, with whole documents, the
+  // lengths of the documents it holds), renumbered from its first.
+  void take_slice(StreamSlice slice, std::vector<int64_t>& documents);
   // Tokens [start, start + count) of the stream, and their mask bytes when
   // `keep` is not null.
   void read(int64_t start, int64_t count, int64_t* out, uint8_t* keep) const;

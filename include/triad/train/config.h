@@ -143,6 +143,12 @@ struct Config {
     bool operator==(const ValidationSet&) const = default;
   };
   std::vector<ValidationSet> data_val;
+  // data.val_split: the share f of each data.train part held out as
+  // validation data (the last f of its stream; Megatron-LM's --split). The
+  // parts' tails, mixed with the training weights, are then the one
+  // validation set, and training reads the first 1 - f. 0: none.
+  double data_val_split = 0;
+  bool has_validation() const { return !data_val.empty() || data_val_split > 0; }
   bool data_shuffle = false;  // data.shuffle: a seeded order of sequences every pass
   // data.eod_mask_loss: no loss on the token that follows an end-of-document
   // token (data.eod_token): predicting a new document's first token from

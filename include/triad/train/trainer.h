@@ -109,9 +109,11 @@ class Trainer {
   std::unique_ptr<pipeline::PipelineExecutor> executor_;
   std::unique_ptr<data::BlendedDataset> dataset_;  // data.train (one part or a mixture)
   // data.val's sets, in the config's order.
+  // A data.val set (one component), or data.val_split's held-out tails of
+  // the data.train parts, mixed with their weights.
   struct ValidationData {
     std::string name, path;
-    std::unique_ptr<data::TokenDataset> data;
+    std::unique_ptr<data::BlendedDataset> data;
     int64_t batches = 0;  // global batches an evaluation covers
   };
   std::vector<ValidationData> val_;
