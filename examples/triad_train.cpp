@@ -2,12 +2,15 @@
 //   triad-train --config configs/gpt_tiny.yaml [--set train.lr=1e-3 ...]
 //   mpirun -np 4 triad-train --config configs/gpt_tiny.yaml --set parallel.tp=4
 //   triad-train --config ... --set init.from=out/model.safetensors --eval-only   (validation loss)
+//   triad-train --config ... --show-data 3 --tokenizer /models/Qwen3-0.6B   (what it trains on)
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
+#include <cstdio>
 
 #include "triad/dist/world.h"
 #include "triad/train/trainer.h"
+#include "triad/train/training_data.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"Train a GPT-2 style model with Triad"};
@@ -19,11 +22,44 @@ int main(int argc, char** argv) {
   app.add_flag("--eval-only", eval_only,
                "only evaluate data.val with the starting weights (init.from, or the newest "
                "checkpoint with checkpoint.resume: auto)");
+  int64_t show_data = 0, show_from = 0;
+  std::string tokenizer, vocab, merges;
+  app.add_option("--show-data", show_data,
+                 "print this many training sequences as training reads them, decoded, with the "
+                 "text that has no loss marked, and exit (nothing is trained)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  app.add_option("--show-from", show_from, "--show-data: the first global sequence (default 0)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--tokenizer", tokenizer,
+                 "--show-data: the data's tokenizer (a Hugging Face tokenizer.json or "
+                 "SentencePiece model, or the model directory holding it); default: one token "
+                 "per byte");
+  app.add_option("--vocab", vocab, "--show-data: GPT-2's vocab.json (with --merges)");
+  app.add_option("--merges", merges, "--show-data: GPT-2's merges.txt (with --vocab)");
   CLI11_PARSE(app, argc, argv);
   triad::dist::ProcessGroupPtr world;
   try {
     // The whole configuration is validated before MPI starts.
     triad::train::Config config = triad::train::load_config(config_path, overrides);
+    if (show_data == 0 &&
+        !(tokenizer.empty() && vocab.empty() && merges.empty() && show_from == 0)) {
+      throw triad::ValueError("--show-from, --tokenizer, --vocab and --merges go with --show-data");
+    }
+    if (show_data > 0) {
+      // One process, no model: the data as step 0 onwards reads it.
+      if (tokenizer.empty() && vocab.empty() && merges.empty() && config.model.vocab_size > 256) {
+        throw triad::ValueError(
+            "--show-data: model.vocab_size is " + std::to_string(config.model.vocab_size) +
+            ", more than one token per byte: name the data's tokenizer (--tokenizer, or --vocab "
+            "and --merges)");
+      }
+      const auto tok = triad::data::make_tokenizer(vocab, merges, tokenizer);
+      const auto data = triad::train::open_training_data(config);
+      std::fputs(
+          triad::train::preview_training_data(config, *data, show_from, show_data, *tok).c_str(),
+          stdout);
+      return 0;
+    }
     world = triad::dist::init_world();
     triad::train::Trainer trainer(config, world);
     if (eval_only) {

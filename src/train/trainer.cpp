@@ -42,6 +42,7 @@
 #include "triad/train/attention_choice.h"
 #include "triad/train/checkpoint_reshard.h"
 #include "triad/train/tensorboard.h"
+#include "triad/train/training_data.h"
 
 namespace triad::train {
 namespace {
@@ -349,29 +350,17 @@ Trainer::Trainer(Config config, dist::ProcessGroupPtr world)
     so.max_scale = std::max(so.max_scale, so.init_scale);
     scaler_ = std::make_unique<optim::DynamicLossScaler>(so);
   }
-  const data::DocumentPacking packing{config_.data_packing != "stream", config_.model.eod_token,
-                                      data::long_documents_from_string(config_.data_long_documents),
-                                      config_.data_packing == "best_fit"};
+  const data::DocumentPacking packing = document_packing(config_);
   // Each rank checks its part of every dataset's tokens and loss-mask
   // bytes (the job reads the data once at start-up, not once per rank); the
   // ranks combine what they found below, before any raises.
   const data::TokenCheck token_check = world_ && world_->size() > 1
                                            ? data::TokenCheck{world_->rank(), world_->size()}
                                            : data::TokenCheck{};
-  std::vector<data::BlendedDataset::Component> parts;
-  for (const auto& part : config_.data_train) {
-    parts.push_back({data::expand_data_paths(part.path), part.weight, part.path});
-  }
+  dataset_ = open_training_data(config_, token_check);
+  const std::vector<data::BlendedDataset::Component> parts = training_parts(config_);
   // data.val_split: each part's last share is validation data, not training.
   const double held_out = config_.data_val_split;
-  try {
-    dataset_ = std::make_unique<data::BlendedDataset>(
-        parts, config_.model.seq_len, config_.model.vocab_size, packing, token_check,
-        data::StreamSlice{0, 1 - held_out});
-  } catch (const ValueError& e) {
-    throw ConfigError(std::string("data.train: ") + e.what());
-  }
-  if (config_.data_shuffle) dataset_->shuffle(config_.train.seed);
   if (config_.train.epochs > 0) {
     // train.epochs: the steps that pass over the data that many times.
     resolve_epochs(config_, dataset_->num_sequences());

@@ -1,0 +1,107 @@
+#include "triad/train/training_data.h"
+
+#include <fmt/format.h>
+
+#include "triad/core/error.h"
+
+namespace triad::train {
+
+std::vector<data::BlendedDataset::Component> training_parts(const Config& c) {
+  std::vector<data::BlendedDataset::Component> parts;
+  for (const auto& part : c.data_train) {
+    parts.push_back({data::expand_data_paths(part.path), part.weight, part.path});
+  }
+  return parts;
+}
+
+data::DocumentPacking document_packing(const Config& c) {
+  return {c.data_packing != "stream", c.model.eod_token,
+          data::long_documents_from_string(c.data_long_documents), c.data_packing == "best_fit"};
+}
+
+std::unique_ptr<data::BlendedDataset> open_training_data(const Config& c, data::TokenCheck check) {
+  std::unique_ptr<data::BlendedDataset> d;
+  try {
+    // data.val_split: each part's last share is validation data.
+    d = std::make_unique<data::BlendedDataset>(training_parts(c), c.model.seq_len,
+                                               c.model.vocab_size, document_packing(c), check,
+                                               data::StreamSlice{0, 1 - c.data_val_split});
+  } catch (const ValueError& e) {
+    throw ConfigError(std::string("data.train: ") + e.what());
+  }
+  if (c.data_shuffle) d->shuffle(c.train.seed);
+  return d;
+}
+
+namespace {
+
+// Control bytes other than newline and tab (an end-of-document byte 0, say)
+// written as \xNN, so that the terminal shows them.
+std::string visible(const std::string& text) {
+  std::string out;
+  for (const char ch : text) {
+    const auto b = static_cast<unsigned char>(ch);
+    if ((b < 0x20 && ch != '\n' && ch != '\t') || b == 0x7f) {
+      out += fmt::format("\\x{:02x}", b);
+    } else {
+      out += ch;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string preview_training_data(const Config& c, const data::BlendedDataset& d, int64_t first,
+                                  int64_t count, const data::Tokenizer& tokenizer) {
+  if (first < 0 || count < 1) {
+    throw ValueError("preview_training_data: sequences [" + std::to_string(first) + ", +" +
+                     std::to_string(count) + ") are not a range of global sequences");
+  }
+  data::Batch batch = d.sequences(first, count);
+  if (c.data_eod_mask_loss) batch = data::mask_loss_after_eod(batch, c.model.eod_token);
+  const int64_t T = c.model.seq_len;
+  const int64_t* tg = batch.targets.data<int64_t>();
+  const bool rows = c.data_packing != "stream";
+  std::string out = fmt::format(
+      "sequences {} to {} of data.train as training reads them ({} tokens each); text between "
+      "\u27e6 and \u27e7 is read but not scored\n",
+      first, first + count - 1, T + 1);
+  for (int64_t j = 0; j < count; ++j) {
+    // Its T + 1 tokens, and whether each is a target with loss (the first
+    // never is: it only predicts).
+    const auto [part, index] = d.locate(first + j);
+    const data::TokenDataset& source = d.component(part);
+    std::vector<int64_t> row(static_cast<size_t>(T + 1));
+    source.read_sequence(index, row.data());
+    const std::vector<int32_t> tokens(row.begin(), row.end());
+    std::vector<bool> scored{false};
+    int64_t with_loss = 0;
+    for (int64_t t = 0; t < T; ++t) {
+      scored.push_back(tg[j * T + t] != -100);
+      with_loss += scored.back();
+    }
+    // A row's padding: its trailing unscored end-of-document tokens.
+    size_t end = tokens.size();
+    if (rows) {
+      while (end > 1 && !scored[end - 1] && tokens[end - 1] == c.model.eod_token) --end;
+    }
+    out += fmt::format("-- sequence {} ({}, its row {}): {} of {} tokens are targets with loss",
+                       first + j, c.data_train.at(part).path, source.sequence_of(index), with_loss,
+                       T + 1);
+    out += end < tokens.size() ? fmt::format(", {} padding\n", tokens.size() - end) : "\n";
+    for (size_t i = 0; i < end;) {
+      size_t k = i;
+      while (k < end && scored[k] == scored[i]) ++k;
+      const std::string text =
+          tokenizer.decode(std::vector<int32_t>(tokens.begin() + static_cast<std::ptrdiff_t>(i),
+                                                tokens.begin() + static_cast<std::ptrdiff_t>(k)));
+      out += scored[i] ? visible(text) : "\u27e6" + visible(text) + "\u27e7";
+      i = k;
+    }
+    out += "\n";
+  }
+  return out;
+}
+
+}  // namespace triad::train
