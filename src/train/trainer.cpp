@@ -677,7 +677,8 @@ void Trainer::save_checkpoint(int64_t next_step) {
       {"applied_steps", std::to_string(applied_steps_)},
       {"applied_sequences", std::to_string(applied_sequences_)},
       {"consecutive_skips", std::to_string(consecutive_skips_)},
-      {"optimizer_step", std::to_string(opt_step)}};
+      {"optimizer_step", std::to_string(opt_step)},
+      {"data_sequences", std::to_string(dataset_->num_sequences())}};
   if (scaler_) meta["loss_scaler"] = scaler_->state().dump();
   meta["placement"] = placement_to_json(placement());
   if (device_.is_cuda()) {
@@ -884,6 +885,17 @@ int64_t Trainer::restore_counters(const io::CheckpointInfo& info,
   data_origin_ = metadata.count("consumed_sequences")
                      ? metadata_int(info, metadata, "consumed_sequences")
                      : next * G;
+  if (metadata.count("data_sequences") && is_logging_rank()) {
+    // Sequences are counted, not remembered: other data goes on by count.
+    const int64_t then = metadata_int(info, metadata, "data_sequences");
+    if (then != dataset_->num_sequences()) {
+      spdlog::warn(
+          "data.train holds {} sequences, the checkpoint's run read {}: the data changed (its "
+          "files, data.val_split, data.packing or model.seq_len), and training goes on at global "
+          "sequence {} of the data as it is now",
+          dataset_->num_sequences(), then, data_origin_);
+    }
+  }
   if (metadata.count("global_batch_size")) {
     const int64_t written = metadata_int(info, metadata, "global_batch_size");
     if (written != G) {
