@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <map>
+
 #include "triad/core/error.h"
 
 namespace triad::train {
@@ -67,6 +69,11 @@ std::string preview_training_data(const Config& c, const data::BlendedDataset& d
       "sequences {} to {} of data.train as training reads them ({} tokens each); text between "
       "\u27e6 and \u27e7 is read but not scored\n",
       first, first + count - 1, T + 1);
+  // Special tokens by their text (SentencePiece decodes </s> to nothing).
+  std::map<int32_t, std::string> special;
+  for (const std::string& text : tokenizer.special_tokens()) {
+    special[tokenizer.special_token(text)] = text;
+  }
   for (int64_t j = 0; j < count; ++j) {
     // Its T + 1 tokens, and whether each is a target with loss (the first
     // never is: it only predicts).
@@ -90,12 +97,31 @@ std::string preview_training_data(const Config& c, const data::BlendedDataset& d
                        first + j, c.data_train.at(part).path, source.sequence_of(index), with_loss,
                        T + 1);
     out += end < tokens.size() ? fmt::format(", {} padding\n", tokens.size() - end) : "\n";
+    // Tokens [i, k) as text: special tokens by name, the others decoded
+    // after what comes before them (a SentencePiece piece's leading space
+    // survives the cut).
+    const auto at = [&](size_t n) { return tokens.begin() + static_cast<std::ptrdiff_t>(n); };
+    auto decode = [&](size_t i, size_t k) {
+      std::string text;
+      for (size_t a = i; a < k;) {
+        const auto name = special.find(tokens[a]);
+        if (name != special.end()) {
+          text += name->second;
+          ++a;
+          continue;
+        }
+        size_t b = a;
+        while (b < k && !special.count(tokens[b])) ++b;
+        text += data::continuation_text(tokenizer, std::vector<int32_t>(tokens.begin(), at(a)),
+                                        std::vector<int32_t>(at(a), at(b)));
+        a = b;
+      }
+      return text;
+    };
     for (size_t i = 0; i < end;) {
       size_t k = i;
       while (k < end && scored[k] == scored[i]) ++k;
-      const std::string text =
-          tokenizer.decode(std::vector<int32_t>(tokens.begin() + static_cast<std::ptrdiff_t>(i),
-                                                tokens.begin() + static_cast<std::ptrdiff_t>(k)));
+      const std::string text = decode(i, k);
       out += scored[i] ? visible(text) : "\u27e6" + visible(text) + "\u27e7";
       i = k;
     }

@@ -4,9 +4,12 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "support/temp_dir.h"
 #include "triad/data/indexed_dataset.h"
 #include "triad/data/loss_mask.h"
+#include "triad/data/tokenizer.h"
 
 namespace triad::train {
 namespace {
@@ -59,6 +62,42 @@ TEST(TrainingData, ThePreviewMarksWhatIsReadButNotScored) {
   const Config split = parse_config(to_yaml(c), {"data.val_split=0.2"});
   EXPECT_EQ(open_training_data(split)->num_tokens(), 35);
   EXPECT_THROW(preview_training_data(c, *d, -1, 1, *bytes), ValueError);
+}
+
+// A SentencePiece model's control tokens decode to nothing; the preview
+// names them, and a piece's leading space survives the cut between runs.
+TEST(TrainingData, ThePreviewNamesSpecialTokens) {
+  TempDir dir;
+  const auto spm = data::load_tokenizer(std::string(TRIAD_SOURCE_DIR) +
+                                        "/tests/data/fixtures/sentencepiece_bpe.model");
+  const int32_t bos = spm->special_token("<s>"), eos = spm->special_token("</s>");
+  ASSERT_GE(bos, 0);
+  ASSERT_GE(eos, 0);
+  std::vector<int64_t> doc{bos};
+  const std::vector<int32_t> prompt = spm->encode("the cat"), answer = spm->encode("sat down");
+  doc.insert(doc.end(), prompt.begin(), prompt.end());
+  const size_t scored_from = doc.size();
+  doc.insert(doc.end(), answer.begin(), answer.end());
+  doc.push_back(eos);
+  {
+    data::IndexedDatasetWriter tokens(dir.file("d"), data::IndexedDType::U16);
+    data::LossMaskWriter mask(data::loss_mask_path(dir.file("d")));
+    std::vector<uint8_t> keep(doc.size(), 1);
+    std::fill(keep.begin(), keep.begin() + static_cast<std::ptrdiff_t>(scored_from), 0);
+    tokens.add(doc);
+    mask.add(keep);
+    tokens.finish();
+    mask.finish();
+  }
+  const Config c =
+      parse_config("model: {n_layer: 1, n_head: 1, d_model: 8, vocab_size: 1024, seq_len: " +
+                   std::to_string(doc.size() - 1) +
+                   "}\n"
+                   "train: {steps: 1, global_batch_size: 1, micro_batch_size: 1}\n"
+                   "data: {train: " +
+                   dir.file("d") + "}\n");
+  const std::string text = preview_training_data(c, *open_training_data(c), 0, 1, *spm);
+  EXPECT_NE(text.find("\n\u27e6<s>the cat\u27e7 sat down</s>\n"), std::string::npos) << text;
 }
 
 }  // namespace
