@@ -30,6 +30,10 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   app.add_option("--show-from", show_from, "--show-data: the first global sequence (default 0)")
       ->check(CLI::NonNegativeNumber);
+  std::string show_set = "train";
+  app.add_option("--show-set", show_set,
+                 "--show-data: train (default), val (data.val, or data.val_split's held-out "
+                 "data) or val.NAME (a named data.val set)");
   app.add_option("--tokenizer", tokenizer,
                  "--show-data: the data's tokenizer (a Hugging Face tokenizer.json or "
                  "SentencePiece model, or the model directory holding it); default: one token "
@@ -41,9 +45,10 @@ int main(int argc, char** argv) {
   try {
     // The whole configuration is validated before MPI starts.
     triad::train::Config config = triad::train::load_config(config_path, overrides);
-    if (show_data == 0 &&
-        !(tokenizer.empty() && vocab.empty() && merges.empty() && show_from == 0)) {
-      throw triad::ValueError("--show-from, --tokenizer, --vocab and --merges go with --show-data");
+    if (show_data == 0 && !(tokenizer.empty() && vocab.empty() && merges.empty() &&
+                            show_from == 0 && show_set == "train")) {
+      throw triad::ValueError(
+          "--show-from, --show-set, --tokenizer, --vocab and --merges go with --show-data");
     }
     if (show_data > 0) {
       // One process, no model: the data as step 0 onwards reads it.
@@ -54,10 +59,25 @@ int main(int argc, char** argv) {
             "and --merges)");
       }
       const auto tok = triad::data::make_tokenizer(vocab, merges, tokenizer);
-      const auto data = triad::train::open_training_data(config);
-      std::fputs(
-          triad::train::preview_training_data(config, *data, show_from, show_data, *tok).c_str(),
-          stdout);
+      std::string text;
+      if (show_set == "train") {
+        const auto data = triad::train::open_training_data(config);
+        text = triad::train::preview_data(config, *data, "data.train", show_from, show_data, *tok);
+      } else {
+        std::string names = "train";
+        for (const auto& v : triad::train::open_validation_data(config)) {
+          const std::string name = v.key == "data.val_split" ? "val" : v.key.substr(5);
+          if (name == show_set) {
+            text = triad::train::preview_data(config, *v.data, v.key, show_from, show_data, *tok);
+          }
+          names += ", " + name;
+        }
+        if (text.empty()) {
+          throw triad::ValueError("--show-set '" + show_set + "' names no data of this config (" +
+                                  names + ")");
+        }
+      }
+      std::fputs(text.c_str(), stdout);
       return 0;
     }
     world = triad::dist::init_world();

@@ -23,6 +23,7 @@ BlendedDataset::BlendedDataset(const std::vector<Component>& components, int64_t
     datasets_.push_back(
         std::make_unique<TokenDataset>(c.sources, seq_len, vocab_size, packing, check, slice));
     shares_.push_back(c.weight / total);
+    names_.push_back(c.name);
   }
   // The greedy pattern: position i goes to the component furthest behind
   // its share of i + 1 positions (the lowest index on a tie).

@@ -350,7 +350,6 @@ Trainer::Trainer(Config config, dist::ProcessGroupPtr world)
     so.max_scale = std::max(so.max_scale, so.init_scale);
     scaler_ = std::make_unique<optim::DynamicLossScaler>(so);
   }
-  const data::DocumentPacking packing = document_packing(config_);
   // Each rank checks its part of every dataset's tokens and loss-mask
   // bytes (the job reads the data once at start-up, not once per rank); the
   // ranks combine what they found below, before any raises.
@@ -358,46 +357,18 @@ Trainer::Trainer(Config config, dist::ProcessGroupPtr world)
                                            ? data::TokenCheck{world_->rank(), world_->size()}
                                            : data::TokenCheck{};
   dataset_ = open_training_data(config_, token_check);
-  const std::vector<data::BlendedDataset::Component> parts = training_parts(config_);
-  // data.val_split: each part's last share is validation data, not training.
-  const double held_out = config_.data_val_split;
   if (config_.train.epochs > 0) {
     // train.epochs: the steps that pass over the data that many times.
     resolve_epochs(config_, dataset_->num_sequences());
     schedule_ = optim::LrSchedule(config_.train.lr_schedule());
   }
-  std::vector<Config::ValidationSet> val_sets = config_.data_val;
-  if (held_out > 0) {
-    std::string paths;
-    for (const auto& part : config_.data_train) paths += (paths.empty() ? "" : ", ") + part.path;
-    val_sets.push_back({"", "the last " + fmt::format("{:g}", 100 * held_out) + "% of " + paths});
-  }
-  for (const auto& set : val_sets) {
-    // Each set's name in messages: data.val, data.val.<name> or data.val_split.
-    const std::string key = held_out > 0       ? "data.val_split"
-                            : set.name.empty() ? "data.val"
-                                               : "data.val." + set.name;
-    ValidationData v{set.name, set.path, nullptr, 0};
-    try {
-      v.data = held_out > 0
-                   ? std::make_unique<data::BlendedDataset>(
-                         parts, config_.model.seq_len, config_.model.vocab_size, packing,
-                         token_check, data::StreamSlice{1 - held_out, 1})
-                   : std::make_unique<data::BlendedDataset>(
-                         std::vector<data::BlendedDataset::Component>{
-                             {data::expand_data_paths(set.path, key), 1.0, set.path}},
-                         config_.model.seq_len, config_.model.vocab_size, packing, token_check);
-    } catch (const ValueError& e) {
-      throw ConfigError(key + ": " + e.what());
-    } catch (const IoError& e) {
-      if (held_out == 0) throw;
-      throw IoError(key + " (" + fmt::format("{:g}", held_out) + ") holds out " + set.path + ": " +
-                    e.what());
-    }
+  for (ValidationSource& source : open_validation_data(config_, token_check)) {
+    const std::string& key = source.key;
+    ValidationData v{source.name, source.path, std::move(source.data), 0};
     const int64_t G = config_.train.global_batch_size;
     const int64_t held = v.data->num_sequences();
     if (held < G) {
-      throw ConfigError(key + " ('" + set.path + "') holds " + std::to_string(held) +
+      throw ConfigError(key + " ('" + v.path + "') holds " + std::to_string(held) +
                         " sequences of model.seq_len + 1 tokens, fewer than one global batch "
                         "(train.global_batch_size = " +
                         std::to_string(G) + ")");
@@ -406,7 +377,7 @@ Trainer::Trainer(Config config, dist::ProcessGroupPtr world)
     if (v.batches * G > held) {
       throw ConfigError("eval.batches (" + std::to_string(v.batches) + ") global batches of " +
                         std::to_string(G) + " sequences need " + std::to_string(v.batches * G) +
-                        " validation sequences, but " + key + " ('" + set.path + "') holds " +
+                        " validation sequences, but " + key + " ('" + v.path + "') holds " +
                         std::to_string(held));
     }
     val_.push_back(std::move(v));
@@ -1741,7 +1712,7 @@ std::vector<StepMetrics> Trainer::run() {
     for (size_t c = 0; c < v.data->num_components(); ++c) {
       say_set(v.data->component(c),
               config_.data_val_split > 0
-                  ? fmt::format("data.val_split {} (its last {:g}%)", config_.data_train[c].path,
+                  ? fmt::format("data.val_split {} (its last {:g}%)", v.data->name(c),
                                 100 * config_.data_val_split)
                   : (v.name.empty() ? "data.val " : "data.val." + v.name + " ") + v.path);
     }

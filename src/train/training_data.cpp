@@ -54,10 +54,45 @@ std::string visible(const std::string& text) {
 
 }  // namespace
 
-std::string preview_training_data(const Config& c, const data::BlendedDataset& d, int64_t first,
-                                  int64_t count, const data::Tokenizer& tokenizer) {
+std::vector<ValidationSource> open_validation_data(const Config& c, data::TokenCheck check) {
+  std::vector<ValidationSource> out;
+  const double held_out = c.data_val_split;
+  if (held_out > 0) {
+    std::string paths;
+    for (const auto& part : c.data_train) paths += (paths.empty() ? "" : ", ") + part.path;
+    ValidationSource v{"", fmt::format("the last {:g}% of {}", 100 * held_out, paths),
+                       "data.val_split", nullptr};
+    try {
+      v.data = std::make_unique<data::BlendedDataset>(training_parts(c), c.model.seq_len,
+                                                      c.model.vocab_size, document_packing(c),
+                                                      check, data::StreamSlice{1 - held_out, 1});
+    } catch (const ValueError& e) {
+      throw ConfigError(v.key + ": " + e.what());
+    } catch (const IoError& e) {
+      throw IoError(fmt::format("{} ({:g}) holds out {}: {}", v.key, held_out, v.path, e.what()));
+    }
+    out.push_back(std::move(v));
+  }
+  for (const auto& set : c.data_val) {
+    ValidationSource v{set.name, set.path, set.name.empty() ? "data.val" : "data.val." + set.name,
+                       nullptr};
+    try {
+      v.data = std::make_unique<data::BlendedDataset>(
+          std::vector<data::BlendedDataset::Component>{
+              {data::expand_data_paths(set.path, v.key), 1.0, set.path}},
+          c.model.seq_len, c.model.vocab_size, document_packing(c), check);
+    } catch (const ValueError& e) {
+      throw ConfigError(v.key + ": " + e.what());
+    }
+    out.push_back(std::move(v));
+  }
+  return out;
+}
+
+std::string preview_data(const Config& c, const data::BlendedDataset& d, const std::string& what,
+                         int64_t first, int64_t count, const data::Tokenizer& tokenizer) {
   if (first < 0 || count < 1) {
-    throw ValueError("preview_training_data: sequences [" + std::to_string(first) + ", +" +
+    throw ValueError("preview_data: sequences [" + std::to_string(first) + ", +" +
                      std::to_string(count) + ") are not a range of global sequences");
   }
   data::Batch batch = d.sequences(first, count);
@@ -66,9 +101,9 @@ std::string preview_training_data(const Config& c, const data::BlendedDataset& d
   const int64_t* tg = batch.targets.data<int64_t>();
   const bool rows = c.data_packing != "stream";
   std::string out = fmt::format(
-      "sequences {} to {} of data.train as training reads them ({} tokens each); text between "
-      "\u27e6 and \u27e7 is read but not scored\n",
-      first, first + count - 1, T + 1);
+      "sequences {} to {} of {} as {} reads them ({} tokens each); text between \u27e6 and "
+      "\u27e7 is read but not scored\n",
+      first, first + count - 1, what, what == "data.train" ? "training" : "evaluation", T + 1);
   // Special tokens by their text (SentencePiece decodes </s> to nothing).
   std::map<int32_t, std::string> special;
   for (const std::string& text : tokenizer.special_tokens()) {
@@ -94,8 +129,7 @@ std::string preview_training_data(const Config& c, const data::BlendedDataset& d
       while (end > 1 && !scored[end - 1] && tokens[end - 1] == c.model.eod_token) --end;
     }
     out += fmt::format("-- sequence {} ({}, its row {}): {} of {} tokens are targets with loss",
-                       first + j, c.data_train.at(part).path, source.sequence_of(index), with_loss,
-                       T + 1);
+                       first + j, d.name(part), source.sequence_of(index), with_loss, T + 1);
     out += end < tokens.size() ? fmt::format(", {} padding\n", tokens.size() - end) : "\n";
     // Tokens [i, k) as text: special tokens by name, the others decoded
     // after what comes before them (a SentencePiece piece's leading space

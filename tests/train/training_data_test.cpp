@@ -47,7 +47,7 @@ TEST(TrainingData, ThePreviewMarksWhatIsReadButNotScored) {
   const auto d = open_training_data(c);
   EXPECT_EQ(d->num_sequences(), 3);
   const auto bytes = data::make_tokenizer("", "", "");
-  EXPECT_EQ(preview_training_data(c, *d, 1, 2, *bytes),
+  EXPECT_EQ(preview_data(c, *d, "data.train", 1, 2, *bytes),
             "sequences 1 to 2 of data.train as training reads them (16 tokens each); text "
             "between \u27e6 and \u27e7 is read but not scored\n"
             "-- sequence 1 (" +
@@ -61,7 +61,7 @@ TEST(TrainingData, ThePreviewMarksWhatIsReadButNotScored) {
   // data.val_split leaves the last document out of training.
   const Config split = parse_config(to_yaml(c), {"data.val_split=0.2"});
   EXPECT_EQ(open_training_data(split)->num_tokens(), 35);
-  EXPECT_THROW(preview_training_data(c, *d, -1, 1, *bytes), ValueError);
+  EXPECT_THROW(preview_data(c, *d, "data.train", -1, 1, *bytes), ValueError);
 }
 
 // A SentencePiece model's control tokens decode to nothing; the preview
@@ -96,7 +96,7 @@ TEST(TrainingData, ThePreviewNamesSpecialTokens) {
                    "train: {steps: 1, global_batch_size: 1, micro_batch_size: 1}\n"
                    "data: {train: " +
                    dir.file("d") + "}\n");
-  const std::string text = preview_training_data(c, *open_training_data(c), 0, 1, *spm);
+  const std::string text = preview_data(c, *open_training_data(c), "data.train", 0, 1, *spm);
   EXPECT_NE(text.find("\n\u27e6<s>the cat\u27e7 sat down</s>\n"), std::string::npos) << text;
 }
 

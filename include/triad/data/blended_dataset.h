@@ -37,6 +37,8 @@ class BlendedDataset {
   size_t num_components() const { return datasets_.size(); }
   const TokenDataset& component(size_t c) const { return *datasets_.at(c); }
   TokenDataset& component(size_t c) { return *datasets_.at(c); }
+  // Component c's name (Component::name).
+  const std::string& name(size_t c) const { return names_.at(c); }
   // Share of component c (its weight over the total).
   double share(size_t c) const { return shares_.at(c); }
   int64_t num_tokens() const;
@@ -55,6 +57,7 @@ class BlendedDataset {
  private:
   std::vector<std::unique_ptr<TokenDataset>> datasets_;
   std::vector<double> shares_;
+  std::vector<std::string> names_;
   std::vector<uint32_t> pattern_;    // component of each position in a period
   std::vector<int64_t> rank_;        // its index among that component's positions
   std::vector<int64_t> per_period_;  // sequences of each component per period

@@ -26,15 +26,26 @@ data::DocumentPacking document_packing(const Config& c);
 std::unique_ptr<data::BlendedDataset> open_training_data(const Config& c,
                                                          data::TokenCheck check = {});
 
-// Global sequences [first, first + count) of `d` as the trainer reads them
-// (data.eod_mask_loss applied), as text: for each, a line naming it (its
-// part and its sequence there, its tokens and how many are targets with
-// loss), then its tokens decoded, each run of tokens that are read but not
+// A validation set as the trainer evaluates it: a data.val set (one part),
+// or data.val_split's held-out tails of the data.train parts mixed with
+// their weights. `key` names it in messages: data.val, data.val.<name> or
+// data.val_split. Errors name the key.
+struct ValidationSource {
+  std::string name, path, key;
+  std::unique_ptr<data::BlendedDataset> data;
+};
+std::vector<ValidationSource> open_validation_data(const Config& c, data::TokenCheck check = {});
+
+// Global sequences [first, first + count) of `d` (`what`: data.train, or a
+// validation set's key) as the trainer reads them (data.eod_mask_loss
+// applied), as text: for each, a line naming it (its part and its row
+// there, its tokens and how many are targets with loss), then its tokens
+// decoded, each run of tokens that are read but not
 // scored (the first token, masked prompts, tokens after an end of document
 // under data.eod_mask_loss) between ⟦ and ⟧, control bytes other than
 // newline and tab as \xNN, and a row's trailing padding (data.packing:
 // documents or best_fit) counted instead of written.
-std::string preview_training_data(const Config& c, const data::BlendedDataset& d, int64_t first,
-                                  int64_t count, const data::Tokenizer& tokenizer);
+std::string preview_data(const Config& c, const data::BlendedDataset& d, const std::string& what,
+                         int64_t first, int64_t count, const data::Tokenizer& tokenizer);
 
 }  // namespace triad::train
