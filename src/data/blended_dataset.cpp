@@ -20,8 +20,14 @@ BlendedDataset::BlendedDataset(const std::vector<Component>& components, int64_t
     total += c.weight;
   }
   for (const auto& c : components) {
-    datasets_.push_back(
-        std::make_unique<TokenDataset>(c.sources, seq_len, vocab_size, packing, check, slice));
+    try {
+      datasets_.push_back(
+          std::make_unique<TokenDataset>(c.sources, seq_len, vocab_size, packing, check, slice));
+    } catch (const IoError& e) {
+      // Of several parts, the one that failed.
+      if (components.size() == 1) throw;
+      throw IoError("part '" + c.name + "': " + e.what());
+    }
     shares_.push_back(c.weight / total);
     names_.push_back(c.name);
   }

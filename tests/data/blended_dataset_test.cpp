@@ -92,6 +92,17 @@ TEST(BlendedDataset, WeightsThatCannotBeDrawnAreNamed) {
   expect_error(-1.0, "the weight of 'b' (-1.000000) must be positive");
   expect_error(1e-5, "the weight of 'b' (0.000010, a share of 0.000010) is too small");
   EXPECT_THROW(BlendedDataset({}, 4, 1000), ValueError);
+  // A part whose data fails is named (one part alone keeps the message as
+  // the dataset gives it).
+  write_token_shard(dir.file("short.bin"), {1, 2, 3});
+  try {
+    BlendedDataset blend({{{a}, 1.0, "a"}, {{dir.file("short.bin")}, 1.0, "short"}}, 4, 1000);
+    FAIL() << "a part of 3 tokens holds no sequence of 5";
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find("part 'short': token data has 3 tokens"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace
