@@ -16,8 +16,9 @@
 //     previtem, nextitem, depth, depth0, cycle(...)), set (of a name,
 //     several names, a namespace's attribute, or a block), macro with
 //     defaults (and `varargs` and `kwargs` for the arguments beyond its
-//     parameters, when its body names them), call blocks (with parameters: the macro's
-//     caller(...)), filter blocks, break, continue, generation;
+//     parameters, when its body names them), call blocks (with
+//     parameters: the macro's caller(...)), filter blocks, break,
+//     continue, generation;
 //   - literals (strings, numbers, lists, tuples, dicts, true / false /
 //     none in either case), attribute and item access, slices, calls,
 //     and arithmetic, comparison (chained), `in`, `~`, Python's `%`
