@@ -66,7 +66,8 @@ int main(int argc, char** argv) {
       } else {
         std::string names = "train";
         for (const auto& v : triad::train::open_validation_data(config)) {
-          const std::string name = v.key == "data.val_split" ? "val" : v.key.substr(5);
+          // val: the set without a name (data.val's, or data.val_split's).
+          const std::string name = v.name.empty() ? "val" : "val." + v.name;
           if (name == show_set) {
             text = triad::train::preview_data(config, *v.data, v.key, show_from, show_data, *tok);
           }
