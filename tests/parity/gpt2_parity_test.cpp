@@ -19,6 +19,7 @@
 #include "triad/io/gpt2_weights.h"
 #include "triad/io/hf_config.h"
 #include "triad/io/safetensors.h"
+#include "triad/nn/evaluate.h"
 #include "triad/nn/generate.h"
 #include "triad/ops.h"
 #include "triad/train/trainer.h"
@@ -421,6 +422,47 @@ TEST_F(Gpt2Parity, WindowOnSomeLayersLogitsGradientsAndGreedyTokens) {
   expect_step_zero_matches(model, ref_, "mixed_window.");
   expect_greedy_tokens(cfg, "mixed_window_generator.safetensors", "mixed_window.greedy_tokens",
                        ref_);
+}
+
+// The evaluator's scores (nn/evaluate.h) of `model` on the reference's
+// requests under `prefix`: each continuation's summed -log p after its
+// context, contexts too long for the window cut from the left, the requests
+// batched three rows at a time (padded to the longest).
+void expect_scores_match(const nn::Gpt& model, const std::string& prefix,
+                         const std::map<std::string, Tensor>& ref) {
+  const std::vector<double> tokens = to_double_vector(ref.at(prefix + "scored_tokens"));
+  const std::vector<double> lengths = to_double_vector(ref.at(prefix + "scored_lengths"));
+  const std::vector<double> want = to_double_vector(ref.at(prefix + "scored_nll"));
+  std::vector<nn::ContinuationRequest> requests;
+  size_t at = 0;
+  for (size_t r = 0; r < want.size(); ++r) {
+    auto take = [&](double count) {
+      std::vector<int64_t> ids;
+      for (int64_t i = 0; i < int64_t(count); ++i) ids.push_back(int64_t(tokens[at++]));
+      return ids;
+    };
+    std::vector<int64_t> context = take(lengths[2 * r]);
+    requests.push_back({context, take(lengths[2 * r + 1])});
+  }
+  ASSERT_EQ(at, tokens.size());
+  const auto got = nn::score_continuations(model, requests, 3);
+  for (size_t r = 0; r < want.size(); ++r) {
+    EXPECT_NEAR(got[r].nll, want[r], 1e-4 * want[r]) << prefix << "request " << r;
+    EXPECT_EQ(got[r].tokens, int64_t(lengths[2 * r + 1]));
+  }
+}
+
+// The evaluator's log-likelihoods against PyTorch's log_softmax: GPT-2's
+// learned positions and Mistral's window over rows longer than it.
+TEST_F(Gpt2Parity, ContinuationScoresArePyTorchsLogLikelihoods) {
+  nn::Gpt gen(model_cfg_, 1);
+  io::load_gpt2_safetensors(gen, ref_dir() + "/generator.safetensors");
+  expect_scores_match(gen, "", ref_);
+  nn::GptConfig cfg = llama_style();
+  cfg.sliding_window = cfg_["mistral_window"];
+  nn::Gpt mistral(cfg, 1);
+  io::load_gpt2_safetensors(mistral, ref_dir() + "/mistral_generator.safetensors");
+  expect_scores_match(mistral, "mistral.", ref_);
 }
 
 TEST_F(Gpt2Parity, GreedyGenerationPicksPyTorchsTokens) {

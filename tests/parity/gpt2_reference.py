@@ -16,7 +16,9 @@ combination (rotary embeddings, SwiGLU, RMSNorm written out by hand, no
 biases in the linear layers, an output head of its own, lm_head, not tied to
 the token embedding): step-0 logits, loss and gradients. Then the other
 variants main() names: RoPE scaling (LLaMA 3.1's, YaRN, linear), Mistral's
-window, Qwen2's, Qwen3's, Gemma's and Gemma 3's blocks.
+window, Qwen2's, Qwen3's, Gemma's and Gemma 3's blocks. And the evaluator's
+scores of continuations after contexts (the log-likelihoods of
+multiple-choice benchmarks) by the generator and Mistral's.
 
 usage: gpt2_reference.py OUT_DIR
 """
@@ -357,6 +359,31 @@ def greedy_continuation(model, embedding_growth=8.0):
     return greedy
 
 
+# (context, continuation) lengths of the scored requests: the last two do
+# not fit the window (seq_len + 1 = 17 tokens) and lose context tokens.
+SCORED_REQUESTS = [(1, 1), (4, 6), (9, 3), (1, 16), (20, 5), (30, 12)]
+
+
+def continuation_scores(model, prefix, ref):
+    """Each request's -sum log p of its continuation after its context, the
+    model reading the last seq_len + 1 tokens less the final one (Triad's
+    evaluator's rule), for random requests SCORED_REQUESTS shapes; under
+    prefix: the tokens, each request's lengths, and the scores."""
+    g = torch.Generator().manual_seed(11)
+    T, V = CFG["seq_len"], CFG["vocab_size"]
+    tokens, nll = [], []
+    with torch.no_grad():
+        for c, n in SCORED_REQUESTS:
+            seq = torch.randint(0, V, (c + n,), generator=g)
+            tokens.append(seq)
+            full = seq[-(T + 1):]
+            logp = F.log_softmax(model(full[None, :-1])[0].double(), dim=-1)
+            nll.append(-logp[-n:].gather(1, full[-n:, None]).sum().item())
+    ref[prefix + "scored_tokens"] = torch.cat(tokens).float()
+    ref[prefix + "scored_lengths"] = torch.tensor(SCORED_REQUESTS, dtype=torch.float32)
+    ref[prefix + "scored_nll"] = torch.tensor(nll, dtype=torch.float64)
+
+
 def record_step_zero(model, x, y, prefix, ref):
     """The logits, loss and every gradient of one micro-batch, under prefix."""
     logits = model(x)
@@ -455,6 +482,7 @@ def main():
     record_step_zero(mistral, x, y, "mistral.", ref)
     ref["mistral.greedy_tokens"] = torch.tensor(greedy_continuation(mistral), dtype=torch.float32)
     save_model(mistral, os.path.join(out, "mistral_generator.safetensors"))
+    continuation_scores(mistral, "mistral.", ref)
     # The same window on layer 1 only (layer 0 sees every earlier key): local
     # and global attention interleaved, step 0 and a greedy continuation.
     mixed = Gpt(CFG, ROPE_THETA, SWIGLU_FFN, rms_norm=True, bias=False, tie=False,
@@ -529,6 +557,7 @@ def main():
 
     ref["greedy_prompt"] = torch.tensor(GREEDY_PROMPT, dtype=torch.float32)
     ref["greedy_tokens"] = torch.tensor(greedy, dtype=torch.float32)
+    continuation_scores(gen, "", ref)
     ref["losses"] = torch.tensor(losses, dtype=torch.float64)
     ref["grad_norms"] = torch.tensor(norms, dtype=torch.float64)
     save_safetensors(os.path.join(out, "reference.safetensors"), ref)

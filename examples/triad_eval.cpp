@@ -1,0 +1,275 @@
+// triad-eval: scores a trained model on multiple-choice questions and on
+// the perplexity of text.
+//   triad-eval --run out/gpt2 --vocab vocab.json --merges merges.txt
+//       --choices hellaswag_val.jsonl          (accuracy: acc, acc_norm, acc_per_token)
+//   triad-eval --checkpoint out/ckpt --tokenizer /models/Llama-3.2-1B --bos-token
+//   "<|begin_of_text|>"
+//       --text wiki.test.txt --stride 512      (loss, perplexity, bits per byte)
+// The model is given as to triad-generate (--run, --config with --weights,
+// or --checkpoint); tokens are bytes unless --vocab/--merges or --tokenizer
+// name a tokenizer. docs/evaluation.md says how each number is defined.
+#include <spdlog/spdlog.h>
+
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "triad/core/error.h"
+#include "triad/data/multiple_choice.h"
+#include "triad/data/tokenizer.h"
+#include "triad/nn/evaluate.h"
+#include "triad/train/config.h"
+
+#include "cli_checks.h"
+#include "model_source.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::vector<int64_t> widen(const std::vector<int32_t>& ids) {
+  return std::vector<int64_t>(ids.begin(), ids.end());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Evaluate a GPT trained by Triad: multiple-choice accuracy and text perplexity"};
+  triad::examples::ModelSource source;
+  source.add_options(app);
+  std::vector<std::string> choice_files, text_files;
+  app.add_option("--choices", choice_files,
+                 "multiple-choice questions, JSON lines (HellaSwag's: ctx, endings, label; or "
+                 "context, choices, answer); repeatable");
+  app.add_option("--text", text_files, "a text file whose perplexity to measure; repeatable");
+  std::string separator = " ";
+  app.add_option("--separator", separator,
+                 "what goes between a context and each choice (lm-evaluation-harness's "
+                 "target_delimiter)")
+      ->capture_default_str();
+  int64_t limit = 0;
+  app.add_option("--limit", limit, "only the first N questions of each --choices file (0: all)")
+      ->capture_default_str();
+  int64_t stride = 0;
+  app.add_option("--stride", stride,
+                 "--text: tokens scored per window, each after the text before it (default: "
+                 "seq_len, windows that do not overlap)");
+  int64_t batch = 8;
+  app.add_option("--batch", batch, "rows the model reads at once")
+      ->check(triad::examples::at_least_one())
+      ->capture_default_str();
+  std::string device, dtype = "f32";
+  app.add_option("--device", device, "cpu, cuda or cuda:N (default: the config's)");
+  app.add_option("--dtype", dtype, "the model's parameters: f32, bf16 or f16")
+      ->check(CLI::IsMember({"f32", "bf16", "f16"}))
+      ->capture_default_str();
+  std::string vocab, merges, hf_tokenizer, bos_token;
+  app.add_option("--vocab", vocab, "GPT-2 vocab.json (with --merges: BPE; otherwise bytes)");
+  app.add_option("--merges", merges, "GPT-2 merges.txt");
+  app.add_option("--tokenizer", hf_tokenizer,
+                 "a Hugging Face tokenizer.json, a SentencePiece tokenizer.model, or the model "
+                 "directory holding one");
+  app.add_option("--bos-token", bos_token,
+                 "a special token put before every context and text, by its text (LLaMA's "
+                 "<|begin_of_text|>, GPT-2's <|endoftext|>): a text's first token is then "
+                 "scored too");
+  std::string predictions;
+  app.add_option("--predictions", predictions,
+                 "write each question's scores and picks here, one JSON line each");
+  bool json = false;
+  app.add_flag("--json", json, "print the results as one JSON object instead of lines of text");
+  CLI11_PARSE(app, argc, argv);
+  try {
+    if (choice_files.empty() && text_files.empty()) {
+      throw triad::ValueError("give --choices FILE or --text FILE (or several)");
+    }
+    if (limit < 0) throw triad::ValueError("--limit " + std::to_string(limit) + " must be >= 0");
+    const triad::train::Config config = source.resolve();
+    triad::nn::GptConfig model_cfg = config.model;
+    model_cfg.dropout = 0;
+    if (stride == 0) stride = model_cfg.seq_len;
+    if (stride < 1 || stride > model_cfg.seq_len) {
+      throw triad::ValueError("--stride " + std::to_string(stride) + " must be in [1, seq_len " +
+                              std::to_string(model_cfg.seq_len) + "]");
+    }
+    const std::unique_ptr<triad::data::Tokenizer> tok =
+        triad::data::make_tokenizer(vocab, merges, hf_tokenizer);
+    if (tok->vocab_size() > model_cfg.vocab_size) {
+      throw triad::ValueError("the tokenizer has " + std::to_string(tok->vocab_size()) +
+                              " tokens but the model's vocab_size is " +
+                              std::to_string(model_cfg.vocab_size));
+    }
+    std::vector<int64_t> bos;
+    if (!bos_token.empty()) {
+      bos.push_back(triad::data::require_special_token(*tok, bos_token, "--bos-token"));
+    }
+    // Every file is read before the model is built: a bad line costs no
+    // loading time.
+    std::vector<std::vector<triad::data::ChoiceQuestion>> question_sets;
+    for (const auto& f : choice_files) {
+      question_sets.push_back(triad::data::read_choice_questions(f, limit));
+    }
+    std::vector<std::string> texts;
+    for (const auto& f : text_files) {
+      std::ifstream in(f, std::ios::binary);
+      if (!in) throw triad::IoError("--text: cannot open '" + f + "'");
+      std::ostringstream s;
+      s << in.rdbuf();
+      texts.push_back(s.str());
+    }
+    std::unique_ptr<std::ofstream> predictions_out;
+    if (!predictions.empty()) {
+      predictions_out = std::make_unique<std::ofstream>(predictions);
+      if (!*predictions_out) {
+        throw triad::IoError("--predictions: cannot write '" + predictions + "'");
+      }
+    }
+    triad::nn::Gpt model(model_cfg, config.train.seed);
+    source.read(model_cfg, [&](triad::nn::StateDict&& part) {
+      model.load_state_dict(part, /*strict=*/false);
+    });
+    model.to(triad::device_from_string(device.empty() ? config.device : device));
+    if (dtype != "f32") model.to(triad::dtype_from_name(dtype));
+
+    nlohmann::ordered_json report = nlohmann::ordered_json::object();
+    for (size_t s = 0; s < question_sets.size(); ++s) {
+      const auto& questions = question_sets[s];
+      const std::string& name = choice_files[s];
+      int64_t right_total = 0, right_char = 0, right_token = 0;
+      auto last_report = Clock::now();
+      // Questions a chunk at a time: their choices batched together.
+      constexpr size_t kChunk = 64;
+      for (size_t first = 0; first < questions.size(); first += kChunk) {
+        const size_t last = std::min(questions.size(), first + kChunk);
+        std::vector<triad::nn::ContinuationRequest> requests;
+        for (size_t q = first; q < last; ++q) {
+          for (const auto& choice : questions[q].choices) {
+            auto [context, continuation] = triad::data::encode_context_and_continuation(
+                *tok, questions[q].context, separator + choice);
+            std::vector<int64_t> c = bos;
+            c.insert(c.end(), context.begin(), context.end());
+            requests.push_back({std::move(c), widen(continuation)});
+          }
+        }
+        std::vector<triad::nn::ContinuationScore> scores;
+        try {
+          scores = triad::nn::score_continuations(model, requests, batch);
+        } catch (const triad::ValueError& e) {
+          throw triad::ValueError(name + " (questions " + std::to_string(first + 1) + " to " +
+                                  std::to_string(last) + "): " + e.what());
+        }
+        size_t at = 0;
+        for (size_t q = first; q < last; ++q) {
+          const auto& question = questions[q];
+          const std::vector<triad::nn::ContinuationScore> mine(
+              scores.begin() + static_cast<std::ptrdiff_t>(at),
+              scores.begin() + static_cast<std::ptrdiff_t>(at + question.choices.size()));
+          at += question.choices.size();
+          std::vector<int64_t> chars;
+          for (const auto& c : question.choices) chars.push_back(triad::data::utf8_characters(c));
+          const triad::nn::ChoicePicks p = triad::nn::pick_choice(mine, chars);
+          right_total += p.total == question.answer;
+          right_char += p.per_char == question.answer;
+          right_token += p.per_token == question.answer;
+          if (predictions_out) {
+            nlohmann::ordered_json row{{"file", name}, {"index", q}, {"answer", question.answer}};
+            nlohmann::ordered_json nll = nlohmann::ordered_json::array(),
+                                   tokens = nlohmann::ordered_json::array();
+            for (const auto& m : mine) {
+              nll.push_back(m.nll);
+              tokens.push_back(m.tokens);
+            }
+            row["nll"] = nll;
+            row["tokens"] = tokens;
+            row["chars"] = chars;
+            row["pick"] = p.total;
+            row["pick_norm"] = p.per_char;
+            row["pick_per_token"] = p.per_token;
+            *predictions_out << row.dump() << "\n";
+          }
+        }
+        if (std::chrono::duration<double>(Clock::now() - last_report).count() > 10 &&
+            last < questions.size()) {
+          spdlog::info("{}: {}/{} questions, acc_norm so far {:.4f}", name, last, questions.size(),
+                       static_cast<double>(right_char) / last);
+          last_report = Clock::now();
+        }
+      }
+      const auto n = static_cast<double>(questions.size());
+      report["choices"][name] = {{"questions", questions.size()},
+                                 {"acc", right_total / n},
+                                 {"acc_norm", right_char / n},
+                                 {"acc_per_token", right_token / n}};
+      if (!json) {
+        std::printf("%s: %zu questions | acc %.4f | acc_norm %.4f | acc_per_token %.4f\n",
+                    name.c_str(), questions.size(), right_total / n, right_char / n,
+                    right_token / n);
+        std::fflush(stdout);
+      }
+    }
+    double all_nll = 0;
+    int64_t all_tokens = 0, all_bytes = 0;
+    bool every_byte = true;
+    for (size_t t = 0; t < texts.size(); ++t) {
+      const std::string& name = text_files[t];
+      std::vector<int64_t> tokens = bos;
+      for (const int32_t id : tok->encode(texts[t])) tokens.push_back(id);
+      const auto requests = triad::nn::rolling_requests(tokens, model_cfg.seq_len, stride);
+      if (requests.empty()) {
+        throw triad::ValueError("--text '" + name + "' has " + std::to_string(tokens.size()) +
+                                " token(s): too few to score" +
+                                (bos.empty() ? " (give --bos-token to score the first)" : ""));
+      }
+      double nll = 0;
+      int64_t scored = 0;
+      for (const auto& s : triad::nn::score_continuations(model, requests, batch)) {
+        nll += s.nll;
+        scored += s.tokens;
+      }
+      const double loss = nll / static_cast<double>(scored);
+      nlohmann::ordered_json r{{"tokens", scored}, {"loss", loss}, {"perplexity", std::exp(loss)}};
+      // Bits per byte when every token is scored (a beginning token given):
+      // the whole text's bytes are then what the scores pay for.
+      const bool whole = !bos.empty();
+      every_byte = every_byte && whole;
+      if (whole) r["bits_per_byte"] = nll / std::log(2.0) / static_cast<double>(texts[t].size());
+      all_nll += nll;
+      all_tokens += scored;
+      all_bytes += static_cast<int64_t>(texts[t].size());
+      report["text"][name] = r;
+      if (!json) {
+        std::printf("%s: %lld tokens scored | loss %.4f | perplexity %.3f", name.c_str(),
+                    static_cast<long long>(scored), loss, std::exp(loss));
+        if (whole) std::printf(" | bits per byte %.4f", r["bits_per_byte"].get<double>());
+        std::printf("\n");
+        std::fflush(stdout);
+      }
+    }
+    if (texts.size() > 1) {
+      const double loss = all_nll / static_cast<double>(all_tokens);
+      nlohmann::ordered_json r{
+          {"tokens", all_tokens}, {"loss", loss}, {"perplexity", std::exp(loss)}};
+      if (every_byte) r["bits_per_byte"] = all_nll / std::log(2.0) / static_cast<double>(all_bytes);
+      report["text_all"] = r;
+      if (!json) {
+        std::printf("all text: %lld tokens scored | loss %.4f | perplexity %.3f",
+                    static_cast<long long>(all_tokens), loss, std::exp(loss));
+        if (every_byte) std::printf(" | bits per byte %.4f", r["bits_per_byte"].get<double>());
+        std::printf("\n");
+      }
+    }
+    if (json) std::printf("%s\n", report.dump().c_str());
+  } catch (const triad::Error& e) {
+    spdlog::error("{}", e.what());
+    return 2;
+  } catch (const std::exception& e) {  // the system's (memory, files), not Triad's
+    spdlog::error("unexpected error: {}", e.what());
+    return 2;
+  }
+  return 0;
+}

@@ -1,0 +1,46 @@
+#pragma once
+
+// Multiple-choice questions for evaluating a language model (HellaSwag's
+// and the like): a context, the texts that may follow it, and the one that
+// does. The model answers by which choice it finds most likely after the
+// context (nn/evaluate.h).
+
+#include <cstdint>
+#include <istream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "triad/data/tokenizer.h"
+
+namespace triad::data {
+
+struct ChoiceQuestion {
+  std::string context;
+  std::vector<std::string> choices;  // at least two
+  int64_t answer = 0;                // the right choice's index
+};
+
+// Questions from JSON lines, one object per non-blank line: the context
+// under "ctx" (HellaSwag's) or "context", the choices under "endings"
+// (HellaSwag's) or "choices" (a list of strings), the right one's index
+// under "label" (HellaSwag's) or "answer" (a number, or a string of
+// digits as Hugging Face's copy of HellaSwag writes it). Other fields are
+// ignored. The first `limit` questions (0: all). Errors name `where`, the
+// line and what it lacks (HellaSwag's test split, unlabelled, says so).
+std::vector<ChoiceQuestion> read_choice_questions(std::istream& in, const std::string& where,
+                                                  int64_t limit = 0);
+std::vector<ChoiceQuestion> read_choice_questions(const std::string& path, int64_t limit = 0);
+
+// A context's and a continuation's tokens, each encoded alone, the
+// context's trailing whitespace moved to the front of the continuation
+// first (lm-evaluation-harness's rule: "Answer: " + "Paris" is scored as
+// "Answer:" + " Paris", the split a BPE tokenizer makes of the whole).
+std::pair<std::vector<int32_t>, std::vector<int32_t>> encode_context_and_continuation(
+    const Tokenizer& tok, const std::string& context, const std::string& continuation);
+
+// Unicode characters (code points) in UTF-8 text, as Python's len counts
+// them: the bytes that do not continue a character.
+int64_t utf8_characters(const std::string& text);
+
+}  // namespace triad::data

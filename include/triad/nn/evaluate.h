@@ -1,0 +1,65 @@
+#pragma once
+
+// Scoring text with a trained model: how likely a continuation is after a
+// context (the log-likelihood requests of multiple-choice benchmarks such
+// as HellaSwag), and the perplexity of long text read in windows.
+
+#include <cstdint>
+#include <vector>
+
+#include "triad/nn/gpt.h"
+
+namespace triad::nn {
+
+// A continuation to score after its context (token ids, both non-empty).
+struct ContinuationRequest {
+  std::vector<int64_t> context;
+  std::vector<int64_t> continuation;
+};
+
+// The continuation's negative log-likelihood, -sum log p(token | all
+// before it), over its `tokens` tokens (natural log).
+struct ContinuationScore {
+  double nll = 0;
+  int64_t tokens = 0;
+};
+
+// Each request's score under `model` (no dropout, no autograd graph), the
+// text read as one document whatever the model's document resets (as
+// generate reads it). Context and continuation that do not fit in the
+// model's window lose the context's first tokens: the model reads the last
+// seq_len + 1 of them less the final one. Requests run `batch_rows` at a
+// time, each batch padded to its longest request (the pad follows a row's
+// tokens, so a causal model's scores do not depend on it or on the batch).
+// Errors name the request: an empty context or continuation, a
+// continuation longer than seq_len, a token outside the vocabulary.
+std::vector<ContinuationScore> score_continuations(const Gpt& model,
+                                                   const std::vector<ContinuationRequest>& requests,
+                                                   int64_t batch_rows = 8);
+
+// Long text as continuation requests for its perplexity: every token but
+// the first is scored exactly once, in runs of `stride` tokens (1 <= stride
+// <= seq_len), each run after as much of the text before it as the window
+// holds (seq_len + 1 tokens in all). stride == seq_len reads the text in
+// windows that do not overlap (as training's validation loss does);
+// smaller strides give each scored token more context for more compute
+// (Hugging Face's sliding-window perplexity). Give the text a beginning
+// token (a BOS or GPT-2's <|endoftext|>) to have its first real token
+// scored too.
+std::vector<ContinuationRequest> rolling_requests(const std::vector<int64_t>& tokens,
+                                                  int64_t seq_len, int64_t stride);
+
+// The choice a multiple-choice question's model picks from its choices'
+// scores (ties to the first): the least total negative log-likelihood
+// (lm-evaluation-harness's acc); the least per character of the choice's
+// text, `chars[i]` (its acc_norm); the least per token (llm.c's HellaSwag
+// acc_norm).
+struct ChoicePicks {
+  int64_t total = 0;
+  int64_t per_char = 0;
+  int64_t per_token = 0;
+};
+ChoicePicks pick_choice(const std::vector<ContinuationScore>& scores,
+                        const std::vector<int64_t>& chars);
+
+}  // namespace triad::nn

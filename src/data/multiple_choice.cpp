@@ -1,0 +1,107 @@
+#include "triad/data/multiple_choice.h"
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "triad/core/error.h"
+
+namespace triad::data {
+namespace {
+
+// The value under the first of `keys` the object has, or null.
+const nlohmann::json* field(const nlohmann::json& j, std::initializer_list<const char*> keys) {
+  for (const char* k : keys) {
+    if (auto it = j.find(k); it != j.end()) return &*it;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+std::vector<ChoiceQuestion> read_choice_questions(std::istream& in, const std::string& where,
+                                                  int64_t limit) {
+  if (limit < 0) throw ValueError(where + ": limit (" + std::to_string(limit) + ") must be >= 0");
+  std::vector<ChoiceQuestion> out;
+  int64_t line_no = 0;
+  for (std::string line;
+       (limit == 0 || static_cast<int64_t>(out.size()) < limit) && std::getline(in, line);) {
+    ++line_no;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const std::string at = where + " line " + std::to_string(line_no);
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(line);
+    } catch (const nlohmann::json::parse_error& e) {
+      throw ValueError(at + " does not parse at byte " + std::to_string(e.byte));
+    }
+    if (!j.is_object()) throw ValueError(at + " is not a JSON object");
+    ChoiceQuestion q;
+    const nlohmann::json* context = field(j, {"ctx", "context"});
+    if (!context || !context->is_string()) {
+      throw ValueError(at + " has no string \"ctx\" or \"context\" (the text before the choices)");
+    }
+    q.context = context->get<std::string>();
+    const nlohmann::json* choices = field(j, {"endings", "choices"});
+    if (!choices || !choices->is_array()) {
+      throw ValueError(at + " has no list \"endings\" or \"choices\"");
+    }
+    for (const auto& c : *choices) {
+      if (!c.is_string()) {
+        throw ValueError(at + ": choice " + std::to_string(q.choices.size()) + " is " + c.dump() +
+                         ", not a string");
+      }
+      if (c.get<std::string>().empty()) {
+        throw ValueError(at + ": choice " + std::to_string(q.choices.size()) + " is empty");
+      }
+      q.choices.push_back(c.get<std::string>());
+    }
+    if (q.choices.size() < 2) {
+      throw ValueError(at + " has " + std::to_string(q.choices.size()) +
+                       " choice(s); a question needs at least two");
+    }
+    const nlohmann::json* label = field(j, {"label", "answer"});
+    const bool unlabelled =
+        !label || label->is_null() || (label->is_string() && label->get<std::string>().empty());
+    if (unlabelled) {
+      throw ValueError(at +
+                       " has no \"label\" or \"answer\" (the right choice's index; "
+                       "HellaSwag's test split is unlabelled: evaluate on its validation split)");
+    }
+    bool ok = false;
+    if (label->is_number_integer()) {
+      q.answer = label->get<int64_t>();
+      ok = true;
+    } else if (label->is_string()) {
+      const std::string s = label->get<std::string>();
+      ok = s.size() <= 9 && s.find_first_not_of("0123456789") == std::string::npos;
+      if (ok) q.answer = std::stoll(s);
+    }
+    if (!ok || q.answer < 0 || q.answer >= static_cast<int64_t>(q.choices.size())) {
+      throw ValueError(at + ": label " + label->dump() + " is not a choice's index in [0, " +
+                       std::to_string(q.choices.size()) + ")");
+    }
+    out.push_back(std::move(q));
+  }
+  if (out.empty()) throw ValueError(where + " holds no questions");
+  return out;
+}
+
+std::vector<ChoiceQuestion> read_choice_questions(const std::string& path, int64_t limit) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw IoError("cannot open multiple-choice questions '" + path + "'");
+  return read_choice_questions(in, "'" + path + "'", limit);
+}
+
+std::pair<std::vector<int32_t>, std::vector<int32_t>> encode_context_and_continuation(
+    const Tokenizer& tok, const std::string& context, const std::string& continuation) {
+  const size_t end = context.find_last_not_of(" \t\n\r\f\v") + 1;  // npos + 1: 0
+  return {tok.encode(context.substr(0, end)), tok.encode(context.substr(end) + continuation)};
+}
+
+int64_t utf8_characters(const std::string& text) {
+  int64_t n = 0;
+  for (const char c : text) n += (static_cast<unsigned char>(c) & 0xC0) != 0x80;
+  return n;
+}
+
+}  // namespace triad::data

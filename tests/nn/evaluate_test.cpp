@@ -1,0 +1,209 @@
+#include "triad/nn/evaluate.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "support/expect_error.h"
+#include "triad/autograd/grad_mode.h"
+#include "triad/core/rng.h"
+#include "triad/ops.h"
+
+namespace triad::nn {
+namespace {
+
+using testing::expect_error;
+
+GptConfig tiny() {
+  GptConfig c;
+  c.n_layer = 2;
+  c.n_head = 2;
+  c.d_model = 16;
+  c.vocab_size = 37;
+  c.seq_len = 12;
+  return c;
+}
+
+std::vector<int64_t> random_tokens(int64_t n, uint64_t seed, int64_t vocab) {
+  std::vector<int64_t> out;
+  for (int64_t i = 0; i < n; ++i) {
+    out.push_back(static_cast<int64_t>(philox_uniform(seed, 3, static_cast<uint64_t>(i)) *
+                                       static_cast<double>(vocab)));
+  }
+  return out;
+}
+
+// The continuation's -log p by hand: the model's logits over the request's
+// last seq_len + 1 tokens (less the final one), a log-softmax in double.
+double reference_nll(const Gpt& model, const ContinuationRequest& q) {
+  autograd::NoGradGuard no_grad;
+  std::vector<int64_t> all = q.context;
+  all.insert(all.end(), q.continuation.begin(), q.continuation.end());
+  const int64_t T = model.config().seq_len, V = model.config().vocab_size;
+  if (static_cast<int64_t>(all.size()) > T + 1) all.erase(all.begin(), all.end() - (T + 1));
+  const auto L = static_cast<int64_t>(all.size()) - 1;
+  const std::vector<double> logits = to_double_vector(
+      model.forward(from_vector(std::vector<int64_t>(all.begin(), all.end() - 1), {1, L})));
+  double nll = 0;
+  const auto n = static_cast<int64_t>(q.continuation.size());
+  for (int64_t t = L - n; t < L; ++t) {
+    const double* row = logits.data() + t * V;
+    double top = row[0];
+    for (int64_t v = 1; v < V; ++v) top = std::max(top, row[v]);
+    double z = 0;
+    for (int64_t v = 0; v < V; ++v) z += std::exp(row[v] - top);
+    nll -= row[all[t + 1]] - top - std::log(z);
+  }
+  return nll;
+}
+
+std::vector<ContinuationRequest> some_requests(int64_t vocab) {
+  std::vector<ContinuationRequest> out;
+  uint64_t seed = 1;
+  // (context, continuation) lengths: short, long, one of each, and three
+  // that do not fit the window of 12 (the context loses its first tokens).
+  for (const auto& [c, n] : std::vector<std::pair<int64_t, int64_t>>{
+           {1, 1}, {3, 5}, {7, 2}, {1, 12}, {10, 3}, {20, 4}, {2, 11}, {30, 12}}) {
+    out.push_back({random_tokens(c, seed, vocab), random_tokens(n, seed + 100, vocab)});
+    ++seed;
+  }
+  return out;
+}
+
+TEST(ScoreContinuations, AreTheLogSoftmaxOfTheModelsLogitsWhateverTheBatch) {
+  const Gpt model(tiny(), 5);
+  const auto requests = some_requests(tiny().vocab_size);
+  const auto one = score_continuations(model, requests, 1);
+  const auto three = score_continuations(model, requests, 3);
+  const auto all = score_continuations(model, requests, 100);
+  ASSERT_EQ(one.size(), requests.size());
+  for (size_t r = 0; r < requests.size(); ++r) {
+    SCOPED_TRACE(r);
+    const double want = reference_nll(model, requests[r]);
+    EXPECT_GT(want, 0);
+    EXPECT_NEAR(one[r].nll, want, 1e-4 * want);
+    EXPECT_EQ(one[r].tokens, static_cast<int64_t>(requests[r].continuation.size()));
+    // Rows padded to another request's length score the same.
+    EXPECT_NEAR(three[r].nll, one[r].nll, 1e-5 * want);
+    EXPECT_NEAR(all[r].nll, one[r].nll, 1e-5 * want);
+    EXPECT_EQ(all[r].tokens, one[r].tokens);
+  }
+  // A context cut to the window scores as the context it was cut to.
+  ContinuationRequest cut = requests[5];  // 20 + 4: the last 13 are read
+  cut.context.erase(cut.context.begin(), cut.context.end() - 9);
+  EXPECT_NEAR(score_continuations(model, {cut})[0].nll, one[5].nll, 1e-5 * one[5].nll);
+  ContinuationRequest less = cut;
+  less.context.erase(less.context.begin());  // one token less is another score
+  EXPECT_GT(std::abs(score_continuations(model, {less})[0].nll - one[5].nll), 1e-4);
+}
+
+// Each request is one document, whatever resets the model was trained
+// with: an end-of-document token in a context does not hide what is before it.
+TEST(ScoreContinuations, ReadEachRequestAsOneDocument) {
+  GptConfig resets = tiny();
+  resets.eod_token = 4;
+  resets.reset_attention_mask = resets.reset_position_ids = true;
+  const Gpt with(resets, 9), without(tiny(), 9);
+  ContinuationRequest q{{7, 8, 4, 9, 10}, {11, 12, 13}};
+  const double a = score_continuations(with, {q})[0].nll;
+  const double b = score_continuations(without, {q})[0].nll;
+  EXPECT_NEAR(a, b, 1e-5 * b);
+  EXPECT_NEAR(a, reference_nll(without, q), 1e-4 * b);
+}
+
+TEST(ScoreContinuations, NameABadRequest) {
+  const Gpt model(tiny(), 5);
+  expect_error(
+      [&] {
+        score_continuations(model, {{{1}, {2}}, {{}, {2}}});
+      },
+      {"request 1 has an empty context", "BOS"});
+  expect_error(
+      [&] {
+        score_continuations(model, {{{1}, {}}});
+      },
+      {"request 0 has an empty continuation"});
+  expect_error(
+      [&] {
+        score_continuations(model, {{{1}, std::vector<int64_t>(13, 2)}});
+      },
+      {"request 0's continuation has 13 tokens", "seq_len 12"});
+  expect_error(
+      [&] {
+        score_continuations(model, {{{1}, {2}}, {{1}, {2, 37}}});
+      },
+      {"request 1: continuation token 37 at position 1", "vocab_size 37"});
+  expect_error(
+      [&] {
+        score_continuations(model, {{{-1}, {2}}});
+      },
+      {"request 0: context token -1 at position 0"});
+  expect_error([&] { score_continuations(model, {{{1}, {2}}}, 0); }, {"batch_rows (0)"});
+}
+
+TEST(RollingRequests, ScoreEveryTokenButTheFirstOnceWithAllTheContextTheWindowHolds) {
+  const std::vector<int64_t> tokens = random_tokens(50, 77, 37);
+  for (const int64_t stride : {1, 5, 12}) {
+    SCOPED_TRACE(stride);
+    const auto requests = rolling_requests(tokens, 12, stride);
+    std::vector<int64_t> scored;
+    int64_t end = 1;
+    for (const auto& q : requests) {
+      EXPECT_LE(static_cast<int64_t>(q.continuation.size()), stride);
+      scored.insert(scored.end(), q.continuation.begin(), q.continuation.end());
+      end += static_cast<int64_t>(q.continuation.size());
+      // Context and continuation are the text's last 13 tokens up to the
+      // run's end (all of it near the start).
+      std::vector<int64_t> both = q.context;
+      both.insert(both.end(), q.continuation.begin(), q.continuation.end());
+      const int64_t from = std::max<int64_t>(0, end - 13);
+      EXPECT_EQ(both, std::vector<int64_t>(tokens.begin() + from, tokens.begin() + end));
+    }
+    EXPECT_EQ(scored, std::vector<int64_t>(tokens.begin() + 1, tokens.end()));
+  }
+  EXPECT_TRUE(rolling_requests({5}, 12, 12).empty());
+  expect_error([&] { rolling_requests(tokens, 12, 0); }, {"stride (0) must be in [1, seq_len 12]"});
+  expect_error([&] { rolling_requests(tokens, 12, 13); }, {"stride (13)"});
+}
+
+// Windows that do not overlap score what training's loss does: the mean of
+// rolling scores over k * seq_len + 1 tokens is the model's loss on the k
+// rows they make.
+TEST(RollingRequests, WithoutOverlapGiveTheTrainingLoss) {
+  const Gpt model(tiny(), 5);
+  const int64_t k = 4, T = tiny().seq_len;
+  const std::vector<int64_t> tokens = random_tokens(k * T + 1, 21, 37);
+  double nll = 0;
+  int64_t count = 0;
+  for (const auto& s : score_continuations(model, rolling_requests(tokens, T, T), 3)) {
+    nll += s.nll;
+    count += s.tokens;
+  }
+  EXPECT_EQ(count, k * T);
+  std::vector<int64_t> x, y;
+  for (int64_t r = 0; r < k; ++r) {
+    x.insert(x.end(), tokens.begin() + r * T, tokens.begin() + r * T + T);
+    y.insert(y.end(), tokens.begin() + r * T + 1, tokens.begin() + r * T + T + 1);
+  }
+  autograd::NoGradGuard no_grad;
+  const double loss = item(model.loss(from_vector(x, {k, T}), from_vector(y, {k, T})));
+  EXPECT_NEAR(nll / static_cast<double>(count), loss, 1e-5 * loss);
+}
+
+TEST(PickChoice, EachNormalisationPicksItsOwnLeastAndTiesGoToTheFirst) {
+  // Totals 10, 8, 9; per token 2, 4, 3; per character 0.5, 2, 0.3.
+  const std::vector<ContinuationScore> scores{{10, 5}, {8, 2}, {9, 3}};
+  const ChoicePicks p = pick_choice(scores, {20, 4, 30});
+  EXPECT_EQ(p.total, 1);
+  EXPECT_EQ(p.per_token, 0);
+  EXPECT_EQ(p.per_char, 2);
+  const ChoicePicks tie = pick_choice({{3, 1}, {2, 1}, {2, 1}}, {1, 1, 1});
+  EXPECT_EQ(tie.total, 1);
+  EXPECT_EQ(tie.per_token, 1);
+  EXPECT_EQ(tie.per_char, 1);
+  expect_error([] { pick_choice({}, {}); }, {"no choices"});
+  expect_error([] { pick_choice({{1, 1}, {2, 1}}, {3}); }, {"1 character counts for 2 choices"});
+}
+
+}  // namespace
+}  // namespace triad::nn
