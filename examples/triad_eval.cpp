@@ -8,6 +8,7 @@
 // The model is given as to triad-generate (--run, --config with --weights,
 // or --checkpoint); tokens are bytes unless --vocab/--merges or --tokenizer
 // name a tokenizer. docs/evaluation.md says how each number is defined.
+#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
@@ -84,6 +85,10 @@ int main(int argc, char** argv) {
   bool json = false;
   app.add_flag("--json", json, "print the results as one JSON object instead of lines of text");
   CLI11_PARSE(app, argc, argv);
+  // Results alone on stdout (--json's object is one line a program reads);
+  // progress, choices the library logs and errors on stderr.
+  spdlog::set_default_logger(spdlog::stderr_color_mt("triad-eval"));
+  spdlog::set_pattern("[%Y-%m-%d %H:%M:%S.%e] [%l] %v");
   try {
     if (choice_files.empty() && text_files.empty()) {
       throw triad::ValueError("give --choices FILE or --text FILE (or several)");
