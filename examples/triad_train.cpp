@@ -1,8 +1,9 @@
 // triad-train: trains a GPT from a YAML config.
 //   triad-train --config configs/gpt_tiny.yaml [--set train.lr=1e-3 ...]
 //   mpirun -np 4 triad-train --config configs/gpt_tiny.yaml --set parallel.tp=4
-//   triad-train --config ... --set init.from=out/model.safetensors --eval-only   (validation loss)
-//   triad-train --config ... --show-data 3 --tokenizer /models/Qwen3-0.6B   (what it trains on)
+//   triad-train --config ... --set init.from=out/model.safetensors --eval-only   (validation loss,
+//   eval.choices) triad-train --config ... --show-data 3 --tokenizer /models/Qwen3-0.6B   (what it
+//   trains on)
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
@@ -20,8 +21,8 @@ int main(int argc, char** argv) {
   app.add_option("--set", overrides, "override a config key: section.key=value (repeatable)");
   bool eval_only = false;
   app.add_flag("--eval-only", eval_only,
-               "only evaluate data.val with the starting weights (init.from, or the newest "
-               "checkpoint with checkpoint.resume: auto)");
+               "only evaluate data.val and eval.choices with the starting weights (init.from, "
+               "or the newest checkpoint with checkpoint.resume: auto)");
   int64_t show_data = 0, show_from = 0;
   std::string tokenizer, vocab, merges;
   app.add_option("--show-data", show_data,

@@ -365,11 +365,37 @@ void validate(const Config& c, bool min_lr_given) {
                       std::to_string(ck.interval) +
                       "): the checkpoints it keeps are the ones the interval writes");
   }
-  if (!c.has_validation() && (c.eval.interval > 0 || c.eval.batches > 0)) {
-    const bool by_interval = c.eval.interval > 0;
-    throw ConfigError(std::string(by_interval ? "eval.interval (" : "eval.batches (") +
-                      std::to_string(by_interval ? c.eval.interval : c.eval.batches) +
+  if (!c.evaluates() && c.eval.interval > 0) {
+    throw ConfigError("eval.interval (" + std::to_string(c.eval.interval) +
+                      ") needs something to evaluate: set data.val, data.val_split or "
+                      "eval.choices");
+  }
+  if (!c.has_validation() && c.eval.batches > 0) {
+    throw ConfigError("eval.batches (" + std::to_string(c.eval.batches) +
                       ") needs validation data: set data.val or data.val_split");
+  }
+  if (c.eval.choices.empty()) {
+    const std::pair<const char*, bool> needs[] = {{"eval.choices_limit", c.eval.choices_limit > 0},
+                                                  {"eval.tokenizer", !c.eval.tokenizer.empty()},
+                                                  {"eval.vocab", !c.eval.vocab.empty()},
+                                                  {"eval.merges", !c.eval.merges.empty()},
+                                                  {"eval.bos_token", !c.eval.bos_token.empty()}};
+    for (const auto& [key, set] : needs) {
+      if (set) {
+        throw ConfigError(std::string(key) +
+                          " only says how eval.choices is read: set eval.choices (multiple-choice "
+                          "questions) or drop it");
+      }
+    }
+  }
+  if (c.eval.vocab.empty() != c.eval.merges.empty()) {
+    throw ConfigError(std::string(c.eval.vocab.empty() ? "eval.merges" : "eval.vocab") + " needs " +
+                      (c.eval.vocab.empty() ? "eval.vocab" : "eval.merges") +
+                      ": GPT-2's tokenizer is the two files together");
+  }
+  if (!c.eval.tokenizer.empty() && !c.eval.vocab.empty()) {
+    throw ConfigError(
+        "eval.tokenizer and eval.vocab/eval.merges each name the tokenizer: keep one");
   }
   require(c.data_val.empty() || c.data_val_split == 0, "data.val_split", c.data_val_split,
           "and data.val both name the validation data: keep one (set data.val to null to hold "
@@ -895,6 +921,13 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
   const Section eval{
       {"interval", {false, [&](auto& v, auto& k) { c.eval.interval = non_negative(v, k); }}},
       {"batches", {false, [&](auto& v, auto& k) { c.eval.batches = non_negative(v, k); }}},
+      {"choices", {false, [&](auto& v, auto& k) { c.eval.choices = get_string(v, k); }}},
+      {"choices_limit",
+       {false, [&](auto& v, auto& k) { c.eval.choices_limit = non_negative(v, k); }}},
+      {"tokenizer", {false, [&](auto& v, auto& k) { c.eval.tokenizer = get_string(v, k); }}},
+      {"vocab", {false, [&](auto& v, auto& k) { c.eval.vocab = get_string(v, k); }}},
+      {"merges", {false, [&](auto& v, auto& k) { c.eval.merges = get_string(v, k); }}},
+      {"bos_token", {false, [&](auto& v, auto& k) { c.eval.bos_token = get_string(v, k); }}},
   };
   const Section init{{"from", {false, [&](auto& v, auto& k) { c.init_from = get_string(v, k); }}}};
   const Section output{
@@ -1253,10 +1286,21 @@ std::string to_yaml(const Config& c) {
       << "resume" << YAML::Value << c.checkpoint.resume << YAML::Key << "async" << YAML::Value
       << c.checkpoint.async << YAML::EndMap;
   }
-  if (c.has_validation()) {
+  if (c.evaluates()) {
     e << YAML::Key << "eval" << YAML::Value << YAML::BeginMap << YAML::Key << "interval"
-      << YAML::Value << c.eval.interval << YAML::Key << "batches" << YAML::Value << c.eval.batches
-      << YAML::EndMap;
+      << YAML::Value << c.eval.interval;
+    if (c.has_validation()) e << YAML::Key << "batches" << YAML::Value << c.eval.batches;
+    if (!c.eval.choices.empty()) {
+      e << YAML::Key << "choices" << YAML::Value << c.eval.choices << YAML::Key << "choices_limit"
+        << YAML::Value << c.eval.choices_limit;
+      for (const auto& [key, value] : {std::pair{"tokenizer", &c.eval.tokenizer},
+                                       {"vocab", &c.eval.vocab},
+                                       {"merges", &c.eval.merges},
+                                       {"bos_token", &c.eval.bos_token}}) {
+        if (!value->empty()) e << YAML::Key << key << YAML::Value << *value;
+      }
+    }
+    e << YAML::EndMap;
   }
   e << YAML::Key << "device" << YAML::Value << c.device;
   e << YAML::EndMap;

@@ -61,6 +61,13 @@ void MetricsWriter::write(const StepMetrics& m) {
     for (const auto& [name, loss] : m.val_losses) sets[name] = loss;
     j["val_losses"] = sets;
   }
+  if (m.choices) {
+    j["choices"] = {{"questions", m.choices->questions},
+                    {"acc", m.choices->acc},
+                    {"acc_norm", m.choices->acc_norm},
+                    {"acc_per_token", m.choices->acc_per_token},
+                    {"answer_loss", m.choices->answer_loss}};
+  }
   out_ << j.dump() << '\n';
   out_.flush();
   if (!out_) throw IoError("error writing metrics file '" + path_ + "'");

@@ -30,8 +30,10 @@
 #include "triad/io/checkpoint.h"
 #include "triad/io/gpt2_weights.h"
 #include "triad/io/peft_adapter.h"
+#include "triad/nn/documents.h"
 #include "triad/ops/creation.h"
 #include "triad/ops/elementwise.h"
+#include "triad/ops/nn_functional.h"
 #include "triad/ops/reduce.h"
 #include "triad/ops/shape_ops.h"
 #include "triad/optim/clip.h"
@@ -381,6 +383,9 @@ Trainer::Trainer(Config config, dist::ProcessGroupPtr world)
                         std::to_string(held));
     }
     val_.push_back(std::move(v));
+  }
+  if (!config_.eval.choices.empty()) {
+    choices_ = load_choice_questions(config_, dp_rank_, dp_, &choice_questions_);
   }
   if (token_check.count > 1) {
     // Each dataset's first bad position is the least any rank found, its
@@ -1494,7 +1499,68 @@ void Trainer::evaluate_into(StepMetrics& m) {
   }
 }
 
+std::vector<double> Trainer::row_losses(const std::vector<data::Batch>& batches) {
+  autograd::NoGradGuard no_grad;
+  if (pp_model_) return executor_->row_losses(batches);
+  // Each row one document (its resets off), as nn::score_continuations reads
+  // a request; a sliding window still applies.
+  nn::GptConfig one_document = config_.model;
+  one_document.reset_attention_mask = one_document.reset_position_ids = false;
+  const nn::ForwardContext no_dropout{false, config_.train.seed, 0};
+  std::vector<double> out;
+  for (const data::Batch& b : batches) {
+    const nn::ForwardContext ctx = nn::with_documents(one_document, b.inputs, no_dropout, device_);
+    std::vector<Tensor> losses;
+    auto row = [&](int64_t i, const Tensor& x) { return narrow(x, 0, i, 1); };
+    if (tp_model_) {
+      Tensor x = tp_model_->embed(b.inputs, ctx);
+      for (int64_t i : tp_model_->plan().layers) x = tp_model_->block(i, x, ctx);
+      for (int64_t i = 0; i < b.inputs.size(0); ++i) {
+        losses.push_back(tp_model_->head_loss(row(i, x), row(i, b.targets)));
+      }
+    } else {
+      Tensor x = model_->embed(b.inputs, ctx);
+      for (int64_t i = 0; i < config_.model.n_layer; ++i) x = model_->block(i).forward(x, ctx);
+      for (int64_t i = 0; i < b.inputs.size(0); ++i) {
+        losses.push_back(cross_entropy(model_->head(row(i, x)), row(i, b.targets)));
+      }
+    }
+    for (Tensor& l : losses) l = reshape(cast(l, DType::F64), {1});
+    for (const double v : to_double_vector(concat(losses, 0))) out.push_back(v);  // one read
+  }
+  return out;
+}
+
+StepMetrics::ChoiceScores Trainer::evaluate_choices() {
+  if (config_.eval.choices.empty()) {
+    throw ConfigError("evaluate_choices: there are no questions to score (set eval.choices)");
+  }
+  if (reducer_) reducer_->wait_gathers();  // (the forward's fences would too, part by part)
+  ChoiceTally t;
+  if (!choices_.empty()) {  // (more data-parallel ranks than questions leave some none)
+    const int64_t pad = std::max<int64_t>(0, config_.model.eod_token);
+    t = tally_choices(choices_, row_losses(choice_batches(choices_, config_.model.seq_len,
+                                                          config_.train.micro_batch_size, pad)));
+  }
+  if (mesh_ && dp_ > 1) {
+    Tensor sums = from_vector(t.to_vector(), {6}, DType::F64);
+    mesh_->dp()->all_reduce(sums, dist::ReduceOp::Sum)->wait();
+    t = ChoiceTally::from_vector(to_double_vector(sums));
+  }
+  return {static_cast<int64_t>(t.questions), t.right / t.questions, t.right_norm / t.questions,
+          t.right_per_token / t.questions, t.answer_nll / t.answer_tokens};
+}
+
 namespace {
+
+// The choices' line: "choices acc_norm 0.3114 | acc 0.2859 | acc_per_token
+// 0.2955 | answer loss 2.8123 | 10042 questions".
+std::string choices_summary(const StepMetrics::ChoiceScores& c) {
+  return fmt::format(
+      "choices acc_norm {:.4f} | acc {:.4f} | acc_per_token {:.4f} | answer loss {:.4f} | {} "
+      "questions",
+      c.acc_norm, c.acc, c.acc_per_token, c.answer_loss, c.questions);
+}
 
 // "val loss 2.3456" for one unnamed set; "val loss 2.3456 (web) | 2.5 (code)"
 // for named ones.
@@ -1516,9 +1582,11 @@ int64_t Trainer::val_tokens() const {
   return batches * config_.train.global_batch_size * config_.model.seq_len;
 }
 
-double Trainer::evaluate_only() {
-  if (val_.empty()) {
-    throw ConfigError("evaluation only: there is no validation data to evaluate (set data.val)");
+StepMetrics Trainer::evaluate_only() {
+  if (!config_.evaluates()) {
+    throw ConfigError(
+        "evaluation only: there is nothing to evaluate (set data.val, data.val_split or "
+        "eval.choices)");
   }
   if (!is_logging_rank()) spdlog::set_level(spdlog::level::warn);
   const auto& ck = config_.checkpoint;
@@ -1527,13 +1595,23 @@ double Trainer::evaluate_only() {
   const std::string weights = step > 0                     ? "step " + std::to_string(step)
                               : !config_.init_from.empty() ? config_.init_from
                                                            : "the random initialisation";
-  const auto t0 = std::chrono::steady_clock::now();
+  using Clock = std::chrono::steady_clock;
+  auto ms_since = [](Clock::time_point t0) {
+    return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  };
   StepMetrics m;
-  evaluate_into(m);
-  spdlog::info(
-      "{} | {} | {} tokens in {:.0f} ms", weights, val_summary(m, 6), val_tokens(),
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
-  return *m.val_loss;
+  if (!val_.empty()) {
+    const auto t0 = Clock::now();
+    evaluate_into(m);
+    spdlog::info("{} | {} | {} tokens in {:.0f} ms", weights, val_summary(m, 6), val_tokens(),
+                 ms_since(t0));
+  }
+  if (!config_.eval.choices.empty()) {
+    const auto t0 = Clock::now();
+    m.choices = evaluate_choices();
+    spdlog::info("{} | {} in {:.0f} ms", weights, choices_summary(*m.choices), ms_since(t0));
+  }
+  return m;
 }
 
 std::vector<StepMetrics> Trainer::run() {
@@ -1726,6 +1804,14 @@ std::vector<StepMetrics> Trainer::run() {
                        (dataset_->share(c) * static_cast<double>(config_.train.global_batch_size)));
     }
   }
+  if (!config_.eval.choices.empty()) {
+    spdlog::info(
+        "choices: {} questions of {}{}, {}", choice_questions_, config_.eval.choices,
+        dp_ > 1 ? fmt::format(" (each data-parallel rank scores about 1/{})", dp_) : std::string(),
+        config_.eval.interval > 0
+            ? "every " + std::to_string(config_.eval.interval) + " steps and at the end"
+            : std::string("after the last step"));
+  }
   for (const auto& v : val_) {
     spdlog::info("validation{}: {} global batches ({} tokens) of {}, {}",
                  v.name.empty() ? "" : " set " + v.name, v.batches,
@@ -1784,12 +1870,15 @@ std::vector<StepMetrics> Trainer::run() {
     StepMetrics m = step(k);
     total_ms += m.step_ms;
     const int64_t every = config_.eval.interval;
-    double eval_ms = 0;
-    if (!val_.empty() && ((every > 0 && m.step % every == 0) || m.step == steps)) {
+    double eval_ms = 0, choices_ms = 0;
+    if ((every > 0 && m.step % every == 0) || m.step == steps) {
       const auto t0 = std::chrono::steady_clock::now();
-      evaluate_into(m);
-      eval_ms =
-          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      if (!val_.empty()) evaluate_into(m);
+      const auto t1 = std::chrono::steady_clock::now();
+      if (!config_.eval.choices.empty()) m.choices = evaluate_choices();
+      eval_ms = std::chrono::duration<double, std::milli>(t1 - t0).count();
+      choices_ms =
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t1).count();
     }
     if (metrics) metrics->write(m);
     if (tensorboard) tensorboard->write(m);
@@ -1804,6 +1893,10 @@ std::vector<StepMetrics> Trainer::run() {
     if (m.val_loss) {
       spdlog::info("step {:>5}/{} | {} | {} tokens in {:.0f} ms", m.step, steps, val_summary(m, 4),
                    val_tokens(), eval_ms);
+    }
+    if (m.choices) {
+      spdlog::info("step {:>5}/{} | {} in {:.0f} ms", m.step, steps, choices_summary(*m.choices),
+                   choices_ms);
     }
     // Every rank agrees on stopping, so they all checkpoint the same step,
     // and (checkpoint.async) on whether every rank has written the one in

@@ -23,8 +23,9 @@ function(millionths value out)
   endif()
   set(whole ${CMAKE_MATCH_1})
   string(SUBSTRING "${CMAKE_MATCH_3}000000" 0 6 frac)
-  string(REGEX REPLACE "^0+([0-9])" "\\1" frac "${frac}")
-  math(EXPR m "${whole} * 1000000 + ${frac}")
+  # (A leading 1 keeps the fraction's zeros: math would read 000050 as octal
+  # or stop, and a REGEX REPLACE anchored at ^ strips zeros from the middle.)
+  math(EXPR m "${whole} * 1000000 + 1${frac} - 1000000")
   set(${out} ${m} PARENT_SCOPE)
 endfunction()
 # |a - b| <= tol (all in millionths).

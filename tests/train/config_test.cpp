@@ -290,9 +290,50 @@ TEST(Config, TrainingDataIsAPathOrAWeightedMixture) {
                       "unknown key 'data.train[0].share' (allowed: path, weight)");
 }
 
+// eval.choices: multiple-choice questions, alone or beside validation data,
+// with the keys saying how they are tokenized; those keys without it, or
+// naming the tokenizer twice, are errors.
+TEST(Config, EvalChoicesAndHowTheyAreTokenized) {
+  const Config c = parse_config(to_yaml(
+      parse_config(kValid, {"eval.choices=hellaswag_val.jsonl", "eval.interval=100",
+                            "eval.choices_limit=500", "eval.vocab=gpt2/vocab.json",
+                            "eval.merges=gpt2/merges.txt", "eval.bos_token=<|endoftext|>"})));
+  EXPECT_EQ(c.eval.choices, "hellaswag_val.jsonl");
+  EXPECT_EQ(c.eval.choices_limit, 500);
+  EXPECT_EQ(c.eval.interval, 100);
+  EXPECT_EQ(c.eval.vocab, "gpt2/vocab.json");
+  EXPECT_EQ(c.eval.merges, "gpt2/merges.txt");
+  EXPECT_EQ(c.eval.bos_token, "<|endoftext|>");
+  EXPECT_TRUE(c.evaluates());
+  EXPECT_FALSE(c.has_validation());
+  const Config both = parse_config(
+      to_yaml(parse_config(kValid, {"eval.choices=q.jsonl", "eval.tokenizer=/models/llama",
+                                    "data.val=v.bin", "eval.batches=2"})));
+  EXPECT_EQ(both.eval.tokenizer, "/models/llama");
+  EXPECT_EQ(both.eval.batches, 2);
+  expect_config_error(kValid, {"eval.choices=q.jsonl", "eval.batches=2"},
+                      "eval.batches (2) needs validation data: set data.val or data.val_split");
+  for (const char* key : {"eval.choices_limit=5", "eval.tokenizer=t.json", "eval.bos_token=<s>"}) {
+    expect_config_error(kValid, {key},
+                        std::string(key).substr(0, std::string(key).find('=')) +
+                            " only says how eval.choices is read: set eval.choices");
+  }
+  expect_config_error(kValid, {"eval.choices=q.jsonl", "eval.vocab=v.json"},
+                      "eval.vocab needs eval.merges: GPT-2's tokenizer is the two files together");
+  expect_config_error(kValid, {"eval.choices=q.jsonl", "eval.merges=m.txt"},
+                      "eval.merges needs eval.vocab");
+  expect_config_error(
+      kValid,
+      {"eval.choices=q.jsonl", "eval.tokenizer=t.json", "eval.vocab=v.json", "eval.merges=m.txt"},
+      "eval.tokenizer and eval.vocab/eval.merges each name the tokenizer");
+  expect_config_error(kValid, {"eval.choices=q.jsonl", "eval.choices_limit=-1"},
+                      "eval.choices_limit (-1) must be >= 0");
+}
+
 TEST(Config, EvalNeedsValidationDataAndNonNegativeCounts) {
   expect_config_error(kValid, {"eval.interval=10"},
-                      "eval.interval (10) needs validation data: set data.val");
+                      "eval.interval (10) needs something to evaluate: set data.val, "
+                      "data.val_split or eval.choices");
   expect_config_error(kValid, {"eval.batches=2"},
                       "eval.batches (2) needs validation data: set data.val");
   // data.val_split holds out part of data.train instead of naming a set.
@@ -312,7 +353,8 @@ TEST(Config, EvalNeedsValidationDataAndNonNegativeCounts) {
   expect_config_error(kValid, {"data.val=v.bin", "eval.batches=-3"},
                       "eval.batches (-3) must be >= 0");
   expect_config_error(kValid, {"eval.every=3"},
-                      "unknown key 'eval.every' (allowed in eval: interval, batches)");
+                      "unknown key 'eval.every' (allowed in eval: interval, batches, choices, "
+                      "choices_limit, tokenizer, vocab, merges, bos_token)");
   expect_config_error(
       kValid, {"data.test=x"},
       "unknown key 'data.test' (allowed in data: train, val, val_split, shuffle, eod_token, "

@@ -12,10 +12,13 @@
 # Mixed-precision layouts (bf16/fp16) are compared with the same fp32
 # reference at the tolerance they deserve, given as a third field
 # "loss divisor,norm divisor" (200,10: losses within 0.5%, norms within 10%).
+# With QUESTIONS (multiple-choice JSON lines), every evaluation also scores
+# them (eval.choices): the right answers' loss must match one process's at
+# the same tolerance, and in fp32 every accuracy must be one process's.
 # Variables: TRAIN (triad-train), MPIRUN (list), CONFIG, DATA, WORK, LAYOUTS
 # ("ranks|--set ... --set ...[|loss,norm]" entries joined by '@'), and
-# optionally EXTRA (more --set flags for every run, the reference included)
-# and STEPS (an even number of steps, 10 unless given).
+# optionally EXTRA (more --set flags for every run, the reference included),
+# STEPS (an even number of steps, 10 unless given) and QUESTIONS.
 include(${CMAKE_CURRENT_LIST_DIR}/e2e_common.cmake)
 file(REMOVE_RECURSE ${WORK})
 separate_arguments(extra UNIX_COMMAND "${EXTRA}")
@@ -30,6 +33,9 @@ endif()
 set(common --config ${CONFIG} --set data.train=${DATA} --set model.vocab_size=300 --set model.n_layer=8
     --set model.seq_len=64 --set train.micro_batch_size=2 --set log.interval=${half} --set data.val=${DATA} --set eval.interval=${half}
     --set eval.batches=2 --set data.shuffle=true ${extra})
+if(QUESTIONS)
+  list(APPEND common --set eval.choices=${QUESTIONS})
+endif()
 # A common starting point, then the one-process reference.
 run(init ${TRAIN} ${common} --set train.steps=1 --set output.dir=${WORK}/init)
 set(from --set init.from=${WORK}/init/model.safetensors --set train.steps=${STEPS})
@@ -42,6 +48,16 @@ list(LENGTH reference n)
 list(LENGTH reference_val nv)
 if(NOT n EQUAL STEPS OR NOT nv EQUAL 2)
   message(FATAL_ERROR "expected ${STEPS} steps and 2 validation losses from the reference, got ${n} and ${nv}")
+endif()
+if(QUESTIONS)
+  field(${WORK}/reference "choices;answer_loss" reference_answers)
+  list(LENGTH reference_answers na)
+  if(NOT na EQUAL 2)
+    message(FATAL_ERROR "expected 2 evaluations of eval.choices from the reference, got ${na}")
+  endif()
+  foreach(name acc acc_norm acc_per_token)
+    field(${WORK}/reference "choices;${name}" reference_${name})
+  endforeach()
 endif()
 set(index 0)
 string(REPLACE "@" ";" layouts "${LAYOUTS}")
@@ -70,6 +86,19 @@ foreach(layout IN LISTS layouts)
   expect_close("${ranks} ranks ${flags} gradient norm" "${reference_norms}" "${got_norms}" ${norm_div})
   field(${dir} val_loss got_val)
   expect_close("${ranks} ranks ${flags} validation loss" "${reference_val}" "${got_val}" ${loss_div})
+  if(QUESTIONS)
+    field(${dir} "choices;answer_loss" got_answers)
+    expect_close("${ranks} ranks ${flags} eval.choices answer loss" "${reference_answers}"
+                 "${got_answers}" ${loss_div})
+    if(NOT "${flags}" MATCHES "precision")
+      foreach(name acc acc_norm acc_per_token)
+        field(${dir} "choices;${name}" got_acc)
+        if(NOT got_acc STREQUAL "${reference_${name}}")
+          message(FATAL_ERROR "${ranks} ranks ${flags}: eval.choices ${name} ${got_acc}, one process ${reference_${name}}")
+        endif()
+      endforeach()
+    endif()
+  endif()
   # Pipelines: the merged trace has every rank's row and the p2p waits, and
   # metrics carry the measured bubble.
   if("${flags}" MATCHES "parallel.pp")

@@ -13,9 +13,11 @@
 #include "triad/backend/cuda.h"
 #include "triad/data/indexed_dataset.h"
 #include "triad/data/loss_mask.h"
+#include "triad/data/multiple_choice.h"
 #include "triad/data/token_dataset.h"
 #include "triad/data/token_shard.h"
 #include "triad/io/safetensors.h"
+#include "triad/nn/evaluate.h"
 #include "triad/ops.h"
 
 namespace triad::train {
@@ -531,10 +533,10 @@ TEST(Trainer, EvaluateOnlyScoresTheStartingWeights) {
   Config from_weights = c;
   from_weights.checkpoint.dir.clear();
   from_weights.init_from = dir.file("out/model.safetensors");
-  EXPECT_NEAR(Trainer(from_weights).evaluate_only(), *trained.back().val_loss, 1e-12);
+  EXPECT_NEAR(*Trainer(from_weights).evaluate_only().val_loss, *trained.back().val_loss, 1e-12);
   Config from_checkpoint = c;
   from_checkpoint.checkpoint.resume = "auto";
-  EXPECT_NEAR(Trainer(from_checkpoint).evaluate_only(), *trained.back().val_loss, 1e-12);
+  EXPECT_NEAR(*Trainer(from_checkpoint).evaluate_only().val_loss, *trained.back().val_loss, 1e-12);
   // A model with other key/value heads cannot resume it, and is told why.
   Config grouped = from_checkpoint;
   grouped.model.n_kv_head = 1;
@@ -549,11 +551,94 @@ TEST(Trainer, EvaluateOnlyScoresTheStartingWeights) {
   // Fresh weights score near uniform guessing (ln 32).
   Config fresh = c;
   fresh.checkpoint.dir.clear();
-  EXPECT_NEAR(Trainer(fresh).evaluate_only(), std::log(32.0), 0.3);
+  EXPECT_NEAR(*Trainer(fresh).evaluate_only().val_loss, std::log(32.0), 0.3);
   Config no_val = fresh;
   no_val.data_val.clear();
   no_val.eval.batches = 0;
   EXPECT_THROW(Trainer(no_val).evaluate_only(), ConfigError);
+}
+
+// eval.choices: multiple-choice questions scored at the steps that evaluate,
+// without validation data, leaving training alone, with the numbers
+// triad-eval's scoring (nn::score_continuations, nn::pick_choice) gives the
+// trained weights; micro-batches of 3 rows leave the last one short.
+TEST(Trainer, ScoresMultipleChoiceQuestionsAsTriadEvalDoes) {
+  TempDir dir;
+  Config plain = small_config(dir, 1);
+  plain.model.vocab_size = 256;  // byte tokens
+  plain.train.global_batch_size = 3;
+  plain.train.micro_batch_size = 3;
+  plain.train.steps = 4;
+  {
+    std::ofstream q(dir.file("q.jsonl"));
+    q << R"({"context": "abcabcab", "choices": ["c", "a", "b"], "answer": 0})"
+      << "\n"
+      << R"({"ctx": "the quick brown fox jumps over", "endings": ["it", "a dog!"], "label": 1})"
+      << "\n\n"
+      << R"({"context": "x  ", "choices": ["x y", "zz"], "answer": "1"})"
+      << "\n"
+      << R"({"context": "0123456789012345678901234567890123", "choices": ["4", "x"], "answer": 0})"
+      << "\n";
+  }
+  Config with = plain;
+  with.eval.choices = dir.file("q.jsonl");
+  with.eval.interval = 2;
+  with.output_dir = dir.file("out_choices");
+  const auto without = Trainer(plain).run();
+  Trainer t(with);
+  const auto scored = t.run();
+  ASSERT_EQ(scored.size(), 4u);
+  for (size_t k = 0; k < 4; ++k) {
+    EXPECT_EQ(scored[k].loss, without[k].loss) << "step " << k + 1;  // bit for bit
+    EXPECT_EQ(scored[k].choices.has_value(), k == 1 || k == 3) << "step " << k + 1;
+    EXPECT_FALSE(scored[k].val_loss.has_value());
+  }
+  // triad-eval's way, on a plain model holding the final weights.
+  nn::Gpt model(with.model, 7);
+  model.load_state_dict(t.full_state_dict());
+  const data::ByteTokenizer bytes;
+  double right[3] = {0, 0, 0}, nll = 0, tokens = 0;
+  const auto questions = data::read_choice_questions(with.eval.choices);
+  ASSERT_EQ(questions.size(), 4u);
+  for (const auto& q : questions) {
+    std::vector<nn::ContinuationRequest> requests;
+    std::vector<int64_t> chars;
+    for (const auto& c : q.choices) {
+      auto [ctx, cont] = data::encode_context_and_continuation(bytes, q.context, " " + c);
+      requests.push_back({std::vector<int64_t>(ctx.begin(), ctx.end()),
+                          std::vector<int64_t>(cont.begin(), cont.end())});
+      chars.push_back(data::utf8_characters(c));
+    }
+    const auto s = nn::score_continuations(model, requests, 2);
+    const nn::ChoicePicks p = nn::pick_choice(s, chars);
+    right[0] += p.total == q.answer;
+    right[1] += p.per_char == q.answer;
+    right[2] += p.per_token == q.answer;
+    nll += s[static_cast<size_t>(q.answer)].nll;
+    tokens += static_cast<double>(s[static_cast<size_t>(q.answer)].tokens);
+  }
+  const auto& got = *scored.back().choices;
+  EXPECT_EQ(got.questions, 4);
+  EXPECT_DOUBLE_EQ(got.acc, right[0] / 4);
+  EXPECT_DOUBLE_EQ(got.acc_norm, right[1] / 4);
+  EXPECT_DOUBLE_EQ(got.acc_per_token, right[2] / 4);
+  EXPECT_NEAR(got.answer_loss, nll / tokens, 1e-5 * nll / tokens);
+  // Repeatable, and in metrics.jsonl on the steps that evaluated.
+  const auto again = t.evaluate_choices();
+  EXPECT_EQ(again.acc_norm, got.acc_norm);
+  EXPECT_EQ(again.answer_loss, got.answer_loss);
+  std::ifstream in(dir.file("out_choices/metrics.jsonl"));
+  int with_key = 0;
+  for (std::string line; std::getline(in, line);)
+    with_key += line.find("\"acc_norm\"") != line.npos;
+  EXPECT_EQ(with_key, 2);
+  // --eval-only scores them too.
+  Config from_weights = with;
+  from_weights.init_from = dir.file("out_choices/model.safetensors");
+  const StepMetrics once = Trainer(from_weights).evaluate_only();
+  ASSERT_TRUE(once.choices.has_value());
+  EXPECT_FALSE(once.val_loss.has_value());
+  EXPECT_NEAR(once.choices->answer_loss, got.answer_loss, 1e-6 * got.answer_loss);
 }
 
 TEST(Trainer, ValidationDataErrorsNameTheNumbers) {

@@ -112,7 +112,8 @@ struct CheckpointSection {
   bool async = false;
 };
 
-// Validation (`eval:` section; runs only when data.val is given).
+// Evaluation (`eval:` section): the loss on the validation data (data.val
+// or data.val_split), and accuracy on multiple-choice questions.
 struct EvalSection {
   // Evaluate every N optimizer steps and after the last one (0: after the
   // last one only).
@@ -120,6 +121,15 @@ struct EvalSection {
   // Global batches (of train.global_batch_size sequences) per evaluation,
   // always the first ones of data.val; 0: every whole global batch it holds.
   int64_t batches = 0;
+  // Multiple-choice questions (JSON lines, data/multiple_choice.h:
+  // HellaSwag's validation file, say) scored at every evaluation as
+  // triad-eval scores them; empty: none. The first choices_limit (0: all).
+  std::string choices;
+  int64_t choices_limit = 0;
+  // How the questions become tokens: a tokenizer file or model directory
+  // (data::load_tokenizer), or GPT-2's vocab.json and merges.txt; neither:
+  // one token per byte. bos_token: a special token put before each context.
+  std::string tokenizer, vocab, merges, bos_token;
 };
 
 // Everything triad-train reads from its YAML file; docs/config.md lists
@@ -149,6 +159,8 @@ struct Config {
   // validation set, and training reads the first 1 - f. 0: none.
   double data_val_split = 0;
   bool has_validation() const { return !data_val.empty() || data_val_split > 0; }
+  // Whether anything is evaluated: validation data, or eval.choices.
+  bool evaluates() const { return has_validation() || !eval.choices.empty(); }
   bool data_shuffle = false;  // data.shuffle: a seeded order of sequences every pass
   // data.eod_mask_loss: no loss on the token that follows an end-of-document
   // token (data.eod_token): predicting a new document's first token from

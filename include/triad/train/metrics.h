@@ -41,6 +41,14 @@ struct StepMetrics {
   // set, and with named sets every one's by name, in the config's order.
   std::optional<double> val_loss;
   std::vector<std::pair<std::string, double>> val_losses;
+  // eval.choices at the same steps: the questions, the share each
+  // normalisation got right (acc: total -log p; acc_norm: per character;
+  // acc_per_token), and the right choices' mean -log p per token.
+  struct ChoiceScores {
+    int64_t questions = 0;
+    double acc = 0, acc_norm = 0, acc_per_token = 0, answer_loss = 0;
+  };
+  std::optional<ChoiceScores> choices;
 };
 
 // Appends one JSON object per step to a metrics.jsonl file.

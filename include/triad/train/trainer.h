@@ -24,6 +24,7 @@
 #include "triad/parallel/pipeline/simulator.h"
 #include "triad/parallel/tensor/gpt.h"
 #include "triad/train/checkpoint_reshard.h"
+#include "triad/train/choice_eval.h"
 #include "triad/train/config.h"
 #include "triad/train/metrics.h"
 #include "triad/train/trace.h"
@@ -54,11 +55,16 @@ class Trainer {
   // batches are), forward only and without dropout. Collective; the same
   // on every rank. An error when the config has no such set.
   double evaluate(size_t set = 0);
-  // triad-train --eval-only: the validation loss of the weights this
-  // trainer starts from (init.from, or the newest checkpoint with
-  // checkpoint.resume: auto), logged and returned; nothing is written.
-  // Collective. An error without data.val.
-  double evaluate_only();
+  // Accuracy on eval.choices' questions (each data-parallel rank scores
+  // its share; every choice a row of seq_len tokens, micro_batch_size rows
+  // at a time, forward only), as triad-eval scores them. Collective; the
+  // same on every rank. An error without eval.choices.
+  StepMetrics::ChoiceScores evaluate_choices();
+  // triad-train --eval-only: the validation loss (and eval.choices'
+  // accuracy) of the weights this trainer starts from (init.from, or the
+  // newest checkpoint with checkpoint.resume: auto), logged and returned;
+  // nothing is written. Collective. An error with nothing to evaluate.
+  StepMetrics evaluate_only();
   // Global batches one evaluation covers (0 without data.val).
   int64_t eval_batches() const { return val_.empty() ? 0 : val_.front().batches; }
   // Test hook: runs on the writing thread of every asynchronous checkpoint
@@ -119,6 +125,13 @@ class Trainer {
   std::vector<ValidationData> val_;
   // Every set's loss into m (the first's as val_loss; each named one's).
   void evaluate_into(StepMetrics& m);
+  // eval.choices: this data-parallel rank's share of the questions, and
+  // how many the file holds.
+  std::vector<TokenizedQuestion> choices_;
+  int64_t choice_questions_ = 0;
+  // Each row's mean loss over its targets (forward only, each row one
+  // document), in order, the same on every rank of a data-parallel replica.
+  std::vector<double> row_losses(const std::vector<data::Batch>& batches);
   // Tokens one evaluation of every set reads.
   int64_t val_tokens() const;
   std::unique_ptr<optim::AdamW> optimizer_;

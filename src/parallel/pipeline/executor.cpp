@@ -11,6 +11,7 @@
 
 #include "triad/autograd/engine.h"
 #include "triad/autograd/grad_mode.h"
+#include "triad/nn/documents.h"
 #include "triad/ops.h"
 
 namespace triad::pipeline {
@@ -666,22 +667,22 @@ PipelineStepResult PipelineExecutor::run(const std::vector<data::Batch>& micro,
   return res;
 }
 
-double PipelineExecutor::evaluate(const std::vector<data::Batch>& micro) {
-  if (micro.empty()) throw ValueError("pipeline evaluate: no microbatches");
+void PipelineExecutor::forward_only(
+    const std::vector<data::Batch>& micro,
+    const std::function<nn::ForwardContext(const data::Batch&)>& ctx_of,
+    const std::function<void(tp::TensorParallelGpt&, const Tensor&, const data::Batch&)>& at_head) {
   autograd::NoGradGuard no_grad;
   const int S = model_.num_stages(), r = model_.rank();
   const auto& pp = model_.groups().pp;
   const int64_t tp = model_.groups().tp->size();
   const bool sp = model_.chunk(0).sequence_parallel();
-  const nn::ForwardContext no_dropout{false, 0, 0};
   const StageTransfer transfer(model_.groups().tp, scatter_gather_ && !sp && tp > 1);
-  Tensor loss_sum;
   // Sends stay in flight for one microbatch (the next stage takes them when
   // it gets there), so at most two microbatches' activations are held.
   std::vector<dist::WorkPtr> previous, current;
   for (const data::Batch& batch : micro) {
     const int64_t b = batch.inputs.size(0), T = batch.inputs.size(1);
-    const nn::ForwardContext ctx = model_.chunk(0).with_documents(batch.inputs, no_dropout);
+    const nn::ForwardContext ctx = ctx_of(batch);
     // This rank's stages in increasing order; an output whose next stage
     // is on this rank too (the V's turn) goes straight on.
     Tensor carried;
@@ -701,10 +702,7 @@ double PipelineExecutor::evaluate(const std::vector<data::Batch>& micro) {
       }
       for (int64_t i : chunk.plan().layers) x = chunk.block(i, x, ctx);
       if (stage == S - 1) {
-        Tensor part = cast(chunk.head_loss(x, batch.targets), DType::F64);
-        if (batch.loss_weight >= 0)
-          part = scale(part, batch.loss_weight * static_cast<double>(micro.size()));
-        loss_sum = loss_sum.defined() ? add(loss_sum, part) : part;
+        at_head(chunk, x, batch);
       } else if (schedule_.rank_of(stage + 1) == r) {
         carried = x;
       } else {
@@ -717,11 +715,54 @@ double PipelineExecutor::evaluate(const std::vector<data::Batch>& micro) {
     current.clear();
   }
   for (auto& w : previous) w->wait();
+}
+
+double PipelineExecutor::evaluate(const std::vector<data::Batch>& micro) {
+  if (micro.empty()) throw ValueError("pipeline evaluate: no microbatches");
+  const nn::ForwardContext no_dropout{false, 0, 0};
+  Tensor loss_sum;
+  forward_only(
+      micro,
+      [&](const data::Batch& b) { return model_.chunk(0).with_documents(b.inputs, no_dropout); },
+      [&](tp::TensorParallelGpt& chunk, const Tensor& x, const data::Batch& batch) {
+        Tensor part = cast(chunk.head_loss(x, batch.targets), DType::F64);
+        if (batch.loss_weight >= 0)
+          part = scale(part, batch.loss_weight * static_cast<double>(micro.size()));
+        loss_sum = loss_sum.defined() ? add(loss_sum, part) : part;
+      });
   const double total = loss_sum.defined() ? item(loss_sum) : 0.0;
   Tensor l =
       from_vector(std::vector<double>{total / static_cast<double>(micro.size())}, {1}, DType::F64);
-  pp->broadcast(l, schedule_.rank_of(S - 1))->wait();
+  model_.groups().pp->broadcast(l, schedule_.rank_of(model_.num_stages() - 1))->wait();
   return item(l);
+}
+
+std::vector<double> PipelineExecutor::row_losses(const std::vector<data::Batch>& micro) {
+  if (micro.empty()) throw ValueError("pipeline row_losses: no microbatches");
+  int64_t rows = 0;
+  for (const auto& b : micro) rows += b.inputs.size(0);
+  // Each row one document (its resets off); a sliding window still applies.
+  nn::GptConfig one_document = model_.config();
+  one_document.reset_attention_mask = one_document.reset_position_ids = false;
+  const nn::ForwardContext no_dropout{false, 0, 0};
+  std::vector<Tensor> losses;
+  forward_only(
+      micro,
+      [&](const data::Batch& b) {
+        return nn::with_documents(one_document, b.inputs, no_dropout, model_.device());
+      },
+      [&](tp::TensorParallelGpt& chunk, const Tensor& x, const data::Batch& batch) {
+        for (int64_t i = 0; i < batch.inputs.size(0); ++i) {
+          losses.push_back(reshape(
+              cast(chunk.head_loss(narrow(x, 0, i, 1), narrow(batch.targets, 0, i, 1)), DType::F64),
+              {1}));
+        }
+      });
+  // The last stage's values, read once, then to every rank of the pipeline.
+  Tensor all =
+      losses.empty() ? zeros({rows}, DType::F64) : to_device(concat(losses, 0), Device::cpu());
+  model_.groups().pp->broadcast(all, schedule_.rank_of(model_.num_stages() - 1))->wait();
+  return to_double_vector(all);
 }
 
 }  // namespace triad::pipeline

@@ -168,8 +168,23 @@ class PipelineExecutor {
   // the transfers pair up without a schedule. Returns the mean of the
   // microbatches' mean losses, the same on every rank of the pipeline.
   double evaluate(const std::vector<data::Batch>& microbatches);
+  // Forward only as evaluate, each row of each microbatch scored alone:
+  // its mean loss over the targets it does not ignore (0 for a row without
+  // any), in order, the same on every rank of the pipeline. Each row is read
+  // as one document whatever the model's document resets, as
+  // nn::score_continuations reads a request (multiple-choice evaluation).
+  std::vector<double> row_losses(const std::vector<data::Batch>& microbatches);
 
  private:
+  // The forward-only pass evaluate and row_losses share: every
+  // microbatch through this rank's stages in order, under the context
+  // `ctx_of` gives it; at the last stage, `at_head` takes the head's input
+  // (the final hidden states) with the batch.
+  void forward_only(const std::vector<data::Batch>& microbatches,
+                    const std::function<nn::ForwardContext(const data::Batch&)>& ctx_of,
+                    const std::function<void(tp::TensorParallelGpt&, const Tensor&,
+                                             const data::Batch&)>& at_head);
+
   PipelineModel& model_;
   Schedule schedule_;
   EventSink sink_;

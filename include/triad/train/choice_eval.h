@@ -1,0 +1,59 @@
+#pragma once
+
+// Multiple-choice accuracy during training (eval.choices): the questions
+// tokenized once, cut into micro-batches of rows the model reads as it
+// reads training rows, and each row's mean loss turned back into the
+// choice each question's scores pick — the numbers triad-eval reports for
+// the same model.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "triad/data/token_dataset.h"
+#include "triad/nn/evaluate.h"
+#include "triad/train/config.h"
+
+namespace triad::train {
+
+// A question as token requests: each choice's context and continuation
+// (nn::ContinuationRequest), the choice's characters and the right index.
+struct TokenizedQuestion {
+  std::vector<nn::ContinuationRequest> choices;
+  std::vector<int64_t> chars;
+  int64_t answer = 0;
+};
+
+// eval.choices' questions with index % parts == part (a data-parallel
+// rank's share), tokenized by eval.tokenizer (or vocab/merges; bytes
+// without), each choice after a space (as triad-eval's default
+// --separator) and the context after eval.bos_token when one is given.
+// `total` gets the file's question count. Errors are ConfigErrors naming
+// eval.choices or the tokenizer key: an unreadable file or line, a
+// tokenizer larger than model.vocab_size, an empty context without a
+// bos_token, a choice longer than model.seq_len tokens.
+std::vector<TokenizedQuestion> load_choice_questions(const Config& c, int part, int parts,
+                                                     int64_t* total = nullptr);
+
+// The questions' choices as rows of seq_len tokens, `rows` per batch
+// (the last batch filled with rows that score nothing): each row the
+// request's tokens cut from the left to seq_len + 1 (less the last one as
+// input), padded with `pad`; targets -100 but for the continuation's.
+std::vector<data::Batch> choice_batches(const std::vector<TokenizedQuestion>& questions,
+                                        int64_t seq_len, int64_t rows, int64_t pad);
+
+// What the questions scored: how many, how many each normalisation
+// (nn::pick_choice) got right, and the right choices' summed -log p and
+// tokens. Sums over data-parallel ranks add up.
+struct ChoiceTally {
+  double questions = 0, right = 0, right_norm = 0, right_per_token = 0;
+  double answer_nll = 0, answer_tokens = 0;
+  std::vector<double> to_vector() const;
+  static ChoiceTally from_vector(const std::vector<double>& v);
+};
+// From each row's mean loss over its scored targets, in choice_batches'
+// row order (the filler rows after them ignored).
+ChoiceTally tally_choices(const std::vector<TokenizedQuestion>& questions,
+                          const std::vector<double>& row_means);
+
+}  // namespace triad::train

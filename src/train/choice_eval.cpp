@@ -1,0 +1,144 @@
+#include "triad/train/choice_eval.h"
+
+#include <algorithm>
+
+#include "triad/core/error.h"
+#include "triad/data/multiple_choice.h"
+#include "triad/data/tokenizer.h"
+#include "triad/ops.h"
+
+namespace triad::train {
+
+std::vector<TokenizedQuestion> load_choice_questions(const Config& c, int part, int parts,
+                                                     int64_t* total) {
+  const auto& e = c.eval;
+  std::unique_ptr<data::Tokenizer> tok;
+  const std::string tok_key = !e.tokenizer.empty() ? "eval.tokenizer"
+                              : !e.vocab.empty()   ? "eval.vocab/eval.merges"
+                                                   : "eval.choices";
+  try {
+    tok = data::make_tokenizer(e.vocab, e.merges, e.tokenizer);
+  } catch (const Error& err) {
+    throw ConfigError(tok_key + ": " + err.what());
+  }
+  if (tok->vocab_size() > c.model.vocab_size) {
+    throw ConfigError(tok_key + ": the tokenizer has " + std::to_string(tok->vocab_size()) +
+                      " tokens, more than model.vocab_size " + std::to_string(c.model.vocab_size));
+  }
+  std::vector<int64_t> bos;
+  if (!e.bos_token.empty()) {
+    try {
+      bos.push_back(data::require_special_token(*tok, e.bos_token, "eval.bos_token"));
+    } catch (const ValueError& err) {
+      throw ConfigError(err.what());
+    }
+  }
+  std::vector<data::ChoiceQuestion> all;
+  try {
+    all = data::read_choice_questions(e.choices, e.choices_limit);
+  } catch (const Error& err) {
+    throw ConfigError(std::string("eval.choices: ") + err.what());
+  }
+  if (total) *total = static_cast<int64_t>(all.size());
+  std::vector<TokenizedQuestion> out;
+  for (size_t q = static_cast<size_t>(part); q < all.size(); q += static_cast<size_t>(parts)) {
+    TokenizedQuestion t;
+    t.answer = all[q].answer;
+    for (const std::string& choice : all[q].choices) {
+      auto [context, continuation] =
+          data::encode_context_and_continuation(*tok, all[q].context, " " + choice);
+      std::vector<int64_t> ctx = bos;
+      ctx.insert(ctx.end(), context.begin(), context.end());
+      const std::string where =
+          "eval.choices '" + e.choices + "': question " + std::to_string(q + 1);
+      if (ctx.empty()) {
+        throw ConfigError(where + " has an empty context: set eval.bos_token to give it a start");
+      }
+      if (static_cast<int64_t>(continuation.size()) > c.model.seq_len) {
+        throw ConfigError(where + " has a choice of " + std::to_string(continuation.size()) +
+                          " tokens, more than model.seq_len " + std::to_string(c.model.seq_len));
+      }
+      t.choices.push_back(
+          {std::move(ctx), std::vector<int64_t>(continuation.begin(), continuation.end())});
+      t.chars.push_back(data::utf8_characters(choice));
+    }
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
+std::vector<data::Batch> choice_batches(const std::vector<TokenizedQuestion>& questions,
+                                        int64_t seq_len, int64_t rows, int64_t pad) {
+  if (rows < 1)
+    throw ValueError("choice_batches: rows (" + std::to_string(rows) + ") must be >= 1");
+  std::vector<int64_t> inputs, targets;
+  int64_t count = 0;
+  for (const auto& q : questions) {
+    for (const auto& r : q.choices) {
+      std::vector<int64_t> all = r.context;
+      all.insert(all.end(), r.continuation.begin(), r.continuation.end());
+      const int64_t keep = std::min<int64_t>(static_cast<int64_t>(all.size()) - 1, seq_len);
+      const auto n = static_cast<int64_t>(r.continuation.size());
+      const auto from = all.end() - 1 - keep;
+      for (int64_t t = 0; t < seq_len; ++t) {
+        inputs.push_back(t < keep ? from[t] : pad);
+        targets.push_back(t < keep && t >= keep - n ? from[t + 1] : -100);
+      }
+      ++count;
+    }
+  }
+  // Filler rows that score nothing complete the last batch.
+  for (; count % rows != 0; ++count) {
+    inputs.insert(inputs.end(), static_cast<size_t>(seq_len), pad);
+    targets.insert(targets.end(), static_cast<size_t>(seq_len), -100);
+  }
+  std::vector<data::Batch> out;
+  const int64_t size = rows * seq_len;
+  for (int64_t b = 0; b * rows < count; ++b) {
+    out.push_back({from_vector(std::vector<int64_t>(inputs.begin() + b * size,
+                                                    inputs.begin() + (b + 1) * size),
+                               {rows, seq_len}),
+                   from_vector(std::vector<int64_t>(targets.begin() + b * size,
+                                                    targets.begin() + (b + 1) * size),
+                               {rows, seq_len})});
+  }
+  return out;
+}
+
+std::vector<double> ChoiceTally::to_vector() const {
+  return {questions, right, right_norm, right_per_token, answer_nll, answer_tokens};
+}
+
+ChoiceTally ChoiceTally::from_vector(const std::vector<double>& v) {
+  if (v.size() != 6) {
+    throw ValueError("ChoiceTally: " + std::to_string(v.size()) + " values, expected 6");
+  }
+  return {v[0], v[1], v[2], v[3], v[4], v[5]};
+}
+
+ChoiceTally tally_choices(const std::vector<TokenizedQuestion>& questions,
+                          const std::vector<double>& row_means) {
+  ChoiceTally t;
+  size_t row = 0;
+  for (const auto& q : questions) {
+    if (row + q.choices.size() > row_means.size()) {
+      throw ValueError("tally_choices: " + std::to_string(row_means.size()) +
+                       " row losses for more rows than that");
+    }
+    std::vector<nn::ContinuationScore> scores;
+    for (const auto& r : q.choices) {
+      const auto n = static_cast<int64_t>(r.continuation.size());
+      scores.push_back({row_means[row++] * static_cast<double>(n), n});
+    }
+    const nn::ChoicePicks p = nn::pick_choice(scores, q.chars);
+    t.questions += 1;
+    t.right += p.total == q.answer;
+    t.right_norm += p.per_char == q.answer;
+    t.right_per_token += p.per_token == q.answer;
+    t.answer_nll += scores[static_cast<size_t>(q.answer)].nll;
+    t.answer_tokens += static_cast<double>(scores[static_cast<size_t>(q.answer)].tokens);
+  }
+  return t;
+}
+
+}  // namespace triad::train

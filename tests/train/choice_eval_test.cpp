@@ -1,0 +1,136 @@
+#include "triad/train/choice_eval.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "support/expect_error.h"
+#include "support/temp_dir.h"
+#include "triad/ops.h"
+
+namespace triad::train {
+namespace {
+
+using testing::expect_error;
+using testing::TempDir;
+
+std::vector<int64_t> ints(const Tensor& t) {
+  std::vector<int64_t> out;
+  for (const double v : to_double_vector(t)) out.push_back(static_cast<int64_t>(v));
+  return out;
+}
+
+TEST(ChoiceBatches, RowsHoldTheRequestCutToTheWindowAndScoreItsContinuationAlone) {
+  TokenizedQuestion q;
+  q.choices = {{{1, 2, 3}, {4, 5}},                            // fits: padded
+               {{11, 12, 13, 14, 15, 16, 17, 18}, {19, 20}}};  // 10 tokens: the first 3 go
+  q.chars = {2, 2};
+  TokenizedQuestion r;
+  r.choices = {{{7}, {8}}};
+  r.chars = {1};
+  const auto batches = choice_batches({q, r}, 6, 2, 99);
+  ASSERT_EQ(batches.size(), 2u);  // three rows, a filler completing the second batch
+  EXPECT_EQ(batches[0].inputs.shape(), (Shape{2, 6}));
+  EXPECT_EQ(ints(batches[0].inputs),
+            (std::vector<int64_t>{1, 2, 3, 4, 99, 99, 14, 15, 16, 17, 18, 19}));
+  EXPECT_EQ(ints(batches[0].targets),
+            (std::vector<int64_t>{-100, -100, 4, 5, -100, -100, -100, -100, -100, -100, 19, 20}));
+  EXPECT_EQ(ints(batches[1].inputs),
+            (std::vector<int64_t>{7, 99, 99, 99, 99, 99, 99, 99, 99, 99, 99, 99}));
+  EXPECT_EQ(ints(batches[1].targets), (std::vector<int64_t>{8, -100, -100, -100, -100, -100, -100,
+                                                            -100, -100, -100, -100, -100}));
+  expect_error([&] { choice_batches({q}, 6, 0, 0); }, {"rows (0) must be >= 1"});
+}
+
+TEST(TallyChoices, EachNormalisationCountsItsRightPicks) {
+  // Question 0: choices of 1 and 4 tokens, means 3 and 1 (totals 3 and 4):
+  // the total picks 0, per token picks 1; per character (1 and 10
+  // characters: 3 and 0.4) picks 1. Answer 1. Question 1: one choice
+  // clearly best. Answer 0.
+  TokenizedQuestion a, b;
+  a.choices = {{{1}, {2}}, {{1}, {2, 3, 4, 5}}};
+  a.chars = {1, 10};
+  a.answer = 1;
+  b.choices = {{{1}, {2, 3}}, {{1}, {3}}};
+  b.chars = {2, 1};
+  b.answer = 0;
+  const ChoiceTally t = tally_choices({a, b}, {3.0, 1.0, 0.5, 2.0, 123.0 /* a filler row */});
+  EXPECT_EQ(t.questions, 2);
+  EXPECT_EQ(t.right, 1);                      // b only
+  EXPECT_EQ(t.right_norm, 2);                 // a and b
+  EXPECT_EQ(t.right_per_token, 2);            // a and b
+  EXPECT_DOUBLE_EQ(t.answer_nll, 4.0 + 1.0);  // a's choice 1 (4 tokens at 1), b's choice 0
+  EXPECT_DOUBLE_EQ(t.answer_tokens, 4 + 2);
+  const ChoiceTally back = ChoiceTally::from_vector(t.to_vector());
+  EXPECT_EQ(back.right_norm, t.right_norm);
+  EXPECT_EQ(back.answer_tokens, t.answer_tokens);
+  expect_error([&] { tally_choices({a, b}, {1.0, 2.0, 3.0}); }, {"3 row losses"});
+}
+
+Config with_questions(const TempDir& dir, const std::string& lines, int64_t vocab = 256) {
+  std::ofstream(dir.file("q.jsonl")) << lines;
+  Config c = parse_config(
+      "model: {n_layer: 1, n_head: 2, d_model: 8, vocab_size: " + std::to_string(vocab) +
+      ", seq_len: 8}\n"
+      "train: {steps: 1, global_batch_size: 2, micro_batch_size: 2, lr: 1.0e-3}\n"
+      "data: {train: x.bin}\n");
+  c.eval.choices = dir.file("q.jsonl");
+  return c;
+}
+
+TEST(LoadChoiceQuestions, EachDataParallelRankTokenizesItsShare) {
+  TempDir dir;
+  std::string lines;
+  for (int i = 0; i < 5; ++i) {
+    lines += R"({"context": "q)" + std::to_string(i) +
+             R"( is", "choices": ["a", "bc"], "answer": )" + std::to_string(i % 2) + "}\n";
+  }
+  const Config c = with_questions(dir, lines);
+  int64_t total = 0;
+  const auto first = load_choice_questions(c, 0, 2, &total);
+  const auto second = load_choice_questions(c, 1, 2);
+  EXPECT_EQ(total, 5);
+  ASSERT_EQ(first.size(), 3u);   // questions 0, 2, 4
+  ASSERT_EQ(second.size(), 2u);  // 1, 3
+  EXPECT_EQ(first[1].choices[0].context, (std::vector<int64_t>{'q', '2', ' ', 'i', 's'}));
+  EXPECT_EQ(first[1].choices[1].continuation, (std::vector<int64_t>{' ', 'b', 'c'}));
+  EXPECT_EQ(first[1].chars, (std::vector<int64_t>{1, 2}));
+  EXPECT_EQ(second[0].answer, 1);
+  Config limited = c;
+  limited.eval.choices_limit = 3;
+  EXPECT_EQ(load_choice_questions(limited, 0, 1, &total).size(), 3u);
+  EXPECT_EQ(total, 3);
+}
+
+TEST(LoadChoiceQuestions, ErrorsNameTheKeyAndTheQuestion) {
+  TempDir dir;
+  const std::string ok = R"({"context": "a", "choices": ["b", "c"], "answer": 0})"
+                         "\n";
+  expect_error([&] { load_choice_questions(with_questions(dir, ok, 100), 0, 1); },
+               {"eval.choices: the tokenizer has 256 tokens, more than model.vocab_size 100"});
+  expect_error(
+      [&] {
+        load_choice_questions(
+            with_questions(dir, ok + R"({"context": "  ", "choices": ["b", "c"], "answer": 0})"), 0,
+            1);
+      },
+      {"question 2 has an empty context: set eval.bos_token"});
+  expect_error(
+      [&] {
+        load_choice_questions(
+            with_questions(dir, R"({"context": "a", "choices": ["12345678", "c"], "answer": 0})"),
+            0, 1);
+      },
+      {"question 1 has a choice of 9 tokens, more than model.seq_len 8"});
+  expect_error([&] { load_choice_questions(with_questions(dir, "{\n"), 0, 1); },
+               {"eval.choices: '", "line 1 does not parse"});
+  Config bos = with_questions(dir, ok);
+  bos.eval.bos_token = "<s>";
+  expect_error([&] { load_choice_questions(bos, 0, 1); }, {"eval.bos_token '<s>'"});
+  Config tokenizer = with_questions(dir, ok);
+  tokenizer.eval.tokenizer = dir.file("no_such_tokenizer");
+  expect_error([&] { load_choice_questions(tokenizer, 0, 1); }, {"eval.tokenizer: "});
+}
+
+}  // namespace
+}  // namespace triad::train
