@@ -9,9 +9,11 @@
 //   triad-generate --run out/chat --tokenizer /models/Qwen3-0.6B --chat-template chatml
 //       --prompt "What is 2+2?"      (a fine-tuned chat model's answer, up to its end of turn)
 //   triad-generate ... --prompts questions.jsonl > answers.jsonl   (one reply per line)
+//   triad-generate ... --repetition-penalty 1.2 --min-p 0.05 --stop $'\n\n'   (up to a blank line)
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -51,6 +53,23 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--top-p", o.top_p, "sample from the smallest set holding this probability")
       ->capture_default_str();
+  app.add_option("--min-p", o.min_p,
+                 "sample only tokens at least this share as likely as the most likely (0: all)")
+      ->capture_default_str();
+  app.add_option("--repetition-penalty", o.repetition_penalty,
+                 "divide the positive logits (multiply the negative) of tokens in the prompt or "
+                 "the output by this (1: none; 1.1-1.3 discourages repeats)")
+      ->capture_default_str();
+  app.add_option("--frequency-penalty", o.frequency_penalty,
+                 "subtract this times its count so far in the output from a token's logit")
+      ->capture_default_str();
+  app.add_option("--presence-penalty", o.presence_penalty,
+                 "subtract this from the logit of every token the output holds")
+      ->capture_default_str();
+  std::vector<std::string> stops;
+  app.add_option("--stop", stops,
+                 "stop when the reply's text holds this, and print the text before it "
+                 "(repeatable)");
   app.add_option("--seed", o.seed, "sampling seed")
       ->check(triad::examples::unsigned_integer())
       ->capture_default_str();
@@ -133,6 +152,9 @@ int main(int argc, char** argv) {
       }
     }
     o.stop_token = stop_token == -2 ? default_stop : stop_token;
+    for (const auto& s : stops) {
+      if (s.empty()) throw triad::ValueError("--stop: a stop string must not be empty");
+    }
     if (o.stop_token < -1 || o.stop_token >= tok->vocab_size()) {
       throw triad::ValueError("--stop-token " + std::to_string(o.stop_token) +
                               " is outside the tokenizer's vocabulary [0, " +
@@ -146,6 +168,18 @@ int main(int argc, char** argv) {
       model.load_state_dict(part, /*strict=*/false);
     });
     model.to(triad::device_from_string(device.empty() ? config.device : device));
+    // A chat's reply is the assistant's turn alone (the prompt is the
+    // template's text); a plain continuation is what it adds to the prompt.
+    // With --stop, the text before the first stop string.
+    auto full_reply_text = [&](const std::vector<int32_t>& ids, const std::vector<int32_t>& out) {
+      return chat ? tok->decode(out) : triad::data::continuation_text(*tok, ids, out);
+    };
+    auto reply_text = [&](const std::vector<int32_t>& ids, const std::vector<int32_t>& out) {
+      std::string text = full_reply_text(ids, out);
+      size_t cut = std::string::npos;
+      for (const auto& s : stops) cut = std::min(cut, text.find(s));
+      return cut == std::string::npos ? text : text.substr(0, cut);
+    };
     // One prompt's reply: the prompt's ids, and the generated ones less the
     // stop token.
     auto answer = [&](const std::string& text, const std::string& sys, std::vector<int32_t>& ids) {
@@ -171,7 +205,19 @@ int main(int argc, char** argv) {
         for (const int32_t id : tok->encode(text)) ids.push_back(id);
       }
       const auto t0 = std::chrono::steady_clock::now();
-      auto out = triad::nn::generate(model, std::vector<int64_t>(ids.begin(), ids.end()), o);
+      triad::nn::SamplingOptions run = o;
+      if (!stops.empty()) {
+        // The reply's text so far holds a stop string: done (cut below).
+        run.stop_when = [&](const std::vector<int64_t>& so_far) {
+          const std::string text =
+              full_reply_text(ids, std::vector<int32_t>(so_far.begin(), so_far.end()));
+          for (const auto& s : stops) {
+            if (text.find(s) != std::string::npos) return true;
+          }
+          return false;
+        };
+      }
+      auto out = triad::nn::generate(model, std::vector<int64_t>(ids.begin(), ids.end()), run);
       const double secs =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       if (timing) {
@@ -181,11 +227,6 @@ int main(int argc, char** argv) {
       }
       if (!out.empty() && out.back() == o.stop_token) out.pop_back();  // the end, not text
       return std::vector<int32_t>(out.begin(), out.end());
-    };
-    // A chat's reply is the assistant's turn alone (the prompt is the
-    // template's text); a plain continuation is what it adds to the prompt.
-    auto reply_text = [&](const std::vector<int32_t>& ids, const std::vector<int32_t>& out) {
-      return chat ? tok->decode(out) : triad::data::continuation_text(*tok, ids, out);
     };
     std::vector<int32_t> ids;
     if (many->count() == 0) {

@@ -20,7 +20,7 @@ constexpr uint64_t kSamplingStream = 0x67656e6572617465ULL;  // "generate"
 }  // namespace
 
 int64_t sample_token(const std::vector<double>& logits, double temperature, int64_t top_k, double u,
-                     double top_p) {
+                     double top_p, double min_p) {
   const auto n = static_cast<int64_t>(logits.size());
   if (n == 0) throw ValueError("sample_token: no logits");
   if (!(temperature >= 0)) {
@@ -31,6 +31,9 @@ int64_t sample_token(const std::vector<double>& logits, double temperature, int6
     throw ValueError("sample_token: top_k (" + std::to_string(top_k) + ") must be >= 0");
   if (!(top_p > 0 && top_p <= 1)) {
     throw ValueError("sample_token: top_p (" + std::to_string(top_p) + ") must be in (0, 1]");
+  }
+  if (!(min_p >= 0 && min_p <= 1)) {
+    throw ValueError("sample_token: min_p (" + std::to_string(min_p) + ") must be in [0, 1]");
   }
   // Ids by decreasing logit, ties by id (a stable order).
   std::vector<int64_t> order(static_cast<size_t>(n));
@@ -56,6 +59,13 @@ int64_t sample_token(const std::vector<double>& logits, double temperature, int6
     k = keep;
     total = held;
   }
+  if (min_p > 0) {
+    // The weights fall from the first's, 1: keep those of at least min_p.
+    int64_t keep = 1;
+    while (keep < k && weight[keep] >= min_p) ++keep;
+    for (int64_t i = keep; i < k; ++i) total -= weight[i];
+    k = keep;
+  }
   const double target = u * total;
   double cum = 0;
   for (int64_t i = 0; i < k; ++i) {
@@ -65,6 +75,51 @@ int64_t sample_token(const std::vector<double>& logits, double temperature, int6
   return order[k - 1];  // u rounding to the very end
 }
 
+namespace {
+
+void check_penalties(const SamplingOptions& o) {
+  if (!(o.repetition_penalty > 0) || !std::isfinite(o.repetition_penalty)) {
+    throw ValueError("generate: repetition_penalty (" + std::to_string(o.repetition_penalty) +
+                     ") must be positive (1: none)");
+  }
+  if (!std::isfinite(o.frequency_penalty) || !std::isfinite(o.presence_penalty)) {
+    throw ValueError("generate: frequency_penalty (" + std::to_string(o.frequency_penalty) +
+                     ") and presence_penalty (" + std::to_string(o.presence_penalty) +
+                     ") must be finite");
+  }
+}
+
+}  // namespace
+
+void apply_penalties(std::vector<double>& logits, const std::vector<int64_t>& prompt,
+                     const std::vector<int64_t>& output, const SamplingOptions& o) {
+  check_penalties(o);
+  const auto n = static_cast<int64_t>(logits.size());
+  auto in_row = [&](int64_t id) { return id >= 0 && id < n; };
+  if (o.repetition_penalty != 1) {
+    std::vector<bool> seen(logits.size(), false);
+    for (const auto* ids : {&prompt, &output}) {
+      for (const int64_t id : *ids) {
+        if (!in_row(id) || seen[id]) continue;
+        seen[id] = true;
+        double& l = logits[id];
+        l = l > 0 ? l / o.repetition_penalty : l * o.repetition_penalty;
+      }
+    }
+  }
+  if (o.frequency_penalty != 0 || o.presence_penalty != 0) {
+    std::vector<int64_t> count(logits.size(), 0);
+    for (const int64_t id : output) {
+      if (in_row(id)) ++count[id];
+    }
+    for (int64_t id = 0; id < n; ++id) {
+      if (count[id] > 0) {
+        logits[id] -= o.frequency_penalty * static_cast<double>(count[id]) + o.presence_penalty;
+      }
+    }
+  }
+}
+
 std::vector<int64_t> generate(const Gpt& model, const std::vector<int64_t>& prompt,
                               const SamplingOptions& o) {
   const GptConfig& cfg = model.config();
@@ -72,6 +127,10 @@ std::vector<int64_t> generate(const Gpt& model, const std::vector<int64_t>& prom
   if (o.max_new_tokens < 0) {
     throw ValueError("generate: max_new_tokens (" + std::to_string(o.max_new_tokens) +
                      ") must be >= 0");
+  }
+  check_penalties(o);
+  if (!(o.min_p >= 0 && o.min_p <= 1)) {
+    throw ValueError("generate: min_p (" + std::to_string(o.min_p) + ") must be in [0, 1]");
   }
   if (o.vocab_limit < 0 || o.vocab_limit > cfg.vocab_size) {
     throw ValueError("generate: vocab_limit (" + std::to_string(o.vocab_limit) +
@@ -117,11 +176,12 @@ std::vector<int64_t> generate(const Gpt& model, const std::vector<int64_t>& prom
     }
     std::vector<double> row =
         to_double_vector(narrow(reshape(logits, {cfg.vocab_size}), 0, 0, limit));
+    apply_penalties(row, prompt, out, o);
     const double u = philox_uniform(o.seed, kSamplingStream, static_cast<uint64_t>(step));
-    const int64_t next = sample_token(row, o.temperature, o.top_k, u, o.top_p);
+    const int64_t next = sample_token(row, o.temperature, o.top_k, u, o.top_p, o.min_p);
     tokens.push_back(next);
     out.push_back(next);
-    if (next == o.stop_token) break;
+    if (next == o.stop_token || (o.stop_when && o.stop_when(out))) break;
   }
   return out;
 }

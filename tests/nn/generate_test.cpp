@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <set>
 
@@ -76,6 +77,56 @@ TEST(Generate, TopPDrawsFromTheSmallestNucleusHoldingP) {
   EXPECT_EQ(counts(1.0, 0), all);
 }
 
+TEST(Generate, MinPKeepsTheTokensAtLeastThatShareOfTheMostLikely) {
+  // Probabilities 0.5, 0.3, 0.15, 0.05 (ids 2, 0, 3, 1).
+  const std::vector<double> logits{std::log(0.3), std::log(0.05), std::log(0.5), std::log(0.15)};
+  const int N = 10000;
+  auto counts = [&](double min_p, double top_p) {
+    std::vector<int> c(4, 0);
+    for (int i = 0; i < N; ++i) ++c[sample_token(logits, 1.0, 0, (i + 0.5) / N, top_p, min_p)];
+    return c;
+  };
+  // 0.4 * 0.5 = 0.2: ids 2 and 0, renormalised to 5/8 and 3/8.
+  auto c = counts(0.4, 1.0);
+  EXPECT_NEAR(c[2] / double(N), 0.625, 2.0 / N);
+  EXPECT_NEAR(c[0] / double(N), 0.375, 2.0 / N);
+  EXPECT_EQ(c[1] + c[3], 0);
+  // 0.25 * 0.5 = 0.125: three of them, 0.05 out.
+  c = counts(0.25, 1.0);
+  EXPECT_GT(c[3], 0);
+  EXPECT_EQ(c[1], 0);
+  EXPECT_NEAR(c[3] / double(N), 0.15 / 0.95, 2.0 / N);
+  // After top_p's nucleus (0.5 and 0.3), min_p cuts within it.
+  c = counts(0.7, 0.75);
+  EXPECT_EQ(c[2], N);
+  EXPECT_EQ(counts(1.0, 1.0)[2], N);  // only the most likely
+  std::vector<int> all(4, 0);
+  for (int i = 0; i < N; ++i) ++all[sample_token(logits, 1.0, 0, (i + 0.5) / N)];
+  EXPECT_EQ(counts(0.0, 1.0), all);  // 0 changes nothing
+  EXPECT_THROW(sample_token(logits, 1.0, 0, 0.5, 1.0, 1.5), ValueError);
+  EXPECT_THROW(sample_token(logits, 1.0, 0, 0.5, 1.0, -0.1), ValueError);
+}
+
+TEST(Generate, PenaltiesLowerTheLogitsOfTokensTheTextHolds) {
+  SamplingOptions o;
+  o.repetition_penalty = 2.0;
+  std::vector<double> l{2.0, -1.0, 0.5, 3.0, 7.0};
+  // Token 0 in the prompt, 1 twice and 3 once in the output; 9 is past the
+  // row (a vocab_limit) and skipped.
+  apply_penalties(l, {0, 9}, {1, 1, 3}, o);
+  EXPECT_EQ(l, (std::vector<double>{1.0, -2.0, 0.5, 1.5, 7.0}));
+  o.repetition_penalty = 1.0;
+  o.frequency_penalty = 0.5;
+  o.presence_penalty = 0.25;
+  apply_penalties(l, {0, 9}, {1, 1, 3}, o);  // the output's counts only
+  EXPECT_EQ(l, (std::vector<double>{1.0, -3.25, 0.5, 0.75, 7.0}));
+  o.repetition_penalty = 0;
+  EXPECT_THROW(apply_penalties(l, {}, {}, o), ValueError);
+  o.repetition_penalty = 1;
+  o.frequency_penalty = INFINITY;
+  EXPECT_THROW(apply_penalties(l, {}, {}, o), ValueError);
+}
+
 // Weights 8x the initial ones: small random weights predict one token
 // forever, which would make the comparison below vacuous.
 void make_opinionated(Gpt& model) {
@@ -105,6 +156,63 @@ TEST(Generate, GreedyMatchesArgmaxOfTheFullForwardOverASlidingWindow) {
     seq.push_back(best);
   }
   EXPECT_GE(std::set<int64_t>(got.begin(), got.end()).size(), 3u) << "a vacuous comparison";
+}
+
+// Greedy decoding under every penalty picks the argmax of the penalised
+// logits of a full forward pass, with the cache and without it; a presence
+// penalty past any logit makes every token new; stop_when ends the text.
+TEST(Generate, GreedyWithPenaltiesMatchesTheRuleAndStopWhenEndsIt) {
+  Gpt model(tiny(), 3);
+  make_opinionated(model);
+  const std::vector<int64_t> prompt{4, 9, 1, 4};
+  SamplingOptions o;
+  o.max_new_tokens = 12;
+  o.temperature = 0;
+  o.repetition_penalty = 1.7;
+  o.frequency_penalty = 0.3;
+  o.presence_penalty = 0.2;
+  const auto got = generate(model, prompt, o);
+  ASSERT_EQ(got.size(), 12u);
+  std::vector<int64_t> seq = prompt, out;
+  for (int step = 0; step < 12; ++step) {
+    const auto w = std::min<int64_t>(static_cast<int64_t>(seq.size()), 8);
+    std::vector<int64_t> ids(seq.end() - w, seq.end());
+    auto logits = to_double_vector(model.forward(from_vector(ids, {1, w}), {false, 0, 0}));
+    std::vector<double> row(logits.begin() + (w - 1) * 40, logits.begin() + w * 40);
+    std::vector<int> count(40, 0);
+    for (int64_t t : out) ++count[t];
+    for (int64_t t = 0; t < 40; ++t) {
+      const bool seen = count[t] > 0 || std::count(prompt.begin(), prompt.end(), t) > 0;
+      if (seen) row[t] = row[t] > 0 ? row[t] / 1.7 : row[t] * 1.7;
+      if (count[t] > 0) row[t] -= 0.3 * count[t] + 0.2;
+    }
+    const int64_t best = std::max_element(row.begin(), row.end()) - row.begin();
+    EXPECT_EQ(got[step], best) << "step " << step;
+    seq.push_back(best);
+    out.push_back(best);
+  }
+  o.kv_cache = false;
+  EXPECT_EQ(generate(model, prompt, o), got);
+  SamplingOptions plain;
+  plain.max_new_tokens = 12;
+  plain.temperature = 0;
+  EXPECT_NE(generate(model, prompt, plain), got) << "the penalties changed nothing";
+  o.kv_cache = true;
+  o.presence_penalty = 1e9;
+  const auto fresh = generate(model, prompt, o);
+  EXPECT_EQ(std::set<int64_t>(fresh.begin(), fresh.end()).size(), fresh.size());
+  // stop_when sees the output so far.
+  o.presence_penalty = 0.2;
+  int calls = 0;
+  o.stop_when = [&](const std::vector<int64_t>& so_far) {
+    ++calls;
+    return so_far.size() == 5;
+  };
+  const auto stopped = generate(model, prompt, o);
+  EXPECT_EQ(stopped, std::vector<int64_t>(got.begin(), got.begin() + 5));
+  EXPECT_EQ(calls, 5);
+  o.min_p = 2;
+  EXPECT_THROW(generate(model, prompt, o), ValueError);
 }
 
 TEST(Generate, DrawsArePureFunctionsOfTheSeedAndRespectTheLimits) {

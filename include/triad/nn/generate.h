@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "triad/nn/gpt.h"
@@ -15,6 +16,20 @@ struct SamplingOptions {
   // probabilities (after temperature and top_k) add up to at least top_p;
   // 1: no cut.
   double top_p = 1.0;
+  // Min-p sampling: of what top_k and top_p kept, only the tokens at least
+  // min_p times as likely as the most likely one; 0: no cut.
+  double min_p = 0.0;
+  // Penalties on tokens the text already holds, applied to the logits
+  // before everything above (greedy decoding included). repetition_penalty
+  // r (CTRL's, Hugging Face's): every token of the prompt or of the output
+  // so far has its logit divided by r when positive and multiplied by r
+  // otherwise; 1: none, above 1 discourages repeats. frequency_penalty f and
+  // presence_penalty q (OpenAI's, vLLM's): a token the output holds n > 0
+  // times loses f * n + q from its logit (the prompt is not counted); 0:
+  // none, negative values encourage repeats.
+  double repetition_penalty = 1.0;
+  double frequency_penalty = 0.0;
+  double presence_penalty = 0.0;
   uint64_t seed = 0;  // draws are a pure function of (seed, position)
   // Only ids below this are ever produced (a tokenizer's vocabulary inside a
   // padded model vocabulary); 0: the model's vocab_size.
@@ -25,14 +40,24 @@ struct SamplingOptions {
   // over the whole window for every token (the reference the cache is
   // tested against).
   bool kv_cache = true;
+  // Called with the output after each new token (stop_token included);
+  // true ends generation there (stop strings: a caller decodes and looks).
+  std::function<bool(const std::vector<int64_t>& output)> stop_when;
 };
 
 // The token one row of next-token logits picks: the argmax at temperature
 // 0; otherwise a draw with uniform `u` in [0, 1) from softmax(logits /
 // temperature) restricted to the top_k largest (ties broken by id), then to
-// the smallest prefix of those holding top_p of their probability.
+// the smallest prefix of those holding top_p of their probability, then to
+// those at least min_p times as likely as the first.
 int64_t sample_token(const std::vector<double>& logits, double temperature, int64_t top_k, double u,
-                     double top_p = 1.0);
+                     double top_p = 1.0, double min_p = 0.0);
+
+// options' repetition, frequency and presence penalties applied to one row
+// of next-token logits, given the prompt and the output so far (ids past
+// the row, a vocab_limit's, are skipped).
+void apply_penalties(std::vector<double>& logits, const std::vector<int64_t>& prompt,
+                     const std::vector<int64_t>& output, const SamplingOptions& options);
 
 // Continues `prompt` autoregressively and returns the new tokens. Each step
 // samples from the model's logits (no dropout, no autograd graph) at the
