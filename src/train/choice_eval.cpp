@@ -9,13 +9,15 @@
 
 namespace triad::train {
 
-std::vector<TokenizedQuestion> load_choice_questions(const Config& c, int part, int parts,
-                                                     int64_t* total) {
+std::vector<TokenizedQuestion> load_choice_questions(const Config& c,
+                                                     const EvalSection::ChoiceSet& set, int part,
+                                                     int parts, int64_t* total) {
   const auto& e = c.eval;
+  const std::string key = set.name.empty() ? "eval.choices" : "eval.choices." + set.name;
   std::unique_ptr<data::Tokenizer> tok;
   const std::string tok_key = !e.tokenizer.empty() ? "eval.tokenizer"
                               : !e.vocab.empty()   ? "eval.vocab/eval.merges"
-                                                   : "eval.choices";
+                                                   : key;
   try {
     tok = data::make_tokenizer(e.vocab, e.merges, e.tokenizer);
   } catch (const Error& err) {
@@ -35,9 +37,9 @@ std::vector<TokenizedQuestion> load_choice_questions(const Config& c, int part, 
   }
   std::vector<data::ChoiceQuestion> all;
   try {
-    all = data::read_choice_questions(e.choices, e.choices_limit);
+    all = data::read_choice_questions(set.path, e.choices_limit);
   } catch (const Error& err) {
-    throw ConfigError(std::string("eval.choices: ") + err.what());
+    throw ConfigError(key + ": " + err.what());
   }
   if (total) *total = static_cast<int64_t>(all.size());
   std::vector<TokenizedQuestion> out;
@@ -49,8 +51,7 @@ std::vector<TokenizedQuestion> load_choice_questions(const Config& c, int part, 
           data::encode_context_and_continuation(*tok, all[q].context, " " + choice);
       std::vector<int64_t> ctx = bos;
       ctx.insert(ctx.end(), context.begin(), context.end());
-      const std::string where =
-          "eval.choices '" + e.choices + "': question " + std::to_string(q + 1);
+      const std::string where = key + " '" + set.path + "': question " + std::to_string(q + 1);
       if (ctx.empty()) {
         throw ConfigError(where + " has an empty context: set eval.bos_token to give it a start");
       }

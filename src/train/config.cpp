@@ -206,16 +206,17 @@ std::vector<Config::DataPart> get_data_parts(const YAML::Node& n, const std::str
   return parts;
 }
 
-// data.val: a path or glob, or a mapping of names to them.
-std::vector<Config::ValidationSet> get_validation_sets(const YAML::Node& n,
-                                                       const std::string& key) {
+// data.val and eval.choices: a path (`what`), or a mapping of names to
+// them (`example`), as (name, path) sets.
+template <class Set>
+std::vector<Set> get_named_paths(const YAML::Node& n, const std::string& key, const char* what,
+                                 const char* example) {
   if (n.IsScalar()) return {{"", get_string(n, key)}};
   if (!n.IsMap() || n.size() == 0) {
-    throw ConfigError(key +
-                      ": expected a path or glob, or a mapping of names to them "
-                      "({web: data/web_val, code: data/code_val})");
+    throw ConfigError(key + ": expected " + what + ", or a mapping of names to them (" + example +
+                      ")");
   }
-  std::vector<Config::ValidationSet> sets;
+  std::vector<Set> sets;
   for (auto it = n.begin(); it != n.end(); ++it) {
     const std::string name = it->first.as<std::string>();
     // Names become metric and TensorBoard keys: kept plain.
@@ -875,7 +876,12 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
   };
   const Section data{
       {"train", {true, [&](auto& v, auto& k) { c.data_train = get_data_parts(v, k); }}},
-      {"val", {false, [&](auto& v, auto& k) { c.data_val = get_validation_sets(v, k); }}},
+      {"val",
+       {false,
+        [&](auto& v, auto& k) {
+          c.data_val = get_named_paths<Config::ValidationSet>(
+              v, k, "a path or glob", "{web: data/web_val, code: data/code_val}");
+        }}},
       {"val_split",
        {false,
         [&](auto& v, auto& k) {
@@ -921,7 +927,12 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
   const Section eval{
       {"interval", {false, [&](auto& v, auto& k) { c.eval.interval = non_negative(v, k); }}},
       {"batches", {false, [&](auto& v, auto& k) { c.eval.batches = non_negative(v, k); }}},
-      {"choices", {false, [&](auto& v, auto& k) { c.eval.choices = get_string(v, k); }}},
+      {"choices",
+       {false,
+        [&](auto& v, auto& k) {
+          c.eval.choices = get_named_paths<EvalSection::ChoiceSet>(
+              v, k, "a path", "{hellaswag: hellaswag_val.jsonl, arc: arc_easy.jsonl}");
+        }}},
       {"choices_limit",
        {false, [&](auto& v, auto& k) { c.eval.choices_limit = non_negative(v, k); }}},
       {"tokenizer", {false, [&](auto& v, auto& k) { c.eval.tokenizer = get_string(v, k); }}},
@@ -1291,8 +1302,16 @@ std::string to_yaml(const Config& c) {
       << YAML::Value << c.eval.interval;
     if (c.has_validation()) e << YAML::Key << "batches" << YAML::Value << c.eval.batches;
     if (!c.eval.choices.empty()) {
-      e << YAML::Key << "choices" << YAML::Value << c.eval.choices << YAML::Key << "choices_limit"
-        << YAML::Value << c.eval.choices_limit;
+      e << YAML::Key << "choices" << YAML::Value;
+      if (c.eval.choices.size() == 1 && c.eval.choices.front().name.empty()) {
+        e << c.eval.choices.front().path;
+      } else {
+        e << YAML::BeginMap;
+        for (const auto& set : c.eval.choices)
+          e << YAML::Key << set.name << YAML::Value << set.path;
+        e << YAML::EndMap;
+      }
+      e << YAML::Key << "choices_limit" << YAML::Value << c.eval.choices_limit;
       for (const auto& [key, value] : {std::pair{"tokenizer", &c.eval.tokenizer},
                                        {"vocab", &c.eval.vocab},
                                        {"merges", &c.eval.merges},

@@ -61,12 +61,18 @@ void MetricsWriter::write(const StepMetrics& m) {
     for (const auto& [name, loss] : m.val_losses) sets[name] = loss;
     j["val_losses"] = sets;
   }
-  if (m.choices) {
-    j["choices"] = {{"questions", m.choices->questions},
-                    {"acc", m.choices->acc},
-                    {"acc_norm", m.choices->acc_norm},
-                    {"acc_per_token", m.choices->acc_per_token},
-                    {"answer_loss", m.choices->answer_loss}};
+  auto scores = [](const StepMetrics::ChoiceScores& c) {
+    return nlohmann::json{{"questions", c.questions},
+                          {"acc", c.acc},
+                          {"acc_norm", c.acc_norm},
+                          {"acc_per_token", c.acc_per_token},
+                          {"answer_loss", c.answer_loss}};
+  };
+  if (m.choices) j["choices"] = scores(*m.choices);
+  if (!m.choice_sets.empty()) {
+    nlohmann::json sets = nlohmann::json::object();
+    for (const auto& [name, c] : m.choice_sets) sets[name] = scores(c);
+    j["choice_sets"] = sets;
   }
   out_ << j.dump() << '\n';
   out_.flush();

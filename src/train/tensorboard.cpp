@@ -153,12 +153,14 @@ void TensorBoardWriter::write(const StepMetrics& m) {
   if (m.skipped) scalar("train/skipped", m.step, 1.0, t);
   if (m.val_loss) scalar("val/loss", m.step, *m.val_loss, t);
   for (const auto& [name, loss] : m.val_losses) scalar("val/" + name + "/loss", m.step, loss, t);
-  if (m.choices) {
-    scalar("eval/acc", m.step, m.choices->acc, t);
-    scalar("eval/acc_norm", m.step, m.choices->acc_norm, t);
-    scalar("eval/acc_per_token", m.step, m.choices->acc_per_token, t);
-    scalar("eval/answer_loss", m.step, m.choices->answer_loss, t);
-  }
+  auto choices = [&](const std::string& prefix, const StepMetrics::ChoiceScores& c) {
+    scalar(prefix + "acc", m.step, c.acc, t);
+    scalar(prefix + "acc_norm", m.step, c.acc_norm, t);
+    scalar(prefix + "acc_per_token", m.step, c.acc_per_token, t);
+    scalar(prefix + "answer_loss", m.step, c.answer_loss, t);
+  };
+  if (m.choices) choices("eval/", *m.choices);
+  for (const auto& [name, c] : m.choice_sets) choices("eval/" + name + "/", c);
   flush();
 }
 

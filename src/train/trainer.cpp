@@ -384,8 +384,10 @@ Trainer::Trainer(Config config, dist::ProcessGroupPtr world)
     }
     val_.push_back(std::move(v));
   }
-  if (!config_.eval.choices.empty()) {
-    choices_ = load_choice_questions(config_, dp_rank_, dp_, &choice_questions_);
+  for (const auto& set : config_.eval.choices) {
+    ChoiceSetData d{set.name, set.path, {}, 0};
+    d.questions = load_choice_questions(config_, set, dp_rank_, dp_, &d.total);
+    choices_.push_back(std::move(d));
   }
   if (token_check.count > 1) {
     // Each dataset's first bad position is the least any rank found, its
@@ -1531,16 +1533,18 @@ std::vector<double> Trainer::row_losses(const std::vector<data::Batch>& batches)
   return out;
 }
 
-StepMetrics::ChoiceScores Trainer::evaluate_choices() {
-  if (config_.eval.choices.empty()) {
-    throw ConfigError("evaluate_choices: there are no questions to score (set eval.choices)");
+StepMetrics::ChoiceScores Trainer::evaluate_choices(size_t set) {
+  if (set >= choices_.size()) {
+    throw ValueError("evaluate_choices: the config has " + std::to_string(choices_.size()) +
+                     " set(s) of questions (eval.choices), not a set " + std::to_string(set));
   }
   if (reducer_) reducer_->wait_gathers();  // (the forward's fences would too, part by part)
+  const std::vector<TokenizedQuestion>& questions = choices_[set].questions;
   ChoiceTally t;
-  if (!choices_.empty()) {  // (more data-parallel ranks than questions leave some none)
+  if (!questions.empty()) {  // (more data-parallel ranks than questions leave some none)
     const int64_t pad = std::max<int64_t>(0, config_.model.eod_token);
-    t = tally_choices(choices_, row_losses(choice_batches(choices_, config_.model.seq_len,
-                                                          config_.train.micro_batch_size, pad)));
+    t = tally_choices(questions, row_losses(choice_batches(questions, config_.model.seq_len,
+                                                           config_.train.micro_batch_size, pad)));
   }
   if (mesh_ && dp_ > 1) {
     Tensor sums = from_vector(t.to_vector(), {6}, DType::F64);
@@ -1551,15 +1555,25 @@ StepMetrics::ChoiceScores Trainer::evaluate_choices() {
           t.right_per_token / t.questions, t.answer_nll / t.answer_tokens};
 }
 
+double Trainer::evaluate_choices_into(StepMetrics& m, size_t set) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const StepMetrics::ChoiceScores scores = evaluate_choices(set);
+  if (set == 0) m.choices = scores;
+  if (!choices_[set].name.empty()) m.choice_sets.emplace_back(choices_[set].name, scores);
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
 namespace {
 
-// The choices' line: "choices acc_norm 0.3114 | acc 0.2859 | acc_per_token
-// 0.2955 | answer loss 2.8123 | 10042 questions".
-std::string choices_summary(const StepMetrics::ChoiceScores& c) {
+// A set's line: "choices acc_norm 0.3114 | acc 0.2859 | acc_per_token
+// 0.2955 | answer loss 2.8123 | 10042 questions", "choices (hellaswag)
+// acc_norm ..." for a named one.
+std::string choices_summary(const std::string& name, const StepMetrics::ChoiceScores& c) {
   return fmt::format(
-      "choices acc_norm {:.4f} | acc {:.4f} | acc_per_token {:.4f} | answer loss {:.4f} | {} "
+      "choices{} acc_norm {:.4f} | acc {:.4f} | acc_per_token {:.4f} | answer loss {:.4f} | {} "
       "questions",
-      c.acc_norm, c.acc, c.acc_per_token, c.answer_loss, c.questions);
+      name.empty() ? "" : " (" + name + ")", c.acc_norm, c.acc, c.acc_per_token, c.answer_loss,
+      c.questions);
 }
 
 // "val loss 2.3456" for one unnamed set; "val loss 2.3456 (web) | 2.5 (code)"
@@ -1606,10 +1620,10 @@ StepMetrics Trainer::evaluate_only() {
     spdlog::info("{} | {} | {} tokens in {:.0f} ms", weights, val_summary(m, 6), val_tokens(),
                  ms_since(t0));
   }
-  if (!config_.eval.choices.empty()) {
-    const auto t0 = Clock::now();
-    m.choices = evaluate_choices();
-    spdlog::info("{} | {} in {:.0f} ms", weights, choices_summary(*m.choices), ms_since(t0));
+  for (size_t i = 0; i < choices_.size(); ++i) {
+    const double ms = evaluate_choices_into(m, i);
+    const auto& scores = choices_[i].name.empty() ? *m.choices : m.choice_sets.back().second;
+    spdlog::info("{} | {} in {:.0f} ms", weights, choices_summary(choices_[i].name, scores), ms);
   }
   return m;
 }
@@ -1804,9 +1818,10 @@ std::vector<StepMetrics> Trainer::run() {
                        (dataset_->share(c) * static_cast<double>(config_.train.global_batch_size)));
     }
   }
-  if (!config_.eval.choices.empty()) {
+  for (const auto& set : choices_) {
     spdlog::info(
-        "choices: {} questions of {}{}, {}", choice_questions_, config_.eval.choices,
+        "choices{}: {} questions of {}{}, {}", set.name.empty() ? "" : " set " + set.name,
+        set.total, set.path,
         dp_ > 1 ? fmt::format(" (each data-parallel rank scores about 1/{})", dp_) : std::string(),
         config_.eval.interval > 0
             ? "every " + std::to_string(config_.eval.interval) + " steps and at the end"
@@ -1870,15 +1885,16 @@ std::vector<StepMetrics> Trainer::run() {
     StepMetrics m = step(k);
     total_ms += m.step_ms;
     const int64_t every = config_.eval.interval;
-    double eval_ms = 0, choices_ms = 0;
+    double eval_ms = 0;
+    std::vector<double> choices_ms;
     if ((every > 0 && m.step % every == 0) || m.step == steps) {
       const auto t0 = std::chrono::steady_clock::now();
       if (!val_.empty()) evaluate_into(m);
-      const auto t1 = std::chrono::steady_clock::now();
-      if (!config_.eval.choices.empty()) m.choices = evaluate_choices();
-      eval_ms = std::chrono::duration<double, std::milli>(t1 - t0).count();
-      choices_ms =
-          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t1).count();
+      eval_ms =
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      for (size_t i = 0; i < choices_.size(); ++i) {
+        choices_ms.push_back(evaluate_choices_into(m, i));
+      }
     }
     if (metrics) metrics->write(m);
     if (tensorboard) tensorboard->write(m);
@@ -1894,9 +1910,10 @@ std::vector<StepMetrics> Trainer::run() {
       spdlog::info("step {:>5}/{} | {} | {} tokens in {:.0f} ms", m.step, steps, val_summary(m, 4),
                    val_tokens(), eval_ms);
     }
-    if (m.choices) {
-      spdlog::info("step {:>5}/{} | {} in {:.0f} ms", m.step, steps, choices_summary(*m.choices),
-                   choices_ms);
+    for (size_t i = 0; i < choices_ms.size(); ++i) {
+      const auto& scores = choices_[i].name.empty() ? *m.choices : m.choice_sets[i].second;
+      spdlog::info("step {:>5}/{} | {} in {:.0f} ms", m.step, steps,
+                   choices_summary(choices_[i].name, scores), choices_ms[i]);
     }
     // Every rank agrees on stopping, so they all checkpoint the same step,
     // and (checkpoint.async) on whether every rank has written the one in

@@ -74,8 +74,14 @@ Config with_questions(const TempDir& dir, const std::string& lines, int64_t voca
       ", seq_len: 8}\n"
       "train: {steps: 1, global_batch_size: 2, micro_batch_size: 2, lr: 1.0e-3}\n"
       "data: {train: x.bin}\n");
-  c.eval.choices = dir.file("q.jsonl");
+  c.eval.choices = {{"", dir.file("q.jsonl")}};
   return c;
+}
+
+// The config's first set, part `part` of `parts`.
+std::vector<TokenizedQuestion> load(const Config& c, int part, int parts,
+                                    int64_t* total = nullptr) {
+  return load_choice_questions(c, c.eval.choices.front(), part, parts, total);
 }
 
 TEST(LoadChoiceQuestions, EachDataParallelRankTokenizesItsShare) {
@@ -87,8 +93,8 @@ TEST(LoadChoiceQuestions, EachDataParallelRankTokenizesItsShare) {
   }
   const Config c = with_questions(dir, lines);
   int64_t total = 0;
-  const auto first = load_choice_questions(c, 0, 2, &total);
-  const auto second = load_choice_questions(c, 1, 2);
+  const auto first = load(c, 0, 2, &total);
+  const auto second = load(c, 1, 2);
   EXPECT_EQ(total, 5);
   ASSERT_EQ(first.size(), 3u);   // questions 0, 2, 4
   ASSERT_EQ(second.size(), 2u);  // 1, 3
@@ -98,7 +104,7 @@ TEST(LoadChoiceQuestions, EachDataParallelRankTokenizesItsShare) {
   EXPECT_EQ(second[0].answer, 1);
   Config limited = c;
   limited.eval.choices_limit = 3;
-  EXPECT_EQ(load_choice_questions(limited, 0, 1, &total).size(), 3u);
+  EXPECT_EQ(load(limited, 0, 1, &total).size(), 3u);
   EXPECT_EQ(total, 3);
 }
 
@@ -106,30 +112,31 @@ TEST(LoadChoiceQuestions, ErrorsNameTheKeyAndTheQuestion) {
   TempDir dir;
   const std::string ok = R"({"context": "a", "choices": ["b", "c"], "answer": 0})"
                          "\n";
-  expect_error([&] { load_choice_questions(with_questions(dir, ok, 100), 0, 1); },
+  expect_error([&] { load(with_questions(dir, ok, 100), 0, 1); },
                {"eval.choices: the tokenizer has 256 tokens, more than model.vocab_size 100"});
   expect_error(
       [&] {
-        load_choice_questions(
-            with_questions(dir, ok + R"({"context": "  ", "choices": ["b", "c"], "answer": 0})"), 0,
-            1);
+        load(with_questions(dir, ok + R"({"context": "  ", "choices": ["b", "c"], "answer": 0})"),
+             0, 1);
       },
       {"question 2 has an empty context: set eval.bos_token"});
   expect_error(
       [&] {
-        load_choice_questions(
-            with_questions(dir, R"({"context": "a", "choices": ["12345678", "c"], "answer": 0})"),
-            0, 1);
+        load(with_questions(dir, R"({"context": "a", "choices": ["12345678", "c"], "answer": 0})"),
+             0, 1);
       },
       {"question 1 has a choice of 9 tokens, more than model.seq_len 8"});
-  expect_error([&] { load_choice_questions(with_questions(dir, "{\n"), 0, 1); },
+  expect_error([&] { load(with_questions(dir, "{\n"), 0, 1); },
                {"eval.choices: '", "line 1 does not parse"});
   Config bos = with_questions(dir, ok);
   bos.eval.bos_token = "<s>";
-  expect_error([&] { load_choice_questions(bos, 0, 1); }, {"eval.bos_token '<s>'"});
+  expect_error([&] { load(bos, 0, 1); }, {"eval.bos_token '<s>'"});
+  Config named = with_questions(dir, "{\n");
+  named.eval.choices.front().name = "hella";
+  expect_error([&] { load(named, 0, 1); }, {"eval.choices.hella: '", "line 1 does not parse"});
   Config tokenizer = with_questions(dir, ok);
   tokenizer.eval.tokenizer = dir.file("no_such_tokenizer");
-  expect_error([&] { load_choice_questions(tokenizer, 0, 1); }, {"eval.tokenizer: "});
+  expect_error([&] { load(tokenizer, 0, 1); }, {"eval.tokenizer: "});
 }
 
 }  // namespace

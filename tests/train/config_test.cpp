@@ -298,7 +298,7 @@ TEST(Config, EvalChoicesAndHowTheyAreTokenized) {
       parse_config(kValid, {"eval.choices=hellaswag_val.jsonl", "eval.interval=100",
                             "eval.choices_limit=500", "eval.vocab=gpt2/vocab.json",
                             "eval.merges=gpt2/merges.txt", "eval.bos_token=<|endoftext|>"})));
-  EXPECT_EQ(c.eval.choices, "hellaswag_val.jsonl");
+  EXPECT_EQ(c.eval.choices, (std::vector<EvalSection::ChoiceSet>{{"", "hellaswag_val.jsonl"}}));
   EXPECT_EQ(c.eval.choices_limit, 500);
   EXPECT_EQ(c.eval.interval, 100);
   EXPECT_EQ(c.eval.vocab, "gpt2/vocab.json");
@@ -310,6 +310,16 @@ TEST(Config, EvalChoicesAndHowTheyAreTokenized) {
       to_yaml(parse_config(kValid, {"eval.choices=q.jsonl", "eval.tokenizer=/models/llama",
                                     "data.val=v.bin", "eval.batches=2"})));
   EXPECT_EQ(both.eval.tokenizer, "/models/llama");
+  // Several sets by name, in the config's order.
+  const Config named = parse_config(
+      to_yaml(parse_config(kValid, {"eval.choices={hellaswag: h.jsonl, arc_easy: a.jsonl}"})));
+  EXPECT_EQ(named.eval.choices, (std::vector<EvalSection::ChoiceSet>{{"hellaswag", "h.jsonl"},
+                                                                     {"arc_easy", "a.jsonl"}}));
+  expect_config_error(kValid, {"eval.choices={\"a b\": h.jsonl}"},
+                      "eval.choices: the set name 'a b' must be letters, digits");
+  expect_config_error(kValid, {"eval.choices=[h.jsonl]"},
+                      "eval.choices: expected a path, or a mapping of names to them ({hellaswag: "
+                      "hellaswag_val.jsonl, arc: arc_easy.jsonl})");
   EXPECT_EQ(both.eval.batches, 2);
   expect_config_error(kValid, {"eval.choices=q.jsonl", "eval.batches=2"},
                       "eval.batches (2) needs validation data: set data.val or data.val_split");

@@ -109,10 +109,14 @@ TEST(TensorBoard, EventFilesHoldTheVersionThenEachStepsScalars) {
     m.peak_memory_bytes = 2'000'000'000;
     m.val_loss = 2.75;
     m.val_losses = {{"web", 2.75}, {"code", 1.25}};
+    m.choices = StepMetrics::ChoiceScores{100, 0.25, 0.5, 0.375, 2.5};
+    m.choice_sets = {{"hella", *m.choices}, {"arc", {50, 0.75, 0.625, 0.125, 1.5}}};
     w.write(m);
     m.step = 4;
     m.val_loss.reset();
     m.val_losses.clear();
+    m.choices.reset();
+    m.choice_sets.clear();
     m.mfu = 0.5;
     w.write(m);
     w.restart(9);  // a resumed run's first step
@@ -139,6 +143,14 @@ TEST(TensorBoard, EventFilesHoldTheVersionThenEachStepsScalars) {
   EXPECT_EQ(by_step[3].at("val/web/loss"), 2.75f);
   EXPECT_EQ(by_step[3].at("val/code/loss"), 1.25f);
   EXPECT_EQ(by_step[4].count("val/code/loss"), 0u);
+  EXPECT_EQ(by_step[3].at("eval/acc"), 0.25f);
+  EXPECT_EQ(by_step[3].at("eval/acc_norm"), 0.5f);
+  EXPECT_EQ(by_step[3].at("eval/acc_per_token"), 0.375f);
+  EXPECT_EQ(by_step[3].at("eval/answer_loss"), 2.5f);
+  EXPECT_EQ(by_step[3].at("eval/hella/acc_norm"), 0.5f);
+  EXPECT_EQ(by_step[3].at("eval/arc/acc"), 0.75f);
+  EXPECT_EQ(by_step[3].at("eval/arc/answer_loss"), 1.5f);
+  EXPECT_EQ(by_step[4].count("eval/acc_norm"), 0u);
   EXPECT_EQ(by_step[3].count("train/mfu"), 0u);  // no peak configured
   EXPECT_EQ(by_step[4].count("val/loss"), 0u);   // not evaluated
   EXPECT_EQ(by_step[4].at("train/mfu"), 0.5f);

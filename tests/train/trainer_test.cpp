@@ -581,7 +581,7 @@ TEST(Trainer, ScoresMultipleChoiceQuestionsAsTriadEvalDoes) {
       << "\n";
   }
   Config with = plain;
-  with.eval.choices = dir.file("q.jsonl");
+  with.eval.choices = {{"", dir.file("q.jsonl")}};
   with.eval.interval = 2;
   with.output_dir = dir.file("out_choices");
   const auto without = Trainer(plain).run();
@@ -598,7 +598,7 @@ TEST(Trainer, ScoresMultipleChoiceQuestionsAsTriadEvalDoes) {
   model.load_state_dict(t.full_state_dict());
   const data::ByteTokenizer bytes;
   double right[3] = {0, 0, 0}, nll = 0, tokens = 0;
-  const auto questions = data::read_choice_questions(with.eval.choices);
+  const auto questions = data::read_choice_questions(with.eval.choices.front().path);
   ASSERT_EQ(questions.size(), 4u);
   for (const auto& q : questions) {
     std::vector<nn::ContinuationRequest> requests;
@@ -639,6 +639,19 @@ TEST(Trainer, ScoresMultipleChoiceQuestionsAsTriadEvalDoes) {
   ASSERT_TRUE(once.choices.has_value());
   EXPECT_FALSE(once.val_loss.has_value());
   EXPECT_NEAR(once.choices->answer_loss, got.answer_loss, 1e-6 * got.answer_loss);
+  // Named sets: each reported by its name, in order, the first also as choices.
+  Config named = from_weights;
+  named.eval.choices = {{"hella", with.eval.choices.front().path},
+                        {"again", with.eval.choices.front().path}};
+  named.eval.choices_limit = 3;
+  const StepMetrics both = Trainer(named).evaluate_only();
+  ASSERT_EQ(both.choice_sets.size(), 2u);
+  EXPECT_EQ(both.choice_sets[0].first, "hella");
+  EXPECT_EQ(both.choice_sets[1].first, "again");
+  EXPECT_EQ(both.choice_sets[0].second.questions, 3);
+  EXPECT_EQ(both.choice_sets[1].second.answer_loss, both.choice_sets[0].second.answer_loss);
+  ASSERT_TRUE(both.choices.has_value());
+  EXPECT_EQ(both.choices->answer_loss, both.choice_sets[0].second.answer_loss);
 }
 
 TEST(Trainer, ValidationDataErrorsNameTheNumbers) {

@@ -24,16 +24,18 @@ struct TokenizedQuestion {
   int64_t answer = 0;
 };
 
-// eval.choices' questions with index % parts == part (a data-parallel
-// rank's share), tokenized by eval.tokenizer (or vocab/merges; bytes
-// without), each choice after a space (as triad-eval's default
-// --separator) and the context after eval.bos_token when one is given.
-// `total` gets the file's question count. Errors are ConfigErrors naming
-// eval.choices or the tokenizer key: an unreadable file or line, a
-// tokenizer larger than model.vocab_size, an empty context without a
-// bos_token, a choice longer than model.seq_len tokens.
-std::vector<TokenizedQuestion> load_choice_questions(const Config& c, int part, int parts,
-                                                     int64_t* total = nullptr);
+// The questions of `set` (one of eval.choices) with index % parts == part
+// (a data-parallel rank's share), tokenized by eval.tokenizer (or
+// vocab/merges; bytes without), each choice after a space (as triad-eval's
+// default --separator) and the context after eval.bos_token when one is
+// given. `total` gets the file's question count. Errors are ConfigErrors
+// naming the set's key (eval.choices, or eval.choices.NAME) or the
+// tokenizer's: an unreadable file or line, a tokenizer larger than
+// model.vocab_size, an empty context without a bos_token, a choice longer
+// than model.seq_len tokens.
+std::vector<TokenizedQuestion> load_choice_questions(const Config& c,
+                                                     const EvalSection::ChoiceSet& set, int part,
+                                                     int parts, int64_t* total = nullptr);
 
 // The questions' choices as rows of seq_len tokens, `rows` per batch
 // (the last batch filled with rows that score nothing): each row the

@@ -123,8 +123,16 @@ struct EvalSection {
   int64_t batches = 0;
   // Multiple-choice questions (JSON lines, data/multiple_choice.h:
   // HellaSwag's validation file, say) scored at every evaluation as
-  // triad-eval scores them; empty: none. The first choices_limit (0: all).
-  std::string choices;
+  // triad-eval scores them: one file (no name), or several by name
+  // ({hellaswag: ..., arc: ...}), each reported by it, the first also as
+  // the choices' scores; empty: none. The first choices_limit of each (0:
+  // all).
+  struct ChoiceSet {
+    std::string name;
+    std::string path;
+    bool operator==(const ChoiceSet&) const = default;
+  };
+  std::vector<ChoiceSet> choices;
   int64_t choices_limit = 0;
   // How the questions become tokens: a tokenizer file or model directory
   // (data::load_tokenizer), or GPT-2's vocab.json and merges.txt; neither:

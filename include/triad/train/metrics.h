@@ -43,12 +43,14 @@ struct StepMetrics {
   std::vector<std::pair<std::string, double>> val_losses;
   // eval.choices at the same steps: the questions, the share each
   // normalisation got right (acc: total -log p; acc_norm: per character;
-  // acc_per_token), and the right choices' mean -log p per token.
+  // acc_per_token), and the right choices' mean -log p per token. The first
+  // set's, and with named sets every one's by name, in the config's order.
   struct ChoiceScores {
     int64_t questions = 0;
     double acc = 0, acc_norm = 0, acc_per_token = 0, answer_loss = 0;
   };
   std::optional<ChoiceScores> choices;
+  std::vector<std::pair<std::string, ChoiceScores>> choice_sets;
 };
 
 // Appends one JSON object per step to a metrics.jsonl file.

@@ -55,11 +55,12 @@ class Trainer {
   // batches are), forward only and without dropout. Collective; the same
   // on every rank. An error when the config has no such set.
   double evaluate(size_t set = 0);
-  // Accuracy on eval.choices' questions (each data-parallel rank scores
-  // its share; every choice a row of seq_len tokens, micro_batch_size rows
-  // at a time, forward only), as triad-eval scores them. Collective; the
-  // same on every rank. An error without eval.choices.
-  StepMetrics::ChoiceScores evaluate_choices();
+  // Accuracy on the questions of set `set` of eval.choices (each
+  // data-parallel rank scores its share; every choice a row of seq_len
+  // tokens, micro_batch_size rows at a time, forward only), as triad-eval
+  // scores them. Collective; the same on every rank. An error when the
+  // config has no such set.
+  StepMetrics::ChoiceScores evaluate_choices(size_t set = 0);
   // triad-train --eval-only: the validation loss (and eval.choices'
   // accuracy) of the weights this trainer starts from (init.from, or the
   // newest checkpoint with checkpoint.resume: auto), logged and returned;
@@ -125,10 +126,17 @@ class Trainer {
   std::vector<ValidationData> val_;
   // Every set's loss into m (the first's as val_loss; each named one's).
   void evaluate_into(StepMetrics& m);
-  // eval.choices: this data-parallel rank's share of the questions, and
-  // how many the file holds.
-  std::vector<TokenizedQuestion> choices_;
-  int64_t choice_questions_ = 0;
+  // eval.choices' sets: this data-parallel rank's share of each one's
+  // questions, and how many its file holds.
+  struct ChoiceSetData {
+    std::string name, path;
+    std::vector<TokenizedQuestion> questions;
+    int64_t total = 0;
+  };
+  std::vector<ChoiceSetData> choices_;
+  // Set `set`'s scores into m (the first's as choices; each named one's),
+  // and the milliseconds it took.
+  double evaluate_choices_into(StepMetrics& m, size_t set);
   // Each row's mean loss over its targets (forward only, each row one
   // document), in order, the same on every rank of a data-parallel replica.
   std::vector<double> row_losses(const std::vector<data::Batch>& batches);
