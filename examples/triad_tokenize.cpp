@@ -9,6 +9,7 @@
 //       --eod 151643 --format megatron --output data/qwen         (Qwen's tokenizer.json)
 //   triad-tokenize --input pairs.jsonl --documents jsonl --prompt-key prompt --json-key response
 //       ... --format megatron --output data/sft     (and data/sft.loss_mask: fine-tuning data)
+//   triad-tokenize --input shards/*.jsonl.zst --documents jsonl ...   (several, compressed)
 //   triad-tokenize --input chats.jsonl --documents jsonl --json-key messages --chat-template chatml
 //       --tokenizer /models/Qwen3-0.6B ...          (conversations; the assistant's turns scored)
 #include <spdlog/spdlog.h>
@@ -23,16 +24,21 @@
 #include "triad/data/chat_template.h"
 #include "triad/data/indexed_dataset.h"
 #include "triad/data/loss_mask.h"
+#include "triad/data/text_input.h"
 #include "triad/data/token_shard.h"
 #include "triad/data/tokenizer.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"Tokenize a text file into an llm.c shard or a Megatron indexed dataset"};
-  std::string input, output, vocab, merges, format = "llmc", documents = "whole", json_key = "text";
+  std::string output, vocab, merges, format = "llmc", documents = "whole", json_key = "text";
+  std::vector<std::string> inputs;
   int64_t eod = -1;
   std::string eod_token;
   int workers = 0;
-  app.add_option("--input", input, "UTF-8 text file")->required();
+  app.add_option("--input", inputs,
+                 "UTF-8 text files, read in the order given (plain, or compressed with gzip or "
+                 "zstd: .gz and .zst files are told by their first bytes)")
+      ->required();
   app.add_option("--output", output, "shard to write (llmc), or the dataset's prefix (megatron)")
       ->required();
   app.add_option("--format", format,
@@ -100,8 +106,13 @@ int main(int argc, char** argv) {
     }
     const int64_t bos =
         bos_token.empty() ? -1 : triad::data::require_special_token(*tok, bos_token, "--bos-token");
-    std::ifstream in(input, std::ios::binary);
-    if (!in) throw triad::IoError("cannot open input '" + input + "'");
+    // Every input can be opened (a missing one is named before any output
+    // is written or any work done).
+    for (const std::string& input : inputs) {
+      if (!std::ifstream(input, std::ios::binary)) {
+        throw triad::IoError("cannot open input '" + input + "'");
+      }
+    }
     // The input a batch of documents at a time (about 64 MB of text), each
     // batch encoded by the workers and appended to the output, so a corpus
     // larger than memory streams through.
@@ -122,8 +133,7 @@ int main(int argc, char** argv) {
       triad::data::require_chat_markers(*tok, *labels.chat,
                                         "--chat-template " + chat_template + ":");
     }
-    triad::data::DocumentReader reader(in, triad::data::document_split_from_string(documents),
-                                       json_key, labels);
+    const triad::data::DocumentSplit split = triad::data::document_split_from_string(documents);
     const std::string mask_path = triad::data::loss_mask_path(output);
     std::unique_ptr<triad::data::LossMaskWriter> mask;
     if (labels.any()) mask = std::make_unique<triad::data::LossMaskWriter>(mask_path);
@@ -139,40 +149,45 @@ int main(int argc, char** argv) {
     int64_t count = 0, document_count = 0, scored = 0;
     std::vector<std::string> batch;
     std::vector<triad::data::SegmentedDocument> segmented;
-    auto next_batch = [&] {
-      try {
-        return mask ? reader.next(segmented, size_t{64} << 20)
-                    : reader.next(batch, size_t{64} << 20);
-      } catch (const triad::ValueError& e) {
-        throw triad::ValueError("input '" + input + "': " + e.what());
-      }
-    };
-    while (next_batch()) {
-      triad::data::MaskedDocuments docs;
-      if (mask) {
-        // A pair's end token is its cue to stop; a chat's turns end with
-        // their own marker.
-        const bool chat = labels.chat || labels.model_chat;
-        docs = triad::data::tokenize_segmented(*tok, segmented, eod, !chat, workers, document_count,
-                                               bos);
-      } else {
-        docs.tokens =
-            triad::data::tokenize_documents(*tok, batch, eod, workers, document_count, bos);
-      }
-      for (size_t i = 0; i < docs.tokens.size(); ++i) {
-        const auto& d = docs.tokens[i];
+    for (const std::string& input : inputs) {
+      // Opened in its turn (thousands of shards need not be open at once).
+      const std::unique_ptr<std::istream> in = triad::data::open_text_input(input);
+      triad::data::DocumentReader reader(*in, split, json_key, labels);
+      auto next_batch = [&] {
         try {
-          megatron ? dataset->add(d) : shard->add(d);
-          if (mask) mask->add(docs.keep[i]);
-        } catch (const triad::Error& e) {
-          throw triad::ValueError("document " + std::to_string(document_count) + ": " + e.what());
+          return mask ? reader.next(segmented, size_t{64} << 20)
+                      : reader.next(batch, size_t{64} << 20);
+        } catch (const triad::ValueError& e) {
+          throw triad::ValueError("input '" + input + "': " + e.what());
         }
-        count += static_cast<int64_t>(d.size());
-        if (mask) scored += std::count(docs.keep[i].begin(), docs.keep[i].end(), uint8_t{1});
-        ++document_count;
+      };
+      while (next_batch()) {
+        triad::data::MaskedDocuments docs;
+        if (mask) {
+          // A pair's end token is its cue to stop; a chat's turns end with
+          // their own marker.
+          const bool chat = labels.chat || labels.model_chat;
+          docs = triad::data::tokenize_segmented(*tok, segmented, eod, !chat, workers,
+                                                 document_count, bos);
+        } else {
+          docs.tokens =
+              triad::data::tokenize_documents(*tok, batch, eod, workers, document_count, bos);
+        }
+        for (size_t i = 0; i < docs.tokens.size(); ++i) {
+          const auto& d = docs.tokens[i];
+          try {
+            megatron ? dataset->add(d) : shard->add(d);
+            if (mask) mask->add(docs.keep[i]);
+          } catch (const triad::Error& e) {
+            throw triad::ValueError("document " + std::to_string(document_count) + ": " + e.what());
+          }
+          count += static_cast<int64_t>(d.size());
+          if (mask) scored += std::count(docs.keep[i].begin(), docs.keep[i].end(), uint8_t{1});
+          ++document_count;
+        }
+        batch.clear();
+        segmented.clear();
       }
-      batch.clear();
-      segmented.clear();
     }
     if (megatron) {
       dataset->finish();

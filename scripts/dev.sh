@@ -13,6 +13,7 @@ JOBS=$(nproc)
 PACKAGES=(build-essential cmake ninja-build pkg-config
           libspdlog-dev libyaml-cpp-dev libgtest-dev libgmock-dev libbenchmark-dev libopenblas-dev
           libeigen3-dev nlohmann-json3-dev libcli11-dev libopenmpi-dev openmpi-bin
+          zlib1g-dev libzstd-dev
           python3 python3-torch python3-numpy python3-regex python3-sentencepiece python3-jinja2)
 
 deps() {

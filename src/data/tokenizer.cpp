@@ -3,6 +3,7 @@
 #include "triad/data/chat_template.h"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <climits>
 #include <fstream>
@@ -618,9 +619,14 @@ bool DocumentReader::read(std::vector<std::string>* plain,
     ++added;
   };
   if (how_ == DocumentSplit::Whole) {
-    std::ostringstream all;
-    all << in_.rdbuf();
-    push(all.str());
+    // (read, not << rdbuf(): a decompressing input's errors must reach the
+    // caller, and an ostream's insertion would swallow them.)
+    std::string all;
+    std::array<char, 1 << 16> block;
+    while (in_.read(block.data(), block.size()) || in_.gcount() > 0) {
+      all.append(block.data(), static_cast<size_t>(in_.gcount()));
+    }
+    push(std::move(all));
     done_ = true;
     return true;
   }
