@@ -16,12 +16,13 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <iterator>
 #include <memory>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "triad/core/error.h"
 #include "triad/data/multiple_choice.h"
+#include "triad/data/text_input.h"
 #include "triad/data/tokenizer.h"
 #include "triad/nn/evaluate.h"
 #include "triad/train/config.h"
@@ -121,11 +122,12 @@ int main(int argc, char** argv) {
     }
     std::vector<std::string> texts;
     for (const auto& f : text_files) {
-      std::ifstream in(f, std::ios::binary);
-      if (!in) throw triad::IoError("--text: cannot open '" + f + "'");
-      std::ostringstream s;
-      s << in.rdbuf();
-      texts.push_back(s.str());
+      if (!std::ifstream(f, std::ios::binary)) {
+        throw triad::IoError("--text: cannot open '" + f + "'");
+      }
+      // (gzip and Zstandard files decompressed as read)
+      const std::unique_ptr<std::istream> in = triad::data::open_text_input(f);
+      texts.emplace_back(std::istreambuf_iterator<char>(*in), std::istreambuf_iterator<char>());
     }
     std::unique_ptr<std::ofstream> predictions_out;
     if (!predictions.empty()) {

@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "triad/core/error.h"
+#include "triad/data/text_input.h"
 
 namespace triad::data {
 namespace {
@@ -87,9 +88,11 @@ std::vector<ChoiceQuestion> read_choice_questions(std::istream& in, const std::s
 }
 
 std::vector<ChoiceQuestion> read_choice_questions(const std::string& path, int64_t limit) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw IoError("cannot open multiple-choice questions '" + path + "'");
-  return read_choice_questions(in, "'" + path + "'", limit);
+  if (!std::ifstream(path, std::ios::binary)) {
+    throw IoError("cannot open multiple-choice questions '" + path + "'");
+  }
+  const std::unique_ptr<std::istream> in = open_text_input(path);  // (.gz, .zst too)
+  return read_choice_questions(*in, "'" + path + "'", limit);
 }
 
 std::pair<std::vector<int32_t>, std::vector<int32_t>> encode_context_and_continuation(

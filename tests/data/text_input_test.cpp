@@ -7,6 +7,7 @@
 
 #include "support/expect_error.h"
 #include "support/temp_dir.h"
+#include "triad/data/multiple_choice.h"
 #include "triad/data/tokenizer.h"
 
 #ifdef TRIAD_WITH_ZLIB
@@ -98,6 +99,12 @@ TEST(TextInput, GzipMembersDecompressAsOneText) {
   for (size_t i = damaged.size() / 2; i < damaged.size() / 2 + 64; ++i) damaged[i] ^= 0x5a;
   write(dir.file("bad.gz"), damaged);
   expect_error([&] { read_all(dir.file("bad.gz")); }, {"bad.gz': the gzip data is corrupt ("});
+  // Multiple-choice questions may come compressed too.
+  write(dir.file("q.jsonl.gz"), gzip(R"({"context": "c", "choices": ["a", "b"], "answer": 1})"
+                                     "\n"));
+  const auto questions = read_choice_questions(dir.file("q.jsonl.gz"));
+  ASSERT_EQ(questions.size(), 1u);
+  EXPECT_EQ(questions[0].answer, 1);
   // A reader of whole documents sees the error too (it reads, not <<).
   const auto in = open_text_input(dir.file("cut.gz"));
   DocumentReader reader(*in, DocumentSplit::Whole);

@@ -30,6 +30,8 @@ struct ChoiceQuestion {
 // line and what it lacks (HellaSwag's test split, unlabelled, says so).
 std::vector<ChoiceQuestion> read_choice_questions(std::istream& in, const std::string& where,
                                                   int64_t limit = 0);
+// A file compressed with gzip or Zstandard is read through it
+// (data/text_input.h).
 std::vector<ChoiceQuestion> read_choice_questions(const std::string& path, int64_t limit = 0);
 
 // A context's and a continuation's tokens, each encoded alone, the
