@@ -13,22 +13,38 @@ JOBS=$(nproc)
 PACKAGES=(build-essential cmake ninja-build pkg-config
           libspdlog-dev libyaml-cpp-dev libgtest-dev libgmock-dev libbenchmark-dev libopenblas-dev
           libeigen3-dev nlohmann-json3-dev libcli11-dev libopenmpi-dev openmpi-bin
-          zlib1g-dev libzstd-dev
           python3 python3-torch python3-numpy python3-regex python3-sentencepiece python3-jinja2)
+# Wanted but not needed: compressed text input (gzip, Zstandard). A build
+# without them refuses such files by name, and their tests skip.
+OPTIONAL_PACKAGES=(zlib1g-dev libzstd-dev)
+
+missing_of() {
+  local p
+  for p in "$@"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || echo "$p"
+  done
+}
 
 deps() {
-  local missing=()
-  for p in "${PACKAGES[@]}"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-  done
-  if [ ${#missing[@]} -eq 0 ]; then
-    return
-  fi
-  echo "installing: ${missing[*]}"
   local sudo=""
   [ "$(id -u)" -ne 0 ] && sudo="sudo"
-  $sudo apt-get update -q
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
+  local apt=(env DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends)
+  local missing optional
+  mapfile -t missing < <(missing_of "${PACKAGES[@]}")
+  mapfile -t optional < <(missing_of "${OPTIONAL_PACKAGES[@]}")
+  if [ ${#missing[@]} -gt 0 ]; then
+    echo "installing: ${missing[*]}"
+    $sudo apt-get update -q
+    "${apt[@]}" "${missing[@]}"
+  fi
+  if [ ${#optional[@]} -gt 0 ]; then
+    # From the package cache if it has them, else after an update; without
+    # either (no network), the build goes on without them.
+    echo "installing (optional): ${optional[*]}"
+    "${apt[@]}" "${optional[@]}" ||
+      { $sudo apt-get update -q && "${apt[@]}" "${optional[@]}"; } ||
+      echo "warning: could not install ${optional[*]}: compressed text input stays off"
+  fi
 }
 
 build() {
