@@ -1,6 +1,7 @@
 #include "triad/nn/evaluate.h"
 
 #include <algorithm>
+#include <numeric>
 #include <string>
 
 #include "triad/autograd/grad_mode.h"
@@ -47,6 +48,16 @@ std::vector<ContinuationScore> score_continuations(const Gpt& model,
   GptConfig one_document = cfg;
   one_document.reset_attention_mask = one_document.reset_position_ids = false;
   std::vector<ContinuationScore> out(requests.size());
+  // Longest first, so that a batch's rows are about as long (little
+  // padding); each score goes back to its request's place.
+  auto length = [&](size_t r) {
+    return std::min(requests[r].context.size() + requests[r].continuation.size() - 1,
+                    static_cast<size_t>(cfg.seq_len));
+  };
+  std::vector<size_t> order(requests.size());
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return length(a) > length(b); });
   for (size_t first = 0; first < requests.size(); first += static_cast<size_t>(batch_rows)) {
     const size_t last = std::min(requests.size(), first + static_cast<size_t>(batch_rows));
     const auto rows = static_cast<int64_t>(last - first);
@@ -54,7 +65,8 @@ std::vector<ContinuationScore> score_continuations(const Gpt& model,
     // from the left to seq_len.
     std::vector<std::vector<int64_t>> inputs;
     int64_t width = 0;
-    for (size_t r = first; r < last; ++r) {
+    for (size_t k = first; k < last; ++k) {
+      const size_t r = order[k];
       std::vector<int64_t> all = requests[r].context;
       all.insert(all.end(), requests[r].continuation.begin(), requests[r].continuation.end());
       const int64_t keep = std::min<int64_t>(static_cast<int64_t>(all.size()) - 1, cfg.seq_len);
@@ -70,14 +82,15 @@ std::vector<ContinuationScore> score_continuations(const Gpt& model,
     Tensor x = model.embed(batch, ctx);
     for (int64_t i = 0; i < cfg.n_layer; ++i) x = model.block(i).forward(x, ctx);
     for (int64_t b = 0; b < rows; ++b) {
-      const auto& cont = requests[first + b].continuation;
+      const size_t r = order[first + static_cast<size_t>(b)];
+      const auto& cont = requests[r].continuation;
       const auto n = static_cast<int64_t>(cont.size());
       const auto len = static_cast<int64_t>(inputs[b].size());
       // Logits only where they predict the continuation (the row's last n
       // positions): context positions cost no head and hold no logits.
       const Tensor logits = model.head(narrow(narrow(x, 0, b, 1), 1, len - n, n));
       const double mean = item(cross_entropy(logits, from_vector(cont, {1, n})));
-      out[first + b] = {mean * static_cast<double>(n), n};
+      out[r] = {mean * static_cast<double>(n), n};
     }
   }
   return out;

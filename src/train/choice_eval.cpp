@@ -1,6 +1,7 @@
 #include "triad/train/choice_eval.h"
 
 #include <algorithm>
+#include <numeric>
 
 #include "triad/core/error.h"
 #include "triad/data/multiple_choice.h"
@@ -68,12 +69,17 @@ std::vector<TokenizedQuestion> load_choice_questions(const Config& c,
   return out;
 }
 
-std::vector<data::Batch> choice_batches(const std::vector<TokenizedQuestion>& questions,
-                                        int64_t seq_len, int64_t rows, int64_t pad) {
-  if (rows < 1)
+ChoiceRows choice_batches(const std::vector<TokenizedQuestion>& questions, int64_t seq_len,
+                          int64_t rows, int64_t pad, int64_t width_multiple) {
+  if (rows < 1) {
     throw ValueError("choice_batches: rows (" + std::to_string(rows) + ") must be >= 1");
-  std::vector<int64_t> inputs, targets;
-  int64_t count = 0;
+  }
+  if (width_multiple < 1) {
+    throw ValueError("choice_batches: width_multiple (" + std::to_string(width_multiple) +
+                     ") must be >= 1");
+  }
+  // Each row's input and targets, unpadded.
+  std::vector<std::vector<int64_t>> inputs, targets;
   for (const auto& q : questions) {
     for (const auto& r : q.choices) {
       std::vector<int64_t> all = r.context;
@@ -81,27 +87,28 @@ std::vector<data::Batch> choice_batches(const std::vector<TokenizedQuestion>& qu
       const int64_t keep = std::min<int64_t>(static_cast<int64_t>(all.size()) - 1, seq_len);
       const auto n = static_cast<int64_t>(r.continuation.size());
       const auto from = all.end() - 1 - keep;
-      for (int64_t t = 0; t < seq_len; ++t) {
-        inputs.push_back(t < keep ? from[t] : pad);
-        targets.push_back(t < keep && t >= keep - n ? from[t + 1] : -100);
-      }
-      ++count;
+      inputs.emplace_back(from, from + keep);
+      targets.emplace_back(from + 1, from + 1 + keep);
+      std::fill(targets.back().begin(), targets.back().end() - n, -100);
     }
   }
-  // Filler rows that score nothing complete the last batch.
-  for (; count % rows != 0; ++count) {
-    inputs.insert(inputs.end(), static_cast<size_t>(seq_len), pad);
-    targets.insert(targets.end(), static_cast<size_t>(seq_len), -100);
-  }
-  std::vector<data::Batch> out;
-  const int64_t size = rows * seq_len;
-  for (int64_t b = 0; b * rows < count; ++b) {
-    out.push_back({from_vector(std::vector<int64_t>(inputs.begin() + b * size,
-                                                    inputs.begin() + (b + 1) * size),
-                               {rows, seq_len}),
-                   from_vector(std::vector<int64_t>(targets.begin() + b * size,
-                                                    targets.begin() + (b + 1) * size),
-                               {rows, seq_len})});
+  ChoiceRows out;
+  out.order.resize(inputs.size());
+  std::iota(out.order.begin(), out.order.end(), size_t{0});
+  std::stable_sort(out.order.begin(), out.order.end(),
+                   [&](size_t a, size_t b) { return inputs[a].size() > inputs[b].size(); });
+  for (size_t first = 0; first < out.order.size(); first += static_cast<size_t>(rows)) {
+    const int64_t longest = static_cast<int64_t>(inputs[out.order[first]].size());
+    const int64_t width =
+        std::min(seq_len, (longest + width_multiple - 1) / width_multiple * width_multiple);
+    std::vector<int64_t> in(static_cast<size_t>(rows * width), pad),
+        tg(static_cast<size_t>(rows * width), -100);  // filler rows stay so
+    for (int64_t k = 0; k < rows && first + static_cast<size_t>(k) < out.order.size(); ++k) {
+      const size_t r = out.order[first + static_cast<size_t>(k)];
+      std::copy(inputs[r].begin(), inputs[r].end(), in.begin() + k * width);
+      std::copy(targets[r].begin(), targets[r].end(), tg.begin() + k * width);
+    }
+    out.batches.push_back({from_vector(in, {rows, width}), from_vector(tg, {rows, width})});
   }
   return out;
 }

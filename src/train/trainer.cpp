@@ -1543,8 +1543,17 @@ StepMetrics::ChoiceScores Trainer::evaluate_choices(size_t set) {
   ChoiceTally t;
   if (!questions.empty()) {  // (more data-parallel ranks than questions leave some none)
     const int64_t pad = std::max<int64_t>(0, config_.model.eod_token);
-    t = tally_choices(questions, row_losses(choice_batches(questions, config_.model.seq_len,
-                                                           config_.train.micro_batch_size, pad)));
+    // Rows as wide as their batch's longest (not seq_len: HellaSwag's are
+    // about a tenth of GPT-2's 1024), in multiples of 64 (few shapes for the
+    // kernels' choices) that sequence parallelism can split over tp.
+    const int64_t tp = mesh_ ? mesh_->tp()->size() : 1;
+    const int64_t multiple = config_.parallel.sequence_parallel ? std::lcm<int64_t>(64, tp) : 64;
+    const ChoiceRows rows = choice_batches(questions, config_.model.seq_len,
+                                           config_.train.micro_batch_size, pad, multiple);
+    const std::vector<double> losses = row_losses(rows.batches);
+    std::vector<double> in_order(rows.order.size());
+    for (size_t k = 0; k < rows.order.size(); ++k) in_order[rows.order[k]] = losses[k];
+    t = tally_choices(questions, in_order);
   }
   if (mesh_ && dp_ > 1) {
     Tensor sums = from_vector(t.to_vector(), {6}, DType::F64);

@@ -20,26 +20,39 @@ std::vector<int64_t> ints(const Tensor& t) {
   return out;
 }
 
-TEST(ChoiceBatches, RowsHoldTheRequestCutToTheWindowAndScoreItsContinuationAlone) {
+TEST(ChoiceBatches, RowsHoldTheRequestCutToTheWindowLongestFirstAndScoreTheContinuation) {
   TokenizedQuestion q;
-  q.choices = {{{1, 2, 3}, {4, 5}},                            // fits: padded
-               {{11, 12, 13, 14, 15, 16, 17, 18}, {19, 20}}};  // 10 tokens: the first 3 go
+  q.choices = {{{1, 2, 3}, {4, 5}},                            // row 0: 4 inputs
+               {{11, 12, 13, 14, 15, 16, 17, 18}, {19, 20}}};  // row 1: 9 cut to 6
   q.chars = {2, 2};
   TokenizedQuestion r;
-  r.choices = {{{7}, {8}}};
-  r.chars = {1};
-  const auto batches = choice_batches({q, r}, 6, 2, 99);
-  ASSERT_EQ(batches.size(), 2u);  // three rows, a filler completing the second batch
-  EXPECT_EQ(batches[0].inputs.shape(), (Shape{2, 6}));
-  EXPECT_EQ(ints(batches[0].inputs),
-            (std::vector<int64_t>{1, 2, 3, 4, 99, 99, 14, 15, 16, 17, 18, 19}));
-  EXPECT_EQ(ints(batches[0].targets),
-            (std::vector<int64_t>{-100, -100, 4, 5, -100, -100, -100, -100, -100, -100, 19, 20}));
-  EXPECT_EQ(ints(batches[1].inputs),
-            (std::vector<int64_t>{7, 99, 99, 99, 99, 99, 99, 99, 99, 99, 99, 99}));
-  EXPECT_EQ(ints(batches[1].targets), (std::vector<int64_t>{8, -100, -100, -100, -100, -100, -100,
-                                                            -100, -100, -100, -100, -100}));
+  r.choices = {{{7}, {8}}, {{6, 6}, {5}}};  // rows 2 (1 input) and 3 (2)
+  r.chars = {1, 1};
+  // Seq_len 6, two rows a batch, widths in multiples of 4: rows 1 and 0
+  // (6 wide), then 3 and 2 (2 inputs, 4 wide).
+  const ChoiceRows rows = choice_batches({q, r}, 6, 2, 99, 4);
+  EXPECT_EQ(rows.order, (std::vector<size_t>{1, 0, 3, 2}));
+  ASSERT_EQ(rows.batches.size(), 2u);
+  EXPECT_EQ(rows.batches[0].inputs.shape(), (Shape{2, 6}));
+  EXPECT_EQ(ints(rows.batches[0].inputs),
+            (std::vector<int64_t>{14, 15, 16, 17, 18, 19, 1, 2, 3, 4, 99, 99}));
+  EXPECT_EQ(ints(rows.batches[0].targets),
+            (std::vector<int64_t>{-100, -100, -100, -100, 19, 20, -100, -100, 4, 5, -100, -100}));
+  EXPECT_EQ(rows.batches[1].inputs.shape(), (Shape{2, 4}));
+  EXPECT_EQ(ints(rows.batches[1].inputs), (std::vector<int64_t>{6, 6, 99, 99, 7, 99, 99, 99}));
+  EXPECT_EQ(ints(rows.batches[1].targets),
+            (std::vector<int64_t>{-100, 5, -100, -100, 8, -100, -100, -100}));
+  // Three rows a batch: the last batch is filled with a row that scores
+  // nothing; width multiples past seq_len stop at it.
+  const ChoiceRows three = choice_batches({q, r}, 6, 3, 0, 5);
+  ASSERT_EQ(three.batches.size(), 2u);
+  EXPECT_EQ(three.batches[0].inputs.shape(), (Shape{3, 6}));
+  EXPECT_EQ(three.batches[1].inputs.shape(), (Shape{3, 5}));
+  EXPECT_EQ(ints(three.batches[1].targets),
+            (std::vector<int64_t>{8, -100, -100, -100, -100, -100, -100, -100, -100, -100, -100,
+                                  -100, -100, -100, -100}));
   expect_error([&] { choice_batches({q}, 6, 0, 0); }, {"rows (0) must be >= 1"});
+  expect_error([&] { choice_batches({q}, 6, 2, 0, 0); }, {"width_multiple (0) must be >= 1"});
 }
 
 TEST(TallyChoices, EachNormalisationCountsItsRightPicks) {

@@ -29,8 +29,9 @@ struct ContinuationScore {
 // generate reads it). Context and continuation that do not fit in the
 // model's window lose the context's first tokens: the model reads the last
 // seq_len + 1 of them less the final one. Requests run `batch_rows` at a
-// time, each batch padded to its longest request (the pad follows a row's
-// tokens, so a causal model's scores do not depend on it or on the batch).
+// time, longest first, each batch padded to its longest request (the pad
+// follows a row's tokens, so a causal model's scores do not depend on it or
+// on the batch); the scores come back in the requests' order.
 // Errors name the request: an empty context or continuation, a
 // continuation longer than seq_len, a token outside the vocabulary.
 std::vector<ContinuationScore> score_continuations(const Gpt& model,

@@ -37,12 +37,20 @@ std::vector<TokenizedQuestion> load_choice_questions(const Config& c,
                                                      const EvalSection::ChoiceSet& set, int part,
                                                      int parts, int64_t* total = nullptr);
 
-// The questions' choices as rows of seq_len tokens, `rows` per batch
-// (the last batch filled with rows that score nothing): each row the
-// request's tokens cut from the left to seq_len + 1 (less the last one as
-// input), padded with `pad`; targets -100 but for the continuation's.
-std::vector<data::Batch> choice_batches(const std::vector<TokenizedQuestion>& questions,
-                                        int64_t seq_len, int64_t rows, int64_t pad);
+// The questions' choices as rows, `rows` per batch, longest first (so a
+// batch's rows are about as long): each row the request's tokens cut from
+// the left to seq_len + 1, less the last one as input; a batch as wide as
+// its longest row rounded up to a multiple of `width_multiple` (at most
+// seq_len), shorter rows padded with `pad`; targets -100 but for the
+// continuation's; the last batch filled with rows that score nothing.
+// order[k] is the row, in question-then-choice order, that the batches'
+// k-th row holds.
+struct ChoiceRows {
+  std::vector<data::Batch> batches;
+  std::vector<size_t> order;
+};
+ChoiceRows choice_batches(const std::vector<TokenizedQuestion>& questions, int64_t seq_len,
+                          int64_t rows, int64_t pad, int64_t width_multiple = 1);
 
 // What the questions scored: how many, how many each normalisation
 // (nn::pick_choice) got right, and the right choices' summed -log p and
