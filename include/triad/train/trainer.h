@@ -56,9 +56,9 @@ class Trainer {
   // on every rank. An error when the config has no such set.
   double evaluate(size_t set = 0);
   // Accuracy on the questions of set `set` of eval.choices (each
-  // data-parallel rank scores its share; every choice a row of seq_len
-  // tokens, micro_batch_size rows at a time, forward only), as triad-eval
-  // scores them. Collective; the same on every rank. An error when the
+  // data-parallel rank scores its share; every choice a row,
+  // micro_batch_size rows at a time longest first, forward only), as
+  // triad-eval scores them. Collective; the same on every rank. An error when the
   // config has no such set.
   StepMetrics::ChoiceScores evaluate_choices(size_t set = 0);
   // triad-train --eval-only: the validation loss (and eval.choices'
