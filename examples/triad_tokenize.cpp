@@ -37,7 +37,8 @@ int main(int argc, char** argv) {
   int workers = 0;
   app.add_option("--input", inputs,
                  "UTF-8 text files, read in the order given (plain, or compressed with gzip or "
-                 "zstd: .gz and .zst files are told by their first bytes)")
+                 "zstd: .gz and .zst files are told by their first bytes); '-': the standard "
+                 "input")
       ->required();
   app.add_option("--output", output, "shard to write (llmc), or the dataset's prefix (megatron)")
       ->required();
@@ -108,8 +109,11 @@ int main(int argc, char** argv) {
         bos_token.empty() ? -1 : triad::data::require_special_token(*tok, bos_token, "--bos-token");
     // Every input can be opened (a missing one is named before any output
     // is written or any work done).
+    if (std::count(inputs.begin(), inputs.end(), "-") > 1) {
+      throw triad::ValueError("--input names the standard input ('-') more than once");
+    }
     for (const std::string& input : inputs) {
-      if (!std::ifstream(input, std::ios::binary)) {
+      if (input != "-" && !std::ifstream(input, std::ios::binary)) {
         throw triad::IoError("cannot open input '" + input + "'");
       }
     }

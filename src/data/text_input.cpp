@@ -2,6 +2,7 @@
 
 #include <array>
 #include <fstream>
+#include <iostream>
 #include <streambuf>
 #include <vector>
 
@@ -196,6 +197,11 @@ bool reads_zstd() {
 }
 
 std::unique_ptr<std::istream> open_text_input(const std::string& path) {
+  if (path == "-") {
+    auto in = std::make_unique<std::istream>(std::cin.rdbuf());  // (not owned)
+    in->exceptions(std::ios::badbit);
+    return in;
+  }
   switch (sniff(path)) {
     case Compression::Gzip:
 #ifdef TRIAD_WITH_ZLIB

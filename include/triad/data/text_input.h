@@ -11,7 +11,8 @@
 
 namespace triad::data {
 
-// The file's text, decompressed as it is read. Concatenated gzip members and
+// The file's text, decompressed as it is read ("-": the standard input,
+// read as it comes: decompress a pipe before it, zstdcat x.zst | ...). Concatenated gzip members and
 // Zstandard frames (parallel compressors write them) read as one text.
 // IoErrors name the file: it cannot be opened; its compressed data is
 // corrupt or ends in the middle (raised by the stream's reads, whose
