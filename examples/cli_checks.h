@@ -1,12 +1,17 @@
 #pragma once
 
-// Option checks shared by the example programs. (CLI11's PositiveNumber
-// names a range of doubles in its error; these name the rule.)
+// Option checks shared by the example programs (CLI11's PositiveNumber
+// names a range of doubles in its error; these name the rule), and how
+// they report errors.
+
+#include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
 #include <cctype>
 #include <exception>
 #include <string>
+
+#include "triad/core/error.h"
 
 namespace triad::examples {
 
@@ -41,6 +46,21 @@ inline CLI::Validator unsigned_integer() {
         return "expected an integer from 0 to 18446744073709551615, got '" + value + "'";
       },
       "UINT");
+}
+
+// A tool's work after its options parse: its exit code, or 2 with the error
+// logged, Triad's (bad input, config, files: the message says what to fix)
+// or the system's (memory, files).
+template <class Body>
+int report_errors(Body&& body) {
+  try {
+    return body();
+  } catch (const triad::Error& e) {
+    spdlog::error("{}", e.what());
+  } catch (const std::exception& e) {
+    spdlog::error("unexpected error: {}", e.what());
+  }
+  return 2;
 }
 
 }  // namespace triad::examples

@@ -90,7 +90,7 @@ int main(int argc, char** argv) {
   // progress, choices the library logs and errors on stderr.
   spdlog::set_default_logger(spdlog::stderr_color_mt("triad-eval"));
   spdlog::set_pattern("[%Y-%m-%d %H:%M:%S.%e] [%l] %v");
-  try {
+  return triad::examples::report_errors([&]() -> int {
     if (choice_files.empty() && text_files.empty()) {
       throw triad::ValueError("give --choices FILE or --text FILE (or several)");
     }
@@ -271,12 +271,6 @@ int main(int argc, char** argv) {
       }
     }
     if (json) std::printf("%s\n", report.dump().c_str());
-  } catch (const triad::Error& e) {
-    spdlog::error("{}", e.what());
-    return 2;
-  } catch (const std::exception& e) {  // the system's (memory, files), not Triad's
-    spdlog::error("unexpected error: {}", e.what());
-    return 2;
-  }
-  return 0;
+    return 0;
+  });
 }

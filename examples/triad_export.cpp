@@ -19,6 +19,7 @@
 #include "triad/io/hf_export.h"
 #include "triad/train/config.h"
 
+#include "cli_checks.h"
 #include "model_source.h"
 
 int main(int argc, char** argv) {
@@ -44,7 +45,7 @@ int main(int argc, char** argv) {
                  "the weights' type: float32, bfloat16 or float16 (default: the model's; "
                  "bfloat16 halves an fp32-trained model's files)");
   CLI11_PARSE(app, argc, argv);
-  try {
+  return triad::examples::report_errors([&]() -> int {
     triad::io::HfExportOptions options;
     options.max_shard_bytes = triad::io::parse_byte_size(max_shard_size);
     if (!dtype.empty()) options.dtype = triad::io::hf_weights_dtype(dtype);
@@ -74,12 +75,6 @@ int main(int argc, char** argv) {
     for (const auto& f : tokenizer_files) what += ", " + f;
     std::printf("wrote %s/config.json and %s (%s, %lld parameters)\n", output.c_str(), what.c_str(),
                 architecture, static_cast<long long>(model.num_parameters()));
-  } catch (const triad::Error& e) {
-    spdlog::error("{}", e.what());
-    return 2;
-  } catch (const std::exception& e) {  // the system's (memory, files), not Triad's
-    spdlog::error("unexpected error: {}", e.what());
-    return 2;
-  }
-  return 0;
+    return 0;
+  });
 }

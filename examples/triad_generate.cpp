@@ -104,7 +104,7 @@ int main(int argc, char** argv) {
   app.add_flag("--timing", timing, "report tokens per second on stderr");
   CLI11_PARSE(app, argc, argv);
   o.kv_cache = !no_cache;
-  try {
+  return triad::examples::report_errors([&]() -> int {
     if (one->count() == 0 && many->count() == 0) {
       throw triad::ValueError("give --prompt TEXT or --prompts FILE");
     }
@@ -264,12 +264,6 @@ int main(int argc, char** argv) {
       std::printf("%s\n", row.dump().c_str());
       std::fflush(stdout);
     }
-  } catch (const triad::Error& e) {
-    spdlog::error("{}", e.what());
-    return 2;
-  } catch (const std::exception& e) {  // the system's (memory, files), not Triad's
-    spdlog::error("unexpected error: {}", e.what());
-    return 2;
-  }
-  return 0;
+    return 0;
+  });
 }

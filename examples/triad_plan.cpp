@@ -155,7 +155,7 @@ int main(int argc, char** argv) {
                 "only even stage splits (pp dividing the layers): a narrower, faster search");
 
   CLI11_PARSE(app, argc, argv);
-  try {
+  return triad::examples::report_errors([&]() -> int {
     if (sched->parsed()) {
       const pipeline::ScheduleKind k = pipeline::schedule_from_name(kind);
       for (const auto& [option, values] : {std::pair<const char*, std::vector<double>>{"--tf", tf},
@@ -360,12 +360,6 @@ int main(int argc, char** argv) {
         print_estimate(best[i], cluster);
       }
     }
-  } catch (const triad::Error& e) {
-    spdlog::error("{}", e.what());
-    return 2;
-  } catch (const std::exception& e) {  // the system's (memory, files), not Triad's
-    spdlog::error("unexpected error: {}", e.what());
-    return 2;
-  }
-  return 0;
+    return 0;
+  });
 }

@@ -28,6 +28,8 @@
 #include "triad/data/token_shard.h"
 #include "triad/data/tokenizer.h"
 
+#include "cli_checks.h"
+
 int main(int argc, char** argv) {
   CLI::App app{"Tokenize a text file into an llm.c shard or a Megatron indexed dataset"};
   std::string output, vocab, merges, format = "llmc", documents = "whole", json_key = "text";
@@ -94,7 +96,7 @@ int main(int argc, char** argv) {
                  "for any number")
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
-  try {
+  return triad::examples::report_errors([&]() -> int {
     if (eod < -1) {
       throw triad::ValueError("--eod (" + std::to_string(eod) +
                               ") must be a token id >= 0, or -1 for none");
@@ -216,12 +218,6 @@ int main(int argc, char** argv) {
       std::filesystem::remove(mask_path);
       spdlog::info("removed {}, the loss mask of the data this run replaced", mask_path);
     }
-  } catch (const triad::Error& e) {
-    spdlog::error("{}", e.what());
-    return 2;
-  } catch (const std::exception& e) {  // the system's (memory, files), not Triad's
-    spdlog::error("unexpected error: {}", e.what());
-    return 2;
-  }
-  return 0;
+    return 0;
+  });
 }
