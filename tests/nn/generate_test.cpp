@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <set>
 
 #include "triad/autograd/grad_mode.h"
@@ -136,6 +137,26 @@ void make_opinionated(Gpt& model) {
   }
 }
 
+// Greedy tokens by hand: each the argmax of the last position's logits of a
+// full forward pass over the last 8 tokens (tiny()'s window), after
+// `adjust` (given the row and the output so far).
+std::vector<int64_t> greedy_by_hand(
+    const Gpt& model, const std::vector<int64_t>& prompt, int steps,
+    const std::function<void(std::vector<double>&, const std::vector<int64_t>&)>& adjust = {}) {
+  std::vector<int64_t> seq = prompt, out;
+  for (int step = 0; step < steps; ++step) {
+    const auto w = std::min<int64_t>(static_cast<int64_t>(seq.size()), 8);
+    std::vector<int64_t> ids(seq.end() - w, seq.end());
+    auto logits = to_double_vector(model.forward(from_vector(ids, {1, w}), {false, 0, 0}));
+    std::vector<double> row(logits.begin() + (w - 1) * 40, logits.begin() + w * 40);
+    if (adjust) adjust(row, out);
+    const int64_t best = std::max_element(row.begin(), row.end()) - row.begin();
+    seq.push_back(best);
+    out.push_back(best);
+  }
+  return out;
+}
+
 TEST(Generate, GreedyMatchesArgmaxOfTheFullForwardOverASlidingWindow) {
   Gpt model(tiny(), 3);
   make_opinionated(model);
@@ -145,16 +166,7 @@ TEST(Generate, GreedyMatchesArgmaxOfTheFullForwardOverASlidingWindow) {
   o.temperature = 0;
   const auto got = generate(model, prompt, o);
   ASSERT_EQ(got.size(), 12u);
-  std::vector<int64_t> seq = prompt;
-  for (int step = 0; step < 12; ++step) {
-    const auto w = std::min<int64_t>(static_cast<int64_t>(seq.size()), 8);
-    std::vector<int64_t> ids(seq.end() - w, seq.end());
-    auto logits = to_double_vector(model.forward(from_vector(ids, {1, w}), {false, 0, 0}));
-    const auto last = logits.begin() + (w - 1) * 40;
-    const int64_t best = std::max_element(last, last + 40) - last;
-    EXPECT_EQ(got[step], best) << "step " << step;
-    seq.push_back(best);
-  }
+  EXPECT_EQ(got, greedy_by_hand(model, prompt, 12));
   EXPECT_GE(std::set<int64_t>(got.begin(), got.end()).size(), 3u) << "a vacuous comparison";
 }
 
@@ -173,24 +185,17 @@ TEST(Generate, GreedyWithPenaltiesMatchesTheRuleAndStopWhenEndsIt) {
   o.presence_penalty = 0.2;
   const auto got = generate(model, prompt, o);
   ASSERT_EQ(got.size(), 12u);
-  std::vector<int64_t> seq = prompt, out;
-  for (int step = 0; step < 12; ++step) {
-    const auto w = std::min<int64_t>(static_cast<int64_t>(seq.size()), 8);
-    std::vector<int64_t> ids(seq.end() - w, seq.end());
-    auto logits = to_double_vector(model.forward(from_vector(ids, {1, w}), {false, 0, 0}));
-    std::vector<double> row(logits.begin() + (w - 1) * 40, logits.begin() + w * 40);
-    std::vector<int> count(40, 0);
-    for (int64_t t : out) ++count[t];
-    for (int64_t t = 0; t < 40; ++t) {
-      const bool seen = count[t] > 0 || std::count(prompt.begin(), prompt.end(), t) > 0;
-      if (seen) row[t] = row[t] > 0 ? row[t] / 1.7 : row[t] * 1.7;
-      if (count[t] > 0) row[t] -= 0.3 * count[t] + 0.2;
-    }
-    const int64_t best = std::max_element(row.begin(), row.end()) - row.begin();
-    EXPECT_EQ(got[step], best) << "step " << step;
-    seq.push_back(best);
-    out.push_back(best);
-  }
+  EXPECT_EQ(got, greedy_by_hand(model, prompt, 12,
+                                [&](std::vector<double>& row, const std::vector<int64_t>& out) {
+                                  std::vector<int> count(40, 0);
+                                  for (int64_t t : out) ++count[t];
+                                  for (int64_t t = 0; t < 40; ++t) {
+                                    const bool seen =
+                                        count[t] > 0 || std::count(prompt.begin(), prompt.end(), t);
+                                    if (seen) row[t] = row[t] > 0 ? row[t] / 1.7 : row[t] * 1.7;
+                                    if (count[t] > 0) row[t] -= 0.3 * count[t] + 0.2;
+                                  }
+                                }));
   o.kv_cache = false;
   EXPECT_EQ(generate(model, prompt, o), got);
   SamplingOptions plain;
