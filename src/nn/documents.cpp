@@ -87,4 +87,11 @@ ForwardContext with_documents(const GptConfig& cfg, const Tensor& ids, ForwardCo
   return ctx;
 }
 
+ForwardContext with_one_document(const GptConfig& cfg, const Tensor& ids, ForwardContext ctx,
+                                 const Device& device) {
+  GptConfig one = cfg;
+  one.reset_attention_mask = one.reset_position_ids = false;
+  return with_documents(one, ids, std::move(ctx), device);
+}
+
 }  // namespace triad::nn

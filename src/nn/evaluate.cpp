@@ -44,9 +44,6 @@ std::vector<ContinuationScore> score_continuations(const Gpt& model,
   }
   autograd::NoGradGuard no_grad;
   const Device device = model.head_weight().device();
-  // One document per row, as generate reads text.
-  GptConfig one_document = cfg;
-  one_document.reset_attention_mask = one_document.reset_position_ids = false;
   std::vector<ContinuationScore> out(requests.size());
   // Longest first, so that a batch's rows are about as long (little
   // padding); each score goes back to its request's place.
@@ -66,19 +63,16 @@ std::vector<ContinuationScore> score_continuations(const Gpt& model,
     std::vector<std::vector<int64_t>> inputs;
     int64_t width = 0;
     for (size_t k = first; k < last; ++k) {
-      const size_t r = order[k];
-      std::vector<int64_t> all = requests[r].context;
-      all.insert(all.end(), requests[r].continuation.begin(), requests[r].continuation.end());
-      const int64_t keep = std::min<int64_t>(static_cast<int64_t>(all.size()) - 1, cfg.seq_len);
-      inputs.emplace_back(all.end() - 1 - keep, all.end() - 1);
-      width = std::max(width, keep);
+      inputs.push_back(request_row(requests[order[k]], cfg.seq_len).inputs);
+      width = std::max(width, static_cast<int64_t>(inputs.back().size()));
     }
     std::vector<int64_t> ids(static_cast<size_t>(rows * width), 0);  // padded with token 0
     for (int64_t b = 0; b < rows; ++b) {
       std::copy(inputs[b].begin(), inputs[b].end(), ids.begin() + b * width);
     }
     const Tensor batch = from_vector(ids, {rows, width});
-    const ForwardContext ctx = with_documents(one_document, batch, {false, 0, 0}, device);
+    // One document per row, as generate reads text.
+    const ForwardContext ctx = with_one_document(cfg, batch, {false, 0, 0}, device);
     Tensor x = model.embed(batch, ctx);
     for (int64_t i = 0; i < cfg.n_layer; ++i) x = model.block(i).forward(x, ctx);
     for (int64_t b = 0; b < rows; ++b) {
@@ -94,6 +88,14 @@ std::vector<ContinuationScore> score_continuations(const Gpt& model,
     }
   }
   return out;
+}
+
+RequestRow request_row(const ContinuationRequest& q, int64_t seq_len) {
+  std::vector<int64_t> all = q.context;
+  all.insert(all.end(), q.continuation.begin(), q.continuation.end());
+  const int64_t keep = std::min<int64_t>(static_cast<int64_t>(all.size()) - 1, seq_len);
+  const auto from = all.end() - 1 - keep;
+  return {std::vector<int64_t>(from, from + keep), std::vector<int64_t>(from + 1, all.end())};
 }
 
 std::vector<ContinuationRequest> rolling_requests(const std::vector<int64_t>& tokens,

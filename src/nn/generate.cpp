@@ -148,8 +148,6 @@ std::vector<int64_t> generate(const Gpt& model, const std::vector<int64_t>& prom
   const ForwardContext ctx{false, 0, 0};
   std::vector<int64_t> tokens = prompt, out;
   const Tensor w = model.named_parameters().front().second;  // (a copy: the list is a temporary)
-  GptConfig one_document = cfg;
-  one_document.reset_attention_mask = one_document.reset_position_ids = false;
   std::unique_ptr<KvCache> cache;
   if (o.kv_cache && o.max_new_tokens > 0) {
     cache = std::make_unique<KvCache>(cfg, 1, w.dtype(), w.device());
@@ -168,7 +166,7 @@ std::vector<int64_t> generate(const Gpt& model, const std::vector<int64_t>& prom
           from_vector(std::vector<int64_t>(tokens.end() - window, tokens.end()), {1, window});
       // A sliding window's first keys, as the cached steps mask them (the
       // text is one document here, as it is to the cached steps).
-      const ForwardContext wctx = with_documents(one_document, ids, ctx, w.device());
+      const ForwardContext wctx = with_one_document(cfg, ids, ctx, w.device());
       Tensor x = model.embed(ids, wctx);
       for (int64_t i = 0; i < cfg.n_layer; ++i) x = model.block(i).forward(x, wctx);
       // Only the last position's logits are needed.

@@ -82,14 +82,12 @@ ChoiceRows choice_batches(const std::vector<TokenizedQuestion>& questions, int64
   std::vector<std::vector<int64_t>> inputs, targets;
   for (const auto& q : questions) {
     for (const auto& r : q.choices) {
-      std::vector<int64_t> all = r.context;
-      all.insert(all.end(), r.continuation.begin(), r.continuation.end());
-      const int64_t keep = std::min<int64_t>(static_cast<int64_t>(all.size()) - 1, seq_len);
-      const auto n = static_cast<int64_t>(r.continuation.size());
-      const auto from = all.end() - 1 - keep;
-      inputs.emplace_back(from, from + keep);
-      targets.emplace_back(from + 1, from + 1 + keep);
-      std::fill(targets.back().begin(), targets.back().end() - n, -100);
+      nn::RequestRow row = nn::request_row(r, seq_len);
+      // Only the continuation is scored.
+      const auto n = static_cast<std::ptrdiff_t>(r.continuation.size());
+      std::fill(row.targets.begin(), row.targets.end() - n, -100);
+      inputs.push_back(std::move(row.inputs));
+      targets.push_back(std::move(row.targets));
     }
   }
   ChoiceRows out;

@@ -1504,14 +1504,12 @@ void Trainer::evaluate_into(StepMetrics& m) {
 std::vector<double> Trainer::row_losses(const std::vector<data::Batch>& batches) {
   autograd::NoGradGuard no_grad;
   if (pp_model_) return executor_->row_losses(batches);
-  // Each row one document (its resets off), as nn::score_continuations reads
-  // a request; a sliding window still applies.
-  nn::GptConfig one_document = config_.model;
-  one_document.reset_attention_mask = one_document.reset_position_ids = false;
   const nn::ForwardContext no_dropout{false, config_.train.seed, 0};
   std::vector<double> out;
   for (const data::Batch& b : batches) {
-    const nn::ForwardContext ctx = nn::with_documents(one_document, b.inputs, no_dropout, device_);
+    // Each row one document, as nn::score_continuations reads a request.
+    const nn::ForwardContext ctx =
+        nn::with_one_document(config_.model, b.inputs, no_dropout, device_);
     std::vector<Tensor> losses;
     auto row = [&](int64_t i, const Tensor& x) { return narrow(x, 0, i, 1); };
     if (tp_model_) {

@@ -141,6 +141,15 @@ TEST(ScoreContinuations, NameABadRequest) {
   expect_error([&] { score_continuations(model, {{{1}, {2}}}, 0); }, {"batch_rows (0)"});
 }
 
+TEST(RequestRow, IsTheLastSeqLenPlusOneTokensAsInputsAndTheirNextTokens) {
+  const RequestRow fits = request_row({{1, 2}, {3, 4}}, 8);
+  EXPECT_EQ(fits.inputs, (std::vector<int64_t>{1, 2, 3}));
+  EXPECT_EQ(fits.targets, (std::vector<int64_t>{2, 3, 4}));
+  const RequestRow cut = request_row({{1, 2, 3}, {4, 5}}, 3);  // the context loses 1
+  EXPECT_EQ(cut.inputs, (std::vector<int64_t>{2, 3, 4}));
+  EXPECT_EQ(cut.targets, (std::vector<int64_t>{3, 4, 5}));
+}
+
 TEST(RollingRequests, ScoreEveryTokenButTheFirstOnceWithAllTheContextTheWindowHolds) {
   const std::vector<int64_t> tokens = random_tokens(50, 77, 37);
   for (const int64_t stride : {1, 5, 12}) {

@@ -47,5 +47,10 @@ Tensor sliding_window_starts(int64_t B, int64_t T, int64_t window, const Tensor&
 // compute them once per micro-batch for every stage and recomputation.
 ForwardContext with_documents(const GptConfig& cfg, const Tensor& ids, ForwardContext ctx,
                               const Device& device);
+// The same with each row one document, whatever cfg's document resets (a
+// sliding window still applies): text to continue or to score (generation,
+// evaluation), read as the model reads a single document.
+ForwardContext with_one_document(const GptConfig& cfg, const Tensor& ids, ForwardContext ctx,
+                                 const Device& device);
 
 }  // namespace triad::nn

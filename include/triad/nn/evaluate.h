@@ -24,6 +24,16 @@ struct ContinuationScore {
   int64_t tokens = 0;
 };
 
+// A request as the model reads it: context and continuation cut from the
+// left to their last seq_len + 1 tokens, as `inputs` (all but the last) and
+// the token after each (`targets`); the continuation's tokens are the last
+// continuation.size() targets. (triad-eval's and the trainer's eval.choices
+// rows both.)
+struct RequestRow {
+  std::vector<int64_t> inputs, targets;
+};
+RequestRow request_row(const ContinuationRequest& request, int64_t seq_len);
+
 // Each request's score under `model` (no dropout, no autograd graph), the
 // text read as one document whatever the model's document resets (as
 // generate reads it). Context and continuation that do not fit in the

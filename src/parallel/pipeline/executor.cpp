@@ -741,15 +741,13 @@ std::vector<double> PipelineExecutor::row_losses(const std::vector<data::Batch>&
   if (micro.empty()) throw ValueError("pipeline row_losses: no microbatches");
   int64_t rows = 0;
   for (const auto& b : micro) rows += b.inputs.size(0);
-  // Each row one document (its resets off); a sliding window still applies.
-  nn::GptConfig one_document = model_.config();
-  one_document.reset_attention_mask = one_document.reset_position_ids = false;
   const nn::ForwardContext no_dropout{false, 0, 0};
   std::vector<Tensor> losses;
   forward_only(
       micro,
       [&](const data::Batch& b) {
-        return nn::with_documents(one_document, b.inputs, no_dropout, model_.device());
+        // Each row one document; a sliding window still applies.
+        return nn::with_one_document(model_.config(), b.inputs, no_dropout, model_.device());
       },
       [&](tp::TensorParallelGpt& chunk, const Tensor& x, const data::Batch& batch) {
         for (int64_t i = 0; i < batch.inputs.size(0); ++i) {
