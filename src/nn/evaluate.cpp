@@ -42,7 +42,7 @@ std::vector<ContinuationScore> score_continuations(const Gpt& model,
       }
     }
   }
-  autograd::NoGradGuard no_grad;
+  autograd::InferenceGuard inference;
   const Device device = model.head_weight().device();
   std::vector<ContinuationScore> out(requests.size());
   // Longest first, so that a batch's rows are about as long (little

@@ -144,7 +144,7 @@ std::vector<int64_t> generate(const Gpt& model, const std::vector<int64_t>& prom
     }
   }
   const int64_t limit = o.vocab_limit > 0 ? o.vocab_limit : cfg.vocab_size;
-  autograd::NoGradGuard no_grad;
+  autograd::InferenceGuard inference;
   const ForwardContext ctx{false, 0, 0};
   std::vector<int64_t> tokens = prompt, out;
   const Tensor w = model.named_parameters().front().second;  // (a copy: the list is a temporary)

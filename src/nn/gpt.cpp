@@ -669,7 +669,7 @@ Tensor Gpt::loss(const Tensor& ids, const Tensor& targets, const ForwardContext&
 }
 
 Tensor Gpt::decode(const Tensor& ids, KvCache& cache, bool last_only) const {
-  autograd::NoGradGuard no_grad;
+  autograd::InferenceGuard inference;
   if (ids.dim() != 2 || ids.size(1) == 0) {
     throw ShapeError("Gpt::decode: token ids must be (B, n) with n >= 1, got " +
                      shape_str(ids.shape()));

@@ -23,15 +23,17 @@ bool agree_attention_choice(bool has, cuda::AttentionChoice& choice, dist::Proce
 nlohmann::json attention_choices_to_json(const std::vector<cuda::AttentionChoice>& choices) {
   nlohmann::json out = nlohmann::json::array();
   for (const auto& c : choices) {
-    out.push_back({{"dtype", dtype_name(c.dtype)},
-                   {"deterministic", c.deterministic},
-                   {"batch", c.batch},
-                   {"seq_len", c.seq_len},
-                   {"d_model", c.d_model},
-                   {"n_head", c.n_head},
-                   {"kernel", c.cudnn ? "cudnn" : "triad"},
-                   {"triad_ms", c.own_ms},
-                   {"cudnn_ms", c.cudnn_ms}});
+    nlohmann::json e = {{"dtype", dtype_name(c.dtype)},
+                        {"deterministic", c.deterministic},
+                        {"batch", c.batch},
+                        {"seq_len", c.seq_len},
+                        {"d_model", c.d_model},
+                        {"n_head", c.n_head},
+                        {"kernel", c.cudnn ? "cudnn" : "triad"},
+                        {"triad_ms", c.own_ms},
+                        {"cudnn_ms", c.cudnn_ms}};
+    if (c.forward_only) e["forward_only"] = true;
+    out.push_back(std::move(e));
   }
   return out;
 }
@@ -48,6 +50,7 @@ std::vector<cuda::AttentionChoice> attention_choices_from_json(const nlohmann::j
       c.seq_len = e.at("seq_len").get<int64_t>();
       c.d_model = e.at("d_model").get<int64_t>();
       c.n_head = e.at("n_head").get<int64_t>();
+      c.forward_only = e.value("forward_only", false);
       const std::string kernel = e.at("kernel").get<std::string>();
       if (kernel != "cudnn" && kernel != "triad") {
         throw IoError("kernel '" + kernel + "' is neither 'triad' nor 'cudnn'");

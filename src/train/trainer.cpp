@@ -1363,7 +1363,7 @@ double Trainer::evaluate(size_t set) {
   }
   const ValidationData& val = val_[set];
   if (reducer_) reducer_->wait_gathers();  // (the forward's fences would too, part by part)
-  autograd::NoGradGuard no_grad;
+  autograd::InferenceGuard inference;
   const auto& t = config_.train;
   const int64_t per_rank = t.global_batch_size / dp_;
   const int64_t micro = per_rank / t.micro_batch_size;
@@ -1502,7 +1502,7 @@ void Trainer::evaluate_into(StepMetrics& m) {
 }
 
 std::vector<double> Trainer::row_losses(const std::vector<data::Batch>& batches) {
-  autograd::NoGradGuard no_grad;
+  autograd::InferenceGuard inference;
   if (pp_model_) return executor_->row_losses(batches);
   const nn::ForwardContext no_dropout{false, config_.train.seed, 0};
   std::vector<double> out;

@@ -14,6 +14,7 @@
 #include <functional>
 #include <limits>
 #include <map>
+#include <optional>
 #include <random>
 #include <set>
 #include <utility>
@@ -1209,6 +1210,79 @@ TEST(CudaKernels, AutoAttentionRunsTheRecordedChoice) {
   ASSERT_EQ(own.size(), fused.size());
   for (size_t i = 0; i < own.size(); ++i)
     ASSERT_NEAR(own[i], fused[i], 0.02 * (1 + std::abs(own[i]))) << i;
+  cuda::clear_attention_choices();
+}
+
+TEST(CudaKernels, AutoAttentionTimesInferenceByTheForwardAlone) {
+  if (!cuda::cudnn_compiled()) GTEST_SKIP() << "this build has no cuDNN";
+  cuda::clear_attention_choices();
+  const Tensor qkv = to_device(randn({2, 128, 3 * 64}, 3, 5, 1.0, DType::BF16), kGpu).detach();
+  const auto choice_for = [](bool forward_only) -> std::optional<cuda::AttentionChoice> {
+    for (const auto& c : cuda::attention_choices()) {
+      if (c.forward_only == forward_only && c.batch == 2 && c.seq_len == 128) return c;
+    }
+    return std::nullopt;
+  };
+  // Inference first: a decision timed on the forward alone, recorded apart.
+  Tensor inferred;
+  {
+    autograd::InferenceGuard inference;
+    inferred = causal_attention(qkv, 4);
+  }
+  ASSERT_EQ(cuda::attention_choices().size(), 1u);
+  const auto forward = choice_for(true);
+  ASSERT_TRUE(forward.has_value());
+  EXPECT_GT(forward->own_ms, 0.0);
+  EXPECT_GT(forward->cudnn_ms, 0.0);
+  // A no-grad forward outside inference (activation recomputation's) and a
+  // training step each want the training decision: timed now, with the
+  // backward, and the forward-only one is left as it was.
+  Tensor no_grad_out;
+  {
+    autograd::NoGradGuard no_grad;
+    no_grad_out = causal_attention(qkv, 4);
+  }
+  ASSERT_EQ(cuda::attention_choices().size(), 2u);
+  const auto training = choice_for(false);
+  ASSERT_TRUE(training.has_value());
+  EXPECT_EQ(choice_for(true)->own_ms, forward->own_ms);
+  Tensor leaf = qkv.detach();
+  leaf.set_requires_grad(true);
+  Tensor y = causal_attention(leaf, 4);
+  autograd::backward({y}, {to_device(randn(y.shape(), 3, 6, 1.0, DType::BF16), kGpu).detach()});
+  EXPECT_TRUE(leaf.grad().defined());
+  EXPECT_EQ(cuda::attention_choices().size(), 2u);
+  EXPECT_EQ(to_double_vector(y), to_double_vector(no_grad_out));
+  // Once a training decision exists, inference takes it, whatever the
+  // forward-only one says; with only the forward-only one, it follows that.
+  // (Which route ran shows in the simulator's launch count: cuDNN's
+  // stand-in launches fewer kernels than Triad's attention.)
+  const auto inference_launches = [&] {
+    autograd::InferenceGuard inference;
+    cuda::synchronize(0);
+#ifdef TRIAD_CUDA_SIM
+    const int64_t before = triad_sim::counters().launches;
+#endif
+    causal_attention(qkv, 4);
+    cuda::synchronize(0);
+#ifdef TRIAD_CUDA_SIM
+    return triad_sim::counters().launches - before;
+#else
+    return int64_t{-1};
+#endif
+  };
+  const int64_t training_route = inference_launches();
+  cuda::AttentionChoice flipped = *forward;
+  flipped.cudnn = !training->cudnn;
+  cuda::set_attention_choice(flipped);
+  EXPECT_EQ(inference_launches(), training_route);
+  cuda::clear_attention_choices();
+  cuda::set_attention_choice(flipped);
+  const int64_t forward_route = inference_launches();
+  EXPECT_EQ(cuda::attention_choices().size(), 1u);
+  if (kOnSimulator) {
+    EXPECT_NE(forward_route, training_route);
+  }
   cuda::clear_attention_choices();
 }
 

@@ -18,4 +18,24 @@ class NoGradGuard {
   bool previous_;
 };
 
+// Whether this thread is inside an InferenceGuard.
+bool inference_mode();
+
+// Inference (evaluation, scoring, generation): no graph is recorded, and
+// nothing computed in the scope is ever differentiated, so a backend may pick
+// its kernels by their forward alone (the CUDA backend's attention choice).
+// Activation recomputation's own no-grad forward is not inference: its
+// backward follows.
+class InferenceGuard {
+ public:
+  InferenceGuard();
+  ~InferenceGuard();
+  InferenceGuard(const InferenceGuard&) = delete;
+  InferenceGuard& operator=(const InferenceGuard&) = delete;
+
+ private:
+  NoGradGuard no_grad_;
+  bool previous_;
+};
+
 }  // namespace triad::autograd

@@ -141,7 +141,11 @@ void reset_gemm_verification();
 // Auto's decision for one attention problem: Triad's kernels or cuDNN's,
 // and the times (forward + backward, ms) it rests on. Auto makes one per
 // problem the first time it meets it, by timing; a decision set here first
-// is taken as it is, without timing. The trainer times its training shape
+// is taken as it is, without timing. A forward under
+// autograd::InferenceGuard (evaluation, generation) is never
+// differentiated: it takes the training decision for its problem if there
+// is one, else a `forward_only` decision timed on the forward alone (which
+// training never takes). The trainer times its training shape
 // up front, lets the ranks agree on the sums of their times, and keeps the
 // decisions in its checkpoints, so that every rank runs the same kernel and
 // a resumed run the one it ran before. Process-wide; every build (only the
@@ -150,16 +154,18 @@ struct AttentionChoice {
   DType dtype = DType::BF16;
   bool deterministic = true;  // the backward timed is the deterministic one
   int64_t batch = 0, seq_len = 0, d_model = 0, n_head = 0;
+  bool forward_only = false;  // for inference: timed (and used) without a backward
   bool cudnn = false;
   double own_ms = 0, cudnn_ms = 0;
   bool same_problem(const AttentionChoice& o) const {
     return dtype == o.dtype && deterministic == o.deterministic && batch == o.batch &&
-           seq_len == o.seq_len && d_model == o.d_model && n_head == o.n_head;
+           seq_len == o.seq_len && d_model == o.d_model && n_head == o.n_head &&
+           forward_only == o.forward_only;
   }
 };
 void set_attention_choice(const AttentionChoice& choice);
-// The decision for choice's problem (its dtype, deterministic and sizes), if
-// one was made; the other fields of the argument are ignored.
+// The decision for choice's problem (its dtype, deterministic, sizes and
+// forward_only), if one was made; the other fields of the argument are ignored.
 bool find_attention_choice(AttentionChoice& choice);
 std::vector<AttentionChoice> attention_choices();
 void clear_attention_choices();

@@ -28,6 +28,7 @@
 #include "kernels/softmax.h"
 #include "op_profiler.h"
 #include "scalar_type.h"
+#include "triad/autograd/grad_mode.h"
 #include "triad/backend/cuda.h"
 
 namespace triad::detail {
@@ -880,11 +881,16 @@ std::string cudnn_unavailable(DType dtype, const k::AttentionShape& shape, int d
 // Auto's per-shape choice between Triad's kernels (`own`: the tensor-core
 // ones where they apply, else SIMT) and cuDNN: the one recorded for the
 // problem (cuda::set_attention_choice), else made now by timing both
-// (forward + backward) on scratch outputs and recorded.
+// (forward + backward) on scratch outputs and recorded. A forward that is
+// never differentiated (`forward_only`, under autograd::InferenceGuard)
+// takes the training decision if there is one, else one timed on the
+// forward alone, recorded apart (training never takes it: its backward
+// must run the forward's kernel).
 class AttentionTuner {
  public:
   cuda::AttentionChoice decide(CudaBackend::DeviceState& s, const void* qkv, DType dtype,
-                               const k::AttentionShape& shape, k::AttentionKernel own);
+                               const k::AttentionShape& shape, k::AttentionKernel own,
+                               bool forward_only);
 
  private:
   std::mutex mutex_;  // one timing at a time
@@ -897,7 +903,7 @@ AttentionTuner& attention_tuner() {
 
 cuda::AttentionChoice AttentionTuner::decide(CudaBackend::DeviceState& s, const void* qkv,
                                              DType dtype, const k::AttentionShape& shape,
-                                             k::AttentionKernel own_kernel) {
+                                             k::AttentionKernel own_kernel, bool forward_only) {
   // The backward timed is the one training would run.
   const bool deterministic = cuda::attention_deterministic();
   cuda::AttentionChoice choice;
@@ -909,28 +915,39 @@ cuda::AttentionChoice AttentionTuner::decide(CudaBackend::DeviceState& s, const 
   choice.n_head = shape.NH;
   std::lock_guard<std::mutex> lock(mutex_);
   if (cuda::find_attention_choice(choice)) return choice;
+  if (forward_only) {
+    choice.forward_only = true;
+    if (cuda::find_attention_choice(choice)) return choice;
+  }
   const cudnn_graph::AttentionProblem p = cudnn_problem(shape, dtype);
   const k::ScalarType type = scalar(dtype);
   const size_t elem = dtype_size(dtype);
   const size_t n_out = static_cast<size_t>(shape.B * shape.T * shape.C);
   const size_t n_lse = static_cast<size_t>(shape.B * shape.NH * shape.T);
   try {
-    const size_t ws = std::max({cudnn_attention_workspace(s.index, p, false),
-                                cudnn_attention_workspace(s.index, p, true, deterministic),
-                                k::attention_backward_workspace(shape)});
-    Scratch out(s.allocator, n_out * elem), dout(s.allocator, n_out * elem);
-    Scratch dqkv(s.allocator, 3 * n_out * elem), lse(s.allocator, n_lse * sizeof(float));
+    const size_t ws = forward_only
+                          ? cudnn_attention_workspace(s.index, p, false)
+                          : std::max({cudnn_attention_workspace(s.index, p, false),
+                                      cudnn_attention_workspace(s.index, p, true, deterministic),
+                                      k::attention_backward_workspace(shape)});
+    // A forward-only timing needs no gradient buffers.
+    const size_t n_grad = forward_only ? 0 : n_out;
+    Scratch out(s.allocator, n_out * elem), dout(s.allocator, n_grad * elem);
+    Scratch dqkv(s.allocator, 3 * n_grad * elem), lse(s.allocator, n_lse * sizeof(float));
     Scratch work(s.allocator, ws);
-    check(cudaMemsetAsync(dout.get(), 0, n_out * elem, s.stream), "cudaMemsetAsync");
+    if (!forward_only)
+      check(cudaMemsetAsync(dout.get(), 0, n_out * elem, s.stream), "cudaMemsetAsync");
     auto own = [&] {
       k::attention_forward(qkv, out.get(), static_cast<float*>(lse.get()), type, shape, s.stream,
                            own_kernel);
+      if (forward_only) return;
       k::attention_backward(qkv, out.get(), static_cast<const float*>(lse.get()), dout.get(),
                             dqkv.get(), type, shape, work.get(), s.stream, own_kernel);
     };
     auto fused = [&] {
       cudnn_attention_forward(s.index, s.stream, p, qkv, out.get(), static_cast<float*>(lse.get()),
                               work.get());
+      if (forward_only) return;
       cudnn_attention_backward(s.index, s.stream, p, qkv, out.get(),
                                static_cast<const float*>(lse.get()), dout.get(), dqkv.get(),
                                work.get(), deterministic);
@@ -958,9 +975,10 @@ cuda::AttentionChoice AttentionTuner::decide(CudaBackend::DeviceState& s, const 
         own_kernel == k::AttentionKernel::TensorCore ? "tensor-core kernels" : "SIMT kernels";
     spdlog::info(
         "attention B={} T={} C={} heads={} {}: cuDNN {:.3f} ms, Triad's {} {:.3f} ms "
-        "(forward + backward); using {}",
+        "({}); using {}",
         shape.B, shape.T, shape.C, shape.NH, dtype_name(dtype), choice.cudnn_ms, own_name,
-        choice.own_ms, choice.cudnn ? "cuDNN" : own_name);
+        choice.own_ms, forward_only ? "forward only" : "forward + backward",
+        choice.cudnn ? "cuDNN" : own_name);
   } catch (const Error& e) {
     spdlog::warn("attention B={} T={} C={} heads={}: cuDNN is not used ({})", shape.B, shape.T,
                  shape.C, shape.NH, e.what());
@@ -979,7 +997,7 @@ k::AttentionKernel own_attention_kernel(DType dtype, const k::AttentionShape& sh
 // Packed documents (doc_starts) stay with Triad's kernels: the cuDNN graph
 // built here has only the causal mask.
 AttentionRoute route_attention(CudaBackend::DeviceState& s, const Tensor& qkv,
-                               const k::AttentionShape& shape, bool documents) {
+                               const k::AttentionShape& shape, bool documents, bool forward_only) {
   switch (cuda::attention_kernel()) {
     case cuda::AttentionKernel::Simt:
       return {false, k::AttentionKernel::Simt};
@@ -1005,7 +1023,7 @@ AttentionRoute route_attention(CudaBackend::DeviceState& s, const Tensor& qkv,
   // with Triad's kernels.
   const bool aligned = reinterpret_cast<uintptr_t>(qkv.raw_data()) % 16 == 0;
   if (aligned && cudnn_unavailable(qkv.dtype(), shape, s.index).empty() &&
-      attention_tuner().decide(s, qkv.raw_data(), qkv.dtype(), shape, own).cudnn)
+      attention_tuner().decide(s, qkv.raw_data(), qkv.dtype(), shape, own, forward_only).cudnn)
     return {true, k::AttentionKernel::Auto};
   return {false, own};
 }
@@ -1023,7 +1041,7 @@ bool tune_attention(int device, DType dtype, const k::AttentionShape& shape,
   Scratch qkv(s.allocator, bytes);
   check(cudaMemsetAsync(qkv.get(), 0, bytes, s.stream), "cudaMemsetAsync");
   out = attention_tuner().decide(s, qkv.get(), dtype, shape,
-                                 own_attention_kernel(dtype, shape, device));
+                                 own_attention_kernel(dtype, shape, device), false);
   return true;
 }
 
@@ -1049,7 +1067,8 @@ void CudaBackend::attention_forward(const Tensor& qkv, const AttentionHeads& hea
   const k::AttentionShape shape = attention_shape(qkv, heads);
   const int32_t* starts = doc_starts_ptr(doc_starts);
   launch(s.index, s.stream, "attention_forward", [&] {
-    const AttentionRoute route = route_attention(s, qkv, shape, starts != nullptr);
+    const AttentionRoute route =
+        route_attention(s, qkv, shape, starts != nullptr, autograd::inference_mode());
     if (route.cudnn) {
       const cudnn_graph::AttentionProblem p = cudnn_problem(shape, qkv.dtype());
       Scratch ws(s.allocator, cudnn_attention_workspace(s.index, p, false));
@@ -1071,7 +1090,8 @@ void CudaBackend::attention_backward(const Tensor& qkv, const Tensor& out, const
   DeviceGuard g(s.index);
   const int32_t* starts = doc_starts_ptr(doc_starts);
   launch(s.index, s.stream, "attention_backward", [&] {
-    const AttentionRoute route = route_attention(s, qkv, shape, starts != nullptr);
+    // The backward runs the training decision, as its forward did.
+    const AttentionRoute route = route_attention(s, qkv, shape, starts != nullptr, false);
     if (route.cudnn) {
       const cudnn_graph::AttentionProblem p = cudnn_problem(shape, qkv.dtype());
       const bool deterministic = cuda::attention_deterministic();

@@ -671,7 +671,7 @@ void PipelineExecutor::forward_only(
     const std::vector<data::Batch>& micro,
     const std::function<nn::ForwardContext(const data::Batch&)>& ctx_of,
     const std::function<void(tp::TensorParallelGpt&, const Tensor&, const data::Batch&)>& at_head) {
-  autograd::NoGradGuard no_grad;
+  autograd::InferenceGuard inference;
   const int S = model_.num_stages(), r = model_.rank();
   const auto& pp = model_.groups().pp;
   const int64_t tp = model_.groups().tp->size();

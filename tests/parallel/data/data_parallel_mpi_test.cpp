@@ -88,6 +88,14 @@ TEST(AttentionChoice, DecisionsRoundTripThroughCheckpointJson) {
   EXPECT_TRUE(back[0].same_problem(c));
   EXPECT_TRUE(back[0].cudnn);
   EXPECT_EQ(back[0].cudnn_ms, 0.25);
+  // An inference decision stays one (and apart from the training one).
+  cuda::AttentionChoice f = c;
+  f.forward_only = true;
+  const auto both = attention_choices_from_json(attention_choices_to_json({c, f}));
+  ASSERT_EQ(both.size(), 2u);
+  EXPECT_FALSE(both[0].forward_only);
+  EXPECT_TRUE(both[1].same_problem(f));
+  EXPECT_FALSE(both[1].same_problem(c));
   nlohmann::json bad = attention_choices_to_json({c});
   bad[0]["kernel"] = "flash";
   try {
