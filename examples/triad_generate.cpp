@@ -17,6 +17,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -43,10 +44,17 @@ int main(int argc, char** argv) {
   std::string prompts_file;
   auto* one = app.add_option("--prompt", prompt, "text to continue");
   auto* many = app.add_option("--prompts", prompts_file,
-                              "JSON lines of {\"prompt\": ... [, \"system\": ...]}: each answered "
-                              "in turn, one JSON line {\"prompt\", \"response\"} each on stdout");
+                              "JSON lines of {\"prompt\": ... [, \"system\": ...]}: answered "
+                              "--batch at a time, one JSON line {\"prompt\", \"response\"} each "
+                              "on stdout, in order");
   one->excludes(many);
   many->excludes(one);
+  int64_t batch_size = 8;
+  app.add_option("--batch", batch_size,
+                 "with --prompts: answer this many prompts together (one batched decoding step "
+                 "per token; each reply is what the prompt gets alone)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   app.add_option("--tokens", o.max_new_tokens, "tokens to generate")->capture_default_str();
   app.add_option("--temperature", o.temperature, "0: greedy")->capture_default_str();
   app.add_option("--top-k", o.top_k, "sample among the k most likely (0: all)")
@@ -180,10 +188,9 @@ int main(int argc, char** argv) {
       for (const auto& s : stops) cut = std::min(cut, text.find(s));
       return cut == std::string::npos ? text : text.substr(0, cut);
     };
-    // One prompt's reply: the prompt's ids, and the generated ones less the
-    // stop token.
-    auto answer = [&](const std::string& text, const std::string& sys, std::vector<int32_t>& ids) {
-      ids.clear();
+    // A prompt's ids (the chat template's text around it with one).
+    auto encode = [&](const std::string& text, const std::string& sys) {
+      std::vector<int32_t> ids;
       if (!bos_token.empty()) {
         ids.push_back(triad::data::require_special_token(*tok, bos_token, "--bos-token"));
       }
@@ -204,38 +211,75 @@ int main(int argc, char** argv) {
       } else {
         for (const int32_t id : tok->encode(text)) ids.push_back(id);
       }
+      return ids;
+    };
+    // The replies to prompts (their ids), generated together: the new ids
+    // of each, less the stop token.
+    auto answer = [&](const std::vector<std::vector<int32_t>>& ids) {
       const auto t0 = std::chrono::steady_clock::now();
-      triad::nn::SamplingOptions run = o;
+      std::vector<std::vector<int64_t>> prompts;
+      for (const auto& p : ids) prompts.emplace_back(p.begin(), p.end());
+      // A reply whose text so far holds a stop string is done (cut below).
+      std::function<bool(size_t, const std::vector<int64_t>&)> stop_when;
       if (!stops.empty()) {
-        // The reply's text so far holds a stop string: done (cut below).
-        run.stop_when = [&](const std::vector<int64_t>& so_far) {
+        stop_when = [&](size_t i, const std::vector<int64_t>& so_far) {
           const std::string text =
-              full_reply_text(ids, std::vector<int32_t>(so_far.begin(), so_far.end()));
+              full_reply_text(ids[i], std::vector<int32_t>(so_far.begin(), so_far.end()));
           for (const auto& s : stops) {
             if (text.find(s) != std::string::npos) return true;
           }
           return false;
         };
       }
-      auto out = triad::nn::generate(model, std::vector<int64_t>(ids.begin(), ids.end()), run);
+      const auto outs = triad::nn::generate_batch(model, prompts, o, stop_when);
       const double secs =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      size_t made = 0, read = 0;
+      for (size_t i = 0; i < outs.size(); ++i) made += outs[i].size(), read += ids[i].size();
       if (timing) {
-        std::fprintf(stderr, "%zu tokens (prompt %zu) in %.3f s: %.1f tokens/s (%s)\n", out.size(),
-                     ids.size(), secs, static_cast<double>(out.size()) / secs,
-                     o.kv_cache ? "key/value cache" : "no cache");
+        std::string how = o.kv_cache ? "key/value cache" : "no cache";
+        if (outs.size() > 1) how += ", " + std::to_string(outs.size()) + " prompts together";
+        std::fprintf(stderr, "%zu tokens (%s %zu) in %.3f s: %.1f tokens/s (%s)\n", made,
+                     outs.size() == 1 ? "prompt" : "prompts", read, secs,
+                     static_cast<double>(made) / secs, how.c_str());
       }
-      if (!out.empty() && out.back() == o.stop_token) out.pop_back();  // the end, not text
-      return std::vector<int32_t>(out.begin(), out.end());
+      std::vector<std::vector<int32_t>> replies;
+      for (auto out : outs) {
+        if (!out.empty() && out.back() == o.stop_token) out.pop_back();  // the end, not text
+        replies.emplace_back(out.begin(), out.end());
+      }
+      return replies;
     };
-    std::vector<int32_t> ids;
     if (many->count() == 0) {
-      const auto out = answer(prompt, system, ids);
-      std::printf("%s%s\n", chat ? "" : prompt.c_str(), reply_text(ids, out).c_str());
+      const std::vector<std::vector<int32_t>> ids{encode(prompt, system)};
+      const auto out = answer(ids).front();
+      std::printf("%s%s\n", chat ? "" : prompt.c_str(), reply_text(ids.front(), out).c_str());
       return 0;
     }
     std::ifstream in(prompts_file);
     if (!in) throw triad::IoError("--prompts: cannot open '" + prompts_file + "'");
+    // --batch prompts at a time; the replies in the file's order.
+    struct Question {
+      std::string text, sys;
+    };
+    std::vector<Question> batch;
+    std::vector<std::vector<int32_t>> batch_ids;
+    auto flush = [&] {
+      if (batch.empty()) return;
+      const auto replies = answer(batch_ids);
+      for (size_t i = 0; i < batch.size(); ++i) {
+        nlohmann::json row{{"prompt", batch[i].text},
+                           {"response", reply_text(batch_ids[i], replies[i])}};
+        if (!batch[i].sys.empty()) row["system"] = batch[i].sys;
+        // A reply cut inside a character (a byte-level model's tokens are
+        // bytes) shows U+FFFD for its broken bytes, not an error.
+        std::printf("%s\n",
+                    row.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+      }
+      std::fflush(stdout);
+      batch.clear();
+      batch_ids.clear();
+    };
     int64_t line_no = 0;
     for (std::string line; std::getline(in, line);) {
       ++line_no;
@@ -258,12 +302,12 @@ int main(int argc, char** argv) {
         sys = j["system"].get<std::string>();
       }
       const std::string text = j["prompt"].get<std::string>();
-      const auto out = answer(text, sys, ids);
-      nlohmann::json row{{"prompt", text}, {"response", reply_text(ids, out)}};
-      if (!sys.empty()) row["system"] = sys;
-      std::printf("%s\n", row.dump().c_str());
-      std::fflush(stdout);
+      batch_ids.push_back(encode(text, sys));
+      if (batch_ids.back().empty()) throw triad::ValueError(where + ": the prompt has no tokens");
+      batch.push_back({text, sys});
+      if (static_cast<int64_t>(batch.size()) >= batch_size) flush();
     }
+    flush();
     return 0;
   });
 }

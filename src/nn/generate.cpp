@@ -120,10 +120,22 @@ void apply_penalties(std::vector<double>& logits, const std::vector<int64_t>& pr
   }
 }
 
-std::vector<int64_t> generate(const Gpt& model, const std::vector<int64_t>& prompt,
-                              const SamplingOptions& o) {
-  const GptConfig& cfg = model.config();
-  if (prompt.empty()) throw ValueError("generate: the prompt is empty (give at least one token)");
+namespace {
+
+// `name`: "the prompt", or "prompt 3" of a batch.
+void check_prompt(const GptConfig& cfg, const std::vector<int64_t>& prompt,
+                  const std::string& name) {
+  if (prompt.empty()) throw ValueError("generate: " + name + " is empty (give at least one token)");
+  for (size_t i = 0; i < prompt.size(); ++i) {
+    if (prompt[i] < 0 || prompt[i] >= cfg.vocab_size) {
+      throw ValueError("generate: " + name + "'s token " + std::to_string(prompt[i]) +
+                       " at position " + std::to_string(i) + " is not in [0, vocab_size " +
+                       std::to_string(cfg.vocab_size) + ")");
+    }
+  }
+}
+
+void check_options(const GptConfig& cfg, const SamplingOptions& o) {
   if (o.max_new_tokens < 0) {
     throw ValueError("generate: max_new_tokens (" + std::to_string(o.max_new_tokens) +
                      ") must be >= 0");
@@ -136,51 +148,173 @@ std::vector<int64_t> generate(const Gpt& model, const std::vector<int64_t>& prom
     throw ValueError("generate: vocab_limit (" + std::to_string(o.vocab_limit) +
                      ") must be in [0, vocab_size " + std::to_string(cfg.vocab_size) + "]");
   }
-  for (size_t i = 0; i < prompt.size(); ++i) {
-    if (prompt[i] < 0 || prompt[i] >= cfg.vocab_size) {
-      throw ValueError("generate: prompt token " + std::to_string(prompt[i]) + " at position " +
-                       std::to_string(i) + " is not in [0, vocab_size " +
-                       std::to_string(cfg.vocab_size) + ")");
-    }
-  }
+}
+
+// One text being continued: its prompt, every token so far, the new ones.
+struct Sequence {
+  const std::vector<int64_t>* prompt = nullptr;
+  std::vector<int64_t> tokens, out;
+  bool done = false;
+};
+
+// Takes the next token of `s` from its row of next-token logits (the first
+// `limit` of them) and says whether `s` is finished. The draw is a pure
+// function of (seed, the token's index in the output), so a text gets the
+// same tokens alone or in a batch.
+void take_next(std::vector<double> row, Sequence& s, const SamplingOptions& o,
+               const std::function<bool(const std::vector<int64_t>&)>& stop_when) {
+  apply_penalties(row, *s.prompt, s.out, o);
+  const double u = philox_uniform(o.seed, kSamplingStream, static_cast<uint64_t>(s.out.size()));
+  const int64_t next = sample_token(row, o.temperature, o.top_k, u, o.top_p, o.min_p);
+  s.tokens.push_back(next);
+  s.out.push_back(next);
+  s.done = next == o.stop_token || (stop_when && stop_when(s.out)) ||
+           static_cast<int64_t>(s.out.size()) >= o.max_new_tokens;
+}
+
+// The next-token logits (1, 1, V) of the last model.seq_len tokens, run
+// over the whole window (no cache).
+Tensor window_logits(const Gpt& model, const std::vector<int64_t>& tokens, Device device) {
+  const GptConfig& cfg = model.config();
+  const auto count = static_cast<int64_t>(tokens.size());
+  const int64_t window = std::min<int64_t>(count, cfg.seq_len);
+  const Tensor ids =
+      from_vector(std::vector<int64_t>(tokens.end() - window, tokens.end()), {1, window});
+  // A sliding window's first keys, as the cached steps mask them (the text
+  // is one document here, as it is to the cached steps).
+  const ForwardContext ctx = with_one_document(cfg, ids, ForwardContext{false, 0, 0}, device);
+  Tensor x = model.embed(ids, ctx);
+  for (int64_t i = 0; i < cfg.n_layer; ++i) x = model.block(i).forward(x, ctx);
+  return model.head(narrow(x, 1, window - 1, 1));  // only the last position's logits
+}
+
+// Row b's first `limit` logits of (B, 1, V) logits, on the host.
+std::vector<std::vector<double>> logit_rows(const Tensor& logits, int64_t limit) {
+  const int64_t B = logits.size(0), V = logits.size(2);
+  const std::vector<double> all = to_double_vector(narrow(reshape(logits, {B, V}), 1, 0, limit));
+  std::vector<std::vector<double>> rows(static_cast<size_t>(B));
+  for (int64_t b = 0; b < B; ++b)
+    rows[b].assign(all.begin() + b * limit, all.begin() + (b + 1) * limit);
+  return rows;
+}
+
+}  // namespace
+
+std::vector<int64_t> generate(const Gpt& model, const std::vector<int64_t>& prompt,
+                              const SamplingOptions& o) {
+  const GptConfig& cfg = model.config();
+  check_prompt(cfg, prompt, "the prompt");
+  check_options(cfg, o);
   const int64_t limit = o.vocab_limit > 0 ? o.vocab_limit : cfg.vocab_size;
   autograd::InferenceGuard inference;
-  const ForwardContext ctx{false, 0, 0};
-  std::vector<int64_t> tokens = prompt, out;
+  Sequence s{&prompt, prompt, {}, o.max_new_tokens == 0};
   const Tensor w = model.named_parameters().front().second;  // (a copy: the list is a temporary)
   std::unique_ptr<KvCache> cache;
-  if (o.kv_cache && o.max_new_tokens > 0) {
-    cache = std::make_unique<KvCache>(cfg, 1, w.dtype(), w.device());
-  }
-  for (int64_t step = 0; step < o.max_new_tokens; ++step) {
-    const auto count = static_cast<int64_t>(tokens.size());
+  if (o.kv_cache && !s.done) cache = std::make_unique<KvCache>(cfg, 1, w.dtype(), w.device());
+  while (!s.done) {
+    const auto count = static_cast<int64_t>(s.tokens.size());
     Tensor logits;  // (1, 1, V): the last position's
     if (cache && count <= cfg.seq_len) {
       // The tokens the cache has not seen: the prompt first, then one.
-      std::vector<int64_t> ids(tokens.begin() + cache->length, tokens.end());
+      std::vector<int64_t> ids(s.tokens.begin() + cache->length, s.tokens.end());
       const auto n = static_cast<int64_t>(ids.size());
       logits = model.decode(from_vector(ids, {1, n}), *cache, /*last_only=*/true);
     } else {
-      const int64_t window = std::min<int64_t>(count, cfg.seq_len);
-      const Tensor ids =
-          from_vector(std::vector<int64_t>(tokens.end() - window, tokens.end()), {1, window});
-      // A sliding window's first keys, as the cached steps mask them (the
-      // text is one document here, as it is to the cached steps).
-      const ForwardContext wctx = with_one_document(cfg, ids, ctx, w.device());
-      Tensor x = model.embed(ids, wctx);
-      for (int64_t i = 0; i < cfg.n_layer; ++i) x = model.block(i).forward(x, wctx);
-      // Only the last position's logits are needed.
-      logits = model.head(narrow(x, 1, window - 1, 1));
+      logits = window_logits(model, s.tokens, w.device());
     }
-    std::vector<double> row =
-        to_double_vector(narrow(reshape(logits, {cfg.vocab_size}), 0, 0, limit));
-    apply_penalties(row, prompt, out, o);
-    const double u = philox_uniform(o.seed, kSamplingStream, static_cast<uint64_t>(step));
-    const int64_t next = sample_token(row, o.temperature, o.top_k, u, o.top_p, o.min_p);
-    tokens.push_back(next);
-    out.push_back(next);
-    if (next == o.stop_token || (o.stop_when && o.stop_when(out))) break;
+    take_next(logit_rows(logits, limit).front(), s, o, o.stop_when);
   }
+  return s.out;
+}
+
+std::vector<std::vector<int64_t>> generate_batch(
+    const Gpt& model, const std::vector<std::vector<int64_t>>& prompts, const SamplingOptions& o,
+    const std::function<bool(size_t, const std::vector<int64_t>&)>& stop_when) {
+  const GptConfig& cfg = model.config();
+  for (size_t i = 0; i < prompts.size(); ++i)
+    check_prompt(cfg, prompts[i], "prompt " + std::to_string(i));
+  check_options(cfg, o);
+  const int64_t limit = o.vocab_limit > 0 ? o.vocab_limit : cfg.vocab_size;
+  autograd::InferenceGuard inference;
+  const auto stop_of = [&](size_t i) -> std::function<bool(const std::vector<int64_t>&)> {
+    if (!stop_when) return o.stop_when;
+    return [&, i](const std::vector<int64_t>& out) {
+      return (o.stop_when && o.stop_when(out)) || stop_when(i, out);
+    };
+  };
+  std::vector<Sequence> seqs(prompts.size());
+  for (size_t i = 0; i < prompts.size(); ++i)
+    seqs[i] = Sequence{&prompts[i], prompts[i], {}, o.max_new_tokens == 0};
+  const Tensor w = model.named_parameters().front().second;
+  // The texts whose prompts fit the context decode together in one
+  // left-padded cache, a step at a time. A text leaves it when it is done,
+  // or when it outgrows the context (it goes on alone, as generate() would,
+  // over a sliding window); the cache then drops the padding no text needs.
+  std::vector<int64_t> rows;  // the cache's rows' sequences
+  int64_t longest = 0;
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    const auto n = static_cast<int64_t>(seqs[i].tokens.size());
+    if (o.kv_cache && !seqs[i].done && n <= cfg.seq_len) {
+      rows.push_back(static_cast<int64_t>(i));
+      longest = std::max(longest, n);
+    }
+  }
+  if (!rows.empty()) {
+    const auto B = static_cast<int64_t>(rows.size());
+    KvCache cache(cfg, B, w.dtype(), w.device());
+    cache.row_start.resize(static_cast<size_t>(B));
+    // The prompts, right-aligned; the padding repeats each row's first token
+    // (any id would do: no text sees it).
+    std::vector<int64_t> ids(static_cast<size_t>(B * longest));
+    for (int64_t b = 0; b < B; ++b) {
+      const std::vector<int64_t>& p = seqs[rows[b]].tokens;
+      const int64_t pad = longest - static_cast<int64_t>(p.size());
+      cache.row_start[b] = pad;
+      for (int64_t t = 0; t < longest; ++t)
+        ids[static_cast<size_t>(b * longest + t)] = t < pad ? p.front() : p[t - pad];
+    }
+    Tensor step = from_vector(ids, {B, longest});
+    while (!rows.empty()) {
+      const Tensor logits = model.decode(step, cache, /*last_only=*/true);
+      const std::vector<std::vector<double>> next = logit_rows(logits, limit);
+      for (size_t b = 0; b < rows.size(); ++b)
+        take_next(next[b], seqs[rows[b]], o, stop_of(static_cast<size_t>(rows[b])));
+      // Who stays: not done, and its text (the newest token too) still
+      // within the context, as generate() keeps to its cache.
+      std::vector<int64_t> keep;
+      int64_t shift = cache.capacity();
+      for (size_t b = 0; b < rows.size(); ++b) {
+        const Sequence& s = seqs[rows[b]];
+        if (s.done || static_cast<int64_t>(s.tokens.size()) > cfg.seq_len) continue;
+        keep.push_back(static_cast<int64_t>(b));
+        shift = std::min(shift, cache.start_of(static_cast<int64_t>(b)));
+      }
+      if (keep.empty()) break;
+      // Rows leaving, or no slot left for the newest tokens: the cache keeps
+      // the staying rows and drops the padding none of them needs. (A full
+      // cache always has some: a staying row holds at most seq_len - 1
+      // cached tokens, so it starts at slot 1 or later.)
+      if (keep.size() != rows.size() || cache.length == cache.capacity()) {
+        cache.keep_rows(keep, shift);
+        std::vector<int64_t> staying;
+        for (const int64_t b : keep) staying.push_back(rows[b]);
+        rows = std::move(staying);
+      }
+      std::vector<int64_t> last;
+      for (const int64_t r : rows) last.push_back(seqs[r].tokens.back());
+      step = from_vector(last, {static_cast<int64_t>(rows.size()), 1});
+    }
+  }
+  // Whatever is left (past the context, or without the cache) goes on alone.
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    Sequence& s = seqs[i];
+    while (!s.done)
+      take_next(logit_rows(window_logits(model, s.tokens, w.device()), limit).front(), s, o,
+                stop_of(i));
+  }
+  std::vector<std::vector<int64_t>> out;
+  out.reserve(seqs.size());
+  for (auto& s : seqs) out.push_back(std::move(s.out));
   return out;
 }
 

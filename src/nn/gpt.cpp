@@ -472,12 +472,13 @@ Tensor CausalSelfAttention::forward(const Tensor& x, const ForwardContext& ctx) 
 }
 
 Tensor CausalSelfAttention::forward_cached(const Tensor& x, Tensor& k_cache, Tensor& v_cache,
-                                           int64_t start) const {
+                                           int64_t start, const Tensor& positions,
+                                           const std::vector<int64_t>& row_start) const {
   // C: the query heads' width (d_model unless model.head_dim sets D apart).
   const int64_t B = x.size(0), n = x.size(1), H = heads_.q, D = head_dim_, C = H * D;
   const int64_t KV = heads_.kv, G = heads_.group();
   const int64_t L = start + n;  // positions attended over
-  const Tensor qkv = project(x, {}, start, {});
+  const Tensor qkv = project(x, positions, start, {});
   // The piece of qkv at column `at`, `h` heads wide, viewed as (B, h, n, D).
   auto heads = [&](int64_t at, int64_t h) {
     return permute(reshape(narrow(qkv, 2, at, h * D), {B, n, h, D}), {0, 2, 1, 3});
@@ -493,20 +494,32 @@ Tensor CausalSelfAttention::forward_cached(const Tensor& x, Tensor& k_cache, Ten
   Tensor scores = matmul(scale(queries, 1.0 / std::sqrt(static_cast<double>(D))),
                          contiguous(transpose(keys, 2, 3)));  // (B, KV, G * n, L)
   if (heads_.capped()) scores = soft_cap(scores, heads_.softcap);
-  if (n > 1 || (window_ > 0 && L > window_)) {
-    // Query i sits at position start + i and sees keys up to it (each of a
-    // group's heads alike), and under a sliding window only the last
-    // window_ of them.
-    std::vector<double> mask(static_cast<size_t>(G * n * L), 0.0);
-    for (int64_t r = 0; r < G * n; ++r) {
-      const int64_t p = start + r % n;
-      const int64_t first = window_ > 0 ? std::max<int64_t>(0, p - window_ + 1) : 0;
-      for (int64_t j = 0; j < L; ++j) {
-        if (j > p || j < first)
-          mask[static_cast<size_t>(r * L + j)] = -std::numeric_limits<double>::infinity();
+  const bool padded =
+      std::any_of(row_start.begin(), row_start.end(), [](int64_t s) { return s > 0; });
+  if (padded || n > 1 || (window_ > 0 && L > window_)) {
+    // Query i sits in slot start + i and sees keys up to it (each of a
+    // group's heads alike), under a sliding window only the last window_ of
+    // them, and in a left-padded row none of the padding before the row's
+    // text (a padding slot's own query sees the padding up to it: its output
+    // is never read, but stays finite). One mask per row when padded.
+    const int64_t rows = padded ? B : 1;
+    std::vector<double> mask(static_cast<size_t>(rows * n * L), 0.0);
+    for (int64_t b = 0; b < rows; ++b) {
+      const int64_t text = padded ? row_start[b] : 0;
+      for (int64_t i = 0; i < n; ++i) {
+        const int64_t p = start + i;
+        int64_t first = window_ > 0 ? std::max<int64_t>(0, p - window_ + 1) : 0;
+        if (p >= text) first = std::max(first, text);
+        for (int64_t j = 0; j < L; ++j) {
+          if (j > p || j < first)
+            mask[static_cast<size_t>((b * n + i) * L + j)] =
+                -std::numeric_limits<double>::infinity();
+        }
       }
     }
-    scores = add(scores, from_vector(mask, {G * n, L}, scores.dtype(), scores.device()));
+    scores = reshape(add(reshape(scores, {B, KV, G, n, L}),
+                         from_vector(mask, {rows, 1, 1, n, L}, scores.dtype(), scores.device())),
+                     {B, KV, G * n, L});
   }
   Tensor y = reshape(matmul(softmax(scores), values), {B, H, n, D});
   y = reshape(contiguous(permute(y, {0, 2, 1, 3})), {B, n, C});
@@ -566,11 +579,11 @@ Tensor Block::forward(const Tensor& x, const ForwardContext& ctx) const {
   return add(h.sum, post_norm(post_mlp_norm_, mlp_->forward(h.norm, ctx)));
 }
 
-Tensor Block::forward_cached(const Tensor& x, Tensor& k_cache, Tensor& v_cache,
-                             int64_t start) const {
+Tensor Block::forward_cached(const Tensor& x, Tensor& k_cache, Tensor& v_cache, int64_t start,
+                             const Tensor& positions, const std::vector<int64_t>& row_start) const {
   const AddNorm h = ln_2_->forward_add(
-      x, post_norm(post_attn_norm_,
-                   attn_->forward_cached(ln_1_->forward(x), k_cache, v_cache, start)));
+      x, post_norm(post_attn_norm_, attn_->forward_cached(ln_1_->forward(x), k_cache, v_cache,
+                                                          start, positions, row_start)));
   return add(h.sum, post_norm(post_mlp_norm_, mlp_->forward(h.norm, ForwardContext{false, 0, 0})));
 }
 
@@ -620,10 +633,11 @@ Tensor Gpt::embed(const Tensor& ids, const ForwardContext& ctx, int64_t start) c
                         "embed");
   }
   if (positions.defined()) {
-    if (start != 0 || positions.shape() != ids.shape()) {
-      throw ShapeError("Gpt: document positions " + shape_str(positions.shape()) + " for ids " +
-                       shape_str(ids.shape()) + " at start " + std::to_string(start) +
-                       " (expected the ids' shape, from start 0)");
+    // (Packed documents' positions from start 0; a left-padded cache's
+    // rows' own positions at a later start.)
+    if (positions.shape() != ids.shape()) {
+      throw ShapeError("Gpt: token positions " + shape_str(positions.shape()) + " for ids " +
+                       shape_str(ids.shape()) + " (expected the ids' shape)");
     }
   } else {
     std::vector<int64_t> pos(T);
@@ -680,10 +694,37 @@ Tensor Gpt::decode(const Tensor& ids, KvCache& cache, bool last_only) const {
                      std::to_string(cache.k.size()) + " layers (the model has " +
                      std::to_string(cfg_.n_layer) + ")");
   }
-  const int64_t start = cache.length;
-  Tensor x = embed(ids, ForwardContext{false, 0, 0}, start);  // checks start + n <= seq_len
+  const int64_t B = ids.size(0), n = ids.size(1), start = cache.length;
+  if (!cache.row_start.empty() && static_cast<int64_t>(cache.row_start.size()) != B) {
+    throw ShapeError("Gpt::decode: the cache's row_start has " +
+                     std::to_string(cache.row_start.size()) + " entries for " + std::to_string(B) +
+                     " sequences");
+  }
+  // Left-padded rows: each token at its own row's position (a padding
+  // slot's at 0; its keys are masked for the row's text).
+  ForwardContext ctx{false, 0, 0};
+  bool padded = false;
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t s = cache.start_of(b);
+    if (s < 0 || s > cache.capacity()) {
+      throw ValueError("Gpt::decode: row " + std::to_string(b) + " starts at slot " +
+                       std::to_string(s) + ", not in [0, " + std::to_string(cache.capacity()) +
+                       "]");
+    }
+    padded = padded || s > 0;
+  }
+  if (padded) {
+    std::vector<int64_t> pos(static_cast<size_t>(B * n));
+    for (int64_t b = 0; b < B; ++b) {
+      for (int64_t t = 0; t < n; ++t)
+        pos[static_cast<size_t>(b * n + t)] = std::max<int64_t>(0, start + t - cache.start_of(b));
+    }
+    ctx.positions = from_vector(pos, {B, n}, DType::I64, ids.device());
+  }
+  Tensor x = embed(ids, ctx, start);  // checks start + n <= seq_len
   for (int64_t i = 0; i < cfg_.n_layer; ++i) {
-    x = blocks_[i]->forward_cached(x, cache.k[i], cache.v[i], start);
+    x = blocks_[i]->forward_cached(x, cache.k[i], cache.v[i], start, ctx.positions,
+                                   cache.row_start);
   }
   cache.length = start + ids.size(1);
   return head(last_only ? narrow(x, 1, ids.size(1) - 1, 1) : x);

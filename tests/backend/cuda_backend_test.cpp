@@ -1861,6 +1861,13 @@ TEST(CudaModel, GenerationPicksTheCpusTokens) {
   o.top_k = 10;
   o.seed = 4;
   EXPECT_EQ(nn::generate(gpu, prompt, o), nn::generate(cpu, prompt, o));
+  // Prompts of different lengths decoded together in one left-padded cache
+  // on the GPU: each gets the tokens it gets alone on the CPU.
+  const std::vector<std::vector<int64_t>> prompts{
+      prompt, {7}, {40, 41, 42, 43, 44, 45, 46, 47, 48}};
+  std::vector<std::vector<int64_t>> alone;
+  for (const auto& p : prompts) alone.push_back(nn::generate(cpu, p, o));
+  EXPECT_EQ(nn::generate_batch(gpu, prompts, o), alone);
 }
 
 TEST(CudaModel, KvCacheDecodingMatchesTheCpuInF32AndBf16) {

@@ -317,6 +317,77 @@ TEST_P(KvCacheDecoding, PieceByPieceGivesTheFullForwardsLogits) {
   EXPECT_THROW(KvCache(cfg, 0, DType::F32, Device::cpu()), ValueError);
 }
 
+// Texts of different lengths in one left-padded cache: each row's logits are
+// those of its text alone (positions from its own start, no padding seen),
+// through the prompts, single steps, a row leaving and the padding dropped.
+TEST_P(KvCacheDecoding, LeftPaddedRowsGiveEachTextItsOwnLogits) {
+  GptConfig cfg = tiny();
+  cfg.seq_len = 12;
+  cfg.position_embedding = GetParam().positions;
+  cfg.n_head = GetParam().n_head;
+  cfg.n_kv_head = GetParam().n_kv_head;
+  cfg.sliding_window = GetParam().window;
+  cfg.head_size = GetParam().head_dim;
+  cfg.qk_norm = GetParam().head_dim > 0;
+  cfg.full_attention_layers = GetParam().full_layers;
+  cfg.attn_logit_softcap = GetParam().softcap;
+  cfg.final_logit_softcap = 2 * GetParam().softcap;
+  cfg.rope_theta = 50.0;
+  Gpt model(cfg, 7);
+  make_opinionated(model);
+  // Three texts of 9 tokens; their prompts are 4, 9 and 6 long.
+  const std::vector<int64_t> prompt_len{4, 9, 6};
+  std::vector<std::vector<int64_t>> texts(3);
+  std::vector<std::vector<double>> want(3);  // each text's logits alone, (9, V)
+  for (int64_t r = 0; r < 3; ++r) {
+    for (int64_t i = 0; i < 9; ++i) texts[r].push_back((i * 13 + r * 7 + 2) % cfg.vocab_size);
+    want[r] = to_double_vector(model.forward(from_vector(texts[r], {1, 9}), {false, 0, 0}));
+  }
+  const int64_t V = cfg.vocab_size;
+  KvCache cache(cfg, 3, DType::F32, Device::cpu());
+  cache.row_start = {5, 0, 3};
+  std::vector<int64_t> prompts(3 * 9);
+  for (int64_t r = 0; r < 3; ++r) {
+    for (int64_t t = 0; t < 9; ++t) {
+      const int64_t pad = cache.row_start[r];
+      prompts[r * 9 + t] = t < pad ? 0 : texts[r][t - pad];
+    }
+  }
+  // `got` (rows, n, V) against each row's text at positions [at_r, at_r + n).
+  auto check = [&](const Tensor& logits, const std::vector<int64_t>& rows,
+                   const std::vector<int64_t>& at, int64_t n) {
+    const auto got = to_double_vector(logits);
+    for (size_t b = 0; b < rows.size(); ++b) {
+      for (int64_t t = 0; t < n; ++t) {
+        if (at[b] + t < 0) continue;  // padding
+        for (int64_t v = 0; v < V; ++v) {
+          const double w = want[rows[b]][static_cast<size_t>((at[b] + t) * V + v)];
+          ASSERT_NEAR(got[static_cast<size_t>((b * n + t) * V + v)], w, 1e-4 * (1 + std::abs(w)))
+              << "text " << rows[b] << " position " << at[b] + t;
+        }
+      }
+    }
+  };
+  check(model.decode(from_vector(prompts, {3, 9}), cache), {0, 1, 2}, {-5, 0, -3}, 9);
+  // Texts 0 and 2 go on a token at a time (text 1 is whole already: what it
+  // is given past its end is not checked).
+  std::vector<int64_t> next{texts[0][4], texts[1][0], texts[2][6]};
+  check(model.decode(from_vector(next, {3, 1}), cache), {0, 1, 2}, {4, -100, 6}, 1);
+  // Text 1 leaves; the two left keep their padding's last 3 slots dropped.
+  cache.keep_rows({0, 2}, 3);
+  EXPECT_EQ(cache.batch(), 2);
+  EXPECT_EQ(cache.length, 7);
+  EXPECT_EQ(cache.row_start, (std::vector<int64_t>{2, 0}));
+  for (int64_t step = 0; step < 2; ++step) {
+    next = {texts[0][5 + step], texts[2][7 + step]};
+    check(model.decode(from_vector(next, {2, 1}), cache), {0, 2}, {5 + step, 7 + step}, 1);
+  }
+  EXPECT_THROW(cache.keep_rows({0, 1}, 1), ValueError);  // row 1's first slot is text
+  EXPECT_THROW(cache.keep_rows({2}, 0), ValueError);
+  cache.row_start = {1, 2, 3};
+  EXPECT_THROW(model.decode(from_vector(next, {2, 1}), cache), ShapeError);
+}
+
 INSTANTIATE_TEST_SUITE_P(
     PositionsAndHeads, KvCacheDecoding,
     ::testing::Values(Decoding{PositionEmbedding::Learned, 2, 0},
@@ -352,6 +423,85 @@ TEST(KvCache, LastOnlyGivesTheLastPositionsLogits) {
     EXPECT_NEAR(got[i], want[i], 1e-6 * (1 + std::abs(want[i]))) << "logit " << i;
   }
   EXPECT_EQ(b.length, 4);
+}
+
+TEST(Generate, ABatchGivesEachPromptWhatItGetsAlone) {
+  // Prompts of 1 to 8 tokens (tiny()'s whole context), greedy and sampled,
+  // with penalties: a batch's rows stop at different steps (the stop
+  // token, a per-prompt stop), and the longer runs outgrow the context in
+  // the batch and go on over a sliding window.
+  GptConfig cfg = tiny();
+  cfg.position_embedding = PositionEmbedding::Rotary;
+  cfg.n_head = 4;
+  cfg.n_kv_head = 2;
+  for (const auto positions : {PositionEmbedding::Learned, PositionEmbedding::Rotary}) {
+    cfg.position_embedding = positions;
+    Gpt model(cfg, 11);
+    make_opinionated(model);
+    const std::vector<std::vector<int64_t>> prompts{
+        {4, 9, 1}, {7}, {3, 3, 8, 20, 11, 6, 2, 5}, {30, 12}, {1, 2, 3, 4, 5, 6}};
+    for (const double temperature : {0.0, 0.9}) {
+      for (const int64_t n : {3, 11}) {
+        SamplingOptions o;
+        o.max_new_tokens = n;
+        o.temperature = temperature;
+        o.top_k = temperature > 0 ? 12 : 0;
+        o.repetition_penalty = 1.3;
+        o.seed = 5;
+        SCOPED_TRACE(std::string(position_embedding_string(positions)) + ", temperature " +
+                     std::to_string(temperature) + ", " + std::to_string(n) + " tokens");
+        std::vector<std::vector<int64_t>> alone;
+        for (const auto& p : prompts) alone.push_back(generate(model, p, o));
+        const auto together = generate_batch(model, prompts, o);
+        EXPECT_EQ(together, alone);
+        // A stop token some texts produce ends those early, and a per-prompt
+        // stop ends prompt 3's after two tokens.
+        o.stop_token = alone[0][1];
+        std::vector<std::vector<int64_t>> stopped;
+        for (size_t i = 0; i < prompts.size(); ++i) {
+          SamplingOptions one = o;
+          if (i == 3)
+            one.stop_when = [](const std::vector<int64_t>& out) { return out.size() == 2; };
+          stopped.push_back(generate(model, prompts[i], one));
+        }
+        const auto batched = generate_batch(
+            model, prompts, o,
+            [](size_t i, const std::vector<int64_t>& out) { return i == 3 && out.size() == 2; });
+        EXPECT_EQ(batched, stopped);
+        EXPECT_EQ(batched[3].size(), std::min<size_t>(2, stopped[3].size()));
+        o.kv_cache = false;
+        EXPECT_EQ(generate_batch(model, prompts, o,
+                                 [](size_t i, const std::vector<int64_t>& out) {
+                                   return i == 3 && out.size() == 2;
+                                 }),
+                  stopped);
+      }
+    }
+    // Rows really did differ in length and end: the batch is not trivially
+    // one long text.
+    SamplingOptions o;
+    o.max_new_tokens = 4;
+    o.temperature = 0;
+    EXPECT_NE(generate_batch(model, prompts, o)[0], generate_batch(model, prompts, o)[1]);
+  }
+  Gpt model(tiny(), 3);
+  SamplingOptions o;
+  EXPECT_TRUE(generate_batch(model, {}, o).empty());
+  try {
+    generate_batch(model, {{1, 2}, {}}, o);
+    FAIL() << "expected ValueError";
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("prompt 1 is empty"), std::string::npos) << e.what();
+  }
+  try {
+    generate_batch(model, {{1, 2}, {3, 40}}, o);
+    FAIL() << "expected ValueError";
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("prompt 1's token 40 at position 1"), std::string::npos)
+        << e.what();
+  }
+  o.max_new_tokens = 0;
+  EXPECT_EQ(generate_batch(model, {{1}, {2, 3}}, o), (std::vector<std::vector<int64_t>>{{}, {}}));
 }
 
 TEST(KvCache, GenerationWithAndWithoutTheCacheAgrees) {

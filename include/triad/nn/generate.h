@@ -70,4 +70,19 @@ void apply_penalties(std::vector<double>& logits, const std::vector<int64_t>& pr
 std::vector<int64_t> generate(const Gpt& model, const std::vector<int64_t>& prompt,
                               const SamplingOptions& options);
 
+// generate() for many prompts at once: each prompt's new tokens, the ones
+// generate(model, prompt, options) gives it alone (the same draws, the same
+// stops; logits equal up to rounding), in the prompts' order. With the
+// key/value cache the prompts that fit model.seq_len decode together, one
+// batched step per token: one left-padded KvCache, each row at its own
+// positions and blind to its padding; a text leaves the batch when it stops
+// or outgrows the context (then it goes on alone over a sliding window, as
+// generate() does), and the cache drops the padding no staying row needs.
+// `stop_when(i, output)`, when given, ends prompt i's text too (stop strings
+// that depend on the prompt), as options.stop_when does every text's.
+std::vector<std::vector<int64_t>> generate_batch(
+    const Gpt& model, const std::vector<std::vector<int64_t>>& prompts,
+    const SamplingOptions& options,
+    const std::function<bool(size_t, const std::vector<int64_t>&)>& stop_when = {});
+
 }  // namespace triad::nn

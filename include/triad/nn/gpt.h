@@ -310,10 +310,15 @@ class CausalSelfAttention : public Module {
  public:
   CausalSelfAttention(const GptConfig& cfg, int64_t layer);
   Tensor forward(const Tensor& x, const ForwardContext& ctx) const;
-  // Inference on x (B, n, d_model) at positions [start, start + n): stores this
-  // step's keys and values into k_cache and v_cache (B, Hkv, capacity, D) and
-  // attends over positions [0, start + n), causally. No dropout.
-  Tensor forward_cached(const Tensor& x, Tensor& k_cache, Tensor& v_cache, int64_t start) const;
+  // Inference on x (B, n, d_model) in cache slots [start, start + n): stores
+  // this step's keys and values into k_cache and v_cache (B, Hkv, capacity,
+  // D) and attends over slots [0, start + n), causally. Tokens sit at
+  // positions start + t, or `positions` (B, n) when given; row b's text
+  // starts at slot row_start[b] (left padding its queries do not see; empty:
+  // 0). No dropout.
+  Tensor forward_cached(const Tensor& x, Tensor& k_cache, Tensor& v_cache, int64_t start,
+                        const Tensor& positions = {},
+                        const std::vector<int64_t>& row_start = {}) const;
 
  private:
   // c_attn, then the query/key norms (model.qk_norm) and the rotary
@@ -355,7 +360,9 @@ class Block : public Module {
   Block(const GptConfig& cfg, int64_t layer);
   Tensor forward(const Tensor& x, const ForwardContext& ctx) const;
   // Inference with a key/value cache (CausalSelfAttention::forward_cached).
-  Tensor forward_cached(const Tensor& x, Tensor& k_cache, Tensor& v_cache, int64_t start) const;
+  Tensor forward_cached(const Tensor& x, Tensor& k_cache, Tensor& v_cache, int64_t start,
+                        const Tensor& positions = {},
+                        const std::vector<int64_t>& row_start = {}) const;
 
  private:
   std::shared_ptr<LayerNorm> ln_1_, ln_2_;
@@ -388,7 +395,9 @@ class Gpt : public Module {
   // Inference on the next tokens: ids (B, n) continue the cache's B
   // sequences at positions [cache.length, cache.length + n); returns their
   // logits (B, n, V), the same as forward() on the whole sequences gives at
-  // those positions (up to rounding), and advances cache.length by n. No
+  // those positions (up to rounding), and advances cache.length by n. In a
+  // left-padded cache (KvCache::row_start) row b's positions count from its
+  // start slot, and its logits are those of its text alone. No
   // dropout, no autograd graph. last_only: only the last position's logits
   // (B, 1, V), the one a sampler needs. Errors name a batch that differs
   // from the cache's and positions beyond model.seq_len.

@@ -14,13 +14,25 @@ struct GptConfig;
 // of a forward pass over the whole context (Gpt::decode). Per layer, k and
 // v are (batch, key/value heads, seq_len, head_dim) in the model's dtype on
 // its device (grouped-query attention keeps n_kv_head heads, not n_head);
-// positions [0, length) hold data.
+// slots [0, length) hold data.
+//
+// Sequences of different lengths share a cache left-padded: row b's text
+// starts at slot row_start[b] (its token at slot s sits at position
+// s - row_start[b]), and its queries never see the padding slots before it.
+// Empty row_start: every row starts at slot 0.
 struct KvCache {
   KvCache(const GptConfig& cfg, int64_t batch, DType dtype, Device device);
   int64_t capacity() const { return k.empty() ? 0 : k.front().size(2); }
   int64_t batch() const { return k.empty() ? 0 : k.front().size(0); }
+  // Where row b's text starts (0 without padding).
+  int64_t start_of(int64_t b) const { return row_start.empty() ? 0 : row_start.at(b); }
+  // Keeps only `rows` (in that order) and drops the first `shift` slots of
+  // each, which must be padding in every kept row (shift <= their
+  // row_start): the batch shrinks to rows.size() and length by shift.
+  void keep_rows(const std::vector<int64_t>& rows, int64_t shift);
   std::vector<Tensor> k, v;
   int64_t length = 0;
+  std::vector<int64_t> row_start;
 };
 
 }  // namespace triad::nn

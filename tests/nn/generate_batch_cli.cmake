@@ -1,0 +1,53 @@
+# triad-generate --prompts answers prompts together (--batch) with the
+# replies each gets alone: prompts of different lengths, sampled with
+# penalties, some ending at a stop string, give the same JSON lines in
+# the same order with --batch 1 (one at a time), --batch 3 (a short last
+# batch) and --batch 16 (all at once); the timing line says how many ran
+# together.
+# Variables: GENERATE (triad-generate), RUN (a triad-train output.dir), WORK.
+file(REMOVE_RECURSE ${WORK})
+file(MAKE_DIRECTORY ${WORK})
+set(prompts "")
+foreach(p "Once" "Once upon a time there" "The" "It was a dark and stormy night, and" "A"
+          "Onceupon" "Over the hills")
+  string(APPEND prompts "{\"prompt\": \"${p}\"}\n")
+endforeach()
+file(WRITE ${WORK}/prompts.jsonl "${prompts}")
+set(common --run ${RUN} --prompts ${WORK}/prompts.jsonl --tokens 24 --temperature 0.9 --top-k 20
+    --repetition-penalty 1.2 --seed 7 --stop "r" --timing)
+foreach(batch 1 3 16)
+  execute_process(COMMAND ${GENERATE} ${common} --batch ${batch} RESULT_VARIABLE rc
+                  OUTPUT_VARIABLE out_${batch} ERROR_VARIABLE err_${batch})
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "--batch ${batch} exited ${rc}: ${out_${batch}}${err_${batch}}")
+  endif()
+endforeach()
+message(STATUS "--batch 3:\n${out_3}${err_3}")
+string(REGEX MATCHALL "\n" lines "${out_1}")
+list(LENGTH lines n)
+if(NOT n EQUAL 7)
+  message(FATAL_ERROR "${n} replies to 7 prompts:\n${out_1}")
+endif()
+foreach(batch 3 16)
+  if(NOT out_${batch} STREQUAL out_1)
+    message(FATAL_ERROR "--batch ${batch} answered otherwise than one at a time:\n"
+                        "${out_${batch}}\n--batch 1:\n${out_1}")
+  endif()
+endforeach()
+# The replies differ (the prompts are not all answered alike), and the
+# stop string ended some early: the batch's rows ended at different steps.
+string(REGEX MATCHALL "\"response\":\"[^\"]*\"" replies "${out_1}")
+list(REMOVE_DUPLICATES replies)
+list(LENGTH replies distinct)
+if(distinct LESS 3)
+  message(FATAL_ERROR "only ${distinct} distinct replies:\n${out_1}")
+endif()
+if(NOT err_3 MATCHES "3 prompts together" OR NOT err_3 MATCHES "1 prompts together|\\(prompt [0-9]+\\)")
+  message(FATAL_ERROR "--batch 3's timing lines do not say how many ran together:\n${err_3}")
+endif()
+if(NOT err_16 MATCHES "^([0-9]+) tokens [^\n]*7 prompts together")
+  message(FATAL_ERROR "--batch 16 did not answer all 7 together:\n${err_16}")
+endif()
+if(NOT CMAKE_MATCH_1 LESS 168)
+  message(FATAL_ERROR "every reply ran to --tokens 24 (${CMAKE_MATCH_1} tokens): no stop tested")
+endif()
