@@ -10,6 +10,7 @@
 //       --prompt "What is 2+2?"      (a fine-tuned chat model's answer, up to its end of turn)
 //   triad-generate ... --prompts questions.jsonl > answers.jsonl   (one reply per line)
 //   triad-generate ... --repetition-penalty 1.2 --min-p 0.05 --stop $'\n\n'   (up to a blank line)
+#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
@@ -18,9 +19,12 @@
 #include <cstdio>
 #include <fstream>
 #include <functional>
+#include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
+
+#include <unistd.h>
 
 #include "triad/core/error.h"
 #include "triad/data/chat_template.h"
@@ -47,8 +51,15 @@ int main(int argc, char** argv) {
                               "JSON lines of {\"prompt\": ... [, \"system\": ...]}: answered "
                               "--batch at a time, one JSON line {\"prompt\", \"response\"} each "
                               "on stdout, in order");
+  bool interactive = false;
+  auto* chat_mode = app.add_flag(
+      "-i,--interactive", interactive,
+      "read a user's turn per line of stdin and answer each (with --chat-template, one "
+      "conversation: every turn so far is the prompt; \"/reset\" starts a new one)");
   one->excludes(many);
   many->excludes(one);
+  chat_mode->excludes(one);
+  chat_mode->excludes(many);
   int64_t batch_size = 8;
   app.add_option("--batch", batch_size,
                  "with --prompts: answer this many prompts together (one batched decoding step "
@@ -112,9 +123,14 @@ int main(int argc, char** argv) {
   app.add_flag("--timing", timing, "report tokens per second on stderr");
   CLI11_PARSE(app, argc, argv);
   o.kv_cache = !no_cache;
+  // The text alone on stdout (--prompts' JSON lines are read by programs);
+  // what the library logs (the attention kernel it chose, say) and errors
+  // on stderr.
+  spdlog::set_default_logger(spdlog::stderr_color_mt("triad-generate"));
+  spdlog::set_pattern("[%Y-%m-%d %H:%M:%S.%e] [%l] %v");
   return triad::examples::report_errors([&]() -> int {
-    if (one->count() == 0 && many->count() == 0) {
-      throw triad::ValueError("give --prompt TEXT or --prompts FILE");
+    if (one->count() == 0 && many->count() == 0 && !interactive) {
+      throw triad::ValueError("give --prompt TEXT, --prompts FILE or --interactive");
     }
     const triad::train::Config config = source.resolve();
     const std::unique_ptr<triad::data::Tokenizer> tok =
@@ -188,16 +204,14 @@ int main(int argc, char** argv) {
       for (const auto& s : stops) cut = std::min(cut, text.find(s));
       return cut == std::string::npos ? text : text.substr(0, cut);
     };
-    // A prompt's ids (the chat template's text around it with one).
-    auto encode = [&](const std::string& text, const std::string& sys) {
+    // A conversation so far as a chat model's prompt (the template's text,
+    // opening the assistant's turn), or a plain prompt (the user's text).
+    auto encode_messages = [&](const std::vector<triad::data::ChatMessage>& messages) {
       std::vector<int32_t> ids;
       if (!bos_token.empty()) {
         ids.push_back(triad::data::require_special_token(*tok, bos_token, "--bos-token"));
       }
       if (chat || model_chat) {
-        std::vector<triad::data::ChatMessage> messages;
-        if (!sys.empty()) messages.push_back({"system", sys});
-        messages.push_back({"user", text});
         triad::data::SegmentedDocument prompt;
         if (chat) {
           prompt = triad::data::render_chat_prompt(*chat, messages);
@@ -209,9 +223,16 @@ int main(int argc, char** argv) {
         const auto doc = triad::data::tokenize_segmented(*tok, {prompt}, -1, false);
         for (const int64_t id : doc.tokens.front()) ids.push_back(static_cast<int32_t>(id));
       } else {
-        for (const int32_t id : tok->encode(text)) ids.push_back(id);
+        for (const int32_t id : tok->encode(messages.back().content)) ids.push_back(id);
       }
       return ids;
+    };
+    // One question's prompt (with its system message).
+    auto encode = [&](const std::string& text, const std::string& sys) {
+      std::vector<triad::data::ChatMessage> messages;
+      if (!sys.empty()) messages.push_back({"system", sys});
+      messages.push_back({"user", text});
+      return encode_messages(messages);
     };
     // The replies to prompts (their ids), generated together: the new ids
     // of each, less the stop token.
@@ -250,6 +271,44 @@ int main(int argc, char** argv) {
       }
       return replies;
     };
+    if (interactive) {
+      // A conversation, a user's turn per line of stdin: with a chat
+      // template every turn so far is the prompt; without one each line is
+      // a prompt of its own. "/reset" starts a new conversation.
+      const bool terminal = isatty(fileno(stdin)) != 0;
+      std::vector<triad::data::ChatMessage> history;
+      if (!system.empty()) history.push_back({"system", system});
+      const size_t opening = history.size();
+      for (std::string line;;) {
+        if (terminal) std::fprintf(stderr, "> ");
+        if (!std::getline(std::cin, line)) break;
+        if (!line.empty() && line.back() == '\r') line.pop_back();
+        if (line.find_first_not_of(" \t") == std::string::npos) continue;
+        if (line == "/reset") {
+          history.resize(opening);
+          if (terminal) std::fprintf(stderr, "(a new conversation)\n");
+          continue;
+        }
+        history.push_back({"user", line});
+        const std::vector<std::vector<int32_t>> ids{encode_messages(history)};
+        if (static_cast<int64_t>(ids.front().size()) >= model_cfg.seq_len) {
+          spdlog::warn(
+              "the conversation is {} tokens, the model's window {}: it reads the last {} "
+              "(/reset starts a new one)",
+              ids.front().size(), model_cfg.seq_len, model_cfg.seq_len);
+        }
+        const auto out = answer(ids).front();
+        const std::string reply = reply_text(ids.front(), out);
+        std::printf("%s%s\n", chat || model_chat ? "" : line.c_str(), reply.c_str());
+        std::fflush(stdout);
+        if (chat || model_chat) {
+          history.push_back({"assistant", reply});
+        } else {
+          history.pop_back();
+        }
+      }
+      return 0;
+    }
     if (many->count() == 0) {
       const std::vector<std::vector<int32_t>> ids{encode(prompt, system)};
       const auto out = answer(ids).front();
