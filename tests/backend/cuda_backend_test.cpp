@@ -1164,6 +1164,25 @@ TEST(CudaKernels, CudnnAttentionNamesWhatItCannotRun) {
   cuda::set_attention_kernel(cuda::AttentionKernel::Auto);
 }
 
+// The kernels one causal attention over qkv launches (-1 off the
+// simulator, which alone counts them), and its output. Which route Auto
+// took shows here: cuDNN's stand-in launches fewer kernels than Triad's
+// attention.
+int64_t attention_launches(const Tensor& qkv, int64_t heads, std::vector<double>* out = nullptr) {
+  cuda::synchronize(0);
+#ifdef TRIAD_CUDA_SIM
+  const int64_t before = triad_sim::counters().launches;
+#endif
+  Tensor y = causal_attention(qkv, heads);
+  cuda::synchronize(0);
+  if (out) *out = to_double_vector(y);
+#ifdef TRIAD_CUDA_SIM
+  return triad_sim::counters().launches - before;
+#else
+  return -1;
+#endif
+}
+
 TEST(CudaKernels, AutoAttentionRunsTheRecordedChoice) {
   if (!cuda::cudnn_compiled()) GTEST_SKIP() << "this build has no cuDNN";
   // A shape cuDNN can run (bf16, head dim 16): tuning records a decision
@@ -1189,18 +1208,7 @@ TEST(CudaKernels, AutoAttentionRunsTheRecordedChoice) {
   auto run = [&](bool cudnn, std::vector<double>* out) {
     c.cudnn = cudnn;
     cuda::set_attention_choice(c);
-    cuda::synchronize(0);
-#ifdef TRIAD_CUDA_SIM
-    const int64_t before = triad_sim::counters().launches;
-#endif
-    Tensor y = causal_attention(qkv, 4);
-    cuda::synchronize(0);
-    *out = to_double_vector(y);
-#ifdef TRIAD_CUDA_SIM
-    return triad_sim::counters().launches - before;
-#else
-    return int64_t{-1};
-#endif
+    return attention_launches(qkv, 4, out);
   };
   std::vector<double> own, fused;
   const int64_t own_launches = run(false, &own), cudnn_launches = run(true, &fused);
@@ -1254,22 +1262,11 @@ TEST(CudaKernels, AutoAttentionTimesInferenceByTheForwardAlone) {
   EXPECT_EQ(cuda::attention_choices().size(), 2u);
   EXPECT_EQ(to_double_vector(y), to_double_vector(no_grad_out));
   // Once a training decision exists, inference takes it, whatever the
-  // forward-only one says; with only the forward-only one, it follows that.
-  // (Which route ran shows in the simulator's launch count: cuDNN's
-  // stand-in launches fewer kernels than Triad's attention.)
+  // forward-only one says; with only the forward-only one, it follows that
+  // (the route shows in the simulator's launch count).
   const auto inference_launches = [&] {
     autograd::InferenceGuard inference;
-    cuda::synchronize(0);
-#ifdef TRIAD_CUDA_SIM
-    const int64_t before = triad_sim::counters().launches;
-#endif
-    causal_attention(qkv, 4);
-    cuda::synchronize(0);
-#ifdef TRIAD_CUDA_SIM
-    return triad_sim::counters().launches - before;
-#else
-    return int64_t{-1};
-#endif
+    return attention_launches(qkv, 4);
   };
   const int64_t training_route = inference_launches();
   cuda::AttentionChoice flipped = *forward;

@@ -251,6 +251,22 @@ struct Decoding {
   int64_t head_dim = 0;                   // model.head_dim, with model.qk_norm when set
   std::vector<int64_t> full_layers = {};  // exempt from the window
   double softcap = 0.0;  // the scores' soft cap (and twice it the logits'), Gemma 2's
+  // tiny() with these, over 12 positions.
+  GptConfig config() const {
+    GptConfig cfg = tiny();
+    cfg.seq_len = 12;
+    cfg.position_embedding = positions;
+    cfg.n_head = n_head;
+    cfg.n_kv_head = n_kv_head;
+    cfg.sliding_window = window;
+    cfg.head_size = head_dim;
+    cfg.qk_norm = head_dim > 0;
+    cfg.full_attention_layers = full_layers;
+    cfg.attn_logit_softcap = softcap;
+    cfg.final_logit_softcap = 2 * softcap;
+    cfg.rope_theta = 50.0;  // large turns over 12 positions
+    return cfg;
+  }
 };
 class KvCacheDecoding : public ::testing::TestWithParam<Decoding> {};
 
@@ -260,18 +276,7 @@ class KvCacheDecoding : public ::testing::TestWithParam<Decoding> {};
 // group's query heads. Under a sliding window the decode steps mask the
 // cached keys before it, as the forward pass's kernel skips them.
 TEST_P(KvCacheDecoding, PieceByPieceGivesTheFullForwardsLogits) {
-  GptConfig cfg = tiny();
-  cfg.seq_len = 12;
-  cfg.position_embedding = GetParam().positions;
-  cfg.n_head = GetParam().n_head;
-  cfg.n_kv_head = GetParam().n_kv_head;
-  cfg.sliding_window = GetParam().window;
-  cfg.head_size = GetParam().head_dim;
-  cfg.qk_norm = GetParam().head_dim > 0;
-  cfg.full_attention_layers = GetParam().full_layers;
-  cfg.attn_logit_softcap = GetParam().softcap;
-  cfg.final_logit_softcap = 2 * GetParam().softcap;
-  cfg.rope_theta = 50.0;  // large turns over 12 positions
+  const GptConfig cfg = GetParam().config();
   Gpt model(cfg, 7);
   make_opinionated(model);
   // Two sequences, fed as a prompt of 5, three single tokens, a piece of 3
@@ -321,18 +326,7 @@ TEST_P(KvCacheDecoding, PieceByPieceGivesTheFullForwardsLogits) {
 // those of its text alone (positions from its own start, no padding seen),
 // through the prompts, single steps, a row leaving and the padding dropped.
 TEST_P(KvCacheDecoding, LeftPaddedRowsGiveEachTextItsOwnLogits) {
-  GptConfig cfg = tiny();
-  cfg.seq_len = 12;
-  cfg.position_embedding = GetParam().positions;
-  cfg.n_head = GetParam().n_head;
-  cfg.n_kv_head = GetParam().n_kv_head;
-  cfg.sliding_window = GetParam().window;
-  cfg.head_size = GetParam().head_dim;
-  cfg.qk_norm = GetParam().head_dim > 0;
-  cfg.full_attention_layers = GetParam().full_layers;
-  cfg.attn_logit_softcap = GetParam().softcap;
-  cfg.final_logit_softcap = 2 * GetParam().softcap;
-  cfg.rope_theta = 50.0;
+  const GptConfig cfg = GetParam().config();
   Gpt model(cfg, 7);
   make_opinionated(model);
   // Three texts of 9 tokens; their prompts are 4, 9 and 6 long.
