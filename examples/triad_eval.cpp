@@ -29,6 +29,7 @@
 
 #include "cli_checks.h"
 #include "model_source.h"
+#include "tokenizer_options.h"
 
 namespace {
 
@@ -70,16 +71,11 @@ int main(int argc, char** argv) {
   app.add_option("--dtype", dtype, "the model's parameters: f32, bf16 or f16")
       ->check(CLI::IsMember({"f32", "bf16", "f16"}))
       ->capture_default_str();
-  std::string vocab, merges, hf_tokenizer, bos_token;
-  app.add_option("--vocab", vocab, "GPT-2 vocab.json (with --merges: BPE; otherwise bytes)");
-  app.add_option("--merges", merges, "GPT-2 merges.txt");
-  app.add_option("--tokenizer", hf_tokenizer,
-                 "a Hugging Face tokenizer.json, a SentencePiece tokenizer.model, or the model "
-                 "directory holding one");
-  app.add_option("--bos-token", bos_token,
-                 "a special token put before every context and text, by its text (LLaMA's "
-                 "<|begin_of_text|>, GPT-2's <|endoftext|>): a text's first token is then "
-                 "scored too");
+  triad::examples::TokenizerOptions tokens;
+  tokens.add_options(app,
+                     "a special token put before every context and text, by its text (LLaMA's "
+                     "<|begin_of_text|>, GPT-2's <|endoftext|>): a text's first token is then "
+                     "scored too");
   std::string predictions;
   app.add_option("--predictions", predictions,
                  "write each question's scores and picks here, one JSON line each");
@@ -103,17 +99,9 @@ int main(int argc, char** argv) {
       throw triad::ValueError("--stride " + std::to_string(stride) + " must be in [1, seq_len " +
                               std::to_string(model_cfg.seq_len) + "]");
     }
-    const std::unique_ptr<triad::data::Tokenizer> tok =
-        triad::data::make_tokenizer(vocab, merges, hf_tokenizer);
-    if (tok->vocab_size() > model_cfg.vocab_size) {
-      throw triad::ValueError("the tokenizer has " + std::to_string(tok->vocab_size()) +
-                              " tokens but the model's vocab_size is " +
-                              std::to_string(model_cfg.vocab_size));
-    }
+    const std::unique_ptr<triad::data::Tokenizer> tok = tokens.make_for(model_cfg.vocab_size);
     std::vector<int64_t> bos;
-    if (!bos_token.empty()) {
-      bos.push_back(triad::data::require_special_token(*tok, bos_token, "--bos-token"));
-    }
+    if (tokens.has_bos()) bos.push_back(tokens.bos(*tok));
     // Every file is read before the model is built: a bad line costs no
     // loading time.
     std::vector<std::vector<triad::data::ChoiceQuestion>> question_sets;

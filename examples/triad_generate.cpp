@@ -34,10 +34,11 @@
 
 #include "cli_checks.h"
 #include "model_source.h"
+#include "tokenizer_options.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"Continue a prompt with a GPT trained by Triad"};
-  std::string prompt, vocab, merges, device;
+  std::string prompt, device;
   triad::examples::ModelSource source;
   triad::nn::SamplingOptions o;
   o.max_new_tokens = 200;
@@ -97,17 +98,10 @@ int main(int argc, char** argv) {
                  "stop when the model produces this token, and do not print it (default: the "
                  "config's data.eod_token, the end of a document; -1: never)");
   app.add_option("--device", device, "cpu, cuda or cuda:N (default: the config's)");
-  app.add_option("--vocab", vocab, "GPT-2 vocab.json (with --merges: BPE; otherwise bytes)");
-  app.add_option("--merges", merges, "GPT-2 merges.txt");
-  std::string hf_tokenizer;
-  app.add_option("--tokenizer", hf_tokenizer,
-                 "a Hugging Face tokenizer.json (byte-level BPE: GPT-2's, LLaMA 3's, Qwen2's, "
-                 "Qwen3's), a SentencePiece tokenizer.model (LLaMA 2's, Mistral 7B's, Gemma's, "
-                 "T5's), or the model directory holding one");
-  std::string bos_token;
-  app.add_option("--bos-token", bos_token,
-                 "a special token put before the prompt, by its text (LLaMA 2's <s>: SentencePiece "
-                 "models do not add it themselves)");
+  triad::examples::TokenizerOptions tokens;
+  tokens.add_options(app,
+                     "a special token put before the prompt, by its text (LLaMA 2's <s>: "
+                     "SentencePiece models do not add it themselves)");
   std::string chat_template, system;
   app.add_option("--chat-template", chat_template,
                  "the prompt is a user's message to a chat model (chatml, llama3, gemma, or auto: "
@@ -133,20 +127,15 @@ int main(int argc, char** argv) {
       throw triad::ValueError("give --prompt TEXT, --prompts FILE or --interactive");
     }
     const triad::train::Config config = source.resolve();
-    const std::unique_ptr<triad::data::Tokenizer> tok =
-        triad::data::make_tokenizer(vocab, merges, hf_tokenizer);
-    if (tok->vocab_size() > config.model.vocab_size) {
-      throw triad::ValueError("the tokenizer has " + std::to_string(tok->vocab_size()) +
-                              " tokens but the model's vocab_size is " +
-                              std::to_string(config.model.vocab_size));
-    }
+    const std::unique_ptr<triad::data::Tokenizer> tok = tokens.make_for(config.model.vocab_size);
     o.vocab_limit = tok->vocab_size();  // never an id the tokenizer cannot print
     std::optional<triad::data::ChatTemplate> chat;
     std::optional<triad::data::ModelChatTemplate> model_chat;
     if (chat_template == "model") {
-      model_chat = triad::data::ModelChatTemplate::load(hf_tokenizer, tok->special_tokens());
+      model_chat =
+          triad::data::ModelChatTemplate::load(tokens.tokenizer_path(), tok->special_tokens());
     } else if (!chat_template.empty()) {
-      chat = triad::data::resolve_chat_template(chat_template, hf_tokenizer);
+      chat = triad::data::resolve_chat_template(chat_template, tokens.tokenizer_path());
       chat_template = triad::data::chat_template_name(*chat);
     }
     if (!system.empty() && !chat && !model_chat)
@@ -169,7 +158,7 @@ int main(int argc, char** argv) {
         triad::data::require_chat_markers(*tok, *chat, "--chat-template " + chat_template + ":");
         default_stop = tok->special_token(triad::data::chat_end_of_turn(*chat));
       }
-      if (!bos_token.empty()) {
+      if (tokens.has_bos()) {
         throw triad::ValueError(
             "--bos-token with --chat-template: the template writes its own "
             "beginning (or none)");
@@ -208,9 +197,7 @@ int main(int argc, char** argv) {
     // opening the assistant's turn), or a plain prompt (the user's text).
     auto encode_messages = [&](const std::vector<triad::data::ChatMessage>& messages) {
       std::vector<int32_t> ids;
-      if (!bos_token.empty()) {
-        ids.push_back(triad::data::require_special_token(*tok, bos_token, "--bos-token"));
-      }
+      if (tokens.has_bos()) ids.push_back(static_cast<int32_t>(tokens.bos(*tok)));
       if (chat || model_chat) {
         triad::data::SegmentedDocument prompt;
         if (chat) {

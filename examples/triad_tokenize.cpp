@@ -29,10 +29,11 @@
 #include "triad/data/tokenizer.h"
 
 #include "cli_checks.h"
+#include "tokenizer_options.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"Tokenize a text file into an llm.c shard or a Megatron indexed dataset"};
-  std::string output, vocab, merges, format = "llmc", documents = "whole", json_key = "text";
+  std::string output, format = "llmc", documents = "whole", json_key = "text";
   std::vector<std::string> inputs;
   int64_t eod = -1;
   std::string eod_token;
@@ -48,13 +49,10 @@ int main(int argc, char** argv) {
                  "llmc: one shard of uint16 tokens; megatron: <output>.bin and <output>.idx, the "
                  "file one document (uint16 tokens below vocab 65500, int32 above)")
       ->check(CLI::IsMember({"llmc", "megatron"}));
-  app.add_option("--vocab", vocab, "GPT-2 vocab.json (with --merges: BPE; otherwise bytes)");
-  app.add_option("--merges", merges, "GPT-2 merges.txt");
-  std::string hf_tokenizer;
-  app.add_option("--tokenizer", hf_tokenizer,
-                 "a Hugging Face tokenizer.json (byte-level BPE: GPT-2's, LLaMA 3's, Qwen2's, "
-                 "Qwen3's), a SentencePiece tokenizer.model (LLaMA 2's, Mistral 7B's, Gemma's, "
-                 "T5's), or the model directory holding one");
+  triad::examples::TokenizerOptions tokens;
+  tokens.add_options(app,
+                     "a special token of --tokenizer's put before each document, by its text "
+                     "(e.g. LLaMA 2's <s>; SentencePiece models do not add it themselves)");
   app.add_option("--documents", documents,
                  "how the input divides into documents: whole (one), lines (each non-empty line), "
                  "paragraphs (separated by blank lines) or jsonl (one JSON object per line, the "
@@ -87,10 +85,6 @@ int main(int argc, char** argv) {
   app.add_option("--eod-token", eod_token,
                  "the end-of-document token by its text, a special token of --tokenizer's (e.g. "
                  "<|endoftext|>, </s>); instead of --eod");
-  std::string bos_token;
-  app.add_option("--bos-token", bos_token,
-                 "a special token of --tokenizer's put before each document, by its text (e.g. "
-                 "LLaMA 2's <s>; SentencePiece models do not add it themselves)");
   app.add_option("--workers", workers,
                  "threads encoding documents (0: one per hardware thread); the output is the same "
                  "for any number")
@@ -101,14 +95,12 @@ int main(int argc, char** argv) {
       throw triad::ValueError("--eod (" + std::to_string(eod) +
                               ") must be a token id >= 0, or -1 for none");
     }
-    const std::unique_ptr<triad::data::Tokenizer> tok =
-        triad::data::make_tokenizer(vocab, merges, hf_tokenizer);
+    const std::unique_ptr<triad::data::Tokenizer> tok = tokens.make();
     if (!eod_token.empty()) {
       if (eod != -1) throw triad::ValueError("give --eod or --eod-token, not both");
       eod = triad::data::require_special_token(*tok, eod_token, "--eod-token");
     }
-    const int64_t bos =
-        bos_token.empty() ? -1 : triad::data::require_special_token(*tok, bos_token, "--bos-token");
+    const int64_t bos = tokens.bos(*tok);
     // Every input can be opened (a missing one is named before any output
     // is written or any work done).
     if (std::count(inputs.begin(), inputs.end(), "-") > 1) {
@@ -126,10 +118,10 @@ int main(int argc, char** argv) {
     labels.each_turn = chat_turns == "each";
     if (chat_template == "model") {
       labels.model_chat = std::make_shared<const triad::data::ModelChatTemplate>(
-          triad::data::ModelChatTemplate::load(hf_tokenizer, tok->special_tokens()));
+          triad::data::ModelChatTemplate::load(tokens.tokenizer_path(), tok->special_tokens()));
       spdlog::info("chat template: the model's own, from {}", labels.model_chat->origin());
     } else if (!chat_template.empty()) {
-      labels.chat = triad::data::resolve_chat_template(chat_template, hf_tokenizer);
+      labels.chat = triad::data::resolve_chat_template(chat_template, tokens.tokenizer_path());
       if (chat_template == "auto") {
         spdlog::info("chat template: {} (the model's)",
                      triad::data::chat_template_name(*labels.chat));
