@@ -59,6 +59,33 @@ Tensor sliding_window_starts(int64_t B, int64_t T, int64_t window, const Tensor&
   return from_vector(starts, {B, T}, DType::I32);
 }
 
+namespace {
+
+// ctx with d's document starts (`mask`) and positions (`positions`) for
+// (B, T) rows, and cfg's sliding window over them (`window`).
+ForwardContext apply_layout(const GptConfig& cfg, int64_t B, int64_t T, const DocumentLayout& d,
+                            bool mask, bool positions, bool window, ForwardContext ctx,
+                            const Device& device) {
+  if (mask || window) {
+    Tensor starts = mask ? d.starts : Tensor();
+    if (window) {
+      // Layers exempt from the window see their documents alone.
+      if (!cfg.full_attention_layers.empty())
+        ctx.full_starts = !starts.defined() || device.is_cpu() ? starts : to_device(starts, device);
+      starts = sliding_window_starts(B, T, cfg.sliding_window, starts);
+    }
+    ctx.doc_starts = device.is_cpu() ? starts : to_device(starts, device);
+  }
+  if (positions) {
+    // The position table takes host ids; rotary embeddings read them where
+    // the attention runs (uploaded once per forward, not once per layer).
+    ctx.positions = cfg.rotary() && !device.is_cpu() ? to_device(d.positions, device) : d.positions;
+  }
+  return ctx;
+}
+
+}  // namespace
+
 ForwardContext with_documents(const GptConfig& cfg, const Tensor& ids, ForwardContext ctx,
                               const Device& device) {
   const bool mask = cfg.reset_attention_mask && !ctx.doc_starts.defined();
@@ -69,22 +96,30 @@ ForwardContext with_documents(const GptConfig& cfg, const Tensor& ids, ForwardCo
   if (!mask && !positions && !window) return ctx;
   DocumentLayout d;
   if (mask || positions) d = document_layout(ids, cfg.eod_token);
-  if (mask || window) {
-    Tensor starts = mask ? d.starts : Tensor();
-    if (window) {
-      // Layers exempt from the window see their documents alone.
-      if (!cfg.full_attention_layers.empty())
-        ctx.full_starts = !starts.defined() || device.is_cpu() ? starts : to_device(starts, device);
-      starts = sliding_window_starts(ids.size(0), ids.size(1), cfg.sliding_window, starts);
+  return apply_layout(cfg, ids.size(0), ids.size(1), d, mask, positions, window, std::move(ctx),
+                      device);
+}
+
+ForwardContext with_left_padding(const GptConfig& cfg, const std::vector<int64_t>& row_start,
+                                 int64_t T, ForwardContext ctx, const Device& device) {
+  const auto B = static_cast<int64_t>(row_start.size());
+  std::vector<int64_t> starts(static_cast<size_t>(B * T)), positions(starts.size());
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t text = row_start[b];
+    if (text < 0 || text > T) {
+      throw ValueError("with_left_padding: row " + std::to_string(b) + " starts at " +
+                       std::to_string(text) + ", not in [0, " + std::to_string(T) + "]");
     }
-    ctx.doc_starts = device.is_cpu() ? starts : to_device(starts, device);
+    for (int64_t t = 0; t < T; ++t) {
+      const size_t i = static_cast<size_t>(b * T + t);
+      starts[i] = t < text ? 0 : text;
+      positions[i] = std::max<int64_t>(0, t - text);
+    }
   }
-  if (positions) {
-    // The position table takes host ids; rotary embeddings read them where
-    // the attention runs (uploaded once per forward, not once per layer).
-    ctx.positions = cfg.rotary() && !device.is_cpu() ? to_device(d.positions, device) : d.positions;
-  }
-  return ctx;
+  const DocumentLayout d{from_vector(starts, {B, T}, DType::I32),
+                         from_vector(positions, {B, T}, DType::I64)};
+  return apply_layout(cfg, B, T, d, true, true, cfg.sliding_window > 0 && T > cfg.sliding_window,
+                      std::move(ctx), device);
 }
 
 ForwardContext with_one_document(const GptConfig& cfg, const Tensor& ids, ForwardContext ctx,

@@ -472,13 +472,13 @@ Tensor CausalSelfAttention::forward(const Tensor& x, const ForwardContext& ctx) 
 }
 
 Tensor CausalSelfAttention::forward_cached(const Tensor& x, Tensor& k_cache, Tensor& v_cache,
-                                           int64_t start, const Tensor& positions,
+                                           int64_t start, const ForwardContext& ctx,
                                            const std::vector<int64_t>& row_start) const {
   // C: the query heads' width (d_model unless model.head_dim sets D apart).
   const int64_t B = x.size(0), n = x.size(1), H = heads_.q, D = head_dim_, C = H * D;
   const int64_t KV = heads_.kv, G = heads_.group();
   const int64_t L = start + n;  // positions attended over
-  const Tensor qkv = project(x, positions, start, {});
+  const Tensor qkv = project(x, ctx.positions, start, {});
   // The piece of qkv at column `at`, `h` heads wide, viewed as (B, h, n, D).
   auto heads = [&](int64_t at, int64_t h) {
     return permute(reshape(narrow(qkv, 2, at, h * D), {B, n, h, D}), {0, 2, 1, 3});
@@ -486,6 +486,12 @@ Tensor CausalSelfAttention::forward_cached(const Tensor& x, Tensor& k_cache, Ten
   Tensor k_step = narrow(k_cache, 2, start, n), v_step = narrow(v_cache, 2, start, n);
   copy_(k_step, heads(C, KV));  // one strided copy each, straight into the cache
   copy_(v_step, heads(C + KV * D, KV));
+  if (start == 0) {
+    // The prompt (from an empty cache) attends over itself alone: the fused
+    // attention, as forward() runs it (no (n, n) scores in memory), with
+    // ctx's first keys (padding, a sliding window).
+    return c_proj_->forward(causal_attention(qkv, heads_, ctx.attention_starts(window_ > 0)));
+  }
   const Tensor keys = contiguous(narrow(k_cache, 2, 0, L));
   const Tensor values = contiguous(narrow(v_cache, 2, 0, L));
   // A key/value head's G query heads (consecutive) as G * n rows of one
@@ -580,10 +586,11 @@ Tensor Block::forward(const Tensor& x, const ForwardContext& ctx) const {
 }
 
 Tensor Block::forward_cached(const Tensor& x, Tensor& k_cache, Tensor& v_cache, int64_t start,
-                             const Tensor& positions, const std::vector<int64_t>& row_start) const {
+                             const ForwardContext& ctx,
+                             const std::vector<int64_t>& row_start) const {
   const AddNorm h = ln_2_->forward_add(
       x, post_norm(post_attn_norm_, attn_->forward_cached(ln_1_->forward(x), k_cache, v_cache,
-                                                          start, positions, row_start)));
+                                                          start, ctx, row_start)));
   return add(h.sum, post_norm(post_mlp_norm_, mlp_->forward(h.norm, ForwardContext{false, 0, 0})));
 }
 
@@ -702,6 +709,7 @@ Tensor Gpt::decode(const Tensor& ids, KvCache& cache, bool last_only) const {
   }
   // Left-padded rows: each token at its own row's position (a padding
   // slot's at 0; its keys are masked for the row's text).
+  const Device device = head_weight().device();
   ForwardContext ctx{false, 0, 0};
   bool padded = false;
   for (int64_t b = 0; b < B; ++b) {
@@ -713,18 +721,23 @@ Tensor Gpt::decode(const Tensor& ids, KvCache& cache, bool last_only) const {
     }
     padded = padded || s > 0;
   }
-  if (padded) {
+  if (start == 0) {
+    // The prompt: its first keys and positions for the fused attention.
+    ctx = padded ? with_left_padding(cfg_, cache.row_start, n, ctx, device)
+                 : with_one_document(cfg_, ids, ctx, device);
+  } else if (padded) {
     std::vector<int64_t> pos(static_cast<size_t>(B * n));
     for (int64_t b = 0; b < B; ++b) {
       for (int64_t t = 0; t < n; ++t)
         pos[static_cast<size_t>(b * n + t)] = std::max<int64_t>(0, start + t - cache.start_of(b));
     }
-    ctx.positions = from_vector(pos, {B, n}, DType::I64, ids.device());
+    // On the host for the position table; where the attention runs for
+    // rotary embeddings (uploaded once, not once per layer).
+    ctx.positions = from_vector(pos, {B, n}, DType::I64, cfg_.rotary() ? device : Device::cpu());
   }
   Tensor x = embed(ids, ctx, start);  // checks start + n <= seq_len
   for (int64_t i = 0; i < cfg_.n_layer; ++i) {
-    x = blocks_[i]->forward_cached(x, cache.k[i], cache.v[i], start, ctx.positions,
-                                   cache.row_start);
+    x = blocks_[i]->forward_cached(x, cache.k[i], cache.v[i], start, ctx, cache.row_start);
   }
   cache.length = start + ids.size(1);
   return head(last_only ? narrow(x, 1, ids.size(1) - 1, 1) : x);

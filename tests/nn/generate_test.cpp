@@ -8,6 +8,7 @@
 #include <set>
 
 #include "triad/autograd/grad_mode.h"
+#include "triad/core/allocator.h"
 #include "triad/ops.h"
 
 namespace triad::nn {
@@ -496,6 +497,31 @@ TEST(Generate, ABatchGivesEachPromptWhatItGetsAlone) {
   }
   o.max_new_tokens = 0;
   EXPECT_EQ(generate_batch(model, {{1}, {2, 3}}, o), (std::vector<std::vector<int64_t>>{{}, {}}));
+}
+
+TEST(KvCache, APromptIsAttendedWithoutItsScoresInMemory) {
+  // A 512-token prompt into an empty cache runs the fused attention, as
+  // forward() does: its (512, 512) scores per head (4 MiB of f32 over 4
+  // heads) are never held; decoding it takes less than a quarter of that.
+  GptConfig cfg = tiny();
+  cfg.seq_len = 512;
+  cfg.n_head = 4;
+  Gpt model(cfg, 2);
+  KvCache cache(cfg, 1, DType::F32, Device::cpu());  // (allocated before the count)
+  std::vector<int64_t> ids(512);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int64_t>(i * 7 % 40);
+  const Tensor prompt = from_vector(ids, {1, 512});
+  Allocator& host = cpu_allocator();
+  host.reset_peak();
+  const int64_t before = host.stats().allocated;
+  const Tensor last = model.decode(prompt, cache, /*last_only=*/true);
+  const int64_t peak = host.stats().peak_allocated - before;
+  EXPECT_LT(peak, 512 * 512 * 4 * 4 / 4) << peak << " bytes at the peak";
+  // And its logits are forward()'s.
+  const auto want = to_double_vector(narrow(model.forward(prompt, {false, 0, 0}), 1, 511, 1));
+  const auto got = to_double_vector(last);
+  for (size_t i = 0; i < want.size(); ++i)
+    EXPECT_NEAR(got[i], want[i], 1e-5 * (1 + std::abs(want[i]))) << i;
 }
 
 TEST(KvCache, GenerationWithAndWithoutTheCacheAgrees) {

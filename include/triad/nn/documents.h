@@ -10,6 +10,7 @@
 // document's start and positions count from it. A document ends with its
 // end-of-document token: the token after it starts the next one.
 #include <cstdint>
+#include <vector>
 
 #include "triad/core/tensor.h"
 
@@ -52,5 +53,12 @@ ForwardContext with_documents(const GptConfig& cfg, const Tensor& ids, ForwardCo
 // evaluation), read as the model reads a single document.
 ForwardContext with_one_document(const GptConfig& cfg, const Tensor& ids, ForwardContext ctx,
                                  const Device& device);
+// The same for (row_start.size(), T) rows of left-padded text (a batch of
+// prompts, KvCache::row_start): row b's text starts at row_start[b], its
+// queries see no key before it (the padding's own queries see the padding
+// up to them: their outputs are never read, but stay finite), and its
+// tokens sit at positions t - row_start[b] (the padding's at 0).
+ForwardContext with_left_padding(const GptConfig& cfg, const std::vector<int64_t>& row_start,
+                                 int64_t T, ForwardContext ctx, const Device& device);
 
 }  // namespace triad::nn

@@ -313,11 +313,14 @@ class CausalSelfAttention : public Module {
   // Inference on x (B, n, d_model) in cache slots [start, start + n): stores
   // this step's keys and values into k_cache and v_cache (B, Hkv, capacity,
   // D) and attends over slots [0, start + n), causally. Tokens sit at
-  // positions start + t, or `positions` (B, n) when given; row b's text
+  // positions start + t, or ctx.positions (B, n) when given; row b's text
   // starts at slot row_start[b] (left padding its queries do not see; empty:
-  // 0). No dropout.
+  // 0). From an empty cache (start 0) the prompt attends over itself with
+  // the fused attention, as forward() does (no (n, n) scores in memory),
+  // taking ctx's first keys (with_left_padding's or with_one_document's),
+  // which must say the same. No dropout.
   Tensor forward_cached(const Tensor& x, Tensor& k_cache, Tensor& v_cache, int64_t start,
-                        const Tensor& positions = {},
+                        const ForwardContext& ctx = {false, 0, 0},
                         const std::vector<int64_t>& row_start = {}) const;
 
  private:
@@ -361,7 +364,7 @@ class Block : public Module {
   Tensor forward(const Tensor& x, const ForwardContext& ctx) const;
   // Inference with a key/value cache (CausalSelfAttention::forward_cached).
   Tensor forward_cached(const Tensor& x, Tensor& k_cache, Tensor& v_cache, int64_t start,
-                        const Tensor& positions = {},
+                        const ForwardContext& ctx = {false, 0, 0},
                         const std::vector<int64_t>& row_start = {}) const;
 
  private:
