@@ -7,6 +7,7 @@
 #include "triad/data/multiple_choice.h"
 #include "triad/data/tokenizer.h"
 #include "triad/ops.h"
+#include "triad/train/eval_text.h"
 
 namespace triad::train {
 
@@ -15,27 +16,10 @@ std::vector<TokenizedQuestion> load_choice_questions(const Config& c,
                                                      int parts, int64_t* total) {
   const auto& e = c.eval;
   const std::string key = set.name.empty() ? "eval.choices" : "eval.choices." + set.name;
-  std::unique_ptr<data::Tokenizer> tok;
-  const std::string tok_key = !e.tokenizer.empty() ? "eval.tokenizer"
-                              : !e.vocab.empty()   ? "eval.vocab/eval.merges"
-                                                   : key;
-  try {
-    tok = data::make_tokenizer(e.vocab, e.merges, e.tokenizer);
-  } catch (const Error& err) {
-    throw ConfigError(tok_key + ": " + err.what());
-  }
-  if (tok->vocab_size() > c.model.vocab_size) {
-    throw ConfigError(tok_key + ": the tokenizer has " + std::to_string(tok->vocab_size()) +
-                      " tokens, more than model.vocab_size " + std::to_string(c.model.vocab_size));
-  }
+  const EvalTokenizer t = eval_tokenizer(c, key);
+  const data::Tokenizer* tok = t.tokenizer.get();
   std::vector<int64_t> bos;
-  if (!e.bos_token.empty()) {
-    try {
-      bos.push_back(data::require_special_token(*tok, e.bos_token, "eval.bos_token"));
-    } catch (const ValueError& err) {
-      throw ConfigError(err.what());
-    }
-  }
+  if (t.bos >= 0) bos.push_back(t.bos);
   std::vector<data::ChoiceQuestion> all;
   try {
     all = data::read_choice_questions(set.path, e.choices_limit);

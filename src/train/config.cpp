@@ -368,24 +368,42 @@ void validate(const Config& c, bool min_lr_given) {
   }
   if (!c.evaluates() && c.eval.interval > 0) {
     throw ConfigError("eval.interval (" + std::to_string(c.eval.interval) +
-                      ") needs something to evaluate: set data.val, data.val_split or "
-                      "eval.choices");
+                      ") needs something to evaluate: set data.val, data.val_split, "
+                      "eval.choices or eval.samples");
   }
   if (!c.has_validation() && c.eval.batches > 0) {
     throw ConfigError("eval.batches (" + std::to_string(c.eval.batches) +
                       ") needs validation data: set data.val or data.val_split");
   }
-  if (c.eval.choices.empty()) {
-    const std::pair<const char*, bool> needs[] = {{"eval.choices_limit", c.eval.choices_limit > 0},
-                                                  {"eval.tokenizer", !c.eval.tokenizer.empty()},
+  if (c.eval.choices.empty() && c.eval.choices_limit > 0) {
+    throw ConfigError(
+        "eval.choices_limit only says how much of eval.choices is read: set eval.choices "
+        "(multiple-choice questions) or drop it");
+  }
+  if (c.eval.choices.empty() && c.eval.samples.empty()) {
+    const std::pair<const char*, bool> needs[] = {{"eval.tokenizer", !c.eval.tokenizer.empty()},
                                                   {"eval.vocab", !c.eval.vocab.empty()},
                                                   {"eval.merges", !c.eval.merges.empty()},
                                                   {"eval.bos_token", !c.eval.bos_token.empty()}};
     for (const auto& [key, set] : needs) {
       if (set) {
         throw ConfigError(std::string(key) +
-                          " only says how eval.choices is read: set eval.choices (multiple-choice "
-                          "questions) or drop it");
+                          " only says how eval.choices and eval.samples are read: set one of them "
+                          "or drop it");
+      }
+    }
+  }
+  if (c.eval.samples.empty()) {
+    const EvalSection defaults;
+    const std::pair<const char*, bool> needs[] = {
+        {"eval.sample_tokens", c.eval.sample_tokens != defaults.sample_tokens},
+        {"eval.sample_temperature", c.eval.sample_temperature != defaults.sample_temperature},
+        {"eval.sample_top_k", c.eval.sample_top_k != defaults.sample_top_k}};
+    for (const auto& [key, set] : needs) {
+      if (set) {
+        throw ConfigError(std::string(key) +
+                          " only says how eval.samples are continued: set eval.samples (prompts) "
+                          "or drop it");
       }
     }
   }
@@ -935,6 +953,44 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
         }}},
       {"choices_limit",
        {false, [&](auto& v, auto& k) { c.eval.choices_limit = non_negative(v, k); }}},
+      {"samples",
+       {false,
+        [&](auto& v, auto& k) {
+          c.eval.samples.clear();
+          if (v.IsScalar()) {
+            c.eval.samples.push_back(get_string(v, k));
+          } else if (v.IsSequence()) {
+            for (size_t i = 0; i < v.size(); ++i)
+              c.eval.samples.push_back(get_string(v[i], k + "[" + std::to_string(i) + "]"));
+          } else {
+            throw ConfigError(k +
+                              ": expected a prompt or a list of prompts, e.g. "
+                              "[\"Once upon a time\", \"The capital of France is\"]");
+          }
+          for (size_t i = 0; i < c.eval.samples.size(); ++i) {
+            if (c.eval.samples[i].empty()) {
+              throw ConfigError(k + "[" + std::to_string(i) +
+                                "] is empty: a prompt needs text to continue");
+            }
+          }
+        }}},
+      {"sample_tokens",
+       {false,
+        [&](auto& v, auto& k) {
+          c.eval.sample_tokens = get_int(v, k);
+          if (c.eval.sample_tokens < 1)
+            throw ConfigError(k + " (" + std::to_string(c.eval.sample_tokens) + ") must be >= 1");
+        }}},
+      {"sample_temperature",
+       {false,
+        [&](auto& v, auto& k) {
+          c.eval.sample_temperature = get_double(v, k);
+          if (!(c.eval.sample_temperature >= 0) || !std::isfinite(c.eval.sample_temperature)) {
+            throw ConfigError(k + " (" + scalar_text(v) + ") must be >= 0 (0: greedy)");
+          }
+        }}},
+      {"sample_top_k",
+       {false, [&](auto& v, auto& k) { c.eval.sample_top_k = non_negative(v, k); }}},
       {"tokenizer", {false, [&](auto& v, auto& k) { c.eval.tokenizer = get_string(v, k); }}},
       {"vocab", {false, [&](auto& v, auto& k) { c.eval.vocab = get_string(v, k); }}},
       {"merges", {false, [&](auto& v, auto& k) { c.eval.merges = get_string(v, k); }}},
@@ -1312,6 +1368,15 @@ std::string to_yaml(const Config& c) {
         e << YAML::EndMap;
       }
       e << YAML::Key << "choices_limit" << YAML::Value << c.eval.choices_limit;
+    }
+    if (!c.eval.samples.empty()) {
+      e << YAML::Key << "samples" << YAML::Value << YAML::BeginSeq;
+      for (const auto& s : c.eval.samples) e << s;
+      e << YAML::EndSeq << YAML::Key << "sample_tokens" << YAML::Value << c.eval.sample_tokens
+        << YAML::Key << "sample_temperature" << YAML::Value << c.eval.sample_temperature
+        << YAML::Key << "sample_top_k" << YAML::Value << c.eval.sample_top_k;
+    }
+    if (!c.eval.choices.empty() || !c.eval.samples.empty()) {
       for (const auto& [key, value] : {std::pair{"tokenizer", &c.eval.tokenizer},
                                        {"vocab", &c.eval.vocab},
                                        {"merges", &c.eval.merges},

@@ -74,7 +74,14 @@ void MetricsWriter::write(const StepMetrics& m) {
     for (const auto& [name, c] : m.choice_sets) sets[name] = scores(c);
     j["choice_sets"] = sets;
   }
-  out_ << j.dump() << '\n';
+  if (!m.samples.empty()) {
+    nlohmann::json list = nlohmann::json::array();
+    for (const auto& [prompt, text] : m.samples)
+      list.push_back({{"prompt", prompt}, {"text", text}});
+    j["samples"] = list;
+  }
+  // (A sample cut inside a character shows U+FFFD for its broken bytes.)
+  out_ << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';
   out_.flush();
   if (!out_) throw IoError("error writing metrics file '" + path_ + "'");
 }

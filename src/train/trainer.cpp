@@ -389,6 +389,7 @@ Trainer::Trainer(Config config, dist::ProcessGroupPtr world)
     d.questions = load_choice_questions(config_, set, dp_rank_, dp_, &d.total);
     choices_.push_back(std::move(d));
   }
+  if (!config_.eval.samples.empty()) samples_ = load_sample_prompts(config_);
   if (token_check.count > 1) {
     // Each dataset's first bad position is the least any rank found, its
     // targets with loss the sum of the ranks' parts; every rank then raises
@@ -1603,11 +1604,45 @@ int64_t Trainer::val_tokens() const {
   return batches * config_.train.global_batch_size * config_.model.seq_len;
 }
 
+double Trainer::sample_into(StepMetrics& m) {
+  const auto t0 = std::chrono::steady_clock::now();
+  if (reducer_) reducer_->wait_gathers();
+  std::vector<std::string> texts;
+  if (model_) {
+    texts = continue_samples(*model_, *samples_, config_);
+  } else {
+    // A parallel model is whole on no rank: every rank gathers it (a copy of
+    // the whole model on each while it samples), and the logging rank
+    // continues the prompts with it.
+    const nn::StateDict full = full_state_dict();
+    if (is_logging_rank()) {
+      nn::Gpt whole(config_.model, config_.train.seed);
+      whole.load_state_dict(full, /*strict=*/true);
+      whole.to(device_);
+      texts = continue_samples(whole, *samples_, config_);
+    }
+  }
+  for (size_t i = 0; i < texts.size(); ++i) m.samples.emplace_back(samples_->texts[i], texts[i]);
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+namespace {
+
+// The samples' lines: "sample 1: <prompt><continuation>".
+void log_samples(const std::string& at, const StepMetrics& m, double ms) {
+  for (size_t i = 0; i < m.samples.size(); ++i) {
+    spdlog::info("{} | sample {} ({:.0f} ms for {}): {}{}", at, i + 1, ms, m.samples.size(),
+                 visible(m.samples[i].first), visible(m.samples[i].second));
+  }
+}
+
+}  // namespace
+
 StepMetrics Trainer::evaluate_only() {
   if (!config_.evaluates()) {
     throw ConfigError(
-        "evaluation only: there is nothing to evaluate (set data.val, data.val_split or "
-        "eval.choices)");
+        "evaluation only: there is nothing to evaluate (set data.val, data.val_split, "
+        "eval.choices or eval.samples)");
   }
   if (!is_logging_rank()) spdlog::set_level(spdlog::level::warn);
   const auto& ck = config_.checkpoint;
@@ -1632,6 +1667,7 @@ StepMetrics Trainer::evaluate_only() {
     const auto& scores = choices_[i].name.empty() ? *m.choices : m.choice_sets.back().second;
     spdlog::info("{} | {} in {:.0f} ms", weights, choices_summary(choices_[i].name, scores), ms);
   }
+  if (samples_) log_samples(weights, m, sample_into(m));
   return m;
 }
 
@@ -1892,7 +1928,7 @@ std::vector<StepMetrics> Trainer::run() {
     StepMetrics m = step(k);
     total_ms += m.step_ms;
     const int64_t every = config_.eval.interval;
-    double eval_ms = 0;
+    double eval_ms = 0, samples_ms = 0;
     std::vector<double> choices_ms;
     if ((every > 0 && m.step % every == 0) || m.step == steps) {
       const auto t0 = std::chrono::steady_clock::now();
@@ -1902,6 +1938,7 @@ std::vector<StepMetrics> Trainer::run() {
       for (size_t i = 0; i < choices_.size(); ++i) {
         choices_ms.push_back(evaluate_choices_into(m, i));
       }
+      if (samples_) samples_ms = sample_into(m);
     }
     if (metrics) metrics->write(m);
     if (tensorboard) tensorboard->write(m);
@@ -1922,6 +1959,7 @@ std::vector<StepMetrics> Trainer::run() {
       spdlog::info("step {:>5}/{} | {} in {:.0f} ms", m.step, steps,
                    choices_summary(choices_[i].name, scores), choices_ms[i]);
     }
+    log_samples(fmt::format("step {:>5}/{}", m.step, steps), m, samples_ms);
     // Every rank agrees on stopping, so they all checkpoint the same step,
     // and (checkpoint.async) on whether every rank has written the one in
     // flight, so rank 0 commits it only then: one reduction for both.

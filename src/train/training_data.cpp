@@ -35,10 +35,6 @@ std::unique_ptr<data::BlendedDataset> open_training_data(const Config& c, data::
   return d;
 }
 
-namespace {
-
-// Control bytes other than newline and tab (an end-of-document byte 0, say)
-// written as \xNN, so that the terminal shows them.
 std::string visible(const std::string& text) {
   std::string out;
   for (const char ch : text) {
@@ -51,8 +47,6 @@ std::string visible(const std::string& text) {
   }
   return out;
 }
-
-}  // namespace
 
 std::vector<ValidationSource> open_validation_data(const Config& c, data::TokenCheck check) {
   std::vector<ValidationSource> out;

@@ -323,10 +323,12 @@ TEST(Config, EvalChoicesAndHowTheyAreTokenized) {
   EXPECT_EQ(both.eval.batches, 2);
   expect_config_error(kValid, {"eval.choices=q.jsonl", "eval.batches=2"},
                       "eval.batches (2) needs validation data: set data.val or data.val_split");
-  for (const char* key : {"eval.choices_limit=5", "eval.tokenizer=t.json", "eval.bos_token=<s>"}) {
+  expect_config_error(kValid, {"eval.choices_limit=5"},
+                      "eval.choices_limit only says how much of eval.choices is read");
+  for (const char* key : {"eval.tokenizer=t.json", "eval.bos_token=<s>"}) {
     expect_config_error(kValid, {key},
                         std::string(key).substr(0, std::string(key).find('=')) +
-                            " only says how eval.choices is read: set eval.choices");
+                            " only says how eval.choices and eval.samples are read");
   }
   expect_config_error(kValid, {"eval.choices=q.jsonl", "eval.vocab=v.json"},
                       "eval.vocab needs eval.merges: GPT-2's tokenizer is the two files together");
@@ -340,10 +342,43 @@ TEST(Config, EvalChoicesAndHowTheyAreTokenized) {
                       "eval.choices_limit (-1) must be >= 0");
 }
 
+TEST(Config, EvalSamplesArePromptsToContinue) {
+  const Config c = parse_config(to_yaml(parse_config(
+      kValid, {"eval.samples=[\"Once upon a time\", The]", "eval.sample_tokens=32",
+               "eval.sample_temperature=0.7", "eval.sample_top_k=20", "eval.interval=50",
+               "eval.tokenizer=/models/gpt2", "eval.bos_token=<|endoftext|>"})));
+  EXPECT_EQ(c.eval.samples, (std::vector<std::string>{"Once upon a time", "The"}));
+  EXPECT_EQ(c.eval.sample_tokens, 32);
+  EXPECT_EQ(c.eval.sample_temperature, 0.7);
+  EXPECT_EQ(c.eval.sample_top_k, 20);
+  EXPECT_EQ(c.eval.tokenizer, "/models/gpt2");
+  EXPECT_EQ(c.eval.bos_token, "<|endoftext|>");
+  EXPECT_TRUE(c.evaluates());  // samples alone are something to evaluate
+  EXPECT_FALSE(c.has_validation());
+  EXPECT_EQ(parse_config(kValid, {"eval.samples=Hello"}).eval.samples,
+            std::vector<std::string>{"Hello"});
+  expect_config_error(kValid, {"eval.samples=[a, \"\"]"},
+                      "eval.samples[1] is empty: a prompt needs text to continue");
+  expect_config_error(kValid, {"eval.samples={a: b}"},
+                      "eval.samples: expected a prompt or a list of prompts");
+  expect_config_error(kValid, {"eval.samples=a", "eval.sample_tokens=0"},
+                      "eval.sample_tokens (0) must be >= 1");
+  expect_config_error(kValid, {"eval.samples=a", "eval.sample_temperature=-1"},
+                      "eval.sample_temperature (-1) must be >= 0 (0: greedy)");
+  expect_config_error(kValid, {"eval.samples=a", "eval.sample_top_k=-2"},
+                      "eval.sample_top_k (-2) must be >= 0");
+  for (const char* key :
+       {"eval.sample_tokens=5", "eval.sample_temperature=1", "eval.sample_top_k=3"}) {
+    expect_config_error(kValid, {key},
+                        std::string(key).substr(0, std::string(key).find('=')) +
+                            " only says how eval.samples are continued: set eval.samples");
+  }
+}
+
 TEST(Config, EvalNeedsValidationDataAndNonNegativeCounts) {
   expect_config_error(kValid, {"eval.interval=10"},
                       "eval.interval (10) needs something to evaluate: set data.val, "
-                      "data.val_split or eval.choices");
+                      "data.val_split, eval.choices or eval.samples");
   expect_config_error(kValid, {"eval.batches=2"},
                       "eval.batches (2) needs validation data: set data.val");
   // data.val_split holds out part of data.train instead of naming a set.
@@ -364,7 +399,8 @@ TEST(Config, EvalNeedsValidationDataAndNonNegativeCounts) {
                       "eval.batches (-3) must be >= 0");
   expect_config_error(kValid, {"eval.every=3"},
                       "unknown key 'eval.every' (allowed in eval: interval, batches, choices, "
-                      "choices_limit, tokenizer, vocab, merges, bos_token)");
+                      "choices_limit, samples, sample_tokens, sample_temperature, sample_top_k, "
+                      "tokenizer, vocab, merges, bos_token)");
   expect_config_error(
       kValid, {"data.test=x"},
       "unknown key 'data.test' (allowed in data: train, val, val_split, shuffle, eod_token, "

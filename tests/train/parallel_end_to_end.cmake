@@ -15,10 +15,13 @@
 # With QUESTIONS (multiple-choice JSON lines), every evaluation also scores
 # them (eval.choices): the right answers' loss must match one process's at
 # the same tolerance, and in fp32 every accuracy must be one process's.
+# With SAMPLES (ON), every evaluation also continues two prompts greedily
+# (eval.samples, the model gathered whole from the layout's ranks): in fp32
+# the texts must be one process's.
 # Variables: TRAIN (triad-train), MPIRUN (list), CONFIG, DATA, WORK, LAYOUTS
 # ("ranks|--set ... --set ...[|loss,norm]" entries joined by '@'), and
 # optionally EXTRA (more --set flags for every run, the reference included),
-# STEPS (an even number of steps, 10 unless given) and QUESTIONS.
+# STEPS (an even number of steps, 10 unless given), QUESTIONS and SAMPLES.
 include(${CMAKE_CURRENT_LIST_DIR}/e2e_common.cmake)
 file(REMOVE_RECURSE ${WORK})
 separate_arguments(extra UNIX_COMMAND "${EXTRA}")
@@ -36,6 +39,24 @@ set(common --config ${CONFIG} --set data.train=${DATA} --set model.vocab_size=30
 if(QUESTIONS)
   list(APPEND common --set eval.choices=${QUESTIONS})
 endif()
+if(SAMPLES)
+  list(APPEND common --set "eval.samples=[Once, The cat]" --set eval.sample_tokens=6)
+endif()
+# eval.samples' continuations at every evaluation, one string.
+function(samples_of dir outvar)
+  file(STRINGS ${dir}/metrics.jsonl lines)
+  set(all "")
+  set(count 0)
+  foreach(line IN LISTS lines)
+    string(JSON s ERROR_VARIABLE missing GET "${line}" samples)
+    if(NOT missing)
+      string(APPEND all "${s}\n")
+      math(EXPR count "${count} + 1")
+    endif()
+  endforeach()
+  set(${outvar} "${all}" PARENT_SCOPE)
+  set(${outvar}_count ${count} PARENT_SCOPE)
+endfunction()
 # A common starting point, then the one-process reference.
 run(init ${TRAIN} ${common} --set train.steps=1 --set output.dir=${WORK}/init)
 set(from --set init.from=${WORK}/init/model.safetensors --set train.steps=${STEPS})
@@ -58,6 +79,12 @@ if(QUESTIONS)
   foreach(name acc acc_norm acc_per_token)
     field(${WORK}/reference "choices;${name}" reference_${name})
   endforeach()
+endif()
+if(SAMPLES)
+  samples_of(${WORK}/reference reference_samples)
+  if(NOT reference_samples_count EQUAL 2)
+    message(FATAL_ERROR "expected 2 evaluations of eval.samples from the reference, got ${reference_samples_count}")
+  endif()
 endif()
 set(index 0)
 string(REPLACE "@" ";" layouts "${LAYOUTS}")
@@ -97,6 +124,15 @@ foreach(layout IN LISTS layouts)
           message(FATAL_ERROR "${ranks} ranks ${flags}: eval.choices ${name} ${got_acc}, one process ${reference_${name}}")
         endif()
       endforeach()
+    endif()
+  endif()
+  if(SAMPLES)
+    samples_of(${dir} got_samples)
+    if(NOT got_samples_count EQUAL 2)
+      message(FATAL_ERROR "${ranks} ranks ${flags}: ${got_samples_count} evaluations of eval.samples, not 2")
+    endif()
+    if(NOT "${flags}" MATCHES "precision" AND NOT got_samples STREQUAL reference_samples)
+      message(FATAL_ERROR "${ranks} ranks ${flags}: eval.samples\n${got_samples}one process\n${reference_samples}")
     endif()
   endif()
   # Pipelines: the merged trace has every rank's row and the p2p waits, and

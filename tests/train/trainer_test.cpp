@@ -18,6 +18,7 @@
 #include "triad/data/token_shard.h"
 #include "triad/io/safetensors.h"
 #include "triad/nn/evaluate.h"
+#include "triad/nn/generate.h"
 #include "triad/ops.h"
 
 namespace triad::train {
@@ -652,6 +653,73 @@ TEST(Trainer, ScoresMultipleChoiceQuestionsAsTriadEvalDoes) {
   EXPECT_EQ(both.choice_sets[1].second.answer_loss, both.choice_sets[0].second.answer_loss);
   ASSERT_TRUE(both.choices.has_value());
   EXPECT_EQ(both.choices->answer_loss, both.choice_sets[0].second.answer_loss);
+}
+
+TEST(Trainer, ContinuesTheSamplePromptsAtEveryEvaluation) {
+  TempDir dir;
+  Config plain = small_config(dir, 2);
+  plain.model.vocab_size = 256;  // byte tokens
+  plain.model.eod_token = 3;     // a byte the samples may stop at
+  plain.train.steps = 4;
+  Config with = plain;
+  with.eval.samples = {"\x05\x0c\x13", "\x1a"};
+  with.eval.sample_tokens = 12;
+  with.eval.sample_temperature = 1.5;
+  with.eval.sample_top_k = 8;
+  with.eval.interval = 2;
+  with.output_dir = dir.file("out_samples");
+  const auto without = Trainer(plain).run();
+  Trainer t(with);
+  const auto sampled = t.run();
+  ASSERT_EQ(sampled.size(), 4u);
+  for (size_t k = 0; k < 4; ++k) {
+    EXPECT_EQ(sampled[k].loss, without[k].loss) << "step " << k + 1;  // sampling changes nothing
+    EXPECT_EQ(sampled[k].samples.size(), k == 1 || k == 3 ? 2u : 0u) << "step " << k + 1;
+  }
+  // Each is what generate() continues its prompt with on the final weights
+  // (eval.sample_*, drawn with train.seed, up to the end-of-document byte,
+  // which is not shown).
+  nn::Gpt model(with.model, 7);
+  model.load_state_dict(t.full_state_dict());
+  nn::SamplingOptions o;
+  o.max_new_tokens = 12;
+  o.temperature = 1.5;
+  o.top_k = 8;
+  o.seed = with.train.seed;
+  o.vocab_limit = 256;
+  o.stop_token = 3;
+  for (size_t i = 0; i < 2; ++i) {
+    const std::string& prompt = with.eval.samples[i];
+    EXPECT_EQ(sampled.back().samples[i].first, prompt);
+    std::vector<int64_t> ids(prompt.begin(), prompt.end());
+    std::vector<int64_t> out = nn::generate(model, ids, o);
+    if (!out.empty() && out.back() == 3) out.pop_back();
+    EXPECT_EQ(sampled.back().samples[i].second, std::string(out.begin(), out.end())) << i;
+  }
+  // Drawn, not all alike.
+  const std::string& text = sampled.back().samples[0].second;
+  EXPECT_GE(std::set<char>(text.begin(), text.end()).size(), 2u) << text;
+  // In metrics.jsonl on the steps that evaluated, and --eval-only samples too.
+  std::ifstream in(dir.file("out_samples/metrics.jsonl"));
+  int with_key = 0;
+  for (std::string line; std::getline(in, line);) with_key += line.find("\"samples\"") != line.npos;
+  EXPECT_EQ(with_key, 2);
+  Config from_weights = with;
+  from_weights.init_from = dir.file("out_samples/model.safetensors");
+  const StepMetrics once = Trainer(from_weights).evaluate_only();
+  EXPECT_EQ(once.samples, sampled.back().samples);
+  // A prompt the tokenizer makes nothing of, or a tokenizer larger than the
+  // model, is a ConfigError naming it.
+  Config bad = with;
+  bad.model.vocab_size = 200;
+  try {
+    Trainer{bad};
+    FAIL() << "expected ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("eval.samples: the tokenizer has 256 tokens"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(Trainer, ValidationDataErrorsNameTheNumbers) {

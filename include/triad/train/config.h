@@ -134,9 +134,18 @@ struct EvalSection {
   };
   std::vector<ChoiceSet> choices;
   int64_t choices_limit = 0;
-  // How the questions become tokens: a tokenizer file or model directory
-  // (data::load_tokenizer), or GPT-2's vocab.json and merges.txt; neither:
-  // one token per byte. bos_token: a special token put before each context.
+  // Prompts the model continues at every evaluation (llm.c's samples during
+  // training): sample_tokens new tokens each, greedy at sample_temperature
+  // 0, else drawn from the sample_top_k most likely (0: all) with
+  // train.seed; each stops at data.eod_token. Logged and in metrics.jsonl.
+  std::vector<std::string> samples;
+  int64_t sample_tokens = 64;
+  double sample_temperature = 0;
+  int64_t sample_top_k = 0;
+  // How the questions and prompts become tokens: a tokenizer file or model
+  // directory (data::load_tokenizer), or GPT-2's vocab.json and merges.txt;
+  // neither: one token per byte. bos_token: a special token put before each
+  // context and prompt.
   std::string tokenizer, vocab, merges, bos_token;
 };
 
@@ -168,7 +177,9 @@ struct Config {
   double data_val_split = 0;
   bool has_validation() const { return !data_val.empty() || data_val_split > 0; }
   // Whether anything is evaluated: validation data, or eval.choices.
-  bool evaluates() const { return has_validation() || !eval.choices.empty(); }
+  bool evaluates() const {
+    return has_validation() || !eval.choices.empty() || !eval.samples.empty();
+  }
   bool data_shuffle = false;  // data.shuffle: a seeded order of sequences every pass
   // data.eod_mask_loss: no loss on the token that follows an end-of-document
   // token (data.eod_token): predicting a new document's first token from

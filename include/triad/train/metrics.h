@@ -51,6 +51,8 @@ struct StepMetrics {
   };
   std::optional<ChoiceScores> choices;
   std::vector<std::pair<std::string, ChoiceScores>> choice_sets;
+  // eval.samples at an evaluation: each prompt and the model's continuation.
+  std::vector<std::pair<std::string, std::string>> samples;
 };
 
 // Appends one JSON object per step to a metrics.jsonl file.

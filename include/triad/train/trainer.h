@@ -26,6 +26,7 @@
 #include "triad/train/checkpoint_reshard.h"
 #include "triad/train/choice_eval.h"
 #include "triad/train/config.h"
+#include "triad/train/eval_text.h"
 #include "triad/train/metrics.h"
 #include "triad/train/trace.h"
 
@@ -134,6 +135,11 @@ class Trainer {
     int64_t total = 0;
   };
   std::vector<ChoiceSetData> choices_;
+  // eval.samples, tokenized: the prompts continued at every evaluation.
+  std::optional<SamplePrompts> samples_;
+  // Their continuations into m on the logging rank (a parallel model is
+  // gathered whole for it: every rank takes part), and the milliseconds.
+  double sample_into(StepMetrics& m);
   // Set `set`'s scores into m (the first's as choices; each named one's),
   // and the milliseconds it took.
   double evaluate_choices_into(StepMetrics& m, size_t set);

@@ -36,6 +36,10 @@ struct ValidationSource {
 };
 std::vector<ValidationSource> open_validation_data(const Config& c, data::TokenCheck check = {});
 
+// Text for a terminal: control bytes other than newline and tab (an
+// end-of-document byte 0, say) written as \xNN.
+std::string visible(const std::string& text);
+
 // Global sequences [first, first + count) of `d` (`what`: data.train, or a
 // validation set's key) as the trainer reads them (data.eod_mask_loss
 // applied), as text: for each, a line naming it (its part and its row

@@ -1,0 +1,71 @@
+#include "triad/train/eval_text.h"
+
+#include "triad/core/error.h"
+#include "triad/nn/generate.h"
+
+namespace triad::train {
+
+EvalTokenizer eval_tokenizer(const Config& c, const std::string& what) {
+  const auto& e = c.eval;
+  const std::string key = !e.tokenizer.empty() ? "eval.tokenizer"
+                          : !e.vocab.empty()   ? "eval.vocab/eval.merges"
+                                               : what;
+  EvalTokenizer out;
+  try {
+    out.tokenizer = data::make_tokenizer(e.vocab, e.merges, e.tokenizer);
+  } catch (const Error& err) {
+    throw ConfigError(key + ": " + err.what());
+  }
+  if (out.tokenizer->vocab_size() > c.model.vocab_size) {
+    throw ConfigError(key + ": the tokenizer has " + std::to_string(out.tokenizer->vocab_size()) +
+                      " tokens, more than model.vocab_size " + std::to_string(c.model.vocab_size));
+  }
+  if (!e.bos_token.empty()) {
+    try {
+      out.bos = data::require_special_token(*out.tokenizer, e.bos_token, "eval.bos_token");
+    } catch (const ValueError& err) {
+      throw ConfigError(err.what());
+    }
+  }
+  return out;
+}
+
+SamplePrompts load_sample_prompts(const Config& c) {
+  SamplePrompts p;
+  p.tok = eval_tokenizer(c, "eval.samples");
+  for (size_t i = 0; i < c.eval.samples.size(); ++i) {
+    std::vector<int64_t> ids;
+    if (p.tok.bos >= 0) ids.push_back(p.tok.bos);
+    for (const int32_t id : p.tok.tokenizer->encode(c.eval.samples[i])) ids.push_back(id);
+    if (ids.empty()) {
+      throw ConfigError("eval.samples[" + std::to_string(i) + "] ('" + c.eval.samples[i] +
+                        "') has no tokens");
+    }
+    p.texts.push_back(c.eval.samples[i]);
+    p.ids.push_back(std::move(ids));
+  }
+  return p;
+}
+
+std::vector<std::string> continue_samples(const nn::Gpt& model, const SamplePrompts& prompts,
+                                          const Config& c) {
+  nn::SamplingOptions o;
+  o.max_new_tokens = c.eval.sample_tokens;
+  o.temperature = c.eval.sample_temperature;
+  o.top_k = c.eval.sample_top_k;
+  o.seed = c.train.seed;
+  o.vocab_limit = prompts.tok.tokenizer->vocab_size();  // never an id it cannot print
+  const int64_t eod = c.model.eod_token;
+  o.stop_token = eod >= 0 && eod < o.vocab_limit ? eod : -1;
+  const auto outs = nn::generate_batch(model, prompts.ids, o);
+  std::vector<std::string> texts;
+  for (size_t i = 0; i < outs.size(); ++i) {
+    std::vector<int32_t> in(prompts.ids[i].begin(), prompts.ids[i].end());
+    std::vector<int32_t> out(outs[i].begin(), outs[i].end());
+    if (!out.empty() && out.back() == o.stop_token) out.pop_back();
+    texts.push_back(data::continuation_text(*prompts.tok.tokenizer, in, out));
+  }
+  return texts;
+}
+
+}  // namespace triad::train
