@@ -75,16 +75,23 @@ std::vector<ContinuationScore> score_continuations(const Gpt& model,
     const ForwardContext ctx = with_one_document(cfg, batch, {false, 0, 0}, device);
     Tensor x = model.embed(batch, ctx);
     for (int64_t i = 0; i < cfg.n_layer; ++i) x = model.block(i).forward(x, ctx);
+    std::vector<Tensor> means;
     for (int64_t b = 0; b < rows; ++b) {
-      const size_t r = order[first + static_cast<size_t>(b)];
-      const auto& cont = requests[r].continuation;
+      const auto& cont = requests[order[first + static_cast<size_t>(b)]].continuation;
       const auto n = static_cast<int64_t>(cont.size());
       const auto len = static_cast<int64_t>(inputs[b].size());
       // Logits only where they predict the continuation (the row's last n
       // positions): context positions cost no head and hold no logits.
       const Tensor logits = model.head(narrow(narrow(x, 0, b, 1), 1, len - n, n));
-      const double mean = item(cross_entropy(logits, from_vector(cont, {1, n})));
-      out[r] = {mean * static_cast<double>(n), n};
+      means.push_back(
+          reshape(cast(cross_entropy(logits, from_vector(cont, {1, n})), DType::F64), {1}));
+    }
+    // The batch's scores in one read (a GPU waits once per batch, not per row).
+    const std::vector<double> mean = to_double_vector(concat(means, 0));
+    for (int64_t b = 0; b < rows; ++b) {
+      const size_t r = order[first + static_cast<size_t>(b)];
+      const auto n = static_cast<int64_t>(requests[r].continuation.size());
+      out[r] = {mean[b] * static_cast<double>(n), n};
     }
   }
   return out;

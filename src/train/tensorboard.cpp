@@ -125,6 +125,32 @@ void TensorBoardWriter::scalar(const std::string& tag, int64_t step, double valu
   record(e);
 }
 
+void TensorBoardWriter::text(const std::string& tag, int64_t step, const std::string& value,
+                             double wall_time) {
+  // Summary.Value { tag = 1; metadata = 9: SummaryMetadata { plugin_data =
+  // 1: PluginData { plugin_name = 1: "text" } }; tensor = 8: TensorProto {
+  // dtype = 1: DT_STRING (7); tensor_shape = 2: a scalar's (empty);
+  // string_val = 8 } }.
+  std::string plugin;
+  bytes_field(plugin, 1, "text");
+  std::string metadata;
+  bytes_field(metadata, 1, plugin);
+  std::string tensor;
+  key(tensor, 1, 0);
+  varint(tensor, 7);
+  bytes_field(tensor, 2, "");
+  bytes_field(tensor, 8, value);
+  std::string v;
+  bytes_field(v, 1, tag);
+  bytes_field(v, 9, metadata);
+  bytes_field(v, 8, tensor);
+  std::string summary;
+  bytes_field(summary, 1, v);
+  std::string e = event(wall_time < 0 ? now_seconds() : wall_time, step);
+  bytes_field(e, 5, summary);
+  record(e);
+}
+
 void TensorBoardWriter::restart(int64_t step) {
   // Event.session_log (6) = SessionLog { status (1) = START (1) }.
   std::string log;
@@ -161,6 +187,10 @@ void TensorBoardWriter::write(const StepMetrics& m) {
   };
   if (m.choices) choices("eval/", *m.choices);
   for (const auto& [name, c] : m.choice_sets) choices("eval/" + name + "/", c);
+  for (size_t i = 0; i < m.samples.size(); ++i) {
+    text("samples/" + std::to_string(i + 1), m.step,
+         "```\n" + m.samples[i].first + m.samples[i].second + "\n```", t);
+  }
   flush();
 }
 

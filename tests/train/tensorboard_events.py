@@ -1,9 +1,10 @@
 """Reads a run's TensorBoard event files with a decoder of its own (TFRecord
 frames, their masked CRC-32C computed bit by bit, Event/Summary messages)
 and checks them against the run's metrics.jsonl: every step's loss,
-learning rate and gradient norm, and the validation losses.
+learning rate and gradient norm, the validation losses, and the samples
+(eval.samples) as text summaries of TensorBoard's text plugin.
 
-    python3 tensorboard_events.py OUTPUT_DIR STEPS
+    python3 tensorboard_events.py OUTPUT_DIR STEPS [SAMPLES]
 """
 import glob
 import json
@@ -77,6 +78,7 @@ def main():
     files = glob.glob(out + "/events.out.tfevents.*")
     assert len(files) == 1, files
     scalars = {}
+    texts = {}
     version = None
     for event in events(files[0]):
         if 3 in event:
@@ -87,8 +89,16 @@ def main():
         for number, value in fields(event[5]):
             assert number == 1
             v = dict(fields(value))
-            (f,) = struct.unpack("<f", v[2])
-            scalars[(v[1].decode(), step)] = f
+            if 2 in v:
+                (f,) = struct.unpack("<f", v[2])
+                scalars[(v[1].decode(), step)] = f
+                continue
+            # A text summary: the text plugin's metadata, a scalar string tensor.
+            plugin = dict(fields(dict(fields(v[9]))[1]))
+            assert plugin[1] == b"text", plugin
+            tensor = dict(fields(v[8]))
+            assert tensor[1] == 7 and tensor[2] == b"", tensor
+            texts[(v[1].decode(), step)] = tensor[8].decode("utf-8", "replace")
     assert version == "brain.Event:2", version
     metrics = [json.loads(line) for line in open(out + "/metrics.jsonl")]
     assert len(metrics) == steps, len(metrics)
@@ -103,8 +113,18 @@ def main():
             assert math.isclose(got, m[key], rel_tol=1e-6), (tag, m["step"], got, m[key])
             vals += key == "val_loss"
     assert vals >= 2, "expected validation losses, found %d" % vals
-    print("tensorboard events match metrics.jsonl: %d steps, %d validation losses"
-          % (len(metrics), vals))
+    samples = 0
+    for m in metrics:
+        for i, s in enumerate(m.get("samples", [])):
+            tag = "samples/%d" % (i + 1)
+            want = "```\n" + s["prompt"] + s["text"] + "\n```"
+            assert texts.pop((tag, m["step"])) == want, (tag, m["step"])
+            samples += 1
+    assert not texts, "texts without samples in metrics.jsonl: %s" % list(texts)
+    expected = int(sys.argv[3]) if len(sys.argv) > 3 else 0
+    assert samples == expected, "expected %d samples, found %d" % (expected, samples)
+    print("tensorboard events match metrics.jsonl: %d steps, %d validation losses, %d samples"
+          % (len(metrics), vals, samples))
 
 
 main()
