@@ -173,14 +173,6 @@ int main(int argc, char** argv) {
                               " is outside the tokenizer's vocabulary [0, " +
                               std::to_string(tok->vocab_size()) + ") (-1: never stop early)");
     }
-    triad::nn::GptConfig model_cfg = config.model;
-    model_cfg.dropout = 0;
-    triad::nn::Gpt model(model_cfg, config.train.seed);
-    // One block of the file, or of the checkpoint's joined weights, at a time.
-    source.read(model_cfg, [&](triad::nn::StateDict&& part) {
-      model.load_state_dict(part, /*strict=*/false);
-    });
-    model.to(triad::device_from_string(device.empty() ? config.device : device));
     // A chat's reply is the assistant's turn alone (the prompt is the
     // template's text); a plain continuation is what it adds to the prompt.
     // With --stop, the text before the first stop string.
@@ -221,6 +213,53 @@ int main(int argc, char** argv) {
       messages.push_back({"user", text});
       return encode_messages(messages);
     };
+    // --prompts: every line read, checked and tokenized before the model is
+    // loaded (a bad line costs no generation), answered --batch at a time.
+    struct Question {
+      std::string text, sys;
+      std::vector<int32_t> ids;
+    };
+    std::vector<Question> questions;
+    if (many->count() > 0) {
+      std::ifstream in(prompts_file);
+      if (!in) throw triad::IoError("--prompts: cannot open '" + prompts_file + "'");
+      int64_t line_no = 0;
+      for (std::string line; std::getline(in, line);) {
+        ++line_no;
+        if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+        const std::string where =
+            "--prompts '" + prompts_file + "' line " + std::to_string(line_no);
+        nlohmann::json j;
+        try {
+          j = nlohmann::json::parse(line);
+        } catch (const nlohmann::json::exception&) {
+          throw triad::ValueError(where + " is not a JSON object");
+        }
+        if (!j.is_object() || !j.contains("prompt") || !j["prompt"].is_string()) {
+          throw triad::ValueError(where + " has no string \"prompt\"");
+        }
+        std::string sys = system;
+        if (j.contains("system")) {
+          if (!chat && !model_chat)
+            throw triad::ValueError(where + ": \"system\" needs --chat-template");
+          if (!j["system"].is_string())
+            throw triad::ValueError(where + ": \"system\" is not a string");
+          sys = j["system"].get<std::string>();
+        }
+        Question q{j["prompt"].get<std::string>(), sys, {}};
+        q.ids = encode(q.text, q.sys);
+        if (q.ids.empty()) throw triad::ValueError(where + ": the prompt has no tokens");
+        questions.push_back(std::move(q));
+      }
+    }
+    triad::nn::GptConfig model_cfg = config.model;
+    model_cfg.dropout = 0;
+    triad::nn::Gpt model(model_cfg, config.train.seed);
+    // One block of the file, or of the checkpoint's joined weights, at a time.
+    source.read(model_cfg, [&](triad::nn::StateDict&& part) {
+      model.load_state_dict(part, /*strict=*/false);
+    });
+    model.to(triad::device_from_string(device.empty() ? config.device : device));
     // The replies to prompts (their ids), generated together: the new ids
     // of each, less the stop token.
     auto answer = [&](const std::vector<std::vector<int32_t>>& ids) {
@@ -302,58 +341,23 @@ int main(int argc, char** argv) {
       std::printf("%s%s\n", chat ? "" : prompt.c_str(), reply_text(ids.front(), out).c_str());
       return 0;
     }
-    std::ifstream in(prompts_file);
-    if (!in) throw triad::IoError("--prompts: cannot open '" + prompts_file + "'");
     // --batch prompts at a time; the replies in the file's order.
-    struct Question {
-      std::string text, sys;
-    };
-    std::vector<Question> batch;
-    std::vector<std::vector<int32_t>> batch_ids;
-    auto flush = [&] {
-      if (batch.empty()) return;
-      const auto replies = answer(batch_ids);
-      for (size_t i = 0; i < batch.size(); ++i) {
-        nlohmann::json row{{"prompt", batch[i].text},
-                           {"response", reply_text(batch_ids[i], replies[i])}};
-        if (!batch[i].sys.empty()) row["system"] = batch[i].sys;
+    for (size_t first = 0; first < questions.size(); first += static_cast<size_t>(batch_size)) {
+      const size_t last = std::min(questions.size(), first + static_cast<size_t>(batch_size));
+      std::vector<std::vector<int32_t>> ids;
+      for (size_t k = first; k < last; ++k) ids.push_back(questions[k].ids);
+      const auto replies = answer(ids);
+      for (size_t k = first; k < last; ++k) {
+        const Question& q = questions[k];
+        nlohmann::json row{{"prompt", q.text}, {"response", reply_text(q.ids, replies[k - first])}};
+        if (!q.sys.empty()) row["system"] = q.sys;
         // A reply cut inside a character (a byte-level model's tokens are
         // bytes) shows U+FFFD for its broken bytes, not an error.
         std::printf("%s\n",
                     row.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
       }
       std::fflush(stdout);
-      batch.clear();
-      batch_ids.clear();
-    };
-    int64_t line_no = 0;
-    for (std::string line; std::getline(in, line);) {
-      ++line_no;
-      if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-      const std::string where = "--prompts '" + prompts_file + "' line " + std::to_string(line_no);
-      nlohmann::json j;
-      try {
-        j = nlohmann::json::parse(line);
-      } catch (const nlohmann::json::exception&) {
-        throw triad::ValueError(where + " is not a JSON object");
-      }
-      if (!j.is_object() || !j.contains("prompt") || !j["prompt"].is_string()) {
-        throw triad::ValueError(where + " has no string \"prompt\"");
-      }
-      std::string sys = system;
-      if (j.contains("system")) {
-        if (!chat) throw triad::ValueError(where + ": \"system\" needs --chat-template");
-        if (!j["system"].is_string())
-          throw triad::ValueError(where + ": \"system\" is not a string");
-        sys = j["system"].get<std::string>();
-      }
-      const std::string text = j["prompt"].get<std::string>();
-      batch_ids.push_back(encode(text, sys));
-      if (batch_ids.back().empty()) throw triad::ValueError(where + ": the prompt has no tokens");
-      batch.push_back({text, sys});
-      if (static_cast<int64_t>(batch.size()) >= batch_size) flush();
     }
-    flush();
     return 0;
   });
 }

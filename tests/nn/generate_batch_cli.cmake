@@ -3,7 +3,7 @@
 # penalties, some ending at a stop string, give the same JSON lines in
 # the same order with --batch 1 (one at a time), --batch 3 (a short last
 # batch) and --batch 16 (all at once); the timing line says how many ran
-# together.
+# together. A bad line stops the run before any reply is generated.
 # Variables: GENERATE (triad-generate), RUN (a triad-train output.dir), WORK.
 file(REMOVE_RECURSE ${WORK})
 file(MAKE_DIRECTORY ${WORK})
@@ -50,4 +50,15 @@ if(NOT err_16 MATCHES "^([0-9]+) tokens [^\n]*7 prompts together")
 endif()
 if(NOT CMAKE_MATCH_1 LESS 168)
   message(FATAL_ERROR "every reply ran to --tokens 24 (${CMAKE_MATCH_1} tokens): no stop tested")
+endif()
+# Every line is checked before anything is generated: a bad line near the
+# end stops the run with the line named, and no reply has been written.
+file(WRITE ${WORK}/bad.jsonl "{\"prompt\": \"Once\"}\n{\"prompt\": \"The\"}\n{\"prompt\": 3}\n")
+execute_process(COMMAND ${GENERATE} --run ${RUN} --prompts ${WORK}/bad.jsonl --tokens 4 --batch 1
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(rc EQUAL 0 OR NOT err MATCHES "bad.jsonl' line 3 has no string \"prompt\"")
+  message(FATAL_ERROR "a bad third line should stop the run naming it (exit ${rc}):\n${out}${err}")
+endif()
+if(NOT out STREQUAL "")
+  message(FATAL_ERROR "replies were written before the bad line was found:\n${out}")
 endif()
