@@ -6,14 +6,20 @@
 # TOKENIZER (its tokenizer.json), RUN (a plain model's), WORK.
 file(REMOVE_RECURSE ${WORK})
 file(MAKE_DIRECTORY ${WORK})
-file(WRITE ${WORK}/turns.txt "1+2\n\n2+3\n/reset\n1+2\n")
-execute_process(COMMAND ${GENERATE} --run ${CHAT_RUN} --chat-template chatml --system Add. -i
-                        --tokens 4 --temperature 0 --timing --tokenizer ${TOKENIZER}
-                INPUT_FILE ${WORK}/turns.txt RESULT_VARIABLE rc OUTPUT_VARIABLE out
-                ERROR_VARIABLE err)
-if(NOT rc EQUAL 0)
-  message(FATAL_ERROR "triad-generate -i exited ${rc}: ${out}${err}")
-endif()
+# talk(INPUT ARGS...): triad-generate -i with INPUT's lines on stdin; its
+# stdout and stderr in `out` and `err`.
+function(talk input)
+  file(WRITE ${WORK}/stdin.txt "${input}")
+  execute_process(COMMAND ${GENERATE} -i --temperature 0 --timing ${ARGN}
+                  INPUT_FILE ${WORK}/stdin.txt RESULT_VARIABLE rc OUTPUT_VARIABLE o ERROR_VARIABLE e)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "triad-generate -i ${ARGN} exited ${rc}: ${o}${e}")
+  endif()
+  set(out "${o}" PARENT_SCOPE)
+  set(err "${e}" PARENT_SCOPE)
+endfunction()
+talk("1+2\n\n2+3\n/reset\n1+2\n" --run ${CHAT_RUN} --chat-template chatml --system Add.
+     --tokens 4 --tokenizer ${TOKENIZER})
 string(REGEX MATCHALL "\\(prompt ([0-9]+)\\)" prompts "${err}")
 list(LENGTH prompts n)
 if(NOT n EQUAL 3)
@@ -39,13 +45,7 @@ if(NOT printed EQUAL 3)
   message(FATAL_ERROR "${printed} replies printed for 3 turns:\n${out}")
 endif()
 # Without a template each line is its own prompt, continued after it.
-file(WRITE ${WORK}/lines.txt "Once\nThe cat\n")
-execute_process(COMMAND ${GENERATE} --run ${RUN} -i --tokens 8 --temperature 0 --timing
-                INPUT_FILE ${WORK}/lines.txt RESULT_VARIABLE rc OUTPUT_VARIABLE out
-                ERROR_VARIABLE err)
-if(NOT rc EQUAL 0)
-  message(FATAL_ERROR "triad-generate -i exited ${rc}: ${out}${err}")
-endif()
+talk("Once\nThe cat\n" --run ${RUN} --tokens 8)
 if(NOT out MATCHES "^Once[^\n]*\nThe cat[^\n]*\n$")
   message(FATAL_ERROR "each line and its continuation expected:\n${out}")
 endif()
