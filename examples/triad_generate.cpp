@@ -262,7 +262,10 @@ int main(int argc, char** argv) {
     model.to(triad::device_from_string(device.empty() ? config.device : device));
     // The replies to prompts (their ids), generated together: the new ids
     // of each, less the stop token.
-    auto answer = [&](const std::vector<std::vector<int32_t>>& ids) {
+    // With a session (a conversation), one prompt continued over the cache
+    // the turns before left.
+    auto answer = [&](const std::vector<std::vector<int32_t>>& ids,
+                      triad::nn::GenerationSession* session = nullptr) {
       const auto t0 = std::chrono::steady_clock::now();
       std::vector<std::vector<int64_t>> prompts;
       for (const auto& p : ids) prompts.emplace_back(p.begin(), p.end());
@@ -278,7 +281,15 @@ int main(int argc, char** argv) {
           return false;
         };
       }
-      const auto outs = triad::nn::generate_batch(model, prompts, o, stop_when);
+      std::vector<std::vector<int64_t>> outs;
+      if (session) {
+        triad::nn::SamplingOptions one = o;
+        if (stop_when)
+          one.stop_when = [&](const std::vector<int64_t>& so_far) { return stop_when(0, so_far); };
+        outs.push_back(triad::nn::generate(model, prompts.front(), one, *session));
+      } else {
+        outs = triad::nn::generate_batch(model, prompts, o, stop_when);
+      }
       const double secs =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       size_t made = 0, read = 0;
@@ -286,6 +297,8 @@ int main(int argc, char** argv) {
       if (timing) {
         std::string how = o.kv_cache ? "key/value cache" : "no cache";
         if (outs.size() > 1) how += ", " + std::to_string(outs.size()) + " prompts together";
+        if (session && session->reused > 0)
+          how += ", " + std::to_string(session->reused) + " prompt tokens from the last turn";
         std::fprintf(stderr, "%zu tokens (%s %zu) in %.3f s: %.1f tokens/s (%s)\n", made,
                      outs.size() == 1 ? "prompt" : "prompts", read, secs,
                      static_cast<double>(made) / secs, how.c_str());
@@ -300,8 +313,11 @@ int main(int argc, char** argv) {
     if (interactive) {
       // A conversation, a user's turn per line of stdin: with a chat
       // template every turn so far is the prompt; without one each line is
-      // a prompt of its own. "/reset" starts a new conversation.
+      // a prompt of its own. "/reset" starts a new conversation. The
+      // key/value cache stays from turn to turn: a turn decodes only what
+      // follows the tokens the last prompt and reply left in it.
       const bool terminal = isatty(fileno(stdin)) != 0;
+      triad::nn::GenerationSession session;
       std::vector<triad::data::ChatMessage> history;
       if (!system.empty()) history.push_back({"system", system});
       const size_t opening = history.size();
@@ -323,7 +339,7 @@ int main(int argc, char** argv) {
               "(/reset starts a new one)",
               ids.front().size(), model_cfg.seq_len, model_cfg.seq_len);
         }
-        const auto out = answer(ids).front();
+        const auto out = answer(ids, &session).front();
         const std::string reply = reply_text(ids.front(), out);
         std::printf("%s%s\n", chat || model_chat ? "" : line.c_str(), reply.c_str());
         std::fflush(stdout);

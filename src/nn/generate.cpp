@@ -200,8 +200,12 @@ std::vector<std::vector<double>> logit_rows(const Tensor& logits, int64_t limit)
 
 }  // namespace
 
-std::vector<int64_t> generate(const Gpt& model, const std::vector<int64_t>& prompt,
-                              const SamplingOptions& o) {
+namespace {
+
+// generate() with `session`'s cache when given (its tokens the prompt
+// begins with are not decoded again), else a cache of its own.
+std::vector<int64_t> generate_one(const Gpt& model, const std::vector<int64_t>& prompt,
+                                  const SamplingOptions& o, GenerationSession* session) {
   const GptConfig& cfg = model.config();
   check_prompt(cfg, prompt, "the prompt");
   check_options(cfg, o);
@@ -209,8 +213,36 @@ std::vector<int64_t> generate(const Gpt& model, const std::vector<int64_t>& prom
   autograd::InferenceGuard inference;
   Sequence s{&prompt, prompt, {}, o.max_new_tokens == 0};
   const Tensor w = model.named_parameters().front().second;  // (a copy: the list is a temporary)
-  std::unique_ptr<KvCache> cache;
-  if (o.kv_cache && !s.done) cache = std::make_unique<KvCache>(cfg, 1, w.dtype(), w.device());
+  std::unique_ptr<KvCache> own;
+  KvCache* cache = nullptr;
+  if (session) session->reused = 0;
+  if (o.kv_cache && !s.done) {
+    if (session) {
+      std::unique_ptr<KvCache>& c = session->cache;
+      // A cache made for another model (or its dtype or device) starts over.
+      if (!c || static_cast<int64_t>(c->k.size()) != cfg.n_layer || c->capacity() != cfg.seq_len ||
+          c->batch() != 1 || c->k.front().dtype() != w.dtype() ||
+          !(c->k.front().device() == w.device()) || c->k.front().size(3) != cfg.head_dim() ||
+          c->k.front().size(1) != cfg.kv_heads()) {
+        c = std::make_unique<KvCache>(cfg, 1, w.dtype(), w.device());
+        session->tokens.clear();
+      }
+      c->row_start.clear();
+      // The prompt's first tokens the cache holds (all but its last, whose
+      // logits are the first draw's).
+      size_t common = 0;
+      const size_t held = std::min<size_t>(session->tokens.size(), static_cast<size_t>(c->length));
+      while (common < held && common + 1 < prompt.size() &&
+             session->tokens[common] == prompt[common])
+        ++common;
+      c->length = static_cast<int64_t>(common);
+      session->reused = c->length;
+      cache = c.get();
+    } else {
+      own = std::make_unique<KvCache>(cfg, 1, w.dtype(), w.device());
+      cache = own.get();
+    }
+  }
   while (!s.done) {
     const auto count = static_cast<int64_t>(s.tokens.size());
     Tensor logits;  // (1, 1, V): the last position's
@@ -224,7 +256,23 @@ std::vector<int64_t> generate(const Gpt& model, const std::vector<int64_t>& prom
     }
     take_next(logit_rows(logits, limit).front(), s, o, o.stop_when);
   }
+  if (session && cache) {
+    // What the cache now holds: the text's first cache->length tokens.
+    session->tokens.assign(s.tokens.begin(), s.tokens.begin() + cache->length);
+  }
   return s.out;
+}
+
+}  // namespace
+
+std::vector<int64_t> generate(const Gpt& model, const std::vector<int64_t>& prompt,
+                              const SamplingOptions& o) {
+  return generate_one(model, prompt, o, nullptr);
+}
+
+std::vector<int64_t> generate(const Gpt& model, const std::vector<int64_t>& prompt,
+                              const SamplingOptions& o, GenerationSession& session) {
+  return generate_one(model, prompt, o, &session);
 }
 
 std::vector<std::vector<int64_t>> generate_batch(

@@ -1,7 +1,8 @@
 # triad-generate --interactive: with a chat template, the lines of stdin
 # are the user's turns of one conversation (each prompt holds every turn so
 # far, "/reset" starts again); without one, each line is a prompt of its
-# own, printed with its continuation.
+# own, printed with its continuation; either way the key/value cache stays
+# from one turn to the next.
 # Variables: GENERATE (triad-generate), CHAT_RUN (a chat model's output.dir),
 # TOKENIZER (its tokenizer.json), RUN (a plain model's), WORK.
 file(REMOVE_RECURSE ${WORK})
@@ -51,4 +52,13 @@ if(NOT out MATCHES "^Once[^\n]*\nThe cat[^\n]*\n$")
 endif()
 if(NOT err MATCHES "\\(prompt 4\\).*\\(prompt 7\\)")
   message(FATAL_ERROR "each line should be a prompt of its own (4 and 7 bytes):\n${err}")
+endif()
+# The cache stays from turn to turn: a prompt that begins with the last
+# one (and maybe its reply) decodes only what follows.
+talk("Once upon\nOnce upon a time\n" --run ${RUN} --tokens 8)
+if(NOT err MATCHES "\\(prompt 16\\)[^\n]*, ([0-9]+) prompt tokens from the last turn")
+  message(FATAL_ERROR "the second prompt should reuse the first's cache:\n${err}")
+endif()
+if(CMAKE_MATCH_1 LESS 9)
+  message(FATAL_ERROR "only ${CMAKE_MATCH_1} of the 9 shared tokens came from the cache:\n${err}")
 endif()

@@ -524,6 +524,51 @@ TEST(KvCache, APromptIsAttendedWithoutItsScoresInMemory) {
     EXPECT_NEAR(got[i], want[i], 1e-5 * (1 + std::abs(want[i]))) << i;
 }
 
+TEST(Generate, ASessionDecodesOnlyWhatFollowsTheTokensItHolds) {
+  // A conversation: each turn's prompt is the last prompt, its reply and a
+  // new question. With a session the cache keeps the text between calls
+  // and only the new part is decoded; the tokens are those without it.
+  GptConfig cfg = tiny();
+  cfg.seq_len = 24;
+  Gpt model(cfg, 5);
+  make_opinionated(model);
+  SamplingOptions o;
+  o.max_new_tokens = 4;
+  o.temperature = 0.8;
+  o.top_k = 10;
+  o.seed = 9;
+  GenerationSession session;
+  std::vector<int64_t> prompt{4, 9, 1};
+  const auto first = generate(model, prompt, o, session);
+  EXPECT_EQ(first, generate(model, prompt, o));
+  EXPECT_EQ(session.reused, 0);
+  // The cache holds the prompt and every new token but the last (never fed).
+  std::vector<int64_t> text = prompt;
+  text.insert(text.end(), first.begin(), first.end());
+  EXPECT_EQ(session.tokens, std::vector<int64_t>(text.begin(), text.end() - 1));
+  // The next turn repeats it all and asks more: all but the last reply
+  // token come from the cache.
+  std::vector<int64_t> next = text;
+  for (const int64_t id : {7, 30, 2}) next.push_back(id);
+  EXPECT_EQ(generate(model, next, o, session), generate(model, next, o));
+  EXPECT_EQ(session.reused, static_cast<int64_t>(text.size()) - 1);
+  // A prompt that parts from the cached text at token 2 reuses two tokens.
+  const std::vector<int64_t> other{4, 9, 20, 21};
+  EXPECT_EQ(generate(model, other, o, session), generate(model, other, o));
+  EXPECT_EQ(session.reused, 2);
+  // Past the window (the text slides) and back: still the same tokens.
+  o.max_new_tokens = 30;
+  EXPECT_EQ(generate(model, other, o, session), generate(model, other, o));
+  EXPECT_EQ(generate(model, next, o, session), generate(model, next, o));
+  // A session made on another model starts over on this one.
+  GptConfig wider = cfg;
+  wider.n_head = 4;
+  Gpt other_model(wider, 6);
+  o.max_new_tokens = 3;
+  EXPECT_EQ(generate(other_model, next, o, session), generate(other_model, next, o));
+  EXPECT_EQ(session.reused, 0);
+}
+
 TEST(KvCache, GenerationWithAndWithoutTheCacheAgrees) {
   // Greedy and sampled, short (everything cached) and past seq_len (the
   // window slides after 8 tokens and the rest is recomputed).

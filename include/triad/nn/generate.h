@@ -2,9 +2,11 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <vector>
 
 #include "triad/nn/gpt.h"
+#include "triad/nn/kv_cache.h"
 
 namespace triad::nn {
 
@@ -69,6 +71,20 @@ void apply_penalties(std::vector<double>& logits, const std::vector<int64_t>& pr
 // prompt tokens.
 std::vector<int64_t> generate(const Gpt& model, const std::vector<int64_t>& prompt,
                               const SamplingOptions& options);
+
+// A key/value cache kept from one generate() call to the next (a
+// conversation): a prompt that begins with tokens the cache holds (the last
+// prompt and reply, when the next turn repeats them) decodes only what
+// follows them. The tokens generated are the same as without it (logits
+// equal up to rounding). `tokens`: what the cache holds, slot by slot;
+// `reused`: how many tokens of the last prompt came from it.
+struct GenerationSession {
+  std::unique_ptr<KvCache> cache;
+  std::vector<int64_t> tokens;
+  int64_t reused = 0;
+};
+std::vector<int64_t> generate(const Gpt& model, const std::vector<int64_t>& prompt,
+                              const SamplingOptions& options, GenerationSession& session);
 
 // generate() for many prompts at once: each prompt's new tokens, the ones
 // generate(model, prompt, options) gives it alone (the same draws, the same
