@@ -1865,6 +1865,18 @@ TEST(CudaModel, GenerationPicksTheCpusTokens) {
   std::vector<std::vector<int64_t>> alone;
   for (const auto& p : prompts) alone.push_back(nn::generate(cpu, p, o));
   EXPECT_EQ(nn::generate_batch(gpu, prompts, o), alone);
+  // A session's cache on the GPU, kept from one prompt to the next that
+  // repeats it: the second decodes only its new tokens (a piece of several
+  // after cached ones), and both are the CPU's.
+  nn::GenerationSession session;
+  o.max_new_tokens = 6;  // (the texts stay within seq_len 16)
+  std::vector<int64_t> text = prompt;
+  const auto first = nn::generate(gpu, text, o, session);
+  EXPECT_EQ(first, nn::generate(cpu, text, o));
+  text.insert(text.end(), first.begin(), first.end());
+  for (const int64_t id : {11, 12, 13}) text.push_back(id);
+  EXPECT_EQ(nn::generate(gpu, text, o, session), nn::generate(cpu, text, o));
+  EXPECT_EQ(session.reused, static_cast<int64_t>(prompt.size() + first.size()) - 1);
 }
 
 TEST(CudaModel, KvCacheDecodingMatchesTheCpuInF32AndBf16) {
