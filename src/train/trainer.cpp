@@ -1604,6 +1604,22 @@ int64_t Trainer::val_tokens() const {
   return batches * config_.train.global_batch_size * config_.model.seq_len;
 }
 
+void Trainer::gather_model_each(
+    const std::function<void(const std::string&, const Tensor&)>& take) const {
+  if (reducer_) reducer_->wait_gathers();
+  if (pp_model_) {
+    pp_model_->gather_each(mesh_->dp_rank() == 0, mesh_->tp_rank() == 0 && mesh_->dp_rank() == 0,
+                           take);
+  } else if (tp_model_) {
+    if (mesh_->dp_rank() == 0) {
+      // Collective over the TP group: every rank joins every tensor.
+      for (const auto& [name, p] : parameters()) take(name, tp_model_->full_tensor(name, true));
+    }
+  } else {
+    for (const auto& [name, p] : parameters()) take(name, p);
+  }
+}
+
 double Trainer::sample_into(StepMetrics& m) {
   const auto t0 = std::chrono::steady_clock::now();
   if (reducer_) reducer_->wait_gathers();
@@ -1611,15 +1627,40 @@ double Trainer::sample_into(StepMetrics& m) {
   if (model_) {
     texts = continue_samples(*model_, *samples_, config_);
   } else {
-    // A parallel model is whole on no rank: every rank gathers it (a copy of
-    // the whole model on each while it samples), and the logging rank
-    // continues the prompts with it.
-    const nn::StateDict full = full_state_dict();
+    // A parallel model is whole on no rank: it is gathered, a tensor at a
+    // time as for model.safetensors, into a copy on the logging rank alone,
+    // which continues the prompts with it.
+    std::unique_ptr<nn::Gpt> whole;
+    std::map<std::string, Tensor> into;
     if (is_logging_rank()) {
-      nn::Gpt whole(config_.model, config_.train.seed);
-      whole.load_state_dict(full, /*strict=*/true);
-      whole.to(device_);
-      texts = continue_samples(whole, *samples_, config_);
+      whole = std::make_unique<nn::Gpt>(config_.model, config_.train.seed);
+      whole->to(device_);
+      for (auto& [name, p] : whole->named_parameters()) into[name] = p;
+    }
+    autograd::NoGradGuard no_grad;
+    // (A name the whole model lacks is raised after the gather: the other
+    // ranks are still giving their tensors.)
+    std::string unknown;
+    gather_model_each([&](const std::string& name, const Tensor& t) {
+      if (!whole) return;
+      const auto it = into.find(name);
+      if (it == into.end()) {
+        if (unknown.empty()) unknown = name;
+        return;
+      }
+      copy_(it->second, t);
+      into.erase(it);
+    });
+    if (whole) {
+      if (!unknown.empty()) {
+        throw Error("eval.samples: the gathered model has a tensor '" + unknown +
+                    "' the whole model does not");
+      }
+      if (!into.empty()) {
+        throw Error("eval.samples: the gathered model lacks '" + into.begin()->first + "' (and " +
+                    std::to_string(into.size() - 1) + " more)");
+      }
+      texts = continue_samples(*whole, *samples_, config_);
     }
   }
   for (size_t i = 0; i < texts.size(); ++i) m.samples.emplace_back(samples_->texts[i], texts[i]);
@@ -2038,7 +2079,6 @@ std::vector<StepMetrics> Trainer::run() {
   for (const auto& [name, l] : layout) {
     if (merge && nn::is_lora_adapter(name)) adapted.insert(nn::lora_adapted_weight(name));
   }
-  const std::vector<std::pair<std::string, io::TensorLayout>> gathered = layout;
   if (merge) std::erase_if(layout, [](const auto& l) { return nn::is_lora_adapter(l.first); });
   // A write that fails (the file cannot be made, the disk fills) is raised
   // once the other ranks have given their tensors: none waits on the writer.
@@ -2069,17 +2109,7 @@ std::vector<StepMetrics> Trainer::run() {
       }
     });
   };
-  if (pp_model_) {
-    pp_model_->gather_each(mesh_->dp_rank() == 0, mesh_->tp_rank() == 0 && mesh_->dp_rank() == 0,
-                           take);
-  } else if (tp_model_) {
-    if (mesh_->dp_rank() == 0) {
-      // Collective over the TP group: every rank joins every tensor.
-      for (const auto& [name, l] : gathered) take(name, tp_model_->full_tensor(name, true));
-    }
-  } else {
-    for (const auto& [name, p] : parameters()) take(name, p);
-  }
+  gather_model_each(take);
   if (writer) attempt([&] { writer->finish(); });
   // The adapters apart too, in PEFT's format, for serving many on one base.
   const std::string adapter_dir = config_.output_dir + "/adapter";

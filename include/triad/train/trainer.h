@@ -138,8 +138,13 @@ class Trainer {
   // eval.samples, tokenized: the prompts continued at every evaluation.
   std::optional<SamplePrompts> samples_;
   // Their continuations into m on the logging rank (a parallel model is
-  // gathered whole for it: every rank takes part), and the milliseconds.
+  // gathered whole there for it: every rank takes part), and the
+  // milliseconds.
   double sample_into(StepMetrics& m);
+  // The model's tensors, whole, one at a time: `take` gets each on the rank
+  // that writes model.safetensors (and, under tensor parallelism alone, on
+  // the other ranks of data-parallel replica 0 too). Collective.
+  void gather_model_each(const std::function<void(const std::string&, const Tensor&)>& take) const;
   // Set `set`'s scores into m (the first's as choices; each named one's),
   // and the milliseconds it took.
   double evaluate_choices_into(StepMetrics& m, size_t set);
