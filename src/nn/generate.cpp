@@ -220,10 +220,9 @@ std::vector<int64_t> generate_one(const Gpt& model, const std::vector<int64_t>& 
     if (session) {
       std::unique_ptr<KvCache>& c = session->cache;
       // A cache made for another model (or its dtype or device) starts over.
-      if (!c || static_cast<int64_t>(c->k.size()) != cfg.n_layer || c->capacity() != cfg.seq_len ||
-          c->batch() != 1 || c->k.front().dtype() != w.dtype() ||
-          !(c->k.front().device() == w.device()) || c->k.front().size(3) != cfg.head_dim() ||
-          c->k.front().size(1) != cfg.kv_heads()) {
+      const Shape layer{1, cfg.kv_heads(), cfg.seq_len, cfg.head_dim()};
+      if (!c || static_cast<int64_t>(c->k.size()) != cfg.n_layer || c->k.front().shape() != layer ||
+          c->k.front().dtype() != w.dtype() || !(c->k.front().device() == w.device())) {
         c = std::make_unique<KvCache>(cfg, 1, w.dtype(), w.device());
         session->tokens.clear();
       }

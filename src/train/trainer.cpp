@@ -1622,9 +1622,8 @@ void Trainer::gather_model_each(
 
 double Trainer::sample_into(StepMetrics& m) {
   const auto t0 = std::chrono::steady_clock::now();
-  if (reducer_) reducer_->wait_gathers();
   std::vector<std::string> texts;
-  if (model_) {
+  if (model_) {  // (one process: no reducer, nothing to wait for)
     texts = continue_samples(*model_, *samples_, config_);
   } else {
     // A parallel model is whole on no rank: it is gathered, a tensor at a
