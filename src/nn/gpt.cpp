@@ -473,11 +473,10 @@ Tensor CausalSelfAttention::forward(const Tensor& x, const ForwardContext& ctx) 
 
 Tensor CausalSelfAttention::forward_cached(const Tensor& x, Tensor& k_cache, Tensor& v_cache,
                                            int64_t start, const ForwardContext& ctx,
-                                           const std::vector<int64_t>& row_start) const {
+                                           const Tensor& text_starts) const {
   // C: the query heads' width (d_model unless model.head_dim sets D apart).
   const int64_t B = x.size(0), n = x.size(1), H = heads_.q, D = head_dim_, C = H * D;
-  const int64_t KV = heads_.kv, G = heads_.group();
-  const int64_t L = start + n;  // positions attended over
+  const int64_t KV = heads_.kv;
   const Tensor qkv = project(x, ctx.positions, start, {});
   // The piece of qkv at column `at`, `h` heads wide, viewed as (B, h, n, D).
   auto heads = [&](int64_t at, int64_t h) {
@@ -492,44 +491,10 @@ Tensor CausalSelfAttention::forward_cached(const Tensor& x, Tensor& k_cache, Ten
     // ctx's first keys (padding, a sliding window).
     return c_proj_->forward(causal_attention(qkv, heads_, ctx.attention_starts(window_ > 0)));
   }
-  const Tensor keys = contiguous(narrow(k_cache, 2, 0, L));
-  const Tensor values = contiguous(narrow(v_cache, 2, 0, L));
-  // A key/value head's G query heads (consecutive) as G * n rows of one
-  // product: (B, KV, G * n, D).
-  const Tensor queries = reshape(contiguous(heads(0, H)), {B, KV, G * n, D});
-  Tensor scores = matmul(scale(queries, 1.0 / std::sqrt(static_cast<double>(D))),
-                         contiguous(transpose(keys, 2, 3)));  // (B, KV, G * n, L)
-  if (heads_.capped()) scores = soft_cap(scores, heads_.softcap);
-  const bool padded =
-      std::any_of(row_start.begin(), row_start.end(), [](int64_t s) { return s > 0; });
-  if (padded || n > 1 || (window_ > 0 && L > window_)) {
-    // Query i sits in slot start + i and sees keys up to it (each of a
-    // group's heads alike), under a sliding window only the last window_ of
-    // them, and in a left-padded row none of the padding before the row's
-    // text (a padding slot's own query sees the padding up to it: its output
-    // is never read, but stays finite). One mask per row when padded.
-    const int64_t rows = padded ? B : 1;
-    std::vector<double> mask(static_cast<size_t>(rows * n * L), 0.0);
-    for (int64_t b = 0; b < rows; ++b) {
-      const int64_t text = padded ? row_start[b] : 0;
-      for (int64_t i = 0; i < n; ++i) {
-        const int64_t p = start + i;
-        int64_t first = window_ > 0 ? std::max<int64_t>(0, p - window_ + 1) : 0;
-        if (p >= text) first = std::max(first, text);
-        for (int64_t j = 0; j < L; ++j) {
-          if (j > p || j < first)
-            mask[static_cast<size_t>((b * n + i) * L + j)] =
-                -std::numeric_limits<double>::infinity();
-        }
-      }
-    }
-    scores = reshape(add(reshape(scores, {B, KV, G, n, L}),
-                         from_vector(mask, {rows, 1, 1, n, L}, scores.dtype(), scores.device())),
-                     {B, KV, G * n, L});
-  }
-  Tensor y = reshape(matmul(softmax(scores), values), {B, H, n, D});
-  y = reshape(contiguous(permute(y, {0, 2, 1, 3})), {B, n, C});
-  return c_proj_->forward(y);
+  // Later tokens attend over the cache where it lies: causally, within the
+  // layer's window, never to a row's left padding.
+  return c_proj_->forward(
+      cached_attention(qkv, k_cache, v_cache, start + n, heads_, window_, text_starts));
 }
 
 Mlp::Mlp(const GptConfig& cfg, int64_t layer)
@@ -586,11 +551,10 @@ Tensor Block::forward(const Tensor& x, const ForwardContext& ctx) const {
 }
 
 Tensor Block::forward_cached(const Tensor& x, Tensor& k_cache, Tensor& v_cache, int64_t start,
-                             const ForwardContext& ctx,
-                             const std::vector<int64_t>& row_start) const {
+                             const ForwardContext& ctx, const Tensor& text_starts) const {
   const AddNorm h = ln_2_->forward_add(
       x, post_norm(post_attn_norm_, attn_->forward_cached(ln_1_->forward(x), k_cache, v_cache,
-                                                          start, ctx, row_start)));
+                                                          start, ctx, text_starts)));
   return add(h.sum, post_norm(post_mlp_norm_, mlp_->forward(h.norm, ForwardContext{false, 0, 0})));
 }
 
@@ -711,6 +675,7 @@ Tensor Gpt::decode(const Tensor& ids, KvCache& cache, bool last_only) const {
   // slot's at 0; its keys are masked for the row's text).
   const Device device = head_weight().device();
   ForwardContext ctx{false, 0, 0};
+  Tensor text_starts;  // (B) i32 on the device in a left-padded cache after its prompt
   bool padded = false;
   for (int64_t b = 0; b < B; ++b) {
     const int64_t s = cache.start_of(b);
@@ -734,10 +699,13 @@ Tensor Gpt::decode(const Tensor& ids, KvCache& cache, bool last_only) const {
     // On the host for the position table; where the attention runs for
     // rotary embeddings (uploaded once, not once per layer).
     ctx.positions = from_vector(pos, {B, n}, DType::I64, cfg_.rotary() ? device : Device::cpu());
+    // Where each row's text starts, for every layer's attention (uploaded
+    // once per step).
+    text_starts = from_vector(cache.row_start, {B}, DType::I32, device);
   }
   Tensor x = embed(ids, ctx, start);  // checks start + n <= seq_len
   for (int64_t i = 0; i < cfg_.n_layer; ++i) {
-    x = blocks_[i]->forward_cached(x, cache.k[i], cache.v[i], start, ctx, cache.row_start);
+    x = blocks_[i]->forward_cached(x, cache.k[i], cache.v[i], start, ctx, text_starts);
   }
   cache.length = start + ids.size(1);
   return head(last_only ? narrow(x, 1, ids.size(1) - 1, 1) : x);

@@ -7,6 +7,7 @@
 
 #include "op_checks.h"
 #include "op_nodes.h"
+#include "triad/autograd/grad_mode.h"
 #include "triad/autograd/node.h"
 #include "triad/backend/backend.h"
 #include "triad/ops/elementwise.h"
@@ -283,6 +284,70 @@ Tensor causal_attention(const Tensor& qkv, AttentionHeads heads, const Tensor& d
            backend_for(qc).attention_backward(qc, od, lse, dout, heads, dqkv, starts);
            return {dqkv};
          });
+  return out;
+}
+
+Tensor cached_attention(const Tensor& qkv, const Tensor& k_cache, const Tensor& v_cache,
+                        int64_t length, AttentionHeads heads, int64_t window,
+                        const Tensor& text_starts) {
+  const char* op = "cached_attention";
+  const int64_t D = checked_head_dim(qkv, heads, op);
+  const int64_t B = qkv.size(0), n = qkv.size(1);
+  detail::check_same(qkv, k_cache, op);
+  detail::check_same(qkv, v_cache, op);
+  detail::check_dim(k_cache, 4, op, "k_cache");
+  const Shape cache{B, heads.kv, k_cache.size(2), D};
+  if (k_cache.shape() != cache || v_cache.shape() != cache) {
+    throw ShapeError(std::string(op) + ": k_cache " + shape_str(k_cache.shape()) + " and v_cache " +
+                     shape_str(v_cache.shape()) + " must both be " + shape_str(cache) +
+                     " (batch, key/value heads, capacity, head dim) for qkv " +
+                     shape_str(qkv.shape()));
+  }
+  if (n < 1 || length < n || length > cache[2]) {
+    throw ValueError(std::string(op) + ": length " + std::to_string(length) + " for " +
+                     std::to_string(n) + " new tokens in a cache of " + std::to_string(cache[2]) +
+                     " slots (expected " + std::to_string(std::max<int64_t>(n, 1)) +
+                     " <= length <= capacity)");
+  }
+  if (window < 0) {
+    throw ValueError(std::string(op) + ": window " + std::to_string(window) +
+                     " must be >= 0 (0: none)");
+  }
+  if (autograd::grad_enabled() &&
+      (qkv.requires_grad() || k_cache.requires_grad() || v_cache.requires_grad())) {
+    throw NotSupportedError(std::string(op) +
+                            ": forward only (decoding) and has no backward; call it under "
+                            "autograd::NoGradGuard or InferenceGuard");
+  }
+  Tensor starts;
+  if (text_starts.defined()) {
+    detail::check_index(text_starts, op, "text_starts");
+    if (text_starts.shape() != Shape{B}) {
+      throw ShapeError(std::string(op) + ": text_starts must be (" + std::to_string(B) + "), got " +
+                       shape_str(text_starts.shape()));
+    }
+    starts = contiguous(cast(text_starts, DType::I32)).detach();
+    if (starts.device().is_cpu()) {
+      for (int64_t b = 0; b < B; ++b) {
+        const int64_t t = starts.data<int32_t>()[b];
+        if (t < 0 || t > length) {
+          throw ValueError(std::string(op) + ": text_starts[" + std::to_string(b) + "] is " +
+                           std::to_string(t) + "; expected a slot in [0, " +
+                           std::to_string(length) + "]");
+        }
+      }
+    }
+    if (!(starts.device() == qkv.device())) starts = to_device(starts, qkv.device()).detach();
+  }
+  // The slots attended over, read in place when each slot's D elements lie
+  // together (a cache as KvCache allocates it).
+  auto slots = [&](const Tensor& c) {
+    Tensor s = narrow(c, 2, 0, length).detach();
+    return s.strides()[3] == 1 && s.strides()[2] == D ? s : contiguous(s).detach();
+  };
+  Tensor out = empty({B, n, heads.q * D}, qkv.dtype(), qkv.device());
+  backend_for(qkv).cached_attention_forward(contiguous(qkv).detach(), slots(k_cache),
+                                            slots(v_cache), heads, window, starts, out);
   return out;
 }
 

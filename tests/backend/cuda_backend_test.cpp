@@ -426,6 +426,45 @@ TEST(CudaKernels, AttentionOverPackedDocuments) {
   cuda::set_attention_kernel(cuda::AttentionKernel::Auto);
 }
 
+// Decoding's attention over a key/value cache (cached_attention's kernel)
+// against the CPU in f32, bf16 and f16: one and several new tokens, grouped
+// and multi-query heads, head dims below, at and between multiples of 32 up
+// to 256, caches longer than the slots attended over (strided rows),
+// sliding windows, left-padded rows (one whose first new query sits in its
+// padding) and soft-capping; more keys than the block's warps, so their
+// partial softmaxes are merged, and fewer, so some warps see none.
+TEST(CudaKernels, CachedAttentionMatchesTheCpu) {
+  struct Case {
+    int64_t B, n, NH, NKV, D, capacity, length, window;
+    std::vector<int64_t> text;
+    double softcap;
+  };
+  const std::vector<Case> cases = {
+      {2, 1, 4, 4, 64, 80, 70, 0, {}, 0.0},      {3, 2, 4, 2, 96, 50, 41, 0, {0, 7, 40}, 0.0},
+      {1, 3, 2, 1, 256, 40, 40, 0, {}, 0.0},     {2, 1, 2, 2, 8, 300, 257, 33, {0, 100}, 0.0},
+      {2, 1, 4, 1, 128, 20, 3, 0, {}, 5.0},      {2, 2, 2, 2, 48, 64, 60, 20, {5, 0}, 3.0},
+      {1, 1, 12, 12, 64, 1024, 1000, 0, {}, 0.0}};
+  autograd::NoGradGuard no_grad;
+  for (size_t at = 0; at < cases.size(); ++at) {
+    const Case& c = cases[at];
+    const AttentionHeads heads = AttentionHeads{c.NH, c.NKV}.with_softcap(c.softcap);
+    for (DType dtype : {DType::F32, DType::BF16, DType::F16}) {
+      SCOPED_TRACE("case " + std::to_string(at) + " " + dtype_name(dtype));
+      const Tensor qkv = randn({c.B, c.n, (c.NH + 2 * c.NKV) * c.D}, 20 + at, 1, 1.5, dtype);
+      const Tensor kc = randn({c.B, c.NKV, c.capacity, c.D}, 30 + at, 1, 1.0, dtype);
+      const Tensor vc = randn({c.B, c.NKV, c.capacity, c.D}, 40 + at, 1, 1.0, dtype);
+      const Tensor text = c.text.empty() ? Tensor() : from_vector(c.text, {c.B}, DType::I32);
+      const auto want =
+          to_double_vector(cached_attention(qkv, kc, vc, c.length, heads, c.window, text));
+      const auto got = to_double_vector(
+          cached_attention(to_device(qkv, kGpu), to_device(kc, kGpu), to_device(vc, kGpu), c.length,
+                           heads, c.window, text.defined() ? to_device(text, kGpu) : text));
+      const Tolerance t = tolerance(dtype);
+      expect_close(got, want, t.rtol, t.atol, "output");
+    }
+  }
+}
+
 // Scores that rise along the keys: every query shares a direction u with the
 // keys, scaled by t / 48, so a query's scores climb by about 10 per 64-key
 // tile. The tensor-core forward keeps each row's softmax relative to a

@@ -206,6 +206,22 @@ class Backend {
                                   const Tensor& dout, const AttentionHeads& heads, Tensor& dqkv,
                                   const Tensor& doc_starts) = 0;
 
+  // Attention of the n newest tokens over a key/value cache (decoding;
+  // forward only). qkv (B, n, (q + 2 kv) D) contiguous: the new tokens'
+  // projection, of which only the q heads are read. keys and values
+  // (B, kv, L, D): the cache's slots [0, L), the last n holding the new
+  // tokens' own keys and values; each slot's D elements are contiguous and
+  // slots lie D apart (the batch and head strides are free: a cache holds
+  // more slots than L). Query i of row b sits in slot p = L - n + i and
+  // attends, with scale 1/sqrt(D) and heads.softcap, to slots [first, p]:
+  // first is 0, or p - window + 1 under a window > 0, and at least
+  // text_starts[b] when text_starts ((B) i32 on qkv's device) is defined and
+  // p >= text_starts[b] (a row's left padding is never seen by its text).
+  // out (B, n, q D) contiguous.
+  virtual void cached_attention_forward(const Tensor& qkv, const Tensor& keys, const Tensor& values,
+                                        const AttentionHeads& heads, int64_t window,
+                                        const Tensor& text_starts, Tensor& out) = 0;
+
   // Rotary position embedding (RoPE, the rotate-half form of GPT-NeoX and
   // LLaMA) of the q and k parts of qkv (B, T, (q + 2 kv) D), D even; the v
   // part is copied. Token (b, t) sits at positions[b, t] ((B, T)

@@ -313,15 +313,16 @@ class CausalSelfAttention : public Module {
   // Inference on x (B, n, d_model) in cache slots [start, start + n): stores
   // this step's keys and values into k_cache and v_cache (B, Hkv, capacity,
   // D) and attends over slots [0, start + n), causally. Tokens sit at
-  // positions start + t, or ctx.positions (B, n) when given; row b's text
-  // starts at slot row_start[b] (left padding its queries do not see; empty:
-  // 0). From an empty cache (start 0) the prompt attends over itself with
-  // the fused attention, as forward() does (no (n, n) scores in memory),
-  // taking ctx's first keys (with_left_padding's or with_one_document's),
-  // which must say the same. No dropout.
+  // positions start + t, or ctx.positions (B, n) when given. From an empty
+  // cache (start 0) the prompt attends over itself with the fused attention,
+  // as forward() does (no (n, n) scores in memory), taking ctx's first keys
+  // (with_left_padding's or with_one_document's). Later tokens attend over
+  // the cache in place (cached_attention), row b's text from slot
+  // text_starts[b] ((B) i32; undefined: 0), its left padding unseen. No
+  // dropout; forward only.
   Tensor forward_cached(const Tensor& x, Tensor& k_cache, Tensor& v_cache, int64_t start,
                         const ForwardContext& ctx = {false, 0, 0},
-                        const std::vector<int64_t>& row_start = {}) const;
+                        const Tensor& text_starts = {}) const;
 
  private:
   // c_attn, then the query/key norms (model.qk_norm) and the rotary
@@ -365,7 +366,7 @@ class Block : public Module {
   // Inference with a key/value cache (CausalSelfAttention::forward_cached).
   Tensor forward_cached(const Tensor& x, Tensor& k_cache, Tensor& v_cache, int64_t start,
                         const ForwardContext& ctx = {false, 0, 0},
-                        const std::vector<int64_t>& row_start = {}) const;
+                        const Tensor& text_starts = {}) const;
 
  private:
   std::shared_ptr<LayerNorm> ln_1_, ln_2_;

@@ -60,6 +60,23 @@ Tensor soft_cap(const Tensor& x, double cap);
 // means every earlier key.
 Tensor causal_attention(const Tensor& qkv, AttentionHeads heads, const Tensor& doc_starts = {});
 
+// Attention of the n newest tokens over a key/value cache: decoding's
+// attention, forward only (it raises NotSupportedError where a gradient
+// would be recorded). qkv (B, n, (q + 2 kv) D) is the new tokens'
+// projection (only its q heads are read); k_cache and v_cache (B, kv,
+// capacity, D) hold the keys and values of slots [0, length), the new
+// tokens' own in the last n of them (the caller writes them first). Query i
+// of row b sits in slot p = length - n + i and attends causally to slots up
+// to p, reading the cache in place (no copy of it, no mask tensor): under a
+// sliding window > 0 to the last `window` of them only, and when
+// text_starts ((B) i32 or i64, any device) is given, never to row b's
+// left padding before slot text_starts[b] (a query in a padding slot sees
+// the padding up to it). Scale 1/sqrt(D) and heads.softcap as in
+// causal_attention. -> (B, n, q D).
+Tensor cached_attention(const Tensor& qkv, const Tensor& k_cache, const Tensor& v_cache,
+                        int64_t length, AttentionHeads heads, int64_t window = 0,
+                        const Tensor& text_starts = {});
+
 // Rotary position embedding (RoPE; the rotate-half form of GPT-NeoX and
 // LLaMA) of the queries and keys in qkv (B, T, 3*C) = [q | k | v], C =
 // n_head * D with D even -> the same layout with q and k rotated and v

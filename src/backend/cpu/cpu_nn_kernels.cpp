@@ -451,6 +451,65 @@ void CpuBackend::attention_forward(const Tensor& qkv, const AttentionHeads& head
   });
 }
 
+// One query at a time (decoding has one or a few per row): its scores over
+// the keys it sees, their softmax, then the weighted sum of the values, all
+// read from the cache where it lies.
+void CpuBackend::cached_attention_forward(const Tensor& qkv, const Tensor& keys,
+                                          const Tensor& values, const AttentionHeads& heads,
+                                          int64_t window, const Tensor& text_starts, Tensor& out) {
+  dispatch_float(qkv.dtype(), "cached_attention", [&](auto tag) {
+    using T = decltype(tag);
+    const int64_t B = qkv.size(0), n = qkv.size(1), W = qkv.size(2), H = heads.q;
+    const int64_t G = heads.group(), L = keys.size(2), D = keys.size(3);
+    const int64_t kb = keys.strides()[0], kh = keys.strides()[1];
+    const int64_t vb = values.strides()[0], vh = values.strides()[1];
+    const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(D)));
+    const T cap = static_cast<T>(heads.softcap);
+    const T* pq = qkv.data<T>();
+    const T* pk = keys.data<T>();
+    const T* pv = values.data<T>();
+    const int32_t* text = text_starts.defined() ? text_starts.data<int32_t>() : nullptr;
+    T* po = out.data<T>();
+#pragma omp parallel if (B * n * H * L * D > 32768)
+    {
+      std::vector<T> s(static_cast<size_t>(L));
+#pragma omp for schedule(static)
+      for (int64_t r = 0; r < B * n * H; ++r) {
+        const int64_t h = r % H, row = r / H, b = row / n, p = L - n + row % n;
+        int64_t first = window > 0 ? std::max<int64_t>(0, p - window + 1) : 0;
+        if (text != nullptr && p >= text[b]) first = std::max<int64_t>(first, text[b]);
+        const T* q = pq + row * W + h * D;
+        const T* k = pk + b * kb + h / G * kh;
+        const T* v = pv + b * vb + h / G * vh;
+        T mx = -std::numeric_limits<T>::infinity();
+        for (int64_t j = first; j <= p; ++j) {
+          T dot = 0;
+#pragma omp simd reduction(+ : dot)
+          for (int64_t d = 0; d < D; ++d) dot += q[d] * k[j * D + d];
+          dot *= scale;
+          if (cap > 0) dot = cap * std::tanh(dot / cap);
+          s[static_cast<size_t>(j)] = dot;
+          mx = std::max(mx, dot);
+        }
+        double sum = 0;
+        for (int64_t j = first; j <= p; ++j) {
+          s[static_cast<size_t>(j)] = exp_fast(s[static_cast<size_t>(j)] - mx);
+          sum += s[static_cast<size_t>(j)];
+        }
+        T* o = po + row * H * D + h * D;
+        std::fill(o, o + D, T(0));
+        for (int64_t j = first; j <= p; ++j) {
+          const T w = s[static_cast<size_t>(j)];
+#pragma omp simd
+          for (int64_t d = 0; d < D; ++d) o[d] += w * v[j * D + d];
+        }
+        const T inv = static_cast<T>(1.0 / sum);
+        for (int64_t d = 0; d < D; ++d) o[d] *= inv;
+      }
+    }
+  });
+}
+
 void CpuBackend::attention_backward(const Tensor& qkv, const Tensor& out, const Tensor& lse,
                                     const Tensor& dout, const AttentionHeads& heads, Tensor& dqkv,
                                     const Tensor& doc_starts) {

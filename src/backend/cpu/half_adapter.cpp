@@ -170,6 +170,16 @@ void HalfAdapter::attention_backward(const Tensor& qkv, const Tensor& out, const
   w.finish();
 }
 
+void HalfAdapter::cached_attention_forward(const Tensor& qkv, const Tensor& keys,
+                                           const Tensor& values, const AttentionHeads& heads,
+                                           int64_t window, const Tensor& text_starts, Tensor& out) {
+  Widen w(inner_);
+  Tensor o = w.out(out);
+  inner_.cached_attention_forward(w.in(qkv), w.in(keys), w.in(values), heads, window, text_starts,
+                                  o);
+  w.finish();
+}
+
 void HalfAdapter::embedding_forward(const Tensor& weight, const Tensor& ids, Tensor& out) {
   Widen w(inner_);
   Tensor o = w.out(out);

@@ -51,6 +51,9 @@ class HalfAdapter final : public Backend {
   void attention_backward(const Tensor& qkv, const Tensor& out, const Tensor& lse,
                           const Tensor& dout, const AttentionHeads& heads, Tensor& dqkv,
                           const Tensor& doc_starts) override;
+  void cached_attention_forward(const Tensor& qkv, const Tensor& keys, const Tensor& values,
+                                const AttentionHeads& heads, int64_t window,
+                                const Tensor& text_starts, Tensor& out) override;
   void rotary_embedding(const Tensor& qkv, const AttentionHeads& heads, const Tensor& positions,
                         int64_t start, double theta, const RopeScaling& scaling, bool inverse,
                         Tensor& out) override;

@@ -19,6 +19,7 @@
 #include "gemm_verification.h"
 #include "kernels/adamw.h"
 #include "kernels/attention.h"
+#include "kernels/cached_attention.h"
 #include "kernels/cross_entropy.h"
 #include "kernels/elementwise.h"
 #include "kernels/embedding.h"
@@ -1270,6 +1271,41 @@ void CudaBackend::vocab_ce_backward(const Tensor& logits, const Tensor& targets,
                          targets.dtype() == DType::I64, logits.size(0), logits.size(1), ld,
                          vocab_start, valid, global_max.data<float>(), sumexp.data<float>(),
                          dloss.data<float>(), softcap, dlogits.raw_data(), s.stream);
+  });
+}
+
+void CudaBackend::cached_attention_forward(const Tensor& qkv, const Tensor& keys,
+                                           const Tensor& values, const AttentionHeads& heads,
+                                           int64_t window, const Tensor& text_starts, Tensor& out) {
+  require_nn("cached_attention", qkv.dtype());
+  DeviceState& s = state(out.device().index);
+  DeviceGuard g(s.index);
+  if (text_starts.defined() &&
+      (text_starts.dtype() != DType::I32 || !text_starts.device().is_cuda() ||
+       !text_starts.is_contiguous() || text_starts.numel() != qkv.size(0))) {
+    throw ValueError(
+        "cached_attention: text_starts must be a contiguous (B) i32 tensor on the "
+        "GPU, got " +
+        std::string(dtype_name(text_starts.dtype())) + " " + shape_str(text_starts.shape()) +
+        " on " + text_starts.device().str());
+  }
+  k::CachedAttentionShape shape;
+  shape.B = qkv.size(0);
+  shape.n = qkv.size(1);
+  shape.NH = heads.q;
+  shape.NKV = heads.kv;
+  shape.D = keys.size(3);
+  shape.L = keys.size(2);
+  shape.k_batch_stride = keys.strides()[0];
+  shape.k_head_stride = keys.strides()[1];
+  shape.v_batch_stride = values.strides()[0];
+  shape.v_head_stride = values.strides()[1];
+  shape.window = window;
+  shape.softcap = heads.softcap;
+  launch(s.index, s.stream, "cached_attention_forward", [&] {
+    k::cached_attention_forward(
+        qkv.raw_data(), keys.raw_data(), values.raw_data(), out.raw_data(), scalar(qkv.dtype()),
+        shape, text_starts.defined() ? text_starts.data<int32_t>() : nullptr, s.stream);
   });
 }
 
