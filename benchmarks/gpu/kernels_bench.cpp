@@ -1,7 +1,8 @@
 // Each CUDA kernel family at GPT-2 124M shapes (B 8, T 1024, C 768, NH 12,
-// V 50304) in bf16, timed over repeated launches on the device's compute
-// stream, against the device's ceilings: achieved GB/s over --hbm-gbs for
-// memory-bound kernels, TFLOP/s over --peak-tflops for GEMMs and attention.
+// V 50304) in bf16, and decoding's attention over a cache of T slots, timed
+// over repeated launches on the device's compute stream, against the
+// device's ceilings: achieved GB/s over --hbm-gbs for memory-bound kernels,
+// TFLOP/s over --peak-tflops for GEMMs and attention.
 // One JSON line per kernel.
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -236,6 +237,19 @@ int main(int argc, char** argv) {
                       .c_str());
     }
     triad::cuda::set_attention_kernel(triad::cuda::AttentionKernel::Auto);
+  }
+
+  // Decoding's attention: one new token per row over a cache of T slots
+  // (memory-bound: every cached key and value is read once), for a batch of
+  // B rows and for one row (12 blocks: how far one block per query leaves
+  // the device idle).
+  for (const int64_t rows : {B, int64_t{1}}) {
+    const int64_t D = C / NH;
+    Tensor q1 = rnd({rows, 1, 3 * C}, 15), kc = rnd({rows, NH, T, D}, 16),
+           vc = rnd({rows, NH, T, D}, 17), o1 = triad::empty({rows, 1, C}, bf, gpu);
+    report("cached_attention_decode_b" + std::to_string(rows),
+           time_ms([&] { be.cached_attention_forward(q1, kc, vc, NH, 0, {}, o1); }, iters),
+           2.0 * rows * NH * T * D * h, 0);
   }
 
   Tensor wq = rnd({3 * C, C}, 6), yq = triad::empty({N, 3 * C}, bf, gpu);
