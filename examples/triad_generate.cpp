@@ -48,10 +48,11 @@ int main(int argc, char** argv) {
   source.add_options(app);
   std::string prompts_file;
   auto* one = app.add_option("--prompt", prompt, "text to continue");
-  auto* many = app.add_option("--prompts", prompts_file,
-                              "JSON lines of {\"prompt\": ... [, \"system\": ...]}: answered "
-                              "--batch at a time, one JSON line {\"prompt\", \"response\"} each "
-                              "on stdout, in order");
+  auto* many =
+      app.add_option("--prompts", prompts_file,
+                     "JSON lines of {\"prompt\": ... [, \"system\": ...]}: answered "
+                     "--batch at a time (prompts of similar length together), one JSON line "
+                     "{\"prompt\", \"response\"} each on stdout, in the file's order");
   bool interactive = false;
   auto* chat_mode = app.add_flag(
       "-i,--interactive", interactive,
@@ -296,7 +297,14 @@ int main(int argc, char** argv) {
       for (size_t i = 0; i < outs.size(); ++i) made += outs[i].size(), read += ids[i].size();
       if (timing) {
         std::string how = o.kv_cache ? "key/value cache" : "no cache";
-        if (outs.size() > 1) how += ", " + std::to_string(outs.size()) + " prompts together";
+        if (outs.size() > 1) {
+          const auto [shortest, longest] =
+              std::minmax_element(ids.begin(), ids.end(),
+                                  [](const auto& a, const auto& b) { return a.size() < b.size(); });
+          how += ", " + std::to_string(outs.size()) + " prompts together of " +
+                 std::to_string(shortest->size()) + "-" + std::to_string(longest->size()) +
+                 " tokens";
+        }
         if (session && session->reused > 0)
           how += ", " + std::to_string(session->reused) + " prompt tokens from the last turn";
         std::fprintf(stderr, "%zu tokens (%s %zu) in %.3f s: %.1f tokens/s (%s)\n", made,
@@ -357,20 +365,33 @@ int main(int argc, char** argv) {
       std::printf("%s%s\n", chat ? "" : prompt.c_str(), reply_text(ids.front(), out).c_str());
       return 0;
     }
-    // --batch prompts at a time; the replies in the file's order.
-    for (size_t first = 0; first < questions.size(); first += static_cast<size_t>(batch_size)) {
-      const size_t last = std::min(questions.size(), first + static_cast<size_t>(batch_size));
+    // --batch prompts at a time, shortest first, so that each batch holds
+    // prompts of about one length (a left-padded cache pads each row to the
+    // batch's longest prompt); the replies are written in the file's order,
+    // each as soon as every line before it has been written.
+    std::vector<size_t> order(questions.size());
+    for (size_t k = 0; k < order.size(); ++k) order[k] = k;
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+      return questions[a].ids.size() < questions[b].ids.size();
+    });
+    std::vector<std::optional<std::string>> lines(questions.size());
+    size_t written = 0;
+    for (size_t first = 0; first < order.size(); first += static_cast<size_t>(batch_size)) {
+      const size_t last = std::min(order.size(), first + static_cast<size_t>(batch_size));
       std::vector<std::vector<int32_t>> ids;
-      for (size_t k = first; k < last; ++k) ids.push_back(questions[k].ids);
+      for (size_t k = first; k < last; ++k) ids.push_back(questions[order[k]].ids);
       const auto replies = answer(ids);
       for (size_t k = first; k < last; ++k) {
-        const Question& q = questions[k];
+        const Question& q = questions[order[k]];
         nlohmann::json row{{"prompt", q.text}, {"response", reply_text(q.ids, replies[k - first])}};
         if (!q.sys.empty()) row["system"] = q.sys;
         // A reply cut inside a character (a byte-level model's tokens are
         // bytes) shows U+FFFD for its broken bytes, not an error.
-        std::printf("%s\n",
-                    row.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+        lines[order[k]] = row.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+      }
+      for (; written < lines.size() && lines[written]; ++written) {
+        std::printf("%s\n", lines[written]->c_str());
+        lines[written].reset();
       }
       std::fflush(stdout);
     }

@@ -3,7 +3,8 @@
 # penalties, some ending at a stop string, give the same JSON lines in
 # the same order with --batch 1 (one at a time), --batch 3 (a short last
 # batch) and --batch 16 (all at once); the timing line says how many ran
-# together. A bad line stops the run before any reply is generated.
+# together, and batches hold prompts of about one length. A bad line stops
+# the run before any reply is generated.
 # Variables: GENERATE (triad-generate), RUN (a triad-train output.dir), WORK.
 file(REMOVE_RECURSE ${WORK})
 file(MAKE_DIRECTORY ${WORK})
@@ -45,6 +46,22 @@ endif()
 if(NOT err_3 MATCHES "3 prompts together" OR NOT err_3 MATCHES "1 prompts together|\\(prompt [0-9]+\\)")
   message(FATAL_ERROR "--batch 3's timing lines do not say how many ran together:\n${err_3}")
 endif()
+# Batches hold prompts of about one length (shortest first): --batch 3's
+# batches of 3 cover token ranges that do not overlap, in rising order (in
+# the file's order they would: its lengths go short, long, short, ...).
+string(REGEX MATCHALL "together of [0-9]+-[0-9]+ tokens" ranges "${err_3}")
+list(LENGTH ranges n_ranges)
+if(n_ranges LESS 2)
+  message(FATAL_ERROR "--batch 3's timing lines name fewer than 2 batches' lengths:\n${err_3}")
+endif()
+set(previous -1)
+foreach(range IN LISTS ranges)
+  string(REGEX MATCH "of ([0-9]+)-([0-9]+)" _ "${range}")
+  if(NOT CMAKE_MATCH_1 GREATER_EQUAL previous)
+    message(FATAL_ERROR "--batch 3 batched prompts of overlapping lengths:\n${err_3}")
+  endif()
+  set(previous ${CMAKE_MATCH_2})
+endforeach()
 if(NOT err_16 MATCHES "^([0-9]+) tokens [^\n]*7 prompts together")
   message(FATAL_ERROR "--batch 16 did not answer all 7 together:\n${err_16}")
 endif()
