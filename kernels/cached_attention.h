@@ -15,14 +15,18 @@
 // window > 0, and at least text_starts[b] when text_starts ((B) i32 on the
 // device) is given and p >= text_starts[b]. out (B, n, NH D) contiguous.
 //
-// One block per (row, new token, query head); its warps take the keys in
-// turn, each keeping an online softmax in f32 over its keys (a lane holds
-// D / 32 of the query's and the output's elements), and the block merges
-// the warps' partial results at the end. No (n, L) scores in memory, no
-// copy of the cache, no mask tensor. Types f32, bf16, f16; D up to
+// Split over the keys (flash-decoding): each query's slots are cut into
+// `splits` chunks, a block per (query, chunk), so that one row's few heads
+// still fill the device over a long cache. In a block each lane scores a key
+// of its own (a whole dot product, the query in shared memory), the warp
+// takes 32 keys at a time with an online softmax in f32, the block merges
+// its four warps, and a second kernel merges the chunks (one chunk: the
+// block writes the output itself). No (n, L) scores in memory, no copy of
+// the cache, no mask tensor, no atomics. Types f32, bf16, f16; D up to
 // kCachedAttentionMaxHeadDim.
 #include <cuda_runtime_api.h>
 
+#include <cstddef>
 #include <cstdint>
 
 #include "common.h"
@@ -42,9 +46,14 @@ constexpr int64_t kCachedAttentionMaxHeadDim = 256;
 
 // Whether cached_attention_forward can run this call, and why not.
 Status check_cached_attention(ScalarType type, const CachedAttentionShape& s);
+// The chunks each query's slots are split into: enough blocks to fill a
+// device (about 256) while each chunk keeps at least 128 keys.
+int64_t cached_attention_splits(const CachedAttentionShape& s);
+// Bytes of device scratch cached_attention_forward needs (0 for one chunk).
+size_t cached_attention_workspace(const CachedAttentionShape& s);
 
 void cached_attention_forward(const void* qkv, const void* keys, const void* values, void* out,
                               ScalarType type, const CachedAttentionShape& s,
-                              const int32_t* text_starts, cudaStream_t stream);
+                              const int32_t* text_starts, void* workspace, cudaStream_t stream);
 
 }  // namespace triad::kernels

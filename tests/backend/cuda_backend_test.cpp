@@ -431,8 +431,10 @@ TEST(CudaKernels, AttentionOverPackedDocuments) {
 // and multi-query heads, head dims below, at and between multiples of 32 up
 // to 256, caches longer than the slots attended over (strided rows),
 // sliding windows, left-padded rows (one whose first new query sits in its
-// padding) and soft-capping; more keys than the block's warps, so their
-// partial softmaxes are merged, and fewer, so some warps see none.
+// padding) and soft-capping; one chunk of keys per query and several (long
+// caches: 3 and 8 chunks, some wholly outside a window), rows read in
+// 16-byte packs and one element at a time (D 20 in bf16); more keys than a
+// block's lanes, and fewer, so some warps see none.
 TEST(CudaKernels, CachedAttentionMatchesTheCpu) {
   struct Case {
     int64_t B, n, NH, NKV, D, capacity, length, window;
@@ -440,10 +442,10 @@ TEST(CudaKernels, CachedAttentionMatchesTheCpu) {
     double softcap;
   };
   const std::vector<Case> cases = {
-      {2, 1, 4, 4, 64, 80, 70, 0, {}, 0.0},      {3, 2, 4, 2, 96, 50, 41, 0, {0, 7, 40}, 0.0},
-      {1, 3, 2, 1, 256, 40, 40, 0, {}, 0.0},     {2, 1, 2, 2, 8, 300, 257, 33, {0, 100}, 0.0},
-      {2, 1, 4, 1, 128, 20, 3, 0, {}, 5.0},      {2, 2, 2, 2, 48, 64, 60, 20, {5, 0}, 3.0},
-      {1, 1, 12, 12, 64, 1024, 1000, 0, {}, 0.0}};
+      {2, 1, 4, 4, 64, 80, 70, 0, {}, 0.0},       {3, 2, 4, 2, 96, 50, 41, 0, {0, 7, 40}, 0.0},
+      {1, 3, 2, 1, 256, 40, 40, 0, {}, 0.0},      {2, 1, 2, 2, 8, 300, 257, 33, {0, 100}, 0.0},
+      {2, 1, 4, 1, 128, 20, 3, 0, {}, 5.0},       {2, 2, 2, 2, 48, 64, 60, 20, {5, 0}, 3.0},
+      {1, 1, 12, 12, 64, 1024, 1000, 0, {}, 0.0}, {1, 1, 2, 2, 20, 310, 300, 0, {}, 0.0}};
   autograd::NoGradGuard no_grad;
   for (size_t at = 0; at < cases.size(); ++at) {
     const Case& c = cases[at];

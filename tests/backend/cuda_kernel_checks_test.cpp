@@ -10,6 +10,7 @@
 
 #include "kernels/adamw.h"
 #include "kernels/attention.h"
+#include "kernels/cached_attention.h"
 #include "kernels/cross_entropy.h"
 #include "kernels/elementwise.h"
 #include "kernels/embedding.h"
@@ -75,6 +76,46 @@ TEST(CudaKernelChecks, LaunchersRefuseBadArgumentsBeforeTouchingTheDevice) {
   EXPECT_THROW(layer_norm_backward(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
                                    nullptr, ScalarType::F32, 4, 8, nullptr, nullptr),
                std::invalid_argument);
+}
+
+// Decoding's attention: what it refuses, and how far it splits a query's
+// keys (enough blocks for a device, chunks of at least 128 keys).
+TEST(CudaKernelChecks, CachedAttentionChecksAndSplits) {
+  auto shape = [](int64_t B, int64_t NH, int64_t NKV, int64_t D, int64_t L) {
+    CachedAttentionShape s;
+    s.B = B;
+    s.n = 1;
+    s.NH = NH;
+    s.NKV = NKV;
+    s.D = D;
+    s.L = L;
+    return s;
+  };
+  EXPECT_TRUE(check_cached_attention(ScalarType::BF16, shape(1, 12, 12, 64, 1024)).ok);
+  EXPECT_TRUE(check_cached_attention(ScalarType::F32, shape(2, 8, 2, 256, 5)).ok);
+  EXPECT_NE(reason(check_cached_attention(ScalarType::F64, shape(1, 2, 2, 64, 4))).find("f64"),
+            std::string::npos);
+  EXPECT_NE(
+      reason(check_cached_attention(ScalarType::BF16, shape(1, 6, 4, 64, 4))).find("not divisible"),
+      std::string::npos);
+  EXPECT_NE(reason(check_cached_attention(ScalarType::BF16, shape(1, 2, 2, 512, 4))).find("512"),
+            std::string::npos);
+  CachedAttentionShape few = shape(1, 2, 2, 64, 4);
+  few.n = 5;  // five new tokens in four slots
+  EXPECT_NE(reason(check_cached_attention(ScalarType::BF16, few)).find("shorter"),
+            std::string::npos);
+  // One row of GPT-2 over 1024 slots: 12 queries, 8 chunks of 128 keys.
+  EXPECT_EQ(cached_attention_splits(shape(1, 12, 12, 64, 1024)), 8);
+  EXPECT_EQ(cached_attention_workspace(shape(1, 12, 12, 64, 1024)), 12u * 8u * 66u * 4u);
+  // Sixteen rows already fill about 256 blocks with two chunks; a short
+  // cache is one chunk (no workspace, no merge).
+  EXPECT_EQ(cached_attention_splits(shape(16, 12, 12, 64, 1024)), 2);
+  EXPECT_EQ(cached_attention_splits(shape(1, 12, 12, 64, 100)), 1);
+  EXPECT_EQ(cached_attention_workspace(shape(1, 12, 12, 64, 100)), 0u);
+  EXPECT_EQ(cached_attention_splits(shape(64, 32, 8, 128, 4096)), 1);
+  EXPECT_THROW(cached_attention_forward(nullptr, nullptr, nullptr, nullptr, ScalarType::BF16,
+                                        shape(1, 12, 12, 64, 1024), nullptr, nullptr, nullptr),
+               std::invalid_argument);  // 8 chunks and no workspace
 }
 
 TEST(CudaKernelChecks, AttentionKernelChoice) {

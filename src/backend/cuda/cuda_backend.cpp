@@ -7,6 +7,7 @@
 #include <cstring>
 #include <deque>
 #include <map>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <tuple>
@@ -1303,9 +1304,14 @@ void CudaBackend::cached_attention_forward(const Tensor& qkv, const Tensor& keys
   shape.window = window;
   shape.softcap = heads.softcap;
   launch(s.index, s.stream, "cached_attention_forward", [&] {
-    k::cached_attention_forward(
-        qkv.raw_data(), keys.raw_data(), values.raw_data(), out.raw_data(), scalar(qkv.dtype()),
-        shape, text_starts.defined() ? text_starts.data<int32_t>() : nullptr, s.stream);
+    // The chunks' partial results (a long cache split over more blocks).
+    const size_t bytes = k::cached_attention_workspace(shape);
+    std::optional<Scratch> ws;
+    if (bytes > 0) ws.emplace(s.allocator, bytes);
+    k::cached_attention_forward(qkv.raw_data(), keys.raw_data(), values.raw_data(), out.raw_data(),
+                                scalar(qkv.dtype()), shape,
+                                text_starts.defined() ? text_starts.data<int32_t>() : nullptr,
+                                ws ? ws->get() : nullptr, s.stream);
   });
 }
 
