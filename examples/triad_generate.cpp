@@ -28,6 +28,7 @@
 
 #include "triad/core/error.h"
 #include "triad/data/chat_template.h"
+#include "triad/data/text_stream.h"
 #include "triad/data/tokenizer.h"
 #include "triad/nn/generate.h"
 #include "triad/train/config.h"
@@ -62,6 +63,10 @@ int main(int argc, char** argv) {
   many->excludes(one);
   chat_mode->excludes(one);
   chat_mode->excludes(many);
+  bool no_stream = false;
+  app.add_flag("--no-stream", no_stream,
+               "with --prompt or -i: write the reply once it is complete (by default it is "
+               "written as it is generated)");
   int64_t batch_size = 8;
   app.add_option("--batch", batch_size,
                  "with --prompts: answer this many prompts together (one batched decoding step "
@@ -130,6 +135,7 @@ int main(int argc, char** argv) {
     const triad::train::Config config = source.resolve();
     const std::unique_ptr<triad::data::Tokenizer> tok = tokens.make_for(config.model.vocab_size);
     o.vocab_limit = tok->vocab_size();  // never an id the tokenizer cannot print
+    for (const int32_t id : tok->missing_ids()) o.suppress_tokens.push_back(id);
     std::optional<triad::data::ChatTemplate> chat;
     std::optional<triad::data::ModelChatTemplate> model_chat;
     if (chat_template == "model") {
@@ -265,8 +271,11 @@ int main(int argc, char** argv) {
     // of each, less the stop token.
     // With a session (a conversation), one prompt continued over the cache
     // the turns before left.
+    // `live`: one prompt's reply written to stdout as it is generated.
+    std::string pending_timing;  // a live reply's timing line, for after it
     auto answer = [&](const std::vector<std::vector<int32_t>>& ids,
-                      triad::nn::GenerationSession* session = nullptr) {
+                      triad::nn::GenerationSession* session = nullptr,
+                      triad::data::TextStream* live = nullptr) {
       const auto t0 = std::chrono::steady_clock::now();
       std::vector<std::vector<int64_t>> prompts;
       for (const auto& p : ids) prompts.emplace_back(p.begin(), p.end());
@@ -283,11 +292,23 @@ int main(int argc, char** argv) {
         };
       }
       std::vector<std::vector<int64_t>> outs;
-      if (session) {
+      if (session || live) {
         triad::nn::SamplingOptions one = o;
-        if (stop_when)
-          one.stop_when = [&](const std::vector<int64_t>& so_far) { return stop_when(0, so_far); };
-        outs.push_back(triad::nn::generate(model, prompts.front(), one, *session));
+        one.stop_when = [&](const std::vector<int64_t>& so_far) {
+          if (live) {
+            // The reply's text so far (without the stop token) less what is not final yet.
+            std::vector<int32_t> out(so_far.begin(), so_far.end());
+            if (!out.empty() && out.back() == o.stop_token) out.pop_back();
+            const std::string piece = live->update(full_reply_text(ids.front(), out));
+            if (!piece.empty()) {
+              std::fwrite(piece.data(), 1, piece.size(), stdout);
+              std::fflush(stdout);
+            }
+          }
+          return stop_when && stop_when(0, so_far);
+        };
+        outs.push_back(session ? triad::nn::generate(model, prompts.front(), one, *session)
+                               : triad::nn::generate(model, prompts.front(), one));
       } else {
         outs = triad::nn::generate_batch(model, prompts, o, stop_when);
       }
@@ -307,9 +328,15 @@ int main(int argc, char** argv) {
         }
         if (session && session->reused > 0)
           how += ", " + std::to_string(session->reused) + " prompt tokens from the last turn";
-        std::fprintf(stderr, "%zu tokens (%s %zu) in %.3f s: %.1f tokens/s (%s)\n", made,
-                     outs.size() == 1 ? "prompt" : "prompts", read, secs,
-                     static_cast<double>(made) / secs, how.c_str());
+        char line[512];
+        std::snprintf(line, sizeof(line), "%zu tokens (%s %zu) in %.3f s: %.1f tokens/s (%s)\n",
+                      made, outs.size() == 1 ? "prompt" : "prompts", read, secs,
+                      static_cast<double>(made) / secs, how.c_str());
+        if (live) {
+          pending_timing = line;
+        } else {
+          std::fputs(line, stderr);
+        }
       }
       std::vector<std::vector<int32_t>> replies;
       for (auto out : outs) {
@@ -317,6 +344,23 @@ int main(int argc, char** argv) {
         replies.emplace_back(out.begin(), out.end());
       }
       return replies;
+    };
+    // One prompt's reply on stdout after `lead` (a plain prompt's own text),
+    // written as it is generated unless --no-stream, then a newline (and the
+    // timing line on stderr). Returns the reply's text.
+    auto reply_to = [&](const std::vector<int32_t>& ids, const std::string& lead,
+                        triad::nn::GenerationSession* session) {
+      std::fwrite(lead.data(), 1, lead.size(), stdout);
+      std::fflush(stdout);
+      triad::data::TextStream live(stops);
+      const auto out = answer({ids}, session, no_stream ? nullptr : &live).front();
+      const std::string reply = reply_text(ids, out);
+      const std::string rest = no_stream ? reply : live.finish(reply);
+      std::printf("%s\n", rest.c_str());
+      std::fflush(stdout);
+      std::fputs(pending_timing.c_str(), stderr);
+      pending_timing.clear();
+      return reply;
     };
     if (interactive) {
       // A conversation, a user's turn per line of stdin: with a chat
@@ -347,10 +391,7 @@ int main(int argc, char** argv) {
               "(/reset starts a new one)",
               ids.front().size(), model_cfg.seq_len, model_cfg.seq_len);
         }
-        const auto out = answer(ids, &session).front();
-        const std::string reply = reply_text(ids.front(), out);
-        std::printf("%s%s\n", chat || model_chat ? "" : line.c_str(), reply.c_str());
-        std::fflush(stdout);
+        const std::string reply = reply_to(ids.front(), chat || model_chat ? "" : line, &session);
         if (chat || model_chat) {
           history.push_back({"assistant", reply});
         } else {
@@ -360,9 +401,7 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (many->count() == 0) {
-      const std::vector<std::vector<int32_t>> ids{encode(prompt, system)};
-      const auto out = answer(ids).front();
-      std::printf("%s%s\n", chat ? "" : prompt.c_str(), reply_text(ids.front(), out).c_str());
+      reply_to(encode(prompt, system), chat ? "" : prompt, nullptr);
       return 0;
     }
     // --batch prompts at a time, shortest first, so that each batch holds

@@ -391,6 +391,15 @@ std::vector<int32_t> BpeTokenizer::encode(const std::string& text) const {
   return ids;
 }
 
+std::vector<int32_t> BpeTokenizer::missing_ids() const {
+  std::vector<int32_t> missing;
+  for (int64_t id = 0; id < vocab_size_; ++id) {
+    const auto i = static_cast<int32_t>(id);
+    if (!decoder_.contains(i) && !added_by_id_.contains(i)) missing.push_back(i);
+  }
+  return missing;
+}
+
 std::string BpeTokenizer::decode(const std::vector<int32_t>& ids) const {
   std::string out;
   for (int32_t id : ids) {

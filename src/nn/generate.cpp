@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <memory>
 #include <numeric>
+#include <set>
 #include <string>
 
 #include "triad/autograd/grad_mode.h"
@@ -72,7 +74,11 @@ int64_t sample_token(const std::vector<double>& logits, double temperature, int6
     cum += weight[i];
     if (target < cum) return order[i];
   }
-  return order[k - 1];  // u rounding to the very end
+  // u rounding to the very end: the last token with any weight (a
+  // suppressed one, at -inf, has none).
+  int64_t last = k - 1;
+  while (last > 0 && weight[last] == 0) --last;
+  return order[last];
 }
 
 namespace {
@@ -148,6 +154,26 @@ void check_options(const GptConfig& cfg, const SamplingOptions& o) {
     throw ValueError("generate: vocab_limit (" + std::to_string(o.vocab_limit) +
                      ") must be in [0, vocab_size " + std::to_string(cfg.vocab_size) + "]");
   }
+  const int64_t limit = o.vocab_limit > 0 ? o.vocab_limit : cfg.vocab_size;
+  for (const int64_t id : o.suppress_tokens) {
+    if (id < 0 || id >= cfg.vocab_size) {
+      throw ValueError("generate: suppress_tokens holds " + std::to_string(id) +
+                       ", not a token id in [0, " + std::to_string(cfg.vocab_size) + ")");
+    }
+  }
+  if (o.stop_token >= 0 && std::find(o.suppress_tokens.begin(), o.suppress_tokens.end(),
+                                     o.stop_token) != o.suppress_tokens.end()) {
+    throw ValueError("generate: the stop token " + std::to_string(o.stop_token) +
+                     " is in suppress_tokens");
+  }
+  std::set<int64_t> below;
+  for (const int64_t id : o.suppress_tokens) {
+    if (id < limit) below.insert(id);
+  }
+  if (static_cast<int64_t>(below.size()) == limit) {
+    throw ValueError("generate: suppress_tokens holds every id below " + std::to_string(limit) +
+                     ": no token is left to produce");
+  }
 }
 
 // One text being continued: its prompt, every token so far, the new ones.
@@ -163,6 +189,10 @@ struct Sequence {
 // same tokens alone or in a batch.
 void take_next(std::vector<double> row, Sequence& s, const SamplingOptions& o,
                const std::function<bool(const std::vector<int64_t>&)>& stop_when) {
+  for (const int64_t id : o.suppress_tokens) {
+    if (id < static_cast<int64_t>(row.size()))
+      row[static_cast<size_t>(id)] = -std::numeric_limits<double>::infinity();
+  }
   apply_penalties(row, *s.prompt, s.out, o);
   const double u = philox_uniform(o.seed, kSamplingStream, static_cast<uint64_t>(s.out.size()));
   const int64_t next = sample_token(row, o.temperature, o.top_k, u, o.top_p, o.min_p);

@@ -55,6 +55,7 @@ std::vector<std::string> continue_samples(const nn::Gpt& model, const SampleProm
   o.top_k = c.eval.sample_top_k;
   o.seed = c.train.seed;
   o.vocab_limit = prompts.tok.tokenizer->vocab_size();  // never an id it cannot print
+  for (const int32_t id : prompts.tok.tokenizer->missing_ids()) o.suppress_tokens.push_back(id);
   const int64_t eod = c.model.eod_token;
   o.stop_token = eod >= 0 && eod < o.vocab_limit ? eod : -1;
   const auto outs = nn::generate_batch(model, prompts.ids, o);

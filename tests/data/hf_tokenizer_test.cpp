@@ -3,6 +3,8 @@
 // Gpt2BpeTokenizer's files, and what is refused by name.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <nlohmann/json.hpp>
 
 #include <thread>
@@ -122,6 +124,25 @@ TEST(HfTokenizer, Llama3FormMergesIgnoresMergesAndMatchesAddedTokens) {
   for (const std::string t : {"The café's 12345 apples\n\n  indented", "x'LL y'Re", "\t\r\n !?"}) {
     EXPECT_EQ(tok->decode(tok->encode(t)), t) << t;
   }
+}
+
+// The ids between the vocabulary and the added tokens are no token: named,
+// so that a sampler never produces what decode() refuses.
+TEST(HfTokenizer, NamesTheIdsThatAreNoToken) {
+  TempDir dir;
+  const auto tok = load(dir, tokenizer_json(kLlama3, false, true));
+  const std::vector<int32_t> missing = tok->missing_ids();
+  ASSERT_FALSE(missing.empty());
+  EXPECT_EQ(missing.back(), 299);  // the last id before the added tokens
+  for (const int32_t id : missing) {
+    EXPECT_THROW(tok->decode({id}), ValueError) << id;
+  }
+  for (int32_t id = 0; id < tok->vocab_size(); ++id) {
+    if (std::find(missing.begin(), missing.end(), id) == missing.end()) {
+      EXPECT_NO_THROW(tok->decode({id})) << id;
+    }
+  }
+  EXPECT_TRUE(ByteTokenizer().missing_ids().empty());
 }
 
 TEST(HfTokenizer, WithoutIgnoreMergesAWholeEntryIsBuiltByMergesOnly) {

@@ -245,6 +245,37 @@ TEST(Generate, DrawsArePureFunctionsOfTheSeedAndRespectTheLimits) {
   EXPECT_THROW(generate(model, {3}, o), ValueError);
 }
 
+// suppress_tokens (a tokenizer's holes) are never produced, greedy or
+// sampled, alone or in a batch; the options naming a bad id are refused.
+TEST(Generate, SuppressedTokensAreNeverProduced) {
+  Gpt model(tiny(), 5);
+  SamplingOptions o;
+  o.max_new_tokens = 30;
+  o.temperature = 0;
+  const auto greedy = generate(model, {3}, o);
+  o.suppress_tokens = {greedy[0], greedy[1]};
+  for (int64_t t : generate(model, {3}, o)) {
+    EXPECT_NE(t, greedy[0]);
+    EXPECT_NE(t, greedy[1]);
+  }
+  // Hot sampling over a vocabulary of 8 with 6 ids suppressed: only 0 and 5.
+  o.temperature = 3.0;
+  o.vocab_limit = 8;
+  o.suppress_tokens = {1, 2, 3, 4, 6, 7};
+  std::set<int64_t> seen;
+  for (const auto& out : generate_batch(model, {{3}, {4, 9}}, o)) {
+    for (int64_t t : out) seen.insert(t);
+  }
+  EXPECT_EQ(seen, (std::set<int64_t>{0, 5}));
+  o.suppress_tokens = {0, 1, 2, 3, 4, 5, 6, 7};
+  EXPECT_THROW(generate(model, {3}, o), ValueError);  // nothing left
+  o.suppress_tokens = {40};
+  EXPECT_THROW(generate(model, {3}, o), ValueError);  // not an id
+  o.suppress_tokens = {2};
+  o.stop_token = 2;
+  EXPECT_THROW(generate(model, {3}, o), ValueError);
+}
+
 // Position embedding, query heads over key/value heads, sliding window.
 struct Decoding {
   PositionEmbedding positions;

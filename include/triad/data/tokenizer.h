@@ -28,6 +28,10 @@ class Tokenizer {
   // The texts special_token knows, each an id of its own (what a chat
   // template's rendered text is cut at: tokens_of_rendered_text).
   virtual std::vector<std::string> special_tokens() const { return {}; }
+  // The ids below vocab_size() that are no token (a vocabulary with holes,
+  // such as added tokens numbered past a gap): decode() refuses them, so a
+  // sampler must never produce them (SamplingOptions::suppress_tokens).
+  virtual std::vector<int32_t> missing_ids() const { return {}; }
 };
 
 // One token per byte (vocabulary of 256).
@@ -79,6 +83,7 @@ class BpeTokenizer : public Tokenizer {
   int32_t added_token(const std::string& content) const;
   int32_t special_token(const std::string& text) const override { return added_token(text); }
   std::vector<std::string> special_tokens() const override;
+  std::vector<int32_t> missing_ids() const override;
   const Settings& settings() const { return settings_; }
 
  private:

@@ -36,6 +36,9 @@ struct SamplingOptions {
   // Only ids below this are ever produced (a tokenizer's vocabulary inside a
   // padded model vocabulary); 0: the model's vocab_size.
   int64_t vocab_limit = 0;
+  // Ids never produced (below vocab_size; a tokenizer's holes:
+  // Tokenizer::missing_ids): their logits are -inf before anything else.
+  std::vector<int64_t> suppress_tokens;
   int64_t stop_token = -1;  // stop after producing it; -1: never
   // true: keep each layer's keys and values (KvCache), so a token costs one
   // position's work while the text fits model.seq_len. false: run the model
