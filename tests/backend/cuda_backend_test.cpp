@@ -1945,6 +1945,43 @@ TEST(CudaModel, KvCacheDecodingMatchesTheCpuInF32AndBf16) {
 }
 
 #ifdef TRIAD_CUDA_SIM
+// A decoding step of a left-padded batch (Gpt::decode over a KvCache, every
+// layer's attention reading the cache in place) makes the host wait for the
+// device once, for the logits it samples from: the token ids and the rows'
+// positions and text starts go up without a wait, and no layer reads
+// anything back.
+TEST(CudaModel, ADecodingStepWaitsForTheDeviceOnlyForItsLogits) {
+  nn::GptConfig cfg{
+      .n_layer = 3, .n_head = 4, .d_model = 32, .vocab_size = 97, .seq_len = 32, .dropout = 0.0};
+  cfg.n_kv_head = 2;
+  cfg.position_embedding = nn::PositionEmbedding::Rotary;
+  cfg.sliding_window = 6;
+  nn::Gpt model(cfg, 3);
+  model.to(kGpu);
+  model.to(DType::BF16);
+  autograd::InferenceGuard inference;
+  nn::KvCache cache(cfg, 3, DType::BF16, kGpu);
+  cache.row_start = {0, 4, 2};
+  std::vector<int64_t> prompt(3 * 9);
+  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int64_t>(i * 7 % 97);
+  to_double_vector(model.decode(from_vector(prompt, {3, 9}), cache, true));
+  for (int step = 0; step < 4; ++step) {
+    const int64_t before = triad_sim::counters().host_waits;
+    const int64_t launched = triad_sim::counters().launches;
+    const Tensor logits =
+        model.decode(from_vector(std::vector<int64_t>{5, 6, 7}, {3, 1}), cache, true);
+    const std::vector<double> read = to_double_vector(logits);
+    EXPECT_EQ(triad_sim::counters().host_waits - before, 1) << "step " << step;
+    EXPECT_EQ(read.size(), 3u * 97u);
+    if (step == 0) {
+      std::printf("[ note ] a decoding step of 3 layers: %lld kernel launches\n",
+                  static_cast<long long>(triad_sim::counters().launches - launched));
+    }
+  }
+}
+#endif
+
+#ifdef TRIAD_CUDA_SIM
 // A training step makes the host wait for the device only where it needs a
 // value (the gradient norm for clipping, the loss): every other wait would
 // empty the queue of launches the GPU runs ahead on. The simulator counts
