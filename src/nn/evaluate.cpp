@@ -1,62 +1,37 @@
 #include "triad/nn/evaluate.h"
 
 #include <algorithm>
+#include <map>
 #include <numeric>
 #include <string>
 
 #include "triad/autograd/grad_mode.h"
 #include "triad/nn/documents.h"
+#include "triad/nn/kv_cache.h"
 #include "triad/ops.h"
 
 namespace triad::nn {
 
-std::vector<ContinuationScore> score_continuations(const Gpt& model,
-                                                   const std::vector<ContinuationRequest>& requests,
-                                                   int64_t batch_rows) {
+namespace {
+
+// Requests (those at `which`) each read as one row: `batch_rows` rows at a
+// time, longest first, each batch padded to its longest row.
+void score_rows(const Gpt& model, const std::vector<ContinuationRequest>& requests,
+                const std::vector<size_t>& which, int64_t batch_rows,
+                std::vector<ContinuationScore>& out) {
   const GptConfig& cfg = model.config();
-  if (batch_rows < 1) {
-    throw ValueError("score_continuations: batch_rows (" + std::to_string(batch_rows) +
-                     ") must be >= 1");
-  }
-  for (size_t r = 0; r < requests.size(); ++r) {
-    const auto& q = requests[r];
-    const std::string which = "score_continuations: request " + std::to_string(r);
-    if (q.context.empty()) {
-      throw ValueError(which + " has an empty context (the first token has nothing to follow: " +
-                       "begin it with a BOS or end-of-text token)");
-    }
-    if (q.continuation.empty()) throw ValueError(which + " has an empty continuation");
-    if (static_cast<int64_t>(q.continuation.size()) > cfg.seq_len) {
-      throw ValueError(which + "'s continuation has " + std::to_string(q.continuation.size()) +
-                       " tokens, more than the model's window (seq_len " +
-                       std::to_string(cfg.seq_len) + ") can score at once");
-    }
-    for (const auto* part : {&q.context, &q.continuation}) {
-      for (size_t i = 0; i < part->size(); ++i) {
-        const int64_t id = (*part)[i];
-        if (id < 0 || id >= cfg.vocab_size) {
-          throw ValueError(which + ": " + (part == &q.context ? "context" : "continuation") +
-                           " token " + std::to_string(id) + " at position " + std::to_string(i) +
-                           " is not in [0, vocab_size " + std::to_string(cfg.vocab_size) + ")");
-        }
-      }
-    }
-  }
-  autograd::InferenceGuard inference;
   const Device device = model.head_weight().device();
-  std::vector<ContinuationScore> out(requests.size());
   // Longest first, so that a batch's rows are about as long (little
   // padding); each score goes back to its request's place.
   auto length = [&](size_t r) {
     return std::min(requests[r].context.size() + requests[r].continuation.size() - 1,
                     static_cast<size_t>(cfg.seq_len));
   };
-  std::vector<size_t> order(requests.size());
-  std::iota(order.begin(), order.end(), size_t{0});
+  std::vector<size_t> order = which;
   std::stable_sort(order.begin(), order.end(),
                    [&](size_t a, size_t b) { return length(a) > length(b); });
-  for (size_t first = 0; first < requests.size(); first += static_cast<size_t>(batch_rows)) {
-    const size_t last = std::min(requests.size(), first + static_cast<size_t>(batch_rows));
+  for (size_t first = 0; first < order.size(); first += static_cast<size_t>(batch_rows)) {
+    const size_t last = std::min(order.size(), first + static_cast<size_t>(batch_rows));
     const auto rows = static_cast<int64_t>(last - first);
     // Each row's input: context and continuation less the last token, cut
     // from the left to seq_len.
@@ -94,6 +69,191 @@ std::vector<ContinuationScore> score_continuations(const Gpt& model,
       out[r] = {mean[b] * static_cast<double>(n), n};
     }
   }
+}
+
+// Requests that share a context (a multiple-choice question's choices),
+// groups of `groups`: each batch's contexts run once, left-padded, into a
+// key/value cache, whose rows are then copied for each continuation, and the
+// continuations decode together (right-padded: a causal model's scores do
+// not see what follows). A continuation's first token is scored by its
+// context's last logits, the others by the decoding step's.
+void score_shared_contexts(const Gpt& model, const std::vector<ContinuationRequest>& requests,
+                           const std::vector<std::vector<size_t>>& groups, int64_t batch_rows,
+                           std::vector<ContinuationScore>& out) {
+  const GptConfig& cfg = model.config();
+  const Tensor& w = model.head_weight();
+  auto context_of = [&](const std::vector<size_t>& g) -> const std::vector<int64_t>& {
+    return requests[g.front()].context;
+  };
+  auto longest_continuation = [&](const std::vector<size_t>& g) {
+    size_t n = 0;
+    for (size_t r : g) n = std::max(n, requests[r].continuation.size());
+    return static_cast<int64_t>(n);
+  };
+  for (size_t first = 0; first < groups.size();) {
+    // Groups while their continuations fit batch_rows (one at least) and the
+    // longest context and continuation fit the window together.
+    size_t last = first;
+    int64_t rows = 0, width = 0, longest = 0;
+    while (last < groups.size()) {
+      const auto& g = groups[last];
+      const int64_t r = rows + static_cast<int64_t>(g.size());
+      const int64_t w_ = std::max(width, static_cast<int64_t>(context_of(g).size()));
+      const int64_t n = std::max(longest, longest_continuation(g));
+      if (last > first && (r > batch_rows || w_ + n - 1 > cfg.seq_len)) break;
+      rows = r, width = w_, longest = n;
+      ++last;
+    }
+    const auto G = static_cast<int64_t>(last - first);
+    KvCache cache(cfg, G, w.dtype(), w.device());
+    cache.row_start.assign(static_cast<size_t>(G), 0);
+    std::vector<int64_t> ids(static_cast<size_t>(G * width), 0);  // left-padded with token 0
+    for (int64_t g = 0; g < G; ++g) {
+      const auto& ctx = context_of(groups[first + static_cast<size_t>(g)]);
+      const int64_t pad = width - static_cast<int64_t>(ctx.size());
+      cache.row_start[static_cast<size_t>(g)] = pad;
+      std::copy(ctx.begin(), ctx.end(), ids.begin() + g * width + pad);
+    }
+    // (G, 1, V): what each context predicts first.
+    const Tensor head = model.decode(from_vector(ids, {G, width}), cache, true);
+    // The continuations, longest first, each with its context's cache row.
+    std::vector<int64_t> copies;  // the cache row of each continuation
+    std::vector<size_t> order;    // the request of each
+    for (int64_t g = 0; g < G; ++g) {
+      for (size_t r : groups[first + static_cast<size_t>(g)]) {
+        copies.push_back(g);
+        order.push_back(r);
+      }
+    }
+    auto tokens_of = [&](int64_t k) {
+      return static_cast<int64_t>(requests[order[static_cast<size_t>(k)]].continuation.size());
+    };
+    std::vector<int64_t> by_length(static_cast<size_t>(rows));
+    std::iota(by_length.begin(), by_length.end(), int64_t{0});
+    std::stable_sort(by_length.begin(), by_length.end(),
+                     [&](int64_t a, int64_t b) { return tokens_of(a) > tokens_of(b); });
+    // Each continuation's logits (1, n, V): the first from its context's,
+    // the rest from decoding its tokens after the context.
+    std::vector<Tensor> logits(static_cast<size_t>(rows));
+    for (int64_t k = 0; k < rows; ++k) logits[k] = narrow(head, 0, copies[k], 1);
+    // Runs of about one length decode together (right-padded to the run's
+    // longest): a run ends before the row that would leave more than a
+    // quarter of its positions padding. Each run takes its rows' copies of
+    // the contexts' cache.
+    for (size_t at = 0; at < by_length.size();) {
+      const int64_t width = tokens_of(by_length[at]) - 1;  // the run's longest, less one
+      size_t end = at + 1;
+      int64_t used = width;
+      while (end < by_length.size() && 4 * (used + tokens_of(by_length[end]) - 1) >=
+                                           3 * width * static_cast<int64_t>(end - at + 1)) {
+        used += tokens_of(by_length[end]) - 1;
+        ++end;
+      }
+      if (width > 0) {
+        const auto run = static_cast<int64_t>(end - at);
+        std::vector<int64_t> run_rows, next(static_cast<size_t>(run * width), 0);
+        for (int64_t i = 0; i < run; ++i) {
+          const int64_t k = by_length[at + static_cast<size_t>(i)];
+          run_rows.push_back(copies[k]);
+          const auto& cont = requests[order[k]].continuation;
+          std::copy(cont.begin(), cont.end() - 1, next.begin() + i * width);
+        }
+        KvCache copy = cache;  // keep_rows gives the copy tensors of its own
+        copy.keep_rows(run_rows, 0);
+        const Tensor hidden = model.decode_hidden(from_vector(next, {run, width}), copy);
+        for (int64_t i = 0; i < run; ++i) {
+          const int64_t k = by_length[at + static_cast<size_t>(i)];
+          const int64_t n = tokens_of(k);
+          // The head only where the row's tokens are (not on its padding).
+          if (n > 1) {
+            logits[k] =
+                concat({logits[k], model.head(narrow(narrow(hidden, 0, i, 1), 1, 0, n - 1))}, 1);
+          }
+        }
+      }
+      at = end;
+    }
+    std::vector<Tensor> means;
+    for (int64_t k = 0; k < rows; ++k) {
+      const auto& cont = requests[order[static_cast<size_t>(k)]].continuation;
+      means.push_back(reshape(
+          cast(cross_entropy(logits[k], from_vector(cont, {1, tokens_of(k)})), DType::F64), {1}));
+    }
+    const std::vector<double> mean = to_double_vector(concat(means, 0));  // one read
+    for (int64_t k = 0; k < rows; ++k) {
+      const size_t r = order[static_cast<size_t>(k)];
+      const auto n = static_cast<int64_t>(requests[r].continuation.size());
+      out[r] = {mean[static_cast<size_t>(k)] * static_cast<double>(n), n};
+    }
+    first = last;
+  }
+}
+
+}  // namespace
+
+std::vector<ContinuationScore> score_continuations(const Gpt& model,
+                                                   const std::vector<ContinuationRequest>& requests,
+                                                   int64_t batch_rows) {
+  const GptConfig& cfg = model.config();
+  if (batch_rows < 1) {
+    throw ValueError("score_continuations: batch_rows (" + std::to_string(batch_rows) +
+                     ") must be >= 1");
+  }
+  for (size_t r = 0; r < requests.size(); ++r) {
+    const auto& q = requests[r];
+    const std::string which = "score_continuations: request " + std::to_string(r);
+    if (q.context.empty()) {
+      throw ValueError(which + " has an empty context (the first token has nothing to follow: " +
+                       "begin it with a BOS or end-of-text token)");
+    }
+    if (q.continuation.empty()) throw ValueError(which + " has an empty continuation");
+    if (static_cast<int64_t>(q.continuation.size()) > cfg.seq_len) {
+      throw ValueError(which + "'s continuation has " + std::to_string(q.continuation.size()) +
+                       " tokens, more than the model's window (seq_len " +
+                       std::to_string(cfg.seq_len) + ") can score at once");
+    }
+    for (const auto* part : {&q.context, &q.continuation}) {
+      for (size_t i = 0; i < part->size(); ++i) {
+        const int64_t id = (*part)[i];
+        if (id < 0 || id >= cfg.vocab_size) {
+          throw ValueError(which + ": " + (part == &q.context ? "context" : "continuation") +
+                           " token " + std::to_string(id) + " at position " + std::to_string(i) +
+                           " is not in [0, vocab_size " + std::to_string(cfg.vocab_size) + ")");
+        }
+      }
+    }
+  }
+  autograd::InferenceGuard inference;
+  std::vector<ContinuationScore> out(requests.size());
+  // Requests with the same context, in their first request's order; a
+  // context shared by several runs once when it fits the window with its
+  // longest continuation, every other request is a row of its own.
+  std::map<std::vector<int64_t>, size_t> group_of;
+  std::vector<std::vector<size_t>> groups;
+  for (size_t r = 0; r < requests.size(); ++r) {
+    const auto [at, fresh] = group_of.try_emplace(requests[r].context, groups.size());
+    if (fresh) groups.emplace_back();
+    groups[at->second].push_back(r);
+  }
+  std::vector<std::vector<size_t>> shared;
+  std::vector<size_t> alone;
+  for (auto& g : groups) {
+    size_t longest = 0;
+    for (size_t r : g) longest = std::max(longest, requests[r].continuation.size());
+    if (g.size() > 1 &&
+        requests[g.front()].context.size() + longest - 1 <= static_cast<size_t>(cfg.seq_len)) {
+      shared.push_back(std::move(g));
+    } else {
+      alone.insert(alone.end(), g.begin(), g.end());
+    }
+  }
+  // Contexts of about one length together (little padding).
+  std::stable_sort(shared.begin(), shared.end(), [&](const auto& a, const auto& b) {
+    return requests[a.front()].context.size() > requests[b.front()].context.size();
+  });
+  score_shared_contexts(model, requests, shared, batch_rows, out);
+  std::sort(alone.begin(), alone.end());
+  score_rows(model, requests, alone, batch_rows, out);
   return out;
 }
 

@@ -655,6 +655,12 @@ Tensor Gpt::loss(const Tensor& ids, const Tensor& targets, const ForwardContext&
 
 Tensor Gpt::decode(const Tensor& ids, KvCache& cache, bool last_only) const {
   autograd::InferenceGuard inference;
+  const Tensor x = decode_hidden(ids, cache);
+  return head(last_only ? narrow(x, 1, x.size(1) - 1, 1) : x);
+}
+
+Tensor Gpt::decode_hidden(const Tensor& ids, KvCache& cache) const {
+  autograd::InferenceGuard inference;
   if (ids.dim() != 2 || ids.size(1) == 0) {
     throw ShapeError("Gpt::decode: token ids must be (B, n) with n >= 1, got " +
                      shape_str(ids.shape()));
@@ -708,7 +714,7 @@ Tensor Gpt::decode(const Tensor& ids, KvCache& cache, bool last_only) const {
     x = blocks_[i]->forward_cached(x, cache.k[i], cache.v[i], start, ctx, text_starts);
   }
   cache.length = start + ids.size(1);
-  return head(last_only ? narrow(x, 1, ids.size(1) - 1, 1) : x);
+  return x;
 }
 
 }  // namespace triad::nn

@@ -97,6 +97,42 @@ TEST(ScoreContinuations, AreTheLogSoftmaxOfTheModelsLogitsWhateverTheBatch) {
   EXPECT_GT(std::abs(score_continuations(model, {less})[0].nll - one[5].nll), 1e-4);
 }
 
+// Multiple-choice requests: a context shared by several continuations runs
+// once (left-padded beside other questions' contexts, its key/value cache
+// copied for each continuation, which decode together); every score is
+// still the log-softmax of the model's logits, for learned and rotary
+// positions, grouped heads under a sliding window, batches of any size, single-token continuations,
+// and a question too long for the window (scored row by row, its context cut).
+TEST(ScoreContinuations, ShareAContextAmongItsContinuations) {
+  GptConfig rotary = tiny();
+  rotary.position_embedding = PositionEmbedding::Rotary;
+  rotary.n_kv_head = 1;
+  rotary.sliding_window = 5;
+  for (const GptConfig& cfg : {tiny(), rotary}) {
+    const Gpt model(cfg, 7);
+    std::vector<ContinuationRequest> requests;
+    uint64_t seed = 40;
+    // (context length, continuation lengths): the last question does not
+    // fit the window of 12 with its longest choice.
+    for (const auto& [c, ns] : std::vector<std::pair<int64_t, std::vector<int64_t>>>{
+             {3, {2, 4, 1, 3}}, {6, {1, 1}}, {1, {5, 2, 3}}, {8, {3, 4}}, {9, {2, 6}}}) {
+      const std::vector<int64_t> context = random_tokens(c, seed++, cfg.vocab_size);
+      for (int64_t n : ns) requests.push_back({context, random_tokens(n, seed++, cfg.vocab_size)});
+    }
+    requests.push_back({random_tokens(4, 99, cfg.vocab_size), {5, 6}});  // a context of its own
+    for (int64_t batch : {1, 3, 100}) {
+      const auto scores = score_continuations(model, requests, batch);
+      ASSERT_EQ(scores.size(), requests.size());
+      for (size_t r = 0; r < requests.size(); ++r) {
+        SCOPED_TRACE("batch " + std::to_string(batch) + ", request " + std::to_string(r));
+        const double want = reference_nll(model, requests[r]);
+        EXPECT_NEAR(scores[r].nll, want, 1e-4 * want);
+        EXPECT_EQ(scores[r].tokens, static_cast<int64_t>(requests[r].continuation.size()));
+      }
+    }
+  }
+}
+
 // Each request is one document, whatever resets the model was trained
 // with: an end-of-document token in a context does not hide what is before it.
 TEST(ScoreContinuations, ReadEachRequestAsOneDocument) {
@@ -109,6 +145,16 @@ TEST(ScoreContinuations, ReadEachRequestAsOneDocument) {
   const double b = score_continuations(without, {q})[0].nll;
   EXPECT_NEAR(a, b, 1e-5 * b);
   EXPECT_NEAR(a, reference_nll(without, q), 1e-4 * b);
+  // So is a context shared by choices, and one beside it in a padded batch.
+  const std::vector<ContinuationRequest> choices = {
+      q, {q.context, {4, 12}}, {{3, 4, 5}, {6}}, {{3, 4, 5}, {8, 4, 9}}};
+  const auto shared_with = score_continuations(with, choices);
+  const auto shared_without = score_continuations(without, choices);
+  for (size_t r = 0; r < choices.size(); ++r) {
+    const double want = reference_nll(without, choices[r]);
+    EXPECT_NEAR(shared_with[r].nll, want, 1e-4 * want) << r;
+    EXPECT_NEAR(shared_without[r].nll, want, 1e-4 * want) << r;
+  }
 }
 
 TEST(ScoreContinuations, NameABadRequest) {

@@ -38,10 +38,16 @@ RequestRow request_row(const ContinuationRequest& request, int64_t seq_len);
 // text read as one document whatever the model's document resets (as
 // generate reads it). Context and continuation that do not fit in the
 // model's window lose the context's first tokens: the model reads the last
-// seq_len + 1 of them less the final one. Requests run `batch_rows` at a
-// time, longest first, each batch padded to its longest request (the pad
-// follows a row's tokens, so a causal model's scores do not depend on it or
-// on the batch); the scores come back in the requests' order.
+// seq_len + 1 of them less the final one. Requests that share a context
+// (a question's choices) read it once: the contexts of a batch run
+// left-padded into a key/value cache, copied for each continuation, and the
+// continuations decode after them in runs of about one length (requests
+// whose context and longest continuation do not fit the window together
+// are read as rows of their own). Every other request is one row: they run
+// `batch_rows` at a time, longest first, each batch padded to its longest
+// request. The pad follows a row's tokens, so a causal model's scores do not
+// depend on it or on the batch (up to rounding); the scores come back in
+// the requests' order.
 // Errors name the request: an empty context or continuation, a
 // continuation longer than seq_len, a token outside the vocabulary.
 std::vector<ContinuationScore> score_continuations(const Gpt& model,

@@ -406,6 +406,9 @@ class Gpt : public Module {
   // (B, 1, V), the one a sampler needs. Errors name a batch that differs
   // from the cache's and positions beyond model.seq_len.
   Tensor decode(const Tensor& ids, KvCache& cache, bool last_only = false) const;
+  // decode() without the head: the hidden states (B, n, C) that head()
+  // turns into those logits, for a caller that needs only some positions'.
+  Tensor decode_hidden(const Tensor& ids, KvCache& cache) const;
   // The output head's (V, C) weight: wte's, or lm_head's when untied.
   const Tensor& head_weight() const;
 
