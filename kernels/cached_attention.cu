@@ -164,6 +164,28 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// One thread per element of the new keys and values: (b, t, h, d) of k,
+// then of v.
+template <class T>
+__global__ void write_kv_cache_kernel(const T* qkv, T* keys, T* values, int64_t n, int64_t KV,
+                                      int64_t D, int64_t C, int64_t width, int64_t start,
+                                      int64_t kb, int64_t kh, int64_t vb, int64_t vh,
+                                      int64_t total) {
+  const int64_t half = total / 2;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const bool value = i >= half;
+    const int64_t e = value ? i - half : i;
+    const int64_t d = e % D, h = e / D % KV, t = e / (D * KV) % n, b = e / (D * KV * n);
+    const T x = qkv[(b * n + t) * width + C + (value ? KV * D : 0) + h * D + d];
+    if (value) {
+      values[b * vb + h * vh + (start + t) * D + d] = x;
+    } else {
+      keys[b * kb + h * kh + (start + t) * D + d] = x;
+    }
+  }
+}
+
 }  // namespace
 
 Status check_cached_attention(ScalarType type, const CachedAttentionShape& s) {
@@ -210,6 +232,25 @@ size_t cached_attention_workspace(const CachedAttentionShape& s) {
   const int64_t splits = cached_attention_splits(s);
   if (splits == 1) return 0;
   return static_cast<size_t>(s.B * s.n * s.NH * splits * (s.D + 2)) * sizeof(float);
+}
+
+void write_kv_cache(const void* qkv, void* keys, void* values, ScalarType type,
+                    const CachedAttentionShape& s, int64_t start, cudaStream_t stream) {
+  CachedAttentionShape shape = s;
+  shape.L = s.n;  // (only the new tokens are read)
+  require(check_cached_attention(type, shape), "write_kv_cache");
+  if (start < 0) {
+    throw std::invalid_argument("write_kv_cache: start " + std::to_string(start) + " must be >= 0");
+  }
+  const int64_t total = 2 * s.B * s.n * s.NKV * s.D;
+  dispatch_nn(type, "write_kv_cache", [&](auto t) {
+    using T = decltype(t);
+    write_kv_cache_kernel<T><<<grid_for(total, kThreads), kThreads, 0, stream>>>(
+        static_cast<const T*>(qkv), static_cast<T*>(keys), static_cast<T*>(values), s.n, s.NKV, s.D,
+        s.NH * s.D, (s.NH + 2 * s.NKV) * s.D, start, s.k_batch_stride, s.k_head_stride,
+        s.v_batch_stride, s.v_head_stride, total);
+  });
+  check_launch("write_kv_cache");
 }
 
 void cached_attention_forward(const void* qkv, const void* keys, const void* values, void* out,

@@ -52,6 +52,13 @@ int64_t cached_attention_splits(const CachedAttentionShape& s);
 // Bytes of device scratch cached_attention_forward needs (0 for one chunk).
 size_t cached_attention_workspace(const CachedAttentionShape& s);
 
+// Stores the n new tokens' keys and values (qkv's k and v heads) into
+// slots [start, start + n) of key and value caches laid out as
+// cached_attention_forward reads them (its s.L is unused here), in one
+// launch. Types f32, bf16, f16.
+void write_kv_cache(const void* qkv, void* keys, void* values, ScalarType type,
+                    const CachedAttentionShape& s, int64_t start, cudaStream_t stream);
+
 void cached_attention_forward(const void* qkv, const void* keys, const void* values, void* out,
                               ScalarType type, const CachedAttentionShape& s,
                               const int32_t* text_starts, void* workspace, cudaStream_t stream);

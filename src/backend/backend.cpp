@@ -4,6 +4,7 @@
 #include <array>
 #include <functional>
 #include <mutex>
+#include <utility>
 #include <vector>
 
 #include "cpu/cpu_backend.h"
@@ -215,6 +216,20 @@ void Backend::add_rms_norm_forward(const Tensor& x, const Tensor& residual, cons
                                    double weight_offset) {
   binary(BinaryOp::Add, x, residual, h);
   rms_norm_forward(h, weight, eps, y, rstd, weight_offset);
+}
+
+void Backend::write_kv_cache(const Tensor& qkv, const AttentionHeads& heads, int64_t start,
+                             Tensor& k_cache, Tensor& v_cache) {
+  const int64_t B = qkv.size(0), n = qkv.size(1), W = qkv.size(2);
+  const int64_t D = W / heads.fused(), KV = heads.kv, C = heads.q * D;
+  for (auto [cache, at] : {std::pair<Tensor*, int64_t>{&k_cache, C}, {&v_cache, C + KV * D}}) {
+    // qkv's part as (B, kv, n, D), and the cache's slots [start, start + n).
+    const Tensor from = make_view(qkv, {B, KV, n, D}, {n * W, D, W, 1}, qkv.offset() + at);
+    const Shape& st = cache->strides();
+    Tensor to = make_view(*cache, {B, KV, n, D}, {st[0], st[1], st[2], st[3]},
+                          cache->offset() + start * st[2]);
+    copy(from, to);
+  }
 }
 
 void Backend::rms_norm_backward_into(const Tensor& dy, const Tensor* dh, const Tensor& x,

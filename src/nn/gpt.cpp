@@ -474,17 +474,9 @@ Tensor CausalSelfAttention::forward(const Tensor& x, const ForwardContext& ctx) 
 Tensor CausalSelfAttention::forward_cached(const Tensor& x, Tensor& k_cache, Tensor& v_cache,
                                            int64_t start, const ForwardContext& ctx,
                                            const Tensor& text_starts) const {
-  // C: the query heads' width (d_model unless model.head_dim sets D apart).
-  const int64_t B = x.size(0), n = x.size(1), H = heads_.q, D = head_dim_, C = H * D;
-  const int64_t KV = heads_.kv;
+  const int64_t n = x.size(1);
   const Tensor qkv = project(x, ctx.positions, start, {});
-  // The piece of qkv at column `at`, `h` heads wide, viewed as (B, h, n, D).
-  auto heads = [&](int64_t at, int64_t h) {
-    return permute(reshape(narrow(qkv, 2, at, h * D), {B, n, h, D}), {0, 2, 1, 3});
-  };
-  Tensor k_step = narrow(k_cache, 2, start, n), v_step = narrow(v_cache, 2, start, n);
-  copy_(k_step, heads(C, KV));  // one strided copy each, straight into the cache
-  copy_(v_step, heads(C + KV * D, KV));
+  write_kv_cache(qkv, heads_, start, k_cache, v_cache);  // one launch on a GPU
   if (start == 0) {
     // The prompt (from an empty cache) attends over itself alone: the fused
     // attention, as forward() runs it (no (n, n) scores in memory), with

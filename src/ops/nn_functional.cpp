@@ -287,37 +287,69 @@ Tensor causal_attention(const Tensor& qkv, AttentionHeads heads, const Tensor& d
   return out;
 }
 
-Tensor cached_attention(const Tensor& qkv, const Tensor& k_cache, const Tensor& v_cache,
-                        int64_t length, AttentionHeads heads, int64_t window,
-                        const Tensor& text_starts) {
-  const char* op = "cached_attention";
+namespace {
+// The checks write_kv_cache and cached_attention share: qkv (B, n, fused D)
+// and caches (B, kv, capacity, D) alike in dtype and device, no graph.
+// Returns D.
+int64_t check_cache_args(const char* op, const Tensor& qkv, const Tensor& k_cache,
+                         const Tensor& v_cache, const AttentionHeads& heads) {
   const int64_t D = checked_head_dim(qkv, heads, op);
-  const int64_t B = qkv.size(0), n = qkv.size(1);
   detail::check_same(qkv, k_cache, op);
   detail::check_same(qkv, v_cache, op);
   detail::check_dim(k_cache, 4, op, "k_cache");
-  const Shape cache{B, heads.kv, k_cache.size(2), D};
+  const Shape cache{qkv.size(0), heads.kv, k_cache.size(2), D};
   if (k_cache.shape() != cache || v_cache.shape() != cache) {
     throw ShapeError(std::string(op) + ": k_cache " + shape_str(k_cache.shape()) + " and v_cache " +
                      shape_str(v_cache.shape()) + " must both be " + shape_str(cache) +
                      " (batch, key/value heads, capacity, head dim) for qkv " +
                      shape_str(qkv.shape()));
   }
-  if (n < 1 || length < n || length > cache[2]) {
+  if (autograd::grad_enabled() &&
+      (qkv.requires_grad() || k_cache.requires_grad() || v_cache.requires_grad())) {
+    throw NotSupportedError(std::string(op) +
+                            ": forward only (decoding) and has no backward; call it under "
+                            "autograd::NoGradGuard or InferenceGuard");
+  }
+  return D;
+}
+}  // namespace
+
+void write_kv_cache(const Tensor& qkv, AttentionHeads heads, int64_t start, Tensor& k_cache,
+                    Tensor& v_cache) {
+  const char* op = "write_kv_cache";
+  const int64_t D = check_cache_args(op, qkv, k_cache, v_cache, heads);
+  const int64_t n = qkv.size(1), capacity = k_cache.size(2);
+  if (start < 0 || start + n > capacity) {
+    throw ValueError(std::string(op) + ": slots [" + std::to_string(start) + ", " +
+                     std::to_string(start + n) + ") for " + std::to_string(n) +
+                     " new tokens are not in the cache's [0, " + std::to_string(capacity) + ")");
+  }
+  for (const Tensor* c : {&k_cache, &v_cache}) {
+    if (c->strides()[3] != 1 || c->strides()[2] != D) {
+      throw ShapeError(std::string(op) +
+                       ": a cache's slots must each hold their D elements together, D apart "
+                       "(got strides " +
+                       shape_str(c->strides()) + ")");
+    }
+  }
+  backend_for(qkv).write_kv_cache(contiguous(qkv).detach(), heads, start, k_cache, v_cache);
+}
+
+Tensor cached_attention(const Tensor& qkv, const Tensor& k_cache, const Tensor& v_cache,
+                        int64_t length, AttentionHeads heads, int64_t window,
+                        const Tensor& text_starts) {
+  const char* op = "cached_attention";
+  const int64_t D = check_cache_args(op, qkv, k_cache, v_cache, heads);
+  const int64_t B = qkv.size(0), n = qkv.size(1), capacity = k_cache.size(2);
+  if (n < 1 || length < n || length > capacity) {
     throw ValueError(std::string(op) + ": length " + std::to_string(length) + " for " +
-                     std::to_string(n) + " new tokens in a cache of " + std::to_string(cache[2]) +
+                     std::to_string(n) + " new tokens in a cache of " + std::to_string(capacity) +
                      " slots (expected " + std::to_string(std::max<int64_t>(n, 1)) +
                      " <= length <= capacity)");
   }
   if (window < 0) {
     throw ValueError(std::string(op) + ": window " + std::to_string(window) +
                      " must be >= 0 (0: none)");
-  }
-  if (autograd::grad_enabled() &&
-      (qkv.requires_grad() || k_cache.requires_grad() || v_cache.requires_grad())) {
-    throw NotSupportedError(std::string(op) +
-                            ": forward only (decoding) and has no backward; call it under "
-                            "autograd::NoGradGuard or InferenceGuard");
   }
   Tensor starts;
   if (text_starts.defined()) {

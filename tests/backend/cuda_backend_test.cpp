@@ -467,6 +467,23 @@ TEST(CudaKernels, CachedAttentionMatchesTheCpu) {
   }
 }
 
+// The new tokens' keys and values go into their slots in one launch, the
+// other slots untouched, as on the CPU (bit for bit: a copy).
+TEST(CudaKernels, WriteKvCacheMatchesTheCpu) {
+  autograd::NoGradGuard no_grad;
+  for (DType dtype : {DType::F32, DType::BF16, DType::F16}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    const Tensor qkv = randn({3, 2, (4 + 2 * 2) * 24}, 5, 1, 1.0, dtype);
+    Tensor kc = randn({3, 2, 10, 24}, 6, 1, 1.0, dtype),
+           vc = randn({3, 2, 10, 24}, 7, 1, 1.0, dtype);
+    Tensor gk = to_device(kc, kGpu), gv = to_device(vc, kGpu);
+    write_kv_cache(qkv, AttentionHeads{4, 2}, 5, kc, vc);
+    write_kv_cache(to_device(qkv, kGpu), AttentionHeads{4, 2}, 5, gk, gv);
+    EXPECT_EQ(to_double_vector(gk), to_double_vector(kc));
+    EXPECT_EQ(to_double_vector(gv), to_double_vector(vc));
+  }
+}
+
 // Scores that rise along the keys: every query shares a direction u with the
 // keys, scaled by t / 48, so a query's scores climb by about 10 per 64-key
 // tile. The tensor-core forward keeps each row's softmax relative to a

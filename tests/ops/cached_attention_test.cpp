@@ -125,6 +125,47 @@ TEST(CachedAttention, ReadsOnlyTheSlotsItMaySee) {
   EXPECT_NE(run(), before);
 }
 
+// write_kv_cache puts each new token's key and value heads in its slots and
+// touches no other slot.
+TEST(CachedAttention, WriteKvCacheFillsTheNewSlotsAlone) {
+  autograd::NoGradGuard no_grad;
+  const int64_t B = 2, n = 3, NH = 4, KV = 2, D = 5, cap = 9, start = 4;
+  for (DType dtype : {DType::F32, DType::BF16}) {
+    const Tensor qkv = randn({B, n, (NH + 2 * KV) * D}, 7, 1, 1.0, dtype);
+    Tensor kc = randn({B, KV, cap, D}, 8, 1, 1.0, dtype),
+           vc = randn({B, KV, cap, D}, 9, 1, 1.0, dtype);
+    const std::vector<double> k0 = to_double_vector(kc), v0 = to_double_vector(vc);
+    write_kv_cache(qkv, AttentionHeads{NH, KV}, start, kc, vc);
+    const std::vector<double> q = to_double_vector(qkv), k = to_double_vector(kc),
+                              v = to_double_vector(vc);
+    const int64_t W = (NH + 2 * KV) * D;
+    for (int64_t b = 0; b < B; ++b) {
+      for (int64_t h = 0; h < KV; ++h) {
+        for (int64_t slot = 0; slot < cap; ++slot) {
+          for (int64_t d = 0; d < D; ++d) {
+            const auto at = static_cast<size_t>(((b * KV + h) * cap + slot) * D + d);
+            const int64_t t = slot - start;
+            if (t >= 0 && t < n) {
+              const auto from = static_cast<size_t>((b * n + t) * W + NH * D + h * D + d);
+              EXPECT_EQ(k[at], q[from]);
+              EXPECT_EQ(v[at], q[from + static_cast<size_t>(KV * D)]);
+            } else {
+              EXPECT_EQ(k[at], k0[at]);
+              EXPECT_EQ(v[at], v0[at]);
+            }
+          }
+        }
+      }
+    }
+  }
+  Tensor kc = zeros({2, 2, 9, 5}), vc = zeros({2, 2, 9, 5});
+  const Tensor qkv = randn({2, 3, 8 * 5}, 1, 1, 1.0);
+  EXPECT_THROW(write_kv_cache(qkv, AttentionHeads{4, 2}, 7, kc, vc), ValueError);  // past the end
+  EXPECT_THROW(write_kv_cache(qkv, AttentionHeads{4, 2}, -1, kc, vc), ValueError);
+  Tensor wrong = zeros({2, 1, 9, 5});
+  EXPECT_THROW(write_kv_cache(qkv, AttentionHeads{4, 2}, 0, wrong, vc), ShapeError);
+}
+
 TEST(CachedAttention, RefusesWhatItCannotDo) {
   const Tensor qkv = randn({2, 1, 3 * 8}, 1, 1, 1.0);
   const Tensor kc = randn({2, 1, 10, 8}, 2, 1, 1.0), vc = randn({2, 1, 10, 8}, 3, 1, 1.0);

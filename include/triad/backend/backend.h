@@ -206,6 +206,14 @@ class Backend {
                                   const Tensor& dout, const AttentionHeads& heads, Tensor& dqkv,
                                   const Tensor& doc_starts) = 0;
 
+  // Stores the n new tokens' keys and values into a key/value cache: qkv
+  // (B, n, (q + 2 kv) D) contiguous; its k heads go to k_cache and its v
+  // heads to v_cache (B, kv, capacity, D), each slot's D elements
+  // contiguous, at slots [start, start + n). The default copies each part
+  // as a strided view; the CUDA backend writes both in one launch.
+  virtual void write_kv_cache(const Tensor& qkv, const AttentionHeads& heads, int64_t start,
+                              Tensor& k_cache, Tensor& v_cache);
+
   // Attention of the n newest tokens over a key/value cache (decoding;
   // forward only). qkv (B, n, (q + 2 kv) D) contiguous: the new tokens'
   // projection, of which only the q heads are read. keys and values

@@ -60,6 +60,13 @@ Tensor soft_cap(const Tensor& x, double cap);
 // means every earlier key.
 Tensor causal_attention(const Tensor& qkv, AttentionHeads heads, const Tensor& doc_starts = {});
 
+// Stores the n new tokens' keys and values, the k and v heads of qkv
+// (B, n, (q + 2 kv) D), into slots [start, start + n) of k_cache and
+// v_cache (B, kv, capacity, D; each slot's D elements contiguous), as
+// decoding does before cached_attention reads them. Forward only, like it.
+void write_kv_cache(const Tensor& qkv, AttentionHeads heads, int64_t start, Tensor& k_cache,
+                    Tensor& v_cache);
+
 // Attention of the n newest tokens over a key/value cache: decoding's
 // attention, forward only (it raises NotSupportedError where a gradient
 // would be recorded). qkv (B, n, (q + 2 kv) D) is the new tokens'

@@ -1275,6 +1275,27 @@ void CudaBackend::vocab_ce_backward(const Tensor& logits, const Tensor& targets,
   });
 }
 
+void CudaBackend::write_kv_cache(const Tensor& qkv, const AttentionHeads& heads, int64_t start,
+                                 Tensor& k_cache, Tensor& v_cache) {
+  require_nn("write_kv_cache", qkv.dtype());
+  DeviceState& s = state(k_cache.device().index);
+  DeviceGuard g(s.index);
+  k::CachedAttentionShape shape;
+  shape.B = qkv.size(0);
+  shape.n = qkv.size(1);
+  shape.NH = heads.q;
+  shape.NKV = heads.kv;
+  shape.D = k_cache.size(3);
+  shape.k_batch_stride = k_cache.strides()[0];
+  shape.k_head_stride = k_cache.strides()[1];
+  shape.v_batch_stride = v_cache.strides()[0];
+  shape.v_head_stride = v_cache.strides()[1];
+  launch(s.index, s.stream, "write_kv_cache", [&] {
+    k::write_kv_cache(qkv.raw_data(), k_cache.raw_data(), v_cache.raw_data(), scalar(qkv.dtype()),
+                      shape, start, s.stream);
+  });
+}
+
 void CudaBackend::cached_attention_forward(const Tensor& qkv, const Tensor& keys,
                                            const Tensor& values, const AttentionHeads& heads,
                                            int64_t window, const Tensor& text_starts, Tensor& out) {
