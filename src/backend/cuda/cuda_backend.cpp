@@ -1275,21 +1275,32 @@ void CudaBackend::vocab_ce_backward(const Tensor& logits, const Tensor& targets,
   });
 }
 
-void CudaBackend::write_kv_cache(const Tensor& qkv, const AttentionHeads& heads, int64_t start,
-                                 Tensor& k_cache, Tensor& v_cache) {
-  require_nn("write_kv_cache", qkv.dtype());
-  DeviceState& s = state(k_cache.device().index);
-  DeviceGuard g(s.index);
+namespace {
+// The kernels' view of new tokens' qkv and a key/value cache's slots
+// (keys, values: (B, kv, slots, D)).
+k::CachedAttentionShape cache_shape(const Tensor& qkv, const AttentionHeads& heads,
+                                    const Tensor& keys, const Tensor& values) {
   k::CachedAttentionShape shape;
   shape.B = qkv.size(0);
   shape.n = qkv.size(1);
   shape.NH = heads.q;
   shape.NKV = heads.kv;
-  shape.D = k_cache.size(3);
-  shape.k_batch_stride = k_cache.strides()[0];
-  shape.k_head_stride = k_cache.strides()[1];
-  shape.v_batch_stride = v_cache.strides()[0];
-  shape.v_head_stride = v_cache.strides()[1];
+  shape.D = keys.size(3);
+  shape.L = keys.size(2);
+  shape.k_batch_stride = keys.strides()[0];
+  shape.k_head_stride = keys.strides()[1];
+  shape.v_batch_stride = values.strides()[0];
+  shape.v_head_stride = values.strides()[1];
+  return shape;
+}
+}  // namespace
+
+void CudaBackend::write_kv_cache(const Tensor& qkv, const AttentionHeads& heads, int64_t start,
+                                 Tensor& k_cache, Tensor& v_cache) {
+  require_nn("write_kv_cache", qkv.dtype());
+  DeviceState& s = state(k_cache.device().index);
+  DeviceGuard g(s.index);
+  const k::CachedAttentionShape shape = cache_shape(qkv, heads, k_cache, v_cache);
   launch(s.index, s.stream, "write_kv_cache", [&] {
     k::write_kv_cache(qkv.raw_data(), k_cache.raw_data(), v_cache.raw_data(), scalar(qkv.dtype()),
                       shape, start, s.stream);
@@ -1311,17 +1322,7 @@ void CudaBackend::cached_attention_forward(const Tensor& qkv, const Tensor& keys
         std::string(dtype_name(text_starts.dtype())) + " " + shape_str(text_starts.shape()) +
         " on " + text_starts.device().str());
   }
-  k::CachedAttentionShape shape;
-  shape.B = qkv.size(0);
-  shape.n = qkv.size(1);
-  shape.NH = heads.q;
-  shape.NKV = heads.kv;
-  shape.D = keys.size(3);
-  shape.L = keys.size(2);
-  shape.k_batch_stride = keys.strides()[0];
-  shape.k_head_stride = keys.strides()[1];
-  shape.v_batch_stride = values.strides()[0];
-  shape.v_head_stride = values.strides()[1];
+  k::CachedAttentionShape shape = cache_shape(qkv, heads, keys, values);
   shape.window = window;
   shape.softcap = heads.softcap;
   launch(s.index, s.stream, "cached_attention_forward", [&] {
