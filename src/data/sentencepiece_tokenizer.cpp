@@ -11,12 +11,13 @@
 
 #include "protobuf_wire.h"
 #include "triad/core/error.h"
+#include "utf8.h"
 
 namespace triad::data {
 namespace {
 
-constexpr std::string_view kSpace = "\xE2\x96\x81";        // U+2581, an escaped space
-constexpr std::string_view kReplacement = "\xEF\xBF\xBD";  // U+FFFD
+constexpr std::string_view kSpace = "\xE2\x96\x81";  // U+2581, an escaped space
+constexpr std::string_view kReplacement = kReplacementCharacter;
 constexpr float kUnknownPenalty = 10.0f;  // an unknown piece scores this below the lowest
 
 // Bytes in the UTF-8 character starting with lead byte c, by that byte

@@ -3,10 +3,12 @@
 #include <algorithm>
 #include <string_view>
 
+#include "utf8.h"
+
 namespace triad::data {
 namespace {
 
-constexpr std::string_view kReplacement = "\xEF\xBF\xBD";  // U+FFFD
+constexpr std::string_view kReplacement = kReplacementCharacter;
 
 // Bytes at the end of text[0, end) that begin a UTF-8 character the text
 // has not finished (0 when the last character is whole or malformed).

@@ -6,8 +6,12 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 namespace triad::data {
+
+// U+FFFD, what a malformed byte decodes to where text must stay valid.
+constexpr std::string_view kReplacementCharacter = "\xEF\xBF\xBD";
 
 // Decodes one UTF-8 code point at s[i]; malformed bytes decode as themselves.
 inline uint32_t next_code_point(const std::string& s, size_t i, size_t& len) {

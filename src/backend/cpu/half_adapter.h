@@ -51,10 +51,6 @@ class HalfAdapter final : public Backend {
   void attention_backward(const Tensor& qkv, const Tensor& out, const Tensor& lse,
                           const Tensor& dout, const AttentionHeads& heads, Tensor& dqkv,
                           const Tensor& doc_starts) override;
-  void write_kv_cache(const Tensor& qkv, const AttentionHeads& heads, int64_t start,
-                      Tensor& k_cache, Tensor& v_cache) override {
-    inner_.write_kv_cache(qkv, heads, start, k_cache, v_cache);
-  }
   void cached_attention_forward(const Tensor& qkv, const Tensor& keys, const Tensor& values,
                                 const AttentionHeads& heads, int64_t window,
                                 const Tensor& text_starts, Tensor& out) override;
