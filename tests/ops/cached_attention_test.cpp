@@ -82,6 +82,12 @@ TEST(CachedAttention, GivesEachQueryTheSoftmaxOverTheSlotsItMaySee) {
       {2, 3, 2, 1, 12, 30, 30, 5, {}, 0.0},         // window, multi-query
       {2, 1, 6, 3, 8, 16, 11, 4, {2, 0}, 2.0},      // window over padding, soft-capped
       {1, 1, 2, 2, 20, 8, 1, 0, {}, 0.5},           // the first slot alone
+      // Eight or more new tokens take the GEMM path, a block of 64 queries
+      // at a time: two blocks, a window, padding, a cache just filled.
+      {2, 70, 4, 2, 16, 96, 90, 0, {0, 25}, 0.0},
+      {2, 12, 6, 2, 8, 40, 37, 9, {4, 30}, 1.5},  // row 1: the first queries in padding
+      {3, 9, 2, 2, 12, 9, 9, 0, {0, 3, 8}, 0.0},
+      {1, 65, 2, 1, 8, 80, 80, 30, {}, 0.0},
   };
   autograd::NoGradGuard no_grad;
   for (DType dtype : {DType::F32, DType::BF16}) {

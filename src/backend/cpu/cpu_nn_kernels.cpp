@@ -451,9 +451,15 @@ void CpuBackend::attention_forward(const Tensor& qkv, const AttentionHeads& head
   });
 }
 
-// One query at a time (decoding has one or a few per row): its scores over
-// the keys it sees, their softmax, then the weighted sum of the values, all
-// read from the cache where it lies.
+// Decoding's attention over the cache where it lies. A step of one or a few
+// new tokens per row goes a query at a time: its scores over the keys it
+// sees, their softmax, the weighted sum of the values. Many new tokens (a
+// session's next turn, a run of continuations being scored) go a block of
+// kAttnBlock queries at a time through two GEMMs, as attention_forward does:
+// S = scale Q K^T over the keys the block's queries see together, each row's
+// masked softmax, then O = P V.
+constexpr int64_t kCachedGemmQueries = 8;
+
 void CpuBackend::cached_attention_forward(const Tensor& qkv, const Tensor& keys,
                                           const Tensor& values, const AttentionHeads& heads,
                                           int64_t window, const Tensor& text_starts, Tensor& out) {
@@ -470,32 +476,74 @@ void CpuBackend::cached_attention_forward(const Tensor& qkv, const Tensor& keys,
     const T* pv = values.data<T>();
     const int32_t* text = text_starts.defined() ? text_starts.data<int32_t>() : nullptr;
     T* po = out.data<T>();
+    // The first slot that the query at slot p of row b sees (it sees up to p).
+    const auto first_slot = [&](int64_t b, int64_t p) {
+      int64_t first = window > 0 ? std::max<int64_t>(0, p - window + 1) : 0;
+      if (text != nullptr && p >= text[b]) first = std::max<int64_t>(first, text[b]);
+      return first;
+    };
+    // Softmax of s[first..p] in place (soft-capped first); returns 1 / sum.
+    const auto softmax = [&](T* s, int64_t first, int64_t p) {
+      if (cap > 0) {
+        for (int64_t j = first; j <= p; ++j) s[j] = cap * std::tanh(s[j] / cap);
+      }
+      T mx = -std::numeric_limits<T>::infinity();
+      for (int64_t j = first; j <= p; ++j) mx = std::max(mx, s[j]);
+      double sum = 0;
+      for (int64_t j = first; j <= p; ++j) {
+        s[j] = exp_fast(s[j] - mx);
+        sum += s[j];
+      }
+      return static_cast<T>(1.0 / sum);
+    };
+    if (n >= kCachedGemmQueries) {
+      const int64_t blocks = (n + kAttnBlock - 1) / kAttnBlock;
+#pragma omp parallel
+      {
+        std::vector<T> S(static_cast<size_t>(kAttnBlock * L));
+#pragma omp for schedule(dynamic)
+        for (int64_t task = 0; task < B * H * blocks; ++task) {
+          const int64_t b = task / (H * blocks), h = task / blocks % H;
+          const int64_t i0 = task % blocks * kAttnBlock, rows = std::min(kAttnBlock, n - i0);
+          const int64_t p0 = L - n + i0, p1 = p0 + rows - 1;  // the block's query slots
+          int64_t lo = p1;  // the first slot any of its queries sees
+          for (int64_t p = p0; p <= p1; ++p) lo = std::min(lo, first_slot(b, p));
+          const int64_t w = p1 - lo + 1;
+          const T* k = pk + b * kb + h / G * kh + lo * D;
+          const T* v = pv + b * vb + h / G * vh + lo * D;
+          gemm_rm<T>(false, true, rows, w, D, scale, pq + (b * n + i0) * W + h * D, W, k, D, T(0),
+                     S.data(), w);
+          for (int64_t i = 0; i < rows; ++i) {
+            const int64_t p = p0 + i, first = first_slot(b, p) - lo, last = p - lo;
+            T* row = S.data() + i * w;
+            const T inv = softmax(row, first, last);
+            for (int64_t j = first; j <= last; ++j) row[j] *= inv;
+            std::fill(row, row + first, T(0));
+            std::fill(row + last + 1, row + w, T(0));
+          }
+          gemm_rm<T>(false, false, rows, D, w, T(1), S.data(), w, v, D, T(0),
+                     po + (b * n + i0) * H * D + h * D, H * D);
+        }
+      }
+      return;
+    }
 #pragma omp parallel if (B * n * H * L * D > 32768)
     {
       std::vector<T> s(static_cast<size_t>(L));
 #pragma omp for schedule(static)
       for (int64_t r = 0; r < B * n * H; ++r) {
         const int64_t h = r % H, row = r / H, b = row / n, p = L - n + row % n;
-        int64_t first = window > 0 ? std::max<int64_t>(0, p - window + 1) : 0;
-        if (text != nullptr && p >= text[b]) first = std::max<int64_t>(first, text[b]);
+        const int64_t first = first_slot(b, p);
         const T* q = pq + row * W + h * D;
         const T* k = pk + b * kb + h / G * kh;
         const T* v = pv + b * vb + h / G * vh;
-        T mx = -std::numeric_limits<T>::infinity();
         for (int64_t j = first; j <= p; ++j) {
           T dot = 0;
 #pragma omp simd reduction(+ : dot)
           for (int64_t d = 0; d < D; ++d) dot += q[d] * k[j * D + d];
-          dot *= scale;
-          if (cap > 0) dot = cap * std::tanh(dot / cap);
-          s[static_cast<size_t>(j)] = dot;
-          mx = std::max(mx, dot);
+          s[static_cast<size_t>(j)] = dot * scale;
         }
-        double sum = 0;
-        for (int64_t j = first; j <= p; ++j) {
-          s[static_cast<size_t>(j)] = exp_fast(s[static_cast<size_t>(j)] - mx);
-          sum += s[static_cast<size_t>(j)];
-        }
+        const T inv = softmax(s.data(), first, p);
         T* o = po + row * H * D + h * D;
         std::fill(o, o + D, T(0));
         for (int64_t j = first; j <= p; ++j) {
@@ -503,7 +551,6 @@ void CpuBackend::cached_attention_forward(const Tensor& qkv, const Tensor& keys,
 #pragma omp simd
           for (int64_t d = 0; d < D; ++d) o[d] += w * v[j * D + d];
         }
-        const T inv = static_cast<T>(1.0 / sum);
         for (int64_t d = 0; d < D; ++d) o[d] *= inv;
       }
     }
