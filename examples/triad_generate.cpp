@@ -30,6 +30,7 @@
 #include "triad/data/chat_template.h"
 #include "triad/data/text_stream.h"
 #include "triad/data/tokenizer.h"
+#include "triad/io/hf_config.h"
 #include "triad/nn/generate.h"
 #include "triad/train/config.h"
 
@@ -99,10 +100,12 @@ int main(int argc, char** argv) {
   app.add_option("--seed", o.seed, "sampling seed")
       ->check(triad::examples::unsigned_integer())
       ->capture_default_str();
-  int64_t stop_token = -2;  // -2: the config's data.eod_token
-  app.add_option("--stop-token", stop_token,
-                 "stop when the model produces this token, and do not print it (default: the "
-                 "config's data.eod_token, the end of a document; -1: never)");
+  std::vector<int64_t> stop_tokens;  // none given: the defaults below
+  app.add_option("--stop-token", stop_tokens,
+                 "stop when the model produces this token, and do not print it (repeatable; "
+                 "default: the config's data.eod_token, the end of a document, with a chat "
+                 "template its end of turn, and the eos_token_id of a generation_config.json "
+                 "beside --tokenizer; -1: never)");
   app.add_option("--device", device, "cpu, cuda or cuda:N (default: the config's)");
   triad::examples::TokenizerOptions tokens;
   tokens.add_options(app,
@@ -153,10 +156,11 @@ int main(int argc, char** argv) {
       // instruction-tuned model's answer ends with.
       const std::string eos = model_chat->variable("eos_token");
       default_stop = eos.empty() ? -1 : tok->special_token(eos);
-      if (default_stop < 0) {
+      if (default_stop < 0 && !eos.empty()) {
         spdlog::warn(
             "--chat-template model: the model's eos_token '{}' is not a special token of "
-            "the tokenizer; give --stop-token",
+            "the tokenizer (a generation_config.json beside it, or --stop-token, can name the "
+            "end)",
             eos);
       }
     }
@@ -171,20 +175,65 @@ int main(int argc, char** argv) {
             "beginning (or none)");
       }
     }
-    o.stop_token = stop_token == -2 ? default_stop : stop_token;
     for (const auto& s : stops) {
       if (s.empty()) throw triad::ValueError("--stop: a stop string must not be empty");
     }
-    if (o.stop_token < -1 || o.stop_token >= tok->vocab_size()) {
-      throw triad::ValueError("--stop-token " + std::to_string(o.stop_token) +
-                              " is outside the tokenizer's vocabulary [0, " +
-                              std::to_string(tok->vocab_size()) + ") (-1: never stop early)");
+    const auto in_vocabulary = [&](int64_t id, const std::string& what) {
+      if (id < 0 || id >= tok->vocab_size()) {
+        throw triad::ValueError(what + " " + std::to_string(id) +
+                                " is outside the tokenizer's vocabulary [0, " +
+                                std::to_string(tok->vocab_size()) + ")" +
+                                (what == "--stop-token" ? " (-1 alone: never stop early)" : ""));
+      }
+    };
+    if (!stop_tokens.empty()) {
+      // Given: exactly these, or -1 alone for none.
+      if (stop_tokens != std::vector<int64_t>{-1}) {
+        for (const int64_t id : stop_tokens) {
+          in_vocabulary(id, "--stop-token");
+          if (!o.is_stop(id)) o.stop_tokens.push_back(id);
+        }
+      }
+    } else {
+      // The end of a document or of a turn, and what the model's
+      // generation_config.json ends a text at (transformers' generate()
+      // stops at each: LLaMA 3's <|eot_id|> and <|end_of_text|>, Gemma's
+      // <end_of_turn> and <eos>).
+      if (default_stop >= 0) {
+        in_vocabulary(default_stop,
+                      model_chat || chat ? "the end-of-turn token" : "data.eod_token");
+        o.stop_tokens.push_back(default_stop);
+      }
+      if (!tokens.tokenizer_path().empty()) {
+        const std::vector<int64_t> ids = triad::io::load_hf_stop_tokens(tokens.tokenizer_path());
+        for (const int64_t id : ids) {
+          in_vocabulary(id, "generation_config.json's eos_token_id");
+          if (!o.is_stop(id)) o.stop_tokens.push_back(id);
+        }
+        if (!ids.empty()) {
+          // Each by its text where it is a special token.
+          std::string names;
+          for (const int64_t id : o.stop_tokens) {
+            std::string name = std::to_string(id);
+            for (const std::string& text : tok->special_tokens()) {
+              if (tok->special_token(text) == id) name = text + " (" + name + ")";
+            }
+            names += (names.empty() ? "" : ", ") + name;
+          }
+          spdlog::info("stop tokens: {} (with generation_config.json's eos_token_id)", names);
+        }
+      }
+      if (model_chat && o.stop_tokens.empty()) {
+        spdlog::warn(
+            "--chat-template model: neither tokenizer_config.json's eos_token nor a "
+            "generation_config.json names the model's end token; give --stop-token");
+      }
     }
     // A chat's reply is the assistant's turn alone (the prompt is the
     // template's text); a plain continuation is what it adds to the prompt.
     // With --stop, the text before the first stop string.
     auto full_reply_text = [&](const std::vector<int32_t>& ids, const std::vector<int32_t>& out) {
-      return chat ? tok->decode(out) : triad::data::continuation_text(*tok, ids, out);
+      return chat || model_chat ? tok->decode(out) : triad::data::continuation_text(*tok, ids, out);
     };
     auto reply_text = [&](const std::vector<int32_t>& ids, const std::vector<int32_t>& out) {
       std::string text = full_reply_text(ids, out);
@@ -298,7 +347,7 @@ int main(int argc, char** argv) {
           if (live) {
             // The reply's text so far (without the stop token) less what is not final yet.
             std::vector<int32_t> out(so_far.begin(), so_far.end());
-            if (!out.empty() && out.back() == o.stop_token) out.pop_back();
+            if (!out.empty() && o.is_stop(out.back())) out.pop_back();
             const std::string piece = live->update(full_reply_text(ids.front(), out));
             if (!piece.empty()) {
               std::fwrite(piece.data(), 1, piece.size(), stdout);
@@ -340,7 +389,7 @@ int main(int argc, char** argv) {
       }
       std::vector<std::vector<int32_t>> replies;
       for (auto out : outs) {
-        if (!out.empty() && out.back() == o.stop_token) out.pop_back();  // the end, not text
+        if (!out.empty() && o.is_stop(out.back())) out.pop_back();  // the end, not text
         replies.emplace_back(out.begin(), out.end());
       }
       return replies;
@@ -401,7 +450,7 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (many->count() == 0) {
-      reply_to(encode(prompt, system), chat ? "" : prompt, nullptr);
+      reply_to(encode(prompt, system), chat || model_chat ? "" : prompt, nullptr);
       return 0;
     }
     // --batch prompts at a time, shortest first, so that each batch holds

@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 
@@ -331,6 +332,33 @@ nn::GptConfig load_hf_config(const std::string& path) {
   const std::string file =
       fs::is_directory(path) ? (fs::path(path) / "config.json").string() : path;
   return gpt_config_from_hf(read_text_file(file, "Hugging Face config"), file);
+}
+
+std::vector<int64_t> load_hf_stop_tokens(const std::string& path) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::is_directory(path) ? fs::path(path) : fs::path(path).parent_path();
+  const std::string file = (dir / "generation_config.json").string();
+  if (!fs::exists(file)) return {};
+  Json j;
+  try {
+    j = Json::parse(read_text_file(file, "generation config"));
+  } catch (const Json::exception& e) {
+    throw ConfigError("'" + file + "' is not JSON: " + e.what());
+  }
+  if (!j.is_object()) throw ConfigError("'" + file + "' is not a JSON object");
+  const auto it = j.find("eos_token_id");
+  if (it == j.end() || it->is_null()) return {};
+  const auto bad = [&] {
+    return ConfigError("'" + file + "': eos_token_id (" + it->dump() +
+                       ") must be a token id or a list of them");
+  };
+  std::vector<int64_t> ids;
+  for (const Json& id : it->is_array() ? *it : Json::array({*it})) {
+    if (!id.is_number_integer() || id.get<int64_t>() < 0) throw bad();
+    if (std::find(ids.begin(), ids.end(), id.get<int64_t>()) == ids.end())
+      ids.push_back(id.get<int64_t>());
+  }
+  return ids;
 }
 
 }  // namespace triad::io

@@ -161,10 +161,15 @@ void check_options(const GptConfig& cfg, const SamplingOptions& o) {
                        ", not a token id in [0, " + std::to_string(cfg.vocab_size) + ")");
     }
   }
-  if (o.stop_token >= 0 && std::find(o.suppress_tokens.begin(), o.suppress_tokens.end(),
-                                     o.stop_token) != o.suppress_tokens.end()) {
-    throw ValueError("generate: the stop token " + std::to_string(o.stop_token) +
-                     " is in suppress_tokens");
+  for (const int64_t id : o.stop_tokens) {
+    if (id < 0 || id >= cfg.vocab_size) {
+      throw ValueError("generate: stop_tokens holds " + std::to_string(id) +
+                       ", not a token id in [0, " + std::to_string(cfg.vocab_size) + ")");
+    }
+    if (std::find(o.suppress_tokens.begin(), o.suppress_tokens.end(), id) !=
+        o.suppress_tokens.end()) {
+      throw ValueError("generate: the stop token " + std::to_string(id) + " is in suppress_tokens");
+    }
   }
   std::set<int64_t> below;
   for (const int64_t id : o.suppress_tokens) {
@@ -198,7 +203,7 @@ void take_next(std::vector<double> row, Sequence& s, const SamplingOptions& o,
   const int64_t next = sample_token(row, o.temperature, o.top_k, u, o.top_p, o.min_p);
   s.tokens.push_back(next);
   s.out.push_back(next);
-  s.done = next == o.stop_token || (stop_when && stop_when(s.out)) ||
+  s.done = o.is_stop(next) || (stop_when && stop_when(s.out)) ||
            static_cast<int64_t>(s.out.size()) >= o.max_new_tokens;
 }
 

@@ -57,13 +57,13 @@ std::vector<std::string> continue_samples(const nn::Gpt& model, const SampleProm
   o.vocab_limit = prompts.tok.tokenizer->vocab_size();  // never an id it cannot print
   for (const int32_t id : prompts.tok.tokenizer->missing_ids()) o.suppress_tokens.push_back(id);
   const int64_t eod = c.model.eod_token;
-  o.stop_token = eod >= 0 && eod < o.vocab_limit ? eod : -1;
+  if (eod >= 0 && eod < o.vocab_limit) o.stop_tokens = {eod};
   const auto outs = nn::generate_batch(model, prompts.ids, o);
   std::vector<std::string> texts;
   for (size_t i = 0; i < outs.size(); ++i) {
     std::vector<int32_t> in(prompts.ids[i].begin(), prompts.ids[i].end());
     std::vector<int32_t> out(outs[i].begin(), outs[i].end());
-    if (!out.empty() && out.back() == o.stop_token) out.pop_back();
+    if (!out.empty() && o.is_stop(out.back())) out.pop_back();
     texts.push_back(data::continuation_text(*prompts.tok.tokenizer, in, out));
   }
   return texts;

@@ -583,5 +583,43 @@ TEST(HfConfig, TrainerAndPlannerReadIt) {
             1024);
 }
 
+// generation_config.json's eos_token_id: an id or a list (LLaMA 3.1
+// Instruct's three), read from the model's directory or a file in it.
+TEST(HfConfig, StopTokensComeFromTheGenerationConfig) {
+  testing::TempDir dir;
+  const std::string model = dir.file("Llama-3.1-8B-Instruct");
+  std::filesystem::create_directories(model);
+  std::ofstream(model + "/tokenizer.json") << "{}";
+  EXPECT_TRUE(load_hf_stop_tokens(model).empty());  // no generation_config.json
+  const auto write = [&](const std::string& text) {
+    std::ofstream(model + "/generation_config.json", std::ios::trunc) << text;
+  };
+  write(R"({"bos_token_id": 128000, "eos_token_id": [128001, 128008, 128009, 128008],
+            "temperature": 0.6})");
+  EXPECT_EQ(load_hf_stop_tokens(model), (std::vector<int64_t>{128001, 128008, 128009}));
+  EXPECT_EQ(load_hf_stop_tokens(model + "/tokenizer.json"),
+            (std::vector<int64_t>{128001, 128008, 128009}));
+  write(R"({"eos_token_id": 2})");
+  EXPECT_EQ(load_hf_stop_tokens(model), (std::vector<int64_t>{2}));
+  write(R"({"eos_token_id": null, "pad_token_id": 0})");
+  EXPECT_TRUE(load_hf_stop_tokens(model).empty());
+  const auto message = [&](const std::string& text) {
+    write(text);
+    try {
+      load_hf_stop_tokens(model);
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(message(R"({"eos_token_id": [1, "</s>"]})")
+                .find("generation_config.json': eos_token_id ([1,\"</s>\"]) must be a token id "
+                      "or a list of them"),
+            std::string::npos);
+  EXPECT_NE(message(R"({"eos_token_id": -1})").find("eos_token_id (-1)"), std::string::npos);
+  EXPECT_NE(message("{").find("generation_config.json' is not JSON"), std::string::npos);
+  EXPECT_NE(message("[2]").find("is not a JSON object"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace triad::io

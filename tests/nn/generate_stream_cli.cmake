@@ -2,7 +2,8 @@
 # writes exactly what --no-stream writes once the reply is complete: greedy
 # and sampled (hot, so bytes that are not whole characters come up), cut at
 # stop strings or running to --tokens, a chat model's replies ending at its
-# end-of-turn token, and a conversation from stdin.
+# end-of-turn token (the built-in template's and the model's own program's:
+# the reply alone, never the prompt), and a conversation from stdin.
 # Variables: GENERATE (triad-generate), RUN (a plain model's output.dir),
 # CHAT_RUN (a chat model's), TOKENIZER (its tokenizer.json), WORK.
 file(REMOVE_RECURSE ${WORK})
@@ -16,7 +17,9 @@ set(case_5 --run ${CHAT_RUN} --chat-template chatml --system Add. --prompt "1+2"
     --temperature 0.8 --seed 5 --tokenizer ${TOKENIZER})
 set(case_6 -i --run ${CHAT_RUN} --chat-template chatml --tokens 12 --temperature 0.8 --seed 5
     --tokenizer ${TOKENIZER})
-foreach(i RANGE 1 6)
+set(case_7 --run ${CHAT_RUN} --chat-template model --system Add. --prompt "1+2" --tokens 12
+    --temperature 0.8 --seed 5 --tokenizer ${TOKENIZER})
+foreach(i RANGE 1 7)
   foreach(mode stream no_stream)
     set(extra "")
     if(mode STREQUAL "no_stream")
@@ -34,6 +37,9 @@ foreach(i RANGE 1 6)
   endif()
   if(out_stream STREQUAL "")
     message(FATAL_ERROR "case ${i} wrote nothing")
+  endif()
+  if(i EQUAL 7 AND out_stream MATCHES "^1\\+2")
+    message(FATAL_ERROR "case 7 wrote the prompt before the reply: ${out_stream}")
   endif()
   message(STATUS "case ${i}: ${out_stream}")
 endforeach()

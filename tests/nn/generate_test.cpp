@@ -234,11 +234,20 @@ TEST(Generate, DrawsArePureFunctionsOfTheSeedAndRespectTheLimits) {
   o.vocab_limit = 5;
   for (int64_t t : generate(model, {3}, o)) EXPECT_LT(t, 5);
   o.vocab_limit = 0;
-  o.stop_token = a[4];
+  o.stop_tokens = {a[4]};
   o.seed = 11;
   const auto stopped = generate(model, {3}, o);
   EXPECT_LE(stopped.size(), 5u);
   EXPECT_EQ(stopped.back(), a[4]);
+  // Several stop tokens: the first of any of them ends the text.
+  o.stop_tokens = {a[7], a[3]};
+  const auto either = generate(model, {3}, o);
+  size_t first = 0;
+  while (a[first] != a[7] && a[first] != a[3]) ++first;
+  EXPECT_EQ(either, std::vector<int64_t>(a.begin(), a.begin() + static_cast<int64_t>(first) + 1));
+  o.stop_tokens = {a[4], 40};  // not an id of the model
+  EXPECT_THROW(generate(model, {3}, o), ValueError);
+  o.stop_tokens = {a[4]};
   EXPECT_THROW(generate(model, {}, o), ValueError);
   EXPECT_THROW(generate(model, {40}, o), ValueError);
   o.vocab_limit = 41;
@@ -272,7 +281,7 @@ TEST(Generate, SuppressedTokensAreNeverProduced) {
   o.suppress_tokens = {40};
   EXPECT_THROW(generate(model, {3}, o), ValueError);  // not an id
   o.suppress_tokens = {2};
-  o.stop_token = 2;
+  o.stop_tokens = {5, 2};
   EXPECT_THROW(generate(model, {3}, o), ValueError);
 }
 
@@ -480,9 +489,9 @@ TEST(Generate, ABatchGivesEachPromptWhatItGetsAlone) {
         for (const auto& p : prompts) alone.push_back(generate(model, p, o));
         const auto together = generate_batch(model, prompts, o);
         EXPECT_EQ(together, alone);
-        // A stop token some texts produce ends those early, and a per-prompt
+        // Stop tokens some texts produce end those early, and a per-prompt
         // stop ends prompt 3's after two tokens.
-        o.stop_token = alone[0][1];
+        o.stop_tokens = {alone[0][1], alone[2][0]};
         std::vector<std::vector<int64_t>> stopped;
         for (size_t i = 0; i < prompts.size(); ++i) {
           SamplingOptions one = o;

@@ -687,7 +687,7 @@ TEST(Trainer, ContinuesTheSamplePromptsAtEveryEvaluation) {
   o.top_k = 8;
   o.seed = with.train.seed;
   o.vocab_limit = 256;
-  o.stop_token = 3;
+  o.stop_tokens = {3};
   for (size_t i = 0; i < 2; ++i) {
     const std::string& prompt = with.eval.samples[i];
     EXPECT_EQ(sampled.back().samples[i].first, prompt);

@@ -1,6 +1,8 @@
 #pragma once
 
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "triad/nn/gpt.h"
 
@@ -34,5 +36,14 @@ nn::GptConfig gpt_config_from_hf(const std::string& json_text, const std::string
 // The same from a file: config.json, or a directory holding one (a Hugging
 // Face model's directory, the one init.from reads its weights from).
 nn::GptConfig load_hf_config(const std::string& path);
+
+// The tokens a Hugging Face model's generation_config.json ends a text at
+// (its eos_token_id: an id or a list of them, as transformers' generate()
+// stops at any), in the file's order. `path`: the model's directory, or
+// any file in it (its tokenizer.json, say). Empty when the directory holds
+// no generation_config.json or the file no eos_token_id (or null). A file
+// that is not JSON, or an eos_token_id that is not a non-negative id or a
+// list of them, is a ConfigError naming the file.
+std::vector<int64_t> load_hf_stop_tokens(const std::string& path);
 
 }  // namespace triad::io

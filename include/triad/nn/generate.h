@@ -1,5 +1,6 @@
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -39,13 +40,19 @@ struct SamplingOptions {
   // Ids never produced (below vocab_size; a tokenizer's holes:
   // Tokenizer::missing_ids): their logits are -inf before anything else.
   std::vector<int64_t> suppress_tokens;
-  int64_t stop_token = -1;  // stop after producing it; -1: never
+  // Generation stops after producing any of these (an instruction-tuned
+  // model may end its answer with more than one: LLaMA 3's <|eot_id|> or
+  // <|end_of_text|>, Gemma's <end_of_turn> or <eos>); empty: never early.
+  std::vector<int64_t> stop_tokens;
+  bool is_stop(int64_t id) const {
+    return std::find(stop_tokens.begin(), stop_tokens.end(), id) != stop_tokens.end();
+  }
   // true: keep each layer's keys and values (KvCache), so a token costs one
   // position's work while the text fits model.seq_len. false: run the model
   // over the whole window for every token (the reference the cache is
   // tested against).
   bool kv_cache = true;
-  // Called with the output after each new token (stop_token included);
+  // Called with the output after each new token (a stop token included);
   // true ends generation there (stop strings: a caller decodes and looks).
   std::function<bool(const std::vector<int64_t>& output)> stop_when;
 };
