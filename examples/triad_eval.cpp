@@ -47,8 +47,9 @@ int main(int argc, char** argv) {
   source.add_options(app);
   std::vector<std::string> choice_files, text_files;
   app.add_option("--choices", choice_files,
-                 "multiple-choice questions, JSON lines (HellaSwag's: ctx, endings, label; or "
-                 "context, choices, answer); repeatable");
+                 "multiple-choice questions, JSON lines (HellaSwag's: ctx, endings, label; "
+                 "WinoGrande's: sentence, option1, option2, answer; or context, choices, answer; "
+                 "or contexts, continuation, answer); repeatable");
   app.add_option("--text", text_files, "a text file whose perplexity to measure; repeatable");
   std::string separator = " ";
   app.add_option("--separator", separator,
@@ -143,9 +144,9 @@ int main(int argc, char** argv) {
         const size_t last = std::min(questions.size(), first + kChunk);
         std::vector<triad::nn::ContinuationRequest> requests;
         for (size_t q = first; q < last; ++q) {
-          for (const auto& choice : questions[q].choices) {
+          for (size_t i = 0; i < questions[q].choices.size(); ++i) {
             auto [context, continuation] = triad::data::encode_context_and_continuation(
-                *tok, questions[q].context, separator + choice);
+                *tok, questions[q].context_of(i), separator + questions[q].choices[i]);
             std::vector<int64_t> c = bos;
             c.insert(c.end(), context.begin(), context.end());
             requests.push_back({std::move(c), widen(continuation)});

@@ -17,6 +17,92 @@ const nlohmann::json* field(const nlohmann::json& j, std::initializer_list<const
   return nullptr;
 }
 
+// A string field of `j`, non-empty; `what` says what it holds.
+std::string text_field(const nlohmann::json& j, const char* key, const std::string& at,
+                       const char* what) {
+  const auto it = j.find(key);
+  if (it == j.end() || !it->is_string()) {
+    throw ValueError(at + " has no string \"" + key + "\" (" + what + ")");
+  }
+  if (it->get<std::string>().empty()) throw ValueError(at + ": \"" + key + "\" is empty");
+  return it->get<std::string>();
+}
+
+// The right choice's index from `label` (a number, or a string of digits),
+// counted from `first` (WinoGrande's answers count from 1).
+int64_t answer_index(const nlohmann::json* label, size_t choices, int64_t first,
+                     const std::string& at) {
+  const bool unlabelled =
+      !label || label->is_null() || (label->is_string() && label->get<std::string>().empty());
+  if (unlabelled) {
+    throw ValueError(at +
+                     " has no \"label\" or \"answer\" (the right choice's index; the test "
+                     "splits of HellaSwag and WinoGrande are unlabelled: evaluate on their "
+                     "validation splits)");
+  }
+  int64_t answer = -1;
+  bool ok = false;
+  if (label->is_number_integer()) {
+    answer = label->get<int64_t>();
+    ok = true;
+  } else if (label->is_string()) {
+    const std::string s = label->get<std::string>();
+    ok = s.size() <= 9 && s.find_first_not_of("0123456789") == std::string::npos;
+    if (ok) answer = std::stoll(s);
+  }
+  const auto n = static_cast<int64_t>(choices);
+  if (!ok || answer < first || answer >= n + first) {
+    throw ValueError(at + ": label " + label->dump() + " is not a choice's index in [" +
+                     std::to_string(first) + ", " + std::to_string(n + first) + ")");
+  }
+  return answer - first;
+}
+
+// WinoGrande's line: each option put in the sentence's blank, the rest of
+// the sentence scored after it (lm-evaluation-harness's partial scoring).
+ChoiceQuestion winogrande_question(const nlohmann::json& j, const std::string& at) {
+  const std::string sentence = text_field(j, "sentence", at, "WinoGrande's, with a blank _");
+  const size_t blank = sentence.find('_');
+  if (blank == std::string::npos) throw ValueError(at + ": the sentence has no blank \"_\"");
+  const std::string after = sentence.substr(blank + 1);
+  const size_t from = after.find_first_not_of(" \t\n\r\f\v");
+  if (from == std::string::npos) {
+    throw ValueError(at + ": nothing follows the sentence's blank, so there is nothing to score");
+  }
+  const std::string rest = after.substr(from, after.find_last_not_of(" \t\n\r\f\v") + 1 - from);
+  ChoiceQuestion q;
+  for (const char* key : {"option1", "option2"}) {
+    q.contexts.push_back(sentence.substr(0, blank) + text_field(j, key, at, "a WinoGrande option"));
+    q.choices.push_back(rest);
+  }
+  const auto label = j.find("answer");
+  q.answer = answer_index(label == j.end() ? nullptr : &*label, 2, 1, at);
+  return q;
+}
+
+// A context of each choice's own and one continuation scored after each.
+ChoiceQuestion per_choice_question(const nlohmann::json& j, const std::string& at) {
+  const nlohmann::json& contexts = j.at("contexts");
+  if (!contexts.is_array()) throw ValueError(at + ": \"contexts\" is not a list of strings");
+  ChoiceQuestion q;
+  const std::string continuation =
+      text_field(j, "continuation", at, "what is scored after each context");
+  for (const auto& c : contexts) {
+    if (!c.is_string()) {
+      throw ValueError(at + ": context " + std::to_string(q.contexts.size()) + " is " + c.dump() +
+                       ", not a string");
+    }
+    q.contexts.push_back(c.get<std::string>());
+    q.choices.push_back(continuation);
+  }
+  if (q.contexts.size() < 2) {
+    throw ValueError(at + " has " + std::to_string(q.contexts.size()) +
+                     " context(s); a question needs at least two");
+  }
+  q.answer = answer_index(field(j, {"label", "answer"}), q.choices.size(), 0, at);
+  return q;
+}
+
 }  // namespace
 
 std::vector<ChoiceQuestion> read_choice_questions(std::istream& in, const std::string& where,
@@ -36,6 +122,14 @@ std::vector<ChoiceQuestion> read_choice_questions(std::istream& in, const std::s
       throw ValueError(at + " does not parse at byte " + std::to_string(e.byte));
     }
     if (!j.is_object()) throw ValueError(at + " is not a JSON object");
+    if (j.contains("sentence")) {
+      out.push_back(winogrande_question(j, at));
+      continue;
+    }
+    if (j.contains("contexts")) {
+      out.push_back(per_choice_question(j, at));
+      continue;
+    }
     ChoiceQuestion q;
     const nlohmann::json* context = field(j, {"ctx", "context"});
     if (!context || !context->is_string()) {
@@ -60,27 +154,7 @@ std::vector<ChoiceQuestion> read_choice_questions(std::istream& in, const std::s
       throw ValueError(at + " has " + std::to_string(q.choices.size()) +
                        " choice(s); a question needs at least two");
     }
-    const nlohmann::json* label = field(j, {"label", "answer"});
-    const bool unlabelled =
-        !label || label->is_null() || (label->is_string() && label->get<std::string>().empty());
-    if (unlabelled) {
-      throw ValueError(at +
-                       " has no \"label\" or \"answer\" (the right choice's index; "
-                       "HellaSwag's test split is unlabelled: evaluate on its validation split)");
-    }
-    bool ok = false;
-    if (label->is_number_integer()) {
-      q.answer = label->get<int64_t>();
-      ok = true;
-    } else if (label->is_string()) {
-      const std::string s = label->get<std::string>();
-      ok = s.size() <= 9 && s.find_first_not_of("0123456789") == std::string::npos;
-      if (ok) q.answer = std::stoll(s);
-    }
-    if (!ok || q.answer < 0 || q.answer >= static_cast<int64_t>(q.choices.size())) {
-      throw ValueError(at + ": label " + label->dump() + " is not a choice's index in [0, " +
-                       std::to_string(q.choices.size()) + ")");
-    }
+    q.answer = answer_index(field(j, {"label", "answer"}), q.choices.size(), 0, at);
     out.push_back(std::move(q));
   }
   if (out.empty()) throw ValueError(where + " holds no questions");

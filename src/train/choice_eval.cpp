@@ -31,9 +31,10 @@ std::vector<TokenizedQuestion> load_choice_questions(const Config& c,
   for (size_t q = static_cast<size_t>(part); q < all.size(); q += static_cast<size_t>(parts)) {
     TokenizedQuestion t;
     t.answer = all[q].answer;
-    for (const std::string& choice : all[q].choices) {
+    for (size_t i = 0; i < all[q].choices.size(); ++i) {
+      const std::string& choice = all[q].choices[i];
       auto [context, continuation] =
-          data::encode_context_and_continuation(*tok, all[q].context, " " + choice);
+          data::encode_context_and_continuation(*tok, all[q].context_of(i), " " + choice);
       std::vector<int64_t> ctx = bos;
       ctx.insert(ctx.end(), context.begin(), context.end());
       const std::string where = key + " '" + set.path + "': question " + std::to_string(q + 1);

@@ -39,6 +39,36 @@ TEST(ChoiceQuestions, ReadHellaSwagsLinesAndPlainOnes) {
   EXPECT_EQ(read(text, 2).size(), 2u);
 }
 
+// WinoGrande's lines as they come (its validation split's first): each
+// option in the blank makes its context, and the rest of the sentence is
+// scored after either; and the same by hand, a context per choice.
+TEST(ChoiceQuestions, ReadWinoGrandesLinesAndAContextPerChoice) {
+  const auto q = read(
+      R"({"sentence": "Sarah was a much better surgeon than Maria so _ always got the harder cases.", "option1": "Sarah", "option2": "Maria", "answer": "1"})"
+      "\n"
+      R"({"sentence": "He put the _ in the box  ", "option1": "ring", "option2": "vase", "answer": 2})"
+      "\n"
+      R"({"contexts": ["I drank the", "I ate the", "I read the"], "continuation": "soup.", "answer": 1})"
+      "\n");
+  ASSERT_EQ(q.size(), 3u);
+  EXPECT_EQ(q[0].contexts,
+            (std::vector<std::string>{"Sarah was a much better surgeon than Maria so Sarah",
+                                      "Sarah was a much better surgeon than Maria so Maria"}));
+  EXPECT_EQ(q[0].choices, (std::vector<std::string>{"always got the harder cases.",
+                                                    "always got the harder cases."}));
+  EXPECT_EQ(q[0].answer, 0);  // WinoGrande counts from 1
+  EXPECT_EQ(q[0].context_of(1), "Sarah was a much better surgeon than Maria so Maria");
+  EXPECT_EQ(q[1].contexts[1], "He put the vase");
+  EXPECT_EQ(q[1].choices[0], "in the box");  // stripped, as lm-evaluation-harness does
+  EXPECT_EQ(q[1].answer, 1);
+  EXPECT_EQ(q[2].context_of(2), "I read the");
+  EXPECT_EQ(q[2].choices, (std::vector<std::string>(3, "soup.")));
+  EXPECT_EQ(q[2].answer, 1);
+  // A question with one context answers context_of with it.
+  const auto plain = read(R"({"context": "c", "choices": ["a", "b"], "answer": 0})");
+  EXPECT_EQ(plain[0].context_of(1), "c");
+}
+
 TEST(ChoiceQuestions, NameTheLineAndWhatItLacks) {
   const std::string ok = R"({"context": "c", "choices": ["a", "b"], "answer": 0})";
   expect_error([&] { read(ok + "\n{\"context\": \"c\",\n"); }, {"q.jsonl line 2 does not parse"});
@@ -64,6 +94,31 @@ TEST(ChoiceQuestions, NameTheLineAndWhatItLacks) {
                {"label \"B\" is not a choice's index"});
   expect_error([&] { read(R"({"context": "c", "choices": ["a", "b"], "answer": -1})"); },
                {"label -1"});
+  // WinoGrande's: its test split has empty answers; counted from 1.
+  const std::string wino = R"({"sentence": "a _ b", "option1": "x", "option2": "y", )";
+  expect_error([&] { read(wino + R"("answer": ""})"); }, {"unlabelled", "validation splits"});
+  expect_error([&] { read(wino + R"("answer": "0"})"); },
+               {"line 1: label \"0\" is not a choice's index in [1, 3)"});
+  expect_error([&] { read(R"({"sentence": "a b", "option1": "x", "option2": "y", "answer": 1})"); },
+               {"line 1: the sentence has no blank \"_\""});
+  expect_error(
+      [&] { read(R"({"sentence": "a b _ ", "option1": "x", "option2": "y", "answer": 1})"); },
+      {"nothing follows the sentence's blank"});
+  expect_error([&] { read(R"({"sentence": "a _ b", "option1": "x", "answer": 1})"); },
+               {"line 1 has no string \"option2\" (a WinoGrande option)"});
+  expect_error(
+      [&] { read(R"({"sentence": "a _ b", "option1": "", "option2": "y", "answer": 1})"); },
+      {"line 1: \"option1\" is empty"});
+  expect_error([&] { read(R"({"contexts": ["a"], "continuation": "c", "answer": 0})"); },
+               {"line 1 has 1 context(s); a question needs at least two"});
+  expect_error([&] { read(R"({"contexts": ["a", 3], "continuation": "c", "answer": 0})"); },
+               {"line 1: context 1 is 3, not a string"});
+  expect_error([&] { read(R"({"contexts": "a", "continuation": "c", "answer": 0})"); },
+               {"\"contexts\" is not a list of strings"});
+  expect_error([&] { read(R"({"contexts": ["a", "b"], "answer": 0})"); },
+               {"line 1 has no string \"continuation\""});
+  expect_error([&] { read(R"({"contexts": ["a", "b"], "continuation": "c", "answer": 2})"); },
+               {"label 2 is not a choice's index in [0, 2)"});
   expect_error([&] { read("\n\n"); }, {"q.jsonl holds no questions"});
   expect_error([&] { read(ok, -1); }, {"limit (-1) must be >= 0"});
   expect_error([&] { read_choice_questions("/no/such/file.jsonl"); },

@@ -2,8 +2,9 @@
 # its own per-question picks that are right, its text scores every token
 # but the first once (however the windows stride), several files add up,
 # and a bad question stops it with the line named.
+# WinoGrande's lines score each option's sentence by what follows the blank.
 # Variables: EVAL (triad-eval), RUN (a triad-train output.dir), QUESTIONS
-# (JSON lines), WORK.
+# (JSON lines), WINOGRANDE (WinoGrande's JSON lines), WORK.
 include(${CMAKE_CURRENT_LIST_DIR}/eval_common.cmake)
 file(REMOVE_RECURSE ${WORK})
 file(MAKE_DIRECTORY ${WORK})
@@ -86,3 +87,28 @@ execute_process(COMMAND ${EVAL} --run ${RUN} --choices ${WORK}/bad.jsonl RESULT_
 if(NOT rc EQUAL 2 OR NOT "${out}${err}" MATCHES "bad.jsonl' line 2: label 5 is not a choice's index in \\[0, 2\\)")
   message(FATAL_ERROR "a bad label: exit ${rc}, ${out}${err}")
 endif()
+
+# WinoGrande: both options are scored on the same continuation (what
+# follows the blank) after contexts of their own, so the two scores differ
+# while the three normalisations pick alike.
+eval(wino --choices ${WINOGRANDE} --json --predictions ${WORK}/wino.jsonl)
+string(JSON acc GET "${wino}" choices ${WINOGRANDE} acc)
+string(JSON acc_norm GET "${wino}" choices ${WINOGRANDE} acc_norm)
+string(JSON acc_per_token GET "${wino}" choices ${WINOGRANDE} acc_per_token)
+string(JSON wino_q GET "${wino}" choices ${WINOGRANDE} questions)
+if(NOT wino_q EQUAL 4 OR NOT acc STREQUAL acc_norm OR NOT acc STREQUAL acc_per_token)
+  message(FATAL_ERROR "WinoGrande: ${wino_q} questions, acc ${acc}, acc_norm ${acc_norm}, "
+                      "acc_per_token ${acc_per_token}")
+endif()
+file(STRINGS ${WORK}/wino.jsonl wino_rows)
+foreach(row IN LISTS wino_rows)
+  string(JSON a GET "${row}" answer)
+  string(JSON nll0 GET "${row}" nll 0)
+  string(JSON nll1 GET "${row}" nll 1)
+  string(JSON t0 GET "${row}" tokens 0)
+  string(JSON t1 GET "${row}" tokens 1)
+  if(nll0 STREQUAL nll1 OR NOT t0 EQUAL t1 OR a GREATER 1)
+    message(FATAL_ERROR "WinoGrande: scores ${nll0} and ${nll1} of ${t0} and ${t1} tokens, "
+                        "answer ${a}: ${row}")
+  endif()
+endforeach()

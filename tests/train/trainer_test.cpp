@@ -579,6 +579,9 @@ TEST(Trainer, ScoresMultipleChoiceQuestionsAsTriadEvalDoes) {
       << R"({"context": "x  ", "choices": ["x y", "zz"], "answer": "1"})"
       << "\n"
       << R"({"context": "0123456789012345678901234567890123", "choices": ["4", "x"], "answer": 0})"
+      << "\n"
+      // WinoGrande's: each option in the blank, the rest scored after it.
+      << R"({"sentence": "abc _ cab cab", "option1": "abc", "option2": "ab", "answer": "2"})"
       << "\n";
   }
   Config with = plain;
@@ -600,12 +603,13 @@ TEST(Trainer, ScoresMultipleChoiceQuestionsAsTriadEvalDoes) {
   const data::ByteTokenizer bytes;
   double right[3] = {0, 0, 0}, nll = 0, tokens = 0;
   const auto questions = data::read_choice_questions(with.eval.choices.front().path);
-  ASSERT_EQ(questions.size(), 4u);
+  ASSERT_EQ(questions.size(), 5u);
   for (const auto& q : questions) {
     std::vector<nn::ContinuationRequest> requests;
     std::vector<int64_t> chars;
-    for (const auto& c : q.choices) {
-      auto [ctx, cont] = data::encode_context_and_continuation(bytes, q.context, " " + c);
+    for (size_t i = 0; i < q.choices.size(); ++i) {
+      const std::string& c = q.choices[i];
+      auto [ctx, cont] = data::encode_context_and_continuation(bytes, q.context_of(i), " " + c);
       requests.push_back({std::vector<int64_t>(ctx.begin(), ctx.end()),
                           std::vector<int64_t>(cont.begin(), cont.end())});
       chars.push_back(data::utf8_characters(c));
@@ -619,10 +623,10 @@ TEST(Trainer, ScoresMultipleChoiceQuestionsAsTriadEvalDoes) {
     tokens += static_cast<double>(s[static_cast<size_t>(q.answer)].tokens);
   }
   const auto& got = *scored.back().choices;
-  EXPECT_EQ(got.questions, 4);
-  EXPECT_DOUBLE_EQ(got.acc, right[0] / 4);
-  EXPECT_DOUBLE_EQ(got.acc_norm, right[1] / 4);
-  EXPECT_DOUBLE_EQ(got.acc_per_token, right[2] / 4);
+  EXPECT_EQ(got.questions, 5);
+  EXPECT_DOUBLE_EQ(got.acc, right[0] / 5);
+  EXPECT_DOUBLE_EQ(got.acc_norm, right[1] / 5);
+  EXPECT_DOUBLE_EQ(got.acc_per_token, right[2] / 5);
   EXPECT_NEAR(got.answer_loss, nll / tokens, 1e-5 * nll / tokens);
   // Repeatable, and in metrics.jsonl on the steps that evaluated.
   const auto again = t.evaluate_choices();

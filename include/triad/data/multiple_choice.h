@@ -15,19 +15,38 @@
 
 namespace triad::data {
 
+// Choice i is scored as the continuation choices[i] of context_of(i): the
+// question's one context, or (WinoGrande's partial scoring, where each
+// option fills a blank in the context and the rest of the sentence is what
+// is scored) a context of each choice's own.
 struct ChoiceQuestion {
   std::string context;
-  std::vector<std::string> choices;  // at least two
-  int64_t answer = 0;                // the right choice's index
+  std::vector<std::string> choices;   // at least two
+  int64_t answer = 0;                 // the right choice's index
+  std::vector<std::string> contexts;  // empty, or one per choice
+  const std::string& context_of(size_t choice) const {
+    return contexts.empty() ? context : contexts.at(choice);
+  }
 };
 
-// Questions from JSON lines, one object per non-blank line: the context
-// under "ctx" (HellaSwag's) or "context", the choices under "endings"
-// (HellaSwag's) or "choices" (a list of strings), the right one's index
-// under "label" (HellaSwag's) or "answer" (a number, or a string of
-// digits as Hugging Face's copy of HellaSwag writes it). Other fields are
-// ignored. The first `limit` questions (0: all). Errors name `where`, the
-// line and what it lacks (HellaSwag's test split, unlabelled, says so).
+// Questions from JSON lines, one object per non-blank line, in one of
+// three forms (other fields are ignored):
+//  - a context and its choices: the context under "ctx" (HellaSwag's) or
+//    "context", the choices under "endings" (HellaSwag's) or "choices" (a
+//    list of strings), the right one's index under "label" (HellaSwag's) or
+//    "answer" (a number, or a string of digits as Hugging Face's copy of
+//    HellaSwag writes it);
+//  - WinoGrande's lines as they come: "sentence" with a blank "_",
+//    "option1", "option2" and "answer" ("1" or "2"). As
+//    lm-evaluation-harness scores it, option k's context is the sentence up
+//    to the blank with the option in it, and the choice scored after it is
+//    the rest of the sentence (stripped of surrounding whitespace), the
+//    same text for both options;
+//  - a context of each choice's own: "contexts" (a list of strings) and
+//    one "continuation" scored after each, with "answer" as above.
+// The first `limit` questions (0: all). Errors name `where`, the line and
+// what it lacks (an unlabelled test split, HellaSwag's or WinoGrande's,
+// says so).
 std::vector<ChoiceQuestion> read_choice_questions(std::istream& in, const std::string& where,
                                                   int64_t limit = 0);
 // A file compressed with gzip or Zstandard is read through it
