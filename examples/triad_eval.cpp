@@ -47,9 +47,9 @@ int main(int argc, char** argv) {
   source.add_options(app);
   std::vector<std::string> choice_files, text_files;
   app.add_option("--choices", choice_files,
-                 "multiple-choice questions, JSON lines (HellaSwag's: ctx, endings, label; "
-                 "WinoGrande's: sentence, option1, option2, answer; or context, choices, answer; "
-                 "or contexts, continuation, answer); repeatable");
+                 "multiple-choice questions, JSON lines: HellaSwag's, WinoGrande's, ARC's, "
+                 "OpenBookQA's, PIQA's or MMLU's as they come, or context, choices, answer (or "
+                 "contexts, continuation, answer); repeatable");
   app.add_option("--text", text_files, "a text file whose perplexity to measure; repeatable");
   std::string separator = " ";
   app.add_option("--separator", separator,

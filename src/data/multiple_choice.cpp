@@ -1,5 +1,6 @@
 #include "triad/data/multiple_choice.h"
 
+#include <algorithm>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -15,6 +16,14 @@ const nlohmann::json* field(const nlohmann::json& j, std::initializer_list<const
     if (auto it = j.find(k); it != j.end()) return &*it;
   }
   return nullptr;
+}
+
+constexpr const char* kSpaces = " \t\n\r\f\v";
+
+// `s` without the whitespace around it (Python's str.strip, ASCII).
+std::string strip(const std::string& s) {
+  const size_t from = s.find_first_not_of(kSpaces);
+  return from == std::string::npos ? "" : s.substr(from, s.find_last_not_of(kSpaces) + 1 - from);
 }
 
 // A string field of `j`, non-empty; `what` says what it holds.
@@ -40,6 +49,11 @@ int64_t answer_index(const nlohmann::json* label, size_t choices, int64_t first,
                      "splits of HellaSwag and WinoGrande are unlabelled: evaluate on their "
                      "validation splits)");
   }
+  if (label->is_number_integer() && label->get<int64_t>() == -1) {
+    throw ValueError(at +
+                     ": label -1 marks an unlabelled question (Hugging Face's test splits, "
+                     "PIQA's among them): evaluate on a validation split");
+  }
   int64_t answer = -1;
   bool ok = false;
   if (label->is_number_integer()) {
@@ -64,12 +78,10 @@ ChoiceQuestion winogrande_question(const nlohmann::json& j, const std::string& a
   const std::string sentence = text_field(j, "sentence", at, "WinoGrande's, with a blank _");
   const size_t blank = sentence.find('_');
   if (blank == std::string::npos) throw ValueError(at + ": the sentence has no blank \"_\"");
-  const std::string after = sentence.substr(blank + 1);
-  const size_t from = after.find_first_not_of(" \t\n\r\f\v");
-  if (from == std::string::npos) {
+  const std::string rest = strip(sentence.substr(blank + 1));
+  if (rest.empty()) {
     throw ValueError(at + ": nothing follows the sentence's blank, so there is nothing to score");
   }
-  const std::string rest = after.substr(from, after.find_last_not_of(" \t\n\r\f\v") + 1 - from);
   ChoiceQuestion q;
   for (const char* key : {"option1", "option2"}) {
     q.contexts.push_back(sentence.substr(0, blank) + text_field(j, key, at, "a WinoGrande option"));
@@ -103,6 +115,103 @@ ChoiceQuestion per_choice_question(const nlohmann::json& j, const std::string& a
   return q;
 }
 
+// A list of non-empty strings, each named `what` and its index in errors.
+std::vector<std::string> string_list(const nlohmann::json& v, const std::string& key,
+                                     const char* what, const std::string& at) {
+  if (!v.is_array()) throw ValueError(at + ": \"" + key + "\" is not a list of strings");
+  std::vector<std::string> out;
+  for (const auto& s : v) {
+    const std::string item = std::string(what) + " " + std::to_string(out.size());
+    if (!s.is_string()) throw ValueError(at + ": " + item + " is " + s.dump() + ", not a string");
+    if (s.get<std::string>().empty()) throw ValueError(at + ": " + item + " is empty");
+    out.push_back(s.get<std::string>());
+  }
+  return out;
+}
+
+// ARC's and OpenBookQA's choices ({"text": [...], "label": ["A", ...]})
+// and the right one, the label "answerKey" names.
+void labelled_choices(const nlohmann::json& j, ChoiceQuestion& q, const std::string& at) {
+  const nlohmann::json& c = j.at("choices");
+  if (!c.is_object() || !c.contains("text") || !c.contains("label")) {
+    throw ValueError(at + ": \"choices\" is not an object of \"text\" and \"label\" lists");
+  }
+  q.choices = string_list(c["text"], "choices.text", "choice", at);
+  const std::vector<std::string> labels = string_list(c["label"], "choices.label", "label", at);
+  if (labels.size() != q.choices.size()) {
+    throw ValueError(at + ": " + std::to_string(q.choices.size()) + " choices but " +
+                     std::to_string(labels.size()) + " labels");
+  }
+  const auto key = j.find("answerKey");
+  if (key == j.end() || !key->is_string() || strip(key->get<std::string>()).empty()) {
+    throw ValueError(at + " has no \"answerKey\" (the right choice's label)");
+  }
+  const std::string answer = strip(key->get<std::string>());
+  const auto it = std::find(labels.begin(), labels.end(), answer);
+  if (it == labels.end()) {
+    std::string all;
+    for (const auto& l : labels) all += (all.empty() ? "" : ", ") + l;
+    throw ValueError(at + ": answerKey \"" + answer + "\" is none of the labels (" + all + ")");
+  }
+  q.answer = it - labels.begin();
+}
+
+// The forms lm-evaluation-harness's tasks read their datasets' lines in
+// (Hugging Face's copies), with its default prompts:
+//  - ARC (ai2_arc): "Question: <question>\nAnswer:", the choices' texts;
+//  - OpenBookQA: <question_stem>, the choices' texts;
+//  - PIQA: "Question: <goal>\nAnswer:", sol1 and sol2, label 0 or 1;
+//  - MMLU (cais/mmlu): "The following are multiple choice questions (with
+//    answers) about <subject>.\n\n" (when the line names its subject, its
+//    underscores as spaces), the question stripped, each choice after its
+//    letter ("A. ...") on a line of its own, then "Answer:"; the choices
+//    scored are the letters.
+ChoiceQuestion arc_question(const nlohmann::json& j, const std::string& at) {
+  ChoiceQuestion q;
+  q.context = "Question: " + text_field(j, "question", at, "ARC's") + "\nAnswer:";
+  labelled_choices(j, q, at);
+  return q;
+}
+
+ChoiceQuestion openbookqa_question(const nlohmann::json& j, const std::string& at) {
+  ChoiceQuestion q;
+  q.context = text_field(j, "question_stem", at, "OpenBookQA's");
+  labelled_choices(j, q, at);
+  return q;
+}
+
+ChoiceQuestion piqa_question(const nlohmann::json& j, const std::string& at) {
+  ChoiceQuestion q;
+  q.context = "Question: " + text_field(j, "goal", at, "PIQA's") + "\nAnswer:";
+  for (const char* key : {"sol1", "sol2"}) q.choices.push_back(text_field(j, key, at, "PIQA's"));
+  q.answer = answer_index(field(j, {"label"}), 2, 0, at);
+  return q;
+}
+
+ChoiceQuestion mmlu_question(const nlohmann::json& j, const std::string& at) {
+  const std::vector<std::string> options = string_list(j.at("choices"), "choices", "choice", at);
+  if (options.size() < 2 || options.size() > 26) {
+    throw ValueError(at + " has " + std::to_string(options.size()) +
+                     " choice(s); a question needs 2 to 26 (lettered A to Z)");
+  }
+  ChoiceQuestion q;
+  if (const auto s = j.find("subject"); s != j.end() && s->is_string() && !s->empty()) {
+    std::string subject = s->get<std::string>();
+    std::replace(subject.begin(), subject.end(), '_', ' ');
+    q.context =
+        "The following are multiple choice questions (with answers) about " + subject + ".\n\n";
+  }
+  q.context += strip(text_field(j, "question", at, "MMLU's")) + "\n";
+  for (size_t i = 0; i < options.size(); ++i) {
+    const std::string letter(1, static_cast<char>('A' + i));
+    q.context += letter + ". " + options[i] + "\n";
+    q.choices.push_back(letter);
+  }
+  q.context += "Answer:";
+  q.answer = answer_index(field(j, {"answer"}), q.choices.size(), 0, at);
+  return q;
+}
+
 }  // namespace
 
 std::vector<ChoiceQuestion> read_choice_questions(std::istream& in, const std::string& where,
@@ -128,6 +237,18 @@ std::vector<ChoiceQuestion> read_choice_questions(std::istream& in, const std::s
     }
     if (j.contains("contexts")) {
       out.push_back(per_choice_question(j, at));
+      continue;
+    }
+    if (j.contains("goal")) {
+      out.push_back(piqa_question(j, at));
+      continue;
+    }
+    if (j.contains("question_stem")) {
+      out.push_back(openbookqa_question(j, at));
+      continue;
+    }
+    if (j.contains("question") && j.contains("choices") && !field(j, {"ctx", "context"})) {
+      out.push_back(j["choices"].is_object() ? arc_question(j, at) : mmlu_question(j, at));
       continue;
     }
     ChoiceQuestion q;

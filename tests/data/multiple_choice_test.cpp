@@ -69,6 +69,41 @@ TEST(ChoiceQuestions, ReadWinoGrandesLinesAndAContextPerChoice) {
   EXPECT_EQ(plain[0].context_of(1), "c");
 }
 
+// ARC, OpenBookQA, PIQA and MMLU as Hugging Face's copies hold them, each
+// as lm-evaluation-harness's default prompt asks it.
+TEST(ChoiceQuestions, ReadArcOpenBookQaPiqaAndMmluLines) {
+  const auto q = read(
+      R"({"id": "Mercury_1", "question": "Which gas do plants take in?", "choices": {"text": ["oxygen", "carbon dioxide", "helium"], "label": ["A", "B", "C"]}, "answerKey": "B"})"
+      "\n"
+      R"({"id": "x", "question": "Two?", "choices": {"text": ["one", "two"], "label": ["1", "2"]}, "answerKey": "2"})"
+      "\n"
+      R"({"id": "7-980", "question_stem": "The sun is responsible for", "choices": {"text": ["puppies learning new tricks", "plants sprouting"], "label": ["A", "B"]}, "answerKey": " B"})"
+      "\n"
+      R"({"goal": "How do I open a jar?", "sol1": "Twist the lid.", "sol2": "Eat the lid.", "label": 0})"
+      "\n"
+      R"({"question": "  What is 2 + 2?\n", "subject": "elementary_mathematics", "choices": ["3", "4", "5", "22"], "answer": 1})"
+      "\n"
+      R"({"question": "Pick B.", "choices": ["no", "yes"], "answer": 1})"
+      "\n");
+  ASSERT_EQ(q.size(), 6u);
+  EXPECT_EQ(q[0].context, "Question: Which gas do plants take in?\nAnswer:");
+  EXPECT_EQ(q[0].choices, (std::vector<std::string>{"oxygen", "carbon dioxide", "helium"}));
+  EXPECT_EQ(q[0].answer, 1);
+  EXPECT_EQ(q[1].answer, 1);  // labels that are digits, as some ARC lines have
+  EXPECT_EQ(q[2].context, "The sun is responsible for");
+  EXPECT_EQ(q[2].answer, 1);  // OpenBookQA's answerKey, its space stripped
+  EXPECT_EQ(q[3].context, "Question: How do I open a jar?\nAnswer:");
+  EXPECT_EQ(q[3].choices, (std::vector<std::string>{"Twist the lid.", "Eat the lid."}));
+  EXPECT_EQ(q[3].answer, 0);
+  EXPECT_EQ(q[4].context,
+            "The following are multiple choice questions (with answers) about elementary "
+            "mathematics.\n\nWhat is 2 + 2?\nA. 3\nB. 4\nC. 5\nD. 22\nAnswer:");
+  EXPECT_EQ(q[4].choices, (std::vector<std::string>{"A", "B", "C", "D"}));
+  EXPECT_EQ(q[4].answer, 1);
+  EXPECT_EQ(q[5].context, "Pick B.\nA. no\nB. yes\nAnswer:");  // no subject, no heading
+  for (const auto& question : q) EXPECT_TRUE(question.contexts.empty());
+}
+
 TEST(ChoiceQuestions, NameTheLineAndWhatItLacks) {
   const std::string ok = R"({"context": "c", "choices": ["a", "b"], "answer": 0})";
   expect_error([&] { read(ok + "\n{\"context\": \"c\",\n"); }, {"q.jsonl line 2 does not parse"});
@@ -119,6 +154,30 @@ TEST(ChoiceQuestions, NameTheLineAndWhatItLacks) {
                {"line 1 has no string \"continuation\""});
   expect_error([&] { read(R"({"contexts": ["a", "b"], "continuation": "c", "answer": 2})"); },
                {"label 2 is not a choice's index in [0, 2)"});
+  const std::string arc =
+      R"({"question": "q", "choices": {"text": ["a", "b"], "label": ["A", "B"]}, )";
+  expect_error([&] { read(arc + R"("answerKey": "E"})"); },
+               {"line 1: answerKey \"E\" is none of the labels (A, B)"});
+  expect_error([&] { read(arc + "\"x\": 1}"); }, {"line 1 has no \"answerKey\""});
+  expect_error(
+      [&] {
+        read(
+            R"({"question": "q", "choices": {"text": ["a", "b"], "label": ["A"]}, "answerKey": "A"})");
+      },
+      {"line 1: 2 choices but 1 labels"});
+  expect_error(
+      [&] { read(R"({"question": "q", "choices": {"text": ["a", "b"]}, "answerKey": "A"})"); },
+      {"\"choices\" is not an object of \"text\" and \"label\" lists"});
+  expect_error([&] { read(R"({"goal": "g", "sol1": "a", "label": 0})"); },
+               {"line 1 has no string \"sol2\" (PIQA's)"});
+  expect_error([&] { read(R"({"goal": "g", "sol1": "a", "sol2": "b", "label": -1})"); },
+               {"label -1 marks an unlabelled question"});  // PIQA's test split
+  expect_error([&] { read(R"({"question": "q", "choices": ["a"], "answer": 0})"); },
+               {"line 1 has 1 choice(s); a question needs 2 to 26"});
+  expect_error([&] { read(R"({"question": "q", "choices": ["a", ""], "answer": 0})"); },
+               {"line 1: choice 1 is empty"});
+  expect_error([&] { read(R"({"question": "q", "choices": ["a", "b"], "answer": 4})"); },
+               {"label 4 is not a choice's index in [0, 2)"});
   expect_error([&] { read("\n\n"); }, {"q.jsonl holds no questions"});
   expect_error([&] { read(ok, -1); }, {"limit (-1) must be >= 0"});
   expect_error([&] { read_choice_questions("/no/such/file.jsonl"); },

@@ -30,7 +30,7 @@ struct ChoiceQuestion {
 };
 
 // Questions from JSON lines, one object per non-blank line, in one of
-// three forms (other fields are ignored):
+// these forms (other fields are ignored):
 //  - a context and its choices: the context under "ctx" (HellaSwag's) or
 //    "context", the choices under "endings" (HellaSwag's) or "choices" (a
 //    list of strings), the right one's index under "label" (HellaSwag's) or
@@ -43,7 +43,13 @@ struct ChoiceQuestion {
 //    the rest of the sentence (stripped of surrounding whitespace), the
 //    same text for both options;
 //  - a context of each choice's own: "contexts" (a list of strings) and
-//    one "continuation" scored after each, with "answer" as above.
+//    one "continuation" scored after each, with "answer" as above;
+//  - the lines of ARC ("question", "choices": {"text", "label"},
+//    "answerKey"), OpenBookQA ("question_stem", the same choices), PIQA
+//    ("goal", "sol1", "sol2", "label") and MMLU ("question", "subject",
+//    "choices": a list, "answer") as Hugging Face's copies hold them, each
+//    made the context and choices of lm-evaluation-harness's default
+//    prompt for the task (MMLU's choices are the letters A, B, ...).
 // The first `limit` questions (0: all). Errors name `where`, the line and
 // what it lacks (an unlabelled test split, HellaSwag's or WinoGrande's,
 // says so).
