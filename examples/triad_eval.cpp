@@ -59,6 +59,16 @@ int main(int argc, char** argv) {
   int64_t limit = 0;
   app.add_option("--limit", limit, "only the first N questions of each --choices file (0: all)")
       ->capture_default_str();
+  int64_t fewshot = 0;
+  app.add_option("--fewshot", fewshot,
+                 "ask each question after N solved examples (lm-evaluation-harness's few-shot "
+                 "prompt): the first N other questions of its file, of its subject where it "
+                 "names one (MMLU)")
+      ->capture_default_str();
+  std::vector<std::string> fewshot_files;
+  app.add_option("--fewshot-from", fewshot_files,
+                 "take --fewshot's examples from this file instead (a dev or train split; one "
+                 "per --choices file, in their order)");
   int64_t stride = 0;
   app.add_option("--stride", stride,
                  "--text: tokens scored per window, each after the text before it (default: "
@@ -92,6 +102,9 @@ int main(int argc, char** argv) {
       throw triad::ValueError("give --choices FILE or --text FILE (or several)");
     }
     if (limit < 0) throw triad::ValueError("--limit " + std::to_string(limit) + " must be >= 0");
+    if (fewshot < 0) {
+      throw triad::ValueError("--fewshot " + std::to_string(fewshot) + " must be >= 0");
+    }
     const triad::train::Config config = source.resolve();
     triad::nn::GptConfig model_cfg = config.model;
     model_cfg.dropout = 0;
@@ -106,8 +119,23 @@ int main(int argc, char** argv) {
     // Every file is read before the model is built: a bad line costs no
     // loading time.
     std::vector<std::vector<triad::data::ChoiceQuestion>> question_sets;
-    for (const auto& f : choice_files) {
+    if (!fewshot_files.empty() && fewshot_files.size() != choice_files.size()) {
+      throw triad::ValueError("--fewshot-from names " + std::to_string(fewshot_files.size()) +
+                              " file(s) for " + std::to_string(choice_files.size()) +
+                              " --choices file(s): give one for each, in their order");
+    }
+    if (!fewshot_files.empty() && fewshot == 0) {
+      throw triad::ValueError("--fewshot-from needs --fewshot N (how many examples to show)");
+    }
+    for (size_t s = 0; s < choice_files.size(); ++s) {
+      const std::string& f = choice_files[s];
       question_sets.push_back(triad::data::read_choice_questions(f, limit));
+      if (fewshot > 0) {
+        const bool own = fewshot_files.empty();
+        const std::string& from = own ? f : fewshot_files[s];
+        triad::data::add_examples(question_sets.back(), triad::data::read_choice_questions(from),
+                                  fewshot, separator, own, "--choices '" + f + "'");
+      }
     }
     std::vector<std::string> texts;
     for (const auto& f : text_files) {

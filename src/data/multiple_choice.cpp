@@ -196,12 +196,13 @@ ChoiceQuestion mmlu_question(const nlohmann::json& j, const std::string& at) {
   }
   ChoiceQuestion q;
   if (const auto s = j.find("subject"); s != j.end() && s->is_string() && !s->empty()) {
-    std::string subject = s->get<std::string>();
+    q.group = s->get<std::string>();
+    std::string subject = q.group;
     std::replace(subject.begin(), subject.end(), '_', ' ');
-    q.context =
+    q.heading =
         "The following are multiple choice questions (with answers) about " + subject + ".\n\n";
   }
-  q.context += strip(text_field(j, "question", at, "MMLU's")) + "\n";
+  q.context = strip(text_field(j, "question", at, "MMLU's")) + "\n";
   for (size_t i = 0; i < options.size(); ++i) {
     const std::string letter(1, static_cast<char>('A' + i));
     q.context += letter + ". " + options[i] + "\n";
@@ -288,6 +289,36 @@ std::vector<ChoiceQuestion> read_choice_questions(const std::string& path, int64
   }
   const std::unique_ptr<std::istream> in = open_text_input(path);  // (.gz, .zst too)
   return read_choice_questions(*in, "'" + path + "'", limit);
+}
+
+void add_examples(std::vector<ChoiceQuestion>& questions,
+                  const std::vector<ChoiceQuestion>& examples, int64_t shots,
+                  const std::string& separator, bool same_file, const std::string& where) {
+  if (shots < 0) {
+    throw ValueError(where + ": few-shot examples (" + std::to_string(shots) + ") must be >= 0");
+  }
+  if (shots == 0) return;
+  for (size_t i = 0; i < questions.size(); ++i) {
+    ChoiceQuestion& q = questions[i];
+    std::string prefix;
+    int64_t taken = 0;
+    for (size_t k = 0; k < examples.size() && taken < shots; ++k) {
+      const ChoiceQuestion& e = examples[k];
+      if ((same_file && k == i) || (!q.group.empty() && e.group != q.group)) continue;
+      const auto right = static_cast<size_t>(e.answer);
+      const std::string& context = e.contexts.empty() ? e.context : e.contexts[right];
+      prefix += context + separator + e.choices[right] + "\n\n";
+      ++taken;
+    }
+    if (taken < shots) {
+      throw ValueError(where + ": question " + std::to_string(i + 1) +
+                       (q.group.empty() ? "" : " (" + q.group + ")") + " has " +
+                       std::to_string(taken) + " example(s) to show, " + std::to_string(shots) +
+                       " asked" + (q.group.empty() ? "" : " (examples of its subject only)"));
+    }
+    q.context = prefix + q.context;
+    for (std::string& c : q.contexts) c = prefix + c;
+  }
 }
 
 std::pair<std::vector<int32_t>, std::vector<int32_t>> encode_context_and_continuation(

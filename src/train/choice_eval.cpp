@@ -23,6 +23,11 @@ std::vector<TokenizedQuestion> load_choice_questions(const Config& c,
   std::vector<data::ChoiceQuestion> all;
   try {
     all = data::read_choice_questions(set.path, e.choices_limit);
+    if (e.choices_fewshot > 0) {
+      // Examples from the same file, each question's own left out.
+      data::add_examples(all, data::read_choice_questions(set.path), e.choices_fewshot, " ", true,
+                         "'" + set.path + "'");
+    }
   } catch (const Error& err) {
     throw ConfigError(key + ": " + err.what());
   }

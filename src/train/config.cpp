@@ -380,6 +380,11 @@ void validate(const Config& c, bool min_lr_given) {
         "eval.choices_limit only says how much of eval.choices is read: set eval.choices "
         "(multiple-choice questions) or drop it");
   }
+  if (c.eval.choices.empty() && c.eval.choices_fewshot > 0) {
+    throw ConfigError(
+        "eval.choices_fewshot only says how eval.choices are asked: set eval.choices "
+        "(multiple-choice questions) or drop it");
+  }
   if (c.eval.choices.empty() && c.eval.samples.empty()) {
     const std::pair<const char*, bool> needs[] = {{"eval.tokenizer", !c.eval.tokenizer.empty()},
                                                   {"eval.vocab", !c.eval.vocab.empty()},
@@ -953,6 +958,8 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
         }}},
       {"choices_limit",
        {false, [&](auto& v, auto& k) { c.eval.choices_limit = non_negative(v, k); }}},
+      {"choices_fewshot",
+       {false, [&](auto& v, auto& k) { c.eval.choices_fewshot = non_negative(v, k); }}},
       {"samples",
        {false,
         [&](auto& v, auto& k) {
@@ -1368,6 +1375,7 @@ std::string to_yaml(const Config& c) {
         e << YAML::EndMap;
       }
       e << YAML::Key << "choices_limit" << YAML::Value << c.eval.choices_limit;
+      e << YAML::Key << "choices_fewshot" << YAML::Value << c.eval.choices_fewshot;
     }
     if (!c.eval.samples.empty()) {
       e << YAML::Key << "samples" << YAML::Value << YAML::BeginSeq;

@@ -95,13 +95,62 @@ TEST(ChoiceQuestions, ReadArcOpenBookQaPiqaAndMmluLines) {
   EXPECT_EQ(q[3].context, "Question: How do I open a jar?\nAnswer:");
   EXPECT_EQ(q[3].choices, (std::vector<std::string>{"Twist the lid.", "Eat the lid."}));
   EXPECT_EQ(q[3].answer, 0);
-  EXPECT_EQ(q[4].context,
+  EXPECT_EQ(q[4].context_of(0),
             "The following are multiple choice questions (with answers) about elementary "
             "mathematics.\n\nWhat is 2 + 2?\nA. 3\nB. 4\nC. 5\nD. 22\nAnswer:");
+  EXPECT_EQ(q[4].group, "elementary_mathematics");
   EXPECT_EQ(q[4].choices, (std::vector<std::string>{"A", "B", "C", "D"}));
   EXPECT_EQ(q[4].answer, 1);
-  EXPECT_EQ(q[5].context, "Pick B.\nA. no\nB. yes\nAnswer:");  // no subject, no heading
+  EXPECT_EQ(q[5].context_of(1), "Pick B.\nA. no\nB. yes\nAnswer:");  // no subject, no heading
   for (const auto& question : q) EXPECT_TRUE(question.contexts.empty());
+}
+
+// Few-shot examples: each solved (its context, the separator, its right
+// choice, a blank line) before the question's context, after its heading;
+// from the questions' own file without the question itself, or from
+// another file; of the question's subject when it names one.
+TEST(ChoiceQuestions, FewShotExamplesGoBeforeTheContext) {
+  const std::string plain =
+      R"({"context": "1+1=", "choices": ["2", "3"], "answer": 0})"
+      "\n"
+      R"({"context": "2+2=", "choices": ["3", "4"], "answer": 1})"
+      "\n"
+      R"({"sentence": "A _ barks.", "option1": "cat", "option2": "dog", "answer": "2"})"
+      "\n";
+  auto q = read(plain);
+  add_examples(q, read(plain), 2, " ", true, "q.jsonl");
+  EXPECT_EQ(q[0].context, "2+2= 4\n\nA dog barks.\n\n1+1=");
+  EXPECT_EQ(q[1].context, "1+1= 2\n\nA dog barks.\n\n2+2=");
+  EXPECT_EQ(q[2].contexts,
+            (std::vector<std::string>{"1+1= 2\n\n2+2= 4\n\nA cat", "1+1= 2\n\n2+2= 4\n\nA dog"}));
+  auto none = read(plain);
+  add_examples(none, read(plain), 0, " ", true, "q.jsonl");
+  EXPECT_EQ(none[0].context, "1+1=");
+  expect_error([&] { add_examples(none, read(plain), 3, " ", true, "q.jsonl"); },
+               {"q.jsonl: question 1 has 2 example(s) to show, 3 asked"});
+  expect_error([&] { add_examples(none, read(plain), -1, " ", true, "q.jsonl"); },
+               {"few-shot examples (-1) must be >= 0"});
+
+  // MMLU: the examples of the question's subject alone, after its heading;
+  // another file's examples (a dev split) are all candidates.
+  const std::string dev =
+      R"({"question": "Dev 1?", "subject": "law", "choices": ["a", "b"], "answer": 1})"
+      "\n"
+      R"({"question": "Dev 2?", "subject": "art", "choices": ["c", "d"], "answer": 0})"
+      "\n"
+      R"({"question": "Dev 3?", "subject": "law", "choices": ["e", "f"], "answer": 0})"
+      "\n";
+  auto mmlu =
+      read(R"({"question": "Test?", "subject": "law", "choices": ["x", "y"], "answer": 0})");
+  add_examples(mmlu, read(dev), 2, " ", false, "test.jsonl");
+  EXPECT_EQ(mmlu[0].context_of(0),
+            "The following are multiple choice questions (with answers) about law.\n\n"
+            "Dev 1?\nA. a\nB. b\nAnswer: B\n\nDev 3?\nA. e\nB. f\nAnswer: A\n\n"
+            "Test?\nA. x\nB. y\nAnswer:");
+  auto art = read(R"({"question": "Art?", "subject": "art", "choices": ["x", "y"], "answer": 0})");
+  expect_error([&] { add_examples(art, read(dev), 2, " ", false, "test.jsonl"); },
+               {"test.jsonl: question 1 (art) has 1 example(s) to show, 2 asked (examples of its "
+                "subject only)"});
 }
 
 TEST(ChoiceQuestions, NameTheLineAndWhatItLacks) {

@@ -112,3 +112,31 @@ foreach(row IN LISTS wino_rows)
                         "answer ${a}: ${row}")
   endif()
 endforeach()
+
+# Few-shot: the same questions asked after a solved example score otherwise
+# (WinoGrande's short sentences: the example stays inside the window);
+# examples from another file too; a count of --fewshot-from files that does
+# not match --choices is named.
+eval(shot --choices ${WINOGRANDE} --fewshot 1 --json --predictions ${WORK}/shot.jsonl)
+string(JSON shot_q GET "${shot}" choices ${WINOGRANDE} questions)
+file(STRINGS ${WORK}/shot.jsonl shot_rows)
+list(GET shot_rows 0 shot_first)
+list(GET wino_rows 0 plain_first)
+string(JSON shot_nll GET "${shot_first}" nll 0)
+string(JSON plain_nll GET "${plain_first}" nll 0)
+if(NOT shot_q EQUAL 4 OR shot_nll STREQUAL plain_nll)
+  message(FATAL_ERROR "--fewshot 2: ${shot_q} questions, first score ${shot_nll} (zero-shot "
+                      "${plain_nll})")
+endif()
+eval(other --choices ${QUESTIONS} --fewshot 3 --fewshot-from ${WINOGRANDE} --json)
+execute_process(COMMAND ${EVAL} --run ${RUN} --choices ${QUESTIONS} --choices ${QUESTIONS}
+                        --fewshot 1 --fewshot-from ${WINOGRANDE}
+                RESULT_VARIABLE rc OUTPUT_VARIABLE o ERROR_VARIABLE e)
+if(rc EQUAL 0 OR NOT e MATCHES "--fewshot-from names 1 file\\(s\\) for 2 --choices file\\(s\\)")
+  message(FATAL_ERROR "a --fewshot-from per --choices file: exit ${rc}, ${e}")
+endif()
+execute_process(COMMAND ${EVAL} --run ${RUN} --choices ${WINOGRANDE} --fewshot 4
+                RESULT_VARIABLE rc OUTPUT_VARIABLE o ERROR_VARIABLE e)
+if(rc EQUAL 0 OR NOT e MATCHES "question 1 has 3 example\\(s\\) to show, 4 asked")
+  message(FATAL_ERROR "more examples than the file holds: exit ${rc}, ${e}")
+endif()

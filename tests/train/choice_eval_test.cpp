@@ -119,6 +119,15 @@ TEST(LoadChoiceQuestions, EachDataParallelRankTokenizesItsShare) {
   limited.eval.choices_limit = 3;
   EXPECT_EQ(load(limited, 0, 1, &total).size(), 3u);
   EXPECT_EQ(total, 3);
+  // Few-shot: the file's first other questions, solved, before each.
+  Config shots = c;
+  shots.eval.choices_fewshot = 2;
+  const auto shown = load(shots, 1, 2);  // questions 1 and 3
+  const std::string want = "q0 is a\n\nq1 is bc\n\nq3 is";
+  EXPECT_EQ(shown[1].choices[0].context, std::vector<int64_t>(want.begin(), want.end()));
+  shots.eval.choices_fewshot = 5;
+  expect_error([&] { load(shots, 0, 1); },
+               {"eval.choices: '", "question 1 has 4 example(s) to show, 5 asked"});
 }
 
 TEST(LoadChoiceQuestions, ErrorsNameTheKeyAndTheQuestion) {

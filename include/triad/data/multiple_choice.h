@@ -24,8 +24,14 @@ struct ChoiceQuestion {
   std::vector<std::string> choices;   // at least two
   int64_t answer = 0;                 // the right choice's index
   std::vector<std::string> contexts;  // empty, or one per choice
-  const std::string& context_of(size_t choice) const {
-    return contexts.empty() ? context : contexts.at(choice);
+  // Put once before all the rest, few-shot examples included: a task's
+  // description (MMLU's "The following are multiple choice questions ...").
+  std::string heading;
+  // Which few-shot examples may show how to answer it (MMLU's subject);
+  // empty: any.
+  std::string group;
+  std::string context_of(size_t choice) const {
+    return heading + (contexts.empty() ? context : contexts.at(choice));
   }
 };
 
@@ -58,6 +64,19 @@ std::vector<ChoiceQuestion> read_choice_questions(std::istream& in, const std::s
 // A file compressed with gzip or Zstandard is read through it
 // (data/text_input.h).
 std::vector<ChoiceQuestion> read_choice_questions(const std::string& path, int64_t limit = 0);
+
+// Few-shot prompting, as lm-evaluation-harness writes it: `shots` solved
+// examples go before each question's context (after its heading), each
+// written as its context (the right choice's, where each has its own),
+// `separator`, its right choice and a blank line. The examples are the
+// first `shots` questions of `examples`, in file order, of the question's
+// group (any when it has none), the question itself left out when
+// `examples` come from the questions' own file (`same_file`: examples[k] is
+// question k). Fewer than `shots` such examples is a ValueError naming
+// `where`, the question and its group.
+void add_examples(std::vector<ChoiceQuestion>& questions,
+                  const std::vector<ChoiceQuestion>& examples, int64_t shots,
+                  const std::string& separator, bool same_file, const std::string& where);
 
 // A context's and a continuation's tokens, each encoded alone, the
 // context's trailing whitespace moved to the front of the continuation

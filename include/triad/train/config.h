@@ -126,7 +126,8 @@ struct EvalSection {
   // triad-eval scores them: one file (no name), or several by name
   // ({hellaswag: ..., arc: ...}), each reported by it, the first also as
   // the choices' scores; empty: none. The first choices_limit of each (0:
-  // all).
+  // all), each asked after choices_fewshot solved examples from its own
+  // file (data::add_examples; 0: none).
   struct ChoiceSet {
     std::string name;
     std::string path;
@@ -134,6 +135,7 @@ struct EvalSection {
   };
   std::vector<ChoiceSet> choices;
   int64_t choices_limit = 0;
+  int64_t choices_fewshot = 0;
   // Prompts the model continues at every evaluation (llm.c's samples during
   // training): sample_tokens new tokens each, greedy at sample_temperature
   // 0, else drawn from the sample_top_k most likely (0: all) with
