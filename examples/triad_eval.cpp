@@ -1,10 +1,12 @@
-// triad-eval: scores a trained model on multiple-choice questions and on
-// the perplexity of text.
+// triad-eval: scores a trained model on multiple-choice questions, on
+// LAMBADA's last words and on the perplexity of text.
 //   triad-eval --run out/gpt2 --vocab vocab.json --merges merges.txt
 //       --choices hellaswag_val.jsonl          (accuracy: acc, acc_norm, acc_per_token)
 //   triad-eval --checkpoint out/ckpt --tokenizer /models/Llama-3.2-1B --bos-token
 //   "<|begin_of_text|>"
 //       --text wiki.test.txt --stride 512      (loss, perplexity, bits per byte)
+//   triad-eval --run out/gpt2 --vocab vocab.json --merges merges.txt
+//       --lambada lambada_test.jsonl           (last-word accuracy, perplexity)
 // The model is given as to triad-generate (--run, --config with --weights,
 // or --checkpoint); tokens are bytes unless --vocab/--merges or --tokenizer
 // name a tokenizer. docs/evaluation.md says how each number is defined.
@@ -21,6 +23,7 @@
 #include <nlohmann/json.hpp>
 
 #include "triad/core/error.h"
+#include "triad/data/last_word.h"
 #include "triad/data/multiple_choice.h"
 #include "triad/data/text_input.h"
 #include "triad/data/tokenizer.h"
@@ -51,13 +54,19 @@ int main(int argc, char** argv) {
                  "OpenBookQA's, PIQA's or MMLU's as they come, or context, choices, answer (or "
                  "contexts, continuation, answer); repeatable");
   app.add_option("--text", text_files, "a text file whose perplexity to measure; repeatable");
+  std::vector<std::string> lambada_files;
+  app.add_option("--lambada", lambada_files,
+                 "texts whose last word to predict, JSON lines of \"text\" (LAMBADA's): the "
+                 "share that greedy decoding gets right, and the words' perplexity; repeatable");
   std::string separator = " ";
   app.add_option("--separator", separator,
                  "what goes between a context and each choice (lm-evaluation-harness's "
                  "target_delimiter)")
       ->capture_default_str();
   int64_t limit = 0;
-  app.add_option("--limit", limit, "only the first N questions of each --choices file (0: all)")
+  app.add_option("--limit", limit,
+                 "only the first N questions of each --choices file, or texts of each --lambada "
+                 "file (0: all)")
       ->capture_default_str();
   int64_t fewshot = 0;
   app.add_option("--fewshot", fewshot,
@@ -89,7 +98,8 @@ int main(int argc, char** argv) {
                      "scored too");
   std::string predictions;
   app.add_option("--predictions", predictions,
-                 "write each question's scores and picks here, one JSON line each");
+                 "write each question's scores and picks here, one JSON line each (and each "
+                 "--lambada text's score)");
   bool json = false;
   app.add_flag("--json", json, "print the results as one JSON object instead of lines of text");
   CLI11_PARSE(app, argc, argv);
@@ -98,8 +108,8 @@ int main(int argc, char** argv) {
   spdlog::set_default_logger(spdlog::stderr_color_mt("triad-eval"));
   spdlog::set_pattern("[%Y-%m-%d %H:%M:%S.%e] [%l] %v");
   return triad::examples::report_errors([&]() -> int {
-    if (choice_files.empty() && text_files.empty()) {
-      throw triad::ValueError("give --choices FILE or --text FILE (or several)");
+    if (choice_files.empty() && text_files.empty() && lambada_files.empty()) {
+      throw triad::ValueError("give --choices FILE, --lambada FILE or --text FILE (or several)");
     }
     if (limit < 0) throw triad::ValueError("--limit " + std::to_string(limit) + " must be >= 0");
     if (fewshot < 0) {
@@ -136,6 +146,10 @@ int main(int argc, char** argv) {
         triad::data::add_examples(question_sets.back(), triad::data::read_choice_questions(from),
                                   fewshot, separator, own, "--choices '" + f + "'");
       }
+    }
+    std::vector<std::vector<triad::data::LastWordText>> lambada_sets;
+    for (const auto& f : lambada_files) {
+      lambada_sets.push_back(triad::data::read_last_word_texts(f, limit));
     }
     std::vector<std::string> texts;
     for (const auto& f : text_files) {
@@ -233,6 +247,51 @@ int main(int argc, char** argv) {
         std::printf("%s: %zu questions | acc %.4f | acc_norm %.4f | acc_per_token %.4f\n",
                     name.c_str(), questions.size(), right_total / n, right_char / n,
                     right_token / n);
+        std::fflush(stdout);
+      }
+    }
+    // LAMBADA: a text's last word is right when greedy decoding writes it
+    // (every token the argmax), and its perplexity is exp of the mean over
+    // texts of the word's -log p (lm-evaluation-harness's and Megatron-LM's
+    // numbers).
+    for (size_t s = 0; s < lambada_sets.size(); ++s) {
+      const auto& set = lambada_sets[s];
+      const std::string& name = lambada_files[s];
+      std::vector<triad::nn::ContinuationRequest> requests;
+      for (const auto& t : set) {
+        auto [context, continuation] =
+            triad::data::encode_context_and_continuation(*tok, t.context, t.target);
+        std::vector<int64_t> c = bos;
+        c.insert(c.end(), context.begin(), context.end());
+        requests.push_back({std::move(c), widen(continuation)});
+      }
+      std::vector<triad::nn::ContinuationScore> scores;
+      try {
+        scores = triad::nn::score_continuations(model, requests, batch, /*greedy=*/true);
+      } catch (const triad::ValueError& e) {
+        throw triad::ValueError(name + ": " + e.what());
+      }
+      double nll = 0;
+      int64_t right = 0;
+      for (size_t i = 0; i < scores.size(); ++i) {
+        nll += scores[i].nll;
+        right += scores[i].greedy;
+        if (predictions_out) {
+          *predictions_out << nlohmann::ordered_json{{"file", name},
+                                                     {"index", i},
+                                                     {"nll", scores[i].nll},
+                                                     {"tokens", scores[i].tokens},
+                                                     {"greedy", scores[i].greedy}}
+                                  .dump()
+                           << "\n";
+        }
+      }
+      const auto n = static_cast<double>(set.size());
+      const double acc = static_cast<double>(right) / n, ppl = std::exp(nll / n);
+      report["lambada"][name] = {{"texts", set.size()}, {"acc", acc}, {"perplexity", ppl}};
+      if (!json) {
+        std::printf("%s: %zu texts | last-word acc %.4f | perplexity %.3f\n", name.c_str(),
+                    set.size(), acc, ppl);
         std::fflush(stdout);
       }
     }

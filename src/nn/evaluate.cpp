@@ -14,10 +14,30 @@ namespace triad::nn {
 
 namespace {
 
+// Whether each continuation is every one of its tokens' argmax: `logits[k]`
+// (1, n_k, V) predicts `continuations[k]`. One read of all of them.
+std::vector<bool> greedy_matches(const std::vector<Tensor>& logits,
+                                 const std::vector<const std::vector<int64_t>*>& continuations) {
+  const std::vector<double> all = to_double_vector(concat(logits, 1));
+  const auto V = static_cast<size_t>(logits.front().size(2));
+  std::vector<bool> out;
+  size_t row = 0;
+  for (const auto* cont : continuations) {
+    bool match = true;
+    for (const int64_t want : *cont) {
+      const auto first = all.begin() + static_cast<std::ptrdiff_t>(row++ * V);
+      const auto best = std::max_element(first, first + static_cast<std::ptrdiff_t>(V));
+      match = match && best - first == want;
+    }
+    out.push_back(match);
+  }
+  return out;
+}
+
 // Requests (those at `which`) each read as one row: `batch_rows` rows at a
 // time, longest first, each batch padded to its longest row.
 void score_rows(const Gpt& model, const std::vector<ContinuationRequest>& requests,
-                const std::vector<size_t>& which, int64_t batch_rows,
+                const std::vector<size_t>& which, int64_t batch_rows, bool greedy,
                 std::vector<ContinuationScore>& out) {
   const GptConfig& cfg = model.config();
   const Device device = model.head_weight().device();
@@ -50,23 +70,26 @@ void score_rows(const Gpt& model, const std::vector<ContinuationRequest>& reques
     const ForwardContext ctx = with_one_document(cfg, batch, {false, 0, 0}, device);
     Tensor x = model.embed(batch, ctx);
     for (int64_t i = 0; i < cfg.n_layer; ++i) x = model.block(i).forward(x, ctx);
-    std::vector<Tensor> means;
+    std::vector<Tensor> means, logits;
+    std::vector<const std::vector<int64_t>*> conts;
     for (int64_t b = 0; b < rows; ++b) {
       const auto& cont = requests[order[first + static_cast<size_t>(b)]].continuation;
       const auto n = static_cast<int64_t>(cont.size());
       const auto len = static_cast<int64_t>(inputs[b].size());
       // Logits only where they predict the continuation (the row's last n
       // positions): context positions cost no head and hold no logits.
-      const Tensor logits = model.head(narrow(narrow(x, 0, b, 1), 1, len - n, n));
+      logits.push_back(model.head(narrow(narrow(x, 0, b, 1), 1, len - n, n)));
+      conts.push_back(&cont);
       means.push_back(
-          reshape(cast(cross_entropy(logits, from_vector(cont, {1, n})), DType::F64), {1}));
+          reshape(cast(cross_entropy(logits.back(), from_vector(cont, {1, n})), DType::F64), {1}));
     }
     // The batch's scores in one read (a GPU waits once per batch, not per row).
     const std::vector<double> mean = to_double_vector(concat(means, 0));
+    const std::vector<bool> matches = greedy ? greedy_matches(logits, conts) : std::vector<bool>();
     for (int64_t b = 0; b < rows; ++b) {
       const size_t r = order[first + static_cast<size_t>(b)];
       const auto n = static_cast<int64_t>(requests[r].continuation.size());
-      out[r] = {mean[b] * static_cast<double>(n), n};
+      out[r] = {mean[b] * static_cast<double>(n), n, greedy && matches[static_cast<size_t>(b)]};
     }
   }
 }
@@ -79,7 +102,7 @@ void score_rows(const Gpt& model, const std::vector<ContinuationRequest>& reques
 // context's last logits, the others by the decoding step's.
 void score_shared_contexts(const Gpt& model, const std::vector<ContinuationRequest>& requests,
                            const std::vector<std::vector<size_t>>& groups, int64_t batch_rows,
-                           std::vector<ContinuationScore>& out) {
+                           bool greedy, std::vector<ContinuationScore>& out) {
   const GptConfig& cfg = model.config();
   const Tensor& w = model.head_weight();
   auto context_of = [&](const std::vector<size_t>& g) -> const std::vector<int64_t>& {
@@ -174,16 +197,20 @@ void score_shared_contexts(const Gpt& model, const std::vector<ContinuationReque
       at = end;
     }
     std::vector<Tensor> means;
+    std::vector<const std::vector<int64_t>*> conts;
     for (int64_t k = 0; k < rows; ++k) {
       const auto& cont = requests[order[static_cast<size_t>(k)]].continuation;
+      conts.push_back(&cont);
       means.push_back(reshape(
           cast(cross_entropy(logits[k], from_vector(cont, {1, tokens_of(k)})), DType::F64), {1}));
     }
     const std::vector<double> mean = to_double_vector(concat(means, 0));  // one read
+    const std::vector<bool> matches = greedy ? greedy_matches(logits, conts) : std::vector<bool>();
     for (int64_t k = 0; k < rows; ++k) {
       const size_t r = order[static_cast<size_t>(k)];
       const auto n = static_cast<int64_t>(requests[r].continuation.size());
-      out[r] = {mean[static_cast<size_t>(k)] * static_cast<double>(n), n};
+      out[r] = {mean[static_cast<size_t>(k)] * static_cast<double>(n), n,
+                greedy && matches[static_cast<size_t>(k)]};
     }
     first = last;
   }
@@ -193,7 +220,7 @@ void score_shared_contexts(const Gpt& model, const std::vector<ContinuationReque
 
 std::vector<ContinuationScore> score_continuations(const Gpt& model,
                                                    const std::vector<ContinuationRequest>& requests,
-                                                   int64_t batch_rows) {
+                                                   int64_t batch_rows, bool greedy) {
   const GptConfig& cfg = model.config();
   if (batch_rows < 1) {
     throw ValueError("score_continuations: batch_rows (" + std::to_string(batch_rows) +
@@ -251,9 +278,9 @@ std::vector<ContinuationScore> score_continuations(const Gpt& model,
   std::stable_sort(shared.begin(), shared.end(), [&](const auto& a, const auto& b) {
     return requests[a.front()].context.size() > requests[b.front()].context.size();
   });
-  score_shared_contexts(model, requests, shared, batch_rows, out);
+  score_shared_contexts(model, requests, shared, batch_rows, greedy, out);
   std::sort(alone.begin(), alone.end());
-  score_rows(model, requests, alone, batch_rows, out);
+  score_rows(model, requests, alone, batch_rows, greedy, out);
   return out;
 }
 

@@ -3,10 +3,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <tuple>
 
 #include "support/expect_error.h"
 #include "triad/autograd/grad_mode.h"
 #include "triad/core/rng.h"
+#include "triad/nn/generate.h"
 #include "triad/ops.h"
 
 namespace triad::nn {
@@ -131,6 +133,49 @@ TEST(ScoreContinuations, ShareAContextAmongItsContinuations) {
       }
     }
   }
+}
+
+// Greedy scoring: a continuation is greedy exactly when every one of its
+// tokens is its position's argmax — the model's own greedy text is, the
+// same with one token changed is not — whether its context is shared
+// (decoded over the key/value cache) or its own (a row), in any batch.
+TEST(ScoreContinuations, SayWhetherGreedyDecodingWritesTheContinuation) {
+  const Gpt model(tiny(), 9);
+  std::vector<ContinuationRequest> requests;
+  std::vector<bool> want;
+  SamplingOptions greedy;
+  greedy.temperature = 0;
+  uint64_t seed = 70;
+  for (const auto& [c, n, shared] : std::vector<std::tuple<int64_t, int64_t, bool>>{
+           {3, 4, true}, {5, 1, true}, {2, 3, false}, {4, 1, false}, {11, 3, false}}) {
+    const std::vector<int64_t> context = random_tokens(c, seed++, tiny().vocab_size);
+    greedy.max_new_tokens = n;
+    const std::vector<int64_t> own = generate(model, context, greedy);
+    ASSERT_EQ(static_cast<int64_t>(own.size()), n);
+    requests.push_back({context, own});
+    want.push_back(true);
+    if (shared) {
+      // The same context with the greedy text's last token changed.
+      std::vector<int64_t> other = own;
+      other.back() = (other.back() + 1) % tiny().vocab_size;
+      requests.push_back({context, other});
+      want.push_back(false);
+    }
+  }
+  // A context of its own whose continuation is not greedy.
+  std::vector<int64_t> wrong = generate(model, {7, 8}, greedy);
+  wrong.front() = (wrong.front() + 3) % tiny().vocab_size;
+  requests.push_back({{7, 8}, wrong});
+  want.push_back(false);
+  for (int64_t batch : {1, 2, 100}) {
+    SCOPED_TRACE("batch " + std::to_string(batch));
+    const auto scores = score_continuations(model, requests, batch, true);
+    for (size_t r = 0; r < requests.size(); ++r) {
+      EXPECT_EQ(scores[r].greedy, want[r]) << "request " << r;
+      EXPECT_NEAR(scores[r].nll, reference_nll(model, requests[r]), 1e-4 * scores[r].nll);
+    }
+  }
+  for (const auto& s : score_continuations(model, requests)) EXPECT_FALSE(s.greedy);  // not asked
 }
 
 // Each request is one document, whatever resets the model was trained

@@ -18,10 +18,14 @@ struct ContinuationRequest {
 };
 
 // The continuation's negative log-likelihood, -sum log p(token | all
-// before it), over its `tokens` tokens (natural log).
+// before it), over its `tokens` tokens (natural log); with greedy scoring
+// asked for, also whether greedy decoding would have written it: each of
+// its tokens the most likely one after what precedes it (the lowest id
+// among equals, as argmax takes).
 struct ContinuationScore {
   double nll = 0;
   int64_t tokens = 0;
+  bool greedy = false;
 };
 
 // A request as the model reads it: context and continuation cut from the
@@ -48,11 +52,13 @@ RequestRow request_row(const ContinuationRequest& request, int64_t seq_len);
 // request. The pad follows a row's tokens, so a causal model's scores do not
 // depend on it or on the batch (up to rounding); the scores come back in
 // the requests' order.
+// `greedy`: also fill each score's `greedy` (the continuation's logits
+// are read back whole for it: V values per token).
 // Errors name the request: an empty context or continuation, a
 // continuation longer than seq_len, a token outside the vocabulary.
 std::vector<ContinuationScore> score_continuations(const Gpt& model,
                                                    const std::vector<ContinuationRequest>& requests,
-                                                   int64_t batch_rows = 8);
+                                                   int64_t batch_rows = 8, bool greedy = false);
 
 // Long text as continuation requests for its perplexity: every token but
 // the first is scored exactly once, in runs of `stride` tokens (1 <= stride

@@ -1,0 +1,52 @@
+#include "triad/data/last_word.h"
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "triad/core/error.h"
+#include "triad/data/text_input.h"
+
+namespace triad::data {
+
+std::vector<LastWordText> read_last_word_texts(std::istream& in, const std::string& where,
+                                               int64_t limit) {
+  if (limit < 0) throw ValueError(where + ": limit (" + std::to_string(limit) + ") must be >= 0");
+  std::vector<LastWordText> out;
+  int64_t line_no = 0;
+  for (std::string line;
+       (limit == 0 || static_cast<int64_t>(out.size()) < limit) && std::getline(in, line);) {
+    ++line_no;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const std::string at = where + " line " + std::to_string(line_no);
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(line);
+    } catch (const nlohmann::json::parse_error& e) {
+      throw ValueError(at + " does not parse at byte " + std::to_string(e.byte));
+    }
+    if (!j.is_object() || !j.contains("text") || !j["text"].is_string()) {
+      throw ValueError(at + " is not a JSON object with a string \"text\"");
+    }
+    const std::string text = j["text"].get<std::string>();
+    const size_t space = text.rfind(' ');
+    if (space == std::string::npos || space == 0) {
+      throw ValueError(at + ": the text has no word before its last (no space to cut it at)");
+    }
+    if (space + 1 == text.size()) {
+      throw ValueError(at + ": the text ends with a space, so its last word is empty");
+    }
+    out.push_back({text.substr(0, space), text.substr(space)});
+  }
+  if (out.empty()) throw ValueError(where + " holds no texts");
+  return out;
+}
+
+std::vector<LastWordText> read_last_word_texts(const std::string& path, int64_t limit) {
+  if (!std::ifstream(path, std::ios::binary)) {
+    throw IoError("cannot open last-word texts '" + path + "'");
+  }
+  const std::unique_ptr<std::istream> in = open_text_input(path);
+  return read_last_word_texts(*in, "'" + path + "'", limit);
+}
+
+}  // namespace triad::data
