@@ -14,11 +14,13 @@
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 
@@ -179,6 +181,9 @@ int main(int argc, char** argv) {
       const auto& questions = question_sets[s];
       const std::string& name = choice_files[s];
       int64_t right_total = 0, right_char = 0, right_token = 0;
+      // Questions that name their group (MMLU's subjects): each group's
+      // count and right answers by acc and acc_norm.
+      std::map<std::string, std::array<int64_t, 3>> groups;
       auto last_report = Clock::now();
       // Questions a chunk at a time: their choices batched together.
       constexpr size_t kChunk = 64;
@@ -214,6 +219,12 @@ int main(int argc, char** argv) {
           right_total += p.total == question.answer;
           right_char += p.per_char == question.answer;
           right_token += p.per_token == question.answer;
+          if (!question.group.empty()) {
+            auto& g = groups[question.group];
+            g[0] += 1;
+            g[1] += p.total == question.answer;
+            g[2] += p.per_char == question.answer;
+          }
           if (predictions_out) {
             nlohmann::ordered_json row{{"file", name}, {"index", q}, {"answer", question.answer}};
             nlohmann::ordered_json nll = nlohmann::ordered_json::array(),
@@ -248,6 +259,26 @@ int main(int argc, char** argv) {
                     name.c_str(), questions.size(), right_total / n, right_char / n,
                     right_token / n);
         std::fflush(stdout);
+      }
+      if (!groups.empty()) {
+        // Each subject's accuracy, and their mean (MMLU's tables quote both
+        // the mean over questions above and this mean over subjects).
+        nlohmann::ordered_json by = nlohmann::ordered_json::object();
+        double mean = 0, mean_norm = 0;
+        for (const auto& [group, g] : groups) {
+          const auto count = static_cast<double>(g[0]);
+          by[group] = {{"questions", g[0]}, {"acc", g[1] / count}, {"acc_norm", g[2] / count}};
+          mean += g[1] / count / static_cast<double>(groups.size());
+          mean_norm += g[2] / count / static_cast<double>(groups.size());
+        }
+        report["choices"][name]["acc_group_mean"] = mean;
+        report["choices"][name]["acc_norm_group_mean"] = mean_norm;
+        report["choices"][name]["groups"] = by;
+        if (!json) {
+          std::printf("%s: %zu subjects | mean acc over subjects %.4f | acc_norm %.4f\n",
+                      name.c_str(), groups.size(), mean, mean_norm);
+          std::fflush(stdout);
+        }
       }
     }
     // LAMBADA: a text's last word is right when greedy decoding writes it
