@@ -33,7 +33,7 @@ int main(int argc, char** argv) {
   app.add_option("--tokenizer", tokenizer,
                  "the tokenizer the model was trained with, copied into --output: a "
                  "tokenizer.json, a SentencePiece tokenizer.model, or a model directory (its "
-                 "tokenizer files and tokenizer_config.json)");
+                 "tokenizer files, tokenizer_config.json and generation_config.json)");
   std::string max_shard_size = "5GB";
   app.add_option("--max-shard-size", max_shard_size,
                  "the largest weight file (transformers' max_shard_size: 5GB, 500MB, 2GiB); "

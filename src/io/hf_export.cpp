@@ -16,6 +16,7 @@
 #include "triad/data/sentencepiece.h"
 #include "triad/data/tokenizer.h"
 #include "triad/io/gpt2_weights.h"
+#include "triad/io/hf_config.h"
 #include "triad/io/safetensors.h"
 #include "triad/ops/elementwise.h"
 #include "triad/ops/shape_ops.h"
@@ -618,7 +619,7 @@ std::vector<std::string> copy_hf_tokenizer(const std::string& source, const std:
     const fs::path from(source);
     for (const char* name :
          {"tokenizer.json", "tokenizer.model", "vocab.json", "merges.txt", "tokenizer_config.json",
-          "special_tokens_map.json", "added_tokens.json"}) {
+          "special_tokens_map.json", "added_tokens.json", "generation_config.json"}) {
       if (fs::is_regular_file(from / name, ec)) files.emplace_back(from / name, name);
     }
     const bool gpt2 = fs::is_regular_file(from / "vocab.json", ec) &&
@@ -641,6 +642,15 @@ std::vector<std::string> copy_hf_tokenizer(const std::string& source, const std:
   if (tokenizer->vocab_size() > vocab_size) {
     throw ValueError("tokenizer '" + source + "' has " + std::to_string(tokenizer->vocab_size()) +
                      " tokens but the model's vocab_size is " + std::to_string(vocab_size));
+  }
+  if (fs::is_directory(source, ec)) {
+    for (const int64_t id : load_hf_stop_tokens(source)) {
+      if (id >= vocab_size) {
+        throw ValueError("'" + (fs::path(source) / "generation_config.json").string() +
+                         "': eos_token_id " + std::to_string(id) +
+                         " is not below the model's vocab_size " + std::to_string(vocab_size));
+      }
+    }
   }
   fs::create_directories(dir, ec);
   if (ec) throw IoError("cannot create the directory '" + dir + "': " + ec.message());

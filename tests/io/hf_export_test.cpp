@@ -726,8 +726,11 @@ TEST(HfExport, CopiesTheTokenizerIntoTheExportedDirectory) {
   testing::write_text(model.file("tokenizer_config.json"), R"({"model_max_length": 64})");
   testing::write_text(model.file("config.json"), "{}");
   testing::write_text(model.file("model.safetensors"), "not copied");
+  testing::write_text(model.file("generation_config.json"), R"({"eos_token_id": [0, 300]})");
   const auto written = copy_hf_tokenizer(model.path().string(), out.file("dir"), 301);
-  EXPECT_EQ(written, (std::vector<std::string>{"tokenizer.json", "tokenizer_config.json"}));
+  EXPECT_EQ(written, (std::vector<std::string>{"tokenizer.json", "tokenizer_config.json",
+                                               "generation_config.json"}));
+  EXPECT_EQ(load_hf_stop_tokens(out.file("dir")), (std::vector<int64_t>{0, 300}));
   EXPECT_FALSE(std::filesystem::exists(out.file("dir") + "/config.json"));
   EXPECT_EQ(bytes(out.file("dir") + "/tokenizer_config.json"), R"({"model_max_length": 64})");
   // Ids past the model's vocabulary, a directory without a tokenizer, a
@@ -741,6 +744,19 @@ TEST(HfExport, CopiesTheTokenizerIntoTheExportedDirectory) {
         << e.what();
   }
   EXPECT_FALSE(std::filesystem::exists(out.file("small")));
+  // A generation_config.json whose end token the model does not have.
+  testing::write_text(model.file("generation_config.json"), R"({"eos_token_id": [0, 301]})");
+  try {
+    copy_hf_tokenizer(model.path().string(), out.file("bad_end"), 301);
+    FAIL() << "an end token past the vocabulary was copied";
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find(
+                  "generation_config.json': eos_token_id 301 is not below the model's vocab_size "
+                  "301"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_FALSE(std::filesystem::exists(out.file("bad_end")));
   testing::TempDir empty;
   EXPECT_THROW(copy_hf_tokenizer(empty.path().string(), out.file("none"), 700), IoError);
   testing::write_text(empty.file("bogus.model"), "\x0b\x01");

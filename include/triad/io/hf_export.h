@@ -118,10 +118,12 @@ int64_t parse_byte_size(const std::string& text);
 // as dir/tokenizer.json or dir/tokenizer.model, by content), or a model
 // directory, whose tokenizer files are copied as they are:
 // tokenizer.json, tokenizer.model, vocab.json and merges.txt (GPT-2's),
-// tokenizer_config.json, special_tokens_map.json, added_tokens.json. The
-// tokenizer is read first: one that does not load (or a directory with
-// none), or whose ids reach past vocab_size, is an error naming it and
-// nothing is copied. Returns the names written.
+// tokenizer_config.json, special_tokens_map.json, added_tokens.json, and
+// generation_config.json (the tokens a reply ends at, which transformers'
+// generate() and vLLM read). The tokenizer is read first: one that does not
+// load (or a directory with none), or whose ids, or generation_config.json's
+// eos_token_id, reach past vocab_size, is an error naming it and nothing is
+// copied. Returns the names written.
 std::vector<std::string> copy_hf_tokenizer(const std::string& source, const std::string& dir,
                                            int64_t vocab_size);
 
