@@ -132,7 +132,7 @@ std::vector<std::string> string_list(const nlohmann::json& v, const std::string&
 // ARC's and OpenBookQA's choices ({"text": [...], "label": ["A", ...]})
 // and the right one, the label "answerKey" names.
 void labelled_choices(const nlohmann::json& j, ChoiceQuestion& q, const std::string& at) {
-  const nlohmann::json& c = j.at("choices");
+  const nlohmann::json& c = j.contains("choices") ? j["choices"] : nlohmann::json();
   if (!c.is_object() || !c.contains("text") || !c.contains("label")) {
     throw ValueError(at + ": \"choices\" is not an object of \"text\" and \"label\" lists");
   }
@@ -262,16 +262,7 @@ std::vector<ChoiceQuestion> read_choice_questions(std::istream& in, const std::s
     if (!choices || !choices->is_array()) {
       throw ValueError(at + " has no list \"endings\" or \"choices\"");
     }
-    for (const auto& c : *choices) {
-      if (!c.is_string()) {
-        throw ValueError(at + ": choice " + std::to_string(q.choices.size()) + " is " + c.dump() +
-                         ", not a string");
-      }
-      if (c.get<std::string>().empty()) {
-        throw ValueError(at + ": choice " + std::to_string(q.choices.size()) + " is empty");
-      }
-      q.choices.push_back(c.get<std::string>());
-    }
+    q.choices = string_list(*choices, "choices", "choice", at);
     if (q.choices.size() < 2) {
       throw ValueError(at + " has " + std::to_string(q.choices.size()) +
                        " choice(s); a question needs at least two");

@@ -217,6 +217,8 @@ TEST(ChoiceQuestions, NameTheLineAndWhatItLacks) {
   expect_error(
       [&] { read(R"({"question": "q", "choices": {"text": ["a", "b"]}, "answerKey": "A"})"); },
       {"\"choices\" is not an object of \"text\" and \"label\" lists"});
+  expect_error([&] { read(R"({"question_stem": "q", "answerKey": "A"})"); },
+               {"line 1: \"choices\" is not an object of \"text\" and \"label\" lists"});
   expect_error([&] { read(R"({"goal": "g", "sol1": "a", "label": 0})"); },
                {"line 1 has no string \"sol2\" (PIQA's)"});
   expect_error([&] { read(R"({"goal": "g", "sol1": "a", "sol2": "b", "label": -1})"); },
