@@ -1,6 +1,9 @@
 #include "triad/train/eval_text.h"
 
+#include <algorithm>
+
 #include "triad/core/error.h"
+#include "triad/io/hf_config.h"
 #include "triad/nn/generate.h"
 
 namespace triad::train {
@@ -44,6 +47,27 @@ SamplePrompts load_sample_prompts(const Config& c) {
     p.texts.push_back(c.eval.samples[i]);
     p.ids.push_back(std::move(ids));
   }
+  const int64_t limit = p.tok.tokenizer->vocab_size();
+  const int64_t eod = c.model.eod_token;
+  if (eod >= 0 && eod < limit) p.stop_tokens.push_back(eod);
+  if (!c.eval.tokenizer.empty()) {
+    std::vector<int64_t> ids;
+    try {
+      ids = io::load_hf_stop_tokens(c.eval.tokenizer);
+    } catch (const Error& err) {
+      throw ConfigError(std::string("eval.tokenizer: ") + err.what());
+    }
+    const std::vector<int32_t> missing = p.tok.tokenizer->missing_ids();
+    for (const int64_t id : ids) {
+      if (id >= limit || std::find(missing.begin(), missing.end(), id) != missing.end()) {
+        throw ConfigError("eval.tokenizer: its generation_config.json's eos_token_id " +
+                          std::to_string(id) + " is not a token of the tokenizer (" +
+                          std::to_string(limit) + " ids)");
+      }
+      if (std::find(p.stop_tokens.begin(), p.stop_tokens.end(), id) == p.stop_tokens.end())
+        p.stop_tokens.push_back(id);
+    }
+  }
   return p;
 }
 
@@ -56,8 +80,7 @@ std::vector<std::string> continue_samples(const nn::Gpt& model, const SampleProm
   o.seed = c.train.seed;
   o.vocab_limit = prompts.tok.tokenizer->vocab_size();  // never an id it cannot print
   for (const int32_t id : prompts.tok.tokenizer->missing_ids()) o.suppress_tokens.push_back(id);
-  const int64_t eod = c.model.eod_token;
-  if (eod >= 0 && eod < o.vocab_limit) o.stop_tokens = {eod};
+  o.stop_tokens = prompts.stop_tokens;
   const auto outs = nn::generate_batch(model, prompts.ids, o);
   std::vector<std::string> texts;
   for (size_t i = 0; i < outs.size(); ++i) {

@@ -26,17 +26,20 @@ struct EvalTokenizer {
 EvalTokenizer eval_tokenizer(const Config& c, const std::string& what);
 
 // eval.samples tokenized (after eval.bos_token when given), ready to
-// continue at every evaluation.
+// continue at every evaluation, and the tokens a sample ends at:
+// data.eod_token, and the eos_token_id of a generation_config.json beside
+// eval.tokenizer (a ConfigError names an id the tokenizer lacks).
 struct SamplePrompts {
   EvalTokenizer tok;
   std::vector<std::string> texts;
   std::vector<std::vector<int64_t>> ids;
+  std::vector<int64_t> stop_tokens;
 };
 SamplePrompts load_sample_prompts(const Config& c);
 
 // Each prompt's continuation's text by `model` (no dropout), as
 // eval.sample_tokens, sample_temperature and sample_top_k say, drawn with
-// train.seed, ending at data.eod_token (not printed): the prompts decoded
+// train.seed, ending at a stop token (not printed): the prompts decoded
 // together (nn::generate_batch).
 std::vector<std::string> continue_samples(const nn::Gpt& model, const SamplePrompts& prompts,
                                           const Config& c);
