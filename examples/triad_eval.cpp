@@ -327,7 +327,7 @@ int main(int argc, char** argv) {
       }
     }
     double all_nll = 0;
-    int64_t all_tokens = 0, all_bytes = 0;
+    int64_t all_tokens = 0, all_bytes = 0, all_words = 0;
     bool every_byte = true;
     for (size_t t = 0; t < texts.size(); ++t) {
       const std::string& name = text_files[t];
@@ -347,19 +347,29 @@ int main(int argc, char** argv) {
       }
       const double loss = nll / static_cast<double>(scored);
       nlohmann::ordered_json r{{"tokens", scored}, {"loss", loss}, {"perplexity", std::exp(loss)}};
-      // Bits per byte when every token is scored (a beginning token given):
-      // the whole text's bytes are then what the scores pay for.
+      // Bits per byte and the perplexity per word when every token is
+      // scored (a beginning token given): the whole text is then what the
+      // scores pay for (lm-evaluation-harness's WikiText measures).
       const bool whole = !bos.empty();
+      const int64_t words = triad::data::count_words(texts[t]);
       every_byte = every_byte && whole;
-      if (whole) r["bits_per_byte"] = nll / std::log(2.0) / static_cast<double>(texts[t].size());
+      if (whole) {
+        r["bits_per_byte"] = nll / std::log(2.0) / static_cast<double>(texts[t].size());
+        r["words"] = words;
+        r["word_perplexity"] = std::exp(nll / static_cast<double>(words));
+      }
       all_nll += nll;
       all_tokens += scored;
       all_bytes += static_cast<int64_t>(texts[t].size());
+      all_words += words;
       report["text"][name] = r;
       if (!json) {
         std::printf("%s: %lld tokens scored | loss %.4f | perplexity %.3f", name.c_str(),
                     static_cast<long long>(scored), loss, std::exp(loss));
-        if (whole) std::printf(" | bits per byte %.4f", r["bits_per_byte"].get<double>());
+        if (whole) {
+          std::printf(" | bits per byte %.4f | word perplexity %.3f",
+                      r["bits_per_byte"].get<double>(), r["word_perplexity"].get<double>());
+        }
         std::printf("\n");
         std::fflush(stdout);
       }
@@ -368,12 +378,19 @@ int main(int argc, char** argv) {
       const double loss = all_nll / static_cast<double>(all_tokens);
       nlohmann::ordered_json r{
           {"tokens", all_tokens}, {"loss", loss}, {"perplexity", std::exp(loss)}};
-      if (every_byte) r["bits_per_byte"] = all_nll / std::log(2.0) / static_cast<double>(all_bytes);
+      if (every_byte) {
+        r["bits_per_byte"] = all_nll / std::log(2.0) / static_cast<double>(all_bytes);
+        r["words"] = all_words;
+        r["word_perplexity"] = std::exp(all_nll / static_cast<double>(all_words));
+      }
       report["text_all"] = r;
       if (!json) {
         std::printf("all text: %lld tokens scored | loss %.4f | perplexity %.3f",
                     static_cast<long long>(all_tokens), loss, std::exp(loss));
-        if (every_byte) std::printf(" | bits per byte %.4f", r["bits_per_byte"].get<double>());
+        if (every_byte) {
+          std::printf(" | bits per byte %.4f | word perplexity %.3f",
+                      r["bits_per_byte"].get<double>(), r["word_perplexity"].get<double>());
+        }
         std::printf("\n");
       }
     }

@@ -6,6 +6,8 @@
 
 #include "triad/core/error.h"
 #include "triad/data/text_input.h"
+#include "unicode_classes.h"
+#include "utf8.h"
 
 namespace triad::data {
 namespace {
@@ -316,6 +318,17 @@ std::pair<std::vector<int32_t>, std::vector<int32_t>> encode_context_and_continu
     const Tokenizer& tok, const std::string& context, const std::string& continuation) {
   const size_t end = context.find_last_not_of(" \t\n\r\f\v") + 1;  // npos + 1: 0
   return {tok.encode(context.substr(0, end)), tok.encode(context.substr(end) + continuation)};
+}
+
+int64_t count_words(const std::string& text) {
+  int64_t runs = 0;
+  bool in_space = false;
+  for (size_t i = 0, len = 0; i < text.size(); i += len) {
+    const bool space = unicode::is_white_space(next_code_point(text, i, len));
+    runs += space && !in_space;
+    in_space = space;
+  }
+  return runs + 1;
 }
 
 int64_t utf8_characters(const std::string& text) {

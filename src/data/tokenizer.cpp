@@ -20,22 +20,18 @@
 namespace triad::data {
 namespace {
 
-bool is_space(uint32_t c) {
-  return c == ' ' || (c >= 0x09 && c <= 0x0D) || c == 0x85 || c == 0xA0 || c == 0x1680 ||
-         (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F ||
-         c == 0x3000;
-}
+using unicode::is_white_space;
 // GPT-2's pattern's classes: \s (the White_Space code points above),
 // \p{L}, \p{N}, and everything else (punctuation, symbols, marks, controls).
 enum class Cls { Letter, Number, Other, Space };
 Cls classify(uint32_t c) {
   if (c < 0x80) {  // ASCII without a table lookup
-    if (is_space(c)) return Cls::Space;
+    if (is_white_space(c)) return Cls::Space;
     if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')) return Cls::Letter;
     if (c >= '0' && c <= '9') return Cls::Number;
     return Cls::Other;
   }
-  if (is_space(c)) return Cls::Space;
+  if (is_white_space(c)) return Cls::Space;
   if (unicode::is_letter(c)) return Cls::Letter;
   if (unicode::is_number(c)) return Cls::Number;
   return Cls::Other;
@@ -116,7 +112,7 @@ std::vector<std::string> gpt2_pieces(const std::string& text) {
       continue;
     }
     size_t k = i;
-    while (k < n && is_space(cps[k])) ++k;
+    while (k < n && is_white_space(cps[k])) ++k;
     k = whitespace_end(i, k, n);
     emit(i, k);
     i = k;
@@ -174,7 +170,7 @@ std::vector<std::string> llama3_pieces(const std::string& text, size_t max_digit
     // Whitespace: \s*[\r\n]+ up to the run's last newline, else \s+(?!\S)
     // or \s+.
     size_t k = i;
-    while (k < n && is_space(cps[k])) ++k;
+    while (k < n && is_white_space(cps[k])) ++k;
     size_t last_newline = k;
     for (size_t m = i; m < k; ++m) {
       if (newline(m)) last_newline = m;

@@ -257,5 +257,15 @@ TEST(ChoiceQuestions, CharactersAreCodePoints) {
   EXPECT_EQ(utf8_characters("\xF0\x9F\x98\x80!"), 2);         // an emoji and !
 }
 
+// Words as Python's len(re.split(r"\s+", text)) counts them: white space
+// at either end adds an empty word, any run of it (Unicode's too) one cut.
+TEST(ChoiceQuestions, WordsAreCountedAsReSplitCountsThem) {
+  EXPECT_EQ(count_words("a b"), 2);
+  EXPECT_EQ(count_words(" a  b\n"), 4);  // ['', 'a', 'b', '']
+  EXPECT_EQ(count_words(""), 1);
+  EXPECT_EQ(count_words("\xC2\xA0x\tyz \xE3\x80\x80 w"), 4);  // NBSP, tab, ideographic space
+  EXPECT_EQ(count_words("caf\xC3\xA9"), 1);                   // é is no space
+}
+
 }  // namespace
 }  // namespace triad::data

@@ -89,4 +89,9 @@ std::pair<std::vector<int32_t>, std::vector<int32_t>> encode_context_and_continu
 // them: the bytes that do not continue a character.
 int64_t utf8_characters(const std::string& text);
 
+// Words in text as lm-evaluation-harness counts them for a word-level
+// perplexity (WikiText's): len(re.split(r"\s+", text)), one more than the
+// runs of white space (so white space at either end counts a word).
+int64_t count_words(const std::string& text);
+
 }  // namespace triad::data
