@@ -3,6 +3,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "json_lines.h"
 #include "triad/core/error.h"
 #include "triad/data/text_input.h"
 
@@ -10,22 +11,10 @@ namespace triad::data {
 
 std::vector<LastWordText> read_last_word_texts(std::istream& in, const std::string& where,
                                                int64_t limit) {
-  if (limit < 0) throw ValueError(where + ": limit (" + std::to_string(limit) + ") must be >= 0");
   std::vector<LastWordText> out;
-  int64_t line_no = 0;
-  for (std::string line;
-       (limit == 0 || static_cast<int64_t>(out.size()) < limit) && std::getline(in, line);) {
-    ++line_no;
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    const std::string at = where + " line " + std::to_string(line_no);
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(line);
-    } catch (const nlohmann::json::parse_error& e) {
-      throw ValueError(at + " does not parse at byte " + std::to_string(e.byte));
-    }
-    if (!j.is_object() || !j.contains("text") || !j["text"].is_string()) {
-      throw ValueError(at + " is not a JSON object with a string \"text\"");
+  read_json_objects(in, where, limit, [&](const nlohmann::json& j, const std::string& at) {
+    if (!j.contains("text") || !j["text"].is_string()) {
+      throw ValueError(at + " has no string \"text\"");
     }
     const std::string text = j["text"].get<std::string>();
     const size_t space = text.rfind(' ');
@@ -36,7 +25,7 @@ std::vector<LastWordText> read_last_word_texts(std::istream& in, const std::stri
       throw ValueError(at + ": the text ends with a space, so its last word is empty");
     }
     out.push_back({text.substr(0, space), text.substr(space)});
-  }
+  });
   if (out.empty()) throw ValueError(where + " holds no texts");
   return out;
 }

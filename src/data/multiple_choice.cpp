@@ -4,6 +4,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "json_lines.h"
 #include "triad/core/error.h"
 #include "triad/data/text_input.h"
 #include "unicode_classes.h"
@@ -215,63 +216,47 @@ ChoiceQuestion mmlu_question(const nlohmann::json& j, const std::string& at) {
   return q;
 }
 
+// HellaSwag's line, or the plain form: a context and its choices.
+ChoiceQuestion plain_question(const nlohmann::json& j, const std::string& at) {
+  ChoiceQuestion q;
+  const nlohmann::json* context = field(j, {"ctx", "context"});
+  if (!context || !context->is_string()) {
+    throw ValueError(at + " has no string \"ctx\" or \"context\" (the text before the choices)");
+  }
+  q.context = context->get<std::string>();
+  const nlohmann::json* choices = field(j, {"endings", "choices"});
+  if (!choices || !choices->is_array()) {
+    throw ValueError(at + " has no list \"endings\" or \"choices\"");
+  }
+  q.choices = string_list(*choices, "choices", "choice", at);
+  if (q.choices.size() < 2) {
+    throw ValueError(at + " has " + std::to_string(q.choices.size()) +
+                     " choice(s); a question needs at least two");
+  }
+  q.answer = answer_index(field(j, {"label", "answer"}), q.choices.size(), 0, at);
+  return q;
+}
+
+// A line's question, its form told by its fields.
+ChoiceQuestion question_of(const nlohmann::json& j, const std::string& at) {
+  if (j.contains("sentence")) return winogrande_question(j, at);
+  if (j.contains("contexts")) return per_choice_question(j, at);
+  if (j.contains("goal")) return piqa_question(j, at);
+  if (j.contains("question_stem")) return openbookqa_question(j, at);
+  if (j.contains("question") && j.contains("choices") && !field(j, {"ctx", "context"})) {
+    return j["choices"].is_object() ? arc_question(j, at) : mmlu_question(j, at);
+  }
+  return plain_question(j, at);
+}
+
 }  // namespace
 
 std::vector<ChoiceQuestion> read_choice_questions(std::istream& in, const std::string& where,
                                                   int64_t limit) {
-  if (limit < 0) throw ValueError(where + ": limit (" + std::to_string(limit) + ") must be >= 0");
   std::vector<ChoiceQuestion> out;
-  int64_t line_no = 0;
-  for (std::string line;
-       (limit == 0 || static_cast<int64_t>(out.size()) < limit) && std::getline(in, line);) {
-    ++line_no;
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    const std::string at = where + " line " + std::to_string(line_no);
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(line);
-    } catch (const nlohmann::json::parse_error& e) {
-      throw ValueError(at + " does not parse at byte " + std::to_string(e.byte));
-    }
-    if (!j.is_object()) throw ValueError(at + " is not a JSON object");
-    if (j.contains("sentence")) {
-      out.push_back(winogrande_question(j, at));
-      continue;
-    }
-    if (j.contains("contexts")) {
-      out.push_back(per_choice_question(j, at));
-      continue;
-    }
-    if (j.contains("goal")) {
-      out.push_back(piqa_question(j, at));
-      continue;
-    }
-    if (j.contains("question_stem")) {
-      out.push_back(openbookqa_question(j, at));
-      continue;
-    }
-    if (j.contains("question") && j.contains("choices") && !field(j, {"ctx", "context"})) {
-      out.push_back(j["choices"].is_object() ? arc_question(j, at) : mmlu_question(j, at));
-      continue;
-    }
-    ChoiceQuestion q;
-    const nlohmann::json* context = field(j, {"ctx", "context"});
-    if (!context || !context->is_string()) {
-      throw ValueError(at + " has no string \"ctx\" or \"context\" (the text before the choices)");
-    }
-    q.context = context->get<std::string>();
-    const nlohmann::json* choices = field(j, {"endings", "choices"});
-    if (!choices || !choices->is_array()) {
-      throw ValueError(at + " has no list \"endings\" or \"choices\"");
-    }
-    q.choices = string_list(*choices, "choices", "choice", at);
-    if (q.choices.size() < 2) {
-      throw ValueError(at + " has " + std::to_string(q.choices.size()) +
-                       " choice(s); a question needs at least two");
-    }
-    q.answer = answer_index(field(j, {"label", "answer"}), q.choices.size(), 0, at);
-    out.push_back(std::move(q));
-  }
+  read_json_objects(in, where, limit, [&](const nlohmann::json& j, const std::string& at) {
+    out.push_back(question_of(j, at));
+  });
   if (out.empty()) throw ValueError(where + " holds no questions");
   return out;
 }

@@ -36,8 +36,8 @@ TEST(LastWordTexts, AreCutAtTheLastSpace) {
 
 TEST(LastWordTexts, NameTheLineAndWhatIsWrong) {
   expect_error([] { read("{\"text\": \"a b\"}\n{\n"); }, {"l.jsonl line 2 does not parse"});
-  expect_error([] { read(R"({"txt": "a b"})"); },
-               {"l.jsonl line 1 is not a JSON object with a string \"text\""});
+  expect_error([] { read(R"({"txt": "a b"})"); }, {"l.jsonl line 1 has no string \"text\""});
+  expect_error([] { read("[1]"); }, {"l.jsonl line 1 is not a JSON object"});
   expect_error([] { read(R"({"text": "word"})"); }, {"line 1: the text has no word before"});
   expect_error([] { read(R"({"text": " word"})"); }, {"no word before its last"});
   expect_error([] { read(R"({"text": "a word "})"); }, {"ends with a space"});
