@@ -78,10 +78,15 @@ void score_rows(const Gpt& model, const std::vector<ContinuationRequest>& reques
       const auto len = static_cast<int64_t>(inputs[b].size());
       // Logits only where they predict the continuation (the row's last n
       // positions): context positions cost no head and hold no logits.
-      logits.push_back(model.head(narrow(narrow(x, 0, b, 1), 1, len - n, n)));
-      conts.push_back(&cont);
+      // Kept past the row's loss only for the greedy check (a perplexity
+      // window's are seq_len x V).
+      const Tensor row_logits = model.head(narrow(narrow(x, 0, b, 1), 1, len - n, n));
       means.push_back(
-          reshape(cast(cross_entropy(logits.back(), from_vector(cont, {1, n})), DType::F64), {1}));
+          reshape(cast(cross_entropy(row_logits, from_vector(cont, {1, n})), DType::F64), {1}));
+      if (greedy) {
+        logits.push_back(row_logits);
+        conts.push_back(&cont);
+      }
     }
     // The batch's scores in one read (a GPU waits once per batch, not per row).
     const std::vector<double> mean = to_double_vector(concat(means, 0));
