@@ -47,7 +47,8 @@ std::vector<int64_t> widen(const std::vector<int32_t>& ids) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"Evaluate a GPT trained by Triad: multiple-choice accuracy and text perplexity"};
+  CLI::App app{
+      "Evaluate a GPT trained by Triad: multiple-choice accuracy, LAMBADA and text perplexity"};
   triad::examples::ModelSource source;
   source.add_options(app);
   std::vector<std::string> choice_files, text_files;
