@@ -54,8 +54,8 @@ int main(int argc, char** argv) {
   std::vector<std::string> choice_files, text_files;
   app.add_option("--choices", choice_files,
                  "multiple-choice questions, JSON lines: HellaSwag's, WinoGrande's, ARC's, "
-                 "OpenBookQA's, PIQA's or MMLU's as they come, or context, choices, answer (or "
-                 "contexts, continuation, answer); repeatable");
+                 "OpenBookQA's, PIQA's, BoolQ's, Social IQa's or MMLU's as they come, or "
+                 "context, choices, answer (or contexts, continuation, answer); repeatable");
   app.add_option("--text", text_files, "a text file whose perplexity to measure; repeatable");
   std::vector<std::string> lambada_files;
   app.add_option("--lambada", lambada_files,

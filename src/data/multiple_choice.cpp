@@ -164,6 +164,7 @@ void labelled_choices(const nlohmann::json& j, ChoiceQuestion& q, const std::str
 //  - ARC (ai2_arc): "Question: <question>\nAnswer:", the choices' texts;
 //  - OpenBookQA: <question_stem>, the choices' texts;
 //  - PIQA: "Question: <goal>\nAnswer:", sol1 and sol2, label 0 or 1;
+//  - BoolQ and Social IQa (below);
 //  - MMLU (cais/mmlu): "The following are multiple choice questions (with
 //    answers) about <subject>.\n\n" (when the line names its subject, its
 //    underscores as spaces), the question stripped, each choice after its
@@ -216,6 +217,33 @@ ChoiceQuestion mmlu_question(const nlohmann::json& j, const std::string& at) {
   return q;
 }
 
+// BoolQ: "<passage>\nQuestion: <question>?\nAnswer:", no or yes; SuperGLUE's
+// copy labels it (0 or 1), Google's answers true or false.
+ChoiceQuestion boolq_question(const nlohmann::json& j, const std::string& at) {
+  ChoiceQuestion q;
+  q.context = text_field(j, "passage", at, "BoolQ's") +
+              "\nQuestion: " + text_field(j, "question", at, "BoolQ's") + "?\nAnswer:";
+  q.choices = {"no", "yes"};
+  if (const auto a = j.find("answer"); a != j.end() && a->is_boolean()) {
+    q.answer = a->get<bool>() ? 1 : 0;
+  } else {
+    q.answer = answer_index(field(j, {"label"}), 2, 0, at);
+  }
+  return q;
+}
+
+// Social IQa: "Q: <context> <question>\nA:", answerA to answerC, the label
+// counted from 1.
+ChoiceQuestion siqa_question(const nlohmann::json& j, const std::string& at) {
+  ChoiceQuestion q;
+  q.context = "Q: " + text_field(j, "context", at, "Social IQa's") + " " +
+              text_field(j, "question", at, "Social IQa's") + "\nA:";
+  for (const char* key : {"answerA", "answerB", "answerC"})
+    q.choices.push_back(text_field(j, key, at, "Social IQa's"));
+  q.answer = answer_index(field(j, {"label"}), 3, 1, at);
+  return q;
+}
+
 // HellaSwag's line, or the plain form: a context and its choices.
 ChoiceQuestion plain_question(const nlohmann::json& j, const std::string& at) {
   ChoiceQuestion q;
@@ -242,6 +270,8 @@ ChoiceQuestion question_of(const nlohmann::json& j, const std::string& at) {
   if (j.contains("sentence")) return winogrande_question(j, at);
   if (j.contains("contexts")) return per_choice_question(j, at);
   if (j.contains("goal")) return piqa_question(j, at);
+  if (j.contains("passage")) return boolq_question(j, at);
+  if (j.contains("answerA")) return siqa_question(j, at);
   if (j.contains("question_stem")) return openbookqa_question(j, at);
   if (j.contains("question") && j.contains("choices") && !field(j, {"ctx", "context"})) {
     return j["choices"].is_object() ? arc_question(j, at) : mmlu_question(j, at);

@@ -69,9 +69,9 @@ TEST(ChoiceQuestions, ReadWinoGrandesLinesAndAContextPerChoice) {
   EXPECT_EQ(plain[0].context_of(1), "c");
 }
 
-// ARC, OpenBookQA, PIQA and MMLU as Hugging Face's copies hold them, each
-// as lm-evaluation-harness's default prompt asks it.
-TEST(ChoiceQuestions, ReadArcOpenBookQaPiqaAndMmluLines) {
+// ARC, OpenBookQA, PIQA, MMLU, BoolQ and Social IQa as Hugging Face's
+// copies hold them, each as lm-evaluation-harness's default prompt asks it.
+TEST(ChoiceQuestions, ReadTheLinesOfTheCommonBenchmarks) {
   const auto q = read(
       R"({"id": "Mercury_1", "question": "Which gas do plants take in?", "choices": {"text": ["oxygen", "carbon dioxide", "helium"], "label": ["A", "B", "C"]}, "answerKey": "B"})"
       "\n"
@@ -103,6 +103,22 @@ TEST(ChoiceQuestions, ReadArcOpenBookQaPiqaAndMmluLines) {
   EXPECT_EQ(q[4].answer, 1);
   EXPECT_EQ(q[5].context_of(1), "Pick B.\nA. no\nB. yes\nAnswer:");  // no subject, no heading
   for (const auto& question : q) EXPECT_TRUE(question.contexts.empty());
+  // BoolQ (SuperGLUE's and Google's copies) and Social IQa.
+  const auto more = read(
+      R"({"question": "is the sky blue", "passage": "The sky is blue.", "idx": 0, "label": 1})"
+      "\n"
+      R"({"question": "is ice hot", "answer": false, "passage": "Ice is cold."})"
+      "\n"
+      R"({"context": "Tracy gave Kim a gift.", "question": "How would Kim feel?", "answerA": "sad", "answerB": "thankful", "answerC": "angry", "label": "2"})"
+      "\n");
+  ASSERT_EQ(more.size(), 3u);
+  EXPECT_EQ(more[0].context, "The sky is blue.\nQuestion: is the sky blue?\nAnswer:");
+  EXPECT_EQ(more[0].choices, (std::vector<std::string>{"no", "yes"}));
+  EXPECT_EQ(more[0].answer, 1);
+  EXPECT_EQ(more[1].answer, 0);
+  EXPECT_EQ(more[2].context, "Q: Tracy gave Kim a gift. How would Kim feel?\nA:");
+  EXPECT_EQ(more[2].choices, (std::vector<std::string>{"sad", "thankful", "angry"}));
+  EXPECT_EQ(more[2].answer, 1);  // counted from 1
 }
 
 // Few-shot examples: each solved (its context, the separator, its right
@@ -223,6 +239,21 @@ TEST(ChoiceQuestions, NameTheLineAndWhatItLacks) {
                {"line 1 has no string \"sol2\" (PIQA's)"});
   expect_error([&] { read(R"({"goal": "g", "sol1": "a", "sol2": "b", "label": -1})"); },
                {"label -1 marks an unlabelled question"});  // PIQA's test split
+  expect_error([&] { read(R"({"question": "q", "passage": "p", "label": -1})"); },
+               {"label -1 marks an unlabelled question"});  // BoolQ's test split
+  expect_error([&] { read(R"({"passage": "p", "label": 1})"); },
+               {"line 1 has no string \"question\" (BoolQ's)"});
+  expect_error(
+      [&] {
+        read(R"({"context": "c", "question": "q", "answerA": "a", "answerB": "b", "label": "1"})");
+      },
+      {"line 1 has no string \"answerC\" (Social IQa's)"});
+  expect_error(
+      [&] {
+        read(
+            R"({"context": "c", "question": "q", "answerA": "a", "answerB": "b", "answerC": "c", "label": "4"})");
+      },
+      {"label \"4\" is not a choice's index in [1, 4)"});
   expect_error([&] { read(R"({"question": "q", "choices": ["a"], "answer": 0})"); },
                {"line 1 has 1 choice(s); a question needs 2 to 26"});
   expect_error([&] { read(R"({"question": "q", "choices": ["a", ""], "answer": 0})"); },

@@ -52,10 +52,13 @@ struct ChoiceQuestion {
 //    one "continuation" scored after each, with "answer" as above;
 //  - the lines of ARC ("question", "choices": {"text", "label"},
 //    "answerKey"), OpenBookQA ("question_stem", the same choices), PIQA
-//    ("goal", "sol1", "sol2", "label") and MMLU ("question", "subject",
-//    "choices": a list, "answer") as Hugging Face's copies hold them, each
-//    made the context and choices of lm-evaluation-harness's default
-//    prompt for the task (MMLU's choices are the letters A, B, ...).
+//    ("goal", "sol1", "sol2", "label"), BoolQ ("passage", "question", and
+//    "label" or a true/false "answer"), Social IQa ("context", "question",
+//    "answerA" to "answerC", "label" from 1) and MMLU ("question",
+//    "subject", "choices": a list, "answer") as Hugging Face's copies hold
+//    them, each made the context and choices of lm-evaluation-harness's
+//    default prompt for the task (BoolQ's choices are no and yes, MMLU's
+//    the letters A, B, ...).
 // The first `limit` questions (0: all). Errors name `where`, the line and
 // what it lacks (an unlabelled test split, HellaSwag's or WinoGrande's,
 // says so).
