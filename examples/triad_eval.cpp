@@ -77,6 +77,13 @@ int main(int argc, char** argv) {
                  "prompt): the first N other questions of its file, of its subject where it "
                  "names one (MMLU)")
       ->capture_default_str();
+  std::string hellaswag_prompt = "llmc";
+  app.add_option("--hellaswag-prompt", hellaswag_prompt,
+                 "how HellaSwag's lines are asked: llmc (ctx and endings as they stand, as llm.c "
+                 "asks them) or harness (lm-evaluation-harness's prompt: the activity label, "
+                 "WikiHow's markers cleaned)")
+      ->check(CLI::IsMember({"llmc", "harness"}))
+      ->capture_default_str();
   std::vector<std::string> fewshot_files;
   app.add_option("--fewshot-from", fewshot_files,
                  "take --fewshot's examples from this file instead (a dev or train split; one "
@@ -142,12 +149,14 @@ int main(int argc, char** argv) {
     }
     for (size_t s = 0; s < choice_files.size(); ++s) {
       const std::string& f = choice_files[s];
-      question_sets.push_back(triad::data::read_choice_questions(f, limit));
+      const auto hellaswag = triad::data::hellaswag_prompt_from_string(hellaswag_prompt);
+      question_sets.push_back(triad::data::read_choice_questions(f, limit, hellaswag));
       if (fewshot > 0) {
         const bool own = fewshot_files.empty();
         const std::string& from = own ? f : fewshot_files[s];
-        triad::data::add_examples(question_sets.back(), triad::data::read_choice_questions(from),
-                                  fewshot, separator, own, "--choices '" + f + "'");
+        triad::data::add_examples(question_sets.back(),
+                                  triad::data::read_choice_questions(from, 0, hellaswag), fewshot,
+                                  separator, own, "--choices '" + f + "'");
       }
     }
     std::vector<std::vector<triad::data::LastWordText>> lambada_sets;

@@ -1,6 +1,7 @@
 #include "triad/data/multiple_choice.h"
 
 #include <algorithm>
+#include <cctype>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -244,6 +245,69 @@ ChoiceQuestion siqa_question(const nlohmann::json& j, const std::string& at) {
   return q;
 }
 
+// lm-evaluation-harness's cleaning of HellaSwag's text: stripped, WikiHow's
+// " [title]" made ". ", any other bracketed marker dropped (the shortest
+// "[...]" on one line), then each double space made one (left to right, as
+// Python's str.replace).
+std::string harness_clean(const std::string& raw) {
+  std::string text = strip(raw), out;
+  for (size_t at = 0; (at = text.find(" [title]", at)) != std::string::npos;) {
+    text.replace(at, 8, ". ");
+    at += 2;
+  }
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (text[i] == '[') {
+      const size_t close = text.find_first_of("]\n", i + 1);
+      if (close != std::string::npos && text[close] == ']') {
+        i = close;
+        continue;
+      }
+    }
+    out += text[i];
+  }
+  text.clear();
+  for (size_t i = 0; i < out.size(); ++i) {
+    text += out[i];
+    if (out[i] == ' ' && i + 1 < out.size() && out[i + 1] == ' ') ++i;
+  }
+  return text;
+}
+
+// Python's str.capitalize on ASCII: the first letter upper case, the rest
+// lower case.
+std::string capitalize(std::string s) {
+  for (size_t i = 0; i < s.size(); ++i) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c < 0x80) s[i] = static_cast<char>(i == 0 ? std::toupper(c) : std::tolower(c));
+  }
+  return s;
+}
+
+// HellaSwag's line as lm-evaluation-harness asks it.
+ChoiceQuestion harness_hellaswag_question(const nlohmann::json& j, const std::string& at) {
+  ChoiceQuestion q;
+  const auto part = [&](const char* key) {
+    const auto it = j.find(key);
+    if (it == j.end() || !it->is_string()) {
+      throw ValueError(at + " has no string \"" + key + "\" (HellaSwag's)");
+    }
+    return it->get<std::string>();
+  };
+  const std::string ctx = part("ctx_a") + " " + capitalize(part("ctx_b"));
+  q.context = harness_clean(text_field(j, "activity_label", at, "HellaSwag's") + ": " + ctx);
+  const nlohmann::json* endings = field(j, {"endings"});
+  if (!endings || !endings->is_array()) throw ValueError(at + " has no list \"endings\"");
+  for (const std::string& e : string_list(*endings, "endings", "choice", at)) {
+    q.choices.push_back(harness_clean(e));
+    if (q.choices.back().empty()) {
+      throw ValueError(at + ": choice " + std::to_string(q.choices.size() - 1) +
+                       " is empty once cleaned");
+    }
+  }
+  q.answer = answer_index(field(j, {"label"}), q.choices.size(), 0, at);
+  return q;
+}
+
 // HellaSwag's line, or the plain form: a context and its choices.
 ChoiceQuestion plain_question(const nlohmann::json& j, const std::string& at) {
   ChoiceQuestion q;
@@ -266,7 +330,11 @@ ChoiceQuestion plain_question(const nlohmann::json& j, const std::string& at) {
 }
 
 // A line's question, its form told by its fields.
-ChoiceQuestion question_of(const nlohmann::json& j, const std::string& at) {
+ChoiceQuestion question_of(const nlohmann::json& j, const std::string& at,
+                           HellaSwagPrompt hellaswag) {
+  if (hellaswag == HellaSwagPrompt::Harness && j.contains("ctx_a") && j.contains("endings")) {
+    return harness_hellaswag_question(j, at);
+  }
   if (j.contains("sentence")) return winogrande_question(j, at);
   if (j.contains("contexts")) return per_choice_question(j, at);
   if (j.contains("goal")) return piqa_question(j, at);
@@ -281,22 +349,31 @@ ChoiceQuestion question_of(const nlohmann::json& j, const std::string& at) {
 
 }  // namespace
 
+HellaSwagPrompt hellaswag_prompt_from_string(const std::string& name) {
+  if (name == "llmc") return HellaSwagPrompt::Raw;
+  if (name == "harness") return HellaSwagPrompt::Harness;
+  throw ValueError("HellaSwag prompt '" + name +
+                   "' is none of llmc (its ctx and endings as they stand) or harness "
+                   "(lm-evaluation-harness's)");
+}
+
 std::vector<ChoiceQuestion> read_choice_questions(std::istream& in, const std::string& where,
-                                                  int64_t limit) {
+                                                  int64_t limit, HellaSwagPrompt hellaswag) {
   std::vector<ChoiceQuestion> out;
   read_json_objects(in, where, limit, [&](const nlohmann::json& j, const std::string& at) {
-    out.push_back(question_of(j, at));
+    out.push_back(question_of(j, at, hellaswag));
   });
   if (out.empty()) throw ValueError(where + " holds no questions");
   return out;
 }
 
-std::vector<ChoiceQuestion> read_choice_questions(const std::string& path, int64_t limit) {
+std::vector<ChoiceQuestion> read_choice_questions(const std::string& path, int64_t limit,
+                                                  HellaSwagPrompt hellaswag) {
   if (!std::ifstream(path, std::ios::binary)) {
     throw IoError("cannot open multiple-choice questions '" + path + "'");
   }
   const std::unique_ptr<std::istream> in = open_text_input(path);  // (.gz, .zst too)
-  return read_choice_questions(*in, "'" + path + "'", limit);
+  return read_choice_questions(*in, "'" + path + "'", limit, hellaswag);
 }
 
 void add_examples(std::vector<ChoiceQuestion>& questions,

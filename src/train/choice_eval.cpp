@@ -22,11 +22,12 @@ std::vector<TokenizedQuestion> load_choice_questions(const Config& c,
   if (t.bos >= 0) bos.push_back(t.bos);
   std::vector<data::ChoiceQuestion> all;
   try {
-    all = data::read_choice_questions(set.path, e.choices_limit);
+    const data::HellaSwagPrompt hellaswag = data::hellaswag_prompt_from_string(e.hellaswag_prompt);
+    all = data::read_choice_questions(set.path, e.choices_limit, hellaswag);
     if (e.choices_fewshot > 0) {
       // Examples from the same file, each question's own left out.
-      data::add_examples(all, data::read_choice_questions(set.path), e.choices_fewshot, " ", true,
-                         "'" + set.path + "'");
+      data::add_examples(all, data::read_choice_questions(set.path, 0, hellaswag),
+                         e.choices_fewshot, " ", true, "'" + set.path + "'");
     }
   } catch (const Error& err) {
     throw ConfigError(key + ": " + err.what());

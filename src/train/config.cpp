@@ -380,6 +380,11 @@ void validate(const Config& c, bool min_lr_given) {
         "eval.choices_limit only says how much of eval.choices is read: set eval.choices "
         "(multiple-choice questions) or drop it");
   }
+  if (c.eval.choices.empty() && c.eval.hellaswag_prompt != "llmc") {
+    throw ConfigError(
+        "eval.hellaswag_prompt only says how eval.choices are asked: set eval.choices "
+        "(multiple-choice questions) or drop it");
+  }
   if (c.eval.choices.empty() && c.eval.choices_fewshot > 0) {
     throw ConfigError(
         "eval.choices_fewshot only says how eval.choices are asked: set eval.choices "
@@ -960,6 +965,16 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
        {false, [&](auto& v, auto& k) { c.eval.choices_limit = non_negative(v, k); }}},
       {"choices_fewshot",
        {false, [&](auto& v, auto& k) { c.eval.choices_fewshot = non_negative(v, k); }}},
+      {"hellaswag_prompt",
+       {false,
+        [&](auto& v, auto& k) {
+          c.eval.hellaswag_prompt = get_string(v, k);
+          if (c.eval.hellaswag_prompt != "llmc" && c.eval.hellaswag_prompt != "harness") {
+            throw ConfigError(k + " ('" + c.eval.hellaswag_prompt +
+                              "') must be llmc (HellaSwag's lines as they stand) or harness "
+                              "(lm-evaluation-harness's prompt)");
+          }
+        }}},
       {"samples",
        {false,
         [&](auto& v, auto& k) {
@@ -1376,6 +1391,7 @@ std::string to_yaml(const Config& c) {
       }
       e << YAML::Key << "choices_limit" << YAML::Value << c.eval.choices_limit;
       e << YAML::Key << "choices_fewshot" << YAML::Value << c.eval.choices_fewshot;
+      e << YAML::Key << "hellaswag_prompt" << YAML::Value << c.eval.hellaswag_prompt;
     }
     if (!c.eval.samples.empty()) {
       e << YAML::Key << "samples" << YAML::Value << YAML::BeginSeq;

@@ -16,6 +16,11 @@ std::vector<ChoiceQuestion> read(const std::string& text, int64_t limit = 0) {
   return read_choice_questions(in, "q.jsonl", limit);
 }
 
+std::vector<ChoiceQuestion> read_lines(const std::string& text, HellaSwagPrompt hellaswag) {
+  std::istringstream in(text);
+  return read_choice_questions(in, "q.jsonl", 0, hellaswag);
+}
+
 TEST(ChoiceQuestions, ReadHellaSwagsLinesAndPlainOnes) {
   // A HellaSwag validation line (its other fields ignored), a blank line, a
   // plain line with Hugging Face's string label, and one past the limit.
@@ -167,6 +172,47 @@ TEST(ChoiceQuestions, FewShotExamplesGoBeforeTheContext) {
   expect_error([&] { add_examples(art, read(dev), 2, " ", false, "test.jsonl"); },
                {"test.jsonl: question 1 (art) has 1 example(s) to show, 2 asked (examples of its "
                 "subject only)"});
+}
+
+// HellaSwag as lm-evaluation-harness asks it: the activity label, ctx_b
+// capitalised, WikiHow's markers cleaned as its preprocess does (the
+// expected strings are that Python function's output for these lines).
+TEST(ChoiceQuestions, HellaSwagInTheHarnessesPrompt) {
+  const std::string lines =
+      R"({"activity_label": "Roof shingle removal", "ctx_a": "A man is sitting on a roof.", "ctx_b": "he", "ctx": "A man is sitting on a roof. he", "endings": ["is using wrap.", "starts pulling up roofing."], "label": 1})"
+      "\n"
+      R"({"activity_label": "Home and Garden", "ctx_a": "[header] How to grow tomatoes [title] Pick a sunny spot.", "ctx_b": "the PLANT needs", "ctx": "x", "endings": ["[step] Water daily  and well.", "Never   water it [a\nb] ok."], "label": "0"})"
+      "\n";
+  const auto q = read_lines(lines, HellaSwagPrompt::Harness);
+  ASSERT_EQ(q.size(), 2u);
+  EXPECT_EQ(q[0].context, "Roof shingle removal: A man is sitting on a roof. He");
+  EXPECT_EQ(q[0].choices,
+            (std::vector<std::string>{"is using wrap.", "starts pulling up roofing."}));
+  EXPECT_EQ(q[1].context,
+            "Home and Garden: How to grow tomatoes. Pick a sunny spot. The plant needs");
+  EXPECT_EQ(q[1].choices,
+            (std::vector<std::string>{" Water daily and well.", "Never  water it [a\nb] ok."}));
+  EXPECT_EQ(q[1].answer, 0);
+  // Raw (llm.c's) reads ctx as it stands; other forms are the same either way.
+  EXPECT_EQ(read_lines(lines, HellaSwagPrompt::Raw)[0].context, "A man is sitting on a roof. he");
+  const std::string plain = R"({"context": "c", "choices": ["a", "b"], "answer": 1})";
+  EXPECT_EQ(read_lines(plain, HellaSwagPrompt::Harness)[0].context, "c");
+  expect_error(
+      [] {
+        read_lines(R"({"activity_label": "x", "ctx_a": "a", "endings": ["b", "c"], "label": 0})",
+                   HellaSwagPrompt::Harness);
+      },
+      {"line 1 has no string \"ctx_b\" (HellaSwag's)"});
+  expect_error(
+      [] {
+        read_lines(
+            R"({"activity_label": "x", "ctx_a": "a", "ctx_b": "b", "endings": ["[step]", "c"], "label": 0})",
+            HellaSwagPrompt::Harness);
+      },
+      {"line 1: choice 0 is empty once cleaned"});
+  EXPECT_EQ(hellaswag_prompt_from_string("harness"), HellaSwagPrompt::Harness);
+  expect_error([] { hellaswag_prompt_from_string("eleuther"); },
+               {"HellaSwag prompt 'eleuther' is none of llmc"});
 }
 
 TEST(ChoiceQuestions, NameTheLineAndWhatItLacks) {

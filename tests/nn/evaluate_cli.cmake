@@ -205,3 +205,20 @@ math(EXPR diff "${m} - ${want}")
 if(diff GREATER 1 OR diff LESS -1)
   message(FATAL_ERROR "MMLU: elementary mathematics acc ${math_acc}, ${right} of 4 right")
 endif()
+
+# HellaSwag in lm-evaluation-harness's prompt: another context (the
+# activity label first), so other scores; the same questions and answers.
+eval(harness --choices ${QUESTIONS} --hellaswag-prompt harness --json
+     --predictions ${WORK}/harness.jsonl)
+string(JSON harness_q GET "${harness}" choices ${QUESTIONS} questions)
+file(STRINGS ${WORK}/harness.jsonl harness_rows)
+list(GET harness_rows 0 harness_first)
+list(GET rows 0 raw_first)
+string(JSON harness_nll GET "${harness_first}" nll 0)
+string(JSON raw_nll GET "${raw_first}" nll 0)
+string(JSON harness_answer GET "${harness_first}" answer)
+string(JSON raw_answer GET "${raw_first}" answer)
+if(NOT harness_q EQUAL n OR harness_nll STREQUAL raw_nll OR NOT harness_answer EQUAL raw_answer)
+  message(FATAL_ERROR "--hellaswag-prompt harness: ${harness_q} questions, first choice "
+                      "${harness_nll} (raw ${raw_nll}), answer ${harness_answer} (${raw_answer})")
+endif()

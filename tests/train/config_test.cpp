@@ -295,12 +295,14 @@ TEST(Config, TrainingDataIsAPathOrAWeightedMixture) {
 // naming the tokenizer twice, are errors.
 TEST(Config, EvalChoicesAndHowTheyAreTokenized) {
   const Config c = parse_config(to_yaml(parse_config(
-      kValid, {"eval.choices=hellaswag_val.jsonl", "eval.interval=100", "eval.choices_limit=500",
-               "eval.choices_fewshot=5", "eval.vocab=gpt2/vocab.json",
-               "eval.merges=gpt2/merges.txt", "eval.bos_token=<|endoftext|>"})));
+      kValid,
+      {"eval.choices=hellaswag_val.jsonl", "eval.interval=100", "eval.choices_limit=500",
+       "eval.choices_fewshot=5", "eval.hellaswag_prompt=harness", "eval.vocab=gpt2/vocab.json",
+       "eval.merges=gpt2/merges.txt", "eval.bos_token=<|endoftext|>"})));
   EXPECT_EQ(c.eval.choices, (std::vector<EvalSection::ChoiceSet>{{"", "hellaswag_val.jsonl"}}));
   EXPECT_EQ(c.eval.choices_limit, 500);
   EXPECT_EQ(c.eval.choices_fewshot, 5);
+  EXPECT_EQ(c.eval.hellaswag_prompt, "harness");
   EXPECT_EQ(c.eval.interval, 100);
   EXPECT_EQ(c.eval.vocab, "gpt2/vocab.json");
   EXPECT_EQ(c.eval.merges, "gpt2/merges.txt");
@@ -330,6 +332,10 @@ TEST(Config, EvalChoicesAndHowTheyAreTokenized) {
                       "eval.choices_fewshot only says how eval.choices are asked");
   expect_config_error(kValid, {"eval.choices=q.jsonl", "eval.choices_fewshot=-2"},
                       "eval.choices_fewshot (-2) must be >= 0");
+  expect_config_error(kValid, {"eval.hellaswag_prompt=harness"},
+                      "eval.hellaswag_prompt only says how eval.choices are asked");
+  expect_config_error(kValid, {"eval.choices=q.jsonl", "eval.hellaswag_prompt=eleuther"},
+                      "eval.hellaswag_prompt ('eleuther') must be llmc");
   for (const char* key : {"eval.tokenizer=t.json", "eval.bos_token=<s>"}) {
     expect_config_error(kValid, {key},
                         std::string(key).substr(0, std::string(key).find('=')) +
@@ -404,8 +410,8 @@ TEST(Config, EvalNeedsValidationDataAndNonNegativeCounts) {
                       "eval.batches (-3) must be >= 0");
   expect_config_error(kValid, {"eval.every=3"},
                       "unknown key 'eval.every' (allowed in eval: interval, batches, choices, "
-                      "choices_limit, choices_fewshot, samples, sample_tokens, sample_temperature, "
-                      "sample_top_k, "
+                      "choices_limit, choices_fewshot, hellaswag_prompt, samples, sample_tokens, "
+                      "sample_temperature, sample_top_k, "
                       "tokenizer, vocab, merges, bos_token)");
   expect_config_error(
       kValid, {"data.test=x"},

@@ -62,11 +62,21 @@ struct ChoiceQuestion {
 // The first `limit` questions (0: all). Errors name `where`, the line and
 // what it lacks (an unlabelled test split, HellaSwag's or WinoGrande's,
 // says so).
+//
+// HellaSwag's lines are asked one of two ways. Raw (llm.c's, the default):
+// "ctx" and "endings" as they stand. Harness (lm-evaluation-harness's):
+// "<activity_label>: <ctx_a> <ctx_b, capitalised>" and each ending, both
+// cleaned of WikiHow's bracketed markers (" [title]" becomes ". ", other
+// "[...]" go, a double space becomes one) and stripped.
+enum class HellaSwagPrompt { Raw, Harness };
+HellaSwagPrompt hellaswag_prompt_from_string(const std::string& name);  // "llmc", "harness"
 std::vector<ChoiceQuestion> read_choice_questions(std::istream& in, const std::string& where,
-                                                  int64_t limit = 0);
+                                                  int64_t limit = 0,
+                                                  HellaSwagPrompt hellaswag = HellaSwagPrompt::Raw);
 // A file compressed with gzip or Zstandard is read through it
 // (data/text_input.h).
-std::vector<ChoiceQuestion> read_choice_questions(const std::string& path, int64_t limit = 0);
+std::vector<ChoiceQuestion> read_choice_questions(const std::string& path, int64_t limit = 0,
+                                                  HellaSwagPrompt hellaswag = HellaSwagPrompt::Raw);
 
 // Few-shot prompting, as lm-evaluation-harness writes it: `shots` solved
 // examples go before each question's context (after its heading), each

@@ -136,6 +136,9 @@ struct EvalSection {
   std::vector<ChoiceSet> choices;
   int64_t choices_limit = 0;
   int64_t choices_fewshot = 0;
+  // How HellaSwag's lines are asked: "llmc" (as they stand) or "harness"
+  // (lm-evaluation-harness's prompt; data::HellaSwagPrompt).
+  std::string hellaswag_prompt = "llmc";
   // Prompts the model continues at every evaluation (llm.c's samples during
   // training): sample_tokens new tokens each, greedy at sample_temperature
   // 0, else drawn from the sample_top_k most likely (0: all) with
