@@ -237,6 +237,7 @@ int main(int argc, char** argv) {
           }
           if (predictions_out) {
             nlohmann::ordered_json row{{"file", name}, {"index", q}, {"answer", question.answer}};
+            if (!question.group.empty()) row["subject"] = question.group;
             nlohmann::ordered_json nll = nlohmann::ordered_json::array(),
                                    tokens = nlohmann::ordered_json::array();
             for (const auto& m : mine) {
