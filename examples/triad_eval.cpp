@@ -147,9 +147,9 @@ int main(int argc, char** argv) {
     if (!fewshot_files.empty() && fewshot == 0) {
       throw triad::ValueError("--fewshot-from needs --fewshot N (how many examples to show)");
     }
+    const auto hellaswag = triad::data::hellaswag_prompt_from_string(hellaswag_prompt);
     for (size_t s = 0; s < choice_files.size(); ++s) {
       const std::string& f = choice_files[s];
-      const auto hellaswag = triad::data::hellaswag_prompt_from_string(hellaswag_prompt);
       question_sets.push_back(triad::data::read_choice_questions(f, limit, hellaswag));
       if (fewshot > 0) {
         const bool own = fewshot_files.empty();
