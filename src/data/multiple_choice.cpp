@@ -335,13 +335,17 @@ ChoiceQuestion question_of(const nlohmann::json& j, const std::string& at,
   if (hellaswag == HellaSwagPrompt::Harness && j.contains("ctx_a") && j.contains("endings")) {
     return harness_hellaswag_question(j, at);
   }
+  // The plain form's fields make a plain question, whatever else the line
+  // holds; the datasets' own forms are told apart by theirs.
+  const nlohmann::json* choices = field(j, {"endings", "choices"});
+  if (field(j, {"ctx", "context"}) && choices && choices->is_array()) return plain_question(j, at);
   if (j.contains("sentence")) return winogrande_question(j, at);
   if (j.contains("contexts")) return per_choice_question(j, at);
   if (j.contains("goal")) return piqa_question(j, at);
   if (j.contains("passage")) return boolq_question(j, at);
   if (j.contains("answerA")) return siqa_question(j, at);
   if (j.contains("question_stem")) return openbookqa_question(j, at);
-  if (j.contains("question") && j.contains("choices") && !field(j, {"ctx", "context"})) {
+  if (j.contains("question") && j.contains("choices")) {
     return j["choices"].is_object() ? arc_question(j, at) : mmlu_question(j, at);
   }
   return plain_question(j, at);

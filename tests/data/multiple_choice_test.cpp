@@ -42,6 +42,11 @@ TEST(ChoiceQuestions, ReadHellaSwagsLinesAndPlainOnes) {
   EXPECT_EQ(q[1].answer, 0);
   EXPECT_EQ(q[2].answer, 1);
   EXPECT_EQ(read(text, 2).size(), 2u);
+  // Fields another form uses change nothing beside the plain form's.
+  const auto extra = read(
+      R"({"context": "c", "choices": ["a", "b"], "answer": 1, "passage": "p", "question": "q", "sentence": "_"})");
+  EXPECT_EQ(extra[0].context, "c");
+  EXPECT_TRUE(extra[0].contexts.empty());
 }
 
 // WinoGrande's lines as they come (its validation split's first): each
