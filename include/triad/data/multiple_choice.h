@@ -41,7 +41,8 @@ struct ChoiceQuestion {
 //    "context", the choices under "endings" (HellaSwag's) or "choices" (a
 //    list of strings), the right one's index under "label" (HellaSwag's) or
 //    "answer" (a number, or a string of digits as Hugging Face's copy of
-//    HellaSwag writes it);
+//    HellaSwag writes it); a line with these is read so, whatever else it
+//    holds;
 //  - WinoGrande's lines as they come: "sentence" with a blank "_",
 //    "option1", "option2" and "answer" ("1" or "2"). As
 //    lm-evaluation-harness scores it, option k's context is the sentence up
