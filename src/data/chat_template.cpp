@@ -7,6 +7,7 @@
 #include <optional>
 #include <sstream>
 
+#include "ascii_space.h"
 #include "triad/core/error.h"
 
 namespace triad::data {
@@ -25,18 +26,6 @@ void put(SegmentedDocument& doc, const std::string& text, bool scored) {
 // Appends a marker: one special token.
 void mark(SegmentedDocument& doc, const char* marker, bool scored) {
   doc.push_back({marker, scored, true});
-}
-
-bool is_space_char(char c) {
-  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
-}
-
-// Jinja's trim: leading and trailing whitespace off.
-std::string trim(const std::string& s) {
-  const char* space = " \t\n\r\f\v";
-  const size_t first = s.find_first_not_of(space);
-  if (first == std::string::npos) return "";
-  return s.substr(first, s.find_last_not_of(space) - first + 1);
 }
 
 // A template's markers, each one special token (null: the template has
@@ -222,7 +211,8 @@ SegmentedDocument render_chat(ChatTemplate t, const std::vector<ChatMessage>& me
     const bool answer = msg.role == "assistant";
     open_turn(doc, t, msg.role);
     // LLaMA 3's and Gemma's templates trim the content; ChatML keeps it.
-    put(doc, t == ChatTemplate::ChatML ? msg.content : system + trim(msg.content), answer);
+    put(doc, t == ChatTemplate::ChatML ? msg.content : system + strip_ascii_spaces(msg.content),
+        answer);
     system.clear();
     mark(doc, m.end, answer);
     if (t != ChatTemplate::Llama3) put(doc, "\n", false);
@@ -350,7 +340,7 @@ std::optional<std::pair<size_t, size_t>> answer_span(const std::string& before,
                      "(add_generation_prompt), so its answer cannot be told apart");
   }
   size_t end = with.size();
-  while (end > before.size() && is_space_char(with[end - 1])) --end;
+  while (end > before.size() && is_ascii_space(with[end - 1])) --end;
   if (end == before.size()) return std::nullopt;
   return std::make_pair(before.size(), end);
 }

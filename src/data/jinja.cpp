@@ -14,6 +14,7 @@
 #include <set>
 #include <vector>
 
+#include "ascii_space.h"
 #include "triad/core/error.h"
 #include "unicode_classes.h"
 #include "utf8.h"
@@ -48,10 +49,6 @@ struct Chunk {
   int line = 0;
 };
 
-bool is_space(char c) {
-  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
-}
-
 class Lexer {
  public:
   explicit Lexer(const std::string& src) : s_(src) {}
@@ -71,7 +68,7 @@ class Lexer {
       count_lines(pos_, open == std::string::npos ? s_.size() : open);
       if (strip_next) {
         size_t first = 0;
-        while (first < text.size() && is_space(text[first])) ++first;
+        while (first < text.size() && is_ascii_space(text[first])) ++first;
         text.erase(0, first);
       } else if (trim_next) {
         if (text.rfind("\r\n", 0) == 0) {
@@ -90,7 +87,7 @@ class Lexer {
       const bool minus = p < s_.size() && s_[p] == '-', plus = p < s_.size() && s_[p] == '+';
       if (minus || plus) ++p;
       if (minus) {
-        while (!text.empty() && is_space(text.back())) text.pop_back();
+        while (!text.empty() && is_ascii_space(text.back())) text.pop_back();
       } else if (!plus && kind != '{') {
         // lstrip_blocks: spaces and tabs from the line's start to a block
         // or comment tag go (judged on the source, before any trimming).
@@ -152,7 +149,7 @@ class Lexer {
                                          s_.begin() + static_cast<std::ptrdiff_t>(to), '\n'));
   }
   void skip_space() {
-    while (pos_ < s_.size() && is_space(s_[pos_])) {
+    while (pos_ < s_.size() && is_ascii_space(s_[pos_])) {
       if (s_[pos_] == '\n') ++line_;
       ++pos_;
     }
@@ -1163,8 +1160,6 @@ std::vector<int64_t> slice_indices(const json& start, const json& stop, const js
   return out;
 }
 
-const char* kWhitespace = " \t\n\r\f\v";
-
 std::string strip(const std::string& s, const std::string& chars, bool left, bool right) {
   size_t a = 0, b = s.size();
   if (left) {
@@ -1181,14 +1176,14 @@ json split(const std::string& s, const json& sep, int64_t maxsplit) {
   if (sep.is_null()) {  // runs of whitespace, none at the ends
     size_t i = 0;
     while (true) {
-      while (i < s.size() && is_space(s[i])) ++i;
+      while (i < s.size() && is_ascii_space(s[i])) ++i;
       if (i >= s.size()) break;
       if (maxsplit >= 0 && static_cast<int64_t>(out.size()) == maxsplit) {
-        out.push_back(strip(s.substr(i), kWhitespace, false, true));
+        out.push_back(strip(s.substr(i), kAsciiSpaces, false, true));
         break;
       }
       size_t j = i;
-      while (j < s.size() && !is_space(s[j])) ++j;
+      while (j < s.size() && !is_ascii_space(s[j])) ++j;
       out.push_back(s.substr(i, j - i));
       i = j;
     }
@@ -2005,7 +2000,7 @@ class Renderer {
     const std::string& s = d.get_ref<const std::string&>();
     if (name == "strip" || name == "lstrip" || name == "rstrip") {
       const std::string chars = args.empty() || (args[0].is_data() && args[0].data.is_null())
-                                    ? kWhitespace
+                                    ? kAsciiSpaces
                                     : string_arg(0);
       return Value::of(strip(s, chars, name != "rstrip", name != "lstrip"));
     }
@@ -2329,7 +2324,7 @@ class Renderer {
       return Value::of(strip(str(v),
                              chars.defined() && chars.is_data() && chars.data.is_string()
                                  ? chars.data.get<std::string>()
-                                 : kWhitespace,
+                                 : kAsciiSpaces,
                              true, true));
     }
     if (name == "upper") return Value::of(upper(str(v)));

@@ -5,6 +5,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "ascii_space.h"
 #include "json_lines.h"
 #include "triad/core/error.h"
 #include "triad/data/text_input.h"
@@ -20,14 +21,6 @@ const nlohmann::json* field(const nlohmann::json& j, std::initializer_list<const
     if (auto it = j.find(k); it != j.end()) return &*it;
   }
   return nullptr;
-}
-
-constexpr const char* kSpaces = " \t\n\r\f\v";
-
-// `s` without the whitespace around it (Python's str.strip, ASCII).
-std::string strip(const std::string& s) {
-  const size_t from = s.find_first_not_of(kSpaces);
-  return from == std::string::npos ? "" : s.substr(from, s.find_last_not_of(kSpaces) + 1 - from);
 }
 
 // A string field of `j`, non-empty; `what` says what it holds.
@@ -82,7 +75,7 @@ ChoiceQuestion winogrande_question(const nlohmann::json& j, const std::string& a
   const std::string sentence = text_field(j, "sentence", at, "WinoGrande's, with a blank _");
   const size_t blank = sentence.find('_');
   if (blank == std::string::npos) throw ValueError(at + ": the sentence has no blank \"_\"");
-  const std::string rest = strip(sentence.substr(blank + 1));
+  const std::string rest = strip_ascii_spaces(sentence.substr(blank + 1));
   if (rest.empty()) {
     throw ValueError(at + ": nothing follows the sentence's blank, so there is nothing to score");
   }
@@ -147,10 +140,10 @@ void labelled_choices(const nlohmann::json& j, ChoiceQuestion& q, const std::str
                      std::to_string(labels.size()) + " labels");
   }
   const auto key = j.find("answerKey");
-  if (key == j.end() || !key->is_string() || strip(key->get<std::string>()).empty()) {
+  if (key == j.end() || !key->is_string() || strip_ascii_spaces(key->get<std::string>()).empty()) {
     throw ValueError(at + " has no \"answerKey\" (the right choice's label)");
   }
-  const std::string answer = strip(key->get<std::string>());
+  const std::string answer = strip_ascii_spaces(key->get<std::string>());
   const auto it = std::find(labels.begin(), labels.end(), answer);
   if (it == labels.end()) {
     std::string all;
@@ -207,7 +200,7 @@ ChoiceQuestion mmlu_question(const nlohmann::json& j, const std::string& at) {
     q.heading =
         "The following are multiple choice questions (with answers) about " + subject + ".\n\n";
   }
-  q.context = strip(text_field(j, "question", at, "MMLU's")) + "\n";
+  q.context = strip_ascii_spaces(text_field(j, "question", at, "MMLU's")) + "\n";
   for (size_t i = 0; i < options.size(); ++i) {
     const std::string letter(1, static_cast<char>('A' + i));
     q.context += letter + ". " + options[i] + "\n";
@@ -250,7 +243,7 @@ ChoiceQuestion siqa_question(const nlohmann::json& j, const std::string& at) {
 // "[...]" on one line), then each double space made one (left to right, as
 // Python's str.replace).
 std::string harness_clean(const std::string& raw) {
-  std::string text = strip(raw), out;
+  std::string text = strip_ascii_spaces(raw), out;
   for (size_t at = 0; (at = text.find(" [title]", at)) != std::string::npos;) {
     text.replace(at, 8, ". ");
     at += 2;
@@ -412,7 +405,7 @@ void add_examples(std::vector<ChoiceQuestion>& questions,
 
 std::pair<std::vector<int32_t>, std::vector<int32_t>> encode_context_and_continuation(
     const Tokenizer& tok, const std::string& context, const std::string& continuation) {
-  const size_t end = context.find_last_not_of(" \t\n\r\f\v") + 1;  // npos + 1: 0
+  const size_t end = context.find_last_not_of(kAsciiSpaces) + 1;  // npos + 1: 0
   return {tok.encode(context.substr(0, end)), tok.encode(context.substr(end) + continuation)};
 }
 
