@@ -148,8 +148,10 @@ int main(int argc, char** argv) {
       chat = triad::data::resolve_chat_template(chat_template, tokens.tokenizer_path());
       chat_template = triad::data::chat_template_name(*chat);
     }
-    if (!system.empty() && !chat && !model_chat)
-      throw triad::ValueError("--system needs --chat-template");
+    // A chat (either kind of template): the prompt is the template's text
+    // and the reply the assistant's turn alone.
+    const bool chatting = chat.has_value() || model_chat.has_value();
+    if (!system.empty() && !chatting) throw triad::ValueError("--system needs --chat-template");
     int64_t default_stop = config.model.eod_token;
     if (model_chat) {
       // The model's end token (tokenizer_config.json's eos_token): what an
@@ -164,7 +166,7 @@ int main(int argc, char** argv) {
             eos);
       }
     }
-    if (chat || model_chat) {
+    if (chatting) {
       if (chat) {
         triad::data::require_chat_markers(*tok, *chat, "--chat-template " + chat_template + ":");
         default_stop = tok->special_token(triad::data::chat_end_of_turn(*chat));
@@ -200,8 +202,7 @@ int main(int argc, char** argv) {
       // stops at each: LLaMA 3's <|eot_id|> and <|end_of_text|>, Gemma's
       // <end_of_turn> and <eos>).
       if (default_stop >= 0) {
-        in_vocabulary(default_stop,
-                      model_chat || chat ? "the end-of-turn token" : "data.eod_token");
+        in_vocabulary(default_stop, chatting ? "the end-of-turn token" : "data.eod_token");
         o.stop_tokens.push_back(default_stop);
       }
       if (!tokens.tokenizer_path().empty()) {
@@ -233,7 +234,7 @@ int main(int argc, char** argv) {
     // template's text); a plain continuation is what it adds to the prompt.
     // With --stop, the text before the first stop string.
     auto full_reply_text = [&](const std::vector<int32_t>& ids, const std::vector<int32_t>& out) {
-      return chat || model_chat ? tok->decode(out) : triad::data::continuation_text(*tok, ids, out);
+      return chatting ? tok->decode(out) : triad::data::continuation_text(*tok, ids, out);
     };
     auto reply_text = [&](const std::vector<int32_t>& ids, const std::vector<int32_t>& out) {
       std::string text = full_reply_text(ids, out);
@@ -246,7 +247,7 @@ int main(int argc, char** argv) {
     auto encode_messages = [&](const std::vector<triad::data::ChatMessage>& messages) {
       std::vector<int32_t> ids;
       if (tokens.has_bos()) ids.push_back(static_cast<int32_t>(tokens.bos(*tok)));
-      if (chat || model_chat) {
+      if (chatting) {
         triad::data::SegmentedDocument prompt;
         if (chat) {
           prompt = triad::data::render_chat_prompt(*chat, messages);
@@ -296,8 +297,7 @@ int main(int argc, char** argv) {
         }
         std::string sys = system;
         if (j.contains("system")) {
-          if (!chat && !model_chat)
-            throw triad::ValueError(where + ": \"system\" needs --chat-template");
+          if (!chatting) throw triad::ValueError(where + ": \"system\" needs --chat-template");
           if (!j["system"].is_string())
             throw triad::ValueError(where + ": \"system\" is not a string");
           sys = j["system"].get<std::string>();
@@ -440,8 +440,8 @@ int main(int argc, char** argv) {
               "(/reset starts a new one)",
               ids.front().size(), model_cfg.seq_len, model_cfg.seq_len);
         }
-        const std::string reply = reply_to(ids.front(), chat || model_chat ? "" : line, &session);
-        if (chat || model_chat) {
+        const std::string reply = reply_to(ids.front(), chatting ? "" : line, &session);
+        if (chatting) {
           history.push_back({"assistant", reply});
         } else {
           history.pop_back();
@@ -450,7 +450,7 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (many->count() == 0) {
-      reply_to(encode(prompt, system), chat || model_chat ? "" : prompt, nullptr);
+      reply_to(encode(prompt, system), chatting ? "" : prompt, nullptr);
       return 0;
     }
     // --batch prompts at a time, shortest first, so that each batch holds
