@@ -124,6 +124,10 @@ int main(int argc, char** argv) {
                "run the model over the whole window for every token (for comparison)");
   bool timing = false;
   app.add_flag("--timing", timing, "report tokens per second on stderr");
+  bool own_sampling = false;
+  app.add_flag("--ignore-generation-config", own_sampling,
+               "sample with the defaults above even where a generation_config.json beside "
+               "--tokenizer says how to choose tokens (its eos_token_id still ends the reply)");
   CLI11_PARSE(app, argc, argv);
   o.kv_cache = !no_cache;
   // The text alone on stdout (--prompts' JSON lines are read by programs);
@@ -180,6 +184,38 @@ int main(int argc, char** argv) {
     for (const auto& s : stops) {
       if (s.empty()) throw triad::ValueError("--stop: a stop string must not be empty");
     }
+    // The model's generation_config.json (beside --tokenizer): its end
+    // tokens, and how transformers' generate() would choose tokens with it
+    // (greedy unless do_sample is true) for every setting no flag gives.
+    const triad::io::HfGenerationConfig generation =
+        tokens.tokenizer_path().empty()
+            ? triad::io::HfGenerationConfig{}
+            : triad::io::load_hf_generation_config(tokens.tokenizer_path());
+    if (generation.names_sampling() && !own_sampling) {
+      const auto s = generation.sampling();
+      std::string taken;
+      const auto take = [&](const char* flag, auto& to, auto value, const char* key) {
+        if (app.count(flag) > 0) return;
+        to = value;
+        taken += fmt::format("{}{} {}", taken.empty() ? "" : ", ", key, value);
+      };
+      take("--temperature", o.temperature, s.temperature, "temperature");
+      if (o.temperature > 0) {
+        take("--top-k", o.top_k, s.top_k, "top_k");
+        take("--top-p", o.top_p, s.top_p, "top_p");
+        take("--min-p", o.min_p, s.min_p, "min_p");
+      }
+      take("--repetition-penalty", o.repetition_penalty, s.repetition_penalty,
+           "repetition_penalty");
+      if (!taken.empty()) {
+        spdlog::info(
+            "sampling as {} says ({}): {} (flags override; --ignore-generation-config: none of "
+            "it)",
+            generation.file,
+            generation.do_sample.value_or(false) ? "do_sample true" : "greedy: no do_sample true",
+            taken);
+      }
+    }
     const auto in_vocabulary = [&](int64_t id, const std::string& what) {
       if (id < 0 || id >= tok->vocab_size()) {
         throw triad::ValueError(what + " " + std::to_string(id) +
@@ -206,7 +242,7 @@ int main(int argc, char** argv) {
         o.stop_tokens.push_back(default_stop);
       }
       if (!tokens.tokenizer_path().empty()) {
-        const std::vector<int64_t> ids = triad::io::load_hf_stop_tokens(tokens.tokenizer_path());
+        const std::vector<int64_t>& ids = generation.eos_token_ids;
         for (const int64_t id : ids) {
           in_vocabulary(id, "generation_config.json's eos_token_id");
           if (!o.is_stop(id)) o.stop_tokens.push_back(id);

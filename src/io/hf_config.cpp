@@ -334,11 +334,13 @@ nn::GptConfig load_hf_config(const std::string& path) {
   return gpt_config_from_hf(read_text_file(file, "Hugging Face config"), file);
 }
 
-std::vector<int64_t> load_hf_stop_tokens(const std::string& path) {
+HfGenerationConfig load_hf_generation_config(const std::string& path) {
   namespace fs = std::filesystem;
   const fs::path dir = fs::is_directory(path) ? fs::path(path) : fs::path(path).parent_path();
   const std::string file = (dir / "generation_config.json").string();
-  if (!fs::exists(file)) return {};
+  HfGenerationConfig out;
+  if (!fs::exists(file)) return out;
+  out.file = file;
   Json j;
   try {
     j = Json::parse(read_text_file(file, "generation config"));
@@ -346,19 +348,71 @@ std::vector<int64_t> load_hf_stop_tokens(const std::string& path) {
     throw ConfigError("'" + file + "' is not JSON: " + e.what());
   }
   if (!j.is_object()) throw ConfigError("'" + file + "' is not a JSON object");
-  const auto it = j.find("eos_token_id");
-  if (it == j.end() || it->is_null()) return {};
-  const auto bad = [&] {
-    return ConfigError("'" + file + "': eos_token_id (" + it->dump() +
-                       ") must be a token id or a list of them");
+  const auto bad = [&](const char* key, const Json& v, const std::string& expected) {
+    return ConfigError("'" + file + "': " + key + " (" + v.dump() + ") " + expected);
   };
-  std::vector<int64_t> ids;
-  for (const Json& id : it->is_array() ? *it : Json::array({*it})) {
-    if (!id.is_number_integer() || id.get<int64_t>() < 0) throw bad();
-    if (std::find(ids.begin(), ids.end(), id.get<int64_t>()) == ids.end())
-      ids.push_back(id.get<int64_t>());
+  // The key's value, or nullptr where it is absent or null.
+  const auto find = [&](const char* key) -> const Json* {
+    const auto it = j.find(key);
+    return it == j.end() || it->is_null() ? nullptr : &*it;
+  };
+  if (const Json* eos = find("eos_token_id")) {
+    for (const Json& id : eos->is_array() ? *eos : Json::array({*eos})) {
+      if (!id.is_number_integer() || id.get<int64_t>() < 0)
+        throw bad("eos_token_id", *eos, "must be a token id or a list of them");
+      if (std::find(out.eos_token_ids.begin(), out.eos_token_ids.end(), id.get<int64_t>()) ==
+          out.eos_token_ids.end())
+        out.eos_token_ids.push_back(id.get<int64_t>());
+    }
   }
-  return ids;
+  if (const Json* v = find("do_sample")) {
+    if (!v->is_boolean()) throw bad("do_sample", *v, "must be true or false");
+    out.do_sample = v->get<bool>();
+  }
+  // A number in the range `ok` says (`range` names it).
+  const auto number = [&](const char* key, std::optional<double>& to, auto ok, const char* range) {
+    const Json* v = find(key);
+    if (v == nullptr) return;
+    if (!v->is_number() || !ok(v->get<double>()))
+      throw bad(key, *v, std::string("must be a number ") + range);
+    to = v->get<double>();
+  };
+  number(
+      "temperature", out.temperature, [](double x) { return x >= 0; }, ">= 0");
+  number(
+      "top_p", out.top_p, [](double x) { return x > 0 && x <= 1; }, "in (0, 1]");
+  number(
+      "min_p", out.min_p, [](double x) { return x >= 0 && x <= 1; }, "in [0, 1]");
+  number(
+      "repetition_penalty", out.repetition_penalty, [](double x) { return x > 0; }, "> 0");
+  if (const Json* v = find("top_k")) {
+    if (!v->is_number_integer() || v->get<int64_t>() < 0)
+      throw bad("top_k", *v, "must be an integer >= 0");
+    out.top_k = v->get<int64_t>();
+  }
+  if (out.do_sample.value_or(false) && out.temperature && *out.temperature == 0) {
+    throw bad("temperature", *find("temperature"),
+              "must be above 0 when do_sample is true (transformers refuses it too)");
+  }
+  return out;
+}
+
+bool HfGenerationConfig::names_sampling() const {
+  return do_sample || temperature || top_k || top_p || min_p || repetition_penalty;
+}
+
+HfGenerationConfig::Sampling HfGenerationConfig::sampling() const {
+  Sampling s;
+  s.repetition_penalty = repetition_penalty.value_or(1.0);
+  s.temperature = do_sample.value_or(false) ? temperature.value_or(1.0) : 0.0;
+  s.top_k = top_k.value_or(50);
+  s.top_p = top_p.value_or(1.0);
+  s.min_p = min_p.value_or(0.0);
+  return s;
+}
+
+std::vector<int64_t> load_hf_stop_tokens(const std::string& path) {
+  return load_hf_generation_config(path).eos_token_ids;
 }
 
 }  // namespace triad::io

@@ -621,5 +621,78 @@ TEST(HfConfig, StopTokensComeFromTheGenerationConfig) {
   EXPECT_NE(message("[2]").find("is not a JSON object"), std::string::npos);
 }
 
+// How generate() would choose tokens with the file: greedy unless
+// do_sample is true; transformers' defaults where a sampling file is silent.
+TEST(HfConfig, SamplingSettingsComeFromTheGenerationConfig) {
+  testing::TempDir dir;
+  const std::string model = dir.file("model");
+  std::filesystem::create_directories(model);
+  EXPECT_TRUE(load_hf_generation_config(model).file.empty());
+  EXPECT_FALSE(load_hf_generation_config(model).names_sampling());
+  const auto read = [&](const std::string& text) {
+    std::ofstream(model + "/generation_config.json", std::ios::trunc) << text;
+    return load_hf_generation_config(model + "/tokenizer.json");
+  };
+  // GPT-2's and Gemma's: token ids alone.
+  HfGenerationConfig c = read(R"({"bos_token_id": 2, "eos_token_id": 1, "pad_token_id": 0})");
+  EXPECT_EQ(c.file, model + "/generation_config.json");
+  EXPECT_FALSE(c.names_sampling());
+  EXPECT_EQ(c.eos_token_ids, (std::vector<int64_t>{1}));
+  // LLaMA 3.1 Instruct's: top_k left out is transformers' 50.
+  c = read(R"({"do_sample": true, "temperature": 0.6, "top_p": 0.9,
+               "eos_token_id": [128001, 128008, 128009]})");
+  EXPECT_TRUE(c.names_sampling());
+  HfGenerationConfig::Sampling s = c.sampling();
+  EXPECT_DOUBLE_EQ(s.temperature, 0.6);
+  EXPECT_EQ(s.top_k, 50);
+  EXPECT_DOUBLE_EQ(s.top_p, 0.9);
+  EXPECT_DOUBLE_EQ(s.min_p, 0.0);
+  EXPECT_DOUBLE_EQ(s.repetition_penalty, 1.0);
+  // Qwen2.5 Instruct's, with a null min_p (absent).
+  c = read(R"({"do_sample": true, "temperature": 0.7, "top_p": 0.8, "top_k": 20,
+               "repetition_penalty": 1.05, "min_p": null})");
+  s = c.sampling();
+  EXPECT_DOUBLE_EQ(s.temperature, 0.7);
+  EXPECT_EQ(s.top_k, 20);
+  EXPECT_DOUBLE_EQ(s.top_p, 0.8);
+  EXPECT_DOUBLE_EQ(s.repetition_penalty, 1.05);
+  EXPECT_FALSE(c.min_p.has_value());
+  // Settings without do_sample true: greedy, the settings kept for a
+  // caller that samples anyway.
+  c = read(R"({"temperature": 0.6, "top_k": 0, "repetition_penalty": 1.2})");
+  EXPECT_TRUE(c.names_sampling());
+  s = c.sampling();
+  EXPECT_DOUBLE_EQ(s.temperature, 0.0);
+  EXPECT_EQ(s.top_k, 0);
+  EXPECT_DOUBLE_EQ(s.repetition_penalty, 1.2);
+  EXPECT_DOUBLE_EQ(read(R"({"do_sample": false, "temperature": 0.9})").sampling().temperature, 0);
+  EXPECT_DOUBLE_EQ(read(R"({"do_sample": true})").sampling().temperature, 1.0);
+
+  const auto message = [&](const std::string& text) {
+    try {
+      read(text);
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(message(R"({"do_sample": "yes"})").find("do_sample (\"yes\") must be true or false"),
+            std::string::npos);
+  EXPECT_NE(message(R"({"top_p": 0})").find("top_p (0) must be a number in (0, 1]"),
+            std::string::npos);
+  EXPECT_NE(message(R"({"top_k": 2.5})").find("top_k (2.5) must be an integer >= 0"),
+            std::string::npos);
+  EXPECT_NE(message(R"({"temperature": -1})").find("temperature (-1) must be a number >= 0"),
+            std::string::npos);
+  EXPECT_NE(message(R"({"min_p": 2})").find("min_p (2) must be a number in [0, 1]"),
+            std::string::npos);
+  EXPECT_NE(message(R"({"repetition_penalty": 0})").find("repetition_penalty (0) must be"),
+            std::string::npos);
+  EXPECT_NE(message(R"({"do_sample": true, "temperature": 0})")
+                .find("temperature (0) must be above 0 when do_sample is true"),
+            std::string::npos);
+  EXPECT_EQ(message(R"({"do_sample": false, "temperature": 0})"), "no error");
+}
+
 }  // namespace
 }  // namespace triad::io

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -45,5 +46,45 @@ nn::GptConfig load_hf_config(const std::string& path);
 // that is not JSON, or an eos_token_id that is not a non-negative id or a
 // list of them, is a ConfigError naming the file.
 std::vector<int64_t> load_hf_stop_tokens(const std::string& path);
+
+// How a model's generation_config.json says to choose tokens, as
+// transformers' generate() reads it. Each setting is what the file writes
+// (null counts as absent).
+struct HfGenerationConfig {
+  std::string file;  // the file read; empty: the directory holds none
+  std::vector<int64_t> eos_token_ids;
+  std::optional<bool> do_sample;
+  std::optional<double> temperature;
+  std::optional<int64_t> top_k;
+  std::optional<double> top_p;
+  std::optional<double> min_p;
+  std::optional<double> repetition_penalty;
+
+  // Whether the file says anything about choosing tokens (do_sample or any
+  // setting above): a file of token ids alone (GPT-2's, Gemma's) does not.
+  bool names_sampling() const;
+  // The settings generate() takes from the file: without do_sample true it
+  // decodes greedily (temperature 0: do_sample defaults to false), with it
+  // it samples at the file's temperature. top_k, top_p and min_p are what
+  // sampling uses either way (a caller may sample a greedy file's model):
+  // the file's, transformers' defaults (50, 1, none) where it has none; so
+  // is repetition_penalty (default 1), which greedy decoding applies too.
+  struct Sampling {
+    double temperature = 0;
+    int64_t top_k = 0;
+    double top_p = 1;
+    double min_p = 0;
+    double repetition_penalty = 1;
+  };
+  Sampling sampling() const;
+};
+
+// The generation_config.json in `path` (a model's directory, or any file in
+// it); a default HfGenerationConfig (no file) where there is none. A file
+// that is not a JSON object, or a setting of the wrong type or outside its
+// range (temperature > 0 when sampling, top_k >= 0, top_p in (0, 1],
+// min_p in [0, 1], repetition_penalty > 0), is a ConfigError naming the
+// file, the key and its value.
+HfGenerationConfig load_hf_generation_config(const std::string& path);
 
 }  // namespace triad::io
