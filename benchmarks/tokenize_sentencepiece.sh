@@ -6,7 +6,9 @@
 # and a unigram model (8,000 pieces, NFKC, the library's defaults), encodes
 # every line, and the ids must equal Triad's, token for token; then the
 # times (wall clock, the whole command for Triad: reading, encoding,
-# writing the Megatron dataset).
+# writing the Megatron dataset). bpe_json is the BPE model converted to a
+# Hugging Face tokenizer.json (LLaMA 2's legacy form) over the lines that do
+# not hold <s>, </s> or <unk>.
 #   benchmarks/tokenize_sentencepiece.sh [BUILD_DIR]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -28,24 +30,39 @@ spm.SentencePieceTrainer.train(model_prefix=w + "/bpe", model_type="bpe", byte_f
                                normalization_rule_name="identity", remove_extra_whitespaces=False,
                                split_digits=True, allow_whitespace_only_pieces=True, **common)
 spm.SentencePieceTrainer.train(model_prefix=w + "/unigram", model_type="unigram", **common)
+# The BPE model as transformers converts it (LLaMA 2's legacy tokenizer.json),
+# and the lines without an added token's text (which Hugging Face matches in
+# raw text and SentencePiece does not).
+sys.path.insert(0, "tests/parity")
+import json
+from sentencepiece_reference import hf_tokenizer_json, user_defined_ids
+sp = spm.SentencePieceProcessor(model_file=w + "/bpe.model")
+with open(w + "/bpe_json.tokenizer.json", "w", encoding="utf-8") as f:
+    json.dump(hf_tokenizer_json(sp, True, user_defined_ids(w + "/bpe.model")), f,
+              ensure_ascii=False)
+lines = open(w + "/corpus.txt", encoding="utf-8").read().split("\n")
+with open(w + "/corpus_plain.txt", "w", encoding="utf-8") as f:
+    f.write("\n".join(l for l in lines if not any(t in l for t in ("<s>", "</s>", "<unk>"))))
 PY
 printf "%-8s %8s %10s %10s %10s %s\n" model tokens "triad 1w" "triad 2w" "library" same
-for m in bpe unigram; do
+for m in bpe unigram bpe_json; do
+  tokenizer="$work/$m.model" corpus="$work/corpus.txt"
+  if [ $m = bpe_json ]; then tokenizer="$work/$m.tokenizer.json" corpus="$work/corpus_plain.txt"; fi
   t=()
   for workers in 1 2; do
     s=$EPOCHREALTIME
-    "$B/examples/triad-tokenize" --input "$work/corpus.txt" --output "$work/$m" --format megatron \
-      --documents lines --tokenizer "$work/$m.model" --workers $workers >/dev/null
+    "$B/examples/triad-tokenize" --input "$corpus" --output "$work/$m" --format megatron \
+      --documents lines --tokenizer "$tokenizer" --workers $workers >/dev/null
     t+=("$s:$EPOCHREALTIME")
   done
-  "$PY" - "$work" "$m" "${t[@]}" <<'PY'
+  "$PY" - "$work" "$m" "$corpus" "${t[@]}" <<'PY'
 import sys, time
 import numpy as np
 import sentencepiece as spm
-w, m = sys.argv[1:3]
-t1, t2 = (float(b) - float(a) for a, b in (t.split(":") for t in sys.argv[3:5]))
-lines = [l for l in open(w + "/corpus.txt", encoding="utf-8").read().split("\n") if l]
-sp = spm.SentencePieceProcessor(model_file=f"{w}/{m}.model")
+w, m, corpus = sys.argv[1:4]
+t1, t2 = (float(b) - float(a) for a, b in (t.split(":") for t in sys.argv[4:6]))
+lines = [l for l in open(corpus, encoding="utf-8").read().split("\n") if l]
+sp = spm.SentencePieceProcessor(model_file=f"{w}/{m.removesuffix('_json')}.model")
 start = time.time()
 ids = sp.encode(lines)
 lib = time.time() - start

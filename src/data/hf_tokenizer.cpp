@@ -1,14 +1,18 @@
-// Hugging Face's tokenizer.json, byte-level BPE kind (GPT-2's, LLaMA 3's,
-// Qwen2's and Qwen3's), read into a BpeTokenizer: every setting that
-// changes how text becomes ids is either honoured or refused by name.
+// Hugging Face's tokenizer.json, read into a BpeTokenizer (the byte-level
+// kind: GPT-2's, LLaMA 3's, Qwen2's and Qwen3's) or a MetaspaceBpeTokenizer
+// (the SentencePiece kind: LLaMA 2's, Mistral's, Gemma's): every setting
+// that changes how text becomes ids, or ids text, is honoured or refused by
+// name.
 #include <nlohmann/json.hpp>
 
 #include <climits>
 #include <filesystem>
+#include <optional>
 
 #include "triad/core/error.h"
 #include "triad/data/tokenizer.h"
 #include "triad/io/text_file.h"
+#include "utf8.h"
 
 namespace triad::data {
 namespace {
@@ -120,9 +124,143 @@ std::vector<std::pair<std::string, std::string>> merges_of(const Reader& r, cons
   return out;
 }
 
+// A normaliser, pre-tokeniser or decoder: `j` itself, or each step of a
+// Sequence (under `list`).
+std::vector<std::pair<std::string, Json>> steps_of(const Reader& r, const std::string& key,
+                                                   const Json& j, const char* list) {
+  std::vector<std::pair<std::string, Json>> out;
+  if (j.is_null()) return out;
+  if (!j.is_object()) r.bad(key, "must be an object or null");
+  if (j.value("type", "") != "Sequence") {
+    out.emplace_back(key, j);
+    return out;
+  }
+  const Json steps = j.value(list, Json());
+  if (!steps.is_array()) r.bad(key + "." + list, "must be a list");
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const std::string k = key + "." + list + "[" + std::to_string(i) + "]";
+    if (!steps[i].is_object()) r.bad(k, "must be an object");
+    out.emplace_back(k, steps[i]);
+  }
+  return out;
+}
+
+std::string string_at(const Reader& r, const std::string& key, const Json& j, const char* field) {
+  if (!j.contains(field) || !j.at(field).is_string()) r.bad(key + "." + field, "must be a string");
+  return j.at(field).get<std::string>();
+}
+
+// A Replace step's literal pattern ({"String": ...}; a Regex is refused).
+std::string replace_pattern(const Reader& r, const std::string& key, const Json& j) {
+  const Json pattern = j.value("pattern", Json());
+  if (pattern.is_object() && pattern.contains("String") && pattern.at("String").is_string() &&
+      !pattern.at("String").get<std::string>().empty())
+    return pattern.at("String").get<std::string>();
+  r.unsupported(key + ".pattern", pattern,
+                "only a literal, non-empty String pattern is implemented");
+}
+
+using Prepend = MetaspaceBpeTokenizer::Prepend;
+
+// Metaspace's prepend_scheme, or its older add_prefix_space.
+Prepend prepend_scheme(const Reader& r, const std::string& key, const Json& j) {
+  if (j.contains("prepend_scheme") && !j.at("prepend_scheme").is_null()) {
+    const Json& v = j.at("prepend_scheme");
+    const std::string scheme = v.is_string() ? v.get<std::string>() : "";
+    if (scheme == "always") return Prepend::Always;
+    if (scheme == "first") return Prepend::First;
+    if (scheme == "never") return Prepend::Never;
+    r.bad(key + ".prepend_scheme", "(" + v.dump() + ") must be \"always\", \"first\" or \"never\"");
+  }
+  return j.value("add_prefix_space", true) ? Prepend::Always : Prepend::Never;
+}
+
+std::string metaspace_replacement(const Reader& r, const std::string& key, const Json& j) {
+  const std::string rep =
+      j.contains("replacement") ? string_at(r, key, j, "replacement") : "\xE2\x96\x81";
+  size_t len = 0;
+  if (rep.empty() || (next_code_point(rep, 0, len), len != rep.size()))
+    r.bad(key + ".replacement", "(\"" + rep + "\") must be one character");
+  return rep;
+}
+
+// The SentencePiece kind's normaliser, pre-tokeniser, model flags and
+// decoder (the vocabulary, merges and added tokens are read by the caller).
+MetaspaceBpeTokenizer::Settings metaspace_settings(const Reader& r, const Json& root,
+                                                   const Json& model) {
+  MetaspaceBpeTokenizer::Settings s;
+  using Normalize = MetaspaceBpeTokenizer::NormalizeStep;
+  for (const auto& [key, step] :
+       steps_of(r, "normalizer", root.value("normalizer", Json()), "normalizers")) {
+    const std::string type = step.value("type", "");
+    if (type == "Prepend") {
+      s.normalizer.push_back({Normalize::Kind::Prepend, "", string_at(r, key, step, "prepend")});
+    } else if (type == "Replace") {
+      s.normalizer.push_back({Normalize::Kind::Replace, replace_pattern(r, key, step),
+                              string_at(r, key, step, "content")});
+    } else if (type == "NFC") {
+      s.normalizer.push_back({Normalize::Kind::Nfc, "", ""});
+    } else {
+      r.unsupported(key, step, "of the normalisers only Prepend, Replace and NFC are implemented");
+    }
+  }
+  const Json pre = root.value("pre_tokenizer", Json());
+  if (!pre.is_null()) {
+    if (!pre.is_object() || pre.value("type", "") != "Metaspace") {
+      r.unsupported("pre_tokenizer", pre,
+                    "with a SentencePiece-style model (byte fallback, or no byte-level "
+                    "pre-tokeniser) only Metaspace or none is implemented");
+    }
+    s.metaspace = true;
+    s.replacement = metaspace_replacement(r, "pre_tokenizer", pre);
+    s.prepend = prepend_scheme(r, "pre_tokenizer", pre);
+    s.split = pre.value("split", true);
+  }
+  s.byte_fallback = model.value("byte_fallback", false);
+  s.fuse_unk = model.value("fuse_unk", false);
+  s.ignore_merges = model.value("ignore_merges", false);
+  using Decode = MetaspaceBpeTokenizer::DecodeStep;
+  for (const auto& [key, step] :
+       steps_of(r, "decoder", root.value("decoder", Json()), "decoders")) {
+    const std::string type = step.value("type", "");
+    Decode d{};
+    if (type == "Replace") {
+      d.kind = Decode::Kind::Replace;
+      d.from = replace_pattern(r, key, step);
+      d.to = string_at(r, key, step, "content");
+    } else if (type == "ByteFallback") {
+      d.kind = Decode::Kind::ByteFallback;
+    } else if (type == "Fuse") {
+      d.kind = Decode::Kind::Fuse;
+    } else if (type == "Strip") {
+      d.kind = Decode::Kind::Strip;
+      d.from = string_at(r, key, step, "content");
+      size_t len = 0;
+      if (d.from.empty() || (next_code_point(d.from, 0, len), len != d.from.size()))
+        r.bad(key + ".content", "must be one character");
+      for (const char* count : {"start", "stop"}) {
+        const Json v = step.value(count, Json(0));
+        if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > INT32_MAX)
+          r.bad(key + "." + count, "(" + v.dump() + ") must be a count");
+        (std::string(count) == "start" ? d.start : d.stop) = v.get<int>();
+      }
+    } else if (type == "Metaspace") {
+      d.kind = Decode::Kind::Metaspace;
+      d.from = metaspace_replacement(r, key, step);
+      d.prepend = prepend_scheme(r, key, step);
+    } else {
+      r.unsupported(key, step,
+                    "with a SentencePiece-style model only the Replace, ByteFallback, Fuse, Strip "
+                    "and Metaspace decoders are implemented");
+    }
+    s.decoder.push_back(d);
+  }
+  return s;
+}
+
 }  // namespace
 
-std::unique_ptr<BpeTokenizer> load_hf_tokenizer(const std::string& path) {
+std::unique_ptr<Tokenizer> load_hf_tokenizer(const std::string& path) {
   namespace fs = std::filesystem;
   const std::string file =
       fs::is_directory(path) ? (fs::path(path) / "tokenizer.json").string() : path;
@@ -146,10 +284,9 @@ std::unique_ptr<BpeTokenizer> load_hf_tokenizer(const std::string& path) {
   const std::string type = model.value("type", "");
   if (type != "BPE") {
     r.unsupported("model.type", model.value("type", Json()),
-                  "only byte-level BPE (GPT-2's, LLaMA 3's, Qwen's) is implemented");
+                  "only BPE (byte-level: GPT-2's, LLaMA 3's, Qwen's; SentencePiece-style: "
+                  "LLaMA 2's, Mistral's, Gemma's) is implemented");
   }
-  if (model.value("byte_fallback", false))
-    r.unsupported("model.byte_fallback", true, "SentencePiece-style byte fallback");
   for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
     const Json v = model.value(key, Json());
     if (!v.is_null() && !(v.is_string() && v.get<std::string>().empty()))
@@ -158,18 +295,28 @@ std::unique_ptr<BpeTokenizer> load_hf_tokenizer(const std::string& path) {
   if (const Json d = model.value("dropout", Json()); !d.is_null() && d != 0.0)
     r.unsupported("model.dropout", d, "BPE dropout is for training tokenizers");
 
+  // The SentencePiece kind: byte fallback, or spaces written as ▁ (no
+  // pre-tokeniser, or Metaspace) rather than bytes mapped to characters.
+  const Json pre = root.value("pre_tokenizer", Json());
+  const bool sentencepiece_kind = model.value("byte_fallback", false) || pre.is_null() ||
+                                  (pre.is_object() && pre.value("type", "") == "Metaspace");
+  std::optional<MetaspaceBpeTokenizer::Settings> metaspace;
   BpeTokenizer::Settings s;
-  s.ignore_merges = model.value("ignore_merges", false);
-  const Json normalizer = root.value("normalizer", Json());
-  if (!normalizer.is_null()) {
-    if (!normalizer.is_object() || normalizer.value("type", "") != "NFC")
-      r.unsupported("normalizer", normalizer, "only NFC (Qwen's) is implemented");
-    s.nfc = true;
+  if (sentencepiece_kind) {
+    metaspace = metaspace_settings(r, root, model);
+  } else {
+    s.ignore_merges = model.value("ignore_merges", false);
+    const Json normalizer = root.value("normalizer", Json());
+    if (!normalizer.is_null()) {
+      if (!normalizer.is_object() || normalizer.value("type", "") != "NFC")
+        r.unsupported("normalizer", normalizer, "only NFC (Qwen's) is implemented");
+      s.nfc = true;
+    }
+    s.pattern = pattern_of(r, pre);
+    const Json decoder = root.value("decoder", Json());
+    if (!decoder.is_null() && !is_byte_level(decoder))
+      r.unsupported("decoder", decoder, "expected ByteLevel");
   }
-  s.pattern = pattern_of(r, root.value("pre_tokenizer", Json()));
-  const Json decoder = root.value("decoder", Json());
-  if (!decoder.is_null() && !is_byte_level(decoder))
-    r.unsupported("decoder", decoder, "expected ByteLevel");
 
   if (!model.contains("vocab") || !model.at("vocab").is_object())
     r.bad("model.vocab", "must map tokens to ids");
@@ -182,7 +329,18 @@ std::unique_ptr<BpeTokenizer> load_hf_tokenizer(const std::string& path) {
     }
     vocab[it.key()] = it.value().get<int32_t>();
   }
+  if (metaspace) {
+    const Json unk = model.value("unk_token", Json());
+    if (!unk.is_null()) {
+      if (!unk.is_string()) r.bad("model.unk_token", "must be a string or null");
+      const auto it = vocab.find(unk.get<std::string>());
+      if (it == vocab.end())
+        r.bad("model.unk_token", "('" + unk.get<std::string>() + "') is not in the vocabulary");
+      metaspace->unk_id = it->second;
+    }
+  }
 
+  std::map<std::string, int32_t> added_tokens;
   const Json added = root.value("added_tokens", Json::array());
   if (!added.is_array()) r.bad("added_tokens", "must be an array");
   for (size_t i = 0; i < added.size(); ++i) {
@@ -197,9 +355,30 @@ std::unique_ptr<BpeTokenizer> load_hf_tokenizer(const std::string& path) {
         r.unsupported(key + "." + flag, true,
                       "added tokens that match whole words or absorb spaces are not implemented");
     }
-    s.added_tokens[a.at("content").get<std::string>()] = a.at("id").get<int32_t>();
+    const std::string content = a.at("content").get<std::string>();
+    // A normalized token is matched in the normalised text: the same as in
+    // the raw text only where the normaliser leaves it as it is.
+    if (metaspace && !metaspace->normalizer.empty() &&
+        a.value("normalized", !a.value("special", false))) {
+      MetaspaceBpeTokenizer::Settings plain;
+      plain.normalizer = metaspace->normalizer;
+      const MetaspaceBpeTokenizer probe({}, {}, plain);
+      if (probe.words(content, false) != std::vector<std::string>{content}) {
+        r.unsupported(key + ".normalized", true,
+                      "an added token matched in normalised text that the normaliser changes ('" +
+                          content + "' becomes '" + probe.words(content, false).front() +
+                          "') is not implemented");
+      }
+    }
+    added_tokens[content] = a.at("id").get<int32_t>();
   }
   try {
+    if (metaspace) {
+      metaspace->added_tokens = std::move(added_tokens);
+      return std::make_unique<MetaspaceBpeTokenizer>(std::move(vocab), merges_of(r, model),
+                                                     std::move(*metaspace));
+    }
+    s.added_tokens = std::move(added_tokens);
     return std::make_unique<BpeTokenizer>(std::move(vocab), merges_of(r, model), std::move(s));
   } catch (const ValueError& e) {
     throw IoError(file + ": " + e.what());

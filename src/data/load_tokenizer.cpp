@@ -34,8 +34,8 @@ std::unique_ptr<Tokenizer> load_tokenizer(const std::string& path) {
       try {
         return load_hf_tokenizer(json.string());
       } catch (const NotSupportedError&) {
-        // LLaMA 2's and Mistral's directories hold both; their
-        // tokenizer.json (byte fallback) is the kind Triad does not build.
+        // A directory may hold both (LLaMA 2's, Mistral's); the model file
+        // stands in for a tokenizer.json of a kind Triad does not build.
         if (!has_model) throw;
       }
     }

@@ -13,6 +13,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "added_tokens.h"
 #include "triad/core/error.h"
 #include "unicode_classes.h"
 #include "utf8.h"
@@ -360,30 +361,9 @@ void BpeTokenizer::encode_plain(const std::string& text, std::vector<int32_t>& i
 
 std::vector<int32_t> BpeTokenizer::encode(const std::string& text) const {
   std::vector<int32_t> ids;
-  if (settings_.added_tokens.empty()) {
-    encode_plain(text, ids);
-    return ids;
-  }
-  // Added tokens first: the leftmost occurrence of any, the longest of those
-  // starting there; the text between them goes through BPE.
-  size_t at = 0;
-  while (at < text.size()) {
-    size_t best = std::string::npos;
-    const std::pair<const std::string, int32_t>* found = nullptr;
-    for (const auto& entry : settings_.added_tokens) {
-      const size_t k = text.find(entry.first, at);
-      if (k == std::string::npos) continue;
-      if (k < best || (k == best && entry.first.size() > found->first.size())) {
-        best = k;
-        found = &entry;
-      }
-    }
-    if (found == nullptr) break;
-    if (best > at) encode_plain(text.substr(at, best - at), ids);
-    ids.push_back(found->second);
-    at = best + found->first.size();
-  }
-  if (at < text.size()) encode_plain(text.substr(at), ids);
+  split_on_added_tokens(text, settings_.added_tokens, ids, [&](size_t begin, size_t end) {
+    encode_plain(begin == 0 && end == text.size() ? text : text.substr(begin, end - begin), ids);
+  });
   return ids;
 }
 

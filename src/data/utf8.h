@@ -62,4 +62,27 @@ inline std::string utf8(uint32_t cp) {
   return out;
 }
 
+// The length of the well-formed UTF-8 character at s[0..n) (no surrogates,
+// no overlong forms), or 0 when it is malformed.
+inline size_t valid_utf8_len(const char* s, size_t n) {
+  auto b = [&](size_t i) { return static_cast<uint32_t>(static_cast<uint8_t>(s[i])); };
+  auto trail = [&](size_t i) { return (b(i) & 0xC0) == 0x80; };
+  auto scalar = [](uint32_t cp) { return cp < 0xD800 || (cp >= 0xE000 && cp <= 0x10FFFF); };
+  if (b(0) < 0x80) return 1;
+  if (n >= 2 && (b(0) & 0xE0) == 0xC0 && trail(1)) {
+    const uint32_t cp = ((b(0) & 0x1F) << 6) | (b(1) & 0x3F);
+    return cp >= 0x80 ? 2 : 0;
+  }
+  if (n >= 3 && (b(0) & 0xF0) == 0xE0 && trail(1) && trail(2)) {
+    const uint32_t cp = ((b(0) & 0x0F) << 12) | ((b(1) & 0x3F) << 6) | (b(2) & 0x3F);
+    return cp >= 0x800 && scalar(cp) ? 3 : 0;
+  }
+  if (n >= 4 && (b(0) & 0xF8) == 0xF0 && trail(1) && trail(2) && trail(3)) {
+    const uint32_t cp =
+        ((b(0) & 0x07) << 18) | ((b(1) & 0x3F) << 12) | ((b(2) & 0x3F) << 6) | (b(3) & 0x3F);
+    return cp >= 0x10000 && scalar(cp) ? 4 : 0;
+  }
+  return 0;
+}
+
 }  // namespace triad::data

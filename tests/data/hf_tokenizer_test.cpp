@@ -95,7 +95,11 @@ const char* kQwen2 =
 std::unique_ptr<BpeTokenizer> load(TempDir& dir, const Json& j, const std::string& name = "t") {
   const std::string path = dir.file(name + ".json");
   triad::testing::write_text(path, j.dump());
-  return load_hf_tokenizer(path);
+  std::unique_ptr<Tokenizer> tok = load_hf_tokenizer(path);
+  auto* bpe = dynamic_cast<BpeTokenizer*>(tok.get());
+  if (bpe == nullptr) throw std::runtime_error(path + " is not read as byte-level BPE");
+  tok.release();
+  return std::unique_ptr<BpeTokenizer>(bpe);
 }
 
 TEST(HfTokenizer, Llama3FormMergesIgnoresMergesAndMatchesAddedTokens) {
@@ -226,7 +230,7 @@ TEST(HfTokenizer, WhatTriadDoesNotBuildIsNamed) {
   const Json good = tokenizer_json(kLlama3, false, false);
   Json j = good;
   j["model"]["type"] = "WordPiece";
-  expect(j, "'model.type' (\"WordPiece\"): only byte-level BPE");
+  expect(j, "'model.type' (\"WordPiece\"): only BPE (byte-level");
   j = good;
   j["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = "\\w+";
   expect(j, "'pre_tokenizer.pretokenizers[0].pattern' ({\"Regex\":\"\\\\w+\"}): not one of");
@@ -237,8 +241,8 @@ TEST(HfTokenizer, WhatTriadDoesNotBuildIsNamed) {
   j["added_tokens"][0]["lstrip"] = true;
   expect(j, "'added_tokens[0].lstrip' (true)");
   j = good;
-  j["model"]["byte_fallback"] = true;
-  expect(j, "'model.byte_fallback'");
+  j["model"]["byte_fallback"] = true;  // the SentencePiece kind, with a byte-level pre-tokeniser
+  expect(j, "only Metaspace or none is implemented");
   j = good;
   j["model"]["merges"][2] = "abc";
   expect(j, "'model.merges[2]' (\"abc\") is not 'left right'");
@@ -249,8 +253,8 @@ TEST(HfTokenizer, WhatTriadDoesNotBuildIsNamed) {
   j["added_tokens"][0]["id"] = 65;  // "A"'s id
   expect(j, "added token '<|endoftext|>' takes id 65, the vocabulary's 'A'");
   j = good;
-  j["pre_tokenizer"] = {{"type", "Metaspace"}};
-  expect(j, "'pre_tokenizer' ({\"type\":\"Metaspace\"})");
+  j["pre_tokenizer"] = {{"type", "Metaspace"}};  // the SentencePiece kind, a byte-level decoder
+  expect(j, "'decoder' ({\"type\":\"ByteLevel\"}): with a SentencePiece-style model only");
   triad::testing::write_text(dir.file("broken.json"), "{\"model\": ");
   EXPECT_THROW(load_hf_tokenizer(dir.file("broken.json")), IoError);
   EXPECT_THROW(load_hf_tokenizer(dir.file("absent.json")), IoError);
@@ -273,6 +277,207 @@ TEST(Nfc, ComposesReordersAndKeepsWhatItCannotRead) {
             "e");                                    // a leading mark stays
   EXPECT_EQ(nfc("e\xFF\xCC\x81"), "e\xFF\xCC\x81");  // a malformed byte blocks
   EXPECT_STRNE(nfc_unicode_version(), "");
+}
+
+}  // namespace
+}  // namespace triad::data
+
+namespace triad::data {
+namespace {
+
+// The SentencePiece kind (LLaMA 2's tokenizer.json): ▁ for spaces, 256
+// byte tokens, merges by rank. `legacy`: the Prepend and Replace
+// normalisers; else a Metaspace pre-tokeniser (`scheme`, `split`).
+Json metaspace_json(bool legacy, const std::string& scheme = "first", bool split = false) {
+  const std::string sp = "\xE2\x96\x81";
+  Json vocab = {{"<unk>", 0}, {"<s>", 1}, {"</s>", 2}};
+  for (int b = 0; b < 256; ++b) {
+    char name[8];
+    std::snprintf(name, sizeof name, "<0x%02X>", b);
+    vocab[name] = 3 + b;
+  }
+  int id = 259;
+  for (const std::string& t :
+       {sp, std::string("a"), std::string("b"), std::string("c"), sp + "a", std::string("ab"),
+        sp + "ab", std::string("h"), std::string("i"), std::string("hi"), sp + "hi"})
+    vocab[t] =
+        id++;  // ▁ 259, a 260, b 261, c 262, ▁a 263, ab 264, ▁ab 265, h 266, i 267, hi 268, ▁hi 269
+  Json j;
+  j["model"] = {{"type", "BPE"},
+                {"unk_token", "<unk>"},
+                {"fuse_unk", true},
+                {"byte_fallback", true},
+                {"vocab", vocab},
+                {"merges", Json::array({Json::array({"a", "b"}), Json::array({sp, "a"}),
+                                        Json::array({sp + "a", "b"}), Json::array({sp, "ab"}),
+                                        Json::array({"h", "i"}), Json::array({sp, "hi"})})}};
+  j["added_tokens"] = Json::array();
+  for (const auto& [content, i] :
+       {std::pair<std::string, int>{"<unk>", 0}, {"<s>", 1}, {"</s>", 2}})
+    j["added_tokens"].push_back(
+        {{"id", i}, {"content", content}, {"normalized", false}, {"special", true}});
+  if (legacy) {
+    j["normalizer"] = {{"type", "Sequence"},
+                       {"normalizers",
+                        {{{"type", "Prepend"}, {"prepend", sp}},
+                         {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", sp}}}}};
+    j["pre_tokenizer"] = nullptr;
+  } else {
+    j["normalizer"] = nullptr;
+    j["pre_tokenizer"] = {
+        {"type", "Metaspace"}, {"replacement", sp}, {"prepend_scheme", scheme}, {"split", split}};
+  }
+  j["decoder"] = {{"type", "Sequence"},
+                  {"decoders",
+                   {{{"type", "Replace"}, {"pattern", {{"String", sp}}}, {"content", " "}},
+                    {{"type", "ByteFallback"}},
+                    {{"type", "Fuse"}},
+                    {{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}}}}};
+  return j;
+}
+
+std::unique_ptr<Tokenizer> load_any(TempDir& dir, const Json& j) {
+  const std::string path = dir.file("metaspace.json");
+  triad::testing::write_text(path, j.dump());
+  return load_hf_tokenizer(path);
+}
+
+using Ids = std::vector<int32_t>;
+
+// LLaMA 2's legacy form: ▁ before each piece between added tokens, the
+// whole piece one word merged by rank (the heap's order: "ab" first, then
+// "▁ab"; "hi" then "▁hi"), unknown characters as their bytes.
+TEST(HfMetaspaceTokenizer, LegacyFormMergesByRankAndFallsBackToBytes) {
+  TempDir dir;
+  const auto tok = load_any(dir, metaspace_json(true));
+  ASSERT_NE(dynamic_cast<const MetaspaceBpeTokenizer*>(tok.get()), nullptr);
+  EXPECT_EQ(tok->vocab_size(), 270);
+  EXPECT_EQ(tok->encode("ab"), (Ids{265}));
+  EXPECT_EQ(tok->encode("hi ab"), (Ids{269, 265}));
+  EXPECT_EQ(tok->encode(" ab"), (Ids{259, 265}));  // the Prepend normaliser adds one regardless
+  EXPECT_EQ(tok->encode(""), (Ids{}));
+  EXPECT_EQ(tok->encode("\xC3\xA9"), (Ids{259, 3 + 0xC3, 3 + 0xA9}));  // é: its two bytes
+  // Added tokens first; each piece after one gets its own ▁.
+  EXPECT_EQ(tok->encode("hi<s>ab"), (Ids{269, 1, 265}));
+  EXPECT_EQ(tok->special_token("</s>"), 2);
+  // Decoding: ▁ as spaces, byte runs as text, the first space stripped.
+  EXPECT_EQ(tok->decode({265, 259, 265}), "ab  ab");
+  EXPECT_EQ(tok->decode({259, 3 + 0xC3, 3 + 0xA9, 269}), "\xC3\xA9 hi");
+  // A byte run that is not UTF-8: U+FFFD for each of its bytes.
+  EXPECT_EQ(tok->decode({263, 3 + 0xC3, 3 + 0xA9, 3 + 0xC3}),
+            "a\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");
+  EXPECT_EQ(tok->decode({1, 265}), "<s> ab");  // an added token goes through the steps too
+  for (const std::string text : {"ab hi", "  hi", "a\xC3\xA9\xE2\x82\xAC b\n"})
+    EXPECT_EQ(tok->decode(tok->encode(text)), text);
+  EXPECT_THROW(tok->decode({270}), ValueError);
+}
+
+// The Metaspace form: ▁ prepended to the text's first piece only (not
+// after an added token, not before a leading space); always: to each.
+TEST(HfMetaspaceTokenizer, MetaspacePrependSchemesAndSplit) {
+  TempDir dir;
+  auto tok = load_any(dir, metaspace_json(false, "first"));
+  EXPECT_EQ(tok->encode("ab"), (Ids{265}));
+  EXPECT_EQ(tok->encode(" ab"), (Ids{265}));
+  EXPECT_EQ(tok->encode("<s>ab"), (Ids{1, 264}));
+  EXPECT_EQ(tok->encode("ab<s> ab"), (Ids{265, 1, 265}));
+  tok = load_any(dir, metaspace_json(false, "always"));
+  EXPECT_EQ(tok->encode("<s>ab"), (Ids{1, 265}));
+  tok = load_any(dir, metaspace_json(false, "never"));
+  EXPECT_EQ(tok->encode("ab"), (Ids{264}));
+  // split: each ▁ begins a word, so "b▁a" never merges across words.
+  auto* ms = dynamic_cast<const MetaspaceBpeTokenizer*>(
+      (tok = load_any(dir, metaspace_json(false, "always", true))).get());
+  ASSERT_NE(ms, nullptr);
+  const std::string sp = "\xE2\x96\x81";
+  EXPECT_EQ(ms->words("ab  ab", true), (std::vector<std::string>{sp + "ab", sp, sp + "ab"}));
+  EXPECT_EQ(ms->words("ab ", false), (std::vector<std::string>{sp + "ab", sp}));
+  EXPECT_EQ(tok->encode("ab  ab"), (Ids{265, 259, 265}));
+  // The older form's add_prefix_space is prepend_scheme always or never.
+  Json j = metaspace_json(false);
+  j["pre_tokenizer"].erase("prepend_scheme");
+  j["pre_tokenizer"]["add_prefix_space"] = false;
+  EXPECT_EQ(load_any(dir, j)->encode("ab"), (Ids{264}));
+}
+
+// Unknown characters without byte fallback: the unknown token, one per
+// run with fuse_unk; with no unknown token, an error naming the character.
+TEST(HfMetaspaceTokenizer, UnknownCharactersAndDecoderSteps) {
+  TempDir dir;
+  Json j = metaspace_json(true);
+  j["model"]["byte_fallback"] = false;
+  EXPECT_EQ(load_any(dir, j)->encode("a\xC3\xA9\xC3\xA9"
+                                     "b"),
+            (Ids{263, 0, 261}));
+  j["model"]["fuse_unk"] = false;
+  EXPECT_EQ(load_any(dir, j)->encode("a\xC3\xA9\xC3\xA9"), (Ids{263, 0, 0}));
+  j["model"]["unk_token"] = nullptr;
+  try {
+    load_any(dir, j)->encode("a\xC3\xA9");
+    ADD_FAILURE() << "no error for a character outside the vocabulary";
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("the character '\xC3\xA9' (U+00E9) is not in the "
+                                         "vocabulary, and the tokenizer has no unknown token"),
+              std::string::npos)
+        << e.what();
+  }
+  // Gemma's kind of decoder (no Strip) keeps the leading space; the
+  // Metaspace decoder drops ▁ in the first token; no decoder joins tokens
+  // with spaces, as Hugging Face's tokenizers does.
+  j = metaspace_json(true);
+  j["decoder"]["decoders"].erase(3);
+  EXPECT_EQ(load_any(dir, j)->decode({265, 269}), " ab hi");
+  j["decoder"] = {
+      {"type", "Metaspace"}, {"replacement", "\xE2\x96\x81"}, {"prepend_scheme", "always"}};
+  EXPECT_EQ(load_any(dir, j)->decode({265, 269}), "ab hi");
+  j["decoder"]["prepend_scheme"] = "never";
+  EXPECT_EQ(load_any(dir, j)->decode({265, 269}), " ab hi");
+  j["decoder"] = nullptr;
+  EXPECT_EQ(load_any(dir, j)->decode({264, 260}), "ab a");
+}
+
+TEST(HfMetaspaceTokenizer, WhatTriadDoesNotBuildIsNamed) {
+  TempDir dir;
+  const auto message = [&](const Json& j) {
+    try {
+      load_any(dir, j);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  const auto expect = [&](const Json& j, const std::string& want) {
+    EXPECT_NE(message(j).find(want), std::string::npos) << message(j);
+  };
+  Json j = metaspace_json(true);
+  j["normalizer"]["normalizers"][1]["pattern"] = {{"Regex", " +"}};
+  expect(j, "'normalizer.normalizers[1].pattern' ({\"Regex\":\" +\"}): only a literal");
+  j = metaspace_json(true);
+  j["normalizer"] = {{"type", "Precompiled"}};
+  expect(j, "'normalizer' ({\"type\":\"Precompiled\"}): of the normalisers only Prepend");
+  j = metaspace_json(true);
+  j["pre_tokenizer"] = {{"type", "Split"}};
+  expect(j, "'pre_tokenizer' ({\"type\":\"Split\"}): with a SentencePiece-style model");
+  j = metaspace_json(true);
+  j["decoder"]["decoders"][1] = {{"type", "CTC"}};
+  expect(j, "'decoder.decoders[1]' ({\"type\":\"CTC\"}): with a SentencePiece-style model only");
+  j = metaspace_json(false);
+  j["pre_tokenizer"]["prepend_scheme"] = "sometimes";
+  expect(j, "'pre_tokenizer.prepend_scheme' (\"sometimes\") must be");
+  // An added token matched in normalised text the normaliser changes.
+  j = metaspace_json(true);
+  j["added_tokens"][1]["normalized"] = true;
+  expect(j, "'added_tokens[1].normalized' (true): an added token matched in normalised text");
+  j = metaspace_json(true);
+  j["model"]["unk_token"] = "<oov>";
+  expect(j, "'model.unk_token' ('<oov>') is not in the vocabulary");
+  j = metaspace_json(true);
+  j["model"]["merges"].push_back(Json::array({"c", "c"}));
+  expect(j, "merge 6 ('c' 'c') needs 'cc', which is not in the vocabulary");
+  // Without a normaliser a normalized token is matched as it is.
+  j = metaspace_json(false);
+  j["added_tokens"][1]["normalized"] = true;
+  EXPECT_EQ(load_any(dir, j)->encode("<s>ab"), (Ids{1, 264}));
 }
 
 }  // namespace

@@ -147,8 +147,8 @@ TEST(SentencePiece, LoadTokenizerTellsFilesApartByContent) {
   std::filesystem::copy_file(std::string(TRIAD_SOURCE_DIR) + "/tests/data/fixtures/tokenizer.json",
                              dir.file("tokenizer.json"));
   EXPECT_NE(dynamic_cast<const BpeTokenizer*>(load_tokenizer(dir.path().string()).get()), nullptr);
-  // ... unless it is of a kind Triad does not build (LLaMA 2's directory:
-  // a byte-fallback tokenizer.json beside tokenizer.model).
+  // ... unless it is of a kind Triad does not build (a Unigram model's,
+  // T5's).
   triad::testing::write_text(dir.file("tokenizer.json"),
                              R"({"model": {"type": "Unigram", "vocab": []}})");
   EXPECT_THROW(load_hf_tokenizer(dir.file("tokenizer.json")), NotSupportedError);

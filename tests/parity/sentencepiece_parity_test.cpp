@@ -13,6 +13,7 @@
 
 #include "support/escaped_text.h"
 #include "triad/data/sentencepiece.h"
+#include "triad/data/tokenizer.h"
 
 namespace triad::data {
 namespace {
@@ -81,6 +82,54 @@ TEST_F(SentencePieceParity, EncodeAndDecodeMatchGooglesLibrary) {
     EXPECT_EQ(decode_mismatches, 0);
     EXPECT_GT(tokens, 5000u);  // the cases are not trivially short
   }
+}
+
+// The same model as transformers converts it to a tokenizer.json (LLaMA 2's
+// kind, both forms), read by Triad as Hugging Face's tokenizers runs it:
+// Google's ids for every text without an added token's text in it (which
+// Hugging Face matches in the raw text and SentencePiece does not), and for
+// the Metaspace form (no ▁ before a text that already begins with a space)
+// every text that does not begin with one; each decodes to SentencePiece's
+// text.
+TEST_F(SentencePieceParity, ConvertedTokenizerJsonMatchesGooglesLibrary) {
+  int forms = 0;
+  for (const auto& m : reference_.at("models")) {
+    if (!m.contains("tokenizer_json")) continue;
+    const std::string name = m.at("name");
+    const auto sp = load_sentencepiece(dir_ + "/" + name + ".model");
+    for (const auto& form : m.at("tokenizer_json")) {
+      SCOPED_TRACE(name + " " + form.get<std::string>());
+      ++forms;
+      const auto tok =
+          load_hf_tokenizer(dir_ + "/" + name + "." + form.get<std::string>() + ".tokenizer.json");
+      ASSERT_NE(dynamic_cast<const MetaspaceBpeTokenizer*>(tok.get()), nullptr);
+      EXPECT_EQ(tok->vocab_size(), sp->vocab_size());
+      const bool first_only = form == "metaspace";
+      int compared = 0, encode_mismatches = 0, decode_mismatches = 0;
+      for (const auto& c : m.at("cases")) {
+        const std::string text = c.at("text");
+        bool skip = first_only && (text.starts_with(" ") || text.starts_with("\u2581"));
+        for (const std::string& special : tok->special_tokens())
+          skip = skip || text.find(special) != std::string::npos;
+        if (skip) continue;
+        ++compared;
+        const auto want = c.at("ids").get<std::vector<int32_t>>();
+        const auto got = tok->encode(text);
+        if (got != want && ++encode_mismatches <= 3)
+          ADD_FAILURE() << "encode '" << escaped(text) << "'\n  triad     " << pieces_of(*sp, got)
+                        << "\n  reference " << pieces_of(*sp, want);
+        const std::string decoded = tok->decode(want);
+        if (decoded != c.at("decoded").get<std::string>() && ++decode_mismatches <= 3)
+          ADD_FAILURE() << "decode " << pieces_of(*sp, want) << "\n  triad     '"
+                        << escaped(decoded) << "'\n  reference '"
+                        << escaped(c.at("decoded").get<std::string>()) << "'";
+      }
+      EXPECT_EQ(encode_mismatches, 0) << "of " << compared << " texts";
+      EXPECT_EQ(decode_mismatches, 0);
+      EXPECT_GT(compared, 500);
+    }
+  }
+  EXPECT_EQ(forms, 2);
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -108,16 +109,95 @@ class Gpt2BpeTokenizer final : public BpeTokenizer {
   Gpt2BpeTokenizer(const std::string& vocab_json_path, const std::string& merges_path);
 };
 
-// A Hugging Face tokenizer.json (or the directory holding it) of the
-// byte-level BPE kind: GPT-2's, LLaMA 3's, Qwen2's and Qwen3's. Reads the
-// vocabulary, the merges (either form), ignore_merges, the added tokens,
-// an NFC normaliser and the pre-tokeniser, whose pattern must be one of
-// PretokenizePattern's. What it does not build (another model type or
-// pre-tokeniser, byte fallback, a normaliser other than NFC, added tokens
-// that strip spaces or match single words) is a NotSupportedError naming
-// the key; the post-processor's BOS/EOS templates are not applied (Triad's
-// tokenizing tools append their own end-of-document token).
-std::unique_ptr<BpeTokenizer> load_hf_tokenizer(const std::string& path);
+// Hugging Face's BPE of the SentencePiece kind (the tokenizer.json that
+// transformers writes for LLaMA 2, Mistral, Gemma and Phi-3, converted from
+// their tokenizer.model, or one trained that way): spaces are written as a
+// marker (U+2581, "▁"), by normalisers (LLaMA 2's "legacy" form: ▁
+// prepended, every space replaced) or by a Metaspace pre-tokeniser (the
+// newer form, prepending ▁ to the text's first piece only); the characters
+// of each word (the whole piece, or each ▁-led run with Metaspace's split)
+// are merged pair by pair, lowest rank first; a character outside the
+// vocabulary becomes its UTF-8 bytes' <0xXX> tokens (byte fallback), else
+// the unknown token (runs of them one token with fuse_unk). Decoding runs
+// the file's decoder steps: Replace, ByteFallback (a byte run that is not
+// UTF-8 gives U+FFFD per byte), Fuse, Strip, Metaspace. Added tokens are
+// matched in the raw text first, as BpeTokenizer's are; the normalisers
+// and the pre-tokeniser see each piece between them on its own.
+class MetaspaceBpeTokenizer final : public Tokenizer {
+ public:
+  enum class Prepend { Always, First, Never };  // Metaspace's prepend_scheme
+  // A normaliser step: prepend `text` to a non-empty piece, or replace
+  // every `from` by `to`.
+  struct NormalizeStep {
+    enum class Kind { Prepend, Replace, Nfc } kind;
+    std::string from, to;
+  };
+  struct DecodeStep {
+    enum class Kind { Replace, ByteFallback, Fuse, Strip, Metaspace } kind;
+    std::string from, to;     // Replace's pattern and content; Strip's and Metaspace's character
+    int start = 0, stop = 0;  // Strip's counts
+    Prepend prepend = Prepend::Always;  // Metaspace's
+  };
+  struct Settings {
+    std::vector<NormalizeStep> normalizer = {};
+    bool metaspace = false;  // a Metaspace pre-tokeniser:
+    std::string replacement = "\xE2\x96\x81";
+    Prepend prepend = Prepend::Always;
+    bool split = true;
+    bool byte_fallback = false;
+    int32_t unk_id = -1;  // -1: none (an unknown character is an error)
+    bool fuse_unk = false;
+    bool ignore_merges = false;
+    // Empty: no decoder (the tokens joined by spaces, as Hugging Face does).
+    std::vector<DecodeStep> decoder = {};
+    std::map<std::string, int32_t> added_tokens = {};
+  };
+  // `merges` in rank order, each pair and its concatenation vocabulary
+  // entries (a ValueError names the first that is not).
+  MetaspaceBpeTokenizer(std::map<std::string, int32_t> vocab,
+                        const std::vector<std::pair<std::string, std::string>>& merges,
+                        Settings settings);
+  std::vector<int32_t> encode(const std::string& text) const override;
+  std::string decode(const std::vector<int32_t>& ids) const override;
+  int64_t vocab_size() const override { return vocab_size_; }
+  int32_t special_token(const std::string& text) const override;
+  std::vector<std::string> special_tokens() const override;
+  std::vector<int32_t> missing_ids() const override;
+  const Settings& settings() const { return settings_; }
+  // The words a piece of text (between added tokens; `first`: at the text's
+  // start) is merged in, after the normaliser and the pre-tokeniser.
+  std::vector<std::string> words(const std::string& piece, bool first) const;
+
+ private:
+  void encode_word(const std::string& word, std::vector<int32_t>& ids) const;
+
+  Settings settings_;
+  std::unordered_map<std::string, int32_t> vocab_;
+  std::vector<std::string> pieces_;  // by id ("" where none)
+  std::vector<uint8_t> has_piece_;
+  std::map<int32_t, std::string> added_by_id_;
+  struct Merge {
+    int32_t rank, id;
+  };
+  std::unordered_map<uint64_t, Merge> merges_;  // (left id << 32 | right id) -> merge
+  int32_t byte_ids_[256];                       // <0xXX>'s ids, -1 where absent
+  int64_t vocab_size_ = 0;
+  uint64_t id_;  // this tokenizer's, for the per-thread word cache
+};
+
+// A Hugging Face tokenizer.json (or the directory holding it): the
+// byte-level BPE kind (a BpeTokenizer: GPT-2's, LLaMA 3's, Qwen2's and
+// Qwen3's; an NFC normaliser, a pre-tokeniser whose pattern is one of
+// PretokenizePattern's) or the SentencePiece kind (a MetaspaceBpeTokenizer:
+// a BPE model with no pre-tokeniser or a Metaspace one; Prepend, Replace
+// and NFC normalisers). Reads the vocabulary, the merges (either form),
+// ignore_merges, byte_fallback, unk_token, fuse_unk, the added tokens and
+// the decoder. What it does not build (another model type, normaliser,
+// pre-tokeniser or decoder; added tokens that strip spaces, match single
+// words, or are matched after a normaliser that changes them) is a
+// NotSupportedError naming the key; the post-processor's BOS/EOS templates
+// are not applied (Triad's tools add their own beginning and end tokens).
+std::unique_ptr<Tokenizer> load_hf_tokenizer(const std::string& path);
 
 // Tokenizer::special_token(text), or a ValueError naming `what` (the flag
 // that gave it, e.g. "--eod-token") and what a special token is.
@@ -127,9 +207,9 @@ int32_t require_special_token(const Tokenizer& tokenizer, const std::string& tex
 // The tokenizer a file or directory holds, told apart by content: a
 // Hugging Face tokenizer.json (load_hf_tokenizer) or a SentencePiece model
 // (load_sentencepiece, include/triad/data/sentencepiece.h). A directory's
-// tokenizer.json is read before its tokenizer.model, which is read instead
-// when the tokenizer.json is of a kind load_hf_tokenizer refuses (LLaMA 2's
-// and Mistral's directories hold both).
+// tokenizer.json is read before its tokenizer.model (as transformers reads
+// it; LLaMA 2's and Mistral's directories hold both), which is read instead
+// when the tokenizer.json is of a kind load_hf_tokenizer refuses.
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& path);
 
 // The tokenizer the command-line tools' flags name: load_tokenizer's

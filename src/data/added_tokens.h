@@ -1,0 +1,40 @@
+#pragma once
+
+// Added tokens (a tokenizer.json's special tokens, such as <|endoftext|>)
+// found in text before anything else, for both BPE kinds (tokenizer.cpp,
+// metaspace_bpe.cpp).
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace triad::data {
+
+// Walks `text`: the leftmost occurrence of any added token (the longest of
+// those starting there) goes to `ids` as its id, and `plain(begin, end)` is
+// called for each non-empty stretch before, between and after them.
+template <class Plain>
+void split_on_added_tokens(const std::string& text, const std::map<std::string, int32_t>& added,
+                           std::vector<int32_t>& ids, Plain&& plain) {
+  size_t at = 0;
+  while (at < text.size() && !added.empty()) {
+    size_t best = std::string::npos;
+    const std::pair<const std::string, int32_t>* found = nullptr;
+    for (const auto& entry : added) {
+      const size_t k = text.find(entry.first, at);
+      if (k == std::string::npos) continue;
+      if (k < best || (k == best && entry.first.size() > found->first.size())) {
+        best = k;
+        found = &entry;
+      }
+    }
+    if (found == nullptr) break;
+    if (best > at) plain(at, best);
+    ids.push_back(found->second);
+    at = best + found->first.size();
+  }
+  if (at < text.size()) plain(at, text.size());
+}
+
+}  // namespace triad::data
