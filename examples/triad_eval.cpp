@@ -195,6 +195,7 @@ int main(int argc, char** argv) {
       // count and right answers by acc and acc_norm.
       std::map<std::string, std::array<int64_t, 3>> groups;
       auto last_report = Clock::now();
+      triad::nn::ScoringWork work;  // over every chunk
       // Questions a chunk at a time: their choices batched together.
       constexpr size_t kChunk = 64;
       for (size_t first = 0; first < questions.size(); first += kChunk) {
@@ -211,7 +212,11 @@ int main(int argc, char** argv) {
         }
         std::vector<triad::nn::ContinuationScore> scores;
         try {
-          scores = triad::nn::score_continuations(model, requests, batch);
+          triad::nn::ScoringWork chunk;
+          scores = triad::nn::score_continuations(model, requests, batch, false, &chunk);
+          work.positions += chunk.positions;
+          work.shared_prefixes += chunk.shared_prefixes;
+          work.shared_prefix_positions += chunk.shared_prefix_positions;
         } catch (const triad::ValueError& e) {
           throw triad::ValueError(name + " (questions " + std::to_string(first + 1) + " to " +
                                   std::to_string(last) + "): " + e.what());
@@ -260,6 +265,10 @@ int main(int argc, char** argv) {
           last_report = Clock::now();
         }
       }
+      // How much ran: few-shot examples shared by a chunk's questions of one
+      // subject are read once (nn::score_continuations).
+      spdlog::info("{}: {} positions through the model, {} of them {} shared beginnings read once",
+                   name, work.positions, work.shared_prefix_positions, work.shared_prefixes);
       const auto n = static_cast<double>(questions.size());
       report["choices"][name] = {{"questions", questions.size()},
                                  {"acc", right_total / n},

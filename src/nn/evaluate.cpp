@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 #include <numeric>
+#include <optional>
 #include <string>
 
 #include "triad/autograd/grad_mode.h"
@@ -38,7 +39,7 @@ std::vector<bool> greedy_matches(const std::vector<Tensor>& logits,
 // time, longest first, each batch padded to its longest row.
 void score_rows(const Gpt& model, const std::vector<ContinuationRequest>& requests,
                 const std::vector<size_t>& which, int64_t batch_rows, bool greedy,
-                std::vector<ContinuationScore>& out) {
+                std::vector<ContinuationScore>& out, ScoringWork& work) {
   const GptConfig& cfg = model.config();
   const Device device = model.head_weight().device();
   // Longest first, so that a batch's rows are about as long (little
@@ -66,6 +67,7 @@ void score_rows(const Gpt& model, const std::vector<ContinuationRequest>& reques
       std::copy(inputs[b].begin(), inputs[b].end(), ids.begin() + b * width);
     }
     const Tensor batch = from_vector(ids, {rows, width});
+    work.positions += rows * width;
     // One document per row, as generate reads text.
     const ForwardContext ctx = with_one_document(cfg, batch, {false, 0, 0}, device);
     Tensor x = model.embed(batch, ctx);
@@ -99,15 +101,81 @@ void score_rows(const Gpt& model, const std::vector<ContinuationRequest>& reques
   }
 }
 
+// A beginning several contexts share (the few-shot examples before each
+// question of a subject), its keys and values computed once, as one row.
+struct SharedPrefix {
+  std::vector<int64_t> tokens;
+  std::optional<KvCache> cache;
+};
+
+// A batch's key/value cache over contexts that all begin with `prefix`,
+// left-padded to `width`: the prefix's cached slots are copied into each row
+// (a row's positions count from its start, so they are the same keys and
+// values wherever the row starts), and only what follows the slots all rows
+// can take from it runs through the model (`ids`, (G, width - filled)).
+// Returns that run's ids; `cache` is filled to `filled` slots.
+Tensor place_shared_prefix(const Gpt& model, SharedPrefix& prefix,
+                           const std::vector<const std::vector<int64_t>*>& contexts, int64_t width,
+                           KvCache& cache, ScoringWork& work) {
+  const GptConfig& cfg = model.config();
+  const Tensor& w = model.head_weight();
+  const auto p = static_cast<int64_t>(prefix.tokens.size());
+  if (!prefix.cache) {
+    prefix.cache.emplace(cfg, 1, w.dtype(), w.device());
+    model.decode_hidden(from_vector(prefix.tokens, {1, p}), *prefix.cache);
+    work.positions += p;
+    work.shared_prefix_positions += p;
+    ++work.shared_prefixes;
+  }
+  // Every row runs at least its last token (its logits predict the first
+  // continuation token); the slots before what the longest remainder needs
+  // come from the prefix.
+  const auto G = static_cast<int64_t>(contexts.size());
+  int64_t run = 1;
+  for (const auto* c : contexts) run = std::max(run, static_cast<int64_t>(c->size()) - p);
+  const int64_t filled = width - run;
+  for (const auto& [to_list, from_list] :
+       {std::pair{&cache.k, &prefix.cache->k}, std::pair{&cache.v, &prefix.cache->v}}) {
+    for (size_t l = 0; l < to_list->size(); ++l) {
+      Tensor& t = (*to_list)[l];
+      t = zeros(t.shape(), t.dtype(), t.device());  // padding slots hold no stray values
+      const Tensor& from = (*from_list)[l];
+      for (int64_t g = 0; g < G; ++g) {
+        const int64_t pad = cache.row_start[static_cast<size_t>(g)];
+        const int64_t n = filled - pad;  // the prefix slots this row takes
+        if (n <= 0) continue;
+        Tensor to = narrow(narrow(t, 0, g, 1), 2, pad, n);
+        copy_(to, narrow(from, 2, 0, n));
+      }
+    }
+  }
+  cache.length = filled;
+  std::vector<int64_t> ids(static_cast<size_t>(G * run), 0);
+  for (int64_t g = 0; g < G; ++g) {
+    // The row's last `run` slots: padding, then the context's tokens.
+    const auto& c = *contexts[static_cast<size_t>(g)];
+    const int64_t pad = cache.row_start[static_cast<size_t>(g)];
+    for (int64_t j = 0; j < run; ++j) {
+      const int64_t slot = filled + j;
+      if (slot >= pad) ids[static_cast<size_t>(g * run + j)] = c[static_cast<size_t>(slot - pad)];
+    }
+  }
+  return from_vector(ids, {G, run});
+}
+
 // Requests that share a context (a multiple-choice question's choices),
 // groups of `groups`: each batch's contexts run once, left-padded, into a
 // key/value cache, whose rows are then copied for each continuation, and the
 // continuations decode together (right-padded: a causal model's scores do
 // not see what follows). A continuation's first token is scored by its
-// context's last logits, the others by the decoding step's.
+// context's last logits, the others by the decoding step's. Groups of one
+// family (`family[i]`, an index into `prefixes`, or -1) batch together, and
+// their shared beginning is read once for all of them.
 void score_shared_contexts(const Gpt& model, const std::vector<ContinuationRequest>& requests,
-                           const std::vector<std::vector<size_t>>& groups, int64_t batch_rows,
-                           bool greedy, std::vector<ContinuationScore>& out) {
+                           const std::vector<std::vector<size_t>>& groups,
+                           const std::vector<int>& family, std::vector<SharedPrefix>& prefixes,
+                           int64_t batch_rows, bool greedy, std::vector<ContinuationScore>& out,
+                           ScoringWork& work) {
   const GptConfig& cfg = model.config();
   const Tensor& w = model.head_weight();
   auto context_of = [&](const std::vector<size_t>& g) -> const std::vector<int64_t>& {
@@ -128,7 +196,9 @@ void score_shared_contexts(const Gpt& model, const std::vector<ContinuationReque
       const int64_t r = rows + static_cast<int64_t>(g.size());
       const int64_t w_ = std::max(width, static_cast<int64_t>(context_of(g).size()));
       const int64_t n = std::max(longest, longest_continuation(g));
-      if (last > first && (r > batch_rows || w_ + n - 1 > cfg.seq_len)) break;
+      if (last > first &&
+          (r > batch_rows || w_ + n - 1 > cfg.seq_len || family[last] != family[first]))
+        break;
       rows = r, width = w_, longest = n;
       ++last;
     }
@@ -143,7 +213,19 @@ void score_shared_contexts(const Gpt& model, const std::vector<ContinuationReque
       std::copy(ctx.begin(), ctx.end(), ids.begin() + g * width + pad);
     }
     // (G, 1, V): what each context predicts first.
-    const Tensor head = model.decode(from_vector(ids, {G, width}), cache, true);
+    Tensor head;
+    if (family[first] >= 0) {
+      std::vector<const std::vector<int64_t>*> contexts;
+      for (int64_t g = 0; g < G; ++g)
+        contexts.push_back(&context_of(groups[first + static_cast<size_t>(g)]));
+      const Tensor rest = place_shared_prefix(model, prefixes[static_cast<size_t>(family[first])],
+                                              contexts, width, cache, work);
+      work.positions += rest.numel();
+      head = model.decode(rest, cache, true);
+    } else {
+      work.positions += G * width;
+      head = model.decode(from_vector(ids, {G, width}), cache, true);
+    }
     // The continuations, longest first, each with its context's cache row.
     std::vector<int64_t> copies;  // the cache row of each continuation
     std::vector<size_t> order;    // the request of each
@@ -188,6 +270,7 @@ void score_shared_contexts(const Gpt& model, const std::vector<ContinuationReque
         }
         KvCache copy = cache;  // keep_rows gives the copy tensors of its own
         copy.keep_rows(run_rows, 0);
+        work.positions += run * width;
         const Tensor hidden = model.decode_hidden(from_vector(next, {run, width}), copy);
         for (int64_t i = 0; i < run; ++i) {
           const int64_t k = by_length[at + static_cast<size_t>(i)];
@@ -225,8 +308,10 @@ void score_shared_contexts(const Gpt& model, const std::vector<ContinuationReque
 
 std::vector<ContinuationScore> score_continuations(const Gpt& model,
                                                    const std::vector<ContinuationRequest>& requests,
-                                                   int64_t batch_rows, bool greedy) {
+                                                   int64_t batch_rows, bool greedy,
+                                                   ScoringWork* work) {
   const GptConfig& cfg = model.config();
+  ScoringWork done;
   if (batch_rows < 1) {
     throw ValueError("score_continuations: batch_rows (" + std::to_string(batch_rows) +
                      ") must be >= 1");
@@ -279,13 +364,54 @@ std::vector<ContinuationScore> score_continuations(const Gpt& model,
       alone.insert(alone.end(), g.begin(), g.end());
     }
   }
-  // Contexts of about one length together (little padding).
+  // Families: contexts that begin alike (few-shot examples before each
+  // question) are neighbours in the contexts' order; a run of neighbours
+  // that all share their first kSharedPrefixTokens tokens or more is a
+  // family, whose common beginning is read once. Each family's groups, and
+  // the groups of no family, go longest context first (little padding).
   std::stable_sort(shared.begin(), shared.end(), [&](const auto& a, const auto& b) {
-    return requests[a.front()].context.size() > requests[b.front()].context.size();
+    return requests[a.front()].context < requests[b.front()].context;
   });
-  score_shared_contexts(model, requests, shared, batch_rows, greedy, out);
+  auto common = [&](const std::vector<size_t>& a, const std::vector<size_t>& b) {
+    const auto& x = requests[a.front()].context;
+    const auto& y = requests[b.front()].context;
+    const auto n = std::min(x.size(), y.size());
+    return static_cast<int64_t>(std::mismatch(x.begin(), x.begin() + n, y.begin()).first -
+                                x.begin());
+  };
+  auto longer = [&](const auto& a, const auto& b) {
+    return requests[a.front()].context.size() > requests[b.front()].context.size();
+  };
+  std::vector<std::vector<size_t>> ordered, loners;
+  std::vector<int> family;
+  std::vector<SharedPrefix> prefixes;
+  for (size_t i = 0; i < shared.size();) {
+    size_t j = i + 1;
+    while (j < shared.size() && common(shared[i], shared[j]) >= kSharedPrefixTokens) ++j;
+    if (j - i < 2) {
+      loners.push_back(std::move(shared[i]));
+    } else {
+      const int64_t p = common(shared[i], shared[j - 1]);  // the run's: its ends' (sorted)
+      const auto& first = requests[shared[i].front()].context;
+      prefixes.push_back({std::vector<int64_t>(first.begin(), first.begin() + p), std::nullopt});
+      std::stable_sort(shared.begin() + static_cast<std::ptrdiff_t>(i),
+                       shared.begin() + static_cast<std::ptrdiff_t>(j), longer);
+      for (size_t k = i; k < j; ++k) {
+        ordered.push_back(std::move(shared[k]));
+        family.push_back(static_cast<int>(prefixes.size()) - 1);
+      }
+    }
+    i = j;
+  }
+  std::stable_sort(loners.begin(), loners.end(), longer);
+  for (auto& g : loners) {
+    ordered.push_back(std::move(g));
+    family.push_back(-1);
+  }
+  score_shared_contexts(model, requests, ordered, family, prefixes, batch_rows, greedy, out, done);
   std::sort(alone.begin(), alone.end());
-  score_rows(model, requests, alone, batch_rows, greedy, out);
+  score_rows(model, requests, alone, batch_rows, greedy, out, done);
+  if (work != nullptr) *work = done;
   return out;
 }
 

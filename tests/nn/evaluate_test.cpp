@@ -135,6 +135,65 @@ TEST(ScoreContinuations, ShareAContextAmongItsContinuations) {
   }
 }
 
+// Few-shot questions: contexts that begin with the same examples are a
+// family whose beginning runs through the model once (its keys and values
+// copied into each batch's rows); every score is still the model's, for
+// learned and rotary positions (under a window too), in any batch, with a
+// question whose own text is longer than the examples (rows that take
+// nothing of the beginning beside it), next to a second family, a question
+// of no family and a request alone. Fewer positions run than the contexts
+// hold.
+TEST(ScoreContinuations, ReadAFewShotBeginningOnceForAllItsQuestions) {
+  GptConfig learned = tiny();
+  learned.seq_len = 64;
+  GptConfig rotary = learned;
+  rotary.position_embedding = PositionEmbedding::Rotary;
+  rotary.n_kv_head = 1;
+  rotary.sliding_window = 20;
+  for (const GptConfig& cfg : {learned, rotary}) {
+    const Gpt model(cfg, 11);
+    const int64_t V = cfg.vocab_size;
+    std::vector<ContinuationRequest> requests;
+    int64_t context_positions = 0;
+    uint64_t seed = 800;
+    // (examples, question lengths): each question's first token its own.
+    const std::vector<int64_t> five_shot = random_tokens(24, 500, V);
+    const std::vector<int64_t> other = random_tokens(20, 600, V);
+    for (const auto& [examples, lengths] :
+         std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>>{
+             {five_shot, {3, 7, 1, 30, 5}}, {other, {4, 2}}, {{}, {6}}}) {
+      int64_t first_token = 0;
+      for (const int64_t n : lengths) {
+        std::vector<int64_t> context = examples;
+        std::vector<int64_t> question = random_tokens(n, seed++, V);
+        question.front() = first_token++;
+        context.insert(context.end(), question.begin(), question.end());
+        for (const int64_t c : {2, 1, 3}) {
+          requests.push_back({context, random_tokens(c, seed++, V)});
+          context_positions += static_cast<int64_t>(context.size());
+        }
+      }
+    }
+    requests.push_back({random_tokens(9, 77, V), {3, 4}});  // alone
+    for (const int64_t batch : {1, 4, 100}) {
+      SCOPED_TRACE("batch " + std::to_string(batch));
+      ScoringWork work;
+      const auto scores = score_continuations(model, requests, batch, false, &work);
+      for (size_t r = 0; r < requests.size(); ++r) {
+        const double want = reference_nll(model, requests[r]);
+        EXPECT_NEAR(scores[r].nll, want, 1e-4 * want) << "request " << r;
+      }
+      EXPECT_EQ(work.shared_prefixes, 2);
+      EXPECT_EQ(work.shared_prefix_positions, 24 + 20);
+      // Each context once would be a third of context_positions (three
+      // choices each); with one question a batch, little of it is padding.
+      if (batch < 100) {
+        EXPECT_LT(work.positions, context_positions / 3);
+      }
+    }
+  }
+}
+
 // Greedy scoring: a continuation is greedy exactly when every one of its
 // tokens is its position's argmax — the model's own greedy text is, the
 // same with one token changed is not — whether its context is shared

@@ -52,13 +52,26 @@ RequestRow request_row(const ContinuationRequest& request, int64_t seq_len);
 // request. The pad follows a row's tokens, so a causal model's scores do not
 // depend on it or on the batch (up to rounding); the scores come back in
 // the requests' order.
+// Contexts that begin with the same kSharedPrefixTokens tokens or more (the
+// few-shot examples before each question of a subject) are a family: their
+// common beginning runs through the model once, its keys and values are
+// copied into each batch's cache, and only what follows it runs per
+// question.
 // `greedy`: also fill each score's `greedy` (the continuation's logits
-// are read back whole for it: V values per token).
+// are read back whole for it: V values per token). `work`, when given,
+// says how much ran.
 // Errors name the request: an empty context or continuation, a
 // continuation longer than seq_len, a token outside the vocabulary.
+inline constexpr int64_t kSharedPrefixTokens = 16;
+struct ScoringWork {
+  int64_t positions = 0;        // token positions through the model's blocks, padding included
+  int64_t shared_prefixes = 0;  // families' beginnings read once
+  int64_t shared_prefix_positions = 0;  // their positions (in `positions` too)
+};
 std::vector<ContinuationScore> score_continuations(const Gpt& model,
                                                    const std::vector<ContinuationRequest>& requests,
-                                                   int64_t batch_rows = 8, bool greedy = false);
+                                                   int64_t batch_rows = 8, bool greedy = false,
+                                                   ScoringWork* work = nullptr);
 
 // Long text as continuation requests for its perplexity: every token but
 // the first is scored exactly once, in runs of `stride` tokens (1 <= stride
