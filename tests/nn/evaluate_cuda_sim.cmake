@@ -1,6 +1,8 @@
 # triad-eval on the simulated GPU (support/cuda_sim) against the CPU: the
 # same question, LAMBADA and text scores in f32 to rounding (and the same
-# LAMBADA words greedy), and in bf16 within half precision's error.
+# LAMBADA words greedy), and in bf16 within half precision's error; and
+# questions that share a beginning (read once, its cache copied on the
+# device) in f32.
 # Variables: EVAL (triad-eval), SIM_EVAL (triad-eval-sim), RUN (a
 # triad-train output.dir), QUESTIONS (JSON lines), LAMBADA (JSON lines of
 # text), WORK.
@@ -56,5 +58,36 @@ foreach(dtype f32 bf16)
       math(EXPR row_tol "${tol} * ${tokens}")
       expect_within("${na}" "${nb}" ${row_tol} "${dtype} choice ${i} of ${row_b} (the simulated GPU, the CPU)")
     endforeach()
+  endforeach()
+endforeach()
+
+# Questions whose contexts begin alike (a family: the beginning runs once
+# and its keys and values are copied into each batch's cache on the device)
+# score as on the CPU in f32.
+file(WRITE ${WORK}/family.jsonl
+     "{\"context\": \"read this first, it is the same for every question: the fox\", \"choices\": [\" runs\", \" sleeps\", \" reads a book\"], \"answer\": 0}\n"
+     "{\"context\": \"read this first, it is the same for every question: in the city the old man\", \"choices\": [\" paints\", \" sky\"], \"answer\": 0}\n"
+     "{\"context\": \"read this first, it is the same for every question: a\", \"choices\": [\" child\", \" garden on sunday\", \" zzz\"], \"answer\": 1}\n")
+foreach(program IN ITEMS ${EVAL} ${SIM_EVAL})
+  set(device cpu)
+  if(program STREQUAL SIM_EVAL OR program STREQUAL "${SIM_EVAL}")
+    set(device cuda)
+  endif()
+  execute_process(COMMAND ${program} --run ${RUN} --choices ${WORK}/family.jsonl --device ${device}
+                          --batch 3 --predictions ${WORK}/family_${device}.jsonl
+                  RESULT_VARIABLE rc OUTPUT_VARIABLE text ERROR_VARIABLE err)
+  if(NOT rc EQUAL 0 OR NOT err MATCHES " of them 1 shared beginnings read once")
+    message(FATAL_ERROR "${program} on the family's questions: exit ${rc}, ${text}${err}")
+  endif()
+endforeach()
+file(STRINGS ${WORK}/family_cpu.jsonl cpu_rows)
+file(STRINGS ${WORK}/family_cuda.jsonl sim_rows)
+foreach(row_a row_b IN ZIP_LISTS sim_rows cpu_rows)
+  string(JSON count LENGTH "${row_b}" nll)
+  math(EXPR last "${count} - 1")
+  foreach(i RANGE ${last})
+    string(JSON na GET "${row_a}" nll ${i})
+    string(JSON nb GET "${row_b}" nll ${i})
+    expect_within("${na}" "${nb}" 1000 "f32 choice ${i} of the family's ${row_b} (the simulated GPU, the CPU)")
   endforeach()
 endforeach()
