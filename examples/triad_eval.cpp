@@ -179,7 +179,9 @@ int main(int argc, char** argv) {
         throw triad::IoError("--predictions: cannot write '" + predictions + "'");
       }
     }
-    triad::nn::Gpt model(model_cfg, config.train.seed);
+    // Not initialised: the weights (all of them, or an error) are read in.
+    triad::nn::Gpt model(model_cfg, config.train.seed, triad::DType::F32,
+                         triad::nn::Gpt::Init::None);
     source.read(model_cfg, [&](triad::nn::StateDict&& part) {
       model.load_state_dict(part, /*strict=*/false);
     });

@@ -346,7 +346,9 @@ int main(int argc, char** argv) {
     }
     triad::nn::GptConfig model_cfg = config.model;
     model_cfg.dropout = 0;
-    triad::nn::Gpt model(model_cfg, config.train.seed);
+    // Not initialised: the weights (all of them, or an error) are read in.
+    triad::nn::Gpt model(model_cfg, config.train.seed, triad::DType::F32,
+                         triad::nn::Gpt::Init::None);
     // One block of the file, or of the checkpoint's joined weights, at a time.
     source.read(model_cfg, [&](triad::nn::StateDict&& part) {
       model.load_state_dict(part, /*strict=*/false);

@@ -550,7 +550,7 @@ Tensor Block::forward_cached(const Tensor& x, Tensor& k_cache, Tensor& v_cache, 
   return add(h.sum, post_norm(post_mlp_norm_, mlp_->forward(h.norm, ForwardContext{false, 0, 0})));
 }
 
-Gpt::Gpt(const GptConfig& cfg, uint64_t seed, DType dtype) : cfg_(cfg) {
+Gpt::Gpt(const GptConfig& cfg, uint64_t seed, DType dtype, Init how) : cfg_(cfg) {
   cfg_.validate();
   if (dtype != DType::F32 && dtype != DType::BF16 && dtype != DType::F16) {
     throw NotSupportedError(std::string("Gpt: parameter dtype ") + dtype_name(dtype) +
@@ -570,11 +570,14 @@ Gpt::Gpt(const GptConfig& cfg, uint64_t seed, DType dtype) : cfg_(cfg) {
   if (!cfg.tie_embeddings) {
     lm_head_ = register_module("lm_head", std::make_shared<Embedding>(cfg.vocab_size, cfg.d_model));
   }
-  StateDict init;
-  for (auto& [name, p] : named_parameters()) {
-    init.emplace(name, init_parameter(name, p.shape(), gpt_init_rule(name, p.shape(), cfg), seed));
+  if (how == Init::Random) {
+    StateDict init;
+    for (auto& [name, p] : named_parameters()) {
+      init.emplace(name,
+                   init_parameter(name, p.shape(), gpt_init_rule(name, p.shape(), cfg), seed));
+    }
+    load_state_dict(init);
   }
-  load_state_dict(init);
   // Half parameters are the f32 initial values rounded once (what the f32
   // masters of mixed precision start from).
   if (dtype != DType::F32) to(dtype);

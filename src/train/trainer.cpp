@@ -248,7 +248,11 @@ Trainer::Trainer(Config config, dist::ProcessGroupPtr world)
   const uint64_t seed = config_.train.seed;
   if (world_size == 1) {
     check_training_state_fits(config_, dp_, device_, 1);
-    model_ = std::make_unique<nn::Gpt>(config_.model, seed);
+    // Weights read from init.from whole (no LoRA adapters to start from
+    // their initial values) need no random initialisation first.
+    const bool read_whole = !config_.init_from.empty() && config_.model.lora.rank == 0;
+    model_ = std::make_unique<nn::Gpt>(config_.model, seed, DType::F32,
+                                       read_whole ? nn::Gpt::Init::None : nn::Gpt::Init::Random);
     if (!config_.init_from.empty()) {
       // Block by block: the freshly initialised model and one block of the
       // file, never two copies of the model.
@@ -1632,7 +1636,9 @@ double Trainer::sample_into(StepMetrics& m) {
     std::unique_ptr<nn::Gpt> whole;
     std::map<std::string, Tensor> into;
     if (is_logging_rank()) {
-      whole = std::make_unique<nn::Gpt>(config_.model, config_.train.seed);
+      // (Not initialised: every parameter is gathered into it, or an error.)
+      whole = std::make_unique<nn::Gpt>(config_.model, config_.train.seed, DType::F32,
+                                        nn::Gpt::Init::None);
       whole->to(device_);
       for (auto& [name, p] : whole->named_parameters()) into[name] = p;
     }

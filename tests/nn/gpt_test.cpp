@@ -72,6 +72,27 @@ TEST(Gpt, InitialisationDependsOnSeedNameAndShapeOnly) {
   EXPECT_NEAR(std::sqrt(ss / proj.size()), 0.02 / std::sqrt(4.0), 0.003);
 }
 
+// Init::None (a model about to load its weights) draws nothing: every
+// parameter is its layer's constant (zeros, a norm's ones), and once the
+// weights are loaded it is the model they came from.
+TEST(Gpt, UninitialisedModelIsTheOneItsLoadedWeightsMake) {
+  const Gpt random(tiny(2), 5);
+  const Gpt none(tiny(2), 5, DType::F32, Gpt::Init::None);
+  for (const auto& [name, p] : none.named_parameters()) {
+    const std::vector<double> v = to_double_vector(p);
+    const double constant =
+        name.find("ln_") != std::string::npos && name.find(".weight") != std::string::npos ? 1.0
+                                                                                           : 0.0;
+    EXPECT_EQ(v, std::vector<double>(v.size(), constant)) << name;
+  }
+  Gpt loaded(tiny(2), 9, DType::F32, Gpt::Init::None);
+  loaded.load_state_dict(random.state_dict());
+  const Tensor ids = from_vector(std::vector<int64_t>{1, 5, 9, 3, 7, 2}, {2, 3});
+  EXPECT_EQ(to_double_vector(loaded.forward(ids)), to_double_vector(random.forward(ids)));
+  const Gpt half(tiny(2), 5, DType::BF16, Gpt::Init::None);
+  EXPECT_EQ(half.head_weight().dtype(), DType::BF16);
+}
+
 TEST(Gpt, TiedHeadGetsGradientFromBothUses) {
   Gpt m(tiny(), 2);
   Tensor ids = from_vector(std::vector<int64_t>{1, 2, 3, 4, 5, 6}, {2, 3});

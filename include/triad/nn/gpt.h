@@ -383,8 +383,13 @@ class Block : public Module {
 // can run a sub-range.
 class Gpt : public Module {
  public:
-  // Parameters are initialised by gpt2_init_rule, layout-independently.
-  Gpt(const GptConfig& cfg, uint64_t seed, DType dtype = DType::F32);
+  // Random: parameters initialised by gpt2_init_rule, layout-independently.
+  // None: parameters as their layers make them (zeros; norms' weights
+  // ones), for a caller that loads all of them next (triad-generate,
+  // triad-eval): no random draws, and no second copy of the model held
+  // while initialising (a 7B model's 28 GB in f32).
+  enum class Init { Random, None };
+  Gpt(const GptConfig& cfg, uint64_t seed, DType dtype = DType::F32, Init init = Init::Random);
   const GptConfig& config() const { return cfg_; }
 
   // ids (B, T) at positions [start, start + T) -> hidden (B, T, C).
