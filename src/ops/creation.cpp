@@ -61,17 +61,31 @@ Tensor from_vector(const std::vector<int64_t>& values, const Shape& shape, DType
   return out;
 }
 
+// Element i of a counter-based draw depends on i alone, so the elements
+// are drawn in parallel (a model's initial weights: 124M normals took 4 s
+// in one thread), the same values in any thread count.
+constexpr int64_t kParallelDraws = int64_t{1} << 15;
+
 Tensor randn(const Shape& shape, uint64_t seed, uint64_t stream, double stddev, DType dtype,
              Device device) {
-  std::vector<double> v(static_cast<size_t>(numel(shape)));
-  for (size_t i = 0; i < v.size(); ++i) v[i] = stddev * philox_normal(seed, stream, i);
+  const int64_t n = numel(shape);
+  std::vector<double> v(static_cast<size_t>(n));
+#pragma omp parallel for schedule(static) if (n >= kParallelDraws)
+  for (int64_t i = 0; i < n; ++i) {
+    v[static_cast<size_t>(i)] = stddev * philox_normal(seed, stream, static_cast<uint64_t>(i));
+  }
   return from_host_f64(v, shape, dtype, device);
 }
 
 Tensor rand_uniform(const Shape& shape, uint64_t seed, uint64_t stream, double low, double high,
                     DType dtype, Device device) {
-  std::vector<double> v(static_cast<size_t>(numel(shape)));
-  for (size_t i = 0; i < v.size(); ++i) v[i] = low + (high - low) * philox_uniform(seed, stream, i);
+  const int64_t n = numel(shape);
+  std::vector<double> v(static_cast<size_t>(n));
+#pragma omp parallel for schedule(static) if (n >= kParallelDraws)
+  for (int64_t i = 0; i < n; ++i) {
+    v[static_cast<size_t>(i)] =
+        low + (high - low) * philox_uniform(seed, stream, static_cast<uint64_t>(i));
+  }
   return from_host_f64(v, shape, dtype, device);
 }
 

@@ -97,6 +97,22 @@ TEST(Rng, PhiloxIsAPureFunctionOfKeyAndCounter) {
   }
 }
 
+// randn and rand_uniform draw large tensors in parallel: element i is still
+// the draw at counter i, whatever thread took it.
+TEST(Rng, LargeTensorsHoldTheDrawAtEachElementsCounter) {
+  const int64_t rows = 300, cols = 257;  // past the parallel threshold, not a multiple of 2
+  const std::vector<double> normal = to_double_vector(randn({rows, cols}, 9, 4, 0.5, DType::F64));
+  const std::vector<double> uniform =
+      to_double_vector(rand_uniform({rows, cols}, 9, 4, -1.0, 3.0, DType::F64));
+  int normal_wrong = 0, uniform_wrong = 0;
+  for (size_t i = 0; i < normal.size(); ++i) {
+    normal_wrong += normal[i] != 0.5 * philox_normal(9, 4, i);
+    uniform_wrong += uniform[i] != -1.0 + 4.0 * philox_uniform(9, 4, i);
+  }
+  EXPECT_EQ(normal_wrong, 0);
+  EXPECT_EQ(uniform_wrong, 0);
+}
+
 TEST(Tensor, BadShapesAreClearErrors) {
   EXPECT_THROW(empty({2, -1}), ShapeError);
   Tensor x = zeros({2, 3});
