@@ -258,27 +258,9 @@ MetaspaceBpeTokenizer::Settings metaspace_settings(const Reader& r, const Json& 
   return s;
 }
 
-}  // namespace
-
-std::unique_ptr<Tokenizer> load_hf_tokenizer(const std::string& path) {
-  namespace fs = std::filesystem;
-  const std::string file =
-      fs::is_directory(path) ? (fs::path(path) / "tokenizer.json").string() : path;
-  std::string text;
-  try {
-    text = io::read_text_file(file, "Hugging Face tokenizer");
-  } catch (const ConfigError& e) {
-    throw IoError(e.what());
-  }
-  Json root;
-  try {
-    root = Json::parse(text);
-  } catch (const Json::exception& e) {
-    throw IoError(file + ": not valid JSON: " + e.what());
-  }
-  if (!root.is_object()) throw IoError(file + ": expected a JSON object");
-  const Reader r(file);
-
+// The tokenizer `root` (the parsed file) describes.
+std::unique_ptr<Tokenizer> read_hf_tokenizer(const Reader& r, const Json& root,
+                                             const std::string& file) {
   if (!root.contains("model") || !root.at("model").is_object()) r.bad("model", "is missing");
   const Json& model = root.at("model");
   const std::string type = model.value("type", "");
@@ -381,6 +363,34 @@ std::unique_ptr<Tokenizer> load_hf_tokenizer(const std::string& path) {
     s.added_tokens = std::move(added_tokens);
     return std::make_unique<BpeTokenizer>(std::move(vocab), merges_of(r, model), std::move(s));
   } catch (const ValueError& e) {
+    throw IoError(file + ": " + e.what());
+  }
+}
+
+}  // namespace
+
+std::unique_ptr<Tokenizer> load_hf_tokenizer(const std::string& path) {
+  namespace fs = std::filesystem;
+  const std::string file =
+      fs::is_directory(path) ? (fs::path(path) / "tokenizer.json").string() : path;
+  std::string text;
+  try {
+    text = io::read_text_file(file, "Hugging Face tokenizer");
+  } catch (const ConfigError& e) {
+    throw IoError(e.what());
+  }
+  Json root;
+  try {
+    root = Json::parse(text);
+  } catch (const Json::exception& e) {
+    throw IoError(file + ": not valid JSON: " + e.what());
+  }
+  if (!root.is_object()) throw IoError(file + ": expected a JSON object");
+  const Reader r(file);
+  try {
+    return read_hf_tokenizer(r, root, file);
+  } catch (const Json::exception& e) {
+    // A field of the wrong type where a default was taken (a null flag).
     throw IoError(file + ": " + e.what());
   }
 }

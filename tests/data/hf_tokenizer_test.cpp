@@ -474,6 +474,10 @@ TEST(HfMetaspaceTokenizer, WhatTriadDoesNotBuildIsNamed) {
   j = metaspace_json(true);
   j["model"]["merges"].push_back(Json::array({"c", "c"}));
   expect(j, "merge 6 ('c' 'c') needs 'cc', which is not in the vocabulary");
+  // A flag of the wrong type is an error naming the file.
+  j = metaspace_json(false);
+  j["pre_tokenizer"]["split"] = "yes";
+  expect(j, "metaspace.json: [json.exception.type_error");
   // Without a normaliser a normalized token is matched as it is.
   j = metaspace_json(false);
   j["added_tokens"][1]["normalized"] = true;
