@@ -205,11 +205,26 @@ MetaspaceBpeTokenizer::Settings metaspace_settings(const Reader& r, const Json& 
     }
   }
   const Json pre = root.value("pre_tokenizer", Json());
-  if (!pre.is_null()) {
+  if (pre.is_object() && pre.value("type", "") == "Split") {
+    // A literal Split (Gemma's); a regular expression's is refused.
+    s.split_pattern = replace_pattern(r, "pre_tokenizer", pre);
+    using B = MetaspaceBpeTokenizer::Settings::SplitBehavior;
+    const std::string behavior = pre.value("behavior", "");
+    s.split_behavior = behavior == "Removed"              ? B::Removed
+                       : behavior == "Isolated"           ? B::Isolated
+                       : behavior == "Contiguous"         ? B::Contiguous
+                       : behavior == "MergedWithPrevious" ? B::MergedWithPrevious
+                       : behavior == "MergedWithNext"     ? B::MergedWithNext
+                                                          : B::None;
+    if (s.split_behavior == B::None)
+      r.bad("pre_tokenizer.behavior", "(\"" + behavior + "\") is not one of Hugging Face's");
+    if (pre.value("invert", false))
+      r.unsupported("pre_tokenizer.invert", true, "an inverted Split is not implemented");
+  } else if (!pre.is_null()) {
     if (!pre.is_object() || pre.value("type", "") != "Metaspace") {
       r.unsupported("pre_tokenizer", pre,
                     "with a SentencePiece-style model (byte fallback, or no byte-level "
-                    "pre-tokeniser) only Metaspace or none is implemented");
+                    "pre-tokeniser) only Metaspace, a literal Split or none is implemented");
     }
     s.metaspace = true;
     s.replacement = metaspace_replacement(r, "pre_tokenizer", pre);

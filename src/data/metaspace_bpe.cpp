@@ -155,6 +155,7 @@ std::vector<std::string> MetaspaceBpeTokenizer::words(const std::string& piece, 
         break;
     }
   }
+  if (settings_.split_behavior != Settings::SplitBehavior::None) return split_words(s);
   if (!settings_.metaspace) return {s};
   const std::string& rep = settings_.replacement;
   replace_all(s, " ", rep);
@@ -172,6 +173,58 @@ std::vector<std::string> MetaspaceBpeTokenizer::words(const std::string& piece, 
     begin = k;
   }
   out.push_back(s.substr(begin));
+  return out;
+}
+
+std::vector<std::string> MetaspaceBpeTokenizer::split_words(const std::string& s) const {
+  using B = Settings::SplitBehavior;
+  const std::string& pat = settings_.split_pattern;
+  std::vector<std::string> out;
+  std::string pending;  // MergedWithNext: the delimiters that open the next piece
+  size_t at = 0;
+  auto piece = [&](std::string p) {
+    if (!p.empty()) out.push_back(std::move(p));
+  };
+  while (at <= s.size()) {
+    const size_t k = s.find(pat, at);
+    const size_t end = k == std::string::npos ? s.size() : k;
+    std::string text = pending + s.substr(at, end - at);
+    pending.clear();
+    if (k == std::string::npos) {
+      piece(std::move(text));
+      break;
+    }
+    // The run of matches starting at k (one, unless contiguous).
+    size_t run_end = k + pat.size();
+    if (settings_.split_behavior == B::Contiguous) {
+      while (s.compare(run_end, pat.size(), pat) == 0) run_end += pat.size();
+    }
+    const std::string delim = s.substr(k, run_end - k);
+    switch (settings_.split_behavior) {
+      case B::Removed:
+        piece(std::move(text));
+        break;
+      case B::Isolated:
+      case B::Contiguous:
+        piece(std::move(text));
+        piece(delim);
+        break;
+      case B::MergedWithPrevious:
+        piece(text + delim);
+        break;
+      case B::MergedWithNext:
+        piece(std::move(text));
+        pending = delim;
+        break;
+      case B::None:
+        break;
+    }
+    at = run_end;
+    if (at == s.size()) {
+      piece(std::move(pending));
+      break;
+    }
+  }
   return out;
 }
 

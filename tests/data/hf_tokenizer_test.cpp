@@ -242,7 +242,7 @@ TEST(HfTokenizer, WhatTriadDoesNotBuildIsNamed) {
   expect(j, "'added_tokens[0].lstrip' (true)");
   j = good;
   j["model"]["byte_fallback"] = true;  // the SentencePiece kind, with a byte-level pre-tokeniser
-  expect(j, "only Metaspace or none is implemented");
+  expect(j, "only Metaspace, a literal Split or none is implemented");
   j = good;
   j["model"]["merges"][2] = "abc";
   expect(j, "'model.merges[2]' (\"abc\") is not 'left right'");
@@ -436,6 +436,49 @@ TEST(HfMetaspaceTokenizer, UnknownCharactersAndDecoderSteps) {
   EXPECT_EQ(load_any(dir, j)->decode({264, 260}), "ab a");
 }
 
+// Gemma's form: a Replace normaliser alone (no ▁ prepended), and newer
+// files' Split on " " after it (nothing left to split). A literal Split's
+// behaviours cut text as Hugging Face's do.
+TEST(HfMetaspaceTokenizer, GemmaFormAndLiteralSplits) {
+  TempDir dir;
+  Json j = metaspace_json(true);
+  j["normalizer"] = j["normalizer"]["normalizers"][1];
+  EXPECT_EQ(load_any(dir, j)->encode("ab"), (Ids{264}));
+  EXPECT_EQ(load_any(dir, j)->encode("hi ab"), (Ids{268, 265}));
+  j["pre_tokenizer"] = {{"type", "Split"},
+                        {"pattern", {{"String", " "}}},
+                        {"behavior", "MergedWithPrevious"},
+                        {"invert", false}};
+  EXPECT_EQ(load_any(dir, j)->encode("hi ab"), (Ids{268, 265}));
+  j["normalizer"] = nullptr;
+  using Words = std::vector<std::string>;
+  for (const auto& [behavior, want] :
+       std::vector<std::pair<std::string, Words>>{{"Removed", {"a", "b", "c"}},
+                                                  {"Isolated", {"a", " ", " ", "b", " ", "c"}},
+                                                  {"Contiguous", {"a", "  ", "b", " ", "c"}},
+                                                  {"MergedWithPrevious", {"a ", " ", "b ", "c"}},
+                                                  {"MergedWithNext", {"a", " ", " b", " c"}}}) {
+    j["pre_tokenizer"]["behavior"] = behavior;
+    const auto tok = load_any(dir, j);
+    const auto* ms = dynamic_cast<const MetaspaceBpeTokenizer*>(tok.get());
+    ASSERT_NE(ms, nullptr);
+    EXPECT_EQ(ms->words("a  b c", true), want) << behavior;
+    EXPECT_EQ(ms->words("", true), Words{}) << behavior;
+  }
+  j["pre_tokenizer"]["behavior"] = "MergedWithNext";
+  const auto next = load_any(dir, j);
+  EXPECT_EQ(dynamic_cast<const MetaspaceBpeTokenizer&>(*next).words(" a ", true),
+            (Words{" a", " "}));
+  j["pre_tokenizer"]["behavior"] = "Sideways";
+  try {
+    load_any(dir, j);
+    ADD_FAILURE() << "no error for an unknown behavior";
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find("'pre_tokenizer.behavior' (\"Sideways\")"),
+              std::string::npos);
+  }
+}
+
 TEST(HfMetaspaceTokenizer, WhatTriadDoesNotBuildIsNamed) {
   TempDir dir;
   const auto message = [&](const Json& j) {
@@ -456,8 +499,10 @@ TEST(HfMetaspaceTokenizer, WhatTriadDoesNotBuildIsNamed) {
   j["normalizer"] = {{"type", "Precompiled"}};
   expect(j, "'normalizer' ({\"type\":\"Precompiled\"}): of the normalisers only Prepend");
   j = metaspace_json(true);
-  j["pre_tokenizer"] = {{"type", "Split"}};
-  expect(j, "'pre_tokenizer' ({\"type\":\"Split\"}): with a SentencePiece-style model");
+  j["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"Regex", "\\s"}}}};
+  expect(j, "'pre_tokenizer.pattern' ({\"Regex\":\"\\\\s\"}): only a literal");
+  j["pre_tokenizer"] = {{"type", "Whitespace"}};
+  expect(j, "'pre_tokenizer' ({\"type\":\"Whitespace\"}): with a SentencePiece-style model");
   j = metaspace_json(true);
   j["decoder"]["decoders"][1] = {{"type", "CTC"}};
   expect(j, "'decoder.decoders[1]' ({\"type\":\"CTC\"}): with a SentencePiece-style model only");

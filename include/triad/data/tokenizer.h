@@ -144,6 +144,20 @@ class MetaspaceBpeTokenizer final : public Tokenizer {
     std::string replacement = "\xE2\x96\x81";
     Prepend prepend = Prepend::Always;
     bool split = true;
+    // Or a Split pre-tokeniser on a literal (Gemma's, on " " after its
+    // normaliser has written spaces as ▁): each match removed, kept as a
+    // piece of its own (runs of them one piece: contiguous), or joined to
+    // the piece before or after it.
+    enum class SplitBehavior {
+      None,
+      Removed,
+      Isolated,
+      Contiguous,
+      MergedWithPrevious,
+      MergedWithNext
+    };
+    SplitBehavior split_behavior = SplitBehavior::None;
+    std::string split_pattern;
     bool byte_fallback = false;
     int32_t unk_id = -1;  // -1: none (an unknown character is an error)
     bool fuse_unk = false;
@@ -170,6 +184,7 @@ class MetaspaceBpeTokenizer final : public Tokenizer {
 
  private:
   void encode_word(const std::string& word, std::vector<int32_t>& ids) const;
+  std::vector<std::string> split_words(const std::string& s) const;
 
   Settings settings_;
   std::unordered_map<std::string, int32_t> vocab_;
