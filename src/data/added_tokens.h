@@ -1,8 +1,8 @@
 #pragma once
 
 // Added tokens (a tokenizer.json's special tokens, such as <|endoftext|>)
-// found in text before anything else, for both BPE kinds (tokenizer.cpp,
-// metaspace_bpe.cpp).
+// for both BPE kinds (tokenizer.cpp, metaspace_bpe.cpp): found in text
+// before anything else, and looked up by their text.
 
 #include <cstdint>
 #include <map>
@@ -35,6 +35,20 @@ void split_on_added_tokens(const std::string& text, const std::map<std::string, 
     at = best + found->first.size();
   }
   if (at < text.size()) plain(at, text.size());
+}
+
+// The id of the added token `text`, or -1.
+inline int32_t added_token_id(const std::map<std::string, int32_t>& added,
+                              const std::string& text) {
+  const auto it = added.find(text);
+  return it == added.end() ? -1 : it->second;
+}
+
+// The added tokens' texts.
+inline std::vector<std::string> added_token_texts(const std::map<std::string, int32_t>& added) {
+  std::vector<std::string> out;
+  for (const auto& [text, id] : added) out.push_back(text);
+  return out;
 }
 
 }  // namespace triad::data

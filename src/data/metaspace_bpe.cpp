@@ -121,14 +121,11 @@ MetaspaceBpeTokenizer::MetaspaceBpeTokenizer(
 }
 
 int32_t MetaspaceBpeTokenizer::special_token(const std::string& text) const {
-  const auto it = settings_.added_tokens.find(text);
-  return it == settings_.added_tokens.end() ? -1 : it->second;
+  return added_token_id(settings_.added_tokens, text);
 }
 
 std::vector<std::string> MetaspaceBpeTokenizer::special_tokens() const {
-  std::vector<std::string> out;
-  for (const auto& [text, id] : settings_.added_tokens) out.push_back(text);
-  return out;
+  return added_token_texts(settings_.added_tokens);
 }
 
 std::vector<int32_t> MetaspaceBpeTokenizer::missing_ids() const {

@@ -280,14 +280,11 @@ BpeTokenizer::BpeTokenizer(std::map<std::string, int32_t> vocab,
 }
 
 int32_t BpeTokenizer::added_token(const std::string& content) const {
-  const auto it = settings_.added_tokens.find(content);
-  return it == settings_.added_tokens.end() ? -1 : it->second;
+  return added_token_id(settings_.added_tokens, content);
 }
 
 std::vector<std::string> BpeTokenizer::special_tokens() const {
-  std::vector<std::string> out;
-  for (const auto& [text, id] : settings_.added_tokens) out.push_back(text);
-  return out;
+  return added_token_texts(settings_.added_tokens);
 }
 
 std::vector<std::string> BpeTokenizer::bpe(const std::string& word) const {

@@ -3,20 +3,9 @@
 # the model's own end token; --stop-token, when given, replaces them all.
 # Variables: GENERATE (triad-generate), CHAT_RUN (a chat model's output.dir),
 # FIXTURE (the chat model's tokenizer directory), WORK.
-file(REMOVE_RECURSE ${WORK})
-file(MAKE_DIRECTORY ${WORK}/model)
-file(COPY ${FIXTURE}/tokenizer.json ${FIXTURE}/tokenizer_config.json DESTINATION ${WORK}/model)
+include(${CMAKE_CURRENT_LIST_DIR}/generate_common.cmake)
 set(args --run ${CHAT_RUN} --chat-template model --tokenizer ${WORK}/model --prompt "1+2"
     --tokens 12 --temperature 0.8 --seed 5 --no-stream)
-function(generate out err)
-  execute_process(COMMAND ${GENERATE} ${args} ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE o
-                  ERROR_VARIABLE e)
-  if(NOT rc EQUAL 0)
-    message(FATAL_ERROR "triad-generate ${ARGN} exited ${rc}: ${o}${e}")
-  endif()
-  set(${out} "${o}" PARENT_SCOPE)
-  set(${err} "${e}" PARENT_SCOPE)
-endfunction()
 
 # Without the file: the reply up to the model's eos_token, <|im_end|>.
 generate(plain plain_err)
