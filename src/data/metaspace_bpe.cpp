@@ -77,6 +77,14 @@ MetaspaceBpeTokenizer::MetaspaceBpeTokenizer(
     added_by_id_[id] = content;
     vocab_size_ = std::max<int64_t>(vocab_size_, int64_t{id} + 1);
   }
+  // Ids index a table: a vocabulary with a few holes is fine (missing_ids),
+  // one whose largest id dwarfs its size is a broken file.
+  const auto entries = static_cast<int64_t>(vocab_.size() + settings_.added_tokens.size());
+  if (vocab_size_ > 2 * entries + 65536) {
+    throw ValueError("tokenizer: the largest id is " + std::to_string(vocab_size_ - 1) + " for " +
+                     std::to_string(entries) +
+                     " tokens (expected ids numbered from 0 with few gaps)");
+  }
   pieces_.assign(static_cast<size_t>(vocab_size_), "");
   has_piece_.assign(static_cast<size_t>(vocab_size_), 0);
   for (const auto& [token, id] : vocab_) {

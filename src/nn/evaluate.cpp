@@ -300,6 +300,10 @@ void score_shared_contexts(const Gpt& model, const std::vector<ContinuationReque
       out[r] = {mean[static_cast<size_t>(k)] * static_cast<double>(n), n,
                 greedy && matches[static_cast<size_t>(k)]};
     }
+    // A family's batches are neighbours: past its last, its beginning's
+    // cache (a row of seq_len slots per layer) is let go.
+    if (family[first] >= 0 && (last == groups.size() || family[last] != family[first]))
+      prefixes[static_cast<size_t>(family[first])].cache.reset();
     first = last;
   }
 }

@@ -519,6 +519,10 @@ TEST(HfMetaspaceTokenizer, WhatTriadDoesNotBuildIsNamed) {
   j = metaspace_json(true);
   j["model"]["merges"].push_back(Json::array({"c", "c"}));
   expect(j, "merge 6 ('c' 'c') needs 'cc', which is not in the vocabulary");
+  // Ids far past the vocabulary's size (a table of them would not fit).
+  j = metaspace_json(true);
+  j["added_tokens"][2]["id"] = 2000000000;
+  expect(j, "the largest id is 2000000000 for 273 tokens");
   // A flag of the wrong type is an error naming the file.
   j = metaspace_json(false);
   j["pre_tokenizer"]["split"] = "yes";
