@@ -21,7 +21,8 @@ int main(int argc, char** argv) {
   app.add_option("--set", overrides, "override a config key: section.key=value (repeatable)");
   bool eval_only = false;
   app.add_flag("--eval-only", eval_only,
-               "only evaluate data.val and eval.choices with the starting weights (init.from, "
+               "only evaluate (data.val, eval.choices, eval.lambada, eval.samples) the starting "
+               "weights (init.from, "
                "or the newest checkpoint with checkpoint.resume: auto)");
   int64_t show_data = 0, show_from = 0;
   std::string tokenizer, vocab, merges;

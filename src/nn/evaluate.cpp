@@ -15,26 +15,6 @@ namespace triad::nn {
 
 namespace {
 
-// Whether each continuation is every one of its tokens' argmax: `logits[k]`
-// (1, n_k, V) predicts `continuations[k]`. One read of all of them.
-std::vector<bool> greedy_matches(const std::vector<Tensor>& logits,
-                                 const std::vector<const std::vector<int64_t>*>& continuations) {
-  const std::vector<double> all = to_double_vector(concat(logits, 1));
-  const auto V = static_cast<size_t>(logits.front().size(2));
-  std::vector<bool> out;
-  size_t row = 0;
-  for (const auto* cont : continuations) {
-    bool match = true;
-    for (const int64_t want : *cont) {
-      const auto first = all.begin() + static_cast<std::ptrdiff_t>(row++ * V);
-      const auto best = std::max_element(first, first + static_cast<std::ptrdiff_t>(V));
-      match = match && best - first == want;
-    }
-    out.push_back(match);
-  }
-  return out;
-}
-
 // Requests (those at `which`) each read as one row: `batch_rows` rows at a
 // time, longest first, each batch padded to its longest row.
 void score_rows(const Gpt& model, const std::vector<ContinuationRequest>& requests,
@@ -73,7 +53,7 @@ void score_rows(const Gpt& model, const std::vector<ContinuationRequest>& reques
     Tensor x = model.embed(batch, ctx);
     for (int64_t i = 0; i < cfg.n_layer; ++i) x = model.block(i).forward(x, ctx);
     std::vector<Tensor> means, logits;
-    std::vector<const std::vector<int64_t>*> conts;
+    std::vector<std::vector<int64_t>> conts;
     for (int64_t b = 0; b < rows; ++b) {
       const auto& cont = requests[order[first + static_cast<size_t>(b)]].continuation;
       const auto n = static_cast<int64_t>(cont.size());
@@ -87,12 +67,12 @@ void score_rows(const Gpt& model, const std::vector<ContinuationRequest>& reques
           reshape(cast(cross_entropy(row_logits, from_vector(cont, {1, n})), DType::F64), {1}));
       if (greedy) {
         logits.push_back(row_logits);
-        conts.push_back(&cont);
+        conts.push_back(cont);
       }
     }
     // The batch's scores in one read (a GPU waits once per batch, not per row).
     const std::vector<double> mean = to_double_vector(concat(means, 0));
-    const std::vector<bool> matches = greedy ? greedy_matches(logits, conts) : std::vector<bool>();
+    const std::vector<bool> matches = greedy ? argmax_matches(logits, conts) : std::vector<bool>();
     for (int64_t b = 0; b < rows; ++b) {
       const size_t r = order[first + static_cast<size_t>(b)];
       const auto n = static_cast<int64_t>(requests[r].continuation.size());
@@ -285,15 +265,15 @@ void score_shared_contexts(const Gpt& model, const std::vector<ContinuationReque
       at = end;
     }
     std::vector<Tensor> means;
-    std::vector<const std::vector<int64_t>*> conts;
+    std::vector<std::vector<int64_t>> conts;
     for (int64_t k = 0; k < rows; ++k) {
       const auto& cont = requests[order[static_cast<size_t>(k)]].continuation;
-      conts.push_back(&cont);
+      if (greedy) conts.push_back(cont);
       means.push_back(reshape(
           cast(cross_entropy(logits[k], from_vector(cont, {1, tokens_of(k)})), DType::F64), {1}));
     }
     const std::vector<double> mean = to_double_vector(concat(means, 0));  // one read
-    const std::vector<bool> matches = greedy ? greedy_matches(logits, conts) : std::vector<bool>();
+    const std::vector<bool> matches = greedy ? argmax_matches(logits, conts) : std::vector<bool>();
     for (int64_t k = 0; k < rows; ++k) {
       const size_t r = order[static_cast<size_t>(k)];
       const auto n = static_cast<int64_t>(requests[r].continuation.size());
@@ -309,6 +289,73 @@ void score_shared_contexts(const Gpt& model, const std::vector<ContinuationReque
 }
 
 }  // namespace
+
+std::vector<bool> argmax_matches(const std::vector<Tensor>& logits,
+                                 const std::vector<std::vector<int64_t>>& targets) {
+  if (logits.size() != targets.size()) {
+    throw ValueError("argmax_matches: " + std::to_string(logits.size()) + " rows of logits, " +
+                     std::to_string(targets.size()) + " of targets");
+  }
+  if (logits.empty()) return {};
+  for (size_t k = 0; k < logits.size(); ++k) {
+    const Tensor& l = logits[k];
+    if (l.dim() != 3 || l.size(0) != 1 || l.size(1) != static_cast<int64_t>(targets[k].size()) ||
+        l.size(2) != logits.front().size(2)) {
+      throw ValueError("argmax_matches: row " + std::to_string(k) + "'s logits are " +
+                       shape_str(l.shape()) + ", expected [1, " +
+                       std::to_string(targets[k].size()) + ", " +
+                       std::to_string(logits.front().size(2)) + "] for its targets");
+    }
+  }
+  const std::vector<double> all = to_double_vector(concat(logits, 1));
+  const auto V = static_cast<size_t>(logits.front().size(2));
+  std::vector<bool> out;
+  size_t row = 0;
+  for (size_t k = 0; k < targets.size(); ++k) {
+    bool match = true;
+    for (const int64_t want : targets[k]) {
+      const auto first = all.begin() + static_cast<std::ptrdiff_t>(row++ * V);
+      if (want == -100) continue;
+      if (want < 0 || static_cast<size_t>(want) >= V) {
+        throw ValueError("argmax_matches: row " + std::to_string(k) + " has target " +
+                         std::to_string(want) + ", outside [0, " + std::to_string(V) +
+                         ") (-100: ignored)");
+      }
+      const auto best = std::max_element(first, first + static_cast<std::ptrdiff_t>(V));
+      match = match && best - first == want;
+    }
+    out.push_back(match);
+  }
+  return out;
+}
+
+std::vector<bool> rows_argmax_match(
+    const Tensor& targets, const std::function<Tensor(int64_t, int64_t, int64_t)>& logits_of) {
+  if (targets.dim() != 2) {
+    throw ShapeError("rows_argmax_match: targets are " + shape_str(targets.shape()) +
+                     ", expected (B, T)");
+  }
+  const Tensor host = contiguous(cast(to_device(targets, Device::cpu()), DType::I64));
+  const int64_t B = host.size(0), T = host.size(1);
+  const int64_t* p = host.data<int64_t>();
+  std::vector<Tensor> logits;
+  std::vector<std::vector<int64_t>> wanted;
+  std::vector<int64_t> row_of;  // the batch row of each entry
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t* row = p + b * T;
+    int64_t first = 0, last = T - 1;
+    while (first < T && row[first] == -100) ++first;
+    while (last >= first && row[last] == -100) --last;
+    if (first > last) continue;  // nothing scored
+    logits.push_back(logits_of(b, first, last - first + 1));
+    wanted.emplace_back(row + first, row + last + 1);
+    row_of.push_back(b);
+  }
+  std::vector<bool> out(static_cast<size_t>(B), true);
+  const std::vector<bool> matches = argmax_matches(logits, wanted);
+  for (size_t k = 0; k < matches.size(); ++k) out[static_cast<size_t>(row_of[k])] = matches[k];
+  return out;
+}
 
 std::vector<ContinuationScore> score_continuations(const Gpt& model,
                                                    const std::vector<ContinuationRequest>& requests,

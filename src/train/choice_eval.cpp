@@ -60,28 +60,26 @@ std::vector<TokenizedQuestion> load_choice_questions(const Config& c,
   return out;
 }
 
-ChoiceRows choice_batches(const std::vector<TokenizedQuestion>& questions, int64_t seq_len,
-                          int64_t rows, int64_t pad, int64_t width_multiple) {
+RequestRows request_batches(const std::vector<nn::ContinuationRequest>& requests, int64_t seq_len,
+                            int64_t rows, int64_t pad, int64_t width_multiple) {
   if (rows < 1) {
-    throw ValueError("choice_batches: rows (" + std::to_string(rows) + ") must be >= 1");
+    throw ValueError("request_batches: rows (" + std::to_string(rows) + ") must be >= 1");
   }
   if (width_multiple < 1) {
-    throw ValueError("choice_batches: width_multiple (" + std::to_string(width_multiple) +
+    throw ValueError("request_batches: width_multiple (" + std::to_string(width_multiple) +
                      ") must be >= 1");
   }
   // Each row's input and targets, unpadded.
   std::vector<std::vector<int64_t>> inputs, targets;
-  for (const auto& q : questions) {
-    for (const auto& r : q.choices) {
-      nn::RequestRow row = nn::request_row(r, seq_len);
-      // Only the continuation is scored.
-      const auto n = static_cast<std::ptrdiff_t>(r.continuation.size());
-      std::fill(row.targets.begin(), row.targets.end() - n, -100);
-      inputs.push_back(std::move(row.inputs));
-      targets.push_back(std::move(row.targets));
-    }
+  for (const auto& r : requests) {
+    nn::RequestRow row = nn::request_row(r, seq_len);
+    // Only the continuation is scored.
+    const auto n = static_cast<std::ptrdiff_t>(r.continuation.size());
+    std::fill(row.targets.begin(), row.targets.end() - n, -100);
+    inputs.push_back(std::move(row.inputs));
+    targets.push_back(std::move(row.targets));
   }
-  ChoiceRows out;
+  RequestRows out;
   out.order.resize(inputs.size());
   std::iota(out.order.begin(), out.order.end(), size_t{0});
   std::stable_sort(out.order.begin(), out.order.end(),
@@ -100,6 +98,13 @@ ChoiceRows choice_batches(const std::vector<TokenizedQuestion>& questions, int64
     out.batches.push_back({from_vector(in, {rows, width}), from_vector(tg, {rows, width})});
   }
   return out;
+}
+
+RequestRows choice_batches(const std::vector<TokenizedQuestion>& questions, int64_t seq_len,
+                           int64_t rows, int64_t pad, int64_t width_multiple) {
+  std::vector<nn::ContinuationRequest> all;
+  for (const auto& q : questions) all.insert(all.end(), q.choices.begin(), q.choices.end());
+  return request_batches(all, seq_len, rows, pad, width_multiple);
 }
 
 std::vector<double> ChoiceTally::to_vector() const {

@@ -369,7 +369,7 @@ void validate(const Config& c, bool min_lr_given) {
   if (!c.evaluates() && c.eval.interval > 0) {
     throw ConfigError("eval.interval (" + std::to_string(c.eval.interval) +
                       ") needs something to evaluate: set data.val, data.val_split, "
-                      "eval.choices or eval.samples");
+                      "eval.choices, eval.lambada or eval.samples");
   }
   if (!c.has_validation() && c.eval.batches > 0) {
     throw ConfigError("eval.batches (" + std::to_string(c.eval.batches) +
@@ -390,7 +390,12 @@ void validate(const Config& c, bool min_lr_given) {
         "eval.choices_fewshot only says how eval.choices are asked: set eval.choices "
         "(multiple-choice questions) or drop it");
   }
-  if (c.eval.choices.empty() && c.eval.samples.empty()) {
+  if (c.eval.lambada.empty() && c.eval.lambada_limit > 0) {
+    throw ConfigError(
+        "eval.lambada_limit only says how much of eval.lambada is read: set eval.lambada "
+        "(LAMBADA's texts) or drop it");
+  }
+  if (!c.reads_text_for_eval()) {
     const std::pair<const char*, bool> needs[] = {{"eval.tokenizer", !c.eval.tokenizer.empty()},
                                                   {"eval.vocab", !c.eval.vocab.empty()},
                                                   {"eval.merges", !c.eval.merges.empty()},
@@ -398,7 +403,8 @@ void validate(const Config& c, bool min_lr_given) {
     for (const auto& [key, set] : needs) {
       if (set) {
         throw ConfigError(std::string(key) +
-                          " only says how eval.choices and eval.samples are read: set one of them "
+                          " only says how eval.choices, eval.lambada and eval.samples are read: "
+                          "set one of them "
                           "or drop it");
       }
     }
@@ -975,6 +981,14 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
                               "(lm-evaluation-harness's prompt)");
           }
         }}},
+      {"lambada",
+       {false,
+        [&](auto& v, auto& k) {
+          c.eval.lambada = get_named_paths<EvalSection::LambadaSet>(
+              v, k, "a path", "{lambada: lambada_test.jsonl, lambada_de: lambada_test_de.jsonl}");
+        }}},
+      {"lambada_limit",
+       {false, [&](auto& v, auto& k) { c.eval.lambada_limit = non_negative(v, k); }}},
       {"samples",
        {false,
         [&](auto& v, auto& k) {
@@ -1393,6 +1407,18 @@ std::string to_yaml(const Config& c) {
       e << YAML::Key << "choices_fewshot" << YAML::Value << c.eval.choices_fewshot;
       e << YAML::Key << "hellaswag_prompt" << YAML::Value << c.eval.hellaswag_prompt;
     }
+    if (!c.eval.lambada.empty()) {
+      e << YAML::Key << "lambada" << YAML::Value;
+      if (c.eval.lambada.size() == 1 && c.eval.lambada.front().name.empty()) {
+        e << c.eval.lambada.front().path;
+      } else {
+        e << YAML::BeginMap;
+        for (const auto& set : c.eval.lambada)
+          e << YAML::Key << set.name << YAML::Value << set.path;
+        e << YAML::EndMap;
+      }
+      e << YAML::Key << "lambada_limit" << YAML::Value << c.eval.lambada_limit;
+    }
     if (!c.eval.samples.empty()) {
       e << YAML::Key << "samples" << YAML::Value << YAML::BeginSeq;
       for (const auto& s : c.eval.samples) e << s;
@@ -1400,7 +1426,7 @@ std::string to_yaml(const Config& c) {
         << YAML::Key << "sample_temperature" << YAML::Value << c.eval.sample_temperature
         << YAML::Key << "sample_top_k" << YAML::Value << c.eval.sample_top_k;
     }
-    if (!c.eval.choices.empty() || !c.eval.samples.empty()) {
+    if (c.reads_text_for_eval()) {
       for (const auto& [key, value] : {std::pair{"tokenizer", &c.eval.tokenizer},
                                        {"vocab", &c.eval.vocab},
                                        {"merges", &c.eval.merges},

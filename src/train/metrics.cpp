@@ -74,6 +74,16 @@ void MetricsWriter::write(const StepMetrics& m) {
     for (const auto& [name, c] : m.choice_sets) sets[name] = scores(c);
     j["choice_sets"] = sets;
   }
+  auto lambada = [](const StepMetrics::LambadaScores& l) {
+    return nlohmann::json{
+        {"texts", l.texts}, {"acc", l.acc}, {"loss", l.loss}, {"perplexity", l.perplexity}};
+  };
+  if (m.lambada) j["lambada"] = lambada(*m.lambada);
+  if (!m.lambada_sets.empty()) {
+    nlohmann::json sets = nlohmann::json::object();
+    for (const auto& [name, l] : m.lambada_sets) sets[name] = lambada(l);
+    j["lambada_sets"] = sets;
+  }
   if (!m.samples.empty()) {
     nlohmann::json list = nlohmann::json::array();
     for (const auto& [prompt, text] : m.samples)

@@ -187,6 +187,13 @@ void TensorBoardWriter::write(const StepMetrics& m) {
   };
   if (m.choices) choices("eval/", *m.choices);
   for (const auto& [name, c] : m.choice_sets) choices("eval/" + name + "/", c);
+  auto lambada = [&](const std::string& prefix, const StepMetrics::LambadaScores& l) {
+    scalar(prefix + "acc", m.step, l.acc, t);
+    scalar(prefix + "loss", m.step, l.loss, t);
+    scalar(prefix + "perplexity", m.step, l.perplexity, t);
+  };
+  if (m.lambada) lambada("lambada/", *m.lambada);
+  for (const auto& [name, l] : m.lambada_sets) lambada("lambada/" + name + "/", l);
   for (size_t i = 0; i < m.samples.size(); ++i) {
     text("samples/" + std::to_string(i + 1), m.step,
          "```\n" + m.samples[i].first + m.samples[i].second + "\n```", t);

@@ -393,6 +393,11 @@ Trainer::Trainer(Config config, dist::ProcessGroupPtr world)
     d.questions = load_choice_questions(config_, set, dp_rank_, dp_, &d.total);
     choices_.push_back(std::move(d));
   }
+  for (const auto& set : config_.eval.lambada) {
+    LambadaSetData d{set.name, set.path, {}, 0};
+    d.texts = load_lambada_texts(config_, set, dp_rank_, dp_, &d.total);
+    lambada_.push_back(std::move(d));
+  }
   if (!config_.eval.samples.empty()) samples_ = load_sample_prompts(config_);
   if (token_check.count > 1) {
     // Each dataset's first bad position is the least any rank found, its
@@ -1506,9 +1511,11 @@ void Trainer::evaluate_into(StepMetrics& m) {
   }
 }
 
-std::vector<double> Trainer::row_losses(const std::vector<data::Batch>& batches) {
+std::vector<double> Trainer::row_losses(const std::vector<data::Batch>& batches,
+                                        std::vector<bool>* greedy) {
   autograd::InferenceGuard inference;
-  if (pp_model_) return executor_->row_losses(batches);
+  if (pp_model_) return executor_->row_losses(batches, greedy);
+  if (greedy) greedy->clear();
   const nn::ForwardContext no_dropout{false, config_.train.seed, 0};
   std::vector<double> out;
   for (const data::Batch& b : batches) {
@@ -1523,11 +1530,25 @@ std::vector<double> Trainer::row_losses(const std::vector<data::Batch>& batches)
       for (int64_t i = 0; i < b.inputs.size(0); ++i) {
         losses.push_back(tp_model_->head_loss(row(i, x), row(i, b.targets)));
       }
+      if (greedy) {
+        for (const bool g : nn::rows_argmax_match(b.targets, [&](int64_t i, int64_t at, int64_t n) {
+               return tp_model_->head_logits(row(i, x), at, n);
+             })) {
+          greedy->push_back(g);
+        }
+      }
     } else {
       Tensor x = model_->embed(b.inputs, ctx);
       for (int64_t i = 0; i < config_.model.n_layer; ++i) x = model_->block(i).forward(x, ctx);
       for (int64_t i = 0; i < b.inputs.size(0); ++i) {
         losses.push_back(cross_entropy(model_->head(row(i, x)), row(i, b.targets)));
+      }
+      if (greedy) {
+        for (const bool g : nn::rows_argmax_match(b.targets, [&](int64_t i, int64_t at, int64_t n) {
+               return model_->head(narrow(row(i, x), 1, at, n));
+             })) {
+          greedy->push_back(g);
+        }
       }
     }
     for (Tensor& l : losses) l = reshape(cast(l, DType::F64), {1});
@@ -1545,14 +1566,9 @@ StepMetrics::ChoiceScores Trainer::evaluate_choices(size_t set) {
   const std::vector<TokenizedQuestion>& questions = choices_[set].questions;
   ChoiceTally t;
   if (!questions.empty()) {  // (more data-parallel ranks than questions leave some none)
-    const int64_t pad = std::max<int64_t>(0, config_.model.eod_token);
-    // Rows as wide as their batch's longest (not seq_len: HellaSwag's are
-    // about a tenth of GPT-2's 1024), in multiples of 64 (few shapes for the
-    // kernels' choices) that sequence parallelism can split over tp.
-    const int64_t tp = mesh_ ? mesh_->tp()->size() : 1;
-    const int64_t multiple = config_.parallel.sequence_parallel ? std::lcm<int64_t>(64, tp) : 64;
-    const ChoiceRows rows = choice_batches(questions, config_.model.seq_len,
-                                           config_.train.micro_batch_size, pad, multiple);
+    std::vector<nn::ContinuationRequest> all;
+    for (const auto& q : questions) all.insert(all.end(), q.choices.begin(), q.choices.end());
+    const RequestRows rows = scoring_rows(all);
     const std::vector<double> losses = row_losses(rows.batches);
     std::vector<double> in_order(rows.order.size());
     for (size_t k = 0; k < rows.order.size(); ++k) in_order[rows.order[k]] = losses[k];
@@ -1565,6 +1581,53 @@ StepMetrics::ChoiceScores Trainer::evaluate_choices(size_t set) {
   }
   return {static_cast<int64_t>(t.questions), t.right / t.questions, t.right_norm / t.questions,
           t.right_per_token / t.questions, t.answer_nll / t.answer_tokens};
+}
+
+RequestRows Trainer::scoring_rows(const std::vector<nn::ContinuationRequest>& requests) const {
+  const int64_t pad = std::max<int64_t>(0, config_.model.eod_token);
+  // Rows as wide as their batch's longest (not seq_len: HellaSwag's are
+  // about a tenth of GPT-2's 1024), in multiples of 64 (few shapes for the
+  // kernels' choices) that sequence parallelism can split over tp.
+  const int64_t tp = mesh_ ? mesh_->tp()->size() : 1;
+  const int64_t multiple = config_.parallel.sequence_parallel ? std::lcm<int64_t>(64, tp) : 64;
+  return request_batches(requests, config_.model.seq_len, config_.train.micro_batch_size, pad,
+                         multiple);
+}
+
+StepMetrics::LambadaScores Trainer::evaluate_lambada(size_t set) {
+  if (set >= lambada_.size()) {
+    throw ValueError("evaluate_lambada: the config has " + std::to_string(lambada_.size()) +
+                     " set(s) of texts (eval.lambada), not a set " + std::to_string(set));
+  }
+  if (reducer_) reducer_->wait_gathers();
+  const std::vector<nn::ContinuationRequest>& texts = lambada_[set].texts;
+  LambadaTally t;
+  if (!texts.empty()) {  // (more data-parallel ranks than texts leave some none)
+    const RequestRows rows = scoring_rows(texts);
+    std::vector<bool> greedy;
+    const std::vector<double> losses = row_losses(rows.batches, &greedy);
+    std::vector<double> mean_of(rows.order.size());
+    std::vector<bool> greedy_of(rows.order.size());
+    for (size_t k = 0; k < rows.order.size(); ++k) {
+      mean_of[rows.order[k]] = losses[k];
+      greedy_of[rows.order[k]] = greedy[k];
+    }
+    t = tally_lambada(texts, mean_of, greedy_of);
+  }
+  if (mesh_ && dp_ > 1) {
+    Tensor sums = from_vector(t.to_vector(), {3}, DType::F64);
+    mesh_->dp()->all_reduce(sums, dist::ReduceOp::Sum)->wait();
+    t = LambadaTally::from_vector(to_double_vector(sums));
+  }
+  return {static_cast<int64_t>(t.texts), t.accuracy(), t.mean_nll(), t.perplexity()};
+}
+
+double Trainer::evaluate_lambada_into(StepMetrics& m, size_t set) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const StepMetrics::LambadaScores scores = evaluate_lambada(set);
+  if (set == 0) m.lambada = scores;
+  if (!lambada_[set].name.empty()) m.lambada_sets.emplace_back(lambada_[set].name, scores);
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
 double Trainer::evaluate_choices_into(StepMetrics& m, size_t set) {
@@ -1586,6 +1649,13 @@ std::string choices_summary(const std::string& name, const StepMetrics::ChoiceSc
       "questions",
       name.empty() ? "" : " (" + name + ")", c.acc_norm, c.acc, c.acc_per_token, c.answer_loss,
       c.questions);
+}
+
+// A set's line: "lambada acc 0.3254 | perplexity 40.123 | 5153 texts",
+// "lambada (de) acc ..." for a named one.
+std::string lambada_summary(const std::string& name, const StepMetrics::LambadaScores& l) {
+  return fmt::format("lambada{} acc {:.4f} | perplexity {:.5g} | {} texts",
+                     name.empty() ? "" : " (" + name + ")", l.acc, l.perplexity, l.texts);
 }
 
 // "val loss 2.3456" for one unnamed set; "val loss 2.3456 (web) | 2.5 (code)"
@@ -1688,7 +1758,7 @@ StepMetrics Trainer::evaluate_only() {
   if (!config_.evaluates()) {
     throw ConfigError(
         "evaluation only: there is nothing to evaluate (set data.val, data.val_split, "
-        "eval.choices or eval.samples)");
+        "eval.choices, eval.lambada or eval.samples)");
   }
   if (!is_logging_rank()) spdlog::set_level(spdlog::level::warn);
   const auto& ck = config_.checkpoint;
@@ -1712,6 +1782,11 @@ StepMetrics Trainer::evaluate_only() {
     const double ms = evaluate_choices_into(m, i);
     const auto& scores = choices_[i].name.empty() ? *m.choices : m.choice_sets.back().second;
     spdlog::info("{} | {} in {:.0f} ms", weights, choices_summary(choices_[i].name, scores), ms);
+  }
+  for (size_t i = 0; i < lambada_.size(); ++i) {
+    const double ms = evaluate_lambada_into(m, i);
+    const auto& scores = lambada_[i].name.empty() ? *m.lambada : m.lambada_sets.back().second;
+    spdlog::info("{} | {} in {:.0f} ms", weights, lambada_summary(lambada_[i].name, scores), ms);
   }
   if (samples_) log_samples(weights, m, sample_into(m));
   return m;
@@ -1916,6 +1991,15 @@ std::vector<StepMetrics> Trainer::run() {
             ? "every " + std::to_string(config_.eval.interval) + " steps and at the end"
             : std::string("after the last step"));
   }
+  for (const auto& set : lambada_) {
+    spdlog::info(
+        "lambada{}: {} texts of {}{}, {}", set.name.empty() ? "" : " set " + set.name, set.total,
+        set.path,
+        dp_ > 1 ? fmt::format(" (each data-parallel rank scores about 1/{})", dp_) : std::string(),
+        config_.eval.interval > 0
+            ? "every " + std::to_string(config_.eval.interval) + " steps and at the end"
+            : std::string("after the last step"));
+  }
   for (const auto& v : val_) {
     spdlog::info("validation{}: {} global batches ({} tokens) of {}, {}",
                  v.name.empty() ? "" : " set " + v.name, v.batches,
@@ -1975,7 +2059,7 @@ std::vector<StepMetrics> Trainer::run() {
     total_ms += m.step_ms;
     const int64_t every = config_.eval.interval;
     double eval_ms = 0, samples_ms = 0;
-    std::vector<double> choices_ms;
+    std::vector<double> choices_ms, lambada_ms;
     if ((every > 0 && m.step % every == 0) || m.step == steps) {
       const auto t0 = std::chrono::steady_clock::now();
       if (!val_.empty()) evaluate_into(m);
@@ -1983,6 +2067,9 @@ std::vector<StepMetrics> Trainer::run() {
           std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
       for (size_t i = 0; i < choices_.size(); ++i) {
         choices_ms.push_back(evaluate_choices_into(m, i));
+      }
+      for (size_t i = 0; i < lambada_.size(); ++i) {
+        lambada_ms.push_back(evaluate_lambada_into(m, i));
       }
       if (samples_) samples_ms = sample_into(m);
     }
@@ -2004,6 +2091,11 @@ std::vector<StepMetrics> Trainer::run() {
       const auto& scores = choices_[i].name.empty() ? *m.choices : m.choice_sets[i].second;
       spdlog::info("step {:>5}/{} | {} in {:.0f} ms", m.step, steps,
                    choices_summary(choices_[i].name, scores), choices_ms[i]);
+    }
+    for (size_t i = 0; i < lambada_ms.size(); ++i) {
+      const auto& scores = lambada_[i].name.empty() ? *m.lambada : m.lambada_sets[i].second;
+      spdlog::info("step {:>5}/{} | {} in {:.0f} ms", m.step, steps,
+                   lambada_summary(lambada_[i].name, scores), lambada_ms[i]);
     }
     log_samples(fmt::format("step {:>5}/{}", m.step, steps), m, samples_ms);
     // Every rank agrees on stopping, so they all checkpoint the same step,

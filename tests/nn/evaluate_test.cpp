@@ -291,6 +291,66 @@ TEST(ScoreContinuations, NameABadRequest) {
   expect_error([&] { score_continuations(model, {{{1}, {2}}}, 0); }, {"batch_rows (0)"});
 }
 
+// Logits in hand: a row matches when every scored target is its position's
+// argmax (the lowest id among equals); -100 positions are skipped.
+TEST(ArgmaxMatches, EveryScoredTargetMustBeItsPositionsArgmax) {
+  // Row 0: argmaxes 2, 0 (a tie of 0 and 1: the lowest). Row 1: argmax 1.
+  const Tensor a = from_vector(std::vector<double>{0.1, 0.2, 0.9, 0.5, 0.5, -1}, {1, 2, 3});
+  const Tensor b = from_vector(std::vector<double>{-3, 4, 3.99}, {1, 1, 3});
+  EXPECT_EQ(argmax_matches({a, b}, {{2, 0}, {1}}), (std::vector<bool>{true, true}));
+  EXPECT_EQ(argmax_matches({a, b}, {{2, 1}, {2}}), (std::vector<bool>{false, false}));
+  EXPECT_EQ(argmax_matches({a, b}, {{-100, 0}, {-100}}), (std::vector<bool>{true, true}));
+  EXPECT_EQ(argmax_matches({a}, {{1, -100}}), (std::vector<bool>{false}));
+  EXPECT_TRUE(argmax_matches({}, {}).empty());
+  expect_error([&] { argmax_matches({a}, {{2}}); },
+               {"argmax_matches: row 0's logits are [1, 2, 3], expected [1, 1, 3]"});
+  expect_error(
+      [&] {
+        argmax_matches({a}, {{2, 3}});
+      },
+      {"argmax_matches: row 0 has target 3, outside [0, 3)"});
+  expect_error(
+      [&] {
+        argmax_matches({a, b}, {{2, 0}});
+      },
+      {"argmax_matches: 2 rows of logits, 1 of targets"});
+  // Rows of a batch: each row's head runs once, from its first scored
+  // target to its last; a row that scores nothing matches without a head.
+  const Tensor logits =
+      cast(from_vector(random_tokens(2 * 5 * 4, 3, 100), {2, 5, 4}), DType::F32);  // (B, T, V)
+  const std::vector<double> flat = to_double_vector(logits);
+  auto argmax_at = [&](int64_t b, int64_t t) {
+    const auto first = flat.begin() + (b * 5 + t) * 4;
+    return static_cast<int64_t>(std::max_element(first, first + 4) - first);
+  };
+  std::vector<int64_t> targets(15, -100);
+  targets[1] = argmax_at(0, 1);
+  targets[3] = argmax_at(0, 3);
+  std::vector<std::tuple<int64_t, int64_t, int64_t>> asked;
+  auto logits_of = [&](int64_t b, int64_t at, int64_t n) {
+    asked.emplace_back(b, at, n);
+    return narrow(narrow(logits, 0, b, 1), 1, at, n);
+  };
+  // Rows: 0 right at 1 and 3; 1 scores nothing; 2 (the same logits as 0)
+  // wrong at 3.
+  const Tensor both = concat({logits, narrow(logits, 0, 0, 1)}, 0);
+  std::vector<int64_t> t3(15, -100);
+  t3[1] = argmax_at(0, 1);
+  t3[3] = argmax_at(0, 3);
+  t3[10 + 3] = (argmax_at(0, 3) + 1) % 4;
+  auto both_of = [&](int64_t b, int64_t at, int64_t n) {
+    asked.emplace_back(b, at, n);
+    return narrow(narrow(both, 0, b, 1), 1, at, n);
+  };
+  EXPECT_EQ(rows_argmax_match(from_vector(t3, {3, 5}), both_of),
+            (std::vector<bool>{true, true, false}));
+  EXPECT_EQ(asked, (std::vector<std::tuple<int64_t, int64_t, int64_t>>{{0, 1, 3}, {2, 3, 1}}));
+  asked.clear();
+  EXPECT_EQ(rows_argmax_match(from_vector(targets, {3, 5}), logits_of),
+            (std::vector<bool>{true, true, true}));
+  EXPECT_EQ(asked.size(), 1u);
+}
+
 TEST(RequestRow, IsTheLastSeqLenPlusOneTokensAsInputsAndTheirNextTokens) {
   const RequestRow fits = request_row({{1, 2}, {3, 4}}, 8);
   EXPECT_EQ(fits.inputs, (std::vector<int64_t>{1, 2, 3}));

@@ -30,7 +30,7 @@ TEST(ChoiceBatches, RowsHoldTheRequestCutToTheWindowLongestFirstAndScoreTheConti
   r.chars = {1, 1};
   // Seq_len 6, two rows a batch, widths in multiples of 4: rows 1 and 0
   // (6 wide), then 3 and 2 (2 inputs, 4 wide).
-  const ChoiceRows rows = choice_batches({q, r}, 6, 2, 99, 4);
+  const RequestRows rows = choice_batches({q, r}, 6, 2, 99, 4);
   EXPECT_EQ(rows.order, (std::vector<size_t>{1, 0, 3, 2}));
   ASSERT_EQ(rows.batches.size(), 2u);
   EXPECT_EQ(rows.batches[0].inputs.shape(), (Shape{2, 6}));
@@ -44,15 +44,16 @@ TEST(ChoiceBatches, RowsHoldTheRequestCutToTheWindowLongestFirstAndScoreTheConti
             (std::vector<int64_t>{-100, 5, -100, -100, 8, -100, -100, -100}));
   // Three rows a batch: the last batch is filled with a row that scores
   // nothing; width multiples past seq_len stop at it.
-  const ChoiceRows three = choice_batches({q, r}, 6, 3, 0, 5);
+  const RequestRows three = choice_batches({q, r}, 6, 3, 0, 5);
   ASSERT_EQ(three.batches.size(), 2u);
   EXPECT_EQ(three.batches[0].inputs.shape(), (Shape{3, 6}));
   EXPECT_EQ(three.batches[1].inputs.shape(), (Shape{3, 5}));
   EXPECT_EQ(ints(three.batches[1].targets),
             (std::vector<int64_t>{8, -100, -100, -100, -100, -100, -100, -100, -100, -100, -100,
                                   -100, -100, -100, -100}));
-  expect_error([&] { choice_batches({q}, 6, 0, 0); }, {"rows (0) must be >= 1"});
-  expect_error([&] { choice_batches({q}, 6, 2, 0, 0); }, {"width_multiple (0) must be >= 1"});
+  expect_error([&] { choice_batches({q}, 6, 0, 0); }, {"request_batches: rows (0) must be >= 1"});
+  expect_error([&] { choice_batches({q}, 6, 2, 0, 0); },
+               {"request_batches: width_multiple (0) must be >= 1"});
 }
 
 TEST(TallyChoices, EachNormalisationCountsItsRightPicks) {

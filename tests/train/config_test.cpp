@@ -339,7 +339,7 @@ TEST(Config, EvalChoicesAndHowTheyAreTokenized) {
   for (const char* key : {"eval.tokenizer=t.json", "eval.bos_token=<s>"}) {
     expect_config_error(kValid, {key},
                         std::string(key).substr(0, std::string(key).find('=')) +
-                            " only says how eval.choices and eval.samples are read");
+                            " only says how eval.choices, eval.lambada and eval.samples are read");
   }
   expect_config_error(kValid, {"eval.choices=q.jsonl", "eval.vocab=v.json"},
                       "eval.vocab needs eval.merges: GPT-2's tokenizer is the two files together");
@@ -351,6 +351,33 @@ TEST(Config, EvalChoicesAndHowTheyAreTokenized) {
       "eval.tokenizer and eval.vocab/eval.merges each name the tokenizer");
   expect_config_error(kValid, {"eval.choices=q.jsonl", "eval.choices_limit=-1"},
                       "eval.choices_limit (-1) must be >= 0");
+}
+
+// eval.lambada: LAMBADA's texts, alone (with the tokenizer's keys) or by
+// name, round-tripping; its limit without it is an error.
+TEST(Config, EvalLambadaTexts) {
+  const Config c = parse_config(to_yaml(parse_config(
+      kValid, {"eval.lambada=lambada_test.jsonl", "eval.lambada_limit=300", "eval.interval=50",
+               "eval.tokenizer=/models/gpt2", "eval.bos_token=<|endoftext|>"})));
+  EXPECT_EQ(c.eval.lambada, (std::vector<EvalSection::LambadaSet>{{"", "lambada_test.jsonl"}}));
+  EXPECT_EQ(c.eval.lambada_limit, 300);
+  EXPECT_EQ(c.eval.tokenizer, "/models/gpt2");
+  EXPECT_EQ(c.eval.bos_token, "<|endoftext|>");
+  EXPECT_TRUE(c.evaluates());
+  EXPECT_TRUE(c.eval.choices.empty());
+  const Config named =
+      parse_config(to_yaml(parse_config(kValid, {"eval.lambada={en: l.jsonl, de: l_de.jsonl}"})));
+  EXPECT_EQ(named.eval.lambada,
+            (std::vector<EvalSection::LambadaSet>{{"en", "l.jsonl"}, {"de", "l_de.jsonl"}}));
+  EXPECT_EQ(named.eval.lambada_limit, 0);
+  expect_config_error(kValid, {"eval.lambada_limit=5"},
+                      "eval.lambada_limit only says how much of eval.lambada is read");
+  expect_config_error(kValid, {"eval.lambada=l.jsonl", "eval.lambada_limit=-1"},
+                      "eval.lambada_limit (-1) must be >= 0");
+  expect_config_error(kValid, {"eval.lambada={\"x y\": l.jsonl}"},
+                      "eval.lambada: the set name 'x y' must be letters, digits");
+  expect_config_error(kValid, {"eval.lambada=l.jsonl", "eval.batches=2"},
+                      "eval.batches (2) needs validation data");
 }
 
 TEST(Config, EvalSamplesArePromptsToContinue) {
@@ -389,7 +416,7 @@ TEST(Config, EvalSamplesArePromptsToContinue) {
 TEST(Config, EvalNeedsValidationDataAndNonNegativeCounts) {
   expect_config_error(kValid, {"eval.interval=10"},
                       "eval.interval (10) needs something to evaluate: set data.val, "
-                      "data.val_split, eval.choices or eval.samples");
+                      "data.val_split, eval.choices, eval.lambada or eval.samples");
   expect_config_error(kValid, {"eval.batches=2"},
                       "eval.batches (2) needs validation data: set data.val");
   // data.val_split holds out part of data.train instead of naming a set.
@@ -408,11 +435,13 @@ TEST(Config, EvalNeedsValidationDataAndNonNegativeCounts) {
                       "eval.interval (-1) must be >= 0");
   expect_config_error(kValid, {"data.val=v.bin", "eval.batches=-3"},
                       "eval.batches (-3) must be >= 0");
-  expect_config_error(kValid, {"eval.every=3"},
-                      "unknown key 'eval.every' (allowed in eval: interval, batches, choices, "
-                      "choices_limit, choices_fewshot, hellaswag_prompt, samples, sample_tokens, "
-                      "sample_temperature, sample_top_k, "
-                      "tokenizer, vocab, merges, bos_token)");
+  expect_config_error(
+      kValid, {"eval.every=3"},
+      "unknown key 'eval.every' (allowed in eval: interval, batches, choices, "
+      "choices_limit, choices_fewshot, hellaswag_prompt, lambada, lambada_limit, samples, "
+      "sample_tokens, "
+      "sample_temperature, sample_top_k, "
+      "tokenizer, vocab, merges, bos_token)");
   expect_config_error(
       kValid, {"data.test=x"},
       "unknown key 'data.test' (allowed in data: train, val, val_split, shuffle, eod_token, "

@@ -15,13 +15,18 @@
 # With QUESTIONS (multiple-choice JSON lines), every evaluation also scores
 # them (eval.choices): the right answers' loss must match one process's at
 # the same tolerance, and in fp32 every accuracy must be one process's.
+# With LAMBADA (LAMBADA's JSON lines), every evaluation also asks for the
+# texts' last words (eval.lambada): the words' loss must match one
+# process's at the same tolerance, and in fp32 the share greedy decoding
+# gets right must be one process's.
 # With SAMPLES (ON), every evaluation also continues two prompts greedily
 # (eval.samples, the model gathered whole from the layout's ranks): in fp32
 # the texts must be one process's.
 # Variables: TRAIN (triad-train), MPIRUN (list), CONFIG, DATA, WORK, LAYOUTS
 # ("ranks|--set ... --set ...[|loss,norm]" entries joined by '@'), and
 # optionally EXTRA (more --set flags for every run, the reference included),
-# STEPS (an even number of steps, 10 unless given), QUESTIONS and SAMPLES.
+# STEPS (an even number of steps, 10 unless given), QUESTIONS, LAMBADA and
+# SAMPLES.
 include(${CMAKE_CURRENT_LIST_DIR}/e2e_common.cmake)
 file(REMOVE_RECURSE ${WORK})
 separate_arguments(extra UNIX_COMMAND "${EXTRA}")
@@ -38,6 +43,9 @@ set(common --config ${CONFIG} --set data.train=${DATA} --set model.vocab_size=30
     --set eval.batches=2 --set data.shuffle=true ${extra})
 if(QUESTIONS)
   list(APPEND common --set eval.choices=${QUESTIONS})
+endif()
+if(LAMBADA)
+  list(APPEND common --set eval.lambada=${LAMBADA})
 endif()
 if(SAMPLES)
   list(APPEND common --set "eval.samples=[Once, The cat]" --set eval.sample_tokens=6)
@@ -79,6 +87,14 @@ if(QUESTIONS)
   foreach(name acc acc_norm acc_per_token)
     field(${WORK}/reference "choices;${name}" reference_${name})
   endforeach()
+endif()
+if(LAMBADA)
+  field(${WORK}/reference "lambada;loss" reference_lambada_loss)
+  field(${WORK}/reference "lambada;acc" reference_lambada_acc)
+  list(LENGTH reference_lambada_loss nl)
+  if(NOT nl EQUAL 2)
+    message(FATAL_ERROR "expected 2 evaluations of eval.lambada from the reference, got ${nl}")
+  endif()
 endif()
 if(SAMPLES)
   samples_of(${WORK}/reference reference_samples)
@@ -124,6 +140,15 @@ foreach(layout IN LISTS layouts)
           message(FATAL_ERROR "${ranks} ranks ${flags}: eval.choices ${name} ${got_acc}, one process ${reference_${name}}")
         endif()
       endforeach()
+    endif()
+  endif()
+  if(LAMBADA)
+    field(${dir} "lambada;loss" got_lambada_loss)
+    expect_close("${ranks} ranks ${flags} eval.lambada loss" "${reference_lambada_loss}"
+                 "${got_lambada_loss}" ${loss_div})
+    field(${dir} "lambada;acc" got_lambada_acc)
+    if(NOT "${flags}" MATCHES "precision" AND NOT got_lambada_acc STREQUAL "${reference_lambada_acc}")
+      message(FATAL_ERROR "${ranks} ranks ${flags}: eval.lambada acc ${got_lambada_acc}, one process ${reference_lambada_acc}")
     endif()
   endif()
   if(SAMPLES)

@@ -111,12 +111,16 @@ TEST(TensorBoard, EventFilesHoldTheVersionThenEachStepsScalars) {
     m.val_losses = {{"web", 2.75}, {"code", 1.25}};
     m.choices = StepMetrics::ChoiceScores{100, 0.25, 0.5, 0.375, 2.5};
     m.choice_sets = {{"hella", *m.choices}, {"arc", {50, 0.75, 0.625, 0.125, 1.5}}};
+    m.lambada = StepMetrics::LambadaScores{5153, 0.375, 3.5, 33.125};
+    m.lambada_sets = {{"en", *m.lambada}, {"de", {5000, 0.25, 4.5, 90.0}}};
     w.write(m);
     m.step = 4;
     m.val_loss.reset();
     m.val_losses.clear();
     m.choices.reset();
     m.choice_sets.clear();
+    m.lambada.reset();
+    m.lambada_sets.clear();
     m.mfu = 0.5;
     w.write(m);
     w.restart(9);  // a resumed run's first step
@@ -151,6 +155,12 @@ TEST(TensorBoard, EventFilesHoldTheVersionThenEachStepsScalars) {
   EXPECT_EQ(by_step[3].at("eval/arc/acc"), 0.75f);
   EXPECT_EQ(by_step[3].at("eval/arc/answer_loss"), 1.5f);
   EXPECT_EQ(by_step[4].count("eval/acc_norm"), 0u);
+  EXPECT_EQ(by_step[3].at("lambada/acc"), 0.375f);
+  EXPECT_EQ(by_step[3].at("lambada/loss"), 3.5f);
+  EXPECT_EQ(by_step[3].at("lambada/perplexity"), 33.125f);
+  EXPECT_EQ(by_step[3].at("lambada/de/perplexity"), 90.0f);
+  EXPECT_EQ(by_step[3].at("lambada/en/acc"), 0.375f);
+  EXPECT_EQ(by_step[4].count("lambada/acc"), 0u);
   EXPECT_EQ(by_step[3].count("train/mfu"), 0u);  // no peak configured
   EXPECT_EQ(by_step[4].count("val/loss"), 0u);   // not evaluated
   EXPECT_EQ(by_step[4].at("train/mfu"), 0.5f);

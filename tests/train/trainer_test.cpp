@@ -9,9 +9,12 @@
 #include <map>
 #include <set>
 
+#include <nlohmann/json.hpp>
+
 #include "support/temp_dir.h"
 #include "triad/backend/cuda.h"
 #include "triad/data/indexed_dataset.h"
+#include "triad/data/last_word.h"
 #include "triad/data/loss_mask.h"
 #include "triad/data/multiple_choice.h"
 #include "triad/data/token_dataset.h"
@@ -557,6 +560,107 @@ TEST(Trainer, EvaluateOnlyScoresTheStartingWeights) {
   no_val.data_val.clear();
   no_val.eval.batches = 0;
   EXPECT_THROW(Trainer(no_val).evaluate_only(), ConfigError);
+}
+
+// eval.lambada: texts whose last word is asked for, scored at the steps that
+// evaluate, leaving training alone, with triad-eval's numbers
+// (nn::score_continuations with greedy) for the trained weights. The model
+// learns a repeated sentence, so the texts cut from it have words greedy
+// decoding writes and the others words it does not.
+TEST(Trainer, ScoresLambadaAsTriadEvalDoes) {
+  TempDir dir;
+  const std::string sentence = "the cat sat on the mat and the dog ran. ";
+  {
+    std::vector<uint16_t> bytes;
+    for (int i = 0; i < 200; ++i)
+      for (const char ch : sentence) bytes.push_back(static_cast<uint8_t>(ch));
+    data::write_token_shard(dir.file("train.bin"), bytes);
+  }
+  Config plain = parse_config(
+      "model: {n_layer: 2, n_head: 2, d_model: 32, vocab_size: 256, seq_len: 32}\n"
+      "train: {steps: 60, global_batch_size: 8, micro_batch_size: 4, lr: 1.0e-2, "
+      "warmup_steps: 5}\n"
+      "data: {train: " +
+      dir.file("train.bin") + "}\noutput: {dir: " + dir.file("out") + "}\n");
+  {
+    std::ofstream l(dir.file("l.jsonl"));
+    for (const char* text :
+         {"the cat sat on the mat", "the cat sat", "the cat sat on the hat", "the cat",
+          "sat on the mat and the dog", "a dog ran to the xq", "the cat sat on the mat and the"}) {
+      l << nlohmann::json{{"text", text}}.dump() << "\n";
+    }
+  }
+  Config with = plain;
+  with.eval.lambada = {{"", dir.file("l.jsonl")}};
+  with.eval.interval = 30;
+  with.output_dir = dir.file("out_lambada");
+  const auto without = Trainer(plain).run();
+  Trainer t(with);
+  const auto scored = t.run();
+  ASSERT_EQ(scored.size(), 60u);
+  for (size_t k = 0; k < scored.size(); ++k) {
+    EXPECT_EQ(scored[k].loss, without[k].loss) << "step " << k + 1;  // bit for bit
+    EXPECT_EQ(scored[k].lambada.has_value(), k == 29 || k == 59) << "step " << k + 1;
+  }
+  // triad-eval's way, on a plain model holding the final weights.
+  nn::Gpt model(with.model, 7);
+  model.load_state_dict(t.full_state_dict());
+  const data::ByteTokenizer bytes;
+  std::vector<nn::ContinuationRequest> requests;  // (each text where training saw it: the
+                                                  // sentence's start, or 8 bytes in)
+  for (const auto& text : data::read_last_word_texts(dir.file("l.jsonl"))) {
+    auto [ctx, word] = data::encode_context_and_continuation(bytes, text.context, text.target);
+    requests.push_back({std::vector<int64_t>(ctx.begin(), ctx.end()),
+                        std::vector<int64_t>(word.begin(), word.end())});
+  }
+  const auto s = nn::score_continuations(model, requests, 3, /*greedy=*/true);
+  double right = 0, nll = 0;
+  for (const auto& x : s) {
+    right += x.greedy;
+    nll += x.nll;
+  }
+  const auto& got = *scored.back().lambada;
+  EXPECT_EQ(got.texts, 7);
+  EXPECT_DOUBLE_EQ(got.acc, right / 7);
+  EXPECT_NEAR(got.loss, nll / 7, 1e-6 * got.loss);
+  EXPECT_NEAR(got.perplexity, std::exp(nll / 7), 1e-5 * got.perplexity);
+  // Some words are right and some wrong: the greedy check decides.
+  EXPECT_GT(right, 0);
+  EXPECT_LT(right, 7);
+  // Repeatable, and in metrics.jsonl on the steps that evaluated.
+  EXPECT_EQ(t.evaluate_lambada().perplexity, got.perplexity);
+  std::ifstream in(dir.file("out_lambada/metrics.jsonl"));
+  int with_key = 0;
+  for (std::string line; std::getline(in, line);)
+    with_key += line.find("\"lambada\":{\"acc\"") != line.npos;
+  EXPECT_EQ(with_key, 2);
+  // --eval-only, by name and limited.
+  Config named = with;
+  named.init_from = dir.file("out_lambada/model.safetensors");
+  named.eval.lambada = {{"first", dir.file("l.jsonl")}, {"again", dir.file("l.jsonl")}};
+  named.eval.lambada_limit = 3;
+  const StepMetrics once = Trainer(named).evaluate_only();
+  ASSERT_EQ(once.lambada_sets.size(), 2u);
+  EXPECT_EQ(once.lambada_sets[0].first, "first");
+  EXPECT_EQ(once.lambada_sets[0].second.texts, 3);
+  ASSERT_TRUE(once.lambada.has_value());
+  EXPECT_EQ(once.lambada->perplexity, once.lambada_sets[1].second.perplexity);
+  double nll3 = 0;
+  for (size_t i = 0; i < 3; ++i) nll3 += s[i].nll;
+  EXPECT_NEAR(once.lambada->perplexity, std::exp(nll3 / 3), 1e-5 * once.lambada->perplexity);
+  // A word longer than the window is refused by name.
+  Config narrow = with;
+  narrow.model.seq_len = 2;
+  try {
+    Trainer{narrow};
+    FAIL() << "expected ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("eval.lambada '" + dir.file("l.jsonl") +
+                                         "': text 1 ends in a word of 4 tokens, more than "
+                                         "model.seq_len 2"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 // eval.choices: multiple-choice questions scored at the steps that evaluate,

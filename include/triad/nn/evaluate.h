@@ -5,6 +5,7 @@
 // as HellaSwag), and the perplexity of long text read in windows.
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "triad/nn/gpt.h"
@@ -72,6 +73,22 @@ std::vector<ContinuationScore> score_continuations(const Gpt& model,
                                                    const std::vector<ContinuationRequest>& requests,
                                                    int64_t batch_rows = 8, bool greedy = false,
                                                    ScoringWork* work = nullptr);
+
+// Whether greedy decoding writes each row's targets: `logits[k]` (1, n_k, V)
+// predicts `targets[k]` (n_k ids), and the row matches when every target
+// that is not -100 is its position's argmax (the lowest id among equals).
+// One read of all the logits (V values per position). Errors name a row
+// whose logits and targets differ in length, or a target outside [0, V).
+std::vector<bool> argmax_matches(const std::vector<Tensor>& logits,
+                                 const std::vector<std::vector<int64_t>>& targets);
+
+// The same for rows of a batch: `targets` (B, T), on any device, and
+// logits_of(b, start, length) giving row b's logits (1, length, V) at
+// positions [start, start + length); each row's head runs once, over the
+// positions from its first scored target to its last. A row that scores
+// nothing matches.
+std::vector<bool> rows_argmax_match(
+    const Tensor& targets, const std::function<Tensor(int64_t, int64_t, int64_t)>& logits_of);
 
 // Long text as continuation requests for its perplexity: every token but
 // the first is scored exactly once, in runs of `stride` tokens (1 <= stride

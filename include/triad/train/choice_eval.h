@@ -37,20 +37,23 @@ std::vector<TokenizedQuestion> load_choice_questions(const Config& c,
                                                      const EvalSection::ChoiceSet& set, int part,
                                                      int parts, int64_t* total = nullptr);
 
-// The questions' choices as rows, `rows` per batch, longest first (so a
-// batch's rows are about as long): each row the request's tokens cut from
-// the left to seq_len + 1, less the last one as input; a batch as wide as
-// its longest row rounded up to a multiple of `width_multiple` (at most
-// seq_len), shorter rows padded with `pad`; targets -100 but for the
+// Requests as rows, `rows` per batch, longest first (so a batch's rows are
+// about as long): each row the request's tokens cut from the left to
+// seq_len + 1, less the last one as input (nn::request_row); a batch as
+// wide as its longest row rounded up to a multiple of `width_multiple` (at
+// most seq_len), shorter rows padded with `pad`; targets -100 but for the
 // continuation's; the last batch filled with rows that score nothing.
-// order[k] is the row, in question-then-choice order, that the batches'
-// k-th row holds.
-struct ChoiceRows {
+// order[k] is the request that the batches' k-th row holds. (eval.choices'
+// and eval.lambada's rows.)
+struct RequestRows {
   std::vector<data::Batch> batches;
   std::vector<size_t> order;
 };
-ChoiceRows choice_batches(const std::vector<TokenizedQuestion>& questions, int64_t seq_len,
-                          int64_t rows, int64_t pad, int64_t width_multiple = 1);
+RequestRows request_batches(const std::vector<nn::ContinuationRequest>& requests, int64_t seq_len,
+                            int64_t rows, int64_t pad, int64_t width_multiple = 1);
+// The questions' choices so, in question-then-choice order.
+RequestRows choice_batches(const std::vector<TokenizedQuestion>& questions, int64_t seq_len,
+                           int64_t rows, int64_t pad, int64_t width_multiple = 1);
 
 // What the questions scored: how many, how many each normalisation
 // (nn::pick_choice) got right, and the right choices' summed -log p and

@@ -136,6 +136,18 @@ struct EvalSection {
   std::vector<ChoiceSet> choices;
   int64_t choices_limit = 0;
   int64_t choices_fewshot = 0;
+  // LAMBADA's texts (JSON lines with a "text" each, data/last_word.h) whose
+  // last word the model is asked for at every evaluation, as triad-eval
+  // --lambada asks: the share greedy decoding gets right and the words'
+  // perplexity. One file (no name) or several by name, like choices; the
+  // first lambada_limit texts of each (0: all).
+  struct LambadaSet {
+    std::string name;
+    std::string path;
+    bool operator==(const LambadaSet&) const = default;
+  };
+  std::vector<LambadaSet> lambada;
+  int64_t lambada_limit = 0;
   // How HellaSwag's lines are asked: "llmc" (as they stand) or "harness"
   // (lm-evaluation-harness's prompt; data::HellaSwagPrompt).
   std::string hellaswag_prompt = "llmc";
@@ -181,9 +193,13 @@ struct Config {
   // validation set, and training reads the first 1 - f. 0: none.
   double data_val_split = 0;
   bool has_validation() const { return !data_val.empty() || data_val_split > 0; }
-  // Whether anything is evaluated: validation data, or eval.choices.
-  bool evaluates() const {
-    return has_validation() || !eval.choices.empty() || !eval.samples.empty();
+  // Whether anything is evaluated: validation data, eval.choices,
+  // eval.lambada or eval.samples.
+  bool evaluates() const { return has_validation() || reads_text_for_eval(); }
+  // Whether an evaluation reads text (questions, LAMBADA's texts or
+  // prompts), and so eval's tokenizer.
+  bool reads_text_for_eval() const {
+    return !eval.choices.empty() || !eval.lambada.empty() || !eval.samples.empty();
   }
   bool data_shuffle = false;  // data.shuffle: a seeded order of sequences every pass
   // data.eod_mask_loss: no loss on the token that follows an end-of-document

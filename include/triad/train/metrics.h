@@ -51,6 +51,16 @@ struct StepMetrics {
   };
   std::optional<ChoiceScores> choices;
   std::vector<std::pair<std::string, ChoiceScores>> choice_sets;
+  // eval.lambada at the same steps: the texts, the share of last words
+  // greedy decoding writes, the words' mean -log p (`loss`) and perplexity
+  // (exp of it); the first set's, and with named sets every one's by name,
+  // in the config's order.
+  struct LambadaScores {
+    int64_t texts = 0;
+    double acc = 0, loss = 0, perplexity = 0;
+  };
+  std::optional<LambadaScores> lambada;
+  std::vector<std::pair<std::string, LambadaScores>> lambada_sets;
   // eval.samples at an evaluation: each prompt and the model's continuation.
   std::vector<std::pair<std::string, std::string>> samples;
 };

@@ -27,6 +27,7 @@
 #include "triad/train/choice_eval.h"
 #include "triad/train/config.h"
 #include "triad/train/eval_text.h"
+#include "triad/train/lambada_eval.h"
 #include "triad/train/metrics.h"
 #include "triad/train/trace.h"
 
@@ -62,8 +63,13 @@ class Trainer {
   // triad-eval scores them. Collective; the same on every rank. An error when the
   // config has no such set.
   StepMetrics::ChoiceScores evaluate_choices(size_t set = 0);
-  // triad-train --eval-only: the validation loss (and eval.choices'
-  // accuracy) of the weights this trainer starts from (init.from, or the
+  // LAMBADA on set `set` of eval.lambada (each data-parallel rank scores
+  // its share; every text a row, read as eval.choices' are), as triad-eval
+  // --lambada scores it. Collective; the same on every rank. An error when
+  // the config has no such set.
+  StepMetrics::LambadaScores evaluate_lambada(size_t set = 0);
+  // triad-train --eval-only: the validation loss (and eval.choices' and
+  // eval.lambada's scores) of the weights this trainer starts from (init.from, or the
   // newest checkpoint with checkpoint.resume: auto), logged and returned;
   // nothing is written. Collective. An error with nothing to evaluate.
   StepMetrics evaluate_only();
@@ -135,6 +141,13 @@ class Trainer {
     int64_t total = 0;
   };
   std::vector<ChoiceSetData> choices_;
+  // eval.lambada's sets, so: this rank's share of each one's texts.
+  struct LambadaSetData {
+    std::string name, path;
+    std::vector<nn::ContinuationRequest> texts;
+    int64_t total = 0;
+  };
+  std::vector<LambadaSetData> lambada_;
   // eval.samples, tokenized: the prompts continued at every evaluation.
   std::optional<SamplePrompts> samples_;
   // Their continuations into m on the logging rank (a parallel model is
@@ -148,9 +161,17 @@ class Trainer {
   // Set `set`'s scores into m (the first's as choices; each named one's),
   // and the milliseconds it took.
   double evaluate_choices_into(StepMetrics& m, size_t set);
+  double evaluate_lambada_into(StepMetrics& m, size_t set);
+  // Requests as micro_batch_size rows per batch (request_batches), each
+  // batch as wide as its longest row in multiples of 64 that sequence
+  // parallelism can split.
+  RequestRows scoring_rows(const std::vector<nn::ContinuationRequest>& requests) const;
   // Each row's mean loss over its targets (forward only, each row one
-  // document), in order, the same on every rank of a data-parallel replica.
-  std::vector<double> row_losses(const std::vector<data::Batch>& batches);
+  // document), in order, the same on every rank of a data-parallel replica;
+  // with `greedy`, also whether each row's targets are what greedy decoding
+  // writes (nn::rows_argmax_match).
+  std::vector<double> row_losses(const std::vector<data::Batch>& batches,
+                                 std::vector<bool>* greedy = nullptr);
   // Tokens one evaluation of every set reads.
   int64_t val_tokens() const;
   std::unique_ptr<optim::AdamW> optimizer_;

@@ -12,6 +12,7 @@
 #include "triad/autograd/engine.h"
 #include "triad/autograd/grad_mode.h"
 #include "triad/nn/documents.h"
+#include "triad/nn/evaluate.h"
 #include "triad/ops.h"
 
 namespace triad::pipeline {
@@ -737,12 +738,14 @@ double PipelineExecutor::evaluate(const std::vector<data::Batch>& micro) {
   return item(l);
 }
 
-std::vector<double> PipelineExecutor::row_losses(const std::vector<data::Batch>& micro) {
+std::vector<double> PipelineExecutor::row_losses(const std::vector<data::Batch>& micro,
+                                                 std::vector<bool>* greedy) {
   if (micro.empty()) throw ValueError("pipeline row_losses: no microbatches");
   int64_t rows = 0;
   for (const auto& b : micro) rows += b.inputs.size(0);
   const nn::ForwardContext no_dropout{false, 0, 0};
   std::vector<Tensor> losses;
+  std::vector<double> matches;  // 1 or 0 per row, with `greedy`
   forward_only(
       micro,
       [&](const data::Batch& b) {
@@ -755,12 +758,31 @@ std::vector<double> PipelineExecutor::row_losses(const std::vector<data::Batch>&
               cast(chunk.head_loss(narrow(x, 0, i, 1), narrow(batch.targets, 0, i, 1)), DType::F64),
               {1}));
         }
+        if (greedy) {
+          for (const bool g :
+               nn::rows_argmax_match(batch.targets, [&](int64_t i, int64_t at, int64_t n) {
+                 return chunk.head_logits(narrow(x, 0, i, 1), at, n);
+               })) {
+            matches.push_back(g ? 1.0 : 0.0);
+          }
+        }
       });
-  // The last stage's values, read once, then to every rank of the pipeline.
-  Tensor all =
-      losses.empty() ? zeros({rows}, DType::F64) : to_device(concat(losses, 0), Device::cpu());
+  // The last stage's values, read once, then to every rank of the pipeline
+  // (the losses, then with `greedy` the matches).
+  const int64_t width = greedy ? 2 * rows : rows;
+  Tensor all = zeros({width}, DType::F64);
+  if (!losses.empty()) {
+    Tensor l = to_device(concat(losses, 0), Device::cpu());
+    all = greedy ? concat({l, from_vector(matches, {rows}, DType::F64)}, 0) : l;
+  }
   model_.groups().pp->broadcast(all, schedule_.rank_of(model_.num_stages() - 1))->wait();
-  return to_double_vector(all);
+  std::vector<double> values = to_double_vector(all);
+  if (greedy) {
+    greedy->clear();
+    for (int64_t k = rows; k < width; ++k) greedy->push_back(values[static_cast<size_t>(k)] != 0);
+    values.resize(static_cast<size_t>(rows));
+  }
+  return values;
 }
 
 }  // namespace triad::pipeline

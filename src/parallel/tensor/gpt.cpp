@@ -560,11 +560,29 @@ Tensor TensorParallelGpt::logits(const Tensor& ids, const nn::ForwardContext& in
   const nn::ForwardContext ctx = with_documents(ids, in);
   Tensor x = embed(ids, ctx);
   for (int64_t i : plan_.layers) x = block(i, x, ctx);
+  return head_logits(x);
+}
+
+Tensor TensorParallelGpt::head_logits(const Tensor& hidden, int64_t start, int64_t length) const {
+  autograd::NoGradGuard ng;
+  require(plan_.head, "the output head");
+  if (hidden.dim() != 3) {
+    throw ShapeError("TensorParallelGpt::head_logits: hidden is " + shape_str(hidden.shape()) +
+                     ", expected (B, T, C)");
+  }
+  const int64_t T = sp_ ? hidden.size(1) * group_->size() : hidden.size(1);
+  if (length < 0) length = T - start;
+  if (start < 0 || length < 1 || start + length > T) {
+    throw ValueError("TensorParallelGpt::head_logits: positions [" + std::to_string(start) + ", " +
+                     std::to_string(start + length) + ") are not inside the sequence's " +
+                     std::to_string(T));
+  }
   fence(ln_f_.get());
   fence(head_.get());
-  Tensor y = ln_f_->forward(x);
+  Tensor y = ln_f_->forward(hidden);
   if (sp_) y = all_gather_along(y, 1, group_);
-  Tensor local = linear(y, head_->weight());
+  // Only the positions asked for reach the head.
+  Tensor local = linear(contiguous(narrow(y, 1, start, length)), head_->weight());
   Tensor all = all_gather_along(local, -1, group_);
   Tensor out = contiguous(narrow(all, -1, 0, cfg_.vocab_size));
   return cfg_.final_logit_softcap > 0 ? soft_cap(out, cfg_.final_logit_softcap) : out;

@@ -386,6 +386,51 @@ TEST(Pipeline, ZbVHoldsOneTiedEmbeddingOnTheFirstRankAndEvaluatesLikeOneProcess)
   EXPECT_NEAR(exec.evaluate(data), want, 1e-6 * want);
 }
 
+// Each row scored alone: its loss, and whether its targets are what greedy
+// decoding writes, are one process's on every rank of the pipeline (the
+// last stage's, broadcast). Rows whose scored targets are one process's
+// argmaxes match; a row with one of them changed, or whose scored targets
+// are random, does not.
+TEST(Pipeline, RowLossesAndGreedyMatchesAreOneProcesss) {
+  const int p = g_world->size();
+  for (const Case& c : {Case{ScheduleKind::OneFOneB, 1, p}, Case{ScheduleKind::ZbV, 2, p}}) {
+    PipelineModel model = model_for(c, 29);
+    nn::Gpt ref(config(c), 29);
+    PipelineExecutor exec(model, make_schedule(c.kind, p, c.m, c.v));
+    std::vector<data::Batch> data = batches(2, 9);
+    std::vector<double> want_loss;
+    std::vector<bool> want_greedy;
+    for (size_t b = 0; b < data.size(); ++b) {
+      const std::vector<double> logits =
+          to_double_vector(ref.forward(data[b].inputs));  // (2, 8, 50)
+      auto argmax = [&](int64_t row, int64_t t) {
+        const auto first = logits.begin() + (row * 8 + t) * 50;
+        return static_cast<int64_t>(std::max_element(first, first + 50) - first);
+      };
+      std::vector<int64_t> tg(16, -100);
+      for (int64_t row = 0; row < 2; ++row) {
+        for (int64_t t = 3; t < 7; ++t) tg[static_cast<size_t>(row * 8 + t)] = argmax(row, t);
+      }
+      // Each batch's second row: one scored target that is not the argmax.
+      const size_t wrong = b == 0 ? 8 + 6 : 8 + 3;
+      tg[wrong] = (tg[wrong] + 1) % 50;
+      data[b].targets = from_vector(tg, {2, 8});
+      for (int64_t row = 0; row < 2; ++row) {
+        want_loss.push_back(
+            item(ref.loss(narrow(data[b].inputs, 0, row, 1), narrow(data[b].targets, 0, row, 1))));
+      }
+      want_greedy.insert(want_greedy.end(), {true, false});
+    }
+    std::vector<bool> greedy;
+    const std::vector<double> losses = exec.row_losses(data, &greedy);
+    ASSERT_EQ(losses.size(), 4u);
+    for (size_t k = 0; k < 4; ++k) EXPECT_NEAR(losses[k], want_loss[k], 1e-6 * want_loss[k]) << k;
+    EXPECT_EQ(greedy, want_greedy);
+    // Without the flags, the same losses.
+    EXPECT_EQ(exec.row_losses(data), losses);
+  }
+}
+
 }  // namespace
 }  // namespace triad::pipeline
 

@@ -16,6 +16,7 @@
 #include "support/mpi_main.h"
 #include "support/temp_dir.h"
 #include "triad/autograd/engine.h"
+#include "triad/autograd/grad_mode.h"
 #include "triad/core/allocator.h"
 #include "triad/core/rng.h"
 #include "triad/data/token_dataset.h"
@@ -406,6 +407,24 @@ TEST_P(TensorParallelGptTest, LossLogitsAndEveryGradientMatchOneProcess) {
   }
   expect_close(to_double_vector(model.logits(ids)), to_double_vector(ref.forward(ids)), 2e-5, 0,
                "logits");
+  {
+    // Some positions' logits from the final hidden states (each rank's
+    // shard of them under sequence parallelism): the whole logits' slice.
+    autograd::NoGradGuard no_grad;
+    const nn::ForwardContext ctx = model.with_documents(ids, {});
+    Tensor x = model.embed(ids, ctx);
+    for (int64_t i : model.plan().layers) x = model.block(i, x, ctx);
+    expect_close(to_double_vector(model.head_logits(x, 3, 4)),
+                 to_double_vector(narrow(ref.forward(ids), 1, 3, 4)), 2e-5, 0, "head_logits");
+    try {
+      model.head_logits(x, 6, 4);
+      ADD_FAILURE() << "expected ValueError";
+    } catch (const ValueError& e) {
+      EXPECT_NE(std::string(e.what()).find("positions [6, 10) are not inside the sequence's 8"),
+                std::string::npos)
+          << e.what();
+    }
+  }
   Tensor l = model.loss(ids, targets), lr = ref.loss(ids, targets);
   EXPECT_NEAR(item(l), item(lr), 1e-6 * item(lr));
   autograd::backward({l});

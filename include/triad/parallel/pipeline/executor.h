@@ -173,7 +173,10 @@ class PipelineExecutor {
   // any), in order, the same on every rank of the pipeline. Each row is read
   // as one document whatever the model's document resets, as
   // nn::score_continuations reads a request (multiple-choice evaluation).
-  std::vector<double> row_losses(const std::vector<data::Batch>& microbatches);
+  // With `greedy`, also whether each row's targets are what greedy decoding
+  // writes (nn::rows_argmax_match; LAMBADA's accuracy), the same everywhere.
+  std::vector<double> row_losses(const std::vector<data::Batch>& microbatches,
+                                 std::vector<bool>* greedy = nullptr);
 
  private:
   // The forward-only pass evaluate and row_losses share: every

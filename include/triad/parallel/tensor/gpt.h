@@ -72,6 +72,11 @@ class TensorParallelGpt : public nn::Module {
   Tensor loss(const Tensor& ids, const Tensor& targets, const nn::ForwardContext& ctx = {}) const;
   // Logits gathered over the vocabulary (B, T, V): for tests and inference.
   Tensor logits(const Tensor& ids, const nn::ForwardContext& ctx = {}) const;
+  // hidden (B, T, C), or its shard (B, T/tp, C) with sequence parallelism ->
+  // the logits gathered over the vocabulary (B, length, V) of positions
+  // [start, start + length) of the whole sequence (length -1: to its end).
+  // Collective over the group: every rank asks for the same positions.
+  Tensor head_logits(const Tensor& hidden, int64_t start = 0, int64_t length = -1) const;
 
   const std::map<std::string, ShardSpec>& shard_specs() const { return specs_; }
   const std::map<std::string, Shape>& full_shapes() const { return full_shapes_; }
