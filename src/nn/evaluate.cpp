@@ -1,6 +1,7 @@
 #include "triad/nn/evaluate.h"
 
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <numeric>
 #include <optional>
@@ -416,10 +417,14 @@ std::vector<ContinuationScore> score_continuations(const Gpt& model,
     }
   }
   // Families: contexts that begin alike (few-shot examples before each
-  // question) are neighbours in the contexts' order; a run of neighbours
-  // that all share their first kSharedPrefixTokens tokens or more is a
-  // family, whose common beginning is read once. Each family's groups, and
-  // the groups of no family, go longest context first (little padding).
+  // question) are neighbours in the contexts' order. A run of neighbours
+  // that each share their first kSharedPrefixTokens tokens or more with the
+  // next is cut into the families that save the most positions (a family
+  // of n reads its common beginning once instead of n times), so that the
+  // questions whose examples are the same five are one family with all
+  // five as its beginning, not one with the heading that every question of
+  // the run shares. Each family's groups, and the groups of no family, go
+  // longest context first (little padding).
   std::stable_sort(shared.begin(), shared.end(), [&](const auto& a, const auto& b) {
     return requests[a.front()].context < requests[b.front()].context;
   });
@@ -436,13 +441,45 @@ std::vector<ContinuationScore> score_continuations(const Gpt& model,
   std::vector<std::vector<size_t>> ordered, loners;
   std::vector<int> family;
   std::vector<SharedPrefix> prefixes;
-  for (size_t i = 0; i < shared.size();) {
-    size_t j = i + 1;
-    while (j < shared.size() && common(shared[i], shared[j]) >= kSharedPrefixTokens) ++j;
-    if (j - i < 2) {
-      loners.push_back(std::move(shared[i]));
-    } else {
-      const int64_t p = common(shared[i], shared[j - 1]);  // the run's: its ends' (sorted)
+  for (size_t run = 0; run < shared.size();) {
+    // The run [run, end) and its neighbours' common lengths.
+    std::vector<int64_t> next{};
+    size_t end = run + 1;
+    while (end < shared.size()) {
+      const int64_t c = common(shared[end - 1], shared[end]);
+      if (c < kSharedPrefixTokens) break;
+      next.push_back(c);
+      ++end;
+    }
+    // best[k]: the most positions families of the run's first k groups
+    // save; cut[k]: where the last of them begins. A family [i, k) shares
+    // the least of its neighbours' common lengths (the contexts are sorted).
+    const size_t m = end - run;
+    std::vector<int64_t> best(m + 1, 0);
+    std::vector<size_t> cut(m + 1, 0);
+    for (size_t k = 1; k <= m; ++k) {
+      best[k] = best[k - 1];  // group k - 1 alone
+      cut[k] = k - 1;
+      int64_t p = std::numeric_limits<int64_t>::max();
+      for (size_t i = k - 1; i-- > 0;) {
+        p = std::min(p, next[i]);
+        const int64_t saved = best[i] + static_cast<int64_t>(k - 1 - i) * p;
+        if (saved > best[k]) {
+          best[k] = saved;
+          cut[k] = i;
+        }
+      }
+    }
+    std::vector<std::pair<size_t, size_t>> parts;  // [first, last) within the run
+    for (size_t k = m; k > 0; k = cut[k]) parts.emplace_back(cut[k], k);
+    std::reverse(parts.begin(), parts.end());
+    for (const auto& [a, b] : parts) {
+      const size_t i = run + a, j = run + b;
+      if (j - i < 2) {
+        loners.push_back(std::move(shared[i]));
+        continue;
+      }
+      const int64_t p = common(shared[i], shared[j - 1]);  // the family's: its ends' (sorted)
       const auto& first = requests[shared[i].front()].context;
       prefixes.push_back({std::vector<int64_t>(first.begin(), first.begin() + p), std::nullopt});
       std::stable_sort(shared.begin() + static_cast<std::ptrdiff_t>(i),
@@ -452,7 +489,7 @@ std::vector<ContinuationScore> score_continuations(const Gpt& model,
         family.push_back(static_cast<int>(prefixes.size()) - 1);
       }
     }
-    i = j;
+    run = end;
   }
   std::stable_sort(loners.begin(), loners.end(), longer);
   for (auto& g : loners) {

@@ -1565,7 +1565,25 @@ StepMetrics::ChoiceScores Trainer::evaluate_choices(size_t set) {
   if (reducer_) reducer_->wait_gathers();  // (the forward's fences would too, part by part)
   const std::vector<TokenizedQuestion>& questions = choices_[set].questions;
   ChoiceTally t;
-  if (!questions.empty()) {  // (more data-parallel ranks than questions leave some none)
+  if (model_) {
+    // One process: triad-eval's own scorer, which reads a question's
+    // context once for all its choices, and a few-shot beginning once for
+    // every question that starts with it; triad-eval's chunks of questions
+    // bound the caches it holds.
+    constexpr size_t kChunk = 64;
+    std::vector<double> means;
+    for (size_t first = 0; first < questions.size(); first += kChunk) {
+      std::vector<nn::ContinuationRequest> requests;
+      for (size_t q = first; q < std::min(questions.size(), first + kChunk); ++q) {
+        requests.insert(requests.end(), questions[q].choices.begin(), questions[q].choices.end());
+      }
+      for (const auto& s :
+           nn::score_continuations(*model_, requests, config_.train.micro_batch_size)) {
+        means.push_back(s.nll / static_cast<double>(s.tokens));
+      }
+    }
+    t = tally_choices(questions, means);
+  } else if (!questions.empty()) {  // (more data-parallel ranks than questions leave some none)
     std::vector<nn::ContinuationRequest> all;
     for (const auto& q : questions) all.insert(all.end(), q.choices.begin(), q.choices.end());
     const RequestRows rows = scoring_rows(all);

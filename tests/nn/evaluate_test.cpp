@@ -194,6 +194,47 @@ TEST(ScoreContinuations, ReadAFewShotBeginningOnceForAllItsQuestions) {
   }
 }
 
+// Examples from the questions' own file (eval.choices_fewshot): each
+// question after the first five others, so the first six questions' examples
+// differ and every later one's are the same five. The run of contexts is cut
+// into the families that save the most, whose questions share examples
+// beside the heading, not into one family sharing the heading alone. Scores
+// stay the model's.
+TEST(ScoreContinuations, CutAFamilyWhereItsQuestionsShareTheMostExamples) {
+  GptConfig cfg = tiny();
+  cfg.seq_len = 96;
+  const Gpt model(cfg, 12);
+  const int64_t V = cfg.vocab_size;
+  const std::vector<int64_t> heading = random_tokens(20, 900, V);
+  std::vector<std::vector<int64_t>> examples;
+  for (uint64_t e = 0; e < 7; ++e) examples.push_back(random_tokens(10, 910 + e, V));
+  std::vector<ContinuationRequest> requests;
+  uint64_t seed = 950;
+  for (size_t q = 0; q < 7; ++q) {
+    std::vector<int64_t> context = heading;
+    size_t taken = 0;
+    for (size_t e = 0; e < examples.size() && taken < 5; ++e) {
+      if (e == q) continue;
+      context.insert(context.end(), examples[e].begin(), examples[e].end());
+      ++taken;
+    }
+    const std::vector<int64_t> own = random_tokens(4, seed++, V);
+    context.insert(context.end(), own.begin(), own.end());
+    for (const int64_t c : {1, 2}) requests.push_back({context, random_tokens(c, seed++, V)});
+  }
+  // One family of all seven would share the heading alone: 20 + 7 * 54
+  // context positions. Cut where they share examples too, fewer run, the
+  // continuations and padding included.
+  ScoringWork work;
+  const auto scores = score_continuations(model, requests, 4, false, &work);
+  for (size_t r = 0; r < requests.size(); ++r) {
+    const double want = reference_nll(model, requests[r]);
+    EXPECT_NEAR(scores[r].nll, want, 1e-4 * want) << "request " << r;
+  }
+  EXPECT_GT(work.shared_prefix_positions, 20);
+  EXPECT_LT(work.positions, 20 + 7 * 54);
+}
+
 // Greedy scoring: a continuation is greedy exactly when every one of its
 // tokens is its position's argmax — the model's own greedy text is, the
 // same with one token changed is not — whether its context is shared

@@ -57,11 +57,13 @@ class Trainer {
   // batches are), forward only and without dropout. Collective; the same
   // on every rank. An error when the config has no such set.
   double evaluate(size_t set = 0);
-  // Accuracy on the questions of set `set` of eval.choices (each
-  // data-parallel rank scores its share; every choice a row,
-  // micro_batch_size rows at a time longest first, forward only), as
-  // triad-eval scores them. Collective; the same on every rank. An error when the
-  // config has no such set.
+  // Accuracy on the questions of set `set` of eval.choices, as triad-eval
+  // scores them: one process through triad-eval's scorer
+  // (nn::score_continuations, micro_batch_size rows at a time: shared
+  // contexts and few-shot beginnings read once); a parallel layout with
+  // every choice a row, micro_batch_size rows at a time longest first,
+  // each data-parallel rank scoring its share. Forward only. Collective;
+  // the same on every rank. An error when the config has no such set.
   StepMetrics::ChoiceScores evaluate_choices(size_t set = 0);
   // LAMBADA on set `set` of eval.lambada (each data-parallel rank scores
   // its share; every text a row, read as eval.choices' are), as triad-eval
