@@ -83,12 +83,51 @@ class Keys {
   RopeScaling rope_scaling(double max_positions) const {
     const Json& v = j_.at("rope_scaling");
     if (!v.is_object())
-      unsupported("rope_scaling", "expected an object with rope_type llama3, linear or yarn");
-    const std::string type = v.value("rope_type", v.value("type", std::string()));
+      unsupported("rope_scaling",
+                  "expected an object with rope_type llama3, linear, yarn or longrope");
+    std::string type = v.value("rope_type", v.value("type", std::string()));
+    if (type == "su") type = "longrope";  // (Phi-3's first files)
     RopeScaling r;
     if (!rope_scaling_kind(type, &r.kind) || !r.scaled())
       unsupported("rope_scaling",
-                  "only rope_type llama3 (LLaMA 3.1's), linear and yarn are implemented");
+                  "only rope_type llama3 (LLaMA 3.1's), linear, yarn and longrope (Phi-3's) are "
+                  "implemented");
+    if (r.kind == RopeScaling::Kind::LongRope) {
+      // Phi-3's: the pretrained context beside max_position_embeddings, and
+      // their ratio the factor (Hugging Face's rule); without it, the
+      // context is max_position_embeddings and the factor rope_scaling's.
+      if (has("original_max_position_embeddings")) {
+        r.original_seq_len = number("original_max_position_embeddings", 0.0);
+        r.factor = max_positions / r.original_seq_len;
+      } else {
+        r.original_seq_len = max_positions;
+        r.factor = 1.0;
+      }
+      std::vector<double> factors[2];
+      const char* names[2] = {"short_factor", "long_factor"};
+      for (int l = 0; l < 2; ++l) {
+        const Json& list = v.contains(names[l]) ? v.at(names[l]) : Json();
+        if (!list.is_array())
+          unsupported("rope_scaling", std::string("longrope needs its ") + names[l] + " list");
+        for (const Json& x : list) {
+          if (!x.is_number())
+            throw ConfigError(source_ + ": 'rope_scaling." + names[l] + "' holds " + x.dump() +
+                              ", not a number");
+          factors[l].push_back(x.get<double>());
+        }
+      }
+      if (const std::string why = set_rope_factors(r, factors[0], factors[1]); !why.empty())
+        throw ConfigError(source_ + ": 'rope_scaling': " + why);
+      for (const auto& k : rope_scaling_keys(r.kind)) {
+        if (!v.contains(k.name) || v.at(k.name).is_null()) continue;
+        if (k.field == &RopeScaling::factor && has("original_max_position_embeddings")) continue;
+        if (!v.at(k.name).is_number())
+          throw ConfigError(source_ + ": 'rope_scaling." + k.name + "' (" + v.at(k.name).dump() +
+                            ") must be a number");
+        r.*k.field = v.at(k.name).get<double>();
+      }
+      return r;
+    }
     if (r.kind == RopeScaling::Kind::Yarn) {
       r.original_seq_len = max_positions;
       for (const char* key : {"mscale", "mscale_all_dim"}) {

@@ -196,7 +196,20 @@ std::string hf_config_json(const nn::GptConfig& c, const std::string& torch_dtyp
     if (c.rope_scaling.scaled()) {
       const RopeScaling& r = c.rope_scaling;
       nlohmann::ordered_json s{{"rope_type", rope_scaling_name(r.kind)}};
+      if (r.kind == RopeScaling::Kind::LongRope) {
+        // Hugging Face takes the switch to the long factors from the
+        // top-level original context, and the attention factor written
+        // out (whatever max_position_embeddings says).
+        s["short_factor"] = rope_factors(r, false);
+        s["long_factor"] = rope_factors(r, true);
+        RopeScaling unit = r;
+        unit.amplitude = 1.0;
+        s["attention_factor"] = rope_amplitude(unit);
+        s["factor"] = r.factor;
+        j["original_max_position_embeddings"] = static_cast<int64_t>(r.original_seq_len);
+      }
       for (const auto& k : rope_scaling_keys(r.kind)) {
+        if (r.kind == RopeScaling::Kind::LongRope) break;  // (written above)
         const double x = r.*k.field;
         if (k.field == &RopeScaling::original_seq_len) {
           s[k.name] = static_cast<int64_t>(x);  // a count of positions

@@ -213,7 +213,7 @@ void GptConfig::validate() const {
                         ") must be a positive number (or 0: no soft-capping)");
     }
   }
-  if (const std::string why = rope_scaling_problem(rope_scaling); !why.empty())
+  if (const std::string why = rope_scaling_problem(rope_scaling, head_dim()); !why.empty())
     throw ConfigError("model.rope_scaling: " + why);
   if (!(layer_norm_eps > 0.0) || !std::isfinite(layer_norm_eps)) {
     throw ConfigError("model.norm_eps (" + std::to_string(layer_norm_eps) +

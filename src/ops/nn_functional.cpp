@@ -384,7 +384,7 @@ Tensor cached_attention(const Tensor& qkv, const Tensor& k_cache, const Tensor& 
 }
 
 Tensor rotary_embedding(const Tensor& qkv, AttentionHeads heads, const Tensor& positions,
-                        int64_t start, double theta, const RopeScaling& scaling) {
+                        int64_t start, double theta, const RopeScaling& requested) {
   const int64_t D = checked_head_dim(qkv, heads, "rotary_embedding");
   const int64_t B = qkv.size(0), T = qkv.size(1);
   if (D % 2 != 0) {
@@ -396,8 +396,12 @@ Tensor rotary_embedding(const Tensor& qkv, AttentionHeads heads, const Tensor& p
     throw ValueError("rotary_embedding: theta (" + std::to_string(theta) +
                      ") must be a positive number");
   }
-  if (const std::string why = rope_scaling_problem(scaling); !why.empty())
+  if (const std::string why = rope_scaling_problem(requested, D); !why.empty())
     throw ValueError("rotary_embedding: " + why);
+  // longrope's factors are the pass's: long ones when its last position,
+  // start + T - 1 (the longest row's under left padding; a bound under
+  // document resets), is past the original context.
+  const RopeScaling scaling = requested.with_positions_up_to(start + T);
   if (start < 0) {
     throw ValueError("rotary_embedding: start (" + std::to_string(start) + ") must be >= 0");
   }

@@ -130,15 +130,16 @@ nn::GptConfig::Lora get_lora(const YAML::Node& n, const std::string& key) {
   return l;
 }
 
-// model.rope_scaling: none, or {type: llama3 | linear | yarn, ...} with
-// Hugging Face's keys for the type (llama3: factor, low_freq_factor,
-// high_freq_factor, original_max_position_embeddings, left-out ones keeping
-// LLaMA 3.1's values; linear: factor; yarn: factor and
+// model.rope_scaling: none, or {type: llama3 | linear | yarn | longrope,
+// ...} with Hugging Face's keys for the type (llama3: factor,
+// low_freq_factor, high_freq_factor, original_max_position_embeddings,
+// left-out ones keeping LLaMA 3.1's values; linear: factor; yarn: factor and
 // original_max_position_embeddings, and beta_fast, beta_slow,
-// attention_factor).
+// attention_factor; longrope: short_factor and long_factor lists,
+// original_max_position_embeddings and factor, and attention_factor).
 RopeScaling get_rope_scaling(const YAML::Node& n, const std::string& key) {
   RopeScaling r;
-  const std::string expected = "none or a mapping with type: llama3, linear or yarn";
+  const std::string expected = "none or a mapping with type: llama3, linear, yarn or longrope";
   if (n.IsScalar()) {
     const std::string v = get_string(n, key);
     if (v != "none") throw ConfigError(key + " ('" + v + "') must be " + expected);
@@ -147,13 +148,15 @@ RopeScaling get_rope_scaling(const YAML::Node& n, const std::string& key) {
   if (!n.IsMap()) throw ConfigError(key + ": expected " + expected);
   const std::string type = n["type"] ? get_string(n["type"], key + ".type") : std::string();
   if (!rope_scaling_kind(type, &r.kind))
-    throw ConfigError(key + ".type ('" + type + "') must be llama3, linear, yarn or none");
+    throw ConfigError(key + ".type ('" + type +
+                      "') must be llama3, linear, yarn, longrope or none");
   if (!r.scaled()) return r;
   const std::vector<RopeScalingKey> keys = rope_scaling_keys(r.kind);
+  const bool lists = r.kind == RopeScaling::Kind::LongRope;
   for (auto it = n.begin(); it != n.end(); ++it) {
     const std::string k = it->first.as<std::string>();
-    bool known = k == "type";
-    std::string allowed = "type";
+    bool known = k == "type" || (lists && (k == "short_factor" || k == "long_factor"));
+    std::string allowed = lists ? "type, short_factor, long_factor" : "type";
     for (const auto& a : keys) {
       known = known || k == a.name;
       allowed += std::string(", ") + a.name;
@@ -167,10 +170,24 @@ RopeScaling get_rope_scaling(const YAML::Node& n, const std::string& key) {
   // model's, and so is yarn's original context.
   if (r.kind != RopeScaling::Kind::Llama3 && !n["factor"])
     throw ConfigError(key + ".factor is required with type " + type);
-  if (r.kind == RopeScaling::Kind::Yarn && !n["original_max_position_embeddings"])
-    throw ConfigError(key + ".original_max_position_embeddings is required with type yarn");
+  if ((r.kind == RopeScaling::Kind::Yarn || lists) && !n["original_max_position_embeddings"])
+    throw ConfigError(key + ".original_max_position_embeddings is required with type " + type);
   for (const auto& k : keys) {
     if (n[k.name]) r.*k.field = get_double(n[k.name], key + "." + k.name);
+  }
+  if (lists) {
+    std::vector<double> factors[2];
+    const char* names[2] = {"short_factor", "long_factor"};
+    for (int l = 0; l < 2; ++l) {
+      const std::string at = key + "." + names[l];
+      const YAML::Node v = n[names[l]];
+      if (!v) throw ConfigError(at + " is required with type longrope (one factor per pair)");
+      if (!v.IsSequence()) throw ConfigError(at + ": expected a list of numbers");
+      for (size_t i = 0; i < v.size(); ++i)
+        factors[l].push_back(get_double(v[i], at + "[" + std::to_string(i) + "]"));
+    }
+    if (const std::string why = set_rope_factors(r, factors[0], factors[1]); !why.empty())
+      throw ConfigError(key + ": " + why);
   }
   return r;
 }
@@ -1265,6 +1282,12 @@ std::string to_yaml(const Config& c) {
     e << YAML::BeginMap << YAML::Key << "type" << YAML::Value << rope_scaling_name(r.kind);
     for (const auto& k : rope_scaling_keys(r.kind))
       e << YAML::Key << k.name << YAML::Value << r.*k.field;
+    if (r.kind == RopeScaling::Kind::LongRope) {
+      for (const bool long_ones : {false, true}) {
+        e << YAML::Key << (long_ones ? "long_factor" : "short_factor") << YAML::Value << YAML::Flow
+          << rope_factors(r, long_ones);
+      }
+    }
     e << YAML::EndMap;
   } else {
     e << "none";

@@ -2,6 +2,7 @@
 // give the model files' configs (and their published parameter counts),
 // GPT-2's the default GPT-2, and what Triad does not build is named.
 #include "triad/io/hf_config.h"
+#include "triad/io/hf_export.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -401,13 +402,78 @@ TEST(HfConfig, Phi3ConfigIsLlamasBlocksWithMistralsWindow) {
   // o (3072 x 3072), gate_up (16384 x 3072), down (3072 x 8192) and two
   // norms, plus the embedding, the head and the final norm.
   EXPECT_EQ(c.num_parameters(), 3'821'079'552);
-  // Phi-4-mini's partial rotation and Phi-3's long-context "longrope"
-  // scaling are named.
+  // Phi-4-mini's partial rotation is named.
   try {
     gpt_config_from_hf(edited(kPhi3Mini, "partial_rotary_factor", "0.75"), "phi3/config.json");
     FAIL() << "a partial rotation accepted";
   } catch (const NotSupportedError& e) {
     EXPECT_NE(std::string(e.what()).find("'partial_rotary_factor' (0.75)"), std::string::npos)
+        << e.what();
+  }
+}
+
+// Phi-3-mini-128k's and Phi-3.5-mini's long context: longrope over the
+// pretrained 4096 positions, a factor per pair of the 96-wide heads, the
+// factor max_position_embeddings / original_max_position_embeddings (32)
+// and Hugging Face's attention factor from it; written back by triad-export
+// with the attention factor spelled out.
+TEST(HfConfig, Phi3LongRopeScaling) {
+  nlohmann::json shorts = nlohmann::json::array(), longs = nlohmann::json::array();
+  for (int i = 0; i < 48; ++i) {
+    shorts.push_back(1.0 + 0.01 * i);
+    longs.push_back(1.0 + 1.5 * i);
+  }
+  const nlohmann::json scaling{
+      {"type", "longrope"}, {"short_factor", shorts}, {"long_factor", longs}};
+  const std::string json = edited(edited(kPhi3Mini, "max_position_embeddings", "131072"),
+                                  "rope_scaling", scaling.dump());
+  const nn::GptConfig c = gpt_config_from_hf(json, "phi3/config.json");
+  const RopeScaling& r = c.rope_scaling;
+  EXPECT_EQ(r.kind, RopeScaling::Kind::LongRope);
+  EXPECT_EQ(c.seq_len, 131072);
+  EXPECT_EQ(r.original_seq_len, 4096.0);
+  EXPECT_EQ(r.factor, 32.0);
+  EXPECT_EQ(r.pairs, 48);
+  EXPECT_DOUBLE_EQ(rope_amplitude(r), std::sqrt(1.0 + std::log(32.0) / std::log(4096.0)));
+  // Up to the original context the short factors, past it the long ones.
+  const double f5 = std::pow(10000.0, -10.0 / 96.0);
+  EXPECT_NEAR(rope_frequency(5, 96, 10000.0, r.with_positions_up_to(4096)),
+              f5 / static_cast<double>(1.05f), 1e-15);  // (the factors are kept as floats)
+  EXPECT_NEAR(rope_frequency(5, 96, 10000.0, r.with_positions_up_to(4097)), f5 / 8.5, 1e-15);
+  // Phi-3's first files call it "su"; the attention factor may be given.
+  nlohmann::json su = scaling;
+  su["type"] = "su";
+  su["attention_factor"] = 1.5;
+  const nn::GptConfig s = gpt_config_from_hf(
+      edited(edited(kPhi3Mini, "max_position_embeddings", "131072"), "rope_scaling", su.dump()),
+      "phi3/config.json");
+  EXPECT_EQ(s.rope_scaling.kind, RopeScaling::Kind::LongRope);
+  EXPECT_EQ(rope_amplitude(s.rope_scaling), 1.5);
+  // Written back: the lists, the resolved attention factor and the original
+  // context at the top, which read again give the same rotation.
+  const auto out = nlohmann::json::parse(hf_config_json(c));
+  EXPECT_EQ(out.at("rope_scaling").at("rope_type"), "longrope");
+  EXPECT_EQ(out.at("original_max_position_embeddings"), 4096);
+  EXPECT_EQ(out.at("rope_scaling").at("long_factor").size(), 48u);
+  const nn::GptConfig again = gpt_config_from_hf(out.dump(), "x");
+  EXPECT_DOUBLE_EQ(rope_amplitude(again.rope_scaling), rope_amplitude(r));
+  for (int64_t i : {0, 5, 47}) {
+    for (int64_t end : {100, 5000}) {
+      EXPECT_EQ(rope_frequency(i, 96, 10000.0, again.rope_scaling.with_positions_up_to(end)),
+                rope_frequency(i, 96, 10000.0, r.with_positions_up_to(end)));
+    }
+  }
+  // Lists that do not fit the heads, or that are missing, are named.
+  nlohmann::json few = scaling;
+  few["short_factor"] = {1.0, 1.0};
+  few["long_factor"] = {1.0, 2.0};
+  try {
+    gpt_config_from_hf(edited(kPhi3Mini, "rope_scaling", few.dump()), "phi3/config.json");
+    FAIL() << "2 factors for 48 pairs accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("longrope scaling has 2 short_factor and long_factor "
+                                         "values, but a head of 96 dimensions has 48 pairs"),
+              std::string::npos)
         << e.what();
   }
   EXPECT_THROW(gpt_config_from_hf(edited(kPhi3Mini, "rope_scaling",
@@ -495,7 +561,8 @@ TEST(HfConfig, WhatTriadDoesNotBuildIsNamed) {
   EXPECT_NE(
       message(from(edited(llama, "rope_scaling", R"({"rope_type": "dynamic", "factor": 4.0})")))
           .find("m/config.json: 'rope_scaling' ({\"factor\":4.0,\"rope_type\":\"dynamic\"}): "
-                "only rope_type llama3 (LLaMA 3.1's), linear and yarn are implemented"),
+                "only rope_type llama3 (LLaMA 3.1's), linear, yarn and longrope (Phi-3's) are "
+                "implemented"),
       std::string::npos);
   EXPECT_NE(message(from(edited(llama, "rope_scaling",
                                 R"({"rope_type": "yarn", "factor": 40, "mscale": 0.707})")))

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "triad/autograd/engine.h"
 #include "triad/nn/gpt.h"
 #include "triad/ops.h"
 
@@ -145,6 +146,78 @@ TEST(RopeScaling, YarnRampsFromKeptToSlowedFrequenciesAndScalesTheLogits) {
   RopeScaling bad = s;
   bad.beta_slow = 64.0;
   EXPECT_THROW(rotary_embedding(qkv, heads, {}, 0, 30.0, bad), ValueError);
+}
+
+// longrope (Phi-3's): pair i turns short_factor[i] times slower while a
+// pass stays within the original context, long_factor[i] times once it
+// goes past it (one past its last position, start + T, above the
+// original), and q and k are scaled by sqrt(1 + ln(factor) / ln(original))
+// either way. The op, its backward (the inverse turn) and a model take the
+// factors of the pass they are in.
+TEST(RopeScaling, LongRopeTakesThePassesFactorsAndScalesTheLogits) {
+  RopeScaling s;
+  s.kind = RopeScaling::Kind::LongRope;
+  s.factor = 4.0;
+  s.original_seq_len = 6.0;
+  ASSERT_EQ(set_rope_factors(s, {1.0, 1.5, 2.0, 4.0}, {1.25, 3.0, 6.0, 16.0}), "");
+  const double m = std::sqrt(1.0 + std::log(4.0) / std::log(6.0));
+  EXPECT_DOUBLE_EQ(rope_amplitude(s), m);
+  for (int64_t i = 0; i < 4; ++i) {
+    const double f = std::pow(30.0, -2.0 * i / 8.0);
+    EXPECT_DOUBLE_EQ(rope_frequency(i, 8, 30.0, s.with_positions_up_to(6)),
+                     f / rope_factors(s, false)[i]);
+    EXPECT_DOUBLE_EQ(rope_frequency(i, 8, 30.0, s.with_positions_up_to(7)),
+                     f / rope_factors(s, true)[i]);
+  }
+  RopeScaling unscaled = s;
+  unscaled.factor = 1.0;
+  EXPECT_EQ(rope_amplitude(unscaled), 1.0);
+  unscaled.attention_factor = 1.3;
+  EXPECT_EQ(rope_amplitude(unscaled), 1.3);
+  EXPECT_NE(rope_scaling_problem(s, 10), "");  // 5 pairs, 4 factors
+  EXPECT_EQ(rope_scaling_problem(s, 8), "");
+  // The op: positions 2..4 (ending at 5 <= 6) take the short factors, 4..6
+  // (ending at 7) the long ones for every token of the pass.
+  const int64_t D = 8;
+  const AttentionHeads heads{2, 1};
+  for (const int64_t start : {2, 4}) {
+    const int64_t T = 3;
+    const Tensor qkv = randn({1, T, 4 * D}, 9, 1, 1.0, DType::F64);
+    const std::vector<double> in = to_double_vector(qkv);
+    const std::vector<double> got =
+        to_double_vector(rotary_embedding(qkv, heads, {}, start, 30.0, s));
+    const std::vector<double> factors = rope_factors(s, start + T > 6);
+    for (int64_t t = 0; t < T; ++t) {
+      const size_t row = static_cast<size_t>(t * 4 * D);
+      for (int64_t h = 0; h < 3; ++h) {
+        for (int64_t i = 0; i < D / 2; ++i) {
+          const double a = static_cast<double>(start + t) * std::pow(30.0, -2.0 * i / 8.0) /
+                           factors[static_cast<size_t>(i)];
+          const size_t x1 = row + h * D + i, x2 = x1 + D / 2;
+          ASSERT_NEAR(got[x1], m * (in[x1] * std::cos(a) - in[x2] * std::sin(a)), 1e-12);
+          ASSERT_NEAR(got[x2], m * (in[x2] * std::cos(a) + in[x1] * std::sin(a)), 1e-12);
+        }
+      }
+    }
+    // Backward: the inverse turn of the same pass's factors, scaled again
+    // (the transpose of m times a rotation).
+    Tensor x = randn({1, T, 4 * D}, 10, 1, 1.0, DType::F64);
+    x.set_requires_grad(true);
+    Tensor y = rotary_embedding(x, heads, {}, start, 30.0, s);
+    const Tensor g = randn({1, T, 4 * D}, 11, 1, 1.0, DType::F64);
+    autograd::backward({y}, {g});
+    const std::vector<double> gin = to_double_vector(g), dx = to_double_vector(x.grad());
+    for (int64_t t = 0; t < T; ++t) {
+      const size_t row = static_cast<size_t>(t * 4 * D);
+      for (int64_t i = 0; i < D / 2; ++i) {
+        const double a = static_cast<double>(start + t) * std::pow(30.0, -2.0 * i / 8.0) /
+                         factors[static_cast<size_t>(i)];
+        const size_t x1 = row + i, x2 = x1 + D / 2;
+        ASSERT_NEAR(dx[x1], m * (gin[x1] * std::cos(a) + gin[x2] * std::sin(a)), 1e-12);
+        ASSERT_NEAR(dx[x2], m * (gin[x2] * std::cos(a) - gin[x1] * std::sin(a)), 1e-12);
+      }
+    }
+  }
 }
 
 TEST(RopeScaling, ModelConfigIsChecked) {

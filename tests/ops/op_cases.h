@@ -443,6 +443,22 @@ inline std::vector<OpCase> op_cases() {
                  s.original_seq_len = 32.0;
                  return rotary_embedding(x[0], AttentionHeads{2, 1}, {}, 300, 30.0, s);
                }});
+  // longrope: each pair slowed by its own factor, the short ones within the
+  // original context and the long ones past it, and scaled alike.
+  for (const int64_t start : {int64_t{0}, int64_t{300}}) {
+    c.push_back({"rotary_embedding_longrope_start" + std::to_string(start) + "_B1_T6_C16_NH2",
+                 [](DType d) {
+                   return std::vector<Tensor>{rnd({1, 6, 48}, d, 1)};
+                 },
+                 [start](const std::vector<Tensor>& x) {
+                   RopeScaling s;
+                   s.kind = RopeScaling::Kind::LongRope;
+                   s.factor = 16.0;
+                   s.original_seq_len = 8.0;
+                   set_rope_factors(s, {1.0, 1.5, 3.0, 5.0}, {2.0, 4.0, 9.0, 31.0});
+                   return rotary_embedding(x[0], 2, {}, start, 30.0, s);
+                 }});
+  }
   c.push_back({"embedding",
                [](DType d) {
                  return std::vector<Tensor>{rnd({6, 4}, d, 1)};

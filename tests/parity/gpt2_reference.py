@@ -99,6 +99,26 @@ def yarn_inv_freq_and_factor(D, theta, s):
     return inv, 0.1 * math.log(s["factor"]) + 1.0
 
 
+# longrope (Phi-3's long context) at this size: a factor per pair of the
+# 8-wide heads; over 8 original positions a pass of 16 takes the long
+# factors, over 16 the short ones (Hugging Face's rule by the pass's last
+# position).
+LONGROPE_SCALING = dict(rope_type="longrope", factor=4.0, original_max_position_embeddings=8,
+                        short_factor=[1.0, 1.25, 2.0, 3.5], long_factor=[1.5, 2.5, 6.0, 12.0])
+LONGROPE_SHORT_SCALING = dict(LONGROPE_SCALING, original_max_position_embeddings=16)
+
+
+def longrope_inv_freq_and_factor(D, theta, T, s):
+    """Hugging Face's longrope rule written out: the long factors when the
+    pass reaches past the original context (positions 0..T-1: T > original),
+    else the short ones, each pair's frequency divided by its factor; cos and
+    sin scaled by sqrt(1 + ln(factor) / ln(original))."""
+    old = s["original_max_position_embeddings"]
+    ext = torch.tensor(s["long_factor"] if T > old else s["short_factor"], dtype=torch.float64)
+    inv = 1.0 / (ext * theta ** (torch.arange(0, D, 2, dtype=torch.float64) / D))
+    return inv, math.sqrt(1 + math.log(s["factor"]) / math.log(old))
+
+
 def rotate(t, theta, scaling=None):
     """Rotary embedding of t (B, NH, T, D) at positions 0..T-1, rotate-half form."""
     T, D = t.shape[-2], t.shape[-1]
@@ -106,6 +126,8 @@ def rotate(t, theta, scaling=None):
     amplitude = 1.0
     if scaling is not None and scaling.get("rope_type") == "yarn":
         inv, amplitude = yarn_inv_freq_and_factor(D, theta, scaling)
+    elif scaling is not None and scaling.get("rope_type") == "longrope":
+        inv, amplitude = longrope_inv_freq_and_factor(D, theta, T, scaling)
     elif scaling is not None and scaling.get("rope_type") == "linear":
         inv = inv / scaling["factor"]  # position interpolation
     elif scaling is not None:
@@ -503,6 +525,13 @@ def main():
                kv_heads=LLAMA_KV_HEADS, qkv_bias=True, rope_scaling=YARN_SCALING)
     save_model(yarn, os.path.join(out, "yarn_model.safetensors"))
     record_step_zero(yarn, x, y, "yarn.", ref)
+    # Phi-3's long context: the LLaMA-style model with longrope, its long
+    # factors and then its short ones, step 0.
+    for key, scaling in (("longrope", LONGROPE_SCALING), ("longrope_short", LONGROPE_SHORT_SCALING)):
+        phi = Gpt(CFG, ROPE_THETA, SWIGLU_FFN, rms_norm=True, bias=False, tie=False,
+                  kv_heads=LLAMA_KV_HEADS, rope_scaling=scaling)
+        save_model(phi, os.path.join(out, key + "_model.safetensors"))
+        record_step_zero(phi, x, y, key + ".", ref)
     # Qwen3's: the LLaMA-style model with RMSNorm over each query and key
     # head, heads of their own width and a tied head, step 0, from Hugging
     # Face's Qwen3ForCausalLM layout.
@@ -565,6 +594,8 @@ def main():
         json.dump({"model": CFG, "train": TRAIN, "rope_theta": ROPE_THETA, "swiglu_ffn": SWIGLU_FFN,
                    "llama_kv_heads": LLAMA_KV_HEADS, "mistral_window": MISTRAL_WINDOW,
                    "llama3_scaling": LLAMA3_SCALING, "yarn_scaling": YARN_SCALING,
+                   "longrope_scaling": LONGROPE_SCALING,
+                   "longrope_short_scaling": LONGROPE_SHORT_SCALING,
                    "qwen3_head_dim": QWEN3_HEAD_DIM, "gemma3_local_theta": GEMMA3_LOCAL_THETA,
                    "gemma3_attn_scalar": GEMMA3_ATTN_SCALAR,
                    "gemma2_attn_softcap": GEMMA2_ATTN_SOFTCAP,

@@ -864,7 +864,8 @@ TEST(Config, RopeScalingParsesRoundTripsAndIsChecked) {
   EXPECT_EQ(back.model.rope_scaling.original_seq_len, 16.0);
   EXPECT_FALSE(parse_config(kValid, {"model.rope_scaling=none"}).model.rope_scaling.scaled());
   expect_config_error(kValid, {"model.rope_scaling={type: dynamic}"},
-                      "model.rope_scaling.type ('dynamic') must be llama3, linear, yarn or none");
+                      "model.rope_scaling.type ('dynamic') must be llama3, linear, yarn, longrope "
+                      "or none");
   expect_config_error(kValid, {"model.rope_scaling={type: llama3, alpha: 2}"},
                       "unknown key 'model.rope_scaling.alpha' (allowed with type llama3: type, "
                       "factor, low_freq_factor");
@@ -900,6 +901,46 @@ TEST(Config, RopeScalingParsesRoundTripsAndIsChecked) {
                        "original_max_position_embeddings: 32, beta_fast: 1, beta_slow: 2}"},
                       "model.rope_scaling: yarn scaling needs original_max_position_embeddings > "
                       "0 (got 32.000000), beta_fast (1.000000) > beta_slow (2.000000)");
+  // longrope: a factor per pair of the head (4 here), both lists, round-
+  // tripping exactly; the lists' length and values checked.
+  const std::string longrope =
+      "model.rope_scaling={type: longrope, factor: 32, original_max_position_embeddings: 16, "
+      "short_factor: [1, 1.25, 1.5, 2.125], long_factor: [1.0000001, 3, 7.5, 40]}";
+  const Config lr = parse_config(kValid, {"model.position_embedding=rope", longrope});
+  const RopeScaling l = parse_config(to_yaml(lr)).model.rope_scaling;
+  EXPECT_EQ(l.kind, RopeScaling::Kind::LongRope);
+  EXPECT_EQ(l.factor, 32.0);
+  EXPECT_EQ(l.original_seq_len, 16.0);
+  EXPECT_EQ(l.attention_factor, 0.0);
+  EXPECT_EQ(rope_factors(l, false), (std::vector<double>{1, 1.25, 1.5, 2.125}));
+  EXPECT_EQ(rope_factors(l, true), rope_factors(lr.model.rope_scaling, true));
+  EXPECT_EQ(l.long_factor[0], 1.0000001f);
+  expect_config_error(kValid,
+                      {"model.position_embedding=rope",
+                       "model.rope_scaling={type: longrope, factor: 32, "
+                       "original_max_position_embeddings: 16, short_factor: [1, 1], "
+                       "long_factor: [1, 2]}"},
+                      "model.rope_scaling: longrope scaling has 2 short_factor and long_factor "
+                      "values, but a head of 8 dimensions has 4 pairs");
+  expect_config_error(kValid,
+                      {"model.rope_scaling={type: longrope, factor: 32, "
+                       "original_max_position_embeddings: 16, short_factor: [1, 1]}"},
+                      "model.rope_scaling.long_factor is required with type longrope");
+  expect_config_error(kValid,
+                      {"model.rope_scaling={type: longrope, factor: 32, "
+                       "original_max_position_embeddings: 16, short_factor: [1, 0], "
+                       "long_factor: [1, 2]}"},
+                      "model.rope_scaling: short_factor[1] (0.000000) must be a positive number");
+  expect_config_error(kValid,
+                      {"model.rope_scaling={type: longrope, factor: 32, "
+                       "original_max_position_embeddings: 16, short_factor: [1, 1, 1], "
+                       "long_factor: [1, 2]}"},
+                      "short_factor and long_factor need the same number of values");
+  expect_config_error(kValid,
+                      {"model.rope_scaling={type: longrope, factor: 32, short_factor: [1], "
+                       "long_factor: [1]}"},
+                      "model.rope_scaling.original_max_position_embeddings is required with type "
+                      "longrope");
 }
 
 TEST(Config, SlidingWindowParsesRoundTripsAndIsChecked) {

@@ -17,6 +17,13 @@
 //    ramp over the pair index between; and q and k are scaled by
 //    attention_factor (0: Hugging Face's default 0.1 ln(factor) + 1), which
 //    sharpens the attention logits by its square.
+//  - longrope (Phi-3's and Phi-3.5's long context): pair i turns
+//    short_factor[i] times slower, or long_factor[i] times where the
+//    positions a forward pass reaches go past original_seq_len (Hugging
+//    Face's rule: the choice is the pass's, by its last position;
+//    with_positions_up_to makes it), and q and k are scaled by
+//    attention_factor (0: sqrt(1 + ln(factor) / ln(original_seq_len)), 1
+//    for factor <= 1; factor is max_position_embeddings over the original).
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -30,21 +37,38 @@
 
 namespace triad {
 
+// longrope's per-pair factors: heads of up to 2 * kMaxRopePairs dimensions.
+inline constexpr int kMaxRopePairs = 256;
+
 struct RopeScaling {
-  enum class Kind : uint8_t { None, Llama3, Linear, Yarn };
+  enum class Kind : uint8_t { None, Llama3, Linear, Yarn, LongRope };
   Kind kind = Kind::None;
   double factor = 8.0;
   double low_freq_factor = 1.0;      // llama3
   double high_freq_factor = 4.0;     // llama3
-  double original_seq_len = 8192.0;  // original_max_position_embeddings (llama3, yarn)
+  double original_seq_len = 8192.0;  // original_max_position_embeddings (llama3, yarn, longrope)
   double beta_fast = 32.0;           // yarn
   double beta_slow = 1.0;            // yarn
-  double attention_factor = 0.0;     // yarn; 0: 0.1 ln(factor) + 1
+  double attention_factor = 0.0;     // yarn, longrope; 0: the kind's default
+  // longrope: each pair's factors (`pairs` of them: the head's D / 2), and
+  // whether this pass takes the long ones (with_positions_up_to).
+  int pairs = 0;
+  bool use_long = false;
+  float short_factor[kMaxRopePairs] = {};
+  float long_factor[kMaxRopePairs] = {};
   // A further factor on q's and k's pairs, whatever the kind: the fourth
   // root of the attention scores' rescaling (GptConfig::rope_of sets it
   // for model.query_pre_attn_scalar). Not a key of rope_scaling.
   double amplitude = 1.0;
   bool scaled() const { return kind != Kind::None; }
+  // This scaling for a forward pass whose last position is `end` - 1:
+  // longrope takes its long factors when end > original_seq_len, its short
+  // ones otherwise; the other kinds do not depend on it.
+  RopeScaling with_positions_up_to(int64_t end) const {
+    RopeScaling s = *this;
+    s.use_long = kind == Kind::LongRope && static_cast<double>(end) > original_seq_len;
+    return s;
+  }
 };
 
 TRIAD_ROPE_HD inline double rope_frequency(int64_t i, int64_t D, double theta,
@@ -78,16 +102,23 @@ TRIAD_ROPE_HD inline double rope_frequency(int64_t i, int64_t D, double theta,
       const double ramp = fmin(fmax((static_cast<double>(i) - low) / (high - low), 0.0), 1.0);
       return f / s.factor * ramp + f * (1.0 - ramp);
     }
+    case RopeScaling::Kind::LongRope:
+      // (Hugging Face divides in f32: 1 / (factor * theta^(2i/D)).)
+      return f / static_cast<double>(s.use_long ? s.long_factor[i] : s.short_factor[i]);
   }
   return f;
 }
 
-// The factor q's and k's rotated pairs are multiplied by: yarn's attention
-// factor (1 for the other kinds), times `amplitude`.
+// The factor q's and k's rotated pairs are multiplied by: yarn's and
+// longrope's attention factor (1 for the other kinds), times `amplitude`.
 TRIAD_ROPE_HD inline double rope_amplitude(const RopeScaling& s) {
-  if (s.kind != RopeScaling::Kind::Yarn) return s.amplitude;
+  if (s.kind != RopeScaling::Kind::Yarn && s.kind != RopeScaling::Kind::LongRope)
+    return s.amplitude;
   if (s.attention_factor > 0.0) return s.attention_factor * s.amplitude;
-  return (s.factor <= 1.0 ? 1.0 : 0.1 * log(s.factor) + 1.0) * s.amplitude;
+  if (s.factor <= 1.0) return s.amplitude;
+  if (s.kind == RopeScaling::Kind::LongRope)
+    return sqrt(1.0 + log(s.factor) / log(s.original_seq_len)) * s.amplitude;
+  return (0.1 * log(s.factor) + 1.0) * s.amplitude;
 }
 
 // "none", "llama3", "linear" or "yarn" (the config's and Hugging Face's
@@ -102,12 +133,14 @@ inline const char* rope_scaling_name(RopeScaling::Kind k) {
       return "linear";
     case RopeScaling::Kind::Yarn:
       return "yarn";
+    case RopeScaling::Kind::LongRope:
+      return "longrope";
   }
   return "?";
 }
 inline bool rope_scaling_kind(const std::string& name, RopeScaling::Kind* kind) {
   for (auto k : {RopeScaling::Kind::None, RopeScaling::Kind::Llama3, RopeScaling::Kind::Linear,
-                 RopeScaling::Kind::Yarn}) {
+                 RopeScaling::Kind::Yarn, RopeScaling::Kind::LongRope}) {
     if (name == rope_scaling_name(k)) {
       *kind = k;
       return true;
@@ -116,9 +149,10 @@ inline bool rope_scaling_kind(const std::string& name, RopeScaling::Kind* kind) 
   return false;
 }
 
-// A kind's keys besides its type, as Hugging Face's rope_scaling object and
-// the config name them, and the fields they set: what the config and
-// config.json readers accept and their writers write (host only).
+// A kind's number keys besides its type, as Hugging Face's rope_scaling
+// object and the config name them, and the fields they set: what the
+// config and config.json readers accept and their writers write (host
+// only). longrope's lists (short_factor, long_factor) are read apart.
 using RopeScalingField = double RopeScaling::*;
 struct RopeScalingKey {
   const char* name;
@@ -142,17 +176,68 @@ inline std::vector<RopeScalingKey> rope_scaling_keys(RopeScaling::Kind k) {
               {"beta_fast", &R::beta_fast},
               {"beta_slow", &R::beta_slow},
               {"attention_factor", &R::attention_factor}};
+    case R::Kind::LongRope:
+      return {{"factor", &R::factor},
+              {"original_max_position_embeddings", &R::original_seq_len},
+              {"attention_factor", &R::attention_factor}};
   }
   return {};
 }
 
-// Why `s` cannot scale (naming each value), or "" when it can: every kind
-// needs factor >= 1; llama3 0 < low_freq_factor < high_freq_factor; llama3
-// and yarn an original context > 0; yarn beta_fast > beta_slow > 0 and
-// attention_factor >= 0. (Host only.)
-inline std::string rope_scaling_problem(const RopeScaling& s) {
+// longrope's factor lists from `values`: a ValueError-style reason, or ""
+// when they fit (1 to kMaxRopePairs positive finite numbers each).
+inline std::string set_rope_factors(RopeScaling& s, const std::vector<double>& short_factor,
+                                    const std::vector<double>& long_factor) {
+  if (short_factor.empty() || short_factor.size() != long_factor.size() ||
+      short_factor.size() > static_cast<size_t>(kMaxRopePairs)) {
+    return "short_factor and long_factor need the same number of values, 1 to " +
+           std::to_string(kMaxRopePairs) + " (got " + std::to_string(short_factor.size()) +
+           " and " + std::to_string(long_factor.size()) + ")";
+  }
+  for (const auto* list : {&short_factor, &long_factor}) {
+    for (size_t i = 0; i < list->size(); ++i) {
+      const double v = (*list)[i];
+      if (!(v > 0.0) || !std::isfinite(v)) {
+        return std::string(list == &short_factor ? "short_factor" : "long_factor") + "[" +
+               std::to_string(i) + "] (" + std::to_string(v) + ") must be a positive number";
+      }
+    }
+  }
+  s.pairs = static_cast<int>(short_factor.size());
+  for (size_t i = 0; i < short_factor.size(); ++i) {
+    s.short_factor[i] = static_cast<float>(short_factor[i]);
+    s.long_factor[i] = static_cast<float>(long_factor[i]);
+  }
+  return "";
+}
+inline std::vector<double> rope_factors(const RopeScaling& s, bool long_ones) {
+  const float* f = long_ones ? s.long_factor : s.short_factor;
+  return std::vector<double>(f, f + s.pairs);
+}
+
+// Why `s` cannot scale a head of `head_dim` dimensions (naming each value),
+// or "" when it can: every kind needs factor >= 1 (longrope > 0: its
+// factor only sets the attention factor); llama3 0 < low_freq_factor <
+// high_freq_factor; llama3, yarn and longrope an original context > 0;
+// yarn beta_fast > beta_slow > 0; yarn and longrope attention_factor >= 0;
+// longrope a factor per pair of the head. (Host only.)
+inline std::string rope_scaling_problem(const RopeScaling& s, int64_t head_dim) {
   if (s.kind == RopeScaling::Kind::None) return "";
   const std::string name = rope_scaling_name(s.kind);
+  if (s.kind == RopeScaling::Kind::LongRope) {
+    if (!(s.factor > 0.0) || !std::isfinite(s.factor) || !(s.original_seq_len > 1.0) ||
+        !(s.attention_factor >= 0.0) || !std::isfinite(s.attention_factor)) {
+      return "longrope scaling needs factor > 0 (got " + std::to_string(s.factor) +
+             "), original_max_position_embeddings > 1 (" + std::to_string(s.original_seq_len) +
+             ") and attention_factor >= 0 (" + std::to_string(s.attention_factor) + ")";
+    }
+    if (2 * static_cast<int64_t>(s.pairs) != head_dim) {
+      return "longrope scaling has " + std::to_string(s.pairs) +
+             " short_factor and long_factor values, but a head of " + std::to_string(head_dim) +
+             " dimensions has " + std::to_string(head_dim / 2) + " pairs";
+    }
+    return "";
+  }
   if (!(s.factor >= 1.0) || !std::isfinite(s.factor))
     return name + " scaling needs factor >= 1 (got " + std::to_string(s.factor) + ")";
   if (s.kind == RopeScaling::Kind::Llama3 &&

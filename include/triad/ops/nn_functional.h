@@ -95,7 +95,10 @@ Tensor cached_attention(const Tensor& qkv, const Tensor& k_cache, const Tensor& 
 // key/value-cache step starts past the cached tokens). Grouped-query
 // layouts (see causal_attention) rotate their n_head query heads and
 // n_kv_head key heads alike. `scaling` (LLaMA 3.1's "llama3") changes the
-// frequencies as core/rope_scaling.h says.
+// frequencies as core/rope_scaling.h says; longrope takes its long factors
+// when start + T, one past the pass's last position, is beyond its
+// original context (with positions given, the rows' length stands for
+// them: exact for left-padded rows, a bound for packed documents).
 Tensor rotary_embedding(const Tensor& qkv, AttentionHeads heads, const Tensor& positions = {},
                         int64_t start = 0, double theta = 10000.0, const RopeScaling& scaling = {});
 
