@@ -1247,6 +1247,26 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
   return parse_config(io::read_text_file(path, "config file"), overrides, path);
 }
 
+namespace {
+
+// data.val, eval.choices and eval.lambada as get_named_paths reads them:
+// `key` and one unnamed set's path, or a mapping of the sets' names to
+// their paths (nothing for no sets).
+template <class Set>
+void emit_named_paths(YAML::Emitter& e, const char* key, const std::vector<Set>& sets) {
+  if (sets.empty()) return;
+  e << YAML::Key << key << YAML::Value;
+  if (sets.size() == 1 && sets.front().name.empty()) {
+    e << sets.front().path;
+    return;
+  }
+  e << YAML::BeginMap;
+  for (const auto& set : sets) e << YAML::Key << set.name << YAML::Value << set.path;
+  e << YAML::EndMap;
+}
+
+}  // namespace
+
 std::string to_yaml(const Config& c) {
   YAML::Emitter e;
   e << YAML::BeginMap;
@@ -1358,13 +1378,7 @@ std::string to_yaml(const Config& c) {
     }
     e << YAML::EndSeq;
   }
-  if (c.data_val.size() == 1 && c.data_val.front().name.empty()) {
-    e << YAML::Key << "val" << YAML::Value << c.data_val.front().path;
-  } else if (!c.data_val.empty()) {
-    e << YAML::Key << "val" << YAML::Value << YAML::BeginMap;
-    for (const auto& set : c.data_val) e << YAML::Key << set.name << YAML::Value << set.path;
-    e << YAML::EndMap;
-  }
+  emit_named_paths(e, "val", c.data_val);
   if (c.data_val_split > 0) e << YAML::Key << "val_split" << YAML::Value << c.data_val_split;
   e << YAML::Key << "shuffle" << YAML::Value << c.data_shuffle;
   e << YAML::Key << "eod_token" << YAML::Value << c.model.eod_token;
@@ -1417,29 +1431,13 @@ std::string to_yaml(const Config& c) {
       << YAML::Value << c.eval.interval;
     if (c.has_validation()) e << YAML::Key << "batches" << YAML::Value << c.eval.batches;
     if (!c.eval.choices.empty()) {
-      e << YAML::Key << "choices" << YAML::Value;
-      if (c.eval.choices.size() == 1 && c.eval.choices.front().name.empty()) {
-        e << c.eval.choices.front().path;
-      } else {
-        e << YAML::BeginMap;
-        for (const auto& set : c.eval.choices)
-          e << YAML::Key << set.name << YAML::Value << set.path;
-        e << YAML::EndMap;
-      }
+      emit_named_paths(e, "choices", c.eval.choices);
       e << YAML::Key << "choices_limit" << YAML::Value << c.eval.choices_limit;
       e << YAML::Key << "choices_fewshot" << YAML::Value << c.eval.choices_fewshot;
       e << YAML::Key << "hellaswag_prompt" << YAML::Value << c.eval.hellaswag_prompt;
     }
     if (!c.eval.lambada.empty()) {
-      e << YAML::Key << "lambada" << YAML::Value;
-      if (c.eval.lambada.size() == 1 && c.eval.lambada.front().name.empty()) {
-        e << c.eval.lambada.front().path;
-      } else {
-        e << YAML::BeginMap;
-        for (const auto& set : c.eval.lambada)
-          e << YAML::Key << set.name << YAML::Value << set.path;
-        e << YAML::EndMap;
-      }
+      emit_named_paths(e, "lambada", c.eval.lambada);
       e << YAML::Key << "lambada_limit" << YAML::Value << c.eval.lambada_limit;
     }
     if (!c.eval.samples.empty()) {

@@ -2000,31 +2000,25 @@ std::vector<StepMetrics> Trainer::run() {
                        (dataset_->share(c) * static_cast<double>(config_.train.global_batch_size)));
     }
   }
+  // What each evaluation reads, and when.
+  const std::string when =
+      config_.eval.interval > 0
+          ? "every " + std::to_string(config_.eval.interval) + " steps and at the end"
+          : std::string("after the last step");
+  const std::string share =
+      dp_ > 1 ? fmt::format(" (each data-parallel rank scores about 1/{})", dp_) : std::string();
   for (const auto& set : choices_) {
-    spdlog::info(
-        "choices{}: {} questions of {}{}, {}", set.name.empty() ? "" : " set " + set.name,
-        set.total, set.path,
-        dp_ > 1 ? fmt::format(" (each data-parallel rank scores about 1/{})", dp_) : std::string(),
-        config_.eval.interval > 0
-            ? "every " + std::to_string(config_.eval.interval) + " steps and at the end"
-            : std::string("after the last step"));
+    spdlog::info("choices{}: {} questions of {}{}, {}", set.name.empty() ? "" : " set " + set.name,
+                 set.total, set.path, share, when);
   }
   for (const auto& set : lambada_) {
-    spdlog::info(
-        "lambada{}: {} texts of {}{}, {}", set.name.empty() ? "" : " set " + set.name, set.total,
-        set.path,
-        dp_ > 1 ? fmt::format(" (each data-parallel rank scores about 1/{})", dp_) : std::string(),
-        config_.eval.interval > 0
-            ? "every " + std::to_string(config_.eval.interval) + " steps and at the end"
-            : std::string("after the last step"));
+    spdlog::info("lambada{}: {} texts of {}{}, {}", set.name.empty() ? "" : " set " + set.name,
+                 set.total, set.path, share, when);
   }
   for (const auto& v : val_) {
     spdlog::info("validation{}: {} global batches ({} tokens) of {}, {}",
                  v.name.empty() ? "" : " set " + v.name, v.batches,
-                 v.batches * config_.train.global_batch_size * config_.model.seq_len, v.path,
-                 config_.eval.interval > 0
-                     ? "every " + std::to_string(config_.eval.interval) + " steps and at the end"
-                     : std::string("after the last step"));
+                 v.batches * config_.train.global_batch_size * config_.model.seq_len, v.path, when);
   }
   std::vector<StepMetrics> out;
   double total_ms = 0;

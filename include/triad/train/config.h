@@ -141,11 +141,7 @@ struct EvalSection {
   // --lambada asks: the share greedy decoding gets right and the words'
   // perplexity. One file (no name) or several by name, like choices; the
   // first lambada_limit texts of each (0: all).
-  struct LambadaSet {
-    std::string name;
-    std::string path;
-    bool operator==(const LambadaSet&) const = default;
-  };
+  using LambadaSet = ChoiceSet;  // (a name and a path alike)
   std::vector<LambadaSet> lambada;
   int64_t lambada_limit = 0;
   // How HellaSwag's lines are asked: "llmc" (as they stand) or "harness"
