@@ -14,10 +14,11 @@
 namespace triad::kernels {
 
 // out = qkv with, in each of the n_head + n_kv_head heads of q and k (head
-// dim D, even), elements i and i + D/2 turned by
-// sign * position * rope_frequency(i, D, theta, scaling) (theta^(-2i/D)
-// unscaled), sign -1 when `inverse` (the backward
-// pass). Token (b, t)'s position is positions[b * T + t] (i64) or, with
+// dim D, even), elements i and i + R/2 turned by
+// sign * position * rope_frequency(i, D, theta, scaling) (theta^(-2i/R)
+// unscaled), sign -1 when `inverse` (the backward pass), R the dimensions
+// that turn (scaling.turned(D): the head's, or its first rotary_dim) and
+// the head's others copied. Token (b, t)'s position is positions[b * T + t] (i64) or, with
 // positions null, start + t. cos and sin are taken in f64 and rounded to
 // the compute type (f32 for bf16/f16), as the CPU backend does. f32, f64,
 // bf16, f16; qkv and out contiguous and distinct.

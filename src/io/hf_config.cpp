@@ -18,6 +18,10 @@ using Json = nlohmann::json;
 class Keys {
  public:
   Keys(const Json& j, std::string source) : j_(j), source_(std::move(source)) {}
+  // A value out of its range, named with the file and the key.
+  [[noreturn]] void bad(const char* key, const std::string& expected) const {
+    throw ConfigError(source_ + ": '" + key + "' (" + j_.at(key).dump() + ") " + expected);
+  }
 
   bool has(const char* key) const { return j_.contains(key) && !j_.at(key).is_null(); }
   // Whether the file names the key at all (null included).
@@ -208,11 +212,6 @@ nn::GptConfig llama_config(const Keys& k, const std::string& type) {
   }
   if (!gemma && k.text("hidden_act", "silu") != "silu")
     k.unsupported("hidden_act", "Triad's gated MLP is SwiGLU (silu)");
-  // Phi-3: LLaMA's blocks with fused projections (the weights' reader
-  // takes qkv_proj and gate_up_proj) and Mistral's window. A partial
-  // rotation (Phi-4-mini's) is not Triad's RoPE.
-  if (type == "phi3" && k.number("partial_rotary_factor", 1.0) != 1.0)
-    k.unsupported("partial_rotary_factor", "Triad rotates every dimension of a head");
   if (k.boolean("attention_bias", false))
     k.unsupported("attention_bias", "Triad's LLaMA blocks have no attention biases");
   if (k.boolean("mlp_bias", false))
@@ -221,6 +220,17 @@ nn::GptConfig llama_config(const Keys& k, const std::string& type) {
   // hidden_size / num_attention_heads is no different from its absence.
   if (k.has("head_dim") && k.integer("head_dim") * c.n_head != c.d_model)
     c.head_size = k.integer("head_dim");
+  // Phi-3: LLaMA's blocks with fused projections (the weights' reader
+  // takes qkv_proj and gate_up_proj) and Mistral's window; Phi-4-mini's
+  // partial rotation turns the first int(head_dim * partial_rotary_factor)
+  // dimensions of each head, as Hugging Face's Phi3 does.
+  if (type == "phi3" && k.has("partial_rotary_factor")) {
+    const double f = k.number("partial_rotary_factor", 1.0);
+    if (!(f > 0.0 && f <= 1.0))
+      k.bad("partial_rotary_factor", "must be a share of the head in (0, 1]");
+    const auto dims = static_cast<int64_t>(static_cast<double>(c.head_dim()) * f);
+    if (dims != c.head_dim()) c.rope_dim = dims;  // (validate() names an odd one)
+  }
   // Gemma 2's and 3's attention scale 1 / sqrt(query_pre_attn_scalar)
   // (27B's 168 and 144, d_model / n_head, against heads of 128); the head
   // dimension's is no different from its absence.

@@ -53,6 +53,7 @@ std::string llama_misfit(const nn::GptConfig& c, const std::string& type) {
   };
   const bool gemma = is_gemma(type), sandwich = type == "gemma2" || type == "gemma3_text";
   add(!c.rotary(), "model.position_embedding is not rope");
+  add(c.rope_dim > 0, "model.rope_dim turns part of each head (these classes turn it whole)");
   if (gemma) {
     const double root = std::sqrt(static_cast<double>(c.d_model));
     add(c.activation != nn::Activation::GeGlu, "model.activation is not geglu");

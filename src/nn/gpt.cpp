@@ -195,6 +195,20 @@ void GptConfig::validate() const {
                         "model.position_embedding rope");
     }
   }
+  if (rope_dim != 0) {
+    if (!rotary() || rope_dim < 2 || rope_dim > head_dim() || rope_dim % 2 != 0) {
+      throw ConfigError("model.rope_dim (" + std::to_string(rope_dim) +
+                        ") must be an even number of dimensions, at most head_dim " +
+                        std::to_string(head_dim()) +
+                        ", under model.position_embedding rope (0: the whole head)");
+    }
+    if (query_pre_attn_scalar > 0.0) {
+      throw ConfigError(
+          "model.rope_dim (" + std::to_string(rope_dim) +
+          ") with model.query_pre_attn_scalar: the scalar rescales q and k through the rotation, "
+          "which a partial rotation would apply to the turned dimensions alone");
+    }
+  }
   if (rope_local_theta != 0.0) {
     if (!(rope_local_theta > 0.0) || !std::isfinite(rope_local_theta)) {
       throw ConfigError("model.rope_local_theta (" + std::to_string(rope_local_theta) +
@@ -213,7 +227,9 @@ void GptConfig::validate() const {
                         ") must be a positive number (or 0: no soft-capping)");
     }
   }
-  if (const std::string why = rope_scaling_problem(rope_scaling, head_dim()); !why.empty())
+  RopeScaling turned = rope_scaling;  // (longrope's factors are the turned pairs')
+  turned.rotary_dim = rope_dim;
+  if (const std::string why = rope_scaling_problem(turned, head_dim()); !why.empty())
     throw ConfigError("model.rope_scaling: " + why);
   if (!(layer_norm_eps > 0.0) || !std::isfinite(layer_norm_eps)) {
     throw ConfigError("model.norm_eps (" + std::to_string(layer_norm_eps) +
@@ -246,6 +262,7 @@ int64_t GptConfig::window_of(int64_t layer) const {
 GptConfig::Rope GptConfig::rope_of(int64_t layer) const {
   Rope r{rope_theta, rope_scaling};
   if (rope_local_theta > 0.0 && window_of(layer) > 0) r = {rope_local_theta, RopeScaling{}};
+  r.scaling.rotary_dim = rope_dim;
   // Scores q.k / sqrt(D) become q.k / sqrt(s) when q and k each grow by
   // (D / s)^(1/4).
   if (query_pre_attn_scalar > 0.0)

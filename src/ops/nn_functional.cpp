@@ -396,6 +396,12 @@ Tensor rotary_embedding(const Tensor& qkv, AttentionHeads heads, const Tensor& p
     throw ValueError("rotary_embedding: theta (" + std::to_string(theta) +
                      ") must be a positive number");
   }
+  if (requested.rotary_dim != 0 &&
+      (requested.rotary_dim < 2 || requested.rotary_dim > D || requested.rotary_dim % 2 != 0)) {
+    throw ValueError("rotary_embedding: rotary_dim (" + std::to_string(requested.rotary_dim) +
+                     ") must be an even number of the head's " + std::to_string(D) +
+                     " dimensions (0: all)");
+  }
   if (const std::string why = rope_scaling_problem(requested, D); !why.empty())
     throw ValueError("rotary_embedding: " + why);
   // longrope's factors are the pass's: long ones when its last position,

@@ -775,6 +775,7 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
       {"lora", {false, [&](auto& v, auto& k) { m.lora = get_lora(v, k); }}},
       {"rope_local_theta",
        {false, [&](auto& v, auto& k) { m.rope_local_theta = get_double(v, k); }}},
+      {"rope_dim", {false, [&](auto& v, auto& k) { m.rope_dim = get_int(v, k); }}},
       {"query_pre_attn_scalar",
        {false, [&](auto& v, auto& k) { m.query_pre_attn_scalar = get_double(v, k); }}},
       {"attn_logit_softcap",
@@ -1314,6 +1315,7 @@ std::string to_yaml(const Config& c) {
   }
   if (c.model.rope_local_theta > 0.0)
     e << YAML::Key << "rope_local_theta" << YAML::Value << c.model.rope_local_theta;
+  if (c.model.rope_dim > 0) e << YAML::Key << "rope_dim" << YAML::Value << c.model.rope_dim;
   if (c.model.query_pre_attn_scalar > 0.0)
     e << YAML::Key << "query_pre_attn_scalar" << YAML::Value << c.model.query_pre_attn_scalar;
   if (c.model.attn_logit_softcap > 0.0)

@@ -946,6 +946,20 @@ TEST(CudaKernels, PackedAndElementwisePathsMatchTheCpu) {
         },
         [](const std::vector<Tensor>& x) { return rotary_embedding(x[0], 3, {}, 5); }));
   }
+  // Partial rotations: Phi-4-mini's 96 of 128 (packs over both parts) and 6
+  // of 8 (a turned half no pack divides).
+  for (const auto& [D, R] : {std::pair<int64_t, int64_t>{128, 96}, {8, 6}}) {
+    add_cases(both(
+        "rotary_embedding_D" + std::to_string(D) + "_R" + std::to_string(R),
+        [D](DType d) {
+          return std::vector<Tensor>{randn({2, 11, 3 * 3 * D}, 9, 17, 1.0, d)};
+        },
+        [R](const std::vector<Tensor>& x) {
+          RopeScaling s;
+          s.rotary_dim = R;
+          return rotary_embedding(x[0], 3, {}, 5, 10000.0, s);
+        }));
+  }
   for (int64_t C : {int64_t{768}, int64_t{36}}) {  // packs of 8 and 4, of 4 only
     add_cases(both(
         "embedding_C" + std::to_string(C),

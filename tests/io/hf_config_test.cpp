@@ -402,12 +402,49 @@ TEST(HfConfig, Phi3ConfigIsLlamasBlocksWithMistralsWindow) {
   // o (3072 x 3072), gate_up (16384 x 3072), down (3072 x 8192) and two
   // norms, plus the embedding, the head and the final norm.
   EXPECT_EQ(c.num_parameters(), 3'821'079'552);
-  // Phi-4-mini's partial rotation is named.
+  // A partial_rotary_factor out of (0, 1] is named.
   try {
-    gpt_config_from_hf(edited(kPhi3Mini, "partial_rotary_factor", "0.75"), "phi3/config.json");
-    FAIL() << "a partial rotation accepted";
+    gpt_config_from_hf(edited(kPhi3Mini, "partial_rotary_factor", "1.5"), "phi3/config.json");
+    FAIL() << "a rotation of 1.5 heads accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("'partial_rotary_factor' (1.5) must be a share of the "
+                                         "head in (0, 1]"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+// Phi-4-mini's config.json: Phi-3's blocks with 24 query heads of 128 over 8
+// key/value heads, a tied head, three quarters of each head turned
+// (partial_rotary_factor) and longrope's factors for those 48 pairs.
+TEST(HfConfig, Phi4MiniTurnsThreeQuartersOfEachHead) {
+  nlohmann::json j = nlohmann::json::parse(kPhi3Mini);
+  j["num_attention_heads"] = 24;
+  j["num_key_value_heads"] = 8;
+  j["vocab_size"] = 200064;
+  j["tie_word_embeddings"] = true;
+  j["partial_rotary_factor"] = 0.75;
+  j["max_position_embeddings"] = 131072;
+  j["sliding_window"] = 262144;
+  nlohmann::json factors = nlohmann::json::array();
+  for (int i = 0; i < 48; ++i) factors.push_back(1.0 + 0.5 * i);
+  j["rope_scaling"] = {{"type", "longrope"}, {"short_factor", factors}, {"long_factor", factors}};
+  const nn::GptConfig c = gpt_config_from_hf(j.dump(), "phi4/config.json");
+  EXPECT_EQ(c.head_dim(), 128);
+  EXPECT_EQ(c.rope_dim, 96);
+  EXPECT_EQ(c.rope_of(0).scaling.rotary_dim, 96);
+  EXPECT_EQ(c.rope_scaling.pairs, 48);
+  EXPECT_TRUE(c.tie_embeddings);
+  // Hugging Face's count for Phi-4-mini-instruct (3.84B).
+  EXPECT_EQ(c.num_parameters(), 3'836'021'760);
+  // No Hugging Face LLaMA-family class turns part of a head: triad-export
+  // says so rather than write a model that computes something else.
+  try {
+    hf_config_json(c);
+    FAIL() << "a partial rotation exported";
   } catch (const NotSupportedError& e) {
-    EXPECT_NE(std::string(e.what()).find("'partial_rotary_factor' (0.75)"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("model.rope_dim turns part of each head"),
+              std::string::npos)
         << e.what();
   }
 }
@@ -472,7 +509,7 @@ TEST(HfConfig, Phi3LongRopeScaling) {
     FAIL() << "2 factors for 48 pairs accepted";
   } catch (const ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find("longrope scaling has 2 short_factor and long_factor "
-                                         "values, but a head of 96 dimensions has 48 pairs"),
+                                         "values, but a head turning 96 dimensions has 48 pairs"),
               std::string::npos)
         << e.what();
   }

@@ -220,6 +220,73 @@ TEST(RopeScaling, LongRopeTakesThePassesFactorsAndScalesTheLogits) {
   }
 }
 
+// A partial rotation: each head's first rotary_dim dimensions turn as a
+// head of that width would (pairs (i, i + R/2), frequencies theta^(-2i/R),
+// scaled by the amplitude), the others pass through untouched; a rotary_dim
+// that is odd or wider than the head is refused.
+TEST(RopeScaling, APartialRotationTurnsTheHeadsFirstDimensionsOnly) {
+  const int64_t T = 3, D = 8, R = 4;
+  const AttentionHeads heads{2, 1};
+  RopeScaling s;
+  s.kind = RopeScaling::Kind::Yarn;
+  s.factor = 4.0;
+  s.original_seq_len = 4.0;
+  s.rotary_dim = R;
+  RopeScaling whole = s;
+  whole.rotary_dim = 0;
+  EXPECT_EQ(rope_frequency(1, D, 30.0, s), rope_frequency(1, R, 30.0, whole));
+  const Tensor qkv = randn({1, T, 4 * D}, 12, 1, 1.0, DType::F64);
+  const std::vector<double> in = to_double_vector(qkv);
+  const std::vector<double> got = to_double_vector(rotary_embedding(qkv, heads, {}, 2, 30.0, s));
+  const double m = rope_amplitude(s);
+  for (int64_t t = 0; t < T; ++t) {
+    const size_t row = static_cast<size_t>(t * 4 * D);
+    for (int64_t h = 0; h < 3; ++h) {
+      for (int64_t i = 0; i < R / 2; ++i) {
+        const double a = static_cast<double>(2 + t) * rope_frequency(i, R, 30.0, whole);
+        const size_t x1 = row + h * D + i, x2 = x1 + R / 2;
+        ASSERT_NEAR(got[x1], m * (in[x1] * std::cos(a) - in[x2] * std::sin(a)), 1e-12);
+        ASSERT_NEAR(got[x2], m * (in[x2] * std::cos(a) + in[x1] * std::sin(a)), 1e-12);
+      }
+      for (int64_t d = R; d < D; ++d) ASSERT_EQ(got[row + h * D + d], in[row + h * D + d]);
+    }
+    for (int64_t d = 3 * D; d < 4 * D; ++d) ASSERT_EQ(got[row + d], in[row + d]);
+  }
+  for (const int64_t bad : {3, 10, -2}) {
+    RopeScaling b = s;
+    b.rotary_dim = bad;
+    try {
+      rotary_embedding(qkv, heads, {}, 0, 30.0, b);
+      FAIL() << "rotary_dim " << bad << " accepted";
+    } catch (const ValueError& e) {
+      EXPECT_NE(std::string(e.what()).find("rotary_dim (" + std::to_string(bad) +
+                                           ") must be an even number of the head's 8 dimensions"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+  // A model of rope_dim: its layers turn that much of each head; an odd,
+  // too wide or unrotated one is named.
+  GptConfig cfg;
+  cfg.n_layer = 1;
+  cfg.n_head = 2;
+  cfg.d_model = 16;
+  cfg.vocab_size = 11;
+  cfg.seq_len = 8;
+  cfg.position_embedding = PositionEmbedding::Rotary;
+  cfg.rope_dim = 4;
+  cfg.validate();
+  EXPECT_EQ(cfg.rope_of(0).scaling.rotary_dim, 4);
+  for (const int64_t bad : {5, 10}) {
+    GptConfig b = cfg;
+    b.rope_dim = bad;
+    EXPECT_THROW(b.validate(), ConfigError) << bad;
+  }
+  GptConfig learned = cfg;
+  learned.position_embedding = PositionEmbedding::Learned;
+  EXPECT_THROW(learned.validate(), ConfigError);
+}
+
 TEST(RopeScaling, ModelConfigIsChecked) {
   GptConfig c{.n_layer = 1, .n_head = 2, .d_model = 16, .vocab_size = 11, .seq_len = 8};
   c.position_embedding = PositionEmbedding::Rotary;

@@ -443,6 +443,21 @@ inline std::vector<OpCase> op_cases() {
                  s.original_seq_len = 32.0;
                  return rotary_embedding(x[0], AttentionHeads{2, 1}, {}, 300, 30.0, s);
                }});
+  // A partial rotation (Phi-4-mini's): each head's first 4 of 8 dimensions
+  // turn as a 4-wide head's, the other 4 pass through; with yarn's scaling,
+  // on the turned ones alone.
+  c.push_back({"rotary_embedding_partial_R4_B2_T5_C16_NH2_KV1",
+               [](DType d) {
+                 return std::vector<Tensor>{rnd({2, 5, 32}, d, 1)};
+               },
+               [](const std::vector<Tensor>& x) {
+                 RopeScaling s;
+                 s.kind = RopeScaling::Kind::Yarn;
+                 s.factor = 4.0;
+                 s.original_seq_len = 4.0;
+                 s.rotary_dim = 4;
+                 return rotary_embedding(x[0], AttentionHeads{2, 1}, {}, 7, 30.0, s);
+               }});
   // longrope: each pair slowed by its own factor, the short ones within the
   // original context and the long ones past it, and scaled alike.
   for (const int64_t start : {int64_t{0}, int64_t{300}}) {

@@ -389,17 +389,20 @@ TEST_F(Gpt2Parity, YarnRopeScalingLogitsAndGradients) {
 // pass of 16 positions over an original context of 8 takes the long factors,
 // over 16 the short ones, and q and k are scaled by the attention factor,
 // against Hugging Face's rule written out in PyTorch.
+// Phi-4-mini's partial rotation ("partial": half of each head turned, with
+// longrope's factors for its pairs) too.
 TEST_F(Gpt2Parity, LongRopeScalingLogitsAndGradients) {
-  for (const std::string key : {"longrope", "longrope_short"}) {
+  for (const std::string key : {"longrope", "longrope_short", "partial"}) {
     SCOPED_TRACE(key);
     nn::GptConfig cfg = llama_style();
+    if (key == "partial") cfg.rope_dim = cfg_["partial_rope_dim"];
     const auto& entry = cfg_[key + "_scaling"];
     ASSERT_EQ(entry["rope_type"], "longrope");
     cfg.rope_scaling = scaling(key + "_scaling", RopeScaling::Kind::LongRope);
     ASSERT_EQ(set_rope_factors(cfg.rope_scaling, entry["short_factor"].get<std::vector<double>>(),
                                entry["long_factor"].get<std::vector<double>>()),
               "");
-    ASSERT_EQ(cfg.rope_scaling.original_seq_len, key == "longrope" ? 8.0 : 16.0);
+    ASSERT_EQ(cfg.rope_scaling.original_seq_len, key == "longrope_short" ? 16.0 : 8.0);
     nn::Gpt model(cfg, 1);
     io::load_gpt2_safetensors(model, ref_dir() + "/" + key + "_model.safetensors");
     expect_step_zero_matches(model, ref_, key + ".");

@@ -106,6 +106,10 @@ def yarn_inv_freq_and_factor(D, theta, s):
 LONGROPE_SCALING = dict(rope_type="longrope", factor=4.0, original_max_position_embeddings=8,
                         short_factor=[1.0, 1.25, 2.0, 3.5], long_factor=[1.5, 2.5, 6.0, 12.0])
 LONGROPE_SHORT_SCALING = dict(LONGROPE_SCALING, original_max_position_embeddings=16)
+# Phi-4-mini's partial rotation at this size: the first 4 of each head's 8
+# dimensions turn (2 pairs, so 2 longrope factors each).
+PARTIAL_ROPE_DIM = 4
+PARTIAL_LONGROPE_SCALING = dict(LONGROPE_SCALING, short_factor=[1.0, 2.5], long_factor=[1.5, 7.0])
 
 
 def longrope_inv_freq_and_factor(D, theta, T, s):
@@ -156,8 +160,11 @@ class Gpt(torch.nn.Module):
                  tie=True, kv_heads=None, window=None, rope_scaling=None, qkv_bias=False,
                  head_dim=None, qk_norm=False, full_layers=(), geglu=False, embed_scale=None,
                  norm_offset=False, post_norms=False, rope_local_theta=None, attn_scalar=None,
-                 attn_softcap=None, final_softcap=None):
+                 attn_softcap=None, final_softcap=None, rope_dim=None):
         super().__init__()
+        # Phi-4-mini's partial rotation: each head's first rope_dim dimensions
+        # turn (as Hugging Face's Phi3 splits q and k), the rest pass through.
+        self.rope_dim = rope_dim
         # Gemma 2's soft caps: scores and logits pass through cap * tanh(x / cap).
         self.attn_softcap, self.final_softcap = attn_softcap, final_softcap
         # Gemma 2's and 3's query_pre_attn_scalar: scores over sqrt(this), not sqrt(D).
@@ -245,8 +252,9 @@ class Gpt(torch.nn.Module):
                 theta, scaling = self.rope_theta, self.rope_scaling
                 if self.rope_local_theta is not None and layer not in self.full_layers:
                     theta, scaling = self.rope_local_theta, None
-                q = rotate(q, theta, scaling)
-                k = rotate(k, theta, scaling)
+                R = self.rope_dim or D
+                q = torch.cat([rotate(q[..., :R], theta, scaling), q[..., R:]], dim=-1)
+                k = torch.cat([rotate(k[..., :R], theta, scaling), k[..., R:]], dim=-1)
             # Grouped-query attention as Hugging Face's LLaMA runs it: each
             # key/value head repeated for the NH / NKV query heads after it.
             k, v = (t.repeat_interleave(NH // NKV, dim=1) for t in (k, v))
@@ -526,10 +534,13 @@ def main():
     save_model(yarn, os.path.join(out, "yarn_model.safetensors"))
     record_step_zero(yarn, x, y, "yarn.", ref)
     # Phi-3's long context: the LLaMA-style model with longrope, its long
-    # factors and then its short ones, step 0.
-    for key, scaling in (("longrope", LONGROPE_SCALING), ("longrope_short", LONGROPE_SHORT_SCALING)):
+    # factors and then its short ones, step 0; Phi-4-mini's: half of each
+    # head turned (PARTIAL_ROPE_DIM), with longrope's factors for its pairs.
+    for key, scaling, rope_dim in (("longrope", LONGROPE_SCALING, None),
+                                   ("longrope_short", LONGROPE_SHORT_SCALING, None),
+                                   ("partial", PARTIAL_LONGROPE_SCALING, PARTIAL_ROPE_DIM)):
         phi = Gpt(CFG, ROPE_THETA, SWIGLU_FFN, rms_norm=True, bias=False, tie=False,
-                  kv_heads=LLAMA_KV_HEADS, rope_scaling=scaling)
+                  kv_heads=LLAMA_KV_HEADS, rope_scaling=scaling, rope_dim=rope_dim)
         save_model(phi, os.path.join(out, key + "_model.safetensors"))
         record_step_zero(phi, x, y, key + ".", ref)
     # Qwen3's: the LLaMA-style model with RMSNorm over each query and key
@@ -596,6 +607,7 @@ def main():
                    "llama3_scaling": LLAMA3_SCALING, "yarn_scaling": YARN_SCALING,
                    "longrope_scaling": LONGROPE_SCALING,
                    "longrope_short_scaling": LONGROPE_SHORT_SCALING,
+                   "partial_scaling": PARTIAL_LONGROPE_SCALING, "partial_rope_dim": PARTIAL_ROPE_DIM,
                    "qwen3_head_dim": QWEN3_HEAD_DIM, "gemma3_local_theta": GEMMA3_LOCAL_THETA,
                    "gemma3_attn_scalar": GEMMA3_ATTN_SCALAR,
                    "gemma2_attn_softcap": GEMMA2_ATTN_SOFTCAP,

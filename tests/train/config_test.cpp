@@ -921,7 +921,7 @@ TEST(Config, RopeScalingParsesRoundTripsAndIsChecked) {
                        "original_max_position_embeddings: 16, short_factor: [1, 1], "
                        "long_factor: [1, 2]}"},
                       "model.rope_scaling: longrope scaling has 2 short_factor and long_factor "
-                      "values, but a head of 8 dimensions has 4 pairs");
+                      "values, but a head turning 8 dimensions has 4 pairs");
   expect_config_error(kValid,
                       {"model.rope_scaling={type: longrope, factor: 32, "
                        "original_max_position_embeddings: 16, short_factor: [1, 1]}"},
@@ -941,6 +941,20 @@ TEST(Config, RopeScalingParsesRoundTripsAndIsChecked) {
                        "long_factor: [1]}"},
                       "model.rope_scaling.original_max_position_embeddings is required with type "
                       "longrope");
+}
+
+TEST(Config, RopeDimParsesRoundTripsAndIsChecked) {
+  EXPECT_EQ(parse_config(kValid).model.rope_dim, 0);
+  const Config c = parse_config(kValid, {"model.position_embedding=rope", "model.rope_dim=6"});
+  EXPECT_EQ(c.model.rope_dim, 6);
+  EXPECT_EQ(parse_config(to_yaml(c)).model.rope_dim, 6);
+  expect_config_error(
+      kValid, {"model.position_embedding=rope", "model.rope_dim=5"},
+      "model.rope_dim (5) must be an even number of dimensions, at most head_dim 8");
+  expect_config_error(kValid, {"model.position_embedding=rope", "model.rope_dim=10"},
+                      "model.rope_dim (10) must be an even number");
+  expect_config_error(kValid, {"model.rope_dim=4"},
+                      "under model.position_embedding rope (0: the whole head)");
 }
 
 TEST(Config, SlidingWindowParsesRoundTripsAndIsChecked) {

@@ -234,8 +234,9 @@ class Backend {
   // LLaMA) of the q and k parts of qkv (B, T, (q + 2 kv) D), D even; the v
   // part is copied. Token (b, t) sits at positions[b, t] ((B, T)
   // i64 on qkv's device) or, with positions undefined, at start + t. In each
-  // head, elements i and i + D/2 (i < D/2) turn by the angle
-  // position * rope_frequency(i, D, theta, scaling) (theta^(-2i/D)
+  // head, elements i and i + R/2 (i < R/2; R = scaling.turned(D), the whole
+  // head or its first rotary_dim dimensions, the rest copied) turn by the
+  // angle position * rope_frequency(i, D, theta, scaling) (theta^(-2i/R)
   // unscaled); `inverse` turns them back (the backward pass: the rotation's
   // transpose). cos and sin are taken in f64.
   virtual void rotary_embedding(const Tensor& qkv, const AttentionHeads& heads,

@@ -60,7 +60,17 @@ struct RopeScaling {
   // root of the attention scores' rescaling (GptConfig::rope_of sets it
   // for model.query_pre_attn_scalar). Not a key of rope_scaling.
   double amplitude = 1.0;
+  // The head's first rotary_dim dimensions turn, as pairs (i, i +
+  // rotary_dim / 2), at the frequencies of a rotary_dim-wide head; the rest
+  // pass through (Phi-4-mini's partial rotation); 0: the whole head.
+  // Whatever the kind, like amplitude (GptConfig::rope_of sets it for
+  // model.rope_dim). Not a key of rope_scaling.
+  int64_t rotary_dim = 0;
   bool scaled() const { return kind != Kind::None; }
+  // The dimensions that turn in a head of head_dim.
+  TRIAD_ROPE_HD int64_t turned(int64_t head_dim) const {
+    return rotary_dim > 0 ? rotary_dim : head_dim;
+  }
   // This scaling for a forward pass whose last position is `end` - 1:
   // longrope takes its long factors when end > original_seq_len, its short
   // ones otherwise; the other kinds do not depend on it.
@@ -71,8 +81,9 @@ struct RopeScaling {
   }
 };
 
-TRIAD_ROPE_HD inline double rope_frequency(int64_t i, int64_t D, double theta,
+TRIAD_ROPE_HD inline double rope_frequency(int64_t i, int64_t head_dim, double theta,
                                            const RopeScaling& s) {
+  const int64_t D = s.turned(head_dim);
   const double f = pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(D));
   switch (s.kind) {
     case RopeScaling::Kind::None:
@@ -231,10 +242,11 @@ inline std::string rope_scaling_problem(const RopeScaling& s, int64_t head_dim) 
              "), original_max_position_embeddings > 1 (" + std::to_string(s.original_seq_len) +
              ") and attention_factor >= 0 (" + std::to_string(s.attention_factor) + ")";
     }
-    if (2 * static_cast<int64_t>(s.pairs) != head_dim) {
+    if (2 * static_cast<int64_t>(s.pairs) != s.turned(head_dim)) {
       return "longrope scaling has " + std::to_string(s.pairs) +
-             " short_factor and long_factor values, but a head of " + std::to_string(head_dim) +
-             " dimensions has " + std::to_string(head_dim / 2) + " pairs";
+             " short_factor and long_factor values, but a head turning " +
+             std::to_string(s.turned(head_dim)) + " dimensions has " +
+             std::to_string(s.turned(head_dim) / 2) + " pairs";
     }
     return "";
   }

@@ -121,6 +121,11 @@ struct GptConfig {
   // layers exempt from the window (model.full_attention_layers) keep
   // rope_theta and rope_scaling. 0: every layer alike.
   double rope_local_theta = 0.0;
+  // Partial rotation (config key model.rope_dim; Phi-4-mini's
+  // partial_rotary_factor times head_dim): only each head's first rope_dim
+  // dimensions turn, as a rope_dim-wide head would, and the rest pass
+  // through. Even, at most head_dim; 0: the whole head.
+  int64_t rope_dim = 0;
   // The attention scores' scale 1 / sqrt(query_pre_attn_scalar) instead of
   // 1 / sqrt(head_dim) (config key model.query_pre_attn_scalar; Gemma 2
   // 27B's and Gemma 3 27B's, d_model / n_head against heads of 128). With

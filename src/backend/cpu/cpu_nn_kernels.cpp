@@ -663,7 +663,10 @@ void CpuBackend::rotary_embedding(const Tensor& qkv, const AttentionHeads& heads
   dispatch_float(qkv.dtype(), "rotary_embedding", [&](auto tag) {
     using T = decltype(tag);
     const int64_t B = qkv.size(0), Tn = qkv.size(1), C3 = qkv.size(2);
-    const int64_t D = C3 / heads.fused(), half = D / 2, rotated = heads.q + heads.kv;
+    // Pairs (i, i + half) of each head's first `turned` dimensions turn; the
+    // rest of the head passes through.
+    const int64_t D = C3 / heads.fused(), turned = scaling.turned(D), half = turned / 2,
+                  rotated = heads.q + heads.kv;
     const int64_t* pos = positions.defined() ? positions.data<int64_t>() : nullptr;
     auto position = [&](int64_t b, int64_t t) { return pos ? pos[b * Tn + t] : start + t; };
     // cos and sin of every (position, pair) the batch uses, in f64 and then
@@ -700,6 +703,7 @@ void CpuBackend::rotary_embedding(const Tensor& qkv, const AttentionHeads& heads
           yh[i] = x1 * c[i] - x2 * s[i];
           yh[i + half] = x2 * c[i] + x1 * s[i];
         }
+        std::copy(xh + turned, xh + D, yh + turned);
       }
       std::copy(x + rotated * D, x + C3, y + rotated * D);  // v
     }
