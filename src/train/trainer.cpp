@@ -1565,7 +1565,10 @@ StepMetrics::ChoiceScores Trainer::evaluate_choices(size_t set) {
   if (reducer_) reducer_->wait_gathers();  // (the forward's fences would too, part by part)
   const std::vector<TokenizedQuestion>& questions = choices_[set].questions;
   ChoiceTally t;
-  if (model_) {
+  // (longrope takes its factors per forward pass, and that scorer reads a
+  // context and its continuations in passes of their own: such a model's
+  // questions are read as rows, as every layout reads them.)
+  if (model_ && config_.model.rope_scaling.kind != RopeScaling::Kind::LongRope) {
     // One process: triad-eval's own scorer, which reads a question's
     // context once for all its choices, and a few-shot beginning once for
     // every question that starts with it; triad-eval's chunks of questions
