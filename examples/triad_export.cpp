@@ -7,8 +7,10 @@
 //   triad-export --checkpoint out/ckpt --output hf/   (its latest checkpoint)
 // LLaMA-style models become LlamaForCausalLM (MistralForCausalLM with a
 // window, Qwen2ForCausalLM with q, k and v biases, Qwen3ForCausalLM with
-// query/key norms), GPT-2-style ones
-// GPT2LMHeadModel; model.hf_config and init.from read the directory back.
+// query/key norms, the Gemma classes, Phi3ForCausalLM with a partial
+// rotation; a model read from Hugging Face as its own class, model.hf_type),
+// GPT-2-style ones GPT2LMHeadModel; model.hf_config and init.from read the
+// directory back.
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
@@ -44,12 +46,19 @@ int main(int argc, char** argv) {
   app.add_option("--dtype", dtype,
                  "the weights' type: float32, bfloat16 or float16 (default: the model's; "
                  "bfloat16 halves an fp32-trained model's files)");
+  std::string hf_type;
+  app.add_option("--hf-type", hf_type,
+                 "the Hugging Face model_type to write (llama, mistral, qwen2, qwen3, gemma, "
+                 "gemma2, gemma3_text, phi3, gpt2), refused with the reason if that class cannot "
+                 "hold the model; default: the model's model.hf_type where it can, else the first "
+                 "class that can");
   CLI11_PARSE(app, argc, argv);
   return triad::examples::report_errors([&]() -> int {
     triad::io::HfExportOptions options;
     options.max_shard_bytes = triad::io::parse_byte_size(max_shard_size);
     if (!dtype.empty()) options.dtype = triad::io::hf_weights_dtype(dtype);
-    const triad::nn::GptConfig model = source.resolve().model;
+    triad::nn::GptConfig model = source.resolve().model;
+    if (!hf_type.empty()) model = triad::io::exported_as(model, hf_type);
     const char* architecture = triad::io::hf_architecture(model);  // before reading the weights
     // One block at a time: the model is never whole in memory. The weights
     // are checked whole first, then the tokenizer is copied (it is checked

@@ -368,6 +368,7 @@ nn::GptConfig gpt_config_from_hf(const std::string& json_text, const std::string
                             "' is not supported (llama, mistral, qwen2, qwen3, gemma, gemma2, "
                             "gemma3_text, gemma3, phi3 or gpt2)");
   }
+  c.hf_type = type;  // (an export writes the class it came from)
   try {
     c.validate();
   } catch (const ConfigError& e) {

@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <cstdio>
@@ -44,8 +45,10 @@ bool is_gemma(const std::string& type) {
 // query/key norms; Gemma's in GeGLU, its embedding multiplier of
 // sqrt(d_model) and norms scaling by 1 + weight; Gemma 2's in post-norms
 // and windows on any layers; Gemma 3's in query/key norms too and its
-// local layers' own RoPE base (`type`: llama, qwen2, qwen3, gemma, gemma2
-// or gemma3_text).
+// local layers' own RoPE base; Phi-3's in a partial rotation, with heads
+// d_model / n_head wide and longrope the only scaling (`type`: llama,
+// qwen2, qwen3, gemma, gemma2, gemma3_text or phi3; llama's windows are
+// Mistral's).
 std::string llama_misfit(const nn::GptConfig& c, const std::string& type) {
   std::string why;
   auto add = [&](bool bad, const char* what) {
@@ -53,7 +56,15 @@ std::string llama_misfit(const nn::GptConfig& c, const std::string& type) {
   };
   const bool gemma = is_gemma(type), sandwich = type == "gemma2" || type == "gemma3_text";
   add(!c.rotary(), "model.position_embedding is not rope");
-  add(c.rope_dim > 0, "model.rope_dim turns part of each head (these classes turn it whole)");
+  if (type == "phi3") {
+    add(c.heads_apart(),
+        "model.head_dim is not d_model / n_head (Phi3ForCausalLM's heads are hidden_size / "
+        "num_attention_heads wide)");
+    add(c.rope_scaling.scaled() && c.rope_scaling.kind != RopeScaling::Kind::LongRope,
+        "model.rope_scaling is not longrope (Phi3Config takes longrope only)");
+  } else {
+    add(c.rope_dim > 0, "model.rope_dim turns part of each head (only Phi-3 turns part)");
+  }
   if (gemma) {
     const double root = std::sqrt(static_cast<double>(c.d_model));
     add(c.activation != nn::Activation::GeGlu, "model.activation is not geglu");
@@ -94,7 +105,7 @@ std::string llama_misfit(const nn::GptConfig& c, const std::string& type) {
   if (!qk) add(c.qk_norm, "model.qk_norm is true");
   // Mistral windows every layer; Qwen every layer from max_window_layers
   // on; Gemma 2 and 3 any layers (layer_types).
-  if (type == "llama" || type == "gemma") {
+  if (type == "llama" || type == "gemma" || type == "phi3") {
     add(!c.full_attention_layers.empty(),
         "model.full_attention_layers exempts layers from the window");
   } else if (!sandwich) {
@@ -124,6 +135,50 @@ std::string gpt2_misfit(const nn::GptConfig& c) {
   return why;
 }
 
+// Phi-3's partial_rotary_factor for model.rope_dim: the share of the head
+// that Hugging Face's int(head_dim * factor) turns back into rope_dim.
+double partial_rotary_factor(const nn::GptConfig& c) {
+  if (c.rope_dim == 0) return 1.0;
+  const auto D = static_cast<double>(c.head_dim());
+  double f = static_cast<double>(c.rope_dim) / D;
+  while (static_cast<int64_t>(D * f) < c.rope_dim) f = std::nextafter(f, 2.0);
+  return f;
+}
+
+// Phi-3's context lengths and RoPE scaling, in the form Phi3Config has
+// always read: longrope as exactly type, short_factor and long_factor (the
+// form older transformers insist on), its factor implied by
+// max_position_embeddings / original_max_position_embeddings, and the
+// attention factor derived from that, as Phi-3's own files write it.
+// max_position_embeddings is the longrope factor's stretch of the original
+// context (Phi-3.5-mini's 131072 over 4096); an attention factor the two
+// lengths do not imply is written out as attention_factor, which only newer
+// transformers read.
+void write_phi3_rope(const nn::GptConfig& c, nlohmann::ordered_json& j) {
+  const RopeScaling& r = c.rope_scaling;
+  if (!r.scaled()) {
+    j["max_position_embeddings"] = c.seq_len;
+    j["original_max_position_embeddings"] = c.seq_len;
+    j["rope_scaling"] = nullptr;
+    return;
+  }
+  const double original = r.original_seq_len, stretched = r.factor * original;
+  const bool whole = original == std::floor(original) && stretched == std::floor(stretched);
+  const auto positions = whole ? static_cast<int64_t>(stretched) : c.seq_len;
+  j["max_position_embeddings"] = positions;
+  j["original_max_position_embeddings"] = static_cast<int64_t>(original);
+  nlohmann::ordered_json s{{"type", "longrope"},
+                           {"short_factor", rope_factors(r, false)},
+                           {"long_factor", rope_factors(r, true)}};
+  RopeScaling ours = r, implied = r;
+  ours.amplitude = implied.amplitude = 1.0;
+  implied.attention_factor = 0.0;
+  implied.factor = static_cast<double>(positions) / original;
+  const double a = rope_amplitude(ours), b = rope_amplitude(implied);
+  if (std::abs(a - b) > 1e-12 * std::abs(a)) s["attention_factor"] = a;
+  j["rope_scaling"] = s;
+}
+
 const Tensor& at(const nn::StateDict& s, const std::string& name) {
   auto it = s.find(name);
   if (it == s.end()) throw ValueError("export: the state dict has no '" + name + "'");
@@ -132,18 +187,80 @@ const Tensor& at(const nn::StateDict& s, const std::string& name) {
 
 }  // namespace
 
+const std::vector<std::string>& hf_model_types() {
+  static const std::vector<std::string> types{"llama",  "mistral",     "qwen2", "qwen3", "gemma",
+                                              "gemma2", "gemma3_text", "phi3",  "gpt2"};
+  return types;
+}
+
+namespace {
+
+// The list's own copy of `type`, or a ConfigError naming the list.
+const std::string& known_type(const std::string& type) {
+  const auto& types = hf_model_types();
+  const auto it = std::find(types.begin(), types.end(), type);
+  if (it == types.end()) {
+    std::string names;
+    for (const std::string& t : types) names += t + ", ";
+    throw ConfigError("model.hf_type '" + type + "' is not a model_type Triad exports (" + names +
+                      "or auto)");
+  }
+  return *it;
+}
+
+// What keeps `c` from class `type` (one of hf_model_types()), "" when
+// nothing does: LLaMA has no window, Mistral's covers every layer or none.
+std::string misfit(const nn::GptConfig& c, const std::string& type) {
+  if (type == "gpt2") return gpt2_misfit(c);
+  if (type == "mistral") return llama_misfit(c, "llama");
+  std::string why = llama_misfit(c, type);
+  if (type == "llama" && c.sliding_window > 0)
+    why += (why.empty() ? "" : ", ") + std::string("model.sliding_window is set");
+  return why;
+}
+
+// The class of model_type `type` (one of hf_model_types()).
+const char* architecture_of(const std::string& type) {
+  return type == "llama"         ? "LlamaForCausalLM"
+         : type == "mistral"     ? "MistralForCausalLM"
+         : type == "qwen2"       ? "Qwen2ForCausalLM"
+         : type == "qwen3"       ? "Qwen3ForCausalLM"
+         : type == "gemma"       ? "GemmaForCausalLM"
+         : type == "gemma2"      ? "Gemma2ForCausalLM"
+         : type == "gemma3_text" ? "Gemma3ForCausalLM"
+         : type == "phi3"        ? "Phi3ForCausalLM"
+                                 : "GPT2LMHeadModel";
+}
+
+}  // namespace
+
+std::string hf_misfit(const nn::GptConfig& c, const std::string& type) {
+  return misfit(c, known_type(type));
+}
+
+nn::GptConfig exported_as(const nn::GptConfig& c, const std::string& type) {
+  nn::GptConfig out = c;
+  out.hf_type = known_type(type);
+  if (const std::string why = misfit(c, type); !why.empty()) {
+    throw NotSupportedError("model_type " + type + " (" + architecture_of(type) +
+                            ") cannot hold this model: " + why);
+  }
+  return out;
+}
+
 const char* hf_model_type(const nn::GptConfig& c) {
-  const std::string llama = llama_misfit(c, "llama"), qwen2 = llama_misfit(c, "qwen2"),
-                    qwen3 = llama_misfit(c, "qwen3"), gemma = llama_misfit(c, "gemma"),
-                    gemma2 = llama_misfit(c, "gemma2"), gemma3 = llama_misfit(c, "gemma3_text"),
-                    gpt2 = gpt2_misfit(c);
-  if (llama.empty()) return c.sliding_window > 0 ? "mistral" : "llama";
-  if (qwen2.empty()) return "qwen2";
-  if (qwen3.empty()) return "qwen3";
-  if (gemma.empty()) return "gemma";
-  if (gemma2.empty()) return "gemma2";
-  if (gemma3.empty()) return "gemma3_text";
-  if (gpt2.empty()) return "gpt2";
+  const auto& types = hf_model_types();
+  if (!c.hf_type.empty()) {
+    const std::string& type = known_type(c.hf_type);
+    if (misfit(c, type).empty()) return type.c_str();
+  }
+  for (const std::string& type : types) {
+    if (misfit(c, type).empty()) return type.c_str();
+  }
+  const std::string llama = misfit(c, "mistral"), qwen2 = misfit(c, "qwen2"),
+                    qwen3 = misfit(c, "qwen3"), gemma = misfit(c, "gemma"),
+                    gemma2 = misfit(c, "gemma2"), gemma3 = misfit(c, "gemma3_text"),
+                    phi3 = misfit(c, "phi3"), gpt2 = misfit(c, "gpt2");
   throw NotSupportedError(
       "no Hugging Face class holds this model: LlamaForCausalLM needs rope, swiglu, rmsnorm, "
       "no linear biases and no query/key norms (here " +
@@ -155,21 +272,16 @@ const char* hf_model_type(const nn::GptConfig& c) {
       "norm_weight_offset (here " +
       gemma + "); Gemma2ForCausalLM Gemma's with post_norms (here " + gemma2 +
       "); Gemma3ForCausalLM Gemma 2's with query/key norms (here " + gemma3 +
+      "); Phi3ForCausalLM LLaMA's with any partial rotation, heads d_model / n_head wide and "
+      "longrope the only scaling (here " +
+      phi3 +
       "); GPT2LMHeadModel needs learned positions, gelu, layernorm, linear biases, a "
       "key/value head per query head and heads d_model / n_head wide (here " +
       gpt2 + ")");
 }
 
 const char* hf_architecture(const nn::GptConfig& c) {
-  const std::string type = hf_model_type(c);
-  return type == "llama"         ? "LlamaForCausalLM"
-         : type == "mistral"     ? "MistralForCausalLM"
-         : type == "qwen2"       ? "Qwen2ForCausalLM"
-         : type == "qwen3"       ? "Qwen3ForCausalLM"
-         : type == "gemma"       ? "GemmaForCausalLM"
-         : type == "gemma2"      ? "Gemma2ForCausalLM"
-         : type == "gemma3_text" ? "Gemma3ForCausalLM"
-                                 : "GPT2LMHeadModel";
+  return architecture_of(hf_model_type(c));
 }
 
 std::string hf_config_json(const nn::GptConfig& c, const std::string& torch_dtype) {
@@ -184,17 +296,21 @@ std::string hf_config_json(const nn::GptConfig& c, const std::string& torch_dtyp
     j["num_hidden_layers"] = c.n_layer;
     j["num_attention_heads"] = c.n_head;
     j["num_key_value_heads"] = c.kv_heads();
-    j["head_dim"] = c.head_dim();
+    const bool phi3 = type == "phi3";
+    if (!phi3) j["head_dim"] = c.head_dim();  // (Phi3Config's heads are hidden_size / heads wide)
     if (is_gemma(type)) {
       j["hidden_act"] = "gelu_pytorch_tanh";
       j["hidden_activation"] = "gelu_pytorch_tanh";
     } else {
       j["hidden_act"] = "silu";
     }
-    j["max_position_embeddings"] = c.seq_len;
+    if (!phi3) j["max_position_embeddings"] = c.seq_len;
     j["rms_norm_eps"] = c.layer_norm_eps;
     j["rope_theta"] = c.rope_theta;
-    if (c.rope_scaling.scaled()) {
+    if (phi3) {
+      write_phi3_rope(c, j);
+      j["partial_rotary_factor"] = partial_rotary_factor(c);
+    } else if (c.rope_scaling.scaled()) {
       const RopeScaling& r = c.rope_scaling;
       nlohmann::ordered_json s{{"rope_type", rope_scaling_name(r.kind)}};
       if (r.kind == RopeScaling::Kind::LongRope) {
@@ -222,16 +338,28 @@ std::string hf_config_json(const nn::GptConfig& c, const std::string& torch_dtyp
     } else {
       j["rope_scaling"] = nullptr;
     }
-    if (type != "qwen2") j["attention_bias"] = false;  // Qwen2's q, k and v biases are implied
+    // Qwen2's q, k and v biases are implied; Phi3Config has no bias keys.
+    if (type != "qwen2" && !phi3) j["attention_bias"] = false;
     if (type == "qwen2" || type == "qwen3") {
       j["use_sliding_window"] = c.sliding_window > 0;
       j["sliding_window"] = c.sliding_window > 0 ? c.sliding_window : c.seq_len;
       j["max_window_layers"] = c.sliding_window > 0 ? *qwen_window_layers(c) : c.n_layer;
-    } else {
+    } else if (!phi3) {
       j["mlp_bias"] = false;
     }
-    j["attention_dropout"] = c.dropout;
-    if (type == "mistral") j["sliding_window"] = c.sliding_window;
+    if (phi3) {
+      // Phi-3's dropouts are Triad's: after the embeddings and after each
+      // residual projection, none on the attention's probabilities.
+      j["embd_pdrop"] = c.dropout;
+      j["resid_pdrop"] = c.dropout;
+      j["attention_dropout"] = 0.0;
+    } else {
+      j["attention_dropout"] = c.dropout;
+    }
+    if (type == "mistral" || phi3) {  // a window on every layer, or none (null)
+      j["sliding_window"] =
+          c.sliding_window > 0 ? nlohmann::ordered_json(c.sliding_window) : nullptr;
+    }
     if (type == "gemma2" || type == "gemma3_text") {
       if (c.query_pre_attn_scalar > 0.0) {
         j["query_pre_attn_scalar"] = c.query_pre_attn_scalar;
@@ -283,7 +411,9 @@ std::map<std::string, Tensor> triad_to_hf(const nn::StateDict& full, const nn::G
 std::map<std::string, Tensor> triad_to_hf_part(const nn::StateDict& full, const nn::GptConfig& c,
                                                int64_t block) {
   std::map<std::string, Tensor> out;
-  if (std::string(hf_model_type(c)) == "gpt2") {
+  const std::string type = hf_model_type(c);
+  const bool phi3 = type == "phi3";
+  if (type == "gpt2") {
     const std::string prefix = "h." + std::to_string(block) + ".";
     nn::StateDict part;
     for (const auto& [name, t] : full) {
@@ -311,9 +441,16 @@ std::map<std::string, Tensor> triad_to_hf_part(const nn::StateDict& full, const 
                        " do not fit the configured model (c_attn " + std::to_string(Q + 2 * KV) +
                        " tall, c_fc " + std::to_string(2 * F) + ")");
     }
-    out[hf + "self_attn.q_proj.weight"] = contiguous(narrow(qkv, 0, 0, Q)).detach();
-    out[hf + "self_attn.k_proj.weight"] = contiguous(narrow(qkv, 0, Q, KV)).detach();
-    out[hf + "self_attn.v_proj.weight"] = contiguous(narrow(qkv, 0, Q + KV, KV)).detach();
+    if (phi3) {  // fused as Triad holds them: [q | k | v] and [gate | up]
+      out[hf + "self_attn.qkv_proj.weight"] = qkv;
+      out[hf + "mlp.gate_up_proj.weight"] = fc;
+    } else {
+      out[hf + "self_attn.q_proj.weight"] = contiguous(narrow(qkv, 0, 0, Q)).detach();
+      out[hf + "self_attn.k_proj.weight"] = contiguous(narrow(qkv, 0, Q, KV)).detach();
+      out[hf + "self_attn.v_proj.weight"] = contiguous(narrow(qkv, 0, Q + KV, KV)).detach();
+      out[hf + "mlp.gate_proj.weight"] = contiguous(narrow(fc, 0, 0, F)).detach();
+      out[hf + "mlp.up_proj.weight"] = contiguous(narrow(fc, 0, F, F)).detach();
+    }
     if (c.qkv_bias) {
       const Tensor& bias = at(full, p + "attn.c_attn.bias");
       out[hf + "self_attn.q_proj.bias"] = contiguous(narrow(bias, 0, 0, Q)).detach();
@@ -321,8 +458,6 @@ std::map<std::string, Tensor> triad_to_hf_part(const nn::StateDict& full, const 
       out[hf + "self_attn.v_proj.bias"] = contiguous(narrow(bias, 0, Q + KV, KV)).detach();
     }
     out[hf + "self_attn.o_proj.weight"] = at(full, p + "attn.c_proj.weight");
-    out[hf + "mlp.gate_proj.weight"] = contiguous(narrow(fc, 0, 0, F)).detach();
-    out[hf + "mlp.up_proj.weight"] = contiguous(narrow(fc, 0, F, F)).detach();
     out[hf + "mlp.down_proj.weight"] = at(full, p + "mlp.c_proj.weight");
     out[hf + "input_layernorm.weight"] = at(full, p + "ln_1.weight");
     if (c.post_norms) {  // Gemma 2's and 3's names for the four norms

@@ -33,6 +33,10 @@ std::vector<Piece> pieces_of(const nn::GptConfig& c, int64_t i, const std::strin
   if (is_gpt2(c)) return {{"transformer.h." + n + "." + layer, 0, -1}};
   const std::string hf = "model.layers." + n + ".";
   const int64_t Q = c.q_width(), KV = c.kv_heads() * c.head_dim(), F = c.ffn();
+  if (std::string(hf_model_type(c)) == "phi3") {  // fused as Triad's layers are
+    if (layer == "attn.c_attn") return {{hf + "self_attn.qkv_proj", 0, -1}};
+    if (layer == "mlp.c_fc") return {{hf + "mlp.gate_up_proj", 0, -1}};
+  }
   if (layer == "attn.c_attn") {
     return {{hf + "self_attn.q_proj", 0, Q},
             {hf + "self_attn.k_proj", Q, KV},

@@ -142,6 +142,7 @@ nn::GptConfig parse_model_spec(const std::string& yaml_text, const std::string& 
                                                  "post_norms",
                                                  "rope_local_theta",
                                                  "rope_dim",
+                                                 "hf_type",
                                                  "query_pre_attn_scalar",
                                                  "attn_logit_softcap",
                                                  "final_logit_softcap",

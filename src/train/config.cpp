@@ -17,6 +17,7 @@
 #include "triad/core/error.h"
 #include "triad/data/token_dataset.h"
 #include "triad/io/hf_config.h"
+#include "triad/io/hf_export.h"
 #include "triad/io/text_file.h"
 #include "triad/nn/parameter_pattern.h"
 
@@ -776,6 +777,19 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
       {"rope_local_theta",
        {false, [&](auto& v, auto& k) { m.rope_local_theta = get_double(v, k); }}},
       {"rope_dim", {false, [&](auto& v, auto& k) { m.rope_dim = get_int(v, k); }}},
+      {"hf_type",
+       {false,
+        [&](auto& v, auto& k) {
+          const std::string type = get_string(v, k);
+          const auto& types = io::hf_model_types();
+          if (type != "auto" && std::find(types.begin(), types.end(), type) == types.end()) {
+            std::string names;
+            for (const std::string& t : types) names += t + ", ";
+            throw ConfigError(k + ": '" + type + "' is not a model_type Triad exports (" + names +
+                              "or auto)");
+          }
+          m.hf_type = type == "auto" ? "" : type;
+        }}},
       {"query_pre_attn_scalar",
        {false, [&](auto& v, auto& k) { m.query_pre_attn_scalar = get_double(v, k); }}},
       {"attn_logit_softcap",
@@ -1316,6 +1330,7 @@ std::string to_yaml(const Config& c) {
   if (c.model.rope_local_theta > 0.0)
     e << YAML::Key << "rope_local_theta" << YAML::Value << c.model.rope_local_theta;
   if (c.model.rope_dim > 0) e << YAML::Key << "rope_dim" << YAML::Value << c.model.rope_dim;
+  if (!c.model.hf_type.empty()) e << YAML::Key << "hf_type" << YAML::Value << c.model.hf_type;
   if (c.model.query_pre_attn_scalar > 0.0)
     e << YAML::Key << "query_pre_attn_scalar" << YAML::Value << c.model.query_pre_attn_scalar;
   if (c.model.attn_logit_softcap > 0.0)

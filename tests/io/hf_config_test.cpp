@@ -437,15 +437,64 @@ TEST(HfConfig, Phi4MiniTurnsThreeQuartersOfEachHead) {
   EXPECT_TRUE(c.tie_embeddings);
   // Hugging Face's count for Phi-4-mini-instruct (3.84B).
   EXPECT_EQ(c.num_parameters(), 3'836'021'760);
-  // No Hugging Face LLaMA-family class turns part of a head: triad-export
-  // says so rather than write a model that computes something else.
-  try {
-    hf_config_json(c);
-    FAIL() << "a partial rotation exported";
-  } catch (const NotSupportedError& e) {
-    EXPECT_NE(std::string(e.what()).find("model.rope_dim turns part of each head"),
-              std::string::npos)
-        << e.what();
+  // Written back as Phi-3 (the file's own class, and the only one that
+  // turns part of a head): the share that int(128 * factor) turns into 96,
+  // longrope as Phi3Config has always read it (type and the two lists, its
+  // factor the two contexts' ratio), heads as wide as hidden_size / heads.
+  EXPECT_EQ(c.hf_type, "phi3");
+  const auto out = nlohmann::json::parse(hf_config_json(c));
+  EXPECT_EQ(out.at("architectures").at(0), "Phi3ForCausalLM");
+  EXPECT_EQ(out.at("model_type"), "phi3");
+  EXPECT_EQ(static_cast<int64_t>(128 * out.at("partial_rotary_factor").get<double>()), 96);
+  EXPECT_EQ(out.at("max_position_embeddings"), 131072);
+  EXPECT_EQ(out.at("original_max_position_embeddings"), 4096);
+  EXPECT_EQ(out.at("rope_scaling").size(), 3u);
+  EXPECT_EQ(out.at("rope_scaling").at("type"), "longrope");
+  EXPECT_EQ(out.at("rope_scaling").at("short_factor").size(), 48u);
+  EXPECT_TRUE(out.at("sliding_window").is_null());  // (262144 covers the whole context)
+  EXPECT_FALSE(out.contains("head_dim"));
+  const nn::GptConfig again = gpt_config_from_hf(out.dump(), "x");
+  EXPECT_EQ(again.rope_dim, 96);
+  EXPECT_EQ(again.rope_scaling.factor, 32.0);
+  EXPECT_EQ(rope_factors(again.rope_scaling, true), rope_factors(c.rope_scaling, true));
+  EXPECT_DOUBLE_EQ(rope_amplitude(again.rope_scaling), rope_amplitude(c.rope_scaling));
+  // With model.hf_type auto it is Phi-3 all the same: no other class turns
+  // part of a head. A share like 2/3 of 96 is written so that Hugging
+  // Face's product truncates to the dimensions meant.
+  nn::GptConfig any = c;
+  any.hf_type.clear();
+  EXPECT_STREQ(hf_model_type(any), "phi3");
+  nn::GptConfig thirds = any;
+  thirds.n_head = 32;  // heads of 96
+  thirds.n_kv_head = 8;
+  thirds.rope_dim = 64;
+  thirds.rope_scaling = {};
+  const auto tj = nlohmann::json::parse(hf_config_json(thirds));
+  EXPECT_EQ(static_cast<int64_t>(96 * tj.at("partial_rotary_factor").get<double>()), 64);
+  EXPECT_EQ(gpt_config_from_hf(tj.dump(), "x").rope_dim, 64);
+  EXPECT_TRUE(tj.at("rope_scaling").is_null());
+  EXPECT_EQ(tj.at("max_position_embeddings"), 131072);
+  // What Phi3ForCausalLM cannot hold is named: a partial rotation with
+  // another RoPE scaling, or with heads wider than hidden_size / heads.
+  nn::GptConfig yarn = thirds;
+  yarn.rope_scaling.kind = RopeScaling::Kind::Yarn;
+  yarn.rope_scaling.factor = 4.0;
+  yarn.rope_scaling.original_seq_len = 4096.0;
+  nn::GptConfig wide = thirds;
+  wide.head_size = 128;
+  for (const auto& [model, why] :
+       {std::pair{yarn, "model.rope_scaling is not longrope (Phi3Config takes longrope only)"},
+        std::pair{wide, "model.head_dim is not d_model / n_head"}}) {
+    try {
+      hf_config_json(model);
+      FAIL() << "exported: " << why;
+    } catch (const NotSupportedError& e) {
+      EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("model.rope_dim turns part of each head (only Phi-3 "
+                                           "turns part)"),
+                std::string::npos)
+          << e.what();
+    }
   }
 }
 
@@ -486,20 +535,51 @@ TEST(HfConfig, Phi3LongRopeScaling) {
       "phi3/config.json");
   EXPECT_EQ(s.rope_scaling.kind, RopeScaling::Kind::LongRope);
   EXPECT_EQ(rope_amplitude(s.rope_scaling), 1.5);
-  // Written back: the lists, the resolved attention factor and the original
-  // context at the top, which read again give the same rotation.
-  const auto out = nlohmann::json::parse(hf_config_json(c));
-  EXPECT_EQ(out.at("rope_scaling").at("rope_type"), "longrope");
-  EXPECT_EQ(out.at("original_max_position_embeddings"), 4096);
-  EXPECT_EQ(out.at("rope_scaling").at("long_factor").size(), 48u);
-  const nn::GptConfig again = gpt_config_from_hf(out.dump(), "x");
-  EXPECT_DOUBLE_EQ(rope_amplitude(again.rope_scaling), rope_amplitude(r));
-  for (int64_t i : {0, 5, 47}) {
-    for (int64_t end : {100, 5000}) {
-      EXPECT_EQ(rope_frequency(i, 96, 10000.0, again.rope_scaling.with_positions_up_to(end)),
-                rope_frequency(i, 96, 10000.0, r.with_positions_up_to(end)));
+  // Written back as Phi-3, its own class: the lists under Phi3Config's
+  // three keys, the factor implied by the two contexts; an attention factor
+  // they do not imply spelled out. As Mistral (model.hf_type auto): the lists,
+  // the resolved attention factor, and the original context at the top.
+  // Each, read again, gives the same rotation.
+  nn::GptConfig as_llama = c;
+  as_llama.hf_type.clear();
+  nn::GptConfig given = s;
+  given.seq_len = 8192;  // (the context trained on need not be the factor's)
+  for (const nn::GptConfig& model : {c, s, as_llama, given}) {
+    const auto out = nlohmann::json::parse(hf_config_json(model));
+    const auto& rs = out.at("rope_scaling");
+    EXPECT_EQ(out.at("original_max_position_embeddings"), 4096);
+    EXPECT_EQ(rs.at("long_factor").size(), 48u);
+    if (model.hf_type == "phi3") {
+      EXPECT_EQ(out.at("model_type"), "phi3");
+      EXPECT_EQ(rs.at("type"), "longrope");
+      EXPECT_EQ(rs.size(), model.rope_scaling.attention_factor > 0 ? 4u : 3u) << rs.dump();
+      EXPECT_EQ(out.at("max_position_embeddings"), 131072);
+    } else {
+      EXPECT_EQ(out.at("model_type"), "mistral");  // (Phi-3-mini's window)
+      EXPECT_EQ(rs.at("rope_type"), "longrope");
+    }
+    const nn::GptConfig again = gpt_config_from_hf(out.dump(), "x");
+    EXPECT_DOUBLE_EQ(rope_amplitude(again.rope_scaling), rope_amplitude(model.rope_scaling));
+    for (int64_t i : {0, 5, 47}) {
+      for (int64_t end : {100, 5000}) {
+        EXPECT_EQ(rope_frequency(i, 96, 10000.0, again.rope_scaling.with_positions_up_to(end)),
+                  rope_frequency(i, 96, 10000.0, model.rope_scaling.with_positions_up_to(end)));
+      }
     }
   }
+  // A factor that stretches the original context to no whole number of
+  // positions: the context trained on, and the attention factor spelled out.
+  nn::GptConfig odd = c;
+  odd.seq_len = 8192;
+  odd.rope_scaling.factor = 2.5;
+  odd.rope_scaling.original_seq_len = 4095.0;
+  const auto oj = nlohmann::json::parse(hf_config_json(odd));
+  EXPECT_EQ(oj.at("max_position_embeddings"), 8192);
+  EXPECT_EQ(oj.at("original_max_position_embeddings"), 4095);
+  EXPECT_DOUBLE_EQ(oj.at("rope_scaling").at("attention_factor").get<double>(),
+                   rope_amplitude(odd.rope_scaling));
+  EXPECT_DOUBLE_EQ(rope_amplitude(gpt_config_from_hf(oj.dump(), "x").rope_scaling),
+                   std::sqrt(1.0 + std::log(2.5) / std::log(4095.0)));
   // Lists that do not fit the heads, or that are missing, are named.
   nlohmann::json few = scaling;
   few["short_factor"] = {1.0, 1.0};
@@ -667,6 +747,23 @@ TEST(HfConfig, TrainerAndPlannerReadIt) {
   const train::Config back = train::parse_config(train::to_yaml(c));
   EXPECT_EQ(back.model.num_parameters(), c.model.num_parameters());
   EXPECT_EQ(back.model.n_kv_head, 8);
+  // The file's class goes along (the export writes it), unless the config
+  // says otherwise; a class no export writes is named.
+  EXPECT_EQ(c.model.hf_type, "llama");
+  EXPECT_EQ(back.model.hf_type, "llama");
+  EXPECT_EQ(train::parse_config(yaml, {"model.hf_type=auto"}).model.hf_type, "");
+  EXPECT_EQ(train::parse_config(yaml, {"model.hf_type=mistral"}).model.hf_type, "mistral");
+  try {
+    train::parse_config(yaml, {"model.hf_type=Llama"});
+    FAIL() << "model_type Llama accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("model.hf_type: 'Llama' is not a model_type Triad "
+                                         "exports (llama, mistral,"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(plan::parse_model_spec("model: {hf_config: " + model_dir + ", hf_type: auto}").n_layer,
+            80);
   try {
     train::parse_config("model: {hf_config: " + dir.file("missing") +
                         "}\ntrain: {steps: 1, global_batch_size: 1, micro_batch_size: 1}\n"

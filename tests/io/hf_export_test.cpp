@@ -97,6 +97,9 @@ void expect_same_model(const nn::GptConfig& a, const nn::GptConfig& b) {
   EXPECT_EQ(a.rope_local_theta, b.rope_local_theta);
   EXPECT_EQ(a.query_pre_attn_scalar, b.query_pre_attn_scalar);
   EXPECT_EQ(a.head_dim(), b.head_dim());
+  EXPECT_EQ(a.rope_dim, b.rope_dim);
+  EXPECT_EQ(rope_factors(a.rope_scaling, false), rope_factors(b.rope_scaling, false));
+  EXPECT_EQ(rope_factors(a.rope_scaling, true), rope_factors(b.rope_scaling, true));
   EXPECT_EQ(a.tie_embeddings, b.tie_embeddings);
   EXPECT_EQ(a.sliding_window, b.sliding_window);
   EXPECT_EQ(a.full_attention_layers, b.full_attention_layers);
@@ -168,10 +171,19 @@ TEST(HfExport, LlamaAndGpt2RoundTrip) {
   gemma3.head_size = 8;
   gemma3.rope_scaling.kind = RopeScaling::Kind::Linear;
   gemma3.rope_scaling.factor = 2.0;
-  gemma3.query_pre_attn_scalar = 10.0;  // scores over sqrt(10), not sqrt(8)
+  gemma3.query_pre_attn_scalar = 10.0;   // scores over sqrt(10), not sqrt(8)
+  nn::GptConfig phi4 = llama(false, 2);  // Phi3ForCausalLM: half of each head of 4 turned,
+  phi4.rope_dim = 2;                     // with longrope over a window on every layer
+  phi4.sliding_window = 5;
+  phi4.rope_scaling.kind = RopeScaling::Kind::LongRope;
+  phi4.rope_scaling.original_seq_len = 3.0;
+  phi4.rope_scaling.factor = 4.0;  // (max_position_embeddings 12 over 3)
+  ASSERT_EQ(set_rope_factors(phi4.rope_scaling, {1.0}, {3.5}), "");
+  nn::GptConfig phi3 = llama(true, 0);  // a Phi-3 turning whole heads, by model.hf_type
+  phi3.hf_type = "phi3";
   for (const nn::GptConfig& c :
        {llama(false, 2), llama(true, 0), llama(false, 1), mistral, qwen2, qwen3, qwen_window, wide,
-        stretched, gemma1, gemma2, gemma3, gpt2(true), gpt2(false)}) {
+        stretched, gemma1, gemma2, gemma3, phi4, phi3, gpt2(true), gpt2(false)}) {
     SCOPED_TRACE(std::string(hf_model_type(c)) + " " + std::to_string(n));
     const nn::Gpt model(c, 7);
     const std::string out = dir.file("hf" + std::to_string(n++));
@@ -607,6 +619,68 @@ TEST(HfExport, NamesAndShapesAreHuggingFaces) {
   EXPECT_EQ(gj.at("model_type"), "gpt2");
   EXPECT_EQ(gj.at("n_inner"), 20);
   EXPECT_EQ(gj.at("torch_dtype"), "bfloat16");
+  // Phi-3's fused projections, whole.
+  nn::GptConfig p = c;
+  p.hf_type = "phi3";
+  const auto pt = triad_to_hf(nn::Gpt(p, 1).state_dict(), p);
+  EXPECT_EQ(pt.at("model.layers.1.self_attn.qkv_proj.weight").shape(), (Shape{32, 16}));
+  EXPECT_EQ(pt.at("model.layers.1.mlp.gate_up_proj.weight").shape(), (Shape{48, 16}));
+  EXPECT_FALSE(pt.count("model.layers.1.self_attn.q_proj.weight"));
+  EXPECT_EQ(pt.size(), 3u + 2 * 6);
+  const auto pj = nlohmann::json::parse(hf_config_json(p));
+  EXPECT_EQ(pj.at("architectures").at(0), "Phi3ForCausalLM");
+  EXPECT_EQ(pj.at("partial_rotary_factor"), 1.0);
+  EXPECT_TRUE(pj.at("sliding_window").is_null());
+  EXPECT_TRUE(pj.at("rope_scaling").is_null());
+  EXPECT_FALSE(pj.contains("attention_bias"));
+}
+
+// model.hf_type picks among the classes that hold a model: a Mistral
+// without a window stays Mistral (its window null), and a class that cannot
+// hold the model leaves the choice to the list; a name no class has is a
+// ConfigError.
+TEST(HfExport, TheModelsOwnClassIsPreferred) {
+  nn::GptConfig c = llama(false, 2);
+  EXPECT_STREQ(hf_model_type(c), "llama");
+  c.hf_type = "mistral";
+  EXPECT_STREQ(hf_model_type(c), "mistral");
+  const auto j = nlohmann::json::parse(hf_config_json(c));
+  EXPECT_EQ(j.at("architectures").at(0), "MistralForCausalLM");
+  EXPECT_TRUE(j.at("sliding_window").is_null());
+  const nn::GptConfig back = gpt_config_from_hf(j.dump(), "x");
+  EXPECT_EQ(back.sliding_window, 0);
+  EXPECT_EQ(back.hf_type, "mistral");
+  c.hf_type = "qwen3";  // (no query/key norms here)
+  EXPECT_STREQ(hf_model_type(c), "llama");
+  c.hf_type = "llama";
+  c.sliding_window = 5;  // (LLaMA has no window)
+  EXPECT_STREQ(hf_model_type(c), "mistral");
+  // Asked for one class and nothing else (triad-export --hf-type): a class
+  // that cannot hold the model is refused with what keeps it.
+  EXPECT_EQ(exported_as(llama(false, 2), "phi3").hf_type, "phi3");
+  EXPECT_EQ(hf_misfit(llama(false, 2), "llama"), "");
+  EXPECT_EQ(hf_misfit(c, "llama"), "model.sliding_window is set");
+  try {
+    exported_as(llama(false, 2), "gemma");
+    FAIL() << "a LLaMA exported as Gemma";
+  } catch (const NotSupportedError& e) {
+    EXPECT_NE(std::string(e.what()).find("model_type gemma (GemmaForCausalLM) cannot hold this "
+                                         "model: model.activation is not geglu"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(exported_as(c, "Phi3"), ConfigError);
+  c.hf_type = "phi4";
+  try {
+    hf_model_type(c);
+    FAIL() << "model_type phi4 accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("model.hf_type 'phi4' is not a model_type Triad exports "
+                                         "(llama, mistral, qwen2, qwen3, gemma, gemma2, "
+                                         "gemma3_text, phi3, gpt2, or auto)"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(HfExport, AModelNoClassHoldsIsNamed) {

@@ -43,24 +43,13 @@ nn::StateDict random_state(const nn::GptConfig& c) {
   return out;
 }
 
-TEST(PeftAdapter, EachModulesProductIsItsRowsOfTheMergedLayer) {
-  const nn::GptConfig c = llama_like();
-  const nn::StateDict state = random_state(c);
-  nn::StateDict base, merged, adapters;
-  for (const auto& [name, t] : state) {
-    if (nn::is_lora_adapter(name)) {
-      adapters[name] = t;
-      continue;
-    }
-    base[name] = t;
-    const std::string stem = name.substr(0, name.size() - std::string("weight").size());
-    merged[name] = state.count(stem + "lora_a") ? nn::merge_lora(t, state.at(stem + "lora_a"),
-                                                                 state.at(stem + "lora_b"), 2.0)
-                                                : t;
-  }
+// Each module's base weight plus its adapters' scaled B A is the merged
+// model's weight under the export's names: `per_block` modules (A and B
+// each) in each block.
+void check_modules(const nn::GptConfig& c, const nn::StateDict& base, const nn::StateDict& merged,
+                   const nn::StateDict& adapters, size_t per_block) {
   const auto peft = triad_lora_to_peft(adapters, c);
-  // q, k, v, o, gate, up and down in each of the two blocks, A and B each.
-  EXPECT_EQ(peft.size(), 2u * 7 * 2);
+  EXPECT_EQ(peft.size(), 2u * per_block * 2);
   const auto hf_base = triad_to_hf(base, c.without_lora());
   const auto hf_merged = triad_to_hf(merged, c.without_lora());
   size_t modules = 0;
@@ -79,7 +68,33 @@ TEST(PeftAdapter, EachModulesProductIsItsRowsOfTheMergedLayer) {
     for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-5) << module << i;
     ++modules;
   }
-  EXPECT_EQ(modules, 14u);
+  EXPECT_EQ(modules, 2 * per_block);
+}
+
+TEST(PeftAdapter, EachModulesProductIsItsRowsOfTheMergedLayer) {
+  const nn::GptConfig c = llama_like();
+  const nn::StateDict state = random_state(c);
+  nn::StateDict base, merged, adapters;
+  for (const auto& [name, t] : state) {
+    if (nn::is_lora_adapter(name)) {
+      adapters[name] = t;
+      continue;
+    }
+    base[name] = t;
+    const std::string stem = name.substr(0, name.size() - std::string("weight").size());
+    merged[name] = state.count(stem + "lora_a") ? nn::merge_lora(t, state.at(stem + "lora_a"),
+                                                                 state.at(stem + "lora_b"), 2.0)
+                                                : t;
+  }
+  // As LLaMA, then as Phi-3 (the class a Phi-3 read from Hugging Face goes
+  // back as), whose fused modules take Triad's layers whole.
+  for (const std::string type : {"", "phi3"}) {
+    SCOPED_TRACE(type);
+    nn::GptConfig as = c;
+    as.hf_type = type;
+    check_modules(as, base, merged, adapters, type.empty() ? 7 : 4);
+  }
+  const auto peft = triad_lora_to_peft(adapters, c);
   EXPECT_TRUE(peft.count("base_model.model.model.layers.1.self_attn.k_proj.lora_B.weight"));
   EXPECT_EQ(peft.at("base_model.model.model.layers.1.self_attn.k_proj.lora_B.weight").shape(),
             (Shape{8, 3}));  // two key/value heads of 4
@@ -100,6 +115,16 @@ TEST(PeftAdapter, EachModulesProductIsItsRowsOfTheMergedLayer) {
   EXPECT_EQ(config.at("target_modules"),
             (std::vector<std::string>{"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
                                       "up_proj", "down_proj"}));
+  // Phi-3's: its fused modules, B whole.
+  nn::GptConfig phi3 = c;
+  phi3.hf_type = "phi3";
+  EXPECT_EQ(nlohmann::json::parse(peft_adapter_config_json(phi3, "/m")).at("target_modules"),
+            (std::vector<std::string>{"qkv_proj", "o_proj", "gate_up_proj", "down_proj"}));
+  const auto fused = triad_lora_to_peft(adapters, phi3);
+  EXPECT_EQ(fused.at("base_model.model.model.layers.1.self_attn.qkv_proj.lora_B.weight").shape(),
+            (Shape{32, 3}));  // q 16, k and v 8 each
+  EXPECT_EQ(fused.at("base_model.model.model.layers.0.mlp.gate_up_proj.lora_B.weight").shape(),
+            (Shape{48, 3}));
 }
 
 TEST(PeftAdapter, Gpt2KeepsItsConv1DLayersAndTheFilesRoundTrip) {

@@ -15,9 +15,11 @@
 #include <nlohmann/json.hpp>
 #include <utility>
 
+#include "support/temp_dir.h"
 #include "triad/autograd/engine.h"
 #include "triad/io/gpt2_weights.h"
 #include "triad/io/hf_config.h"
+#include "triad/io/hf_export.h"
 #include "triad/io/safetensors.h"
 #include "triad/nn/evaluate.h"
 #include "triad/nn/generate.h"
@@ -406,6 +408,49 @@ TEST_F(Gpt2Parity, LongRopeScalingLogitsAndGradients) {
     nn::Gpt model(cfg, 1);
     io::load_gpt2_safetensors(model, ref_dir() + "/" + key + "_model.safetensors");
     expect_step_zero_matches(model, ref_, key + ".");
+  }
+}
+
+// The partial rotation's model from a Phi3ForCausalLM directory written as
+// Phi-4-mini's files are (fused qkv_proj and gate_up_proj,
+// partial_rotary_factor, longrope's three keys with the factor implied by
+// the two contexts): read through model.hf_config's reader it computes
+// what Hugging Face's rule does; exported again, it is the same directory,
+// every weight bit for bit and every key the reference wrote.
+TEST_F(Gpt2Parity, Phi4MiniDirectoryReadsAndExportsAsHuggingFacesPhi3) {
+  const std::string dir = ref_dir() + "/phi4_hf";
+  const nn::GptConfig cfg = io::load_hf_config(dir);
+  EXPECT_EQ(cfg.hf_type, "phi3");
+  EXPECT_EQ(cfg.rope_dim, cfg_["partial_rope_dim"].get<int64_t>());
+  EXPECT_EQ(cfg.rope_scaling.kind, RopeScaling::Kind::LongRope);
+  EXPECT_EQ(cfg.rope_scaling.factor, cfg_["partial_scaling"]["factor"].get<double>());
+  nn::Gpt model(cfg, 1);
+  io::load_gpt2_safetensors(model, dir);
+  expect_step_zero_matches(model, ref_, "partial.");
+
+  testing::TempDir out;
+  io::save_hf_model(model.state_dict(), cfg, out.file("phi4"));
+  auto json_of = [](const std::string& path) {
+    std::ifstream in(path);
+    return nlohmann::json::parse(in);
+  };
+  const nlohmann::json want = json_of(dir + "/config.json"),
+                       got = json_of(out.file("phi4/config.json"));
+  for (const auto& [key, value] : want.items()) {
+    SCOPED_TRACE(key);
+    ASSERT_TRUE(got.contains(key));
+    if (value.is_number_float()) {
+      EXPECT_DOUBLE_EQ(got.at(key).get<double>(), value.get<double>());
+    } else {
+      EXPECT_EQ(got.at(key), value);
+    }
+  }
+  const io::Safetensors theirs = io::load_safetensors(dir + "/model.safetensors"),
+                        ours = io::load_safetensors(out.file("phi4/model.safetensors"));
+  ASSERT_EQ(ours.tensors.size(), theirs.tensors.size());
+  for (const auto& [name, t] : theirs.tensors) {
+    ASSERT_TRUE(ours.tensors.count(name)) << name;
+    EXPECT_EQ(to_double_vector(ours.tensors.at(name)), to_double_vector(t)) << name;
   }
 }
 

@@ -368,6 +368,42 @@ def save_hf_gemma(model, directory, architecture, model_type, **keys):
         json.dump(config, f)
 
 
+def save_hf_phi3(model, directory, scaling, rope_dim):
+    """A LLaMA-style model as a Phi3ForCausalLM directory, as Phi-4-mini's
+    files are written: q, k and v fused into qkv_proj and gate and up into
+    gate_up_proj; partial_rotary_factor the share of each head that turns;
+    longrope as its three keys (type and the two lists), the factor implied
+    by max_position_embeddings over original_max_position_embeddings."""
+    os.makedirs(directory, exist_ok=True)
+    t = {"model.embed_tokens.weight": model.wte.weight, "model.norm.weight": model.ln_f.weight,
+         "lm_head.weight": model.lm_head.weight}
+    for i, b in enumerate(model.h):
+        p = f"model.layers.{i}."
+        t.update({p + "input_layernorm.weight": b.ln_1.weight,
+                  p + "post_attention_layernorm.weight": b.ln_2.weight,
+                  p + "self_attn.qkv_proj.weight": b.attn.c_attn.weight,
+                  p + "self_attn.o_proj.weight": b.attn.c_proj.weight,
+                  p + "mlp.gate_up_proj.weight": b.mlp.c_fc.weight,
+                  p + "mlp.down_proj.weight": b.mlp.c_proj.weight})
+    save_safetensors(os.path.join(directory, "model.safetensors"), t)
+    original = scaling["original_max_position_embeddings"]
+    config = {"architectures": ["Phi3ForCausalLM"], "model_type": "phi3",
+              "hidden_size": CFG["d_model"], "intermediate_size": SWIGLU_FFN,
+              "num_hidden_layers": CFG["n_layer"], "num_attention_heads": CFG["n_head"],
+              "num_key_value_heads": LLAMA_KV_HEADS, "hidden_act": "silu",
+              "vocab_size": CFG["vocab_size"],
+              "max_position_embeddings": int(scaling["factor"] * original),
+              "original_max_position_embeddings": original, "rms_norm_eps": 1e-5,
+              "rope_theta": ROPE_THETA,
+              "rope_scaling": {"type": "longrope", "short_factor": scaling["short_factor"],
+                               "long_factor": scaling["long_factor"]},
+              "partial_rotary_factor": rope_dim / model.D, "sliding_window": None,
+              "tie_word_embeddings": False, "embd_pdrop": 0.0, "resid_pdrop": 0.0,
+              "attention_dropout": 0.0}
+    with open(os.path.join(directory, "config.json"), "w") as f:
+        json.dump(config, f)
+
+
 def greedy_continuation(model, embedding_growth=8.0):
     """Greedy continuation of GREEDY_PROMPT, past seq_len (the window slides
     over the last seq_len tokens), by the model with its weights made 8x
@@ -543,6 +579,8 @@ def main():
                   kv_heads=LLAMA_KV_HEADS, rope_scaling=scaling, rope_dim=rope_dim)
         save_model(phi, os.path.join(out, key + "_model.safetensors"))
         record_step_zero(phi, x, y, key + ".", ref)
+        if rope_dim is not None:  # also as Phi-4-mini's own files are written
+            save_hf_phi3(phi, os.path.join(out, "phi4_hf"), scaling, rope_dim)
     # Qwen3's: the LLaMA-style model with RMSNorm over each query and key
     # head, heads of their own width and a tied head, step 0, from Hugging
     # Face's Qwen3ForCausalLM layout.

@@ -2,12 +2,16 @@
 # Hugging Face's layout, and sample (temperature 1, a fixed seed: every
 # probability matters) from the run and from the exported directory
 # (init.from's reader), and from the same export in shards: the texts must
-# be the same, and config.json must name the expected class.
+# be the same, and config.json must name the expected class. EXTRA: more
+# --set flags for the run; EXPORT_ARGS: more flags for triad-export.
 #   -DTRAIN= -DEXPORT= -DGENERATE= -DCONFIG= -DDATA= -DWORK= -DCLASS= [-DLOG=regex]
+#   [-DEXTRA=] [-DEXPORT_ARGS=]
+separate_arguments(extra UNIX_COMMAND "${EXTRA}")
+separate_arguments(export_args UNIX_COMMAND "${EXPORT_ARGS}")
 file(REMOVE_RECURSE ${WORK})
 execute_process(COMMAND ${TRAIN} --config ${CONFIG} --set data.train=${DATA} --set train.steps=20
                         --set train.warmup_steps=5 --set train.global_batch_size=4
-                        --set train.micro_batch_size=4 --set output.dir=${WORK}/run
+                        --set train.micro_batch_size=4 --set output.dir=${WORK}/run ${extra}
                 RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
 if(rc)
   message(FATAL_ERROR "training failed (${rc}):\n${out}")
@@ -15,7 +19,7 @@ endif()
 if(DEFINED LOG AND NOT out MATCHES "${LOG}")
   message(FATAL_ERROR "the training log does not say '${LOG}':\n${out}")
 endif()
-execute_process(COMMAND ${EXPORT} --run ${WORK}/run --output ${WORK}/hf
+execute_process(COMMAND ${EXPORT} --run ${WORK}/run --output ${WORK}/hf ${export_args}
                 RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
 if(rc)
   message(FATAL_ERROR "triad-export failed (${rc}):\n${out}")
@@ -37,7 +41,7 @@ if(NOT from_run STREQUAL from_hf OR NOT from_run MATCHES "^Once upon")
 endif()
 # Past --max-shard-size: Hugging Face's shards and index, the same sample.
 execute_process(COMMAND ${EXPORT} --run ${WORK}/run --output ${WORK}/hf_sharded
-                        --max-shard-size 64KiB
+                        --max-shard-size 64KiB ${export_args}
                 RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
 if(rc OR NOT out MATCHES "shards \\(model-00001-of-")
   message(FATAL_ERROR "triad-export --max-shard-size failed (${rc}):\n${out}")

@@ -339,6 +339,37 @@ TEST(Trainer, LoraTrainsTheAdaptersAloneAndWritesTheMergedModel) {
   EXPECT_NE(text.find("\"r\": 2"), std::string::npos) << text;
 }
 
+// LoRA on Phi-4-mini's kind of model (half of each head turned): the run
+// ends by writing the adapters under Phi-3's fused modules, whole, the
+// only Hugging Face class that holds the model.
+TEST(Trainer, LoraOnAPartialRotationWritesPhi3Adapters) {
+  TempDir dir;
+  Config c = small_config(dir, 2);
+  c.train.steps = 2;
+  auto& m = c.model;
+  m.position_embedding = nn::PositionEmbedding::Rotary;
+  m.activation = nn::Activation::SwiGlu;
+  m.normalization = nn::Normalization::RmsNorm;
+  m.linear_bias = false;
+  m.rope_dim = 4;  // of heads of 8
+  m.lora = {.rank = 2, .alpha = 4, .targets = {"attn.c_attn", "mlp.c_fc"}};
+  Trainer t(c);
+  t.run();
+  const nn::StateDict end = t.full_state_dict();
+  const auto adapter = io::load_safetensors(dir.file("out/adapter/adapter_model.safetensors"));
+  EXPECT_EQ(adapter.tensors.size(), 2u * 2 * 2);  // 2 blocks, 2 layers, A and B
+  EXPECT_EQ(to_double_vector(adapter.tensors.at(
+                "base_model.model.model.layers.1.self_attn.qkv_proj.lora_B.weight")),
+            to_double_vector(end.at("h.1.attn.c_attn.lora_b")));
+  EXPECT_EQ(to_double_vector(adapter.tensors.at(
+                "base_model.model.model.layers.0.mlp.gate_up_proj.lora_A.weight")),
+            to_double_vector(end.at("h.0.mlp.c_fc.lora_a")));
+  std::ifstream config(dir.file("out/adapter/adapter_config.json"));
+  const std::string text((std::istreambuf_iterator<char>(config)),
+                         std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("\"qkv_proj\""), std::string::npos) << text;
+}
+
 // LoRA under bf16: the frozen weights stay the bf16 values they were
 // rounded to once (no f32 master for them), while the adapters step from
 // f32 masters and the loss falls.

@@ -26,16 +26,34 @@ namespace triad::io {
 //    sqrt(d_model) and norms scaling by 1 + weight; Gemma2ForCausalLM:
 //    Gemma's with post_norms and windows on any layers; Gemma3ForCausalLM:
 //    Gemma 2's with query/key norms (and model.rope_local_theta);
+//  - Phi3ForCausalLM: LLaMA's with q, k and v fused into qkv_proj and gate
+//    and up into gate_up_proj, heads d_model / n_head wide, a window on
+//    every layer or none, longrope or no RoPE scaling, and any partial
+//    rotation (model.rope_dim: Phi-4-mini's partial_rotary_factor);
 //  - GPT2LMHeadModel: learned positions + GELU + LayerNorm with biases and
 //    multi-head attention.
-// Another combination has no Hugging Face class to load it:
+// The class is model.hf_type's when it holds the model (a Phi-3 read from
+// Hugging Face goes back as Phi-3, a Mistral without a window as Mistral),
+// else the first of the list that does; a partial rotation leaves only
+// Phi-3. Another combination has no Hugging Face class to load it:
 // NotSupportedError naming what differs.
-// "llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text" or
-// "gpt2"
+// One of hf_model_types().
 const char* hf_model_type(const nn::GptConfig& c);
+// The model_type names an export can write (model.hf_type's values):
+// "llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text",
+// "phi3" and "gpt2", in the order an export tries them.
+const std::vector<std::string>& hf_model_types();
+// What keeps class `type` (one of hf_model_types()) from holding `c`, ""
+// when nothing does; a name not in the list is a ConfigError.
+std::string hf_misfit(const nn::GptConfig& c, const std::string& type);
+// `c` to be exported as `type` and nothing else: c with hf_type set, or,
+// when that class cannot hold it, a NotSupportedError naming what keeps it
+// (triad-export --hf-type).
+nn::GptConfig exported_as(const nn::GptConfig& c, const std::string& type);
 // The class itself: "LlamaForCausalLM", "MistralForCausalLM",
 // "Qwen2ForCausalLM", "Qwen3ForCausalLM", "GemmaForCausalLM",
-// "Gemma2ForCausalLM", "Gemma3ForCausalLM" or "GPT2LMHeadModel".
+// "Gemma2ForCausalLM", "Gemma3ForCausalLM", "Phi3ForCausalLM" or
+// "GPT2LMHeadModel".
 const char* hf_architecture(const nn::GptConfig& c);
 
 // config.json's text for `c` (hf_model_type's class; gpt_config_from_hf
@@ -44,8 +62,9 @@ std::string hf_config_json(const nn::GptConfig& c, const std::string& torch_dtyp
 
 // A full Triad state dict under the class's names and layouts: LLaMA's
 // c_attn split into q_proj, k_proj and v_proj (k and v n_kv_head heads
-// tall; Qwen2's biases alike) and c_fc into gate_proj and up_proj; GPT-2's under "transformer."
-// with its Conv1D weights transposed. load_gpt2_state_dict reads either
+// tall; Qwen2's biases alike) and c_fc into gate_proj and up_proj; Phi-3's
+// c_attn whole as qkv_proj and c_fc as gate_up_proj; GPT-2's under
+// "transformer." with its Conv1D weights transposed. load_gpt2_state_dict reads either
 // back to the same state dict.
 std::map<std::string, Tensor> triad_to_hf(const nn::StateDict& full, const nn::GptConfig& c);
 // The same for one part of it: block -1 (the embedding, final norm and

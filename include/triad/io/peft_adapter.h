@@ -22,7 +22,8 @@ namespace triad::io {
 // them as their weights split: c_attn's pair becomes q_proj's, k_proj's and
 // v_proj's (each with the one A, and its rows of B), c_fc's gate_proj's
 // and up_proj's; attn.c_proj is o_proj, mlp.c_proj down_proj. Each module's
-// B A is then its rows of Triad's. A missing adapter, or one whose shape
+// B A is then its rows of Triad's. Phi-3's fused modules take a layer's
+// pair whole (qkv_proj, gate_up_proj). A missing adapter, or one whose shape
 // does not fit the model, is a ShapeError naming it.
 std::map<std::string, Tensor> triad_lora_to_peft(const nn::StateDict& adapters,
                                                  const nn::GptConfig& c);

@@ -157,6 +157,13 @@ struct GptConfig {
     bool operator==(const Lora&) const = default;
   };
   Lora lora = {};
+  // The Hugging Face class an export writes (config key model.hf_type: its
+  // model_type, e.g. "phi3"), when that class holds the model; empty (auto),
+  // or a class that cannot hold it, leaves the export to the first class
+  // that can (io/hf_export.h). Reading a config.json sets it to the file's
+  // own type: a Phi-3 goes back out as Phi3ForCausalLM, with PEFT adapters
+  // named after its fused modules, not as the LLaMA its blocks equal.
+  std::string hf_type = {};
   // The layers LoRA can adapt, by their names inside a block.
   static const std::vector<std::string>& lora_layers();
   // Whether the block layer `layer` ("attn.c_attn", ...) has adapters.
