@@ -1,8 +1,8 @@
 // Hugging Face's tokenizer.json, read into a BpeTokenizer (the byte-level
-// kind: GPT-2's, LLaMA 3's, Qwen2's and Qwen3's) or a MetaspaceBpeTokenizer
-// (the SentencePiece kind: LLaMA 2's, Mistral's, Gemma's): every setting
-// that changes how text becomes ids, or ids text, is honoured or refused by
-// name.
+// kind: GPT-2's, LLaMA 3's, Qwen2's, Qwen3's, Phi-4-mini's, Mistral NeMo's)
+// or a MetaspaceBpeTokenizer (the SentencePiece kind: LLaMA 2's, Mistral's,
+// Gemma's): every setting that changes how text becomes ids, or ids text,
+// is honoured or refused by name.
 #include <nlohmann/json.hpp>
 
 #include <climits>
@@ -26,6 +26,10 @@ const char* const kLlama3Regex =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 const char* const kQwen2Regex =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+const char* const kO200kRegex =
+    R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+const char* const kTekkenRegex =
+    R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 
 class Reader {
  public:
@@ -95,8 +99,11 @@ PretokenizePattern pattern_of(const Reader& r, const Json& pre) {
   if (regex == kLlama3Regex) return PretokenizePattern::Llama3;
   if (regex == kQwen2Regex) return PretokenizePattern::Qwen2;
   if (regex == kGpt2Regex) return PretokenizePattern::Gpt2;
+  if (regex == kO200kRegex) return PretokenizePattern::O200k;
+  if (regex == kTekkenRegex) return PretokenizePattern::Tekken;
   r.unsupported(key + ".pretokenizers[0].pattern", pattern,
-                "not one of the patterns Triad implements (GPT-2's, LLaMA 3's, Qwen2's)");
+                "not one of the patterns Triad implements (GPT-2's, LLaMA 3's, Qwen2's, "
+                "GPT-4o's o200k, Mistral's Tekken)");
 }
 
 std::vector<std::pair<std::string, std::string>> merges_of(const Reader& r, const Json& model) {

@@ -183,6 +183,109 @@ std::vector<std::string> llama3_pieces(const std::string& text, size_t max_digit
   return p.out;
 }
 
+// o200k's word classes, ASCII without a table lookup.
+bool word_capital(uint32_t c) {
+  return c < 0x80 ? c >= 'A' && c <= 'Z' : unicode::is_word_capital(c);
+}
+bool word_small(uint32_t c) {
+  return c < 0x80 ? c >= 'a' && c <= 'z' : unicode::is_word_small(c);
+}
+
+// GPT-4o's o200k pattern, and Mistral's Tekken (`contractions` false,
+// numbers of at most `max_digits`):
+//   [^\r\n\p{L}\p{N}]?[C]*[S]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|
+//   [^\r\n\p{L}\p{N}]?[C]+[S]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|
+//   \p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+
+// with C the capitals [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}] and S the small
+// letters [\p{Ll}\p{Lm}\p{Lo}\p{M}], which overlap (uncased letters, marks).
+// Each alternative tried in turn at each position, backtracking as the
+// regex does: the optional first character is taken if the rest can match
+// after it, else left out.
+std::vector<std::string> o200k_pieces(const std::string& text, size_t max_digits,
+                                      bool contractions) {
+  Pieces p(text);
+  const std::vector<uint32_t>& cps = p.cps;
+  const size_t n = cps.size();
+  auto emit = [&](size_t a, size_t b) { p.emit(a, b); };
+  auto cls = [&](size_t k) { return classify(cps[k]); };
+  auto newline = [&](size_t k) { return cps[k] == '\r' || cps[k] == '\n'; };
+  // [^\r\n\p{L}\p{N}]: the character a word may take before it.
+  auto lead = [&](size_t k) {
+    return cls(k) != Cls::Letter && cls(k) != Cls::Number && !newline(k);
+  };
+  // The end of [C]*[S]+ from j, or 0: the longest run of capitals, then of
+  // small letters; with no small letter after the capitals, the run gives
+  // back capitals until its last small letter ends the match.
+  auto capitals_then_smalls = [&](size_t j) -> size_t {
+    size_t u = j;
+    while (u < n && word_capital(cps[u])) ++u;
+    if (u < n && word_small(cps[u])) {
+      while (u < n && word_small(cps[u])) ++u;
+      return u;
+    }
+    for (size_t m = u; m > j; --m) {
+      if (word_small(cps[m - 1])) return m;
+    }
+    return 0;
+  };
+  // The end of [C]+[S]* from j, or 0.
+  auto capitals = [&](size_t j) -> size_t {
+    size_t u = j;
+    while (u < n && word_capital(cps[u])) ++u;
+    if (u == j) return 0;
+    while (u < n && word_small(cps[u])) ++u;
+    return u;
+  };
+  size_t i = 0;
+  while (i < n) {
+    size_t end = 0;
+    // The first alternative with its leading character, then without; then
+    // the second the same way.
+    for (int alternative = 0; alternative < 2 && end == 0; ++alternative) {
+      for (const size_t j : {i + 1, i}) {
+        if (j == i + 1 && (!lead(i) || j >= n)) continue;
+        end = alternative == 0 ? capitals_then_smalls(j) : capitals(j);
+        if (end != 0) break;
+      }
+    }
+    if (end != 0) {
+      if (contractions && end < n) end += contraction(cps, end, true);
+      emit(i, end);
+      i = end;
+      continue;
+    }
+    // \p{N}{1,max}
+    if (cls(i) == Cls::Number) {
+      size_t j = i;
+      while (j < n && j - i < max_digits && cls(j) == Cls::Number) ++j;
+      emit(i, j);
+      i = j;
+      continue;
+    }
+    //  ?[^\s\p{L}\p{N}]+[\r\n/]*
+    size_t j = i;
+    if (cps[j] == ' ' && j + 1 < n && cls(j + 1) == Cls::Other) ++j;
+    if (cls(j) == Cls::Other) {
+      while (j < n && cls(j) == Cls::Other) ++j;
+      while (j < n && (newline(j) || cps[j] == '/')) ++j;
+      emit(i, j);
+      i = j;
+      continue;
+    }
+    // Whitespace, as LLaMA 3's.
+    size_t k = i;
+    while (k < n && is_white_space(cps[k])) ++k;
+    size_t last_newline = k;
+    for (size_t m = i; m < k; ++m) {
+      if (newline(m)) last_newline = m;
+    }
+    k = last_newline < k ? last_newline + 1 : whitespace_end(i, k, n);
+    emit(i, k);
+    i = k;
+  }
+  return p.out;
+}
+
 }  // namespace
 
 std::vector<std::string> pretokenize(const std::string& text, PretokenizePattern pattern) {
@@ -193,6 +296,10 @@ std::vector<std::string> pretokenize(const std::string& text, PretokenizePattern
       return llama3_pieces(text, 3);
     case PretokenizePattern::Qwen2:
       return llama3_pieces(text, 1);
+    case PretokenizePattern::O200k:
+      return o200k_pieces(text, 3, true);
+    case PretokenizePattern::Tekken:
+      return o200k_pieces(text, 1, false);
   }
   throw ValueError("pretokenize: unknown pattern");
 }
@@ -205,6 +312,10 @@ const char* pretokenize_pattern_name(PretokenizePattern pattern) {
       return "llama3";
     case PretokenizePattern::Qwen2:
       return "qwen2";
+    case PretokenizePattern::O200k:
+      return "o200k";
+    case PretokenizePattern::Tekken:
+      return "tekken";
   }
   return "?";
 }

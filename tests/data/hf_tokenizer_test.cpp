@@ -188,6 +188,38 @@ TEST(HfTokenizer, Qwen2FormSplitsDigitsAndNormalisesToNfc) {
   EXPECT_EQ(plain->encode("e\xCC\x81"), (std::vector<int32_t>{'e', 0xCC, 0x81}));
 }
 
+// GPT-4o's o200k pattern (Phi-4-mini's tokenizer.json) and Mistral's
+// Tekken (Mistral NeMo's): words split where small letters meet capitals,
+// so a merge across "eT" happens under LLaMA 3's pattern only; o200k keeps
+// numbers of 3 digits, Tekken splits them.
+TEST(HfTokenizer, O200kAndTekkenFormsSplitWordsByCase) {
+  const char* o200k =
+      R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+  const char* tekken =
+      R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+  TempDir dir;
+  struct Form {
+    const char* regex;
+    PretokenizePattern pattern;
+    std::vector<int32_t> the_top, digits;
+  };
+  for (const Form& f :
+       {Form{kLlama3, PretokenizePattern::Llama3, {'t', 'h', 400, 'o', 'p'}, {260}},
+        Form{o200k, PretokenizePattern::O200k, {'t', 'h', 'e', 'T', 'o', 'p'}, {260}},
+        Form{
+            tekken, PretokenizePattern::Tekken, {'t', 'h', 'e', 'T', 'o', 'p'}, {'1', '2', '3'}}}) {
+    SCOPED_TRACE(pretokenize_pattern_name(f.pattern));
+    Json j = tokenizer_json(f.regex, false, false);
+    j["model"]["merges"].push_back(Json::array({"e", "T"}));
+    j["model"]["vocab"]["eT"] = 400;
+    const auto tok = load(dir, j, pretokenize_pattern_name(f.pattern));
+    EXPECT_EQ(tok->settings().pattern, f.pattern);
+    EXPECT_EQ(tok->encode("theTop"), f.the_top);
+    EXPECT_EQ(tok->encode("123"), f.digits);
+    EXPECT_EQ(tok->decode(tok->encode("theTop 123")), "theTop 123");
+  }
+}
+
 TEST(HfTokenizer, Gpt2FormEqualsTheVocabAndMergesFiles) {
   TempDir dir;
   Json j = tokenizer_json(kLlama3, false, false);

@@ -1,6 +1,6 @@
 // Triad's pre-tokenisation against the patterns run by the Python regex
-// module (GPT-2's as OpenAI wrote it, LLaMA 3's and Qwen2's as their
-// tokenizer.json files write them), and its NFC against Python's
+// module (GPT-2's as OpenAI wrote it, LLaMA 3's, Qwen2's, o200k's and Tekken's as
+// their tokenizer.json files write them), and its NFC against Python's
 // unicodedata (CTest label "parity"): the reference file comes from
 // gpt2_pretokenize_reference.py, run by CTest as a fixture before this. The
 // pieces and the normalised text must be the same, text by text.
@@ -78,6 +78,16 @@ TEST(PretokenizeParity, Llama3PiecesMatchTheReferencePatternOnEveryText) {
 TEST(PretokenizeParity, Qwen2PiecesMatchTheReferencePatternOnEveryText) {
   if (const char* why = std::getenv("TRIAD_PRETOKENIZE_UNAVAILABLE")) GTEST_SKIP() << why;
   expect_pieces_match(PretokenizePattern::Qwen2, "qwen2");
+}
+
+TEST(PretokenizeParity, O200kPiecesMatchTheReferencePatternOnEveryText) {
+  if (const char* why = std::getenv("TRIAD_PRETOKENIZE_UNAVAILABLE")) GTEST_SKIP() << why;
+  expect_pieces_match(PretokenizePattern::O200k, "o200k");
+}
+
+TEST(PretokenizeParity, TekkenPiecesMatchTheReferencePatternOnEveryText) {
+  if (const char* why = std::getenv("TRIAD_PRETOKENIZE_UNAVAILABLE")) GTEST_SKIP() << why;
+  expect_pieces_match(PretokenizePattern::Tekken, "tekken");
 }
 
 // NFC against Python's unicodedata, on the same texts (a fifth of which

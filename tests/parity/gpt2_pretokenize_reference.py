@@ -2,13 +2,15 @@
 """Reference for Triad's pre-tokenisation and Unicode normalisation: the
 pieces OpenAI's GPT-2 encoder splits text into (its pattern, run by the
 `regex` module it was written for; Debian: python3-regex), the pieces of
-LLaMA 3's and Qwen2's patterns (as their tokenizer.json files write them),
+LLaMA 3's, Qwen2's, GPT-4o's o200k (Phi-4-mini's) and Mistral's Tekken
+patterns (as their tokenizer.json files write them),
 and the text's NFC (Python's unicodedata), for hand-written multilingual
 text and for random strings drawn from long-assigned Unicode blocks
 (letters, digits of several scripts, combining marks, Hangul jamo and
 syllables, punctuation, symbols, emoji, every kind of whitespace), with a
 fixed seed. Writes OUT_FILE as JSON:
-[{"text": ..., "pieces": [...], "llama3": [...], "qwen2": [...], "nfc": ...}, ...].
+[{"text": ..., "pieces": [...], "llama3": [...], "qwen2": [...], "o200k": [...],
+"tekken": [...], "nfc": ...}, ...].
 
 usage: gpt2_pretokenize_reference.py OUT_FILE
 """
@@ -24,6 +26,13 @@ GPT2_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|
 LLAMA3_PATTERN = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"""
                   r""" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+""")
 QWEN2_PATTERN = LLAMA3_PATTERN.replace(r"\p{N}{1,3}", r"\p{N}")
+_CAPITALS, _SMALLS = r"[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]", r"[\p{Ll}\p{Lm}\p{Lo}\p{M}]"
+_CONTRACTION = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
+O200K_PATTERN = "|".join([
+    r"[^\r\n\p{L}\p{N}]?" + _CAPITALS + "*" + _SMALLS + "+" + _CONTRACTION,
+    r"[^\r\n\p{L}\p{N}]?" + _CAPITALS + "+" + _SMALLS + "*" + _CONTRACTION,
+    r"\p{N}{1,3}", r" ?[^\s\p{L}\p{N}]+[\r\n/]*", r"\s*[\r\n]+", r"\s+(?!\S)", r"\s+"])
+TEKKEN_PATTERN = O200K_PATTERN.replace(_CONTRACTION, "").replace(r"\p{N}{1,3}", r"\p{N}")
 
 TEXTS = [
     "Hello world's  end!! 123abc\n\nok ",
@@ -50,6 +59,9 @@ TEXTS = [
     "line one\n\n  line two \r\n\t\n   indented!!\n\n\n",
     "e\u0301 a\u0323\u0302 A\u030a\u0301 \u212b \u2126 \u1100\u1161\u11a8 \u1100\u1161 \uac00\u11a8",
     "\u0915\u093c \u0930\u093c \u00c5\u0301 o\u0308\u0304 \u0f73 \u0344 \uf900\ufa10",
+    " NASA's GPT-OSS /path/to/file abc/\nfooBAR 123 camelCaseWord HTTPServer iPhone XMLHttp",
+    "\u01c5ungla \u01c4UNGLA \u02b0h \u3005\u30fc\u30c6 \u0301\u0301x \u0301! A\u0301B\u0301c //\n/ a/b",
+    "\u00c9COLE \u00e9cole \u00c9cole \u0391\u03b8\u0397\u039d\u0391 \u0416\u0416\u0436 I'M HERE'S",
 ]
 
 # Long-assigned blocks whose characters' categories do not change between
@@ -102,9 +114,12 @@ def random_texts(count, seed=20261123):
 
 
 def main():
-    gpt2, llama3, qwen2 = (regex.compile(p) for p in (GPT2_PATTERN, LLAMA3_PATTERN, QWEN2_PATTERN))
+    gpt2, llama3, qwen2, o200k, tekken = (
+        regex.compile(p)
+        for p in (GPT2_PATTERN, LLAMA3_PATTERN, QWEN2_PATTERN, O200K_PATTERN, TEKKEN_PATTERN))
     cases = [{"text": t, "pieces": gpt2.findall(t), "llama3": llama3.findall(t),
-              "qwen2": qwen2.findall(t), "nfc": unicodedata.normalize("NFC", t)}
+              "qwen2": qwen2.findall(t), "o200k": o200k.findall(t), "tekken": tekken.findall(t),
+              "nfc": unicodedata.normalize("NFC", t)}
              for t in TEXTS + random_texts(2000)]
     os.makedirs(os.path.dirname(os.path.abspath(sys.argv[1])), exist_ok=True)
     with open(sys.argv[1], "w", encoding="utf-8") as f:

@@ -53,7 +53,15 @@ class ByteTokenizer final : public Tokenizer {
 //           at most 3 digits, symbol runs with the newlines after them, and
 //           whitespace runs that end in a newline kept apart.
 //   Qwen2   Qwen2's and Qwen3's: LLaMA 3's with numbers one digit each.
-enum class PretokenizePattern { Gpt2, Llama3, Qwen2 };
+//   O200k   GPT-4o's (tiktoken's o200k; Phi-4-mini's, gpt-oss's): words
+//           split by case, capitals then small letters (a run of capitals
+//           before a capitalised word stays apart), each after at most one
+//           other character and with a contraction in any case after it;
+//           numbers of at most 3 digits; symbol runs with the newlines and
+//           slashes after them; whitespace as LLaMA 3's.
+//   Tekken  Mistral's (Mistral NeMo's, Small 3's): O200k's without the
+//           contractions, numbers one digit each.
+enum class PretokenizePattern { Gpt2, Llama3, Qwen2, O200k, Tekken };
 std::vector<std::string> pretokenize(const std::string& text, PretokenizePattern pattern);
 const char* pretokenize_pattern_name(PretokenizePattern pattern);
 
