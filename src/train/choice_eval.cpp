@@ -61,13 +61,14 @@ std::vector<TokenizedQuestion> load_choice_questions(const Config& c,
 }
 
 RequestRows request_batches(const std::vector<nn::ContinuationRequest>& requests, int64_t seq_len,
-                            int64_t rows, int64_t pad, int64_t width_multiple) {
+                            int64_t rows, int64_t pad, int64_t width_multiple, int64_t short_rows,
+                            int64_t short_multiple) {
   if (rows < 1) {
     throw ValueError("request_batches: rows (" + std::to_string(rows) + ") must be >= 1");
   }
-  if (width_multiple < 1) {
+  if (width_multiple < 1 || short_multiple < 1) {
     throw ValueError("request_batches: width_multiple (" + std::to_string(width_multiple) +
-                     ") must be >= 1");
+                     ") and short_multiple (" + std::to_string(short_multiple) + ") must be >= 1");
   }
   // Each row's input and targets, unpadded.
   std::vector<std::vector<int64_t>> inputs, targets;
@@ -79,32 +80,53 @@ RequestRows request_batches(const std::vector<nn::ContinuationRequest>& requests
     inputs.push_back(std::move(row.inputs));
     targets.push_back(std::move(row.targets));
   }
-  RequestRows out;
-  out.order.resize(inputs.size());
-  std::iota(out.order.begin(), out.order.end(), size_t{0});
-  std::stable_sort(out.order.begin(), out.order.end(),
+  std::vector<size_t> sorted(inputs.size());
+  std::iota(sorted.begin(), sorted.end(), size_t{0});
+  std::stable_sort(sorted.begin(), sorted.end(),
                    [&](size_t a, size_t b) { return inputs[a].size() > inputs[b].size(); });
-  for (size_t first = 0; first < out.order.size(); first += static_cast<size_t>(rows)) {
-    const int64_t longest = static_cast<int64_t>(inputs[out.order[first]].size());
-    const int64_t width =
-        std::min(seq_len, (longest + width_multiple - 1) / width_multiple * width_multiple);
-    std::vector<int64_t> in(static_cast<size_t>(rows * width), pad),
-        tg(static_cast<size_t>(rows * width), -100);  // filler rows stay so
-    for (int64_t k = 0; k < rows && first + static_cast<size_t>(k) < out.order.size(); ++k) {
-      const size_t r = out.order[first + static_cast<size_t>(k)];
-      std::copy(inputs[r].begin(), inputs[r].end(), in.begin() + k * width);
-      std::copy(targets[r].begin(), targets[r].end(), tg.begin() + k * width);
+  auto round_up = [](int64_t n, int64_t m) { return (n + m - 1) / m * m; };
+  // The rows past short_rows, then the rest: each group in batches of its own.
+  const auto boundary =
+      short_rows > 0 ? std::find_if(sorted.begin(), sorted.end(),
+                                    [&](size_t r) {
+                                      return static_cast<int64_t>(inputs[r].size()) <= short_rows;
+                                    })
+                     : sorted.end();
+  RequestRows out;
+  using Range = std::pair<std::vector<size_t>::iterator, std::vector<size_t>::iterator>;
+  for (const auto& [begin, end] :
+       {Range{sorted.begin(), boundary}, Range{boundary, sorted.end()}}) {
+    const bool short_group = begin == boundary && short_rows > 0;
+    for (auto first = begin; first < end; first += std::min<std::ptrdiff_t>(rows, end - first)) {
+      const auto longest = static_cast<int64_t>(inputs[*first].size());
+      int64_t width = round_up(longest, width_multiple);
+      if (short_group && width > short_rows) width = round_up(longest, short_multiple);
+      width = std::min(seq_len, width);
+      std::vector<int64_t> in(static_cast<size_t>(rows * width), pad),
+          tg(static_cast<size_t>(rows * width), -100);  // filler rows stay so
+      const std::ptrdiff_t held = end - first;
+      for (int64_t k = 0; k < rows; ++k) {
+        if (k >= held) {
+          out.order.push_back(RequestRows::kFiller);
+          continue;
+        }
+        const size_t r = first[k];
+        out.order.push_back(r);
+        std::copy(inputs[r].begin(), inputs[r].end(), in.begin() + k * width);
+        std::copy(targets[r].begin(), targets[r].end(), tg.begin() + k * width);
+      }
+      out.batches.push_back({from_vector(in, {rows, width}), from_vector(tg, {rows, width})});
     }
-    out.batches.push_back({from_vector(in, {rows, width}), from_vector(tg, {rows, width})});
   }
   return out;
 }
 
 RequestRows choice_batches(const std::vector<TokenizedQuestion>& questions, int64_t seq_len,
-                           int64_t rows, int64_t pad, int64_t width_multiple) {
+                           int64_t rows, int64_t pad, int64_t width_multiple, int64_t short_rows,
+                           int64_t short_multiple) {
   std::vector<nn::ContinuationRequest> all;
   for (const auto& q : questions) all.insert(all.end(), q.choices.begin(), q.choices.end());
-  return request_batches(all, seq_len, rows, pad, width_multiple);
+  return request_batches(all, seq_len, rows, pad, width_multiple, short_rows, short_multiple);
 }
 
 std::vector<double> ChoiceTally::to_vector() const {

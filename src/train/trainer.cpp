@@ -1565,10 +1565,25 @@ StepMetrics::ChoiceScores Trainer::evaluate_choices(size_t set) {
   if (reducer_) reducer_->wait_gathers();  // (the forward's fences would too, part by part)
   const std::vector<TokenizedQuestion>& questions = choices_[set].questions;
   ChoiceTally t;
-  // (longrope takes its factors per forward pass, and that scorer reads a
+  // longrope takes its factors per forward pass, and that scorer reads a
   // context and its continuations in passes of their own: such a model's
-  // questions are read as rows, as every layout reads them.)
-  if (model_ && config_.model.rope_scaling.kind != RopeScaling::Kind::LongRope) {
+  // questions go through it only when none of its passes can reach past the
+  // original context (each takes the short factors, as every request read
+  // alone would); else they are read as rows, as every layout reads them,
+  // each row with the factors of its own length (scoring_rows).
+  bool scorer = model_ != nullptr;
+  if (const RopeScaling& rope = config_.model.rope_scaling;
+      scorer && rope.kind == RopeScaling::Kind::LongRope) {
+    size_t context = 0, continuation = 0;
+    for (const auto& q : questions) {
+      for (const auto& c : q.choices) {
+        context = std::max(context, c.context.size());
+        continuation = std::max(continuation, c.continuation.size());
+      }
+    }
+    scorer = static_cast<double>(context + continuation) - 1 <= rope.original_seq_len;
+  }
+  if (scorer) {
     // One process: triad-eval's own scorer, which reads a question's
     // context once for all its choices, and a few-shot beginning once for
     // every question that starts with it; triad-eval's chunks of questions
@@ -1591,8 +1606,10 @@ StepMetrics::ChoiceScores Trainer::evaluate_choices(size_t set) {
     for (const auto& q : questions) all.insert(all.end(), q.choices.begin(), q.choices.end());
     const RequestRows rows = scoring_rows(all);
     const std::vector<double> losses = row_losses(rows.batches);
-    std::vector<double> in_order(rows.order.size());
-    for (size_t k = 0; k < rows.order.size(); ++k) in_order[rows.order[k]] = losses[k];
+    std::vector<double> in_order(all.size());
+    for (size_t k = 0; k < rows.order.size(); ++k) {
+      if (rows.order[k] != RequestRows::kFiller) in_order[rows.order[k]] = losses[k];
+    }
     t = tally_choices(questions, in_order);
   }
   if (mesh_ && dp_ > 1) {
@@ -1609,10 +1626,16 @@ RequestRows Trainer::scoring_rows(const std::vector<nn::ContinuationRequest>& re
   // Rows as wide as their batch's longest (not seq_len: HellaSwag's are
   // about a tenth of GPT-2's 1024), in multiples of 64 (few shapes for the
   // kernels' choices) that sequence parallelism can split over tp.
+  // A longrope model's rows within its original context take the short
+  // factors, as each would read alone (request_batches' short_rows).
   const int64_t tp = mesh_ ? mesh_->tp()->size() : 1;
-  const int64_t multiple = config_.parallel.sequence_parallel ? std::lcm<int64_t>(64, tp) : 64;
+  const bool sp = config_.parallel.sequence_parallel;
+  const int64_t multiple = sp ? std::lcm<int64_t>(64, tp) : 64;
+  const RopeScaling& rope = config_.model.rope_scaling;
+  const int64_t short_rows =
+      rope.kind == RopeScaling::Kind::LongRope ? static_cast<int64_t>(rope.original_seq_len) : 0;
   return request_batches(requests, config_.model.seq_len, config_.train.micro_batch_size, pad,
-                         multiple);
+                         multiple, short_rows, sp ? tp : 1);
 }
 
 StepMetrics::LambadaScores Trainer::evaluate_lambada(size_t set) {
@@ -1627,9 +1650,10 @@ StepMetrics::LambadaScores Trainer::evaluate_lambada(size_t set) {
     const RequestRows rows = scoring_rows(texts);
     std::vector<bool> greedy;
     const std::vector<double> losses = row_losses(rows.batches, &greedy);
-    std::vector<double> mean_of(rows.order.size());
-    std::vector<bool> greedy_of(rows.order.size());
+    std::vector<double> mean_of(texts.size());
+    std::vector<bool> greedy_of(texts.size());
     for (size_t k = 0; k < rows.order.size(); ++k) {
+      if (rows.order[k] == RequestRows::kFiller) continue;
       mean_of[rows.order[k]] = losses[k];
       greedy_of[rows.order[k]] = greedy[k];
     }

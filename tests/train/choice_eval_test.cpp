@@ -53,7 +53,31 @@ TEST(ChoiceBatches, RowsHoldTheRequestCutToTheWindowLongestFirstAndScoreTheConti
                                   -100, -100, -100, -100}));
   expect_error([&] { choice_batches({q}, 6, 0, 0); }, {"request_batches: rows (0) must be >= 1"});
   expect_error([&] { choice_batches({q}, 6, 2, 0, 0); },
-               {"request_batches: width_multiple (0) must be >= 1"});
+               {"request_batches: width_multiple (0) and short_multiple (1) must be >= 1"});
+}
+
+// A longrope model's rows (short_rows: its original context of 3): rows of
+// at most 3 inputs never share a batch with longer ones, and their batch is
+// at most 3 wide even where width_multiple would round it past; a group's
+// last batch is filled, its filler rows marked in order.
+TEST(ChoiceBatches, RowsWithinTheOriginalContextAreBatchedApart) {
+  TokenizedQuestion q;
+  q.choices = {{{1, 2, 3}, {4, 5}},  // 4 inputs
+               {{1}, {2, 3}},        // 2
+               {{6, 7, 8, 9}, {1}},  // 4
+               {{5, 5}, {6}}};       // 2
+  q.chars = {1, 1, 1, 1};
+  const RequestRows rows = choice_batches({q}, 8, 3, 0, 4, 3);
+  constexpr size_t F = RequestRows::kFiller;
+  EXPECT_EQ(rows.order, (std::vector<size_t>{0, 2, F, 1, 3, F}));
+  ASSERT_EQ(rows.batches.size(), 2u);
+  EXPECT_EQ(rows.batches[0].inputs.shape(), (Shape{3, 4}));
+  EXPECT_EQ(rows.batches[1].inputs.shape(), (Shape{3, 2}));  // not 4: the original context is 3
+  EXPECT_EQ(ints(rows.batches[1].inputs), (std::vector<int64_t>{1, 2, 5, 5, 0, 0}));
+  // Sequence parallelism over 3 ranks: the short batch widened to 3, no further.
+  EXPECT_EQ(choice_batches({q}, 8, 3, 0, 4, 3, 3).batches[1].inputs.shape(), (Shape{3, 3}));
+  // Without the limit the four rows share batches by length alone.
+  EXPECT_EQ(choice_batches({q}, 8, 3, 0, 4).order, (std::vector<size_t>{0, 2, 1, 3, F, F}));
 }
 
 TEST(TallyChoices, EachNormalisationCountsItsRightPicks) {

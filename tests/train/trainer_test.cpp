@@ -794,6 +794,85 @@ TEST(Trainer, ScoresMultipleChoiceQuestionsAsTriadEvalDoes) {
   EXPECT_EQ(both.choices->answer_loss, both.choice_sets[0].second.answer_loss);
 }
 
+// A longrope model's questions: each request takes the factors Hugging
+// Face's rule gives it read alone (the long ones only when it reaches past
+// the original context of 20), whichever way they are scored: a set with a
+// long question as rows (the short ones in batches of their own, no wider
+// than 20), a set of short ones through triad-eval's scorer.
+TEST(Trainer, LongRopeQuestionsTakeTheFactorsOfEachRequestReadAlone) {
+  TempDir dir;
+  Config c = small_config(dir, 2);
+  c.model.vocab_size = 256;  // byte tokens
+  c.model.seq_len = 64;
+  c.model.position_embedding = nn::PositionEmbedding::Rotary;
+  RopeScaling& rope = c.model.rope_scaling;
+  rope.kind = RopeScaling::Kind::LongRope;
+  rope.original_seq_len = 20;
+  rope.factor = 3.2;  // (seq_len 64 over 20)
+  ASSERT_EQ(set_rope_factors(rope, {1.0, 1.5, 2.0, 3.0}, {2.0, 5.0, 11.0, 23.0}), "");
+  {
+    std::ofstream s(dir.file("short.jsonl")), m(dir.file("mixed.jsonl"));
+    for (auto* f : {&s, &m}) {
+      *f << R"({"context": "abcab", "choices": ["c", "ca b"], "answer": 0})"
+         << "\n"
+         << R"({"context": "xyz x", "choices": ["y", "z", "zz"], "answer": 1})"
+         << "\n";
+    }
+    m << R"({"context": "the quick brown fox jumps over the lazy dog", "choices": ["a", "b"],)"
+      << R"( "answer": 0})"
+      << "\n";
+  }
+  c.eval.choices = {{"short", dir.file("short.jsonl")}, {"mixed", dir.file("mixed.jsonl")}};
+  // Trained until its attention leans on positions, so the factors show.
+  c.train.steps = 60;
+  c.train.lr = 3e-2;
+  Trainer t(c);
+  t.run();
+  nn::Gpt model(c.model, 7);
+  model.load_state_dict(t.full_state_dict());
+  const data::ByteTokenizer bytes;
+  for (size_t set = 0; set < 2; ++set) {
+    SCOPED_TRACE(c.eval.choices[set].name);
+    // Each request as one row of its own length, and (to show that the
+    // factors matter) padded to the window, which takes the long ones.
+    double right = 0, nll = 0, tokens = 0, padded_nll = 0;
+    const auto questions = data::read_choice_questions(c.eval.choices[set].path);
+    for (const auto& q : questions) {
+      std::vector<nn::ContinuationScore> scores;
+      std::vector<int64_t> chars;
+      for (size_t i = 0; i < q.choices.size(); ++i) {
+        auto [ctx, cont] =
+            data::encode_context_and_continuation(bytes, q.context_of(i), " " + q.choices[i]);
+        const nn::RequestRow row = nn::request_row({std::vector<int64_t>(ctx.begin(), ctx.end()),
+                                                    std::vector<int64_t>(cont.begin(), cont.end())},
+                                                   c.model.seq_len);
+        std::vector<int64_t> targets = row.targets;
+        std::fill(targets.begin(), targets.end() - static_cast<std::ptrdiff_t>(cont.size()), -100);
+        const auto n = static_cast<int64_t>(row.inputs.size());
+        const double mean = item(model.loss(from_vector(row.inputs, {1, n}, DType::I64),
+                                            from_vector(targets, {1, n}, DType::I64)));
+        std::vector<int64_t> wide_in = row.inputs, wide_tg = targets;
+        wide_in.resize(64, 0);
+        wide_tg.resize(64, -100);
+        const double wide = item(model.loss(from_vector(wide_in, {1, 64}, DType::I64),
+                                            from_vector(wide_tg, {1, 64}, DType::I64)));
+        const auto k = static_cast<int64_t>(cont.size());
+        scores.push_back({mean * static_cast<double>(k), k});
+        if (static_cast<int>(i) == q.answer) padded_nll += wide * static_cast<double>(k);
+        chars.push_back(data::utf8_characters(q.choices[i]));
+      }
+      right += nn::pick_choice(scores, chars).total == q.answer;
+      nll += scores[static_cast<size_t>(q.answer)].nll;
+      tokens += static_cast<double>(scores[static_cast<size_t>(q.answer)].tokens);
+    }
+    const StepMetrics::ChoiceScores got = t.evaluate_choices(set);
+    EXPECT_EQ(got.questions, static_cast<int64_t>(questions.size()));
+    EXPECT_DOUBLE_EQ(got.acc, right / static_cast<double>(questions.size()));
+    EXPECT_NEAR(got.answer_loss, nll / tokens, 1e-6 * nll / tokens);
+    EXPECT_GT(std::abs(padded_nll - nll) / tokens, 1e-3);  // (1.8e-3 and 1.2e-3 here)
+  }
+}
+
 TEST(Trainer, ContinuesTheSamplePromptsAtEveryEvaluation) {
   TempDir dir;
   Config plain = small_config(dir, 2);

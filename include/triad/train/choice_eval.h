@@ -42,18 +42,26 @@ std::vector<TokenizedQuestion> load_choice_questions(const Config& c,
 // seq_len + 1, less the last one as input (nn::request_row); a batch as
 // wide as its longest row rounded up to a multiple of `width_multiple` (at
 // most seq_len), shorter rows padded with `pad`; targets -100 but for the
-// continuation's; the last batch filled with rows that score nothing.
-// order[k] is the request that the batches' k-th row holds. (eval.choices'
-// and eval.lambada's rows.)
+// continuation's; a group's last batch filled with rows that score nothing.
+// order[k] is the request that the batches' k-th row holds, kFiller for a
+// row that scores nothing. (eval.choices' and eval.lambada's rows.)
+// `short_rows` (a longrope model's original context; 0: no such limit):
+// rows of at most that many inputs never share a batch with longer ones,
+// and their batches are no wider than it where a multiple of
+// `short_multiple` allows, so each row takes the factors Hugging Face's
+// rule gives the request read alone (long past the original context).
 struct RequestRows {
+  static constexpr size_t kFiller = static_cast<size_t>(-1);
   std::vector<data::Batch> batches;
   std::vector<size_t> order;
 };
 RequestRows request_batches(const std::vector<nn::ContinuationRequest>& requests, int64_t seq_len,
-                            int64_t rows, int64_t pad, int64_t width_multiple = 1);
+                            int64_t rows, int64_t pad, int64_t width_multiple = 1,
+                            int64_t short_rows = 0, int64_t short_multiple = 1);
 // The questions' choices so, in question-then-choice order.
 RequestRows choice_batches(const std::vector<TokenizedQuestion>& questions, int64_t seq_len,
-                           int64_t rows, int64_t pad, int64_t width_multiple = 1);
+                           int64_t rows, int64_t pad, int64_t width_multiple = 1,
+                           int64_t short_rows = 0, int64_t short_multiple = 1);
 
 // What the questions scored: how many, how many each normalisation
 // (nn::pick_choice) got right, and the right choices' summed -log p and
