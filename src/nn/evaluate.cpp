@@ -18,9 +18,12 @@ namespace {
 
 // Requests (those at `which`) each read as one row: `batch_rows` rows at a
 // time, longest first, each batch padded to its longest row.
+// `short_rows` (a longrope model's original context; 0: none): rows of at
+// most that many inputs never share a batch with longer ones, so each row
+// takes the factors it would read alone.
 void score_rows(const Gpt& model, const std::vector<ContinuationRequest>& requests,
                 const std::vector<size_t>& which, int64_t batch_rows, bool greedy,
-                std::vector<ContinuationScore>& out, ScoringWork& work) {
+                std::vector<ContinuationScore>& out, ScoringWork& work, size_t short_rows = 0) {
   const GptConfig& cfg = model.config();
   const Device device = model.head_weight().device();
   // Longest first, so that a batch's rows are about as long (little
@@ -32,8 +35,15 @@ void score_rows(const Gpt& model, const std::vector<ContinuationRequest>& reques
   std::vector<size_t> order = which;
   std::stable_sort(order.begin(), order.end(),
                    [&](size_t a, size_t b) { return length(a) > length(b); });
-  for (size_t first = 0; first < order.size(); first += static_cast<size_t>(batch_rows)) {
-    const size_t last = std::min(order.size(), first + static_cast<size_t>(batch_rows));
+  const size_t boundary =
+      short_rows > 0
+          ? static_cast<size_t>(std::find_if(order.begin(), order.end(),
+                                             [&](size_t r) { return length(r) <= short_rows; }) -
+                                order.begin())
+          : order.size();
+  for (size_t first = 0; first < order.size();) {
+    const size_t group_end = first < boundary ? boundary : order.size();
+    const size_t last = std::min(group_end, first + static_cast<size_t>(batch_rows));
     const auto rows = static_cast<int64_t>(last - first);
     // Each row's input: context and continuation less the last token, cut
     // from the left to seq_len.
@@ -79,6 +89,7 @@ void score_rows(const Gpt& model, const std::vector<ContinuationRequest>& reques
       const auto n = static_cast<int64_t>(requests[r].continuation.size());
       out[r] = {mean[b] * static_cast<double>(n), n, greedy && matches[static_cast<size_t>(b)]};
     }
+    first = last;
   }
 }
 
@@ -406,6 +417,24 @@ std::vector<ContinuationScore> score_continuations(const Gpt& model,
   }
   std::vector<std::vector<size_t>> shared;
   std::vector<size_t> alone;
+  // A longrope model takes its factors by how far a forward pass reaches,
+  // and contexts and continuations read apart reach less far than the
+  // request: when some request reaches past the original context, every
+  // request is a row of its own, those within the original context in
+  // batches apart (the factors each would take read alone).
+  size_t short_rows = 0;
+  if (cfg.rope_scaling.kind == RopeScaling::Kind::LongRope) {
+    size_t context = 0, continuation = 0;
+    for (const auto& q : requests) {
+      context = std::max(context, q.context.size());
+      continuation = std::max(continuation, q.continuation.size());
+    }
+    if (static_cast<double>(context + continuation) - 1 > cfg.rope_scaling.original_seq_len) {
+      short_rows = static_cast<size_t>(cfg.rope_scaling.original_seq_len);
+      for (auto& g : groups) alone.insert(alone.end(), g.begin(), g.end());
+      groups.clear();
+    }
+  }
   for (auto& g : groups) {
     size_t longest = 0;
     for (size_t r : g) longest = std::max(longest, requests[r].continuation.size());
@@ -498,7 +527,7 @@ std::vector<ContinuationScore> score_continuations(const Gpt& model,
   }
   score_shared_contexts(model, requests, ordered, family, prefixes, batch_rows, greedy, out, done);
   std::sort(alone.begin(), alone.end());
-  score_rows(model, requests, alone, batch_rows, greedy, out, done);
+  score_rows(model, requests, alone, batch_rows, greedy, out, done, short_rows);
   if (work != nullptr) *work = done;
   return out;
 }

@@ -1565,25 +1565,11 @@ StepMetrics::ChoiceScores Trainer::evaluate_choices(size_t set) {
   if (reducer_) reducer_->wait_gathers();  // (the forward's fences would too, part by part)
   const std::vector<TokenizedQuestion>& questions = choices_[set].questions;
   ChoiceTally t;
-  // longrope takes its factors per forward pass, and that scorer reads a
-  // context and its continuations in passes of their own: such a model's
-  // questions go through it only when none of its passes can reach past the
-  // original context (each takes the short factors, as every request read
-  // alone would); else they are read as rows, as every layout reads them,
-  // each row with the factors of its own length (scoring_rows).
-  bool scorer = model_ != nullptr;
-  if (const RopeScaling& rope = config_.model.rope_scaling;
-      scorer && rope.kind == RopeScaling::Kind::LongRope) {
-    size_t context = 0, continuation = 0;
-    for (const auto& q : questions) {
-      for (const auto& c : q.choices) {
-        context = std::max(context, c.context.size());
-        continuation = std::max(continuation, c.continuation.size());
-      }
-    }
-    scorer = static_cast<double>(context + continuation) - 1 <= rope.original_seq_len;
-  }
-  if (scorer) {
+  // (A longrope model's requests take the factors each would read alone
+  // either way: the scorer reads them as rows when a pass of its own could
+  // reach past the original context, and scoring_rows batches the rows
+  // within it apart.)
+  if (model_) {
     // One process: triad-eval's own scorer, which reads a question's
     // context once for all its choices, and a few-shot beginning once for
     // every question that starts with it; triad-eval's chunks of questions

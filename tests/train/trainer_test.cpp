@@ -796,9 +796,11 @@ TEST(Trainer, ScoresMultipleChoiceQuestionsAsTriadEvalDoes) {
 
 // A longrope model's questions: each request takes the factors Hugging
 // Face's rule gives it read alone (the long ones only when it reaches past
-// the original context of 20), whichever way they are scored: a set with a
-// long question as rows (the short ones in batches of their own, no wider
-// than 20), a set of short ones through triad-eval's scorer.
+// the original context of 20). One process scores them with triad-eval's
+// scorer: a set whose every pass stays within 20 as usual (each context
+// once), a set that reaches past it as rows of their own, those within it
+// batched apart. (The layouts' rows: ChoiceBatches.RowsWithinTheOriginal-
+// ContextAreBatchedApart, mpi.train_qwen3_options_match_one_process.)
 TEST(Trainer, LongRopeQuestionsTakeTheFactorsOfEachRequestReadAlone) {
   TempDir dir;
   Config c = small_config(dir, 2);
@@ -813,13 +815,16 @@ TEST(Trainer, LongRopeQuestionsTakeTheFactorsOfEachRequestReadAlone) {
   {
     std::ofstream s(dir.file("short.jsonl")), m(dir.file("mixed.jsonl"));
     for (auto* f : {&s, &m}) {
-      *f << R"({"context": "abcab", "choices": ["c", "ca b"], "answer": 0})"
+      *f << R"({"context": "abcab", "choices": ["c", "ca b"], "answer": 1})"
          << "\n"
          << R"({"context": "xyz x", "choices": ["y", "z", "zz"], "answer": 1})"
          << "\n";
     }
-    m << R"({"context": "the quick brown fox jumps over the lazy dog", "choices": ["a", "b"],)"
+    m << R"({"context": "the quick brown fox jumps over the lazy dog", "choices": ["a", "b", "c"],)"
       << R"( "answer": 0})"
+      << "\n"
+      // 21 inputs: its context alone would stay within the original 20.
+      << R"({"context": "abcdefghijklmnopq", "choices": ["rstu", "xy"], "answer": 0})"
       << "\n";
   }
   c.eval.choices = {{"short", dir.file("short.jsonl")}, {"mixed", dir.file("mixed.jsonl")}};

@@ -58,6 +58,10 @@ RequestRow request_row(const ContinuationRequest& request, int64_t seq_len);
 // common beginning runs through the model once, its keys and values are
 // copied into each batch's cache, and only what follows it runs per
 // question.
+// A longrope model takes its factors by how far a forward pass reaches:
+// when some request reaches past the original context, every request is a
+// row of its own (those within it batched apart), so each takes the
+// factors Hugging Face's rule gives it read alone.
 // `greedy`: also fill each score's `greedy` (the continuation's logits
 // are read back whole for it: V values per token). `work`, when given,
 // says how much ran.
