@@ -121,6 +121,29 @@ std::vector<std::string> gpt2_pieces(const std::string& text) {
   return p.out;
 }
 
+// The end of the piece at cps[i] when no word or number begins there, by
+// the last alternatives LLaMA 3's pattern and o200k's share:
+//    ?[^\s\p{L}\p{N}]+[\r\n]*   (o200k's: [\r\n/]*, `slashes`)
+//   \s*[\r\n]+ up to a whitespace run's last newline, else \s+(?!\S) or \s+.
+size_t symbols_or_space_end(const std::vector<uint32_t>& cps, size_t i, bool slashes) {
+  const size_t n = cps.size();
+  auto newline = [&](size_t k) { return cps[k] == '\r' || cps[k] == '\n'; };
+  size_t j = i;
+  if (cps[j] == ' ' && j + 1 < n && classify(cps[j + 1]) == Cls::Other) ++j;
+  if (classify(cps[j]) == Cls::Other) {
+    while (j < n && classify(cps[j]) == Cls::Other) ++j;
+    while (j < n && (newline(j) || (slashes && cps[j] == '/'))) ++j;
+    return j;
+  }
+  size_t k = i;
+  while (k < n && is_white_space(cps[k])) ++k;
+  size_t last_newline = k;
+  for (size_t m = i; m < k; ++m) {
+    if (newline(m)) last_newline = m;
+  }
+  return last_newline < k ? last_newline + 1 : whitespace_end(i, k, n);
+}
+
 // LLaMA 3's pattern, and Qwen2's with numbers of at most `max_digits`:
 //   (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|
 //   ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
@@ -158,25 +181,8 @@ std::vector<std::string> llama3_pieces(const std::string& text, size_t max_digit
       i = j;
       continue;
     }
-    //  ?[^\s\p{L}\p{N}]+[\r\n]*
-    j = i;
-    if (cps[j] == ' ' && j + 1 < n && cls(j + 1) == Cls::Other) ++j;
-    if (cls(j) == Cls::Other) {
-      while (j < n && cls(j) == Cls::Other) ++j;
-      while (j < n && newline(j)) ++j;
-      emit(i, j);
-      i = j;
-      continue;
-    }
-    // Whitespace: \s*[\r\n]+ up to the run's last newline, else \s+(?!\S)
-    // or \s+.
-    size_t k = i;
-    while (k < n && is_white_space(cps[k])) ++k;
-    size_t last_newline = k;
-    for (size_t m = i; m < k; ++m) {
-      if (newline(m)) last_newline = m;
-    }
-    k = last_newline < k ? last_newline + 1 : whitespace_end(i, k, n);
+    // Symbols, or whitespace.
+    const size_t k = symbols_or_space_end(cps, i, false);
     emit(i, k);
     i = k;
   }
@@ -262,24 +268,8 @@ std::vector<std::string> o200k_pieces(const std::string& text, size_t max_digits
       i = j;
       continue;
     }
-    //  ?[^\s\p{L}\p{N}]+[\r\n/]*
-    size_t j = i;
-    if (cps[j] == ' ' && j + 1 < n && cls(j + 1) == Cls::Other) ++j;
-    if (cls(j) == Cls::Other) {
-      while (j < n && cls(j) == Cls::Other) ++j;
-      while (j < n && (newline(j) || cps[j] == '/')) ++j;
-      emit(i, j);
-      i = j;
-      continue;
-    }
-    // Whitespace, as LLaMA 3's.
-    size_t k = i;
-    while (k < n && is_white_space(cps[k])) ++k;
-    size_t last_newline = k;
-    for (size_t m = i; m < k; ++m) {
-      if (newline(m)) last_newline = m;
-    }
-    k = last_newline < k ? last_newline + 1 : whitespace_end(i, k, n);
+    // Symbols (and the slashes after them), or whitespace.
+    const size_t k = symbols_or_space_end(cps, i, true);
     emit(i, k);
     i = k;
   }
