@@ -215,6 +215,15 @@ TEMPLATES = {
 {% if add_generation_prompt %}
 {{ '<|assistant|>
 ' }}{% else %}{{ eos_token }}{% endif %}""",
+    # Phi-4-mini's kind: one line, the role in the tag, a system message's
+    # tools (when present and not None) between tool tags.
+    "phi4_mini": "{% for message in messages %}{% if message['role'] == 'system' and "
+                 "'tools' in message and message['tools'] is not none %}{{ '<|' + "
+                 "message['role'] + '|>' + message['content'] + '<|tool|>' + message['tools'] "
+                 "+ '<|/tool|>' + '<|end|>' }}{% else %}{{ '<|' + message['role'] + '|>' + "
+                 "message['content'] + '<|end|>' }}{% endif %}{% endfor %}{% if "
+                 "add_generation_prompt %}{{ '<|assistant|>' }}{% else %}{{ eos_token }}"
+                 "{% endif %}",
     # Qwen3's kind: a namespace found by a reversed loop, thinking blocks
     # split off the content, enable_thinking.
     "qwen3": """{%- set ns = namespace(multi_step_tool=true, last_query_index=messages|length - 1) %}
@@ -366,6 +375,14 @@ CONVERSATIONS = {
     "not_alternating": [
         {"role": "user", "content": "One."},
         {"role": "user", "content": "Two."},
+    ],
+    # Phi-4-mini's way of offering tools: a JSON string on the system
+    # message (None: none).
+    "system_tools": [
+        {"role": "system", "content": "Call tools when they help.",
+         "tools": "[{\"name\": \"get_weather\", \"parameters\": {\"city\": \"string\"}}]"},
+        {"role": "user", "content": "Weather in Oslo?"},
+        {"role": "system", "content": "Be brief.", "tools": None},
     ],
 }
 
