@@ -193,10 +193,7 @@ const std::vector<std::string>& hf_model_types() {
   return types;
 }
 
-namespace {
-
-// The list's own copy of `type`, or a ConfigError naming the list.
-const std::string& known_type(const std::string& type) {
+const std::string& hf_model_type_named(const std::string& type) {
   const auto& types = hf_model_types();
   const auto it = std::find(types.begin(), types.end(), type);
   if (it == types.end()) {
@@ -207,6 +204,8 @@ const std::string& known_type(const std::string& type) {
   }
   return *it;
 }
+
+namespace {
 
 // What keeps `c` from class `type` (one of hf_model_types()), "" when
 // nothing does: LLaMA has no window, Mistral's covers every layer or none.
@@ -235,12 +234,12 @@ const char* architecture_of(const std::string& type) {
 }  // namespace
 
 std::string hf_misfit(const nn::GptConfig& c, const std::string& type) {
-  return misfit(c, known_type(type));
+  return misfit(c, hf_model_type_named(type));
 }
 
 nn::GptConfig exported_as(const nn::GptConfig& c, const std::string& type) {
   nn::GptConfig out = c;
-  out.hf_type = known_type(type);
+  out.hf_type = hf_model_type_named(type);
   if (const std::string why = misfit(c, type); !why.empty()) {
     throw NotSupportedError("model_type " + type + " (" + architecture_of(type) +
                             ") cannot hold this model: " + why);
@@ -251,7 +250,7 @@ nn::GptConfig exported_as(const nn::GptConfig& c, const std::string& type) {
 const char* hf_model_type(const nn::GptConfig& c) {
   const auto& types = hf_model_types();
   if (!c.hf_type.empty()) {
-    const std::string& type = known_type(c.hf_type);
+    const std::string& type = hf_model_type_named(c.hf_type);
     if (misfit(c, type).empty()) return type.c_str();
   }
   for (const std::string& type : types) {

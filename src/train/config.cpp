@@ -781,14 +781,7 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
        {false,
         [&](auto& v, auto& k) {
           const std::string type = get_string(v, k);
-          const auto& types = io::hf_model_types();
-          if (type != "auto" && std::find(types.begin(), types.end(), type) == types.end()) {
-            std::string names;
-            for (const std::string& t : types) names += t + ", ";
-            throw ConfigError(k + ": '" + type + "' is not a model_type Triad exports (" + names +
-                              "or auto)");
-          }
-          m.hf_type = type == "auto" ? "" : type;
+          m.hf_type = type == "auto" ? "" : io::hf_model_type_named(type);
         }}},
       {"query_pre_attn_scalar",
        {false, [&](auto& v, auto& k) { m.query_pre_attn_scalar = get_double(v, k); }}},

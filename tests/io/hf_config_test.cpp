@@ -757,7 +757,7 @@ TEST(HfConfig, TrainerAndPlannerReadIt) {
     train::parse_config(yaml, {"model.hf_type=Llama"});
     FAIL() << "model_type Llama accepted";
   } catch (const ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("model.hf_type: 'Llama' is not a model_type Triad "
+    EXPECT_NE(std::string(e.what()).find("model.hf_type 'Llama' is not a model_type Triad "
                                          "exports (llama, mistral,"),
               std::string::npos)
         << e.what();

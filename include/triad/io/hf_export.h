@@ -43,6 +43,9 @@ const char* hf_model_type(const nn::GptConfig& c);
 // "llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text",
 // "phi3" and "gpt2", in the order an export tries them.
 const std::vector<std::string>& hf_model_types();
+// The list's own copy of `type` (model.hf_type's value), or a ConfigError
+// naming the list.
+const std::string& hf_model_type_named(const std::string& type);
 // What keeps class `type` (one of hf_model_types()) from holding `c`, ""
 // when nothing does; a name not in the list is a ConfigError.
 std::string hf_misfit(const nn::GptConfig& c, const std::string& type);
