@@ -69,7 +69,8 @@ class ModelSource {
       train::read_checkpoint_weights(*info_, model, consume, {.verify = !verified_});
       verified_ = true;
     } else {
-      io::read_gpt2_weights(weights_, nn::gpt_parameter_shapes(model), nullptr, consume);
+      io::read_gpt2_weights(weights_, nn::gpt_parameter_shapes(model), nullptr, consume,
+                            model.n_head);
     }
   }
 

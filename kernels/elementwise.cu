@@ -196,34 +196,54 @@ __device__ __forceinline__ double exp_of(double v) {
   return exp(v);
 }
 
+__device__ __forceinline__ float erf_of(float v) {
+  return erff(v);
+}
+__device__ __forceinline__ double erf_of(double v) {
+  return erf(v);
+}
+
+// GELU's forms (the tanh one as x * sigmoid(2u)); `erf` is uniform over a
+// launch, so the branch never diverges.
 template <class T, int V>
-__global__ void gelu_forward_kernel(const T* x, T* y, int64_t n) {
+__global__ void gelu_forward_kernel(const T* x, T* y, int64_t n, bool erf) {
   using C = compute_t<T>;
-  const C k0 = C(0.7978845608028654), k1 = C(0.044715);
+  const C k0 = C(0.7978845608028654), k1 = C(0.044715), r2 = C(0.7071067811865476);
   for_each_pack<V>(n, [&](int64_t i, auto pack) {
     C v[V];
     load_body<V>(x, i, v, pack);
     for (int k = 0; k < body_count<V>(pack); ++k) {
-      const C u = k0 * (v[k] + k1 * v[k] * v[k] * v[k]);
-      v[k] = v[k] / (C(1) + exp_of(C(-2) * u));
+      if (erf) {
+        v[k] = C(0.5) * v[k] * (C(1) + erf_of(v[k] * r2));
+      } else {
+        const C u = k0 * (v[k] + k1 * v[k] * v[k] * v[k]);
+        v[k] = v[k] / (C(1) + exp_of(C(-2) * u));
+      }
     }
     store_body<V>(y, i, v, pack);
   });
 }
 
+// Exact: d/dx x Phi(x) = Phi(x) + x phi(x), phi(x) = exp(-x^2 / 2) / sqrt(2 pi).
 template <class T, int V>
-__global__ void gelu_backward_kernel(const T* x, const T* dy, T* dx, int64_t n) {
+__global__ void gelu_backward_kernel(const T* x, const T* dy, T* dx, int64_t n, bool erf) {
   using C = compute_t<T>;
-  const C k0 = C(0.7978845608028654), k1 = C(0.044715);
+  const C k0 = C(0.7978845608028654), k1 = C(0.044715), r2 = C(0.7071067811865476),
+          r2pi = C(0.3989422804014327);
   for_each_pack<V>(n, [&](int64_t i, auto pack) {
     C v[V], g[V];
     load_body<V>(x, i, v, pack);
     load_body<V>(dy, i, g, pack);
     for (int k = 0; k < body_count<V>(pack); ++k) {
-      const C u = k0 * (v[k] + k1 * v[k] * v[k] * v[k]);
-      const C s = C(1) / (C(1) + exp_of(C(-2) * u));
-      const C du = k0 * (C(1) + C(3) * k1 * v[k] * v[k]);
-      g[k] = g[k] * (s + C(2) * v[k] * s * (C(1) - s) * du);
+      if (erf) {
+        const C cdf = C(0.5) * (C(1) + erf_of(v[k] * r2));
+        g[k] = g[k] * (cdf + v[k] * r2pi * exp_of(C(-0.5) * v[k] * v[k]));
+      } else {
+        const C u = k0 * (v[k] + k1 * v[k] * v[k] * v[k]);
+        const C s = C(1) / (C(1) + exp_of(C(-2) * u));
+        const C du = k0 * (C(1) + C(3) * k1 * v[k] * v[k]);
+        g[k] = g[k] * (s + C(2) * v[k] * s * (C(1) - s) * du);
+      }
     }
     store_body<V>(dx, i, g, pack);
   });
@@ -693,7 +713,8 @@ void affine(const void* x, void* out, ScalarType type, int64_t n, double alpha, 
   check_launch("affine");
 }
 
-void gelu_forward(const void* x, void* y, ScalarType type, int64_t n, cudaStream_t stream) {
+void gelu_forward(const void* x, void* y, ScalarType type, int64_t n, bool erf,
+                  cudaStream_t stream) {
   if (n == 0) return;
   if (type != ScalarType::F64) {
     dispatch_nn(type, "gelu_forward", [&](auto t) {
@@ -701,20 +722,20 @@ void gelu_forward(const void* x, void* y, ScalarType type, int64_t n, cudaStream
       const T* px = static_cast<const T*>(x);
       if (packable(x, y)) {
         gelu_forward_kernel<T, kPack<T>>
-            <<<grid_for_packs(n, kPack<T>), kThreads, 0, stream>>>(px, static_cast<T*>(y), n);
+            <<<grid_for_packs(n, kPack<T>), kThreads, 0, stream>>>(px, static_cast<T*>(y), n, erf);
       } else {
         gelu_forward_kernel<T, 1>
-            <<<grid_for(n, kThreads), kThreads, 0, stream>>>(px, static_cast<T*>(y), n);
+            <<<grid_for(n, kThreads), kThreads, 0, stream>>>(px, static_cast<T*>(y), n, erf);
       }
     });
   } else {
     gelu_forward_kernel<double, 1><<<grid_for(n, kThreads), kThreads, 0, stream>>>(
-        static_cast<const double*>(x), static_cast<double*>(y), n);
+        static_cast<const double*>(x), static_cast<double*>(y), n, erf);
   }
   check_launch("gelu_forward");
 }
 
-void gelu_backward(const void* x, const void* dy, void* dx, ScalarType type, int64_t n,
+void gelu_backward(const void* x, const void* dy, void* dx, ScalarType type, int64_t n, bool erf,
                    cudaStream_t stream) {
   if (n == 0) return;
   if (type != ScalarType::F64) {
@@ -723,16 +744,17 @@ void gelu_backward(const void* x, const void* dy, void* dx, ScalarType type, int
       const T* px = static_cast<const T*>(x);
       const T* pdy = static_cast<const T*>(dy);
       if (packable(x, dy, dx)) {
-        gelu_backward_kernel<T, kPack<T>>
-            <<<grid_for_packs(n, kPack<T>), kThreads, 0, stream>>>(px, pdy, static_cast<T*>(dx), n);
+        gelu_backward_kernel<T, kPack<T>><<<grid_for_packs(n, kPack<T>), kThreads, 0, stream>>>(
+            px, pdy, static_cast<T*>(dx), n, erf);
       } else {
         gelu_backward_kernel<T, 1>
-            <<<grid_for(n, kThreads), kThreads, 0, stream>>>(px, pdy, static_cast<T*>(dx), n);
+            <<<grid_for(n, kThreads), kThreads, 0, stream>>>(px, pdy, static_cast<T*>(dx), n, erf);
       }
     });
   } else {
     gelu_backward_kernel<double, 1><<<grid_for(n, kThreads), kThreads, 0, stream>>>(
-        static_cast<const double*>(x), static_cast<const double*>(dy), static_cast<double*>(dx), n);
+        static_cast<const double*>(x), static_cast<const double*>(dy), static_cast<double*>(dx), n,
+        erf);
   }
   check_launch("gelu_backward");
 }

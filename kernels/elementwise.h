@@ -31,9 +31,11 @@ void accumulate(const void* src, ScalarType src_type, float* acc, int64_t n, cud
 // out = alpha * x + beta over n contiguous elements (out may alias x).
 void affine(const void* x, void* out, ScalarType type, int64_t n, double alpha, double beta,
             cudaStream_t stream);
-// GELU, tanh approximation: y = x * sigmoid(2 sqrt(2/pi) (x + 0.044715 x^3)).
-void gelu_forward(const void* x, void* y, ScalarType type, int64_t n, cudaStream_t stream);
-void gelu_backward(const void* x, const void* dy, void* dx, ScalarType type, int64_t n,
+// GELU, tanh approximation: y = x * sigmoid(2 sqrt(2/pi) (x + 0.044715 x^3));
+// with `erf`, the exact form y = x * Phi(x) = 0.5 x (1 + erf(x / sqrt 2)).
+void gelu_forward(const void* x, void* y, ScalarType type, int64_t n, bool erf,
+                  cudaStream_t stream);
+void gelu_backward(const void* x, const void* dy, void* dx, ScalarType type, int64_t n, bool erf,
                    cudaStream_t stream);
 // A gated linear unit: x (rows, 2F) = [a | b] -> y (rows, F) = act(a) * b,
 // act silu (SwiGLU) or, with `gelu`, GELU's tanh approximation (GeGLU);

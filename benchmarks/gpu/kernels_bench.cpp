@@ -112,9 +112,16 @@ int main(int argc, char** argv) {
       time_ms([&] { be.rms_norm_backward_into(y, &r, hsum, w, rstd, dx, dw32, 0.0, 0.0); }, iters),
       5 * N * C * h, 0);
   Tensor a4 = rnd({N, 4 * C}, 4), g4 = triad::empty({N, 4 * C}, bf, gpu);
-  report("gelu_forward", time_ms([&] { be.gelu_forward(a4, g4); }, iters), 2 * N * 4 * C * h, 0);
-  report("gelu_backward", time_ms([&] { be.gelu_backward(a4, g4, g4); }, iters), 3 * N * 4 * C * h,
+  const auto tanh = triad::GeluForm::Tanh, erf = triad::GeluForm::Erf;
+  report("gelu_forward", time_ms([&] { be.gelu_forward(a4, g4, tanh); }, iters), 2 * N * 4 * C * h,
          0);
+  report("gelu_backward", time_ms([&] { be.gelu_backward(a4, g4, g4, tanh); }, iters),
+         3 * N * 4 * C * h, 0);
+  // The exact form (GPT-NeoX's): erf instead of one exp, the same bytes.
+  report("gelu_erf_forward", time_ms([&] { be.gelu_forward(a4, g4, erf); }, iters),
+         2 * N * 4 * C * h, 0);
+  report("gelu_erf_backward", time_ms([&] { be.gelu_backward(a4, g4, g4, erf); }, iters),
+         3 * N * 4 * C * h, 0);
   report("residual_add", time_ms([&] { be.binary(triad::BinaryOp::Add, x, dx, y); }, iters),
          3 * N * C * h, 0);
   report("dropout", time_ms([&] { be.dropout(x, 0.1, 1, 2, 3, y); }, iters), 2 * N * C * h, 0);

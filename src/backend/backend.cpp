@@ -60,14 +60,14 @@ void Backend::linear_forward(const Tensor& x, const Tensor& w, const Tensor& bia
     beta = 1.0;
   }
   gemm(x, w, pre, false, true, 1.0, beta);
-  if (gelu_input) gelu_forward(pre, y);
+  if (gelu_input) gelu_forward(pre, y, GeluForm::Tanh);
 }
 
 void Backend::gelu_linear_input_grad(const Tensor& dy, const Tensor& w, const Tensor& pre,
                                      Tensor& dpre) {
   Tensor dact = empty(dpre.shape(), dpre.dtype(), dpre.device());
   gemm(dy, w, dact, false, false, 1.0, 0.0);
-  gelu_backward(pre, dact, dpre);
+  gelu_backward(pre, dact, dpre, GeluForm::Tanh);
 }
 
 int64_t matrix_ld(const Tensor& t, const char* op) {

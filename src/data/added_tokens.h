@@ -13,20 +13,28 @@ namespace triad::data {
 
 // Walks `text`: the leftmost occurrence of any added token (the longest of
 // those starting there) goes to `ids` as its id, and `plain(begin, end)` is
-// called for each non-empty stretch before, between and after them.
+// called for each non-empty stretch before, between and after them. Each
+// token's next occurrence is remembered and searched for again only once
+// the walk passes it, so a text with many matches (GPT-NeoX's runs of
+// spaces) is scanned once per token, not once per token per match.
 template <class Plain>
 void split_on_added_tokens(const std::string& text, const std::map<std::string, int32_t>& added,
                            std::vector<int32_t>& ids, Plain&& plain) {
+  using Entry = std::pair<const std::string, int32_t>;
+  std::vector<std::pair<const Entry*, size_t>> next;  // (token, its next occurrence)
+  for (const Entry& entry : added) {
+    if (!entry.first.empty()) next.emplace_back(&entry, text.find(entry.first));
+  }
   size_t at = 0;
-  while (at < text.size() && !added.empty()) {
+  while (at < text.size() && !next.empty()) {
     size_t best = std::string::npos;
-    const std::pair<const std::string, int32_t>* found = nullptr;
-    for (const auto& entry : added) {
-      const size_t k = text.find(entry.first, at);
+    const Entry* found = nullptr;
+    for (auto& [entry, k] : next) {
+      if (k != std::string::npos && k < at) k = text.find(entry->first, at);
       if (k == std::string::npos) continue;
-      if (k < best || (k == best && entry.first.size() > found->first.size())) {
+      if (k < best || (k == best && entry->first.size() > found->first.size())) {
         best = k;
-        found = &entry;
+        found = entry;
       }
     }
     if (found == nullptr) break;

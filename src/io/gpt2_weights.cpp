@@ -230,6 +230,82 @@ nn::StateDict hf_llama_to_triad(const std::map<std::string, Tensor>& tensors) {
   return out;
 }
 
+bool is_hf_neox(const std::map<std::string, Tensor>& tensors) {
+  return tensors.count("gpt_neox.embed_in.weight") > 0;
+}
+
+namespace {
+
+// Rows viewed as (a, b, D) regrouped as (b, a, D), the rest of each row kept.
+Tensor regroup_rows(const Tensor& t, int64_t a, int64_t b, int64_t n_head) {
+  const int64_t rows = t.dim() >= 1 ? t.size(0) : 0;
+  if (n_head < 1 || rows == 0 || rows % (3 * n_head) != 0) {
+    throw ShapeError("GPT-NeoX query_key_value: " + shape_str(t.shape()) + " is not 3 x " +
+                     std::to_string(n_head) + " heads of rows tall");
+  }
+  const int64_t D = rows / (a * b), rest = t.numel() / rows;
+  const Tensor v = reshape(contiguous(t.detach()), {a, b, D, rest});
+  return reshape(contiguous(transpose(v, 0, 1)), t.shape()).detach();
+}
+
+}  // namespace
+
+Tensor neox_qkv_rows_to_triad(const Tensor& t, int64_t n_head) {
+  return regroup_rows(t, n_head, 3, n_head);
+}
+
+Tensor triad_qkv_rows_to_neox(const Tensor& t, int64_t n_head) {
+  return regroup_rows(t, 3, n_head, n_head);
+}
+
+nn::StateDict hf_neox_to_triad(const std::map<std::string, Tensor>& tensors, int64_t n_head) {
+  static const std::map<std::string, std::string> kOutside = {
+      {"gpt_neox.embed_in.weight", "wte.weight"},
+      {"gpt_neox.final_layer_norm.weight", "ln_f.weight"},
+      {"gpt_neox.final_layer_norm.bias", "ln_f.bias"},
+      {"embed_out.weight", "lm_head.weight"}};
+  static const std::map<std::string, std::string> kBlock = {
+      {"input_layernorm.weight", "ln_1.weight"},
+      {"input_layernorm.bias", "ln_1.bias"},
+      {"post_attention_layernorm.weight", "ln_2.weight"},
+      {"post_attention_layernorm.bias", "ln_2.bias"},
+      {"attention.query_key_value.weight", "attn.c_attn.weight"},
+      {"attention.query_key_value.bias", "attn.c_attn.bias"},
+      {"attention.dense.weight", "attn.c_proj.weight"},
+      {"attention.dense.bias", "attn.c_proj.bias"},
+      {"mlp.dense_h_to_4h.weight", "mlp.c_fc.weight"},
+      {"mlp.dense_h_to_4h.bias", "mlp.c_fc.bias"},
+      {"mlp.dense_4h_to_h.weight", "mlp.c_proj.weight"},
+      {"mlp.dense_4h_to_h.bias", "mlp.c_proj.bias"}};
+  if (n_head < 1) {
+    throw IoError(
+        "Hugging Face GPT-NeoX weights: unstacking query_key_value needs the model's head count");
+  }
+  nn::StateDict out;
+  for (const auto& [name, t] : tensors) {
+    if (const auto it = kOutside.find(name); it != kOutside.end()) {
+      out[it->second] = t;
+      continue;
+    }
+    const int64_t layer = block_index(name);
+    const std::string prefix = "gpt_neox.layers." + std::to_string(layer) + ".";
+    if (layer < 0 || name.rfind(prefix, 0) != 0)
+      throw IoError("Hugging Face GPT-NeoX weights: unexpected tensor '" + name + "'");
+    const std::string rest = name.substr(prefix.size());
+    // Buffers older files carry: the causal mask and RoPE's frequencies.
+    if (rest == "attention.bias" || rest == "attention.masked_bias" ||
+        rest == "attention.rotary_emb.inv_freq")
+      continue;
+    const auto it = kBlock.find(rest);
+    if (it == kBlock.end())
+      throw IoError("Hugging Face GPT-NeoX weights: unexpected tensor '" + name + "'");
+    const std::string to = "h." + std::to_string(layer) + "." + it->second;
+    out[to] =
+        rest.rfind("attention.query_key_value.", 0) == 0 ? neox_qkv_rows_to_triad(t, n_head) : t;
+  }
+  return out;
+}
+
 namespace {
 
 // The safetensors files behind a weights path (a file, a sharded
@@ -400,14 +476,20 @@ void check_part(const std::string& path, const nn::StateDict& state,
 
 void read_gpt2_weights(const std::string& path, const std::map<std::string, Shape>& expected,
                        const std::set<int64_t>* blocks,
-                       const std::function<void(nn::StateDict&&)>& consume) {
+                       const std::function<void(nn::StateDict&&)>& consume, int64_t n_head) {
   const WeightFiles files(path);
   // First the tensors outside the blocks (the embedding, position table,
   // final norm and head): they name the file's layout and width.
   std::map<std::string, Tensor> outside = language_model_tensors(
       files.read([](const std::string& name) { return block_index(name) < 0; }));
-  const bool llama = is_hf_llama(outside);
-  nn::StateDict state = llama ? hf_llama_to_triad(outside) : gpt2_to_triad(outside);
+  const bool neox = is_hf_neox(outside);
+  const bool llama = is_hf_llama(outside) || neox;  // (Linear weights, [out, in])
+  const auto convert = [&](const std::map<std::string, Tensor>& tensors) {
+    return neox    ? hf_neox_to_triad(tensors, n_head)
+           : llama ? hf_llama_to_triad(tensors)
+                   : gpt2_to_triad(tensors);
+  };
+  nn::StateDict state = convert(outside);
   outside.clear();
   // A tied model takes a file's lm_head.weight only as the copy of wte some
   // exports carry; an untied one needs its own.
@@ -456,7 +538,7 @@ void read_gpt2_weights(const std::string& path, const std::map<std::string, Shap
     if (blocks && !blocks->count(b)) continue;  // another rank's
     std::map<std::string, Tensor> tensors = language_model_tensors(
         files.read([b](const std::string& name) { return block_index(name) == b; }));
-    nn::StateDict part = llama ? hf_llama_to_triad(tensors) : gpt2_to_triad(tensors);
+    nn::StateDict part = convert(tensors);
     tensors.clear();
     check_part(path, part, expected, b, llama);
     consume(std::move(part));
@@ -465,16 +547,17 @@ void read_gpt2_weights(const std::string& path, const std::map<std::string, Shap
 
 nn::StateDict load_gpt2_state_dict(const std::string& path,
                                    const std::map<std::string, Shape>& expected,
-                                   const std::set<int64_t>* blocks) {
+                                   const std::set<int64_t>* blocks, int64_t n_head) {
   nn::StateDict all;
-  read_gpt2_weights(path, expected, blocks, [&](nn::StateDict&& part) { all.merge(part); });
+  read_gpt2_weights(
+      path, expected, blocks, [&](nn::StateDict&& part) { all.merge(part); }, n_head);
   return all;
 }
 
 void load_gpt2_safetensors(nn::Gpt& model, const std::string& path) {
   std::map<std::string, Shape> expected;
   for (auto& [name, p] : model.named_parameters()) expected[name] = p.shape();
-  model.load_state_dict(load_gpt2_state_dict(path, expected));
+  model.load_state_dict(load_gpt2_state_dict(path, expected, nullptr, model.config().n_head));
 }
 
 namespace {
@@ -493,6 +576,7 @@ std::map<std::string, std::string> gpt2_metadata(const nn::GptConfig& c) {
   if (c.qk_norm) meta["qk_norm"] = "true";
   if (c.norm_weight_offset) meta["norm_weight_offset"] = "true";
   if (c.post_norms) meta["post_norms"] = "true";
+  if (c.parallel_residual) meta["parallel_residual"] = "true";
   if (c.rope_local_theta > 0.0) meta["rope_local_theta"] = std::to_string(c.rope_local_theta);
   if (c.query_pre_attn_scalar > 0.0)
     meta["query_pre_attn_scalar"] = std::to_string(c.query_pre_attn_scalar);

@@ -164,6 +164,17 @@ class Keys {
   std::string source_;
 };
 
+// An ungated MLP's GELU by its Hugging Face name (`key`, `otherwise` when
+// absent): "gelu" is the exact form, gelu_new and gelu_pytorch_tanh the
+// tanh approximation.
+nn::Activation gelu_named(const Keys& k, const char* key, const char* otherwise) {
+  const std::string act = k.text(key, otherwise);
+  if (act == "gelu") return nn::Activation::GeluErf;
+  if (act != "gelu_new" && act != "gelu_pytorch_tanh")
+    k.unsupported(key, "expected gelu (exact), gelu_new or gelu_pytorch_tanh (tanh)");
+  return nn::Activation::Gelu;
+}
+
 // LlamaForCausalLM and its relatives: rotary embeddings, SwiGLU, RMSNorm,
 // no linear biases.
 nn::GptConfig llama_config(const Keys& k, const std::string& type) {
@@ -295,9 +306,40 @@ nn::GptConfig gpt2_config(const Keys& k) {
   c.ffn_hidden_size = k.integer("n_inner", 0);
   c.layer_norm_eps = k.number("layer_norm_epsilon", 1e-5);
   c.tie_embeddings = k.boolean("tie_word_embeddings", true);
-  const std::string act = k.text("activation_function", "gelu_new");
-  if (act != "gelu_new" && act != "gelu_pytorch_tanh")
-    k.unsupported("activation_function", "Triad's GELU is the tanh approximation (gelu_new)");
+  c.activation = gelu_named(k, "activation_function", "gelu_new");
+  return c;
+}
+
+// GPTNeoXForCausalLM (Pythia's): rotary embeddings on the first rotary_pct
+// of each head, GELU (exact by default), LayerNorm, biases on every linear
+// layer, an untied head (embed_out), and by default the parallel residual.
+// Newer transformers name rotary_pct and rotary_emb_base
+// partial_rotary_factor and rope_theta; either is read.
+nn::GptConfig gpt_neox_config(const Keys& k) {
+  nn::GptConfig c;
+  c.n_layer = k.integer("num_hidden_layers");
+  c.n_head = k.integer("num_attention_heads");
+  c.d_model = k.integer("hidden_size");
+  c.vocab_size = k.integer("vocab_size");
+  c.seq_len = k.integer("max_position_embeddings");
+  c.ffn_hidden_size = k.integer("intermediate_size");
+  c.layer_norm_eps = k.number("layer_norm_eps", 1e-5);
+  c.tie_embeddings = k.boolean("tie_word_embeddings", false);
+  c.parallel_residual = k.boolean("use_parallel_residual", true);
+  c.activation = gelu_named(k, "hidden_act", "gelu");
+  c.position_embedding = nn::PositionEmbedding::Rotary;
+  c.rope_theta = k.number("rotary_emb_base", k.number("rope_theta", 10000.0));
+  if (k.has("rope_scaling")) c.rope_scaling = k.rope_scaling(static_cast<double>(c.seq_len));
+  const char* share = k.has("rotary_pct") ? "rotary_pct" : "partial_rotary_factor";
+  const double f = k.number(share, 0.25);
+  if (!(f > 0.0 && f <= 1.0)) k.bad(share, "must be a share of the head in (0, 1]");
+  if (c.n_head > 0 && c.d_model % c.n_head == 0) {
+    // Hugging Face's int(head_size * rotary_pct) dimensions of each head.
+    const auto dims = static_cast<int64_t>(static_cast<double>(c.head_dim()) * f);
+    if (dims != c.head_dim()) c.rope_dim = dims;  // (validate() names an odd one)
+  }
+  if (!k.boolean("attention_bias", true))
+    k.unsupported("attention_bias", "Triad's GPT-NeoX blocks have biases on every linear layer");
   return c;
 }
 
@@ -363,10 +405,12 @@ nn::GptConfig gpt_config_from_hf(const std::string& json_text, const std::string
     c = llama_config(k, type);
   } else if (type == "gpt2") {
     c = gpt2_config(k);
+  } else if (type == "gpt_neox") {
+    c = gpt_neox_config(k);
   } else {
     throw NotSupportedError(source + ": model_type '" + type +
                             "' is not supported (llama, mistral, qwen2, qwen3, gemma, gemma2, "
-                            "gemma3_text, gemma3, phi3 or gpt2)");
+                            "gemma3_text, gemma3, phi3, gpt_neox or gpt2)");
   }
   c.hf_type = type;  // (an export writes the class it came from)
   try {

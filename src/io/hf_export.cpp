@@ -98,6 +98,7 @@ std::string llama_misfit(const nn::GptConfig& c, const std::string& type) {
   }
   add(!c.rms_norm(), "model.normalization is not rmsnorm");
   add(c.linear_bias, "model.linear_bias is true");
+  add(c.parallel_residual, "model.parallel_residual is true");
   if (type == "qwen2") add(!c.qkv_bias, "model.qkv_bias is false");
   if (type != "qwen2") add(c.qkv_bias, "model.qkv_bias is true");
   const bool qk = type == "qwen3" || type == "gemma3_text";
@@ -114,13 +115,16 @@ std::string llama_misfit(const nn::GptConfig& c, const std::string& type) {
   return why;
 }
 
-std::string gpt2_misfit(const nn::GptConfig& c) {
+// What keeps `c` from GPT-2's and GPT-NeoX's blocks alike: an ungated GELU
+// (either form), LayerNorm, biases on every linear layer, a key/value head
+// per query head d_model / n_head wide, and none of the later families'
+// departures.
+std::string plain_block_misfit(const nn::GptConfig& c) {
   std::string why;
   auto add = [&](bool bad, const char* what) {
     if (bad) why += (why.empty() ? "" : ", ") + std::string(what);
   };
-  add(c.rotary(), "model.position_embedding is rope");
-  add(c.activation != nn::Activation::Gelu, "model.activation is not gelu");
+  add(c.gated_mlp(), "model.activation is not gelu or gelu_erf");
   add(c.rms_norm(), "model.normalization is rmsnorm");
   add(!c.linear_bias, "model.linear_bias is false");
   add(c.kv_heads() != c.n_head, "model.n_kv_head groups the heads");
@@ -132,6 +136,32 @@ std::string gpt2_misfit(const nn::GptConfig& c) {
   add(c.post_norms, "model.post_norms is true");
   add(c.attn_logit_softcap > 0.0, "model.attn_logit_softcap is set");
   add(c.final_logit_softcap > 0.0, "model.final_logit_softcap is set");
+  return why;
+}
+
+std::string gpt2_misfit(const nn::GptConfig& c) {
+  std::string why = plain_block_misfit(c);
+  auto add = [&](bool bad, const char* what) {
+    if (bad) why += (why.empty() ? "" : ", ") + std::string(what);
+  };
+  add(c.rotary(), "model.position_embedding is rope");
+  add(c.parallel_residual, "model.parallel_residual is true");
+  return why;
+}
+
+// GPTNeoXForCausalLM: GPT-2's blocks with rotary embeddings on any share of
+// each head (no window, no per-head scale), either residual wiring, and any
+// RoPE scaling but longrope (Phi-3's, tied to its own config keys).
+std::string neox_misfit(const nn::GptConfig& c) {
+  std::string why = plain_block_misfit(c);
+  auto add = [&](bool bad, const char* what) {
+    if (bad) why += (why.empty() ? "" : ", ") + std::string(what);
+  };
+  add(!c.rotary(), "model.position_embedding is not rope");
+  add(c.query_pre_attn_scalar > 0.0 && c.query_pre_attn_scalar != static_cast<double>(c.head_dim()),
+      "model.query_pre_attn_scalar is not head_dim");
+  add(c.rope_local_theta > 0.0, "model.rope_local_theta is set");
+  add(c.rope_scaling.kind == RopeScaling::Kind::LongRope, "model.rope_scaling is longrope");
   return why;
 }
 
@@ -179,17 +209,104 @@ void write_phi3_rope(const nn::GptConfig& c, nlohmann::ordered_json& j) {
   j["rope_scaling"] = s;
 }
 
+// rope_scaling in the form every class but Phi-3 reads: rope_type and the
+// kind's keys, or null.
+void write_rope_scaling(const nn::GptConfig& c, nlohmann::ordered_json& j) {
+  if (!c.rope_scaling.scaled()) {
+    j["rope_scaling"] = nullptr;
+    return;
+  }
+  const RopeScaling& r = c.rope_scaling;
+  nlohmann::ordered_json s{{"rope_type", rope_scaling_name(r.kind)}};
+  if (r.kind == RopeScaling::Kind::LongRope) {
+    // Hugging Face takes the switch to the long factors from the
+    // top-level original context, and the attention factor written
+    // out (whatever max_position_embeddings says).
+    s["short_factor"] = rope_factors(r, false);
+    s["long_factor"] = rope_factors(r, true);
+    RopeScaling unit = r;
+    unit.amplitude = 1.0;
+    s["attention_factor"] = rope_amplitude(unit);
+    s["factor"] = r.factor;
+    j["original_max_position_embeddings"] = static_cast<int64_t>(r.original_seq_len);
+  }
+  for (const auto& k : rope_scaling_keys(r.kind)) {
+    if (r.kind == RopeScaling::Kind::LongRope) break;  // (written above)
+    const double x = r.*k.field;
+    if (k.field == &RopeScaling::original_seq_len) {
+      s[k.name] = static_cast<int64_t>(x);  // a count of positions
+    } else if (k.field != &RopeScaling::attention_factor || x > 0) {
+      s[k.name] = x;  // (yarn's default attention factor is written as its absence)
+    }
+  }
+  j["rope_scaling"] = s;
+}
+
+// GPTNeoXConfig's keys: rotary_pct the share of each head that turns,
+// rotary_emb_base RoPE's base, use_parallel_residual the wiring.
+void write_neox_config(const nn::GptConfig& c, nlohmann::ordered_json& j) {
+  j["architectures"] = nlohmann::ordered_json::array({"GPTNeoXForCausalLM"});
+  j["model_type"] = "gpt_neox";
+  j["hidden_size"] = c.d_model;
+  j["intermediate_size"] = c.ffn();
+  j["num_hidden_layers"] = c.n_layer;
+  j["num_attention_heads"] = c.n_head;
+  j["hidden_act"] = c.activation == nn::Activation::GeluErf ? "gelu" : "gelu_new";
+  j["rotary_pct"] = partial_rotary_factor(c);
+  j["rotary_emb_base"] = c.rope_theta;
+  j["max_position_embeddings"] = c.seq_len;
+  j["layer_norm_eps"] = c.layer_norm_eps;
+  j["use_parallel_residual"] = c.parallel_residual;
+  j["attention_bias"] = true;
+  write_rope_scaling(c, j);
+  // Its dropouts are Triad's: after the embeddings and each residual
+  // projection (hidden_dropout), none on the attention's probabilities.
+  j["hidden_dropout"] = c.dropout;
+  j["attention_dropout"] = 0.0;
+}
+
 const Tensor& at(const nn::StateDict& s, const std::string& name) {
   auto it = s.find(name);
   if (it == s.end()) throw ValueError("export: the state dict has no '" + name + "'");
   return it->second;
 }
 
+// GPT-NeoX's names for the tensors outside the blocks (block -1) or of block
+// `block`; c_attn's rows interleaved by head as query_key_value holds them.
+std::map<std::string, Tensor> triad_to_neox_part(const nn::StateDict& full, const nn::GptConfig& c,
+                                                 int64_t block) {
+  std::map<std::string, Tensor> out;
+  if (block < 0) {
+    out["gpt_neox.embed_in.weight"] = at(full, "wte.weight");
+    out["gpt_neox.final_layer_norm.weight"] = at(full, "ln_f.weight");
+    out["gpt_neox.final_layer_norm.bias"] = at(full, "ln_f.bias");
+    if (!c.tie_embeddings) out["embed_out.weight"] = at(full, "lm_head.weight");
+    return out;
+  }
+  static const std::pair<const char*, const char*> kNames[] = {
+      {"ln_1", "input_layernorm"},
+      {"ln_2", "post_attention_layernorm"},
+      {"attn.c_attn", "attention.query_key_value"},
+      {"attn.c_proj", "attention.dense"},
+      {"mlp.c_fc", "mlp.dense_h_to_4h"},
+      {"mlp.c_proj", "mlp.dense_4h_to_h"}};
+  const std::string p = "h." + std::to_string(block) + ".";
+  const std::string hf = "gpt_neox.layers." + std::to_string(block) + ".";
+  for (const auto& [ours, theirs] : kNames) {
+    for (const char* kind : {".weight", ".bias"}) {
+      const Tensor& t = at(full, p + ours + kind);
+      out[hf + theirs + kind] =
+          std::string(ours) == "attn.c_attn" ? triad_qkv_rows_to_neox(t, c.n_head) : t;
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 const std::vector<std::string>& hf_model_types() {
-  static const std::vector<std::string> types{"llama",  "mistral",     "qwen2", "qwen3", "gemma",
-                                              "gemma2", "gemma3_text", "phi3",  "gpt2"};
+  static const std::vector<std::string> types{"llama",  "mistral",     "qwen2", "qwen3",    "gemma",
+                                              "gemma2", "gemma3_text", "phi3",  "gpt_neox", "gpt2"};
   return types;
 }
 
@@ -211,6 +328,7 @@ namespace {
 // nothing does: LLaMA has no window, Mistral's covers every layer or none.
 std::string misfit(const nn::GptConfig& c, const std::string& type) {
   if (type == "gpt2") return gpt2_misfit(c);
+  if (type == "gpt_neox") return neox_misfit(c);
   if (type == "mistral") return llama_misfit(c, "llama");
   std::string why = llama_misfit(c, type);
   if (type == "llama" && c.sliding_window > 0)
@@ -228,6 +346,7 @@ const char* architecture_of(const std::string& type) {
          : type == "gemma2"      ? "Gemma2ForCausalLM"
          : type == "gemma3_text" ? "Gemma3ForCausalLM"
          : type == "phi3"        ? "Phi3ForCausalLM"
+         : type == "gpt_neox"    ? "GPTNeoXForCausalLM"
                                  : "GPT2LMHeadModel";
 }
 
@@ -259,7 +378,8 @@ const char* hf_model_type(const nn::GptConfig& c) {
   const std::string llama = misfit(c, "mistral"), qwen2 = misfit(c, "qwen2"),
                     qwen3 = misfit(c, "qwen3"), gemma = misfit(c, "gemma"),
                     gemma2 = misfit(c, "gemma2"), gemma3 = misfit(c, "gemma3_text"),
-                    phi3 = misfit(c, "phi3"), gpt2 = misfit(c, "gpt2");
+                    phi3 = misfit(c, "phi3"), neox = misfit(c, "gpt_neox"),
+                    gpt2 = misfit(c, "gpt2");
   throw NotSupportedError(
       "no Hugging Face class holds this model: LlamaForCausalLM needs rope, swiglu, rmsnorm, "
       "no linear biases and no query/key norms (here " +
@@ -274,8 +394,10 @@ const char* hf_model_type(const nn::GptConfig& c) {
       "); Phi3ForCausalLM LLaMA's with any partial rotation, heads d_model / n_head wide and "
       "longrope the only scaling (here " +
       phi3 +
-      "); GPT2LMHeadModel needs learned positions, gelu, layernorm, linear biases, a "
-      "key/value head per query head and heads d_model / n_head wide (here " +
+      "); GPTNeoXForCausalLM needs rope (on any share of each head), gelu or gelu_erf, "
+      "layernorm, linear biases, a key/value head per query head and heads d_model / n_head "
+      "wide (here " +
+      neox + "); GPT2LMHeadModel the same with learned positions and no parallel residual (here " +
       gpt2 + ")");
 }
 
@@ -287,7 +409,9 @@ std::string hf_config_json(const nn::GptConfig& c, const std::string& torch_dtyp
   c.validate();
   nlohmann::ordered_json j;
   const std::string type = hf_model_type(c);
-  if (type != "gpt2") {
+  if (type == "gpt_neox") {
+    write_neox_config(c, j);
+  } else if (type != "gpt2") {
     j["architectures"] = nlohmann::ordered_json::array({hf_architecture(c)});
     j["model_type"] = type;
     j["hidden_size"] = c.d_model;
@@ -309,33 +433,8 @@ std::string hf_config_json(const nn::GptConfig& c, const std::string& torch_dtyp
     if (phi3) {
       write_phi3_rope(c, j);
       j["partial_rotary_factor"] = partial_rotary_factor(c);
-    } else if (c.rope_scaling.scaled()) {
-      const RopeScaling& r = c.rope_scaling;
-      nlohmann::ordered_json s{{"rope_type", rope_scaling_name(r.kind)}};
-      if (r.kind == RopeScaling::Kind::LongRope) {
-        // Hugging Face takes the switch to the long factors from the
-        // top-level original context, and the attention factor written
-        // out (whatever max_position_embeddings says).
-        s["short_factor"] = rope_factors(r, false);
-        s["long_factor"] = rope_factors(r, true);
-        RopeScaling unit = r;
-        unit.amplitude = 1.0;
-        s["attention_factor"] = rope_amplitude(unit);
-        s["factor"] = r.factor;
-        j["original_max_position_embeddings"] = static_cast<int64_t>(r.original_seq_len);
-      }
-      for (const auto& k : rope_scaling_keys(r.kind)) {
-        if (r.kind == RopeScaling::Kind::LongRope) break;  // (written above)
-        const double x = r.*k.field;
-        if (k.field == &RopeScaling::original_seq_len) {
-          s[k.name] = static_cast<int64_t>(x);  // a count of positions
-        } else if (k.field != &RopeScaling::attention_factor || x > 0) {
-          s[k.name] = x;  // (yarn's default attention factor is written as its absence)
-        }
-      }
-      j["rope_scaling"] = s;
     } else {
-      j["rope_scaling"] = nullptr;
+      write_rope_scaling(c, j);
     }
     // Qwen2's q, k and v biases are implied; Phi3Config has no bias keys.
     if (type != "qwen2" && !phi3) j["attention_bias"] = false;
@@ -389,7 +488,7 @@ std::string hf_config_json(const nn::GptConfig& c, const std::string& torch_dtyp
     } else {
       j["n_inner"] = nullptr;
     }
-    j["activation_function"] = "gelu_new";
+    j["activation_function"] = c.activation == nn::Activation::GeluErf ? "gelu" : "gelu_new";
     j["layer_norm_epsilon"] = c.layer_norm_eps;
     j["resid_pdrop"] = c.dropout;
     j["embd_pdrop"] = c.dropout;
@@ -422,6 +521,7 @@ std::map<std::string, Tensor> triad_to_hf_part(const nn::StateDict& full, const 
       out[name == "lm_head.weight" ? name : "transformer." + name] = t;
     return out;
   }
+  if (type == "gpt_neox") return triad_to_neox_part(full, c, block);
   const int64_t Q = c.q_width(), KV = c.kv_heads() * c.head_dim(), F = c.ffn();
   if (block < 0) {
     out["model.embed_tokens.weight"] = at(full, "wte.weight");
@@ -751,7 +851,7 @@ std::vector<std::string> export_hf_model(const std::string& weights, const nn::G
   const auto shapes = nn::gpt_parameter_shapes(c);
   return export_hf_parts(
       [&](const std::function<void(nn::StateDict &&)>& consume) {
-        read_gpt2_weights(weights, shapes, nullptr, consume);
+        read_gpt2_weights(weights, shapes, nullptr, consume, c.n_head);
       },
       c, dir, options);
 }

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "triad/core/error.h"
+#include "triad/io/gpt2_weights.h"
 #include "triad/io/hf_export.h"
 #include "triad/io/safetensors.h"
 #include "triad/ops/elementwise.h"
@@ -20,6 +21,10 @@ bool is_gpt2(const nn::GptConfig& c) {
   return std::string(hf_model_type(c)) == "gpt2";
 }
 
+bool is_neox(const nn::GptConfig& c) {
+  return std::string(hf_model_type(c)) == "gpt_neox";
+}
+
 // A Hugging Face module that takes rows [first, first + rows) of a Triad
 // layer's output (its B's rows; A whole).
 struct Piece {
@@ -31,6 +36,13 @@ struct Piece {
 std::vector<Piece> pieces_of(const nn::GptConfig& c, int64_t i, const std::string& layer) {
   const std::string n = std::to_string(i);
   if (is_gpt2(c)) return {{"transformer.h." + n + "." + layer, 0, -1}};
+  if (is_neox(c)) {  // one module per layer (query_key_value's rows by head)
+    const std::string hf = "gpt_neox.layers." + n + ".";
+    if (layer == "attn.c_attn") return {{hf + "attention.query_key_value", 0, -1}};
+    if (layer == "attn.c_proj") return {{hf + "attention.dense", 0, -1}};
+    if (layer == "mlp.c_fc") return {{hf + "mlp.dense_h_to_4h", 0, -1}};
+    return {{hf + "mlp.dense_4h_to_h", 0, -1}};
+  }
   const std::string hf = "model.layers." + n + ".";
   const int64_t Q = c.q_width(), KV = c.kv_heads() * c.head_dim(), F = c.ffn();
   if (std::string(hf_model_type(c)) == "phi3") {  // fused as Triad's layers are
@@ -80,6 +92,8 @@ std::map<std::string, Tensor> triad_lora_to_peft(const nn::StateDict& adapters,
         }
         ab[k] = it->second;
       }
+      // GPT-NeoX's query_key_value interleaves its rows by head: B's too.
+      if (layer == "attn.c_attn" && is_neox(c)) ab[1] = triad_qkv_rows_to_neox(ab[1], c.n_head);
       for (const Piece& p : pieces_of(c, i, layer)) {
         const std::string to = "base_model.model." + p.module;
         out[to + ".lora_A.weight"] = contiguous(ab[0]).detach();

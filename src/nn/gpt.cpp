@@ -70,9 +70,10 @@ const char* normalization_string(Normalization n) {
 
 Activation activation_from_string(const std::string& name) {
   if (name == "gelu") return Activation::Gelu;
+  if (name == "gelu_erf") return Activation::GeluErf;
   if (name == "swiglu") return Activation::SwiGlu;
   if (name == "geglu") return Activation::GeGlu;
-  throw ConfigError("model.activation ('" + name + "') must be gelu, swiglu or geglu");
+  throw ConfigError("model.activation ('" + name + "') must be gelu, gelu_erf, swiglu or geglu");
 }
 
 const char* activation_string(Activation a) {
@@ -81,6 +82,8 @@ const char* activation_string(Activation a) {
       return "swiglu";
     case Activation::GeGlu:
       return "geglu";
+    case Activation::GeluErf:
+      return "gelu_erf";
     case Activation::Gelu:
       break;
   }
@@ -98,8 +101,18 @@ Tensor scale_token_embeddings(const GptConfig& cfg, const Tensor& x) {
   return affine(x, m);
 }
 
-Tensor gated_activation(Activation a, const Tensor& x) {
-  return a == Activation::GeGlu ? geglu(x) : swiglu(x);
+Tensor unfused_activation(Activation a, const Tensor& x) {
+  switch (a) {
+    case Activation::GeluErf:
+      return gelu_erf(x);
+    case Activation::GeGlu:
+      return geglu(x);
+    case Activation::SwiGlu:
+      return swiglu(x);
+    case Activation::Gelu:
+      break;
+  }
+  throw ValueError("unfused_activation: gelu runs fused into the MLP's linear layers");
 }
 
 void GptConfig::validate() const {
@@ -522,13 +535,13 @@ Mlp::Mlp(const GptConfig& cfg, int64_t layer)
 
 Tensor Mlp::forward(const Tensor& x, const ForwardContext& ctx) const {
   Tensor y = activation_ != Activation::Gelu
-                 ? c_proj_->forward(gated_activation(activation_, c_fc_->forward(x, ctx.draw())),
+                 ? c_proj_->forward(unfused_activation(activation_, c_fc_->forward(x, ctx.draw())),
                                     ctx.draw())
                  : c_proj_->forward_after_gelu(c_fc_->forward_gelu(x, ctx.draw()), ctx.draw());
   return site_dropout(y, dropout_, ctx, layer_, "mlp.resid");
 }
 
-Block::Block(const GptConfig& cfg, int64_t layer) {
+Block::Block(const GptConfig& cfg, int64_t layer) : parallel_residual_(cfg.parallel_residual) {
   auto norm = [&] {
     return std::make_shared<LayerNorm>(cfg.d_model, cfg.layer_norm_eps, DType::F32, cfg.rms_norm(),
                                        cfg.norm_weight_offset);
@@ -553,6 +566,10 @@ Tensor post_norm(const std::shared_ptr<LayerNorm>& norm, const Tensor& y) {
 }  // namespace
 
 Tensor Block::forward(const Tensor& x, const ForwardContext& ctx) const {
+  if (parallel_residual_) {
+    const Tensor a = post_norm(post_attn_norm_, attn_->forward(ln_1_->forward(x), ctx));
+    return add(add(x, a), post_norm(post_mlp_norm_, mlp_->forward(ln_2_->forward(x), ctx)));
+  }
   // The attention's residual add and ln_2 run as one op.
   const AddNorm h =
       ln_2_->forward_add(x, post_norm(post_attn_norm_, attn_->forward(ln_1_->forward(x), ctx)));
@@ -561,6 +578,13 @@ Tensor Block::forward(const Tensor& x, const ForwardContext& ctx) const {
 
 Tensor Block::forward_cached(const Tensor& x, Tensor& k_cache, Tensor& v_cache, int64_t start,
                              const ForwardContext& ctx, const Tensor& text_starts) const {
+  if (parallel_residual_) {
+    const Tensor a = post_norm(
+        post_attn_norm_,
+        attn_->forward_cached(ln_1_->forward(x), k_cache, v_cache, start, ctx, text_starts));
+    return add(add(x, a), post_norm(post_mlp_norm_,
+                                    mlp_->forward(ln_2_->forward(x), ForwardContext{false, 0, 0})));
+  }
   const AddNorm h = ln_2_->forward_add(
       x, post_norm(post_attn_norm_, attn_->forward_cached(ln_1_->forward(x), k_cache, v_cache,
                                                           start, ctx, text_starts)));

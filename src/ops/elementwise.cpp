@@ -104,23 +104,37 @@ Tensor affine(const Tensor& x, double alpha, double beta) {
   return y;
 }
 
-void detail::record_gelu(const Tensor& x, const Tensor& saved_input, const Tensor& y) {
+void detail::record_gelu(const Tensor& x, const Tensor& saved_input, const Tensor& y,
+                         GeluForm form) {
   Tensor saved = saved_input.detach();
-  record("gelu", {x}, {y}, [saved](const TensorList& g) -> TensorList {
-    Tensor dy = contiguous(g[0]);
-    Tensor dx = empty_like(saved);
-    backend_for(saved).gelu_backward(saved, dy, dx);
-    return {dx};
-  });
+  record(form == GeluForm::Erf ? "gelu_erf" : "gelu", {x}, {y},
+         [saved, form](const TensorList& g) -> TensorList {
+           Tensor dy = contiguous(g[0]);
+           Tensor dx = empty_like(saved);
+           backend_for(saved).gelu_backward(saved, dy, dx, form);
+           return {dx};
+         });
 }
 
-Tensor gelu(const Tensor& x) {
-  detail::check_floating(x, "gelu", "x");
+namespace {
+
+Tensor gelu_of(const Tensor& x, GeluForm form, const char* name) {
+  detail::check_floating(x, name, "x");
   Tensor xc = contiguous(x);
   Tensor y = empty_like(xc);
-  backend_for(xc).gelu_forward(xc, y);
-  detail::record_gelu(x, xc, y);
+  backend_for(xc).gelu_forward(xc, y, form);
+  detail::record_gelu(x, xc, y, form);
   return y;
+}
+
+}  // namespace
+
+Tensor gelu(const Tensor& x) {
+  return gelu_of(x, GeluForm::Tanh, "gelu");
+}
+
+Tensor gelu_erf(const Tensor& x) {
+  return gelu_of(x, GeluForm::Erf, "gelu_erf");
 }
 
 namespace {

@@ -179,7 +179,7 @@ LinearResult linear_core(const char* op, const Tensor& x, const Tensor& weight, 
   std::vector<int> deferrable{1};
   if (has_bias) deferrable.push_back(2);
   detail::record_layer("linear", inputs, {pre}, deferrable, input_grad, weight_grad, x2, comm);
-  if (gelu_out) detail::record_gelu(pre, pre, y);
+  if (gelu_out) detail::record_gelu(pre, pre, y, GeluForm::Tanh);
   return {y, gelu_out ? pre : Tensor()};
 }
 

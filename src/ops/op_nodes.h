@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "triad/autograd/node.h"
+#include "triad/backend/backend.h"
 #include "triad/core/tensor.h"
 #include "triad/ops/linalg.h"
 
@@ -32,8 +33,9 @@ std::shared_ptr<autograd::FunctionNode> record_layer(
     std::vector<int> deferrable, autograd::BackwardFn input_grad, WeightGradFn weight_grad,
     const Tensor& saved, const InputGradComm* comm);
 
-// GELU's node from `x` to `y` = gelu(x); `saved` is x, contiguous, kept for
-// the backward (gelu() and linear_gelu() record the same node).
-void record_gelu(const Tensor& x, const Tensor& saved, const Tensor& y);
+// GELU's node from `x` to `y` = gelu(x) in `form`; `saved` is x,
+// contiguous, kept for the backward (gelu() and linear_gelu() record the
+// same node).
+void record_gelu(const Tensor& x, const Tensor& saved, const Tensor& y, GeluForm form);
 
 }  // namespace triad::detail

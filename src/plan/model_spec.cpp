@@ -71,7 +71,7 @@ nn::GptConfig parse_model_spec(const std::string& yaml_text, const std::string& 
   option("normalization", "layernorm or rmsnorm", [&](const YAML::Node& v) {
     c.normalization = nn::normalization_from_string(v.as<std::string>());
   });
-  option("activation", "gelu, swiglu or geglu", [&](const YAML::Node& v) {
+  option("activation", "gelu, gelu_erf, swiglu or geglu", [&](const YAML::Node& v) {
     c.activation = nn::activation_from_string(v.as<std::string>());
   });
   option("linear_bias", "true or false",
@@ -140,6 +140,7 @@ nn::GptConfig parse_model_spec(const std::string& yaml_text, const std::string& 
                                                  "embedding_multiplier",
                                                  "norm_weight_offset",
                                                  "post_norms",
+                                                 "parallel_residual",
                                                  "rope_local_theta",
                                                  "rope_dim",
                                                  "hf_type",

@@ -762,6 +762,8 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
       {"norm_weight_offset",
        {false, [&](auto& v, auto& k) { m.norm_weight_offset = get_bool(v, k); }}},
       {"post_norms", {false, [&](auto& v, auto& k) { m.post_norms = get_bool(v, k); }}},
+      {"parallel_residual",
+       {false, [&](auto& v, auto& k) { m.parallel_residual = get_bool(v, k); }}},
       {"activation",
        {false,
         [&](auto& v, auto& k) { m.activation = nn::activation_from_string(get_string(v, k)); }}},
@@ -1299,6 +1301,7 @@ std::string to_yaml(const Config& c) {
     e << YAML::Key << "embedding_multiplier" << YAML::Value << c.model.embedding_multiplier;
   if (c.model.norm_weight_offset) e << YAML::Key << "norm_weight_offset" << YAML::Value << true;
   if (c.model.post_norms) e << YAML::Key << "post_norms" << YAML::Value << true;
+  if (c.model.parallel_residual) e << YAML::Key << "parallel_residual" << YAML::Value << true;
   e << YAML::Key << "activation" << YAML::Value << nn::activation_string(c.model.activation);
   e << YAML::Key << "ffn_hidden_size" << YAML::Value << c.model.ffn_hidden_size;
   e << YAML::Key << "position_embedding" << YAML::Value

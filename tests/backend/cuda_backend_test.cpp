@@ -988,6 +988,9 @@ TEST(CudaKernels, PackedAndElementwisePathsMatchTheCpu) {
       "gelu_1003", [](DType d) { return std::vector<Tensor>{randn({1003}, 9, 9, 2.0, d)}; },
       [](const std::vector<Tensor>& x) { return gelu(x[0]); }));
   add_cases(both(
+      "gelu_erf_1003", [](DType d) { return std::vector<Tensor>{randn({1003}, 9, 9, 2.0, d)}; },
+      [](const std::vector<Tensor>& x) { return gelu_erf(x[0]); }));
+  add_cases(both(
       "affine_1003", [](DType d) { return std::vector<Tensor>{randn({1003}, 9, 10, 2.0, d)}; },
       [](const std::vector<Tensor>& x) { return affine(x[0], 0.75, -0.5); }));
   add_cases(both(

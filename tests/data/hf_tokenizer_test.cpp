@@ -246,6 +246,44 @@ TEST(HfTokenizer, Gpt2FormEqualsTheVocabAndMergesFiles) {
   EXPECT_EQ(load_hf_tokenizer(dir.path())->encode("the the"), tok->encode("the the"));
 }
 
+// GPT-NeoX's (Pythia's) form: GPT-2's ByteLevel pre-tokeniser behind an NFC
+// normaliser, and runs of spaces as added tokens that are not special
+// (normalized, which NFC leaves as they are): a run takes the longest
+// such token at its start, as Hugging Face's leftmost-longest match does;
+// tens of thousands of runs in one text come out one per run.
+TEST(HfTokenizer, GptNeoxFormMatchesRunsOfSpacesAsAddedTokens) {
+  TempDir dir;
+  Json j = tokenizer_json(kLlama3, true, false);
+  j["pre_tokenizer"] = {{"type", "ByteLevel"},
+                        {"add_prefix_space", false},
+                        {"trim_offsets", true},
+                        {"use_regex", true}};
+  j["added_tokens"] = Json::array(
+      {{{"id", 300}, {"content", "<|endoftext|>"}, {"special", true}, {"normalized", false}}});
+  for (int n = 2; n <= 4; ++n) {
+    j["added_tokens"].push_back({{"id", 299 + n},
+                                 {"content", std::string(static_cast<size_t>(n), ' ')},
+                                 {"special", false},
+                                 {"normalized", true}});
+  }
+  const auto tok = load(dir, j);
+  EXPECT_EQ(tok->settings().pattern, PretokenizePattern::Gpt2);
+  EXPECT_TRUE(tok->settings().nfc);
+  // 4 spaces: one token (303); 5: 4 then the plain " the" (258); 3 then 2.
+  EXPECT_EQ(tok->encode("a    b"), (std::vector<int32_t>{'a', 303, 'b'}));
+  EXPECT_EQ(tok->encode("a     the"), (std::vector<int32_t>{'a', 303, 258}));
+  EXPECT_EQ(tok->encode("x   <|endoftext|>  y"), (std::vector<int32_t>{'x', 302, 300, 301, 'y'}));
+  std::string code;
+  std::vector<int32_t> want;
+  for (int i = 0; i < 20000; ++i) {
+    code += i % 2 ? "x   " : "y  ";
+    want.push_back(i % 2 ? 'x' : 'y');
+    want.push_back(i % 2 ? 302 : 301);
+  }
+  EXPECT_EQ(tok->encode(code), want);
+  EXPECT_EQ(tok->decode(want), code);
+}
+
 TEST(HfTokenizer, WhatTriadDoesNotBuildIsNamed) {
   TempDir dir;
   auto message = [&](const Json& j) {

@@ -662,6 +662,79 @@ TEST(HfConfig, Gpt2ConfigIsTheDefaultGpt2) {
   EXPECT_TRUE(c.linear_bias);
 }
 
+// Pythia 160M's config.json as published: GPT-NeoX's blocks (the parallel
+// residual, the exact GELU, a quarter of each head turned, an untied head)
+// and the paper's parameter count. Newer transformers' names for the
+// rotation (partial_rotary_factor, rope_theta) read the same; a sequential
+// file, a tanh GELU, and what Triad does not build are named.
+TEST(HfConfig, GptNeoxConfigIsPythias) {
+  const std::string pythia = R"({
+    "architectures": ["GPTNeoXForCausalLM"], "bos_token_id": 0, "eos_token_id": 0,
+    "hidden_act": "gelu", "hidden_size": 768, "initializer_range": 0.02,
+    "intermediate_size": 3072, "layer_norm_eps": 1e-05, "max_position_embeddings": 2048,
+    "model_type": "gpt_neox", "num_attention_heads": 12, "num_hidden_layers": 12,
+    "rotary_emb_base": 10000, "rotary_pct": 0.25, "tie_word_embeddings": false,
+    "torch_dtype": "float16", "transformers_version": "4.24.0", "use_cache": true,
+    "use_parallel_residual": true, "vocab_size": 50304})";
+  const nn::GptConfig c = gpt_config_from_hf(pythia, "pythia-160m/config.json");
+  EXPECT_EQ(c.hf_type, "gpt_neox");
+  EXPECT_EQ(c.num_parameters(), 162'322'944);
+  EXPECT_TRUE(c.parallel_residual);
+  EXPECT_EQ(c.activation, nn::Activation::GeluErf);
+  EXPECT_EQ(c.rope_dim, 16);
+  EXPECT_EQ(c.rope_theta, 10000.0);
+  EXPECT_FALSE(c.tie_embeddings);
+  EXPECT_TRUE(c.linear_bias);
+  EXPECT_FALSE(c.rms_norm());
+  EXPECT_EQ(c.seq_len, 2048);
+
+  nlohmann::json newer = nlohmann::json::parse(pythia);
+  newer.erase("rotary_pct");
+  newer.erase("rotary_emb_base");
+  newer["partial_rotary_factor"] = 0.5;
+  newer["rope_theta"] = 500.0;
+  const nn::GptConfig n = gpt_config_from_hf(newer.dump(), "newer/config.json");
+  EXPECT_EQ(n.rope_dim, 32);
+  EXPECT_EQ(n.rope_theta, 500.0);
+  // Left out: GPTNeoXConfig's defaults (a quarter of each head, parallel).
+  const nn::GptConfig d =
+      gpt_config_from_hf(without(without(pythia, "rotary_pct"), "use_parallel_residual"), "d");
+  EXPECT_EQ(d.rope_dim, 16);
+  EXPECT_TRUE(d.parallel_residual);
+  EXPECT_FALSE(
+      gpt_config_from_hf(edited(pythia, "use_parallel_residual", "false"), "s").parallel_residual);
+  EXPECT_EQ(gpt_config_from_hf(edited(pythia, "hidden_act", "\"gelu_new\""), "t").activation,
+            nn::Activation::Gelu);
+  EXPECT_EQ(gpt_config_from_hf(edited(pythia, "rotary_pct", "1.0"), "w").rope_dim, 0);
+
+  auto error_of = [](const std::string& json) {
+    try {
+      gpt_config_from_hf(json, "p/config.json");
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(error_of(edited(pythia, "attention_bias", "false"))
+                .find("'attention_bias' (false): Triad's GPT-NeoX blocks have biases on every "
+                      "linear layer"),
+            std::string::npos);
+  EXPECT_NE(error_of(edited(pythia, "hidden_act", "\"relu\""))
+                .find("'hidden_act' (\"relu\"): expected gelu (exact), gelu_new or "
+                      "gelu_pytorch_tanh (tanh)"),
+            std::string::npos);
+  EXPECT_NE(error_of(edited(pythia, "rotary_pct", "0"))
+                .find("'rotary_pct' (0) must be a share of the head in (0, 1]"),
+            std::string::npos);
+  // GPT-2's exact GELU reads as gelu_erf too.
+  EXPECT_EQ(gpt_config_from_hf(R"({"model_type": "gpt2", "n_embd": 64, "n_head": 4, "n_layer": 2,
+                                   "n_positions": 32, "vocab_size": 100,
+                                   "activation_function": "gelu"})",
+                               "g")
+                .activation,
+            nn::Activation::GeluErf);
+}
+
 TEST(HfConfig, WhatTriadDoesNotBuildIsNamed) {
   auto message = [](const std::function<void()>& f) {
     try {
@@ -703,7 +776,7 @@ TEST(HfConfig, WhatTriadDoesNotBuildIsNamed) {
             std::string::npos);
   EXPECT_NE(message(from(edited(llama, "model_type", "\"qwen3_moe\"")))
                 .find("model_type 'qwen3_moe' is not supported (llama, mistral, qwen2, qwen3, "
-                      "gemma, gemma2, gemma3_text, gemma3, phi3 or gpt2)"),
+                      "gemma, gemma2, gemma3_text, gemma3, phi3, gpt_neox or gpt2)"),
             std::string::npos);
   EXPECT_NE(message(from(edited(edited(edited(kQwen3_06b, "use_sliding_window", "true"),
                                        "max_window_layers", "10"),

@@ -93,6 +93,7 @@ void expect_same_model(const nn::GptConfig& a, const nn::GptConfig& b) {
   EXPECT_DOUBLE_EQ(a.embedding_multiplier, b.embedding_multiplier);
   EXPECT_EQ(a.norm_weight_offset, b.norm_weight_offset);
   EXPECT_EQ(a.post_norms, b.post_norms);
+  EXPECT_EQ(a.parallel_residual, b.parallel_residual);
   EXPECT_EQ(a.qk_norm, b.qk_norm);
   EXPECT_EQ(a.rope_local_theta, b.rope_local_theta);
   EXPECT_EQ(a.query_pre_attn_scalar, b.query_pre_attn_scalar);
@@ -129,7 +130,7 @@ std::map<std::string, Shape> shapes_of(const nn::Gpt& model) {
 // init.from's reader gives `model` back from `dir`, bit for bit.
 void expect_reads_back(const std::string& dir, const nn::Gpt& model) {
   const auto expected = shapes_of(model);
-  const nn::StateDict back = load_gpt2_state_dict(dir, expected);
+  const nn::StateDict back = load_gpt2_state_dict(dir, expected, nullptr, model.config().n_head);
   ASSERT_EQ(back.size(), expected.size());
   for (const auto& [name, t] : model.state_dict())
     EXPECT_EQ(to_double_vector(back.at(name)), to_double_vector(t)) << name;
@@ -181,9 +182,21 @@ TEST(HfExport, LlamaAndGpt2RoundTrip) {
   ASSERT_EQ(set_rope_factors(phi4.rope_scaling, {1.0}, {3.5}), "");
   nn::GptConfig phi3 = llama(true, 0);  // a Phi-3 turning whole heads, by model.hf_type
   phi3.hf_type = "phi3";
-  for (const nn::GptConfig& c :
-       {llama(false, 2), llama(true, 0), llama(false, 1), mistral, qwen2, qwen3, qwen_window, wide,
-        stretched, gemma1, gemma2, gemma3, phi4, phi3, gpt2(true), gpt2(false)}) {
+  nn::GptConfig pythia = gpt2(false);  // GPTNeoXForCausalLM: parallel, exact GELU, half turned
+  pythia.position_embedding = nn::PositionEmbedding::Rotary;
+  pythia.rope_dim = 2;
+  pythia.parallel_residual = true;
+  pythia.activation = nn::Activation::GeluErf;
+  nn::GptConfig neox = gpt2(true);  // sequential, tanh GELU, whole heads, a linear stretch
+  neox.position_embedding = nn::PositionEmbedding::Rotary;
+  neox.rope_theta = 300.0;
+  neox.rope_scaling.kind = RopeScaling::Kind::Linear;
+  neox.rope_scaling.factor = 2.0;
+  nn::GptConfig exact_gpt2 = gpt2(true);  // GPT2LMHeadModel with activation_function gelu
+  exact_gpt2.activation = nn::Activation::GeluErf;
+  for (const nn::GptConfig& c : {llama(false, 2), llama(true, 0), llama(false, 1), mistral, qwen2,
+                                 qwen3, qwen_window, wide, stretched, gemma1, gemma2, gemma3, phi4,
+                                 phi3, pythia, neox, gpt2(true), gpt2(false), exact_gpt2}) {
     SCOPED_TRACE(std::string(hf_model_type(c)) + " " + std::to_string(n));
     const nn::Gpt model(c, 7);
     const std::string out = dir.file("hf" + std::to_string(n++));
@@ -619,6 +632,37 @@ TEST(HfExport, NamesAndShapesAreHuggingFaces) {
   EXPECT_EQ(gj.at("model_type"), "gpt2");
   EXPECT_EQ(gj.at("n_inner"), 20);
   EXPECT_EQ(gj.at("torch_dtype"), "bfloat16");
+  // GPT-NeoX's query_key_value: head h's q, k and v rows together, at
+  // h * 3D + {0, D, 2D}, from c_attn's [q | k | v]; the old buffers are not
+  // written, and every linear layer has its bias.
+  nn::GptConfig x = gpt2(false);
+  x.position_embedding = nn::PositionEmbedding::Rotary;
+  x.parallel_residual = true;
+  const nn::Gpt xm(x, 1);
+  const auto xt = triad_to_hf(xm.state_dict(), x);
+  EXPECT_EQ(xt.size(), 4u + 2 * 12);
+  EXPECT_TRUE(xt.count("embed_out.weight"));
+  EXPECT_TRUE(xt.count("gpt_neox.layers.1.mlp.dense_4h_to_h.bias"));
+  const std::vector<double> ours = to_double_vector(xm.state_dict().at("h.1.attn.c_attn.weight")),
+                            theirs = to_double_vector(
+                                xt.at("gpt_neox.layers.1.attention.query_key_value.weight"));
+  const int64_t D = 4, C = 8;
+  for (int64_t h = 0; h < 2; ++h) {
+    for (int64_t part = 0; part < 3; ++part) {
+      for (int64_t d = 0; d < D; ++d) {
+        for (int64_t col = 0; col < C; ++col) {
+          ASSERT_EQ(theirs[((h * 3 + part) * D + d) * C + col],
+                    ours[((part * 2 + h) * D + d) * C + col])
+              << "head " << h << " part " << part;
+        }
+      }
+    }
+  }
+  const auto xj = nlohmann::json::parse(hf_config_json(x));
+  EXPECT_EQ(xj.at("architectures").at(0), "GPTNeoXForCausalLM");
+  EXPECT_EQ(xj.at("use_parallel_residual"), true);
+  EXPECT_EQ(xj.at("hidden_act"), "gelu_new");
+  EXPECT_EQ(xj.at("rotary_pct"), 1.0);
   // Phi-3's fused projections, whole.
   nn::GptConfig p = c;
   p.hf_type = "phi3";
@@ -677,7 +721,7 @@ TEST(HfExport, TheModelsOwnClassIsPreferred) {
   } catch (const ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find("model.hf_type 'phi4' is not a model_type Triad exports "
                                          "(llama, mistral, qwen2, qwen3, gemma, gemma2, "
-                                         "gemma3_text, phi3, gpt2, or auto)"),
+                                         "gemma3_text, phi3, gpt_neox, gpt2, or auto)"),
               std::string::npos)
         << e.what();
   }
@@ -685,7 +729,8 @@ TEST(HfExport, TheModelsOwnClassIsPreferred) {
 
 TEST(HfExport, AModelNoClassHoldsIsNamed) {
   nn::GptConfig c = gpt2(true);
-  c.position_embedding = nn::PositionEmbedding::Rotary;  // rope with GELU and LayerNorm
+  c.position_embedding = nn::PositionEmbedding::Rotary;  // rope with GELU and LayerNorm,
+  c.linear_bias = false;                                 // no biases
   try {
     hf_model_type(c);
     FAIL() << "expected NotSupportedError";
@@ -693,12 +738,22 @@ TEST(HfExport, AModelNoClassHoldsIsNamed) {
     const std::string m = e.what();
     EXPECT_NE(m.find("LlamaForCausalLM needs rope, swiglu, rmsnorm, no linear biases and no "
                      "query/key norms (here model.activation is not swiglu, model.normalization is "
-                     "not rmsnorm, "
-                     "model.linear_bias is true)"),
+                     "not rmsnorm)"),
               std::string::npos)
         << m;
-    EXPECT_NE(m.find("(here model.position_embedding is rope)"), std::string::npos) << m;
+    EXPECT_NE(m.find("GPTNeoXForCausalLM needs rope (on any share of each head), gelu or "
+                     "gelu_erf, layernorm, linear biases, a key/value head per query head and "
+                     "heads d_model / n_head wide (here model.linear_bias is false)"),
+              std::string::npos)
+        << m;
+    EXPECT_NE(m.find("(here model.linear_bias is false, model.position_embedding is rope)"),
+              std::string::npos)
+        << m;
   }
+  // The parallel residual only GPT-NeoX's class holds; LLaMA's blocks name it.
+  nn::GptConfig parallel_llama = llama(false, 0);
+  parallel_llama.parallel_residual = true;
+  expect_no_class(parallel_llama, "model.parallel_residual is true");
   nn::GptConfig grouped = gpt2(true);
   grouped.n_kv_head = 1;
   EXPECT_THROW(hf_model_type(grouped), NotSupportedError);

@@ -71,21 +71,30 @@ void check_modules(const nn::GptConfig& c, const nn::StateDict& base, const nn::
   EXPECT_EQ(modules, 2 * per_block);
 }
 
-TEST(PeftAdapter, EachModulesProductIsItsRowsOfTheMergedLayer) {
-  const nn::GptConfig c = llama_like();
-  const nn::StateDict state = random_state(c);
+// A state with adapters split three ways: the base weights, the adapters,
+// and the weights with the adapters merged in (scale 2, alpha 6 over rank 3).
+struct Parts {
   nn::StateDict base, merged, adapters;
+};
+Parts parts_of(const nn::StateDict& state) {
+  Parts p;
   for (const auto& [name, t] : state) {
     if (nn::is_lora_adapter(name)) {
-      adapters[name] = t;
+      p.adapters[name] = t;
       continue;
     }
-    base[name] = t;
+    p.base[name] = t;
     const std::string stem = name.substr(0, name.size() - std::string("weight").size());
-    merged[name] = state.count(stem + "lora_a") ? nn::merge_lora(t, state.at(stem + "lora_a"),
-                                                                 state.at(stem + "lora_b"), 2.0)
-                                                : t;
+    p.merged[name] = state.count(stem + "lora_a") ? nn::merge_lora(t, state.at(stem + "lora_a"),
+                                                                   state.at(stem + "lora_b"), 2.0)
+                                                  : t;
   }
+  return p;
+}
+
+TEST(PeftAdapter, EachModulesProductIsItsRowsOfTheMergedLayer) {
+  const nn::GptConfig c = llama_like();
+  const auto [base, merged, adapters] = parts_of(random_state(c));
   // As LLaMA, then as Phi-3 (the class a Phi-3 read from Hugging Face goes
   // back as), whose fused modules take Triad's layers whole.
   for (const std::string type : {"", "phi3"}) {
@@ -125,6 +134,28 @@ TEST(PeftAdapter, EachModulesProductIsItsRowsOfTheMergedLayer) {
             (Shape{32, 3}));  // q 16, k and v 8 each
   EXPECT_EQ(fused.at("base_model.model.model.layers.0.mlp.gate_up_proj.lora_B.weight").shape(),
             (Shape{48, 3}));
+}
+
+// GPT-NeoX's modules take each layer's pair whole, query_key_value's B with
+// its rows interleaved by head as the weight's are: the exported base plus
+// each module's B A is still the merged model's weight.
+TEST(PeftAdapter, GptNeoxModulesTakeEachLayerWholeWithQueryKeyValuesRowsByHead) {
+  nn::GptConfig c{.n_layer = 2, .n_head = 4, .d_model = 16, .vocab_size = 40, .seq_len = 8};
+  c.position_embedding = nn::PositionEmbedding::Rotary;
+  c.parallel_residual = true;
+  c.activation = nn::Activation::GeluErf;
+  c.tie_embeddings = false;
+  c.lora = {.rank = 3, .alpha = 6, .targets = nn::GptConfig::lora_layers()};
+  ASSERT_STREQ(hf_model_type(c), "gpt_neox");
+  const auto [base, merged, adapters] = parts_of(random_state(c));
+  check_modules(c, base, merged, adapters, 4);
+  EXPECT_EQ(
+      nlohmann::json::parse(peft_adapter_config_json(c, "/m")).at("target_modules"),
+      (std::vector<std::string>{"query_key_value", "dense", "dense_h_to_4h", "dense_4h_to_h"}));
+  const auto peft = triad_lora_to_peft(adapters, c);
+  EXPECT_EQ(
+      peft.at("base_model.model.gpt_neox.layers.1.attention.query_key_value.lora_B.weight").shape(),
+      (Shape{48, 3}));
 }
 
 TEST(PeftAdapter, Gpt2KeepsItsConv1DLayersAndTheFilesRoundTrip) {

@@ -5,6 +5,8 @@
 // GPU suite the cuBLASLt epilogue against the CPU.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <functional>
 
 #include "triad/autograd/engine.h"
@@ -129,6 +131,39 @@ TEST(LinearGelu, NamesItselfInShapeErrors) {
         << e.what();
   }
   EXPECT_THROW(linear_gelu(x, randn({5, 3}, 6, 3), randn({4}, 6, 4)), ShapeError);
+}
+
+}  // namespace
+}  // namespace triad
+
+namespace triad {
+namespace {
+
+// gelu_erf is the exact GELU (Hugging Face's "gelu"), not the tanh
+// approximation gelu() is: its values are 0.5 x (1 + erf(x / sqrt 2)) and
+// its gradient Phi(x) + x phi(x), in f64 to 1e-12 and in f32 to 1e-6. The
+// two forms differ by up to about 2e-4 (the check's tolerance is below it).
+TEST(GeluErf, IsTheExactFormWithItsDerivative) {
+  for (DType dtype : {DType::F64, DType::F32}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    const double tol = dtype == DType::F64 ? 1e-12 : 1e-6;
+    Tensor x = randn({257}, 3, 5, 2.5, dtype);
+    x.set_requires_grad(true);
+    Tensor y = gelu_erf(x);
+    autograd::backward({y}, {ones({257}, dtype)});
+    const std::vector<double> xs = to_double_vector(x), ys = to_double_vector(y),
+                              gs = to_double_vector(x.grad()),
+                              approx = to_double_vector(gelu(x.detach()));
+    double widest = 0;
+    for (size_t i = 0; i < xs.size(); ++i) {
+      const double v = xs[i], cdf = 0.5 * (1 + std::erf(v / std::sqrt(2.0)));
+      EXPECT_NEAR(ys[i], v * cdf, tol) << "x = " << v;
+      EXPECT_NEAR(gs[i], cdf + v * std::exp(-0.5 * v * v) / std::sqrt(2 * M_PI), tol * 4)
+          << "x = " << v;
+      widest = std::max(widest, std::fabs(ys[i] - approx[i]));
+    }
+    EXPECT_GT(widest, 1e-4);
+  }
 }
 
 }  // namespace

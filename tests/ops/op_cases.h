@@ -66,6 +66,11 @@ inline std::vector<OpCase> op_cases() {
                  return std::vector<Tensor>{rnd({5, 7}, d, 1, 2.0)};
                },
                [](const std::vector<Tensor>& x) { return gelu(x[0]); }});
+  c.push_back({"gelu_erf",
+               [](DType d) {
+                 return std::vector<Tensor>{rnd({5, 7}, d, 1, 2.0)};
+               },
+               [](const std::vector<Tensor>& x) { return gelu_erf(x[0]); }});
   c.push_back({"dropout_p0.3",
                [](DType d) {
                  return std::vector<Tensor>{rnd({6, 9}, d, 1)};

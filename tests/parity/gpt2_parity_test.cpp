@@ -454,6 +454,77 @@ TEST_F(Gpt2Parity, Phi4MiniDirectoryReadsAndExportsAsHuggingFacesPhi3) {
   }
 }
 
+// GPT-NeoX's (Pythia's) blocks from a GPTNeoXForCausalLM directory written
+// as Pythia's files are (query_key_value interleaved by head, the old
+// buffers beside the weights): the parallel residual, the exact GELU and
+// half of each head turned read to the reference's logits, gradients and
+// greedy tokens (key/value-cache steps through the parallel wiring); the
+// export writes the same config keys and every weight bit for bit. Without
+// either departure the logits are off by more than three times the
+// tolerance (GELU's tanh form, at these small weights, by 7e-5).
+TEST_F(Gpt2Parity, GptNeoxDirectoryReadsAndExportsAsHuggingFacesGptNeox) {
+  const std::string dir = ref_dir() + "/neox_hf";
+  const nn::GptConfig cfg = io::load_hf_config(dir);
+  EXPECT_EQ(cfg.hf_type, "gpt_neox");
+  EXPECT_TRUE(cfg.parallel_residual);
+  EXPECT_EQ(cfg.activation, nn::Activation::GeluErf);
+  EXPECT_EQ(cfg.rope_dim, cfg_["neox_rope_dim"].get<int64_t>());
+  EXPECT_FALSE(cfg.tie_embeddings);
+  EXPECT_TRUE(cfg.linear_bias);
+  EXPECT_EQ(cfg.normalization, nn::Normalization::LayerNorm);
+  nn::Gpt model(cfg, 1);
+  io::load_gpt2_safetensors(model, dir);
+  expect_step_zero_matches(model, ref_, "neox.");
+  expect_greedy_tokens(cfg, "neox_generator.safetensors", "neox.greedy_tokens", ref_);
+
+  // Each departure matters: the same weights wired sequentially, or with
+  // GELU's tanh form, compute other logits.
+  const Tensor ids = cast(ref_.at("input_ids"), DType::I64);
+  const std::vector<double> want = to_double_vector(ref_.at("neox.logits"));
+  for (int change = 0; change < 2; ++change) {
+    nn::GptConfig other = cfg;
+    if (change == 0) other.parallel_residual = false;
+    if (change == 1) other.activation = nn::Activation::Gelu;
+    nn::Gpt m(other, 1);
+    io::load_gpt2_safetensors(m, dir);
+    const std::vector<double> got = to_double_vector(m.forward(ids));
+    double worst = 0;
+    for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, std::abs(got[i] - want[i]));
+    EXPECT_GT(worst, 3e-5) << "change " << change;
+  }
+
+  testing::TempDir out;
+  io::save_hf_model(model.state_dict(), cfg, out.file("neox"));
+  auto json_of = [](const std::string& path) {
+    std::ifstream in(path);
+    return nlohmann::json::parse(in);
+  };
+  const nlohmann::json want_cfg = json_of(dir + "/config.json"),
+                       got_cfg = json_of(out.file("neox/config.json"));
+  for (const auto& [key, value] : want_cfg.items()) {
+    SCOPED_TRACE(key);
+    ASSERT_TRUE(got_cfg.contains(key));
+    if (value.is_number_float()) {
+      EXPECT_DOUBLE_EQ(got_cfg.at(key).get<double>(), value.get<double>());
+    } else {
+      EXPECT_EQ(got_cfg.at(key), value);
+    }
+  }
+  const io::Safetensors theirs = io::load_safetensors(dir + "/model.safetensors"),
+                        ours = io::load_safetensors(out.file("neox/model.safetensors"));
+  size_t weights = 0;
+  for (const auto& [name, t] : theirs.tensors) {
+    const bool buffer = name.find(".attention.bias") != std::string::npos ||
+                        name.find("masked_bias") != std::string::npos ||
+                        name.find("inv_freq") != std::string::npos;
+    if (buffer) continue;
+    ++weights;
+    ASSERT_TRUE(ours.tensors.count(name)) << name;
+    EXPECT_EQ(to_double_vector(ours.tensors.at(name)), to_double_vector(t)) << name;
+  }
+  EXPECT_EQ(ours.tensors.size(), weights);
+}
+
 // LLaMA 3.1's RoPE scaling on the LLaMA-style model (its four frequencies
 // in all three of the rule's regions), against Hugging Face's rule written
 // out in PyTorch.

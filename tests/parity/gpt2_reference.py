@@ -16,7 +16,7 @@ combination (rotary embeddings, SwiGLU, RMSNorm written out by hand, no
 biases in the linear layers, an output head of its own, lm_head, not tied to
 the token embedding): step-0 logits, loss and gradients. Then the other
 variants main() names: RoPE scaling (LLaMA 3.1's, YaRN, linear), Mistral's
-window, Qwen2's, Qwen3's, Gemma's and Gemma 3's blocks. And the evaluator's
+window, Qwen2's, Qwen3's, Gemma's and Gemma 3's blocks, GPT-NeoX's. And the evaluator's
 scores of continuations after contexts (the log-likelihoods of
 multiple-choice benchmarks) by the generator and Mistral's.
 
@@ -110,6 +110,9 @@ LONGROPE_SHORT_SCALING = dict(LONGROPE_SCALING, original_max_position_embeddings
 # dimensions turn (2 pairs, so 2 longrope factors each).
 PARTIAL_ROPE_DIM = 4
 PARTIAL_LONGROPE_SCALING = dict(LONGROPE_SCALING, short_factor=[1.0, 2.5], long_factor=[1.5, 7.0])
+# GPT-NeoX's partial rotation at this size: rotary_pct 0.5 of the 8-wide
+# heads (Pythia's 0.25 would turn a single pair).
+NEOX_ROPE_DIM = 4
 
 
 def longrope_inv_freq_and_factor(D, theta, T, s):
@@ -160,8 +163,12 @@ class Gpt(torch.nn.Module):
                  tie=True, kv_heads=None, window=None, rope_scaling=None, qkv_bias=False,
                  head_dim=None, qk_norm=False, full_layers=(), geglu=False, embed_scale=None,
                  norm_offset=False, post_norms=False, rope_local_theta=None, attn_scalar=None,
-                 attn_softcap=None, final_softcap=None, rope_dim=None):
+                 attn_softcap=None, final_softcap=None, rope_dim=None, parallel=False,
+                 gelu_exact=False):
         super().__init__()
+        # GPT-NeoX's (Pythia's): both sublayers read the block's input, and
+        # the MLP's GELU is the exact (erf) form rather than tanh's.
+        self.parallel, self.gelu_exact = parallel, gelu_exact
         # Phi-4-mini's partial rotation: each head's first rope_dim dimensions
         # turn (as Hugging Face's Phi3 splits q and k), the rest pass through.
         self.rope_dim = rope_dim
@@ -265,11 +272,15 @@ class Gpt(torch.nn.Module):
             y = (att @ v).transpose(1, 2).reshape(B, T, NH * D)
             post_attn = b.post_attn_norm if self.post_norms else (lambda t: t)
             post_mlp = b.post_mlp_norm if self.post_norms else (lambda t: t)
-            x = x + post_attn(b.attn.c_proj(y))
+            attn_out = post_attn(b.attn.c_proj(y))
+            # Sequential: the MLP reads the attention's sum; parallel: x.
+            mlp_in = b.ln_2(x) if self.parallel else b.ln_2(x + attn_out)
+            x = x + attn_out
             if self.swiglu_ffn is None:
-                x = x + post_mlp(b.mlp.c_proj(F.gelu(b.mlp.c_fc(b.ln_2(x)), approximate="tanh")))
+                form = "none" if self.gelu_exact else "tanh"
+                x = x + post_mlp(b.mlp.c_proj(F.gelu(b.mlp.c_fc(mlp_in), approximate=form)))
             else:
-                gate, value = b.mlp.c_fc(b.ln_2(x)).chunk(2, dim=-1)
+                gate, value = b.mlp.c_fc(mlp_in).chunk(2, dim=-1)
                 act = F.gelu(gate, approximate="tanh") if self.geglu else F.silu(gate)
                 x = x + post_mlp(b.mlp.c_proj(act * value))
         head = self.wte.weight if not hasattr(self, "lm_head") else self.lm_head.weight
@@ -400,6 +411,49 @@ def save_hf_phi3(model, directory, scaling, rope_dim):
               "partial_rotary_factor": rope_dim / model.D, "sliding_window": None,
               "tie_word_embeddings": False, "embd_pdrop": 0.0, "resid_pdrop": 0.0,
               "attention_dropout": 0.0}
+    with open(os.path.join(directory, "config.json"), "w") as f:
+        json.dump(config, f)
+
+
+def save_hf_neox(model, directory, rope_dim):
+    """A GPT-NeoX-style model as a GPTNeoXForCausalLM directory, as Pythia's
+    files are written: query_key_value's rows interleaved by head (each
+    head's q, k and v rows together), LayerNorms and biases throughout,
+    embed_out the untied head; rotary_pct the share of each head that
+    turns. The buffers older files carry (the causal mask, masked_bias and
+    RoPE's inverse frequencies) are written too, as readers must skip them."""
+    os.makedirs(directory, exist_ok=True)
+    C, NH, T = CFG["d_model"], CFG["n_head"], CFG["seq_len"]
+    D = C // NH
+    t = {"gpt_neox.embed_in.weight": model.wte.weight, "embed_out.weight": model.lm_head.weight,
+         "gpt_neox.final_layer_norm.weight": model.ln_f.weight,
+         "gpt_neox.final_layer_norm.bias": model.ln_f.bias}
+    names = {"ln_1": "input_layernorm", "ln_2": "post_attention_layernorm",
+             "attn.c_attn": "attention.query_key_value", "attn.c_proj": "attention.dense",
+             "mlp.c_fc": "mlp.dense_h_to_4h", "mlp.c_proj": "mlp.dense_4h_to_h"}
+    for i, b in enumerate(model.h):
+        p = f"gpt_neox.layers.{i}."
+        for ours, theirs in names.items():
+            module = b
+            for part in ours.split("."):
+                module = getattr(module, part)
+            for kind in ("weight", "bias"):
+                v = getattr(module, kind)
+                if ours == "attn.c_attn":  # [q | k | v] -> per head [q_h k_h v_h]
+                    v = v.reshape(3, NH, D, -1).transpose(0, 1).reshape(v.shape)
+                t[p + theirs + "." + kind] = v
+        t[p + "attention.bias"] = torch.tril(torch.ones(T, T)).view(1, 1, T, T)
+        t[p + "attention.masked_bias"] = torch.tensor(-1e9)
+        t[p + "attention.rotary_emb.inv_freq"] = 1.0 / (
+            ROPE_THETA ** (torch.arange(0, rope_dim, 2, dtype=torch.float32) / rope_dim))
+    save_safetensors(os.path.join(directory, "model.safetensors"), t)
+    config = {"architectures": ["GPTNeoXForCausalLM"], "model_type": "gpt_neox",
+              "hidden_size": C, "intermediate_size": 4 * C, "num_hidden_layers": CFG["n_layer"],
+              "num_attention_heads": NH, "hidden_act": "gelu", "rotary_pct": rope_dim / D,
+              "rotary_emb_base": ROPE_THETA, "max_position_embeddings": T,
+              "layer_norm_eps": 1e-5, "use_parallel_residual": True, "attention_bias": True,
+              "rope_scaling": None, "hidden_dropout": 0.0, "attention_dropout": 0.0,
+              "vocab_size": CFG["vocab_size"], "tie_word_embeddings": False}
     with open(os.path.join(directory, "config.json"), "w") as f:
         json.dump(config, f)
 
@@ -633,6 +687,16 @@ def main():
                   final_logit_softcapping=GEMMA2_FINAL_SOFTCAP)
     record_step_zero(gemma2, x, y, "gemma2.", ref)
 
+    # GPT-NeoX's (Pythia's): the parallel residual, the exact GELU, half of
+    # each head turned, LayerNorms and biases, an untied head; step 0 and a
+    # greedy continuation, from a GPTNeoXForCausalLM directory.
+    neox = Gpt(CFG, ROPE_THETA, tie=False, rope_dim=NEOX_ROPE_DIM, parallel=True,
+               gelu_exact=True)
+    save_hf_neox(neox, os.path.join(out, "neox_hf"), NEOX_ROPE_DIM)
+    record_step_zero(neox, x, y, "neox.", ref)
+    ref["neox.greedy_tokens"] = torch.tensor(greedy_continuation(neox), dtype=torch.float32)
+    save_model(neox, os.path.join(out, "neox_generator.safetensors"))
+
     ref["greedy_prompt"] = torch.tensor(GREEDY_PROMPT, dtype=torch.float32)
     ref["greedy_tokens"] = torch.tensor(greedy, dtype=torch.float32)
     continuation_scores(gen, "", ref)
@@ -649,7 +713,8 @@ def main():
                    "qwen3_head_dim": QWEN3_HEAD_DIM, "gemma3_local_theta": GEMMA3_LOCAL_THETA,
                    "gemma3_attn_scalar": GEMMA3_ATTN_SCALAR,
                    "gemma2_attn_softcap": GEMMA2_ATTN_SOFTCAP,
-                   "gemma2_final_softcap": GEMMA2_FINAL_SOFTCAP}, f)
+                   "gemma2_final_softcap": GEMMA2_FINAL_SOFTCAP,
+                   "neox_rope_dim": NEOX_ROPE_DIM}, f)
     print("losses", " ".join(f"{v:.6f}" for v in losses))
 
 

@@ -1004,6 +1004,15 @@ TEST(Config, MlpActivationWidthAndNormalizationParseRoundTripAndAreChecked) {
   EXPECT_EQ(gemma3_back.model.rope_of(0).theta, 100.0);
   EXPECT_EQ(gemma3_back.model.rope_of(1).theta, gemma3.model.rope_theta);
   EXPECT_FALSE(plain.model.post_norms);
+  // GPT-NeoX's: the parallel residual and the exact GELU, through the YAML.
+  const Config neox =
+      parse_config(kValid, {"model.parallel_residual=true", "model.activation=gelu_erf"});
+  const Config neox_back = parse_config(to_yaml(neox));
+  EXPECT_TRUE(neox_back.model.parallel_residual);
+  EXPECT_EQ(neox_back.model.activation, nn::Activation::GeluErf);
+  EXPECT_FALSE(plain.model.parallel_residual);
+  expect_config_error(kValid, {"model.activation=gelu_exact"},
+                      "model.activation ('gelu_exact') must be gelu, gelu_erf, swiglu or geglu");
   const Config scaled =
       parse_config(kValid, {"model.position_embedding=rope", "model.query_pre_attn_scalar=12"});
   EXPECT_EQ(parse_config(to_yaml(scaled)).model.query_pre_attn_scalar, 12.0);
@@ -1037,7 +1046,7 @@ TEST(Config, MlpActivationWidthAndNormalizationParseRoundTripAndAreChecked) {
   expect_config_error(kValid, {"model.normalization=batchnorm"},
                       "model.normalization ('batchnorm') must be layernorm or rmsnorm");
   expect_config_error(kValid, {"model.activation=relu"},
-                      "model.activation ('relu') must be gelu, swiglu or geglu");
+                      "model.activation ('relu') must be gelu, gelu_erf, swiglu or geglu");
   expect_config_error(kValid, {"model.ffn_hidden_size=-4"},
                       "model.ffn_hidden_size (-4) must be positive");
 }

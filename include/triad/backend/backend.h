@@ -48,6 +48,9 @@ struct AdamWStep {
 // (tests/ops/op_harness_test.cpp) against it.
 // The activation a gated linear unit applies to its gate half.
 enum class GluGate { Silu, GeluTanh };
+// GELU's two forms: the tanh approximation (GPT-2's gelu_new) and the exact
+// x * Phi(x) through erf (Hugging Face's "gelu": GPT-NeoX's, BERT's).
+enum class GeluForm { Tanh, Erf };
 
 class Backend {
  public:
@@ -93,9 +96,9 @@ class Backend {
   virtual void reduce(ReduceOp op, const Tensor& x, int64_t outer, int64_t n, int64_t inner,
                       Tensor& out, Tensor* indices) = 0;
 
-  // GELU, tanh approximation.
-  virtual void gelu_forward(const Tensor& x, Tensor& y) = 0;
-  virtual void gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) = 0;
+  // GELU in either form: y = x * Phi(x), exactly (erf) or through tanh.
+  virtual void gelu_forward(const Tensor& x, Tensor& y, GeluForm form) = 0;
+  virtual void gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx, GeluForm form) = 0;
   // Soft-capping (Gemma 2's): y = cap * tanh(x / cap) for cap > 0, so no
   // |y| exceeds cap. x and y may be one tensor, and may be row-strided
   // matrices of one row stride (matrix_ld: the head's padded logits).

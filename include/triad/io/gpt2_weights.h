@@ -39,6 +39,23 @@ std::map<std::string, Tensor> triad_to_gpt2(const nn::StateDict& state);
 bool is_hf_llama(const std::map<std::string, Tensor>& tensors);
 nn::StateDict hf_llama_to_triad(const std::map<std::string, Tensor>& tensors);
 
+// Hugging Face GPT-NeoX tensors (gpt_neox.embed_in, gpt_neox.layers.N.
+// {input_layernorm, post_attention_layernorm, attention.query_key_value,
+// attention.dense, mlp.dense_h_to_4h, mlp.dense_4h_to_h},
+// gpt_neox.final_layer_norm, embed_out) -> Triad state dict. query_key_value
+// interleaves each head's q, k and v rows ([q0 k0 v0 q1 k1 v1 ...]); c_attn
+// stacks them ([q | k | v]), which takes the model's head count `n_head`.
+// The attention-mask and inverse-frequency buffers of older files are left
+// out; any other unknown tensor is an IoError naming it.
+bool is_hf_neox(const std::map<std::string, Tensor>& tensors);
+nn::StateDict hf_neox_to_triad(const std::map<std::string, Tensor>& tensors, int64_t n_head);
+// c_attn's rows (a weight, a bias, or a LoRA B: rows first) between Triad's
+// stack [q | k | v] and GPT-NeoX's per-head interleave, each the other's
+// inverse. A height that is not 3 * n_head rows of one width is a
+// ShapeError.
+Tensor neox_qkv_rows_to_triad(const Tensor& t, int64_t n_head);
+Tensor triad_qkv_rows_to_neox(const Tensor& t, int64_t n_head);
+
 // A multimodal checkpoint's language model (Gemma 3's 4B and up): its
 // tensors under language_model.model. (transformers 4.50's layout) or
 // model.language_model. (later ones) renamed to model., language_model's
@@ -58,7 +75,9 @@ void save_gpt2_safetensors(const nn::Gpt& model, const std::string& path);
 // against `expected` (name -> full shape), and write a full state dict. A
 // file in Hugging Face's LLaMA layout (is_hf_llama) is read too
 // (hf_llama_to_triad), a multimodal checkpoint's language model alone
-// (language_model_tensors). `path` is a safetensors file, a sharded checkpoint's
+// (language_model_tensors), and one in GPT-NeoX's (hf_neox_to_triad, which
+// needs `n_head`, the model's query heads: 0 refuses such a file). `path`
+// is a safetensors file, a sharded checkpoint's
 // model.safetensors.index.json (its weight_map names each tensor's file,
 // beside it), or a directory holding either. `blocks`, when given, names the
 // blocks (h.N) to read: the others' tensors are neither copied out nor
@@ -74,10 +93,10 @@ void save_gpt2_safetensors(const nn::Gpt& model, const std::string& path);
 // handed over, so an error in block N comes after blocks 0..N-1 were given.
 void read_gpt2_weights(const std::string& path, const std::map<std::string, Shape>& expected,
                        const std::set<int64_t>* blocks,
-                       const std::function<void(nn::StateDict&&)>& consume);
+                       const std::function<void(nn::StateDict&&)>& consume, int64_t n_head = 0);
 nn::StateDict load_gpt2_state_dict(const std::string& path,
                                    const std::map<std::string, Shape>& expected,
-                                   const std::set<int64_t>* blocks = nullptr);
+                                   const std::set<int64_t>* blocks = nullptr, int64_t n_head = 0);
 void save_gpt2_state_dict(const nn::StateDict& full, const nn::GptConfig& config,
                           const std::string& path);
 

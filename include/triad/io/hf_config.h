@@ -24,7 +24,12 @@ namespace triad::io {
 //    left out take Gemma3TextConfig's defaults), both with their
 //    query_pre_attn_scalar; and "gemma3" (the multimodal checkpoints, 4B and
 //    up): its text_config's language model alone;
-// and GPT2LMHeadModel ("gpt2"). Read: hidden_size, num_hidden_layers,
+// GPTNeoXForCausalLM ("gpt_neox", Pythia's: rotary_pct's partial rotation
+// as model.rope_dim, rotary_emb_base, use_parallel_residual as
+// model.parallel_residual, hidden_act "gelu" as model.activation gelu_erf,
+// LayerNorm and biases, an untied head by default);
+// and GPT2LMHeadModel ("gpt2"; activation_function "gelu" is gelu_erf, the
+// tanh forms gelu). Read: hidden_size, num_hidden_layers,
 // num_attention_heads, num_key_value_heads (absent: one per query head),
 // head_dim, intermediate_size, vocab_size, max_position_embeddings (as
 // seq_len), rope_theta, rope_scaling (llama3, linear, yarn), rms_norm_eps,

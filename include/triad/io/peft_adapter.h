@@ -23,7 +23,10 @@ namespace triad::io {
 // v_proj's (each with the one A, and its rows of B), c_fc's gate_proj's
 // and up_proj's; attn.c_proj is o_proj, mlp.c_proj down_proj. Each module's
 // B A is then its rows of Triad's. Phi-3's fused modules take a layer's
-// pair whole (qkv_proj, gate_up_proj). A missing adapter, or one whose shape
+// pair whole (qkv_proj, gate_up_proj). GPT-NeoX's take each layer's pair
+// whole (query_key_value, dense, dense_h_to_4h, dense_4h_to_h), c_attn's B
+// with its rows interleaved by head as query_key_value's weight is.
+// A missing adapter, or one whose shape
 // does not fit the model, is a ShapeError naming it.
 std::map<std::string, Tensor> triad_lora_to_peft(const nn::StateDict& adapters,
                                                  const nn::GptConfig& c);

@@ -40,15 +40,18 @@ const char* position_embedding_string(PositionEmbedding p);
 // The MLP's activation: GPT-2's GELU (tanh approximation) between c_fc
 // (C -> F) and c_proj, or SwiGLU (LLaMA's: c_fc makes C -> 2F, a gate and a
 // value half, and silu(gate) * value goes on to c_proj).
-// The MLP's: GELU (GPT-2's), or a gated linear unit whose c_fc is twice as
-// wide, [gate | up] -> act(gate) * up: SwiGLU (LLaMA's, silu) or GeGLU
-// (Gemma's, GELU's tanh approximation).
-enum class Activation { Gelu, SwiGlu, GeGlu };
-// gelu | swiglu | geglu, else ConfigError
+// The MLP's: GELU (GPT-2's tanh approximation, fused into the two linear
+// layers), the exact GELU through erf (GPT-NeoX's and Pythia's; Hugging
+// Face's "gelu"), or a gated linear unit whose c_fc is twice as wide,
+// [gate | up] -> act(gate) * up: SwiGLU (LLaMA's, silu) or GeGLU (Gemma's,
+// GELU's tanh approximation).
+enum class Activation { Gelu, GeluErf, SwiGlu, GeGlu };
+// gelu | gelu_erf | swiglu | geglu, else ConfigError
 Activation activation_from_string(const std::string& name);
 const char* activation_string(Activation a);
-// A gated activation's output from c_fc's [gate | up] (swiglu or geglu).
-Tensor gated_activation(Activation a, const Tensor& x);
+// The activation of c_fc's output where the linear layers do not fuse it
+// (every one but gelu): gelu_erf's, or a gated one's from [gate | up].
+Tensor unfused_activation(Activation a, const Tensor& x);
 // Token embeddings times model.embedding_multiplier (Gemma's sqrt(d_model)),
 // the multiplier rounded to x's type when it is bf16 or f16 (as Gemma's
 // reference implementations multiply).
@@ -116,6 +119,11 @@ struct GptConfig {
   // Two more norms per block, of the blocks' kind (h.N.post_attn_norm,
   // h.N.post_mlp_norm).
   bool post_norms = false;
+  // GPT-NeoX's parallel residual (config key model.parallel_residual;
+  // Pythia's use_parallel_residual): both sublayers read the block's input,
+  // x + attn(ln_1(x)) + mlp(ln_2(x)), instead of the MLP reading the
+  // attention's sum. The same parameters; only the wiring differs.
+  bool parallel_residual = false;
   // The RoPE base of the windowed layers (config key model.rope_local_theta;
   // Gemma 3's rope_local_base_freq): they turn by it, unscaled, while the
   // layers exempt from the window (model.full_attention_layers) keep
@@ -208,7 +216,11 @@ struct GptConfig {
   bool rms_norm() const { return normalization == Normalization::RmsNorm; }
   // The MLP's hidden width F, and c_fc's output width (F, or 2F for SwiGLU).
   int64_t ffn() const { return ffn_hidden_size > 0 ? ffn_hidden_size : 4 * d_model; }
-  bool gated_mlp() const { return activation != Activation::Gelu; }
+  bool gated_mlp() const {
+    return activation == Activation::SwiGlu || activation == Activation::GeGlu;
+  }
+  // Whether the MLP's linear layers fuse its activation (GPT-2's GELU).
+  bool fused_gelu() const { return activation == Activation::Gelu; }
   int64_t fc_width() const { return gated_mlp() ? 2 * ffn() : ffn(); }
   // Packed documents (nn/documents.h): the token that ends a document (-1:
   // none), and whether each document of a row gets its own attention window
@@ -370,7 +382,8 @@ class Mlp : public Module {
 
 // Pre-LayerNorm transformer block: x + attn(ln_1(x)), then + mlp(ln_2(x));
 // with model.post_norms each sublayer's output is normalised again
-// (post_attn_norm, post_mlp_norm) before the residual add.
+// (post_attn_norm, post_mlp_norm) before the residual add; with
+// model.parallel_residual both read x: x + attn(ln_1(x)) + mlp(ln_2(x)).
 class Block : public Module {
  public:
   Block(const GptConfig& cfg, int64_t layer);
@@ -383,6 +396,7 @@ class Block : public Module {
  private:
   std::shared_ptr<LayerNorm> ln_1_, ln_2_;
   std::shared_ptr<LayerNorm> post_attn_norm_, post_mlp_norm_;  // model.post_norms only
+  bool parallel_residual_ = false;
   std::shared_ptr<CausalSelfAttention> attn_;
   std::shared_ptr<Mlp> mlp_;
 };

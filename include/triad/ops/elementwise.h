@@ -17,8 +17,11 @@ inline Tensor scale(const Tensor& x, double alpha) {
   return affine(x, alpha, 0.0);
 }
 
-// GELU with the tanh approximation (GPT-2's).
+// GELU with the tanh approximation (GPT-2's; Hugging Face's gelu_new).
 Tensor gelu(const Tensor& x);
+// GELU exactly, x * Phi(x) = 0.5 x (1 + erf(x / sqrt 2)) (GPT-NeoX's and
+// BERT's; Hugging Face's "gelu").
+Tensor gelu_erf(const Tensor& x);
 // SwiGLU (Shazeer 2020; LLaMA's MLP): x (..., 2F) = [a | b] -> (..., F) =
 // silu(a) * b, silu(a) = a * sigmoid(a). The last dimension must be even.
 Tensor swiglu(const Tensor& x);

@@ -14,6 +14,8 @@ namespace triad::detail {
 namespace {
 
 constexpr double kSqrt2OverPi = 0.7978845608028654;
+constexpr double kSqrtHalf = 0.7071067811865476;    // 1 / sqrt(2)
+constexpr double kInvSqrt2Pi = 0.3989422804014327;  // 1 / sqrt(2 pi)
 
 template <class T>
 void gemm_rm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* a, int64_t lda,
@@ -79,12 +81,19 @@ void row_scaled_exp_capped(const T* row, int64_t n, int64_t width, T shift, T sc
 // GELU(x) = 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3), written
 // as x * sigmoid(2u) so that the loop needs one exp (vectorised by libmvec)
 // instead of a scalar tanh call.
-void CpuBackend::gelu_forward(const Tensor& x, Tensor& y) {
+// The exact form: 0.5 x (1 + erf(x / sqrt 2)).
+void CpuBackend::gelu_forward(const Tensor& x, Tensor& y, GeluForm form) {
   dispatch_float(x.dtype(), "gelu", [&](auto tag) {
     using T = decltype(tag);
     const T* px = x.data<T>();
     T* py = y.data<T>();
     const int64_t n = x.numel();
+    if (form == GeluForm::Erf) {
+      const T r2 = static_cast<T>(kSqrtHalf);
+#pragma omp parallel for schedule(static) if (n > 4096)
+      for (int64_t i = 0; i < n; ++i) py[i] = T(0.5) * px[i] * (T(1) + std::erf(px[i] * r2));
+      return;
+    }
     const T k0 = static_cast<T>(kSqrt2OverPi), k1 = T(0.044715);
 #pragma omp parallel for simd schedule(static) if (n > 4096)
     for (int64_t i = 0; i < n; ++i) {
@@ -95,13 +104,24 @@ void CpuBackend::gelu_forward(const Tensor& x, Tensor& y) {
   });
 }
 
-void CpuBackend::gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) {
+// The exact form's derivative: Phi(x) + x phi(x), phi the normal density.
+void CpuBackend::gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx, GeluForm form) {
   dispatch_float(x.dtype(), "gelu_backward", [&](auto tag) {
     using T = decltype(tag);
     const T* px = x.data<T>();
     const T* pdy = dy.data<T>();
     T* pdx = dx.data<T>();
     const int64_t n = x.numel();
+    if (form == GeluForm::Erf) {
+      const T r2 = static_cast<T>(kSqrtHalf), density = static_cast<T>(kInvSqrt2Pi);
+#pragma omp parallel for schedule(static) if (n > 4096)
+      for (int64_t i = 0; i < n; ++i) {
+        const T v = px[i];
+        const T cdf = T(0.5) * (T(1) + std::erf(v * r2));
+        pdx[i] = pdy[i] * (cdf + v * density * std::exp(T(-0.5) * v * v));
+      }
+      return;
+    }
     const T k0 = static_cast<T>(kSqrt2OverPi), k1 = T(0.044715);
     // With s = sigmoid(2u): tanh(u) = 2s - 1 and 1 - tanh(u)^2 = 4 s (1 - s).
 #pragma omp parallel for simd schedule(static) if (n > 4096)

@@ -76,17 +76,17 @@ void HalfAdapter::reduce(ReduceOp op, const Tensor& x, int64_t outer, int64_t n,
   w.finish();
 }
 
-void HalfAdapter::gelu_forward(const Tensor& x, Tensor& y) {
+void HalfAdapter::gelu_forward(const Tensor& x, Tensor& y, GeluForm form) {
   Widen w(inner_);
   Tensor o = w.out(y);
-  inner_.gelu_forward(w.in(x), o);
+  inner_.gelu_forward(w.in(x), o, form);
   w.finish();
 }
 
-void HalfAdapter::gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) {
+void HalfAdapter::gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx, GeluForm form) {
   Widen w(inner_);
   Tensor o = w.out(dx);
-  inner_.gelu_backward(w.in(x), w.in(dy), o);
+  inner_.gelu_backward(w.in(x), w.in(dy), o, form);
   w.finish();
 }
 

@@ -28,8 +28,8 @@ class HalfAdapter final : public Backend {
             double beta) override;
   void reduce(ReduceOp op, const Tensor& x, int64_t outer, int64_t n, int64_t inner, Tensor& out,
               Tensor* indices) override;
-  void gelu_forward(const Tensor& x, Tensor& y) override;
-  void gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) override;
+  void gelu_forward(const Tensor& x, Tensor& y, GeluForm form) override;
+  void gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx, GeluForm form) override;
   void soft_cap(const Tensor& x, double cap, Tensor& y) override;
   void soft_cap_backward(const Tensor& y, const Tensor& dy, double cap, Tensor& dx) override;
   void glu_forward(const Tensor& x, Tensor& y, GluGate gate) override;

@@ -634,11 +634,12 @@ void CudaBackend::reduce(ReduceOp op, const Tensor& x, int64_t outer, int64_t n,
   });
 }
 
-void CudaBackend::gelu_forward(const Tensor& x, Tensor& y) {
+void CudaBackend::gelu_forward(const Tensor& x, Tensor& y, GeluForm form) {
   DeviceState& s = state(y.device().index);
   DeviceGuard g(s.index);
-  launch(s.index, s.stream, "gelu_forward", [&] {
-    k::gelu_forward(x.raw_data(), y.raw_data(), scalar(x.dtype()), x.numel(), s.stream);
+  const bool erf = form == GeluForm::Erf;
+  launch(s.index, s.stream, erf ? "gelu_erf_forward" : "gelu_forward", [&] {
+    k::gelu_forward(x.raw_data(), y.raw_data(), scalar(x.dtype()), x.numel(), erf, s.stream);
   });
 }
 
@@ -684,11 +685,12 @@ void CudaBackend::glu_backward(const Tensor& x, const Tensor& dy, Tensor& dx, Gl
   });
 }
 
-void CudaBackend::gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) {
+void CudaBackend::gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx, GeluForm form) {
   DeviceState& s = state(dx.device().index);
   DeviceGuard g(s.index);
-  launch(s.index, s.stream, "gelu_backward", [&] {
-    k::gelu_backward(x.raw_data(), dy.raw_data(), dx.raw_data(), scalar(x.dtype()), x.numel(),
+  const bool erf = form == GeluForm::Erf;
+  launch(s.index, s.stream, erf ? "gelu_erf_backward" : "gelu_backward", [&] {
+    k::gelu_backward(x.raw_data(), dy.raw_data(), dx.raw_data(), scalar(x.dtype()), x.numel(), erf,
                      s.stream);
   });
 }

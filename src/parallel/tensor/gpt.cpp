@@ -504,11 +504,19 @@ Tensor TensorParallelGpt::block_forward(int64_t i, const Tensor& x,
       causal_attention(qkv, heads, ctx.attention_starts(cfg_.window_of(i) > 0)), draw);
   a = site_dropout(a, cfg_.dropout, ctx, i, "attn.resid", shard);
   if (L.post_attn_norm) a = L.post_attn_norm->forward(a);
-  const AddNorm h = L.ln_2->forward_add(x, a);
-  Tensor m = cfg_.gated_mlp()
-                 ? L.mlp_proj->forward(
-                       nn::gated_activation(cfg_.activation, L.c_fc->forward(h.norm, draw)), draw)
-                 : L.mlp_proj->forward_after_gelu(L.c_fc->forward_gelu(h.norm, draw), draw);
+  // Sequential: the attention's residual add and ln_2 as one op, the MLP
+  // reading the sum; parallel (model.parallel_residual): ln_2 of x.
+  AddNorm h;
+  if (cfg_.parallel_residual) {
+    h = {add(x, a), L.ln_2->forward(x)};
+  } else {
+    h = L.ln_2->forward_add(x, a);
+  }
+  Tensor m =
+      cfg_.fused_gelu()
+          ? L.mlp_proj->forward_after_gelu(L.c_fc->forward_gelu(h.norm, draw), draw)
+          : L.mlp_proj->forward(
+                nn::unfused_activation(cfg_.activation, L.c_fc->forward(h.norm, draw)), draw);
   m = site_dropout(m, cfg_.dropout, ctx, i, "mlp.resid", shard);
   if (L.post_mlp_norm) m = L.post_mlp_norm->forward(m);
   return add(h.sum, m);

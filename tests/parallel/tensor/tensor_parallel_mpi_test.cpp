@@ -498,6 +498,9 @@ TEST_P(TensorParallelGptTest, PackedDocumentsMatchOneProcess) {
 // sequence parallelism each rank's tokens), replicated as ln_1 and ln_2;
 // its windowed layer turns by a RoPE base of its own. Gemma 2's soft caps
 // act on each rank's heads' scores and each vocabulary shard's logits.
+// GPT-NeoX's parallel residual feeds ln_2 the block's input (each rank's
+// tokens under sequence parallelism), and its exact GELU acts on each
+// rank's columns of c_fc.
 TEST_P(TensorParallelGptTest, LlamaOptionsMatchOneProcess) {
   const int64_t V = 300;
   for (const std::string variant :
@@ -509,7 +512,9 @@ TEST_P(TensorParallelGptTest, LlamaOptionsMatchOneProcess) {
         "rmsnorm, rope, swiglu, no biases, grouped-query attention, qkv biases",
         "rmsnorm, rope, swiglu, no biases, grouped-query attention, qk norm, heads of 6",
         "rope, sliding window, packed documents",
-        "rope, sliding window on layer 1 only, packed documents"}) {
+        "rope, sliding window on layer 1 only, packed documents",
+        "gpt-neox's blocks: parallel residual, exact gelu, half of each head turned, untied "
+        "head"}) {
     SCOPED_TRACE(variant);
     nn::GptConfig cfg = tiny(V);
     if (variant.find("grouped-query") != std::string::npos) {
@@ -556,6 +561,13 @@ TEST_P(TensorParallelGptTest, LlamaOptionsMatchOneProcess) {
         cfg.attn_logit_softcap = 0.01;
         cfg.final_logit_softcap = 0.1;
       }
+    } else if (variant.rfind("gpt-neox", 0) == 0) {  // both sublayers read x
+      cfg.parallel_residual = true;
+      cfg.activation = nn::Activation::GeluErf;
+      cfg.position_embedding = nn::PositionEmbedding::Rotary;
+      cfg.rope_theta = 20.0;
+      cfg.rope_dim = cfg.head_dim() / 2;
+      cfg.tie_embeddings = false;
     } else if (variant == "swiglu, F 24" || variant == "geglu, F 24") {
       cfg.activation = variant[0] == 's' ? nn::Activation::SwiGlu : nn::Activation::GeGlu;
       cfg.ffn_hidden_size = 24;
