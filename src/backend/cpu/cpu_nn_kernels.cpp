@@ -90,8 +90,8 @@ void CpuBackend::gelu_forward(const Tensor& x, Tensor& y, GeluForm form) {
     const int64_t n = x.numel();
     if (form == GeluForm::Erf) {
       const T r2 = static_cast<T>(kSqrtHalf);
-#pragma omp parallel for schedule(static) if (n > 4096)
-      for (int64_t i = 0; i < n; ++i) py[i] = T(0.5) * px[i] * (T(1) + std::erf(px[i] * r2));
+#pragma omp parallel for simd schedule(static) if (n > 4096)
+      for (int64_t i = 0; i < n; ++i) py[i] = T(0.5) * px[i] * (T(1) + erf_fast(px[i] * r2));
       return;
     }
     const T k0 = static_cast<T>(kSqrt2OverPi), k1 = T(0.044715);
@@ -114,11 +114,11 @@ void CpuBackend::gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx, Ge
     const int64_t n = x.numel();
     if (form == GeluForm::Erf) {
       const T r2 = static_cast<T>(kSqrtHalf), density = static_cast<T>(kInvSqrt2Pi);
-#pragma omp parallel for schedule(static) if (n > 4096)
+#pragma omp parallel for simd schedule(static) if (n > 4096)
       for (int64_t i = 0; i < n; ++i) {
         const T v = px[i];
-        const T cdf = T(0.5) * (T(1) + std::erf(v * r2));
-        pdx[i] = pdy[i] * (cdf + v * density * std::exp(T(-0.5) * v * v));
+        const T cdf = T(0.5) * (T(1) + erf_fast(v * r2));
+        pdx[i] = pdy[i] * (cdf + v * density * exp_fast(T(-0.5) * v * v));
       }
       return;
     }
