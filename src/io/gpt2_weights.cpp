@@ -129,6 +129,8 @@ nn::StateDict hf_llama_to_triad(const std::map<std::string, Tensor>& tensors) {
       out["wte.weight"] = t;
     } else if (name == "model.norm.weight") {
       out["ln_f.weight"] = t;
+    } else if (name == "model.norm.bias") {  // StableLM's LayerNorms
+      out["ln_f.bias"] = t;
     } else if (name == "lm_head.weight") {
       out["lm_head.weight"] = t;
     } else if (name.rfind("model.layers.", 0) == 0) {
@@ -162,6 +164,11 @@ nn::StateDict hf_llama_to_triad(const std::map<std::string, Tensor>& tensors) {
       return t;
     };
     for (const auto& [from, to] : kSingle) out[p + to] = take(from);
+    // StableLM's LayerNorms shift as well as scale.
+    for (const char* norm : {"input_layernorm", "post_attention_layernorm"}) {
+      const std::string bias = std::string(norm) + ".bias";
+      if (parts.count(bias) > 0) out[p + (norm[0] == 'i' ? "ln_1.bias" : "ln_2.bias")] = take(bias);
+    }
     // Gemma 2's and 3's four norms: post_attention_layernorm is then the
     // attention output's (post_attn_norm) and pre_feedforward_layernorm the
     // MLP's input's (ln_2); LLaMA's post_attention_layernorm is ln_2.

@@ -175,6 +175,17 @@ nn::Activation gelu_named(const Keys& k, const char* key, const char* otherwise)
   return nn::Activation::Gelu;
 }
 
+// A partial rotation from the share of each head a file turns (`key`,
+// `otherwise` when absent): Hugging Face's int(head_dim * share)
+// dimensions as model.rope_dim, 0 for the whole head.
+int64_t rotated_dims(const Keys& k, const char* key, double otherwise, const nn::GptConfig& c) {
+  const double f = k.number(key, otherwise);
+  if (!(f > 0.0 && f <= 1.0)) k.bad(key, "must be a share of the head in (0, 1]");
+  if (c.n_head <= 0) return 0;  // (validate() names the heads)
+  const auto dims = static_cast<int64_t>(static_cast<double>(c.head_dim()) * f);
+  return dims == c.head_dim() ? 0 : dims;  // (validate() names an odd one)
+}
+
 // LlamaForCausalLM and its relatives: rotary embeddings, SwiGLU, RMSNorm,
 // no linear biases.
 nn::GptConfig llama_config(const Keys& k, const std::string& type) {
@@ -234,14 +245,8 @@ nn::GptConfig llama_config(const Keys& k, const std::string& type) {
   // Phi-3: LLaMA's blocks with fused projections (the weights' reader
   // takes qkv_proj and gate_up_proj) and Mistral's window; Phi-4-mini's
   // partial rotation turns the first int(head_dim * partial_rotary_factor)
-  // dimensions of each head, as Hugging Face's Phi3 does.
-  if (type == "phi3" && k.has("partial_rotary_factor")) {
-    const double f = k.number("partial_rotary_factor", 1.0);
-    if (!(f > 0.0 && f <= 1.0))
-      k.bad("partial_rotary_factor", "must be a share of the head in (0, 1]");
-    const auto dims = static_cast<int64_t>(static_cast<double>(c.head_dim()) * f);
-    if (dims != c.head_dim()) c.rope_dim = dims;  // (validate() names an odd one)
-  }
+  // dimensions of each head, as Hugging Face's Phi3 does (below, with
+  // StableLM's).
   // Gemma 2's and 3's attention scale 1 / sqrt(query_pre_attn_scalar)
   // (27B's 168 and 144, d_model / n_head, against heads of 128); the head
   // dimension's is no different from its absence.
@@ -254,6 +259,23 @@ nn::GptConfig llama_config(const Keys& k, const std::string& type) {
   // heads of their own width, head_dim above).
   if (type == "qwen3") c.qk_norm = true;
   if (type == "qwen2" || type == "qwen3") c.qkv_bias = type == "qwen2";
+  // StableLM (2 1.6B, 3B-4E1T, Zephyr): LLaMA's blocks with LayerNorms
+  // (scale and shift), q, k and v biases when use_qkv_bias says so, and
+  // partial_rotary_factor of each head turned (a quarter by default).
+  if (type == "stablelm") {
+    c.normalization = nn::Normalization::LayerNorm;
+    c.layer_norm_eps = k.number("layer_norm_eps", 1e-5);
+    c.qkv_bias = k.boolean("use_qkv_bias", false);
+    if (k.boolean("qk_layernorm", false))
+      k.unsupported("qk_layernorm", "StableLM's per-head LayerNorms are not implemented");
+    if (k.boolean("use_parallel_residual", false)) {
+      k.unsupported("use_parallel_residual",
+                    "StableLM's parallel blocks share one norm between the attention and the MLP; "
+                    "Triad's parallel residual has a norm for each");
+    }
+  }
+  if (type == "stablelm" || type == "phi3")
+    c.rope_dim = rotated_dims(k, "partial_rotary_factor", type == "phi3" ? 1.0 : 0.25, c);
   // Sliding windows: Mistral's on every layer (null: none); Qwen's, when
   // use_sliding_window is set, on the layers from max_window_layers on; or
   // the layers layer_types names (newer files, any of these types). A
@@ -330,14 +352,8 @@ nn::GptConfig gpt_neox_config(const Keys& k) {
   c.position_embedding = nn::PositionEmbedding::Rotary;
   c.rope_theta = k.number("rotary_emb_base", k.number("rope_theta", 10000.0));
   if (k.has("rope_scaling")) c.rope_scaling = k.rope_scaling(static_cast<double>(c.seq_len));
-  const char* share = k.has("rotary_pct") ? "rotary_pct" : "partial_rotary_factor";
-  const double f = k.number(share, 0.25);
-  if (!(f > 0.0 && f <= 1.0)) k.bad(share, "must be a share of the head in (0, 1]");
-  if (c.n_head > 0 && c.d_model % c.n_head == 0) {
-    // Hugging Face's int(head_size * rotary_pct) dimensions of each head.
-    const auto dims = static_cast<int64_t>(static_cast<double>(c.head_dim()) * f);
-    if (dims != c.head_dim()) c.rope_dim = dims;  // (validate() names an odd one)
-  }
+  c.rope_dim =
+      rotated_dims(k, k.has("rotary_pct") ? "rotary_pct" : "partial_rotary_factor", 0.25, c);
   if (!k.boolean("attention_bias", true))
     k.unsupported("attention_bias", "Triad's GPT-NeoX blocks have biases on every linear layer");
   return c;
@@ -401,7 +417,8 @@ nn::GptConfig gpt_config_from_hf(const std::string& json_text, const std::string
   const Keys k(j, source);
   nn::GptConfig c;
   if (type == "llama" || type == "mistral" || type == "qwen2" || type == "qwen3" ||
-      type == "gemma" || type == "gemma2" || type == "gemma3_text" || type == "phi3") {
+      type == "gemma" || type == "gemma2" || type == "gemma3_text" || type == "phi3" ||
+      type == "stablelm") {
     c = llama_config(k, type);
   } else if (type == "gpt2") {
     c = gpt2_config(k);
@@ -410,7 +427,7 @@ nn::GptConfig gpt_config_from_hf(const std::string& json_text, const std::string
   } else {
     throw NotSupportedError(source + ": model_type '" + type +
                             "' is not supported (llama, mistral, qwen2, qwen3, gemma, gemma2, "
-                            "gemma3_text, gemma3, phi3, gpt_neox or gpt2)");
+                            "gemma3_text, gemma3, phi3, stablelm, gpt_neox or gpt2)");
   }
   c.hf_type = type;  // (an export writes the class it came from)
   try {

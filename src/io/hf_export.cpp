@@ -56,14 +56,22 @@ std::string llama_misfit(const nn::GptConfig& c, const std::string& type) {
   };
   const bool gemma = is_gemma(type), sandwich = type == "gemma2" || type == "gemma3_text";
   add(!c.rotary(), "model.position_embedding is not rope");
+  const bool stablelm = type == "stablelm";
   if (type == "phi3") {
     add(c.heads_apart(),
         "model.head_dim is not d_model / n_head (Phi3ForCausalLM's heads are hidden_size / "
         "num_attention_heads wide)");
     add(c.rope_scaling.scaled() && c.rope_scaling.kind != RopeScaling::Kind::LongRope,
         "model.rope_scaling is not longrope (Phi3Config takes longrope only)");
+  } else if (stablelm) {
+    add(c.heads_apart(),
+        "model.head_dim is not d_model / n_head (StableLmForCausalLM's heads are hidden_size / "
+        "num_attention_heads wide)");
+    add(c.rope_scaling.kind == RopeScaling::Kind::LongRope, "model.rope_scaling is longrope");
+    add(c.sliding_window > 0, "model.sliding_window is set");
   } else {
-    add(c.rope_dim > 0, "model.rope_dim turns part of each head (only Phi-3 turns part)");
+    add(c.rope_dim > 0,
+        "model.rope_dim turns part of each head (only Phi-3 and StableLM turn part)");
   }
   if (gemma) {
     const double root = std::sqrt(static_cast<double>(c.d_model));
@@ -96,17 +104,21 @@ std::string llama_misfit(const nn::GptConfig& c, const std::string& type) {
   } else {
     add(c.rope_local_theta > 0.0, "model.rope_local_theta is set");
   }
-  add(!c.rms_norm(), "model.normalization is not rmsnorm");
+  if (stablelm) {
+    add(c.rms_norm(), "model.normalization is not layernorm");
+  } else {
+    add(!c.rms_norm(), "model.normalization is not rmsnorm");
+  }
   add(c.linear_bias, "model.linear_bias is true");
   add(c.parallel_residual, "model.parallel_residual is true");
   if (type == "qwen2") add(!c.qkv_bias, "model.qkv_bias is false");
-  if (type != "qwen2") add(c.qkv_bias, "model.qkv_bias is true");
+  if (type != "qwen2" && !stablelm) add(c.qkv_bias, "model.qkv_bias is true");
   const bool qk = type == "qwen3" || type == "gemma3_text";
   if (qk) add(!c.qk_norm, "model.qk_norm is false");
   if (!qk) add(c.qk_norm, "model.qk_norm is true");
   // Mistral windows every layer; Qwen every layer from max_window_layers
   // on; Gemma 2 and 3 any layers (layer_types).
-  if (type == "llama" || type == "gemma" || type == "phi3") {
+  if (type == "llama" || type == "gemma" || type == "phi3" || stablelm) {
     add(!c.full_attention_layers.empty(),
         "model.full_attention_layers exempts layers from the window");
   } else if (!sandwich) {
@@ -305,8 +317,9 @@ std::map<std::string, Tensor> triad_to_neox_part(const nn::StateDict& full, cons
 }  // namespace
 
 const std::vector<std::string>& hf_model_types() {
-  static const std::vector<std::string> types{"llama",  "mistral",     "qwen2", "qwen3",    "gemma",
-                                              "gemma2", "gemma3_text", "phi3",  "gpt_neox", "gpt2"};
+  static const std::vector<std::string> types{"llama",    "mistral",  "qwen2",       "qwen3",
+                                              "gemma",    "gemma2",   "gemma3_text", "phi3",
+                                              "stablelm", "gpt_neox", "gpt2"};
   return types;
 }
 
@@ -346,6 +359,7 @@ const char* architecture_of(const std::string& type) {
          : type == "gemma2"      ? "Gemma2ForCausalLM"
          : type == "gemma3_text" ? "Gemma3ForCausalLM"
          : type == "phi3"        ? "Phi3ForCausalLM"
+         : type == "stablelm"    ? "StableLmForCausalLM"
          : type == "gpt_neox"    ? "GPTNeoXForCausalLM"
                                  : "GPT2LMHeadModel";
 }
@@ -378,8 +392,8 @@ const char* hf_model_type(const nn::GptConfig& c) {
   const std::string llama = misfit(c, "mistral"), qwen2 = misfit(c, "qwen2"),
                     qwen3 = misfit(c, "qwen3"), gemma = misfit(c, "gemma"),
                     gemma2 = misfit(c, "gemma2"), gemma3 = misfit(c, "gemma3_text"),
-                    phi3 = misfit(c, "phi3"), neox = misfit(c, "gpt_neox"),
-                    gpt2 = misfit(c, "gpt2");
+                    phi3 = misfit(c, "phi3"), stablelm = misfit(c, "stablelm"),
+                    neox = misfit(c, "gpt_neox"), gpt2 = misfit(c, "gpt2");
   throw NotSupportedError(
       "no Hugging Face class holds this model: LlamaForCausalLM needs rope, swiglu, rmsnorm, "
       "no linear biases and no query/key norms (here " +
@@ -394,6 +408,9 @@ const char* hf_model_type(const nn::GptConfig& c) {
       "); Phi3ForCausalLM LLaMA's with any partial rotation, heads d_model / n_head wide and "
       "longrope the only scaling (here " +
       phi3 +
+      "); StableLmForCausalLM LLaMA's with layernorm, any partial rotation, q, k and v biases or "
+      "none, and heads d_model / n_head wide (here " +
+      stablelm +
       "); GPTNeoXForCausalLM needs rope (on any share of each head), gelu or gelu_erf, "
       "layernorm, linear biases, a key/value head per query head and heads d_model / n_head "
       "wide (here " +
@@ -419,8 +436,9 @@ std::string hf_config_json(const nn::GptConfig& c, const std::string& torch_dtyp
     j["num_hidden_layers"] = c.n_layer;
     j["num_attention_heads"] = c.n_head;
     j["num_key_value_heads"] = c.kv_heads();
-    const bool phi3 = type == "phi3";
-    if (!phi3) j["head_dim"] = c.head_dim();  // (Phi3Config's heads are hidden_size / heads wide)
+    const bool phi3 = type == "phi3", stablelm = type == "stablelm";
+    // (Phi3Config's and StableLmConfig's heads are hidden_size / heads wide.)
+    if (!phi3 && !stablelm) j["head_dim"] = c.head_dim();
     if (is_gemma(type)) {
       j["hidden_act"] = "gelu_pytorch_tanh";
       j["hidden_activation"] = "gelu_pytorch_tanh";
@@ -428,7 +446,7 @@ std::string hf_config_json(const nn::GptConfig& c, const std::string& torch_dtyp
       j["hidden_act"] = "silu";
     }
     if (!phi3) j["max_position_embeddings"] = c.seq_len;
-    j["rms_norm_eps"] = c.layer_norm_eps;
+    j[stablelm ? "layer_norm_eps" : "rms_norm_eps"] = c.layer_norm_eps;
     j["rope_theta"] = c.rope_theta;
     if (phi3) {
       write_phi3_rope(c, j);
@@ -436,9 +454,21 @@ std::string hf_config_json(const nn::GptConfig& c, const std::string& torch_dtyp
     } else {
       write_rope_scaling(c, j);
     }
-    // Qwen2's q, k and v biases are implied; Phi3Config has no bias keys.
-    if (type != "qwen2" && !phi3) j["attention_bias"] = false;
-    if (type == "qwen2" || type == "qwen3") {
+    if (stablelm) {
+      j["partial_rotary_factor"] = partial_rotary_factor(c);
+      j["use_qkv_bias"] = c.qkv_bias;
+      j["qk_layernorm"] = false;
+      j["use_parallel_residual"] = false;
+    }
+    // Qwen2's q, k and v biases are implied; Phi3Config and StableLmConfig
+    // have no such keys.
+    if (type != "qwen2" && !phi3 && !stablelm) j["attention_bias"] = false;
+    if (stablelm) {
+      // StableLM drops out the MLP's output alone (hidden_dropout), where
+      // Triad drops both sublayers' and the embeddings': the same model
+      // for inference, a close cousin for training.
+      j["hidden_dropout"] = c.dropout;
+    } else if (type == "qwen2" || type == "qwen3") {
       j["use_sliding_window"] = c.sliding_window > 0;
       j["sliding_window"] = c.sliding_window > 0 ? c.sliding_window : c.seq_len;
       j["max_window_layers"] = c.sliding_window > 0 ? *qwen_window_layers(c) : c.n_layer;
@@ -450,6 +480,8 @@ std::string hf_config_json(const nn::GptConfig& c, const std::string& torch_dtyp
       // residual projection, none on the attention's probabilities.
       j["embd_pdrop"] = c.dropout;
       j["resid_pdrop"] = c.dropout;
+      j["attention_dropout"] = 0.0;
+    } else if (stablelm) {
       j["attention_dropout"] = 0.0;
     } else {
       j["attention_dropout"] = c.dropout;
@@ -526,6 +558,7 @@ std::map<std::string, Tensor> triad_to_hf_part(const nn::StateDict& full, const 
   if (block < 0) {
     out["model.embed_tokens.weight"] = at(full, "wte.weight");
     out["model.norm.weight"] = at(full, "ln_f.weight");
+    if (!c.rms_norm()) out["model.norm.bias"] = at(full, "ln_f.bias");  // StableLM's LayerNorms
     if (!c.tie_embeddings) out["lm_head.weight"] = at(full, "lm_head.weight");
     return out;
   }
@@ -565,6 +598,10 @@ std::map<std::string, Tensor> triad_to_hf_part(const nn::StateDict& full, const 
       out[hf + "post_feedforward_layernorm.weight"] = at(full, p + "post_mlp_norm.weight");
     } else {
       out[hf + "post_attention_layernorm.weight"] = at(full, p + "ln_2.weight");
+    }
+    if (!c.rms_norm()) {  // StableLM's LayerNorms shift too
+      out[hf + "input_layernorm.bias"] = at(full, p + "ln_1.bias");
+      out[hf + "post_attention_layernorm.bias"] = at(full, p + "ln_2.bias");
     }
     if (c.qk_norm) {
       out[hf + "self_attn.q_norm.weight"] = at(full, p + "attn.q_norm.weight");

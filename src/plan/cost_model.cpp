@@ -245,13 +245,21 @@ LayerCost layer_cost(const nn::GptConfig& m, const ClusterSpec& c, const Paralle
   // pairs, the same bytes) of the b*s*h activation per direction. Backward,
   // the QKV and MLP-up layers' input gradients (all-reduced, or
   // reduce-scattered under sequence parallelism) overlap their own
-  // weight-gradient GEMMs.
+  // weight-gradient GEMMs. model.parallel_residual, with no dropout or
+  // post-norm acting on each sublayer's output alone, reduces both
+  // sublayers' outputs at once: forward, one all-reduce (under sequence
+  // parallelism two all-gathers and one reduce-scatter), and under sequence
+  // parallelism one all-gather fewer backward.
   if (t > 1) {
     const double act = tokens * h * kFp16;
     const double ar = tp_all_reduce(act, c, p);
-    L.fwd_tp = 2.0 * ar;
-    L.bwd_tp = 2.0 * ar;
-    const double input_grad = p.sequence_parallel ? tp_reduce_scatter(act, c, p) : ar;
+    const double rs = tp_reduce_scatter(act, c, p);
+    const bool one_reduction = m.parallel_residual && m.dropout == 0.0 && !m.post_norms;
+    // (A reduce-scatter and all-gather pair is priced as an all-reduce, as
+    // above; the one left over as a reduce-scatter.)
+    L.fwd_tp = !one_reduction ? 2.0 * ar : p.sequence_parallel ? ar + rs : ar;
+    L.bwd_tp = one_reduction && p.sequence_parallel ? ar + rs : 2.0 * ar;
+    const double input_grad = p.sequence_parallel ? rs : ar;
     L.bwd_tp_hidden = std::min(input_grad, qkv.dw) + std::min(input_grad, up.dw);
   }
   if (!training.backward) {

@@ -491,7 +491,7 @@ TEST(HfConfig, Phi4MiniTurnsThreeQuartersOfEachHead) {
     } catch (const NotSupportedError& e) {
       EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << e.what();
       EXPECT_NE(std::string(e.what()).find("model.rope_dim turns part of each head (only Phi-3 "
-                                           "turns part)"),
+                                           "and StableLM turn part)"),
                 std::string::npos)
           << e.what();
     }
@@ -735,6 +735,55 @@ TEST(HfConfig, GptNeoxConfigIsPythias) {
             nn::Activation::GeluErf);
 }
 
+// StableLM 2 1.6B's config.json as published: LLaMA's blocks with
+// LayerNorms, q, k and v biases and a quarter of each head turned, and its
+// published parameter count; its 12B's parallel blocks (one norm shared)
+// and per-head norms are named.
+TEST(HfConfig, StableLmConfigIsStableLm2s) {
+  const std::string stablelm = R"({
+    "architectures": ["StableLmForCausalLM"], "bos_token_id": 100257, "eos_token_id": 100257,
+    "hidden_act": "silu", "hidden_dropout": 0.0, "hidden_size": 2048, "initializer_range": 0.02,
+    "intermediate_size": 5632, "layer_norm_eps": 1e-05, "max_position_embeddings": 4096,
+    "model_type": "stablelm", "num_attention_heads": 32, "num_hidden_layers": 24,
+    "num_key_value_heads": 32, "partial_rotary_factor": 0.25, "qk_layernorm": false,
+    "rope_scaling": null, "rope_theta": 10000, "tie_word_embeddings": false,
+    "torch_dtype": "float16", "use_cache": true, "use_parallel_residual": false,
+    "use_qkv_bias": true, "vocab_size": 100352})";
+  const nn::GptConfig c = gpt_config_from_hf(stablelm, "stablelm-2-1_6b/config.json");
+  EXPECT_EQ(c.hf_type, "stablelm");
+  EXPECT_EQ(c.num_parameters(), 1'644'515'328);
+  EXPECT_EQ(c.normalization, nn::Normalization::LayerNorm);
+  EXPECT_EQ(c.layer_norm_eps, 1e-5);
+  EXPECT_TRUE(c.qkv_bias);
+  EXPECT_FALSE(c.linear_bias);
+  EXPECT_EQ(c.activation, nn::Activation::SwiGlu);
+  EXPECT_EQ(c.rope_dim, 16);
+  EXPECT_FALSE(c.tie_embeddings);
+  // StableLM 3B-4E1T's: no q, k and v biases; the default quarter turned.
+  const nn::GptConfig b = gpt_config_from_hf(
+      without(edited(stablelm, "use_qkv_bias", "false"), "partial_rotary_factor"),
+      "3b/config.json");
+  EXPECT_FALSE(b.qkv_bias);
+  EXPECT_EQ(b.rope_dim, 16);
+  auto error_of = [](const std::string& json) {
+    try {
+      gpt_config_from_hf(json, "s/config.json");
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(error_of(edited(stablelm, "use_parallel_residual", "true"))
+                .find("'use_parallel_residual' (true): StableLM's parallel blocks share one norm"),
+            std::string::npos);
+  EXPECT_NE(error_of(edited(stablelm, "qk_layernorm", "true"))
+                .find("'qk_layernorm' (true): StableLM's per-head LayerNorms are not implemented"),
+            std::string::npos);
+  EXPECT_NE(error_of(edited(stablelm, "partial_rotary_factor", "1.5"))
+                .find("'partial_rotary_factor' (1.5) must be a share of the head in (0, 1]"),
+            std::string::npos);
+}
+
 TEST(HfConfig, WhatTriadDoesNotBuildIsNamed) {
   auto message = [](const std::function<void()>& f) {
     try {
@@ -776,7 +825,7 @@ TEST(HfConfig, WhatTriadDoesNotBuildIsNamed) {
             std::string::npos);
   EXPECT_NE(message(from(edited(llama, "model_type", "\"qwen3_moe\"")))
                 .find("model_type 'qwen3_moe' is not supported (llama, mistral, qwen2, qwen3, "
-                      "gemma, gemma2, gemma3_text, gemma3, phi3, gpt_neox or gpt2)"),
+                      "gemma, gemma2, gemma3_text, gemma3, phi3, stablelm, gpt_neox or gpt2)"),
             std::string::npos);
   EXPECT_NE(message(from(edited(edited(edited(kQwen3_06b, "use_sliding_window", "true"),
                                        "max_window_layers", "10"),

@@ -194,9 +194,31 @@ TEST(HfExport, LlamaAndGpt2RoundTrip) {
   neox.rope_scaling.factor = 2.0;
   nn::GptConfig exact_gpt2 = gpt2(true);  // GPT2LMHeadModel with activation_function gelu
   exact_gpt2.activation = nn::Activation::GeluErf;
-  for (const nn::GptConfig& c : {llama(false, 2), llama(true, 0), llama(false, 1), mistral, qwen2,
-                                 qwen3, qwen_window, wide, stretched, gemma1, gemma2, gemma3, phi4,
-                                 phi3, pythia, neox, gpt2(true), gpt2(false), exact_gpt2}) {
+  nn::GptConfig stablelm = llama(false, 2);  // StableLmForCausalLM: LayerNorms, q, k and v
+  stablelm.normalization = nn::Normalization::LayerNorm;  // biases, half of each head turned
+  stablelm.qkv_bias = true;
+  stablelm.rope_dim = 2;
+  stablelm.layer_norm_eps = 1e-5;
+  for (const nn::GptConfig& c : {llama(false, 2),
+                                 llama(true, 0),
+                                 llama(false, 1),
+                                 mistral,
+                                 qwen2,
+                                 qwen3,
+                                 qwen_window,
+                                 wide,
+                                 stretched,
+                                 gemma1,
+                                 gemma2,
+                                 gemma3,
+                                 phi4,
+                                 phi3,
+                                 stablelm,
+                                 pythia,
+                                 neox,
+                                 gpt2(true),
+                                 gpt2(false),
+                                 exact_gpt2}) {
     SCOPED_TRACE(std::string(hf_model_type(c)) + " " + std::to_string(n));
     const nn::Gpt model(c, 7);
     const std::string out = dir.file("hf" + std::to_string(n++));
@@ -721,7 +743,8 @@ TEST(HfExport, TheModelsOwnClassIsPreferred) {
   } catch (const ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find("model.hf_type 'phi4' is not a model_type Triad exports "
                                          "(llama, mistral, qwen2, qwen3, gemma, gemma2, "
-                                         "gemma3_text, phi3, gpt_neox, gpt2, or auto)"),
+                                         "gemma3_text, phi3, stablelm, gpt_neox, gpt2, or "
+                                         "auto)"),
               std::string::npos)
         << e.what();
   }

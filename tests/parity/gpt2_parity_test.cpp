@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <utility>
 
@@ -154,6 +155,44 @@ void expect_step_zero_matches(const nn::Gpt& model, const std::map<std::string, 
 // Greedy generation by `cfg`'s model with the reference's generator weights
 // `file` picks the reference's tokens `key` after its prompt (past seq_len:
 // key/value-cache steps, then windows of seq_len tokens).
+// `model`, read from the Hugging Face directory `dir`, exported again: every
+// key of dir's config.json with its value, and every weight of its
+// model.safetensors bit for bit under its name, nothing more; `buffer`
+// names the tensors the directory holds that are no weights (left out).
+void expect_exports_as_written(
+    const nn::Gpt& model, const std::string& dir,
+    const std::function<bool(const std::string&)>& buffer = [](const std::string&) {
+      return false;
+    }) {
+  testing::TempDir out;
+  io::save_hf_model(model.state_dict(), model.config(), out.file("hf"));
+  auto json_of = [](const std::string& path) {
+    std::ifstream in(path);
+    return nlohmann::json::parse(in);
+  };
+  const nlohmann::json want = json_of(dir + "/config.json"),
+                       got = json_of(out.file("hf/config.json"));
+  for (const auto& [key, value] : want.items()) {
+    SCOPED_TRACE(key);
+    ASSERT_TRUE(got.contains(key));
+    if (value.is_number_float()) {
+      EXPECT_DOUBLE_EQ(got.at(key).get<double>(), value.get<double>());
+    } else {
+      EXPECT_EQ(got.at(key), value);
+    }
+  }
+  const io::Safetensors theirs = io::load_safetensors(dir + "/model.safetensors"),
+                        ours = io::load_safetensors(out.file("hf/model.safetensors"));
+  size_t weights = 0;
+  for (const auto& [name, t] : theirs.tensors) {
+    if (buffer(name)) continue;
+    ++weights;
+    ASSERT_TRUE(ours.tensors.count(name)) << name;
+    EXPECT_EQ(to_double_vector(ours.tensors.at(name)), to_double_vector(t)) << name;
+  }
+  EXPECT_EQ(ours.tensors.size(), weights);
+}
+
 void expect_greedy_tokens(const nn::GptConfig& cfg, const std::string& file, const std::string& key,
                           const std::map<std::string, Tensor>& ref) {
   nn::Gpt gen(cfg, 1);
@@ -427,31 +466,7 @@ TEST_F(Gpt2Parity, Phi4MiniDirectoryReadsAndExportsAsHuggingFacesPhi3) {
   nn::Gpt model(cfg, 1);
   io::load_gpt2_safetensors(model, dir);
   expect_step_zero_matches(model, ref_, "partial.");
-
-  testing::TempDir out;
-  io::save_hf_model(model.state_dict(), cfg, out.file("phi4"));
-  auto json_of = [](const std::string& path) {
-    std::ifstream in(path);
-    return nlohmann::json::parse(in);
-  };
-  const nlohmann::json want = json_of(dir + "/config.json"),
-                       got = json_of(out.file("phi4/config.json"));
-  for (const auto& [key, value] : want.items()) {
-    SCOPED_TRACE(key);
-    ASSERT_TRUE(got.contains(key));
-    if (value.is_number_float()) {
-      EXPECT_DOUBLE_EQ(got.at(key).get<double>(), value.get<double>());
-    } else {
-      EXPECT_EQ(got.at(key), value);
-    }
-  }
-  const io::Safetensors theirs = io::load_safetensors(dir + "/model.safetensors"),
-                        ours = io::load_safetensors(out.file("phi4/model.safetensors"));
-  ASSERT_EQ(ours.tensors.size(), theirs.tensors.size());
-  for (const auto& [name, t] : theirs.tensors) {
-    ASSERT_TRUE(ours.tensors.count(name)) << name;
-    EXPECT_EQ(to_double_vector(ours.tensors.at(name)), to_double_vector(t)) << name;
-  }
+  expect_exports_as_written(model, dir);
 }
 
 // GPT-NeoX's (Pythia's) blocks from a GPTNeoXForCausalLM directory written
@@ -493,36 +508,29 @@ TEST_F(Gpt2Parity, GptNeoxDirectoryReadsAndExportsAsHuggingFacesGptNeox) {
     EXPECT_GT(worst, 3e-5) << "change " << change;
   }
 
-  testing::TempDir out;
-  io::save_hf_model(model.state_dict(), cfg, out.file("neox"));
-  auto json_of = [](const std::string& path) {
-    std::ifstream in(path);
-    return nlohmann::json::parse(in);
-  };
-  const nlohmann::json want_cfg = json_of(dir + "/config.json"),
-                       got_cfg = json_of(out.file("neox/config.json"));
-  for (const auto& [key, value] : want_cfg.items()) {
-    SCOPED_TRACE(key);
-    ASSERT_TRUE(got_cfg.contains(key));
-    if (value.is_number_float()) {
-      EXPECT_DOUBLE_EQ(got_cfg.at(key).get<double>(), value.get<double>());
-    } else {
-      EXPECT_EQ(got_cfg.at(key), value);
-    }
-  }
-  const io::Safetensors theirs = io::load_safetensors(dir + "/model.safetensors"),
-                        ours = io::load_safetensors(out.file("neox/model.safetensors"));
-  size_t weights = 0;
-  for (const auto& [name, t] : theirs.tensors) {
-    const bool buffer = name.find(".attention.bias") != std::string::npos ||
-                        name.find("masked_bias") != std::string::npos ||
-                        name.find("inv_freq") != std::string::npos;
-    if (buffer) continue;
-    ++weights;
-    ASSERT_TRUE(ours.tensors.count(name)) << name;
-    EXPECT_EQ(to_double_vector(ours.tensors.at(name)), to_double_vector(t)) << name;
-  }
-  EXPECT_EQ(ours.tensors.size(), weights);
+  expect_exports_as_written(model, dir, [](const std::string& name) {
+    return name.find(".attention.bias") != std::string::npos ||
+           name.find("masked_bias") != std::string::npos ||
+           name.find("inv_freq") != std::string::npos;
+  });
+}
+
+// StableLM 2's blocks from a StableLmForCausalLM directory: LLaMA's with
+// LayerNorms (their biases read and written under LLaMA's norm names), q,
+// k and v biases and half of each head turned; exported again, the same
+// directory.
+TEST_F(Gpt2Parity, StableLmDirectoryReadsAndExportsAsHuggingFacesStableLm) {
+  const std::string dir = ref_dir() + "/stablelm_hf";
+  const nn::GptConfig cfg = io::load_hf_config(dir);
+  EXPECT_EQ(cfg.hf_type, "stablelm");
+  EXPECT_EQ(cfg.normalization, nn::Normalization::LayerNorm);
+  EXPECT_TRUE(cfg.qkv_bias);
+  EXPECT_FALSE(cfg.linear_bias);
+  EXPECT_EQ(cfg.rope_dim, cfg_["neox_rope_dim"].get<int64_t>());
+  nn::Gpt model(cfg, 1);
+  io::load_gpt2_safetensors(model, dir);
+  expect_step_zero_matches(model, ref_, "stablelm.");
+  expect_exports_as_written(model, dir);
 }
 
 // LLaMA 3.1's RoPE scaling on the LLaMA-style model (its four frequencies

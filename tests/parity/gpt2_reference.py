@@ -16,7 +16,8 @@ combination (rotary embeddings, SwiGLU, RMSNorm written out by hand, no
 biases in the linear layers, an output head of its own, lm_head, not tied to
 the token embedding): step-0 logits, loss and gradients. Then the other
 variants main() names: RoPE scaling (LLaMA 3.1's, YaRN, linear), Mistral's
-window, Qwen2's, Qwen3's, Gemma's and Gemma 3's blocks, GPT-NeoX's. And the evaluator's
+window, Qwen2's, Qwen3's, Gemma's and Gemma 3's blocks, GPT-NeoX's and
+StableLM's. And the evaluator's
 scores of continuations after contexts (the log-likelihoods of
 multiple-choice benchmarks) by the generator and Mistral's.
 
@@ -358,6 +359,12 @@ def save_hf_llama(model, path):
         if model.qk_norm:
             t.update({p + "self_attn.q_norm.weight": b.attn.q_norm.weight,
                       p + "self_attn.k_norm.weight": b.attn.k_norm.weight})
+        # StableLM's LayerNorms: their shifts too.
+        for ours, theirs in (("ln_1", "input_layernorm"), ("ln_2", "post_attention_layernorm")):
+            if getattr(getattr(b, ours), "bias", None) is not None:
+                t[p + theirs + ".bias"] = getattr(b, ours).bias
+    if getattr(model.ln_f, "bias", None) is not None:
+        t["model.norm.bias"] = model.ln_f.bias
     save_safetensors(path, t)
 
 
@@ -454,6 +461,26 @@ def save_hf_neox(model, directory, rope_dim):
               "layer_norm_eps": 1e-5, "use_parallel_residual": True, "attention_bias": True,
               "rope_scaling": None, "hidden_dropout": 0.0, "attention_dropout": 0.0,
               "vocab_size": CFG["vocab_size"], "tie_word_embeddings": False}
+    with open(os.path.join(directory, "config.json"), "w") as f:
+        json.dump(config, f)
+
+
+def save_hf_stablelm(model, directory, rope_dim):
+    """A StableLM-style model as a StableLmForCausalLM directory, as
+    StableLM 2's files are written: LLaMA's names (save_hf_llama) with the
+    LayerNorms' biases, use_qkv_bias, and partial_rotary_factor the share of
+    each head that turns."""
+    os.makedirs(directory, exist_ok=True)
+    save_hf_llama(model, os.path.join(directory, "model.safetensors"))
+    config = {"architectures": ["StableLmForCausalLM"], "model_type": "stablelm",
+              "hidden_size": CFG["d_model"], "intermediate_size": SWIGLU_FFN,
+              "num_hidden_layers": CFG["n_layer"], "num_attention_heads": CFG["n_head"],
+              "num_key_value_heads": LLAMA_KV_HEADS, "hidden_act": "silu",
+              "vocab_size": CFG["vocab_size"], "max_position_embeddings": CFG["seq_len"],
+              "layer_norm_eps": 1e-5, "rope_theta": ROPE_THETA, "rope_scaling": None,
+              "partial_rotary_factor": rope_dim / model.D, "use_qkv_bias": True,
+              "qk_layernorm": False, "use_parallel_residual": False, "hidden_dropout": 0.0,
+              "attention_dropout": 0.0, "tie_word_embeddings": False}
     with open(os.path.join(directory, "config.json"), "w") as f:
         json.dump(config, f)
 
@@ -696,6 +723,14 @@ def main():
     record_step_zero(neox, x, y, "neox.", ref)
     ref["neox.greedy_tokens"] = torch.tensor(greedy_continuation(neox), dtype=torch.float32)
     save_model(neox, os.path.join(out, "neox_generator.safetensors"))
+
+    # StableLM 2's: LLaMA's blocks with LayerNorms (scale and shift), q, k
+    # and v biases and half of each head turned; step 0, from a
+    # StableLmForCausalLM directory.
+    stablelm = Gpt(CFG, ROPE_THETA, SWIGLU_FFN, bias=False, tie=False, kv_heads=LLAMA_KV_HEADS,
+                   qkv_bias=True, rope_dim=NEOX_ROPE_DIM)
+    save_hf_stablelm(stablelm, os.path.join(out, "stablelm_hf"), NEOX_ROPE_DIM)
+    record_step_zero(stablelm, x, y, "stablelm.", ref)
 
     ref["greedy_prompt"] = torch.tensor(GREEDY_PROMPT, dtype=torch.float32)
     ref["greedy_tokens"] = torch.tensor(greedy, dtype=torch.float32)

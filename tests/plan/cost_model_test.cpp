@@ -407,6 +407,47 @@ TEST(CostModel, PricesPostNorms) {
   }
 }
 
+// model.parallel_residual reduces both sublayers' outputs at once: per
+// layer and micro-batch, of the two all-reduces forward and two backward
+// (4 AR), one forward fewer (3 AR); under sequence parallelism the eight
+// all-gathers and reduce-scatters become six (two pairs priced as
+// all-reduces, two alone, each a little over half an all-reduce through
+// its latency). So the collectives eight more layers add cost 3/4 as much,
+// or a little more (the embedding's and the head's are the same either
+// way). The GEMMs are unchanged, and with dropout each sublayer reduces
+// apart.
+TEST(CostModel, PricesTheParallelResidualsSingleReduction) {
+  const ClusterSpec c = selene();
+  for (const bool sp : {false, true}) {
+    SCOPED_TRACE(sp ? "sp" : "no sp");
+    ParallelConfig p = layout(2, 1, 16, 2, Recompute::None);
+    p.sequence_parallel = sp;
+    double added[2];
+    for (const bool parallel_residual : {false, true}) {
+      nn::GptConfig shallow = gpt(8, 16, 1536), deep = gpt(16, 16, 1536);
+      shallow.parallel_residual = deep.parallel_residual = parallel_residual;
+      added[parallel_residual] =
+          estimate(deep, c, 32, 64, p).tp_comm_time - estimate(shallow, c, 32, 64, p).tp_comm_time;
+    }
+    if (sp) {
+      EXPECT_GT(added[1] / added[0], 0.75);
+      EXPECT_LT(added[1] / added[0], 0.8);
+    } else {
+      EXPECT_NEAR(added[1] / added[0], 0.75, 1e-9);
+    }
+    const nn::GptConfig plain = gpt(8, 16, 1536);
+    nn::GptConfig parallel = plain;
+    parallel.parallel_residual = true;
+    const Estimate a = estimate(plain, c, 32, 64, p), b = estimate(parallel, c, 32, 64, p);
+    EXPECT_EQ(b.gemm_time, a.gemm_time);
+    EXPECT_LT(b.tp_comm_time, a.tp_comm_time);
+    nn::GptConfig dropped = parallel, sequential = plain;
+    dropped.dropout = sequential.dropout = 0.1;
+    EXPECT_DOUBLE_EQ(estimate(dropped, c, 32, 64, p).tp_comm_time,
+                     estimate(sequential, c, 32, 64, p).tp_comm_time);
+  }
+}
+
 // Gemma 2's soft-capped logits cost one more in-place pass over them
 // before the loss: a longer step at the same GEMM time, the same model
 // FLOPs and memory; capped attention scores cost nothing priced.

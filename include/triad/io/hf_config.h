@@ -16,6 +16,8 @@ namespace triad::io {
 //    norms: model.qk_norm), with use_sliding_window's window on the layers
 //    from max_window_layers on;
 //  - "phi3" (fused qkv_proj and gate_up_proj, its window);
+//  - "stablelm" (LayerNorms with their biases, use_qkv_bias as
+//    model.qkv_bias, partial_rotary_factor as model.rope_dim);
 //  - "gemma" (GeGLU, embeddings times sqrt(hidden_size), norms scaling by
 //    1 + weight), "gemma2" (and each sublayer's output normalised again:
 //    model.post_norms; every other layer windowed) and "gemma3_text"

@@ -30,18 +30,25 @@ namespace triad::io {
 //    and up into gate_up_proj, heads d_model / n_head wide, a window on
 //    every layer or none, longrope or no RoPE scaling, and any partial
 //    rotation (model.rope_dim: Phi-4-mini's partial_rotary_factor);
-//  - GPT2LMHeadModel: learned positions + GELU + LayerNorm with biases and
-//    multi-head attention.
+//  - StableLmForCausalLM: LLaMA's with LayerNorms, q, k and v biases or
+//    none, heads d_model / n_head wide and any partial rotation;
+//  - GPTNeoXForCausalLM: rotary embeddings (on any share of each head) +
+//    GELU (either form) + LayerNorm with biases on every linear layer,
+//    multi-head attention, and either residual wiring
+//    (model.parallel_residual);
+//  - GPT2LMHeadModel: learned positions + GELU (either form) + LayerNorm
+//    with biases and multi-head attention.
 // The class is model.hf_type's when it holds the model (a Phi-3 read from
 // Hugging Face goes back as Phi-3, a Mistral without a window as Mistral),
-// else the first of the list that does; a partial rotation leaves only
-// Phi-3. Another combination has no Hugging Face class to load it:
+// else the first of the list that does; a partial rotation leaves Phi-3,
+// StableLM and GPT-NeoX. Another combination has no Hugging Face class to load it:
 // NotSupportedError naming what differs.
 // One of hf_model_types().
 const char* hf_model_type(const nn::GptConfig& c);
 // The model_type names an export can write (model.hf_type's values):
 // "llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text",
-// "phi3" and "gpt2", in the order an export tries them.
+// "phi3", "stablelm", "gpt_neox" and "gpt2", in the order an export tries
+// them.
 const std::vector<std::string>& hf_model_types();
 // The list's own copy of `type` (model.hf_type's value), or a ConfigError
 // naming the list.
@@ -55,8 +62,8 @@ std::string hf_misfit(const nn::GptConfig& c, const std::string& type);
 nn::GptConfig exported_as(const nn::GptConfig& c, const std::string& type);
 // The class itself: "LlamaForCausalLM", "MistralForCausalLM",
 // "Qwen2ForCausalLM", "Qwen3ForCausalLM", "GemmaForCausalLM",
-// "Gemma2ForCausalLM", "Gemma3ForCausalLM", "Phi3ForCausalLM" or
-// "GPT2LMHeadModel".
+// "Gemma2ForCausalLM", "Gemma3ForCausalLM", "Phi3ForCausalLM",
+// "StableLmForCausalLM", "GPTNeoXForCausalLM" or "GPT2LMHeadModel".
 const char* hf_architecture(const nn::GptConfig& c);
 
 // config.json's text for `c` (hf_model_type's class; gpt_config_from_hf
@@ -66,7 +73,9 @@ std::string hf_config_json(const nn::GptConfig& c, const std::string& torch_dtyp
 // A full Triad state dict under the class's names and layouts: LLaMA's
 // c_attn split into q_proj, k_proj and v_proj (k and v n_kv_head heads
 // tall; Qwen2's biases alike) and c_fc into gate_proj and up_proj; Phi-3's
-// c_attn whole as qkv_proj and c_fc as gate_up_proj; GPT-2's under
+// c_attn whole as qkv_proj and c_fc as gate_up_proj; StableLM's as
+// LLaMA's with the norms' biases; GPT-NeoX's c_attn as query_key_value,
+// its rows interleaved by head; GPT-2's under
 // "transformer." with its Conv1D weights transposed. load_gpt2_state_dict reads either
 // back to the same state dict.
 std::map<std::string, Tensor> triad_to_hf(const nn::StateDict& full, const nn::GptConfig& c);

@@ -500,23 +500,34 @@ Tensor TensorParallelGpt::block_forward(int64_t i, const Tensor& x,
     const nn::GptConfig::Rope rope = cfg_.rope_of(i);
     qkv = rotary_embedding(qkv, heads, ctx.positions, 0, rope.theta, rope.scaling);
   }
-  Tensor a = L.attn_proj->forward(
-      causal_attention(qkv, heads, ctx.attention_starts(cfg_.window_of(i) > 0)), draw);
+  const Tensor core = causal_attention(qkv, heads, ctx.attention_starts(cfg_.window_of(i) > 0));
+  // This rank's share of the MLP's output, before the group sums it.
+  auto mlp_share = [&](const Tensor& in) {
+    return cfg_.fused_gelu()
+               ? L.mlp_proj->partial_after_gelu(L.c_fc->forward_gelu(in, draw), draw)
+               : L.mlp_proj->partial(
+                     nn::unfused_activation(cfg_.activation, L.c_fc->forward(in, draw)), draw);
+  };
+  // The parallel residual (model.parallel_residual) sums both sublayers'
+  // shares and reduces them in one collective instead of two (GPT-NeoX's
+  // way), unless something acts on each sublayer's output alone: dropout or
+  // post-norms.
+  if (cfg_.parallel_residual && cfg_.dropout == 0.0 && !L.post_attn_norm) {
+    const Tensor shares = add(L.attn_proj->partial(core, draw), mlp_share(L.ln_2->forward(x)));
+    return add(x, L.attn_proj->reduce(shares, L.mlp_proj.get()));
+  }
+  Tensor a = L.attn_proj->forward(core, draw);
   a = site_dropout(a, cfg_.dropout, ctx, i, "attn.resid", shard);
   if (L.post_attn_norm) a = L.post_attn_norm->forward(a);
   // Sequential: the attention's residual add and ln_2 as one op, the MLP
-  // reading the sum; parallel (model.parallel_residual): ln_2 of x.
+  // reading the sum; parallel: ln_2 of x.
   AddNorm h;
   if (cfg_.parallel_residual) {
     h = {add(x, a), L.ln_2->forward(x)};
   } else {
     h = L.ln_2->forward_add(x, a);
   }
-  Tensor m =
-      cfg_.fused_gelu()
-          ? L.mlp_proj->forward_after_gelu(L.c_fc->forward_gelu(h.norm, draw), draw)
-          : L.mlp_proj->forward(
-                nn::unfused_activation(cfg_.activation, L.c_fc->forward(h.norm, draw)), draw);
+  Tensor m = L.mlp_proj->reduce(mlp_share(h.norm));
   m = site_dropout(m, cfg_.dropout, ctx, i, "mlp.resid", shard);
   if (L.post_mlp_norm) m = L.post_mlp_norm->forward(m);
   return add(h.sum, m);

@@ -79,25 +79,34 @@ RowParallelLinear::RowParallelLinear(int64_t in, int64_t out, dist::ProcessGroup
   set_lora_input_shard(group_->rank() * (in / group_->size()), in);
 }
 
-namespace {
-// The partial products summed over the group (or reduce-scattered along T),
-// then the replicated bias.
-Tensor finish_row_parallel(const Tensor& partial, const Tensor& bias,
-                           const dist::ProcessGroupPtr& group, bool sp) {
-  Tensor y =
-      sp ? reduce_scatter_to_sequence_region(partial, group) : reduce_from_region(partial, group);
-  return bias.defined() ? add(y, bias) : y;
+Tensor RowParallelLinear::partial(const Tensor& x, const nn::DropoutDraw& draw) const {
+  return add_lora(linear(x, weight_), x, draw);
 }
-}  // namespace
+
+Tensor RowParallelLinear::partial_after_gelu(const LinearGelu& in,
+                                             const nn::DropoutDraw& draw) const {
+  return add_lora(linear_after_gelu(in, weight_), in.act, draw);
+}
+
+// The partial products summed over the group (or reduce-scattered along T),
+// then the replicated biases.
+Tensor RowParallelLinear::reduce(const Tensor& partial, const RowParallelLinear* other) const {
+  if (other && (other->group_ != group_ || other->sp_ != sp_))
+    throw ValueError("RowParallelLinear::reduce: the other layer has another group or layout");
+  Tensor y = sp_ ? reduce_scatter_to_sequence_region(partial, group_)
+                 : reduce_from_region(partial, group_);
+  if (bias_.defined()) y = add(y, bias_);
+  if (other && other->bias_.defined()) y = add(y, other->bias_);
+  return y;
+}
 
 Tensor RowParallelLinear::forward(const Tensor& x, const nn::DropoutDraw& draw) const {
-  return finish_row_parallel(add_lora(linear(x, weight_), x, draw), bias_, group_, sp_);
+  return reduce(partial(x, draw));
 }
 
 Tensor RowParallelLinear::forward_after_gelu(const LinearGelu& in,
                                              const nn::DropoutDraw& draw) const {
-  return finish_row_parallel(add_lora(linear_after_gelu(in, weight_), in.act, draw), bias_, group_,
-                             sp_);
+  return reduce(partial_after_gelu(in, draw));
 }
 
 VocabParallelEmbedding::VocabParallelEmbedding(int64_t vocab_size, int64_t dim,

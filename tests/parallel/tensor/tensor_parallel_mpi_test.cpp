@@ -645,7 +645,7 @@ TEST_P(TensorParallelGptTest, SharedKeyValueHeadsMatchOneProcess) {
   }
 }
 
-// A group that counts its all-reduces.
+// A group that counts its all-reduces and reduce-scatters.
 class CountingGroup final : public testing::ForwardingGroup {
  public:
   using ForwardingGroup::ForwardingGroup;
@@ -653,8 +653,40 @@ class CountingGroup final : public testing::ForwardingGroup {
     ++all_reduces;
     return ForwardingGroup::all_reduce(t, op);
   }
-  int all_reduces = 0;
+  dist::WorkPtr reduce_scatter(const Tensor& in, Tensor& out, dist::ReduceOp op) override {
+    ++reduce_scatters;
+    return ForwardingGroup::reduce_scatter(in, out, op);
+  }
+  int all_reduces = 0, reduce_scatters = 0;
 };
+
+// GPT-NeoX's parallel residual sums the attention's and the MLP's
+// row-parallel shares and reduces them once: a forward pass makes one
+// reduction per layer fewer than the same model wired sequentially (with
+// sequence parallelism, one reduce-scatter fewer), and the same losses as
+// one process (LlamaOptionsMatchOneProcess). With dropout, each sublayer's
+// output is dropped out apart, and both reduce.
+TEST(TensorParallelGpt, ParallelResidualReducesBothSublayersAtOnce) {
+  if (g_world->size() == 1) GTEST_SKIP() << "nothing to reduce on one rank";
+  const Tensor ids = token_ids(300, 5), targets = token_ids(300, 6);
+  for (const bool sp : {false, true}) {
+    for (const double dropout : {0.0, 0.1}) {
+      SCOPED_TRACE(std::string(sp ? "sp" : "no sp") + ", dropout " + std::to_string(dropout));
+      int reductions[2];
+      for (const bool parallel : {false, true}) {
+        nn::GptConfig cfg = tiny(300);
+        cfg.parallel_residual = parallel;
+        cfg.dropout = dropout;
+        auto counting = std::make_shared<CountingGroup>(g_world);
+        TensorParallelGpt model(cfg, 17, counting, sp);
+        const double loss = item(model.loss(ids, targets));
+        EXPECT_TRUE(std::isfinite(loss));
+        reductions[parallel] = sp ? counting->reduce_scatters : counting->all_reduces;
+      }
+      EXPECT_EQ(reductions[0] - reductions[1], dropout > 0 ? 0 : tiny(300).n_layer);
+    }
+  }
+}
 
 // The partial gradients after backward — under sequence parallelism every
 // norm and row-parallel bias, the query/key norms, a shared key/value

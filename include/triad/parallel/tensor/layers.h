@@ -57,6 +57,16 @@ class RowParallelLinear : public nn::LinearBase {
   // forward(in.act) with the input gradient taken to in.pre through GELU's
   // derivative in one backend call (ops linear_after_gelu).
   Tensor forward_after_gelu(const LinearGelu& in, const nn::DropoutDraw& draw = {}) const;
+  // forward = reduce(partial(x)): this rank's share of the output (its
+  // input columns' product, LoRA's part included) before the group sums
+  // it; then the sum over the group (reduce-scattered along T under
+  // sequence parallelism) plus the bias. `partial` may add another
+  // row-parallel layer's share of the same output shape, `other`, whose
+  // bias is then added too: GPT-NeoX's parallel residual sums the
+  // attention's and the MLP's shares and reduces once.
+  Tensor partial(const Tensor& x, const nn::DropoutDraw& draw = {}) const;
+  Tensor partial_after_gelu(const LinearGelu& in, const nn::DropoutDraw& draw = {}) const;
+  Tensor reduce(const Tensor& partial, const RowParallelLinear* other = nullptr) const;
   const ShardSpec& weight_spec() const { return weight_spec_; }
   const ShardSpec& bias_spec() const { return bias_spec_; }
   // LoRA's adapters (enable_lora): lora_a (rank, in) split as the
