@@ -54,6 +54,16 @@ std::string without(const std::string& json, const std::string& key) {
   return j.dump();
 }
 
+// What reading `json` as a config.json throws ("no error" when nothing).
+std::string error_of(const std::string& json) {
+  try {
+    gpt_config_from_hf(json, "m/config.json");
+  } catch (const Error& e) {
+    return std::string(e.what());
+  }
+  return std::string("no error");
+}
+
 TEST(HfConfig, LlamaConfigsAreTheModelFiles) {
   const nn::GptConfig c = gpt_config_from_hf(kLlama7b, "7b/config.json");
   const nn::GptConfig want =
@@ -707,14 +717,6 @@ TEST(HfConfig, GptNeoxConfigIsPythias) {
             nn::Activation::Gelu);
   EXPECT_EQ(gpt_config_from_hf(edited(pythia, "rotary_pct", "1.0"), "w").rope_dim, 0);
 
-  auto error_of = [](const std::string& json) {
-    try {
-      gpt_config_from_hf(json, "p/config.json");
-    } catch (const Error& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
   EXPECT_NE(error_of(edited(pythia, "attention_bias", "false"))
                 .find("'attention_bias' (false): Triad's GPT-NeoX blocks have biases on every "
                       "linear layer"),
@@ -765,14 +767,6 @@ TEST(HfConfig, StableLmConfigIsStableLm2s) {
       "3b/config.json");
   EXPECT_FALSE(b.qkv_bias);
   EXPECT_EQ(b.rope_dim, 16);
-  auto error_of = [](const std::string& json) {
-    try {
-      gpt_config_from_hf(json, "s/config.json");
-    } catch (const Error& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
   EXPECT_NE(error_of(edited(stablelm, "use_parallel_residual", "true"))
                 .find("'use_parallel_residual' (true): StableLM's parallel blocks share one norm"),
             std::string::npos);
