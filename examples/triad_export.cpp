@@ -49,9 +49,9 @@ int main(int argc, char** argv) {
   std::string hf_type;
   app.add_option("--hf-type", hf_type,
                  "the Hugging Face model_type to write (llama, mistral, qwen2, qwen3, gemma, "
-                 "gemma2, gemma3_text, phi3, gpt2), refused with the reason if that class cannot "
-                 "hold the model; default: the model's model.hf_type where it can, else the first "
-                 "class that can");
+                 "gemma2, gemma3_text, phi3, stablelm, gpt_neox, gpt2), refused with the reason if "
+                 "that class cannot hold the model; default: the model's model.hf_type where it "
+                 "can, else the first class that can");
   CLI11_PARSE(app, argc, argv);
   return triad::examples::report_errors([&]() -> int {
     triad::io::HfExportOptions options;
