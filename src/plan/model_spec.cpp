@@ -83,6 +83,11 @@ nn::GptConfig parse_model_spec(const std::string& yaml_text, const std::string& 
   option("norm_weight_offset", "true or false",
          [&](const YAML::Node& v) { c.norm_weight_offset = v.as<bool>(); });
   option("post_norms", "true or false", [&](const YAML::Node& v) { c.post_norms = v.as<bool>(); });
+  // The parallel residual reduces under tensor parallelism once a layer
+  // fewer, unless dropout acts on each sublayer's output alone.
+  option("parallel_residual", "true or false",
+         [&](const YAML::Node& v) { c.parallel_residual = v.as<bool>(); });
+  option("dropout", "a probability", [&](const YAML::Node& v) { c.dropout = v.as<double>(); });
   option("final_logit_softcap", "a number",
          [&](const YAML::Node& v) { c.final_logit_softcap = v.as<double>(); });
   option("attn_logit_softcap", "a number",

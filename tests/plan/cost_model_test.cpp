@@ -1108,6 +1108,24 @@ TEST(PlannerFiles, ClusterAndModelFilesAreValidated) {
   EXPECT_EQ(gemma2.window_of(41), 0);
   EXPECT_EQ(gemma2.attn_logit_softcap, 50.0);
   EXPECT_EQ(gemma2.final_logit_softcap, 30.0);
+  // Pythia 6.9B: GPT-NeoX's blocks, the paper's parameter count, and its
+  // parallel residual priced with one reduction a layer fewer under tp.
+  const nn::GptConfig pythia =
+      load_model_spec(std::string(TRIAD_SOURCE_DIR) + "/configs/models/pythia_6.9b.yaml");
+  EXPECT_TRUE(pythia.parallel_residual);
+  EXPECT_EQ(pythia.activation, nn::Activation::GeluErf);
+  EXPECT_EQ(pythia.num_parameters(), 6'857'302'016);
+  nn::GptConfig sequential = pythia;
+  sequential.parallel_residual = false;
+  const ParallelConfig tp8 = layout(8, 1, 16, 1, Recompute::None);
+  EXPECT_LT(estimate(pythia, selene(), 128, 1024, tp8).tp_comm_time,
+            estimate(sequential, selene(), 128, 1024, tp8).tp_comm_time);
+  // A trainer's model section: its dropout (which keeps both reductions) is read too.
+  const nn::GptConfig dropped = parse_model_spec(
+      "{n_layer: 2, n_head: 4, d_model: 8, vocab_size: 10, seq_len: 4, parallel_residual: true, "
+      "dropout: 0.1}");
+  EXPECT_TRUE(dropped.parallel_residual);
+  EXPECT_EQ(dropped.dropout, 0.1);
   try {
     parse_model_spec(
         "{n_layer: 2, n_head: 4, n_kv_head: 3, d_model: 8, vocab_size: 10, "
