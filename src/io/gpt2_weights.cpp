@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "triad/io/safetensors.h"
+#include "triad/io/torch_checkpoint.h"
 #include "triad/ops/elementwise.h"
 #include "triad/ops/shape_ops.h"
 
@@ -315,6 +316,29 @@ nn::StateDict hf_neox_to_triad(const std::map<std::string, Tensor>& tensors, int
 
 namespace {
 
+// One weights file: safetensors, or a torch.save checkpoint
+// (pytorch_model.bin), told apart by its bytes.
+class WeightFile {
+ public:
+  explicit WeightFile(const std::string& path) {
+    if (is_torch_checkpoint(path)) {
+      torch_ = std::make_unique<TorchCheckpointFile>(path);
+    } else {
+      safetensors_ = std::make_unique<SafetensorsFile>(path);
+    }
+  }
+  const std::map<std::string, Shape>& shapes() const {
+    return torch_ ? torch_->shapes() : safetensors_->shapes();
+  }
+  std::map<std::string, Tensor> read(const TensorFilter& wanted) const {
+    return torch_ ? torch_->read(wanted) : safetensors_->read(wanted);
+  }
+
+ private:
+  std::unique_ptr<SafetensorsFile> safetensors_;
+  std::unique_ptr<TorchCheckpointFile> torch_;
+};
+
 // The safetensors files behind a weights path (a file, a sharded
 // checkpoint's index, or a directory of either), mapped and their headers
 // checked once; tensors are copied out part by part. A multimodal
@@ -326,21 +350,26 @@ class WeightFiles {
     std::string index = path;
     if (fs::is_directory(path)) {
       const fs::path dir(path);
-      if (fs::exists(dir / "model.safetensors.index.json")) {
-        index = (dir / "model.safetensors.index.json").string();
-      } else if (fs::exists(dir / "model.safetensors")) {
-        index = (dir / "model.safetensors").string();
-      } else {
+      // Safetensors first; a directory with only torch.save's files (older
+      // checkpoints) is read from those.
+      index.clear();
+      for (const char* name : {"model.safetensors.index.json", "model.safetensors",
+                               "pytorch_model.bin.index.json", "pytorch_model.bin"}) {
+        if (index.empty() && fs::exists(dir / name)) index = (dir / name).string();
+      }
+      if (index.empty()) {
         throw IoError("weights '" + path +
-                      "': a directory without model.safetensors or model.safetensors.index.json");
+                      "': a directory without model.safetensors, model.safetensors.index.json, "
+                      "pytorch_model.bin or pytorch_model.bin.index.json");
       }
     }
     if (!ends_with(index, ".index.json")) {
-      files_.emplace_back("", SafetensorsFile(index));
+      files_.emplace_back("", std::make_unique<WeightFile>(index));
     } else {
       read_index(index);
     }
-    for (const auto& [f, file] : files_) shapes_.insert(file.shapes().begin(), file.shapes().end());
+    for (const auto& [f, file] : files_)
+      shapes_.insert(file->shapes().begin(), file->shapes().end());
   }
 
   // Every tensor the files list, read or not.
@@ -353,7 +382,7 @@ class WeightFiles {
     };
     std::map<std::string, Tensor> all;
     for (const auto& [f, file] : files_) {
-      for (auto& [name, t] : file.read(text)) {
+      for (auto& [name, t] : file->read(text)) {
         if (!f.empty()) {
           auto it = where_.find(name);
           if (it == where_.end() || it->second != f)
@@ -374,7 +403,7 @@ class WeightFiles {
       if (!which(name) || is_vision_tensor(name)) continue;
       const auto file = std::find_if(files_.begin(), files_.end(),
                                      [&](const auto& entry) { return entry.first == f; });
-      if (file == files_.end() || !file->second.shapes().count(name))
+      if (file == files_.end() || !file->second->shapes().count(name))
         throw IoError("weights shard '" + f + "' lacks '" + name + "', which the index lists");
     }
   }
@@ -401,11 +430,12 @@ class WeightFiles {
       names.insert(file.get<std::string>());
     }
     const fs::path dir = fs::path(index).parent_path();
-    for (const std::string& f : names) files_.emplace_back(f, SafetensorsFile((dir / f).string()));
+    for (const std::string& f : names)
+      files_.emplace_back(f, std::make_unique<WeightFile>((dir / f).string()));
   }
 
-  std::vector<std::pair<std::string, SafetensorsFile>> files_;  // (index's name, file)
-  std::map<std::string, std::string> where_;                    // the index's weight_map
+  std::vector<std::pair<std::string, std::unique_ptr<WeightFile>>> files_;  // (index's name, file)
+  std::map<std::string, std::string> where_;  // the index's weight_map
   std::map<std::string, Shape> shapes_;
 };
 

@@ -22,6 +22,7 @@
 #include "triad/io/hf_config.h"
 #include "triad/io/hf_export.h"
 #include "triad/io/safetensors.h"
+#include "triad/io/torch_checkpoint.h"
 #include "triad/nn/evaluate.h"
 #include "triad/nn/generate.h"
 #include "triad/ops.h"
@@ -513,6 +514,61 @@ TEST_F(Gpt2Parity, GptNeoxDirectoryReadsAndExportsAsHuggingFacesGptNeox) {
            name.find("masked_bias") != std::string::npos ||
            name.find("inv_freq") != std::string::npos;
   });
+}
+
+// The same Pythia-style model from torch.save's pytorch_model.bin (the
+// older checkpoints' format, the mask a bool buffer), whole and in two
+// shards behind pytorch_model.bin.index.json: the same logits and
+// gradients.
+TEST_F(Gpt2Parity, GptNeoxPytorchModelBinReadsAsItsSafetensors) {
+  for (const char* dir : {"/neox_hf_bin", "/neox_hf_bin_sharded"}) {
+    SCOPED_TRACE(dir);
+    const nn::GptConfig cfg = io::load_hf_config(ref_dir() + dir);
+    nn::Gpt model(cfg, 1);
+    io::load_gpt2_safetensors(model, ref_dir() + dir);
+    expect_step_zero_matches(model, ref_, "neox.");
+  }
+}
+
+// torch.save's files read without Python: every storage type (the narrow
+// integers widened to i32) and kind of view (transposed, a row sharing
+// another tensor's storage, a slice at an offset, a scalar, an empty
+// tensor) give PyTorch's values; a pickle that would call os.system is
+// refused, naming the call.
+TEST_F(Gpt2Parity, TorchSaveFilesReadAsTheirTensorsAndRunNoCode) {
+  const io::TorchCheckpointFile file(ref_dir() + "/tensors.bin");
+  const std::map<std::string, DType> types = {
+      {"f32", DType::F32},     {"f64", DType::F64},        {"f16", DType::F16},
+      {"bf16", DType::BF16},   {"transposed", DType::F32}, {"row_of_base", DType::F32},
+      {"columns", DType::F32}, {"base", DType::F32},       {"i64", DType::I64},
+      {"i32", DType::I32},     {"bool", DType::I32},       {"u8", DType::I32},
+      {"i8", DType::I32},      {"scalar", DType::F32},     {"empty", DType::F32}};
+  const auto tensors = file.read();
+  ASSERT_EQ(tensors.size(), types.size());
+  for (const auto& [name, dtype] : types) {
+    SCOPED_TRACE(name);
+    const Tensor& want = ref_.at("torchbin." + name);
+    ASSERT_TRUE(tensors.count(name));
+    const Tensor& got = tensors.at(name);
+    EXPECT_EQ(got.dtype(), dtype);
+    EXPECT_EQ(got.shape(), want.shape());
+    EXPECT_EQ(file.shapes().at(name), want.shape());
+    const std::vector<double> a = to_double_vector(got), b = to_double_vector(want);
+    ASSERT_EQ(a.size(), b.size());
+    // (The reference file holds f32: f64's values to its rounding.)
+    for (size_t i = 0; i < a.size(); ++i) {
+      EXPECT_NEAR(a[i], b[i], dtype == DType::F64 ? 1e-7 * std::abs(b[i]) : 0.0) << i;
+    }
+  }
+  EXPECT_EQ(file.read([](const std::string& n) { return n == "bf16"; }).size(), 1u);
+  try {
+    io::TorchCheckpointFile evil(ref_dir() + "/runs_code.bin");
+    FAIL() << "a pickle calling os.system was read";
+  } catch (const IoError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("calls 'posix.system'"), std::string::npos) << m;
+    EXPECT_NE(m.find("Triad runs no code from a checkpoint"), std::string::npos) << m;
+  }
 }
 
 // StableLM 2's blocks from a StableLmForCausalLM directory: LLaMA's with

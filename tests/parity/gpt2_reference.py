@@ -454,6 +454,24 @@ def save_hf_neox(model, directory, rope_dim):
         t[p + "attention.rotary_emb.inv_freq"] = 1.0 / (
             ROPE_THETA ** (torch.arange(0, rope_dim, 2, dtype=torch.float32) / rope_dim))
     save_safetensors(os.path.join(directory, "model.safetensors"), t)
+    # The same weights as torch.save writes them (the older checkpoints'
+    # pytorch_model.bin, Pythia's intermediate steps), whole and in two
+    # shards with their index; the causal mask as the bool buffer those
+    # files hold.
+    t = {n: (v.detach().bool() if n.endswith(".attention.bias") else v.detach().clone())
+         for n, v in t.items()}
+    bin_dir, sharded_dir = directory + "_bin", directory + "_bin_sharded"
+    for d in (bin_dir, sharded_dir):
+        os.makedirs(d, exist_ok=True)
+    torch.save(t, os.path.join(bin_dir, "pytorch_model.bin"))
+    names = sorted(t)
+    shards = {"pytorch_model-00001-of-00002.bin": names[: len(names) // 2],
+              "pytorch_model-00002-of-00002.bin": names[len(names) // 2:]}
+    for file, part in shards.items():
+        torch.save({n: t[n] for n in part}, os.path.join(sharded_dir, file))
+    with open(os.path.join(sharded_dir, "pytorch_model.bin.index.json"), "w") as f:
+        json.dump({"metadata": {}, "weight_map": {n: file for file, part in shards.items()
+                                                  for n in part}}, f)
     config = {"architectures": ["GPTNeoXForCausalLM"], "model_type": "gpt_neox",
               "hidden_size": C, "intermediate_size": 4 * C, "num_hidden_layers": CFG["n_layer"],
               "num_attention_heads": NH, "hidden_act": "gelu", "rotary_pct": rope_dim / D,
@@ -461,8 +479,48 @@ def save_hf_neox(model, directory, rope_dim):
               "layer_norm_eps": 1e-5, "use_parallel_residual": True, "attention_bias": True,
               "rope_scaling": None, "hidden_dropout": 0.0, "attention_dropout": 0.0,
               "vocab_size": CFG["vocab_size"], "tie_word_embeddings": False}
-    with open(os.path.join(directory, "config.json"), "w") as f:
-        json.dump(config, f)
+    for d in (directory, bin_dir, sharded_dir):
+        with open(os.path.join(d, "config.json"), "w") as f:
+            json.dump(config, f)
+
+
+class RunsCode:
+    """What a hostile checkpoint holds: an object whose unpickling calls
+    os.system."""
+
+    def __reduce__(self):
+        return (os.system, ("echo this checkpoint ran code",))
+
+
+def save_torch_files(out, ref):
+    """torch.save files for the reader of PyTorch checkpoints: a state dict
+    of every storage type and kind of view (a transposed weight, a row of
+    another tensor sharing its storage, an offset slice), their values in
+    ref as f64 under torchbin.<name>; and a file whose pickle would run
+    code."""
+    g = torch.Generator().manual_seed(5)
+    base = torch.randn(4, 6, generator=g)
+    tensors = {
+        "f32": torch.randn(3, 5, generator=g),
+        "f64": torch.randn(7, generator=g, dtype=torch.float64),
+        "f16": torch.randn(2, 3, generator=g).half(),
+        "bf16": torch.randn(5, 2, generator=g).bfloat16(),
+        "transposed": base.t(),
+        "row_of_base": base[2],
+        "columns": base[:, 1:4],
+        "base": base,
+        "i64": torch.tensor([[-3, 7], [2 ** 40, 0]]),
+        "i32": torch.tensor([5, -9], dtype=torch.int32),
+        "bool": torch.tensor([[True, False, True]]),
+        "u8": torch.tensor([0, 200, 255], dtype=torch.uint8),
+        "i8": torch.tensor([-128, 5, 127], dtype=torch.int8),
+        "scalar": torch.tensor(2.5),
+        "empty": torch.zeros(0, 4),
+    }
+    torch.save(tensors, os.path.join(out, "tensors.bin"))
+    for name, t in tensors.items():
+        ref["torchbin." + name] = t.double()
+    torch.save({"w": torch.ones(2), "payload": RunsCode()}, os.path.join(out, "runs_code.bin"))
 
 
 def save_hf_stablelm(model, directory, rope_dim):
@@ -731,6 +789,8 @@ def main():
                    qkv_bias=True, rope_dim=NEOX_ROPE_DIM)
     save_hf_stablelm(stablelm, os.path.join(out, "stablelm_hf"), NEOX_ROPE_DIM)
     record_step_zero(stablelm, x, y, "stablelm.", ref)
+
+    save_torch_files(out, ref)
 
     ref["greedy_prompt"] = torch.tensor(GREEDY_PROMPT, dtype=torch.float32)
     ref["greedy_tokens"] = torch.tensor(greedy, dtype=torch.float32)

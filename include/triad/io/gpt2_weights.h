@@ -77,9 +77,11 @@ void save_gpt2_safetensors(const nn::Gpt& model, const std::string& path);
 // (hf_llama_to_triad), a multimodal checkpoint's language model alone
 // (language_model_tensors), and one in GPT-NeoX's (hf_neox_to_triad, which
 // needs `n_head`, the model's query heads: 0 refuses such a file). `path`
-// is a safetensors file, a sharded checkpoint's
-// model.safetensors.index.json (its weight_map names each tensor's file,
-// beside it), or a directory holding either. `blocks`, when given, names the
+// is a safetensors file or torch.save's pytorch_model.bin (told apart by
+// their bytes: io/torch_checkpoint.h), a sharded checkpoint's
+// model.safetensors.index.json or pytorch_model.bin.index.json (its
+// weight_map names each tensor's file, beside it), or a directory holding
+// any of them (safetensors first). `blocks`, when given, names the
 // blocks (h.N) to read: the others' tensors are neither copied out nor
 // returned nor checked (a pipeline rank reads its stages' blocks; the
 // embedding, position table, final norm and head are always read). The
