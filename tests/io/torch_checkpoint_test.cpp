@@ -29,11 +29,18 @@ void put32(std::string& s, uint32_t v) {
   put16(s, v & 0xFFFF);
   put16(s, v >> 16);
 }
+void put64(std::string& s, uint64_t v) {
+  put32(s, static_cast<uint32_t>(v));
+  put32(s, static_cast<uint32_t>(v >> 32));
+}
 
 // A zip archive of `entries` as torch.save writes one: each stored as it
-// is (`method` 0), or claiming another method.
+// is (`method` 0), or claiming another method. `zip64`: as it writes one
+// past 4 GiB, every size and offset in zip64's fields (the 32-bit ones
+// saturated) and the directory found through zip64's record and locator.
 std::string zip(const std::vector<std::pair<std::string, std::string>>& entries,
-                uint16_t method = 0) {
+                uint16_t method = 0, bool zip64 = false) {
+  const uint32_t full = 0xFFFFFFFFu;
   std::string out, directory;
   for (const auto& [name, data] : entries) {
     const auto offset = static_cast<uint32_t>(out.size());
@@ -48,23 +55,48 @@ std::string zip(const std::vector<std::pair<std::string, std::string>>& entries,
     put32(directory, 0x02014b50u);
     for (uint32_t v : {20u, 20u, 0u, static_cast<uint32_t>(method), 0u, 0u}) put16(directory, v);
     put32(directory, 0);
-    put32(directory, static_cast<uint32_t>(data.size()));
-    put32(directory, static_cast<uint32_t>(data.size()));
+    put32(directory, zip64 ? full : static_cast<uint32_t>(data.size()));
+    put32(directory, zip64 ? full : static_cast<uint32_t>(data.size()));
     put16(directory, static_cast<uint32_t>(name.size()));
-    for (int k = 0; k < 4; ++k) put16(directory, 0);  // extra, comment, disk, internal attrs
+    put16(directory, zip64 ? 28 : 0);                 // extra
+    for (int k = 0; k < 3; ++k) put16(directory, 0);  // comment, disk, internal attrs
     put32(directory, 0);                              // external attrs
-    put32(directory, offset);
+    put32(directory, zip64 ? full : offset);
     directory += name;
+    if (zip64) {  // sizes and offset, in zip64's order
+      put16(directory, 1);
+      put16(directory, 24);
+      put64(directory, data.size());
+      put64(directory, data.size());
+      put64(directory, offset);
+    }
   }
   const auto at = static_cast<uint32_t>(out.size());
   out += directory;
+  if (zip64) {
+    const auto record = static_cast<uint64_t>(out.size());
+    put32(out, 0x06064b50u);
+    put64(out, 44);
+    put16(out, 45);
+    put16(out, 45);
+    put32(out, 0);
+    put32(out, 0);
+    put64(out, entries.size());
+    put64(out, entries.size());
+    put64(out, directory.size());
+    put64(out, at);
+    put32(out, 0x07064b50u);
+    put32(out, 0);
+    put64(out, record);
+    put32(out, 1);
+  }
   put32(out, 0x06054b50u);
   put16(out, 0);
   put16(out, 0);
-  put16(out, static_cast<uint32_t>(entries.size()));
-  put16(out, static_cast<uint32_t>(entries.size()));
-  put32(out, static_cast<uint32_t>(directory.size()));
-  put32(out, at);
+  put16(out, zip64 ? 0xFFFF : static_cast<uint32_t>(entries.size()));
+  put16(out, zip64 ? 0xFFFF : static_cast<uint32_t>(entries.size()));
+  put32(out, zip64 ? full : static_cast<uint32_t>(directory.size()));
+  put32(out, zip64 ? full : at);
   put16(out, 0);
   return out;
 }
@@ -121,22 +153,28 @@ std::string error_of(const std::string& path) {
   return "no error";
 }
 
+// Plain and zip64 archives alike (a sharded checkpoint's parts are past
+// 4 GiB, so zip64).
 TEST(TorchCheckpoint, GathersTheViewItsPickleDescribes) {
   testing::TempDir dir;
-  // Storage 0..7; the view: 2 x 3 from element 1 with strides (1, 2), the
-  // transpose of a 3 x 2 matrix: [[1, 3, 5], [2, 4, 6]].
-  const std::string path =
-      write(dir, "t.bin",
-            zip({{"archive/data.pkl", tensor_dict("FloatStorage", 8, 1, {2, 3}, {1, 2})},
-                 {"archive/data/0", floats(8)},
-                 {"archive/version", "3\n"}}));
-  EXPECT_TRUE(is_torch_checkpoint(path));
-  const TorchCheckpointFile f(path);
-  EXPECT_EQ(f.shapes().at("w"), (Shape{2, 3}));
-  const auto t = f.read();
-  EXPECT_EQ(t.at("w").dtype(), DType::F32);
-  EXPECT_EQ(to_double_vector(t.at("w")), (std::vector<double>{1, 3, 5, 2, 4, 6}));
-  EXPECT_TRUE(f.read([](const std::string&) { return false; }).empty());
+  for (const bool zip64 : {false, true}) {
+    SCOPED_TRACE(zip64 ? "zip64" : "zip");
+    // Storage 0..7; the view: 2 x 3 from element 1 with strides (1, 2), the
+    // transpose of a 3 x 2 matrix: [[1, 3, 5], [2, 4, 6]].
+    const std::string path =
+        write(dir, zip64 ? "t64.bin" : "t.bin",
+              zip({{"archive/data.pkl", tensor_dict("FloatStorage", 8, 1, {2, 3}, {1, 2})},
+                   {"archive/data/0", floats(8)},
+                   {"archive/version", "3\n"}},
+                  0, zip64));
+    EXPECT_TRUE(is_torch_checkpoint(path));
+    const TorchCheckpointFile f(path);
+    EXPECT_EQ(f.shapes().at("w"), (Shape{2, 3}));
+    const auto t = f.read();
+    EXPECT_EQ(t.at("w").dtype(), DType::F32);
+    EXPECT_EQ(to_double_vector(t.at("w")), (std::vector<double>{1, 3, 5, 2, 4, 6}));
+    EXPECT_TRUE(f.read([](const std::string&) { return false; }).empty());
+  }
 }
 
 TEST(TorchCheckpoint, WhatIsNoStateDictOfTensorsIsRefusedWithTheReason) {
