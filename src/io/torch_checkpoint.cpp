@@ -75,6 +75,7 @@ std::map<std::string, Entry> zip_entries(const std::byte* d, uint64_t size,
     // zip64's extended sizes and offset, for the fields saturated above.
     for (uint64_t q = p + 46 + name_len, end = q + extra_len; q + 4 <= end;) {
       const uint16_t id = le<uint16_t>(d + q), len = le<uint16_t>(d + q + 2);
+      if (q + 4 + len > end) throw bad("a damaged extra field of '" + name + "'");
       if (id == 1) {
         uint64_t r = q + 4;
         for (uint64_t* field : {&plain, &stored, &local}) {
@@ -539,16 +540,23 @@ std::map<std::string, Tensor> TorchCheckpointFile::read(const TensorFilter& want
       throw IoError(where + ": its storage '" + t.s + "' is not in the archive");
     const size_t elem =
         t.narrow != 0 ? static_cast<size_t>(std::abs(t.narrow)) : dtype_size(t.dtype);
-    if (entry->second.size < static_cast<uint64_t>(t.numel) * elem)
+    if (t.numel < 0 || static_cast<uint64_t>(t.numel) > entry->second.size / elem)
       throw IoError(where + ": its storage holds " + std::to_string(entry->second.size) +
                     " bytes, not " + std::to_string(t.numel) + " elements");
-    // The furthest element the view reaches must lie in the storage.
+    // The furthest element the view reaches must lie in the storage (sums
+    // and products checked, as a damaged pickle may say anything).
     int64_t last = t.offset, total = 1;
+    bool overflow = false;
     for (size_t k = 0; k < t.size.size(); ++k) {
       if (t.size[k] < 0 || t.stride[k] < 0) throw IoError(where + ": a negative size or stride");
-      last += (t.size[k] - 1) * t.stride[k];
-      total *= t.size[k];
+      int64_t reach = 0;
+      overflow = overflow ||
+                 __builtin_mul_overflow(t.size[k] > 0 ? t.size[k] - 1 : 0, t.stride[k], &reach) ||
+                 __builtin_add_overflow(last, reach, &last) ||
+                 __builtin_mul_overflow(total, t.size[k], &total);
     }
+    if (overflow || total > (int64_t{1} << 40))
+      throw IoError(where + ": a view of more elements than any tensor holds");
     if (total > 0 && (t.offset < 0 || last >= t.numel))
       throw IoError(where + ": its view reaches past its storage of " + std::to_string(t.numel) +
                     " elements");
