@@ -254,7 +254,7 @@ LayerCost layer_cost(const nn::GptConfig& m, const ClusterSpec& c, const Paralle
     const double act = tokens * h * kFp16;
     const double ar = tp_all_reduce(act, c, p);
     const double rs = tp_reduce_scatter(act, c, p);
-    const bool one_reduction = m.parallel_residual && m.dropout == 0.0 && !m.post_norms;
+    const bool one_reduction = m.reduces_sublayers_at_once();
     // (A reduce-scatter and all-gather pair is priced as an all-reduce, as
     // above; the one left over as a reduce-scatter.)
     L.fwd_tp = !one_reduction ? 2.0 * ar : p.sequence_parallel ? ar + rs : ar;

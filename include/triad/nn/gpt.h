@@ -124,6 +124,12 @@ struct GptConfig {
   // x + attn(ln_1(x)) + mlp(ln_2(x)), instead of the MLP reading the
   // attention's sum. The same parameters; only the wiring differs.
   bool parallel_residual = false;
+  // Whether tensor parallelism may sum both sublayers' row-parallel shares
+  // and reduce them once: the parallel residual with nothing acting on
+  // each sublayer's output alone (dropout, post-norms).
+  bool reduces_sublayers_at_once() const {
+    return parallel_residual && dropout == 0.0 && !post_norms;
+  }
   // The RoPE base of the windowed layers (config key model.rope_local_theta;
   // Gemma 3's rope_local_base_freq): they turn by it, unscaled, while the
   // layers exempt from the window (model.full_attention_layers) keep

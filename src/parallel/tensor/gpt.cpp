@@ -512,7 +512,7 @@ Tensor TensorParallelGpt::block_forward(int64_t i, const Tensor& x,
   // shares and reduces them in one collective instead of two (GPT-NeoX's
   // way), unless something acts on each sublayer's output alone: dropout or
   // post-norms.
-  if (cfg_.parallel_residual && cfg_.dropout == 0.0 && !L.post_attn_norm) {
+  if (cfg_.reduces_sublayers_at_once()) {
     const Tensor shares = add(L.attn_proj->partial(core, draw), mlp_share(L.ln_2->forward(x)));
     return add(x, L.attn_proj->reduce(shares, L.mlp_proj.get()));
   }
