@@ -121,19 +121,28 @@ bool is_hf_llama(const std::map<std::string, Tensor>& tensors) {
   return tensors.count("model.embed_tokens.weight") > 0;
 }
 
-nn::StateDict hf_llama_to_triad(const std::map<std::string, Tensor>& tensors) {
-  nn::StateDict out;
-  // Per layer: the projections to stack, by their Hugging Face names.
+bool is_hf_phi(const std::map<std::string, Tensor>& tensors) {
+  return tensors.count("model.final_layernorm.weight") > 0;
+}
+
+namespace {
+
+// A Hugging Face decoder's tensors outside its blocks renamed by `outside`
+// (Hugging Face's name -> Triad's), and each block's by its name under
+// model.layers.N. ("self_attn.o_proj.weight"), for the caller to convert
+// (`family` names the layout in errors).
+struct DecoderTensors {
+  nn::StateDict outside;
   std::map<int64_t, std::map<std::string, Tensor>> layers;
+};
+
+DecoderTensors split_decoder(const std::map<std::string, Tensor>& tensors,
+                             const std::map<std::string, std::string>& outside,
+                             const std::string& family) {
+  DecoderTensors out;
   for (const auto& [name, t] : tensors) {
-    if (name == "model.embed_tokens.weight") {
-      out["wte.weight"] = t;
-    } else if (name == "model.norm.weight") {
-      out["ln_f.weight"] = t;
-    } else if (name == "model.norm.bias") {  // StableLM's LayerNorms
-      out["ln_f.bias"] = t;
-    } else if (name == "lm_head.weight") {
-      out["lm_head.weight"] = t;
+    if (const auto it = outside.find(name); it != outside.end()) {
+      out.outside[it->second] = t;
     } else if (name.rfind("model.layers.", 0) == 0) {
       const std::string rest = name.substr(13);
       const size_t dot = rest.find('.');
@@ -143,27 +152,115 @@ nn::StateDict hf_llama_to_triad(const std::map<std::string, Tensor>& tensors) {
       } catch (const std::exception&) {
       }
       if (dot == std::string::npos || layer < 0)
-        throw IoError("Hugging Face LLaMA weights: tensor '" + name + "' has no layer number");
-      layers[layer][rest.substr(dot + 1)] = t;
+        throw IoError("Hugging Face " + family + " weights: tensor '" + name +
+                      "' has no layer number");
+      out.layers[layer][rest.substr(dot + 1)] = t;
     } else {
-      throw IoError("Hugging Face LLaMA weights: unexpected tensor '" + name + "'");
+      throw IoError("Hugging Face " + family + " weights: unexpected tensor '" + name + "'");
     }
   }
+  return out;
+}
+
+// Takes block tensors out of `parts` by name, naming a missing one.
+class BlockParts {
+ public:
+  BlockParts(std::map<std::string, Tensor>& parts, std::string where)
+      : parts_(parts), where_(std::move(where)) {}
+  bool has(const std::string& key) const { return parts_.count(key) > 0; }
+  Tensor take(const std::string& key) {
+    auto it = parts_.find(key);
+    if (it == parts_.end()) throw IoError(where_ + key + "' is missing");
+    Tensor t = it->second;
+    parts_.erase(it);
+    return t;
+  }
+
+ private:
+  std::map<std::string, Tensor>& parts_;
+  std::string where_;
+};
+
+// self_attn's q_proj, k_proj and v_proj (and their biases, all three or
+// none) stacked into block `p`'s c_attn ([q | k | v]); grouped-query
+// attention's narrower k_proj and v_proj as they are.
+void stack_qkv(BlockParts& parts, int64_t i, const std::string& family, const std::string& p,
+               nn::StateDict& out) {
+  const Tensor q = parts.take("self_attn.q_proj.weight"), k = parts.take("self_attn.k_proj.weight"),
+               v = parts.take("self_attn.v_proj.weight");
+  if (q.dim() != 2 || k.shape() != v.shape() || k.dim() != 2 || k.size(1) != q.size(1) ||
+      k.size(0) < 1 || q.size(0) % k.size(0) != 0) {
+    throw IoError("Hugging Face " + family + " weights: layer " + std::to_string(i) +
+                  " has q_proj " + shape_str(q.shape()) + ", k_proj " + shape_str(k.shape()) +
+                  " and v_proj " + shape_str(v.shape()) +
+                  "; expected k_proj and v_proj alike, as wide as q_proj, and a divisor of its "
+                  "height");
+  }
+  out[p + "attn.c_attn.weight"] = concat({q, k, v}, 0);
+  if (!parts.has("self_attn.q_proj.bias") && !parts.has("self_attn.k_proj.bias") &&
+      !parts.has("self_attn.v_proj.bias"))
+    return;
+  const Tensor bq = parts.take("self_attn.q_proj.bias"), bk = parts.take("self_attn.k_proj.bias"),
+               bv = parts.take("self_attn.v_proj.bias");
+  if (bq.dim() != 1 || bk.dim() != 1 || bv.dim() != 1 || bq.size(0) != q.size(0) ||
+      bk.size(0) != k.size(0) || bv.size(0) != v.size(0)) {
+    throw IoError("Hugging Face " + family + " weights: layer " + std::to_string(i) +
+                  "'s q, k and v biases " + shape_str(bq.shape()) + ", " + shape_str(bk.shape()) +
+                  " and " + shape_str(bv.shape()) + " do not fit its projections' heights");
+  }
+  out[p + "attn.c_attn.bias"] = concat({bq, bk, bv}, 0);
+}
+
+}  // namespace
+
+nn::StateDict hf_phi_to_triad(const std::map<std::string, Tensor>& tensors) {
+  static const std::map<std::string, std::string> kOutside = {
+      {"model.embed_tokens.weight", "wte.weight"},
+      {"model.final_layernorm.weight", "ln_f.weight"},
+      {"model.final_layernorm.bias", "ln_f.bias"},
+      {"lm_head.weight", "lm_head.weight"},
+      {"lm_head.bias", "lm_head.bias"}};
+  static const std::pair<const char*, const char*> kBlock[] = {{"input_layernorm", "ln_1"},
+                                                               {"self_attn.dense", "attn.c_proj"},
+                                                               {"mlp.fc1", "mlp.c_fc"},
+                                                               {"mlp.fc2", "mlp.c_proj"}};
+  DecoderTensors d = split_decoder(tensors, kOutside, "Phi");
+  for (auto& [i, layer] : d.layers) {
+    const std::string p = "h." + std::to_string(i) + ".";
+    BlockParts parts(layer,
+                     "Hugging Face Phi weights: tensor 'model.layers." + std::to_string(i) + ".");
+    for (const auto& [theirs, ours] : kBlock) {
+      for (const char* kind : {".weight", ".bias"})
+        d.outside[p + ours + kind] = parts.take(std::string(theirs) + kind);
+    }
+    stack_qkv(parts, i, "Phi", p, d.outside);
+    layer.erase("self_attn.rotary_emb.inv_freq");  // a buffer, recomputed
+    if (!layer.empty()) {
+      throw IoError("Hugging Face Phi weights: unexpected tensor 'model.layers." +
+                    std::to_string(i) + "." + layer.begin()->first + "'");
+    }
+  }
+  return std::move(d.outside);
+}
+
+nn::StateDict hf_llama_to_triad(const std::map<std::string, Tensor>& tensors) {
+  static const std::map<std::string, std::string> kOutside = {
+      {"model.embed_tokens.weight", "wte.weight"},
+      {"model.norm.weight", "ln_f.weight"},
+      {"model.norm.bias", "ln_f.bias"},  // StableLM's LayerNorms
+      {"lm_head.weight", "lm_head.weight"}};
+  DecoderTensors d = split_decoder(tensors, kOutside, "LLaMA");
+  nn::StateDict& out = d.outside;
   static const std::map<std::string, std::string> kSingle = {
       {"input_layernorm.weight", "ln_1.weight"},
       {"self_attn.o_proj.weight", "attn.c_proj.weight"},
       {"mlp.down_proj.weight", "mlp.c_proj.weight"}};
-  for (auto& [i, parts] : layers) {
+  for (auto& [i, layer] : d.layers) {
     const std::string hf = "model.layers." + std::to_string(i) + ".";
     const std::string p = "h." + std::to_string(i) + ".";
-    auto take = [&](const std::string& key) {
-      auto it = parts.find(key);
-      if (it == parts.end())
-        throw IoError("Hugging Face LLaMA weights: tensor '" + hf + key + "' is missing");
-      Tensor t = it->second;
-      parts.erase(it);
-      return t;
-    };
+    BlockParts block(layer, "Hugging Face LLaMA weights: tensor '" + hf);
+    auto take = [&](const std::string& key) { return block.take(key); };
+    std::map<std::string, Tensor>& parts = layer;
     for (const auto& [from, to] : kSingle) out[p + to] = take(from);
     // StableLM's LayerNorms shift as well as scale.
     for (const char* norm : {"input_layernorm", "post_attention_layernorm"}) {
@@ -172,12 +269,13 @@ nn::StateDict hf_llama_to_triad(const std::map<std::string, Tensor>& tensors) {
     }
     // Gemma 2's and 3's four norms: post_attention_layernorm is then the
     // attention output's (post_attn_norm) and pre_feedforward_layernorm the
-    // MLP's input's (ln_2); LLaMA's post_attention_layernorm is ln_2.
+    // MLP's input's (ln_2); LLaMA's post_attention_layernorm is ln_2, which
+    // StableLM's parallel blocks (one norm for both sublayers) lack.
     if (parts.count("pre_feedforward_layernorm.weight") > 0) {
       out[p + "post_attn_norm.weight"] = take("post_attention_layernorm.weight");
       out[p + "ln_2.weight"] = take("pre_feedforward_layernorm.weight");
       out[p + "post_mlp_norm.weight"] = take("post_feedforward_layernorm.weight");
-    } else {
+    } else if (parts.count("post_attention_layernorm.weight") > 0) {
       out[p + "ln_2.weight"] = take("post_attention_layernorm.weight");
     }
     // Phi-3's projections come fused, already in Triad's layout: qkv_proj
@@ -193,39 +291,14 @@ nn::StateDict hf_llama_to_triad(const std::map<std::string, Tensor>& tensors) {
       }
       continue;
     }
-    const Tensor q = take("self_attn.q_proj.weight"), k = take("self_attn.k_proj.weight"),
-                 v = take("self_attn.v_proj.weight");
     // Grouped-query attention: k_proj and v_proj are n_kv_head heads tall,
-    // a divisor of q_proj's n_head heads; the stack is c_attn's [q | k | v].
-    if (q.dim() != 2 || k.shape() != v.shape() || k.dim() != 2 || k.size(1) != q.size(1) ||
-        k.size(0) < 1 || q.size(0) % k.size(0) != 0) {
-      throw IoError("Hugging Face LLaMA weights: layer " + std::to_string(i) + " has q_proj " +
-                    shape_str(q.shape()) + ", k_proj " + shape_str(k.shape()) + " and v_proj " +
-                    shape_str(v.shape()) +
-                    "; expected k_proj and v_proj alike, as wide as q_proj, and a divisor of its "
-                    "height");
-    }
-    out[p + "attn.c_attn.weight"] = concat({q, k, v}, 0);
+    // a divisor of q_proj's n_head heads; the stack is c_attn's [q | k | v],
+    // with Qwen2's q, k and v biases stacked the same way.
+    stack_qkv(block, i, "LLaMA", p, out);
     // Qwen3's query/key norms (both or neither).
     if (parts.count("self_attn.q_norm.weight") > 0 || parts.count("self_attn.k_norm.weight") > 0) {
       out[p + "attn.q_norm.weight"] = take("self_attn.q_norm.weight");
       out[p + "attn.k_norm.weight"] = take("self_attn.k_norm.weight");
-    }
-    // Qwen2's q, k and v biases stack the same way (all three or none).
-    const bool qb = parts.count("self_attn.q_proj.bias") > 0,
-               kb = parts.count("self_attn.k_proj.bias") > 0,
-               vb = parts.count("self_attn.v_proj.bias") > 0;
-    if (qb || kb || vb) {
-      const Tensor bq = take("self_attn.q_proj.bias"), bk = take("self_attn.k_proj.bias"),
-                   bv = take("self_attn.v_proj.bias");
-      if (bq.dim() != 1 || bk.dim() != 1 || bv.dim() != 1 || bq.size(0) != q.size(0) ||
-          bk.size(0) != k.size(0) || bv.size(0) != v.size(0)) {
-        throw IoError("Hugging Face LLaMA weights: layer " + std::to_string(i) +
-                      "'s q, k and v biases " + shape_str(bq.shape()) + ", " +
-                      shape_str(bk.shape()) + " and " + shape_str(bv.shape()) +
-                      " do not fit its projections' heights");
-      }
-      out[p + "attn.c_attn.bias"] = concat({bq, bk, bv}, 0);
     }
     out[p + "mlp.c_fc.weight"] =
         concat({take("mlp.gate_proj.weight"), take("mlp.up_proj.weight")}, 0);
@@ -235,7 +308,7 @@ nn::StateDict hf_llama_to_triad(const std::map<std::string, Tensor>& tensors) {
                     "'");
     }
   }
-  return out;
+  return std::move(d.outside);
 }
 
 bool is_hf_neox(const std::map<std::string, Tensor>& tensors) {
@@ -519,10 +592,11 @@ void read_gpt2_weights(const std::string& path, const std::map<std::string, Shap
   // final norm and head): they name the file's layout and width.
   std::map<std::string, Tensor> outside = language_model_tensors(
       files.read([](const std::string& name) { return block_index(name) < 0; }));
-  const bool neox = is_hf_neox(outside);
+  const bool neox = is_hf_neox(outside), phi = is_hf_phi(outside);
   const bool llama = is_hf_llama(outside) || neox;  // (Linear weights, [out, in])
   const auto convert = [&](const std::map<std::string, Tensor>& tensors) {
     return neox    ? hf_neox_to_triad(tensors, n_head)
+           : phi   ? hf_phi_to_triad(tensors)
            : llama ? hf_llama_to_triad(tensors)
                    : gpt2_to_triad(tensors);
   };
@@ -614,6 +688,8 @@ std::map<std::string, std::string> gpt2_metadata(const nn::GptConfig& c) {
   if (c.norm_weight_offset) meta["norm_weight_offset"] = "true";
   if (c.post_norms) meta["post_norms"] = "true";
   if (c.parallel_residual) meta["parallel_residual"] = "true";
+  if (c.shared_norm) meta["shared_norm"] = "true";
+  if (c.head_bias) meta["head_bias"] = "true";
   if (c.rope_local_theta > 0.0) meta["rope_local_theta"] = std::to_string(c.rope_local_theta);
   if (c.query_pre_attn_scalar > 0.0)
     meta["query_pre_attn_scalar"] = std::to_string(c.query_pre_attn_scalar);

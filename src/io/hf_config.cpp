@@ -268,11 +268,9 @@ nn::GptConfig llama_config(const Keys& k, const std::string& type) {
     c.qkv_bias = k.boolean("use_qkv_bias", false);
     if (k.boolean("qk_layernorm", false))
       k.unsupported("qk_layernorm", "StableLM's per-head LayerNorms are not implemented");
-    if (k.boolean("use_parallel_residual", false)) {
-      k.unsupported("use_parallel_residual",
-                    "StableLM's parallel blocks share one norm between the attention and the MLP; "
-                    "Triad's parallel residual has a norm for each");
-    }
+    // Its parallel blocks (StableLM 2 12B's) share input_layernorm between
+    // the attention and the MLP.
+    c.parallel_residual = c.shared_norm = k.boolean("use_parallel_residual", false);
   }
   if (type == "stablelm" || type == "phi3")
     c.rope_dim = rotated_dims(k, "partial_rotary_factor", type == "phi3" ? 1.0 : 0.25, c);
@@ -359,6 +357,33 @@ nn::GptConfig gpt_neox_config(const Keys& k) {
   return c;
 }
 
+// PhiForCausalLM (Phi-1, Phi-1.5, Phi-2): rotary embeddings on
+// partial_rotary_factor of each head (half by default), GELU (tanh by
+// default), LayerNorm, biases on every linear layer, the parallel residual
+// with one norm for both sublayers, and an untied head with a bias.
+nn::GptConfig phi_config(const Keys& k) {
+  nn::GptConfig c;
+  c.n_layer = k.integer("num_hidden_layers");
+  c.n_head = k.integer("num_attention_heads");
+  c.d_model = k.integer("hidden_size");
+  c.n_kv_head = k.integer("num_key_value_heads", c.n_head);
+  if (c.n_kv_head == c.n_head) c.n_kv_head = 0;  // multi-head attention
+  c.vocab_size = k.integer("vocab_size");
+  c.seq_len = k.integer("max_position_embeddings");
+  c.ffn_hidden_size = k.integer("intermediate_size");
+  c.layer_norm_eps = k.number("layer_norm_eps", 1e-5);
+  c.tie_embeddings = k.boolean("tie_word_embeddings", false);
+  c.parallel_residual = c.shared_norm = c.head_bias = true;
+  c.activation = gelu_named(k, "hidden_act", "gelu_new");
+  c.position_embedding = nn::PositionEmbedding::Rotary;
+  c.rope_theta = k.number("rope_theta", 10000.0);
+  if (k.has("rope_scaling")) c.rope_scaling = k.rope_scaling(static_cast<double>(c.seq_len));
+  c.rope_dim = rotated_dims(k, "partial_rotary_factor", 0.5, c);
+  if (k.boolean("qk_layernorm", false))
+    k.unsupported("qk_layernorm", "Phi's per-head LayerNorms are not implemented");
+  return c;
+}
+
 // Gemma3TextConfig's defaults for the keys a file leaves out (the
 // multimodal checkpoints' text_config gives few of them: 4B's names its
 // widths, depth, window and RoPE scaling only).
@@ -424,10 +449,12 @@ nn::GptConfig gpt_config_from_hf(const std::string& json_text, const std::string
     c = gpt2_config(k);
   } else if (type == "gpt_neox") {
     c = gpt_neox_config(k);
+  } else if (type == "phi") {
+    c = phi_config(k);
   } else {
     throw NotSupportedError(source + ": model_type '" + type +
                             "' is not supported (llama, mistral, qwen2, qwen3, gemma, gemma2, "
-                            "gemma3_text, gemma3, phi3, stablelm, gpt_neox or gpt2)");
+                            "gemma3_text, gemma3, phi3, stablelm, gpt_neox, phi or gpt2)");
   }
   c.hf_type = type;  // (an export writes the class it came from)
   try {

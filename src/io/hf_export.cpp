@@ -110,7 +110,13 @@ std::string llama_misfit(const nn::GptConfig& c, const std::string& type) {
     add(!c.rms_norm(), "model.normalization is not rmsnorm");
   }
   add(c.linear_bias, "model.linear_bias is true");
-  add(c.parallel_residual, "model.parallel_residual is true");
+  add(c.head_bias, "model.head_bias is true");
+  if (stablelm) {  // StableLM's parallel blocks share one norm
+    add(c.parallel_residual && !c.shared_norm,
+        "model.parallel_residual is true without model.shared_norm");
+  } else {
+    add(c.parallel_residual, "model.parallel_residual is true");
+  }
   if (type == "qwen2") add(!c.qkv_bias, "model.qkv_bias is false");
   if (type != "qwen2" && !stablelm) add(c.qkv_bias, "model.qkv_bias is true");
   const bool qk = type == "qwen3" || type == "gemma3_text";
@@ -127,11 +133,13 @@ std::string llama_misfit(const nn::GptConfig& c, const std::string& type) {
   return why;
 }
 
-// What keeps `c` from GPT-2's and GPT-NeoX's blocks alike: an ungated GELU
-// (either form), LayerNorm, biases on every linear layer, a key/value head
-// per query head d_model / n_head wide, and none of the later families'
-// departures.
-std::string plain_block_misfit(const nn::GptConfig& c) {
+// What keeps `c` from GPT-2's, GPT-NeoX's and Phi's blocks alike: an
+// ungated GELU (either form), LayerNorm, biases on every linear layer,
+// heads d_model / n_head wide, and none of the later families' departures.
+// `phi`: Phi's blocks (grouped key/value heads allowed; one norm shared by
+// the parallel sublayers and a biased head required), else GPT-2's and
+// GPT-NeoX's (a key/value head per query head; neither of Phi's two).
+std::string plain_block_misfit(const nn::GptConfig& c, bool phi) {
   std::string why;
   auto add = [&](bool bad, const char* what) {
     if (bad) why += (why.empty() ? "" : ", ") + std::string(what);
@@ -139,7 +147,14 @@ std::string plain_block_misfit(const nn::GptConfig& c) {
   add(c.gated_mlp(), "model.activation is not gelu or gelu_erf");
   add(c.rms_norm(), "model.normalization is rmsnorm");
   add(!c.linear_bias, "model.linear_bias is false");
-  add(c.kv_heads() != c.n_head, "model.n_kv_head groups the heads");
+  if (phi) {
+    add(!c.shared_norm, "model.shared_norm is false");
+    add(!c.head_bias, "model.head_bias is false");
+  } else {
+    add(c.kv_heads() != c.n_head, "model.n_kv_head groups the heads");
+    add(c.shared_norm, "model.shared_norm is true");
+    add(c.head_bias, "model.head_bias is true");
+  }
   add(c.sliding_window > 0, "model.sliding_window is set");
   add(c.heads_apart(), "model.head_dim is not d_model / n_head");
   add(c.qk_norm, "model.qk_norm is true");
@@ -152,7 +167,7 @@ std::string plain_block_misfit(const nn::GptConfig& c) {
 }
 
 std::string gpt2_misfit(const nn::GptConfig& c) {
-  std::string why = plain_block_misfit(c);
+  std::string why = plain_block_misfit(c, false);
   auto add = [&](bool bad, const char* what) {
     if (bad) why += (why.empty() ? "" : ", ") + std::string(what);
   };
@@ -164,8 +179,9 @@ std::string gpt2_misfit(const nn::GptConfig& c) {
 // GPTNeoXForCausalLM: GPT-2's blocks with rotary embeddings on any share of
 // each head (no window, no per-head scale), either residual wiring, and any
 // RoPE scaling but longrope (Phi-3's, tied to its own config keys).
-std::string neox_misfit(const nn::GptConfig& c) {
-  std::string why = plain_block_misfit(c);
+// PhiForCausalLM (`phi`) the same with Phi's blocks (plain_block_misfit).
+std::string rotary_plain_misfit(const nn::GptConfig& c, bool phi) {
+  std::string why = plain_block_misfit(c, phi);
   auto add = [&](bool bad, const char* what) {
     if (bad) why += (why.empty() ? "" : ", ") + std::string(what);
   };
@@ -277,6 +293,30 @@ void write_neox_config(const nn::GptConfig& c, nlohmann::ordered_json& j) {
   j["attention_dropout"] = 0.0;
 }
 
+// PhiConfig's keys: partial_rotary_factor the share of each head that
+// turns; the parallel residual with one norm and the biased head implied.
+void write_phi_config(const nn::GptConfig& c, nlohmann::ordered_json& j) {
+  j["architectures"] = nlohmann::ordered_json::array({"PhiForCausalLM"});
+  j["model_type"] = "phi";
+  j["hidden_size"] = c.d_model;
+  j["intermediate_size"] = c.ffn();
+  j["num_hidden_layers"] = c.n_layer;
+  j["num_attention_heads"] = c.n_head;
+  j["num_key_value_heads"] = c.kv_heads();
+  j["hidden_act"] = c.activation == nn::Activation::GeluErf ? "gelu" : "gelu_new";
+  j["max_position_embeddings"] = c.seq_len;
+  j["layer_norm_eps"] = c.layer_norm_eps;
+  j["rope_theta"] = c.rope_theta;
+  write_rope_scaling(c, j);
+  j["partial_rotary_factor"] = partial_rotary_factor(c);
+  j["qk_layernorm"] = false;
+  // Its dropouts are Triad's: after the embeddings (embd_pdrop) and each
+  // sublayer's output (resid_pdrop), none on the attention's probabilities.
+  j["embd_pdrop"] = c.dropout;
+  j["resid_pdrop"] = c.dropout;
+  j["attention_dropout"] = 0.0;
+}
+
 const Tensor& at(const nn::StateDict& s, const std::string& name) {
   auto it = s.find(name);
   if (it == s.end()) throw ValueError("export: the state dict has no '" + name + "'");
@@ -314,12 +354,47 @@ std::map<std::string, Tensor> triad_to_neox_part(const nn::StateDict& full, cons
   return out;
 }
 
+// Phi's names for the tensors outside the blocks (block -1) or of block
+// `block`: c_attn split into q_proj, k_proj and v_proj, weights and biases.
+std::map<std::string, Tensor> triad_to_phi_part(const nn::StateDict& full, const nn::GptConfig& c,
+                                                int64_t block) {
+  std::map<std::string, Tensor> out;
+  if (block < 0) {
+    out["model.embed_tokens.weight"] = at(full, "wte.weight");
+    out["model.final_layernorm.weight"] = at(full, "ln_f.weight");
+    out["model.final_layernorm.bias"] = at(full, "ln_f.bias");
+    out["lm_head.weight"] = at(full, "lm_head.weight");
+    out["lm_head.bias"] = at(full, "lm_head.bias");
+    return out;
+  }
+  static const std::pair<const char*, const char*> kNames[] = {{"ln_1", "input_layernorm"},
+                                                               {"attn.c_proj", "self_attn.dense"},
+                                                               {"mlp.c_fc", "mlp.fc1"},
+                                                               {"mlp.c_proj", "mlp.fc2"}};
+  const std::string p = "h." + std::to_string(block) + ".";
+  const std::string hf = "model.layers." + std::to_string(block) + ".";
+  const int64_t Q = c.q_width(), KV = c.kv_heads() * c.head_dim();
+  for (const char* kind : {".weight", ".bias"}) {
+    for (const auto& [ours, theirs] : kNames) out[hf + theirs + kind] = at(full, p + ours + kind);
+    const Tensor& qkv = at(full, p + "attn.c_attn" + kind);
+    if (qkv.dim() < 1 || qkv.size(0) != Q + 2 * KV) {
+      throw ShapeError("export: layer " + std::to_string(block) + "'s c_attn" + kind + " " +
+                       shape_str(qkv.shape()) + " is not " + std::to_string(Q + 2 * KV) +
+                       " tall, as the configured model's");
+    }
+    out[hf + "self_attn.q_proj" + kind] = contiguous(narrow(qkv, 0, 0, Q)).detach();
+    out[hf + "self_attn.k_proj" + kind] = contiguous(narrow(qkv, 0, Q, KV)).detach();
+    out[hf + "self_attn.v_proj" + kind] = contiguous(narrow(qkv, 0, Q + KV, KV)).detach();
+  }
+  return out;
+}
+
 }  // namespace
 
 const std::vector<std::string>& hf_model_types() {
   static const std::vector<std::string> types{"llama",    "mistral",  "qwen2",       "qwen3",
                                               "gemma",    "gemma2",   "gemma3_text", "phi3",
-                                              "stablelm", "gpt_neox", "gpt2"};
+                                              "stablelm", "gpt_neox", "phi",         "gpt2"};
   return types;
 }
 
@@ -341,7 +416,7 @@ namespace {
 // nothing does: LLaMA has no window, Mistral's covers every layer or none.
 std::string misfit(const nn::GptConfig& c, const std::string& type) {
   if (type == "gpt2") return gpt2_misfit(c);
-  if (type == "gpt_neox") return neox_misfit(c);
+  if (type == "gpt_neox" || type == "phi") return rotary_plain_misfit(c, type == "phi");
   if (type == "mistral") return llama_misfit(c, "llama");
   std::string why = llama_misfit(c, type);
   if (type == "llama" && c.sliding_window > 0)
@@ -361,6 +436,7 @@ const char* architecture_of(const std::string& type) {
          : type == "phi3"        ? "Phi3ForCausalLM"
          : type == "stablelm"    ? "StableLmForCausalLM"
          : type == "gpt_neox"    ? "GPTNeoXForCausalLM"
+         : type == "phi"         ? "PhiForCausalLM"
                                  : "GPT2LMHeadModel";
 }
 
@@ -393,7 +469,7 @@ const char* hf_model_type(const nn::GptConfig& c) {
                     qwen3 = misfit(c, "qwen3"), gemma = misfit(c, "gemma"),
                     gemma2 = misfit(c, "gemma2"), gemma3 = misfit(c, "gemma3_text"),
                     phi3 = misfit(c, "phi3"), stablelm = misfit(c, "stablelm"),
-                    neox = misfit(c, "gpt_neox"), gpt2 = misfit(c, "gpt2");
+                    neox = misfit(c, "gpt_neox"), phi = misfit(c, "phi"), gpt2 = misfit(c, "gpt2");
   throw NotSupportedError(
       "no Hugging Face class holds this model: LlamaForCausalLM needs rope, swiglu, rmsnorm, "
       "no linear biases and no query/key norms (here " +
@@ -409,12 +485,15 @@ const char* hf_model_type(const nn::GptConfig& c) {
       "longrope the only scaling (here " +
       phi3 +
       "); StableLmForCausalLM LLaMA's with layernorm, any partial rotation, q, k and v biases or "
-      "none, and heads d_model / n_head wide (here " +
+      "none, a parallel residual only with a shared norm, and heads d_model / n_head wide (here " +
       stablelm +
       "); GPTNeoXForCausalLM needs rope (on any share of each head), gelu or gelu_erf, "
       "layernorm, linear biases, a key/value head per query head and heads d_model / n_head "
       "wide (here " +
-      neox + "); GPT2LMHeadModel the same with learned positions and no parallel residual (here " +
+      neox +
+      "); PhiForCausalLM the same with grouped heads allowed, the parallel residual with a "
+      "shared norm, and a head bias (here " +
+      phi + "); GPT2LMHeadModel GPT-NeoX's with learned positions and no parallel residual (here " +
       gpt2 + ")");
 }
 
@@ -428,6 +507,8 @@ std::string hf_config_json(const nn::GptConfig& c, const std::string& torch_dtyp
   const std::string type = hf_model_type(c);
   if (type == "gpt_neox") {
     write_neox_config(c, j);
+  } else if (type == "phi") {
+    write_phi_config(c, j);
   } else if (type != "gpt2") {
     j["architectures"] = nlohmann::ordered_json::array({hf_architecture(c)});
     j["model_type"] = type;
@@ -458,7 +539,7 @@ std::string hf_config_json(const nn::GptConfig& c, const std::string& torch_dtyp
       j["partial_rotary_factor"] = partial_rotary_factor(c);
       j["use_qkv_bias"] = c.qkv_bias;
       j["qk_layernorm"] = false;
-      j["use_parallel_residual"] = false;
+      j["use_parallel_residual"] = c.parallel_residual;
     }
     // Qwen2's q, k and v biases are implied; Phi3Config and StableLmConfig
     // have no such keys.
@@ -554,6 +635,7 @@ std::map<std::string, Tensor> triad_to_hf_part(const nn::StateDict& full, const 
     return out;
   }
   if (type == "gpt_neox") return triad_to_neox_part(full, c, block);
+  if (type == "phi") return triad_to_phi_part(full, c, block);
   const int64_t Q = c.q_width(), KV = c.kv_heads() * c.head_dim(), F = c.ffn();
   if (block < 0) {
     out["model.embed_tokens.weight"] = at(full, "wte.weight");
@@ -596,12 +678,12 @@ std::map<std::string, Tensor> triad_to_hf_part(const nn::StateDict& full, const 
       out[hf + "post_attention_layernorm.weight"] = at(full, p + "post_attn_norm.weight");
       out[hf + "pre_feedforward_layernorm.weight"] = at(full, p + "ln_2.weight");
       out[hf + "post_feedforward_layernorm.weight"] = at(full, p + "post_mlp_norm.weight");
-    } else {
+    } else if (!c.shared_norm) {  // (StableLM's parallel blocks have input_layernorm alone)
       out[hf + "post_attention_layernorm.weight"] = at(full, p + "ln_2.weight");
     }
     if (!c.rms_norm()) {  // StableLM's LayerNorms shift too
       out[hf + "input_layernorm.bias"] = at(full, p + "ln_1.bias");
-      out[hf + "post_attention_layernorm.bias"] = at(full, p + "ln_2.bias");
+      if (!c.shared_norm) out[hf + "post_attention_layernorm.bias"] = at(full, p + "ln_2.bias");
     }
     if (c.qk_norm) {
       out[hf + "self_attn.q_norm.weight"] = at(full, p + "attn.q_norm.weight");

@@ -45,7 +45,13 @@ std::vector<Piece> pieces_of(const nn::GptConfig& c, int64_t i, const std::strin
   }
   const std::string hf = "model.layers." + n + ".";
   const int64_t Q = c.q_width(), KV = c.kv_heads() * c.head_dim(), F = c.ffn();
-  if (std::string(hf_model_type(c)) == "phi3") {  // fused as Triad's layers are
+  const std::string type = hf_model_type(c);
+  if (type == "phi") {  // LLaMA's q, k and v; dense, fc1 and fc2
+    if (layer == "attn.c_proj") return {{hf + "self_attn.dense", 0, -1}};
+    if (layer == "mlp.c_fc") return {{hf + "mlp.fc1", 0, -1}};
+    if (layer == "mlp.c_proj") return {{hf + "mlp.fc2", 0, -1}};
+  }
+  if (type == "phi3") {  // fused as Triad's layers are
     if (layer == "attn.c_attn") return {{hf + "self_attn.qkv_proj", 0, -1}};
     if (layer == "mlp.c_fc") return {{hf + "mlp.gate_up_proj", 0, -1}};
   }

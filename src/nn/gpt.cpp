@@ -264,6 +264,16 @@ void GptConfig::validate() const {
   if (!(dropout >= 0.0 && dropout < 1.0)) {
     throw ConfigError("model.dropout (" + std::to_string(dropout) + ") must be in [0, 1)");
   }
+  if (shared_norm && (!parallel_residual || post_norms)) {
+    throw ConfigError(std::string("model.shared_norm: one norm for both sublayers needs ") +
+                      (post_norms ? "no model.post_norms" : "model.parallel_residual: true") +
+                      " (the sequential block's MLP reads the attention's sum, normalised anew)");
+  }
+  if (head_bias && tie_embeddings) {
+    throw ConfigError(
+        "model.head_bias: a bias on the logits needs an untied head (model.tie_embeddings: "
+        "false); the token embedding has no bias to share");
+  }
 }
 
 int64_t GptConfig::window_of(int64_t layer) const {
@@ -297,7 +307,8 @@ T block_parameters_in(const GptConfig& c) {
   // RMSNorms 2h (12h^2 + 13h for GPT-2); twice that with post_norms.
   const T norm = c.rms_norm() ? h : 2 * h;
   const T biases = c.linear_bias ? w + h + m + h : c.qkv_bias ? w : 0;
-  return (w + q) * h + h * m + f * h + biases + (c.post_norms ? 4 : 2) * norm +
+  const T norms = c.post_norms ? 4 : c.shared_norm ? 1 : 2;
+  return (w + q) * h + h * m + f * h + biases + norms * norm +
          static_cast<T>(c.qk_norm ? 2 * c.head_dim() : 0);
 }
 
@@ -307,7 +318,8 @@ T parameters_in(const GptConfig& c) {
   const T h = static_cast<T>(c.d_model), norm = c.rms_norm() ? h : 2 * h;
   const T tables =
       static_cast<T>((c.tie_embeddings ? 1 : 2) * c.vocab_size + (c.rotary() ? 0 : c.seq_len));
-  return static_cast<T>(c.n_layer) * block_parameters_in<T>(c) + tables * h + norm;
+  return static_cast<T>(c.n_layer) * block_parameters_in<T>(c) + tables * h + norm +
+         static_cast<T>(c.head_bias ? c.vocab_size : 0);
 }
 
 }  // namespace
@@ -350,6 +362,13 @@ double GptConfig::training_flops(double sequences, bool full_recompute) const {
   return sequences * s * per_token;
 }
 
+std::vector<const char*> block_norms(const GptConfig& cfg) {
+  std::vector<const char*> out{"ln_1"};
+  if (!cfg.shared_norm) out.push_back("ln_2");
+  if (cfg.post_norms) out.insert(out.end(), {"post_attn_norm", "post_mlp_norm"});
+  return out;
+}
+
 std::map<std::string, Shape> gpt_parameter_shapes(const GptConfig& cfg,
                                                   const std::vector<int64_t>& layers,
                                                   bool token_embedding, bool embeds, bool head) {
@@ -362,11 +381,11 @@ std::map<std::string, Shape> gpt_parameter_shapes(const GptConfig& cfg,
     s["ln_f.weight"] = {C};
     if (norm_bias) s["ln_f.bias"] = {C};
     if (!cfg.tie_embeddings) s["lm_head.weight"] = {cfg.vocab_size, C};
+    if (cfg.head_bias) s["lm_head.bias"] = {cfg.vocab_size};
   }
   for (int64_t i : layers) {
     const std::string p = "h." + std::to_string(i) + ".";
-    for (const char* norm : {"ln_1", "ln_2", "post_attn_norm", "post_mlp_norm"}) {
-      if (!cfg.post_norms && std::string(norm).rfind("post_", 0) == 0) continue;
+    for (const char* norm : block_norms(cfg)) {
       s[p + norm + ".weight"] = {C};
       if (norm_bias) s[p + norm + ".bias"] = {C};
     }
@@ -548,7 +567,7 @@ Block::Block(const GptConfig& cfg, int64_t layer) : parallel_residual_(cfg.paral
   };
   ln_1_ = register_module("ln_1", norm());
   attn_ = register_module("attn", std::make_shared<CausalSelfAttention>(cfg, layer));
-  ln_2_ = register_module("ln_2", norm());
+  if (!cfg.shared_norm) ln_2_ = register_module("ln_2", norm());
   mlp_ = register_module("mlp", std::make_shared<Mlp>(cfg, layer));
   if (cfg.post_norms) {
     post_attn_norm_ = register_module("post_attn_norm", norm());
@@ -567,8 +586,10 @@ Tensor post_norm(const std::shared_ptr<LayerNorm>& norm, const Tensor& y) {
 
 Tensor Block::forward(const Tensor& x, const ForwardContext& ctx) const {
   if (parallel_residual_) {
-    const Tensor a = post_norm(post_attn_norm_, attn_->forward(ln_1_->forward(x), ctx));
-    return add(add(x, a), post_norm(post_mlp_norm_, mlp_->forward(ln_2_->forward(x), ctx)));
+    const Tensor n1 = ln_1_->forward(x);
+    const Tensor a = post_norm(post_attn_norm_, attn_->forward(n1, ctx));
+    const Tensor n2 = ln_2_ ? ln_2_->forward(x) : n1;  // model.shared_norm: ln_1's for both
+    return add(add(x, a), post_norm(post_mlp_norm_, mlp_->forward(n2, ctx)));
   }
   // The attention's residual add and ln_2 run as one op.
   const AddNorm h =
@@ -579,11 +600,12 @@ Tensor Block::forward(const Tensor& x, const ForwardContext& ctx) const {
 Tensor Block::forward_cached(const Tensor& x, Tensor& k_cache, Tensor& v_cache, int64_t start,
                              const ForwardContext& ctx, const Tensor& text_starts) const {
   if (parallel_residual_) {
+    const Tensor n1 = ln_1_->forward(x);
     const Tensor a = post_norm(
-        post_attn_norm_,
-        attn_->forward_cached(ln_1_->forward(x), k_cache, v_cache, start, ctx, text_starts));
-    return add(add(x, a), post_norm(post_mlp_norm_,
-                                    mlp_->forward(ln_2_->forward(x), ForwardContext{false, 0, 0})));
+        post_attn_norm_, attn_->forward_cached(n1, k_cache, v_cache, start, ctx, text_starts));
+    const Tensor n2 = ln_2_ ? ln_2_->forward(x) : n1;
+    return add(add(x, a),
+               post_norm(post_mlp_norm_, mlp_->forward(n2, ForwardContext{false, 0, 0})));
   }
   const AddNorm h = ln_2_->forward_add(
       x, post_norm(post_attn_norm_, attn_->forward_cached(ln_1_->forward(x), k_cache, v_cache,
@@ -609,7 +631,8 @@ Gpt::Gpt(const GptConfig& cfg, uint64_t seed, DType dtype, Init how) : cfg_(cfg)
                           std::make_shared<LayerNorm>(cfg.d_model, cfg.layer_norm_eps, DType::F32,
                                                       cfg.rms_norm(), cfg.norm_weight_offset));
   if (!cfg.tie_embeddings) {
-    lm_head_ = register_module("lm_head", std::make_shared<Embedding>(cfg.vocab_size, cfg.d_model));
+    lm_head_ = register_module(
+        "lm_head", std::make_shared<Linear>(cfg.d_model, cfg.vocab_size, cfg.head_bias));
   }
   if (how == Init::Random) {
     StateDict init;
@@ -659,8 +682,12 @@ const Tensor& Gpt::head_weight() const {
   return lm_head_ ? lm_head_->weight() : wte_->weight();
 }
 
+Tensor Gpt::head_bias() const {
+  return lm_head_ ? lm_head_->bias() : Tensor();
+}
+
 Tensor Gpt::head(const Tensor& hidden) const {
-  const Tensor logits = linear(ln_f_->forward(hidden), head_weight());
+  const Tensor logits = linear(ln_f_->forward(hidden), head_weight(), head_bias());
   return cfg_.final_logit_softcap > 0 ? soft_cap(logits, cfg_.final_logit_softcap) : logits;
 }
 
@@ -686,7 +713,7 @@ Tensor Gpt::trunk(const Tensor& ids, const ForwardContext& in) const {
 Tensor Gpt::loss(const Tensor& ids, const Tensor& targets, const ForwardContext& ctx) const {
   // The head and the loss in one op: padded logits rows, aligned GEMMs.
   return linear_cross_entropy(ln_f_->forward(trunk(ids, ctx)), head_weight(), targets, -100,
-                              cfg_.final_logit_softcap);
+                              cfg_.final_logit_softcap, head_bias());
 }
 
 Tensor Gpt::decode(const Tensor& ids, KvCache& cache, bool last_only) const {

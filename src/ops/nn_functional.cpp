@@ -10,6 +10,7 @@
 #include "triad/autograd/grad_mode.h"
 #include "triad/autograd/node.h"
 #include "triad/backend/backend.h"
+#include "triad/ops/creation.h"
 #include "triad/ops/elementwise.h"
 #include "triad/ops/shape_ops.h"
 
@@ -587,7 +588,7 @@ int64_t padded_logits_row(int64_t classes) {
   return (classes + kRow - 1) / kRow * kRow;
 }
 
-Tensor linear_head_loss(const char* op, const Tensor& x, const Tensor& weight,
+Tensor linear_head_loss(const char* op, const Tensor& x, const Tensor& weight, const Tensor& bias,
                         const std::function<HeadLoss(const Tensor& logits)>& loss_of,
                         double softcap, const InputGradComm& comm) {
   check_softcap(op, softcap);
@@ -600,13 +601,26 @@ Tensor linear_head_loss(const char* op, const Tensor& x, const Tensor& weight,
                      shape_str(weight.shape()) +
                      " (weight must be [classes, C], classes and C > 0, C the last dim of x)");
   }
+  const bool has_bias = bias.defined();
+  if (has_bias) {
+    detail::check_same(weight, bias, op);
+    if (bias.dim() != 1 || bias.size(0) != weight.size(0)) {
+      throw ShapeError(std::string(op) + ": bias " + shape_str(bias.shape()) + " for weight " +
+                       shape_str(weight.shape()) + " (expected [classes], one per weight row)");
+    }
+  }
   const int64_t C = x.size(-1), N = x.numel() / C, V = weight.size(0), ld = padded_logits_row(V);
   Tensor x2 = reshape(contiguous(x).detach(), {N, C}).detach();
   Tensor w = contiguous(weight).detach();
   // The logits' rows `ld` apart: every GEMM here has aligned leading
   // dimensions whatever V is. Only this op and its loss ever see them.
-  Tensor logits = make_view(empty({N, ld}, x.dtype(), x.device()), {N, V}, {ld, 1}, 0);
-  backend_for(x).gemm(x2, w, logits, false, true, 1.0, 0.0);
+  // With a bias, the padding columns start at zero: the bias's gradient
+  // sums whole rows of the buffer, padding included, and drops the padding.
+  Tensor rows = has_bias && ld != V ? zeros({N, ld}, x.dtype(), x.device())
+                                    : empty({N, ld}, x.dtype(), x.device());
+  Tensor logits = make_view(rows, {N, V}, {ld, 1}, 0);
+  if (has_bias) backend_for(x).copy(expand(bias.detach(), {N, V}), logits);
+  backend_for(x).gemm(x2, w, logits, false, true, 1.0, has_bias ? 1.0 : 0.0);
   if (softcap > 0) backend_for(x).soft_cap(logits, softcap, logits);  // in place
   HeadLoss head = loss_of(logits);
 
@@ -626,33 +640,59 @@ Tensor linear_head_loss(const char* op, const Tensor& x, const Tensor& weight,
     Tensor dlogits = logits;
     backward(g[0], dlogits);
     *consumed = true;
-    if (!need_x) return {Tensor(), Tensor()};
+    if (!need_x) return {Tensor(), Tensor(), Tensor()};
     Tensor gx = empty({logits.size(0), w.size(1)}, logits.dtype(), logits.device());
     backend_for(logits).gemm(logits, w, gx, false, false, 1.0, 0.0);
-    return {reshape(gx, xs), Tensor()};
+    return {reshape(gx, xs), Tensor(), Tensor()};
   };
   const Tensor leaf_weight = weight.requires_grad() && weight.is_leaf() ? weight : Tensor();
-  auto weight_grad = [logits, leaf_weight, need_w = weight.requires_grad()](
-                         const Tensor& x2, const TensorList&) -> TensorList {
+  const Tensor leaf_bias = has_bias && bias.requires_grad() && bias.is_leaf() ? bias : Tensor();
+  auto weight_grad = [logits, rows, leaf_weight, leaf_bias, need_w = weight.requires_grad(),
+                      need_b = has_bias && bias.requires_grad()](const Tensor& x2,
+                                                                 const TensorList&) -> TensorList {
     // (logits hold their gradient by now: input_grad always runs first.)
-    if (!need_w) return {Tensor(), Tensor()};
-    Tensor gw;
+    Tensor gw, gb;
     const bool added =
-        autograd::accumulate_into_leaf_grad(leaf_weight, [&](Tensor& acc, double beta) {
+        !need_w || autograd::accumulate_into_leaf_grad(leaf_weight, [&](Tensor& acc, double beta) {
           backend_for(logits).gemm(logits, x2, acc, true, false, 1.0, beta);
         });
     if (!added) {
       gw = empty({logits.size(1), x2.size(1)}, logits.dtype(), logits.device());
       backend_for(logits).gemm(logits, x2, gw, true, false, 1.0, 0.0);
     }
-    return {Tensor(), gw};
+    // The bias's: column sums of the padded rows (their padding zero), the
+    // classes' kept. Summed in the gradient buffer's dtype (f32 under half
+    // logits), then added to it.
+    const int64_t V = logits.size(1);
+    auto column_sums = [&](DType dtype) {
+      Tensor sums = empty({rows.size(1)}, dtype, rows.device());
+      backend_for(rows).sum_rows_into(rows, sums, 0.0);
+      return narrow(sums, 0, 0, V);
+    };
+    const bool bias_added =
+        !need_b || autograd::accumulate_into_leaf_grad(leaf_bias, [&](Tensor& acc, double beta) {
+          const Tensor sums = column_sums(acc.dtype());
+          if (beta == 0.0) {
+            backend_for(acc).copy(sums, acc);
+          } else {
+            backend_for(acc).accumulate(sums, acc);
+          }
+        });
+    if (!bias_added) gb = contiguous(column_sums(logits.dtype()));
+    return {Tensor(), gw, gb};
   };
-  detail::record_layer(op, {x, weight}, {head.loss}, {1}, input_grad, weight_grad, x2, through);
+  TensorList inputs{x, weight};
+  std::vector<int> deferrable{1};
+  if (has_bias) {
+    inputs.push_back(bias);
+    deferrable.push_back(2);
+  }
+  detail::record_layer(op, inputs, {head.loss}, deferrable, input_grad, weight_grad, x2, through);
   return head.loss;
 }
 
 Tensor linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor& targets,
-                            int64_t ignore_index, double softcap) {
+                            int64_t ignore_index, double softcap, const Tensor& bias) {
   const char* op = "linear_cross_entropy";
   detail::check_index(targets, op, "targets");
   if (x.dim() < 1) throw ShapeError(std::string(op) + ": x must have a feature dimension");
@@ -660,7 +700,7 @@ Tensor linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor&
   check_targets(op, targets, x, lead);
   Tensor tc = reshape(contiguous(targets).detach(), {numel(lead)}).detach();
   return linear_head_loss(
-      op, x, weight,
+      op, x, weight, bias,
       [&](const Tensor& logits) {
         Tensor loss;
         CrossEntropyParts ce = cross_entropy_forward(op, logits, tc, ignore_index, &loss);

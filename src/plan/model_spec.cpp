@@ -87,6 +87,9 @@ nn::GptConfig parse_model_spec(const std::string& yaml_text, const std::string& 
   // fewer, unless dropout acts on each sublayer's output alone.
   option("parallel_residual", "true or false",
          [&](const YAML::Node& v) { c.parallel_residual = v.as<bool>(); });
+  option("shared_norm", "true or false",
+         [&](const YAML::Node& v) { c.shared_norm = v.as<bool>(); });
+  option("head_bias", "true or false", [&](const YAML::Node& v) { c.head_bias = v.as<bool>(); });
   option("dropout", "a probability", [&](const YAML::Node& v) { c.dropout = v.as<double>(); });
   option("final_logit_softcap", "a number",
          [&](const YAML::Node& v) { c.final_logit_softcap = v.as<double>(); });
@@ -146,6 +149,8 @@ nn::GptConfig parse_model_spec(const std::string& yaml_text, const std::string& 
                                                  "norm_weight_offset",
                                                  "post_norms",
                                                  "parallel_residual",
+                                                 "shared_norm",
+                                                 "head_bias",
                                                  "rope_local_theta",
                                                  "rope_dim",
                                                  "hf_type",

@@ -764,6 +764,8 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
       {"post_norms", {false, [&](auto& v, auto& k) { m.post_norms = get_bool(v, k); }}},
       {"parallel_residual",
        {false, [&](auto& v, auto& k) { m.parallel_residual = get_bool(v, k); }}},
+      {"shared_norm", {false, [&](auto& v, auto& k) { m.shared_norm = get_bool(v, k); }}},
+      {"head_bias", {false, [&](auto& v, auto& k) { m.head_bias = get_bool(v, k); }}},
       {"activation",
        {false,
         [&](auto& v, auto& k) { m.activation = nn::activation_from_string(get_string(v, k)); }}},
@@ -1302,6 +1304,8 @@ std::string to_yaml(const Config& c) {
   if (c.model.norm_weight_offset) e << YAML::Key << "norm_weight_offset" << YAML::Value << true;
   if (c.model.post_norms) e << YAML::Key << "post_norms" << YAML::Value << true;
   if (c.model.parallel_residual) e << YAML::Key << "parallel_residual" << YAML::Value << true;
+  if (c.model.shared_norm) e << YAML::Key << "shared_norm" << YAML::Value << true;
+  if (c.model.head_bias) e << YAML::Key << "head_bias" << YAML::Value << true;
   e << YAML::Key << "activation" << YAML::Value << nn::activation_string(c.model.activation);
   e << YAML::Key << "ffn_hidden_size" << YAML::Value << c.model.ffn_hidden_size;
   e << YAML::Key << "position_embedding" << YAML::Value

@@ -737,6 +737,45 @@ TEST(HfConfig, GptNeoxConfigIsPythias) {
             nn::Activation::GeluErf);
 }
 
+// Phi-2's config.json as published: the parallel residual with one norm, a
+// biased untied head, 40% of each head turned (32 of 80), and its
+// published parameter count; what Triad does not build is named.
+TEST(HfConfig, PhiConfigIsPhi2s) {
+  const std::string phi2 = R"({
+    "architectures": ["PhiForCausalLM"], "attention_dropout": 0.0, "bos_token_id": 50256,
+    "embd_pdrop": 0.0, "eos_token_id": 50256, "hidden_act": "gelu_new", "hidden_size": 2560,
+    "initializer_range": 0.02, "intermediate_size": 10240, "layer_norm_eps": 1e-05,
+    "max_position_embeddings": 2048, "model_type": "phi", "num_attention_heads": 32,
+    "num_hidden_layers": 32, "num_key_value_heads": 32, "partial_rotary_factor": 0.4,
+    "qk_layernorm": false, "resid_pdrop": 0.1, "rope_scaling": null, "rope_theta": 10000.0,
+    "tie_word_embeddings": false, "torch_dtype": "float16", "transformers_version": "4.37.0",
+    "use_cache": true, "vocab_size": 51200})";
+  const nn::GptConfig c = gpt_config_from_hf(phi2, "phi-2/config.json");
+  EXPECT_EQ(c.hf_type, "phi");
+  EXPECT_EQ(c.num_parameters(), 2'779'683'840);
+  EXPECT_TRUE(c.parallel_residual);
+  EXPECT_TRUE(c.shared_norm);
+  EXPECT_TRUE(c.head_bias);
+  EXPECT_FALSE(c.tie_embeddings);
+  EXPECT_TRUE(c.linear_bias);
+  EXPECT_FALSE(c.rms_norm());
+  EXPECT_EQ(c.activation, nn::Activation::Gelu);
+  EXPECT_EQ(c.rope_dim, 32);
+  EXPECT_EQ(c.kv_heads(), 32);
+  EXPECT_EQ(c.seq_len, 2048);
+  // Left out: PhiConfig's half of each head; grouped key/value heads read.
+  const nn::GptConfig d = gpt_config_from_hf(
+      edited(without(phi2, "partial_rotary_factor"), "num_key_value_heads", "8"), "d");
+  EXPECT_EQ(d.rope_dim, 40);
+  EXPECT_EQ(d.kv_heads(), 8);
+  EXPECT_NE(error_of(edited(phi2, "qk_layernorm", "true"))
+                .find("'qk_layernorm' (true): Phi's per-head LayerNorms are not implemented"),
+            std::string::npos);
+  EXPECT_NE(error_of(edited(phi2, "tie_word_embeddings", "true"))
+                .find("model.head_bias: a bias on the logits needs an untied head"),
+            std::string::npos);
+}
+
 // StableLM 2 1.6B's config.json as published: LLaMA's blocks with
 // LayerNorms, q, k and v biases and a quarter of each head turned, and its
 // published parameter count; its 12B's parallel blocks (one norm shared)
@@ -767,9 +806,14 @@ TEST(HfConfig, StableLmConfigIsStableLm2s) {
       "3b/config.json");
   EXPECT_FALSE(b.qkv_bias);
   EXPECT_EQ(b.rope_dim, 16);
-  EXPECT_NE(error_of(edited(stablelm, "use_parallel_residual", "true"))
-                .find("'use_parallel_residual' (true): StableLM's parallel blocks share one norm"),
-            std::string::npos);
+  EXPECT_FALSE(b.parallel_residual);
+  EXPECT_FALSE(b.shared_norm);
+  // StableLM 2 12B's parallel blocks: one norm for the attention and the MLP.
+  const nn::GptConfig parallel =
+      gpt_config_from_hf(edited(stablelm, "use_parallel_residual", "true"), "12b/config.json");
+  EXPECT_TRUE(parallel.parallel_residual);
+  EXPECT_TRUE(parallel.shared_norm);
+  EXPECT_FALSE(parallel.head_bias);
   EXPECT_NE(error_of(edited(stablelm, "qk_layernorm", "true"))
                 .find("'qk_layernorm' (true): StableLM's per-head LayerNorms are not implemented"),
             std::string::npos);
@@ -819,7 +863,7 @@ TEST(HfConfig, WhatTriadDoesNotBuildIsNamed) {
             std::string::npos);
   EXPECT_NE(message(from(edited(llama, "model_type", "\"qwen3_moe\"")))
                 .find("model_type 'qwen3_moe' is not supported (llama, mistral, qwen2, qwen3, "
-                      "gemma, gemma2, gemma3_text, gemma3, phi3, stablelm, gpt_neox or gpt2)"),
+                      "gemma, gemma2, gemma3_text, gemma3, phi3, stablelm, gpt_neox, phi or gpt2)"),
             std::string::npos);
   EXPECT_NE(message(from(edited(edited(edited(kQwen3_06b, "use_sliding_window", "true"),
                                        "max_window_layers", "10"),

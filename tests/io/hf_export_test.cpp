@@ -94,6 +94,8 @@ void expect_same_model(const nn::GptConfig& a, const nn::GptConfig& b) {
   EXPECT_EQ(a.norm_weight_offset, b.norm_weight_offset);
   EXPECT_EQ(a.post_norms, b.post_norms);
   EXPECT_EQ(a.parallel_residual, b.parallel_residual);
+  EXPECT_EQ(a.shared_norm, b.shared_norm);
+  EXPECT_EQ(a.head_bias, b.head_bias);
   EXPECT_EQ(a.qk_norm, b.qk_norm);
   EXPECT_EQ(a.rope_local_theta, b.rope_local_theta);
   EXPECT_EQ(a.query_pre_attn_scalar, b.query_pre_attn_scalar);
@@ -199,6 +201,16 @@ TEST(HfExport, LlamaAndGpt2RoundTrip) {
   stablelm.qkv_bias = true;
   stablelm.rope_dim = 2;
   stablelm.layer_norm_eps = 1e-5;
+  // PhiForCausalLM: one norm for the parallel sublayers, a biased head,
+  // half of each head turned, grouped key/value heads.
+  nn::GptConfig phi2 = pythia;
+  phi2.shared_norm = true;
+  phi2.head_bias = true;
+  phi2.n_kv_head = 1;
+  phi2.activation = nn::Activation::Gelu;
+  nn::GptConfig stablelm_parallel = stablelm;  // StableLM 2 12B's shared-norm parallel blocks
+  stablelm_parallel.parallel_residual = true;
+  stablelm_parallel.shared_norm = true;
   for (const nn::GptConfig& c : {llama(false, 2),
                                  llama(true, 0),
                                  llama(false, 1),
@@ -214,6 +226,8 @@ TEST(HfExport, LlamaAndGpt2RoundTrip) {
                                  phi4,
                                  phi3,
                                  stablelm,
+                                 stablelm_parallel,
+                                 phi2,
                                  pythia,
                                  neox,
                                  gpt2(true),
@@ -699,6 +713,39 @@ TEST(HfExport, NamesAndShapesAreHuggingFaces) {
   EXPECT_TRUE(pj.at("sliding_window").is_null());
   EXPECT_TRUE(pj.at("rope_scaling").is_null());
   EXPECT_FALSE(pj.contains("attention_bias"));
+  // Phi's: q_proj, k_proj and v_proj with their biases, dense, fc1 and fc2,
+  // one norm a block, and the head's bias.
+  nn::GptConfig f = x;
+  f.shared_norm = true;
+  f.head_bias = true;
+  f.tie_embeddings = false;
+  f.n_kv_head = 1;
+  EXPECT_STREQ(hf_model_type(f), "phi");
+  const auto ft = triad_to_hf(nn::Gpt(f, 1).state_dict(), f);
+  EXPECT_EQ(ft.at("model.layers.1.self_attn.q_proj.bias").shape(), (Shape{8}));
+  EXPECT_EQ(ft.at("model.layers.1.self_attn.k_proj.weight").shape(), (Shape{4, 8}));
+  EXPECT_EQ(ft.at("model.layers.1.self_attn.dense.weight").shape(), (Shape{8, 8}));
+  EXPECT_EQ(ft.at("model.layers.0.mlp.fc1.weight").shape(), (Shape{20, 8}));
+  EXPECT_EQ(ft.at("model.layers.0.mlp.fc2.bias").shape(), (Shape{8}));
+  EXPECT_EQ(ft.at("lm_head.bias").shape(), (Shape{11}));
+  EXPECT_FALSE(ft.count("model.layers.0.post_attention_layernorm.weight"));
+  EXPECT_EQ(ft.size(), 5u + 2 * 14);
+  const auto fj = nlohmann::json::parse(hf_config_json(f));
+  EXPECT_EQ(fj.at("architectures").at(0), "PhiForCausalLM");
+  EXPECT_EQ(fj.at("num_key_value_heads"), 1);
+  EXPECT_EQ(fj.at("partial_rotary_factor"), 1.0);
+  EXPECT_EQ(fj.at("qk_layernorm"), false);
+  // Without the shared norm or the head's bias, no class but GPT-NeoX's (or
+  // none) holds it.
+  nn::GptConfig unbiased = f;
+  unbiased.head_bias = false;
+  expect_no_class(unbiased,
+                  "PhiForCausalLM the same with grouped heads allowed, the parallel "
+                  "residual with a shared norm, and a head bias (here "
+                  "model.head_bias is false)");
+  nn::GptConfig two_norms = f;
+  two_norms.shared_norm = false;
+  expect_no_class(two_norms, "model.shared_norm is false");
 }
 
 // model.hf_type picks among the classes that hold a model: a Mistral
@@ -743,8 +790,8 @@ TEST(HfExport, TheModelsOwnClassIsPreferred) {
   } catch (const ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find("model.hf_type 'phi4' is not a model_type Triad exports "
                                          "(llama, mistral, qwen2, qwen3, gemma, gemma2, "
-                                         "gemma3_text, phi3, stablelm, gpt_neox, gpt2, or "
-                                         "auto)"),
+                                         "gemma3_text, phi3, stablelm, gpt_neox, phi, gpt2, "
+                                         "or auto)"),
               std::string::npos)
         << e.what();
   }

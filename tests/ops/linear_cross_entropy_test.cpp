@@ -22,18 +22,28 @@ namespace {
 
 struct Outcome {
   double loss = 0;
-  std::vector<double> dx, dw;
+  std::vector<double> dx, dw, db;
 };
 
-Outcome run(DType dtype, int64_t V, bool fused, bool defer) {
+// with_bias: a biased head (model.head_bias), soft-capped at `softcap`.
+Outcome run(DType dtype, int64_t V, bool fused, bool defer, bool with_bias = false,
+            double softcap = 0.0) {
   Tensor x = randn({2, 5, 12}, 3, 1, 1.0, dtype);
   Tensor w = randn({V, 12}, 3, 2, 0.3, dtype);
+  Tensor b = with_bias ? randn({V}, 3, 3, 1.0, dtype) : Tensor();
   x.set_requires_grad(true);
   w.set_requires_grad(true);
+  if (with_bias) b.set_requires_grad(true);
   std::vector<int64_t> t;
   for (int64_t i = 0; i < 10; ++i) t.push_back(i == 4 ? -100 : (i * 37 + 5) % V);
   const Tensor targets = from_vector(t, {2, 5}, DType::I64);
-  Tensor loss = fused ? linear_cross_entropy(x, w, targets) : cross_entropy(linear(x, w), targets);
+  Tensor loss;
+  if (fused) {
+    loss = linear_cross_entropy(x, w, targets, -100, softcap, b);
+  } else {
+    const Tensor logits = linear(x, w, b);
+    loss = cross_entropy(softcap > 0 ? soft_cap(logits, softcap) : logits, targets);
+  }
   autograd::WeightGradStore store;
   autograd::BackwardOptions opts;
   if (defer) opts.defer_weight_grads = &store;
@@ -41,9 +51,13 @@ Outcome run(DType dtype, int64_t V, bool fused, bool defer) {
   if (defer) {
     EXPECT_TRUE(x.grad().defined());
     EXPECT_FALSE(w.grad().defined());  // waits for the flush
+    if (with_bias) {
+      EXPECT_FALSE(b.grad().defined());
+    }
     store.flush();
   }
-  return {to_double_vector(loss)[0], to_double_vector(x.grad()), to_double_vector(w.grad())};
+  return {to_double_vector(loss)[0], to_double_vector(x.grad()), to_double_vector(w.grad()),
+          with_bias ? to_double_vector(b.grad()) : std::vector<double>{}};
 }
 
 void expect_close(const std::vector<double>& a, const std::vector<double>& b, double tol,
@@ -75,6 +89,38 @@ TEST(LinearCrossEntropy, EqualsCrossEntropyOfLinear) {
         expect_close(fused.dw, plain.dw, tol, "dw");
       }
     }
+  }
+}
+
+TEST(LinearCrossEntropy, ABiasedHeadEqualsCrossEntropyOfLinearWithItsBias) {
+  for (DType dtype : {DType::F64, DType::F32, DType::BF16}) {
+    const double tol = dtype == DType::F64 ? 1e-12 : dtype == DType::F32 ? 1e-6 : 1e-2;
+    for (int64_t V : {64, 67}) {  // the bias's gradient sums padded rows for 67
+      for (double softcap : {0.0, 3.0}) {
+        for (bool defer : {false, true}) {
+          SCOPED_TRACE(std::string(dtype_name(dtype)) + " V " + std::to_string(V) + " cap " +
+                       std::to_string(softcap) + (defer ? " deferred" : ""));
+          const Outcome fused = run(dtype, V, true, defer, true, softcap),
+                        plain = run(dtype, V, false, false, true, softcap);
+          EXPECT_NEAR(fused.loss, plain.loss, tol * plain.loss);
+          expect_close(fused.dx, plain.dx, tol, "dx");
+          expect_close(fused.dw, plain.dw, tol, "dw");
+          expect_close(fused.db, plain.db, tol, "db");
+          // (A bias that changed nothing would leave the loss of no bias.)
+          if (softcap == 0.0 && defer) {
+            EXPECT_GT(std::abs(fused.loss - run(dtype, V, true, false).loss), 1e-3);
+          }
+        }
+      }
+    }
+  }
+  Tensor x = randn({2, 12}, 3, 1), w = randn({67, 12}, 3, 2);
+  const Tensor targets = from_vector(std::vector<int64_t>{1, 2}, {2}, DType::I64);
+  try {
+    linear_cross_entropy(x, w, targets, -100, 0.0, randn({66}, 3, 3));
+    FAIL() << "a bias of the wrong length was accepted";
+  } catch (const ShapeError& e) {
+    EXPECT_NE(std::string(e.what()).find("bias [66]"), std::string::npos) << e.what();
   }
 }
 

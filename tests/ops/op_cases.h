@@ -514,6 +514,29 @@ inline std::vector<OpCase> op_cases() {
                      x[0], x[1], to_device(ids({1, 66, -100, 0, 3, 65}, {2, 3}), x[0].device()),
                      -100, 1.0);
                }});
+  // A biased head (Phi-2's lm_head.bias), soft-capped after the bias: the
+  // bias's gradient sums the padded rows' valid columns.
+  c.push_back(
+      {"linear_cross_entropy_bias",
+       [](DType d) {
+         return std::vector<Tensor>{rnd({2, 3, 5}, d, 1), rnd({67, 5}, d, 2, 0.5), rnd({67}, d, 3)};
+       },
+       [](const std::vector<Tensor>& x) {
+         return linear_cross_entropy(x[0], x[1],
+                                     to_device(ids({1, 66, -100, 0, 3, 65}, {2, 3}), x[0].device()),
+                                     -100, 2.0, x[2]);
+       }});
+  // A computed bias: its gradient comes back through the op's outputs.
+  c.push_back(
+      {"linear_cross_entropy_computed_bias",
+       [](DType d) {
+         return std::vector<Tensor>{rnd({2, 3, 5}, d, 1), rnd({64, 5}, d, 2, 0.5), rnd({64}, d, 3)};
+       },
+       [](const std::vector<Tensor>& x) {
+         return linear_cross_entropy(x[0], x[1],
+                                     to_device(ids({1, 63, -100, 0, 3, 62}, {2, 3}), x[0].device()),
+                                     -100, 0.0, affine(x[2], 1.5, 0.25));
+       }});
   // Computed (non-leaf) weights and biases: their gradients come back
   // through the op's outputs rather than straight into a parameter's buffer.
   c.push_back(

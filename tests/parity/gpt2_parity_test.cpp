@@ -589,6 +589,43 @@ TEST_F(Gpt2Parity, StableLmDirectoryReadsAndExportsAsHuggingFacesStableLm) {
   expect_exports_as_written(model, dir);
 }
 
+// Phi-2's blocks from a PhiForCausalLM directory: the parallel residual
+// with one norm for both sublayers, a biased untied head, half of each head
+// turned and grouped key/value heads read to the reference's logits,
+// gradients (the head bias's among them) and greedy tokens (key/value-cache
+// steps through the shared norm); exported again, the same directory.
+// Without the head's bias the logits differ.
+TEST_F(Gpt2Parity, PhiDirectoryReadsAndExportsAsHuggingFacesPhi) {
+  const std::string dir = ref_dir() + "/phi_hf";
+  const nn::GptConfig cfg = io::load_hf_config(dir);
+  EXPECT_EQ(cfg.hf_type, "phi");
+  EXPECT_TRUE(cfg.parallel_residual);
+  EXPECT_TRUE(cfg.shared_norm);
+  EXPECT_TRUE(cfg.head_bias);
+  EXPECT_EQ(cfg.activation, nn::Activation::Gelu);
+  EXPECT_EQ(cfg.rope_dim, cfg_["neox_rope_dim"].get<int64_t>());
+  EXPECT_EQ(cfg.kv_heads(), cfg_["llama_kv_heads"].get<int64_t>());
+  nn::Gpt model(cfg, 1);
+  io::load_gpt2_safetensors(model, dir);
+  EXPECT_FALSE(model.state_dict().count("h.0.ln_2.weight"));
+  expect_step_zero_matches(model, ref_, "phi.");
+  expect_greedy_tokens(cfg, "phi_generator.safetensors", "phi.greedy_tokens", ref_);
+
+  const Tensor ids = cast(ref_.at("input_ids"), DType::I64);
+  const std::vector<double> want = to_double_vector(ref_.at("phi.logits"));
+  nn::GptConfig unbiased = cfg;
+  unbiased.head_bias = false;
+  nn::Gpt m(unbiased, 1);
+  nn::StateDict weights = model.state_dict();
+  weights.erase("lm_head.bias");
+  m.load_state_dict(weights);
+  const std::vector<double> got = to_double_vector(m.forward(ids));
+  double worst = 0;
+  for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, std::abs(got[i] - want[i]));
+  EXPECT_GT(worst, 1e-2);
+  expect_exports_as_written(model, dir);
+}
+
 // LLaMA 3.1's RoPE scaling on the LLaMA-style model (its four frequencies
 // in all three of the rule's regions), against Hugging Face's rule written
 // out in PyTorch.

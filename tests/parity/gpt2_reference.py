@@ -165,8 +165,10 @@ class Gpt(torch.nn.Module):
                  head_dim=None, qk_norm=False, full_layers=(), geglu=False, embed_scale=None,
                  norm_offset=False, post_norms=False, rope_local_theta=None, attn_scalar=None,
                  attn_softcap=None, final_softcap=None, rope_dim=None, parallel=False,
-                 gelu_exact=False):
+                 gelu_exact=False, shared_norm=False, head_bias=False):
         super().__init__()
+        # Phi-2's: the parallel sublayers both read ln_1's output (no ln_2).
+        self.shared_norm = shared_norm
         # GPT-NeoX's (Pythia's): both sublayers read the block's input, and
         # the MLP's GELU is the exact (erf) form rather than tanh's.
         self.parallel, self.gelu_exact = parallel, gelu_exact
@@ -212,7 +214,9 @@ class Gpt(torch.nn.Module):
             if post_norms:
                 b.post_attn_norm = RmsNorm(C, offset=norm_offset)
                 b.post_mlp_norm = RmsNorm(C, offset=norm_offset)
-            b.ln_2 = RmsNorm(C, offset=norm_offset) if rms_norm else torch.nn.LayerNorm(C, eps=1e-5)
+            if not shared_norm:
+                b.ln_2 = (RmsNorm(C, offset=norm_offset) if rms_norm
+                          else torch.nn.LayerNorm(C, eps=1e-5))
             b.mlp = torch.nn.Module()
             if swiglu_ffn is None:
                 b.mlp.c_fc = torch.nn.Linear(C, 4 * C)
@@ -222,8 +226,8 @@ class Gpt(torch.nn.Module):
                 b.mlp.c_proj = torch.nn.Linear(swiglu_ffn, C, bias=bias)
             self.h.append(b)
         self.ln_f = RmsNorm(C, offset=norm_offset) if rms_norm else torch.nn.LayerNorm(C, eps=1e-5)
-        if not tie:
-            self.lm_head = torch.nn.Linear(C, c["vocab_size"], bias=False)
+        if not tie:  # Phi-2's has a bias
+            self.lm_head = torch.nn.Linear(C, c["vocab_size"], bias=head_bias)
         g = torch.Generator().manual_seed(20241121)
         for name, p in self.named_parameters():
             with torch.no_grad():
@@ -274,8 +278,12 @@ class Gpt(torch.nn.Module):
             post_attn = b.post_attn_norm if self.post_norms else (lambda t: t)
             post_mlp = b.post_mlp_norm if self.post_norms else (lambda t: t)
             attn_out = post_attn(b.attn.c_proj(y))
-            # Sequential: the MLP reads the attention's sum; parallel: x.
-            mlp_in = b.ln_2(x) if self.parallel else b.ln_2(x + attn_out)
+            # Sequential: the MLP reads the attention's sum; parallel: x
+            # (through ln_1 again under the shared norm, as Phi's blocks).
+            if self.shared_norm:
+                mlp_in = b.ln_1(x)
+            else:
+                mlp_in = b.ln_2(x) if self.parallel else b.ln_2(x + attn_out)
             x = x + attn_out
             if self.swiglu_ffn is None:
                 form = "none" if self.gelu_exact else "tanh"
@@ -286,6 +294,8 @@ class Gpt(torch.nn.Module):
                 x = x + post_mlp(b.mlp.c_proj(act * value))
         head = self.wte.weight if not hasattr(self, "lm_head") else self.lm_head.weight
         logits = self.ln_f(x) @ head.t()
+        if hasattr(self, "lm_head") and self.lm_head.bias is not None:
+            logits = logits + self.lm_head.bias
         if self.final_softcap is not None:  # as Gemma2ForCausalLM does
             logits = torch.tanh(logits / self.final_softcap) * self.final_softcap
         return logits
@@ -543,6 +553,41 @@ def save_hf_stablelm(model, directory, rope_dim):
         json.dump(config, f)
 
 
+def save_hf_phi(model, directory, rope_dim):
+    """A Phi-2-style model as a PhiForCausalLM directory, as Phi-2's files
+    are written: q_proj, k_proj and v_proj with their biases, dense, fc1 and
+    fc2, one input_layernorm a block, final_layernorm, lm_head with its bias;
+    partial_rotary_factor the share of each head that turns."""
+    os.makedirs(directory, exist_ok=True)
+    Q, KV = model.c["n_head"] * model.D, model.kv_heads * model.D
+    t = {"model.embed_tokens.weight": model.wte.weight,
+         "model.final_layernorm.weight": model.ln_f.weight,
+         "model.final_layernorm.bias": model.ln_f.bias,
+         "lm_head.weight": model.lm_head.weight, "lm_head.bias": model.lm_head.bias}
+    for i, b in enumerate(model.h):
+        p = f"model.layers.{i}."
+        for kind in ("weight", "bias"):
+            q, k, v = getattr(b.attn.c_attn, kind).split([Q, KV, KV], 0)
+            t.update({p + "self_attn.q_proj." + kind: q, p + "self_attn.k_proj." + kind: k,
+                      p + "self_attn.v_proj." + kind: v,
+                      p + "self_attn.dense." + kind: getattr(b.attn.c_proj, kind),
+                      p + "mlp.fc1." + kind: getattr(b.mlp.c_fc, kind),
+                      p + "mlp.fc2." + kind: getattr(b.mlp.c_proj, kind),
+                      p + "input_layernorm." + kind: getattr(b.ln_1, kind)})
+    save_safetensors(os.path.join(directory, "model.safetensors"), t)
+    config = {"architectures": ["PhiForCausalLM"], "model_type": "phi",
+              "hidden_size": CFG["d_model"], "intermediate_size": 4 * CFG["d_model"],
+              "num_hidden_layers": CFG["n_layer"], "num_attention_heads": CFG["n_head"],
+              "num_key_value_heads": model.kv_heads, "hidden_act": "gelu_new",
+              "vocab_size": CFG["vocab_size"], "max_position_embeddings": CFG["seq_len"],
+              "layer_norm_eps": 1e-5, "rope_theta": ROPE_THETA, "rope_scaling": None,
+              "partial_rotary_factor": rope_dim / model.D, "qk_layernorm": False,
+              "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attention_dropout": 0.0,
+              "tie_word_embeddings": False}
+    with open(os.path.join(directory, "config.json"), "w") as f:
+        json.dump(config, f)
+
+
 def greedy_continuation(model, embedding_growth=8.0):
     """Greedy continuation of GREEDY_PROMPT, past seq_len (the window slides
     over the last seq_len tokens), by the model with its weights made 8x
@@ -789,6 +834,16 @@ def main():
                    qkv_bias=True, rope_dim=NEOX_ROPE_DIM)
     save_hf_stablelm(stablelm, os.path.join(out, "stablelm_hf"), NEOX_ROPE_DIM)
     record_step_zero(stablelm, x, y, "stablelm.", ref)
+
+    # Phi-2's: the parallel residual with one norm for both sublayers, a
+    # biased untied head, half of each head turned, grouped key/value heads;
+    # step 0 and a greedy continuation, from a PhiForCausalLM directory.
+    phi = Gpt(CFG, ROPE_THETA, tie=False, kv_heads=LLAMA_KV_HEADS, rope_dim=NEOX_ROPE_DIM,
+              parallel=True, shared_norm=True, head_bias=True)
+    save_hf_phi(phi, os.path.join(out, "phi_hf"), NEOX_ROPE_DIM)
+    record_step_zero(phi, x, y, "phi.", ref)
+    ref["phi.greedy_tokens"] = torch.tensor(greedy_continuation(phi), dtype=torch.float32)
+    save_model(phi, os.path.join(out, "phi_generator.safetensors"))
 
     save_torch_files(out, ref)
 

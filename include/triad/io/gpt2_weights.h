@@ -56,6 +56,16 @@ nn::StateDict hf_neox_to_triad(const std::map<std::string, Tensor>& tensors, int
 Tensor neox_qkv_rows_to_triad(const Tensor& t, int64_t n_head);
 Tensor triad_qkv_rows_to_neox(const Tensor& t, int64_t n_head);
 
+// Hugging Face Phi tensors (Phi-1, Phi-1.5, Phi-2: model.embed_tokens,
+// model.layers.N.{input_layernorm, self_attn.{q,k,v}_proj, self_attn.dense,
+// mlp.fc1, mlp.fc2}, model.final_layernorm, lm_head with its bias) -> Triad
+// state dict: q, k and v (weights and biases) stacked into c_attn as for
+// LLaMA; one norm per block (model.shared_norm). Told apart from LLaMA's by
+// model.final_layernorm. RoPE's buffer is left out; any other unknown
+// tensor is an IoError naming it.
+bool is_hf_phi(const std::map<std::string, Tensor>& tensors);
+nn::StateDict hf_phi_to_triad(const std::map<std::string, Tensor>& tensors);
+
 // A multimodal checkpoint's language model (Gemma 3's 4B and up): its
 // tensors under language_model.model. (transformers 4.50's layout) or
 // model.language_model. (later ones) renamed to model., language_model's
@@ -75,7 +85,8 @@ void save_gpt2_safetensors(const nn::Gpt& model, const std::string& path);
 // against `expected` (name -> full shape), and write a full state dict. A
 // file in Hugging Face's LLaMA layout (is_hf_llama) is read too
 // (hf_llama_to_triad), a multimodal checkpoint's language model alone
-// (language_model_tensors), and one in GPT-NeoX's (hf_neox_to_triad, which
+// (language_model_tensors), one in Phi's (hf_phi_to_triad), and one in
+// GPT-NeoX's (hf_neox_to_triad, which
 // needs `n_head`, the model's query heads: 0 refuses such a file). `path`
 // is a safetensors file or torch.save's pytorch_model.bin (told apart by
 // their bytes: io/torch_checkpoint.h), a sharded checkpoint's

@@ -124,6 +124,15 @@ struct GptConfig {
   // x + attn(ln_1(x)) + mlp(ln_2(x)), instead of the MLP reading the
   // attention's sum. The same parameters; only the wiring differs.
   bool parallel_residual = false;
+  // One norm for both sublayers of the parallel residual (config key
+  // model.shared_norm; Phi-1's and Phi-2's, GPT-J's, StableLM's parallel
+  // blocks): x + attn(ln_1(x)) + mlp(ln_1(x)). The blocks have no ln_2.
+  // Needs model.parallel_residual and no model.post_norms.
+  bool shared_norm = false;
+  // A bias on the output head's logits (config key model.head_bias; Phi-1's
+  // and Phi-2's, GPT-J's): lm_head.bias (V), added before the loss and
+  // before any soft cap. Needs an untied head (model.tie_embeddings: false).
+  bool head_bias = false;
   // Whether tensor parallelism may sum both sublayers' row-parallel shares
   // and reduce them once: the parallel residual with nothing acting on
   // each sublayer's output alone (dropout, post-norms).
@@ -293,6 +302,9 @@ std::map<std::string, Shape> gpt_parameter_shapes(const GptConfig& cfg,
                                                   bool token_embedding, bool embeds, bool head);
 // Every parameter of the whole model (all blocks, both ends).
 std::map<std::string, Shape> gpt_parameter_shapes(const GptConfig& cfg);
+// The norms of each block, by name: ln_1, ln_2 unless model.shared_norm,
+// post_attn_norm and post_mlp_norm with model.post_norms.
+std::vector<const char*> block_norms(const GptConfig& cfg);
 // Whether `name` is a LoRA adapter (ends in .lora_a or .lora_b), and the
 // weight it adapts ("h.3.attn.c_attn.weight" for "h.3.attn.c_attn.lora_a").
 bool is_lora_adapter(const std::string& name);
@@ -389,7 +401,8 @@ class Mlp : public Module {
 // Pre-LayerNorm transformer block: x + attn(ln_1(x)), then + mlp(ln_2(x));
 // with model.post_norms each sublayer's output is normalised again
 // (post_attn_norm, post_mlp_norm) before the residual add; with
-// model.parallel_residual both read x: x + attn(ln_1(x)) + mlp(ln_2(x)).
+// model.parallel_residual both read x: x + attn(ln_1(x)) + mlp(ln_2(x)),
+// and with model.shared_norm ln_1's output: x + attn(ln_1(x)) + mlp(ln_1(x)).
 class Block : public Module {
  public:
   Block(const GptConfig& cfg, int64_t layer);
@@ -400,7 +413,7 @@ class Block : public Module {
                         const Tensor& text_starts = {}) const;
 
  private:
-  std::shared_ptr<LayerNorm> ln_1_, ln_2_;
+  std::shared_ptr<LayerNorm> ln_1_, ln_2_;                     // no ln_2 under model.shared_norm
   std::shared_ptr<LayerNorm> post_attn_norm_, post_mlp_norm_;  // model.post_norms only
   bool parallel_residual_ = false;
   std::shared_ptr<CausalSelfAttention> attn_;
@@ -448,11 +461,13 @@ class Gpt : public Module {
   Tensor decode_hidden(const Tensor& ids, KvCache& cache) const;
   // The output head's (V, C) weight: wte's, or lm_head's when untied.
   const Tensor& head_weight() const;
+  // Its bias (V) under model.head_bias; undefined otherwise.
+  Tensor head_bias() const;
 
  private:
   GptConfig cfg_;
   std::shared_ptr<Embedding> wte_, wpe_;
-  std::shared_ptr<Embedding> lm_head_;  // untied head only (a weight holder)
+  std::shared_ptr<Linear> lm_head_;  // untied head only (its weight and bias)
   std::vector<std::shared_ptr<Block>> blocks_;
   std::shared_ptr<LayerNorm> ln_f_;
 

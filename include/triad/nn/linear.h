@@ -80,6 +80,8 @@ class Linear : public LinearBase {
   Tensor forward_after_gelu(const LinearGelu& in, const DropoutDraw& draw = {}) const;
   Tensor& weight() { return weight_; }
   Tensor& bias() { return bias_; }
+  const Tensor& weight() const { return weight_; }
+  const Tensor& bias() const { return bias_; }
 };
 
 }  // namespace triad::nn

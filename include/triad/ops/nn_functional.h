@@ -127,8 +127,12 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
 // is deferrable (zero-bubble W) like a linear layer's.
 // softcap > 0 (Gemma 2's final_logit_softcapping): the loss is over the
 // logits soft-capped, softcap * tanh(logits / softcap), in place.
+// bias (V), when defined (Phi-2's biased head): the logits are x @
+// weight^T + bias (before the cap); its gradient, the logits' gradient
+// summed over the rows, is deferrable with the weight's.
 Tensor linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor& targets,
-                            int64_t ignore_index = -100, double softcap = 0.0);
+                            int64_t ignore_index = -100, double softcap = 0.0,
+                            const Tensor& bias = {});
 // Elements from one row of linear_cross_entropy's logits to the next: V
 // rounded up to a multiple of 64.
 int64_t padded_logits_row(int64_t classes);
@@ -149,8 +153,10 @@ struct HeadLoss {
 // sees them, and its backward must write the gradient with respect to the
 // uncapped logits (the backends' cross entropies take the cap for that).
 // A `comm` start takes x's gradient through a collective overlapped with
-// the weight's gradient, as for linear (InputGradComm).
-Tensor linear_head_loss(const char* op, const Tensor& x, const Tensor& weight,
+// the weight's gradient, as for linear (InputGradComm). A defined `bias`
+// (classes) is added to the logits before the cap; its gradient, deferrable
+// with the weight's, is the logits' gradient summed over the rows.
+Tensor linear_head_loss(const char* op, const Tensor& x, const Tensor& weight, const Tensor& bias,
                         const std::function<HeadLoss(const Tensor& logits)>& loss_of,
                         double softcap = 0.0, const InputGradComm& comm = {});
 

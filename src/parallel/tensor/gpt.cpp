@@ -141,9 +141,11 @@ void TensorParallelGpt::build(uint64_t seed, std::shared_ptr<VocabParallelEmbedd
       L.q_norm = attn->add("q_norm", norm());
       L.k_norm = attn->add("k_norm", norm());
     }
-    L.ln_2 = block->add(
-        "ln_2", std::make_shared<nn::LayerNorm>(C, cfg_.layer_norm_eps, DType::F32, cfg_.rms_norm(),
-                                                cfg_.norm_weight_offset));
+    if (!cfg_.shared_norm) {
+      L.ln_2 = block->add(
+          "ln_2", std::make_shared<nn::LayerNorm>(C, cfg_.layer_norm_eps, DType::F32,
+                                                  cfg_.rms_norm(), cfg_.norm_weight_offset));
+    }
     auto mlp = block->add("mlp", std::make_shared<Container>());
     // SwiGLU's c_fc holds [gate | value]: each half split over the ranks, so
     // a rank's shard is its gate and value columns (the full tensor keeps
@@ -165,8 +167,7 @@ void TensorParallelGpt::build(uint64_t seed, std::shared_ptr<VocabParallelEmbedd
     h->add(std::to_string(i), block);
     L.module = block;
     const std::string p = "h." + std::to_string(i) + ".";
-    for (const char* ln : {"ln_1", "ln_2", "post_attn_norm", "post_mlp_norm"}) {
-      if (!cfg_.post_norms && std::string(ln).rfind("post_", 0) == 0) continue;
+    for (const char* ln : nn::block_norms(cfg_)) {
       specs_[p + ln + ".weight"] = ShardSpec::replicated(sp_);
       if (!cfg_.rms_norm()) specs_[p + ln + ".bias"] = ShardSpec::replicated(sp_);
     }
@@ -215,9 +216,10 @@ void TensorParallelGpt::build(uint64_t seed, std::shared_ptr<VocabParallelEmbedd
     if (cfg_.tie_embeddings) {
       head_ = wte_;
     } else {
-      head_ = register_module(
-          "lm_head", std::make_shared<VocabParallelEmbedding>(cfg_.vocab_size, C, group_, sp_));
+      head_ = register_module("lm_head", std::make_shared<VocabParallelEmbedding>(
+                                             cfg_.vocab_size, C, group_, sp_, cfg_.head_bias));
       specs_["lm_head.weight"] = head_->spec();
+      if (cfg_.head_bias) specs_["lm_head.bias"] = head_->spec();
     }
   }
   std::vector<int64_t> layer_ids;
@@ -490,7 +492,8 @@ Tensor TensorParallelGpt::block_forward(int64_t i, const Tensor& x,
   const Layer& L = it->second;
   const int shard = sp_ ? group_->rank() : 0;
   const nn::DropoutDraw draw = ctx.draw();
-  Tensor qkv = L.c_attn->forward(L.ln_1->forward(x), draw);  // the whole sequence, local heads
+  const Tensor normed = L.ln_1->forward(x);
+  Tensor qkv = L.c_attn->forward(normed, draw);  // the whole sequence, local heads
   const int64_t t = group_->size();
   const AttentionHeads heads =
       AttentionHeads{cfg_.n_head / t, cfg_.kv_heads_per_rank(t)}.with_softcap(
@@ -512,8 +515,11 @@ Tensor TensorParallelGpt::block_forward(int64_t i, const Tensor& x,
   // shares and reduces them in one collective instead of two (GPT-NeoX's
   // way), unless something acts on each sublayer's output alone: dropout or
   // post-norms.
+  // The MLP's input beside the attention: ln_2's, or ln_1's under
+  // model.shared_norm.
+  auto parallel_input = [&] { return L.ln_2 ? L.ln_2->forward(x) : normed; };
   if (cfg_.reduces_sublayers_at_once()) {
-    const Tensor shares = add(L.attn_proj->partial(core, draw), mlp_share(L.ln_2->forward(x)));
+    const Tensor shares = add(L.attn_proj->partial(core, draw), mlp_share(parallel_input()));
     return add(x, L.attn_proj->reduce(shares, L.mlp_proj.get()));
   }
   Tensor a = L.attn_proj->forward(core, draw);
@@ -523,7 +529,7 @@ Tensor TensorParallelGpt::block_forward(int64_t i, const Tensor& x,
   // reading the sum; parallel: ln_2 of x.
   AddNorm h;
   if (cfg_.parallel_residual) {
-    h = {add(x, a), L.ln_2->forward(x)};
+    h = {add(x, a), parallel_input()};
   } else {
     h = L.ln_2->forward_add(x, a);
   }
@@ -555,7 +561,7 @@ Tensor TensorParallelGpt::head_loss(const Tensor& hidden, const Tensor& targets)
   const RegionInput in = enter_region(y, group_, sp_);
   return vocab_parallel_linear_cross_entropy(in.input, head_->weight(), targets,
                                              head_->vocab_start(), head_->valid_rows(), group_,
-                                             cfg_.final_logit_softcap, in.comm);
+                                             cfg_.final_logit_softcap, in.comm, head_->bias());
 }
 
 nn::ForwardContext TensorParallelGpt::with_documents(const Tensor& ids,
@@ -601,7 +607,7 @@ Tensor TensorParallelGpt::head_logits(const Tensor& hidden, int64_t start, int64
   Tensor y = ln_f_->forward(hidden);
   if (sp_) y = all_gather_along(y, 1, group_);
   // Only the positions asked for reach the head.
-  Tensor local = linear(contiguous(narrow(y, 1, start, length)), head_->weight());
+  Tensor local = linear(contiguous(narrow(y, 1, start, length)), head_->weight(), head_->bias());
   Tensor all = all_gather_along(local, -1, group_);
   Tensor out = contiguous(narrow(all, -1, 0, cfg_.vocab_size));
   return cfg_.final_logit_softcap > 0 ? soft_cap(out, cfg_.final_logit_softcap) : out;

@@ -110,7 +110,8 @@ Tensor RowParallelLinear::forward_after_gelu(const LinearGelu& in,
 }
 
 VocabParallelEmbedding::VocabParallelEmbedding(int64_t vocab_size, int64_t dim,
-                                               dist::ProcessGroupPtr group, bool sequence_parallel)
+                                               dist::ProcessGroupPtr group, bool sequence_parallel,
+                                               bool bias)
     : group_(std::move(group)), sp_(sequence_parallel) {
   const int64_t vp = padded_vocab(vocab_size, group_->size());
   const int64_t rows = vp / group_->size();
@@ -118,6 +119,7 @@ VocabParallelEmbedding::VocabParallelEmbedding(int64_t vocab_size, int64_t dim,
   valid_ = std::max<int64_t>(0, std::min(rows, vocab_size - start_));
   spec_ = ShardSpec::along(0, 1, vp);
   weight_ = register_parameter("weight", zeros({rows, dim}));
+  if (bias) bias_ = register_parameter("bias", zeros({rows}));
 }
 
 Tensor VocabParallelEmbedding::forward(const Tensor& ids) const {
@@ -261,12 +263,13 @@ Tensor vocab_parallel_cross_entropy(const Tensor& logits, const Tensor& targets,
 Tensor vocab_parallel_linear_cross_entropy(const Tensor& x, const Tensor& weight,
                                            const Tensor& targets, int64_t vocab_start,
                                            int64_t valid, const dist::ProcessGroupPtr& group,
-                                           double softcap, const InputGradComm& comm) {
+                                           double softcap, const InputGradComm& comm,
+                                           const Tensor& bias) {
   const char* op = "vocab_parallel_linear_cross_entropy";
   const int64_t C = x.dim() ? x.size(-1) : 0;
   check_vocab_targets(op, targets, C ? x.numel() / C : 0, x);
   return linear_head_loss(
-      op, x, weight,
+      op, x, weight, bias,
       [&](const Tensor& logits) {
         Tensor loss;
         VocabCrossEntropy ce =

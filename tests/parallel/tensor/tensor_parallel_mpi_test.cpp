@@ -514,7 +514,9 @@ TEST_P(TensorParallelGptTest, LlamaOptionsMatchOneProcess) {
         "rope, sliding window, packed documents",
         "rope, sliding window on layer 1 only, packed documents",
         "gpt-neox's blocks: parallel residual, exact gelu, half of each head turned, untied "
-        "head"}) {
+        "head",
+        "phi's blocks: parallel residual with one norm, biased head, grouped-query "
+        "attention"}) {
     SCOPED_TRACE(variant);
     nn::GptConfig cfg = tiny(V);
     if (variant.find("grouped-query") != std::string::npos) {
@@ -568,6 +570,12 @@ TEST_P(TensorParallelGptTest, LlamaOptionsMatchOneProcess) {
       cfg.rope_theta = 20.0;
       cfg.rope_dim = cfg.head_dim() / 2;
       cfg.tie_embeddings = false;
+    } else if (variant.rfind("phi", 0) == 0) {  // both read ln_1(x); the head's bias
+      cfg.parallel_residual = cfg.shared_norm = cfg.head_bias = true;
+      cfg.position_embedding = nn::PositionEmbedding::Rotary;
+      cfg.rope_theta = 20.0;
+      cfg.rope_dim = cfg.head_dim() / 2;
+      cfg.tie_embeddings = false;
     } else if (variant == "swiglu, F 24" || variant == "geglu, F 24") {
       cfg.activation = variant[0] == 's' ? nn::Activation::SwiGlu : nn::Activation::GeGlu;
       cfg.ffn_hidden_size = 24;
@@ -596,6 +604,8 @@ TEST_P(TensorParallelGptTest, LlamaOptionsMatchOneProcess) {
     EXPECT_EQ(shapes.count("h.0.attn.c_proj.bias"), cfg.linear_bias ? 1u : 0u);
     EXPECT_EQ(shapes.count("h.0.attn.q_norm.weight"), cfg.qk_norm ? 1u : 0u);
     EXPECT_EQ(shapes.count("h.1.post_mlp_norm.weight"), cfg.post_norms ? 1u : 0u);
+    EXPECT_EQ(shapes.count("h.1.ln_2.weight"), cfg.shared_norm ? 0u : 1u);
+    EXPECT_EQ(shapes.count("lm_head.bias"), cfg.head_bias ? 1u : 0u);
     EXPECT_EQ(shapes.at("h.0.attn.c_proj.weight"), (Shape{cfg.d_model, cfg.q_width()}));
     expect_sharded_matches_one_process(cfg, 17, GetParam(), ids, ids, token_ids(V, 6));
   }

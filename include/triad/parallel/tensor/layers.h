@@ -89,11 +89,15 @@ class RowParallelLinear : public nn::LinearBase {
 // all-reduced (or reduce-scattered along T with sequence parallelism).
 class VocabParallelEmbedding : public nn::Module {
  public:
+  // bias: a (vocab) bias split as the rows are, for the table used as an
+  // output head with biased logits (model.head_bias); lookups ignore it.
   VocabParallelEmbedding(int64_t vocab_size, int64_t dim, dist::ProcessGroupPtr group,
-                         bool sequence_parallel);
+                         bool sequence_parallel, bool bias = false);
   Tensor forward(const Tensor& ids) const;
   Tensor& weight() { return weight_; }
   const Tensor& weight() const { return weight_; }
+  // Undefined without one.
+  const Tensor& bias() const { return bias_; }
   const ShardSpec& spec() const { return spec_; }
   int64_t vocab_start() const { return start_; }
   // Real (unpadded) rows of this rank's shard.
@@ -103,7 +107,7 @@ class VocabParallelEmbedding : public nn::Module {
   dist::ProcessGroupPtr group_;
   bool sp_;
   ShardSpec spec_;
-  Tensor weight_;
+  Tensor weight_, bias_;
   int64_t start_ = 0, valid_ = 0;
 };
 
@@ -124,9 +128,12 @@ Tensor vocab_parallel_cross_entropy(const Tensor& logits, const Tensor& targets,
 // columns past `valid` are capped too and stay out of the loss. `comm`
 // (enter_region's) takes x's gradient back through the TP collective while
 // the head's weight gradient computes.
+// bias: this rank's shard of the head's bias (model.head_bias), or
+// undefined.
 Tensor vocab_parallel_linear_cross_entropy(const Tensor& x, const Tensor& weight,
                                            const Tensor& targets, int64_t vocab_start,
                                            int64_t valid, const dist::ProcessGroupPtr& group,
-                                           double softcap = 0.0, const InputGradComm& comm = {});
+                                           double softcap = 0.0, const InputGradComm& comm = {},
+                                           const Tensor& bias = {});
 
 }  // namespace triad::tp
