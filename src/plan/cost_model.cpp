@@ -231,9 +231,11 @@ LayerCost layer_cost(const nn::GptConfig& m, const ClusterSpec& c, const Paralle
   // LayerNorms (4 each), two fused bias-dropout-residual adds (7 each) and
   // the MLP's activation reading its m inputs and writing F outputs (16 for
   // GPT-2's bias-GELU on 4h, split by TP); model.post_norms adds two more
-  // norms (4 each). With sequence parallelism the replicated ones are split
-  // too. Backward moves about twice as much.
-  const double replicated = (m.post_norms ? 30.0 : 22.0) / (p.sequence_parallel ? t : 1.0);
+  // norms (4 each), model.shared_norm takes one away. With sequence
+  // parallelism the replicated ones are split too. Backward moves about
+  // twice as much.
+  const double replicated = ((m.post_norms ? 30.0 : 22.0) - (m.shared_norm ? 4.0 : 0.0)) /
+                            (p.sequence_parallel ? t : 1.0);
   const double act_bytes = 2.0 * (fc + f) / h;
   const double token_bytes_fwd = tokens * h * (replicated + act_bytes / t);
   // model.lora.dropout's passes, as many backward (the mask drawn again,
@@ -810,13 +812,15 @@ Estimate price(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int globa
   // v (2w/h with grouped-query attention's narrower k and v) and 2 the
   // attention's output (2q/h when model.head_dim sets the heads' width
   // apart). 24 of them are split by TP. model.post_norms keeps two more
-  // norm inputs (4 sbh), replicated as the others' are.
+  // norm inputs (4 sbh), replicated as the others' are; model.shared_norm
+  // keeps neither ln_2's input nor a normalised input of the MLP's own
+  // (c_fc reads the tensor c_attn keeps): 4 sbh fewer.
   const double qkv_acts = 2.0 * static_cast<double>(m.qkv_width()) / h;
   const double attn_out = 2.0 * static_cast<double>(m.q_width()) / h;
-  const double post_norm_acts = m.post_norms ? 4.0 : 0.0;
-  const double unsplit = 10.0 + post_norm_acts;
+  const double norm_acts = (m.post_norms ? 4.0 : 0.0) - (m.shared_norm ? 4.0 : 0.0);
+  const double unsplit = 10.0 + norm_acts;
   const double mlp_acts = 2.0 * (fc_w + ffn_w) / h, split = attn_out + qkv_acts + mlp_acts,
-               whole = 18.0 + post_norm_acts + mlp_acts;
+               whole = 18.0 + norm_acts + mlp_acts;
   // The adapters' dropped-out inputs (model.lora.dropout), kept unless the
   // whole layer is recomputed.
   const double lora_kept = b * s * lora_dropout_widths(m, t).kept() * kFp16;

@@ -1120,6 +1120,20 @@ TEST(PlannerFiles, ClusterAndModelFilesAreValidated) {
   const ParallelConfig tp8 = layout(8, 1, 16, 1, Recompute::None);
   EXPECT_LT(estimate(pythia, selene(), 128, 1024, tp8).tp_comm_time,
             estimate(sequential, selene(), 128, 1024, tp8).tp_comm_time);
+  // Phi-2: one norm for both sublayers and a biased head, the published
+  // parameter count; its shared norm priced as one norm's activations less.
+  const nn::GptConfig phi2 =
+      load_model_spec(std::string(TRIAD_SOURCE_DIR) + "/configs/models/phi_2.yaml");
+  EXPECT_TRUE(phi2.shared_norm);
+  EXPECT_TRUE(phi2.head_bias);
+  EXPECT_EQ(phi2.num_parameters(), 2'779'683'840);
+  nn::GptConfig two_norms = phi2;
+  two_norms.shared_norm = false;
+  const ParallelConfig tp2 = layout(2, 1, 4, 1, Recompute::None);
+  const Estimate shared = estimate(phi2, selene(), 8, 8, tp2),
+                 apart = estimate(two_norms, selene(), 8, 8, tp2);
+  EXPECT_LT(shared.activation_bytes, apart.activation_bytes);
+  EXPECT_LT(shared.memory_bound_time, apart.memory_bound_time);
   // A trainer's model section: its dropout (which keeps both reductions) is read too.
   const nn::GptConfig dropped = parse_model_spec(
       "{n_layer: 2, n_head: 4, d_model: 8, vocab_size: 10, seq_len: 4, parallel_residual: true, "
