@@ -186,9 +186,10 @@ int64_t rotated_dims(const Keys& k, const char* key, double otherwise, const nn:
   return dims == c.head_dim() ? 0 : dims;  // (validate() names an odd one)
 }
 
-// LlamaForCausalLM and its relatives: rotary embeddings, SwiGLU, RMSNorm,
-// no linear biases.
-nn::GptConfig llama_config(const Keys& k, const std::string& type) {
+// The widths, depth, vocabulary and context every class but GPT-2's names
+// alike (hidden_size, num_hidden_layers, ...); key/value heads as many as
+// the query heads when num_key_value_heads is left out.
+nn::GptConfig decoder_dimensions(const Keys& k) {
   nn::GptConfig c;
   c.n_layer = k.integer("num_hidden_layers");
   c.n_head = k.integer("num_attention_heads");
@@ -198,6 +199,13 @@ nn::GptConfig llama_config(const Keys& k, const std::string& type) {
   c.vocab_size = k.integer("vocab_size");
   c.seq_len = k.integer("max_position_embeddings");
   c.ffn_hidden_size = k.integer("intermediate_size");
+  return c;
+}
+
+// LlamaForCausalLM and its relatives: rotary embeddings, SwiGLU, RMSNorm,
+// no linear biases.
+nn::GptConfig llama_config(const Keys& k, const std::string& type) {
+  nn::GptConfig c = decoder_dimensions(k);
   c.position_embedding = nn::PositionEmbedding::Rotary;
   c.rope_theta = k.number("rope_theta", type == "gemma3_text" ? 1e6 : 10000.0);
   c.normalization = nn::Normalization::RmsNorm;
@@ -336,13 +344,7 @@ nn::GptConfig gpt2_config(const Keys& k) {
 // Newer transformers name rotary_pct and rotary_emb_base
 // partial_rotary_factor and rope_theta; either is read.
 nn::GptConfig gpt_neox_config(const Keys& k) {
-  nn::GptConfig c;
-  c.n_layer = k.integer("num_hidden_layers");
-  c.n_head = k.integer("num_attention_heads");
-  c.d_model = k.integer("hidden_size");
-  c.vocab_size = k.integer("vocab_size");
-  c.seq_len = k.integer("max_position_embeddings");
-  c.ffn_hidden_size = k.integer("intermediate_size");
+  nn::GptConfig c = decoder_dimensions(k);  // (GPTNeoXConfig has no num_key_value_heads)
   c.layer_norm_eps = k.number("layer_norm_eps", 1e-5);
   c.tie_embeddings = k.boolean("tie_word_embeddings", false);
   c.parallel_residual = k.boolean("use_parallel_residual", true);
@@ -362,15 +364,7 @@ nn::GptConfig gpt_neox_config(const Keys& k) {
 // default), LayerNorm, biases on every linear layer, the parallel residual
 // with one norm for both sublayers, and an untied head with a bias.
 nn::GptConfig phi_config(const Keys& k) {
-  nn::GptConfig c;
-  c.n_layer = k.integer("num_hidden_layers");
-  c.n_head = k.integer("num_attention_heads");
-  c.d_model = k.integer("hidden_size");
-  c.n_kv_head = k.integer("num_key_value_heads", c.n_head);
-  if (c.n_kv_head == c.n_head) c.n_kv_head = 0;  // multi-head attention
-  c.vocab_size = k.integer("vocab_size");
-  c.seq_len = k.integer("max_position_embeddings");
-  c.ffn_hidden_size = k.integer("intermediate_size");
+  nn::GptConfig c = decoder_dimensions(k);
   c.layer_norm_eps = k.number("layer_norm_eps", 1e-5);
   c.tie_embeddings = k.boolean("tie_word_embeddings", false);
   c.parallel_residual = c.shared_norm = c.head_bias = true;

@@ -270,15 +270,21 @@ void write_rope_scaling(const nn::GptConfig& c, nlohmann::ordered_json& j) {
   j["rope_scaling"] = s;
 }
 
-// GPTNeoXConfig's keys: rotary_pct the share of each head that turns,
-// rotary_emb_base RoPE's base, use_parallel_residual the wiring.
-void write_neox_config(const nn::GptConfig& c, nlohmann::ordered_json& j) {
-  j["architectures"] = nlohmann::ordered_json::array({"GPTNeoXForCausalLM"});
-  j["model_type"] = "gpt_neox";
+// The class and the widths and depth every class but GPT-2's names alike.
+void write_dimensions(const nn::GptConfig& c, const char* architecture, const std::string& type,
+                      nlohmann::ordered_json& j) {
+  j["architectures"] = nlohmann::ordered_json::array({architecture});
+  j["model_type"] = type;
   j["hidden_size"] = c.d_model;
   j["intermediate_size"] = c.ffn();
   j["num_hidden_layers"] = c.n_layer;
   j["num_attention_heads"] = c.n_head;
+}
+
+// GPTNeoXConfig's keys: rotary_pct the share of each head that turns,
+// rotary_emb_base RoPE's base, use_parallel_residual the wiring.
+void write_neox_config(const nn::GptConfig& c, nlohmann::ordered_json& j) {
+  write_dimensions(c, "GPTNeoXForCausalLM", "gpt_neox", j);
   j["hidden_act"] = c.activation == nn::Activation::GeluErf ? "gelu" : "gelu_new";
   j["rotary_pct"] = partial_rotary_factor(c);
   j["rotary_emb_base"] = c.rope_theta;
@@ -296,12 +302,7 @@ void write_neox_config(const nn::GptConfig& c, nlohmann::ordered_json& j) {
 // PhiConfig's keys: partial_rotary_factor the share of each head that
 // turns; the parallel residual with one norm and the biased head implied.
 void write_phi_config(const nn::GptConfig& c, nlohmann::ordered_json& j) {
-  j["architectures"] = nlohmann::ordered_json::array({"PhiForCausalLM"});
-  j["model_type"] = "phi";
-  j["hidden_size"] = c.d_model;
-  j["intermediate_size"] = c.ffn();
-  j["num_hidden_layers"] = c.n_layer;
-  j["num_attention_heads"] = c.n_head;
+  write_dimensions(c, "PhiForCausalLM", "phi", j);
   j["num_key_value_heads"] = c.kv_heads();
   j["hidden_act"] = c.activation == nn::Activation::GeluErf ? "gelu" : "gelu_new";
   j["max_position_embeddings"] = c.seq_len;
@@ -510,12 +511,7 @@ std::string hf_config_json(const nn::GptConfig& c, const std::string& torch_dtyp
   } else if (type == "phi") {
     write_phi_config(c, j);
   } else if (type != "gpt2") {
-    j["architectures"] = nlohmann::ordered_json::array({hf_architecture(c)});
-    j["model_type"] = type;
-    j["hidden_size"] = c.d_model;
-    j["intermediate_size"] = c.ffn();
-    j["num_hidden_layers"] = c.n_layer;
-    j["num_attention_heads"] = c.n_head;
+    write_dimensions(c, hf_architecture(c), type, j);
     j["num_key_value_heads"] = c.kv_heads();
     const bool phi3 = type == "phi3", stablelm = type == "stablelm";
     // (Phi3Config's and StableLmConfig's heads are hidden_size / heads wide.)
