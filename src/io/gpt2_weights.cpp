@@ -389,6 +389,114 @@ nn::StateDict hf_neox_to_triad(const std::map<std::string, Tensor>& tensors, int
 
 namespace {
 
+// (D, the rows' width) of a c_attn of `rows` rows for n_head query heads and
+// kv_heads key/value heads of one width.
+int64_t qkv_head_width(const Tensor& t, int64_t n_head, int64_t kv_heads) {
+  const int64_t rows = t.dim() >= 1 ? t.size(0) : 0, heads = n_head + 2 * kv_heads;
+  if (n_head < 1 || kv_heads < 1 || n_head % kv_heads != 0 || rows == 0 || rows % heads != 0) {
+    throw ShapeError("Falcon query_key_value: " + shape_str(t.shape()) + " is not " +
+                     std::to_string(n_head) + " query heads and twice " + std::to_string(kv_heads) +
+                     " key/value heads of one width tall");
+  }
+  return rows / heads;
+}
+
+}  // namespace
+
+Tensor falcon_qkv_rows_to_triad(const Tensor& t, int64_t n_head, int64_t kv_heads) {
+  const int64_t D = qkv_head_width(t, n_head, kv_heads), r = n_head / kv_heads;
+  const int64_t row = D * (t.numel() / t.size(0));  // one head's elements
+  const Tensor groups = reshape(contiguous(t.detach()), {kv_heads, r + 2, row});
+  auto part = [&](int64_t first, int64_t count) {
+    return reshape(contiguous(narrow(groups, 1, first, count)), {kv_heads * count, row});
+  };
+  return reshape(concat({part(0, r), part(r, 1), part(r + 1, 1)}, 0), t.shape()).detach();
+}
+
+Tensor triad_qkv_rows_to_falcon(const Tensor& t, int64_t n_head, int64_t kv_heads) {
+  const int64_t D = qkv_head_width(t, n_head, kv_heads), r = n_head / kv_heads;
+  const int64_t row = D * (t.numel() / t.size(0));
+  const Tensor heads = reshape(contiguous(t.detach()), {n_head + 2 * kv_heads, row});
+  auto part = [&](int64_t first, int64_t count) {
+    return reshape(contiguous(narrow(heads, 0, first, kv_heads * count)), {kv_heads, count, row});
+  };
+  return reshape(concat({part(0, r), part(n_head, 1), part(n_head + kv_heads, 1)}, 1), t.shape())
+      .detach();
+}
+
+bool is_hf_falcon(const std::map<std::string, Tensor>& tensors) {
+  return tensors.count("transformer.word_embeddings.weight") > 0;
+}
+
+nn::StateDict hf_falcon_to_triad(const std::map<std::string, Tensor>& tensors, int64_t n_head) {
+  static const std::map<std::string, std::string> kOutside = {
+      {"transformer.word_embeddings.weight", "wte.weight"},
+      {"transformer.ln_f.weight", "ln_f.weight"},
+      {"transformer.ln_f.bias", "ln_f.bias"},
+      {"lm_head.weight", "lm_head.weight"}};
+  static const std::map<std::string, std::string> kBlock = {{"input_layernorm", "ln_1"},
+                                                            {"ln_attn", "ln_1"},
+                                                            {"ln_mlp", "ln_2"},
+                                                            {"post_attention_layernorm", "ln_2"},
+                                                            {"self_attention.dense", "attn.c_proj"},
+                                                            {"mlp.dense_h_to_4h", "mlp.c_fc"},
+                                                            {"mlp.dense_4h_to_h", "mlp.c_proj"}};
+  if (n_head < 1) {
+    throw IoError(
+        "Hugging Face Falcon weights: regrouping query_key_value needs the model's head count");
+  }
+  nn::StateDict out;
+  std::map<int64_t, std::map<std::string, Tensor>> qkv;  // per block: "weight", "bias"
+  for (const auto& [name, t] : tensors) {
+    if (const auto it = kOutside.find(name); it != kOutside.end()) {
+      out[it->second] = t;
+      continue;
+    }
+    const int64_t layer = block_index(name);
+    const std::string prefix = "transformer.h." + std::to_string(layer) + ".";
+    if (layer < 0 || name.rfind(prefix, 0) != 0)
+      throw IoError("Hugging Face Falcon weights: unexpected tensor '" + name + "'");
+    const std::string rest = name.substr(prefix.size());
+    if (ends_with(rest, "inv_freq")) continue;  // RoPE's buffer, recomputed
+    const size_t dot = rest.rfind('.');
+    const std::string module = rest.substr(0, dot), kind = rest.substr(dot + 1);
+    if (module == "self_attention.query_key_value" && (kind == "weight" || kind == "bias")) {
+      qkv[layer][kind] = t;
+      continue;
+    }
+    const auto it = kBlock.find(module);
+    if (it == kBlock.end() || (kind != "weight" && kind != "bias"))
+      throw IoError("Hugging Face Falcon weights: unexpected tensor '" + name + "'");
+    out["h." + std::to_string(layer) + "." + it->second + "." + kind] = t;
+  }
+  // Each block's key/value heads from its weight's height: hidden_size /
+  // n_head rows a head.
+  for (const auto& [layer, parts] : qkv) {
+    const auto w = parts.find("weight");
+    const std::string where = "Hugging Face Falcon weights: layer " + std::to_string(layer);
+    if (w == parts.end()) throw IoError(where + " has a query_key_value bias but no weight");
+    const Tensor& weight = w->second;
+    if (weight.dim() != 2 || weight.size(1) % n_head != 0) {
+      throw IoError(where + "'s query_key_value " + shape_str(weight.shape()) + " is not " +
+                    std::to_string(n_head) + " heads wide");
+    }
+    const int64_t D = weight.size(1) / n_head, rows = weight.size(0);
+    if (rows % D != 0 || rows / D <= n_head || (rows / D - n_head) % 2 != 0) {
+      throw IoError(where + "'s query_key_value " + shape_str(weight.shape()) + " is not " +
+                    std::to_string(n_head) + " query heads of " + std::to_string(D) +
+                    " and twice as many key/value heads tall");
+    }
+    const int64_t kv = (rows / D - n_head) / 2;
+    for (const auto& [kind, t] : parts) {
+      out["h." + std::to_string(layer) + ".attn.c_attn." + kind] =
+          falcon_qkv_rows_to_triad(t, n_head, kv);
+    }
+  }
+  return out;
+}
+
+namespace {
+
 // One weights file: safetensors, or a torch.save checkpoint
 // (pytorch_model.bin), told apart by its bytes.
 class WeightFile {
@@ -592,13 +700,14 @@ void read_gpt2_weights(const std::string& path, const std::map<std::string, Shap
   // final norm and head): they name the file's layout and width.
   std::map<std::string, Tensor> outside = language_model_tensors(
       files.read([](const std::string& name) { return block_index(name) < 0; }));
-  const bool neox = is_hf_neox(outside), phi = is_hf_phi(outside);
-  const bool llama = is_hf_llama(outside) || neox;  // (Linear weights, [out, in])
+  const bool neox = is_hf_neox(outside), phi = is_hf_phi(outside), falcon = is_hf_falcon(outside);
+  const bool llama = is_hf_llama(outside) || neox || falcon;  // (Linear weights, [out, in])
   const auto convert = [&](const std::map<std::string, Tensor>& tensors) {
-    return neox    ? hf_neox_to_triad(tensors, n_head)
-           : phi   ? hf_phi_to_triad(tensors)
-           : llama ? hf_llama_to_triad(tensors)
-                   : gpt2_to_triad(tensors);
+    return neox     ? hf_neox_to_triad(tensors, n_head)
+           : falcon ? hf_falcon_to_triad(tensors, n_head)
+           : phi    ? hf_phi_to_triad(tensors)
+           : llama  ? hf_llama_to_triad(tensors)
+                    : gpt2_to_triad(tensors);
   };
   nn::StateDict state = convert(outside);
   outside.clear();

@@ -378,6 +378,54 @@ nn::GptConfig phi_config(const Keys& k) {
   return c;
 }
 
+// FalconForCausalLM (Falcon 7B, 40B, 180B, Falcon 2 11B): rotary embeddings
+// on whole heads, GELU (exact by default), LayerNorm, linear biases only
+// when `bias` says so, a tied head by default, and key/value heads as
+// multi_query (one) or the new decoder architecture (num_kv_heads) say. The
+// blocks are parallel: one norm for both sublayers (parallel_attn, or
+// num_ln_in_parallel_attn 1), or the new decoder architecture's two
+// (ln_attn and ln_mlp); parallel_attn false is the sequential block.
+// FalconConfig's defaults for the keys a file leaves out.
+nn::GptConfig falcon_config(const Keys& k) {
+  nn::GptConfig c;
+  c.n_layer = k.integer("num_hidden_layers");
+  c.n_head = k.integer("num_attention_heads");
+  c.d_model = k.integer("hidden_size");
+  c.vocab_size = k.integer("vocab_size");
+  c.seq_len = k.integer("max_position_embeddings", 2048);
+  c.ffn_hidden_size = k.integer("ffn_hidden_size", 0);  // 0: 4 * d_model, as Falcon's None
+  c.layer_norm_eps = k.number("layer_norm_epsilon", 1e-5);
+  c.tie_embeddings = k.boolean("tie_word_embeddings", true);
+  c.linear_bias = k.boolean("bias", false);
+  c.activation = gelu_named(k, "activation", "gelu");
+  c.position_embedding = nn::PositionEmbedding::Rotary;
+  c.rope_theta = k.number("rope_theta", 10000.0);
+  if (k.has("rope_scaling")) c.rope_scaling = k.rope_scaling(static_cast<double>(c.seq_len));
+  if (k.boolean("alibi", false))
+    k.unsupported("alibi",
+                  "ALiBi's position biases are not implemented (Triad's Falcon turns by "
+                  "rotary embeddings)");
+  if (k.boolean("apply_residual_connection_post_layernorm", false)) {
+    k.unsupported("apply_residual_connection_post_layernorm",
+                  "a residual taken after the norm is not implemented (Triad's blocks add the "
+                  "sublayers to their input)");
+  }
+  const bool new_architecture = k.boolean("new_decoder_architecture", false);
+  const int64_t kv = new_architecture                 ? k.integer("num_kv_heads", c.n_head)
+                     : k.boolean("multi_query", true) ? 1
+                                                      : c.n_head;
+  c.n_kv_head = kv == c.n_head ? 0 : kv;
+  if (new_architecture) {
+    const int64_t norms = k.integer("num_ln_in_parallel_attn", 2);
+    if (norms != 1 && norms != 2) k.bad("num_ln_in_parallel_attn", "must be 1 or 2");
+    c.parallel_residual = true;
+    c.shared_norm = norms == 1;
+  } else {
+    c.parallel_residual = c.shared_norm = k.boolean("parallel_attn", true);
+  }
+  return c;
+}
+
 // Gemma3TextConfig's defaults for the keys a file leaves out (the
 // multimodal checkpoints' text_config gives few of them: 4B's names its
 // widths, depth, window and RoPE scaling only).
@@ -445,10 +493,12 @@ nn::GptConfig gpt_config_from_hf(const std::string& json_text, const std::string
     c = gpt_neox_config(k);
   } else if (type == "phi") {
     c = phi_config(k);
+  } else if (type == "falcon") {
+    c = falcon_config(k);
   } else {
     throw NotSupportedError(source + ": model_type '" + type +
                             "' is not supported (llama, mistral, qwen2, qwen3, gemma, gemma2, "
-                            "gemma3_text, gemma3, phi3, stablelm, gpt_neox, phi or gpt2)");
+                            "gemma3_text, gemma3, phi3, stablelm, gpt_neox, phi, falcon or gpt2)");
   }
   c.hf_type = type;  // (an export writes the class it came from)
   try {

@@ -193,6 +193,38 @@ std::string rotary_plain_misfit(const nn::GptConfig& c, bool phi) {
   return why;
 }
 
+// FalconForCausalLM, written with its new decoder architecture (which
+// holds any count of key/value heads): parallel blocks with one norm for
+// both sublayers or one each, rotary embeddings on whole heads, an
+// ungated GELU, LayerNorm, biases on every linear layer or none, and any
+// RoPE scaling but longrope.
+std::string falcon_misfit(const nn::GptConfig& c) {
+  std::string why;
+  auto add = [&](bool bad, const char* what) {
+    if (bad) why += (why.empty() ? "" : ", ") + std::string(what);
+  };
+  add(c.gated_mlp(), "model.activation is not gelu or gelu_erf");
+  add(c.rms_norm(), "model.normalization is rmsnorm");
+  add(c.qkv_bias && !c.linear_bias, "model.qkv_bias without model.linear_bias");
+  add(c.head_bias, "model.head_bias is true");
+  add(!c.parallel_residual, "model.parallel_residual is false");
+  add(!c.rotary(), "model.position_embedding is not rope");
+  add(c.rope_dim > 0, "model.rope_dim turns part of each head");
+  add(c.heads_apart(), "model.head_dim is not d_model / n_head");
+  add(c.sliding_window > 0, "model.sliding_window is set");
+  add(c.qk_norm, "model.qk_norm is true");
+  add(c.post_norms, "model.post_norms is true");
+  add(c.embedding_multiplier != 1.0, "model.embedding_multiplier is not 1");
+  add(c.norm_weight_offset, "model.norm_weight_offset is true");
+  add(c.attn_logit_softcap > 0.0, "model.attn_logit_softcap is set");
+  add(c.final_logit_softcap > 0.0, "model.final_logit_softcap is set");
+  add(c.query_pre_attn_scalar > 0.0 && c.query_pre_attn_scalar != static_cast<double>(c.head_dim()),
+      "model.query_pre_attn_scalar is not head_dim");
+  add(c.rope_local_theta > 0.0, "model.rope_local_theta is set");
+  add(c.rope_scaling.kind == RopeScaling::Kind::LongRope, "model.rope_scaling is longrope");
+  return why;
+}
+
 // Phi-3's partial_rotary_factor for model.rope_dim: the share of the head
 // that Hugging Face's int(head_dim * factor) turns back into rope_dim.
 double partial_rotary_factor(const nn::GptConfig& c) {
@@ -270,13 +302,14 @@ void write_rope_scaling(const nn::GptConfig& c, nlohmann::ordered_json& j) {
   j["rope_scaling"] = s;
 }
 
-// The class and the widths and depth every class but GPT-2's names alike.
+// The class and the widths and depth every class but GPT-2's names alike
+// (the MLP's width as `ffn_key`).
 void write_dimensions(const nn::GptConfig& c, const char* architecture, const std::string& type,
-                      nlohmann::ordered_json& j) {
+                      nlohmann::ordered_json& j, const char* ffn_key = "intermediate_size") {
   j["architectures"] = nlohmann::ordered_json::array({architecture});
   j["model_type"] = type;
   j["hidden_size"] = c.d_model;
-  j["intermediate_size"] = c.ffn();
+  j[ffn_key] = c.ffn();
   j["num_hidden_layers"] = c.n_layer;
   j["num_attention_heads"] = c.n_head;
 }
@@ -315,6 +348,34 @@ void write_phi_config(const nn::GptConfig& c, nlohmann::ordered_json& j) {
   // sublayer's output (resid_pdrop), none on the attention's probabilities.
   j["embd_pdrop"] = c.dropout;
   j["resid_pdrop"] = c.dropout;
+  j["attention_dropout"] = 0.0;
+}
+
+// FalconConfig's keys: Falcon 7B's form (multi_query or one key/value head
+// per query head, parallel_attn's one norm) when it holds the model, the
+// new decoder architecture's (num_kv_heads, num_ln_in_parallel_attn) for
+// the rest; `bias` every linear layer's.
+void write_falcon_config(const nn::GptConfig& c, nlohmann::ordered_json& j) {
+  write_dimensions(c, "FalconForCausalLM", "falcon", j, "ffn_hidden_size");
+  const int64_t kv = c.kv_heads();
+  const bool classic = c.shared_norm && (kv == 1 || kv == c.n_head);
+  j["new_decoder_architecture"] = !classic;
+  j["multi_query"] = kv == 1;
+  j["parallel_attn"] = true;
+  if (!classic) {
+    j["num_kv_heads"] = kv;
+    j["num_ln_in_parallel_attn"] = c.shared_norm ? 1 : 2;
+  }
+  j["bias"] = c.linear_bias;
+  j["alibi"] = false;
+  j["activation"] = c.activation == nn::Activation::GeluErf ? "gelu" : "gelu_new";
+  j["max_position_embeddings"] = c.seq_len;
+  j["layer_norm_epsilon"] = c.layer_norm_eps;
+  j["rope_theta"] = c.rope_theta;
+  write_rope_scaling(c, j);
+  // Its dropouts are Triad's: after each sublayer's output (hidden_dropout),
+  // none on the attention's probabilities.
+  j["hidden_dropout"] = c.dropout;
   j["attention_dropout"] = 0.0;
 }
 
@@ -390,12 +451,52 @@ std::map<std::string, Tensor> triad_to_phi_part(const nn::StateDict& full, const
   return out;
 }
 
+// Falcon's names for the tensors outside the blocks (block -1) or of block
+// `block`; c_attn's rows grouped by key/value head as query_key_value holds
+// them, and ln_attn and ln_mlp (or the one input_layernorm) for the norms.
+std::map<std::string, Tensor> triad_to_falcon_part(const nn::StateDict& full,
+                                                   const nn::GptConfig& c, int64_t block) {
+  std::map<std::string, Tensor> out;
+  if (block < 0) {
+    out["transformer.word_embeddings.weight"] = at(full, "wte.weight");
+    out["transformer.ln_f.weight"] = at(full, "ln_f.weight");
+    out["transformer.ln_f.bias"] = at(full, "ln_f.bias");
+    if (!c.tie_embeddings) out["lm_head.weight"] = at(full, "lm_head.weight");
+    return out;
+  }
+  static const std::pair<const char*, const char*> kNames[] = {
+      {"attn.c_attn", "self_attention.query_key_value"},
+      {"attn.c_proj", "self_attention.dense"},
+      {"mlp.c_fc", "mlp.dense_h_to_4h"},
+      {"mlp.c_proj", "mlp.dense_4h_to_h"}};
+  const std::string p = "h." + std::to_string(block) + ".";
+  const std::string hf = "transformer.h." + std::to_string(block) + ".";
+  for (const auto& [ours, theirs] : kNames) {
+    for (const std::string kind : {".weight", ".bias"}) {
+      if (kind == ".bias" && !c.linear_bias) continue;
+      const Tensor& t = at(full, p + ours + kind);
+      out[hf + theirs + kind] = std::string(ours) == "attn.c_attn"
+                                    ? triad_qkv_rows_to_falcon(t, c.n_head, c.kv_heads())
+                                    : t;
+    }
+  }
+  for (const char* kind : {".weight", ".bias"}) {
+    if (c.shared_norm) {
+      out[hf + "input_layernorm" + kind] = at(full, p + "ln_1" + kind);
+    } else {
+      out[hf + "ln_attn" + kind] = at(full, p + "ln_1" + kind);
+      out[hf + "ln_mlp" + kind] = at(full, p + "ln_2" + kind);
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 const std::vector<std::string>& hf_model_types() {
-  static const std::vector<std::string> types{"llama",    "mistral",  "qwen2",       "qwen3",
-                                              "gemma",    "gemma2",   "gemma3_text", "phi3",
-                                              "stablelm", "gpt_neox", "phi",         "gpt2"};
+  static const std::vector<std::string> types{
+      "llama", "mistral",  "qwen2",    "qwen3", "gemma",  "gemma2", "gemma3_text",
+      "phi3",  "stablelm", "gpt_neox", "phi",   "falcon", "gpt2"};
   return types;
 }
 
@@ -418,6 +519,7 @@ namespace {
 std::string misfit(const nn::GptConfig& c, const std::string& type) {
   if (type == "gpt2") return gpt2_misfit(c);
   if (type == "gpt_neox" || type == "phi") return rotary_plain_misfit(c, type == "phi");
+  if (type == "falcon") return falcon_misfit(c);
   if (type == "mistral") return llama_misfit(c, "llama");
   std::string why = llama_misfit(c, type);
   if (type == "llama" && c.sliding_window > 0)
@@ -438,6 +540,7 @@ const char* architecture_of(const std::string& type) {
          : type == "stablelm"    ? "StableLmForCausalLM"
          : type == "gpt_neox"    ? "GPTNeoXForCausalLM"
          : type == "phi"         ? "PhiForCausalLM"
+         : type == "falcon"      ? "FalconForCausalLM"
                                  : "GPT2LMHeadModel";
 }
 
@@ -470,7 +573,8 @@ const char* hf_model_type(const nn::GptConfig& c) {
                     qwen3 = misfit(c, "qwen3"), gemma = misfit(c, "gemma"),
                     gemma2 = misfit(c, "gemma2"), gemma3 = misfit(c, "gemma3_text"),
                     phi3 = misfit(c, "phi3"), stablelm = misfit(c, "stablelm"),
-                    neox = misfit(c, "gpt_neox"), phi = misfit(c, "phi"), gpt2 = misfit(c, "gpt2");
+                    neox = misfit(c, "gpt_neox"), phi = misfit(c, "phi"),
+                    falcon = misfit(c, "falcon"), gpt2 = misfit(c, "gpt2");
   throw NotSupportedError(
       "no Hugging Face class holds this model: LlamaForCausalLM needs rope, swiglu, rmsnorm, "
       "no linear biases and no query/key norms (here " +
@@ -494,7 +598,11 @@ const char* hf_model_type(const nn::GptConfig& c) {
       neox +
       "); PhiForCausalLM the same with grouped heads allowed, the parallel residual with a "
       "shared norm, and a head bias (here " +
-      phi + "); GPT2LMHeadModel GPT-NeoX's with learned positions and no parallel residual (here " +
+      phi +
+      "); FalconForCausalLM parallel blocks with rope on whole heads, gelu or gelu_erf, "
+      "layernorm, biases on every linear layer or none, and no head bias (here " +
+      falcon +
+      "); GPT2LMHeadModel GPT-NeoX's with learned positions and no parallel residual (here " +
       gpt2 + ")");
 }
 
@@ -510,6 +618,8 @@ std::string hf_config_json(const nn::GptConfig& c, const std::string& torch_dtyp
     write_neox_config(c, j);
   } else if (type == "phi") {
     write_phi_config(c, j);
+  } else if (type == "falcon") {
+    write_falcon_config(c, j);
   } else if (type != "gpt2") {
     write_dimensions(c, hf_architecture(c), type, j);
     j["num_key_value_heads"] = c.kv_heads();
@@ -632,6 +742,7 @@ std::map<std::string, Tensor> triad_to_hf_part(const nn::StateDict& full, const 
   }
   if (type == "gpt_neox") return triad_to_neox_part(full, c, block);
   if (type == "phi") return triad_to_phi_part(full, c, block);
+  if (type == "falcon") return triad_to_falcon_part(full, c, block);
   const int64_t Q = c.q_width(), KV = c.kv_heads() * c.head_dim(), F = c.ffn();
   if (block < 0) {
     out["model.embed_tokens.weight"] = at(full, "wte.weight");

@@ -25,6 +25,10 @@ bool is_neox(const nn::GptConfig& c) {
   return std::string(hf_model_type(c)) == "gpt_neox";
 }
 
+bool is_falcon(const nn::GptConfig& c) {
+  return std::string(hf_model_type(c)) == "falcon";
+}
+
 // A Hugging Face module that takes rows [first, first + rows) of a Triad
 // layer's output (its B's rows; A whole).
 struct Piece {
@@ -40,6 +44,13 @@ std::vector<Piece> pieces_of(const nn::GptConfig& c, int64_t i, const std::strin
     const std::string hf = "gpt_neox.layers." + n + ".";
     if (layer == "attn.c_attn") return {{hf + "attention.query_key_value", 0, -1}};
     if (layer == "attn.c_proj") return {{hf + "attention.dense", 0, -1}};
+    if (layer == "mlp.c_fc") return {{hf + "mlp.dense_h_to_4h", 0, -1}};
+    return {{hf + "mlp.dense_4h_to_h", 0, -1}};
+  }
+  if (is_falcon(c)) {  // the same modules (query_key_value's rows by key/value head)
+    const std::string hf = "transformer.h." + n + ".";
+    if (layer == "attn.c_attn") return {{hf + "self_attention.query_key_value", 0, -1}};
+    if (layer == "attn.c_proj") return {{hf + "self_attention.dense", 0, -1}};
     if (layer == "mlp.c_fc") return {{hf + "mlp.dense_h_to_4h", 0, -1}};
     return {{hf + "mlp.dense_4h_to_h", 0, -1}};
   }
@@ -100,6 +111,8 @@ std::map<std::string, Tensor> triad_lora_to_peft(const nn::StateDict& adapters,
       }
       // GPT-NeoX's query_key_value interleaves its rows by head: B's too.
       if (layer == "attn.c_attn" && is_neox(c)) ab[1] = triad_qkv_rows_to_neox(ab[1], c.n_head);
+      if (layer == "attn.c_attn" && is_falcon(c))
+        ab[1] = triad_qkv_rows_to_falcon(ab[1], c.n_head, c.kv_heads());
       for (const Piece& p : pieces_of(c, i, layer)) {
         const std::string to = "base_model.model." + p.module;
         out[to + ".lora_A.weight"] = contiguous(ab[0]).detach();

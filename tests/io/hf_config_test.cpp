@@ -776,6 +776,66 @@ TEST(HfConfig, PhiConfigIsPhi2s) {
             std::string::npos);
 }
 
+// Falcon 7B's config.json as published (FalconConfig's defaults for what it
+// leaves out: the context, the MLP's width, the exact GELU, a tied head) and
+// its published parameter count; Falcon 40B's new decoder architecture (two
+// norms, grouped key/value heads), Falcon 2's one norm in it, and what
+// Triad does not build are named.
+TEST(HfConfig, FalconConfigIsFalcon7bs) {
+  const std::string falcon7b = R"({
+    "alibi": false, "apply_residual_connection_post_layernorm": false,
+    "architectures": ["FalconForCausalLM"], "attention_dropout": 0.0, "bias": false,
+    "bos_token_id": 11, "eos_token_id": 11, "hidden_dropout": 0.0, "hidden_size": 4544,
+    "initializer_range": 0.02, "layer_norm_epsilon": 1e-05, "model_type": "falcon",
+    "multi_query": true, "new_decoder_architecture": false, "num_attention_heads": 71,
+    "num_hidden_layers": 32, "parallel_attn": true, "torch_dtype": "bfloat16",
+    "transformers_version": "4.27.4", "use_cache": true, "vocab_size": 65024})";
+  const nn::GptConfig c = gpt_config_from_hf(falcon7b, "falcon-7b/config.json");
+  EXPECT_EQ(c.hf_type, "falcon");
+  EXPECT_EQ(c.num_parameters(), 6'921'720'704);
+  EXPECT_EQ(c.kv_heads(), 1);
+  EXPECT_TRUE(c.parallel_residual);
+  EXPECT_TRUE(c.shared_norm);
+  EXPECT_FALSE(c.linear_bias);
+  EXPECT_FALSE(c.c_attn_bias());
+  EXPECT_TRUE(c.tie_embeddings);
+  EXPECT_EQ(c.activation, nn::Activation::GeluErf);
+  EXPECT_EQ(c.ffn(), 4 * 4544);
+  EXPECT_EQ(c.seq_len, 2048);
+  EXPECT_EQ(c.rope_dim, 0);
+  EXPECT_FALSE(c.rms_norm());
+  // Falcon 40B: the new decoder architecture, 8 key/value heads, two norms.
+  std::string falcon40b =
+      edited(edited(falcon7b, "new_decoder_architecture", "true"), "num_kv_heads", "8");
+  falcon40b = edited(edited(edited(falcon40b, "num_attention_heads", "128"), "hidden_size", "8192"),
+                     "num_hidden_layers", "60");
+  const nn::GptConfig forty = gpt_config_from_hf(falcon40b, "40b");
+  EXPECT_EQ(forty.kv_heads(), 8);
+  EXPECT_TRUE(forty.parallel_residual);
+  EXPECT_FALSE(forty.shared_norm);
+  EXPECT_TRUE(gpt_config_from_hf(edited(edited(edited(falcon7b, "new_decoder_architecture", "true"),
+                                               "num_kv_heads", "71"),
+                                        "num_ln_in_parallel_attn", "1"),
+                                 "falcon2")
+                  .shared_norm);
+  // Neither multi-query nor new: a key/value head per query head.
+  EXPECT_EQ(gpt_config_from_hf(edited(falcon7b, "multi_query", "false"), "mha").kv_heads(), 71);
+  const nn::GptConfig sequential =
+      gpt_config_from_hf(edited(falcon7b, "parallel_attn", "false"), "sequential");
+  EXPECT_FALSE(sequential.parallel_residual);
+  EXPECT_FALSE(sequential.shared_norm);
+  EXPECT_NE(error_of(edited(falcon7b, "alibi", "true"))
+                .find("'alibi' (true): ALiBi's position biases are not implemented"),
+            std::string::npos);
+  EXPECT_NE(error_of(edited(falcon7b, "apply_residual_connection_post_layernorm", "true"))
+                .find("a residual taken after the norm is not implemented"),
+            std::string::npos);
+  EXPECT_NE(error_of(edited(edited(falcon7b, "new_decoder_architecture", "true"),
+                            "num_ln_in_parallel_attn", "3"))
+                .find("'num_ln_in_parallel_attn' (3) must be 1 or 2"),
+            std::string::npos);
+}
+
 // StableLM 2 1.6B's config.json as published: LLaMA's blocks with
 // LayerNorms, q, k and v biases and a quarter of each head turned, and its
 // published parameter count; its 12B's parallel blocks (one norm shared)
@@ -861,10 +921,12 @@ TEST(HfConfig, WhatTriadDoesNotBuildIsNamed) {
   EXPECT_NE(message(from(edited(edited(llama, "model_type", "\"mistral\""), "sliding_window", "0")))
                 .find("'sliding_window' (0): a window must hold at least one key"),
             std::string::npos);
-  EXPECT_NE(message(from(edited(llama, "model_type", "\"qwen3_moe\"")))
-                .find("model_type 'qwen3_moe' is not supported (llama, mistral, qwen2, qwen3, "
-                      "gemma, gemma2, gemma3_text, gemma3, phi3, stablelm, gpt_neox, phi or gpt2)"),
-            std::string::npos);
+  EXPECT_NE(
+      message(from(edited(llama, "model_type", "\"qwen3_moe\"")))
+          .find(
+              "model_type 'qwen3_moe' is not supported (llama, mistral, qwen2, qwen3, "
+              "gemma, gemma2, gemma3_text, gemma3, phi3, stablelm, gpt_neox, phi, falcon or gpt2)"),
+      std::string::npos);
   EXPECT_NE(message(from(edited(edited(edited(kQwen3_06b, "use_sliding_window", "true"),
                                        "max_window_layers", "10"),
                                 "sliding_window", "0")))

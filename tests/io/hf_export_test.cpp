@@ -208,6 +208,21 @@ TEST(HfExport, LlamaAndGpt2RoundTrip) {
   phi2.head_bias = true;
   phi2.n_kv_head = 1;
   phi2.activation = nn::Activation::Gelu;
+  // FalconForCausalLM: Falcon 7B's multi-query attention, one norm, no
+  // linear biases, a tied head; and the new decoder architecture's two
+  // norms over grouped key/value heads, with biases and an untied head.
+  nn::GptConfig falcon7 = llama(true, 1);
+  falcon7.normalization = nn::Normalization::LayerNorm;
+  falcon7.activation = nn::Activation::GeluErf;
+  falcon7.ffn_hidden_size = 0;
+  falcon7.layer_norm_eps = 1e-5;
+  falcon7.parallel_residual = true;
+  falcon7.shared_norm = true;
+  nn::GptConfig falcon40 = falcon7;
+  falcon40.n_kv_head = 2;
+  falcon40.shared_norm = false;
+  falcon40.linear_bias = true;
+  falcon40.tie_embeddings = false;
   nn::GptConfig stablelm_parallel = stablelm;  // StableLM 2 12B's shared-norm parallel blocks
   stablelm_parallel.parallel_residual = true;
   stablelm_parallel.shared_norm = true;
@@ -228,6 +243,8 @@ TEST(HfExport, LlamaAndGpt2RoundTrip) {
                                  stablelm,
                                  stablelm_parallel,
                                  phi2,
+                                 falcon7,
+                                 falcon40,
                                  pythia,
                                  neox,
                                  gpt2(true),
@@ -739,6 +756,7 @@ TEST(HfExport, NamesAndShapesAreHuggingFaces) {
   // none) holds it.
   nn::GptConfig unbiased = f;
   unbiased.head_bias = false;
+  unbiased.rope_dim = 2;  // (turning whole heads, Falcon's class would hold it)
   expect_no_class(unbiased,
                   "PhiForCausalLM the same with grouped heads allowed, the parallel "
                   "residual with a shared norm, and a head bias (here "
@@ -746,6 +764,57 @@ TEST(HfExport, NamesAndShapesAreHuggingFaces) {
   nn::GptConfig two_norms = f;
   two_norms.shared_norm = false;
   expect_no_class(two_norms, "model.shared_norm is false");
+  // Falcon's query_key_value: key/value head g's query heads, then its key
+  // and its value, at g * (r + 2) * D, from c_attn's [q | k | v]; the new
+  // decoder architecture's two norms under their names.
+  nn::GptConfig fa = llama(false, 2);  // 4 query heads of 4 over 2 key/value heads
+  fa.normalization = nn::Normalization::LayerNorm;
+  fa.activation = nn::Activation::Gelu;
+  fa.ffn_hidden_size = 0;
+  fa.parallel_residual = true;
+  EXPECT_STREQ(hf_model_type(fa), "falcon");
+  const nn::Gpt fm(fa, 1);
+  const auto fat = triad_to_hf(fm.state_dict(), fa);
+  EXPECT_TRUE(fat.count("transformer.h.1.ln_attn.bias"));
+  EXPECT_TRUE(fat.count("transformer.h.1.ln_mlp.weight"));
+  EXPECT_FALSE(fat.count("transformer.h.1.input_layernorm.weight"));
+  EXPECT_FALSE(fat.count("transformer.h.1.self_attention.dense.bias"));
+  EXPECT_EQ(fat.size(), 4u + 2 * 8);
+  const std::vector<double> stack = to_double_vector(fm.state_dict().at("h.0.attn.c_attn.weight")),
+                            grouped = to_double_vector(
+                                fat.at("transformer.h.0.self_attention.query_key_value.weight"));
+  const int64_t HD = 4, W = 16;
+  // Group g: q heads 2g, 2g + 1 (Triad's rows 0..15), then k_g (16 + 4g),
+  // then v_g (24 + 4g).
+  for (int64_t g = 0; g < 2; ++g) {
+    for (int64_t part = 0; part < 4; ++part) {
+      const int64_t from = part < 2 ? (2 * g + part) * HD : part == 2 ? 16 + g * HD : 24 + g * HD;
+      for (int64_t d = 0; d < HD; ++d) {
+        for (int64_t col = 0; col < W; ++col) {
+          ASSERT_EQ(grouped[((g * 4 + part) * HD + d) * W + col], stack[(from + d) * W + col])
+              << "group " << g << " part " << part;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(to_double_vector(falcon_qkv_rows_to_triad(
+                fat.at("transformer.h.0.self_attention.query_key_value.weight"), 4, 2)),
+            stack);
+  const auto faj = nlohmann::json::parse(hf_config_json(fa));
+  EXPECT_EQ(faj.at("architectures").at(0), "FalconForCausalLM");
+  EXPECT_EQ(faj.at("new_decoder_architecture"), true);
+  EXPECT_EQ(faj.at("num_kv_heads"), 2);
+  EXPECT_EQ(faj.at("num_ln_in_parallel_attn"), 2);
+  EXPECT_EQ(faj.at("bias"), false);
+  EXPECT_EQ(faj.at("activation"), "gelu_new");
+  try {
+    falcon_qkv_rows_to_triad(fat.at("transformer.h.0.self_attention.query_key_value.weight"), 4, 3);
+    FAIL() << "three key/value heads accepted for 4 query heads";
+  } catch (const ShapeError& e) {
+    EXPECT_NE(std::string(e.what()).find("is not 4 query heads and twice 3 key/value heads"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 // model.hf_type picks among the classes that hold a model: a Mistral
@@ -790,8 +859,8 @@ TEST(HfExport, TheModelsOwnClassIsPreferred) {
   } catch (const ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find("model.hf_type 'phi4' is not a model_type Triad exports "
                                          "(llama, mistral, qwen2, qwen3, gemma, gemma2, "
-                                         "gemma3_text, phi3, stablelm, gpt_neox, phi, gpt2, "
-                                         "or auto)"),
+                                         "gemma3_text, phi3, stablelm, gpt_neox, phi, falcon, "
+                                         "gpt2, or auto)"),
               std::string::npos)
         << e.what();
   }
@@ -817,6 +886,11 @@ TEST(HfExport, AModelNoClassHoldsIsNamed) {
               std::string::npos)
         << m;
     EXPECT_NE(m.find("(here model.linear_bias is false, model.position_embedding is rope)"),
+              std::string::npos)
+        << m;
+    EXPECT_NE(m.find("FalconForCausalLM parallel blocks with rope on whole heads, gelu or "
+                     "gelu_erf, layernorm, biases on every linear layer or none, and no head "
+                     "bias (here model.parallel_residual is false)"),
               std::string::npos)
         << m;
   }

@@ -626,6 +626,35 @@ TEST_F(Gpt2Parity, PhiDirectoryReadsAndExportsAsHuggingFacesPhi) {
   expect_exports_as_written(model, dir);
 }
 
+// Falcon's blocks from FalconForCausalLM directories: Falcon 7B's
+// (multi-query attention, one norm for the parallel sublayers, no linear
+// biases, a tied head) and the new decoder architecture's (ln_attn and
+// ln_mlp, two key/value heads each grouped with its query heads in
+// query_key_value, biases, an untied head) read to the reference's logits
+// and gradients, the first's greedy tokens too; exported again, the same
+// directories.
+TEST_F(Gpt2Parity, FalconDirectoriesReadAndExportAsHuggingFacesFalcon) {
+  for (const char* name : {"falcon7", "falcon40"}) {
+    SCOPED_TRACE(name);
+    const std::string dir = ref_dir() + "/" + name + "_hf";
+    const nn::GptConfig cfg = io::load_hf_config(dir);
+    const bool seven = std::string(name) == "falcon7";
+    EXPECT_EQ(cfg.hf_type, "falcon");
+    EXPECT_TRUE(cfg.parallel_residual);
+    EXPECT_EQ(cfg.shared_norm, seven);
+    EXPECT_EQ(cfg.linear_bias, !seven);
+    EXPECT_EQ(cfg.tie_embeddings, seven);
+    EXPECT_EQ(cfg.kv_heads(), seven ? 1 : cfg_["llama_kv_heads"].get<int64_t>());
+    EXPECT_EQ(cfg.activation, nn::Activation::GeluErf);
+    nn::Gpt model(cfg, 1);
+    io::load_gpt2_safetensors(model, dir);
+    expect_step_zero_matches(model, ref_, std::string(name) + ".");
+    if (seven)
+      expect_greedy_tokens(cfg, "falcon7_generator.safetensors", "falcon7.greedy_tokens", ref_);
+    expect_exports_as_written(model, dir);
+  }
+}
+
 // LLaMA 3.1's RoPE scaling on the LLaMA-style model (its four frequencies
 // in all three of the rule's regions), against Hugging Face's rule written
 // out in PyTorch.

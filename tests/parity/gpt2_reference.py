@@ -218,9 +218,9 @@ class Gpt(torch.nn.Module):
                 b.ln_2 = (RmsNorm(C, offset=norm_offset) if rms_norm
                           else torch.nn.LayerNorm(C, eps=1e-5))
             b.mlp = torch.nn.Module()
-            if swiglu_ffn is None:
-                b.mlp.c_fc = torch.nn.Linear(C, 4 * C)
-                b.mlp.c_proj = torch.nn.Linear(4 * C, C)
+            if swiglu_ffn is None:  # (Falcon's has no biases)
+                b.mlp.c_fc = torch.nn.Linear(C, 4 * C, bias=bias)
+                b.mlp.c_proj = torch.nn.Linear(4 * C, C, bias=bias)
             else:
                 b.mlp.c_fc = torch.nn.Linear(C, 2 * swiglu_ffn, bias=bias)
                 b.mlp.c_proj = torch.nn.Linear(swiglu_ffn, C, bias=bias)
@@ -588,6 +588,54 @@ def save_hf_phi(model, directory, rope_dim):
         json.dump(config, f)
 
 
+def save_hf_falcon(model, directory, new_architecture):
+    """A Falcon-style model as a FalconForCausalLM directory, as Falcon's
+    files are written: query_key_value's rows grouped by key/value head (each
+    group's query heads, then its key and its value), self_attention.dense,
+    mlp.dense_h_to_4h and dense_4h_to_h; the norms input_layernorm (one for
+    both sublayers, Falcon 7B's) or ln_attn and ln_mlp (the new decoder
+    architecture's two); no lm_head when tied."""
+    os.makedirs(directory, exist_ok=True)
+    C, NH, KV, D = CFG["d_model"], CFG["n_head"], model.kv_heads, model.D
+    t = {"transformer.word_embeddings.weight": model.wte.weight,
+         "transformer.ln_f.weight": model.ln_f.weight, "transformer.ln_f.bias": model.ln_f.bias}
+    if hasattr(model, "lm_head"):
+        t["lm_head.weight"] = model.lm_head.weight
+    for i, b in enumerate(model.h):
+        p = f"transformer.h.{i}."
+        for kind in ("weight", "bias"):
+            v = getattr(b.attn.c_attn, kind)
+            if v is None:
+                continue
+            q, k, val = v.split([NH * D, KV * D, KV * D], 0)
+            rest = v.shape[1:]
+            groups = torch.cat([q.reshape(KV, NH // KV, D, *rest), k.reshape(KV, 1, D, *rest),
+                                val.reshape(KV, 1, D, *rest)], dim=1)
+            t[p + "self_attention.query_key_value." + kind] = groups.reshape(v.shape)
+            for ours, theirs in ((b.attn.c_proj, "self_attention.dense"),
+                                 (b.mlp.c_fc, "mlp.dense_h_to_4h"),
+                                 (b.mlp.c_proj, "mlp.dense_4h_to_h")):
+                t[p + theirs + "." + kind] = getattr(ours, kind)
+        norms = (("ln_1", "input_layernorm"),) if model.shared_norm else \
+            (("ln_1", "ln_attn"), ("ln_2", "ln_mlp"))
+        for ours, theirs in norms:
+            for kind in ("weight", "bias"):
+                t[p + theirs + "." + kind] = getattr(getattr(b, ours), kind)
+    save_safetensors(os.path.join(directory, "model.safetensors"), t)
+    config = {"architectures": ["FalconForCausalLM"], "model_type": "falcon",
+              "hidden_size": C, "num_hidden_layers": CFG["n_layer"], "num_attention_heads": NH,
+              "multi_query": KV == 1, "new_decoder_architecture": new_architecture,
+              "parallel_attn": True, "bias": b.attn.c_proj.bias is not None, "alibi": False,
+              "vocab_size": CFG["vocab_size"], "max_position_embeddings": CFG["seq_len"],
+              "layer_norm_epsilon": 1e-5, "rope_theta": ROPE_THETA,
+              "hidden_dropout": 0.0, "attention_dropout": 0.0,
+              "tie_word_embeddings": not hasattr(model, "lm_head")}
+    if new_architecture:
+        config["num_kv_heads"] = KV
+    with open(os.path.join(directory, "config.json"), "w") as f:
+        json.dump(config, f)
+
+
 def greedy_continuation(model, embedding_growth=8.0):
     """Greedy continuation of GREEDY_PROMPT, past seq_len (the window slides
     over the last seq_len tokens), by the model with its weights made 8x
@@ -838,12 +886,28 @@ def main():
     # Phi-2's: the parallel residual with one norm for both sublayers, a
     # biased untied head, half of each head turned, grouped key/value heads;
     # step 0 and a greedy continuation, from a PhiForCausalLM directory.
-    phi = Gpt(CFG, ROPE_THETA, tie=False, kv_heads=LLAMA_KV_HEADS, rope_dim=NEOX_ROPE_DIM,
-              parallel=True, shared_norm=True, head_bias=True)
-    save_hf_phi(phi, os.path.join(out, "phi_hf"), NEOX_ROPE_DIM)
-    record_step_zero(phi, x, y, "phi.", ref)
-    ref["phi.greedy_tokens"] = torch.tensor(greedy_continuation(phi), dtype=torch.float32)
-    save_model(phi, os.path.join(out, "phi_generator.safetensors"))
+    phi2 = Gpt(CFG, ROPE_THETA, tie=False, kv_heads=LLAMA_KV_HEADS, rope_dim=NEOX_ROPE_DIM,
+               parallel=True, shared_norm=True, head_bias=True)
+    save_hf_phi(phi2, os.path.join(out, "phi_hf"), NEOX_ROPE_DIM)
+    record_step_zero(phi2, x, y, "phi.", ref)
+    ref["phi.greedy_tokens"] = torch.tensor(greedy_continuation(phi2), dtype=torch.float32)
+    save_model(phi2, os.path.join(out, "phi_generator.safetensors"))
+
+    # Falcon 7B's: multi-query attention, the parallel residual with one
+    # norm, the exact GELU, no linear biases, a tied head; and Falcon 40B's
+    # new decoder architecture: two norms (ln_attn, ln_mlp), grouped
+    # key/value heads (here with biases and an untied head). Step 0 of each,
+    # a greedy continuation of the first, from FalconForCausalLM directories.
+    falcon7 = Gpt(CFG, ROPE_THETA, bias=False, kv_heads=1, parallel=True, shared_norm=True,
+                  gelu_exact=True)
+    save_hf_falcon(falcon7, os.path.join(out, "falcon7_hf"), new_architecture=False)
+    record_step_zero(falcon7, x, y, "falcon7.", ref)
+    ref["falcon7.greedy_tokens"] = torch.tensor(greedy_continuation(falcon7), dtype=torch.float32)
+    save_model(falcon7, os.path.join(out, "falcon7_generator.safetensors"))
+    falcon40 = Gpt(CFG, ROPE_THETA, tie=False, kv_heads=LLAMA_KV_HEADS, parallel=True,
+                   gelu_exact=True)
+    save_hf_falcon(falcon40, os.path.join(out, "falcon40_hf"), new_architecture=True)
+    record_step_zero(falcon40, x, y, "falcon40.", ref)
 
     save_torch_files(out, ref)
 

@@ -66,6 +66,28 @@ Tensor triad_qkv_rows_to_neox(const Tensor& t, int64_t n_head);
 bool is_hf_phi(const std::map<std::string, Tensor>& tensors);
 nn::StateDict hf_phi_to_triad(const std::map<std::string, Tensor>& tensors);
 
+// Hugging Face Falcon tensors (transformer.word_embeddings,
+// transformer.h.N.{input_layernorm | ln_attn, ln_mlp |
+// post_attention_layernorm, self_attention.query_key_value,
+// self_attention.dense, mlp.dense_h_to_4h, mlp.dense_4h_to_h},
+// transformer.ln_f, lm_head) -> Triad state dict. query_key_value groups
+// its rows by key/value head (falcon_qkv_rows_to_triad), their count taken
+// from its height against the `n_head` query heads of hidden_size /
+// n_head each. ln_attn (or input_layernorm) is ln_1, ln_mlp (or
+// post_attention_layernorm) ln_2. RoPE's buffer is left out; any other
+// unknown tensor is an IoError naming it.
+bool is_hf_falcon(const std::map<std::string, Tensor>& tensors);
+nn::StateDict hf_falcon_to_triad(const std::map<std::string, Tensor>& tensors, int64_t n_head);
+// c_attn's rows (a weight, a bias, or a LoRA B: rows first) between Triad's
+// stack [q | k | v] and Falcon's grouping: for each of the `kv_heads`
+// key/value heads, the n_head / kv_heads query heads that use it, then its
+// key and its value ([q.. k v] per group: GPT-NeoX's per-head interleave
+// when every query head has its own, Triad's stack under multi-query
+// attention). Each the other's inverse; a height that is not (n_head + 2 *
+// kv_heads) heads of one width is a ShapeError.
+Tensor falcon_qkv_rows_to_triad(const Tensor& t, int64_t n_head, int64_t kv_heads);
+Tensor triad_qkv_rows_to_falcon(const Tensor& t, int64_t n_head, int64_t kv_heads);
+
 // A multimodal checkpoint's language model (Gemma 3's 4B and up): its
 // tensors under language_model.model. (transformers 4.50's layout) or
 // model.language_model. (later ones) renamed to model., language_model's
@@ -85,7 +107,8 @@ void save_gpt2_safetensors(const nn::Gpt& model, const std::string& path);
 // against `expected` (name -> full shape), and write a full state dict. A
 // file in Hugging Face's LLaMA layout (is_hf_llama) is read too
 // (hf_llama_to_triad), a multimodal checkpoint's language model alone
-// (language_model_tensors), one in Phi's (hf_phi_to_triad), and one in
+// (language_model_tensors), one in Phi's (hf_phi_to_triad) or Falcon's
+// (hf_falcon_to_triad, which needs `n_head`), and one in
 // GPT-NeoX's (hf_neox_to_triad, which
 // needs `n_head`, the model's query heads: 0 refuses such a file). `path`
 // is a safetensors file or torch.save's pytorch_model.bin (told apart by
