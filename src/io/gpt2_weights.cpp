@@ -424,6 +424,116 @@ Tensor triad_qkv_rows_to_falcon(const Tensor& t, int64_t n_head, int64_t kv_head
       .detach();
 }
 
+namespace {
+
+// c_attn's rows with each q and k head's first r rows reordered: `to_halves`
+// takes GPT-J's interleaved pairs to Triad's halves, else back.
+Tensor reorder_rotary_rows(const Tensor& t, int64_t n_head, int64_t rope_dim, bool to_halves) {
+  const int64_t rows = t.dim() >= 1 ? t.size(0) : 0;
+  if (n_head < 1 || rows == 0 || rows % (3 * n_head) != 0) {
+    throw ShapeError("GPT-J q, k and v: " + shape_str(t.shape()) + " is not 3 x " +
+                     std::to_string(n_head) + " heads of rows tall");
+  }
+  const int64_t H = n_head, D = rows / (3 * H), r = rope_dim > 0 ? rope_dim : D,
+                rest = t.numel() / rows;
+  if (r % 2 != 0 || r > D) {
+    throw ShapeError("GPT-J q, k and v: " + std::to_string(r) + " rotated dimensions in heads of " +
+                     std::to_string(D) + " (expected an even count, at most the head)");
+  }
+  const Tensor heads = reshape(contiguous(t.detach()), {3 * H, D, rest});
+  const Tensor turned = narrow(heads, 0, 0, 2 * H);  // q's and k's heads
+  const Shape pairs = to_halves ? Shape{2 * H, r / 2, 2, rest} : Shape{2 * H, 2, r / 2, rest};
+  Tensor qk =
+      reshape(contiguous(transpose(reshape(contiguous(narrow(turned, 1, 0, r)), pairs), 1, 2)),
+              {2 * H, r, rest});
+  if (r < D) qk = concat({qk, contiguous(narrow(turned, 1, r, D - r))}, 1);
+  return reshape(concat({qk, contiguous(narrow(heads, 0, 2 * H, H))}, 0), t.shape()).detach();
+}
+
+}  // namespace
+
+Tensor gptj_qkv_rows_to_triad(const Tensor& t, int64_t n_head, int64_t rope_dim) {
+  return reorder_rotary_rows(t, n_head, rope_dim, true);
+}
+
+Tensor triad_qkv_rows_to_gptj(const Tensor& t, int64_t n_head, int64_t rope_dim) {
+  return reorder_rotary_rows(t, n_head, rope_dim, false);
+}
+
+bool is_hf_gptj(const std::map<std::string, Tensor>& tensors) {
+  return tensors.count("transformer.wte.weight") > 0 &&
+         tensors.count("transformer.wpe.weight") == 0;
+}
+
+nn::StateDict hf_gptj_to_triad(const std::map<std::string, Tensor>& tensors, int64_t n_head,
+                               int64_t rope_dim) {
+  static const std::map<std::string, std::string> kOutside = {
+      {"transformer.wte.weight", "wte.weight"},
+      {"transformer.ln_f.weight", "ln_f.weight"},
+      {"transformer.ln_f.bias", "ln_f.bias"},
+      {"lm_head.weight", "lm_head.weight"},
+      {"lm_head.bias", "lm_head.bias"}};
+  static const std::map<std::string, std::string> kBlock = {
+      {"ln_1.weight", "ln_1.weight"},
+      {"ln_1.bias", "ln_1.bias"},
+      {"attn.out_proj.weight", "attn.c_proj.weight"},
+      {"mlp.fc_in.weight", "mlp.c_fc.weight"},
+      {"mlp.fc_in.bias", "mlp.c_fc.bias"},
+      {"mlp.fc_out.weight", "mlp.c_proj.weight"},
+      {"mlp.fc_out.bias", "mlp.c_proj.bias"}};
+  if (n_head < 1) {
+    throw IoError(
+        "Hugging Face GPT-J weights: reordering q's and k's rotated rows needs the "
+        "model's head count");
+  }
+  nn::StateDict out;
+  std::map<int64_t, std::map<std::string, Tensor>> qkv;  // per block: "q", "k", "v"
+  for (const auto& [name, t] : tensors) {
+    if (const auto it = kOutside.find(name); it != kOutside.end()) {
+      out[it->second] = t;
+      continue;
+    }
+    const int64_t layer = block_index(name);
+    const std::string prefix = "transformer.h." + std::to_string(layer) + ".";
+    if (layer < 0 || name.rfind(prefix, 0) != 0)
+      throw IoError("Hugging Face GPT-J weights: unexpected tensor '" + name + "'");
+    const std::string rest = name.substr(prefix.size());
+    // Buffers older files carry: the causal mask and RoPE's tables.
+    if (rest == "attn.bias" || rest == "attn.masked_bias" || ends_with(rest, "inv_freq") ||
+        ends_with(rest, "embed_positions"))
+      continue;
+    if (rest == "attn.q_proj.weight" || rest == "attn.k_proj.weight" ||
+        rest == "attn.v_proj.weight") {
+      qkv[layer][rest.substr(5, 1)] = t;
+      continue;
+    }
+    const auto it = kBlock.find(rest);
+    if (it == kBlock.end())
+      throw IoError("Hugging Face GPT-J weights: unexpected tensor '" + name + "'");
+    out["h." + std::to_string(layer) + "." + it->second] = t;
+  }
+  for (const auto& [layer, parts] : qkv) {
+    std::vector<Tensor> stack;
+    for (const char* p : {"q", "k", "v"}) {
+      const auto it = parts.find(p);
+      if (it == parts.end()) {
+        throw IoError("Hugging Face GPT-J weights: tensor 'transformer.h." + std::to_string(layer) +
+                      ".attn." + p + "_proj.weight' is missing");
+      }
+      stack.push_back(it->second);
+    }
+    if (stack[0].dim() != 2 || stack[1].shape() != stack[0].shape() ||
+        stack[2].shape() != stack[0].shape()) {
+      throw IoError("Hugging Face GPT-J weights: layer " + std::to_string(layer) + "'s q_proj " +
+                    shape_str(stack[0].shape()) + ", k_proj " + shape_str(stack[1].shape()) +
+                    " and v_proj " + shape_str(stack[2].shape()) + " differ");
+    }
+    out["h." + std::to_string(layer) + ".attn.c_attn.weight"] =
+        gptj_qkv_rows_to_triad(concat(stack, 0), n_head, rope_dim);
+  }
+  return out;
+}
+
 bool is_hf_falcon(const std::map<std::string, Tensor>& tensors) {
   return tensors.count("transformer.word_embeddings.weight") > 0;
 }
@@ -694,17 +804,21 @@ void check_part(const std::string& path, const nn::StateDict& state,
 
 void read_gpt2_weights(const std::string& path, const std::map<std::string, Shape>& expected,
                        const std::set<int64_t>* blocks,
-                       const std::function<void(nn::StateDict&&)>& consume, int64_t n_head) {
+                       const std::function<void(nn::StateDict&&)>& consume, int64_t n_head,
+                       int64_t rope_dim) {
   const WeightFiles files(path);
   // First the tensors outside the blocks (the embedding, position table,
   // final norm and head): they name the file's layout and width.
   std::map<std::string, Tensor> outside = language_model_tensors(
       files.read([](const std::string& name) { return block_index(name) < 0; }));
-  const bool neox = is_hf_neox(outside), phi = is_hf_phi(outside), falcon = is_hf_falcon(outside);
-  const bool llama = is_hf_llama(outside) || neox || falcon;  // (Linear weights, [out, in])
+  const bool neox = is_hf_neox(outside), phi = is_hf_phi(outside), falcon = is_hf_falcon(outside),
+             gptj = is_hf_gptj(outside);
+  // (Linear weights, [out, in])
+  const bool llama = is_hf_llama(outside) || neox || falcon || gptj;
   const auto convert = [&](const std::map<std::string, Tensor>& tensors) {
     return neox     ? hf_neox_to_triad(tensors, n_head)
            : falcon ? hf_falcon_to_triad(tensors, n_head)
+           : gptj   ? hf_gptj_to_triad(tensors, n_head, rope_dim)
            : phi    ? hf_phi_to_triad(tensors)
            : llama  ? hf_llama_to_triad(tensors)
                     : gpt2_to_triad(tensors);
@@ -767,17 +881,19 @@ void read_gpt2_weights(const std::string& path, const std::map<std::string, Shap
 
 nn::StateDict load_gpt2_state_dict(const std::string& path,
                                    const std::map<std::string, Shape>& expected,
-                                   const std::set<int64_t>* blocks, int64_t n_head) {
+                                   const std::set<int64_t>* blocks, int64_t n_head,
+                                   int64_t rope_dim) {
   nn::StateDict all;
   read_gpt2_weights(
-      path, expected, blocks, [&](nn::StateDict&& part) { all.merge(part); }, n_head);
+      path, expected, blocks, [&](nn::StateDict&& part) { all.merge(part); }, n_head, rope_dim);
   return all;
 }
 
 void load_gpt2_safetensors(nn::Gpt& model, const std::string& path) {
   std::map<std::string, Shape> expected;
   for (auto& [name, p] : model.named_parameters()) expected[name] = p.shape();
-  model.load_state_dict(load_gpt2_state_dict(path, expected, nullptr, model.config().n_head));
+  model.load_state_dict(load_gpt2_state_dict(path, expected, nullptr, model.config().n_head,
+                                             model.config().rope_dim));
 }
 
 namespace {
@@ -799,6 +915,7 @@ std::map<std::string, std::string> gpt2_metadata(const nn::GptConfig& c) {
   if (c.parallel_residual) meta["parallel_residual"] = "true";
   if (c.shared_norm) meta["shared_norm"] = "true";
   if (c.head_bias) meta["head_bias"] = "true";
+  if (c.mlp_bias) meta["mlp_bias"] = "true";
   if (c.rope_local_theta > 0.0) meta["rope_local_theta"] = std::to_string(c.rope_local_theta);
   if (c.query_pre_attn_scalar > 0.0)
     meta["query_pre_attn_scalar"] = std::to_string(c.query_pre_attn_scalar);

@@ -426,6 +426,37 @@ nn::GptConfig falcon_config(const Keys& k) {
   return c;
 }
 
+// GPTJForCausalLM (GPT-J 6B): GPT-2's keys for the widths and depth, rotary
+// embeddings on rotary_dim of each head (64 when left out) at a base of
+// 10000, turned in interleaved pairs (the weights' reader reorders q's and
+// k's rows into the halves Triad turns), the parallel residual with one
+// norm, no biases in the attention but the MLP's, GELU (tanh by default),
+// and an untied head with a bias.
+nn::GptConfig gptj_config(const Keys& k) {
+  nn::GptConfig c;
+  c.n_layer = k.integer("n_layer");
+  c.n_head = k.integer("n_head");
+  c.d_model = k.integer("n_embd");
+  c.vocab_size = k.integer("vocab_size");
+  c.seq_len = k.integer("n_positions");
+  c.ffn_hidden_size = k.integer("n_inner", 0);
+  c.layer_norm_eps = k.number("layer_norm_epsilon", 1e-5);
+  c.tie_embeddings = k.boolean("tie_word_embeddings", false);
+  c.activation = gelu_named(k, "activation_function", "gelu_new");
+  c.position_embedding = nn::PositionEmbedding::Rotary;
+  c.parallel_residual = c.shared_norm = c.head_bias = true;
+  c.linear_bias = false;
+  c.mlp_bias = true;
+  if (c.n_head > 0 && c.d_model % c.n_head == 0) {
+    const int64_t r = k.integer("rotary_dim", 64);  // (validate() names a default misfit)
+    if (k.has("rotary_dim") && (r < 2 || r > c.head_dim() || r % 2 != 0))
+      k.bad("rotary_dim", "must be an even count of dimensions, at most each head's " +
+                              std::to_string(c.head_dim()));
+    c.rope_dim = r == c.head_dim() ? 0 : r;
+  }
+  return c;
+}
+
 // Gemma3TextConfig's defaults for the keys a file leaves out (the
 // multimodal checkpoints' text_config gives few of them: 4B's names its
 // widths, depth, window and RoPE scaling only).
@@ -495,10 +526,13 @@ nn::GptConfig gpt_config_from_hf(const std::string& json_text, const std::string
     c = phi_config(k);
   } else if (type == "falcon") {
     c = falcon_config(k);
+  } else if (type == "gptj") {
+    c = gptj_config(k);
   } else {
-    throw NotSupportedError(source + ": model_type '" + type +
-                            "' is not supported (llama, mistral, qwen2, qwen3, gemma, gemma2, "
-                            "gemma3_text, gemma3, phi3, stablelm, gpt_neox, phi, falcon or gpt2)");
+    throw NotSupportedError(
+        source + ": model_type '" + type +
+        "' is not supported (llama, mistral, qwen2, qwen3, gemma, gemma2, "
+        "gemma3_text, gemma3, phi3, stablelm, gpt_neox, phi, falcon, gptj or gpt2)");
   }
   c.hf_type = type;  // (an export writes the class it came from)
   try {

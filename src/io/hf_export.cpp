@@ -110,6 +110,7 @@ std::string llama_misfit(const nn::GptConfig& c, const std::string& type) {
     add(!c.rms_norm(), "model.normalization is not rmsnorm");
   }
   add(c.linear_bias, "model.linear_bias is true");
+  add(c.mlp_bias, "model.mlp_bias is true");
   add(c.head_bias, "model.head_bias is true");
   if (stablelm) {  // StableLM's parallel blocks share one norm
     add(c.parallel_residual && !c.shared_norm,
@@ -206,6 +207,7 @@ std::string falcon_misfit(const nn::GptConfig& c) {
   add(c.gated_mlp(), "model.activation is not gelu or gelu_erf");
   add(c.rms_norm(), "model.normalization is rmsnorm");
   add(c.qkv_bias && !c.linear_bias, "model.qkv_bias without model.linear_bias");
+  add(c.mlp_bias && !c.linear_bias, "model.mlp_bias without model.linear_bias");
   add(c.head_bias, "model.head_bias is true");
   add(!c.parallel_residual, "model.parallel_residual is false");
   add(!c.rotary(), "model.position_embedding is not rope");
@@ -222,6 +224,40 @@ std::string falcon_misfit(const nn::GptConfig& c) {
       "model.query_pre_attn_scalar is not head_dim");
   add(c.rope_local_theta > 0.0, "model.rope_local_theta is set");
   add(c.rope_scaling.kind == RopeScaling::Kind::LongRope, "model.rope_scaling is longrope");
+  return why;
+}
+
+// GPTJForCausalLM: the parallel residual with one norm, biases on the MLP
+// alone, a biased untied head, rotary embeddings on any share of each head
+// (turned in interleaved pairs: the export reorders q's and k's rows) at
+// GPT-J's fixed base of 10000, unscaled, and a key/value head per query
+// head.
+std::string gptj_misfit(const nn::GptConfig& c) {
+  std::string why;
+  auto add = [&](bool bad, const char* what) {
+    if (bad) why += (why.empty() ? "" : ", ") + std::string(what);
+  };
+  add(c.gated_mlp(), "model.activation is not gelu or gelu_erf");
+  add(c.rms_norm(), "model.normalization is rmsnorm");
+  add(c.linear_bias || c.qkv_bias, "the attention has biases");
+  add(!c.mlp_biases(), "model.mlp_bias is false");
+  add(!c.head_bias, "model.head_bias is false");
+  add(!c.shared_norm, "model.shared_norm is false");
+  add(!c.rotary(), "model.position_embedding is not rope");
+  add(c.rope_theta != 10000.0, "model.rope_theta is not 10000");
+  add(c.rope_scaling.scaled(), "model.rope_scaling is set");
+  add(c.kv_heads() != c.n_head, "model.n_kv_head groups the heads");
+  add(c.heads_apart(), "model.head_dim is not d_model / n_head");
+  add(c.sliding_window > 0, "model.sliding_window is set");
+  add(c.qk_norm, "model.qk_norm is true");
+  add(c.post_norms, "model.post_norms is true");
+  add(c.embedding_multiplier != 1.0, "model.embedding_multiplier is not 1");
+  add(c.norm_weight_offset, "model.norm_weight_offset is true");
+  add(c.attn_logit_softcap > 0.0, "model.attn_logit_softcap is set");
+  add(c.final_logit_softcap > 0.0, "model.final_logit_softcap is set");
+  add(c.query_pre_attn_scalar > 0.0 && c.query_pre_attn_scalar != static_cast<double>(c.head_dim()),
+      "model.query_pre_attn_scalar is not head_dim");
+  add(c.rope_local_theta > 0.0, "model.rope_local_theta is set");
   return why;
 }
 
@@ -379,6 +415,26 @@ void write_falcon_config(const nn::GptConfig& c, nlohmann::ordered_json& j) {
   j["attention_dropout"] = 0.0;
 }
 
+// GPTJConfig's keys: GPT-2's names for the widths and depth, rotary_dim
+// the dimensions of each head that turn.
+void write_gptj_config(const nn::GptConfig& c, nlohmann::ordered_json& j) {
+  j["architectures"] = nlohmann::ordered_json::array({"GPTJForCausalLM"});
+  j["model_type"] = "gptj";
+  j["n_embd"] = c.d_model;
+  j["n_layer"] = c.n_layer;
+  j["n_head"] = c.n_head;
+  j["n_positions"] = c.seq_len;
+  j["n_inner"] = c.ffn() != 4 * c.d_model ? nlohmann::ordered_json(c.ffn()) : nullptr;
+  j["rotary_dim"] = c.rotary_width();
+  j["activation_function"] = c.activation == nn::Activation::GeluErf ? "gelu" : "gelu_new";
+  j["layer_norm_epsilon"] = c.layer_norm_eps;
+  // Its dropouts are Triad's: after the embeddings (embd_pdrop) and each
+  // sublayer's output (resid_pdrop), none on the attention's probabilities.
+  j["resid_pdrop"] = c.dropout;
+  j["embd_pdrop"] = c.dropout;
+  j["attn_pdrop"] = 0.0;
+}
+
 const Tensor& at(const nn::StateDict& s, const std::string& name) {
   auto it = s.find(name);
   if (it == s.end()) throw ValueError("export: the state dict has no '" + name + "'");
@@ -451,6 +507,37 @@ std::map<std::string, Tensor> triad_to_phi_part(const nn::StateDict& full, const
   return out;
 }
 
+// GPT-J's names for the tensors outside the blocks (block -1) or of block
+// `block`: c_attn split into q_proj, k_proj and v_proj, q's and k's rotated
+// dimensions back in GPT-J's interleaved pairs.
+std::map<std::string, Tensor> triad_to_gptj_part(const nn::StateDict& full, const nn::GptConfig& c,
+                                                 int64_t block) {
+  std::map<std::string, Tensor> out;
+  if (block < 0) {
+    out["transformer.wte.weight"] = at(full, "wte.weight");
+    out["transformer.ln_f.weight"] = at(full, "ln_f.weight");
+    out["transformer.ln_f.bias"] = at(full, "ln_f.bias");
+    out["lm_head.weight"] = at(full, "lm_head.weight");
+    out["lm_head.bias"] = at(full, "lm_head.bias");
+    return out;
+  }
+  const std::string p = "h." + std::to_string(block) + ".";
+  const std::string hf = "transformer.h." + std::to_string(block) + ".";
+  const int64_t Q = c.q_width();
+  const Tensor qkv =
+      triad_qkv_rows_to_gptj(at(full, p + "attn.c_attn.weight"), c.n_head, c.rotary_width());
+  out[hf + "attn.q_proj.weight"] = contiguous(narrow(qkv, 0, 0, Q)).detach();
+  out[hf + "attn.k_proj.weight"] = contiguous(narrow(qkv, 0, Q, Q)).detach();
+  out[hf + "attn.v_proj.weight"] = contiguous(narrow(qkv, 0, 2 * Q, Q)).detach();
+  out[hf + "attn.out_proj.weight"] = at(full, p + "attn.c_proj.weight");
+  for (const char* kind : {".weight", ".bias"}) {
+    out[hf + "ln_1" + kind] = at(full, p + "ln_1" + kind);
+    out[hf + "mlp.fc_in" + kind] = at(full, p + "mlp.c_fc" + kind);
+    out[hf + "mlp.fc_out" + kind] = at(full, p + "mlp.c_proj" + kind);
+  }
+  return out;
+}
+
 // Falcon's names for the tensors outside the blocks (block -1) or of block
 // `block`; c_attn's rows grouped by key/value head as query_key_value holds
 // them, and ln_attn and ln_mlp (or the one input_layernorm) for the norms.
@@ -496,7 +583,7 @@ std::map<std::string, Tensor> triad_to_falcon_part(const nn::StateDict& full,
 const std::vector<std::string>& hf_model_types() {
   static const std::vector<std::string> types{
       "llama", "mistral",  "qwen2",    "qwen3", "gemma",  "gemma2", "gemma3_text",
-      "phi3",  "stablelm", "gpt_neox", "phi",   "falcon", "gpt2"};
+      "phi3",  "stablelm", "gpt_neox", "phi",   "falcon", "gptj",   "gpt2"};
   return types;
 }
 
@@ -520,6 +607,7 @@ std::string misfit(const nn::GptConfig& c, const std::string& type) {
   if (type == "gpt2") return gpt2_misfit(c);
   if (type == "gpt_neox" || type == "phi") return rotary_plain_misfit(c, type == "phi");
   if (type == "falcon") return falcon_misfit(c);
+  if (type == "gptj") return gptj_misfit(c);
   if (type == "mistral") return llama_misfit(c, "llama");
   std::string why = llama_misfit(c, type);
   if (type == "llama" && c.sliding_window > 0)
@@ -541,6 +629,7 @@ const char* architecture_of(const std::string& type) {
          : type == "gpt_neox"    ? "GPTNeoXForCausalLM"
          : type == "phi"         ? "PhiForCausalLM"
          : type == "falcon"      ? "FalconForCausalLM"
+         : type == "gptj"        ? "GPTJForCausalLM"
                                  : "GPT2LMHeadModel";
 }
 
@@ -574,7 +663,8 @@ const char* hf_model_type(const nn::GptConfig& c) {
                     gemma2 = misfit(c, "gemma2"), gemma3 = misfit(c, "gemma3_text"),
                     phi3 = misfit(c, "phi3"), stablelm = misfit(c, "stablelm"),
                     neox = misfit(c, "gpt_neox"), phi = misfit(c, "phi"),
-                    falcon = misfit(c, "falcon"), gpt2 = misfit(c, "gpt2");
+                    falcon = misfit(c, "falcon"), gptj = misfit(c, "gptj"),
+                    gpt2 = misfit(c, "gpt2");
   throw NotSupportedError(
       "no Hugging Face class holds this model: LlamaForCausalLM needs rope, swiglu, rmsnorm, "
       "no linear biases and no query/key norms (here " +
@@ -602,6 +692,9 @@ const char* hf_model_type(const nn::GptConfig& c) {
       "); FalconForCausalLM parallel blocks with rope on whole heads, gelu or gelu_erf, "
       "layernorm, biases on every linear layer or none, and no head bias (here " +
       falcon +
+      "); GPTJForCausalLM parallel blocks with one norm, rope at base 10000 on any share of each "
+      "head, biases on the MLP alone, and a head bias (here " +
+      gptj +
       "); GPT2LMHeadModel GPT-NeoX's with learned positions and no parallel residual (here " +
       gpt2 + ")");
 }
@@ -620,6 +713,8 @@ std::string hf_config_json(const nn::GptConfig& c, const std::string& torch_dtyp
     write_phi_config(c, j);
   } else if (type == "falcon") {
     write_falcon_config(c, j);
+  } else if (type == "gptj") {
+    write_gptj_config(c, j);
   } else if (type != "gpt2") {
     write_dimensions(c, hf_architecture(c), type, j);
     j["num_key_value_heads"] = c.kv_heads();
@@ -743,6 +838,7 @@ std::map<std::string, Tensor> triad_to_hf_part(const nn::StateDict& full, const 
   if (type == "gpt_neox") return triad_to_neox_part(full, c, block);
   if (type == "phi") return triad_to_phi_part(full, c, block);
   if (type == "falcon") return triad_to_falcon_part(full, c, block);
+  if (type == "gptj") return triad_to_gptj_part(full, c, block);
   const int64_t Q = c.q_width(), KV = c.kv_heads() * c.head_dim(), F = c.ffn();
   if (block < 0) {
     out["model.embed_tokens.weight"] = at(full, "wte.weight");
@@ -1077,7 +1173,7 @@ std::vector<std::string> export_hf_model(const std::string& weights, const nn::G
   const auto shapes = nn::gpt_parameter_shapes(c);
   return export_hf_parts(
       [&](const std::function<void(nn::StateDict &&)>& consume) {
-        read_gpt2_weights(weights, shapes, nullptr, consume, c.n_head);
+        read_gpt2_weights(weights, shapes, nullptr, consume, c.n_head, c.rope_dim);
       },
       c, dir, options);
 }

@@ -29,6 +29,10 @@ bool is_falcon(const nn::GptConfig& c) {
   return std::string(hf_model_type(c)) == "falcon";
 }
 
+bool is_gptj(const nn::GptConfig& c) {
+  return std::string(hf_model_type(c)) == "gptj";
+}
+
 // A Hugging Face module that takes rows [first, first + rows) of a Triad
 // layer's output (its B's rows; A whole).
 struct Piece {
@@ -46,6 +50,16 @@ std::vector<Piece> pieces_of(const nn::GptConfig& c, int64_t i, const std::strin
     if (layer == "attn.c_proj") return {{hf + "attention.dense", 0, -1}};
     if (layer == "mlp.c_fc") return {{hf + "mlp.dense_h_to_4h", 0, -1}};
     return {{hf + "mlp.dense_4h_to_h", 0, -1}};
+  }
+  if (is_gptj(c)) {  // LLaMA's q, k and v; out_proj, fc_in and fc_out
+    const std::string hf = "transformer.h." + n + ".";
+    const int64_t Q = c.q_width();
+    if (layer == "attn.c_attn")
+      return {
+          {hf + "attn.q_proj", 0, Q}, {hf + "attn.k_proj", Q, Q}, {hf + "attn.v_proj", 2 * Q, Q}};
+    if (layer == "attn.c_proj") return {{hf + "attn.out_proj", 0, -1}};
+    if (layer == "mlp.c_fc") return {{hf + "mlp.fc_in", 0, -1}};
+    return {{hf + "mlp.fc_out", 0, -1}};
   }
   if (is_falcon(c)) {  // the same modules (query_key_value's rows by key/value head)
     const std::string hf = "transformer.h." + n + ".";
@@ -113,6 +127,9 @@ std::map<std::string, Tensor> triad_lora_to_peft(const nn::StateDict& adapters,
       if (layer == "attn.c_attn" && is_neox(c)) ab[1] = triad_qkv_rows_to_neox(ab[1], c.n_head);
       if (layer == "attn.c_attn" && is_falcon(c))
         ab[1] = triad_qkv_rows_to_falcon(ab[1], c.n_head, c.kv_heads());
+      // GPT-J's q and k turn in interleaved pairs: B's rows too.
+      if (layer == "attn.c_attn" && is_gptj(c))
+        ab[1] = triad_qkv_rows_to_gptj(ab[1], c.n_head, c.rotary_width());
       for (const Piece& p : pieces_of(c, i, layer)) {
         const std::string to = "base_model.model." + p.module;
         out[to + ".lora_A.weight"] = contiguous(ab[0]).detach();

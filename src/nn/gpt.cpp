@@ -306,7 +306,7 @@ T block_parameters_in(const GptConfig& c) {
   // head and q = h), MLP (h + 1) m + (f + 1) h, two LayerNorms 4h or
   // RMSNorms 2h (12h^2 + 13h for GPT-2); twice that with post_norms.
   const T norm = c.rms_norm() ? h : 2 * h;
-  const T biases = c.linear_bias ? w + h + m + h : c.qkv_bias ? w : 0;
+  const T biases = c.linear_bias ? w + h + m + h : (c.qkv_bias ? w : 0) + (c.mlp_bias ? m + h : 0);
   const T norms = c.post_norms ? 4 : c.shared_norm ? 1 : 2;
   return (w + q) * h + h * m + f * h + biases + norms * norm +
          static_cast<T>(c.qk_norm ? 2 * c.head_dim() : 0);
@@ -398,8 +398,8 @@ std::map<std::string, Shape> gpt_parameter_shapes(const GptConfig& cfg,
       s[p + "attn.q_norm.weight"] = {cfg.head_dim()};
       s[p + "attn.k_norm.weight"] = {cfg.head_dim()};
     }
-    if (cfg.linear_bias) {
-      s[p + "attn.c_proj.bias"] = {C};
+    if (cfg.linear_bias) s[p + "attn.c_proj.bias"] = {C};
+    if (cfg.mlp_biases()) {
       s[p + "mlp.c_fc.bias"] = {cfg.fc_width()};
       s[p + "mlp.c_proj.bias"] = {C};
     }
@@ -541,9 +541,9 @@ Tensor CausalSelfAttention::forward_cached(const Tensor& x, Tensor& k_cache, Ten
 Mlp::Mlp(const GptConfig& cfg, int64_t layer)
     : layer_(layer), dropout_(cfg.dropout), activation_(cfg.activation) {
   c_fc_ = register_module("c_fc",
-                          std::make_shared<Linear>(cfg.d_model, cfg.fc_width(), cfg.linear_bias));
+                          std::make_shared<Linear>(cfg.d_model, cfg.fc_width(), cfg.mlp_biases()));
   c_proj_ =
-      register_module("c_proj", std::make_shared<Linear>(cfg.ffn(), cfg.d_model, cfg.linear_bias));
+      register_module("c_proj", std::make_shared<Linear>(cfg.ffn(), cfg.d_model, cfg.mlp_biases()));
   if (cfg.lora_on("mlp.c_fc")) {
     c_fc_->enable_lora(cfg.lora.rank, cfg.lora_scale(), cfg.lora_dropout(layer, "mlp.c_fc"));
   }

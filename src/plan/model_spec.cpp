@@ -90,6 +90,7 @@ nn::GptConfig parse_model_spec(const std::string& yaml_text, const std::string& 
   option("shared_norm", "true or false",
          [&](const YAML::Node& v) { c.shared_norm = v.as<bool>(); });
   option("head_bias", "true or false", [&](const YAML::Node& v) { c.head_bias = v.as<bool>(); });
+  option("mlp_bias", "true or false", [&](const YAML::Node& v) { c.mlp_bias = v.as<bool>(); });
   option("dropout", "a probability", [&](const YAML::Node& v) { c.dropout = v.as<double>(); });
   option("final_logit_softcap", "a number",
          [&](const YAML::Node& v) { c.final_logit_softcap = v.as<double>(); });
@@ -151,6 +152,7 @@ nn::GptConfig parse_model_spec(const std::string& yaml_text, const std::string& 
                                                  "parallel_residual",
                                                  "shared_norm",
                                                  "head_bias",
+                                                 "mlp_bias",
                                                  "rope_local_theta",
                                                  "rope_dim",
                                                  "hf_type",

@@ -765,6 +765,7 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
       {"parallel_residual",
        {false, [&](auto& v, auto& k) { m.parallel_residual = get_bool(v, k); }}},
       {"shared_norm", {false, [&](auto& v, auto& k) { m.shared_norm = get_bool(v, k); }}},
+      {"mlp_bias", {false, [&](auto& v, auto& k) { m.mlp_bias = get_bool(v, k); }}},
       {"head_bias", {false, [&](auto& v, auto& k) { m.head_bias = get_bool(v, k); }}},
       {"activation",
        {false,
@@ -1305,6 +1306,7 @@ std::string to_yaml(const Config& c) {
   if (c.model.post_norms) e << YAML::Key << "post_norms" << YAML::Value << true;
   if (c.model.parallel_residual) e << YAML::Key << "parallel_residual" << YAML::Value << true;
   if (c.model.shared_norm) e << YAML::Key << "shared_norm" << YAML::Value << true;
+  if (c.model.mlp_bias) e << YAML::Key << "mlp_bias" << YAML::Value << true;
   if (c.model.head_bias) e << YAML::Key << "head_bias" << YAML::Value << true;
   e << YAML::Key << "activation" << YAML::Value << nn::activation_string(c.model.activation);
   e << YAML::Key << "ffn_hidden_size" << YAML::Value << c.model.ffn_hidden_size;

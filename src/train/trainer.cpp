@@ -926,7 +926,8 @@ void Trainer::read_init_weights(const std::set<int64_t>* blocks,
   // merged into its weights.
   const nn::GptConfig base = config_.model.without_lora();
   if (!io::is_checkpoint(from)) {
-    io::read_gpt2_weights(from, nn::gpt_parameter_shapes(base), blocks, consume, base.n_head);
+    io::read_gpt2_weights(from, nn::gpt_parameter_shapes(base), blocks, consume, base.n_head,
+                          base.rope_dim);
     return;
   }
   const io::CheckpointInfo info = io::open_checkpoint(from);
@@ -1848,7 +1849,8 @@ std::vector<StepMetrics> Trainer::run() {
       model.n_layer, model.n_head,
       model.head_size > 0 ? fmt::format(" of width {}", model.head_size) : std::string(),
       model.kv_heads() != model.n_head
-          ? fmt::format(" sharing {} key/value heads", model.kv_heads())
+          ? fmt::format(" sharing {} key/value head{}", model.kv_heads(),
+                        model.kv_heads() == 1 ? "" : "s")
           : std::string(),
       model.d_model, model.vocab_size, model.seq_len,
       model.sliding_window > 0 && model.sliding_window < model.seq_len

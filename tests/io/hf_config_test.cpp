@@ -836,6 +836,36 @@ TEST(HfConfig, FalconConfigIsFalcon7bs) {
             std::string::npos);
 }
 
+// GPT-J 6B's config.json as published: GPT-2's keys, the parallel residual
+// with one norm, biases on the MLP alone, a biased untied head, 64 of each
+// head's 256 dimensions turned, and its published parameter count.
+TEST(HfConfig, GptjConfigIsGptj6bs) {
+  const std::string gptj = R"({
+    "activation_function": "gelu_new", "architectures": ["GPTJForCausalLM"], "attn_pdrop": 0.0,
+    "bos_token_id": 50256, "embd_pdrop": 0.0, "eos_token_id": 50256, "gradient_checkpointing": false,
+    "initializer_range": 0.02, "layer_norm_epsilon": 1e-05, "model_type": "gptj", "n_embd": 4096,
+    "n_head": 16, "n_inner": null, "n_layer": 28, "n_positions": 2048, "resid_pdrop": 0.0,
+    "rotary": true, "rotary_dim": 64, "scale_attn_weights": true, "tie_word_embeddings": false,
+    "use_cache": true, "vocab_size": 50400})";
+  const nn::GptConfig c = gpt_config_from_hf(gptj, "gpt-j-6b/config.json");
+  EXPECT_EQ(c.hf_type, "gptj");
+  EXPECT_EQ(c.num_parameters(), 6'050'882'784);
+  EXPECT_TRUE(c.parallel_residual);
+  EXPECT_TRUE(c.shared_norm);
+  EXPECT_TRUE(c.head_bias);
+  EXPECT_FALSE(c.linear_bias);
+  EXPECT_TRUE(c.mlp_bias);
+  EXPECT_FALSE(c.c_attn_bias());
+  EXPECT_EQ(c.rope_dim, 64);
+  EXPECT_EQ(c.rope_theta, 10000.0);
+  EXPECT_EQ(c.activation, nn::Activation::Gelu);
+  EXPECT_EQ(gpt_config_from_hf(edited(gptj, "rotary_dim", "256"), "whole").rope_dim, 0);
+  EXPECT_NE(error_of(edited(gptj, "rotary_dim", "65"))
+                .find("'rotary_dim' (65) must be an even count of dimensions, at most each "
+                      "head's 256"),
+            std::string::npos);
+}
+
 // StableLM 2 1.6B's config.json as published: LLaMA's blocks with
 // LayerNorms, q, k and v biases and a quarter of each head turned, and its
 // published parameter count; its 12B's parallel blocks (one norm shared)
@@ -921,12 +951,11 @@ TEST(HfConfig, WhatTriadDoesNotBuildIsNamed) {
   EXPECT_NE(message(from(edited(edited(llama, "model_type", "\"mistral\""), "sliding_window", "0")))
                 .find("'sliding_window' (0): a window must hold at least one key"),
             std::string::npos);
-  EXPECT_NE(
-      message(from(edited(llama, "model_type", "\"qwen3_moe\"")))
-          .find(
-              "model_type 'qwen3_moe' is not supported (llama, mistral, qwen2, qwen3, "
-              "gemma, gemma2, gemma3_text, gemma3, phi3, stablelm, gpt_neox, phi, falcon or gpt2)"),
-      std::string::npos);
+  EXPECT_NE(message(from(edited(llama, "model_type", "\"qwen3_moe\"")))
+                .find("model_type 'qwen3_moe' is not supported (llama, mistral, qwen2, qwen3, "
+                      "gemma, gemma2, gemma3_text, gemma3, phi3, stablelm, gpt_neox, phi, falcon, "
+                      "gptj or gpt2)"),
+            std::string::npos);
   EXPECT_NE(message(from(edited(edited(edited(kQwen3_06b, "use_sliding_window", "true"),
                                        "max_window_layers", "10"),
                                 "sliding_window", "0")))

@@ -96,6 +96,7 @@ void expect_same_model(const nn::GptConfig& a, const nn::GptConfig& b) {
   EXPECT_EQ(a.parallel_residual, b.parallel_residual);
   EXPECT_EQ(a.shared_norm, b.shared_norm);
   EXPECT_EQ(a.head_bias, b.head_bias);
+  EXPECT_EQ(a.mlp_bias, b.mlp_bias);
   EXPECT_EQ(a.qk_norm, b.qk_norm);
   EXPECT_EQ(a.rope_local_theta, b.rope_local_theta);
   EXPECT_EQ(a.query_pre_attn_scalar, b.query_pre_attn_scalar);
@@ -132,7 +133,8 @@ std::map<std::string, Shape> shapes_of(const nn::Gpt& model) {
 // init.from's reader gives `model` back from `dir`, bit for bit.
 void expect_reads_back(const std::string& dir, const nn::Gpt& model) {
   const auto expected = shapes_of(model);
-  const nn::StateDict back = load_gpt2_state_dict(dir, expected, nullptr, model.config().n_head);
+  const nn::StateDict back =
+      load_gpt2_state_dict(dir, expected, nullptr, model.config().n_head, model.config().rope_dim);
   ASSERT_EQ(back.size(), expected.size());
   for (const auto& [name, t] : model.state_dict())
     EXPECT_EQ(to_double_vector(back.at(name)), to_double_vector(t)) << name;
@@ -223,6 +225,15 @@ TEST(HfExport, LlamaAndGpt2RoundTrip) {
   falcon40.shared_norm = false;
   falcon40.linear_bias = true;
   falcon40.tie_embeddings = false;
+  // GPTJForCausalLM: one norm, biases on the MLP alone, a biased head, half
+  // of each head turned in GPT-J's interleaved pairs; and whole heads.
+  nn::GptConfig gptj = phi2;
+  gptj.n_kv_head = 0;
+  gptj.linear_bias = false;
+  gptj.mlp_bias = true;
+  nn::GptConfig gptj_whole = gptj;
+  gptj_whole.rope_dim = 0;
+  gptj_whole.activation = nn::Activation::GeluErf;
   nn::GptConfig stablelm_parallel = stablelm;  // StableLM 2 12B's shared-norm parallel blocks
   stablelm_parallel.parallel_residual = true;
   stablelm_parallel.shared_norm = true;
@@ -245,6 +256,8 @@ TEST(HfExport, LlamaAndGpt2RoundTrip) {
                                  phi2,
                                  falcon7,
                                  falcon40,
+                                 gptj,
+                                 gptj_whole,
                                  pythia,
                                  neox,
                                  gpt2(true),
@@ -860,7 +873,7 @@ TEST(HfExport, TheModelsOwnClassIsPreferred) {
     EXPECT_NE(std::string(e.what()).find("model.hf_type 'phi4' is not a model_type Triad exports "
                                          "(llama, mistral, qwen2, qwen3, gemma, gemma2, "
                                          "gemma3_text, phi3, stablelm, gpt_neox, phi, falcon, "
-                                         "gpt2, or auto)"),
+                                         "gptj, gpt2, or auto)"),
               std::string::npos)
         << e.what();
   }

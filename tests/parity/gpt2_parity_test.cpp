@@ -655,6 +655,72 @@ TEST_F(Gpt2Parity, FalconDirectoriesReadAndExportAsHuggingFacesFalcon) {
   }
 }
 
+// GPT-J's blocks from a GPTJForCausalLM directory: q and k turned in
+// interleaved pairs by the reference (Hugging Face's rotate_every_two), read
+// into Triad's halves by reordering their rows; the parallel residual with
+// one norm, biases on the MLP alone and a biased head. The logits,
+// gradients (q's and k's reordered as the weights are) and greedy tokens
+// (key/value-cache steps) are the reference's; exported again, the same
+// directory, its buffers left out. Read without the reordering, the
+// logits differ.
+TEST_F(Gpt2Parity, GptjDirectoryReadsAndExportsAsHuggingFacesGptj) {
+  const std::string dir = ref_dir() + "/gptj_hf";
+  const nn::GptConfig cfg = io::load_hf_config(dir);
+  EXPECT_EQ(cfg.hf_type, "gptj");
+  EXPECT_TRUE(cfg.shared_norm);
+  EXPECT_TRUE(cfg.head_bias);
+  EXPECT_TRUE(cfg.mlp_bias);
+  EXPECT_FALSE(cfg.linear_bias);
+  EXPECT_EQ(cfg.rope_dim, cfg_["neox_rope_dim"].get<int64_t>());
+  nn::Gpt model(cfg, 1);
+  io::load_gpt2_safetensors(model, dir);
+  const nn::StateDict weights = model.state_dict();
+  // The reference's gradients of c_attn (in GPT-2's Conv1D layout, [in,
+  // out]) are in GPT-J's order: compared in Triad's.
+  std::map<std::string, Tensor> ref = ref_;
+  for (int64_t i = 0; i < cfg.n_layer; ++i) {
+    const std::string key = "gptj.grad.h." + std::to_string(i) + ".attn.c_attn.weight";
+    const Tensor rows = contiguous(transpose(ref_.at(key), 0, 1));
+    ref[key] =
+        contiguous(transpose(io::gptj_qkv_rows_to_triad(rows, cfg.n_head, cfg.rope_dim), 0, 1));
+  }
+  expect_step_zero_matches(model, ref, "gptj.");
+  // The generator: the same model with its weights grown as the
+  // reference's greedy_continuation grows them (all but the norms 8x).
+  nn::Gpt gen(cfg, 1);
+  nn::StateDict grown;
+  for (const auto& [name, t] : weights)
+    grown[name] = name.find("ln_") != std::string::npos ? t : affine(t, 8.0);
+  gen.load_state_dict(grown);
+  std::vector<int64_t> prompt, tokens;
+  for (double v : to_double_vector(ref_.at("greedy_prompt"))) prompt.push_back(int64_t(v));
+  for (double v : to_double_vector(ref_.at("gptj.greedy_tokens"))) tokens.push_back(int64_t(v));
+  nn::SamplingOptions o;
+  o.temperature = 0;
+  o.max_new_tokens = static_cast<int64_t>(tokens.size());
+  EXPECT_EQ(nn::generate(gen, prompt, o), tokens);
+
+  // Without the reordering (whole heads turned in halves from GPT-J's rows)
+  // the logits are not the reference's.
+  nn::Gpt plain(cfg, 1);
+  nn::StateDict unordered = weights;
+  for (int64_t i = 0; i < cfg.n_layer; ++i) {
+    const std::string key = "h." + std::to_string(i) + ".attn.c_attn.weight";
+    unordered[key] = io::triad_qkv_rows_to_gptj(weights.at(key), cfg.n_head, cfg.rope_dim);
+  }
+  plain.load_state_dict(unordered);
+  const Tensor ids = cast(ref_.at("input_ids"), DType::I64);
+  const std::vector<double> got = to_double_vector(plain.forward(ids)),
+                            want = to_double_vector(ref_.at("gptj.logits"));
+  double worst = 0;
+  for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, std::abs(got[i] - want[i]));
+  EXPECT_GT(worst, 1e-3);
+  expect_exports_as_written(model, dir, [](const std::string& name) {
+    return name.find(".attn.bias") != std::string::npos ||
+           name.find("masked_bias") != std::string::npos;
+  });
+}
+
 // LLaMA 3.1's RoPE scaling on the LLaMA-style model (its four frequencies
 // in all three of the rule's regions), against Hugging Face's rule written
 // out in PyTorch.

@@ -147,6 +147,17 @@ def rotate(t, theta, scaling=None):
     return t * cos + turned * sin
 
 
+def rotate_interleaved(t, theta):
+    """GPT-J's rotary embedding of t (B, NH, T, D): pairs (2i, 2i + 1) turn by
+    position * theta^(-2i/D), as Hugging Face's rotate_every_two does."""
+    T, D = t.shape[-2], t.shape[-1]
+    inv = 1.0 / (theta ** (torch.arange(0, D, 2, dtype=torch.float64) / D))
+    angle = (torch.arange(T, dtype=torch.float64)[:, None] * inv[None, :]).repeat_interleave(2, -1)
+    cos, sin = angle.cos().to(t.dtype), angle.sin().to(t.dtype)
+    turned = torch.stack([-t[..., 1::2], t[..., ::2]], dim=-1).flatten(-2)
+    return t * cos + turned * sin
+
+
 class RmsNorm(torch.nn.Module):
     def __init__(self, C, eps=1e-5, offset=False):
         super().__init__()
@@ -165,8 +176,11 @@ class Gpt(torch.nn.Module):
                  head_dim=None, qk_norm=False, full_layers=(), geglu=False, embed_scale=None,
                  norm_offset=False, post_norms=False, rope_local_theta=None, attn_scalar=None,
                  attn_softcap=None, final_softcap=None, rope_dim=None, parallel=False,
-                 gelu_exact=False, shared_norm=False, head_bias=False):
+                 gelu_exact=False, shared_norm=False, head_bias=False, mlp_bias=None,
+                 interleaved_rope=False):
         super().__init__()
+        # GPT-J's: q and k turn in interleaved pairs rather than halves.
+        self.interleaved_rope = interleaved_rope
         # Phi-2's: the parallel sublayers both read ln_1's output (no ln_2).
         self.shared_norm = shared_norm
         # GPT-NeoX's (Pythia's): both sublayers read the block's input, and
@@ -218,9 +232,10 @@ class Gpt(torch.nn.Module):
                 b.ln_2 = (RmsNorm(C, offset=norm_offset) if rms_norm
                           else torch.nn.LayerNorm(C, eps=1e-5))
             b.mlp = torch.nn.Module()
-            if swiglu_ffn is None:  # (Falcon's has no biases)
-                b.mlp.c_fc = torch.nn.Linear(C, 4 * C, bias=bias)
-                b.mlp.c_proj = torch.nn.Linear(4 * C, C, bias=bias)
+            if swiglu_ffn is None:  # (Falcon's has no biases, GPT-J's only these)
+                mb = bias if mlp_bias is None else mlp_bias
+                b.mlp.c_fc = torch.nn.Linear(C, 4 * C, bias=mb)
+                b.mlp.c_proj = torch.nn.Linear(4 * C, C, bias=mb)
             else:
                 b.mlp.c_fc = torch.nn.Linear(C, 2 * swiglu_ffn, bias=bias)
                 b.mlp.c_proj = torch.nn.Linear(swiglu_ffn, C, bias=bias)
@@ -265,8 +280,12 @@ class Gpt(torch.nn.Module):
                 if self.rope_local_theta is not None and layer not in self.full_layers:
                     theta, scaling = self.rope_local_theta, None
                 R = self.rope_dim or D
-                q = torch.cat([rotate(q[..., :R], theta, scaling), q[..., R:]], dim=-1)
-                k = torch.cat([rotate(k[..., :R], theta, scaling), k[..., R:]], dim=-1)
+                if self.interleaved_rope:
+                    q = torch.cat([rotate_interleaved(q[..., :R], theta), q[..., R:]], dim=-1)
+                    k = torch.cat([rotate_interleaved(k[..., :R], theta), k[..., R:]], dim=-1)
+                else:
+                    q = torch.cat([rotate(q[..., :R], theta, scaling), q[..., R:]], dim=-1)
+                    k = torch.cat([rotate(k[..., :R], theta, scaling), k[..., R:]], dim=-1)
             # Grouped-query attention as Hugging Face's LLaMA runs it: each
             # key/value head repeated for the NH / NKV query heads after it.
             k, v = (t.repeat_interleave(NH // NKV, dim=1) for t in (k, v))
@@ -636,6 +655,38 @@ def save_hf_falcon(model, directory, new_architecture):
         json.dump(config, f)
 
 
+def save_hf_gptj(model, directory, rope_dim):
+    """A GPT-J-style model as a GPTJForCausalLM directory, as GPT-J's files
+    are written: q_proj, k_proj and v_proj without biases (their rotated
+    dimensions in the interleaved pairs the model turns), out_proj, fc_in
+    and fc_out with theirs, one ln_1 a block, lm_head with its bias; and the
+    old files' attention-mask buffers."""
+    os.makedirs(directory, exist_ok=True)
+    C, T = CFG["d_model"], CFG["seq_len"]
+    t = {"transformer.wte.weight": model.wte.weight, "transformer.ln_f.weight": model.ln_f.weight,
+         "transformer.ln_f.bias": model.ln_f.bias, "lm_head.weight": model.lm_head.weight,
+         "lm_head.bias": model.lm_head.bias}
+    for i, b in enumerate(model.h):
+        p = f"transformer.h.{i}."
+        q, k, v = b.attn.c_attn.weight.split([C, C, C], 0)
+        t.update({p + "attn.q_proj.weight": q, p + "attn.k_proj.weight": k,
+                  p + "attn.v_proj.weight": v, p + "attn.out_proj.weight": b.attn.c_proj.weight,
+                  p + "attn.bias": torch.tril(torch.ones(T, T)).view(1, 1, T, T),
+                  p + "attn.masked_bias": torch.tensor(-1e9)})
+        for kind in ("weight", "bias"):
+            t.update({p + "ln_1." + kind: getattr(b.ln_1, kind),
+                      p + "mlp.fc_in." + kind: getattr(b.mlp.c_fc, kind),
+                      p + "mlp.fc_out." + kind: getattr(b.mlp.c_proj, kind)})
+    save_safetensors(os.path.join(directory, "model.safetensors"), t)
+    config = {"architectures": ["GPTJForCausalLM"], "model_type": "gptj", "n_embd": C,
+              "n_layer": CFG["n_layer"], "n_head": CFG["n_head"], "n_positions": T,
+              "n_inner": None, "rotary_dim": rope_dim, "activation_function": "gelu_new",
+              "layer_norm_epsilon": 1e-5, "resid_pdrop": 0.0, "embd_pdrop": 0.0,
+              "attn_pdrop": 0.0, "vocab_size": CFG["vocab_size"], "tie_word_embeddings": False}
+    with open(os.path.join(directory, "config.json"), "w") as f:
+        json.dump(config, f)
+
+
 def greedy_continuation(model, embedding_growth=8.0):
     """Greedy continuation of GREEDY_PROMPT, past seq_len (the window slides
     over the last seq_len tokens), by the model with its weights made 8x
@@ -904,6 +955,16 @@ def main():
     record_step_zero(falcon7, x, y, "falcon7.", ref)
     ref["falcon7.greedy_tokens"] = torch.tensor(greedy_continuation(falcon7), dtype=torch.float32)
     save_model(falcon7, os.path.join(out, "falcon7_generator.safetensors"))
+    # GPT-J's: q and k turned in interleaved pairs on half of each head (at
+    # its fixed base of 10000), the parallel residual with one norm, biases
+    # on the MLP alone, a biased untied head; step 0 and a greedy
+    # continuation, from a GPTJForCausalLM directory.
+    gptj = Gpt(CFG, 10000.0, bias=False, mlp_bias=True, tie=False, rope_dim=NEOX_ROPE_DIM,
+               parallel=True, shared_norm=True, head_bias=True, interleaved_rope=True)
+    save_hf_gptj(gptj, os.path.join(out, "gptj_hf"), NEOX_ROPE_DIM)
+    record_step_zero(gptj, x, y, "gptj.", ref)
+    ref["gptj.greedy_tokens"] = torch.tensor(greedy_continuation(gptj), dtype=torch.float32)
+
     falcon40 = Gpt(CFG, ROPE_THETA, tie=False, kv_heads=LLAMA_KV_HEADS, parallel=True,
                    gelu_exact=True)
     save_hf_falcon(falcon40, os.path.join(out, "falcon40_hf"), new_architecture=True)

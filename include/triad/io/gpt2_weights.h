@@ -88,6 +88,26 @@ nn::StateDict hf_falcon_to_triad(const std::map<std::string, Tensor>& tensors, i
 Tensor falcon_qkv_rows_to_triad(const Tensor& t, int64_t n_head, int64_t kv_heads);
 Tensor triad_qkv_rows_to_falcon(const Tensor& t, int64_t n_head, int64_t kv_heads);
 
+// Hugging Face GPT-J tensors (transformer.wte, transformer.h.N.{ln_1,
+// attn.{q,k,v}_proj, attn.out_proj, mlp.fc_in, mlp.fc_out},
+// transformer.ln_f, lm_head with its bias) -> Triad state dict: q, k and v
+// stacked into c_attn, q's and k's rows reordered (gptj_qkv_rows_to_triad)
+// for `rope_dim` rotated dimensions (0: whole heads) of the `n_head` heads.
+// Told apart from GPT-2's by the absence of transformer.wpe. The old
+// attention-mask buffers are left out; any other unknown tensor is an
+// IoError naming it.
+bool is_hf_gptj(const std::map<std::string, Tensor>& tensors);
+nn::StateDict hf_gptj_to_triad(const std::map<std::string, Tensor>& tensors, int64_t n_head,
+                               int64_t rope_dim);
+// c_attn's rows (a weight or a LoRA B: rows first, [q | k | v] of n_head
+// heads each) between GPT-J's rotation, which turns each q and k head's
+// first `rope_dim` dimensions (0: all) in interleaved pairs (2i, 2i + 1),
+// and Triad's, which turns pairs (i, i + rope_dim / 2): the rows of each
+// pair move together, so q . k, and the model, are unchanged. Each the
+// other's inverse; a height that is not 3 * n_head heads is a ShapeError.
+Tensor gptj_qkv_rows_to_triad(const Tensor& t, int64_t n_head, int64_t rope_dim);
+Tensor triad_qkv_rows_to_gptj(const Tensor& t, int64_t n_head, int64_t rope_dim);
+
 // A multimodal checkpoint's language model (Gemma 3's 4B and up): its
 // tensors under language_model.model. (transformers 4.50's layout) or
 // model.language_model. (later ones) renamed to model., language_model's
@@ -107,8 +127,9 @@ void save_gpt2_safetensors(const nn::Gpt& model, const std::string& path);
 // against `expected` (name -> full shape), and write a full state dict. A
 // file in Hugging Face's LLaMA layout (is_hf_llama) is read too
 // (hf_llama_to_triad), a multimodal checkpoint's language model alone
-// (language_model_tensors), one in Phi's (hf_phi_to_triad) or Falcon's
-// (hf_falcon_to_triad, which needs `n_head`), and one in
+// (language_model_tensors), one in Phi's (hf_phi_to_triad), Falcon's
+// (hf_falcon_to_triad, which needs `n_head`) or GPT-J's (hf_gptj_to_triad,
+// which needs `n_head` and `rope_dim`, the model's), and one in
 // GPT-NeoX's (hf_neox_to_triad, which
 // needs `n_head`, the model's query heads: 0 refuses such a file). `path`
 // is a safetensors file or torch.save's pytorch_model.bin (told apart by
@@ -129,10 +150,12 @@ void save_gpt2_safetensors(const nn::Gpt& model, const std::string& path);
 // handed over, so an error in block N comes after blocks 0..N-1 were given.
 void read_gpt2_weights(const std::string& path, const std::map<std::string, Shape>& expected,
                        const std::set<int64_t>* blocks,
-                       const std::function<void(nn::StateDict&&)>& consume, int64_t n_head = 0);
+                       const std::function<void(nn::StateDict&&)>& consume, int64_t n_head = 0,
+                       int64_t rope_dim = 0);
 nn::StateDict load_gpt2_state_dict(const std::string& path,
                                    const std::map<std::string, Shape>& expected,
-                                   const std::set<int64_t>* blocks = nullptr, int64_t n_head = 0);
+                                   const std::set<int64_t>* blocks = nullptr, int64_t n_head = 0,
+                                   int64_t rope_dim = 0);
 void save_gpt2_state_dict(const nn::StateDict& full, const nn::GptConfig& config,
                           const std::string& path);
 

@@ -91,6 +91,10 @@ struct GptConfig {
   // linear_bias is off: Qwen2's blocks (config key model.qkv_bias).
   bool qkv_bias = false;
   bool c_attn_bias() const { return linear_bias || qkv_bias; }
+  // Biases on the MLP's c_fc and c_proj even when linear_bias is off:
+  // GPT-J's blocks, whose attention has none (config key model.mlp_bias).
+  bool mlp_bias = false;
+  bool mlp_biases() const { return linear_bias || mlp_bias; }
   // RMSNorm over each query head and each key head before rotary
   // embeddings, one weight of head_dim for the queries (attn.q_norm) and one
   // for the keys (attn.k_norm): Qwen3's blocks (config key model.qk_norm).
@@ -207,6 +211,9 @@ struct GptConfig {
   bool rotary() const { return position_embedding == PositionEmbedding::Rotary; }
   int64_t kv_heads() const { return n_kv_head > 0 ? n_kv_head : n_head; }
   int64_t head_dim() const { return head_size > 0 ? head_size : d_model / n_head; }
+  // The dimensions of each head rotary embeddings turn: rope_dim, or the
+  // whole head.
+  int64_t rotary_width() const { return rope_dim > 0 ? rope_dim : head_dim(); }
   AttentionHeads heads() const {
     return AttentionHeads{n_head, kv_heads()}.with_softcap(attn_logit_softcap);
   }

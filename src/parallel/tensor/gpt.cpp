@@ -124,7 +124,7 @@ void TensorParallelGpt::build(uint64_t seed, std::shared_ptr<VocabParallelEmbedd
         "ln_1", std::make_shared<nn::LayerNorm>(C, cfg_.layer_norm_eps, DType::F32, cfg_.rms_norm(),
                                                 cfg_.norm_weight_offset));
     auto attn = block->add("attn", std::make_shared<Container>());
-    const bool b = cfg_.linear_bias;
+    const bool b = cfg_.linear_bias, mb = cfg_.mlp_biases();
     // [q | k | v] split block by block at whole heads: a rank holds its
     // query heads and the key/value heads they use (with fewer key/value
     // heads than ranks, the one head, shared with the ranks next to it).
@@ -151,9 +151,9 @@ void TensorParallelGpt::build(uint64_t seed, std::shared_ptr<VocabParallelEmbedd
     // a rank's shard is its gate and value columns (the full tensor keeps
     // one process's layout).
     L.c_fc = mlp->add("c_fc", std::make_shared<ColumnParallelLinear>(C, cfg_.fc_width(), group_,
-                                                                     sp_, gated ? 2 : 1, b));
+                                                                     sp_, gated ? 2 : 1, mb));
     L.mlp_proj =
-        mlp->add("c_proj", std::make_shared<RowParallelLinear>(cfg_.ffn(), C, group_, sp_, b));
+        mlp->add("c_proj", std::make_shared<RowParallelLinear>(cfg_.ffn(), C, group_, sp_, mb));
     if (cfg_.post_norms) {
       // On the row-parallel layers' reduced outputs: the whole width, and
       // under sequence parallelism this rank's tokens, as ln_1 and ln_2.
@@ -183,8 +183,8 @@ void TensorParallelGpt::build(uint64_t seed, std::shared_ptr<VocabParallelEmbedd
     specs_[p + "mlp.c_fc.weight"] = L.c_fc->weight_spec();
     specs_[p + "mlp.c_proj.weight"] = L.mlp_proj->weight_spec();
     if (cfg_.c_attn_bias()) specs_[p + "attn.c_attn.bias"] = L.c_attn->bias_spec();
-    if (b) {
-      specs_[p + "attn.c_proj.bias"] = L.attn_proj->bias_spec();
+    if (b) specs_[p + "attn.c_proj.bias"] = L.attn_proj->bias_spec();
+    if (mb) {
       specs_[p + "mlp.c_fc.bias"] = L.c_fc->bias_spec();
       specs_[p + "mlp.c_proj.bias"] = L.mlp_proj->bias_spec();
     }

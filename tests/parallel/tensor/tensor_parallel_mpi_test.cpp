@@ -516,7 +516,8 @@ TEST_P(TensorParallelGptTest, LlamaOptionsMatchOneProcess) {
         "gpt-neox's blocks: parallel residual, exact gelu, half of each head turned, untied "
         "head",
         "phi's blocks: parallel residual with one norm, biased head, grouped-query "
-        "attention"}) {
+        "attention",
+        "phi's blocks as gpt-j's: biases on the mlp alone"}) {
     SCOPED_TRACE(variant);
     nn::GptConfig cfg = tiny(V);
     if (variant.find("grouped-query") != std::string::npos) {
@@ -576,6 +577,10 @@ TEST_P(TensorParallelGptTest, LlamaOptionsMatchOneProcess) {
       cfg.rope_theta = 20.0;
       cfg.rope_dim = cfg.head_dim() / 2;
       cfg.tie_embeddings = false;
+      if (variant.find("gpt-j") != std::string::npos) {
+        cfg.linear_bias = false;
+        cfg.mlp_bias = true;
+      }
     } else if (variant == "swiglu, F 24" || variant == "geglu, F 24") {
       cfg.activation = variant[0] == 's' ? nn::Activation::SwiGlu : nn::Activation::GeGlu;
       cfg.ffn_hidden_size = 24;
@@ -602,6 +607,7 @@ TEST_P(TensorParallelGptTest, LlamaOptionsMatchOneProcess) {
     EXPECT_EQ(shapes.count("lm_head.weight"), cfg.tie_embeddings ? 0u : 1u);
     EXPECT_EQ(shapes.count("h.0.attn.c_attn.bias"), cfg.c_attn_bias() ? 1u : 0u);
     EXPECT_EQ(shapes.count("h.0.attn.c_proj.bias"), cfg.linear_bias ? 1u : 0u);
+    EXPECT_EQ(shapes.count("h.0.mlp.c_fc.bias"), cfg.mlp_biases() ? 1u : 0u);
     EXPECT_EQ(shapes.count("h.0.attn.q_norm.weight"), cfg.qk_norm ? 1u : 0u);
     EXPECT_EQ(shapes.count("h.1.post_mlp_norm.weight"), cfg.post_norms ? 1u : 0u);
     EXPECT_EQ(shapes.count("h.1.ln_2.weight"), cfg.shared_norm ? 0u : 1u);
