@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include <fstream>
+#include <tuple>
 
 #include "support/expect_error.h"
 #include "support/temp_dir.h"
@@ -156,6 +157,45 @@ TEST(PeftAdapter, GptNeoxModulesTakeEachLayerWholeWithQueryKeyValuesRowsByHead) 
   EXPECT_EQ(
       peft.at("base_model.model.gpt_neox.layers.1.attention.query_key_value.lora_B.weight").shape(),
       (Shape{48, 3}));
+}
+
+// Phi's, Falcon's and GPT-J's modules: Phi's q_proj, k_proj, v_proj, dense,
+// fc1 and fc2; Falcon's query_key_value with B's rows grouped by key/value
+// head; GPT-J's q_proj, k_proj and v_proj with B's q and k rows back in
+// interleaved pairs, out_proj, fc_in and fc_out. The exported base plus
+// each module's B A is the merged model's weight in each.
+TEST(PeftAdapter, PhiFalconAndGptjModulesAreTheirClasses) {
+  nn::GptConfig phi{.n_layer = 2, .n_head = 4, .d_model = 16, .vocab_size = 40, .seq_len = 8};
+  phi.n_kv_head = 2;
+  phi.position_embedding = nn::PositionEmbedding::Rotary;
+  phi.rope_dim = 2;
+  phi.parallel_residual = phi.shared_norm = phi.head_bias = true;
+  phi.tie_embeddings = false;
+  phi.lora = {.rank = 3, .alpha = 6, .targets = nn::GptConfig::lora_layers()};
+  nn::GptConfig falcon = phi;
+  falcon.shared_norm = falcon.head_bias = false;
+  falcon.rope_dim = 0;
+  falcon.linear_bias = false;
+  nn::GptConfig gptj = phi;
+  gptj.n_kv_head = 0;
+  gptj.linear_bias = false;
+  gptj.mlp_bias = true;
+  for (const auto& [c, type, targets] :
+       {std::tuple{phi, "phi",
+                   std::vector<std::string>{"q_proj", "k_proj", "v_proj", "dense", "fc1", "fc2"}},
+        std::tuple{
+            falcon, "falcon",
+            std::vector<std::string>{"query_key_value", "dense", "dense_h_to_4h", "dense_4h_to_h"}},
+        std::tuple{gptj, "gptj",
+                   std::vector<std::string>{"q_proj", "k_proj", "v_proj", "out_proj", "fc_in",
+                                            "fc_out"}}}) {
+    SCOPED_TRACE(type);
+    ASSERT_STREQ(hf_model_type(c), type);
+    const auto [base, merged, adapters] = parts_of(random_state(c));
+    check_modules(c, base, merged, adapters, targets.size());
+    EXPECT_EQ(nlohmann::json::parse(peft_adapter_config_json(c, "/m")).at("target_modules"),
+              targets);
+  }
 }
 
 TEST(PeftAdapter, Gpt2KeepsItsConv1DLayersAndTheFilesRoundTrip) {
