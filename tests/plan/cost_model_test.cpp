@@ -1134,6 +1134,16 @@ TEST(PlannerFiles, ClusterAndModelFilesAreValidated) {
                  apart = estimate(two_norms, selene(), 8, 8, tp2);
   EXPECT_LT(shared.activation_bytes, apart.activation_bytes);
   EXPECT_LT(shared.memory_bound_time, apart.memory_bound_time);
+  // Falcon 7B (multi-query attention, one norm, no biases, tied) and GPT-J
+  // 6B (biases on the MLP alone, a biased head): the published counts.
+  const nn::GptConfig falcon =
+      load_model_spec(std::string(TRIAD_SOURCE_DIR) + "/configs/models/falcon_7b.yaml");
+  EXPECT_EQ(falcon.kv_heads(), 1);
+  EXPECT_EQ(falcon.num_parameters(), 6'921'720'704);
+  const nn::GptConfig gptj =
+      load_model_spec(std::string(TRIAD_SOURCE_DIR) + "/configs/models/gptj_6b.yaml");
+  EXPECT_TRUE(gptj.mlp_bias);
+  EXPECT_EQ(gptj.num_parameters(), 6'050'882'784);
   // A trainer's model section: its dropout (which keeps both reductions) is read too.
   const nn::GptConfig dropped = parse_model_spec(
       "{n_layer: 2, n_head: 4, d_model: 8, vocab_size: 10, seq_len: 4, parallel_residual: true, "
