@@ -460,6 +460,43 @@ Tensor triad_qkv_rows_to_gptj(const Tensor& t, int64_t n_head, int64_t rope_dim)
   return reorder_rotary_rows(t, n_head, rope_dim, false);
 }
 
+namespace {
+
+// c_attn's rows between CodeGen's shards ([q v k] of each shard's heads)
+// and the stack [q | k | v].
+Tensor regroup_codegen_rows(const Tensor& t, int64_t n_head, bool to_stack) {
+  const int64_t rows = t.dim() >= 1 ? t.size(0) : 0, S = kCodegenShards;
+  if (n_head < 1 || n_head % S != 0 || rows == 0 || rows % (3 * n_head) != 0) {
+    throw ShapeError("CodeGen qkv_proj: " + shape_str(t.shape()) + " is not 3 x " +
+                     std::to_string(n_head) + " heads of rows tall in " + std::to_string(S) +
+                     " shards of whole heads");
+  }
+  const int64_t local = rows / 3 / S * (t.numel() / rows);  // a shard's q (or k, or v) elements
+  if (to_stack) {
+    // (shard, [q v k], local) -> ([q k v], shard, local)
+    const Tensor shards = reshape(contiguous(t.detach()), {S, 3, local});
+    std::vector<Tensor> parts;
+    for (const int64_t which : {0, 2, 1})
+      parts.push_back(reshape(contiguous(narrow(shards, 1, which, 1)), {1, S, local}));
+    return reshape(concat(parts, 0), t.shape()).detach();
+  }
+  const Tensor stack = reshape(contiguous(t.detach()), {3, S, local});
+  std::vector<Tensor> parts;
+  for (const int64_t which : {0, 2, 1})
+    parts.push_back(reshape(contiguous(narrow(stack, 0, which, 1)), {S, 1, local}));
+  return reshape(concat(parts, 1), t.shape()).detach();
+}
+
+}  // namespace
+
+Tensor codegen_qkv_rows_to_stack(const Tensor& t, int64_t n_head) {
+  return regroup_codegen_rows(t, n_head, true);
+}
+
+Tensor stack_qkv_rows_to_codegen(const Tensor& t, int64_t n_head) {
+  return regroup_codegen_rows(t, n_head, false);
+}
+
 bool is_hf_gptj(const std::map<std::string, Tensor>& tensors) {
   return tensors.count("transformer.wte.weight") > 0 &&
          tensors.count("transformer.wpe.weight") == 0;
@@ -499,9 +536,13 @@ nn::StateDict hf_gptj_to_triad(const std::map<std::string, Tensor>& tensors, int
       throw IoError("Hugging Face GPT-J weights: unexpected tensor '" + name + "'");
     const std::string rest = name.substr(prefix.size());
     // Buffers older files carry: the causal mask and RoPE's tables.
-    if (rest == "attn.bias" || rest == "attn.masked_bias" || ends_with(rest, "inv_freq") ||
-        ends_with(rest, "embed_positions"))
+    if (rest == "attn.bias" || rest == "attn.masked_bias" || rest == "attn.causal_mask" ||
+        ends_with(rest, "inv_freq") || ends_with(rest, "embed_positions"))
       continue;
+    if (rest == "attn.qkv_proj.weight") {  // CodeGen's, fused
+      qkv[layer]["qkv"] = t;
+      continue;
+    }
     if (rest == "attn.q_proj.weight" || rest == "attn.k_proj.weight" ||
         rest == "attn.v_proj.weight") {
       qkv[layer][rest.substr(5, 1)] = t;
@@ -513,6 +554,15 @@ nn::StateDict hf_gptj_to_triad(const std::map<std::string, Tensor>& tensors, int
     out["h." + std::to_string(layer) + "." + it->second] = t;
   }
   for (const auto& [layer, parts] : qkv) {
+    if (const auto fused = parts.find("qkv"); fused != parts.end()) {
+      if (parts.size() > 1) {
+        throw IoError("Hugging Face GPT-J weights: layer " + std::to_string(layer) +
+                      " has both CodeGen's qkv_proj and separate q, k and v projections");
+      }
+      out["h." + std::to_string(layer) + ".attn.c_attn.weight"] = gptj_qkv_rows_to_triad(
+          codegen_qkv_rows_to_stack(fused->second, n_head), n_head, rope_dim);
+      continue;
+    }
     std::vector<Tensor> stack;
     for (const char* p : {"q", "k", "v"}) {
       const auto it = parts.find(p);

@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "triad/core/error.h"
+#include "triad/io/gpt2_weights.h"
 #include "triad/io/text_file.h"
 
 namespace triad::io {
@@ -156,7 +157,8 @@ class Keys {
 
   // What Triad does not build, named with the key's value.
   [[noreturn]] void unsupported(const char* key, const std::string& why) const {
-    throw NotSupportedError(source_ + ": '" + key + "' (" + j_.at(key).dump() + "): " + why);
+    throw NotSupportedError(source_ + ": '" + key + "' (" +
+                            (names(key) ? j_.at(key).dump() : std::string("absent")) + "): " + why);
   }
 
  private:
@@ -432,7 +434,7 @@ nn::GptConfig falcon_config(const Keys& k) {
 // k's rows into the halves Triad turns), the parallel residual with one
 // norm, no biases in the attention but the MLP's, GELU (tanh by default),
 // and an untied head with a bias.
-nn::GptConfig gptj_config(const Keys& k) {
+nn::GptConfig gptj_config(const Keys& k, const std::string& type) {
   nn::GptConfig c;
   c.n_layer = k.integer("n_layer");
   c.n_head = k.integer("n_head");
@@ -448,6 +450,9 @@ nn::GptConfig gptj_config(const Keys& k) {
   c.linear_bias = false;
   c.mlp_bias = true;
   if (c.n_head > 0 && c.d_model % c.n_head == 0) {
+    // (CodeGen turns whole heads' worth of the model's width without it.)
+    if (type == "codegen" && !k.has("rotary_dim"))
+      k.unsupported("rotary_dim", "CodeGen without rotary_dim is not implemented");
     const int64_t r = k.integer("rotary_dim", 64);  // (validate() names a default misfit)
     if (k.has("rotary_dim") && (r < 2 || r > c.head_dim() || r % 2 != 0))
       k.bad("rotary_dim", "must be an even count of dimensions, at most each head's " +
@@ -526,13 +531,19 @@ nn::GptConfig gpt_config_from_hf(const std::string& json_text, const std::string
     c = phi_config(k);
   } else if (type == "falcon") {
     c = falcon_config(k);
-  } else if (type == "gptj") {
-    c = gptj_config(k);
+  } else if (type == "gptj" || type == "codegen") {
+    // CodeGen: GPT-J's blocks, q, k and v fused in shards of whole heads.
+    c = gptj_config(k, type);
+    if (type == "codegen" && c.n_head % kCodegenShards != 0) {
+      throw NotSupportedError(source + ": CodeGen's n_head (" + std::to_string(c.n_head) +
+                              ") must be a multiple of " + std::to_string(kCodegenShards) +
+                              ", the shards its q, k and v are fused in");
+    }
   } else {
     throw NotSupportedError(
         source + ": model_type '" + type +
         "' is not supported (llama, mistral, qwen2, qwen3, gemma, gemma2, "
-        "gemma3_text, gemma3, phi3, stablelm, gpt_neox, phi, falcon, gptj or gpt2)");
+        "gemma3_text, gemma3, phi3, stablelm, gpt_neox, phi, falcon, gptj, codegen or gpt2)");
   }
   c.hf_type = type;  // (an export writes the class it came from)
   try {

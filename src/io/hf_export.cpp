@@ -261,6 +261,18 @@ std::string gptj_misfit(const nn::GptConfig& c) {
   return why;
 }
 
+// CodeGenForCausalLM: GPT-J's blocks with q, k and v fused in
+// kCodegenShards shards of whole heads.
+std::string codegen_misfit(const nn::GptConfig& c) {
+  std::string why = gptj_misfit(c);
+  if (c.n_head % kCodegenShards != 0) {
+    why += (why.empty() ? "" : ", ") + std::string("model.n_head is not a multiple of ") +
+           std::to_string(kCodegenShards) + " (its q, k and v are fused in " +
+           std::to_string(kCodegenShards) + " shards of whole heads)";
+  }
+  return why;
+}
+
 // Phi-3's partial_rotary_factor for model.rope_dim: the share of the head
 // that Hugging Face's int(head_dim * factor) turns back into rope_dim.
 double partial_rotary_factor(const nn::GptConfig& c) {
@@ -417,13 +429,15 @@ void write_falcon_config(const nn::GptConfig& c, nlohmann::ordered_json& j) {
 
 // GPTJConfig's keys: GPT-2's names for the widths and depth, rotary_dim
 // the dimensions of each head that turn.
-void write_gptj_config(const nn::GptConfig& c, nlohmann::ordered_json& j) {
-  j["architectures"] = nlohmann::ordered_json::array({"GPTJForCausalLM"});
-  j["model_type"] = "gptj";
+void write_gptj_config(const nn::GptConfig& c, nlohmann::ordered_json& j, bool codegen) {
+  j["architectures"] =
+      nlohmann::ordered_json::array({codegen ? "CodeGenForCausalLM" : "GPTJForCausalLM"});
+  j["model_type"] = codegen ? "codegen" : "gptj";
   j["n_embd"] = c.d_model;
   j["n_layer"] = c.n_layer;
   j["n_head"] = c.n_head;
   j["n_positions"] = c.seq_len;
+  j["n_ctx"] = c.seq_len;
   j["n_inner"] = c.ffn() != 4 * c.d_model ? nlohmann::ordered_json(c.ffn()) : nullptr;
   j["rotary_dim"] = c.rotary_width();
   j["activation_function"] = c.activation == nn::Activation::GeluErf ? "gelu" : "gelu_new";
@@ -511,7 +525,7 @@ std::map<std::string, Tensor> triad_to_phi_part(const nn::StateDict& full, const
 // `block`: c_attn split into q_proj, k_proj and v_proj, q's and k's rotated
 // dimensions back in GPT-J's interleaved pairs.
 std::map<std::string, Tensor> triad_to_gptj_part(const nn::StateDict& full, const nn::GptConfig& c,
-                                                 int64_t block) {
+                                                 int64_t block, bool codegen) {
   std::map<std::string, Tensor> out;
   if (block < 0) {
     out["transformer.wte.weight"] = at(full, "wte.weight");
@@ -526,9 +540,13 @@ std::map<std::string, Tensor> triad_to_gptj_part(const nn::StateDict& full, cons
   const int64_t Q = c.q_width();
   const Tensor qkv =
       triad_qkv_rows_to_gptj(at(full, p + "attn.c_attn.weight"), c.n_head, c.rotary_width());
-  out[hf + "attn.q_proj.weight"] = contiguous(narrow(qkv, 0, 0, Q)).detach();
-  out[hf + "attn.k_proj.weight"] = contiguous(narrow(qkv, 0, Q, Q)).detach();
-  out[hf + "attn.v_proj.weight"] = contiguous(narrow(qkv, 0, 2 * Q, Q)).detach();
+  if (codegen) {
+    out[hf + "attn.qkv_proj.weight"] = stack_qkv_rows_to_codegen(qkv, c.n_head);
+  } else {
+    out[hf + "attn.q_proj.weight"] = contiguous(narrow(qkv, 0, 0, Q)).detach();
+    out[hf + "attn.k_proj.weight"] = contiguous(narrow(qkv, 0, Q, Q)).detach();
+    out[hf + "attn.v_proj.weight"] = contiguous(narrow(qkv, 0, 2 * Q, Q)).detach();
+  }
   out[hf + "attn.out_proj.weight"] = at(full, p + "attn.c_proj.weight");
   for (const char* kind : {".weight", ".bias"}) {
     out[hf + "ln_1" + kind] = at(full, p + "ln_1" + kind);
@@ -582,8 +600,8 @@ std::map<std::string, Tensor> triad_to_falcon_part(const nn::StateDict& full,
 
 const std::vector<std::string>& hf_model_types() {
   static const std::vector<std::string> types{
-      "llama", "mistral",  "qwen2",    "qwen3", "gemma",  "gemma2", "gemma3_text",
-      "phi3",  "stablelm", "gpt_neox", "phi",   "falcon", "gptj",   "gpt2"};
+      "llama",    "mistral",  "qwen2", "qwen3",  "gemma", "gemma2",  "gemma3_text", "phi3",
+      "stablelm", "gpt_neox", "phi",   "falcon", "gptj",  "codegen", "gpt2"};
   return types;
 }
 
@@ -608,6 +626,7 @@ std::string misfit(const nn::GptConfig& c, const std::string& type) {
   if (type == "gpt_neox" || type == "phi") return rotary_plain_misfit(c, type == "phi");
   if (type == "falcon") return falcon_misfit(c);
   if (type == "gptj") return gptj_misfit(c);
+  if (type == "codegen") return codegen_misfit(c);
   if (type == "mistral") return llama_misfit(c, "llama");
   std::string why = llama_misfit(c, type);
   if (type == "llama" && c.sliding_window > 0)
@@ -630,6 +649,7 @@ const char* architecture_of(const std::string& type) {
          : type == "phi"         ? "PhiForCausalLM"
          : type == "falcon"      ? "FalconForCausalLM"
          : type == "gptj"        ? "GPTJForCausalLM"
+         : type == "codegen"     ? "CodeGenForCausalLM"
                                  : "GPT2LMHeadModel";
 }
 
@@ -664,7 +684,7 @@ const char* hf_model_type(const nn::GptConfig& c) {
                     phi3 = misfit(c, "phi3"), stablelm = misfit(c, "stablelm"),
                     neox = misfit(c, "gpt_neox"), phi = misfit(c, "phi"),
                     falcon = misfit(c, "falcon"), gptj = misfit(c, "gptj"),
-                    gpt2 = misfit(c, "gpt2");
+                    codegen = misfit(c, "codegen"), gpt2 = misfit(c, "gpt2");
   throw NotSupportedError(
       "no Hugging Face class holds this model: LlamaForCausalLM needs rope, swiglu, rmsnorm, "
       "no linear biases and no query/key norms (here " +
@@ -694,7 +714,7 @@ const char* hf_model_type(const nn::GptConfig& c) {
       falcon +
       "); GPTJForCausalLM parallel blocks with one norm, rope at base 10000 on any share of each "
       "head, biases on the MLP alone, and a head bias (here " +
-      gptj +
+      gptj + "); CodeGenForCausalLM GPT-J's with n_head a multiple of 4 (here " + codegen +
       "); GPT2LMHeadModel GPT-NeoX's with learned positions and no parallel residual (here " +
       gpt2 + ")");
 }
@@ -713,8 +733,8 @@ std::string hf_config_json(const nn::GptConfig& c, const std::string& torch_dtyp
     write_phi_config(c, j);
   } else if (type == "falcon") {
     write_falcon_config(c, j);
-  } else if (type == "gptj") {
-    write_gptj_config(c, j);
+  } else if (type == "gptj" || type == "codegen") {
+    write_gptj_config(c, j, type == "codegen");
   } else if (type != "gpt2") {
     write_dimensions(c, hf_architecture(c), type, j);
     j["num_key_value_heads"] = c.kv_heads();
@@ -838,7 +858,8 @@ std::map<std::string, Tensor> triad_to_hf_part(const nn::StateDict& full, const 
   if (type == "gpt_neox") return triad_to_neox_part(full, c, block);
   if (type == "phi") return triad_to_phi_part(full, c, block);
   if (type == "falcon") return triad_to_falcon_part(full, c, block);
-  if (type == "gptj") return triad_to_gptj_part(full, c, block);
+  if (type == "gptj" || type == "codegen")
+    return triad_to_gptj_part(full, c, block, type == "codegen");
   const int64_t Q = c.q_width(), KV = c.kv_heads() * c.head_dim(), F = c.ffn();
   if (block < 0) {
     out["model.embed_tokens.weight"] = at(full, "wte.weight");

@@ -30,7 +30,12 @@ bool is_falcon(const nn::GptConfig& c) {
 }
 
 bool is_gptj(const nn::GptConfig& c) {
-  return std::string(hf_model_type(c)) == "gptj";
+  const std::string type = hf_model_type(c);
+  return type == "gptj" || type == "codegen";
+}
+
+bool is_codegen(const nn::GptConfig& c) {
+  return std::string(hf_model_type(c)) == "codegen";
 }
 
 // A Hugging Face module that takes rows [first, first + rows) of a Triad
@@ -54,6 +59,7 @@ std::vector<Piece> pieces_of(const nn::GptConfig& c, int64_t i, const std::strin
   if (is_gptj(c)) {  // LLaMA's q, k and v; out_proj, fc_in and fc_out
     const std::string hf = "transformer.h." + n + ".";
     const int64_t Q = c.q_width();
+    if (layer == "attn.c_attn" && is_codegen(c)) return {{hf + "attn.qkv_proj", 0, -1}};
     if (layer == "attn.c_attn")
       return {
           {hf + "attn.q_proj", 0, Q}, {hf + "attn.k_proj", Q, Q}, {hf + "attn.v_proj", 2 * Q, Q}};
@@ -130,6 +136,8 @@ std::map<std::string, Tensor> triad_lora_to_peft(const nn::StateDict& adapters,
       // GPT-J's q and k turn in interleaved pairs: B's rows too.
       if (layer == "attn.c_attn" && is_gptj(c))
         ab[1] = triad_qkv_rows_to_gptj(ab[1], c.n_head, c.rotary_width());
+      if (layer == "attn.c_attn" && is_codegen(c))
+        ab[1] = stack_qkv_rows_to_codegen(ab[1], c.n_head);
       for (const Piece& p : pieces_of(c, i, layer)) {
         const std::string to = "base_model.model." + p.module;
         out[to + ".lora_A.weight"] = contiguous(ab[0]).detach();

@@ -866,6 +866,31 @@ TEST(HfConfig, GptjConfigIsGptj6bs) {
             std::string::npos);
 }
 
+// CodeGen 350M mono's config.json: GPT-J's keys (its blocks), read as
+// GPT-J's are, and its parameter count from those shapes; a head count its
+// four shards cannot split, and a file without rotary_dim, are named.
+TEST(HfConfig, CodegenConfigIsGptjsBlocks) {
+  const std::string codegen = R"({
+    "activation_function": "gelu_new", "architectures": ["CodeGenForCausalLM"],
+    "attn_pdrop": 0.0, "bos_token_id": 1, "embd_pdrop": 0.0, "eos_token_id": 50256,
+    "layer_norm_epsilon": 1e-05, "model_type": "codegen", "n_ctx": 2048, "n_embd": 1024,
+    "n_head": 16, "n_inner": null, "n_layer": 20, "n_positions": 2048, "resid_pdrop": 0.0,
+    "rotary_dim": 32, "tie_word_embeddings": false, "vocab_size": 51200})";
+  const nn::GptConfig c = gpt_config_from_hf(codegen, "codegen-350M-mono/config.json");
+  EXPECT_EQ(c.hf_type, "codegen");
+  EXPECT_EQ(c.num_parameters(), 356'712'448);
+  EXPECT_TRUE(c.shared_norm);
+  EXPECT_TRUE(c.mlp_bias);
+  EXPECT_FALSE(c.linear_bias);
+  EXPECT_EQ(c.rope_dim, 32);
+  EXPECT_NE(error_of(edited(edited(codegen, "n_head", "6"), "n_embd", "1032"))
+                .find("CodeGen's n_head (6) must be a multiple of 4"),
+            std::string::npos);
+  EXPECT_NE(error_of(without(codegen, "rotary_dim"))
+                .find("'rotary_dim' (absent): CodeGen without rotary_dim is not implemented"),
+            std::string::npos);
+}
+
 // StableLM 2 1.6B's config.json as published: LLaMA's blocks with
 // LayerNorms, q, k and v biases and a quarter of each head turned, and its
 // published parameter count; its 12B's parallel blocks (one norm shared)
@@ -954,7 +979,7 @@ TEST(HfConfig, WhatTriadDoesNotBuildIsNamed) {
   EXPECT_NE(message(from(edited(llama, "model_type", "\"qwen3_moe\"")))
                 .find("model_type 'qwen3_moe' is not supported (llama, mistral, qwen2, qwen3, "
                       "gemma, gemma2, gemma3_text, gemma3, phi3, stablelm, gpt_neox, phi, falcon, "
-                      "gptj or gpt2)"),
+                      "gptj, codegen or gpt2)"),
             std::string::npos);
   EXPECT_NE(message(from(edited(edited(edited(kQwen3_06b, "use_sliding_window", "true"),
                                        "max_window_layers", "10"),

@@ -234,6 +234,18 @@ TEST(HfExport, LlamaAndGpt2RoundTrip) {
   nn::GptConfig gptj_whole = gptj;
   gptj_whole.rope_dim = 0;
   gptj_whole.activation = nn::Activation::GeluErf;
+  // CodeGenForCausalLM (by model.hf_type): GPT-J's blocks, q, k and v fused
+  // in 4 shards of whole heads.
+  nn::GptConfig codegen = llama(false, 0);
+  codegen.normalization = nn::Normalization::LayerNorm;
+  codegen.activation = nn::Activation::Gelu;
+  codegen.ffn_hidden_size = 0;
+  codegen.layer_norm_eps = 1e-5;
+  codegen.rope_theta = 10000.0;
+  codegen.rope_dim = 2;
+  codegen.parallel_residual = codegen.shared_norm = codegen.head_bias = true;
+  codegen.mlp_bias = true;
+  codegen.hf_type = "codegen";
   nn::GptConfig stablelm_parallel = stablelm;  // StableLM 2 12B's shared-norm parallel blocks
   stablelm_parallel.parallel_residual = true;
   stablelm_parallel.shared_norm = true;
@@ -258,6 +270,7 @@ TEST(HfExport, LlamaAndGpt2RoundTrip) {
                                  falcon40,
                                  gptj,
                                  gptj_whole,
+                                 codegen,
                                  pythia,
                                  neox,
                                  gpt2(true),
@@ -813,6 +826,28 @@ TEST(HfExport, NamesAndShapesAreHuggingFaces) {
   EXPECT_EQ(to_double_vector(falcon_qkv_rows_to_triad(
                 fat.at("transformer.h.0.self_attention.query_key_value.weight"), 4, 2)),
             stack);
+  {
+    // CodeGen's qkv_proj: in each of 4 shards (2 heads each of 8), the
+    // shard's q rows, then v's, then k's; GPT-J's stack keeps the heads'
+    // order.
+    const int64_t H = 8, HD = 2;
+    std::vector<double> rows;
+    for (int64_t i = 0; i < 3 * H * HD; ++i) rows.push_back(static_cast<double>(i));
+    const Tensor heads = from_vector(rows, {3 * H * HD, 1}, DType::F64);
+    const std::vector<double> sharded = to_double_vector(stack_qkv_rows_to_codegen(heads, H));
+    for (int64_t shard = 0; shard < 4; ++shard) {
+      for (int64_t part = 0; part < 3; ++part) {  // q, v, k
+        const int64_t from = (part == 0 ? 0 : part == 1 ? 2 : 1) * H * HD + shard * 2 * HD;
+        for (int64_t r = 0; r < 2 * HD; ++r)
+          ASSERT_EQ(sharded[static_cast<size_t>((shard * 3 + part) * 2 * HD + r)],
+                    static_cast<double>(from + r))
+              << "shard " << shard << " part " << part;
+      }
+    }
+    EXPECT_EQ(to_double_vector(codegen_qkv_rows_to_stack(stack_qkv_rows_to_codegen(heads, H), H)),
+              rows);
+    EXPECT_THROW(stack_qkv_rows_to_codegen(heads, 6), ShapeError);  // 6 heads: not 4 shards
+  }
   const auto faj = nlohmann::json::parse(hf_config_json(fa));
   EXPECT_EQ(faj.at("architectures").at(0), "FalconForCausalLM");
   EXPECT_EQ(faj.at("new_decoder_architecture"), true);
@@ -873,7 +908,7 @@ TEST(HfExport, TheModelsOwnClassIsPreferred) {
     EXPECT_NE(std::string(e.what()).find("model.hf_type 'phi4' is not a model_type Triad exports "
                                          "(llama, mistral, qwen2, qwen3, gemma, gemma2, "
                                          "gemma3_text, phi3, stablelm, gpt_neox, phi, falcon, "
-                                         "gptj, gpt2, or auto)"),
+                                         "gptj, codegen, gpt2, or auto)"),
               std::string::npos)
         << e.what();
   }

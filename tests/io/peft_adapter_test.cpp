@@ -180,15 +180,19 @@ TEST(PeftAdapter, PhiFalconAndGptjModulesAreTheirClasses) {
   gptj.n_kv_head = 0;
   gptj.linear_bias = false;
   gptj.mlp_bias = true;
+  nn::GptConfig codegen = gptj;  // q, k and v fused in 4 shards (one head each)
+  codegen.hf_type = "codegen";
   for (const auto& [c, type, targets] :
        {std::tuple{phi, "phi",
                    std::vector<std::string>{"q_proj", "k_proj", "v_proj", "dense", "fc1", "fc2"}},
         std::tuple{
             falcon, "falcon",
             std::vector<std::string>{"query_key_value", "dense", "dense_h_to_4h", "dense_4h_to_h"}},
-        std::tuple{gptj, "gptj",
-                   std::vector<std::string>{"q_proj", "k_proj", "v_proj", "out_proj", "fc_in",
-                                            "fc_out"}}}) {
+        std::tuple{
+            gptj, "gptj",
+            std::vector<std::string>{"q_proj", "k_proj", "v_proj", "out_proj", "fc_in", "fc_out"}},
+        std::tuple{codegen, "codegen",
+                   std::vector<std::string>{"qkv_proj", "out_proj", "fc_in", "fc_out"}}}) {
     SCOPED_TRACE(type);
     ASSERT_STREQ(hf_model_type(c), type);
     const auto [base, merged, adapters] = parts_of(random_state(c));

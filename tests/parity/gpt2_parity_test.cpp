@@ -719,6 +719,21 @@ TEST_F(Gpt2Parity, GptjDirectoryReadsAndExportsAsHuggingFacesGptj) {
     return name.find(".attn.bias") != std::string::npos ||
            name.find("masked_bias") != std::string::npos;
   });
+
+  // The same model as CodeGen writes it (q, k and v fused in qkv_proj's
+  // four shards, each its heads' q, v and k rows): the same weights, and
+  // exported again, the same directory.
+  const std::string codegen_dir = ref_dir() + "/codegen_hf";
+  const nn::GptConfig cg = io::load_hf_config(codegen_dir);
+  EXPECT_EQ(cg.hf_type, "codegen");
+  nn::Gpt codegen(cg, 1);
+  io::load_gpt2_safetensors(codegen, codegen_dir);
+  for (const auto& [name, t] : codegen.state_dict())
+    EXPECT_EQ(to_double_vector(t), to_double_vector(weights.at(name))) << name;
+  expect_exports_as_written(codegen, codegen_dir, [](const std::string& name) {
+    return name.find("causal_mask") != std::string::npos ||
+           name.find("masked_bias") != std::string::npos;
+  });
 }
 
 // LLaMA 3.1's RoPE scaling on the LLaMA-style model (its four frequencies

@@ -687,6 +687,35 @@ def save_hf_gptj(model, directory, rope_dim):
         json.dump(config, f)
 
 
+def save_hf_codegen(model, directory, rope_dim):
+    """The GPT-J-style model as a CodeGenForCausalLM directory: GPT-J's
+    names with q, k and v fused in qkv_proj's 4 shards, each holding its
+    heads' q rows, then their v rows, then their k rows."""
+    os.makedirs(directory, exist_ok=True)
+    save_hf_gptj(model, directory, rope_dim)
+    t = {}
+    with open(os.path.join(directory, "model.safetensors"), "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(n))
+        data = f.read()
+    for name, h in header.items():
+        a, b = h["data_offsets"]
+        t[name] = torch.frombuffer(bytearray(data[a:b]), dtype=torch.float32).reshape(h["shape"])
+    C, S = CFG["d_model"], 4
+    for i in range(CFG["n_layer"]):
+        p = f"transformer.h.{i}.attn."
+        q, k, v = (t.pop(p + x + "_proj.weight").reshape(S, C // S, C) for x in "qkv")
+        t[p + "qkv_proj.weight"] = torch.cat([q, v, k], dim=1).reshape(3 * C, C)
+        t[p + "causal_mask"] = t.pop(p + "bias")
+    save_safetensors(os.path.join(directory, "model.safetensors"), t)
+    with open(os.path.join(directory, "config.json")) as f:
+        config = json.load(f)
+    config.update({"architectures": ["CodeGenForCausalLM"], "model_type": "codegen",
+                   "n_ctx": CFG["seq_len"]})
+    with open(os.path.join(directory, "config.json"), "w") as f:
+        json.dump(config, f)
+
+
 def greedy_continuation(model, embedding_growth=8.0):
     """Greedy continuation of GREEDY_PROMPT, past seq_len (the window slides
     over the last seq_len tokens), by the model with its weights made 8x
@@ -962,6 +991,7 @@ def main():
     gptj = Gpt(CFG, 10000.0, bias=False, mlp_bias=True, tie=False, rope_dim=NEOX_ROPE_DIM,
                parallel=True, shared_norm=True, head_bias=True, interleaved_rope=True)
     save_hf_gptj(gptj, os.path.join(out, "gptj_hf"), NEOX_ROPE_DIM)
+    save_hf_codegen(gptj, os.path.join(out, "codegen_hf"), NEOX_ROPE_DIM)
     record_step_zero(gptj, x, y, "gptj.", ref)
     ref["gptj.greedy_tokens"] = torch.tensor(greedy_continuation(gptj), dtype=torch.float32)
 

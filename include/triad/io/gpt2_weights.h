@@ -93,7 +93,8 @@ Tensor triad_qkv_rows_to_falcon(const Tensor& t, int64_t n_head, int64_t kv_head
 // transformer.ln_f, lm_head with its bias) -> Triad state dict: q, k and v
 // stacked into c_attn, q's and k's rows reordered (gptj_qkv_rows_to_triad)
 // for `rope_dim` rotated dimensions (0: whole heads) of the `n_head` heads.
-// Told apart from GPT-2's by the absence of transformer.wpe. The old
+// Told apart from GPT-2's by the absence of transformer.wpe. CodeGen's
+// fused attn.qkv_proj is read too (codegen_qkv_rows_to_stack). The old
 // attention-mask buffers are left out; any other unknown tensor is an
 // IoError naming it.
 bool is_hf_gptj(const std::map<std::string, Tensor>& tensors);
@@ -107,6 +108,15 @@ nn::StateDict hf_gptj_to_triad(const std::map<std::string, Tensor>& tensors, int
 // other's inverse; a height that is not 3 * n_head heads is a ShapeError.
 Tensor gptj_qkv_rows_to_triad(const Tensor& t, int64_t n_head, int64_t rope_dim);
 Tensor triad_qkv_rows_to_gptj(const Tensor& t, int64_t n_head, int64_t rope_dim);
+// CodeGen's fused qkv_proj (GPT-J's blocks; a file with attn.qkv_proj reads
+// as GPT-J's otherwise does): its rows in kCodegenShards shards, each
+// holding, for its n_head / kCodegenShards heads, their q rows, then their
+// v rows, then their k rows, between that and [q | k | v] (the heads' order
+// kept). Each the other's inverse; a height that is not 3 * n_head heads,
+// or heads that do not split into the shards, is a ShapeError.
+inline constexpr int64_t kCodegenShards = 4;
+Tensor codegen_qkv_rows_to_stack(const Tensor& t, int64_t n_head);
+Tensor stack_qkv_rows_to_codegen(const Tensor& t, int64_t n_head);
 
 // A multimodal checkpoint's language model (Gemma 3's 4B and up): its
 // tensors under language_model.model. (transformers 4.50's layout) or
