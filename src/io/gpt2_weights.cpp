@@ -129,8 +129,8 @@ namespace {
 
 // A Hugging Face decoder's tensors outside its blocks renamed by `outside`
 // (Hugging Face's name -> Triad's), and each block's by its name under
-// model.layers.N. ("self_attn.o_proj.weight"), for the caller to convert
-// (`family` names the layout in errors).
+// `blocks`N. ("self_attn.o_proj.weight" under model.layers.N.), for the
+// caller to convert (`family` names the layout in errors).
 struct DecoderTensors {
   nn::StateDict outside;
   std::map<int64_t, std::map<std::string, Tensor>> layers;
@@ -138,13 +138,14 @@ struct DecoderTensors {
 
 DecoderTensors split_decoder(const std::map<std::string, Tensor>& tensors,
                              const std::map<std::string, std::string>& outside,
-                             const std::string& family) {
+                             const std::string& family,
+                             const std::string& blocks = "model.layers.") {
   DecoderTensors out;
   for (const auto& [name, t] : tensors) {
     if (const auto it = outside.find(name); it != outside.end()) {
       out.outside[it->second] = t;
-    } else if (name.rfind("model.layers.", 0) == 0) {
-      const std::string rest = name.substr(13);
+    } else if (name.rfind(blocks, 0) == 0) {
+      const std::string rest = name.substr(blocks.size());
       const size_t dot = rest.find('.');
       int64_t layer = -1;
       try {
@@ -362,29 +363,23 @@ nn::StateDict hf_neox_to_triad(const std::map<std::string, Tensor>& tensors, int
     throw IoError(
         "Hugging Face GPT-NeoX weights: unstacking query_key_value needs the model's head count");
   }
-  nn::StateDict out;
-  for (const auto& [name, t] : tensors) {
-    if (const auto it = kOutside.find(name); it != kOutside.end()) {
-      out[it->second] = t;
-      continue;
+  DecoderTensors d = split_decoder(tensors, kOutside, "GPT-NeoX", "gpt_neox.layers.");
+  for (const auto& [layer, parts] : d.layers) {
+    for (const auto& [rest, t] : parts) {
+      // Buffers older files carry: the causal mask and RoPE's frequencies.
+      if (rest == "attention.bias" || rest == "attention.masked_bias" ||
+          rest == "attention.rotary_emb.inv_freq")
+        continue;
+      const auto it = kBlock.find(rest);
+      if (it == kBlock.end()) {
+        throw IoError("Hugging Face GPT-NeoX weights: unexpected tensor 'gpt_neox.layers." +
+                      std::to_string(layer) + "." + rest + "'");
+      }
+      d.outside["h." + std::to_string(layer) + "." + it->second] =
+          rest.rfind("attention.query_key_value.", 0) == 0 ? neox_qkv_rows_to_triad(t, n_head) : t;
     }
-    const int64_t layer = block_index(name);
-    const std::string prefix = "gpt_neox.layers." + std::to_string(layer) + ".";
-    if (layer < 0 || name.rfind(prefix, 0) != 0)
-      throw IoError("Hugging Face GPT-NeoX weights: unexpected tensor '" + name + "'");
-    const std::string rest = name.substr(prefix.size());
-    // Buffers older files carry: the causal mask and RoPE's frequencies.
-    if (rest == "attention.bias" || rest == "attention.masked_bias" ||
-        rest == "attention.rotary_emb.inv_freq")
-      continue;
-    const auto it = kBlock.find(rest);
-    if (it == kBlock.end())
-      throw IoError("Hugging Face GPT-NeoX weights: unexpected tensor '" + name + "'");
-    const std::string to = "h." + std::to_string(layer) + "." + it->second;
-    out[to] =
-        rest.rfind("attention.query_key_value.", 0) == 0 ? neox_qkv_rows_to_triad(t, n_head) : t;
   }
-  return out;
+  return std::move(d.outside);
 }
 
 namespace {
@@ -523,35 +518,31 @@ nn::StateDict hf_gptj_to_triad(const std::map<std::string, Tensor>& tensors, int
         "Hugging Face GPT-J weights: reordering q's and k's rotated rows needs the "
         "model's head count");
   }
-  nn::StateDict out;
-  std::map<int64_t, std::map<std::string, Tensor>> qkv;  // per block: "q", "k", "v"
-  for (const auto& [name, t] : tensors) {
-    if (const auto it = kOutside.find(name); it != kOutside.end()) {
-      out[it->second] = t;
-      continue;
+  DecoderTensors d = split_decoder(tensors, kOutside, "GPT-J", "transformer.h.");
+  nn::StateDict& out = d.outside;
+  std::map<int64_t, std::map<std::string, Tensor>> qkv;  // per block: "q", "k", "v" or "qkv"
+  for (const auto& [layer, block] : d.layers) {
+    for (const auto& [rest, t] : block) {
+      // Buffers older files carry: the causal mask and RoPE's tables.
+      if (rest == "attn.bias" || rest == "attn.masked_bias" || rest == "attn.causal_mask" ||
+          ends_with(rest, "inv_freq") || ends_with(rest, "embed_positions"))
+        continue;
+      if (rest == "attn.qkv_proj.weight") {  // CodeGen's, fused
+        qkv[layer]["qkv"] = t;
+        continue;
+      }
+      if (rest == "attn.q_proj.weight" || rest == "attn.k_proj.weight" ||
+          rest == "attn.v_proj.weight") {
+        qkv[layer][rest.substr(5, 1)] = t;
+        continue;
+      }
+      const auto it = kBlock.find(rest);
+      if (it == kBlock.end()) {
+        throw IoError("Hugging Face GPT-J weights: unexpected tensor 'transformer.h." +
+                      std::to_string(layer) + "." + rest + "'");
+      }
+      out["h." + std::to_string(layer) + "." + it->second] = t;
     }
-    const int64_t layer = block_index(name);
-    const std::string prefix = "transformer.h." + std::to_string(layer) + ".";
-    if (layer < 0 || name.rfind(prefix, 0) != 0)
-      throw IoError("Hugging Face GPT-J weights: unexpected tensor '" + name + "'");
-    const std::string rest = name.substr(prefix.size());
-    // Buffers older files carry: the causal mask and RoPE's tables.
-    if (rest == "attn.bias" || rest == "attn.masked_bias" || rest == "attn.causal_mask" ||
-        ends_with(rest, "inv_freq") || ends_with(rest, "embed_positions"))
-      continue;
-    if (rest == "attn.qkv_proj.weight") {  // CodeGen's, fused
-      qkv[layer]["qkv"] = t;
-      continue;
-    }
-    if (rest == "attn.q_proj.weight" || rest == "attn.k_proj.weight" ||
-        rest == "attn.v_proj.weight") {
-      qkv[layer][rest.substr(5, 1)] = t;
-      continue;
-    }
-    const auto it = kBlock.find(rest);
-    if (it == kBlock.end())
-      throw IoError("Hugging Face GPT-J weights: unexpected tensor '" + name + "'");
-    out["h." + std::to_string(layer) + "." + it->second] = t;
   }
   for (const auto& [layer, parts] : qkv) {
     if (const auto fused = parts.find("qkv"); fused != parts.end()) {
@@ -581,7 +572,7 @@ nn::StateDict hf_gptj_to_triad(const std::map<std::string, Tensor>& tensors, int
     out["h." + std::to_string(layer) + ".attn.c_attn.weight"] =
         gptj_qkv_rows_to_triad(concat(stack, 0), n_head, rope_dim);
   }
-  return out;
+  return std::move(d.outside);
 }
 
 bool is_hf_falcon(const std::map<std::string, Tensor>& tensors) {
@@ -605,29 +596,25 @@ nn::StateDict hf_falcon_to_triad(const std::map<std::string, Tensor>& tensors, i
     throw IoError(
         "Hugging Face Falcon weights: regrouping query_key_value needs the model's head count");
   }
-  nn::StateDict out;
+  DecoderTensors d = split_decoder(tensors, kOutside, "Falcon", "transformer.h.");
+  nn::StateDict& out = d.outside;
   std::map<int64_t, std::map<std::string, Tensor>> qkv;  // per block: "weight", "bias"
-  for (const auto& [name, t] : tensors) {
-    if (const auto it = kOutside.find(name); it != kOutside.end()) {
-      out[it->second] = t;
-      continue;
+  for (const auto& [layer, block] : d.layers) {
+    for (const auto& [rest, t] : block) {
+      if (ends_with(rest, "inv_freq")) continue;  // RoPE's buffer, recomputed
+      const size_t dot = rest.rfind('.');
+      const std::string module = rest.substr(0, dot), kind = rest.substr(dot + 1);
+      if (module == "self_attention.query_key_value" && (kind == "weight" || kind == "bias")) {
+        qkv[layer][kind] = t;
+        continue;
+      }
+      const auto it = kBlock.find(module);
+      if (it == kBlock.end() || (kind != "weight" && kind != "bias")) {
+        throw IoError("Hugging Face Falcon weights: unexpected tensor 'transformer.h." +
+                      std::to_string(layer) + "." + rest + "'");
+      }
+      out["h." + std::to_string(layer) + "." + it->second + "." + kind] = t;
     }
-    const int64_t layer = block_index(name);
-    const std::string prefix = "transformer.h." + std::to_string(layer) + ".";
-    if (layer < 0 || name.rfind(prefix, 0) != 0)
-      throw IoError("Hugging Face Falcon weights: unexpected tensor '" + name + "'");
-    const std::string rest = name.substr(prefix.size());
-    if (ends_with(rest, "inv_freq")) continue;  // RoPE's buffer, recomputed
-    const size_t dot = rest.rfind('.');
-    const std::string module = rest.substr(0, dot), kind = rest.substr(dot + 1);
-    if (module == "self_attention.query_key_value" && (kind == "weight" || kind == "bias")) {
-      qkv[layer][kind] = t;
-      continue;
-    }
-    const auto it = kBlock.find(module);
-    if (it == kBlock.end() || (kind != "weight" && kind != "bias"))
-      throw IoError("Hugging Face Falcon weights: unexpected tensor '" + name + "'");
-    out["h." + std::to_string(layer) + "." + it->second + "." + kind] = t;
   }
   // Each block's key/value heads from its weight's height: hidden_size /
   // n_head rows a head.
@@ -652,7 +639,7 @@ nn::StateDict hf_falcon_to_triad(const std::map<std::string, Tensor>& tensors, i
           falcon_qkv_rows_to_triad(t, n_head, kv);
     }
   }
-  return out;
+  return std::move(d.outside);
 }
 
 namespace {

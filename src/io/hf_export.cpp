@@ -134,47 +134,65 @@ std::string llama_misfit(const nn::GptConfig& c, const std::string& type) {
   return why;
 }
 
-// What keeps `c` from GPT-2's, GPT-NeoX's and Phi's blocks alike: an
-// ungated GELU (either form), LayerNorm, biases on every linear layer,
-// heads d_model / n_head wide, and none of the later families' departures.
-// `phi`: Phi's blocks (grouped key/value heads allowed; one norm shared by
-// the parallel sublayers and a biased head required), else GPT-2's and
-// GPT-NeoX's (a key/value head per query head; neither of Phi's two).
-std::string plain_block_misfit(const nn::GptConfig& c, bool phi) {
+// The reasons a class cannot hold a model, joined by commas.
+struct Misfit {
   std::string why;
-  auto add = [&](bool bad, const char* what) {
-    if (bad) why += (why.empty() ? "" : ", ") + std::string(what);
-  };
-  add(c.gated_mlp(), "model.activation is not gelu or gelu_erf");
-  add(c.rms_norm(), "model.normalization is rmsnorm");
-  add(!c.linear_bias, "model.linear_bias is false");
-  if (phi) {
-    add(!c.shared_norm, "model.shared_norm is false");
-    add(!c.head_bias, "model.head_bias is false");
-  } else {
-    add(c.kv_heads() != c.n_head, "model.n_kv_head groups the heads");
-    add(c.shared_norm, "model.shared_norm is true");
-    add(c.head_bias, "model.head_bias is true");
+  void add(bool bad, const std::string& what) {
+    if (bad) why += (why.empty() ? "" : ", ") + what;
   }
-  add(c.sliding_window > 0, "model.sliding_window is set");
-  add(c.heads_apart(), "model.head_dim is not d_model / n_head");
-  add(c.qk_norm, "model.qk_norm is true");
-  add(c.embedding_multiplier != 1.0, "model.embedding_multiplier is not 1");
-  add(c.norm_weight_offset, "model.norm_weight_offset is true");
-  add(c.post_norms, "model.post_norms is true");
-  add(c.attn_logit_softcap > 0.0, "model.attn_logit_softcap is set");
-  add(c.final_logit_softcap > 0.0, "model.final_logit_softcap is set");
-  return why;
+};
+
+// The plain GELU blocks' (GPT-2's, GPT-NeoX's, Phi's, Falcon's, GPT-J's)
+// shared ground: an ungated GELU (either form), LayerNorm, heads d_model /
+// n_head wide, and none of the later families' departures (windows,
+// query/key norms, Gemma's multiplier and norm offset, post-norms, soft
+// caps). With `rotary`, rope without their rotary departures too (a
+// per-head scale, a local base, Phi-3's longrope).
+void add_plain_departures(const nn::GptConfig& c, bool rotary, Misfit& m) {
+  m.add(c.gated_mlp(), "model.activation is not gelu or gelu_erf");
+  m.add(c.rms_norm(), "model.normalization is rmsnorm");
+  m.add(c.sliding_window > 0, "model.sliding_window is set");
+  m.add(c.heads_apart(), "model.head_dim is not d_model / n_head");
+  m.add(c.qk_norm, "model.qk_norm is true");
+  m.add(c.embedding_multiplier != 1.0, "model.embedding_multiplier is not 1");
+  m.add(c.norm_weight_offset, "model.norm_weight_offset is true");
+  m.add(c.post_norms, "model.post_norms is true");
+  m.add(c.attn_logit_softcap > 0.0, "model.attn_logit_softcap is set");
+  m.add(c.final_logit_softcap > 0.0, "model.final_logit_softcap is set");
+  if (!rotary) return;
+  m.add(!c.rotary(), "model.position_embedding is not rope");
+  m.add(
+      c.query_pre_attn_scalar > 0.0 && c.query_pre_attn_scalar != static_cast<double>(c.head_dim()),
+      "model.query_pre_attn_scalar is not head_dim");
+  m.add(c.rope_local_theta > 0.0, "model.rope_local_theta is set");
+  m.add(c.rope_scaling.kind == RopeScaling::Kind::LongRope, "model.rope_scaling is longrope");
+}
+
+// What keeps `c` from GPT-2's, GPT-NeoX's and Phi's blocks alike: the plain
+// blocks' ground with biases on every linear layer. `phi`: Phi's blocks
+// (grouped key/value heads allowed; one norm shared by the parallel
+// sublayers and a biased head required), else GPT-2's and GPT-NeoX's (a
+// key/value head per query head; neither of Phi's two).
+Misfit plain_block_misfit(const nn::GptConfig& c, bool phi, bool rotary) {
+  Misfit m;
+  m.add(!c.linear_bias, "model.linear_bias is false");
+  if (phi) {
+    m.add(!c.shared_norm, "model.shared_norm is false");
+    m.add(!c.head_bias, "model.head_bias is false");
+  } else {
+    m.add(c.kv_heads() != c.n_head, "model.n_kv_head groups the heads");
+    m.add(c.shared_norm, "model.shared_norm is true");
+    m.add(c.head_bias, "model.head_bias is true");
+  }
+  add_plain_departures(c, rotary, m);
+  return m;
 }
 
 std::string gpt2_misfit(const nn::GptConfig& c) {
-  std::string why = plain_block_misfit(c, false);
-  auto add = [&](bool bad, const char* what) {
-    if (bad) why += (why.empty() ? "" : ", ") + std::string(what);
-  };
-  add(c.rotary(), "model.position_embedding is rope");
-  add(c.parallel_residual, "model.parallel_residual is true");
-  return why;
+  Misfit m = plain_block_misfit(c, false, false);
+  m.add(c.rotary(), "model.position_embedding is rope");
+  m.add(c.parallel_residual, "model.parallel_residual is true");
+  return m.why;
 }
 
 // GPTNeoXForCausalLM: GPT-2's blocks with rotary embeddings on any share of
@@ -182,49 +200,21 @@ std::string gpt2_misfit(const nn::GptConfig& c) {
 // RoPE scaling but longrope (Phi-3's, tied to its own config keys).
 // PhiForCausalLM (`phi`) the same with Phi's blocks (plain_block_misfit).
 std::string rotary_plain_misfit(const nn::GptConfig& c, bool phi) {
-  std::string why = plain_block_misfit(c, phi);
-  auto add = [&](bool bad, const char* what) {
-    if (bad) why += (why.empty() ? "" : ", ") + std::string(what);
-  };
-  add(!c.rotary(), "model.position_embedding is not rope");
-  add(c.query_pre_attn_scalar > 0.0 && c.query_pre_attn_scalar != static_cast<double>(c.head_dim()),
-      "model.query_pre_attn_scalar is not head_dim");
-  add(c.rope_local_theta > 0.0, "model.rope_local_theta is set");
-  add(c.rope_scaling.kind == RopeScaling::Kind::LongRope, "model.rope_scaling is longrope");
-  return why;
+  return plain_block_misfit(c, phi, true).why;
 }
 
-// FalconForCausalLM, written with its new decoder architecture (which
-// holds any count of key/value heads): parallel blocks with one norm for
-// both sublayers or one each, rotary embeddings on whole heads, an
-// ungated GELU, LayerNorm, biases on every linear layer or none, and any
-// RoPE scaling but longrope.
+// FalconForCausalLM: parallel blocks with one norm for both sublayers or
+// one each, rotary embeddings on whole heads, biases on every linear layer
+// or none, no head bias, any count of key/value heads.
 std::string falcon_misfit(const nn::GptConfig& c) {
-  std::string why;
-  auto add = [&](bool bad, const char* what) {
-    if (bad) why += (why.empty() ? "" : ", ") + std::string(what);
-  };
-  add(c.gated_mlp(), "model.activation is not gelu or gelu_erf");
-  add(c.rms_norm(), "model.normalization is rmsnorm");
-  add(c.qkv_bias && !c.linear_bias, "model.qkv_bias without model.linear_bias");
-  add(c.mlp_bias && !c.linear_bias, "model.mlp_bias without model.linear_bias");
-  add(c.head_bias, "model.head_bias is true");
-  add(!c.parallel_residual, "model.parallel_residual is false");
-  add(!c.rotary(), "model.position_embedding is not rope");
-  add(c.rope_dim > 0, "model.rope_dim turns part of each head");
-  add(c.heads_apart(), "model.head_dim is not d_model / n_head");
-  add(c.sliding_window > 0, "model.sliding_window is set");
-  add(c.qk_norm, "model.qk_norm is true");
-  add(c.post_norms, "model.post_norms is true");
-  add(c.embedding_multiplier != 1.0, "model.embedding_multiplier is not 1");
-  add(c.norm_weight_offset, "model.norm_weight_offset is true");
-  add(c.attn_logit_softcap > 0.0, "model.attn_logit_softcap is set");
-  add(c.final_logit_softcap > 0.0, "model.final_logit_softcap is set");
-  add(c.query_pre_attn_scalar > 0.0 && c.query_pre_attn_scalar != static_cast<double>(c.head_dim()),
-      "model.query_pre_attn_scalar is not head_dim");
-  add(c.rope_local_theta > 0.0, "model.rope_local_theta is set");
-  add(c.rope_scaling.kind == RopeScaling::Kind::LongRope, "model.rope_scaling is longrope");
-  return why;
+  Misfit m;
+  m.add(c.qkv_bias && !c.linear_bias, "model.qkv_bias without model.linear_bias");
+  m.add(c.mlp_bias && !c.linear_bias, "model.mlp_bias without model.linear_bias");
+  m.add(c.head_bias, "model.head_bias is true");
+  m.add(!c.parallel_residual, "model.parallel_residual is false");
+  m.add(c.rope_dim > 0, "model.rope_dim turns part of each head");
+  add_plain_departures(c, true, m);
+  return m.why;
 }
 
 // GPTJForCausalLM: the parallel residual with one norm, biases on the MLP
@@ -233,44 +223,27 @@ std::string falcon_misfit(const nn::GptConfig& c) {
 // GPT-J's fixed base of 10000, unscaled, and a key/value head per query
 // head.
 std::string gptj_misfit(const nn::GptConfig& c) {
-  std::string why;
-  auto add = [&](bool bad, const char* what) {
-    if (bad) why += (why.empty() ? "" : ", ") + std::string(what);
-  };
-  add(c.gated_mlp(), "model.activation is not gelu or gelu_erf");
-  add(c.rms_norm(), "model.normalization is rmsnorm");
-  add(c.linear_bias || c.qkv_bias, "the attention has biases");
-  add(!c.mlp_biases(), "model.mlp_bias is false");
-  add(!c.head_bias, "model.head_bias is false");
-  add(!c.shared_norm, "model.shared_norm is false");
-  add(!c.rotary(), "model.position_embedding is not rope");
-  add(c.rope_theta != 10000.0, "model.rope_theta is not 10000");
-  add(c.rope_scaling.scaled(), "model.rope_scaling is set");
-  add(c.kv_heads() != c.n_head, "model.n_kv_head groups the heads");
-  add(c.heads_apart(), "model.head_dim is not d_model / n_head");
-  add(c.sliding_window > 0, "model.sliding_window is set");
-  add(c.qk_norm, "model.qk_norm is true");
-  add(c.post_norms, "model.post_norms is true");
-  add(c.embedding_multiplier != 1.0, "model.embedding_multiplier is not 1");
-  add(c.norm_weight_offset, "model.norm_weight_offset is true");
-  add(c.attn_logit_softcap > 0.0, "model.attn_logit_softcap is set");
-  add(c.final_logit_softcap > 0.0, "model.final_logit_softcap is set");
-  add(c.query_pre_attn_scalar > 0.0 && c.query_pre_attn_scalar != static_cast<double>(c.head_dim()),
-      "model.query_pre_attn_scalar is not head_dim");
-  add(c.rope_local_theta > 0.0, "model.rope_local_theta is set");
-  return why;
+  Misfit m;
+  m.add(c.linear_bias || c.qkv_bias, "the attention has biases");
+  m.add(!c.mlp_biases(), "model.mlp_bias is false");
+  m.add(!c.head_bias, "model.head_bias is false");
+  m.add(!c.shared_norm, "model.shared_norm is false");
+  m.add(c.rope_theta != 10000.0, "model.rope_theta is not 10000");
+  m.add(c.rope_scaling.scaled(), "model.rope_scaling is set");
+  m.add(c.kv_heads() != c.n_head, "model.n_kv_head groups the heads");
+  add_plain_departures(c, true, m);
+  return m.why;
 }
 
 // CodeGenForCausalLM: GPT-J's blocks with q, k and v fused in
 // kCodegenShards shards of whole heads.
 std::string codegen_misfit(const nn::GptConfig& c) {
-  std::string why = gptj_misfit(c);
-  if (c.n_head % kCodegenShards != 0) {
-    why += (why.empty() ? "" : ", ") + std::string("model.n_head is not a multiple of ") +
-           std::to_string(kCodegenShards) + " (its q, k and v are fused in " +
-           std::to_string(kCodegenShards) + " shards of whole heads)";
-  }
-  return why;
+  Misfit m{gptj_misfit(c)};
+  const std::string shards = std::to_string(kCodegenShards);
+  m.add(c.n_head % kCodegenShards != 0, "model.n_head is not a multiple of " + shards +
+                                            " (its q, k and v are fused in " + shards +
+                                            " shards of whole heads)");
+  return m.why;
 }
 
 // Phi-3's partial_rotary_factor for model.rope_dim: the share of the head
