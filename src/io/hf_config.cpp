@@ -324,9 +324,9 @@ nn::GptConfig llama_config(const Keys& k, const std::string& type) {
   return c;
 }
 
-// GPT2LMHeadModel: learned positions, GELU (tanh), LayerNorm, biases, a
-// tied head.
-nn::GptConfig gpt2_config(const Keys& k) {
+// GPT-2's names for the widths, depth, vocabulary and context (GPT-J's and
+// CodeGen's too).
+nn::GptConfig gpt2_dimensions(const Keys& k) {
   nn::GptConfig c;
   c.n_layer = k.integer("n_layer");
   c.n_head = k.integer("n_head");
@@ -334,6 +334,13 @@ nn::GptConfig gpt2_config(const Keys& k) {
   c.vocab_size = k.integer("vocab_size");
   c.seq_len = k.integer("n_positions");
   c.ffn_hidden_size = k.integer("n_inner", 0);
+  return c;
+}
+
+// GPT2LMHeadModel: learned positions, GELU (tanh), LayerNorm, biases, a
+// tied head.
+nn::GptConfig gpt2_config(const Keys& k) {
+  nn::GptConfig c = gpt2_dimensions(k);
   c.layer_norm_eps = k.number("layer_norm_epsilon", 1e-5);
   c.tie_embeddings = k.boolean("tie_word_embeddings", true);
   c.activation = gelu_named(k, "activation_function", "gelu_new");
@@ -435,13 +442,7 @@ nn::GptConfig falcon_config(const Keys& k) {
 // norm, no biases in the attention but the MLP's, GELU (tanh by default),
 // and an untied head with a bias.
 nn::GptConfig gptj_config(const Keys& k, const std::string& type) {
-  nn::GptConfig c;
-  c.n_layer = k.integer("n_layer");
-  c.n_head = k.integer("n_head");
-  c.d_model = k.integer("n_embd");
-  c.vocab_size = k.integer("vocab_size");
-  c.seq_len = k.integer("n_positions");
-  c.ffn_hidden_size = k.integer("n_inner", 0);
+  nn::GptConfig c = gpt2_dimensions(k);
   c.layer_norm_eps = k.number("layer_norm_epsilon", 1e-5);
   c.tie_embeddings = k.boolean("tie_word_embeddings", false);
   c.activation = gelu_named(k, "activation_function", "gelu_new");
