@@ -40,6 +40,14 @@ bool is_gemma(const std::string& type) {
   return type == "gemma" || type == "gemma2" || type == "gemma3_text";
 }
 
+// The reasons a class cannot hold a model, joined by commas.
+struct Misfit {
+  std::string why;
+  void add(bool bad, const std::string& what) {
+    if (bad) why += (why.empty() ? "" : ", ") + what;
+  }
+};
+
 // What keeps `c` from each class, "" when nothing does. LLaMA's, Qwen2's
 // and Qwen3's blocks differ only in Qwen2's q, k and v biases and Qwen3's
 // query/key norms; Gemma's in GeGLU, its embedding multiplier of
@@ -50,10 +58,8 @@ bool is_gemma(const std::string& type) {
 // qwen2, qwen3, gemma, gemma2, gemma3_text or phi3; llama's windows are
 // Mistral's).
 std::string llama_misfit(const nn::GptConfig& c, const std::string& type) {
-  std::string why;
-  auto add = [&](bool bad, const char* what) {
-    if (bad) why += (why.empty() ? "" : ", ") + std::string(what);
-  };
+  Misfit m;
+  auto add = [&](bool bad, const char* what) { m.add(bad, what); };
   const bool gemma = is_gemma(type), sandwich = type == "gemma2" || type == "gemma3_text";
   add(!c.rotary(), "model.position_embedding is not rope");
   const bool stablelm = type == "stablelm";
@@ -131,16 +137,8 @@ std::string llama_misfit(const nn::GptConfig& c, const std::string& type) {
   } else if (!sandwich) {
     add(!qwen_window_layers(c).has_value(), "model.full_attention_layers is not the first layers");
   }
-  return why;
+  return m.why;
 }
-
-// The reasons a class cannot hold a model, joined by commas.
-struct Misfit {
-  std::string why;
-  void add(bool bad, const std::string& what) {
-    if (bad) why += (why.empty() ? "" : ", ") + what;
-  }
-};
 
 // The plain GELU blocks' (GPT-2's, GPT-NeoX's, Phi's, Falcon's, GPT-J's)
 // shared ground: an ungated GELU (either form), LayerNorm, heads d_model /
@@ -601,10 +599,9 @@ std::string misfit(const nn::GptConfig& c, const std::string& type) {
   if (type == "gptj") return gptj_misfit(c);
   if (type == "codegen") return codegen_misfit(c);
   if (type == "mistral") return llama_misfit(c, "llama");
-  std::string why = llama_misfit(c, type);
-  if (type == "llama" && c.sliding_window > 0)
-    why += (why.empty() ? "" : ", ") + std::string("model.sliding_window is set");
-  return why;
+  Misfit m{llama_misfit(c, type)};
+  m.add(type == "llama" && c.sliding_window > 0, "model.sliding_window is set");
+  return m.why;
 }
 
 // The class of model_type `type` (one of hf_model_types()).
