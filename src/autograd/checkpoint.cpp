@@ -8,6 +8,20 @@
 namespace triad::autograd {
 namespace {
 
+thread_local bool recomputing_now = false;
+
+// Marks the recomputation in backward (recomputing()).
+class RecomputeGuard {
+ public:
+  RecomputeGuard() : previous_(recomputing_now) { recomputing_now = true; }
+  ~RecomputeGuard() { recomputing_now = previous_; }
+  RecomputeGuard(const RecomputeGuard&) = delete;
+  RecomputeGuard& operator=(const RecomputeGuard&) = delete;
+
+ private:
+  bool previous_;
+};
+
 class EnableGradGuard {
  public:
   EnableGradGuard() : previous_(grad_enabled()) { set_grad_enabled(true); }
@@ -20,6 +34,10 @@ class EnableGradGuard {
 };
 
 }  // namespace
+
+bool recomputing() {
+  return recomputing_now;
+}
 
 Tensor checkpoint(const std::function<Tensor(const Tensor&)>& fn, const Tensor& x,
                   const std::vector<Tensor>& params) {
@@ -39,6 +57,7 @@ Tensor checkpoint(const std::function<Tensor(const Tensor&)>& fn, const Tensor& 
     Tensor out;
     {
       EnableGradGuard grad;
+      RecomputeGuard again;
       out = fn(input);
     }
     // Parameter gradients accumulate into the parameters here (or are

@@ -212,6 +212,35 @@ void stack_qkv(BlockParts& parts, int64_t i, const std::string& family, const st
   out[p + "attn.c_attn.bias"] = concat({bq, bk, bv}, 0);
 }
 
+// A block's mixture of experts, Mixtral's (block_sparse_moe.gate and
+// experts.<e>.w1, w3, w2) or Qwen3-MoE's (mlp.gate and
+// experts.<e>.gate_proj, up_proj, down_proj), as block `p`'s router and
+// experts (c_fc [gate | up], c_proj). False for a block without one.
+bool take_experts(BlockParts& parts, const std::string& p, nn::StateDict& out) {
+  struct Names {
+    const char *prefix, *gate, *up, *down;
+  };
+  static const Names kinds[] = {{"block_sparse_moe.", "w1", "w3", "w2"},
+                                {"mlp.", "gate_proj", "up_proj", "down_proj"}};
+  for (const Names& n : kinds) {
+    const std::string router = std::string(n.prefix) + "gate.weight";
+    if (!parts.has(router)) continue;
+    out[p + "mlp.router.weight"] = parts.take(router);
+    for (int64_t e = 0;; ++e) {
+      const std::string x = std::string(n.prefix) + "experts." + std::to_string(e) + ".";
+      const std::string ours = p + "mlp.experts." + std::to_string(e) + ".";
+      if (!parts.has(x + n.gate + ".weight") && !parts.has(x + n.up + ".weight") &&
+          !parts.has(x + n.down + ".weight"))
+        break;
+      out[ours + "c_fc.weight"] =
+          concat({parts.take(x + n.gate + ".weight"), parts.take(x + n.up + ".weight")}, 0);
+      out[ours + "c_proj.weight"] = parts.take(x + n.down + ".weight");
+    }
+    return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 nn::StateDict hf_phi_to_triad(const std::map<std::string, Tensor>& tensors) {
@@ -253,9 +282,7 @@ nn::StateDict hf_llama_to_triad(const std::map<std::string, Tensor>& tensors) {
   DecoderTensors d = split_decoder(tensors, kOutside, "LLaMA");
   nn::StateDict& out = d.outside;
   static const std::map<std::string, std::string> kSingle = {
-      {"input_layernorm.weight", "ln_1.weight"},
-      {"self_attn.o_proj.weight", "attn.c_proj.weight"},
-      {"mlp.down_proj.weight", "mlp.c_proj.weight"}};
+      {"input_layernorm.weight", "ln_1.weight"}, {"self_attn.o_proj.weight", "attn.c_proj.weight"}};
   for (auto& [i, layer] : d.layers) {
     const std::string hf = "model.layers." + std::to_string(i) + ".";
     const std::string p = "h." + std::to_string(i) + ".";
@@ -285,6 +312,7 @@ nn::StateDict hf_llama_to_triad(const std::map<std::string, Tensor>& tensors) {
         parts.count("mlp.gate_up_proj.weight") > 0) {
       out[p + "attn.c_attn.weight"] = take("self_attn.qkv_proj.weight");
       out[p + "mlp.c_fc.weight"] = take("mlp.gate_up_proj.weight");
+      out[p + "mlp.c_proj.weight"] = take("mlp.down_proj.weight");
       parts.erase("self_attn.rotary_emb.inv_freq");  // a buffer, recomputed
       if (!parts.empty()) {
         throw IoError("Hugging Face Phi-3 weights: unexpected tensor '" + hf +
@@ -301,8 +329,12 @@ nn::StateDict hf_llama_to_triad(const std::map<std::string, Tensor>& tensors) {
       out[p + "attn.q_norm.weight"] = take("self_attn.q_norm.weight");
       out[p + "attn.k_norm.weight"] = take("self_attn.k_norm.weight");
     }
-    out[p + "mlp.c_fc.weight"] =
-        concat({take("mlp.gate_proj.weight"), take("mlp.up_proj.weight")}, 0);
+    // Mixtral's and Qwen3-MoE's experts, or the dense MLP.
+    if (!take_experts(block, p, out)) {
+      out[p + "mlp.c_fc.weight"] =
+          concat({take("mlp.gate_proj.weight"), take("mlp.up_proj.weight")}, 0);
+      out[p + "mlp.c_proj.weight"] = take("mlp.down_proj.weight");
+    }
     parts.erase("self_attn.rotary_emb.inv_freq");  // a buffer, recomputed
     if (!parts.empty()) {
       throw IoError("Hugging Face LLaMA weights: unexpected tensor '" + hf + parts.begin()->first +

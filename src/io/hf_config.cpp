@@ -73,6 +73,8 @@ class Keys {
     }
     return full;
   }
+  // The key's JSON value (present: has(key)).
+  const Json& json(const char* key) const { return j_.at(key); }
   std::string text(const char* key, const std::string& otherwise) const {
     if (!has(key)) return otherwise;
     const Json& v = j_.at(key);
@@ -324,6 +326,51 @@ nn::GptConfig llama_config(const Keys& k, const std::string& type) {
   return c;
 }
 
+// Mixtral's and Qwen3-MoE's mixtures of experts over Mistral's and Qwen3's
+// blocks: num_local_experts (Mixtral) or num_experts, num_experts_per_tok
+// chosen, renormalised (always for Mixtral, norm_topk_prob for Qwen), the
+// experts' width (Mixtral's intermediate_size, Qwen's
+// moe_intermediate_size beside its dense layers' intermediate_size), and
+// Qwen's dense layers (mlp_only_layers, and those between its
+// decoder_sparse_step). The load-balancing loss weighs router_aux_loss_coef
+// (the recipe the file was trained with: transformers applies it only with
+// output_router_logits, Triad always; model.moe.aux_loss_coef: 0 trains
+// without it).
+nn::GptConfig moe_config(const Keys& k, const std::string& type) {
+  const bool mixtral = type == "mixtral";
+  nn::GptConfig c = llama_config(k, mixtral ? "mistral" : "qwen3");
+  nn::GptConfig::Moe& m = c.moe;
+  m.experts = k.integer(mixtral ? "num_local_experts" : "num_experts");
+  if (m.experts < 1) k.bad(mixtral ? "num_local_experts" : "num_experts", "must be positive");
+  m.top_k = k.integer("num_experts_per_tok");
+  if (m.top_k < 1 || m.top_k > m.experts)
+    k.bad("num_experts_per_tok", "must be between 1 and the number of experts");
+  m.normalize_top_k = mixtral || k.boolean("norm_topk_prob", false);
+  m.aux_loss_coef = k.number("router_aux_loss_coef", 0.001);  // (both classes' default)
+  if (k.number("router_jitter_noise", 0.0) != 0.0)
+    k.unsupported("router_jitter_noise", "a noisy router is not implemented");
+  if (mixtral) return c;  // (intermediate_size is the experts' width)
+  m.ffn_hidden_size = k.integer("moe_intermediate_size");
+  const int64_t step = k.integer("decoder_sparse_step", 1);
+  if (step < 1) k.bad("decoder_sparse_step", "must be positive");
+  std::vector<int64_t> dense;
+  if (k.has("mlp_only_layers")) {
+    const Json& list = k.json("mlp_only_layers");
+    if (!list.is_array()) k.bad("mlp_only_layers", "must be a list of layer indices");
+    for (const Json& v : list) {
+      if (!v.is_number_integer()) k.bad("mlp_only_layers", "must be a list of layer indices");
+      dense.push_back(v.get<int64_t>());
+    }
+  }
+  for (int64_t i = 0; i < c.n_layer; ++i) {
+    if ((i + 1) % step != 0) dense.push_back(i);
+  }
+  std::sort(dense.begin(), dense.end());
+  dense.erase(std::unique(dense.begin(), dense.end()), dense.end());
+  m.dense_layers = dense;  // (validate() names one outside the model)
+  return c;
+}
+
 // GPT-2's names for the widths, depth, vocabulary and context (GPT-J's and
 // CodeGen's too).
 nn::GptConfig gpt2_dimensions(const Keys& k) {
@@ -524,6 +571,13 @@ nn::GptConfig gpt_config_from_hf(const std::string& json_text, const std::string
       type == "gemma" || type == "gemma2" || type == "gemma3_text" || type == "phi3" ||
       type == "stablelm") {
     c = llama_config(k, type);
+  } else if (type == "mixtral" || type == "qwen3_moe") {
+    c = moe_config(k, type);
+  } else if (type == "qwen2_moe") {
+    Keys(j, source).unsupported(
+        "shared_expert_intermediate_size",
+        "Qwen2-MoE's shared expert (an MLP every token takes, gated by a sigmoid) is not "
+        "implemented; Mixtral's and Qwen3-MoE's routed experts are");
   } else if (type == "gpt2") {
     c = gpt2_config(k);
   } else if (type == "gpt_neox") {
@@ -543,7 +597,7 @@ nn::GptConfig gpt_config_from_hf(const std::string& json_text, const std::string
   } else {
     throw NotSupportedError(
         source + ": model_type '" + type +
-        "' is not supported (llama, mistral, qwen2, qwen3, gemma, gemma2, "
+        "' is not supported (llama, mistral, mixtral, qwen2, qwen3, qwen3_moe, gemma, gemma2, "
         "gemma3_text, gemma3, phi3, stablelm, gpt_neox, phi, falcon, gptj, codegen or gpt2)");
   }
   c.hf_type = type;  // (an export writes the class it came from)

@@ -571,8 +571,9 @@ std::map<std::string, Tensor> triad_to_falcon_part(const nn::StateDict& full,
 
 const std::vector<std::string>& hf_model_types() {
   static const std::vector<std::string> types{
-      "llama",    "mistral",  "qwen2", "qwen3",  "gemma", "gemma2",  "gemma3_text", "phi3",
-      "stablelm", "gpt_neox", "phi",   "falcon", "gptj",  "codegen", "gpt2"};
+      "llama", "mistral", "mixtral",     "qwen2",   "qwen3",    "qwen3_moe",
+      "gemma", "gemma2",  "gemma3_text", "phi3",    "stablelm", "gpt_neox",
+      "phi",   "falcon",  "gptj",        "codegen", "gpt2"};
   return types;
 }
 
@@ -592,7 +593,7 @@ namespace {
 
 // What keeps `c` from class `type` (one of hf_model_types()), "" when
 // nothing does: LLaMA has no window, Mistral's covers every layer or none.
-std::string misfit(const nn::GptConfig& c, const std::string& type) {
+std::string dense_misfit(const nn::GptConfig& c, const std::string& type) {
   if (type == "gpt2") return gpt2_misfit(c);
   if (type == "gpt_neox" || type == "phi") return rotary_plain_misfit(c, type == "phi");
   if (type == "falcon") return falcon_misfit(c);
@@ -604,10 +605,35 @@ std::string misfit(const nn::GptConfig& c, const std::string& type) {
   return m.why;
 }
 
+bool is_moe_type(const std::string& type) {
+  return type == "mixtral" || type == "qwen3_moe";
+}
+
+// The same for any class: Mixtral's are Mistral's blocks with experts
+// (renormalised, on every layer), Qwen3-MoE's Qwen3's (dense layers
+// allowed); no other class holds a mixture.
+std::string misfit(const nn::GptConfig& c, const std::string& type) {
+  if (!is_moe_type(type)) {
+    Misfit m{dense_misfit(c, type)};
+    m.add(c.moe.experts > 0, "model.moe is set (a mixture of experts)");
+    return m.why;
+  }
+  const bool mixtral = type == "mixtral";
+  Misfit m{dense_misfit(c, mixtral ? "mistral" : "qwen3")};
+  m.add(c.moe.experts == 0, "model.moe is not set (no experts)");
+  if (mixtral) {
+    m.add(!c.moe.normalize_top_k, "model.moe.normalize_top_k is false");
+    m.add(!c.moe.dense_layers.empty(), "model.moe.dense_layers keeps layers dense");
+  }
+  return m.why;
+}
+
 // The class of model_type `type` (one of hf_model_types()).
 const char* architecture_of(const std::string& type) {
   return type == "llama"         ? "LlamaForCausalLM"
          : type == "mistral"     ? "MistralForCausalLM"
+         : type == "mixtral"     ? "MixtralForCausalLM"
+         : type == "qwen3_moe"   ? "Qwen3MoeForCausalLM"
          : type == "qwen2"       ? "Qwen2ForCausalLM"
          : type == "qwen3"       ? "Qwen3ForCausalLM"
          : type == "gemma"       ? "GemmaForCausalLM"
@@ -647,6 +673,14 @@ const char* hf_model_type(const nn::GptConfig& c) {
   }
   for (const std::string& type : types) {
     if (misfit(c, type).empty()) return type.c_str();
+  }
+  if (c.moe.experts > 0) {
+    throw NotSupportedError(
+        "no Hugging Face class holds this mixture of experts: MixtralForCausalLM needs "
+        "MistralForCausalLM's blocks with experts on every layer, renormalised (here " +
+        misfit(c, "mixtral") +
+        "); Qwen3MoeForCausalLM Qwen3ForCausalLM's with experts, dense layers allowed (here " +
+        misfit(c, "qwen3_moe") + ")");
   }
   const std::string llama = misfit(c, "mistral"), qwen2 = misfit(c, "qwen2"),
                     qwen3 = misfit(c, "qwen3"), gemma = misfit(c, "gemma"),
@@ -732,19 +766,19 @@ std::string hf_config_json(const nn::GptConfig& c, const std::string& torch_dtyp
       j["qk_layernorm"] = false;
       j["use_parallel_residual"] = c.parallel_residual;
     }
-    // Qwen2's q, k and v biases are implied; Phi3Config and StableLmConfig
-    // have no such keys.
-    if (type != "qwen2" && !phi3 && !stablelm) j["attention_bias"] = false;
+    // Qwen2's q, k and v biases are implied; Phi3Config, StableLmConfig and
+    // MixtralConfig have no such keys.
+    if (type != "qwen2" && !phi3 && !stablelm && type != "mixtral") j["attention_bias"] = false;
     if (stablelm) {
       // StableLM drops out the MLP's output alone (hidden_dropout), where
       // Triad drops both sublayers' and the embeddings': the same model
       // for inference, a close cousin for training.
       j["hidden_dropout"] = c.dropout;
-    } else if (type == "qwen2" || type == "qwen3") {
+    } else if (type == "qwen2" || type == "qwen3" || type == "qwen3_moe") {
       j["use_sliding_window"] = c.sliding_window > 0;
       j["sliding_window"] = c.sliding_window > 0 ? c.sliding_window : c.seq_len;
       j["max_window_layers"] = c.sliding_window > 0 ? *qwen_window_layers(c) : c.n_layer;
-    } else if (!phi3) {
+    } else if (!phi3 && type != "mixtral") {
       j["mlp_bias"] = false;
     }
     if (phi3) {
@@ -758,9 +792,31 @@ std::string hf_config_json(const nn::GptConfig& c, const std::string& torch_dtyp
     } else {
       j["attention_dropout"] = c.dropout;
     }
-    if (type == "mistral" || phi3) {  // a window on every layer, or none (null)
+    if (type == "mistral" || type == "mixtral" || phi3) {  // a window on every layer, or none
       j["sliding_window"] =
           c.sliding_window > 0 ? nlohmann::ordered_json(c.sliding_window) : nullptr;
+    }
+    if (is_moe_type(type)) {
+      // The experts: Mixtral's intermediate_size is theirs; Qwen3-MoE's
+      // moe_intermediate_size, beside its dense layers' (mlp_only_layers).
+      // The load-balancing loss's weight is kept; transformers trains with
+      // it only when output_router_logits is set, which its published files
+      // leave off.
+      const auto& x = c.moe;
+      if (type == "mixtral") {
+        j["intermediate_size"] = c.expert_ffn();
+        j["num_local_experts"] = x.experts;
+      } else {
+        j["num_experts"] = x.experts;
+        j["moe_intermediate_size"] = c.expert_ffn();
+        j["norm_topk_prob"] = x.normalize_top_k;
+        j["decoder_sparse_step"] = 1;
+        j["mlp_only_layers"] = x.dense_layers;
+      }
+      j["num_experts_per_tok"] = x.top_k;
+      j["router_aux_loss_coef"] = x.aux_loss_coef;
+      j["output_router_logits"] = false;
+      j["router_jitter_noise"] = 0.0;
     }
     if (type == "gemma2" || type == "gemma3_text") {
       if (c.query_pre_attn_scalar > 0.0) {
@@ -842,22 +898,50 @@ std::map<std::string, Tensor> triad_to_hf_part(const nn::StateDict& full, const 
     const std::string p = "h." + std::to_string(i) + ".";
     const std::string hf = "model.layers." + std::to_string(i) + ".";
     const Tensor& qkv = at(full, p + "attn.c_attn.weight");
-    const Tensor& fc = at(full, p + "mlp.c_fc.weight");
-    if (qkv.dim() != 2 || qkv.size(0) != Q + 2 * KV || fc.dim() != 2 || fc.size(0) != 2 * F) {
+    // [gate | up] as gate_proj and up_proj (F each), or the names `gate`
+    // and `up` under `prefix`.
+    auto split_fc = [&](const Tensor& fc, int64_t width, const std::string& gate,
+                        const std::string& up) {
+      if (fc.dim() != 2 || fc.size(0) != 2 * width) {
+        throw ShapeError("export: layer " + std::to_string(i) + "'s c_fc " + shape_str(fc.shape()) +
+                         " does not fit the configured model (" + std::to_string(2 * width) +
+                         " tall)");
+      }
+      out[gate] = contiguous(narrow(fc, 0, 0, width)).detach();
+      out[up] = contiguous(narrow(fc, 0, width, width)).detach();
+    };
+    if (qkv.dim() != 2 || qkv.size(0) != Q + 2 * KV) {
       throw ShapeError("export: layer " + std::to_string(i) + "'s c_attn " +
-                       shape_str(qkv.shape()) + " and c_fc " + shape_str(fc.shape()) +
-                       " do not fit the configured model (c_attn " + std::to_string(Q + 2 * KV) +
-                       " tall, c_fc " + std::to_string(2 * F) + ")");
+                       shape_str(qkv.shape()) + " does not fit the configured model (" +
+                       std::to_string(Q + 2 * KV) + " tall)");
     }
     if (phi3) {  // fused as Triad holds them: [q | k | v] and [gate | up]
       out[hf + "self_attn.qkv_proj.weight"] = qkv;
-      out[hf + "mlp.gate_up_proj.weight"] = fc;
+      out[hf + "mlp.gate_up_proj.weight"] = at(full, p + "mlp.c_fc.weight");
     } else {
       out[hf + "self_attn.q_proj.weight"] = contiguous(narrow(qkv, 0, 0, Q)).detach();
       out[hf + "self_attn.k_proj.weight"] = contiguous(narrow(qkv, 0, Q, KV)).detach();
       out[hf + "self_attn.v_proj.weight"] = contiguous(narrow(qkv, 0, Q + KV, KV)).detach();
-      out[hf + "mlp.gate_proj.weight"] = contiguous(narrow(fc, 0, 0, F)).detach();
-      out[hf + "mlp.up_proj.weight"] = contiguous(narrow(fc, 0, F, F)).detach();
+    }
+    if (c.moe_layer(i)) {
+      // Mixtral's block_sparse_moe (w1 the gate, w3 up, w2 down) or
+      // Qwen3-MoE's mlp (gate_proj, up_proj, down_proj); the router is gate.
+      const bool mixtral = type == "mixtral";
+      const std::string moe = hf + (mixtral ? "block_sparse_moe." : "mlp.");
+      out[moe + "gate.weight"] = at(full, p + "mlp.router.weight");
+      for (int64_t e = 0; e < c.moe.experts; ++e) {
+        const std::string x = moe + "experts." + std::to_string(e) + ".";
+        const std::string ours = p + "mlp.experts." + std::to_string(e) + ".";
+        split_fc(at(full, ours + "c_fc.weight"), c.expert_ffn(),
+                 x + (mixtral ? "w1" : "gate_proj") + ".weight",
+                 x + (mixtral ? "w3" : "up_proj") + ".weight");
+        out[x + (mixtral ? "w2" : "down_proj") + ".weight"] = at(full, ours + "c_proj.weight");
+      }
+    } else {
+      if (!phi3)
+        split_fc(at(full, p + "mlp.c_fc.weight"), F, hf + "mlp.gate_proj.weight",
+                 hf + "mlp.up_proj.weight");
+      out[hf + "mlp.down_proj.weight"] = at(full, p + "mlp.c_proj.weight");
     }
     if (c.qkv_bias) {
       const Tensor& bias = at(full, p + "attn.c_attn.bias");
@@ -866,7 +950,6 @@ std::map<std::string, Tensor> triad_to_hf_part(const nn::StateDict& full, const 
       out[hf + "self_attn.v_proj.bias"] = contiguous(narrow(bias, 0, Q + KV, KV)).detach();
     }
     out[hf + "self_attn.o_proj.weight"] = at(full, p + "attn.c_proj.weight");
-    out[hf + "mlp.down_proj.weight"] = at(full, p + "mlp.c_proj.weight");
     out[hf + "input_layernorm.weight"] = at(full, p + "ln_1.weight");
     if (c.post_norms) {  // Gemma 2's and 3's names for the four norms
       out[hf + "post_attention_layernorm.weight"] = at(full, p + "post_attn_norm.weight");

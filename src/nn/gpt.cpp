@@ -11,6 +11,7 @@
 #include "triad/core/rng.h"
 #include "triad/nn/documents.h"
 #include "triad/nn/init.h"
+#include "triad/nn/moe.h"
 #include "triad/ops/creation.h"
 #include "triad/ops/elementwise.h"
 #include "triad/ops/linalg.h"
@@ -269,11 +270,58 @@ void GptConfig::validate() const {
                       (post_norms ? "no model.post_norms" : "model.parallel_residual: true") +
                       " (the sequential block's MLP reads the attention's sum, normalised anew)");
   }
+  if (moe.experts < 0) {
+    throw ConfigError("model.moe.experts (" + std::to_string(moe.experts) +
+                      ") must be positive (or 0: dense MLPs)");
+  }
+  if (moe.experts > 0) {
+    if (moe.top_k < 1 || moe.top_k > moe.experts) {
+      throw ConfigError("model.moe.top_k (" + std::to_string(moe.top_k) +
+                        ") must be in [1, model.moe.experts (" + std::to_string(moe.experts) +
+                        ")]");
+    }
+    if (moe.ffn_hidden_size < 0) {
+      throw ConfigError("model.moe.ffn_hidden_size (" + std::to_string(moe.ffn_hidden_size) +
+                        ") must be positive (or 0: the model's ffn_hidden_size)");
+    }
+    if (!(moe.aux_loss_coef >= 0.0) || !std::isfinite(moe.aux_loss_coef)) {
+      throw ConfigError("model.moe.aux_loss_coef (" + std::to_string(moe.aux_loss_coef) +
+                        ") must be a finite number >= 0 (0: no load-balancing loss)");
+    }
+    for (size_t i = 0; i < moe.dense_layers.size(); ++i) {
+      const int64_t l = moe.dense_layers[i];
+      if (l < 0 || l >= n_layer || (i > 0 && l <= moe.dense_layers[i - 1])) {
+        throw ConfigError("model.moe.dense_layers: " + std::to_string(l) + " at position " +
+                          std::to_string(i) + "; expected increasing layer indices in [0, " +
+                          std::to_string(n_layer) + ")");
+      }
+    }
+    if (mlp_bias) {
+      throw ConfigError(
+          "model.mlp_bias with model.moe: the experts have no biases (Mixtral's and Qwen's "
+          "have none); model.linear_bias applies to the attention and the dense MLPs alone");
+    }
+    for (const char* layer : {"mlp.c_fc", "mlp.c_proj"}) {
+      if (lora_on(layer)) {
+        throw ConfigError(std::string("model.lora.targets names ") + layer +
+                          ", which model.moe's layers replace by experts; LoRA adapts the "
+                          "attention's layers (attn.c_attn, attn.c_proj) of a mixture");
+      }
+    }
+  } else if (!moe.dense_layers.empty()) {
+    throw ConfigError(
+        "model.moe.dense_layers names layers to keep dense, but model.moe.experts is 0");
+  }
   if (head_bias && tie_embeddings) {
     throw ConfigError(
         "model.head_bias: a bias on the logits needs an untied head (model.tie_embeddings: "
         "false); the token embedding has no bias to share");
   }
+}
+
+bool GptConfig::moe_layer(int64_t layer) const {
+  return moe.experts > 0 &&
+         !std::binary_search(moe.dense_layers.begin(), moe.dense_layers.end(), layer);
 }
 
 int64_t GptConfig::window_of(int64_t layer) const {
@@ -298,17 +346,27 @@ namespace {
 // One block's parameters and the whole model's, counted in T: int64_t, or
 // double for sizes whose count would overflow it.
 template <typename T>
-T block_parameters_in(const GptConfig& c) {
-  const T h = static_cast<T>(c.d_model), f = static_cast<T>(c.ffn()),
-          m = static_cast<T>(c.fc_width()), w = static_cast<T>(c.qkv_width()),
+T block_parameters_in(const GptConfig& c, bool moe) {
+  const T h = static_cast<T>(c.d_model), w = static_cast<T>(c.qkv_width()),
           q = static_cast<T>(c.q_width());
   // Attention (w + q) h + w + h (4h^2 + 4h with a key/value head per query
   // head and q = h), MLP (h + 1) m + (f + 1) h, two LayerNorms 4h or
-  // RMSNorms 2h (12h^2 + 13h for GPT-2); twice that with post_norms.
+  // RMSNorms 2h (12h^2 + 13h for GPT-2); twice that with post_norms. A
+  // mixture of experts: E experts' h m + f h at their width, no biases,
+  // and the router's E h.
   const T norm = c.rms_norm() ? h : 2 * h;
-  const T biases = c.linear_bias ? w + h + m + h : (c.qkv_bias ? w : 0) + (c.mlp_bias ? m + h : 0);
+  const T attn_biases = (c.c_attn_bias() ? w : 0) + (c.linear_bias ? h : 0);
   const T norms = c.post_norms ? 4 : c.shared_norm ? 1 : 2;
-  return (w + q) * h + h * m + f * h + biases + norms * norm +
+  T mlp;
+  if (moe) {
+    const T E = static_cast<T>(c.moe.experts), f = static_cast<T>(c.expert_ffn()),
+            m = static_cast<T>(c.expert_fc_width());
+    mlp = E * (h * m + f * h) + E * h;
+  } else {
+    const T f = static_cast<T>(c.ffn()), m = static_cast<T>(c.fc_width());
+    mlp = h * m + f * h + (c.mlp_biases() ? m + h : 0);
+  }
+  return (w + q) * h + attn_biases + mlp + norms * norm +
          static_cast<T>(c.qk_norm ? 2 * c.head_dim() : 0);
 }
 
@@ -318,14 +376,31 @@ T parameters_in(const GptConfig& c) {
   const T h = static_cast<T>(c.d_model), norm = c.rms_norm() ? h : 2 * h;
   const T tables =
       static_cast<T>((c.tie_embeddings ? 1 : 2) * c.vocab_size + (c.rotary() ? 0 : c.seq_len));
-  return static_cast<T>(c.n_layer) * block_parameters_in<T>(c) + tables * h + norm +
+  const T moe_layers =
+      c.moe.experts > 0
+          ? static_cast<T>(c.n_layer - static_cast<int64_t>(c.moe.dense_layers.size()))
+          : 0;
+  const T dense_layers = static_cast<T>(c.n_layer) - moe_layers;
+  return dense_layers * block_parameters_in<T>(c, false) +
+         (moe_layers > 0 ? moe_layers * block_parameters_in<T>(c, true) : 0) + tables * h + norm +
          static_cast<T>(c.head_bias ? c.vocab_size : 0);
 }
 
 }  // namespace
 
-int64_t GptConfig::block_parameters() const {
-  return block_parameters_in<int64_t>(*this);
+int64_t GptConfig::block_parameters(int64_t layer) const {
+  return block_parameters_in<int64_t>(*this, moe_layer(layer));
+}
+
+double GptConfig::active_parameter_count() const {
+  if (moe.experts == 0) return parameter_count();
+  // Each MoE layer's experts count k of E times.
+  const double E = static_cast<double>(moe.experts), k = static_cast<double>(moe.top_k);
+  const double expert =
+      static_cast<double>(d_model) * static_cast<double>(expert_fc_width() + expert_ffn());
+  const double moe_layers =
+      static_cast<double>(n_layer - static_cast<int64_t>(moe.dense_layers.size()));
+  return parameter_count() - moe_layers * (E - k) * expert;
 }
 
 int64_t GptConfig::num_parameters() const {
@@ -353,8 +428,17 @@ double GptConfig::training_flops(double sequences, bool full_recompute) const {
     const int64_t window = window_of(i);
     scores += 4.0 * (window > 0 ? std::min(s, static_cast<double>(window)) : s) * q;
   }
-  const double weights = 2.0 * ((w + q) * h + h * m + f * h);
-  const double layers = l * weights + scores;
+  // The MLP's h*m + f*h, or a mixture's router h*E and k experts' own.
+  const double attn_weights = 2.0 * (w + q) * h;
+  const double dense_mlp = 2.0 * (h * m + f * h);
+  const double moe_mlp = moe.experts > 0
+                             ? 2.0 * (h * static_cast<double>(moe.experts) +
+                                      static_cast<double>(moe.top_k) * h *
+                                          static_cast<double>(expert_fc_width() + expert_ffn()))
+                             : 0.0;
+  double mlps = 0.0;
+  for (int64_t i = 0; i < n_layer; ++i) mlps += moe_layer(i) ? moe_mlp : dense_mlp;
+  const double layers = l * attn_weights + mlps + scores;
   const double forward = layers + 2.0 * h * V;
   // Backward is twice forward; full recomputation runs the layers forward
   // once more (not the head).
@@ -391,20 +475,29 @@ std::map<std::string, Shape> gpt_parameter_shapes(const GptConfig& cfg,
     }
     s[p + "attn.c_attn.weight"] = {cfg.qkv_width(), C};
     s[p + "attn.c_proj.weight"] = {C, cfg.q_width()};
-    s[p + "mlp.c_fc.weight"] = {cfg.fc_width(), C};
-    s[p + "mlp.c_proj.weight"] = {C, cfg.ffn()};
+    if (cfg.moe_layer(i)) {
+      s[p + "mlp.router.weight"] = {cfg.moe.experts, C};
+      for (int64_t e = 0; e < cfg.moe.experts; ++e) {
+        const std::string x = p + "mlp.experts." + std::to_string(e) + ".";
+        s[x + "c_fc.weight"] = {cfg.expert_fc_width(), C};
+        s[x + "c_proj.weight"] = {C, cfg.expert_ffn()};
+      }
+    } else {
+      s[p + "mlp.c_fc.weight"] = {cfg.fc_width(), C};
+      s[p + "mlp.c_proj.weight"] = {C, cfg.ffn()};
+    }
     if (cfg.c_attn_bias()) s[p + "attn.c_attn.bias"] = {cfg.qkv_width()};
     if (cfg.qk_norm) {
       s[p + "attn.q_norm.weight"] = {cfg.head_dim()};
       s[p + "attn.k_norm.weight"] = {cfg.head_dim()};
     }
     if (cfg.linear_bias) s[p + "attn.c_proj.bias"] = {C};
-    if (cfg.mlp_biases()) {
+    if (cfg.mlp_biases() && !cfg.moe_layer(i)) {
       s[p + "mlp.c_fc.bias"] = {cfg.fc_width()};
       s[p + "mlp.c_proj.bias"] = {C};
     }
     for (const std::string& layer : GptConfig::lora_layers()) {
-      if (!cfg.lora_on(layer)) continue;
+      if (!cfg.lora_on(layer) || !s.count(p + layer + ".weight")) continue;
       const Shape& w = s.at(p + layer + ".weight");
       s[p + layer + ".lora_a"] = {cfg.lora.rank, w[1]};
       s[p + layer + ".lora_b"] = {w[0], cfg.lora.rank};
@@ -560,7 +653,8 @@ Tensor Mlp::forward(const Tensor& x, const ForwardContext& ctx) const {
   return site_dropout(y, dropout_, ctx, layer_, "mlp.resid");
 }
 
-Block::Block(const GptConfig& cfg, int64_t layer) : parallel_residual_(cfg.parallel_residual) {
+Block::Block(const GptConfig& cfg, int64_t layer)
+    : parallel_residual_(cfg.parallel_residual), layer_(layer), dropout_(cfg.dropout) {
   auto norm = [&] {
     return std::make_shared<LayerNorm>(cfg.d_model, cfg.layer_norm_eps, DType::F32, cfg.rms_norm(),
                                        cfg.norm_weight_offset);
@@ -568,7 +662,11 @@ Block::Block(const GptConfig& cfg, int64_t layer) : parallel_residual_(cfg.paral
   ln_1_ = register_module("ln_1", norm());
   attn_ = register_module("attn", std::make_shared<CausalSelfAttention>(cfg, layer));
   if (!cfg.shared_norm) ln_2_ = register_module("ln_2", norm());
-  mlp_ = register_module("mlp", std::make_shared<Mlp>(cfg, layer));
+  if (cfg.moe_layer(layer)) {
+    moe_ = register_module("mlp", std::make_shared<MoeMlp>(cfg, layer));
+  } else {
+    mlp_ = register_module("mlp", std::make_shared<Mlp>(cfg, layer));
+  }
   if (cfg.post_norms) {
     post_attn_norm_ = register_module("post_attn_norm", norm());
     post_mlp_norm_ = register_module("post_mlp_norm", norm());
@@ -584,17 +682,22 @@ Tensor post_norm(const std::shared_ptr<LayerNorm>& norm, const Tensor& y) {
 
 }  // namespace
 
+Tensor Block::mlp_forward(const Tensor& x, const ForwardContext& ctx) const {
+  if (!moe_) return mlp_->forward(x, ctx);
+  return site_dropout(moe_->forward(x, ctx), dropout_, ctx, layer_, "mlp.resid");
+}
+
 Tensor Block::forward(const Tensor& x, const ForwardContext& ctx) const {
   if (parallel_residual_) {
     const Tensor n1 = ln_1_->forward(x);
     const Tensor a = post_norm(post_attn_norm_, attn_->forward(n1, ctx));
     const Tensor n2 = ln_2_ ? ln_2_->forward(x) : n1;  // model.shared_norm: ln_1's for both
-    return add(add(x, a), post_norm(post_mlp_norm_, mlp_->forward(n2, ctx)));
+    return add(add(x, a), post_norm(post_mlp_norm_, mlp_forward(n2, ctx)));
   }
   // The attention's residual add and ln_2 run as one op.
   const AddNorm h =
       ln_2_->forward_add(x, post_norm(post_attn_norm_, attn_->forward(ln_1_->forward(x), ctx)));
-  return add(h.sum, post_norm(post_mlp_norm_, mlp_->forward(h.norm, ctx)));
+  return add(h.sum, post_norm(post_mlp_norm_, mlp_forward(h.norm, ctx)));
 }
 
 Tensor Block::forward_cached(const Tensor& x, Tensor& k_cache, Tensor& v_cache, int64_t start,
@@ -604,13 +707,12 @@ Tensor Block::forward_cached(const Tensor& x, Tensor& k_cache, Tensor& v_cache, 
     const Tensor a = post_norm(
         post_attn_norm_, attn_->forward_cached(n1, k_cache, v_cache, start, ctx, text_starts));
     const Tensor n2 = ln_2_ ? ln_2_->forward(x) : n1;
-    return add(add(x, a),
-               post_norm(post_mlp_norm_, mlp_->forward(n2, ForwardContext{false, 0, 0})));
+    return add(add(x, a), post_norm(post_mlp_norm_, mlp_forward(n2, ForwardContext{false, 0, 0})));
   }
   const AddNorm h = ln_2_->forward_add(
       x, post_norm(post_attn_norm_, attn_->forward_cached(ln_1_->forward(x), k_cache, v_cache,
                                                           start, ctx, text_starts)));
-  return add(h.sum, post_norm(post_mlp_norm_, mlp_->forward(h.norm, ForwardContext{false, 0, 0})));
+  return add(h.sum, post_norm(post_mlp_norm_, mlp_forward(h.norm, ForwardContext{false, 0, 0})));
 }
 
 Gpt::Gpt(const GptConfig& cfg, uint64_t seed, DType dtype, Init how) : cfg_(cfg) {

@@ -485,6 +485,67 @@ Tensor embedding(const Tensor& weight, const Tensor& ids) {
   return out;
 }
 
+Tensor index_add_rows(const Tensor& src, const Tensor& index, int64_t rows) {
+  detail::check_floating(src, "index_add_rows", "src");
+  detail::check_index(index, "index_add_rows", "index");
+  detail::check_dim(src, 2, "index_add_rows", "src");
+  if (index.dim() != 1 || index.size(0) != src.size(0)) {
+    throw ShapeError("index_add_rows: index " + shape_str(index.shape()) + " for src " +
+                     shape_str(src.shape()) + " (expected one index per row of src)");
+  }
+  if (rows < 0)
+    throw ValueError("index_add_rows: rows (" + std::to_string(rows) + ") must be >= 0");
+  if (!(index.device() == src.device()) && !index.device().is_cpu()) {
+    throw ValueError("index_add_rows: index on " + index.device().str() + ", src on " +
+                     src.device().str() + " (the index goes on src's device or the host)");
+  }
+  {
+    // The backends add row by row through the index: one outside the
+    // output would write past it.
+    const Tensor host = contiguous(cast(to_device(index, Device::cpu()), DType::I64));
+    const int64_t* p = host.data<int64_t>();
+    for (int64_t i = 0; i < host.numel(); ++i) {
+      if (p[i] < 0 || p[i] >= rows) {
+        throw ValueError("index_add_rows: index " + std::to_string(p[i]) + " at position " +
+                         std::to_string(i) + " is outside [0, " + std::to_string(rows) + ")");
+      }
+    }
+  }
+  const int64_t M = src.size(0), C = src.size(1);
+  Tensor ic = contiguous(index).detach();
+  Tensor sc = contiguous(src);
+  Tensor out = empty({rows, C}, src.dtype(), src.device());
+  if (M == 0) {
+    backend_for(out).fill(out, 0.0);
+  } else {
+    backend_for(out).embedding_backward(ic, sc, out);  // dweight's sums, rows in index order
+  }
+  record("index_add_rows", {src}, {out}, [ic, M, C](const TensorList& g) -> TensorList {
+    Tensor dout = contiguous(g[0]);
+    Tensor dsrc = empty({M, C}, dout.dtype(), dout.device());
+    if (M > 0) backend_for(dout).embedding_forward(dout, ic, dsrc);
+    return {dsrc};
+  });
+  return out;
+}
+
+Tensor attach_loss(const Tensor& x, const Tensor& loss, double grad) {
+  detail::check_defined(x, "attach_loss", "x");
+  detail::check_floating(loss, "attach_loss", "loss");
+  if (loss.numel() != 1) {
+    throw ShapeError("attach_loss: loss " + shape_str(loss.shape()) +
+                     " must hold one element (a scalar loss)");
+  }
+  Tensor y = make_view(x, x.shape(), x.strides(), x.offset());
+  const Shape shape = loss.shape();
+  const DType dtype = loss.dtype();
+  const Device device = loss.device();
+  record("attach_loss", {x, loss}, {y}, [shape, dtype, device, grad](const TensorList& g) {
+    return TensorList{g[0], full(shape, grad, dtype, device)};
+  });
+  return y;
+}
+
 namespace {
 
 // What the backward of a cross entropy over logits (N, V) needs (never the

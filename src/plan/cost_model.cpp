@@ -187,10 +187,26 @@ LayerCost layer_cost(const nn::GptConfig& m, const ClusterSpec& c, const Paralle
                        lt.dx + thin(tokens, r, out) + thin(tokens, in, r),
                        lt.dw + thin(out, r, tokens) + thin(r, in, tokens)};
   };
-  const LinearTimes qkv = with_lora("attn.c_attn", 0, h, w_local),
-                    up = with_lora("mlp.c_fc", 2, h, fc / t);
-  for (const LinearTimes& lt :
-       {qkv, with_lora("attn.c_proj", 1, q / t, h), up, with_lora("mlp.c_proj", 3, f / t, h)}) {
+  const LinearTimes qkv = with_lora("attn.c_attn", 0, h, w_local);
+  // A mixture of experts (model.moe): the router (whole on every rank) and
+  // each expert's shard over its share of the k assignments per token,
+  // counted as balanced (tokens * k / E rows each): E smaller GEMMs whose
+  // tiles fill the GPU less.
+  const bool moe = m.moe_layer(layer);
+  const double E = static_cast<double>(m.moe.experts), k = static_cast<double>(m.moe.top_k);
+  LinearTimes up{}, down{}, router{};
+  if (moe) {
+    const double rows = tokens * k / E;
+    const LinearTimes u = linear_times(rows, h, static_cast<double>(m.expert_fc_width()) / t, c),
+                      d = linear_times(rows, static_cast<double>(m.expert_ffn()) / t, h, c);
+    up = {E * u.fwd, E * u.dx, training.weights[2] ? E * u.dw : 0.0};
+    down = {E * d.fwd, E * d.dx, training.weights[3] ? E * d.dw : 0.0};
+    router = linear_times(tokens, h, E, c);
+  } else {
+    up = with_lora("mlp.c_fc", 2, h, fc / t);
+    down = with_lora("mlp.c_proj", 3, f / t, h);
+  }
+  for (const LinearTimes& lt : {qkv, with_lora("attn.c_proj", 1, q / t, h), up, down, router}) {
     L.fwd_gemm += lt.fwd;
     L.bwd_input_gemm += lt.dx;
     L.bwd_weight_gemm += lt.dw;
@@ -236,8 +252,15 @@ LayerCost layer_cost(const nn::GptConfig& m, const ClusterSpec& c, const Paralle
   // twice as much.
   const double replicated = ((m.post_norms ? 30.0 : 22.0) - (m.shared_norm ? 4.0 : 0.0)) /
                             (p.sequence_parallel ? t : 1.0);
-  const double act_bytes = 2.0 * (fc + f) / h;
-  const double token_bytes_fwd = tokens * h * (replicated + act_bytes / t);
+  // A mixture's experts read and write k tokens' activations at their
+  // width, and its dispatch and combine move k copies of each token whole
+  // on every rank (the gathered rows and the weighted outputs, each written
+  // and read).
+  const double act_bytes =
+      moe ? k * 2.0 * static_cast<double>(m.expert_fc_width() + m.expert_ffn()) / h
+          : 2.0 * (fc + f) / h;
+  const double dispatch_bytes = moe ? 8.0 * k : 0.0;
+  const double token_bytes_fwd = tokens * h * (replicated + act_bytes / t + dispatch_bytes);
   // model.lora.dropout's passes, as many backward (the mask drawn again,
   // the transposes' gradients) as forward.
   const double lora_bytes = tokens * lora_dropout_widths(m, t).passes() * 2.0 * kFp16;
@@ -262,7 +285,15 @@ LayerCost layer_cost(const nn::GptConfig& m, const ClusterSpec& c, const Paralle
     L.fwd_tp = !one_reduction ? 2.0 * ar : p.sequence_parallel ? ar + rs : ar;
     L.bwd_tp = one_reduction && p.sequence_parallel ? ar + rs : 2.0 * ar;
     const double input_grad = p.sequence_parallel ? rs : ar;
-    L.bwd_tp_hidden = std::min(input_grad, qkv.dw) + std::min(input_grad, up.dw);
+    // (The experts' input gradient is reduced after their passes, not
+    // during a weight-gradient GEMM.)
+    L.bwd_tp_hidden = std::min(input_grad, qkv.dw) + (moe ? 0.0 : std::min(input_grad, up.dw));
+    if (moe) {
+      // The gates' gradient (k f32 per token) all-reduced; under sequence
+      // parallelism the router's probabilities (E f32 per token) gathered.
+      L.bwd_tp += tp_all_reduce(tokens * (k + 1.0) * 4.0, c, p);
+      if (p.sequence_parallel) L.fwd_tp += tp_reduce_scatter(tokens * E * 4.0, c, p);
+    }
   }
   if (!training.backward) {
     L.bwd_input_gemm = L.bwd_weight_gemm = L.bwd_mem = L.bwd_tp = L.bwd_tp_hidden = 0;
@@ -465,6 +496,11 @@ void check_config(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int gl
                                "), or divide it: each rank holds whole key/value heads, or "
                                "shares one"));
   }
+  if (m.moe.experts > 0 && m.expert_ffn() % p.tp != 0) {
+    throw ConfigError(need("moe.ffn_hidden_size", m.expert_ffn(),
+                           "must be divisible by tp (" + std::to_string(p.tp) +
+                               "): each expert's hidden units are split over the ranks"));
+  }
   if (p.tp > c.gpus_per_node) {
     throw ConfigError(need("tp", p.tp,
                            "must not exceed gpus_per_node (" + std::to_string(c.gpus_per_node) +
@@ -545,13 +581,11 @@ Estimate price(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int globa
     ++backward_from;
   std::vector<int64_t> stage_start(S, 0);
   for (int st = 1; st < S; ++st) stage_start[st] = stage_start[st - 1] + counts[st - 1];
-  std::vector<int64_t> rank_layers(p.pp, 0);  // layers each rank holds
-  std::vector<int64_t> widest(p.pp, 0);       // its largest chunk's layers keeping activations
+  std::vector<int64_t> widest(p.pp, 0);  // its largest chunk's layers keeping activations
   for (int r = 0; r < p.pp; ++r) {
     for (int ch = 0; ch < p.vpp; ++ch) {
       const int st = pipeline::stage_at(placement, p.pp, r, ch);
       const int64_t n = counts[st];
-      rank_layers[r] += n;
       const int64_t kept = std::clamp<int64_t>(stage_start[st] + n - backward_from, 0, n);
       widest[r] = std::max(widest[r], kept);
     }
@@ -604,15 +638,17 @@ Estimate price(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int globa
     return x;
   };
   // A few kinds of layer: windowed and not (layer_cost reads the window of
-  // the layer it is given), and what of each trains.
-  std::map<std::pair<int64_t, LayerTraining>, Layer> kinds;
+  // the layer it is given), dense or a mixture of experts, and what of each
+  // trains.
+  std::map<std::tuple<int64_t, bool, LayerTraining>, Layer> kinds;
   std::vector<Layer> layers(static_cast<size_t>(m.n_layer));
   double mean_f = 0;
   for (int64_t i = 0; i < m.n_layer; ++i) {
-    const auto key = std::make_pair(m.window_of(i), training[static_cast<size_t>(i)]);
+    const auto key =
+        std::make_tuple(m.window_of(i), m.moe_layer(i), training[static_cast<size_t>(i)]);
     auto it = kinds.find(key);
     if (it == kinds.end())
-      it = kinds.emplace(key, layer_of(layer_cost(m, c, p, i, key.second))).first;
+      it = kinds.emplace(key, layer_of(layer_cost(m, c, p, i, std::get<2>(key)))).first;
     layers[static_cast<size_t>(i)] = it->second;
     mean_f += it->second.f / static_cast<double>(m.n_layer);
   }
@@ -723,9 +759,19 @@ Estimate price(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int globa
   const double shared_kv =
       2.0 * static_cast<double>(m.head_dim()) * (h + (m.c_attn_bias() ? 1.0 : 0.0)) *
       (static_cast<double>(m.kv_heads_per_rank(p.tp)) - static_cast<double>(m.kv_heads()) / t);
-  const double layer_params = static_cast<double>(m.block_parameters()) / t + shared_kv;
-  const double body =
-      static_cast<double>(*std::max_element(rank_layers.begin(), rank_layers.end())) * layer_params;
+  // Each rank's blocks (a mixture's router whole on every TP rank).
+  double body = 0;
+  for (int r = 0; r < p.pp; ++r) {
+    double held = 0;
+    for (int ch = 0; ch < p.vpp; ++ch) {
+      const int st = pipeline::stage_at(placement, p.pp, r, ch);
+      for (int64_t i = stage_start[st]; i < stage_start[st] + counts[st]; ++i) {
+        held += static_cast<double>(m.block_parameters(i)) / t + shared_kv;
+        if (m.moe_layer(i)) held += static_cast<double>(m.moe.experts) * h * (1.0 - 1.0 / t);
+      }
+    }
+    body = std::max(body, held);
+  }
   // The token table on the first stage (and a tied copy, or an untied
   // head, on the last when pp > 1; one process, and ZB-V's first rank, hold
   // both an untied head and the table, or the one tied table).
@@ -818,9 +864,21 @@ Estimate price(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int globa
   const double qkv_acts = 2.0 * static_cast<double>(m.qkv_width()) / h;
   const double attn_out = 2.0 * static_cast<double>(m.q_width()) / h;
   const double norm_acts = (m.post_norms ? 4.0 : 0.0) - (m.shared_norm ? 4.0 : 0.0);
-  const double unsplit = 10.0 + norm_acts;
-  const double mlp_acts = 2.0 * (fc_w + ffn_w) / h, split = attn_out + qkv_acts + mlp_acts,
-               whole = 18.0 + norm_acts + mlp_acts;
+  const double unsplit_dense = 10.0 + norm_acts;
+  // A mixture's layer keeps k tokens' expert activations (split), and
+  // the dispatched rows and the experts' outputs before the gates, k
+  // copies of each token whole on every rank (4k sbh). Layers of both kinds
+  // are priced as the larger.
+  bool any_moe = false, any_dense = false;
+  for (int64_t i = 0; i < m.n_layer; ++i) (m.moe_layer(i) ? any_moe : any_dense) = true;
+  const double k_moe = static_cast<double>(m.moe.top_k);
+  const double moe_acts =
+      any_moe ? k_moe * 2.0 * static_cast<double>(m.expert_fc_width() + m.expert_ffn()) / h : 0;
+  const double mlp_acts = std::max(any_dense ? 2.0 * (fc_w + ffn_w) / h : 0.0, moe_acts);
+  const double unsplit_moe = any_moe ? 4.0 * k_moe : 0.0;
+  const double split = attn_out + qkv_acts + mlp_acts,
+               whole = 18.0 + norm_acts + mlp_acts + unsplit_moe;
+  const double unsplit = unsplit_dense + unsplit_moe;
   // The adapters' dropped-out inputs (model.lora.dropout), kept unless the
   // whole layer is recomputed.
   const double lora_kept = b * s * lora_dropout_widths(m, t).kept() * kFp16;

@@ -105,19 +105,42 @@ nn::GptConfig parse_model_spec(const std::string& yaml_text, const std::string& 
   get("sliding_window", c.sliding_window, false);
   option("full_attention_layers", "a list of layer indices",
          [&](const YAML::Node& v) { c.full_attention_layers = v.as<std::vector<int64_t>>(); });
+  // model.moe as the trainer reads it (none, or its keys over those of
+  // model.hf_config's mixture).
+  option("moe",
+         "none, or {experts, top_k, ffn_hidden_size, normalize_top_k, aux_loss_coef, "
+         "dense_layers}",
+         [&](const YAML::Node& v) {
+           if (v.IsScalar()) {
+             if (v.as<std::string>() != "none") throw YAML::Exception(YAML::Mark(), "");
+             c.moe = {};
+             return;
+           }
+           if (v["experts"]) c.moe.experts = v["experts"].as<int64_t>();
+           if (v["top_k"]) c.moe.top_k = v["top_k"].as<int64_t>();
+           if (v["ffn_hidden_size"]) c.moe.ffn_hidden_size = v["ffn_hidden_size"].as<int64_t>();
+           if (v["normalize_top_k"]) c.moe.normalize_top_k = v["normalize_top_k"].as<bool>();
+           if (v["aux_loss_coef"]) c.moe.aux_loss_coef = v["aux_loss_coef"].as<double>();
+           if (v["dense_layers"]) c.moe.dense_layers = v["dense_layers"].as<std::vector<int64_t>>();
+         });
   // model.lora as the trainer reads it (a rank, or {rank, alpha, targets,
-  // dropout}).
+  // dropout}; targets left out, every layer LoRA adapts, the attention's
+  // alone in a mixture of experts).
+  const auto default_targets = [&] {
+    return c.moe.experts > 0 ? std::vector<std::string>{"attn.c_attn", "attn.c_proj"}
+                             : nn::GptConfig::lora_layers();
+  };
   option("lora", "none, a rank, or {rank, alpha, targets, dropout}", [&](const YAML::Node& v) {
     if (v.IsScalar()) {
       if (v.as<std::string>() != "none")
-        c.lora = {.rank = v.as<int64_t>(), .alpha = 0, .targets = nn::GptConfig::lora_layers()};
+        c.lora = {.rank = v.as<int64_t>(), .alpha = 0, .targets = default_targets()};
       return;
     }
     c.lora.rank = v["rank"].as<int64_t>();
     c.lora.alpha = v["alpha"] ? v["alpha"].as<double>() : 0.0;
     c.lora.dropout = v["dropout"] ? v["dropout"].as<double>() : 0.0;
     const YAML::Node t = v["targets"];
-    c.lora.targets = !t             ? nn::GptConfig::lora_layers()
+    c.lora.targets = !t             ? default_targets()
                      : t.IsScalar() ? std::vector<std::string>{t.as<std::string>()}
                                     : t.as<std::vector<std::string>>();
   });
@@ -139,6 +162,7 @@ nn::GptConfig parse_model_spec(const std::string& yaml_text, const std::string& 
                                                  "sliding_window",
                                                  "full_attention_layers",
                                                  "lora",
+                                                 "moe",
                                                  "activation",
                                                  "ffn_hidden_size",
                                                  "normalization",

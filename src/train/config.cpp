@@ -66,11 +66,54 @@ std::string get_string(const YAML::Node& n, const std::string& key) {
   return n.Scalar();
 }
 
+// model.moe: none, or a mapping of experts, top_k, ffn_hidden_size,
+// normalize_top_k, aux_loss_coef and dense_layers over `base` (what
+// model.hf_config read, or the defaults): the keys given replace its.
+nn::GptConfig::Moe get_moe(const YAML::Node& n, const std::string& key, nn::GptConfig::Moe base) {
+  const std::string expected =
+      "none, or a mapping with experts (and top_k, ffn_hidden_size, normalize_top_k, "
+      "aux_loss_coef, dense_layers)";
+  if (n.IsScalar()) {
+    if (get_string(n, key) == "none") return {};
+    throw ConfigError(key + " ('" + n.Scalar() + "') must be " + expected);
+  }
+  if (!n.IsMap()) throw ConfigError(key + ": expected " + expected);
+  static const std::set<std::string> allowed = {
+      "experts", "top_k", "ffn_hidden_size", "normalize_top_k", "aux_loss_coef", "dense_layers"};
+  for (auto it = n.begin(); it != n.end(); ++it) {
+    const std::string k = it->first.as<std::string>();
+    if (!allowed.count(k)) {
+      throw ConfigError("unknown key '" + key + "." + k +
+                        "' (allowed: experts, top_k, ffn_hidden_size, normalize_top_k, "
+                        "aux_loss_coef, dense_layers)");
+    }
+  }
+  nn::GptConfig::Moe m = base;
+  if (n["experts"]) m.experts = get_int(n["experts"], key + ".experts");
+  if (m.experts <= 0) {
+    throw ConfigError(key + ".experts (" + std::to_string(m.experts) +
+                      ") must be positive (model.moe: none for dense MLPs)");
+  }
+  if (n["top_k"]) m.top_k = get_int(n["top_k"], key + ".top_k");
+  if (n["ffn_hidden_size"])
+    m.ffn_hidden_size = get_int(n["ffn_hidden_size"], key + ".ffn_hidden_size");
+  if (n["normalize_top_k"])
+    m.normalize_top_k = get_bool(n["normalize_top_k"], key + ".normalize_top_k");
+  if (n["aux_loss_coef"]) m.aux_loss_coef = get_double(n["aux_loss_coef"], key + ".aux_loss_coef");
+  if (const YAML::Node d = n["dense_layers"]) {
+    if (!d.IsSequence()) throw ConfigError(key + ".dense_layers: expected a list of layer indices");
+    m.dense_layers.clear();
+    for (size_t i = 0; i < d.size(); ++i)
+      m.dense_layers.push_back(get_int(d[i], key + ".dense_layers[" + std::to_string(i) + "]"));
+  }
+  return m;
+}
+
 // model.lora: none, or {rank, alpha, targets, dropout}: rank required,
 // alpha the rank when left out, targets every layer LoRA adapts when left
-// out (a name or a list of them), dropout 0 when left out. A number alone
-// is the rank.
-nn::GptConfig::Lora get_lora(const YAML::Node& n, const std::string& key) {
+// out (a name or a list of them; the attention's alone in a mixture of
+// experts, `moe`), dropout 0 when left out. A number alone is the rank.
+nn::GptConfig::Lora get_lora(const YAML::Node& n, const std::string& key, bool moe) {
   nn::GptConfig::Lora l;
   const std::string expected = "none, a rank, or a mapping with rank (and alpha, targets, dropout)";
   if (n.IsScalar()) {
@@ -83,7 +126,7 @@ nn::GptConfig::Lora get_lora(const YAML::Node& n, const std::string& key) {
     }
     YAML::Node as_map;
     as_map["rank"] = n;
-    return get_lora(as_map, key);
+    return get_lora(as_map, key, moe);
   }
   if (!n.IsMap()) throw ConfigError(key + ": expected " + expected);
   for (auto it = n.begin(); it != n.end(); ++it) {
@@ -119,7 +162,8 @@ nn::GptConfig::Lora get_lora(const YAML::Node& n, const std::string& key) {
   }
   const YAML::Node t = n["targets"];
   if (!t) {
-    l.targets = nn::GptConfig::lora_layers();
+    l.targets =
+        moe ? std::vector<std::string>{"attn.c_attn", "attn.c_proj"} : nn::GptConfig::lora_layers();
   } else if (t.IsScalar()) {
     l.targets.push_back(get_string(t, key + ".targets"));
   } else if (t.IsSequence()) {
@@ -778,7 +822,8 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
         }}},
       {"rope_theta", {false, [&](auto& v, auto& k) { m.rope_theta = get_double(v, k); }}},
       {"rope_scaling", {false, [&](auto& v, auto& k) { m.rope_scaling = get_rope_scaling(v, k); }}},
-      {"lora", {false, [&](auto& v, auto& k) { m.lora = get_lora(v, k); }}},
+      {"moe", {false, [&](auto& v, auto& k) { m.moe = get_moe(v, k, m.moe); }}},
+      {"lora", {false, [&](auto& v, auto& k) { m.lora = get_lora(v, k, m.moe.experts > 0); }}},
       {"rope_local_theta",
        {false, [&](auto& v, auto& k) { m.rope_local_theta = get_double(v, k); }}},
       {"rope_dim", {false, [&](auto& v, auto& k) { m.rope_dim = get_int(v, k); }}},
@@ -1346,6 +1391,17 @@ std::string to_yaml(const Config& c) {
     if (l.alpha > 0) e << YAML::Key << "alpha" << YAML::Value << l.alpha;
     if (l.dropout > 0) e << YAML::Key << "dropout" << YAML::Value << l.dropout;
     e << YAML::Key << "targets" << YAML::Value << YAML::Flow << l.targets << YAML::EndMap;
+  }
+  if (c.model.moe.experts > 0) {
+    const auto& x = c.model.moe;
+    e << YAML::Key << "moe" << YAML::Value << YAML::BeginMap << YAML::Key << "experts"
+      << YAML::Value << x.experts << YAML::Key << "top_k" << YAML::Value << x.top_k << YAML::Key
+      << "ffn_hidden_size" << YAML::Value << x.ffn_hidden_size << YAML::Key << "normalize_top_k"
+      << YAML::Value << x.normalize_top_k << YAML::Key << "aux_loss_coef" << YAML::Value
+      << x.aux_loss_coef;
+    if (!x.dense_layers.empty())
+      e << YAML::Key << "dense_layers" << YAML::Value << YAML::Flow << x.dense_layers;
+    e << YAML::EndMap;
   }
   e << YAML::Key << "sliding_window" << YAML::Value << c.model.sliding_window;
   if (!c.model.full_attention_layers.empty()) {

@@ -52,6 +52,10 @@ void MetricsWriter::write(const StepMetrics& m) {
   j["tflops_per_device"] = m.tflops_per_device;
   if (m.mfu > 0) j["mfu"] = m.mfu;
   if (m.bubble_fraction >= 0) j["bubble_fraction"] = m.bubble_fraction;
+  if (m.moe_balance >= 0) {
+    j["moe_balance"] = m.moe_balance;
+    j["moe_max_load"] = m.moe_max_load;
+  }
   if (m.skipped) j["skipped"] = true;
   if (m.loss_scale > 0) j["loss_scale"] = m.loss_scale;
   j["peak_memory_bytes"] = m.peak_memory_bytes;

@@ -175,6 +175,10 @@ void TensorBoardWriter::write(const StepMetrics& m) {
   scalar("train/global_batch_size", m.step, static_cast<double>(m.global_batch_size), t);
   if (m.mfu > 0) scalar("train/mfu", m.step, m.mfu, t);
   if (m.bubble_fraction >= 0) scalar("train/bubble_fraction", m.step, m.bubble_fraction, t);
+  if (m.moe_balance >= 0) {
+    scalar("train/moe_balance", m.step, m.moe_balance, t);
+    scalar("train/moe_max_load", m.step, m.moe_max_load, t);
+  }
   if (m.loss_scale > 0) scalar("train/loss_scale", m.step, m.loss_scale, t);
   if (m.skipped) scalar("train/skipped", m.step, 1.0, t);
   if (m.val_loss) scalar("val/loss", m.step, *m.val_loss, t);

@@ -31,6 +31,7 @@
 #include "triad/io/gpt2_weights.h"
 #include "triad/io/peft_adapter.h"
 #include "triad/nn/documents.h"
+#include "triad/nn/moe.h"
 #include "triad/ops/creation.h"
 #include "triad/ops/elementwise.h"
 #include "triad/ops/nn_functional.h"
@@ -1311,6 +1312,7 @@ double Trainer::forward_backward(int64_t index, double* bubble) {
         first_sequence(index) + first + i * t.micro_batch_size, t.micro_batch_size)));
   }
   weigh_by_tokens(batches);
+  if (config_.model.moe.experts > 0) moe_stats_ = std::make_shared<nn::MoeStats>();
   if (pp_model_) {
     // zb-auto and zb-v measure their second step (the first pays one-time
     // costs).
@@ -1321,8 +1323,9 @@ double Trainer::forward_backward(int64_t index, double* bubble) {
     pipeline::PipelineExecutor& executor = executor_for(micro);
     executor.set_profile(measure && device_.is_cuda());
     const auto start = std::chrono::steady_clock::now();
-    pipeline::PipelineStepResult r =
-        executor.run(batches, {true, t.seed, call}, scaler_ ? scaler_->scale() : 1.0);
+    nn::ForwardContext ctx{true, t.seed, call};
+    ctx.moe_stats = moe_stats_;
+    pipeline::PipelineStepResult r = executor.run(batches, ctx, scaler_ ? scaler_->scale() : 1.0);
     const double wall =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     executor.set_profile(false);
@@ -1337,7 +1340,15 @@ double Trainer::forward_backward(int64_t index, double* bubble) {
   Tensor loss_sum;
   for (int64_t i = 0; i < micro; ++i) {
     const data::Batch& b = batches[static_cast<size_t>(i)];
+    // Each micro-batch's mean loss weighs 1/micro (the step loss is the
+    // mean over the microbatches, and averaged over dp), or its share of the
+    // step's unmasked targets (train.loss_average: tokens); fp16's backward
+    // starts from the scaled loss so small gradients survive.
+    const double w = b.loss_weight;
+    const double loss_scale = scaler_ ? scaler_->scale() : 1.0;
     nn::ForwardContext ctx{true, t.seed, call + static_cast<uint64_t>(i)};
+    ctx.loss_grad = w >= 0 ? loss_scale * w : loss_scale / static_cast<double>(micro);
+    ctx.moe_stats = moe_stats_;
     const auto t0 = TraceRecorder::Clock::now();
     // The batch stays on the host: the embedding and the loss check it there
     // and upload what the device needs, never waiting for queued work.
@@ -1347,18 +1358,11 @@ double Trainer::forward_backward(int64_t index, double* bubble) {
       loss = scale(loss, std::numeric_limits<double>::quiet_NaN());
     // A non-finite loss is not an error here: its gradients make the step's
     // norm non-finite on every rank, and step() skips the update.
-    // Each micro-batch's mean loss weighs 1/micro (the step loss is the
-    // mean over the microbatches, and averaged over dp), or its share of the
-    // step's unmasked targets (train.loss_average: tokens).
-    const double w = b.loss_weight;
     Tensor part = cast(loss.detach(), DType::F64);
     if (w >= 0) part = scale(part, w * static_cast<double>(micro));
     loss_sum = loss_sum.defined() ? add(loss_sum, part) : part;
     const auto t1 = TraceRecorder::Clock::now();
-    // fp16: backward starts from the scaled loss so small gradients survive.
-    const double loss_scale = scaler_ ? scaler_->scale() : 1.0;
-    autograd::backward(
-        {scale(loss, w >= 0 ? loss_scale * w : loss_scale / static_cast<double>(micro))});
+    autograd::backward({scale(loss, ctx.loss_grad)});
     const std::string id = std::to_string(i);
     record(std::string("F").append(id), "forward", t0, t1);
     record(std::string("B").append(id), "backward", t1, TraceRecorder::Clock::now());
@@ -1411,6 +1415,25 @@ double Trainer::evaluate(size_t set) {
     mean = item(l);
   }
   return mean;
+}
+
+void Trainer::moe_metrics_into(StepMetrics& m) const {
+  if (!moe_stats_) return;
+  // Each rank saw its stages' layers and its micro-batches (a tensor-parallel
+  // group's ranks the same routing): the mean over every record of every
+  // rank, and the largest load anywhere.
+  Tensor sums = from_vector(
+      std::vector<double>{moe_stats_->balance_sum, static_cast<double>(moe_stats_->records)}, {2},
+      DType::F64);
+  Tensor load = from_vector(std::vector<double>{moe_stats_->max_load}, {1}, DType::F64);
+  if (world_ && world_->size() > 1) {
+    world_->all_reduce(sums, dist::ReduceOp::Sum)->wait();
+    world_->all_reduce(load, dist::ReduceOp::Max)->wait();
+  }
+  const std::vector<double> s = to_double_vector(sums);
+  if (s[1] <= 0) return;
+  m.moe_balance = s[0] / s[1];
+  m.moe_max_load = item(load);
 }
 
 StepMetrics Trainer::step(int64_t index) {
@@ -1490,6 +1513,7 @@ StepMetrics Trainer::step(int64_t index) {
   m.grad_norm = norm;
   m.step_ms = ms;
   m.bubble_fraction = bubble;
+  moe_metrics_into(m);
   m.tokens_per_s = static_cast<double>(G * config_.model.seq_len) / (ms / 1000.0);
   // PTD-P model FLOPs (no recomputation) per device, and over the peak.
   const double flops = config_.model.training_flops(static_cast<double>(G));
@@ -1863,6 +1887,15 @@ std::vector<StepMetrics> Trainer::run() {
                                           model.n_layer))
           : std::string(),
       model.num_parameters() / 1e6);
+  if (model.moe.experts > 0) {
+    spdlog::info(
+        "mixture of experts: {} experts of width {}, top {}{}, on {} of {} layers; "
+        "{:.2f}M parameters active per token",
+        model.moe.experts, model.expert_ffn(), model.moe.top_k,
+        model.moe.normalize_top_k ? " (renormalised)" : "",
+        model.n_layer - static_cast<int64_t>(model.moe.dense_layers.size()), model.n_layer,
+        model.active_parameter_count() / 1e6);
+  }
   if (!config_.train.freeze.empty() || model.lora.rank > 0) {
     const auto shapes = nn::gpt_parameter_shapes(model);
     const std::set<std::string> frozen = config_.frozen_parameters();
@@ -2072,6 +2105,9 @@ std::vector<StepMetrics> Trainer::run() {
         total_ms / 1000.0 / static_cast<double>(m.step) * static_cast<double>(steps - m.step);
     std::string extra = m.mfu > 0 ? fmt::format(" | MFU {:.1f}%", 100 * m.mfu) : std::string();
     if (m.bubble_fraction >= 0) extra += fmt::format(" | bubble {:.1f}%", 100 * m.bubble_fraction);
+    if (m.moe_balance >= 0) {
+      extra += fmt::format(" | moe balance {:.3f} max load {:.2f}", m.moe_balance, m.moe_max_load);
+    }
     extra += fmt::format(" | mem {:.3g} GB", static_cast<double>(m.peak_memory_bytes) / 1e9);
     if (m.skipped) extra += " | skipped";
     spdlog::info(

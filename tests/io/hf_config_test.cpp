@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -776,6 +777,80 @@ TEST(HfConfig, PhiConfigIsPhi2s) {
             std::string::npos);
 }
 
+// Mixtral 8x7B's and Qwen3-30B-A3B's config.json as published: their
+// mixtures (experts, top k, the experts' width, Qwen's renormalisation and
+// dense layers) and their published parameter counts, total and active;
+// what Triad does not build (a noisy router, Qwen2-MoE's shared expert) is
+// named.
+TEST(HfConfig, MixtralAndQwen3MoeConfigsAreTheirMixtures) {
+  const std::string mixtral = R"({
+    "architectures": ["MixtralForCausalLM"], "attention_dropout": 0.0, "bos_token_id": 1,
+    "eos_token_id": 2, "hidden_act": "silu", "hidden_size": 4096, "initializer_range": 0.02,
+    "intermediate_size": 14336, "max_position_embeddings": 32768, "model_type": "mixtral",
+    "num_attention_heads": 32, "num_experts_per_tok": 2, "num_hidden_layers": 32,
+    "num_key_value_heads": 8, "num_local_experts": 8, "output_router_logits": false,
+    "rms_norm_eps": 1e-05, "rope_theta": 1000000.0, "router_aux_loss_coef": 0.02,
+    "sliding_window": null, "tie_word_embeddings": false, "torch_dtype": "bfloat16",
+    "transformers_version": "4.36.0.dev0", "use_cache": true, "vocab_size": 32000})";
+  const nn::GptConfig m = gpt_config_from_hf(mixtral, "Mixtral-8x7B/config.json");
+  EXPECT_EQ(m.hf_type, "mixtral");
+  EXPECT_EQ(m.moe.experts, 8);
+  EXPECT_EQ(m.moe.top_k, 2);
+  EXPECT_TRUE(m.moe.normalize_top_k);
+  EXPECT_EQ(m.expert_ffn(), 14336);
+  EXPECT_TRUE(m.moe.dense_layers.empty());
+  EXPECT_DOUBLE_EQ(m.moe.aux_loss_coef, 0.02);
+  EXPECT_EQ(m.sliding_window, 0);
+  EXPECT_EQ(m.num_parameters(), 46'702'792'704);
+  EXPECT_DOUBLE_EQ(m.active_parameter_count(), 12'879'925'248.0);
+  EXPECT_EQ(std::string(hf_architecture(m)), "MixtralForCausalLM");
+  const std::string qwen = R"({
+    "architectures": ["Qwen3MoeForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
+    "bos_token_id": 151643, "decoder_sparse_step": 1, "eos_token_id": 151645, "head_dim": 128,
+    "hidden_act": "silu", "hidden_size": 2048, "initializer_range": 0.02,
+    "intermediate_size": 6144, "max_position_embeddings": 40960, "max_window_layers": 48,
+    "mlp_only_layers": [], "model_type": "qwen3_moe", "moe_intermediate_size": 768,
+    "norm_topk_prob": true, "num_attention_heads": 32, "num_experts": 128,
+    "num_experts_per_tok": 8, "num_hidden_layers": 48, "num_key_value_heads": 4,
+    "output_router_logits": false, "rms_norm_eps": 1e-06, "rope_scaling": null,
+    "rope_theta": 1000000.0, "router_aux_loss_coef": 0.001, "sliding_window": null,
+    "tie_word_embeddings": false, "torch_dtype": "bfloat16", "use_cache": true,
+    "use_sliding_window": false, "vocab_size": 151936})";
+  const nn::GptConfig q = gpt_config_from_hf(qwen, "Qwen3-30B-A3B/config.json");
+  EXPECT_EQ(q.hf_type, "qwen3_moe");
+  EXPECT_TRUE(q.qk_norm);
+  EXPECT_EQ(q.head_dim(), 128);
+  EXPECT_EQ(q.moe.experts, 128);
+  EXPECT_EQ(q.moe.top_k, 8);
+  EXPECT_EQ(q.expert_ffn(), 768);
+  EXPECT_EQ(q.ffn(), 6144);
+  EXPECT_TRUE(q.moe.normalize_top_k);
+  EXPECT_EQ(q.num_parameters(), 30'532'122'624);
+  EXPECT_DOUBLE_EQ(q.active_parameter_count(), 3'353'032'704.0);
+  // Dense layers: mlp_only_layers, and every layer but each
+  // decoder_sparse_step-th.
+  const nn::GptConfig sparse_every_2 = gpt_config_from_hf(
+      edited(edited(qwen, "decoder_sparse_step", "2"), "mlp_only_layers", "[1, 4]"), "q");
+  std::vector<int64_t> dense;
+  for (int64_t i = 0; i < 48; i += 2) dense.push_back(i);
+  dense.insert(dense.begin() + 1, 1);
+  dense.insert(dense.begin() + 3, 4);
+  dense.erase(std::unique(dense.begin(), dense.end()), dense.end());
+  EXPECT_EQ(sparse_every_2.moe.dense_layers, dense);
+  EXPECT_FALSE(gpt_config_from_hf(without(qwen, "norm_topk_prob"), "q").moe.normalize_top_k);
+  EXPECT_NE(error_of(edited(mixtral, "router_jitter_noise", "0.1"))
+                .find("'router_jitter_noise' (0.1): a noisy router is not implemented"),
+            std::string::npos);
+  EXPECT_NE(error_of(edited(qwen, "mlp_only_layers", "[48]"))
+                .find("model.moe.dense_layers: 48 at position 0"),
+            std::string::npos);
+  EXPECT_NE(error_of(edited(mixtral, "num_experts_per_tok", "9"))
+                .find("'num_experts_per_tok' (9) must be between 1 and the number of experts"),
+            std::string::npos);
+  EXPECT_NE(error_of(edited(qwen, "model_type", "\"qwen2_moe\"")).find("Qwen2-MoE's shared expert"),
+            std::string::npos);
+}
+
 // Falcon 7B's config.json as published (FalconConfig's defaults for what it
 // leaves out: the context, the MLP's width, the exact GELU, a tied head) and
 // its published parameter count; Falcon 40B's new decoder architecture (two
@@ -976,10 +1051,10 @@ TEST(HfConfig, WhatTriadDoesNotBuildIsNamed) {
   EXPECT_NE(message(from(edited(edited(llama, "model_type", "\"mistral\""), "sliding_window", "0")))
                 .find("'sliding_window' (0): a window must hold at least one key"),
             std::string::npos);
-  EXPECT_NE(message(from(edited(llama, "model_type", "\"qwen3_moe\"")))
-                .find("model_type 'qwen3_moe' is not supported (llama, mistral, qwen2, qwen3, "
-                      "gemma, gemma2, gemma3_text, gemma3, phi3, stablelm, gpt_neox, phi, falcon, "
-                      "gptj, codegen or gpt2)"),
+  EXPECT_NE(message(from(edited(llama, "model_type", "\"deepseek_v3\"")))
+                .find("model_type 'deepseek_v3' is not supported (llama, mistral, mixtral, qwen2, "
+                      "qwen3, qwen3_moe, gemma, gemma2, gemma3_text, gemma3, phi3, stablelm, "
+                      "gpt_neox, phi, falcon, gptj, codegen or gpt2)"),
             std::string::npos);
   EXPECT_NE(message(from(edited(edited(edited(kQwen3_06b, "use_sliding_window", "true"),
                                        "max_window_layers", "10"),

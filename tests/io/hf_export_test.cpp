@@ -12,6 +12,7 @@
 #include <fstream>
 #include <iterator>
 #include <string>
+#include <tuple>
 
 #include "support/temp_dir.h"
 #include "triad/core/allocator.h"
@@ -119,6 +120,7 @@ void expect_same_model(const nn::GptConfig& a, const nn::GptConfig& b) {
   if (a.rotary()) {
     EXPECT_DOUBLE_EQ(a.rope_theta, b.rope_theta);
   }
+  EXPECT_EQ(a.moe, b.moe);
   EXPECT_EQ(a.num_parameters(), b.num_parameters());
 }
 
@@ -310,6 +312,78 @@ TEST(HfExport, LlamaAndGpt2RoundTrip) {
 // peak under half the model's bytes for 8 blocks), and a file that does not
 // fit the model writes nothing: neither the directory nor the tokenizer
 // (its callback) is touched.
+// Mixtures of experts: Mixtral's class (Mistral's blocks, renormalised,
+// experts on every layer; block_sparse_moe's gate and w1, w3, w2) and
+// Qwen3-MoE's (query/key norms, dense layers allowed, any renormalisation;
+// mlp.gate and gate_proj, up_proj, down_proj), each round trip the config
+// and the weights bit for bit; what keeps a mixture from each is named, and
+// no dense class holds one.
+TEST(HfExport, MixturesOfExpertsRoundTripAsMixtralAndQwen3Moe) {
+  // (Mixtral's intermediate_size is its experts' width: a model with no
+  // dense layer reads back with that as its ffn_hidden_size.)
+  nn::GptConfig mixtral = llama(false, 2);
+  mixtral.ffn_hidden_size = 10;
+  mixtral.moe.experts = 4;
+  mixtral.moe.top_k = 2;
+  mixtral.moe.aux_loss_coef = 0.02;
+  mixtral.sliding_window = 5;
+  nn::GptConfig qwen = llama(true, 2);
+  qwen.qk_norm = true;
+  qwen.head_size = 6;
+  qwen.moe = {.experts = 3,
+              .top_k = 2,
+              .ffn_hidden_size = 8,
+              .normalize_top_k = false,
+              .aux_loss_coef = 0.001,
+              .dense_layers = {0}};
+  for (const auto& [c, architecture, gate, names] :
+       {std::tuple{mixtral, "MixtralForCausalLM",
+                   "model.layers.1.block_sparse_moe.experts.2.w1.weight",
+                   std::vector<std::string>{"model.layers.1.block_sparse_moe.gate.weight",
+                                            "model.layers.1.block_sparse_moe.experts.3.w1.weight",
+                                            "model.layers.1.block_sparse_moe.experts.3.w3.weight",
+                                            "model.layers.1.block_sparse_moe.experts.3.w2.weight"}},
+        std::tuple{qwen, "Qwen3MoeForCausalLM", "model.layers.1.mlp.experts.2.gate_proj.weight",
+                   std::vector<std::string>{"model.layers.0.mlp.gate_proj.weight",
+                                            "model.layers.1.mlp.gate.weight",
+                                            "model.layers.1.mlp.experts.2.gate_proj.weight",
+                                            "model.layers.1.mlp.experts.2.up_proj.weight",
+                                            "model.layers.1.mlp.experts.2.down_proj.weight"}}}) {
+    SCOPED_TRACE(architecture);
+    EXPECT_EQ(std::string(hf_architecture(c)), architecture);
+    nn::Gpt model(c, 3);
+    testing::TempDir dir;
+    save_hf_model(model.state_dict(), c, dir.file("hf"));
+    const nn::GptConfig back = load_hf_config(dir.file("hf"));
+    expect_same_model(c, back);
+    expect_reads_back(dir.file("hf"), model);
+    const auto tensors = load_safetensors(dir.file("hf/model.safetensors")).tensors;
+    for (const std::string& name : names) EXPECT_TRUE(tensors.count(name)) << name;
+    // An expert's c_fc is [gate | up]: its gate half is w1 (gate_proj).
+    const Tensor fc = model.state_dict().at("h.1.mlp.experts.2.c_fc.weight");
+    EXPECT_EQ(to_double_vector(tensors.at(gate)),
+              to_double_vector(narrow(fc, 0, 0, c.expert_ffn())));
+  }
+  nn::GptConfig raw = mixtral;
+  raw.moe.normalize_top_k = false;
+  raw.moe.dense_layers = {1};
+  try {
+    exported_as(raw, "mixtral");
+    ADD_FAILURE() << "expected NotSupportedError";
+  } catch (const NotSupportedError& e) {
+    EXPECT_NE(
+        std::string(e.what()).find("model.moe.normalize_top_k is false, model.moe.dense_layers "
+                                   "keeps layers dense"),
+        std::string::npos)
+        << e.what();
+  }
+  EXPECT_NE(hf_misfit(mixtral, "mistral").find("model.moe is set"), std::string::npos);
+  EXPECT_NE(hf_misfit(llama(false, 2), "mixtral").find("model.moe is not set"), std::string::npos);
+  nn::GptConfig biased = mixtral;
+  biased.qkv_bias = true;
+  expect_no_class(biased, "no Hugging Face class holds this mixture of experts");
+}
+
 TEST(HfExport, ExportingHoldsOneBlockAtATimeAndABrokenFileWritesNothing) {
   testing::TempDir dir;
   nn::GptConfig c = llama(false, 2);
@@ -906,9 +980,9 @@ TEST(HfExport, TheModelsOwnClassIsPreferred) {
     FAIL() << "model_type phi4 accepted";
   } catch (const ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find("model.hf_type 'phi4' is not a model_type Triad exports "
-                                         "(llama, mistral, qwen2, qwen3, gemma, gemma2, "
-                                         "gemma3_text, phi3, stablelm, gpt_neox, phi, falcon, "
-                                         "gptj, codegen, gpt2, or auto)"),
+                                         "(llama, mistral, mixtral, qwen2, qwen3, qwen3_moe, "
+                                         "gemma, gemma2, gemma3_text, phi3, stablelm, gpt_neox, "
+                                         "phi, falcon, gptj, codegen, gpt2, or auto)"),
               std::string::npos)
         << e.what();
   }

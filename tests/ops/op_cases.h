@@ -486,6 +486,23 @@ inline std::vector<OpCase> op_cases() {
                [](const std::vector<Tensor>& x) {
                  return embedding(x[0], to_device(ids({1, 5, 1, 0, 3}, {5}), x[0].device()));
                }});
+  // embedding's transpose: rows 1 and 3 take two sources each (added in
+  // index order), row 5 none (zeros). Index on the device and on the host.
+  c.push_back(
+      {"index_add_rows_M6_rows7",
+       [](DType d) {
+         return std::vector<Tensor>{rnd({6, 4}, d, 1)};
+       },
+       [](const std::vector<Tensor>& x) {
+         return index_add_rows(x[0], to_device(ids({3, 1, 0, 3, 1, 6}, {6}), x[0].device()), 7);
+       }});
+  c.push_back({"index_add_rows_host_index",
+               [](DType d) {
+                 return std::vector<Tensor>{rnd({5, 3}, d, 1)};
+               },
+               [](const std::vector<Tensor>& x) {
+                 return index_add_rows(affine(x[0], 2.0, 0.5), ids({2, 0, 2, 2, 1}, {5}), 4);
+               }});
   c.push_back(
       {"cross_entropy_ignore",
        [](DType d) {

@@ -18,6 +18,7 @@
 
 #include "support/temp_dir.h"
 #include "triad/autograd/engine.h"
+#include "triad/autograd/grad_mode.h"
 #include "triad/io/gpt2_weights.h"
 #include "triad/io/hf_config.h"
 #include "triad/io/hf_export.h"
@@ -25,6 +26,7 @@
 #include "triad/io/torch_checkpoint.h"
 #include "triad/nn/evaluate.h"
 #include "triad/nn/generate.h"
+#include "triad/nn/moe.h"
 #include "triad/ops.h"
 #include "triad/train/trainer.h"
 
@@ -663,6 +665,84 @@ TEST_F(Gpt2Parity, FalconDirectoriesReadAndExportAsHuggingFacesFalcon) {
 // (key/value-cache steps) are the reference's; exported again, the same
 // directory, its buffers left out. Read without the reordering, the
 // logits differ.
+// The load-balancing losses a mixture's layers report on the step-0
+// micro-batch (training, as PyTorch computed them) against the reference's
+// under `prefix`.
+void expect_balance_matches(const nn::Gpt& model, const std::map<std::string, Tensor>& ref,
+                            const std::string& prefix) {
+  nn::ForwardContext ctx{true, 0, 0};
+  ctx.moe_stats = std::make_shared<nn::MoeStats>();
+  autograd::NoGradGuard no_grad;
+  (void)model.forward(cast(ref.at("input_ids"), DType::I64), ctx);
+  const std::vector<double> want = to_double_vector(ref.at(prefix + "balance"));
+  ASSERT_EQ(ctx.moe_stats->records, static_cast<int64_t>(want.size()));
+  double sum = 0;
+  for (const double b : want) sum += b;
+  EXPECT_NEAR(ctx.moe_stats->balance_sum, sum, 1e-5 * sum);
+}
+
+// Mixtral's blocks (Mistral's window, 4 experts of which each token takes
+// the top 2, renormalised) from a MixtralForCausalLM directory: logits,
+// loss, every gradient with the load-balancing loss's part (the file's
+// router_aux_loss_coef), the layers' balance, greedy tokens through the
+// key/value cache; exported again, the same directory. Without the loss,
+// the router's gradient is not the reference's.
+TEST_F(Gpt2Parity, MixtralDirectoryReadsTrainsAndExportsAsHuggingFacesMixtral) {
+  const std::string dir = ref_dir() + "/mixtral_hf";
+  const nn::GptConfig cfg = io::load_hf_config(dir);
+  EXPECT_EQ(cfg.hf_type, "mixtral");
+  EXPECT_EQ(cfg.moe.experts, 4);
+  EXPECT_EQ(cfg.moe.top_k, 2);
+  EXPECT_TRUE(cfg.moe.normalize_top_k);
+  EXPECT_EQ(cfg.expert_ffn(), cfg_["moe_ffn"].get<int64_t>());
+  EXPECT_DOUBLE_EQ(cfg.moe.aux_loss_coef, cfg_["moe_aux_coef"].get<double>());
+  EXPECT_EQ(cfg.sliding_window, cfg_["mistral_window"].get<int64_t>());
+  nn::Gpt model(cfg, 1);
+  io::load_gpt2_safetensors(model, dir);
+  EXPECT_TRUE(model.state_dict().count("h.1.mlp.experts.3.c_proj.weight"));
+  expect_step_zero_matches(model, ref_, "mixtral.");
+  expect_balance_matches(model, ref_, "mixtral.");
+  expect_greedy_tokens(cfg, "mixtral_generator", "mixtral.greedy_tokens", ref_);
+  expect_exports_as_written(model, dir);
+
+  nn::GptConfig unbalanced = cfg;
+  unbalanced.moe.aux_loss_coef = 0;
+  nn::Gpt plain(unbalanced, 1);
+  plain.load_state_dict(model.state_dict());
+  autograd::backward({cross_entropy(plain.forward(cast(ref_.at("input_ids"), DType::I64)),
+                                    cast(ref_.at("targets"), DType::I64))});
+  const std::vector<double> got =
+      to_double_vector(plain.state_dict().at("h.0.mlp.router.weight").grad());
+  const std::vector<double> want = to_double_vector(ref_.at("mixtral.grad.h.0.mlp.router.weight"));
+  double worst = 0;
+  for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, std::abs(got[i] - want[i]));
+  EXPECT_GT(worst, 1e-4);
+}
+
+// Qwen3-MoE's blocks (Qwen3's query/key norms and wider heads; a dense
+// first layer, then 5 experts of which each token takes 3, not
+// renormalised) from a Qwen3MoeForCausalLM directory: logits, loss and every
+// gradient; exported again, the same directory.
+TEST_F(Gpt2Parity, Qwen3MoeDirectoryReadsAndExportsAsHuggingFacesQwen3Moe) {
+  const std::string dir = ref_dir() + "/qwen3_moe_hf";
+  const nn::GptConfig cfg = io::load_hf_config(dir);
+  EXPECT_EQ(cfg.hf_type, "qwen3_moe");
+  EXPECT_EQ(cfg.moe.experts, 5);
+  EXPECT_EQ(cfg.moe.top_k, 3);
+  EXPECT_FALSE(cfg.moe.normalize_top_k);
+  EXPECT_EQ(cfg.moe.dense_layers, std::vector<int64_t>{0});
+  EXPECT_EQ(cfg.expert_ffn(), cfg_["moe_ffn"].get<int64_t>());
+  EXPECT_EQ(cfg.ffn(), cfg_["swiglu_ffn"].get<int64_t>());
+  EXPECT_TRUE(cfg.qk_norm);
+  nn::Gpt model(cfg, 1);
+  io::load_gpt2_safetensors(model, dir);
+  EXPECT_TRUE(model.state_dict().count("h.0.mlp.c_fc.weight"));
+  EXPECT_TRUE(model.state_dict().count("h.1.mlp.experts.4.c_fc.weight"));
+  expect_step_zero_matches(model, ref_, "qwen3_moe.");
+  expect_balance_matches(model, ref_, "qwen3_moe.");
+  expect_exports_as_written(model, dir);
+}
+
 TEST_F(Gpt2Parity, GptjDirectoryReadsAndExportsAsHuggingFacesGptj) {
   const std::string dir = ref_dir() + "/gptj_hf";
   const nn::GptConfig cfg = io::load_hf_config(dir);

@@ -44,6 +44,8 @@ SWIGLU_FFN = 40  # the SwiGLU variant's hidden width F
 LLAMA_KV_HEADS = 2  # the LLaMA-style variant's key/value heads (grouped-query attention)
 MISTRAL_WINDOW = 5  # the Mistral-style variant's sliding window: each query sees 5 keys
 QWEN3_HEAD_DIM = 12  # the Qwen3-style variant's heads: 4 x 12 = 48 wide, not d_model's 32
+MOE_FFN = 24  # the mixtures' experts' hidden width
+MOE_AUX_COEF = 0.1  # the Mixtral-style variant's load-balancing loss weight
 GEMMA3_LOCAL_THETA = 7.0  # the Gemma 3-style variant's windowed layers' RoPE base
 GEMMA3_SCALING = dict(rope_type="linear", factor=2.0)  # its global layer's
 GEMMA3_ATTN_SCALAR = 20.0  # its scores over sqrt(20), not sqrt(head_dim 12): 27B's kind
@@ -177,8 +179,14 @@ class Gpt(torch.nn.Module):
                  norm_offset=False, post_norms=False, rope_local_theta=None, attn_scalar=None,
                  attn_softcap=None, final_softcap=None, rope_dim=None, parallel=False,
                  gelu_exact=False, shared_norm=False, head_bias=False, mlp_bias=None,
-                 interleaved_rope=False):
+                 interleaved_rope=False, moe=None):
         super().__init__()
+        # A mixture of experts (Mixtral's, Qwen3-MoE's): dict(experts, top_k,
+        # ffn, normalize, coef, dense) — the layers in `dense` keep the MLP.
+        # Each forward appends every MoE layer's load-balancing loss
+        # E * sum_e f_e P_e to self.aux.
+        self.moe = moe
+        self.aux = []
         # GPT-J's: q and k turn in interleaved pairs rather than halves.
         self.interleaved_rope = interleaved_rope
         # Phi-2's: the parallel sublayers both read ln_1's output (no ln_2).
@@ -232,7 +240,15 @@ class Gpt(torch.nn.Module):
                 b.ln_2 = (RmsNorm(C, offset=norm_offset) if rms_norm
                           else torch.nn.LayerNorm(C, eps=1e-5))
             b.mlp = torch.nn.Module()
-            if swiglu_ffn is None:  # (Falcon's has no biases, GPT-J's only these)
+            if moe is not None and _ not in moe.get("dense", ()):
+                b.mlp.router = torch.nn.Linear(C, moe["experts"], bias=False)
+                b.mlp.experts = torch.nn.ModuleList()
+                for _e in range(moe["experts"]):
+                    ex = torch.nn.Module()
+                    ex.c_fc = torch.nn.Linear(C, 2 * moe["ffn"], bias=False)
+                    ex.c_proj = torch.nn.Linear(moe["ffn"], C, bias=False)
+                    b.mlp.experts.append(ex)
+            elif swiglu_ffn is None:  # (Falcon's has no biases, GPT-J's only these)
                 mb = bias if mlp_bias is None else mlp_bias
                 b.mlp.c_fc = torch.nn.Linear(C, 4 * C, bias=mb)
                 b.mlp.c_proj = torch.nn.Linear(4 * C, C, bias=mb)
@@ -253,7 +269,32 @@ class Gpt(torch.nn.Module):
                 else:
                     p.copy_(0.05 * torch.randn(p.shape, generator=g))
 
+    def moe_forward(self, mlp, x):
+        """The experts' weighted sum for x (B, T, C), as Mixtral's sparse MoE
+        block computes it (expert by expert, each output added into its
+        tokens' rows in expert order); the layer's balance loss to self.aux."""
+        B, T, C = x.shape
+        E, k = self.moe["experts"], self.moe["top_k"]
+        h = x.reshape(-1, C)
+        probs = mlp.router(h).float().softmax(dim=-1)
+        top, chosen = probs.topk(k, dim=-1)
+        if self.moe["normalize"]:
+            top = top / top.sum(dim=-1, keepdim=True)
+        out = torch.zeros_like(h)
+        load = torch.zeros(E)
+        for e in range(E):
+            rows, slot = (chosen == e).nonzero(as_tuple=True)
+            load[e] = rows.numel()
+            if rows.numel() == 0:
+                continue
+            ex = mlp.experts[e]
+            gate, up = ex.c_fc(h[rows]).chunk(2, dim=-1)
+            out.index_add_(0, rows, ex.c_proj(F.silu(gate) * up) * top[rows, slot, None])
+        self.aux.append(E * (load / (h.shape[0] * k) * probs.mean(dim=0)).sum())
+        return out.view(B, T, C)
+
     def forward(self, idx):
+        self.aux = []
         B, T = idx.shape
         C, NH, NKV = self.c["d_model"], self.c["n_head"], self.kv_heads
         D = self.D
@@ -304,7 +345,9 @@ class Gpt(torch.nn.Module):
             else:
                 mlp_in = b.ln_2(x) if self.parallel else b.ln_2(x + attn_out)
             x = x + attn_out
-            if self.swiglu_ffn is None:
+            if hasattr(b.mlp, "router"):
+                x = x + post_mlp(self.moe_forward(b.mlp, mlp_in))
+            elif self.swiglu_ffn is None:
                 form = "none" if self.gelu_exact else "tanh"
                 x = x + post_mlp(b.mlp.c_proj(F.gelu(b.mlp.c_fc(mlp_in), approximate=form)))
             else:
@@ -395,6 +438,81 @@ def save_hf_llama(model, path):
     if getattr(model.ln_f, "bias", None) is not None:
         t["model.norm.bias"] = model.ln_f.bias
     save_safetensors(path, t)
+
+
+def save_hf_moe_weights(model, path, mixtral):
+    """A mixture of experts under Mixtral's names (block_sparse_moe.gate,
+    experts.E.w1 the gate, w3 up, w2 down) or Qwen3-MoE's (mlp.gate,
+    experts.E.gate_proj, up_proj, down_proj), dense layers under LLaMA's."""
+    F_ = model.moe["ffn"]
+    C, KV = model.c["n_head"] * model.D, model.kv_heads * model.D
+    t = {"model.embed_tokens.weight": model.wte.weight, "model.norm.weight": model.ln_f.weight}
+    if hasattr(model, "lm_head"):
+        t["lm_head.weight"] = model.lm_head.weight
+    for i, b in enumerate(model.h):
+        p = f"model.layers.{i}."
+        q, k, v = b.attn.c_attn.weight.split([C, KV, KV], 0)
+        t.update({p + "input_layernorm.weight": b.ln_1.weight,
+                  p + "post_attention_layernorm.weight": b.ln_2.weight,
+                  p + "self_attn.q_proj.weight": q, p + "self_attn.k_proj.weight": k,
+                  p + "self_attn.v_proj.weight": v,
+                  p + "self_attn.o_proj.weight": b.attn.c_proj.weight})
+        if model.qk_norm:
+            t.update({p + "self_attn.q_norm.weight": b.attn.q_norm.weight,
+                      p + "self_attn.k_norm.weight": b.attn.k_norm.weight})
+        if not hasattr(b.mlp, "router"):
+            gate, up = b.mlp.c_fc.weight.split(model.swiglu_ffn, 0)
+            t.update({p + "mlp.gate_proj.weight": gate, p + "mlp.up_proj.weight": up,
+                      p + "mlp.down_proj.weight": b.mlp.c_proj.weight})
+            continue
+        moe = p + ("block_sparse_moe." if mixtral else "mlp.")
+        t[moe + "gate.weight"] = b.mlp.router.weight
+        names = ("w1", "w3", "w2") if mixtral else ("gate_proj", "up_proj", "down_proj")
+        for e, ex in enumerate(b.mlp.experts):
+            gate, up = ex.c_fc.weight.split(F_, 0)
+            x = f"{moe}experts.{e}."
+            t.update({x + names[0] + ".weight": gate, x + names[1] + ".weight": up,
+                      x + names[2] + ".weight": ex.c_proj.weight})
+    save_safetensors(path, t)
+
+
+def save_hf_mixtral(model, directory):
+    """A Mixtral-style model as a MixtralForCausalLM directory."""
+    os.makedirs(directory, exist_ok=True)
+    save_hf_moe_weights(model, os.path.join(directory, "model.safetensors"), mixtral=True)
+    config = {"architectures": ["MixtralForCausalLM"], "model_type": "mixtral",
+              "hidden_size": CFG["d_model"], "intermediate_size": model.moe["ffn"],
+              "num_hidden_layers": CFG["n_layer"], "num_attention_heads": CFG["n_head"],
+              "num_key_value_heads": model.kv_heads, "hidden_act": "silu",
+              "vocab_size": CFG["vocab_size"], "max_position_embeddings": CFG["seq_len"],
+              "rms_norm_eps": 1e-5, "rope_theta": ROPE_THETA, "sliding_window": model.window,
+              "num_local_experts": model.moe["experts"],
+              "num_experts_per_tok": model.moe["top_k"], "output_router_logits": False,
+              "router_aux_loss_coef": model.moe["coef"], "router_jitter_noise": 0.0,
+              "tie_word_embeddings": False}
+    with open(os.path.join(directory, "config.json"), "w") as f:
+        json.dump(config, f)
+
+
+def save_hf_qwen3_moe(model, directory):
+    """A Qwen3-MoE-style model as a Qwen3MoeForCausalLM directory."""
+    os.makedirs(directory, exist_ok=True)
+    save_hf_moe_weights(model, os.path.join(directory, "model.safetensors"), mixtral=False)
+    config = {"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe",
+              "hidden_size": CFG["d_model"], "intermediate_size": model.swiglu_ffn,
+              "moe_intermediate_size": model.moe["ffn"], "num_hidden_layers": CFG["n_layer"],
+              "num_attention_heads": CFG["n_head"], "num_key_value_heads": model.kv_heads,
+              "head_dim": model.D, "hidden_act": "silu", "vocab_size": CFG["vocab_size"],
+              "max_position_embeddings": CFG["seq_len"], "rms_norm_eps": 1e-5,
+              "rope_theta": ROPE_THETA, "num_experts": model.moe["experts"],
+              "num_experts_per_tok": model.moe["top_k"],
+              "norm_topk_prob": model.moe["normalize"], "decoder_sparse_step": 1,
+              "mlp_only_layers": list(model.moe["dense"]), "output_router_logits": False,
+              "router_aux_loss_coef": model.moe["coef"], "use_sliding_window": False,
+              "sliding_window": CFG["seq_len"], "max_window_layers": CFG["n_layer"],
+              "attention_bias": False, "tie_word_embeddings": True}
+    with open(os.path.join(directory, "config.json"), "w") as f:
+        json.dump(config, f)
 
 
 def save_hf_gemma(model, directory, architecture, model_type, **keys):
@@ -763,10 +881,16 @@ def continuation_scores(model, prefix, ref):
 
 
 def record_step_zero(model, x, y, prefix, ref):
-    """The logits, loss and every gradient of one micro-batch, under prefix."""
+    """The logits, loss and every gradient of one micro-batch, under prefix
+    (a mixture's gradients those of the loss plus coef times its layers'
+    balance losses, which are recorded too)."""
     logits = model(x)
     loss = F.cross_entropy(logits.reshape(-1, CFG["vocab_size"]), y.reshape(-1))
-    loss.backward()
+    objective = loss
+    if model.moe is not None:
+        objective = loss + model.moe["coef"] * sum(model.aux)
+        ref[prefix + "balance"] = torch.stack([a.detach() for a in model.aux])
+    objective.backward()
     ref[prefix + "logits"], ref[prefix + "loss"] = logits, loss.reshape(1)
     for n, p in model.named_parameters():
         ref[prefix + "grad." + n] = gpt2_layout(n, p.grad)
@@ -1000,6 +1124,29 @@ def main():
     save_hf_falcon(falcon40, os.path.join(out, "falcon40_hf"), new_architecture=True)
     record_step_zero(falcon40, x, y, "falcon40.", ref)
 
+    # Mixtral's: Mistral's blocks (LLaMA's with a window) whose MLPs are 4
+    # experts of width MOE_FFN, each token taking the top 2 renormalised,
+    # with the load-balancing loss in the gradients; step 0 and a greedy
+    # continuation, from a MixtralForCausalLM directory.
+    mixtral_moe = dict(experts=4, top_k=2, ffn=MOE_FFN, normalize=True, coef=MOE_AUX_COEF)
+    mixtral = Gpt(CFG, ROPE_THETA, SWIGLU_FFN, rms_norm=True, bias=False, tie=False,
+                  kv_heads=LLAMA_KV_HEADS, window=MISTRAL_WINDOW, moe=mixtral_moe)
+    save_hf_mixtral(mixtral, os.path.join(out, "mixtral_hf"))
+    record_step_zero(mixtral, x, y, "mixtral.", ref)
+    ref["mixtral.greedy_tokens"] = torch.tensor(greedy_continuation(mixtral), dtype=torch.float32)
+    save_hf_mixtral(mixtral, os.path.join(out, "mixtral_generator"))
+    # Qwen3-MoE's: Qwen3's blocks, a dense first layer (mlp_only_layers) and
+    # then 5 experts of which each token takes 3, not renormalised
+    # (norm_topk_prob false), no load-balancing loss (router_aux_loss_coef
+    # 0); step 0, from a
+    # Qwen3MoeForCausalLM directory.
+    qwen3_moe = Gpt(CFG, ROPE_THETA, SWIGLU_FFN, rms_norm=True, bias=False, tie=True,
+                    kv_heads=LLAMA_KV_HEADS, head_dim=QWEN3_HEAD_DIM, qk_norm=True,
+                    moe=dict(experts=5, top_k=3, ffn=MOE_FFN, normalize=False, coef=0.0,
+                             dense=(0,)))
+    save_hf_qwen3_moe(qwen3_moe, os.path.join(out, "qwen3_moe_hf"))
+    record_step_zero(qwen3_moe, x, y, "qwen3_moe.", ref)
+
     save_torch_files(out, ref)
 
     ref["greedy_prompt"] = torch.tensor(GREEDY_PROMPT, dtype=torch.float32)
@@ -1019,7 +1166,8 @@ def main():
                    "gemma3_attn_scalar": GEMMA3_ATTN_SCALAR,
                    "gemma2_attn_softcap": GEMMA2_ATTN_SOFTCAP,
                    "gemma2_final_softcap": GEMMA2_FINAL_SOFTCAP,
-                   "neox_rope_dim": NEOX_ROPE_DIM}, f)
+                   "neox_rope_dim": NEOX_ROPE_DIM, "moe_ffn": MOE_FFN,
+                   "moe_aux_coef": MOE_AUX_COEF}, f)
     print("losses", " ".join(f"{v:.6f}" for v in losses))
 
 

@@ -1144,6 +1144,44 @@ TEST(PlannerFiles, ClusterAndModelFilesAreValidated) {
       load_model_spec(std::string(TRIAD_SOURCE_DIR) + "/configs/models/gptj_6b.yaml");
   EXPECT_TRUE(gptj.mlp_bias);
   EXPECT_EQ(gptj.num_parameters(), 6'050'882'784);
+  // Mixtral 8x7B: the published parameter count, and the count a token
+  // uses (two of eight experts); priced, a mixture holds its experts'
+  // weights but computes two experts' FLOPs a token, so against the dense
+  // model of the same width it needs more memory and little more time.
+  const nn::GptConfig mixtral =
+      load_model_spec(std::string(TRIAD_SOURCE_DIR) + "/configs/models/mixtral_8x7b.yaml");
+  EXPECT_EQ(mixtral.moe.experts, 8);
+  EXPECT_EQ(mixtral.num_parameters(), 46'702'792'704);
+  EXPECT_DOUBLE_EQ(mixtral.active_parameter_count(), 12'879'925'248.0);
+  nn::GptConfig mistral = mixtral;
+  mistral.moe = {};
+  mistral.seq_len = 4096;
+  nn::GptConfig mixtral_4k = mixtral;
+  mixtral_4k.seq_len = 4096;
+  const ParallelConfig tp8pp4 = layout(8, 4, 1, 1, Recompute::Selective);
+  const Estimate sparse = estimate(mixtral_4k, selene(), 32, 32, tp8pp4),
+                 dense = estimate(mistral, selene(), 32, 32, tp8pp4);
+  EXPECT_GT(sparse.weights_bytes, 5.0 * dense.weights_bytes);
+  EXPECT_GT(sparse.gemm_time, dense.gemm_time);
+  EXPECT_LT(sparse.gemm_time, 2.5 * dense.gemm_time);
+  EXPECT_NEAR(sparse.model_flops_per_step / dense.model_flops_per_step,
+              mixtral_4k.training_flops(32) / mistral.training_flops(32), 1e-12);
+  try {
+    nn::GptConfig odd = mixtral_4k;
+    odd.moe.ffn_hidden_size = 1001;
+    estimate(odd, selene(), 32, 32, tp8pp4);
+    ADD_FAILURE() << "expected ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("moe.ffn_hidden_size (1001) must be divisible by tp (8)"),
+              std::string::npos)
+        << e.what();
+  }
+  const nn::GptConfig switched = parse_model_spec(
+      "{n_layer: 4, n_head: 4, d_model: 8, vocab_size: 10, seq_len: 4, activation: swiglu, "
+      "moe: {experts: 4, top_k: 1, ffn_hidden_size: 6, dense_layers: [0, 2]}}");
+  EXPECT_EQ(switched.moe.dense_layers, (std::vector<int64_t>{0, 2}));
+  EXPECT_TRUE(switched.moe_layer(1));
+  EXPECT_FALSE(switched.moe_layer(2));
   // A trainer's model section: its dropout (which keeps both reductions) is read too.
   const nn::GptConfig dropped = parse_model_spec(
       "{n_layer: 2, n_head: 4, d_model: 8, vocab_size: 10, seq_len: 4, parallel_residual: true, "

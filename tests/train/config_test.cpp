@@ -266,6 +266,46 @@ TEST(Config, LoraAdaptersAndTheParametersTheyFreeze) {
                       "train.freeze with model.lora");
 }
 
+// model.moe: experts required, the rest defaulted; the keys given over
+// those model.hf_config read; written back as read; a LoRA run's default
+// targets are then the attention's.
+TEST(Config, MixtureOfExpertsParsesRoundTripsAndIsChecked) {
+  const Config plain = parse_config(kValid);
+  EXPECT_EQ(plain.model.moe.experts, 0);
+  const Config c = parse_config(kValid, {"model.moe={experts: 4}"});
+  EXPECT_EQ(c.model.moe.experts, 4);
+  EXPECT_EQ(c.model.moe.top_k, 2);
+  EXPECT_TRUE(c.model.moe.normalize_top_k);
+  EXPECT_DOUBLE_EQ(c.model.moe.aux_loss_coef, 0.01);
+  EXPECT_EQ(c.model.expert_ffn(), c.model.ffn());
+  const Config all = parse_config(
+      kValid, {"model.moe={experts: 8, top_k: 1, ffn_hidden_size: 64, normalize_top_k: false, "
+               "aux_loss_coef: 0.001, dense_layers: [0]}"});
+  EXPECT_EQ(all.model.moe.top_k, 1);
+  EXPECT_EQ(all.model.expert_ffn(), 64);
+  EXPECT_FALSE(all.model.moe.normalize_top_k);
+  EXPECT_EQ(all.model.moe.dense_layers, std::vector<int64_t>{0});
+  EXPECT_FALSE(all.model.moe_layer(0));
+  EXPECT_TRUE(all.model.moe_layer(1));
+  EXPECT_EQ(parse_config(to_yaml(all)).model.moe, all.model.moe);
+  EXPECT_EQ(parse_config(to_yaml(plain)).model.moe, plain.model.moe);
+  EXPECT_EQ(parse_config(kValid, {"model.moe={experts: 4}", "model.moe=none"}).model.moe.experts,
+            0);
+  // LoRA's default targets leave the experts alone; naming them is refused.
+  EXPECT_EQ(parse_config(kValid, {"model.moe={experts: 4}", "model.lora=4"}).model.lora.targets,
+            (std::vector<std::string>{"attn.c_attn", "attn.c_proj"}));
+  expect_config_error(kValid, {"model.moe={experts: 4}", "model.lora={rank: 4, targets: mlp.c_fc}"},
+                      "model.lora.targets names mlp.c_fc");
+  expect_config_error(kValid, {"model.moe={top_k: 2}"}, "model.moe.experts (0) must be positive");
+  expect_config_error(kValid, {"model.moe={experts: 4, top_k: 5}"},
+                      "model.moe.top_k (5) must be in [1, model.moe.experts (4)]");
+  expect_config_error(kValid, {"model.moe={experts: 4, k: 2}"},
+                      "unknown key 'model.moe.k' (allowed: experts, top_k, ffn_hidden_size");
+  expect_config_error(kValid, {"model.moe={experts: 4, dense_layers: 1}"},
+                      "model.moe.dense_layers: expected a list of layer indices");
+  expect_config_error(kValid, {"model.moe=8"}, "model.moe ('8') must be none, or a mapping");
+}
+
 TEST(Config, TrainingDataIsAPathOrAWeightedMixture) {
   Config c = parse_config(kValid);
   ASSERT_EQ(c.data_train.size(), 1u);

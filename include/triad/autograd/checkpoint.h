@@ -16,5 +16,9 @@ namespace triad::autograd {
 // the gradients equal those without recomputation.
 Tensor checkpoint(const std::function<Tensor(const Tensor&)>& fn, const Tensor& x,
                   const std::vector<Tensor>& params);
+// Whether this thread is running a checkpointed function again in backward
+// (its recomputation): what a forward pass does once per step besides
+// computing (counting statistics) is skipped then.
+bool recomputing();
 
 }  // namespace triad::autograd

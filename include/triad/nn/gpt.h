@@ -18,6 +18,9 @@
 
 namespace triad::nn {
 
+struct MoeStats;  // nn/moe.h
+class MoeMlp;     // nn/moe.h
+
 // Activation recomputation: `full` keeps only each block's input and reruns
 // the block in backward; `selective` (the attention core) is what the
 // attention kernel always does — it keeps the log-sum-exp and recomputes the
@@ -184,6 +187,37 @@ struct GptConfig {
     bool operator==(const Lora&) const = default;
   };
   Lora lora = {};
+  // A mixture of experts in place of the MLP (config key model.moe;
+  // Shazeer et al., 2017; Switch Transformer; Mixtral): a router (E, C)
+  // scores each token's fit with E experts, each an MLP of the model's
+  // activation, and the token goes to the top_k best, whose outputs are
+  // summed weighted by their softmax probabilities (renormalised over the
+  // k chosen when normalize_top_k, as Mixtral's and Qwen3-MoE's are).
+  // Every expert has the MLP's shape at width ffn_hidden_size and no
+  // biases. Dropless: each expert takes every token routed to it. A token
+  // costs the work of k experts while the model holds E of them.
+  struct Moe {
+    int64_t experts = 0;  // 0: no mixture, dense MLPs everywhere
+    int64_t top_k = 2;
+    int64_t ffn_hidden_size = 0;  // each expert's hidden width; 0: the model's ffn()
+    bool normalize_top_k = true;
+    // The load-balancing loss's weight (Switch Transformer's alpha): each
+    // MoE layer adds aux_loss_coef * E * sum_e f_e P_e to the objective,
+    // f_e the share of the layer's token-to-expert assignments going to
+    // expert e and P_e the mean router probability of e (1 when perfectly
+    // balanced), as Megatron-LM's switch load balancing does.
+    double aux_loss_coef = 0.01;
+    // Layers that keep a dense MLP (Qwen3-MoE's mlp_only_layers, the
+    // layers between its decoder_sparse_step), increasing.
+    std::vector<int64_t> dense_layers = {};
+    bool operator==(const Moe&) const = default;
+  };
+  Moe moe = {};
+  // Whether layer `layer`'s MLP is a mixture of experts.
+  bool moe_layer(int64_t layer) const;
+  // Each expert's hidden width F, and its c_fc's output width (F, or 2F gated).
+  int64_t expert_ffn() const { return moe.ffn_hidden_size > 0 ? moe.ffn_hidden_size : ffn(); }
+  int64_t expert_fc_width() const { return gated_mlp() ? 2 * expert_ffn() : expert_ffn(); }
   // The Hugging Face class an export writes (config key model.hf_type: its
   // model_type, e.g. "phi3"), when that class holds the model; empty (auto),
   // or a class that cannot hold it, leaves the export to the first class
@@ -285,15 +319,20 @@ struct GptConfig {
   // The same in floating point (for checks before the model is built: a
   // count validate() rejects does not overflow it).
   double parameter_count() const;
-  // One block's parameters (its linear layers, biases and two norms, four
-  // with post_norms).
-  int64_t block_parameters() const;
+  // Block `layer`'s parameters (its linear layers, biases and two norms,
+  // four with post_norms; a mixture's router and every expert).
+  int64_t block_parameters(int64_t layer) const;
+  // The parameters one token's forward pass uses: a mixture's top_k experts
+  // of each MoE layer rather than all of them (parameter_count() without
+  // model.moe).
+  double active_parameter_count() const;
   // Model FLOPs of training on `sequences` sequences of seq_len tokens: the
   // PTD-P paper's count (every matrix product, attention over all s^2
   // scores, the head; backward twice forward, plus a forward again under
   // full recomputation), 72*B*s*l*h^2*(1 + s/(6h) + V/(12*l*h)) for GPT-2's
   // MLP and generalised to any F and SwiGLU; a windowed layer's queries
-  // count min(window, s) keys instead of s.
+  // count min(window, s) keys instead of s; a mixture-of-experts layer's
+  // tokens each its router and top_k experts.
   double training_flops(double sequences, bool full_recompute = false) const;
 };
 
@@ -349,6 +388,14 @@ struct ForwardContext {
   }
   // Where layers inside the blocks (LoRA's adapters) draw dropout masks.
   DropoutDraw draw() const { return {training, seed, call}; }
+  // The gradient the training objective gives this micro-batch's loss (the
+  // value its backward starts from: the loss scale and the micro-batch's
+  // weight): a loss computed inside the model (model.moe's load balancing)
+  // takes its own weight times this. 1: backward from the loss alone.
+  double loss_grad = 1.0;
+  // Where mixture-of-experts layers report their routing while training
+  // (null: nowhere).
+  std::shared_ptr<MoeStats> moe_stats = {};
 };
 
 // Multi-head causal self-attention: c_attn (C -> 3C), fused attention, c_proj;
@@ -405,7 +452,8 @@ class Mlp : public Module {
   Activation activation_;
 };
 
-// Pre-LayerNorm transformer block: x + attn(ln_1(x)), then + mlp(ln_2(x));
+// Pre-LayerNorm transformer block: x + attn(ln_1(x)), then + mlp(ln_2(x))
+// (the mlp a mixture of experts on model.moe's layers);
 // with model.post_norms each sublayer's output is normalised again
 // (post_attn_norm, post_mlp_norm) before the residual add; with
 // model.parallel_residual both read x: x + attn(ln_1(x)) + mlp(ln_2(x)),
@@ -424,7 +472,12 @@ class Block : public Module {
   std::shared_ptr<LayerNorm> post_attn_norm_, post_mlp_norm_;  // model.post_norms only
   bool parallel_residual_ = false;
   std::shared_ptr<CausalSelfAttention> attn_;
-  std::shared_ptr<Mlp> mlp_;
+  std::shared_ptr<Mlp> mlp_;     // a dense layer's
+  std::shared_ptr<MoeMlp> moe_;  // a mixture-of-experts layer's (model.moe)
+  int64_t layer_;
+  double dropout_;
+  // The MLP sublayer's output (before any post-norm).
+  Tensor mlp_forward(const Tensor& x, const ForwardContext& ctx) const;
 };
 
 // GPT-2: token + learned position embeddings (or rotary embeddings in each

@@ -108,6 +108,22 @@ Tensor rotary_embedding(const Tensor& qkv, AttentionHeads heads, const Tensor& p
 // back; ids on the GPU are copied back for that. An id outside [0, V) is a
 // ValueError naming it.
 Tensor embedding(const Tensor& weight, const Tensor& ids);
+// embedding's transpose: out (rows, C) whose row r is the sum of the rows
+// src[i] (M, C) with index[i] == r, added in the order of i (a row no index
+// names is zero): PyTorch's zeros(rows, C).index_add_(0, index, src).
+// index (M) i32/i64 lives on src's device or the host and is checked on
+// the host (read back from a GPU, which waits for it): each entry in
+// [0, rows). src's gradient is dout's rows picked by index (embedding's
+// forward). A mixture-of-experts layer sums its experts' outputs for each
+// token with it.
+Tensor index_add_rows(const Tensor& src, const Tensor& index, int64_t rows);
+// x unchanged, with `loss` (one element, computed beside x) tied into x's
+// graph: backward passes x's gradient on and gives `loss` the gradient
+// `grad`, whatever reaches x. A loss computed inside a layer (a
+// mixture-of-experts layer's load-balancing loss) so joins the training
+// objective with weight `grad` without travelling to the model's end
+// (across pipeline stages): Megatron-LM's auxiliary-loss scaler.
+Tensor attach_loss(const Tensor& x, const Tensor& loss, double grad);
 
 // Mean over non-ignored rows of -log softmax(logits)[target]. logits (..., V);
 // targets (...) i32/i64. Returns a scalar (shape []) of the statistics dtype (f32,

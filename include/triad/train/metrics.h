@@ -22,6 +22,13 @@ struct StepMetrics {
   // Pipeline runs: (step time - busiest rank's compute) / that compute,
   // measured; negative when there is no pipeline.
   double bubble_fraction = -1;
+  // A mixture of experts (model.moe): the mean over its layers and the
+  // step's micro-batches of the load-balancing loss E * sum_e f_e P_e (1:
+  // balanced), and the busiest expert's load as a multiple of the balanced
+  // one, the largest over layers, micro-batches and ranks. Negative
+  // without one.
+  double moe_balance = -1;
+  double moe_max_load = -1;
   // A non-finite gradient on some rank: every rank skipped the update.
   bool skipped = false;
   // fp16: the loss scale this step's backward used (0 otherwise).

@@ -114,6 +114,10 @@ class Trainer {
   // Forward and backward of this rank's share of step `index`; returns the
   // mean loss over its tokens (and sets *bubble for pipelines).
   double forward_backward(int64_t index, double* bubble);
+  // The step's MoE routing statistics (model.moe), gathered from every rank
+  // into m.
+  void moe_metrics_into(StepMetrics& m) const;
+  std::shared_ptr<nn::MoeStats> moe_stats_;  // this step's, on this rank (model.moe)
 
   Config config_;
   dist::ProcessGroupPtr world_;

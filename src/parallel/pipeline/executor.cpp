@@ -577,6 +577,10 @@ PipelineStepResult PipelineExecutor::run(const std::vector<data::Batch>& micro,
       if (found == documents.end())
         found = documents.emplace(mb, chunk.with_documents(micro[mb].inputs, cctx)).first;
       cctx = found->second;
+      // What this microbatch's backward starts from (below): losses inside
+      // the model (MoE load balancing) take their gradient times it.
+      const double w = micro[mb].loss_weight;
+      cctx.loss_grad = w >= 0 ? loss_scale * w : loss_scale / m;
     }
     // On the host, sends done by now let go of what they sent (and, asked,
     // the MPI group moves the others on). A GPU's are never polled: their

@@ -10,17 +10,21 @@ namespace triad::pipeline {
 
 StageWork stage_work(const nn::GptConfig& cfg, bool full_recompute) {
   // GptConfig::training_flops's terms, per layer: 2 FLOPs a weight of the
-  // products and 4 * keys seen * q for the scores, forward; backward twice.
+  // products (a mixture's router and top_k experts) and 4 * keys seen * q
+  // for the scores, forward; backward twice.
   const double s = static_cast<double>(cfg.seq_len), h = static_cast<double>(cfg.d_model);
   const double f = static_cast<double>(cfg.ffn()), m = static_cast<double>(cfg.fc_width());
   const double w = static_cast<double>(cfg.qkv_width()), q = static_cast<double>(cfg.q_width());
-  const double weights = 2.0 * ((w + q) * h + h * m + f * h);
+  const double dense = 2.0 * ((w + q) * h + h * m + f * h);
+  const double moe = 2.0 * ((w + q) * h + h * static_cast<double>(cfg.moe.experts) +
+                            static_cast<double>(cfg.moe.top_k) * h *
+                                static_cast<double>(cfg.expert_fc_width() + cfg.expert_ffn()));
   const double passes = full_recompute ? 4.0 : 3.0;
   StageWork work;
   for (int64_t i = 0; i < cfg.n_layer; ++i) {
     const int64_t window = cfg.window_of(i);
     const double keys = window > 0 ? std::min(s, static_cast<double>(window)) : s;
-    work.layer.push_back(passes * (weights + 4.0 * keys * q));
+    work.layer.push_back(passes * ((cfg.moe_layer(i) ? moe : dense) + 4.0 * keys * q));
   }
   work.head = 3.0 * 2.0 * h * static_cast<double>(cfg.vocab_size);
   return work;

@@ -99,7 +99,9 @@ void TensorParallelGpt::build(uint64_t seed, std::shared_ptr<VocabParallelEmbedd
                        std::to_string(cfg_.n_layer) + ")");
     }
   }
-  if (cfg_.ffn() % t != 0) {
+  bool dense_mlps = false;
+  for (int64_t i : plan_.layers) dense_mlps = dense_mlps || !cfg_.moe_layer(i);
+  if (dense_mlps && cfg_.ffn() % t != 0) {
     throw ConfigError("model.ffn_hidden_size (" + std::to_string(cfg_.ffn()) +
                       ") must be divisible by parallel.tp (" + std::to_string(t) + ")");
   }
@@ -146,14 +148,20 @@ void TensorParallelGpt::build(uint64_t seed, std::shared_ptr<VocabParallelEmbedd
           "ln_2", std::make_shared<nn::LayerNorm>(C, cfg_.layer_norm_eps, DType::F32,
                                                   cfg_.rms_norm(), cfg_.norm_weight_offset));
     }
-    auto mlp = block->add("mlp", std::make_shared<Container>());
-    // SwiGLU's c_fc holds [gate | value]: each half split over the ranks, so
-    // a rank's shard is its gate and value columns (the full tensor keeps
-    // one process's layout).
-    L.c_fc = mlp->add("c_fc", std::make_shared<ColumnParallelLinear>(C, cfg_.fc_width(), group_,
-                                                                     sp_, gated ? 2 : 1, mb));
-    L.mlp_proj =
-        mlp->add("c_proj", std::make_shared<RowParallelLinear>(cfg_.ffn(), C, group_, sp_, mb));
+    if (cfg_.moe_layer(i)) {
+      // Every expert split as the MLP is (c_fc's rows by half when gated,
+      // c_proj's columns); the router whole on every rank.
+      L.moe = block->add("mlp", std::make_shared<nn::MoeMlp>(cfg_, i, t));
+    } else {
+      auto mlp = block->add("mlp", std::make_shared<Container>());
+      // SwiGLU's c_fc holds [gate | value]: each half split over the ranks,
+      // so a rank's shard is its gate and value columns (the full tensor
+      // keeps one process's layout).
+      L.c_fc = mlp->add("c_fc", std::make_shared<ColumnParallelLinear>(C, cfg_.fc_width(), group_,
+                                                                       sp_, gated ? 2 : 1, mb));
+      L.mlp_proj =
+          mlp->add("c_proj", std::make_shared<RowParallelLinear>(cfg_.ffn(), C, group_, sp_, mb));
+    }
     if (cfg_.post_norms) {
       // On the row-parallel layers' reduced outputs: the whole width, and
       // under sequence parallelism this rank's tokens, as ln_1 and ln_2.
@@ -180,11 +188,22 @@ void TensorParallelGpt::build(uint64_t seed, std::shared_ptr<VocabParallelEmbedd
     }
     specs_[p + "attn.c_attn.weight"] = L.c_attn->weight_spec();
     specs_[p + "attn.c_proj.weight"] = L.attn_proj->weight_spec();
-    specs_[p + "mlp.c_fc.weight"] = L.c_fc->weight_spec();
-    specs_[p + "mlp.c_proj.weight"] = L.mlp_proj->weight_spec();
+    if (L.moe) {
+      // The router's gradient: the same on every rank, or under sequence
+      // parallelism each rank's tokens' part.
+      specs_[p + "mlp.router.weight"] = ShardSpec::replicated(sp_);
+      for (int64_t e = 0; e < cfg_.moe.experts; ++e) {
+        const std::string x = p + "mlp.experts." + std::to_string(e) + ".";
+        specs_[x + "c_fc.weight"] = ShardSpec::along(0, gated ? 2 : 1);
+        specs_[x + "c_proj.weight"] = ShardSpec::along(1);
+      }
+    } else {
+      specs_[p + "mlp.c_fc.weight"] = L.c_fc->weight_spec();
+      specs_[p + "mlp.c_proj.weight"] = L.mlp_proj->weight_spec();
+    }
     if (cfg_.c_attn_bias()) specs_[p + "attn.c_attn.bias"] = L.c_attn->bias_spec();
     if (b) specs_[p + "attn.c_proj.bias"] = L.attn_proj->bias_spec();
-    if (mb) {
+    if (mb && !L.moe) {
       specs_[p + "mlp.c_fc.bias"] = L.c_fc->bias_spec();
       specs_[p + "mlp.c_proj.bias"] = L.mlp_proj->bias_spec();
     }
@@ -193,14 +212,14 @@ void TensorParallelGpt::build(uint64_t seed, std::shared_ptr<VocabParallelEmbedd
     const double scale = cfg_.lora.rank > 0 ? cfg_.lora_scale() : 0.0;
     for (const auto& [name, column] :
          {std::pair{"attn.c_attn", L.c_attn.get()}, std::pair{"mlp.c_fc", L.c_fc.get()}}) {
-      if (!cfg_.lora_on(name)) continue;
+      if (!cfg_.lora_on(name) || !column) continue;
       column->enable_lora(r, scale, cfg_.lora_dropout(i, name));
       specs_[p + name + ".lora_a"] = ColumnParallelLinear::lora_a_spec();
       specs_[p + name + ".lora_b"] = column->lora_b_spec();
     }
     for (const auto& [name, row] :
          {std::pair{"attn.c_proj", L.attn_proj.get()}, std::pair{"mlp.c_proj", L.mlp_proj.get()}}) {
-      if (!cfg_.lora_on(name)) continue;
+      if (!cfg_.lora_on(name) || !row) continue;
       row->enable_lora(r, scale, cfg_.lora_dropout(i, name));
       specs_[p + name + ".lora_a"] = row->lora_a_spec();
       specs_[p + name + ".lora_b"] = RowParallelLinear::lora_b_spec();
@@ -506,10 +525,19 @@ Tensor TensorParallelGpt::block_forward(int64_t i, const Tensor& x,
   const Tensor core = causal_attention(qkv, heads, ctx.attention_starts(cfg_.window_of(i) > 0));
   // This rank's share of the MLP's output, before the group sums it.
   auto mlp_share = [&](const Tensor& in) {
+    if (L.moe) return moe_share(L, in, ctx);
     return cfg_.fused_gelu()
                ? L.mlp_proj->partial_after_gelu(L.c_fc->forward_gelu(in, draw), draw)
                : L.mlp_proj->partial(
                      nn::unfused_activation(cfg_.activation, L.c_fc->forward(in, draw)), draw);
+  };
+  // The group's sum of it (reduce-scattered along the sequence under
+  // sequence parallelism), with c_proj's bias.
+  auto mlp_reduce = [&](const Tensor& share) {
+    if (!L.moe) return L.mlp_proj->reduce(share);
+    if (group_->size() == 1) return share;
+    return sp_ ? reduce_scatter_to_sequence_region(share, group_)
+               : reduce_from_region(share, group_);
   };
   // The parallel residual (model.parallel_residual) sums both sublayers'
   // shares and reduces them in one collective instead of two (GPT-NeoX's
@@ -520,7 +548,7 @@ Tensor TensorParallelGpt::block_forward(int64_t i, const Tensor& x,
   auto parallel_input = [&] { return L.ln_2 ? L.ln_2->forward(x) : normed; };
   if (cfg_.reduces_sublayers_at_once()) {
     const Tensor shares = add(L.attn_proj->partial(core, draw), mlp_share(parallel_input()));
-    return add(x, L.attn_proj->reduce(shares, L.mlp_proj.get()));
+    return add(x, L.attn_proj->reduce(shares, L.mlp_proj.get()));  // (null for experts)
   }
   Tensor a = L.attn_proj->forward(core, draw);
   a = site_dropout(a, cfg_.dropout, ctx, i, "attn.resid", shard);
@@ -533,10 +561,31 @@ Tensor TensorParallelGpt::block_forward(int64_t i, const Tensor& x,
   } else {
     h = L.ln_2->forward_add(x, a);
   }
-  Tensor m = L.mlp_proj->reduce(mlp_share(h.norm));
+  Tensor m = mlp_reduce(mlp_share(h.norm));
   m = site_dropout(m, cfg_.dropout, ctx, i, "mlp.resid", shard);
   if (L.post_mlp_norm) m = L.post_mlp_norm->forward(m);
   return add(h.sum, m);
+}
+
+Tensor TensorParallelGpt::moe_share(const Layer& L, const Tensor& in,
+                                    const nn::ForwardContext& ctx) const {
+  // Every rank routes the whole sequence alike: under sequence parallelism
+  // each routes its own tokens and the probabilities are gathered (their
+  // gradient, whole on every rank, sliced back), and the experts see the
+  // gathered tokens. The gates' gradient is the sum of each rank's partial
+  // outputs' part, hence all-reduced.
+  Tensor probs = L.moe->route(in);
+  const int64_t t = group_->size();
+  if (t == 1) return L.moe->experts(in, probs, ctx);
+  if (sp_) {
+    const int64_t B = in.size(0), E = probs.size(1);
+    probs =
+        reshape(gather_from_sequence_region_replicated(reshape(probs, {B, in.size(1), E}), group_),
+                {-1, E});
+  }
+  const Tensor tokens = sp_ ? gather_from_sequence_region(in, group_) : copy_to_region(in, group_);
+  return L.moe->experts(tokens, probs, ctx,
+                        [this](const Tensor& gates) { return copy_to_region(gates, group_); });
 }
 
 Tensor TensorParallelGpt::head_loss(const Tensor& hidden, const Tensor& targets) const {

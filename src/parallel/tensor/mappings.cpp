@@ -168,6 +168,14 @@ Tensor gather_from_sequence_region(const Tensor& x, const dist::ProcessGroupPtr&
   return y;
 }
 
+Tensor gather_from_sequence_region_replicated(const Tensor& x, const dist::ProcessGroupPtr& g) {
+  Tensor y = all_gather_along(x, 1, g);
+  if (y.same(x)) y = x.detach();
+  record("sp_gather_replicated", {x}, {y},
+         [g](const TensorList& gr) -> TensorList { return {slice_along(gr[0], 1, g)}; });
+  return y;
+}
+
 Tensor reduce_scatter_to_sequence_region(const Tensor& x, const dist::ProcessGroupPtr& g) {
   Tensor y = reduce_scatter_along(x, 1, g);
   if (y.same(x)) y = x.detach();

@@ -617,6 +617,56 @@ TEST_P(TensorParallelGptTest, LlamaOptionsMatchOneProcess) {
   }
 }
 
+// Mixtures of experts (model.moe): every expert split as the MLP is (c_fc's
+// gate and up halves by rows, c_proj by columns), the router whole on every
+// rank. Each rank routes the whole sequence alike (under sequence
+// parallelism its own tokens, the probabilities gathered), runs its shard
+// of each chosen expert, and the experts' partial sums are reduced once;
+// the gates' gradient, which each rank's partial outputs give only in part,
+// is all-reduced, and under sequence parallelism the router's (each rank's
+// tokens) too. The load-balancing loss joins every rank's gradients alike.
+// Mixtral's kind (SwiGLU, renormalised top 2, every layer), GELU experts
+// on a dense first layer's model (top 1, raw probabilities), and the
+// parallel residual whose attention and experts reduce together.
+TEST_P(TensorParallelGptTest, MixtureOfExpertsMatchesOneProcess) {
+  const int64_t V = 300;
+  for (const std::string variant :
+       {"mixtral's kind: swiglu, rmsnorm, rope, top 2 of 4 renormalised, balance loss",
+        "gelu experts, dense layer 0, top 1 of 3, raw probabilities",
+        "parallel residual, top 2 of 4, balance loss"}) {
+    SCOPED_TRACE(variant);
+    nn::GptConfig cfg = tiny(V);
+    cfg.moe.experts = 4;
+    cfg.moe.top_k = 2;
+    cfg.moe.ffn_hidden_size = 8;
+    cfg.moe.aux_loss_coef = 0.1;
+    if (variant.rfind("mixtral", 0) == 0) {
+      cfg.normalization = nn::Normalization::RmsNorm;
+      cfg.linear_bias = false;
+      cfg.activation = nn::Activation::SwiGlu;
+      cfg.position_embedding = nn::PositionEmbedding::Rotary;
+      cfg.rope_theta = 20.0;
+      cfg.tie_embeddings = false;
+    } else if (variant.rfind("gelu", 0) == 0) {
+      cfg.moe.experts = 3;
+      cfg.moe.top_k = 1;
+      cfg.moe.normalize_top_k = false;
+      cfg.moe.aux_loss_coef = 0;
+      cfg.moe.dense_layers = {0};
+    } else {
+      cfg.parallel_residual = true;
+      cfg.linear_bias = false;
+      ASSERT_TRUE(cfg.reduces_sublayers_at_once());
+    }
+    const Tensor ids = token_ids(V, 5);
+    const auto shapes = TensorParallelGpt(cfg, 19, g_world, GetParam()).full_shapes();
+    EXPECT_EQ(shapes.at("h.1.mlp.router.weight"), (Shape{cfg.moe.experts, cfg.d_model}));
+    EXPECT_EQ(shapes.at("h.1.mlp.experts.0.c_proj.weight"), (Shape{cfg.d_model, 8}));
+    EXPECT_EQ(shapes.count("h.0.mlp.c_fc.weight"), cfg.moe.dense_layers.empty() ? 0u : 1u);
+    expect_sharded_matches_one_process(cfg, 19, GetParam(), ids, ids, token_ids(V, 6));
+  }
+}
+
 // Fewer key/value heads than ranks: multi-query attention (one head on
 // every rank) and two heads over four ranks. Each rank computes the head its
 // query heads use; the head's weight (and Qwen2's bias) gradients, partial

@@ -159,7 +159,10 @@ class PipelineExecutor {
   void set_scatter_gather(bool on) { scatter_gather_ = on; }
   // microbatches.size() must equal the schedule's m; each batch (b, T).
   // Microbatch i runs with ctx.call + i (dropout streams). Backward starts
-  // from loss * loss_scale (fp16 loss scaling); the reported loss is unscaled.
+  // from loss * loss_scale (fp16 loss scaling) over m, or times the
+  // batch's loss_weight, which is microbatch i's ctx.loss_grad; the
+  // reported loss is unscaled. ctx.moe_stats collects this rank's MoE
+  // layers' routing.
   PipelineStepResult run(const std::vector<data::Batch>& microbatches,
                          const nn::ForwardContext& ctx, double loss_scale = 1.0);
   // Forward only (evaluation): no autograd graph, no dropout, any number of

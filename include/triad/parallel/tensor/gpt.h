@@ -11,6 +11,7 @@
 #include "triad/nn/embedding.h"
 #include "triad/nn/gpt.h"
 #include "triad/nn/layer_norm.h"
+#include "triad/nn/moe.h"
 #include "triad/parallel/tensor/layers.h"
 
 namespace triad::tp {
@@ -27,7 +28,8 @@ struct StagePlan {
 };
 
 // GPT-2 split Megatron-style over a tensor-parallel group: attention heads
-// and the MLP's hidden units split (column then row parallel), vocabulary
+// and the MLP's hidden units split (column then row parallel; each expert's
+// alike in a mixture of experts, whose router every rank holds), vocabulary
 // split for the embedding, the tied head and the loss; with sequence
 // parallelism, LayerNorms and residuals work on sequence shards. Parameter
 // names are nn::Gpt's; each holds its shard of the full tensor (shard_specs()).
@@ -138,9 +140,14 @@ class TensorParallelGpt : public nn::Module {
     std::shared_ptr<nn::LayerNorm> ln_1, ln_2;
     std::shared_ptr<nn::LayerNorm> q_norm, k_norm;                 // model.qk_norm only
     std::shared_ptr<nn::LayerNorm> post_attn_norm, post_mlp_norm;  // model.post_norms only
-    std::shared_ptr<ColumnParallelLinear> c_attn, c_fc;
+    std::shared_ptr<ColumnParallelLinear> c_attn, c_fc;            // c_fc: dense layers only
     std::shared_ptr<RowParallelLinear> attn_proj, mlp_proj;
+    std::shared_ptr<nn::MoeMlp> moe;  // model.moe's layers: each expert split like the MLP
   };
+  // A mixture-of-experts layer's share of its output for `in` (ln_2's):
+  // this rank's partial sum over the whole sequence, before the group
+  // reduces it.
+  Tensor moe_share(const Layer& L, const Tensor& in, const nn::ForwardContext& ctx) const;
   nn::GptConfig cfg_;
   dist::ProcessGroupPtr group_;
   bool sp_;

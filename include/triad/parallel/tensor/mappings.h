@@ -23,6 +23,11 @@ Tensor gather_from_region(const Tensor& x, const dist::ProcessGroupPtr& group);
 // Sequence parallelism: all-gather along the sequence forward, reduce-scatter
 // of the gradient backward (before a column-parallel layer).
 Tensor gather_from_sequence_region(const Tensor& x, const dist::ProcessGroupPtr& group);
+// All-gather along the sequence forward, this rank's slice of the gradient
+// backward: for a tensor that every rank then uses alike, so that its
+// gradient is whole and the same on each (an MoE router's probabilities
+// under sequence parallelism, taken on each rank's tokens).
+Tensor gather_from_sequence_region_replicated(const Tensor& x, const dist::ProcessGroupPtr& group);
 // Reduce-scatter along the sequence forward, all-gather backward (after a
 // row-parallel layer).
 Tensor reduce_scatter_to_sequence_region(const Tensor& x, const dist::ProcessGroupPtr& group);

@@ -1,0 +1,105 @@
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "triad/nn/gpt.h"
+#include "triad/nn/linear.h"
+#include "triad/nn/module.h"
+
+namespace triad::nn {
+
+// Top-k routing of N tokens among E experts, decided on the host from the
+// router's probabilities (N, E): where each token goes, and the rows of
+// the experts' batch that carry it there.
+struct Routing {
+  int64_t tokens = 0, experts = 0, top_k = 0;
+  // (N, k) row-major: token n's j-th expert, most probable first (equal
+  // probabilities: the lower index first).
+  std::vector<int64_t> choice;
+  // The experts' batch, one entry per row: rows grouped by expert (expert
+  // 0's first), each group in token order. Row r computes token token[r]'s
+  // output for assignment assignment[r] (n * k + j). An expert no token
+  // chose gets one padding row instead, token 0 with assignment N * k, whose
+  // gate is 0: every expert's weights then take a gradient (zeros) on every
+  // micro-batch, which the data-parallel reducer counts on.
+  std::vector<int64_t> token, assignment;
+  std::vector<int64_t> rows;  // (E) each expert's rows in the batch, >= 1
+  std::vector<int64_t> load;  // (E) assignments each expert received
+};
+// Throws ValueError naming the values unless probs holds tokens * experts
+// finite numbers and 1 <= top_k <= experts.
+Routing route_top_k(const std::vector<double>& probs, int64_t tokens, int64_t experts,
+                    int64_t top_k);
+
+// The load-balancing loss of one layer's routing, E * sum_e f_e P_e: f_e
+// the share of the N * k assignments that expert e received, P_e the mean
+// of the router's probability for e over the N tokens (probs (N, E) on the
+// host). 1 when perfectly balanced, E / k when every token goes to the same
+// k experts with certainty.
+double balance_loss(const Routing& routing, const std::vector<double>& probs);
+
+// What the mixture-of-experts layers of a model report while training (a
+// trainer passes one through nn::ForwardContext::moe_stats and reads it
+// after the step): per layer and micro-batch, the load-balancing loss and
+// the busiest expert's load.
+struct MoeStats {
+  double balance_sum = 0;  // the records' balance_loss, summed
+  // The largest expert load over the records, as a multiple of the
+  // balanced one (E times its share of the assignments; 1: balanced).
+  double max_load = 0;
+  int64_t records = 0;
+  void record(double balance, double load);
+  double mean_balance() const { return records ? balance_sum / static_cast<double>(records) : 0; }
+};
+
+// A mixture-of-experts MLP (GptConfig::Moe): router.weight (E, C) and
+// experts.<e>.c_fc.weight (fc, C), experts.<e>.c_proj.weight (C, F), each
+// expert an MLP of the model's activation without biases, stored (out,
+// in). Each token's output is the sum over its top_k experts of gate *
+// expert(x), the gates the router's softmax probabilities (f32; renormalised
+// over the k chosen with normalize_top_k). While training, the layer's
+// load-balancing loss (balance_loss, differentiable through P) joins the
+// objective with weight aux_loss_coef * ctx.loss_grad (attach_loss), and
+// its routing is reported to ctx.moe_stats.
+//
+// Under tensor parallelism each of `shards` ranks holds 1/shards of every
+// expert's hidden units (c_fc's rows, by gate and up half when gated, and
+// c_proj's columns) and the whole router: experts() then returns this
+// rank's partial sum, which the caller reduces over the group.
+class MoeMlp : public Module {
+ public:
+  MoeMlp(const GptConfig& cfg, int64_t layer, int64_t shards = 1);
+  int64_t num_experts() const { return static_cast<int64_t>(experts_.size()); }
+  // The router's probabilities over the experts (N, E) for x (..., C) as N
+  // tokens: softmax of x @ router^T, in f32 (f64 for f64 x).
+  Tensor route(const Tensor& x) const;
+  // Applied to the gates (the N * k + 1 values, the padding's 0 last, (N * k
+  // + 1, 1)) before they weigh the experts' outputs: tensor parallelism
+  // all-reduces their gradient there, of which each rank's partial outputs
+  // give only a part.
+  using GateHook = std::function<Tensor(const Tensor&)>;
+  // The experts' weighted outputs for tokens x (..., C), N of them, routed
+  // by probs (N, E) (route's, of these tokens): x's shape.
+  Tensor experts(const Tensor& x, const Tensor& probs, const ForwardContext& ctx,
+                 const GateHook& gate = {}) const;
+  Tensor forward(const Tensor& x, const ForwardContext& ctx) const {
+    return experts(x, route(x), ctx);
+  }
+
+ private:
+  struct Expert {
+    std::shared_ptr<Linear> c_fc, c_proj;
+  };
+  Tensor expert_forward(const Expert& e, const Tensor& x) const;
+  std::shared_ptr<Linear> router_;
+  std::vector<Expert> experts_;
+  int64_t top_k_;
+  bool normalize_;
+  double aux_coef_;
+  Activation activation_;
+};
+
+}  // namespace triad::nn

@@ -1,0 +1,222 @@
+#include "triad/nn/moe.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <string>
+
+#include "triad/autograd/checkpoint.h"
+#include "triad/autograd/grad_mode.h"
+#include "triad/backend/backend.h"
+#include "triad/ops/creation.h"
+#include "triad/ops/elementwise.h"
+#include "triad/ops/linalg.h"
+#include "triad/ops/nn_functional.h"
+#include "triad/ops/reduce.h"
+#include "triad/ops/shape_ops.h"
+
+namespace triad::nn {
+
+Routing route_top_k(const std::vector<double>& probs, int64_t tokens, int64_t experts,
+                    int64_t top_k) {
+  if (tokens < 0 || experts < 1 || top_k < 1 || top_k > experts) {
+    throw ValueError("route_top_k: top_k " + std::to_string(top_k) + " of " +
+                     std::to_string(experts) + " experts for " + std::to_string(tokens) +
+                     " tokens (expected 1 <= top_k <= experts)");
+  }
+  if (static_cast<int64_t>(probs.size()) != tokens * experts) {
+    throw ValueError("route_top_k: " + std::to_string(probs.size()) + " probabilities for " +
+                     std::to_string(tokens) + " tokens and " + std::to_string(experts) +
+                     " experts");
+  }
+  Routing r;
+  r.tokens = tokens;
+  r.experts = experts;
+  r.top_k = top_k;
+  r.choice.resize(static_cast<size_t>(tokens * top_k));
+  r.load.assign(static_cast<size_t>(experts), 0);
+  std::vector<int64_t> ranked(static_cast<size_t>(experts));
+  for (int64_t n = 0; n < tokens; ++n) {
+    const double* p = probs.data() + n * experts;
+    for (int64_t e = 0; e < experts; ++e) {
+      if (!std::isfinite(p[e])) {
+        throw ValueError("route_top_k: token " + std::to_string(n) + "'s probability for expert " +
+                         std::to_string(e) + " is " + std::to_string(p[e]) +
+                         " (the router's output is not finite)");
+      }
+    }
+    std::iota(ranked.begin(), ranked.end(), 0);
+    // Most probable first; equal ones by index (a stable order every rank
+    // of a tensor-parallel group agrees on).
+    std::partial_sort(ranked.begin(), ranked.begin() + top_k, ranked.end(),
+                      [p](int64_t a, int64_t b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
+    for (int64_t j = 0; j < top_k; ++j) {
+      r.choice[static_cast<size_t>(n * top_k + j)] = ranked[static_cast<size_t>(j)];
+      ++r.load[static_cast<size_t>(ranked[static_cast<size_t>(j)])];
+    }
+  }
+  // Rows grouped by expert, each group in token order (a counting sort).
+  std::vector<std::vector<int64_t>> by_expert(static_cast<size_t>(experts));
+  for (int64_t a = 0; a < tokens * top_k; ++a)
+    by_expert[static_cast<size_t>(r.choice[static_cast<size_t>(a)])].push_back(a);
+  r.rows.resize(static_cast<size_t>(experts));
+  for (int64_t e = 0; e < experts; ++e) {
+    const auto& mine = by_expert[static_cast<size_t>(e)];
+    if (mine.empty()) {  // the padding row: token 0, the zero gate
+      r.token.push_back(0);
+      r.assignment.push_back(tokens * top_k);
+      r.rows[static_cast<size_t>(e)] = 1;
+      continue;
+    }
+    for (const int64_t a : mine) {
+      r.token.push_back(a / top_k);
+      r.assignment.push_back(a);
+    }
+    r.rows[static_cast<size_t>(e)] = static_cast<int64_t>(mine.size());
+  }
+  return r;
+}
+
+double balance_loss(const Routing& r, const std::vector<double>& probs) {
+  if (r.tokens == 0) return 0.0;
+  double sum = 0;
+  const double assignments = static_cast<double>(r.tokens * r.top_k);
+  for (int64_t e = 0; e < r.experts; ++e) {
+    double p = 0;
+    for (int64_t n = 0; n < r.tokens; ++n) p += probs[static_cast<size_t>(n * r.experts + e)];
+    sum += static_cast<double>(r.load[static_cast<size_t>(e)]) / assignments * p /
+           static_cast<double>(r.tokens);
+  }
+  return static_cast<double>(r.experts) * sum;
+}
+
+void MoeStats::record(double balance, double load) {
+  balance_sum += balance;
+  max_load = std::max(max_load, load);
+  ++records;
+}
+
+namespace {
+
+// One expert's two linear layers under their names.
+class ExpertModule : public Module {
+ public:
+  ExpertModule(int64_t C, int64_t fc, int64_t F) {
+    c_fc = register_module("c_fc", std::make_shared<Linear>(C, fc, false));
+    c_proj = register_module("c_proj", std::make_shared<Linear>(F, C, false));
+  }
+  std::shared_ptr<Linear> c_fc, c_proj;
+};
+
+// A host vector as an index tensor (i64) on the host: the ops upload it
+// where they need it without waiting for the device.
+Tensor host_index(const std::vector<int64_t>& v) {
+  return from_vector(v, {static_cast<int64_t>(v.size())}, DType::I64, Device::cpu());
+}
+
+}  // namespace
+
+MoeMlp::MoeMlp(const GptConfig& cfg, int64_t layer, int64_t shards)
+    : top_k_(cfg.moe.top_k),
+      normalize_(cfg.moe.normalize_top_k),
+      aux_coef_(cfg.moe.aux_loss_coef),
+      activation_(cfg.activation) {
+  if (!cfg.moe_layer(layer)) {
+    throw ValueError("MoeMlp: layer " + std::to_string(layer) +
+                     " has a dense MLP (model.moe.experts " + std::to_string(cfg.moe.experts) +
+                     ", dense_layers)");
+  }
+  if (shards < 1 || cfg.expert_ffn() % shards != 0) {
+    throw ConfigError("model.moe.ffn_hidden_size (" + std::to_string(cfg.expert_ffn()) +
+                      ") must be divisible by parallel.tp (" + std::to_string(shards) + ")");
+  }
+  const int64_t C = cfg.d_model;
+  router_ = register_module("router", std::make_shared<Linear>(C, cfg.moe.experts, false));
+  auto list = register_module("experts", std::make_shared<ModuleList>());
+  for (int64_t e = 0; e < cfg.moe.experts; ++e) {
+    auto m = std::make_shared<ExpertModule>(C, cfg.expert_fc_width() / shards,
+                                            cfg.expert_ffn() / shards);
+    list->append(m);
+    experts_.push_back({m->c_fc, m->c_proj});
+  }
+}
+
+Tensor MoeMlp::route(const Tensor& x) const {
+  const int64_t C = router_->weight().size(1);
+  if (x.dim() < 1 || x.size(-1) != C) {
+    throw ShapeError("MoeMlp: input " + shape_str(x.shape()) + " (expected (..., " +
+                     std::to_string(C) + "))");
+  }
+  const Tensor logits = router_->forward(reshape(x, {x.numel() / C, C}));
+  return softmax(cast(logits, stat_dtype(x.dtype())));
+}
+
+Tensor MoeMlp::expert_forward(const Expert& e, const Tensor& x) const {
+  if (activation_ == Activation::Gelu) return e.c_proj->forward_after_gelu(e.c_fc->forward_gelu(x));
+  return e.c_proj->forward(unfused_activation(activation_, e.c_fc->forward(x)));
+}
+
+Tensor MoeMlp::experts(const Tensor& x, const Tensor& probs, const ForwardContext& ctx,
+                       const GateHook& gate) const {
+  const int64_t C = router_->weight().size(1), E = num_experts(), k = top_k_;
+  if (x.dim() < 1 || x.size(-1) != C) {
+    throw ShapeError("MoeMlp: input " + shape_str(x.shape()) + " (expected (..., " +
+                     std::to_string(C) + "))");
+  }
+  const int64_t N = x.numel() / C;
+  if (N == 0) throw ShapeError("MoeMlp: input " + shape_str(x.shape()) + " holds no tokens");
+  if (probs.dim() != 2 || probs.size(0) != N || probs.size(1) != E) {
+    throw ShapeError("MoeMlp: router probabilities " + shape_str(probs.shape()) + " for " +
+                     std::to_string(N) + " tokens (expected (" + std::to_string(N) + ", " +
+                     std::to_string(E) + "))");
+  }
+  // The one read of the step's routing on the host (a GPU waits for the
+  // router here): the experts' batch sizes decide the GEMMs' shapes.
+  const std::vector<double> host = to_double_vector(probs);
+  const Routing routing = route_top_k(host, N, E, k);
+  // The gates: each token's k chosen probabilities, renormalised over the k
+  // if asked, then the padding's 0: (N k + 1, 1).
+  std::vector<int64_t> picked(static_cast<size_t>(N * k));
+  for (int64_t a = 0; a < N * k; ++a)
+    picked[static_cast<size_t>(a)] = (a / k) * E + routing.choice[static_cast<size_t>(a)];
+  Tensor g = embedding(reshape(probs, {N * E, 1}), host_index(picked));  // (N k, 1)
+  if (normalize_) {
+    const Tensor per_token = reshape(g, {N, k});
+    g = reshape(div(per_token, sum(per_token, 1, true)), {N * k, 1});
+  }
+  g = concat({g, zeros({1, 1}, g.dtype(), g.device())}, 0);
+  if (gate) g = gate(g);
+  const Tensor tokens = host_index(routing.token);
+  const Tensor gates = cast(embedding(g, host_index(routing.assignment)), x.dtype());  // (M, 1)
+  const Tensor rows = embedding(reshape(x, {N, C}), tokens);                           // (M, C)
+  std::vector<Tensor> outputs;
+  int64_t at = 0;
+  for (int64_t e = 0; e < E; ++e) {
+    const int64_t n = routing.rows[static_cast<size_t>(e)];
+    outputs.push_back(expert_forward(experts_[static_cast<size_t>(e)], narrow(rows, 0, at, n)));
+    at += n;
+  }
+  const Tensor weighted = mul(concat(outputs, 0), gates);
+  Tensor out = reshape(index_add_rows(weighted, tokens, N), x.shape());
+  if (ctx.training && autograd::grad_enabled() && aux_coef_ > 0 && probs.requires_grad()) {
+    // The load-balancing loss, differentiable through P (the mean
+    // probabilities); f, the assignment shares, are counts.
+    std::vector<double> share(static_cast<size_t>(E));
+    for (int64_t e = 0; e < E; ++e) {
+      share[static_cast<size_t>(e)] =
+          static_cast<double>(routing.load[static_cast<size_t>(e)]) / static_cast<double>(N * k);
+    }
+    const Tensor f = from_vector(share, {E}, probs.dtype(), probs.device());
+    const Tensor aux = scale(sum(mul(f, mean(probs, 0))), static_cast<double>(E));
+    out = attach_loss(out, aux, aux_coef_ * ctx.loss_grad);
+  }
+  if (ctx.moe_stats && ctx.training && !autograd::recomputing()) {
+    const int64_t busiest = *std::max_element(routing.load.begin(), routing.load.end());
+    ctx.moe_stats->record(
+        balance_loss(routing, host),
+        static_cast<double>(busiest * E) / static_cast<double>(std::max<int64_t>(N * k, 1)));
+  }
+  return out;
+}
+
+}  // namespace triad::nn

@@ -1,0 +1,447 @@
+// Mixtures of experts (model.moe): the routing, the layer against its
+// definition written out token by token, its gradients (the load-balancing
+// loss's included) against finite differences, and the model's shapes and
+// counts.
+#include "triad/nn/moe.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "support/gradcheck.h"
+#include "triad/autograd/engine.h"
+#include "triad/autograd/grad_mode.h"
+#include "triad/nn/gpt.h"
+#include "triad/ops.h"
+#include "triad/optim/adamw.h"
+
+namespace triad::nn {
+namespace {
+
+// f must throw an E whose message holds `fragment`.
+template <class E, class F>
+void expect_refused(F&& f, const std::string& fragment) {
+  try {
+    f();
+    FAIL() << "expected an error with '" << fragment << "'";
+  } catch (const E& e) {
+    EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+  }
+}
+
+GptConfig moe_config(int64_t experts = 4, int64_t top_k = 2,
+                     Activation activation = Activation::SwiGlu) {
+  GptConfig c;
+  c.n_layer = 2;
+  c.n_head = 2;
+  c.d_model = 8;
+  c.vocab_size = 32;
+  c.seq_len = 8;
+  c.activation = activation;
+  c.ffn_hidden_size = 12;
+  c.moe.experts = experts;
+  c.moe.top_k = top_k;
+  c.moe.ffn_hidden_size = 6;
+  c.moe.aux_loss_coef = 0.0;
+  return c;
+}
+
+// Random f64 weights for every parameter of a module (never all zeros).
+void randomise(Module& m, uint64_t seed) {
+  m.to(DType::F64);
+  uint64_t stream = 1;
+  for (auto& [name, p] : m.named_parameters()) {
+    Tensor r = randn(p.shape(), seed, stream++, 0.5, DType::F64);
+    copy_(p, r);
+  }
+}
+
+TEST(AttachLoss, GivesTheLossItsWeightAndPassesTheRestOn) {
+  // y = attach_loss(x, sum(z^2), 0.75) * x: y's value is x * x, and the
+  // gradients are those of sum(w * x * x) + 0.75 * sum(z^2).
+  Tensor x = randn({3, 4}, 1, 1, 1.0, DType::F64), z = randn({5}, 1, 2, 1.0, DType::F64);
+  x.set_requires_grad(true);
+  z.set_requires_grad(true);
+  const Tensor w = randn({3, 4}, 1, 3, 1.0, DType::F64);
+  const Tensor y = mul(attach_loss(x, sum(mul(z, z)), 0.75), x);
+  EXPECT_EQ(to_double_vector(y), to_double_vector(mul(x, x)));
+  autograd::backward({y}, {w});
+  const std::vector<double> xs = to_double_vector(x), zs = to_double_vector(z),
+                            ws = to_double_vector(w), gx = to_double_vector(x.grad()),
+                            gz = to_double_vector(z.grad());
+  for (size_t i = 0; i < xs.size(); ++i) EXPECT_NEAR(gx[i], 2 * ws[i] * xs[i], 1e-12);
+  for (size_t i = 0; i < zs.size(); ++i) EXPECT_NEAR(gz[i], 0.75 * 2 * zs[i], 1e-12);
+  expect_refused<ShapeError>([&] { (void)attach_loss(x, z, 1.0); }, "must hold one element");
+}
+
+TEST(RouteTopK, PicksTheMostProbableExpertsAndGroupsTheRowsByExpert) {
+  // 3 tokens, 4 experts, top 2. Token 1 ties experts 0 and 2: the lower first.
+  const std::vector<double> probs = {0.1, 0.5, 0.3, 0.1,  //
+                                     0.3, 0.1, 0.3, 0.3,  //
+                                     0.6, 0.1, 0.2, 0.1};
+  const Routing r = route_top_k(probs, 3, 4, 2);
+  EXPECT_EQ(r.choice, (std::vector<int64_t>{1, 2, 0, 2, 0, 2}));
+  // Expert 0: tokens 1 and 2; expert 1: token 0; expert 2: tokens 0, 1, 2;
+  // expert 3: no token, one padding row (token 0, the zero gate at 3 * 2).
+  EXPECT_EQ(r.rows, (std::vector<int64_t>{2, 1, 3, 1}));
+  EXPECT_EQ(r.load, (std::vector<int64_t>{2, 1, 3, 0}));
+  EXPECT_EQ(r.token, (std::vector<int64_t>{1, 2, 0, 0, 1, 2, 0}));
+  EXPECT_EQ(r.assignment, (std::vector<int64_t>{2, 4, 0, 1, 3, 5, 6}));
+}
+
+TEST(RouteTopK, RefusesImpossibleArguments) {
+  const std::vector<double> probs(8, 0.25);
+  expect_refused<ValueError>([&] { (void)(route_top_k(probs, 2, 4, 5)); }, "top_k 5 of 4 experts");
+  expect_refused<ValueError>([&] { (void)(route_top_k(probs, 3, 4, 2)); },
+                             "8 probabilities for 3 tokens");
+  std::vector<double> bad = probs;
+  bad[5] = std::nan("");
+  expect_refused<ValueError>([&] { (void)(route_top_k(bad, 2, 4, 2)); },
+                             "token 1's probability for expert 1 is nan");
+}
+
+TEST(BalanceLoss, IsOneWhenBalancedAndEOverKWhenCollapsed) {
+  // 4 tokens, 4 experts, top 1, each token certain of its own expert.
+  std::vector<double> even(16, 0.0);
+  for (int n = 0; n < 4; ++n) even[static_cast<size_t>(n * 5)] = 1.0;
+  EXPECT_DOUBLE_EQ(balance_loss(route_top_k(even, 4, 4, 1), even), 1.0);
+  // Every token certain of experts 0 and 1 (top 2): E / k.
+  std::vector<double> collapsed(16, 0.0);
+  for (int n = 0; n < 4; ++n)
+    collapsed[static_cast<size_t>(n * 4)] = 0.5, collapsed[static_cast<size_t>(n * 4 + 1)] = 0.5;
+  EXPECT_DOUBLE_EQ(balance_loss(route_top_k(collapsed, 4, 4, 2), collapsed), 2.0);
+}
+
+// The layer's definition, token by token, on the host: softmax of the
+// router's logits, the top k (renormalised or not), each chosen expert's
+// MLP (SwiGLU: silu(gate) * up) weighted by its gate.
+std::vector<double> moe_by_hand(MoeMlp& moe, const GptConfig& cfg, const Tensor& x) {
+  const auto state = moe.state_dict();
+  const int64_t C = cfg.d_model, E = cfg.moe.experts, F = cfg.expert_ffn();
+  const std::vector<double> xs = to_double_vector(x),
+                            router = to_double_vector(state.at("router.weight"));
+  const int64_t N = x.numel() / C;
+  std::vector<double> out(static_cast<size_t>(N * C), 0.0);
+  for (int64_t n = 0; n < N; ++n) {
+    const double* xn = xs.data() + n * C;
+    std::vector<double> logit(static_cast<size_t>(E));
+    for (int64_t e = 0; e < E; ++e) {
+      double s = 0;
+      for (int64_t c = 0; c < C; ++c) s += router[static_cast<size_t>(e * C + c)] * xn[c];
+      logit[static_cast<size_t>(e)] = s;
+    }
+    const double top = *std::max_element(logit.begin(), logit.end());
+    double z = 0;
+    for (double& l : logit) z += (l = std::exp(l - top));
+    for (double& l : logit) l /= z;
+    std::vector<int64_t> order(static_cast<size_t>(E));
+    for (int64_t e = 0; e < E; ++e) order[static_cast<size_t>(e)] = e;
+    std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+      return logit[static_cast<size_t>(a)] > logit[static_cast<size_t>(b)];
+    });
+    double chosen = 0;
+    for (int64_t j = 0; j < cfg.moe.top_k; ++j) chosen += logit[static_cast<size_t>(order[j])];
+    for (int64_t j = 0; j < cfg.moe.top_k; ++j) {
+      const int64_t e = order[static_cast<size_t>(j)];
+      const double gate = logit[static_cast<size_t>(e)] / (cfg.moe.normalize_top_k ? chosen : 1.0);
+      const std::string p = "experts." + std::to_string(e) + ".";
+      const std::vector<double> fc = to_double_vector(state.at(p + "c_fc.weight"));
+      const std::vector<double> proj = to_double_vector(state.at(p + "c_proj.weight"));
+      std::vector<double> h(static_cast<size_t>(F));
+      for (int64_t f = 0; f < F; ++f) {
+        double a = 0, b = 0;
+        for (int64_t c = 0; c < C; ++c) {
+          a += fc[static_cast<size_t>(f * C + c)] * xn[c];
+          b += fc[static_cast<size_t>((F + f) * C + c)] * xn[c];
+        }
+        h[static_cast<size_t>(f)] = a / (1.0 + std::exp(-a)) * b;
+      }
+      for (int64_t c = 0; c < C; ++c) {
+        double y = 0;
+        for (int64_t f = 0; f < F; ++f)
+          y += proj[static_cast<size_t>(c * F + f)] * h[static_cast<size_t>(f)];
+        out[static_cast<size_t>(n * C + c)] += gate * y;
+      }
+    }
+  }
+  return out;
+}
+
+TEST(MoeMlp, EqualsItsDefinitionTokenByToken) {
+  for (const bool normalize : {true, false}) {
+    SCOPED_TRACE(normalize ? "renormalised top k" : "raw probabilities");
+    GptConfig cfg = moe_config(5, 2);
+    cfg.moe.normalize_top_k = normalize;
+    MoeMlp moe(cfg, 0);
+    randomise(moe, 3);
+    const Tensor x = randn({2, 7, cfg.d_model}, 5, 1, 1.0, DType::F64);
+    const Tensor y = moe.forward(x, {false, 0, 0});
+    ASSERT_EQ(y.shape(), x.shape());
+    const std::vector<double> got = to_double_vector(y), want = moe_by_hand(moe, cfg, x);
+    for (size_t i = 0; i < want.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-12) << i;
+  }
+}
+
+TEST(MoeMlp, GradientsOfInputRouterAndExpertsMatchFiniteDifferences) {
+  for (const Activation a : {Activation::SwiGlu, Activation::Gelu}) {
+    SCOPED_TRACE(activation_string(a));
+    const GptConfig cfg = moe_config(4, 2, a);
+    auto moe = std::make_shared<MoeMlp>(cfg, 1);
+    randomise(*moe, 11);
+    std::vector<Tensor> inputs{randn({3, 5, cfg.d_model}, 13, 1, 1.0, DType::F64)};
+    for (auto& [name, p] : moe->named_parameters()) inputs.push_back(p);
+    testing::expect_gradients_match(
+        [moe](const std::vector<Tensor>& in) {
+          return moe->forward(in[0], {true, 0, 0});
+        },
+        inputs, 1e-6, 1e-5, 1e-8);
+  }
+}
+
+TEST(MoeMlp, LoadBalancingLossJoinsTheGradientWithItsWeight) {
+  // J = sum(y * w) + coef * loss_grad * E sum_e f_e P_e, the second from
+  // the statistics the layer reports (f_e fixed by the routing, which a
+  // small step does not change).
+  GptConfig cfg = moe_config(4, 2);
+  cfg.moe.aux_loss_coef = 0.3;
+  MoeMlp moe(cfg, 0);
+  randomise(moe, 21);
+  const Tensor x = randn({2, 6, cfg.d_model}, 23, 1, 1.0, DType::F64);
+  const Tensor w = randn({2, 6, cfg.d_model}, 23, 2, 1.0, DType::F64);
+  const double loss_grad = 0.7;
+  auto objective = [&] {
+    autograd::NoGradGuard ng;
+    ForwardContext ctx{true, 0, 0};
+    ctx.moe_stats = std::make_shared<MoeStats>();
+    const std::vector<double> y = to_double_vector(moe.forward(x, ctx)), ws = to_double_vector(w);
+    double j = 0;
+    for (size_t i = 0; i < y.size(); ++i) j += y[i] * ws[i];
+    EXPECT_EQ(ctx.moe_stats->records, 1);
+    return j + cfg.moe.aux_loss_coef * loss_grad * ctx.moe_stats->balance_sum;
+  };
+  ForwardContext ctx{true, 0, 0};
+  ctx.loss_grad = loss_grad;
+  autograd::backward({moe.forward(x, ctx)}, {w});
+  Tensor router = moe.state_dict().at("router.weight");
+  const std::vector<double> analytic = to_double_vector(router.grad());
+  double* data = router.data<double>();
+  double largest_aux_part = 0;
+  for (int64_t i = 0; i < router.numel(); ++i) {
+    const double saved = data[i], eps = 1e-6;
+    data[i] = saved + eps;
+    const double up = objective();
+    data[i] = saved - eps;
+    const double down = objective();
+    data[i] = saved;
+    EXPECT_NEAR(analytic[static_cast<size_t>(i)], (up - down) / (2 * eps), 1e-7) << i;
+    largest_aux_part = std::max(largest_aux_part, std::abs(analytic[static_cast<size_t>(i)]));
+  }
+  // Without the loss the router's gradient differs (the check above means
+  // something).
+  moe.zero_grad();
+  cfg.moe.aux_loss_coef = 0;
+  MoeMlp plain(cfg, 0);
+  plain.to(DType::F64);
+  plain.load_state_dict(moe.state_dict());
+  autograd::backward({plain.forward(x, ctx)}, {w});
+  const std::vector<double> without =
+      to_double_vector(plain.state_dict().at("router.weight").grad());
+  double differ = 0;
+  for (size_t i = 0; i < without.size(); ++i)
+    differ = std::max(differ, std::abs(without[i] - analytic[i]));
+  EXPECT_GT(differ, 1e-4);
+  EXPECT_GT(largest_aux_part, 0);
+}
+
+TEST(MoeMlp, AnExpertNoTokenChoseStillTakesAZeroGradient) {
+  GptConfig cfg = moe_config(4, 1);
+  MoeMlp moe(cfg, 0);
+  randomise(moe, 31);
+  // Router rows w, -w, anything, 0: expert 0 or 1 has a logit >= 0 = expert
+  // 3's for every token (a tie goes to the lower index), so no token picks 3.
+  {
+    autograd::NoGradGuard ng;
+    Tensor router = moe.state_dict().at("router.weight");
+    Tensor second = narrow(router, 0, 1, 1), last = narrow(router, 0, 3, 1);
+    copy_(second, scale(narrow(router, 0, 0, 1), -1.0));
+    fill_(last, 0.0);
+  }
+  const Tensor x = randn({2, 5, cfg.d_model}, 33, 1, 1.0, DType::F64);
+  const Tensor y = moe.forward(x, {true, 0, 0});
+  autograd::backward({y}, {randn(y.shape(), 33, 2, 1.0, DType::F64)});
+  const auto state = moe.state_dict();
+  for (const char* w : {"c_fc.weight", "c_proj.weight"}) {
+    const Tensor unused = state.at(std::string("experts.3.") + w).grad();
+    ASSERT_TRUE(unused.defined()) << w;
+    for (const double v : to_double_vector(unused)) ASSERT_EQ(v, 0.0) << w;
+    double used = 0;
+    for (const double v : to_double_vector(state.at(std::string("experts.0.") + w).grad()))
+      used = std::max(used, std::abs(v));
+    EXPECT_GT(used, 0.0) << w;
+  }
+  // Its weights do not reach the output, bit for bit.
+  {
+    autograd::NoGradGuard ng;
+    Tensor fc = state.at("experts.3.c_fc.weight");
+    copy_(fc, randn(fc.shape(), 35, 1, 100.0, DType::F64));
+  }
+  const std::vector<double> before = to_double_vector(y),
+                            after = to_double_vector(moe.forward(x, {false, 0, 0}));
+  EXPECT_EQ(before, after);
+}
+
+TEST(MoeMlp, ChecksItsInputs) {
+  const GptConfig cfg = moe_config();
+  MoeMlp moe(cfg, 0);
+  expect_refused<ShapeError>(
+      [&] {
+        (void)(moe.forward(zeros({2, 3, 5}), {}));
+      },
+      "expected (..., 8)");
+  expect_refused<ShapeError>(
+      [&] {
+        (void)(moe.experts(zeros({2, 3, 8}), zeros({5, 4}), {}));
+      },
+      "router probabilities [5, 4] for 6 tokens");
+  GptConfig dense = cfg;
+  dense.moe.dense_layers = {1};
+  expect_refused<ValueError>([&] { MoeMlp m(dense, 1); }, "layer 1 has a dense MLP");
+  expect_refused<ConfigError>([&] { MoeMlp m(cfg, 0, 4); },
+                              "model.moe.ffn_hidden_size (6) must be divisible by parallel.tp (4)");
+}
+
+TEST(MoeConfig, ValidatesItsKeys) {
+  auto refused = [](auto change, const char* why) {
+    GptConfig c = moe_config();
+    change(c);
+    expect_refused<ConfigError>([&] { (void)(c.validate()); }, why);
+  };
+  refused([](GptConfig& c) { c.moe.top_k = 5; },
+          "model.moe.top_k (5) must be in [1, model.moe.experts (4)]");
+  refused([](GptConfig& c) { c.moe.experts = -1; }, "model.moe.experts (-1) must be positive");
+  refused([](GptConfig& c) { c.moe.aux_loss_coef = -0.1; }, "model.moe.aux_loss_coef");
+  refused(
+      [](GptConfig& c) {
+        c.moe.dense_layers = {1, 0};
+      },
+      "model.moe.dense_layers: 0 at position 1");
+  refused([](GptConfig& c) { c.moe.dense_layers = {2}; },
+          "model.moe.dense_layers: 2 at position 0");
+  refused([](GptConfig& c) { c.mlp_bias = true; }, "the experts have no biases");
+  refused(
+      [](GptConfig& c) {
+        c.lora.rank = 2;
+        c.lora.targets = {"attn.c_attn", "mlp.c_fc"};
+      },
+      "model.lora.targets names mlp.c_fc");
+  refused(
+      [](GptConfig& c) {
+        c.moe.experts = 0;
+        c.moe.dense_layers = {0};
+      },
+      "model.moe.experts is 0");
+}
+
+TEST(MoeConfig, ShapesCountsAndFlopsOfAMixture) {
+  GptConfig c = moe_config(4, 2);
+  c.moe.dense_layers = {0};
+  c.tie_embeddings = false;
+  c.position_embedding = PositionEmbedding::Rotary;
+  c.normalization = Normalization::RmsNorm;
+  c.linear_bias = false;
+  c.validate();
+  const auto shapes = gpt_parameter_shapes(c);
+  EXPECT_EQ(shapes.at("h.0.mlp.c_fc.weight"), (Shape{24, 8}));
+  EXPECT_FALSE(shapes.count("h.0.mlp.router.weight"));
+  EXPECT_EQ(shapes.at("h.1.mlp.router.weight"), (Shape{4, 8}));
+  EXPECT_EQ(shapes.at("h.1.mlp.experts.3.c_fc.weight"), (Shape{12, 8}));
+  EXPECT_EQ(shapes.at("h.1.mlp.experts.3.c_proj.weight"), (Shape{8, 6}));
+  EXPECT_FALSE(shapes.count("h.1.mlp.c_fc.weight"));
+  int64_t total = 0;
+  for (const auto& [name, s] : shapes) total += numel(s);
+  EXPECT_EQ(c.num_parameters(), total);
+  Gpt model(c, 1);
+  EXPECT_EQ(model.num_parameters(), total);
+  // Block 1: attention 8*24 + 8*8, router 4*8, 4 experts of 12*8 + 8*6, two
+  // RMSNorms of 8.
+  EXPECT_EQ(c.block_parameters(1), 8 * 24 + 8 * 8 + 4 * 8 + 4 * (12 * 8 + 8 * 6) + 2 * 8);
+  EXPECT_EQ(c.block_parameters(0), 8 * 24 + 8 * 8 + 24 * 8 + 8 * 12 + 2 * 8);
+  // Two of the four experts are active per token.
+  EXPECT_DOUBLE_EQ(c.active_parameter_count(), static_cast<double>(total - 2 * (12 * 8 + 8 * 6)));
+  // FLOPs: the dense model's, less its MLP on layer 1, plus the router and
+  // two experts per token, three times forward.
+  GptConfig dense = c;
+  dense.moe = {};
+  const double per_token = 3.0 * 2.0 * (8 * 4 + 2 * (12 * 8 + 8 * 6) - (24 * 8 + 8 * 12));
+  EXPECT_NEAR(c.training_flops(3) - dense.training_flops(3), 3 * c.seq_len * per_token, 1e-6);
+}
+
+TEST(MoeGpt, TrainsWithEveryExpertTakingAGradient) {
+  GptConfig c = moe_config(4, 2);
+  c.moe.aux_loss_coef = 0.01;
+  Gpt model(c, 7);
+  std::vector<int64_t> seq(17);
+  for (int64_t i = 0; i < 17; ++i) seq[static_cast<size_t>(i)] = (i * 5) % c.vocab_size;
+  std::vector<int64_t> in, out;
+  for (int64_t b = 0; b < 2; ++b) {
+    for (int64_t t = 0; t < 8; ++t) {
+      in.push_back(seq[static_cast<size_t>(b * 8 + t)]);
+      out.push_back(seq[static_cast<size_t>(b * 8 + t + 1)]);
+    }
+  }
+  const Tensor ids = from_vector(in, {2, 8}), targets = from_vector(out, {2, 8});
+  optim::AdamW opt(model.named_parameters(), {});
+  double first = 0, last = 0;
+  for (int step = 0; step < 30; ++step) {
+    ForwardContext ctx{true, 1, static_cast<uint64_t>(step)};
+    ctx.moe_stats = std::make_shared<MoeStats>();
+    const Tensor loss = model.loss(ids, targets, ctx);
+    autograd::backward({loss});
+    EXPECT_EQ(ctx.moe_stats->records, 2);  // each layer once
+    EXPECT_GT(ctx.moe_stats->mean_balance(), 0.0);
+    EXPECT_LE(ctx.moe_stats->mean_balance(), 2.0 + 1e-9);  // at most E / k
+    EXPECT_LE(ctx.moe_stats->max_load, 2.0 + 1e-9);        // a share of at most 1/k each
+    if (step == 0) {
+      for (const auto& [name, p] : model.named_parameters())
+        ASSERT_TRUE(p.grad().defined()) << name;
+      first = item(loss);
+    }
+    last = item(loss);
+    opt.step(1e-2);
+    model.zero_grad();
+  }
+  EXPECT_LT(last, first - 1.0);
+}
+
+TEST(MoeGpt, FullRecomputationGivesTheSameGradientsAndReportsOnce) {
+  GptConfig c = moe_config(4, 2);
+  c.moe.aux_loss_coef = 0.05;
+  const Tensor ids =
+      from_vector(std::vector<int64_t>{3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9, 3}, {2, 8});
+  const Tensor targets =
+      from_vector(std::vector<int64_t>{1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9, 3, 2}, {2, 8});
+  std::map<std::string, std::vector<double>> grads[2];
+  for (const Recompute r : {Recompute::None, Recompute::Full}) {
+    c.recompute = r;
+    Gpt model(c, 5);
+    ForwardContext ctx{true, 1, 0};
+    ctx.moe_stats = std::make_shared<MoeStats>();
+    autograd::backward({model.loss(ids, targets, ctx)});
+    EXPECT_EQ(ctx.moe_stats->records, 2) << recompute_string(r);
+    for (const auto& [name, p] : model.named_parameters())
+      grads[r == Recompute::Full][name] = to_double_vector(p.grad());
+  }
+  for (const auto& [name, g] : grads[0]) {
+    const auto& h = grads[1].at(name);
+    for (size_t i = 0; i < g.size(); ++i)
+      ASSERT_NEAR(g[i], h[i], 1e-6 + 1e-5 * std::abs(g[i])) << name;
+  }
+}
+
+}  // namespace
+}  // namespace triad::nn
