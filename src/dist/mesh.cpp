@@ -46,6 +46,11 @@ void MeshShape::validate(int world_size) const {
                       std::to_string(pp) + ", dp " + std::to_string(dp) + ")");
   }
   parse_order(order);
+  if (ep < 1 || dp % ep != 0) {
+    throw ConfigError("parallel.ep (" + std::to_string(ep) + ") must divide parallel.dp (" +
+                      std::to_string(dp) +
+                      "): expert parallelism shares experts among data-parallel ranks");
+  }
   if (static_cast<long long>(tp) * pp * dp != world_size) {
     throw ConfigError("world size (" + std::to_string(world_size) + ") must equal tp*pp*dp = " +
                       std::to_string(tp) + "*" + std::to_string(pp) + "*" + std::to_string(dp) +
@@ -111,6 +116,27 @@ std::vector<std::vector<int>> MeshShape::embedding_groups() const {
   return out;
 }
 
+std::vector<std::vector<int>> MeshShape::expert_groups() const {
+  std::vector<std::vector<int>> out;
+  for (const auto& g : groups(MeshDim::DP)) {
+    for (int b = 0; b < dp / ep; ++b)
+      out.emplace_back(g.begin() + b * ep, g.begin() + (b + 1) * ep);
+  }
+  return out;
+}
+
+std::vector<std::vector<int>> MeshShape::expert_data_groups() const {
+  std::vector<std::vector<int>> out;
+  for (const auto& g : groups(MeshDim::DP)) {
+    for (int j = 0; j < ep; ++j) {
+      std::vector<int> same;
+      for (int i = j; i < dp; i += ep) same.push_back(g[static_cast<size_t>(i)]);
+      out.push_back(same);
+    }
+  }
+  return out;
+}
+
 std::string tp_group_spanning_nodes(const MeshShape& shape, const NodeInfo& node) {
   for (const auto& g : shape.groups(MeshDim::TP)) {
     bool same = true;
@@ -158,17 +184,25 @@ DeviceMesh::DeviceMesh(ProcessGroupPtr world, MeshShape shape, TopologyPolicy po
       split_group(world_, emb >= 0 ? emb : static_cast<int>(shape_.embedding_groups().size()) + me,
                   "embedding");
   if (emb >= 0) embedding_ = g;
+  ep_ = split_group(world_, color_of(shape_.expert_groups()), "ep");
+  // (Without expert parallelism the experts' replicas are the data-parallel
+  // group itself: no communicator of their own.)
+  edp_ = shape_.ep == 1 ? dp_
+                        : split_group(world_, color_of(shape_.expert_data_groups()), "expert-dp");
 }
 
 void DeviceMesh::use_cuda(int device) {
   // The pipeline's neighbours exchange over links of their own, unless
   // TRIAD_NCCL_P2P_STREAMS=one keeps every call on the group's stream.
   const bool per_peer = nccl_p2p_streams_per_peer();
-  for (ProcessGroupPtr* g : {&tp_, &dp_, &pp_, &mp_, &embedding_}) {
+  for (ProcessGroupPtr* g : {&tp_, &dp_, &pp_, &mp_, &embedding_, &ep_, &edp_}) {
+    // (Without expert parallelism nothing uses the expert groups.)
+    if ((g == &edp_ || g == &ep_) && shape_.ep == 1) continue;
     NcclOptions options;
     options.p2p_streams_per_peer = g == &pp_ && per_peer;
     if (*g) *g = make_device_routed_group(*g, make_nccl_group(*g, device, options));
   }
+  if (shape_.ep == 1) edp_ = dp_;
 }
 
 }  // namespace triad::dist

@@ -392,15 +392,20 @@ int64_t GptConfig::block_parameters(int64_t layer) const {
   return block_parameters_in<int64_t>(*this, moe_layer(layer));
 }
 
-double GptConfig::active_parameter_count() const {
-  if (moe.experts == 0) return parameter_count();
-  // Each MoE layer's experts count k of E times.
-  const double E = static_cast<double>(moe.experts), k = static_cast<double>(moe.top_k);
+double GptConfig::expert_parameter_count() const {
+  if (moe.experts == 0) return 0.0;
   const double expert =
       static_cast<double>(d_model) * static_cast<double>(expert_fc_width() + expert_ffn());
   const double moe_layers =
       static_cast<double>(n_layer - static_cast<int64_t>(moe.dense_layers.size()));
-  return parameter_count() - moe_layers * (E - k) * expert;
+  return moe_layers * static_cast<double>(moe.experts) * expert;
+}
+
+double GptConfig::active_parameter_count() const {
+  // Each MoE layer's experts count k of E times.
+  if (moe.experts == 0) return parameter_count();
+  const double unused = 1.0 - static_cast<double>(moe.top_k) / static_cast<double>(moe.experts);
+  return parameter_count() - expert_parameter_count() * unused;
 }
 
 int64_t GptConfig::num_parameters() const {

@@ -108,6 +108,14 @@ class ExpertModule : public Module {
   std::shared_ptr<Linear> c_fc, c_proj;
 };
 
+// Modules registered under names of the caller's choosing.
+class NamedModules : public Module {
+ public:
+  void add(const std::string& name, std::shared_ptr<Module> m) {
+    register_module(name, std::move(m));
+  }
+};
+
 // A host vector as an index tensor (i64) on the host: the ops upload it
 // where they need it without waiting for the device.
 Tensor host_index(const std::vector<int64_t>& v) {
@@ -116,8 +124,11 @@ Tensor host_index(const std::vector<int64_t>& v) {
 
 }  // namespace
 
-MoeMlp::MoeMlp(const GptConfig& cfg, int64_t layer, int64_t shards)
-    : top_k_(cfg.moe.top_k),
+MoeMlp::MoeMlp(const GptConfig& cfg, int64_t layer, int64_t shards,
+               std::shared_ptr<const ExpertPlacement> placement)
+    : placement_(std::move(placement)),
+      experts_total_(cfg.moe.experts),
+      top_k_(cfg.moe.top_k),
       normalize_(cfg.moe.normalize_top_k),
       aux_coef_(cfg.moe.aux_loss_coef),
       activation_(cfg.activation) {
@@ -130,13 +141,21 @@ MoeMlp::MoeMlp(const GptConfig& cfg, int64_t layer, int64_t shards)
     throw ConfigError("model.moe.ffn_hidden_size (" + std::to_string(cfg.expert_ffn()) +
                       ") must be divisible by parallel.tp (" + std::to_string(shards) + ")");
   }
+  const int64_t first = placement_ ? placement_->first() : 0;
+  const int64_t count = placement_ ? placement_->count() : cfg.moe.experts;
+  if (first < 0 || count < 1 || first + count > cfg.moe.experts) {
+    throw ValueError("MoeMlp: experts [" + std::to_string(first) + ", " +
+                     std::to_string(first + count) + ") of a layer of " +
+                     std::to_string(cfg.moe.experts));
+  }
   const int64_t C = cfg.d_model;
   router_ = register_module("router", std::make_shared<Linear>(C, cfg.moe.experts, false));
-  auto list = register_module("experts", std::make_shared<ModuleList>());
-  for (int64_t e = 0; e < cfg.moe.experts; ++e) {
+  // Named by their index in the whole layer, held here or not.
+  auto list = register_module("experts", std::make_shared<NamedModules>());
+  for (int64_t e = first; e < first + count; ++e) {
     auto m = std::make_shared<ExpertModule>(C, cfg.expert_fc_width() / shards,
                                             cfg.expert_ffn() / shards);
-    list->append(m);
+    list->add(std::to_string(e), m);
     experts_.push_back({m->c_fc, m->c_proj});
   }
 }
@@ -189,14 +208,22 @@ Tensor MoeMlp::experts(const Tensor& x, const Tensor& probs, const ForwardContex
   const Tensor tokens = host_index(routing.token);
   const Tensor gates = cast(embedding(g, host_index(routing.assignment)), x.dtype());  // (M, 1)
   const Tensor rows = embedding(reshape(x, {N, C}), tokens);                           // (M, C)
-  std::vector<Tensor> outputs;
-  int64_t at = 0;
-  for (int64_t e = 0; e < E; ++e) {
-    const int64_t n = routing.rows[static_cast<size_t>(e)];
-    outputs.push_back(expert_forward(experts_[static_cast<size_t>(e)], narrow(rows, 0, at, n)));
-    at += n;
+  Tensor outputs;  // (M, C), in rows' order
+  if (placement_) {
+    outputs = placement_->run(rows, routing.rows, [this](int64_t i, const Tensor& x) {
+      return expert_forward(experts_.at(static_cast<size_t>(i)), x);
+    });
+  } else {
+    std::vector<Tensor> parts;
+    int64_t at = 0;
+    for (int64_t e = 0; e < E; ++e) {
+      const int64_t n = routing.rows[static_cast<size_t>(e)];
+      parts.push_back(expert_forward(experts_[static_cast<size_t>(e)], narrow(rows, 0, at, n)));
+      at += n;
+    }
+    outputs = concat(parts, 0);
   }
-  const Tensor weighted = mul(concat(outputs, 0), gates);
+  const Tensor weighted = mul(outputs, gates);
   Tensor out = reshape(index_add_rows(weighted, tokens, N), x.shape());
   if (ctx.training && autograd::grad_enabled() && aux_coef_ > 0 && probs.requires_grad()) {
     // The load-balancing loss, differentiable through P (the mean

@@ -50,6 +50,8 @@ struct LayerCost {
   double fwd_gemm = 0, fwd_mem = 0, fwd_tp = 0;
   double attn_gemm_fwd = 0, attn_mem_fwd = 0;  // the attention core (selective recompute redoes it)
   double bwd_input_gemm = 0, bwd_weight_gemm = 0, bwd_mem = 0, bwd_tp = 0;
+  // Expert parallelism's all-to-all exchanges (a mixture's layers).
+  double fwd_ep = 0, bwd_ep = 0;
   // Of bwd_tp, what hides behind the column-parallel layers' weight-gradient
   // GEMMs when B and W run together (each input gradient's collective runs
   // during its own layer's dW).
@@ -295,8 +297,24 @@ LayerCost layer_cost(const nn::GptConfig& m, const ClusterSpec& c, const Paralle
       if (p.sequence_parallel) L.fwd_tp += tp_reduce_scatter(tokens * E * 4.0, c, p);
     }
   }
+  if (moe && p.ep > 1) {
+    // Expert parallelism: each exchange sends the rank's k rows per token
+    // (whole width, fp16) to the experts' holders, all but 1/ep of them
+    // away, over NVLink while the ep ranks (tp apart) share a node, else
+    // over the GPU's share of the NICs; two forward (there and back), two
+    // backward.
+    const double rows = tokens * k * h * kFp16;
+    const bool in_node = static_cast<long long>(p.tp) * p.ep <= c.gpus_per_node;
+    const double exchange = (p.ep - 1.0) / p.ep * rows /
+                                ((in_node ? c.intra_bandwidth : c.inter_bandwidth_per_gpu()) *
+                                 c.collective_efficiency) +
+                            (p.ep - 1.0) * (in_node ? c.intra_latency : c.inter_latency);
+    L.fwd_ep = 2.0 * exchange;
+    L.bwd_ep = 2.0 * exchange;
+  }
   if (!training.backward) {
     L.bwd_input_gemm = L.bwd_weight_gemm = L.bwd_mem = L.bwd_tp = L.bwd_tp_hidden = 0;
+    L.bwd_ep = 0;
     L.backward = false;
   }
   return L;
@@ -460,7 +478,8 @@ std::string ParallelConfig::str() const {
   return "tp=" + std::to_string(tp) + " pp=" + std::to_string(pp) + " dp=" + std::to_string(dp) +
          " vpp=" + std::to_string(vpp) + " mb=" + std::to_string(micro_batch) +
          " recompute=" + recompute_name(recompute) + " sp=" + (sequence_parallel ? "on" : "off") +
-         " zero1=" + (zero1 ? "on" : "off") + " " + pipeline::schedule_name(schedule) +
+         " zero1=" + (zero1 ? "on" : "off") + (ep > 1 ? " ep=" + std::to_string(ep) : "") + " " +
+         pipeline::schedule_name(schedule) +
          ((schedule == pipeline::ScheduleKind::ZbAuto || schedule == pipeline::ScheduleKind::ZbV) &&
                   zb_max_in_flight > 0
               ? " max-in-flight=" + std::to_string(zb_max_in_flight)
@@ -495,6 +514,14 @@ void check_config(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int gl
                            "must be divisible by tp (" + std::to_string(p.tp) +
                                "), or divide it: each rank holds whole key/value heads, or "
                                "shares one"));
+  }
+  if (p.ep < 1 || p.dp % p.ep != 0) {
+    throw ConfigError(need("ep", p.ep, "must divide dp (" + std::to_string(p.dp) + ")"));
+  }
+  if (p.ep > 1 && (m.moe.experts == 0 || m.moe.experts % p.ep != 0)) {
+    throw ConfigError(need("ep", p.ep,
+                           "needs a mixture of experts whose experts (" +
+                               std::to_string(m.moe.experts) + ") it divides"));
   }
   if (m.moe.experts > 0 && m.expert_ffn() % p.tp != 0) {
     throw ConfigError(need("moe.ffn_hidden_size", m.expert_ffn(),
@@ -609,20 +636,21 @@ Estimate price(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int globa
   const Recompute recompute =
       flash && p.recompute == Recompute::Selective ? Recompute::None : p.recompute;
   struct Layer {
-    double f, bi, bw;      // the pipeline's passes
-    double gemm, mem, tp;  // the breakdown (forward + backward + recomputation)
-    double tp_hidden;      // of tp, hidden behind weight-gradient GEMMs
+    double f, bi, bw;          // the pipeline's passes
+    double gemm, mem, tp, ep;  // the breakdown (forward + backward + recomputation)
+    double tp_hidden;          // of tp, hidden behind weight-gradient GEMMs
   };
   auto layer_of = [&](const LayerCost& L) {
     Layer x;
     if (!L.backward) {  // forward only: nothing to recompute either
-      x.f = L.fwd_gemm + L.fwd_mem + L.fwd_tp;
+      x.f = L.fwd_gemm + L.fwd_mem + L.fwd_tp + L.fwd_ep;
       x.bi = x.bw = x.tp_hidden = 0;
-      x.gemm = L.fwd_gemm, x.mem = L.fwd_mem, x.tp = L.fwd_tp;
+      x.gemm = L.fwd_gemm, x.mem = L.fwd_mem, x.tp = L.fwd_tp, x.ep = L.fwd_ep;
       return x;
     }
-    x.f = L.fwd_gemm + L.fwd_mem + L.fwd_tp;
-    x.bi = L.bwd_input_gemm + 0.5 * L.bwd_mem + 0.5 * L.bwd_tp +
+    x.f = L.fwd_gemm + L.fwd_mem + L.fwd_tp + L.fwd_ep;
+    // (The exchanges' backward carries input gradients: B's.)
+    x.bi = L.bwd_input_gemm + 0.5 * L.bwd_mem + 0.5 * L.bwd_tp + L.bwd_ep +
            (recompute == Recompute::Full        ? x.f
             : recompute == Recompute::Selective ? L.attn_gemm_fwd + L.attn_mem_fwd
                                                 : 0.0);
@@ -635,6 +663,7 @@ Estimate price(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int globa
                                                   : 0);
     x.mem = L.fwd_mem + L.bwd_mem + (recompute == Recompute::Full ? L.fwd_mem : 0);
     x.tp = L.fwd_tp + L.bwd_tp + (recompute == Recompute::Full ? L.fwd_tp : 0);
+    x.ep = L.fwd_ep + L.bwd_ep + (recompute == Recompute::Full ? L.fwd_ep : 0);
     return x;
   };
   // A few kinds of layer: windowed and not (layer_cost reads the window of
@@ -659,6 +688,7 @@ Estimate price(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int globa
       const Layer& x = layers[static_cast<size_t>(i)];
       Layer& y = stage[st];
       y.f += x.f, y.bi += x.bi, y.bw += x.bw, y.gemm += x.gemm, y.mem += x.mem, y.tp += x.tp;
+      y.ep += x.ep;
       y.tp_hidden += x.tp_hidden;
     }
   }
@@ -689,6 +719,7 @@ Estimate price(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int globa
     e.memory_bound_time += y.mem;
     e.tp_comm_time += y.tp;
     e.tp_comm_hidden_time += y.tp_hidden;
+    e.ep_comm_time += y.ep;
   }
 
   // ---- pipeline point-to-point: one (b, s, h) activation, split over the TP
@@ -759,18 +790,27 @@ Estimate price(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int globa
   const double shared_kv =
       2.0 * static_cast<double>(m.head_dim()) * (h + (m.c_attn_bias() ? 1.0 : 0.0)) *
       (static_cast<double>(m.kv_heads_per_rank(p.tp)) - static_cast<double>(m.kv_heads()) / t);
-  // Each rank's blocks (a mixture's router whole on every TP rank).
-  double body = 0;
+  // Each rank's blocks (a mixture's router whole on every TP rank), and of
+  // them the experts (reduced over their own replicas under expert
+  // parallelism).
+  double body = 0, experts_held = 0;
   for (int r = 0; r < p.pp; ++r) {
-    double held = 0;
+    double held = 0, experts = 0;
     for (int ch = 0; ch < p.vpp; ++ch) {
       const int st = pipeline::stage_at(placement, p.pp, r, ch);
       for (int64_t i = stage_start[st]; i < stage_start[st] + counts[st]; ++i) {
         held += static_cast<double>(m.block_parameters(i)) / t + shared_kv;
-        if (m.moe_layer(i)) held += static_cast<double>(m.moe.experts) * h * (1.0 - 1.0 / t);
+        if (m.moe_layer(i)) {
+          held += static_cast<double>(m.moe.experts) * h * (1.0 - 1.0 / t);
+          // Expert parallelism: 1/ep of the experts.
+          const double all = static_cast<double>(m.moe.experts) * h *
+                             static_cast<double>(m.expert_fc_width() + m.expert_ffn()) / t;
+          held -= all * (1.0 - 1.0 / p.ep);
+          experts += all / p.ep;
+        }
       }
     }
-    body = std::max(body, held);
+    if (held > body) body = held, experts_held = experts;
   }
   // The token table on the first stage (and a tied copy, or an untied
   // head, on the last when pp > 1; one process, and ZB-V's first rank, hold
@@ -795,31 +835,40 @@ Estimate price(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int globa
   }
   // ---- data parallelism: fp32 gradient reduction (hierarchical: inside the
   // node over NVLink, then across nodes through each GPU's share of the NICs)
+  // (Under expert parallelism the experts' share of what trains reduces
+  // over the dp / ep ranks holding each, ep * tp ranks apart.)
+  const double expert_trained = params > 0 ? trained * experts_held / params : 0.0;
+  const double dense_trained = trained - expert_trained;
   if (p.dp > 1) {
-    const double grad_bytes = trained * 4.0;
-    const int in_node = std::max(1, std::min(p.dp, c.gpus_per_node / p.tp));
-    const int nodes = p.dp / in_node;
-    // A ring over the node's ranks, then one over the nodes; `fraction`: 2
-    // for an all-reduce, 1 for a reduce-scatter or all-gather.
-    auto hierarchical = [&](double bytes, double fraction) {
+    // A ring over the node's ranks, then one over the nodes, for `n` ranks
+    // `stride` GPUs apart; `fraction`: 2 for an all-reduce, 1 for a
+    // reduce-scatter or all-gather.
+    auto hierarchical = [&](double bytes, double fraction, int n, int stride) {
+      if (n <= 1) return 0.0;
+      const int in_node = std::max(1, std::min(n, c.gpus_per_node / stride));
+      const int nodes = n / in_node;
       return ring_time(bytes, fraction * (in_node - 1) / in_node, in_node, c.intra_bandwidth,
                        c.intra_latency, c.collective_efficiency) +
              ring_time(bytes / in_node, fraction * (nodes - 1) / std::max(nodes, 1), nodes,
                        c.inter_bandwidth_per_gpu(), c.inter_latency, c.collective_efficiency);
+    };
+    auto reduction = [&](double elements, double bytes_each, double fraction) {
+      return hierarchical((elements - expert_trained) * bytes_each, fraction, p.dp, p.tp) +
+             hierarchical(expert_trained * bytes_each, fraction, p.dp / p.ep, p.tp * p.ep);
     };
     // The reduction is overlapped with the last microbatch's backward when
     // the reducer allows.
     const double backward = rank_backward[busiest];
     const double forward = rank_work[busiest] - backward;
     if (!p.zero1) {
-      const double time = hierarchical(grad_bytes, 2.0);
+      const double time = reduction(trained, 4.0, 2.0);
       e.dp_comm_time = p.overlap_dp ? std::max(0.0, time - backward) : time;
     } else {
       // Reduce-scatter fp32 gradients (during backward), all-gather fp16
       // parameters after the step — with overlap_param_gather during the
       // next step's first forward pass, each part waiting for its own.
-      const double scatter = hierarchical(grad_bytes, 1.0);
-      const double gather = hierarchical(trained * kFp16, 1.0);
+      const double scatter = reduction(trained, 4.0, 1.0);
+      const double gather = reduction(trained, kFp16, 1.0);
       e.dp_comm_time =
           !p.overlap_dp ? scatter + gather
                         : std::max(0.0, scatter - backward) +
@@ -834,8 +883,10 @@ Estimate price(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int globa
                                c.collective_efficiency);
   }
   // Optimizer: AdamW streams fp32 master, moments and gradients, writes fp16 params.
-  e.optimizer_time =
-      trained / (p.zero1 ? p.dp : 1) * 30.0 / (c.memory_bandwidth * c.memory_efficiency);
+  // (ZeRO-1 shards the experts' over their dp / ep replicas.)
+  const double optimized =
+      p.zero1 ? dense_trained / p.dp + expert_trained / (p.dp / p.ep) : trained;
+  e.optimizer_time = optimized * 30.0 / (c.memory_bandwidth * c.memory_efficiency);
   e.step_time = e.pipeline_time + e.dp_comm_time + embedding_sync + e.optimizer_time;
 
   // ---- throughput
@@ -847,7 +898,7 @@ Estimate price(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int globa
   // ---- memory per GPU (Korthikanti et al. 2022 for activations)
   e.weights_bytes = params * 2.0;
   e.gradient_bytes = trained * 4.0;
-  e.optimizer_bytes = trained * 12.0 / (p.zero1 ? p.dp : 1);
+  e.optimizer_bytes = optimized * 12.0;
   const double sbh = s * b * h;
   // Attention's share beyond the 34 sbh of a layer: softmax output, dropout
   // mask and output of the (s x s) scores (5as/h), or with fused attention
@@ -930,6 +981,7 @@ std::string Estimate::json() const {
                    {"recompute", recompute_name(config.recompute)},
                    {"sequence_parallel", config.sequence_parallel},
                    {"zero1", config.zero1},
+                   {"ep", config.ep},
                    {"schedule", pipeline::schedule_name(config.schedule)},
                    {"stage_layers", config.stage_layers},
                    {"overlap_dp", config.overlap_dp},
@@ -952,6 +1004,7 @@ std::string Estimate::json() const {
                      {"memory_bound_per_microbatch_s", memory_bound_time},
                      {"tp_comm_per_microbatch_s", tp_comm_time},
                      {"tp_comm_hidden_per_microbatch_s", tp_comm_hidden_time},
+                     {"ep_comm_per_microbatch_s", ep_comm_time},
                      {"p2p_per_message_s", p2p_time},
                      {"dp_comm_s", dp_comm_time},
                      {"optimizer_s", optimizer_time},

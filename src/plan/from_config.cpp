@@ -39,6 +39,7 @@ PlannedRun planned_run(const train::Config& config, int gpus) {
                                                                      : Recompute::None;
   p.sequence_parallel = par.sequence_parallel;
   p.zero1 = par.zero == 1;
+  p.ep = par.ep;
   p.schedule =
       par.pp > 1 ? pipeline::schedule_from_name(par.schedule) : pipeline::ScheduleKind::OneFOneB;
   p.zb_max_in_flight = par.zb_max_in_flight;

@@ -551,6 +551,22 @@ void validate(const Config& c, bool min_lr_given) {
   if (c.parallel.sequence_parallel && c.parallel.tp == 1) {
     throw ConfigError("parallel.sequence_parallel needs parallel.tp > 1");
   }
+  if (c.parallel.ep > 1) {
+    if (c.model.moe.experts == 0) {
+      throw ConfigError("parallel.ep (" + std::to_string(c.parallel.ep) +
+                        ") shares a mixture's experts out, but model.moe is not set");
+    }
+    if (c.model.moe.experts % c.parallel.ep != 0) {
+      throw ConfigError("model.moe.experts (" + std::to_string(c.model.moe.experts) +
+                        ") must be divisible by parallel.ep (" + std::to_string(c.parallel.ep) +
+                        "): each expert-parallel rank holds an equal block of the experts");
+    }
+    if (c.parallel.dp > 0 && c.parallel.dp % c.parallel.ep != 0) {
+      throw ConfigError("parallel.ep (" + std::to_string(c.parallel.ep) +
+                        ") must divide parallel.dp (" + std::to_string(c.parallel.dp) +
+                        "): expert parallelism shares experts among data-parallel ranks");
+    }
+  }
   if (c.parallel.sequence_parallel && c.model.seq_len % c.parallel.tp != 0) {
     throw ConfigError("model.seq_len (" + std::to_string(c.model.seq_len) +
                       ") must be divisible by parallel.tp (" + std::to_string(c.parallel.tp) +
@@ -1177,6 +1193,7 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
           vpp_given = true;
         }}},
       {"dp", {false, [&](auto& v, auto& k) { c.parallel.dp = positive_int(v, k, 1); }}},
+      {"ep", {false, [&](auto& v, auto& k) { c.parallel.ep = positive_int(v, k, 1); }}},
       {"sequence_parallel",
        {false, [&](auto& v, auto& k) { c.parallel.sequence_parallel = get_bool(v, k); }}},
       {"schedule", {false, [&](auto& v, auto& k) { c.parallel.schedule = get_string(v, k); }}},
@@ -1477,6 +1494,7 @@ std::string to_yaml(const Config& c) {
   e << YAML::Key << "tp" << YAML::Value << p.tp << YAML::Key << "pp" << YAML::Value << p.pp;
   e << YAML::Key << "vpp" << YAML::Value << p.vpp;
   if (p.dp > 0) e << YAML::Key << "dp" << YAML::Value << p.dp;
+  if (p.ep > 1) e << YAML::Key << "ep" << YAML::Value << p.ep;
   e << YAML::Key << "sequence_parallel" << YAML::Value << p.sequence_parallel;
   e << YAML::Key << "schedule" << YAML::Value << p.schedule << YAML::Key << "order" << YAML::Value
     << p.order;

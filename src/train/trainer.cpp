@@ -103,7 +103,9 @@ void check_training_state_fits(const Config& config, int dp, Device device, int 
   const double optimizer = (half ? 12.0 : 8.0) / (config.parallel.zero == 1 ? dp : 1);
   const double per_parameter = (half ? 2.0 : 4.0) + 4.0 + optimizer;
   const double ranks = static_cast<double>(config.parallel.tp) * config.parallel.pp;
-  const double count = config.model.parameter_count();
+  // (Expert parallelism shares the experts out among ep ranks.)
+  const double count = config.model.parameter_count() -
+                       config.model.expert_parameter_count() * (1.0 - 1.0 / config.parallel.ep);
   // A frozen parameter (train.freeze) holds its weight only.
   double frozen = 0;
   if (!config.train.freeze.empty()) {
@@ -242,7 +244,7 @@ Trainer::Trainer(Config config, dist::ProcessGroupPtr world)
                       std::to_string(par.pp) + " = " + std::to_string(tp_pp));
   }
   dp_ = par.dp > 0 ? par.dp : world_size / tp_pp;
-  dist::MeshShape shape{par.tp, par.pp, dp_, par.order};
+  dist::MeshShape shape{par.tp, par.pp, dp_, par.order, par.ep};
   shape.validate(world_size);
   check_batch(config_, dp_);
   ramp_ = config_.train.batch_ramp();
@@ -288,7 +290,7 @@ Trainer::Trainer(Config config, dist::ProcessGroupPtr world)
       }
       pp_model_ = std::make_unique<pipeline::PipelineModel>(
           config_.model, seed,
-          pipeline::PipelineGroups{mesh_->tp(), mesh_->pp(), mesh_->embedding()},
+          pipeline::PipelineGroups{mesh_->tp(), mesh_->pp(), mesh_->embedding(), mesh_->ep()},
           par.sequence_parallel, par.vpp, stage_layers_,
           pipeline::placement_of(pipeline::schedule_from_name(par.schedule)));
       const int m = static_cast<int>(config_.train.global_batch_size /
@@ -319,8 +321,9 @@ Trainer::Trainer(Config config, dist::ProcessGroupPtr world)
         }
       }
     } else {
-      tp_model_ = std::make_unique<tp::TensorParallelGpt>(config_.model, seed, mesh_->tp(),
-                                                          par.sequence_parallel);
+      tp_model_ = std::make_unique<tp::TensorParallelGpt>(
+          config_.model, seed, mesh_->tp(), par.sequence_parallel,
+          tp::StagePlan::whole(config_.model.n_layer), mesh_->ep());
       if (!config_.init_from.empty()) {
         // One block of the file at a time, each rank cutting its shards.
         read_init_weights(nullptr,
@@ -452,8 +455,19 @@ Trainer::Trainer(Config config, dist::ProcessGroupPtr world)
     } else if (tp_model_) {
       note(*tp_model_);
     }
+    // Under expert parallelism an expert's replicas are the expert-data-
+    // parallel ranks, and its gradient already sums ep ranks' tokens.
+    dp::GradientReducer::OtherReplicas experts;
+    if (par.ep > 1) {
+      experts.group = mesh_->expert_dp();
+      experts.divisor = par.ep;
+      for (const auto& [name, p] : trainable_parameters()) {
+        if (tp::TensorParallelGpt::is_expert(name)) experts.names.insert(name);
+      }
+    }
     reducer_ = std::make_unique<dp::GradientReducer>(trainable_parameters(), mesh_->dp(),
-                                                     par.bucket_mb * 1e6, par.zero == 1, late);
+                                                     par.bucket_mb * 1e6, par.zero == 1, late,
+                                                     std::move(experts));
     // ZeRO-1 clipping sums squares over the whole world: split parameters
     // on every TP rank, replicated ones on TP rank 0 only, the tied
     // embedding on the first stage only.
@@ -577,6 +591,8 @@ std::map<std::string, std::string> Trainer::layout() const {
                     (m.kv_heads() != m.n_head ? " kv " + std::to_string(m.kv_heads()) : "") +
                     " vocab " + std::to_string(m.vocab_size) + " seq " +
                     std::to_string(m.seq_len)}};
+  // Expert parallelism (without it no key, as below).
+  if (p.ep > 1) out["ep"] = std::to_string(p.ep);
   // LoRA's adapters and their scale (a checkpoint read as a model merges
   // them with it). Without them no key: earlier checkpoints' layouts read
   // the same.
@@ -762,7 +778,7 @@ int64_t Trainer::load_checkpoint() {
     const auto metadata = load_resharded(*info);
     std::string from;
     for (const char* key :
-         {"world", "tp", "pp", "dp", "vpp", "zero", "sequence_parallel", "precision"}) {
+         {"world", "tp", "pp", "dp", "ep", "vpp", "zero", "sequence_parallel", "precision"}) {
       auto it = info->layout.find(key);
       if (it != info->layout.end())
         from += std::string(from.empty() ? "" : ", ") + key + " " + it->second;
@@ -1536,10 +1552,33 @@ void Trainer::evaluate_into(StepMetrics& m) {
   }
 }
 
-std::vector<double> Trainer::row_losses(const std::vector<data::Batch>& batches,
+std::vector<double> Trainer::row_losses(const std::vector<data::Batch>& given,
                                         std::vector<bool>* greedy) {
   autograd::InferenceGuard inference;
-  if (pp_model_) return executor_->row_losses(batches, greedy);
+  // Under expert parallelism the ranks of an expert-parallel group run their
+  // MoE layers together: each runs as many batches as the group's busiest,
+  // the ones added (a row of padding, scoring nothing) dropped after.
+  std::vector<data::Batch> padded;
+  const std::vector<data::Batch>& batches = [&]() -> const std::vector<data::Batch>& {
+    if (!mesh_ || config_.parallel.ep == 1) return given;
+    Tensor most =
+        from_vector(std::vector<double>{static_cast<double>(given.size())}, {1}, DType::F64);
+    mesh_->ep()->all_reduce(most, dist::ReduceOp::Max)->wait();
+    padded = given;
+    const int64_t T = config_.model.seq_len;
+    while (static_cast<double>(padded.size()) < item(most)) {
+      padded.push_back({zeros({1, T}, DType::I64), full({1, T}, -100, DType::I64)});
+    }
+    return padded;
+  }();
+  const auto scored = [&](std::vector<double> losses) {
+    size_t rows = 0;
+    for (const data::Batch& b : given) rows += static_cast<size_t>(b.inputs.size(0));
+    losses.resize(rows);
+    if (greedy) greedy->resize(rows);
+    return losses;
+  };
+  if (pp_model_) return scored(executor_->row_losses(batches, greedy));
   if (greedy) greedy->clear();
   const nn::ForwardContext no_dropout{false, config_.train.seed, 0};
   std::vector<double> out;
@@ -1579,7 +1618,7 @@ std::vector<double> Trainer::row_losses(const std::vector<data::Batch>& batches,
     for (Tensor& l : losses) l = reshape(cast(l, DType::F64), {1});
     for (const double v : to_double_vector(concat(losses, 0))) out.push_back(v);  // one read
   }
-  return out;
+  return scored(std::move(out));
 }
 
 StepMetrics::ChoiceScores Trainer::evaluate_choices(size_t set) {
@@ -1612,7 +1651,9 @@ StepMetrics::ChoiceScores Trainer::evaluate_choices(size_t set) {
       }
     }
     t = tally_choices(questions, means);
-  } else if (!questions.empty()) {  // (more data-parallel ranks than questions leave some none)
+  } else if (!questions.empty() || config_.parallel.ep > 1) {
+    // (More data-parallel ranks than questions leave some none; under expert
+    // parallelism those run padding with their group.)
     std::vector<nn::ContinuationRequest> all;
     for (const auto& q : questions) all.insert(all.end(), q.choices.begin(), q.choices.end());
     const RequestRows rows = scoring_rows(all);
@@ -1657,7 +1698,7 @@ StepMetrics::LambadaScores Trainer::evaluate_lambada(size_t set) {
   if (reducer_) reducer_->wait_gathers();
   const std::vector<nn::ContinuationRequest>& texts = lambada_[set].texts;
   LambadaTally t;
-  if (!texts.empty()) {  // (more data-parallel ranks than texts leave some none)
+  if (!texts.empty() || config_.parallel.ep > 1) {  // (as evaluate_choices)
     const RequestRows rows = scoring_rows(texts);
     std::vector<bool> greedy;
     const std::vector<double> losses = row_losses(rows.batches, &greedy);
@@ -1737,13 +1778,22 @@ int64_t Trainer::val_tokens() const {
 void Trainer::gather_model_each(
     const std::function<void(const std::string&, const Tensor&)>& take) const {
   if (reducer_) reducer_->wait_gathers();
+  // The first data-parallel replica gives the model; under expert
+  // parallelism its expert-parallel group (the first ep data-parallel
+  // ranks), whose experts each holder sends the others.
+  const bool gives = mesh_ && mesh_->dp_rank() < config_.parallel.ep;
   if (pp_model_) {
-    pp_model_->gather_each(mesh_->dp_rank() == 0, mesh_->tp_rank() == 0 && mesh_->dp_rank() == 0,
-                           take);
+    pp_model_->gather_each(gives, mesh_->tp_rank() == 0 && mesh_->dp_rank() == 0, take);
   } else if (tp_model_) {
-    if (mesh_->dp_rank() == 0) {
-      // Collective over the TP group: every rank joins every tensor.
-      for (const auto& [name, p] : parameters()) take(name, tp_model_->full_tensor(name, true));
+    if (gives) {
+      // Collective over the TP group (and the expert-parallel group): every
+      // rank joins every tensor.
+      std::map<std::string, Shape> names = tp_model_->full_shapes();
+      names.insert(tp_model_->others_experts().begin(), tp_model_->others_experts().end());
+      for (const auto& [name, shape] : names) {
+        const Tensor t = tp_model_->full_tensor(name, true);
+        if (mesh_->dp_rank() == 0) take(name, t);
+      }
     }
   } else {
     for (const auto& [name, p] : parameters()) take(name, p);
@@ -1932,6 +1982,12 @@ std::vector<StepMetrics> Trainer::run() {
                             ? ", ZeRO-1 (parameter all-gathers overlap the next forward)"
                             : ", ZeRO-1")
                      : "");
+    if (par.ep > 1) {
+      spdlog::info(
+          "expert parallel: ep {}: each of {} data-parallel ranks holds {} of the {} "
+          "experts of every MoE layer, tokens exchanged all-to-all",
+          par.ep, par.ep, config_.model.moe.experts / par.ep, config_.model.moe.experts);
+    }
     if (config_.model.kv_heads() < par.tp) {
       spdlog::info("tensor parallel: each of the {} key/value heads is shared by {} ranks",
                    config_.model.kv_heads(), par.tp / config_.model.kv_heads());
@@ -2226,10 +2282,15 @@ std::vector<StepMetrics> Trainer::run() {
   if (pp_model_) {
     for (auto& [name, shape] : pp_model_->gather_order())
       layout.push_back({name, {shape, pp_model_->dtype()}});
+  } else if (tp_model_) {
+    // In name order, the experts other expert-parallel ranks hold included
+    // (gather_model_each's order).
+    std::map<std::string, Shape> shapes = tp_model_->full_shapes();
+    shapes.insert(tp_model_->others_experts().begin(), tp_model_->others_experts().end());
+    const DType dtype = parameters().front().second.dtype();
+    for (const auto& [name, shape] : shapes) layout.push_back({name, {shape, dtype}});
   } else {
-    const auto shapes = tp_model_ ? tp_model_->full_shapes() : std::map<std::string, Shape>{};
-    for (const auto& [name, p] : parameters())
-      layout.push_back({name, {tp_model_ ? shapes.at(name) : p.shape(), p.dtype()}});
+    for (const auto& [name, p] : parameters()) layout.push_back({name, {p.shape(), p.dtype()}});
   }
   // LoRA: the file holds the model with its adapters merged in, under the
   // model's own names (what triad-generate, triad-export and Hugging Face

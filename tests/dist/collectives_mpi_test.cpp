@@ -206,6 +206,56 @@ TEST(Collectives, AllGatherUnevenPieces) {
   EXPECT_THROW(g_world->all_gather_uneven(in, out, more), ShapeError);
 }
 
+// An uneven all-to-all: rank a sends rank b (a + 2 b) % 3 rows of 2 (some
+// pieces empty, its own kept locally), each row saying who sent it to whom
+// (10 a + b) and its place;
+// every rank finds the rows it was sent, in rank order.
+TEST(Collectives, AllToAllUnevenPieces) {
+  const int P = g_world->size(), me = g_world->rank();
+  auto rows = [](int from, int to) { return static_cast<int64_t>((from + 2 * to) % 3); };
+  for (DType d : {DType::F32, DType::BF16, DType::I64}) {
+    SCOPED_TRACE(dtype_name(d));
+    std::vector<int64_t> send(P), recv(P);
+    std::vector<double> data;
+    for (int to = 0; to < P; ++to) {
+      send[to] = rows(me, to);
+      recv[to] = rows(to, me);
+      for (int64_t k = 0; k < send[to]; ++k) {
+        data.push_back(10 * me + to);  // (exact in bf16 up to 8 ranks)
+        data.push_back(static_cast<double>(k));
+      }
+    }
+    int64_t sent = 0, received = 0;
+    for (int r = 0; r < P; ++r) sent += send[r], received += recv[r];
+    Tensor in = to_device(from_vector(data, {sent, 2}, d), g_device);
+    Tensor out = zeros({received, 2}, d, g_device);
+    g_world->all_to_all(in, send, out, recv)->wait();
+    const std::vector<double> got = to_double_vector(out);
+    int64_t at = 0;
+    for (int from = 0; from < P; ++from) {
+      for (int64_t k = 0; k < recv[from]; ++k, ++at) {
+        ASSERT_EQ(got[static_cast<size_t>(2 * at)], 10 * from + me) << "row " << at;
+        ASSERT_EQ(got[static_cast<size_t>(2 * at + 1)], static_cast<double>(k)) << "row " << at;
+      }
+    }
+  }
+  // Counts that do not fit are refused locally, naming the numbers.
+  Tensor in = zeros({2, 3}, DType::F32, g_device), out = zeros({2, 3}, DType::F32, g_device);
+  std::vector<int64_t> two(P, 0);
+  two[me] = 2;
+  EXPECT_NO_THROW(g_world->all_to_all(in, two, out, two)->wait());
+  try {
+    g_world->all_to_all(in, std::vector<int64_t>(P + 1, 0), out, two);
+    FAIL() << "expected ValueError";
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("expected a count per rank"), std::string::npos)
+        << e.what();
+  }
+  std::vector<int64_t> one(P, 0);
+  one[me] = 1;
+  EXPECT_THROW(g_world->all_to_all(zeros({1, 3}, DType::F32, g_device), one, out, two), ValueError);
+}
+
 TEST(Collectives, ReduceScatterSplitsRowsUnevenly) {
   const int P = g_world->size(), me = g_world->rank();
   const int64_t rows = 2 * P + 1, cols = 2;  // not divisible by P

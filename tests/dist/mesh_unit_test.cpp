@@ -76,5 +76,28 @@ TEST(MeshShape, TensorParallelGroupsAcrossNodesAreNamed) {
   EXPECT_NE(across.find("[0@node0, 4@node1]"), std::string::npos) << across;
 }
 
+// Expert parallelism's groups inside the data-parallel ones: blocks of ep
+// consecutive data-parallel ranks exchange tokens, the ranks at the same
+// place of each block hold the same experts.
+TEST(MeshShape, ExpertGroupsSplitTheDataParallelOnes) {
+  MeshShape s{.tp = 2, .pp = 1, .dp = 4, .ep = 2};
+  s.validate(8);
+  EXPECT_EQ(s.expert_groups(), (std::vector<std::vector<int>>{{0, 2}, {4, 6}, {1, 3}, {5, 7}}));
+  EXPECT_EQ(s.expert_data_groups(),
+            (std::vector<std::vector<int>>{{0, 4}, {2, 6}, {1, 5}, {3, 7}}));
+  MeshShape none{.tp = 2, .pp = 2, .dp = 2};
+  EXPECT_EQ(none.expert_data_groups(), none.groups(MeshDim::DP));
+  for (const auto& g : none.expert_groups()) EXPECT_EQ(g.size(), 1u);
+  MeshShape odd{.tp = 1, .pp = 1, .dp = 6, .ep = 4};
+  try {
+    odd.validate(6);
+    FAIL() << "expected ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("parallel.ep (4) must divide parallel.dp (6)"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace triad::dist

@@ -1176,6 +1176,43 @@ TEST(PlannerFiles, ClusterAndModelFilesAreValidated) {
               std::string::npos)
         << e.what();
   }
+  // Expert parallelism over the data-parallel ranks: the experts' weights
+  // and optimizer state shared out (ZeRO-1 over their own replicas), two
+  // all-to-all exchanges each way per MoE layer, none without it.
+  ParallelConfig dp8 = layout(2, 1, 8, 1, Recompute::Selective);
+  dp8.zero1 = true;
+  ParallelConfig ep8 = dp8;
+  ep8.ep = 8;
+  const Estimate replicated = estimate(mixtral_4k, selene(), 16, 64, dp8),
+                 spread = estimate(mixtral_4k, selene(), 16, 64, ep8);
+  EXPECT_EQ(replicated.ep_comm_time, 0.0);
+  EXPECT_GT(spread.ep_comm_time, 0.0);
+  const double expert_weights = 2.0 * mixtral_4k.expert_parameter_count() / 2;  // fp16, tp 2
+  EXPECT_NEAR(replicated.weights_bytes - spread.weights_bytes, expert_weights * 7.0 / 8.0,
+              1e-6 * expert_weights);
+  EXPECT_NEAR(replicated.gradient_bytes - spread.gradient_bytes, 2.0 * expert_weights * 7.0 / 8.0,
+              1e-6 * expert_weights);
+  // (ZeRO-1 already shards the experts' optimizer state over dp: the same
+  // bytes either way; without it, 1/ep of the experts' state.)
+  EXPECT_NEAR(spread.optimizer_bytes, replicated.optimizer_bytes, 1e-6 * expert_weights);
+  ParallelConfig plain_ep = ep8;
+  plain_ep.zero1 = false;
+  ParallelConfig plain_dp = dp8;
+  plain_dp.zero1 = false;
+  EXPECT_NEAR(estimate(mixtral_4k, selene(), 16, 64, plain_dp).optimizer_bytes -
+                  estimate(mixtral_4k, selene(), 16, 64, plain_ep).optimizer_bytes,
+              6.0 * expert_weights * 7.0 / 8.0, 1e-6 * expert_weights);
+  EXPECT_NE(spread.config.str().find("ep=8"), std::string::npos);
+  EXPECT_NE(spread.json().find("\"ep_comm_per_microbatch_s\""), std::string::npos);
+  try {
+    ParallelConfig bad = dp8;
+    bad.ep = 3;
+    estimate(mixtral_4k, selene(), 16, 64, bad);
+    ADD_FAILURE() << "expected ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("ep (3) must divide dp (8)"), std::string::npos)
+        << e.what();
+  }
   const nn::GptConfig switched = parse_model_spec(
       "{n_layer: 4, n_head: 4, d_model: 8, vocab_size: 10, seq_len: 4, activation: swiglu, "
       "moe: {experts: 4, top_k: 1, ffn_hidden_size: 6, dense_layers: [0, 2]}}");

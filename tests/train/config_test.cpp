@@ -304,6 +304,17 @@ TEST(Config, MixtureOfExpertsParsesRoundTripsAndIsChecked) {
   expect_config_error(kValid, {"model.moe={experts: 4, dense_layers: 1}"},
                       "model.moe.dense_layers: expected a list of layer indices");
   expect_config_error(kValid, {"model.moe=8"}, "model.moe ('8') must be none, or a mapping");
+  // parallel.ep: a mixture's experts shared out among data-parallel ranks.
+  const Config ep = parse_config(kValid, {"model.moe={experts: 4}", "parallel.ep=2"});
+  EXPECT_EQ(ep.parallel.ep, 2);
+  EXPECT_EQ(parse_config(to_yaml(ep)).parallel.ep, 2);
+  EXPECT_EQ(parse_config(kValid).parallel.ep, 1);
+  expect_config_error(kValid, {"parallel.ep=2"},
+                      "parallel.ep (2) shares a mixture's experts out, but model.moe is not set");
+  expect_config_error(kValid, {"model.moe={experts: 4}", "parallel.ep=3"},
+                      "model.moe.experts (4) must be divisible by parallel.ep (3)");
+  expect_config_error(kValid, {"model.moe={experts: 4}", "parallel.ep=2", "parallel.dp=3"},
+                      "parallel.ep (2) must divide parallel.dp (3)");
 }
 
 TEST(Config, TrainingDataIsAPathOrAWeightedMixture) {
@@ -494,8 +505,8 @@ TEST(Config, ErrorsNameKeyValueAndRule) {
       kValid, {"train.lrr=1"},
       "unknown key 'train.lrr' (allowed in train: steps, epochs, global_batch_size");
   expect_config_error(kValid, {"pipeline.pp=2"}, "unknown top-level key 'pipeline'");
-  expect_config_error(kValid, {"parallel.ep=2"},
-                      "unknown key 'parallel.ep' (allowed in parallel: tp, pp, vpp, dp");
+  expect_config_error(kValid, {"parallel.cp=2"},
+                      "unknown key 'parallel.cp' (allowed in parallel: tp, pp, vpp, dp");
   expect_config_error(kValid, {"parallel.pp=3"},
                       "parallel.pp (3) must not exceed model.n_layer (2)");
   expect_config_error(

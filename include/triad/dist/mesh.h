@@ -21,6 +21,10 @@ struct MeshShape {
   int pp = 1;
   int dp = 1;
   std::string order = "tp-dp-pp";
+  // Expert parallelism: blocks of `ep` consecutive data-parallel ranks
+  // (same tp and pp rank) share a mixture's experts out among themselves;
+  // must divide dp.
+  int ep = 1;
 
   int world() const { return tp * pp * dp; }
   // Throws ConfigError naming the numbers: sizes >= 1, world == tp*pp*dp,
@@ -40,6 +44,15 @@ struct MeshShape {
   // {first, last} stage of each pipeline (just the rank when pp == 1), for
   // the tied input/output embedding.
   std::vector<std::vector<int>> embedding_groups() const;
+  // Expert parallelism's groups, each inside a data-parallel group (its
+  // ranks in data-parallel order): the expert-parallel groups, ep
+  // consecutive data-parallel ranks exchanging tokens (for 8 ranks, tp=2,
+  // dp=4, ep=2: [0,2] [4,6] [1,3] [5,7]); and the expert-data-parallel
+  // groups, the dp/ep ranks holding the same experts, which reduce their
+  // gradients ([0,4] [2,6] [1,5] [3,7]). Single ranks when ep == 1 (the
+  // whole data-parallel groups for the second).
+  std::vector<std::vector<int>> expert_groups() const;
+  std::vector<std::vector<int>> expert_data_groups() const;
 };
 
 // What to do when a tensor-parallel group spans nodes.
@@ -65,13 +78,17 @@ class DeviceMesh {
   const ProcessGroupPtr& pp() const { return pp_; }
   const ProcessGroupPtr& model_parallel() const { return mp_; }
   const ProcessGroupPtr& embedding() const { return embedding_; }  // may be null
+  const ProcessGroupPtr& ep() const { return ep_; }
+  const ProcessGroupPtr& expert_dp() const { return edp_; }
+  int ep_rank() const { return ep_->rank(); }
   int tp_rank() const { return coords_[0]; }
   int dp_rank() const { return coords_[1]; }
   int pp_rank() const { return coords_[2]; }
   const NodeInfo& node() const { return node_; }
   // The CUDA device this rank should use: its rank within the node.
   int local_device() const { return node_.local_rank; }
-  // GPU training: gives every group (tp, dp, pp, model-parallel, embedding)
+  // GPU training: gives every group (tp, dp, pp, model-parallel, embedding,
+  // the expert groups)
   // an NCCL communicator on `device` and routes CUDA tensors through it,
   // host tensors through MPI as before. Collective over the world; every
   // rank creates its groups' communicators in the same order.
@@ -82,7 +99,7 @@ class DeviceMesh {
   MeshShape shape_;
   std::array<int, 3> coords_{};
   NodeInfo node_;
-  ProcessGroupPtr tp_, dp_, pp_, mp_, embedding_;
+  ProcessGroupPtr tp_, dp_, pp_, mp_, embedding_, ep_, edp_;
 };
 
 }  // namespace triad::dist

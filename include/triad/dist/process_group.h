@@ -84,6 +84,16 @@ class ProcessGroup {
   virtual WorkPtr recv(Tensor& tensor, int src, int tag = 0) = 0;
   // Posts all operations at once; the Work completes when all have.
   virtual WorkPtr batch_isend_irecv(const std::vector<P2POp>& ops) = 0;
+  // An uneven all-to-all along dim 0: this rank sends send_counts[r] rows of
+  // input (the pieces in rank order) to rank r, and output receives, in rank
+  // order, the recv_counts[r] rows each rank r sends it. The ranks'
+  // counts must agree (rank a's send_counts[b] is rank b's recv_counts[a]);
+  // the caller exchanges them beforehand. input and output contiguous, of
+  // one dtype and row width, with sum(send_counts) and sum(recv_counts)
+  // rows. The default posts one batch of point-to-point calls
+  // (batch_isend_irecv) and copies this rank's own piece where it is.
+  virtual WorkPtr all_to_all(const Tensor& input, const std::vector<int64_t>& send_counts,
+                             Tensor& output, const std::vector<int64_t>& recv_counts);
   virtual WorkPtr barrier() = 0;
   // Whether point-to-point calls with `peer` run on a link of their own, in
   // order among themselves only (the NCCL pipeline group's neighbours,

@@ -326,6 +326,9 @@ struct GptConfig {
   // of each MoE layer rather than all of them (parameter_count() without
   // model.moe).
   double active_parameter_count() const;
+  // The experts' weights of every MoE layer (0 without model.moe): what
+  // expert parallelism shares out among its ranks.
+  double expert_parameter_count() const;
   // Model FLOPs of training on `sequences` sequences of seq_len tokens: the
   // PTD-P paper's count (every matrix product, attention over all s^2
   // scores, the head; backward twice forward, plus a forward again under

@@ -55,6 +55,25 @@ struct MoeStats {
   double mean_balance() const { return records ? balance_sum / static_cast<double>(records) : 0; }
 };
 
+// Where a mixture's experts run: all on this rank (no placement), or
+// spread over the ranks of an expert-parallel group, each holding a
+// contiguous block of them (parallel/expert/dispatch.h moves each expert's
+// rows to its rank and the outputs back).
+class ExpertPlacement {
+ public:
+  virtual ~ExpertPlacement() = default;
+  // The experts this rank holds: [first(), first() + count()).
+  virtual int64_t first() const = 0;
+  virtual int64_t count() const = 0;
+  // The outputs for `rows` (M, C), grouped by expert (per_expert[e] rows
+  // for each of the E experts, in order; each at least 1), in their order.
+  // `expert(i, x)` runs this rank's i-th expert on the rows x it is given
+  // (this rank's rows for it and, over a group, the other ranks').
+  using RunExpert = std::function<Tensor(int64_t, const Tensor&)>;
+  virtual Tensor run(const Tensor& rows, const std::vector<int64_t>& per_expert,
+                     const RunExpert& expert) const = 0;
+};
+
 // A mixture-of-experts MLP (GptConfig::Moe): router.weight (E, C) and
 // experts.<e>.c_fc.weight (fc, C), experts.<e>.c_proj.weight (C, F), each
 // expert an MLP of the model's activation without biases, stored (out,
@@ -68,11 +87,15 @@ struct MoeStats {
 // Under tensor parallelism each of `shards` ranks holds 1/shards of every
 // expert's hidden units (c_fc's rows, by gate and up half when gated, and
 // c_proj's columns) and the whole router: experts() then returns this
-// rank's partial sum, which the caller reduces over the group.
+// rank's partial sum, which the caller reduces over the group. Under expert
+// parallelism (`placement`) the rank holds only its block of the experts
+// (under their global names) and runs them on every rank's rows for them.
 class MoeMlp : public Module {
  public:
-  MoeMlp(const GptConfig& cfg, int64_t layer, int64_t shards = 1);
-  int64_t num_experts() const { return static_cast<int64_t>(experts_.size()); }
+  MoeMlp(const GptConfig& cfg, int64_t layer, int64_t shards = 1,
+         std::shared_ptr<const ExpertPlacement> placement = nullptr);
+  // Every expert of the layer (E), held here or not.
+  int64_t num_experts() const { return experts_total_; }
   // The router's probabilities over the experts (N, E) for x (..., C) as N
   // tokens: softmax of x @ router^T, in f32 (f64 for f64 x).
   Tensor route(const Tensor& x) const;
@@ -95,7 +118,9 @@ class MoeMlp : public Module {
   };
   Tensor expert_forward(const Expert& e, const Tensor& x) const;
   std::shared_ptr<Linear> router_;
-  std::vector<Expert> experts_;
+  std::vector<Expert> experts_;  // this rank's, from placement_->first()
+  std::shared_ptr<const ExpertPlacement> placement_;
+  int64_t experts_total_;
   int64_t top_k_;
   bool normalize_;
   double aux_coef_;

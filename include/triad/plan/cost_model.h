@@ -33,6 +33,9 @@ struct ParallelConfig {
   Recompute recompute = Recompute::None;
   bool sequence_parallel = false;
   bool zero1 = false;
+  // Expert parallelism (parallel.ep): a mixture's experts shared out among
+  // ep data-parallel ranks (divides dp and model.moe.experts).
+  int ep = 1;
   pipeline::ScheduleKind schedule = pipeline::ScheduleKind::OneFOneB;
   // zb-auto, zb-v: microbatches a rank holds from F to W (0: pp), as in the trainer.
   int zb_max_in_flight = 0;
@@ -83,6 +86,7 @@ struct Estimate {
   double memory_bound_time = 0;    // ... of which memory-bound kernels (softmax, norms, ...)
   double tp_comm_time = 0;         // ... of which tensor-parallel collectives
   double tp_comm_hidden_time = 0;  // ... of those, hidden behind weight-gradient GEMMs
+  double ep_comm_time = 0;         // ... of which expert parallelism's all-to-all exchanges
   double p2p_time = 0;             // one activation transfer between stages
   double dp_comm_time = 0;         // gradient reduction (exposed part)
   double optimizer_time = 0;

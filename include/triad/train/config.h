@@ -81,6 +81,10 @@ struct ParallelSection {
   // `stage_layers: auto`: the split that balances the stages' work, the
   // head's included (pipeline::balanced_stage_layers); stage_layers empty.
   bool stage_layers_auto = false;
+  // Expert parallelism: each block of `ep` data-parallel ranks shares a
+  // mixture's experts out among itself, exchanging tokens all-to-all
+  // (model.moe; ep divides dp and model.moe.experts).
+  int ep = 1;
   int zero = 0;                   // 1: ZeRO-1 (optimizer state sharded over dp)
   std::string topology = "warn";  // a TP group spanning nodes: warn | refuse
   double bucket_mb = 25;          // gradient-reduction bucket size

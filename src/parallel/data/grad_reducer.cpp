@@ -27,7 +27,7 @@ int64_t round_up(int64_t n, int64_t multiple) {
 
 GradientReducer::GradientReducer(std::vector<std::pair<std::string, Tensor>> params,
                                  dist::ProcessGroupPtr group, double bucket_bytes, bool zero1,
-                                 std::set<std::string> late)
+                                 std::set<std::string> late, OtherReplicas others)
     : params_(std::move(params)), group_(std::move(group)), zero1_(zero1) {
   autograd::NoGradGuard ng;
   const size_t n = params_.size();
@@ -45,6 +45,13 @@ GradientReducer::GradientReducer(std::vector<std::pair<std::string, Tensor>> par
                               dtype_name(param_dtype) + " on " + device.str() + ")");
     }
   }
+  for (const std::string& name : others.names) {
+    if (!others.group || !(others.divisor >= 1.0)) {
+      throw ValueError("GradientReducer: parameters of other replicas ('" + name +
+                       "') need their group and a divisor >= 1");
+    }
+  }
+  const auto other = [&](size_t i) { return others.names.count(params_[i].first) > 0; };
   // Layout: reverse registration order (backward's order), late ones last.
   std::vector<size_t> order;
   for (size_t i = n; i-- > 0;) {
@@ -58,7 +65,7 @@ GradientReducer::GradientReducer(std::vector<std::pair<std::string, Tensor>> par
   // addresses); under ZeRO-1 every bucket spans a multiple of kAlign * dp,
   // so its pieces are equal (NCCL's reduce-scatter and all-gather rather
   // than per-rank reduces and broadcasts) and aligned. The gaps hold zeros.
-  const int64_t bucket_multiple = zero1_ ? kAlign * group_->size() : kAlign;
+  // (A bucket holds parameters of one group of replicas.)
   offset_.assign(n, 0);
   bucket_of_.assign(n, 0);
   const int64_t cap = std::max<int64_t>(1, static_cast<int64_t>(bucket_bytes / 4));
@@ -66,17 +73,21 @@ GradientReducer::GradientReducer(std::vector<std::pair<std::string, Tensor>> par
   const auto close_last_bucket = [&] {
     if (buckets_.empty()) return;
     Bucket& last = buckets_.back();
+    const int64_t bucket_multiple = zero1_ ? kAlign * last.group->size() : kAlign;
     last.end = last.begin + round_up(last.end - last.begin, bucket_multiple);
     total = last.end;
   };
   for (size_t i : order) {
     const bool is_late = late.count(params_[i].first) > 0;
-    if (buckets_.empty() || buckets_.back().late != is_late ||
+    const dist::ProcessGroupPtr& replicas = other(i) ? others.group : group_;
+    if (buckets_.empty() || buckets_.back().late != is_late || buckets_.back().group != replicas ||
         buckets_.back().end - buckets_.back().begin >= cap) {
       close_last_bucket();
       Bucket b;
       b.begin = b.end = total;
       b.late = is_late;
+      b.group = replicas;
+      b.scale = other(i) ? 1.0 / others.divisor : 1.0;
       buckets_.push_back(b);
     }
     Bucket& b = buckets_.back();
@@ -137,11 +148,11 @@ std::vector<int64_t> GradientReducer::bucket_lengths() const {
 }
 
 int64_t GradientReducer::piece_length(const Bucket& b) const {
-  return (b.end - b.begin) / group_->size();
+  return (b.end - b.begin) / b.group->size();
 }
 
 int64_t GradientReducer::piece_begin(const Bucket& b) const {
-  return b.begin + group_->rank() * piece_length(b);
+  return b.begin + b.group->rank() * piece_length(b);
 }
 
 void GradientReducer::on_ready(size_t i) {
@@ -163,14 +174,15 @@ void GradientReducer::on_ready(size_t i) {
 
 void GradientReducer::launch(Bucket& b) {
   Tensor view = range(flat_grad_, b.begin, b.end - b.begin);
+  if (b.scale != 1.0) scale_(view, b.scale);  // (the reduction is linear)
   if (!zero1_) {
-    b.work = group_->all_reduce(view, dist::ReduceOp::Avg);
+    b.work = b.group->all_reduce(view, dist::ReduceOp::Avg);
     return;
   }
   // In place: this rank's averaged piece lands where the optimizer reads it
   // (the rest of the bucket is left undefined until the next zero_grad).
   Tensor mine = range(flat_grad_, piece_begin(b), piece_length(b));
-  b.work = group_->reduce_scatter(view, mine, dist::ReduceOp::Avg);
+  b.work = b.group->reduce_scatter(view, mine, dist::ReduceOp::Avg);
 }
 
 void GradientReducer::finish() {
@@ -247,7 +259,7 @@ void GradientReducer::start_gather() {
     Bucket& b = buckets_[k];
     Tensor mine = range(flat_param_, piece_begin(b), piece_length(b));
     Tensor all = range(flat_param_, b.begin, b.end - b.begin);
-    b.gather = group_->all_gather(mine, all);
+    b.gather = b.group->all_gather(mine, all);
     ++pending_gathers_;
   }
 }

@@ -9,6 +9,7 @@
 #include "triad/nn/init.h"
 #include "triad/ops.h"
 #include "triad/optim/clip.h"
+#include "triad/parallel/expert/dispatch.h"
 #include "triad/parallel/tensor/mappings.h"
 
 namespace triad::tp {
@@ -48,16 +49,19 @@ TensorParallelGpt::TensorParallelGpt(const nn::GptConfig& cfg, uint64_t seed,
 
 TensorParallelGpt::TensorParallelGpt(const nn::GptConfig& cfg, uint64_t seed,
                                      dist::ProcessGroupPtr group, bool sequence_parallel,
-                                     StagePlan plan)
+                                     StagePlan plan, dist::ProcessGroupPtr experts)
     : cfg_(cfg), group_(std::move(group)), sp_(sequence_parallel), plan_(std::move(plan)) {
+  if (experts && experts->size() > 1) expert_group_ = std::move(experts);
   build(seed);
 }
 
 TensorParallelGpt::TensorParallelGpt(const nn::GptConfig& cfg, uint64_t seed,
                                      dist::ProcessGroupPtr group, bool sequence_parallel,
                                      StagePlan plan,
-                                     std::shared_ptr<VocabParallelEmbedding> embedding)
+                                     std::shared_ptr<VocabParallelEmbedding> embedding,
+                                     dist::ProcessGroupPtr experts)
     : cfg_(cfg), group_(std::move(group)), sp_(sequence_parallel), plan_(std::move(plan)) {
+  if (experts && experts->size() > 1) expert_group_ = std::move(experts);
   if (!embedding || !plan_.head || plan_.embedding || !cfg_.tie_embeddings) {
     throw ValueError(
         "TensorParallelGpt: a shared token embedding goes only to a last stage without the "
@@ -107,6 +111,13 @@ void TensorParallelGpt::build(uint64_t seed, std::shared_ptr<VocabParallelEmbedd
   }
   const bool gated = cfg_.gated_mlp();
   const int64_t C = cfg_.d_model;
+  if (expert_group_) {
+    if (cfg_.moe.experts == 0) {
+      throw ConfigError("parallel.ep (" + std::to_string(expert_group_->size()) +
+                        ") shares a mixture's experts out, but the model has none (model.moe)");
+    }
+    experts_ = std::make_shared<ep::ExpertParallel>(cfg_.moe.experts, expert_group_);
+  }
   if (plan_.embedding || (plan_.head && cfg_.tie_embeddings)) {
     wte_ = register_module("wte", embedding ? std::move(embedding)
                                             : std::make_shared<VocabParallelEmbedding>(
@@ -151,7 +162,7 @@ void TensorParallelGpt::build(uint64_t seed, std::shared_ptr<VocabParallelEmbedd
     if (cfg_.moe_layer(i)) {
       // Every expert split as the MLP is (c_fc's rows by half when gated,
       // c_proj's columns); the router whole on every rank.
-      L.moe = block->add("mlp", std::make_shared<nn::MoeMlp>(cfg_, i, t));
+      L.moe = block->add("mlp", std::make_shared<nn::MoeMlp>(cfg_, i, t, experts_));
     } else {
       auto mlp = block->add("mlp", std::make_shared<Container>());
       // SwiGLU's c_fc holds [gate | value]: each half split over the ranks,
@@ -192,7 +203,9 @@ void TensorParallelGpt::build(uint64_t seed, std::shared_ptr<VocabParallelEmbedd
       // The router's gradient: the same on every rank, or under sequence
       // parallelism each rank's tokens' part.
       specs_[p + "mlp.router.weight"] = ShardSpec::replicated(sp_);
-      for (int64_t e = 0; e < cfg_.moe.experts; ++e) {
+      const int64_t first = experts_ ? experts_->first() : 0;
+      const int64_t count = experts_ ? experts_->count() : cfg_.moe.experts;
+      for (int64_t e = first; e < first + count; ++e) {
         const std::string x = p + "mlp.experts." + std::to_string(e) + ".";
         specs_[x + "c_fc.weight"] = ShardSpec::along(0, gated ? 2 : 1);
         specs_[x + "c_proj.weight"] = ShardSpec::along(1);
@@ -245,6 +258,15 @@ void TensorParallelGpt::build(uint64_t seed, std::shared_ptr<VocabParallelEmbedd
   for (const auto& [i, L] : layers_) layer_ids.push_back(i);
   full_shapes_ =
       nn::gpt_parameter_shapes(cfg_, layer_ids, wte_ != nullptr, plan_.embedding, ln_f_ != nullptr);
+  // Experts other ranks of the expert-parallel group hold.
+  for (auto it = full_shapes_.begin(); it != full_shapes_.end();) {
+    if (is_expert(it->first) && !specs_.count(it->first)) {
+      others_experts_.insert(*it);
+      it = full_shapes_.erase(it);
+    } else {
+      ++it;
+    }
+  }
   // Layout-independent initialisation: cut each rank's shard from the full
   // initial value, a pure function of (seed, name, full shape), one tensor
   // at a time (a rank never holds more than one full tensor beyond its own
@@ -274,11 +296,22 @@ void TensorParallelGpt::load_full_state_dict(const nn::StateDict& full) {
   load_full_tensors(mine);
 }
 
+bool TensorParallelGpt::is_expert(const std::string& name) {
+  return name.find(".mlp.experts.") != std::string::npos;
+}
+
 void TensorParallelGpt::load_full_tensors(const nn::StateDict& part) {
   // Every tensor is checked before any parameter changes.
   for (const auto& [name, t] : part) {
     auto it = full_shapes_.find(name);
     if (it == full_shapes_.end()) {
+      if (auto other = others_experts_.find(name); other != others_experts_.end()) {
+        if (t.shape() != other->second) {
+          throw ShapeError("load_full_state_dict: '" + name + "' has shape " +
+                           shape_str(t.shape()) + ", expected " + shape_str(other->second));
+        }
+        continue;  // another expert-parallel rank's
+      }
       throw ValueError("load_full_tensors: '" + name + "' is not a parameter of this model");
     }
     if (t.shape() != it->second) {
@@ -287,6 +320,7 @@ void TensorParallelGpt::load_full_tensors(const nn::StateDict& part) {
     }
   }
   for (const auto& [name, t] : part) {
+    if (others_experts_.count(name)) continue;
     Tensor p = parameter(name, "load_full_tensors");
     copy_(p, specs_.at(name).cut(t, group_->rank(), group_->size()));
   }
@@ -318,13 +352,41 @@ Tensor TensorParallelGpt::join(const std::string& name, const Tensor& p, bool on
 nn::StateDict TensorParallelGpt::full_state_dict(bool on_host) const {
   autograd::NoGradGuard ng;
   nn::StateDict out;
-  for (const auto& [name, p] : named_parameters()) out[name] = join(name, p, on_host);
+  for (const auto& [name, p] : named_parameters()) {
+    if (!is_expert(name) || !expert_group_) out[name] = join(name, p, on_host);
+  }
+  // Every expert (the group's ranks in the same, name, order).
+  std::map<std::string, Shape> experts = others_experts_;
+  for (const auto& [name, shape] : full_shapes_) {
+    if (is_expert(name) && expert_group_) experts.emplace(name, shape);
+  }
+  for (const auto& [name, shape] : experts) out[name] = full_tensor(name, on_host);
   return out;
 }
 
 Tensor TensorParallelGpt::full_tensor(const std::string& name, bool on_host) const {
   autograd::NoGradGuard ng;
-  return join(name, parameter(name, "full_tensor"), on_host);
+  if (!expert_group_ || !is_expert(name))
+    return join(name, parameter(name, "full_tensor"), on_host);
+  // An expert under expert parallelism: its holder's tensor-parallel group
+  // joins it, and the holder sends it to the other ranks of its
+  // expert-parallel group (every rank of which has the same position in its
+  // own tensor-parallel group).
+  const auto other = others_experts_.find(name);
+  const bool mine = other == others_experts_.end();
+  if (mine && !full_shapes_.count(name))
+    throw ValueError("full_tensor: '" + name + "' is not a parameter of this model");
+  const Shape& shape = mine ? full_shapes_.at(name) : other->second;
+  const size_t at = name.find(".mlp.experts.") + std::string(".mlp.experts.").size();
+  const int64_t expert = std::stoll(name.substr(at));
+  const int holder = static_cast<int>(expert / experts_->count());
+  const auto params = parameters();
+  const DType dtype = params.empty() ? DType::F32 : params.front().dtype();
+  const Device device = params.empty() ? Device::cpu() : params.front().device();
+  Tensor t = mine ? contiguous(join(name, parameter(name, "full_tensor"), false)).detach()
+                  : empty(shape, dtype, device);
+  expert_group_->broadcast(t, holder)->wait();
+  return on_host && !t.device().is_cpu() ? to_device(t, Device::cpu()).detach() : t;
 }
 
 void TensorParallelGpt::reduce_partial_grads() const {
@@ -394,12 +456,16 @@ std::vector<std::pair<int64_t, int64_t>> TensorParallelGpt::repeated_elements(
 
 Tensor TensorParallelGpt::grad_norm_squared(bool count_embedding) const {
   autograd::NoGradGuard ng;
-  std::vector<Tensor> split, replicated;
+  std::vector<Tensor> split, replicated, experts;
   Device device = Device::cpu();
   for (const auto& [name, p] : named_parameters()) {
     device = p.device();
     Tensor g = p.grad();
     if (!g.defined() || (!count_embedding && name == "wte.weight")) continue;
+    if (expert_group_ && is_expert(name)) {  // this rank's block of the experts
+      experts.push_back(g);
+      continue;
+    }
     if (!specs_.at(name).split) {
       replicated.push_back(g);
       continue;
@@ -422,6 +488,15 @@ Tensor TensorParallelGpt::grad_norm_squared(bool count_embedding) const {
   // (NCCL on a GPU), replicated ones added once; nothing is read here.
   const Tensor split_t = optim::sum_of_squares_device(split);
   Tensor s = split_t.defined() ? reshape(split_t, {1}).detach() : zeros({1}, DType::F64, device);
+  if (expert_group_) {
+    // The experts' shards, summed over the expert-parallel group (each rank
+    // holds its own block) before the tensor-parallel sum.
+    const Tensor expert_t = optim::sum_of_squares_device(experts);
+    Tensor e =
+        expert_t.defined() ? reshape(expert_t, {1}).detach() : zeros({1}, DType::F64, device);
+    expert_group_->all_reduce(e, dist::ReduceOp::Sum)->wait();
+    s = add(s, e).detach();
+  }
   group_->all_reduce(s, dist::ReduceOp::Sum)->wait();
   const Tensor replicated_t = optim::sum_of_squares_device(replicated);
   return replicated_t.defined() ? add(s, reshape(replicated_t, {1})).detach() : s;

@@ -41,12 +41,25 @@ namespace triad::dp {
 // each bucket spans a multiple of kAlign * dp, so every rank's piece has the
 // same length (equal collectives) and an aligned start; the gaps are zeros
 // that belong to no parameter.
+// Parameters whose replicas are another group's ranks: a mixture's experts
+// under expert parallelism, held by the expert-data-parallel group (dp / ep
+// ranks). GradientReducer reduces their buckets over it (and, with zero1,
+// shards them over it), their average divided by `divisor` more: each
+// rank's gradient of an expert already sums the tokens of `divisor` ranks.
+struct OtherReplicas {
+  dist::ProcessGroupPtr group;
+  std::set<std::string> names;
+  double divisor = 1.0;
+};
+
 class GradientReducer {
  public:
   static constexpr int64_t kAlign = 16;  // elements: 64 bytes of f32 gradient
 
+  using OtherReplicas = dp::OtherReplicas;
   GradientReducer(std::vector<std::pair<std::string, Tensor>> params, dist::ProcessGroupPtr group,
-                  double bucket_bytes, bool zero1, std::set<std::string> late = {});
+                  double bucket_bytes, bool zero1, std::set<std::string> late = {},
+                  OtherReplicas others = {});
   ~GradientReducer();
   GradientReducer(const GradientReducer&) = delete;
   GradientReducer& operator=(const GradientReducer&) = delete;
@@ -111,7 +124,9 @@ class GradientReducer {
     int64_t begin = 0, end = 0;  // element range in the flat buffers
     std::vector<size_t> params;
     bool late = false;
-    int pending = 0;  // parameters still waiting for gradients this step
+    int pending = 0;              // parameters still waiting for gradients this step
+    dist::ProcessGroupPtr group;  // the replicas it reduces over
+    double scale = 1.0;           // the gradients' factor before the reduction
     dist::WorkPtr work;
     dist::WorkPtr gather;  // zero1: the parameters' all-gather, until waited for
   };

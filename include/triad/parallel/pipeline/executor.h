@@ -23,6 +23,9 @@ struct PipelineGroups {
   dist::ProcessGroupPtr tp;         // tensor-parallel group (size 1 without TP)
   dist::ProcessGroupPtr pp;         // this rank's pipeline, group rank = stage rank
   dist::ProcessGroupPtr embedding;  // first and last stage (null elsewhere)
+  // Expert parallelism's group (model.moe's experts shared out among its
+  // ranks); null or one rank: none.
+  dist::ProcessGroupPtr ep = nullptr;
 };
 
 // Layers of each of the p*v model stages: an even split, or an error naming

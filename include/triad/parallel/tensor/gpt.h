@@ -39,16 +39,22 @@ class TensorParallelGpt : public nn::Module {
  public:
   TensorParallelGpt(const nn::GptConfig& cfg, uint64_t seed, dist::ProcessGroupPtr group,
                     bool sequence_parallel);
-  // One pipeline stage of the model (parameter names stay global).
+  // One pipeline stage of the model (parameter names stay global). With
+  // `experts`, an expert-parallel group of more than one rank, a mixture's
+  // experts are shared out among its ranks (ep::ExpertParallel): this rank
+  // holds its block of each MoE layer's experts, and the ranks exchange
+  // tokens in every forward and backward pass of those layers.
   TensorParallelGpt(const nn::GptConfig& cfg, uint64_t seed, dist::ProcessGroupPtr group,
-                    bool sequence_parallel, StagePlan plan);
+                    bool sequence_parallel, StagePlan plan,
+                    dist::ProcessGroupPtr experts = nullptr);
   // A last stage whose tied head uses `embedding`, the token embedding of
   // the first stage held by the same rank (ZB-V's V placement): one tensor,
   // whose gradient sums both uses, under one name. ValueError unless the
   // plan is a head without the embedding and the model ties them.
   TensorParallelGpt(const nn::GptConfig& cfg, uint64_t seed, dist::ProcessGroupPtr group,
                     bool sequence_parallel, StagePlan plan,
-                    std::shared_ptr<VocabParallelEmbedding> embedding);
+                    std::shared_ptr<VocabParallelEmbedding> embedding,
+                    dist::ProcessGroupPtr experts = nullptr);
   const StagePlan& plan() const { return plan_; }
   const nn::GptConfig& config() const { return cfg_; }
   const dist::ProcessGroupPtr& group() const { return group_; }
@@ -81,20 +87,32 @@ class TensorParallelGpt : public nn::Module {
   Tensor head_logits(const Tensor& hidden, int64_t start = 0, int64_t length = -1) const;
 
   const std::map<std::string, ShardSpec>& shard_specs() const { return specs_; }
+  // The full shapes of the parameters this rank holds (its shards').
   const std::map<std::string, Shape>& full_shapes() const { return full_shapes_; }
+  // The experts of this part of the model that other ranks of the
+  // expert-parallel group hold (empty without expert parallelism).
+  const std::map<std::string, Shape>& others_experts() const { return others_experts_; }
+  // Whether `name` is a mixture's expert weight (held here or not).
+  static bool is_expert(const std::string& name);
+  // The expert-parallel group (null without expert parallelism).
+  const dist::ProcessGroupPtr& expert_group() const { return expert_group_; }
   // Loads full (unsharded) tensors, each rank cutting its shard.
   void load_full_state_dict(const nn::StateDict& full);
   // The same for some of the parameters (a reader's part: one block); the
-  // others keep their values. A name that is not a parameter is an error.
+  // others keep their values, and experts another rank holds are passed
+  // over. A name that is not a parameter is an error.
   void load_full_tensors(const nn::StateDict& part);
-  // Gathers every shard into the full tensors (collective over the group),
-  // on the parameters' device, or on the host (`on_host`: each tensor
-  // leaves the device as soon as it is joined, so the device never holds
-  // more than one full tensor at a time).
+  // Gathers every shard into the full tensors (collective over the group,
+  // and for a mixture's experts under expert parallelism over the
+  // expert-parallel group too: every expert of this part of the model
+  // reaches every rank), on the parameters' device, or on the host
+  // (`on_host`: each tensor leaves the device as soon as it is joined, so
+  // the device never holds more than one full tensor at a time).
   nn::StateDict full_state_dict(bool on_host = false) const;
-  // One parameter of it (collective over the group: every rank names the
-  // same parameters in the same order), for a writer that takes the model
-  // one tensor at a time.
+  // One parameter of it, held here or by another expert-parallel rank
+  // (collective as full_state_dict: every rank names the same parameters in
+  // the same order), for a writer that takes the model one tensor at a
+  // time.
   Tensor full_tensor(const std::string& name, bool on_host = false) const;
   // All-reduce the partial gradients of replicated parameters over the
   // group (ShardSpec::partial_grad: under sequence parallelism LayerNorms
@@ -152,6 +170,9 @@ class TensorParallelGpt : public nn::Module {
   dist::ProcessGroupPtr group_;
   bool sp_;
   void build(uint64_t seed, std::shared_ptr<VocabParallelEmbedding> embedding = nullptr);
+  dist::ProcessGroupPtr expert_group_;  // more than one rank, or null
+  std::shared_ptr<const nn::ExpertPlacement> experts_;
+  std::map<std::string, Shape> others_experts_;
   void require(bool held, const char* what) const;
   std::shared_ptr<VocabParallelEmbedding> wte_;
   // The output head's vocabulary shard: wte_ when tied, else its own

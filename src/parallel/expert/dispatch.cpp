@@ -1,0 +1,113 @@
+#include "triad/parallel/expert/dispatch.h"
+
+#include <numeric>
+#include <string>
+
+#include "triad/autograd/grad_mode.h"
+#include "triad/autograd/node.h"
+#include "triad/ops.h"
+
+namespace triad::ep {
+
+namespace {
+
+// The rows `counts` says this rank receives, exchanged without a graph.
+Tensor exchange(const Tensor& x, const std::vector<int64_t>& send, const std::vector<int64_t>& recv,
+                const dist::ProcessGroupPtr& group) {
+  autograd::NoGradGuard ng;
+  const Tensor in = contiguous(x).detach();
+  Shape shape = in.shape();
+  shape[0] = std::accumulate(recv.begin(), recv.end(), int64_t{0});
+  Tensor out = empty(shape, in.dtype(), in.device());
+  group->all_to_all(in, send, out, recv)->wait();
+  return out;
+}
+
+}  // namespace
+
+Tensor all_to_all_rows(const Tensor& x, const std::vector<int64_t>& send_counts,
+                       const std::vector<int64_t>& recv_counts,
+                       const dist::ProcessGroupPtr& group) {
+  Tensor y = exchange(x, send_counts, recv_counts, group);
+  autograd::record("ep_all_to_all", {x}, {y},
+                   [send_counts, recv_counts, group](const autograd::TensorList& g) {
+                     return autograd::TensorList{exchange(g[0], recv_counts, send_counts, group)};
+                   });
+  return y;
+}
+
+ExpertParallel::ExpertParallel(int64_t experts, dist::ProcessGroupPtr group)
+    : experts_(experts), group_(std::move(group)) {
+  const int64_t G = group_->size();
+  if (experts < 1 || experts % G != 0) {
+    throw ConfigError("model.moe.experts (" + std::to_string(experts) +
+                      ") must be divisible by parallel.ep (" + std::to_string(G) +
+                      "): each expert-parallel rank holds an equal block of the experts");
+  }
+  count_ = experts / G;
+  first_ = group_->rank() * count_;
+}
+
+Tensor ExpertParallel::run(const Tensor& rows, const std::vector<int64_t>& per_expert,
+                           const RunExpert& expert) const {
+  const int64_t E = experts_, G = group_->size(), L = count_;
+  if (static_cast<int64_t>(per_expert.size()) != E ||
+      std::accumulate(per_expert.begin(), per_expert.end(), int64_t{0}) != rows.size(0)) {
+    throw ShapeError("ExpertParallel::run: " + std::to_string(per_expert.size()) +
+                     " expert counts for rows " + shape_str(rows.shape()) + " and " +
+                     std::to_string(E) + " experts (expected one per expert, summing to the rows)");
+  }
+  // Every rank's rows for every expert: counts[s * E + e].
+  std::vector<int64_t> counts(static_cast<size_t>(G * E));
+  {
+    autograd::NoGradGuard ng;
+    const Tensor mine = to_device(from_vector(per_expert, {E}, DType::I64), rows.device());
+    Tensor all = empty({G * E}, DType::I64, rows.device());
+    group_->all_gather(mine, all)->wait();
+    const std::vector<double> host = to_double_vector(all);  // (the host waits here)
+    for (size_t i = 0; i < counts.size(); ++i) counts[i] = static_cast<int64_t>(host[i]);
+  }
+  auto count = [&](int64_t s, int64_t e) { return counts[static_cast<size_t>(s * E + e)]; };
+  const int64_t me = group_->rank();
+  std::vector<int64_t> send(static_cast<size_t>(G), 0), recv(static_cast<size_t>(G), 0);
+  for (int64_t r = 0; r < G; ++r) {
+    for (int64_t l = 0; l < L; ++l) {
+      send[static_cast<size_t>(r)] += count(me, r * L + l);
+      recv[static_cast<size_t>(r)] += count(r, first_ + l);
+    }
+  }
+  // Rows arrive by source rank, each source's by expert: regroup them by
+  // expert (each expert's rows by source) and back.
+  const Tensor arrived = all_to_all_rows(rows, send, recv, group_);
+  std::vector<int64_t> start(static_cast<size_t>(G), 0);  // each source's first row
+  for (int64_t s = 1; s < G; ++s) start[static_cast<size_t>(s)] = start[s - 1] + recv[s - 1];
+  std::vector<int64_t> by_expert, sizes;
+  for (int64_t l = 0; l < L; ++l) {
+    int64_t n = 0;
+    for (int64_t s = 0; s < G; ++s) {
+      int64_t at = start[static_cast<size_t>(s)];
+      for (int64_t k = 0; k < l; ++k) at += count(s, first_ + k);
+      for (int64_t i = 0; i < count(s, first_ + l); ++i) by_expert.push_back(at + i);
+      n += count(s, first_ + l);
+    }
+    sizes.push_back(n);
+  }
+  std::vector<int64_t> back(by_expert.size());
+  for (size_t i = 0; i < by_expert.size(); ++i)
+    back[static_cast<size_t>(by_expert[i])] = static_cast<int64_t>(i);
+  auto index = [](const std::vector<int64_t>& v) {
+    return from_vector(v, {static_cast<int64_t>(v.size())}, DType::I64, Device::cpu());
+  };
+  const Tensor grouped = embedding(arrived, index(by_expert));
+  std::vector<Tensor> outputs;
+  int64_t at = 0;
+  for (int64_t l = 0; l < L; ++l) {
+    const int64_t n = sizes[static_cast<size_t>(l)];
+    outputs.push_back(expert(l, narrow(grouped, 0, at, n)));
+    at += n;
+  }
+  const Tensor done = embedding(concat(outputs, 0), index(back));  // by source again
+  return all_to_all_rows(done, recv, send, group_);
+}
+
+}  // namespace triad::ep
