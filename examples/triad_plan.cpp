@@ -2,7 +2,7 @@
 //   triad-plan schedule --kind interleaved --p 4 --v 2 --m 8 --svg out.svg [--trace out.json]
 //   triad-plan predict --model M.yaml --cluster C.yaml --gpus N --global-batch B --tp T --pp P
 //                      [--vpp V] --micro-batch b [--recompute none|selective|full]
-//                      [--sequence-parallel] [--zero 1]
+//                      [--sequence-parallel] [--zero 1] [--ep E]
 //                      [--schedule 1f1b|interleaved|zb-h1|zb-auto|zb-v]
 //                      [--stage-layers auto|3,4,4,1] [--json]
 //   triad-plan recommend --model M.yaml --cluster C.yaml --gpus N --global-batch B [--top K]
@@ -109,7 +109,7 @@ int main(int argc, char** argv) {
 
   std::string model_path, cluster_path, recompute = "none", schedule_name, attention = "unfused",
                                         stage_layers;
-  int gpus = 0, global_batch = 0, tp = 1, pp = 1, vpp = 1, micro = 1, zero = 0, top = 5;
+  int gpus = 0, global_batch = 0, tp = 1, pp = 1, vpp = 1, micro = 1, zero = 0, top = 5, ep = 1;
   bool sp = false, json = false, overlap = false, overlap_tp = false;
   std::string config_path;
   auto add_common = [&](CLI::App* c) {
@@ -137,6 +137,8 @@ int main(int argc, char** argv) {
   predict->add_option("--recompute", recompute, "none, selective or full");
   predict->add_flag("--sequence-parallel", sp);
   predict->add_option("--zero", zero, "1 shards the optimizer state (ZeRO-1)");
+  predict->add_option("--ep", ep, "expert parallelism: a mixture's experts shared by ep dp ranks")
+      ->check(at_least_one);
   predict->add_option("--stage-layers", stage_layers,
                       "layers per stage, e.g. 3,4,4,1, or auto (balanced for the head)");
   predict->add_option("--schedule", schedule_name,
@@ -263,6 +265,7 @@ int main(int argc, char** argv) {
           throw ConfigError("--zero (" + std::to_string(zero) + ") must be 0 or 1");
         c.zero1 = zero == 1;
       }
+      if (given(predict, "--ep")) c.ep = ep;
       if (given(predict, "--overlap-dp")) c.overlap_dp = overlap;
       if (given(predict, "--overlap-tp")) c.overlap_tp = overlap_tp;
       if (given(predict, "--attention")) c.attention = plan::attention_from_name(attention);

@@ -212,6 +212,12 @@ for preset in 124m 350m; do
         --precision bf16 --peak-tflops "$PEAK" --recompute $recompute |
         tee -a "$OUT/train.jsonl" || status=1
     done
+    # A mixture of 8 experts, top 2, in every layer (model.moe): tokens/s
+    # and MFU against the dense model's at twice its MLP FLOPs per token
+    # (each layer's routing waits for the host once).
+    "$BUILD_DIR/benchmarks/bench_train_gpu" --preset $preset --batch "$batch" --seq 1024 \
+      --precision bf16 --peak-tflops "$PEAK" --experts 8 --top-k 2 --profile-steps 2 |
+      tee -a "$OUT/train.jsonl" || status=1
   fi
   # cuDNN's faster, non-deterministic attention backward (what PyTorch's
   # flash attention does), when this build has cuDNN.

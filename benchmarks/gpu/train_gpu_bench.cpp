@@ -55,6 +55,10 @@ int run(int argc, char** argv) {
                  "activation recomputation: none | selective (attention core) | full (each "
                  "block's forward again in backward); MFU still counts model FLOPs only")
       ->check(CLI::IsMember({"none", "selective", "full"}));
+  int64_t experts = 0, top_k = 2;
+  app.add_option("--experts", experts,
+                 "a mixture of this many experts in every layer (model.moe; 0: dense MLPs)");
+  app.add_option("--top-k", top_k, "experts each token takes (with --experts)");
   int64_t profile_steps = 0;
   app.add_option("--profile-steps", profile_steps,
                  "after the timed steps, this many more with the device's time per backend op "
@@ -79,6 +83,8 @@ int run(int argc, char** argv) {
   if (vocab > 0) cfg.vocab_size = vocab;
   cfg.seq_len = seq;
   cfg.recompute = triad::nn::recompute_from_string(recompute);
+  cfg.moe.experts = experts;
+  cfg.moe.top_k = top_k;
   const triad::Device device = triad::device_from_string(device_name);
   const triad::DType dtype = precision == "bf16"   ? triad::DType::BF16
                              : precision == "fp16" ? triad::DType::F16
@@ -149,10 +155,9 @@ int run(int argc, char** argv) {
   sync();
   const double optimizer_ms = ms_since(t0);
   // PTD-P model FLOPs (forward and backward, no recomputation) per token:
-  // 72 L h^2 (1 + s / (6h) + V / (12 L h)), the count the trainer's MFU uses.
-  const double L = static_cast<double>(cfg.n_layer), H = static_cast<double>(cfg.d_model),
-               S = static_cast<double>(T), V = static_cast<double>(cfg.vocab_size);
-  const double flops_per_token = 72.0 * L * H * H * (1.0 + S / (6.0 * H) + V / (12.0 * L * H));
+  // 72 L h^2 (1 + s / (6h) + V / (12 L h)) for GPT-2's blocks, a mixture's
+  // router and top k experts in its layers; the count the trainer's MFU uses.
+  const double flops_per_token = cfg.training_flops(1.0) / static_cast<double>(T);
   const double tflops = tokens_per_s * flops_per_token / 1e12;
   nlohmann::json j{
       {"impl", "triad"},
@@ -166,6 +171,9 @@ int run(int argc, char** argv) {
       {"seq", T},
       {"vocab", cfg.vocab_size},
       {"params", model.num_parameters()},
+      {"experts", experts},
+      {"top_k", experts > 0 ? top_k : 0},
+      {"active_params", cfg.active_parameter_count()},
       {"tokens_per_s", tokens_per_s},
       {"step_ms", secs * 1000.0 / static_cast<double>(steps)},
       {"model_tflops", tflops},
