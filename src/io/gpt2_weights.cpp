@@ -213,9 +213,10 @@ void stack_qkv(BlockParts& parts, int64_t i, const std::string& family, const st
 }
 
 // A block's mixture of experts, Mixtral's (block_sparse_moe.gate and
-// experts.<e>.w1, w3, w2) or Qwen3-MoE's (mlp.gate and
-// experts.<e>.gate_proj, up_proj, down_proj), as block `p`'s router and
-// experts (c_fc [gate | up], c_proj). False for a block without one.
+// experts.<e>.w1, w3, w2) or Qwen's (mlp.gate and experts.<e>.gate_proj,
+// up_proj, down_proj; Qwen2-MoE's shared_expert and shared_expert_gate
+// too), as block `p`'s router and experts (c_fc [gate | up], c_proj). False
+// for a block without one.
 bool take_experts(BlockParts& parts, const std::string& p, nn::StateDict& out) {
   struct Names {
     const char *prefix, *gate, *up, *down;
@@ -236,6 +237,16 @@ bool take_experts(BlockParts& parts, const std::string& p, nn::StateDict& out) {
           concat({parts.take(x + n.gate + ".weight"), parts.take(x + n.up + ".weight")}, 0);
       out[ours + "c_proj.weight"] = parts.take(x + n.down + ".weight");
     }
+    // Qwen2-MoE's shared expert and its gate.
+    const std::string shared = std::string(n.prefix) + "shared_expert.";
+    if (parts.has(shared + "down_proj.weight")) {
+      out[p + "mlp.shared.c_fc.weight"] = concat(
+          {parts.take(shared + "gate_proj.weight"), parts.take(shared + "up_proj.weight")}, 0);
+      out[p + "mlp.shared.c_proj.weight"] = parts.take(shared + "down_proj.weight");
+    }
+    if (parts.has(std::string(n.prefix) + "shared_expert_gate.weight"))
+      out[p + "mlp.shared_gate.weight"] =
+          parts.take(std::string(n.prefix) + "shared_expert_gate.weight");
     return true;
   }
   return false;

@@ -326,19 +326,20 @@ nn::GptConfig llama_config(const Keys& k, const std::string& type) {
   return c;
 }
 
-// Mixtral's and Qwen3-MoE's mixtures of experts over Mistral's and Qwen3's
-// blocks: num_local_experts (Mixtral) or num_experts, num_experts_per_tok
-// chosen, renormalised (always for Mixtral, norm_topk_prob for Qwen), the
-// experts' width (Mixtral's intermediate_size, Qwen's
-// moe_intermediate_size beside its dense layers' intermediate_size), and
-// Qwen's dense layers (mlp_only_layers, and those between its
-// decoder_sparse_step). The load-balancing loss weighs router_aux_loss_coef
+// Mixtral's, Qwen2-MoE's and Qwen3-MoE's mixtures of experts over
+// Mistral's, Qwen2's and Qwen3's blocks: num_local_experts (Mixtral) or
+// num_experts, num_experts_per_tok chosen, renormalised (always for
+// Mixtral, norm_topk_prob for Qwen), the experts' width (Mixtral's
+// intermediate_size, Qwen's moe_intermediate_size beside its dense layers'
+// intermediate_size), Qwen's dense layers (mlp_only_layers, and those
+// between its decoder_sparse_step), and Qwen2-MoE's gated shared expert
+// (shared_expert_intermediate_size). The load-balancing loss weighs router_aux_loss_coef
 // (the recipe the file was trained with: transformers applies it only with
 // output_router_logits, Triad always; model.moe.aux_loss_coef: 0 trains
 // without it).
 nn::GptConfig moe_config(const Keys& k, const std::string& type) {
   const bool mixtral = type == "mixtral";
-  nn::GptConfig c = llama_config(k, mixtral ? "mistral" : "qwen3");
+  nn::GptConfig c = llama_config(k, mixtral ? "mistral" : type == "qwen2_moe" ? "qwen2" : "qwen3");
   nn::GptConfig::Moe& m = c.moe;
   m.experts = k.integer(mixtral ? "num_local_experts" : "num_experts");
   if (m.experts < 1) k.bad(mixtral ? "num_local_experts" : "num_experts", "must be positive");
@@ -351,6 +352,12 @@ nn::GptConfig moe_config(const Keys& k, const std::string& type) {
     k.unsupported("router_jitter_noise", "a noisy router is not implemented");
   if (mixtral) return c;  // (intermediate_size is the experts' width)
   m.ffn_hidden_size = k.integer("moe_intermediate_size");
+  if (type == "qwen2_moe") {
+    m.shared_ffn_hidden_size = k.integer("shared_expert_intermediate_size");
+    if (m.shared_ffn_hidden_size < 1)
+      k.bad("shared_expert_intermediate_size", "must be positive (Qwen2-MoE's shared expert)");
+    m.shared_gate = true;
+  }
   const int64_t step = k.integer("decoder_sparse_step", 1);
   if (step < 1) k.bad("decoder_sparse_step", "must be positive");
   std::vector<int64_t> dense;
@@ -571,13 +578,8 @@ nn::GptConfig gpt_config_from_hf(const std::string& json_text, const std::string
       type == "gemma" || type == "gemma2" || type == "gemma3_text" || type == "phi3" ||
       type == "stablelm") {
     c = llama_config(k, type);
-  } else if (type == "mixtral" || type == "qwen3_moe") {
+  } else if (type == "mixtral" || type == "qwen2_moe" || type == "qwen3_moe") {
     c = moe_config(k, type);
-  } else if (type == "qwen2_moe") {
-    Keys(j, source).unsupported(
-        "shared_expert_intermediate_size",
-        "Qwen2-MoE's shared expert (an MLP every token takes, gated by a sigmoid) is not "
-        "implemented; Mixtral's and Qwen3-MoE's routed experts are");
   } else if (type == "gpt2") {
     c = gpt2_config(k);
   } else if (type == "gpt_neox") {
@@ -597,7 +599,8 @@ nn::GptConfig gpt_config_from_hf(const std::string& json_text, const std::string
   } else {
     throw NotSupportedError(
         source + ": model_type '" + type +
-        "' is not supported (llama, mistral, mixtral, qwen2, qwen3, qwen3_moe, gemma, gemma2, "
+        "' is not supported (llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe, gemma, "
+        "gemma2, "
         "gemma3_text, gemma3, phi3, stablelm, gpt_neox, phi, falcon, gptj, codegen or gpt2)");
   }
   c.hf_type = type;  // (an export writes the class it came from)

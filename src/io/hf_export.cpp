@@ -571,9 +571,9 @@ std::map<std::string, Tensor> triad_to_falcon_part(const nn::StateDict& full,
 
 const std::vector<std::string>& hf_model_types() {
   static const std::vector<std::string> types{
-      "llama", "mistral", "mixtral",     "qwen2",   "qwen3",    "qwen3_moe",
-      "gemma", "gemma2",  "gemma3_text", "phi3",    "stablelm", "gpt_neox",
-      "phi",   "falcon",  "gptj",        "codegen", "gpt2"};
+      "llama",     "mistral", "mixtral", "qwen2",       "qwen2_moe", "qwen3",
+      "qwen3_moe", "gemma",   "gemma2",  "gemma3_text", "phi3",      "stablelm",
+      "gpt_neox",  "phi",     "falcon",  "gptj",        "codegen",   "gpt2"};
   return types;
 }
 
@@ -606,7 +606,7 @@ std::string dense_misfit(const nn::GptConfig& c, const std::string& type) {
 }
 
 bool is_moe_type(const std::string& type) {
-  return type == "mixtral" || type == "qwen3_moe";
+  return type == "mixtral" || type == "qwen2_moe" || type == "qwen3_moe";
 }
 
 // The same for any class: Mixtral's are Mistral's blocks with experts
@@ -618,12 +618,19 @@ std::string misfit(const nn::GptConfig& c, const std::string& type) {
     m.add(c.moe.experts > 0, "model.moe is set (a mixture of experts)");
     return m.why;
   }
-  const bool mixtral = type == "mixtral";
-  Misfit m{dense_misfit(c, mixtral ? "mistral" : "qwen3")};
+  const bool mixtral = type == "mixtral", qwen2 = type == "qwen2_moe";
+  Misfit m{dense_misfit(c, mixtral ? "mistral" : qwen2 ? "qwen2" : "qwen3")};
   m.add(c.moe.experts == 0, "model.moe is not set (no experts)");
   if (mixtral) {
     m.add(!c.moe.normalize_top_k, "model.moe.normalize_top_k is false");
     m.add(!c.moe.dense_layers.empty(), "model.moe.dense_layers keeps layers dense");
+  }
+  // Qwen2-MoE's blocks always have a gated shared expert, the others none.
+  if (qwen2) {
+    m.add(c.moe.shared_ffn_hidden_size == 0 || !c.moe.shared_gate,
+          "model.moe has no gated shared expert (shared_ffn_hidden_size, shared_gate)");
+  } else {
+    m.add(c.moe.shared_ffn_hidden_size > 0, "model.moe.shared_ffn_hidden_size is set");
   }
   return m.why;
 }
@@ -633,6 +640,7 @@ const char* architecture_of(const std::string& type) {
   return type == "llama"         ? "LlamaForCausalLM"
          : type == "mistral"     ? "MistralForCausalLM"
          : type == "mixtral"     ? "MixtralForCausalLM"
+         : type == "qwen2_moe"   ? "Qwen2MoeForCausalLM"
          : type == "qwen3_moe"   ? "Qwen3MoeForCausalLM"
          : type == "qwen2"       ? "Qwen2ForCausalLM"
          : type == "qwen3"       ? "Qwen3ForCausalLM"
@@ -680,7 +688,9 @@ const char* hf_model_type(const nn::GptConfig& c) {
         "MistralForCausalLM's blocks with experts on every layer, renormalised (here " +
         misfit(c, "mixtral") +
         "); Qwen3MoeForCausalLM Qwen3ForCausalLM's with experts, dense layers allowed (here " +
-        misfit(c, "qwen3_moe") + ")");
+        misfit(c, "qwen3_moe") +
+        "); Qwen2MoeForCausalLM Qwen2ForCausalLM's with experts and a gated shared expert (here " +
+        misfit(c, "qwen2_moe") + ")");
   }
   const std::string llama = misfit(c, "mistral"), qwen2 = misfit(c, "qwen2"),
                     qwen3 = misfit(c, "qwen3"), gemma = misfit(c, "gemma"),
@@ -768,13 +778,14 @@ std::string hf_config_json(const nn::GptConfig& c, const std::string& torch_dtyp
     }
     // Qwen2's q, k and v biases are implied; Phi3Config, StableLmConfig and
     // MixtralConfig have no such keys.
-    if (type != "qwen2" && !phi3 && !stablelm && type != "mixtral") j["attention_bias"] = false;
+    if (type != "qwen2" && type != "qwen2_moe" && !phi3 && !stablelm && type != "mixtral")
+      j["attention_bias"] = false;
     if (stablelm) {
       // StableLM drops out the MLP's output alone (hidden_dropout), where
       // Triad drops both sublayers' and the embeddings': the same model
       // for inference, a close cousin for training.
       j["hidden_dropout"] = c.dropout;
-    } else if (type == "qwen2" || type == "qwen3" || type == "qwen3_moe") {
+    } else if (type == "qwen2" || type == "qwen3" || type == "qwen2_moe" || type == "qwen3_moe") {
       j["use_sliding_window"] = c.sliding_window > 0;
       j["sliding_window"] = c.sliding_window > 0 ? c.sliding_window : c.seq_len;
       j["max_window_layers"] = c.sliding_window > 0 ? *qwen_window_layers(c) : c.n_layer;
@@ -812,6 +823,7 @@ std::string hf_config_json(const nn::GptConfig& c, const std::string& torch_dtyp
         j["norm_topk_prob"] = x.normalize_top_k;
         j["decoder_sparse_step"] = 1;
         j["mlp_only_layers"] = x.dense_layers;
+        if (type == "qwen2_moe") j["shared_expert_intermediate_size"] = x.shared_ffn_hidden_size;
       }
       j["num_experts_per_tok"] = x.top_k;
       j["router_aux_loss_coef"] = x.aux_loss_coef;
@@ -936,6 +948,12 @@ std::map<std::string, Tensor> triad_to_hf_part(const nn::StateDict& full, const 
                  x + (mixtral ? "w1" : "gate_proj") + ".weight",
                  x + (mixtral ? "w3" : "up_proj") + ".weight");
         out[x + (mixtral ? "w2" : "down_proj") + ".weight"] = at(full, ours + "c_proj.weight");
+      }
+      if (c.moe.shared_ffn_hidden_size > 0) {  // Qwen2-MoE's shared expert and its gate
+        split_fc(at(full, p + "mlp.shared.c_fc.weight"), c.moe.shared_ffn_hidden_size,
+                 moe + "shared_expert.gate_proj.weight", moe + "shared_expert.up_proj.weight");
+        out[moe + "shared_expert.down_proj.weight"] = at(full, p + "mlp.shared.c_proj.weight");
+        out[moe + "shared_expert_gate.weight"] = at(full, p + "mlp.shared_gate.weight");
       }
     } else {
       if (!phi3)

@@ -296,6 +296,16 @@ void GptConfig::validate() const {
                           std::to_string(n_layer) + ")");
       }
     }
+    if (moe.shared_ffn_hidden_size < 0) {
+      throw ConfigError("model.moe.shared_ffn_hidden_size (" +
+                        std::to_string(moe.shared_ffn_hidden_size) +
+                        ") must be positive (or 0: no shared expert)");
+    }
+    if (moe.shared_gate && moe.shared_ffn_hidden_size == 0) {
+      throw ConfigError(
+          "model.moe.shared_gate gates the shared expert, but model.moe.shared_ffn_hidden_size "
+          "is 0 (none)");
+    }
     if (mlp_bias) {
       throw ConfigError(
           "model.mlp_bias with model.moe: the experts have no biases (Mixtral's and Qwen's "
@@ -308,9 +318,10 @@ void GptConfig::validate() const {
                           "attention's layers (attn.c_attn, attn.c_proj) of a mixture");
       }
     }
-  } else if (!moe.dense_layers.empty()) {
+  } else if (!moe.dense_layers.empty() || moe.shared_ffn_hidden_size != 0 || moe.shared_gate) {
     throw ConfigError(
-        "model.moe.dense_layers names layers to keep dense, but model.moe.experts is 0");
+        "model.moe's dense_layers, shared_ffn_hidden_size and shared_gate belong to a mixture, but "
+        "model.moe.experts is 0");
   }
   if (head_bias && tie_embeddings) {
     throw ConfigError(
@@ -361,7 +372,9 @@ T block_parameters_in(const GptConfig& c, bool moe) {
   if (moe) {
     const T E = static_cast<T>(c.moe.experts), f = static_cast<T>(c.expert_ffn()),
             m = static_cast<T>(c.expert_fc_width());
-    mlp = E * (h * m + f * h) + E * h;
+    const T shared = static_cast<T>(c.shared_fc_width() + c.moe.shared_ffn_hidden_size) * h +
+                     (c.moe.shared_gate ? h : 0);
+    mlp = E * (h * m + f * h) + E * h + shared;
   } else {
     const T f = static_cast<T>(c.ffn()), m = static_cast<T>(c.fc_width());
     mlp = h * m + f * h + (c.mlp_biases() ? m + h : 0);
@@ -433,14 +446,18 @@ double GptConfig::training_flops(double sequences, bool full_recompute) const {
     const int64_t window = window_of(i);
     scores += 4.0 * (window > 0 ? std::min(s, static_cast<double>(window)) : s) * q;
   }
-  // The MLP's h*m + f*h, or a mixture's router h*E and k experts' own.
+  // The MLP's h*m + f*h, or a mixture's router h*E, k experts' own, and
+  // the shared expert's (and its gate's).
   const double attn_weights = 2.0 * (w + q) * h;
   const double dense_mlp = 2.0 * (h * m + f * h);
-  const double moe_mlp = moe.experts > 0
-                             ? 2.0 * (h * static_cast<double>(moe.experts) +
-                                      static_cast<double>(moe.top_k) * h *
-                                          static_cast<double>(expert_fc_width() + expert_ffn()))
-                             : 0.0;
+  const double moe_mlp =
+      moe.experts > 0
+          ? 2.0 * (h * static_cast<double>(moe.experts) +
+                   static_cast<double>(moe.top_k) * h *
+                       static_cast<double>(expert_fc_width() + expert_ffn()) +
+                   h * static_cast<double>(shared_fc_width() + moe.shared_ffn_hidden_size) +
+                   (moe.shared_gate ? h : 0.0))
+          : 0.0;
   double mlps = 0.0;
   for (int64_t i = 0; i < n_layer; ++i) mlps += moe_layer(i) ? moe_mlp : dense_mlp;
   const double layers = l * attn_weights + mlps + scores;
@@ -487,6 +504,11 @@ std::map<std::string, Shape> gpt_parameter_shapes(const GptConfig& cfg,
         s[x + "c_fc.weight"] = {cfg.expert_fc_width(), C};
         s[x + "c_proj.weight"] = {C, cfg.expert_ffn()};
       }
+      if (cfg.moe.shared_ffn_hidden_size > 0) {
+        s[p + "mlp.shared.c_fc.weight"] = {cfg.shared_fc_width(), C};
+        s[p + "mlp.shared.c_proj.weight"] = {C, cfg.moe.shared_ffn_hidden_size};
+      }
+      if (cfg.moe.shared_gate) s[p + "mlp.shared_gate.weight"] = {1, C};
     } else {
       s[p + "mlp.c_fc.weight"] = {cfg.fc_width(), C};
       s[p + "mlp.c_proj.weight"] = {C, cfg.ffn()};

@@ -158,16 +158,36 @@ MoeMlp::MoeMlp(const GptConfig& cfg, int64_t layer, int64_t shards,
     list->add(std::to_string(e), m);
     experts_.push_back({m->c_fc, m->c_proj});
   }
+  if (cfg.moe.shared_ffn_hidden_size > 0) {
+    if (cfg.moe.shared_ffn_hidden_size % shards != 0) {
+      throw ConfigError("model.moe.shared_ffn_hidden_size (" +
+                        std::to_string(cfg.moe.shared_ffn_hidden_size) +
+                        ") must be divisible by parallel.tp (" + std::to_string(shards) + ")");
+    }
+    auto m = register_module(
+        "shared", std::make_shared<ExpertModule>(C, cfg.shared_fc_width() / shards,
+                                                 cfg.moe.shared_ffn_hidden_size / shards));
+    shared_ = Expert{m->c_fc, m->c_proj};
+  }
+  if (cfg.moe.shared_gate)
+    shared_gate_ = register_module("shared_gate", std::make_shared<Linear>(C, 1, false));
 }
 
-Tensor MoeMlp::route(const Tensor& x) const {
+MoeMlp::Scores MoeMlp::route(const Tensor& x) const {
   const int64_t C = router_->weight().size(1);
   if (x.dim() < 1 || x.size(-1) != C) {
     throw ShapeError("MoeMlp: input " + shape_str(x.shape()) + " (expected (..., " +
                      std::to_string(C) + "))");
   }
-  const Tensor logits = router_->forward(reshape(x, {x.numel() / C, C}));
-  return softmax(cast(logits, stat_dtype(x.dtype())));
+  const Tensor tokens = reshape(x, {x.numel() / C, C});
+  Scores s;
+  s.probs = softmax(cast(router_->forward(tokens), stat_dtype(x.dtype())));
+  if (shared_gate_) {
+    // sigmoid(z) as the first of softmax([z, 0]).
+    const Tensor z = cast(shared_gate_->forward(tokens), stat_dtype(x.dtype()));
+    s.shared_gate = narrow(softmax(concat({z, zeros_like(z)}, 1)), 1, 0, 1);
+  }
+  return s;
 }
 
 Tensor MoeMlp::expert_forward(const Expert& e, const Tensor& x) const {
@@ -175,8 +195,9 @@ Tensor MoeMlp::expert_forward(const Expert& e, const Tensor& x) const {
   return e.c_proj->forward(unfused_activation(activation_, e.c_fc->forward(x)));
 }
 
-Tensor MoeMlp::experts(const Tensor& x, const Tensor& probs, const ForwardContext& ctx,
+Tensor MoeMlp::experts(const Tensor& x, const Scores& scores, const ForwardContext& ctx,
                        const GateHook& gate) const {
+  const Tensor& probs = scores.probs;
   const int64_t C = router_->weight().size(1), E = num_experts(), k = top_k_;
   if (x.dim() < 1 || x.size(-1) != C) {
     throw ShapeError("MoeMlp: input " + shape_str(x.shape()) + " (expected (..., " +
@@ -224,7 +245,21 @@ Tensor MoeMlp::experts(const Tensor& x, const Tensor& probs, const ForwardContex
     outputs = concat(parts, 0);
   }
   const Tensor weighted = mul(outputs, gates);
-  Tensor out = reshape(index_add_rows(weighted, tokens, N), x.shape());
+  Tensor combined = index_add_rows(weighted, tokens, N);  // (N, C)
+  if (shared_) {
+    Tensor y = expert_forward(*shared_, reshape(x, {N, C}));
+    if (shared_gate_) {
+      if (!scores.shared_gate.defined() || scores.shared_gate.shape() != Shape{N, 1}) {
+        throw ShapeError("MoeMlp: the shared expert's gate " +
+                         shape_str(scores.shared_gate.shape()) + " for " + std::to_string(N) +
+                         " tokens (expected (" + std::to_string(N) + ", 1))");
+      }
+      const Tensor g = gate ? gate(scores.shared_gate) : scores.shared_gate;
+      y = mul(y, cast(g, x.dtype()));
+    }
+    combined = add(combined, y);
+  }
+  Tensor out = reshape(combined, x.shape());
   if (ctx.training && autograd::grad_enabled() && aux_coef_ > 0 && probs.requires_grad()) {
     // The load-balancing loss, differentiable through P (the mean
     // probabilities); f, the assignment shares, are counts.

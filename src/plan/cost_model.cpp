@@ -196,7 +196,7 @@ LayerCost layer_cost(const nn::GptConfig& m, const ClusterSpec& c, const Paralle
   // tiles fill the GPU less.
   const bool moe = m.moe_layer(layer);
   const double E = static_cast<double>(m.moe.experts), k = static_cast<double>(m.moe.top_k);
-  LinearTimes up{}, down{}, router{};
+  LinearTimes up{}, down{}, router{}, shared_up{}, shared_down{};
   if (moe) {
     const double rows = tokens * k / E;
     const LinearTimes u = linear_times(rows, h, static_cast<double>(m.expert_fc_width()) / t, c),
@@ -204,11 +204,20 @@ LayerCost layer_cost(const nn::GptConfig& m, const ClusterSpec& c, const Paralle
     up = {E * u.fwd, E * u.dx, training.weights[2] ? E * u.dw : 0.0};
     down = {E * d.fwd, E * d.dx, training.weights[3] ? E * d.dw : 0.0};
     router = linear_times(tokens, h, E, c);
+    if (m.moe.shared_ffn_hidden_size > 0) {
+      // The shared expert on every token, split as the experts are (its
+      // gate, a column beside the router's, is left out).
+      const double sfc = static_cast<double>(m.shared_fc_width()) / t,
+                   sf = static_cast<double>(m.moe.shared_ffn_hidden_size) / t;
+      shared_up = linear_times(tokens, h, sfc, c);
+      shared_down = linear_times(tokens, sf, h, c);
+    }
   } else {
     up = with_lora("mlp.c_fc", 2, h, fc / t);
     down = with_lora("mlp.c_proj", 3, f / t, h);
   }
-  for (const LinearTimes& lt : {qkv, with_lora("attn.c_proj", 1, q / t, h), up, down, router}) {
+  for (const LinearTimes& lt :
+       {qkv, with_lora("attn.c_proj", 1, q / t, h), up, down, router, shared_up, shared_down}) {
     L.fwd_gemm += lt.fwd;
     L.bwd_input_gemm += lt.dx;
     L.bwd_weight_gemm += lt.dw;
@@ -258,8 +267,10 @@ LayerCost layer_cost(const nn::GptConfig& m, const ClusterSpec& c, const Paralle
   // width, and its dispatch and combine move k copies of each token whole
   // on every rank (the gathered rows and the weighted outputs, each written
   // and read).
+  const double shared_width =
+      static_cast<double>(m.shared_fc_width() + m.moe.shared_ffn_hidden_size);
   const double act_bytes =
-      moe ? k * 2.0 * static_cast<double>(m.expert_fc_width() + m.expert_ffn()) / h
+      moe ? (k * static_cast<double>(m.expert_fc_width() + m.expert_ffn()) + shared_width) * 2.0 / h
           : 2.0 * (fc + f) / h;
   const double dispatch_bytes = moe ? 8.0 * k : 0.0;
   const double token_bytes_fwd = tokens * h * (replicated + act_bytes / t + dispatch_bytes);
@@ -522,6 +533,11 @@ void check_config(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int gl
     throw ConfigError(need("ep", p.ep,
                            "needs a mixture of experts whose experts (" +
                                std::to_string(m.moe.experts) + ") it divides"));
+  }
+  if (m.moe.shared_ffn_hidden_size % p.tp != 0) {
+    throw ConfigError(need("moe.shared_ffn_hidden_size", m.moe.shared_ffn_hidden_size,
+                           "must be divisible by tp (" + std::to_string(p.tp) +
+                               "): the shared expert's hidden units are split over the ranks"));
   }
   if (m.moe.experts > 0 && m.expert_ffn() % p.tp != 0) {
     throw ConfigError(need("moe.ffn_hidden_size", m.expert_ffn(),
@@ -924,7 +940,10 @@ Estimate price(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int globa
   for (int64_t i = 0; i < m.n_layer; ++i) (m.moe_layer(i) ? any_moe : any_dense) = true;
   const double k_moe = static_cast<double>(m.moe.top_k);
   const double moe_acts =
-      any_moe ? k_moe * 2.0 * static_cast<double>(m.expert_fc_width() + m.expert_ffn()) / h : 0;
+      any_moe ? (k_moe * static_cast<double>(m.expert_fc_width() + m.expert_ffn()) +
+                 static_cast<double>(m.shared_fc_width() + m.moe.shared_ffn_hidden_size)) *
+                    2.0 / h
+              : 0;
   const double mlp_acts = std::max(any_dense ? 2.0 * (fc_w + ffn_w) / h : 0.0, moe_acts);
   const double unsplit_moe = any_moe ? 4.0 * k_moe : 0.0;
   const double split = attn_out + qkv_acts + mlp_acts,

@@ -109,7 +109,7 @@ nn::GptConfig parse_model_spec(const std::string& yaml_text, const std::string& 
   // model.hf_config's mixture).
   option("moe",
          "none, or {experts, top_k, ffn_hidden_size, normalize_top_k, aux_loss_coef, "
-         "dense_layers}",
+         "dense_layers, shared_ffn_hidden_size, shared_gate}",
          [&](const YAML::Node& v) {
            if (v.IsScalar()) {
              if (v.as<std::string>() != "none") throw YAML::Exception(YAML::Mark(), "");
@@ -122,6 +122,9 @@ nn::GptConfig parse_model_spec(const std::string& yaml_text, const std::string& 
            if (v["normalize_top_k"]) c.moe.normalize_top_k = v["normalize_top_k"].as<bool>();
            if (v["aux_loss_coef"]) c.moe.aux_loss_coef = v["aux_loss_coef"].as<double>();
            if (v["dense_layers"]) c.moe.dense_layers = v["dense_layers"].as<std::vector<int64_t>>();
+           if (v["shared_ffn_hidden_size"])
+             c.moe.shared_ffn_hidden_size = v["shared_ffn_hidden_size"].as<int64_t>();
+           if (v["shared_gate"]) c.moe.shared_gate = v["shared_gate"].as<bool>();
          });
   // model.lora as the trainer reads it (a rank, or {rank, alpha, targets,
   // dropout}; targets left out, every layer LoRA adapts, the attention's

@@ -67,26 +67,26 @@ std::string get_string(const YAML::Node& n, const std::string& key) {
 }
 
 // model.moe: none, or a mapping of experts, top_k, ffn_hidden_size,
-// normalize_top_k, aux_loss_coef and dense_layers over `base` (what
+// normalize_top_k, aux_loss_coef, dense_layers, shared_ffn_hidden_size and
+// shared_gate over `base` (what
 // model.hf_config read, or the defaults): the keys given replace its.
 nn::GptConfig::Moe get_moe(const YAML::Node& n, const std::string& key, nn::GptConfig::Moe base) {
-  const std::string expected =
-      "none, or a mapping with experts (and top_k, ffn_hidden_size, normalize_top_k, "
-      "aux_loss_coef, dense_layers)";
+  const std::string keys =
+      "experts, top_k, ffn_hidden_size, normalize_top_k, aux_loss_coef, dense_layers, "
+      "shared_ffn_hidden_size, shared_gate";
+  const std::string expected = "none, or a mapping with experts (and " + keys.substr(9) + ")";
   if (n.IsScalar()) {
     if (get_string(n, key) == "none") return {};
     throw ConfigError(key + " ('" + n.Scalar() + "') must be " + expected);
   }
   if (!n.IsMap()) throw ConfigError(key + ": expected " + expected);
   static const std::set<std::string> allowed = {
-      "experts", "top_k", "ffn_hidden_size", "normalize_top_k", "aux_loss_coef", "dense_layers"};
+      "experts",       "top_k",        "ffn_hidden_size",        "normalize_top_k",
+      "aux_loss_coef", "dense_layers", "shared_ffn_hidden_size", "shared_gate"};
   for (auto it = n.begin(); it != n.end(); ++it) {
     const std::string k = it->first.as<std::string>();
-    if (!allowed.count(k)) {
-      throw ConfigError("unknown key '" + key + "." + k +
-                        "' (allowed: experts, top_k, ffn_hidden_size, normalize_top_k, "
-                        "aux_loss_coef, dense_layers)");
-    }
+    if (!allowed.count(k))
+      throw ConfigError("unknown key '" + key + "." + k + "' (allowed: " + keys + ")");
   }
   nn::GptConfig::Moe m = base;
   if (n["experts"]) m.experts = get_int(n["experts"], key + ".experts");
@@ -100,6 +100,11 @@ nn::GptConfig::Moe get_moe(const YAML::Node& n, const std::string& key, nn::GptC
   if (n["normalize_top_k"])
     m.normalize_top_k = get_bool(n["normalize_top_k"], key + ".normalize_top_k");
   if (n["aux_loss_coef"]) m.aux_loss_coef = get_double(n["aux_loss_coef"], key + ".aux_loss_coef");
+  if (n["shared_ffn_hidden_size"]) {
+    m.shared_ffn_hidden_size =
+        get_int(n["shared_ffn_hidden_size"], key + ".shared_ffn_hidden_size");
+  }
+  if (n["shared_gate"]) m.shared_gate = get_bool(n["shared_gate"], key + ".shared_gate");
   if (const YAML::Node d = n["dense_layers"]) {
     if (!d.IsSequence()) throw ConfigError(key + ".dense_layers: expected a list of layer indices");
     m.dense_layers.clear();
@@ -1418,6 +1423,10 @@ std::string to_yaml(const Config& c) {
       << x.aux_loss_coef;
     if (!x.dense_layers.empty())
       e << YAML::Key << "dense_layers" << YAML::Value << YAML::Flow << x.dense_layers;
+    if (x.shared_ffn_hidden_size > 0) {
+      e << YAML::Key << "shared_ffn_hidden_size" << YAML::Value << x.shared_ffn_hidden_size
+        << YAML::Key << "shared_gate" << YAML::Value << x.shared_gate;
+    }
     e << YAML::EndMap;
   }
   e << YAML::Key << "sliding_window" << YAML::Value << c.model.sliding_window;

@@ -847,7 +847,38 @@ TEST(HfConfig, MixtralAndQwen3MoeConfigsAreTheirMixtures) {
   EXPECT_NE(error_of(edited(mixtral, "num_experts_per_tok", "9"))
                 .find("'num_experts_per_tok' (9) must be between 1 and the number of experts"),
             std::string::npos);
-  EXPECT_NE(error_of(edited(qwen, "model_type", "\"qwen2_moe\"")).find("Qwen2-MoE's shared expert"),
+  // Qwen1.5-MoE-A2.7B (Qwen2-MoE): 60 experts, 4 chosen without
+  // renormalising, and a shared expert of 5632 gated by a sigmoid; its
+  // published 14.3B parameters, 2.7B active.
+  const std::string qwen2 = R"({
+    "architectures": ["Qwen2MoeForCausalLM"], "attention_dropout": 0.0, "bos_token_id": 151643,
+    "decoder_sparse_step": 1, "eos_token_id": 151643, "hidden_act": "silu", "hidden_size": 2048,
+    "initializer_range": 0.02, "intermediate_size": 5632, "max_position_embeddings": 8192,
+    "max_window_layers": 21, "model_type": "qwen2_moe", "moe_intermediate_size": 1408,
+    "norm_topk_prob": false, "num_attention_heads": 16, "num_experts": 60,
+    "num_experts_per_tok": 4, "num_hidden_layers": 24, "num_key_value_heads": 16,
+    "output_router_logits": false, "rms_norm_eps": 1e-06, "rope_theta": 1000000.0,
+    "router_aux_loss_coef": 0.001, "shared_expert_intermediate_size": 5632,
+    "sliding_window": 32768, "tie_word_embeddings": false, "torch_dtype": "bfloat16",
+    "use_cache": true, "use_sliding_window": false, "vocab_size": 151936})";
+  const nn::GptConfig q2 = gpt_config_from_hf(qwen2, "Qwen1.5-MoE-A2.7B/config.json");
+  EXPECT_EQ(q2.hf_type, "qwen2_moe");
+  EXPECT_EQ(q2.moe.experts, 60);
+  EXPECT_EQ(q2.moe.top_k, 4);
+  EXPECT_FALSE(q2.moe.normalize_top_k);
+  EXPECT_EQ(q2.expert_ffn(), 1408);
+  EXPECT_EQ(q2.moe.shared_ffn_hidden_size, 5632);
+  EXPECT_TRUE(q2.moe.shared_gate);
+  EXPECT_TRUE(q2.qkv_bias);
+  EXPECT_EQ(q2.sliding_window, 0);
+  EXPECT_EQ(q2.num_parameters(), 14'315'784'192);
+  EXPECT_DOUBLE_EQ(q2.active_parameter_count(), 2'689'173'504.0);
+  EXPECT_EQ(std::string(hf_architecture(q2)), "Qwen2MoeForCausalLM");
+  EXPECT_NE(error_of(edited(qwen2, "shared_expert_intermediate_size", "0"))
+                .find("'shared_expert_intermediate_size' (0) must be positive"),
+            std::string::npos);
+  EXPECT_NE(error_of(without(qwen2, "shared_expert_intermediate_size"))
+                .find("shared_expert_intermediate_size"),
             std::string::npos);
 }
 
@@ -1051,11 +1082,12 @@ TEST(HfConfig, WhatTriadDoesNotBuildIsNamed) {
   EXPECT_NE(message(from(edited(edited(llama, "model_type", "\"mistral\""), "sliding_window", "0")))
                 .find("'sliding_window' (0): a window must hold at least one key"),
             std::string::npos);
-  EXPECT_NE(message(from(edited(llama, "model_type", "\"deepseek_v3\"")))
-                .find("model_type 'deepseek_v3' is not supported (llama, mistral, mixtral, qwen2, "
-                      "qwen3, qwen3_moe, gemma, gemma2, gemma3_text, gemma3, phi3, stablelm, "
-                      "gpt_neox, phi, falcon, gptj, codegen or gpt2)"),
-            std::string::npos);
+  EXPECT_NE(
+      message(from(edited(llama, "model_type", "\"deepseek_v3\"")))
+          .find("model_type 'deepseek_v3' is not supported (llama, mistral, mixtral, qwen2, "
+                "qwen2_moe, qwen3, qwen3_moe, gemma, gemma2, gemma3_text, gemma3, phi3, stablelm, "
+                "gpt_neox, phi, falcon, gptj, codegen or gpt2)"),
+      std::string::npos);
   EXPECT_NE(message(from(edited(edited(edited(kQwen3_06b, "use_sliding_window", "true"),
                                        "max_window_layers", "10"),
                                 "sliding_window", "0")))

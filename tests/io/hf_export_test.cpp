@@ -336,6 +336,17 @@ TEST(HfExport, MixturesOfExpertsRoundTripAsMixtralAndQwen3Moe) {
               .normalize_top_k = false,
               .aux_loss_coef = 0.001,
               .dense_layers = {0}};
+  // Qwen2-MoE: Qwen2's biased q, k and v, and a gated shared expert.
+  nn::GptConfig qwen2 = llama(false, 2);
+  qwen2.qkv_bias = true;
+  qwen2.moe = {.experts = 3,
+               .top_k = 2,
+               .ffn_hidden_size = 8,
+               .normalize_top_k = false,
+               .aux_loss_coef = 0.001,
+               .dense_layers = {0},
+               .shared_ffn_hidden_size = 6,
+               .shared_gate = true};
   for (const auto& [c, architecture, gate, names] :
        {std::tuple{mixtral, "MixtralForCausalLM",
                    "model.layers.1.block_sparse_moe.experts.2.w1.weight",
@@ -348,7 +359,14 @@ TEST(HfExport, MixturesOfExpertsRoundTripAsMixtralAndQwen3Moe) {
                                             "model.layers.1.mlp.gate.weight",
                                             "model.layers.1.mlp.experts.2.gate_proj.weight",
                                             "model.layers.1.mlp.experts.2.up_proj.weight",
-                                            "model.layers.1.mlp.experts.2.down_proj.weight"}}}) {
+                                            "model.layers.1.mlp.experts.2.down_proj.weight"}},
+        std::tuple{qwen2, "Qwen2MoeForCausalLM", "model.layers.1.mlp.experts.2.gate_proj.weight",
+                   std::vector<std::string>{"model.layers.1.self_attn.q_proj.bias",
+                                            "model.layers.1.mlp.gate.weight",
+                                            "model.layers.1.mlp.shared_expert.gate_proj.weight",
+                                            "model.layers.1.mlp.shared_expert.up_proj.weight",
+                                            "model.layers.1.mlp.shared_expert.down_proj.weight",
+                                            "model.layers.1.mlp.shared_expert_gate.weight"}}}) {
     SCOPED_TRACE(architecture);
     EXPECT_EQ(std::string(hf_architecture(c)), architecture);
     nn::Gpt model(c, 3);
@@ -379,6 +397,10 @@ TEST(HfExport, MixturesOfExpertsRoundTripAsMixtralAndQwen3Moe) {
   }
   EXPECT_NE(hf_misfit(mixtral, "mistral").find("model.moe is set"), std::string::npos);
   EXPECT_NE(hf_misfit(llama(false, 2), "mixtral").find("model.moe is not set"), std::string::npos);
+  EXPECT_NE(hf_misfit(qwen, "qwen2_moe").find("model.moe has no gated shared expert"),
+            std::string::npos);
+  EXPECT_NE(hf_misfit(qwen2, "qwen3_moe").find("model.moe.shared_ffn_hidden_size is set"),
+            std::string::npos);
   nn::GptConfig biased = mixtral;
   biased.qkv_bias = true;
   expect_no_class(biased, "no Hugging Face class holds this mixture of experts");
@@ -979,10 +1001,11 @@ TEST(HfExport, TheModelsOwnClassIsPreferred) {
     hf_model_type(c);
     FAIL() << "model_type phi4 accepted";
   } catch (const ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("model.hf_type 'phi4' is not a model_type Triad exports "
-                                         "(llama, mistral, mixtral, qwen2, qwen3, qwen3_moe, "
-                                         "gemma, gemma2, gemma3_text, phi3, stablelm, gpt_neox, "
-                                         "phi, falcon, gptj, codegen, gpt2, or auto)"),
+    EXPECT_NE(std::string(e.what()).find(
+                  "model.hf_type 'phi4' is not a model_type Triad exports "
+                  "(llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, "
+                  "qwen3_moe, gemma, gemma2, gemma3_text, phi3, stablelm, gpt_neox, "
+                  "phi, falcon, gptj, codegen, gpt2, or auto)"),
               std::string::npos)
         << e.what();
   }

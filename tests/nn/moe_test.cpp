@@ -187,10 +187,72 @@ TEST(MoeMlp, EqualsItsDefinitionTokenByToken) {
   }
 }
 
+// A shared expert (Qwen2-MoE's): every token's output gains sigmoid(x . w)
+// times the shared MLP of x, with or without the gate.
+TEST(MoeMlp, ASharedExpertAddsItsGatedOutputForEveryToken) {
+  for (const bool gated : {true, false}) {
+    SCOPED_TRACE(gated ? "gated" : "ungated");
+    GptConfig cfg = moe_config(4, 2);
+    cfg.moe.shared_ffn_hidden_size = 5;
+    cfg.moe.shared_gate = gated;
+    MoeMlp moe(cfg, 0);
+    randomise(moe, 41);
+    GptConfig routed_only = cfg;
+    routed_only.moe.shared_ffn_hidden_size = 0;
+    routed_only.moe.shared_gate = false;
+    MoeMlp routed(routed_only, 0);
+    routed.to(DType::F64);
+    nn::StateDict weights;
+    for (const auto& [name, p] : moe.state_dict()) {
+      if (name.rfind("shared", 0) != 0) weights.emplace(name, p);
+    }
+    routed.load_state_dict(weights);
+    const Tensor x = randn({2, 3, cfg.d_model}, 43, 1, 1.0, DType::F64);
+    const std::vector<double> with = to_double_vector(moe.forward(x, {false, 0, 0})),
+                              without = to_double_vector(routed.forward(x, {false, 0, 0}));
+    const auto state = moe.state_dict();
+    const std::vector<double> xs = to_double_vector(x),
+                              fc = to_double_vector(state.at("shared.c_fc.weight")),
+                              proj = to_double_vector(state.at("shared.c_proj.weight"));
+    const int64_t C = cfg.d_model, F = 5;
+    for (int64_t n = 0; n < 6; ++n) {
+      const double* xn = xs.data() + n * C;
+      double gate = 1.0;
+      if (gated) {
+        const std::vector<double> w = to_double_vector(state.at("shared_gate.weight"));
+        double z = 0;
+        for (int64_t c = 0; c < C; ++c) z += w[static_cast<size_t>(c)] * xn[c];
+        gate = 1.0 / (1.0 + std::exp(-z));
+      }
+      std::vector<double> hidden(static_cast<size_t>(F));
+      for (int64_t f = 0; f < F; ++f) {
+        double a = 0, b = 0;
+        for (int64_t c = 0; c < C; ++c) {
+          a += fc[static_cast<size_t>(f * C + c)] * xn[c];
+          b += fc[static_cast<size_t>((F + f) * C + c)] * xn[c];
+        }
+        hidden[static_cast<size_t>(f)] = a / (1.0 + std::exp(-a)) * b;
+      }
+      for (int64_t c = 0; c < C; ++c) {
+        double y = 0;
+        for (int64_t f = 0; f < F; ++f)
+          y += proj[static_cast<size_t>(c * F + f)] * hidden[static_cast<size_t>(f)];
+        const size_t i = static_cast<size_t>(n * C + c);
+        ASSERT_NEAR(with[i] - without[i], gate * y, 1e-12) << "token " << n;
+      }
+    }
+  }
+}
+
 TEST(MoeMlp, GradientsOfInputRouterAndExpertsMatchFiniteDifferences) {
   for (const Activation a : {Activation::SwiGlu, Activation::Gelu}) {
     SCOPED_TRACE(activation_string(a));
-    const GptConfig cfg = moe_config(4, 2, a);
+    GptConfig cfg = moe_config(4, 2, a);
+    // (A gated shared expert under GELU.)
+    if (a == Activation::Gelu) {
+      cfg.moe.shared_ffn_hidden_size = 3;
+      cfg.moe.shared_gate = true;
+    }
     auto moe = std::make_shared<MoeMlp>(cfg, 1);
     randomise(*moe, 11);
     std::vector<Tensor> inputs{randn({3, 5, cfg.d_model}, 13, 1, 1.0, DType::F64)};
@@ -305,7 +367,7 @@ TEST(MoeMlp, ChecksItsInputs) {
       "expected (..., 8)");
   expect_refused<ShapeError>(
       [&] {
-        (void)(moe.experts(zeros({2, 3, 8}), zeros({5, 4}), {}));
+        (void)(moe.experts(zeros({2, 3, 8}), MoeMlp::Scores{zeros({5, 4}), {}}, {}));
       },
       "router probabilities [5, 4] for 6 tokens");
   GptConfig dense = cfg;
@@ -333,6 +395,11 @@ TEST(MoeConfig, ValidatesItsKeys) {
   refused([](GptConfig& c) { c.moe.dense_layers = {2}; },
           "model.moe.dense_layers: 2 at position 0");
   refused([](GptConfig& c) { c.mlp_bias = true; }, "the experts have no biases");
+  refused(
+      [](GptConfig& c) { c.moe.shared_gate = true; },
+      "model.moe.shared_gate gates the shared expert, but model.moe.shared_ffn_hidden_size is 0");
+  refused([](GptConfig& c) { c.moe.shared_ffn_hidden_size = -1; },
+          "model.moe.shared_ffn_hidden_size (-1) must be positive");
   refused(
       [](GptConfig& c) {
         c.lora.rank = 2;
@@ -373,6 +440,22 @@ TEST(MoeConfig, ShapesCountsAndFlopsOfAMixture) {
   EXPECT_EQ(c.block_parameters(0), 8 * 24 + 8 * 8 + 24 * 8 + 8 * 12 + 2 * 8);
   // Two of the four experts are active per token.
   EXPECT_DOUBLE_EQ(c.active_parameter_count(), static_cast<double>(total - 2 * (12 * 8 + 8 * 6)));
+  // A gated shared expert of width 5 on the mixture's layer: its SwiGLU
+  // weights (10 x 8 and 8 x 5) and its gate (1 x 8), all active.
+  GptConfig shared = c;
+  shared.moe.shared_ffn_hidden_size = 5;
+  shared.moe.shared_gate = true;
+  const auto with = gpt_parameter_shapes(shared);
+  EXPECT_EQ(with.at("h.1.mlp.shared.c_fc.weight"), (Shape{10, 8}));
+  EXPECT_EQ(with.at("h.1.mlp.shared.c_proj.weight"), (Shape{8, 5}));
+  EXPECT_EQ(with.at("h.1.mlp.shared_gate.weight"), (Shape{1, 8}));
+  EXPECT_FALSE(with.count("h.0.mlp.shared.c_fc.weight"));
+  EXPECT_EQ(shared.num_parameters() - c.num_parameters(), 10 * 8 + 8 * 5 + 8);
+  EXPECT_EQ(Gpt(shared, 1).num_parameters(), shared.num_parameters());
+  EXPECT_DOUBLE_EQ(shared.active_parameter_count() - c.active_parameter_count(),
+                   10 * 8 + 8 * 5 + 8);
+  EXPECT_NEAR(shared.training_flops(1) - c.training_flops(1),
+              3 * c.seq_len * 2.0 * (10 * 8 + 8 * 5 + 8), 1e-6);
   // FLOPs: the dense model's, less its MLP on layer 1, plus the router and
   // two experts per token, three times forward.
   GptConfig dense = c;

@@ -743,6 +743,42 @@ TEST_F(Gpt2Parity, Qwen3MoeDirectoryReadsAndExportsAsHuggingFacesQwen3Moe) {
   expect_exports_as_written(model, dir);
 }
 
+// Qwen2-MoE's blocks (Qwen2's q, k and v biases; 4 experts of which each
+// token takes 2, not renormalised, and a shared expert every token takes,
+// weighted by its sigmoid gate) from a Qwen2MoeForCausalLM directory:
+// logits, loss, every gradient with the load-balancing loss's part, the
+// balance; exported again, the same directory.
+TEST_F(Gpt2Parity, Qwen2MoeDirectoryReadsAndExportsAsHuggingFacesQwen2Moe) {
+  const std::string dir = ref_dir() + "/qwen2_moe_hf";
+  const nn::GptConfig cfg = io::load_hf_config(dir);
+  EXPECT_EQ(cfg.hf_type, "qwen2_moe");
+  EXPECT_TRUE(cfg.qkv_bias);
+  EXPECT_EQ(cfg.moe.experts, 4);
+  EXPECT_FALSE(cfg.moe.normalize_top_k);
+  EXPECT_EQ(cfg.moe.shared_ffn_hidden_size, cfg_["moe_shared_ffn"].get<int64_t>());
+  EXPECT_TRUE(cfg.moe.shared_gate);
+  nn::Gpt model(cfg, 1);
+  io::load_gpt2_safetensors(model, dir);
+  EXPECT_TRUE(model.state_dict().count("h.1.mlp.shared_gate.weight"));
+  expect_step_zero_matches(model, ref_, "qwen2_moe.");
+  expect_balance_matches(model, ref_, "qwen2_moe.");
+  expect_exports_as_written(model, dir);
+  // Without its gate the shared expert's output is not the reference's.
+  nn::GptConfig ungated = cfg;
+  ungated.moe.shared_gate = false;
+  nn::Gpt m(ungated, 1);
+  nn::StateDict weights = model.state_dict();
+  for (const char* layer : {"h.0", "h.1"})
+    weights.erase(std::string(layer) + ".mlp.shared_gate.weight");
+  m.load_state_dict(weights);
+  const std::vector<double> got =
+      to_double_vector(m.forward(cast(ref_.at("input_ids"), DType::I64)));
+  const std::vector<double> want = to_double_vector(ref_.at("qwen2_moe.logits"));
+  double worst = 0;
+  for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, std::abs(got[i] - want[i]));
+  EXPECT_GT(worst, 1e-3);
+}
+
 TEST_F(Gpt2Parity, GptjDirectoryReadsAndExportsAsHuggingFacesGptj) {
   const std::string dir = ref_dir() + "/gptj_hf";
   const nn::GptConfig cfg = io::load_hf_config(dir);

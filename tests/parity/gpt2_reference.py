@@ -46,6 +46,7 @@ MISTRAL_WINDOW = 5  # the Mistral-style variant's sliding window: each query see
 QWEN3_HEAD_DIM = 12  # the Qwen3-style variant's heads: 4 x 12 = 48 wide, not d_model's 32
 MOE_FFN = 24  # the mixtures' experts' hidden width
 MOE_AUX_COEF = 0.1  # the Mixtral-style variant's load-balancing loss weight
+MOE_SHARED_FFN = 20  # the Qwen2-MoE-style variant's shared expert's width
 GEMMA3_LOCAL_THETA = 7.0  # the Gemma 3-style variant's windowed layers' RoPE base
 GEMMA3_SCALING = dict(rope_type="linear", factor=2.0)  # its global layer's
 GEMMA3_ATTN_SCALAR = 20.0  # its scores over sqrt(20), not sqrt(head_dim 12): 27B's kind
@@ -181,8 +182,10 @@ class Gpt(torch.nn.Module):
                  gelu_exact=False, shared_norm=False, head_bias=False, mlp_bias=None,
                  interleaved_rope=False, moe=None):
         super().__init__()
-        # A mixture of experts (Mixtral's, Qwen3-MoE's): dict(experts, top_k,
-        # ffn, normalize, coef, dense) — the layers in `dense` keep the MLP.
+        # A mixture of experts (Mixtral's, Qwen's): dict(experts, top_k,
+        # ffn, normalize, coef, dense, shared) — the layers in `dense` keep
+        # the MLP; `shared`, a width, adds Qwen2-MoE's shared expert and its
+        # sigmoid gate.
         # Each forward appends every MoE layer's load-balancing loss
         # E * sum_e f_e P_e to self.aux.
         self.moe = moe
@@ -248,6 +251,11 @@ class Gpt(torch.nn.Module):
                     ex.c_fc = torch.nn.Linear(C, 2 * moe["ffn"], bias=False)
                     ex.c_proj = torch.nn.Linear(moe["ffn"], C, bias=False)
                     b.mlp.experts.append(ex)
+                if moe.get("shared"):
+                    b.mlp.shared = torch.nn.Module()
+                    b.mlp.shared.c_fc = torch.nn.Linear(C, 2 * moe["shared"], bias=False)
+                    b.mlp.shared.c_proj = torch.nn.Linear(moe["shared"], C, bias=False)
+                    b.mlp.shared_gate = torch.nn.Linear(C, 1, bias=False)
             elif swiglu_ffn is None:  # (Falcon's has no biases, GPT-J's only these)
                 mb = bias if mlp_bias is None else mlp_bias
                 b.mlp.c_fc = torch.nn.Linear(C, 4 * C, bias=mb)
@@ -291,6 +299,9 @@ class Gpt(torch.nn.Module):
             gate, up = ex.c_fc(h[rows]).chunk(2, dim=-1)
             out.index_add_(0, rows, ex.c_proj(F.silu(gate) * up) * top[rows, slot, None])
         self.aux.append(E * (load / (h.shape[0] * k) * probs.mean(dim=0)).sum())
+        if hasattr(mlp, "shared"):  # as Qwen2MoeSparseMoeBlock adds it
+            gate, up = mlp.shared.c_fc(h).chunk(2, dim=-1)
+            out = out + torch.sigmoid(mlp.shared_gate(h)) * mlp.shared.c_proj(F.silu(gate) * up)
         return out.view(B, T, C)
 
     def forward(self, idx):
@@ -452,6 +463,10 @@ def save_hf_moe_weights(model, path, mixtral):
     for i, b in enumerate(model.h):
         p = f"model.layers.{i}."
         q, k, v = b.attn.c_attn.weight.split([C, KV, KV], 0)
+        if b.attn.c_attn.bias is not None:  # Qwen2-MoE's
+            bq, bk, bv = b.attn.c_attn.bias.split([C, KV, KV], 0)
+            t.update({p + "self_attn.q_proj.bias": bq, p + "self_attn.k_proj.bias": bk,
+                      p + "self_attn.v_proj.bias": bv})
         t.update({p + "input_layernorm.weight": b.ln_1.weight,
                   p + "post_attention_layernorm.weight": b.ln_2.weight,
                   p + "self_attn.q_proj.weight": q, p + "self_attn.k_proj.weight": k,
@@ -467,6 +482,12 @@ def save_hf_moe_weights(model, path, mixtral):
             continue
         moe = p + ("block_sparse_moe." if mixtral else "mlp.")
         t[moe + "gate.weight"] = b.mlp.router.weight
+        if hasattr(b.mlp, "shared"):
+            gate, up = b.mlp.shared.c_fc.weight.split(model.moe["shared"], 0)
+            t.update({moe + "shared_expert.gate_proj.weight": gate,
+                      moe + "shared_expert.up_proj.weight": up,
+                      moe + "shared_expert.down_proj.weight": b.mlp.shared.c_proj.weight,
+                      moe + "shared_expert_gate.weight": b.mlp.shared_gate.weight})
         names = ("w1", "w3", "w2") if mixtral else ("gate_proj", "up_proj", "down_proj")
         for e, ex in enumerate(b.mlp.experts):
             gate, up = ex.c_fc.weight.split(F_, 0)
@@ -494,23 +515,31 @@ def save_hf_mixtral(model, directory):
         json.dump(config, f)
 
 
-def save_hf_qwen3_moe(model, directory):
-    """A Qwen3-MoE-style model as a Qwen3MoeForCausalLM directory."""
+def save_hf_qwen_moe(model, directory, model_type):
+    """A Qwen3-MoE-style model as a Qwen3MoeForCausalLM directory, or a
+    Qwen2-MoE-style one (q, k and v biases, a gated shared expert) as a
+    Qwen2MoeForCausalLM one."""
     os.makedirs(directory, exist_ok=True)
     save_hf_moe_weights(model, os.path.join(directory, "model.safetensors"), mixtral=False)
-    config = {"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe",
+    qwen2 = model_type == "qwen2_moe"
+    architecture = "Qwen2MoeForCausalLM" if qwen2 else "Qwen3MoeForCausalLM"
+    config = {"architectures": [architecture], "model_type": model_type,
               "hidden_size": CFG["d_model"], "intermediate_size": model.swiglu_ffn,
               "moe_intermediate_size": model.moe["ffn"], "num_hidden_layers": CFG["n_layer"],
               "num_attention_heads": CFG["n_head"], "num_key_value_heads": model.kv_heads,
-              "head_dim": model.D, "hidden_act": "silu", "vocab_size": CFG["vocab_size"],
+              "hidden_act": "silu", "vocab_size": CFG["vocab_size"],
               "max_position_embeddings": CFG["seq_len"], "rms_norm_eps": 1e-5,
               "rope_theta": ROPE_THETA, "num_experts": model.moe["experts"],
               "num_experts_per_tok": model.moe["top_k"],
               "norm_topk_prob": model.moe["normalize"], "decoder_sparse_step": 1,
-              "mlp_only_layers": list(model.moe["dense"]), "output_router_logits": False,
+              "mlp_only_layers": list(model.moe.get("dense", ())), "output_router_logits": False,
               "router_aux_loss_coef": model.moe["coef"], "use_sliding_window": False,
               "sliding_window": CFG["seq_len"], "max_window_layers": CFG["n_layer"],
-              "attention_bias": False, "tie_word_embeddings": True}
+              "tie_word_embeddings": not hasattr(model, "lm_head")}
+    if qwen2:
+        config["shared_expert_intermediate_size"] = model.moe["shared"]
+    else:
+        config.update(head_dim=model.D, attention_bias=False)
     with open(os.path.join(directory, "config.json"), "w") as f:
         json.dump(config, f)
 
@@ -1144,8 +1173,19 @@ def main():
                     kv_heads=LLAMA_KV_HEADS, head_dim=QWEN3_HEAD_DIM, qk_norm=True,
                     moe=dict(experts=5, top_k=3, ffn=MOE_FFN, normalize=False, coef=0.0,
                              dense=(0,)))
-    save_hf_qwen3_moe(qwen3_moe, os.path.join(out, "qwen3_moe_hf"))
+    save_hf_qwen_moe(qwen3_moe, os.path.join(out, "qwen3_moe_hf"), "qwen3_moe")
     record_step_zero(qwen3_moe, x, y, "qwen3_moe.", ref)
+    # Qwen2-MoE's: Qwen2's blocks (q, k and v biases), 4 experts of which
+    # each token takes 2, not renormalised, and a shared expert of width
+    # MOE_SHARED_FFN every token takes, weighted by its sigmoid gate; the
+    # load-balancing loss in the gradients; step 0, from a
+    # Qwen2MoeForCausalLM directory.
+    qwen2_moe = Gpt(CFG, ROPE_THETA, SWIGLU_FFN, rms_norm=True, bias=False, tie=False,
+                    kv_heads=LLAMA_KV_HEADS, qkv_bias=True,
+                    moe=dict(experts=4, top_k=2, ffn=MOE_FFN, normalize=False, coef=0.05,
+                             shared=MOE_SHARED_FFN))
+    save_hf_qwen_moe(qwen2_moe, os.path.join(out, "qwen2_moe_hf"), "qwen2_moe")
+    record_step_zero(qwen2_moe, x, y, "qwen2_moe.", ref)
 
     save_torch_files(out, ref)
 
@@ -1167,7 +1207,8 @@ def main():
                    "gemma2_attn_softcap": GEMMA2_ATTN_SOFTCAP,
                    "gemma2_final_softcap": GEMMA2_FINAL_SOFTCAP,
                    "neox_rope_dim": NEOX_ROPE_DIM, "moe_ffn": MOE_FFN,
-                   "moe_aux_coef": MOE_AUX_COEF}, f)
+                   "moe_aux_coef": MOE_AUX_COEF,
+                   "moe_shared_ffn": MOE_SHARED_FFN}, f)
     print("losses", " ".join(f"{v:.6f}" for v in losses))
 
 

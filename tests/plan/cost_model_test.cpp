@@ -1176,6 +1176,35 @@ TEST(PlannerFiles, ClusterAndModelFilesAreValidated) {
               std::string::npos)
         << e.what();
   }
+  // Qwen1.5-MoE-A2.7B: a shared expert of 5632 beside 60 routed experts;
+  // its published counts, and the shared expert priced on every token
+  // (its GEMMs, as wide as the routed four together, and its activations).
+  const nn::GptConfig qwen2moe =
+      load_model_spec(std::string(TRIAD_SOURCE_DIR) + "/configs/models/qwen1.5_moe_a2.7b.yaml");
+  EXPECT_EQ(qwen2moe.moe.shared_ffn_hidden_size, 5632);
+  EXPECT_TRUE(qwen2moe.moe.shared_gate);
+  EXPECT_EQ(qwen2moe.num_parameters(), 14'315'784'192);
+  EXPECT_DOUBLE_EQ(qwen2moe.active_parameter_count(), 2'689'173'504.0);
+  nn::GptConfig unshared = qwen2moe;
+  unshared.moe.shared_ffn_hidden_size = 0;
+  unshared.moe.shared_gate = false;
+  const ParallelConfig qwen_tp2 = layout(2, 1, 4, 1, Recompute::Selective);
+  const Estimate with_shared = estimate(qwen2moe, selene(), 8, 8, qwen_tp2),
+                 without_shared = estimate(unshared, selene(), 8, 8, qwen_tp2);
+  EXPECT_GT(with_shared.gemm_time, without_shared.gemm_time);
+  EXPECT_GT(with_shared.activation_bytes, without_shared.activation_bytes);
+  EXPECT_GT(with_shared.weights_bytes, without_shared.weights_bytes);
+  try {
+    nn::GptConfig odd = qwen2moe;
+    odd.moe.shared_ffn_hidden_size = 5633;
+    estimate(odd, selene(), 8, 8, qwen_tp2);
+    ADD_FAILURE() << "expected ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("moe.shared_ffn_hidden_size (5633) must be divisible by "
+                                         "tp (2)"),
+              std::string::npos)
+        << e.what();
+  }
   // Expert parallelism over the data-parallel ranks: the experts' weights
   // and optimizer state shared out (ZeRO-1 over their own replicas), two
   // all-to-all exchanges each way per MoE layer, none without it.

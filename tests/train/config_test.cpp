@@ -304,6 +304,22 @@ TEST(Config, MixtureOfExpertsParsesRoundTripsAndIsChecked) {
   expect_config_error(kValid, {"model.moe={experts: 4, dense_layers: 1}"},
                       "model.moe.dense_layers: expected a list of layer indices");
   expect_config_error(kValid, {"model.moe=8"}, "model.moe ('8') must be none, or a mapping");
+  // A shared expert every token takes (Qwen2-MoE's), gated or not.
+  const Config shared = parse_config(
+      kValid, {"model.moe={experts: 4, shared_ffn_hidden_size: 48, shared_gate: true}"});
+  EXPECT_EQ(shared.model.moe.shared_ffn_hidden_size, 48);
+  EXPECT_TRUE(shared.model.moe.shared_gate);
+  EXPECT_EQ(parse_config(to_yaml(shared)).model.moe, shared.model.moe);
+  EXPECT_FALSE(parse_config(kValid, {"model.moe={experts: 4, shared_ffn_hidden_size: 48}"})
+                   .model.moe.shared_gate);
+  expect_config_error(kValid, {"model.moe={experts: 4, shared_ffn_hidden_size: -1}"},
+                      "model.moe.shared_ffn_hidden_size (-1) must be positive");
+  expect_config_error(kValid, {"model.moe={experts: 4, shared_gate: true}"},
+                      "model.moe.shared_gate gates the shared expert, but "
+                      "model.moe.shared_ffn_hidden_size is 0");
+  expect_config_error(kValid, {"model.moe={experts: 4, shared: 8}"},
+                      "(allowed: experts, top_k, ffn_hidden_size, normalize_top_k, aux_loss_coef, "
+                      "dense_layers, shared_ffn_hidden_size, shared_gate)");
   // parallel.ep: a mixture's experts shared out among data-parallel ranks.
   const Config ep = parse_config(kValid, {"model.moe={experts: 4}", "parallel.ep=2"});
   EXPECT_EQ(ep.parallel.ep, 2);

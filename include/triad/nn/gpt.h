@@ -210,6 +210,13 @@ struct GptConfig {
     // Layers that keep a dense MLP (Qwen3-MoE's mlp_only_layers, the
     // layers between its decoder_sparse_step), increasing.
     std::vector<int64_t> dense_layers = {};
+    // A shared expert every token takes besides its routed ones (Qwen2-MoE's,
+    // DeepSeekMoE's): an MLP of the model's activation and this hidden width
+    // (0: none), its output added to the routed experts' sum; with
+    // shared_gate, times sigmoid(x . w) of a (1, C) weight of its own
+    // (Qwen2-MoE's shared_expert_gate).
+    int64_t shared_ffn_hidden_size = 0;
+    bool shared_gate = false;
     bool operator==(const Moe&) const = default;
   };
   Moe moe = {};
@@ -218,6 +225,10 @@ struct GptConfig {
   // Each expert's hidden width F, and its c_fc's output width (F, or 2F gated).
   int64_t expert_ffn() const { return moe.ffn_hidden_size > 0 ? moe.ffn_hidden_size : ffn(); }
   int64_t expert_fc_width() const { return gated_mlp() ? 2 * expert_ffn() : expert_ffn(); }
+  // The shared expert's c_fc output width (0 without one).
+  int64_t shared_fc_width() const {
+    return gated_mlp() ? 2 * moe.shared_ffn_hidden_size : moe.shared_ffn_hidden_size;
+  }
   // The Hugging Face class an export writes (config key model.hf_type: its
   // model_type, e.g. "phi3"), when that class holds the model; empty (auto),
   // or a class that cannot hold it, leaves the export to the first class

@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "triad/nn/gpt.h"
@@ -77,12 +78,12 @@ class ExpertPlacement {
 // A mixture-of-experts MLP (GptConfig::Moe): router.weight (E, C) and
 // experts.<e>.c_fc.weight (fc, C), experts.<e>.c_proj.weight (C, F), each
 // expert an MLP of the model's activation without biases, stored (out,
-// in). Each token's output is the sum over its top_k experts of gate *
-// expert(x), the gates the router's softmax probabilities (f32; renormalised
-// over the k chosen with normalize_top_k). While training, the layer's
-// load-balancing loss (balance_loss, differentiable through P) joins the
-// objective with weight aux_loss_coef * ctx.loss_grad (attach_loss), and
-// its routing is reported to ctx.moe_stats.
+// in); a shared expert's shared.c_fc.weight and shared.c_proj.weight, and
+// its gate's shared_gate.weight (1, C). Each token's output is the sum over its top_k experts of
+// gate * expert(x), the gates the router's softmax probabilities (f32; renormalised over the k
+// chosen with normalize_top_k). While training, the layer's load-balancing loss (balance_loss,
+// differentiable through P) joins the objective with weight aux_loss_coef * ctx.loss_grad
+// (attach_loss), and its routing is reported to ctx.moe_stats.
 //
 // Under tensor parallelism each of `shards` ranks holds 1/shards of every
 // expert's hidden units (c_fc's rows, by gate and up half when gated, and
@@ -96,17 +97,25 @@ class MoeMlp : public Module {
          std::shared_ptr<const ExpertPlacement> placement = nullptr);
   // Every expert of the layer (E), held here or not.
   int64_t num_experts() const { return experts_total_; }
-  // The router's probabilities over the experts (N, E) for x (..., C) as N
-  // tokens: softmax of x @ router^T, in f32 (f64 for f64 x).
-  Tensor route(const Tensor& x) const;
+  // What decides where x's tokens go and how much each part counts: the
+  // router's probabilities over the experts (N, E), softmax of x @
+  // router^T, and with a gated shared expert its gate (N, 1), sigmoid of x
+  // @ shared_gate^T; in f32 (f64 for f64 x).
+  struct Scores {
+    Tensor probs;
+    Tensor shared_gate;  // undefined without model.moe.shared_gate
+  };
+  // For x (..., C) as N tokens.
+  Scores route(const Tensor& x) const;
   // Applied to the gates (the N * k + 1 values, the padding's 0 last, (N * k
-  // + 1, 1)) before they weigh the experts' outputs: tensor parallelism
-  // all-reduces their gradient there, of which each rank's partial outputs
-  // give only a part.
+  // + 1, 1), and the shared expert's gate) before they weigh the experts'
+  // outputs: tensor parallelism all-reduces their gradient there, of which
+  // each rank's partial outputs give only a part.
   using GateHook = std::function<Tensor(const Tensor&)>;
   // The experts' weighted outputs for tokens x (..., C), N of them, routed
-  // by probs (N, E) (route's, of these tokens): x's shape.
-  Tensor experts(const Tensor& x, const Tensor& probs, const ForwardContext& ctx,
+  // by `scores` (route's, of these tokens), plus the shared expert's: x's
+  // shape.
+  Tensor experts(const Tensor& x, const Scores& scores, const ForwardContext& ctx,
                  const GateHook& gate = {}) const;
   Tensor forward(const Tensor& x, const ForwardContext& ctx) const {
     return experts(x, route(x), ctx);
@@ -118,7 +127,9 @@ class MoeMlp : public Module {
   };
   Tensor expert_forward(const Expert& e, const Tensor& x) const;
   std::shared_ptr<Linear> router_;
-  std::vector<Expert> experts_;  // this rank's, from placement_->first()
+  std::vector<Expert> experts_;          // this rank's, from placement_->first()
+  std::optional<Expert> shared_;         // model.moe.shared_ffn_hidden_size
+  std::shared_ptr<Linear> shared_gate_;  // model.moe.shared_gate
   std::shared_ptr<const ExpertPlacement> placement_;
   int64_t experts_total_;
   int64_t top_k_;

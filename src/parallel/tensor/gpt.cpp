@@ -210,6 +210,13 @@ void TensorParallelGpt::build(uint64_t seed, std::shared_ptr<VocabParallelEmbedd
         specs_[x + "c_fc.weight"] = ShardSpec::along(0, gated ? 2 : 1);
         specs_[x + "c_proj.weight"] = ShardSpec::along(1);
       }
+      // The shared expert split as the experts are; its gate whole, as the
+      // router.
+      if (cfg_.moe.shared_ffn_hidden_size > 0) {
+        specs_[p + "mlp.shared.c_fc.weight"] = ShardSpec::along(0, gated ? 2 : 1);
+        specs_[p + "mlp.shared.c_proj.weight"] = ShardSpec::along(1);
+      }
+      if (cfg_.moe.shared_gate) specs_[p + "mlp.shared_gate.weight"] = ShardSpec::replicated(sp_);
     } else {
       specs_[p + "mlp.c_fc.weight"] = L.c_fc->weight_spec();
       specs_[p + "mlp.c_proj.weight"] = L.mlp_proj->weight_spec();
@@ -645,21 +652,25 @@ Tensor TensorParallelGpt::block_forward(int64_t i, const Tensor& x,
 Tensor TensorParallelGpt::moe_share(const Layer& L, const Tensor& in,
                                     const nn::ForwardContext& ctx) const {
   // Every rank routes the whole sequence alike: under sequence parallelism
-  // each routes its own tokens and the probabilities are gathered (their
+  // each routes its own tokens and the scores are gathered (their
   // gradient, whole on every rank, sliced back), and the experts see the
   // gathered tokens. The gates' gradient is the sum of each rank's partial
   // outputs' part, hence all-reduced.
-  Tensor probs = L.moe->route(in);
+  nn::MoeMlp::Scores scores = L.moe->route(in);
   const int64_t t = group_->size();
-  if (t == 1) return L.moe->experts(in, probs, ctx);
+  if (t == 1) return L.moe->experts(in, scores, ctx);
   if (sp_) {
-    const int64_t B = in.size(0), E = probs.size(1);
-    probs =
-        reshape(gather_from_sequence_region_replicated(reshape(probs, {B, in.size(1), E}), group_),
-                {-1, E});
+    const int64_t B = in.size(0), T = in.size(1);
+    auto gather = [&](const Tensor& s) {
+      const int64_t n = s.size(1);
+      return reshape(gather_from_sequence_region_replicated(reshape(s, {B, T, n}), group_),
+                     {-1, n});
+    };
+    scores.probs = gather(scores.probs);
+    if (scores.shared_gate.defined()) scores.shared_gate = gather(scores.shared_gate);
   }
   const Tensor tokens = sp_ ? gather_from_sequence_region(in, group_) : copy_to_region(in, group_);
-  return L.moe->experts(tokens, probs, ctx,
+  return L.moe->experts(tokens, scores, ctx,
                         [this](const Tensor& gates) { return copy_to_region(gates, group_); });
 }
 

@@ -633,7 +633,8 @@ TEST_P(TensorParallelGptTest, MixtureOfExpertsMatchesOneProcess) {
   for (const std::string variant :
        {"mixtral's kind: swiglu, rmsnorm, rope, top 2 of 4 renormalised, balance loss",
         "gelu experts, dense layer 0, top 1 of 3, raw probabilities",
-        "parallel residual, top 2 of 4, balance loss"}) {
+        "parallel residual, top 2 of 4, balance loss",
+        "qwen2-moe's kind: swiglu, qkv biases, a shared expert of 8 under a sigmoid gate"}) {
     SCOPED_TRACE(variant);
     nn::GptConfig cfg = tiny(V);
     cfg.moe.experts = 4;
@@ -653,6 +654,16 @@ TEST_P(TensorParallelGptTest, MixtureOfExpertsMatchesOneProcess) {
       cfg.moe.normalize_top_k = false;
       cfg.moe.aux_loss_coef = 0;
       cfg.moe.dense_layers = {0};
+    } else if (variant.rfind("qwen2", 0) == 0) {
+      cfg.normalization = nn::Normalization::RmsNorm;
+      cfg.linear_bias = false;
+      cfg.qkv_bias = true;
+      cfg.activation = nn::Activation::SwiGlu;
+      cfg.position_embedding = nn::PositionEmbedding::Rotary;
+      cfg.rope_theta = 20.0;
+      cfg.moe.normalize_top_k = false;
+      cfg.moe.shared_ffn_hidden_size = 8;
+      cfg.moe.shared_gate = true;
     } else {
       cfg.parallel_residual = true;
       cfg.linear_bias = false;
@@ -660,6 +671,10 @@ TEST_P(TensorParallelGptTest, MixtureOfExpertsMatchesOneProcess) {
     }
     const Tensor ids = token_ids(V, 5);
     const auto shapes = TensorParallelGpt(cfg, 19, g_world, GetParam()).full_shapes();
+    if (cfg.moe.shared_gate) {
+      EXPECT_EQ(shapes.at("h.1.mlp.shared.c_fc.weight"), (Shape{16, cfg.d_model}));
+      EXPECT_EQ(shapes.at("h.1.mlp.shared_gate.weight"), (Shape{1, cfg.d_model}));
+    }
     EXPECT_EQ(shapes.at("h.1.mlp.router.weight"), (Shape{cfg.moe.experts, cfg.d_model}));
     EXPECT_EQ(shapes.at("h.1.mlp.experts.0.c_proj.weight"), (Shape{cfg.d_model, 8}));
     EXPECT_EQ(shapes.count("h.0.mlp.c_fc.weight"), cfg.moe.dense_layers.empty() ? 0u : 1u);
