@@ -301,6 +301,12 @@ void GptConfig::validate() const {
                         std::to_string(moe.shared_ffn_hidden_size) +
                         ") must be positive (or 0: no shared expert)");
     }
+    if (!std::isfinite(moe.capacity_factor) || moe.capacity_factor < 0) {
+      char v[32];
+      std::snprintf(v, sizeof v, "%g", moe.capacity_factor);
+      throw ConfigError("model.moe.capacity_factor (" + std::string(v) +
+                        ") must be a finite number >= 0 (0: dropless)");
+    }
     if (moe.shared_gate && moe.shared_ffn_hidden_size == 0) {
       throw ConfigError(
           "model.moe.shared_gate gates the shared expert, but model.moe.shared_ffn_hidden_size "
@@ -318,10 +324,11 @@ void GptConfig::validate() const {
                           "attention's layers (attn.c_attn, attn.c_proj) of a mixture");
       }
     }
-  } else if (!moe.dense_layers.empty() || moe.shared_ffn_hidden_size != 0 || moe.shared_gate) {
+  } else if (!moe.dense_layers.empty() || moe.shared_ffn_hidden_size != 0 || moe.shared_gate ||
+             moe.capacity_factor != 0) {
     throw ConfigError(
-        "model.moe's dense_layers, shared_ffn_hidden_size and shared_gate belong to a mixture, but "
-        "model.moe.experts is 0");
+        "model.moe's dense_layers, shared_ffn_hidden_size, shared_gate and capacity_factor belong "
+        "to a mixture, but model.moe.experts is 0");
   }
   if (head_bias && tie_embeddings) {
     throw ConfigError(

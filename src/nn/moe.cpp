@@ -18,11 +18,15 @@
 namespace triad::nn {
 
 Routing route_top_k(const std::vector<double>& probs, int64_t tokens, int64_t experts,
-                    int64_t top_k) {
+                    int64_t top_k, int64_t capacity, GptConfig::Moe::DropPolicy policy) {
   if (tokens < 0 || experts < 1 || top_k < 1 || top_k > experts) {
     throw ValueError("route_top_k: top_k " + std::to_string(top_k) + " of " +
                      std::to_string(experts) + " experts for " + std::to_string(tokens) +
                      " tokens (expected 1 <= top_k <= experts)");
+  }
+  if (capacity < 0) {
+    throw ValueError("route_top_k: capacity " + std::to_string(capacity) +
+                     " (expected >= 0; 0: dropless)");
   }
   if (static_cast<int64_t>(probs.size()) != tokens * experts) {
     throw ValueError("route_top_k: " + std::to_string(probs.size()) + " probabilities for " +
@@ -61,7 +65,21 @@ Routing route_top_k(const std::vector<double>& probs, int64_t tokens, int64_t ex
     by_expert[static_cast<size_t>(r.choice[static_cast<size_t>(a)])].push_back(a);
   r.rows.resize(static_cast<size_t>(experts));
   for (int64_t e = 0; e < experts; ++e) {
-    const auto& mine = by_expert[static_cast<size_t>(e)];
+    auto& mine = by_expert[static_cast<size_t>(e)];
+    if (capacity > 0 && static_cast<int64_t>(mine.size()) > capacity) {
+      // Over capacity: keep the most probable (a stable sort: equal ones
+      // in token order) or the earliest, then put the kept back in token
+      // order.
+      if (policy == GptConfig::Moe::DropPolicy::Probs) {
+        std::stable_sort(mine.begin(), mine.end(), [&](int64_t a, int64_t b) {
+          return probs[static_cast<size_t>((a / top_k) * experts + e)] >
+                 probs[static_cast<size_t>((b / top_k) * experts + e)];
+        });
+      }
+      r.dropped += static_cast<int64_t>(mine.size()) - capacity;
+      mine.resize(static_cast<size_t>(capacity));
+      std::sort(mine.begin(), mine.end());
+    }
     if (mine.empty()) {  // the padding row: token 0, the zero gate
       r.token.push_back(0);
       r.assignment.push_back(tokens * top_k);
@@ -77,6 +95,19 @@ Routing route_top_k(const std::vector<double>& probs, int64_t tokens, int64_t ex
   return r;
 }
 
+int64_t expert_capacity(double factor, int64_t tokens, int64_t experts, int64_t top_k) {
+  if (!(factor >= 0) || !std::isfinite(factor) || tokens < 0 || experts < 1 || top_k < 1) {
+    throw ValueError("expert_capacity: factor " + std::to_string(factor) + " for " +
+                     std::to_string(tokens) + " tokens, " + std::to_string(experts) +
+                     " experts, top " + std::to_string(top_k) +
+                     " (expected a finite factor >= 0, experts and top_k >= 1)");
+  }
+  if (factor == 0) return 0;
+  const double share = factor * static_cast<double>(tokens * top_k) / static_cast<double>(experts);
+  // (A share that is an integer up to rounding stays that integer.)
+  return std::max<int64_t>(1, static_cast<int64_t>(std::ceil(share - 1e-9)));
+}
+
 double balance_loss(const Routing& r, const std::vector<double>& probs) {
   if (r.tokens == 0) return 0.0;
   double sum = 0;
@@ -90,9 +121,10 @@ double balance_loss(const Routing& r, const std::vector<double>& probs) {
   return static_cast<double>(r.experts) * sum;
 }
 
-void MoeStats::record(double balance, double load) {
+void MoeStats::record(double balance, double load, double dropped) {
   balance_sum += balance;
   max_load = std::max(max_load, load);
+  dropped_sum += dropped;
   ++records;
 }
 
@@ -131,6 +163,8 @@ MoeMlp::MoeMlp(const GptConfig& cfg, int64_t layer, int64_t shards,
       top_k_(cfg.moe.top_k),
       normalize_(cfg.moe.normalize_top_k),
       aux_coef_(cfg.moe.aux_loss_coef),
+      capacity_factor_(cfg.moe.capacity_factor),
+      drop_policy_(cfg.moe.drop_policy),
       activation_(cfg.activation) {
   if (!cfg.moe_layer(layer)) {
     throw ValueError("MoeMlp: layer " + std::to_string(layer) +
@@ -213,7 +247,10 @@ Tensor MoeMlp::experts(const Tensor& x, const Scores& scores, const ForwardConte
   // The one read of the step's routing on the host (a GPU waits for the
   // router here): the experts' batch sizes decide the GEMMs' shapes.
   const std::vector<double> host = to_double_vector(probs);
-  const Routing routing = route_top_k(host, N, E, k);
+  // Capacity caps the experts' batches while training (evaluation and
+  // generation are dropless).
+  const int64_t capacity = ctx.training ? expert_capacity(capacity_factor_, N, E, k) : 0;
+  const Routing routing = route_top_k(host, N, E, k, capacity, drop_policy_);
   // The gates: each token's k chosen probabilities, renormalised over the k
   // if asked, then the padding's 0: (N k + 1, 1).
   std::vector<int64_t> picked(static_cast<size_t>(N * k));
@@ -276,7 +313,8 @@ Tensor MoeMlp::experts(const Tensor& x, const Scores& scores, const ForwardConte
     const int64_t busiest = *std::max_element(routing.load.begin(), routing.load.end());
     ctx.moe_stats->record(
         balance_loss(routing, host),
-        static_cast<double>(busiest * E) / static_cast<double>(std::max<int64_t>(N * k, 1)));
+        static_cast<double>(busiest * E) / static_cast<double>(std::max<int64_t>(N * k, 1)),
+        static_cast<double>(routing.dropped) / static_cast<double>(N * k));
   }
   return out;
 }

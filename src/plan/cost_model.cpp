@@ -192,10 +192,10 @@ LayerCost layer_cost(const nn::GptConfig& m, const ClusterSpec& c, const Paralle
   const LinearTimes qkv = with_lora("attn.c_attn", 0, h, w_local);
   // A mixture of experts (model.moe): the router (whole on every rank) and
   // each expert's shard over its share of the k assignments per token,
-  // counted as balanced (tokens * k / E rows each): E smaller GEMMs whose
-  // tiles fill the GPU less.
+  // counted as balanced (tokens * k / E rows each; k capped by a capacity
+  // factor below 1): E smaller GEMMs whose tiles fill the GPU less.
   const bool moe = m.moe_layer(layer);
-  const double E = static_cast<double>(m.moe.experts), k = static_cast<double>(m.moe.top_k);
+  const double E = static_cast<double>(m.moe.experts), k = m.routed_per_token();
   LinearTimes up{}, down{}, router{}, shared_up{}, shared_down{};
   if (moe) {
     const double rows = tokens * k / E;
@@ -938,7 +938,7 @@ Estimate price(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int globa
   // are priced as the larger.
   bool any_moe = false, any_dense = false;
   for (int64_t i = 0; i < m.n_layer; ++i) (m.moe_layer(i) ? any_moe : any_dense) = true;
-  const double k_moe = static_cast<double>(m.moe.top_k);
+  const double k_moe = m.routed_per_token();
   const double moe_acts =
       any_moe ? (k_moe * static_cast<double>(m.expert_fc_width() + m.expert_ffn()) +
                  static_cast<double>(m.shared_fc_width() + m.moe.shared_ffn_hidden_size)) *

@@ -109,7 +109,7 @@ nn::GptConfig parse_model_spec(const std::string& yaml_text, const std::string& 
   // model.hf_config's mixture).
   option("moe",
          "none, or {experts, top_k, ffn_hidden_size, normalize_top_k, aux_loss_coef, "
-         "dense_layers, shared_ffn_hidden_size, shared_gate}",
+         "dense_layers, shared_ffn_hidden_size, shared_gate, capacity_factor, drop_policy}",
          [&](const YAML::Node& v) {
            if (v.IsScalar()) {
              if (v.as<std::string>() != "none") throw YAML::Exception(YAML::Mark(), "");
@@ -125,6 +125,13 @@ nn::GptConfig parse_model_spec(const std::string& yaml_text, const std::string& 
            if (v["shared_ffn_hidden_size"])
              c.moe.shared_ffn_hidden_size = v["shared_ffn_hidden_size"].as<int64_t>();
            if (v["shared_gate"]) c.moe.shared_gate = v["shared_gate"].as<bool>();
+           if (v["capacity_factor"]) c.moe.capacity_factor = v["capacity_factor"].as<double>();
+           if (v["drop_policy"]) {
+             const std::string p = v["drop_policy"].as<std::string>();
+             if (p != "probs" && p != "position") throw YAML::Exception(YAML::Mark(), "");
+             c.moe.drop_policy = p == "probs" ? nn::GptConfig::Moe::DropPolicy::Probs
+                                              : nn::GptConfig::Moe::DropPolicy::Position;
+           }
          });
   // model.lora as the trainer reads it (a rank, or {rank, alpha, targets,
   // dropout}; targets left out, every layer LoRA adapts, the attention's

@@ -67,13 +67,13 @@ std::string get_string(const YAML::Node& n, const std::string& key) {
 }
 
 // model.moe: none, or a mapping of experts, top_k, ffn_hidden_size,
-// normalize_top_k, aux_loss_coef, dense_layers, shared_ffn_hidden_size and
-// shared_gate over `base` (what
+// normalize_top_k, aux_loss_coef, dense_layers, shared_ffn_hidden_size,
+// shared_gate, capacity_factor and drop_policy over `base` (what
 // model.hf_config read, or the defaults): the keys given replace its.
 nn::GptConfig::Moe get_moe(const YAML::Node& n, const std::string& key, nn::GptConfig::Moe base) {
   const std::string keys =
       "experts, top_k, ffn_hidden_size, normalize_top_k, aux_loss_coef, dense_layers, "
-      "shared_ffn_hidden_size, shared_gate";
+      "shared_ffn_hidden_size, shared_gate, capacity_factor, drop_policy";
   const std::string expected = "none, or a mapping with experts (and " + keys.substr(9) + ")";
   if (n.IsScalar()) {
     if (get_string(n, key) == "none") return {};
@@ -81,8 +81,9 @@ nn::GptConfig::Moe get_moe(const YAML::Node& n, const std::string& key, nn::GptC
   }
   if (!n.IsMap()) throw ConfigError(key + ": expected " + expected);
   static const std::set<std::string> allowed = {
-      "experts",       "top_k",        "ffn_hidden_size",        "normalize_top_k",
-      "aux_loss_coef", "dense_layers", "shared_ffn_hidden_size", "shared_gate"};
+      "experts",         "top_k",        "ffn_hidden_size",        "normalize_top_k",
+      "aux_loss_coef",   "dense_layers", "shared_ffn_hidden_size", "shared_gate",
+      "capacity_factor", "drop_policy"};
   for (auto it = n.begin(); it != n.end(); ++it) {
     const std::string k = it->first.as<std::string>();
     if (!allowed.count(k))
@@ -105,6 +106,18 @@ nn::GptConfig::Moe get_moe(const YAML::Node& n, const std::string& key, nn::GptC
         get_int(n["shared_ffn_hidden_size"], key + ".shared_ffn_hidden_size");
   }
   if (n["shared_gate"]) m.shared_gate = get_bool(n["shared_gate"], key + ".shared_gate");
+  if (n["capacity_factor"])
+    m.capacity_factor = get_double(n["capacity_factor"], key + ".capacity_factor");
+  if (n["drop_policy"]) {
+    const std::string p = get_string(n["drop_policy"], key + ".drop_policy");
+    if (p != "probs" && p != "position") {
+      throw ConfigError(key + ".drop_policy '" + p +
+                        "' is not a policy (probs: an over-full expert keeps its most probable "
+                        "tokens; position: its earliest)");
+    }
+    m.drop_policy = p == "probs" ? nn::GptConfig::Moe::DropPolicy::Probs
+                                 : nn::GptConfig::Moe::DropPolicy::Position;
+  }
   if (const YAML::Node d = n["dense_layers"]) {
     if (!d.IsSequence()) throw ConfigError(key + ".dense_layers: expected a list of layer indices");
     m.dense_layers.clear();
@@ -1426,6 +1439,11 @@ std::string to_yaml(const Config& c) {
     if (x.shared_ffn_hidden_size > 0) {
       e << YAML::Key << "shared_ffn_hidden_size" << YAML::Value << x.shared_ffn_hidden_size
         << YAML::Key << "shared_gate" << YAML::Value << x.shared_gate;
+    }
+    if (x.capacity_factor > 0) {
+      e << YAML::Key << "capacity_factor" << YAML::Value << x.capacity_factor << YAML::Key
+        << "drop_policy" << YAML::Value
+        << (x.drop_policy == nn::GptConfig::Moe::DropPolicy::Probs ? "probs" : "position");
     }
     e << YAML::EndMap;
   }

@@ -105,6 +105,48 @@ TEST(RouteTopK, RefusesImpossibleArguments) {
                              "token 1's probability for expert 1 is nan");
 }
 
+// A capacity: an over-full expert keeps its most probable assignments
+// (equal ones the earlier token's) or its earliest, in token order; the
+// others get no row. Its load still counts them.
+TEST(RouteTopK, AnExpertOverCapacityDropsItsLeastProbableOrLatestAssignments) {
+  using Policy = GptConfig::Moe::DropPolicy;
+  // 4 tokens, 2 experts, top 1: expert 0 takes tokens 0, 1 and 2 (0.9, 0.6,
+  // 0.8), expert 1 token 3.
+  const std::vector<double> probs = {0.9, 0.1, 0.6, 0.4, 0.8, 0.2, 0.3, 0.7};
+  const Routing by_probs = route_top_k(probs, 4, 2, 1, 2, Policy::Probs);
+  EXPECT_EQ(by_probs.token, (std::vector<int64_t>{0, 2, 3}));
+  EXPECT_EQ(by_probs.assignment, (std::vector<int64_t>{0, 2, 3}));
+  EXPECT_EQ(by_probs.rows, (std::vector<int64_t>{2, 1}));
+  EXPECT_EQ(by_probs.load, (std::vector<int64_t>{3, 1}));
+  EXPECT_EQ(by_probs.dropped, 1);
+  const Routing by_position = route_top_k(probs, 4, 2, 1, 2, Policy::Position);
+  EXPECT_EQ(by_position.token, (std::vector<int64_t>{0, 1, 3}));
+  EXPECT_EQ(by_position.dropped, 1);
+  // A capacity no expert exceeds changes nothing.
+  const Routing roomy = route_top_k(probs, 4, 2, 1, 3), dropless = route_top_k(probs, 4, 2, 1);
+  EXPECT_EQ(roomy.token, dropless.token);
+  EXPECT_EQ(roomy.assignment, dropless.assignment);
+  EXPECT_EQ(roomy.dropped, 0);
+  // Top 2 of 2 at capacity 1: expert 0 keeps token 2 (0.6), expert 1 the
+  // first of its equal 0.5s, token 0; four assignments are dropped.
+  const std::vector<double> ties = {0.5, 0.5, 0.5, 0.5, 0.6, 0.4};
+  const Routing one_each = route_top_k(ties, 3, 2, 2, 1);
+  EXPECT_EQ(one_each.token, (std::vector<int64_t>{2, 0}));
+  EXPECT_EQ(one_each.assignment, (std::vector<int64_t>{4, 1}));
+  EXPECT_EQ(one_each.rows, (std::vector<int64_t>{1, 1}));
+  EXPECT_EQ(one_each.dropped, 4);
+  expect_refused<ValueError>([&] { (void)(route_top_k(probs, 4, 2, 1, -1)); }, "capacity -1");
+}
+
+TEST(ExpertCapacity, IsTheFactorTimesABalancedShareRoundedUp) {
+  EXPECT_EQ(expert_capacity(1.0, 8, 4, 2), 4);
+  EXPECT_EQ(expert_capacity(1.25, 8, 4, 2), 5);
+  EXPECT_EQ(expert_capacity(1.1, 10, 4, 2), 6);  // 5.5 up
+  EXPECT_EQ(expert_capacity(0.1, 8, 4, 1), 1);   // at least 1
+  EXPECT_EQ(expert_capacity(0.0, 8, 4, 2), 0);   // dropless
+  expect_refused<ValueError>([] { (void)(expert_capacity(-1.0, 8, 4, 2)); }, "factor -1");
+}
+
 TEST(BalanceLoss, IsOneWhenBalancedAndEOverKWhenCollapsed) {
   // 4 tokens, 4 experts, top 1, each token certain of its own expert.
   std::vector<double> even(16, 0.0);
@@ -244,15 +286,60 @@ TEST(MoeMlp, ASharedExpertAddsItsGatedOutputForEveryToken) {
   }
 }
 
+// While training, a capacity factor drops the assignments over each
+// expert's capacity: a token whose only expert dropped it gets 0 (the
+// residual carries it), every other token the dropless output; evaluation
+// is dropless. The layer reports the share dropped.
+TEST(MoeMlp, OverCapacityAssignmentsAreDroppedWhileTrainingOnly) {
+  using Policy = GptConfig::Moe::DropPolicy;
+  for (const Policy policy : {Policy::Probs, Policy::Position}) {
+    SCOPED_TRACE(policy == Policy::Probs ? "probs" : "position");
+    GptConfig cfg = moe_config(4, 1);
+    cfg.moe.normalize_top_k = false;
+    cfg.moe.capacity_factor = 0.5;  // ceil(0.5 * 10 / 4) = 2 tokens an expert
+    cfg.moe.drop_policy = policy;
+    MoeMlp moe(cfg, 0);
+    randomise(moe, 51);
+    const Tensor x = randn({2, 5, cfg.d_model}, 53, 1, 1.0, DType::F64);
+    const Routing r =
+        route_top_k(to_double_vector(moe.route(x).probs), 10, 4, 1, 2, cfg.moe.drop_policy);
+    ASSERT_GT(r.dropped, 0);
+    ForwardContext ctx{true, 0, 0};
+    ctx.moe_stats = std::make_shared<MoeStats>();
+    const std::vector<double> trained = to_double_vector(moe.forward(x, ctx)),
+                              dropless = to_double_vector(moe.forward(x, {false, 0, 0}));
+    EXPECT_DOUBLE_EQ(ctx.moe_stats->mean_dropped(), static_cast<double>(r.dropped) / 10.0);
+    std::vector<bool> kept(10, false);
+    for (size_t i = 0; i < r.token.size(); ++i) {
+      if (r.assignment[i] < 10) kept[static_cast<size_t>(r.token[i])] = true;
+    }
+    int64_t zeros = 0;
+    for (int64_t n = 0; n < 10; ++n) {
+      for (int64_t c = 0; c < cfg.d_model; ++c) {
+        const size_t i = static_cast<size_t>(n * cfg.d_model + c);
+        // (The experts' batches differ in size: the same sums up to rounding.)
+        if (kept[static_cast<size_t>(n)]) {
+          ASSERT_NEAR(trained[i], dropless[i], 1e-12) << n;
+        } else {
+          ASSERT_EQ(trained[i], 0.0) << n;
+        }
+      }
+      zeros += kept[static_cast<size_t>(n)] ? 0 : 1;
+    }
+    EXPECT_EQ(zeros, r.dropped);
+  }
+}
+
 TEST(MoeMlp, GradientsOfInputRouterAndExpertsMatchFiniteDifferences) {
-  for (const Activation a : {Activation::SwiGlu, Activation::Gelu}) {
-    SCOPED_TRACE(activation_string(a));
-    GptConfig cfg = moe_config(4, 2, a);
-    // (A gated shared expert under GELU.)
-    if (a == Activation::Gelu) {
+  for (const std::string variant : {"swiglu", "gelu, a gated shared expert", "swiglu, capacity"}) {
+    SCOPED_TRACE(variant);
+    GptConfig cfg = moe_config(4, 2, variant[0] == 's' ? Activation::SwiGlu : Activation::Gelu);
+    if (variant[0] == 'g') {
       cfg.moe.shared_ffn_hidden_size = 3;
       cfg.moe.shared_gate = true;
     }
+    // (15 tokens, 4 experts of capacity ceil(0.6 * 30 / 4) = 5.)
+    if (variant.find("capacity") != std::string::npos) cfg.moe.capacity_factor = 0.6;
     auto moe = std::make_shared<MoeMlp>(cfg, 1);
     randomise(*moe, 11);
     std::vector<Tensor> inputs{randn({3, 5, cfg.d_model}, 13, 1, 1.0, DType::F64)};
@@ -400,6 +487,14 @@ TEST(MoeConfig, ValidatesItsKeys) {
       "model.moe.shared_gate gates the shared expert, but model.moe.shared_ffn_hidden_size is 0");
   refused([](GptConfig& c) { c.moe.shared_ffn_hidden_size = -1; },
           "model.moe.shared_ffn_hidden_size (-1) must be positive");
+  refused([](GptConfig& c) { c.moe.capacity_factor = -0.5; },
+          "model.moe.capacity_factor (-0.5) must be a finite number >= 0");
+  refused(
+      [](GptConfig& c) {
+        c.moe.experts = 0;
+        c.moe.capacity_factor = 1.0;
+      },
+      "capacity_factor belong to a mixture, but model.moe.experts is 0");
   refused(
       [](GptConfig& c) {
         c.lora.rank = 2;

@@ -1205,6 +1205,16 @@ TEST(PlannerFiles, ClusterAndModelFilesAreValidated) {
               std::string::npos)
         << e.what();
   }
+  // A capacity factor below 1 caps each expert's rows: less expert work
+  // and fewer kept activations than dropless routing; 1 or more is priced
+  // as dropless (balanced routing fills no expert past its share).
+  nn::GptConfig capped = mixtral_4k;
+  capped.moe.capacity_factor = 0.5;
+  const Estimate half = estimate(capped, selene(), 32, 32, tp8pp4);
+  EXPECT_LT(half.gemm_time, sparse.gemm_time);
+  EXPECT_LT(half.activation_bytes, sparse.activation_bytes);
+  capped.moe.capacity_factor = 1.5;
+  EXPECT_DOUBLE_EQ(estimate(capped, selene(), 32, 32, tp8pp4).gemm_time, sparse.gemm_time);
   // Expert parallelism over the data-parallel ranks: the experts' weights
   // and optimizer state shared out (ZeRO-1 over their own replicas), two
   // all-to-all exchanges each way per MoE layer, none without it.

@@ -319,7 +319,21 @@ TEST(Config, MixtureOfExpertsParsesRoundTripsAndIsChecked) {
                       "model.moe.shared_ffn_hidden_size is 0");
   expect_config_error(kValid, {"model.moe={experts: 4, shared: 8}"},
                       "(allowed: experts, top_k, ffn_hidden_size, normalize_top_k, aux_loss_coef, "
-                      "dense_layers, shared_ffn_hidden_size, shared_gate)");
+                      "dense_layers, shared_ffn_hidden_size, shared_gate, capacity_factor, "
+                      "drop_policy)");
+  // A capacity factor and the policy that drops over it.
+  const Config capped = parse_config(
+      kValid, {"model.moe={experts: 4, capacity_factor: 1.25, drop_policy: position}"});
+  EXPECT_DOUBLE_EQ(capped.model.moe.capacity_factor, 1.25);
+  EXPECT_EQ(capped.model.moe.drop_policy, nn::GptConfig::Moe::DropPolicy::Position);
+  EXPECT_EQ(parse_config(to_yaml(capped)).model.moe, capped.model.moe);
+  EXPECT_EQ(
+      parse_config(kValid, {"model.moe={experts: 4, capacity_factor: 1}"}).model.moe.drop_policy,
+      nn::GptConfig::Moe::DropPolicy::Probs);
+  expect_config_error(kValid, {"model.moe={experts: 4, capacity_factor: -1}"},
+                      "model.moe.capacity_factor (-1) must be a finite number >= 0");
+  expect_config_error(kValid, {"model.moe={experts: 4, capacity_factor: 1, drop_policy: random}"},
+                      "model.moe.drop_policy 'random' is not a policy");
   // parallel.ep: a mixture's experts shared out among data-parallel ranks.
   const Config ep = parse_config(kValid, {"model.moe={experts: 4}", "parallel.ep=2"});
   EXPECT_EQ(ep.parallel.ep, 2);

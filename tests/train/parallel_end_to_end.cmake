@@ -19,6 +19,8 @@
 # texts' last words (eval.lambada): the words' loss must match one
 # process's at the same tolerance, and in fp32 the share greedy decoding
 # gets right must be one process's.
+# A mixture of experts' moe_balance and moe_dropped, when one process
+# reports them, must match too.
 # With SAMPLES (ON), every evaluation also continues two prompts greedily
 # (eval.samples, the model gathered whole from the layout's ranks): in fp32
 # the texts must be one process's.
@@ -73,6 +75,10 @@ run(reference ${TRAIN} ${common} ${from} --set output.dir=${WORK}/reference)
 field(${WORK}/reference loss reference)
 field(${WORK}/reference grad_norm reference_norms)
 field(${WORK}/reference val_loss reference_val)
+# A mixture of experts' routing statistics (its load-balancing loss, and
+# under a capacity factor the share dropped), when the metrics carry them.
+field(${WORK}/reference moe_balance reference_moe_balance)
+field(${WORK}/reference moe_dropped reference_moe_dropped)
 list(LENGTH reference n)
 list(LENGTH reference_val nv)
 if(NOT n EQUAL STEPS OR NOT nv EQUAL 2)
@@ -129,6 +135,12 @@ foreach(layout IN LISTS layouts)
   expect_close("${ranks} ranks ${flags} gradient norm" "${reference_norms}" "${got_norms}" ${norm_div})
   field(${dir} val_loss got_val)
   expect_close("${ranks} ranks ${flags} validation loss" "${reference_val}" "${got_val}" ${loss_div})
+  foreach(name moe_balance moe_dropped)
+    if(reference_${name})
+      field(${dir} ${name} got_${name})
+      expect_close("${ranks} ranks ${flags} ${name}" "${reference_${name}}" "${got_${name}}" ${loss_div})
+    endif()
+  endforeach()
   if(QUESTIONS)
     field(${dir} "choices;answer_loss" got_answers)
     expect_close("${ranks} ranks ${flags} eval.choices answer loss" "${reference_answers}"

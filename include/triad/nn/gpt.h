@@ -194,8 +194,8 @@ struct GptConfig {
   // summed weighted by their softmax probabilities (renormalised over the
   // k chosen when normalize_top_k, as Mixtral's and Qwen3-MoE's are).
   // Every expert has the MLP's shape at width ffn_hidden_size and no
-  // biases. Dropless: each expert takes every token routed to it. A token
-  // costs the work of k experts while the model holds E of them.
+  // biases. Dropless unless capacity_factor caps the experts' batches. A
+  // token costs the work of k experts while the model holds E of them.
   struct Moe {
     int64_t experts = 0;  // 0: no mixture, dense MLPs everywhere
     int64_t top_k = 2;
@@ -217,6 +217,19 @@ struct GptConfig {
     // (Qwen2-MoE's shared_expert_gate).
     int64_t shared_ffn_hidden_size = 0;
     bool shared_gate = false;
+    // Each expert's capacity while training, as a multiple of a balanced
+    // share (GShard's and Switch Transformer's capacity factor): of a
+    // micro-batch's N tokens, an expert takes at most
+    // ceil(capacity_factor * N * top_k / E) assignments and the rest are
+    // dropped (the token's output lacks that expert's part; the residual
+    // carries the token on). 0: dropless. Evaluation and generation are
+    // always dropless, as Hugging Face's inference is.
+    double capacity_factor = 0;
+    // Which of an over-full expert's assignments it keeps: those of the
+    // highest router probability (Probs, Megatron-LM's default) or the
+    // earliest tokens' (Position, GShard's).
+    enum class DropPolicy { Probs, Position };
+    DropPolicy drop_policy = DropPolicy::Probs;
     bool operator==(const Moe&) const = default;
   };
   Moe moe = {};
@@ -225,6 +238,13 @@ struct GptConfig {
   // Each expert's hidden width F, and its c_fc's output width (F, or 2F gated).
   int64_t expert_ffn() const { return moe.ffn_hidden_size > 0 ? moe.ffn_hidden_size : ffn(); }
   int64_t expert_fc_width() const { return gated_mlp() ? 2 * expert_ffn() : expert_ffn(); }
+  // The expert assignments a token's work comes to while training: top_k,
+  // or at most capacity_factor * top_k under a capacity factor below 1
+  // (what the planner prices; the FLOPs and MFU count top_k).
+  double routed_per_token() const {
+    const double k = static_cast<double>(moe.top_k);
+    return moe.capacity_factor > 0 && moe.capacity_factor < 1 ? k * moe.capacity_factor : k;
+  }
   // The shared expert's c_fc output width (0 without one).
   int64_t shared_fc_width() const {
     return gated_mlp() ? 2 * moe.shared_ffn_hidden_size : moe.shared_ffn_hidden_size;

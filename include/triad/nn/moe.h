@@ -28,12 +28,22 @@ struct Routing {
   // micro-batch, which the data-parallel reducer counts on.
   std::vector<int64_t> token, assignment;
   std::vector<int64_t> rows;  // (E) each expert's rows in the batch, >= 1
-  std::vector<int64_t> load;  // (E) assignments each expert received
+  std::vector<int64_t> load;  // (E) assignments each expert received (dropped ones too)
+  int64_t dropped = 0;        // assignments over their expert's capacity, without a row
 };
+// With a capacity (> 0), an expert keeps at most that many of its
+// assignments (`policy`: the most probable, equal ones the earlier token's,
+// or the earliest tokens'), in token order; the others get no row, and
+// their gates weigh nothing. 0: dropless.
 // Throws ValueError naming the values unless probs holds tokens * experts
-// finite numbers and 1 <= top_k <= experts.
+// finite numbers, 1 <= top_k <= experts and capacity >= 0.
 Routing route_top_k(const std::vector<double>& probs, int64_t tokens, int64_t experts,
-                    int64_t top_k);
+                    int64_t top_k, int64_t capacity = 0,
+                    GptConfig::Moe::DropPolicy policy = GptConfig::Moe::DropPolicy::Probs);
+// An expert's capacity for `tokens` tokens under a capacity factor:
+// ceil(factor * tokens * top_k / experts), at least 1; 0 (dropless) for a
+// factor of 0.
+int64_t expert_capacity(double factor, int64_t tokens, int64_t experts, int64_t top_k);
 
 // The load-balancing loss of one layer's routing, E * sum_e f_e P_e: f_e
 // the share of the N * k assignments that expert e received, P_e the mean
@@ -44,16 +54,18 @@ double balance_loss(const Routing& routing, const std::vector<double>& probs);
 
 // What the mixture-of-experts layers of a model report while training (a
 // trainer passes one through nn::ForwardContext::moe_stats and reads it
-// after the step): per layer and micro-batch, the load-balancing loss and
-// the busiest expert's load.
+// after the step): per layer and micro-batch, the load-balancing loss, the
+// busiest expert's load and the share of assignments dropped.
 struct MoeStats {
   double balance_sum = 0;  // the records' balance_loss, summed
   // The largest expert load over the records, as a multiple of the
   // balanced one (E times its share of the assignments; 1: balanced).
   double max_load = 0;
+  double dropped_sum = 0;  // the records' dropped shares of their assignments, summed
   int64_t records = 0;
-  void record(double balance, double load);
+  void record(double balance, double load, double dropped = 0);
   double mean_balance() const { return records ? balance_sum / static_cast<double>(records) : 0; }
+  double mean_dropped() const { return records ? dropped_sum / static_cast<double>(records) : 0; }
 };
 
 // Where a mixture's experts run: all on this rank (no placement), or
@@ -135,6 +147,8 @@ class MoeMlp : public Module {
   int64_t top_k_;
   bool normalize_;
   double aux_coef_;
+  double capacity_factor_;
+  GptConfig::Moe::DropPolicy drop_policy_;
   Activation activation_;
 };
 

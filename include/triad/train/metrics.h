@@ -29,6 +29,10 @@ struct StepMetrics {
   // without one.
   double moe_balance = -1;
   double moe_max_load = -1;
+  // With model.moe.capacity_factor: the share of token-to-expert
+  // assignments dropped over capacity, the mean over layers and
+  // micro-batches. Negative otherwise.
+  double moe_dropped = -1;
   // A non-finite gradient on some rank: every rank skipped the update.
   bool skipped = false;
   // fp16: the loss scale this step's backward used (0 otherwise).

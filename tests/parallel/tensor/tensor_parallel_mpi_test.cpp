@@ -633,7 +633,8 @@ TEST_P(TensorParallelGptTest, MixtureOfExpertsMatchesOneProcess) {
   for (const std::string variant :
        {"mixtral's kind: swiglu, rmsnorm, rope, top 2 of 4 renormalised, balance loss",
         "gelu experts, dense layer 0, top 1 of 3, raw probabilities",
-        "parallel residual, top 2 of 4, balance loss",
+        "parallel residual, top 2 of 4, balance loss, capacity 0.75 by probability",
+        "mixtral's kind, capacity 0.75 by position",
         "qwen2-moe's kind: swiglu, qkv biases, a shared expert of 8 under a sigmoid gate"}) {
     SCOPED_TRACE(variant);
     nn::GptConfig cfg = tiny(V);
@@ -668,6 +669,12 @@ TEST_P(TensorParallelGptTest, MixtureOfExpertsMatchesOneProcess) {
       cfg.parallel_residual = true;
       cfg.linear_bias = false;
       ASSERT_TRUE(cfg.reduces_sublayers_at_once());
+    }
+    // Capacity: every rank drops the same assignments (one process's).
+    if (variant.find("capacity") != std::string::npos) {
+      cfg.moe.capacity_factor = 0.75;
+      if (variant.find("position") != std::string::npos)
+        cfg.moe.drop_policy = nn::GptConfig::Moe::DropPolicy::Position;
     }
     const Tensor ids = token_ids(V, 5);
     const auto shapes = TensorParallelGpt(cfg, 19, g_world, GetParam()).full_shapes();
