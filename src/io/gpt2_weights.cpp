@@ -293,7 +293,7 @@ nn::StateDict hf_llama_to_triad(const std::map<std::string, Tensor>& tensors) {
   DecoderTensors d = split_decoder(tensors, kOutside, "LLaMA");
   nn::StateDict& out = d.outside;
   static const std::map<std::string, std::string> kSingle = {
-      {"input_layernorm.weight", "ln_1.weight"}, {"self_attn.o_proj.weight", "attn.c_proj.weight"}};
+      {"self_attn.o_proj.weight", "attn.c_proj.weight"}};
   for (auto& [i, layer] : d.layers) {
     const std::string hf = "model.layers." + std::to_string(i) + ".";
     const std::string p = "h." + std::to_string(i) + ".";
@@ -301,6 +301,10 @@ nn::StateDict hf_llama_to_triad(const std::map<std::string, Tensor>& tensors) {
     auto take = [&](const std::string& key) { return block.take(key); };
     std::map<std::string, Tensor>& parts = layer;
     for (const auto& [from, to] : kSingle) out[p + to] = take(from);
+    // Every class's blocks but OLMo 2's normalise the attention's input.
+    const bool olmo2 = parts.count("input_layernorm.weight") == 0 &&
+                       parts.count("post_feedforward_layernorm.weight") > 0;
+    if (!olmo2) out[p + "ln_1.weight"] = take("input_layernorm.weight");
     // StableLM's LayerNorms shift as well as scale.
     for (const char* norm : {"input_layernorm", "post_attention_layernorm"}) {
       const std::string bias = std::string(norm) + ".bias";
@@ -310,7 +314,12 @@ nn::StateDict hf_llama_to_triad(const std::map<std::string, Tensor>& tensors) {
     // attention output's (post_attn_norm) and pre_feedforward_layernorm the
     // MLP's input's (ln_2); LLaMA's post_attention_layernorm is ln_2, which
     // StableLM's parallel blocks (one norm for both sublayers) lack.
-    if (parts.count("pre_feedforward_layernorm.weight") > 0) {
+    // OLMo 2's two norms: on the attention's output (post_attention_layernorm
+    // then) and the MLP's.
+    if (olmo2) {
+      out[p + "post_attn_norm.weight"] = take("post_attention_layernorm.weight");
+      out[p + "post_mlp_norm.weight"] = take("post_feedforward_layernorm.weight");
+    } else if (parts.count("pre_feedforward_layernorm.weight") > 0) {
       out[p + "post_attn_norm.weight"] = take("post_attention_layernorm.weight");
       out[p + "ln_2.weight"] = take("pre_feedforward_layernorm.weight");
       out[p + "post_mlp_norm.weight"] = take("post_feedforward_layernorm.weight");

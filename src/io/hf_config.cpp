@@ -378,6 +378,37 @@ nn::GptConfig moe_config(const Keys& k, const std::string& type) {
   return c;
 }
 
+// OLMo 2 (Olmo2ForCausalLM): LLaMA's blocks whose sublayers read the
+// residual stream itself, each output normalised instead
+// (post_attention_layernorm, post_feedforward_layernorm), with one RMSNorm
+// over all the queries and one over all the keys (q_norm, k_norm) before
+// the rotation. OLMoE (OlmoeForCausalLM): LLaMA's pre-norm blocks with
+// those query/key norms and a mixture of num_experts experts of
+// intermediate_size on every layer, num_experts_per_tok chosen,
+// renormalised when norm_topk_prob says so; its clip_qkv (a clamp on q, k
+// and v) is not built.
+nn::GptConfig olmo_config(const Keys& k, const std::string& type) {
+  nn::GptConfig c = llama_config(k, "llama");
+  c.layer_norm_eps = k.number("rms_norm_eps", 1e-5);  // (both classes' default)
+  nn::set_qk_norm(c, "full");
+  if (type == "olmo2") {
+    c.pre_norms = false;
+    c.post_norms = true;
+    return c;
+  }
+  if (k.has("clip_qkv"))
+    k.unsupported("clip_qkv", "clamping q, k and v is not implemented (null: none)");
+  nn::GptConfig::Moe& m = c.moe;
+  m.experts = k.integer("num_experts");
+  if (m.experts < 1) k.bad("num_experts", "must be positive");
+  m.top_k = k.integer("num_experts_per_tok");
+  if (m.top_k < 1 || m.top_k > m.experts)
+    k.bad("num_experts_per_tok", "must be between 1 and the number of experts");
+  m.normalize_top_k = k.boolean("norm_topk_prob", false);
+  m.aux_loss_coef = k.number("router_aux_loss_coef", 0.01);
+  return c;
+}
+
 // GPT-2's names for the widths, depth, vocabulary and context (GPT-J's and
 // CodeGen's too).
 nn::GptConfig gpt2_dimensions(const Keys& k) {
@@ -580,6 +611,8 @@ nn::GptConfig gpt_config_from_hf(const std::string& json_text, const std::string
     c = llama_config(k, type);
   } else if (type == "mixtral" || type == "qwen2_moe" || type == "qwen3_moe") {
     c = moe_config(k, type);
+  } else if (type == "olmo2" || type == "olmoe") {
+    c = olmo_config(k, type);
   } else if (type == "gpt2") {
     c = gpt2_config(k);
   } else if (type == "gpt_neox") {
@@ -600,8 +633,8 @@ nn::GptConfig gpt_config_from_hf(const std::string& json_text, const std::string
     throw NotSupportedError(
         source + ": model_type '" + type +
         "' is not supported (llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe, gemma, "
-        "gemma2, "
-        "gemma3_text, gemma3, phi3, stablelm, gpt_neox, phi, falcon, gptj, codegen or gpt2)");
+        "gemma2, gemma3_text, gemma3, phi3, stablelm, olmo2, olmoe, gpt_neox, phi, falcon, gptj, "
+        "codegen or gpt2)");
   }
   c.hf_type = type;  // (an export writes the class it came from)
   try {

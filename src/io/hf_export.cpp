@@ -61,6 +61,20 @@ std::string llama_misfit(const nn::GptConfig& c, const std::string& type) {
   Misfit m;
   auto add = [&](bool bad, const char* what) { m.add(bad, what); };
   const bool gemma = is_gemma(type), sandwich = type == "gemma2" || type == "gemma3_text";
+  // OLMo 2's and OLMoE's: heads d_model / n_head wide, no window, query/key
+  // norms over all the heads together; OLMo 2's post-norms alone.
+  const bool olmo2 = type == "olmo2", olmo = olmo2 || type == "olmoe";
+  if (olmo) {
+    add(c.heads_apart(),
+        "model.head_dim is not d_model / n_head (OLMo's heads are hidden_size / "
+        "num_attention_heads wide)");
+    add(c.sliding_window > 0, "model.sliding_window is set");
+    add(!c.qk_norm_full, "model.qk_norm is not full");
+  }
+  if (olmo2) {
+    add(c.pre_norms, "model.pre_norms is true");
+    add(!c.post_norms, "model.post_norms is false");
+  }
   add(!c.rotary(), "model.position_embedding is not rope");
   const bool stablelm = type == "stablelm";
   if (type == "phi3") {
@@ -98,7 +112,7 @@ std::string llama_misfit(const nn::GptConfig& c, const std::string& type) {
   }
   if (sandwich) add(!c.post_norms, "model.post_norms is false");
   if (!sandwich) {
-    add(c.post_norms, "model.post_norms is true");
+    if (!olmo2) add(c.post_norms, "model.post_norms is true");
     add(c.attn_logit_softcap > 0.0, "model.attn_logit_softcap is set");
     add(c.final_logit_softcap > 0.0, "model.final_logit_softcap is set");
   }
@@ -126,12 +140,12 @@ std::string llama_misfit(const nn::GptConfig& c, const std::string& type) {
   }
   if (type == "qwen2") add(!c.qkv_bias, "model.qkv_bias is false");
   if (type != "qwen2" && !stablelm) add(c.qkv_bias, "model.qkv_bias is true");
-  const bool qk = type == "qwen3" || type == "gemma3_text";
+  const bool qk = type == "qwen3" || type == "gemma3_text" || olmo;
   if (qk) add(!c.qk_norm, "model.qk_norm is false");
   if (!qk) add(c.qk_norm, "model.qk_norm is true");
   // Mistral windows every layer; Qwen every layer from max_window_layers
   // on; Gemma 2 and 3 any layers (layer_types).
-  if (type == "llama" || type == "gemma" || type == "phi3" || stablelm) {
+  if (type == "llama" || type == "gemma" || type == "phi3" || stablelm || olmo) {
     add(!c.full_attention_layers.empty(),
         "model.full_attention_layers exempts layers from the window");
   } else if (!sandwich) {
@@ -571,9 +585,9 @@ std::map<std::string, Tensor> triad_to_falcon_part(const nn::StateDict& full,
 
 const std::vector<std::string>& hf_model_types() {
   static const std::vector<std::string> types{
-      "llama",     "mistral", "mixtral", "qwen2",       "qwen2_moe", "qwen3",
-      "qwen3_moe", "gemma",   "gemma2",  "gemma3_text", "phi3",      "stablelm",
-      "gpt_neox",  "phi",     "falcon",  "gptj",        "codegen",   "gpt2"};
+      "llama",    "mistral", "mixtral",     "qwen2", "qwen2_moe", "qwen3", "qwen3_moe",
+      "gemma",    "gemma2",  "gemma3_text", "phi3",  "stablelm",  "olmo2", "olmoe",
+      "gpt_neox", "phi",     "falcon",      "gptj",  "codegen",   "gpt2"};
   return types;
 }
 
@@ -606,25 +620,34 @@ std::string dense_misfit(const nn::GptConfig& c, const std::string& type) {
 }
 
 bool is_moe_type(const std::string& type) {
-  return type == "mixtral" || type == "qwen2_moe" || type == "qwen3_moe";
+  return type == "mixtral" || type == "qwen2_moe" || type == "qwen3_moe" || type == "olmoe";
+}
+
+// What only OLMo's classes hold: norms over all the queries and keys
+// together (OLMo 2's and OLMoE's) and blocks without pre-norms (OLMo 2's).
+void add_olmo_departures(const nn::GptConfig& c, const std::string& type, Misfit& m) {
+  m.add(c.qk_norm_full && type != "olmo2" && type != "olmoe", "model.qk_norm is full");
+  m.add(!c.pre_norms && type != "olmo2", "model.pre_norms is false");
 }
 
 // The same for any class: Mixtral's are Mistral's blocks with experts
 // (renormalised, on every layer), Qwen3-MoE's Qwen3's (dense layers
-// allowed); no other class holds a mixture.
+// allowed), OLMoE's LLaMA's with OLMo's query/key norms (experts on every
+// layer); no other class holds a mixture.
 std::string misfit(const nn::GptConfig& c, const std::string& type) {
   if (!is_moe_type(type)) {
     Misfit m{dense_misfit(c, type)};
     m.add(c.moe.experts > 0, "model.moe is set (a mixture of experts)");
+    add_olmo_departures(c, type, m);
     return m.why;
   }
-  const bool mixtral = type == "mixtral", qwen2 = type == "qwen2_moe";
-  Misfit m{dense_misfit(c, mixtral ? "mistral" : qwen2 ? "qwen2" : "qwen3")};
+  const bool mixtral = type == "mixtral", qwen2 = type == "qwen2_moe", olmoe = type == "olmoe";
+  Misfit m{dense_misfit(c, mixtral ? "mistral" : qwen2 ? "qwen2" : olmoe ? "olmoe" : "qwen3")};
+  add_olmo_departures(c, type, m);
   m.add(c.moe.experts == 0, "model.moe is not set (no experts)");
-  if (mixtral) {
-    m.add(!c.moe.normalize_top_k, "model.moe.normalize_top_k is false");
+  if (mixtral) m.add(!c.moe.normalize_top_k, "model.moe.normalize_top_k is false");
+  if (mixtral || olmoe)
     m.add(!c.moe.dense_layers.empty(), "model.moe.dense_layers keeps layers dense");
-  }
   // Qwen2-MoE's blocks always have a gated shared expert, the others none.
   if (qwen2) {
     m.add(c.moe.shared_ffn_hidden_size == 0 || !c.moe.shared_gate,
@@ -649,6 +672,8 @@ const char* architecture_of(const std::string& type) {
          : type == "gemma3_text" ? "Gemma3ForCausalLM"
          : type == "phi3"        ? "Phi3ForCausalLM"
          : type == "stablelm"    ? "StableLmForCausalLM"
+         : type == "olmo2"       ? "Olmo2ForCausalLM"
+         : type == "olmoe"       ? "OlmoeForCausalLM"
          : type == "gpt_neox"    ? "GPTNeoXForCausalLM"
          : type == "phi"         ? "PhiForCausalLM"
          : type == "falcon"      ? "FalconForCausalLM"
@@ -690,14 +715,17 @@ const char* hf_model_type(const nn::GptConfig& c) {
         "); Qwen3MoeForCausalLM Qwen3ForCausalLM's with experts, dense layers allowed (here " +
         misfit(c, "qwen3_moe") +
         "); Qwen2MoeForCausalLM Qwen2ForCausalLM's with experts and a gated shared expert (here " +
-        misfit(c, "qwen2_moe") + ")");
+        misfit(c, "qwen2_moe") +
+        "); OlmoeForCausalLM LLaMA's with query/key norms over all the heads (qk_norm: full) and "
+        "experts on every layer (here " +
+        misfit(c, "olmoe") + ")");
   }
   const std::string llama = misfit(c, "mistral"), qwen2 = misfit(c, "qwen2"),
                     qwen3 = misfit(c, "qwen3"), gemma = misfit(c, "gemma"),
                     gemma2 = misfit(c, "gemma2"), gemma3 = misfit(c, "gemma3_text"),
                     phi3 = misfit(c, "phi3"), stablelm = misfit(c, "stablelm"),
-                    neox = misfit(c, "gpt_neox"), phi = misfit(c, "phi"),
-                    falcon = misfit(c, "falcon"), gptj = misfit(c, "gptj"),
+                    olmo2 = misfit(c, "olmo2"), neox = misfit(c, "gpt_neox"),
+                    phi = misfit(c, "phi"), falcon = misfit(c, "falcon"), gptj = misfit(c, "gptj"),
                     codegen = misfit(c, "codegen"), gpt2 = misfit(c, "gpt2");
   throw NotSupportedError(
       "no Hugging Face class holds this model: LlamaForCausalLM needs rope, swiglu, rmsnorm, "
@@ -716,6 +744,9 @@ const char* hf_model_type(const nn::GptConfig& c) {
       "); StableLmForCausalLM LLaMA's with layernorm, any partial rotation, q, k and v biases or "
       "none, a parallel residual only with a shared norm, and heads d_model / n_head wide (here " +
       stablelm +
+      "); Olmo2ForCausalLM LLaMA's with post-norms instead of pre-norms (pre_norms: false, "
+      "post_norms) and query/key norms over all the heads (qk_norm: full) (here " +
+      olmo2 +
       "); GPTNeoXForCausalLM needs rope (on any share of each head), gelu or gelu_erf, "
       "layernorm, linear biases, a key/value head per query head and heads d_model / n_head "
       "wide (here " +
@@ -753,8 +784,10 @@ std::string hf_config_json(const nn::GptConfig& c, const std::string& torch_dtyp
     write_dimensions(c, hf_architecture(c), type, j);
     j["num_key_value_heads"] = c.kv_heads();
     const bool phi3 = type == "phi3", stablelm = type == "stablelm";
-    // (Phi3Config's and StableLmConfig's heads are hidden_size / heads wide.)
-    if (!phi3 && !stablelm) j["head_dim"] = c.head_dim();
+    const bool olmo = type == "olmo2" || type == "olmoe";
+    // (Phi3Config's, StableLmConfig's and OLMo's heads are hidden_size /
+    // heads wide.)
+    if (!phi3 && !stablelm && !olmo) j["head_dim"] = c.head_dim();
     if (is_gemma(type)) {
       j["hidden_act"] = "gelu_pytorch_tanh";
       j["hidden_activation"] = "gelu_pytorch_tanh";
@@ -789,7 +822,7 @@ std::string hf_config_json(const nn::GptConfig& c, const std::string& torch_dtyp
       j["use_sliding_window"] = c.sliding_window > 0;
       j["sliding_window"] = c.sliding_window > 0 ? c.sliding_window : c.seq_len;
       j["max_window_layers"] = c.sliding_window > 0 ? *qwen_window_layers(c) : c.n_layer;
-    } else if (!phi3 && type != "mixtral") {
+    } else if (!phi3 && type != "mixtral" && !olmo) {
       j["mlp_bias"] = false;
     }
     if (phi3) {
@@ -817,6 +850,11 @@ std::string hf_config_json(const nn::GptConfig& c, const std::string& torch_dtyp
       if (type == "mixtral") {
         j["intermediate_size"] = c.expert_ffn();
         j["num_local_experts"] = x.experts;
+      } else if (type == "olmoe") {  // experts on every layer, intermediate_size wide
+        j["intermediate_size"] = c.expert_ffn();
+        j["num_experts"] = x.experts;
+        j["norm_topk_prob"] = x.normalize_top_k;
+        j["clip_qkv"] = nullptr;
       } else {
         j["num_experts"] = x.experts;
         j["moe_intermediate_size"] = c.expert_ffn();
@@ -828,7 +866,7 @@ std::string hf_config_json(const nn::GptConfig& c, const std::string& torch_dtyp
       j["num_experts_per_tok"] = x.top_k;
       j["router_aux_loss_coef"] = x.aux_loss_coef;
       j["output_router_logits"] = false;
-      j["router_jitter_noise"] = 0.0;
+      if (type != "olmoe") j["router_jitter_noise"] = 0.0;
     }
     if (type == "gemma2" || type == "gemma3_text") {
       if (c.query_pre_attn_scalar > 0.0) {
@@ -968,13 +1006,18 @@ std::map<std::string, Tensor> triad_to_hf_part(const nn::StateDict& full, const 
       out[hf + "self_attn.v_proj.bias"] = contiguous(narrow(bias, 0, Q + KV, KV)).detach();
     }
     out[hf + "self_attn.o_proj.weight"] = at(full, p + "attn.c_proj.weight");
-    out[hf + "input_layernorm.weight"] = at(full, p + "ln_1.weight");
-    if (c.post_norms) {  // Gemma 2's and 3's names for the four norms
+    if (!c.pre_norms) {  // OLMo 2's two norms, on the sublayers' outputs
+      out[hf + "post_attention_layernorm.weight"] = at(full, p + "post_attn_norm.weight");
+      out[hf + "post_feedforward_layernorm.weight"] = at(full, p + "post_mlp_norm.weight");
+    } else if (c.post_norms) {  // Gemma 2's and 3's names for the four norms
+      out[hf + "input_layernorm.weight"] = at(full, p + "ln_1.weight");
       out[hf + "post_attention_layernorm.weight"] = at(full, p + "post_attn_norm.weight");
       out[hf + "pre_feedforward_layernorm.weight"] = at(full, p + "ln_2.weight");
       out[hf + "post_feedforward_layernorm.weight"] = at(full, p + "post_mlp_norm.weight");
-    } else if (!c.shared_norm) {  // (StableLM's parallel blocks have input_layernorm alone)
-      out[hf + "post_attention_layernorm.weight"] = at(full, p + "ln_2.weight");
+    } else {
+      out[hf + "input_layernorm.weight"] = at(full, p + "ln_1.weight");
+      // (StableLM's parallel blocks have input_layernorm alone.)
+      if (!c.shared_norm) out[hf + "post_attention_layernorm.weight"] = at(full, p + "ln_2.weight");
     }
     if (!c.rms_norm()) {  // StableLM's LayerNorms shift too
       out[hf + "input_layernorm.bias"] = at(full, p + "ln_1.bias");

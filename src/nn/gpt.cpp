@@ -69,6 +69,25 @@ const char* normalization_string(Normalization n) {
   return n == Normalization::RmsNorm ? "rmsnorm" : "layernorm";
 }
 
+void set_qk_norm(GptConfig& c, const std::string& value) {
+  if (value == "false" || value == "none") {
+    c.qk_norm = c.qk_norm_full = false;
+  } else if (value == "true" || value == "head") {
+    c.qk_norm = true;
+    c.qk_norm_full = false;
+  } else if (value == "full") {
+    c.qk_norm = c.qk_norm_full = true;
+  } else {
+    throw ConfigError("model.qk_norm ('" + value +
+                      "') must be true (or head: each head alone), full (all heads together) or "
+                      "false");
+  }
+}
+
+const char* qk_norm_string(const GptConfig& c) {
+  return !c.qk_norm ? "false" : c.qk_norm_full ? "full" : "true";
+}
+
 Activation activation_from_string(const std::string& name) {
   if (name == "gelu") return Activation::Gelu;
   if (name == "gelu_erf") return Activation::GeluErf;
@@ -270,6 +289,16 @@ void GptConfig::validate() const {
                       (post_norms ? "no model.post_norms" : "model.parallel_residual: true") +
                       " (the sequential block's MLP reads the attention's sum, normalised anew)");
   }
+  if (qk_norm_full && !qk_norm) {
+    throw ConfigError("model.qk_norm_full: norms over all the queries and keys need model.qk_norm");
+  }
+  if (!pre_norms && (!post_norms || parallel_residual)) {
+    throw ConfigError(std::string("model.pre_norms: false (OLMo 2's blocks) needs ") +
+                      (!post_norms ? "model.post_norms: true (else nothing in the blocks "
+                                     "normalises)"
+                                   : "no model.parallel_residual (the sublayers read the "
+                                     "residual stream in turn)"));
+  }
   if (moe.experts < 0) {
     throw ConfigError("model.moe.experts (" + std::to_string(moe.experts) +
                       ") must be positive (or 0: dense MLPs)");
@@ -374,7 +403,7 @@ T block_parameters_in(const GptConfig& c, bool moe) {
   // and the router's E h.
   const T norm = c.rms_norm() ? h : 2 * h;
   const T attn_biases = (c.c_attn_bias() ? w : 0) + (c.linear_bias ? h : 0);
-  const T norms = c.post_norms ? 4 : c.shared_norm ? 1 : 2;
+  const T norms = (c.pre_norms ? (c.shared_norm ? 1 : 2) : 0) + (c.post_norms ? 2 : 0);
   T mlp;
   if (moe) {
     const T E = static_cast<T>(c.moe.experts), f = static_cast<T>(c.expert_ffn()),
@@ -387,7 +416,7 @@ T block_parameters_in(const GptConfig& c, bool moe) {
     mlp = h * m + f * h + (c.mlp_biases() ? m + h : 0);
   }
   return (w + q) * h + attn_biases + mlp + norms * norm +
-         static_cast<T>(c.qk_norm ? 2 * c.head_dim() : 0);
+         static_cast<T>(c.qk_norm ? c.q_norm_width() + c.k_norm_width() : 0);
 }
 
 template <typename T>
@@ -476,8 +505,9 @@ double GptConfig::training_flops(double sequences, bool full_recompute) const {
 }
 
 std::vector<const char*> block_norms(const GptConfig& cfg) {
-  std::vector<const char*> out{"ln_1"};
-  if (!cfg.shared_norm) out.push_back("ln_2");
+  std::vector<const char*> out;
+  if (cfg.pre_norms) out.push_back("ln_1");
+  if (cfg.pre_norms && !cfg.shared_norm) out.push_back("ln_2");
   if (cfg.post_norms) out.insert(out.end(), {"post_attn_norm", "post_mlp_norm"});
   return out;
 }
@@ -522,8 +552,8 @@ std::map<std::string, Shape> gpt_parameter_shapes(const GptConfig& cfg,
     }
     if (cfg.c_attn_bias()) s[p + "attn.c_attn.bias"] = {cfg.qkv_width()};
     if (cfg.qk_norm) {
-      s[p + "attn.q_norm.weight"] = {cfg.head_dim()};
-      s[p + "attn.k_norm.weight"] = {cfg.head_dim()};
+      s[p + "attn.q_norm.weight"] = {cfg.q_norm_width()};
+      s[p + "attn.k_norm.weight"] = {cfg.k_norm_width()};
     }
     if (cfg.linear_bias) s[p + "attn.c_proj.bias"] = {C};
     if (cfg.mlp_biases() && !cfg.moe_layer(i)) {
@@ -613,6 +643,7 @@ CausalSelfAttention::CausalSelfAttention(const GptConfig& cfg, int64_t layer)
       dropout_(cfg.dropout),
       rotary_(cfg.rotary()),
       rope_(cfg.rope_of(layer)) {
+  qk_norm_full_ = cfg.qk_norm_full;
   c_attn_ = register_module(
       "c_attn", std::make_shared<Linear>(cfg.d_model, cfg.qkv_width(), cfg.c_attn_bias()));
   c_proj_ = register_module("c_proj",
@@ -625,18 +656,22 @@ CausalSelfAttention::CausalSelfAttention(const GptConfig& cfg, int64_t layer)
   }
   if (cfg.qk_norm) {
     q_norm_ = register_module(
-        "q_norm", std::make_shared<LayerNorm>(cfg.head_dim(), cfg.layer_norm_eps, DType::F32, true,
-                                              cfg.norm_weight_offset));
+        "q_norm", std::make_shared<LayerNorm>(cfg.q_norm_width(), cfg.layer_norm_eps, DType::F32,
+                                              true, cfg.norm_weight_offset));
     k_norm_ = register_module(
-        "k_norm", std::make_shared<LayerNorm>(cfg.head_dim(), cfg.layer_norm_eps, DType::F32, true,
-                                              cfg.norm_weight_offset));
+        "k_norm", std::make_shared<LayerNorm>(cfg.k_norm_width(), cfg.layer_norm_eps, DType::F32,
+                                              true, cfg.norm_weight_offset));
   }
 }
 
 Tensor CausalSelfAttention::project(const Tensor& x, const Tensor& positions, int64_t start,
                                     const DropoutDraw& draw) const {
   Tensor qkv = c_attn_->forward(x, draw);
-  if (q_norm_) qkv = norm_query_key_heads(qkv, heads_, *q_norm_, *k_norm_);
+  if (q_norm_ && qk_norm_full_) {
+    qkv = norm_query_key(qkv, heads_.q * head_dim_, heads_.kv * head_dim_, *q_norm_, *k_norm_);
+  } else if (q_norm_) {
+    qkv = norm_query_key_heads(qkv, heads_, *q_norm_, *k_norm_);
+  }
   if (rotary_) qkv = rotary_embedding(qkv, heads_, positions, start, rope_.theta, rope_.scaling);
   return qkv;
 }
@@ -693,9 +728,9 @@ Block::Block(const GptConfig& cfg, int64_t layer)
     return std::make_shared<LayerNorm>(cfg.d_model, cfg.layer_norm_eps, DType::F32, cfg.rms_norm(),
                                        cfg.norm_weight_offset);
   };
-  ln_1_ = register_module("ln_1", norm());
+  if (cfg.pre_norms) ln_1_ = register_module("ln_1", norm());
   attn_ = register_module("attn", std::make_shared<CausalSelfAttention>(cfg, layer));
-  if (!cfg.shared_norm) ln_2_ = register_module("ln_2", norm());
+  if (cfg.pre_norms && !cfg.shared_norm) ln_2_ = register_module("ln_2", norm());
   if (cfg.moe_layer(layer)) {
     moe_ = register_module("mlp", std::make_shared<MoeMlp>(cfg, layer));
   } else {
@@ -722,6 +757,10 @@ Tensor Block::mlp_forward(const Tensor& x, const ForwardContext& ctx) const {
 }
 
 Tensor Block::forward(const Tensor& x, const ForwardContext& ctx) const {
+  if (!ln_1_) {  // model.pre_norms: false, the sublayers reading the stream itself
+    const Tensor h = add(x, post_norm(post_attn_norm_, attn_->forward(x, ctx)));
+    return add(h, post_norm(post_mlp_norm_, mlp_forward(h, ctx)));
+  }
   if (parallel_residual_) {
     const Tensor n1 = ln_1_->forward(x);
     const Tensor a = post_norm(post_attn_norm_, attn_->forward(n1, ctx));
@@ -736,6 +775,12 @@ Tensor Block::forward(const Tensor& x, const ForwardContext& ctx) const {
 
 Tensor Block::forward_cached(const Tensor& x, Tensor& k_cache, Tensor& v_cache, int64_t start,
                              const ForwardContext& ctx, const Tensor& text_starts) const {
+  if (!ln_1_) {
+    const Tensor h =
+        add(x, post_norm(post_attn_norm_,
+                         attn_->forward_cached(x, k_cache, v_cache, start, ctx, text_starts)));
+    return add(h, post_norm(post_mlp_norm_, mlp_forward(h, ForwardContext{false, 0, 0})));
+  }
   if (parallel_residual_) {
     const Tensor n1 = ln_1_->forward(x);
     const Tensor a = post_norm(

@@ -109,6 +109,18 @@ Tensor norm_query_key_heads(const Tensor& qkv, const AttentionHeads& heads, cons
                  {B, T, W});
 }
 
+Tensor norm_query_key(const Tensor& qkv, int64_t q_width, int64_t kv_width, const LayerNorm& q_norm,
+                      const LayerNorm& k_norm) {
+  if (qkv.dim() != 3 || q_width < 1 || kv_width < 1 || qkv.size(2) != q_width + 2 * kv_width) {
+    throw ShapeError("norm_query_key: qkv must be (B, T, " + std::to_string(q_width) + " + 2 * " +
+                     std::to_string(kv_width) + "), got " + shape_str(qkv.shape()));
+  }
+  return concat({q_norm.forward(narrow(qkv, 2, 0, q_width)),
+                 k_norm.forward(narrow(qkv, 2, q_width, kv_width)),
+                 narrow(qkv, 2, q_width + kv_width, kv_width)},
+                2);
+}
+
 Embedding::Embedding(int64_t num_embeddings, int64_t dim, DType dtype) {
   weight_ = register_parameter("weight", zeros({num_embeddings, dim}, dtype));
 }

@@ -258,11 +258,12 @@ LayerCost layer_cost(const nn::GptConfig& m, const ClusterSpec& c, const Paralle
   // LayerNorms (4 each), two fused bias-dropout-residual adds (7 each) and
   // the MLP's activation reading its m inputs and writing F outputs (16 for
   // GPT-2's bias-GELU on 4h, split by TP); model.post_norms adds two more
-  // norms (4 each), model.shared_norm takes one away. With sequence
-  // parallelism the replicated ones are split too. Backward moves about
-  // twice as much.
-  const double replicated = ((m.post_norms ? 30.0 : 22.0) - (m.shared_norm ? 4.0 : 0.0)) /
-                            (p.sequence_parallel ? t : 1.0);
+  // norms (4 each), model.shared_norm takes one away and model.pre_norms:
+  // false both. With sequence parallelism the replicated ones are split
+  // too. Backward moves about twice as much.
+  const double norms =
+      (m.pre_norms ? (m.shared_norm ? 1.0 : 2.0) : 0.0) + (m.post_norms ? 2.0 : 0.0);
+  const double replicated = (14.0 + 4.0 * norms) / (p.sequence_parallel ? t : 1.0);
   // A mixture's experts read and write k tokens' activations at their
   // width, and its dispatch and combine move k copies of each token whole
   // on every rank (the gathered rows and the weighted outputs, each written
@@ -301,6 +302,14 @@ LayerCost layer_cost(const nn::GptConfig& m, const ClusterSpec& c, const Paralle
     // (The experts' input gradient is reduced after their passes, not
     // during a weight-gradient GEMM.)
     L.bwd_tp_hidden = std::min(input_grad, qkv.dw) + (moe ? 0.0 : std::min(input_grad, up.dw));
+    if (m.qk_norm_full) {
+      // model.qk_norm: full gathers the queries and keys (fp16) forward for
+      // their norms, and their gradients backward.
+      const double gathered =
+          tokens * static_cast<double>(m.q_width() + m.kv_heads() * m.head_dim()) * kFp16;
+      L.fwd_tp += tp_reduce_scatter(gathered, c, p);
+      L.bwd_tp += tp_reduce_scatter(gathered, c, p);
+    }
     if (moe) {
       // The gates' gradient (k f32 per token) all-reduced; under sequence
       // parallelism the router's probabilities (E f32 per token) gathered.
@@ -521,10 +530,7 @@ void check_config(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int gl
         need("n_head", m.n_head, "must be divisible by tp (" + std::to_string(p.tp) + ")"));
   }
   if (!m.kv_heads_fit(p.tp)) {
-    throw ConfigError(need("n_kv_head", m.kv_heads(),
-                           "must be divisible by tp (" + std::to_string(p.tp) +
-                               "), or divide it: each rank holds whole key/value heads, or "
-                               "shares one"));
+    throw ConfigError(need("n_kv_head", m.kv_heads(), m.kv_heads_rule(p.tp, "tp")));
   }
   if (p.ep < 1 || p.dp % p.ep != 0) {
     throw ConfigError(need("ep", p.ep, "must divide dp (" + std::to_string(p.dp) + ")"));

@@ -77,7 +77,15 @@ nn::GptConfig parse_model_spec(const std::string& yaml_text, const std::string& 
   option("linear_bias", "true or false",
          [&](const YAML::Node& v) { c.linear_bias = v.as<bool>(); });
   option("qkv_bias", "true or false", [&](const YAML::Node& v) { c.qkv_bias = v.as<bool>(); });
-  option("qk_norm", "true or false", [&](const YAML::Node& v) { c.qk_norm = v.as<bool>(); });
+  option("qk_norm", "true (or head), full or false", [&](const YAML::Node& v) {
+    const std::string text = v.as<std::string>();
+    if (text == "full" || text == "head") {
+      nn::set_qk_norm(c, text);
+    } else {
+      nn::set_qk_norm(c, v.as<bool>() ? "true" : "false");
+    }
+  });
+  option("pre_norms", "true or false", [&](const YAML::Node& v) { c.pre_norms = v.as<bool>(); });
   option("embedding_multiplier", "a positive number",
          [&](const YAML::Node& v) { c.embedding_multiplier = v.as<double>(); });
   option("norm_weight_offset", "true or false",
@@ -183,6 +191,7 @@ nn::GptConfig parse_model_spec(const std::string& yaml_text, const std::string& 
                                                  "embedding_multiplier",
                                                  "norm_weight_offset",
                                                  "post_norms",
+                                                 "pre_norms",
                                                  "parallel_residual",
                                                  "shared_norm",
                                                  "head_bias",

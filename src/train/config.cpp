@@ -550,9 +550,8 @@ void validate(const Config& c, bool min_lr_given) {
                       ") must be divisible by parallel.tp (" + std::to_string(c.parallel.tp) + ")");
   }
   if (!c.model.kv_heads_fit(c.parallel.tp)) {
-    throw ConfigError("model.n_kv_head (" + std::to_string(c.model.kv_heads()) +
-                      ") must be divisible by parallel.tp (" + std::to_string(c.parallel.tp) +
-                      "), or divide it: each rank holds whole key/value heads, or shares one");
+    throw ConfigError("model.n_kv_head (" + std::to_string(c.model.kv_heads()) + ") " +
+                      c.model.kv_heads_rule(c.parallel.tp, "parallel.tp"));
   }
   if (c.model.kv_heads() != c.model.n_head && c.attention_kernel == "cudnn") {
     throw ConfigError("model.attention_kernel 'cudnn' cannot take model.n_kv_head " +
@@ -833,7 +832,24 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
         }}},
       {"linear_bias", {false, [&](auto& v, auto& k) { m.linear_bias = get_bool(v, k); }}},
       {"qkv_bias", {false, [&](auto& v, auto& k) { m.qkv_bias = get_bool(v, k); }}},
-      {"qk_norm", {false, [&](auto& v, auto& k) { m.qk_norm = get_bool(v, k); }}},
+      {"qk_norm",
+       {false,
+        [&](auto& v, auto& k) {
+          // true/false in any of YAML's spellings, or head / full.
+          if (v.IsScalar() && (v.Scalar() == "full" || v.Scalar() == "head")) {
+            nn::set_qk_norm(m, v.Scalar());
+          } else if (v.IsScalar()) {
+            bool on = false;
+            if (!YAML::convert<bool>::decode(v, on))
+              throw ConfigError(k + ": expected true (or head), full or false, got '" +
+                                scalar_text(v) + "'");
+            nn::set_qk_norm(m, on ? "true" : "false");
+          } else {
+            throw ConfigError(k + ": expected true (or head), full or false, got '" +
+                              scalar_text(v) + "'");
+          }
+        }}},
+      {"pre_norms", {false, [&](auto& v, auto& k) { m.pre_norms = get_bool(v, k); }}},
       {"tie_embeddings", {false, [&](auto& v, auto& k) { m.tie_embeddings = get_bool(v, k); }}},
       {"embedding_multiplier",
        {false, [&](auto& v, auto& k) { m.embedding_multiplier = get_double(v, k); }}},
@@ -1378,7 +1394,12 @@ std::string to_yaml(const Config& c) {
     << nn::normalization_string(c.model.normalization);
   e << YAML::Key << "linear_bias" << YAML::Value << c.model.linear_bias;
   if (c.model.qkv_bias) e << YAML::Key << "qkv_bias" << YAML::Value << true;
-  if (c.model.qk_norm) e << YAML::Key << "qk_norm" << YAML::Value << true;
+  if (c.model.qk_norm_full) {
+    e << YAML::Key << "qk_norm" << YAML::Value << "full";
+  } else if (c.model.qk_norm) {
+    e << YAML::Key << "qk_norm" << YAML::Value << true;
+  }
+  if (!c.model.pre_norms) e << YAML::Key << "pre_norms" << YAML::Value << false;
   e << YAML::Key << "tie_embeddings" << YAML::Value << c.model.tie_embeddings;
   if (c.model.embedding_multiplier != 1.0)
     e << YAML::Key << "embedding_multiplier" << YAML::Value << c.model.embedding_multiplier;

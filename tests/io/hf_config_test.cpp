@@ -882,6 +882,66 @@ TEST(HfConfig, MixtralAndQwen3MoeConfigsAreTheirMixtures) {
             std::string::npos);
 }
 
+// OLMo-2-1124-7B's and OLMoE-1B-7B-0924's config.json as published: OLMo 2's
+// blocks normalise only their sublayers' outputs, both classes normalise
+// all the queries together and all the keys together; the published
+// counts (7.30B; OLMoE's 6.92B with 1.28B active), and clip_qkv refused.
+TEST(HfConfig, Olmo2AndOlmoeConfigsAreTheirs) {
+  const std::string olmo2 = R"({
+    "architectures": ["Olmo2ForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
+    "eos_token_id": 100257, "hidden_act": "silu", "hidden_size": 4096,
+    "initializer_range": 0.02, "intermediate_size": 11008, "max_position_embeddings": 4096,
+    "model_type": "olmo2", "num_attention_heads": 32, "num_hidden_layers": 32,
+    "num_key_value_heads": 32, "pad_token_id": 100277, "rms_norm_eps": 1e-06,
+    "rope_scaling": null, "rope_theta": 500000, "tie_word_embeddings": false,
+    "torch_dtype": "float32", "use_cache": true, "vocab_size": 100352})";
+  const nn::GptConfig o = gpt_config_from_hf(olmo2, "OLMo-2-1124-7B/config.json");
+  EXPECT_EQ(o.hf_type, "olmo2");
+  EXPECT_TRUE(o.qk_norm && o.qk_norm_full);
+  EXPECT_FALSE(o.pre_norms);
+  EXPECT_TRUE(o.post_norms);
+  EXPECT_TRUE(o.rms_norm());
+  EXPECT_DOUBLE_EQ(o.layer_norm_eps, 1e-6);
+  EXPECT_DOUBLE_EQ(o.rope_theta, 500000.0);
+  EXPECT_EQ(o.q_norm_width(), 4096);
+  EXPECT_EQ(o.k_norm_width(), 4096);
+  EXPECT_FALSE(o.tie_embeddings);
+  EXPECT_EQ(o.num_parameters(), 7'298'617'344);
+  EXPECT_EQ(std::string(hf_architecture(o)), "Olmo2ForCausalLM");
+  // OlmoeConfig's and Olmo2Config's default eps is 1e-5.
+  EXPECT_DOUBLE_EQ(gpt_config_from_hf(without(olmo2, "rms_norm_eps"), "o").layer_norm_eps, 1e-5);
+
+  const std::string olmoe = R"({
+    "architectures": ["OlmoeForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
+    "clip_qkv": null, "eos_token_id": 50279, "hidden_act": "silu", "hidden_size": 2048,
+    "initializer_range": 0.02, "intermediate_size": 1024, "max_position_embeddings": 4096,
+    "model_type": "olmoe", "norm_topk_prob": false, "num_attention_heads": 16,
+    "num_experts": 64, "num_experts_per_tok": 8, "num_hidden_layers": 16,
+    "num_key_value_heads": 16, "output_router_logits": false, "pad_token_id": 1,
+    "rms_norm_eps": 1e-05, "rope_scaling": null, "rope_theta": 10000.0,
+    "router_aux_loss_coef": 0.01, "tie_word_embeddings": false, "torch_dtype": "bfloat16",
+    "use_cache": true, "vocab_size": 50304})";
+  const nn::GptConfig e = gpt_config_from_hf(olmoe, "OLMoE-1B-7B-0924/config.json");
+  EXPECT_EQ(e.hf_type, "olmoe");
+  EXPECT_TRUE(e.qk_norm && e.qk_norm_full);
+  EXPECT_TRUE(e.pre_norms);
+  EXPECT_FALSE(e.post_norms);
+  EXPECT_EQ(e.moe.experts, 64);
+  EXPECT_EQ(e.moe.top_k, 8);
+  EXPECT_FALSE(e.moe.normalize_top_k);
+  EXPECT_EQ(e.expert_ffn(), 1024);
+  EXPECT_TRUE(e.moe.dense_layers.empty());
+  EXPECT_DOUBLE_EQ(e.moe.aux_loss_coef, 0.01);
+  EXPECT_EQ(e.num_parameters(), 6'919'161'856);
+  EXPECT_DOUBLE_EQ(e.active_parameter_count(), 1'282'017'280.0);
+  EXPECT_EQ(std::string(hf_architecture(e)), "OlmoeForCausalLM");
+  EXPECT_NE(error_of(edited(olmoe, "clip_qkv", "8.0"))
+                .find("'clip_qkv' (8.0): clamping q, k and v is not implemented"),
+            std::string::npos);
+  EXPECT_NE(error_of(edited(olmoe, "num_experts_per_tok", "65")).find("num_experts_per_tok"),
+            std::string::npos);
+}
+
 // Falcon 7B's config.json as published (FalconConfig's defaults for what it
 // leaves out: the context, the MLP's width, the exact GELU, a tied head) and
 // its published parameter count; Falcon 40B's new decoder architecture (two
@@ -1086,7 +1146,7 @@ TEST(HfConfig, WhatTriadDoesNotBuildIsNamed) {
       message(from(edited(llama, "model_type", "\"deepseek_v3\"")))
           .find("model_type 'deepseek_v3' is not supported (llama, mistral, mixtral, qwen2, "
                 "qwen2_moe, qwen3, qwen3_moe, gemma, gemma2, gemma3_text, gemma3, phi3, stablelm, "
-                "gpt_neox, phi, falcon, gptj, codegen or gpt2)"),
+                "olmo2, olmoe, gpt_neox, phi, falcon, gptj, codegen or gpt2)"),
       std::string::npos);
   EXPECT_NE(message(from(edited(edited(edited(kQwen3_06b, "use_sliding_window", "true"),
                                        "max_window_layers", "10"),

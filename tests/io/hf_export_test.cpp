@@ -94,6 +94,8 @@ void expect_same_model(const nn::GptConfig& a, const nn::GptConfig& b) {
   EXPECT_DOUBLE_EQ(a.embedding_multiplier, b.embedding_multiplier);
   EXPECT_EQ(a.norm_weight_offset, b.norm_weight_offset);
   EXPECT_EQ(a.post_norms, b.post_norms);
+  EXPECT_EQ(a.pre_norms, b.pre_norms);
+  EXPECT_EQ(a.qk_norm_full, b.qk_norm_full);
   EXPECT_EQ(a.parallel_residual, b.parallel_residual);
   EXPECT_EQ(a.shared_norm, b.shared_norm);
   EXPECT_EQ(a.head_bias, b.head_bias);
@@ -347,8 +349,22 @@ TEST(HfExport, MixturesOfExpertsRoundTripAsMixtralAndQwen3Moe) {
                .dense_layers = {0},
                .shared_ffn_hidden_size = 6,
                .shared_gate = true};
+  // OLMoE: LLaMA's blocks with norms over all the queries and keys, and
+  // experts on every layer (intermediate_size their width).
+  nn::GptConfig olmoe = llama(false, 2);
+  nn::set_qk_norm(olmoe, "full");
+  olmoe.ffn_hidden_size = 8;
+  olmoe.moe = {.experts = 3, .top_k = 2, .normalize_top_k = false, .aux_loss_coef = 0.01};
   for (const auto& [c, architecture, gate, names] :
-       {std::tuple{mixtral, "MixtralForCausalLM",
+       {std::tuple{olmoe, "OlmoeForCausalLM", "model.layers.1.mlp.experts.2.gate_proj.weight",
+                   std::vector<std::string>{"model.layers.1.input_layernorm.weight",
+                                            "model.layers.1.post_attention_layernorm.weight",
+                                            "model.layers.1.self_attn.q_norm.weight",
+                                            "model.layers.1.self_attn.k_norm.weight",
+                                            "model.layers.0.mlp.gate.weight",
+                                            "model.layers.1.mlp.experts.2.up_proj.weight",
+                                            "model.layers.1.mlp.experts.2.down_proj.weight"}},
+        std::tuple{mixtral, "MixtralForCausalLM",
                    "model.layers.1.block_sparse_moe.experts.2.w1.weight",
                    std::vector<std::string>{"model.layers.1.block_sparse_moe.gate.weight",
                                             "model.layers.1.block_sparse_moe.experts.3.w1.weight",
@@ -404,6 +420,59 @@ TEST(HfExport, MixturesOfExpertsRoundTripAsMixtralAndQwen3Moe) {
   nn::GptConfig biased = mixtral;
   biased.qkv_bias = true;
   expect_no_class(biased, "no Hugging Face class holds this mixture of experts");
+  // OLMoE's query/key norms span all the heads; Qwen3-MoE's each head.
+  EXPECT_NE(hf_misfit(olmoe, "qwen3_moe").find("model.qk_norm is full"), std::string::npos);
+  EXPECT_NE(hf_misfit(qwen, "olmoe").find("model.qk_norm is not full"), std::string::npos);
+  nn::GptConfig olmoe_dense = olmoe;
+  olmoe_dense.moe.dense_layers = {0};
+  EXPECT_NE(hf_misfit(olmoe_dense, "olmoe").find("model.moe.dense_layers keeps layers dense"),
+            std::string::npos);
+}
+
+// OLMo 2: LLaMA's blocks with post-norms in place of pre-norms and norms
+// over all the queries and all the keys. Its config and weights go out as
+// Olmo2ForCausalLM's (post_attention_layernorm the attention output's
+// norm, no input_layernorm) and read back the same model; no other class
+// holds either departure.
+TEST(HfExport, Olmo2RoundTripsAndNoOtherClassHoldsIt) {
+  nn::GptConfig olmo2 = llama(false, 2);
+  nn::set_qk_norm(olmo2, "full");
+  olmo2.pre_norms = false;
+  olmo2.post_norms = true;
+  EXPECT_EQ(std::string(hf_architecture(olmo2)), "Olmo2ForCausalLM");
+  nn::Gpt model(olmo2, 3);
+  testing::TempDir dir;
+  save_hf_model(model.state_dict(), olmo2, dir.file("hf"));
+  const nn::GptConfig back = load_hf_config(dir.file("hf"));
+  EXPECT_EQ(back.hf_type, "olmo2");
+  expect_same_model(olmo2, back);
+  expect_reads_back(dir.file("hf"), model);
+  const auto tensors = load_safetensors(dir.file("hf/model.safetensors")).tensors;
+  EXPECT_EQ(tensors.count("model.layers.0.input_layernorm.weight"), 0u);
+  EXPECT_EQ(to_double_vector(tensors.at("model.layers.1.post_attention_layernorm.weight")),
+            to_double_vector(model.state_dict().at("h.1.post_attn_norm.weight")));
+  EXPECT_EQ(to_double_vector(tensors.at("model.layers.1.post_feedforward_layernorm.weight")),
+            to_double_vector(model.state_dict().at("h.1.post_mlp_norm.weight")));
+  EXPECT_EQ(tensors.at("model.layers.1.self_attn.q_norm.weight").shape(), (Shape{16}));
+  EXPECT_EQ(tensors.at("model.layers.1.self_attn.k_norm.weight").shape(), (Shape{8}));
+  // Per-head norms, pre-norms, or heads of their own width keep it from
+  // Olmo2ForCausalLM; its departures keep it from every other class.
+  nn::GptConfig per_head = olmo2;
+  nn::set_qk_norm(per_head, "true");
+  EXPECT_NE(hf_misfit(per_head, "olmo2").find("model.qk_norm is not full"), std::string::npos);
+  nn::GptConfig wide = olmo2;
+  wide.head_size = 6;
+  EXPECT_NE(hf_misfit(wide, "olmo2").find("model.head_dim is not d_model / n_head"),
+            std::string::npos);
+  nn::GptConfig sandwich = olmo2;
+  sandwich.pre_norms = true;
+  EXPECT_NE(hf_misfit(sandwich, "olmo2").find("model.pre_norms is true"), std::string::npos);
+  EXPECT_NE(hf_misfit(olmo2, "qwen3").find("model.qk_norm is full"), std::string::npos);
+  EXPECT_NE(hf_misfit(olmo2, "gemma2").find("model.pre_norms is false"), std::string::npos);
+  EXPECT_NE(hf_misfit(olmo2, "olmoe").find("model.pre_norms is false"), std::string::npos);
+  nn::GptConfig learned = olmo2;
+  learned.position_embedding = nn::PositionEmbedding::Learned;
+  expect_no_class(learned, "Olmo2ForCausalLM LLaMA's with post-norms instead of pre-norms");
 }
 
 TEST(HfExport, ExportingHoldsOneBlockAtATimeAndABrokenFileWritesNothing) {
@@ -1004,7 +1073,7 @@ TEST(HfExport, TheModelsOwnClassIsPreferred) {
     EXPECT_NE(std::string(e.what()).find(
                   "model.hf_type 'phi4' is not a model_type Triad exports "
                   "(llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, "
-                  "qwen3_moe, gemma, gemma2, gemma3_text, phi3, stablelm, gpt_neox, "
+                  "qwen3_moe, gemma, gemma2, gemma3_text, phi3, stablelm, olmo2, olmoe, gpt_neox, "
                   "phi, falcon, gptj, codegen, gpt2, or auto)"),
               std::string::npos)
         << e.what();

@@ -292,6 +292,7 @@ struct Decoding {
   int64_t head_dim = 0;                   // model.head_dim, with model.qk_norm when set
   std::vector<int64_t> full_layers = {};  // exempt from the window
   double softcap = 0.0;  // the scores' soft cap (and twice it the logits'), Gemma 2's
+  bool olmo2 = false;    // OLMo 2's blocks: post-norms only, query/key norms over all heads
   // tiny() with these, over 12 positions.
   GptConfig config() const {
     GptConfig cfg = tiny();
@@ -305,6 +306,11 @@ struct Decoding {
     cfg.full_attention_layers = full_layers;
     cfg.attn_logit_softcap = softcap;
     cfg.final_logit_softcap = 2 * softcap;
+    if (olmo2) {
+      set_qk_norm(cfg, "full");
+      cfg.pre_norms = false;
+      cfg.post_norms = true;
+    }
     cfg.rope_theta = 50.0;  // large turns over 12 positions
     return cfg;
   }
@@ -432,7 +438,8 @@ INSTANTIATE_TEST_SUITE_P(
                       Decoding{PositionEmbedding::Rotary, 4, 2, 5},
                       Decoding{PositionEmbedding::Rotary, 4, 2, 0, 6},
                       Decoding{PositionEmbedding::Rotary, 4, 2, 5, 0, {0}},
-                      Decoding{PositionEmbedding::Rotary, 4, 2, 5, 0, {0}, 0.5}),
+                      Decoding{PositionEmbedding::Rotary, 4, 2, 5, 0, {0}, 0.5},
+                      Decoding{PositionEmbedding::Rotary, 4, 2, 0, 0, {}, 0.0, true}),
     [](const auto& info) {
       const Decoding& d = info.param;
       return std::string(position_embedding_string(d.positions)) + "_" + std::to_string(d.n_head) +
@@ -440,7 +447,7 @@ INSTANTIATE_TEST_SUITE_P(
              (d.window ? "_window_" + std::to_string(d.window) : std::string()) +
              (d.full_layers.empty() ? std::string() : "_on_layer_1") +
              (d.head_dim ? "_qk_norm_heads_of_" + std::to_string(d.head_dim) : std::string()) +
-             (d.softcap > 0 ? "_soft_capped" : "");
+             (d.softcap > 0 ? "_soft_capped" : "") + (d.olmo2 ? "_olmo2_blocks" : "");
     });
 
 TEST(KvCache, LastOnlyGivesTheLastPositionsLogits) {

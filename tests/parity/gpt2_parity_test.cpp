@@ -779,6 +779,63 @@ TEST_F(Gpt2Parity, Qwen2MoeDirectoryReadsAndExportsAsHuggingFacesQwen2Moe) {
   EXPECT_GT(worst, 1e-3);
 }
 
+// OLMo 2's blocks (no pre-norms, each sublayer's output normalised, one
+// RMSNorm over all the queries and one over all the keys) from an
+// Olmo2ForCausalLM directory: logits, loss and every gradient, greedy
+// tokens through the key/value cache; exported again, the same directory.
+TEST_F(Gpt2Parity, Olmo2DirectoryReadsAndExportsAsHuggingFacesOlmo2) {
+  const std::string dir = ref_dir() + "/olmo2_hf";
+  const nn::GptConfig cfg = io::load_hf_config(dir);
+  EXPECT_EQ(cfg.hf_type, "olmo2");
+  EXPECT_TRUE(cfg.qk_norm_full);
+  EXPECT_FALSE(cfg.pre_norms);
+  EXPECT_TRUE(cfg.post_norms);
+  nn::Gpt model(cfg, 1);
+  io::load_gpt2_safetensors(model, dir);
+  EXPECT_EQ(model.state_dict().count("h.0.ln_1.weight"), 0u);
+  expect_step_zero_matches(model, ref_, "olmo2.");
+  expect_greedy_tokens(cfg, "olmo2_generator", "olmo2.greedy_tokens", ref_);
+  expect_exports_as_written(model, dir);
+  // Per-head norms (Qwen3's) on the same weights' first head width: not
+  // the reference's logits.
+  nn::GptConfig per_head = cfg;
+  nn::set_qk_norm(per_head, "true");
+  nn::Gpt m(per_head, 1);
+  nn::StateDict weights = model.state_dict();
+  for (auto& [name, t] : weights) {
+    if (name.find("_norm.weight") != std::string::npos && name.find(".attn.") != std::string::npos)
+      t = contiguous(narrow(t, 0, 0, cfg.head_dim()));
+  }
+  m.load_state_dict(weights);
+  const std::vector<double> got =
+      to_double_vector(m.forward(cast(ref_.at("input_ids"), DType::I64)));
+  const std::vector<double> want = to_double_vector(ref_.at("olmo2.logits"));
+  double worst = 0;
+  for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, std::abs(got[i] - want[i]));
+  EXPECT_GT(worst, 1e-3);
+}
+
+// OLMoE's blocks (pre-norms, the full query/key norms, 4 experts on every
+// layer of which each token takes 2, not renormalised) from an
+// OlmoeForCausalLM directory: logits, loss, every gradient with the
+// load-balancing loss's part, the balance; exported again, the same
+// directory.
+TEST_F(Gpt2Parity, OlmoeDirectoryReadsAndExportsAsHuggingFacesOlmoe) {
+  const std::string dir = ref_dir() + "/olmoe_hf";
+  const nn::GptConfig cfg = io::load_hf_config(dir);
+  EXPECT_EQ(cfg.hf_type, "olmoe");
+  EXPECT_TRUE(cfg.qk_norm_full);
+  EXPECT_TRUE(cfg.pre_norms);
+  EXPECT_EQ(cfg.moe.experts, 4);
+  EXPECT_FALSE(cfg.moe.normalize_top_k);
+  EXPECT_EQ(cfg.expert_ffn(), cfg_["moe_ffn"].get<int64_t>());
+  nn::Gpt model(cfg, 1);
+  io::load_gpt2_safetensors(model, dir);
+  expect_step_zero_matches(model, ref_, "olmoe.");
+  expect_balance_matches(model, ref_, "olmoe.");
+  expect_exports_as_written(model, dir);
+}
+
 TEST_F(Gpt2Parity, GptjDirectoryReadsAndExportsAsHuggingFacesGptj) {
   const std::string dir = ref_dir() + "/gptj_hf";
   const nn::GptConfig cfg = io::load_hf_config(dir);

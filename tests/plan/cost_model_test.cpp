@@ -1076,6 +1076,31 @@ TEST(PlannerFiles, ClusterAndModelFilesAreValidated) {
   EXPECT_TRUE(qwen3.qk_norm);
   EXPECT_EQ(qwen3.q_width(), 4096);
   EXPECT_EQ(qwen3.num_parameters(), 4'022'468'096);
+  // OLMo 2 7B: no pre-norms, two post-norms and the query/key norms over
+  // all the heads (4096 each); Hugging Face's count. Under tensor
+  // parallelism its query/key norms gather the queries and keys: more
+  // tensor-parallel traffic than per-head norms, none on one rank; and two
+  // norms a layer fewer than a sandwich of four.
+  const nn::GptConfig olmo2 =
+      load_model_spec(std::string(TRIAD_SOURCE_DIR) + "/configs/models/olmo2_7b.yaml");
+  EXPECT_TRUE(olmo2.qk_norm_full && olmo2.post_norms);
+  EXPECT_FALSE(olmo2.pre_norms);
+  EXPECT_EQ(olmo2.num_parameters(), 7'298'617'344);
+  nn::GptConfig olmo2_per_head = olmo2;
+  nn::set_qk_norm(olmo2_per_head, "true");
+  const ParallelConfig olmo_tp2 = layout(2, 1, 4, 1, Recompute::Selective);
+  EXPECT_GT(estimate(olmo2, selene(), 8, 8, olmo_tp2).tp_comm_time,
+            estimate(olmo2_per_head, selene(), 8, 8, olmo_tp2).tp_comm_time);
+  const ParallelConfig olmo_tp1 = layout(1, 1, 8, 1, Recompute::Selective);
+  EXPECT_DOUBLE_EQ(estimate(olmo2, selene(), 8, 8, olmo_tp1).tp_comm_time, 0.0);
+  nn::GptConfig sandwich = olmo2;
+  sandwich.pre_norms = true;
+  EXPECT_GT(estimate(sandwich, selene(), 8, 8, olmo_tp2).memory_bound_time,
+            estimate(olmo2, selene(), 8, 8, olmo_tp2).memory_bound_time);
+  const nn::GptConfig olmoe =
+      load_model_spec(std::string(TRIAD_SOURCE_DIR) + "/configs/models/olmoe_1b_7b.yaml");
+  EXPECT_EQ(olmoe.num_parameters(), 6'919'161'856);
+  EXPECT_DOUBLE_EQ(olmoe.active_parameter_count(), 1'282'017'280.0);
   // Gemma 7B: GeGLU, 16 heads of 256 on a d_model of 3072; the planner's
   // model is the one model.hf_config reads from its config.json.
   const nn::GptConfig gemma =

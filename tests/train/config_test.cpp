@@ -775,7 +775,22 @@ TEST(Config, HeadDimAndQkNormParseAndRoundTrip) {
   EXPECT_TRUE(back.model.qk_norm);
   EXPECT_EQ(back.model.head_size, 12);
   expect_config_error(kValid, {"model.qk_norm=maybe"},
-                      "model.qk_norm: expected true or false, got 'maybe'");
+                      "model.qk_norm: expected true (or head), full or false, got 'maybe'");
+  // OLMo 2's: the norms over all the heads together, and no pre-norms.
+  const Config olmo =
+      parse_config(kValid, {"model.qk_norm=full", "model.pre_norms=false", "model.post_norms=true",
+                            "model.position_embedding=rope", "model.normalization=rmsnorm"});
+  EXPECT_TRUE(olmo.model.qk_norm && olmo.model.qk_norm_full);
+  EXPECT_FALSE(olmo.model.pre_norms);
+  const Config olmo_back = parse_config(to_yaml(olmo));
+  EXPECT_TRUE(olmo_back.model.qk_norm_full);
+  EXPECT_FALSE(olmo_back.model.pre_norms);
+  EXPECT_TRUE(olmo_back.model.post_norms);
+  EXPECT_EQ(to_yaml(plain).find("pre_norms"), std::string::npos);  // written only when off
+  EXPECT_TRUE(parse_config(kValid, {"model.qk_norm=head"}).model.qk_norm);
+  EXPECT_FALSE(parse_config(kValid, {"model.qk_norm=head"}).model.qk_norm_full);
+  expect_config_error(kValid, {"model.pre_norms=false"},
+                      "model.pre_norms: false (OLMo 2's blocks) needs model.post_norms: true");
   expect_config_error(kValid, {"model.head_dim=-3"}, "model.head_dim (-3) must be positive");
 }
 

@@ -35,7 +35,9 @@ std::map<std::string, Tensor> triad_to_gpt2(const nn::StateDict& state);
 // the matching model.n_kv_head); an unknown tensor, or k_proj and v_proj
 // that do not fit q_proj, is an IoError naming it. Gemma 2's and 3's four
 // norms (pre_feedforward_layernorm present) map to ln_1, post_attn_norm,
-// ln_2 and post_mlp_norm; StableLM's LayerNorms bring their biases too.
+// ln_2 and post_mlp_norm; OLMo 2's two (post_feedforward_layernorm without
+// input_layernorm) to post_attn_norm and post_mlp_norm; StableLM's
+// LayerNorms bring their biases too.
 bool is_hf_llama(const std::map<std::string, Tensor>& tensors);
 nn::StateDict hf_llama_to_triad(const std::map<std::string, Tensor>& tensors);
 

@@ -32,6 +32,11 @@ namespace triad::io {
 //    rotation (model.rope_dim: Phi-4-mini's partial_rotary_factor);
 //  - StableLmForCausalLM: LLaMA's with LayerNorms, q, k and v biases or
 //    none, heads d_model / n_head wide and any partial rotation;
+//  - Olmo2ForCausalLM: LLaMA's with no norms before the sublayers, their
+//    outputs normalised (model.pre_norms false, model.post_norms) and one
+//    norm over all the queries and one over all the keys (model.qk_norm
+//    full); OlmoeForCausalLM: LLaMA's with those query/key norms and a
+//    mixture of experts on every layer, no shared expert;
 //  - GPTNeoXForCausalLM: rotary embeddings (on any share of each head) +
 //    GELU (either form) + LayerNorm with biases on every linear layer,
 //    multi-head attention, and either residual wiring
@@ -47,8 +52,9 @@ namespace triad::io {
 const char* hf_model_type(const nn::GptConfig& c);
 // The model_type names an export can write (model.hf_type's values):
 // "llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text",
-// "phi3", "stablelm", "gpt_neox" and "gpt2", in the order an export tries
-// them.
+// "phi3", "stablelm", "olmo2", "gpt_neox" and "gpt2" (and the mixtures
+// "mixtral", "qwen2_moe", "qwen3_moe", "olmoe"), in the order an export
+// tries them.
 const std::vector<std::string>& hf_model_types();
 // The list's own copy of `type` (model.hf_type's value), or a ConfigError
 // naming the list.

@@ -67,6 +67,13 @@ Normalization normalization_from_string(
     const std::string& name);  // layernorm | rmsnorm, else ConfigError
 const char* normalization_string(Normalization n);
 
+struct GptConfig;
+// model.qk_norm's value into `c` (qk_norm, qk_norm_full): false or none, true
+// or head (Qwen3's, each head alone), full (OLMo 2's, the heads together);
+// ConfigError otherwise. And back: "false", "true" or "full".
+void set_qk_norm(GptConfig& c, const std::string& value);
+const char* qk_norm_string(const GptConfig& c);
+
 // The shape of a GPT-2 style model.
 struct GptConfig {
   int64_t n_layer = 12;
@@ -102,6 +109,14 @@ struct GptConfig {
   // embeddings, one weight of head_dim for the queries (attn.q_norm) and one
   // for the keys (attn.k_norm): Qwen3's blocks (config key model.qk_norm).
   bool qk_norm = false;
+  // OLMo 2's and OLMoE's query/key norms instead (config key model.qk_norm:
+  // full): one RMSNorm over all the queries together (q_width() wide) and
+  // one over all the keys (kv_heads() * head_dim()), before the heads are
+  // split apart. Needs qk_norm.
+  bool qk_norm_full = false;
+  // The query and key norms' widths.
+  int64_t q_norm_width() const { return qk_norm_full ? q_width() : head_dim(); }
+  int64_t k_norm_width() const { return qk_norm_full ? kv_heads() * head_dim() : head_dim(); }
   Activation activation = Activation::Gelu;
   int64_t ffn_hidden_size = 0;  // the MLP's hidden width F; 0: 4 * d_model
   PositionEmbedding position_embedding = PositionEmbedding::Learned;
@@ -126,6 +141,12 @@ struct GptConfig {
   // Two more norms per block, of the blocks' kind (h.N.post_attn_norm,
   // h.N.post_mlp_norm).
   bool post_norms = false;
+  // Whether each sublayer reads its input normalised (ln_1, ln_2; config key
+  // model.pre_norms). false: OLMo 2's blocks, whose sublayers read the
+  // residual stream as it is and only their outputs are normalised,
+  // x + post_attn_norm(attn(x)), then + post_mlp_norm(mlp(.)); the blocks
+  // have no ln_1 or ln_2. Needs model.post_norms and the sequential block.
+  bool pre_norms = true;
   // GPT-NeoX's parallel residual (config key model.parallel_residual;
   // Pythia's use_parallel_residual): both sublayers read the block's input,
   // x + attn(ln_1(x)) + mlp(ln_2(x)), instead of the MLP reading the
@@ -293,7 +314,18 @@ struct GptConfig {
   // heads each (n_kv_head divisible by tp), or, with fewer heads than
   // ranks, each head shared by tp / n_kv_head ranks (tp divisible by
   // n_kv_head), a rank holding the head its query heads use.
-  bool kv_heads_fit(int64_t tp) const { return kv_heads() % tp == 0 || tp % kv_heads() == 0; }
+  // Under model.qk_norm: full the heads are never shared (the keys' norm
+  // spans every rank's whole heads).
+  bool kv_heads_fit(int64_t tp) const {
+    return kv_heads() % tp == 0 || (tp % kv_heads() == 0 && !qk_norm_full);
+  }
+  // kv_heads_fit's rule in words, for errors (`tp_key`: how the caller names tp).
+  std::string kv_heads_rule(int64_t tp, const std::string& tp_key) const {
+    return "must be divisible by " + tp_key + " (" + std::to_string(tp) + ")" +
+           (qk_norm_full ? " under model.qk_norm: full (the keys' norm spans whole heads, which "
+                           "no two ranks share)"
+                         : ", or divide it: each rank holds whole key/value heads, or shares one");
+  }
   // One tensor-parallel rank's key/value heads (1 where they are shared).
   int64_t kv_heads_per_rank(int64_t tp) const { return kv_heads() >= tp ? kv_heads() / tp : 1; }
   // c_attn's output width on one of `tp` ranks.
@@ -382,8 +414,9 @@ std::map<std::string, Shape> gpt_parameter_shapes(const GptConfig& cfg,
                                                   bool token_embedding, bool embeds, bool head);
 // Every parameter of the whole model (all blocks, both ends).
 std::map<std::string, Shape> gpt_parameter_shapes(const GptConfig& cfg);
-// The norms of each block, by name: ln_1, ln_2 unless model.shared_norm,
-// post_attn_norm and post_mlp_norm with model.post_norms.
+// The norms of each block, by name: ln_1, ln_2 unless model.shared_norm
+// (neither without model.pre_norms), post_attn_norm and post_mlp_norm with
+// model.post_norms.
 std::vector<const char*> block_norms(const GptConfig& cfg);
 // Whether `name` is a LoRA adapter (ends in .lora_a or .lora_b), and the
 // weight it adapts ("h.3.attn.c_attn.weight" for "h.3.attn.c_attn.lora_a").
@@ -462,6 +495,7 @@ class CausalSelfAttention : public Module {
 
   std::shared_ptr<Linear> c_attn_, c_proj_;
   std::shared_ptr<LayerNorm> q_norm_, k_norm_;  // model.qk_norm only
+  bool qk_norm_full_ = false;                   // model.qk_norm: full
   AttentionHeads heads_;
   int64_t head_dim_;
   int64_t layer_;
@@ -491,7 +525,9 @@ class Mlp : public Module {
 // with model.post_norms each sublayer's output is normalised again
 // (post_attn_norm, post_mlp_norm) before the residual add; with
 // model.parallel_residual both read x: x + attn(ln_1(x)) + mlp(ln_2(x)),
-// and with model.shared_norm ln_1's output: x + attn(ln_1(x)) + mlp(ln_1(x)).
+// and with model.shared_norm ln_1's output: x + attn(ln_1(x)) + mlp(ln_1(x));
+// without model.pre_norms the sublayers read the residual stream itself:
+// h = x + post_attn_norm(attn(x)), then h + post_mlp_norm(mlp(h)).
 class Block : public Module {
  public:
   Block(const GptConfig& cfg, int64_t layer);
@@ -502,7 +538,8 @@ class Block : public Module {
                         const Tensor& text_starts = {}) const;
 
  private:
-  std::shared_ptr<LayerNorm> ln_1_, ln_2_;                     // no ln_2 under model.shared_norm
+  // No ln_2 under model.shared_norm, neither without model.pre_norms.
+  std::shared_ptr<LayerNorm> ln_1_, ln_2_;
   std::shared_ptr<LayerNorm> post_attn_norm_, post_mlp_norm_;  // model.post_norms only
   bool parallel_residual_ = false;
   std::shared_ptr<CausalSelfAttention> attn_;

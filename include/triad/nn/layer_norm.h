@@ -38,4 +38,11 @@ class LayerNorm : public Module {
 Tensor norm_query_key_heads(const Tensor& qkv, const AttentionHeads& heads, const LayerNorm& q_norm,
                             const LayerNorm& k_norm);
 
+// OLMo 2's and OLMoE's query/key normalisation (model.qk_norm: full): the
+// queries of a fused qkv (B, T, q_width + 2 kv_width), all heads together,
+// normalised over their q_width features by `q_norm`, the keys over their
+// kv_width by `k_norm`, the values left alone.
+Tensor norm_query_key(const Tensor& qkv, int64_t q_width, int64_t kv_width, const LayerNorm& q_norm,
+                      const LayerNorm& k_norm);
+
 }  // namespace triad::nn

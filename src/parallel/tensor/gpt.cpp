@@ -88,9 +88,8 @@ void TensorParallelGpt::build(uint64_t seed, std::shared_ptr<VocabParallelEmbedd
   if (!cfg_.kv_heads_fit(t)) {
     // A key/value head is never split across ranks (Megatron-LM's rule);
     // unlike Megatron-LM, fewer heads than ranks are shared.
-    throw ConfigError("model.n_kv_head (" + std::to_string(cfg_.kv_heads()) +
-                      ") must be divisible by parallel.tp (" + std::to_string(t) +
-                      "), or divide it: each rank holds whole key/value heads, or shares one");
+    throw ConfigError("model.n_kv_head (" + std::to_string(cfg_.kv_heads()) + ") " +
+                      cfg_.kv_heads_rule(t, "parallel.tp"));
   }
   if (sp_ && cfg_.seq_len % t != 0) {
     throw ConfigError("model.seq_len (" + std::to_string(cfg_.seq_len) +
@@ -133,9 +132,11 @@ void TensorParallelGpt::build(uint64_t seed, std::shared_ptr<VocabParallelEmbedd
   for (int64_t i : plan_.layers) {
     auto block = std::make_shared<Container>();
     Layer L;
-    L.ln_1 = block->add(
-        "ln_1", std::make_shared<nn::LayerNorm>(C, cfg_.layer_norm_eps, DType::F32, cfg_.rms_norm(),
-                                                cfg_.norm_weight_offset));
+    if (cfg_.pre_norms) {
+      L.ln_1 = block->add(
+          "ln_1", std::make_shared<nn::LayerNorm>(C, cfg_.layer_norm_eps, DType::F32,
+                                                  cfg_.rms_norm(), cfg_.norm_weight_offset));
+    }
     auto attn = block->add("attn", std::make_shared<Container>());
     const bool b = cfg_.linear_bias, mb = cfg_.mlp_biases();
     // [q | k | v] split block by block at whole heads: a rank holds its
@@ -147,14 +148,17 @@ void TensorParallelGpt::build(uint64_t seed, std::shared_ptr<VocabParallelEmbedd
                                        cfg_.c_attn_bias(), std::vector<int64_t>{hd, hd, hd}));
     L.attn_proj = attn->add("c_proj", std::make_shared<RowParallelLinear>(q, C, group_, sp_, b));
     if (cfg_.qk_norm) {
-      auto norm = [&] {
-        return std::make_shared<nn::LayerNorm>(cfg_.head_dim(), cfg_.layer_norm_eps, DType::F32,
-                                               true, cfg_.norm_weight_offset);
+      // Per head: the heads' width, on every rank. Full (model.qk_norm:
+      // full): the whole queries' and keys' widths, on every rank, each
+      // normalising the gathered projections.
+      auto norm = [&](int64_t width) {
+        return std::make_shared<nn::LayerNorm>(width, cfg_.layer_norm_eps, DType::F32, true,
+                                               cfg_.norm_weight_offset);
       };
-      L.q_norm = attn->add("q_norm", norm());
-      L.k_norm = attn->add("k_norm", norm());
+      L.q_norm = attn->add("q_norm", norm(cfg_.q_norm_width()));
+      L.k_norm = attn->add("k_norm", norm(cfg_.k_norm_width()));
     }
-    if (!cfg_.shared_norm) {
+    if (cfg_.pre_norms && !cfg_.shared_norm) {
       L.ln_2 = block->add(
           "ln_2", std::make_shared<nn::LayerNorm>(C, cfg_.layer_norm_eps, DType::F32,
                                                   cfg_.rms_norm(), cfg_.norm_weight_offset));
@@ -193,9 +197,10 @@ void TensorParallelGpt::build(uint64_t seed, std::shared_ptr<VocabParallelEmbedd
     if (cfg_.qk_norm) {
       // Replicated, each rank normalising its own heads: their gradients
       // are partial sums over the ranks, with or without sequence
-      // parallelism.
-      specs_[p + "attn.q_norm.weight"] = ShardSpec::replicated(true);
-      specs_[p + "attn.k_norm.weight"] = ShardSpec::replicated(true);
+      // parallelism. Full norms see every head on every rank: their
+      // gradients are whole, the same on each.
+      specs_[p + "attn.q_norm.weight"] = ShardSpec::replicated(!cfg_.qk_norm_full);
+      specs_[p + "attn.k_norm.weight"] = ShardSpec::replicated(!cfg_.qk_norm_full);
     }
     specs_[p + "attn.c_attn.weight"] = L.c_attn->weight_spec();
     specs_[p + "attn.c_proj.weight"] = L.attn_proj->weight_spec();
@@ -593,13 +598,17 @@ Tensor TensorParallelGpt::block_forward(int64_t i, const Tensor& x,
   const Layer& L = it->second;
   const int shard = sp_ ? group_->rank() : 0;
   const nn::DropoutDraw draw = ctx.draw();
-  const Tensor normed = L.ln_1->forward(x);
-  Tensor qkv = L.c_attn->forward(normed, draw);  // the whole sequence, local heads
+  const Tensor normed = L.ln_1 ? L.ln_1->forward(x) : x;  // (none without model.pre_norms)
+  Tensor qkv = L.c_attn->forward(normed, draw);           // the whole sequence, local heads
   const int64_t t = group_->size();
   const AttentionHeads heads =
       AttentionHeads{cfg_.n_head / t, cfg_.kv_heads_per_rank(t)}.with_softcap(
           cfg_.attn_logit_softcap);  // this rank's
-  if (L.q_norm) qkv = nn::norm_query_key_heads(qkv, heads, *L.q_norm, *L.k_norm);
+  if (L.q_norm && cfg_.qk_norm_full) {
+    qkv = full_query_key_norm(L, qkv, heads);
+  } else if (L.q_norm) {
+    qkv = nn::norm_query_key_heads(qkv, heads, *L.q_norm, *L.k_norm);
+  }
   if (cfg_.rotary()) {
     const nn::GptConfig::Rope rope = cfg_.rope_of(i);
     qkv = rotary_embedding(qkv, heads, ctx.positions, 0, rope.theta, rope.scaling);
@@ -628,6 +637,15 @@ Tensor TensorParallelGpt::block_forward(int64_t i, const Tensor& x,
   // The MLP's input beside the attention: ln_2's, or ln_1's under
   // model.shared_norm.
   auto parallel_input = [&] { return L.ln_2 ? L.ln_2->forward(x) : normed; };
+  if (!cfg_.pre_norms) {
+    // OLMo 2's blocks: the sublayers read the residual stream itself.
+    Tensor a =
+        site_dropout(L.attn_proj->forward(core, draw), cfg_.dropout, ctx, i, "attn.resid", shard);
+    const Tensor h = add(x, L.post_attn_norm->forward(a));
+    Tensor m = mlp_reduce(mlp_share(h));
+    m = site_dropout(m, cfg_.dropout, ctx, i, "mlp.resid", shard);
+    return add(h, L.post_mlp_norm->forward(m));
+  }
   if (cfg_.reduces_sublayers_at_once()) {
     const Tensor shares = add(L.attn_proj->partial(core, draw), mlp_share(parallel_input()));
     return add(x, L.attn_proj->reduce(shares, L.mlp_proj.get()));  // (null for experts)
@@ -647,6 +665,23 @@ Tensor TensorParallelGpt::block_forward(int64_t i, const Tensor& x,
   m = site_dropout(m, cfg_.dropout, ctx, i, "mlp.resid", shard);
   if (L.post_mlp_norm) m = L.post_mlp_norm->forward(m);
   return add(h.sum, m);
+}
+
+Tensor TensorParallelGpt::full_query_key_norm(const Layer& L, const Tensor& qkv,
+                                              const AttentionHeads& heads) const {
+  const int64_t D = cfg_.head_dim(), q = heads.q * D, kv = heads.kv * D;
+  if (group_->size() == 1) return nn::norm_query_key(qkv, q, kv, *L.q_norm, *L.k_norm);
+  // Each norm spans every rank's heads: the queries (and the keys) are
+  // gathered, normalised whole on every rank alike, and each rank keeps its
+  // own heads' part. Backward, the parts' gradients are gathered, the
+  // norm's backward runs whole (its weight's gradient the same on every
+  // rank) and each rank keeps its part of the input's.
+  auto normed = [&](const Tensor& part, const nn::LayerNorm& norm) {
+    return scatter_to_region(norm.forward(gather_from_region(part, group_)), group_);
+  };
+  return concat({normed(narrow(qkv, 2, 0, q), *L.q_norm), normed(narrow(qkv, 2, q, kv), *L.k_norm),
+                 narrow(qkv, 2, q + kv, kv)},
+                2);
 }
 
 Tensor TensorParallelGpt::moe_share(const Layer& L, const Tensor& in,

@@ -517,7 +517,9 @@ TEST_P(TensorParallelGptTest, LlamaOptionsMatchOneProcess) {
         "head",
         "phi's blocks: parallel residual with one norm, biased head, grouped-query "
         "attention",
-        "phi's blocks as gpt-j's: biases on the mlp alone"}) {
+        "phi's blocks as gpt-j's: biases on the mlp alone",
+        "olmo 2's blocks: post-norms alone, qk norm over all heads, grouped-query "
+        "attention"}) {
     SCOPED_TRACE(variant);
     nn::GptConfig cfg = tiny(V);
     if (variant.find("grouped-query") != std::string::npos) {
@@ -581,6 +583,17 @@ TEST_P(TensorParallelGptTest, LlamaOptionsMatchOneProcess) {
         cfg.linear_bias = false;
         cfg.mlp_bias = true;
       }
+    } else if (variant.rfind("olmo 2", 0) == 0) {
+      // The sublayers read the stream itself; the query and key norms span
+      // every rank's heads (gathered, normalised whole, split again).
+      cfg.normalization = nn::Normalization::RmsNorm;
+      cfg.linear_bias = false;
+      cfg.activation = nn::Activation::SwiGlu;
+      cfg.position_embedding = nn::PositionEmbedding::Rotary;
+      cfg.tie_embeddings = false;
+      cfg.pre_norms = false;
+      cfg.post_norms = true;
+      nn::set_qk_norm(cfg, "full");
     } else if (variant == "swiglu, F 24" || variant == "geglu, F 24") {
       cfg.activation = variant[0] == 's' ? nn::Activation::SwiGlu : nn::Activation::GeGlu;
       cfg.ffn_hidden_size = 24;
@@ -610,7 +623,9 @@ TEST_P(TensorParallelGptTest, LlamaOptionsMatchOneProcess) {
     EXPECT_EQ(shapes.count("h.0.mlp.c_fc.bias"), cfg.mlp_biases() ? 1u : 0u);
     EXPECT_EQ(shapes.count("h.0.attn.q_norm.weight"), cfg.qk_norm ? 1u : 0u);
     EXPECT_EQ(shapes.count("h.1.post_mlp_norm.weight"), cfg.post_norms ? 1u : 0u);
-    EXPECT_EQ(shapes.count("h.1.ln_2.weight"), cfg.shared_norm ? 0u : 1u);
+    EXPECT_EQ(shapes.count("h.1.ln_2.weight"), cfg.shared_norm || !cfg.pre_norms ? 0u : 1u);
+    if (cfg.qk_norm_full)
+      EXPECT_EQ(shapes.at("h.1.attn.k_norm.weight"), (Shape{cfg.kv_heads() * cfg.head_dim()}));
     EXPECT_EQ(shapes.count("lm_head.bias"), cfg.head_bias ? 1u : 0u);
     EXPECT_EQ(shapes.at("h.0.attn.c_proj.weight"), (Shape{cfg.d_model, cfg.q_width()}));
     expect_sharded_matches_one_process(cfg, 17, GetParam(), ids, ids, token_ids(V, 6));
@@ -635,7 +650,8 @@ TEST_P(TensorParallelGptTest, MixtureOfExpertsMatchesOneProcess) {
         "gelu experts, dense layer 0, top 1 of 3, raw probabilities",
         "parallel residual, top 2 of 4, balance loss, capacity 0.75 by probability",
         "mixtral's kind, capacity 0.75 by position",
-        "qwen2-moe's kind: swiglu, qkv biases, a shared expert of 8 under a sigmoid gate"}) {
+        "qwen2-moe's kind: swiglu, qkv biases, a shared expert of 8 under a sigmoid gate",
+        "olmoe's kind: swiglu, qk norm over all heads, top 2 of 4, raw probabilities"}) {
     SCOPED_TRACE(variant);
     nn::GptConfig cfg = tiny(V);
     cfg.moe.experts = 4;
@@ -665,6 +681,14 @@ TEST_P(TensorParallelGptTest, MixtureOfExpertsMatchesOneProcess) {
       cfg.moe.normalize_top_k = false;
       cfg.moe.shared_ffn_hidden_size = 8;
       cfg.moe.shared_gate = true;
+    } else if (variant.rfind("olmoe", 0) == 0) {
+      cfg.normalization = nn::Normalization::RmsNorm;
+      cfg.linear_bias = false;
+      cfg.activation = nn::Activation::SwiGlu;
+      cfg.position_embedding = nn::PositionEmbedding::Rotary;
+      cfg.rope_theta = 20.0;
+      cfg.moe.normalize_top_k = false;
+      nn::set_qk_norm(cfg, "full");
     } else {
       cfg.parallel_residual = true;
       cfg.linear_bias = false;

@@ -162,6 +162,8 @@ class TensorParallelGpt : public nn::Module {
     std::shared_ptr<RowParallelLinear> attn_proj, mlp_proj;
     std::shared_ptr<nn::MoeMlp> moe;  // model.moe's layers: each expert split like the MLP
   };
+  // model.qk_norm: full on this rank's fused qkv (its `heads`).
+  Tensor full_query_key_norm(const Layer& L, const Tensor& qkv, const AttentionHeads& heads) const;
   // A mixture-of-experts layer's share of its output for `in` (ln_2's):
   // this rank's partial sum over the whole sequence, before the group
   // reduces it.
