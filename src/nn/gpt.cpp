@@ -313,6 +313,10 @@ void GptConfig::validate() const {
       throw ConfigError("model.moe.ffn_hidden_size (" + std::to_string(moe.ffn_hidden_size) +
                         ") must be positive (or 0: the model's ffn_hidden_size)");
     }
+    if (!(moe.z_loss_coef >= 0.0) || !std::isfinite(moe.z_loss_coef)) {
+      throw ConfigError("model.moe.z_loss_coef (" + std::to_string(moe.z_loss_coef) +
+                        ") must be a finite number >= 0 (0: no router z-loss)");
+    }
     if (!(moe.aux_loss_coef >= 0.0) || !std::isfinite(moe.aux_loss_coef)) {
       throw ConfigError("model.moe.aux_loss_coef (" + std::to_string(moe.aux_loss_coef) +
                         ") must be a finite number >= 0 (0: no load-balancing loss)");
@@ -354,10 +358,10 @@ void GptConfig::validate() const {
       }
     }
   } else if (!moe.dense_layers.empty() || moe.shared_ffn_hidden_size != 0 || moe.shared_gate ||
-             moe.capacity_factor != 0) {
+             moe.capacity_factor != 0 || moe.z_loss_coef != 0) {
     throw ConfigError(
-        "model.moe's dense_layers, shared_ffn_hidden_size, shared_gate and capacity_factor belong "
-        "to a mixture, but model.moe.experts is 0");
+        "model.moe's dense_layers, shared_ffn_hidden_size, shared_gate, capacity_factor and "
+        "z_loss_coef belong to a mixture, but model.moe.experts is 0");
   }
   if (head_bias && tie_embeddings) {
     throw ConfigError(

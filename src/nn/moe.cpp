@@ -121,10 +121,11 @@ double balance_loss(const Routing& r, const std::vector<double>& probs) {
   return static_cast<double>(r.experts) * sum;
 }
 
-void MoeStats::record(double balance, double load, double dropped) {
+void MoeStats::record(double balance, double load, double dropped, double z_loss) {
   balance_sum += balance;
   max_load = std::max(max_load, load);
   dropped_sum += dropped;
+  z_loss_sum += z_loss;
   ++records;
 }
 
@@ -163,6 +164,7 @@ MoeMlp::MoeMlp(const GptConfig& cfg, int64_t layer, int64_t shards,
       top_k_(cfg.moe.top_k),
       normalize_(cfg.moe.normalize_top_k),
       aux_coef_(cfg.moe.aux_loss_coef),
+      z_coef_(cfg.moe.z_loss_coef),
       capacity_factor_(cfg.moe.capacity_factor),
       drop_policy_(cfg.moe.drop_policy),
       activation_(cfg.activation) {
@@ -215,7 +217,9 @@ MoeMlp::Scores MoeMlp::route(const Tensor& x) const {
   }
   const Tensor tokens = reshape(x, {x.numel() / C, C});
   Scores s;
-  s.probs = softmax(cast(router_->forward(tokens), stat_dtype(x.dtype())));
+  const Tensor logits = cast(router_->forward(tokens), stat_dtype(x.dtype()));
+  s.probs = softmax(logits);
+  if (z_coef_ > 0) s.logits = logits;
   if (shared_gate_) {
     // sigmoid(z) as the first of softmax([z, 0]).
     const Tensor z = cast(shared_gate_->forward(tokens), stat_dtype(x.dtype()));
@@ -309,12 +313,41 @@ Tensor MoeMlp::experts(const Tensor& x, const Scores& scores, const ForwardConte
     const Tensor aux = scale(sum(mul(f, mean(probs, 0))), static_cast<double>(E));
     out = attach_loss(out, aux, aux_coef_ * ctx.loss_grad);
   }
+  double z_loss = 0;
+  if (ctx.training && z_coef_ > 0) {
+    if (!scores.logits.defined() || scores.logits.shape() != probs.shape()) {
+      throw ShapeError("MoeMlp: the router's logits " + shape_str(scores.logits.shape()) +
+                       " for the z-loss (expected " + shape_str(probs.shape()) + ")");
+    }
+    // The router z-loss Z = mean_n lse_n^2, lse_n = logsumexp_e(logits_ne),
+    // on the host in f64. Its gradient with respect to the logits is
+    // 2 / N * lse_n * softmax_ne, which the graph gets from sum(W * logits)
+    // with W those values held fixed: the same gradient, whatever the value.
+    const std::vector<double> l = to_double_vector(scores.logits);
+    std::vector<double> w(l.size());
+    for (int64_t n = 0; n < N; ++n) {
+      const double* row = l.data() + n * E;
+      const double top = *std::max_element(row, row + E);
+      double s = 0;
+      for (int64_t e = 0; e < E; ++e) s += std::exp(row[e] - top);
+      const double lse = top + std::log(s);
+      z_loss += lse * lse / static_cast<double>(N);
+      for (int64_t e = 0; e < E; ++e)
+        w[static_cast<size_t>(n * E + e)] =
+            2.0 / static_cast<double>(N) * lse * std::exp(row[e] - lse);
+    }
+    if (autograd::grad_enabled() && scores.logits.requires_grad()) {
+      const Tensor weights =
+          from_vector(w, probs.shape(), scores.logits.dtype(), scores.logits.device());
+      out = attach_loss(out, sum(mul(weights, scores.logits)), z_coef_ * ctx.loss_grad);
+    }
+  }
   if (ctx.moe_stats && ctx.training && !autograd::recomputing()) {
     const int64_t busiest = *std::max_element(routing.load.begin(), routing.load.end());
     ctx.moe_stats->record(
         balance_loss(routing, host),
         static_cast<double>(busiest * E) / static_cast<double>(std::max<int64_t>(N * k, 1)),
-        static_cast<double>(routing.dropped) / static_cast<double>(N * k));
+        static_cast<double>(routing.dropped) / static_cast<double>(N * k), z_loss);
   }
   return out;
 }

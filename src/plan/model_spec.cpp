@@ -117,7 +117,8 @@ nn::GptConfig parse_model_spec(const std::string& yaml_text, const std::string& 
   // model.hf_config's mixture).
   option("moe",
          "none, or {experts, top_k, ffn_hidden_size, normalize_top_k, aux_loss_coef, "
-         "dense_layers, shared_ffn_hidden_size, shared_gate, capacity_factor, drop_policy}",
+         "dense_layers, shared_ffn_hidden_size, shared_gate, capacity_factor, drop_policy, "
+         "z_loss_coef}",
          [&](const YAML::Node& v) {
            if (v.IsScalar()) {
              if (v.as<std::string>() != "none") throw YAML::Exception(YAML::Mark(), "");
@@ -134,6 +135,7 @@ nn::GptConfig parse_model_spec(const std::string& yaml_text, const std::string& 
              c.moe.shared_ffn_hidden_size = v["shared_ffn_hidden_size"].as<int64_t>();
            if (v["shared_gate"]) c.moe.shared_gate = v["shared_gate"].as<bool>();
            if (v["capacity_factor"]) c.moe.capacity_factor = v["capacity_factor"].as<double>();
+           if (v["z_loss_coef"]) c.moe.z_loss_coef = v["z_loss_coef"].as<double>();
            if (v["drop_policy"]) {
              const std::string p = v["drop_policy"].as<std::string>();
              if (p != "probs" && p != "position") throw YAML::Exception(YAML::Mark(), "");

@@ -68,22 +68,29 @@ std::string get_string(const YAML::Node& n, const std::string& key) {
 
 // model.moe: none, or a mapping of experts, top_k, ffn_hidden_size,
 // normalize_top_k, aux_loss_coef, dense_layers, shared_ffn_hidden_size,
-// shared_gate, capacity_factor and drop_policy over `base` (what
+// shared_gate, capacity_factor, drop_policy and z_loss_coef over `base` (what
 // model.hf_config read, or the defaults): the keys given replace its.
 nn::GptConfig::Moe get_moe(const YAML::Node& n, const std::string& key, nn::GptConfig::Moe base) {
   const std::string keys =
       "experts, top_k, ffn_hidden_size, normalize_top_k, aux_loss_coef, dense_layers, "
-      "shared_ffn_hidden_size, shared_gate, capacity_factor, drop_policy";
+      "shared_ffn_hidden_size, shared_gate, capacity_factor, drop_policy, z_loss_coef";
   const std::string expected = "none, or a mapping with experts (and " + keys.substr(9) + ")";
   if (n.IsScalar()) {
     if (get_string(n, key) == "none") return {};
     throw ConfigError(key + " ('" + n.Scalar() + "') must be " + expected);
   }
   if (!n.IsMap()) throw ConfigError(key + ": expected " + expected);
-  static const std::set<std::string> allowed = {
-      "experts",         "top_k",        "ffn_hidden_size",        "normalize_top_k",
-      "aux_loss_coef",   "dense_layers", "shared_ffn_hidden_size", "shared_gate",
-      "capacity_factor", "drop_policy"};
+  static const std::set<std::string> allowed = {"experts",
+                                                "top_k",
+                                                "ffn_hidden_size",
+                                                "normalize_top_k",
+                                                "aux_loss_coef",
+                                                "dense_layers",
+                                                "shared_ffn_hidden_size",
+                                                "shared_gate",
+                                                "capacity_factor",
+                                                "drop_policy",
+                                                "z_loss_coef"};
   for (auto it = n.begin(); it != n.end(); ++it) {
     const std::string k = it->first.as<std::string>();
     if (!allowed.count(k))
@@ -101,6 +108,7 @@ nn::GptConfig::Moe get_moe(const YAML::Node& n, const std::string& key, nn::GptC
   if (n["normalize_top_k"])
     m.normalize_top_k = get_bool(n["normalize_top_k"], key + ".normalize_top_k");
   if (n["aux_loss_coef"]) m.aux_loss_coef = get_double(n["aux_loss_coef"], key + ".aux_loss_coef");
+  if (n["z_loss_coef"]) m.z_loss_coef = get_double(n["z_loss_coef"], key + ".z_loss_coef");
   if (n["shared_ffn_hidden_size"]) {
     m.shared_ffn_hidden_size =
         get_int(n["shared_ffn_hidden_size"], key + ".shared_ffn_hidden_size");
@@ -1461,6 +1469,7 @@ std::string to_yaml(const Config& c) {
       e << YAML::Key << "shared_ffn_hidden_size" << YAML::Value << x.shared_ffn_hidden_size
         << YAML::Key << "shared_gate" << YAML::Value << x.shared_gate;
     }
+    if (x.z_loss_coef > 0) e << YAML::Key << "z_loss_coef" << YAML::Value << x.z_loss_coef;
     if (x.capacity_factor > 0) {
       e << YAML::Key << "capacity_factor" << YAML::Value << x.capacity_factor << YAML::Key
         << "drop_policy" << YAML::Value

@@ -57,6 +57,7 @@ void MetricsWriter::write(const StepMetrics& m) {
     j["moe_max_load"] = m.moe_max_load;
   }
   if (m.moe_dropped >= 0) j["moe_dropped"] = m.moe_dropped;
+  if (m.moe_z_loss >= 0) j["moe_z_loss"] = m.moe_z_loss;
   if (m.skipped) j["skipped"] = true;
   if (m.loss_scale > 0) j["loss_scale"] = m.loss_scale;
   j["peak_memory_bytes"] = m.peak_memory_bytes;

@@ -180,6 +180,7 @@ void TensorBoardWriter::write(const StepMetrics& m) {
     scalar("train/moe_max_load", m.step, m.moe_max_load, t);
   }
   if (m.moe_dropped >= 0) scalar("train/moe_dropped", m.step, m.moe_dropped, t);
+  if (m.moe_z_loss >= 0) scalar("train/moe_z_loss", m.step, m.moe_z_loss, t);
   if (m.loss_scale > 0) scalar("train/loss_scale", m.step, m.loss_scale, t);
   if (m.skipped) scalar("train/skipped", m.step, 1.0, t);
   if (m.val_loss) scalar("val/loss", m.step, *m.val_loss, t);

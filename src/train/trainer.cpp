@@ -1438,19 +1438,21 @@ void Trainer::moe_metrics_into(StepMetrics& m) const {
   // Each rank saw its stages' layers and its micro-batches (a tensor-parallel
   // group's ranks the same routing): the mean over every record of every
   // rank, and the largest load anywhere.
-  Tensor sums = from_vector(std::vector<double>{moe_stats_->balance_sum, moe_stats_->dropped_sum,
-                                                static_cast<double>(moe_stats_->records)},
-                            {3}, DType::F64);
+  Tensor sums = from_vector(
+      std::vector<double>{moe_stats_->balance_sum, moe_stats_->dropped_sum, moe_stats_->z_loss_sum,
+                          static_cast<double>(moe_stats_->records)},
+      {4}, DType::F64);
   Tensor load = from_vector(std::vector<double>{moe_stats_->max_load}, {1}, DType::F64);
   if (world_ && world_->size() > 1) {
     world_->all_reduce(sums, dist::ReduceOp::Sum)->wait();
     world_->all_reduce(load, dist::ReduceOp::Max)->wait();
   }
   const std::vector<double> s = to_double_vector(sums);
-  if (s[2] <= 0) return;
-  m.moe_balance = s[0] / s[2];
+  if (s[3] <= 0) return;
+  m.moe_balance = s[0] / s[3];
   m.moe_max_load = item(load);
-  if (config_.model.moe.capacity_factor > 0) m.moe_dropped = s[1] / s[2];
+  if (config_.model.moe.capacity_factor > 0) m.moe_dropped = s[1] / s[3];
+  if (config_.model.moe.z_loss_coef > 0) m.moe_z_loss = s[2] / s[3];
 }
 
 StepMetrics Trainer::step(int64_t index) {
@@ -2166,6 +2168,7 @@ std::vector<StepMetrics> Trainer::run() {
       extra += fmt::format(" | moe balance {:.3f} max load {:.2f}", m.moe_balance, m.moe_max_load);
     }
     if (m.moe_dropped >= 0) extra += fmt::format(" dropped {:.1f}%", 100 * m.moe_dropped);
+    if (m.moe_z_loss >= 0) extra += fmt::format(" z-loss {:.3f}", m.moe_z_loss);
     extra += fmt::format(" | mem {:.3g} GB", static_cast<double>(m.peak_memory_bytes) / 1e9);
     if (m.skipped) extra += " | skipped";
     spdlog::info(

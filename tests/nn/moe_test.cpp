@@ -407,6 +407,79 @@ TEST(MoeMlp, LoadBalancingLossJoinsTheGradientWithItsWeight) {
   EXPECT_GT(largest_aux_part, 0);
 }
 
+// The router z-loss (ST-MoE): J = sum(y * w) + coef * loss_grad * mean_n
+// logsumexp(logits_n)^2, the second the value the layer reports; the
+// router's gradient is J's, and the reported z-loss is the formula's.
+TEST(MoeMlp, RouterZLossJoinsTheGradientWithItsWeight) {
+  GptConfig cfg = moe_config(4, 2);
+  cfg.moe.aux_loss_coef = 0;
+  cfg.moe.z_loss_coef = 0.4;
+  MoeMlp moe(cfg, 0);
+  randomise(moe, 31);
+  const Tensor x = randn({2, 6, cfg.d_model}, 33, 1, 1.0, DType::F64);
+  const Tensor w = randn({2, 6, cfg.d_model}, 33, 2, 1.0, DType::F64);
+  const double loss_grad = 0.7;
+  // The z-loss from its formula, on the router's own logits.
+  {
+    autograd::NoGradGuard ng;
+    ForwardContext ctx{true, 0, 0};
+    ctx.moe_stats = std::make_shared<MoeStats>();
+    moe.forward(x, ctx);
+    const std::vector<double> logits = to_double_vector(matmul(
+        reshape(x, {12, cfg.d_model}), transpose(moe.state_dict().at("router.weight"), 0, 1)));
+    double z = 0;
+    for (int64_t n = 0; n < 12; ++n) {
+      double s = 0;
+      for (int64_t e = 0; e < 4; ++e) s += std::exp(logits[static_cast<size_t>(n * 4 + e)]);
+      z += std::log(s) * std::log(s) / 12;
+    }
+    EXPECT_NEAR(ctx.moe_stats->mean_z_loss(), z, 1e-12);
+    EXPECT_GT(z, 0.0);
+  }
+  auto objective = [&] {
+    autograd::NoGradGuard ng;
+    ForwardContext ctx{true, 0, 0};
+    ctx.moe_stats = std::make_shared<MoeStats>();
+    const std::vector<double> y = to_double_vector(moe.forward(x, ctx)), ws = to_double_vector(w);
+    double j = 0;
+    for (size_t i = 0; i < y.size(); ++i) j += y[i] * ws[i];
+    return j + cfg.moe.z_loss_coef * loss_grad * ctx.moe_stats->z_loss_sum;
+  };
+  ForwardContext ctx{true, 0, 0};
+  ctx.loss_grad = loss_grad;
+  autograd::backward({moe.forward(x, ctx)}, {w});
+  Tensor router = moe.state_dict().at("router.weight");
+  const std::vector<double> analytic = to_double_vector(router.grad());
+  double* data = router.data<double>();
+  for (int64_t i = 0; i < router.numel(); ++i) {
+    const double saved = data[i], eps = 1e-6;
+    data[i] = saved + eps;
+    const double up = objective();
+    data[i] = saved - eps;
+    const double down = objective();
+    data[i] = saved;
+    EXPECT_NEAR(analytic[static_cast<size_t>(i)], (up - down) / (2 * eps), 1e-7) << i;
+  }
+  // Without the z-loss the router's gradient differs.
+  moe.zero_grad();
+  cfg.moe.z_loss_coef = 0;
+  MoeMlp plain(cfg, 0);
+  plain.to(DType::F64);
+  plain.load_state_dict(moe.state_dict());
+  autograd::backward({plain.forward(x, ctx)}, {w});
+  const std::vector<double> without =
+      to_double_vector(plain.state_dict().at("router.weight").grad());
+  double differ = 0;
+  for (size_t i = 0; i < without.size(); ++i)
+    differ = std::max(differ, std::abs(without[i] - analytic[i]));
+  EXPECT_GT(differ, 1e-4);
+  // Evaluation reports and adds nothing.
+  ForwardContext eval{false, 0, 0};
+  eval.moe_stats = std::make_shared<MoeStats>();
+  moe.forward(x, eval);
+  EXPECT_EQ(eval.moe_stats->records, 0);
+}
+
 TEST(MoeMlp, AnExpertNoTokenChoseStillTakesAZeroGradient) {
   GptConfig cfg = moe_config(4, 1);
   MoeMlp moe(cfg, 0);
@@ -454,7 +527,7 @@ TEST(MoeMlp, ChecksItsInputs) {
       "expected (..., 8)");
   expect_refused<ShapeError>(
       [&] {
-        (void)(moe.experts(zeros({2, 3, 8}), MoeMlp::Scores{zeros({5, 4}), {}}, {}));
+        (void)(moe.experts(zeros({2, 3, 8}), MoeMlp::Scores{zeros({5, 4}), {}, {}}, {}));
       },
       "router probabilities [5, 4] for 6 tokens");
   GptConfig dense = cfg;
@@ -494,7 +567,9 @@ TEST(MoeConfig, ValidatesItsKeys) {
         c.moe.experts = 0;
         c.moe.capacity_factor = 1.0;
       },
-      "capacity_factor belong to a mixture, but model.moe.experts is 0");
+      "capacity_factor and z_loss_coef belong to a mixture, but model.moe.experts is 0");
+  refused([](GptConfig& c) { c.moe.z_loss_coef = -1e-3; },
+          "model.moe.z_loss_coef (-0.001000) must be a finite number >= 0");
   refused(
       [](GptConfig& c) {
         c.lora.rank = 2;

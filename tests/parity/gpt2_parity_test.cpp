@@ -817,12 +817,15 @@ TEST_F(Gpt2Parity, Olmo2DirectoryReadsAndExportsAsHuggingFacesOlmo2) {
 
 // OLMoE's blocks (pre-norms, the full query/key norms, 4 experts on every
 // layer of which each token takes 2, not renormalised) from an
-// OlmoeForCausalLM directory: logits, loss, every gradient with the
-// load-balancing loss's part, the balance; exported again, the same
-// directory.
+// OlmoeForCausalLM directory, trained with the router z-loss (its weight
+// set beside the file, which has no key for it): logits, loss, every
+// gradient with the load-balancing loss's and the z-loss's parts, the
+// balance and the z-losses; exported again, the same directory.
 TEST_F(Gpt2Parity, OlmoeDirectoryReadsAndExportsAsHuggingFacesOlmoe) {
   const std::string dir = ref_dir() + "/olmoe_hf";
-  const nn::GptConfig cfg = io::load_hf_config(dir);
+  nn::GptConfig cfg = io::load_hf_config(dir);
+  EXPECT_EQ(cfg.moe.z_loss_coef, 0.0);
+  cfg.moe.z_loss_coef = cfg_["moe_z_coef"].get<double>();
   EXPECT_EQ(cfg.hf_type, "olmoe");
   EXPECT_TRUE(cfg.qk_norm_full);
   EXPECT_TRUE(cfg.pre_norms);
@@ -834,6 +837,29 @@ TEST_F(Gpt2Parity, OlmoeDirectoryReadsAndExportsAsHuggingFacesOlmoe) {
   expect_step_zero_matches(model, ref_, "olmoe.");
   expect_balance_matches(model, ref_, "olmoe.");
   expect_exports_as_written(model, dir);
+  nn::ForwardContext ctx{true, 0, 0};
+  ctx.moe_stats = std::make_shared<nn::MoeStats>();
+  {
+    autograd::NoGradGuard no_grad;
+    (void)model.forward(cast(ref_.at("input_ids"), DType::I64), ctx);
+  }
+  double z = 0;
+  for (const double v : to_double_vector(ref_.at("olmoe.z_loss"))) z += v;
+  EXPECT_NEAR(ctx.moe_stats->z_loss_sum, z, 1e-5 * z);
+  // Without the z-loss the router's gradient is not the reference's.
+  nn::GptConfig plain_cfg = cfg;
+  plain_cfg.moe.z_loss_coef = 0;
+  nn::Gpt plain(plain_cfg, 1);
+  plain.load_state_dict(model.state_dict());
+  const Tensor ids = cast(ref_.at("input_ids"), DType::I64);
+  nn::ForwardContext train{true, 0, 0};
+  autograd::backward({plain.loss(ids, cast(ref_.at("targets"), DType::I64), train)});
+  const std::vector<double> got =
+      to_double_vector(plain.state_dict().at("h.0.mlp.router.weight").grad());
+  const std::vector<double> want = to_double_vector(ref_.at("olmoe.grad.h.0.mlp.router.weight"));
+  double worst = 0;
+  for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, std::abs(got[i] - want[i]));
+  EXPECT_GT(worst, 1e-4);
 }
 
 TEST_F(Gpt2Parity, GptjDirectoryReadsAndExportsAsHuggingFacesGptj) {

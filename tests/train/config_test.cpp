@@ -320,7 +320,14 @@ TEST(Config, MixtureOfExpertsParsesRoundTripsAndIsChecked) {
   expect_config_error(kValid, {"model.moe={experts: 4, shared: 8}"},
                       "(allowed: experts, top_k, ffn_hidden_size, normalize_top_k, aux_loss_coef, "
                       "dense_layers, shared_ffn_hidden_size, shared_gate, capacity_factor, "
-                      "drop_policy)");
+                      "drop_policy, z_loss_coef)");
+  // The router z-loss's weight.
+  const Config z = parse_config(kValid, {"model.moe={experts: 4, z_loss_coef: 0.001}"});
+  EXPECT_DOUBLE_EQ(z.model.moe.z_loss_coef, 0.001);
+  EXPECT_EQ(parse_config(to_yaml(z)).model.moe, z.model.moe);
+  EXPECT_EQ(parse_config(kValid, {"model.moe={experts: 4}"}).model.moe.z_loss_coef, 0.0);
+  expect_config_error(kValid, {"model.moe={experts: 4, z_loss_coef: -1}"},
+                      "model.moe.z_loss_coef (-1.000000) must be a finite number >= 0");
   // A capacity factor and the policy that drops over it.
   const Config capped = parse_config(
       kValid, {"model.moe={experts: 4, capacity_factor: 1.25, drop_policy: position}"});

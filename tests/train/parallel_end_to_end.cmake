@@ -19,8 +19,8 @@
 # texts' last words (eval.lambada): the words' loss must match one
 # process's at the same tolerance, and in fp32 the share greedy decoding
 # gets right must be one process's.
-# A mixture of experts' moe_balance and moe_dropped, when one process
-# reports them, must match too.
+# A mixture of experts' moe_balance, moe_dropped and moe_z_loss, when one
+# process reports them, must match too.
 # With SAMPLES (ON), every evaluation also continues two prompts greedily
 # (eval.samples, the model gathered whole from the layout's ranks): in fp32
 # the texts must be one process's.
@@ -76,9 +76,11 @@ field(${WORK}/reference loss reference)
 field(${WORK}/reference grad_norm reference_norms)
 field(${WORK}/reference val_loss reference_val)
 # A mixture of experts' routing statistics (its load-balancing loss, and
-# under a capacity factor the share dropped), when the metrics carry them.
+# under a capacity factor the share dropped, under a z-loss the z-loss),
+# when the metrics carry them.
 field(${WORK}/reference moe_balance reference_moe_balance)
 field(${WORK}/reference moe_dropped reference_moe_dropped)
+field(${WORK}/reference moe_z_loss reference_moe_z_loss)
 list(LENGTH reference n)
 list(LENGTH reference_val nv)
 if(NOT n EQUAL STEPS OR NOT nv EQUAL 2)
@@ -135,7 +137,7 @@ foreach(layout IN LISTS layouts)
   expect_close("${ranks} ranks ${flags} gradient norm" "${reference_norms}" "${got_norms}" ${norm_div})
   field(${dir} val_loss got_val)
   expect_close("${ranks} ranks ${flags} validation loss" "${reference_val}" "${got_val}" ${loss_div})
-  foreach(name moe_balance moe_dropped)
+  foreach(name moe_balance moe_dropped moe_z_loss)
     if(reference_${name})
       field(${dir} ${name} got_${name})
       expect_close("${ranks} ranks ${flags} ${name}" "${reference_${name}}" "${got_${name}}" ${loss_div})

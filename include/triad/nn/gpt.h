@@ -228,6 +228,11 @@ struct GptConfig {
     // expert e and P_e the mean router probability of e (1 when perfectly
     // balanced), as Megatron-LM's switch load balancing does.
     double aux_loss_coef = 0.01;
+    // The router z-loss's weight (ST-MoE, Zoph et al., 2022; OLMoE's 0.001):
+    // each MoE layer adds z_loss_coef * mean over its tokens of
+    // logsumexp(router logits)^2 to the objective, keeping the logits small
+    // (and their softmax accurate in low precision). 0: none.
+    double z_loss_coef = 0;
     // Layers that keep a dense MLP (Qwen3-MoE's mlp_only_layers, the
     // layers between its decoder_sparse_step), increasing.
     std::vector<int64_t> dense_layers = {};

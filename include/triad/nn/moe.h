@@ -62,10 +62,12 @@ struct MoeStats {
   // balanced one (E times its share of the assignments; 1: balanced).
   double max_load = 0;
   double dropped_sum = 0;  // the records' dropped shares of their assignments, summed
+  double z_loss_sum = 0;   // the records' router z-losses, summed (model.moe.z_loss_coef)
   int64_t records = 0;
-  void record(double balance, double load, double dropped = 0);
+  void record(double balance, double load, double dropped = 0, double z_loss = 0);
   double mean_balance() const { return records ? balance_sum / static_cast<double>(records) : 0; }
   double mean_dropped() const { return records ? dropped_sum / static_cast<double>(records) : 0; }
+  double mean_z_loss() const { return records ? z_loss_sum / static_cast<double>(records) : 0; }
 };
 
 // Where a mixture's experts run: all on this rank (no placement), or
@@ -95,7 +97,9 @@ class ExpertPlacement {
 // gate * expert(x), the gates the router's softmax probabilities (f32; renormalised over the k
 // chosen with normalize_top_k). While training, the layer's load-balancing loss (balance_loss,
 // differentiable through P) joins the objective with weight aux_loss_coef * ctx.loss_grad
-// (attach_loss), and its routing is reported to ctx.moe_stats.
+// (attach_loss), as does the router z-loss (mean over the tokens of
+// logsumexp(logits)^2) with weight z_loss_coef * ctx.loss_grad; its routing
+// is reported to ctx.moe_stats.
 //
 // Under tensor parallelism each of `shards` ranks holds 1/shards of every
 // expert's hidden units (c_fc's rows, by gate and up half when gated, and
@@ -116,6 +120,7 @@ class MoeMlp : public Module {
   struct Scores {
     Tensor probs;
     Tensor shared_gate;  // undefined without model.moe.shared_gate
+    Tensor logits;       // the router's (N, E), for the z-loss; undefined without one
   };
   // For x (..., C) as N tokens.
   Scores route(const Tensor& x) const;
@@ -147,6 +152,7 @@ class MoeMlp : public Module {
   int64_t top_k_;
   bool normalize_;
   double aux_coef_;
+  double z_coef_;
   double capacity_factor_;
   GptConfig::Moe::DropPolicy drop_policy_;
   Activation activation_;

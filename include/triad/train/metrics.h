@@ -33,6 +33,10 @@ struct StepMetrics {
   // assignments dropped over capacity, the mean over layers and
   // micro-batches. Negative otherwise.
   double moe_dropped = -1;
+  // With model.moe.z_loss_coef: the router z-loss (mean over tokens of
+  // logsumexp(logits)^2), the mean over layers and micro-batches.
+  // Negative otherwise.
+  double moe_z_loss = -1;
   // A non-finite gradient on some rank: every rank skipped the update.
   bool skipped = false;
   // fp16: the loss scale this step's backward used (0 otherwise).

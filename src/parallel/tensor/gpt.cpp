@@ -703,6 +703,7 @@ Tensor TensorParallelGpt::moe_share(const Layer& L, const Tensor& in,
     };
     scores.probs = gather(scores.probs);
     if (scores.shared_gate.defined()) scores.shared_gate = gather(scores.shared_gate);
+    if (scores.logits.defined()) scores.logits = gather(scores.logits);  // (the z-loss's)
   }
   const Tensor tokens = sp_ ? gather_from_sequence_region(in, group_) : copy_to_region(in, group_);
   return L.moe->experts(tokens, scores, ctx,

@@ -624,8 +624,9 @@ TEST_P(TensorParallelGptTest, LlamaOptionsMatchOneProcess) {
     EXPECT_EQ(shapes.count("h.0.attn.q_norm.weight"), cfg.qk_norm ? 1u : 0u);
     EXPECT_EQ(shapes.count("h.1.post_mlp_norm.weight"), cfg.post_norms ? 1u : 0u);
     EXPECT_EQ(shapes.count("h.1.ln_2.weight"), cfg.shared_norm || !cfg.pre_norms ? 0u : 1u);
-    if (cfg.qk_norm_full)
+    if (cfg.qk_norm_full) {
       EXPECT_EQ(shapes.at("h.1.attn.k_norm.weight"), (Shape{cfg.kv_heads() * cfg.head_dim()}));
+    }
     EXPECT_EQ(shapes.count("lm_head.bias"), cfg.head_bias ? 1u : 0u);
     EXPECT_EQ(shapes.at("h.0.attn.c_proj.weight"), (Shape{cfg.d_model, cfg.q_width()}));
     expect_sharded_matches_one_process(cfg, 17, GetParam(), ids, ids, token_ids(V, 6));
