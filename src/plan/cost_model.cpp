@@ -933,10 +933,19 @@ Estimate price(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int globa
   // apart). 24 of them are split by TP. model.post_norms keeps two more
   // norm inputs (4 sbh), replicated as the others' are; model.shared_norm
   // keeps neither ln_2's input nor a normalised input of the MLP's own
-  // (c_fc reads the tensor c_attn keeps): 4 sbh fewer.
+  // (c_fc reads the tensor c_attn keeps): 4 sbh fewer; model.pre_norms:
+  // false keeps neither pre-norm's input (the sublayers read the stream,
+  // which the residual keeps): 4 sbh fewer. Query/key norms keep q and k
+  // as c_attn made them (2(q + kv)/h), split by TP per head; over all the
+  // heads (model.qk_norm: full) every rank keeps them gathered, whole.
   const double qkv_acts = 2.0 * static_cast<double>(m.qkv_width()) / h;
   const double attn_out = 2.0 * static_cast<double>(m.q_width()) / h;
-  const double norm_acts = (m.post_norms ? 4.0 : 0.0) - (m.shared_norm ? 4.0 : 0.0);
+  const double norm_acts =
+      (m.post_norms ? 4.0 : 0.0) - (m.shared_norm ? 4.0 : 0.0) - (m.pre_norms ? 0.0 : 4.0);
+  const double qk_norm_acts =
+      m.qk_norm ? 2.0 * static_cast<double>(m.q_width() + m.kv_heads() * m.head_dim()) / h : 0.0;
+  const double qk_split = m.qk_norm_full ? 0.0 : qk_norm_acts;
+  const double qk_gathered = m.qk_norm_full ? qk_norm_acts : 0.0;
   const double unsplit_dense = 10.0 + norm_acts;
   // A mixture's layer keeps k tokens' expert activations (split), and
   // the dispatched rows and the experts' outputs before the gates, k
@@ -952,8 +961,8 @@ Estimate price(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int globa
               : 0;
   const double mlp_acts = std::max(any_dense ? 2.0 * (fc_w + ffn_w) / h : 0.0, moe_acts);
   const double unsplit_moe = any_moe ? 4.0 * k_moe : 0.0;
-  const double split = attn_out + qkv_acts + mlp_acts,
-               whole = 18.0 + norm_acts + mlp_acts + unsplit_moe;
+  const double split = attn_out + qkv_acts + mlp_acts + qk_split,
+               whole = 18.0 + norm_acts + mlp_acts + unsplit_moe + qk_split;
   const double unsplit = unsplit_dense + unsplit_moe;
   // The adapters' dropped-out inputs (model.lora.dropout), kept unless the
   // whole layer is recomputed.
@@ -971,10 +980,10 @@ Estimate price(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int globa
       per_layer = 2.0 * sbh / (p.sequence_parallel ? t : 1.0);
       break;
   }
-  if (recompute != Recompute::Full) per_layer += lora_kept;
+  if (recompute != Recompute::Full) per_layer += lora_kept + sbh * qk_gathered;
   double activations = held_layers * per_layer;
   if (recompute == Recompute::Full)
-    activations += sbh * (whole + attn_extra) / t + lora_kept;  // one rebuilt
+    activations += sbh * (whole + attn_extra) / t + lora_kept + sbh * qk_gathered;  // one rebuilt
   // bf16 logits of one micro-batch; backward writes their gradient over
   // them (linear_head_loss), so there is no second buffer.
   activations += b * s * V / t * 2.0;

@@ -1097,6 +1097,23 @@ TEST(PlannerFiles, ClusterAndModelFilesAreValidated) {
   sandwich.pre_norms = true;
   EXPECT_GT(estimate(sandwich, selene(), 8, 8, olmo_tp2).memory_bound_time,
             estimate(olmo2, selene(), 8, 8, olmo_tp2).memory_bound_time);
+  // Activations: the pre-norms' inputs are 4 sbh a layer more (bytes: 4 *
+  // s * b * h per layer, over TP's 2 ranks as the others replicated are);
+  // the query/key norms keep q and k (2 (q + kv) sbh), which the full norm
+  // keeps gathered on every rank and the per-head norm splits over TP.
+  const Estimate olmo_est = estimate(olmo2, selene(), 8, 8, olmo_tp2);
+  const double sbh = 4096.0 * 1 * 4096;  // seq_len, micro batch 1, d_model
+  EXPECT_NEAR(
+      estimate(sandwich, selene(), 8, 8, olmo_tp2).activation_bytes - olmo_est.activation_bytes,
+      32 * 4 * sbh, 1e-6 * olmo_est.activation_bytes);
+  EXPECT_NEAR(olmo_est.activation_bytes -
+                  estimate(olmo2_per_head, selene(), 8, 8, olmo_tp2).activation_bytes,
+              32 * 2.0 * (4096 + 4096) * 4096 * (1 - 1.0 / 2), 1e-6 * olmo_est.activation_bytes);
+  nn::GptConfig no_qk_norm = olmo2;
+  nn::set_qk_norm(no_qk_norm, "false");
+  EXPECT_NEAR(estimate(olmo2_per_head, selene(), 8, 8, olmo_tp2).activation_bytes -
+                  estimate(no_qk_norm, selene(), 8, 8, olmo_tp2).activation_bytes,
+              32 * 2.0 * (4096 + 4096) * 4096 / 2, 1e-6 * olmo_est.activation_bytes);
   const nn::GptConfig olmoe =
       load_model_spec(std::string(TRIAD_SOURCE_DIR) + "/configs/models/olmoe_1b_7b.yaml");
   EXPECT_EQ(olmoe.num_parameters(), 6'919'161'856);
