@@ -303,8 +303,8 @@ LayerCost layer_cost(const nn::GptConfig& m, const ClusterSpec& c, const Paralle
     // during a weight-gradient GEMM.)
     L.bwd_tp_hidden = std::min(input_grad, qkv.dw) + (moe ? 0.0 : std::min(input_grad, up.dw));
     if (m.qk_norm_full) {
-      // model.qk_norm: full gathers the queries and keys (fp16) forward for
-      // their norms, and their gradients backward.
+      // model.qk_norm: full gathers the queries and keys (fp16, one
+      // all-gather) forward for their norms, and their gradients backward.
       const double gathered =
           tokens * static_cast<double>(m.q_width() + m.kv_heads() * m.head_dim()) * kFp16;
       L.fwd_tp += tp_reduce_scatter(gathered, c, p);

@@ -671,17 +671,24 @@ Tensor TensorParallelGpt::full_query_key_norm(const Layer& L, const Tensor& qkv,
                                               const AttentionHeads& heads) const {
   const int64_t D = cfg_.head_dim(), q = heads.q * D, kv = heads.kv * D;
   if (group_->size() == 1) return nn::norm_query_key(qkv, q, kv, *L.q_norm, *L.k_norm);
-  // Each norm spans every rank's heads: the queries (and the keys) are
-  // gathered, normalised whole on every rank alike, and each rank keeps its
-  // own heads' part. Backward, the parts' gradients are gathered, the
-  // norm's backward runs whole (its weight's gradient the same on every
-  // rank) and each rank keeps its part of the input's.
-  auto normed = [&](const Tensor& part, const nn::LayerNorm& norm) {
-    return scatter_to_region(norm.forward(gather_from_region(part, group_)), group_);
+  // Each norm spans every rank's heads: the queries and keys are gathered
+  // (one all-gather of each rank's [q | k], ranks in head order),
+  // normalised whole on every rank alike, and each rank keeps its own
+  // heads' part. Backward, the parts' gradients are gathered (one
+  // all-gather), the norms' backward runs whole (their weights' gradients
+  // the same on every rank) and each rank keeps its part of the input's.
+  const int64_t t = group_->size(), B = qkv.size(0), T = qkv.size(1);
+  const Tensor by_rank =  // (B, T, t, q + kv): rank r's [q_r | k_r] at r
+      reshape(gather_from_region(narrow(qkv, 2, 0, q + kv), group_), {B, T, t, q + kv});
+  // The ranks' parts of `width` at `offset` side by side, normalised whole,
+  // as (B, T, t, width) again.
+  auto normed = [&](int64_t offset, int64_t width, const nn::LayerNorm& norm) {
+    const Tensor whole = reshape(contiguous(narrow(by_rank, 3, offset, width)), {B, T, t * width});
+    return reshape(norm.forward(whole), {B, T, t, width});
   };
-  return concat({normed(narrow(qkv, 2, 0, q), *L.q_norm), normed(narrow(qkv, 2, q, kv), *L.k_norm),
-                 narrow(qkv, 2, q + kv, kv)},
-                2);
+  const Tensor both =
+      reshape(concat({normed(0, q, *L.q_norm), normed(q, kv, *L.k_norm)}, 3), {B, T, t * (q + kv)});
+  return concat({scatter_to_region(both, group_), narrow(qkv, 2, q + kv, kv)}, 2);
 }
 
 Tensor TensorParallelGpt::moe_share(const Layer& L, const Tensor& in,
