@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -162,6 +163,29 @@ TEST(BalanceLoss, IsOneWhenBalancedAndEOverKWhenCollapsed) {
 // The layer's definition, token by token, on the host: softmax of the
 // router's logits, the top k (renormalised or not), each chosen expert's
 // MLP (SwiGLU: silu(gate) * up) weighted by its gate.
+// A SwiGLU expert's output (C) for one token x (C) on the host: c_fc (2F,
+// C) holds [gate | up], c_proj (C, F) reads silu(gate) * up.
+std::vector<double> swiglu_expert_by_hand(const std::vector<double>& fc,
+                                          const std::vector<double>& proj, const double* x,
+                                          int64_t C, int64_t F) {
+  std::vector<double> hidden(static_cast<size_t>(F));
+  for (int64_t f = 0; f < F; ++f) {
+    double a = 0, b = 0;
+    for (int64_t c = 0; c < C; ++c) {
+      a += fc[static_cast<size_t>(f * C + c)] * x[c];
+      b += fc[static_cast<size_t>((F + f) * C + c)] * x[c];
+    }
+    hidden[static_cast<size_t>(f)] = a / (1.0 + std::exp(-a)) * b;
+  }
+  std::vector<double> y(static_cast<size_t>(C), 0.0);
+  for (int64_t c = 0; c < C; ++c) {
+    for (int64_t f = 0; f < F; ++f)
+      y[static_cast<size_t>(c)] +=
+          proj[static_cast<size_t>(c * F + f)] * hidden[static_cast<size_t>(f)];
+  }
+  return y;
+}
+
 std::vector<double> moe_by_hand(MoeMlp& moe, const GptConfig& cfg, const Tensor& x) {
   const auto state = moe.state_dict();
   const int64_t C = cfg.d_model, E = cfg.moe.experts, F = cfg.expert_ffn();
@@ -192,23 +216,11 @@ std::vector<double> moe_by_hand(MoeMlp& moe, const GptConfig& cfg, const Tensor&
       const int64_t e = order[static_cast<size_t>(j)];
       const double gate = logit[static_cast<size_t>(e)] / (cfg.moe.normalize_top_k ? chosen : 1.0);
       const std::string p = "experts." + std::to_string(e) + ".";
-      const std::vector<double> fc = to_double_vector(state.at(p + "c_fc.weight"));
-      const std::vector<double> proj = to_double_vector(state.at(p + "c_proj.weight"));
-      std::vector<double> h(static_cast<size_t>(F));
-      for (int64_t f = 0; f < F; ++f) {
-        double a = 0, b = 0;
-        for (int64_t c = 0; c < C; ++c) {
-          a += fc[static_cast<size_t>(f * C + c)] * xn[c];
-          b += fc[static_cast<size_t>((F + f) * C + c)] * xn[c];
-        }
-        h[static_cast<size_t>(f)] = a / (1.0 + std::exp(-a)) * b;
-      }
-      for (int64_t c = 0; c < C; ++c) {
-        double y = 0;
-        for (int64_t f = 0; f < F; ++f)
-          y += proj[static_cast<size_t>(c * F + f)] * h[static_cast<size_t>(f)];
-        out[static_cast<size_t>(n * C + c)] += gate * y;
-      }
+      const std::vector<double> y =
+          swiglu_expert_by_hand(to_double_vector(state.at(p + "c_fc.weight")),
+                                to_double_vector(state.at(p + "c_proj.weight")), xn, C, F);
+      for (int64_t c = 0; c < C; ++c)
+        out[static_cast<size_t>(n * C + c)] += gate * y[static_cast<size_t>(c)];
     }
   }
   return out;
@@ -266,21 +278,10 @@ TEST(MoeMlp, ASharedExpertAddsItsGatedOutputForEveryToken) {
         for (int64_t c = 0; c < C; ++c) z += w[static_cast<size_t>(c)] * xn[c];
         gate = 1.0 / (1.0 + std::exp(-z));
       }
-      std::vector<double> hidden(static_cast<size_t>(F));
-      for (int64_t f = 0; f < F; ++f) {
-        double a = 0, b = 0;
-        for (int64_t c = 0; c < C; ++c) {
-          a += fc[static_cast<size_t>(f * C + c)] * xn[c];
-          b += fc[static_cast<size_t>((F + f) * C + c)] * xn[c];
-        }
-        hidden[static_cast<size_t>(f)] = a / (1.0 + std::exp(-a)) * b;
-      }
+      const std::vector<double> y = swiglu_expert_by_hand(fc, proj, xn, C, F);
       for (int64_t c = 0; c < C; ++c) {
-        double y = 0;
-        for (int64_t f = 0; f < F; ++f)
-          y += proj[static_cast<size_t>(c * F + f)] * hidden[static_cast<size_t>(f)];
         const size_t i = static_cast<size_t>(n * C + c);
-        ASSERT_NEAR(with[i] - without[i], gate * y, 1e-12) << "token " << n;
+        ASSERT_NEAR(with[i] - without[i], gate * y[static_cast<size_t>(c)], 1e-12) << "token " << n;
       }
     }
   }
@@ -352,17 +353,21 @@ TEST(MoeMlp, GradientsOfInputRouterAndExpertsMatchFiniteDifferences) {
   }
 }
 
-TEST(MoeMlp, LoadBalancingLossJoinsTheGradientWithItsWeight) {
-  // J = sum(y * w) + coef * loss_grad * E sum_e f_e P_e, the second from
-  // the statistics the layer reports (f_e fixed by the routing, which a
-  // small step does not change).
-  GptConfig cfg = moe_config(4, 2);
-  cfg.moe.aux_loss_coef = 0.3;
+// A loss the layer computes beside its output (the load-balancing loss, the
+// router z-loss) joins backward with weight coef * loss_grad: after
+// backward of y = moe(x) from w, the router's gradient is that of
+// J = sum(y * w) + coef * loss_grad * (the loss the layer reports, `reported`
+// of its statistics) by central differences; and with the coefficient at 0
+// (`without`) the gradient differs, so the check means something.
+void expect_side_loss_in_router_gradient(const GptConfig& cfg, const GptConfig& without,
+                                         uint64_t seed,
+                                         const std::function<double(const MoeStats&)>& reported) {
   MoeMlp moe(cfg, 0);
-  randomise(moe, 21);
-  const Tensor x = randn({2, 6, cfg.d_model}, 23, 1, 1.0, DType::F64);
-  const Tensor w = randn({2, 6, cfg.d_model}, 23, 2, 1.0, DType::F64);
+  randomise(moe, seed);
+  const Tensor x = randn({2, 6, cfg.d_model}, seed + 2, 1, 1.0, DType::F64);
+  const Tensor w = randn({2, 6, cfg.d_model}, seed + 2, 2, 1.0, DType::F64);
   const double loss_grad = 0.7;
+  const double coef = cfg.moe.aux_loss_coef + cfg.moe.z_loss_coef;  // (one of them is 0)
   auto objective = [&] {
     autograd::NoGradGuard ng;
     ForwardContext ctx{true, 0, 0};
@@ -371,7 +376,7 @@ TEST(MoeMlp, LoadBalancingLossJoinsTheGradientWithItsWeight) {
     double j = 0;
     for (size_t i = 0; i < y.size(); ++i) j += y[i] * ws[i];
     EXPECT_EQ(ctx.moe_stats->records, 1);
-    return j + cfg.moe.aux_loss_coef * loss_grad * ctx.moe_stats->balance_sum;
+    return j + coef * loss_grad * reported(*ctx.moe_stats);
   };
   ForwardContext ctx{true, 0, 0};
   ctx.loss_grad = loss_grad;
@@ -379,7 +384,6 @@ TEST(MoeMlp, LoadBalancingLossJoinsTheGradientWithItsWeight) {
   Tensor router = moe.state_dict().at("router.weight");
   const std::vector<double> analytic = to_double_vector(router.grad());
   double* data = router.data<double>();
-  double largest_aux_part = 0;
   for (int64_t i = 0; i < router.numel(); ++i) {
     const double saved = data[i], eps = 1e-6;
     data[i] = saved + eps;
@@ -388,92 +392,57 @@ TEST(MoeMlp, LoadBalancingLossJoinsTheGradientWithItsWeight) {
     const double down = objective();
     data[i] = saved;
     EXPECT_NEAR(analytic[static_cast<size_t>(i)], (up - down) / (2 * eps), 1e-7) << i;
-    largest_aux_part = std::max(largest_aux_part, std::abs(analytic[static_cast<size_t>(i)]));
   }
-  // Without the loss the router's gradient differs (the check above means
-  // something).
-  moe.zero_grad();
-  cfg.moe.aux_loss_coef = 0;
-  MoeMlp plain(cfg, 0);
+  MoeMlp plain(without, 0);
   plain.to(DType::F64);
   plain.load_state_dict(moe.state_dict());
   autograd::backward({plain.forward(x, ctx)}, {w});
-  const std::vector<double> without =
-      to_double_vector(plain.state_dict().at("router.weight").grad());
+  const std::vector<double> other = to_double_vector(plain.state_dict().at("router.weight").grad());
   double differ = 0;
-  for (size_t i = 0; i < without.size(); ++i)
-    differ = std::max(differ, std::abs(without[i] - analytic[i]));
+  for (size_t i = 0; i < other.size(); ++i)
+    differ = std::max(differ, std::abs(other[i] - analytic[i]));
   EXPECT_GT(differ, 1e-4);
-  EXPECT_GT(largest_aux_part, 0);
 }
 
-// The router z-loss (ST-MoE): J = sum(y * w) + coef * loss_grad * mean_n
-// logsumexp(logits_n)^2, the second the value the layer reports; the
-// router's gradient is J's, and the reported z-loss is the formula's.
+TEST(MoeMlp, LoadBalancingLossJoinsTheGradientWithItsWeight) {
+  // E sum_e f_e P_e, f_e fixed by the routing (which a small step does not
+  // change).
+  GptConfig cfg = moe_config(4, 2);
+  cfg.moe.aux_loss_coef = 0.3;
+  GptConfig without = cfg;
+  without.moe.aux_loss_coef = 0;
+  expect_side_loss_in_router_gradient(cfg, without, 21,
+                                      [](const MoeStats& s) { return s.balance_sum; });
+}
+
+// The router z-loss (ST-MoE): mean_n logsumexp(logits_n)^2, reported as its
+// formula gives it on the router's own logits; evaluation adds and
+// reports nothing.
 TEST(MoeMlp, RouterZLossJoinsTheGradientWithItsWeight) {
   GptConfig cfg = moe_config(4, 2);
   cfg.moe.aux_loss_coef = 0;
   cfg.moe.z_loss_coef = 0.4;
+  GptConfig without = cfg;
+  without.moe.z_loss_coef = 0;
+  expect_side_loss_in_router_gradient(cfg, without, 31,
+                                      [](const MoeStats& s) { return s.z_loss_sum; });
   MoeMlp moe(cfg, 0);
   randomise(moe, 31);
   const Tensor x = randn({2, 6, cfg.d_model}, 33, 1, 1.0, DType::F64);
-  const Tensor w = randn({2, 6, cfg.d_model}, 33, 2, 1.0, DType::F64);
-  const double loss_grad = 0.7;
-  // The z-loss from its formula, on the router's own logits.
-  {
-    autograd::NoGradGuard ng;
-    ForwardContext ctx{true, 0, 0};
-    ctx.moe_stats = std::make_shared<MoeStats>();
-    moe.forward(x, ctx);
-    const std::vector<double> logits = to_double_vector(matmul(
-        reshape(x, {12, cfg.d_model}), transpose(moe.state_dict().at("router.weight"), 0, 1)));
-    double z = 0;
-    for (int64_t n = 0; n < 12; ++n) {
-      double s = 0;
-      for (int64_t e = 0; e < 4; ++e) s += std::exp(logits[static_cast<size_t>(n * 4 + e)]);
-      z += std::log(s) * std::log(s) / 12;
-    }
-    EXPECT_NEAR(ctx.moe_stats->mean_z_loss(), z, 1e-12);
-    EXPECT_GT(z, 0.0);
-  }
-  auto objective = [&] {
-    autograd::NoGradGuard ng;
-    ForwardContext ctx{true, 0, 0};
-    ctx.moe_stats = std::make_shared<MoeStats>();
-    const std::vector<double> y = to_double_vector(moe.forward(x, ctx)), ws = to_double_vector(w);
-    double j = 0;
-    for (size_t i = 0; i < y.size(); ++i) j += y[i] * ws[i];
-    return j + cfg.moe.z_loss_coef * loss_grad * ctx.moe_stats->z_loss_sum;
-  };
+  autograd::NoGradGuard ng;
   ForwardContext ctx{true, 0, 0};
-  ctx.loss_grad = loss_grad;
-  autograd::backward({moe.forward(x, ctx)}, {w});
-  Tensor router = moe.state_dict().at("router.weight");
-  const std::vector<double> analytic = to_double_vector(router.grad());
-  double* data = router.data<double>();
-  for (int64_t i = 0; i < router.numel(); ++i) {
-    const double saved = data[i], eps = 1e-6;
-    data[i] = saved + eps;
-    const double up = objective();
-    data[i] = saved - eps;
-    const double down = objective();
-    data[i] = saved;
-    EXPECT_NEAR(analytic[static_cast<size_t>(i)], (up - down) / (2 * eps), 1e-7) << i;
+  ctx.moe_stats = std::make_shared<MoeStats>();
+  moe.forward(x, ctx);
+  const std::vector<double> logits = to_double_vector(
+      matmul(reshape(x, {12, cfg.d_model}), transpose(moe.state_dict().at("router.weight"), 0, 1)));
+  double z = 0;
+  for (int64_t n = 0; n < 12; ++n) {
+    double s = 0;
+    for (int64_t e = 0; e < 4; ++e) s += std::exp(logits[static_cast<size_t>(n * 4 + e)]);
+    z += std::log(s) * std::log(s) / 12;
   }
-  // Without the z-loss the router's gradient differs.
-  moe.zero_grad();
-  cfg.moe.z_loss_coef = 0;
-  MoeMlp plain(cfg, 0);
-  plain.to(DType::F64);
-  plain.load_state_dict(moe.state_dict());
-  autograd::backward({plain.forward(x, ctx)}, {w});
-  const std::vector<double> without =
-      to_double_vector(plain.state_dict().at("router.weight").grad());
-  double differ = 0;
-  for (size_t i = 0; i < without.size(); ++i)
-    differ = std::max(differ, std::abs(without[i] - analytic[i]));
-  EXPECT_GT(differ, 1e-4);
-  // Evaluation reports and adds nothing.
+  EXPECT_NEAR(ctx.moe_stats->mean_z_loss(), z, 1e-12);
+  EXPECT_GT(z, 0.0);
   ForwardContext eval{false, 0, 0};
   eval.moe_stats = std::make_shared<MoeStats>();
   moe.forward(x, eval);
