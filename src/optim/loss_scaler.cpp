@@ -1,5 +1,7 @@
 #include "triad/optim/loss_scaler.h"
 
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
 #include <cmath>
 #include <string>

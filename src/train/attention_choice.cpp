@@ -1,5 +1,7 @@
 #include "triad/train/attention_choice.h"
 
+#include <nlohmann/json.hpp>
+
 #include "triad/core/error.h"
 #include "triad/ops/creation.h"
 

@@ -1,6 +1,7 @@
 #include "triad/train/trainer.h"
 
 #include <spdlog/spdlog.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <atomic>

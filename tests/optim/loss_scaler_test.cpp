@@ -1,6 +1,7 @@
 #include "triad/optim/loss_scaler.h"
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <cmath>
 #include <limits>

@@ -11,6 +11,7 @@
 
 #include "support/cuda_sim/sim.h"
 
+#include <cblas.h>
 #include <cublasLt.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
@@ -371,67 +372,41 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t desc, con
     for (int32_t bi = 0; bi < ld.batch; ++bi) {
       const int64_t oa = bi * la.stride, ob = bi * lb.stride, oc = bi * lc.stride,
                     od = bi * ld.stride;
-      // op(A) as m rows of k; op(B) in panels of four columns (the last one
-      // padded with zeros), each panel k-major, so that the four sums of a
-      // row step together. Every dot product still sums in k order.
-      const int64_t panels = (n + 3) / 4;
-      std::vector<double> pa(static_cast<size_t>(m * k)), pb(static_cast<size_t>(panels * 4 * k));
+      // op(A) as m rows of k and op(B) as n rows of k, both in double; their
+      // product in double (OpenBLAS), which every f32 and half output
+      // rounds from as it would from an exact sum.
+      std::vector<double> pa(static_cast<size_t>(m * k)), pb(static_cast<size_t>(n * k));
       for (int64_t i = 0; i < m; ++i)
         for (int64_t kk = 0; kk < k; ++kk)
           pa[static_cast<size_t>(i * k + kk)] =
               mock::load(ta, A, oa + (md.transa == CUBLAS_OP_N ? i + kk * la.ld : kk + i * la.ld));
       for (int64_t j = 0; j < n; ++j)
         for (int64_t kk = 0; kk < k; ++kk)
-          pb[static_cast<size_t>((j / 4) * 4 * k + kk * 4 + j % 4)] =
+          pb[static_cast<size_t>(j * k + kk)] =
               mock::load(tb, B, ob + (md.transb == CUBLAS_OP_N ? kk + j * lb.ld : j + kk * lb.ld));
-      // Two rows by one panel at a time: eight independent sums, in pairs.
-      using Pair = double __attribute__((vector_size(16)));
-      std::vector<double> sums(static_cast<size_t>(m * 4));
-      for (int64_t j0 = 0; j0 < n; j0 += 4) {
-        const int64_t nj = std::min<int64_t>(4, n - j0);
-        const double* panel = pb.data() + j0 * k;
-        for (int64_t i0 = 0; i0 < m; i0 += 2) {
-          const double* r0 = pa.data() + i0 * k;
-          const double* r1 = i0 + 1 < m ? r0 + k : r0;
-          Pair s00{0, 0}, s01{0, 0}, s10{0, 0}, s11{0, 0};
-          for (int64_t kk = 0; kk < k; ++kk) {
-            Pair lo, hi;
-            std::memcpy(&lo, panel + kk * 4, sizeof lo);
-            std::memcpy(&hi, panel + kk * 4 + 2, sizeof hi);
-            const Pair x0{r0[kk], r0[kk]}, x1{r1[kk], r1[kk]};
-            s00 += x0 * lo;
-            s01 += x0 * hi;
-            s10 += x1 * lo;
-            s11 += x1 * hi;
+      std::vector<double> sums(static_cast<size_t>(m * n));
+      const blasint lda = static_cast<blasint>(std::max<int64_t>(1, k));
+      cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<blasint>(m),
+                  static_cast<blasint>(n), static_cast<blasint>(k), 1.0, pa.data(), lda, pb.data(),
+                  lda, 0.0, sums.data(), static_cast<blasint>(n));
+      for (int64_t i = 0; i < m; ++i) {
+        for (int64_t j = 0; j < n; ++j) {
+          double v = al * sums[static_cast<size_t>(i * n + j)] +
+                     (be != 0 ? be * mock::load(t, C, oc + i + j * lc.ld) : 0.0);
+          if (md.epilogue == CUBLASLT_EPILOGUE_DGELU) {
+            // GELU's derivative (tanh form) at the aux matrix.
+            const double x = mock::load(t, md.aux, od + i + j * md.aux_ld);
+            const double k0 = 0.7978845608028654, u = k0 * (x + 0.044715 * x * x * x);
+            const double th = std::tanh(u);
+            v *= 0.5 * (1 + th) + 0.5 * x * (1 - th * th) * k0 * (1 + 3 * 0.044715 * x * x);
+          } else if (md.epilogue != CUBLASLT_EPILOGUE_DEFAULT) {
+            v += mock::load(t, md.bias, i);
           }
-          double* row = sums.data() + i0 * 4;
-          std::memcpy(row, &s00, sizeof s00);
-          std::memcpy(row + 2, &s01, sizeof s01);
-          if (i0 + 1 < m) {
-            std::memcpy(row + 4, &s10, sizeof s10);
-            std::memcpy(row + 6, &s11, sizeof s11);
+          if (md.epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS) {
+            mock::store(t, md.aux, od + i + j * md.aux_ld, v * factor);
+            v = 0.5 * v * (1 + std::tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)));
           }
-        }
-        for (int64_t i = 0; i < m; ++i) {
-          const double* acc = sums.data() + i * 4;
-          for (int64_t q = 0; q < nj; ++q) {
-            const int64_t j = j0 + q;
-            double v = al * acc[q] + (be != 0 ? be * mock::load(t, C, oc + i + j * lc.ld) : 0.0);
-            if (md.epilogue == CUBLASLT_EPILOGUE_DGELU) {
-              // GELU's derivative (tanh form) at the aux matrix.
-              const double x = mock::load(t, md.aux, od + i + j * md.aux_ld);
-              const double k0 = 0.7978845608028654, u = k0 * (x + 0.044715 * x * x * x);
-              const double th = std::tanh(u);
-              v *= 0.5 * (1 + th) + 0.5 * x * (1 - th * th) * k0 * (1 + 3 * 0.044715 * x * x);
-            } else if (md.epilogue != CUBLASLT_EPILOGUE_DEFAULT) {
-              v += mock::load(t, md.bias, i);
-            }
-            if (md.epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS) {
-              mock::store(t, md.aux, od + i + j * md.aux_ld, v * factor);
-              v = 0.5 * v * (1 + std::tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)));
-            }
-            out[static_cast<size_t>(i + j * m)] = v * factor;
-          }
+          out[static_cast<size_t>(i + j * m)] = v * factor;
         }
       }
       for (int64_t j = 0; j < n; ++j)

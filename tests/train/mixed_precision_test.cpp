@@ -2,6 +2,7 @@
 // f32 masters, gradients and optimizer state; fp16 adds dynamic loss scaling
 // whose state survives checkpoints.
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <cmath>
 #include <filesystem>

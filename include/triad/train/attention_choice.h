@@ -2,7 +2,7 @@
 
 // How the trainer settles the CUDA backend's Auto attention choice (Triad's
 // kernels or cuDNN's, cuda::AttentionChoice) across ranks and restarts.
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp>
 #include <vector>
 
 #include "triad/backend/cuda.h"

@@ -4,6 +4,7 @@
 // NaN on one rank skips the step on all without advancing the schedule.
 #include <gtest/gtest.h>
 #include <unistd.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <filesystem>
