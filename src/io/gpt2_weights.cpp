@@ -301,10 +301,14 @@ nn::StateDict hf_llama_to_triad(const std::map<std::string, Tensor>& tensors) {
     auto take = [&](const std::string& key) { return block.take(key); };
     std::map<std::string, Tensor>& parts = layer;
     for (const auto& [from, to] : kSingle) out[p + to] = take(from);
-    // Every class's blocks but OLMo 2's normalise the attention's input.
+    // Every class's blocks but OLMo 2's normalise the attention's input;
+    // OLMo's store no norms at all (they learn nothing).
     const bool olmo2 = parts.count("input_layernorm.weight") == 0 &&
                        parts.count("post_feedforward_layernorm.weight") > 0;
-    if (!olmo2) out[p + "ln_1.weight"] = take("input_layernorm.weight");
+    const bool no_norms = parts.count("input_layernorm.weight") == 0 &&
+                          parts.count("post_attention_layernorm.weight") == 0 &&
+                          parts.count("post_feedforward_layernorm.weight") == 0;
+    if (!olmo2 && !no_norms) out[p + "ln_1.weight"] = take("input_layernorm.weight");
     // StableLM's LayerNorms shift as well as scale.
     for (const char* norm : {"input_layernorm", "post_attention_layernorm"}) {
       const std::string bias = std::string(norm) + ".bias";

@@ -378,6 +378,9 @@ nn::GptConfig moe_config(const Keys& k, const std::string& type) {
   return c;
 }
 
+// OLMo (OlmoForCausalLM): LLaMA's blocks with LayerNorms that learn
+// nothing (no weight, no bias, eps 1e-5: model.norm_affine false); its
+// clip_qkv (a clamp on q, k and v) is not built.
 // OLMo 2 (Olmo2ForCausalLM): LLaMA's blocks whose sublayers read the
 // residual stream itself, each output normalised instead
 // (post_attention_layernorm, post_feedforward_layernorm), with one RMSNorm
@@ -389,6 +392,16 @@ nn::GptConfig moe_config(const Keys& k, const std::string& type) {
 // and v) is not built.
 nn::GptConfig olmo_config(const Keys& k, const std::string& type) {
   nn::GptConfig c = llama_config(k, "llama");
+  if (type == "olmo" || type == "olmoe") {
+    if (k.has("clip_qkv"))
+      k.unsupported("clip_qkv", "clamping q, k and v is not implemented (null: none)");
+  }
+  if (type == "olmo") {
+    c.normalization = nn::Normalization::LayerNorm;
+    c.norm_affine = false;
+    c.layer_norm_eps = 1e-5;  // (OlmoLayerNorm's, fixed)
+    return c;
+  }
   c.layer_norm_eps = k.number("rms_norm_eps", 1e-5);  // (both classes' default)
   nn::set_qk_norm(c, "full");
   if (type == "olmo2") {
@@ -396,8 +409,6 @@ nn::GptConfig olmo_config(const Keys& k, const std::string& type) {
     c.post_norms = true;
     return c;
   }
-  if (k.has("clip_qkv"))
-    k.unsupported("clip_qkv", "clamping q, k and v is not implemented (null: none)");
   nn::GptConfig::Moe& m = c.moe;
   m.experts = k.integer("num_experts");
   if (m.experts < 1) k.bad("num_experts", "must be positive");
@@ -611,7 +622,7 @@ nn::GptConfig gpt_config_from_hf(const std::string& json_text, const std::string
     c = llama_config(k, type);
   } else if (type == "mixtral" || type == "qwen2_moe" || type == "qwen3_moe") {
     c = moe_config(k, type);
-  } else if (type == "olmo2" || type == "olmoe") {
+  } else if (type == "olmo" || type == "olmo2" || type == "olmoe") {
     c = olmo_config(k, type);
   } else if (type == "gpt2") {
     c = gpt2_config(k);
@@ -633,7 +644,8 @@ nn::GptConfig gpt_config_from_hf(const std::string& json_text, const std::string
     throw NotSupportedError(
         source + ": model_type '" + type +
         "' is not supported (llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe, gemma, "
-        "gemma2, gemma3_text, gemma3, phi3, stablelm, olmo2, olmoe, gpt_neox, phi, falcon, gptj, "
+        "gemma2, gemma3_text, gemma3, phi3, stablelm, olmo, olmo2, olmoe, gpt_neox, phi, falcon, "
+        "gptj, "
         "codegen or gpt2)");
   }
   c.hf_type = type;  // (an export writes the class it came from)

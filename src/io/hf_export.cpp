@@ -64,6 +64,16 @@ std::string llama_misfit(const nn::GptConfig& c, const std::string& type) {
   // OLMo 2's and OLMoE's: heads d_model / n_head wide, no window, query/key
   // norms over all the heads together; OLMo 2's post-norms alone.
   const bool olmo2 = type == "olmo2", olmo = olmo2 || type == "olmoe";
+  // OLMo's (the first): LLaMA's blocks with LayerNorms that learn nothing.
+  const bool olmo1 = type == "olmo";
+  if (olmo1) {
+    add(c.heads_apart(),
+        "model.head_dim is not d_model / n_head (OLMo's heads are hidden_size / "
+        "num_attention_heads wide)");
+    add(c.sliding_window > 0, "model.sliding_window is set");
+    add(c.norm_affine, "model.norm_affine is true (OLMo's LayerNorms have no weights)");
+    add(c.layer_norm_eps != 1e-5, "model.norm_eps is not 1e-5 (OLMo's LayerNorms')");
+  }
   if (olmo) {
     add(c.heads_apart(),
         "model.head_dim is not d_model / n_head (OLMo's heads are hidden_size / "
@@ -124,7 +134,7 @@ std::string llama_misfit(const nn::GptConfig& c, const std::string& type) {
   } else {
     add(c.rope_local_theta > 0.0, "model.rope_local_theta is set");
   }
-  if (stablelm) {
+  if (stablelm || olmo1) {
     add(c.rms_norm(), "model.normalization is not layernorm");
   } else {
     add(!c.rms_norm(), "model.normalization is not rmsnorm");
@@ -145,7 +155,7 @@ std::string llama_misfit(const nn::GptConfig& c, const std::string& type) {
   if (!qk) add(c.qk_norm, "model.qk_norm is true");
   // Mistral windows every layer; Qwen every layer from max_window_layers
   // on; Gemma 2 and 3 any layers (layer_types).
-  if (type == "llama" || type == "gemma" || type == "phi3" || stablelm || olmo) {
+  if (type == "llama" || type == "gemma" || type == "phi3" || stablelm || olmo || olmo1) {
     add(!c.full_attention_layers.empty(),
         "model.full_attention_layers exempts layers from the window");
   } else if (!sandwich) {
@@ -585,9 +595,9 @@ std::map<std::string, Tensor> triad_to_falcon_part(const nn::StateDict& full,
 
 const std::vector<std::string>& hf_model_types() {
   static const std::vector<std::string> types{
-      "llama",    "mistral", "mixtral",     "qwen2", "qwen2_moe", "qwen3", "qwen3_moe",
-      "gemma",    "gemma2",  "gemma3_text", "phi3",  "stablelm",  "olmo2", "olmoe",
-      "gpt_neox", "phi",     "falcon",      "gptj",  "codegen",   "gpt2"};
+      "llama", "mistral",  "mixtral",     "qwen2",  "qwen2_moe", "qwen3",   "qwen3_moe",
+      "gemma", "gemma2",   "gemma3_text", "phi3",   "stablelm",  "olmo",    "olmo2",
+      "olmoe", "gpt_neox", "phi",         "falcon", "gptj",      "codegen", "gpt2"};
   return types;
 }
 
@@ -624,8 +634,10 @@ bool is_moe_type(const std::string& type) {
 }
 
 // What only OLMo's classes hold: norms over all the queries and keys
-// together (OLMo 2's and OLMoE's) and blocks without pre-norms (OLMo 2's).
+// together (OLMo 2's and OLMoE's), blocks without pre-norms (OLMo 2's) and
+// norms without weights (OLMo's).
 void add_olmo_departures(const nn::GptConfig& c, const std::string& type, Misfit& m) {
+  m.add(!c.norm_affine && type != "olmo", "model.norm_affine is false");
   m.add(c.qk_norm_full && type != "olmo2" && type != "olmoe", "model.qk_norm is full");
   m.add(!c.pre_norms && type != "olmo2", "model.pre_norms is false");
 }
@@ -672,6 +684,7 @@ const char* architecture_of(const std::string& type) {
          : type == "gemma3_text" ? "Gemma3ForCausalLM"
          : type == "phi3"        ? "Phi3ForCausalLM"
          : type == "stablelm"    ? "StableLmForCausalLM"
+         : type == "olmo"        ? "OlmoForCausalLM"
          : type == "olmo2"       ? "Olmo2ForCausalLM"
          : type == "olmoe"       ? "OlmoeForCausalLM"
          : type == "gpt_neox"    ? "GPTNeoXForCausalLM"
@@ -724,8 +737,9 @@ const char* hf_model_type(const nn::GptConfig& c) {
                     qwen3 = misfit(c, "qwen3"), gemma = misfit(c, "gemma"),
                     gemma2 = misfit(c, "gemma2"), gemma3 = misfit(c, "gemma3_text"),
                     phi3 = misfit(c, "phi3"), stablelm = misfit(c, "stablelm"),
-                    olmo2 = misfit(c, "olmo2"), neox = misfit(c, "gpt_neox"),
-                    phi = misfit(c, "phi"), falcon = misfit(c, "falcon"), gptj = misfit(c, "gptj"),
+                    olmo = misfit(c, "olmo"), olmo2 = misfit(c, "olmo2"),
+                    neox = misfit(c, "gpt_neox"), phi = misfit(c, "phi"),
+                    falcon = misfit(c, "falcon"), gptj = misfit(c, "gptj"),
                     codegen = misfit(c, "codegen"), gpt2 = misfit(c, "gpt2");
   throw NotSupportedError(
       "no Hugging Face class holds this model: LlamaForCausalLM needs rope, swiglu, rmsnorm, "
@@ -744,6 +758,9 @@ const char* hf_model_type(const nn::GptConfig& c) {
       "); StableLmForCausalLM LLaMA's with layernorm, any partial rotation, q, k and v biases or "
       "none, a parallel residual only with a shared norm, and heads d_model / n_head wide (here " +
       stablelm +
+      "); OlmoForCausalLM LLaMA's with layernorm without weights (norm_affine: false, eps 1e-5) "
+      "(here " +
+      olmo +
       "); Olmo2ForCausalLM LLaMA's with post-norms instead of pre-norms (pre_norms: false, "
       "post_norms) and query/key norms over all the heads (qk_norm: full) (here " +
       olmo2 +
@@ -784,7 +801,7 @@ std::string hf_config_json(const nn::GptConfig& c, const std::string& torch_dtyp
     write_dimensions(c, hf_architecture(c), type, j);
     j["num_key_value_heads"] = c.kv_heads();
     const bool phi3 = type == "phi3", stablelm = type == "stablelm";
-    const bool olmo = type == "olmo2" || type == "olmoe";
+    const bool olmo = type == "olmo" || type == "olmo2" || type == "olmoe";
     // (Phi3Config's, StableLmConfig's and OLMo's heads are hidden_size /
     // heads wide.)
     if (!phi3 && !stablelm && !olmo) j["head_dim"] = c.head_dim();
@@ -795,7 +812,9 @@ std::string hf_config_json(const nn::GptConfig& c, const std::string& torch_dtyp
       j["hidden_act"] = "silu";
     }
     if (!phi3) j["max_position_embeddings"] = c.seq_len;
-    j[stablelm ? "layer_norm_eps" : "rms_norm_eps"] = c.layer_norm_eps;
+    // (OlmoConfig has no eps: its LayerNorms' is 1e-5.)
+    if (type != "olmo") j[stablelm ? "layer_norm_eps" : "rms_norm_eps"] = c.layer_norm_eps;
+    if (type == "olmo") j["clip_qkv"] = nullptr;
     j["rope_theta"] = c.rope_theta;
     if (phi3) {
       write_phi3_rope(c, j);
@@ -939,8 +958,9 @@ std::map<std::string, Tensor> triad_to_hf_part(const nn::StateDict& full, const 
   const int64_t Q = c.q_width(), KV = c.kv_heads() * c.head_dim(), F = c.ffn();
   if (block < 0) {
     out["model.embed_tokens.weight"] = at(full, "wte.weight");
-    out["model.norm.weight"] = at(full, "ln_f.weight");
-    if (!c.rms_norm()) out["model.norm.bias"] = at(full, "ln_f.bias");  // StableLM's LayerNorms
+    // (OLMo's norms learn nothing: it stores none.)
+    if (c.norm_weights()) out["model.norm.weight"] = at(full, "ln_f.weight");
+    if (c.norm_biases()) out["model.norm.bias"] = at(full, "ln_f.bias");  // StableLM's LayerNorms
     if (!c.tie_embeddings) out["lm_head.weight"] = at(full, "lm_head.weight");
     return out;
   }
@@ -1006,7 +1026,9 @@ std::map<std::string, Tensor> triad_to_hf_part(const nn::StateDict& full, const 
       out[hf + "self_attn.v_proj.bias"] = contiguous(narrow(bias, 0, Q + KV, KV)).detach();
     }
     out[hf + "self_attn.o_proj.weight"] = at(full, p + "attn.c_proj.weight");
-    if (!c.pre_norms) {  // OLMo 2's two norms, on the sublayers' outputs
+    if (!c.norm_affine) {
+      // OLMo's blocks store no norms.
+    } else if (!c.pre_norms) {  // OLMo 2's two norms, on the sublayers' outputs
       out[hf + "post_attention_layernorm.weight"] = at(full, p + "post_attn_norm.weight");
       out[hf + "post_feedforward_layernorm.weight"] = at(full, p + "post_mlp_norm.weight");
     } else if (c.post_norms) {  // Gemma 2's and 3's names for the four norms
@@ -1019,7 +1041,7 @@ std::map<std::string, Tensor> triad_to_hf_part(const nn::StateDict& full, const 
       // (StableLM's parallel blocks have input_layernorm alone.)
       if (!c.shared_norm) out[hf + "post_attention_layernorm.weight"] = at(full, p + "ln_2.weight");
     }
-    if (!c.rms_norm()) {  // StableLM's LayerNorms shift too
+    if (c.norm_biases()) {  // StableLM's LayerNorms shift too
       out[hf + "input_layernorm.bias"] = at(full, p + "ln_1.bias");
       if (!c.shared_norm) out[hf + "post_attention_layernorm.bias"] = at(full, p + "ln_2.bias");
     }

@@ -289,6 +289,11 @@ void GptConfig::validate() const {
                       (post_norms ? "no model.post_norms" : "model.parallel_residual: true") +
                       " (the sequential block's MLP reads the attention's sum, normalised anew)");
   }
+  if (!norm_affine && norm_weight_offset) {
+    throw ConfigError(
+        "model.norm_weight_offset scales each norm by 1 + weight, but model.norm_affine: false "
+        "norms have no weight");
+  }
   if (qk_norm_full && !qk_norm) {
     throw ConfigError("model.qk_norm_full: norms over all the queries and keys need model.qk_norm");
   }
@@ -402,10 +407,10 @@ T block_parameters_in(const GptConfig& c, bool moe) {
           q = static_cast<T>(c.q_width());
   // Attention (w + q) h + w + h (4h^2 + 4h with a key/value head per query
   // head and q = h), MLP (h + 1) m + (f + 1) h, two LayerNorms 4h or
-  // RMSNorms 2h (12h^2 + 13h for GPT-2); twice that with post_norms. A
-  // mixture of experts: E experts' h m + f h at their width, no biases,
-  // and the router's E h.
-  const T norm = c.rms_norm() ? h : 2 * h;
+  // RMSNorms 2h (12h^2 + 13h for GPT-2), none without model.norm_affine;
+  // twice that with post_norms. A mixture of experts: E experts' h m + f h
+  // at their width, no biases, and the router's E h.
+  const T norm = static_cast<T>((c.norm_weights() ? 1 : 0) + (c.norm_biases() ? 1 : 0)) * h;
   const T attn_biases = (c.c_attn_bias() ? w : 0) + (c.linear_bias ? h : 0);
   const T norms = (c.pre_norms ? (c.shared_norm ? 1 : 2) : 0) + (c.post_norms ? 2 : 0);
   T mlp;
@@ -426,7 +431,8 @@ T block_parameters_in(const GptConfig& c, bool moe) {
 template <typename T>
 T parameters_in(const GptConfig& c) {
   // The blocks, the embeddings and ln_f.
-  const T h = static_cast<T>(c.d_model), norm = c.rms_norm() ? h : 2 * h;
+  const T h = static_cast<T>(c.d_model);
+  const T norm = static_cast<T>((c.norm_weights() ? 1 : 0) + (c.norm_biases() ? 1 : 0)) * h;
   const T tables =
       static_cast<T>((c.tie_embeddings ? 1 : 2) * c.vocab_size + (c.rotary() ? 0 : c.seq_len));
   const T moe_layers =
@@ -516,25 +522,29 @@ std::vector<const char*> block_norms(const GptConfig& cfg) {
   return out;
 }
 
+std::shared_ptr<LayerNorm> stream_norm(const GptConfig& cfg) {
+  return std::make_shared<LayerNorm>(cfg.d_model, cfg.layer_norm_eps, DType::F32, cfg.rms_norm(),
+                                     cfg.norm_weight_offset, cfg.norm_affine);
+}
+
 std::map<std::string, Shape> gpt_parameter_shapes(const GptConfig& cfg,
                                                   const std::vector<int64_t>& layers,
                                                   bool token_embedding, bool embeds, bool head) {
   const int64_t C = cfg.d_model;
-  const bool norm_bias = !cfg.rms_norm();  // RMSNorm has a weight only
   std::map<std::string, Shape> s;
   if (token_embedding) s["wte.weight"] = {cfg.vocab_size, C};
   if (embeds && !cfg.rotary()) s["wpe.weight"] = {cfg.seq_len, C};
   if (head) {
-    s["ln_f.weight"] = {C};
-    if (norm_bias) s["ln_f.bias"] = {C};
+    if (cfg.norm_weights()) s["ln_f.weight"] = {C};
+    if (cfg.norm_biases()) s["ln_f.bias"] = {C};
     if (!cfg.tie_embeddings) s["lm_head.weight"] = {cfg.vocab_size, C};
     if (cfg.head_bias) s["lm_head.bias"] = {cfg.vocab_size};
   }
   for (int64_t i : layers) {
     const std::string p = "h." + std::to_string(i) + ".";
     for (const char* norm : block_norms(cfg)) {
-      s[p + norm + ".weight"] = {C};
-      if (norm_bias) s[p + norm + ".bias"] = {C};
+      if (cfg.norm_weights()) s[p + norm + ".weight"] = {C};
+      if (cfg.norm_biases()) s[p + norm + ".bias"] = {C};
     }
     s[p + "attn.c_attn.weight"] = {cfg.qkv_width(), C};
     s[p + "attn.c_proj.weight"] = {C, cfg.q_width()};
@@ -728,10 +738,7 @@ Tensor Mlp::forward(const Tensor& x, const ForwardContext& ctx) const {
 
 Block::Block(const GptConfig& cfg, int64_t layer)
     : parallel_residual_(cfg.parallel_residual), layer_(layer), dropout_(cfg.dropout) {
-  auto norm = [&] {
-    return std::make_shared<LayerNorm>(cfg.d_model, cfg.layer_norm_eps, DType::F32, cfg.rms_norm(),
-                                       cfg.norm_weight_offset);
-  };
+  auto norm = [&] { return stream_norm(cfg); };
   if (cfg.pre_norms) ln_1_ = register_module("ln_1", norm());
   attn_ = register_module("attn", std::make_shared<CausalSelfAttention>(cfg, layer));
   if (cfg.pre_norms && !cfg.shared_norm) ln_2_ = register_module("ln_2", norm());
@@ -812,9 +819,7 @@ Gpt::Gpt(const GptConfig& cfg, uint64_t seed, DType dtype, Init how) : cfg_(cfg)
     blocks_.push_back(std::make_shared<Block>(cfg, i));
     h->append(blocks_.back());
   }
-  ln_f_ = register_module("ln_f",
-                          std::make_shared<LayerNorm>(cfg.d_model, cfg.layer_norm_eps, DType::F32,
-                                                      cfg.rms_norm(), cfg.norm_weight_offset));
+  ln_f_ = register_module("ln_f", stream_norm(cfg));
   if (!cfg.tie_embeddings) {
     lm_head_ = register_module(
         "lm_head", std::make_shared<Linear>(cfg.d_model, cfg.vocab_size, cfg.head_bias));

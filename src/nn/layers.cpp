@@ -69,28 +69,48 @@ Tensor Linear::forward_after_gelu(const LinearGelu& in, const DropoutDraw& draw)
   return add_lora(linear_after_gelu(in, weight_, bias_), in.act, draw);
 }
 
-LayerNorm::LayerNorm(int64_t features, double eps, DType dtype, bool rms, bool unit_offset)
-    : eps_(eps), rms_(rms), unit_offset_(unit_offset) {
+LayerNorm::LayerNorm(int64_t features, double eps, DType dtype, bool rms, bool unit_offset,
+                     bool affine)
+    : features_(features), eps_(eps), rms_(rms), unit_offset_(unit_offset) {
+  if (!affine && unit_offset) {
+    throw ValueError(
+        "LayerNorm: unit_offset scales by 1 + weight, which a norm without affine "
+        "parameters does not have");
+  }
+  if (!affine) return;
   weight_ = register_parameter("weight",
                                unit_offset ? zeros({features}, dtype) : ones({features}, dtype));
   if (!rms) bias_ = register_parameter("bias", zeros({features}, dtype));
 }
 
-Tensor LayerNorm::scale() const {
+// Without affine parameters the kernels take a constant scale of ones and
+// shift of zeros, made for x's dtype and device: the same arithmetic, and
+// no gradient reaches them (they are no leaves).
+Tensor LayerNorm::scale(const Tensor& x) const {
+  if (!weight_.defined()) return ones({features_}, x.dtype(), x.device());
   if (!unit_offset_) return weight_;
   return affine(weight_, 1.0, 1.0);
+}
+
+Tensor LayerNorm::shift(const Tensor& x) const {
+  return bias_.defined() ? bias_ : zeros({features_}, x.dtype(), x.device());
 }
 
 // RMSNorm's kernels add the offset to the weight themselves (in f32);
 // LayerNorm's take the sum as a tensor.
 Tensor LayerNorm::forward(const Tensor& x) const {
-  if (rms_) return rms_norm(x, weight_, eps_, unit_offset_ ? 1.0 : 0.0);
-  return layer_norm(x, scale(), bias_, eps_);
+  if (rms_) {
+    return rms_norm(x, weight_.defined() ? weight_ : scale(x), eps_, unit_offset_ ? 1.0 : 0.0);
+  }
+  return layer_norm(x, scale(x), shift(x), eps_);
 }
 
 AddNorm LayerNorm::forward_add(const Tensor& x, const Tensor& residual) const {
-  if (rms_) return add_rms_norm(x, residual, weight_, eps_, unit_offset_ ? 1.0 : 0.0);
-  return add_layer_norm(x, residual, scale(), bias_, eps_);
+  if (rms_) {
+    return add_rms_norm(x, residual, weight_.defined() ? weight_ : scale(x), eps_,
+                        unit_offset_ ? 1.0 : 0.0);
+  }
+  return add_layer_norm(x, residual, scale(x), shift(x), eps_);
 }
 
 Tensor norm_query_key_heads(const Tensor& qkv, const AttentionHeads& heads, const LayerNorm& q_norm,

@@ -90,6 +90,8 @@ nn::GptConfig parse_model_spec(const std::string& yaml_text, const std::string& 
          [&](const YAML::Node& v) { c.embedding_multiplier = v.as<double>(); });
   option("norm_weight_offset", "true or false",
          [&](const YAML::Node& v) { c.norm_weight_offset = v.as<bool>(); });
+  option("norm_affine", "true or false",
+         [&](const YAML::Node& v) { c.norm_affine = v.as<bool>(); });
   option("post_norms", "true or false", [&](const YAML::Node& v) { c.post_norms = v.as<bool>(); });
   // The parallel residual reduces under tensor parallelism once a layer
   // fewer, unless dropout acts on each sublayer's output alone.
@@ -192,6 +194,7 @@ nn::GptConfig parse_model_spec(const std::string& yaml_text, const std::string& 
                                                  "tie_embeddings",
                                                  "embedding_multiplier",
                                                  "norm_weight_offset",
+                                                 "norm_affine",
                                                  "post_norms",
                                                  "pre_norms",
                                                  "parallel_residual",

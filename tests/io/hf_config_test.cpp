@@ -882,6 +882,47 @@ TEST(HfConfig, MixtralAndQwen3MoeConfigsAreTheirMixtures) {
             std::string::npos);
 }
 
+// OLMo-7B-hf's config.json as published: LLaMA's blocks with LayerNorms
+// that learn nothing (eps 1e-5, which the file does not say); the
+// published count (6.89B; OLMo-1B's 1.18B with its tied head), and a
+// clip_qkv, attention biases or another activation refused.
+TEST(HfConfig, OlmoConfigIsItsOwn) {
+  const std::string olmo = R"({
+    "architectures": ["OlmoForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
+    "bos_token_id": null, "clip_qkv": null, "eos_token_id": 50279, "hidden_act": "silu",
+    "hidden_size": 4096, "initializer_range": 0.02, "intermediate_size": 11008,
+    "max_position_embeddings": 2048, "model_type": "olmo", "num_attention_heads": 32,
+    "num_hidden_layers": 32, "num_key_value_heads": 32, "pad_token_id": 1, "pretraining_tp": 1,
+    "rope_scaling": null, "rope_theta": 10000.0, "tie_word_embeddings": false,
+    "torch_dtype": "float32", "use_cache": true, "vocab_size": 50304})";
+  const nn::GptConfig o = gpt_config_from_hf(olmo, "OLMo-7B-hf/config.json");
+  EXPECT_EQ(o.hf_type, "olmo");
+  EXPECT_FALSE(o.norm_affine);
+  EXPECT_FALSE(o.rms_norm());
+  EXPECT_DOUBLE_EQ(o.layer_norm_eps, 1e-5);
+  EXPECT_FALSE(o.qk_norm);
+  EXPECT_TRUE(o.pre_norms);
+  EXPECT_FALSE(o.post_norms);
+  EXPECT_TRUE(o.rotary());
+  EXPECT_EQ(o.activation, nn::Activation::SwiGlu);
+  EXPECT_FALSE(o.linear_bias);
+  EXPECT_FALSE(o.tie_embeddings);
+  EXPECT_EQ(o.num_parameters(), 6'888'095'744);
+  EXPECT_EQ(std::string(hf_architecture(o)), "OlmoForCausalLM");
+  std::string one_b =
+      edited(edited(edited(olmo, "hidden_size", "2048"), "intermediate_size", "8192"),
+             "num_hidden_layers", "16");
+  one_b = edited(edited(edited(one_b, "num_attention_heads", "16"), "num_key_value_heads", "16"),
+                 "tie_word_embeddings", "true");
+  EXPECT_EQ(gpt_config_from_hf(one_b, "OLMo-1B-hf/config.json").num_parameters(), 1'176'764'416);
+  EXPECT_NE(error_of(edited(olmo, "clip_qkv", "8.0"))
+                .find("'clip_qkv' (8.0): clamping q, k and v is not implemented"),
+            std::string::npos);
+  EXPECT_NE(error_of(edited(olmo, "attention_bias", "true")).find("attention_bias"),
+            std::string::npos);
+  EXPECT_NE(error_of(edited(olmo, "hidden_act", "\"gelu\"")).find("hidden_act"), std::string::npos);
+}
+
 // OLMo-2-1124-7B's and OLMoE-1B-7B-0924's config.json as published: OLMo 2's
 // blocks normalise only their sublayers' outputs, both classes normalise
 // all the queries together and all the keys together; the published
@@ -1146,7 +1187,7 @@ TEST(HfConfig, WhatTriadDoesNotBuildIsNamed) {
       message(from(edited(llama, "model_type", "\"deepseek_v3\"")))
           .find("model_type 'deepseek_v3' is not supported (llama, mistral, mixtral, qwen2, "
                 "qwen2_moe, qwen3, qwen3_moe, gemma, gemma2, gemma3_text, gemma3, phi3, stablelm, "
-                "olmo2, olmoe, gpt_neox, phi, falcon, gptj, codegen or gpt2)"),
+                "olmo, olmo2, olmoe, gpt_neox, phi, falcon, gptj, codegen or gpt2)"),
       std::string::npos);
   EXPECT_NE(message(from(edited(edited(edited(kQwen3_06b, "use_sliding_window", "true"),
                                        "max_window_layers", "10"),

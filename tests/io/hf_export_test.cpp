@@ -95,6 +95,8 @@ void expect_same_model(const nn::GptConfig& a, const nn::GptConfig& b) {
   EXPECT_EQ(a.norm_weight_offset, b.norm_weight_offset);
   EXPECT_EQ(a.post_norms, b.post_norms);
   EXPECT_EQ(a.pre_norms, b.pre_norms);
+  EXPECT_EQ(a.norm_affine, b.norm_affine);
+  EXPECT_DOUBLE_EQ(a.layer_norm_eps, b.layer_norm_eps);
   EXPECT_EQ(a.qk_norm_full, b.qk_norm_full);
   EXPECT_EQ(a.parallel_residual, b.parallel_residual);
   EXPECT_EQ(a.shared_norm, b.shared_norm);
@@ -473,6 +475,49 @@ TEST(HfExport, Olmo2RoundTripsAndNoOtherClassHoldsIt) {
   nn::GptConfig learned = olmo2;
   learned.position_embedding = nn::PositionEmbedding::Learned;
   expect_no_class(learned, "Olmo2ForCausalLM LLaMA's with post-norms instead of pre-norms");
+}
+
+// OLMo: LLaMA's blocks with LayerNorms that learn nothing. Its config and
+// weights go out as OlmoForCausalLM's (no norm tensors, no eps key) and
+// read back the same model; learned norms, RMSNorm or another eps keep it
+// from OlmoForCausalLM, and its weightless norms from every other class.
+TEST(HfExport, OlmoRoundTripsAndNoOtherClassHoldsIt) {
+  nn::GptConfig olmo = llama(false, 2);
+  olmo.normalization = nn::Normalization::LayerNorm;
+  olmo.layer_norm_eps = 1e-5;
+  olmo.norm_affine = false;
+  EXPECT_EQ(std::string(hf_architecture(olmo)), "OlmoForCausalLM");
+  nn::Gpt model(olmo, 3);
+  testing::TempDir dir;
+  save_hf_model(model.state_dict(), olmo, dir.file("hf"));
+  const nn::GptConfig back = load_hf_config(dir.file("hf"));
+  EXPECT_EQ(back.hf_type, "olmo");
+  expect_same_model(olmo, back);
+  expect_reads_back(dir.file("hf"), model);
+  const auto tensors = load_safetensors(dir.file("hf/model.safetensors")).tensors;
+  for (const auto& [name, t] : tensors) EXPECT_EQ(name.find("norm"), std::string::npos) << name;
+  EXPECT_EQ(tensors.size(), 2 + 2 * 7u);  // embeddings, head; q, k, v, o, gate, up, down
+  std::ifstream config(dir.file("hf/config.json"));
+  const nlohmann::json j = nlohmann::json::parse(config);
+  EXPECT_EQ(j.at("model_type"), "olmo");
+  EXPECT_TRUE(j.at("clip_qkv").is_null());
+  EXPECT_FALSE(j.contains("rms_norm_eps"));
+  nn::GptConfig learned = olmo;
+  learned.norm_affine = true;
+  EXPECT_NE(hf_misfit(learned, "olmo").find("model.norm_affine is true"), std::string::npos);
+  EXPECT_EQ(std::string(hf_model_type(learned)), "stablelm");
+  nn::GptConfig eps = olmo;
+  eps.layer_norm_eps = 1e-6;
+  EXPECT_NE(hf_misfit(eps, "olmo").find("model.norm_eps is not 1e-5"), std::string::npos);
+  nn::GptConfig rms = olmo;
+  rms.normalization = nn::Normalization::RmsNorm;
+  EXPECT_NE(hf_misfit(rms, "olmo").find("model.normalization is not layernorm"), std::string::npos);
+  for (const char* other : {"llama", "stablelm", "olmo2", "gpt_neox", "gpt2", "olmoe"})
+    EXPECT_NE(hf_misfit(olmo, other).find("model.norm_affine is false"), std::string::npos)
+        << other;
+  nn::GptConfig learned_positions = olmo;
+  learned_positions.position_embedding = nn::PositionEmbedding::Learned;
+  expect_no_class(learned_positions, "OlmoForCausalLM LLaMA's with layernorm without weights");
 }
 
 TEST(HfExport, ExportingHoldsOneBlockAtATimeAndABrokenFileWritesNothing) {
@@ -1070,12 +1115,13 @@ TEST(HfExport, TheModelsOwnClassIsPreferred) {
     hf_model_type(c);
     FAIL() << "model_type phi4 accepted";
   } catch (const ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find(
-                  "model.hf_type 'phi4' is not a model_type Triad exports "
-                  "(llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, "
-                  "qwen3_moe, gemma, gemma2, gemma3_text, phi3, stablelm, olmo2, olmoe, gpt_neox, "
-                  "phi, falcon, gptj, codegen, gpt2, or auto)"),
-              std::string::npos)
+    EXPECT_NE(
+        std::string(e.what()).find(
+            "model.hf_type 'phi4' is not a model_type Triad exports "
+            "(llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, "
+            "qwen3_moe, gemma, gemma2, gemma3_text, phi3, stablelm, olmo, olmo2, olmoe, gpt_neox, "
+            "phi, falcon, gptj, codegen, gpt2, or auto)"),
+        std::string::npos)
         << e.what();
   }
 }

@@ -2,9 +2,11 @@
 // (model.qk_norm: full) and sublayers that read the residual stream itself,
 // only their outputs normalised (model.pre_norms: false). The norm against
 // its formula, the parameters, what sets the full norm apart from the
-// per-head one, the block's wiring, and the config's checks.
+// per-head one, the block's wiring, and the config's checks. And OLMo's
+// (the first) LayerNorms that learn nothing (model.norm_affine: false).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -203,6 +205,110 @@ TEST(Olmo2Blocks, ConfigIsChecked) {
   EXPECT_STREQ(qk_norm_string(c), "full");
   set_qk_norm(c, "none");
   EXPECT_STREQ(qk_norm_string(c), "false");
+}
+
+// OLMo's blocks: LLaMA's with LayerNorms that have no weight or bias.
+GptConfig olmo_config() {
+  GptConfig c{
+      .n_layer = 2, .n_head = 4, .n_kv_head = 2, .d_model = 32, .vocab_size = 29, .seq_len = 8};
+  c.position_embedding = PositionEmbedding::Rotary;
+  c.activation = Activation::SwiGlu;
+  c.ffn_hidden_size = 40;
+  c.linear_bias = false;
+  c.tie_embeddings = false;
+  c.norm_affine = false;
+  return c;
+}
+
+// No norm holds a parameter, and the count, the shapes every layout builds
+// its names from and the module agree; the query/key norms keep theirs.
+TEST(NonAffineNorms, HoldNoParameters) {
+  GptConfig c = olmo_config();
+  const Gpt m(c, 3);
+  const StateDict sd = m.state_dict();
+  for (const auto& [name, t] : sd) {
+    EXPECT_EQ(name.find("ln_"), std::string::npos) << name;
+    EXPECT_EQ(name.find("norm"), std::string::npos) << name;
+  }
+  EXPECT_EQ(m.num_parameters(), c.num_parameters());
+  EXPECT_EQ(gpt_parameter_shapes(c).size(), sd.size());
+  GptConfig affine = c;
+  affine.norm_affine = true;  // 2 LayerNorms a block and ln_f, weight and bias each
+  EXPECT_EQ(affine.num_parameters() - c.num_parameters(), (2 * 2 + 1) * 2 * 32);
+  EXPECT_EQ(gpt_parameter_shapes(affine).size() - sd.size(), 10u);
+  set_qk_norm(c, "true");
+  const StateDict with_qk = Gpt(c, 3).state_dict();
+  EXPECT_EQ(with_qk.count("h.0.attn.q_norm.weight"), 1u);
+  EXPECT_EQ(with_qk.count("h.0.ln_1.weight"), 0u);
+  EXPECT_EQ(Gpt(c, 3).num_parameters(), c.num_parameters());
+}
+
+// The same function as learned LayerNorms at their start (weight 1, bias
+// 0): logits, loss and every shared parameter's gradient equal bit for bit,
+// with the fused add + norm too (recompute none) and the norms' own
+// gradients simply absent.
+TEST(NonAffineNorms, EqualLayerNormsAtUnitWeightAndZeroBias) {
+  const GptConfig c = olmo_config();
+  GptConfig affine = c;
+  affine.norm_affine = true;
+  for (const DType dtype : {DType::F32, DType::BF16}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    Gpt plain(c, 5), learned(affine, 5);
+    StateDict sd = plain.state_dict();
+    for (const auto& [name, t] : learned.state_dict()) {
+      if (sd.count(name) == 0) {
+        ASSERT_NE(name.find("ln_"), std::string::npos) << name;
+        for (double v : to_double_vector(t)) ASSERT_EQ(v, name.ends_with(".weight") ? 1.0 : 0.0);
+      }
+    }
+    StateDict learned_sd = learned.state_dict();
+    for (const auto& [name, t] : sd) learned_sd[name] = t;
+    learned.load_state_dict(learned_sd);
+    plain.to(dtype);
+    learned.to(dtype);
+    const Tensor ids = from_vector(std::vector<int64_t>{1, 2, 3, 4, 5, 9, 7, 3}, {2, 4});
+    const Tensor targets = from_vector(std::vector<int64_t>{2, 3, 4, 5, 9, 7, 3, 1}, {2, 4});
+    EXPECT_EQ(
+        worst_difference(plain.forward(ids, {false, 0, 0}), learned.forward(ids, {false, 0, 0})),
+        0.0);
+    const Tensor a = plain.loss(ids, targets), b = learned.loss(ids, targets);
+    EXPECT_EQ(to_double_vector(a), to_double_vector(b));
+    autograd::backward({a});
+    autograd::backward({b});
+    const auto theirs = learned.named_parameters();
+    for (const auto& [name, p] : plain.named_parameters()) {
+      const auto it = std::find_if(theirs.begin(), theirs.end(),
+                                   [&](const auto& q) { return q.first == name; });
+      ASSERT_NE(it, theirs.end()) << name;
+      ASSERT_TRUE(p.grad().defined()) << name;
+      EXPECT_GT(sum_of_squares(p.grad()), 0.0) << name;
+      EXPECT_EQ(worst_difference(p.grad(), it->second.grad()), 0.0) << name;
+    }
+  }
+}
+
+// Each token's normalised features have mean 0 and variance 1 (up to eps),
+// whatever the input's scale and shift.
+TEST(NonAffineNorms, NormaliseEachTokenToZeroMeanAndUnitVariance) {
+  const LayerNorm norm(16, 1e-5, DType::F64, false, false, false);
+  EXPECT_TRUE(norm.named_parameters().empty());
+  const Tensor x = affine(randn({3, 16}, 2, 1, 1.0, DType::F64), 40.0, 7.0);
+  const std::vector<double> y = to_double_vector(norm.forward(x));
+  for (int64_t r = 0; r < 3; ++r) {
+    double mean = 0, var = 0;
+    for (int64_t d = 0; d < 16; ++d) mean += y[r * 16 + d] / 16;
+    for (int64_t d = 0; d < 16; ++d) var += (y[r * 16 + d] - mean) * (y[r * 16 + d] - mean) / 16;
+    EXPECT_NEAR(mean, 0.0, 1e-12) << r;
+    EXPECT_NEAR(var, 1.0, 1e-6) << r;
+  }
+  EXPECT_THROW(LayerNorm(16, 1e-5, DType::F32, true, true, false), ValueError);
+}
+
+TEST(NonAffineNorms, ConfigIsChecked) {
+  GptConfig c = olmo_config();
+  c.validate();
+  c.norm_weight_offset = true;
+  triad::testing::expect_invalid(c, "model.norm_affine: false norms have no weight");
 }
 
 }  // namespace

@@ -815,6 +815,23 @@ TEST_F(Gpt2Parity, Olmo2DirectoryReadsAndExportsAsHuggingFacesOlmo2) {
   EXPECT_GT(worst, 1e-3);
 }
 
+// OLMo's blocks (LLaMA's with LayerNorms that learn nothing) from an
+// OlmoForCausalLM directory, which stores no norms: logits, loss and every
+// gradient; exported again, the same directory.
+TEST_F(Gpt2Parity, OlmoDirectoryReadsAndExportsAsHuggingFacesOlmo) {
+  const std::string dir = ref_dir() + "/olmo_hf";
+  const nn::GptConfig cfg = io::load_hf_config(dir);
+  EXPECT_EQ(cfg.hf_type, "olmo");
+  EXPECT_FALSE(cfg.norm_affine);
+  EXPECT_FALSE(cfg.rms_norm());
+  EXPECT_EQ(cfg.layer_norm_eps, 1e-5);
+  nn::Gpt model(cfg, 1);
+  io::load_gpt2_safetensors(model, dir);
+  for (const auto& [name, t] : model.state_dict()) EXPECT_EQ(name.find("ln_"), std::string::npos);
+  expect_step_zero_matches(model, ref_, "olmo.");
+  expect_exports_as_written(model, dir);
+}
+
 // OLMoE's blocks (pre-norms, the full query/key norms, 4 experts on every
 // layer of which each token takes 2, not renormalised) from an
 // OlmoeForCausalLM directory, trained with the router z-loss (its weight

@@ -181,12 +181,17 @@ class Gpt(torch.nn.Module):
                  norm_offset=False, post_norms=False, rope_local_theta=None, attn_scalar=None,
                  attn_softcap=None, final_softcap=None, rope_dim=None, parallel=False,
                  gelu_exact=False, shared_norm=False, head_bias=False, mlp_bias=None,
-                 interleaved_rope=False, moe=None, pre_norms=True):
+                 interleaved_rope=False, moe=None, pre_norms=True, norm_affine=True):
         super().__init__()
         # OLMo 2's: no norm before either sublayer (post_norms normalise
         # their outputs instead); with qk_norm="full" (OLMo 2's, OLMoE's)
         # one RMSNorm over all the queries and one over all the keys.
         self.pre_norms = pre_norms
+        # OLMo's: LayerNorms without weight or bias (norm_affine=False).
+        def stream_norm():
+            if rms_norm:
+                return RmsNorm(C, offset=norm_offset)
+            return torch.nn.LayerNorm(C, eps=1e-5, elementwise_affine=norm_affine)
         # A mixture of experts (Mixtral's, Qwen's): dict(experts, top_k,
         # ffn, normalize, coef, dense, shared) — the layers in `dense` keep
         # the MLP; `shared`, a width, adds Qwen2-MoE's shared expert and its
@@ -238,8 +243,7 @@ class Gpt(torch.nn.Module):
         for _ in range(L):
             b = torch.nn.Module()
             if pre_norms:
-                b.ln_1 = (RmsNorm(C, offset=norm_offset) if rms_norm
-                          else torch.nn.LayerNorm(C, eps=1e-5))
+                b.ln_1 = stream_norm()
             b.attn = torch.nn.Module()
             b.attn.c_attn = torch.nn.Linear(C, Q + 2 * KV, bias=bias or qkv_bias)
             b.attn.c_proj = torch.nn.Linear(Q, C, bias=bias)
@@ -253,8 +257,7 @@ class Gpt(torch.nn.Module):
                 b.post_attn_norm = RmsNorm(C, offset=norm_offset)
                 b.post_mlp_norm = RmsNorm(C, offset=norm_offset)
             if not shared_norm and pre_norms:
-                b.ln_2 = (RmsNorm(C, offset=norm_offset) if rms_norm
-                          else torch.nn.LayerNorm(C, eps=1e-5))
+                b.ln_2 = stream_norm()
             b.mlp = torch.nn.Module()
             if moe is not None and _ not in moe.get("dense", ()):
                 b.mlp.router = torch.nn.Linear(C, moe["experts"], bias=False)
@@ -277,7 +280,7 @@ class Gpt(torch.nn.Module):
                 b.mlp.c_fc = torch.nn.Linear(C, 2 * swiglu_ffn, bias=bias)
                 b.mlp.c_proj = torch.nn.Linear(swiglu_ffn, C, bias=bias)
             self.h.append(b)
-        self.ln_f = RmsNorm(C, offset=norm_offset) if rms_norm else torch.nn.LayerNorm(C, eps=1e-5)
+        self.ln_f = stream_norm()
         if not tie:  # Phi-2's has a bias
             self.lm_head = torch.nn.Linear(C, c["vocab_size"], bias=head_bias)
         g = torch.Generator().manual_seed(20241121)
@@ -546,6 +549,34 @@ def save_hf_olmo2(model, directory):
               "num_key_value_heads": model.kv_heads, "hidden_act": "silu",
               "vocab_size": CFG["vocab_size"], "max_position_embeddings": CFG["seq_len"],
               "rms_norm_eps": 1e-5, "rope_theta": ROPE_THETA, "attention_bias": False,
+              "tie_word_embeddings": False}
+    with open(os.path.join(directory, "config.json"), "w") as f:
+        json.dump(config, f)
+
+
+def save_hf_olmo(model, directory):
+    """An OLMo-style model (LLaMA's blocks, LayerNorms without weights) as
+    an OlmoForCausalLM directory: LLaMA's names, and no norms at all."""
+    os.makedirs(directory, exist_ok=True)
+    F_ = model.swiglu_ffn
+    C, KV = model.c["n_head"] * model.D, model.kv_heads * model.D
+    t = {"model.embed_tokens.weight": model.wte.weight, "lm_head.weight": model.lm_head.weight}
+    for i, b in enumerate(model.h):
+        p = f"model.layers.{i}."
+        q, k, v = b.attn.c_attn.weight.split([C, KV, KV], 0)
+        gate, up = b.mlp.c_fc.weight.split(F_, 0)
+        t.update({p + "self_attn.q_proj.weight": q, p + "self_attn.k_proj.weight": k,
+                  p + "self_attn.v_proj.weight": v,
+                  p + "self_attn.o_proj.weight": b.attn.c_proj.weight,
+                  p + "mlp.gate_proj.weight": gate, p + "mlp.up_proj.weight": up,
+                  p + "mlp.down_proj.weight": b.mlp.c_proj.weight})
+    save_safetensors(os.path.join(directory, "model.safetensors"), t)
+    config = {"architectures": ["OlmoForCausalLM"], "model_type": "olmo",
+              "hidden_size": CFG["d_model"], "intermediate_size": F_,
+              "num_hidden_layers": CFG["n_layer"], "num_attention_heads": CFG["n_head"],
+              "num_key_value_heads": model.kv_heads, "hidden_act": "silu",
+              "vocab_size": CFG["vocab_size"], "max_position_embeddings": CFG["seq_len"],
+              "rope_theta": ROPE_THETA, "attention_bias": False, "clip_qkv": None,
               "tie_word_embeddings": False}
     with open(os.path.join(directory, "config.json"), "w") as f:
         json.dump(config, f)
@@ -1272,6 +1303,13 @@ def main():
     record_step_zero(olmo2, x, y, "olmo2.", ref)
     ref["olmo2.greedy_tokens"] = torch.tensor(greedy_continuation(olmo2), dtype=torch.float32)
     save_hf_olmo2(olmo2, os.path.join(out, "olmo2_generator"))
+    # OLMo's (the first): LLaMA's blocks with LayerNorms that learn nothing
+    # (no weight, no bias), grouped key/value heads, an untied head; step 0
+    # from an OlmoForCausalLM directory.
+    olmo = Gpt(CFG, ROPE_THETA, SWIGLU_FFN, rms_norm=False, bias=False, tie=False,
+               kv_heads=LLAMA_KV_HEADS, norm_affine=False)
+    save_hf_olmo(olmo, os.path.join(out, "olmo_hf"))
+    record_step_zero(olmo, x, y, "olmo.", ref)
     # OLMoE's: pre-norm blocks with those query/key norms and 4 experts on
     # every layer of which each token takes 2, not renormalised, with the
     # load-balancing loss and the router z-loss (OLMoE trained with both);

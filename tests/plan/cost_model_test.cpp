@@ -1076,6 +1076,19 @@ TEST(PlannerFiles, ClusterAndModelFilesAreValidated) {
   EXPECT_TRUE(qwen3.qk_norm);
   EXPECT_EQ(qwen3.q_width(), 4096);
   EXPECT_EQ(qwen3.num_parameters(), 4'022'468'096);
+  // OLMo 7B: LLaMA's blocks with LayerNorms that learn nothing; Hugging
+  // Face's count, and no norm parameters to hold (2 x 4096 per norm, 65
+  // norms, fewer than with learned LayerNorms).
+  const nn::GptConfig olmo =
+      load_model_spec(std::string(TRIAD_SOURCE_DIR) + "/configs/models/olmo_7b.yaml");
+  EXPECT_FALSE(olmo.norm_affine);
+  EXPECT_EQ(olmo.num_parameters(), 6'888'095'744);
+  nn::GptConfig olmo_learned = olmo;
+  olmo_learned.norm_affine = true;
+  EXPECT_EQ(olmo_learned.num_parameters() - olmo.num_parameters(), int64_t{65} * 2 * 4096);
+  EXPECT_LT(estimate(olmo, selene(), 8, 8, layout(1, 1, 8, 1, Recompute::Selective)).memory_bytes,
+            estimate(olmo_learned, selene(), 8, 8, layout(1, 1, 8, 1, Recompute::Selective))
+                .memory_bytes);
   // OLMo 2 7B: no pre-norms, two post-norms and the query/key norms over
   // all the heads (4096 each); Hugging Face's count. Under tensor
   // parallelism its query/key norms gather the queries and keys: more

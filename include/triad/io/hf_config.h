@@ -26,7 +26,9 @@ namespace triad::io {
 //    left out take Gemma3TextConfig's defaults), both with their
 //    query_pre_attn_scalar; and "gemma3" (the multimodal checkpoints, 4B and
 //    up): its text_config's language model alone;
-//  - "olmo2" (no norms before the sublayers, their outputs normalised:
+//  - "olmo" (LayerNorms without weights or biases: model.norm_affine
+//    false; a non-null clip_qkv is refused), "olmo2" (no norms before the
+//    sublayers, their outputs normalised:
 //    model.pre_norms false, model.post_norms; one RMSNorm over all the
 //    queries and one over all the keys: model.qk_norm full) and "olmoe"
 //    (pre-norm blocks with those query/key norms and a mixture of experts

@@ -135,6 +135,15 @@ struct GptConfig {
   // same function, stored as Hugging Face stores Gemma's).
   double embedding_multiplier = 1.0;
   bool norm_weight_offset = false;
+  // Whether the blocks' norms and the final one learn a scale (and, as
+  // LayerNorms, a shift) (config key model.norm_affine). false: OLMo's
+  // non-parametric LayerNorm, (x - mean) / sqrt(var + eps) alone: ln_1,
+  // ln_2, the post-norms and ln_f then hold no parameters. The query/key
+  // norms keep their weights.
+  bool norm_affine = true;
+  // Whether the blocks' and the final norm carry a weight, and a bias.
+  bool norm_weights() const { return norm_affine; }
+  bool norm_biases() const { return norm_affine && normalization == Normalization::LayerNorm; }
   // Gemma 2's and 3's sandwich (config key model.post_norms): each
   // sublayer's output is normalised again before it joins the residual,
   // x + post_attn_norm(attn(ln_1(x))), then + post_mlp_norm(mlp(ln_2(.))).
@@ -423,6 +432,10 @@ std::map<std::string, Shape> gpt_parameter_shapes(const GptConfig& cfg);
 // (neither without model.pre_norms), post_attn_norm and post_mlp_norm with
 // model.post_norms.
 std::vector<const char*> block_norms(const GptConfig& cfg);
+// A norm of the residual stream as `cfg` has them (ln_1, ln_2, the
+// post-norms, ln_f): d_model wide, LayerNorm or RMSNorm, with or without
+// Gemma's unit offset, learned or (model.norm_affine: false) not.
+std::shared_ptr<LayerNorm> stream_norm(const GptConfig& cfg);
 // Whether `name` is a LoRA adapter (ends in .lora_a or .lora_b), and the
 // weight it adapts ("h.3.attn.c_attn.weight" for "h.3.attn.c_attn.lora_a").
 bool is_lora_adapter(const std::string& name);

@@ -10,21 +10,24 @@ namespace triad::nn {
 
 // LayerNorm over the last dimension with a learned scale and shift; or,
 // with `rms`, RMSNorm (LLaMA's: no mean subtracted, a scale and no shift,
-// so the module has a weight and no bias).
+// so the module has a weight and no bias). Without `affine`, neither: the
+// normalisation alone (OLMo's non-parametric LayerNorm), and no parameters.
 class LayerNorm : public Module {
  public:
   // unit_offset: scale by 1 + weight (Gemma's RMSNorm), weight starting at 0.
   explicit LayerNorm(int64_t features, double eps = 1e-5, DType dtype = DType::F32,
-                     bool rms = false, bool unit_offset = false);
+                     bool rms = false, bool unit_offset = false, bool affine = true);
   Tensor forward(const Tensor& x) const;
   // {x + residual, forward(x + residual)} in one op (ops add_layer_norm,
   // add_rms_norm).
   AddNorm forward_add(const Tensor& x, const Tensor& residual) const;
 
  private:
-  Tensor weight_;
-  Tensor bias_;          // undefined for RMSNorm
-  Tensor scale() const;  // LayerNorm's: weight, or 1 + weight
+  Tensor weight_;                       // undefined without affine
+  Tensor bias_;                         // undefined for RMSNorm and without affine
+  Tensor scale(const Tensor& x) const;  // weight, 1 + weight, or ones like x's
+  Tensor shift(const Tensor& x) const;  // LayerNorm's bias, or zeros like x's
+  int64_t features_;
   double eps_;
   bool rms_;
   bool unit_offset_;

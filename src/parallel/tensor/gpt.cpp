@@ -133,9 +133,7 @@ void TensorParallelGpt::build(uint64_t seed, std::shared_ptr<VocabParallelEmbedd
     auto block = std::make_shared<Container>();
     Layer L;
     if (cfg_.pre_norms) {
-      L.ln_1 = block->add(
-          "ln_1", std::make_shared<nn::LayerNorm>(C, cfg_.layer_norm_eps, DType::F32,
-                                                  cfg_.rms_norm(), cfg_.norm_weight_offset));
+      L.ln_1 = block->add("ln_1", nn::stream_norm(cfg_));
     }
     auto attn = block->add("attn", std::make_shared<Container>());
     const bool b = cfg_.linear_bias, mb = cfg_.mlp_biases();
@@ -159,9 +157,7 @@ void TensorParallelGpt::build(uint64_t seed, std::shared_ptr<VocabParallelEmbedd
       L.k_norm = attn->add("k_norm", norm(cfg_.k_norm_width()));
     }
     if (cfg_.pre_norms && !cfg_.shared_norm) {
-      L.ln_2 = block->add(
-          "ln_2", std::make_shared<nn::LayerNorm>(C, cfg_.layer_norm_eps, DType::F32,
-                                                  cfg_.rms_norm(), cfg_.norm_weight_offset));
+      L.ln_2 = block->add("ln_2", nn::stream_norm(cfg_));
     }
     if (cfg_.moe_layer(i)) {
       // Every expert split as the MLP is (c_fc's rows by half when gated,
@@ -180,19 +176,15 @@ void TensorParallelGpt::build(uint64_t seed, std::shared_ptr<VocabParallelEmbedd
     if (cfg_.post_norms) {
       // On the row-parallel layers' reduced outputs: the whole width, and
       // under sequence parallelism this rank's tokens, as ln_1 and ln_2.
-      auto norm = [&] {
-        return std::make_shared<nn::LayerNorm>(C, cfg_.layer_norm_eps, DType::F32, cfg_.rms_norm(),
-                                               cfg_.norm_weight_offset);
-      };
-      L.post_attn_norm = block->add("post_attn_norm", norm());
-      L.post_mlp_norm = block->add("post_mlp_norm", norm());
+      L.post_attn_norm = block->add("post_attn_norm", nn::stream_norm(cfg_));
+      L.post_mlp_norm = block->add("post_mlp_norm", nn::stream_norm(cfg_));
     }
     h->add(std::to_string(i), block);
     L.module = block;
     const std::string p = "h." + std::to_string(i) + ".";
     for (const char* ln : nn::block_norms(cfg_)) {
-      specs_[p + ln + ".weight"] = ShardSpec::replicated(sp_);
-      if (!cfg_.rms_norm()) specs_[p + ln + ".bias"] = ShardSpec::replicated(sp_);
+      if (cfg_.norm_weights()) specs_[p + ln + ".weight"] = ShardSpec::replicated(sp_);
+      if (cfg_.norm_biases()) specs_[p + ln + ".bias"] = ShardSpec::replicated(sp_);
     }
     if (cfg_.qk_norm) {
       // Replicated, each rank normalising its own heads: their gradients
@@ -252,11 +244,9 @@ void TensorParallelGpt::build(uint64_t seed, std::shared_ptr<VocabParallelEmbedd
     layers_[i] = L;
   }
   if (plan_.head) {
-    ln_f_ = register_module(
-        "ln_f", std::make_shared<nn::LayerNorm>(C, cfg_.layer_norm_eps, DType::F32, cfg_.rms_norm(),
-                                                cfg_.norm_weight_offset));
-    specs_["ln_f.weight"] = ShardSpec::replicated(sp_);
-    if (!cfg_.rms_norm()) specs_["ln_f.bias"] = ShardSpec::replicated(sp_);
+    ln_f_ = register_module("ln_f", nn::stream_norm(cfg_));
+    if (cfg_.norm_weights()) specs_["ln_f.weight"] = ShardSpec::replicated(sp_);
+    if (cfg_.norm_biases()) specs_["ln_f.bias"] = ShardSpec::replicated(sp_);
     if (cfg_.tie_embeddings) {
       head_ = wte_;
     } else {

@@ -519,7 +519,8 @@ TEST_P(TensorParallelGptTest, LlamaOptionsMatchOneProcess) {
         "attention",
         "phi's blocks as gpt-j's: biases on the mlp alone",
         "olmo 2's blocks: post-norms alone, qk norm over all heads, grouped-query "
-        "attention"}) {
+        "attention",
+        "olmo's blocks: layernorms without weights, grouped-query attention"}) {
     SCOPED_TRACE(variant);
     nn::GptConfig cfg = tiny(V);
     if (variant.find("grouped-query") != std::string::npos) {
@@ -594,6 +595,14 @@ TEST_P(TensorParallelGptTest, LlamaOptionsMatchOneProcess) {
       cfg.pre_norms = false;
       cfg.post_norms = true;
       nn::set_qk_norm(cfg, "full");
+    } else if (variant.rfind("olmo's", 0) == 0) {
+      // LLaMA's blocks with LayerNorms that learn nothing: no norm
+      // parameters to replicate or reduce.
+      cfg.linear_bias = false;
+      cfg.activation = nn::Activation::SwiGlu;
+      cfg.position_embedding = nn::PositionEmbedding::Rotary;
+      cfg.tie_embeddings = false;
+      cfg.norm_affine = false;
     } else if (variant == "swiglu, F 24" || variant == "geglu, F 24") {
       cfg.activation = variant[0] == 's' ? nn::Activation::SwiGlu : nn::Activation::GeGlu;
       cfg.ffn_hidden_size = 24;
@@ -623,7 +632,9 @@ TEST_P(TensorParallelGptTest, LlamaOptionsMatchOneProcess) {
     EXPECT_EQ(shapes.count("h.0.mlp.c_fc.bias"), cfg.mlp_biases() ? 1u : 0u);
     EXPECT_EQ(shapes.count("h.0.attn.q_norm.weight"), cfg.qk_norm ? 1u : 0u);
     EXPECT_EQ(shapes.count("h.1.post_mlp_norm.weight"), cfg.post_norms ? 1u : 0u);
-    EXPECT_EQ(shapes.count("h.1.ln_2.weight"), cfg.shared_norm || !cfg.pre_norms ? 0u : 1u);
+    EXPECT_EQ(shapes.count("h.1.ln_2.weight"),
+              cfg.shared_norm || !cfg.pre_norms || !cfg.norm_affine ? 0u : 1u);
+    EXPECT_EQ(shapes.count("ln_f.weight"), cfg.norm_affine ? 1u : 0u);
     if (cfg.qk_norm_full) {
       EXPECT_EQ(shapes.at("h.1.attn.k_norm.weight"), (Shape{cfg.kv_heads() * cfg.head_dim()}));
     }
