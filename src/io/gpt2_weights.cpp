@@ -1005,6 +1005,9 @@ std::map<std::string, std::string> gpt2_metadata(const nn::GptConfig& c) {
   if (c.qk_norm) meta["qk_norm"] = "true";
   if (c.norm_weight_offset) meta["norm_weight_offset"] = "true";
   if (c.post_norms) meta["post_norms"] = "true";
+  if (!c.pre_norms) meta["pre_norms"] = "false";
+  if (!c.norm_affine) meta["norm_affine"] = "false";
+  if (c.clip_qkv > 0.0) meta["clip_qkv"] = std::to_string(c.clip_qkv);
   if (c.parallel_residual) meta["parallel_residual"] = "true";
   if (c.shared_norm) meta["shared_norm"] = "true";
   if (c.head_bias) meta["head_bias"] = "true";

@@ -379,8 +379,8 @@ nn::GptConfig moe_config(const Keys& k, const std::string& type) {
 }
 
 // OLMo (OlmoForCausalLM): LLaMA's blocks with LayerNorms that learn
-// nothing (no weight, no bias, eps 1e-5: model.norm_affine false); its
-// clip_qkv (a clamp on q, k and v) is not built.
+// nothing (no weight, no bias, eps 1e-5: model.norm_affine false), and
+// clip_qkv's clamp on q, k and v (model.clip_qkv).
 // OLMo 2 (Olmo2ForCausalLM): LLaMA's blocks whose sublayers read the
 // residual stream itself, each output normalised instead
 // (post_attention_layernorm, post_feedforward_layernorm), with one RMSNorm
@@ -388,13 +388,14 @@ nn::GptConfig moe_config(const Keys& k, const std::string& type) {
 // the rotation. OLMoE (OlmoeForCausalLM): LLaMA's pre-norm blocks with
 // those query/key norms and a mixture of num_experts experts of
 // intermediate_size on every layer, num_experts_per_tok chosen,
-// renormalised when norm_topk_prob says so; its clip_qkv (a clamp on q, k
-// and v) is not built.
+// renormalised when norm_topk_prob says so, and clip_qkv as OLMo's.
 nn::GptConfig olmo_config(const Keys& k, const std::string& type) {
   nn::GptConfig c = llama_config(k, "llama");
-  if (type == "olmo" || type == "olmoe") {
-    if (k.has("clip_qkv"))
-      k.unsupported("clip_qkv", "clamping q, k and v is not implemented (null: none)");
+  // q, k and v clamped to [-clip_qkv, clip_qkv] (OLMo 7B 0424's and
+  // 0724's 8); null is none.
+  if ((type == "olmo" || type == "olmoe") && k.has("clip_qkv")) {
+    c.clip_qkv = k.number("clip_qkv", 0.0);
+    if (!(c.clip_qkv > 0.0)) k.bad("clip_qkv", "must be a positive number, or null for none");
   }
   if (type == "olmo") {
     c.normalization = nn::Normalization::LayerNorm;

@@ -638,6 +638,7 @@ bool is_moe_type(const std::string& type) {
 // norms without weights (OLMo's).
 void add_olmo_departures(const nn::GptConfig& c, const std::string& type, Misfit& m) {
   m.add(!c.norm_affine && type != "olmo", "model.norm_affine is false");
+  m.add(c.clip_qkv > 0 && type != "olmo" && type != "olmoe", "model.clip_qkv is set");
   m.add(c.qk_norm_full && type != "olmo2" && type != "olmoe", "model.qk_norm is full");
   m.add(!c.pre_norms && type != "olmo2", "model.pre_norms is false");
 }
@@ -814,7 +815,8 @@ std::string hf_config_json(const nn::GptConfig& c, const std::string& torch_dtyp
     if (!phi3) j["max_position_embeddings"] = c.seq_len;
     // (OlmoConfig has no eps: its LayerNorms' is 1e-5.)
     if (type != "olmo") j[stablelm ? "layer_norm_eps" : "rms_norm_eps"] = c.layer_norm_eps;
-    if (type == "olmo") j["clip_qkv"] = nullptr;
+    if (type == "olmo" || type == "olmoe")
+      j["clip_qkv"] = c.clip_qkv > 0 ? nlohmann::ordered_json(c.clip_qkv) : nullptr;
     j["rope_theta"] = c.rope_theta;
     if (phi3) {
       write_phi3_rope(c, j);
@@ -873,7 +875,6 @@ std::string hf_config_json(const nn::GptConfig& c, const std::string& torch_dtyp
         j["intermediate_size"] = c.expert_ffn();
         j["num_experts"] = x.experts;
         j["norm_topk_prob"] = x.normalize_top_k;
-        j["clip_qkv"] = nullptr;
       } else {
         j["num_experts"] = x.experts;
         j["moe_intermediate_size"] = c.expert_ffn();

@@ -289,6 +289,10 @@ void GptConfig::validate() const {
                       (post_norms ? "no model.post_norms" : "model.parallel_residual: true") +
                       " (the sequential block's MLP reads the attention's sum, normalised anew)");
   }
+  if (!(clip_qkv >= 0.0) || !std::isfinite(clip_qkv)) {
+    throw ConfigError("model.clip_qkv (" + std::to_string(clip_qkv) +
+                      ") must be a finite number >= 0 (0: no clamp)");
+  }
   if (!norm_affine && norm_weight_offset) {
     throw ConfigError(
         "model.norm_weight_offset scales each norm by 1 + weight, but model.norm_affine: false "
@@ -658,6 +662,7 @@ CausalSelfAttention::CausalSelfAttention(const GptConfig& cfg, int64_t layer)
       rotary_(cfg.rotary()),
       rope_(cfg.rope_of(layer)) {
   qk_norm_full_ = cfg.qk_norm_full;
+  clip_qkv_ = cfg.clip_qkv;
   c_attn_ = register_module(
       "c_attn", std::make_shared<Linear>(cfg.d_model, cfg.qkv_width(), cfg.c_attn_bias()));
   c_proj_ = register_module("c_proj",
@@ -681,6 +686,7 @@ CausalSelfAttention::CausalSelfAttention(const GptConfig& cfg, int64_t layer)
 Tensor CausalSelfAttention::project(const Tensor& x, const Tensor& positions, int64_t start,
                                     const DropoutDraw& draw) const {
   Tensor qkv = c_attn_->forward(x, draw);
+  if (clip_qkv_ > 0) qkv = clamp(qkv, -clip_qkv_, clip_qkv_);
   if (q_norm_ && qk_norm_full_) {
     qkv = norm_query_key(qkv, heads_.q * head_dim_, heads_.kv * head_dim_, *q_norm_, *k_norm_);
   } else if (q_norm_) {

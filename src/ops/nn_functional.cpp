@@ -211,6 +211,24 @@ Tensor soft_cap(const Tensor& x, double cap) {
   return y;
 }
 
+Tensor clamp(const Tensor& x, double lo, double hi) {
+  detail::check_floating(x, "clamp", "x");
+  if (!std::isfinite(lo) || !std::isfinite(hi) || lo > hi) {
+    throw ValueError("clamp: bounds [" + std::to_string(lo) + ", " + std::to_string(hi) +
+                     "] must be finite numbers with lo <= hi");
+  }
+  Tensor xc = contiguous(x).detach();
+  Tensor y = empty_like(xc);
+  backend_for(x).clamp(xc, lo, hi, y);
+  record("clamp", {x}, {y}, [xc, lo, hi](const TensorList& g) -> TensorList {
+    Tensor dy = contiguous(g[0]);
+    Tensor dx = empty_like(xc);
+    backend_for(xc).clamp_backward(xc, dy, lo, hi, dx);
+    return {dx};
+  });
+  return y;
+}
+
 Tensor softmax(const Tensor& x) {
   detail::check_floating(x, "softmax", "x");
   if (x.dim() == 0) throw ShapeError("softmax: needs at least one dimension");

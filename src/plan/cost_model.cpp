@@ -260,7 +260,8 @@ LayerCost layer_cost(const nn::GptConfig& m, const ClusterSpec& c, const Paralle
   // GPT-2's bias-GELU on 4h, split by TP); model.post_norms adds two more
   // norms (4 each), model.shared_norm takes one away and model.pre_norms:
   // false both. With sequence parallelism the replicated ones are split
-  // too. Backward moves about twice as much.
+  // too. model.clip_qkv's clamp reads and writes q, k and v (4w/h, split
+  // by TP). Backward moves about twice as much.
   const double norms =
       (m.pre_norms ? (m.shared_norm ? 1.0 : 2.0) : 0.0) + (m.post_norms ? 2.0 : 0.0);
   const double replicated = (14.0 + 4.0 * norms) / (p.sequence_parallel ? t : 1.0);
@@ -274,7 +275,9 @@ LayerCost layer_cost(const nn::GptConfig& m, const ClusterSpec& c, const Paralle
       moe ? (k * static_cast<double>(m.expert_fc_width() + m.expert_ffn()) + shared_width) * 2.0 / h
           : 2.0 * (fc + f) / h;
   const double dispatch_bytes = moe ? 8.0 * k : 0.0;
-  const double token_bytes_fwd = tokens * h * (replicated + act_bytes / t + dispatch_bytes);
+  const double clip_bytes = m.clip_qkv > 0 ? 4.0 * static_cast<double>(m.qkv_width()) / h : 0.0;
+  const double token_bytes_fwd =
+      tokens * h * (replicated + (act_bytes + clip_bytes) / t + dispatch_bytes);
   // model.lora.dropout's passes, as many backward (the mask drawn again,
   // the transposes' gradients) as forward.
   const double lora_bytes = tokens * lora_dropout_widths(m, t).passes() * 2.0 * kFp16;
@@ -938,7 +941,10 @@ Estimate price(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int globa
   // which the residual keeps): 4 sbh fewer. Query/key norms keep q and k
   // as c_attn made them (2(q + kv)/h), split by TP per head; over all the
   // heads (model.qk_norm: full) every rank keeps them gathered, whole.
+  // model.clip_qkv's clamp keeps c_attn's output as it was (2w/h more),
+  // split by TP with its heads.
   const double qkv_acts = 2.0 * static_cast<double>(m.qkv_width()) / h;
+  const double clip_acts = m.clip_qkv > 0 ? qkv_acts : 0.0;
   const double attn_out = 2.0 * static_cast<double>(m.q_width()) / h;
   const double norm_acts =
       (m.post_norms ? 4.0 : 0.0) - (m.shared_norm ? 4.0 : 0.0) - (m.pre_norms ? 0.0 : 4.0);
@@ -961,8 +967,8 @@ Estimate price(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int globa
               : 0;
   const double mlp_acts = std::max(any_dense ? 2.0 * (fc_w + ffn_w) / h : 0.0, moe_acts);
   const double unsplit_moe = any_moe ? 4.0 * k_moe : 0.0;
-  const double split = attn_out + qkv_acts + mlp_acts + qk_split,
-               whole = 18.0 + norm_acts + mlp_acts + unsplit_moe + qk_split;
+  const double split = attn_out + qkv_acts + mlp_acts + qk_split + clip_acts,
+               whole = 18.0 + norm_acts + mlp_acts + unsplit_moe + qk_split + clip_acts;
   const double unsplit = unsplit_dense + unsplit_moe;
   // The adapters' dropped-out inputs (model.lora.dropout), kept unless the
   // whole layer is recomputed.

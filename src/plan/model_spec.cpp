@@ -92,6 +92,8 @@ nn::GptConfig parse_model_spec(const std::string& yaml_text, const std::string& 
          [&](const YAML::Node& v) { c.norm_weight_offset = v.as<bool>(); });
   option("norm_affine", "true or false",
          [&](const YAML::Node& v) { c.norm_affine = v.as<bool>(); });
+  option("clip_qkv", "a number >= 0 (0: none)",
+         [&](const YAML::Node& v) { c.clip_qkv = v.as<double>(); });
   option("post_norms", "true or false", [&](const YAML::Node& v) { c.post_norms = v.as<bool>(); });
   // The parallel residual reduces under tensor parallelism once a layer
   // fewer, unless dropout acts on each sublayer's output alone.
@@ -195,6 +197,7 @@ nn::GptConfig parse_model_spec(const std::string& yaml_text, const std::string& 
                                                  "embedding_multiplier",
                                                  "norm_weight_offset",
                                                  "norm_affine",
+                                                 "clip_qkv",
                                                  "post_norms",
                                                  "pre_norms",
                                                  "parallel_residual",

@@ -884,8 +884,8 @@ TEST(HfConfig, MixtralAndQwen3MoeConfigsAreTheirMixtures) {
 
 // OLMo-7B-hf's config.json as published: LLaMA's blocks with LayerNorms
 // that learn nothing (eps 1e-5, which the file does not say); the
-// published count (6.89B; OLMo-1B's 1.18B with its tied head), and a
-// clip_qkv, attention biases or another activation refused.
+// published count (6.89B; OLMo-1B's 1.18B with its tied head), OLMo 7B
+// 0424's clip_qkv read, and attention biases or another activation refused.
 TEST(HfConfig, OlmoConfigIsItsOwn) {
   const std::string olmo = R"({
     "architectures": ["OlmoForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
@@ -915,9 +915,10 @@ TEST(HfConfig, OlmoConfigIsItsOwn) {
   one_b = edited(edited(edited(one_b, "num_attention_heads", "16"), "num_key_value_heads", "16"),
                  "tie_word_embeddings", "true");
   EXPECT_EQ(gpt_config_from_hf(one_b, "OLMo-1B-hf/config.json").num_parameters(), 1'176'764'416);
-  EXPECT_NE(error_of(edited(olmo, "clip_qkv", "8.0"))
-                .find("'clip_qkv' (8.0): clamping q, k and v is not implemented"),
-            std::string::npos);
+  EXPECT_EQ(o.clip_qkv, 0.0);  // (null: none)
+  // OLMo-7B-0424-hf's clamp.
+  EXPECT_EQ(gpt_config_from_hf(edited(olmo, "clip_qkv", "8.0"), "m").clip_qkv, 8.0);
+  EXPECT_NE(error_of(edited(olmo, "clip_qkv", "-1")).find("'clip_qkv' (-1)"), std::string::npos);
   EXPECT_NE(error_of(edited(olmo, "attention_bias", "true")).find("attention_bias"),
             std::string::npos);
   EXPECT_NE(error_of(edited(olmo, "hidden_act", "\"gelu\"")).find("hidden_act"), std::string::npos);
@@ -926,7 +927,7 @@ TEST(HfConfig, OlmoConfigIsItsOwn) {
 // OLMo-2-1124-7B's and OLMoE-1B-7B-0924's config.json as published: OLMo 2's
 // blocks normalise only their sublayers' outputs, both classes normalise
 // all the queries together and all the keys together; the published
-// counts (7.30B; OLMoE's 6.92B with 1.28B active), and clip_qkv refused.
+// counts (7.30B; OLMoE's 6.92B with 1.28B active), and clip_qkv read.
 TEST(HfConfig, Olmo2AndOlmoeConfigsAreTheirs) {
   const std::string olmo2 = R"({
     "architectures": ["Olmo2ForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
@@ -976,9 +977,8 @@ TEST(HfConfig, Olmo2AndOlmoeConfigsAreTheirs) {
   EXPECT_EQ(e.num_parameters(), 6'919'161'856);
   EXPECT_DOUBLE_EQ(e.active_parameter_count(), 1'282'017'280.0);
   EXPECT_EQ(std::string(hf_architecture(e)), "OlmoeForCausalLM");
-  EXPECT_NE(error_of(edited(olmoe, "clip_qkv", "8.0"))
-                .find("'clip_qkv' (8.0): clamping q, k and v is not implemented"),
-            std::string::npos);
+  EXPECT_EQ(e.clip_qkv, 0.0);
+  EXPECT_EQ(gpt_config_from_hf(edited(olmoe, "clip_qkv", "8.0"), "m").clip_qkv, 8.0);
   EXPECT_NE(error_of(edited(olmoe, "num_experts_per_tok", "65")).find("num_experts_per_tok"),
             std::string::npos);
 }

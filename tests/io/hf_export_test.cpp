@@ -96,6 +96,7 @@ void expect_same_model(const nn::GptConfig& a, const nn::GptConfig& b) {
   EXPECT_EQ(a.post_norms, b.post_norms);
   EXPECT_EQ(a.pre_norms, b.pre_norms);
   EXPECT_EQ(a.norm_affine, b.norm_affine);
+  EXPECT_EQ(a.clip_qkv, b.clip_qkv);
   EXPECT_DOUBLE_EQ(a.layer_norm_eps, b.layer_norm_eps);
   EXPECT_EQ(a.qk_norm_full, b.qk_norm_full);
   EXPECT_EQ(a.parallel_residual, b.parallel_residual);
@@ -486,6 +487,7 @@ TEST(HfExport, OlmoRoundTripsAndNoOtherClassHoldsIt) {
   olmo.normalization = nn::Normalization::LayerNorm;
   olmo.layer_norm_eps = 1e-5;
   olmo.norm_affine = false;
+  olmo.clip_qkv = 2.5;
   EXPECT_EQ(std::string(hf_architecture(olmo)), "OlmoForCausalLM");
   nn::Gpt model(olmo, 3);
   testing::TempDir dir;
@@ -500,9 +502,14 @@ TEST(HfExport, OlmoRoundTripsAndNoOtherClassHoldsIt) {
   std::ifstream config(dir.file("hf/config.json"));
   const nlohmann::json j = nlohmann::json::parse(config);
   EXPECT_EQ(j.at("model_type"), "olmo");
-  EXPECT_TRUE(j.at("clip_qkv").is_null());
+  EXPECT_EQ(j.at("clip_qkv"), 2.5);
   EXPECT_FALSE(j.contains("rms_norm_eps"));
+  // Only OLMo's classes clamp q, k and v.
+  nn::GptConfig clipped_llama = llama(false, 2);
+  clipped_llama.clip_qkv = 2.5;
+  EXPECT_NE(hf_misfit(clipped_llama, "llama").find("model.clip_qkv is set"), std::string::npos);
   nn::GptConfig learned = olmo;
+  learned.clip_qkv = 0.0;
   learned.norm_affine = true;
   EXPECT_NE(hf_misfit(learned, "olmo").find("model.norm_affine is true"), std::string::npos);
   EXPECT_EQ(std::string(hf_model_type(learned)), "stablelm");

@@ -304,6 +304,38 @@ TEST(NonAffineNorms, NormaliseEachTokenToZeroMeanAndUnitVariance) {
   EXPECT_THROW(LayerNorm(16, 1e-5, DType::F32, true, true, false), ValueError);
 }
 
+// model.clip_qkv clamps c_attn's outputs: a bound above every value leaves
+// the model as it was, bit for bit; a bound inside their spread changes the
+// logits and stops the gradient of every clamped value (c_attn's weight
+// gradient shrinks); the bound must be a finite number >= 0.
+TEST(ClipQkv, ClampsTheProjectionsAndStopsTheirGradients) {
+  const GptConfig c = olmo_config();
+  const Tensor ids = from_vector(std::vector<int64_t>{1, 2, 3, 4, 5, 9, 7, 3}, {2, 4});
+  const Tensor targets = from_vector(std::vector<int64_t>{2, 3, 4, 5, 9, 7, 3, 1}, {2, 4});
+  auto run = [&](double clip) {
+    GptConfig k = c;
+    k.clip_qkv = clip;
+    Gpt m(k, 5);
+    const Tensor logits = m.forward(ids, {false, 0, 0});
+    autograd::backward({m.loss(ids, targets)});
+    double g = 0;
+    for (const auto& [name, p] : m.named_parameters()) {
+      if (name.find("c_attn") != std::string::npos) g += sum_of_squares(p.grad());
+    }
+    return std::pair{logits, g};
+  };
+  const auto [plain, plain_grad] = run(0.0);
+  const auto [loose, loose_grad] = run(1e6);
+  const auto [tight, tight_grad] = run(0.02);
+  EXPECT_EQ(worst_difference(plain, loose), 0.0);
+  EXPECT_EQ(plain_grad, loose_grad);
+  EXPECT_GT(worst_difference(plain, tight), 1e-4);
+  EXPECT_LT(tight_grad, plain_grad);
+  GptConfig bad = c;
+  bad.clip_qkv = -1.0;
+  triad::testing::expect_invalid(bad, "model.clip_qkv (-1.000000) must be a finite number >= 0");
+}
+
 TEST(NonAffineNorms, ConfigIsChecked) {
   GptConfig c = olmo_config();
   c.validate();

@@ -394,6 +394,14 @@ inline std::vector<OpCase> op_cases() {
                  return std::vector<Tensor>{rnd({5, 7}, d, 1, 3.0)};
                },
                [](const std::vector<Tensor>& x) { return soft_cap(x[0], 2.0); }});
+  // Clamping: bounds inside the inputs' spread, so that values below, inside
+  // and above them all occur (none within the finite differences' step of
+  // a bound).
+  c.push_back({"clamp",
+               [](DType d) {
+                 return std::vector<Tensor>{rnd({6, 7}, d, 4, 2.0)};
+               },
+               [](const std::vector<Tensor>& x) { return clamp(x[0], -0.75, 1.25); }});
   // Rotary embedding: the rows' own positions (head dim 4), a key/value-cache
   // step's offset far along (large angles, head dim 6), and packed documents'
   // positions on the device (head dim 8, another theta).

@@ -815,9 +815,11 @@ TEST_F(Gpt2Parity, Olmo2DirectoryReadsAndExportsAsHuggingFacesOlmo2) {
   EXPECT_GT(worst, 1e-3);
 }
 
-// OLMo's blocks (LLaMA's with LayerNorms that learn nothing) from an
-// OlmoForCausalLM directory, which stores no norms: logits, loss and every
-// gradient; exported again, the same directory.
+// OLMo's blocks (LLaMA's with LayerNorms that learn nothing, q, k and v
+// clamped by clip_qkv) from an OlmoForCausalLM directory, which stores no
+// norms: logits, loss and every gradient (the clamped values' stopped);
+// exported again, the same directory. Without the clamp, not the
+// reference's logits: the clip bites.
 TEST_F(Gpt2Parity, OlmoDirectoryReadsAndExportsAsHuggingFacesOlmo) {
   const std::string dir = ref_dir() + "/olmo_hf";
   const nn::GptConfig cfg = io::load_hf_config(dir);
@@ -825,11 +827,22 @@ TEST_F(Gpt2Parity, OlmoDirectoryReadsAndExportsAsHuggingFacesOlmo) {
   EXPECT_FALSE(cfg.norm_affine);
   EXPECT_FALSE(cfg.rms_norm());
   EXPECT_EQ(cfg.layer_norm_eps, 1e-5);
+  EXPECT_GT(cfg.clip_qkv, 0.0);
   nn::Gpt model(cfg, 1);
   io::load_gpt2_safetensors(model, dir);
   for (const auto& [name, t] : model.state_dict()) EXPECT_EQ(name.find("ln_"), std::string::npos);
   expect_step_zero_matches(model, ref_, "olmo.");
   expect_exports_as_written(model, dir);
+  nn::GptConfig unclipped = cfg;
+  unclipped.clip_qkv = 0.0;
+  nn::Gpt m(unclipped, 1);
+  m.load_state_dict(model.state_dict());
+  const std::vector<double> got =
+      to_double_vector(m.forward(cast(ref_.at("input_ids"), DType::I64)));
+  const std::vector<double> want = to_double_vector(ref_.at("olmo.logits"));
+  double worst = 0;
+  for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, std::abs(got[i] - want[i]));
+  EXPECT_GT(worst, 1e-3);
 }
 
 // OLMoE's blocks (pre-norms, the full query/key norms, 4 experts on every

@@ -181,12 +181,15 @@ class Gpt(torch.nn.Module):
                  norm_offset=False, post_norms=False, rope_local_theta=None, attn_scalar=None,
                  attn_softcap=None, final_softcap=None, rope_dim=None, parallel=False,
                  gelu_exact=False, shared_norm=False, head_bias=False, mlp_bias=None,
-                 interleaved_rope=False, moe=None, pre_norms=True, norm_affine=True):
+                 interleaved_rope=False, moe=None, pre_norms=True, norm_affine=True,
+                 clip_qkv=None):
         super().__init__()
         # OLMo 2's: no norm before either sublayer (post_norms normalise
         # their outputs instead); with qk_norm="full" (OLMo 2's, OLMoE's)
         # one RMSNorm over all the queries and one over all the keys.
         self.pre_norms = pre_norms
+        # OLMo's clip_qkv: q, k and v clamped to [-clip_qkv, clip_qkv].
+        self.clip_qkv = clip_qkv
         # OLMo's: LayerNorms without weight or bias (norm_affine=False).
         def stream_norm():
             if rms_norm:
@@ -340,6 +343,8 @@ class Gpt(torch.nn.Module):
         for layer, b in enumerate(self.h):
             layer_mask = full_mask if layer in self.full_layers else mask
             qkv = b.attn.c_attn(b.ln_1(x) if self.pre_norms else x)
+            if self.clip_qkv is not None:  # as Hugging Face's Olmo does, before any norm
+                qkv = qkv.clamp(min=-self.clip_qkv, max=self.clip_qkv)
             q, k, v = qkv.split([NH * D, NKV * D, NKV * D], dim=2)
             if self.qk_norm == "full":  # as Hugging Face's Olmo2 does, before the split
                 q, k = b.attn.q_norm(q), b.attn.k_norm(k)
@@ -576,7 +581,7 @@ def save_hf_olmo(model, directory):
               "num_hidden_layers": CFG["n_layer"], "num_attention_heads": CFG["n_head"],
               "num_key_value_heads": model.kv_heads, "hidden_act": "silu",
               "vocab_size": CFG["vocab_size"], "max_position_embeddings": CFG["seq_len"],
-              "rope_theta": ROPE_THETA, "attention_bias": False, "clip_qkv": None,
+              "rope_theta": ROPE_THETA, "attention_bias": False, "clip_qkv": model.clip_qkv,
               "tie_word_embeddings": False}
     with open(os.path.join(directory, "config.json"), "w") as f:
         json.dump(config, f)
@@ -1304,10 +1309,16 @@ def main():
     ref["olmo2.greedy_tokens"] = torch.tensor(greedy_continuation(olmo2), dtype=torch.float32)
     save_hf_olmo2(olmo2, os.path.join(out, "olmo2_generator"))
     # OLMo's (the first): LLaMA's blocks with LayerNorms that learn nothing
-    # (no weight, no bias), grouped key/value heads, an untied head; step 0
-    # from an OlmoForCausalLM directory.
+    # (no weight, no bias), q, k and v clamped (clip_qkv), grouped key/value
+    # heads, an untied head; step 0 from an OlmoForCausalLM directory.
     olmo = Gpt(CFG, ROPE_THETA, SWIGLU_FFN, rms_norm=False, bias=False, tie=False,
                kv_heads=LLAMA_KV_HEADS, norm_affine=False)
+    # Its clip_qkv where it bites: the 70th percentile of the first layer's
+    # |q|, |k| and |v| on this batch, so that some values of every layer are
+    # clamped and their gradients stopped.
+    with torch.no_grad():
+        first = olmo.h[0].attn.c_attn(olmo.h[0].ln_1(olmo.wte(x))).abs().flatten()
+        olmo.clip_qkv = float(f"{first.quantile(0.7).item():.3g}")
     save_hf_olmo(olmo, os.path.join(out, "olmo_hf"))
     record_step_zero(olmo, x, y, "olmo.", ref)
     # OLMoE's: pre-norm blocks with those query/key norms and 4 experts on

@@ -1089,6 +1089,18 @@ TEST(PlannerFiles, ClusterAndModelFilesAreValidated) {
   EXPECT_LT(estimate(olmo, selene(), 8, 8, layout(1, 1, 8, 1, Recompute::Selective)).memory_bytes,
             estimate(olmo_learned, selene(), 8, 8, layout(1, 1, 8, 1, Recompute::Selective))
                 .memory_bytes);
+  // OLMo 7B 0424's clip_qkv: the clamp keeps c_attn's output as it was, 2
+  // bytes for each of q, k and v (3 x 4096) per token, split by TP, and
+  // its passes cost time.
+  nn::GptConfig clipped = olmo;
+  clipped.clip_qkv = 8.0;
+  const ParallelConfig clip_tp2 = layout(2, 1, 4, 1, Recompute::Selective);
+  const double tokens = 2048.0 * 1;  // seq_len, micro batch 1
+  EXPECT_NEAR(estimate(clipped, selene(), 8, 8, clip_tp2).activation_bytes -
+                  estimate(olmo, selene(), 8, 8, clip_tp2).activation_bytes,
+              32 * tokens * 2 * 3 * 4096 / 2, 1e-9 * tokens * 4096 * 32);
+  EXPECT_GT(estimate(clipped, selene(), 8, 8, clip_tp2).memory_bound_time,
+            estimate(olmo, selene(), 8, 8, clip_tp2).memory_bound_time);
   // OLMo 2 7B: no pre-norms, two post-norms and the query/key norms over
   // all the heads (4096 each); Hugging Face's count. Under tensor
   // parallelism its query/key norms gather the queries and keys: more

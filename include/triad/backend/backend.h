@@ -105,6 +105,13 @@ class Backend {
   virtual void soft_cap(const Tensor& x, double cap, Tensor& y) = 0;
   // Its backward from the output: dx = dy * (1 - (y / cap)^2); contiguous.
   virtual void soft_cap_backward(const Tensor& y, const Tensor& dy, double cap, Tensor& dx) = 0;
+  // Clamping (OLMo's clip_qkv): y = min(max(x, lo), hi), lo <= hi; x and y
+  // contiguous, and may be one tensor.
+  virtual void clamp(const Tensor& x, double lo, double hi, Tensor& y) = 0;
+  // Its backward from the input: dx = dy where lo <= x <= hi (bounds
+  // included, as PyTorch's), 0 elsewhere; contiguous.
+  virtual void clamp_backward(const Tensor& x, const Tensor& dy, double lo, double hi,
+                              Tensor& dx) = 0;
   // A gated linear unit over the last dimension: x (rows, 2F) = [a | b] ->
   // y (rows, F) = act(a) * b, act silu (SwiGLU: a * sigmoid(a)) or GELU's
   // tanh approximation (GeGLU). Backward: dx = [dy * b * act'(a) | dy *

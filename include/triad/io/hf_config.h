@@ -27,12 +27,12 @@ namespace triad::io {
 //    query_pre_attn_scalar; and "gemma3" (the multimodal checkpoints, 4B and
 //    up): its text_config's language model alone;
 //  - "olmo" (LayerNorms without weights or biases: model.norm_affine
-//    false; a non-null clip_qkv is refused), "olmo2" (no norms before the
+//    false; clip_qkv as model.clip_qkv), "olmo2" (no norms before the
 //    sublayers, their outputs normalised:
 //    model.pre_norms false, model.post_norms; one RMSNorm over all the
 //    queries and one over all the keys: model.qk_norm full) and "olmoe"
 //    (pre-norm blocks with those query/key norms and a mixture of experts
-//    on every layer; a non-null clip_qkv is refused);
+//    on every layer; clip_qkv as OLMo's);
 // GPTNeoXForCausalLM ("gpt_neox", Pythia's: rotary_pct's partial rotation
 // as model.rope_dim, rotary_emb_base, use_parallel_residual as
 // model.parallel_residual, hidden_act "gelu" as model.activation gelu_erf,

@@ -114,6 +114,10 @@ struct GptConfig {
   // one over all the keys (kv_heads() * head_dim()), before the heads are
   // split apart. Needs qk_norm.
   bool qk_norm_full = false;
+  // OLMo's clip_qkv (config key model.clip_qkv): c_attn's outputs, q, k
+  // and v alike, clamped to [-clip_qkv, clip_qkv] before the query/key norms
+  // and the rotation. 0: none.
+  double clip_qkv = 0.0;
   // The query and key norms' widths.
   int64_t q_norm_width() const { return qk_norm_full ? q_width() : head_dim(); }
   int64_t k_norm_width() const { return qk_norm_full ? kv_heads() * head_dim() : head_dim(); }
@@ -506,13 +510,14 @@ class CausalSelfAttention : public Module {
                         const Tensor& text_starts = {}) const;
 
  private:
-  // c_attn, then the query/key norms (model.qk_norm) and the rotary
+  // c_attn, then its clamp (model.clip_qkv), the query/key norms (model.qk_norm) and the rotary
   // embedding from `start` or at `positions`.
   Tensor project(const Tensor& x, const Tensor& positions, int64_t start,
                  const DropoutDraw& draw) const;
 
   std::shared_ptr<Linear> c_attn_, c_proj_;
   std::shared_ptr<LayerNorm> q_norm_, k_norm_;  // model.qk_norm only
+  double clip_qkv_ = 0.0;                       // model.clip_qkv (0: none)
   bool qk_norm_full_ = false;                   // model.qk_norm: full
   AttentionHeads heads_;
   int64_t head_dim_;

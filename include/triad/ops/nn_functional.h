@@ -43,6 +43,11 @@ Tensor softmax(const Tensor& x);
 // exceeds cap while small ones pass almost unchanged.
 Tensor soft_cap(const Tensor& x, double cap);
 
+// Clamping (OLMo's clip_qkv): min(max(x, lo), hi) elementwise, lo <= hi,
+// both finite. Its gradient passes where lo <= x <= hi (the bounds
+// included, as PyTorch's clamp) and is 0 elsewhere.
+Tensor clamp(const Tensor& x, double lo, double hi);
+
 // Causal multi-head self-attention with scale 1/sqrt(head_dim).
 // qkv (B, T, 3*C) = [q | k | v], each C = n_head * head_dim -> (B, T, C).
 // Grouped-query attention: heads {n_head, n_kv_head} with qkv (B, T,

@@ -164,6 +164,32 @@ void CpuBackend::soft_cap_backward(const Tensor& y, const Tensor& dy, double cap
   });
 }
 
+void CpuBackend::clamp(const Tensor& x, double lo, double hi, Tensor& y) {
+  dispatch_float(x.dtype(), "clamp", [&](auto tag) {
+    using T = decltype(tag);
+    const T* px = x.data<T>();
+    T* py = y.data<T>();
+    const int64_t n = x.numel();
+    const T l = static_cast<T>(lo), h = static_cast<T>(hi);
+#pragma omp parallel for simd schedule(static) if (n > 4096)
+    for (int64_t i = 0; i < n; ++i) py[i] = px[i] < l ? l : (px[i] > h ? h : px[i]);
+  });
+}
+
+void CpuBackend::clamp_backward(const Tensor& x, const Tensor& dy, double lo, double hi,
+                                Tensor& dx) {
+  dispatch_float(x.dtype(), "clamp_backward", [&](auto tag) {
+    using T = decltype(tag);
+    const T* px = x.data<T>();
+    const T* pdy = dy.data<T>();
+    T* pdx = dx.data<T>();
+    const int64_t n = x.numel();
+    const T l = static_cast<T>(lo), h = static_cast<T>(hi);
+#pragma omp parallel for simd schedule(static) if (n > 4096)
+    for (int64_t i = 0; i < n; ++i) pdx[i] = px[i] >= l && px[i] <= h ? pdy[i] : T(0);
+  });
+}
+
 // A gated linear unit: y = act(a) * b with a, b the two halves of each row
 // of x. Both gates are a * s for a sigmoid s: silu's s = sigmoid(a), GELU's
 // (tanh approximation) s = sigmoid(2u) with u = k0 (a + k1 a^3).

@@ -105,6 +105,21 @@ void HalfAdapter::soft_cap_backward(const Tensor& y, const Tensor& dy, double ca
   w.finish();
 }
 
+void HalfAdapter::clamp(const Tensor& x, double lo, double hi, Tensor& y) {
+  Widen w(inner_);
+  Tensor o = same_data(x, y) ? w.inout(y) : w.out(y);
+  inner_.clamp(same_data(x, y) ? o : w.in(x), lo, hi, o);
+  w.finish();
+}
+
+void HalfAdapter::clamp_backward(const Tensor& x, const Tensor& dy, double lo, double hi,
+                                 Tensor& dx) {
+  Widen w(inner_);
+  Tensor o = w.out(dx);
+  inner_.clamp_backward(w.in(x), w.in(dy), lo, hi, o);
+  w.finish();
+}
+
 void HalfAdapter::layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias,
                                      double eps, Tensor& y, Tensor& mean, Tensor& rstd) {
   Widen w(inner_);

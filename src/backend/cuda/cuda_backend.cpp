@@ -21,6 +21,7 @@
 #include "kernels/adamw.h"
 #include "kernels/attention.h"
 #include "kernels/cached_attention.h"
+#include "kernels/clamp.h"
 #include "kernels/cross_entropy.h"
 #include "kernels/elementwise.h"
 #include "kernels/embedding.h"
@@ -660,6 +661,24 @@ void CudaBackend::soft_cap_backward(const Tensor& y, const Tensor& dy, double ca
   launch(s.index, s.stream, "soft_cap_backward", [&] {
     k::soft_cap_backward(y.raw_data(), dy.raw_data(), dx.raw_data(), scalar(y.dtype()), y.numel(),
                          cap, s.stream);
+  });
+}
+
+void CudaBackend::clamp(const Tensor& x, double lo, double hi, Tensor& y) {
+  DeviceState& s = state(y.device().index);
+  DeviceGuard g(s.index);
+  launch(s.index, s.stream, "clamp", [&] {
+    k::clamp(x.raw_data(), y.raw_data(), scalar(x.dtype()), x.numel(), lo, hi, s.stream);
+  });
+}
+
+void CudaBackend::clamp_backward(const Tensor& x, const Tensor& dy, double lo, double hi,
+                                 Tensor& dx) {
+  DeviceState& s = state(dx.device().index);
+  DeviceGuard g(s.index);
+  launch(s.index, s.stream, "clamp_backward", [&] {
+    k::clamp_backward(x.raw_data(), dy.raw_data(), dx.raw_data(), scalar(x.dtype()), x.numel(), lo,
+                      hi, s.stream);
   });
 }
 

@@ -41,6 +41,8 @@ class CudaBackend final : public Backend {
   void gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx, GeluForm form) override;
   void soft_cap(const Tensor& x, double cap, Tensor& y) override;
   void soft_cap_backward(const Tensor& y, const Tensor& dy, double cap, Tensor& dx) override;
+  void clamp(const Tensor& x, double lo, double hi, Tensor& y) override;
+  void clamp_backward(const Tensor& x, const Tensor& dy, double lo, double hi, Tensor& dx) override;
   void glu_forward(const Tensor& x, Tensor& y, GluGate gate) override;
   void glu_backward(const Tensor& x, const Tensor& dy, Tensor& dx, GluGate gate) override;
   void linear_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y,

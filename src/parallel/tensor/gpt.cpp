@@ -590,6 +590,8 @@ Tensor TensorParallelGpt::block_forward(int64_t i, const Tensor& x,
   const nn::DropoutDraw draw = ctx.draw();
   const Tensor normed = L.ln_1 ? L.ln_1->forward(x) : x;  // (none without model.pre_norms)
   Tensor qkv = L.c_attn->forward(normed, draw);           // the whole sequence, local heads
+  // (model.clip_qkv: elementwise, so each rank clamps its own heads.)
+  if (cfg_.clip_qkv > 0) qkv = clamp(qkv, -cfg_.clip_qkv, cfg_.clip_qkv);
   const int64_t t = group_->size();
   const AttentionHeads heads =
       AttentionHeads{cfg_.n_head / t, cfg_.kv_heads_per_rank(t)}.with_softcap(
