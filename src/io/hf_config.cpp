@@ -646,8 +646,7 @@ nn::GptConfig gpt_config_from_hf(const std::string& json_text, const std::string
         source + ": model_type '" + type +
         "' is not supported (llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe, gemma, "
         "gemma2, gemma3_text, gemma3, phi3, stablelm, olmo, olmo2, olmoe, gpt_neox, phi, falcon, "
-        "gptj, "
-        "codegen or gpt2)");
+        "gptj, codegen or gpt2)");
   }
   c.hf_type = type;  // (an export writes the class it came from)
   try {
