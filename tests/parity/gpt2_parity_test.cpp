@@ -33,6 +33,24 @@
 namespace triad {
 namespace {
 
+// The largest |a[i] - b[i]| over two lists of one length.
+double worst_difference(const std::vector<double>& a, const std::vector<double>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double worst = 0;
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i)
+    worst = std::max(worst, std::abs(a[i] - b[i]));
+  return worst;
+}
+
+// How far `model`'s logits on the reference's input are from the
+// reference's logits under `prefix`: a model that departs from the
+// reference's must land away from them.
+double logits_away_from(const nn::Gpt& model, const std::map<std::string, Tensor>& ref,
+                        const std::string& prefix) {
+  return worst_difference(to_double_vector(model.forward(cast(ref.at("input_ids"), DType::I64))),
+                          to_double_vector(ref.at(prefix + "logits")));
+}
+
 std::string ref_dir() {
   const char* d = std::getenv("TRIAD_PARITY_REFERENCE");
   return d ? d : "";
@@ -99,8 +117,7 @@ TEST_F(Gpt2Parity, LogitsLossAndEveryGradientAtStepZero) {
   Tensor logits = model.forward(ids);
   auto got = to_double_vector(logits), want = to_double_vector(ref_.at("logits"));
   ASSERT_EQ(got.size(), want.size());
-  double worst = 0;
-  for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, std::abs(got[i] - want[i]));
+  const double worst = worst_difference(got, want);
   EXPECT_LE(worst, 1e-5) << "max |logits diff|";
 
   Tensor loss = cross_entropy(logits, targets);
@@ -134,8 +151,7 @@ void expect_step_zero_matches(const nn::Gpt& model, const std::map<std::string, 
   Tensor logits = model.forward(ids);
   auto got = to_double_vector(logits), want = to_double_vector(ref.at(prefix + "logits"));
   ASSERT_EQ(got.size(), want.size());
-  double worst = 0;
-  for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, std::abs(got[i] - want[i]));
+  const double worst = worst_difference(got, want);
   EXPECT_LE(worst, 1e-5) << "max |logits diff|";
   Tensor loss = cross_entropy(logits, targets);
   const double ref_loss = item(ref.at(prefix + "loss"));
@@ -506,8 +522,7 @@ TEST_F(Gpt2Parity, GptNeoxDirectoryReadsAndExportsAsHuggingFacesGptNeox) {
     nn::Gpt m(other, 1);
     io::load_gpt2_safetensors(m, dir);
     const std::vector<double> got = to_double_vector(m.forward(ids));
-    double worst = 0;
-    for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, std::abs(got[i] - want[i]));
+    const double worst = worst_difference(got, want);
     EXPECT_GT(worst, 3e-5) << "change " << change;
   }
 
@@ -622,8 +637,7 @@ TEST_F(Gpt2Parity, PhiDirectoryReadsAndExportsAsHuggingFacesPhi) {
   weights.erase("lm_head.bias");
   m.load_state_dict(weights);
   const std::vector<double> got = to_double_vector(m.forward(ids));
-  double worst = 0;
-  for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, std::abs(got[i] - want[i]));
+  const double worst = worst_difference(got, want);
   EXPECT_GT(worst, 1e-2);
   expect_exports_as_written(model, dir);
 }
@@ -714,8 +728,7 @@ TEST_F(Gpt2Parity, MixtralDirectoryReadsTrainsAndExportsAsHuggingFacesMixtral) {
   const std::vector<double> got =
       to_double_vector(plain.state_dict().at("h.0.mlp.router.weight").grad());
   const std::vector<double> want = to_double_vector(ref_.at("mixtral.grad.h.0.mlp.router.weight"));
-  double worst = 0;
-  for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, std::abs(got[i] - want[i]));
+  const double worst = worst_difference(got, want);
   EXPECT_GT(worst, 1e-4);
 }
 
@@ -771,12 +784,7 @@ TEST_F(Gpt2Parity, Qwen2MoeDirectoryReadsAndExportsAsHuggingFacesQwen2Moe) {
   for (const char* layer : {"h.0", "h.1"})
     weights.erase(std::string(layer) + ".mlp.shared_gate.weight");
   m.load_state_dict(weights);
-  const std::vector<double> got =
-      to_double_vector(m.forward(cast(ref_.at("input_ids"), DType::I64)));
-  const std::vector<double> want = to_double_vector(ref_.at("qwen2_moe.logits"));
-  double worst = 0;
-  for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, std::abs(got[i] - want[i]));
-  EXPECT_GT(worst, 1e-3);
+  EXPECT_GT(logits_away_from(m, ref_, "qwen2_moe."), 1e-3);
 }
 
 // OLMo 2's blocks (no pre-norms, each sublayer's output normalised, one
@@ -807,12 +815,7 @@ TEST_F(Gpt2Parity, Olmo2DirectoryReadsAndExportsAsHuggingFacesOlmo2) {
       t = contiguous(narrow(t, 0, 0, cfg.head_dim()));
   }
   m.load_state_dict(weights);
-  const std::vector<double> got =
-      to_double_vector(m.forward(cast(ref_.at("input_ids"), DType::I64)));
-  const std::vector<double> want = to_double_vector(ref_.at("olmo2.logits"));
-  double worst = 0;
-  for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, std::abs(got[i] - want[i]));
-  EXPECT_GT(worst, 1e-3);
+  EXPECT_GT(logits_away_from(m, ref_, "olmo2."), 1e-3);
 }
 
 // OLMo's blocks (LLaMA's with LayerNorms that learn nothing, q, k and v
@@ -837,12 +840,7 @@ TEST_F(Gpt2Parity, OlmoDirectoryReadsAndExportsAsHuggingFacesOlmo) {
   unclipped.clip_qkv = 0.0;
   nn::Gpt m(unclipped, 1);
   m.load_state_dict(model.state_dict());
-  const std::vector<double> got =
-      to_double_vector(m.forward(cast(ref_.at("input_ids"), DType::I64)));
-  const std::vector<double> want = to_double_vector(ref_.at("olmo.logits"));
-  double worst = 0;
-  for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, std::abs(got[i] - want[i]));
-  EXPECT_GT(worst, 1e-3);
+  EXPECT_GT(logits_away_from(m, ref_, "olmo."), 1e-3);
 }
 
 // OLMoE's blocks (pre-norms, the full query/key norms, 4 experts on every
@@ -887,8 +885,7 @@ TEST_F(Gpt2Parity, OlmoeDirectoryReadsAndExportsAsHuggingFacesOlmoe) {
   const std::vector<double> got =
       to_double_vector(plain.state_dict().at("h.0.mlp.router.weight").grad());
   const std::vector<double> want = to_double_vector(ref_.at("olmoe.grad.h.0.mlp.router.weight"));
-  double worst = 0;
-  for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, std::abs(got[i] - want[i]));
+  const double worst = worst_difference(got, want);
   EXPECT_GT(worst, 1e-4);
 }
 
@@ -941,8 +938,7 @@ TEST_F(Gpt2Parity, GptjDirectoryReadsAndExportsAsHuggingFacesGptj) {
   const Tensor ids = cast(ref_.at("input_ids"), DType::I64);
   const std::vector<double> got = to_double_vector(plain.forward(ids)),
                             want = to_double_vector(ref_.at("gptj.logits"));
-  double worst = 0;
-  for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, std::abs(got[i] - want[i]));
+  const double worst = worst_difference(got, want);
   EXPECT_GT(worst, 1e-3);
   expect_exports_as_written(model, dir, [](const std::string& name) {
     return name.find(".attn.bias") != std::string::npos ||

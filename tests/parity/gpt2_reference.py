@@ -437,12 +437,23 @@ def save_model(model, path):
     save_safetensors(path, {n: gpt2_layout(n, p) for n, p in model.named_parameters()})
 
 
+def llama_projections(model, b, p):
+    """Block b's q, k, v and o projections and its dense MLP's gate, up and
+    down under LLaMA's names at prefix p, each (out, in)."""
+    C, KV = model.c["n_head"] * model.D, model.kv_heads * model.D  # q's width, k's and v's
+    q, k, v = b.attn.c_attn.weight.split([C, KV, KV], 0)
+    gate, up = b.mlp.c_fc.weight.split(model.swiglu_ffn, 0)
+    return {p + "self_attn.q_proj.weight": q, p + "self_attn.k_proj.weight": k,
+            p + "self_attn.v_proj.weight": v, p + "self_attn.o_proj.weight": b.attn.c_proj.weight,
+            p + "mlp.gate_proj.weight": gate, p + "mlp.up_proj.weight": up,
+            p + "mlp.down_proj.weight": b.mlp.c_proj.weight}
+
+
 def save_hf_llama(model, path):
     """A LLaMA-style model under Hugging Face's LlamaForCausalLM (or, with
     q, k and v biases, Qwen2ForCausalLM; with query/key norms,
     Qwen3ForCausalLM) names and layout: q, k, v and gate, up as separate
     (out, in) projections; no lm_head when tied."""
-    F = model.swiglu_ffn
     C, KV = model.c["n_head"] * model.D, model.kv_heads * model.D  # q's width, k's and v's
     t = {"model.embed_tokens.weight": model.wte.weight, "model.norm.weight": model.ln_f.weight}
     if hasattr(model, "lm_head"):
@@ -453,19 +464,14 @@ def save_hf_llama(model, path):
             bq, bk, bv = b.attn.c_attn.bias.split([C, KV, KV], 0)
             t.update({p + "self_attn.q_proj.bias": bq, p + "self_attn.k_proj.bias": bk,
                       p + "self_attn.v_proj.bias": bv})
-        q, k, v = b.attn.c_attn.weight.split([C, KV, KV], 0)
-        gate, up = b.mlp.c_fc.weight.split(F, 0)
         if model.post_norms:  # Gemma 2's and 3's names for the four norms
             t.update({p + "post_attention_layernorm.weight": b.post_attn_norm.weight,
                       p + "pre_feedforward_layernorm.weight": b.ln_2.weight,
                       p + "post_feedforward_layernorm.weight": b.post_mlp_norm.weight})
         else:
             t[p + "post_attention_layernorm.weight"] = b.ln_2.weight
-        t.update({p + "input_layernorm.weight": b.ln_1.weight,
-                  p + "self_attn.q_proj.weight": q, p + "self_attn.k_proj.weight": k,
-                  p + "self_attn.v_proj.weight": v, p + "self_attn.o_proj.weight": b.attn.c_proj.weight,
-                  p + "mlp.gate_proj.weight": gate, p + "mlp.up_proj.weight": up,
-                  p + "mlp.down_proj.weight": b.mlp.c_proj.weight})
+        t[p + "input_layernorm.weight"] = b.ln_1.weight
+        t.update(llama_projections(model, b, p))
         if model.qk_norm:
             t.update({p + "self_attn.q_norm.weight": b.attn.q_norm.weight,
                       p + "self_attn.k_norm.weight": b.attn.k_norm.weight})
@@ -531,22 +537,15 @@ def save_hf_olmo2(model, directory):
     post_feedforward_layernorm the MLP's."""
     os.makedirs(directory, exist_ok=True)
     F_ = model.swiglu_ffn
-    C, KV = model.c["n_head"] * model.D, model.kv_heads * model.D
     t = {"model.embed_tokens.weight": model.wte.weight, "model.norm.weight": model.ln_f.weight,
          "lm_head.weight": model.lm_head.weight}
     for i, b in enumerate(model.h):
         p = f"model.layers.{i}."
-        q, k, v = b.attn.c_attn.weight.split([C, KV, KV], 0)
-        gate, up = b.mlp.c_fc.weight.split(F_, 0)
-        t.update({p + "self_attn.q_proj.weight": q, p + "self_attn.k_proj.weight": k,
-                  p + "self_attn.v_proj.weight": v,
-                  p + "self_attn.o_proj.weight": b.attn.c_proj.weight,
-                  p + "self_attn.q_norm.weight": b.attn.q_norm.weight,
+        t.update(llama_projections(model, b, p))
+        t.update({p + "self_attn.q_norm.weight": b.attn.q_norm.weight,
                   p + "self_attn.k_norm.weight": b.attn.k_norm.weight,
                   p + "post_attention_layernorm.weight": b.post_attn_norm.weight,
-                  p + "post_feedforward_layernorm.weight": b.post_mlp_norm.weight,
-                  p + "mlp.gate_proj.weight": gate, p + "mlp.up_proj.weight": up,
-                  p + "mlp.down_proj.weight": b.mlp.c_proj.weight})
+                  p + "post_feedforward_layernorm.weight": b.post_mlp_norm.weight})
     save_safetensors(os.path.join(directory, "model.safetensors"), t)
     config = {"architectures": ["Olmo2ForCausalLM"], "model_type": "olmo2",
               "hidden_size": CFG["d_model"], "intermediate_size": F_,
@@ -564,17 +563,9 @@ def save_hf_olmo(model, directory):
     an OlmoForCausalLM directory: LLaMA's names, and no norms at all."""
     os.makedirs(directory, exist_ok=True)
     F_ = model.swiglu_ffn
-    C, KV = model.c["n_head"] * model.D, model.kv_heads * model.D
     t = {"model.embed_tokens.weight": model.wte.weight, "lm_head.weight": model.lm_head.weight}
     for i, b in enumerate(model.h):
-        p = f"model.layers.{i}."
-        q, k, v = b.attn.c_attn.weight.split([C, KV, KV], 0)
-        gate, up = b.mlp.c_fc.weight.split(F_, 0)
-        t.update({p + "self_attn.q_proj.weight": q, p + "self_attn.k_proj.weight": k,
-                  p + "self_attn.v_proj.weight": v,
-                  p + "self_attn.o_proj.weight": b.attn.c_proj.weight,
-                  p + "mlp.gate_proj.weight": gate, p + "mlp.up_proj.weight": up,
-                  p + "mlp.down_proj.weight": b.mlp.c_proj.weight})
+        t.update(llama_projections(model, b, f"model.layers.{i}."))
     save_safetensors(os.path.join(directory, "model.safetensors"), t)
     config = {"architectures": ["OlmoForCausalLM"], "model_type": "olmo",
               "hidden_size": CFG["d_model"], "intermediate_size": F_,
