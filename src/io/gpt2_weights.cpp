@@ -1020,6 +1020,9 @@ std::map<std::string, std::string> gpt2_metadata(const nn::GptConfig& c) {
     meta["final_logit_softcap"] = std::to_string(c.final_logit_softcap);
   if (c.embedding_multiplier != 1.0)
     meta["embedding_multiplier"] = std::to_string(c.embedding_multiplier);
+  if (c.residual_multiplier != 1.0)
+    meta["residual_multiplier"] = std::to_string(c.residual_multiplier);
+  if (c.logit_scale != 1.0) meta["logit_scale"] = std::to_string(c.logit_scale);
   if (c.rotary()) {
     meta["position_embedding"] = nn::position_embedding_string(c.position_embedding);
     meta["rope_theta"] = std::to_string(c.rope_theta);

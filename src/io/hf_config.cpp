@@ -286,6 +286,26 @@ nn::GptConfig llama_config(const Keys& k, const std::string& type) {
   }
   if (type == "stablelm" || type == "phi3")
     c.rope_dim = rotated_dims(k, "partial_rotary_factor", type == "phi3" ? 1.0 : 0.25, c);
+  // Granite (3.0 to 3.3): LLaMA's blocks with four scalars, each 1 when
+  // left out (GraniteConfig's defaults): the token embeddings times
+  // embedding_multiplier, each sublayer's output times residual_multiplier,
+  // the attention's scores times attention_multiplier in place of
+  // 1 / sqrt(head_dim) (model.query_pre_attn_scalar 1 / multiplier^2), and
+  // the logits over logits_scaling (model.logit_scale its inverse).
+  if (type == "granite") {
+    auto positive = [&](const char* key) {
+      const double v = k.number(key, 1.0);
+      if (!(v > 0.0) || !std::isfinite(v)) k.bad(key, "must be a positive number");
+      return v;
+    };
+    c.embedding_multiplier = positive("embedding_multiplier");
+    c.residual_multiplier = positive("residual_multiplier");
+    const double a = positive("attention_multiplier");
+    // (1 / sqrt(head_dim) written out, to its last digit, is the usual scale.)
+    const double scalar = 1.0 / (a * a), usual = static_cast<double>(c.head_dim());
+    if (std::abs(scalar - usual) > 1e-12 * usual) c.query_pre_attn_scalar = scalar;
+    c.logit_scale = 1.0 / positive("logits_scaling");
+  }
   // Sliding windows: Mistral's on every layer (null: none); Qwen's, when
   // use_sliding_window is set, on the layers from max_window_layers on; or
   // the layers layer_types names (newer files, any of these types). A
@@ -619,7 +639,7 @@ nn::GptConfig gpt_config_from_hf(const std::string& json_text, const std::string
   nn::GptConfig c;
   if (type == "llama" || type == "mistral" || type == "qwen2" || type == "qwen3" ||
       type == "gemma" || type == "gemma2" || type == "gemma3_text" || type == "phi3" ||
-      type == "stablelm") {
+      type == "stablelm" || type == "granite") {
     c = llama_config(k, type);
   } else if (type == "mixtral" || type == "qwen2_moe" || type == "qwen3_moe") {
     c = moe_config(k, type);
@@ -645,8 +665,8 @@ nn::GptConfig gpt_config_from_hf(const std::string& json_text, const std::string
     throw NotSupportedError(
         source + ": model_type '" + type +
         "' is not supported (llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe, gemma, "
-        "gemma2, gemma3_text, gemma3, phi3, stablelm, olmo, olmo2, olmoe, gpt_neox, phi, falcon, "
-        "gptj, codegen or gpt2)");
+        "gemma2, gemma3_text, gemma3, phi3, stablelm, olmo, olmo2, olmoe, granite, gpt_neox, "
+        "phi, falcon, gptj, codegen or gpt2)");
   }
   c.hf_type = type;  // (an export writes the class it came from)
   try {

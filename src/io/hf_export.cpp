@@ -66,6 +66,16 @@ std::string llama_misfit(const nn::GptConfig& c, const std::string& type) {
   const bool olmo2 = type == "olmo2", olmo = olmo2 || type == "olmoe";
   // OLMo's (the first): LLaMA's blocks with LayerNorms that learn nothing.
   const bool olmo1 = type == "olmo";
+  // Granite's: LLaMA's with its multipliers (any embedding multiplier and
+  // attention scale; the residual one and the logits' scale are
+  // add_granite_departures'), heads d_model / n_head wide, no window.
+  const bool granite = type == "granite";
+  if (granite) {
+    add(c.heads_apart(),
+        "model.head_dim is not d_model / n_head (Granite's heads are hidden_size / "
+        "num_attention_heads wide)");
+    add(c.sliding_window > 0, "model.sliding_window is set");
+  }
   if (olmo1) {
     add(c.heads_apart(),
         "model.head_dim is not d_model / n_head (OLMo's heads are hidden_size / "
@@ -112,10 +122,10 @@ std::string llama_misfit(const nn::GptConfig& c, const std::string& type) {
     if (!sandwich) add(c.sliding_window > 0, "model.sliding_window is set");
   } else {
     add(c.activation != nn::Activation::SwiGlu, "model.activation is not swiglu");
-    add(c.embedding_multiplier != 1.0, "model.embedding_multiplier is not 1");
+    if (!granite) add(c.embedding_multiplier != 1.0, "model.embedding_multiplier is not 1");
     add(c.norm_weight_offset, "model.norm_weight_offset is true");
   }
-  if (!sandwich) {
+  if (!sandwich && !granite) {
     add(c.query_pre_attn_scalar > 0.0 &&
             c.query_pre_attn_scalar != static_cast<double>(c.head_dim()),
         "model.query_pre_attn_scalar is not head_dim");
@@ -155,7 +165,8 @@ std::string llama_misfit(const nn::GptConfig& c, const std::string& type) {
   if (!qk) add(c.qk_norm, "model.qk_norm is true");
   // Mistral windows every layer; Qwen every layer from max_window_layers
   // on; Gemma 2 and 3 any layers (layer_types).
-  if (type == "llama" || type == "gemma" || type == "phi3" || stablelm || olmo || olmo1) {
+  if (type == "llama" || type == "gemma" || type == "phi3" || stablelm || olmo || olmo1 ||
+      granite) {
     add(!c.full_attention_layers.empty(),
         "model.full_attention_layers exempts layers from the window");
   } else if (!sandwich) {
@@ -595,9 +606,10 @@ std::map<std::string, Tensor> triad_to_falcon_part(const nn::StateDict& full,
 
 const std::vector<std::string>& hf_model_types() {
   static const std::vector<std::string> types{
-      "llama", "mistral",  "mixtral",     "qwen2",  "qwen2_moe", "qwen3",   "qwen3_moe",
-      "gemma", "gemma2",   "gemma3_text", "phi3",   "stablelm",  "olmo",    "olmo2",
-      "olmoe", "gpt_neox", "phi",         "falcon", "gptj",      "codegen", "gpt2"};
+      "llama",     "mistral", "mixtral", "qwen2",       "qwen2_moe", "qwen3",
+      "qwen3_moe", "gemma",   "gemma2",  "gemma3_text", "phi3",      "stablelm",
+      "olmo",      "olmo2",   "olmoe",   "granite",     "gpt_neox",  "phi",
+      "falcon",    "gptj",    "codegen", "gpt2"};
   return types;
 }
 
@@ -643,6 +655,13 @@ void add_olmo_departures(const nn::GptConfig& c, const std::string& type, Misfit
   m.add(!c.pre_norms && type != "olmo2", "model.pre_norms is false");
 }
 
+// What only Granite's class holds: sublayer outputs scaled before they join
+// the residual stream, and scaled logits.
+void add_granite_departures(const nn::GptConfig& c, const std::string& type, Misfit& m) {
+  m.add(c.residual_multiplier != 1.0 && type != "granite", "model.residual_multiplier is not 1");
+  m.add(c.logit_scale != 1.0 && type != "granite", "model.logit_scale is not 1");
+}
+
 // The same for any class: Mixtral's are Mistral's blocks with experts
 // (renormalised, on every layer), Qwen3-MoE's Qwen3's (dense layers
 // allowed), OLMoE's LLaMA's with OLMo's query/key norms (experts on every
@@ -652,11 +671,13 @@ std::string misfit(const nn::GptConfig& c, const std::string& type) {
     Misfit m{dense_misfit(c, type)};
     m.add(c.moe.experts > 0, "model.moe is set (a mixture of experts)");
     add_olmo_departures(c, type, m);
+    add_granite_departures(c, type, m);
     return m.why;
   }
   const bool mixtral = type == "mixtral", qwen2 = type == "qwen2_moe", olmoe = type == "olmoe";
   Misfit m{dense_misfit(c, mixtral ? "mistral" : qwen2 ? "qwen2" : olmoe ? "olmoe" : "qwen3")};
   add_olmo_departures(c, type, m);
+  add_granite_departures(c, type, m);
   m.add(c.moe.experts == 0, "model.moe is not set (no experts)");
   if (mixtral) m.add(!c.moe.normalize_top_k, "model.moe.normalize_top_k is false");
   if (mixtral || olmoe)
@@ -688,6 +709,7 @@ const char* architecture_of(const std::string& type) {
          : type == "olmo"        ? "OlmoForCausalLM"
          : type == "olmo2"       ? "Olmo2ForCausalLM"
          : type == "olmoe"       ? "OlmoeForCausalLM"
+         : type == "granite"     ? "GraniteForCausalLM"
          : type == "gpt_neox"    ? "GPTNeoXForCausalLM"
          : type == "phi"         ? "PhiForCausalLM"
          : type == "falcon"      ? "FalconForCausalLM"
@@ -739,8 +761,8 @@ const char* hf_model_type(const nn::GptConfig& c) {
                     gemma2 = misfit(c, "gemma2"), gemma3 = misfit(c, "gemma3_text"),
                     phi3 = misfit(c, "phi3"), stablelm = misfit(c, "stablelm"),
                     olmo = misfit(c, "olmo"), olmo2 = misfit(c, "olmo2"),
-                    neox = misfit(c, "gpt_neox"), phi = misfit(c, "phi"),
-                    falcon = misfit(c, "falcon"), gptj = misfit(c, "gptj"),
+                    granite = misfit(c, "granite"), neox = misfit(c, "gpt_neox"),
+                    phi = misfit(c, "phi"), falcon = misfit(c, "falcon"), gptj = misfit(c, "gptj"),
                     codegen = misfit(c, "codegen"), gpt2 = misfit(c, "gpt2");
   throw NotSupportedError(
       "no Hugging Face class holds this model: LlamaForCausalLM needs rope, swiglu, rmsnorm, "
@@ -765,6 +787,9 @@ const char* hf_model_type(const nn::GptConfig& c) {
       "); Olmo2ForCausalLM LLaMA's with post-norms instead of pre-norms (pre_norms: false, "
       "post_norms) and query/key norms over all the heads (qk_norm: full) (here " +
       olmo2 +
+      "); GraniteForCausalLM LLaMA's with any embedding, residual and logit multipliers and "
+      "attention scale, heads d_model / n_head wide and no window (here " +
+      granite +
       "); GPTNeoXForCausalLM needs rope (on any share of each head), gelu or gelu_erf, "
       "layernorm, linear biases, a key/value head per query head and heads d_model / n_head "
       "wide (here " +
@@ -803,9 +828,10 @@ std::string hf_config_json(const nn::GptConfig& c, const std::string& torch_dtyp
     j["num_key_value_heads"] = c.kv_heads();
     const bool phi3 = type == "phi3", stablelm = type == "stablelm";
     const bool olmo = type == "olmo" || type == "olmo2" || type == "olmoe";
-    // (Phi3Config's, StableLmConfig's and OLMo's heads are hidden_size /
-    // heads wide.)
-    if (!phi3 && !stablelm && !olmo) j["head_dim"] = c.head_dim();
+    const bool granite = type == "granite";
+    // (Phi3Config's, StableLmConfig's, OLMo's and Granite's heads are
+    // hidden_size / heads wide.)
+    if (!phi3 && !stablelm && !olmo && !granite) j["head_dim"] = c.head_dim();
     if (is_gemma(type)) {
       j["hidden_act"] = "gelu_pytorch_tanh";
       j["hidden_activation"] = "gelu_pytorch_tanh";
@@ -817,6 +843,16 @@ std::string hf_config_json(const nn::GptConfig& c, const std::string& torch_dtyp
     if (type != "olmo") j[stablelm ? "layer_norm_eps" : "rms_norm_eps"] = c.layer_norm_eps;
     if (type == "olmo" || type == "olmoe")
       j["clip_qkv"] = c.clip_qkv > 0 ? nlohmann::ordered_json(c.clip_qkv) : nullptr;
+    if (granite) {
+      // GraniteConfig's four multipliers; its attention's is the scores'
+      // scale itself.
+      const double scalar = c.query_pre_attn_scalar > 0.0 ? c.query_pre_attn_scalar
+                                                          : static_cast<double>(c.head_dim());
+      j["embedding_multiplier"] = c.embedding_multiplier;
+      j["residual_multiplier"] = c.residual_multiplier;
+      j["attention_multiplier"] = 1.0 / std::sqrt(scalar);
+      j["logits_scaling"] = 1.0 / c.logit_scale;
+    }
     j["rope_theta"] = c.rope_theta;
     if (phi3) {
       write_phi3_rope(c, j);

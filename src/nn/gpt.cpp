@@ -272,6 +272,17 @@ void GptConfig::validate() const {
     throw ConfigError("model.embedding_multiplier (" + std::to_string(embedding_multiplier) +
                       ") must be a positive number");
   }
+  for (auto [key, v] : {std::pair<const char*, double>{"residual_multiplier", residual_multiplier},
+                        {"logit_scale", logit_scale}}) {
+    if (!(v > 0.0) || !std::isfinite(v))
+      throw ConfigError(std::string("model.") + key + " (" + std::to_string(v) +
+                        ") must be a positive number (1: none)");
+  }
+  if (logit_scale != 1.0 && head_bias) {
+    throw ConfigError("model.logit_scale (" + std::to_string(logit_scale) +
+                      ") scales ln_f's output, which equals scaling the logits only without a "
+                      "head bias; model.head_bias is true");
+  }
   // (Every count and offset is a 64-bit integer; 2^60 parameters, a
   // million times today's largest models, leaves room for their products.)
   if (const double count = parameter_count(); !(count < 0x1p60)) {
@@ -531,6 +542,14 @@ std::shared_ptr<LayerNorm> stream_norm(const GptConfig& cfg) {
                                      cfg.norm_weight_offset, cfg.norm_affine);
 }
 
+Tensor to_residual(const GptConfig& cfg, const Tensor& y) {
+  return cfg.residual_multiplier == 1.0 ? y : affine(y, cfg.residual_multiplier);
+}
+
+Tensor scale_for_head(const GptConfig& cfg, const Tensor& y) {
+  return cfg.logit_scale == 1.0 ? y : affine(y, cfg.logit_scale);
+}
+
 std::map<std::string, Shape> gpt_parameter_shapes(const GptConfig& cfg,
                                                   const std::vector<int64_t>& layers,
                                                   bool token_embedding, bool embeds, bool head) {
@@ -743,7 +762,10 @@ Tensor Mlp::forward(const Tensor& x, const ForwardContext& ctx) const {
 }
 
 Block::Block(const GptConfig& cfg, int64_t layer)
-    : parallel_residual_(cfg.parallel_residual), layer_(layer), dropout_(cfg.dropout) {
+    : parallel_residual_(cfg.parallel_residual),
+      layer_(layer),
+      dropout_(cfg.dropout),
+      residual_multiplier_(cfg.residual_multiplier) {
   auto norm = [&] { return stream_norm(cfg); };
   if (cfg.pre_norms) ln_1_ = register_module("ln_1", norm());
   attn_ = register_module("attn", std::make_shared<CausalSelfAttention>(cfg, layer));
@@ -759,14 +781,10 @@ Block::Block(const GptConfig& cfg, int64_t layer)
   }
 }
 
-namespace {
-
-// A sublayer's output normalised again (model.post_norms), or as it is.
-Tensor post_norm(const std::shared_ptr<LayerNorm>& norm, const Tensor& y) {
-  return norm ? norm->forward(y) : y;
+Tensor Block::joining(const std::shared_ptr<LayerNorm>& norm, const Tensor& y) const {
+  const Tensor z = norm ? norm->forward(y) : y;
+  return residual_multiplier_ == 1.0 ? z : affine(z, residual_multiplier_);
 }
-
-}  // namespace
 
 Tensor Block::mlp_forward(const Tensor& x, const ForwardContext& ctx) const {
   if (!moe_) return mlp_->forward(x, ctx);
@@ -775,40 +793,40 @@ Tensor Block::mlp_forward(const Tensor& x, const ForwardContext& ctx) const {
 
 Tensor Block::forward(const Tensor& x, const ForwardContext& ctx) const {
   if (!ln_1_) {  // model.pre_norms: false, the sublayers reading the stream itself
-    const Tensor h = add(x, post_norm(post_attn_norm_, attn_->forward(x, ctx)));
-    return add(h, post_norm(post_mlp_norm_, mlp_forward(h, ctx)));
+    const Tensor h = add(x, joining(post_attn_norm_, attn_->forward(x, ctx)));
+    return add(h, joining(post_mlp_norm_, mlp_forward(h, ctx)));
   }
   if (parallel_residual_) {
     const Tensor n1 = ln_1_->forward(x);
-    const Tensor a = post_norm(post_attn_norm_, attn_->forward(n1, ctx));
+    const Tensor a = joining(post_attn_norm_, attn_->forward(n1, ctx));
     const Tensor n2 = ln_2_ ? ln_2_->forward(x) : n1;  // model.shared_norm: ln_1's for both
-    return add(add(x, a), post_norm(post_mlp_norm_, mlp_forward(n2, ctx)));
+    return add(add(x, a), joining(post_mlp_norm_, mlp_forward(n2, ctx)));
   }
   // The attention's residual add and ln_2 run as one op.
   const AddNorm h =
-      ln_2_->forward_add(x, post_norm(post_attn_norm_, attn_->forward(ln_1_->forward(x), ctx)));
-  return add(h.sum, post_norm(post_mlp_norm_, mlp_forward(h.norm, ctx)));
+      ln_2_->forward_add(x, joining(post_attn_norm_, attn_->forward(ln_1_->forward(x), ctx)));
+  return add(h.sum, joining(post_mlp_norm_, mlp_forward(h.norm, ctx)));
 }
 
 Tensor Block::forward_cached(const Tensor& x, Tensor& k_cache, Tensor& v_cache, int64_t start,
                              const ForwardContext& ctx, const Tensor& text_starts) const {
   if (!ln_1_) {
     const Tensor h =
-        add(x, post_norm(post_attn_norm_,
-                         attn_->forward_cached(x, k_cache, v_cache, start, ctx, text_starts)));
-    return add(h, post_norm(post_mlp_norm_, mlp_forward(h, ForwardContext{false, 0, 0})));
+        add(x, joining(post_attn_norm_,
+                       attn_->forward_cached(x, k_cache, v_cache, start, ctx, text_starts)));
+    return add(h, joining(post_mlp_norm_, mlp_forward(h, ForwardContext{false, 0, 0})));
   }
   if (parallel_residual_) {
     const Tensor n1 = ln_1_->forward(x);
-    const Tensor a = post_norm(
-        post_attn_norm_, attn_->forward_cached(n1, k_cache, v_cache, start, ctx, text_starts));
+    const Tensor a = joining(post_attn_norm_,
+                             attn_->forward_cached(n1, k_cache, v_cache, start, ctx, text_starts));
     const Tensor n2 = ln_2_ ? ln_2_->forward(x) : n1;
-    return add(add(x, a), post_norm(post_mlp_norm_, mlp_forward(n2, ForwardContext{false, 0, 0})));
+    return add(add(x, a), joining(post_mlp_norm_, mlp_forward(n2, ForwardContext{false, 0, 0})));
   }
   const AddNorm h = ln_2_->forward_add(
-      x, post_norm(post_attn_norm_, attn_->forward_cached(ln_1_->forward(x), k_cache, v_cache,
-                                                          start, ctx, text_starts)));
-  return add(h.sum, post_norm(post_mlp_norm_, mlp_forward(h.norm, ForwardContext{false, 0, 0})));
+      x, joining(post_attn_norm_, attn_->forward_cached(ln_1_->forward(x), k_cache, v_cache, start,
+                                                        ctx, text_starts)));
+  return add(h.sum, joining(post_mlp_norm_, mlp_forward(h.norm, ForwardContext{false, 0, 0})));
 }
 
 Gpt::Gpt(const GptConfig& cfg, uint64_t seed, DType dtype, Init how) : cfg_(cfg) {
@@ -883,7 +901,8 @@ Tensor Gpt::head_bias() const {
 }
 
 Tensor Gpt::head(const Tensor& hidden) const {
-  const Tensor logits = linear(ln_f_->forward(hidden), head_weight(), head_bias());
+  const Tensor logits =
+      linear(scale_for_head(cfg_, ln_f_->forward(hidden)), head_weight(), head_bias());
   return cfg_.final_logit_softcap > 0 ? soft_cap(logits, cfg_.final_logit_softcap) : logits;
 }
 
@@ -908,8 +927,8 @@ Tensor Gpt::trunk(const Tensor& ids, const ForwardContext& in) const {
 
 Tensor Gpt::loss(const Tensor& ids, const Tensor& targets, const ForwardContext& ctx) const {
   // The head and the loss in one op: padded logits rows, aligned GEMMs.
-  return linear_cross_entropy(ln_f_->forward(trunk(ids, ctx)), head_weight(), targets, -100,
-                              cfg_.final_logit_softcap, head_bias());
+  return linear_cross_entropy(scale_for_head(cfg_, ln_f_->forward(trunk(ids, ctx))), head_weight(),
+                              targets, -100, cfg_.final_logit_softcap, head_bias());
 }
 
 Tensor Gpt::decode(const Tensor& ids, KvCache& cache, bool last_only) const {

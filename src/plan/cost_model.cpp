@@ -261,10 +261,13 @@ LayerCost layer_cost(const nn::GptConfig& m, const ClusterSpec& c, const Paralle
   // norms (4 each), model.shared_norm takes one away and model.pre_norms:
   // false both. With sequence parallelism the replicated ones are split
   // too. model.clip_qkv's clamp reads and writes q, k and v (4w/h, split
-  // by TP). Backward moves about twice as much.
+  // by TP); model.residual_multiplier's two scalings each read and write
+  // a sublayer's output (4 each). Backward moves about twice as much.
   const double norms =
       (m.pre_norms ? (m.shared_norm ? 1.0 : 2.0) : 0.0) + (m.post_norms ? 2.0 : 0.0);
-  const double replicated = (14.0 + 4.0 * norms) / (p.sequence_parallel ? t : 1.0);
+  const double residual_scaling = m.residual_multiplier != 1.0 ? 8.0 : 0.0;
+  const double replicated =
+      (14.0 + 4.0 * norms + residual_scaling) / (p.sequence_parallel ? t : 1.0);
   // A mixture's experts read and write k tokens' activations at their
   // width, and its dispatch and combine move k copies of each token whole
   // on every rank (the gathered rows and the weighted outputs, each written
@@ -358,7 +361,10 @@ HeadCost head_cost(const nn::GptConfig& m, const ClusterSpec& c, const ParallelC
   // final_logit_softcap) are read and written once more, in place, before
   // the loss (the gradient takes the cap's derivative in its own pass).
   const double passes = m.final_logit_softcap > 0 ? 6.0 : 4.0;
-  const double bytes = tokens * v * 4.0 * passes;
+  // model.logit_scale scales ln_f's output (tokens x h, 16-bit) before the
+  // head: read and written forward, and its gradient's backward.
+  const double scale_bytes = m.logit_scale != 1.0 ? tokens * h * 2.0 * kFp16 : 0.0;
+  const double bytes = tokens * v * 4.0 * passes + scale_bytes;
   const double ce = bytes / (c.memory_bandwidth * c.memory_efficiency);
   const double backward_share = 2.0 / passes;  // the gradient's read and write
   // (A frozen head, as under model.lora: no weight gradient.)

@@ -94,6 +94,10 @@ nn::GptConfig parse_model_spec(const std::string& yaml_text, const std::string& 
          [&](const YAML::Node& v) { c.norm_affine = v.as<bool>(); });
   option("clip_qkv", "a number >= 0 (0: none)",
          [&](const YAML::Node& v) { c.clip_qkv = v.as<double>(); });
+  option("residual_multiplier", "a positive number",
+         [&](const YAML::Node& v) { c.residual_multiplier = v.as<double>(); });
+  option("logit_scale", "a positive number",
+         [&](const YAML::Node& v) { c.logit_scale = v.as<double>(); });
   option("post_norms", "true or false", [&](const YAML::Node& v) { c.post_norms = v.as<bool>(); });
   // The parallel residual reduces under tensor parallelism once a layer
   // fewer, unless dropout acts on each sublayer's output alone.
@@ -198,6 +202,8 @@ nn::GptConfig parse_model_spec(const std::string& yaml_text, const std::string& 
                                                  "norm_weight_offset",
                                                  "norm_affine",
                                                  "clip_qkv",
+                                                 "residual_multiplier",
+                                                 "logit_scale",
                                                  "post_norms",
                                                  "pre_norms",
                                                  "parallel_residual",

@@ -865,6 +865,9 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
        {false, [&](auto& v, auto& k) { m.norm_weight_offset = get_bool(v, k); }}},
       {"norm_affine", {false, [&](auto& v, auto& k) { m.norm_affine = get_bool(v, k); }}},
       {"clip_qkv", {false, [&](auto& v, auto& k) { m.clip_qkv = get_double(v, k); }}},
+      {"residual_multiplier",
+       {false, [&](auto& v, auto& k) { m.residual_multiplier = get_double(v, k); }}},
+      {"logit_scale", {false, [&](auto& v, auto& k) { m.logit_scale = get_double(v, k); }}},
       {"post_norms", {false, [&](auto& v, auto& k) { m.post_norms = get_bool(v, k); }}},
       {"parallel_residual",
        {false, [&](auto& v, auto& k) { m.parallel_residual = get_bool(v, k); }}},
@@ -1416,6 +1419,10 @@ std::string to_yaml(const Config& c) {
   if (c.model.norm_weight_offset) e << YAML::Key << "norm_weight_offset" << YAML::Value << true;
   if (!c.model.norm_affine) e << YAML::Key << "norm_affine" << YAML::Value << false;
   if (c.model.clip_qkv > 0) e << YAML::Key << "clip_qkv" << YAML::Value << c.model.clip_qkv;
+  if (c.model.residual_multiplier != 1.0)
+    e << YAML::Key << "residual_multiplier" << YAML::Value << c.model.residual_multiplier;
+  if (c.model.logit_scale != 1.0)
+    e << YAML::Key << "logit_scale" << YAML::Value << c.model.logit_scale;
   if (c.model.post_norms) e << YAML::Key << "post_norms" << YAML::Value << true;
   if (c.model.parallel_residual) e << YAML::Key << "parallel_residual" << YAML::Value << true;
   if (c.model.shared_norm) e << YAML::Key << "shared_norm" << YAML::Value << true;

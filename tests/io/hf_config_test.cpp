@@ -924,6 +924,62 @@ TEST(HfConfig, OlmoConfigIsItsOwn) {
   EXPECT_NE(error_of(edited(olmo, "hidden_act", "\"gelu\"")).find("hidden_act"), std::string::npos);
 }
 
+// granite-3.0-8b-base's config.json: LLaMA's blocks with Granite's four
+// multipliers (the token embeddings times 12, each sublayer's output times
+// 0.22, the scores times 1/128 in place of 1/sqrt(128), the logits over
+// 16), grouped-query attention and a tied head. Its count by the shapes:
+// 49155 x 4096 embeddings, 40 blocks of 4096^2 x 2 (q, o) + 4096 x 1024 x
+// 2 (k, v) + 3 x 4096 x 12800 (the MLP) + 2 x 4096 (norms), and ln_f:
+// 8,170,848,256. Each multiplier left out is 1; a non-positive one is
+// refused.
+TEST(HfConfig, GraniteConfigIsItsOwn) {
+  const std::string granite = R"({
+    "architectures": ["GraniteForCausalLM"], "attention_bias": false, "attention_dropout": 0.1,
+    "attention_multiplier": 0.0078125, "bos_token_id": 0, "embedding_multiplier": 12.0,
+    "eos_token_id": 0, "hidden_act": "silu", "hidden_size": 4096, "initializer_range": 0.02,
+    "intermediate_size": 12800, "logits_scaling": 16.0, "max_position_embeddings": 4096,
+    "mlp_bias": false, "model_type": "granite", "num_attention_heads": 32,
+    "num_hidden_layers": 40, "num_key_value_heads": 8, "pad_token_id": 0,
+    "residual_multiplier": 0.22, "rms_norm_eps": 1e-05, "rope_scaling": null,
+    "rope_theta": 10000.0, "tie_word_embeddings": true, "torch_dtype": "bfloat16",
+    "use_cache": true, "vocab_size": 49155})";
+  const nn::GptConfig g = gpt_config_from_hf(granite, "granite-3.0-8b-base/config.json");
+  EXPECT_EQ(g.hf_type, "granite");
+  EXPECT_TRUE(g.rms_norm());
+  EXPECT_TRUE(g.rotary());
+  EXPECT_EQ(g.activation, nn::Activation::SwiGlu);
+  EXPECT_FALSE(g.linear_bias);
+  EXPECT_TRUE(g.tie_embeddings);
+  EXPECT_EQ(g.kv_heads(), 8);
+  EXPECT_EQ(g.embedding_multiplier, 12.0);
+  EXPECT_EQ(g.residual_multiplier, 0.22);
+  EXPECT_EQ(g.query_pre_attn_scalar, 16384.0);  // 1 / (1/128)^2
+  EXPECT_EQ(g.logit_scale, 1.0 / 16);
+  EXPECT_DOUBLE_EQ(g.layer_norm_eps, 1e-5);
+  EXPECT_EQ(g.num_parameters(), 8'170'848'256);
+  EXPECT_EQ(std::string(hf_architecture(g)), "GraniteForCausalLM");
+  // GraniteConfig's defaults: every multiplier 1, the scores' scale too.
+  std::string bare = granite;
+  for (const char* key :
+       {"attention_multiplier", "embedding_multiplier", "logits_scaling", "residual_multiplier"})
+    bare = without(bare, key);
+  const nn::GptConfig d = gpt_config_from_hf(bare, "m");
+  EXPECT_EQ(d.embedding_multiplier, 1.0);
+  EXPECT_EQ(d.residual_multiplier, 1.0);
+  EXPECT_EQ(d.query_pre_attn_scalar, 1.0);
+  EXPECT_EQ(d.logit_scale, 1.0);
+  // The usual scale, 1 / sqrt(head_dim) to its last digit, is no scalar of
+  // its own.
+  EXPECT_EQ(gpt_config_from_hf(edited(granite, "attention_multiplier", "0.08838834764831843"), "m")
+                .query_pre_attn_scalar,
+            0.0);
+  EXPECT_NE(error_of(edited(granite, "residual_multiplier", "0")).find("'residual_multiplier' (0)"),
+            std::string::npos);
+  EXPECT_NE(error_of(edited(granite, "logits_scaling", "-16")).find("'logits_scaling' (-16)"),
+            std::string::npos);
+  EXPECT_NE(error_of(edited(granite, "mlp_bias", "true")).find("mlp_bias"), std::string::npos);
+}
+
 // OLMo-2-1124-7B's and OLMoE-1B-7B-0924's config.json as published: OLMo 2's
 // blocks normalise only their sublayers' outputs, both classes normalise
 // all the queries together and all the keys together; the published
@@ -1187,7 +1243,7 @@ TEST(HfConfig, WhatTriadDoesNotBuildIsNamed) {
       message(from(edited(llama, "model_type", "\"deepseek_v3\"")))
           .find("model_type 'deepseek_v3' is not supported (llama, mistral, mixtral, qwen2, "
                 "qwen2_moe, qwen3, qwen3_moe, gemma, gemma2, gemma3_text, gemma3, phi3, stablelm, "
-                "olmo, olmo2, olmoe, gpt_neox, phi, falcon, gptj, codegen or gpt2)"),
+                "olmo, olmo2, olmoe, granite, gpt_neox, phi, falcon, gptj, codegen or gpt2)"),
       std::string::npos);
   EXPECT_NE(message(from(edited(edited(edited(kQwen3_06b, "use_sliding_window", "true"),
                                        "max_window_layers", "10"),

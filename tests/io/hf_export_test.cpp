@@ -92,6 +92,8 @@ void expect_same_model(const nn::GptConfig& a, const nn::GptConfig& b) {
   EXPECT_EQ(a.qkv_bias, b.qkv_bias);
   EXPECT_EQ(a.qk_norm, b.qk_norm);
   EXPECT_DOUBLE_EQ(a.embedding_multiplier, b.embedding_multiplier);
+  EXPECT_DOUBLE_EQ(a.residual_multiplier, b.residual_multiplier);
+  EXPECT_DOUBLE_EQ(a.logit_scale, b.logit_scale);
   EXPECT_EQ(a.norm_weight_offset, b.norm_weight_offset);
   EXPECT_EQ(a.post_norms, b.post_norms);
   EXPECT_EQ(a.pre_norms, b.pre_norms);
@@ -527,6 +529,54 @@ TEST(HfExport, OlmoRoundTripsAndNoOtherClassHoldsIt) {
   expect_no_class(learned_positions, "OlmoForCausalLM LLaMA's with layernorm without weights");
 }
 
+// Granite's blocks (LLaMA's with its four multipliers) through
+// GraniteForCausalLM and back: the multipliers as GraniteConfig names them
+// (the attention's the scores' scale itself, the logits' a divisor), the
+// weights under LLaMA's names. Only Granite's class scales the residual
+// stream's additions or the logits; its heads are hidden_size /
+// num_attention_heads wide.
+TEST(HfExport, GraniteRoundTripsAndNoOtherClassHoldsItsScalars) {
+  nn::GptConfig granite = llama(true, 2);
+  granite.embedding_multiplier = 12.0;
+  granite.residual_multiplier = 0.22;
+  granite.query_pre_attn_scalar = 16.0;  // attention_multiplier 1/4
+  granite.logit_scale = 1.0 / 8;
+  EXPECT_EQ(std::string(hf_architecture(granite)), "GraniteForCausalLM");
+  nn::Gpt model(granite, 3);
+  testing::TempDir dir;
+  save_hf_model(model.state_dict(), granite, dir.file("hf"));
+  const nn::GptConfig back = load_hf_config(dir.file("hf"));
+  EXPECT_EQ(back.hf_type, "granite");
+  expect_same_model(granite, back);
+  expect_reads_back(dir.file("hf"), model);
+  std::ifstream config(dir.file("hf/config.json"));
+  const nlohmann::json j = nlohmann::json::parse(config);
+  EXPECT_EQ(j.at("model_type"), "granite");
+  EXPECT_EQ(j.at("embedding_multiplier"), 12.0);
+  EXPECT_EQ(j.at("residual_multiplier"), 0.22);
+  EXPECT_EQ(j.at("attention_multiplier"), 0.25);
+  EXPECT_EQ(j.at("logits_scaling"), 8.0);
+  EXPECT_FALSE(j.contains("head_dim"));
+  // A plain LLaMA goes out as LLaMA, with GraniteConfig's multipliers of 1
+  // and the usual scale had it been asked for as Granite.
+  EXPECT_EQ(std::string(hf_model_type(llama(true, 2))), "llama");
+  EXPECT_EQ(hf_misfit(llama(true, 2), "granite"), "");
+  for (const char* other : {"llama", "mistral", "qwen3", "gemma", "stablelm", "olmo2", "phi3",
+                            "gpt_neox", "gpt2", "mixtral"}) {
+    SCOPED_TRACE(other);
+    const std::string why = hf_misfit(granite, other);
+    EXPECT_NE(why.find("model.residual_multiplier is not 1"), std::string::npos) << why;
+    EXPECT_NE(why.find("model.logit_scale is not 1"), std::string::npos) << why;
+  }
+  nn::GptConfig wide_heads = granite;
+  wide_heads.head_size = 8;
+  EXPECT_NE(hf_misfit(wide_heads, "granite").find("Granite's heads are hidden_size"),
+            std::string::npos);
+  nn::GptConfig windowed = granite;
+  windowed.sliding_window = 4;
+  expect_no_class(windowed, "GraniteForCausalLM LLaMA's with any embedding, residual and logit");
+}
+
 TEST(HfExport, ExportingHoldsOneBlockAtATimeAndABrokenFileWritesNothing) {
   testing::TempDir dir;
   nn::GptConfig c = llama(false, 2);
@@ -800,9 +850,12 @@ TEST(HfExport, Gemma2And3ClassesAndWhatKeepsAModelFromThem) {
   nn::GptConfig sandwich_llama = llama(true, 1);
   sandwich_llama.post_norms = true;
   expect_no_class(sandwich_llama, "model.post_norms is true");
+  // A LLaMA with its scores scaled otherwise is Granite's (attention_multiplier).
   nn::GptConfig rescaled_llama = llama(true, 1);
   rescaled_llama.query_pre_attn_scalar = 9.0;
-  expect_no_class(rescaled_llama, "model.query_pre_attn_scalar is not head_dim");
+  EXPECT_NE(hf_misfit(rescaled_llama, "llama").find("model.query_pre_attn_scalar is not head_dim"),
+            std::string::npos);
+  EXPECT_EQ(std::string(hf_model_type(rescaled_llama)), "granite");
 }
 
 // Gemma 3's multimodal checkpoints (Gemma3ForConditionalGeneration, 4B and
@@ -1126,7 +1179,8 @@ TEST(HfExport, TheModelsOwnClassIsPreferred) {
         std::string(e.what()).find(
             "model.hf_type 'phi4' is not a model_type Triad exports "
             "(llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, "
-            "qwen3_moe, gemma, gemma2, gemma3_text, phi3, stablelm, olmo, olmo2, olmoe, gpt_neox, "
+            "qwen3_moe, gemma, gemma2, gemma3_text, phi3, stablelm, olmo, olmo2, olmoe, granite, "
+            "gpt_neox, "
             "phi, falcon, gptj, codegen, gpt2, or auto)"),
         std::string::npos)
         << e.what();

@@ -843,6 +843,35 @@ TEST_F(Gpt2Parity, OlmoDirectoryReadsAndExportsAsHuggingFacesOlmo) {
   EXPECT_GT(logits_away_from(m, ref_, "olmo."), 1e-3);
 }
 
+// Granite's blocks (LLaMA's with its four multipliers: embeddings times 3,
+// each sublayer's output times 0.4, the scores times 1/8 in place of
+// 1 / sqrt(8), the logits over 4) from a GraniteForCausalLM directory:
+// logits, loss and every gradient, greedy tokens through the key/value
+// cache; exported again, the same directory. Without the residual
+// multiplier, or without the logits' scale, not the reference's logits.
+TEST_F(Gpt2Parity, GraniteDirectoryReadsAndExportsAsHuggingFacesGranite) {
+  const std::string dir = ref_dir() + "/granite_hf";
+  const nn::GptConfig cfg = io::load_hf_config(dir);
+  EXPECT_EQ(cfg.hf_type, "granite");
+  EXPECT_EQ(cfg.embedding_multiplier, 3.0);
+  EXPECT_EQ(cfg.residual_multiplier, 0.4);
+  EXPECT_EQ(cfg.query_pre_attn_scalar, 64.0);
+  EXPECT_EQ(cfg.logit_scale, 0.25);
+  nn::Gpt model(cfg, 1);
+  io::load_gpt2_safetensors(model, dir);
+  expect_step_zero_matches(model, ref_, "granite.");
+  expect_greedy_tokens(cfg, "granite_generator", "granite.greedy_tokens", ref_);
+  expect_exports_as_written(model, dir);
+  for (const char* plain : {"residual_multiplier", "logit_scale"}) {
+    SCOPED_TRACE(plain);
+    nn::GptConfig without = cfg;
+    (std::string(plain) == "logit_scale" ? without.logit_scale : without.residual_multiplier) = 1.0;
+    nn::Gpt m(without, 1);
+    m.load_state_dict(model.state_dict());
+    EXPECT_GT(logits_away_from(m, ref_, "granite."), 1e-3);
+  }
+}
+
 // OLMoE's blocks (pre-norms, the full query/key norms, 4 experts on every
 // layer of which each token takes 2, not renormalised) from an
 // OlmoeForCausalLM directory, trained with the router z-loss (its weight

@@ -1101,6 +1101,22 @@ TEST(PlannerFiles, ClusterAndModelFilesAreValidated) {
               32 * tokens * 2 * 3 * 4096 / 2, 1e-9 * tokens * 4096 * 32);
   EXPECT_GT(estimate(clipped, selene(), 8, 8, clip_tp2).memory_bound_time,
             estimate(olmo, selene(), 8, 8, clip_tp2).memory_bound_time);
+  // Granite 3.0 8B: LLaMA's shapes (8,170,848,256 parameters by them) with
+  // its multipliers, which hold no parameters and keep no activations: the
+  // two residual scalings and ln_f's scaling are passes over the stream
+  // (time alone), and the scores' scale rides the rotation.
+  const nn::GptConfig granite =
+      load_model_spec(std::string(TRIAD_SOURCE_DIR) + "/configs/models/granite_3_8b.yaml");
+  EXPECT_EQ(granite.num_parameters(), 8'170'848'256);
+  EXPECT_EQ(granite.residual_multiplier, 0.22);
+  EXPECT_EQ(granite.logit_scale, 0.0625);
+  nn::GptConfig unscaled = granite;
+  unscaled.residual_multiplier = unscaled.logit_scale = 1.0;
+  const ParallelConfig granite_tp2 = layout(2, 1, 4, 1, Recompute::Selective);
+  EXPECT_EQ(estimate(granite, selene(), 8, 8, granite_tp2).memory_bytes,
+            estimate(unscaled, selene(), 8, 8, granite_tp2).memory_bytes);
+  EXPECT_GT(estimate(granite, selene(), 8, 8, granite_tp2).memory_bound_time,
+            estimate(unscaled, selene(), 8, 8, granite_tp2).memory_bound_time);
   // OLMo 2 7B: no pre-norms, two post-norms and the query/key norms over
   // all the heads (4096 each); Hugging Face's count. Under tensor
   // parallelism its query/key norms gather the queries and keys: more

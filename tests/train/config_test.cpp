@@ -1096,6 +1096,19 @@ TEST(Config, MlpActivationWidthAndNormalizationParseRoundTripAndAreChecked) {
   EXPECT_FALSE(plain.model.norm_weight_offset);
   expect_config_error(kValid, {"model.embedding_multiplier=0"},
                       "model.embedding_multiplier (0.000000) must be a positive number");
+  // Granite's residual multiplier and logit scale, to their last digit.
+  const Config granite =
+      parse_config(kValid, {"model.residual_multiplier=0.22", "model.logit_scale=0.0625"});
+  const Config granite_back = parse_config(to_yaml(granite));
+  EXPECT_EQ(granite_back.model.residual_multiplier, 0.22);
+  EXPECT_EQ(granite_back.model.logit_scale, 0.0625);
+  EXPECT_EQ(plain.model.residual_multiplier, 1.0);
+  EXPECT_EQ(plain.model.logit_scale, 1.0);
+  EXPECT_EQ(to_yaml(plain).find("residual_multiplier"), std::string::npos);
+  expect_config_error(kValid, {"model.residual_multiplier=-1"},
+                      "model.residual_multiplier (-1.000000) must be a positive number");
+  expect_config_error(kValid, {"model.logit_scale=0"},
+                      "model.logit_scale (0.000000) must be a positive number");
   // Gemma 3's: post-norms, and a RoPE base of the windowed layers' own,
   // which needs rope and a window.
   const Config gemma3 = parse_config(

@@ -33,6 +33,10 @@ namespace triad::io {
 //    queries and one over all the keys: model.qk_norm full) and "olmoe"
 //    (pre-norm blocks with those query/key norms and a mixture of experts
 //    on every layer; clip_qkv as OLMo's);
+//  - "granite" (embedding_multiplier, residual_multiplier as
+//    model.residual_multiplier, attention_multiplier as
+//    model.query_pre_attn_scalar 1 / multiplier^2, logits_scaling as
+//    model.logit_scale 1 / scaling);
 // GPTNeoXForCausalLM ("gpt_neox", Pythia's: rotary_pct's partial rotation
 // as model.rope_dim, rotary_emb_base, use_parallel_residual as
 // model.parallel_residual, hidden_act "gelu" as model.activation gelu_erf,

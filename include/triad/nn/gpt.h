@@ -139,6 +139,15 @@ struct GptConfig {
   // same function, stored as Hugging Face stores Gemma's).
   double embedding_multiplier = 1.0;
   bool norm_weight_offset = false;
+  // Granite's two scalars (config keys model.residual_multiplier and
+  // model.logit_scale). Each sublayer's output (after its post-norm, if
+  // any) is multiplied by residual_multiplier before it joins the residual
+  // stream: x + m * attn(ln_1(x)), then + m * mlp(ln_2(.)). The head's
+  // logits are multiplied by logit_scale (Granite's 1 / logits_scaling),
+  // through ln_f's output: the same product as scaling the logits, since
+  // the head has no bias (model.head_bias is refused with it). 1: none.
+  double residual_multiplier = 1.0;
+  double logit_scale = 1.0;
   // Whether the blocks' norms and the final one learn a scale (and, as
   // LayerNorms, a shift) (config key model.norm_affine). false: OLMo's
   // non-parametric LayerNorm, (x - mean) / sqrt(var + eps) alone: ln_1,
@@ -440,6 +449,11 @@ std::vector<const char*> block_norms(const GptConfig& cfg);
 // post-norms, ln_f): d_model wide, LayerNorm or RMSNorm, with or without
 // Gemma's unit offset, learned or (model.norm_affine: false) not.
 std::shared_ptr<LayerNorm> stream_norm(const GptConfig& cfg);
+// A sublayer's output as it joins the residual stream: times
+// model.residual_multiplier (Granite's), or as it is.
+Tensor to_residual(const GptConfig& cfg, const Tensor& y);
+// ln_f's output as the head reads it: times model.logit_scale, or as it is.
+Tensor scale_for_head(const GptConfig& cfg, const Tensor& y);
 // Whether `name` is a LoRA adapter (ends in .lora_a or .lora_b), and the
 // weight it adapts ("h.3.attn.c_attn.weight" for "h.3.attn.c_attn.lora_a").
 bool is_lora_adapter(const std::string& name);
@@ -550,7 +564,8 @@ class Mlp : public Module {
 // model.parallel_residual both read x: x + attn(ln_1(x)) + mlp(ln_2(x)),
 // and with model.shared_norm ln_1's output: x + attn(ln_1(x)) + mlp(ln_1(x));
 // without model.pre_norms the sublayers read the residual stream itself:
-// h = x + post_attn_norm(attn(x)), then h + post_mlp_norm(mlp(h)).
+// h = x + post_attn_norm(attn(x)), then h + post_mlp_norm(mlp(h)). Each
+// sublayer's output joins the stream times model.residual_multiplier.
 class Block : public Module {
  public:
   Block(const GptConfig& cfg, int64_t layer);
@@ -570,8 +585,12 @@ class Block : public Module {
   std::shared_ptr<MoeMlp> moe_;  // a mixture-of-experts layer's (model.moe)
   int64_t layer_;
   double dropout_;
+  double residual_multiplier_;
   // The MLP sublayer's output (before any post-norm).
   Tensor mlp_forward(const Tensor& x, const ForwardContext& ctx) const;
+  // A sublayer's output y as it joins the residual stream: normalised again
+  // by `norm` (a post-norm; null: none), then times the residual multiplier.
+  Tensor joining(const std::shared_ptr<LayerNorm>& norm, const Tensor& y) const;
 };
 
 // GPT-2: token + learned position embeddings (or rotary embeddings in each

@@ -633,18 +633,20 @@ Tensor TensorParallelGpt::block_forward(int64_t i, const Tensor& x,
     // OLMo 2's blocks: the sublayers read the residual stream itself.
     Tensor a =
         site_dropout(L.attn_proj->forward(core, draw), cfg_.dropout, ctx, i, "attn.resid", shard);
-    const Tensor h = add(x, L.post_attn_norm->forward(a));
+    const Tensor h = add(x, nn::to_residual(cfg_, L.post_attn_norm->forward(a)));
     Tensor m = mlp_reduce(mlp_share(h));
     m = site_dropout(m, cfg_.dropout, ctx, i, "mlp.resid", shard);
-    return add(h, L.post_mlp_norm->forward(m));
+    return add(h, nn::to_residual(cfg_, L.post_mlp_norm->forward(m)));
   }
   if (cfg_.reduces_sublayers_at_once()) {
     const Tensor shares = add(L.attn_proj->partial(core, draw), mlp_share(parallel_input()));
-    return add(x, L.attn_proj->reduce(shares, L.mlp_proj.get()));  // (null for experts)
+    // (mlp_proj is null for experts.)
+    return add(x, nn::to_residual(cfg_, L.attn_proj->reduce(shares, L.mlp_proj.get())));
   }
   Tensor a = L.attn_proj->forward(core, draw);
   a = site_dropout(a, cfg_.dropout, ctx, i, "attn.resid", shard);
   if (L.post_attn_norm) a = L.post_attn_norm->forward(a);
+  a = nn::to_residual(cfg_, a);
   // Sequential: the attention's residual add and ln_2 as one op, the MLP
   // reading the sum; parallel: ln_2 of x.
   AddNorm h;
@@ -656,7 +658,7 @@ Tensor TensorParallelGpt::block_forward(int64_t i, const Tensor& x,
   Tensor m = mlp_reduce(mlp_share(h.norm));
   m = site_dropout(m, cfg_.dropout, ctx, i, "mlp.resid", shard);
   if (L.post_mlp_norm) m = L.post_mlp_norm->forward(m);
-  return add(h.sum, m);
+  return add(h.sum, nn::to_residual(cfg_, m));
 }
 
 Tensor TensorParallelGpt::full_query_key_norm(const Layer& L, const Tensor& qkv,
@@ -727,7 +729,7 @@ Tensor TensorParallelGpt::head_loss(const Tensor& hidden, const Tensor& targets)
   }
   fence(ln_f_.get());
   fence(head_.get());
-  Tensor y = ln_f_->forward(hidden);
+  Tensor y = nn::scale_for_head(cfg_, ln_f_->forward(hidden));
   const RegionInput in = enter_region(y, group_, sp_);
   return vocab_parallel_linear_cross_entropy(in.input, head_->weight(), targets,
                                              head_->vocab_start(), head_->valid_rows(), group_,
@@ -774,7 +776,7 @@ Tensor TensorParallelGpt::head_logits(const Tensor& hidden, int64_t start, int64
   }
   fence(ln_f_.get());
   fence(head_.get());
-  Tensor y = ln_f_->forward(hidden);
+  Tensor y = nn::scale_for_head(cfg_, ln_f_->forward(hidden));
   if (sp_) y = all_gather_along(y, 1, group_);
   // Only the positions asked for reach the head.
   Tensor local = linear(contiguous(narrow(y, 1, start, length)), head_->weight(), head_->bias());

@@ -500,14 +500,22 @@ TEST_P(TensorParallelGptTest, PackedDocumentsMatchOneProcess) {
 // act on each rank's heads' scores and each vocabulary shard's logits.
 // GPT-NeoX's parallel residual feeds ln_2 the block's input (each rank's
 // tokens under sequence parallelism), and its exact GELU acts on each
-// rank's columns of c_fc.
+// rank's columns of c_fc. Granite's residual multiplier scales each
+// sublayer's reduced output (the parallel residual's one reduction of both
+// sublayers too), and its logit scale ln_f's output before the
+// vocabulary-parallel head.
 TEST_P(TensorParallelGptTest, LlamaOptionsMatchOneProcess) {
   const int64_t V = 300;
   for (const std::string variant :
-       {"rope", "rope, packed documents", "swiglu, F 24", "geglu, F 24", "gemma's blocks",
+       {"rope",
+        "rope, packed documents",
+        "swiglu, F 24",
+        "geglu, F 24",
+        "gemma's blocks",
         "gemma 3's blocks, sliding window on layer 0 only",
         "gemma 2's blocks, soft caps, sliding window on layer 0 only",
-        "rmsnorm, rope, swiglu, no biases", "rmsnorm, rope, swiglu, no biases, untied head",
+        "rmsnorm, rope, swiglu, no biases",
+        "rmsnorm, rope, swiglu, no biases, untied head",
         "rmsnorm, rope, swiglu, no biases, grouped-query attention",
         "rmsnorm, rope, swiglu, no biases, grouped-query attention, qkv biases",
         "rmsnorm, rope, swiglu, no biases, grouped-query attention, qk norm, heads of 6",
@@ -521,7 +529,11 @@ TEST_P(TensorParallelGptTest, LlamaOptionsMatchOneProcess) {
         "olmo 2's blocks: post-norms alone, qk norm over all heads, grouped-query "
         "attention",
         "olmo's blocks: layernorms without weights, q, k and v clamped, grouped-query "
-        "attention"}) {
+        "attention",
+        "granite's blocks: residual multiplier, logit scale, attention multiplier, "
+        "grouped-query attention",
+        "gpt-neox's blocks with a residual multiplier: both sublayers' shares reduced at "
+        "once"}) {
     SCOPED_TRACE(variant);
     nn::GptConfig cfg = tiny(V);
     if (variant.find("grouped-query") != std::string::npos) {
@@ -575,6 +587,8 @@ TEST_P(TensorParallelGptTest, LlamaOptionsMatchOneProcess) {
       cfg.rope_theta = 20.0;
       cfg.rope_dim = cfg.head_dim() / 2;
       cfg.tie_embeddings = false;
+      // (The one reduction of both sublayers' shares, then scaled.)
+      if (variant.find("residual multiplier") != std::string::npos) cfg.residual_multiplier = 2.5;
     } else if (variant.rfind("phi", 0) == 0) {  // both read ln_1(x); the head's bias
       cfg.parallel_residual = cfg.shared_norm = cfg.head_bias = true;
       cfg.position_embedding = nn::PositionEmbedding::Rotary;
@@ -605,6 +619,18 @@ TEST_P(TensorParallelGptTest, LlamaOptionsMatchOneProcess) {
       cfg.tie_embeddings = false;
       cfg.norm_affine = false;
       cfg.clip_qkv = 0.05;  // (inside the tiny model's spread: some values clamped)
+    } else if (variant.rfind("granite", 0) == 0) {
+      // LLaMA's blocks with Granite's scalars: each sublayer's reduced
+      // output scaled before the residual add, ln_f's output scaled before
+      // the vocabulary-parallel head, and the scores' own scale.
+      cfg.normalization = nn::Normalization::RmsNorm;
+      cfg.linear_bias = false;
+      cfg.activation = nn::Activation::SwiGlu;
+      cfg.position_embedding = nn::PositionEmbedding::Rotary;
+      cfg.embedding_multiplier = 3.0;
+      cfg.residual_multiplier = 0.3;
+      cfg.logit_scale = 0.25;
+      cfg.query_pre_attn_scalar = 16.0;  // scores times 1/4 rather than 1/2
     } else if (variant == "swiglu, F 24" || variant == "geglu, F 24") {
       cfg.activation = variant[0] == 's' ? nn::Activation::SwiGlu : nn::Activation::GeGlu;
       cfg.ffn_hidden_size = 24;
