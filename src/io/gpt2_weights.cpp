@@ -212,12 +212,49 @@ void stack_qkv(BlockParts& parts, int64_t i, const std::string& family, const st
   out[p + "attn.c_attn.bias"] = concat({bq, bk, bv}, 0);
 }
 
+// GraniteMoE's mixture, its experts fused (ParallelExperts): the router
+// block_sparse_moe.router.layer (E, C), input_linear (E, 2F, C), each
+// expert's [gate | up] as Triad's c_fc holds it, and output_linear (E, C,
+// F), each expert's c_proj; GraniteMoeShared's ungated shared_mlp beside
+// them (input_linear (2S, C), output_linear (C, S)). Block `p`'s router,
+// experts and shared expert.
+void take_fused_experts(BlockParts& parts, const std::string& p, nn::StateDict& out) {
+  const Tensor router = parts.take("block_sparse_moe.router.layer.weight");
+  const Tensor in = parts.take("block_sparse_moe.input_linear.weight");
+  const Tensor down = parts.take("block_sparse_moe.output_linear.weight");
+  const int64_t E = router.dim() == 2 ? router.size(0) : -1;
+  if (E < 1 || in.dim() != 3 || down.dim() != 3 || in.size(0) != E || down.size(0) != E ||
+      in.size(2) != router.size(1) || down.size(1) != router.size(1) ||
+      in.size(1) != 2 * down.size(2)) {
+    throw IoError("Hugging Face GraniteMoE weights: " + p + " has router.layer " +
+                  shape_str(router.shape()) + ", input_linear " + shape_str(in.shape()) +
+                  " and output_linear " + shape_str(down.shape()) +
+                  "; expected (E, C), (E, 2F, C) and (E, C, F)");
+  }
+  out[p + "mlp.router.weight"] = router;
+  for (int64_t e = 0; e < E; ++e) {
+    const std::string ours = p + "mlp.experts." + std::to_string(e) + ".";
+    out[ours + "c_fc.weight"] =
+        contiguous(reshape(narrow(in, 0, e, 1), {in.size(1), in.size(2)})).detach();
+    out[ours + "c_proj.weight"] =
+        contiguous(reshape(narrow(down, 0, e, 1), {down.size(1), down.size(2)})).detach();
+  }
+  if (parts.has("shared_mlp.input_linear.weight") || parts.has("shared_mlp.output_linear.weight")) {
+    out[p + "mlp.shared.c_fc.weight"] = parts.take("shared_mlp.input_linear.weight");
+    out[p + "mlp.shared.c_proj.weight"] = parts.take("shared_mlp.output_linear.weight");
+  }
+}
+
 // A block's mixture of experts, Mixtral's (block_sparse_moe.gate and
 // experts.<e>.w1, w3, w2) or Qwen's (mlp.gate and experts.<e>.gate_proj,
 // up_proj, down_proj; Qwen2-MoE's shared_expert and shared_expert_gate
-// too), as block `p`'s router and experts (c_fc [gate | up], c_proj). False
-// for a block without one.
+// too) or GraniteMoE's (take_fused_experts), as block `p`'s router and
+// experts (c_fc [gate | up], c_proj). False for a block without one.
 bool take_experts(BlockParts& parts, const std::string& p, nn::StateDict& out) {
+  if (parts.has("block_sparse_moe.router.layer.weight")) {
+    take_fused_experts(parts, p, out);
+    return true;
+  }
   struct Names {
     const char *prefix, *gate, *up, *down;
   };

@@ -398,6 +398,31 @@ nn::GptConfig moe_config(const Keys& k, const std::string& type) {
   return c;
 }
 
+// GraniteMoE (GraniteMoeForCausalLM): Granite's blocks (its multipliers
+// too) with a mixture on every layer: num_local_experts SwiGLU experts of
+// intermediate_size, the top num_experts_per_tok of the router's logits
+// softmaxed among themselves (Triad's renormalised top k), and
+// router_aux_loss_coef as the load-balancing loss's weight.
+// GraniteMoeShared: and a shared expert of shared_intermediate_size (0:
+// none) every token takes, ungated.
+nn::GptConfig granite_moe_config(const Keys& k, const std::string& type) {
+  nn::GptConfig c = llama_config(k, "granite");
+  nn::GptConfig::Moe& m = c.moe;
+  m.experts = k.integer("num_local_experts");
+  if (m.experts < 1) k.bad("num_local_experts", "must be positive");
+  m.top_k = k.integer("num_experts_per_tok");
+  if (m.top_k < 1 || m.top_k > m.experts)
+    k.bad("num_experts_per_tok", "must be between 1 and the number of experts");
+  m.normalize_top_k = true;
+  m.aux_loss_coef = k.number("router_aux_loss_coef", 0.001);  // (GraniteMoeConfig's default)
+  if (type == "granitemoeshared") {
+    m.shared_ffn_hidden_size = k.integer("shared_intermediate_size", 0);
+    if (m.shared_ffn_hidden_size < 0)
+      k.bad("shared_intermediate_size", "must be 0 (no shared expert) or positive");
+  }
+  return c;
+}
+
 // OLMo (OlmoForCausalLM): LLaMA's blocks with LayerNorms that learn
 // nothing (no weight, no bias, eps 1e-5: model.norm_affine false), and
 // clip_qkv's clamp on q, k and v (model.clip_qkv).
@@ -645,6 +670,8 @@ nn::GptConfig gpt_config_from_hf(const std::string& json_text, const std::string
     c = moe_config(k, type);
   } else if (type == "olmo" || type == "olmo2" || type == "olmoe") {
     c = olmo_config(k, type);
+  } else if (type == "granitemoe" || type == "granitemoeshared") {
+    c = granite_moe_config(k, type);
   } else if (type == "gpt2") {
     c = gpt2_config(k);
   } else if (type == "gpt_neox") {
@@ -665,8 +692,8 @@ nn::GptConfig gpt_config_from_hf(const std::string& json_text, const std::string
     throw NotSupportedError(
         source + ": model_type '" + type +
         "' is not supported (llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe, gemma, "
-        "gemma2, gemma3_text, gemma3, phi3, stablelm, olmo, olmo2, olmoe, granite, gpt_neox, "
-        "phi, falcon, gptj, codegen or gpt2)");
+        "gemma2, gemma3_text, gemma3, phi3, stablelm, olmo, olmo2, olmoe, granite, granitemoe, "
+        "granitemoeshared, gpt_neox, phi, falcon, gptj, codegen or gpt2)");
   }
   c.hf_type = type;  // (an export writes the class it came from)
   try {

@@ -40,6 +40,15 @@ bool is_gemma(const std::string& type) {
   return type == "gemma" || type == "gemma2" || type == "gemma3_text";
 }
 
+// Granite's classes: its dense blocks, and its mixtures of experts.
+bool is_granite(const std::string& type) {
+  return type == "granite" || type == "granitemoe" || type == "granitemoeshared";
+}
+
+bool is_granite_moe(const std::string& type) {
+  return type == "granitemoe" || type == "granitemoeshared";
+}
+
 // The reasons a class cannot hold a model, joined by commas.
 struct Misfit {
   std::string why;
@@ -602,14 +611,47 @@ std::map<std::string, Tensor> triad_to_falcon_part(const nn::StateDict& full,
   return out;
 }
 
+// GraniteMoE's fused experts of block `block`: every expert's c_fc stacked
+// into block_sparse_moe.input_linear (E, 2F, C), its c_proj into
+// output_linear (E, C, F), the router as router.layer; GraniteMoeShared's
+// shared expert as shared_mlp's input_linear and output_linear.
+void put_fused_experts(const nn::StateDict& full, const nn::GptConfig& c, int64_t block,
+                       std::map<std::string, Tensor>& out) {
+  const std::string p = "h." + std::to_string(block) + ".";
+  const std::string hf = "model.layers." + std::to_string(block) + ".";
+  const int64_t C = c.d_model, F = c.expert_ffn();
+  std::vector<Tensor> fc, proj;
+  for (int64_t e = 0; e < c.moe.experts; ++e) {
+    const std::string ours = p + "mlp.experts." + std::to_string(e) + ".";
+    const Tensor& up = at(full, ours + "c_fc.weight");
+    const Tensor& down = at(full, ours + "c_proj.weight");
+    if (up.shape() != Shape{2 * F, C} || down.shape() != Shape{C, F}) {
+      throw ShapeError("export: layer " + std::to_string(block) + "'s expert " + std::to_string(e) +
+                       " has c_fc " + shape_str(up.shape()) + " and c_proj " +
+                       shape_str(down.shape()) + ", not the configured model's (" +
+                       std::to_string(2 * F) + ", " + std::to_string(C) + ") and (" +
+                       std::to_string(C) + ", " + std::to_string(F) + ")");
+    }
+    fc.push_back(reshape(up, {1, 2 * F, C}));
+    proj.push_back(reshape(down, {1, C, F}));
+  }
+  out[hf + "block_sparse_moe.router.layer.weight"] = at(full, p + "mlp.router.weight");
+  out[hf + "block_sparse_moe.input_linear.weight"] = concat(fc, 0).detach();
+  out[hf + "block_sparse_moe.output_linear.weight"] = concat(proj, 0).detach();
+  if (c.moe.shared_ffn_hidden_size > 0) {
+    out[hf + "shared_mlp.input_linear.weight"] = at(full, p + "mlp.shared.c_fc.weight");
+    out[hf + "shared_mlp.output_linear.weight"] = at(full, p + "mlp.shared.c_proj.weight");
+  }
+}
+
 }  // namespace
 
 const std::vector<std::string>& hf_model_types() {
   static const std::vector<std::string> types{
-      "llama",     "mistral", "mixtral", "qwen2",       "qwen2_moe", "qwen3",
-      "qwen3_moe", "gemma",   "gemma2",  "gemma3_text", "phi3",      "stablelm",
-      "olmo",      "olmo2",   "olmoe",   "granite",     "gpt_neox",  "phi",
-      "falcon",    "gptj",    "codegen", "gpt2"};
+      "llama",     "mistral", "mixtral", "qwen2",       "qwen2_moe",  "qwen3",
+      "qwen3_moe", "gemma",   "gemma2",  "gemma3_text", "phi3",       "stablelm",
+      "olmo",      "olmo2",   "olmoe",   "granite",     "granitemoe", "granitemoeshared",
+      "gpt_neox",  "phi",     "falcon",  "gptj",        "codegen",    "gpt2"};
   return types;
 }
 
@@ -642,7 +684,8 @@ std::string dense_misfit(const nn::GptConfig& c, const std::string& type) {
 }
 
 bool is_moe_type(const std::string& type) {
-  return type == "mixtral" || type == "qwen2_moe" || type == "qwen3_moe" || type == "olmoe";
+  return type == "mixtral" || type == "qwen2_moe" || type == "qwen3_moe" || type == "olmoe" ||
+         is_granite_moe(type);
 }
 
 // What only OLMo's classes hold: norms over all the queries and keys
@@ -658,14 +701,15 @@ void add_olmo_departures(const nn::GptConfig& c, const std::string& type, Misfit
 // What only Granite's class holds: sublayer outputs scaled before they join
 // the residual stream, and scaled logits.
 void add_granite_departures(const nn::GptConfig& c, const std::string& type, Misfit& m) {
-  m.add(c.residual_multiplier != 1.0 && type != "granite", "model.residual_multiplier is not 1");
-  m.add(c.logit_scale != 1.0 && type != "granite", "model.logit_scale is not 1");
+  m.add(c.residual_multiplier != 1.0 && !is_granite(type), "model.residual_multiplier is not 1");
+  m.add(c.logit_scale != 1.0 && !is_granite(type), "model.logit_scale is not 1");
 }
 
 // The same for any class: Mixtral's are Mistral's blocks with experts
 // (renormalised, on every layer), Qwen3-MoE's Qwen3's (dense layers
 // allowed), OLMoE's LLaMA's with OLMo's query/key norms (experts on every
-// layer); no other class holds a mixture.
+// layer), GraniteMoE's Granite's (renormalised, on every layer; an ungated
+// shared expert in GraniteMoeShared's); no other class holds a mixture.
 std::string misfit(const nn::GptConfig& c, const std::string& type) {
   if (!is_moe_type(type)) {
     Misfit m{dense_misfit(c, type)};
@@ -675,17 +719,25 @@ std::string misfit(const nn::GptConfig& c, const std::string& type) {
     return m.why;
   }
   const bool mixtral = type == "mixtral", qwen2 = type == "qwen2_moe", olmoe = type == "olmoe";
-  Misfit m{dense_misfit(c, mixtral ? "mistral" : qwen2 ? "qwen2" : olmoe ? "olmoe" : "qwen3")};
+  const bool granite = is_granite_moe(type);
+  Misfit m{dense_misfit(c, mixtral   ? "mistral"
+                           : qwen2   ? "qwen2"
+                           : olmoe   ? "olmoe"
+                           : granite ? "granite"
+                                     : "qwen3")};
   add_olmo_departures(c, type, m);
   add_granite_departures(c, type, m);
   m.add(c.moe.experts == 0, "model.moe is not set (no experts)");
-  if (mixtral) m.add(!c.moe.normalize_top_k, "model.moe.normalize_top_k is false");
-  if (mixtral || olmoe)
+  if (mixtral || granite) m.add(!c.moe.normalize_top_k, "model.moe.normalize_top_k is false");
+  if (mixtral || olmoe || granite)
     m.add(!c.moe.dense_layers.empty(), "model.moe.dense_layers keeps layers dense");
-  // Qwen2-MoE's blocks always have a gated shared expert, the others none.
+  // Qwen2-MoE's blocks always have a gated shared expert, GraniteMoeShared's
+  // an ungated one or none, the others none.
   if (qwen2) {
     m.add(c.moe.shared_ffn_hidden_size == 0 || !c.moe.shared_gate,
           "model.moe has no gated shared expert (shared_ffn_hidden_size, shared_gate)");
+  } else if (type == "granitemoeshared") {
+    m.add(c.moe.shared_gate, "model.moe.shared_gate is true");
   } else {
     m.add(c.moe.shared_ffn_hidden_size > 0, "model.moe.shared_ffn_hidden_size is set");
   }
@@ -694,28 +746,30 @@ std::string misfit(const nn::GptConfig& c, const std::string& type) {
 
 // The class of model_type `type` (one of hf_model_types()).
 const char* architecture_of(const std::string& type) {
-  return type == "llama"         ? "LlamaForCausalLM"
-         : type == "mistral"     ? "MistralForCausalLM"
-         : type == "mixtral"     ? "MixtralForCausalLM"
-         : type == "qwen2_moe"   ? "Qwen2MoeForCausalLM"
-         : type == "qwen3_moe"   ? "Qwen3MoeForCausalLM"
-         : type == "qwen2"       ? "Qwen2ForCausalLM"
-         : type == "qwen3"       ? "Qwen3ForCausalLM"
-         : type == "gemma"       ? "GemmaForCausalLM"
-         : type == "gemma2"      ? "Gemma2ForCausalLM"
-         : type == "gemma3_text" ? "Gemma3ForCausalLM"
-         : type == "phi3"        ? "Phi3ForCausalLM"
-         : type == "stablelm"    ? "StableLmForCausalLM"
-         : type == "olmo"        ? "OlmoForCausalLM"
-         : type == "olmo2"       ? "Olmo2ForCausalLM"
-         : type == "olmoe"       ? "OlmoeForCausalLM"
-         : type == "granite"     ? "GraniteForCausalLM"
-         : type == "gpt_neox"    ? "GPTNeoXForCausalLM"
-         : type == "phi"         ? "PhiForCausalLM"
-         : type == "falcon"      ? "FalconForCausalLM"
-         : type == "gptj"        ? "GPTJForCausalLM"
-         : type == "codegen"     ? "CodeGenForCausalLM"
-                                 : "GPT2LMHeadModel";
+  return type == "llama"              ? "LlamaForCausalLM"
+         : type == "mistral"          ? "MistralForCausalLM"
+         : type == "mixtral"          ? "MixtralForCausalLM"
+         : type == "qwen2_moe"        ? "Qwen2MoeForCausalLM"
+         : type == "qwen3_moe"        ? "Qwen3MoeForCausalLM"
+         : type == "qwen2"            ? "Qwen2ForCausalLM"
+         : type == "qwen3"            ? "Qwen3ForCausalLM"
+         : type == "gemma"            ? "GemmaForCausalLM"
+         : type == "gemma2"           ? "Gemma2ForCausalLM"
+         : type == "gemma3_text"      ? "Gemma3ForCausalLM"
+         : type == "phi3"             ? "Phi3ForCausalLM"
+         : type == "stablelm"         ? "StableLmForCausalLM"
+         : type == "olmo"             ? "OlmoForCausalLM"
+         : type == "olmo2"            ? "Olmo2ForCausalLM"
+         : type == "olmoe"            ? "OlmoeForCausalLM"
+         : type == "granite"          ? "GraniteForCausalLM"
+         : type == "granitemoe"       ? "GraniteMoeForCausalLM"
+         : type == "granitemoeshared" ? "GraniteMoeSharedForCausalLM"
+         : type == "gpt_neox"         ? "GPTNeoXForCausalLM"
+         : type == "phi"              ? "PhiForCausalLM"
+         : type == "falcon"           ? "FalconForCausalLM"
+         : type == "gptj"             ? "GPTJForCausalLM"
+         : type == "codegen"          ? "CodeGenForCausalLM"
+                                      : "GPT2LMHeadModel";
 }
 
 }  // namespace
@@ -754,7 +808,11 @@ const char* hf_model_type(const nn::GptConfig& c) {
         misfit(c, "qwen2_moe") +
         "); OlmoeForCausalLM LLaMA's with query/key norms over all the heads (qk_norm: full) and "
         "experts on every layer (here " +
-        misfit(c, "olmoe") + ")");
+        misfit(c, "olmoe") +
+        "); GraniteMoeForCausalLM Granite's with experts on every layer, renormalised (here " +
+        misfit(c, "granitemoe") +
+        "); GraniteMoeSharedForCausalLM the same with an ungated shared expert (here " +
+        misfit(c, "granitemoeshared") + ")");
   }
   const std::string llama = misfit(c, "mistral"), qwen2 = misfit(c, "qwen2"),
                     qwen3 = misfit(c, "qwen3"), gemma = misfit(c, "gemma"),
@@ -828,7 +886,7 @@ std::string hf_config_json(const nn::GptConfig& c, const std::string& torch_dtyp
     j["num_key_value_heads"] = c.kv_heads();
     const bool phi3 = type == "phi3", stablelm = type == "stablelm";
     const bool olmo = type == "olmo" || type == "olmo2" || type == "olmoe";
-    const bool granite = type == "granite";
+    const bool granite = is_granite(type);
     // (Phi3Config's, StableLmConfig's, OLMo's and Granite's heads are
     // hidden_size / heads wide.)
     if (!phi3 && !stablelm && !olmo && !granite) j["head_dim"] = c.head_dim();
@@ -879,7 +937,7 @@ std::string hf_config_json(const nn::GptConfig& c, const std::string& torch_dtyp
       j["use_sliding_window"] = c.sliding_window > 0;
       j["sliding_window"] = c.sliding_window > 0 ? c.sliding_window : c.seq_len;
       j["max_window_layers"] = c.sliding_window > 0 ? *qwen_window_layers(c) : c.n_layer;
-    } else if (!phi3 && type != "mixtral" && !olmo) {
+    } else if (!phi3 && type != "mixtral" && !olmo && !is_granite_moe(type)) {
       j["mlp_bias"] = false;
     }
     if (phi3) {
@@ -904,9 +962,10 @@ std::string hf_config_json(const nn::GptConfig& c, const std::string& torch_dtyp
       // it only when output_router_logits is set, which its published files
       // leave off.
       const auto& x = c.moe;
-      if (type == "mixtral") {
+      if (type == "mixtral" || is_granite_moe(type)) {
         j["intermediate_size"] = c.expert_ffn();
         j["num_local_experts"] = x.experts;
+        if (type == "granitemoeshared") j["shared_intermediate_size"] = x.shared_ffn_hidden_size;
       } else if (type == "olmoe") {  // experts on every layer, intermediate_size wide
         j["intermediate_size"] = c.expert_ffn();
         j["num_experts"] = x.experts;
@@ -922,7 +981,7 @@ std::string hf_config_json(const nn::GptConfig& c, const std::string& torch_dtyp
       j["num_experts_per_tok"] = x.top_k;
       j["router_aux_loss_coef"] = x.aux_loss_coef;
       j["output_router_logits"] = false;
-      if (type != "olmoe") j["router_jitter_noise"] = 0.0;
+      if (type != "olmoe" && !is_granite_moe(type)) j["router_jitter_noise"] = 0.0;
     }
     if (type == "gemma2" || type == "gemma3_text") {
       if (c.query_pre_attn_scalar > 0.0) {
@@ -1030,7 +1089,9 @@ std::map<std::string, Tensor> triad_to_hf_part(const nn::StateDict& full, const 
       out[hf + "self_attn.k_proj.weight"] = contiguous(narrow(qkv, 0, Q, KV)).detach();
       out[hf + "self_attn.v_proj.weight"] = contiguous(narrow(qkv, 0, Q + KV, KV)).detach();
     }
-    if (c.moe_layer(i)) {
+    if (c.moe_layer(i) && is_granite_moe(type)) {
+      put_fused_experts(full, c, i, out);
+    } else if (c.moe_layer(i)) {
       // Mixtral's block_sparse_moe (w1 the gate, w3 up, w2 down) or
       // Qwen3-MoE's mlp (gate_proj, up_proj, down_proj); the router is gate.
       const bool mixtral = type == "mixtral";

@@ -980,6 +980,57 @@ TEST(HfConfig, GraniteConfigIsItsOwn) {
   EXPECT_NE(error_of(edited(granite, "mlp_bias", "true")).find("mlp_bias"), std::string::npos);
 }
 
+// GraniteMoE's config.json (granite-3.0-1b-a400m's shape: 24 layers of
+// 1024, 16 heads over 8 key/value heads, 32 experts of 512 of which each
+// token takes 8): Granite's multipliers and a mixture on every layer, its
+// top k renormalised; GraniteMoeShared's shared_intermediate_size as an
+// ungated shared expert. The counts by the shapes: per layer 2 x 1024^2 (q,
+// o) + 2 x 1024 x 512 (k, v) + 32 x 3 x 1024 x 512 (the experts) + 32 x
+// 1024 (the router) + 2 x 1024 (norms), 24 layers, 49155 x 1024 tied
+// embeddings and ln_f: 1,334,628,352, of which a token uses the attention,
+// router and 8 experts' 3 x 1024 x 512 a layer.
+TEST(HfConfig, GraniteMoeConfigsAreTheirs) {
+  const std::string moe = R"({
+    "architectures": ["GraniteMoeForCausalLM"], "attention_bias": false,
+    "attention_multiplier": 0.015625, "embedding_multiplier": 12.0, "hidden_act": "silu",
+    "hidden_size": 1024, "intermediate_size": 512, "logits_scaling": 6.0,
+    "max_position_embeddings": 4096, "model_type": "granitemoe", "num_attention_heads": 16,
+    "num_experts_per_tok": 8, "num_hidden_layers": 24, "num_key_value_heads": 8,
+    "num_local_experts": 32, "output_router_logits": false, "residual_multiplier": 0.22,
+    "rms_norm_eps": 1e-06, "rope_scaling": null, "rope_theta": 10000, "router_aux_loss_coef": 0.01,
+    "tie_word_embeddings": true, "vocab_size": 49155})";
+  const nn::GptConfig g = gpt_config_from_hf(moe, "granite-3.0-1b-a400m-base/config.json");
+  EXPECT_EQ(g.hf_type, "granitemoe");
+  EXPECT_EQ(g.moe.experts, 32);
+  EXPECT_EQ(g.moe.top_k, 8);
+  EXPECT_TRUE(g.moe.normalize_top_k);
+  EXPECT_EQ(g.expert_ffn(), 512);
+  EXPECT_EQ(g.moe.aux_loss_coef, 0.01);
+  EXPECT_TRUE(g.moe.dense_layers.empty());
+  EXPECT_EQ(g.moe.shared_ffn_hidden_size, 0);
+  EXPECT_EQ(g.residual_multiplier, 0.22);
+  EXPECT_EQ(g.query_pre_attn_scalar, 4096.0);
+  EXPECT_EQ(g.logit_scale, 1.0 / 6.0);
+  EXPECT_EQ(g.num_parameters(), 1'334'628'352);
+  const double layer_active =
+      2.0 * 1024 * 1024 + 2.0 * 1024 * 512 + 8.0 * 3 * 1024 * 512 + 32.0 * 1024 + 2.0 * 1024;
+  EXPECT_EQ(g.active_parameter_count(), 24 * layer_active + 49155.0 * 1024 + 1024);
+  EXPECT_EQ(std::string(hf_architecture(g)), "GraniteMoeForCausalLM");
+  const nn::GptConfig shared = gpt_config_from_hf(
+      edited(edited(moe, "model_type", "\"granitemoeshared\""), "shared_intermediate_size", "1024"),
+      "m");
+  EXPECT_EQ(shared.hf_type, "granitemoeshared");
+  EXPECT_EQ(shared.moe.shared_ffn_hidden_size, 1024);
+  EXPECT_FALSE(shared.moe.shared_gate);
+  EXPECT_EQ(std::string(hf_architecture(shared)), "GraniteMoeSharedForCausalLM");
+  EXPECT_NE(error_of(edited(moe, "num_experts_per_tok", "33")).find("num_experts_per_tok"),
+            std::string::npos);
+  EXPECT_NE(error_of(edited(edited(moe, "model_type", "\"granitemoeshared\""),
+                            "shared_intermediate_size", "-1"))
+                .find("shared_intermediate_size"),
+            std::string::npos);
+}
+
 // OLMo-2-1124-7B's and OLMoE-1B-7B-0924's config.json as published: OLMo 2's
 // blocks normalise only their sublayers' outputs, both classes normalise
 // all the queries together and all the keys together; the published
@@ -1243,7 +1294,9 @@ TEST(HfConfig, WhatTriadDoesNotBuildIsNamed) {
       message(from(edited(llama, "model_type", "\"deepseek_v3\"")))
           .find("model_type 'deepseek_v3' is not supported (llama, mistral, mixtral, qwen2, "
                 "qwen2_moe, qwen3, qwen3_moe, gemma, gemma2, gemma3_text, gemma3, phi3, stablelm, "
-                "olmo, olmo2, olmoe, granite, gpt_neox, phi, falcon, gptj, codegen or gpt2)"),
+                "olmo, olmo2, olmoe, granite, granitemoe, granitemoeshared, gpt_neox, phi, falcon, "
+                "gptj, "
+                "codegen or gpt2)"),
       std::string::npos);
   EXPECT_NE(message(from(edited(edited(edited(kQwen3_06b, "use_sliding_window", "true"),
                                        "max_window_layers", "10"),

@@ -577,6 +577,59 @@ TEST(HfExport, GraniteRoundTripsAndNoOtherClassHoldsItsScalars) {
   expect_no_class(windowed, "GraniteForCausalLM LLaMA's with any embedding, residual and logit");
 }
 
+// GraniteMoE's and GraniteMoeShared's mixtures through their classes and
+// back: the experts fused into input_linear (E, 2F, C) and output_linear
+// (E, C, F) and read apart again, bit for bit; the shared expert ungated
+// under shared_mlp. A gated shared expert (Qwen2-MoE's) or experts not
+// renormalised are not Granite's.
+TEST(HfExport, GraniteMoeRoundTripsWithItsExpertsFused) {
+  for (const int64_t shared : {0, 12}) {
+    SCOPED_TRACE(shared);
+    nn::GptConfig c = llama(true, 2);
+    c.residual_multiplier = 0.5;
+    c.logit_scale = 0.25;
+    c.moe.experts = 3;
+    c.moe.top_k = 2;
+    c.ffn_hidden_size = 10;  // (the experts', as GraniteMoeConfig's one intermediate_size)
+    c.moe.shared_ffn_hidden_size = shared;
+    const std::string type = shared > 0 ? "granitemoeshared" : "granitemoe";
+    EXPECT_EQ(std::string(hf_model_type(c)), type);
+    nn::Gpt model(c, 3);
+    testing::TempDir dir;
+    save_hf_model(model.state_dict(), c, dir.file("hf"));
+    const nn::GptConfig back = load_hf_config(dir.file("hf"));
+    EXPECT_EQ(back.hf_type, type);
+    expect_same_model(c, back);
+    expect_reads_back(dir.file("hf"), model);
+    const auto tensors = load_safetensors(dir.file("hf/model.safetensors")).tensors;
+    const std::string moe = "model.layers.1.block_sparse_moe.";
+    EXPECT_EQ(tensors.at(moe + "input_linear.weight").shape(), (Shape{3, 20, 16}));
+    EXPECT_EQ(tensors.at(moe + "output_linear.weight").shape(), (Shape{3, 16, 10}));
+    EXPECT_EQ(tensors.at(moe + "router.layer.weight").shape(), (Shape{3, 16}));
+    EXPECT_EQ(tensors.count("model.layers.0.shared_mlp.input_linear.weight"), shared > 0 ? 1u : 0u);
+    std::ifstream config(dir.file("hf/config.json"));
+    const nlohmann::json j = nlohmann::json::parse(config);
+    EXPECT_EQ(j.at("num_local_experts"), 3);
+    EXPECT_EQ(j.at("intermediate_size"), 10);
+    EXPECT_EQ(j.contains("shared_intermediate_size"), shared > 0);
+    EXPECT_EQ(j.at("logits_scaling"), 4.0);
+  }
+  nn::GptConfig c = llama(true, 2);
+  c.moe.experts = 3;
+  c.moe.top_k = 2;
+  c.moe.normalize_top_k = false;
+  EXPECT_NE(hf_misfit(c, "granitemoe").find("model.moe.normalize_top_k is false"),
+            std::string::npos);
+  c.moe.normalize_top_k = true;
+  c.moe.shared_ffn_hidden_size = 8;
+  c.moe.shared_gate = true;
+  EXPECT_NE(hf_misfit(c, "granitemoeshared").find("model.moe.shared_gate is true"),
+            std::string::npos);
+  EXPECT_NE(hf_misfit(c, "granitemoe").find("model.moe.shared_ffn_hidden_size is set"),
+            std::string::npos);
+  EXPECT_NE(hf_misfit(c, "granite").find("model.moe is set"), std::string::npos);
+}
+
 TEST(HfExport, ExportingHoldsOneBlockAtATimeAndABrokenFileWritesNothing) {
   testing::TempDir dir;
   nn::GptConfig c = llama(false, 2);
@@ -1180,7 +1233,7 @@ TEST(HfExport, TheModelsOwnClassIsPreferred) {
             "model.hf_type 'phi4' is not a model_type Triad exports "
             "(llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, "
             "qwen3_moe, gemma, gemma2, gemma3_text, phi3, stablelm, olmo, olmo2, olmoe, granite, "
-            "gpt_neox, "
+            "granitemoe, granitemoeshared, gpt_neox, "
             "phi, falcon, gptj, codegen, gpt2, or auto)"),
         std::string::npos)
         << e.what();

@@ -872,6 +872,38 @@ TEST_F(Gpt2Parity, GraniteDirectoryReadsAndExportsAsHuggingFacesGranite) {
   }
 }
 
+// GraniteMoeShared's blocks (Granite's with its multipliers, 4 experts on
+// every layer of which each token takes 2, renormalised, and an ungated
+// shared expert) from a GraniteMoeSharedForCausalLM directory, its experts
+// fused (input_linear, output_linear): logits, loss, every gradient with the
+// load-balancing loss's part, the balance; exported again, the same
+// directory. Without the shared expert, not the reference's logits.
+TEST_F(Gpt2Parity, GraniteMoeDirectoryReadsAndExportsAsHuggingFacesGraniteMoeShared) {
+  const std::string dir = ref_dir() + "/granitemoe_hf";
+  const nn::GptConfig cfg = io::load_hf_config(dir);
+  EXPECT_EQ(cfg.hf_type, "granitemoeshared");
+  EXPECT_EQ(cfg.moe.experts, 4);
+  EXPECT_TRUE(cfg.moe.normalize_top_k);
+  EXPECT_EQ(cfg.moe.shared_ffn_hidden_size, cfg_["moe_shared_ffn"].get<int64_t>());
+  EXPECT_FALSE(cfg.moe.shared_gate);
+  EXPECT_EQ(cfg.residual_multiplier, 0.4);
+  nn::Gpt model(cfg, 1);
+  io::load_gpt2_safetensors(model, dir);
+  expect_step_zero_matches(model, ref_, "granitemoe.");
+  expect_balance_matches(model, ref_, "granitemoe.");
+  expect_exports_as_written(model, dir);
+  nn::GptConfig unshared = cfg;
+  unshared.moe.shared_ffn_hidden_size = 0;
+  nn::Gpt m(unshared, 1);
+  nn::StateDict weights = model.state_dict();
+  for (const char* layer : {"h.0", "h.1"}) {
+    weights.erase(std::string(layer) + ".mlp.shared.c_fc.weight");
+    weights.erase(std::string(layer) + ".mlp.shared.c_proj.weight");
+  }
+  m.load_state_dict(weights);
+  EXPECT_GT(logits_away_from(m, ref_, "granitemoe."), 1e-3);
+}
+
 // OLMoE's blocks (pre-norms, the full query/key norms, 4 experts on every
 // layer of which each token takes 2, not renormalised) from an
 // OlmoeForCausalLM directory, trained with the router z-loss (its weight

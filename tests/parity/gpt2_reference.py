@@ -277,7 +277,8 @@ class Gpt(torch.nn.Module):
                     b.mlp.shared = torch.nn.Module()
                     b.mlp.shared.c_fc = torch.nn.Linear(C, 2 * moe["shared"], bias=False)
                     b.mlp.shared.c_proj = torch.nn.Linear(moe["shared"], C, bias=False)
-                    b.mlp.shared_gate = torch.nn.Linear(C, 1, bias=False)
+                    if moe.get("shared_gate", True):  # (GraniteMoeShared's has none)
+                        b.mlp.shared_gate = torch.nn.Linear(C, 1, bias=False)
             elif swiglu_ffn is None:  # (Falcon's has no biases, GPT-J's only these)
                 mb = bias if mlp_bias is None else mlp_bias
                 b.mlp.c_fc = torch.nn.Linear(C, 4 * C, bias=mb)
@@ -325,7 +326,10 @@ class Gpt(torch.nn.Module):
         self.aux.append(E * (load / (h.shape[0] * k) * probs.mean(dim=0)).sum())
         if hasattr(mlp, "shared"):  # as Qwen2MoeSparseMoeBlock adds it
             gate, up = mlp.shared.c_fc(h).chunk(2, dim=-1)
-            out = out + torch.sigmoid(mlp.shared_gate(h)) * mlp.shared.c_proj(F.silu(gate) * up)
+            shared = mlp.shared.c_proj(F.silu(gate) * up)
+            if hasattr(mlp, "shared_gate"):
+                shared = torch.sigmoid(mlp.shared_gate(h)) * shared
+            out = out + shared
         return out.view(B, T, C)
 
     def forward(self, idx):
@@ -614,6 +618,49 @@ def save_hf_granite(model, directory):
               "mlp_bias": False, "embedding_multiplier": g["embedding"],
               "residual_multiplier": g["residual"], "attention_multiplier": g["attention"],
               "logits_scaling": g["logits"], "tie_word_embeddings": not hasattr(model, "lm_head")}
+    with open(os.path.join(directory, "config.json"), "w") as f:
+        json.dump(config, f)
+
+
+def save_hf_granitemoe(model, directory):
+    """A GraniteMoeShared-style model (Granite's blocks and multipliers, a
+    mixture on every layer, an ungated shared expert) as a
+    GraniteMoeSharedForCausalLM directory: the experts fused as
+    ParallelExperts holds them, input_linear (E, 2F, C) of each expert's
+    [gate | up], output_linear (E, C, F); the router as router.layer."""
+    os.makedirs(directory, exist_ok=True)
+    t = {"model.embed_tokens.weight": model.wte.weight, "model.norm.weight": model.ln_f.weight}
+    C, KV = model.c["n_head"] * model.D, model.kv_heads * model.D
+    for i, b in enumerate(model.h):
+        p = f"model.layers.{i}."
+        q, k, v = b.attn.c_attn.weight.split([C, KV, KV], 0)
+        mlp = b.mlp
+        t.update({p + "self_attn.q_proj.weight": q, p + "self_attn.k_proj.weight": k,
+                  p + "self_attn.v_proj.weight": v,
+                  p + "self_attn.o_proj.weight": b.attn.c_proj.weight,
+                  p + "input_layernorm.weight": b.ln_1.weight,
+                  p + "post_attention_layernorm.weight": b.ln_2.weight,
+                  p + "block_sparse_moe.router.layer.weight": mlp.router.weight,
+                  p + "block_sparse_moe.input_linear.weight":
+                      torch.stack([e.c_fc.weight for e in mlp.experts]),
+                  p + "block_sparse_moe.output_linear.weight":
+                      torch.stack([e.c_proj.weight for e in mlp.experts]),
+                  p + "shared_mlp.input_linear.weight": mlp.shared.c_fc.weight,
+                  p + "shared_mlp.output_linear.weight": mlp.shared.c_proj.weight})
+    save_safetensors(os.path.join(directory, "model.safetensors"), t)
+    g = model.granite
+    config = {"architectures": ["GraniteMoeSharedForCausalLM"], "model_type": "granitemoeshared",
+              "hidden_size": CFG["d_model"], "intermediate_size": model.moe["ffn"],
+              "shared_intermediate_size": model.moe["shared"],
+              "num_hidden_layers": CFG["n_layer"], "num_attention_heads": CFG["n_head"],
+              "num_key_value_heads": model.kv_heads, "hidden_act": "silu",
+              "vocab_size": CFG["vocab_size"], "max_position_embeddings": CFG["seq_len"],
+              "rms_norm_eps": 1e-5, "rope_theta": ROPE_THETA, "attention_bias": False,
+              "num_local_experts": model.moe["experts"], "num_experts_per_tok": model.moe["top_k"],
+              "output_router_logits": False, "router_aux_loss_coef": model.moe["coef"],
+              "embedding_multiplier": g["embedding"], "residual_multiplier": g["residual"],
+              "attention_multiplier": g["attention"], "logits_scaling": g["logits"],
+              "tie_word_embeddings": True}
     with open(os.path.join(directory, "config.json"), "w") as f:
         json.dump(config, f)
 
@@ -1363,6 +1410,17 @@ def main():
     ref["granite.greedy_tokens"] = torch.tensor(greedy_continuation(granite),
                                                 dtype=torch.float32)
     save_hf_granite(granite, os.path.join(out, "granite_generator"))
+    # GraniteMoeShared's: Granite's blocks and multipliers with 4 experts on
+    # every layer of which each token takes 2, renormalised (the softmax of
+    # the chosen logits), the load-balancing loss, and an ungated shared
+    # expert; step 0, from a GraniteMoeSharedForCausalLM directory.
+    granitemoe = Gpt(CFG, ROPE_THETA, SWIGLU_FFN, rms_norm=True, bias=False, tie=True,
+                     kv_heads=LLAMA_KV_HEADS,
+                     moe=dict(experts=4, top_k=2, ffn=MOE_FFN, normalize=True, coef=MOE_AUX_COEF,
+                              shared=MOE_SHARED_FFN, shared_gate=False),
+                     granite=dict(embedding=3.0, residual=0.4, attention=0.125, logits=4.0))
+    save_hf_granitemoe(granitemoe, os.path.join(out, "granitemoe_hf"))
+    record_step_zero(granitemoe, x, y, "granitemoe.", ref)
 #OLMoE's: pre-norm blocks with those query/key norms and 4 experts on
 #every layer of which each token takes 2, not renormalised, with the
 #load - balancing loss and the router z - loss(OLMoE trained with both);

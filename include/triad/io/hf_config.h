@@ -36,7 +36,9 @@ namespace triad::io {
 //  - "granite" (embedding_multiplier, residual_multiplier as
 //    model.residual_multiplier, attention_multiplier as
 //    model.query_pre_attn_scalar 1 / multiplier^2, logits_scaling as
-//    model.logit_scale 1 / scaling);
+//    model.logit_scale 1 / scaling), "granitemoe" (and a mixture of experts
+//    on every layer, its top k renormalised) and "granitemoeshared" (and an
+//    ungated shared expert of shared_intermediate_size);
 // GPTNeoXForCausalLM ("gpt_neox", Pythia's: rotary_pct's partial rotation
 // as model.rope_dim, rotary_emb_base, use_parallel_residual as
 // model.parallel_residual, hidden_act "gelu" as model.activation gelu_erf,

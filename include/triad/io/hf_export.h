@@ -54,7 +54,8 @@ const char* hf_model_type(const nn::GptConfig& c);
 // "llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text",
 // "phi3", "stablelm", "olmo", "olmo2", "granite", "gpt_neox", "phi", "falcon",
 // "gptj", "codegen" and "gpt2" (and the mixtures
-// "mixtral", "qwen2_moe", "qwen3_moe", "olmoe"), in the order an export
+// "mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "granitemoe",
+// "granitemoeshared"), in the order an export
 // tries them.
 const std::vector<std::string>& hf_model_types();
 // The list's own copy of `type` (model.hf_type's value), or a ConfigError
