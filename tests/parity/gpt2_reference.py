@@ -1,4 +1,4 @@
-#!/ usr / bin / env python3
+#!/usr/bin/env python3
 """PyTorch reference for the Triad parity test.
 
 Builds a small random GPT-2 in plain PyTorch, writes it as GPT-2 safetensors
@@ -9,16 +9,15 @@ prompt, plus the losses of 10 AdamW steps
 cosine learning rate, gradient accumulation over two micro-batches). The
 same for a variant with rotary position embeddings (no position table;
 queries and keys turned in the rotate-half form of GPT-NeoX and LLaMA):
-step-0 logits, loss and gradients, and a greedy continuation;
-and for a variant with LLaMA's SwiGLU MLP of another width (c_fc holds the gate and the value
-    halves) : step -
-    0 logits, loss and gradients; and for LLaMA's
+step-0 logits, loss and gradients, and a greedy continuation; and for a
+variant with LLaMA's SwiGLU MLP of another width (c_fc holds the gate and
+the value halves): step-0 logits, loss and gradients; and for LLaMA's
 combination (rotary embeddings, SwiGLU, RMSNorm written out by hand, no
 biases in the linear layers, an output head of its own, lm_head, not tied to
 the token embedding): step-0 logits, loss and gradients. Then the other
 variants main() names: RoPE scaling (LLaMA 3.1's, YaRN, linear), Mistral's
 window, Qwen2's, Qwen3's, Gemma's and Gemma 3's blocks, GPT-NeoX's,
-StableLM's, OLMo's and Granite's. And the evaluator's
+StableLM's, OLMo's, Granite's and GraniteMoE's. And the evaluator's
 scores of continuations after contexts (the log-likelihoods of
 multiple-choice benchmarks) by the generator and Mistral's.
 
@@ -52,13 +51,14 @@ MOE_Z_COEF = 0.5  # the OLMoE-style variant's router z-loss weight (large: seen 
 GEMMA3_LOCAL_THETA = 7.0  # the Gemma 3-style variant's windowed layers' RoPE base
 GEMMA3_SCALING = dict(rope_type="linear", factor=2.0)  # its global layer's
 GEMMA3_ATTN_SCALAR = 20.0  # its scores over sqrt(20), not sqrt(head_dim 12): 27B's kind
-#The Gemma 2 - style variant's soft caps, about the size of its scores and
-#logits at step 0 so that tanh bends them(Gemma 2's own are 50 and 30).
+# The Gemma 2-style variant's soft caps, about the size of its scores and
+# logits at step 0 so that tanh bends them (Gemma 2's own are 50 and 30).
 GEMMA2_ATTN_SOFTCAP = 0.1
 GEMMA2_FINAL_SOFTCAP = 0.5
 
-#LLaMA 3.1's RoPE scaling for the scaled variant, at this small size : head
-#dim 8 and theta 30 put its four frequencies' wavelengths (6.3, 14.7, 34.4,
+
+# LLaMA 3.1's RoPE scaling for the scaled variant, at this small size: head
+# dim 8 and theta 30 put its four frequencies' wavelengths (6.3, 14.7, 34.4,
 # 80.6) below, between and above 32 / 4 and 32 / 1.
 LLAMA3_SCALING = dict(factor=4.0, low_freq_factor=1.0, high_freq_factor=4.0,
                       original_max_position_embeddings=32)
@@ -76,9 +76,10 @@ def llama3_inv_freq(inv, s):
     medium = (wavelen >= high_wavelen) & (wavelen <= low_wavelen)
     return torch.where(medium, smoothed, scaled)
 
-#YaRN(Qwen2 .5's long - context scaling) at this size : head dim 8, theta 30
+
+# YaRN (Qwen2.5's long-context scaling) at this size: head dim 8, theta 30
 # and 32 original positions put pair 0 before the ramp, pair 1 on it and
-#pairs 2 and 3 past it.
+# pairs 2 and 3 past it.
 YARN_SCALING = dict(rope_type="yarn", factor=4.0, original_max_position_embeddings=32)
 
 
@@ -101,19 +102,21 @@ def yarn_inv_freq_and_factor(D, theta, s):
     pos = theta ** (torch.arange(0, D, 2, dtype=torch.float64) / D)
     inv = (1 / (s["factor"] * pos)) * (1 - extrapolation) + (1 / pos) * extrapolation
     return inv, 0.1 * math.log(s["factor"]) + 1.0
-#longrope(Phi - 3's long context) at this size : a factor per pair of the
-# 8 - wide heads; over 8 original positions a pass of 16 takes the long
-#factors, over 16 the short ones(Hugging Face 's rule by the pass' s last
-#position).
+
+
+# longrope (Phi-3's long context) at this size: a factor per pair of the
+# 8-wide heads; over 8 original positions a pass of 16 takes the long
+# factors, over 16 the short ones (Hugging Face's rule by the pass's last
+# position).
 LONGROPE_SCALING = dict(rope_type="longrope", factor=4.0, original_max_position_embeddings=8,
                         short_factor=[1.0, 1.25, 2.0, 3.5], long_factor=[1.5, 2.5, 6.0, 12.0])
 LONGROPE_SHORT_SCALING = dict(LONGROPE_SCALING, original_max_position_embeddings=16)
-#Phi - 4 - mini 's partial rotation at this size: the first 4 of each head' s 8
-#dimensions turn(2 pairs, so 2 longrope factors each).
+# Phi-4-mini's partial rotation at this size: the first 4 of each head's 8
+# dimensions turn (2 pairs, so 2 longrope factors each).
 PARTIAL_ROPE_DIM = 4
 PARTIAL_LONGROPE_SCALING = dict(LONGROPE_SCALING, short_factor=[1.0, 2.5], long_factor=[1.5, 7.0])
-#GPT - NeoX's partial rotation at this size: rotary_pct 0.5 of the 8-wide
-#heads(Pythia's 0.25 would turn a single pair).
+# GPT-NeoX's partial rotation at this size: rotary_pct 0.5 of the 8-wide
+# heads (Pythia's 0.25 would turn a single pair).
 NEOX_ROPE_DIM = 4
 
 
@@ -181,51 +184,51 @@ class Gpt(torch.nn.Module):
                  interleaved_rope=False, moe=None, pre_norms=True, norm_affine=True,
                  clip_qkv=None, granite=None):
         super().__init__()
-#Granite 's multipliers, as Hugging Face' s Granite applies them:
-#dict(embedding, residual, attention, logits) — the token embeddings
-#times `embedding`, each sublayer's output times `residual`, the
-#scores times `attention` (not over sqrt(D)), the logits over
-# `logits`.
+        # Granite's multipliers, as Hugging Face's Granite applies them:
+        # dict(embedding, residual, attention, logits) — the token embeddings
+        # times `embedding`, each sublayer's output times `residual`, the
+        # scores times `attention` (not over sqrt(D)), the logits over
+        # `logits`.
         self.granite = granite
-#OLMo 2's : no norm before either sublayer(post_norms normalise
-#their outputs instead); with qk_norm = "full"(OLMo 2's, OLMoE's)
-#one RMSNorm over all the queries and one over all the keys.
+        # OLMo 2's: no norm before either sublayer (post_norms normalise
+        # their outputs instead); with qk_norm="full" (OLMo 2's, OLMoE's)
+        # one RMSNorm over all the queries and one over all the keys.
         self.pre_norms = pre_norms
-#OLMo's clip_qkv: q, k and v clamped to [-clip_qkv, clip_qkv].
+        # OLMo's clip_qkv: q, k and v clamped to [-clip_qkv, clip_qkv].
         self.clip_qkv = clip_qkv
-#OLMo's: LayerNorms without weight or bias (norm_affine=False).
+        # OLMo's: LayerNorms without weight or bias (norm_affine=False).
         def stream_norm():
             if rms_norm:
                 return RmsNorm(C, offset=norm_offset)
             return torch.nn.LayerNorm(C, eps=1e-5, elementwise_affine=norm_affine)
-#A mixture of experts(Mixtral 's, Qwen' s) : dict(experts, top_k,
-#ffn, normalize, coef, dense, shared) — the layers in `dense` keep
-#the MLP; `shared`, a width, adds Qwen2 - MoE's shared expert and its
-#sigmoid gate.
-#Each forward appends every MoE layer's load-balancing loss
-#E* sum_e f_e P_e to self.aux, and its router z - loss(the mean
-#over tokens of logsumexp(logits) ^ 2) to self.zl; `z` in the dict
-#weighs the latter.
+        # A mixture of experts (Mixtral's, Qwen's): dict(experts, top_k,
+        # ffn, normalize, coef, dense, shared) — the layers in `dense` keep
+        # the MLP; `shared`, a width, adds Qwen2-MoE's shared expert and its
+        # sigmoid gate.
+        # Each forward appends every MoE layer's load-balancing loss
+        # E * sum_e f_e P_e to self.aux, and its router z-loss (the mean
+        # over tokens of logsumexp(logits)^2) to self.zl; `z` in the dict
+        # weighs the latter.
         self.moe = moe
         self.aux = []
         self.zl = []
-#GPT - J's: q and k turn in interleaved pairs rather than halves.
+        # GPT-J's: q and k turn in interleaved pairs rather than halves.
         self.interleaved_rope = interleaved_rope
-#Phi - 2's : the parallel sublayers both read ln_1's output (no ln_2).
+        # Phi-2's: the parallel sublayers both read ln_1's output (no ln_2).
         self.shared_norm = shared_norm
-#GPT - NeoX 's (Pythia' s) : both sublayers read the block's input, and
-#the MLP 's GELU is the exact (erf) form rather than tanh' s.
+        # GPT-NeoX's (Pythia's): both sublayers read the block's input, and
+        # the MLP's GELU is the exact (erf) form rather than tanh's.
         self.parallel, self.gelu_exact = parallel, gelu_exact
-#Phi - 4 - mini 's partial rotation: each head' s first rope_dim dimensions
-#turn(as Hugging Face's Phi3 splits q and k), the rest pass through.
+        # Phi-4-mini's partial rotation: each head's first rope_dim dimensions
+        # turn (as Hugging Face's Phi3 splits q and k), the rest pass through.
         self.rope_dim = rope_dim
-#Gemma 2's soft caps : scores and logits pass through cap* tanh(x / cap).
+        # Gemma 2's soft caps: scores and logits pass through cap * tanh(x / cap).
         self.attn_softcap, self.final_softcap = attn_softcap, final_softcap
-#Gemma 2's and 3's query_pre_attn_scalar : scores over sqrt(this), not sqrt(D).
+        # Gemma 2's and 3's query_pre_attn_scalar: scores over sqrt(this), not sqrt(D).
         self.attn_scalar = attn_scalar
-#Gemma 2's and 3's : each sublayer's output normalised again.
+        # Gemma 2's and 3's: each sublayer's output normalised again.
         self.post_norms = post_norms
-#Gemma 3's : the windowed layers turn by a base of their own, unscaled.
+        # Gemma 3's: the windowed layers turn by a base of their own, unscaled.
         self.rope_local_theta = rope_local_theta
         self.embed_scale = embed_scale  # Gemma's sqrt(d_model) on the token embeddings
         self.geglu = geglu  # the gated MLP's gate: GELU (tanh) instead of silu
@@ -235,7 +238,7 @@ class Gpt(torch.nn.Module):
         C, L = c["d_model"], c["n_layer"]
         self.c = c
         self.kv_heads = kv_heads or c["n_head"]
-#Each head 's width: d_model / n_head unless set apart (Qwen3' s).
+        # Each head's width: d_model / n_head unless set apart (Qwen3's).
         self.D = head_dim or C // c["n_head"]
         self.qk_norm = qk_norm
         Q = c["n_head"] * self.D  # the query heads' width
@@ -372,8 +375,8 @@ class Gpt(torch.nn.Module):
                 else:
                     q = torch.cat([rotate(q[..., :R], theta, scaling), q[..., R:]], dim=-1)
                     k = torch.cat([rotate(k[..., :R], theta, scaling), k[..., R:]], dim=-1)
-#Grouped - query attention as Hugging Face's LLaMA runs it: each
-#key / value head repeated for the NH / NKV query heads after it.
+            # Grouped-query attention as Hugging Face's LLaMA runs it: each
+            # key/value head repeated for the NH / NKV query heads after it.
             k, v = (t.repeat_interleave(NH // NKV, dim=1) for t in (k, v))
             if self.granite is not None:  # as GraniteAttention scales its scores
                 att = (q @ k.transpose(-2, -1)) * self.granite["attention"]
@@ -389,8 +392,8 @@ class Gpt(torch.nn.Module):
             resid = 1.0 if self.granite is None else self.granite["residual"]
             if resid != 1.0:  # as GraniteDecoderLayer scales each sublayer's output
                 attn_out = attn_out * resid
-#Sequential : the MLP reads the attention's sum; parallel: x
-#(through ln_1 again under the shared norm, as Phi's blocks).
+            # Sequential: the MLP reads the attention's sum; parallel: x
+            # (through ln_1 again under the shared norm, as Phi's blocks).
             if not self.pre_norms:  # OLMo 2's: the MLP reads the attention's sum itself
                 mlp_in = x + attn_out
             elif self.shared_norm:
@@ -492,7 +495,7 @@ def save_hf_llama(model, path):
         if model.qk_norm:
             t.update({p + "self_attn.q_norm.weight": b.attn.q_norm.weight,
                       p + "self_attn.k_norm.weight": b.attn.k_norm.weight})
-#StableLM's LayerNorms: their shifts too.
+        # StableLM's LayerNorms: their shifts too.
         for ours, theirs in (("ln_1", "input_layernorm"), ("ln_2", "post_attention_layernorm")):
             if getattr(getattr(b, ours), "bias", None) is not None:
                 t[p + theirs + ".bias"] = getattr(b, ours).bias
@@ -817,10 +820,10 @@ def save_hf_neox(model, directory, rope_dim):
         t[p + "attention.rotary_emb.inv_freq"] = 1.0 / (
             ROPE_THETA ** (torch.arange(0, rope_dim, 2, dtype=torch.float32) / rope_dim))
     save_safetensors(os.path.join(directory, "model.safetensors"), t)
-#The same weights as torch.save writes them(the older checkpoints'
-#pytorch_model.bin, Pythia's intermediate steps), whole and in two
-#shards with their index; the causal mask as the bool buffer those
-#files hold.
+    # The same weights as torch.save writes them (the older checkpoints'
+    # pytorch_model.bin, Pythia's intermediate steps), whole and in two
+    # shards with their index; the causal mask as the bool buffer those
+    # files hold.
     t = {n: (v.detach().bool() if n.endswith(".attention.bias") else v.detach().clone())
          for n, v in t.items()}
     bin_dir, sharded_dir = directory + "_bin", directory + "_bin_sharded"
@@ -1070,8 +1073,9 @@ def greedy_continuation(model, embedding_growth=8.0):
     assert len(set(greedy)) >= 4, f"the greedy reference is too uniform: {greedy}"
     return greedy
 
-#(context, continuation) lengths of the scored requests : the last two do
-#not fit the window(seq_len + 1 = 17 tokens) and lose context tokens.
+
+# (context, continuation) lengths of the scored requests: the last two do
+# not fit the window (seq_len + 1 = 17 tokens) and lose context tokens.
 SCORED_REQUESTS = [(1, 1), (4, 6), (9, 3), (1, 16), (20, 5), (30, 12)]
 
 
@@ -1121,7 +1125,7 @@ def main():
     model = Gpt(CFG)
     save_model(model, os.path.join(out, "model.safetensors"))
 
-#The greedy continuation, by the generator(written with its grown weights).
+    # The greedy continuation, by the generator (written with its grown weights).
     gen = Gpt(CFG)
     greedy = greedy_continuation(gen)
     save_model(gen, os.path.join(out, "generator.safetensors"))
@@ -1139,7 +1143,7 @@ def main():
         s = torch.stack(rows)
         return s[:, :-1], s[:, 1:]
 
-#Step 0 : logits, loss and gradients of the first micro - batch.
+    # Step 0: logits, loss and gradients of the first micro-batch.
     x, y = seqs(0, 0, b)
     ref = {"input_ids": x.float(), "targets": y.float()}
     record_step_zero(model, x, y, "", ref)
@@ -1168,8 +1172,8 @@ def main():
         losses.append(total)
         norms.append(float(norm))
     assert max(norms) > TRAIN["grad_clip"], "clipping must trigger in the reference run"
-#The rotary variant : step - 0 logits, loss and gradients on the same
-#micro - batch, and a greedy continuation; the SwiGLU variant's step 0.
+    # The rotary variant: step-0 logits, loss and gradients on the same
+    # micro-batch, and a greedy continuation; the SwiGLU variant's step 0.
     x, y = seqs(0, 0, b)
     rope = Gpt(CFG, ROPE_THETA)
     save_model(rope, os.path.join(out, "rope_model.safetensors"))
@@ -1187,14 +1191,14 @@ def main():
     save_model(llama, os.path.join(out, "llama_model.safetensors"))
     save_hf_llama(llama, os.path.join(out, "llama_hf_model.safetensors"))
     record_step_zero(llama, x, y, "llama.", ref)
-#LLaMA 3.1's : the LLaMA - style model with RoPE scaling, step 0.
+    # LLaMA 3.1's: the LLaMA-style model with RoPE scaling, step 0.
     llama31 = Gpt(CFG, ROPE_THETA, SWIGLU_FFN, rms_norm=True, bias=False, tie=False,
                   kv_heads=LLAMA_KV_HEADS, rope_scaling=LLAMA3_SCALING)
     save_model(llama31, os.path.join(out, "llama31_model.safetensors"))
     record_step_zero(llama31, x, y, "llama31.", ref)
-#Mistral's: the LLaMA-style model with a sliding window, step 0 and a
-#greedy continuation(key / value - cache steps past the window, then
-#windows of seq_len tokens).
+    # Mistral's: the LLaMA-style model with a sliding window, step 0 and a
+    # greedy continuation (key/value-cache steps past the window, then
+    # windows of seq_len tokens).
     mistral = Gpt(CFG, ROPE_THETA, SWIGLU_FFN, rms_norm=True, bias=False, tie=False,
                   kv_heads=LLAMA_KV_HEADS, window=MISTRAL_WINDOW)
     save_model(mistral, os.path.join(out, "mistral_model.safetensors"))
@@ -1202,8 +1206,8 @@ def main():
     ref["mistral.greedy_tokens"] = torch.tensor(greedy_continuation(mistral), dtype=torch.float32)
     save_model(mistral, os.path.join(out, "mistral_generator.safetensors"))
     continuation_scores(mistral, "mistral.", ref)
-#The same window on layer 1 only(layer 0 sees every earlier key) : local
-#and global attention interleaved, step 0 and a greedy continuation.
+    # The same window on layer 1 only (layer 0 sees every earlier key): local
+    # and global attention interleaved, step 0 and a greedy continuation.
     mixed = Gpt(CFG, ROPE_THETA, SWIGLU_FFN, rms_norm=True, bias=False, tie=False,
                 kv_heads=LLAMA_KV_HEADS, window=MISTRAL_WINDOW, full_layers=(0,))
     save_model(mixed, os.path.join(out, "mixed_window_model.safetensors"))
@@ -1211,20 +1215,20 @@ def main():
     ref["mixed_window.greedy_tokens"] = torch.tensor(greedy_continuation(mixed),
                                                      dtype=torch.float32)
     save_model(mixed, os.path.join(out, "mixed_window_generator.safetensors"))
-#Qwen2's: the LLaMA-style model with biases on q, k and v only and a
-#tied head, step 0, from Hugging Face's Qwen2ForCausalLM layout.
+    # Qwen2's: the LLaMA-style model with biases on q, k and v only and a
+    # tied head, step 0, from Hugging Face's Qwen2ForCausalLM layout.
     qwen2 = Gpt(CFG, ROPE_THETA, SWIGLU_FFN, rms_norm=True, bias=False, tie=True,
                 kv_heads=LLAMA_KV_HEADS, qkv_bias=True)
     save_hf_llama(qwen2, os.path.join(out, "qwen2_hf_model.safetensors"))
     record_step_zero(qwen2, x, y, "qwen2.", ref)
-#Qwen2 .5's long context : the Qwen2 - style model with YaRN, step 0.
+    # Qwen2.5's long context: the Qwen2-style model with YaRN, step 0.
     yarn = Gpt(CFG, ROPE_THETA, SWIGLU_FFN, rms_norm=True, bias=False, tie=True,
                kv_heads=LLAMA_KV_HEADS, qkv_bias=True, rope_scaling=YARN_SCALING)
     save_model(yarn, os.path.join(out, "yarn_model.safetensors"))
     record_step_zero(yarn, x, y, "yarn.", ref)
-#Phi - 3's long context : the LLaMA - style model with longrope, its long
-#factors and then its short ones, step 0; Phi - 4 - mini's: half of each
-#head turned(PARTIAL_ROPE_DIM), with longrope's factors for its pairs.
+    # Phi-3's long context: the LLaMA-style model with longrope, its long
+    # factors and then its short ones, step 0; Phi-4-mini's: half of each
+    # head turned (PARTIAL_ROPE_DIM), with longrope's factors for its pairs.
     for key, scaling, rope_dim in (("longrope", LONGROPE_SCALING, None),
                                    ("longrope_short", LONGROPE_SHORT_SCALING, None),
                                    ("partial", PARTIAL_LONGROPE_SCALING, PARTIAL_ROPE_DIM)):
@@ -1234,29 +1238,29 @@ def main():
         record_step_zero(phi, x, y, key + ".", ref)
         if rope_dim is not None:  # also as Phi-4-mini's own files are written
             save_hf_phi3(phi, os.path.join(out, "phi4_hf"), scaling, rope_dim)
-#Qwen3's: the LLaMA-style model with RMSNorm over each query and key
-#head, heads of their own width and a tied head, step 0, from Hugging
-#Face's Qwen3ForCausalLM layout.
+    # Qwen3's: the LLaMA-style model with RMSNorm over each query and key
+    # head, heads of their own width and a tied head, step 0, from Hugging
+    # Face's Qwen3ForCausalLM layout.
     qwen3 = Gpt(CFG, ROPE_THETA, SWIGLU_FFN, rms_norm=True, bias=False, tie=True,
                 kv_heads=LLAMA_KV_HEADS, head_dim=QWEN3_HEAD_DIM, qk_norm=True)
     save_hf_llama(qwen3, os.path.join(out, "qwen3_hf_model.safetensors"))
     record_step_zero(qwen3, x, y, "qwen3.", ref)
-#Gemma's: the LLaMA-style model with GeGLU, token embeddings times
-#sqrt(d_model), norms scaling by 1 + weight, one key / value head and a
-#tied head, step 0, from Hugging Face's GemmaForCausalLM layout (the
-#same names as LLaMA's).
+    # Gemma's: the LLaMA-style model with GeGLU, token embeddings times
+    # sqrt(d_model), norms scaling by 1 + weight, one key/value head and a
+    # tied head, step 0, from Hugging Face's GemmaForCausalLM layout (the
+    # same names as LLaMA's).
     gemma = Gpt(CFG, ROPE_THETA, SWIGLU_FFN, rms_norm=True, bias=False, tie=True, kv_heads=1,
                 geglu=True, embed_scale=math.sqrt(CFG["d_model"]), norm_offset=True)
     save_hf_llama(gemma, os.path.join(out, "gemma_hf_model.safetensors"))
     record_step_zero(gemma, x, y, "gemma.", ref)
 
-#Gemma 3's : Gemma 's blocks with each sublayer' s output normalised again,
-#query / key norms scaling by 1 + weight, heads of their own width, the
-#window on every second layer, whose RoPE base is its own and
-#unscaled while the global layer's is scaled (linear), scores over
-#sqrt(query_pre_attn_scalar) rather than sqrt(head_dim); step 0 and a
-#greedy continuation, from a Gemma3ForCausalLM directory(config.json
-#and weights).
+    # Gemma 3's: Gemma's blocks with each sublayer's output normalised again,
+    # query/key norms scaling by 1 + weight, heads of their own width, the
+    # window on every second layer, whose RoPE base is its own and
+    # unscaled while the global layer's is scaled (linear), scores over
+    # sqrt(query_pre_attn_scalar) rather than sqrt(head_dim); step 0 and a
+    # greedy continuation, from a Gemma3ForCausalLM directory (config.json
+    # and weights).
     gemma3 = Gpt(CFG, ROPE_THETA, SWIGLU_FFN, rms_norm=True, bias=False, tie=True,
                  kv_heads=LLAMA_KV_HEADS, head_dim=QWEN3_HEAD_DIM, qk_norm=True, geglu=True,
                  embed_scale=math.sqrt(CFG["d_model"]), norm_offset=True, post_norms=True,
@@ -1272,9 +1276,9 @@ def main():
                                               dtype=torch.float32)
     save_hf_llama(gemma3, os.path.join(out, "gemma3_generator.safetensors"))
 
-#Gemma 2's : Gemma's blocks with post-norms, the window on every second
-#layer, and soft caps on the attention 's scores and the head' s logits;
-#step 0, from a Gemma2ForCausalLM directory(config.json and weights).
+    # Gemma 2's: Gemma's blocks with post-norms, the window on every second
+    # layer, and soft caps on the attention's scores and the head's logits;
+    # step 0, from a Gemma2ForCausalLM directory (config.json and weights).
     gemma2 = Gpt(CFG, ROPE_THETA, SWIGLU_FFN, rms_norm=True, bias=False, tie=True,
                  kv_heads=LLAMA_KV_HEADS, geglu=True, embed_scale=math.sqrt(CFG["d_model"]),
                  norm_offset=True, post_norms=True, window=MISTRAL_WINDOW, full_layers=(1,),
@@ -1286,9 +1290,9 @@ def main():
                   final_logit_softcapping=GEMMA2_FINAL_SOFTCAP)
     record_step_zero(gemma2, x, y, "gemma2.", ref)
 
-#GPT - NeoX 's (Pythia' s) : the parallel residual, the exact GELU, half of
-#each head turned, LayerNorms and biases, an untied head; step 0 and a
-#greedy continuation, from a GPTNeoXForCausalLM directory.
+    # GPT-NeoX's (Pythia's): the parallel residual, the exact GELU, half of
+    # each head turned, LayerNorms and biases, an untied head; step 0 and a
+    # greedy continuation, from a GPTNeoXForCausalLM directory.
     neox = Gpt(CFG, ROPE_THETA, tie=False, rope_dim=NEOX_ROPE_DIM, parallel=True,
                gelu_exact=True)
     save_hf_neox(neox, os.path.join(out, "neox_hf"), NEOX_ROPE_DIM)
@@ -1296,17 +1300,17 @@ def main():
     ref["neox.greedy_tokens"] = torch.tensor(greedy_continuation(neox), dtype=torch.float32)
     save_model(neox, os.path.join(out, "neox_generator.safetensors"))
 
-#StableLM 2's : LLaMA's blocks with LayerNorms (scale and shift), q, k
-#and v biases and half of each head turned; step 0, from a
-#StableLmForCausalLM directory.
+    # StableLM 2's: LLaMA's blocks with LayerNorms (scale and shift), q, k
+    # and v biases and half of each head turned; step 0, from a
+    # StableLmForCausalLM directory.
     stablelm = Gpt(CFG, ROPE_THETA, SWIGLU_FFN, bias=False, tie=False, kv_heads=LLAMA_KV_HEADS,
                    qkv_bias=True, rope_dim=NEOX_ROPE_DIM)
     save_hf_stablelm(stablelm, os.path.join(out, "stablelm_hf"), NEOX_ROPE_DIM)
     record_step_zero(stablelm, x, y, "stablelm.", ref)
 
-#Phi - 2's : the parallel residual with one norm for both sublayers, a
-#biased untied head, half of each head turned, grouped key / value heads;
-#step 0 and a greedy continuation, from a PhiForCausalLM directory.
+    # Phi-2's: the parallel residual with one norm for both sublayers, a
+    # biased untied head, half of each head turned, grouped key/value heads;
+    # step 0 and a greedy continuation, from a PhiForCausalLM directory.
     phi2 = Gpt(CFG, ROPE_THETA, tie=False, kv_heads=LLAMA_KV_HEADS, rope_dim=NEOX_ROPE_DIM,
                parallel=True, shared_norm=True, head_bias=True)
     save_hf_phi(phi2, os.path.join(out, "phi_hf"), NEOX_ROPE_DIM)
@@ -1314,21 +1318,21 @@ def main():
     ref["phi.greedy_tokens"] = torch.tensor(greedy_continuation(phi2), dtype=torch.float32)
     save_model(phi2, os.path.join(out, "phi_generator.safetensors"))
 
-#Falcon 7B's : multi - query attention, the parallel residual with one
-#norm, the exact GELU, no linear biases, a tied head; and Falcon 40B's
-#new decoder architecture : two norms(ln_attn, ln_mlp), grouped
-#key / value heads(here with biases and an untied head).Step 0 of each,
-#a greedy continuation of the first, from FalconForCausalLM directories.
+    # Falcon 7B's: multi-query attention, the parallel residual with one
+    # norm, the exact GELU, no linear biases, a tied head; and Falcon 40B's
+    # new decoder architecture: two norms (ln_attn, ln_mlp), grouped
+    # key/value heads (here with biases and an untied head). Step 0 of each,
+    # a greedy continuation of the first, from FalconForCausalLM directories.
     falcon7 = Gpt(CFG, ROPE_THETA, bias=False, kv_heads=1, parallel=True, shared_norm=True,
                   gelu_exact=True)
     save_hf_falcon(falcon7, os.path.join(out, "falcon7_hf"), new_architecture=False)
     record_step_zero(falcon7, x, y, "falcon7.", ref)
     ref["falcon7.greedy_tokens"] = torch.tensor(greedy_continuation(falcon7), dtype=torch.float32)
     save_model(falcon7, os.path.join(out, "falcon7_generator.safetensors"))
-#GPT - J's: q and k turned in interleaved pairs on half of each head (at
-#its fixed base of 10000), the parallel residual with one norm, biases
-#on the MLP alone, a biased untied head; step 0 and a greedy
-#continuation, from a GPTJForCausalLM directory.
+    # GPT-J's: q and k turned in interleaved pairs on half of each head (at
+    # its fixed base of 10000), the parallel residual with one norm, biases
+    # on the MLP alone, a biased untied head; step 0 and a greedy
+    # continuation, from a GPTJForCausalLM directory.
     gptj = Gpt(CFG, 10000.0, bias=False, mlp_bias=True, tie=False, rope_dim=NEOX_ROPE_DIM,
                parallel=True, shared_norm=True, head_bias=True, interleaved_rope=True)
     save_hf_gptj(gptj, os.path.join(out, "gptj_hf"), NEOX_ROPE_DIM)
@@ -1341,10 +1345,10 @@ def main():
     save_hf_falcon(falcon40, os.path.join(out, "falcon40_hf"), new_architecture=True)
     record_step_zero(falcon40, x, y, "falcon40.", ref)
 
-#Mixtral 's: Mistral' s blocks(LLaMA's with a window) whose MLPs are 4
-#experts of width MOE_FFN, each token taking the top 2 renormalised,
-#with the load - balancing loss in the gradients; step 0 and a greedy
-#continuation, from a MixtralForCausalLM directory.
+    # Mixtral's: Mistral's blocks (LLaMA's with a window) whose MLPs are 4
+    # experts of width MOE_FFN, each token taking the top 2 renormalised,
+    # with the load-balancing loss in the gradients; step 0 and a greedy
+    # continuation, from a MixtralForCausalLM directory.
     mixtral_moe = dict(experts=4, top_k=2, ffn=MOE_FFN, normalize=True, coef=MOE_AUX_COEF)
     mixtral = Gpt(CFG, ROPE_THETA, SWIGLU_FFN, rms_norm=True, bias=False, tie=False,
                   kv_heads=LLAMA_KV_HEADS, window=MISTRAL_WINDOW, moe=mixtral_moe)
@@ -1352,22 +1356,22 @@ def main():
     record_step_zero(mixtral, x, y, "mixtral.", ref)
     ref["mixtral.greedy_tokens"] = torch.tensor(greedy_continuation(mixtral), dtype=torch.float32)
     save_hf_mixtral(mixtral, os.path.join(out, "mixtral_generator"))
-#Qwen3 - MoE 's: Qwen3' s blocks, a dense first layer(mlp_only_layers)and
-#then 5 experts of which each token takes 3, not renormalised
-#(norm_topk_prob false), no load - balancing loss(router_aux_loss_coef
-# 0); step 0, from a
-#Qwen3MoeForCausalLM directory.
+    # Qwen3-MoE's: Qwen3's blocks, a dense first layer (mlp_only_layers) and
+    # then 5 experts of which each token takes 3, not renormalised
+    # (norm_topk_prob false), no load-balancing loss (router_aux_loss_coef
+    # 0); step 0, from a
+    # Qwen3MoeForCausalLM directory.
     qwen3_moe = Gpt(CFG, ROPE_THETA, SWIGLU_FFN, rms_norm=True, bias=False, tie=True,
                     kv_heads=LLAMA_KV_HEADS, head_dim=QWEN3_HEAD_DIM, qk_norm=True,
                     moe=dict(experts=5, top_k=3, ffn=MOE_FFN, normalize=False, coef=0.0,
                              dense=(0,)))
     save_hf_qwen_moe(qwen3_moe, os.path.join(out, "qwen3_moe_hf"), "qwen3_moe")
     record_step_zero(qwen3_moe, x, y, "qwen3_moe.", ref)
-#Qwen2 - MoE 's: Qwen2' s blocks(q, k and v biases), 4 experts of which
-#each token takes 2, not renormalised, and a shared expert of width
-#MOE_SHARED_FFN every token takes, weighted by its sigmoid gate; the
-#load - balancing loss in the gradients; step 0, from a
-#Qwen2MoeForCausalLM directory.
+    # Qwen2-MoE's: Qwen2's blocks (q, k and v biases), 4 experts of which
+    # each token takes 2, not renormalised, and a shared expert of width
+    # MOE_SHARED_FFN every token takes, weighted by its sigmoid gate; the
+    # load-balancing loss in the gradients; step 0, from a
+    # Qwen2MoeForCausalLM directory.
     qwen2_moe = Gpt(CFG, ROPE_THETA, SWIGLU_FFN, rms_norm=True, bias=False, tie=False,
                     kv_heads=LLAMA_KV_HEADS, qkv_bias=True,
                     moe=dict(experts=4, top_k=2, ffn=MOE_FFN, normalize=False, coef=0.05,
@@ -1375,33 +1379,33 @@ def main():
     save_hf_qwen_moe(qwen2_moe, os.path.join(out, "qwen2_moe_hf"), "qwen2_moe")
     record_step_zero(qwen2_moe, x, y, "qwen2_moe.", ref)
 
-#OLMo 2's : no norm before either sublayer, each sublayer's output
-#normalised, one RMSNorm over all the queries and one over all the keys
-#before the rotation, grouped key / value heads, an untied head; step 0
-#and a greedy continuation, from an Olmo2ForCausalLM directory.
+    # OLMo 2's: no norm before either sublayer, each sublayer's output
+    # normalised, one RMSNorm over all the queries and one over all the keys
+    # before the rotation, grouped key/value heads, an untied head; step 0
+    # and a greedy continuation, from an Olmo2ForCausalLM directory.
     olmo2 = Gpt(CFG, ROPE_THETA, SWIGLU_FFN, rms_norm=True, bias=False, tie=False,
                 kv_heads=LLAMA_KV_HEADS, qk_norm="full", post_norms=True, pre_norms=False)
     save_hf_olmo2(olmo2, os.path.join(out, "olmo2_hf"))
     record_step_zero(olmo2, x, y, "olmo2.", ref)
     ref["olmo2.greedy_tokens"] = torch.tensor(greedy_continuation(olmo2), dtype=torch.float32)
     save_hf_olmo2(olmo2, os.path.join(out, "olmo2_generator"))
-#OLMo 's (the first): LLaMA' s blocks with LayerNorms that learn nothing
-#(no weight, no bias), q, k and v clamped(clip_qkv), grouped key / value
-#heads, an untied head; step 0 from an OlmoForCausalLM directory.
+    # OLMo's (the first): LLaMA's blocks with LayerNorms that learn nothing
+    # (no weight, no bias), q, k and v clamped (clip_qkv), grouped key/value
+    # heads, an untied head; step 0 from an OlmoForCausalLM directory.
     olmo = Gpt(CFG, ROPE_THETA, SWIGLU_FFN, rms_norm=False, bias=False, tie=False,
                kv_heads=LLAMA_KV_HEADS, norm_affine=False)
-#Its clip_qkv where it bites : the 70th percentile of the first layer's
-#| q |, | k | and | v | on this batch, so that some values of every layer are
-#clamped and their gradients stopped.
+    # Its clip_qkv where it bites: the 70th percentile of the first layer's
+    # |q|, |k| and |v| on this batch, so that some values of every layer are
+    # clamped and their gradients stopped.
     with torch.no_grad():
         first = olmo.h[0].attn.c_attn(olmo.h[0].ln_1(olmo.wte(x))).abs().flatten()
         olmo.clip_qkv = float(f"{first.quantile(0.7).item():.3g}")
     save_hf_olmo(olmo, os.path.join(out, "olmo_hf"))
     record_step_zero(olmo, x, y, "olmo.", ref)
-#Granite 's: LLaMA' s blocks with its four multipliers(embeddings times
-# 3, each sublayer's output times 0.4, scores times 1/8 rather than
-# 1 / sqrt(8), logits over 4), grouped key / value heads, a tied head; step 0
-#and a greedy continuation, from a GraniteForCausalLM directory.
+    # Granite's: LLaMA's blocks with its four multipliers (embeddings times
+    # 3, each sublayer's output times 0.4, scores times 1/8 rather than
+    # 1/sqrt(8), logits over 4), grouped key/value heads, a tied head; step 0
+    # and a greedy continuation, from a GraniteForCausalLM directory.
     granite = Gpt(CFG, ROPE_THETA, SWIGLU_FFN, rms_norm=True, bias=False, tie=True,
                   kv_heads=LLAMA_KV_HEADS,
                   granite=dict(embedding=3.0, residual=0.4, attention=0.125, logits=4.0))
@@ -1421,10 +1425,10 @@ def main():
                      granite=dict(embedding=3.0, residual=0.4, attention=0.125, logits=4.0))
     save_hf_granitemoe(granitemoe, os.path.join(out, "granitemoe_hf"))
     record_step_zero(granitemoe, x, y, "granitemoe.", ref)
-#OLMoE's: pre-norm blocks with those query/key norms and 4 experts on
-#every layer of which each token takes 2, not renormalised, with the
-#load - balancing loss and the router z - loss(OLMoE trained with both);
-#step 0, from an OlmoeForCausalLM directory.
+    # OLMoE's: pre-norm blocks with those query/key norms and 4 experts on
+    # every layer of which each token takes 2, not renormalised, with the
+    # load-balancing loss and the router z-loss (OLMoE trained with both);
+    # step 0, from an OlmoeForCausalLM directory.
     olmoe = Gpt(CFG, ROPE_THETA, SWIGLU_FFN, rms_norm=True, bias=False, tie=False,
                 kv_heads=LLAMA_KV_HEADS, qk_norm="full",
                 moe=dict(experts=4, top_k=2, ffn=MOE_FFN, normalize=False, coef=0.05,
