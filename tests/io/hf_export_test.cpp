@@ -149,6 +149,32 @@ void expect_reads_back(const std::string& dir, const nn::Gpt& model) {
     EXPECT_EQ(to_double_vector(back.at(name)), to_double_vector(t)) << name;
 }
 
+// What save_hf_model wrote for a model: its tensors by Hugging Face's names,
+// its config.json, and the model's own weights to compare them with.
+struct Exported {
+  std::map<std::string, Tensor> tensors;
+  nlohmann::json config;
+  nn::StateDict weights;
+};
+
+// `c` (weights of seed 3) through save_hf_model and back: written as class
+// `type`, read back as the same model with hf_type `type`, and its weights
+// bit for bit through init.from's reader. What was written, for the
+// caller's own checks.
+Exported expect_round_trip(const nn::GptConfig& c, const std::string& type) {
+  EXPECT_EQ(std::string(hf_model_type(c)), type);
+  const nn::Gpt model(c, 3);
+  testing::TempDir dir;
+  save_hf_model(model.state_dict(), c, dir.file("hf"));
+  const nn::GptConfig back = load_hf_config(dir.file("hf"));
+  EXPECT_EQ(back.hf_type, type);
+  expect_same_model(c, back);
+  expect_reads_back(dir.file("hf"), model);
+  std::ifstream config(dir.file("hf/config.json"));
+  return {load_safetensors(dir.file("hf/model.safetensors")).tensors, nlohmann::json::parse(config),
+          model.state_dict()};
+}
+
 // Each configuration through save_hf_model, then back: the config, and the
 // weights bit for bit through init.from's reader (directory form).
 TEST(HfExport, LlamaAndGpt2RoundTrip) {
@@ -360,8 +386,8 @@ TEST(HfExport, MixturesOfExpertsRoundTripAsMixtralAndQwen3Moe) {
   nn::set_qk_norm(olmoe, "full");
   olmoe.ffn_hidden_size = 8;
   olmoe.moe = {.experts = 3, .top_k = 2, .normalize_top_k = false, .aux_loss_coef = 0.01};
-  for (const auto& [c, architecture, gate, names] :
-       {std::tuple{olmoe, "OlmoeForCausalLM", "model.layers.1.mlp.experts.2.gate_proj.weight",
+  for (const auto& [c, type, gate, names] :
+       {std::tuple{olmoe, "olmoe", "model.layers.1.mlp.experts.2.gate_proj.weight",
                    std::vector<std::string>{"model.layers.1.input_layernorm.weight",
                                             "model.layers.1.post_attention_layernorm.weight",
                                             "model.layers.1.self_attn.q_norm.weight",
@@ -369,38 +395,30 @@ TEST(HfExport, MixturesOfExpertsRoundTripAsMixtralAndQwen3Moe) {
                                             "model.layers.0.mlp.gate.weight",
                                             "model.layers.1.mlp.experts.2.up_proj.weight",
                                             "model.layers.1.mlp.experts.2.down_proj.weight"}},
-        std::tuple{mixtral, "MixtralForCausalLM",
-                   "model.layers.1.block_sparse_moe.experts.2.w1.weight",
+        std::tuple{mixtral, "mixtral", "model.layers.1.block_sparse_moe.experts.2.w1.weight",
                    std::vector<std::string>{"model.layers.1.block_sparse_moe.gate.weight",
                                             "model.layers.1.block_sparse_moe.experts.3.w1.weight",
                                             "model.layers.1.block_sparse_moe.experts.3.w3.weight",
                                             "model.layers.1.block_sparse_moe.experts.3.w2.weight"}},
-        std::tuple{qwen, "Qwen3MoeForCausalLM", "model.layers.1.mlp.experts.2.gate_proj.weight",
+        std::tuple{qwen, "qwen3_moe", "model.layers.1.mlp.experts.2.gate_proj.weight",
                    std::vector<std::string>{"model.layers.0.mlp.gate_proj.weight",
                                             "model.layers.1.mlp.gate.weight",
                                             "model.layers.1.mlp.experts.2.gate_proj.weight",
                                             "model.layers.1.mlp.experts.2.up_proj.weight",
                                             "model.layers.1.mlp.experts.2.down_proj.weight"}},
-        std::tuple{qwen2, "Qwen2MoeForCausalLM", "model.layers.1.mlp.experts.2.gate_proj.weight",
+        std::tuple{qwen2, "qwen2_moe", "model.layers.1.mlp.experts.2.gate_proj.weight",
                    std::vector<std::string>{"model.layers.1.self_attn.q_proj.bias",
                                             "model.layers.1.mlp.gate.weight",
                                             "model.layers.1.mlp.shared_expert.gate_proj.weight",
                                             "model.layers.1.mlp.shared_expert.up_proj.weight",
                                             "model.layers.1.mlp.shared_expert.down_proj.weight",
                                             "model.layers.1.mlp.shared_expert_gate.weight"}}}) {
-    SCOPED_TRACE(architecture);
-    EXPECT_EQ(std::string(hf_architecture(c)), architecture);
-    nn::Gpt model(c, 3);
-    testing::TempDir dir;
-    save_hf_model(model.state_dict(), c, dir.file("hf"));
-    const nn::GptConfig back = load_hf_config(dir.file("hf"));
-    expect_same_model(c, back);
-    expect_reads_back(dir.file("hf"), model);
-    const auto tensors = load_safetensors(dir.file("hf/model.safetensors")).tensors;
-    for (const std::string& name : names) EXPECT_TRUE(tensors.count(name)) << name;
+    SCOPED_TRACE(type);
+    const Exported out = expect_round_trip(c, type);
+    for (const std::string& name : names) EXPECT_TRUE(out.tensors.count(name)) << name;
     // An expert's c_fc is [gate | up]: its gate half is w1 (gate_proj).
-    const Tensor fc = model.state_dict().at("h.1.mlp.experts.2.c_fc.weight");
-    EXPECT_EQ(to_double_vector(tensors.at(gate)),
+    const Tensor fc = out.weights.at("h.1.mlp.experts.2.c_fc.weight");
+    EXPECT_EQ(to_double_vector(out.tensors.at(gate)),
               to_double_vector(narrow(fc, 0, 0, c.expert_ffn())));
   }
   nn::GptConfig raw = mixtral;
@@ -445,19 +463,13 @@ TEST(HfExport, Olmo2RoundTripsAndNoOtherClassHoldsIt) {
   olmo2.pre_norms = false;
   olmo2.post_norms = true;
   EXPECT_EQ(std::string(hf_architecture(olmo2)), "Olmo2ForCausalLM");
-  nn::Gpt model(olmo2, 3);
-  testing::TempDir dir;
-  save_hf_model(model.state_dict(), olmo2, dir.file("hf"));
-  const nn::GptConfig back = load_hf_config(dir.file("hf"));
-  EXPECT_EQ(back.hf_type, "olmo2");
-  expect_same_model(olmo2, back);
-  expect_reads_back(dir.file("hf"), model);
-  const auto tensors = load_safetensors(dir.file("hf/model.safetensors")).tensors;
+  const Exported out = expect_round_trip(olmo2, "olmo2");
+  const auto& tensors = out.tensors;
   EXPECT_EQ(tensors.count("model.layers.0.input_layernorm.weight"), 0u);
   EXPECT_EQ(to_double_vector(tensors.at("model.layers.1.post_attention_layernorm.weight")),
-            to_double_vector(model.state_dict().at("h.1.post_attn_norm.weight")));
+            to_double_vector(out.weights.at("h.1.post_attn_norm.weight")));
   EXPECT_EQ(to_double_vector(tensors.at("model.layers.1.post_feedforward_layernorm.weight")),
-            to_double_vector(model.state_dict().at("h.1.post_mlp_norm.weight")));
+            to_double_vector(out.weights.at("h.1.post_mlp_norm.weight")));
   EXPECT_EQ(tensors.at("model.layers.1.self_attn.q_norm.weight").shape(), (Shape{16}));
   EXPECT_EQ(tensors.at("model.layers.1.self_attn.k_norm.weight").shape(), (Shape{8}));
   // Per-head norms, pre-norms, or heads of their own width keep it from
@@ -491,18 +503,10 @@ TEST(HfExport, OlmoRoundTripsAndNoOtherClassHoldsIt) {
   olmo.norm_affine = false;
   olmo.clip_qkv = 2.5;
   EXPECT_EQ(std::string(hf_architecture(olmo)), "OlmoForCausalLM");
-  nn::Gpt model(olmo, 3);
-  testing::TempDir dir;
-  save_hf_model(model.state_dict(), olmo, dir.file("hf"));
-  const nn::GptConfig back = load_hf_config(dir.file("hf"));
-  EXPECT_EQ(back.hf_type, "olmo");
-  expect_same_model(olmo, back);
-  expect_reads_back(dir.file("hf"), model);
-  const auto tensors = load_safetensors(dir.file("hf/model.safetensors")).tensors;
-  for (const auto& [name, t] : tensors) EXPECT_EQ(name.find("norm"), std::string::npos) << name;
-  EXPECT_EQ(tensors.size(), 2 + 2 * 7u);  // embeddings, head; q, k, v, o, gate, up, down
-  std::ifstream config(dir.file("hf/config.json"));
-  const nlohmann::json j = nlohmann::json::parse(config);
+  const Exported out = expect_round_trip(olmo, "olmo");
+  for (const auto& [name, t] : out.tensors) EXPECT_EQ(name.find("norm"), std::string::npos) << name;
+  EXPECT_EQ(out.tensors.size(), 2 + 2 * 7u);  // embeddings, head; q, k, v, o, gate, up, down
+  const nlohmann::json& j = out.config;
   EXPECT_EQ(j.at("model_type"), "olmo");
   EXPECT_EQ(j.at("clip_qkv"), 2.5);
   EXPECT_FALSE(j.contains("rms_norm_eps"));
@@ -542,15 +546,7 @@ TEST(HfExport, GraniteRoundTripsAndNoOtherClassHoldsItsScalars) {
   granite.query_pre_attn_scalar = 16.0;  // attention_multiplier 1/4
   granite.logit_scale = 1.0 / 8;
   EXPECT_EQ(std::string(hf_architecture(granite)), "GraniteForCausalLM");
-  nn::Gpt model(granite, 3);
-  testing::TempDir dir;
-  save_hf_model(model.state_dict(), granite, dir.file("hf"));
-  const nn::GptConfig back = load_hf_config(dir.file("hf"));
-  EXPECT_EQ(back.hf_type, "granite");
-  expect_same_model(granite, back);
-  expect_reads_back(dir.file("hf"), model);
-  std::ifstream config(dir.file("hf/config.json"));
-  const nlohmann::json j = nlohmann::json::parse(config);
+  const nlohmann::json j = expect_round_trip(granite, "granite").config;
   EXPECT_EQ(j.at("model_type"), "granite");
   EXPECT_EQ(j.at("embedding_multiplier"), 12.0);
   EXPECT_EQ(j.at("residual_multiplier"), 0.22);
@@ -592,23 +588,14 @@ TEST(HfExport, GraniteMoeRoundTripsWithItsExpertsFused) {
     c.moe.top_k = 2;
     c.ffn_hidden_size = 10;  // (the experts', as GraniteMoeConfig's one intermediate_size)
     c.moe.shared_ffn_hidden_size = shared;
-    const std::string type = shared > 0 ? "granitemoeshared" : "granitemoe";
-    EXPECT_EQ(std::string(hf_model_type(c)), type);
-    nn::Gpt model(c, 3);
-    testing::TempDir dir;
-    save_hf_model(model.state_dict(), c, dir.file("hf"));
-    const nn::GptConfig back = load_hf_config(dir.file("hf"));
-    EXPECT_EQ(back.hf_type, type);
-    expect_same_model(c, back);
-    expect_reads_back(dir.file("hf"), model);
-    const auto tensors = load_safetensors(dir.file("hf/model.safetensors")).tensors;
+    const Exported out = expect_round_trip(c, shared > 0 ? "granitemoeshared" : "granitemoe");
+    const auto& tensors = out.tensors;
     const std::string moe = "model.layers.1.block_sparse_moe.";
     EXPECT_EQ(tensors.at(moe + "input_linear.weight").shape(), (Shape{3, 20, 16}));
     EXPECT_EQ(tensors.at(moe + "output_linear.weight").shape(), (Shape{3, 16, 10}));
     EXPECT_EQ(tensors.at(moe + "router.layer.weight").shape(), (Shape{3, 16}));
     EXPECT_EQ(tensors.count("model.layers.0.shared_mlp.input_linear.weight"), shared > 0 ? 1u : 0u);
-    std::ifstream config(dir.file("hf/config.json"));
-    const nlohmann::json j = nlohmann::json::parse(config);
+    const nlohmann::json& j = out.config;
     EXPECT_EQ(j.at("num_local_experts"), 3);
     EXPECT_EQ(j.at("intermediate_size"), 10);
     EXPECT_EQ(j.contains("shared_intermediate_size"), shared > 0);
