@@ -338,6 +338,9 @@ nn::StateDict hf_llama_to_triad(const std::map<std::string, Tensor>& tensors) {
     auto take = [&](const std::string& key) { return block.take(key); };
     std::map<std::string, Tensor>& parts = layer;
     for (const auto& [from, to] : kSingle) out[p + to] = take(from);
+    // StarCoder2's o_proj has a bias.
+    if (parts.count("self_attn.o_proj.bias") > 0)
+      out[p + "attn.c_proj.bias"] = take("self_attn.o_proj.bias");
     // Every class's blocks but OLMo 2's normalise the attention's input;
     // OLMo's store no norms at all (they learn nothing).
     const bool olmo2 = parts.count("input_layernorm.weight") == 0 &&
@@ -390,8 +393,15 @@ nn::StateDict hf_llama_to_triad(const std::map<std::string, Tensor>& tensors) {
       out[p + "attn.q_norm.weight"] = take("self_attn.q_norm.weight");
       out[p + "attn.k_norm.weight"] = take("self_attn.k_norm.weight");
     }
-    // Mixtral's and Qwen3-MoE's experts, or the dense MLP.
-    if (!take_experts(block, p, out)) {
+    // Mixtral's and Qwen3-MoE's experts, StarCoder2's ungated MLP (c_fc,
+    // c_proj, with their biases when it has them), or the dense gated MLP.
+    if (parts.count("mlp.c_fc.weight") > 0) {
+      for (const char* layer : {"mlp.c_fc", "mlp.c_proj"}) {
+        out[p + layer + ".weight"] = take(std::string(layer) + ".weight");
+        if (parts.count(std::string(layer) + ".bias") > 0)
+          out[p + layer + ".bias"] = take(std::string(layer) + ".bias");
+      }
+    } else if (!take_experts(block, p, out)) {
       out[p + "mlp.c_fc.weight"] =
           concat({take("mlp.gate_proj.weight"), take("mlp.up_proj.weight")}, 0);
       out[p + "mlp.c_proj.weight"] = take("mlp.down_proj.weight");

@@ -510,6 +510,29 @@ nn::GptConfig gpt_neox_config(const Keys& k) {
   return c;
 }
 
+// Starcoder2ForCausalLM (StarCoder2 3B, 7B, 15B): the sequential block with
+// rotary embeddings on whole heads, LayerNorm (norm_epsilon), an ungated
+// GELU MLP (c_fc, c_proj; tanh's by default), biases on every linear layer
+// when use_bias says so (the norms always have theirs), grouped key/value
+// heads, Mistral's window on every layer (null: none), and a tied head by
+// default.
+nn::GptConfig starcoder2_config(const Keys& k) {
+  nn::GptConfig c = decoder_dimensions(k);
+  c.layer_norm_eps = k.number("norm_epsilon", 1e-5);
+  c.tie_embeddings = k.boolean("tie_word_embeddings", true);
+  c.activation = gelu_named(k, "hidden_act", "gelu_pytorch_tanh");
+  c.linear_bias = k.boolean("use_bias", true);
+  c.position_embedding = nn::PositionEmbedding::Rotary;
+  c.rope_theta = k.number("rope_theta", 10000.0);
+  if (k.has("rope_scaling")) c.rope_scaling = k.rope_scaling(static_cast<double>(c.seq_len));
+  if (k.has("sliding_window")) {
+    const int64_t w = k.integer("sliding_window");
+    if (w < 1) k.unsupported("sliding_window", "a window must hold at least one key");
+    if (w < c.seq_len) c.sliding_window = w;  // (one as long as the context changes nothing)
+  }
+  return c;
+}
+
 // PhiForCausalLM (Phi-1, Phi-1.5, Phi-2): rotary embeddings on
 // partial_rotary_factor of each head (half by default), GELU (tanh by
 // default), LayerNorm, biases on every linear layer, the parallel residual
@@ -676,6 +699,8 @@ nn::GptConfig gpt_config_from_hf(const std::string& json_text, const std::string
     c = gpt2_config(k);
   } else if (type == "gpt_neox") {
     c = gpt_neox_config(k);
+  } else if (type == "starcoder2") {
+    c = starcoder2_config(k);
   } else if (type == "phi") {
     c = phi_config(k);
   } else if (type == "falcon") {
@@ -693,7 +718,7 @@ nn::GptConfig gpt_config_from_hf(const std::string& json_text, const std::string
         source + ": model_type '" + type +
         "' is not supported (llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe, gemma, "
         "gemma2, gemma3_text, gemma3, phi3, stablelm, olmo, olmo2, olmoe, granite, granitemoe, "
-        "granitemoeshared, gpt_neox, phi, falcon, gptj, codegen or gpt2)");
+        "granitemoeshared, gpt_neox, starcoder2, phi, falcon, gptj, codegen or gpt2)");
   }
   c.hf_type = type;  // (an export writes the class it came from)
   try {

@@ -277,6 +277,37 @@ std::string gptj_misfit(const nn::GptConfig& c) {
   return m.why;
 }
 
+// Starcoder2ForCausalLM: the sequential block with rotary embeddings on
+// whole heads, LayerNorm, an ungated GELU (either form), biases on every
+// linear layer or none (the norms keep theirs), no head bias, any count of
+// key/value heads, and a window on every layer or none.
+std::string starcoder2_misfit(const nn::GptConfig& c) {
+  Misfit m;
+  m.add(!c.rotary(), "model.position_embedding is not rope");
+  m.add(c.rope_dim > 0, "model.rope_dim turns part of each head");
+  m.add(c.gated_mlp(), "model.activation is not gelu or gelu_erf");
+  m.add(c.rms_norm(), "model.normalization is rmsnorm");
+  m.add(c.qkv_bias && !c.linear_bias, "model.qkv_bias without model.linear_bias");
+  m.add(c.mlp_bias && !c.linear_bias, "model.mlp_bias without model.linear_bias");
+  m.add(c.head_bias, "model.head_bias is true");
+  m.add(c.parallel_residual, "model.parallel_residual is true");
+  m.add(!c.full_attention_layers.empty(),
+        "model.full_attention_layers exempts layers from the window");
+  m.add(c.heads_apart(), "model.head_dim is not d_model / n_head");
+  m.add(c.qk_norm, "model.qk_norm is true");
+  m.add(c.embedding_multiplier != 1.0, "model.embedding_multiplier is not 1");
+  m.add(c.norm_weight_offset, "model.norm_weight_offset is true");
+  m.add(c.post_norms, "model.post_norms is true");
+  m.add(c.attn_logit_softcap > 0.0, "model.attn_logit_softcap is set");
+  m.add(c.final_logit_softcap > 0.0, "model.final_logit_softcap is set");
+  m.add(
+      c.query_pre_attn_scalar > 0.0 && c.query_pre_attn_scalar != static_cast<double>(c.head_dim()),
+      "model.query_pre_attn_scalar is not head_dim");
+  m.add(c.rope_local_theta > 0.0, "model.rope_local_theta is set");
+  m.add(c.rope_scaling.kind == RopeScaling::Kind::LongRope, "model.rope_scaling is longrope");
+  return m.why;
+}
+
 // CodeGenForCausalLM: GPT-J's blocks with q, k and v fused in
 // kCodegenShards shards of whole heads.
 std::string codegen_misfit(const nn::GptConfig& c) {
@@ -442,6 +473,25 @@ void write_falcon_config(const nn::GptConfig& c, nlohmann::ordered_json& j) {
   j["attention_dropout"] = 0.0;
 }
 
+// Starcoder2Config's keys: norm_epsilon, use_bias every linear layer's,
+// sliding_window every layer's (null: none).
+void write_starcoder2_config(const nn::GptConfig& c, nlohmann::ordered_json& j) {
+  write_dimensions(c, "Starcoder2ForCausalLM", "starcoder2", j);
+  j["num_key_value_heads"] = c.kv_heads();
+  j["hidden_act"] = c.activation == nn::Activation::GeluErf ? "gelu" : "gelu_pytorch_tanh";
+  j["max_position_embeddings"] = c.seq_len;
+  j["norm_epsilon"] = c.layer_norm_eps;
+  j["rope_theta"] = c.rope_theta;
+  write_rope_scaling(c, j);
+  j["sliding_window"] = c.sliding_window > 0 ? nlohmann::ordered_json(c.sliding_window) : nullptr;
+  j["use_bias"] = c.linear_bias;
+  // Its dropouts are Triad's: after the embeddings and each sublayer's
+  // output, none on the attention's probabilities.
+  j["embedding_dropout"] = c.dropout;
+  j["residual_dropout"] = c.dropout;
+  j["attention_dropout"] = 0.0;
+}
+
 // GPTJConfig's keys: GPT-2's names for the widths and depth, rotary_dim
 // the dimensions of each head that turn.
 void write_gptj_config(const nn::GptConfig& c, nlohmann::ordered_json& j, bool codegen) {
@@ -571,6 +621,44 @@ std::map<std::string, Tensor> triad_to_gptj_part(const nn::StateDict& full, cons
   return out;
 }
 
+// StarCoder2's names for the tensors outside the blocks (block -1) or of
+// block `block`: LLaMA's attention (o_proj biased too), its ungated MLP as
+// mlp.c_fc and mlp.c_proj, LayerNorms with their biases.
+std::map<std::string, Tensor> triad_to_starcoder2_part(const nn::StateDict& full,
+                                                       const nn::GptConfig& c, int64_t block) {
+  std::map<std::string, Tensor> out;
+  if (block < 0) {
+    out["model.embed_tokens.weight"] = at(full, "wte.weight");
+    out["model.norm.weight"] = at(full, "ln_f.weight");
+    out["model.norm.bias"] = at(full, "ln_f.bias");
+    if (!c.tie_embeddings) out["lm_head.weight"] = at(full, "lm_head.weight");
+    return out;
+  }
+  const std::string p = "h." + std::to_string(block) + ".";
+  const std::string hf = "model.layers." + std::to_string(block) + ".";
+  const int64_t Q = c.q_width(), KV = c.kv_heads() * c.head_dim();
+  for (const std::string kind : {".weight", ".bias"}) {
+    if (kind == ".bias" && !c.linear_bias) continue;
+    const Tensor& qkv = at(full, p + "attn.c_attn" + kind);
+    if (qkv.dim() < 1 || qkv.size(0) != Q + 2 * KV) {
+      throw ShapeError("export: layer " + std::to_string(block) + "'s c_attn" + kind + " " +
+                       shape_str(qkv.shape()) + " is not " + std::to_string(Q + 2 * KV) +
+                       " tall, as the configured model's");
+    }
+    out[hf + "self_attn.q_proj" + kind] = contiguous(narrow(qkv, 0, 0, Q)).detach();
+    out[hf + "self_attn.k_proj" + kind] = contiguous(narrow(qkv, 0, Q, KV)).detach();
+    out[hf + "self_attn.v_proj" + kind] = contiguous(narrow(qkv, 0, Q + KV, KV)).detach();
+    out[hf + "self_attn.o_proj" + kind] = at(full, p + "attn.c_proj" + kind);
+    out[hf + "mlp.c_fc" + kind] = at(full, p + "mlp.c_fc" + kind);
+    out[hf + "mlp.c_proj" + kind] = at(full, p + "mlp.c_proj" + kind);
+  }
+  for (const char* kind : {".weight", ".bias"}) {
+    out[hf + "input_layernorm" + kind] = at(full, p + "ln_1" + kind);
+    out[hf + "post_attention_layernorm" + kind] = at(full, p + "ln_2" + kind);
+  }
+  return out;
+}
+
 // Falcon's names for the tensors outside the blocks (block -1) or of block
 // `block`; c_attn's rows grouped by key/value head as query_key_value holds
 // them, and ln_attn and ln_mlp (or the one input_layernorm) for the norms.
@@ -648,10 +736,11 @@ void put_fused_experts(const nn::StateDict& full, const nn::GptConfig& c, int64_
 
 const std::vector<std::string>& hf_model_types() {
   static const std::vector<std::string> types{
-      "llama",     "mistral", "mixtral", "qwen2",       "qwen2_moe",  "qwen3",
-      "qwen3_moe", "gemma",   "gemma2",  "gemma3_text", "phi3",       "stablelm",
-      "olmo",      "olmo2",   "olmoe",   "granite",     "granitemoe", "granitemoeshared",
-      "gpt_neox",  "phi",     "falcon",  "gptj",        "codegen",    "gpt2"};
+      "llama",     "mistral",    "mixtral", "qwen2",       "qwen2_moe",  "qwen3",
+      "qwen3_moe", "gemma",      "gemma2",  "gemma3_text", "phi3",       "stablelm",
+      "olmo",      "olmo2",      "olmoe",   "granite",     "granitemoe", "granitemoeshared",
+      "gpt_neox",  "starcoder2", "phi",     "falcon",      "gptj",       "codegen",
+      "gpt2"};
   return types;
 }
 
@@ -675,6 +764,7 @@ std::string dense_misfit(const nn::GptConfig& c, const std::string& type) {
   if (type == "gpt2") return gpt2_misfit(c);
   if (type == "gpt_neox" || type == "phi") return rotary_plain_misfit(c, type == "phi");
   if (type == "falcon") return falcon_misfit(c);
+  if (type == "starcoder2") return starcoder2_misfit(c);
   if (type == "gptj") return gptj_misfit(c);
   if (type == "codegen") return codegen_misfit(c);
   if (type == "mistral") return llama_misfit(c, "llama");
@@ -765,6 +855,7 @@ const char* architecture_of(const std::string& type) {
          : type == "granitemoe"       ? "GraniteMoeForCausalLM"
          : type == "granitemoeshared" ? "GraniteMoeSharedForCausalLM"
          : type == "gpt_neox"         ? "GPTNeoXForCausalLM"
+         : type == "starcoder2"       ? "Starcoder2ForCausalLM"
          : type == "phi"              ? "PhiForCausalLM"
          : type == "falcon"           ? "FalconForCausalLM"
          : type == "gptj"             ? "GPTJForCausalLM"
@@ -820,7 +911,8 @@ const char* hf_model_type(const nn::GptConfig& c) {
                     phi3 = misfit(c, "phi3"), stablelm = misfit(c, "stablelm"),
                     olmo = misfit(c, "olmo"), olmo2 = misfit(c, "olmo2"),
                     granite = misfit(c, "granite"), neox = misfit(c, "gpt_neox"),
-                    phi = misfit(c, "phi"), falcon = misfit(c, "falcon"), gptj = misfit(c, "gptj"),
+                    starcoder2 = misfit(c, "starcoder2"), phi = misfit(c, "phi"),
+                    falcon = misfit(c, "falcon"), gptj = misfit(c, "gptj"),
                     codegen = misfit(c, "codegen"), gpt2 = misfit(c, "gpt2");
   throw NotSupportedError(
       "no Hugging Face class holds this model: LlamaForCausalLM needs rope, swiglu, rmsnorm, "
@@ -855,6 +947,10 @@ const char* hf_model_type(const nn::GptConfig& c) {
       "); PhiForCausalLM the same with grouped heads allowed, the parallel residual with a "
       "shared norm, and a head bias (here " +
       phi +
+      "); Starcoder2ForCausalLM the sequential block with rope on whole heads, gelu or "
+      "gelu_erf, layernorm, biases on every linear layer or none, grouped heads allowed and a "
+      "window on every layer or none (here " +
+      starcoder2 +
       "); FalconForCausalLM parallel blocks with rope on whole heads, gelu or gelu_erf, "
       "layernorm, biases on every linear layer or none, and no head bias (here " +
       falcon +
@@ -879,6 +975,8 @@ std::string hf_config_json(const nn::GptConfig& c, const std::string& torch_dtyp
     write_phi_config(c, j);
   } else if (type == "falcon") {
     write_falcon_config(c, j);
+  } else if (type == "starcoder2") {
+    write_starcoder2_config(c, j);
   } else if (type == "gptj" || type == "codegen") {
     write_gptj_config(c, j, type == "codegen");
   } else if (type != "gpt2") {
@@ -1049,6 +1147,7 @@ std::map<std::string, Tensor> triad_to_hf_part(const nn::StateDict& full, const 
   if (type == "gpt_neox") return triad_to_neox_part(full, c, block);
   if (type == "phi") return triad_to_phi_part(full, c, block);
   if (type == "falcon") return triad_to_falcon_part(full, c, block);
+  if (type == "starcoder2") return triad_to_starcoder2_part(full, c, block);
   if (type == "gptj" || type == "codegen")
     return triad_to_gptj_part(full, c, block, type == "codegen");
   const int64_t Q = c.q_width(), KV = c.kv_heads() * c.head_dim(), F = c.ffn();

@@ -924,6 +924,49 @@ TEST(HfConfig, OlmoConfigIsItsOwn) {
   EXPECT_NE(error_of(edited(olmo, "hidden_act", "\"gelu\"")).find("hidden_act"), std::string::npos);
 }
 
+// starcoder2-3b's config.json: the sequential block with rope on whole
+// heads (at its base of about 1e6), LayerNorm, biases on every linear
+// layer, an ungated GELU (tanh) MLP, 24 heads over 2 key/value heads, a
+// window of 4096 within its 16384 positions, and the tied head
+// PretrainedConfig gives when the file says nothing. Its count by the
+// shapes: 3,030,371,328 (3.03B). use_bias false drops the linear biases;
+// another activation, or a window of no key, is refused.
+TEST(HfConfig, Starcoder2ConfigIsItsOwn) {
+  const std::string sc2 = R"({
+    "architectures": ["Starcoder2ForCausalLM"], "attention_dropout": 0.1, "bos_token_id": 0,
+    "embedding_dropout": 0.1, "eos_token_id": 0, "hidden_act": "gelu_pytorch_tanh",
+    "hidden_size": 3072, "initializer_range": 0.018042, "intermediate_size": 12288,
+    "max_position_embeddings": 16384, "mlp_type": "default", "model_type": "starcoder2",
+    "norm_epsilon": 1e-05, "norm_type": "layer_norm", "num_attention_heads": 24,
+    "num_hidden_layers": 30, "num_key_value_heads": 2, "residual_dropout": 0.1,
+    "rope_theta": 999999.4420358813, "sliding_window": 4096, "torch_dtype": "float32",
+    "use_bias": true, "use_cache": true, "vocab_size": 49152})";
+  const nn::GptConfig c = gpt_config_from_hf(sc2, "starcoder2-3b/config.json");
+  EXPECT_EQ(c.hf_type, "starcoder2");
+  EXPECT_TRUE(c.rotary());
+  EXPECT_EQ(c.rope_theta, 999999.4420358813);
+  EXPECT_EQ(c.rope_dim, 0);
+  EXPECT_FALSE(c.rms_norm());
+  EXPECT_DOUBLE_EQ(c.layer_norm_eps, 1e-5);
+  EXPECT_EQ(c.activation, nn::Activation::Gelu);
+  EXPECT_EQ(c.ffn(), 12288);
+  EXPECT_TRUE(c.linear_bias);
+  EXPECT_FALSE(c.parallel_residual);
+  EXPECT_EQ(c.kv_heads(), 2);
+  EXPECT_EQ(c.sliding_window, 4096);
+  EXPECT_TRUE(c.full_attention_layers.empty());
+  EXPECT_TRUE(c.tie_embeddings);
+  EXPECT_EQ(c.num_parameters(), 3'030'371'328);
+  EXPECT_EQ(std::string(hf_architecture(c)), "Starcoder2ForCausalLM");
+  EXPECT_FALSE(gpt_config_from_hf(edited(sc2, "use_bias", "false"), "m").linear_bias);
+  EXPECT_EQ(gpt_config_from_hf(edited(sc2, "sliding_window", "null"), "m").sliding_window, 0);
+  EXPECT_EQ(gpt_config_from_hf(edited(sc2, "hidden_act", "\"gelu\""), "m").activation,
+            nn::Activation::GeluErf);
+  EXPECT_NE(error_of(edited(sc2, "hidden_act", "\"silu\"")).find("hidden_act"), std::string::npos);
+  EXPECT_NE(error_of(edited(sc2, "sliding_window", "0")).find("'sliding_window' (0)"),
+            std::string::npos);
+}
+
 // granite-3.0-8b-base's config.json: LLaMA's blocks with Granite's four
 // multipliers (the token embeddings times 12, each sublayer's output times
 // 0.22, the scores times 1/128 in place of 1/sqrt(128), the logits over
@@ -1294,9 +1337,8 @@ TEST(HfConfig, WhatTriadDoesNotBuildIsNamed) {
       message(from(edited(llama, "model_type", "\"deepseek_v3\"")))
           .find("model_type 'deepseek_v3' is not supported (llama, mistral, mixtral, qwen2, "
                 "qwen2_moe, qwen3, qwen3_moe, gemma, gemma2, gemma3_text, gemma3, phi3, stablelm, "
-                "olmo, olmo2, olmoe, granite, granitemoe, granitemoeshared, gpt_neox, phi, falcon, "
-                "gptj, "
-                "codegen or gpt2)"),
+                "olmo, olmo2, olmoe, granite, granitemoe, granitemoeshared, gpt_neox, starcoder2, "
+                "phi, falcon, gptj, codegen or gpt2)"),
       std::string::npos);
   EXPECT_NE(message(from(edited(edited(edited(kQwen3_06b, "use_sliding_window", "true"),
                                        "max_window_layers", "10"),

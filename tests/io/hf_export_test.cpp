@@ -617,6 +617,46 @@ TEST(HfExport, GraniteMoeRoundTripsWithItsExpertsFused) {
   EXPECT_NE(hf_misfit(c, "granite").find("model.moe is set"), std::string::npos);
 }
 
+// StarCoder2's blocks through Starcoder2ForCausalLM and back: LLaMA's
+// attention names with biases (o_proj's too), its ungated MLP as mlp.c_fc
+// and mlp.c_proj, LayerNorms with biases; without linear biases, none
+// written but the norms'. Grouped key/value heads or a window keep such a
+// model from GPT-NeoX's class, which a model with neither goes to first.
+TEST(HfExport, Starcoder2RoundTripsWithItsBiases) {
+  for (const bool biases : {true, false}) {
+    SCOPED_TRACE(biases);
+    nn::GptConfig c = llama(false, 2);
+    c.normalization = nn::Normalization::LayerNorm;
+    c.layer_norm_eps = 1e-5;
+    c.activation = nn::Activation::Gelu;
+    c.ffn_hidden_size = 40;
+    c.linear_bias = biases;
+    c.sliding_window = 5;
+    const Exported out = expect_round_trip(c, "starcoder2");
+    EXPECT_EQ(out.tensors.count("model.layers.1.self_attn.o_proj.bias"), biases ? 1u : 0u);
+    EXPECT_EQ(out.tensors.count("model.layers.1.mlp.c_fc.bias"), biases ? 1u : 0u);
+    EXPECT_EQ(to_double_vector(out.tensors.at("model.layers.1.mlp.c_proj.weight")),
+              to_double_vector(out.weights.at("h.1.mlp.c_proj.weight")));
+    EXPECT_EQ(out.tensors.count("model.layers.0.post_attention_layernorm.bias"), 1u);
+    EXPECT_EQ(out.config.at("use_bias"), biases);
+    EXPECT_EQ(out.config.at("sliding_window"), 5);
+    EXPECT_EQ(out.config.at("hidden_act"), "gelu_pytorch_tanh");
+  }
+  nn::GptConfig neox = llama(false, 0);
+  neox.normalization = nn::Normalization::LayerNorm;
+  neox.activation = nn::Activation::GeluErf;
+  neox.linear_bias = true;
+  EXPECT_EQ(std::string(hf_model_type(neox)), "gpt_neox");
+  EXPECT_EQ(hf_misfit(neox, "starcoder2"), "");
+  nn::GptConfig parallel = neox;
+  parallel.parallel_residual = true;
+  EXPECT_NE(hf_misfit(parallel, "starcoder2").find("model.parallel_residual is true"),
+            std::string::npos);
+  nn::GptConfig gated = neox;
+  gated.activation = nn::Activation::SwiGlu;
+  EXPECT_NE(hf_misfit(gated, "starcoder2").find("model.activation is not gelu"), std::string::npos);
+}
+
 TEST(HfExport, ExportingHoldsOneBlockAtATimeAndABrokenFileWritesNothing) {
   testing::TempDir dir;
   nn::GptConfig c = llama(false, 2);
@@ -1220,7 +1260,7 @@ TEST(HfExport, TheModelsOwnClassIsPreferred) {
             "model.hf_type 'phi4' is not a model_type Triad exports "
             "(llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, "
             "qwen3_moe, gemma, gemma2, gemma3_text, phi3, stablelm, olmo, olmo2, olmoe, granite, "
-            "granitemoe, granitemoeshared, gpt_neox, "
+            "granitemoe, granitemoeshared, gpt_neox, starcoder2, "
             "phi, falcon, gptj, codegen, gpt2, or auto)"),
         std::string::npos)
         << e.what();
@@ -1230,14 +1270,17 @@ TEST(HfExport, TheModelsOwnClassIsPreferred) {
 TEST(HfExport, AModelNoClassHoldsIsNamed) {
   nn::GptConfig c = gpt2(true);
   c.position_embedding = nn::PositionEmbedding::Rotary;  // rope with GELU and LayerNorm,
-  c.linear_bias = false;                                 // no biases
+  c.linear_bias = false;                                 // no biases: StarCoder2's
+  EXPECT_EQ(std::string(hf_model_type(c)), "starcoder2");
+  c.rope_dim = 2;  // half of each head turned: no class's
   try {
     hf_model_type(c);
     FAIL() << "expected NotSupportedError";
   } catch (const NotSupportedError& e) {
     const std::string m = e.what();
     EXPECT_NE(m.find("LlamaForCausalLM needs rope, swiglu, rmsnorm, no linear biases and no "
-                     "query/key norms (here model.activation is not swiglu, model.normalization is "
+                     "query/key norms (here model.rope_dim turns part of each head (only Phi-3 and "
+                     "StableLM turn part), model.activation is not swiglu, model.normalization is "
                      "not rmsnorm)"),
               std::string::npos)
         << m;
@@ -1249,9 +1292,16 @@ TEST(HfExport, AModelNoClassHoldsIsNamed) {
     EXPECT_NE(m.find("(here model.linear_bias is false, model.position_embedding is rope)"),
               std::string::npos)
         << m;
+    EXPECT_NE(m.find("Starcoder2ForCausalLM the sequential block with rope on whole heads, gelu "
+                     "or gelu_erf, layernorm, biases on every linear layer or none, grouped heads "
+                     "allowed and a window on every layer or none (here model.rope_dim turns part "
+                     "of each head)"),
+              std::string::npos)
+        << m;
     EXPECT_NE(m.find("FalconForCausalLM parallel blocks with rope on whole heads, gelu or "
                      "gelu_erf, layernorm, biases on every linear layer or none, and no head "
-                     "bias (here model.parallel_residual is false)"),
+                     "bias (here model.parallel_residual is false, model.rope_dim turns part of "
+                     "each head)"),
               std::string::npos)
         << m;
   }

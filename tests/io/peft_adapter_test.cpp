@@ -159,10 +159,11 @@ TEST(PeftAdapter, GptNeoxModulesTakeEachLayerWholeWithQueryKeyValuesRowsByHead) 
       (Shape{48, 3}));
 }
 
-// Phi's, Falcon's and GPT-J's modules: Phi's q_proj, k_proj, v_proj, dense,
-// fc1 and fc2; Falcon's query_key_value with B's rows grouped by key/value
-// head; GPT-J's q_proj, k_proj and v_proj with B's q and k rows back in
-// interleaved pairs, out_proj, fc_in and fc_out. The exported base plus
+// Phi's, Falcon's, GPT-J's and StarCoder2's modules: Phi's q_proj, k_proj,
+// v_proj, dense, fc1 and fc2; Falcon's query_key_value with B's rows grouped
+// by key/value head; GPT-J's q_proj, k_proj and v_proj with B's q and k rows
+// back in interleaved pairs, out_proj, fc_in and fc_out; StarCoder2's
+// LLaMA-named attention with its own c_fc and c_proj. The exported base plus
 // each module's B A is the merged model's weight in each.
 TEST(PeftAdapter, PhiFalconAndGptjModulesAreTheirClasses) {
   nn::GptConfig phi{.n_layer = 2, .n_head = 4, .d_model = 16, .vocab_size = 40, .seq_len = 8};
@@ -182,6 +183,9 @@ TEST(PeftAdapter, PhiFalconAndGptjModulesAreTheirClasses) {
   gptj.mlp_bias = true;
   nn::GptConfig codegen = gptj;  // q, k and v fused in 4 shards (one head each)
   codegen.hf_type = "codegen";
+  nn::GptConfig starcoder2 = falcon;  // the sequential block: LLaMA's attention, c_fc, c_proj
+  starcoder2.parallel_residual = false;
+  starcoder2.linear_bias = true;
   for (const auto& [c, type, targets] :
        {std::tuple{phi, "phi",
                    std::vector<std::string>{"q_proj", "k_proj", "v_proj", "dense", "fc1", "fc2"}},
@@ -192,7 +196,10 @@ TEST(PeftAdapter, PhiFalconAndGptjModulesAreTheirClasses) {
             gptj, "gptj",
             std::vector<std::string>{"q_proj", "k_proj", "v_proj", "out_proj", "fc_in", "fc_out"}},
         std::tuple{codegen, "codegen",
-                   std::vector<std::string>{"qkv_proj", "out_proj", "fc_in", "fc_out"}}}) {
+                   std::vector<std::string>{"qkv_proj", "out_proj", "fc_in", "fc_out"}},
+        std::tuple{
+            starcoder2, "starcoder2",
+            std::vector<std::string>{"q_proj", "k_proj", "v_proj", "o_proj", "c_fc", "c_proj"}}}) {
     SCOPED_TRACE(type);
     ASSERT_STREQ(hf_model_type(c), type);
     const auto [base, merged, adapters] = parts_of(random_state(c));

@@ -904,6 +904,27 @@ TEST_F(Gpt2Parity, GraniteMoeDirectoryReadsAndExportsAsHuggingFacesGraniteMoeSha
   EXPECT_GT(logits_away_from(m, ref_, "granitemoe."), 1e-3);
 }
 
+// StarCoder2's blocks (the sequential block with rope, LayerNorms, biases
+// on every linear layer, o_proj's too, an ungated GELU MLP, grouped
+// key/value heads, a window) from a Starcoder2ForCausalLM directory:
+// logits, loss and every gradient, greedy tokens through the key/value cache
+// past the window; exported again, the same directory.
+TEST_F(Gpt2Parity, Starcoder2DirectoryReadsAndExportsAsHuggingFacesStarcoder2) {
+  const std::string dir = ref_dir() + "/starcoder2_hf";
+  const nn::GptConfig cfg = io::load_hf_config(dir);
+  EXPECT_EQ(cfg.hf_type, "starcoder2");
+  EXPECT_FALSE(cfg.rms_norm());
+  EXPECT_TRUE(cfg.linear_bias);
+  EXPECT_EQ(cfg.activation, nn::Activation::Gelu);
+  EXPECT_EQ(cfg.sliding_window, cfg_["mistral_window"].get<int64_t>());
+  nn::Gpt model(cfg, 1);
+  io::load_gpt2_safetensors(model, dir);
+  EXPECT_TRUE(model.state_dict().count("h.1.attn.c_proj.bias"));
+  expect_step_zero_matches(model, ref_, "starcoder2.");
+  expect_greedy_tokens(cfg, "starcoder2_generator", "starcoder2.greedy_tokens", ref_);
+  expect_exports_as_written(model, dir);
+}
+
 // OLMoE's blocks (pre-norms, the full query/key norms, 4 experts on every
 // layer of which each token takes 2, not renormalised) from an
 // OlmoeForCausalLM directory, trained with the router z-loss (its weight

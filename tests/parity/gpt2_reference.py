@@ -17,7 +17,8 @@ biases in the linear layers, an output head of its own, lm_head, not tied to
 the token embedding): step-0 logits, loss and gradients. Then the other
 variants main() names: RoPE scaling (LLaMA 3.1's, YaRN, linear), Mistral's
 window, Qwen2's, Qwen3's, Gemma's and Gemma 3's blocks, GPT-NeoX's,
-StableLM's, OLMo's, Granite's and GraniteMoE's. And the evaluator's
+StableLM's, OLMo's, Granite's, GraniteMoE's and StarCoder2's. And the
+evaluator's
 scores of continuations after contexts (the log-likelihoods of
 multiple-choice benchmarks) by the generator and Mistral's.
 
@@ -664,6 +665,39 @@ def save_hf_granitemoe(model, directory):
               "embedding_multiplier": g["embedding"], "residual_multiplier": g["residual"],
               "attention_multiplier": g["attention"], "logits_scaling": g["logits"],
               "tie_word_embeddings": True}
+    with open(os.path.join(directory, "config.json"), "w") as f:
+        json.dump(config, f)
+
+
+def save_hf_starcoder2(model, directory):
+    """A StarCoder2-style model (the sequential block with rope, LayerNorms,
+    biases on every linear layer, an ungated GELU MLP, grouped key/value
+    heads, a window) as a Starcoder2ForCausalLM directory: LLaMA's attention
+    names with biases, the MLP's as mlp.c_fc and mlp.c_proj."""
+    os.makedirs(directory, exist_ok=True)
+    C, KV = model.c["n_head"] * model.D, model.kv_heads * model.D
+    t = {"model.embed_tokens.weight": model.wte.weight, "model.norm.weight": model.ln_f.weight,
+         "model.norm.bias": model.ln_f.bias, "lm_head.weight": model.lm_head.weight}
+    for i, b in enumerate(model.h):
+        p = f"model.layers.{i}."
+        for kind in ("weight", "bias"):
+            q, k, v = getattr(b.attn.c_attn, kind).split([C, KV, KV], 0)
+            t.update({p + "self_attn.q_proj." + kind: q, p + "self_attn.k_proj." + kind: k,
+                      p + "self_attn.v_proj." + kind: v,
+                      p + "self_attn.o_proj." + kind: getattr(b.attn.c_proj, kind),
+                      p + "mlp.c_fc." + kind: getattr(b.mlp.c_fc, kind),
+                      p + "mlp.c_proj." + kind: getattr(b.mlp.c_proj, kind),
+                      p + "input_layernorm." + kind: getattr(b.ln_1, kind),
+                      p + "post_attention_layernorm." + kind: getattr(b.ln_2, kind)})
+    save_safetensors(os.path.join(directory, "model.safetensors"), t)
+    config = {"architectures": ["Starcoder2ForCausalLM"], "model_type": "starcoder2",
+              "hidden_size": CFG["d_model"], "intermediate_size": 4 * CFG["d_model"],
+              "num_hidden_layers": CFG["n_layer"], "num_attention_heads": CFG["n_head"],
+              "num_key_value_heads": model.kv_heads, "hidden_act": "gelu_pytorch_tanh",
+              "vocab_size": CFG["vocab_size"], "max_position_embeddings": CFG["seq_len"],
+              "norm_epsilon": 1e-5, "rope_theta": ROPE_THETA, "sliding_window": model.window,
+              "use_bias": True, "residual_dropout": 0.0, "embedding_dropout": 0.0,
+              "tie_word_embeddings": False}
     with open(os.path.join(directory, "config.json"), "w") as f:
         json.dump(config, f)
 
@@ -1425,6 +1459,18 @@ def main():
                      granite=dict(embedding=3.0, residual=0.4, attention=0.125, logits=4.0))
     save_hf_granitemoe(granitemoe, os.path.join(out, "granitemoe_hf"))
     record_step_zero(granitemoe, x, y, "granitemoe.", ref)
+    # StarCoder2's: the sequential block with rope on whole heads,
+    # LayerNorms, biases on every linear layer, an ungated GELU (tanh) MLP
+    # of 4C, grouped key/value heads, Mistral's window, an untied head; step
+    # 0 and a greedy continuation (the window through the key/value cache),
+    # from a Starcoder2ForCausalLM directory.
+    starcoder2 = Gpt(CFG, ROPE_THETA, rms_norm=False, bias=True, tie=False,
+                     kv_heads=LLAMA_KV_HEADS, window=MISTRAL_WINDOW)
+    save_hf_starcoder2(starcoder2, os.path.join(out, "starcoder2_hf"))
+    record_step_zero(starcoder2, x, y, "starcoder2.", ref)
+    ref["starcoder2.greedy_tokens"] = torch.tensor(greedy_continuation(starcoder2),
+                                                   dtype=torch.float32)
+    save_hf_starcoder2(starcoder2, os.path.join(out, "starcoder2_generator"))
     # OLMoE's: pre-norm blocks with those query/key norms and 4 experts on
     # every layer of which each token takes 2, not renormalised, with the
     # load-balancing loss and the router z-loss (OLMoE trained with both);

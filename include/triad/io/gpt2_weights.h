@@ -37,7 +37,8 @@ std::map<std::string, Tensor> triad_to_gpt2(const nn::StateDict& state);
 // norms (pre_feedforward_layernorm present) map to ln_1, post_attn_norm,
 // ln_2 and post_mlp_norm; OLMo 2's two (post_feedforward_layernorm without
 // input_layernorm) to post_attn_norm and post_mlp_norm; StableLM's
-// LayerNorms bring their biases too.
+// LayerNorms bring their biases too; StarCoder2's ungated mlp.c_fc and
+// mlp.c_proj, and its o_proj bias, map as they are.
 bool is_hf_llama(const std::map<std::string, Tensor>& tensors);
 nn::StateDict hf_llama_to_triad(const std::map<std::string, Tensor>& tensors);
 

@@ -39,6 +39,9 @@ namespace triad::io {
 //    model.logit_scale 1 / scaling), "granitemoe" (and a mixture of experts
 //    on every layer, its top k renormalised) and "granitemoeshared" (and an
 //    ungated shared expert of shared_intermediate_size);
+// Starcoder2ForCausalLM ("starcoder2": the sequential block with rope,
+// LayerNorm of norm_epsilon, an ungated GELU MLP, use_bias's biases on
+// every linear layer, Mistral's window);
 // GPTNeoXForCausalLM ("gpt_neox", Pythia's: rotary_pct's partial rotation
 // as model.rope_dim, rotary_emb_base, use_parallel_residual as
 // model.parallel_residual, hidden_act "gelu" as model.activation gelu_erf,
