@@ -346,6 +346,16 @@ nn::GptConfig llama_config(const Keys& k, const std::string& type) {
   return c;
 }
 
+// A mixture's count of experts (`experts_key`) and the top
+// num_experts_per_tok each token takes.
+void read_expert_counts(const Keys& k, const char* experts_key, nn::GptConfig::Moe& m) {
+  m.experts = k.integer(experts_key);
+  if (m.experts < 1) k.bad(experts_key, "must be positive");
+  m.top_k = k.integer("num_experts_per_tok");
+  if (m.top_k < 1 || m.top_k > m.experts)
+    k.bad("num_experts_per_tok", "must be between 1 and the number of experts");
+}
+
 // Mixtral's, Qwen2-MoE's and Qwen3-MoE's mixtures of experts over
 // Mistral's, Qwen2's and Qwen3's blocks: num_local_experts (Mixtral) or
 // num_experts, num_experts_per_tok chosen, renormalised (always for
@@ -361,11 +371,7 @@ nn::GptConfig moe_config(const Keys& k, const std::string& type) {
   const bool mixtral = type == "mixtral";
   nn::GptConfig c = llama_config(k, mixtral ? "mistral" : type == "qwen2_moe" ? "qwen2" : "qwen3");
   nn::GptConfig::Moe& m = c.moe;
-  m.experts = k.integer(mixtral ? "num_local_experts" : "num_experts");
-  if (m.experts < 1) k.bad(mixtral ? "num_local_experts" : "num_experts", "must be positive");
-  m.top_k = k.integer("num_experts_per_tok");
-  if (m.top_k < 1 || m.top_k > m.experts)
-    k.bad("num_experts_per_tok", "must be between 1 and the number of experts");
+  read_expert_counts(k, mixtral ? "num_local_experts" : "num_experts", m);
   m.normalize_top_k = mixtral || k.boolean("norm_topk_prob", false);
   m.aux_loss_coef = k.number("router_aux_loss_coef", 0.001);  // (both classes' default)
   if (k.number("router_jitter_noise", 0.0) != 0.0)
@@ -408,11 +414,7 @@ nn::GptConfig moe_config(const Keys& k, const std::string& type) {
 nn::GptConfig granite_moe_config(const Keys& k, const std::string& type) {
   nn::GptConfig c = llama_config(k, "granite");
   nn::GptConfig::Moe& m = c.moe;
-  m.experts = k.integer("num_local_experts");
-  if (m.experts < 1) k.bad("num_local_experts", "must be positive");
-  m.top_k = k.integer("num_experts_per_tok");
-  if (m.top_k < 1 || m.top_k > m.experts)
-    k.bad("num_experts_per_tok", "must be between 1 and the number of experts");
+  read_expert_counts(k, "num_local_experts", m);
   m.normalize_top_k = true;
   m.aux_loss_coef = k.number("router_aux_loss_coef", 0.001);  // (GraniteMoeConfig's default)
   if (type == "granitemoeshared") {
@@ -456,11 +458,7 @@ nn::GptConfig olmo_config(const Keys& k, const std::string& type) {
     return c;
   }
   nn::GptConfig::Moe& m = c.moe;
-  m.experts = k.integer("num_experts");
-  if (m.experts < 1) k.bad("num_experts", "must be positive");
-  m.top_k = k.integer("num_experts_per_tok");
-  if (m.top_k < 1 || m.top_k > m.experts)
-    k.bad("num_experts_per_tok", "must be between 1 and the number of experts");
+  read_expert_counts(k, "num_experts", m);
   m.normalize_top_k = k.boolean("norm_topk_prob", false);
   m.aux_loss_coef = k.number("router_aux_loss_coef", 0.01);
   return c;

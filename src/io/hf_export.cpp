@@ -520,18 +520,29 @@ const Tensor& at(const nn::StateDict& s, const std::string& name) {
   return it->second;
 }
 
+// The tensors outside the blocks under a class's names (`embedding`, the
+// final `norm`, the `head`): the token embedding, the final norm's weight
+// and bias (those the model has), and an untied head with its bias (when it
+// has one).
+std::map<std::string, Tensor> outside_part(const nn::StateDict& full, const nn::GptConfig& c,
+                                           const std::string& embedding, const std::string& norm,
+                                           const std::string& head) {
+  std::map<std::string, Tensor> out;
+  out[embedding + ".weight"] = at(full, "wte.weight");
+  if (c.norm_weights()) out[norm + ".weight"] = at(full, "ln_f.weight");
+  if (c.norm_biases()) out[norm + ".bias"] = at(full, "ln_f.bias");
+  if (!c.tie_embeddings) out[head + ".weight"] = at(full, "lm_head.weight");
+  if (c.head_bias) out[head + ".bias"] = at(full, "lm_head.bias");
+  return out;
+}
+
 // GPT-NeoX's names for the tensors outside the blocks (block -1) or of block
 // `block`; c_attn's rows interleaved by head as query_key_value holds them.
 std::map<std::string, Tensor> triad_to_neox_part(const nn::StateDict& full, const nn::GptConfig& c,
                                                  int64_t block) {
   std::map<std::string, Tensor> out;
-  if (block < 0) {
-    out["gpt_neox.embed_in.weight"] = at(full, "wte.weight");
-    out["gpt_neox.final_layer_norm.weight"] = at(full, "ln_f.weight");
-    out["gpt_neox.final_layer_norm.bias"] = at(full, "ln_f.bias");
-    if (!c.tie_embeddings) out["embed_out.weight"] = at(full, "lm_head.weight");
-    return out;
-  }
+  if (block < 0)
+    return outside_part(full, c, "gpt_neox.embed_in", "gpt_neox.final_layer_norm", "embed_out");
   static const std::pair<const char*, const char*> kNames[] = {
       {"ln_1", "input_layernorm"},
       {"ln_2", "post_attention_layernorm"},
@@ -556,14 +567,8 @@ std::map<std::string, Tensor> triad_to_neox_part(const nn::StateDict& full, cons
 std::map<std::string, Tensor> triad_to_phi_part(const nn::StateDict& full, const nn::GptConfig& c,
                                                 int64_t block) {
   std::map<std::string, Tensor> out;
-  if (block < 0) {
-    out["model.embed_tokens.weight"] = at(full, "wte.weight");
-    out["model.final_layernorm.weight"] = at(full, "ln_f.weight");
-    out["model.final_layernorm.bias"] = at(full, "ln_f.bias");
-    out["lm_head.weight"] = at(full, "lm_head.weight");
-    out["lm_head.bias"] = at(full, "lm_head.bias");
-    return out;
-  }
+  if (block < 0)
+    return outside_part(full, c, "model.embed_tokens", "model.final_layernorm", "lm_head");
   static const std::pair<const char*, const char*> kNames[] = {{"ln_1", "input_layernorm"},
                                                                {"attn.c_proj", "self_attn.dense"},
                                                                {"mlp.c_fc", "mlp.fc1"},
@@ -592,14 +597,7 @@ std::map<std::string, Tensor> triad_to_phi_part(const nn::StateDict& full, const
 std::map<std::string, Tensor> triad_to_gptj_part(const nn::StateDict& full, const nn::GptConfig& c,
                                                  int64_t block, bool codegen) {
   std::map<std::string, Tensor> out;
-  if (block < 0) {
-    out["transformer.wte.weight"] = at(full, "wte.weight");
-    out["transformer.ln_f.weight"] = at(full, "ln_f.weight");
-    out["transformer.ln_f.bias"] = at(full, "ln_f.bias");
-    out["lm_head.weight"] = at(full, "lm_head.weight");
-    out["lm_head.bias"] = at(full, "lm_head.bias");
-    return out;
-  }
+  if (block < 0) return outside_part(full, c, "transformer.wte", "transformer.ln_f", "lm_head");
   const std::string p = "h." + std::to_string(block) + ".";
   const std::string hf = "transformer.h." + std::to_string(block) + ".";
   const int64_t Q = c.q_width();
@@ -627,13 +625,7 @@ std::map<std::string, Tensor> triad_to_gptj_part(const nn::StateDict& full, cons
 std::map<std::string, Tensor> triad_to_starcoder2_part(const nn::StateDict& full,
                                                        const nn::GptConfig& c, int64_t block) {
   std::map<std::string, Tensor> out;
-  if (block < 0) {
-    out["model.embed_tokens.weight"] = at(full, "wte.weight");
-    out["model.norm.weight"] = at(full, "ln_f.weight");
-    out["model.norm.bias"] = at(full, "ln_f.bias");
-    if (!c.tie_embeddings) out["lm_head.weight"] = at(full, "lm_head.weight");
-    return out;
-  }
+  if (block < 0) return outside_part(full, c, "model.embed_tokens", "model.norm", "lm_head");
   const std::string p = "h." + std::to_string(block) + ".";
   const std::string hf = "model.layers." + std::to_string(block) + ".";
   const int64_t Q = c.q_width(), KV = c.kv_heads() * c.head_dim();
@@ -665,13 +657,8 @@ std::map<std::string, Tensor> triad_to_starcoder2_part(const nn::StateDict& full
 std::map<std::string, Tensor> triad_to_falcon_part(const nn::StateDict& full,
                                                    const nn::GptConfig& c, int64_t block) {
   std::map<std::string, Tensor> out;
-  if (block < 0) {
-    out["transformer.word_embeddings.weight"] = at(full, "wte.weight");
-    out["transformer.ln_f.weight"] = at(full, "ln_f.weight");
-    out["transformer.ln_f.bias"] = at(full, "ln_f.bias");
-    if (!c.tie_embeddings) out["lm_head.weight"] = at(full, "lm_head.weight");
-    return out;
-  }
+  if (block < 0)
+    return outside_part(full, c, "transformer.word_embeddings", "transformer.ln_f", "lm_head");
   static const std::pair<const char*, const char*> kNames[] = {
       {"attn.c_attn", "self_attention.query_key_value"},
       {"attn.c_proj", "self_attention.dense"},
@@ -1151,14 +1138,9 @@ std::map<std::string, Tensor> triad_to_hf_part(const nn::StateDict& full, const 
   if (type == "gptj" || type == "codegen")
     return triad_to_gptj_part(full, c, block, type == "codegen");
   const int64_t Q = c.q_width(), KV = c.kv_heads() * c.head_dim(), F = c.ffn();
-  if (block < 0) {
-    out["model.embed_tokens.weight"] = at(full, "wte.weight");
-    // (OLMo's norms learn nothing: it stores none.)
-    if (c.norm_weights()) out["model.norm.weight"] = at(full, "ln_f.weight");
-    if (c.norm_biases()) out["model.norm.bias"] = at(full, "ln_f.bias");  // StableLM's LayerNorms
-    if (!c.tie_embeddings) out["lm_head.weight"] = at(full, "lm_head.weight");
-    return out;
-  }
+  // (OLMo's norms learn nothing: it stores none; StableLM's LayerNorms have
+  // biases.)
+  if (block < 0) return outside_part(full, c, "model.embed_tokens", "model.norm", "lm_head");
   for (int64_t i = block; i == block; ++i) {
     const std::string p = "h." + std::to_string(i) + ".";
     const std::string hf = "model.layers." + std::to_string(i) + ".";
