@@ -321,7 +321,36 @@ nn::StateDict hf_phi_to_triad(const std::map<std::string, Tensor>& tensors) {
   return std::move(d.outside);
 }
 
-nn::StateDict hf_llama_to_triad(const std::map<std::string, Tensor>& tensors) {
+Tensor interleaved_head_rows(const Tensor& t, int64_t heads, bool to_halves) {
+  const int64_t rows = t.dim() >= 1 ? t.size(0) : 0;
+  if (heads < 1 || rows == 0 || rows % heads != 0 || (rows / heads) % 2 != 0) {
+    throw ShapeError("rotary rows: " + shape_str(t.shape()) + " is not " + std::to_string(heads) +
+                     " heads of an even count of rows tall");
+  }
+  const int64_t D = rows / heads, rest = t.numel() / rows;
+  const Shape pairs = to_halves ? Shape{heads, D / 2, 2, rest} : Shape{heads, 2, D / 2, rest};
+  return reshape(contiguous(transpose(reshape(contiguous(t.detach()), pairs), 1, 2)), t.shape())
+      .detach();
+}
+
+Tensor triad_qkv_rows_to_interleaved(const Tensor& t, int64_t n_head, int64_t kv_heads) {
+  const int64_t rows = t.dim() >= 1 ? t.size(0) : 0;
+  const int64_t fused = n_head + 2 * kv_heads;
+  if (n_head < 1 || kv_heads < 1 || rows == 0 || rows % fused != 0) {
+    throw ShapeError("c_attn's rows: " + shape_str(t.shape()) + " are not " +
+                     std::to_string(n_head) + " query and 2 x " + std::to_string(kv_heads) +
+                     " key/value heads tall");
+  }
+  const int64_t D = rows / fused;
+  return concat({interleaved_head_rows(narrow(t, 0, 0, n_head * D), n_head, false),
+                 interleaved_head_rows(narrow(t, 0, n_head * D, kv_heads * D), kv_heads, false),
+                 contiguous(narrow(t, 0, (n_head + kv_heads) * D, kv_heads * D))},
+                0)
+      .detach();
+}
+
+nn::StateDict hf_llama_to_triad(const std::map<std::string, Tensor>& tensors,
+                                int64_t interleaved_n_head) {
   static const std::map<std::string, std::string> kOutside = {
       {"model.embed_tokens.weight", "wte.weight"},
       {"model.norm.weight", "ln_f.weight"},
@@ -383,6 +412,22 @@ nn::StateDict hf_llama_to_triad(const std::map<std::string, Tensor>& tensors) {
                       parts.begin()->first + "'");
       }
       continue;
+    }
+    // Cohere's q and k turn in interleaved pairs: each head's rows reordered
+    // into Triad's halves (q . k, and the model, unchanged).
+    if (interleaved_n_head > 0 && parts.count("self_attn.q_proj.weight") > 0 &&
+        parts.count("self_attn.k_proj.weight") > 0) {
+      Tensor& q = parts.at("self_attn.q_proj.weight");
+      Tensor& k = parts.at("self_attn.k_proj.weight");
+      const int64_t D = q.dim() == 2 ? q.size(0) / interleaved_n_head : 0;
+      if (D < 1 || k.dim() != 2 || k.size(0) % D != 0) {
+        throw IoError("Hugging Face Cohere weights: layer " + std::to_string(i) + "'s q_proj " +
+                      shape_str(q.shape()) + " and k_proj " + shape_str(k.shape()) +
+                      " are not whole heads of " + std::to_string(interleaved_n_head) +
+                      " query heads");
+      }
+      q = interleaved_head_rows(q, interleaved_n_head, true);
+      k = interleaved_head_rows(k, k.size(0) / D, true);
     }
     // Grouped-query attention: k_proj and v_proj are n_kv_head heads tall,
     // a divisor of q_proj's n_head heads; the stack is c_attn's [q | k | v],
@@ -942,6 +987,23 @@ void check_part(const std::string& path, const nn::StateDict& state,
 
 }  // namespace
 
+namespace {
+
+// The model_type of the config.json in `path`'s directory (or beside the
+// file `path`), "" when there is none or it names none.
+std::string hf_model_type_beside(const std::string& path) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::is_directory(path) ? fs::path(path) : fs::path(path).parent_path();
+  const fs::path file = dir / "config.json";
+  if (!fs::exists(file)) return "";
+  std::ifstream in(file);
+  const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+  if (!j.is_object() || !j.contains("model_type") || !j.at("model_type").is_string()) return "";
+  return j.at("model_type").get<std::string>();
+}
+
+}  // namespace
+
 void read_gpt2_weights(const std::string& path, const std::map<std::string, Shape>& expected,
                        const std::set<int64_t>* blocks,
                        const std::function<void(nn::StateDict&&)>& consume, int64_t n_head,
@@ -953,6 +1015,9 @@ void read_gpt2_weights(const std::string& path, const std::map<std::string, Shap
       files.read([](const std::string& name) { return block_index(name) < 0; }));
   const bool neox = is_hf_neox(outside), phi = is_hf_phi(outside), falcon = is_hf_falcon(outside),
              gptj = is_hf_gptj(outside);
+  // Cohere's files hold LLaMA's names; its config.json beside them says its
+  // q and k turn in interleaved pairs.
+  const int64_t interleaved = hf_model_type_beside(path) == "cohere" ? n_head : 0;
   // (Linear weights, [out, in])
   const bool llama = is_hf_llama(outside) || neox || falcon || gptj;
   const auto convert = [&](const std::map<std::string, Tensor>& tensors) {
@@ -960,7 +1025,7 @@ void read_gpt2_weights(const std::string& path, const std::map<std::string, Shap
            : falcon ? hf_falcon_to_triad(tensors, n_head)
            : gptj   ? hf_gptj_to_triad(tensors, n_head, rope_dim)
            : phi    ? hf_phi_to_triad(tensors)
-           : llama  ? hf_llama_to_triad(tensors)
+           : llama  ? hf_llama_to_triad(tensors, interleaved)
                     : gpt2_to_triad(tensors);
   };
   nn::StateDict state = convert(outside);
@@ -1054,6 +1119,7 @@ std::map<std::string, std::string> gpt2_metadata(const nn::GptConfig& c) {
   if (c.post_norms) meta["post_norms"] = "true";
   if (!c.pre_norms) meta["pre_norms"] = "false";
   if (!c.norm_affine) meta["norm_affine"] = "false";
+  if (!c.norm_bias) meta["norm_bias"] = "false";
   if (c.clip_qkv > 0.0) meta["clip_qkv"] = std::to_string(c.clip_qkv);
   if (c.parallel_residual) meta["parallel_residual"] = "true";
   if (c.shared_norm) meta["shared_norm"] = "true";

@@ -508,6 +508,35 @@ nn::GptConfig gpt_neox_config(const Keys& k) {
   return c;
 }
 
+// CohereForCausalLM (Command R, Aya 23, Aya Expanse): LLaMA's attention and
+// SwiGLU MLP as parallel sublayers reading one LayerNorm without a bias
+// (layer_norm_eps), rotary embeddings turning q and k in interleaved pairs
+// (the weights' reader reorders them into Triad's halves), no linear
+// biases, a tied head by default, and the logits times logit_scale.
+// Per-head query/key LayerNorms (use_qk_norm, Command R+'s) are refused.
+nn::GptConfig cohere_config(const Keys& k) {
+  nn::GptConfig c = decoder_dimensions(k);
+  c.position_embedding = nn::PositionEmbedding::Rotary;
+  c.rope_theta = k.number("rope_theta", 10000.0);
+  if (k.has("rope_scaling")) c.rope_scaling = k.rope_scaling(static_cast<double>(c.seq_len));
+  c.layer_norm_eps = k.number("layer_norm_eps", 1e-5);
+  c.norm_bias = false;
+  c.activation = nn::Activation::SwiGlu;
+  c.linear_bias = false;
+  c.parallel_residual = c.shared_norm = true;
+  c.tie_embeddings = k.boolean("tie_word_embeddings", true);
+  c.logit_scale = k.number("logit_scale", 0.0625);  // (CohereConfig's default)
+  if (!(c.logit_scale > 0.0) || !std::isfinite(c.logit_scale))
+    k.bad("logit_scale", "must be a positive number");
+  if (k.text("hidden_act", "silu") != "silu")
+    k.unsupported("hidden_act", "Triad's gated MLP is SwiGLU (silu)");
+  if (k.boolean("attention_bias", false))
+    k.unsupported("attention_bias", "Triad's Cohere blocks have no attention biases");
+  if (k.boolean("use_qk_norm", false))
+    k.unsupported("use_qk_norm", "Cohere's per-head query/key LayerNorms are not implemented");
+  return c;
+}
+
 // Starcoder2ForCausalLM (StarCoder2 3B, 7B, 15B): the sequential block with
 // rotary embeddings on whole heads, LayerNorm (norm_epsilon), an ungated
 // GELU MLP (c_fc, c_proj; tanh's by default), biases on every linear layer
@@ -699,6 +728,8 @@ nn::GptConfig gpt_config_from_hf(const std::string& json_text, const std::string
     c = gpt_neox_config(k);
   } else if (type == "starcoder2") {
     c = starcoder2_config(k);
+  } else if (type == "cohere") {
+    c = cohere_config(k);
   } else if (type == "phi") {
     c = phi_config(k);
   } else if (type == "falcon") {
@@ -716,7 +747,7 @@ nn::GptConfig gpt_config_from_hf(const std::string& json_text, const std::string
         source + ": model_type '" + type +
         "' is not supported (llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe, gemma, "
         "gemma2, gemma3_text, gemma3, phi3, stablelm, olmo, olmo2, olmoe, granite, granitemoe, "
-        "granitemoeshared, gpt_neox, starcoder2, phi, falcon, gptj, codegen or gpt2)");
+        "granitemoeshared, cohere, gpt_neox, starcoder2, phi, falcon, gptj, codegen or gpt2)");
   }
   c.hf_type = type;  // (an export writes the class it came from)
   try {

@@ -36,6 +36,10 @@ std::optional<int64_t> qwen_window_layers(const nn::GptConfig& c) {
   return static_cast<int64_t>(full.size());
 }
 
+bool is_cohere(const std::string& type) {
+  return type == "cohere";
+}
+
 bool is_gemma(const std::string& type) {
   return type == "gemma" || type == "gemma2" || type == "gemma3_text";
 }
@@ -79,6 +83,19 @@ std::string llama_misfit(const nn::GptConfig& c, const std::string& type) {
   // attention scale; the residual one and the logits' scale are
   // add_granite_departures'), heads d_model / n_head wide, no window.
   const bool granite = type == "granite";
+  // Cohere's: LLaMA's sublayers in parallel on one LayerNorm without a bias,
+  // heads d_model / n_head wide, no window.
+  const bool cohere = is_cohere(type);
+  if (cohere) {
+    add(c.heads_apart(),
+        "model.head_dim is not d_model / n_head (Cohere's heads are hidden_size / "
+        "num_attention_heads wide)");
+    add(c.sliding_window > 0, "model.sliding_window is set");
+    add(!c.parallel_residual || !c.shared_norm,
+        "model.parallel_residual and model.shared_norm are not both set (Cohere's sublayers read "
+        "one norm)");
+    add(c.norm_bias, "model.norm_bias is true (Cohere's LayerNorms have no bias)");
+  }
   if (granite) {
     add(c.heads_apart(),
         "model.head_dim is not d_model / n_head (Granite's heads are hidden_size / "
@@ -153,7 +170,7 @@ std::string llama_misfit(const nn::GptConfig& c, const std::string& type) {
   } else {
     add(c.rope_local_theta > 0.0, "model.rope_local_theta is set");
   }
-  if (stablelm || olmo1) {
+  if (stablelm || olmo1 || cohere) {
     add(c.rms_norm(), "model.normalization is not layernorm");
   } else {
     add(!c.rms_norm(), "model.normalization is not rmsnorm");
@@ -164,7 +181,7 @@ std::string llama_misfit(const nn::GptConfig& c, const std::string& type) {
   if (stablelm) {  // StableLM's parallel blocks share one norm
     add(c.parallel_residual && !c.shared_norm,
         "model.parallel_residual is true without model.shared_norm");
-  } else {
+  } else if (!cohere) {
     add(c.parallel_residual, "model.parallel_residual is true");
   }
   if (type == "qwen2") add(!c.qkv_bias, "model.qkv_bias is false");
@@ -175,7 +192,7 @@ std::string llama_misfit(const nn::GptConfig& c, const std::string& type) {
   // Mistral windows every layer; Qwen every layer from max_window_layers
   // on; Gemma 2 and 3 any layers (layer_types).
   if (type == "llama" || type == "gemma" || type == "phi3" || stablelm || olmo || olmo1 ||
-      granite) {
+      granite || cohere) {
     add(!c.full_attention_layers.empty(),
         "model.full_attention_layers exempts layers from the window");
   } else if (!sandwich) {
@@ -723,11 +740,11 @@ void put_fused_experts(const nn::StateDict& full, const nn::GptConfig& c, int64_
 
 const std::vector<std::string>& hf_model_types() {
   static const std::vector<std::string> types{
-      "llama",     "mistral",    "mixtral", "qwen2",       "qwen2_moe",  "qwen3",
-      "qwen3_moe", "gemma",      "gemma2",  "gemma3_text", "phi3",       "stablelm",
-      "olmo",      "olmo2",      "olmoe",   "granite",     "granitemoe", "granitemoeshared",
-      "gpt_neox",  "starcoder2", "phi",     "falcon",      "gptj",       "codegen",
-      "gpt2"};
+      "llama",     "mistral",  "mixtral",    "qwen2",       "qwen2_moe",  "qwen3",
+      "qwen3_moe", "gemma",    "gemma2",     "gemma3_text", "phi3",       "stablelm",
+      "olmo",      "olmo2",    "olmoe",      "granite",     "granitemoe", "granitemoeshared",
+      "cohere",    "gpt_neox", "starcoder2", "phi",         "falcon",     "gptj",
+      "codegen",   "gpt2"};
   return types;
 }
 
@@ -779,7 +796,9 @@ void add_olmo_departures(const nn::GptConfig& c, const std::string& type, Misfit
 // the residual stream, and scaled logits.
 void add_granite_departures(const nn::GptConfig& c, const std::string& type, Misfit& m) {
   m.add(c.residual_multiplier != 1.0 && !is_granite(type), "model.residual_multiplier is not 1");
-  m.add(c.logit_scale != 1.0 && !is_granite(type), "model.logit_scale is not 1");
+  m.add(c.logit_scale != 1.0 && !is_granite(type) && !is_cohere(type),
+        "model.logit_scale is not 1");
+  m.add(!c.norm_bias && !is_cohere(type), "model.norm_bias is false");
 }
 
 // The same for any class: Mixtral's are Mistral's blocks with experts
@@ -841,6 +860,7 @@ const char* architecture_of(const std::string& type) {
          : type == "granite"          ? "GraniteForCausalLM"
          : type == "granitemoe"       ? "GraniteMoeForCausalLM"
          : type == "granitemoeshared" ? "GraniteMoeSharedForCausalLM"
+         : type == "cohere"           ? "CohereForCausalLM"
          : type == "gpt_neox"         ? "GPTNeoXForCausalLM"
          : type == "starcoder2"       ? "Starcoder2ForCausalLM"
          : type == "phi"              ? "PhiForCausalLM"
@@ -898,8 +918,8 @@ const char* hf_model_type(const nn::GptConfig& c) {
                     phi3 = misfit(c, "phi3"), stablelm = misfit(c, "stablelm"),
                     olmo = misfit(c, "olmo"), olmo2 = misfit(c, "olmo2"),
                     granite = misfit(c, "granite"), neox = misfit(c, "gpt_neox"),
-                    starcoder2 = misfit(c, "starcoder2"), phi = misfit(c, "phi"),
-                    falcon = misfit(c, "falcon"), gptj = misfit(c, "gptj"),
+                    starcoder2 = misfit(c, "starcoder2"), cohere = misfit(c, "cohere"),
+                    phi = misfit(c, "phi"), falcon = misfit(c, "falcon"), gptj = misfit(c, "gptj"),
                     codegen = misfit(c, "codegen"), gpt2 = misfit(c, "gpt2");
   throw NotSupportedError(
       "no Hugging Face class holds this model: LlamaForCausalLM needs rope, swiglu, rmsnorm, "
@@ -927,6 +947,10 @@ const char* hf_model_type(const nn::GptConfig& c) {
       "); GraniteForCausalLM LLaMA's with any embedding, residual and logit multipliers and "
       "attention scale, heads d_model / n_head wide and no window (here " +
       granite +
+      "); CohereForCausalLM LLaMA's sublayers in parallel on one layernorm without a bias "
+      "(parallel_residual, shared_norm, norm_bias: false), heads d_model / n_head wide and no "
+      "window (here " +
+      cohere +
       "); GPTNeoXForCausalLM needs rope (on any share of each head), gelu or gelu_erf, "
       "layernorm, linear biases, a key/value head per query head and heads d_model / n_head "
       "wide (here " +
@@ -971,10 +995,10 @@ std::string hf_config_json(const nn::GptConfig& c, const std::string& torch_dtyp
     j["num_key_value_heads"] = c.kv_heads();
     const bool phi3 = type == "phi3", stablelm = type == "stablelm";
     const bool olmo = type == "olmo" || type == "olmo2" || type == "olmoe";
-    const bool granite = is_granite(type);
+    const bool granite = is_granite(type), cohere = is_cohere(type);
     // (Phi3Config's, StableLmConfig's, OLMo's and Granite's heads are
     // hidden_size / heads wide.)
-    if (!phi3 && !stablelm && !olmo && !granite) j["head_dim"] = c.head_dim();
+    if (!phi3 && !stablelm && !olmo && !granite && !cohere) j["head_dim"] = c.head_dim();
     if (is_gemma(type)) {
       j["hidden_act"] = "gelu_pytorch_tanh";
       j["hidden_activation"] = "gelu_pytorch_tanh";
@@ -983,7 +1007,12 @@ std::string hf_config_json(const nn::GptConfig& c, const std::string& torch_dtyp
     }
     if (!phi3) j["max_position_embeddings"] = c.seq_len;
     // (OlmoConfig has no eps: its LayerNorms' is 1e-5.)
-    if (type != "olmo") j[stablelm ? "layer_norm_eps" : "rms_norm_eps"] = c.layer_norm_eps;
+    if (type != "olmo")
+      j[stablelm || cohere ? "layer_norm_eps" : "rms_norm_eps"] = c.layer_norm_eps;
+    if (cohere) {
+      j["logit_scale"] = c.logit_scale;
+      j["use_qk_norm"] = false;
+    }
     if (type == "olmo" || type == "olmoe")
       j["clip_qkv"] = c.clip_qkv > 0 ? nlohmann::ordered_json(c.clip_qkv) : nullptr;
     if (granite) {
@@ -1022,7 +1051,7 @@ std::string hf_config_json(const nn::GptConfig& c, const std::string& torch_dtyp
       j["use_sliding_window"] = c.sliding_window > 0;
       j["sliding_window"] = c.sliding_window > 0 ? c.sliding_window : c.seq_len;
       j["max_window_layers"] = c.sliding_window > 0 ? *qwen_window_layers(c) : c.n_layer;
-    } else if (!phi3 && type != "mixtral" && !olmo && !is_granite_moe(type)) {
+    } else if (!phi3 && type != "mixtral" && !olmo && !is_granite_moe(type) && !cohere) {
       j["mlp_bias"] = false;
     }
     if (phi3) {
@@ -1162,13 +1191,16 @@ std::map<std::string, Tensor> triad_to_hf_part(const nn::StateDict& full, const 
                        shape_str(qkv.shape()) + " does not fit the configured model (" +
                        std::to_string(Q + 2 * KV) + " tall)");
     }
+    // (Cohere's q and k heads turn in interleaved pairs.)
+    const Tensor rows =
+        is_cohere(type) ? triad_qkv_rows_to_interleaved(qkv, c.n_head, c.kv_heads()) : qkv;
     if (phi3) {  // fused as Triad holds them: [q | k | v] and [gate | up]
       out[hf + "self_attn.qkv_proj.weight"] = qkv;
       out[hf + "mlp.gate_up_proj.weight"] = at(full, p + "mlp.c_fc.weight");
     } else {
-      out[hf + "self_attn.q_proj.weight"] = contiguous(narrow(qkv, 0, 0, Q)).detach();
-      out[hf + "self_attn.k_proj.weight"] = contiguous(narrow(qkv, 0, Q, KV)).detach();
-      out[hf + "self_attn.v_proj.weight"] = contiguous(narrow(qkv, 0, Q + KV, KV)).detach();
+      out[hf + "self_attn.q_proj.weight"] = contiguous(narrow(rows, 0, 0, Q)).detach();
+      out[hf + "self_attn.k_proj.weight"] = contiguous(narrow(rows, 0, Q, KV)).detach();
+      out[hf + "self_attn.v_proj.weight"] = contiguous(narrow(rows, 0, Q + KV, KV)).detach();
     }
     if (c.moe_layer(i) && is_granite_moe(type)) {
       put_fused_experts(full, c, i, out);

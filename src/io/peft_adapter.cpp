@@ -142,6 +142,9 @@ std::map<std::string, Tensor> triad_lora_to_peft(const nn::StateDict& adapters,
         ab[1] = triad_qkv_rows_to_gptj(ab[1], c.n_head, c.rotary_width());
       if (layer == "attn.c_attn" && is_codegen(c))
         ab[1] = stack_qkv_rows_to_codegen(ab[1], c.n_head);
+      // Cohere's q and k turn in interleaved pairs too, at any head count.
+      if (layer == "attn.c_attn" && std::string(hf_model_type(c)) == "cohere")
+        ab[1] = triad_qkv_rows_to_interleaved(ab[1], c.n_head, c.kv_heads());
       for (const Piece& p : pieces_of(c, i, layer)) {
         const std::string to = "base_model.model." + p.module;
         out[to + ".lora_A.weight"] = contiguous(ab[0]).detach();

@@ -304,6 +304,13 @@ void GptConfig::validate() const {
     throw ConfigError("model.clip_qkv (" + std::to_string(clip_qkv) +
                       ") must be a finite number >= 0 (0: no clamp)");
   }
+  if (!norm_bias && (!norm_affine || normalization != Normalization::LayerNorm)) {
+    throw ConfigError(
+        std::string("model.norm_bias: false drops a LayerNorm's learned shift, but ") +
+        (normalization != Normalization::LayerNorm
+             ? "model.normalization is rmsnorm, which has none"
+             : "model.norm_affine: false norms learn nothing"));
+  }
   if (!norm_affine && norm_weight_offset) {
     throw ConfigError(
         "model.norm_weight_offset scales each norm by 1 + weight, but model.norm_affine: false "
@@ -539,7 +546,7 @@ std::vector<const char*> block_norms(const GptConfig& cfg) {
 
 std::shared_ptr<LayerNorm> stream_norm(const GptConfig& cfg) {
   return std::make_shared<LayerNorm>(cfg.d_model, cfg.layer_norm_eps, DType::F32, cfg.rms_norm(),
-                                     cfg.norm_weight_offset, cfg.norm_affine);
+                                     cfg.norm_weight_offset, cfg.norm_affine, cfg.norm_bias);
 }
 
 Tensor to_residual(const GptConfig& cfg, const Tensor& y) {

@@ -70,7 +70,7 @@ Tensor Linear::forward_after_gelu(const LinearGelu& in, const DropoutDraw& draw)
 }
 
 LayerNorm::LayerNorm(int64_t features, double eps, DType dtype, bool rms, bool unit_offset,
-                     bool affine)
+                     bool affine, bool bias)
     : features_(features), eps_(eps), rms_(rms), unit_offset_(unit_offset) {
   if (!affine && unit_offset) {
     throw ValueError(
@@ -80,7 +80,7 @@ LayerNorm::LayerNorm(int64_t features, double eps, DType dtype, bool rms, bool u
   if (!affine) return;
   weight_ = register_parameter("weight",
                                unit_offset ? zeros({features}, dtype) : ones({features}, dtype));
-  if (!rms) bias_ = register_parameter("bias", zeros({features}, dtype));
+  if (!rms && bias) bias_ = register_parameter("bias", zeros({features}, dtype));
 }
 
 // Without affine parameters the kernels take a constant scale of ones and

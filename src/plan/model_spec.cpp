@@ -92,6 +92,7 @@ nn::GptConfig parse_model_spec(const std::string& yaml_text, const std::string& 
          [&](const YAML::Node& v) { c.norm_weight_offset = v.as<bool>(); });
   option("norm_affine", "true or false",
          [&](const YAML::Node& v) { c.norm_affine = v.as<bool>(); });
+  option("norm_bias", "true or false", [&](const YAML::Node& v) { c.norm_bias = v.as<bool>(); });
   option("clip_qkv", "a number >= 0 (0: none)",
          [&](const YAML::Node& v) { c.clip_qkv = v.as<double>(); });
   option("residual_multiplier", "a positive number",
@@ -201,6 +202,7 @@ nn::GptConfig parse_model_spec(const std::string& yaml_text, const std::string& 
                                                  "embedding_multiplier",
                                                  "norm_weight_offset",
                                                  "norm_affine",
+                                                 "norm_bias",
                                                  "clip_qkv",
                                                  "residual_multiplier",
                                                  "logit_scale",

@@ -924,6 +924,43 @@ TEST(HfConfig, OlmoConfigIsItsOwn) {
   EXPECT_NE(error_of(edited(olmo, "hidden_act", "\"gelu\"")).find("hidden_act"), std::string::npos);
 }
 
+// c4ai-command-r-v01's config.json: LLaMA's attention and SwiGLU MLP in
+// parallel on one LayerNorm without a bias (eps 1e-5), q and k turned in
+// interleaved pairs (the weights' reader reorders them), 64 heads of 128,
+// a tied head and the logits times 0.0625. Its count by the shapes:
+// 256000 x 8192 embeddings, 40 blocks of 4 x 8192^2 + 3 x 8192 x 22528 + 8192
+// (one norm), and the final norm's 8192: 34,980,831,232. Command R+'s
+// per-head query/key norms are refused.
+TEST(HfConfig, CohereConfigIsItsOwn) {
+  const std::string cohere = R"({
+    "architectures": ["CohereForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
+    "bos_token_id": 5, "eos_token_id": 255001, "hidden_act": "silu", "hidden_size": 8192,
+    "initializer_range": 0.02, "intermediate_size": 22528, "layer_norm_eps": 1e-05,
+    "logit_scale": 0.0625, "max_position_embeddings": 8192, "model_type": "cohere",
+    "num_attention_heads": 64, "num_hidden_layers": 40, "num_key_value_heads": 64,
+    "pad_token_id": 0, "rope_theta": 8000000.0, "torch_dtype": "float16", "use_cache": true,
+    "use_qk_norm": false, "vocab_size": 256000})";
+  const nn::GptConfig c = gpt_config_from_hf(cohere, "c4ai-command-r-v01/config.json");
+  EXPECT_EQ(c.hf_type, "cohere");
+  EXPECT_FALSE(c.rms_norm());
+  EXPECT_FALSE(c.norm_bias);
+  EXPECT_TRUE(c.norm_affine);
+  EXPECT_DOUBLE_EQ(c.layer_norm_eps, 1e-5);
+  EXPECT_TRUE(c.parallel_residual);
+  EXPECT_TRUE(c.shared_norm);
+  EXPECT_EQ(c.activation, nn::Activation::SwiGlu);
+  EXPECT_FALSE(c.linear_bias);
+  EXPECT_TRUE(c.tie_embeddings);
+  EXPECT_EQ(c.logit_scale, 0.0625);
+  EXPECT_EQ(c.rope_theta, 8e6);
+  EXPECT_EQ(c.num_parameters(), 34'980'831'232);
+  EXPECT_EQ(std::string(hf_architecture(c)), "CohereForCausalLM");
+  EXPECT_EQ(gpt_config_from_hf(without(cohere, "logit_scale"), "m").logit_scale, 0.0625);
+  EXPECT_NE(error_of(edited(cohere, "use_qk_norm", "true")).find("use_qk_norm"), std::string::npos);
+  EXPECT_NE(error_of(edited(cohere, "logit_scale", "0")).find("'logit_scale' (0)"),
+            std::string::npos);
+}
+
 // starcoder2-3b's config.json: the sequential block with rope on whole
 // heads (at its base of about 1e6), LayerNorm, biases on every linear
 // layer, an ungated GELU (tanh) MLP, 24 heads over 2 key/value heads, a
@@ -1337,8 +1374,8 @@ TEST(HfConfig, WhatTriadDoesNotBuildIsNamed) {
       message(from(edited(llama, "model_type", "\"deepseek_v3\"")))
           .find("model_type 'deepseek_v3' is not supported (llama, mistral, mixtral, qwen2, "
                 "qwen2_moe, qwen3, qwen3_moe, gemma, gemma2, gemma3_text, gemma3, phi3, stablelm, "
-                "olmo, olmo2, olmoe, granite, granitemoe, granitemoeshared, gpt_neox, starcoder2, "
-                "phi, falcon, gptj, codegen or gpt2)"),
+                "olmo, olmo2, olmoe, granite, granitemoe, granitemoeshared, cohere, gpt_neox, "
+                "starcoder2, phi, falcon, gptj, codegen or gpt2)"),
       std::string::npos);
   EXPECT_NE(message(from(edited(edited(edited(kQwen3_06b, "use_sliding_window", "true"),
                                        "max_window_layers", "10"),

@@ -617,6 +617,48 @@ TEST(HfExport, GraniteMoeRoundTripsWithItsExpertsFused) {
   EXPECT_NE(hf_misfit(c, "granite").find("model.moe is set"), std::string::npos);
 }
 
+// Cohere's blocks (LLaMA's sublayers in parallel on one LayerNorm without a
+// bias, the logits scaled) through CohereForCausalLM and back: q's and k's
+// rows in interleaved pairs in the file (each head's rows (2i, 2i + 1) are
+// Triad's (i, i + D/2)), v's as they are, and the reader orders them back,
+// bit for bit, with grouped key/value heads. A LayerNorm without a bias is
+// no other class's.
+TEST(HfExport, CohereRoundTripsWithItsRowsInterleaved) {
+  nn::GptConfig c = llama(true, 2);
+  c.normalization = nn::Normalization::LayerNorm;
+  c.layer_norm_eps = 1e-5;
+  c.norm_bias = false;
+  c.parallel_residual = c.shared_norm = true;
+  c.logit_scale = 0.0625;
+  const Exported out = expect_round_trip(c, "cohere");
+  const int64_t D = c.head_dim();
+  const std::vector<double> qkv = to_double_vector(out.weights.at("h.1.attn.c_attn.weight")),
+                            q = to_double_vector(
+                                out.tensors.at("model.layers.1.self_attn.q_proj.weight")),
+                            k = to_double_vector(
+                                out.tensors.at("model.layers.1.self_attn.k_proj.weight"));
+  const int64_t C = c.d_model, Q = c.q_width();
+  for (int64_t head : {0, 3}) {
+    for (int64_t i = 0; i < D / 2; ++i) {
+      for (int64_t pair = 0; pair < 2; ++pair) {
+        const int64_t file_row = head * D + 2 * i + pair, ours = head * D + pair * (D / 2) + i;
+        EXPECT_EQ(q[static_cast<size_t>(file_row * C)], qkv[static_cast<size_t>(ours * C)]);
+      }
+    }
+  }
+  // The keys' second head (of 2), rows 2i + 1 against Triad's D/2 + i.
+  EXPECT_EQ(k[static_cast<size_t>((D + 3) * C)], qkv[static_cast<size_t>((Q + D + D / 2 + 1) * C)]);
+  EXPECT_EQ(out.tensors.count("model.layers.0.input_layernorm.bias"), 0u);
+  EXPECT_EQ(out.tensors.count("model.layers.0.post_attention_layernorm.weight"), 0u);
+  EXPECT_EQ(out.config.at("logit_scale"), 0.0625);
+  EXPECT_EQ(out.config.at("layer_norm_eps"), 1e-5);
+  for (const char* other : {"stablelm", "gpt_neox", "falcon", "llama"})
+    EXPECT_NE(hf_misfit(c, other).find("model.norm_bias is false"), std::string::npos) << other;
+  nn::GptConfig biased = c;
+  biased.norm_bias = true;
+  EXPECT_NE(hf_misfit(biased, "cohere").find("model.norm_bias is true"), std::string::npos);
+}
+
 // StarCoder2's blocks through Starcoder2ForCausalLM and back: LLaMA's
 // attention names with biases (o_proj's too), its ungated MLP as mlp.c_fc
 // and mlp.c_proj, LayerNorms with biases; without linear biases, none
@@ -1260,7 +1302,7 @@ TEST(HfExport, TheModelsOwnClassIsPreferred) {
             "model.hf_type 'phi4' is not a model_type Triad exports "
             "(llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, "
             "qwen3_moe, gemma, gemma2, gemma3_text, phi3, stablelm, olmo, olmo2, olmoe, granite, "
-            "granitemoe, granitemoeshared, gpt_neox, starcoder2, "
+            "granitemoe, granitemoeshared, cohere, gpt_neox, starcoder2, "
             "phi, falcon, gptj, codegen, gpt2, or auto)"),
         std::string::npos)
         << e.what();

@@ -163,7 +163,8 @@ TEST(PeftAdapter, GptNeoxModulesTakeEachLayerWholeWithQueryKeyValuesRowsByHead) 
 // v_proj, dense, fc1 and fc2; Falcon's query_key_value with B's rows grouped
 // by key/value head; GPT-J's q_proj, k_proj and v_proj with B's q and k rows
 // back in interleaved pairs, out_proj, fc_in and fc_out; StarCoder2's
-// LLaMA-named attention with its own c_fc and c_proj. The exported base plus
+// LLaMA-named attention with its own c_fc and c_proj; Cohere's LLaMA names
+// with B's q and k rows in interleaved pairs. The exported base plus
 // each module's B A is the merged model's weight in each.
 TEST(PeftAdapter, PhiFalconAndGptjModulesAreTheirClasses) {
   nn::GptConfig phi{.n_layer = 2, .n_head = 4, .d_model = 16, .vocab_size = 40, .seq_len = 8};
@@ -186,6 +187,11 @@ TEST(PeftAdapter, PhiFalconAndGptjModulesAreTheirClasses) {
   nn::GptConfig starcoder2 = falcon;  // the sequential block: LLaMA's attention, c_fc, c_proj
   starcoder2.parallel_residual = false;
   starcoder2.linear_bias = true;
+  nn::GptConfig cohere = falcon;  // one norm without a bias, SwiGLU, grouped heads
+  cohere.shared_norm = true;
+  cohere.norm_bias = false;
+  cohere.activation = nn::Activation::SwiGlu;
+  cohere.ffn_hidden_size = 24;
   for (const auto& [c, type, targets] :
        {std::tuple{phi, "phi",
                    std::vector<std::string>{"q_proj", "k_proj", "v_proj", "dense", "fc1", "fc2"}},
@@ -199,7 +205,10 @@ TEST(PeftAdapter, PhiFalconAndGptjModulesAreTheirClasses) {
                    std::vector<std::string>{"qkv_proj", "out_proj", "fc_in", "fc_out"}},
         std::tuple{
             starcoder2, "starcoder2",
-            std::vector<std::string>{"q_proj", "k_proj", "v_proj", "o_proj", "c_fc", "c_proj"}}}) {
+            std::vector<std::string>{"q_proj", "k_proj", "v_proj", "o_proj", "c_fc", "c_proj"}},
+        std::tuple{cohere, "cohere",
+                   std::vector<std::string>{"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
+                                            "up_proj", "down_proj"}}}) {
     SCOPED_TRACE(type);
     ASSERT_STREQ(hf_model_type(c), type);
     const auto [base, merged, adapters] = parts_of(random_state(c));

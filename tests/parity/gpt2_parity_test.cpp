@@ -11,6 +11,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
@@ -902,6 +903,48 @@ TEST_F(Gpt2Parity, GraniteMoeDirectoryReadsAndExportsAsHuggingFacesGraniteMoeSha
   }
   m.load_state_dict(weights);
   EXPECT_GT(logits_away_from(m, ref_, "granitemoe."), 1e-3);
+}
+
+// Cohere's blocks (LLaMA's sublayers in parallel on one LayerNorm without a
+// bias, q and k turned in interleaved pairs, the logits times 0.25) from a
+// CohereForCausalLM directory: logits, loss and every gradient (q's and k's
+// rows reordered into Triad's halves on the way in), greedy tokens through
+// the key/value cache; exported again, the same directory (the rows ordered
+// back). Read as another class (LLaMA's names, the rows left as they are),
+// not the reference's logits.
+TEST_F(Gpt2Parity, CohereDirectoryReadsAndExportsAsHuggingFacesCohere) {
+  const std::string dir = ref_dir() + "/cohere_hf";
+  const nn::GptConfig cfg = io::load_hf_config(dir);
+  EXPECT_EQ(cfg.hf_type, "cohere");
+  EXPECT_FALSE(cfg.norm_bias);
+  EXPECT_TRUE(cfg.parallel_residual && cfg.shared_norm);
+  EXPECT_EQ(cfg.logit_scale, 0.25);
+  nn::Gpt model(cfg, 1);
+  io::load_gpt2_safetensors(model, dir);
+  for (const auto& [name, t] : model.state_dict()) EXPECT_EQ(name.find(".bias"), std::string::npos);
+  // The reference's gradients of c_attn (in GPT-2's Conv1D layout, [in,
+  // out]) have q's and k's heads in Cohere's interleaved order: compared in
+  // Triad's halves.
+  std::map<std::string, Tensor> ref = ref_;
+  const int64_t D = cfg.head_dim(), Q = cfg.q_width(), KV = cfg.kv_heads() * D;
+  for (int64_t i = 0; i < cfg.n_layer; ++i) {
+    const std::string key = "cohere.grad.h." + std::to_string(i) + ".attn.c_attn.weight";
+    const Tensor rows = contiguous(transpose(ref_.at(key), 0, 1));
+    const Tensor halves =
+        concat({io::interleaved_head_rows(narrow(rows, 0, 0, Q), cfg.n_head, true),
+                io::interleaved_head_rows(narrow(rows, 0, Q, KV), cfg.kv_heads(), true),
+                contiguous(narrow(rows, 0, Q + KV, KV))},
+               0);
+    ref[key] = contiguous(transpose(halves, 0, 1));
+  }
+  expect_step_zero_matches(model, ref, "cohere.");
+  expect_greedy_tokens(cfg, "cohere_generator", "cohere.greedy_tokens", ref_);
+  expect_exports_as_written(model, dir);
+  testing::TempDir copy;
+  std::filesystem::copy_file(dir + "/model.safetensors", copy.file("model.safetensors"));
+  nn::Gpt unordered(cfg, 1);
+  io::load_gpt2_safetensors(unordered, copy.file("model.safetensors"));
+  EXPECT_GT(logits_away_from(unordered, ref_, "cohere."), 1e-3);
 }
 
 // StarCoder2's blocks (the sequential block with rope, LayerNorms, biases

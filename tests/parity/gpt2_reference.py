@@ -17,10 +17,9 @@ biases in the linear layers, an output head of its own, lm_head, not tied to
 the token embedding): step-0 logits, loss and gradients. Then the other
 variants main() names: RoPE scaling (LLaMA 3.1's, YaRN, linear), Mistral's
 window, Qwen2's, Qwen3's, Gemma's and Gemma 3's blocks, GPT-NeoX's,
-StableLM's, OLMo's, Granite's, GraniteMoE's and StarCoder2's. And the
-evaluator's
-scores of continuations after contexts (the log-likelihoods of
-multiple-choice benchmarks) by the generator and Mistral's.
+StableLM's, OLMo's, Granite's, GraniteMoE's, StarCoder2's and Cohere's. And
+the evaluator's scores of continuations after contexts (the log-likelihoods
+of multiple-choice benchmarks) by the generator and Mistral's.
 
 usage: gpt2_reference.py OUT_DIR
 """
@@ -163,6 +162,19 @@ def rotate_interleaved(t, theta):
     return t * cos + turned * sin
 
 
+class BiaslessLayerNorm(torch.nn.Module):
+    """Cohere's LayerNorm: the mean subtracted and the variance divided out,
+    then a learned scale and no shift (PyTorch 1.13's LayerNorm always has
+    a bias)."""
+    def __init__(self, C, eps=1e-5):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.ones(C))
+        self.eps = eps
+
+    def forward(self, x):
+        return F.layer_norm(x, (x.shape[-1],), self.weight, None, self.eps)
+
+
 class RmsNorm(torch.nn.Module):
     def __init__(self, C, eps=1e-5, offset=False):
         super().__init__()
@@ -183,7 +195,7 @@ class Gpt(torch.nn.Module):
                  attn_softcap=None, final_softcap=None, rope_dim=None, parallel=False,
                  gelu_exact=False, shared_norm=False, head_bias=False, mlp_bias=None,
                  interleaved_rope=False, moe=None, pre_norms=True, norm_affine=True,
-                 clip_qkv=None, granite=None):
+                 clip_qkv=None, granite=None, norm_bias=True, logit_scale=None):
         super().__init__()
         # Granite's multipliers, as Hugging Face's Granite applies them:
         # dict(embedding, residual, attention, logits) — the token embeddings
@@ -191,6 +203,9 @@ class Gpt(torch.nn.Module):
         # scores times `attention` (not over sqrt(D)), the logits over
         # `logits`.
         self.granite = granite
+        # Cohere's: LayerNorms without a shift, and the logits times
+        # logit_scale.
+        self.logit_scale = logit_scale
         # OLMo 2's: no norm before either sublayer (post_norms normalise
         # their outputs instead); with qk_norm="full" (OLMo 2's, OLMoE's)
         # one RMSNorm over all the queries and one over all the keys.
@@ -201,6 +216,8 @@ class Gpt(torch.nn.Module):
         def stream_norm():
             if rms_norm:
                 return RmsNorm(C, offset=norm_offset)
+            if not norm_bias:
+                return BiaslessLayerNorm(C)
             return torch.nn.LayerNorm(C, eps=1e-5, elementwise_affine=norm_affine)
         # A mixture of experts (Mixtral's, Qwen's): dict(experts, top_k,
         # ffn, normalize, coef, dense, shared) — the layers in `dense` keep
@@ -419,6 +436,8 @@ class Gpt(torch.nn.Module):
             logits = torch.tanh(logits / self.final_softcap) * self.final_softcap
         if self.granite is not None:  # as GraniteForCausalLM does
             logits = logits / self.granite["logits"]
+        if self.logit_scale is not None:  # as CohereForCausalLM does
+            logits = logits * self.logit_scale
         return logits
 
 
@@ -698,6 +717,30 @@ def save_hf_starcoder2(model, directory):
               "norm_epsilon": 1e-5, "rope_theta": ROPE_THETA, "sliding_window": model.window,
               "use_bias": True, "residual_dropout": 0.0, "embedding_dropout": 0.0,
               "tie_word_embeddings": False}
+    with open(os.path.join(directory, "config.json"), "w") as f:
+        json.dump(config, f)
+
+
+def save_hf_cohere(model, directory):
+    """A Cohere-style model (LLaMA's sublayers in parallel on one LayerNorm
+    without a bias, q and k turned in interleaved pairs, the logits scaled)
+    as a CohereForCausalLM directory: LLaMA's names, q_proj's and k_proj's
+    rows as the reference turns them."""
+    os.makedirs(directory, exist_ok=True)
+    t = {"model.embed_tokens.weight": model.wte.weight, "model.norm.weight": model.ln_f.weight}
+    for i, b in enumerate(model.h):
+        p = f"model.layers.{i}."
+        t.update(llama_projections(model, b, p))
+        t[p + "input_layernorm.weight"] = b.ln_1.weight
+    save_safetensors(os.path.join(directory, "model.safetensors"), t)
+    config = {"architectures": ["CohereForCausalLM"], "model_type": "cohere",
+              "hidden_size": CFG["d_model"], "intermediate_size": model.swiglu_ffn,
+              "num_hidden_layers": CFG["n_layer"], "num_attention_heads": CFG["n_head"],
+              "num_key_value_heads": model.kv_heads, "hidden_act": "silu",
+              "vocab_size": CFG["vocab_size"], "max_position_embeddings": CFG["seq_len"],
+              "layer_norm_eps": 1e-5, "rope_theta": ROPE_THETA, "attention_bias": False,
+              "logit_scale": model.logit_scale, "use_qk_norm": False,
+              "tie_word_embeddings": True}
     with open(os.path.join(directory, "config.json"), "w") as f:
         json.dump(config, f)
 
@@ -1471,6 +1514,17 @@ def main():
     ref["starcoder2.greedy_tokens"] = torch.tensor(greedy_continuation(starcoder2),
                                                    dtype=torch.float32)
     save_hf_starcoder2(starcoder2, os.path.join(out, "starcoder2_generator"))
+    # Cohere's: LLaMA's attention and SwiGLU MLP in parallel on one
+    # LayerNorm without a bias, q and k turned in interleaved pairs, grouped
+    # key/value heads, a tied head, the logits times 0.25; step 0 and a
+    # greedy continuation, from a CohereForCausalLM directory.
+    cohere = Gpt(CFG, ROPE_THETA, SWIGLU_FFN, rms_norm=False, bias=False, tie=True,
+                 kv_heads=LLAMA_KV_HEADS, parallel=True, shared_norm=True,
+                 interleaved_rope=True, norm_bias=False, logit_scale=0.25)
+    save_hf_cohere(cohere, os.path.join(out, "cohere_hf"))
+    record_step_zero(cohere, x, y, "cohere.", ref)
+    ref["cohere.greedy_tokens"] = torch.tensor(greedy_continuation(cohere), dtype=torch.float32)
+    save_hf_cohere(cohere, os.path.join(out, "cohere_generator"))
     # OLMoE's: pre-norm blocks with those query/key norms and 4 experts on
     # every layer of which each token takes 2, not renormalised, with the
     # load-balancing loss and the router z-loss (OLMoE trained with both);

@@ -1109,6 +1109,13 @@ TEST(Config, MlpActivationWidthAndNormalizationParseRoundTripAndAreChecked) {
                       "model.residual_multiplier (-1.000000) must be a positive number");
   expect_config_error(kValid, {"model.logit_scale=0"},
                       "model.logit_scale (0.000000) must be a positive number");
+  // Cohere's LayerNorms without a bias.
+  const Config cohere = parse_config(kValid, {"model.norm_bias=false"});
+  EXPECT_FALSE(parse_config(to_yaml(cohere)).model.norm_bias);
+  EXPECT_TRUE(plain.model.norm_bias);
+  EXPECT_EQ(to_yaml(plain).find("norm_bias"), std::string::npos);
+  expect_config_error(kValid, {"model.norm_bias=false", "model.normalization=rmsnorm"},
+                      "model.norm_bias: false drops a LayerNorm's learned shift");
   // Gemma 3's: post-norms, and a RoPE base of the windowed layers' own,
   // which needs rope and a window.
   const Config gemma3 = parse_config(

@@ -39,6 +39,10 @@ namespace triad::io {
 //    model.logit_scale 1 / scaling), "granitemoe" (and a mixture of experts
 //    on every layer, its top k renormalised) and "granitemoeshared" (and an
 //    ungated shared expert of shared_intermediate_size);
+// CohereForCausalLM ("cohere": LLaMA's sublayers in parallel on one
+// LayerNorm without a bias, model.norm_bias false; q and k turned in
+// interleaved pairs, which the weights' reader reorders; logit_scale as
+// model.logit_scale);
 // Starcoder2ForCausalLM ("starcoder2": the sequential block with rope,
 // LayerNorm of norm_epsilon, an ungated GELU MLP, use_bias's biases on
 // every linear layer, Mistral's window);

@@ -52,7 +52,7 @@ namespace triad::io {
 const char* hf_model_type(const nn::GptConfig& c);
 // The model_type names an export can write (model.hf_type's values):
 // "llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text",
-// "phi3", "stablelm", "olmo", "olmo2", "granite", "gpt_neox", "starcoder2",
+// "phi3", "stablelm", "olmo", "olmo2", "granite", "cohere", "gpt_neox", "starcoder2",
 // "phi", "falcon",
 // "gptj", "codegen" and "gpt2" (and the mixtures
 // "mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "granitemoe",

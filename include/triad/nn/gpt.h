@@ -154,9 +154,15 @@ struct GptConfig {
   // ln_2, the post-norms and ln_f then hold no parameters. The query/key
   // norms keep their weights.
   bool norm_affine = true;
+  // Whether the blocks' LayerNorms and the final one learn a shift (config
+  // key model.norm_bias). false: a scale alone (Cohere's LayerNorm, which
+  // subtracts the mean but adds no bias). Needs layernorm and norm_affine.
+  bool norm_bias = true;
   // Whether the blocks' and the final norm carry a weight, and a bias.
   bool norm_weights() const { return norm_affine; }
-  bool norm_biases() const { return norm_affine && normalization == Normalization::LayerNorm; }
+  bool norm_biases() const {
+    return norm_affine && norm_bias && normalization == Normalization::LayerNorm;
+  }
   // Gemma 2's and 3's sandwich (config key model.post_norms): each
   // sublayer's output is normalised again before it joins the residual,
   // x + post_attn_norm(attn(ln_1(x))), then + post_mlp_norm(mlp(ln_2(.))).

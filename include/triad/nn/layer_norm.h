@@ -12,11 +12,13 @@ namespace triad::nn {
 // with `rms`, RMSNorm (LLaMA's: no mean subtracted, a scale and no shift,
 // so the module has a weight and no bias). Without `affine`, neither: the
 // normalisation alone (OLMo's non-parametric LayerNorm), and no parameters.
+// Without `bias`, a LayerNorm's scale alone (Cohere's).
 class LayerNorm : public Module {
  public:
   // unit_offset: scale by 1 + weight (Gemma's RMSNorm), weight starting at 0.
   explicit LayerNorm(int64_t features, double eps = 1e-5, DType dtype = DType::F32,
-                     bool rms = false, bool unit_offset = false, bool affine = true);
+                     bool rms = false, bool unit_offset = false, bool affine = true,
+                     bool bias = true);
   Tensor forward(const Tensor& x) const;
   // {x + residual, forward(x + residual)} in one op (ops add_layer_norm,
   // add_rms_norm).
@@ -24,7 +26,7 @@ class LayerNorm : public Module {
 
  private:
   Tensor weight_;                       // undefined without affine
-  Tensor bias_;                         // undefined for RMSNorm and without affine
+  Tensor bias_;                         // undefined for RMSNorm, without affine or bias
   Tensor scale(const Tensor& x) const;  // weight, 1 + weight, or ones like x's
   Tensor shift(const Tensor& x) const;  // LayerNorm's bias, or zeros like x's
   int64_t features_;

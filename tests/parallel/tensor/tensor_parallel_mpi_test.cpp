@@ -533,7 +533,9 @@ TEST_P(TensorParallelGptTest, LlamaOptionsMatchOneProcess) {
         "granite's blocks: residual multiplier, logit scale, attention multiplier, "
         "grouped-query attention",
         "gpt-neox's blocks with a residual multiplier: both sublayers' shares reduced at "
-        "once"}) {
+        "once",
+        "cohere's blocks: one layernorm without a bias for both parallel sublayers, swiglu, "
+        "logit scale, grouped-query attention"}) {
     SCOPED_TRACE(variant);
     nn::GptConfig cfg = tiny(V);
     if (variant.find("grouped-query") != std::string::npos) {
@@ -619,6 +621,15 @@ TEST_P(TensorParallelGptTest, LlamaOptionsMatchOneProcess) {
       cfg.tie_embeddings = false;
       cfg.norm_affine = false;
       cfg.clip_qkv = 0.05;  // (inside the tiny model's spread: some values clamped)
+    } else if (variant.rfind("cohere", 0) == 0) {
+      // LLaMA's sublayers in parallel on one LayerNorm whose weight alone is
+      // replicated; the logits scaled before the vocabulary-parallel head.
+      cfg.linear_bias = false;
+      cfg.activation = nn::Activation::SwiGlu;
+      cfg.position_embedding = nn::PositionEmbedding::Rotary;
+      cfg.parallel_residual = cfg.shared_norm = true;
+      cfg.norm_bias = false;
+      cfg.logit_scale = 0.5;
     } else if (variant.rfind("granite", 0) == 0) {
       // LLaMA's blocks with Granite's scalars: each sublayer's reduced
       // output scaled before the residual add, ln_f's output scaled before
