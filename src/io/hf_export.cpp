@@ -553,6 +553,35 @@ std::map<std::string, Tensor> outside_part(const nn::StateDict& full, const nn::
   return out;
 }
 
+// Block `block`'s c_attn weight or bias (`kind`), [q | k | v], checked
+// against the configured model's height.
+const Tensor& checked_qkv(const nn::StateDict& full, const nn::GptConfig& c, int64_t block,
+                          const std::string& kind) {
+  const int64_t rows = c.qkv_width();
+  const Tensor& qkv = at(full, "h." + std::to_string(block) + ".attn.c_attn" + kind);
+  if (qkv.dim() < 1 || qkv.size(0) != rows) {
+    throw ShapeError("export: layer " + std::to_string(block) + "'s c_attn" + kind + " " +
+                     shape_str(qkv.shape()) + " is not " + std::to_string(rows) +
+                     " tall, as the configured model's");
+  }
+  return qkv;
+}
+
+// The same split into `prefix` + q_proj, k_proj and v_proj (LLaMA's names
+// under self_attn.), q's and k's heads first turned into interleaved pairs
+// when `interleaved` (Cohere's).
+void split_qkv(const nn::StateDict& full, const nn::GptConfig& c, int64_t block,
+               const std::string& kind, const std::string& prefix,
+               std::map<std::string, Tensor>& out, bool interleaved = false) {
+  const int64_t Q = c.q_width(), KV = c.kv_heads() * c.head_dim();
+  const Tensor& qkv = checked_qkv(full, c, block, kind);
+  const Tensor rows =
+      interleaved ? triad_qkv_rows_to_interleaved(qkv, c.n_head, c.kv_heads()) : qkv;
+  out[prefix + "q_proj" + kind] = contiguous(narrow(rows, 0, 0, Q)).detach();
+  out[prefix + "k_proj" + kind] = contiguous(narrow(rows, 0, Q, KV)).detach();
+  out[prefix + "v_proj" + kind] = contiguous(narrow(rows, 0, Q + KV, KV)).detach();
+}
+
 // GPT-NeoX's names for the tensors outside the blocks (block -1) or of block
 // `block`; c_attn's rows interleaved by head as query_key_value holds them.
 std::map<std::string, Tensor> triad_to_neox_part(const nn::StateDict& full, const nn::GptConfig& c,
@@ -592,18 +621,9 @@ std::map<std::string, Tensor> triad_to_phi_part(const nn::StateDict& full, const
                                                                {"mlp.c_proj", "mlp.fc2"}};
   const std::string p = "h." + std::to_string(block) + ".";
   const std::string hf = "model.layers." + std::to_string(block) + ".";
-  const int64_t Q = c.q_width(), KV = c.kv_heads() * c.head_dim();
   for (const char* kind : {".weight", ".bias"}) {
     for (const auto& [ours, theirs] : kNames) out[hf + theirs + kind] = at(full, p + ours + kind);
-    const Tensor& qkv = at(full, p + "attn.c_attn" + kind);
-    if (qkv.dim() < 1 || qkv.size(0) != Q + 2 * KV) {
-      throw ShapeError("export: layer " + std::to_string(block) + "'s c_attn" + kind + " " +
-                       shape_str(qkv.shape()) + " is not " + std::to_string(Q + 2 * KV) +
-                       " tall, as the configured model's");
-    }
-    out[hf + "self_attn.q_proj" + kind] = contiguous(narrow(qkv, 0, 0, Q)).detach();
-    out[hf + "self_attn.k_proj" + kind] = contiguous(narrow(qkv, 0, Q, KV)).detach();
-    out[hf + "self_attn.v_proj" + kind] = contiguous(narrow(qkv, 0, Q + KV, KV)).detach();
+    split_qkv(full, c, block, kind, hf + "self_attn.", out);
   }
   return out;
 }
@@ -645,18 +665,9 @@ std::map<std::string, Tensor> triad_to_starcoder2_part(const nn::StateDict& full
   if (block < 0) return outside_part(full, c, "model.embed_tokens", "model.norm", "lm_head");
   const std::string p = "h." + std::to_string(block) + ".";
   const std::string hf = "model.layers." + std::to_string(block) + ".";
-  const int64_t Q = c.q_width(), KV = c.kv_heads() * c.head_dim();
   for (const std::string kind : {".weight", ".bias"}) {
     if (kind == ".bias" && !c.linear_bias) continue;
-    const Tensor& qkv = at(full, p + "attn.c_attn" + kind);
-    if (qkv.dim() < 1 || qkv.size(0) != Q + 2 * KV) {
-      throw ShapeError("export: layer " + std::to_string(block) + "'s c_attn" + kind + " " +
-                       shape_str(qkv.shape()) + " is not " + std::to_string(Q + 2 * KV) +
-                       " tall, as the configured model's");
-    }
-    out[hf + "self_attn.q_proj" + kind] = contiguous(narrow(qkv, 0, 0, Q)).detach();
-    out[hf + "self_attn.k_proj" + kind] = contiguous(narrow(qkv, 0, Q, KV)).detach();
-    out[hf + "self_attn.v_proj" + kind] = contiguous(narrow(qkv, 0, Q + KV, KV)).detach();
+    split_qkv(full, c, block, kind, hf + "self_attn.", out);
     out[hf + "self_attn.o_proj" + kind] = at(full, p + "attn.c_proj" + kind);
     out[hf + "mlp.c_fc" + kind] = at(full, p + "mlp.c_fc" + kind);
     out[hf + "mlp.c_proj" + kind] = at(full, p + "mlp.c_proj" + kind);
@@ -1166,14 +1177,13 @@ std::map<std::string, Tensor> triad_to_hf_part(const nn::StateDict& full, const 
   if (type == "starcoder2") return triad_to_starcoder2_part(full, c, block);
   if (type == "gptj" || type == "codegen")
     return triad_to_gptj_part(full, c, block, type == "codegen");
-  const int64_t Q = c.q_width(), KV = c.kv_heads() * c.head_dim(), F = c.ffn();
+  const int64_t F = c.ffn();
   // (OLMo's norms learn nothing: it stores none; StableLM's LayerNorms have
   // biases.)
   if (block < 0) return outside_part(full, c, "model.embed_tokens", "model.norm", "lm_head");
   for (int64_t i = block; i == block; ++i) {
     const std::string p = "h." + std::to_string(i) + ".";
     const std::string hf = "model.layers." + std::to_string(i) + ".";
-    const Tensor& qkv = at(full, p + "attn.c_attn.weight");
     // [gate | up] as gate_proj and up_proj (F each), or the names `gate`
     // and `up` under `prefix`.
     auto split_fc = [&](const Tensor& fc, int64_t width, const std::string& gate,
@@ -1186,21 +1196,11 @@ std::map<std::string, Tensor> triad_to_hf_part(const nn::StateDict& full, const 
       out[gate] = contiguous(narrow(fc, 0, 0, width)).detach();
       out[up] = contiguous(narrow(fc, 0, width, width)).detach();
     };
-    if (qkv.dim() != 2 || qkv.size(0) != Q + 2 * KV) {
-      throw ShapeError("export: layer " + std::to_string(i) + "'s c_attn " +
-                       shape_str(qkv.shape()) + " does not fit the configured model (" +
-                       std::to_string(Q + 2 * KV) + " tall)");
-    }
-    // (Cohere's q and k heads turn in interleaved pairs.)
-    const Tensor rows =
-        is_cohere(type) ? triad_qkv_rows_to_interleaved(qkv, c.n_head, c.kv_heads()) : qkv;
     if (phi3) {  // fused as Triad holds them: [q | k | v] and [gate | up]
-      out[hf + "self_attn.qkv_proj.weight"] = qkv;
+      out[hf + "self_attn.qkv_proj.weight"] = checked_qkv(full, c, i, ".weight");
       out[hf + "mlp.gate_up_proj.weight"] = at(full, p + "mlp.c_fc.weight");
-    } else {
-      out[hf + "self_attn.q_proj.weight"] = contiguous(narrow(rows, 0, 0, Q)).detach();
-      out[hf + "self_attn.k_proj.weight"] = contiguous(narrow(rows, 0, Q, KV)).detach();
-      out[hf + "self_attn.v_proj.weight"] = contiguous(narrow(rows, 0, Q + KV, KV)).detach();
+    } else {  // (Cohere's q and k heads turn in interleaved pairs.)
+      split_qkv(full, c, i, ".weight", hf + "self_attn.", out, is_cohere(type));
     }
     if (c.moe_layer(i) && is_granite_moe(type)) {
       put_fused_experts(full, c, i, out);
@@ -1230,12 +1230,7 @@ std::map<std::string, Tensor> triad_to_hf_part(const nn::StateDict& full, const 
                  hf + "mlp.up_proj.weight");
       out[hf + "mlp.down_proj.weight"] = at(full, p + "mlp.c_proj.weight");
     }
-    if (c.qkv_bias) {
-      const Tensor& bias = at(full, p + "attn.c_attn.bias");
-      out[hf + "self_attn.q_proj.bias"] = contiguous(narrow(bias, 0, 0, Q)).detach();
-      out[hf + "self_attn.k_proj.bias"] = contiguous(narrow(bias, 0, Q, KV)).detach();
-      out[hf + "self_attn.v_proj.bias"] = contiguous(narrow(bias, 0, Q + KV, KV)).detach();
-    }
+    if (c.qkv_bias) split_qkv(full, c, i, ".bias", hf + "self_attn.", out);
     out[hf + "self_attn.o_proj.weight"] = at(full, p + "attn.c_proj.weight");
     if (!c.norm_affine) {
       // OLMo's blocks store no norms.
