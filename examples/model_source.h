@@ -70,7 +70,7 @@ class ModelSource {
       verified_ = true;
     } else {
       io::read_gpt2_weights(weights_, nn::gpt_parameter_shapes(model), nullptr, consume,
-                            model.n_head, model.rope_dim);
+                            io::weight_layout(model));
     }
   }
 

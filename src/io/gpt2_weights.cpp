@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "triad/io/hf_export.h"
 #include "triad/io/safetensors.h"
 #include "triad/io/torch_checkpoint.h"
 #include "triad/ops/elementwise.h"
@@ -987,6 +988,13 @@ void check_part(const std::string& path, const nn::StateDict& state,
 
 }  // namespace
 
+WeightLayout weight_layout(const nn::GptConfig& c) {
+  const std::string* type = hf_holding_class(c);
+  return {.n_head = c.n_head,
+          .rope_dim = c.rope_dim,
+          .interleaved_rotation = type && *type == "cohere"};
+}
+
 namespace {
 
 // The model_type of the config.json in `path`'s directory (or beside the
@@ -1006,8 +1014,8 @@ std::string hf_model_type_beside(const std::string& path) {
 
 void read_gpt2_weights(const std::string& path, const std::map<std::string, Shape>& expected,
                        const std::set<int64_t>* blocks,
-                       const std::function<void(nn::StateDict&&)>& consume, int64_t n_head,
-                       int64_t rope_dim) {
+                       const std::function<void(nn::StateDict&&)>& consume,
+                       const WeightLayout& layout) {
   const WeightFiles files(path);
   // First the tensors outside the blocks (the embedding, position table,
   // final norm and head): they name the file's layout and width.
@@ -1015,9 +1023,12 @@ void read_gpt2_weights(const std::string& path, const std::map<std::string, Shap
       files.read([](const std::string& name) { return block_index(name) < 0; }));
   const bool neox = is_hf_neox(outside), phi = is_hf_phi(outside), falcon = is_hf_falcon(outside),
              gptj = is_hf_gptj(outside);
-  // Cohere's files hold LLaMA's names; its config.json beside them says its
-  // q and k turn in interleaved pairs.
-  const int64_t interleaved = hf_model_type_beside(path) == "cohere" ? n_head : 0;
+  // Cohere's files hold LLaMA's names; its config.json beside them, or
+  // else the model's class, says its q and k turn in interleaved pairs.
+  const std::string file_type = hf_model_type_beside(path);
+  const bool interleave = file_type.empty() ? layout.interleaved_rotation : file_type == "cohere";
+  const int64_t interleaved = interleave ? layout.n_head : 0;
+  const int64_t n_head = layout.n_head, rope_dim = layout.rope_dim;
   // (Linear weights, [out, in])
   const bool llama = is_hf_llama(outside) || neox || falcon || gptj;
   const auto convert = [&](const std::map<std::string, Tensor>& tensors) {
@@ -1086,19 +1097,18 @@ void read_gpt2_weights(const std::string& path, const std::map<std::string, Shap
 
 nn::StateDict load_gpt2_state_dict(const std::string& path,
                                    const std::map<std::string, Shape>& expected,
-                                   const std::set<int64_t>* blocks, int64_t n_head,
-                                   int64_t rope_dim) {
+                                   const std::set<int64_t>* blocks, const WeightLayout& layout) {
   nn::StateDict all;
   read_gpt2_weights(
-      path, expected, blocks, [&](nn::StateDict&& part) { all.merge(part); }, n_head, rope_dim);
+      path, expected, blocks, [&](nn::StateDict&& part) { all.merge(part); }, layout);
   return all;
 }
 
 void load_gpt2_safetensors(nn::Gpt& model, const std::string& path) {
   std::map<std::string, Shape> expected;
   for (auto& [name, p] : model.named_parameters()) expected[name] = p.shape();
-  model.load_state_dict(load_gpt2_state_dict(path, expected, nullptr, model.config().n_head,
-                                             model.config().rope_dim));
+  model.load_state_dict(
+      load_gpt2_state_dict(path, expected, nullptr, weight_layout(model.config())));
 }
 
 namespace {

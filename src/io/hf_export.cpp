@@ -897,15 +897,19 @@ nn::GptConfig exported_as(const nn::GptConfig& c, const std::string& type) {
   return out;
 }
 
-const char* hf_model_type(const nn::GptConfig& c) {
-  const auto& types = hf_model_types();
+const std::string* hf_holding_class(const nn::GptConfig& c) {
   if (!c.hf_type.empty()) {
     const std::string& type = hf_model_type_named(c.hf_type);
-    if (misfit(c, type).empty()) return type.c_str();
+    if (misfit(c, type).empty()) return &type;
   }
-  for (const std::string& type : types) {
-    if (misfit(c, type).empty()) return type.c_str();
+  for (const std::string& type : hf_model_types()) {
+    if (misfit(c, type).empty()) return &type;
   }
+  return nullptr;
+}
+
+const char* hf_model_type(const nn::GptConfig& c) {
+  if (const std::string* type = hf_holding_class(c)) return type->c_str();
   if (c.moe.experts > 0) {
     throw NotSupportedError(
         "no Hugging Face class holds this mixture of experts: MixtralForCausalLM needs "
@@ -1536,7 +1540,7 @@ std::vector<std::string> export_hf_model(const std::string& weights, const nn::G
   const auto shapes = nn::gpt_parameter_shapes(c);
   return export_hf_parts(
       [&](const std::function<void(nn::StateDict &&)>& consume) {
-        read_gpt2_weights(weights, shapes, nullptr, consume, c.n_head, c.rope_dim);
+        read_gpt2_weights(weights, shapes, nullptr, consume, weight_layout(c));
       },
       c, dir, options);
 }

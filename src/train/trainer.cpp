@@ -944,8 +944,8 @@ void Trainer::read_init_weights(const std::set<int64_t>* blocks,
   // merged into its weights.
   const nn::GptConfig base = config_.model.without_lora();
   if (!io::is_checkpoint(from)) {
-    io::read_gpt2_weights(from, nn::gpt_parameter_shapes(base), blocks, consume, base.n_head,
-                          base.rope_dim);
+    io::read_gpt2_weights(from, nn::gpt_parameter_shapes(base), blocks, consume,
+                          io::weight_layout(base));
     return;
   }
   const io::CheckpointInfo info = io::open_checkpoint(from);

@@ -143,7 +143,7 @@ std::map<std::string, Shape> shapes_of(const nn::Gpt& model) {
 void expect_reads_back(const std::string& dir, const nn::Gpt& model) {
   const auto expected = shapes_of(model);
   const nn::StateDict back =
-      load_gpt2_state_dict(dir, expected, nullptr, model.config().n_head, model.config().rope_dim);
+      load_gpt2_state_dict(dir, expected, nullptr, weight_layout(model.config()));
   ASSERT_EQ(back.size(), expected.size());
   for (const auto& [name, t] : model.state_dict())
     EXPECT_EQ(to_double_vector(back.at(name)), to_double_vector(t)) << name;
@@ -159,8 +159,8 @@ struct Exported {
 
 // `c` (weights of seed 3) through save_hf_model and back: written as class
 // `type`, read back as the same model with hf_type `type`, and its weights
-// bit for bit through init.from's reader. What was written, for the
-// caller's own checks.
+// bit for bit through init.from's reader, from the directory and from its
+// model.safetensors alone. What was written, for the caller's own checks.
 Exported expect_round_trip(const nn::GptConfig& c, const std::string& type) {
   EXPECT_EQ(std::string(hf_model_type(c)), type);
   const nn::Gpt model(c, 3);
@@ -170,6 +170,11 @@ Exported expect_round_trip(const nn::GptConfig& c, const std::string& type) {
   EXPECT_EQ(back.hf_type, type);
   expect_same_model(c, back);
   expect_reads_back(dir.file("hf"), model);
+  // model.safetensors alone (no config.json beside it): the model's own
+  // class says what the file's names leave open.
+  std::filesystem::create_directory(dir.file("alone"));
+  std::filesystem::copy_file(dir.file("hf/model.safetensors"), dir.file("alone/model.safetensors"));
+  expect_reads_back(dir.file("alone/model.safetensors"), model);
   std::ifstream config(dir.file("hf/config.json"));
   return {load_safetensors(dir.file("hf/model.safetensors")).tensors, nlohmann::json::parse(config),
           model.state_dict()};

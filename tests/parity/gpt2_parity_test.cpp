@@ -910,7 +910,8 @@ TEST_F(Gpt2Parity, GraniteMoeDirectoryReadsAndExportsAsHuggingFacesGraniteMoeSha
 // CohereForCausalLM directory: logits, loss and every gradient (q's and k's
 // rows reordered into Triad's halves on the way in), greedy tokens through
 // the key/value cache; exported again, the same directory (the rows ordered
-// back). Read as another class (LLaMA's names, the rows left as they are),
+// back). The model.safetensors alone reads the same (the model's class says
+// how the rows turn); read as another class (the rows left as they are),
 // not the reference's logits.
 TEST_F(Gpt2Parity, CohereDirectoryReadsAndExportsAsHuggingFacesCohere) {
   const std::string dir = ref_dir() + "/cohere_hf";
@@ -940,11 +941,30 @@ TEST_F(Gpt2Parity, CohereDirectoryReadsAndExportsAsHuggingFacesCohere) {
   expect_step_zero_matches(model, ref, "cohere.");
   expect_greedy_tokens(cfg, "cohere_generator", "cohere.greedy_tokens", ref_);
   expect_exports_as_written(model, dir);
+  // The file alone, without its config.json: the model's class (Cohere's)
+  // says how its rows turn, so it reads as the directory does.
   testing::TempDir copy;
-  std::filesystem::copy_file(dir + "/model.safetensors", copy.file("model.safetensors"));
+  const std::string lone = copy.file("model.safetensors");
+  std::filesystem::copy_file(dir + "/model.safetensors", lone);
+  nn::Gpt alone(cfg, 1);
+  io::load_gpt2_safetensors(alone, lone);
+  for (const auto& [name, t] : model.state_dict())
+    EXPECT_EQ(to_double_vector(alone.state_dict().at(name)), to_double_vector(t)) << name;
+  // Read as another class's (the rows left as they are): not the
+  // reference's logits. Once from a layout that says so, once from a
+  // config.json beside the file that names LLaMA, which describes the file
+  // and so decides over the model's class.
+  const std::map<std::string, Shape> shapes = nn::gpt_parameter_shapes(cfg);
+  io::WeightLayout halves = io::weight_layout(cfg);
+  EXPECT_TRUE(halves.interleaved_rotation);
+  halves.interleaved_rotation = false;
   nn::Gpt unordered(cfg, 1);
-  io::load_gpt2_safetensors(unordered, copy.file("model.safetensors"));
+  unordered.load_state_dict(io::load_gpt2_state_dict(lone, shapes, nullptr, halves));
   EXPECT_GT(logits_away_from(unordered, ref_, "cohere."), 1e-3);
+  std::ofstream(copy.file("config.json")) << R"({"model_type": "llama"})";
+  nn::Gpt as_llama(cfg, 1);
+  io::load_gpt2_safetensors(as_llama, lone);
+  EXPECT_GT(logits_away_from(as_llama, ref_, "cohere."), 1e-3);
 }
 
 // StarCoder2's blocks (the sequential block with rope, LayerNorms, biases

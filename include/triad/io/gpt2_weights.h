@@ -143,6 +143,27 @@ Tensor stack_qkv_rows_to_codegen(const Tensor& t, int64_t n_head);
 // Tensors without those prefixes come back unchanged.
 std::map<std::string, Tensor> language_model_tensors(std::map<std::string, Tensor> tensors);
 
+// What a weight file's tensor names leave open, from the model it is read
+// into:
+//  - `n_head`, the query heads: GPT-NeoX's, Falcon's and GPT-J's fused or
+//    interleaved projections are cut by head (0 refuses such a file);
+//  - `rope_dim`, GPT-J's rotated width;
+//  - `interleaved_rotation`: a file in LLaMA's names whose q_proj and k_proj
+//    rows turn in interleaved pairs (Cohere's) has them reordered into
+//    Triad's halves. A config.json beside the file that names its
+//    model_type decides instead (true for "cohere" alone): it describes the
+//    file, where the model's class is only what the file is taken for.
+struct WeightLayout {
+  int64_t n_head = 0;
+  int64_t rope_dim = 0;
+  bool interleaved_rotation = false;
+};
+// `c`'s: its query heads and rotated width, and interleaved_rotation when
+// the Hugging Face class holding it (hf_model_type) is Cohere's, the class
+// an export writes it as (so a lone model.safetensors exported from a
+// Cohere model reads back into one).
+WeightLayout weight_layout(const nn::GptConfig& c);
+
 // Loads a GPT-2 safetensors file into `model` (shapes must match its config;
 // errors name the tensor and both shapes).
 // The whole file is read and checked before the model changes: on an error
@@ -176,14 +197,17 @@ void save_gpt2_safetensors(const nn::Gpt& model, const std::string& path);
 // each part holds one block of the file at a time, never the whole model.
 // The checks are load_gpt2_state_dict's; a part is checked before it is
 // handed over, so an error in block N comes after blocks 0..N-1 were given.
+//
+// `layout` says what the file's names alone do not (weight_layout builds it
+// from the model's config; the default reads only files that need none).
 void read_gpt2_weights(const std::string& path, const std::map<std::string, Shape>& expected,
                        const std::set<int64_t>* blocks,
-                       const std::function<void(nn::StateDict&&)>& consume, int64_t n_head = 0,
-                       int64_t rope_dim = 0);
+                       const std::function<void(nn::StateDict&&)>& consume,
+                       const WeightLayout& layout = {});
 nn::StateDict load_gpt2_state_dict(const std::string& path,
                                    const std::map<std::string, Shape>& expected,
-                                   const std::set<int64_t>* blocks = nullptr, int64_t n_head = 0,
-                                   int64_t rope_dim = 0);
+                                   const std::set<int64_t>* blocks = nullptr,
+                                   const WeightLayout& layout = {});
 void save_gpt2_state_dict(const nn::StateDict& full, const nn::GptConfig& config,
                           const std::string& path);
 

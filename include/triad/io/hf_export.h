@@ -50,6 +50,8 @@ namespace triad::io {
 // NotSupportedError naming what differs.
 // One of hf_model_types().
 const char* hf_model_type(const nn::GptConfig& c);
+// The same class, or nullptr where none holds `c` (no error).
+const std::string* hf_holding_class(const nn::GptConfig& c);
 // The model_type names an export can write (model.hf_type's values):
 // "llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text",
 // "phi3", "stablelm", "olmo", "olmo2", "granite", "cohere", "gpt_neox", "starcoder2",
