@@ -992,7 +992,7 @@ WeightLayout weight_layout(const nn::GptConfig& c) {
   const std::string* type = hf_holding_class(c);
   return {.n_head = c.n_head,
           .rope_dim = c.rope_dim,
-          .interleaved_rotation = type && *type == "cohere"};
+          .interleaved_rotation = type && hf_turns_interleaved(*type)};
 }
 
 namespace {
@@ -1023,10 +1023,12 @@ void read_gpt2_weights(const std::string& path, const std::map<std::string, Shap
       files.read([](const std::string& name) { return block_index(name) < 0; }));
   const bool neox = is_hf_neox(outside), phi = is_hf_phi(outside), falcon = is_hf_falcon(outside),
              gptj = is_hf_gptj(outside);
-  // Cohere's files hold LLaMA's names; its config.json beside them, or
-  // else the model's class, says its q and k turn in interleaved pairs.
+  // Cohere's (and Cohere 2's) files hold LLaMA's names; their config.json
+  // beside them, or else the model's class, says q and k turn in
+  // interleaved pairs.
   const std::string file_type = hf_model_type_beside(path);
-  const bool interleave = file_type.empty() ? layout.interleaved_rotation : file_type == "cohere";
+  const bool interleave =
+      file_type.empty() ? layout.interleaved_rotation : hf_turns_interleaved(file_type);
   const int64_t interleaved = interleave ? layout.n_head : 0;
   const int64_t n_head = layout.n_head, rope_dim = layout.rope_dim;
   // (Linear weights, [out, in])

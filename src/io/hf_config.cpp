@@ -211,7 +211,9 @@ nn::GptConfig decoder_dimensions(const Keys& k) {
 nn::GptConfig llama_config(const Keys& k, const std::string& type) {
   nn::GptConfig c = decoder_dimensions(k);
   c.position_embedding = nn::PositionEmbedding::Rotary;
-  c.rope_theta = k.number("rope_theta", type == "gemma3_text" ? 1e6 : 10000.0);
+  c.rope_theta = k.number("rope_theta", type == "gemma3_text" ? 1e6
+                                        : type == "smollm3"   ? 2e6
+                                                              : 10000.0);
   c.normalization = nn::Normalization::RmsNorm;
   c.layer_norm_eps = k.number("rms_norm_eps", 1e-6);
   c.activation = nn::Activation::SwiGlu;
@@ -326,9 +328,40 @@ nn::GptConfig llama_config(const Keys& k, const std::string& type) {
     for (int64_t i = 0; i < std::min(k.integer("max_window_layers", c.n_layer), c.n_layer); ++i)
       full.push_back(i);
   }
-  if (k.has("layer_types")) {
+  // SmolLM3: its layer_types' windows only under use_sliding_window.
+  if (k.has("layer_types") && (type != "smollm3" || k.boolean("use_sliding_window", false))) {
     full = k.full_attention_layers(c.n_layer);
     windowed = static_cast<int64_t>(full.size()) < c.n_layer;
+  }
+  if (type == "smollm3") {
+    // SmolLM3: LLaMA's blocks, some layers without rope: no_rope_layers
+    // flags each layer (1: rope, 0: none), else every
+    // no_rope_layer_interval-th (4th) layer goes without.
+    if (k.has("no_rope_layers")) {
+      const Json& v = k.json("no_rope_layers");
+      if (!v.is_array() || static_cast<int64_t>(v.size()) < c.n_layer)
+        k.bad("no_rope_layers", "must flag each of the " + std::to_string(c.n_layer) +
+                                    " layers with 1 (rope) or 0 (none)");
+      for (int64_t i = 0; i < c.n_layer; ++i) {
+        const Json& f = v[static_cast<size_t>(i)];
+        if (!f.is_number_integer() || (f.get<int64_t>() != 0 && f.get<int64_t>() != 1))
+          k.bad("no_rope_layers", "must flag each layer with 1 (rope) or 0 (none)");
+        if (f.get<int64_t>() == 0) c.nope_layers.push_back(i);
+      }
+    } else {
+      const int64_t every = k.integer("no_rope_layer_interval", 4);
+      if (every < 1) k.bad("no_rope_layer_interval", "must be a positive count of layers");
+      for (int64_t i = every - 1; i < c.n_layer; i += every) c.nope_layers.push_back(i);
+    }
+    // Without layer_types, SmolLM3Config windows the layers without rope.
+    if (k.boolean("use_sliding_window", false) && !k.has("layer_types") &&
+        k.has("sliding_window")) {
+      windowed = true;
+      full.clear();
+      for (int64_t i = 0; i < c.n_layer; ++i) {
+        if (!std::binary_search(c.nope_layers.begin(), c.nope_layers.end(), i)) full.push_back(i);
+      }
+    }
   }
   if (windowed && static_cast<int64_t>(full.size()) < c.n_layer) {
     const int64_t w = k.integer("sliding_window");
@@ -514,7 +547,9 @@ nn::GptConfig gpt_neox_config(const Keys& k) {
 // (the weights' reader reorders them into Triad's halves), no linear
 // biases, a tied head by default, and the logits times logit_scale.
 // Per-head query/key LayerNorms (use_qk_norm, Command R+'s) are refused.
-nn::GptConfig cohere_config(const Keys& k) {
+// Cohere2ForCausalLM ("cohere2"): the same blocks, its global layers
+// without rope and the others windowed.
+nn::GptConfig cohere_config(const Keys& k, const std::string& type) {
   nn::GptConfig c = decoder_dimensions(k);
   c.position_embedding = nn::PositionEmbedding::Rotary;
   c.rope_theta = k.number("rope_theta", 10000.0);
@@ -534,6 +569,27 @@ nn::GptConfig cohere_config(const Keys& k) {
     k.unsupported("attention_bias", "Triad's Cohere blocks have no attention biases");
   if (k.boolean("use_qk_norm", false))
     k.unsupported("use_qk_norm", "Cohere's per-head query/key LayerNorms are not implemented");
+  if (type == "cohere2") {
+    // Cohere 2 (Command R7B, Command A): local layers with rope and a
+    // window, every sliding_window_pattern-th (4th) layer global and
+    // without rope (layer_types, in newer files, names each).
+    std::vector<int64_t> global;
+    if (k.has("layer_types")) {
+      global = k.full_attention_layers(c.n_layer);
+    } else {
+      const int64_t every = k.integer("sliding_window_pattern", 4);
+      if (every < 1) k.unsupported("sliding_window_pattern", "expected a positive count of layers");
+      for (int64_t i = every - 1; i < c.n_layer; i += every) global.push_back(i);
+    }
+    c.nope_layers = global;
+    const int64_t w = k.integer("sliding_window", 4096);
+    if (w < 1) k.unsupported("sliding_window", "a window must hold at least one key");
+    // (A window as long as the context changes nothing.)
+    if (static_cast<int64_t>(global.size()) < c.n_layer && w < c.seq_len) {
+      c.sliding_window = w;
+      c.full_attention_layers = global;
+    }
+  }
   return c;
 }
 
@@ -714,7 +770,7 @@ nn::GptConfig gpt_config_from_hf(const std::string& json_text, const std::string
   nn::GptConfig c;
   if (type == "llama" || type == "mistral" || type == "qwen2" || type == "qwen3" ||
       type == "gemma" || type == "gemma2" || type == "gemma3_text" || type == "phi3" ||
-      type == "stablelm" || type == "granite") {
+      type == "stablelm" || type == "granite" || type == "smollm3") {
     c = llama_config(k, type);
   } else if (type == "mixtral" || type == "qwen2_moe" || type == "qwen3_moe") {
     c = moe_config(k, type);
@@ -728,8 +784,8 @@ nn::GptConfig gpt_config_from_hf(const std::string& json_text, const std::string
     c = gpt_neox_config(k);
   } else if (type == "starcoder2") {
     c = starcoder2_config(k);
-  } else if (type == "cohere") {
-    c = cohere_config(k);
+  } else if (type == "cohere" || type == "cohere2") {
+    c = cohere_config(k, type);
   } else if (type == "phi") {
     c = phi_config(k);
   } else if (type == "falcon") {
@@ -747,7 +803,9 @@ nn::GptConfig gpt_config_from_hf(const std::string& json_text, const std::string
         source + ": model_type '" + type +
         "' is not supported (llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe, gemma, "
         "gemma2, gemma3_text, gemma3, phi3, stablelm, olmo, olmo2, olmoe, granite, granitemoe, "
-        "granitemoeshared, cohere, gpt_neox, starcoder2, phi, falcon, gptj, codegen or gpt2)");
+        "granitemoeshared, cohere, cohere2, smollm3, gpt_neox, starcoder2, phi, falcon, gptj, "
+        "codegen "
+        "or gpt2)");
   }
   c.hf_type = type;  // (an export writes the class it came from)
   try {

@@ -36,8 +36,16 @@ std::optional<int64_t> qwen_window_layers(const nn::GptConfig& c) {
   return static_cast<int64_t>(full.size());
 }
 
+// Cohere's classes (q and k turned in interleaved pairs): Command R's, and
+// Cohere 2's with its windows and global layers without rope.
 bool is_cohere(const std::string& type) {
-  return type == "cohere";
+  return hf_turns_interleaved(type);
+}
+
+// The classes that leave some layers without rope: SmolLM3's (any of them)
+// and Cohere 2's (its global ones).
+bool holds_nope_layers(const std::string& type) {
+  return type == "smollm3" || type == "cohere2";
 }
 
 bool is_gemma(const std::string& type) {
@@ -85,12 +93,19 @@ std::string llama_misfit(const nn::GptConfig& c, const std::string& type) {
   const bool granite = type == "granite";
   // Cohere's: LLaMA's sublayers in parallel on one LayerNorm without a bias,
   // heads d_model / n_head wide, no window.
-  const bool cohere = is_cohere(type);
+  const bool cohere = is_cohere(type), cohere2 = type == "cohere2";
   if (cohere) {
     add(c.heads_apart(),
         "model.head_dim is not d_model / n_head (Cohere's heads are hidden_size / "
         "num_attention_heads wide)");
-    add(c.sliding_window > 0, "model.sliding_window is set");
+    if (!cohere2) add(c.sliding_window > 0, "model.sliding_window is set");
+    // Cohere 2's global layers are the ones without rope (with a window,
+    // the ones exempt from it).
+    if (cohere2 && c.sliding_window > 0) {
+      add(c.full_attention_layers != c.nope_layers,
+          "model.full_attention_layers is not model.nope_layers (Cohere 2's global layers are "
+          "the ones without rope)");
+    }
     add(!c.parallel_residual || !c.shared_norm,
         "model.parallel_residual and model.shared_norm are not both set (Cohere's sublayers read "
         "one norm)");
@@ -191,11 +206,13 @@ std::string llama_misfit(const nn::GptConfig& c, const std::string& type) {
   if (!qk) add(c.qk_norm, "model.qk_norm is true");
   // Mistral windows every layer; Qwen every layer from max_window_layers
   // on; Gemma 2 and 3 any layers (layer_types).
+  // SmolLM3 any layers too (layer_types, under use_sliding_window), Cohere
+  // 2 its global ones (above).
   if (type == "llama" || type == "gemma" || type == "phi3" || stablelm || olmo || olmo1 ||
-      granite || cohere) {
+      granite || (cohere && !cohere2)) {
     add(!c.full_attention_layers.empty(),
         "model.full_attention_layers exempts layers from the window");
-  } else if (!sandwich) {
+  } else if (!sandwich && type != "smollm3" && !cohere2) {
     add(!qwen_window_layers(c).has_value(), "model.full_attention_layers is not the first layers");
   }
   return m.why;
@@ -749,13 +766,17 @@ void put_fused_experts(const nn::StateDict& full, const nn::GptConfig& c, int64_
 
 }  // namespace
 
+bool hf_turns_interleaved(const std::string& type) {
+  return type == "cohere" || type == "cohere2";
+}
+
 const std::vector<std::string>& hf_model_types() {
   static const std::vector<std::string> types{
-      "llama",     "mistral",  "mixtral",    "qwen2",       "qwen2_moe",  "qwen3",
-      "qwen3_moe", "gemma",    "gemma2",     "gemma3_text", "phi3",       "stablelm",
-      "olmo",      "olmo2",    "olmoe",      "granite",     "granitemoe", "granitemoeshared",
-      "cohere",    "gpt_neox", "starcoder2", "phi",         "falcon",     "gptj",
-      "codegen",   "gpt2"};
+      "llama",     "mistral", "mixtral", "qwen2",       "qwen2_moe",  "qwen3",
+      "qwen3_moe", "gemma",   "gemma2",  "gemma3_text", "phi3",       "stablelm",
+      "olmo",      "olmo2",   "olmoe",   "granite",     "granitemoe", "granitemoeshared",
+      "cohere",    "cohere2", "smollm3", "gpt_neox",    "starcoder2", "phi",
+      "falcon",    "gptj",    "codegen", "gpt2"};
   return types;
 }
 
@@ -810,6 +831,7 @@ void add_granite_departures(const nn::GptConfig& c, const std::string& type, Mis
   m.add(c.logit_scale != 1.0 && !is_granite(type) && !is_cohere(type),
         "model.logit_scale is not 1");
   m.add(!c.norm_bias && !is_cohere(type), "model.norm_bias is false");
+  m.add(!c.nope_layers.empty() && !holds_nope_layers(type), "model.nope_layers is set");
 }
 
 // The same for any class: Mixtral's are Mistral's blocks with experts
@@ -872,6 +894,8 @@ const char* architecture_of(const std::string& type) {
          : type == "granitemoe"       ? "GraniteMoeForCausalLM"
          : type == "granitemoeshared" ? "GraniteMoeSharedForCausalLM"
          : type == "cohere"           ? "CohereForCausalLM"
+         : type == "cohere2"          ? "Cohere2ForCausalLM"
+         : type == "smollm3"          ? "SmolLM3ForCausalLM"
          : type == "gpt_neox"         ? "GPTNeoXForCausalLM"
          : type == "starcoder2"       ? "Starcoder2ForCausalLM"
          : type == "phi"              ? "PhiForCausalLM"
@@ -934,6 +958,7 @@ const char* hf_model_type(const nn::GptConfig& c) {
                     olmo = misfit(c, "olmo"), olmo2 = misfit(c, "olmo2"),
                     granite = misfit(c, "granite"), neox = misfit(c, "gpt_neox"),
                     starcoder2 = misfit(c, "starcoder2"), cohere = misfit(c, "cohere"),
+                    cohere2 = misfit(c, "cohere2"), smollm3 = misfit(c, "smollm3"),
                     phi = misfit(c, "phi"), falcon = misfit(c, "falcon"), gptj = misfit(c, "gptj"),
                     codegen = misfit(c, "codegen"), gpt2 = misfit(c, "gpt2");
   throw NotSupportedError(
@@ -966,6 +991,12 @@ const char* hf_model_type(const nn::GptConfig& c) {
       "(parallel_residual, shared_norm, norm_bias: false), heads d_model / n_head wide and no "
       "window (here " +
       cohere +
+      "); Cohere2ForCausalLM the same with a window and its global layers without rope "
+      "(nope_layers, the window's full_attention_layers) (here " +
+      cohere2 +
+      "); SmolLM3ForCausalLM LLaMA's with any layers without rope (nope_layers) and windows on "
+      "any layers (here " +
+      smollm3 +
       "); GPTNeoXForCausalLM needs rope (on any share of each head), gelu or gelu_erf, "
       "layernorm, linear biases, a key/value head per query head and heads d_model / n_head "
       "wide (here " +
@@ -1026,7 +1057,7 @@ std::string hf_config_json(const nn::GptConfig& c, const std::string& torch_dtyp
       j[stablelm || cohere ? "layer_norm_eps" : "rms_norm_eps"] = c.layer_norm_eps;
     if (cohere) {
       j["logit_scale"] = c.logit_scale;
-      j["use_qk_norm"] = false;
+      if (type == "cohere") j["use_qk_norm"] = false;
     }
     if (type == "olmo" || type == "olmoe")
       j["clip_qkv"] = c.clip_qkv > 0 ? nlohmann::ordered_json(c.clip_qkv) : nullptr;
@@ -1111,6 +1142,29 @@ std::string hf_config_json(const nn::GptConfig& c, const std::string& torch_dtyp
       j["router_aux_loss_coef"] = x.aux_loss_coef;
       j["output_router_logits"] = false;
       if (type != "olmoe" && !is_granite_moe(type)) j["router_jitter_noise"] = 0.0;
+    }
+    // The layers without rope: Cohere 2's global layers, SmolLM3's flags.
+    auto layer_kinds = [&](auto global) {
+      nlohmann::ordered_json kinds = nlohmann::ordered_json::array();
+      for (int64_t i = 0; i < c.n_layer; ++i)
+        kinds.push_back(global(i) ? "full_attention" : "sliding_attention");
+      return kinds;
+    };
+    auto nope = [&](int64_t i) {
+      return std::binary_search(c.nope_layers.begin(), c.nope_layers.end(), i);
+    };
+    if (type == "cohere2") {
+      j["sliding_window"] = c.sliding_window > 0 ? c.sliding_window : c.seq_len;
+      j["layer_types"] = layer_kinds(nope);
+    }
+    if (type == "smollm3") {
+      nlohmann::ordered_json flags = nlohmann::ordered_json::array();
+      for (int64_t i = 0; i < c.n_layer; ++i) flags.push_back(nope(i) ? 0 : 1);
+      j["no_rope_layers"] = flags;
+      j["use_sliding_window"] = c.sliding_window > 0;
+      j["sliding_window"] =
+          c.sliding_window > 0 ? nlohmann::ordered_json(c.sliding_window) : nullptr;
+      j["layer_types"] = layer_kinds([&](int64_t i) { return c.window_of(i) == 0; });
     }
     if (type == "gemma2" || type == "gemma3_text") {
       if (c.query_pre_attn_scalar > 0.0) {

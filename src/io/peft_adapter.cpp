@@ -143,7 +143,7 @@ std::map<std::string, Tensor> triad_lora_to_peft(const nn::StateDict& adapters,
       if (layer == "attn.c_attn" && is_codegen(c))
         ab[1] = stack_qkv_rows_to_codegen(ab[1], c.n_head);
       // Cohere's q and k turn in interleaved pairs too, at any head count.
-      if (layer == "attn.c_attn" && std::string(hf_model_type(c)) == "cohere")
+      if (layer == "attn.c_attn" && hf_turns_interleaved(hf_model_type(c)))
         ab[1] = triad_qkv_rows_to_interleaved(ab[1], c.n_head, c.kv_heads());
       for (const Piece& p : pieces_of(c, i, layer)) {
         const std::string to = "base_model.model." + p.module;

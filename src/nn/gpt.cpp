@@ -209,6 +209,19 @@ void GptConfig::validate() const {
                         std::to_string(n_layer) + ")");
     }
   }
+  for (size_t i = 0; i < nope_layers.size(); ++i) {
+    const int64_t l = nope_layers[i];
+    if (l < 0 || l >= n_layer || (i > 0 && l <= nope_layers[i - 1])) {
+      throw ConfigError("model.nope_layers: " + std::to_string(l) + " at position " +
+                        std::to_string(i) + "; expected increasing layer indices in [0, " +
+                        std::to_string(n_layer) + ")");
+    }
+  }
+  if (!nope_layers.empty() && !rotary()) {
+    throw ConfigError(
+        "model.nope_layers leaves layers without rope, but model.position_embedding is learned "
+        "(no layer turns its queries and keys)");
+  }
   if (ffn_hidden_size < 0) {
     throw ConfigError("model.ffn_hidden_size (" + std::to_string(ffn_hidden_size) +
                       ") must be positive (or 0 for 4 * d_model)");
@@ -406,6 +419,10 @@ int64_t GptConfig::window_of(int64_t layer) const {
   if (std::binary_search(full_attention_layers.begin(), full_attention_layers.end(), layer))
     return 0;
   return sliding_window;
+}
+
+bool GptConfig::rotary_at(int64_t layer) const {
+  return rotary() && !std::binary_search(nope_layers.begin(), nope_layers.end(), layer);
 }
 
 GptConfig::Rope GptConfig::rope_of(int64_t layer) const {
@@ -685,7 +702,7 @@ CausalSelfAttention::CausalSelfAttention(const GptConfig& cfg, int64_t layer)
       layer_(layer),
       window_(cfg.window_of(layer)),
       dropout_(cfg.dropout),
-      rotary_(cfg.rotary()),
+      rotary_(cfg.rotary_at(layer)),
       rope_(cfg.rope_of(layer)) {
   qk_norm_full_ = cfg.qk_norm_full;
   clip_qkv_ = cfg.clip_qkv;

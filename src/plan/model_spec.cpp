@@ -122,6 +122,9 @@ nn::GptConfig parse_model_spec(const std::string& yaml_text, const std::string& 
   get("sliding_window", c.sliding_window, false);
   option("full_attention_layers", "a list of layer indices",
          [&](const YAML::Node& v) { c.full_attention_layers = v.as<std::vector<int64_t>>(); });
+  // (Read to be checked: a layer without rope costs what one with it does.)
+  option("nope_layers", "a list of layer indices",
+         [&](const YAML::Node& v) { c.nope_layers = v.as<std::vector<int64_t>>(); });
   // model.moe as the trainer reads it (none, or its keys over those of
   // model.hf_config's mixture).
   option("moe",
@@ -190,6 +193,7 @@ nn::GptConfig parse_model_spec(const std::string& yaml_text, const std::string& 
                                                  "rope_scaling",
                                                  "sliding_window",
                                                  "full_attention_layers",
+                                                 "nope_layers",
                                                  "lora",
                                                  "moe",
                                                  "activation",

@@ -912,6 +912,14 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
           for (size_t i = 0; i < v.size(); ++i)
             m.full_attention_layers.push_back(get_int(v[i], k + "[" + std::to_string(i) + "]"));
         }}},
+      {"nope_layers",
+       {false,
+        [&](auto& v, auto& k) {
+          if (!v.IsSequence()) throw ConfigError(k + ": expected a list of layer indices");
+          m.nope_layers.clear();
+          for (size_t i = 0; i < v.size(); ++i)
+            m.nope_layers.push_back(get_int(v[i], k + "[" + std::to_string(i) + "]"));
+        }}},
       {"attention_kernel",
        {false,
         [&](auto& v, auto& k) {
@@ -1495,6 +1503,8 @@ std::string to_yaml(const Config& c) {
     e << YAML::Key << "full_attention_layers" << YAML::Value << YAML::Flow
       << c.model.full_attention_layers;
   }
+  if (!c.model.nope_layers.empty())
+    e << YAML::Key << "nope_layers" << YAML::Value << YAML::Flow << c.model.nope_layers;
   e << YAML::Key << "attention_kernel" << YAML::Value << c.attention_kernel;
   e << YAML::Key << "attention_deterministic" << YAML::Value << c.attention_deterministic;
   e << YAML::EndMap;

@@ -961,6 +961,91 @@ TEST(HfConfig, CohereConfigIsItsOwn) {
             std::string::npos);
 }
 
+// c4ai-command-r7b-12-2024's config.json keys (Cohere 2): Cohere's blocks,
+// every sliding_window_pattern-th (4th) layer global and without rope, the
+// others windowed (4096 of its 132096 positions). Newer files' layer_types
+// say the same; a window as long as the context leaves the layers without
+// rope as they are. Its count by the shapes: 8,028,033,024 (8.03B).
+TEST(HfConfig, Cohere2GlobalLayersTurnNothing) {
+  const std::string r7b = R"({
+    "architectures": ["Cohere2ForCausalLM"], "attention_bias": false, "hidden_act": "silu",
+    "hidden_size": 4096, "intermediate_size": 14336, "layer_norm_eps": 1e-05,
+    "logit_scale": 0.25, "max_position_embeddings": 132096, "model_type": "cohere2",
+    "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 8,
+    "rope_theta": 50000.0, "sliding_window": 4096, "sliding_window_pattern": 4,
+    "vocab_size": 256000})";
+  const nn::GptConfig c = gpt_config_from_hf(r7b, "c4ai-command-r7b-12-2024/config.json");
+  EXPECT_EQ(c.hf_type, "cohere2");
+  std::vector<int64_t> every_fourth;
+  for (int64_t i = 3; i < 32; i += 4) every_fourth.push_back(i);
+  EXPECT_EQ(c.nope_layers, every_fourth);
+  EXPECT_EQ(c.full_attention_layers, every_fourth);
+  EXPECT_EQ(c.sliding_window, 4096);
+  EXPECT_FALSE(c.rotary_at(3));
+  EXPECT_TRUE(c.rotary_at(4));
+  EXPECT_FALSE(c.norm_bias);
+  EXPECT_TRUE(c.parallel_residual && c.shared_norm);
+  EXPECT_EQ(c.logit_scale, 0.25);
+  EXPECT_EQ(c.num_parameters(), 8'028'033'024);
+  EXPECT_EQ(std::string(hf_architecture(c)), "Cohere2ForCausalLM");
+  std::string kinds = "[";
+  for (int64_t i = 0; i < 32; ++i)
+    kinds += std::string(i ? ", " : "") +
+             ((i % 4 == 3) ? "\"full_attention\"" : "\"sliding_attention\"");
+  kinds += "]";
+  const nn::GptConfig typed =
+      gpt_config_from_hf(edited(without(r7b, "sliding_window_pattern"), "layer_types", kinds), "m");
+  EXPECT_EQ(typed.nope_layers, every_fourth);
+  EXPECT_EQ(typed.full_attention_layers, every_fourth);
+  const nn::GptConfig unwindowed = gpt_config_from_hf(edited(r7b, "sliding_window", "132096"), "m");
+  EXPECT_EQ(unwindowed.sliding_window, 0);
+  EXPECT_TRUE(unwindowed.full_attention_layers.empty());
+  EXPECT_EQ(unwindowed.nope_layers, every_fourth);
+  EXPECT_EQ(std::string(hf_model_type(unwindowed)), "cohere2");
+  const nn::GptConfig halves = gpt_config_from_hf(edited(r7b, "sliding_window_pattern", "2"), "m");
+  EXPECT_EQ(halves.nope_layers.size(), 16u);
+  EXPECT_EQ(halves.nope_layers.front(), 1);
+  EXPECT_NE(error_of(edited(r7b, "sliding_window_pattern", "0")).find("sliding_window_pattern"),
+            std::string::npos);
+}
+
+// SmolLM3-3B's config.json keys: LLaMA's blocks, no_rope_layers flagging
+// every fourth layer 0 (no rope); without the list, no_rope_layer_interval
+// (4 by default) says the same. Its base, 2e6 when left out. Its count by
+// the shapes: 3,075,098,624 (3.08B). A flag other than 0 or 1, or a list
+// shorter than the layers, is refused.
+TEST(HfConfig, Smollm3LayersWithoutRope) {
+  std::string flags = "[";
+  for (int64_t i = 0; i < 36; ++i) flags += std::string(i ? ", " : "") + (i % 4 == 3 ? "0" : "1");
+  flags += "]";
+  const std::string smol = R"({
+    "architectures": ["SmolLM3ForCausalLM"], "attention_bias": false, "hidden_act": "silu",
+    "hidden_size": 2048, "intermediate_size": 11008, "max_position_embeddings": 65536,
+    "mlp_bias": false, "model_type": "smollm3", "num_attention_heads": 16,
+    "num_hidden_layers": 36, "num_key_value_heads": 4, "rms_norm_eps": 1e-06,
+    "rope_theta": 5000000.0, "sliding_window": null, "tie_word_embeddings": true,
+    "use_sliding_window": false, "vocab_size": 128256, "no_rope_layers": )" +
+                           flags + "}";
+  const nn::GptConfig c = gpt_config_from_hf(smol, "SmolLM3-3B/config.json");
+  EXPECT_EQ(c.hf_type, "smollm3");
+  std::vector<int64_t> every_fourth;
+  for (int64_t i = 3; i < 36; i += 4) every_fourth.push_back(i);
+  EXPECT_EQ(c.nope_layers, every_fourth);
+  EXPECT_EQ(c.sliding_window, 0);
+  EXPECT_EQ(c.rope_theta, 5e6);
+  EXPECT_EQ(c.num_parameters(), 3'075'098'624);
+  EXPECT_EQ(std::string(hf_architecture(c)), "SmolLM3ForCausalLM");
+  const std::string listless = without(smol, "no_rope_layers");
+  EXPECT_EQ(gpt_config_from_hf(listless, "m").nope_layers, every_fourth);
+  EXPECT_EQ(gpt_config_from_hf(without(listless, "rope_theta"), "m").rope_theta, 2e6);
+  EXPECT_EQ(gpt_config_from_hf(edited(listless, "no_rope_layer_interval", "12"), "m").nope_layers,
+            (std::vector<int64_t>{11, 23, 35}));
+  EXPECT_NE(error_of(edited(smol, "no_rope_layers", "[2]")).find("'no_rope_layers'"),
+            std::string::npos);
+  EXPECT_NE(error_of(edited(smol, "no_rope_layers", "[1, 0]")).find("each of the 36 layers"),
+            std::string::npos);
+}
+
 // starcoder2-3b's config.json: the sequential block with rope on whole
 // heads (at its base of about 1e6), LayerNorm, biases on every linear
 // layer, an ungated GELU (tanh) MLP, 24 heads over 2 key/value heads, a
@@ -1374,7 +1459,9 @@ TEST(HfConfig, WhatTriadDoesNotBuildIsNamed) {
       message(from(edited(llama, "model_type", "\"deepseek_v3\"")))
           .find("model_type 'deepseek_v3' is not supported (llama, mistral, mixtral, qwen2, "
                 "qwen2_moe, qwen3, qwen3_moe, gemma, gemma2, gemma3_text, gemma3, phi3, stablelm, "
-                "olmo, olmo2, olmoe, granite, granitemoe, granitemoeshared, cohere, gpt_neox, "
+                "olmo, olmo2, olmoe, granite, granitemoe, granitemoeshared, cohere, cohere2, "
+                "smollm3, "
+                "gpt_neox, "
                 "starcoder2, phi, falcon, gptj, codegen or gpt2)"),
       std::string::npos);
   EXPECT_NE(message(from(edited(edited(edited(kQwen3_06b, "use_sliding_window", "true"),

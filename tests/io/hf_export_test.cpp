@@ -115,6 +115,7 @@ void expect_same_model(const nn::GptConfig& a, const nn::GptConfig& b) {
   EXPECT_EQ(a.tie_embeddings, b.tie_embeddings);
   EXPECT_EQ(a.sliding_window, b.sliding_window);
   EXPECT_EQ(a.full_attention_layers, b.full_attention_layers);
+  EXPECT_EQ(a.nope_layers, b.nope_layers);
   EXPECT_EQ(a.rope_scaling.kind, b.rope_scaling.kind);
   EXPECT_EQ(a.rope_scaling.beta_fast, b.rope_scaling.beta_fast);
   EXPECT_EQ(a.rope_scaling.beta_slow, b.rope_scaling.beta_slow);
@@ -662,6 +663,56 @@ TEST(HfExport, CohereRoundTripsWithItsRowsInterleaved) {
   nn::GptConfig biased = c;
   biased.norm_bias = true;
   EXPECT_NE(hf_misfit(biased, "cohere").find("model.norm_bias is true"), std::string::npos);
+}
+
+// Layers without rope: only SmolLM3's class (any of them, windows on any
+// layers) and Cohere 2's (its global layers, which a window exempts) hold
+// them. Through each and back: no_rope_layers' flags, Cohere 2's
+// layer_types, and the weights bit for bit (Cohere 2's q and k rows
+// interleaved as Cohere's).
+TEST(HfExport, LayersWithoutRopeRoundTripAsSmollm3AndCohere2) {
+  nn::GptConfig smol = llama(true, 2);
+  smol.nope_layers = {1};
+  EXPECT_NE(hf_misfit(smol, "llama").find("model.nope_layers is set"), std::string::npos);
+  EXPECT_NE(hf_misfit(smol, "qwen3").find("model.nope_layers is set"), std::string::npos);
+  const Exported out = expect_round_trip(smol, "smollm3");
+  EXPECT_EQ(out.config.at("no_rope_layers"), nlohmann::json::array({1, 0}));
+  EXPECT_EQ(out.config.at("use_sliding_window"), false);
+  EXPECT_EQ(out.tensors.count("model.layers.1.self_attn.q_proj.weight"), 1u);
+  nn::GptConfig windowed = smol;  // SmolLM3's window on layer 0 alone
+  windowed.sliding_window = 5;
+  windowed.full_attention_layers = {1};
+  const Exported w = expect_round_trip(windowed, "smollm3");
+  EXPECT_EQ(w.config.at("layer_types"),
+            nlohmann::json::array({"sliding_attention", "full_attention"}));
+  EXPECT_EQ(w.config.at("sliding_window"), 5);
+
+  nn::GptConfig c = llama(true, 2);
+  c.normalization = nn::Normalization::LayerNorm;
+  c.layer_norm_eps = 1e-5;
+  c.norm_bias = false;
+  c.parallel_residual = c.shared_norm = true;
+  c.logit_scale = 0.25;
+  c.sliding_window = 5;
+  c.full_attention_layers = c.nope_layers = {1};
+  EXPECT_NE(hf_misfit(c, "cohere").find("model.nope_layers is set"), std::string::npos);
+  const Exported cohere2 = expect_round_trip(c, "cohere2");
+  EXPECT_EQ(cohere2.config.at("layer_types"),
+            nlohmann::json::array({"sliding_attention", "full_attention"}));
+  EXPECT_EQ(cohere2.config.at("sliding_window"), 5);
+  // (Its rows interleaved: the file's row 1 is Triad's row D / 2.)
+  const int64_t C = c.d_model, D = c.head_dim();
+  EXPECT_EQ(to_double_vector(cohere2.tensors.at(
+                "model.layers.0.self_attn.q_proj.weight"))[static_cast<size_t>(C)],
+            to_double_vector(
+                cohere2.weights.at("h.0.attn.c_attn.weight"))[static_cast<size_t>(D / 2 * C)]);
+  nn::GptConfig elsewhere = c;
+  elsewhere.nope_layers = {0};
+  EXPECT_NE(hf_misfit(elsewhere, "cohere2")
+                .find("model.full_attention_layers is not "
+                      "model.nope_layers"),
+            std::string::npos);
+  EXPECT_THROW(hf_model_type(elsewhere), NotSupportedError);  // (nor SmolLM3's LLaMA blocks)
 }
 
 // StarCoder2's blocks through Starcoder2ForCausalLM and back: LLaMA's
@@ -1307,7 +1358,7 @@ TEST(HfExport, TheModelsOwnClassIsPreferred) {
             "model.hf_type 'phi4' is not a model_type Triad exports "
             "(llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, "
             "qwen3_moe, gemma, gemma2, gemma3_text, phi3, stablelm, olmo, olmo2, olmoe, granite, "
-            "granitemoe, granitemoeshared, cohere, gpt_neox, starcoder2, "
+            "granitemoe, granitemoeshared, cohere, cohere2, smollm3, gpt_neox, starcoder2, "
             "phi, falcon, gptj, codegen, gpt2, or auto)"),
         std::string::npos)
         << e.what();
@@ -1395,11 +1446,14 @@ TEST(HfExport, AModelNoClassHoldsIsNamed) {
               std::string::npos)
         << e.what();
   }
-  // Mistral's window covers every layer.
+  // Mistral's window covers every layer; SmolLM3's layer_types hold any
+  // mix.
   nn::GptConfig mixed = llama(false, 2);
   mixed.sliding_window = 5;
   mixed.full_attention_layers = {0};
-  EXPECT_THROW(hf_model_type(mixed), NotSupportedError);
+  EXPECT_NE(hf_misfit(mixed, "mistral").find("model.full_attention_layers exempts layers"),
+            std::string::npos);
+  EXPECT_STREQ(hf_model_type(mixed), "smollm3");
   EXPECT_EQ(nlohmann::json::parse(hf_config_json(mistral)).at("sliding_window"), 5);
   // Qwen3: the head norms under their names, the projections as wide as the
   // heads (4 query heads of 6: 24, over 2 key/value heads: 12).

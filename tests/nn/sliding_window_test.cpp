@@ -206,5 +206,52 @@ TEST(SlidingWindow, ConfigIsChecked) {
   EXPECT_NO_THROW(exempt.validate());
 }
 
+// model.nope_layers: a layer without rope is the layer whose rotation
+// turns by nothing, which its own forward pass (and the cache's) skips:
+// the same logits as a base so large every angle is 0 there, and not those
+// of the layer turning. Checked: increasing indices of layers, rope only.
+TEST(NopeLayers, ALayerWithoutRopeTurnsNothing) {
+  GptConfig c = windowed(0);
+  c.position_embedding = PositionEmbedding::Rotary;
+  EXPECT_TRUE(c.rotary_at(0) && c.rotary_at(1));
+  GptConfig nope = c;
+  nope.nope_layers = {1};
+  EXPECT_TRUE(nope.rotary_at(0));
+  EXPECT_FALSE(nope.rotary_at(1));
+  std::vector<int64_t> tokens;
+  for (int64_t i = 0; i < 2 * 16; ++i) tokens.push_back((i * 5 + 2) % 23);
+  const Tensor ids = from_vector(tokens, {2, 16});
+  const ForwardContext eval{false, 0, 0};
+  const Gpt without(nope, 3), with(c, 3);
+  const std::vector<double> got = to_double_vector(without.forward(ids, eval));
+  const std::vector<double> turning = to_double_vector(with.forward(ids, eval));
+  double far = 0;
+  for (size_t i = 0; i < got.size(); ++i) far = std::max(far, std::abs(got[i] - turning[i]));
+  EXPECT_GT(far, 1e-6);
+  // Every layer without rope is learned positions with a zero table: the
+  // order seen through the causal mask alone.
+  GptConfig all = c;
+  all.nope_layers = {0, 1};
+  GptConfig learned = c;
+  learned.position_embedding = PositionEmbedding::Learned;
+  Gpt table(learned, 3);
+  StateDict state = Gpt(all, 3).state_dict();
+  state["wpe.weight"] = zeros({learned.seq_len, learned.d_model});
+  table.load_state_dict(state);
+  EXPECT_EQ(to_double_vector(Gpt(all, 3).forward(ids, eval)),
+            to_double_vector(table.forward(ids, eval)));
+  GptConfig bad = nope;
+  bad.nope_layers = {2};
+  triad::testing::expect_invalid(
+      bad, "model.nope_layers: 2 at position 0; expected increasing layer indices in [0, 2)");
+  bad.nope_layers = {1, 1};
+  triad::testing::expect_invalid(bad, "model.nope_layers: 1 at position 1");
+  bad = learned;
+  bad.nope_layers = {0};
+  triad::testing::expect_invalid(bad,
+                                 "model.nope_layers leaves layers without rope, but "
+                                 "model.position_embedding is learned");
+}
+
 }  // namespace
 }  // namespace triad::nn

@@ -905,6 +905,27 @@ TEST_F(Gpt2Parity, GraniteMoeDirectoryReadsAndExportsAsHuggingFacesGraniteMoeSha
   EXPECT_GT(logits_away_from(m, ref_, "granitemoe."), 1e-3);
 }
 
+// The reference's tensors with its gradients of c_attn (in GPT-2's Conv1D
+// layout, [in, out]), whose q's and k's heads are in Cohere's interleaved
+// order, in Triad's halves.
+std::map<std::string, Tensor> with_halves_gradients(const std::map<std::string, Tensor>& ref,
+                                                    const nn::GptConfig& cfg,
+                                                    const std::string& prefix) {
+  std::map<std::string, Tensor> out = ref;
+  const int64_t D = cfg.head_dim(), Q = cfg.q_width(), KV = cfg.kv_heads() * D;
+  for (int64_t i = 0; i < cfg.n_layer; ++i) {
+    const std::string key = prefix + "grad.h." + std::to_string(i) + ".attn.c_attn.weight";
+    const Tensor rows = contiguous(transpose(ref.at(key), 0, 1));
+    const Tensor halves =
+        concat({io::interleaved_head_rows(narrow(rows, 0, 0, Q), cfg.n_head, true),
+                io::interleaved_head_rows(narrow(rows, 0, Q, KV), cfg.kv_heads(), true),
+                contiguous(narrow(rows, 0, Q + KV, KV))},
+               0);
+    out[key] = contiguous(transpose(halves, 0, 1));
+  }
+  return out;
+}
+
 // Cohere's blocks (LLaMA's sublayers in parallel on one LayerNorm without a
 // bias, q and k turned in interleaved pairs, the logits times 0.25) from a
 // CohereForCausalLM directory: logits, loss and every gradient (q's and k's
@@ -923,22 +944,7 @@ TEST_F(Gpt2Parity, CohereDirectoryReadsAndExportsAsHuggingFacesCohere) {
   nn::Gpt model(cfg, 1);
   io::load_gpt2_safetensors(model, dir);
   for (const auto& [name, t] : model.state_dict()) EXPECT_EQ(name.find(".bias"), std::string::npos);
-  // The reference's gradients of c_attn (in GPT-2's Conv1D layout, [in,
-  // out]) have q's and k's heads in Cohere's interleaved order: compared in
-  // Triad's halves.
-  std::map<std::string, Tensor> ref = ref_;
-  const int64_t D = cfg.head_dim(), Q = cfg.q_width(), KV = cfg.kv_heads() * D;
-  for (int64_t i = 0; i < cfg.n_layer; ++i) {
-    const std::string key = "cohere.grad.h." + std::to_string(i) + ".attn.c_attn.weight";
-    const Tensor rows = contiguous(transpose(ref_.at(key), 0, 1));
-    const Tensor halves =
-        concat({io::interleaved_head_rows(narrow(rows, 0, 0, Q), cfg.n_head, true),
-                io::interleaved_head_rows(narrow(rows, 0, Q, KV), cfg.kv_heads(), true),
-                contiguous(narrow(rows, 0, Q + KV, KV))},
-               0);
-    ref[key] = contiguous(transpose(halves, 0, 1));
-  }
-  expect_step_zero_matches(model, ref, "cohere.");
+  expect_step_zero_matches(model, with_halves_gradients(ref_, cfg, "cohere."), "cohere.");
   expect_greedy_tokens(cfg, "cohere_generator", "cohere.greedy_tokens", ref_);
   expect_exports_as_written(model, dir);
   // The file alone, without its config.json: the model's class (Cohere's)
@@ -965,6 +971,52 @@ TEST_F(Gpt2Parity, CohereDirectoryReadsAndExportsAsHuggingFacesCohere) {
   nn::Gpt as_llama(cfg, 1);
   io::load_gpt2_safetensors(as_llama, lone);
   EXPECT_GT(logits_away_from(as_llama, ref_, "cohere."), 1e-3);
+}
+
+// Cohere 2's blocks (Cohere's, with a window on every layer but the global
+// one, which turns nothing) from a Cohere2ForCausalLM directory: logits,
+// loss and every gradient, greedy tokens through the key/value cache past
+// the window; exported again, the same directory. The same model with rope
+// on its global layer: not the reference's logits.
+TEST_F(Gpt2Parity, Cohere2DirectoryReadsAndExportsAsHuggingFacesCohere2) {
+  const std::string dir = ref_dir() + "/cohere2_hf";
+  const nn::GptConfig cfg = io::load_hf_config(dir);
+  EXPECT_EQ(cfg.hf_type, "cohere2");
+  EXPECT_EQ(cfg.nope_layers, (std::vector<int64_t>{1}));
+  EXPECT_EQ(cfg.full_attention_layers, (std::vector<int64_t>{1}));
+  EXPECT_EQ(cfg.sliding_window, cfg_["mistral_window"].get<int64_t>());
+  nn::Gpt model(cfg, 1);
+  io::load_gpt2_safetensors(model, dir);
+  expect_step_zero_matches(model, with_halves_gradients(ref_, cfg, "cohere2."), "cohere2.");
+  expect_greedy_tokens(cfg, "cohere2_generator", "cohere2.greedy_tokens", ref_);
+  expect_exports_as_written(model, dir);
+  nn::GptConfig turning = cfg;
+  turning.nope_layers.clear();
+  nn::Gpt rotated(turning, 1);
+  rotated.load_state_dict(model.state_dict());
+  EXPECT_GT(logits_away_from(rotated, ref_, "cohere2."), 1e-3);
+}
+
+// SmolLM3's blocks (LLaMA's, its second layer without rope) from a
+// SmolLM3ForCausalLM directory: logits, loss and every gradient, greedy
+// tokens through the key/value cache; exported again, the same directory.
+// The same model with rope on every layer: not the reference's logits.
+TEST_F(Gpt2Parity, Smollm3DirectoryReadsAndExportsAsHuggingFacesSmollm3) {
+  const std::string dir = ref_dir() + "/smollm3_hf";
+  const nn::GptConfig cfg = io::load_hf_config(dir);
+  EXPECT_EQ(cfg.hf_type, "smollm3");
+  EXPECT_EQ(cfg.nope_layers, (std::vector<int64_t>{1}));
+  EXPECT_EQ(cfg.sliding_window, 0);
+  nn::Gpt model(cfg, 1);
+  io::load_gpt2_safetensors(model, dir);
+  expect_step_zero_matches(model, ref_, "smollm3.");
+  expect_greedy_tokens(cfg, "smollm3_generator", "smollm3.greedy_tokens", ref_);
+  expect_exports_as_written(model, dir);
+  nn::GptConfig turning = cfg;
+  turning.nope_layers.clear();
+  nn::Gpt rotated(turning, 1);
+  rotated.load_state_dict(model.state_dict());
+  EXPECT_GT(logits_away_from(rotated, ref_, "smollm3."), 1e-3);
 }
 
 // StarCoder2's blocks (the sequential block with rope, LayerNorms, biases

@@ -195,8 +195,12 @@ class Gpt(torch.nn.Module):
                  attn_softcap=None, final_softcap=None, rope_dim=None, parallel=False,
                  gelu_exact=False, shared_norm=False, head_bias=False, mlp_bias=None,
                  interleaved_rope=False, moe=None, pre_norms=True, norm_affine=True,
-                 clip_qkv=None, granite=None, norm_bias=True, logit_scale=None):
+                 clip_qkv=None, granite=None, norm_bias=True, logit_scale=None,
+                 nope_layers=()):
         super().__init__()
+        # SmolLM3's and Cohere 2's: layers whose queries and keys turn by no
+        # rotation at all.
+        self.nope_layers = nope_layers
         # Granite's multipliers, as Hugging Face's Granite applies them:
         # dict(embedding, residual, attention, logits) — the token embeddings
         # times `embedding`, each sublayer's output times `residual`, the
@@ -382,7 +386,7 @@ class Gpt(torch.nn.Module):
             if self.qk_norm and self.qk_norm != "full":  # as Qwen3 does, before the rotation
                 q, k = b.attn.q_norm(q), b.attn.k_norm(k)
             q, k, v = (t.transpose(1, 2) for t in (q, k, v))
-            if self.rope_theta is not None:
+            if self.rope_theta is not None and layer not in self.nope_layers:
                 theta, scaling = self.rope_theta, self.rope_scaling
                 if self.rope_local_theta is not None and layer not in self.full_layers:
                     theta, scaling = self.rope_local_theta, None
@@ -725,7 +729,9 @@ def save_hf_cohere(model, directory):
     """A Cohere-style model (LLaMA's sublayers in parallel on one LayerNorm
     without a bias, q and k turned in interleaved pairs, the logits scaled)
     as a CohereForCausalLM directory: LLaMA's names, q_proj's and k_proj's
-    rows as the reference turns them."""
+    rows as the reference turns them. With a window, as a
+    Cohere2ForCausalLM one: its global layers (the window's full ones) have
+    no rotation."""
     os.makedirs(directory, exist_ok=True)
     t = {"model.embed_tokens.weight": model.wte.weight, "model.norm.weight": model.ln_f.weight}
     for i, b in enumerate(model.h):
@@ -740,6 +746,33 @@ def save_hf_cohere(model, directory):
               "vocab_size": CFG["vocab_size"], "max_position_embeddings": CFG["seq_len"],
               "layer_norm_eps": 1e-5, "rope_theta": ROPE_THETA, "attention_bias": False,
               "logit_scale": model.logit_scale, "use_qk_norm": False,
+              "tie_word_embeddings": True}
+    if model.window is not None:
+        assert tuple(model.full_layers) == tuple(model.nope_layers)
+        del config["use_qk_norm"]
+        config.update({"architectures": ["Cohere2ForCausalLM"], "model_type": "cohere2",
+                       "sliding_window": model.window,
+                       "layer_types": ["full_attention" if i in model.full_layers
+                                       else "sliding_attention" for i in range(CFG["n_layer"])]})
+    with open(os.path.join(directory, "config.json"), "w") as f:
+        json.dump(config, f)
+
+
+def save_hf_smollm3(model, directory):
+    """A SmolLM3-style model (LLaMA's blocks, some layers without rope) as a
+    SmolLM3ForCausalLM directory: LLaMA's names, and no_rope_layers flagging
+    each layer (1: rope, 0: none)."""
+    os.makedirs(directory, exist_ok=True)
+    save_hf_llama(model, os.path.join(directory, "model.safetensors"))
+    config = {"architectures": ["SmolLM3ForCausalLM"], "model_type": "smollm3",
+              "hidden_size": CFG["d_model"], "intermediate_size": model.swiglu_ffn,
+              "num_hidden_layers": CFG["n_layer"], "num_attention_heads": CFG["n_head"],
+              "num_key_value_heads": model.kv_heads, "hidden_act": "silu",
+              "vocab_size": CFG["vocab_size"], "max_position_embeddings": CFG["seq_len"],
+              "rms_norm_eps": 1e-5, "rope_theta": ROPE_THETA, "attention_bias": False,
+              "mlp_bias": False, "use_sliding_window": False, "sliding_window": None,
+              "no_rope_layers": [0 if i in model.nope_layers else 1
+                                 for i in range(CFG["n_layer"])],
               "tie_word_embeddings": True}
     with open(os.path.join(directory, "config.json"), "w") as f:
         json.dump(config, f)
@@ -1525,6 +1558,27 @@ def main():
     record_step_zero(cohere, x, y, "cohere.", ref)
     ref["cohere.greedy_tokens"] = torch.tensor(greedy_continuation(cohere), dtype=torch.float32)
     save_hf_cohere(cohere, os.path.join(out, "cohere_generator"))
+    # Cohere 2's: Cohere's blocks with a window on every layer but the
+    # global one (layer 1), which turns nothing; step 0 and a greedy
+    # continuation, from a Cohere2ForCausalLM directory.
+    cohere2 = Gpt(CFG, ROPE_THETA, SWIGLU_FFN, rms_norm=False, bias=False, tie=True,
+                  kv_heads=LLAMA_KV_HEADS, parallel=True, shared_norm=True,
+                  interleaved_rope=True, norm_bias=False, logit_scale=0.25,
+                  window=MISTRAL_WINDOW, full_layers=(1,), nope_layers=(1,))
+    save_hf_cohere(cohere2, os.path.join(out, "cohere2_hf"))
+    record_step_zero(cohere2, x, y, "cohere2.", ref)
+    ref["cohere2.greedy_tokens"] = torch.tensor(greedy_continuation(cohere2), dtype=torch.float32)
+    save_hf_cohere(cohere2, os.path.join(out, "cohere2_generator"))
+    # SmolLM3's: LLaMA's blocks (grouped key/value heads, a tied head) with
+    # the second layer turning nothing; step 0 and a greedy continuation,
+    # from a SmolLM3ForCausalLM directory.
+    smollm3 = Gpt(CFG, ROPE_THETA, SWIGLU_FFN, rms_norm=True, bias=False, tie=True,
+                  kv_heads=LLAMA_KV_HEADS, nope_layers=(1,))
+    save_hf_smollm3(smollm3, os.path.join(out, "smollm3_hf"))
+    record_step_zero(smollm3, x, y, "smollm3.", ref)
+    ref["smollm3.greedy_tokens"] = torch.tensor(greedy_continuation(smollm3),
+                                                dtype=torch.float32)
+    save_hf_smollm3(smollm3, os.path.join(out, "smollm3_generator"))
     # OLMoE's: pre-norm blocks with those query/key norms and 4 experts on
     # every layer of which each token takes 2, not renormalised, with the
     # load-balancing loss and the router z-loss (OLMoE trained with both);

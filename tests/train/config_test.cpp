@@ -801,6 +801,20 @@ TEST(Config, HeadDimAndQkNormParseAndRoundTrip) {
   expect_config_error(kValid, {"model.head_dim=-3"}, "model.head_dim (-3) must be positive");
 }
 
+TEST(Config, NopeLayersParseRoundTripAndAreChecked) {
+  const Config c = parse_config(kValid, {"model.position_embedding=rope", "model.nope_layers=[1]"});
+  EXPECT_EQ(c.model.nope_layers, (std::vector<int64_t>{1}));
+  EXPECT_EQ(parse_config(to_yaml(c)).model.nope_layers, c.model.nope_layers);
+  EXPECT_EQ(to_yaml(parse_config(kValid)).find("nope_layers"), std::string::npos);
+  expect_config_error(kValid, {"model.position_embedding=rope", "model.nope_layers=1"},
+                      "model.nope_layers: expected a list of layer indices");
+  expect_config_error(kValid, {"model.nope_layers=[0]"},
+                      "model.nope_layers leaves layers without rope, but "
+                      "model.position_embedding is learned");
+  expect_config_error(kValid, {"model.position_embedding=rope", "model.nope_layers=[2]"},
+                      "model.nope_layers: 2 at position 0");
+}
+
 TEST(Config, FullAttentionLayersParseRoundTripAndAreChecked) {
   const Config c =
       parse_config(kValid, {"model.sliding_window=8", "model.full_attention_layers=[0, 1]"});

@@ -151,7 +151,7 @@ std::map<std::string, Tensor> language_model_tensors(std::map<std::string, Tenso
 //  - `interleaved_rotation`: a file in LLaMA's names whose q_proj and k_proj
 //    rows turn in interleaved pairs (Cohere's) has them reordered into
 //    Triad's halves. A config.json beside the file that names its
-//    model_type decides instead (true for "cohere" alone): it describes the
+//    model_type decides instead (true for "cohere" and "cohere2"): it describes the
 //    file, where the model's class is only what the file is taken for.
 struct WeightLayout {
   int64_t n_head = 0;
@@ -159,7 +159,7 @@ struct WeightLayout {
   bool interleaved_rotation = false;
 };
 // `c`'s: its query heads and rotated width, and interleaved_rotation when
-// the Hugging Face class holding it (hf_model_type) is Cohere's, the class
+// the Hugging Face class holding it (hf_model_type) is Cohere's or Cohere 2's, the class
 // an export writes it as (so a lone model.safetensors exported from a
 // Cohere model reads back into one).
 WeightLayout weight_layout(const nn::GptConfig& c);

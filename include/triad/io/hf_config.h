@@ -42,7 +42,11 @@ namespace triad::io {
 // CohereForCausalLM ("cohere": LLaMA's sublayers in parallel on one
 // LayerNorm without a bias, model.norm_bias false; q and k turned in
 // interleaved pairs, which the weights' reader reorders; logit_scale as
-// model.logit_scale);
+// model.logit_scale); Cohere2ForCausalLM ("cohere2": the same, every
+// sliding_window_pattern-th layer global and without rope as
+// model.nope_layers, the others windowed);
+// SmolLM3ForCausalLM ("smollm3": LLaMA's blocks, no_rope_layers' zero flags
+// as model.nope_layers);
 // Starcoder2ForCausalLM ("starcoder2": the sequential block with rope,
 // LayerNorm of norm_epsilon, an ungated GELU MLP, use_bias's biases on
 // every linear layer, Mistral's window);

@@ -52,9 +52,13 @@ namespace triad::io {
 const char* hf_model_type(const nn::GptConfig& c);
 // The same class, or nullptr where none holds `c` (no error).
 const std::string* hf_holding_class(const nn::GptConfig& c);
+// Whether class `type`'s q_proj and k_proj rows turn in interleaved pairs
+// (Cohere's and Cohere 2's), which Triad's reader and export reorder.
+bool hf_turns_interleaved(const std::string& type);
 // The model_type names an export can write (model.hf_type's values):
 // "llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text",
-// "phi3", "stablelm", "olmo", "olmo2", "granite", "cohere", "gpt_neox", "starcoder2",
+// "phi3", "stablelm", "olmo", "olmo2", "granite", "cohere", "cohere2", "smollm3",
+// "gpt_neox", "starcoder2",
 // "phi", "falcon",
 // "gptj", "codegen" and "gpt2" (and the mixtures
 // "mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "granitemoe",

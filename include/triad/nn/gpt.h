@@ -200,6 +200,15 @@ struct GptConfig {
   // layers exempt from the window (model.full_attention_layers) keep
   // rope_theta and rope_scaling. 0: every layer alike.
   double rope_local_theta = 0.0;
+  // Layers whose attention turns nothing (config key model.nope_layers; no
+  // position embedding, "NoPE"): their queries and keys are not rotated, so
+  // they see order through the causal mask and the other layers alone.
+  // SmolLM3's every fourth layer (its no_rope_layers), Cohere 2's global
+  // layers (Command R7B, Command A). Increasing indices; rope only.
+  std::vector<int64_t> nope_layers = {};
+  // Whether layer `layer` rotates its queries and keys: rope, and not one of
+  // nope_layers.
+  bool rotary_at(int64_t layer) const;
   // Partial rotation (config key model.rope_dim; Phi-4-mini's
   // partial_rotary_factor times head_dim): only each head's first rope_dim
   // dimensions turn, as a rope_dim-wide head would, and the rest pass

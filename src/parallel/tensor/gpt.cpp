@@ -601,7 +601,7 @@ Tensor TensorParallelGpt::block_forward(int64_t i, const Tensor& x,
   } else if (L.q_norm) {
     qkv = nn::norm_query_key_heads(qkv, heads, *L.q_norm, *L.k_norm);
   }
-  if (cfg_.rotary()) {
+  if (cfg_.rotary_at(i)) {
     const nn::GptConfig::Rope rope = cfg_.rope_of(i);
     qkv = rotary_embedding(qkv, heads, ctx.positions, 0, rope.theta, rope.scaling);
   }

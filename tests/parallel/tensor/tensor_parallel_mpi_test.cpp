@@ -535,7 +535,8 @@ TEST_P(TensorParallelGptTest, LlamaOptionsMatchOneProcess) {
         "gpt-neox's blocks with a residual multiplier: both sublayers' shares reduced at "
         "once",
         "cohere's blocks: one layernorm without a bias for both parallel sublayers, swiglu, "
-        "logit scale, grouped-query attention"}) {
+        "logit scale, grouped-query attention",
+        "cohere 2's blocks: cohere's, sliding window on layer 0, layer 1 without rope"}) {
     SCOPED_TRACE(variant);
     nn::GptConfig cfg = tiny(V);
     if (variant.find("grouped-query") != std::string::npos) {
@@ -630,6 +631,10 @@ TEST_P(TensorParallelGptTest, LlamaOptionsMatchOneProcess) {
       cfg.parallel_residual = cfg.shared_norm = true;
       cfg.norm_bias = false;
       cfg.logit_scale = 0.5;
+      if (variant.rfind("cohere 2", 0) == 0) {  // its global layer turns nothing
+        cfg.sliding_window = 3;
+        cfg.full_attention_layers = cfg.nope_layers = {1};
+      }
     } else if (variant.rfind("granite", 0) == 0) {
       // LLaMA's blocks with Granite's scalars: each sublayer's reduced
       // output scaled before the residual add, ln_f's output scaled before
