@@ -22,6 +22,18 @@ namespace triad::nn {
 
 namespace {
 
+// model.<name>: increasing layer indices below n_layer.
+void require_layer_list(const std::vector<int64_t>& layers, const char* name, int64_t n_layer) {
+  for (size_t i = 0; i < layers.size(); ++i) {
+    const int64_t l = layers[i];
+    if (l < 0 || l >= n_layer || (i > 0 && l <= layers[i - 1])) {
+      throw ConfigError(std::string("model.") + name + ": " + std::to_string(l) + " at position " +
+                        std::to_string(i) + "; expected increasing layer indices in [0, " +
+                        std::to_string(n_layer) + ")");
+    }
+  }
+}
+
 void require_positive(int64_t v, const char* name) {
   if (v <= 0)
     throw ConfigError(std::string("model.") + name + " (" + std::to_string(v) +
@@ -201,22 +213,8 @@ void GptConfig::validate() const {
     throw ConfigError(
         "model.full_attention_layers exempts layers from a window, but model.sliding_window is 0");
   }
-  for (size_t i = 0; i < full_attention_layers.size(); ++i) {
-    const int64_t l = full_attention_layers[i];
-    if (l < 0 || l >= n_layer || (i > 0 && l <= full_attention_layers[i - 1])) {
-      throw ConfigError("model.full_attention_layers: " + std::to_string(l) + " at position " +
-                        std::to_string(i) + "; expected increasing layer indices in [0, " +
-                        std::to_string(n_layer) + ")");
-    }
-  }
-  for (size_t i = 0; i < nope_layers.size(); ++i) {
-    const int64_t l = nope_layers[i];
-    if (l < 0 || l >= n_layer || (i > 0 && l <= nope_layers[i - 1])) {
-      throw ConfigError("model.nope_layers: " + std::to_string(l) + " at position " +
-                        std::to_string(i) + "; expected increasing layer indices in [0, " +
-                        std::to_string(n_layer) + ")");
-    }
-  }
+  require_layer_list(full_attention_layers, "full_attention_layers", n_layer);
+  require_layer_list(nope_layers, "nope_layers", n_layer);
   if (!nope_layers.empty() && !rotary()) {
     throw ConfigError(
         "model.nope_layers leaves layers without rope, but model.position_embedding is learned "

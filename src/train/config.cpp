@@ -41,6 +41,16 @@ int64_t get_int(const YAML::Node& n, const std::string& key) {
   throw ConfigError(key + ": expected an integer, got '" + scalar_text(n) + "'");
 }
 
+// A list of layer indices (model.full_attention_layers, model.nope_layers);
+// their range and order are GptConfig::validate's to check.
+std::vector<int64_t> get_layer_list(const YAML::Node& n, const std::string& key) {
+  if (!n.IsSequence()) throw ConfigError(key + ": expected a list of layer indices");
+  std::vector<int64_t> layers;
+  for (size_t i = 0; i < n.size(); ++i)
+    layers.push_back(get_int(n[i], key + "[" + std::to_string(i) + "]"));
+  return layers;
+}
+
 double get_double(const YAML::Node& n, const std::string& key) {
   if (n.IsScalar()) {
     try {
@@ -905,21 +915,8 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
        {false, [&](auto& v, auto& k) { m.final_logit_softcap = get_double(v, k); }}},
       {"sliding_window", {false, [&](auto& v, auto& k) { m.sliding_window = get_int(v, k); }}},
       {"full_attention_layers",
-       {false,
-        [&](auto& v, auto& k) {
-          if (!v.IsSequence()) throw ConfigError(k + ": expected a list of layer indices");
-          m.full_attention_layers.clear();
-          for (size_t i = 0; i < v.size(); ++i)
-            m.full_attention_layers.push_back(get_int(v[i], k + "[" + std::to_string(i) + "]"));
-        }}},
-      {"nope_layers",
-       {false,
-        [&](auto& v, auto& k) {
-          if (!v.IsSequence()) throw ConfigError(k + ": expected a list of layer indices");
-          m.nope_layers.clear();
-          for (size_t i = 0; i < v.size(); ++i)
-            m.nope_layers.push_back(get_int(v[i], k + "[" + std::to_string(i) + "]"));
-        }}},
+       {false, [&](auto& v, auto& k) { m.full_attention_layers = get_layer_list(v, k); }}},
+      {"nope_layers", {false, [&](auto& v, auto& k) { m.nope_layers = get_layer_list(v, k); }}},
       {"attention_kernel",
        {false,
         [&](auto& v, auto& k) {

@@ -39,6 +39,18 @@ nn::GptConfig llama(bool tied, int64_t kv) {
   return c;
 }
 
+// Cohere's blocks over llama(true, 2)'s: LLaMA's sublayers in parallel on
+// one LayerNorm without a bias, the logits times `logit_scale`.
+nn::GptConfig cohere_blocks(double logit_scale) {
+  nn::GptConfig c = llama(true, 2);
+  c.normalization = nn::Normalization::LayerNorm;
+  c.layer_norm_eps = 1e-5;
+  c.norm_bias = false;
+  c.parallel_residual = c.shared_norm = true;
+  c.logit_scale = logit_scale;
+  return c;
+}
+
 nn::GptConfig gpt2(bool tied) {
   nn::GptConfig c{.n_layer = 2, .n_head = 2, .d_model = 8, .vocab_size = 11, .seq_len = 6};
   c.ffn_hidden_size = 20;
@@ -630,12 +642,7 @@ TEST(HfExport, GraniteMoeRoundTripsWithItsExpertsFused) {
 // bit for bit, with grouped key/value heads. A LayerNorm without a bias is
 // no other class's.
 TEST(HfExport, CohereRoundTripsWithItsRowsInterleaved) {
-  nn::GptConfig c = llama(true, 2);
-  c.normalization = nn::Normalization::LayerNorm;
-  c.layer_norm_eps = 1e-5;
-  c.norm_bias = false;
-  c.parallel_residual = c.shared_norm = true;
-  c.logit_scale = 0.0625;
+  const nn::GptConfig c = cohere_blocks(0.0625);
   const Exported out = expect_round_trip(c, "cohere");
   const int64_t D = c.head_dim();
   const std::vector<double> qkv = to_double_vector(out.weights.at("h.1.attn.c_attn.weight")),
@@ -687,12 +694,7 @@ TEST(HfExport, LayersWithoutRopeRoundTripAsSmollm3AndCohere2) {
             nlohmann::json::array({"sliding_attention", "full_attention"}));
   EXPECT_EQ(w.config.at("sliding_window"), 5);
 
-  nn::GptConfig c = llama(true, 2);
-  c.normalization = nn::Normalization::LayerNorm;
-  c.layer_norm_eps = 1e-5;
-  c.norm_bias = false;
-  c.parallel_residual = c.shared_norm = true;
-  c.logit_scale = 0.25;
+  nn::GptConfig c = cohere_blocks(0.25);
   c.sliding_window = 5;
   c.full_attention_layers = c.nope_layers = {1};
   EXPECT_NE(hf_misfit(c, "cohere").find("model.nope_layers is set"), std::string::npos);
