@@ -50,8 +50,7 @@ TEST(PlannedRun, TakesTheModelLayoutAndBatchOfATrainerConfig) {
   EXPECT_EQ(p.attention, Attention::Flash);
   EXPECT_TRUE(run.note.empty()) << run.note;
   // It prices without complaint on a real cluster file.
-  const ClusterSpec c =
-      load_cluster(std::string(TRIAD_SOURCE_DIR) + "/configs/clusters/hgx_h200.yaml");
+  const ClusterSpec c = load_cluster(TRIAD_SOURCE_DIR "/configs/clusters/hgx_h200.yaml");
   EXPECT_GT(estimate(run.model, c, run.gpus, run.global_batch, run.layout).mfu, 0.0);
 }
 

@@ -27,9 +27,8 @@ TEST(SamplePrompts, EndAtTheDocumentsEndAndTheGenerationConfigsTokens) {
   testing::TempDir dir;
   const std::string model = dir.file("chat_model");
   std::filesystem::create_directories(model);
-  std::filesystem::copy_file(
-      std::string(TRIAD_SOURCE_DIR) + "/tests/data/fixtures/chat_model/tokenizer.json",
-      model + "/tokenizer.json");
+  std::filesystem::copy_file(TRIAD_SOURCE_DIR "/tests/data/fixtures/chat_model/tokenizer.json",
+                             model + "/tokenizer.json");
   SamplePrompts p = load_sample_prompts(with_samples(model));
   EXPECT_EQ(p.ids.size(), 2u);
   EXPECT_EQ(p.stop_tokens, (std::vector<int64_t>{300}));  // no generation_config.json
