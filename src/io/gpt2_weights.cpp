@@ -434,10 +434,29 @@ nn::StateDict hf_llama_to_triad(const std::map<std::string, Tensor>& tensors,
     // a divisor of q_proj's n_head heads; the stack is c_attn's [q | k | v],
     // with Qwen2's q, k and v biases stacked the same way.
     stack_qkv(block, i, "LLaMA", p, out);
-    // Qwen3's query/key norms (both or neither).
+    // StableLM 2 12B's per-head LayerNorms (q_layernorm.norms.h, one of D
+    // for each head, k_layernorm's for each key/value head), joined head by
+    // head into one vector.
+    for (const char* which : {"q", "k"}) {
+      const std::string base = std::string("self_attn.") + which + "_layernorm.norms.";
+      std::vector<Tensor> heads;
+      while (parts.count(base + std::to_string(heads.size()) + ".weight") > 0)
+        heads.push_back(take(base + std::to_string(heads.size()) + ".weight"));
+      if (!heads.empty()) out[p + "attn." + which + "_norm.weight"] = concat(heads, 0);
+    }
+    // Qwen3's query/key norms (both or neither). Command R+'s are (heads, D),
+    // a weight per head: one vector here, each head's features in the order
+    // its q or k rows were put in (Cohere's interleaved pairs into halves).
     if (parts.count("self_attn.q_norm.weight") > 0 || parts.count("self_attn.k_norm.weight") > 0) {
-      out[p + "attn.q_norm.weight"] = take("self_attn.q_norm.weight");
-      out[p + "attn.k_norm.weight"] = take("self_attn.k_norm.weight");
+      for (const char* which : {"q_norm", "k_norm"}) {
+        Tensor w = take(std::string("self_attn.") + which + ".weight");
+        if (w.dim() == 2) {
+          const int64_t heads = w.size(0);
+          w = reshape(contiguous(w), {w.numel()});
+          if (interleaved_n_head > 0) w = interleaved_head_rows(w, heads, true);
+        }
+        out[p + "attn." + which + ".weight"] = w;
+      }
     }
     // Mixtral's and Qwen3-MoE's experts, StarCoder2's ungated MLP (c_fc,
     // c_proj, with their biases when it has them), or the dense gated MLP.
@@ -1126,7 +1145,7 @@ std::map<std::string, std::string> gpt2_metadata(const nn::GptConfig& c) {
   if (!c.tie_embeddings) meta["tie_embeddings"] = "false";
   if (c.kv_heads() != c.n_head) meta["n_kv_head"] = std::to_string(c.kv_heads());
   if (c.heads_apart()) meta["head_dim"] = std::to_string(c.head_dim());
-  if (c.qk_norm) meta["qk_norm"] = "true";
+  if (c.qk_norm) meta["qk_norm"] = nn::qk_norm_string(c);
   if (c.norm_weight_offset) meta["norm_weight_offset"] = "true";
   if (c.post_norms) meta["post_norms"] = "true";
   if (!c.pre_norms) meta["pre_norms"] = "false";

@@ -273,15 +273,17 @@ nn::GptConfig llama_config(const Keys& k, const std::string& type) {
   // heads of their own width, head_dim above).
   if (type == "qwen3") c.qk_norm = true;
   if (type == "qwen2" || type == "qwen3") c.qkv_bias = type == "qwen2";
-  // StableLM (2 1.6B, 3B-4E1T, Zephyr): LLaMA's blocks with LayerNorms
-  // (scale and shift), q, k and v biases when use_qkv_bias says so, and
-  // partial_rotary_factor of each head turned (a quarter by default).
+  // StableLM (2 1.6B, 2 12B, 3B-4E1T, Zephyr): LLaMA's blocks with
+  // LayerNorms (scale and shift), q, k and v biases when use_qkv_bias says
+  // so, and partial_rotary_factor of each head turned (a quarter by
+  // default). StableLM 2 12B's qk_layernorm, a LayerNorm without a bias on
+  // each query and key head, each head's its own, is model.qk_norm:
+  // head_layernorm.
   if (type == "stablelm") {
     c.normalization = nn::Normalization::LayerNorm;
     c.layer_norm_eps = k.number("layer_norm_eps", 1e-5);
     c.qkv_bias = k.boolean("use_qkv_bias", false);
-    if (k.boolean("qk_layernorm", false))
-      k.unsupported("qk_layernorm", "StableLM's per-head LayerNorms are not implemented");
+    if (k.boolean("qk_layernorm", false)) nn::set_qk_norm(c, "head_layernorm");
     // Its parallel blocks (StableLM 2 12B's) share input_layernorm between
     // the attention and the MLP.
     c.parallel_residual = c.shared_norm = k.boolean("use_parallel_residual", false);
@@ -546,7 +548,8 @@ nn::GptConfig gpt_neox_config(const Keys& k) {
 // (layer_norm_eps), rotary embeddings turning q and k in interleaved pairs
 // (the weights' reader reorders them into Triad's halves), no linear
 // biases, a tied head by default, and the logits times logit_scale.
-// Per-head query/key LayerNorms (use_qk_norm, Command R+'s) are refused.
+// Command R+'s per-head query/key LayerNorms (use_qk_norm) are
+// model.qk_norm: head_layernorm.
 // Cohere2ForCausalLM ("cohere2"): the same blocks, its global layers
 // without rope and the others windowed.
 nn::GptConfig cohere_config(const Keys& k, const std::string& type) {
@@ -567,8 +570,7 @@ nn::GptConfig cohere_config(const Keys& k, const std::string& type) {
     k.unsupported("hidden_act", "Triad's gated MLP is SwiGLU (silu)");
   if (k.boolean("attention_bias", false))
     k.unsupported("attention_bias", "Triad's Cohere blocks have no attention biases");
-  if (k.boolean("use_qk_norm", false))
-    k.unsupported("use_qk_norm", "Cohere's per-head query/key LayerNorms are not implemented");
+  if (k.boolean("use_qk_norm", false)) nn::set_qk_norm(c, "head_layernorm");
   if (type == "cohere2") {
     // Cohere 2 (Command R7B, Command A): local layers with rope and a
     // window, every sliding_window_pattern-th (4th) layer global and

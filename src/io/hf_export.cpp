@@ -201,9 +201,18 @@ std::string llama_misfit(const nn::GptConfig& c, const std::string& type) {
   }
   if (type == "qwen2") add(!c.qkv_bias, "model.qkv_bias is false");
   if (type != "qwen2" && !stablelm) add(c.qkv_bias, "model.qkv_bias is true");
+  // Query/key norms: Qwen3's and Gemma 3's on each head, OLMo's over all
+  // heads (above), and the LayerNorms on each head of Command R+
+  // (CohereConfig's use_qk_norm; Cohere 2's has none) and StableLM 2 12B
+  // (StableLmConfig's qk_layernorm).
   const bool qk = type == "qwen3" || type == "gemma3_text" || olmo;
-  if (qk) add(!c.qk_norm, "model.qk_norm is false");
-  if (!qk) add(c.qk_norm, "model.qk_norm is true");
+  if (type == "cohere" || stablelm) {
+    add(c.qk_norm && !c.qk_head_layernorm, "model.qk_norm is not head_layernorm or false");
+  } else {
+    if (qk) add(!c.qk_norm, "model.qk_norm is false");
+    if (!qk) add(c.qk_norm, "model.qk_norm is true");
+    add(c.qk_head_layernorm, "model.qk_norm is head_layernorm (only Cohere's and StableLM's are)");
+  }
   // Mistral windows every layer; Qwen every layer from max_window_layers
   // on; Gemma 2 and 3 any layers (layer_types).
   // SmolLM3 any layers too (layer_types, under use_sliding_window), Cohere
@@ -1057,7 +1066,7 @@ std::string hf_config_json(const nn::GptConfig& c, const std::string& torch_dtyp
       j[stablelm || cohere ? "layer_norm_eps" : "rms_norm_eps"] = c.layer_norm_eps;
     if (cohere) {
       j["logit_scale"] = c.logit_scale;
-      if (type == "cohere") j["use_qk_norm"] = false;
+      if (type == "cohere") j["use_qk_norm"] = c.qk_head_layernorm;
     }
     if (type == "olmo" || type == "olmoe")
       j["clip_qkv"] = c.clip_qkv > 0 ? nlohmann::ordered_json(c.clip_qkv) : nullptr;
@@ -1081,7 +1090,7 @@ std::string hf_config_json(const nn::GptConfig& c, const std::string& torch_dtyp
     if (stablelm) {
       j["partial_rotary_factor"] = partial_rotary_factor(c);
       j["use_qkv_bias"] = c.qkv_bias;
-      j["qk_layernorm"] = false;
+      j["qk_layernorm"] = c.qk_head_layernorm;
       j["use_parallel_residual"] = c.parallel_residual;
     }
     // Qwen2's q, k and v biases are implied; Phi3Config, StableLmConfig and
@@ -1309,7 +1318,30 @@ std::map<std::string, Tensor> triad_to_hf_part(const nn::StateDict& full, const 
       out[hf + "input_layernorm.bias"] = at(full, p + "ln_1.bias");
       if (!c.shared_norm) out[hf + "post_attention_layernorm.bias"] = at(full, p + "ln_2.bias");
     }
-    if (c.qk_norm) {
+    if (c.qk_head_layernorm) {
+      // Command R+'s: (heads, D), each head's features back in Cohere's
+      // interleaved order, as its q and k rows are. StableLM 2 12B's: a
+      // LayerNorm of D for each head (q_layernorm.norms.h).
+      for (const auto& [which, heads] :
+           {std::pair<std::string, int64_t>{"q_norm", c.n_head}, {"k_norm", c.kv_heads()}}) {
+        Tensor w = at(full, p + "attn." + which + ".weight");
+        if (w.dim() != 1 || w.numel() != heads * c.head_dim()) {
+          throw ShapeError("export: layer " + std::to_string(i) + "'s " + which + " " +
+                           shape_str(w.shape()) + " is not " + std::to_string(heads) +
+                           " heads of " + std::to_string(c.head_dim()));
+        }
+        if (type == "stablelm") {
+          const std::string norms = hf + "self_attn." + which.substr(0, 1) + "_layernorm.norms.";
+          for (int64_t h = 0; h < heads; ++h) {
+            out[norms + std::to_string(h) + ".weight"] =
+                contiguous(narrow(w, 0, h * c.head_dim(), c.head_dim())).detach();
+          }
+          continue;
+        }
+        if (is_cohere(type)) w = interleaved_head_rows(w, heads, false);
+        out[hf + "self_attn." + which + ".weight"] = reshape(w, {heads, c.head_dim()}).detach();
+      }
+    } else if (c.qk_norm) {
       out[hf + "self_attn.q_norm.weight"] = at(full, p + "attn.q_norm.weight");
       out[hf + "self_attn.k_norm.weight"] = at(full, p + "attn.k_norm.weight");
     }

@@ -83,21 +83,28 @@ const char* normalization_string(Normalization n) {
 
 void set_qk_norm(GptConfig& c, const std::string& value) {
   if (value == "false" || value == "none") {
-    c.qk_norm = c.qk_norm_full = false;
+    c.qk_norm = c.qk_norm_full = c.qk_head_layernorm = false;
   } else if (value == "true" || value == "head") {
     c.qk_norm = true;
-    c.qk_norm_full = false;
+    c.qk_norm_full = c.qk_head_layernorm = false;
   } else if (value == "full") {
     c.qk_norm = c.qk_norm_full = true;
+    c.qk_head_layernorm = false;
+  } else if (value == "head_layernorm") {
+    c.qk_norm = c.qk_head_layernorm = true;
+    c.qk_norm_full = false;
   } else {
     throw ConfigError("model.qk_norm ('" + value +
-                      "') must be true (or head: each head alone), full (all heads together) or "
-                      "false");
+                      "') must be true (or head: each head alone), full (all heads together), "
+                      "head_layernorm (a LayerNorm on each head, weights per head) or false");
   }
 }
 
 const char* qk_norm_string(const GptConfig& c) {
-  return !c.qk_norm ? "false" : c.qk_norm_full ? "full" : "true";
+  return !c.qk_norm            ? "false"
+         : c.qk_norm_full      ? "full"
+         : c.qk_head_layernorm ? "head_layernorm"
+                               : "true";
 }
 
 Activation activation_from_string(const std::string& name) {
@@ -329,6 +336,15 @@ void GptConfig::validate() const {
   }
   if (qk_norm_full && !qk_norm) {
     throw ConfigError("model.qk_norm_full: norms over all the queries and keys need model.qk_norm");
+  }
+  if (qk_head_layernorm && (!qk_norm || qk_norm_full)) {
+    throw ConfigError(
+        "model.qk_head_layernorm: LayerNorms on each head need model.qk_norm, and not full ones");
+  }
+  if (qk_head_layernorm && norm_weight_offset) {
+    throw ConfigError(
+        "model.qk_norm: head_layernorm scales each head by its weights, not by 1 + weight: it does "
+        "not go with model.norm_weight_offset");
   }
   if (!pre_norms && (!post_norms || parallel_residual)) {
     throw ConfigError(std::string("model.pre_norms: false (OLMo 2's blocks) needs ") +
@@ -714,7 +730,12 @@ CausalSelfAttention::CausalSelfAttention(const GptConfig& cfg, int64_t layer)
   if (cfg.lora_on("attn.c_proj")) {
     c_proj_->enable_lora(cfg.lora.rank, cfg.lora_scale(), cfg.lora_dropout(layer, "attn.c_proj"));
   }
-  if (cfg.qk_norm) {
+  if (cfg.qk_head_layernorm) {
+    q_head_norm_ = register_module(
+        "q_norm", std::make_shared<HeadLayerNorm>(heads_.q, head_dim_, cfg.layer_norm_eps));
+    k_head_norm_ = register_module(
+        "k_norm", std::make_shared<HeadLayerNorm>(heads_.kv, head_dim_, cfg.layer_norm_eps));
+  } else if (cfg.qk_norm) {
     q_norm_ = register_module(
         "q_norm", std::make_shared<LayerNorm>(cfg.q_norm_width(), cfg.layer_norm_eps, DType::F32,
                                               true, cfg.norm_weight_offset));
@@ -732,6 +753,8 @@ Tensor CausalSelfAttention::project(const Tensor& x, const Tensor& positions, in
     qkv = norm_query_key(qkv, heads_.q * head_dim_, heads_.kv * head_dim_, *q_norm_, *k_norm_);
   } else if (q_norm_) {
     qkv = norm_query_key_heads(qkv, heads_, *q_norm_, *k_norm_);
+  } else if (q_head_norm_) {
+    qkv = norm_query_key_heads(qkv, heads_, *q_head_norm_, *k_head_norm_);
   }
   if (rotary_) qkv = rotary_embedding(qkv, heads_, positions, start, rope_.theta, rope_.scaling);
   return qkv;

@@ -113,8 +113,33 @@ AddNorm LayerNorm::forward_add(const Tensor& x, const Tensor& residual) const {
   return add_layer_norm(x, residual, scale(x), shift(x), eps_);
 }
 
-Tensor norm_query_key_heads(const Tensor& qkv, const AttentionHeads& heads, const LayerNorm& q_norm,
-                            const LayerNorm& k_norm) {
+HeadLayerNorm::HeadLayerNorm(int64_t heads, int64_t head_dim, double eps, DType dtype)
+    : heads_(heads), head_dim_(head_dim), eps_(eps) {
+  if (heads < 1 || head_dim < 1) {
+    throw ValueError("HeadLayerNorm: heads (" + std::to_string(heads) + ") and head_dim (" +
+                     std::to_string(head_dim) + ") must be positive");
+  }
+  weight_ = register_parameter("weight", ones({heads * head_dim}, dtype));
+}
+
+Tensor HeadLayerNorm::forward(const Tensor& x) const {
+  if (x.dim() < 2 || x.size(-2) != heads_ || x.size(-1) != head_dim_) {
+    throw ShapeError("HeadLayerNorm: x must be (..., " + std::to_string(heads_) + ", " +
+                     std::to_string(head_dim_) + "), got " + shape_str(x.shape()));
+  }
+  // The normalisation alone (a scale of ones, no shift), then each head's
+  // weights.
+  const Tensor normed = layer_norm(x, ones({head_dim_}, x.dtype(), x.device()),
+                                   zeros({head_dim_}, x.dtype(), x.device()), eps_);
+  return mul(normed, reshape(weight_, {heads_, head_dim_}));
+}
+
+namespace {
+// qkv's query heads through `q_norm`, its key heads through `k_norm`, each
+// as (B, T, heads, D); the values as they are.
+template <typename Norm>
+Tensor norm_heads_of(const Tensor& qkv, const AttentionHeads& heads, const Norm& q_norm,
+                     const Norm& k_norm) {
   if (qkv.dim() != 3) {
     throw ShapeError("norm_query_key_heads: qkv must be (B, T, width), got " +
                      shape_str(qkv.shape()));
@@ -127,6 +152,17 @@ Tensor norm_query_key_heads(const Tensor& qkv, const AttentionHeads& heads, cons
                          narrow(h, 2, heads.q + heads.kv, heads.kv)},
                         2),
                  {B, T, W});
+}
+}  // namespace
+
+Tensor norm_query_key_heads(const Tensor& qkv, const AttentionHeads& heads, const LayerNorm& q_norm,
+                            const LayerNorm& k_norm) {
+  return norm_heads_of(qkv, heads, q_norm, k_norm);
+}
+
+Tensor norm_query_key_heads(const Tensor& qkv, const AttentionHeads& heads,
+                            const HeadLayerNorm& q_norm, const HeadLayerNorm& k_norm) {
+  return norm_heads_of(qkv, heads, q_norm, k_norm);
 }
 
 Tensor norm_query_key(const Tensor& qkv, int64_t q_width, int64_t kv_width, const LayerNorm& q_norm,

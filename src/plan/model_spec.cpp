@@ -77,9 +77,9 @@ nn::GptConfig parse_model_spec(const std::string& yaml_text, const std::string& 
   option("linear_bias", "true or false",
          [&](const YAML::Node& v) { c.linear_bias = v.as<bool>(); });
   option("qkv_bias", "true or false", [&](const YAML::Node& v) { c.qkv_bias = v.as<bool>(); });
-  option("qk_norm", "true (or head), full or false", [&](const YAML::Node& v) {
+  option("qk_norm", "true (or head), full, head_layernorm or false", [&](const YAML::Node& v) {
     const std::string text = v.as<std::string>();
-    if (text == "full" || text == "head") {
+    if (text == "full" || text == "head" || text == "head_layernorm") {
       nn::set_qk_norm(c, text);
     } else {
       nn::set_qk_norm(c, v.as<bool>() ? "true" : "false");

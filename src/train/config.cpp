@@ -853,18 +853,19 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
       {"qk_norm",
        {false,
         [&](auto& v, auto& k) {
-          // true/false in any of YAML's spellings, or head / full.
-          if (v.IsScalar() && (v.Scalar() == "full" || v.Scalar() == "head")) {
+          // true/false in any of YAML's spellings, or head / full /
+          // head_layernorm.
+          const char* expected = ": expected true (or head), full, head_layernorm or false, got '";
+          if (v.IsScalar() &&
+              (v.Scalar() == "full" || v.Scalar() == "head" || v.Scalar() == "head_layernorm")) {
             nn::set_qk_norm(m, v.Scalar());
           } else if (v.IsScalar()) {
             bool on = false;
             if (!YAML::convert<bool>::decode(v, on))
-              throw ConfigError(k + ": expected true (or head), full or false, got '" +
-                                scalar_text(v) + "'");
+              throw ConfigError(k + expected + scalar_text(v) + "'");
             nn::set_qk_norm(m, on ? "true" : "false");
           } else {
-            throw ConfigError(k + ": expected true (or head), full or false, got '" +
-                              scalar_text(v) + "'");
+            throw ConfigError(k + expected + scalar_text(v) + "'");
           }
         }}},
       {"pre_norms", {false, [&](auto& v, auto& k) { m.pre_norms = get_bool(v, k); }}},
@@ -1413,8 +1414,8 @@ std::string to_yaml(const Config& c) {
     << nn::normalization_string(c.model.normalization);
   e << YAML::Key << "linear_bias" << YAML::Value << c.model.linear_bias;
   if (c.model.qkv_bias) e << YAML::Key << "qkv_bias" << YAML::Value << true;
-  if (c.model.qk_norm_full) {
-    e << YAML::Key << "qk_norm" << YAML::Value << "full";
+  if (c.model.qk_norm_full || c.model.qk_head_layernorm) {
+    e << YAML::Key << "qk_norm" << YAML::Value << nn::qk_norm_string(c.model);
   } else if (c.model.qk_norm) {
     e << YAML::Key << "qk_norm" << YAML::Value << true;
   }

@@ -929,8 +929,7 @@ TEST(HfConfig, OlmoConfigIsItsOwn) {
 // interleaved pairs (the weights' reader reorders them), 64 heads of 128,
 // a tied head and the logits times 0.0625. Its count by the shapes:
 // 256000 x 8192 embeddings, 40 blocks of 4 x 8192^2 + 3 x 8192 x 22528 + 8192
-// (one norm), and the final norm's 8192: 34,980,831,232. Command R+'s
-// per-head query/key norms are refused.
+// (one norm), and the final norm's 8192: 34,980,831,232.
 TEST(HfConfig, CohereConfigIsItsOwn) {
   const std::string cohere = R"({
     "architectures": ["CohereForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
@@ -956,9 +955,37 @@ TEST(HfConfig, CohereConfigIsItsOwn) {
   EXPECT_EQ(c.num_parameters(), 34'980'831'232);
   EXPECT_EQ(std::string(hf_architecture(c)), "CohereForCausalLM");
   EXPECT_EQ(gpt_config_from_hf(without(cohere, "logit_scale"), "m").logit_scale, 0.0625);
-  EXPECT_NE(error_of(edited(cohere, "use_qk_norm", "true")).find("use_qk_norm"), std::string::npos);
+  EXPECT_FALSE(c.qk_norm);
   EXPECT_NE(error_of(edited(cohere, "logit_scale", "0")).find("'logit_scale' (0)"),
             std::string::npos);
+}
+
+// c4ai-command-r-plus' config.json keys (Command R+): Cohere's blocks with
+// use_qk_norm, a LayerNorm on each query and key head with weights of its
+// own (model.qk_norm: head_layernorm), and grouped-query attention. Its
+// count by the shapes: 256000 x 12288 embeddings, 64 blocks of 2 x 12288^2
+// + 2 x 12288 x 1024 + 3 x 12288 x 33792 + 12288 (one norm) + 96 x 128 +
+// 8 x 128 (the head norms), and the final norm's 12288: 103,810,674,688
+// (104B). It exports as CohereForCausalLM with use_qk_norm again.
+TEST(HfConfig, CommandRPlusNormsEachHeadWithItsOwnWeights) {
+  const std::string plus = R"({
+    "architectures": ["CohereForCausalLM"], "attention_bias": false, "bos_token_id": 5,
+    "eos_token_id": 255001, "hidden_act": "silu", "hidden_size": 12288,
+    "intermediate_size": 33792, "layer_norm_eps": 1e-05, "logit_scale": 0.8333333333333334,
+    "max_position_embeddings": 8192, "model_type": "cohere", "num_attention_heads": 96,
+    "num_hidden_layers": 64, "num_key_value_heads": 8, "pad_token_id": 0,
+    "rope_theta": 75000000.0, "torch_dtype": "float16", "use_qk_norm": true,
+    "vocab_size": 256000})";
+  const nn::GptConfig c = gpt_config_from_hf(plus, "c4ai-command-r-plus/config.json");
+  EXPECT_TRUE(c.qk_norm && c.qk_head_layernorm);
+  EXPECT_FALSE(c.qk_norm_full);
+  EXPECT_EQ(c.q_norm_width(), 96 * 128);
+  EXPECT_EQ(c.k_norm_width(), 8 * 128);
+  EXPECT_EQ(c.num_parameters(), 103'810'674'688);
+  EXPECT_EQ(std::string(hf_architecture(c)), "CohereForCausalLM");
+  const auto j = nlohmann::json::parse(hf_config_json(c, "bfloat16"));
+  EXPECT_EQ(j.at("use_qk_norm"), true);
+  EXPECT_TRUE(gpt_config_from_hf(hf_config_json(c, "bfloat16"), "back").qk_head_layernorm);
 }
 
 // c4ai-command-r7b-12-2024's config.json keys (Cohere 2): Cohere's blocks,
@@ -1373,7 +1400,9 @@ TEST(HfConfig, CodegenConfigIsGptjsBlocks) {
 // StableLM 2 1.6B's config.json as published: LLaMA's blocks with
 // LayerNorms, q, k and v biases and a quarter of each head turned, and its
 // published parameter count; its 12B's parallel blocks (one norm shared)
-// and per-head norms are named.
+// and its LayerNorm on each query and key head (qk_layernorm): 40 blocks of
+// 5120 over 32 query heads of 160 and 8 key/value heads, 12,143,185,920
+// parameters (12.1B) with the head norms' 40 x (32 + 8) x 160.
 TEST(HfConfig, StableLmConfigIsStableLm2s) {
   const std::string stablelm = R"({
     "architectures": ["StableLmForCausalLM"], "bos_token_id": 100257, "eos_token_id": 100257,
@@ -1408,9 +1437,20 @@ TEST(HfConfig, StableLmConfigIsStableLm2s) {
   EXPECT_TRUE(parallel.parallel_residual);
   EXPECT_TRUE(parallel.shared_norm);
   EXPECT_FALSE(parallel.head_bias);
-  EXPECT_NE(error_of(edited(stablelm, "qk_layernorm", "true"))
-                .find("'qk_layernorm' (true): StableLM's per-head LayerNorms are not implemented"),
-            std::string::npos);
+  std::string twelve = edited(stablelm, "use_parallel_residual", "true");
+  for (const auto& [key, value] :
+       std::vector<std::pair<std::string, std::string>>{{"qk_layernorm", "true"},
+                                                        {"hidden_size", "5120"},
+                                                        {"intermediate_size", "13824"},
+                                                        {"num_hidden_layers", "40"},
+                                                        {"num_key_value_heads", "8"},
+                                                        {"use_qkv_bias", "false"}})
+    twelve = edited(twelve, key, value);
+  const nn::GptConfig big = gpt_config_from_hf(twelve, "stablelm-2-12b/config.json");
+  EXPECT_TRUE(big.qk_norm && big.qk_head_layernorm);
+  EXPECT_EQ(big.head_dim(), 160);
+  EXPECT_EQ(big.num_parameters(), 12'143'185'920);
+  EXPECT_EQ(nlohmann::json::parse(hf_config_json(big)).at("qk_layernorm"), true);
   EXPECT_NE(error_of(edited(stablelm, "partial_rotary_factor", "1.5"))
                 .find("'partial_rotary_factor' (1.5) must be a share of the head in (0, 1]"),
             std::string::npos);

@@ -302,6 +302,8 @@ TEST(HfExport, LlamaAndGpt2RoundTrip) {
   nn::GptConfig stablelm_parallel = stablelm;  // StableLM 2 12B's shared-norm parallel blocks
   stablelm_parallel.parallel_residual = true;
   stablelm_parallel.shared_norm = true;
+  nn::GptConfig stablelm_12b = stablelm_parallel;  // and its LayerNorm on each q and k head
+  nn::set_qk_norm(stablelm_12b, "head_layernorm");
   for (const nn::GptConfig& c : {llama(false, 2),
                                  llama(true, 0),
                                  llama(false, 1),
@@ -318,6 +320,7 @@ TEST(HfExport, LlamaAndGpt2RoundTrip) {
                                  phi3,
                                  stablelm,
                                  stablelm_parallel,
+                                 stablelm_12b,
                                  phi2,
                                  falcon7,
                                  falcon40,
@@ -670,6 +673,98 @@ TEST(HfExport, CohereRoundTripsWithItsRowsInterleaved) {
   nn::GptConfig biased = c;
   biased.norm_bias = true;
   EXPECT_NE(hf_misfit(biased, "cohere").find("model.norm_bias is true"), std::string::npos);
+}
+
+// Command R+'s per-head LayerNorms (model.qk_norm: head_layernorm) through
+// CohereForCausalLM and back: use_qk_norm, q_norm (n_head, D) and k_norm
+// (kv heads, D) in the file, each head's weights in the interleaved order of
+// its q and k rows (the file's (h, 2i + pair) is Triad's h * D + pair * D/2
+// + i), read back bit for bit from the directory and from the file alone.
+// No other class but StableLM's holds them: StableLM 2 12B writes a
+// LayerNorm of D for each head, in the heads' order.
+TEST(HfExport, HeadLayerNormsRoundTripAsCommandRPlusAndStableLm12bWriteThem) {
+  nn::GptConfig c = cohere_blocks(0.5);
+  nn::set_qk_norm(c, "head_layernorm");
+  nn::Gpt model(c, 3);
+  nn::StateDict sd = model.state_dict();
+  for (auto& [name, t] : sd) {  // weights that tell every feature apart
+    if (name.find("_norm.weight") == std::string::npos) continue;
+    std::vector<double> v(static_cast<size_t>(t.numel()));
+    for (size_t i = 0; i < v.size(); ++i) v[i] = 1.0 + 0.01 * static_cast<double>(i);
+    t = from_vector(v, t.shape());
+  }
+  model.load_state_dict(sd);
+  EXPECT_EQ(std::string(hf_model_type(c)), "cohere");
+  testing::TempDir dir;
+  save_hf_model(model.state_dict(), c, dir.file("hf"));
+  const nn::GptConfig back = load_hf_config(dir.file("hf"));
+  EXPECT_TRUE(back.qk_head_layernorm);
+  expect_same_model(c, back);
+  expect_reads_back(dir.file("hf"), model);
+  std::filesystem::create_directory(dir.file("alone"));
+  std::filesystem::copy_file(dir.file("hf/model.safetensors"), dir.file("alone/model.safetensors"));
+  expect_reads_back(dir.file("alone/model.safetensors"), model);
+  const auto tensors = load_safetensors(dir.file("hf/model.safetensors")).tensors;
+  const int64_t D = c.head_dim();
+  const Tensor& q = tensors.at("model.layers.1.self_attn.q_norm.weight");
+  const Tensor& k = tensors.at("model.layers.1.self_attn.k_norm.weight");
+  EXPECT_EQ(q.shape(), (Shape{c.n_head, D}));
+  EXPECT_EQ(k.shape(), (Shape{c.kv_heads(), D}));
+  const std::vector<double> fq = to_double_vector(q),
+                            ours = to_double_vector(sd.at("h.1.attn.q_norm.weight"));
+  for (int64_t h = 0; h < c.n_head; ++h) {
+    for (int64_t i = 0; i < D / 2; ++i) {
+      for (int64_t pair = 0; pair < 2; ++pair) {
+        EXPECT_EQ(fq[static_cast<size_t>(h * D + 2 * i + pair)],
+                  ours[static_cast<size_t>(h * D + pair * (D / 2) + i)])
+            << h << " " << i << " " << pair;
+      }
+    }
+  }
+  std::ifstream config(dir.file("hf/config.json"));
+  EXPECT_EQ(nlohmann::json::parse(config).at("use_qk_norm"), true);
+  for (const char* other : {"qwen3", "gemma3_text", "olmo2", "cohere2", "llama"})
+    EXPECT_NE(hf_misfit(c, other).find("model.qk_norm is"), std::string::npos) << other;
+  nn::GptConfig qwen_norms = cohere_blocks(0.5);
+  qwen_norms.qk_norm = true;
+  EXPECT_NE(hf_misfit(qwen_norms, "cohere").find("model.qk_norm is not head_layernorm or false"),
+            std::string::npos);
+
+  // StableLM 2 12B's: a LayerNorm of D for each head, q_layernorm.norms.h
+  // (and k_layernorm's for each key/value head), in the heads' order.
+  nn::GptConfig s = llama(false, 2);
+  s.normalization = nn::Normalization::LayerNorm;
+  s.layer_norm_eps = 1e-5;
+  s.rope_dim = 2;
+  s.parallel_residual = s.shared_norm = true;
+  nn::set_qk_norm(s, "head_layernorm");
+  EXPECT_EQ(std::string(hf_model_type(s)), "stablelm");
+  nn::Gpt twelve(s, 3);
+  nn::StateDict tw = twelve.state_dict();
+  for (auto& [name, t] : tw) {
+    if (name.find("attn.") == std::string::npos || name.find("_norm.weight") == std::string::npos)
+      continue;
+    std::vector<double> v(static_cast<size_t>(t.numel()));
+    for (size_t i = 0; i < v.size(); ++i) v[i] = 2.0 - 0.01 * static_cast<double>(i);
+    t = from_vector(v, t.shape());
+  }
+  twelve.load_state_dict(tw);
+  save_hf_model(twelve.state_dict(), s, dir.file("stablelm"));
+  expect_same_model(s, load_hf_config(dir.file("stablelm")));
+  expect_reads_back(dir.file("stablelm"), twelve);
+  const auto st = load_safetensors(dir.file("stablelm/model.safetensors")).tensors;
+  const std::vector<double> k_ours = to_double_vector(tw.at("h.0.attn.k_norm.weight"));
+  const int64_t SD = s.head_dim();
+  for (int64_t h = 0; h < s.kv_heads(); ++h) {
+    const Tensor& w =
+        st.at("model.layers.0.self_attn.k_layernorm.norms." + std::to_string(h) + ".weight");
+    EXPECT_EQ(to_double_vector(w),
+              std::vector<double>(k_ours.begin() + h * SD, k_ours.begin() + (h + 1) * SD));
+  }
+  EXPECT_EQ(st.count("model.layers.0.self_attn.q_layernorm.norms." + std::to_string(s.n_head - 1) +
+                     ".weight"),
+            1u);
+  EXPECT_EQ(st.count("model.layers.0.self_attn.q_norm.weight"), 0u);
 }
 
 // Layers without rope: only SmolLM3's class (any of them, windows on any

@@ -31,12 +31,6 @@ GptConfig qwen3_config() {
   return c;
 }
 
-double sum_of_squares(const Tensor& t) {
-  double s = 0;
-  for (double v : to_double_vector(t)) s += v * v;
-  return s;
-}
-
 TEST(HeadDim, ShapesCountsAndFlopsFollowTheHeadsWidth) {
   const GptConfig c = qwen3_config();
   EXPECT_EQ(c.head_dim(), 12);
@@ -112,15 +106,68 @@ TEST(QkNorm, NormalisesEachQueryAndKeyHeadAndCopiesTheValues) {
                ShapeError);
 }
 
+// Command R+'s norms (model.qk_norm: head_layernorm): each head's mean
+// removed and its variance divided out, then each feature of each head
+// scaled by that head's own weight (one vector, head h's at h * D); the
+// values copied. Its gradient reaches every head's weights and each head's
+// weights only that head.
+TEST(QkNorm, HeadLayerNormsWeighEachHeadByItsOwn) {
+  const int64_t B = 2, T = 3, H = 4, KV = 2, D = 6, W = (H + 2 * KV) * D;
+  const double eps = 1e-6;
+  const Tensor qkv = randn({B, T, W}, 5, 1, 1.0, DType::F64);
+  HeadLayerNorm q_norm(H, D, eps, DType::F64), k_norm(KV, D, eps, DType::F64);
+  EXPECT_EQ(q_norm.state_dict().at("weight").shape(), (Shape{H * D}));
+  for (double v : to_double_vector(q_norm.state_dict().at("weight"))) EXPECT_EQ(v, 1.0);
+  std::vector<double> qw, kw;
+  for (int64_t i = 0; i < H * D; ++i) qw.push_back(0.5 + 0.03 * static_cast<double>(i));
+  for (int64_t i = 0; i < KV * D; ++i) kw.push_back(1.5 - 0.05 * static_cast<double>(i));
+  q_norm.load_state_dict({{"weight", from_vector(qw, {H * D}, DType::F64)}});
+  k_norm.load_state_dict({{"weight", from_vector(kw, {KV * D}, DType::F64)}});
+  const std::vector<double> in = to_double_vector(qkv);
+  const Tensor out = norm_query_key_heads(qkv, AttentionHeads{H, KV}, q_norm, k_norm);
+  const std::vector<double> got = to_double_vector(out);
+  ASSERT_EQ(got.size(), in.size());
+  for (int64_t r = 0; r < B * T; ++r) {
+    for (int64_t h = 0; h < H + 2 * KV; ++h) {
+      const size_t at = static_cast<size_t>(r * W + h * D);
+      double mean = 0, var = 0;
+      for (int64_t d = 0; d < D; ++d) mean += in[at + d] / D;
+      for (int64_t d = 0; d < D; ++d) var += (in[at + d] - mean) * (in[at + d] - mean) / D;
+      for (int64_t d = 0; d < D; ++d) {
+        const double x = in[at + d], n = (x - mean) / std::sqrt(var + eps);
+        const double want = h < H        ? n * qw[static_cast<size_t>(h * D + d)]
+                            : h < H + KV ? n * kw[static_cast<size_t>((h - H) * D + d)]
+                                         : x;
+        ASSERT_NEAR(got[at + d], want, 1e-12) << "row " << r << " head " << h << " d " << d;
+      }
+    }
+  }
+  // A loss on query head 1 alone: only head 1's weights get a gradient.
+  const Tensor head1 = narrow(reshape(out, {B, T, H + 2 * KV, D}), 2, 1, 1);
+  autograd::backward({sum(mul(head1, head1))});
+  const std::vector<double> g = to_double_vector(q_norm.named_parameters().at(0).second.grad());
+  for (int64_t i = 0; i < H * D; ++i) {
+    if (i / D == 1) {
+      EXPECT_NE(g[static_cast<size_t>(i)], 0.0) << i;
+    } else {
+      EXPECT_EQ(g[static_cast<size_t>(i)], 0.0) << i;
+    }
+  }
+  EXPECT_THROW(norm_query_key_heads(qkv, AttentionHeads{H + 2, KV - 1}, q_norm, k_norm),
+               ShapeError);
+  EXPECT_THROW(HeadLayerNorm(0, D), ValueError);
+}
+
 // What the norm is for: the attention no longer depends on how large the
 // query and key projections grow. Scaling c_attn's q and k rows by 10
 // leaves the logits (almost: eps) unchanged with qk_norm and moves them
 // without.
 TEST(QkNorm, LogitsIgnoreTheScaleOfTheQueryAndKeyProjections) {
-  for (const bool qk_norm : {true, false}) {
-    SCOPED_TRACE(qk_norm ? "qk_norm" : "no qk_norm");
+  for (const std::string mode : {"true", "head_layernorm", "false"}) {
+    SCOPED_TRACE("model.qk_norm: " + mode);
     GptConfig c = qwen3_config();
-    c.qk_norm = qk_norm;
+    set_qk_norm(c, mode);
+    const bool qk_norm = c.qk_norm;
     c.layer_norm_eps = 1e-12;
     Gpt m(c, 9);
     // Large enough weights that the attention is not uniform.
@@ -153,17 +200,18 @@ TEST(QkNorm, LogitsIgnoreTheScaleOfTheQueryAndKeyProjections) {
   }
 }
 
-// Every weight, the head norms included, gets a gradient, and the loss
-// moves under a few steps of plain gradient descent.
+// Every weight, the head norms included, gets a gradient (Command R+'s
+// too, n_head * D and kv_heads * D wide).
 TEST(QkNorm, EveryParameterGetsAGradient) {
-  const GptConfig c = qwen3_config();
-  Gpt m(c, 4);
-  const Tensor ids = from_vector(std::vector<int64_t>{1, 2, 3, 4, 5, 9, 7, 3}, {2, 4});
-  const Tensor targets = from_vector(std::vector<int64_t>{2, 3, 4, 5, 9, 7, 3, 1}, {2, 4});
-  autograd::backward({m.loss(ids, targets)});
-  for (const auto& [name, p] : m.named_parameters()) {
-    ASSERT_TRUE(p.grad().defined()) << name;
-    EXPECT_GT(sum_of_squares(p.grad()), 0.0) << name;
+  for (const std::string mode : {"true", "head_layernorm"}) {
+    SCOPED_TRACE("model.qk_norm: " + mode);
+    GptConfig c = qwen3_config();
+    set_qk_norm(c, mode);
+    Gpt m(c, 4);
+    EXPECT_EQ(m.state_dict().at("h.0.attn.k_norm.weight").shape(),
+              (Shape{mode == "true" ? c.head_dim() : c.kv_heads() * c.head_dim()}));
+    EXPECT_EQ(m.num_parameters(), c.num_parameters());
+    triad::testing::expect_every_parameter_gets_a_gradient(m);
   }
 }
 

@@ -607,6 +607,35 @@ TEST_F(Gpt2Parity, StableLmDirectoryReadsAndExportsAsHuggingFacesStableLm) {
   expect_exports_as_written(model, dir);
 }
 
+// StableLM 2 12B's blocks from a StableLmForCausalLM directory: the
+// parallel residual on one LayerNorm and a LayerNorm without a bias on each
+// query and key head, each head's weights its own (qk_layernorm, a LayerNorm
+// of D per head in the file), to the reference's logits, gradients and
+// greedy tokens; exported again, the same directory. With every head
+// scaled by the first head's weights: not the reference's logits.
+TEST_F(Gpt2Parity, StableLm12bHeadNormsReadAndExportAsHuggingFacesStableLm) {
+  const std::string dir = ref_dir() + "/stablelm12_hf";
+  const nn::GptConfig cfg = io::load_hf_config(dir);
+  EXPECT_EQ(cfg.hf_type, "stablelm");
+  EXPECT_TRUE(cfg.qk_head_layernorm);
+  EXPECT_TRUE(cfg.parallel_residual && cfg.shared_norm);
+  nn::Gpt model(cfg, 1);
+  io::load_gpt2_safetensors(model, dir);
+  expect_step_zero_matches(model, ref_, "stablelm12.");
+  expect_greedy_tokens(cfg, "stablelm12_generator", "stablelm12.greedy_tokens", ref_);
+  expect_exports_as_written(model, dir);
+  nn::StateDict first_head = model.state_dict();
+  const int64_t D = cfg.head_dim();
+  for (auto& [name, t] : first_head) {
+    if (name.find(".attn.q_norm.weight") == std::string::npos) continue;
+    std::vector<Tensor> heads(static_cast<size_t>(cfg.n_head), narrow(t, 0, 0, D));
+    t = contiguous(concat(heads, 0));
+  }
+  nn::Gpt shared(cfg, 1);
+  shared.load_state_dict(first_head);
+  EXPECT_GT(logits_away_from(shared, ref_, "stablelm12."), 1e-4);
+}
+
 // Phi-2's blocks from a PhiForCausalLM directory: the parallel residual
 // with one norm for both sublayers, a biased untied head, half of each head
 // turned and grouped key/value heads read to the reference's logits,
@@ -922,6 +951,15 @@ std::map<std::string, Tensor> with_halves_gradients(const std::map<std::string, 
                 contiguous(narrow(rows, 0, Q + KV, KV))},
                0);
     out[key] = contiguous(transpose(halves, 0, 1));
+    // Command R+'s head norms, (heads, D) in Cohere's order: one vector,
+    // each head's features in Triad's halves.
+    for (const char* norm : {"q_norm", "k_norm"}) {
+      const std::string name = prefix + "grad.h." + std::to_string(i) + ".attn." + norm + ".weight";
+      auto it = ref.find(name);
+      if (it == ref.end() || it->second.dim() != 2) continue;
+      out[name] = io::interleaved_head_rows(reshape(contiguous(it->second), {it->second.numel()}),
+                                            it->second.size(0), true);
+    }
   }
   return out;
 }
@@ -971,6 +1009,39 @@ TEST_F(Gpt2Parity, CohereDirectoryReadsAndExportsAsHuggingFacesCohere) {
   nn::Gpt as_llama(cfg, 1);
   io::load_gpt2_safetensors(as_llama, lone);
   EXPECT_GT(logits_away_from(as_llama, ref_, "cohere."), 1e-3);
+}
+
+// Command R+'s blocks (Cohere's, with a LayerNorm on each query and key head
+// whose weights are the head's own: use_qk_norm) from a CohereForCausalLM
+// directory: logits, loss and every gradient (the head norms' features
+// reordered into Triad's halves with their q and k rows), greedy tokens
+// through the key/value cache; exported again, the same directory. With
+// the norms' weights left in the file's order: not the reference's logits.
+TEST_F(Gpt2Parity, CommandRPlusHeadNormsReadAndExportAsHuggingFacesCohere) {
+  const std::string dir = ref_dir() + "/command_r_plus_hf";
+  const nn::GptConfig cfg = io::load_hf_config(dir);
+  EXPECT_EQ(cfg.hf_type, "cohere");
+  EXPECT_TRUE(cfg.qk_head_layernorm);
+  nn::Gpt model(cfg, 1);
+  io::load_gpt2_safetensors(model, dir);
+  EXPECT_EQ(model.state_dict().at("h.0.attn.q_norm.weight").shape(), (Shape{cfg.q_width()}));
+  expect_step_zero_matches(model, with_halves_gradients(ref_, cfg, "command_r_plus."),
+                           "command_r_plus.");
+  expect_greedy_tokens(cfg, "command_r_plus_generator", "command_r_plus.greedy_tokens", ref_);
+  expect_exports_as_written(model, dir);
+  const auto file = io::load_safetensors(dir + "/model.safetensors").tensors;
+  nn::StateDict as_filed = model.state_dict();
+  for (int64_t i = 0; i < cfg.n_layer; ++i) {
+    for (const char* norm : {"q_norm", "k_norm"}) {
+      const Tensor& w =
+          file.at("model.layers." + std::to_string(i) + ".self_attn." + norm + ".weight");
+      as_filed["h." + std::to_string(i) + ".attn." + norm + ".weight"] =
+          reshape(contiguous(w), {w.numel()});
+    }
+  }
+  nn::Gpt unordered(cfg, 1);
+  unordered.load_state_dict(as_filed);
+  EXPECT_GT(logits_away_from(unordered, ref_, "command_r_plus."), 1e-4);
 }
 
 // Cohere 2's blocks (Cohere's, with a window on every layer but the global

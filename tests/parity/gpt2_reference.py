@@ -175,6 +175,21 @@ class BiaslessLayerNorm(torch.nn.Module):
         return F.layer_norm(x, (x.shape[-1],), self.weight, None, self.eps)
 
 
+class HeadLayerNorm(torch.nn.Module):
+    """Command R+'s query/key norm (CohereLayerNorm over (heads, D)): each
+    head's mean subtracted and its variance divided out over its D
+    features, then a weight for each head and feature, no shift."""
+    def __init__(self, heads, D, eps=1e-5):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.ones(heads, D))
+        self.eps = eps
+
+    def forward(self, x):  # (B, T, heads, D)
+        mean = x.mean(-1, keepdim=True)
+        var = (x - mean).pow(2).mean(-1, keepdim=True)
+        return (x - mean) * torch.rsqrt(var + self.eps) * self.weight
+
+
 class RmsNorm(torch.nn.Module):
     def __init__(self, C, eps=1e-5, offset=False):
         super().__init__()
@@ -281,6 +296,9 @@ class Gpt(torch.nn.Module):
             if qk_norm == "full":  # OLMo 2's RMSNorm over all queries, all keys
                 b.attn.q_norm = RmsNorm(Q, offset=norm_offset)
                 b.attn.k_norm = RmsNorm(KV, offset=norm_offset)
+            elif qk_norm == "head_layernorm":  # Command R+'s, a weight per head
+                b.attn.q_norm = HeadLayerNorm(c["n_head"], self.D)
+                b.attn.k_norm = HeadLayerNorm(self.kv_heads, self.D)
             elif qk_norm:  # Qwen3's RMSNorm over each query head and each key head
                 b.attn.q_norm = RmsNorm(self.D, offset=norm_offset)
                 b.attn.k_norm = RmsNorm(self.D, offset=norm_offset)
@@ -383,7 +401,8 @@ class Gpt(torch.nn.Module):
             if self.qk_norm == "full":  # as Hugging Face's Olmo2 does, before the split
                 q, k = b.attn.q_norm(q), b.attn.k_norm(k)
             q, k, v = q.view(B, T, NH, D), k.view(B, T, NKV, D), v.view(B, T, NKV, D)
-            if self.qk_norm and self.qk_norm != "full":  # as Qwen3 does, before the rotation
+            # As Qwen3 and Command R+ do, on each head before the rotation.
+            if self.qk_norm and self.qk_norm != "full":
                 q, k = b.attn.q_norm(q), b.attn.k_norm(k)
             q, k, v = (t.transpose(1, 2) for t in (q, k, v))
             if self.rope_theta is not None and layer not in self.nope_layers:
@@ -512,16 +531,21 @@ def save_hf_llama(model, path):
             t.update({p + "post_attention_layernorm.weight": b.post_attn_norm.weight,
                       p + "pre_feedforward_layernorm.weight": b.ln_2.weight,
                       p + "post_feedforward_layernorm.weight": b.post_mlp_norm.weight})
-        else:
+        elif not model.shared_norm:  # (StableLM 2 12B's parallel blocks share one)
             t[p + "post_attention_layernorm.weight"] = b.ln_2.weight
         t[p + "input_layernorm.weight"] = b.ln_1.weight
         t.update(llama_projections(model, b, p))
-        if model.qk_norm:
+        if model.qk_norm == "head_layernorm":  # StableLM 2 12B's, a LayerNorm for each head
+            for which in ("q", "k"):
+                norm = getattr(b.attn, which + "_norm")
+                for h in range(norm.weight.shape[0]):
+                    t[p + f"self_attn.{which}_layernorm.norms.{h}.weight"] = norm.weight[h]
+        elif model.qk_norm:
             t.update({p + "self_attn.q_norm.weight": b.attn.q_norm.weight,
                       p + "self_attn.k_norm.weight": b.attn.k_norm.weight})
         # StableLM's LayerNorms: their shifts too.
         for ours, theirs in (("ln_1", "input_layernorm"), ("ln_2", "post_attention_layernorm")):
-            if getattr(getattr(b, ours), "bias", None) is not None:
+            if getattr(getattr(b, ours, None), "bias", None) is not None:
                 t[p + theirs + ".bias"] = getattr(b, ours).bias
     if getattr(model.ln_f, "bias", None) is not None:
         t["model.norm.bias"] = model.ln_f.bias
@@ -738,6 +762,9 @@ def save_hf_cohere(model, directory):
         p = f"model.layers.{i}."
         t.update(llama_projections(model, b, p))
         t[p + "input_layernorm.weight"] = b.ln_1.weight
+        if model.qk_norm == "head_layernorm":  # Command R+'s, (heads, D)
+            t[p + "self_attn.q_norm.weight"] = b.attn.q_norm.weight
+            t[p + "self_attn.k_norm.weight"] = b.attn.k_norm.weight
     save_safetensors(os.path.join(directory, "model.safetensors"), t)
     config = {"architectures": ["CohereForCausalLM"], "model_type": "cohere",
               "hidden_size": CFG["d_model"], "intermediate_size": model.swiglu_ffn,
@@ -745,7 +772,8 @@ def save_hf_cohere(model, directory):
               "num_key_value_heads": model.kv_heads, "hidden_act": "silu",
               "vocab_size": CFG["vocab_size"], "max_position_embeddings": CFG["seq_len"],
               "layer_norm_eps": 1e-5, "rope_theta": ROPE_THETA, "attention_bias": False,
-              "logit_scale": model.logit_scale, "use_qk_norm": False,
+              "logit_scale": model.logit_scale,
+              "use_qk_norm": model.qk_norm == "head_layernorm",
               "tie_word_embeddings": True}
     if model.window is not None:
         assert tuple(model.full_layers) == tuple(model.nope_layers)
@@ -1003,7 +1031,8 @@ def save_hf_stablelm(model, directory, rope_dim):
     """A StableLM-style model as a StableLmForCausalLM directory, as
     StableLM 2's files are written: LLaMA's names (save_hf_llama) with the
     LayerNorms' biases, use_qkv_bias, and partial_rotary_factor the share of
-    each head that turns."""
+    each head that turns; StableLM 2 12B's parallel blocks and LayerNorm on
+    each query and key head when the model has them."""
     os.makedirs(directory, exist_ok=True)
     save_hf_llama(model, os.path.join(directory, "model.safetensors"))
     config = {"architectures": ["StableLmForCausalLM"], "model_type": "stablelm",
@@ -1012,8 +1041,10 @@ def save_hf_stablelm(model, directory, rope_dim):
               "num_key_value_heads": LLAMA_KV_HEADS, "hidden_act": "silu",
               "vocab_size": CFG["vocab_size"], "max_position_embeddings": CFG["seq_len"],
               "layer_norm_eps": 1e-5, "rope_theta": ROPE_THETA, "rope_scaling": None,
-              "partial_rotary_factor": rope_dim / model.D, "use_qkv_bias": True,
-              "qk_layernorm": False, "use_parallel_residual": False, "hidden_dropout": 0.0,
+              "partial_rotary_factor": rope_dim / model.D,
+              "use_qkv_bias": model.h[0].attn.c_attn.bias is not None,
+              "qk_layernorm": model.qk_norm == "head_layernorm",
+              "use_parallel_residual": model.parallel, "hidden_dropout": 0.0,
               "attention_dropout": 0.0, "tie_word_embeddings": False}
     with open(os.path.join(directory, "config.json"), "w") as f:
         json.dump(config, f)
@@ -1417,6 +1448,18 @@ def main():
                    qkv_bias=True, rope_dim=NEOX_ROPE_DIM)
     save_hf_stablelm(stablelm, os.path.join(out, "stablelm_hf"), NEOX_ROPE_DIM)
     record_step_zero(stablelm, x, y, "stablelm.", ref)
+    # StableLM 2 12B's: the parallel blocks on one LayerNorm, and a
+    # LayerNorm without a bias on each query and key head, each head's
+    # weights its own (qk_layernorm); step 0 and a greedy continuation,
+    # from a StableLmForCausalLM directory.
+    stablelm12 = Gpt(CFG, ROPE_THETA, SWIGLU_FFN, bias=False, tie=False, kv_heads=LLAMA_KV_HEADS,
+                     rope_dim=NEOX_ROPE_DIM, parallel=True, shared_norm=True,
+                     qk_norm="head_layernorm")
+    save_hf_stablelm(stablelm12, os.path.join(out, "stablelm12_hf"), NEOX_ROPE_DIM)
+    record_step_zero(stablelm12, x, y, "stablelm12.", ref)
+    ref["stablelm12.greedy_tokens"] = torch.tensor(greedy_continuation(stablelm12),
+                                                   dtype=torch.float32)
+    save_hf_stablelm(stablelm12, os.path.join(out, "stablelm12_generator"), NEOX_ROPE_DIM)
 
     # Phi-2's: the parallel residual with one norm for both sublayers, a
     # biased untied head, half of each head turned, grouped key/value heads;
@@ -1558,6 +1601,19 @@ def main():
     record_step_zero(cohere, x, y, "cohere.", ref)
     ref["cohere.greedy_tokens"] = torch.tensor(greedy_continuation(cohere), dtype=torch.float32)
     save_hf_cohere(cohere, os.path.join(out, "cohere_generator"))
+    # Command R+'s: Cohere's blocks with a LayerNorm on each query and key
+    # head, each head's weights its own (use_qk_norm), before the
+    # interleaved rotation; step 0 and a greedy continuation, from a
+    # CohereForCausalLM directory.
+    plus = Gpt(CFG, ROPE_THETA, SWIGLU_FFN, rms_norm=False, bias=False, tie=True,
+               kv_heads=LLAMA_KV_HEADS, parallel=True, shared_norm=True,
+               interleaved_rope=True, norm_bias=False, logit_scale=0.25,
+               qk_norm="head_layernorm")
+    save_hf_cohere(plus, os.path.join(out, "command_r_plus_hf"))
+    record_step_zero(plus, x, y, "command_r_plus.", ref)
+    ref["command_r_plus.greedy_tokens"] = torch.tensor(greedy_continuation(plus),
+                                                       dtype=torch.float32)
+    save_hf_cohere(plus, os.path.join(out, "command_r_plus_generator"))
     # Cohere 2's: Cohere's blocks with a window on every layer but the
     # global one (layer 1), which turns nothing; step 0 and a greedy
     # continuation, from a Cohere2ForCausalLM directory.

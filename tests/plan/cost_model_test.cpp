@@ -1076,6 +1076,12 @@ TEST(PlannerFiles, ClusterAndModelFilesAreValidated) {
   EXPECT_TRUE(qwen3.qk_norm);
   EXPECT_EQ(qwen3.q_width(), 4096);
   EXPECT_EQ(qwen3.num_parameters(), 4'022'468'096);
+  // Command R+: Cohere's parallel blocks whose query and key heads each
+  // have LayerNorm weights of their own (96 x 128 and 8 x 128 a layer).
+  const nn::GptConfig plus =
+      load_model_spec(std::string(TRIAD_SOURCE_DIR) + "/configs/models/command_r_plus.yaml");
+  EXPECT_TRUE(plus.qk_head_layernorm);
+  EXPECT_EQ(plus.num_parameters(), 103'810'674'688);
   // OLMo 7B: LLaMA's blocks with LayerNorms that learn nothing; Hugging
   // Face's count, and no norm parameters to hold (2 x 4096 per norm, 65
   // norms, fewer than with learned LayerNorms).

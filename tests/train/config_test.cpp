@@ -781,8 +781,18 @@ TEST(Config, HeadDimAndQkNormParseAndRoundTrip) {
   const Config back = parse_config(to_yaml(c));
   EXPECT_TRUE(back.model.qk_norm);
   EXPECT_EQ(back.model.head_size, 12);
-  expect_config_error(kValid, {"model.qk_norm=maybe"},
-                      "model.qk_norm: expected true (or head), full or false, got 'maybe'");
+  expect_config_error(
+      kValid, {"model.qk_norm=maybe"},
+      "model.qk_norm: expected true (or head), full, head_layernorm or false, got 'maybe'");
+  // Command R+'s: a LayerNorm on each head, each head's weights its own.
+  const Config heads = parse_config(kValid, {"model.qk_norm=head_layernorm"});
+  EXPECT_TRUE(heads.model.qk_norm && heads.model.qk_head_layernorm);
+  EXPECT_FALSE(heads.model.qk_norm_full);
+  EXPECT_EQ(heads.model.q_norm_width(), heads.model.q_width());
+  const Config heads_back = parse_config(to_yaml(heads));
+  EXPECT_TRUE(heads_back.model.qk_head_layernorm && heads_back.model.qk_norm);
+  expect_config_error(kValid, {"model.qk_norm=head_layernorm", "model.norm_weight_offset=true"},
+                      "head_layernorm scales each head by its weights, not by 1 + weight");
   // OLMo 2's: the norms over all the heads together, and no pre-norms.
   const Config olmo =
       parse_config(kValid, {"model.qk_norm=full", "model.pre_norms=false", "model.post_norms=true",

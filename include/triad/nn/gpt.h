@@ -68,9 +68,11 @@ Normalization normalization_from_string(
 const char* normalization_string(Normalization n);
 
 struct GptConfig;
-// model.qk_norm's value into `c` (qk_norm, qk_norm_full): false or none, true
-// or head (Qwen3's, each head alone), full (OLMo 2's, the heads together);
-// ConfigError otherwise. And back: "false", "true" or "full".
+// model.qk_norm's value into `c` (qk_norm, qk_norm_full, qk_head_layernorm):
+// false or none, true or head (Qwen3's, each head alone), full (OLMo 2's,
+// the heads together), head_layernorm (Command R+'s, each head alone with
+// weights of its own); ConfigError otherwise. And back: "false", "true",
+// "full" or "head_layernorm".
 void set_qk_norm(GptConfig& c, const std::string& value);
 const char* qk_norm_string(const GptConfig& c);
 
@@ -114,13 +116,24 @@ struct GptConfig {
   // one over all the keys (kv_heads() * head_dim()), before the heads are
   // split apart. Needs qk_norm.
   bool qk_norm_full = false;
+  // Command R+'s query/key norms instead (config key model.qk_norm:
+  // head_layernorm): a LayerNorm without a shift over each head's D
+  // features (the mean removed, whatever model.normalization says), each
+  // head scaled by a weight of its own: attn.q_norm is n_head * D wide,
+  // attn.k_norm kv_heads() * D, head h's weights at [h * D, (h + 1) * D).
+  // Needs qk_norm, not qk_norm_full.
+  bool qk_head_layernorm = false;
   // OLMo's clip_qkv (config key model.clip_qkv): c_attn's outputs, q, k
   // and v alike, clamped to [-clip_qkv, clip_qkv] before the query/key norms
   // and the rotation. 0: none.
   double clip_qkv = 0.0;
   // The query and key norms' widths.
-  int64_t q_norm_width() const { return qk_norm_full ? q_width() : head_dim(); }
-  int64_t k_norm_width() const { return qk_norm_full ? kv_heads() * head_dim() : head_dim(); }
+  int64_t q_norm_width() const {
+    return qk_norm_full || qk_head_layernorm ? q_width() : head_dim();
+  }
+  int64_t k_norm_width() const {
+    return qk_norm_full || qk_head_layernorm ? kv_heads() * head_dim() : head_dim();
+  }
   Activation activation = Activation::Gelu;
   int64_t ffn_hidden_size = 0;  // the MLP's hidden width F; 0: 4 * d_model
   PositionEmbedding position_embedding = PositionEmbedding::Learned;
@@ -545,9 +558,10 @@ class CausalSelfAttention : public Module {
                  const DropoutDraw& draw) const;
 
   std::shared_ptr<Linear> c_attn_, c_proj_;
-  std::shared_ptr<LayerNorm> q_norm_, k_norm_;  // model.qk_norm only
-  double clip_qkv_ = 0.0;                       // model.clip_qkv (0: none)
-  bool qk_norm_full_ = false;                   // model.qk_norm: full
+  std::shared_ptr<LayerNorm> q_norm_, k_norm_;                // model.qk_norm: true or full
+  std::shared_ptr<HeadLayerNorm> q_head_norm_, k_head_norm_;  // model.qk_norm: head_layernorm
+  double clip_qkv_ = 0.0;                                     // model.clip_qkv (0: none)
+  bool qk_norm_full_ = false;                                 // model.qk_norm: full
   AttentionHeads heads_;
   int64_t head_dim_;
   int64_t layer_;

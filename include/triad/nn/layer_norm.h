@@ -35,6 +35,23 @@ class LayerNorm : public Module {
   bool unit_offset_;
 };
 
+// Command R+'s query/key norm (model.qk_norm: head_layernorm): a LayerNorm
+// without a shift over each of `heads` heads' D features, each head scaled
+// by weights of its own. The weight is one vector (heads * D), head h's at
+// [h * D, (h + 1) * D), so it is sharded, decayed and initialised as the
+// other norms' are.
+class HeadLayerNorm : public Module {
+ public:
+  HeadLayerNorm(int64_t heads, int64_t head_dim, double eps = 1e-5, DType dtype = DType::F32);
+  // x: (..., heads, D).
+  Tensor forward(const Tensor& x) const;
+
+ private:
+  Tensor weight_;
+  int64_t heads_, head_dim_;
+  double eps_;
+};
+
 // Qwen3's query/key normalisation (model.qk_norm): each query head of a
 // fused qkv (B, T, (q + 2 kv) * D) normalised over its D features by
 // `q_norm`, each key head by `k_norm` (both D wide, shared by every head),
@@ -42,6 +59,10 @@ class LayerNorm : public Module {
 // logits whatever scale the projections grow to.
 Tensor norm_query_key_heads(const Tensor& qkv, const AttentionHeads& heads, const LayerNorm& q_norm,
                             const LayerNorm& k_norm);
+// The same with Command R+'s norms (model.qk_norm: head_layernorm), each
+// q_norm.heads query heads (k_norm's key heads) weighted by their own.
+Tensor norm_query_key_heads(const Tensor& qkv, const AttentionHeads& heads,
+                            const HeadLayerNorm& q_norm, const HeadLayerNorm& k_norm);
 
 // OLMo 2's and OLMoE's query/key normalisation (model.qk_norm: full): the
 // queries of a fused qkv (B, T, q_width + 2 kv_width), all heads together,

@@ -145,7 +145,14 @@ void TensorParallelGpt::build(uint64_t seed, std::shared_ptr<VocabParallelEmbedd
                                        C, std::vector<int64_t>{q, kv, kv}, group_, sp_,
                                        cfg_.c_attn_bias(), std::vector<int64_t>{hd, hd, hd}));
     L.attn_proj = attn->add("c_proj", std::make_shared<RowParallelLinear>(q, C, group_, sp_, b));
-    if (cfg_.qk_norm) {
+    if (cfg_.qk_head_layernorm) {
+      // Command R+'s (model.qk_norm: head_layernorm): each rank the weights
+      // of its own query and key/value heads.
+      L.q_head_norm = attn->add(
+          "q_norm", std::make_shared<nn::HeadLayerNorm>(cfg_.n_head / t, hd, cfg_.layer_norm_eps));
+      L.k_head_norm = attn->add("k_norm", std::make_shared<nn::HeadLayerNorm>(
+                                              cfg_.kv_heads_per_rank(t), hd, cfg_.layer_norm_eps));
+    } else if (cfg_.qk_norm) {
       // Per head: the heads' width, on every rank. Full (model.qk_norm:
       // full): the whole queries' and keys' widths, on every rank, each
       // normalising the gathered projections.
@@ -186,7 +193,13 @@ void TensorParallelGpt::build(uint64_t seed, std::shared_ptr<VocabParallelEmbedd
       if (cfg_.norm_weights()) specs_[p + ln + ".weight"] = ShardSpec::replicated(sp_);
       if (cfg_.norm_biases()) specs_[p + ln + ".bias"] = ShardSpec::replicated(sp_);
     }
-    if (cfg_.qk_norm) {
+    if (cfg_.qk_head_layernorm) {
+      // Split as c_attn's q and k blocks are, at whole heads (a shared
+      // key/value head's weights with it: their gradient summed over the
+      // ranks sharing it).
+      specs_[p + "attn.q_norm.weight"] = ShardSpec::along(0);
+      specs_[p + "attn.k_norm.weight"] = ShardSpec::along_blocks(0, {kv}, {hd});
+    } else if (cfg_.qk_norm) {
       // Replicated, each rank normalising its own heads: their gradients
       // are partial sums over the ranks, with or without sequence
       // parallelism. Full norms see every head on every rank: their
@@ -600,6 +613,8 @@ Tensor TensorParallelGpt::block_forward(int64_t i, const Tensor& x,
     qkv = full_query_key_norm(L, qkv, heads);
   } else if (L.q_norm) {
     qkv = nn::norm_query_key_heads(qkv, heads, *L.q_norm, *L.k_norm);
+  } else if (L.q_head_norm) {
+    qkv = nn::norm_query_key_heads(qkv, heads, *L.q_head_norm, *L.k_head_norm);
   }
   if (cfg_.rotary_at(i)) {
     const nn::GptConfig::Rope rope = cfg_.rope_of(i);

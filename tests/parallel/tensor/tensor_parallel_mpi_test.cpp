@@ -536,7 +536,9 @@ TEST_P(TensorParallelGptTest, LlamaOptionsMatchOneProcess) {
         "once",
         "cohere's blocks: one layernorm without a bias for both parallel sublayers, swiglu, "
         "logit scale, grouped-query attention",
-        "cohere 2's blocks: cohere's, sliding window on layer 0, layer 1 without rope"}) {
+        "cohere 2's blocks: cohere's, sliding window on layer 0, layer 1 without rope",
+        "cohere's blocks with command r+'s layernorms on each head, grouped-query attention",
+        "cohere's blocks with command r+'s layernorms on each head, one key/value head"}) {
     SCOPED_TRACE(variant);
     nn::GptConfig cfg = tiny(V);
     if (variant.find("grouped-query") != std::string::npos) {
@@ -635,6 +637,15 @@ TEST_P(TensorParallelGptTest, LlamaOptionsMatchOneProcess) {
         cfg.sliding_window = 3;
         cfg.full_attention_layers = cfg.nope_layers = {1};
       }
+      // Command R+'s head norms: each rank the weights of its own heads, a
+      // key/value head shared by every rank with its weights summed.
+      if (variant.find("on each head") != std::string::npos) {
+        nn::set_qk_norm(cfg, "head_layernorm");
+        if (variant.find("one key/value head") != std::string::npos) {
+          cfg.n_head = 8;
+          cfg.n_kv_head = 1;
+        }
+      }
     } else if (variant.rfind("granite", 0) == 0) {
       // LLaMA's blocks with Granite's scalars: each sublayer's reduced
       // output scaled before the residual add, ln_f's output scaled before
@@ -679,8 +690,9 @@ TEST_P(TensorParallelGptTest, LlamaOptionsMatchOneProcess) {
     EXPECT_EQ(shapes.count("h.1.ln_2.weight"),
               cfg.shared_norm || !cfg.pre_norms || !cfg.norm_affine ? 0u : 1u);
     EXPECT_EQ(shapes.count("ln_f.weight"), cfg.norm_affine ? 1u : 0u);
-    if (cfg.qk_norm_full) {
+    if (cfg.qk_norm_full || cfg.qk_head_layernorm) {
       EXPECT_EQ(shapes.at("h.1.attn.k_norm.weight"), (Shape{cfg.kv_heads() * cfg.head_dim()}));
+      EXPECT_EQ(shapes.at("h.1.attn.q_norm.weight"), (Shape{cfg.q_width()}));
     }
     EXPECT_EQ(shapes.count("lm_head.bias"), cfg.head_bias ? 1u : 0u);
     EXPECT_EQ(shapes.at("h.0.attn.c_proj.weight"), (Shape{cfg.d_model, cfg.q_width()}));

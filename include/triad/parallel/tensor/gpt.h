@@ -156,7 +156,8 @@ class TensorParallelGpt : public nn::Module {
   struct Layer {
     std::shared_ptr<nn::Module> module;  // the block's parameters, for recomputation
     std::shared_ptr<nn::LayerNorm> ln_1, ln_2;
-    std::shared_ptr<nn::LayerNorm> q_norm, k_norm;                 // model.qk_norm only
+    std::shared_ptr<nn::LayerNorm> q_norm, k_norm;                 // model.qk_norm: true, full
+    std::shared_ptr<nn::HeadLayerNorm> q_head_norm, k_head_norm;   // model.qk_norm: head_layernorm
     std::shared_ptr<nn::LayerNorm> post_attn_norm, post_mlp_norm;  // model.post_norms only
     std::shared_ptr<ColumnParallelLinear> c_attn, c_fc;            // c_fc: dense layers only
     std::shared_ptr<RowParallelLinear> attn_proj, mlp_proj;
