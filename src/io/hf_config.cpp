@@ -713,6 +713,95 @@ nn::GptConfig gptj_config(const Keys& k, const std::string& type) {
   return c;
 }
 
+// transformers 5's rope_parameters in the older keys every reader here
+// takes: rope_theta, rope_scaling (its scaling kind's keys), and
+// partial_rotary_factor; Phi-3's longrope keeps its pretrained context at the
+// top level (original_max_position_embeddings). Given per layer kind
+// ({"full_attention": {...}, "sliding_attention": {...}}), the full layers'
+// parameters are the model's and Gemma 3's windowed layers' base its
+// rope_local_base_freq; any other model's windowed layers must turn as its
+// full ones do. A key given both ways must agree. Without rope_parameters,
+// the object as it is.
+Json with_rope_parameters_flattened(Json j, const std::string& source) {
+  if (!j.contains("rope_parameters") || j.at("rope_parameters").is_null()) return j;
+  const Json params = j.at("rope_parameters");
+  const std::string type = j.value("model_type", std::string());
+  auto fail = [&](const std::string& why) {
+    throw ConfigError(source + ": 'rope_parameters' (" + params.dump() + "): " + why);
+  };
+  if (!params.is_object()) fail("expected an object");
+  const bool per_kind =
+      !params.empty() && std::all_of(params.items().begin(), params.items().end(), [](auto&& kv) {
+        return (kv.key() == "full_attention" || kv.key() == "sliding_attention") &&
+               kv.value().is_object();
+      });
+  const Json full = per_kind ? params.value("full_attention", Json::object()) : params;
+  // One key at the top level: set from rope_parameters, or there already
+  // with the same value.
+  auto set = [&](const char* key, const Json& value) {
+    if (j.contains(key) && !j.at(key).is_null() && j.at(key) != value) {
+      throw ConfigError(source + ": '" + key + "' (" + j.at(key).dump() +
+                        ") and rope_parameters' " + key + " (" + value.dump() + ") disagree");
+    }
+    j[key] = value;
+  };
+  auto kind_of = [](const Json& p) {
+    return p.value("rope_type", p.value("type", std::string("default")));
+  };
+  if (full.contains("rope_theta")) set("rope_theta", full.at("rope_theta"));
+  if (full.contains("partial_rotary_factor"))
+    set("partial_rotary_factor", full.at("partial_rotary_factor"));
+  const std::string kind = kind_of(full);
+  if (kind != "default") {
+    Json scaling = full;
+    scaling.erase("rope_theta");
+    scaling.erase("partial_rotary_factor");
+    if ((kind == "longrope" || kind == "su") &&
+        scaling.contains("original_max_position_embeddings")) {
+      set("original_max_position_embeddings", scaling.at("original_max_position_embeddings"));
+      scaling.erase("original_max_position_embeddings");
+    }
+    if (j.contains("rope_scaling") && !j.at("rope_scaling").is_null()) {
+      // (The older key beside the newer one: each of its entries the same.)
+      const Json& older = j.at("rope_scaling");
+      if (!older.is_object() || kind_of(older) != kind) {
+        throw ConfigError(source + ": 'rope_scaling' (" + older.dump() + ") and rope_parameters (" +
+                          params.dump() + ") disagree");
+      }
+      for (const auto& [key, value] : older.items()) {
+        if (key != "type" && key != "rope_type" && scaling.contains(key) &&
+            scaling.at(key) != value)
+          throw ConfigError(source + ": 'rope_scaling." + key + "' (" + value.dump() +
+                            ") and rope_parameters' " + key + " (" + scaling.at(key).dump() +
+                            ") disagree");
+      }
+    }
+    j["rope_scaling"] = scaling;
+  }
+  if (per_kind && params.contains("sliding_attention")) {
+    const Json& local = params.at("sliding_attention");
+    if (kind_of(local) != "default") {
+      throw NotSupportedError(source + ": 'rope_parameters.sliding_attention' (" + local.dump() +
+                              "): the windowed layers' RoPE turns unscaled in Triad");
+    }
+    if (local.value("partial_rotary_factor", full.value("partial_rotary_factor", Json())) !=
+        full.value("partial_rotary_factor", Json())) {
+      throw NotSupportedError(source + ": 'rope_parameters.sliding_attention' (" + local.dump() +
+                              "): the windowed layers turn as much of each head as the others");
+    }
+    const Json theta = local.value("rope_theta", full.value("rope_theta", Json()));
+    if (type == "gemma3_text") {
+      if (!theta.is_null()) set("rope_local_base_freq", theta);
+    } else if (theta != full.value("rope_theta", Json()) || kind != "default") {
+      throw NotSupportedError(source + ": 'rope_parameters.sliding_attention' (" + local.dump() +
+                              "): a " + (type.empty() ? std::string("model") : type) +
+                              "'s windowed layers turn as its full ones do in Triad");
+    }
+  }
+  j.erase("rope_parameters");
+  return j;
+}
+
 // Gemma3TextConfig's defaults for the keys a file leaves out (the
 // multimodal checkpoints' text_config gives few of them: 4B's names its
 // widths, depth, window and RoPE scaling only).
@@ -767,6 +856,7 @@ nn::GptConfig gpt_config_from_hf(const std::string& json_text, const std::string
     text["model_type"] = type = "gemma3_text";
     j = std::move(text);
   }
+  j = with_rope_parameters_flattened(std::move(j), source);
   if (type == "gemma3_text") j = with_gemma3_defaults(std::move(j));
   const Keys k(j, source);
   nn::GptConfig c;

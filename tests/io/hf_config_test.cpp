@@ -659,6 +659,141 @@ TEST(HfConfig, YarnAndLinearRopeScaling) {
                    std::pow(10000.0, -10.0 / 128.0) / 2.0);
 }
 
+// `json` as transformers 5 writes it: the keys `moved` (rope_theta,
+// rope_scaling, ...) left out and rope_parameters given instead.
+std::string with_rope_parameters(const std::string& json, const std::vector<std::string>& moved,
+                                 const std::string& parameters) {
+  nlohmann::json j = nlohmann::json::parse(json);
+  for (const std::string& key : moved) j.erase(key);
+  j["rope_parameters"] = nlohmann::json::parse(parameters);
+  return j.dump();
+}
+
+// transformers 5's rope_parameters read as the older keys they replace:
+// each file the same model (the config.json Triad writes for it the same)
+// as its older form, for LLaMA 3.1's llama3 scaling, Qwen2.5's yarn,
+// Phi-3's longrope (its pretrained context inside), Pythia's share of each
+// head, and Gemma 3's parameters per layer kind (the windowed layers' base
+// its rope_local_base_freq). Keys given both ways must agree; another
+// model's windowed layers turning otherwise than its full ones, or scaled,
+// are named.
+TEST(HfConfig, Transformers5RopeParametersReadAsTheOlderKeys) {
+  auto same = [](const std::string& older, const std::string& newer) {
+    const nn::GptConfig a = gpt_config_from_hf(older, "older/config.json");
+    const nn::GptConfig b = gpt_config_from_hf(newer, "newer/config.json");
+    EXPECT_EQ(hf_config_json(b), hf_config_json(a));
+    return b;
+  };
+  const std::string llama31 = edited(
+      edited(edited(kLlama7b, "rope_theta", "500000.0"), "max_position_embeddings", "131072"),
+      "rope_scaling",
+      R"({"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+          "original_max_position_embeddings": 8192})");
+  const nn::GptConfig l =
+      same(llama31, with_rope_parameters(llama31, {"rope_theta", "rope_scaling"},
+                                         R"({"rope_type": "llama3", "rope_theta": 500000.0,
+                                        "factor": 8.0, "low_freq_factor": 1.0,
+                                        "high_freq_factor": 4.0,
+                                        "original_max_position_embeddings": 8192})"));
+  EXPECT_EQ(l.rope_theta, 500000.0);
+  EXPECT_EQ(l.rope_scaling.kind, RopeScaling::Kind::Llama3);
+  EXPECT_EQ(l.rope_scaling.original_seq_len, 8192.0);
+  // A plain file: rope_type default, the base alone.
+  EXPECT_EQ(
+      same(kLlama7b, with_rope_parameters(kLlama7b, {"rope_theta", "rope_scaling"},
+                                          R"({"rope_type": "default", "rope_theta": 10000.0})"))
+          .rope_scaling.kind,
+      RopeScaling::Kind::None);
+  const std::string qwen25 =
+      edited(kQwen2_05b, "rope_scaling",
+             R"({"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768})");
+  const nn::GptConfig q =
+      same(qwen25, with_rope_parameters(qwen25, {"rope_theta", "rope_scaling"},
+                                        R"({"rope_type": "yarn", "rope_theta": 1000000.0,
+                                            "factor": 4.0,
+                                            "original_max_position_embeddings": 32768})"));
+  EXPECT_EQ(q.rope_scaling.kind, RopeScaling::Kind::Yarn);
+  nlohmann::json shorts = nlohmann::json::array(), longs = nlohmann::json::array();
+  for (int i = 0; i < 48; ++i) {
+    shorts.push_back(1.0 + 0.01 * i);
+    longs.push_back(1.0 + 1.5 * i);
+  }
+  const nlohmann::json longrope{
+      {"type", "longrope"}, {"short_factor", shorts}, {"long_factor", longs}};
+  const std::string phi3 = edited(edited(kPhi3Mini, "max_position_embeddings", "131072"),
+                                  "rope_scaling", longrope.dump());
+  nlohmann::json phi3_params = longrope;
+  phi3_params.erase("type");
+  phi3_params["rope_type"] = "longrope";
+  phi3_params["rope_theta"] = 10000.0;
+  phi3_params["original_max_position_embeddings"] = 4096;
+  const nn::GptConfig p = same(
+      phi3,
+      with_rope_parameters(phi3, {"rope_theta", "rope_scaling", "original_max_position_embeddings"},
+                           phi3_params.dump()));
+  EXPECT_EQ(p.rope_scaling.kind, RopeScaling::Kind::LongRope);
+  EXPECT_EQ(p.rope_scaling.original_seq_len, 4096.0);
+  EXPECT_EQ(p.rope_scaling.factor, 32.0);
+  const std::string pythia = R"({
+    "model_type": "gpt_neox", "hidden_act": "gelu", "hidden_size": 768,
+    "intermediate_size": 3072, "layer_norm_eps": 1e-05, "max_position_embeddings": 2048,
+    "num_attention_heads": 12, "num_hidden_layers": 12, "rotary_emb_base": 10000,
+    "rotary_pct": 0.25, "tie_word_embeddings": false, "use_parallel_residual": true,
+    "vocab_size": 50304})";
+  EXPECT_EQ(same(pythia, with_rope_parameters(pythia, {"rotary_emb_base", "rotary_pct"},
+                                              R"({"rope_type": "default", "rope_theta": 10000,
+                                                  "partial_rotary_factor": 0.25})"))
+                .rope_dim,
+            16);
+  // Gemma 3: per layer kind, the windowed layers' base their own.
+  const nn::GptConfig g = same(
+      kGemma3_1b,
+      with_rope_parameters(kGemma3_1b, {"rope_theta", "rope_scaling", "rope_local_base_freq"},
+                           R"({"full_attention": {"rope_type": "default", "rope_theta": 1000000},
+                               "sliding_attention": {"rope_type": "default",
+                                                     "rope_theta": 10000}})"));
+  EXPECT_EQ(g.rope_theta, 1e6);
+  EXPECT_EQ(g.rope_local_theta, 1e4);
+  const std::string gemma3_4b =
+      edited(kGemma3_1b, "rope_scaling", R"({"rope_type": "linear", "factor": 8.0})");
+  EXPECT_EQ(same(gemma3_4b, with_rope_parameters(
+                                gemma3_4b, {"rope_theta", "rope_scaling", "rope_local_base_freq"},
+                                R"({"full_attention": {"rope_type": "linear", "factor": 8.0,
+                                            "rope_theta": 1000000},
+                         "sliding_attention": {"rope_type": "default", "rope_theta": 10000}})"))
+                .rope_scaling.factor,
+            8.0);
+  // Disagreements and what Triad does not build.
+  EXPECT_NE(error_of(with_rope_parameters(kLlama7b, {"rope_scaling"},
+                                          R"({"rope_type": "default", "rope_theta": 500000.0})"))
+                .find("'rope_theta' (10000.0) and rope_parameters' rope_theta (500000.0) disagree"),
+            std::string::npos);
+  EXPECT_NE(error_of(with_rope_parameters(llama31, {"rope_theta"},
+                                          R"({"rope_type": "llama3", "rope_theta": 500000.0,
+                                              "factor": 4.0})"))
+                .find("'rope_scaling.factor' (8.0) and rope_parameters' factor (4.0) disagree"),
+            std::string::npos);
+  EXPECT_NE(error_of(with_rope_parameters(kLlama7b, {"rope_theta"}, "[1, 2]"))
+                .find("'rope_parameters' ([1,2]): expected an object"),
+            std::string::npos);
+  const std::string windowed =
+      edited(edited(kLlama7b, "sliding_window", "512"), "layer_types",
+             nlohmann::json(std::vector<std::string>(32, "sliding_attention")).dump());
+  EXPECT_NE(error_of(with_rope_parameters(
+                         windowed, {"rope_theta"},
+                         R"({"full_attention": {"rope_type": "default", "rope_theta": 10000},
+                             "sliding_attention": {"rope_type": "default", "rope_theta": 500}})"))
+                .find("'rope_parameters.sliding_attention' ({\"rope_theta\":500,\"rope_type\":"
+                      "\"default\"}): a llama's windowed layers turn as its full ones do"),
+            std::string::npos);
+  EXPECT_NE(error_of(with_rope_parameters(
+                         kGemma3_1b, {"rope_theta", "rope_local_base_freq"},
+                         R"({"full_attention": {"rope_type": "default", "rope_theta": 1000000},
+                             "sliding_attention": {"rope_type": "linear", "factor": 2.0}})"))
+                .find("the windowed layers' RoPE turns unscaled in Triad"),
+            std::string::npos);
+}
+
 TEST(HfConfig, Gpt2ConfigIsTheDefaultGpt2) {
   const nn::GptConfig c = gpt_config_from_hf(
       R"({"model_type": "gpt2", "n_embd": 768, "n_head": 12, "n_layer": 12, "n_positions": 1024,
