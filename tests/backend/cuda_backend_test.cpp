@@ -2262,9 +2262,14 @@ TEST(CudaTraining, PackedDocumentsAndABatchRampMatchTheCpuTrainer) {
   // (its residual add fused in), an untied head, and multi-query attention
   // (the 2 query heads share one key/value head). Qwen3's on top: RMSNorm
   // over each query and key head, and heads of 32 (64 wide on d_model 32).
-  for (const std::string precision : {"fp32", "bf16", "bf16 llama", "bf16 qwen3"}) {
+  // Command R+'s instead: a LayerNorm on each query and key head with
+  // weights of its own (the non-affine norm's constants made on the device,
+  // each head's weights broadcast over the tokens).
+  for (const std::string precision :
+       {"fp32", "bf16", "bf16 llama", "bf16 qwen3", "bf16 command r+"}) {
     SCOPED_TRACE(precision);
     const bool rope = precision.rfind("bf16 ", 0) == 0, qwen3 = precision == "bf16 qwen3";
+    const bool plus = precision == "bf16 command r+";
     auto config = [&](const std::string& device) {
       std::vector<std::string> overrides = extra;
       if (rope) {
@@ -2274,6 +2279,7 @@ TEST(CudaTraining, PackedDocumentsAndABatchRampMatchTheCpuTrainer) {
                                            "model.tie_embeddings=false", "model.n_kv_head=1"});
       }
       if (qwen3) overrides.insert(overrides.end(), {"model.head_dim=32", "model.qk_norm=true"});
+      if (plus) overrides.push_back("model.qk_norm=head_layernorm");
       return train::parse_config(
           train::to_yaml(train_config(dir, model, device, rope ? "bf16" : precision, 6, 4, 128)),
           overrides);
@@ -2300,7 +2306,8 @@ TEST(CudaTraining, PackedDocumentsAndABatchRampMatchTheCpuTrainer) {
         EXPECT_FALSE(gpu.config().model.linear_bias);
         EXPECT_FALSE(gpu.config().model.tie_embeddings);
         EXPECT_EQ(gpu.config().model.kv_heads(), 1);
-        EXPECT_EQ(gpu.config().model.qk_norm, qwen3);
+        EXPECT_EQ(gpu.config().model.qk_norm, qwen3 || plus);
+        EXPECT_EQ(gpu.config().model.qk_head_layernorm, plus);
         EXPECT_EQ(gpu.config().model.q_width(), qwen3 ? 64 : 32);
       }
     }
