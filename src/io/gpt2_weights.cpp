@@ -322,19 +322,26 @@ nn::StateDict hf_phi_to_triad(const std::map<std::string, Tensor>& tensors) {
   return std::move(d.outside);
 }
 
-Tensor interleaved_head_rows(const Tensor& t, int64_t heads, bool to_halves) {
+Tensor interleaved_head_rows(const Tensor& t, int64_t heads, bool to_halves, int64_t rotated) {
   const int64_t rows = t.dim() >= 1 ? t.size(0) : 0;
-  if (heads < 1 || rows == 0 || rows % heads != 0 || (rows / heads) % 2 != 0) {
+  const int64_t D = heads >= 1 ? rows / heads : 0, r = rotated > 0 ? rotated : D;
+  if (heads < 1 || rows == 0 || rows % heads != 0 || r % 2 != 0 || r > D || rotated < 0) {
     throw ShapeError("rotary rows: " + shape_str(t.shape()) + " is not " + std::to_string(heads) +
-                     " heads of an even count of rows tall");
+                     " heads tall, each with an even count of rotated rows" +
+                     (rotated > 0 ? " (" + std::to_string(rotated) + ")" : std::string()));
   }
-  const int64_t D = rows / heads, rest = t.numel() / rows;
-  const Shape pairs = to_halves ? Shape{heads, D / 2, 2, rest} : Shape{heads, 2, D / 2, rest};
-  return reshape(contiguous(transpose(reshape(contiguous(t.detach()), pairs), 1, 2)), t.shape())
-      .detach();
+  const int64_t rest = t.numel() / rows;
+  const Tensor each = reshape(contiguous(t.detach()), {heads, D, rest});
+  const Shape pairs = to_halves ? Shape{heads, r / 2, 2, rest} : Shape{heads, 2, r / 2, rest};
+  Tensor turned =
+      reshape(contiguous(transpose(reshape(contiguous(narrow(each, 1, 0, r)), pairs), 1, 2)),
+              {heads, r, rest});
+  if (r < D) turned = concat({turned, contiguous(narrow(each, 1, r, D - r))}, 1);
+  return reshape(turned, t.shape()).detach();
 }
 
-Tensor triad_qkv_rows_to_interleaved(const Tensor& t, int64_t n_head, int64_t kv_heads) {
+Tensor triad_qkv_rows_to_interleaved(const Tensor& t, int64_t n_head, int64_t kv_heads,
+                                     int64_t rotated) {
   const int64_t rows = t.dim() >= 1 ? t.size(0) : 0;
   const int64_t fused = n_head + 2 * kv_heads;
   if (n_head < 1 || kv_heads < 1 || rows == 0 || rows % fused != 0) {
@@ -343,15 +350,16 @@ Tensor triad_qkv_rows_to_interleaved(const Tensor& t, int64_t n_head, int64_t kv
                      " key/value heads tall");
   }
   const int64_t D = rows / fused;
-  return concat({interleaved_head_rows(narrow(t, 0, 0, n_head * D), n_head, false),
-                 interleaved_head_rows(narrow(t, 0, n_head * D, kv_heads * D), kv_heads, false),
+  return concat({interleaved_head_rows(narrow(t, 0, 0, n_head * D), n_head, false, rotated),
+                 interleaved_head_rows(narrow(t, 0, n_head * D, kv_heads * D), kv_heads, false,
+                                       rotated),
                  contiguous(narrow(t, 0, (n_head + kv_heads) * D, kv_heads * D))},
                 0)
       .detach();
 }
 
 nn::StateDict hf_llama_to_triad(const std::map<std::string, Tensor>& tensors,
-                                int64_t interleaved_n_head) {
+                                int64_t interleaved_n_head, int64_t rotated) {
   static const std::map<std::string, std::string> kOutside = {
       {"model.embed_tokens.weight", "wte.weight"},
       {"model.norm.weight", "ln_f.weight"},
@@ -390,9 +398,15 @@ nn::StateDict hf_llama_to_triad(const std::map<std::string, Tensor>& tensors,
     // StableLM's parallel blocks (one norm for both sublayers) lack.
     // OLMo 2's two norms: on the attention's output (post_attention_layernorm
     // then) and the MLP's.
+    // GLM-4's four: post_self_attn_layernorm and post_mlp_layernorm on the
+    // sublayers' outputs, post_attention_layernorm on the MLP's input.
     if (olmo2) {
       out[p + "post_attn_norm.weight"] = take("post_attention_layernorm.weight");
       out[p + "post_mlp_norm.weight"] = take("post_feedforward_layernorm.weight");
+    } else if (parts.count("post_self_attn_layernorm.weight") > 0) {
+      out[p + "post_attn_norm.weight"] = take("post_self_attn_layernorm.weight");
+      out[p + "ln_2.weight"] = take("post_attention_layernorm.weight");
+      out[p + "post_mlp_norm.weight"] = take("post_mlp_layernorm.weight");
     } else if (parts.count("pre_feedforward_layernorm.weight") > 0) {
       out[p + "post_attn_norm.weight"] = take("post_attention_layernorm.weight");
       out[p + "ln_2.weight"] = take("pre_feedforward_layernorm.weight");
@@ -401,9 +415,9 @@ nn::StateDict hf_llama_to_triad(const std::map<std::string, Tensor>& tensors,
       out[p + "ln_2.weight"] = take("post_attention_layernorm.weight");
     }
     // Phi-3's projections come fused, already in Triad's layout: qkv_proj
-    // is c_attn's [q | k | v], gate_up_proj c_fc's [gate | up].
-    if (parts.count("self_attn.qkv_proj.weight") > 0 ||
-        parts.count("mlp.gate_up_proj.weight") > 0) {
+    // is c_attn's [q | k | v], gate_up_proj c_fc's [gate | up]. (GLM's
+    // gate_up_proj beside separate q, k and v: below.)
+    if (parts.count("self_attn.qkv_proj.weight") > 0) {
       out[p + "attn.c_attn.weight"] = take("self_attn.qkv_proj.weight");
       out[p + "mlp.c_fc.weight"] = take("mlp.gate_up_proj.weight");
       out[p + "mlp.c_proj.weight"] = take("mlp.down_proj.weight");
@@ -414,21 +428,29 @@ nn::StateDict hf_llama_to_triad(const std::map<std::string, Tensor>& tensors,
       }
       continue;
     }
-    // Cohere's q and k turn in interleaved pairs: each head's rows reordered
-    // into Triad's halves (q . k, and the model, unchanged).
+    // Cohere's and GLM's q and k turn in interleaved pairs: each head's
+    // (rotated) rows reordered into Triad's halves, GLM's biases with them
+    // (q . k, and the model, unchanged).
     if (interleaved_n_head > 0 && parts.count("self_attn.q_proj.weight") > 0 &&
         parts.count("self_attn.k_proj.weight") > 0) {
       Tensor& q = parts.at("self_attn.q_proj.weight");
       Tensor& k = parts.at("self_attn.k_proj.weight");
       const int64_t D = q.dim() == 2 ? q.size(0) / interleaved_n_head : 0;
       if (D < 1 || k.dim() != 2 || k.size(0) % D != 0) {
-        throw IoError("Hugging Face Cohere weights: layer " + std::to_string(i) + "'s q_proj " +
-                      shape_str(q.shape()) + " and k_proj " + shape_str(k.shape()) +
-                      " are not whole heads of " + std::to_string(interleaved_n_head) +
-                      " query heads");
+        throw IoError("Hugging Face weights turned in interleaved pairs: layer " +
+                      std::to_string(i) + "'s q_proj " + shape_str(q.shape()) + " and k_proj " +
+                      shape_str(k.shape()) + " are not whole heads of " +
+                      std::to_string(interleaved_n_head) + " query heads");
       }
-      q = interleaved_head_rows(q, interleaved_n_head, true);
-      k = interleaved_head_rows(k, k.size(0) / D, true);
+      const int64_t kv_heads = k.size(0) / D;
+      q = interleaved_head_rows(q, interleaved_n_head, true, rotated);
+      k = interleaved_head_rows(k, kv_heads, true, rotated);
+      for (const auto& [bias, heads] :
+           {std::pair<const char*, int64_t>{"self_attn.q_proj.bias", interleaved_n_head},
+            {"self_attn.k_proj.bias", kv_heads}}) {
+        auto b = parts.find(bias);
+        if (b != parts.end()) b->second = interleaved_head_rows(b->second, heads, true, rotated);
+      }
     }
     // Grouped-query attention: k_proj and v_proj are n_kv_head heads tall,
     // a divisor of q_proj's n_head heads; the stack is c_attn's [q | k | v],
@@ -466,6 +488,9 @@ nn::StateDict hf_llama_to_triad(const std::map<std::string, Tensor>& tensors,
         if (parts.count(std::string(layer) + ".bias") > 0)
           out[p + layer + ".bias"] = take(std::string(layer) + ".bias");
       }
+    } else if (parts.count("mlp.gate_up_proj.weight") > 0) {  // GLM's, [gate | up] as c_fc's
+      out[p + "mlp.c_fc.weight"] = take("mlp.gate_up_proj.weight");
+      out[p + "mlp.c_proj.weight"] = take("mlp.down_proj.weight");
     } else if (!take_experts(block, p, out)) {
       out[p + "mlp.c_fc.weight"] =
           concat({take("mlp.gate_proj.weight"), take("mlp.up_proj.weight")}, 0);
@@ -1057,7 +1082,7 @@ void read_gpt2_weights(const std::string& path, const std::map<std::string, Shap
            : falcon ? hf_falcon_to_triad(tensors, n_head)
            : gptj   ? hf_gptj_to_triad(tensors, n_head, rope_dim)
            : phi    ? hf_phi_to_triad(tensors)
-           : llama  ? hf_llama_to_triad(tensors, interleaved)
+           : llama  ? hf_llama_to_triad(tensors, interleaved, interleave ? rope_dim : 0)
                     : gpt2_to_triad(tensors);
   };
   nn::StateDict state = convert(outside);

@@ -248,8 +248,22 @@ nn::GptConfig llama_config(const Keys& k, const std::string& type) {
   }
   if (!gemma && k.text("hidden_act", "silu") != "silu")
     k.unsupported("hidden_act", "Triad's gated MLP is SwiGLU (silu)");
-  if (k.boolean("attention_bias", false))
+  // GLM (GLM-4-9B's "glm") and GLM-4 (0414's, GLM-Z1's "glm4"): LLaMA's
+  // blocks with biases on q, k and v (attention_bias, o_proj has none),
+  // partial_rotary_factor of each head (half by default) turned in
+  // interleaved pairs (the weights' reader reorders them into Triad's
+  // halves), gate_up_proj fused as Triad's c_fc; GLM-4's blocks normalise
+  // each sublayer's output again (post_self_attn_layernorm,
+  // post_mlp_layernorm).
+  const bool glm = type == "glm" || type == "glm4";
+  if (glm) {
+    c.qkv_bias = k.boolean("attention_bias", true);
+    c.post_norms = type == "glm4";
+    if (c.rope_scaling.scaled())
+      k.unsupported("rope_scaling", "GLM's partial rotation in interleaved pairs turns unscaled");
+  } else if (k.boolean("attention_bias", false)) {
     k.unsupported("attention_bias", "Triad's LLaMA blocks have no attention biases");
+  }
   if (k.boolean("mlp_bias", false))
     k.unsupported("mlp_bias", "Triad's LLaMA blocks have no MLP biases");
   // Heads of their own width (Qwen3's, Mistral NeMo's); the same as
@@ -288,8 +302,13 @@ nn::GptConfig llama_config(const Keys& k, const std::string& type) {
     // the attention and the MLP.
     c.parallel_residual = c.shared_norm = k.boolean("use_parallel_residual", false);
   }
-  if (type == "stablelm" || type == "phi3")
-    c.rope_dim = rotated_dims(k, "partial_rotary_factor", type == "phi3" ? 1.0 : 0.25, c);
+  if (type == "stablelm" || type == "phi3" || glm) {
+    c.rope_dim = rotated_dims(k, "partial_rotary_factor",
+                              type == "phi3" ? 1.0
+                              : glm          ? 0.5
+                                             : 0.25,
+                              c);
+  }
   // Granite (3.0 to 3.3): LLaMA's blocks with four scalars, each 1 when
   // left out (GraniteConfig's defaults): the token embeddings times
   // embedding_multiplier, each sublayer's output times residual_multiplier,
@@ -862,7 +881,8 @@ nn::GptConfig gpt_config_from_hf(const std::string& json_text, const std::string
   nn::GptConfig c;
   if (type == "llama" || type == "mistral" || type == "qwen2" || type == "qwen3" ||
       type == "gemma" || type == "gemma2" || type == "gemma3_text" || type == "phi3" ||
-      type == "stablelm" || type == "granite" || type == "smollm3") {
+      type == "stablelm" || type == "granite" || type == "smollm3" || type == "glm" ||
+      type == "glm4") {
     c = llama_config(k, type);
   } else if (type == "mixtral" || type == "qwen2_moe" || type == "qwen3_moe") {
     c = moe_config(k, type);
@@ -895,9 +915,8 @@ nn::GptConfig gpt_config_from_hf(const std::string& json_text, const std::string
         source + ": model_type '" + type +
         "' is not supported (llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe, gemma, "
         "gemma2, gemma3_text, gemma3, phi3, stablelm, olmo, olmo2, olmoe, granite, granitemoe, "
-        "granitemoeshared, cohere, cohere2, smollm3, gpt_neox, starcoder2, phi, falcon, gptj, "
-        "codegen "
-        "or gpt2)");
+        "granitemoeshared, cohere, cohere2, smollm3, glm, glm4, gpt_neox, starcoder2, phi, falcon, "
+        "gptj, codegen or gpt2)");
   }
   c.hf_type = type;  // (an export writes the class it came from)
   try {

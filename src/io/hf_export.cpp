@@ -39,7 +39,13 @@ std::optional<int64_t> qwen_window_layers(const nn::GptConfig& c) {
 // Cohere's classes (q and k turned in interleaved pairs): Command R's, and
 // Cohere 2's with its windows and global layers without rope.
 bool is_cohere(const std::string& type) {
-  return hf_turns_interleaved(type);
+  return type == "cohere" || type == "cohere2";
+}
+
+// GLM's classes: GLM-4-9B's (glm) and GLM-4-0414's with its four norms
+// (glm4).
+bool is_glm(const std::string& type) {
+  return type == "glm" || type == "glm4";
 }
 
 // The classes that leave some layers without rope: SmolLM3's (any of them)
@@ -150,9 +156,12 @@ std::string llama_misfit(const nn::GptConfig& c, const std::string& type) {
         "num_attention_heads wide)");
     add(c.rope_scaling.kind == RopeScaling::Kind::LongRope, "model.rope_scaling is longrope");
     add(c.sliding_window > 0, "model.sliding_window is set");
+  } else if (is_glm(type)) {
+    add(c.sliding_window > 0, "model.sliding_window is set");
+    add(c.rope_scaling.scaled(), "model.rope_scaling is set (GLM's files turn unscaled)");
   } else {
     add(c.rope_dim > 0,
-        "model.rope_dim turns part of each head (only Phi-3 and StableLM turn part)");
+        "model.rope_dim turns part of each head (only Phi-3, StableLM and GLM turn part)");
   }
   if (gemma) {
     const double root = std::sqrt(static_cast<double>(c.d_model));
@@ -171,9 +180,10 @@ std::string llama_misfit(const nn::GptConfig& c, const std::string& type) {
             c.query_pre_attn_scalar != static_cast<double>(c.head_dim()),
         "model.query_pre_attn_scalar is not head_dim");
   }
-  if (sandwich) add(!c.post_norms, "model.post_norms is false");
+  // (GLM-4's four norms are Gemma 2's without their offset.)
+  if (sandwich || type == "glm4") add(!c.post_norms, "model.post_norms is false");
   if (!sandwich) {
-    if (!olmo2) add(c.post_norms, "model.post_norms is true");
+    if (!olmo2 && type != "glm4") add(c.post_norms, "model.post_norms is true");
     add(c.attn_logit_softcap > 0.0, "model.attn_logit_softcap is set");
     add(c.final_logit_softcap > 0.0, "model.final_logit_softcap is set");
   }
@@ -200,7 +210,7 @@ std::string llama_misfit(const nn::GptConfig& c, const std::string& type) {
     add(c.parallel_residual, "model.parallel_residual is true");
   }
   if (type == "qwen2") add(!c.qkv_bias, "model.qkv_bias is false");
-  if (type != "qwen2" && !stablelm) add(c.qkv_bias, "model.qkv_bias is true");
+  if (type != "qwen2" && !stablelm && !is_glm(type)) add(c.qkv_bias, "model.qkv_bias is true");
   // Query/key norms: Qwen3's and Gemma 3's on each head, OLMo's over all
   // heads (above), and the LayerNorms on each head of Command R+
   // (CohereConfig's use_qk_norm; Cohere 2's has none) and StableLM 2 12B
@@ -218,7 +228,7 @@ std::string llama_misfit(const nn::GptConfig& c, const std::string& type) {
   // SmolLM3 any layers too (layer_types, under use_sliding_window), Cohere
   // 2 its global ones (above).
   if (type == "llama" || type == "gemma" || type == "phi3" || stablelm || olmo || olmo1 ||
-      granite || (cohere && !cohere2)) {
+      granite || (cohere && !cohere2) || is_glm(type)) {
     add(!c.full_attention_layers.empty(),
         "model.full_attention_layers exempts layers from the window");
   } else if (!sandwich && type != "smollm3" && !cohere2) {
@@ -594,15 +604,16 @@ const Tensor& checked_qkv(const nn::StateDict& full, const nn::GptConfig& c, int
 }
 
 // The same split into `prefix` + q_proj, k_proj and v_proj (LLaMA's names
-// under self_attn.), q's and k's heads first turned into interleaved pairs
-// when `interleaved` (Cohere's).
+// under self_attn.), q's and k's heads (their rotated rows: c.rope_dim, or
+// all) first turned into interleaved pairs when `interleaved` (Cohere's,
+// GLM's).
 void split_qkv(const nn::StateDict& full, const nn::GptConfig& c, int64_t block,
                const std::string& kind, const std::string& prefix,
                std::map<std::string, Tensor>& out, bool interleaved = false) {
   const int64_t Q = c.q_width(), KV = c.kv_heads() * c.head_dim();
   const Tensor& qkv = checked_qkv(full, c, block, kind);
   const Tensor rows =
-      interleaved ? triad_qkv_rows_to_interleaved(qkv, c.n_head, c.kv_heads()) : qkv;
+      interleaved ? triad_qkv_rows_to_interleaved(qkv, c.n_head, c.kv_heads(), c.rope_dim) : qkv;
   out[prefix + "q_proj" + kind] = contiguous(narrow(rows, 0, 0, Q)).detach();
   out[prefix + "k_proj" + kind] = contiguous(narrow(rows, 0, Q, KV)).detach();
   out[prefix + "v_proj" + kind] = contiguous(narrow(rows, 0, Q + KV, KV)).detach();
@@ -776,16 +787,16 @@ void put_fused_experts(const nn::StateDict& full, const nn::GptConfig& c, int64_
 }  // namespace
 
 bool hf_turns_interleaved(const std::string& type) {
-  return type == "cohere" || type == "cohere2";
+  return is_cohere(type) || is_glm(type);
 }
 
 const std::vector<std::string>& hf_model_types() {
   static const std::vector<std::string> types{
-      "llama",     "mistral", "mixtral", "qwen2",       "qwen2_moe",  "qwen3",
-      "qwen3_moe", "gemma",   "gemma2",  "gemma3_text", "phi3",       "stablelm",
-      "olmo",      "olmo2",   "olmoe",   "granite",     "granitemoe", "granitemoeshared",
-      "cohere",    "cohere2", "smollm3", "gpt_neox",    "starcoder2", "phi",
-      "falcon",    "gptj",    "codegen", "gpt2"};
+      "llama",      "mistral", "mixtral", "qwen2",       "qwen2_moe",  "qwen3",
+      "qwen3_moe",  "gemma",   "gemma2",  "gemma3_text", "phi3",       "stablelm",
+      "olmo",       "olmo2",   "olmoe",   "granite",     "granitemoe", "granitemoeshared",
+      "cohere",     "cohere2", "smollm3", "glm",         "glm4",       "gpt_neox",
+      "starcoder2", "phi",     "falcon",  "gptj",        "codegen",    "gpt2"};
   return types;
 }
 
@@ -905,6 +916,8 @@ const char* architecture_of(const std::string& type) {
          : type == "cohere"           ? "CohereForCausalLM"
          : type == "cohere2"          ? "Cohere2ForCausalLM"
          : type == "smollm3"          ? "SmolLM3ForCausalLM"
+         : type == "glm"              ? "GlmForCausalLM"
+         : type == "glm4"             ? "Glm4ForCausalLM"
          : type == "gpt_neox"         ? "GPTNeoXForCausalLM"
          : type == "starcoder2"       ? "Starcoder2ForCausalLM"
          : type == "phi"              ? "PhiForCausalLM"
@@ -968,7 +981,8 @@ const char* hf_model_type(const nn::GptConfig& c) {
                     granite = misfit(c, "granite"), neox = misfit(c, "gpt_neox"),
                     starcoder2 = misfit(c, "starcoder2"), cohere = misfit(c, "cohere"),
                     cohere2 = misfit(c, "cohere2"), smollm3 = misfit(c, "smollm3"),
-                    phi = misfit(c, "phi"), falcon = misfit(c, "falcon"), gptj = misfit(c, "gptj"),
+                    glm = misfit(c, "glm"), glm4 = misfit(c, "glm4"), phi = misfit(c, "phi"),
+                    falcon = misfit(c, "falcon"), gptj = misfit(c, "gptj"),
                     codegen = misfit(c, "codegen"), gpt2 = misfit(c, "gpt2");
   throw NotSupportedError(
       "no Hugging Face class holds this model: LlamaForCausalLM needs rope, swiglu, rmsnorm, "
@@ -1006,6 +1020,9 @@ const char* hf_model_type(const nn::GptConfig& c) {
       "); SmolLM3ForCausalLM LLaMA's with any layers without rope (nope_layers) and windows on "
       "any layers (here " +
       smollm3 +
+      "); GlmForCausalLM LLaMA's with q, k and v biases or none, any partial rotation and no "
+      "window (here " +
+      glm + "); Glm4ForCausalLM GLM's with post_norms (here " + glm4 +
       "); GPTNeoXForCausalLM needs rope (on any share of each head), gelu or gelu_erf, "
       "layernorm, linear biases, a key/value head per query head and heads d_model / n_head "
       "wide (here " +
@@ -1095,8 +1112,12 @@ std::string hf_config_json(const nn::GptConfig& c, const std::string& torch_dtyp
     }
     // Qwen2's q, k and v biases are implied; Phi3Config, StableLmConfig and
     // MixtralConfig have no such keys.
-    if (type != "qwen2" && type != "qwen2_moe" && !phi3 && !stablelm && type != "mixtral")
+    if (is_glm(type)) {  // (biases on q, k and v alone)
+      j["attention_bias"] = c.qkv_bias;
+      j["partial_rotary_factor"] = partial_rotary_factor(c);
+    } else if (type != "qwen2" && type != "qwen2_moe" && !phi3 && !stablelm && type != "mixtral") {
       j["attention_bias"] = false;
+    }
     if (stablelm) {
       // StableLM drops out the MLP's output alone (hidden_dropout), where
       // Triad drops both sublayers' and the embeddings': the same model
@@ -1106,7 +1127,8 @@ std::string hf_config_json(const nn::GptConfig& c, const std::string& torch_dtyp
       j["use_sliding_window"] = c.sliding_window > 0;
       j["sliding_window"] = c.sliding_window > 0 ? c.sliding_window : c.seq_len;
       j["max_window_layers"] = c.sliding_window > 0 ? *qwen_window_layers(c) : c.n_layer;
-    } else if (!phi3 && type != "mixtral" && !olmo && !is_granite_moe(type) && !cohere) {
+    } else if (!phi3 && type != "mixtral" && !olmo && !is_granite_moe(type) && !cohere &&
+               !is_glm(type)) {
       j["mlp_bias"] = false;
     }
     if (phi3) {
@@ -1266,8 +1288,8 @@ std::map<std::string, Tensor> triad_to_hf_part(const nn::StateDict& full, const 
     if (phi3) {  // fused as Triad holds them: [q | k | v] and [gate | up]
       out[hf + "self_attn.qkv_proj.weight"] = checked_qkv(full, c, i, ".weight");
       out[hf + "mlp.gate_up_proj.weight"] = at(full, p + "mlp.c_fc.weight");
-    } else {  // (Cohere's q and k heads turn in interleaved pairs.)
-      split_qkv(full, c, i, ".weight", hf + "self_attn.", out, is_cohere(type));
+    } else {  // (Cohere's and GLM's q and k heads turn in interleaved pairs.)
+      split_qkv(full, c, i, ".weight", hf + "self_attn.", out, hf_turns_interleaved(type));
     }
     if (c.moe_layer(i) && is_granite_moe(type)) {
       put_fused_experts(full, c, i, out);
@@ -1292,18 +1314,26 @@ std::map<std::string, Tensor> triad_to_hf_part(const nn::StateDict& full, const 
         out[moe + "shared_expert_gate.weight"] = at(full, p + "mlp.shared_gate.weight");
       }
     } else {
-      if (!phi3)
+      if (is_glm(type)) {  // fused as Triad's c_fc: [gate | up]
+        out[hf + "mlp.gate_up_proj.weight"] = at(full, p + "mlp.c_fc.weight");
+      } else if (!phi3) {
         split_fc(at(full, p + "mlp.c_fc.weight"), F, hf + "mlp.gate_proj.weight",
                  hf + "mlp.up_proj.weight");
+      }
       out[hf + "mlp.down_proj.weight"] = at(full, p + "mlp.c_proj.weight");
     }
-    if (c.qkv_bias) split_qkv(full, c, i, ".bias", hf + "self_attn.", out);
+    if (c.qkv_bias) split_qkv(full, c, i, ".bias", hf + "self_attn.", out, is_glm(type));
     out[hf + "self_attn.o_proj.weight"] = at(full, p + "attn.c_proj.weight");
     if (!c.norm_affine) {
       // OLMo's blocks store no norms.
     } else if (!c.pre_norms) {  // OLMo 2's two norms, on the sublayers' outputs
       out[hf + "post_attention_layernorm.weight"] = at(full, p + "post_attn_norm.weight");
       out[hf + "post_feedforward_layernorm.weight"] = at(full, p + "post_mlp_norm.weight");
+    } else if (type == "glm4") {  // GLM-4's names for the four
+      out[hf + "input_layernorm.weight"] = at(full, p + "ln_1.weight");
+      out[hf + "post_self_attn_layernorm.weight"] = at(full, p + "post_attn_norm.weight");
+      out[hf + "post_attention_layernorm.weight"] = at(full, p + "ln_2.weight");
+      out[hf + "post_mlp_layernorm.weight"] = at(full, p + "post_mlp_norm.weight");
     } else if (c.post_norms) {  // Gemma 2's and 3's names for the four norms
       out[hf + "input_layernorm.weight"] = at(full, p + "ln_1.weight");
       out[hf + "post_attention_layernorm.weight"] = at(full, p + "post_attn_norm.weight");

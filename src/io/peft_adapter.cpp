@@ -90,6 +90,8 @@ std::vector<Piece> pieces_of(const nn::GptConfig& c, int64_t i, const std::strin
     if (layer == "attn.c_attn") return {{hf + "self_attn.qkv_proj", 0, -1}};
     if (layer == "mlp.c_fc") return {{hf + "mlp.gate_up_proj", 0, -1}};
   }
+  if ((type == "glm" || type == "glm4") && layer == "mlp.c_fc")  // GLM's MLP fused alone
+    return {{hf + "mlp.gate_up_proj", 0, -1}};
   if (layer == "attn.c_attn") {
     return {{hf + "self_attn.q_proj", 0, Q},
             {hf + "self_attn.k_proj", Q, KV},
@@ -142,9 +144,10 @@ std::map<std::string, Tensor> triad_lora_to_peft(const nn::StateDict& adapters,
         ab[1] = triad_qkv_rows_to_gptj(ab[1], c.n_head, c.rotary_width());
       if (layer == "attn.c_attn" && is_codegen(c))
         ab[1] = stack_qkv_rows_to_codegen(ab[1], c.n_head);
-      // Cohere's q and k turn in interleaved pairs too, at any head count.
+      // Cohere's and GLM's q and k turn in interleaved pairs too, at any
+      // head count (GLM's the rotated rows of each head).
       if (layer == "attn.c_attn" && hf_turns_interleaved(hf_model_type(c)))
-        ab[1] = triad_qkv_rows_to_interleaved(ab[1], c.n_head, c.kv_heads());
+        ab[1] = triad_qkv_rows_to_interleaved(ab[1], c.n_head, c.kv_heads(), c.rope_dim);
       for (const Piece& p : pieces_of(c, i, layer)) {
         const std::string to = "base_model.model." + p.module;
         out[to + ".lora_A.weight"] = contiguous(ab[0]).detach();

@@ -15,6 +15,7 @@
 #include <string>
 
 #include "support/temp_dir.h"
+#include "triad/io/gpt2_weights.h"
 #include "triad/plan/model_spec.h"
 #include "triad/train/config.h"
 
@@ -486,27 +487,27 @@ TEST(HfConfig, Phi4MiniTurnsThreeQuartersOfEachHead) {
   EXPECT_TRUE(tj.at("rope_scaling").is_null());
   EXPECT_EQ(tj.at("max_position_embeddings"), 131072);
   // What Phi3ForCausalLM cannot hold is named: a partial rotation with
-  // another RoPE scaling, or with heads wider than hidden_size / heads.
+  // another RoPE scaling (no class's), or with heads wider than
+  // hidden_size / heads (GLM's, which turns them in interleaved pairs).
   nn::GptConfig yarn = thirds;
   yarn.rope_scaling.kind = RopeScaling::Kind::Yarn;
   yarn.rope_scaling.factor = 4.0;
   yarn.rope_scaling.original_seq_len = 4096.0;
+  try {
+    hf_config_json(yarn);
+    FAIL() << "exported a partial rotation under yarn";
+  } catch (const NotSupportedError& e) {
+    for (const char* why : {"model.rope_scaling is not longrope (Phi3Config takes longrope only)",
+                            "model.rope_dim turns part of each head (only Phi-3, StableLM and "
+                            "GLM turn part)",
+                            "model.rope_scaling is set (GLM's files turn unscaled)"})
+      EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << e.what();
+  }
   nn::GptConfig wide = thirds;
   wide.head_size = 128;
-  for (const auto& [model, why] :
-       {std::pair{yarn, "model.rope_scaling is not longrope (Phi3Config takes longrope only)"},
-        std::pair{wide, "model.head_dim is not d_model / n_head"}}) {
-    try {
-      hf_config_json(model);
-      FAIL() << "exported: " << why;
-    } catch (const NotSupportedError& e) {
-      EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << e.what();
-      EXPECT_NE(std::string(e.what()).find("model.rope_dim turns part of each head (only Phi-3 "
-                                           "and StableLM turn part)"),
-                std::string::npos)
-          << e.what();
-    }
-  }
+  EXPECT_NE(hf_misfit(wide, "phi3").find("model.head_dim is not d_model / n_head"),
+            std::string::npos);
+  EXPECT_EQ(std::string(hf_model_type(wide)), "glm");
 }
 
 // Phi-3-mini-128k's and Phi-3.5-mini's long context: longrope over the
@@ -657,6 +658,55 @@ TEST(HfConfig, YarnAndLinearRopeScaling) {
   EXPECT_EQ(l.rope_scaling.kind, RopeScaling::Kind::Linear);
   EXPECT_DOUBLE_EQ(rope_frequency(5, 128, 10000.0, l.rope_scaling),
                    std::pow(10000.0, -10.0 / 128.0) / 2.0);
+}
+
+// GLM-4-9B-0414's config.json keys (Glm4ForCausalLM): LLaMA's blocks with
+// biases on q, k and v, half of each 128-wide head turned (in interleaved
+// pairs, which the weights' reader reorders), 32 query heads over 2
+// key/value heads and GLM-4's four norms a block. Its count by the shapes:
+// 151552 x 4096 embeddings twice (untied), 40 blocks of 2 x 4096^2 + 2 x
+// 4096 x 256 + 3 x 4096 x 13696 + the biases' 4096 + 512 + four norms, and
+// the final norm: 9,400,279,040 (9.4B). GLM-4-9B-chat-hf's (glm): the same
+// without the post-norms, 327,680 fewer. A scaled RoPE is refused.
+TEST(HfConfig, GlmConfigsTurnHalfOfEachHeadWithQkvBiases) {
+  const std::string glm4 = R"({
+    "architectures": ["Glm4ForCausalLM"], "attention_bias": true, "attention_dropout": 0.0,
+    "eos_token_id": [151329, 151336, 151338], "head_dim": 128, "hidden_act": "silu",
+    "hidden_size": 4096, "initializer_range": 0.02, "intermediate_size": 13696,
+    "max_position_embeddings": 32768, "model_type": "glm4", "num_attention_heads": 32,
+    "num_hidden_layers": 40, "num_key_value_heads": 2, "pad_token_id": 151329,
+    "partial_rotary_factor": 0.5, "rms_norm_eps": 1e-05, "rope_theta": 10000.0,
+    "tie_word_embeddings": false, "torch_dtype": "bfloat16", "vocab_size": 151552})";
+  const nn::GptConfig c = gpt_config_from_hf(glm4, "GLM-4-9B-0414/config.json");
+  EXPECT_EQ(c.hf_type, "glm4");
+  EXPECT_TRUE(c.qkv_bias);
+  EXPECT_FALSE(c.linear_bias);
+  EXPECT_TRUE(c.post_norms);
+  EXPECT_TRUE(c.pre_norms);
+  EXPECT_FALSE(c.norm_weight_offset);
+  EXPECT_EQ(c.head_dim(), 128);
+  EXPECT_EQ(c.rope_dim, 64);
+  EXPECT_EQ(c.kv_heads(), 2);
+  EXPECT_TRUE(c.rms_norm());
+  EXPECT_EQ(c.activation, nn::Activation::SwiGlu);
+  EXPECT_EQ(c.num_parameters(), 9'400'279'040);
+  EXPECT_TRUE(weight_layout(c).interleaved_rotation);
+  EXPECT_STREQ(hf_architecture(c), "Glm4ForCausalLM");
+  const auto j = nlohmann::json::parse(hf_config_json(c));
+  EXPECT_EQ(j.at("attention_bias"), true);
+  EXPECT_EQ(j.at("partial_rotary_factor"), 0.5);
+  EXPECT_EQ(j.at("head_dim"), 128);
+  const nn::GptConfig g =
+      gpt_config_from_hf(edited(glm4, "model_type", "\"glm\""), "glm-4-9b-chat-hf/config.json");
+  EXPECT_EQ(g.hf_type, "glm");
+  EXPECT_FALSE(g.post_norms);
+  EXPECT_EQ(c.num_parameters() - g.num_parameters(), 40 * 2 * 4096);
+  EXPECT_STREQ(hf_architecture(g), "GlmForCausalLM");
+  EXPECT_FALSE(gpt_config_from_hf(edited(glm4, "attention_bias", "false"), "x").qkv_bias);
+  EXPECT_EQ(gpt_config_from_hf(without(glm4, "partial_rotary_factor"), "x").rope_dim, 64);
+  EXPECT_NE(error_of(edited(glm4, "rope_scaling", R"({"rope_type": "linear", "factor": 2.0})"))
+                .find("GLM's partial rotation in interleaved pairs turns unscaled"),
+            std::string::npos);
 }
 
 // `json` as transformers 5 writes it: the keys `moved` (rope_theta,
@@ -1635,9 +1685,7 @@ TEST(HfConfig, WhatTriadDoesNotBuildIsNamed) {
           .find("model_type 'deepseek_v3' is not supported (llama, mistral, mixtral, qwen2, "
                 "qwen2_moe, qwen3, qwen3_moe, gemma, gemma2, gemma3_text, gemma3, phi3, stablelm, "
                 "olmo, olmo2, olmoe, granite, granitemoe, granitemoeshared, cohere, cohere2, "
-                "smollm3, "
-                "gpt_neox, "
-                "starcoder2, phi, falcon, gptj, codegen or gpt2)"),
+                "smollm3, glm, glm4, gpt_neox, starcoder2, phi, falcon, gptj, codegen or gpt2)"),
       std::string::npos);
   EXPECT_NE(message(from(edited(edited(edited(kQwen3_06b, "use_sliding_window", "true"),
                                        "max_window_layers", "10"),

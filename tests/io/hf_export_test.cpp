@@ -304,6 +304,11 @@ TEST(HfExport, LlamaAndGpt2RoundTrip) {
   stablelm_parallel.shared_norm = true;
   nn::GptConfig stablelm_12b = stablelm_parallel;  // and its LayerNorm on each q and k head
   nn::set_qk_norm(stablelm_12b, "head_layernorm");
+  nn::GptConfig glm = llama(false, 2);  // GlmForCausalLM: q, k and v biases, half of each
+  glm.qkv_bias = true;                  // head turned in interleaved pairs
+  glm.rope_dim = 2;
+  nn::GptConfig glm4 = glm;  // Glm4ForCausalLM: and its four norms
+  glm4.post_norms = true;
   for (const nn::GptConfig& c : {llama(false, 2),
                                  llama(true, 0),
                                  llama(false, 1),
@@ -321,6 +326,8 @@ TEST(HfExport, LlamaAndGpt2RoundTrip) {
                                  stablelm,
                                  stablelm_parallel,
                                  stablelm_12b,
+                                 glm,
+                                 glm4,
                                  phi2,
                                  falcon7,
                                  falcon40,
@@ -767,6 +774,59 @@ TEST(HfExport, HeadLayerNormsRoundTripAsCommandRPlusAndStableLm12bWriteThem) {
   EXPECT_EQ(st.count("model.layers.0.self_attn.q_norm.weight"), 0u);
 }
 
+// GLM's blocks through GlmForCausalLM and Glm4ForCausalLM and back: q's
+// and k's rows and biases with the rotated part of each head (rope_dim of
+// it) in interleaved pairs in the file (the file's row h * D + 2i + pair is
+// Triad's h * D + pair * r/2 + i for i < r/2), the rest of each head and v
+// as they are; gate_up_proj as c_fc; GLM-4's four norms by their names.
+TEST(HfExport, GlmRoundTripsWithTheRotatedRowsInterleaved) {
+  nn::GptConfig c = llama(false, 2);
+  c.qkv_bias = true;
+  c.head_size = 8;
+  c.rope_dim = 4;  // half of each head of 8
+  c.post_norms = true;
+  const Exported out = expect_round_trip(c, "glm4");
+  const int64_t D = c.head_dim(), r = c.rope_dim, C = c.d_model, Q = c.q_width();
+  const std::vector<double> qkv = to_double_vector(out.weights.at("h.1.attn.c_attn.weight")),
+                            bias = to_double_vector(out.weights.at("h.1.attn.c_attn.bias")),
+                            q = to_double_vector(
+                                out.tensors.at("model.layers.1.self_attn.q_proj.weight")),
+                            kb = to_double_vector(
+                                out.tensors.at("model.layers.1.self_attn.k_proj.bias"));
+  for (int64_t head : {int64_t{0}, c.n_head - 1}) {
+    for (int64_t i = 0; i < r / 2; ++i) {
+      for (int64_t pair = 0; pair < 2; ++pair) {
+        const int64_t file_row = head * D + 2 * i + pair, ours = head * D + pair * (r / 2) + i;
+        EXPECT_EQ(q[static_cast<size_t>(file_row * C)], qkv[static_cast<size_t>(ours * C)]);
+      }
+    }
+    for (int64_t d = r; d < D; ++d)  // the unturned rows as they are
+      EXPECT_EQ(q[static_cast<size_t>((head * D + d) * C)],
+                qkv[static_cast<size_t>((head * D + d) * C)]);
+  }
+  // The keys' bias, second head: the file's row 1 is Triad's r / 2.
+  EXPECT_EQ(kb[static_cast<size_t>(D + 1)], bias[static_cast<size_t>(Q + D + r / 2)]);
+  EXPECT_EQ(to_double_vector(out.tensors.at("model.layers.0.mlp.gate_up_proj.weight")),
+            to_double_vector(out.weights.at("h.0.mlp.c_fc.weight")));
+  for (const auto& [ours, theirs] : {std::pair{"post_attn_norm", "post_self_attn_layernorm"},
+                                     {"ln_2", "post_attention_layernorm"},
+                                     {"post_mlp_norm", "post_mlp_layernorm"}}) {
+    EXPECT_EQ(out.tensors.count(std::string("model.layers.1.") + theirs + ".weight"), 1u) << theirs;
+    EXPECT_EQ(out.weights.count(std::string("h.1.") + ours + ".weight"), 1u) << ours;
+  }
+  EXPECT_EQ(out.config.at("partial_rotary_factor"), 0.5);
+  EXPECT_EQ(out.config.at("attention_bias"), true);
+  nn::GptConfig plain = c;
+  plain.post_norms = false;
+  EXPECT_EQ(
+      expect_round_trip(plain, "glm").tensors.count("model.layers.0.post_mlp_layernorm.weight"),
+      0u);
+  EXPECT_NE(hf_misfit(plain, "glm4").find("model.post_norms is false"), std::string::npos);
+  nn::GptConfig windowed = c;
+  windowed.sliding_window = 3;
+  EXPECT_NE(hf_misfit(windowed, "glm4").find("model.sliding_window is set"), std::string::npos);
+}
+
 // Layers without rope: only SmolLM3's class (any of them, windows on any
 // layers) and Cohere 2's (its global layers, which a window exempts) hold
 // them. Through each and back: no_rope_layers' flags, Cohere 2's
@@ -1122,9 +1182,11 @@ TEST(HfExport, Gemma2And3ClassesAndWhatKeepsAModelFromThem) {
   nn::GptConfig local_gemma = gemma3;
   local_gemma.post_norms = false;
   expect_no_class(local_gemma, "model.post_norms is false");
+  // A LLaMA with post-norms (and none of Gemma's departures) is GLM-4's.
   nn::GptConfig sandwich_llama = llama(true, 1);
   sandwich_llama.post_norms = true;
-  expect_no_class(sandwich_llama, "model.post_norms is true");
+  EXPECT_NE(hf_misfit(sandwich_llama, "llama").find("model.post_norms is true"), std::string::npos);
+  EXPECT_EQ(std::string(hf_model_type(sandwich_llama)), "glm4");
   // A LLaMA with its scores scaled otherwise is Granite's (attention_multiplier).
   nn::GptConfig rescaled_llama = llama(true, 1);
   rescaled_llama.query_pre_attn_scalar = 9.0;
@@ -1455,7 +1517,8 @@ TEST(HfExport, TheModelsOwnClassIsPreferred) {
             "model.hf_type 'phi4' is not a model_type Triad exports "
             "(llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, "
             "qwen3_moe, gemma, gemma2, gemma3_text, phi3, stablelm, olmo, olmo2, olmoe, granite, "
-            "granitemoe, granitemoeshared, cohere, cohere2, smollm3, gpt_neox, starcoder2, "
+            "granitemoe, granitemoeshared, cohere, cohere2, smollm3, glm, glm4, gpt_neox, "
+            "starcoder2, "
             "phi, falcon, gptj, codegen, gpt2, or auto)"),
         std::string::npos)
         << e.what();
@@ -1473,11 +1536,13 @@ TEST(HfExport, AModelNoClassHoldsIsNamed) {
     FAIL() << "expected NotSupportedError";
   } catch (const NotSupportedError& e) {
     const std::string m = e.what();
-    EXPECT_NE(m.find("LlamaForCausalLM needs rope, swiglu, rmsnorm, no linear biases and no "
-                     "query/key norms (here model.rope_dim turns part of each head (only Phi-3 and "
-                     "StableLM turn part), model.activation is not swiglu, model.normalization is "
-                     "not rmsnorm)"),
-              std::string::npos)
+    EXPECT_NE(
+        m.find(
+            "LlamaForCausalLM needs rope, swiglu, rmsnorm, no linear biases and no "
+            "query/key norms (here model.rope_dim turns part of each head (only Phi-3, "
+            "StableLM and GLM turn part), model.activation is not swiglu, model.normalization is "
+            "not rmsnorm)"),
+        std::string::npos)
         << m;
     EXPECT_NE(m.find("GPTNeoXForCausalLM needs rope (on any share of each head), gelu or "
                      "gelu_erf, layernorm, linear biases, a key/value head per query head and "

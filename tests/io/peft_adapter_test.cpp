@@ -164,7 +164,9 @@ TEST(PeftAdapter, GptNeoxModulesTakeEachLayerWholeWithQueryKeyValuesRowsByHead) 
 // by key/value head; GPT-J's q_proj, k_proj and v_proj with B's q and k rows
 // back in interleaved pairs, out_proj, fc_in and fc_out; StarCoder2's
 // LLaMA-named attention with its own c_fc and c_proj; Cohere's LLaMA names
-// with B's q and k rows in interleaved pairs. The exported base plus
+// with B's q and k rows in interleaved pairs; GLM-4's the same with the
+// rotated half of each head's rows so and gate_up_proj fused. The exported
+// base plus
 // each module's B A is the merged model's weight in each.
 TEST(PeftAdapter, PhiFalconAndGptjModulesAreTheirClasses) {
   nn::GptConfig phi{.n_layer = 2, .n_head = 4, .d_model = 16, .vocab_size = 40, .seq_len = 8};
@@ -192,6 +194,14 @@ TEST(PeftAdapter, PhiFalconAndGptjModulesAreTheirClasses) {
   cohere.norm_bias = false;
   cohere.activation = nn::Activation::SwiGlu;
   cohere.ffn_hidden_size = 24;
+  nn::GptConfig glm4 = falcon;  // q, k and v biases, half of each head turned, four norms
+  glm4.parallel_residual = false;
+  glm4.normalization = nn::Normalization::RmsNorm;
+  glm4.activation = nn::Activation::SwiGlu;
+  glm4.ffn_hidden_size = 24;
+  glm4.qkv_bias = true;
+  glm4.rope_dim = 2;
+  glm4.post_norms = true;
   for (const auto& [c, type, targets] :
        {std::tuple{phi, "phi",
                    std::vector<std::string>{"q_proj", "k_proj", "v_proj", "dense", "fc1", "fc2"}},
@@ -208,7 +218,10 @@ TEST(PeftAdapter, PhiFalconAndGptjModulesAreTheirClasses) {
             std::vector<std::string>{"q_proj", "k_proj", "v_proj", "o_proj", "c_fc", "c_proj"}},
         std::tuple{cohere, "cohere",
                    std::vector<std::string>{"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
-                                            "up_proj", "down_proj"}}}) {
+                                            "up_proj", "down_proj"}},
+        std::tuple{glm4, "glm4",
+                   std::vector<std::string>{"q_proj", "k_proj", "v_proj", "o_proj", "gate_up_proj",
+                                            "down_proj"}}}) {
     SCOPED_TRACE(type);
     ASSERT_STREQ(hf_model_type(c), type);
     const auto [base, merged, adapters] = parts_of(random_state(c));

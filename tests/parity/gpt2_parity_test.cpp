@@ -934,23 +934,26 @@ TEST_F(Gpt2Parity, GraniteMoeDirectoryReadsAndExportsAsHuggingFacesGraniteMoeSha
   EXPECT_GT(logits_away_from(m, ref_, "granitemoe."), 1e-3);
 }
 
-// The reference's tensors with its gradients of c_attn (in GPT-2's Conv1D
-// layout, [in, out]), whose q's and k's heads are in Cohere's interleaved
-// order, in Triad's halves.
+// The reference's tensors with its gradients of c_attn (the weight in
+// GPT-2's Conv1D layout, [in, out], and the bias), whose q's and k's heads
+// (their first cfg.rope_dim rows, or all) are in Cohere's and GLM's
+// interleaved order, in Triad's halves.
 std::map<std::string, Tensor> with_halves_gradients(const std::map<std::string, Tensor>& ref,
                                                     const nn::GptConfig& cfg,
                                                     const std::string& prefix) {
   std::map<std::string, Tensor> out = ref;
-  const int64_t D = cfg.head_dim(), Q = cfg.q_width(), KV = cfg.kv_heads() * D;
+  const int64_t D = cfg.head_dim(), Q = cfg.q_width(), KV = cfg.kv_heads() * D, r = cfg.rope_dim;
+  auto halves = [&](const Tensor& rows) {
+    return concat({io::interleaved_head_rows(narrow(rows, 0, 0, Q), cfg.n_head, true, r),
+                   io::interleaved_head_rows(narrow(rows, 0, Q, KV), cfg.kv_heads(), true, r),
+                   contiguous(narrow(rows, 0, Q + KV, KV))},
+                  0);
+  };
   for (int64_t i = 0; i < cfg.n_layer; ++i) {
     const std::string key = prefix + "grad.h." + std::to_string(i) + ".attn.c_attn.weight";
-    const Tensor rows = contiguous(transpose(ref.at(key), 0, 1));
-    const Tensor halves =
-        concat({io::interleaved_head_rows(narrow(rows, 0, 0, Q), cfg.n_head, true),
-                io::interleaved_head_rows(narrow(rows, 0, Q, KV), cfg.kv_heads(), true),
-                contiguous(narrow(rows, 0, Q + KV, KV))},
-               0);
-    out[key] = contiguous(transpose(halves, 0, 1));
+    out[key] = contiguous(transpose(halves(contiguous(transpose(ref.at(key), 0, 1))), 0, 1));
+    const std::string bias = prefix + "grad.h." + std::to_string(i) + ".attn.c_attn.bias";
+    if (ref.count(bias)) out[bias] = contiguous(halves(ref.at(bias)));
     // Command R+'s head norms, (heads, D) in Cohere's order: one vector,
     // each head's features in Triad's halves.
     for (const char* norm : {"q_norm", "k_norm"}) {
@@ -1042,6 +1045,34 @@ TEST_F(Gpt2Parity, CommandRPlusHeadNormsReadAndExportAsHuggingFacesCohere) {
   nn::Gpt unordered(cfg, 1);
   unordered.load_state_dict(as_filed);
   EXPECT_GT(logits_away_from(unordered, ref_, "command_r_plus."), 1e-4);
+}
+
+// GLM-4's blocks from a Glm4ForCausalLM directory: q, k and v biases, half
+// of each head turned in interleaved pairs (those rows of q, k and their
+// biases reordered into Triad's halves on the way in), grouped key/value
+// heads and four norms a block, to the reference's logits, loss, every
+// gradient and greedy tokens; exported again, the same directory. Read as
+// if it turned in halves: not the reference's logits.
+TEST_F(Gpt2Parity, Glm4DirectoryReadsAndExportsAsHuggingFacesGlm4) {
+  const std::string dir = ref_dir() + "/glm4_hf";
+  const nn::GptConfig cfg = io::load_hf_config(dir);
+  EXPECT_EQ(cfg.hf_type, "glm4");
+  EXPECT_TRUE(cfg.qkv_bias && cfg.post_norms);
+  EXPECT_EQ(cfg.rope_dim, cfg_["neox_rope_dim"].get<int64_t>());
+  nn::Gpt model(cfg, 1);
+  io::load_gpt2_safetensors(model, dir);
+  expect_step_zero_matches(model, with_halves_gradients(ref_, cfg, "glm4."), "glm4.");
+  expect_greedy_tokens(cfg, "glm4_generator", "glm4.greedy_tokens", ref_);
+  expect_exports_as_written(model, dir);
+  io::WeightLayout halves = io::weight_layout(cfg);
+  EXPECT_TRUE(halves.interleaved_rotation);
+  halves.interleaved_rotation = false;
+  testing::TempDir copy;
+  std::filesystem::copy_file(dir + "/model.safetensors", copy.file("model.safetensors"));
+  nn::Gpt unordered(cfg, 1);
+  unordered.load_state_dict(io::load_gpt2_state_dict(
+      copy.file("model.safetensors"), nn::gpt_parameter_shapes(cfg), nullptr, halves));
+  EXPECT_GT(logits_away_from(unordered, ref_, "glm4."), 1e-3);
 }
 
 // Cohere 2's blocks (Cohere's, with a window on every layer but the global

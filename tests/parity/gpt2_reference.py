@@ -786,6 +786,43 @@ def save_hf_cohere(model, directory):
         json.dump(config, f)
 
 
+def save_hf_glm4(model, directory):
+    """A GLM-4-style model (LLaMA's blocks with q, k and v biases, part of
+    each head turned in interleaved pairs, and four norms a block) as a
+    Glm4ForCausalLM directory: q_proj, k_proj and v_proj with their biases
+    (rows as the reference turns them), gate_up_proj fused, and GLM-4's
+    names for the norms."""
+    os.makedirs(directory, exist_ok=True)
+    C, KV = model.c["n_head"] * model.D, model.kv_heads * model.D
+    t = {"model.embed_tokens.weight": model.wte.weight, "model.norm.weight": model.ln_f.weight,
+         "lm_head.weight": model.lm_head.weight}
+    for i, b in enumerate(model.h):
+        p = f"model.layers.{i}."
+        q, k, v = b.attn.c_attn.weight.split([C, KV, KV], 0)
+        bq, bk, bv = b.attn.c_attn.bias.split([C, KV, KV], 0)
+        t.update({p + "self_attn.q_proj.weight": q, p + "self_attn.k_proj.weight": k,
+                  p + "self_attn.v_proj.weight": v, p + "self_attn.q_proj.bias": bq,
+                  p + "self_attn.k_proj.bias": bk, p + "self_attn.v_proj.bias": bv,
+                  p + "self_attn.o_proj.weight": b.attn.c_proj.weight,
+                  p + "mlp.gate_up_proj.weight": b.mlp.c_fc.weight,
+                  p + "mlp.down_proj.weight": b.mlp.c_proj.weight,
+                  p + "input_layernorm.weight": b.ln_1.weight,
+                  p + "post_self_attn_layernorm.weight": b.post_attn_norm.weight,
+                  p + "post_attention_layernorm.weight": b.ln_2.weight,
+                  p + "post_mlp_layernorm.weight": b.post_mlp_norm.weight})
+    save_safetensors(os.path.join(directory, "model.safetensors"), t)
+    config = {"architectures": ["Glm4ForCausalLM"], "model_type": "glm4",
+              "hidden_size": CFG["d_model"], "intermediate_size": model.swiglu_ffn,
+              "num_hidden_layers": CFG["n_layer"], "num_attention_heads": CFG["n_head"],
+              "num_key_value_heads": model.kv_heads, "head_dim": model.D, "hidden_act": "silu",
+              "vocab_size": CFG["vocab_size"], "max_position_embeddings": CFG["seq_len"],
+              "rms_norm_eps": 1e-5, "rope_theta": ROPE_THETA,
+              "partial_rotary_factor": model.rope_dim / model.D, "attention_bias": True,
+              "tie_word_embeddings": False}
+    with open(os.path.join(directory, "config.json"), "w") as f:
+        json.dump(config, f)
+
+
 def save_hf_smollm3(model, directory):
     """A SmolLM3-style model (LLaMA's blocks, some layers without rope) as a
     SmolLM3ForCausalLM directory: LLaMA's names, and no_rope_layers flagging
@@ -1614,6 +1651,17 @@ def main():
     ref["command_r_plus.greedy_tokens"] = torch.tensor(greedy_continuation(plus),
                                                        dtype=torch.float32)
     save_hf_cohere(plus, os.path.join(out, "command_r_plus_generator"))
+    # GLM-4's: LLaMA's blocks with q, k and v biases, half of each head
+    # turned in interleaved pairs, grouped key/value heads, an untied head
+    # and each sublayer's output normalised again; step 0 and a greedy
+    # continuation, from a Glm4ForCausalLM directory.
+    glm4 = Gpt(CFG, ROPE_THETA, SWIGLU_FFN, rms_norm=True, bias=False, tie=False,
+               kv_heads=LLAMA_KV_HEADS, qkv_bias=True, rope_dim=NEOX_ROPE_DIM,
+               interleaved_rope=True, post_norms=True)
+    save_hf_glm4(glm4, os.path.join(out, "glm4_hf"))
+    record_step_zero(glm4, x, y, "glm4.", ref)
+    ref["glm4.greedy_tokens"] = torch.tensor(greedy_continuation(glm4), dtype=torch.float32)
+    save_hf_glm4(glm4, os.path.join(out, "glm4_generator"))
     # Cohere 2's: Cohere's blocks with a window on every layer but the
     # global one (layer 1), which turns nothing; step 0 and a greedy
     # continuation, from a Cohere2ForCausalLM directory.

@@ -40,22 +40,26 @@ std::map<std::string, Tensor> triad_to_gpt2(const nn::StateDict& state);
 // LayerNorms bring their biases too; StarCoder2's ungated mlp.c_fc and
 // mlp.c_proj, and its o_proj bias, map as they are.
 bool is_hf_llama(const std::map<std::string, Tensor>& tensors);
-// With `interleaved_n_head` (Cohere's), q_proj's and k_proj's rows turn in
-// interleaved pairs, each head's reordered into Triad's halves
-// (interleaved_head_rows) for that many query heads (0: none reordered).
+// With `interleaved_n_head` (Cohere's, GLM's), q_proj's and k_proj's rows
+// (and their biases) turn in interleaved pairs, each head's first `rotated`
+// rows (0: all) reordered into Triad's halves (interleaved_head_rows) for
+// that many query heads (0: none reordered).
 nn::StateDict hf_llama_to_triad(const std::map<std::string, Tensor>& tensors,
-                                int64_t interleaved_n_head = 0);
-// Each of `heads` heads' rows of t (a weight or a LoRA B, heads * D rows,
-// D even) between rotation in interleaved pairs (2i, 2i + 1), Cohere's and
-// GPT-J's, and Triad's halves (i, i + D / 2): `to_halves` takes the former
-// to the latter, else back. The rows of a pair move together, so q . k is
-// unchanged. A height that is not whole heads of an even count is a
-// ShapeError.
-Tensor interleaved_head_rows(const Tensor& t, int64_t heads, bool to_halves);
+                                int64_t interleaved_n_head = 0, int64_t rotated = 0);
+// Each of `heads` heads' first `rotated` rows (0: all) of t (a weight, a
+// bias or a LoRA B, heads * D rows, `rotated` even) between rotation in
+// interleaved pairs (2i, 2i + 1), Cohere's, GLM's and GPT-J's, and Triad's
+// halves (i, i + r / 2): `to_halves` takes the former to the latter, else
+// back; a head's other rows stay. The rows of a pair move together, so
+// q . k is unchanged. A height that is not whole heads, or an odd or too
+// wide rotated count, is a ShapeError.
+Tensor interleaved_head_rows(const Tensor& t, int64_t heads, bool to_halves, int64_t rotated = 0);
 // c_attn's rows ([q | k | v] of n_head query heads and kv_heads key/value
-// heads; a weight or a LoRA B) with q's and k's heads in interleaved pairs,
-// as Cohere's q_proj and k_proj hold them; v's as they are.
-Tensor triad_qkv_rows_to_interleaved(const Tensor& t, int64_t n_head, int64_t kv_heads);
+// heads; a weight, a bias or a LoRA B) with each q and k head's first
+// `rotated` rows (0: all) in interleaved pairs, as Cohere's and GLM's q_proj
+// and k_proj hold them; v's as they are.
+Tensor triad_qkv_rows_to_interleaved(const Tensor& t, int64_t n_head, int64_t kv_heads,
+                                     int64_t rotated = 0);
 
 // Hugging Face GPT-NeoX tensors (gpt_neox.embed_in, gpt_neox.layers.N.
 // {input_layernorm, post_attention_layernorm, attention.query_key_value,
