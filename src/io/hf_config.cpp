@@ -256,7 +256,12 @@ nn::GptConfig llama_config(const Keys& k, const std::string& type) {
   // each sublayer's output again (post_self_attn_layernorm,
   // post_mlp_layernorm).
   const bool glm = type == "glm" || type == "glm4";
-  if (glm) {
+  if (type == "helium") {
+    // Helium (Kyutai's): LLaMA's blocks turning q and k in interleaved
+    // pairs (reordered as Cohere's), biases on q, k and v alone under
+    // attention_bias.
+    c.qkv_bias = k.boolean("attention_bias", false);
+  } else if (glm) {
     c.qkv_bias = k.boolean("attention_bias", true);
     c.post_norms = type == "glm4";
     if (c.rope_scaling.scaled())
@@ -882,7 +887,7 @@ nn::GptConfig gpt_config_from_hf(const std::string& json_text, const std::string
   if (type == "llama" || type == "mistral" || type == "qwen2" || type == "qwen3" ||
       type == "gemma" || type == "gemma2" || type == "gemma3_text" || type == "phi3" ||
       type == "stablelm" || type == "granite" || type == "smollm3" || type == "glm" ||
-      type == "glm4") {
+      type == "glm4" || type == "helium") {
     c = llama_config(k, type);
   } else if (type == "mixtral" || type == "qwen2_moe" || type == "qwen3_moe") {
     c = moe_config(k, type);
@@ -915,7 +920,8 @@ nn::GptConfig gpt_config_from_hf(const std::string& json_text, const std::string
         source + ": model_type '" + type +
         "' is not supported (llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe, gemma, "
         "gemma2, gemma3_text, gemma3, phi3, stablelm, olmo, olmo2, olmoe, granite, granitemoe, "
-        "granitemoeshared, cohere, cohere2, smollm3, glm, glm4, gpt_neox, starcoder2, phi, falcon, "
+        "granitemoeshared, cohere, cohere2, smollm3, glm, glm4, helium, gpt_neox, starcoder2, phi, "
+        "falcon, "
         "gptj, codegen or gpt2)");
   }
   c.hf_type = type;  // (an export writes the class it came from)

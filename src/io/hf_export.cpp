@@ -160,6 +160,7 @@ std::string llama_misfit(const nn::GptConfig& c, const std::string& type) {
     add(c.sliding_window > 0, "model.sliding_window is set");
     add(c.rope_scaling.scaled(), "model.rope_scaling is set (GLM's files turn unscaled)");
   } else {
+    if (type == "helium") add(c.sliding_window > 0, "model.sliding_window is set");
     add(c.rope_dim > 0,
         "model.rope_dim turns part of each head (only Phi-3, StableLM and GLM turn part)");
   }
@@ -210,7 +211,8 @@ std::string llama_misfit(const nn::GptConfig& c, const std::string& type) {
     add(c.parallel_residual, "model.parallel_residual is true");
   }
   if (type == "qwen2") add(!c.qkv_bias, "model.qkv_bias is false");
-  if (type != "qwen2" && !stablelm && !is_glm(type)) add(c.qkv_bias, "model.qkv_bias is true");
+  if (type != "qwen2" && !stablelm && !is_glm(type) && type != "helium")
+    add(c.qkv_bias, "model.qkv_bias is true");
   // Query/key norms: Qwen3's and Gemma 3's on each head, OLMo's over all
   // heads (above), and the LayerNorms on each head of Command R+
   // (CohereConfig's use_qk_norm; Cohere 2's has none) and StableLM 2 12B
@@ -228,7 +230,7 @@ std::string llama_misfit(const nn::GptConfig& c, const std::string& type) {
   // SmolLM3 any layers too (layer_types, under use_sliding_window), Cohere
   // 2 its global ones (above).
   if (type == "llama" || type == "gemma" || type == "phi3" || stablelm || olmo || olmo1 ||
-      granite || (cohere && !cohere2) || is_glm(type)) {
+      granite || (cohere && !cohere2) || is_glm(type) || type == "helium") {
     add(!c.full_attention_layers.empty(),
         "model.full_attention_layers exempts layers from the window");
   } else if (!sandwich && type != "smollm3" && !cohere2) {
@@ -787,16 +789,17 @@ void put_fused_experts(const nn::StateDict& full, const nn::GptConfig& c, int64_
 }  // namespace
 
 bool hf_turns_interleaved(const std::string& type) {
-  return is_cohere(type) || is_glm(type);
+  return is_cohere(type) || is_glm(type) || type == "helium";
 }
 
 const std::vector<std::string>& hf_model_types() {
   static const std::vector<std::string> types{
-      "llama",      "mistral", "mixtral", "qwen2",       "qwen2_moe",  "qwen3",
-      "qwen3_moe",  "gemma",   "gemma2",  "gemma3_text", "phi3",       "stablelm",
-      "olmo",       "olmo2",   "olmoe",   "granite",     "granitemoe", "granitemoeshared",
-      "cohere",     "cohere2", "smollm3", "glm",         "glm4",       "gpt_neox",
-      "starcoder2", "phi",     "falcon",  "gptj",        "codegen",    "gpt2"};
+      "llama",     "mistral",    "mixtral", "qwen2",       "qwen2_moe",  "qwen3",
+      "qwen3_moe", "gemma",      "gemma2",  "gemma3_text", "phi3",       "stablelm",
+      "olmo",      "olmo2",      "olmoe",   "granite",     "granitemoe", "granitemoeshared",
+      "cohere",    "cohere2",    "smollm3", "glm",         "glm4",       "helium",
+      "gpt_neox",  "starcoder2", "phi",     "falcon",      "gptj",       "codegen",
+      "gpt2"};
   return types;
 }
 
@@ -918,6 +921,7 @@ const char* architecture_of(const std::string& type) {
          : type == "smollm3"          ? "SmolLM3ForCausalLM"
          : type == "glm"              ? "GlmForCausalLM"
          : type == "glm4"             ? "Glm4ForCausalLM"
+         : type == "helium"           ? "HeliumForCausalLM"
          : type == "gpt_neox"         ? "GPTNeoXForCausalLM"
          : type == "starcoder2"       ? "Starcoder2ForCausalLM"
          : type == "phi"              ? "PhiForCausalLM"
@@ -981,8 +985,8 @@ const char* hf_model_type(const nn::GptConfig& c) {
                     granite = misfit(c, "granite"), neox = misfit(c, "gpt_neox"),
                     starcoder2 = misfit(c, "starcoder2"), cohere = misfit(c, "cohere"),
                     cohere2 = misfit(c, "cohere2"), smollm3 = misfit(c, "smollm3"),
-                    glm = misfit(c, "glm"), glm4 = misfit(c, "glm4"), phi = misfit(c, "phi"),
-                    falcon = misfit(c, "falcon"), gptj = misfit(c, "gptj"),
+                    glm = misfit(c, "glm"), glm4 = misfit(c, "glm4"), helium = misfit(c, "helium"),
+                    phi = misfit(c, "phi"), falcon = misfit(c, "falcon"), gptj = misfit(c, "gptj"),
                     codegen = misfit(c, "codegen"), gpt2 = misfit(c, "gpt2");
   throw NotSupportedError(
       "no Hugging Face class holds this model: LlamaForCausalLM needs rope, swiglu, rmsnorm, "
@@ -1023,6 +1027,7 @@ const char* hf_model_type(const nn::GptConfig& c) {
       "); GlmForCausalLM LLaMA's with q, k and v biases or none, any partial rotation and no "
       "window (here " +
       glm + "); Glm4ForCausalLM GLM's with post_norms (here " + glm4 +
+      "); HeliumForCausalLM LLaMA's with q, k and v biases or none and no window (here " + helium +
       "); GPTNeoXForCausalLM needs rope (on any share of each head), gelu or gelu_erf, "
       "layernorm, linear biases, a key/value head per query head and heads d_model / n_head "
       "wide (here " +
@@ -1112,9 +1117,9 @@ std::string hf_config_json(const nn::GptConfig& c, const std::string& torch_dtyp
     }
     // Qwen2's q, k and v biases are implied; Phi3Config, StableLmConfig and
     // MixtralConfig have no such keys.
-    if (is_glm(type)) {  // (biases on q, k and v alone)
+    if (is_glm(type) || type == "helium") {  // (biases on q, k and v alone)
       j["attention_bias"] = c.qkv_bias;
-      j["partial_rotary_factor"] = partial_rotary_factor(c);
+      if (is_glm(type)) j["partial_rotary_factor"] = partial_rotary_factor(c);
     } else if (type != "qwen2" && type != "qwen2_moe" && !phi3 && !stablelm && type != "mixtral") {
       j["attention_bias"] = false;
     }
@@ -1322,7 +1327,8 @@ std::map<std::string, Tensor> triad_to_hf_part(const nn::StateDict& full, const 
       }
       out[hf + "mlp.down_proj.weight"] = at(full, p + "mlp.c_proj.weight");
     }
-    if (c.qkv_bias) split_qkv(full, c, i, ".bias", hf + "self_attn.", out, is_glm(type));
+    if (c.qkv_bias)
+      split_qkv(full, c, i, ".bias", hf + "self_attn.", out, hf_turns_interleaved(type));
     out[hf + "self_attn.o_proj.weight"] = at(full, p + "attn.c_proj.weight");
     if (!c.norm_affine) {
       // OLMo's blocks store no norms.

@@ -709,6 +709,33 @@ TEST(HfConfig, GlmConfigsTurnHalfOfEachHeadWithQkvBiases) {
             std::string::npos);
 }
 
+// Helium's config.json keys (kyutai/helium-1-preview-2b, HeliumForCausalLM):
+// LLaMA's blocks, heads of 128 turned in interleaved pairs (the weights'
+// reader reorders them), an untied head. Its count by the shapes: 48000 x
+// 2560 embeddings twice, 24 blocks of 4 x 2560^2 + 3 x 2560 x 7040 + two
+// norms, and the final norm: 2,172,643,840. attention_bias puts biases on
+// q, k and v alone.
+TEST(HfConfig, HeliumTurnsInInterleavedPairs) {
+  const std::string helium = R"({
+    "architectures": ["HeliumForCausalLM"], "attention_bias": false, "bos_token_id": 1,
+    "eos_token_id": 2, "head_dim": 128, "hidden_act": "silu", "hidden_size": 2560,
+    "intermediate_size": 7040, "max_position_embeddings": 4096, "mlp_bias": false,
+    "model_type": "helium", "num_attention_heads": 20, "num_hidden_layers": 24,
+    "num_key_value_heads": 20, "pad_token_id": 3, "rms_norm_eps": 1e-08, "rope_theta": 100000.0,
+    "tie_word_embeddings": false, "vocab_size": 48000})";
+  const nn::GptConfig c = gpt_config_from_hf(helium, "helium-1-preview-2b/config.json");
+  EXPECT_EQ(c.hf_type, "helium");
+  EXPECT_EQ(c.num_parameters(), 2'172'643'840);
+  EXPECT_EQ(c.rope_theta, 1e5);
+  EXPECT_EQ(c.rope_dim, 0);
+  EXPECT_FALSE(c.qkv_bias);
+  EXPECT_TRUE(weight_layout(c).interleaved_rotation);
+  EXPECT_STREQ(hf_architecture(c), "HeliumForCausalLM");
+  EXPECT_TRUE(gpt_config_from_hf(edited(helium, "attention_bias", "true"), "x").qkv_bias);
+  EXPECT_NE(error_of(edited(helium, "mlp_bias", "true")).find("'mlp_bias' (true)"),
+            std::string::npos);
+}
+
 // `json` as transformers 5 writes it: the keys `moved` (rope_theta,
 // rope_scaling, ...) left out and rope_parameters given instead.
 std::string with_rope_parameters(const std::string& json, const std::vector<std::string>& moved,
@@ -1685,7 +1712,8 @@ TEST(HfConfig, WhatTriadDoesNotBuildIsNamed) {
           .find("model_type 'deepseek_v3' is not supported (llama, mistral, mixtral, qwen2, "
                 "qwen2_moe, qwen3, qwen3_moe, gemma, gemma2, gemma3_text, gemma3, phi3, stablelm, "
                 "olmo, olmo2, olmoe, granite, granitemoe, granitemoeshared, cohere, cohere2, "
-                "smollm3, glm, glm4, gpt_neox, starcoder2, phi, falcon, gptj, codegen or gpt2)"),
+                "smollm3, glm, glm4, helium, gpt_neox, starcoder2, phi, falcon, gptj, codegen or "
+                "gpt2)"),
       std::string::npos);
   EXPECT_NE(message(from(edited(edited(edited(kQwen3_06b, "use_sliding_window", "true"),
                                        "max_window_layers", "10"),

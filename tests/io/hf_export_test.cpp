@@ -309,6 +309,9 @@ TEST(HfExport, LlamaAndGpt2RoundTrip) {
   glm.rope_dim = 2;
   nn::GptConfig glm4 = glm;  // Glm4ForCausalLM: and its four norms
   glm4.post_norms = true;
+  nn::GptConfig helium = llama(false, 2);  // HeliumForCausalLM: whole heads turned in
+  helium.qkv_bias = true;                  // interleaved pairs, q, k and v biases
+  helium.hf_type = "helium";
   for (const nn::GptConfig& c : {llama(false, 2),
                                  llama(true, 0),
                                  llama(false, 1),
@@ -328,6 +331,7 @@ TEST(HfExport, LlamaAndGpt2RoundTrip) {
                                  stablelm_12b,
                                  glm,
                                  glm4,
+                                 helium,
                                  phi2,
                                  falcon7,
                                  falcon40,
@@ -1517,7 +1521,7 @@ TEST(HfExport, TheModelsOwnClassIsPreferred) {
             "model.hf_type 'phi4' is not a model_type Triad exports "
             "(llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, "
             "qwen3_moe, gemma, gemma2, gemma3_text, phi3, stablelm, olmo, olmo2, olmoe, granite, "
-            "granitemoe, granitemoeshared, cohere, cohere2, smollm3, glm, glm4, gpt_neox, "
+            "granitemoe, granitemoeshared, cohere, cohere2, smollm3, glm, glm4, helium, gpt_neox, "
             "starcoder2, "
             "phi, falcon, gptj, codegen, gpt2, or auto)"),
         std::string::npos)

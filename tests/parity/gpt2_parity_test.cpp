@@ -1075,6 +1075,23 @@ TEST_F(Gpt2Parity, Glm4DirectoryReadsAndExportsAsHuggingFacesGlm4) {
   EXPECT_GT(logits_away_from(unordered, ref_, "glm4."), 1e-3);
 }
 
+// Helium's blocks from a HeliumForCausalLM directory: LLaMA's, whole heads
+// turned in interleaved pairs (q's and k's rows and biases reordered into
+// Triad's halves), q, k and v biases, to the reference's logits, loss, every
+// gradient and greedy tokens; exported again, the same directory.
+TEST_F(Gpt2Parity, HeliumDirectoryReadsAndExportsAsHuggingFacesHelium) {
+  const std::string dir = ref_dir() + "/helium_hf";
+  const nn::GptConfig cfg = io::load_hf_config(dir);
+  EXPECT_EQ(cfg.hf_type, "helium");
+  EXPECT_TRUE(cfg.qkv_bias);
+  EXPECT_EQ(cfg.rope_dim, 0);
+  nn::Gpt model(cfg, 1);
+  io::load_gpt2_safetensors(model, dir);
+  expect_step_zero_matches(model, with_halves_gradients(ref_, cfg, "helium."), "helium.");
+  expect_greedy_tokens(cfg, "helium_generator", "helium.greedy_tokens", ref_);
+  expect_exports_as_written(model, dir);
+}
+
 // Cohere 2's blocks (Cohere's, with a window on every layer but the global
 // one, which turns nothing) from a Cohere2ForCausalLM directory: logits,
 // loss and every gradient, greedy tokens through the key/value cache past

@@ -823,6 +823,24 @@ def save_hf_glm4(model, directory):
         json.dump(config, f)
 
 
+def save_hf_helium(model, directory):
+    """A Helium-style model (LLaMA's blocks turning q and k in interleaved
+    pairs, q, k and v biases under attention_bias) as a HeliumForCausalLM
+    directory: LLaMA's names, rows as the reference turns them."""
+    os.makedirs(directory, exist_ok=True)
+    save_hf_llama(model, os.path.join(directory, "model.safetensors"))
+    config = {"architectures": ["HeliumForCausalLM"], "model_type": "helium",
+              "hidden_size": CFG["d_model"], "intermediate_size": model.swiglu_ffn,
+              "num_hidden_layers": CFG["n_layer"], "num_attention_heads": CFG["n_head"],
+              "num_key_value_heads": model.kv_heads, "head_dim": model.D, "hidden_act": "silu",
+              "vocab_size": CFG["vocab_size"], "max_position_embeddings": CFG["seq_len"],
+              "rms_norm_eps": 1e-5, "rope_theta": ROPE_THETA,
+              "attention_bias": model.h[0].attn.c_attn.bias is not None, "mlp_bias": False,
+              "tie_word_embeddings": False}
+    with open(os.path.join(directory, "config.json"), "w") as f:
+        json.dump(config, f)
+
+
 def save_hf_smollm3(model, directory):
     """A SmolLM3-style model (LLaMA's blocks, some layers without rope) as a
     SmolLM3ForCausalLM directory: LLaMA's names, and no_rope_layers flagging
@@ -1662,6 +1680,15 @@ def main():
     record_step_zero(glm4, x, y, "glm4.", ref)
     ref["glm4.greedy_tokens"] = torch.tensor(greedy_continuation(glm4), dtype=torch.float32)
     save_hf_glm4(glm4, os.path.join(out, "glm4_generator"))
+    # Helium's: LLaMA's blocks (grouped key/value heads, an untied head)
+    # turning whole heads in interleaved pairs, with q, k and v biases;
+    # step 0 and a greedy continuation, from a HeliumForCausalLM directory.
+    helium = Gpt(CFG, ROPE_THETA, SWIGLU_FFN, rms_norm=True, bias=False, tie=False,
+                 kv_heads=LLAMA_KV_HEADS, qkv_bias=True, interleaved_rope=True)
+    save_hf_helium(helium, os.path.join(out, "helium_hf"))
+    record_step_zero(helium, x, y, "helium.", ref)
+    ref["helium.greedy_tokens"] = torch.tensor(greedy_continuation(helium), dtype=torch.float32)
+    save_hf_helium(helium, os.path.join(out, "helium_generator"))
     # Cohere 2's: Cohere's blocks with a window on every layer but the
     # global one (layer 1), which turns nothing; step 0 and a greedy
     # continuation, from a Cohere2ForCausalLM directory.
