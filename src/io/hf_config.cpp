@@ -511,11 +511,37 @@ nn::GptConfig olmo_config(const Keys& k, const std::string& type) {
   }
   c.layer_norm_eps = k.number("rms_norm_eps", 1e-5);  // (both classes' default)
   nn::set_qk_norm(c, "full");
-  if (type == "olmo2") {
+  if (type == "olmo2" || type == "olmo3") {
     c.pre_norms = false;
     c.post_norms = true;
-    return c;
   }
+  if (type == "olmo3") {
+    // OLMo 3: OLMo 2's blocks with a window (sliding_window, 4096 when left
+    // out) on the layers layer_types names sliding_attention, else on three
+    // of every four (each fourth global); the windowed layers turn
+    // unscaled at rope_theta (a scaled RoPE, yarn for the long context,
+    // turns the global ones alone), which the window marks out even when it
+    // is as long as the context.
+    std::vector<int64_t> full;
+    if (k.has("layer_types")) {
+      full = k.full_attention_layers(c.n_layer);
+    } else {
+      for (int64_t i = 3; i < c.n_layer; i += 4) full.push_back(i);
+    }
+    c.sliding_window = 0;
+    c.full_attention_layers.clear();
+    if (static_cast<int64_t>(full.size()) < c.n_layer) {
+      const int64_t w = k.integer("sliding_window", 4096);
+      if (w < 1) k.unsupported("sliding_window", "a window must hold at least one key");
+      const bool local_rope = c.rope_scaling.scaled();
+      if (w < c.seq_len || local_rope) {
+        c.sliding_window = w;
+        c.full_attention_layers = full;
+        if (local_rope) c.rope_local_theta = c.rope_theta;
+      }
+    }
+  }
+  if (type == "olmo2" || type == "olmo3") return c;
   nn::GptConfig::Moe& m = c.moe;
   read_expert_counts(k, "num_experts", m);
   m.normalize_top_k = k.boolean("norm_topk_prob", false);
@@ -891,7 +917,7 @@ nn::GptConfig gpt_config_from_hf(const std::string& json_text, const std::string
     c = llama_config(k, type);
   } else if (type == "mixtral" || type == "qwen2_moe" || type == "qwen3_moe") {
     c = moe_config(k, type);
-  } else if (type == "olmo" || type == "olmo2" || type == "olmoe") {
+  } else if (type == "olmo" || type == "olmo2" || type == "olmo3" || type == "olmoe") {
     c = olmo_config(k, type);
   } else if (type == "granitemoe" || type == "granitemoeshared") {
     c = granite_moe_config(k, type);
@@ -919,10 +945,9 @@ nn::GptConfig gpt_config_from_hf(const std::string& json_text, const std::string
     throw NotSupportedError(
         source + ": model_type '" + type +
         "' is not supported (llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe, gemma, "
-        "gemma2, gemma3_text, gemma3, phi3, stablelm, olmo, olmo2, olmoe, granite, granitemoe, "
-        "granitemoeshared, cohere, cohere2, smollm3, glm, glm4, helium, gpt_neox, starcoder2, phi, "
-        "falcon, "
-        "gptj, codegen or gpt2)");
+        "gemma2, gemma3_text, gemma3, phi3, stablelm, olmo, olmo2, olmo3, olmoe, granite, "
+        "granitemoe, granitemoeshared, cohere, cohere2, smollm3, glm, glm4, helium, gpt_neox, "
+        "starcoder2, phi, falcon, gptj, codegen or gpt2)");
   }
   c.hf_type = type;  // (an export writes the class it came from)
   try {

@@ -90,7 +90,10 @@ std::string llama_misfit(const nn::GptConfig& c, const std::string& type) {
   const bool gemma = is_gemma(type), sandwich = type == "gemma2" || type == "gemma3_text";
   // OLMo 2's and OLMoE's: heads d_model / n_head wide, no window, query/key
   // norms over all the heads together; OLMo 2's post-norms alone.
-  const bool olmo2 = type == "olmo2", olmo = olmo2 || type == "olmoe";
+  // OLMo 3's: OLMo 2's with windows on any layers (layer_types), the
+  // windowed layers turning unscaled.
+  const bool olmo3 = type == "olmo3", olmo2 = type == "olmo2" || olmo3,
+             olmo = olmo2 || type == "olmoe";
   // OLMo's (the first): LLaMA's blocks with LayerNorms that learn nothing.
   const bool olmo1 = type == "olmo";
   // Granite's: LLaMA's with its multipliers (any embedding multiplier and
@@ -135,7 +138,7 @@ std::string llama_misfit(const nn::GptConfig& c, const std::string& type) {
     add(c.heads_apart(),
         "model.head_dim is not d_model / n_head (OLMo's heads are hidden_size / "
         "num_attention_heads wide)");
-    add(c.sliding_window > 0, "model.sliding_window is set");
+    if (!olmo3) add(c.sliding_window > 0, "model.sliding_window is set");
     add(!c.qk_norm_full, "model.qk_norm is not full");
   }
   if (olmo2) {
@@ -193,6 +196,14 @@ std::string llama_misfit(const nn::GptConfig& c, const std::string& type) {
     // model.rope_local_theta.
     add(c.sliding_window > 0 && c.rope_local_theta == 0.0 && c.rope_scaling.scaled(),
         "the windowed layers' RoPE is scaled");
+  } else if (olmo3) {
+    // Its windowed layers turn at rope_theta, unscaled.
+    add(c.rope_local_theta > 0.0 &&
+            (c.rope_local_theta != c.rope_theta || !c.rope_scaling.scaled()),
+        "model.rope_local_theta is not rope_theta under a scaled RoPE (OLMo 3's windowed layers "
+        "turn unscaled at its base)");
+    add(c.sliding_window > 0 && c.rope_scaling.scaled() && c.rope_local_theta == 0.0,
+        "the windowed layers' RoPE is scaled");
   } else {
     add(c.rope_local_theta > 0.0, "model.rope_local_theta is set");
   }
@@ -229,11 +240,11 @@ std::string llama_misfit(const nn::GptConfig& c, const std::string& type) {
   // on; Gemma 2 and 3 any layers (layer_types).
   // SmolLM3 any layers too (layer_types, under use_sliding_window), Cohere
   // 2 its global ones (above).
-  if (type == "llama" || type == "gemma" || type == "phi3" || stablelm || olmo || olmo1 ||
-      granite || (cohere && !cohere2) || is_glm(type) || type == "helium") {
+  if (type == "llama" || type == "gemma" || type == "phi3" || stablelm || (olmo && !olmo3) ||
+      olmo1 || granite || (cohere && !cohere2) || is_glm(type) || type == "helium") {
     add(!c.full_attention_layers.empty(),
         "model.full_attention_layers exempts layers from the window");
-  } else if (!sandwich && type != "smollm3" && !cohere2) {
+  } else if (!sandwich && type != "smollm3" && !cohere2 && !olmo3) {
     add(!qwen_window_layers(c).has_value(), "model.full_attention_layers is not the first layers");
   }
   return m.why;
@@ -793,13 +804,38 @@ bool hf_turns_interleaved(const std::string& type) {
 }
 
 const std::vector<std::string>& hf_model_types() {
-  static const std::vector<std::string> types{
-      "llama",     "mistral",    "mixtral", "qwen2",       "qwen2_moe",  "qwen3",
-      "qwen3_moe", "gemma",      "gemma2",  "gemma3_text", "phi3",       "stablelm",
-      "olmo",      "olmo2",      "olmoe",   "granite",     "granitemoe", "granitemoeshared",
-      "cohere",    "cohere2",    "smollm3", "glm",         "glm4",       "helium",
-      "gpt_neox",  "starcoder2", "phi",     "falcon",      "gptj",       "codegen",
-      "gpt2"};
+  static const std::vector<std::string> types{"llama",
+                                              "mistral",
+                                              "mixtral",
+                                              "qwen2",
+                                              "qwen2_moe",
+                                              "qwen3",
+                                              "qwen3_moe",
+                                              "gemma",
+                                              "gemma2",
+                                              "gemma3_text",
+                                              "phi3",
+                                              "stablelm",
+                                              "olmo",
+                                              "olmo2",
+                                              "olmo3",
+                                              "olmoe",
+                                              "granite",
+                                              "granitemoe",
+                                              "granitemoeshared",
+                                              "cohere",
+                                              "cohere2",
+                                              "smollm3",
+                                              "glm",
+                                              "glm4",
+                                              "helium",
+                                              "gpt_neox",
+                                              "starcoder2",
+                                              "phi",
+                                              "falcon",
+                                              "gptj",
+                                              "codegen",
+                                              "gpt2"};
   return types;
 }
 
@@ -843,8 +879,9 @@ bool is_moe_type(const std::string& type) {
 void add_olmo_departures(const nn::GptConfig& c, const std::string& type, Misfit& m) {
   m.add(!c.norm_affine && type != "olmo", "model.norm_affine is false");
   m.add(c.clip_qkv > 0 && type != "olmo" && type != "olmoe", "model.clip_qkv is set");
-  m.add(c.qk_norm_full && type != "olmo2" && type != "olmoe", "model.qk_norm is full");
-  m.add(!c.pre_norms && type != "olmo2", "model.pre_norms is false");
+  m.add(c.qk_norm_full && type != "olmo2" && type != "olmo3" && type != "olmoe",
+        "model.qk_norm is full");
+  m.add(!c.pre_norms && type != "olmo2" && type != "olmo3", "model.pre_norms is false");
 }
 
 // What only Granite's class holds: sublayer outputs scaled before they join
@@ -912,6 +949,7 @@ const char* architecture_of(const std::string& type) {
          : type == "stablelm"         ? "StableLmForCausalLM"
          : type == "olmo"             ? "OlmoForCausalLM"
          : type == "olmo2"            ? "Olmo2ForCausalLM"
+         : type == "olmo3"            ? "Olmo3ForCausalLM"
          : type == "olmoe"            ? "OlmoeForCausalLM"
          : type == "granite"          ? "GraniteForCausalLM"
          : type == "granitemoe"       ? "GraniteMoeForCausalLM"
@@ -982,11 +1020,12 @@ const char* hf_model_type(const nn::GptConfig& c) {
                     gemma2 = misfit(c, "gemma2"), gemma3 = misfit(c, "gemma3_text"),
                     phi3 = misfit(c, "phi3"), stablelm = misfit(c, "stablelm"),
                     olmo = misfit(c, "olmo"), olmo2 = misfit(c, "olmo2"),
-                    granite = misfit(c, "granite"), neox = misfit(c, "gpt_neox"),
-                    starcoder2 = misfit(c, "starcoder2"), cohere = misfit(c, "cohere"),
-                    cohere2 = misfit(c, "cohere2"), smollm3 = misfit(c, "smollm3"),
-                    glm = misfit(c, "glm"), glm4 = misfit(c, "glm4"), helium = misfit(c, "helium"),
-                    phi = misfit(c, "phi"), falcon = misfit(c, "falcon"), gptj = misfit(c, "gptj"),
+                    olmo3 = misfit(c, "olmo3"), granite = misfit(c, "granite"),
+                    neox = misfit(c, "gpt_neox"), starcoder2 = misfit(c, "starcoder2"),
+                    cohere = misfit(c, "cohere"), cohere2 = misfit(c, "cohere2"),
+                    smollm3 = misfit(c, "smollm3"), glm = misfit(c, "glm"),
+                    glm4 = misfit(c, "glm4"), helium = misfit(c, "helium"), phi = misfit(c, "phi"),
+                    falcon = misfit(c, "falcon"), gptj = misfit(c, "gptj"),
                     codegen = misfit(c, "codegen"), gpt2 = misfit(c, "gpt2");
   throw NotSupportedError(
       "no Hugging Face class holds this model: LlamaForCausalLM needs rope, swiglu, rmsnorm, "
@@ -1011,6 +1050,8 @@ const char* hf_model_type(const nn::GptConfig& c) {
       "); Olmo2ForCausalLM LLaMA's with post-norms instead of pre-norms (pre_norms: false, "
       "post_norms) and query/key norms over all the heads (qk_norm: full) (here " +
       olmo2 +
+      "); Olmo3ForCausalLM OLMo 2's with windows on any layers, those turning unscaled (here " +
+      olmo3 +
       "); GraniteForCausalLM LLaMA's with any embedding, residual and logit multipliers and "
       "attention scale, heads d_model / n_head wide and no window (here " +
       granite +
@@ -1071,7 +1112,7 @@ std::string hf_config_json(const nn::GptConfig& c, const std::string& torch_dtyp
     write_dimensions(c, hf_architecture(c), type, j);
     j["num_key_value_heads"] = c.kv_heads();
     const bool phi3 = type == "phi3", stablelm = type == "stablelm";
-    const bool olmo = type == "olmo" || type == "olmo2" || type == "olmoe";
+    const bool olmo = type == "olmo" || type == "olmo2" || type == "olmo3" || type == "olmoe";
     const bool granite = is_granite(type), cohere = is_cohere(type);
     // (Phi3Config's, StableLmConfig's, OLMo's and Granite's heads are
     // hidden_size / heads wide.)
@@ -1192,6 +1233,10 @@ std::string hf_config_json(const nn::GptConfig& c, const std::string& torch_dtyp
     if (type == "cohere2") {
       j["sliding_window"] = c.sliding_window > 0 ? c.sliding_window : c.seq_len;
       j["layer_types"] = layer_kinds(nope);
+    }
+    if (type == "olmo3") {  // its windowed layers by name
+      j["sliding_window"] = c.sliding_window > 0 ? c.sliding_window : c.seq_len;
+      j["layer_types"] = layer_kinds([&](int64_t i) { return c.window_of(i) == 0; });
     }
     if (type == "smollm3") {
       nlohmann::ordered_json flags = nlohmann::ordered_json::array();

@@ -736,6 +736,46 @@ TEST(HfConfig, HeliumTurnsInInterleavedPairs) {
             std::string::npos);
 }
 
+// Olmo-3-1025-7B's config.json keys (Olmo3ForCausalLM): OLMo 2's blocks
+// with a window of 4096 on three of every four layers (layer_types), yarn
+// over its 8192 pretrained positions turning the global layers alone (the
+// windowed ones turn unscaled at rope_theta). Its count by the shapes:
+// 100278 x 4096 embeddings twice, 32 blocks of 4 x 4096^2 + 3 x 4096 x
+// 11008 + two norms + the query/key norms (2 x 4096), and the final norm:
+// 7,298,011,136 (7.3B). Without layer_types, every fourth layer is global.
+TEST(HfConfig, Olmo3WindowsThreeLayersInFourAndScalesTheOthers) {
+  nlohmann::json kinds = nlohmann::json::array();
+  for (int i = 0; i < 32; ++i)
+    kinds.push_back((i + 1) % 4 == 0 ? "full_attention" : "sliding_attention");
+  const std::string olmo3 = edited(R"({
+    "architectures": ["Olmo3ForCausalLM"], "attention_bias": false, "hidden_act": "silu",
+    "hidden_size": 4096, "intermediate_size": 11008, "max_position_embeddings": 65536,
+    "model_type": "olmo3", "num_attention_heads": 32, "num_hidden_layers": 32,
+    "num_key_value_heads": 32, "rms_norm_eps": 1e-06, "rope_theta": 500000,
+    "rope_scaling": {"attention_factor": 1.2079441541679836, "beta_fast": 32, "beta_slow": 1,
+                     "factor": 8.0, "original_max_position_embeddings": 8192,
+                     "rope_type": "yarn"},
+    "sliding_window": 4096, "tie_word_embeddings": false, "vocab_size": 100278})",
+                                   "layer_types", kinds.dump());
+  const nn::GptConfig c = gpt_config_from_hf(olmo3, "Olmo-3-1025-7B/config.json");
+  EXPECT_EQ(c.hf_type, "olmo3");
+  EXPECT_EQ(c.num_parameters(), 7'298'011'136);
+  EXPECT_FALSE(c.pre_norms);
+  EXPECT_TRUE(c.post_norms && c.qk_norm_full);
+  EXPECT_EQ(c.sliding_window, 4096);
+  EXPECT_EQ(c.full_attention_layers, (std::vector<int64_t>{3, 7, 11, 15, 19, 23, 27, 31}));
+  EXPECT_EQ(c.rope_scaling.kind, RopeScaling::Kind::Yarn);
+  EXPECT_EQ(c.rope_local_theta, 500000.0);
+  EXPECT_EQ(c.rope_of(0).scaling.kind, RopeScaling::Kind::None);
+  EXPECT_EQ(c.rope_of(3).scaling.kind, RopeScaling::Kind::Yarn);
+  EXPECT_STREQ(hf_architecture(c), "Olmo3ForCausalLM");
+  const nn::GptConfig d = gpt_config_from_hf(without(olmo3, "layer_types"), "x");
+  EXPECT_EQ(d.full_attention_layers, c.full_attention_layers);
+  const nn::GptConfig unscaled = gpt_config_from_hf(without(olmo3, "rope_scaling"), "x");
+  EXPECT_EQ(unscaled.rope_local_theta, 0.0);
+  EXPECT_EQ(unscaled.sliding_window, 4096);
+}
+
 // `json` as transformers 5 writes it: the keys `moved` (rope_theta,
 // rope_scaling, ...) left out and rope_parameters given instead.
 std::string with_rope_parameters(const std::string& json, const std::vector<std::string>& moved,
@@ -1711,9 +1751,9 @@ TEST(HfConfig, WhatTriadDoesNotBuildIsNamed) {
       message(from(edited(llama, "model_type", "\"deepseek_v3\"")))
           .find("model_type 'deepseek_v3' is not supported (llama, mistral, mixtral, qwen2, "
                 "qwen2_moe, qwen3, qwen3_moe, gemma, gemma2, gemma3_text, gemma3, phi3, stablelm, "
-                "olmo, olmo2, olmoe, granite, granitemoe, granitemoeshared, cohere, cohere2, "
-                "smollm3, glm, glm4, helium, gpt_neox, starcoder2, phi, falcon, gptj, codegen or "
-                "gpt2)"),
+                "olmo, olmo2, olmo3, olmoe, granite, granitemoe, granitemoeshared, cohere, "
+                "cohere2, smollm3, glm, glm4, helium, gpt_neox, starcoder2, phi, falcon, gptj, "
+                "codegen or gpt2)"),
       std::string::npos);
   EXPECT_NE(message(from(edited(edited(edited(kQwen3_06b, "use_sliding_window", "true"),
                                        "max_window_layers", "10"),

@@ -524,6 +524,38 @@ TEST(HfExport, Olmo2RoundTripsAndNoOtherClassHoldsIt) {
   expect_no_class(learned, "Olmo2ForCausalLM LLaMA's with post-norms instead of pre-norms");
 }
 
+// OLMo 3's blocks (OLMo 2's with a window on some layers, those turning
+// unscaled at rope_theta under a scaled RoPE) through Olmo3ForCausalLM and
+// back: layer_types and sliding_window written, the weights bit for bit.
+// OLMo 2's class holds no window; a windowed layer scaled, or turning at a
+// base of its own, fits neither.
+TEST(HfExport, Olmo3WindowsRoundTripAndTheirRopeTurnsUnscaled) {
+  nn::GptConfig olmo3 = llama(false, 2);
+  nn::set_qk_norm(olmo3, "full");
+  olmo3.pre_norms = false;
+  olmo3.post_norms = true;
+  olmo3.sliding_window = 3;
+  olmo3.full_attention_layers = {1};
+  EXPECT_NE(hf_misfit(olmo3, "olmo2").find("model.sliding_window is set"), std::string::npos);
+  const Exported out = expect_round_trip(olmo3, "olmo3");
+  EXPECT_EQ(out.config.at("layer_types"),
+            nlohmann::json::array({"sliding_attention", "full_attention"}));
+  EXPECT_EQ(out.config.at("sliding_window"), 3);
+  EXPECT_EQ(out.tensors.count("model.layers.1.post_feedforward_layernorm.weight"), 1u);
+  nn::GptConfig scaled = olmo3;  // yarn on the global layer alone
+  scaled.rope_scaling.kind = RopeScaling::Kind::Yarn;
+  scaled.rope_scaling.factor = 4.0;
+  scaled.rope_scaling.original_seq_len = 3.0;
+  EXPECT_NE(hf_misfit(scaled, "olmo3").find("the windowed layers' RoPE is scaled"),
+            std::string::npos);
+  scaled.rope_local_theta = scaled.rope_theta;
+  EXPECT_EQ(expect_round_trip(scaled, "olmo3").config.at("rope_scaling").at("rope_type"), "yarn");
+  nn::GptConfig own_base = scaled;
+  own_base.rope_local_theta = 7.0;
+  EXPECT_NE(hf_misfit(own_base, "olmo3").find("model.rope_local_theta is not rope_theta"),
+            std::string::npos);
+}
+
 // OLMo: LLaMA's blocks with LayerNorms that learn nothing. Its config and
 // weights go out as OlmoForCausalLM's (no norm tensors, no eps key) and
 // read back the same model; learned norms, RMSNorm or another eps keep it
@@ -1519,10 +1551,9 @@ TEST(HfExport, TheModelsOwnClassIsPreferred) {
     EXPECT_NE(
         std::string(e.what()).find(
             "model.hf_type 'phi4' is not a model_type Triad exports "
-            "(llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, "
-            "qwen3_moe, gemma, gemma2, gemma3_text, phi3, stablelm, olmo, olmo2, olmoe, granite, "
-            "granitemoe, granitemoeshared, cohere, cohere2, smollm3, glm, glm4, helium, gpt_neox, "
-            "starcoder2, "
+            "(llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe, gemma, gemma2, "
+            "gemma3_text, phi3, stablelm, olmo, olmo2, olmo3, olmoe, granite, granitemoe, "
+            "granitemoeshared, cohere, cohere2, smollm3, glm, glm4, helium, gpt_neox, starcoder2, "
             "phi, falcon, gptj, codegen, gpt2, or auto)"),
         std::string::npos)
         << e.what();

@@ -1092,6 +1092,29 @@ TEST_F(Gpt2Parity, HeliumDirectoryReadsAndExportsAsHuggingFacesHelium) {
   expect_exports_as_written(model, dir);
 }
 
+// OLMo 3's blocks from an Olmo3ForCausalLM directory: OLMo 2's with a
+// window on layer 0 (layer_types) and yarn turning the global layer alone,
+// the windowed one unscaled at the same base, to the reference's logits,
+// loss, every gradient and greedy tokens past the window; exported again,
+// the same directory. With yarn on every layer: not the reference's logits.
+TEST_F(Gpt2Parity, Olmo3DirectoryReadsAndExportsAsHuggingFacesOlmo3) {
+  const std::string dir = ref_dir() + "/olmo3_hf";
+  const nn::GptConfig cfg = io::load_hf_config(dir);
+  EXPECT_EQ(cfg.hf_type, "olmo3");
+  EXPECT_EQ(cfg.full_attention_layers, (std::vector<int64_t>{1}));
+  EXPECT_EQ(cfg.rope_local_theta, cfg.rope_theta);
+  nn::Gpt model(cfg, 1);
+  io::load_gpt2_safetensors(model, dir);
+  expect_step_zero_matches(model, ref_, "olmo3.");
+  expect_greedy_tokens(cfg, "olmo3_generator", "olmo3.greedy_tokens", ref_);
+  expect_exports_as_written(model, dir);
+  nn::GptConfig scaled_everywhere = cfg;
+  scaled_everywhere.rope_local_theta = 0.0;
+  nn::Gpt scaled(scaled_everywhere, 1);
+  scaled.load_state_dict(model.state_dict());
+  EXPECT_GT(logits_away_from(scaled, ref_, "olmo3."), 1e-4);
+}
+
 // Cohere 2's blocks (Cohere's, with a window on every layer but the global
 // one, which turns nothing) from a Cohere2ForCausalLM directory: logits,
 // loss and every gradient, greedy tokens through the key/value cache past

@@ -622,6 +622,13 @@ def save_hf_olmo2(model, directory):
               "vocab_size": CFG["vocab_size"], "max_position_embeddings": CFG["seq_len"],
               "rms_norm_eps": 1e-5, "rope_theta": ROPE_THETA, "attention_bias": False,
               "tie_word_embeddings": False}
+    if model.window is not None:  # OLMo 3's: windows on the layers layer_types names
+        config.update({"architectures": ["Olmo3ForCausalLM"], "model_type": "olmo3",
+                       "sliding_window": model.window,
+                       # (yarn's betas written out, as OLMo 3's files do)
+                       "rope_scaling": dict(model.rope_scaling, beta_fast=32.0, beta_slow=1.0),
+                       "layer_types": ["full_attention" if i in model.full_layers
+                                       else "sliding_attention" for i in range(CFG["n_layer"])]})
     with open(os.path.join(directory, "config.json"), "w") as f:
         json.dump(config, f)
 
@@ -1597,6 +1604,18 @@ def main():
     record_step_zero(olmo2, x, y, "olmo2.", ref)
     ref["olmo2.greedy_tokens"] = torch.tensor(greedy_continuation(olmo2), dtype=torch.float32)
     save_hf_olmo2(olmo2, os.path.join(out, "olmo2_generator"))
+    # OLMo 3's: OLMo 2's blocks with a window on layer 0, yarn turning the
+    # global layer 1 alone (the windowed one turns unscaled at the same
+    # base); step 0 and a greedy continuation past the window, from an
+    # Olmo3ForCausalLM directory.
+    olmo3 = Gpt(CFG, ROPE_THETA, SWIGLU_FFN, rms_norm=True, bias=False, tie=False,
+                kv_heads=LLAMA_KV_HEADS, qk_norm="full", post_norms=True, pre_norms=False,
+                window=MISTRAL_WINDOW, full_layers=(1,), rope_scaling=YARN_SCALING,
+                rope_local_theta=ROPE_THETA)
+    save_hf_olmo2(olmo3, os.path.join(out, "olmo3_hf"))
+    record_step_zero(olmo3, x, y, "olmo3.", ref)
+    ref["olmo3.greedy_tokens"] = torch.tensor(greedy_continuation(olmo3), dtype=torch.float32)
+    save_hf_olmo2(olmo3, os.path.join(out, "olmo3_generator"))
     # OLMo's (the first): LLaMA's blocks with LayerNorms that learn nothing
     # (no weight, no bias), q, k and v clamped (clip_qkv), grouped key/value
     # heads, an untied head; step 0 from an OlmoForCausalLM directory.
