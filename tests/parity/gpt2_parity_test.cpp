@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <utility>
 
@@ -213,6 +214,39 @@ void expect_exports_as_written(
   EXPECT_EQ(ours.tensors.size(), weights);
 }
 
+// The reference's tensors with its gradients of c_attn (the weight in
+// GPT-2's Conv1D layout, [in, out], and the bias), whose q's and k's heads
+// (their first cfg.rope_dim rows, or all) are in Cohere's and GLM's
+// interleaved order, in Triad's halves.
+std::map<std::string, Tensor> with_halves_gradients(const std::map<std::string, Tensor>& ref,
+                                                    const nn::GptConfig& cfg,
+                                                    const std::string& prefix) {
+  std::map<std::string, Tensor> out = ref;
+  const int64_t D = cfg.head_dim(), Q = cfg.q_width(), KV = cfg.kv_heads() * D, r = cfg.rope_dim;
+  auto halves = [&](const Tensor& rows) {
+    return concat({io::interleaved_head_rows(narrow(rows, 0, 0, Q), cfg.n_head, true, r),
+                   io::interleaved_head_rows(narrow(rows, 0, Q, KV), cfg.kv_heads(), true, r),
+                   contiguous(narrow(rows, 0, Q + KV, KV))},
+                  0);
+  };
+  for (int64_t i = 0; i < cfg.n_layer; ++i) {
+    const std::string key = prefix + "grad.h." + std::to_string(i) + ".attn.c_attn.weight";
+    out[key] = contiguous(transpose(halves(contiguous(transpose(ref.at(key), 0, 1))), 0, 1));
+    const std::string bias = prefix + "grad.h." + std::to_string(i) + ".attn.c_attn.bias";
+    if (ref.count(bias)) out[bias] = contiguous(halves(ref.at(bias)));
+    // Command R+'s head norms, (heads, D) in Cohere's order: one vector,
+    // each head's features in Triad's halves.
+    for (const char* norm : {"q_norm", "k_norm"}) {
+      const std::string name = prefix + "grad.h." + std::to_string(i) + ".attn." + norm + ".weight";
+      auto it = ref.find(name);
+      if (it == ref.end() || it->second.dim() != 2) continue;
+      out[name] = io::interleaved_head_rows(reshape(contiguous(it->second), {it->second.numel()}),
+                                            it->second.size(0), true);
+    }
+  }
+  return out;
+}
+
 void expect_greedy_tokens(const nn::GptConfig& cfg, const std::string& file, const std::string& key,
                           const std::map<std::string, Tensor>& ref) {
   nn::Gpt gen(cfg, 1);
@@ -224,6 +258,28 @@ void expect_greedy_tokens(const nn::GptConfig& cfg, const std::string& file, con
   o.temperature = 0;
   o.max_new_tokens = static_cast<int64_t>(tokens.size());
   EXPECT_EQ(nn::generate(gen, prompt, o), tokens) << file;
+}
+
+// The reference's family `name` (its directory name_hf, of class `type`):
+// the model read from it matches the reference's step 0 (q's and k's
+// gradient rows into Triad's halves first, for a class turning them in
+// interleaved pairs) and greedy tokens (name_generator's weights), and
+// exports again as written. The model, for the caller's own checks.
+std::unique_ptr<nn::Gpt> expect_family_matches(const std::string& name, const std::string& type,
+                                               const std::map<std::string, Tensor>& ref) {
+  const std::string dir = ref_dir() + "/" + name + "_hf";
+  const nn::GptConfig cfg = io::load_hf_config(dir);
+  EXPECT_EQ(cfg.hf_type, type);
+  auto model = std::make_unique<nn::Gpt>(cfg, 1);
+  io::load_gpt2_safetensors(*model, dir);
+  const std::string prefix = name + ".";
+  expect_step_zero_matches(
+      *model,
+      io::weight_layout(cfg).interleaved_rotation ? with_halves_gradients(ref, cfg, prefix) : ref,
+      prefix);
+  expect_greedy_tokens(cfg, name + "_generator", prefix + "greedy_tokens", ref);
+  expect_exports_as_written(*model, dir);
+  return model;
 }
 
 // Rotary position embeddings against PyTorch written out independently
@@ -614,17 +670,11 @@ TEST_F(Gpt2Parity, StableLmDirectoryReadsAndExportsAsHuggingFacesStableLm) {
 // greedy tokens; exported again, the same directory. With every head
 // scaled by the first head's weights: not the reference's logits.
 TEST_F(Gpt2Parity, StableLm12bHeadNormsReadAndExportAsHuggingFacesStableLm) {
-  const std::string dir = ref_dir() + "/stablelm12_hf";
-  const nn::GptConfig cfg = io::load_hf_config(dir);
-  EXPECT_EQ(cfg.hf_type, "stablelm");
+  const auto model = expect_family_matches("stablelm12", "stablelm", ref_);
+  const nn::GptConfig& cfg = model->config();
   EXPECT_TRUE(cfg.qk_head_layernorm);
   EXPECT_TRUE(cfg.parallel_residual && cfg.shared_norm);
-  nn::Gpt model(cfg, 1);
-  io::load_gpt2_safetensors(model, dir);
-  expect_step_zero_matches(model, ref_, "stablelm12.");
-  expect_greedy_tokens(cfg, "stablelm12_generator", "stablelm12.greedy_tokens", ref_);
-  expect_exports_as_written(model, dir);
-  nn::StateDict first_head = model.state_dict();
+  nn::StateDict first_head = model->state_dict();
   const int64_t D = cfg.head_dim();
   for (auto& [name, t] : first_head) {
     if (name.find(".attn.q_norm.weight") == std::string::npos) continue;
@@ -934,39 +984,6 @@ TEST_F(Gpt2Parity, GraniteMoeDirectoryReadsAndExportsAsHuggingFacesGraniteMoeSha
   EXPECT_GT(logits_away_from(m, ref_, "granitemoe."), 1e-3);
 }
 
-// The reference's tensors with its gradients of c_attn (the weight in
-// GPT-2's Conv1D layout, [in, out], and the bias), whose q's and k's heads
-// (their first cfg.rope_dim rows, or all) are in Cohere's and GLM's
-// interleaved order, in Triad's halves.
-std::map<std::string, Tensor> with_halves_gradients(const std::map<std::string, Tensor>& ref,
-                                                    const nn::GptConfig& cfg,
-                                                    const std::string& prefix) {
-  std::map<std::string, Tensor> out = ref;
-  const int64_t D = cfg.head_dim(), Q = cfg.q_width(), KV = cfg.kv_heads() * D, r = cfg.rope_dim;
-  auto halves = [&](const Tensor& rows) {
-    return concat({io::interleaved_head_rows(narrow(rows, 0, 0, Q), cfg.n_head, true, r),
-                   io::interleaved_head_rows(narrow(rows, 0, Q, KV), cfg.kv_heads(), true, r),
-                   contiguous(narrow(rows, 0, Q + KV, KV))},
-                  0);
-  };
-  for (int64_t i = 0; i < cfg.n_layer; ++i) {
-    const std::string key = prefix + "grad.h." + std::to_string(i) + ".attn.c_attn.weight";
-    out[key] = contiguous(transpose(halves(contiguous(transpose(ref.at(key), 0, 1))), 0, 1));
-    const std::string bias = prefix + "grad.h." + std::to_string(i) + ".attn.c_attn.bias";
-    if (ref.count(bias)) out[bias] = contiguous(halves(ref.at(bias)));
-    // Command R+'s head norms, (heads, D) in Cohere's order: one vector,
-    // each head's features in Triad's halves.
-    for (const char* norm : {"q_norm", "k_norm"}) {
-      const std::string name = prefix + "grad.h." + std::to_string(i) + ".attn." + norm + ".weight";
-      auto it = ref.find(name);
-      if (it == ref.end() || it->second.dim() != 2) continue;
-      out[name] = io::interleaved_head_rows(reshape(contiguous(it->second), {it->second.numel()}),
-                                            it->second.size(0), true);
-    }
-  }
-  return out;
-}
-
 // Cohere's blocks (LLaMA's sublayers in parallel on one LayerNorm without a
 // bias, q and k turned in interleaved pairs, the logits times 0.25) from a
 // CohereForCausalLM directory: logits, loss and every gradient (q's and k's
@@ -1021,19 +1038,13 @@ TEST_F(Gpt2Parity, CohereDirectoryReadsAndExportsAsHuggingFacesCohere) {
 // through the key/value cache; exported again, the same directory. With
 // the norms' weights left in the file's order: not the reference's logits.
 TEST_F(Gpt2Parity, CommandRPlusHeadNormsReadAndExportAsHuggingFacesCohere) {
-  const std::string dir = ref_dir() + "/command_r_plus_hf";
-  const nn::GptConfig cfg = io::load_hf_config(dir);
-  EXPECT_EQ(cfg.hf_type, "cohere");
+  const auto model = expect_family_matches("command_r_plus", "cohere", ref_);
+  const nn::GptConfig& cfg = model->config();
   EXPECT_TRUE(cfg.qk_head_layernorm);
-  nn::Gpt model(cfg, 1);
-  io::load_gpt2_safetensors(model, dir);
-  EXPECT_EQ(model.state_dict().at("h.0.attn.q_norm.weight").shape(), (Shape{cfg.q_width()}));
-  expect_step_zero_matches(model, with_halves_gradients(ref_, cfg, "command_r_plus."),
-                           "command_r_plus.");
-  expect_greedy_tokens(cfg, "command_r_plus_generator", "command_r_plus.greedy_tokens", ref_);
-  expect_exports_as_written(model, dir);
-  const auto file = io::load_safetensors(dir + "/model.safetensors").tensors;
-  nn::StateDict as_filed = model.state_dict();
+  EXPECT_EQ(model->state_dict().at("h.0.attn.q_norm.weight").shape(), (Shape{cfg.q_width()}));
+  const auto file =
+      io::load_safetensors(ref_dir() + "/command_r_plus_hf/model.safetensors").tensors;
+  nn::StateDict as_filed = model->state_dict();
   for (int64_t i = 0; i < cfg.n_layer; ++i) {
     for (const char* norm : {"q_norm", "k_norm"}) {
       const Tensor& w =
@@ -1054,21 +1065,16 @@ TEST_F(Gpt2Parity, CommandRPlusHeadNormsReadAndExportAsHuggingFacesCohere) {
 // gradient and greedy tokens; exported again, the same directory. Read as
 // if it turned in halves: not the reference's logits.
 TEST_F(Gpt2Parity, Glm4DirectoryReadsAndExportsAsHuggingFacesGlm4) {
-  const std::string dir = ref_dir() + "/glm4_hf";
-  const nn::GptConfig cfg = io::load_hf_config(dir);
-  EXPECT_EQ(cfg.hf_type, "glm4");
+  const auto model = expect_family_matches("glm4", "glm4", ref_);
+  const nn::GptConfig& cfg = model->config();
   EXPECT_TRUE(cfg.qkv_bias && cfg.post_norms);
   EXPECT_EQ(cfg.rope_dim, cfg_["neox_rope_dim"].get<int64_t>());
-  nn::Gpt model(cfg, 1);
-  io::load_gpt2_safetensors(model, dir);
-  expect_step_zero_matches(model, with_halves_gradients(ref_, cfg, "glm4."), "glm4.");
-  expect_greedy_tokens(cfg, "glm4_generator", "glm4.greedy_tokens", ref_);
-  expect_exports_as_written(model, dir);
   io::WeightLayout halves = io::weight_layout(cfg);
   EXPECT_TRUE(halves.interleaved_rotation);
   halves.interleaved_rotation = false;
   testing::TempDir copy;
-  std::filesystem::copy_file(dir + "/model.safetensors", copy.file("model.safetensors"));
+  std::filesystem::copy_file(ref_dir() + "/glm4_hf/model.safetensors",
+                             copy.file("model.safetensors"));
   nn::Gpt unordered(cfg, 1);
   unordered.load_state_dict(io::load_gpt2_state_dict(
       copy.file("model.safetensors"), nn::gpt_parameter_shapes(cfg), nullptr, halves));
@@ -1080,16 +1086,9 @@ TEST_F(Gpt2Parity, Glm4DirectoryReadsAndExportsAsHuggingFacesGlm4) {
 // Triad's halves), q, k and v biases, to the reference's logits, loss, every
 // gradient and greedy tokens; exported again, the same directory.
 TEST_F(Gpt2Parity, HeliumDirectoryReadsAndExportsAsHuggingFacesHelium) {
-  const std::string dir = ref_dir() + "/helium_hf";
-  const nn::GptConfig cfg = io::load_hf_config(dir);
-  EXPECT_EQ(cfg.hf_type, "helium");
-  EXPECT_TRUE(cfg.qkv_bias);
-  EXPECT_EQ(cfg.rope_dim, 0);
-  nn::Gpt model(cfg, 1);
-  io::load_gpt2_safetensors(model, dir);
-  expect_step_zero_matches(model, with_halves_gradients(ref_, cfg, "helium."), "helium.");
-  expect_greedy_tokens(cfg, "helium_generator", "helium.greedy_tokens", ref_);
-  expect_exports_as_written(model, dir);
+  const auto model = expect_family_matches("helium", "helium", ref_);
+  EXPECT_TRUE(model->config().qkv_bias);
+  EXPECT_EQ(model->config().rope_dim, 0);
 }
 
 // OLMo 3's blocks from an Olmo3ForCausalLM directory: OLMo 2's with a
@@ -1098,20 +1097,14 @@ TEST_F(Gpt2Parity, HeliumDirectoryReadsAndExportsAsHuggingFacesHelium) {
 // loss, every gradient and greedy tokens past the window; exported again,
 // the same directory. With yarn on every layer: not the reference's logits.
 TEST_F(Gpt2Parity, Olmo3DirectoryReadsAndExportsAsHuggingFacesOlmo3) {
-  const std::string dir = ref_dir() + "/olmo3_hf";
-  const nn::GptConfig cfg = io::load_hf_config(dir);
-  EXPECT_EQ(cfg.hf_type, "olmo3");
+  const auto model = expect_family_matches("olmo3", "olmo3", ref_);
+  const nn::GptConfig& cfg = model->config();
   EXPECT_EQ(cfg.full_attention_layers, (std::vector<int64_t>{1}));
   EXPECT_EQ(cfg.rope_local_theta, cfg.rope_theta);
-  nn::Gpt model(cfg, 1);
-  io::load_gpt2_safetensors(model, dir);
-  expect_step_zero_matches(model, ref_, "olmo3.");
-  expect_greedy_tokens(cfg, "olmo3_generator", "olmo3.greedy_tokens", ref_);
-  expect_exports_as_written(model, dir);
   nn::GptConfig scaled_everywhere = cfg;
   scaled_everywhere.rope_local_theta = 0.0;
   nn::Gpt scaled(scaled_everywhere, 1);
-  scaled.load_state_dict(model.state_dict());
+  scaled.load_state_dict(model->state_dict());
   EXPECT_GT(logits_away_from(scaled, ref_, "olmo3."), 1e-4);
 }
 
@@ -1121,21 +1114,15 @@ TEST_F(Gpt2Parity, Olmo3DirectoryReadsAndExportsAsHuggingFacesOlmo3) {
 // the window; exported again, the same directory. The same model with rope
 // on its global layer: not the reference's logits.
 TEST_F(Gpt2Parity, Cohere2DirectoryReadsAndExportsAsHuggingFacesCohere2) {
-  const std::string dir = ref_dir() + "/cohere2_hf";
-  const nn::GptConfig cfg = io::load_hf_config(dir);
-  EXPECT_EQ(cfg.hf_type, "cohere2");
+  const auto model = expect_family_matches("cohere2", "cohere2", ref_);
+  const nn::GptConfig& cfg = model->config();
   EXPECT_EQ(cfg.nope_layers, (std::vector<int64_t>{1}));
   EXPECT_EQ(cfg.full_attention_layers, (std::vector<int64_t>{1}));
   EXPECT_EQ(cfg.sliding_window, cfg_["mistral_window"].get<int64_t>());
-  nn::Gpt model(cfg, 1);
-  io::load_gpt2_safetensors(model, dir);
-  expect_step_zero_matches(model, with_halves_gradients(ref_, cfg, "cohere2."), "cohere2.");
-  expect_greedy_tokens(cfg, "cohere2_generator", "cohere2.greedy_tokens", ref_);
-  expect_exports_as_written(model, dir);
   nn::GptConfig turning = cfg;
   turning.nope_layers.clear();
   nn::Gpt rotated(turning, 1);
-  rotated.load_state_dict(model.state_dict());
+  rotated.load_state_dict(model->state_dict());
   EXPECT_GT(logits_away_from(rotated, ref_, "cohere2."), 1e-3);
 }
 
@@ -1144,20 +1131,14 @@ TEST_F(Gpt2Parity, Cohere2DirectoryReadsAndExportsAsHuggingFacesCohere2) {
 // tokens through the key/value cache; exported again, the same directory.
 // The same model with rope on every layer: not the reference's logits.
 TEST_F(Gpt2Parity, Smollm3DirectoryReadsAndExportsAsHuggingFacesSmollm3) {
-  const std::string dir = ref_dir() + "/smollm3_hf";
-  const nn::GptConfig cfg = io::load_hf_config(dir);
-  EXPECT_EQ(cfg.hf_type, "smollm3");
+  const auto model = expect_family_matches("smollm3", "smollm3", ref_);
+  const nn::GptConfig& cfg = model->config();
   EXPECT_EQ(cfg.nope_layers, (std::vector<int64_t>{1}));
   EXPECT_EQ(cfg.sliding_window, 0);
-  nn::Gpt model(cfg, 1);
-  io::load_gpt2_safetensors(model, dir);
-  expect_step_zero_matches(model, ref_, "smollm3.");
-  expect_greedy_tokens(cfg, "smollm3_generator", "smollm3.greedy_tokens", ref_);
-  expect_exports_as_written(model, dir);
   nn::GptConfig turning = cfg;
   turning.nope_layers.clear();
   nn::Gpt rotated(turning, 1);
-  rotated.load_state_dict(model.state_dict());
+  rotated.load_state_dict(model->state_dict());
   EXPECT_GT(logits_away_from(rotated, ref_, "smollm3."), 1e-3);
 }
 

@@ -793,6 +793,21 @@ def save_hf_cohere(model, directory):
         json.dump(config, f)
 
 
+def write_llama_config(model, directory, architecture, model_type, **keys):
+    """directory/config.json for a LLaMA-style model of class `architecture`:
+    its widths, heads (head_dim written), SwiGLU, RMSNorm's eps, RoPE's base
+    and an untied head, then `keys`."""
+    config = {"architectures": [architecture], "model_type": model_type,
+              "hidden_size": CFG["d_model"], "intermediate_size": model.swiglu_ffn,
+              "num_hidden_layers": CFG["n_layer"], "num_attention_heads": CFG["n_head"],
+              "num_key_value_heads": model.kv_heads, "head_dim": model.D, "hidden_act": "silu",
+              "vocab_size": CFG["vocab_size"], "max_position_embeddings": CFG["seq_len"],
+              "rms_norm_eps": 1e-5, "rope_theta": ROPE_THETA, "tie_word_embeddings": False}
+    config.update(keys)
+    with open(os.path.join(directory, "config.json"), "w") as f:
+        json.dump(config, f)
+
+
 def save_hf_glm4(model, directory):
     """A GLM-4-style model (LLaMA's blocks with q, k and v biases, part of
     each head turned in interleaved pairs, and four norms a block) as a
@@ -818,16 +833,8 @@ def save_hf_glm4(model, directory):
                   p + "post_attention_layernorm.weight": b.ln_2.weight,
                   p + "post_mlp_layernorm.weight": b.post_mlp_norm.weight})
     save_safetensors(os.path.join(directory, "model.safetensors"), t)
-    config = {"architectures": ["Glm4ForCausalLM"], "model_type": "glm4",
-              "hidden_size": CFG["d_model"], "intermediate_size": model.swiglu_ffn,
-              "num_hidden_layers": CFG["n_layer"], "num_attention_heads": CFG["n_head"],
-              "num_key_value_heads": model.kv_heads, "head_dim": model.D, "hidden_act": "silu",
-              "vocab_size": CFG["vocab_size"], "max_position_embeddings": CFG["seq_len"],
-              "rms_norm_eps": 1e-5, "rope_theta": ROPE_THETA,
-              "partial_rotary_factor": model.rope_dim / model.D, "attention_bias": True,
-              "tie_word_embeddings": False}
-    with open(os.path.join(directory, "config.json"), "w") as f:
-        json.dump(config, f)
+    write_llama_config(model, directory, "Glm4ForCausalLM", "glm4",
+                       partial_rotary_factor=model.rope_dim / model.D, attention_bias=True)
 
 
 def save_hf_helium(model, directory):
@@ -836,16 +843,8 @@ def save_hf_helium(model, directory):
     directory: LLaMA's names, rows as the reference turns them."""
     os.makedirs(directory, exist_ok=True)
     save_hf_llama(model, os.path.join(directory, "model.safetensors"))
-    config = {"architectures": ["HeliumForCausalLM"], "model_type": "helium",
-              "hidden_size": CFG["d_model"], "intermediate_size": model.swiglu_ffn,
-              "num_hidden_layers": CFG["n_layer"], "num_attention_heads": CFG["n_head"],
-              "num_key_value_heads": model.kv_heads, "head_dim": model.D, "hidden_act": "silu",
-              "vocab_size": CFG["vocab_size"], "max_position_embeddings": CFG["seq_len"],
-              "rms_norm_eps": 1e-5, "rope_theta": ROPE_THETA,
-              "attention_bias": model.h[0].attn.c_attn.bias is not None, "mlp_bias": False,
-              "tie_word_embeddings": False}
-    with open(os.path.join(directory, "config.json"), "w") as f:
-        json.dump(config, f)
+    write_llama_config(model, directory, "HeliumForCausalLM", "helium",
+                       attention_bias=model.h[0].attn.c_attn.bias is not None, mlp_bias=False)
 
 
 def save_hf_smollm3(model, directory):
@@ -1320,6 +1319,17 @@ def record_step_zero(model, x, y, prefix, ref):
         ref[prefix + "grad." + n] = gpt2_layout(n, p.grad)
 
 
+def record_family(model, name, save, out, x, y, ref):
+    """`model` under `name`: its Hugging Face directory out/name_hf (`save`),
+    step 0 recorded under name., then a greedy continuation
+    (name.greedy_tokens) by the weights it leaves, saved as
+    out/name_generator."""
+    save(model, os.path.join(out, name + "_hf"))
+    record_step_zero(model, x, y, name + ".", ref)
+    ref[name + ".greedy_tokens"] = torch.tensor(greedy_continuation(model), dtype=torch.float32)
+    save(model, os.path.join(out, name + "_generator"))
+
+
 def main():
     out = sys.argv[1]
     os.makedirs(out, exist_ok=True)
@@ -1517,11 +1527,8 @@ def main():
     stablelm12 = Gpt(CFG, ROPE_THETA, SWIGLU_FFN, bias=False, tie=False, kv_heads=LLAMA_KV_HEADS,
                      rope_dim=NEOX_ROPE_DIM, parallel=True, shared_norm=True,
                      qk_norm="head_layernorm")
-    save_hf_stablelm(stablelm12, os.path.join(out, "stablelm12_hf"), NEOX_ROPE_DIM)
-    record_step_zero(stablelm12, x, y, "stablelm12.", ref)
-    ref["stablelm12.greedy_tokens"] = torch.tensor(greedy_continuation(stablelm12),
-                                                   dtype=torch.float32)
-    save_hf_stablelm(stablelm12, os.path.join(out, "stablelm12_generator"), NEOX_ROPE_DIM)
+    record_family(stablelm12, "stablelm12",
+                  lambda m, d: save_hf_stablelm(m, d, NEOX_ROPE_DIM), out, x, y, ref)
 
     # Phi-2's: the parallel residual with one norm for both sublayers, a
     # biased untied head, half of each head turned, grouped key/value heads;
@@ -1567,10 +1574,7 @@ def main():
     mixtral_moe = dict(experts=4, top_k=2, ffn=MOE_FFN, normalize=True, coef=MOE_AUX_COEF)
     mixtral = Gpt(CFG, ROPE_THETA, SWIGLU_FFN, rms_norm=True, bias=False, tie=False,
                   kv_heads=LLAMA_KV_HEADS, window=MISTRAL_WINDOW, moe=mixtral_moe)
-    save_hf_mixtral(mixtral, os.path.join(out, "mixtral_hf"))
-    record_step_zero(mixtral, x, y, "mixtral.", ref)
-    ref["mixtral.greedy_tokens"] = torch.tensor(greedy_continuation(mixtral), dtype=torch.float32)
-    save_hf_mixtral(mixtral, os.path.join(out, "mixtral_generator"))
+    record_family(mixtral, "mixtral", save_hf_mixtral, out, x, y, ref)
     # Qwen3-MoE's: Qwen3's blocks, a dense first layer (mlp_only_layers) and
     # then 5 experts of which each token takes 3, not renormalised
     # (norm_topk_prob false), no load-balancing loss (router_aux_loss_coef
@@ -1600,10 +1604,7 @@ def main():
     # and a greedy continuation, from an Olmo2ForCausalLM directory.
     olmo2 = Gpt(CFG, ROPE_THETA, SWIGLU_FFN, rms_norm=True, bias=False, tie=False,
                 kv_heads=LLAMA_KV_HEADS, qk_norm="full", post_norms=True, pre_norms=False)
-    save_hf_olmo2(olmo2, os.path.join(out, "olmo2_hf"))
-    record_step_zero(olmo2, x, y, "olmo2.", ref)
-    ref["olmo2.greedy_tokens"] = torch.tensor(greedy_continuation(olmo2), dtype=torch.float32)
-    save_hf_olmo2(olmo2, os.path.join(out, "olmo2_generator"))
+    record_family(olmo2, "olmo2", save_hf_olmo2, out, x, y, ref)
     # OLMo 3's: OLMo 2's blocks with a window on layer 0, yarn turning the
     # global layer 1 alone (the windowed one turns unscaled at the same
     # base); step 0 and a greedy continuation past the window, from an
@@ -1612,10 +1613,7 @@ def main():
                 kv_heads=LLAMA_KV_HEADS, qk_norm="full", post_norms=True, pre_norms=False,
                 window=MISTRAL_WINDOW, full_layers=(1,), rope_scaling=YARN_SCALING,
                 rope_local_theta=ROPE_THETA)
-    save_hf_olmo2(olmo3, os.path.join(out, "olmo3_hf"))
-    record_step_zero(olmo3, x, y, "olmo3.", ref)
-    ref["olmo3.greedy_tokens"] = torch.tensor(greedy_continuation(olmo3), dtype=torch.float32)
-    save_hf_olmo2(olmo3, os.path.join(out, "olmo3_generator"))
+    record_family(olmo3, "olmo3", save_hf_olmo2, out, x, y, ref)
     # OLMo's (the first): LLaMA's blocks with LayerNorms that learn nothing
     # (no weight, no bias), q, k and v clamped (clip_qkv), grouped key/value
     # heads, an untied head; step 0 from an OlmoForCausalLM directory.
@@ -1636,11 +1634,7 @@ def main():
     granite = Gpt(CFG, ROPE_THETA, SWIGLU_FFN, rms_norm=True, bias=False, tie=True,
                   kv_heads=LLAMA_KV_HEADS,
                   granite=dict(embedding=3.0, residual=0.4, attention=0.125, logits=4.0))
-    save_hf_granite(granite, os.path.join(out, "granite_hf"))
-    record_step_zero(granite, x, y, "granite.", ref)
-    ref["granite.greedy_tokens"] = torch.tensor(greedy_continuation(granite),
-                                                dtype=torch.float32)
-    save_hf_granite(granite, os.path.join(out, "granite_generator"))
+    record_family(granite, "granite", save_hf_granite, out, x, y, ref)
     # GraniteMoeShared's: Granite's blocks and multipliers with 4 experts on
     # every layer of which each token takes 2, renormalised (the softmax of
     # the chosen logits), the load-balancing loss, and an ungated shared
@@ -1659,11 +1653,7 @@ def main():
     # from a Starcoder2ForCausalLM directory.
     starcoder2 = Gpt(CFG, ROPE_THETA, rms_norm=False, bias=True, tie=False,
                      kv_heads=LLAMA_KV_HEADS, window=MISTRAL_WINDOW)
-    save_hf_starcoder2(starcoder2, os.path.join(out, "starcoder2_hf"))
-    record_step_zero(starcoder2, x, y, "starcoder2.", ref)
-    ref["starcoder2.greedy_tokens"] = torch.tensor(greedy_continuation(starcoder2),
-                                                   dtype=torch.float32)
-    save_hf_starcoder2(starcoder2, os.path.join(out, "starcoder2_generator"))
+    record_family(starcoder2, "starcoder2", save_hf_starcoder2, out, x, y, ref)
     # Cohere's: LLaMA's attention and SwiGLU MLP in parallel on one
     # LayerNorm without a bias, q and k turned in interleaved pairs, grouped
     # key/value heads, a tied head, the logits times 0.25; step 0 and a
@@ -1671,10 +1661,7 @@ def main():
     cohere = Gpt(CFG, ROPE_THETA, SWIGLU_FFN, rms_norm=False, bias=False, tie=True,
                  kv_heads=LLAMA_KV_HEADS, parallel=True, shared_norm=True,
                  interleaved_rope=True, norm_bias=False, logit_scale=0.25)
-    save_hf_cohere(cohere, os.path.join(out, "cohere_hf"))
-    record_step_zero(cohere, x, y, "cohere.", ref)
-    ref["cohere.greedy_tokens"] = torch.tensor(greedy_continuation(cohere), dtype=torch.float32)
-    save_hf_cohere(cohere, os.path.join(out, "cohere_generator"))
+    record_family(cohere, "cohere", save_hf_cohere, out, x, y, ref)
     # Command R+'s: Cohere's blocks with a LayerNorm on each query and key
     # head, each head's weights its own (use_qk_norm), before the
     # interleaved rotation; step 0 and a greedy continuation, from a
@@ -1683,11 +1670,7 @@ def main():
                kv_heads=LLAMA_KV_HEADS, parallel=True, shared_norm=True,
                interleaved_rope=True, norm_bias=False, logit_scale=0.25,
                qk_norm="head_layernorm")
-    save_hf_cohere(plus, os.path.join(out, "command_r_plus_hf"))
-    record_step_zero(plus, x, y, "command_r_plus.", ref)
-    ref["command_r_plus.greedy_tokens"] = torch.tensor(greedy_continuation(plus),
-                                                       dtype=torch.float32)
-    save_hf_cohere(plus, os.path.join(out, "command_r_plus_generator"))
+    record_family(plus, "command_r_plus", save_hf_cohere, out, x, y, ref)
     # GLM-4's: LLaMA's blocks with q, k and v biases, half of each head
     # turned in interleaved pairs, grouped key/value heads, an untied head
     # and each sublayer's output normalised again; step 0 and a greedy
@@ -1695,19 +1678,13 @@ def main():
     glm4 = Gpt(CFG, ROPE_THETA, SWIGLU_FFN, rms_norm=True, bias=False, tie=False,
                kv_heads=LLAMA_KV_HEADS, qkv_bias=True, rope_dim=NEOX_ROPE_DIM,
                interleaved_rope=True, post_norms=True)
-    save_hf_glm4(glm4, os.path.join(out, "glm4_hf"))
-    record_step_zero(glm4, x, y, "glm4.", ref)
-    ref["glm4.greedy_tokens"] = torch.tensor(greedy_continuation(glm4), dtype=torch.float32)
-    save_hf_glm4(glm4, os.path.join(out, "glm4_generator"))
+    record_family(glm4, "glm4", save_hf_glm4, out, x, y, ref)
     # Helium's: LLaMA's blocks (grouped key/value heads, an untied head)
     # turning whole heads in interleaved pairs, with q, k and v biases;
     # step 0 and a greedy continuation, from a HeliumForCausalLM directory.
     helium = Gpt(CFG, ROPE_THETA, SWIGLU_FFN, rms_norm=True, bias=False, tie=False,
                  kv_heads=LLAMA_KV_HEADS, qkv_bias=True, interleaved_rope=True)
-    save_hf_helium(helium, os.path.join(out, "helium_hf"))
-    record_step_zero(helium, x, y, "helium.", ref)
-    ref["helium.greedy_tokens"] = torch.tensor(greedy_continuation(helium), dtype=torch.float32)
-    save_hf_helium(helium, os.path.join(out, "helium_generator"))
+    record_family(helium, "helium", save_hf_helium, out, x, y, ref)
     # Cohere 2's: Cohere's blocks with a window on every layer but the
     # global one (layer 1), which turns nothing; step 0 and a greedy
     # continuation, from a Cohere2ForCausalLM directory.
@@ -1715,20 +1692,13 @@ def main():
                   kv_heads=LLAMA_KV_HEADS, parallel=True, shared_norm=True,
                   interleaved_rope=True, norm_bias=False, logit_scale=0.25,
                   window=MISTRAL_WINDOW, full_layers=(1,), nope_layers=(1,))
-    save_hf_cohere(cohere2, os.path.join(out, "cohere2_hf"))
-    record_step_zero(cohere2, x, y, "cohere2.", ref)
-    ref["cohere2.greedy_tokens"] = torch.tensor(greedy_continuation(cohere2), dtype=torch.float32)
-    save_hf_cohere(cohere2, os.path.join(out, "cohere2_generator"))
+    record_family(cohere2, "cohere2", save_hf_cohere, out, x, y, ref)
     # SmolLM3's: LLaMA's blocks (grouped key/value heads, a tied head) with
     # the second layer turning nothing; step 0 and a greedy continuation,
     # from a SmolLM3ForCausalLM directory.
     smollm3 = Gpt(CFG, ROPE_THETA, SWIGLU_FFN, rms_norm=True, bias=False, tie=True,
                   kv_heads=LLAMA_KV_HEADS, nope_layers=(1,))
-    save_hf_smollm3(smollm3, os.path.join(out, "smollm3_hf"))
-    record_step_zero(smollm3, x, y, "smollm3.", ref)
-    ref["smollm3.greedy_tokens"] = torch.tensor(greedy_continuation(smollm3),
-                                                dtype=torch.float32)
-    save_hf_smollm3(smollm3, os.path.join(out, "smollm3_generator"))
+    record_family(smollm3, "smollm3", save_hf_smollm3, out, x, y, ref)
     # OLMoE's: pre-norm blocks with those query/key norms and 4 experts on
     # every layer of which each token takes 2, not renormalised, with the
     # load-balancing loss and the router z-loss (OLMoE trained with both);
