@@ -853,18 +853,11 @@ def save_hf_smollm3(model, directory):
     each layer (1: rope, 0: none)."""
     os.makedirs(directory, exist_ok=True)
     save_hf_llama(model, os.path.join(directory, "model.safetensors"))
-    config = {"architectures": ["SmolLM3ForCausalLM"], "model_type": "smollm3",
-              "hidden_size": CFG["d_model"], "intermediate_size": model.swiglu_ffn,
-              "num_hidden_layers": CFG["n_layer"], "num_attention_heads": CFG["n_head"],
-              "num_key_value_heads": model.kv_heads, "hidden_act": "silu",
-              "vocab_size": CFG["vocab_size"], "max_position_embeddings": CFG["seq_len"],
-              "rms_norm_eps": 1e-5, "rope_theta": ROPE_THETA, "attention_bias": False,
-              "mlp_bias": False, "use_sliding_window": False, "sliding_window": None,
-              "no_rope_layers": [0 if i in model.nope_layers else 1
-                                 for i in range(CFG["n_layer"])],
-              "tie_word_embeddings": True}
-    with open(os.path.join(directory, "config.json"), "w") as f:
-        json.dump(config, f)
+    write_llama_config(model, directory, "SmolLM3ForCausalLM", "smollm3", attention_bias=False,
+                       mlp_bias=False, use_sliding_window=False, sliding_window=None,
+                       no_rope_layers=[0 if i in model.nope_layers else 1
+                                       for i in range(CFG["n_layer"])],
+                       tie_word_embeddings=True)
 
 
 def save_hf_olmoe(model, directory):
