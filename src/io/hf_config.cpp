@@ -495,6 +495,46 @@ nn::GptConfig granite_moe_config(const Keys& k, const std::string& type) {
 // those query/key norms and a mixture of num_experts experts of
 // intermediate_size on every layer, num_experts_per_tok chosen,
 // renormalised when norm_topk_prob says so, and clip_qkv as OLMo's.
+// EXAONE 4.0 (LG AI Research's, "exaone4"): OLMo 2's blocks (norms on the
+// sublayers' outputs alone) with Qwen3's RMSNorm over each query and key
+// head. With a sliding_window, the layers layer_types names (else
+// sliding_window_pattern's: every 4th, or a string such as "LLLG") are
+// global and turn by no rope, the others windowed; without one (null),
+// every layer is global and turns.
+nn::GptConfig exaone4_blocks(const Keys& k, nn::GptConfig c) {
+  c.pre_norms = false;
+  c.post_norms = true;
+  nn::set_qk_norm(c, "true");
+  c.sliding_window = 0;
+  c.full_attention_layers.clear();
+  if (!k.has("sliding_window")) return c;
+  std::vector<int64_t> global;
+  if (k.has("layer_types")) {
+    global = k.full_attention_layers(c.n_layer);
+  } else if (k.has("sliding_window_pattern") && k.json("sliding_window_pattern").is_string()) {
+    const std::string pattern = k.text("sliding_window_pattern", "");
+    if (pattern.empty() || pattern.find_first_not_of("LG") != std::string::npos)
+      k.unsupported("sliding_window_pattern", "expected a string of L (local) and G (global)");
+    for (int64_t i = 0; i < c.n_layer; ++i) {
+      if (pattern[static_cast<size_t>(i) % pattern.size()] == 'G') global.push_back(i);
+    }
+  } else {
+    const int64_t every = k.integer("sliding_window_pattern", 4);
+    if (every < 1) k.unsupported("sliding_window_pattern", "expected a positive count of layers");
+    for (int64_t i = every - 1; i < c.n_layer; i += every) global.push_back(i);
+  }
+  c.nope_layers = global;
+  const int64_t w = k.integer("sliding_window");
+  if (w < 1) k.unsupported("sliding_window", "a window must hold at least one key");
+  // (A window as long as the context changes nothing; the global layers
+  // still turn by no rope.)
+  if (static_cast<int64_t>(global.size()) < c.n_layer && w < c.seq_len) {
+    c.sliding_window = w;
+    c.full_attention_layers = global;
+  }
+  return c;
+}
+
 nn::GptConfig olmo_config(const Keys& k, const std::string& type) {
   nn::GptConfig c = llama_config(k, "llama");
   // q, k and v clamped to [-clip_qkv, clip_qkv] (OLMo 7B 0424's and
@@ -510,6 +550,7 @@ nn::GptConfig olmo_config(const Keys& k, const std::string& type) {
     return c;
   }
   c.layer_norm_eps = k.number("rms_norm_eps", 1e-5);  // (both classes' default)
+  if (type == "exaone4") return exaone4_blocks(k, c);
   nn::set_qk_norm(c, "full");
   if (type == "olmo2" || type == "olmo3") {
     c.pre_norms = false;
@@ -917,7 +958,8 @@ nn::GptConfig gpt_config_from_hf(const std::string& json_text, const std::string
     c = llama_config(k, type);
   } else if (type == "mixtral" || type == "qwen2_moe" || type == "qwen3_moe") {
     c = moe_config(k, type);
-  } else if (type == "olmo" || type == "olmo2" || type == "olmo3" || type == "olmoe") {
+  } else if (type == "olmo" || type == "olmo2" || type == "olmo3" || type == "olmoe" ||
+             type == "exaone4") {
     c = olmo_config(k, type);
   } else if (type == "granitemoe" || type == "granitemoeshared") {
     c = granite_moe_config(k, type);
@@ -946,8 +988,8 @@ nn::GptConfig gpt_config_from_hf(const std::string& json_text, const std::string
         source + ": model_type '" + type +
         "' is not supported (llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe, gemma, "
         "gemma2, gemma3_text, gemma3, phi3, stablelm, olmo, olmo2, olmo3, olmoe, granite, "
-        "granitemoe, granitemoeshared, cohere, cohere2, smollm3, glm, glm4, helium, gpt_neox, "
-        "starcoder2, phi, falcon, gptj, codegen or gpt2)");
+        "granitemoe, granitemoeshared, cohere, cohere2, smollm3, glm, glm4, helium, exaone4, "
+        "gpt_neox, starcoder2, phi, falcon, gptj, codegen or gpt2)");
   }
   c.hf_type = type;  // (an export writes the class it came from)
   try {

@@ -51,7 +51,7 @@ bool is_glm(const std::string& type) {
 // The classes that leave some layers without rope: SmolLM3's (any of them)
 // and Cohere 2's (its global ones).
 bool holds_nope_layers(const std::string& type) {
-  return type == "smollm3" || type == "cohere2";
+  return type == "smollm3" || type == "cohere2" || type == "exaone4";
 }
 
 bool is_gemma(const std::string& type) {
@@ -94,6 +94,20 @@ std::string llama_misfit(const nn::GptConfig& c, const std::string& type) {
   // windowed layers turning unscaled.
   const bool olmo3 = type == "olmo3", olmo2 = type == "olmo2" || olmo3,
              olmo = olmo2 || type == "olmoe";
+  // EXAONE 4's: OLMo 2's sublayer norms with Qwen3's query/key norms, its
+  // global layers (the window's full ones) without rope.
+  const bool exaone4 = type == "exaone4";
+  if (exaone4) {
+    add(c.pre_norms, "model.pre_norms is true");
+    add(!c.post_norms, "model.post_norms is false");
+    add(!c.qk_norm || c.qk_norm_full || c.qk_head_layernorm,
+        "model.qk_norm is not true (EXAONE 4's are RMSNorms on each head)");
+    if (c.sliding_window > 0) {
+      add(c.full_attention_layers != c.nope_layers,
+          "model.full_attention_layers is not model.nope_layers (EXAONE 4's global layers are "
+          "the ones without rope)");
+    }
+  }
   // OLMo's (the first): LLaMA's blocks with LayerNorms that learn nothing.
   const bool olmo1 = type == "olmo";
   // Granite's: LLaMA's with its multipliers (any embedding multiplier and
@@ -187,7 +201,7 @@ std::string llama_misfit(const nn::GptConfig& c, const std::string& type) {
   // (GLM-4's four norms are Gemma 2's without their offset.)
   if (sandwich || type == "glm4") add(!c.post_norms, "model.post_norms is false");
   if (!sandwich) {
-    if (!olmo2 && type != "glm4") add(c.post_norms, "model.post_norms is true");
+    if (!olmo2 && type != "glm4" && !exaone4) add(c.post_norms, "model.post_norms is true");
     add(c.attn_logit_softcap > 0.0, "model.attn_logit_softcap is set");
     add(c.final_logit_softcap > 0.0, "model.final_logit_softcap is set");
   }
@@ -228,7 +242,7 @@ std::string llama_misfit(const nn::GptConfig& c, const std::string& type) {
   // heads (above), and the LayerNorms on each head of Command R+
   // (CohereConfig's use_qk_norm; Cohere 2's has none) and StableLM 2 12B
   // (StableLmConfig's qk_layernorm).
-  const bool qk = type == "qwen3" || type == "gemma3_text" || olmo;
+  const bool qk = type == "qwen3" || type == "gemma3_text" || olmo || exaone4;
   if (type == "cohere" || stablelm) {
     add(c.qk_norm && !c.qk_head_layernorm, "model.qk_norm is not head_layernorm or false");
   } else {
@@ -244,7 +258,7 @@ std::string llama_misfit(const nn::GptConfig& c, const std::string& type) {
       olmo1 || granite || (cohere && !cohere2) || is_glm(type) || type == "helium") {
     add(!c.full_attention_layers.empty(),
         "model.full_attention_layers exempts layers from the window");
-  } else if (!sandwich && type != "smollm3" && !cohere2 && !olmo3) {
+  } else if (!sandwich && type != "smollm3" && !cohere2 && !olmo3 && !exaone4) {
     add(!qwen_window_layers(c).has_value(), "model.full_attention_layers is not the first layers");
   }
   return m.why;
@@ -829,6 +843,7 @@ const std::vector<std::string>& hf_model_types() {
                                               "glm",
                                               "glm4",
                                               "helium",
+                                              "exaone4",
                                               "gpt_neox",
                                               "starcoder2",
                                               "phi",
@@ -881,7 +896,8 @@ void add_olmo_departures(const nn::GptConfig& c, const std::string& type, Misfit
   m.add(c.clip_qkv > 0 && type != "olmo" && type != "olmoe", "model.clip_qkv is set");
   m.add(c.qk_norm_full && type != "olmo2" && type != "olmo3" && type != "olmoe",
         "model.qk_norm is full");
-  m.add(!c.pre_norms && type != "olmo2" && type != "olmo3", "model.pre_norms is false");
+  m.add(!c.pre_norms && type != "olmo2" && type != "olmo3" && type != "exaone4",
+        "model.pre_norms is false");
 }
 
 // What only Granite's class holds: sublayer outputs scaled before they join
@@ -960,6 +976,7 @@ const char* architecture_of(const std::string& type) {
          : type == "glm"              ? "GlmForCausalLM"
          : type == "glm4"             ? "Glm4ForCausalLM"
          : type == "helium"           ? "HeliumForCausalLM"
+         : type == "exaone4"          ? "Exaone4ForCausalLM"
          : type == "gpt_neox"         ? "GPTNeoXForCausalLM"
          : type == "starcoder2"       ? "Starcoder2ForCausalLM"
          : type == "phi"              ? "PhiForCausalLM"
@@ -1024,7 +1041,8 @@ const char* hf_model_type(const nn::GptConfig& c) {
                     neox = misfit(c, "gpt_neox"), starcoder2 = misfit(c, "starcoder2"),
                     cohere = misfit(c, "cohere"), cohere2 = misfit(c, "cohere2"),
                     smollm3 = misfit(c, "smollm3"), glm = misfit(c, "glm"),
-                    glm4 = misfit(c, "glm4"), helium = misfit(c, "helium"), phi = misfit(c, "phi"),
+                    glm4 = misfit(c, "glm4"), helium = misfit(c, "helium"),
+                    exaone4 = misfit(c, "exaone4"), phi = misfit(c, "phi"),
                     falcon = misfit(c, "falcon"), gptj = misfit(c, "gptj"),
                     codegen = misfit(c, "codegen"), gpt2 = misfit(c, "gpt2");
   throw NotSupportedError(
@@ -1069,6 +1087,9 @@ const char* hf_model_type(const nn::GptConfig& c) {
       "window (here " +
       glm + "); Glm4ForCausalLM GLM's with post_norms (here " + glm4 +
       "); HeliumForCausalLM LLaMA's with q, k and v biases or none and no window (here " + helium +
+      "); Exaone4ForCausalLM OLMo 2's sublayer norms with query/key norms on each head and "
+      "windows on any layers, the global ones without rope (here " +
+      exaone4 +
       "); GPTNeoXForCausalLM needs rope (on any share of each head), gelu or gelu_erf, "
       "layernorm, linear biases, a key/value head per query head and heads d_model / n_head "
       "wide (here " +
@@ -1237,6 +1258,17 @@ std::string hf_config_json(const nn::GptConfig& c, const std::string& torch_dtyp
     if (type == "olmo3") {  // its windowed layers by name
       j["sliding_window"] = c.sliding_window > 0 ? c.sliding_window : c.seq_len;
       j["layer_types"] = layer_kinds([&](int64_t i) { return c.window_of(i) == 0; });
+    }
+    if (type == "exaone4") {
+      // The global layers (without rope); a window as long as the context
+      // where none is set but some layers turn by nothing; null for neither.
+      if (c.sliding_window > 0 || !c.nope_layers.empty()) {
+        j["sliding_window"] = c.sliding_window > 0 ? c.sliding_window : c.seq_len;
+        j["layer_types"] = layer_kinds(nope);
+      } else {
+        j["sliding_window"] = nullptr;
+        j["layer_types"] = layer_kinds([](int64_t) { return true; });
+      }
     }
     if (type == "smollm3") {
       nlohmann::ordered_json flags = nlohmann::ordered_json::array();

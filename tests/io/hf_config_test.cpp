@@ -776,6 +776,49 @@ TEST(HfConfig, Olmo3WindowsThreeLayersInFourAndScalesTheOthers) {
   EXPECT_EQ(unscaled.sliding_window, 4096);
 }
 
+// EXAONE-4.0-32B's config.json keys (Exaone4ForCausalLM): OLMo 2's sublayer
+// norms with an RMSNorm over each query and key head, a window of 4096 on
+// three layers in four, the fourth global and without rope, LLaMA 3.1's
+// scaling on the layers that turn. Its count by the shapes: 102400 x 5120
+// embeddings twice, 64 blocks of 2 x 5120^2 + 2 x 5120 x 1024 + 3 x 5120 x
+// 27392 + two norms + the head norms (2 x 128), and the final norm:
+// 32,003,216,384. The pattern may be a count or a string of L and G;
+// without a window (EXAONE-4.0-1.2B's null) every layer is global and turns.
+TEST(HfConfig, Exaone4GlobalLayersTurnNothing) {
+  const std::string exaone = R"({
+    "architectures": ["Exaone4ForCausalLM"], "head_dim": 128, "hidden_act": "silu",
+    "hidden_size": 5120, "intermediate_size": 27392, "max_position_embeddings": 131072,
+    "model_type": "exaone4", "num_attention_heads": 40, "num_hidden_layers": 64,
+    "num_key_value_heads": 8, "rms_norm_eps": 1e-05, "rope_theta": 1000000,
+    "rope_scaling": {"factor": 16.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
+                     "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+    "sliding_window": 4096, "sliding_window_pattern": 4, "tie_word_embeddings": false,
+    "vocab_size": 102400})";
+  const nn::GptConfig c = gpt_config_from_hf(exaone, "EXAONE-4.0-32B/config.json");
+  EXPECT_EQ(c.hf_type, "exaone4");
+  EXPECT_EQ(c.num_parameters(), 32'003'216'384);
+  EXPECT_FALSE(c.pre_norms);
+  EXPECT_TRUE(c.post_norms);
+  EXPECT_TRUE(c.qk_norm);
+  EXPECT_FALSE(c.qk_norm_full);
+  EXPECT_EQ(c.sliding_window, 4096);
+  std::vector<int64_t> global;
+  for (int64_t i = 3; i < 64; i += 4) global.push_back(i);
+  EXPECT_EQ(c.full_attention_layers, global);
+  EXPECT_EQ(c.nope_layers, global);
+  EXPECT_EQ(c.rope_scaling.kind, RopeScaling::Kind::Llama3);
+  EXPECT_STREQ(hf_architecture(c), "Exaone4ForCausalLM");
+  const nn::GptConfig lettered =
+      gpt_config_from_hf(edited(exaone, "sliding_window_pattern", "\"LLLG\""), "x");
+  EXPECT_EQ(lettered.nope_layers, global);
+  EXPECT_NE(error_of(edited(exaone, "sliding_window_pattern", "\"LXG\""))
+                .find("expected a string of L (local) and G (global)"),
+            std::string::npos);
+  const nn::GptConfig small = gpt_config_from_hf(edited(exaone, "sliding_window", "null"), "x");
+  EXPECT_EQ(small.sliding_window, 0);
+  EXPECT_TRUE(small.nope_layers.empty());
+}
+
 // `json` as transformers 5 writes it: the keys `moved` (rope_theta,
 // rope_scaling, ...) left out and rope_parameters given instead.
 std::string with_rope_parameters(const std::string& json, const std::vector<std::string>& moved,
@@ -1752,7 +1795,8 @@ TEST(HfConfig, WhatTriadDoesNotBuildIsNamed) {
           .find("model_type 'deepseek_v3' is not supported (llama, mistral, mixtral, qwen2, "
                 "qwen2_moe, qwen3, qwen3_moe, gemma, gemma2, gemma3_text, gemma3, phi3, stablelm, "
                 "olmo, olmo2, olmo3, olmoe, granite, granitemoe, granitemoeshared, cohere, "
-                "cohere2, smollm3, glm, glm4, helium, gpt_neox, starcoder2, phi, falcon, gptj, "
+                "cohere2, smollm3, glm, glm4, helium, exaone4, gpt_neox, starcoder2, phi, falcon, "
+                "gptj, "
                 "codegen or gpt2)"),
       std::string::npos);
   EXPECT_NE(message(from(edited(edited(edited(kQwen3_06b, "use_sliding_window", "true"),

@@ -524,6 +524,42 @@ TEST(HfExport, Olmo2RoundTripsAndNoOtherClassHoldsIt) {
   expect_no_class(learned, "Olmo2ForCausalLM LLaMA's with post-norms instead of pre-norms");
 }
 
+// EXAONE 4's blocks (OLMo 2's sublayer norms, an RMSNorm on each query and
+// key head, the window's global layers without rope) through
+// Exaone4ForCausalLM and back: with the window, without one (every layer
+// global and turning: sliding_window null), and with layers turning by
+// nothing but no window (one as long as the context). Its global layers
+// must be the ones without rope.
+TEST(HfExport, Exaone4RoundTripsWithItsGlobalLayersWithoutRope) {
+  nn::GptConfig c = llama(false, 2);
+  nn::set_qk_norm(c, "true");
+  c.pre_norms = false;
+  c.post_norms = true;
+  nn::GptConfig plain = c;
+  EXPECT_TRUE(expect_round_trip(plain, "exaone4").config.at("sliding_window").is_null());
+  c.sliding_window = 3;
+  c.full_attention_layers = c.nope_layers = {1};
+  const Exported out = expect_round_trip(c, "exaone4");
+  EXPECT_EQ(out.config.at("layer_types"),
+            nlohmann::json::array({"sliding_attention", "full_attention"}));
+  EXPECT_EQ(out.config.at("sliding_window"), 3);
+  EXPECT_EQ(out.tensors.count("model.layers.1.self_attn.q_norm.weight"), 1u);
+  nn::GptConfig unwindowed = c;
+  unwindowed.sliding_window = 0;
+  unwindowed.full_attention_layers.clear();
+  EXPECT_EQ(expect_round_trip(unwindowed, "exaone4").config.at("sliding_window"),
+            unwindowed.seq_len);
+  nn::GptConfig turning = c;
+  turning.nope_layers.clear();
+  EXPECT_NE(hf_misfit(turning, "exaone4")
+                .find("model.full_attention_layers is not "
+                      "model.nope_layers"),
+            std::string::npos);
+  nn::GptConfig full_norms = c;
+  nn::set_qk_norm(full_norms, "full");
+  EXPECT_NE(hf_misfit(full_norms, "exaone4").find("model.qk_norm is not true"), std::string::npos);
+}
+
 // OLMo 3's blocks (OLMo 2's with a window on some layers, those turning
 // unscaled at rope_theta under a scaled RoPE) through Olmo3ForCausalLM and
 // back: layer_types and sliding_window written, the weights bit for bit.
@@ -1553,7 +1589,8 @@ TEST(HfExport, TheModelsOwnClassIsPreferred) {
             "model.hf_type 'phi4' is not a model_type Triad exports "
             "(llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe, gemma, gemma2, "
             "gemma3_text, phi3, stablelm, olmo, olmo2, olmo3, olmoe, granite, granitemoe, "
-            "granitemoeshared, cohere, cohere2, smollm3, glm, glm4, helium, gpt_neox, starcoder2, "
+            "granitemoeshared, cohere, cohere2, smollm3, glm, glm4, helium, exaone4, gpt_neox, "
+            "starcoder2, "
             "phi, falcon, gptj, codegen, gpt2, or auto)"),
         std::string::npos)
         << e.what();

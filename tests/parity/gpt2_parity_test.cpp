@@ -1115,6 +1115,22 @@ TEST_F(Gpt2Parity, Olmo3DirectoryReadsAndExportsAsHuggingFacesOlmo3) {
   EXPECT_GT(logits_away_under(scaled_everywhere, *model, ref_, "olmo3."), 1e-4);
 }
 
+// EXAONE 4's blocks from an Exaone4ForCausalLM directory: OLMo 2's
+// sublayer norms, an RMSNorm over each query and key head, a window on
+// layer 0 and the global layer 1 without rope, to the reference's logits,
+// loss, every gradient and greedy tokens past the window; exported again,
+// the same directory. With rope on the global layer: not the reference's.
+TEST_F(Gpt2Parity, Exaone4DirectoryReadsAndExportsAsHuggingFacesExaone4) {
+  const auto model = expect_family_matches("exaone4", "exaone4", ref_);
+  const nn::GptConfig& cfg = model->config();
+  EXPECT_EQ(cfg.nope_layers, (std::vector<int64_t>{1}));
+  EXPECT_EQ(cfg.full_attention_layers, (std::vector<int64_t>{1}));
+  EXPECT_TRUE(cfg.qk_norm && !cfg.qk_norm_full && !cfg.pre_norms);
+  nn::GptConfig turning = cfg;
+  turning.nope_layers.clear();
+  EXPECT_GT(logits_away_under(turning, *model, ref_, "exaone4."), 1e-3);
+}
+
 // Cohere 2's blocks (Cohere's, with a window on every layer but the global
 // one, which turns nothing) from a Cohere2ForCausalLM directory: logits,
 // loss and every gradient, greedy tokens through the key/value cache past

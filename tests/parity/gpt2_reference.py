@@ -602,7 +602,8 @@ def save_hf_olmo2(model, directory):
     """An OLMo 2-style model (no pre-norms, post-norms, query/key norms
     over all the heads) as an Olmo2ForCausalLM directory: LLaMA's names but
     for the norms, post_attention_layernorm the attention output's and
-    post_feedforward_layernorm the MLP's."""
+    post_feedforward_layernorm the MLP's. With a window, as OLMo 3's; with
+    norms on each head, as EXAONE 4's."""
     os.makedirs(directory, exist_ok=True)
     F_ = model.swiglu_ffn
     t = {"model.embed_tokens.weight": model.wte.weight, "model.norm.weight": model.ln_f.weight,
@@ -622,7 +623,12 @@ def save_hf_olmo2(model, directory):
               "vocab_size": CFG["vocab_size"], "max_position_embeddings": CFG["seq_len"],
               "rms_norm_eps": 1e-5, "rope_theta": ROPE_THETA, "attention_bias": False,
               "tie_word_embeddings": False}
-    if model.window is not None:  # OLMo 3's: windows on the layers layer_types names
+    if model.qk_norm is True:  # EXAONE 4's: head norms, the global layers without rope
+        config.update({"architectures": ["Exaone4ForCausalLM"], "model_type": "exaone4",
+                       "head_dim": model.D, "sliding_window": model.window,
+                       "layer_types": ["full_attention" if i in model.nope_layers
+                                       else "sliding_attention" for i in range(CFG["n_layer"])]})
+    elif model.window is not None:  # OLMo 3's: windows on the layers layer_types names
         config.update({"architectures": ["Olmo3ForCausalLM"], "model_type": "olmo3",
                        "sliding_window": model.window,
                        # (yarn's betas written out, as OLMo 3's files do)
@@ -1607,6 +1613,14 @@ def main():
                 window=MISTRAL_WINDOW, full_layers=(1,), rope_scaling=YARN_SCALING,
                 rope_local_theta=ROPE_THETA)
     record_family(olmo3, "olmo3", save_hf_olmo2, out, x, y, ref)
+    # EXAONE 4's: OLMo 2's sublayer norms with an RMSNorm over each query
+    # and key head, a window on layer 0, the global layer 1 without rope;
+    # step 0 and a greedy continuation past the window, from an
+    # Exaone4ForCausalLM directory.
+    exaone4 = Gpt(CFG, ROPE_THETA, SWIGLU_FFN, rms_norm=True, bias=False, tie=False,
+                  kv_heads=LLAMA_KV_HEADS, qk_norm=True, post_norms=True, pre_norms=False,
+                  window=MISTRAL_WINDOW, full_layers=(1,), nope_layers=(1,))
+    record_family(exaone4, "exaone4", save_hf_olmo2, out, x, y, ref)
     # OLMo's (the first): LLaMA's blocks with LayerNorms that learn nothing
     # (no weight, no bias), q, k and v clamped (clip_qkv), grouped key/value
     # heads, an untied head; step 0 from an OlmoForCausalLM directory.
