@@ -515,16 +515,26 @@ TEST(HfConfig, Phi4MiniTurnsThreeQuartersOfEachHead) {
 // factor max_position_embeddings / original_max_position_embeddings (32)
 // and Hugging Face's attention factor from it; written back by triad-export
 // with the attention factor spelled out.
-TEST(HfConfig, Phi3LongRopeScaling) {
+// Phi-3-mini-128k's kind of longrope scaling: a factor per pair of the
+// 96-wide heads, the short ones near 1, the long ones growing to 71.5.
+nlohmann::json phi3_longrope() {
   nlohmann::json shorts = nlohmann::json::array(), longs = nlohmann::json::array();
   for (int i = 0; i < 48; ++i) {
     shorts.push_back(1.0 + 0.01 * i);
     longs.push_back(1.0 + 1.5 * i);
   }
-  const nlohmann::json scaling{
-      {"type", "longrope"}, {"short_factor", shorts}, {"long_factor", longs}};
-  const std::string json = edited(edited(kPhi3Mini, "max_position_embeddings", "131072"),
-                                  "rope_scaling", scaling.dump());
+  return {{"type", "longrope"}, {"short_factor", shorts}, {"long_factor", longs}};
+}
+
+// kPhi3Mini over 131072 positions with phi3_longrope().
+std::string phi3_128k() {
+  return edited(edited(kPhi3Mini, "max_position_embeddings", "131072"), "rope_scaling",
+                phi3_longrope().dump());
+}
+
+TEST(HfConfig, Phi3LongRopeScaling) {
+  const nlohmann::json scaling = phi3_longrope();
+  const std::string json = phi3_128k();
   const nn::GptConfig c = gpt_config_from_hf(json, "phi3/config.json");
   const RopeScaling& r = c.rope_scaling;
   EXPECT_EQ(r.kind, RopeScaling::Kind::LongRope);
@@ -873,16 +883,8 @@ TEST(HfConfig, Transformers5RopeParametersReadAsTheOlderKeys) {
                                             "factor": 4.0,
                                             "original_max_position_embeddings": 32768})"));
   EXPECT_EQ(q.rope_scaling.kind, RopeScaling::Kind::Yarn);
-  nlohmann::json shorts = nlohmann::json::array(), longs = nlohmann::json::array();
-  for (int i = 0; i < 48; ++i) {
-    shorts.push_back(1.0 + 0.01 * i);
-    longs.push_back(1.0 + 1.5 * i);
-  }
-  const nlohmann::json longrope{
-      {"type", "longrope"}, {"short_factor", shorts}, {"long_factor", longs}};
-  const std::string phi3 = edited(edited(kPhi3Mini, "max_position_embeddings", "131072"),
-                                  "rope_scaling", longrope.dump());
-  nlohmann::json phi3_params = longrope;
+  const std::string phi3 = phi3_128k();
+  nlohmann::json phi3_params = phi3_longrope();
   phi3_params.erase("type");
   phi3_params["rope_type"] = "longrope";
   phi3_params["rope_theta"] = 10000.0;
