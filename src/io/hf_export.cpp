@@ -94,14 +94,13 @@ std::string llama_misfit(const nn::GptConfig& c, const std::string& type) {
   // windowed layers turning unscaled.
   const bool olmo3 = type == "olmo3", olmo2 = type == "olmo2" || olmo3,
              olmo = olmo2 || type == "olmoe";
-  // EXAONE 4's: OLMo 2's sublayer norms with Qwen3's query/key norms, its
-  // global layers (the window's full ones) without rope.
+  // EXAONE 4's: OLMo 2's sublayer norms with Qwen3's query/key norms (the
+  // shared rules below require those), its global layers (the window's
+  // full ones) without rope.
   const bool exaone4 = type == "exaone4";
   if (exaone4) {
     add(c.pre_norms, "model.pre_norms is true");
     add(!c.post_norms, "model.post_norms is false");
-    add(!c.qk_norm || c.qk_norm_full || c.qk_head_layernorm,
-        "model.qk_norm is not true (EXAONE 4's are RMSNorms on each head)");
     if (c.sliding_window > 0) {
       add(c.full_attention_layers != c.nope_layers,
           "model.full_attention_layers is not model.nope_layers (EXAONE 4's global layers are "

@@ -557,7 +557,10 @@ TEST(HfExport, Exaone4RoundTripsWithItsGlobalLayersWithoutRope) {
             std::string::npos);
   nn::GptConfig full_norms = c;
   nn::set_qk_norm(full_norms, "full");
-  EXPECT_NE(hf_misfit(full_norms, "exaone4").find("model.qk_norm is not true"), std::string::npos);
+  EXPECT_NE(hf_misfit(full_norms, "exaone4").find("model.qk_norm is full"), std::string::npos);
+  nn::GptConfig no_norms = c;
+  nn::set_qk_norm(no_norms, "false");
+  EXPECT_NE(hf_misfit(no_norms, "exaone4").find("model.qk_norm is false"), std::string::npos);
 }
 
 // OLMo 3's blocks (OLMo 2's with a window on some layers, those turning
