@@ -932,6 +932,11 @@ std::string misfit(const nn::GptConfig& c, const std::string& type) {
   add_olmo_departures(c, type, m);
   add_granite_departures(c, type, m);
   m.add(c.moe.experts == 0, "model.moe is not set (no experts)");
+  // Each routes by a softmax over the experts, unscaled, ungrouped, unbiased.
+  m.add(c.moe.score != nn::GptConfig::Moe::Score::Softmax, "model.moe.score is sigmoid");
+  m.add(c.moe.routed_scaling_factor != 1.0, "model.moe.routed_scaling_factor is not 1");
+  m.add(c.moe.groups != 1, "model.moe.groups limits each token to groups of experts");
+  m.add(c.moe.expert_bias, "model.moe.expert_bias is true");
   if (mixtral || granite) m.add(!c.moe.normalize_top_k, "model.moe.normalize_top_k is false");
   if (mixtral || olmoe || granite)
     m.add(!c.moe.dense_layers.empty(), "model.moe.dense_layers keeps layers dense");

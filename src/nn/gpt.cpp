@@ -394,6 +394,33 @@ void GptConfig::validate() const {
       throw ConfigError("model.moe.capacity_factor (" + std::string(v) +
                         ") must be a finite number >= 0 (0: dropless)");
     }
+    if (!std::isfinite(moe.routed_scaling_factor) || moe.routed_scaling_factor <= 0) {
+      char v[32];
+      std::snprintf(v, sizeof v, "%g", moe.routed_scaling_factor);
+      throw ConfigError("model.moe.routed_scaling_factor (" + std::string(v) +
+                        ") must be a finite number > 0 (1: the gates as they are)");
+    }
+    if (!std::isfinite(moe.bias_update_rate) || moe.bias_update_rate < 0) {
+      char v[32];
+      std::snprintf(v, sizeof v, "%g", moe.bias_update_rate);
+      throw ConfigError("model.moe.bias_update_rate (" + std::string(v) +
+                        ") must be a finite number >= 0 (0: the expert biases stay as loaded)");
+    }
+    if (moe.groups < 1 || moe.experts % moe.groups != 0) {
+      throw ConfigError("model.moe.groups (" + std::to_string(moe.groups) +
+                        ") must divide model.moe.experts (" + std::to_string(moe.experts) +
+                        ") into equal groups (1: no group limit)");
+    }
+    if (moe.top_groups < 1 || moe.top_groups > moe.groups) {
+      throw ConfigError("model.moe.top_groups (" + std::to_string(moe.top_groups) +
+                        ") must be in [1, model.moe.groups (" + std::to_string(moe.groups) + ")]");
+    }
+    if (moe.groups > 1 && moe.top_k > moe.top_groups * (moe.experts / moe.groups)) {
+      throw ConfigError("model.moe.top_k (" + std::to_string(moe.top_k) + ") exceeds the " +
+                        std::to_string(moe.top_groups * (moe.experts / moe.groups)) +
+                        " experts of model.moe.top_groups (" + std::to_string(moe.top_groups) +
+                        ") groups of " + std::to_string(moe.experts / moe.groups));
+    }
     if (moe.shared_gate && moe.shared_ffn_hidden_size == 0) {
       throw ConfigError(
           "model.moe.shared_gate gates the shared expert, but model.moe.shared_ffn_hidden_size "
@@ -412,10 +439,13 @@ void GptConfig::validate() const {
       }
     }
   } else if (!moe.dense_layers.empty() || moe.shared_ffn_hidden_size != 0 || moe.shared_gate ||
-             moe.capacity_factor != 0 || moe.z_loss_coef != 0) {
+             moe.capacity_factor != 0 || moe.z_loss_coef != 0 || moe.score != Moe::Score::Softmax ||
+             moe.routed_scaling_factor != 1.0 || moe.groups != 1 || moe.top_groups != 1 ||
+             moe.expert_bias) {
     throw ConfigError(
-        "model.moe's dense_layers, shared_ffn_hidden_size, shared_gate, capacity_factor and "
-        "z_loss_coef belong to a mixture, but model.moe.experts is 0");
+        "model.moe's dense_layers, shared_ffn_hidden_size, shared_gate, capacity_factor, "
+        "z_loss_coef, score, routed_scaling_factor, groups, top_groups and expert_bias belong "
+        "to a mixture, but model.moe.experts is 0");
   }
   if (head_bias && tie_embeddings) {
     throw ConfigError(
@@ -472,7 +502,7 @@ T block_parameters_in(const GptConfig& c, bool moe) {
             m = static_cast<T>(c.expert_fc_width());
     const T shared = static_cast<T>(c.shared_fc_width() + c.moe.shared_ffn_hidden_size) * h +
                      (c.moe.shared_gate ? h : 0);
-    mlp = E * (h * m + f * h) + E * h + shared;
+    mlp = E * (h * m + f * h) + E * h + shared + (c.moe.expert_bias ? E : 0);
   } else {
     const T f = static_cast<T>(c.ffn()), m = static_cast<T>(c.fc_width());
     mlp = h * m + f * h + (c.mlp_biases() ? m + h : 0);
@@ -611,6 +641,7 @@ std::map<std::string, Shape> gpt_parameter_shapes(const GptConfig& cfg,
     s[p + "attn.c_proj.weight"] = {C, cfg.q_width()};
     if (cfg.moe_layer(i)) {
       s[p + "mlp.router.weight"] = {cfg.moe.experts, C};
+      if (cfg.moe.expert_bias) s[p + "mlp.expert_bias"] = {cfg.moe.experts};
       for (int64_t e = 0; e < cfg.moe.experts; ++e) {
         const std::string x = p + "mlp.experts." + std::to_string(e) + ".";
         s[x + "c_fc.weight"] = {cfg.expert_fc_width(), C};
@@ -677,7 +708,7 @@ std::string lora_adapted_weight(const std::string& adapter) {
 }
 
 InitRule gpt_init_rule(const std::string& name, const Shape& full_shape, const GptConfig& cfg) {
-  if (ends_with(name, ".lora_b")) return InitRule::constant(0.0);
+  if (ends_with(name, ".lora_b") || ends_with(name, ".expert_bias")) return InitRule::constant(0.0);
   if (ends_with(name, ".lora_a")) {
     // Unit variance in, about unit variance out: A x has x's scale.
     return InitRule::normal(1.0 / std::sqrt(static_cast<double>(full_shape.at(1))));

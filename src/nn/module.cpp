@@ -1,5 +1,7 @@
 #include "triad/nn/module.h"
 
+#include <algorithm>
+
 #include "triad/ops/elementwise.h"
 
 namespace triad::nn {
@@ -7,6 +9,13 @@ namespace triad::nn {
 Tensor& Module::register_parameter(const std::string& name, Tensor value) {
   value.set_requires_grad(true);
   params_.emplace_back(name, std::move(value));
+  return params_.back().second;
+}
+
+Tensor& Module::register_state(const std::string& name, Tensor value) {
+  value.set_requires_grad(false);
+  params_.emplace_back(name, std::move(value));
+  states_.push_back(name);
   return params_.back().second;
 }
 
@@ -113,12 +122,14 @@ void Module::to(DType dtype) {
     throw ValueError(std::string("Module::to: parameters need a floating dtype, got ") +
                      dtype_name(dtype));
   }
-  for (auto& [name, t] : named_parameters()) {
-    if (t.dtype() == dtype) continue;
+  for (auto& [name, t] : params_) {
+    if (t.dtype() == dtype || std::find(states_.begin(), states_.end(), name) != states_.end())
+      continue;
     Tensor converted = empty(t.shape(), dtype, t.device());
     copy_(converted, t);
     rebind(t, converted);
   }
+  for (auto& [name, child] : children_) child->to(dtype);
 }
 
 void Module::zero_grad() {

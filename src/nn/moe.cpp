@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <string>
 
@@ -18,7 +19,8 @@
 namespace triad::nn {
 
 Routing route_top_k(const std::vector<double>& probs, int64_t tokens, int64_t experts,
-                    int64_t top_k, int64_t capacity, GptConfig::Moe::DropPolicy policy) {
+                    int64_t top_k, int64_t capacity, GptConfig::Moe::DropPolicy policy,
+                    const ExpertChoice& choice) {
   if (tokens < 0 || experts < 1 || top_k < 1 || top_k > experts) {
     throw ValueError("route_top_k: top_k " + std::to_string(top_k) + " of " +
                      std::to_string(experts) + " experts for " + std::to_string(tokens) +
@@ -33,13 +35,40 @@ Routing route_top_k(const std::vector<double>& probs, int64_t tokens, int64_t ex
                      std::to_string(tokens) + " tokens and " + std::to_string(experts) +
                      " experts");
   }
+  const bool biased = !choice.bias.empty();
+  if (biased && static_cast<int64_t>(choice.bias.size()) != experts) {
+    throw ValueError("route_top_k: " + std::to_string(choice.bias.size()) + " expert biases for " +
+                     std::to_string(experts) + " experts");
+  }
+  for (size_t e = 0; e < choice.bias.size(); ++e) {
+    if (!std::isfinite(choice.bias[e])) {
+      throw ValueError("route_top_k: expert " + std::to_string(e) + "'s bias is " +
+                       std::to_string(choice.bias[e]) + " (expected a finite number)");
+    }
+  }
+  const int64_t groups = choice.groups, size = groups > 0 ? experts / groups : 0;
+  if (groups < 1 || experts % groups != 0 || choice.top_groups < 1 || choice.top_groups > groups ||
+      top_k > choice.top_groups * size) {
+    throw ValueError("route_top_k: top_k " + std::to_string(top_k) + " within the best " +
+                     std::to_string(choice.top_groups) + " of " + std::to_string(groups) +
+                     " groups of " + std::to_string(experts) +
+                     " experts (expected groups dividing the experts, 1 <= top_groups <= "
+                     "groups, and top_k within top_groups' experts)");
+  }
   Routing r;
   r.tokens = tokens;
   r.experts = experts;
   r.top_k = top_k;
   r.choice.resize(static_cast<size_t>(tokens * top_k));
   r.load.assign(static_cast<size_t>(experts), 0);
-  std::vector<int64_t> ranked(static_cast<size_t>(experts));
+  std::vector<int64_t> ranked(static_cast<size_t>(experts)), best(static_cast<size_t>(groups));
+  std::vector<double> chosen_by(biased || groups > 1 ? static_cast<size_t>(experts) : 0);
+  std::vector<double> group_score(static_cast<size_t>(groups));
+  // Best first; equal ones by index (a stable order every rank of a
+  // tensor-parallel group agrees on).
+  const auto before = [](const double* v) {
+    return [v](int64_t a, int64_t b) { return v[a] > v[b] || (v[a] == v[b] && a < b); };
+  };
   for (int64_t n = 0; n < tokens; ++n) {
     const double* p = probs.data() + n * experts;
     for (int64_t e = 0; e < experts; ++e) {
@@ -49,11 +78,42 @@ Routing route_top_k(const std::vector<double>& probs, int64_t tokens, int64_t ex
                          " (the router's output is not finite)");
       }
     }
+    // What the token chooses by: its scores, plus the biases, with the
+    // experts outside its best groups out of reach.
+    const double* s = p;
+    if (!chosen_by.empty()) {
+      for (int64_t e = 0; e < experts; ++e)
+        chosen_by[static_cast<size_t>(e)] =
+            p[e] + (biased ? choice.bias[static_cast<size_t>(e)] : 0);
+      if (groups > 1) {
+        for (int64_t g = 0; g < groups; ++g) {
+          const double* in = chosen_by.data() + g * size;
+          double first = -std::numeric_limits<double>::infinity(), second = first;
+          for (int64_t i = 0; i < size; ++i) {
+            if (in[i] > first) {
+              second = first;
+              first = in[i];
+            } else if (in[i] > second) {
+              second = in[i];
+            }
+          }
+          group_score[static_cast<size_t>(g)] = size > 1 ? first + second : first;
+        }
+        std::iota(best.begin(), best.end(), 0);
+        std::partial_sort(best.begin(), best.begin() + choice.top_groups, best.end(),
+                          before(group_score.data()));
+        std::vector<bool> open(static_cast<size_t>(groups), false);
+        for (int64_t j = 0; j < choice.top_groups; ++j)
+          open[static_cast<size_t>(best[static_cast<size_t>(j)])] = true;
+        for (int64_t e = 0; e < experts; ++e) {
+          if (!open[static_cast<size_t>(e / size)])
+            chosen_by[static_cast<size_t>(e)] = -std::numeric_limits<double>::infinity();
+        }
+      }
+      s = chosen_by.data();
+    }
     std::iota(ranked.begin(), ranked.end(), 0);
-    // Most probable first; equal ones by index (a stable order every rank
-    // of a tensor-parallel group agrees on).
-    std::partial_sort(ranked.begin(), ranked.begin() + top_k, ranked.end(),
-                      [p](int64_t a, int64_t b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
+    std::partial_sort(ranked.begin(), ranked.begin() + top_k, ranked.end(), before(s));
     for (int64_t j = 0; j < top_k; ++j) {
       r.choice[static_cast<size_t>(n * top_k + j)] = ranked[static_cast<size_t>(j)];
       ++r.load[static_cast<size_t>(ranked[static_cast<size_t>(j)])];
@@ -121,6 +181,43 @@ double balance_loss(const Routing& r, const std::vector<double>& probs) {
   return static_cast<double>(r.experts) * sum;
 }
 
+void update_expert_bias(Tensor& bias, const std::vector<double>& load, double rate) {
+  const int64_t E = bias.numel();
+  if (bias.dim() != 1 || static_cast<int64_t>(load.size()) != E) {
+    throw ValueError("update_expert_bias: " + std::to_string(load.size()) + " loads for biases " +
+                     shape_str(bias.shape()) + " (expected one per expert)");
+  }
+  double total = 0;
+  for (size_t e = 0; e < load.size(); ++e) {
+    if (!std::isfinite(load[e])) {
+      throw ValueError("update_expert_bias: expert " + std::to_string(e) + "'s load is " +
+                       std::to_string(load[e]) + " (expected a finite count)");
+    }
+    total += load[e];
+  }
+  std::vector<double> b = to_double_vector(bias);
+  for (size_t e = 0; e < b.size(); ++e) {
+    // load < total / E, compared exactly for counts (and for counts scaled
+    // alike, as a tensor-parallel group's are).
+    const double scaled = load[e] * static_cast<double>(E);
+    if (scaled < total) b[e] += rate;
+    if (scaled > total) b[e] -= rate;
+  }
+  autograd::NoGradGuard no_grad;
+  copy_(bias, from_vector(b, bias.shape(), bias.dtype(), bias.device()));
+}
+
+void MoeStats::add_loads(int64_t layer, const std::vector<int64_t>& load) {
+  std::vector<double>& into = loads[layer];
+  if (into.empty()) into.assign(load.size(), 0.0);
+  if (into.size() != load.size()) {
+    throw ValueError("MoeStats: layer " + std::to_string(layer) + " reported " +
+                     std::to_string(load.size()) + " experts' loads after " +
+                     std::to_string(into.size()));
+  }
+  for (size_t e = 0; e < load.size(); ++e) into[e] += static_cast<double>(load[e]);
+}
+
 void MoeStats::record(double balance, double load, double dropped, double z_loss) {
   balance_sum += balance;
   max_load = std::max(max_load, load);
@@ -149,6 +246,13 @@ class NamedModules : public Module {
   }
 };
 
+// sigmoid(z) of each element of z (N, n), as the first of softmax([z, 0]):
+// exact where z is far from 0 on either side.
+Tensor sigmoid(const Tensor& z) {
+  const Tensor column = reshape(z, {z.numel(), 1});
+  return reshape(narrow(softmax(concat({column, zeros_like(column)}, 1)), 1, 0, 1), z.shape());
+}
+
 // A host vector as an index tensor (i64) on the host: the ops upload it
 // where they need it without waiting for the device.
 Tensor host_index(const std::vector<int64_t>& v) {
@@ -167,6 +271,11 @@ MoeMlp::MoeMlp(const GptConfig& cfg, int64_t layer, int64_t shards,
       z_coef_(cfg.moe.z_loss_coef),
       capacity_factor_(cfg.moe.capacity_factor),
       drop_policy_(cfg.moe.drop_policy),
+      score_(cfg.moe.score),
+      routed_scale_(cfg.moe.routed_scaling_factor),
+      groups_(cfg.moe.groups),
+      top_groups_(cfg.moe.top_groups),
+      layer_(layer),
       activation_(cfg.activation) {
   if (!cfg.moe_layer(layer)) {
     throw ValueError("MoeMlp: layer " + std::to_string(layer) +
@@ -186,6 +295,8 @@ MoeMlp::MoeMlp(const GptConfig& cfg, int64_t layer, int64_t shards,
   }
   const int64_t C = cfg.d_model;
   router_ = register_module("router", std::make_shared<Linear>(C, cfg.moe.experts, false));
+  if (cfg.moe.expert_bias)
+    expert_bias_ = register_state("expert_bias", zeros({cfg.moe.experts}, DType::F32));
   // Named by their index in the whole layer, held here or not.
   auto list = register_module("experts", std::make_shared<NamedModules>());
   for (int64_t e = first; e < first + count; ++e) {
@@ -218,13 +329,10 @@ MoeMlp::Scores MoeMlp::route(const Tensor& x) const {
   const Tensor tokens = reshape(x, {x.numel() / C, C});
   Scores s;
   const Tensor logits = cast(router_->forward(tokens), stat_dtype(x.dtype()));
-  s.probs = softmax(logits);
+  s.probs = score_ == GptConfig::Moe::Score::Sigmoid ? sigmoid(logits) : softmax(logits);
   if (z_coef_ > 0) s.logits = logits;
-  if (shared_gate_) {
-    // sigmoid(z) as the first of softmax([z, 0]).
-    const Tensor z = cast(shared_gate_->forward(tokens), stat_dtype(x.dtype()));
-    s.shared_gate = narrow(softmax(concat({z, zeros_like(z)}, 1)), 1, 0, 1);
-  }
+  if (shared_gate_)
+    s.shared_gate = sigmoid(cast(shared_gate_->forward(tokens), stat_dtype(x.dtype())));
   return s;
 }
 
@@ -254,7 +362,10 @@ Tensor MoeMlp::experts(const Tensor& x, const Scores& scores, const ForwardConte
   // Capacity caps the experts' batches while training (evaluation and
   // generation are dropless).
   const int64_t capacity = ctx.training ? expert_capacity(capacity_factor_, N, E, k) : 0;
-  const Routing routing = route_top_k(host, N, E, k, capacity, drop_policy_);
+  ExpertChoice choice{{}, groups_, top_groups_};
+  if (expert_bias_.defined()) choice.bias = to_double_vector(expert_bias_);
+  const Routing routing = route_top_k(host, N, E, k, capacity, drop_policy_, choice);
+  const bool sigmoid_scores = score_ == GptConfig::Moe::Score::Sigmoid;
   // The gates: each token's k chosen probabilities, renormalised over the k
   // if asked, then the padding's 0: (N k + 1, 1).
   std::vector<int64_t> picked(static_cast<size_t>(N * k));
@@ -262,9 +373,12 @@ Tensor MoeMlp::experts(const Tensor& x, const Scores& scores, const ForwardConte
     picked[static_cast<size_t>(a)] = (a / k) * E + routing.choice[static_cast<size_t>(a)];
   Tensor g = embedding(reshape(probs, {N * E, 1}), host_index(picked));  // (N k, 1)
   if (normalize_) {
+    // (Sigmoid scores may all underflow: the sum keeps off 0, as DeepSeek's.)
     const Tensor per_token = reshape(g, {N, k});
-    g = reshape(div(per_token, sum(per_token, 1, true)), {N * k, 1});
+    const Tensor total = sum(per_token, 1, true);
+    g = reshape(div(per_token, sigmoid_scores ? affine(total, 1.0, 1e-20) : total), {N * k, 1});
   }
+  if (routed_scale_ != 1.0) g = scale(g, routed_scale_);
   g = concat({g, zeros({1, 1}, g.dtype(), g.device())}, 0);
   if (gate) g = gate(g);
   const Tensor tokens = host_index(routing.token);
@@ -310,7 +424,9 @@ Tensor MoeMlp::experts(const Tensor& x, const Scores& scores, const ForwardConte
           static_cast<double>(routing.load[static_cast<size_t>(e)]) / static_cast<double>(N * k);
     }
     const Tensor f = from_vector(share, {E}, probs.dtype(), probs.device());
-    const Tensor aux = scale(sum(mul(f, mean(probs, 0))), static_cast<double>(E));
+    // Sigmoid scores as probabilities: each token's over their sum.
+    const Tensor p = sigmoid_scores ? div(probs, affine(sum(probs, 1, true), 1.0, 1e-20)) : probs;
+    const Tensor aux = scale(sum(mul(f, mean(p, 0))), static_cast<double>(E));
     out = attach_loss(out, aux, aux_coef_ * ctx.loss_grad);
   }
   double z_loss = 0;
@@ -344,8 +460,17 @@ Tensor MoeMlp::experts(const Tensor& x, const Scores& scores, const ForwardConte
   }
   if (ctx.moe_stats && ctx.training && !autograd::recomputing()) {
     const int64_t busiest = *std::max_element(routing.load.begin(), routing.load.end());
+    std::vector<double> p = host;
+    if (sigmoid_scores) {
+      for (int64_t n = 0; n < N; ++n) {
+        double* row = p.data() + n * E;
+        const double total = std::accumulate(row, row + E, 0.0) + 1e-20;
+        for (int64_t e = 0; e < E; ++e) row[e] /= total;
+      }
+    }
+    ctx.moe_stats->add_loads(layer_, routing.load);
     ctx.moe_stats->record(
-        balance_loss(routing, host),
+        balance_loss(routing, p),
         static_cast<double>(busiest * E) / static_cast<double>(std::max<int64_t>(N * k, 1)),
         static_cast<double>(routing.dropped) / static_cast<double>(N * k), z_loss);
   }

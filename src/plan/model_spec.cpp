@@ -130,7 +130,8 @@ nn::GptConfig parse_model_spec(const std::string& yaml_text, const std::string& 
   option("moe",
          "none, or {experts, top_k, ffn_hidden_size, normalize_top_k, aux_loss_coef, "
          "dense_layers, shared_ffn_hidden_size, shared_gate, capacity_factor, drop_policy, "
-         "z_loss_coef}",
+         "z_loss_coef, score, routed_scaling_factor, groups, top_groups, expert_bias, "
+         "bias_update_rate}",
          [&](const YAML::Node& v) {
            if (v.IsScalar()) {
              if (v.as<std::string>() != "none") throw YAML::Exception(YAML::Mark(), "");
@@ -148,6 +149,19 @@ nn::GptConfig parse_model_spec(const std::string& yaml_text, const std::string& 
            if (v["shared_gate"]) c.moe.shared_gate = v["shared_gate"].as<bool>();
            if (v["capacity_factor"]) c.moe.capacity_factor = v["capacity_factor"].as<double>();
            if (v["z_loss_coef"]) c.moe.z_loss_coef = v["z_loss_coef"].as<double>();
+           // (The routing's keys cost nothing; the expert biases count as parameters.)
+           if (v["score"]) {
+             const std::string f = v["score"].as<std::string>();
+             if (f != "softmax" && f != "sigmoid") throw YAML::Exception(YAML::Mark(), "");
+             c.moe.score = f == "softmax" ? nn::GptConfig::Moe::Score::Softmax
+                                          : nn::GptConfig::Moe::Score::Sigmoid;
+           }
+           if (v["routed_scaling_factor"])
+             c.moe.routed_scaling_factor = v["routed_scaling_factor"].as<double>();
+           if (v["groups"]) c.moe.groups = v["groups"].as<int64_t>();
+           if (v["top_groups"]) c.moe.top_groups = v["top_groups"].as<int64_t>();
+           if (v["expert_bias"]) c.moe.expert_bias = v["expert_bias"].as<bool>();
+           if (v["bias_update_rate"]) c.moe.bias_update_rate = v["bias_update_rate"].as<double>();
            if (v["drop_policy"]) {
              const std::string p = v["drop_policy"].as<std::string>();
              if (p != "probs" && p != "position") throw YAML::Exception(YAML::Mark(), "");

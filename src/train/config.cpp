@@ -78,12 +78,15 @@ std::string get_string(const YAML::Node& n, const std::string& key) {
 
 // model.moe: none, or a mapping of experts, top_k, ffn_hidden_size,
 // normalize_top_k, aux_loss_coef, dense_layers, shared_ffn_hidden_size,
-// shared_gate, capacity_factor, drop_policy and z_loss_coef over `base` (what
-// model.hf_config read, or the defaults): the keys given replace its.
+// shared_gate, capacity_factor, drop_policy, z_loss_coef, score,
+// routed_scaling_factor, groups, top_groups, expert_bias and
+// bias_update_rate over `base` (what model.hf_config read, or the
+// defaults): the keys given replace its.
 nn::GptConfig::Moe get_moe(const YAML::Node& n, const std::string& key, nn::GptConfig::Moe base) {
   const std::string keys =
       "experts, top_k, ffn_hidden_size, normalize_top_k, aux_loss_coef, dense_layers, "
-      "shared_ffn_hidden_size, shared_gate, capacity_factor, drop_policy, z_loss_coef";
+      "shared_ffn_hidden_size, shared_gate, capacity_factor, drop_policy, z_loss_coef, score, "
+      "routed_scaling_factor, groups, top_groups, expert_bias, bias_update_rate";
   const std::string expected = "none, or a mapping with experts (and " + keys.substr(9) + ")";
   if (n.IsScalar()) {
     if (get_string(n, key) == "none") return {};
@@ -100,7 +103,13 @@ nn::GptConfig::Moe get_moe(const YAML::Node& n, const std::string& key, nn::GptC
                                                 "shared_gate",
                                                 "capacity_factor",
                                                 "drop_policy",
-                                                "z_loss_coef"};
+                                                "z_loss_coef",
+                                                "score",
+                                                "routed_scaling_factor",
+                                                "groups",
+                                                "top_groups",
+                                                "expert_bias",
+                                                "bias_update_rate"};
   for (auto it = n.begin(); it != n.end(); ++it) {
     const std::string k = it->first.as<std::string>();
     if (!allowed.count(k))
@@ -136,6 +145,25 @@ nn::GptConfig::Moe get_moe(const YAML::Node& n, const std::string& key, nn::GptC
     m.drop_policy = p == "probs" ? nn::GptConfig::Moe::DropPolicy::Probs
                                  : nn::GptConfig::Moe::DropPolicy::Position;
   }
+  if (n["score"]) {
+    const std::string f = get_string(n["score"], key + ".score");
+    if (f != "softmax" && f != "sigmoid") {
+      throw ConfigError(key + ".score '" + f +
+                        "' is not a router score (softmax: over the experts; sigmoid: each "
+                        "expert's own, DeepSeek-V3's)");
+    }
+    m.score =
+        f == "softmax" ? nn::GptConfig::Moe::Score::Softmax : nn::GptConfig::Moe::Score::Sigmoid;
+  }
+  if (n["routed_scaling_factor"]) {
+    m.routed_scaling_factor =
+        get_double(n["routed_scaling_factor"], key + ".routed_scaling_factor");
+  }
+  if (n["groups"]) m.groups = get_int(n["groups"], key + ".groups");
+  if (n["top_groups"]) m.top_groups = get_int(n["top_groups"], key + ".top_groups");
+  if (n["expert_bias"]) m.expert_bias = get_bool(n["expert_bias"], key + ".expert_bias");
+  if (n["bias_update_rate"])
+    m.bias_update_rate = get_double(n["bias_update_rate"], key + ".bias_update_rate");
   if (const YAML::Node d = n["dense_layers"]) {
     if (!d.IsSequence()) throw ConfigError(key + ".dense_layers: expected a list of layer indices");
     m.dense_layers.clear();
@@ -1493,6 +1521,18 @@ std::string to_yaml(const Config& c) {
       e << YAML::Key << "capacity_factor" << YAML::Value << x.capacity_factor << YAML::Key
         << "drop_policy" << YAML::Value
         << (x.drop_policy == nn::GptConfig::Moe::DropPolicy::Probs ? "probs" : "position");
+    }
+    if (x.score != nn::GptConfig::Moe::Score::Softmax)
+      e << YAML::Key << "score" << YAML::Value << "sigmoid";
+    if (x.routed_scaling_factor != 1.0)
+      e << YAML::Key << "routed_scaling_factor" << YAML::Value << x.routed_scaling_factor;
+    if (x.groups != 1) {
+      e << YAML::Key << "groups" << YAML::Value << x.groups << YAML::Key << "top_groups"
+        << YAML::Value << x.top_groups;
+    }
+    if (x.expert_bias) {
+      e << YAML::Key << "expert_bias" << YAML::Value << true << YAML::Key << "bias_update_rate"
+        << YAML::Value << x.bias_update_rate;
     }
     e << YAML::EndMap;
   }

@@ -1456,6 +1456,33 @@ void Trainer::moe_metrics_into(StepMetrics& m) const {
   if (config_.model.moe.z_loss_coef > 0) m.moe_z_loss = s[2] / s[3];
 }
 
+void Trainer::update_expert_biases() {
+  const auto& moe = config_.model.moe;
+  if (!moe.expert_bias || moe.bias_update_rate == 0 || !moe_stats_) return;
+  // Every layer's loads in one vector, zero where this rank holds none of
+  // it (a pipeline's other stages): summed over the world, each layer's are
+  // those of every micro-batch of every data-parallel replica. (A tensor-
+  // parallel group's ranks route the same tokens alike: they count each
+  // layer's loads t times over, which moves no bias, as only their order
+  // about the mean does.)
+  const int64_t E = moe.experts, L = config_.model.n_layer;
+  std::vector<double> loads(static_cast<size_t>(L * E), 0.0);
+  for (const auto& [layer, load] : moe_stats_->loads)
+    std::copy(load.begin(), load.end(), loads.begin() + layer * E);
+  Tensor all = from_vector(loads, {L * E}, DType::F64);
+  if (world_ && world_->size() > 1) world_->all_reduce(all, dist::ReduceOp::Sum)->wait();
+  loads = to_double_vector(all);
+  for (auto& [name, p] : parameters()) {
+    static const std::string tail = ".mlp.expert_bias";
+    if (name.size() <= tail.size() + 2 || name.compare(0, 2, "h.") != 0 ||
+        name.compare(name.size() - tail.size(), tail.size(), tail) != 0)
+      continue;
+    const int64_t layer = std::stoll(name.substr(2, name.size() - tail.size() - 2));
+    const auto first = loads.begin() + layer * E;
+    nn::update_expert_bias(p, std::vector<double>(first, first + E), moe.bias_update_rate);
+  }
+}
+
 StepMetrics Trainer::step(int64_t index) {
   const auto start = std::chrono::steady_clock::now();
   const auto& t = config_.train;
@@ -1518,6 +1545,7 @@ StepMetrics Trainer::step(int64_t index) {
     } else {
       optimizer_->step(lr, clip_coef);
     }
+    update_expert_biases();
     ++applied_steps_;
     applied_sequences_ += G;
     record("optimizer", "optimizer", opt_start, TraceRecorder::Clock::now());

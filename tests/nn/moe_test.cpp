@@ -201,20 +201,43 @@ std::vector<double> moe_by_hand(MoeMlp& moe, const GptConfig& cfg, const Tensor&
       for (int64_t c = 0; c < C; ++c) s += router[static_cast<size_t>(e * C + c)] * xn[c];
       logit[static_cast<size_t>(e)] = s;
     }
-    const double top = *std::max_element(logit.begin(), logit.end());
-    double z = 0;
-    for (double& l : logit) z += (l = std::exp(l - top));
-    for (double& l : logit) l /= z;
-    std::vector<int64_t> order(static_cast<size_t>(E));
-    for (int64_t e = 0; e < E; ++e) order[static_cast<size_t>(e)] = e;
+    if (cfg.moe.score == GptConfig::Moe::Score::Sigmoid) {
+      for (double& l : logit) l = 1.0 / (1.0 + std::exp(-l));
+    } else {
+      const double top = *std::max_element(logit.begin(), logit.end());
+      double z = 0;
+      for (double& l : logit) z += (l = std::exp(l - top));
+      for (double& l : logit) l /= z;
+    }
+    // Chosen by score plus bias, among the experts of the best groups (a
+    // group's score: its two best).
+    std::vector<double> by = logit;
+    if (cfg.moe.expert_bias) {
+      const std::vector<double> bias = to_double_vector(state.at("expert_bias"));
+      for (int64_t e = 0; e < E; ++e) by[static_cast<size_t>(e)] += bias[static_cast<size_t>(e)];
+    }
+    const int64_t G = cfg.moe.groups, size = E / G;
+    std::vector<std::pair<double, int64_t>> group;
+    for (int64_t g = 0; g < G; ++g) {
+      std::vector<double> in(by.begin() + g * size, by.begin() + (g + 1) * size);
+      std::sort(in.rbegin(), in.rend());
+      group.push_back({-(size > 1 ? in[0] + in[1] : in[0]), g});
+    }
+    std::sort(group.begin(), group.end());
+    std::vector<int64_t> order;
+    for (int64_t g = 0; g < cfg.moe.top_groups; ++g) {
+      for (int64_t e = 0; e < size; ++e)
+        order.push_back(group[static_cast<size_t>(g)].second * size + e);
+    }
     std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
-      return logit[static_cast<size_t>(a)] > logit[static_cast<size_t>(b)];
+      return by[static_cast<size_t>(a)] > by[static_cast<size_t>(b)];
     });
     double chosen = 0;
     for (int64_t j = 0; j < cfg.moe.top_k; ++j) chosen += logit[static_cast<size_t>(order[j])];
     for (int64_t j = 0; j < cfg.moe.top_k; ++j) {
       const int64_t e = order[static_cast<size_t>(j)];
-      const double gate = logit[static_cast<size_t>(e)] / (cfg.moe.normalize_top_k ? chosen : 1.0);
+      const double gate = logit[static_cast<size_t>(e)] / (cfg.moe.normalize_top_k ? chosen : 1.0) *
+                          cfg.moe.routed_scaling_factor;
       const std::string p = "experts." + std::to_string(e) + ".";
       const std::vector<double> y =
           swiglu_expert_by_hand(to_double_vector(state.at(p + "c_fc.weight")),
@@ -239,6 +262,99 @@ TEST(MoeMlp, EqualsItsDefinitionTokenByToken) {
     const std::vector<double> got = to_double_vector(y), want = moe_by_hand(moe, cfg, x);
     for (size_t i = 0; i < want.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-12) << i;
   }
+}
+
+// DeepSeek-V3's routing: sigmoid scores, chosen with the expert biases
+// among the best groups' experts, the gates the unbiased scores
+// renormalised and scaled; the biases (f32 under any precision) are state.
+TEST(MoeMlp, SigmoidScoresBiasedGroupLimitedChoiceEqualsItsDefinition) {
+  for (const bool normalize : {true, false}) {
+    SCOPED_TRACE(normalize ? "renormalised top k" : "raw scores");
+    GptConfig cfg = moe_config(8, 3);
+    cfg.moe.normalize_top_k = normalize;
+    cfg.moe.score = GptConfig::Moe::Score::Sigmoid;
+    cfg.moe.routed_scaling_factor = 2.5;
+    cfg.moe.groups = 4;
+    cfg.moe.top_groups = 2;
+    cfg.moe.expert_bias = true;
+    MoeMlp moe(cfg, 1);
+    const auto named = moe.named_parameters();
+    const auto bias = std::find_if(named.begin(), named.end(),
+                                   [](const auto& p) { return p.first == "expert_bias"; });
+    ASSERT_NE(bias, named.end());
+    EXPECT_FALSE(bias->second.requires_grad());
+    randomise(moe, 3);  // (the bias too: it stays f32)
+    EXPECT_EQ(bias->second.dtype(), DType::F32);
+    EXPECT_EQ(moe.find_parameter("router.weight")->dtype(), DType::F64);
+    const Tensor x = randn({2, 9, cfg.d_model}, 5, 1, 1.0, DType::F64);
+    const std::vector<double> got = to_double_vector(moe.forward(x, {false, 0, 0})),
+                              want = moe_by_hand(moe, cfg, x);
+    for (size_t i = 0; i < want.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-12) << i;
+    // The biases change the choice: without them the output differs.
+    Tensor b = bias->second;
+    copy_(b, zeros({8}, DType::F32));
+    const std::vector<double> unbiased = to_double_vector(moe.forward(x, {false, 0, 0}));
+    double moved = 0;
+    for (size_t i = 0; i < got.size(); ++i) moved = std::max(moved, std::abs(got[i] - unbiased[i]));
+    EXPECT_GT(moved, 1e-3);
+  }
+}
+
+TEST(RouteTopK, BiasesAndGroupsShapeTheChoiceButNotTheRows) {
+  // One token, four experts in two groups.
+  const std::vector<double> p = {0.1, 0.2, 0.3, 0.25};
+  EXPECT_EQ(route_top_k(p, 1, 4, 2).choice, (std::vector<int64_t>{2, 3}));
+  // Biases lift experts 0 and 1 over the others.
+  const ExpertChoice lifted{{0.5, 0.3, 0, 0}, 1, 1};
+  EXPECT_EQ(route_top_k(p, 1, 4, 2, 0, GptConfig::Moe::DropPolicy::Probs, lifted).choice,
+            (std::vector<int64_t>{0, 1}));
+  // Groups {0, 1} (0.3) and {2, 3} (0.55): one group allowed, the second.
+  const ExpertChoice grouped{{}, 2, 1};
+  EXPECT_EQ(route_top_k(p, 1, 4, 2, 0, GptConfig::Moe::DropPolicy::Probs, grouped).choice,
+            (std::vector<int64_t>{2, 3}));
+  // A group is scored with the biases: {0, 1} wins, however probable 2 is.
+  const ExpertChoice both{{0.2, 0.2, 0, 0}, 2, 1};
+  const Routing r = route_top_k(p, 1, 4, 1, 0, GptConfig::Moe::DropPolicy::Probs, both);
+  EXPECT_EQ(r.choice, (std::vector<int64_t>{1}));
+  EXPECT_EQ(r.load, (std::vector<int64_t>{0, 1, 0, 0}));
+  expect_refused<ValueError>(
+      [&] {
+        route_top_k(p, 1, 4, 2, 0, GptConfig::Moe::DropPolicy::Probs, {{0.1, 0.2}, 1, 1});
+      },
+      "2 expert biases for 4 experts");
+  expect_refused<ValueError>(
+      [&] {
+        route_top_k(p, 1, 4, 3, 0, GptConfig::Moe::DropPolicy::Probs, {{}, 2, 1});
+      },
+      "top_k 3 within the best 1 of 2 groups");
+  expect_refused<ValueError>(
+      [&] {
+        route_top_k(p, 1, 4, 1, 0, GptConfig::Moe::DropPolicy::Probs, {{}, 3, 1});
+      },
+      "groups dividing the experts");
+  expect_refused<ValueError>(
+      [&] {
+        route_top_k(p, 1, 4, 1, 0, GptConfig::Moe::DropPolicy::Probs, {{0, NAN, 0, 0}, 1, 1});
+      },
+      "expert 1's bias is nan");
+}
+
+TEST(UpdateExpertBias, MovesEachBiasByTheRateTowardsTheMeanLoad) {
+  Tensor bias = from_vector(std::vector<double>{0.5, 0, -0.25, 1}, {4}, DType::F32);
+  // Mean load 5: expert 0 under it, 1 at it, 2 and 3 over.
+  update_expert_bias(bias, {2, 5, 6, 7}, 0.125);
+  EXPECT_EQ(to_double_vector(bias), (std::vector<double>{0.625, 0, -0.375, 0.875}));
+  EXPECT_EQ(bias.dtype(), DType::F32);
+  expect_refused<ValueError>(
+      [&] {
+        update_expert_bias(bias, {1, 2}, 0.1);
+      },
+      "2 loads for biases [4]");
+  expect_refused<ValueError>(
+      [&] {
+        update_expert_bias(bias, {1, 2, INFINITY, 0}, 0.1);
+      },
+      "expert 2's load is inf");
 }
 
 // A shared expert (Qwen2-MoE's): every token's output gains sigmoid(x . w)
@@ -536,7 +652,16 @@ TEST(MoeConfig, ValidatesItsKeys) {
         c.moe.experts = 0;
         c.moe.capacity_factor = 1.0;
       },
-      "capacity_factor and z_loss_coef belong to a mixture, but model.moe.experts is 0");
+      "capacity_factor, z_loss_coef, score, routed_scaling_factor, groups, top_groups and "
+      "expert_bias belong to a mixture, but model.moe.experts is 0");
+  refused(
+      [](GptConfig& c) {
+        c.moe.experts = 0;
+        c.moe.expert_bias = true;
+      },
+      "belong to a mixture, but model.moe.experts is 0");
+  refused([](GptConfig& c) { c.moe.groups = 3; },
+          "model.moe.groups (3) must divide model.moe.experts (4)");
   refused([](GptConfig& c) { c.moe.z_loss_coef = -1e-3; },
           "model.moe.z_loss_coef (-0.001000) must be a finite number >= 0");
   refused(
@@ -595,6 +720,14 @@ TEST(MoeConfig, ShapesCountsAndFlopsOfAMixture) {
                    10 * 8 + 8 * 5 + 8);
   EXPECT_NEAR(shared.training_flops(1) - c.training_flops(1),
               3 * c.seq_len * 2.0 * (10 * 8 + 8 * 5 + 8), 1e-6);
+  // The expert biases: 4 f32 values on the mixture's layer, counted as the
+  // model holds them.
+  GptConfig biased = c;
+  biased.moe.expert_bias = true;
+  EXPECT_EQ(gpt_parameter_shapes(biased).at("h.1.mlp.expert_bias"), (Shape{4}));
+  EXPECT_FALSE(gpt_parameter_shapes(biased).count("h.0.mlp.expert_bias"));
+  EXPECT_EQ(biased.num_parameters() - c.num_parameters(), 4);
+  EXPECT_EQ(Gpt(biased, 1).num_parameters(), biased.num_parameters());
   // FLOPs: the dense model's, less its MLP on layer 1, plus the router and
   // two experts per token, three times forward.
   GptConfig dense = c;

@@ -182,6 +182,62 @@ TEST(Checkpoint, ALoraRunResumesBitwiseAndItsCheckpointLoadsMerged) {
   }
 }
 
+// model.moe.expert_bias: each applied step moves every bias by the rate (up,
+// down, or not at all for an expert at the mean load); the biases stay f32
+// in a bf16 run; they change the routing, and so the losses; and a run
+// resumes bit for bit with them (they are in the checkpoint).
+TEST(Checkpoint, ExpertBiasesMoveStayF32AndResumeBitwise) {
+  TempDir dir;
+  const double rate = 0.125;  // (a binary fraction: its sums are exact in f32)
+  auto biased = [&](int64_t steps, int64_t interval, const std::string& resume, double r) {
+    Config c = config(dir, steps, interval, resume);
+    auto& m = c.model.moe;
+    m.experts = 4;
+    m.top_k = 2;
+    m.ffn_hidden_size = 16;
+    m.aux_loss_coef = 0;
+    m.score = nn::GptConfig::Moe::Score::Sigmoid;
+    m.expert_bias = true;
+    m.bias_update_rate = r;
+    c.train.precision = "bf16";
+    return c;
+  };
+  {
+    // After one step each bias is -rate, 0 or +rate.
+    Trainer t(biased(4, 2, "never", rate));
+    t.step(0);
+    const nn::StateDict state = t.full_state_dict();
+    for (const char* name : {"h.0.mlp.expert_bias", "h.1.mlp.expert_bias"}) {
+      const Tensor& b = state.at(name);
+      EXPECT_EQ(b.dtype(), DType::F32) << name;
+      EXPECT_EQ(state.at("h.0.mlp.router.weight").dtype(), DType::BF16);
+      bool moved = false;
+      for (const double v : to_double_vector(b)) {
+        EXPECT_EQ(v / rate, std::round(v / rate)) << name << ": " << v;
+        EXPECT_LE(std::abs(v), rate) << name;
+        moved = moved || v != 0;
+      }
+      EXPECT_TRUE(moved) << name << " never moved";
+    }
+  }
+  std::vector<StepMetrics> whole;
+  {
+    Trainer t(biased(4, 2, "never", rate));
+    whole = t.run();
+  }
+  expect_resumes_from_step_2_bitwise(dir, biased(4, 0, "auto", rate), whole);
+  std::filesystem::remove_all(dir.file("ckpt"));
+  Trainer fixed(biased(4, 0, "never", 0.0));
+  const auto unbiased = fixed.run();
+  for (const auto& [name, t] : fixed.full_state_dict()) {
+    if (name.find("expert_bias") != std::string::npos) {
+      EXPECT_EQ(to_double_vector(t), std::vector<double>(4, 0.0)) << name;
+    }
+  }
+  EXPECT_EQ(unbiased[0].loss, whole[0].loss);  // (the biases start at zero)
+  EXPECT_NE(unbiased[3].loss, whole[3].loss);
+}
+
 // train.exit_after_minutes: a run past its time checkpoints after the step
 // it is in and ends; resumed, it goes on where it stopped, its metrics one
 // history. (A limit of a microsecond: the first step is past it.)

@@ -320,7 +320,8 @@ TEST(Config, MixtureOfExpertsParsesRoundTripsAndIsChecked) {
   expect_config_error(kValid, {"model.moe={experts: 4, shared: 8}"},
                       "(allowed: experts, top_k, ffn_hidden_size, normalize_top_k, aux_loss_coef, "
                       "dense_layers, shared_ffn_hidden_size, shared_gate, capacity_factor, "
-                      "drop_policy, z_loss_coef)");
+                      "drop_policy, z_loss_coef, score, routed_scaling_factor, groups, "
+                      "top_groups, expert_bias, bias_update_rate)");
   // The router z-loss's weight.
   const Config z = parse_config(kValid, {"model.moe={experts: 4, z_loss_coef: 0.001}"});
   EXPECT_DOUBLE_EQ(z.model.moe.z_loss_coef, 0.001);
@@ -341,6 +342,35 @@ TEST(Config, MixtureOfExpertsParsesRoundTripsAndIsChecked) {
                       "model.moe.capacity_factor (-1) must be a finite number >= 0");
   expect_config_error(kValid, {"model.moe={experts: 4, capacity_factor: 1, drop_policy: random}"},
                       "model.moe.drop_policy 'random' is not a policy");
+  // DeepSeek-V3's routing: sigmoid scores, scaled gates, groups, and the
+  // aux-loss-free expert biases.
+  const Config v3 = parse_config(
+      kValid, {"model.moe={experts: 8, top_k: 2, score: sigmoid, routed_scaling_factor: 2.5, "
+               "groups: 4, top_groups: 2, expert_bias: true, bias_update_rate: 0.002}"});
+  EXPECT_EQ(v3.model.moe.score, nn::GptConfig::Moe::Score::Sigmoid);
+  EXPECT_DOUBLE_EQ(v3.model.moe.routed_scaling_factor, 2.5);
+  EXPECT_EQ(v3.model.moe.groups, 4);
+  EXPECT_EQ(v3.model.moe.top_groups, 2);
+  EXPECT_TRUE(v3.model.moe.expert_bias);
+  EXPECT_DOUBLE_EQ(v3.model.moe.bias_update_rate, 0.002);
+  EXPECT_EQ(parse_config(to_yaml(v3)).model.moe, v3.model.moe);
+  EXPECT_EQ(nn::gpt_parameter_shapes(v3.model).at("h.1.mlp.expert_bias"), (Shape{8}));
+  const Config softmax = parse_config(kValid, {"model.moe={experts: 4}"});
+  EXPECT_EQ(softmax.model.moe.score, nn::GptConfig::Moe::Score::Softmax);
+  EXPECT_FALSE(softmax.model.moe.expert_bias);
+  EXPECT_EQ(nn::gpt_parameter_shapes(softmax.model).count("h.1.mlp.expert_bias"), 0u);
+  expect_config_error(kValid, {"model.moe={experts: 4, score: tanh}"},
+                      "model.moe.score 'tanh' is not a router score");
+  expect_config_error(kValid, {"model.moe={experts: 4, routed_scaling_factor: 0}"},
+                      "model.moe.routed_scaling_factor (0) must be a finite number > 0");
+  expect_config_error(kValid, {"model.moe={experts: 4, expert_bias: true, bias_update_rate: -1}"},
+                      "model.moe.bias_update_rate (-1) must be a finite number >= 0");
+  expect_config_error(kValid, {"model.moe={experts: 6, groups: 4}"},
+                      "model.moe.groups (4) must divide model.moe.experts (6)");
+  expect_config_error(kValid, {"model.moe={experts: 8, groups: 4, top_groups: 5}"},
+                      "model.moe.top_groups (5) must be in [1, model.moe.groups (4)]");
+  expect_config_error(kValid, {"model.moe={experts: 8, top_k: 3, groups: 4, top_groups: 1}"},
+                      "model.moe.top_k (3) exceeds the 2 experts of model.moe.top_groups (1)");
   // parallel.ep: a mixture's experts shared out among data-parallel ranks.
   const Config ep = parse_config(kValid, {"model.moe={experts: 4}", "parallel.ep=2"});
   EXPECT_EQ(ep.parallel.ep, 2);

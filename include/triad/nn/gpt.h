@@ -306,6 +306,33 @@ struct GptConfig {
     // earliest tokens' (Position, GShard's).
     enum class DropPolicy { Probs, Position };
     DropPolicy drop_policy = DropPolicy::Probs;
+    // How the router scores a token's fit with each expert: a softmax over
+    // the experts (Mixtral's, Qwen's), or each expert's own sigmoid
+    // (DeepSeek-V3's, GLM-4.5's), whose k chosen scores are the gates,
+    // renormalised over the k when normalize_top_k. The load-balancing loss
+    // then reads each token's scores over their sum as its probabilities.
+    enum class Score { Softmax, Sigmoid };
+    Score score = Score::Softmax;
+    // The routed experts' gates times this (DeepSeek's routed_scaling_factor).
+    double routed_scaling_factor = 1.0;
+    // Group-limited routing (DeepSeek-V3's n_group and topk_group): the
+    // experts fall into `groups` equal, contiguous groups, each scored for a
+    // token by the sum of its two best choosing scores (its one, in groups of
+    // one); the token chooses its top_k among the experts of its top_groups
+    // best groups. 1 and 1: no limit.
+    int64_t groups = 1;
+    int64_t top_groups = 1;
+    // Auxiliary-loss-free load balancing (Wang et al., 2024; DeepSeek-V3):
+    // each layer holds a bias per expert (h.N.mlp.expert_bias, f32 under any
+    // precision, zeros at first, kept in checkpoints and exports, never
+    // given a gradient) that is added to the scores when choosing the
+    // experts, not to the gates. After each applied step every bias moves
+    // by bias_update_rate towards balance: up for an expert that received
+    // fewer than the mean of the step's assignments (every micro-batch of
+    // every rank counted), down for more. A rate of 0 keeps the biases as
+    // they are (fine-tuning a model whose biases came with it).
+    bool expert_bias = false;
+    double bias_update_rate = 1e-3;
     bool operator==(const Moe&) const = default;
   };
   Moe moe = {};

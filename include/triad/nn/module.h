@@ -42,12 +42,18 @@ class Module {
   void zero_grad();
   // Moves every parameter to `device` and/or converts it to `dtype`, in
   // place: handles held elsewhere (optimizers, hooks) see the new storage.
-  // Gradients are dropped. Call before building an optimizer.
+  // Gradients are dropped. Call before building an optimizer. A state
+  // parameter (register_state) keeps its dtype.
   void to(Device device);
   void to(DType dtype);
 
  protected:
   Tensor& register_parameter(const std::string& name, Tensor value);
+  // A parameter that is state, not weights: saved, loaded and moved as the
+  // others are, but never given a gradient (requires_grad false, so no
+  // optimizer, reducer or norm sees it) and kept in its own dtype whatever
+  // to(DType) says; its owner updates it (an MoE layer's expert biases).
+  Tensor& register_state(const std::string& name, Tensor value);
   template <class M>
   std::shared_ptr<M> register_module(const std::string& name, std::shared_ptr<M> module) {
     children_.emplace_back(name, module);
@@ -58,6 +64,7 @@ class Module {
   void collect(const std::string& prefix, std::vector<std::pair<std::string, Tensor>>& out) const;
 
   std::vector<std::pair<std::string, Tensor>> params_;
+  std::vector<std::string> states_;  // params_' names that register_state added
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
 };
 

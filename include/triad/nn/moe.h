@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -31,15 +32,28 @@ struct Routing {
   std::vector<int64_t> load;  // (E) assignments each expert received (dropped ones too)
   int64_t dropped = 0;        // assignments over their expert's capacity, without a row
 };
+// What shapes a token's choice besides its scores (GptConfig::Moe): a bias
+// per expert added to the scores for choosing only (expert_bias; empty:
+// none), and group-limited routing, the token's top_k taken among the
+// experts of its top_groups best groups of `groups` equal, contiguous ones,
+// a group scored by the sum of its two best biased scores (its one in
+// groups of one). Equal scores: the lower index first.
+struct ExpertChoice {
+  std::vector<double> bias;
+  int64_t groups = 1, top_groups = 1;
+};
 // With a capacity (> 0), an expert keeps at most that many of its
 // assignments (`policy`: the most probable, equal ones the earlier token's,
 // or the earliest tokens'), in token order; the others get no row, and
 // their gates weigh nothing. 0: dropless.
 // Throws ValueError naming the values unless probs holds tokens * experts
-// finite numbers, 1 <= top_k <= experts and capacity >= 0.
+// finite numbers, 1 <= top_k <= experts, capacity >= 0 and `choice` holds
+// no bias or experts finite ones, and groups that divide the experts, of
+// which top_groups hold at least top_k experts.
 Routing route_top_k(const std::vector<double>& probs, int64_t tokens, int64_t experts,
                     int64_t top_k, int64_t capacity = 0,
-                    GptConfig::Moe::DropPolicy policy = GptConfig::Moe::DropPolicy::Probs);
+                    GptConfig::Moe::DropPolicy policy = GptConfig::Moe::DropPolicy::Probs,
+                    const ExpertChoice& choice = {});
 // An expert's capacity for `tokens` tokens under a capacity factor:
 // ceil(factor * tokens * top_k / experts), at least 1; 0 (dropless) for a
 // factor of 0.
@@ -51,6 +65,14 @@ int64_t expert_capacity(double factor, int64_t tokens, int64_t experts, int64_t 
 // host). 1 when perfectly balanced, E / k when every token goes to the same
 // k experts with certainty.
 double balance_loss(const Routing& routing, const std::vector<double>& probs);
+
+// Auxiliary-loss-free balancing's step for one layer (GptConfig::Moe::
+// expert_bias): each of its E biases moves by `rate` towards balance, up
+// where load[e] is under the mean of the E loads, down where over, and
+// stays where equal (Wang et al., 2024: b_e += rate * sign(mean - load_e)).
+// `bias` (E) is updated in place on its device; throws ValueError unless
+// load holds E finite counts.
+void update_expert_bias(Tensor& bias, const std::vector<double>& load, double rate);
 
 // What the mixture-of-experts layers of a model report while training (a
 // trainer passes one through nn::ForwardContext::moe_stats and reads it
@@ -64,7 +86,12 @@ struct MoeStats {
   double dropped_sum = 0;  // the records' dropped shares of their assignments, summed
   double z_loss_sum = 0;   // the records' router z-losses, summed (model.moe.z_loss_coef)
   int64_t records = 0;
+  // Per MoE layer (by its index in the model), the assignments each expert
+  // received, summed over the records (what update_expert_bias reads once
+  // the step's are summed over every rank).
+  std::map<int64_t, std::vector<double>> loads;
   void record(double balance, double load, double dropped = 0, double z_loss = 0);
+  void add_loads(int64_t layer, const std::vector<int64_t>& load);
   double mean_balance() const { return records ? balance_sum / static_cast<double>(records) : 0; }
   double mean_dropped() const { return records ? dropped_sum / static_cast<double>(records) : 0; }
   double mean_z_loss() const { return records ? z_loss_sum / static_cast<double>(records) : 0; }
@@ -90,12 +117,16 @@ class ExpertPlacement {
 };
 
 // A mixture-of-experts MLP (GptConfig::Moe): router.weight (E, C) and
-// experts.<e>.c_fc.weight (fc, C), experts.<e>.c_proj.weight (C, F), each
+// with model.moe.expert_bias expert_bias (E, f32, state: see
+// Module::register_state), experts.<e>.c_fc.weight (fc, C),
+// experts.<e>.c_proj.weight (C, F), each
 // expert an MLP of the model's activation without biases, stored (out,
 // in); a shared expert's shared.c_fc.weight and shared.c_proj.weight, and
 // its gate's shared_gate.weight (1, C). Each token's output is the sum over its top_k experts of
-// gate * expert(x), the gates the router's softmax probabilities (f32; renormalised over the k
-// chosen with normalize_top_k). While training, the layer's load-balancing loss (balance_loss,
+// gate * expert(x), the gates the router's scores (f32; renormalised over the k chosen with
+// normalize_top_k, times routed_scaling_factor). The experts are chosen by
+// the scores plus the expert biases, within the top groups
+// (route_top_k's ExpertChoice). While training, the layer's load-balancing loss (balance_loss,
 // differentiable through P) joins the objective with weight aux_loss_coef * ctx.loss_grad
 // (attach_loss), as does the router z-loss (mean over the tokens of
 // logsumexp(logits)^2) with weight z_loss_coef * ctx.loss_grad; its routing
@@ -114,11 +145,11 @@ class MoeMlp : public Module {
   // Every expert of the layer (E), held here or not.
   int64_t num_experts() const { return experts_total_; }
   // What decides where x's tokens go and how much each part counts: the
-  // router's probabilities over the experts (N, E), softmax of x @
-  // router^T, and with a gated shared expert its gate (N, 1), sigmoid of x
-  // @ shared_gate^T; in f32 (f64 for f64 x).
+  // router's scores for the experts (N, E), softmax (or, with model.moe.score
+  // sigmoid, the sigmoid) of x @ router^T, and with a gated shared expert
+  // its gate (N, 1), sigmoid of x @ shared_gate^T; in f32 (f64 for f64 x).
   struct Scores {
-    Tensor probs;
+    Tensor probs;        // the scores: probabilities under a softmax
     Tensor shared_gate;  // undefined without model.moe.shared_gate
     Tensor logits;       // the router's (N, E), for the z-loss; undefined without one
   };
@@ -144,6 +175,7 @@ class MoeMlp : public Module {
   };
   Tensor expert_forward(const Expert& e, const Tensor& x) const;
   std::shared_ptr<Linear> router_;
+  Tensor expert_bias_;                   // (E) f32, model.moe.expert_bias; undefined without
   std::vector<Expert> experts_;          // this rank's, from placement_->first()
   std::optional<Expert> shared_;         // model.moe.shared_ffn_hidden_size
   std::shared_ptr<Linear> shared_gate_;  // model.moe.shared_gate
@@ -155,6 +187,10 @@ class MoeMlp : public Module {
   double z_coef_;
   double capacity_factor_;
   GptConfig::Moe::DropPolicy drop_policy_;
+  GptConfig::Moe::Score score_;
+  double routed_scale_;
+  int64_t groups_, top_groups_;
+  int64_t layer_;
   Activation activation_;
 };
 

@@ -117,6 +117,9 @@ class Trainer {
   // The step's MoE routing statistics (model.moe), gathered from every rank
   // into m.
   void moe_metrics_into(StepMetrics& m) const;
+  // model.moe.expert_bias: the step's loads of every MoE layer, summed over
+  // every rank, move the biases this rank holds (after an applied step).
+  void update_expert_biases();
   std::shared_ptr<nn::MoeStats> moe_stats_;  // this step's, on this rank (model.moe)
 
   Config config_;

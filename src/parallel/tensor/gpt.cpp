@@ -213,6 +213,8 @@ void TensorParallelGpt::build(uint64_t seed, std::shared_ptr<VocabParallelEmbedd
       // The router's gradient: the same on every rank, or under sequence
       // parallelism each rank's tokens' part.
       specs_[p + "mlp.router.weight"] = ShardSpec::replicated(sp_);
+      // The expert biases: the same on every rank, never a gradient.
+      if (cfg_.moe.expert_bias) specs_[p + "mlp.expert_bias"] = ShardSpec::replicated();
       const int64_t first = experts_ ? experts_->first() : 0;
       const int64_t count = experts_ ? experts_->count() : cfg_.moe.experts;
       for (int64_t e = first; e < first + count; ++e) {
