@@ -265,6 +265,9 @@ bool take_experts(BlockParts& parts, const std::string& p, nn::StateDict& out) {
     const std::string router = std::string(n.prefix) + "gate.weight";
     if (!parts.has(router)) continue;
     out[p + "mlp.router.weight"] = parts.take(router);
+    // GLM-4.5's (DeepSeek-V3's) biases for choosing the experts.
+    const std::string bias = std::string(n.prefix) + "gate.e_score_correction_bias";
+    if (parts.has(bias)) out[p + "mlp.expert_bias"] = parts.take(bias);
     for (int64_t e = 0;; ++e) {
       const std::string x = std::string(n.prefix) + "experts." + std::to_string(e) + ".";
       const std::string ours = p + "mlp.experts." + std::to_string(e) + ".";
@@ -281,6 +284,13 @@ bool take_experts(BlockParts& parts, const std::string& p, nn::StateDict& out) {
       out[p + "mlp.shared.c_fc.weight"] = concat(
           {parts.take(shared + "gate_proj.weight"), parts.take(shared + "up_proj.weight")}, 0);
       out[p + "mlp.shared.c_proj.weight"] = parts.take(shared + "down_proj.weight");
+    }
+    // GLM-4.5's shared experts, one MLP (n_shared_experts wide), ungated.
+    const std::string experts = std::string(n.prefix) + "shared_experts.";
+    if (parts.has(experts + "down_proj.weight")) {
+      out[p + "mlp.shared.c_fc.weight"] = concat(
+          {parts.take(experts + "gate_proj.weight"), parts.take(experts + "up_proj.weight")}, 0);
+      out[p + "mlp.shared.c_proj.weight"] = parts.take(experts + "down_proj.weight");
     }
     if (parts.has(std::string(n.prefix) + "shared_expert_gate.weight"))
       out[p + "mlp.shared_gate.weight"] =
@@ -1054,6 +1064,22 @@ std::string hf_model_type_beside(const std::string& path) {
   return j.at("model_type").get<std::string>();
 }
 
+// The multi-token-prediction layers a config.json beside `path` says its
+// files hold after the model's own (GLM-4.5's and DeepSeek-V3's
+// num_nextn_predict_layers), which Triad, as Hugging Face's inference, does
+// not read; 0 when there is no such file or key.
+int64_t hf_prediction_layers_beside(const std::string& path) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::is_directory(path) ? fs::path(path) : fs::path(path).parent_path();
+  std::ifstream in(dir / "config.json");
+  if (!in) return 0;
+  const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+  if (!j.is_object() || !j.contains("num_nextn_predict_layers") ||
+      !j.at("num_nextn_predict_layers").is_number_integer())
+    return 0;
+  return std::max<int64_t>(0, j.at("num_nextn_predict_layers").get<int64_t>());
+}
+
 }  // namespace
 
 void read_gpt2_weights(const std::string& path, const std::map<std::string, Shape>& expected,
@@ -1122,7 +1148,11 @@ void read_gpt2_weights(const std::string& path, const std::map<std::string, Shap
   // An index listing a block no shard holds and no rank reads names it.
   files.check_listed([&](const std::string& name) { return block_index(name) >= model_blocks; });
   const int64_t file_blocks = blocks_of(files.shapes());
-  if (file_blocks != model_blocks) {
+  // (Blocks past the model's that its config calls prediction layers stay
+  // unread.)
+  const int64_t predicting = hf_prediction_layers_beside(path);
+  if (file_blocks != model_blocks &&
+      (predicting == 0 || file_blocks != model_blocks + predicting)) {
     throw IoError("GPT-2 weights '" + path + "': the file holds " + std::to_string(file_blocks) +
                   " blocks but the configured model.n_layer is " + std::to_string(model_blocks));
   }

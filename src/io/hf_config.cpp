@@ -261,6 +261,12 @@ nn::GptConfig llama_config(const Keys& k, const std::string& type) {
     // pairs (reordered as Cohere's), biases on q, k and v alone under
     // attention_bias.
     c.qkv_bias = k.boolean("attention_bias", false);
+  } else if (type == "glm4_moe") {
+    // GLM-4.5's: biases on q, k and v alone under attention_bias (none by
+    // default), Qwen3's query/key norms under use_qk_norm, and half of each
+    // head (partial_rotary_factor) turned in halves, as GPT-NeoX's.
+    c.qkv_bias = k.boolean("attention_bias", false);
+    c.qk_norm = k.boolean("use_qk_norm", false);
   } else if (glm) {
     c.qkv_bias = k.boolean("attention_bias", true);
     c.post_norms = type == "glm4";
@@ -307,11 +313,11 @@ nn::GptConfig llama_config(const Keys& k, const std::string& type) {
     // the attention and the MLP.
     c.parallel_residual = c.shared_norm = k.boolean("use_parallel_residual", false);
   }
-  if (type == "stablelm" || type == "phi3" || glm) {
+  if (type == "stablelm" || type == "phi3" || glm || type == "glm4_moe") {
     c.rope_dim = rotated_dims(k, "partial_rotary_factor",
-                              type == "phi3" ? 1.0
-                              : glm          ? 0.5
-                                             : 0.25,
+                              type == "phi3"              ? 1.0
+                              : glm || type == "glm4_moe" ? 0.5
+                                                          : 0.25,
                               c);
   }
   // Granite (3.0 to 3.3): LLaMA's blocks with four scalars, each 1 when
@@ -460,6 +466,41 @@ nn::GptConfig moe_config(const Keys& k, const std::string& type) {
   std::sort(dense.begin(), dense.end());
   dense.erase(std::unique(dense.begin(), dense.end()), dense.end());
   m.dense_layers = dense;  // (validate() names one outside the model)
+  return c;
+}
+
+// GLM-4.5's mixture (glm4_moe: GLM-4.5, GLM-4.5-Air, GLM-4.6) on its
+// LLaMA blocks (llama_config above): the first first_k_dense_replace layers
+// dense (intermediate_size), the others DeepSeek-V3's mixture of
+// n_routed_experts of moe_intermediate_size, each scored by a sigmoid, the
+// top num_experts_per_tok chosen with the router's e_score_correction_bias
+// (model.moe.expert_bias) among the topk_group best of n_group groups,
+// renormalised under norm_topk_prob and scaled by routed_scaling_factor,
+// and n_shared_experts' shared expert (one of n_shared_experts *
+// moe_intermediate_size, ungated). Its files carry no load-balancing loss:
+// the biases balance (model.moe.bias_update_rate, at its default).
+nn::GptConfig glm4_moe_config(const Keys& k) {
+  nn::GptConfig c = llama_config(k, "glm4_moe");
+  nn::GptConfig::Moe& m = c.moe;
+  read_expert_counts(k, "n_routed_experts", m);
+  m.ffn_hidden_size = k.integer("moe_intermediate_size", 1408);
+  m.normalize_top_k = k.boolean("norm_topk_prob", true);
+  m.score = nn::GptConfig::Moe::Score::Sigmoid;
+  m.routed_scaling_factor = k.number("routed_scaling_factor", 1.0);
+  m.groups = k.integer("n_group", 1);
+  m.top_groups = k.integer("topk_group", 1);
+  if (k.has("n_group") && (m.groups < 1 || m.experts % m.groups != 0 || m.experts / m.groups < 2))
+    k.bad("n_group",
+          "must divide n_routed_experts into groups of at least 2 (each group is "
+          "scored by its two best)");
+  m.expert_bias = true;
+  m.aux_loss_coef = 0;
+  const int64_t shared = k.integer("n_shared_experts", 1);
+  if (shared < 0) k.bad("n_shared_experts", "must be a count >= 0");
+  m.shared_ffn_hidden_size = shared * m.ffn_hidden_size;
+  const int64_t dense = k.integer("first_k_dense_replace", 1);
+  if (dense < 0) k.bad("first_k_dense_replace", "must be a count of layers >= 0");
+  for (int64_t i = 0; i < std::min(dense, c.n_layer); ++i) m.dense_layers.push_back(i);
   return c;
 }
 
@@ -963,6 +1004,8 @@ nn::GptConfig gpt_config_from_hf(const std::string& json_text, const std::string
     c = olmo_config(k, type);
   } else if (type == "granitemoe" || type == "granitemoeshared") {
     c = granite_moe_config(k, type);
+  } else if (type == "glm4_moe") {
+    c = glm4_moe_config(k);
   } else if (type == "gpt2") {
     c = gpt2_config(k);
   } else if (type == "gpt_neox") {
@@ -988,7 +1031,8 @@ nn::GptConfig gpt_config_from_hf(const std::string& json_text, const std::string
         source + ": model_type '" + type +
         "' is not supported (llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe, gemma, "
         "gemma2, gemma3_text, gemma3, phi3, stablelm, olmo, olmo2, olmo3, olmoe, granite, "
-        "granitemoe, granitemoeshared, cohere, cohere2, smollm3, glm, glm4, helium, exaone4, "
+        "granitemoe, granitemoeshared, cohere, cohere2, smollm3, glm, glm4, glm4_moe, helium, "
+        "exaone4, "
         "gpt_neox, starcoder2, phi, falcon, gptj, codegen or gpt2)");
   }
   c.hf_type = type;  // (an export writes the class it came from)

@@ -175,10 +175,14 @@ std::string llama_misfit(const nn::GptConfig& c, const std::string& type) {
   } else if (is_glm(type)) {
     add(c.sliding_window > 0, "model.sliding_window is set");
     add(c.rope_scaling.scaled(), "model.rope_scaling is set (GLM's files turn unscaled)");
+  } else if (type == "glm4_moe") {  // (a partial rotation in halves, as StableLM's)
+    add(c.sliding_window > 0, "model.sliding_window is set");
+    add(c.rope_scaling.kind == RopeScaling::Kind::LongRope, "model.rope_scaling is longrope");
   } else {
     if (type == "helium") add(c.sliding_window > 0, "model.sliding_window is set");
     add(c.rope_dim > 0,
-        "model.rope_dim turns part of each head (only Phi-3, StableLM and GLM turn part)");
+        "model.rope_dim turns part of each head (only Phi-3, StableLM, GLM and GLM-4.5 turn "
+        "part)");
   }
   if (gemma) {
     const double root = std::sqrt(static_cast<double>(c.d_model));
@@ -235,7 +239,7 @@ std::string llama_misfit(const nn::GptConfig& c, const std::string& type) {
     add(c.parallel_residual, "model.parallel_residual is true");
   }
   if (type == "qwen2") add(!c.qkv_bias, "model.qkv_bias is false");
-  if (type != "qwen2" && !stablelm && !is_glm(type) && type != "helium")
+  if (type != "qwen2" && !stablelm && !is_glm(type) && type != "helium" && type != "glm4_moe")
     add(c.qkv_bias, "model.qkv_bias is true");
   // Query/key norms: Qwen3's and Gemma 3's on each head, OLMo's over all
   // heads (above), and the LayerNorms on each head of Command R+
@@ -246,7 +250,8 @@ std::string llama_misfit(const nn::GptConfig& c, const std::string& type) {
     add(c.qk_norm && !c.qk_head_layernorm, "model.qk_norm is not head_layernorm or false");
   } else {
     if (qk) add(!c.qk_norm, "model.qk_norm is false");
-    if (!qk) add(c.qk_norm, "model.qk_norm is true");
+    // (GLM-4.5's are Qwen3's, under use_qk_norm.)
+    if (!qk && type != "glm4_moe") add(c.qk_norm, "model.qk_norm is true");
     add(c.qk_head_layernorm, "model.qk_norm is head_layernorm (only Cohere's and StableLM's are)");
   }
   // Mistral windows every layer; Qwen every layer from max_window_layers
@@ -254,7 +259,8 @@ std::string llama_misfit(const nn::GptConfig& c, const std::string& type) {
   // SmolLM3 any layers too (layer_types, under use_sliding_window), Cohere
   // 2 its global ones (above).
   if (type == "llama" || type == "gemma" || type == "phi3" || stablelm || (olmo && !olmo3) ||
-      olmo1 || granite || (cohere && !cohere2) || is_glm(type) || type == "helium") {
+      olmo1 || granite || (cohere && !cohere2) || is_glm(type) || type == "helium" ||
+      type == "glm4_moe") {
     add(!c.full_attention_layers.empty(),
         "model.full_attention_layers exempts layers from the window");
   } else if (!sandwich && type != "smollm3" && !cohere2 && !olmo3 && !exaone4) {
@@ -841,6 +847,7 @@ const std::vector<std::string>& hf_model_types() {
                                               "smollm3",
                                               "glm",
                                               "glm4",
+                                              "glm4_moe",
                                               "helium",
                                               "exaone4",
                                               "gpt_neox",
@@ -884,7 +891,7 @@ std::string dense_misfit(const nn::GptConfig& c, const std::string& type) {
 
 bool is_moe_type(const std::string& type) {
   return type == "mixtral" || type == "qwen2_moe" || type == "qwen3_moe" || type == "olmoe" ||
-         is_granite_moe(type);
+         type == "glm4_moe" || is_granite_moe(type);
 }
 
 // What only OLMo's classes hold: norms over all the queries and keys
@@ -923,15 +930,37 @@ std::string misfit(const nn::GptConfig& c, const std::string& type) {
     return m.why;
   }
   const bool mixtral = type == "mixtral", qwen2 = type == "qwen2_moe", olmoe = type == "olmoe";
-  const bool granite = is_granite_moe(type);
+  const bool granite = is_granite_moe(type), glm = type == "glm4_moe";
   Misfit m{dense_misfit(c, mixtral   ? "mistral"
                            : qwen2   ? "qwen2"
                            : olmoe   ? "olmoe"
                            : granite ? "granite"
+                           : glm     ? "glm4_moe"
                                      : "qwen3")};
   add_olmo_departures(c, type, m);
   add_granite_departures(c, type, m);
   m.add(c.moe.experts == 0, "model.moe is not set (no experts)");
+  if (glm) {
+    // GLM-4.5's: DeepSeek-V3's sigmoid scores chosen with biases (any scale
+    // and groups of at least two experts, each scored by its two best), its
+    // first layers dense, and a shared expert n_shared_experts experts wide.
+    const auto& x = c.moe;
+    m.add(x.score != nn::GptConfig::Moe::Score::Sigmoid, "model.moe.score is not sigmoid");
+    m.add(!x.expert_bias, "model.moe.expert_bias is false");
+    m.add(x.experts > 0 && x.experts / x.groups < 2,
+          "model.moe.groups holds single experts (GLM-4.5 scores a group by its two best)");
+    for (size_t i = 0; i < x.dense_layers.size(); ++i) {
+      if (x.dense_layers[i] != static_cast<int64_t>(i)) {
+        m.add(true, "model.moe.dense_layers are not the first layers (first_k_dense_replace)");
+        break;
+      }
+    }
+    m.add(x.shared_ffn_hidden_size == 0 || x.shared_ffn_hidden_size % c.expert_ffn() != 0,
+          "model.moe.shared_ffn_hidden_size is not a multiple of the experts' width "
+          "(n_shared_experts)");
+    m.add(x.shared_gate, "model.moe.shared_gate is true");
+    return m.why;
+  }
   // Each routes by a softmax over the experts, unscaled, ungrouped, unbiased.
   m.add(c.moe.score != nn::GptConfig::Moe::Score::Softmax, "model.moe.score is sigmoid");
   m.add(c.moe.routed_scaling_factor != 1.0, "model.moe.routed_scaling_factor is not 1");
@@ -979,6 +1008,7 @@ const char* architecture_of(const std::string& type) {
          : type == "smollm3"          ? "SmolLM3ForCausalLM"
          : type == "glm"              ? "GlmForCausalLM"
          : type == "glm4"             ? "Glm4ForCausalLM"
+         : type == "glm4_moe"         ? "Glm4MoeForCausalLM"
          : type == "helium"           ? "HeliumForCausalLM"
          : type == "exaone4"          ? "Exaone4ForCausalLM"
          : type == "gpt_neox"         ? "GPTNeoXForCausalLM"
@@ -1034,7 +1064,11 @@ const char* hf_model_type(const nn::GptConfig& c) {
         "); GraniteMoeForCausalLM Granite's with experts on every layer, renormalised (here " +
         misfit(c, "granitemoe") +
         "); GraniteMoeSharedForCausalLM the same with an ungated shared expert (here " +
-        misfit(c, "granitemoeshared") + ")");
+        misfit(c, "granitemoeshared") +
+        "); Glm4MoeForCausalLM LLaMA's with q, k and v biases or none, query/key norms or none "
+        "and any partial rotation, its first layers dense, then DeepSeek-V3's router (score: "
+        "sigmoid, expert_bias) and an ungated shared expert some experts wide (here " +
+        misfit(c, "glm4_moe") + ")");
   }
   const std::string llama = misfit(c, "mistral"), qwen2 = misfit(c, "qwen2"),
                     qwen3 = misfit(c, "qwen3"), gemma = misfit(c, "gemma"),
@@ -1183,9 +1217,10 @@ std::string hf_config_json(const nn::GptConfig& c, const std::string& torch_dtyp
     }
     // Qwen2's q, k and v biases are implied; Phi3Config, StableLmConfig and
     // MixtralConfig have no such keys.
-    if (is_glm(type) || type == "helium") {  // (biases on q, k and v alone)
+    if (is_glm(type) || type == "helium" || type == "glm4_moe") {  // (biases on q, k and v alone)
       j["attention_bias"] = c.qkv_bias;
-      if (is_glm(type)) j["partial_rotary_factor"] = partial_rotary_factor(c);
+      if (type != "helium") j["partial_rotary_factor"] = partial_rotary_factor(c);
+      if (type == "glm4_moe") j["use_qk_norm"] = c.qk_norm;
     } else if (type != "qwen2" && type != "qwen2_moe" && !phi3 && !stablelm && type != "mixtral") {
       j["attention_bias"] = false;
     }
@@ -1199,7 +1234,7 @@ std::string hf_config_json(const nn::GptConfig& c, const std::string& torch_dtyp
       j["sliding_window"] = c.sliding_window > 0 ? c.sliding_window : c.seq_len;
       j["max_window_layers"] = c.sliding_window > 0 ? *qwen_window_layers(c) : c.n_layer;
     } else if (!phi3 && type != "mixtral" && !olmo && !is_granite_moe(type) && !cohere &&
-               !is_glm(type)) {
+               !is_glm(type) && type != "glm4_moe") {
       j["mlp_bias"] = false;
     }
     if (phi3) {
@@ -1224,7 +1259,20 @@ std::string hf_config_json(const nn::GptConfig& c, const std::string& torch_dtyp
       // it only when output_router_logits is set, which its published files
       // leave off.
       const auto& x = c.moe;
-      if (type == "mixtral" || is_granite_moe(type)) {
+      if (type == "glm4_moe") {
+        // DeepSeek-V3's keys; no load-balancing loss (the expert biases
+        // balance), and the multi-token prediction layers Triad lacks none.
+        j["n_routed_experts"] = x.experts;
+        j["num_experts_per_tok"] = x.top_k;
+        j["moe_intermediate_size"] = c.expert_ffn();
+        j["n_shared_experts"] = x.shared_ffn_hidden_size / c.expert_ffn();
+        j["first_k_dense_replace"] = static_cast<int64_t>(x.dense_layers.size());
+        j["norm_topk_prob"] = x.normalize_top_k;
+        j["routed_scaling_factor"] = x.routed_scaling_factor;
+        j["n_group"] = x.groups;
+        j["topk_group"] = x.top_groups;
+        j["num_nextn_predict_layers"] = 0;
+      } else if (type == "mixtral" || is_granite_moe(type)) {
         j["intermediate_size"] = c.expert_ffn();
         j["num_local_experts"] = x.experts;
         if (type == "granitemoeshared") j["shared_intermediate_size"] = x.shared_ffn_hidden_size;
@@ -1240,10 +1288,13 @@ std::string hf_config_json(const nn::GptConfig& c, const std::string& torch_dtyp
         j["mlp_only_layers"] = x.dense_layers;
         if (type == "qwen2_moe") j["shared_expert_intermediate_size"] = x.shared_ffn_hidden_size;
       }
-      j["num_experts_per_tok"] = x.top_k;
-      j["router_aux_loss_coef"] = x.aux_loss_coef;
-      j["output_router_logits"] = false;
-      if (type != "olmoe" && !is_granite_moe(type)) j["router_jitter_noise"] = 0.0;
+      if (type != "glm4_moe") {
+        j["num_experts_per_tok"] = x.top_k;
+        j["router_aux_loss_coef"] = x.aux_loss_coef;
+        j["output_router_logits"] = false;
+      }
+      if (type != "olmoe" && type != "glm4_moe" && !is_granite_moe(type))
+        j["router_jitter_noise"] = 0.0;
     }
     // The layers without rope: Cohere 2's global layers, SmolLM3's flags.
     auto layer_kinds = [&](auto global) {
@@ -1393,7 +1444,12 @@ std::map<std::string, Tensor> triad_to_hf_part(const nn::StateDict& full, const 
                  x + (mixtral ? "w3" : "up_proj") + ".weight");
         out[x + (mixtral ? "w2" : "down_proj") + ".weight"] = at(full, ours + "c_proj.weight");
       }
-      if (c.moe.shared_ffn_hidden_size > 0) {  // Qwen2-MoE's shared expert and its gate
+      if (type == "glm4_moe") {  // the biases and the ungated shared experts
+        out[moe + "gate.e_score_correction_bias"] = at(full, p + "mlp.expert_bias");
+        split_fc(at(full, p + "mlp.shared.c_fc.weight"), c.moe.shared_ffn_hidden_size,
+                 moe + "shared_experts.gate_proj.weight", moe + "shared_experts.up_proj.weight");
+        out[moe + "shared_experts.down_proj.weight"] = at(full, p + "mlp.shared.c_proj.weight");
+      } else if (c.moe.shared_ffn_hidden_size > 0) {  // Qwen2-MoE's shared expert and its gate
         split_fc(at(full, p + "mlp.shared.c_fc.weight"), c.moe.shared_ffn_hidden_size,
                  moe + "shared_expert.gate_proj.weight", moe + "shared_expert.up_proj.weight");
         out[moe + "shared_expert.down_proj.weight"] = at(full, p + "mlp.shared.c_proj.weight");

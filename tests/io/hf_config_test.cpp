@@ -498,8 +498,8 @@ TEST(HfConfig, Phi4MiniTurnsThreeQuartersOfEachHead) {
     FAIL() << "exported a partial rotation under yarn";
   } catch (const NotSupportedError& e) {
     for (const char* why : {"model.rope_scaling is not longrope (Phi3Config takes longrope only)",
-                            "model.rope_dim turns part of each head (only Phi-3, StableLM and "
-                            "GLM turn part)",
+                            "model.rope_dim turns part of each head (only Phi-3, StableLM, GLM "
+                            "and GLM-4.5 turn part)",
                             "model.rope_scaling is set (GLM's files turn unscaled)"})
       EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << e.what();
   }
@@ -1071,6 +1071,89 @@ TEST(HfConfig, PhiConfigIsPhi2s) {
             std::string::npos);
   EXPECT_NE(error_of(edited(phi2, "tie_word_embeddings", "true"))
                 .find("model.head_bias: a bias on the logits needs an untied head"),
+            std::string::npos);
+}
+
+// GLM-4.5-Air's and GLM-4.5's config.json as published: LLaMA's blocks
+// with q, k and v biases, half of each head turned (in halves), GLM-4.5's
+// query/key norms, the first layers dense, then DeepSeek-V3's router
+// (sigmoid scores, the expert biases, groups, the gates scaled) over the
+// routed experts and a shared one; their counts, total and active (106B
+// and 12B besides the embeddings for Air; 353B without the prediction
+// layer for GLM-4.5). Bad counts are named.
+TEST(HfConfig, Glm4MoeConfigsAreDeepSeekV3Mixtures) {
+  const std::string air = R"({
+    "architectures": ["Glm4MoeForCausalLM"], "attention_bias": true, "attention_dropout": 0.0,
+    "pad_token_id": 151329, "eos_token_id": [151329, 151336, 151338], "head_dim": 128,
+    "hidden_act": "silu", "hidden_size": 4096, "partial_rotary_factor": 0.5,
+    "initializer_range": 0.02, "intermediate_size": 10944, "max_position_embeddings": 131072,
+    "model_type": "glm4_moe", "moe_intermediate_size": 1408, "norm_topk_prob": true,
+    "num_attention_heads": 96, "n_group": 1, "topk_group": 1, "n_routed_experts": 128,
+    "n_shared_experts": 1, "routed_scaling_factor": 1.0, "num_experts_per_tok": 8,
+    "first_k_dense_replace": 1, "num_hidden_layers": 46, "num_key_value_heads": 8,
+    "num_nextn_predict_layers": 1, "rms_norm_eps": 1e-05, "rope_scaling": null,
+    "rope_theta": 1000000, "tie_word_embeddings": false, "torch_dtype": "bfloat16",
+    "use_cache": true, "use_qk_norm": false, "vocab_size": 151552})";
+  const nn::GptConfig a = gpt_config_from_hf(air, "GLM-4.5-Air/config.json");
+  EXPECT_EQ(a.hf_type, "glm4_moe");
+  EXPECT_TRUE(a.qkv_bias);
+  EXPECT_FALSE(a.qk_norm);
+  EXPECT_EQ(a.head_dim(), 128);
+  EXPECT_EQ(a.rope_dim, 64);
+  EXPECT_EQ(a.kv_heads(), 8);
+  EXPECT_EQ(a.ffn(), 10944);
+  EXPECT_EQ(a.moe.experts, 128);
+  EXPECT_EQ(a.moe.top_k, 8);
+  EXPECT_EQ(a.expert_ffn(), 1408);
+  EXPECT_EQ(a.moe.shared_ffn_hidden_size, 1408);
+  EXPECT_FALSE(a.moe.shared_gate);
+  EXPECT_EQ(a.moe.dense_layers, std::vector<int64_t>{0});
+  EXPECT_EQ(a.moe.score, nn::GptConfig::Moe::Score::Sigmoid);
+  EXPECT_TRUE(a.moe.expert_bias);
+  EXPECT_EQ(a.moe.groups, 1);
+  EXPECT_TRUE(a.moe.normalize_top_k);
+  EXPECT_DOUBLE_EQ(a.moe.routed_scaling_factor, 1.0);
+  EXPECT_EQ(a.moe.aux_loss_coef, 0.0);
+  EXPECT_EQ(a.num_parameters(), 106'852'251'264);
+  EXPECT_DOUBLE_EQ(a.active_parameter_count(), 13'424'129'664.0);
+  EXPECT_EQ(std::string(hf_architecture(a)), "Glm4MoeForCausalLM");
+  const std::string full =
+      edited(edited(edited(edited(edited(edited(edited(edited(air, "hidden_size", "5120"),
+                                                       "num_hidden_layers", "92"),
+                                                "intermediate_size", "12288"),
+                                         "moe_intermediate_size", "1536"),
+                                  "n_routed_experts", "160"),
+                           "first_k_dense_replace", "3"),
+                    "routed_scaling_factor", "2.5"),
+             "use_qk_norm", "true");
+  const nn::GptConfig g = gpt_config_from_hf(full, "GLM-4.5/config.json");
+  EXPECT_TRUE(g.qk_norm);
+  EXPECT_EQ(g.moe.dense_layers, (std::vector<int64_t>{0, 1, 2}));
+  EXPECT_DOUBLE_EQ(g.moe.routed_scaling_factor, 2.5);
+  EXPECT_EQ(g.num_parameters(), 352'797'829'024);
+  EXPECT_DOUBLE_EQ(g.active_parameter_count(), 33'632'266'144.0);
+  // DeepSeek-V3's groups: 8 of 32 experts each, the best 4 open.
+  const nn::GptConfig grouped = gpt_config_from_hf(
+      edited(edited(edited(air, "n_routed_experts", "256"), "n_group", "8"), "topk_group", "4"),
+      "g");
+  EXPECT_EQ(grouped.moe.groups, 8);
+  EXPECT_EQ(grouped.moe.top_groups, 4);
+  // Left out: GLM-4.5's defaults (no q, k and v biases, one dense layer,
+  // one shared expert).
+  const nn::GptConfig bare = gpt_config_from_hf(
+      without(without(without(air, "attention_bias"), "first_k_dense_replace"), "n_shared_experts"),
+      "b");
+  EXPECT_FALSE(bare.qkv_bias);
+  EXPECT_EQ(bare.moe.dense_layers, std::vector<int64_t>{0});
+  EXPECT_EQ(bare.moe.shared_ffn_hidden_size, 1408);
+  EXPECT_NE(error_of(edited(air, "n_group", "3"))
+                .find("'n_group' (3) must divide n_routed_experts into groups of at least 2"),
+            std::string::npos);
+  EXPECT_NE(error_of(edited(air, "n_shared_experts", "-1"))
+                .find("'n_shared_experts' (-1) must be a count >= 0"),
+            std::string::npos);
+  EXPECT_NE(error_of(edited(air, "topk_group", "2"))
+                .find("model.moe.top_groups (2) must be in [1, model.moe.groups (1)]"),
             std::string::npos);
 }
 
@@ -1794,12 +1877,14 @@ TEST(HfConfig, WhatTriadDoesNotBuildIsNamed) {
             std::string::npos);
   EXPECT_NE(
       message(from(edited(llama, "model_type", "\"deepseek_v3\"")))
-          .find("model_type 'deepseek_v3' is not supported (llama, mistral, mixtral, qwen2, "
-                "qwen2_moe, qwen3, qwen3_moe, gemma, gemma2, gemma3_text, gemma3, phi3, stablelm, "
-                "olmo, olmo2, olmo3, olmoe, granite, granitemoe, granitemoeshared, cohere, "
-                "cohere2, smollm3, glm, glm4, helium, exaone4, gpt_neox, starcoder2, phi, falcon, "
-                "gptj, "
-                "codegen or gpt2)"),
+          .find(
+              "model_type 'deepseek_v3' is not supported (llama, mistral, mixtral, qwen2, "
+              "qwen2_moe, qwen3, qwen3_moe, gemma, gemma2, gemma3_text, gemma3, phi3, stablelm, "
+              "olmo, olmo2, olmo3, olmoe, granite, granitemoe, granitemoeshared, cohere, "
+              "cohere2, smollm3, glm, glm4, glm4_moe, helium, exaone4, gpt_neox, starcoder2, phi, "
+              "falcon, "
+              "gptj, "
+              "codegen or gpt2)"),
       std::string::npos);
   EXPECT_NE(message(from(edited(edited(edited(kQwen3_06b, "use_sliding_window", "true"),
                                        "max_window_layers", "10"),

@@ -418,8 +418,37 @@ TEST(HfExport, MixturesOfExpertsRoundTripAsMixtralAndQwen3Moe) {
   nn::set_qk_norm(olmoe, "full");
   olmoe.ffn_hidden_size = 8;
   olmoe.moe = {.experts = 3, .top_k = 2, .normalize_top_k = false, .aux_loss_coef = 0.01};
+  // GLM-4.5: q, k and v biases, Qwen3's query/key norms on wider heads,
+  // half of each head turned, a dense first layer, then DeepSeek-V3's router
+  // (sigmoid scores, expert biases, groups, scaled gates) and an ungated
+  // shared expert two experts wide.
+  nn::GptConfig glm45 = llama(false, 2);
+  glm45.qkv_bias = true;
+  glm45.qk_norm = true;
+  glm45.head_size = 8;
+  glm45.rope_dim = 4;
+  glm45.moe = {.experts = 4,
+               .top_k = 2,
+               .ffn_hidden_size = 6,
+               .aux_loss_coef = 0,
+               .dense_layers = {0},
+               .shared_ffn_hidden_size = 12,
+               .score = nn::GptConfig::Moe::Score::Sigmoid,
+               .routed_scaling_factor = 2.5,
+               .groups = 2,
+               .top_groups = 1,
+               .expert_bias = true};
   for (const auto& [c, type, gate, names] :
-       {std::tuple{olmoe, "olmoe", "model.layers.1.mlp.experts.2.gate_proj.weight",
+       {std::tuple{glm45, "glm4_moe", "model.layers.1.mlp.experts.2.gate_proj.weight",
+                   std::vector<std::string>{"model.layers.1.self_attn.q_proj.bias",
+                                            "model.layers.1.self_attn.q_norm.weight",
+                                            "model.layers.0.mlp.gate_proj.weight",
+                                            "model.layers.1.mlp.gate.weight",
+                                            "model.layers.1.mlp.gate.e_score_correction_bias",
+                                            "model.layers.1.mlp.shared_experts.gate_proj.weight",
+                                            "model.layers.1.mlp.shared_experts.up_proj.weight",
+                                            "model.layers.1.mlp.shared_experts.down_proj.weight"}},
+        std::tuple{olmoe, "olmoe", "model.layers.1.mlp.experts.2.gate_proj.weight",
                    std::vector<std::string>{"model.layers.1.input_layernorm.weight",
                                             "model.layers.1.post_attention_layernorm.weight",
                                             "model.layers.1.self_attn.q_norm.weight",
@@ -466,6 +495,25 @@ TEST(HfExport, MixturesOfExpertsRoundTripAsMixtralAndQwen3Moe) {
         std::string::npos)
         << e.what();
   }
+  // What keeps DeepSeek-V3's router from the softmax classes, and theirs
+  // from GLM-4.5's.
+  EXPECT_NE(hf_misfit(glm45, "qwen3_moe")
+                .find("model.moe.score is sigmoid, model.moe.routed_scaling_factor is not 1, "
+                      "model.moe.groups limits each token to groups of experts, "
+                      "model.moe.expert_bias is true"),
+            std::string::npos);
+  EXPECT_NE(hf_misfit(qwen, "glm4_moe")
+                .find("model.moe.score is not sigmoid, model.moe.expert_bias is false"),
+            std::string::npos);
+  nn::GptConfig late = glm45;
+  late.moe.dense_layers = {1};
+  late.moe.shared_ffn_hidden_size = 9;
+  late.moe.shared_gate = true;
+  EXPECT_NE(hf_misfit(late, "glm4_moe")
+                .find("model.moe.dense_layers are not the first layers (first_k_dense_replace), "
+                      "model.moe.shared_ffn_hidden_size is not a multiple of the experts' width "
+                      "(n_shared_experts), model.moe.shared_gate is true"),
+            std::string::npos);
   EXPECT_NE(hf_misfit(mixtral, "mistral").find("model.moe is set"), std::string::npos);
   EXPECT_NE(hf_misfit(llama(false, 2), "mixtral").find("model.moe is not set"), std::string::npos);
   EXPECT_NE(hf_misfit(qwen, "qwen2_moe").find("model.moe has no gated shared expert"),
@@ -1592,7 +1640,8 @@ TEST(HfExport, TheModelsOwnClassIsPreferred) {
             "model.hf_type 'phi4' is not a model_type Triad exports "
             "(llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe, gemma, gemma2, "
             "gemma3_text, phi3, stablelm, olmo, olmo2, olmo3, olmoe, granite, granitemoe, "
-            "granitemoeshared, cohere, cohere2, smollm3, glm, glm4, helium, exaone4, gpt_neox, "
+            "granitemoeshared, cohere, cohere2, smollm3, glm, glm4, glm4_moe, helium, exaone4, "
+            "gpt_neox, "
             "starcoder2, "
             "phi, falcon, gptj, codegen, gpt2, or auto)"),
         std::string::npos)
@@ -1611,13 +1660,12 @@ TEST(HfExport, AModelNoClassHoldsIsNamed) {
     FAIL() << "expected NotSupportedError";
   } catch (const NotSupportedError& e) {
     const std::string m = e.what();
-    EXPECT_NE(
-        m.find(
-            "LlamaForCausalLM needs rope, swiglu, rmsnorm, no linear biases and no "
-            "query/key norms (here model.rope_dim turns part of each head (only Phi-3, "
-            "StableLM and GLM turn part), model.activation is not swiglu, model.normalization is "
-            "not rmsnorm)"),
-        std::string::npos)
+    EXPECT_NE(m.find("LlamaForCausalLM needs rope, swiglu, rmsnorm, no linear biases and no "
+                     "query/key norms (here model.rope_dim turns part of each head (only Phi-3, "
+                     "StableLM, GLM and GLM-4.5 turn part), model.activation is not swiglu, "
+                     "model.normalization is "
+                     "not rmsnorm)"),
+              std::string::npos)
         << m;
     EXPECT_NE(m.find("GPTNeoXForCausalLM needs rope (on any share of each head), gelu or "
                      "gelu_erf, layernorm, linear biases, a key/value head per query head and "

@@ -316,6 +316,8 @@ class Gpt(torch.nn.Module):
                     ex.c_fc = torch.nn.Linear(C, 2 * moe["ffn"], bias=False)
                     ex.c_proj = torch.nn.Linear(moe["ffn"], C, bias=False)
                     b.mlp.experts.append(ex)
+                if moe.get("sigmoid"):  # DeepSeek-V3's biases for choosing (set below)
+                    b.mlp.register_buffer("expert_bias", torch.zeros(moe["experts"]))
                 if moe.get("shared"):
                     b.mlp.shared = torch.nn.Module()
                     b.mlp.shared.c_fc = torch.nn.Linear(C, 2 * moe["shared"], bias=False)
@@ -342,6 +344,10 @@ class Gpt(torch.nn.Module):
                         else p.copy_(0.1 * torch.randn(p.shape, generator=g))
                 else:
                     p.copy_(0.05 * torch.randn(p.shape, generator=g))
+        for name, buf in self.named_buffers():  # (after the weights: theirs stay the same)
+            if name.endswith("expert_bias"):
+                with torch.no_grad():
+                    buf.copy_(0.05 * torch.randn(buf.shape, generator=g))
 
     def moe_forward(self, mlp, x):
         """The experts' weighted sum for x (B, T, C), as Mixtral's sparse MoE
@@ -352,10 +358,33 @@ class Gpt(torch.nn.Module):
         h = x.reshape(-1, C)
         logits = mlp.router(h).float()
         self.zl.append((torch.logsumexp(logits, dim=-1) ** 2).mean())
-        probs = logits.softmax(dim=-1)
-        top, chosen = probs.topk(k, dim=-1)
-        if self.moe["normalize"]:
-            top = top / top.sum(dim=-1, keepdim=True)
+        if self.moe.get("sigmoid"):
+            # DeepSeek-V3's (GLM-4.5's) router: sigmoid scores; the experts
+            # chosen by score plus bias among the top_groups best groups (a
+            # group's score the sum of its two best), the gates the unbiased
+            # scores of those chosen, renormalised and scaled. (Hugging
+            # Face's fills the other groups' experts with 0 rather than
+            # -inf: the same while every biased score is positive, as here.)
+            scores = logits.sigmoid()
+            choice = scores + mlp.expert_bias
+            G = self.moe.get("groups", 1)
+            if G > 1:
+                group = choice.view(-1, G, E // G).topk(2, dim=-1)[0].sum(dim=-1)
+                keep = torch.zeros_like(group).scatter_(
+                    1, group.topk(self.moe["top_groups"], dim=-1)[1], 1.0)
+                keep = keep.unsqueeze(-1).expand(-1, G, E // G).reshape(-1, E).bool()
+                choice = choice.masked_fill(~keep, float("-inf"))
+            chosen = choice.topk(k, dim=-1)[1]
+            top = scores.gather(1, chosen)
+            if self.moe["normalize"]:
+                top = top / (top.sum(dim=-1, keepdim=True) + 1e-20)
+            top = top * self.moe.get("scale", 1.0)
+            probs = scores / scores.sum(dim=-1, keepdim=True)  # (the balance loss's)
+        else:
+            probs = logits.softmax(dim=-1)
+            top, chosen = probs.topk(k, dim=-1)
+            if self.moe["normalize"]:
+                top = top / top.sum(dim=-1, keepdim=True)
         out = torch.zeros_like(h)
         load = torch.zeros(E)
         for e in range(E):
@@ -556,6 +585,11 @@ def save_hf_moe_weights(model, path, mixtral):
     """A mixture of experts under Mixtral's names (block_sparse_moe.gate,
     experts.E.w1 the gate, w3 up, w2 down) or Qwen3-MoE's (mlp.gate,
     experts.E.gate_proj, up_proj, down_proj), dense layers under LLaMA's."""
+    save_safetensors(path, hf_moe_tensors(model, mixtral))
+
+
+def hf_moe_tensors(model, mixtral):
+    """save_hf_moe_weights' tensors by name."""
     F_ = model.moe["ffn"]
     C, KV = model.c["n_head"] * model.D, model.kv_heads * model.D
     t = {"model.embed_tokens.weight": model.wte.weight, "model.norm.weight": model.ln_f.weight}
@@ -583,7 +617,7 @@ def save_hf_moe_weights(model, path, mixtral):
             continue
         moe = p + ("block_sparse_moe." if mixtral else "mlp.")
         t[moe + "gate.weight"] = b.mlp.router.weight
-        if hasattr(b.mlp, "shared"):
+        if hasattr(b.mlp, "shared_gate"):
             gate, up = b.mlp.shared.c_fc.weight.split(model.moe["shared"], 0)
             t.update({moe + "shared_expert.gate_proj.weight": gate,
                       moe + "shared_expert.up_proj.weight": up,
@@ -595,7 +629,7 @@ def save_hf_moe_weights(model, path, mixtral):
             x = f"{moe}experts.{e}."
             t.update({x + names[0] + ".weight": gate, x + names[1] + ".weight": up,
                       x + names[2] + ".weight": ex.c_proj.weight})
-    save_safetensors(path, t)
+    return t
 
 
 def save_hf_olmo2(model, directory):
@@ -841,6 +875,41 @@ def save_hf_glm4(model, directory):
     save_safetensors(os.path.join(directory, "model.safetensors"), t)
     write_llama_config(model, directory, "Glm4ForCausalLM", "glm4",
                        partial_rotary_factor=model.rope_dim / model.D, attention_bias=True)
+
+
+def save_hf_glm4_moe(model, directory):
+    """A GLM-4.5-style model (LLaMA's blocks with q, k and v biases, Qwen3's
+    query/key norms, half of each head turned in halves; a dense first
+    layer, then DeepSeek-V3's router over experts and a shared expert) as a
+    Glm4MoeForCausalLM directory, with one multi-token-prediction layer
+    after the model's own (as GLM-4.5's files hold), which readers skip."""
+    os.makedirs(directory, exist_ok=True)
+    F_, C = model.moe["ffn"], CFG["d_model"]
+    t = hf_moe_tensors(model, mixtral=False)
+    for i, b in enumerate(model.h):
+        if not hasattr(b.mlp, "router"):
+            continue
+        p = f"model.layers.{i}.mlp."
+        t[p + "gate.e_score_correction_bias"] = b.mlp.expert_bias
+        gate, up = b.mlp.shared.c_fc.weight.split(model.moe["shared"], 0)
+        t.update({p + "shared_experts.gate_proj.weight": gate,
+                  p + "shared_experts.up_proj.weight": up,
+                  p + "shared_experts.down_proj.weight": b.mlp.shared.c_proj.weight})
+    g = torch.Generator().manual_seed(7)
+    mtp = f"model.layers.{CFG['n_layer']}."
+    t.update({mtp + "eh_proj.weight": torch.randn(C, 2 * C, generator=g),
+              mtp + "enorm.weight": torch.ones(C), mtp + "hnorm.weight": torch.ones(C),
+              mtp + "self_attn.q_proj.weight": torch.randn(C, C, generator=g)})
+    save_safetensors(os.path.join(directory, "model.safetensors"), t)
+    write_llama_config(model, directory, "Glm4MoeForCausalLM", "glm4_moe",
+                       partial_rotary_factor=model.rope_dim / model.D, attention_bias=True,
+                       use_qk_norm=True, n_routed_experts=model.moe["experts"],
+                       num_experts_per_tok=model.moe["top_k"], moe_intermediate_size=F_,
+                       n_shared_experts=model.moe["shared"] // F_,
+                       first_k_dense_replace=len(model.moe["dense"]),
+                       norm_topk_prob=model.moe["normalize"],
+                       routed_scaling_factor=model.moe["scale"], n_group=model.moe["groups"],
+                       topk_group=model.moe["top_groups"], num_nextn_predict_layers=1)
 
 
 def save_hf_helium(model, directory):
@@ -1314,8 +1383,9 @@ def record_step_zero(model, x, y, prefix, ref):
         ref[prefix + "z_loss"] = torch.stack([z.detach() for z in model.zl])
     objective.backward()
     ref[prefix + "logits"], ref[prefix + "loss"] = logits, loss.reshape(1)
-    for n, p in model.named_parameters():
-        ref[prefix + "grad." + n] = gpt2_layout(n, p.grad)
+    for n, p in model.named_parameters():  # (an expert no token chose: zeros, as Triad's)
+        ref[prefix + "grad." + n] = gpt2_layout(n, p.grad if p.grad is not None
+                                                else torch.zeros_like(p))
 
 
 def record_family(model, name, save, out, x, y, ref):
@@ -1596,6 +1666,20 @@ def main():
                              shared=MOE_SHARED_FFN))
     save_hf_qwen_moe(qwen2_moe, os.path.join(out, "qwen2_moe_hf"), "qwen2_moe")
     record_step_zero(qwen2_moe, x, y, "qwen2_moe.", ref)
+    # GLM-4.5's: LLaMA's blocks with q, k and v biases, Qwen3's query/key
+    # norms on heads of their own width, half of each head turned in halves;
+    # a dense first layer, then 8 experts in 4 groups scored by sigmoids,
+    # each token's top 2 chosen with the expert biases among its best 2
+    # groups, renormalised and scaled by 2.5, and an ungated shared expert
+    # of two experts' width; step 0 and a greedy continuation, from a
+    # Glm4MoeForCausalLM directory holding a prediction layer besides.
+    glm4_moe = Gpt(CFG, ROPE_THETA, SWIGLU_FFN, rms_norm=True, bias=False, tie=False,
+                   kv_heads=LLAMA_KV_HEADS, qkv_bias=True, head_dim=QWEN3_HEAD_DIM, qk_norm=True,
+                   rope_dim=QWEN3_HEAD_DIM // 2,
+                   moe=dict(experts=8, top_k=2, ffn=MOE_FFN, normalize=True, coef=0.0,
+                            dense=(0,), sigmoid=True, scale=2.5, groups=4, top_groups=2,
+                            shared=2 * MOE_FFN, shared_gate=False))
+    record_family(glm4_moe, "glm4_moe", save_hf_glm4_moe, out, x, y, ref)
 
     # OLMo 2's: no norm before either sublayer, each sublayer's output
     # normalised, one RMSNorm over all the queries and one over all the keys
