@@ -14,6 +14,7 @@
 #include "triad/io/hf_export.h"
 #include "triad/io/safetensors.h"
 #include "triad/io/torch_checkpoint.h"
+#include "triad/ops/creation.h"
 #include "triad/ops/elementwise.h"
 #include "triad/ops/shape_ops.h"
 
@@ -1166,6 +1167,13 @@ void read_gpt2_weights(const std::string& path, const std::map<std::string, Shap
         files.read([b](const std::string& name) { return block_index(name) == b; }));
     nn::StateDict part = convert(tensors);
     tensors.clear();
+    // Expert biases a file lacks (a mixture routed without them, to be
+    // balanced by them from now on) start at zero: the choice is then the
+    // file's own.
+    for (const auto& [name, shape] : expected) {
+      if (block_index(name) == b && ends_with(name, ".mlp.expert_bias") && !part.count(name))
+        part[name] = zeros(shape, DType::F32);
+    }
     check_part(path, part, expected, b, llama);
     consume(std::move(part));
   }

@@ -495,6 +495,23 @@ TEST(HfExport, MixturesOfExpertsRoundTripAsMixtralAndQwen3Moe) {
         std::string::npos)
         << e.what();
   }
+  // A mixture saved without expert biases reads into one balanced by them,
+  // the biases starting at zero (the file's own choice).
+  {
+    const nn::Gpt plain(qwen, 3);
+    testing::TempDir d;
+    save_hf_model(plain.state_dict(), qwen, d.file("hf"));
+    nn::GptConfig biased = qwen;
+    biased.moe.score = nn::GptConfig::Moe::Score::Sigmoid;
+    biased.moe.expert_bias = true;
+    nn::Gpt model(biased, 1);
+    copy_(model.state_dict().at("h.1.mlp.expert_bias"), full({3}, 0.5));
+    load_gpt2_safetensors(model, d.file("hf"));
+    EXPECT_EQ(to_double_vector(model.state_dict().at("h.1.mlp.expert_bias")),
+              std::vector<double>(3, 0.0));
+    EXPECT_EQ(to_double_vector(model.state_dict().at("h.1.mlp.router.weight")),
+              to_double_vector(plain.state_dict().at("h.1.mlp.router.weight")));
+  }
   // What keeps DeepSeek-V3's router from the softmax classes, and theirs
   // from GLM-4.5's.
   EXPECT_NE(hf_misfit(glm45, "qwen3_moe")
