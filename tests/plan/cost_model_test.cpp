@@ -1294,6 +1294,26 @@ TEST(PlannerFiles, ClusterAndModelFilesAreValidated) {
               std::string::npos)
         << e.what();
   }
+  // GLM-4.5: DeepSeek-V3's router over 160 experts after 3 dense layers,
+  // a shared expert one expert wide; its counts without the prediction
+  // layer (Hugging Face's GLM-4.5 config reads to the same, hf_config_test),
+  // the expert biases (160 a mixture layer) among them. The router's way
+  // of choosing costs nothing the planner prices: a softmax one estimates
+  // the same.
+  const nn::GptConfig glm45 =
+      load_model_spec(std::string(TRIAD_SOURCE_DIR) + "/configs/models/glm4_5.yaml");
+  EXPECT_EQ(glm45.moe.score, nn::GptConfig::Moe::Score::Sigmoid);
+  EXPECT_TRUE(glm45.moe.expert_bias);
+  EXPECT_EQ(glm45.num_parameters(), 352'797'829'024);
+  EXPECT_DOUBLE_EQ(glm45.active_parameter_count(), 33'632'266'144.0);
+  nn::GptConfig softmax = glm45;
+  softmax.moe.score = nn::GptConfig::Moe::Score::Softmax;
+  softmax.moe.routed_scaling_factor = 1;
+  softmax.moe.expert_bias = false;
+  EXPECT_EQ(glm45.num_parameters() - softmax.num_parameters(), 89 * 160);
+  const ParallelConfig glm_layout = layout(8, 4, 4, 1, Recompute::Selective);
+  EXPECT_DOUBLE_EQ(estimate(glm45, selene(), 128, 64, glm_layout).gemm_time,
+                   estimate(softmax, selene(), 128, 64, glm_layout).gemm_time);
   // A capacity factor below 1 caps each expert's rows: less expert work
   // and fewer kept activations than dropless routing; 1 or more is priced
   // as dropless (balanced routing fills no expert past its share).
