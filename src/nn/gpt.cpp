@@ -388,24 +388,23 @@ void GptConfig::validate() const {
                         std::to_string(moe.shared_ffn_hidden_size) +
                         ") must be positive (or 0: no shared expert)");
     }
-    if (!std::isfinite(moe.capacity_factor) || moe.capacity_factor < 0) {
-      char v[32];
-      std::snprintf(v, sizeof v, "%g", moe.capacity_factor);
-      throw ConfigError("model.moe.capacity_factor (" + std::string(v) +
-                        ") must be a finite number >= 0 (0: dropless)");
-    }
-    if (!std::isfinite(moe.routed_scaling_factor) || moe.routed_scaling_factor <= 0) {
-      char v[32];
-      std::snprintf(v, sizeof v, "%g", moe.routed_scaling_factor);
-      throw ConfigError("model.moe.routed_scaling_factor (" + std::string(v) +
-                        ") must be a finite number > 0 (1: the gates as they are)");
-    }
-    if (!std::isfinite(moe.bias_update_rate) || moe.bias_update_rate < 0) {
-      char v[32];
-      std::snprintf(v, sizeof v, "%g", moe.bias_update_rate);
-      throw ConfigError("model.moe.bias_update_rate (" + std::string(v) +
-                        ") must be a finite number >= 0 (0: the expert biases stay as loaded)");
-    }
+    // A number model.moe.`key` holds, which must be finite and at least
+    // `least` (above it when `strictly`), else a ConfigError saying `means`.
+    const auto check_number = [](const char* key, double v, double least, bool strictly,
+                                 const char* means) {
+      if (std::isfinite(v) && (strictly ? v > least : v >= least)) return;
+      char text[32], bound[32];
+      std::snprintf(text, sizeof text, "%g", v);
+      std::snprintf(bound, sizeof bound, "%g", least);
+      throw ConfigError(std::string("model.moe.") + key + " (" + text +
+                        ") must be a finite number " + (strictly ? "> " : ">= ") + bound + " (" +
+                        means + ")");
+    };
+    check_number("capacity_factor", moe.capacity_factor, 0, false, "0: dropless");
+    check_number("routed_scaling_factor", moe.routed_scaling_factor, 0, true,
+                 "1: the gates as they are");
+    check_number("bias_update_rate", moe.bias_update_rate, 0, false,
+                 "0: the expert biases stay as loaded");
     if (moe.groups < 1 || moe.experts % moe.groups != 0) {
       throw ConfigError("model.moe.groups (" + std::to_string(moe.groups) +
                         ") must divide model.moe.experts (" + std::to_string(moe.experts) +
