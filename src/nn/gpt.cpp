@@ -440,11 +440,11 @@ void GptConfig::validate() const {
   } else if (!moe.dense_layers.empty() || moe.shared_ffn_hidden_size != 0 || moe.shared_gate ||
              moe.capacity_factor != 0 || moe.z_loss_coef != 0 || moe.score != Moe::Score::Softmax ||
              moe.routed_scaling_factor != 1.0 || moe.groups != 1 || moe.top_groups != 1 ||
-             moe.expert_bias) {
+             moe.expert_bias || moe.aux_loss_scope != Moe::BalanceScope::MicroBatch) {
     throw ConfigError(
         "model.moe's dense_layers, shared_ffn_hidden_size, shared_gate, capacity_factor, "
-        "z_loss_coef, score, routed_scaling_factor, groups, top_groups and expert_bias belong "
-        "to a mixture, but model.moe.experts is 0");
+        "z_loss_coef, score, routed_scaling_factor, groups, top_groups, expert_bias and "
+        "aux_loss_scope belong to a mixture, but model.moe.experts is 0");
   }
   if (head_bias && tie_embeddings) {
     throw ConfigError(

@@ -168,17 +168,28 @@ int64_t expert_capacity(double factor, int64_t tokens, int64_t experts, int64_t 
   return std::max<int64_t>(1, static_cast<int64_t>(std::ceil(share - 1e-9)));
 }
 
-double balance_loss(const Routing& r, const std::vector<double>& probs) {
+double balance_loss(const Routing& r, const std::vector<double>& probs, int64_t sequence) {
   if (r.tokens == 0) return 0.0;
-  double sum = 0;
-  const double assignments = static_cast<double>(r.tokens * r.top_k);
-  for (int64_t e = 0; e < r.experts; ++e) {
-    double p = 0;
-    for (int64_t n = 0; n < r.tokens; ++n) p += probs[static_cast<size_t>(n * r.experts + e)];
-    sum += static_cast<double>(r.load[static_cast<size_t>(e)]) / assignments * p /
-           static_cast<double>(r.tokens);
+  const int64_t T = sequence > 0 ? sequence : r.tokens;
+  if (r.tokens % T != 0) {
+    throw ValueError("balance_loss: sequences of " + std::to_string(T) + " tokens do not divide " +
+                     std::to_string(r.tokens));
   }
-  return static_cast<double>(r.experts) * sum;
+  const int64_t E = r.experts, k = r.top_k;
+  const auto at = [](int64_t i) { return static_cast<size_t>(i); };
+  double sum = 0;
+  std::vector<double> load(at(E)), p(at(E));
+  for (int64_t first = 0; first < r.tokens; first += T) {
+    std::fill(load.begin(), load.end(), 0.0);
+    std::fill(p.begin(), p.end(), 0.0);
+    for (int64_t n = first; n < first + T; ++n) {
+      for (int64_t j = 0; j < k; ++j) ++load[at(r.choice[at(n * k + j)])];
+      for (int64_t e = 0; e < E; ++e) p[at(e)] += probs[at(n * E + e)];
+    }
+    for (int64_t e = 0; e < E; ++e)
+      sum += load[at(e)] / static_cast<double>(T * k) * p[at(e)] / static_cast<double>(T);
+  }
+  return static_cast<double>(E) * sum / static_cast<double>(r.tokens / T);
 }
 
 void update_expert_bias(Tensor& bias, const std::vector<double>& load, double rate) {
@@ -275,6 +286,7 @@ MoeMlp::MoeMlp(const GptConfig& cfg, int64_t layer, int64_t shards,
       routed_scale_(cfg.moe.routed_scaling_factor),
       groups_(cfg.moe.groups),
       top_groups_(cfg.moe.top_groups),
+      balance_scope_(cfg.moe.aux_loss_scope),
       layer_(layer),
       activation_(cfg.activation) {
   if (!cfg.moe_layer(layer)) {
@@ -351,6 +363,11 @@ Tensor MoeMlp::experts(const Tensor& x, const Scores& scores, const ForwardConte
   }
   const int64_t N = x.numel() / C;
   if (N == 0) throw ShapeError("MoeMlp: input " + shape_str(x.shape()) + " holds no tokens");
+  // The tokens each sequence-wise balance counts apart: x's rows (..., T,
+  // C); a (N, C) input is one sequence.
+  const int64_t sequence = balance_scope_ == GptConfig::Moe::BalanceScope::Sequence
+                               ? (x.dim() >= 3 ? x.size(-2) : N)
+                               : 0;
   if (probs.dim() != 2 || probs.size(0) != N || probs.size(1) != E) {
     throw ShapeError("MoeMlp: router probabilities " + shape_str(probs.shape()) + " for " +
                      std::to_string(N) + " tokens (expected (" + std::to_string(N) + ", " +
@@ -417,16 +434,22 @@ Tensor MoeMlp::experts(const Tensor& x, const Scores& scores, const ForwardConte
   Tensor out = reshape(combined, x.shape());
   if (ctx.training && autograd::grad_enabled() && aux_coef_ > 0 && probs.requires_grad()) {
     // The load-balancing loss, differentiable through P (the mean
-    // probabilities); f, the assignment shares, are counts.
-    std::vector<double> share(static_cast<size_t>(E));
-    for (int64_t e = 0; e < E; ++e) {
-      share[static_cast<size_t>(e)] =
-          static_cast<double>(routing.load[static_cast<size_t>(e)]) / static_cast<double>(N * k);
+    // probabilities); f, the assignment shares, are counts. Over the whole
+    // micro-batch, or each of its S sequences of T tokens apart (the mean
+    // of theirs).
+    const int64_t T = sequence > 0 ? sequence : N, S = N / T;
+    std::vector<double> share(static_cast<size_t>(S * E), 0.0);
+    for (int64_t n = 0; n < N; ++n) {
+      for (int64_t j = 0; j < k; ++j) {
+        share[static_cast<size_t>((n / T) * E + routing.choice[static_cast<size_t>(n * k + j)])] +=
+            1.0 / static_cast<double>(T * k);
+      }
     }
-    const Tensor f = from_vector(share, {E}, probs.dtype(), probs.device());
+    const Tensor f = from_vector(share, {S, E}, probs.dtype(), probs.device());
     // Sigmoid scores as probabilities: each token's over their sum.
     const Tensor p = sigmoid_scores ? div(probs, affine(sum(probs, 1, true), 1.0, 1e-20)) : probs;
-    const Tensor aux = scale(sum(mul(f, mean(p, 0))), static_cast<double>(E));
+    const Tensor aux = scale(sum(mul(f, mean(reshape(p, {S, T, E}), 1))),
+                             static_cast<double>(E) / static_cast<double>(S));
     out = attach_loss(out, aux, aux_coef_ * ctx.loss_grad);
   }
   double z_loss = 0;
@@ -470,7 +493,7 @@ Tensor MoeMlp::experts(const Tensor& x, const Scores& scores, const ForwardConte
     }
     ctx.moe_stats->add_loads(layer_, routing.load);
     ctx.moe_stats->record(
-        balance_loss(routing, p),
+        balance_loss(routing, p, sequence),
         static_cast<double>(busiest * E) / static_cast<double>(std::max<int64_t>(N * k, 1)),
         static_cast<double>(routing.dropped) / static_cast<double>(N * k), z_loss);
   }

@@ -79,14 +79,14 @@ std::string get_string(const YAML::Node& n, const std::string& key) {
 // model.moe: none, or a mapping of experts, top_k, ffn_hidden_size,
 // normalize_top_k, aux_loss_coef, dense_layers, shared_ffn_hidden_size,
 // shared_gate, capacity_factor, drop_policy, z_loss_coef, score,
-// routed_scaling_factor, groups, top_groups, expert_bias and
-// bias_update_rate over `base` (what model.hf_config read, or the
+// routed_scaling_factor, groups, top_groups, expert_bias, bias_update_rate
+// and aux_loss_scope over `base` (what model.hf_config read, or the
 // defaults): the keys given replace its.
 nn::GptConfig::Moe get_moe(const YAML::Node& n, const std::string& key, nn::GptConfig::Moe base) {
   const std::string keys =
       "experts, top_k, ffn_hidden_size, normalize_top_k, aux_loss_coef, dense_layers, "
       "shared_ffn_hidden_size, shared_gate, capacity_factor, drop_policy, z_loss_coef, score, "
-      "routed_scaling_factor, groups, top_groups, expert_bias, bias_update_rate";
+      "routed_scaling_factor, groups, top_groups, expert_bias, bias_update_rate, aux_loss_scope";
   const std::string expected = "none, or a mapping with experts (and " + keys.substr(9) + ")";
   if (n.IsScalar()) {
     if (get_string(n, key) == "none") return {};
@@ -109,7 +109,8 @@ nn::GptConfig::Moe get_moe(const YAML::Node& n, const std::string& key, nn::GptC
                                                 "groups",
                                                 "top_groups",
                                                 "expert_bias",
-                                                "bias_update_rate"};
+                                                "bias_update_rate",
+                                                "aux_loss_scope"};
   for (auto it = n.begin(); it != n.end(); ++it) {
     const std::string k = it->first.as<std::string>();
     if (!allowed.count(k))
@@ -164,6 +165,16 @@ nn::GptConfig::Moe get_moe(const YAML::Node& n, const std::string& key, nn::GptC
   if (n["expert_bias"]) m.expert_bias = get_bool(n["expert_bias"], key + ".expert_bias");
   if (n["bias_update_rate"])
     m.bias_update_rate = get_double(n["bias_update_rate"], key + ".bias_update_rate");
+  if (n["aux_loss_scope"]) {
+    const std::string scope = get_string(n["aux_loss_scope"], key + ".aux_loss_scope");
+    if (scope != "micro_batch" && scope != "sequence") {
+      throw ConfigError(key + ".aux_loss_scope '" + scope +
+                        "' is not a scope (micro_batch: the loss balances each micro-batch's "
+                        "tokens; sequence: each sequence's, DeepSeek-V3's)");
+    }
+    m.aux_loss_scope = scope == "sequence" ? nn::GptConfig::Moe::BalanceScope::Sequence
+                                           : nn::GptConfig::Moe::BalanceScope::MicroBatch;
+  }
   if (const YAML::Node d = n["dense_layers"]) {
     if (!d.IsSequence()) throw ConfigError(key + ".dense_layers: expected a list of layer indices");
     m.dense_layers.clear();
@@ -1534,6 +1545,8 @@ std::string to_yaml(const Config& c) {
       e << YAML::Key << "expert_bias" << YAML::Value << true << YAML::Key << "bias_update_rate"
         << YAML::Value << x.bias_update_rate;
     }
+    if (x.aux_loss_scope == nn::GptConfig::Moe::BalanceScope::Sequence)
+      e << YAML::Key << "aux_loss_scope" << YAML::Value << "sequence";
     e << YAML::EndMap;
   }
   e << YAML::Key << "sliding_window" << YAML::Value << c.model.sliding_window;

@@ -160,6 +160,19 @@ TEST(BalanceLoss, IsOneWhenBalancedAndEOverKWhenCollapsed) {
   EXPECT_DOUBLE_EQ(balance_loss(route_top_k(collapsed, 4, 4, 2), collapsed), 2.0);
 }
 
+TEST(BalanceLoss, PerSequenceIsTheMeanOfEachSequencesOwn) {
+  // Two experts, top 1; the first sequence of 2 tokens balanced (1), the
+  // second collapsed onto expert 0 (2): 1.5, where the micro-batch as one
+  // (f = P = (3/4, 1/4)) gives 1.25.
+  const std::vector<double> p = {1, 0, 0, 1, 1, 0, 1, 0};
+  const Routing r = route_top_k(p, 4, 2, 1);
+  EXPECT_DOUBLE_EQ(balance_loss(r, p, 2), 1.5);
+  EXPECT_DOUBLE_EQ(balance_loss(r, p), 1.25);
+  EXPECT_DOUBLE_EQ(balance_loss(r, p, 4), 1.25);
+  expect_refused<ValueError>([&] { (void)balance_loss(r, p, 3); },
+                             "sequences of 3 tokens do not divide 4");
+}
+
 // The layer's definition, token by token, on the host: softmax of the
 // router's logits, the top k (renormalised or not), each chosen expert's
 // MLP (SwiGLU: silu(gate) * up) weighted by its gate.
@@ -531,6 +544,26 @@ TEST(MoeMlp, LoadBalancingLossJoinsTheGradientWithItsWeight) {
                                       [](const MoeStats& s) { return s.balance_sum; });
 }
 
+// DeepSeek-V3's sequence-wise balance (each of the 2 sequences' own f and
+// P), and the loss over sigmoid scores (each token's over their sum), join
+// the gradient as their reported values say; each differs from the
+// micro-batch's softmax loss.
+TEST(MoeMlp, PerSequenceAndSigmoidBalanceLossesJoinTheGradient) {
+  GptConfig batch = moe_config(4, 2);
+  batch.moe.aux_loss_coef = 0.3;
+  GptConfig per_sequence = batch;
+  per_sequence.moe.aux_loss_scope = GptConfig::Moe::BalanceScope::Sequence;
+  expect_side_loss_in_router_gradient(per_sequence, batch, 23,
+                                      [](const MoeStats& s) { return s.balance_sum; });
+  GptConfig sigmoid = per_sequence;
+  sigmoid.moe.score = GptConfig::Moe::Score::Sigmoid;
+  sigmoid.moe.expert_bias = true;
+  GptConfig unbalanced = sigmoid;
+  unbalanced.moe.aux_loss_coef = 0;
+  expect_side_loss_in_router_gradient(sigmoid, unbalanced, 29,
+                                      [](const MoeStats& s) { return s.balance_sum; });
+}
+
 // The router z-loss (ST-MoE): mean_n logsumexp(logits_n)^2, reported as its
 // formula gives it on the router's own logits; evaluation adds and
 // reports nothing.
@@ -652,8 +685,8 @@ TEST(MoeConfig, ValidatesItsKeys) {
         c.moe.experts = 0;
         c.moe.capacity_factor = 1.0;
       },
-      "capacity_factor, z_loss_coef, score, routed_scaling_factor, groups, top_groups and "
-      "expert_bias belong to a mixture, but model.moe.experts is 0");
+      "capacity_factor, z_loss_coef, score, routed_scaling_factor, groups, top_groups, "
+      "expert_bias and aux_loss_scope belong to a mixture, but model.moe.experts is 0");
   refused(
       [](GptConfig& c) {
         c.moe.experts = 0;

@@ -321,7 +321,7 @@ TEST(Config, MixtureOfExpertsParsesRoundTripsAndIsChecked) {
                       "(allowed: experts, top_k, ffn_hidden_size, normalize_top_k, aux_loss_coef, "
                       "dense_layers, shared_ffn_hidden_size, shared_gate, capacity_factor, "
                       "drop_policy, z_loss_coef, score, routed_scaling_factor, groups, "
-                      "top_groups, expert_bias, bias_update_rate)");
+                      "top_groups, expert_bias, bias_update_rate, aux_loss_scope)");
   // The router z-loss's weight.
   const Config z = parse_config(kValid, {"model.moe={experts: 4, z_loss_coef: 0.001}"});
   EXPECT_DOUBLE_EQ(z.model.moe.z_loss_coef, 0.001);
@@ -371,6 +371,14 @@ TEST(Config, MixtureOfExpertsParsesRoundTripsAndIsChecked) {
                       "model.moe.top_groups (5) must be in [1, model.moe.groups (4)]");
   expect_config_error(kValid, {"model.moe={experts: 8, top_k: 3, groups: 4, top_groups: 1}"},
                       "model.moe.top_k (3) exceeds the 2 experts of model.moe.top_groups (1)");
+  // The load-balancing loss per sequence (DeepSeek-V3's).
+  const Config per_sequence =
+      parse_config(kValid, {"model.moe={experts: 4, aux_loss_scope: sequence}"});
+  EXPECT_EQ(per_sequence.model.moe.aux_loss_scope, nn::GptConfig::Moe::BalanceScope::Sequence);
+  EXPECT_EQ(parse_config(to_yaml(per_sequence)).model.moe, per_sequence.model.moe);
+  EXPECT_EQ(v3.model.moe.aux_loss_scope, nn::GptConfig::Moe::BalanceScope::MicroBatch);
+  expect_config_error(kValid, {"model.moe={experts: 4, aux_loss_scope: batch}"},
+                      "model.moe.aux_loss_scope 'batch' is not a scope");
   // parallel.ep: a mixture's experts shared out among data-parallel ranks.
   const Config ep = parse_config(kValid, {"model.moe={experts: 4}", "parallel.ep=2"});
   EXPECT_EQ(ep.parallel.ep, 2);

@@ -333,6 +333,14 @@ struct GptConfig {
     // they are (fine-tuning a model whose biases came with it).
     bool expert_bias = false;
     double bias_update_rate = 1e-3;
+    // What the load-balancing loss balances: each micro-batch's tokens
+    // together (MicroBatch: Switch Transformer's, Megatron-LM's aux_loss),
+    // or each sequence's (Sequence: DeepSeek-V3's complementary
+    // sequence-wise loss, Megatron-LM's seq_aux_loss), the loss then the
+    // mean over the micro-batch's sequences of E sum_e f_e P_e, f and P
+    // counted over that sequence's tokens alone.
+    enum class BalanceScope { MicroBatch, Sequence };
+    BalanceScope aux_loss_scope = BalanceScope::MicroBatch;
     bool operator==(const Moe&) const = default;
   };
   Moe moe = {};

@@ -63,8 +63,10 @@ int64_t expert_capacity(double factor, int64_t tokens, int64_t experts, int64_t 
 // the share of the N * k assignments that expert e received, P_e the mean
 // of the router's probability for e over the N tokens (probs (N, E) on the
 // host). 1 when perfectly balanced, E / k when every token goes to the same
-// k experts with certainty.
-double balance_loss(const Routing& routing, const std::vector<double>& probs);
+// k experts with certainty. With `sequence` > 0 (a divisor of N), the mean
+// of that loss over each run of `sequence` tokens (GptConfig::Moe::
+// BalanceScope::Sequence).
+double balance_loss(const Routing& routing, const std::vector<double>& probs, int64_t sequence = 0);
 
 // Auxiliary-loss-free balancing's step for one layer (GptConfig::Moe::
 // expert_bias): each of its E biases moves by `rate` towards balance, up
@@ -190,6 +192,7 @@ class MoeMlp : public Module {
   GptConfig::Moe::Score score_;
   double routed_scale_;
   int64_t groups_, top_groups_;
+  GptConfig::Moe::BalanceScope balance_scope_;
   int64_t layer_;
   Activation activation_;
 };
