@@ -296,7 +296,7 @@ nn::GptConfig llama_config(const Keys& k, const std::string& type) {
   // Qwen2: LLaMA's blocks with biases on q, k and v (implied by the type).
   // Qwen3: LLaMA's blocks with RMSNorm over each query and key head (and
   // heads of their own width, head_dim above).
-  if (type == "qwen3") c.qk_norm = true;
+  if (type == "qwen3" || type == "dots1") c.qk_norm = true;
   if (type == "qwen2" || type == "qwen3") c.qkv_bias = type == "qwen2";
   // StableLM (2 1.6B, 2 12B, 3B-4E1T, Zephyr): LLaMA's blocks with
   // LayerNorms (scale and shift), q, k and v biases when use_qkv_bias says
@@ -356,6 +356,13 @@ nn::GptConfig llama_config(const Keys& k, const std::string& type) {
     for (int64_t i = every - 1; i < c.n_layer; i += every) full.push_back(i);
   }
   if (qwen && k.boolean("use_sliding_window", false)) {
+    windowed = true;
+    for (int64_t i = 0; i < std::min(k.integer("max_window_layers", c.n_layer), c.n_layer); ++i)
+      full.push_back(i);
+  }
+  // dots.llm1: Qwen's windows from max_window_layers on whenever its
+  // sliding_window is set (Dots1Config reads no use_sliding_window).
+  if (type == "dots1" && k.has("sliding_window") && !k.has("layer_types")) {
     windowed = true;
     for (int64_t i = 0; i < std::min(k.integer("max_window_layers", c.n_layer), c.n_layer); ++i)
       full.push_back(i);
@@ -469,36 +476,40 @@ nn::GptConfig moe_config(const Keys& k, const std::string& type) {
   return c;
 }
 
-// GLM-4.5's mixture (glm4_moe: GLM-4.5, GLM-4.5-Air, GLM-4.6) on its
-// LLaMA blocks (llama_config above): the first first_k_dense_replace layers
-// dense (intermediate_size), the others DeepSeek-V3's mixture of
-// n_routed_experts of moe_intermediate_size, each scored by a sigmoid, the
-// top num_experts_per_tok chosen with the router's e_score_correction_bias
+// DeepSeek-V3's mixture on LLaMA-style blocks (llama_config's `type`), as
+// GLM-4.5 (glm4_moe: GLM-4.5, GLM-4.5-Air, GLM-4.6) and dots.llm1 (dots1)
+// hold it: the first first_k_dense_replace layers dense
+// (intermediate_size), the others n_routed_experts of
+// moe_intermediate_size, each scored by a sigmoid, the top
+// num_experts_per_tok chosen with the router's e_score_correction_bias
 // (model.moe.expert_bias) among the topk_group best of n_group groups,
 // renormalised under norm_topk_prob and scaled by routed_scaling_factor,
-// and n_shared_experts' shared expert (one of n_shared_experts *
-// moe_intermediate_size, ungated). Its files carry no load-balancing loss:
-// the biases balance (model.moe.bias_update_rate, at its default).
-nn::GptConfig glm4_moe_config(const Keys& k) {
-  nn::GptConfig c = llama_config(k, "glm4_moe");
+// beside a shared expert of n_shared_experts * moe_intermediate_size,
+// ungated. Their files carry no load-balancing loss: the biases balance
+// (model.moe.bias_update_rate, at its default). GLM-4.5's defaults: one
+// dense layer, one shared expert, renormalised; dots1's: none dense, the
+// shared experts given, not renormalised.
+nn::GptConfig deepseek_moe_config(const Keys& k, const std::string& type) {
+  const bool glm = type == "glm4_moe";
+  nn::GptConfig c = llama_config(k, type);
   nn::GptConfig::Moe& m = c.moe;
   read_expert_counts(k, "n_routed_experts", m);
   m.ffn_hidden_size = k.integer("moe_intermediate_size", 1408);
-  m.normalize_top_k = k.boolean("norm_topk_prob", true);
+  m.normalize_top_k = k.boolean("norm_topk_prob", glm);
   m.score = nn::GptConfig::Moe::Score::Sigmoid;
   m.routed_scaling_factor = k.number("routed_scaling_factor", 1.0);
   m.groups = k.integer("n_group", 1);
   m.top_groups = k.integer("topk_group", 1);
   if (k.has("n_group") && (m.groups < 1 || m.experts % m.groups != 0 || m.experts / m.groups < 2))
     k.bad("n_group",
-          "must divide n_routed_experts into groups of at least 2 (each group is "
-          "scored by its two best)");
+          "must divide n_routed_experts into groups of at least 2 (each group is scored by its "
+          "two best)");
   m.expert_bias = true;
   m.aux_loss_coef = 0;
-  const int64_t shared = k.integer("n_shared_experts", 1);
+  const int64_t shared = glm ? k.integer("n_shared_experts", 1) : k.integer("n_shared_experts");
   if (shared < 0) k.bad("n_shared_experts", "must be a count >= 0");
   m.shared_ffn_hidden_size = shared * m.ffn_hidden_size;
-  const int64_t dense = k.integer("first_k_dense_replace", 1);
+  const int64_t dense = k.integer("first_k_dense_replace", glm ? 1 : 0);
   if (dense < 0) k.bad("first_k_dense_replace", "must be a count of layers >= 0");
   for (int64_t i = 0; i < std::min(dense, c.n_layer); ++i) m.dense_layers.push_back(i);
   return c;
@@ -1004,8 +1015,8 @@ nn::GptConfig gpt_config_from_hf(const std::string& json_text, const std::string
     c = olmo_config(k, type);
   } else if (type == "granitemoe" || type == "granitemoeshared") {
     c = granite_moe_config(k, type);
-  } else if (type == "glm4_moe") {
-    c = glm4_moe_config(k);
+  } else if (type == "glm4_moe" || type == "dots1") {
+    c = deepseek_moe_config(k, type);
   } else if (type == "gpt2") {
     c = gpt2_config(k);
   } else if (type == "gpt_neox") {
@@ -1031,8 +1042,8 @@ nn::GptConfig gpt_config_from_hf(const std::string& json_text, const std::string
         source + ": model_type '" + type +
         "' is not supported (llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe, gemma, "
         "gemma2, gemma3_text, gemma3, phi3, stablelm, olmo, olmo2, olmo3, olmoe, granite, "
-        "granitemoe, granitemoeshared, cohere, cohere2, smollm3, glm, glm4, glm4_moe, helium, "
-        "exaone4, "
+        "granitemoe, granitemoeshared, cohere, cohere2, smollm3, glm, glm4, glm4_moe, dots1, "
+        "helium, exaone4, "
         "gpt_neox, starcoder2, phi, falcon, gptj, codegen or gpt2)");
   }
   c.hf_type = type;  // (an export writes the class it came from)

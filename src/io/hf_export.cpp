@@ -48,6 +48,12 @@ bool is_glm(const std::string& type) {
   return type == "glm" || type == "glm4";
 }
 
+// The classes holding DeepSeek-V3's mixture (sigmoid scores chosen with
+// expert biases, a shared expert): GLM-4.5's and dots.llm1's.
+bool holds_deepseek_moe(const std::string& type) {
+  return type == "glm4_moe" || type == "dots1";
+}
+
 // The classes that leave some layers without rope: SmolLM3's (any of them)
 // and Cohere 2's (its global ones).
 bool holds_nope_layers(const std::string& type) {
@@ -848,6 +854,7 @@ const std::vector<std::string>& hf_model_types() {
                                               "glm",
                                               "glm4",
                                               "glm4_moe",
+                                              "dots1",
                                               "helium",
                                               "exaone4",
                                               "gpt_neox",
@@ -891,7 +898,7 @@ std::string dense_misfit(const nn::GptConfig& c, const std::string& type) {
 
 bool is_moe_type(const std::string& type) {
   return type == "mixtral" || type == "qwen2_moe" || type == "qwen3_moe" || type == "olmoe" ||
-         type == "glm4_moe" || is_granite_moe(type);
+         holds_deepseek_moe(type) || is_granite_moe(type);
 }
 
 // What only OLMo's classes hold: norms over all the queries and keys
@@ -930,20 +937,22 @@ std::string misfit(const nn::GptConfig& c, const std::string& type) {
     return m.why;
   }
   const bool mixtral = type == "mixtral", qwen2 = type == "qwen2_moe", olmoe = type == "olmoe";
-  const bool granite = is_granite_moe(type), glm = type == "glm4_moe";
-  Misfit m{dense_misfit(c, mixtral   ? "mistral"
-                           : qwen2   ? "qwen2"
-                           : olmoe   ? "olmoe"
-                           : granite ? "granite"
-                           : glm     ? "glm4_moe"
-                                     : "qwen3")};
+  const bool granite = is_granite_moe(type), deepseek = holds_deepseek_moe(type);
+  // (dots.llm1's blocks are Qwen3's.)
+  Misfit m{dense_misfit(c, mixtral              ? "mistral"
+                           : qwen2              ? "qwen2"
+                           : olmoe              ? "olmoe"
+                           : granite            ? "granite"
+                           : type == "glm4_moe" ? "glm4_moe"
+                                                : "qwen3")};
   add_olmo_departures(c, type, m);
   add_granite_departures(c, type, m);
   m.add(c.moe.experts == 0, "model.moe is not set (no experts)");
-  if (glm) {
-    // GLM-4.5's: DeepSeek-V3's sigmoid scores chosen with biases (any scale
-    // and groups of at least two experts, each scored by its two best), its
-    // first layers dense, and a shared expert n_shared_experts experts wide.
+  if (deepseek) {
+    // GLM-4.5's and dots.llm1's: DeepSeek-V3's sigmoid scores chosen with
+    // biases (any scale and groups of at least two experts, each scored by
+    // its two best), its first layers dense, and a shared expert
+    // n_shared_experts experts wide.
     const auto& x = c.moe;
     m.add(x.score != nn::GptConfig::Moe::Score::Sigmoid, "model.moe.score is not sigmoid");
     m.add(!x.expert_bias, "model.moe.expert_bias is false");
@@ -1009,6 +1018,7 @@ const char* architecture_of(const std::string& type) {
          : type == "glm"              ? "GlmForCausalLM"
          : type == "glm4"             ? "Glm4ForCausalLM"
          : type == "glm4_moe"         ? "Glm4MoeForCausalLM"
+         : type == "dots1"            ? "Dots1ForCausalLM"
          : type == "helium"           ? "HeliumForCausalLM"
          : type == "exaone4"          ? "Exaone4ForCausalLM"
          : type == "gpt_neox"         ? "GPTNeoXForCausalLM"
@@ -1068,7 +1078,8 @@ const char* hf_model_type(const nn::GptConfig& c) {
         "); Glm4MoeForCausalLM LLaMA's with q, k and v biases or none, query/key norms or none "
         "and any partial rotation, its first layers dense, then DeepSeek-V3's router (score: "
         "sigmoid, expert_bias) and an ungated shared expert some experts wide (here " +
-        misfit(c, "glm4_moe") + ")");
+        misfit(c, "glm4_moe") + "); Dots1ForCausalLM the same on Qwen3ForCausalLM's blocks (here " +
+        misfit(c, "dots1") + ")");
   }
   const std::string llama = misfit(c, "mistral"), qwen2 = misfit(c, "qwen2"),
                     qwen3 = misfit(c, "qwen3"), gemma = misfit(c, "gemma"),
@@ -1229,9 +1240,17 @@ std::string hf_config_json(const nn::GptConfig& c, const std::string& torch_dtyp
       // Triad drops both sublayers' and the embeddings': the same model
       // for inference, a close cousin for training.
       j["hidden_dropout"] = c.dropout;
-    } else if (type == "qwen2" || type == "qwen3" || type == "qwen2_moe" || type == "qwen3_moe") {
-      j["use_sliding_window"] = c.sliding_window > 0;
-      j["sliding_window"] = c.sliding_window > 0 ? c.sliding_window : c.seq_len;
+    } else if (type == "qwen2" || type == "qwen3" || type == "qwen2_moe" || type == "qwen3_moe" ||
+               type == "dots1") {
+      // (Dots1Config windows the layers from max_window_layers on whenever
+      // sliding_window is set: null is none.)
+      if (type == "dots1") {
+        j["sliding_window"] =
+            c.sliding_window > 0 ? nlohmann::ordered_json(c.sliding_window) : nullptr;
+      } else {
+        j["use_sliding_window"] = c.sliding_window > 0;
+        j["sliding_window"] = c.sliding_window > 0 ? c.sliding_window : c.seq_len;
+      }
       j["max_window_layers"] = c.sliding_window > 0 ? *qwen_window_layers(c) : c.n_layer;
     } else if (!phi3 && type != "mixtral" && !olmo && !is_granite_moe(type) && !cohere &&
                !is_glm(type) && type != "glm4_moe") {
@@ -1259,9 +1278,10 @@ std::string hf_config_json(const nn::GptConfig& c, const std::string& torch_dtyp
       // it only when output_router_logits is set, which its published files
       // leave off.
       const auto& x = c.moe;
-      if (type == "glm4_moe") {
+      if (holds_deepseek_moe(type)) {
         // DeepSeek-V3's keys; no load-balancing loss (the expert biases
-        // balance), and the multi-token prediction layers Triad lacks none.
+        // balance), and none of the multi-token prediction layers Triad
+        // lacks.
         j["n_routed_experts"] = x.experts;
         j["num_experts_per_tok"] = x.top_k;
         j["moe_intermediate_size"] = c.expert_ffn();
@@ -1271,7 +1291,7 @@ std::string hf_config_json(const nn::GptConfig& c, const std::string& torch_dtyp
         j["routed_scaling_factor"] = x.routed_scaling_factor;
         j["n_group"] = x.groups;
         j["topk_group"] = x.top_groups;
-        j["num_nextn_predict_layers"] = 0;
+        if (type == "glm4_moe") j["num_nextn_predict_layers"] = 0;
       } else if (type == "mixtral" || is_granite_moe(type)) {
         j["intermediate_size"] = c.expert_ffn();
         j["num_local_experts"] = x.experts;
@@ -1288,12 +1308,12 @@ std::string hf_config_json(const nn::GptConfig& c, const std::string& torch_dtyp
         j["mlp_only_layers"] = x.dense_layers;
         if (type == "qwen2_moe") j["shared_expert_intermediate_size"] = x.shared_ffn_hidden_size;
       }
-      if (type != "glm4_moe") {
+      if (!holds_deepseek_moe(type)) {
         j["num_experts_per_tok"] = x.top_k;
         j["router_aux_loss_coef"] = x.aux_loss_coef;
         j["output_router_logits"] = false;
       }
-      if (type != "olmoe" && type != "glm4_moe" && !is_granite_moe(type))
+      if (type != "olmoe" && !holds_deepseek_moe(type) && !is_granite_moe(type))
         j["router_jitter_noise"] = 0.0;
     }
     // The layers without rope: Cohere 2's global layers, SmolLM3's flags.
@@ -1444,7 +1464,7 @@ std::map<std::string, Tensor> triad_to_hf_part(const nn::StateDict& full, const 
                  x + (mixtral ? "w3" : "up_proj") + ".weight");
         out[x + (mixtral ? "w2" : "down_proj") + ".weight"] = at(full, ours + "c_proj.weight");
       }
-      if (type == "glm4_moe") {  // the biases and the ungated shared experts
+      if (holds_deepseek_moe(type)) {  // the biases and the ungated shared experts
         out[moe + "gate.e_score_correction_bias"] = at(full, p + "mlp.expert_bias");
         split_fc(at(full, p + "mlp.shared.c_fc.weight"), c.moe.shared_ffn_hidden_size,
                  moe + "shared_experts.gate_proj.weight", moe + "shared_experts.up_proj.weight");

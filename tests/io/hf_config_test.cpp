@@ -1157,6 +1157,60 @@ TEST(HfConfig, Glm4MoeConfigsAreDeepSeekV3Mixtures) {
             std::string::npos);
 }
 
+// dots.llm1's config.json as published: Qwen3's blocks (head norms) with
+// DeepSeek-V3's mixture after one dense layer (128 experts, top 6
+// renormalised and times 2.5, chosen with the expert biases, two experts'
+// width shared); its published 142B parameters and 14B active. Without
+// layer_types, a sliding_window windows the layers from max_window_layers
+// on (Dots1Config reads no use_sliding_window); its shared experts have no
+// default.
+TEST(HfConfig, Dots1ConfigIsQwen3WithDeepSeekV3sMixture) {
+  const std::string dots = R"({
+    "architectures": ["Dots1ForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
+    "first_k_dense_replace": 1, "hidden_act": "silu", "hidden_size": 4096,
+    "initializer_range": 0.02, "intermediate_size": 10944, "max_position_embeddings": 32768,
+    "max_window_layers": 62, "model_type": "dots1", "moe_intermediate_size": 1408,
+    "moe_layer_freq": 1, "n_group": 1, "n_routed_experts": 128, "n_shared_experts": 2,
+    "norm_topk_prob": true, "num_attention_heads": 32, "num_experts_per_tok": 6,
+    "num_hidden_layers": 62, "num_key_value_heads": 32, "rms_norm_eps": 1e-05,
+    "rope_scaling": null, "rope_theta": 10000000, "routed_scaling_factor": 2.5,
+    "sliding_window": null, "tie_word_embeddings": false, "topk_group": 1,
+    "torch_dtype": "bfloat16", "use_cache": true, "use_sliding_window": false,
+    "vocab_size": 152064})";
+  const nn::GptConfig d = gpt_config_from_hf(dots, "dots.llm1/config.json");
+  EXPECT_EQ(d.hf_type, "dots1");
+  EXPECT_TRUE(d.qk_norm);
+  EXPECT_FALSE(d.qkv_bias);
+  EXPECT_EQ(d.rope_dim, 0);
+  EXPECT_EQ(d.sliding_window, 0);
+  EXPECT_EQ(d.moe.experts, 128);
+  EXPECT_EQ(d.moe.top_k, 6);
+  EXPECT_TRUE(d.moe.normalize_top_k);
+  EXPECT_EQ(d.moe.shared_ffn_hidden_size, 2 * 1408);
+  EXPECT_EQ(d.moe.dense_layers, std::vector<int64_t>{0});
+  EXPECT_EQ(d.moe.score, nn::GptConfig::Moe::Score::Sigmoid);
+  EXPECT_TRUE(d.moe.expert_bias);
+  EXPECT_DOUBLE_EQ(d.moe.routed_scaling_factor, 2.5);
+  EXPECT_EQ(d.num_parameters(), 142'774'381'696);
+  EXPECT_DOUBLE_EQ(d.active_parameter_count(), 14'016'588'928.0);
+  EXPECT_EQ(std::string(hf_architecture(d)), "Dots1ForCausalLM");
+  // Dots1Config's defaults: no dense layer, not renormalised.
+  const nn::GptConfig bare =
+      gpt_config_from_hf(without(without(dots, "first_k_dense_replace"), "norm_topk_prob"), "d");
+  EXPECT_TRUE(bare.moe.dense_layers.empty());
+  EXPECT_FALSE(bare.moe.normalize_top_k);
+  const nn::GptConfig windowed = gpt_config_from_hf(
+      edited(edited(edited(dots, "sliding_window", "4096"), "max_window_layers", "60"),
+             "max_position_embeddings", "8192"),
+      "w");
+  EXPECT_EQ(windowed.sliding_window, 4096);
+  EXPECT_EQ(windowed.full_attention_layers.size(), 60u);
+  EXPECT_NE(error_of(without(dots, "n_shared_experts")).find("n_shared_experts"),
+            std::string::npos);
+  EXPECT_NE(error_of(edited(dots, "attention_bias", "true")).find("'attention_bias' (true)"),
+            std::string::npos);
+}
+
 // Mixtral 8x7B's and Qwen3-30B-A3B's config.json as published: their
 // mixtures (experts, top k, the experts' width, Qwen's renormalisation and
 // dense layers) and their published parameter counts, total and active;
@@ -1877,14 +1931,15 @@ TEST(HfConfig, WhatTriadDoesNotBuildIsNamed) {
             std::string::npos);
   EXPECT_NE(
       message(from(edited(llama, "model_type", "\"deepseek_v3\"")))
-          .find(
-              "model_type 'deepseek_v3' is not supported (llama, mistral, mixtral, qwen2, "
-              "qwen2_moe, qwen3, qwen3_moe, gemma, gemma2, gemma3_text, gemma3, phi3, stablelm, "
-              "olmo, olmo2, olmo3, olmoe, granite, granitemoe, granitemoeshared, cohere, "
-              "cohere2, smollm3, glm, glm4, glm4_moe, helium, exaone4, gpt_neox, starcoder2, phi, "
-              "falcon, "
-              "gptj, "
-              "codegen or gpt2)"),
+          .find("model_type 'deepseek_v3' is not supported (llama, mistral, mixtral, qwen2, "
+                "qwen2_moe, qwen3, qwen3_moe, gemma, gemma2, gemma3_text, gemma3, phi3, stablelm, "
+                "olmo, olmo2, olmo3, olmoe, granite, granitemoe, granitemoeshared, cohere, "
+                "cohere2, smollm3, glm, glm4, glm4_moe, dots1, helium, exaone4, gpt_neox, "
+                "starcoder2, "
+                "phi, "
+                "falcon, "
+                "gptj, "
+                "codegen or gpt2)"),
       std::string::npos);
   EXPECT_NE(message(from(edited(edited(edited(kQwen3_06b, "use_sliding_window", "true"),
                                        "max_window_layers", "10"),

@@ -438,8 +438,21 @@ TEST(HfExport, MixturesOfExpertsRoundTripAsMixtralAndQwen3Moe) {
                .groups = 2,
                .top_groups = 1,
                .expert_bias = true};
+  // dots.llm1: the same mixture on Qwen3's blocks, not renormalised, and a
+  // window from its second layer on.
+  nn::GptConfig dots = glm45;
+  dots.qkv_bias = false;
+  dots.rope_dim = 0;
+  dots.moe.normalize_top_k = false;
+  dots.moe.groups = dots.moe.top_groups = 1;
+  dots.sliding_window = 5;
+  dots.full_attention_layers = {0};
   for (const auto& [c, type, gate, names] :
-       {std::tuple{glm45, "glm4_moe", "model.layers.1.mlp.experts.2.gate_proj.weight",
+       {std::tuple{dots, "dots1", "model.layers.1.mlp.experts.2.gate_proj.weight",
+                   std::vector<std::string>{"model.layers.1.self_attn.k_norm.weight",
+                                            "model.layers.1.mlp.gate.e_score_correction_bias",
+                                            "model.layers.1.mlp.shared_experts.down_proj.weight"}},
+        std::tuple{glm45, "glm4_moe", "model.layers.1.mlp.experts.2.gate_proj.weight",
                    std::vector<std::string>{"model.layers.1.self_attn.q_proj.bias",
                                             "model.layers.1.self_attn.q_norm.weight",
                                             "model.layers.0.mlp.gate_proj.weight",
@@ -1652,16 +1665,16 @@ TEST(HfExport, TheModelsOwnClassIsPreferred) {
     hf_model_type(c);
     FAIL() << "model_type phi4 accepted";
   } catch (const ConfigError& e) {
-    EXPECT_NE(
-        std::string(e.what()).find(
-            "model.hf_type 'phi4' is not a model_type Triad exports "
-            "(llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe, gemma, gemma2, "
-            "gemma3_text, phi3, stablelm, olmo, olmo2, olmo3, olmoe, granite, granitemoe, "
-            "granitemoeshared, cohere, cohere2, smollm3, glm, glm4, glm4_moe, helium, exaone4, "
-            "gpt_neox, "
-            "starcoder2, "
-            "phi, falcon, gptj, codegen, gpt2, or auto)"),
-        std::string::npos)
+    EXPECT_NE(std::string(e.what()).find(
+                  "model.hf_type 'phi4' is not a model_type Triad exports "
+                  "(llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe, gemma, gemma2, "
+                  "gemma3_text, phi3, stablelm, olmo, olmo2, olmo3, olmoe, granite, granitemoe, "
+                  "granitemoeshared, cohere, cohere2, smollm3, glm, glm4, glm4_moe, dots1, helium, "
+                  "exaone4, "
+                  "gpt_neox, "
+                  "starcoder2, "
+                  "phi, falcon, gptj, codegen, gpt2, or auto)"),
+              std::string::npos)
         << e.what();
   }
 }

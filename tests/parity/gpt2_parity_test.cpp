@@ -902,6 +902,29 @@ TEST_F(Gpt2Parity, Glm4MoeDirectoryReadsTrainsAndExportsAsHuggingFacesGlm4Moe) {
   EXPECT_GT(worst, 1e-4);
 }
 
+// dots.llm1's blocks (Qwen3's: query/key norms on wider heads; a dense
+// first layer, then 6 experts scored by sigmoids, each token's top 3 chosen
+// with the expert biases, not renormalised, scaled by 1.5, and a shared
+// expert one expert wide) from a Dots1ForCausalLM directory: logits, loss,
+// every gradient, the balance, greedy tokens through the key/value cache;
+// exported again, the same directory.
+TEST_F(Gpt2Parity, Dots1DirectoryReadsTrainsAndExportsAsHuggingFacesDots1) {
+  const auto model = expect_family_matches("dots1", "dots1", ref_);
+  const nn::GptConfig& cfg = model->config();
+  EXPECT_TRUE(cfg.qk_norm);
+  EXPECT_FALSE(cfg.qkv_bias);
+  EXPECT_EQ(cfg.rope_dim, 0);
+  EXPECT_EQ(cfg.sliding_window, 0);
+  EXPECT_EQ(cfg.moe.experts, 6);
+  EXPECT_EQ(cfg.moe.top_k, 3);
+  EXPECT_FALSE(cfg.moe.normalize_top_k);
+  EXPECT_EQ(cfg.moe.score, nn::GptConfig::Moe::Score::Sigmoid);
+  EXPECT_TRUE(cfg.moe.expert_bias);
+  EXPECT_DOUBLE_EQ(cfg.moe.routed_scaling_factor, 1.5);
+  EXPECT_EQ(cfg.moe.shared_ffn_hidden_size, cfg.expert_ffn());
+  expect_balance_matches(*model, ref_, "dots1.");
+}
+
 // Qwen2-MoE's blocks (Qwen2's q, k and v biases; 4 experts of which each
 // token takes 2, not renormalised, and a shared expert every token takes,
 // weighted by its sigmoid gate) from a Qwen2MoeForCausalLM directory:

@@ -877,12 +877,14 @@ def save_hf_glm4(model, directory):
                        partial_rotary_factor=model.rope_dim / model.D, attention_bias=True)
 
 
-def save_hf_glm4_moe(model, directory):
-    """A GLM-4.5-style model (LLaMA's blocks with q, k and v biases, Qwen3's
-    query/key norms, half of each head turned in halves; a dense first
-    layer, then DeepSeek-V3's router over experts and a shared expert) as a
-    Glm4MoeForCausalLM directory, with one multi-token-prediction layer
-    after the model's own (as GLM-4.5's files hold), which readers skip."""
+def save_hf_deepseek_moe(model, directory, architecture, model_type, prediction_layers=0,
+                         **keys):
+    """A model with DeepSeek-V3's mixture (a dense first layer, then a
+    sigmoid router over experts with its e_score_correction_bias, and a
+    shared expert) as a Hugging Face directory of class `architecture`, its
+    blocks under LLaMA's names; with `prediction_layers`, that many
+    multi-token-prediction layers after the model's own (as GLM-4.5's files
+    hold), which readers skip."""
     os.makedirs(directory, exist_ok=True)
     F_, C = model.moe["ffn"], CFG["d_model"]
     t = hf_moe_tensors(model, mixtral=False)
@@ -896,20 +898,36 @@ def save_hf_glm4_moe(model, directory):
                   p + "shared_experts.up_proj.weight": up,
                   p + "shared_experts.down_proj.weight": b.mlp.shared.c_proj.weight})
     g = torch.Generator().manual_seed(7)
-    mtp = f"model.layers.{CFG['n_layer']}."
-    t.update({mtp + "eh_proj.weight": torch.randn(C, 2 * C, generator=g),
-              mtp + "enorm.weight": torch.ones(C), mtp + "hnorm.weight": torch.ones(C),
-              mtp + "self_attn.q_proj.weight": torch.randn(C, C, generator=g)})
+    for extra in range(prediction_layers):
+        mtp = f"model.layers.{CFG['n_layer'] + extra}."
+        t.update({mtp + "eh_proj.weight": torch.randn(C, 2 * C, generator=g),
+                  mtp + "enorm.weight": torch.ones(C), mtp + "hnorm.weight": torch.ones(C),
+                  mtp + "self_attn.q_proj.weight": torch.randn(C, C, generator=g)})
     save_safetensors(os.path.join(directory, "model.safetensors"), t)
-    write_llama_config(model, directory, "Glm4MoeForCausalLM", "glm4_moe",
-                       partial_rotary_factor=model.rope_dim / model.D, attention_bias=True,
-                       use_qk_norm=True, n_routed_experts=model.moe["experts"],
+    write_llama_config(model, directory, architecture, model_type,
+                       n_routed_experts=model.moe["experts"],
                        num_experts_per_tok=model.moe["top_k"], moe_intermediate_size=F_,
                        n_shared_experts=model.moe["shared"] // F_,
                        first_k_dense_replace=len(model.moe["dense"]),
                        norm_topk_prob=model.moe["normalize"],
                        routed_scaling_factor=model.moe["scale"], n_group=model.moe["groups"],
-                       topk_group=model.moe["top_groups"], num_nextn_predict_layers=1)
+                       topk_group=model.moe["top_groups"], **keys)
+
+
+def save_hf_glm4_moe(model, directory):
+    """A GLM-4.5-style model (LLaMA's blocks with q, k and v biases, Qwen3's
+    query/key norms, half of each head turned in halves; DeepSeek-V3's
+    mixture) as a Glm4MoeForCausalLM directory with a prediction layer."""
+    save_hf_deepseek_moe(model, directory, "Glm4MoeForCausalLM", "glm4_moe", prediction_layers=1,
+                         partial_rotary_factor=model.rope_dim / model.D, attention_bias=True,
+                         use_qk_norm=True, num_nextn_predict_layers=1)
+
+
+def save_hf_dots1(model, directory):
+    """A dots.llm1-style model (Qwen3's blocks; DeepSeek-V3's mixture) as a
+    Dots1ForCausalLM directory."""
+    save_hf_deepseek_moe(model, directory, "Dots1ForCausalLM", "dots1", attention_bias=False,
+                         sliding_window=None, max_window_layers=CFG["n_layer"])
 
 
 def save_hf_helium(model, directory):
@@ -1680,6 +1698,16 @@ def main():
                             dense=(0,), sigmoid=True, scale=2.5, groups=4, top_groups=2,
                             shared=2 * MOE_FFN, shared_gate=False))
     record_family(glm4_moe, "glm4_moe", save_hf_glm4_moe, out, x, y, ref)
+    # dots.llm1's: Qwen3's blocks with DeepSeek-V3's mixture: 6 experts in
+    # one group (no limit), each token's top 3 chosen with the biases, not
+    # renormalised, scaled by 1.5, and a shared expert one expert wide;
+    # step 0 and a greedy continuation, from a Dots1ForCausalLM directory.
+    dots1 = Gpt(CFG, ROPE_THETA, SWIGLU_FFN, rms_norm=True, bias=False, tie=False,
+                kv_heads=LLAMA_KV_HEADS, head_dim=QWEN3_HEAD_DIM, qk_norm=True,
+                moe=dict(experts=6, top_k=3, ffn=MOE_FFN, normalize=False, coef=0.0,
+                         dense=(0,), sigmoid=True, scale=1.5, groups=1, top_groups=1,
+                         shared=MOE_FFN, shared_gate=False))
+    record_family(dots1, "dots1", save_hf_dots1, out, x, y, ref)
 
     # OLMo 2's: no norm before either sublayer, each sublayer's output
     # normalised, one RMSNorm over all the queries and one over all the keys
