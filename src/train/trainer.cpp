@@ -1970,12 +1970,24 @@ std::vector<StepMetrics> Trainer::run() {
           : std::string(),
       model.num_parameters() / 1e6);
   if (model.moe.experts > 0) {
+    const auto& m = model.moe;
+    // DeepSeek-V3's routing, where it is used: how the experts are scored
+    // and chosen, and what balances them.
+    std::string routing;
+    if (m.score == nn::GptConfig::Moe::Score::Sigmoid) routing += ", sigmoid scores";
+    if (m.groups > 1)
+      routing += fmt::format(", within the best {} of {} groups", m.top_groups, m.groups);
+    if (m.routed_scaling_factor != 1.0)
+      routing += fmt::format(", gates times {:g}", m.routed_scaling_factor);
+    if (m.expert_bias)
+      routing += fmt::format(", expert biases moving {:g} a step", m.bias_update_rate);
+    if (m.aux_loss_scope == nn::GptConfig::Moe::BalanceScope::Sequence && m.aux_loss_coef > 0)
+      routing += ", balance loss per sequence";
     spdlog::info(
-        "mixture of experts: {} experts of width {}, top {}{}, on {} of {} layers; "
+        "mixture of experts: {} experts of width {}, top {}{}{}, on {} of {} layers; "
         "{:.2f}M parameters active per token",
-        model.moe.experts, model.expert_ffn(), model.moe.top_k,
-        model.moe.normalize_top_k ? " (renormalised)" : "",
-        model.n_layer - static_cast<int64_t>(model.moe.dense_layers.size()), model.n_layer,
+        m.experts, model.expert_ffn(), m.top_k, m.normalize_top_k ? " (renormalised)" : "", routing,
+        model.n_layer - static_cast<int64_t>(m.dense_layers.size()), model.n_layer,
         model.active_parameter_count() / 1e6);
   }
   if (!config_.train.freeze.empty() || model.lora.rank > 0) {
