@@ -102,12 +102,10 @@ Routing route_top_k(const std::vector<double>& probs, int64_t tokens, int64_t ex
         std::iota(best.begin(), best.end(), 0);
         std::partial_sort(best.begin(), best.begin() + choice.top_groups, best.end(),
                           before(group_score.data()));
-        std::vector<bool> open(static_cast<size_t>(groups), false);
-        for (int64_t j = 0; j < choice.top_groups; ++j)
-          open[static_cast<size_t>(best[static_cast<size_t>(j)])] = true;
-        for (int64_t e = 0; e < experts; ++e) {
-          if (!open[static_cast<size_t>(e / size)])
-            chosen_by[static_cast<size_t>(e)] = -std::numeric_limits<double>::infinity();
+        // The groups past the best top_groups are out of reach.
+        for (int64_t j = choice.top_groups; j < groups; ++j) {
+          double* closed = chosen_by.data() + best[static_cast<size_t>(j)] * size;
+          std::fill(closed, closed + size, -std::numeric_limits<double>::infinity());
         }
       }
       s = chosen_by.data();
