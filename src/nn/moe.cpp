@@ -61,94 +61,141 @@ Routing route_top_k(const std::vector<double>& probs, int64_t tokens, int64_t ex
   r.top_k = top_k;
   r.choice.resize(static_cast<size_t>(tokens * top_k));
   r.load.assign(static_cast<size_t>(experts), 0);
-  std::vector<int64_t> ranked(static_cast<size_t>(experts)), best(static_cast<size_t>(groups));
-  std::vector<double> chosen_by(biased || groups > 1 ? static_cast<size_t>(experts) : 0);
-  std::vector<double> group_score(static_cast<size_t>(groups));
+  // Each token's choice is its own: tokens run in parallel (each thread
+  // with its own scratch), the same choices on any number of threads. A
+  // score that is not finite is noted (the first by position) and named
+  // after the loop.
+  int64_t bad = tokens * experts;
+  const bool grouped = groups > 1, shifted = biased || grouped;
   // Best first; equal ones by index (a stable order every rank of a
   // tensor-parallel group agrees on).
   const auto before = [](const double* v) {
     return [v](int64_t a, int64_t b) { return v[a] > v[b] || (v[a] == v[b] && a < b); };
   };
-  for (int64_t n = 0; n < tokens; ++n) {
-    const double* p = probs.data() + n * experts;
-    for (int64_t e = 0; e < experts; ++e) {
-      if (!std::isfinite(p[e])) {
-        throw ValueError("route_top_k: token " + std::to_string(n) + "'s probability for expert " +
-                         std::to_string(e) + " is " + std::to_string(p[e]) +
-                         " (the router's output is not finite)");
+#pragma omp parallel if (tokens * experts >= (int64_t{1} << 16))
+  {
+    // (Locals: the loop reads no shared variable through a pointer.)
+    const int64_t E = experts, K = top_k, G = groups, width = size, open = choice.top_groups;
+    const double* const all = probs.data();
+    const double* const shift = biased ? choice.bias.data() : nullptr;
+    int64_t* const choices = r.choice.data();
+    std::vector<int64_t> best(static_cast<size_t>(groups));
+    std::vector<double> top_value(static_cast<size_t>(top_k));
+    std::vector<double> chosen_by(shifted ? static_cast<size_t>(experts) : 0);
+    std::vector<double> group_score(static_cast<size_t>(groups));
+#pragma omp for schedule(static) reduction(min : bad)
+    for (int64_t n = 0; n < tokens; ++n) {
+      const double* p = all + n * E;
+      bool finite = true;
+      for (int64_t e = 0; e < E; ++e) finite &= std::isfinite(p[e]);
+      if (!finite) {
+        int64_t e = 0;
+        while (std::isfinite(p[e])) ++e;
+        bad = std::min(bad, n * E + e);
+        continue;
       }
-    }
-    // What the token chooses by: its scores, plus the biases, with the
-    // experts outside its best groups out of reach.
-    const double* s = p;
-    if (!chosen_by.empty()) {
-      for (int64_t e = 0; e < experts; ++e)
-        chosen_by[static_cast<size_t>(e)] =
-            p[e] + (biased ? choice.bias[static_cast<size_t>(e)] : 0);
-      if (groups > 1) {
-        for (int64_t g = 0; g < groups; ++g) {
-          const double* in = chosen_by.data() + g * size;
-          double first = -std::numeric_limits<double>::infinity(), second = first;
-          for (int64_t i = 0; i < size; ++i) {
-            if (in[i] > first) {
-              second = first;
-              first = in[i];
-            } else if (in[i] > second) {
-              second = in[i];
+      // What the token chooses by: its scores, plus the biases, with the
+      // experts outside its best groups out of reach.
+      const double* s = p;
+      if (shifted) {
+        double* by = chosen_by.data();
+        for (int64_t e = 0; e < E; ++e) by[e] = p[e] + (shift ? shift[e] : 0.0);
+        if (grouped) {
+          for (int64_t g = 0; g < G; ++g) {
+            const double* in = by + g * width;
+            double most = -std::numeric_limits<double>::infinity(), next = most;
+            for (int64_t i = 0; i < width; ++i) {
+              if (in[i] > most) {
+                next = most;
+                most = in[i];
+              } else if (in[i] > next) {
+                next = in[i];
+              }
             }
+            group_score[static_cast<size_t>(g)] = width > 1 ? most + next : most;
           }
-          group_score[static_cast<size_t>(g)] = size > 1 ? first + second : first;
+          std::iota(best.begin(), best.end(), 0);
+          std::partial_sort(best.begin(), best.begin() + open, best.end(),
+                            before(group_score.data()));
+          // The groups past the best top_groups are out of reach.
+          for (int64_t j = open; j < G; ++j) {
+            double* closed = by + best[static_cast<size_t>(j)] * width;
+            std::fill(closed, closed + width, -std::numeric_limits<double>::infinity());
+          }
         }
-        std::iota(best.begin(), best.end(), 0);
-        std::partial_sort(best.begin(), best.begin() + choice.top_groups, best.end(),
-                          before(group_score.data()));
-        // The groups past the best top_groups are out of reach.
-        for (int64_t j = choice.top_groups; j < groups; ++j) {
-          double* closed = chosen_by.data() + best[static_cast<size_t>(j)] * size;
-          std::fill(closed, closed + size, -std::numeric_limits<double>::infinity());
-        }
+        s = by;
       }
-      s = chosen_by.data();
-    }
-    std::iota(ranked.begin(), ranked.end(), 0);
-    std::partial_sort(ranked.begin(), ranked.begin() + top_k, ranked.end(), before(s));
-    for (int64_t j = 0; j < top_k; ++j) {
-      r.choice[static_cast<size_t>(n * top_k + j)] = ranked[static_cast<size_t>(j)];
-      ++r.load[static_cast<size_t>(ranked[static_cast<size_t>(j)])];
+      // The top_k by insertion into a short list kept best first: in one
+      // pass over the experts in index order, a later expert passes an
+      // earlier one only with a higher score, so equal ones stay in index
+      // order (as `before` ranks them).
+      int64_t* top = choices + n * K;
+      double* value = top_value.data();
+      int64_t held = 0;
+      for (int64_t e = 0; e < E; ++e) {
+        const double v = s[e];
+        if (held == K && !(v > value[K - 1])) continue;
+        int64_t at = held < K ? held++ : K - 1;
+        for (; at > 0 && value[at - 1] < v; --at) {
+          value[at] = value[at - 1];
+          top[at] = top[at - 1];
+        }
+        value[at] = v;
+        top[at] = e;
+      }
     }
   }
-  // Rows grouped by expert, each group in token order (a counting sort).
-  std::vector<std::vector<int64_t>> by_expert(static_cast<size_t>(experts));
-  for (int64_t a = 0; a < tokens * top_k; ++a)
-    by_expert[static_cast<size_t>(r.choice[static_cast<size_t>(a)])].push_back(a);
+  if (bad < tokens * experts) {
+    const int64_t n = bad / experts, e = bad % experts;
+    throw ValueError("route_top_k: token " + std::to_string(n) + "'s probability for expert " +
+                     std::to_string(e) + " is " + std::to_string(probs[static_cast<size_t>(bad)]) +
+                     " (the router's output is not finite)");
+  }
+  for (const int64_t e : r.choice) ++r.load[static_cast<size_t>(e)];
+  // Rows grouped by expert, each group in token order: a counting sort of
+  // the assignments into one array, each expert's run starting where the
+  // loads before it end.
+  std::vector<int64_t> order(static_cast<size_t>(tokens * top_k)),
+      start(static_cast<size_t>(experts) + 1, 0);
+  for (int64_t e = 0; e < experts; ++e)
+    start[static_cast<size_t>(e) + 1] =
+        start[static_cast<size_t>(e)] + r.load[static_cast<size_t>(e)];
+  {
+    std::vector<int64_t> next(start.begin(), start.end() - 1);
+    for (int64_t a = 0; a < tokens * top_k; ++a)
+      order[static_cast<size_t>(next[static_cast<size_t>(r.choice[static_cast<size_t>(a)])]++)] = a;
+  }
   r.rows.resize(static_cast<size_t>(experts));
+  r.token.reserve(order.size() + static_cast<size_t>(experts));
+  r.assignment.reserve(order.size() + static_cast<size_t>(experts));
   for (int64_t e = 0; e < experts; ++e) {
-    auto& mine = by_expert[static_cast<size_t>(e)];
-    if (capacity > 0 && static_cast<int64_t>(mine.size()) > capacity) {
+    const auto first = order.begin() + start[static_cast<size_t>(e)];
+    auto last = order.begin() + start[static_cast<size_t>(e) + 1];
+    if (capacity > 0 && last - first > capacity) {
       // Over capacity: keep the most probable (a stable sort: equal ones
       // in token order) or the earliest, then put the kept back in token
       // order.
       if (policy == GptConfig::Moe::DropPolicy::Probs) {
-        std::stable_sort(mine.begin(), mine.end(), [&](int64_t a, int64_t b) {
+        std::stable_sort(first, last, [&](int64_t a, int64_t b) {
           return probs[static_cast<size_t>((a / top_k) * experts + e)] >
                  probs[static_cast<size_t>((b / top_k) * experts + e)];
         });
       }
-      r.dropped += static_cast<int64_t>(mine.size()) - capacity;
-      mine.resize(static_cast<size_t>(capacity));
-      std::sort(mine.begin(), mine.end());
+      r.dropped += (last - first) - capacity;
+      last = first + capacity;
+      std::sort(first, last);
     }
-    if (mine.empty()) {  // the padding row: token 0, the zero gate
+    if (first == last) {  // the padding row: token 0, the zero gate
       r.token.push_back(0);
       r.assignment.push_back(tokens * top_k);
       r.rows[static_cast<size_t>(e)] = 1;
       continue;
     }
-    for (const int64_t a : mine) {
-      r.token.push_back(a / top_k);
-      r.assignment.push_back(a);
+    for (auto a = first; a != last; ++a) {
+      r.token.push_back(*a / top_k);
+      r.assignment.push_back(*a);
     }
-    r.rows[static_cast<size_t>(e)] = static_cast<int64_t>(mine.size());
+    r.rows[static_cast<size_t>(e)] = last - first;
   }
   return r;
 }
