@@ -1472,14 +1472,25 @@ void Trainer::update_expert_biases() {
   Tensor all = from_vector(loads, {L * E}, DType::F64);
   if (world_ && world_->size() > 1) world_->all_reduce(all, dist::ReduceOp::Sum)->wait();
   loads = to_double_vector(all);
-  for (auto& [name, p] : parameters()) {
+  if (!expert_biases_) {
+    // This rank's biases by layer, found once (the handles follow the
+    // tensors wherever they move). Not through parameters(): the biases
+    // are no ZeRO-1 gather's business, which may still be running.
+    expert_biases_.emplace();
+    const auto named = pp_model_   ? pp_model_->named_parameters()
+                       : tp_model_ ? tp_model_->named_parameters()
+                                   : model_->named_parameters();
     static const std::string tail = ".mlp.expert_bias";
-    if (name.size() <= tail.size() + 2 || name.compare(0, 2, "h.") != 0 ||
-        name.compare(name.size() - tail.size(), tail.size(), tail) != 0)
-      continue;
-    const int64_t layer = std::stoll(name.substr(2, name.size() - tail.size() - 2));
+    for (const auto& [name, p] : named) {
+      if (name.size() <= tail.size() + 2 || name.compare(0, 2, "h.") != 0 ||
+          name.compare(name.size() - tail.size(), tail.size(), tail) != 0)
+        continue;
+      expert_biases_->emplace_back(std::stoll(name.substr(2, name.size() - tail.size() - 2)), p);
+    }
+  }
+  for (auto& [layer, bias] : *expert_biases_) {
     const auto first = loads.begin() + layer * E;
-    nn::update_expert_bias(p, std::vector<double>(first, first + E), moe.bias_update_rate);
+    nn::update_expert_bias(bias, std::vector<double>(first, first + E), moe.bias_update_rate);
   }
 }
 

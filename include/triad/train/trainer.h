@@ -120,6 +120,8 @@ class Trainer {
   // model.moe.expert_bias: the step's loads of every MoE layer, summed over
   // every rank, move the biases this rank holds (after an applied step).
   void update_expert_biases();
+  // (layer, its expert biases) on this rank, found at the first update.
+  std::optional<std::vector<std::pair<int64_t, Tensor>>> expert_biases_;
   std::shared_ptr<nn::MoeStats> moe_stats_;  // this step's, on this rank (model.moe)
 
   Config config_;
