@@ -3,6 +3,7 @@
 # training tokens/s of the fixed GPT (6 layers, d_model 384, 6 heads, vocab
 # 8192, seq 256, batch 8) in Triad and in PyTorch-CPU, and the two targets:
 # Triad >= 2x PyTorch tokens/s, Triad model FLOP/s >= 50% of the sgemm rate.
+# Last, a mixture's host routing per layer and micro-batch (bench_routing).
 #   benchmarks/run_cpu_benchmarks.sh [BUILD_DIR]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -30,3 +31,4 @@ frac = t["model_gflops"] / sgemm
 print(f"tokens/s: triad {t['tokens_per_s']:.0f}, pytorch {p['tokens_per_s']:.0f} -> {speedup:.2f}x (target >= 2x)")
 print(f"model FLOP/s: triad {t['model_gflops']:.1f} GFLOP/s = {100*frac:.0f}% of sgemm {sgemm:.1f} (target >= 50%)")
 PYEOF
+"$BUILD_DIR/benchmarks/bench_routing" --tokens 4096 --repeat 10
