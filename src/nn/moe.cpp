@@ -18,6 +18,29 @@
 
 namespace triad::nn {
 
+namespace {
+
+// The k best of v[0..n) into top (their indices) and value, best first;
+// equal ones by index (a stable order every rank of a tensor-parallel
+// group agrees on): by insertion into the short list in one pass in index
+// order, a later index passing an earlier one only with a higher value.
+void best_k(const double* v, int64_t n, int64_t k, int64_t* top, double* value) {
+  int64_t held = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const double x = v[i];
+    if (held == k && !(x > value[k - 1])) continue;
+    int64_t at = held < k ? held++ : k - 1;
+    for (; at > 0 && value[at - 1] < x; --at) {
+      value[at] = value[at - 1];
+      top[at] = top[at - 1];
+    }
+    value[at] = x;
+    top[at] = i;
+  }
+}
+
+}  // namespace
+
 Routing route_top_k(const std::vector<double>& probs, int64_t tokens, int64_t experts,
                     int64_t top_k, int64_t capacity, GptConfig::Moe::DropPolicy policy,
                     const ExpertChoice& choice) {
@@ -67,11 +90,6 @@ Routing route_top_k(const std::vector<double>& probs, int64_t tokens, int64_t ex
   // after the loop.
   int64_t bad = tokens * experts;
   const bool grouped = groups > 1, shifted = biased || grouped;
-  // Best first; equal ones by index (a stable order every rank of a
-  // tensor-parallel group agrees on).
-  const auto before = [](const double* v) {
-    return [v](int64_t a, int64_t b) { return v[a] > v[b] || (v[a] == v[b] && a < b); };
-  };
 #pragma omp parallel if (tokens * experts >= (int64_t{1} << 16))
   {
     // (Locals: the loop reads no shared variable through a pointer.)
@@ -79,10 +97,11 @@ Routing route_top_k(const std::vector<double>& probs, int64_t tokens, int64_t ex
     const double* const all = probs.data();
     const double* const shift = biased ? choice.bias.data() : nullptr;
     int64_t* const choices = r.choice.data();
-    std::vector<int64_t> best(static_cast<size_t>(groups));
-    std::vector<double> top_value(static_cast<size_t>(top_k));
+    std::vector<int64_t> best(static_cast<size_t>(std::max(groups, int64_t{2})));
+    std::vector<double> best_value(best.size()), top_value(static_cast<size_t>(top_k));
     std::vector<double> chosen_by(shifted ? static_cast<size_t>(experts) : 0);
     std::vector<double> group_score(static_cast<size_t>(groups));
+    std::vector<bool> kept(static_cast<size_t>(groups));
 #pragma omp for schedule(static) reduction(min : bad)
     for (int64_t n = 0; n < tokens; ++n) {
       const double* p = all + n * E;
@@ -101,48 +120,28 @@ Routing route_top_k(const std::vector<double>& probs, int64_t tokens, int64_t ex
         double* by = chosen_by.data();
         for (int64_t e = 0; e < E; ++e) by[e] = p[e] + (shift ? shift[e] : 0.0);
         if (grouped) {
+          // Each group's score: the sum of its two best (its one).
+          const int64_t two = std::min<int64_t>(2, width);
           for (int64_t g = 0; g < G; ++g) {
-            const double* in = by + g * width;
-            double most = -std::numeric_limits<double>::infinity(), next = most;
-            for (int64_t i = 0; i < width; ++i) {
-              if (in[i] > most) {
-                next = most;
-                most = in[i];
-              } else if (in[i] > next) {
-                next = in[i];
-              }
-            }
-            group_score[static_cast<size_t>(g)] = width > 1 ? most + next : most;
+            best_k(by + g * width, width, two, best.data(), best_value.data());
+            group_score[static_cast<size_t>(g)] =
+                two > 1 ? best_value[0] + best_value[1] : best_value[0];
           }
-          std::iota(best.begin(), best.end(), 0);
-          std::partial_sort(best.begin(), best.begin() + open, best.end(),
-                            before(group_score.data()));
-          // The groups past the best top_groups are out of reach.
-          for (int64_t j = open; j < G; ++j) {
-            double* closed = by + best[static_cast<size_t>(j)] * width;
-            std::fill(closed, closed + width, -std::numeric_limits<double>::infinity());
+          // The experts of every group but the best top_groups are out of
+          // reach.
+          best_k(group_score.data(), G, open, best.data(), best_value.data());
+          std::fill(kept.begin(), kept.end(), false);
+          for (int64_t j = 0; j < open; ++j)
+            kept[static_cast<size_t>(best[static_cast<size_t>(j)])] = true;
+          for (int64_t g = 0; g < G; ++g) {
+            if (!kept[static_cast<size_t>(g)])
+              std::fill(by + g * width, by + (g + 1) * width,
+                        -std::numeric_limits<double>::infinity());
           }
         }
         s = by;
       }
-      // The top_k by insertion into a short list kept best first: in one
-      // pass over the experts in index order, a later expert passes an
-      // earlier one only with a higher score, so equal ones stay in index
-      // order (as `before` ranks them).
-      int64_t* top = choices + n * K;
-      double* value = top_value.data();
-      int64_t held = 0;
-      for (int64_t e = 0; e < E; ++e) {
-        const double v = s[e];
-        if (held == K && !(v > value[K - 1])) continue;
-        int64_t at = held < K ? held++ : K - 1;
-        for (; at > 0 && value[at - 1] < v; --at) {
-          value[at] = value[at - 1];
-          top[at] = top[at - 1];
-        }
-        value[at] = v;
-        top[at] = e;
-      }
+      best_k(s, E, K, choices + n * K, top_value.data());
     }
   }
   if (bad < tokens * experts) {
