@@ -247,6 +247,58 @@ void take_fused_experts(BlockParts& parts, const std::string& p, nn::StateDict& 
   }
 }
 
+// DeepSeek-V3's multi-head latent attention (its kv_a_proj_with_mqa names
+// it) as block `p`'s attn.q_a_proj, q_a_norm and q_b_proj (or q_proj),
+// kv_a_proj, kv_a_norm and kv_b_proj; with `interleaved_n_head` query heads
+// its rope rows (the last qk_rope of each query head, and of kv_a_proj,
+// qk_rope being kv_a_proj's height beyond kv_a_layernorm's width) turn in
+// interleaved pairs and are reordered into Triad's halves. False for a
+// block without it.
+bool take_latent_attention(BlockParts& parts, int64_t layer, const std::string& p,
+                           int64_t interleaved_n_head, nn::StateDict& out) {
+  if (!parts.has("self_attn.kv_a_proj_with_mqa.weight")) return false;
+  const std::string a = "self_attn.";
+  Tensor kv_a = parts.take(a + "kv_a_proj_with_mqa.weight");
+  Tensor kv_a_bias = parts.has(a + "kv_a_proj_with_mqa.bias")
+                         ? parts.take(a + "kv_a_proj_with_mqa.bias")
+                         : Tensor();
+  const Tensor kv_norm = parts.take(a + "kv_a_layernorm.weight");
+  const bool q_latent = parts.has(a + "q_a_proj.weight");
+  const std::string q_name = q_latent ? "q_b_proj" : "q_proj";
+  Tensor q = parts.take(a + q_name + ".weight");
+  Tensor q_bias =
+      !q_latent && parts.has(a + "q_proj.bias") ? parts.take(a + "q_proj.bias") : Tensor();
+  if (interleaved_n_head > 0) {
+    const int64_t rank = kv_norm.numel(), H = interleaved_n_head;
+    const int64_t rope = kv_a.dim() == 2 ? kv_a.size(0) - rank : 0;
+    const int64_t qk = q.dim() == 2 && q.size(0) % H == 0 ? q.size(0) / H : 0;
+    if (rope < 2 || rope % 2 != 0 || qk < rope) {
+      throw IoError("Hugging Face DeepSeek weights: layer " + std::to_string(layer) +
+                    "'s kv_a_proj_with_mqa " + shape_str(kv_a.shape()) + ", kv_a_layernorm " +
+                    shape_str(kv_norm.shape()) + " and " + q_name + " " + shape_str(q.shape()) +
+                    " do not make an even rotated width within " + std::to_string(H) +
+                    " query heads");
+    }
+    q = interleaved_rows_at(q, H, qk - rope, rope, true);
+    if (q_bias.defined()) q_bias = interleaved_rows_at(q_bias, H, qk - rope, rope, true);
+    kv_a = interleaved_rows_at(kv_a, 1, rank, rope, true);
+    if (kv_a_bias.defined()) kv_a_bias = interleaved_rows_at(kv_a_bias, 1, rank, rope, true);
+  }
+  const std::string t = p + "attn.";
+  if (q_latent) {
+    out[t + "q_a_proj.weight"] = parts.take(a + "q_a_proj.weight");
+    if (parts.has(a + "q_a_proj.bias")) out[t + "q_a_proj.bias"] = parts.take(a + "q_a_proj.bias");
+    out[t + "q_a_norm.weight"] = parts.take(a + "q_a_layernorm.weight");
+  }
+  out[t + q_name + ".weight"] = q;
+  if (q_bias.defined()) out[t + "q_proj.bias"] = q_bias;
+  out[t + "kv_a_proj.weight"] = kv_a;
+  if (kv_a_bias.defined()) out[t + "kv_a_proj.bias"] = kv_a_bias;
+  out[t + "kv_a_norm.weight"] = kv_norm;
+  out[t + "kv_b_proj.weight"] = parts.take(a + "kv_b_proj.weight");
+  return true;
+}
+
 // A block's mixture of experts, Mixtral's (block_sparse_moe.gate and
 // experts.<e>.w1, w3, w2) or Qwen's (mlp.gate and experts.<e>.gate_proj,
 // up_proj, down_proj; Qwen2-MoE's shared_expert and shared_expert_gate
@@ -335,20 +387,35 @@ nn::StateDict hf_phi_to_triad(const std::map<std::string, Tensor>& tensors) {
 
 Tensor interleaved_head_rows(const Tensor& t, int64_t heads, bool to_halves, int64_t rotated) {
   const int64_t rows = t.dim() >= 1 ? t.size(0) : 0;
-  const int64_t D = heads >= 1 ? rows / heads : 0, r = rotated > 0 ? rotated : D;
-  if (heads < 1 || rows == 0 || rows % heads != 0 || r % 2 != 0 || r > D || rotated < 0) {
+  const int64_t D = heads >= 1 ? rows / heads : 0;
+  if (rotated < 0 || heads < 1 || rows == 0 || rows % heads != 0) {
     throw ShapeError("rotary rows: " + shape_str(t.shape()) + " is not " + std::to_string(heads) +
                      " heads tall, each with an even count of rotated rows" +
                      (rotated > 0 ? " (" + std::to_string(rotated) + ")" : std::string()));
   }
+  return interleaved_rows_at(t, heads, 0, rotated > 0 ? rotated : D, to_halves);
+}
+
+Tensor interleaved_rows_at(const Tensor& t, int64_t heads, int64_t offset, int64_t rotated,
+                           bool to_halves) {
+  const int64_t rows = t.dim() >= 1 ? t.size(0) : 0;
+  const int64_t D = heads >= 1 ? rows / heads : 0, r = rotated;
+  if (heads < 1 || rows == 0 || rows % heads != 0 || r < 2 || r % 2 != 0 || offset < 0 ||
+      offset + r > D) {
+    throw ShapeError("rotary rows: " + shape_str(t.shape()) + " is not " + std::to_string(heads) +
+                     " heads tall, each with an even count of rotated rows (" +
+                     std::to_string(rotated) + ") from row " + std::to_string(offset));
+  }
   const int64_t rest = t.numel() / rows;
   const Tensor each = reshape(contiguous(t.detach()), {heads, D, rest});
   const Shape pairs = to_halves ? Shape{heads, r / 2, 2, rest} : Shape{heads, 2, r / 2, rest};
-  Tensor turned =
-      reshape(contiguous(transpose(reshape(contiguous(narrow(each, 1, 0, r)), pairs), 1, 2)),
-              {heads, r, rest});
-  if (r < D) turned = concat({turned, contiguous(narrow(each, 1, r, D - r))}, 1);
-  return reshape(turned, t.shape()).detach();
+  std::vector<Tensor> parts;
+  if (offset > 0) parts.push_back(contiguous(narrow(each, 1, 0, offset)));
+  parts.push_back(
+      reshape(contiguous(transpose(reshape(contiguous(narrow(each, 1, offset, r)), pairs), 1, 2)),
+              {heads, r, rest}));
+  if (offset + r < D) parts.push_back(contiguous(narrow(each, 1, offset + r, D - offset - r)));
+  return reshape(parts.size() == 1 ? parts[0] : concat(parts, 1), t.shape()).detach();
 }
 
 Tensor triad_qkv_rows_to_interleaved(const Tensor& t, int64_t n_head, int64_t kv_heads,
@@ -466,7 +533,8 @@ nn::StateDict hf_llama_to_triad(const std::map<std::string, Tensor>& tensors,
     // Grouped-query attention: k_proj and v_proj are n_kv_head heads tall,
     // a divisor of q_proj's n_head heads; the stack is c_attn's [q | k | v],
     // with Qwen2's q, k and v biases stacked the same way.
-    stack_qkv(block, i, "LLaMA", p, out);
+    if (!take_latent_attention(block, i, p, interleaved_n_head, out))
+      stack_qkv(block, i, "LLaMA", p, out);
     // StableLM 2 12B's per-head LayerNorms (q_layernorm.norms.h, one of D
     // for each head, k_layernorm's for each key/value head), joined head by
     // head into one vector.

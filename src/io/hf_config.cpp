@@ -13,6 +13,11 @@
 namespace triad::io {
 namespace {
 
+// DeepSeek-V3's class, under its own model_type or Kimi K2's.
+bool is_deepseek_mla(const std::string& type) {
+  return type == "deepseek_v3" || type == "kimi_k2";
+}
+
 using Json = nlohmann::json;
 
 // Typed reads of config.json's keys, each error naming the file and key.
@@ -87,7 +92,12 @@ class Keys {
   // max_position_embeddings, as in Hugging Face. Any other kind, and yarn's
   // DeepSeek variants (mscale, mscale_all_dim) or untruncated ramp, is a
   // NotSupportedError naming it.
-  RopeScaling rope_scaling(double max_positions) const {
+  // DeepSeek's classes (`mscale_all_dim` given) take yarn's mscale and
+  // mscale_all_dim as Hugging Face does: the rotation's attention factor
+  // get_mscale(factor, mscale) / get_mscale(factor, mscale_all_dim) when
+  // both are given (and attention_factor is not), and mscale_all_dim into
+  // *mscale_all_dim for the scores' own factor (model.mla).
+  RopeScaling rope_scaling(double max_positions, double* mscale_all_dim = nullptr) const {
     const Json& v = j_.at("rope_scaling");
     if (!v.is_object())
       unsupported("rope_scaling",
@@ -137,10 +147,29 @@ class Keys {
     }
     if (r.kind == RopeScaling::Kind::Yarn) {
       r.original_seq_len = max_positions;
-      for (const char* key : {"mscale", "mscale_all_dim"}) {
-        if (v.contains(key) && !v.at(key).is_null())
+      double mscales[2] = {0.0, 0.0};
+      for (int i = 0; i < 2; ++i) {
+        const char* key = i == 0 ? "mscale" : "mscale_all_dim";
+        if (!v.contains(key) || v.at(key).is_null()) continue;
+        if (mscale_all_dim == nullptr)
           unsupported("rope_scaling", std::string("yarn's ") + key +
-                                          " (DeepSeek's attention factor) is not implemented");
+                                          " (DeepSeek's attention factor) belongs to DeepSeek's "
+                                          "latent attention");
+        if (!v.at(key).is_number() || !(v.at(key).get<double>() >= 0.0))
+          throw ConfigError(source_ + ": 'rope_scaling." + key + "' (" + v.at(key).dump() +
+                            ") must be a number >= 0");
+        mscales[i] = v.at(key).get<double>();
+      }
+      if (mscale_all_dim != nullptr) {
+        *mscale_all_dim = mscales[1];
+        const double factor =
+            v.contains("factor") && v.at("factor").is_number() ? v.at("factor").get<double>() : 1.0;
+        const auto get_mscale = [&](double m) {
+          return factor <= 1.0 ? 1.0 : 0.1 * m * std::log(factor) + 1.0;
+        };
+        if (mscales[0] > 0.0 && mscales[1] > 0.0 &&
+            (!v.contains("attention_factor") || v.at("attention_factor").is_null()))
+          r.attention_factor = get_mscale(mscales[0]) / get_mscale(mscales[1]);
       }
       if (v.contains("truncate") && v.at("truncate") == false)
         unsupported("rope_scaling", "yarn without truncate is not implemented");
@@ -220,7 +249,10 @@ nn::GptConfig llama_config(const Keys& k, const std::string& type) {
   c.linear_bias = false;
   const bool gemma = type == "gemma" || type == "gemma2" || type == "gemma3_text";
   c.tie_embeddings = k.boolean("tie_word_embeddings", gemma);
-  if (k.has("rope_scaling")) c.rope_scaling = k.rope_scaling(static_cast<double>(c.seq_len));
+  if (k.has("rope_scaling")) {
+    c.rope_scaling = k.rope_scaling(static_cast<double>(c.seq_len),
+                                    is_deepseek_mla(type) ? &c.mla.mscale_all_dim : nullptr);
+  }
   if (gemma) {
     // Gemma: GeGLU (transformers reads hidden_activation and takes GELU's
     // tanh approximation when it is absent, whatever hidden_act says), the
@@ -489,27 +521,62 @@ nn::GptConfig moe_config(const Keys& k, const std::string& type) {
 // (model.moe.bias_update_rate, at its default). GLM-4.5's defaults: one
 // dense layer, one shared expert, renormalised; dots1's: none dense, the
 // shared experts given, not renormalised.
+//
+// DeepSeek-V3 (deepseek_v3; Kimi K2's kimi_k2 files, the same class): that
+// mixture (DeepseekV3Config's defaults: three dense layers, one shared
+// expert, renormalised, scaled by 2.5, 8 groups, the best 4) on LLaMA's
+// blocks whose attention is multi-head latent attention (model.mla:
+// kv_lora_rank, q_lora_rank (null: queries straight from x),
+// qk_nope_head_dim, qk_rope_head_dim, v_head_dim), its rope turning
+// interleaved pairs (rope_interleave, which the weights' reader reorders
+// into halves) and yarn's mscale and mscale_all_dim as Hugging Face's.
 nn::GptConfig deepseek_moe_config(const Keys& k, const std::string& type) {
-  const bool glm = type == "glm4_moe";
+  const bool glm = type == "glm4_moe", v3 = is_deepseek_mla(type);
   nn::GptConfig c = llama_config(k, type);
   nn::GptConfig::Moe& m = c.moe;
+  if (v3) {
+    // DeepseekV3Config's head_dim is qk_rope_head_dim (for its rotary
+    // embedding); the heads' widths are model.mla's.
+    c.head_size = 0;
+    c.rope_dim = 0;
+    c.mla.kv_lora_rank = k.integer("kv_lora_rank", 512);
+    c.mla.q_lora_rank = k.names("q_lora_rank") && k.json("q_lora_rank").is_null()
+                            ? 0
+                            : k.integer("q_lora_rank", 1536);
+    if (c.mla.q_lora_rank == 0 && k.has("q_lora_rank"))
+      k.bad("q_lora_rank", "must be positive, or null for queries straight from the input");
+    c.mla.qk_nope_head_dim = k.integer("qk_nope_head_dim", 128);
+    c.mla.qk_rope_head_dim = k.integer("qk_rope_head_dim", 64);
+    c.mla.v_head_dim = k.integer("v_head_dim", 128);
+    if (!k.boolean("rope_interleave", true))
+      k.unsupported(
+          "rope_interleave",
+          "Triad reads DeepSeek's rope rows as its files hold them, in interleaved pairs");
+    if (k.text("topk_method", "noaux_tc") != "noaux_tc")
+      k.unsupported("topk_method", "DeepSeek-V3's routing is noaux_tc (biased sigmoid scores)");
+    if (k.text("scoring_func", "sigmoid") != "sigmoid")
+      k.unsupported("scoring_func", "DeepSeek-V3's experts are scored by sigmoids");
+    if (k.integer("moe_layer_freq", 1) != 1)
+      k.unsupported("moe_layer_freq", "every layer after the dense ones is a mixture");
+  }
   read_expert_counts(k, "n_routed_experts", m);
-  m.ffn_hidden_size = k.integer("moe_intermediate_size", 1408);
-  m.normalize_top_k = k.boolean("norm_topk_prob", glm);
+  m.ffn_hidden_size = k.integer("moe_intermediate_size", v3 ? 2048 : 1408);
+  m.normalize_top_k = k.boolean("norm_topk_prob", glm || v3);
   m.score = nn::GptConfig::Moe::Score::Sigmoid;
-  m.routed_scaling_factor = k.number("routed_scaling_factor", 1.0);
-  m.groups = k.integer("n_group", 1);
-  m.top_groups = k.integer("topk_group", 1);
+  m.routed_scaling_factor = k.number("routed_scaling_factor", v3 ? 2.5 : 1.0);
+  m.groups = k.integer("n_group", v3 ? 8 : 1);
+  m.top_groups = k.integer("topk_group", v3 ? 4 : 1);
   if (k.has("n_group") && (m.groups < 1 || m.experts % m.groups != 0 || m.experts / m.groups < 2))
     k.bad("n_group",
           "must divide n_routed_experts into groups of at least 2 (each group is scored by its "
           "two best)");
   m.expert_bias = true;
   m.aux_loss_coef = 0;
-  const int64_t shared = glm ? k.integer("n_shared_experts", 1) : k.integer("n_shared_experts");
+  const int64_t shared =
+      glm || v3 ? k.integer("n_shared_experts", 1) : k.integer("n_shared_experts");
   if (shared < 0) k.bad("n_shared_experts", "must be a count >= 0");
   m.shared_ffn_hidden_size = shared * m.ffn_hidden_size;
-  const int64_t dense = k.integer("first_k_dense_replace", glm ? 1 : 0);
+  const int64_t dense = k.integer("first_k_dense_replace", v3 ? 3 : glm ? 1 : 0);
   if (dense < 0) k.bad("first_k_dense_replace", "must be a count of layers >= 0");
   for (int64_t i = 0; i < std::min(dense, c.n_layer); ++i) m.dense_layers.push_back(i);
   return c;
@@ -1015,7 +1082,7 @@ nn::GptConfig gpt_config_from_hf(const std::string& json_text, const std::string
     c = olmo_config(k, type);
   } else if (type == "granitemoe" || type == "granitemoeshared") {
     c = granite_moe_config(k, type);
-  } else if (type == "glm4_moe" || type == "dots1") {
+  } else if (type == "glm4_moe" || type == "dots1" || is_deepseek_mla(type)) {
     c = deepseek_moe_config(k, type);
   } else if (type == "gpt2") {
     c = gpt2_config(k);
@@ -1043,10 +1110,11 @@ nn::GptConfig gpt_config_from_hf(const std::string& json_text, const std::string
         "' is not supported (llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe, gemma, "
         "gemma2, gemma3_text, gemma3, phi3, stablelm, olmo, olmo2, olmo3, olmoe, granite, "
         "granitemoe, granitemoeshared, cohere, cohere2, smollm3, glm, glm4, glm4_moe, dots1, "
-        "helium, exaone4, "
+        "deepseek_v3, kimi_k2, helium, exaone4, "
         "gpt_neox, starcoder2, phi, falcon, gptj, codegen or gpt2)");
   }
-  c.hf_type = type;  // (an export writes the class it came from)
+  // (An export writes the class it came from; Kimi K2's is DeepSeek-V3's.)
+  c.hf_type = type == "kimi_k2" ? "deepseek_v3" : type;
   try {
     c.validate();
   } catch (const ConfigError& e) {

@@ -51,7 +51,7 @@ bool is_glm(const std::string& type) {
 // The classes holding DeepSeek-V3's mixture (sigmoid scores chosen with
 // expert biases, a shared expert): GLM-4.5's and dots.llm1's.
 bool holds_deepseek_moe(const std::string& type) {
-  return type == "glm4_moe" || type == "dots1";
+  return type == "glm4_moe" || type == "dots1" || type == "deepseek_v3";
 }
 
 // The classes that leave some layers without rope: SmolLM3's (any of them)
@@ -793,6 +793,41 @@ std::map<std::string, Tensor> triad_to_falcon_part(const nn::StateDict& full,
 // into block_sparse_moe.input_linear (E, 2F, C), its c_proj into
 // output_linear (E, C, F), the router as router.layer; GraniteMoeShared's
 // shared expert as shared_mlp's input_linear and output_linear.
+// Block `block`'s latent attention (model.mla) under DeepSeek-V3's names
+// at `prefix` (q_a_proj, q_a_layernorm, q_b_proj or q_proj,
+// kv_a_proj_with_mqa, kv_a_layernorm, kv_b_proj), the rope rows of each
+// query head and of the shared key back in interleaved pairs.
+void put_latent_attention(const nn::StateDict& full, const nn::GptConfig& c, int64_t block,
+                          const std::string& prefix, std::map<std::string, Tensor>& out) {
+  const std::string p = "h." + std::to_string(block) + ".attn.";
+  const auto& a = c.mla;
+  const int64_t qk = c.latent_qk_dim(), rope = a.qk_rope_head_dim;
+  auto checked = [&](const std::string& name, const Shape& shape) -> const Tensor& {
+    const Tensor& t = at(full, p + name);
+    if (t.shape() != shape) {
+      throw ShapeError("export: '" + p + name + "' is " + shape_str(t.shape()) + ", expected " +
+                       shape_str(shape) + " for the configured model.mla");
+    }
+    return t;
+  };
+  if (a.q_lora_rank > 0) {
+    out[prefix + "q_a_proj.weight"] = checked("q_a_proj.weight", {a.q_lora_rank, c.d_model});
+    out[prefix + "q_a_layernorm.weight"] = checked("q_a_norm.weight", {a.q_lora_rank});
+    out[prefix + "q_b_proj.weight"] =
+        interleaved_rows_at(checked("q_b_proj.weight", {c.n_head * qk, a.q_lora_rank}), c.n_head,
+                            qk - rope, rope, false);
+  } else {
+    out[prefix + "q_proj.weight"] = interleaved_rows_at(
+        checked("q_proj.weight", {c.n_head * qk, c.d_model}), c.n_head, qk - rope, rope, false);
+  }
+  out[prefix + "kv_a_proj_with_mqa.weight"] =
+      interleaved_rows_at(checked("kv_a_proj.weight", {a.kv_lora_rank + rope, c.d_model}), 1,
+                          a.kv_lora_rank, rope, false);
+  out[prefix + "kv_a_layernorm.weight"] = checked("kv_a_norm.weight", {a.kv_lora_rank});
+  out[prefix + "kv_b_proj.weight"] =
+      checked("kv_b_proj.weight", {c.n_head * (a.qk_nope_head_dim + a.v_head_dim), a.kv_lora_rank});
+}
+
 void put_fused_experts(const nn::StateDict& full, const nn::GptConfig& c, int64_t block,
                        std::map<std::string, Tensor>& out) {
   const std::string p = "h." + std::to_string(block) + ".";
@@ -825,7 +860,8 @@ void put_fused_experts(const nn::StateDict& full, const nn::GptConfig& c, int64_
 }  // namespace
 
 bool hf_turns_interleaved(const std::string& type) {
-  return is_cohere(type) || is_glm(type) || type == "helium";
+  return is_cohere(type) || is_glm(type) || type == "helium" || type == "deepseek_v3" ||
+         type == "kimi_k2";
 }
 
 const std::vector<std::string>& hf_model_types() {
@@ -855,6 +891,7 @@ const std::vector<std::string>& hf_model_types() {
                                               "glm4",
                                               "glm4_moe",
                                               "dots1",
+                                              "deepseek_v3",
                                               "helium",
                                               "exaone4",
                                               "gpt_neox",
@@ -929,6 +966,11 @@ void add_granite_departures(const nn::GptConfig& c, const std::string& type, Mis
 // layer), GraniteMoE's Granite's (renormalised, on every layer; an ungated
 // shared expert in GraniteMoeShared's); no other class holds a mixture.
 std::string misfit(const nn::GptConfig& c, const std::string& type) {
+  if (type != "deepseek_v3" && c.latent_attention()) {
+    // (Only DeepSeek-V3's class has latent attention; the rest is beside
+    // the point.)
+    return "model.mla is set (latent attention, DeepSeek-V3's)";
+  }
   if (!is_moe_type(type)) {
     Misfit m{dense_misfit(c, type)};
     m.add(c.moe.experts > 0, "model.moe is set (a mixture of experts)");
@@ -939,12 +981,19 @@ std::string misfit(const nn::GptConfig& c, const std::string& type) {
   const bool mixtral = type == "mixtral", qwen2 = type == "qwen2_moe", olmoe = type == "olmoe";
   const bool granite = is_granite_moe(type), deepseek = holds_deepseek_moe(type);
   // (dots.llm1's blocks are Qwen3's.)
-  Misfit m{dense_misfit(c, mixtral              ? "mistral"
-                           : qwen2              ? "qwen2"
-                           : olmoe              ? "olmoe"
-                           : granite            ? "granite"
-                           : type == "glm4_moe" ? "glm4_moe"
-                                                : "qwen3")};
+  // (DeepSeek-V3's are LLaMA's with latent attention.)
+  Misfit m{dense_misfit(c, mixtral                 ? "mistral"
+                           : qwen2                 ? "qwen2"
+                           : olmoe                 ? "olmoe"
+                           : granite               ? "granite"
+                           : type == "glm4_moe"    ? "glm4_moe"
+                           : type == "deepseek_v3" ? "llama"
+                                                   : "qwen3")};
+  if (type == "deepseek_v3") {
+    m.add(!c.latent_attention(), "model.mla is not set (DeepSeek-V3's attention is latent)");
+    m.add(c.mla.mscale_all_dim > 0 && c.rope_scaling.kind != RopeScaling::Kind::Yarn,
+          "model.mla.mscale_all_dim is set without yarn rope scaling");
+  }
   add_olmo_departures(c, type, m);
   add_granite_departures(c, type, m);
   m.add(c.moe.experts == 0, "model.moe is not set (no experts)");
@@ -1019,6 +1068,7 @@ const char* architecture_of(const std::string& type) {
          : type == "glm4"             ? "Glm4ForCausalLM"
          : type == "glm4_moe"         ? "Glm4MoeForCausalLM"
          : type == "dots1"            ? "Dots1ForCausalLM"
+         : type == "deepseek_v3"      ? "DeepseekV3ForCausalLM"
          : type == "helium"           ? "HeliumForCausalLM"
          : type == "exaone4"          ? "Exaone4ForCausalLM"
          : type == "gpt_neox"         ? "GPTNeoXForCausalLM"
@@ -1079,7 +1129,10 @@ const char* hf_model_type(const nn::GptConfig& c) {
         "and any partial rotation, its first layers dense, then DeepSeek-V3's router (score: "
         "sigmoid, expert_bias) and an ungated shared expert some experts wide (here " +
         misfit(c, "glm4_moe") + "); Dots1ForCausalLM the same on Qwen3ForCausalLM's blocks (here " +
-        misfit(c, "dots1") + ")");
+        misfit(c, "dots1") +
+        "); DeepseekV3ForCausalLM the same on LLaMA's blocks with latent attention (model.mla) "
+        "(here " +
+        misfit(c, "deepseek_v3") + ")");
   }
   const std::string llama = misfit(c, "mistral"), qwen2 = misfit(c, "qwen2"),
                     qwen3 = misfit(c, "qwen3"), gemma = misfit(c, "gemma"),
@@ -1186,7 +1239,19 @@ std::string hf_config_json(const nn::GptConfig& c, const std::string& torch_dtyp
     const bool granite = is_granite(type), cohere = is_cohere(type);
     // (Phi3Config's, StableLmConfig's, OLMo's and Granite's heads are
     // hidden_size / heads wide.)
-    if (!phi3 && !stablelm && !olmo && !granite && !cohere) j["head_dim"] = c.head_dim();
+    if (c.latent_attention()) {
+      // DeepseekV3Config's head_dim is its rotary embedding's width.
+      const auto& a = c.mla;
+      j["head_dim"] = a.qk_rope_head_dim;
+      j["kv_lora_rank"] = a.kv_lora_rank;
+      j["q_lora_rank"] = a.q_lora_rank > 0 ? nlohmann::ordered_json(a.q_lora_rank) : nullptr;
+      j["qk_nope_head_dim"] = a.qk_nope_head_dim;
+      j["qk_rope_head_dim"] = a.qk_rope_head_dim;
+      j["v_head_dim"] = a.v_head_dim;
+      j["rope_interleave"] = true;
+    } else if (!phi3 && !stablelm && !olmo && !granite && !cohere) {
+      j["head_dim"] = c.head_dim();
+    }
     if (is_gemma(type)) {
       j["hidden_act"] = "gelu_pytorch_tanh";
       j["hidden_activation"] = "gelu_pytorch_tanh";
@@ -1219,6 +1284,9 @@ std::string hf_config_json(const nn::GptConfig& c, const std::string& torch_dtyp
       j["partial_rotary_factor"] = partial_rotary_factor(c);
     } else {
       write_rope_scaling(c, j);
+      // DeepSeek's scores' own yarn factor (model.mla.mscale_all_dim).
+      if (c.latent_attention() && c.mla.mscale_all_dim > 0 && j["rope_scaling"].is_object())
+        j["rope_scaling"]["mscale_all_dim"] = c.mla.mscale_all_dim;
     }
     if (stablelm) {
       j["partial_rotary_factor"] = partial_rotary_factor(c);
@@ -1291,7 +1359,7 @@ std::string hf_config_json(const nn::GptConfig& c, const std::string& torch_dtyp
         j["routed_scaling_factor"] = x.routed_scaling_factor;
         j["n_group"] = x.groups;
         j["topk_group"] = x.top_groups;
-        if (type == "glm4_moe") j["num_nextn_predict_layers"] = 0;
+        if (type == "glm4_moe" || type == "deepseek_v3") j["num_nextn_predict_layers"] = 0;
       } else if (type == "mixtral" || is_granite_moe(type)) {
         j["intermediate_size"] = c.expert_ffn();
         j["num_local_experts"] = x.experts;
@@ -1445,6 +1513,8 @@ std::map<std::string, Tensor> triad_to_hf_part(const nn::StateDict& full, const 
     if (phi3) {  // fused as Triad holds them: [q | k | v] and [gate | up]
       out[hf + "self_attn.qkv_proj.weight"] = checked_qkv(full, c, i, ".weight");
       out[hf + "mlp.gate_up_proj.weight"] = at(full, p + "mlp.c_fc.weight");
+    } else if (c.latent_attention()) {
+      put_latent_attention(full, c, i, hf + "self_attn.", out);
     } else {  // (Cohere's and GLM's q and k heads turn in interleaved pairs.)
       split_qkv(full, c, i, ".weight", hf + "self_attn.", out, hf_turns_interleaved(type));
     }

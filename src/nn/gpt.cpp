@@ -11,6 +11,7 @@
 #include "triad/core/rng.h"
 #include "triad/nn/documents.h"
 #include "triad/nn/init.h"
+#include "triad/nn/latent_attention.h"
 #include "triad/nn/moe.h"
 #include "triad/ops/creation.h"
 #include "triad/ops/elementwise.h"
@@ -165,11 +166,12 @@ void GptConfig::validate() const {
                       ") must be a token id in [0, " + std::to_string(vocab_size) +
                       ") when data.reset_attention_mask or data.reset_position_ids is set");
   }
+  if (latent_attention() || mla != Mla{}) validate_latent_attention();
   if (head_size < 0) {
     throw ConfigError("model.head_dim (" + std::to_string(head_size) +
                       ") must be positive (or 0 for model.d_model / model.n_head)");
   }
-  if (head_size == 0 && d_model % n_head != 0) {
+  if (head_size == 0 && !latent_attention() && d_model % n_head != 0) {
     throw ConfigError("model.d_model (" + std::to_string(d_model) +
                       ") must be divisible by model.n_head (" + std::to_string(n_head) +
                       "), or model.head_dim must set the heads' width");
@@ -279,7 +281,7 @@ void GptConfig::validate() const {
     }
   }
   RopeScaling turned = rope_scaling;  // (longrope's factors are the turned pairs')
-  turned.rotary_dim = rope_dim;
+  turned.rotary_dim = latent_attention() ? mla.qk_rope_head_dim : rope_dim;
   if (const std::string why = rope_scaling_problem(turned, head_dim()); !why.empty())
     throw ConfigError("model.rope_scaling: " + why);
   if (!(layer_norm_eps > 0.0) || !std::isfinite(layer_norm_eps)) {
@@ -453,6 +455,54 @@ void GptConfig::validate() const {
   }
 }
 
+void GptConfig::validate_latent_attention() const {
+  const auto sizes = [&] {
+    return "kv_lora_rank " + std::to_string(mla.kv_lora_rank) + ", q_lora_rank " +
+           std::to_string(mla.q_lora_rank) + ", qk_nope_head_dim " +
+           std::to_string(mla.qk_nope_head_dim) + ", qk_rope_head_dim " +
+           std::to_string(mla.qk_rope_head_dim) + ", v_head_dim " + std::to_string(mla.v_head_dim);
+  };
+  if (mla.kv_lora_rank < 1) {
+    throw ConfigError("model.mla (" + sizes() +
+                      "): kv_lora_rank must be positive (model.mla: none for c_attn's attention)");
+  }
+  if (mla.q_lora_rank < 0 || mla.qk_nope_head_dim < 0 || mla.v_head_dim < 1 ||
+      mla.qk_rope_head_dim < 2 || mla.qk_rope_head_dim % 2 != 0) {
+    throw ConfigError("model.mla (" + sizes() +
+                      "): expected q_lora_rank >= 0 (0: queries straight from x), "
+                      "qk_nope_head_dim >= 0, an even qk_rope_head_dim >= 2 and v_head_dim >= 1");
+  }
+  if (!(mla.mscale_all_dim >= 0.0) || !std::isfinite(mla.mscale_all_dim)) {
+    throw ConfigError("model.mla.mscale_all_dim (" + std::to_string(mla.mscale_all_dim) +
+                      ") must be a finite number >= 0 (0: the scores unscaled by yarn)");
+  }
+  // What the latent attention replaces, or cannot carry.
+  std::string clash;
+  if (!rotary()) clash = "model.position_embedding learned (its keys turn by rope)";
+  if (n_kv_head != 0 && n_kv_head != n_head)
+    clash = "model.n_kv_head " + std::to_string(n_kv_head) + " (every head has its own key)";
+  if (head_size != 0) clash = "model.head_dim (the heads' widths are model.mla's)";
+  if (rope_dim != 0) clash = "model.rope_dim (model.mla.qk_rope_head_dim turns)";
+  if (qk_norm) clash = "model.qk_norm (the latents have their norms)";
+  if (qkv_bias) clash = "model.qkv_bias (there is no c_attn)";
+  if (clip_qkv != 0.0) clash = "model.clip_qkv (there is no c_attn)";
+  if (query_pre_attn_scalar != 0.0) clash = "model.query_pre_attn_scalar";
+  if (lora_on("attn.c_attn")) clash = "model.lora.targets attn.c_attn (there is no c_attn)";
+  if (!clash.empty()) throw ConfigError("model.mla does not go with " + clash);
+}
+
+double GptConfig::latent_query_factor() const {
+  if (!latent_attention()) return 1.0;
+  // The fused attention scales by 1 / sqrt(head_dim()), the padded width.
+  double f = std::sqrt(static_cast<double>(head_dim()) / static_cast<double>(latent_qk_dim()));
+  if (rope_scaling.kind == RopeScaling::Kind::Yarn && mla.mscale_all_dim > 0.0 &&
+      rope_scaling.factor > 1.0) {
+    const double m = 0.1 * mla.mscale_all_dim * std::log(rope_scaling.factor) + 1.0;
+    f *= m * m;
+  }
+  return f;
+}
+
 bool GptConfig::moe_layer(int64_t layer) const {
   return moe.experts > 0 &&
          !std::binary_search(moe.dense_layers.begin(), moe.dense_layers.end(), layer);
@@ -471,7 +521,7 @@ bool GptConfig::rotary_at(int64_t layer) const {
 GptConfig::Rope GptConfig::rope_of(int64_t layer) const {
   Rope r{rope_theta, rope_scaling};
   if (rope_local_theta > 0.0 && window_of(layer) > 0) r = {rope_local_theta, RopeScaling{}};
-  r.scaling.rotary_dim = rope_dim;
+  r.scaling.rotary_dim = latent_attention() ? mla.qk_rope_head_dim : rope_dim;
   // Scores q.k / sqrt(D) become q.k / sqrt(s) when q and k each grow by
   // (D / s)^(1/4).
   if (query_pre_attn_scalar > 0.0)
@@ -481,19 +531,43 @@ GptConfig::Rope GptConfig::rope_of(int64_t layer) const {
 
 namespace {
 
+// One block's attention projections' weights (GptConfig::attention_weights)
+// counted in T.
+template <typename T>
+T attention_weights_in(const GptConfig& c) {
+  const T C = static_cast<T>(c.d_model), out = static_cast<T>(c.attn_out_width()) * C;
+  if (!c.latent_attention()) return static_cast<T>(c.qkv_width()) * C + out;
+  const auto& a = c.mla;
+  const T H = static_cast<T>(c.n_head), qk = static_cast<T>(c.latent_qk_dim());
+  const T q_rank = static_cast<T>(a.q_lora_rank), kv_rank = static_cast<T>(a.kv_lora_rank);
+  const T queries = a.q_lora_rank > 0 ? C * q_rank + q_rank * H * qk : C * H * qk;
+  const T keys = C * (kv_rank + static_cast<T>(a.qk_rope_head_dim)) +
+                 kv_rank * H * static_cast<T>(a.qk_nope_head_dim + a.v_head_dim);
+  return queries + keys + out;
+}
+
 // One block's parameters and the whole model's, counted in T: int64_t, or
 // double for sizes whose count would overflow it.
 template <typename T>
 T block_parameters_in(const GptConfig& c, bool moe) {
-  const T h = static_cast<T>(c.d_model), w = static_cast<T>(c.qkv_width()),
-          q = static_cast<T>(c.q_width());
+  const T h = static_cast<T>(c.d_model), w = static_cast<T>(c.qkv_width());
   // Attention (w + q) h + w + h (4h^2 + 4h with a key/value head per query
   // head and q = h), MLP (h + 1) m + (f + 1) h, two LayerNorms 4h or
   // RMSNorms 2h (12h^2 + 13h for GPT-2), none without model.norm_affine;
   // twice that with post_norms. A mixture of experts: E experts' h m + f h
-  // at their width, no biases, and the router's E h.
+  // at their width, no biases, and the router's E h. Latent attention
+  // (model.mla): its projections, their two latents' norms, and biases on
+  // the layers reading x and on c_proj.
   const T norm = static_cast<T>((c.norm_weights() ? 1 : 0) + (c.norm_biases() ? 1 : 0)) * h;
-  const T attn_biases = (c.c_attn_bias() ? w : 0) + (c.linear_bias ? h : 0);
+  T attn_biases = (c.c_attn_bias() ? w : 0) + (c.linear_bias ? h : 0);
+  if (c.latent_attention()) {
+    const auto& a = c.mla;
+    const T reads_x =
+        static_cast<T>((a.q_lora_rank > 0 ? a.q_lora_rank : c.n_head * c.latent_qk_dim()) +
+                       a.kv_lora_rank + a.qk_rope_head_dim);
+    attn_biases =
+        (c.linear_bias ? reads_x + h : 0) + static_cast<T>(a.q_lora_rank + a.kv_lora_rank);
+  }
   const T norms = (c.pre_norms ? (c.shared_norm ? 1 : 2) : 0) + (c.post_norms ? 2 : 0);
   T mlp;
   if (moe) {
@@ -506,7 +580,7 @@ T block_parameters_in(const GptConfig& c, bool moe) {
     const T f = static_cast<T>(c.ffn()), m = static_cast<T>(c.fc_width());
     mlp = h * m + f * h + (c.mlp_biases() ? m + h : 0);
   }
-  return (w + q) * h + attn_biases + mlp + norms * norm +
+  return attention_weights_in<T>(c) + attn_biases + mlp + norms * norm +
          static_cast<T>(c.qk_norm ? c.q_norm_width() + c.k_norm_width() : 0);
 }
 
@@ -528,6 +602,10 @@ T parameters_in(const GptConfig& c) {
 }
 
 }  // namespace
+
+int64_t GptConfig::attention_weights() const {
+  return attention_weights_in<int64_t>(*this);
+}
 
 int64_t GptConfig::block_parameters(int64_t layer) const {
   return block_parameters_in<int64_t>(*this, moe_layer(layer));
@@ -561,7 +639,12 @@ double GptConfig::training_flops(double sequences, bool full_recompute) const {
   const double s = static_cast<double>(seq_len), h = static_cast<double>(d_model);
   const double l = static_cast<double>(n_layer), V = static_cast<double>(vocab_size);
   const double f = static_cast<double>(ffn()), m = static_cast<double>(fc_width());
-  const double w = static_cast<double>(qkv_width()), q = static_cast<double>(q_width());
+  // (Under model.mla a head's scores span latent_qk_dim() and its product
+  // with V v_head_dim: the mean of the two stands for q's head width.)
+  const double q =
+      latent_attention()
+          ? static_cast<double>(n_head) * static_cast<double>(latent_qk_dim() + mla.v_head_dim) / 2
+          : static_cast<double>(q_width());
   // Forward per token: 2 FLOPs per weight of the layers' products (c_attn
   // h*w, 3h^2 with a key/value head per query head; c_proj q*h), 4*s*q for
   // the scores and their product with V (every query head's, q = h unless
@@ -576,7 +659,7 @@ double GptConfig::training_flops(double sequences, bool full_recompute) const {
   }
   // The MLP's h*m + f*h, or a mixture's router h*E, k experts' own, and
   // the shared expert's (and its gate's).
-  const double attn_weights = 2.0 * (w + q) * h;
+  const double attn_weights = 2.0 * static_cast<double>(attention_weights());
   const double dense_mlp = 2.0 * (h * m + f * h);
   const double moe_mlp =
       moe.experts > 0
@@ -636,8 +719,13 @@ std::map<std::string, Shape> gpt_parameter_shapes(const GptConfig& cfg,
       if (cfg.norm_weights()) s[p + norm + ".weight"] = {C};
       if (cfg.norm_biases()) s[p + norm + ".bias"] = {C};
     }
-    s[p + "attn.c_attn.weight"] = {cfg.qkv_width(), C};
-    s[p + "attn.c_proj.weight"] = {C, cfg.q_width()};
+    if (cfg.latent_attention()) {
+      for (const auto& [name, shape] : latent_attention_shapes(cfg, cfg.n_head))
+        s[p + "attn." + name] = shape;
+    } else {
+      s[p + "attn.c_attn.weight"] = {cfg.qkv_width(), C};
+    }
+    s[p + "attn.c_proj.weight"] = {C, cfg.attn_out_width()};
     if (cfg.moe_layer(i)) {
       s[p + "mlp.router.weight"] = {cfg.moe.experts, C};
       if (cfg.moe.expert_bias) s[p + "mlp.expert_bias"] = {cfg.moe.experts};
@@ -655,7 +743,7 @@ std::map<std::string, Shape> gpt_parameter_shapes(const GptConfig& cfg,
       s[p + "mlp.c_fc.weight"] = {cfg.fc_width(), C};
       s[p + "mlp.c_proj.weight"] = {C, cfg.ffn()};
     }
-    if (cfg.c_attn_bias()) s[p + "attn.c_attn.bias"] = {cfg.qkv_width()};
+    if (cfg.c_attn_bias() && !cfg.latent_attention()) s[p + "attn.c_attn.bias"] = {cfg.qkv_width()};
     if (cfg.qk_norm) {
       s[p + "attn.q_norm.weight"] = {cfg.q_norm_width()};
       s[p + "attn.k_norm.weight"] = {cfg.k_norm_width()};
@@ -679,6 +767,16 @@ const std::vector<std::string>& GptConfig::lora_layers() {
   static const std::vector<std::string> layers{"attn.c_attn", "attn.c_proj", "mlp.c_fc",
                                                "mlp.c_proj"};
   return layers;
+}
+
+std::vector<std::string> GptConfig::default_lora_targets() const {
+  std::vector<std::string> out;
+  for (const std::string& l : lora_layers()) {
+    if (l == "attn.c_attn" && latent_attention()) continue;
+    if (l.rfind("mlp.", 0) == 0 && moe.experts > 0) continue;
+    out.push_back(l);
+  }
+  return out;
 }
 
 LoraDropout GptConfig::lora_dropout(int64_t layer, const std::string& name) const {
@@ -750,10 +848,15 @@ CausalSelfAttention::CausalSelfAttention(const GptConfig& cfg, int64_t layer)
       rope_(cfg.rope_of(layer)) {
   qk_norm_full_ = cfg.qk_norm_full;
   clip_qkv_ = cfg.clip_qkv;
-  c_attn_ = register_module(
-      "c_attn", std::make_shared<Linear>(cfg.d_model, cfg.qkv_width(), cfg.c_attn_bias()));
-  c_proj_ = register_module("c_proj",
-                            std::make_shared<Linear>(cfg.q_width(), cfg.d_model, cfg.linear_bias));
+  if (cfg.latent_attention()) {
+    latent_ = std::make_shared<LatentProjections>(cfg, cfg.n_head);
+    for (const auto& [name, layer] : latent_->layers()) register_module(name, layer);
+  } else {
+    c_attn_ = register_module(
+        "c_attn", std::make_shared<Linear>(cfg.d_model, cfg.qkv_width(), cfg.c_attn_bias()));
+  }
+  c_proj_ = register_module(
+      "c_proj", std::make_shared<Linear>(cfg.attn_out_width(), cfg.d_model, cfg.linear_bias));
   if (cfg.lora_on("attn.c_attn")) {
     c_attn_->enable_lora(cfg.lora.rank, cfg.lora_scale(), cfg.lora_dropout(layer, "attn.c_attn"));
   }
@@ -777,7 +880,7 @@ CausalSelfAttention::CausalSelfAttention(const GptConfig& cfg, int64_t layer)
 
 Tensor CausalSelfAttention::project(const Tensor& x, const Tensor& positions, int64_t start,
                                     const DropoutDraw& draw) const {
-  Tensor qkv = c_attn_->forward(x, draw);
+  Tensor qkv = latent_ ? latent_->qkv(x, draw) : c_attn_->forward(x, draw);
   if (clip_qkv_ > 0) qkv = clamp(qkv, -clip_qkv_, clip_qkv_);
   if (q_norm_ && qk_norm_full_) {
     qkv = norm_query_key(qkv, heads_.q * head_dim_, heads_.kv * head_dim_, *q_norm_, *k_norm_);
@@ -793,6 +896,7 @@ Tensor CausalSelfAttention::project(const Tensor& x, const Tensor& positions, in
 Tensor CausalSelfAttention::forward(const Tensor& x, const ForwardContext& ctx) const {
   const Tensor qkv = project(x, ctx.positions, 0, ctx.draw());
   Tensor y = causal_attention(qkv, heads_, ctx.attention_starts(window_ > 0));
+  y = heads_out(y);
   return site_dropout(c_proj_->forward(y, ctx.draw()), dropout_, ctx, layer_, "attn.resid");
 }
 
@@ -806,12 +910,17 @@ Tensor CausalSelfAttention::forward_cached(const Tensor& x, Tensor& k_cache, Ten
     // The prompt (from an empty cache) attends over itself alone: the fused
     // attention, as forward() runs it (no (n, n) scores in memory), with
     // ctx's first keys (padding, a sliding window).
-    return c_proj_->forward(causal_attention(qkv, heads_, ctx.attention_starts(window_ > 0)));
+    return c_proj_->forward(
+        heads_out(causal_attention(qkv, heads_, ctx.attention_starts(window_ > 0))));
   }
   // Later tokens attend over the cache where it lies: causally, within the
   // layer's window, never to a row's left padding.
   return c_proj_->forward(
-      cached_attention(qkv, k_cache, v_cache, start + n, heads_, window_, text_starts));
+      heads_out(cached_attention(qkv, k_cache, v_cache, start + n, heads_, window_, text_starts)));
+}
+
+Tensor CausalSelfAttention::heads_out(const Tensor& y) const {
+  return latent_ ? latent_->values(y) : y;
 }
 
 Mlp::Mlp(const GptConfig& cfg, int64_t layer)

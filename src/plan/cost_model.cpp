@@ -155,7 +155,7 @@ LayerCost layer_cost(const nn::GptConfig& m, const ClusterSpec& c, const Paralle
   const double b = p.micro_batch, s = static_cast<double>(m.seq_len),
                h = static_cast<double>(m.d_model);
   const double a = static_cast<double>(m.n_head), t = p.tp;
-  const double hd = static_cast<double>(m.head_dim()), q = static_cast<double>(m.q_width());
+  const double hd = static_cast<double>(m.head_dim());
   const double tokens = b * s;
   LayerCost L;
   // Linear layers split over TP: QKV (h -> w/t, w = 3h, or h plus the
@@ -189,7 +189,32 @@ LayerCost layer_cost(const nn::GptConfig& m, const ClusterSpec& c, const Paralle
                        lt.dx + thin(tokens, r, out) + thin(tokens, in, r),
                        lt.dw + thin(out, r, tokens) + thin(r, in, tokens)};
   };
-  const LinearTimes qkv = with_lora("attn.c_attn", 0, h, w_local);
+  LinearTimes qkv = with_lora("attn.c_attn", 0, h, w_local);
+  if (m.latent_attention()) {
+    // model.mla: the down-projections whole on every rank (q_a_proj,
+    // kv_a_proj), the up-projections split at whole heads (q_b_proj or
+    // q_proj, kv_b_proj).
+    const auto& la = m.mla;
+    const double heads = a / t, qk = static_cast<double>(m.latent_qk_dim());
+    const double q_rank = static_cast<double>(la.q_lora_rank),
+                 kv_rank = static_cast<double>(la.kv_lora_rank);
+    std::vector<LinearTimes> parts;
+    if (la.q_lora_rank > 0) {
+      parts.push_back(linear_times(tokens, h, q_rank, c));
+      parts.push_back(linear_times(tokens, q_rank, heads * qk, c));
+    } else {
+      parts.push_back(linear_times(tokens, h, heads * qk, c));
+    }
+    parts.push_back(linear_times(tokens, h, kv_rank + static_cast<double>(la.qk_rope_head_dim), c));
+    parts.push_back(linear_times(
+        tokens, kv_rank, heads * static_cast<double>(la.qk_nope_head_dim + la.v_head_dim), c));
+    qkv = {};
+    for (const LinearTimes& lt : parts) {
+      qkv.fwd += lt.fwd;
+      qkv.dx += lt.dx;
+      qkv.dw += training.weights[0] ? lt.dw : 0.0;
+    }
+  }
   // A mixture of experts (model.moe): the router (whole on every rank) and
   // each expert's shard over its share of the k assignments per token,
   // counted as balanced (tokens * k / E rows each; k capped by a capacity
@@ -217,7 +242,8 @@ LayerCost layer_cost(const nn::GptConfig& m, const ClusterSpec& c, const Paralle
     down = with_lora("mlp.c_proj", 3, f / t, h);
   }
   for (const LinearTimes& lt :
-       {qkv, with_lora("attn.c_proj", 1, q / t, h), up, down, router, shared_up, shared_down}) {
+       {qkv, with_lora("attn.c_proj", 1, static_cast<double>(m.attn_out_width()) / t, h), up, down,
+        router, shared_up, shared_down}) {
     L.fwd_gemm += lt.fwd;
     L.bwd_input_gemm += lt.dx;
     L.bwd_weight_gemm += lt.dw;
@@ -821,6 +847,17 @@ Estimate price(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int globa
   const double shared_kv =
       2.0 * static_cast<double>(m.head_dim()) * (h + (m.c_attn_bias() ? 1.0 : 0.0)) *
       (static_cast<double>(m.kv_heads_per_rank(p.tp)) - static_cast<double>(m.kv_heads()) / t);
+  // model.mla's down-projections and their norms, whole on every TP rank.
+  double latent_whole = 0;
+  if (m.latent_attention()) {
+    const auto& la = m.mla;
+    const double q_rank = static_cast<double>(la.q_lora_rank),
+                 kv_in = static_cast<double>(la.kv_lora_rank + la.qk_rope_head_dim);
+    const double bias = m.linear_bias ? 1.0 : 0.0;
+    latent_whole =
+        ((h + bias) * q_rank + q_rank + (h + bias) * kv_in + static_cast<double>(la.kv_lora_rank)) *
+        (1.0 - 1.0 / t);
+  }
   // Each rank's blocks (a mixture's router whole on every TP rank), and of
   // them the experts (reduced over their own replicas under expert
   // parallelism).
@@ -830,7 +867,7 @@ Estimate price(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int globa
     for (int ch = 0; ch < p.vpp; ++ch) {
       const int st = pipeline::stage_at(placement, p.pp, r, ch);
       for (int64_t i = stage_start[st]; i < stage_start[st] + counts[st]; ++i) {
-        held += static_cast<double>(m.block_parameters(i)) / t + shared_kv;
+        held += static_cast<double>(m.block_parameters(i)) / t + shared_kv + latent_whole;
         if (m.moe_layer(i)) {
           held += static_cast<double>(m.moe.experts) * h * (1.0 - 1.0 / t);
           // Expert parallelism: 1/ep of the experts.
@@ -973,9 +1010,23 @@ Estimate price(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int globa
               : 0;
   const double mlp_acts = std::max(any_dense ? 2.0 * (fc_w + ffn_w) / h : 0.0, moe_acts);
   const double unsplit_moe = any_moe ? 4.0 * k_moe : 0.0;
-  const double split = attn_out + qkv_acts + mlp_acts + qk_split + clip_acts,
-               whole = 18.0 + norm_acts + mlp_acts + unsplit_moe + qk_split + clip_acts;
-  const double unsplit = unsplit_dense + unsplit_moe;
+  // model.mla keeps its latents (q_a_proj's and kv_a_proj's outputs and
+  // their normalised copies, whole on every TP rank: they see the gathered
+  // sequence) and its up-projections' outputs (split by TP with the heads),
+  // beside the fused q, k and v counted above.
+  double latent_unsplit = 0, latent_split = 0;
+  if (m.latent_attention()) {
+    const auto& la = m.mla;
+    latent_unsplit =
+        2.0 * static_cast<double>(2 * la.q_lora_rank + 2 * la.kv_lora_rank + la.qk_rope_head_dim) /
+        h;
+    latent_split =
+        2.0 * a * static_cast<double>(m.latent_qk_dim() + la.qk_nope_head_dim + la.v_head_dim) / h;
+  }
+  const double split = attn_out + qkv_acts + mlp_acts + qk_split + clip_acts + latent_split,
+               whole = 18.0 + norm_acts + mlp_acts + unsplit_moe + qk_split + clip_acts +
+                       latent_split + t * latent_unsplit;
+  const double unsplit = unsplit_dense + unsplit_moe + latent_unsplit;
   // The adapters' dropped-out inputs (model.lora.dropout), kept unless the
   // whole layer is recomputed.
   const double lora_kept = b * s * lora_dropout_widths(m, t).kept() * kFp16;

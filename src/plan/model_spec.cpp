@@ -125,6 +125,36 @@ nn::GptConfig parse_model_spec(const std::string& yaml_text, const std::string& 
   // (Read to be checked: a layer without rope costs what one with it does.)
   option("nope_layers", "a list of layer indices",
          [&](const YAML::Node& v) { c.nope_layers = v.as<std::vector<int64_t>>(); });
+  // model.mla as the trainer reads it (none, or its sizes).
+  option("mla",
+         "none, or {kv_lora_rank, q_lora_rank, qk_nope_head_dim, qk_rope_head_dim, "
+         "v_head_dim, mscale_all_dim}",
+         [&](const YAML::Node& v) {
+           if (v.IsScalar()) {
+             if (v.as<std::string>() != "none") throw YAML::Exception(YAML::Mark(), "");
+             c.mla = {};
+             return;
+           }
+           if (!v.IsMap()) throw YAML::Exception(YAML::Mark(), "");
+           c.mla = {};
+           for (auto it = v.begin(); it != v.end(); ++it) {
+             const std::string k = it->first.as<std::string>();
+             if (k == "kv_lora_rank")
+               c.mla.kv_lora_rank = it->second.as<int64_t>();
+             else if (k == "q_lora_rank")
+               c.mla.q_lora_rank = it->second.as<int64_t>();
+             else if (k == "qk_nope_head_dim")
+               c.mla.qk_nope_head_dim = it->second.as<int64_t>();
+             else if (k == "qk_rope_head_dim")
+               c.mla.qk_rope_head_dim = it->second.as<int64_t>();
+             else if (k == "v_head_dim")
+               c.mla.v_head_dim = it->second.as<int64_t>();
+             else if (k == "mscale_all_dim")
+               c.mla.mscale_all_dim = it->second.as<double>();
+             else
+               throw ConfigError(source + ": unknown key 'model.mla." + k + "'");
+           }
+         });
   // model.moe as the trainer reads it (none, or its keys over those of
   // model.hf_config's mixture).
   option("moe",
@@ -172,10 +202,7 @@ nn::GptConfig parse_model_spec(const std::string& yaml_text, const std::string& 
   // model.lora as the trainer reads it (a rank, or {rank, alpha, targets,
   // dropout}; targets left out, every layer LoRA adapts, the attention's
   // alone in a mixture of experts).
-  const auto default_targets = [&] {
-    return c.moe.experts > 0 ? std::vector<std::string>{"attn.c_attn", "attn.c_proj"}
-                             : nn::GptConfig::lora_layers();
-  };
+  const auto default_targets = [&] { return c.default_lora_targets(); };
   option("lora", "none, a rank, or {rank, alpha, targets, dropout}", [&](const YAML::Node& v) {
     if (v.IsScalar()) {
       if (v.as<std::string>() != "none")
@@ -210,6 +237,7 @@ nn::GptConfig parse_model_spec(const std::string& yaml_text, const std::string& 
                                                  "nope_layers",
                                                  "lora",
                                                  "moe",
+                                                 "mla",
                                                  "activation",
                                                  "ffn_hidden_size",
                                                  "normalization",

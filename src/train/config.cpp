@@ -184,11 +184,48 @@ nn::GptConfig::Moe get_moe(const YAML::Node& n, const std::string& key, nn::GptC
   return m;
 }
 
+// model.mla: none, or a mapping with kv_lora_rank, q_lora_rank,
+// qk_nope_head_dim, qk_rope_head_dim, v_head_dim and mscale_all_dim (each
+// 0 when left out; GptConfig::validate says what they must be).
+nn::GptConfig::Mla get_mla(const YAML::Node& n, const std::string& key) {
+  const std::string keys =
+      "kv_lora_rank, q_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim, "
+      "mscale_all_dim";
+  const std::string expected = "none, or a mapping of " + keys;
+  if (n.IsScalar()) {
+    if (get_string(n, key) == "none") return {};
+    throw ConfigError(key + " ('" + n.Scalar() + "') must be " + expected);
+  }
+  if (!n.IsMap()) throw ConfigError(key + ": expected " + expected);
+  nn::GptConfig::Mla a;
+  const std::map<std::string, int64_t*> sizes = {{"kv_lora_rank", &a.kv_lora_rank},
+                                                 {"q_lora_rank", &a.q_lora_rank},
+                                                 {"qk_nope_head_dim", &a.qk_nope_head_dim},
+                                                 {"qk_rope_head_dim", &a.qk_rope_head_dim},
+                                                 {"v_head_dim", &a.v_head_dim}};
+  for (auto it = n.begin(); it != n.end(); ++it) {
+    const std::string k = it->first.as<std::string>();
+    if (k == "mscale_all_dim") {
+      a.mscale_all_dim = get_double(it->second, key + "." + k);
+    } else if (auto s = sizes.find(k); s != sizes.end()) {
+      *s->second = get_int(it->second, key + "." + k);
+    } else {
+      throw ConfigError("unknown key '" + key + "." + k + "' (allowed: " + keys + ")");
+    }
+  }
+  if (a.kv_lora_rank <= 0) {
+    throw ConfigError(key + ".kv_lora_rank (" + std::to_string(a.kv_lora_rank) +
+                      ") must be positive (model.mla: none for c_attn's attention)");
+  }
+  return a;
+}
+
 // model.lora: none, or {rank, alpha, targets, dropout}: rank required,
 // alpha the rank when left out, targets every layer LoRA adapts when left
 // out (a name or a list of them; the attention's alone in a mixture of
 // experts, `moe`), dropout 0 when left out. A number alone is the rank.
-nn::GptConfig::Lora get_lora(const YAML::Node& n, const std::string& key, bool moe) {
+nn::GptConfig::Lora get_lora(const YAML::Node& n, const std::string& key,
+                             const nn::GptConfig& model) {
   nn::GptConfig::Lora l;
   const std::string expected = "none, a rank, or a mapping with rank (and alpha, targets, dropout)";
   if (n.IsScalar()) {
@@ -201,7 +238,7 @@ nn::GptConfig::Lora get_lora(const YAML::Node& n, const std::string& key, bool m
     }
     YAML::Node as_map;
     as_map["rank"] = n;
-    return get_lora(as_map, key, moe);
+    return get_lora(as_map, key, model);
   }
   if (!n.IsMap()) throw ConfigError(key + ": expected " + expected);
   for (auto it = n.begin(); it != n.end(); ++it) {
@@ -237,8 +274,7 @@ nn::GptConfig::Lora get_lora(const YAML::Node& n, const std::string& key, bool m
   }
   const YAML::Node t = n["targets"];
   if (!t) {
-    l.targets =
-        moe ? std::vector<std::string>{"attn.c_attn", "attn.c_proj"} : nn::GptConfig::lora_layers();
+    l.targets = model.default_lora_targets();
   } else if (t.IsScalar()) {
     l.targets.push_back(get_string(t, key + ".targets"));
   } else if (t.IsSequence()) {
@@ -937,7 +973,8 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
       {"rope_theta", {false, [&](auto& v, auto& k) { m.rope_theta = get_double(v, k); }}},
       {"rope_scaling", {false, [&](auto& v, auto& k) { m.rope_scaling = get_rope_scaling(v, k); }}},
       {"moe", {false, [&](auto& v, auto& k) { m.moe = get_moe(v, k, m.moe); }}},
-      {"lora", {false, [&](auto& v, auto& k) { m.lora = get_lora(v, k, m.moe.experts > 0); }}},
+      {"mla", {false, [&](auto& v, auto& k) { m.mla = get_mla(v, k); }}},
+      {"lora", {false, [&](auto& v, auto& k) { m.lora = get_lora(v, k, m); }}},
       {"rope_local_theta",
        {false, [&](auto& v, auto& k) { m.rope_local_theta = get_double(v, k); }}},
       {"rope_dim", {false, [&](auto& v, auto& k) { m.rope_dim = get_int(v, k); }}},
@@ -1513,6 +1550,16 @@ std::string to_yaml(const Config& c) {
     if (l.alpha > 0) e << YAML::Key << "alpha" << YAML::Value << l.alpha;
     if (l.dropout > 0) e << YAML::Key << "dropout" << YAML::Value << l.dropout;
     e << YAML::Key << "targets" << YAML::Value << YAML::Flow << l.targets << YAML::EndMap;
+  }
+  if (c.model.latent_attention()) {
+    const auto& a = c.model.mla;
+    e << YAML::Key << "mla" << YAML::Value << YAML::BeginMap << YAML::Key << "kv_lora_rank"
+      << YAML::Value << a.kv_lora_rank << YAML::Key << "q_lora_rank" << YAML::Value << a.q_lora_rank
+      << YAML::Key << "qk_nope_head_dim" << YAML::Value << a.qk_nope_head_dim << YAML::Key
+      << "qk_rope_head_dim" << YAML::Value << a.qk_rope_head_dim << YAML::Key << "v_head_dim"
+      << YAML::Value << a.v_head_dim;
+    if (a.mscale_all_dim > 0) e << YAML::Key << "mscale_all_dim" << YAML::Value << a.mscale_all_dim;
+    e << YAML::EndMap;
   }
   if (c.model.moe.experts > 0) {
     const auto& x = c.model.moe;

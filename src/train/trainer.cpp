@@ -1964,7 +1964,16 @@ std::vector<StepMetrics> Trainer::run() {
   spdlog::info(
       "model: {} layers, {} heads{}{}, d_model {}, vocab {}, seq {}{} ({:.2f}M parameters)",
       model.n_layer, model.n_head,
-      model.head_size > 0 ? fmt::format(" of width {}", model.head_size) : std::string(),
+      model.latent_attention()
+          ? fmt::format(
+                " of latent attention (queries through {}, keys and values through a latent "
+                "of {}, queries and keys {} + {} wide, values {})",
+                model.mla.q_lora_rank > 0 ? "a latent of " + std::to_string(model.mla.q_lora_rank)
+                                          : std::string("no latent"),
+                model.mla.kv_lora_rank, model.mla.qk_nope_head_dim, model.mla.qk_rope_head_dim,
+                model.mla.v_head_dim)
+      : model.head_size > 0 ? fmt::format(" of width {}", model.head_size)
+                            : std::string(),
       model.kv_heads() != model.n_head
           ? fmt::format(" sharing {} key/value head{}", model.kv_heads(),
                         model.kv_heads() == 1 ? "" : "s")

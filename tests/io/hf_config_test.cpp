@@ -1157,6 +1157,101 @@ TEST(HfConfig, Glm4MoeConfigsAreDeepSeekV3Mixtures) {
             std::string::npos);
 }
 
+// DeepSeek-V3's config.json as published (its fp8 quantization aside):
+// LLaMA's blocks with multi-head latent attention (128 heads, queries
+// through a latent of 1536, keys and values through one of 512, queries and
+// keys 128 + 64 wide, values 128) and yarn with DeepSeek's mscales (both 1:
+// the rotation's factor 1, the scores times (0.1 ln 40 + 1)^2); its three
+// dense layers, then 256 experts in 8 groups, the top 8 among the best 4
+// groups, renormalised and times 2.5, one shared expert. Its published 671B
+// parameters and 37B active (the prediction layer apart). Kimi K2's files
+// (model_type kimi_k2) are the same class: its published 1T and 32B.
+TEST(HfConfig, DeepseekV3ConfigIsLatentAttentionWithItsMixture) {
+  const std::string v3 = R"({
+    "architectures": ["DeepseekV3ForCausalLM"], "attention_bias": false,
+    "attention_dropout": 0.0, "aux_loss_alpha": 0.001, "bos_token_id": 0, "eos_token_id": 1,
+    "ep_size": 1, "first_k_dense_replace": 3, "hidden_act": "silu", "hidden_size": 7168,
+    "initializer_range": 0.02, "intermediate_size": 18432, "kv_lora_rank": 512,
+    "max_position_embeddings": 163840, "model_type": "deepseek_v3",
+    "moe_intermediate_size": 2048, "moe_layer_freq": 1, "n_group": 8, "n_routed_experts": 256,
+    "n_shared_experts": 1, "norm_topk_prob": true, "num_attention_heads": 128,
+    "num_experts_per_tok": 8, "num_hidden_layers": 61, "num_key_value_heads": 128,
+    "num_nextn_predict_layers": 1, "pretraining_tp": 1, "q_lora_rank": 1536,
+    "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "rms_norm_eps": 1e-06,
+    "rope_scaling": {"beta_fast": 32, "beta_slow": 1, "factor": 40, "mscale": 1.0,
+                     "mscale_all_dim": 1.0, "original_max_position_embeddings": 4096,
+                     "type": "yarn"},
+    "rope_theta": 10000, "routed_scaling_factor": 2.5, "scoring_func": "sigmoid",
+    "seq_aux": true, "tie_word_embeddings": false, "topk_group": 4, "topk_method": "noaux_tc",
+    "torch_dtype": "bfloat16", "use_cache": true, "v_head_dim": 128, "vocab_size": 129280})";
+  const nn::GptConfig d = gpt_config_from_hf(v3, "DeepSeek-V3/config.json");
+  EXPECT_EQ(d.hf_type, "deepseek_v3");
+  EXPECT_TRUE(d.latent_attention());
+  EXPECT_EQ(d.mla, (nn::GptConfig::Mla{.kv_lora_rank = 512,
+                                       .q_lora_rank = 1536,
+                                       .qk_nope_head_dim = 128,
+                                       .qk_rope_head_dim = 64,
+                                       .v_head_dim = 128,
+                                       .mscale_all_dim = 1.0}));
+  EXPECT_EQ(d.head_dim(), 192);
+  EXPECT_EQ(d.kv_heads(), 128);
+  EXPECT_EQ(d.rope_scaling.kind, RopeScaling::Kind::Yarn);
+  EXPECT_DOUBLE_EQ(d.rope_scaling.factor, 40.0);
+  EXPECT_DOUBLE_EQ(d.rope_scaling.attention_factor, 1.0);
+  const double m = 0.1 * std::log(40.0) + 1.0;
+  EXPECT_DOUBLE_EQ(d.latent_query_factor(), m * m);
+  EXPECT_EQ(d.moe.experts, 256);
+  EXPECT_EQ(d.moe.top_k, 8);
+  EXPECT_EQ(d.moe.groups, 8);
+  EXPECT_EQ(d.moe.top_groups, 4);
+  EXPECT_DOUBLE_EQ(d.moe.routed_scaling_factor, 2.5);
+  EXPECT_EQ(d.moe.dense_layers, (std::vector<int64_t>{0, 1, 2}));
+  EXPECT_EQ(d.moe.shared_ffn_hidden_size, 2048);
+  EXPECT_FALSE(d.tie_embeddings);
+  EXPECT_EQ(d.num_parameters(), 671'026'419'200);
+  EXPECT_DOUBLE_EQ(d.active_parameter_count(), 37'552'297'472.0);
+  EXPECT_EQ(std::string(hf_architecture(d)), "DeepseekV3ForCausalLM");
+  const nn::GptConfig planned =
+      plan::load_model_spec(std::string(TRIAD_SOURCE_DIR) + "/configs/models/deepseek_v3.yaml");
+  EXPECT_EQ(planned.mla.kv_lora_rank, 512);
+  EXPECT_EQ(planned.num_parameters(), d.num_parameters());
+  // Kimi K2's: 64 heads, 384 experts in one group, one dense layer.
+  const std::string k2 =
+      edited(edited(edited(edited(edited(edited(edited(v3, "model_type", "\"kimi_k2\""),
+                                                "num_attention_heads", "64"),
+                                         "num_key_value_heads", "64"),
+                                  "n_routed_experts", "384"),
+                           "n_group", "1"),
+                    "topk_group", "1"),
+             "first_k_dense_replace", "1");
+  const nn::GptConfig kimi = gpt_config_from_hf(edited(k2, "vocab_size", "163840"), "K2");
+  EXPECT_EQ(kimi.hf_type, "deepseek_v3");
+  EXPECT_EQ(kimi.num_parameters(), 1'026'408'232'448);
+  EXPECT_DOUBLE_EQ(kimi.active_parameter_count(), 32'861'500'928.0);
+  // Queries straight from x (DeepSeek-V2-Lite's q_lora_rank null).
+  const nn::GptConfig direct = gpt_config_from_hf(edited(v3, "q_lora_rank", "null"), "q");
+  EXPECT_EQ(direct.mla.q_lora_rank, 0);
+  EXPECT_EQ(nn::gpt_parameter_shapes(direct).at("h.0.attn.q_proj.weight"),
+            (Shape{128 * 192, 7168}));
+  // DeepseekV3Config's defaults when the keys are left out.
+  const nn::GptConfig bare = gpt_config_from_hf(
+      without(without(without(without(v3, "kv_lora_rank"), "n_group"), "first_k_dense_replace"),
+              "routed_scaling_factor"),
+      "b");
+  EXPECT_EQ(bare.mla.kv_lora_rank, 512);
+  EXPECT_EQ(bare.moe.groups, 8);
+  EXPECT_EQ(bare.moe.dense_layers.size(), 3u);
+  EXPECT_DOUBLE_EQ(bare.moe.routed_scaling_factor, 2.5);
+  // What Triad does not build is named.
+  EXPECT_NE(error_of(edited(v3, "rope_interleave", "false")).find("'rope_interleave' (false)"),
+            std::string::npos);
+  EXPECT_NE(error_of(edited(v3, "topk_method", "\"greedy\""))
+                .find("'topk_method' (\"greedy\"): DeepSeek-V3's routing is noaux_tc"),
+            std::string::npos);
+  EXPECT_NE(error_of(edited(v3, "q_lora_rank", "0")).find("'q_lora_rank' (0) must be positive"),
+            std::string::npos);
+}
+
 // dots.llm1's config.json as published: Qwen3's blocks (head norms) with
 // DeepSeek-V3's mixture after one dense layer (128 experts, top 6
 // renormalised and times 2.5, chosen with the expert biases, two experts'
@@ -1911,7 +2006,8 @@ TEST(HfConfig, WhatTriadDoesNotBuildIsNamed) {
       std::string::npos);
   EXPECT_NE(message(from(edited(llama, "rope_scaling",
                                 R"({"rope_type": "yarn", "factor": 40, "mscale": 0.707})")))
-                .find("yarn's mscale (DeepSeek's attention factor) is not implemented"),
+                .find("yarn's mscale (DeepSeek's attention factor) belongs to DeepSeek's latent "
+                      "attention"),
             std::string::npos);
   EXPECT_NE(message(from(edited(llama, "rope_scaling", R"({"type": "linear"})")))
                 .find("a linear scaling needs its factor"),

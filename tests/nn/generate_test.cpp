@@ -293,6 +293,7 @@ struct Decoding {
   std::vector<int64_t> full_layers = {};  // exempt from the window
   double softcap = 0.0;  // the scores' soft cap (and twice it the logits'), Gemma 2's
   bool olmo2 = false;    // OLMo 2's blocks: post-norms only, query/key norms over all heads
+  bool mla = false;      // DeepSeek's latent attention (the cache holds its padded heads)
   // tiny() with these, over 12 positions.
   GptConfig config() const {
     GptConfig cfg = tiny();
@@ -310,6 +311,14 @@ struct Decoding {
       set_qk_norm(cfg, "full");
       cfg.pre_norms = false;
       cfg.post_norms = true;
+    }
+    if (mla) {
+      cfg.normalization = Normalization::RmsNorm;
+      cfg.mla = {.kv_lora_rank = 6,
+                 .q_lora_rank = 5,
+                 .qk_nope_head_dim = 4,
+                 .qk_rope_head_dim = 4,
+                 .v_head_dim = 6};
     }
     cfg.rope_theta = 50.0;  // large turns over 12 positions
     return cfg;
@@ -439,7 +448,8 @@ INSTANTIATE_TEST_SUITE_P(
                       Decoding{PositionEmbedding::Rotary, 4, 2, 0, 6},
                       Decoding{PositionEmbedding::Rotary, 4, 2, 5, 0, {0}},
                       Decoding{PositionEmbedding::Rotary, 4, 2, 5, 0, {0}, 0.5},
-                      Decoding{PositionEmbedding::Rotary, 4, 2, 0, 0, {}, 0.0, true}),
+                      Decoding{PositionEmbedding::Rotary, 4, 2, 0, 0, {}, 0.0, true},
+                      Decoding{PositionEmbedding::Rotary, 4, 0, 5, 0, {}, 0.0, false, true}),
     [](const auto& info) {
       const Decoding& d = info.param;
       return std::string(position_embedding_string(d.positions)) + "_" + std::to_string(d.n_head) +
@@ -447,7 +457,8 @@ INSTANTIATE_TEST_SUITE_P(
              (d.window ? "_window_" + std::to_string(d.window) : std::string()) +
              (d.full_layers.empty() ? std::string() : "_on_layer_1") +
              (d.head_dim ? "_qk_norm_heads_of_" + std::to_string(d.head_dim) : std::string()) +
-             (d.softcap > 0 ? "_soft_capped" : "") + (d.olmo2 ? "_olmo2_blocks" : "");
+             (d.softcap > 0 ? "_soft_capped" : "") + (d.olmo2 ? "_olmo2_blocks" : "") +
+             (d.mla ? "_latent_attention" : "");
     });
 
 TEST(KvCache, LastOnlyGivesTheLastPositionsLogits) {

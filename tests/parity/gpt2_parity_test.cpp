@@ -22,6 +22,7 @@
 #include "support/temp_dir.h"
 #include "triad/autograd/engine.h"
 #include "triad/autograd/grad_mode.h"
+#include "triad/core/rope_scaling.h"
 #include "triad/io/gpt2_weights.h"
 #include "triad/io/hf_config.h"
 #include "triad/io/hf_export.h"
@@ -923,6 +924,86 @@ TEST_F(Gpt2Parity, Dots1DirectoryReadsTrainsAndExportsAsHuggingFacesDots1) {
   EXPECT_DOUBLE_EQ(cfg.moe.routed_scaling_factor, 1.5);
   EXPECT_EQ(cfg.moe.shared_ffn_hidden_size, cfg.expert_ffn());
   expect_balance_matches(*model, ref_, "dots1.");
+}
+
+// The reference's gradients of DeepSeek's rope rows (each query head's last
+// qk_rope rows of q_b_proj, kv_a_proj's last qk_rope), recorded in Hugging
+// Face's interleaved pairs, in Triad's halves.
+std::map<std::string, Tensor> with_latent_halves_gradients(const std::map<std::string, Tensor>& ref,
+                                                           const nn::GptConfig& cfg,
+                                                           const std::string& prefix) {
+  std::map<std::string, Tensor> out = ref;
+  const auto& a = cfg.mla;
+  const int64_t qk = cfg.latent_qk_dim(), r = a.qk_rope_head_dim;
+  for (int64_t i = 0; i < cfg.n_layer; ++i) {
+    const std::string p = prefix + "grad.h." + std::to_string(i) + ".attn.";
+    const std::string q = p + (a.q_lora_rank > 0 ? "q_b_proj.weight" : "q_proj.weight");
+    out[q] = io::interleaved_rows_at(ref.at(q), cfg.n_head, qk - r, r, true);
+    const std::string kv = p + "kv_a_proj.weight";
+    out[kv] = io::interleaved_rows_at(ref.at(kv), 1, a.kv_lora_rank, r, true);
+  }
+  return out;
+}
+
+// DeepSeek-V3's blocks (LLaMA's with multi-head latent attention: queries
+// through a latent of 10, keys and values through one of 12, 4 heads whose
+// queries and keys are 6 + 4 wide, the 4 turned in interleaved pairs and
+// the key's shared by every head, values 8 wide; yarn with DeepSeek's two
+// mscales, the rotation's factor their ratio and the scores times the
+// second's square; a dense first layer, then DeepSeek-V3's mixture) from a
+// DeepseekV3ForCausalLM directory whose files hold a prediction layer
+// besides: logits, loss, every gradient, the balance, greedy tokens through
+// the key/value cache; exported again, the same directory less that layer
+// (its rope_scaling written as the attention factor it comes to, which reads
+// back the same). Without the rope rows reordered into halves the logits
+// are not the reference's.
+TEST_F(Gpt2Parity, DeepseekV3DirectoryReadsTrainsAndExportsAsHuggingFacesDeepseekV3) {
+  const std::string dir = ref_dir() + "/deepseek_v3_hf";
+  const nn::GptConfig cfg = io::load_hf_config(dir);
+  EXPECT_EQ(cfg.hf_type, "deepseek_v3");
+  ASSERT_TRUE(cfg.latent_attention());
+  EXPECT_EQ(cfg.mla, (nn::GptConfig::Mla{.kv_lora_rank = 12,
+                                         .q_lora_rank = 10,
+                                         .qk_nope_head_dim = 6,
+                                         .qk_rope_head_dim = 4,
+                                         .v_head_dim = 8,
+                                         .mscale_all_dim = 0.6}));
+  EXPECT_EQ(cfg.head_size, 0);
+  EXPECT_EQ(cfg.head_dim(), 10);
+  EXPECT_EQ(cfg.rope_scaling.kind, RopeScaling::Kind::Yarn);
+  const double l = std::log(4.0);
+  EXPECT_DOUBLE_EQ(cfg.rope_scaling.attention_factor, (0.08 * l + 1.0) / (0.06 * l + 1.0));
+  EXPECT_EQ(cfg.moe.experts, 8);
+  EXPECT_EQ(cfg.moe.groups, 4);
+  EXPECT_EQ(cfg.moe.dense_layers, std::vector<int64_t>{0});
+  EXPECT_EQ(cfg.moe.shared_ffn_hidden_size, cfg.expert_ffn());
+  nn::Gpt model(cfg, 1);
+  io::load_gpt2_safetensors(model, dir);
+  expect_step_zero_matches(model, with_latent_halves_gradients(ref_, cfg, "deepseek_v3."),
+                           "deepseek_v3.");
+  expect_balance_matches(model, ref_, "deepseek_v3.");
+  expect_greedy_tokens(cfg, "deepseek_v3_generator", "deepseek_v3.greedy_tokens", ref_);
+  const std::string beyond = "model.layers." + std::to_string(cfg.n_layer) + ".";
+  expect_exports_as_written(model, dir,
+                            [&](const std::string& name) { return name.rfind(beyond, 0) == 0; },
+                            {"num_nextn_predict_layers", "rope_scaling"});
+  testing::TempDir out;
+  io::save_hf_model(model.state_dict(), cfg, out.file("hf"));
+  const nn::GptConfig back = io::load_hf_config(out.file("hf"));
+  EXPECT_EQ(back.mla, cfg.mla);
+  EXPECT_DOUBLE_EQ(back.rope_scaling.attention_factor, cfg.rope_scaling.attention_factor);
+  EXPECT_DOUBLE_EQ(back.rope_scaling.factor, cfg.rope_scaling.factor);
+
+  // The rope rows as the file holds them (interleaved), read as halves.
+  nn::Gpt unturned(cfg, 1);
+  nn::StateDict state = model.state_dict();
+  const int64_t qk = cfg.latent_qk_dim(), r = cfg.mla.qk_rope_head_dim;
+  for (const char* layer : {"h.0", "h.1"}) {
+    Tensor& q = state.at(std::string(layer) + ".attn.q_b_proj.weight");
+    q = io::interleaved_rows_at(q, cfg.n_head, qk - r, r, false);
+  }
+  unturned.load_state_dict(state);
+  EXPECT_GT(logits_away_from(unturned, ref_, "deepseek_v3."), 1e-4);
 }
 
 // Qwen2-MoE's blocks (Qwen2's q, k and v biases; 4 experts of which each

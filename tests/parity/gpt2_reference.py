@@ -48,6 +48,11 @@ MOE_FFN = 24  # the mixtures' experts' hidden width
 MOE_AUX_COEF = 0.1  # the Mixtral-style variant's load-balancing loss weight
 MOE_SHARED_FFN = 20  # the Qwen2-MoE-style variant's shared expert's width
 MOE_Z_COEF = 0.5  # the OLMoE-style variant's router z-loss weight (large: seen in the gradients)
+# DeepSeek-V3-style yarn at this size: 4 original positions stretched 4x,
+# its two mscales apart so that both the rotation's factor and the
+# scores' are seen.
+DEEPSEEK_YARN = dict(rope_type="yarn", factor=4.0, original_max_position_embeddings=4,
+                     beta_fast=32, beta_slow=1, mscale=0.8, mscale_all_dim=0.6)
 GEMMA3_LOCAL_THETA = 7.0  # the Gemma 3-style variant's windowed layers' RoPE base
 GEMMA3_SCALING = dict(rope_type="linear", factor=2.0)  # its global layer's
 GEMMA3_ATTN_SCALAR = 20.0  # its scores over sqrt(20), not sqrt(head_dim 12): 27B's kind
@@ -138,6 +143,10 @@ def rotate(t, theta, scaling=None):
     amplitude = 1.0
     if scaling is not None and scaling.get("rope_type") == "yarn":
         inv, amplitude = yarn_inv_freq_and_factor(D, theta, scaling)
+        if scaling.get("mscale") and scaling.get("mscale_all_dim"):
+            # DeepSeek's: Hugging Face's attention factor from the two mscales.
+            amplitude = yarn_get_mscale(scaling["factor"], scaling["mscale"]) / \
+                yarn_get_mscale(scaling["factor"], scaling["mscale_all_dim"])
     elif scaling is not None and scaling.get("rope_type") == "longrope":
         inv, amplitude = longrope_inv_freq_and_factor(D, theta, T, scaling)
     elif scaling is not None and scaling.get("rope_type") == "linear":
@@ -149,6 +158,18 @@ def rotate(t, theta, scaling=None):
     cos, sin = (amplitude * angle.cos()).to(t.dtype), (amplitude * angle.sin()).to(t.dtype)
     turned = torch.cat([-t[..., D // 2:], t[..., :D // 2]], dim=-1)
     return t * cos + turned * sin
+
+
+def yarn_get_mscale(factor, mscale=1.0):
+    """DeepSeek's (and Hugging Face's) yarn magnitude for a context `factor` times longer."""
+    return 1.0 if factor <= 1 else 0.1 * mscale * math.log(factor) + 1.0
+
+
+def deinterleave(t):
+    """Hugging Face's apply_rotary_pos_emb_interleave's first step on t
+    (..., d): pairs (2i, 2i + 1) become (i, i + d/2), ready for rotate-half."""
+    shape = t.shape
+    return t.reshape(*shape[:-1], shape[-1] // 2, 2).transpose(-1, -2).reshape(shape)
 
 
 def rotate_interleaved(t, theta):
@@ -211,8 +232,12 @@ class Gpt(torch.nn.Module):
                  gelu_exact=False, shared_norm=False, head_bias=False, mlp_bias=None,
                  interleaved_rope=False, moe=None, pre_norms=True, norm_affine=True,
                  clip_qkv=None, granite=None, norm_bias=True, logit_scale=None,
-                 nope_layers=()):
+                 nope_layers=(), mla=None):
         super().__init__()
+        # DeepSeek-V3's multi-head latent attention, in Hugging Face's layout
+        # (each query head's rope rows, and the shared key's, interleaved):
+        # dict(kv_rank, q_rank (0: q_proj from x), nope, rope, v).
+        self.mla = mla
         # SmolLM3's and Cohere 2's: layers whose queries and keys turn by no
         # rotation at all.
         self.nope_layers = nope_layers
@@ -291,8 +316,22 @@ class Gpt(torch.nn.Module):
             if pre_norms:
                 b.ln_1 = stream_norm()
             b.attn = torch.nn.Module()
-            b.attn.c_attn = torch.nn.Linear(C, Q + 2 * KV, bias=bias or qkv_bias)
-            b.attn.c_proj = torch.nn.Linear(Q, C, bias=bias)
+            if mla is not None:
+                NH, qk = c["n_head"], mla["nope"] + mla["rope"]
+                if mla["q_rank"]:
+                    b.attn.q_a_proj = torch.nn.Linear(C, mla["q_rank"], bias=False)
+                    b.attn.q_a_norm = RmsNorm(mla["q_rank"])
+                    b.attn.q_b_proj = torch.nn.Linear(mla["q_rank"], NH * qk, bias=False)
+                else:
+                    b.attn.q_proj = torch.nn.Linear(C, NH * qk, bias=False)
+                b.attn.kv_a_proj = torch.nn.Linear(C, mla["kv_rank"] + mla["rope"], bias=False)
+                b.attn.kv_a_norm = RmsNorm(mla["kv_rank"])
+                b.attn.kv_b_proj = torch.nn.Linear(mla["kv_rank"], NH * (mla["nope"] + mla["v"]),
+                                                   bias=False)
+                b.attn.c_proj = torch.nn.Linear(NH * mla["v"], C, bias=bias)
+            else:
+                b.attn.c_attn = torch.nn.Linear(C, Q + 2 * KV, bias=bias or qkv_bias)
+                b.attn.c_proj = torch.nn.Linear(Q, C, bias=bias)
             if qk_norm == "full":  # OLMo 2's RMSNorm over all queries, all keys
                 b.attn.q_norm = RmsNorm(Q, offset=norm_offset)
                 b.attn.k_norm = RmsNorm(KV, offset=norm_offset)
@@ -404,6 +443,71 @@ class Gpt(torch.nn.Module):
             out = out + shared
         return out.view(B, T, C)
 
+    def attention(self, b, x, layer, layer_mask):
+        """Block b's attention (c_attn's heads) on x (B, T, C), before c_proj."""
+        B, T = x.shape[0], x.shape[1]
+        NH, NKV, D = self.c["n_head"], self.kv_heads, self.D
+        qkv = b.attn.c_attn(b.ln_1(x) if self.pre_norms else x)
+        if self.clip_qkv is not None:  # as Hugging Face's Olmo does, before any norm
+            qkv = qkv.clamp(min=-self.clip_qkv, max=self.clip_qkv)
+        q, k, v = qkv.split([NH * D, NKV * D, NKV * D], dim=2)
+        if self.qk_norm == "full":  # as Hugging Face's Olmo2 does, before the split
+            q, k = b.attn.q_norm(q), b.attn.k_norm(k)
+        q, k, v = q.view(B, T, NH, D), k.view(B, T, NKV, D), v.view(B, T, NKV, D)
+        # As Qwen3 and Command R+ do, on each head before the rotation.
+        if self.qk_norm and self.qk_norm != "full":
+            q, k = b.attn.q_norm(q), b.attn.k_norm(k)
+        q, k, v = (t.transpose(1, 2) for t in (q, k, v))
+        if self.rope_theta is not None and layer not in self.nope_layers:
+            theta, scaling = self.rope_theta, self.rope_scaling
+            if self.rope_local_theta is not None and layer not in self.full_layers:
+                theta, scaling = self.rope_local_theta, None
+            R = self.rope_dim or D
+            if self.interleaved_rope:
+                q = torch.cat([rotate_interleaved(q[..., :R], theta), q[..., R:]], dim=-1)
+                k = torch.cat([rotate_interleaved(k[..., :R], theta), k[..., R:]], dim=-1)
+            else:
+                q = torch.cat([rotate(q[..., :R], theta, scaling), q[..., R:]], dim=-1)
+                k = torch.cat([rotate(k[..., :R], theta, scaling), k[..., R:]], dim=-1)
+        # Grouped-query attention as Hugging Face's LLaMA runs it: each
+        # key/value head repeated for the NH / NKV query heads after it.
+        k, v = (t.repeat_interleave(NH // NKV, dim=1) for t in (k, v))
+        if self.granite is not None:  # as GraniteAttention scales its scores
+            att = (q @ k.transpose(-2, -1)) * self.granite["attention"]
+        else:
+            att = (q @ k.transpose(-2, -1)) / math.sqrt(self.attn_scalar or D)
+        if self.attn_softcap is not None:  # as Hugging Face's Gemma2Attention does
+            att = torch.tanh(att / self.attn_softcap) * self.attn_softcap
+        att = att.masked_fill(~layer_mask, float("-inf")).softmax(dim=-1)
+        return (att @ v).transpose(1, 2).reshape(B, T, NH * D)
+
+    def latent_attention(self, attn, h, layer_mask):
+        """DeepSeek-V3's attention on h (B, T, C) as Hugging Face's
+        DeepseekV3Attention computes it, before o_proj (c_proj): queries and
+        the key/value latent, each head's [nope | rope] query and key (the
+        rope parts de-interleaved and turned, the key's shared by every
+        head), scores over sqrt(nope + rope) times yarn's mscale_all_dim
+        factor squared."""
+        m, B, T, NH = self.mla, h.shape[0], h.shape[1], self.c["n_head"]
+        n, r, vd = m["nope"], m["rope"], m["v"]
+        qs = attn.q_b_proj(attn.q_a_norm(attn.q_a_proj(h))) if m["q_rank"] else attn.q_proj(h)
+        q_pass, q_rot = qs.view(B, T, NH, n + r).transpose(1, 2).split([n, r], dim=-1)
+        k_pass, k_rot = attn.kv_a_proj(h).split([m["kv_rank"], r], dim=-1)
+        kv = attn.kv_b_proj(attn.kv_a_norm(k_pass)).view(B, T, NH, n + vd).transpose(1, 2)
+        k_pass, v = kv.split([n, vd], dim=-1)
+        k_rot = k_rot.view(B, 1, T, r)
+        q_rot = rotate(deinterleave(q_rot), self.rope_theta, self.rope_scaling)
+        k_rot = rotate(deinterleave(k_rot), self.rope_theta, self.rope_scaling)
+        q = torch.cat([q_pass, q_rot], dim=-1)
+        k = torch.cat([k_pass, k_rot.expand(B, NH, T, r)], dim=-1)
+        scale = (n + r) ** -0.5
+        s = self.rope_scaling
+        if s is not None and s.get("mscale_all_dim"):
+            scale *= yarn_get_mscale(s["factor"], s["mscale_all_dim"]) ** 2
+        att = (q @ k.transpose(-2, -1)) * scale
+        att = att.masked_fill(~layer_mask, float("-inf")).softmax(dim=-1)
+        return (att @ v).transpose(1, 2).reshape(B, T, NH * vd)
+
     def forward(self, idx):
         self.aux, self.zl = [], []
         B, T = idx.shape
@@ -423,39 +527,10 @@ class Gpt(torch.nn.Module):
             mask = mask & (offset < self.window)
         for layer, b in enumerate(self.h):
             layer_mask = full_mask if layer in self.full_layers else mask
-            qkv = b.attn.c_attn(b.ln_1(x) if self.pre_norms else x)
-            if self.clip_qkv is not None:  # as Hugging Face's Olmo does, before any norm
-                qkv = qkv.clamp(min=-self.clip_qkv, max=self.clip_qkv)
-            q, k, v = qkv.split([NH * D, NKV * D, NKV * D], dim=2)
-            if self.qk_norm == "full":  # as Hugging Face's Olmo2 does, before the split
-                q, k = b.attn.q_norm(q), b.attn.k_norm(k)
-            q, k, v = q.view(B, T, NH, D), k.view(B, T, NKV, D), v.view(B, T, NKV, D)
-            # As Qwen3 and Command R+ do, on each head before the rotation.
-            if self.qk_norm and self.qk_norm != "full":
-                q, k = b.attn.q_norm(q), b.attn.k_norm(k)
-            q, k, v = (t.transpose(1, 2) for t in (q, k, v))
-            if self.rope_theta is not None and layer not in self.nope_layers:
-                theta, scaling = self.rope_theta, self.rope_scaling
-                if self.rope_local_theta is not None and layer not in self.full_layers:
-                    theta, scaling = self.rope_local_theta, None
-                R = self.rope_dim or D
-                if self.interleaved_rope:
-                    q = torch.cat([rotate_interleaved(q[..., :R], theta), q[..., R:]], dim=-1)
-                    k = torch.cat([rotate_interleaved(k[..., :R], theta), k[..., R:]], dim=-1)
-                else:
-                    q = torch.cat([rotate(q[..., :R], theta, scaling), q[..., R:]], dim=-1)
-                    k = torch.cat([rotate(k[..., :R], theta, scaling), k[..., R:]], dim=-1)
-            # Grouped-query attention as Hugging Face's LLaMA runs it: each
-            # key/value head repeated for the NH / NKV query heads after it.
-            k, v = (t.repeat_interleave(NH // NKV, dim=1) for t in (k, v))
-            if self.granite is not None:  # as GraniteAttention scales its scores
-                att = (q @ k.transpose(-2, -1)) * self.granite["attention"]
+            if self.mla is not None:
+                y = self.latent_attention(b.attn, b.ln_1(x), layer_mask)
             else:
-                att = (q @ k.transpose(-2, -1)) / math.sqrt(self.attn_scalar or D)
-            if self.attn_softcap is not None:  # as Hugging Face's Gemma2Attention does
-                att = torch.tanh(att / self.attn_softcap) * self.attn_softcap
-            att = att.masked_fill(~layer_mask, float("-inf")).softmax(dim=-1)
-            y = (att @ v).transpose(1, 2).reshape(B, T, NH * D)
+                y = self.attention(b, x, layer, layer_mask)
             post_attn = b.post_attn_norm if self.post_norms else (lambda t: t)
             post_mlp = b.post_mlp_norm if self.post_norms else (lambda t: t)
             attn_out = post_attn(b.attn.c_proj(y))
@@ -928,6 +1003,66 @@ def save_hf_dots1(model, directory):
     Dots1ForCausalLM directory."""
     save_hf_deepseek_moe(model, directory, "Dots1ForCausalLM", "dots1", attention_bias=False,
                          sliding_window=None, max_window_layers=CFG["n_layer"])
+
+
+def save_hf_deepseek_v3(model, directory):
+    """A DeepSeek-V3-style model (LLaMA's blocks with latent attention;
+    DeepSeek-V3's mixture) as a DeepseekV3ForCausalLM directory holding a
+    multi-token-prediction layer besides: the attention under Hugging
+    Face's names, its rope rows interleaved as the reference holds them."""
+    os.makedirs(directory, exist_ok=True)
+    m, F_, C = model.mla, model.moe["ffn"], CFG["d_model"]
+    t = {"model.embed_tokens.weight": model.wte.weight, "model.norm.weight": model.ln_f.weight,
+         "lm_head.weight": model.lm_head.weight}
+    for i, b in enumerate(model.h):
+        p = f"model.layers.{i}."
+        a, sa = b.attn, p + "self_attn."
+        t.update({p + "input_layernorm.weight": b.ln_1.weight,
+                  p + "post_attention_layernorm.weight": b.ln_2.weight,
+                  sa + "kv_a_proj_with_mqa.weight": a.kv_a_proj.weight,
+                  sa + "kv_a_layernorm.weight": a.kv_a_norm.weight,
+                  sa + "kv_b_proj.weight": a.kv_b_proj.weight,
+                  sa + "o_proj.weight": a.c_proj.weight})
+        if m["q_rank"]:
+            t.update({sa + "q_a_proj.weight": a.q_a_proj.weight,
+                      sa + "q_a_layernorm.weight": a.q_a_norm.weight,
+                      sa + "q_b_proj.weight": a.q_b_proj.weight})
+        else:
+            t[sa + "q_proj.weight"] = a.q_proj.weight
+        if not hasattr(b.mlp, "router"):
+            gate, up = b.mlp.c_fc.weight.split(model.swiglu_ffn, 0)
+            t.update({p + "mlp.gate_proj.weight": gate, p + "mlp.up_proj.weight": up,
+                      p + "mlp.down_proj.weight": b.mlp.c_proj.weight})
+            continue
+        x = p + "mlp."
+        t.update({x + "gate.weight": b.mlp.router.weight,
+                  x + "gate.e_score_correction_bias": b.mlp.expert_bias})
+        for e, ex in enumerate(b.mlp.experts):
+            gate, up = ex.c_fc.weight.split(F_, 0)
+            t.update({f"{x}experts.{e}.gate_proj.weight": gate,
+                      f"{x}experts.{e}.up_proj.weight": up,
+                      f"{x}experts.{e}.down_proj.weight": ex.c_proj.weight})
+        gate, up = b.mlp.shared.c_fc.weight.split(model.moe["shared"], 0)
+        t.update({x + "shared_experts.gate_proj.weight": gate,
+                  x + "shared_experts.up_proj.weight": up,
+                  x + "shared_experts.down_proj.weight": b.mlp.shared.c_proj.weight})
+    g = torch.Generator().manual_seed(7)
+    mtp = f"model.layers.{CFG['n_layer']}."
+    t.update({mtp + "eh_proj.weight": torch.randn(C, 2 * C, generator=g),
+              mtp + "enorm.weight": torch.ones(C), mtp + "hnorm.weight": torch.ones(C)})
+    save_safetensors(os.path.join(directory, "model.safetensors"), t)
+    write_llama_config(model, directory, "DeepseekV3ForCausalLM", "deepseek_v3",
+                       head_dim=m["rope"], kv_lora_rank=m["kv_rank"],
+                       q_lora_rank=m["q_rank"] or None, qk_nope_head_dim=m["nope"],
+                       qk_rope_head_dim=m["rope"], v_head_dim=m["v"], rope_interleave=True,
+                       rope_scaling=model.rope_scaling, attention_bias=False,
+                       n_routed_experts=model.moe["experts"],
+                       num_experts_per_tok=model.moe["top_k"], moe_intermediate_size=F_,
+                       n_shared_experts=model.moe["shared"] // F_,
+                       first_k_dense_replace=len(model.moe["dense"]),
+                       norm_topk_prob=model.moe["normalize"],
+                       routed_scaling_factor=model.moe["scale"], n_group=model.moe["groups"],
+                       topk_group=model.moe["top_groups"], num_nextn_predict_layers=1)
 
 
 def save_hf_helium(model, directory):
@@ -1708,6 +1843,22 @@ def main():
                          dense=(0,), sigmoid=True, scale=1.5, groups=1, top_groups=1,
                          shared=MOE_FFN, shared_gate=False))
     record_family(dots1, "dots1", save_hf_dots1, out, x, y, ref)
+
+    # DeepSeek-V3's: LLaMA's blocks with multi-head latent attention (4
+    # heads whose queries and keys are 6 + 4 wide, 4 turned in interleaved
+    # pairs, values 8 wide, through latents of 10 and 12; yarn with
+    # DeepSeek's two mscales, the scores scaled by the second) and
+    # DeepSeek-V3's mixture (a dense first layer, 8 experts in 4 groups,
+    # the top 2 among the best 2 groups, renormalised, scaled by 2.5, one
+    # shared expert); step 0 and a greedy continuation, from a
+    # DeepseekV3ForCausalLM directory holding a prediction layer besides.
+    deepseek_v3 = Gpt(CFG, ROPE_THETA, SWIGLU_FFN, rms_norm=True, bias=False, tie=False,
+                      rope_scaling=DEEPSEEK_YARN,
+                      mla=dict(kv_rank=12, q_rank=10, nope=6, rope=4, v=8),
+                      moe=dict(experts=8, top_k=2, ffn=MOE_FFN, normalize=True, coef=0.0,
+                               dense=(0,), sigmoid=True, scale=2.5, groups=4, top_groups=2,
+                               shared=MOE_FFN, shared_gate=False))
+    record_family(deepseek_v3, "deepseek_v3", save_hf_deepseek_v3, out, x, y, ref)
 
     # OLMo 2's: no norm before either sublayer, each sublayer's output
     # normalised, one RMSNorm over all the queries and one over all the keys

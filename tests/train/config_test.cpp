@@ -1122,6 +1122,61 @@ TEST(Config, RopeDimParsesRoundTripsAndIsChecked) {
                       "under model.position_embedding rope (0: the whole head)");
 }
 
+TEST(Config, LatentAttentionParsesRoundTripsAndIsChecked) {
+  EXPECT_FALSE(parse_config(kValid).model.latent_attention());
+  const std::vector<std::string> rope = {"model.position_embedding=rope",
+                                         "model.normalization=rmsnorm"};
+  auto with = [&](const std::string& mla) {
+    std::vector<std::string> o = rope;
+    o.push_back("model.mla=" + mla);
+    return o;
+  };
+  const Config c = parse_config(
+      kValid, with("{kv_lora_rank: 12, q_lora_rank: 10, qk_nope_head_dim: 6, qk_rope_head_dim: 4, "
+                   "v_head_dim: 8, mscale_all_dim: 1}"));
+  EXPECT_TRUE(c.model.latent_attention());
+  EXPECT_EQ(c.model.mla.kv_lora_rank, 12);
+  EXPECT_EQ(c.model.mla.q_lora_rank, 10);
+  EXPECT_EQ(c.model.mla.qk_nope_head_dim, 6);
+  EXPECT_EQ(c.model.mla.qk_rope_head_dim, 4);
+  EXPECT_EQ(c.model.mla.v_head_dim, 8);
+  EXPECT_DOUBLE_EQ(c.model.mla.mscale_all_dim, 1.0);
+  EXPECT_EQ(parse_config(to_yaml(c)).model.mla, c.model.mla);
+  // LoRA's default targets skip the c_attn latent attention has not.
+  const Config lora = parse_config(kValid, [&] {
+    auto o = with(
+        "{kv_lora_rank: 12, qk_nope_head_dim: 6, qk_rope_head_dim: 4, "
+        "v_head_dim: 8}");
+    o.push_back("model.lora=4");
+    return o;
+  }());
+  EXPECT_EQ(lora.model.lora.targets,
+            (std::vector<std::string>{"attn.c_proj", "mlp.c_fc", "mlp.c_proj"}));
+  expect_config_error(kValid, with("{kv_lora_rank: 12, qk_rope: 4}"),
+                      "unknown key 'model.mla.qk_rope' (allowed: kv_lora_rank, q_lora_rank");
+  expect_config_error(kValid, with("{q_lora_rank: 12}"),
+                      "model.mla.kv_lora_rank (0) must be positive (model.mla: none");
+  expect_config_error(kValid, with("[12]"), "model.mla: expected none, or a mapping of");
+  expect_config_error(kValid,
+                      with("{kv_lora_rank: 12, qk_nope_head_dim: 6, qk_rope_head_dim: 5, "
+                           "v_head_dim: 8}"),
+                      "expected q_lora_rank >= 0 (0: queries straight from x), "
+                      "qk_nope_head_dim >= 0, an even qk_rope_head_dim >= 2");
+  expect_config_error(kValid,
+                      {"model.mla={kv_lora_rank: 12, qk_nope_head_dim: 6, qk_rope_head_dim: 4, "
+                       "v_head_dim: 8}"},
+                      "model.mla does not go with model.position_embedding learned");
+  expect_config_error(
+      kValid,
+      [&] {
+        auto o =
+            with("{kv_lora_rank: 12, qk_nope_head_dim: 6, qk_rope_head_dim: 4, v_head_dim: 8}");
+        o.push_back("model.lora={rank: 4, targets: attn.c_attn}");
+        return o;
+      }(),
+      "model.mla does not go with model.lora.targets attn.c_attn");
+}
+
 TEST(Config, SlidingWindowParsesRoundTripsAndIsChecked) {
   EXPECT_EQ(parse_config(kValid).model.sliding_window, 0);
   const Config c = parse_config(kValid, {"model.sliding_window=8"});

@@ -54,6 +54,11 @@ nn::StateDict hf_llama_to_triad(const std::map<std::string, Tensor>& tensors,
 // q . k is unchanged. A height that is not whole heads, or an odd or too
 // wide rotated count, is a ShapeError.
 Tensor interleaved_head_rows(const Tensor& t, int64_t heads, bool to_halves, int64_t rotated = 0);
+// The same for each head's `rotated` rows from row `offset` (DeepSeek's
+// latent attention turns the last qk_rope rows of each query head, and of
+// kv_a_proj's one shared key); `rotated` even, at least 2.
+Tensor interleaved_rows_at(const Tensor& t, int64_t heads, int64_t offset, int64_t rotated,
+                           bool to_halves);
 // c_attn's rows ([q | k | v] of n_head query heads and kv_heads key/value
 // heads; a weight, a bias or a LoRA B) with each q and k head's first
 // `rotated` rows (0: all) in interleaved pairs, as Cohere's and GLM's q_proj

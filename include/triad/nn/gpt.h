@@ -1,5 +1,6 @@
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -18,8 +19,9 @@
 
 namespace triad::nn {
 
-struct MoeStats;  // nn/moe.h
-class MoeMlp;     // nn/moe.h
+struct MoeStats;          // nn/moe.h
+class MoeMlp;             // nn/moe.h
+class LatentProjections;  // nn/latent_attention.h
 
 // Activation recomputation: `full` keeps only each block's input and reruns
 // the block in backward; `selective` (the attention core) is what the
@@ -344,6 +346,39 @@ struct GptConfig {
     bool operator==(const Moe&) const = default;
   };
   Moe moe = {};
+  // Multi-head latent attention (config key model.mla; DeepSeek-V2's and
+  // -V3's, Kimi K2's) in place of c_attn: the keys and values come from a
+  // shared latent c = kv_a_norm(x W_kv_a) of kv_lora_rank features, each
+  // head's key [k_rope | k_nope] and value from kv_b_proj(c), where k_rope
+  // (qk_rope_head_dim wide, x W_kv_a's last features) is one key for every
+  // head; the queries from q_b_proj(q_a_norm(x W_q_a)) through a latent of
+  // q_lora_rank features (0: attn.q_proj straight from x). Only the
+  // qk_rope_head_dim dimensions of each query and key turn (rope, at the
+  // frequencies of a head that wide); the scores are q . k over
+  // qk_nope_head_dim + qk_rope_head_dim dimensions, scaled by 1 /
+  // sqrt(that), and the heads' v_head_dim-wide outputs go on to c_proj
+  // (n_head * v_head_dim -> d_model). Under yarn rope scaling with
+  // mscale_all_dim > 0 the scores are multiplied by (0.1 mscale_all_dim
+  // ln(factor) + 1)^2 as DeepSeek's are. The norms are RMSNorms; with
+  // model.linear_bias the layers that read x (q_a_proj or q_proj,
+  // kv_a_proj) and c_proj have biases. kv_lora_rank 0: none.
+  struct Mla {
+    int64_t kv_lora_rank = 0;
+    int64_t q_lora_rank = 0;
+    int64_t qk_nope_head_dim = 0;
+    int64_t qk_rope_head_dim = 0;
+    int64_t v_head_dim = 0;
+    double mscale_all_dim = 0;
+    bool operator==(const Mla&) const = default;
+  };
+  Mla mla = {};
+  bool latent_attention() const { return mla.kv_lora_rank > 0; }
+  // A query's and key's width under model.mla (qk_nope_head_dim +
+  // qk_rope_head_dim), and the multiplier on the queries that turns the
+  // fused attention's 1 / sqrt(head_dim()) into the scale model.mla says
+  // (1 where the two agree).
+  int64_t latent_qk_dim() const { return mla.qk_nope_head_dim + mla.qk_rope_head_dim; }
+  double latent_query_factor() const;
   // Whether layer `layer`'s MLP is a mixture of experts.
   bool moe_layer(int64_t layer) const;
   // Each expert's hidden width F, and its c_fc's output width (F, or 2F gated).
@@ -369,6 +404,10 @@ struct GptConfig {
   std::string hf_type = {};
   // The layers LoRA can adapt, by their names inside a block.
   static const std::vector<std::string>& lora_layers();
+  // The layers model.lora adapts when its targets are left out: every one
+  // this model has, the attention's alone in a mixture of experts (its
+  // MLPs are experts), attn.c_proj alone under model.mla (no c_attn).
+  std::vector<std::string> default_lora_targets() const;
   // Whether the block layer `layer` ("attn.c_attn", ...) has adapters.
   bool lora_on(const std::string& layer) const;
   double lora_scale() const { return (lora.alpha > 0 ? lora.alpha : lora.rank) / lora.rank; }
@@ -386,7 +425,13 @@ struct GptConfig {
   }
   bool rotary() const { return position_embedding == PositionEmbedding::Rotary; }
   int64_t kv_heads() const { return n_kv_head > 0 ? n_kv_head : n_head; }
-  int64_t head_dim() const { return head_size > 0 ? head_size : d_model / n_head; }
+  // Each head's width in the fused attention: model.head_dim, d_model /
+  // n_head, or under model.mla the wider of a query's and a value's (the
+  // narrower zero-padded to it).
+  int64_t head_dim() const {
+    if (latent_attention()) return std::max(latent_qk_dim(), mla.v_head_dim);
+    return head_size > 0 ? head_size : d_model / n_head;
+  }
   // The dimensions of each head rotary embeddings turn: rope_dim, or the
   // whole head.
   int64_t rotary_width() const { return rope_dim > 0 ? rope_dim : head_dim(); }
@@ -396,6 +441,15 @@ struct GptConfig {
   // The query heads' width n_head * D (the attention's output, c_proj's
   // input): d_model unless model.head_dim sets D apart.
   int64_t q_width() const { return n_head * head_dim(); }
+  // The attention's output as c_proj reads it: q_width(), or under
+  // model.mla n_head * v_head_dim.
+  int64_t attn_out_width() const {
+    return latent_attention() ? n_head * mla.v_head_dim : q_width();
+  }
+  // The weights of one block's attention projections (c_attn and c_proj,
+  // or model.mla's five or six), biases and norms aside: each is one
+  // multiply-add per token.
+  int64_t attention_weights() const;
   // Whether model.head_dim sets the heads' width apart from d_model / n_head.
   bool heads_apart() const { return q_width() != d_model; }
   // c_attn's output width: q plus k's and v's key/value heads.
@@ -465,6 +519,8 @@ struct GptConfig {
 
   // Throws ConfigError naming the field when a value is impossible.
   void validate() const;
+  // validate()'s checks of model.mla.
+  void validate_latent_attention() const;
   // 12*l*h^2*(1 + 13/(12h) + (V+s)/(12*l*h)) of the PTD-P paper (tied head;
   // no s*h position table under rotary embeddings; V*h more for an untied
   // head), for any MLP width.
@@ -592,7 +648,12 @@ class CausalSelfAttention : public Module {
   Tensor project(const Tensor& x, const Tensor& positions, int64_t start,
                  const DropoutDraw& draw) const;
 
-  std::shared_ptr<Linear> c_attn_, c_proj_;
+  // The attention's output as c_proj reads it (under model.mla each head's
+  // value width alone).
+  Tensor heads_out(const Tensor& y) const;
+
+  std::shared_ptr<Linear> c_attn_, c_proj_;                   // (no c_attn under model.mla)
+  std::shared_ptr<LatentProjections> latent_;                 // model.mla
   std::shared_ptr<LayerNorm> q_norm_, k_norm_;                // model.qk_norm: true or full
   std::shared_ptr<HeadLayerNorm> q_head_norm_, k_head_norm_;  // model.qk_norm: head_layernorm
   double clip_qkv_ = 0.0;                                     // model.clip_qkv (0: none)

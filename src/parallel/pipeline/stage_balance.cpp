@@ -14,9 +14,15 @@ StageWork stage_work(const nn::GptConfig& cfg, bool full_recompute) {
   // for the scores, forward; backward twice.
   const double s = static_cast<double>(cfg.seq_len), h = static_cast<double>(cfg.d_model);
   const double f = static_cast<double>(cfg.ffn()), m = static_cast<double>(cfg.fc_width());
-  const double w = static_cast<double>(cfg.qkv_width()), q = static_cast<double>(cfg.q_width());
-  const double dense = 2.0 * ((w + q) * h + h * m + f * h);
-  const double moe = 2.0 * ((w + q) * h + h * static_cast<double>(cfg.moe.experts) +
+  // (Under model.mla the attention's own projections, and the scores'
+  // width the mean of a query's and a value's.)
+  const double attn = static_cast<double>(cfg.attention_weights());
+  const double q = cfg.latent_attention()
+                       ? static_cast<double>(cfg.n_head) *
+                             static_cast<double>(cfg.latent_qk_dim() + cfg.mla.v_head_dim) / 2
+                       : static_cast<double>(cfg.q_width());
+  const double dense = 2.0 * (attn + h * m + f * h);
+  const double moe = 2.0 * (attn + h * static_cast<double>(cfg.moe.experts) +
                             static_cast<double>(cfg.moe.top_k) * h *
                                 static_cast<double>(cfg.expert_fc_width() + cfg.expert_ffn()));
   const double passes = full_recompute ? 4.0 : 3.0;

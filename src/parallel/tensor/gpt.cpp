@@ -141,10 +141,16 @@ void TensorParallelGpt::build(uint64_t seed, std::shared_ptr<VocabParallelEmbedd
     // query heads and the key/value heads they use (with fewer key/value
     // heads than ranks, the one head, shared with the ranks next to it).
     const int64_t q = cfg_.q_width(), kv = cfg_.kv_heads() * cfg_.head_dim(), hd = cfg_.head_dim();
-    L.c_attn = attn->add("c_attn", std::make_shared<ColumnParallelLinear>(
-                                       C, std::vector<int64_t>{q, kv, kv}, group_, sp_,
-                                       cfg_.c_attn_bias(), std::vector<int64_t>{hd, hd, hd}));
-    L.attn_proj = attn->add("c_proj", std::make_shared<RowParallelLinear>(q, C, group_, sp_, b));
+    if (cfg_.latent_attention()) {
+      L.latent = std::make_shared<nn::LatentProjections>(cfg_, cfg_.n_head / t);
+      for (const auto& [name, layer] : L.latent->layers()) attn->add(name, layer);
+    } else {
+      L.c_attn = attn->add("c_attn", std::make_shared<ColumnParallelLinear>(
+                                         C, std::vector<int64_t>{q, kv, kv}, group_, sp_,
+                                         cfg_.c_attn_bias(), std::vector<int64_t>{hd, hd, hd}));
+    }
+    L.attn_proj = attn->add(
+        "c_proj", std::make_shared<RowParallelLinear>(cfg_.attn_out_width(), C, group_, sp_, b));
     if (cfg_.qk_head_layernorm) {
       // Command R+'s (model.qk_norm: head_layernorm): each rank the weights
       // of its own query and key/value heads.
@@ -207,7 +213,19 @@ void TensorParallelGpt::build(uint64_t seed, std::shared_ptr<VocabParallelEmbedd
       specs_[p + "attn.q_norm.weight"] = ShardSpec::replicated(!cfg_.qk_norm_full);
       specs_[p + "attn.k_norm.weight"] = ShardSpec::replicated(!cfg_.qk_norm_full);
     }
-    specs_[p + "attn.c_attn.weight"] = L.c_attn->weight_spec();
+    if (L.latent) {
+      // The up-projections' rows are whole heads, in head order: each rank
+      // its heads'. The layers before them see every rank's input alike,
+      // but each rank's heads send back only their part of the gradient:
+      // partial sums, with or without sequence parallelism.
+      for (const auto& [name, shape] : nn::latent_attention_shapes(cfg_, cfg_.n_head)) {
+        const bool heads = name.rfind("q_b_proj.", 0) == 0 || name.rfind("q_proj.", 0) == 0 ||
+                           name.rfind("kv_b_proj.", 0) == 0;
+        specs_[p + "attn." + name] = heads ? ShardSpec::along(0) : ShardSpec::replicated(true);
+      }
+    } else {
+      specs_[p + "attn.c_attn.weight"] = L.c_attn->weight_spec();
+    }
     specs_[p + "attn.c_proj.weight"] = L.attn_proj->weight_spec();
     if (L.moe) {
       // The router's gradient: the same on every rank, or under sequence
@@ -233,7 +251,7 @@ void TensorParallelGpt::build(uint64_t seed, std::shared_ptr<VocabParallelEmbedd
       specs_[p + "mlp.c_fc.weight"] = L.c_fc->weight_spec();
       specs_[p + "mlp.c_proj.weight"] = L.mlp_proj->weight_spec();
     }
-    if (cfg_.c_attn_bias()) specs_[p + "attn.c_attn.bias"] = L.c_attn->bias_spec();
+    if (L.c_attn && cfg_.c_attn_bias()) specs_[p + "attn.c_attn.bias"] = L.c_attn->bias_spec();
     if (b) specs_[p + "attn.c_proj.bias"] = L.attn_proj->bias_spec();
     if (mb && !L.moe) {
       specs_[p + "mlp.c_fc.bias"] = L.c_fc->bias_spec();
@@ -604,7 +622,10 @@ Tensor TensorParallelGpt::block_forward(int64_t i, const Tensor& x,
   const int shard = sp_ ? group_->rank() : 0;
   const nn::DropoutDraw draw = ctx.draw();
   const Tensor normed = L.ln_1 ? L.ln_1->forward(x) : x;  // (none without model.pre_norms)
-  Tensor qkv = L.c_attn->forward(normed, draw);           // the whole sequence, local heads
+  // The whole sequence, local heads. Latent attention enters the region
+  // itself (its first layers are on every rank), then makes its heads.
+  Tensor qkv =
+      L.latent ? L.latent->qkv(enter_heads(normed), draw) : L.c_attn->forward(normed, draw);
   // (model.clip_qkv: elementwise, so each rank clamps its own heads.)
   if (cfg_.clip_qkv > 0) qkv = clamp(qkv, -cfg_.clip_qkv, cfg_.clip_qkv);
   const int64_t t = group_->size();
@@ -622,7 +643,8 @@ Tensor TensorParallelGpt::block_forward(int64_t i, const Tensor& x,
     const nn::GptConfig::Rope rope = cfg_.rope_of(i);
     qkv = rotary_embedding(qkv, heads, ctx.positions, 0, rope.theta, rope.scaling);
   }
-  const Tensor core = causal_attention(qkv, heads, ctx.attention_starts(cfg_.window_of(i) > 0));
+  Tensor core = causal_attention(qkv, heads, ctx.attention_starts(cfg_.window_of(i) > 0));
+  if (L.latent) core = L.latent->values(core);
   // This rank's share of the MLP's output, before the group sums it.
   auto mlp_share = [&](const Tensor& in) {
     if (L.moe) return moe_share(L, in, ctx);
@@ -676,6 +698,11 @@ Tensor TensorParallelGpt::block_forward(int64_t i, const Tensor& x,
   m = site_dropout(m, cfg_.dropout, ctx, i, "mlp.resid", shard);
   if (L.post_mlp_norm) m = L.post_mlp_norm->forward(m);
   return add(h.sum, nn::to_residual(cfg_, m));
+}
+
+Tensor TensorParallelGpt::enter_heads(const Tensor& x) const {
+  if (group_->size() == 1) return x;
+  return sp_ ? gather_from_sequence_region(x, group_) : copy_to_region(x, group_);
 }
 
 Tensor TensorParallelGpt::full_query_key_norm(const Layer& L, const Tensor& qkv,

@@ -10,6 +10,7 @@
 #include "triad/dist/process_group.h"
 #include "triad/nn/embedding.h"
 #include "triad/nn/gpt.h"
+#include "triad/nn/latent_attention.h"
 #include "triad/nn/layer_norm.h"
 #include "triad/nn/moe.h"
 #include "triad/parallel/tensor/layers.h"
@@ -162,7 +163,15 @@ class TensorParallelGpt : public nn::Module {
     std::shared_ptr<ColumnParallelLinear> c_attn, c_fc;            // c_fc: dense layers only
     std::shared_ptr<RowParallelLinear> attn_proj, mlp_proj;
     std::shared_ptr<nn::MoeMlp> moe;  // model.moe's layers: each expert split like the MLP
+    // model.mla's layers (no c_attn then): the queries' and the keys' and
+    // values' up-projections split at whole heads, the rest on every rank.
+    std::shared_ptr<nn::LatentProjections> latent;
   };
+  // x (this rank's tokens under sequence parallelism) as every rank's
+  // layers that make heads read it: the whole sequence, its gradient summed
+  // over the group in backward (copy_to_region, or
+  // gather_from_sequence_region).
+  Tensor enter_heads(const Tensor& x) const;
   // model.qk_norm: full on this rank's fused qkv (its `heads`).
   Tensor full_query_key_norm(const Layer& L, const Tensor& qkv, const AttentionHeads& heads) const;
   // A mixture-of-experts layer's share of its output for `in` (ln_2's):
