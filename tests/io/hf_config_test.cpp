@@ -2026,11 +2026,12 @@ TEST(HfConfig, WhatTriadDoesNotBuildIsNamed) {
                 .find("'sliding_window' (0): a window must hold at least one key"),
             std::string::npos);
   EXPECT_NE(
-      message(from(edited(llama, "model_type", "\"deepseek_v3\"")))
-          .find("model_type 'deepseek_v3' is not supported (llama, mistral, mixtral, qwen2, "
+      message(from(edited(llama, "model_type", "\"deepseek_v2\"")))
+          .find("model_type 'deepseek_v2' is not supported (llama, mistral, mixtral, qwen2, "
                 "qwen2_moe, qwen3, qwen3_moe, gemma, gemma2, gemma3_text, gemma3, phi3, stablelm, "
                 "olmo, olmo2, olmo3, olmoe, granite, granitemoe, granitemoeshared, cohere, "
-                "cohere2, smollm3, glm, glm4, glm4_moe, dots1, helium, exaone4, gpt_neox, "
+                "cohere2, smollm3, glm, glm4, glm4_moe, dots1, deepseek_v3, kimi_k2, helium, "
+                "exaone4, gpt_neox, "
                 "starcoder2, "
                 "phi, "
                 "falcon, "

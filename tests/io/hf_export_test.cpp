@@ -447,8 +447,26 @@ TEST(HfExport, MixturesOfExpertsRoundTripAsMixtralAndQwen3Moe) {
   dots.moe.groups = dots.moe.top_groups = 1;
   dots.sliding_window = 5;
   dots.full_attention_layers = {0};
+  // DeepSeek-V3: GLM-4.5's mixture under multi-head latent attention on
+  // LLaMA's blocks.
+  nn::GptConfig v3 = llama(false, 0);
+  v3.moe = glm45.moe;
+  v3.mla = {.kv_lora_rank = 6,
+            .q_lora_rank = 5,
+            .qk_nope_head_dim = 4,
+            .qk_rope_head_dim = 4,
+            .v_head_dim = 6};
   for (const auto& [c, type, gate, names] :
-       {std::tuple{dots, "dots1", "model.layers.1.mlp.experts.2.gate_proj.weight",
+       {std::tuple{v3, "deepseek_v3", "model.layers.1.mlp.experts.2.gate_proj.weight",
+                   std::vector<std::string>{"model.layers.1.self_attn.q_a_proj.weight",
+                                            "model.layers.1.self_attn.q_a_layernorm.weight",
+                                            "model.layers.1.self_attn.q_b_proj.weight",
+                                            "model.layers.1.self_attn.kv_a_proj_with_mqa.weight",
+                                            "model.layers.1.self_attn.kv_a_layernorm.weight",
+                                            "model.layers.1.self_attn.kv_b_proj.weight",
+                                            "model.layers.1.self_attn.o_proj.weight",
+                                            "model.layers.1.mlp.gate.e_score_correction_bias"}},
+        std::tuple{dots, "dots1", "model.layers.1.mlp.experts.2.gate_proj.weight",
                    std::vector<std::string>{"model.layers.1.self_attn.k_norm.weight",
                                             "model.layers.1.mlp.gate.e_score_correction_bias",
                                             "model.layers.1.mlp.shared_experts.down_proj.weight"}},
@@ -534,6 +552,18 @@ TEST(HfExport, MixturesOfExpertsRoundTripAsMixtralAndQwen3Moe) {
             std::string::npos);
   EXPECT_NE(hf_misfit(qwen, "glm4_moe")
                 .find("model.moe.score is not sigmoid, model.moe.expert_bias is false"),
+            std::string::npos);
+  // Latent attention is DeepSeek-V3's class's alone, and that class's own.
+  EXPECT_EQ(hf_misfit(v3, "glm4_moe"), "model.mla is set (latent attention, DeepSeek-V3's)");
+  EXPECT_EQ(hf_misfit(v3, "llama"), "model.mla is set (latent attention, DeepSeek-V3's)");
+  EXPECT_EQ(std::string(hf_model_type(v3)), "deepseek_v3");
+  nn::GptConfig v3_attention = v3;
+  v3_attention.moe = {};
+  EXPECT_NE(hf_misfit(v3_attention, "deepseek_v3").find("model.moe is not set"), std::string::npos);
+  nn::GptConfig no_latent = v3;
+  no_latent.mla = {};
+  EXPECT_NE(hf_misfit(no_latent, "deepseek_v3")
+                .find("model.mla is not set (DeepSeek-V3's attention is latent)"),
             std::string::npos);
   nn::GptConfig late = glm45;
   late.moe.dense_layers = {1};
@@ -1665,16 +1695,18 @@ TEST(HfExport, TheModelsOwnClassIsPreferred) {
     hf_model_type(c);
     FAIL() << "model_type phi4 accepted";
   } catch (const ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find(
-                  "model.hf_type 'phi4' is not a model_type Triad exports "
-                  "(llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe, gemma, gemma2, "
-                  "gemma3_text, phi3, stablelm, olmo, olmo2, olmo3, olmoe, granite, granitemoe, "
-                  "granitemoeshared, cohere, cohere2, smollm3, glm, glm4, glm4_moe, dots1, helium, "
-                  "exaone4, "
-                  "gpt_neox, "
-                  "starcoder2, "
-                  "phi, falcon, gptj, codegen, gpt2, or auto)"),
-              std::string::npos)
+    EXPECT_NE(
+        std::string(e.what()).find(
+            "model.hf_type 'phi4' is not a model_type Triad exports "
+            "(llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe, gemma, gemma2, "
+            "gemma3_text, phi3, stablelm, olmo, olmo2, olmo3, olmoe, granite, granitemoe, "
+            "granitemoeshared, cohere, cohere2, smollm3, glm, glm4, glm4_moe, dots1, deepseek_v3, "
+            "helium, "
+            "exaone4, "
+            "gpt_neox, "
+            "starcoder2, "
+            "phi, falcon, gptj, codegen, gpt2, or auto)"),
+        std::string::npos)
         << e.what();
   }
 }

@@ -77,6 +77,46 @@ TEST(CostModel, PricesTheMlpItIsGiven) {
               1.0);
 }
 
+// model.mla (DeepSeek-V3's latent attention), read from a model section as
+// the trainer reads it: its FLOPs are the model's own count, its
+// up-projections and c_proj split over tp while the down-projections and
+// their norms stay whole on every rank (in weights, and in the activations
+// the latents leave), and it costs time as its six products do.
+TEST(CostModel, PricesLatentAttention) {
+  const ClusterSpec c = selene();
+  const std::string base =
+      "n_layer: 8\nn_head: 16\nd_model: 1536\nvocab_size: 51200\nseq_len: 2048\n"
+      "position_embedding: rope\nactivation: swiglu\nffn_hidden_size: 4096\n"
+      "normalization: rmsnorm\nlinear_bias: false\n";
+  const nn::GptConfig dense = parse_model_spec(base);
+  const nn::GptConfig mla = parse_model_spec(
+      base +
+      "mla: {kv_lora_rank: 256, q_lora_rank: 512, qk_nope_head_dim: 64, qk_rope_head_dim: 32, "
+      "v_head_dim: 64}\n");
+  ASSERT_TRUE(mla.latent_attention());
+  for (const Recompute rc : {Recompute::None, Recompute::Full}) {
+    const ParallelConfig one = layout(1, 2, 16, 2, rc), two = layout(2, 2, 8, 2, rc);
+    const Estimate e1 = estimate(mla, c, 32, 64, one), e2 = estimate(mla, c, 32, 64, two);
+    EXPECT_DOUBLE_EQ(e1.model_flops_per_step, mla.training_flops(64, rc == Recompute::Full));
+    // Per stage of 4 layers, in 2 bytes: each layer's whole parameters at
+    // tp 1; at tp 2 half of them, plus half again of the down-projections
+    // and their norms, which every rank holds whole.
+    const double h = 1536, whole = h * 512 + 512 + h * (256 + 32) + 256;
+    const double block = static_cast<double>(mla.block_parameters(1));
+    EXPECT_NEAR(e1.weights_bytes - e2.weights_bytes,
+                2.0 * 4 * (block / 2 - whole / 2) + 2.0 * 51200 * h / 2, 1.0);
+  }
+  // The six products and narrower attention cost less than c_attn here
+  // (the latents are narrow), and the padded heads' attention as much as
+  // their width says; both keep the activations in the same range.
+  const ParallelConfig p = layout(2, 2, 8, 2, Recompute::None);
+  const Estimate d = estimate(dense, c, 32, 64, p), m = estimate(mla, c, 32, 64, p);
+  EXPECT_LT(mla.attention_weights(), dense.attention_weights());
+  EXPECT_GT(m.step_time, 0.5 * d.step_time);
+  EXPECT_LT(m.step_time, 1.5 * d.step_time);
+  EXPECT_GT(m.activation_bytes, d.activation_bytes);  // the latents, the wider fused heads
+}
+
 // model.lora: the weights are frozen and the adapters train. The weights
 // still take their memory; gradients, AdamW's state, the data-parallel
 // reduction and the optimizer step shrink to the adapters' share, and
