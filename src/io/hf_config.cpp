@@ -13,9 +13,10 @@
 namespace triad::io {
 namespace {
 
-// DeepSeek-V3's class, under its own model_type or Kimi K2's.
+// DeepSeek-V2's and -V3's classes (multi-head latent attention), V3's
+// under its own model_type or Kimi K2's.
 bool is_deepseek_mla(const std::string& type) {
-  return type == "deepseek_v3" || type == "kimi_k2";
+  return type == "deepseek_v2" || type == "deepseek_v3" || type == "kimi_k2";
 }
 
 using Json = nlohmann::json;
@@ -530,13 +531,23 @@ nn::GptConfig moe_config(const Keys& k, const std::string& type) {
 // qk_nope_head_dim, qk_rope_head_dim, v_head_dim), its rope turning
 // interleaved pairs (rope_interleave, which the weights' reader reorders
 // into halves) and yarn's mscale and mscale_all_dim as Hugging Face's.
+//
+// DeepSeek-V2 (deepseek_v2: V2, V2-Lite, V2.5, Coder-V2): the same
+// attention, and DeepSeekMoE's routing: a softmax over the experts, the
+// top num_experts_per_tok (greedy, or group_limited_greedy: among the
+// topk_group best of n_group groups, a group scored by its best expert)
+// times routed_scaling_factor, not renormalised, no expert biases; the
+// expert-level balance loss aux_loss_alpha, per sequence under seq_aux (its
+// device-level and communication losses are not built). DeepseekV2Config's
+// defaults: no dense layer, two shared experts, experts 1407 wide.
 nn::GptConfig deepseek_moe_config(const Keys& k, const std::string& type) {
-  const bool glm = type == "glm4_moe", v3 = is_deepseek_mla(type);
+  const bool glm = type == "glm4_moe", v2 = type == "deepseek_v2";
+  const bool v3 = type == "deepseek_v3" || type == "kimi_k2", mla = v2 || v3;
   nn::GptConfig c = llama_config(k, type);
   nn::GptConfig::Moe& m = c.moe;
-  if (v3) {
-    // DeepseekV3Config's head_dim is qk_rope_head_dim (for its rotary
-    // embedding); the heads' widths are model.mla's.
+  if (mla) {
+    // DeepseekV2Config's and DeepseekV3Config's head_dim is qk_rope_head_dim
+    // (for their rotary embeddings); the heads' widths are model.mla's.
     c.head_size = 0;
     c.rope_dim = 0;
     c.mla.kv_lora_rank = k.integer("kv_lora_rank", 512);
@@ -552,28 +563,57 @@ nn::GptConfig deepseek_moe_config(const Keys& k, const std::string& type) {
       k.unsupported(
           "rope_interleave",
           "Triad reads DeepSeek's rope rows as its files hold them, in interleaved pairs");
+    if (k.integer("moe_layer_freq", 1) != 1)
+      k.unsupported("moe_layer_freq", "every layer after the dense ones is a mixture");
+  }
+  if (v3) {
     if (k.text("topk_method", "noaux_tc") != "noaux_tc")
       k.unsupported("topk_method", "DeepSeek-V3's routing is noaux_tc (biased sigmoid scores)");
     if (k.text("scoring_func", "sigmoid") != "sigmoid")
       k.unsupported("scoring_func", "DeepSeek-V3's experts are scored by sigmoids");
-    if (k.integer("moe_layer_freq", 1) != 1)
-      k.unsupported("moe_layer_freq", "every layer after the dense ones is a mixture");
   }
   read_expert_counts(k, "n_routed_experts", m);
-  m.ffn_hidden_size = k.integer("moe_intermediate_size", v3 ? 2048 : 1408);
-  m.normalize_top_k = k.boolean("norm_topk_prob", glm || v3);
-  m.score = nn::GptConfig::Moe::Score::Sigmoid;
+  m.ffn_hidden_size = k.integer("moe_intermediate_size", v3 ? 2048 : v2 ? 1407 : 1408);
   m.routed_scaling_factor = k.number("routed_scaling_factor", v3 ? 2.5 : 1.0);
-  m.groups = k.integer("n_group", v3 ? 8 : 1);
-  m.top_groups = k.integer("topk_group", v3 ? 4 : 1);
-  if (k.has("n_group") && (m.groups < 1 || m.experts % m.groups != 0 || m.experts / m.groups < 2))
-    k.bad("n_group",
-          "must divide n_routed_experts into groups of at least 2 (each group is scored by its "
-          "two best)");
-  m.expert_bias = true;
-  m.aux_loss_coef = 0;
-  const int64_t shared =
-      glm || v3 ? k.integer("n_shared_experts", 1) : k.integer("n_shared_experts");
+  if (v2) {
+    if (k.text("scoring_func", "softmax") != "softmax")
+      k.unsupported("scoring_func", "DeepSeek-V2's experts are scored by a softmax");
+    if (k.boolean("norm_topk_prob", false))
+      k.unsupported("norm_topk_prob",
+                    "DeepSeek-V2's published gates are its softmax scores times "
+                    "routed_scaling_factor; renormalised, DeepSeek's code drops the scale and "
+                    "Hugging Face's the renormalisation");
+    m.score = nn::GptConfig::Moe::Score::Softmax;
+    m.normalize_top_k = false;
+    const std::string method = k.text("topk_method", "greedy");
+    if (method == "group_limited_greedy") {
+      m.groups = k.integer("n_group");
+      m.top_groups = k.integer("topk_group");
+      if (m.groups < 1 || m.experts % m.groups != 0)
+        k.bad("n_group", "must divide n_routed_experts into equal groups");
+      if (m.groups > 1) m.group_score = nn::GptConfig::Moe::GroupScore::Max;
+    } else if (method != "greedy") {
+      k.unsupported("topk_method",
+                    "DeepSeek-V2 routes greedy or group_limited_greedy (a group scored by its "
+                    "best expert)");
+    }
+    m.aux_loss_coef = k.number("aux_loss_alpha", 0.001);
+    if (k.boolean("seq_aux", true)) m.aux_loss_scope = nn::GptConfig::Moe::BalanceScope::Sequence;
+  } else {
+    m.normalize_top_k = k.boolean("norm_topk_prob", glm || v3);
+    m.score = nn::GptConfig::Moe::Score::Sigmoid;
+    m.groups = k.integer("n_group", v3 ? 8 : 1);
+    m.top_groups = k.integer("topk_group", v3 ? 4 : 1);
+    if (k.has("n_group") && (m.groups < 1 || m.experts % m.groups != 0 || m.experts / m.groups < 2))
+      k.bad("n_group",
+            "must divide n_routed_experts into groups of at least 2 (each group is scored by its "
+            "two best)");
+    m.expert_bias = true;
+    m.aux_loss_coef = 0;
+  }
+  const int64_t shared = glm || v3 ? k.integer("n_shared_experts", 1)
+                         : v2      ? k.integer("n_shared_experts", 2)
+                                   : k.integer("n_shared_experts");
   if (shared < 0) k.bad("n_shared_experts", "must be a count >= 0");
   m.shared_ffn_hidden_size = shared * m.ffn_hidden_size;
   const int64_t dense = k.integer("first_k_dense_replace", v3 ? 3 : glm ? 1 : 0);
@@ -1110,7 +1150,7 @@ nn::GptConfig gpt_config_from_hf(const std::string& json_text, const std::string
         "' is not supported (llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe, gemma, "
         "gemma2, gemma3_text, gemma3, phi3, stablelm, olmo, olmo2, olmo3, olmoe, granite, "
         "granitemoe, granitemoeshared, cohere, cohere2, smollm3, glm, glm4, glm4_moe, dots1, "
-        "deepseek_v3, kimi_k2, helium, exaone4, "
+        "deepseek_v2, deepseek_v3, kimi_k2, helium, exaone4, "
         "gpt_neox, starcoder2, phi, falcon, gptj, codegen or gpt2)");
   }
   // (An export writes the class it came from; Kimi K2's is DeepSeek-V3's.)

@@ -860,8 +860,8 @@ void put_fused_experts(const nn::StateDict& full, const nn::GptConfig& c, int64_
 }  // namespace
 
 bool hf_turns_interleaved(const std::string& type) {
-  return is_cohere(type) || is_glm(type) || type == "helium" || type == "deepseek_v3" ||
-         type == "kimi_k2";
+  return is_cohere(type) || is_glm(type) || type == "helium" || type == "deepseek_v2" ||
+         type == "deepseek_v3" || type == "kimi_k2";
 }
 
 const std::vector<std::string>& hf_model_types() {
@@ -891,6 +891,7 @@ const std::vector<std::string>& hf_model_types() {
                                               "glm4",
                                               "glm4_moe",
                                               "dots1",
+                                              "deepseek_v2",
                                               "deepseek_v3",
                                               "helium",
                                               "exaone4",
@@ -935,7 +936,12 @@ std::string dense_misfit(const nn::GptConfig& c, const std::string& type) {
 
 bool is_moe_type(const std::string& type) {
   return type == "mixtral" || type == "qwen2_moe" || type == "qwen3_moe" || type == "olmoe" ||
-         holds_deepseek_moe(type) || is_granite_moe(type);
+         holds_deepseek_moe(type) || is_granite_moe(type) || type == "deepseek_v2";
+}
+
+// The classes whose attention is latent (model.mla): DeepSeek-V2's and -V3's.
+bool holds_latent_attention(const std::string& type) {
+  return type == "deepseek_v2" || type == "deepseek_v3";
 }
 
 // What only OLMo's classes hold: norms over all the queries and keys
@@ -966,10 +972,10 @@ void add_granite_departures(const nn::GptConfig& c, const std::string& type, Mis
 // layer), GraniteMoE's Granite's (renormalised, on every layer; an ungated
 // shared expert in GraniteMoeShared's); no other class holds a mixture.
 std::string misfit(const nn::GptConfig& c, const std::string& type) {
-  if (type != "deepseek_v3" && c.latent_attention()) {
-    // (Only DeepSeek-V3's class has latent attention; the rest is beside
+  if (!holds_latent_attention(type) && c.latent_attention()) {
+    // (Only DeepSeek's classes have latent attention; the rest is beside
     // the point.)
-    return "model.mla is set (latent attention, DeepSeek-V3's)";
+    return "model.mla is set (latent attention, DeepSeek-V2's and -V3's)";
   }
   if (!is_moe_type(type)) {
     Misfit m{dense_misfit(c, type)};
@@ -979,34 +985,26 @@ std::string misfit(const nn::GptConfig& c, const std::string& type) {
     return m.why;
   }
   const bool mixtral = type == "mixtral", qwen2 = type == "qwen2_moe", olmoe = type == "olmoe";
-  const bool granite = is_granite_moe(type), deepseek = holds_deepseek_moe(type);
+  const bool granite = is_granite_moe(type), deepseek = holds_deepseek_moe(type),
+             v2 = type == "deepseek_v2";
   // (dots.llm1's blocks are Qwen3's.)
-  // (DeepSeek-V3's are LLaMA's with latent attention.)
-  Misfit m{dense_misfit(c, mixtral                 ? "mistral"
-                           : qwen2                 ? "qwen2"
-                           : olmoe                 ? "olmoe"
-                           : granite               ? "granite"
-                           : type == "glm4_moe"    ? "glm4_moe"
-                           : type == "deepseek_v3" ? "llama"
-                                                   : "qwen3")};
-  if (type == "deepseek_v3") {
-    m.add(!c.latent_attention(), "model.mla is not set (DeepSeek-V3's attention is latent)");
+  // (DeepSeek-V2's and -V3's are LLaMA's with latent attention.)
+  Misfit m{dense_misfit(c, mixtral                        ? "mistral"
+                           : qwen2                        ? "qwen2"
+                           : olmoe                        ? "olmoe"
+                           : granite                      ? "granite"
+                           : type == "glm4_moe"           ? "glm4_moe"
+                           : holds_latent_attention(type) ? "llama"
+                                                          : "qwen3")};
+  if (holds_latent_attention(type)) {
+    m.add(!c.latent_attention(), "model.mla is not set (DeepSeek's attention is latent)");
     m.add(c.mla.mscale_all_dim > 0 && c.rope_scaling.kind != RopeScaling::Kind::Yarn,
           "model.mla.mscale_all_dim is set without yarn rope scaling");
   }
-  add_olmo_departures(c, type, m);
-  add_granite_departures(c, type, m);
-  m.add(c.moe.experts == 0, "model.moe is not set (no experts)");
-  if (deepseek) {
-    // GLM-4.5's and dots.llm1's: DeepSeek-V3's sigmoid scores chosen with
-    // biases (any scale and groups of at least two experts, each scored by
-    // its two best), its first layers dense, and a shared expert
-    // n_shared_experts experts wide.
+  // DeepSeek's mixtures: the first layers dense, a shared expert some
+  // experts wide, ungated.
+  const auto add_deepseek_experts = [&] {
     const auto& x = c.moe;
-    m.add(x.score != nn::GptConfig::Moe::Score::Sigmoid, "model.moe.score is not sigmoid");
-    m.add(!x.expert_bias, "model.moe.expert_bias is false");
-    m.add(x.experts > 0 && x.experts / x.groups < 2,
-          "model.moe.groups holds single experts (GLM-4.5 scores a group by its two best)");
     for (size_t i = 0; i < x.dense_layers.size(); ++i) {
       if (x.dense_layers[i] != static_cast<int64_t>(i)) {
         m.add(true, "model.moe.dense_layers are not the first layers (first_k_dense_replace)");
@@ -1017,6 +1015,35 @@ std::string misfit(const nn::GptConfig& c, const std::string& type) {
           "model.moe.shared_ffn_hidden_size is not a multiple of the experts' width "
           "(n_shared_experts)");
     m.add(x.shared_gate, "model.moe.shared_gate is true");
+  };
+  add_olmo_departures(c, type, m);
+  add_granite_departures(c, type, m);
+  m.add(c.moe.experts == 0, "model.moe is not set (no experts)");
+  if (v2) {
+    // DeepSeek-V2's: softmax scores times any scale, not renormalised, no
+    // biases; groups scored by their best expert.
+    const auto& x = c.moe;
+    m.add(x.score != nn::GptConfig::Moe::Score::Softmax, "model.moe.score is not softmax");
+    m.add(x.expert_bias, "model.moe.expert_bias is true");
+    m.add(x.normalize_top_k, "model.moe.normalize_top_k is true");
+    m.add(x.groups > 1 && x.group_score != nn::GptConfig::Moe::GroupScore::Max,
+          "model.moe.group_score is not max (DeepSeek-V2 scores a group by its best expert)");
+    add_deepseek_experts();
+    return m.why;
+  }
+  if (deepseek) {
+    // GLM-4.5's and dots.llm1's: DeepSeek-V3's sigmoid scores chosen with
+    // biases (any scale and groups of at least two experts, each scored by
+    // its two best), its first layers dense, and a shared expert
+    // n_shared_experts experts wide.
+    const auto& x = c.moe;
+    m.add(x.score != nn::GptConfig::Moe::Score::Sigmoid, "model.moe.score is not sigmoid");
+    m.add(!x.expert_bias, "model.moe.expert_bias is false");
+    m.add(x.experts > 0 && x.experts / x.groups < 2,
+          "model.moe.groups holds single experts (GLM-4.5 scores a group by its two best)");
+    m.add(x.groups > 1 && x.group_score != nn::GptConfig::Moe::GroupScore::TopTwoSum,
+          "model.moe.group_score is not top2_sum (DeepSeek-V3 scores a group by its two best)");
+    add_deepseek_experts();
     return m.why;
   }
   // Each routes by a softmax over the experts, unscaled, ungrouped, unbiased.
@@ -1068,6 +1095,7 @@ const char* architecture_of(const std::string& type) {
          : type == "glm4"             ? "Glm4ForCausalLM"
          : type == "glm4_moe"         ? "Glm4MoeForCausalLM"
          : type == "dots1"            ? "Dots1ForCausalLM"
+         : type == "deepseek_v2"      ? "DeepseekV2ForCausalLM"
          : type == "deepseek_v3"      ? "DeepseekV3ForCausalLM"
          : type == "helium"           ? "HeliumForCausalLM"
          : type == "exaone4"          ? "Exaone4ForCausalLM"
@@ -1132,7 +1160,11 @@ const char* hf_model_type(const nn::GptConfig& c) {
         misfit(c, "dots1") +
         "); DeepseekV3ForCausalLM the same on LLaMA's blocks with latent attention (model.mla) "
         "(here " +
-        misfit(c, "deepseek_v3") + ")");
+        misfit(c, "deepseek_v3") +
+        "); DeepseekV2ForCausalLM LLaMA's with latent attention, its first layers dense, then "
+        "softmax scores times any scale, not renormalised (groups scored by their best expert, "
+        "group_score: max) and an ungated shared expert some experts wide (here " +
+        misfit(c, "deepseek_v2") + ")");
   }
   const std::string llama = misfit(c, "mistral"), qwen2 = misfit(c, "qwen2"),
                     qwen3 = misfit(c, "qwen3"), gemma = misfit(c, "gemma"),
@@ -1248,7 +1280,7 @@ std::string hf_config_json(const nn::GptConfig& c, const std::string& torch_dtyp
       j["qk_nope_head_dim"] = a.qk_nope_head_dim;
       j["qk_rope_head_dim"] = a.qk_rope_head_dim;
       j["v_head_dim"] = a.v_head_dim;
-      j["rope_interleave"] = true;
+      if (type == "deepseek_v3") j["rope_interleave"] = true;
     } else if (!phi3 && !stablelm && !olmo && !granite && !cohere) {
       j["head_dim"] = c.head_dim();
     }
@@ -1346,10 +1378,12 @@ std::string hf_config_json(const nn::GptConfig& c, const std::string& torch_dtyp
       // it only when output_router_logits is set, which its published files
       // leave off.
       const auto& x = c.moe;
-      if (holds_deepseek_moe(type)) {
+      const bool deepseek = holds_deepseek_moe(type) || type == "deepseek_v2";
+      if (deepseek) {
         // DeepSeek-V3's keys; no load-balancing loss (the expert biases
         // balance), and none of the multi-token prediction layers Triad
-        // lacks.
+        // lacks. DeepSeek-V2's: its routing named, and its expert-level
+        // balance loss.
         j["n_routed_experts"] = x.experts;
         j["num_experts_per_tok"] = x.top_k;
         j["moe_intermediate_size"] = c.expert_ffn();
@@ -1360,6 +1394,12 @@ std::string hf_config_json(const nn::GptConfig& c, const std::string& torch_dtyp
         j["n_group"] = x.groups;
         j["topk_group"] = x.top_groups;
         if (type == "glm4_moe" || type == "deepseek_v3") j["num_nextn_predict_layers"] = 0;
+        if (type == "deepseek_v2") {
+          j["topk_method"] = x.groups > 1 ? "group_limited_greedy" : "greedy";
+          j["scoring_func"] = "softmax";
+          j["aux_loss_alpha"] = x.aux_loss_coef;
+          j["seq_aux"] = x.aux_loss_scope == nn::GptConfig::Moe::BalanceScope::Sequence;
+        }
       } else if (type == "mixtral" || is_granite_moe(type)) {
         j["intermediate_size"] = c.expert_ffn();
         j["num_local_experts"] = x.experts;
@@ -1376,13 +1416,12 @@ std::string hf_config_json(const nn::GptConfig& c, const std::string& torch_dtyp
         j["mlp_only_layers"] = x.dense_layers;
         if (type == "qwen2_moe") j["shared_expert_intermediate_size"] = x.shared_ffn_hidden_size;
       }
-      if (!holds_deepseek_moe(type)) {
+      if (!deepseek) {
         j["num_experts_per_tok"] = x.top_k;
         j["router_aux_loss_coef"] = x.aux_loss_coef;
         j["output_router_logits"] = false;
       }
-      if (type != "olmoe" && !holds_deepseek_moe(type) && !is_granite_moe(type))
-        j["router_jitter_noise"] = 0.0;
+      if (type != "olmoe" && !deepseek && !is_granite_moe(type)) j["router_jitter_noise"] = 0.0;
     }
     // The layers without rope: Cohere 2's global layers, SmolLM3's flags.
     auto layer_kinds = [&](auto global) {
@@ -1534,8 +1573,10 @@ std::map<std::string, Tensor> triad_to_hf_part(const nn::StateDict& full, const 
                  x + (mixtral ? "w3" : "up_proj") + ".weight");
         out[x + (mixtral ? "w2" : "down_proj") + ".weight"] = at(full, ours + "c_proj.weight");
       }
-      if (holds_deepseek_moe(type)) {  // the biases and the ungated shared experts
-        out[moe + "gate.e_score_correction_bias"] = at(full, p + "mlp.expert_bias");
+      if (holds_deepseek_moe(type) || type == "deepseek_v2") {
+        // The biases (DeepSeek-V3's) and the ungated shared experts.
+        if (c.moe.expert_bias)
+          out[moe + "gate.e_score_correction_bias"] = at(full, p + "mlp.expert_bias");
         split_fc(at(full, p + "mlp.shared.c_fc.weight"), c.moe.shared_ffn_hidden_size,
                  moe + "shared_experts.gate_proj.weight", moe + "shared_experts.up_proj.weight");
         out[moe + "shared_experts.down_proj.weight"] = at(full, p + "mlp.shared.c_proj.weight");

@@ -422,6 +422,11 @@ void GptConfig::validate() const {
                         " experts of model.moe.top_groups (" + std::to_string(moe.top_groups) +
                         ") groups of " + std::to_string(moe.experts / moe.groups));
     }
+    if (moe.group_score != Moe::GroupScore::TopTwoSum && moe.groups == 1) {
+      throw ConfigError(
+          "model.moe.group_score max scores groups of experts, but model.moe.groups is 1 (no "
+          "groups)");
+    }
     if (moe.shared_gate && moe.shared_ffn_hidden_size == 0) {
       throw ConfigError(
           "model.moe.shared_gate gates the shared expert, but model.moe.shared_ffn_hidden_size "
@@ -442,11 +447,12 @@ void GptConfig::validate() const {
   } else if (!moe.dense_layers.empty() || moe.shared_ffn_hidden_size != 0 || moe.shared_gate ||
              moe.capacity_factor != 0 || moe.z_loss_coef != 0 || moe.score != Moe::Score::Softmax ||
              moe.routed_scaling_factor != 1.0 || moe.groups != 1 || moe.top_groups != 1 ||
-             moe.expert_bias || moe.aux_loss_scope != Moe::BalanceScope::MicroBatch) {
+             moe.group_score != Moe::GroupScore::TopTwoSum || moe.expert_bias ||
+             moe.aux_loss_scope != Moe::BalanceScope::MicroBatch) {
     throw ConfigError(
         "model.moe's dense_layers, shared_ffn_hidden_size, shared_gate, capacity_factor, "
-        "z_loss_coef, score, routed_scaling_factor, groups, top_groups, expert_bias and "
-        "aux_loss_scope belong to a mixture, but model.moe.experts is 0");
+        "z_loss_coef, score, routed_scaling_factor, groups, top_groups, group_score, "
+        "expert_bias and aux_loss_scope belong to a mixture, but model.moe.experts is 0");
   }
   if (head_bias && tie_embeddings) {
     throw ConfigError(

@@ -70,6 +70,10 @@ Routing route_top_k(const std::vector<double>& probs, int64_t tokens, int64_t ex
     }
   }
   const int64_t groups = choice.groups, size = groups > 0 ? experts / groups : 0;
+  if (choice.group_best < 1) {
+    throw ValueError("route_top_k: a group scored by its " + std::to_string(choice.group_best) +
+                     " best experts (expected at least 1)");
+  }
   if (groups < 1 || experts % groups != 0 || choice.top_groups < 1 || choice.top_groups > groups ||
       top_k > choice.top_groups * size) {
     throw ValueError("route_top_k: top_k " + std::to_string(top_k) + " within the best " +
@@ -93,11 +97,12 @@ Routing route_top_k(const std::vector<double>& probs, int64_t tokens, int64_t ex
 #pragma omp parallel if (tokens * experts >= (int64_t{1} << 16))
   {
     // (Locals: the loop reads no shared variable through a pointer.)
-    const int64_t E = experts, K = top_k, G = groups, width = size, open = choice.top_groups;
+    const int64_t E = experts, K = top_k, G = groups, width = size, open = choice.top_groups,
+                  counted = std::min(choice.group_best, size);
     const double* const all = probs.data();
     const double* const shift = biased ? choice.bias.data() : nullptr;
     int64_t* const choices = r.choice.data();
-    std::vector<int64_t> best(static_cast<size_t>(std::max(groups, int64_t{2})));
+    std::vector<int64_t> best(static_cast<size_t>(std::max(groups, counted)));
     std::vector<double> best_value(best.size()), top_value(static_cast<size_t>(top_k));
     std::vector<double> chosen_by(shifted ? static_cast<size_t>(experts) : 0);
     std::vector<double> group_score(static_cast<size_t>(groups));
@@ -120,12 +125,12 @@ Routing route_top_k(const std::vector<double>& probs, int64_t tokens, int64_t ex
         double* by = chosen_by.data();
         for (int64_t e = 0; e < E; ++e) by[e] = p[e] + (shift ? shift[e] : 0.0);
         if (grouped) {
-          // Each group's score: the sum of its two best (its one).
-          const int64_t two = std::min<int64_t>(2, width);
+          // Each group's score: the sum of its `counted` best.
           for (int64_t g = 0; g < G; ++g) {
-            best_k(by + g * width, width, two, best.data(), best_value.data());
-            group_score[static_cast<size_t>(g)] =
-                two > 1 ? best_value[0] + best_value[1] : best_value[0];
+            best_k(by + g * width, width, counted, best.data(), best_value.data());
+            double sum = 0.0;
+            for (int64_t j = 0; j < counted; ++j) sum += best_value[static_cast<size_t>(j)];
+            group_score[static_cast<size_t>(g)] = sum;
           }
           // The experts of every group but the best top_groups are out of
           // reach.
@@ -330,6 +335,7 @@ MoeMlp::MoeMlp(const GptConfig& cfg, int64_t layer, int64_t shards,
       routed_scale_(cfg.moe.routed_scaling_factor),
       groups_(cfg.moe.groups),
       top_groups_(cfg.moe.top_groups),
+      group_best_(cfg.moe.group_score == GptConfig::Moe::GroupScore::Max ? 1 : 2),
       balance_scope_(cfg.moe.aux_loss_scope),
       layer_(layer),
       activation_(cfg.activation) {
@@ -423,7 +429,7 @@ Tensor MoeMlp::experts(const Tensor& x, const Scores& scores, const ForwardConte
   // Capacity caps the experts' batches while training (evaluation and
   // generation are dropless).
   const int64_t capacity = ctx.training ? expert_capacity(capacity_factor_, N, E, k) : 0;
-  ExpertChoice choice{{}, groups_, top_groups_};
+  ExpertChoice choice{{}, groups_, top_groups_, group_best_};
   if (expert_bias_.defined()) choice.bias = to_double_vector(expert_bias_);
   const Routing routing = route_top_k(host, N, E, k, capacity, drop_policy_, choice);
   const bool sigmoid_scores = score_ == GptConfig::Moe::Score::Sigmoid;

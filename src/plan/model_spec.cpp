@@ -160,8 +160,8 @@ nn::GptConfig parse_model_spec(const std::string& yaml_text, const std::string& 
   option("moe",
          "none, or {experts, top_k, ffn_hidden_size, normalize_top_k, aux_loss_coef, "
          "dense_layers, shared_ffn_hidden_size, shared_gate, capacity_factor, drop_policy, "
-         "z_loss_coef, score, routed_scaling_factor, groups, top_groups, expert_bias, "
-         "bias_update_rate}",
+         "z_loss_coef, score, routed_scaling_factor, groups, top_groups, group_score, "
+         "expert_bias, bias_update_rate, aux_loss_scope}",
          [&](const YAML::Node& v) {
            if (v.IsScalar()) {
              if (v.as<std::string>() != "none") throw YAML::Exception(YAML::Mark(), "");
@@ -190,6 +190,18 @@ nn::GptConfig parse_model_spec(const std::string& yaml_text, const std::string& 
              c.moe.routed_scaling_factor = v["routed_scaling_factor"].as<double>();
            if (v["groups"]) c.moe.groups = v["groups"].as<int64_t>();
            if (v["top_groups"]) c.moe.top_groups = v["top_groups"].as<int64_t>();
+           if (v["group_score"]) {
+             const std::string g = v["group_score"].as<std::string>();
+             if (g != "top2_sum" && g != "max") throw YAML::Exception(YAML::Mark(), "");
+             c.moe.group_score = g == "max" ? nn::GptConfig::Moe::GroupScore::Max
+                                            : nn::GptConfig::Moe::GroupScore::TopTwoSum;
+           }
+           if (v["aux_loss_scope"]) {
+             const std::string a = v["aux_loss_scope"].as<std::string>();
+             if (a != "micro_batch" && a != "sequence") throw YAML::Exception(YAML::Mark(), "");
+             c.moe.aux_loss_scope = a == "sequence" ? nn::GptConfig::Moe::BalanceScope::Sequence
+                                                    : nn::GptConfig::Moe::BalanceScope::MicroBatch;
+           }
            if (v["expert_bias"]) c.moe.expert_bias = v["expert_bias"].as<bool>();
            if (v["bias_update_rate"]) c.moe.bias_update_rate = v["bias_update_rate"].as<double>();
            if (v["drop_policy"]) {

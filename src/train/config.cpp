@@ -79,14 +79,15 @@ std::string get_string(const YAML::Node& n, const std::string& key) {
 // model.moe: none, or a mapping of experts, top_k, ffn_hidden_size,
 // normalize_top_k, aux_loss_coef, dense_layers, shared_ffn_hidden_size,
 // shared_gate, capacity_factor, drop_policy, z_loss_coef, score,
-// routed_scaling_factor, groups, top_groups, expert_bias, bias_update_rate
-// and aux_loss_scope over `base` (what model.hf_config read, or the
+// routed_scaling_factor, groups, top_groups, group_score, expert_bias,
+// bias_update_rate and aux_loss_scope over `base` (what model.hf_config read, or the
 // defaults): the keys given replace its.
 nn::GptConfig::Moe get_moe(const YAML::Node& n, const std::string& key, nn::GptConfig::Moe base) {
   const std::string keys =
       "experts, top_k, ffn_hidden_size, normalize_top_k, aux_loss_coef, dense_layers, "
       "shared_ffn_hidden_size, shared_gate, capacity_factor, drop_policy, z_loss_coef, score, "
-      "routed_scaling_factor, groups, top_groups, expert_bias, bias_update_rate, aux_loss_scope";
+      "routed_scaling_factor, groups, top_groups, group_score, expert_bias, bias_update_rate, "
+      "aux_loss_scope";
   const std::string expected = "none, or a mapping with experts (and " + keys.substr(9) + ")";
   if (n.IsScalar()) {
     if (get_string(n, key) == "none") return {};
@@ -108,6 +109,7 @@ nn::GptConfig::Moe get_moe(const YAML::Node& n, const std::string& key, nn::GptC
                                                 "routed_scaling_factor",
                                                 "groups",
                                                 "top_groups",
+                                                "group_score",
                                                 "expert_bias",
                                                 "bias_update_rate",
                                                 "aux_loss_scope"};
@@ -162,6 +164,16 @@ nn::GptConfig::Moe get_moe(const YAML::Node& n, const std::string& key, nn::GptC
   }
   if (n["groups"]) m.groups = get_int(n["groups"], key + ".groups");
   if (n["top_groups"]) m.top_groups = get_int(n["top_groups"], key + ".top_groups");
+  if (n["group_score"]) {
+    const std::string g = get_string(n["group_score"], key + ".group_score");
+    if (g != "top2_sum" && g != "max") {
+      throw ConfigError(key + ".group_score '" + g +
+                        "' is not a group score (top2_sum: the sum of a group's two best "
+                        "experts', DeepSeek-V3's; max: its best one's, DeepSeek-V2's)");
+    }
+    m.group_score = g == "max" ? nn::GptConfig::Moe::GroupScore::Max
+                               : nn::GptConfig::Moe::GroupScore::TopTwoSum;
+  }
   if (n["expert_bias"]) m.expert_bias = get_bool(n["expert_bias"], key + ".expert_bias");
   if (n["bias_update_rate"])
     m.bias_update_rate = get_double(n["bias_update_rate"], key + ".bias_update_rate");
@@ -1588,6 +1600,8 @@ std::string to_yaml(const Config& c) {
       e << YAML::Key << "groups" << YAML::Value << x.groups << YAML::Key << "top_groups"
         << YAML::Value << x.top_groups;
     }
+    if (x.group_score == nn::GptConfig::Moe::GroupScore::Max)
+      e << YAML::Key << "group_score" << YAML::Value << "max";
     if (x.expert_bias) {
       e << YAML::Key << "expert_bias" << YAML::Value << true << YAML::Key << "bias_update_rate"
         << YAML::Value << x.bias_update_rate;

@@ -1252,6 +1252,83 @@ TEST(HfConfig, DeepseekV3ConfigIsLatentAttentionWithItsMixture) {
             std::string::npos);
 }
 
+// DeepSeek-V2-Lite's config.json as published: latent attention without a
+// query latent (16 heads, q_proj straight from the input), yarn with
+// DeepSeek's mscales, one dense layer, then 64 experts of 1408 under a
+// softmax, the top 6 greedy, not renormalised, two shared experts; the
+// sequence-wise balance loss at 0.001. Its published 15.7B parameters, 2.66B
+// active (the published 2.4B leaves the token embedding out). DeepSeek-V2's
+// (236B, 21B active): group_limited_greedy over 8 groups, the best 3,
+// scored by their best expert, the gates times 16.
+TEST(HfConfig, DeepseekV2ConfigIsLatentAttentionWithDeepSeekMoe) {
+  const std::string lite = R"({
+    "architectures": ["DeepseekV2ForCausalLM"], "attention_bias": false,
+    "attention_dropout": 0.0, "aux_loss_alpha": 0.001, "bos_token_id": 100000,
+    "eos_token_id": 100001, "first_k_dense_replace": 1, "hidden_act": "silu",
+    "hidden_size": 2048, "initializer_range": 0.02, "intermediate_size": 10944,
+    "kv_lora_rank": 512, "max_position_embeddings": 163840, "model_type": "deepseek_v2",
+    "moe_intermediate_size": 1408, "moe_layer_freq": 1, "n_group": 1, "n_routed_experts": 64,
+    "n_shared_experts": 2, "norm_topk_prob": false, "num_attention_heads": 16,
+    "num_experts_per_tok": 6, "num_hidden_layers": 27, "num_key_value_heads": 16,
+    "pretraining_tp": 1, "q_lora_rank": null, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
+    "rms_norm_eps": 1e-06,
+    "rope_scaling": {"beta_fast": 32, "beta_slow": 1, "factor": 40, "mscale": 0.707,
+                     "mscale_all_dim": 0.707, "original_max_position_embeddings": 4096,
+                     "type": "yarn"},
+    "rope_theta": 10000, "routed_scaling_factor": 1.0, "scoring_func": "softmax",
+    "seq_aux": true, "tie_word_embeddings": false, "topk_group": 1, "topk_method": "greedy",
+    "torch_dtype": "bfloat16", "use_cache": true, "v_head_dim": 128, "vocab_size": 102400})";
+  const nn::GptConfig d = gpt_config_from_hf(lite, "DeepSeek-V2-Lite/config.json");
+  EXPECT_EQ(d.hf_type, "deepseek_v2");
+  EXPECT_EQ(d.mla.q_lora_rank, 0);
+  EXPECT_EQ(d.mla.kv_lora_rank, 512);
+  EXPECT_DOUBLE_EQ(d.mla.mscale_all_dim, 0.707);
+  EXPECT_DOUBLE_EQ(d.rope_scaling.attention_factor, 1.0);
+  EXPECT_EQ(d.moe.score, nn::GptConfig::Moe::Score::Softmax);
+  EXPECT_FALSE(d.moe.normalize_top_k);
+  EXPECT_FALSE(d.moe.expert_bias);
+  EXPECT_EQ(d.moe.groups, 1);
+  EXPECT_EQ(d.moe.experts, 64);
+  EXPECT_EQ(d.moe.top_k, 6);
+  EXPECT_EQ(d.moe.shared_ffn_hidden_size, 2 * 1408);
+  EXPECT_EQ(d.moe.dense_layers, std::vector<int64_t>{0});
+  EXPECT_DOUBLE_EQ(d.moe.aux_loss_coef, 0.001);
+  EXPECT_EQ(d.moe.aux_loss_scope, nn::GptConfig::Moe::BalanceScope::Sequence);
+  EXPECT_EQ(d.num_parameters(), 15'706'484'224);
+  EXPECT_DOUBLE_EQ(d.active_parameter_count(), 2'661'150'208.0);
+  EXPECT_EQ(std::string(hf_architecture(d)), "DeepseekV2ForCausalLM");
+  const std::string v2 = edited(
+      edited(
+          edited(
+              edited(edited(edited(edited(edited(edited(edited(edited(lite, "hidden_size", "5120"),
+                                                               "intermediate_size", "12288"),
+                                                        "q_lora_rank", "1536"),
+                                                 "num_attention_heads", "128"),
+                                          "num_key_value_heads", "128"),
+                                   "num_hidden_layers", "60"),
+                            "moe_intermediate_size", "1536"),
+                     "n_routed_experts", "160"),
+              "n_group", "8"),
+          "topk_group", "3"),
+      "topk_method", "\"group_limited_greedy\"");
+  const nn::GptConfig big = gpt_config_from_hf(edited(v2, "routed_scaling_factor", "16.0"), "V2");
+  EXPECT_EQ(big.moe.groups, 8);
+  EXPECT_EQ(big.moe.top_groups, 3);
+  EXPECT_EQ(big.moe.group_score, nn::GptConfig::Moe::GroupScore::Max);
+  EXPECT_DOUBLE_EQ(big.moe.routed_scaling_factor, 16.0);
+  EXPECT_NEAR(big.parameter_count() / 1e9, 235.7, 0.05);
+  EXPECT_NEAR(big.active_parameter_count() / 1e9, 21.4, 0.05);
+  // What differs from DeepSeek-V2's published routing is named.
+  EXPECT_NE(error_of(edited(lite, "norm_topk_prob", "true")).find("'norm_topk_prob' (true)"),
+            std::string::npos);
+  EXPECT_NE(error_of(edited(lite, "topk_method", "\"noaux_tc\""))
+                .find("DeepSeek-V2 routes greedy or group_limited_greedy"),
+            std::string::npos);
+  EXPECT_NE(error_of(edited(lite, "scoring_func", "\"sigmoid\""))
+                .find("DeepSeek-V2's experts are scored by a softmax"),
+            std::string::npos);
+}
+
 // dots.llm1's config.json as published: Qwen3's blocks (head norms) with
 // DeepSeek-V3's mixture after one dense layer (128 experts, top 6
 // renormalised and times 2.5, chosen with the expert biases, two experts'
@@ -2026,11 +2103,12 @@ TEST(HfConfig, WhatTriadDoesNotBuildIsNamed) {
                 .find("'sliding_window' (0): a window must hold at least one key"),
             std::string::npos);
   EXPECT_NE(
-      message(from(edited(llama, "model_type", "\"deepseek_v2\"")))
-          .find("model_type 'deepseek_v2' is not supported (llama, mistral, mixtral, qwen2, "
+      message(from(edited(llama, "model_type", "\"deepseek_v4\"")))
+          .find("model_type 'deepseek_v4' is not supported (llama, mistral, mixtral, qwen2, "
                 "qwen2_moe, qwen3, qwen3_moe, gemma, gemma2, gemma3_text, gemma3, phi3, stablelm, "
                 "olmo, olmo2, olmo3, olmoe, granite, granitemoe, granitemoeshared, cohere, "
-                "cohere2, smollm3, glm, glm4, glm4_moe, dots1, deepseek_v3, kimi_k2, helium, "
+                "cohere2, smollm3, glm, glm4, glm4_moe, dots1, deepseek_v2, deepseek_v3, kimi_k2, "
+                "helium, "
                 "exaone4, gpt_neox, "
                 "starcoder2, "
                 "phi, "

@@ -456,8 +456,22 @@ TEST(HfExport, MixturesOfExpertsRoundTripAsMixtralAndQwen3Moe) {
             .qk_nope_head_dim = 4,
             .qk_rope_head_dim = 4,
             .v_head_dim = 6};
+  // DeepSeek-V2: softmax routing, groups scored by their best expert, the
+  // gates scaled, not renormalised, no biases; queries straight from x.
+  nn::GptConfig v2 = v3;
+  v2.mla.q_lora_rank = 0;
+  v2.moe.score = nn::GptConfig::Moe::Score::Softmax;
+  v2.moe.expert_bias = false;
+  v2.moe.normalize_top_k = false;
+  v2.moe.group_score = nn::GptConfig::Moe::GroupScore::Max;
+  v2.moe.aux_loss_coef = 0.001;
   for (const auto& [c, type, gate, names] :
-       {std::tuple{v3, "deepseek_v3", "model.layers.1.mlp.experts.2.gate_proj.weight",
+       {std::tuple{v2, "deepseek_v2", "model.layers.1.mlp.experts.2.gate_proj.weight",
+                   std::vector<std::string>{"model.layers.1.self_attn.q_proj.weight",
+                                            "model.layers.1.self_attn.kv_a_proj_with_mqa.weight",
+                                            "model.layers.1.mlp.gate.weight",
+                                            "model.layers.1.mlp.shared_experts.up_proj.weight"}},
+        std::tuple{v3, "deepseek_v3", "model.layers.1.mlp.experts.2.gate_proj.weight",
                    std::vector<std::string>{"model.layers.1.self_attn.q_a_proj.weight",
                                             "model.layers.1.self_attn.q_a_layernorm.weight",
                                             "model.layers.1.self_attn.q_b_proj.weight",
@@ -554,16 +568,25 @@ TEST(HfExport, MixturesOfExpertsRoundTripAsMixtralAndQwen3Moe) {
                 .find("model.moe.score is not sigmoid, model.moe.expert_bias is false"),
             std::string::npos);
   // Latent attention is DeepSeek-V3's class's alone, and that class's own.
-  EXPECT_EQ(hf_misfit(v3, "glm4_moe"), "model.mla is set (latent attention, DeepSeek-V3's)");
-  EXPECT_EQ(hf_misfit(v3, "llama"), "model.mla is set (latent attention, DeepSeek-V3's)");
+  EXPECT_EQ(hf_misfit(v3, "glm4_moe"),
+            "model.mla is set (latent attention, DeepSeek-V2's and -V3's)");
+  EXPECT_EQ(hf_misfit(v3, "llama"), "model.mla is set (latent attention, DeepSeek-V2's and -V3's)");
   EXPECT_EQ(std::string(hf_model_type(v3)), "deepseek_v3");
   nn::GptConfig v3_attention = v3;
   v3_attention.moe = {};
   EXPECT_NE(hf_misfit(v3_attention, "deepseek_v3").find("model.moe is not set"), std::string::npos);
+  EXPECT_EQ(std::string(hf_model_type(v2)), "deepseek_v2");
+  nn::GptConfig v2_by_two = v2;
+  v2_by_two.moe.group_score = nn::GptConfig::Moe::GroupScore::TopTwoSum;
+  EXPECT_NE(hf_misfit(v2_by_two, "deepseek_v2").find("model.moe.group_score is not max"),
+            std::string::npos);
+  EXPECT_NE(hf_misfit(v2, "deepseek_v3")
+                .find("model.moe.score is not sigmoid, model.moe.expert_bias is false"),
+            std::string::npos);
   nn::GptConfig no_latent = v3;
   no_latent.mla = {};
   EXPECT_NE(hf_misfit(no_latent, "deepseek_v3")
-                .find("model.mla is not set (DeepSeek-V3's attention is latent)"),
+                .find("model.mla is not set (DeepSeek's attention is latent)"),
             std::string::npos);
   nn::GptConfig late = glm45;
   late.moe.dense_layers = {1};
@@ -1700,7 +1723,8 @@ TEST(HfExport, TheModelsOwnClassIsPreferred) {
             "model.hf_type 'phi4' is not a model_type Triad exports "
             "(llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe, gemma, gemma2, "
             "gemma3_text, phi3, stablelm, olmo, olmo2, olmo3, olmoe, granite, granitemoe, "
-            "granitemoeshared, cohere, cohere2, smollm3, glm, glm4, glm4_moe, dots1, deepseek_v3, "
+            "granitemoeshared, cohere, cohere2, smollm3, glm, glm4, glm4_moe, dots1, deepseek_v2, "
+            "deepseek_v3, "
             "helium, "
             "exaone4, "
             "gpt_neox, "

@@ -223,7 +223,7 @@ std::vector<double> moe_by_hand(MoeMlp& moe, const GptConfig& cfg, const Tensor&
       for (double& l : logit) l /= z;
     }
     // Chosen by score plus bias, among the experts of the best groups (a
-    // group's score: its two best).
+    // group's score: its two best, or its best under group_score max).
     std::vector<double> by = logit;
     if (cfg.moe.expert_bias) {
       const std::vector<double> bias = to_double_vector(state.at("expert_bias"));
@@ -234,7 +234,8 @@ std::vector<double> moe_by_hand(MoeMlp& moe, const GptConfig& cfg, const Tensor&
     for (int64_t g = 0; g < G; ++g) {
       std::vector<double> in(by.begin() + g * size, by.begin() + (g + 1) * size);
       std::sort(in.rbegin(), in.rend());
-      group.push_back({-(size > 1 ? in[0] + in[1] : in[0]), g});
+      const bool two = size > 1 && cfg.moe.group_score == GptConfig::Moe::GroupScore::TopTwoSum;
+      group.push_back({-(two ? in[0] + in[1] : in[0]), g});
     }
     std::sort(group.begin(), group.end());
     std::vector<int64_t> order;
@@ -313,6 +314,35 @@ TEST(MoeMlp, SigmoidScoresBiasedGroupLimitedChoiceEqualsItsDefinition) {
   }
 }
 
+// DeepSeek-V2's routing: softmax probabilities, each token's top 2 among
+// the experts of its best 2 of 4 groups, a group scored by its best expert,
+// the gates the probabilities times 16, not renormalised.
+TEST(MoeMlp, SoftmaxGroupsScoredByTheirBestEqualTheirDefinition) {
+  GptConfig cfg = moe_config(8, 2);
+  cfg.moe.normalize_top_k = false;
+  cfg.moe.routed_scaling_factor = 16.0;
+  cfg.moe.groups = 4;
+  cfg.moe.top_groups = 2;
+  cfg.moe.group_score = GptConfig::Moe::GroupScore::Max;
+  cfg.validate();
+  MoeMlp moe(cfg, 1);
+  randomise(moe, 4);
+  const Tensor x = randn({2, 9, cfg.d_model}, 6, 1, 1.0, DType::F64);
+  const std::vector<double> got = to_double_vector(moe.forward(x, {false, 0, 0})),
+                            want = moe_by_hand(moe, cfg, x);
+  for (size_t i = 0; i < want.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-12) << i;
+  // Scored by their two best instead, some token's groups differ.
+  GptConfig two = cfg;
+  two.moe.group_score = GptConfig::Moe::GroupScore::TopTwoSum;
+  MoeMlp other(two, 1);
+  other.to(DType::F64);
+  other.load_state_dict(moe.state_dict());
+  const std::vector<double> by_two = to_double_vector(other.forward(x, {false, 0, 0}));
+  double moved = 0;
+  for (size_t i = 0; i < got.size(); ++i) moved = std::max(moved, std::abs(got[i] - by_two[i]));
+  EXPECT_GT(moved, 1e-3);
+}
+
 TEST(RouteTopK, BiasesAndGroupsShapeTheChoiceButNotTheRows) {
   // One token, four experts in two groups.
   const std::vector<double> p = {0.1, 0.2, 0.3, 0.25};
@@ -325,6 +355,22 @@ TEST(RouteTopK, BiasesAndGroupsShapeTheChoiceButNotTheRows) {
   const ExpertChoice grouped{{}, 2, 1};
   EXPECT_EQ(route_top_k(p, 1, 4, 2, 0, GptConfig::Moe::DropPolicy::Probs, grouped).choice,
             (std::vector<int64_t>{2, 3}));
+  // Scored by its best expert alone, group {2, 3} still wins (0.3 against
+  // 0.2); with expert 0 at 0.35, {0, 1} wins by its best though its two
+  // sum to less (0.4 against 0.55).
+  const ExpertChoice by_best{{}, 2, 1, 1};
+  EXPECT_EQ(route_top_k(p, 1, 4, 2, 0, GptConfig::Moe::DropPolicy::Probs, by_best).choice,
+            (std::vector<int64_t>{2, 3}));
+  const std::vector<double> peaked = {0.35, 0.05, 0.3, 0.25};
+  EXPECT_EQ(route_top_k(peaked, 1, 4, 2, 0, GptConfig::Moe::DropPolicy::Probs, by_best).choice,
+            (std::vector<int64_t>{0, 1}));
+  EXPECT_EQ(route_top_k(peaked, 1, 4, 2, 0, GptConfig::Moe::DropPolicy::Probs, grouped).choice,
+            (std::vector<int64_t>{2, 3}));
+  expect_refused<ValueError>(
+      [&] {
+        route_top_k(p, 1, 4, 1, 0, GptConfig::Moe::DropPolicy::Probs, {{}, 2, 1, 0});
+      },
+      "a group scored by its 0 best experts (expected at least 1)");
   // A group is scored with the biases: {0, 1} wins, however probable 2 is.
   const ExpertChoice both{{0.2, 0.2, 0, 0}, 2, 1};
   const Routing r = route_top_k(p, 1, 4, 1, 0, GptConfig::Moe::DropPolicy::Probs, both);
@@ -686,7 +732,10 @@ TEST(MoeConfig, ValidatesItsKeys) {
         c.moe.capacity_factor = 1.0;
       },
       "capacity_factor, z_loss_coef, score, routed_scaling_factor, groups, top_groups, "
-      "expert_bias and aux_loss_scope belong to a mixture, but model.moe.experts is 0");
+      "group_score, expert_bias and aux_loss_scope belong to a mixture, but model.moe.experts "
+      "is 0");
+  refused([](GptConfig& c) { c.moe.group_score = GptConfig::Moe::GroupScore::Max; },
+          "model.moe.group_score max scores groups of experts, but model.moe.groups is 1");
   refused(
       [](GptConfig& c) {
         c.moe.experts = 0;

@@ -1006,6 +1006,49 @@ TEST_F(Gpt2Parity, DeepseekV3DirectoryReadsTrainsAndExportsAsHuggingFacesDeepsee
   EXPECT_GT(logits_away_from(unturned, ref_, "deepseek_v3."), 1e-4);
 }
 
+// DeepSeek-V2-Lite's attention (queries straight from the input through
+// q_proj, values wider than queries and keys, so these padded) under plain
+// rope, and DeepSeek-V2's routing (a softmax over 8 experts, each token's
+// top 2 among its best 2 of 4 groups, a group scored by its best expert,
+// the gates times 3, not renormalised; the balance loss) from a
+// DeepseekV2ForCausalLM directory: logits, loss, every gradient, the
+// balance, greedy tokens through the key/value cache; exported again, the
+// same directory. Groups scored by their two best (DeepSeek-V3's) route
+// otherwise.
+TEST_F(Gpt2Parity, DeepseekV2DirectoryReadsTrainsAndExportsAsHuggingFacesDeepseekV2) {
+  const std::string dir = ref_dir() + "/deepseek_v2_hf";
+  const nn::GptConfig cfg = io::load_hf_config(dir);
+  EXPECT_EQ(cfg.hf_type, "deepseek_v2");
+  EXPECT_EQ(cfg.mla, (nn::GptConfig::Mla{.kv_lora_rank = 12,
+                                         .q_lora_rank = 0,
+                                         .qk_nope_head_dim = 4,
+                                         .qk_rope_head_dim = 4,
+                                         .v_head_dim = 12}));
+  EXPECT_EQ(cfg.head_dim(), 12);
+  const auto& m = cfg.moe;
+  EXPECT_EQ(m.score, nn::GptConfig::Moe::Score::Softmax);
+  EXPECT_FALSE(m.normalize_top_k);
+  EXPECT_FALSE(m.expert_bias);
+  EXPECT_EQ(m.groups, 4);
+  EXPECT_EQ(m.top_groups, 2);
+  EXPECT_EQ(m.group_score, nn::GptConfig::Moe::GroupScore::Max);
+  EXPECT_DOUBLE_EQ(m.routed_scaling_factor, 3.0);
+  EXPECT_DOUBLE_EQ(m.aux_loss_coef, 0.05);
+  EXPECT_EQ(m.aux_loss_scope, nn::GptConfig::Moe::BalanceScope::MicroBatch);
+  nn::Gpt model(cfg, 1);
+  io::load_gpt2_safetensors(model, dir);
+  expect_step_zero_matches(model, with_latent_halves_gradients(ref_, cfg, "deepseek_v2."),
+                           "deepseek_v2.");
+  expect_balance_matches(model, ref_, "deepseek_v2.");
+  expect_greedy_tokens(cfg, "deepseek_v2_generator", "deepseek_v2.greedy_tokens", ref_);
+  expect_exports_as_written(model, dir);
+  nn::GptConfig by_two = cfg;
+  by_two.moe.group_score = nn::GptConfig::Moe::GroupScore::TopTwoSum;
+  nn::Gpt other(by_two, 1);
+  other.load_state_dict(model.state_dict());
+  EXPECT_GT(logits_away_from(other, ref_, "deepseek_v2."), 1e-4);
+}
+
 // Qwen2-MoE's blocks (Qwen2's q, k and v biases; 4 experts of which each
 // token takes 2, not renormalised, and a shared expert every token takes,
 // weighted by its sigmoid gate) from a Qwen2MoeForCausalLM directory:

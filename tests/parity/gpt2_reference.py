@@ -421,9 +421,21 @@ class Gpt(torch.nn.Module):
             probs = scores / scores.sum(dim=-1, keepdim=True)  # (the balance loss's)
         else:
             probs = logits.softmax(dim=-1)
-            top, chosen = probs.topk(k, dim=-1)
+            G = self.moe.get("groups", 1)
+            if G > 1:
+                # DeepSeek-V2's group_limited_greedy, as Hugging Face's
+                # DeepseekV2Moe: a group scored by its best probability, the
+                # other groups' experts filled with 0.
+                group = probs.view(-1, G, E // G).max(dim=-1).values
+                keep = torch.zeros_like(group).scatter_(
+                    1, group.topk(self.moe["top_groups"], dim=-1)[1], 1.0)
+                keep = keep.unsqueeze(-1).expand(-1, G, E // G).reshape(-1, E).bool()
+                top, chosen = probs.masked_fill(~keep, 0.0).topk(k, dim=-1)
+            else:
+                top, chosen = probs.topk(k, dim=-1)
             if self.moe["normalize"]:
                 top = top / top.sum(dim=-1, keepdim=True)
+            top = top * self.moe.get("scale", 1.0)
         out = torch.zeros_like(h)
         load = torch.zeros(E)
         for e in range(E):
@@ -1010,7 +1022,21 @@ def save_hf_deepseek_v3(model, directory):
     DeepSeek-V3's mixture) as a DeepseekV3ForCausalLM directory holding a
     multi-token-prediction layer besides: the attention under Hugging
     Face's names, its rope rows interleaved as the reference holds them."""
+    save_hf_deepseek(model, directory, "DeepseekV3ForCausalLM", "deepseek_v3")
+
+
+def save_hf_deepseek_v2(model, directory):
+    """A DeepSeek-V2-style model (LLaMA's blocks with latent attention;
+    softmax routing, groups scored by their best expert, scaled gates) as a
+    DeepseekV2ForCausalLM directory."""
+    save_hf_deepseek(model, directory, "DeepseekV2ForCausalLM", "deepseek_v2")
+
+
+def save_hf_deepseek(model, directory, architecture, model_type):
+    """save_hf_deepseek_v3's and save_hf_deepseek_v2's directory of class
+    `architecture`."""
     os.makedirs(directory, exist_ok=True)
+    v3 = model_type == "deepseek_v3"
     m, F_, C = model.mla, model.moe["ffn"], CFG["d_model"]
     t = {"model.embed_tokens.weight": model.wte.weight, "model.norm.weight": model.ln_f.weight,
          "lm_head.weight": model.lm_head.weight}
@@ -1035,8 +1061,9 @@ def save_hf_deepseek_v3(model, directory):
                       p + "mlp.down_proj.weight": b.mlp.c_proj.weight})
             continue
         x = p + "mlp."
-        t.update({x + "gate.weight": b.mlp.router.weight,
-                  x + "gate.e_score_correction_bias": b.mlp.expert_bias})
+        t[x + "gate.weight"] = b.mlp.router.weight
+        if v3:
+            t[x + "gate.e_score_correction_bias"] = b.mlp.expert_bias
         for e, ex in enumerate(b.mlp.experts):
             gate, up = ex.c_fc.weight.split(F_, 0)
             t.update({f"{x}experts.{e}.gate_proj.weight": gate,
@@ -1046,15 +1073,20 @@ def save_hf_deepseek_v3(model, directory):
         t.update({x + "shared_experts.gate_proj.weight": gate,
                   x + "shared_experts.up_proj.weight": up,
                   x + "shared_experts.down_proj.weight": b.mlp.shared.c_proj.weight})
-    g = torch.Generator().manual_seed(7)
-    mtp = f"model.layers.{CFG['n_layer']}."
-    t.update({mtp + "eh_proj.weight": torch.randn(C, 2 * C, generator=g),
-              mtp + "enorm.weight": torch.ones(C), mtp + "hnorm.weight": torch.ones(C)})
+    if v3:  # a multi-token-prediction layer, which readers skip
+        g = torch.Generator().manual_seed(7)
+        mtp = f"model.layers.{CFG['n_layer']}."
+        t.update({mtp + "eh_proj.weight": torch.randn(C, 2 * C, generator=g),
+                  mtp + "enorm.weight": torch.ones(C), mtp + "hnorm.weight": torch.ones(C)})
+        keys = dict(rope_interleave=True, num_nextn_predict_layers=1)
+    else:
+        keys = dict(topk_method="group_limited_greedy", scoring_func="softmax",
+                    aux_loss_alpha=model.moe["coef"], seq_aux=False)
     save_safetensors(os.path.join(directory, "model.safetensors"), t)
-    write_llama_config(model, directory, "DeepseekV3ForCausalLM", "deepseek_v3",
+    write_llama_config(model, directory, architecture, model_type,
                        head_dim=m["rope"], kv_lora_rank=m["kv_rank"],
                        q_lora_rank=m["q_rank"] or None, qk_nope_head_dim=m["nope"],
-                       qk_rope_head_dim=m["rope"], v_head_dim=m["v"], rope_interleave=True,
+                       qk_rope_head_dim=m["rope"], v_head_dim=m["v"],
                        rope_scaling=model.rope_scaling, attention_bias=False,
                        n_routed_experts=model.moe["experts"],
                        num_experts_per_tok=model.moe["top_k"], moe_intermediate_size=F_,
@@ -1062,7 +1094,7 @@ def save_hf_deepseek_v3(model, directory):
                        first_k_dense_replace=len(model.moe["dense"]),
                        norm_topk_prob=model.moe["normalize"],
                        routed_scaling_factor=model.moe["scale"], n_group=model.moe["groups"],
-                       topk_group=model.moe["top_groups"], num_nextn_predict_layers=1)
+                       topk_group=model.moe["top_groups"], **keys)
 
 
 def save_hf_helium(model, directory):
@@ -1859,6 +1891,19 @@ def main():
                                dense=(0,), sigmoid=True, scale=2.5, groups=4, top_groups=2,
                                shared=MOE_FFN, shared_gate=False))
     record_family(deepseek_v3, "deepseek_v3", save_hf_deepseek_v3, out, x, y, ref)
+    # DeepSeek-V2-Lite's attention (queries straight from the input, wider
+    # values than queries and keys: 4 + 4 against 12) under plain rope, and
+    # DeepSeek-V2's routing: a softmax over 8 experts, each token's top 2
+    # among its best 2 of 4 groups (a group scored by its best expert), not
+    # renormalised but times 3, the balance loss at 0.05, and a shared
+    # expert two experts wide; step 0 and a greedy continuation, from a
+    # DeepseekV2ForCausalLM directory.
+    deepseek_v2 = Gpt(CFG, ROPE_THETA, SWIGLU_FFN, rms_norm=True, bias=False, tie=False,
+                      mla=dict(kv_rank=12, q_rank=0, nope=4, rope=4, v=12),
+                      moe=dict(experts=8, top_k=2, ffn=MOE_FFN, normalize=False, coef=0.05,
+                               dense=(0,), scale=3.0, groups=4, top_groups=2,
+                               shared=2 * MOE_FFN, shared_gate=False))
+    record_family(deepseek_v2, "deepseek_v2", save_hf_deepseek_v2, out, x, y, ref)
 
     # OLMo 2's: no norm before either sublayer, each sublayer's output
     # normalised, one RMSNorm over all the queries and one over all the keys

@@ -321,7 +321,7 @@ TEST(Config, MixtureOfExpertsParsesRoundTripsAndIsChecked) {
                       "(allowed: experts, top_k, ffn_hidden_size, normalize_top_k, aux_loss_coef, "
                       "dense_layers, shared_ffn_hidden_size, shared_gate, capacity_factor, "
                       "drop_policy, z_loss_coef, score, routed_scaling_factor, groups, "
-                      "top_groups, expert_bias, bias_update_rate, aux_loss_scope)");
+                      "top_groups, group_score, expert_bias, bias_update_rate, aux_loss_scope)");
   // The router z-loss's weight.
   const Config z = parse_config(kValid, {"model.moe={experts: 4, z_loss_coef: 0.001}"});
   EXPECT_DOUBLE_EQ(z.model.moe.z_loss_coef, 0.001);
@@ -371,6 +371,15 @@ TEST(Config, MixtureOfExpertsParsesRoundTripsAndIsChecked) {
                       "model.moe.top_groups (5) must be in [1, model.moe.groups (4)]");
   expect_config_error(kValid, {"model.moe={experts: 8, top_k: 3, groups: 4, top_groups: 1}"},
                       "model.moe.top_k (3) exceeds the 2 experts of model.moe.top_groups (1)");
+  // DeepSeek-V2's groups, scored by their best expert.
+  const Config v2 = parse_config(
+      kValid, {"model.moe={experts: 8, top_k: 2, groups: 4, top_groups: 2, group_score: max, "
+               "routed_scaling_factor: 16}"});
+  EXPECT_EQ(v2.model.moe.group_score, nn::GptConfig::Moe::GroupScore::Max);
+  EXPECT_EQ(parse_config(to_yaml(v2)).model.moe, v2.model.moe);
+  EXPECT_EQ(v3.model.moe.group_score, nn::GptConfig::Moe::GroupScore::TopTwoSum);
+  expect_config_error(kValid, {"model.moe={experts: 8, groups: 4, group_score: mean}"},
+                      "model.moe.group_score 'mean' is not a group score");
   // The load-balancing loss per sequence (DeepSeek-V3's).
   const Config per_sequence =
       parse_config(kValid, {"model.moe={experts: 4, aux_loss_scope: sequence}"});

@@ -319,11 +319,16 @@ struct GptConfig {
     double routed_scaling_factor = 1.0;
     // Group-limited routing (DeepSeek-V3's n_group and topk_group): the
     // experts fall into `groups` equal, contiguous groups, each scored for a
-    // token by the sum of its two best choosing scores (its one, in groups of
-    // one); the token chooses its top_k among the experts of its top_groups
-    // best groups. 1 and 1: no limit.
+    // token by group_score (below); the token chooses its top_k among the
+    // experts of its top_groups best groups. 1 and 1: no limit.
     int64_t groups = 1;
     int64_t top_groups = 1;
+    // How a group is scored for a token: the sum of its two best choosing
+    // scores (TopTwoSum, DeepSeek-V3's noaux_tc), or its best one (Max,
+    // DeepSeek-V2's group_limited_greedy). (Config key
+    // model.moe.group_score: top2_sum | max.)
+    enum class GroupScore { TopTwoSum, Max };
+    GroupScore group_score = GroupScore::TopTwoSum;
     // Auxiliary-loss-free load balancing (Wang et al., 2024; DeepSeek-V3):
     // each layer holds a bias per expert (h.N.mlp.expert_bias, f32 under any
     // precision, zeros at first, kept in checkpoints and exports, never

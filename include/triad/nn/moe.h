@@ -36,11 +36,15 @@ struct Routing {
 // per expert added to the scores for choosing only (expert_bias; empty:
 // none), and group-limited routing, the token's top_k taken among the
 // experts of its top_groups best groups of `groups` equal, contiguous ones,
-// a group scored by the sum of its two best biased scores (its one in
-// groups of one). Equal scores: the lower index first.
+// a group scored by the sum of its group_best best biased scores. Equal
+// scores: the lower index first.
 struct ExpertChoice {
   std::vector<double> bias;
   int64_t groups = 1, top_groups = 1;
+  // How many of a group's best choosing scores make its score (summed): 2
+  // (DeepSeek-V3's), or 1 (its best, DeepSeek-V2's); at most the group's
+  // size.
+  int64_t group_best = 2;
 };
 // With a capacity (> 0), an expert keeps at most that many of its
 // assignments (`policy`: the most probable, equal ones the earlier token's,
@@ -49,7 +53,7 @@ struct ExpertChoice {
 // Throws ValueError naming the values unless probs holds tokens * experts
 // finite numbers, 1 <= top_k <= experts, capacity >= 0 and `choice` holds
 // no bias or experts finite ones, and groups that divide the experts, of
-// which top_groups hold at least top_k experts.
+// which top_groups hold at least top_k experts, scored by group_best >= 1.
 Routing route_top_k(const std::vector<double>& probs, int64_t tokens, int64_t experts,
                     int64_t top_k, int64_t capacity = 0,
                     GptConfig::Moe::DropPolicy policy = GptConfig::Moe::DropPolicy::Probs,
@@ -191,7 +195,7 @@ class MoeMlp : public Module {
   GptConfig::Moe::DropPolicy drop_policy_;
   GptConfig::Moe::Score score_;
   double routed_scale_;
-  int64_t groups_, top_groups_;
+  int64_t groups_, top_groups_, group_best_;  // group_best_: ExpertChoice::group_best
   GptConfig::Moe::BalanceScope balance_scope_;
   int64_t layer_;
   Activation activation_;
