@@ -964,6 +964,17 @@ def save_hf_glm4(model, directory):
                        partial_rotary_factor=model.rope_dim / model.D, attention_bias=True)
 
 
+def deepseek_moe_keys(model):
+    """The config.json keys of a DeepSeek-style mixture: its experts, the
+    shared ones, the dense first layers and the routing's numbers."""
+    F_ = model.moe["ffn"]
+    return dict(n_routed_experts=model.moe["experts"], num_experts_per_tok=model.moe["top_k"],
+                moe_intermediate_size=F_, n_shared_experts=model.moe["shared"] // F_,
+                first_k_dense_replace=len(model.moe["dense"]),
+                norm_topk_prob=model.moe["normalize"], routed_scaling_factor=model.moe["scale"],
+                n_group=model.moe["groups"], topk_group=model.moe["top_groups"])
+
+
 def save_hf_deepseek_moe(model, directory, architecture, model_type, prediction_layers=0,
                          **keys):
     """A model with DeepSeek-V3's mixture (a dense first layer, then a
@@ -991,14 +1002,8 @@ def save_hf_deepseek_moe(model, directory, architecture, model_type, prediction_
                   mtp + "enorm.weight": torch.ones(C), mtp + "hnorm.weight": torch.ones(C),
                   mtp + "self_attn.q_proj.weight": torch.randn(C, C, generator=g)})
     save_safetensors(os.path.join(directory, "model.safetensors"), t)
-    write_llama_config(model, directory, architecture, model_type,
-                       n_routed_experts=model.moe["experts"],
-                       num_experts_per_tok=model.moe["top_k"], moe_intermediate_size=F_,
-                       n_shared_experts=model.moe["shared"] // F_,
-                       first_k_dense_replace=len(model.moe["dense"]),
-                       norm_topk_prob=model.moe["normalize"],
-                       routed_scaling_factor=model.moe["scale"], n_group=model.moe["groups"],
-                       topk_group=model.moe["top_groups"], **keys)
+    write_llama_config(model, directory, architecture, model_type, **deepseek_moe_keys(model),
+                       **keys)
 
 
 def save_hf_glm4_moe(model, directory):
@@ -1088,13 +1093,7 @@ def save_hf_deepseek(model, directory, architecture, model_type):
                        q_lora_rank=m["q_rank"] or None, qk_nope_head_dim=m["nope"],
                        qk_rope_head_dim=m["rope"], v_head_dim=m["v"],
                        rope_scaling=model.rope_scaling, attention_bias=False,
-                       n_routed_experts=model.moe["experts"],
-                       num_experts_per_tok=model.moe["top_k"], moe_intermediate_size=F_,
-                       n_shared_experts=model.moe["shared"] // F_,
-                       first_k_dense_replace=len(model.moe["dense"]),
-                       norm_topk_prob=model.moe["normalize"],
-                       routed_scaling_factor=model.moe["scale"], n_group=model.moe["groups"],
-                       topk_group=model.moe["top_groups"], **keys)
+                       **deepseek_moe_keys(model), **keys)
 
 
 def save_hf_helium(model, directory):
