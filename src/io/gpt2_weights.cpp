@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <exception>
 #include <filesystem>
@@ -939,13 +940,83 @@ class WeightFile {
   std::unique_ptr<TorchCheckpointFile> torch_;
 };
 
+// The block a quantized checkpoint's scales cover (the config.json beside
+// `path`: quantization_config.weight_block_size, DeepSeek-V3's [128, 128]
+// when it names none).
+std::array<int64_t, 2> quantization_block_beside(const std::string& path) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::is_directory(path) ? fs::path(path) : fs::path(path).parent_path();
+  std::array<int64_t, 2> block{128, 128};
+  std::ifstream in(dir / "config.json");
+  if (!in) return block;
+  const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+  if (!j.is_object() || !j.contains("quantization_config")) return block;
+  const nlohmann::json& q = j.at("quantization_config");
+  if (!q.is_object() || !q.contains("weight_block_size")) return block;
+  const nlohmann::json& b = q.at("weight_block_size");
+  if (!b.is_array() || b.size() != 2 || !b[0].is_number_integer() || !b[1].is_number_integer() ||
+      b[0].get<int64_t>() < 1 || b[1].get<int64_t>() < 1) {
+    throw IoError("weights '" + path + "': quantization_config.weight_block_size (" + b.dump() +
+                  ") must be two positive integers (rows, columns)");
+  }
+  return {b[0].get<int64_t>(), b[1].get<int64_t>()};
+}
+
+}  // namespace
+
+void dequantize_block_scaled(std::map<std::string, Tensor>& tensors,
+                             const std::array<int64_t, 2>& block, const std::string& where) {
+  static const std::string kScales = ".weight_scale_inv", kWeight = ".weight";
+  for (auto it = tensors.begin(); it != tensors.end();) {
+    const std::string& name = it->first;
+    if (!ends_with(name, kScales)) {
+      ++it;
+      continue;
+    }
+    std::string weight_name = name;
+    weight_name.resize(name.size() - kScales.size());
+    weight_name += kWeight;
+    auto w = tensors.find(weight_name);
+    if (w == tensors.end()) {
+      throw IoError("weights '" + where + "': scales '" + name + "' without their weight '" +
+                    weight_name + "'");
+    }
+    const Tensor& scale = it->second;
+    const Tensor& weight = w->second;
+    const int64_t rows = weight.dim() == 2 ? weight.size(0) : 0,
+                  cols = weight.dim() == 2 ? weight.size(1) : 0;
+    const Shape blocks{(rows + block[0] - 1) / block[0], (cols + block[1] - 1) / block[1]};
+    if (weight.dim() != 2 || scale.shape() != blocks) {
+      throw IoError("weights '" + where + "': '" + weight_name + "' " + shape_str(weight.shape()) +
+                    " and its scales " + shape_str(scale.shape()) + " (expected a matrix and " +
+                    shape_str(blocks) + ", one scale per block of " + std::to_string(block[0]) +
+                    " x " + std::to_string(block[1]) + ")");
+    }
+    // DeepSeek's weight_dequant: each element times its block's scale, in f32.
+    Tensor out = weight.dtype() == DType::F32 ? contiguous(weight) : cast(weight, DType::F32);
+    out = contiguous(out).detach();
+    const std::vector<double> by = to_double_vector(scale);
+    float* d = static_cast<float*>(out.raw_data());
+    for (int64_t r = 0; r < rows; ++r) {
+      const double* s = by.data() + (r / block[0]) * blocks[1];
+      for (int64_t c = 0; c < cols; ++c)
+        d[r * cols + c] = static_cast<float>(d[r * cols + c] * s[c / block[1]]);
+    }
+    w->second = out;
+    it = tensors.erase(it);
+  }
+}
+
+namespace {
+
 // The safetensors files behind a weights path (a file, a sharded
 // checkpoint's index, or a directory of either), mapped and their headers
 // checked once; tensors are copied out part by part. A multimodal
 // checkpoint's vision tower and projector are never copied out.
 class WeightFiles {
  public:
-  explicit WeightFiles(const std::string& path) {
+  explicit WeightFiles(const std::string& path)
+      : path_(path), block_(quantization_block_beside(path)) {
     namespace fs = std::filesystem;
     std::string index = path;
     if (fs::is_directory(path)) {
@@ -993,6 +1064,9 @@ class WeightFiles {
       }
     }
     check_listed(text);
+    // fp8 block-quantized weights (DeepSeek-V3's files): read as f32 and
+    // scaled back by their blocks' scales.
+    dequantize_block_scaled(all, block_, path_);
     return all;
   }
 
@@ -1034,6 +1108,8 @@ class WeightFiles {
       files_.emplace_back(f, std::make_unique<WeightFile>((dir / f).string()));
   }
 
+  std::string path_;
+  std::array<int64_t, 2> block_;  // quantization_block_beside's
   std::vector<std::pair<std::string, std::unique_ptr<WeightFile>>> files_;  // (index's name, file)
   std::map<std::string, std::string> where_;  // the index's weight_map
   std::map<std::string, Shape> shapes_;

@@ -1109,6 +1109,18 @@ nn::GptConfig gpt_config_from_hf(const std::string& json_text, const std::string
   j = with_rope_parameters_flattened(std::move(j), source);
   if (type == "gemma3_text") j = with_gemma3_defaults(std::move(j));
   const Keys k(j, source);
+  // Quantized checkpoints: DeepSeek-V3's fp8 blocks are read back to full
+  // precision (io::dequantize_block_scaled); other schemes' packed weights
+  // are not.
+  if (k.has("quantization_config")) {
+    const Json& q = k.json("quantization_config");
+    const bool fp8 = q.is_object() && q.value("quant_method", std::string()) == "fp8" &&
+                     q.value("fmt", std::string("e4m3")) == "e4m3";
+    if (!fp8)
+      k.unsupported("quantization_config",
+                    "Triad reads fp8 (e4m3) block-quantized weights, DeepSeek's, alone: "
+                    "dequantize others first");
+  }
   nn::GptConfig c;
   if (type == "llama" || type == "mistral" || type == "qwen2" || type == "qwen3" ||
       type == "gemma" || type == "gemma2" || type == "gemma3_text" || type == "phi3" ||

@@ -1,6 +1,7 @@
 #include "triad/io/safetensors.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -22,16 +23,33 @@ using json = nlohmann::json;
   throw IoError("safetensors '" + source + "': " + what);
 }
 
-DType parse_dtype(const std::string& name, const std::string& source, const std::string& tensor) {
+// The dtype a tensor is read as: its own, or f32 for F8_E4M3 (`e4m3` set:
+// one byte an element in the file).
+DType parse_dtype(const std::string& name, const std::string& source, const std::string& tensor,
+                  bool& e4m3) {
   static const std::map<std::string, DType> kAllowed{{"F32", DType::F32},   {"F64", DType::F64},
                                                      {"BF16", DType::BF16}, {"F16", DType::F16},
                                                      {"I32", DType::I32},   {"I64", DType::I64}};
+  e4m3 = name == "F8_E4M3";
+  if (e4m3) return DType::F32;
   auto it = kAllowed.find(name);
   if (it == kAllowed.end()) {
     fail(source, "tensor '" + tensor + "' has dtype '" + name +
-                     "' (supported: F32, F64, BF16, F16, I32, I64)");
+                     "' (supported: F32, F64, BF16, F16, I32, I64, F8_E4M3)");
   }
   return it->second;
+}
+
+// n bytes of F8_E4M3 (OCP's E4M3FN: a sign, 4 exponent bits biased by 7, 3
+// mantissa bits, no infinities, S.1111.111 NaN) as f32, each exactly.
+void decode_e4m3(const uint8_t* in, float* out, uint64_t n) {
+  static const std::vector<float> table = [] {
+    std::vector<float> t(256);
+    for (int b = 0; b < 256; ++b)
+      t[static_cast<size_t>(b)] = e4m3_to_float(static_cast<uint8_t>(b));
+    return t;
+  }();
+  for (uint64_t i = 0; i < n; ++i) out[i] = table[in[i]];
 }
 
 bool mul_overflows(uint64_t a, uint64_t b, uint64_t& out) {
@@ -39,6 +57,14 @@ bool mul_overflows(uint64_t a, uint64_t b, uint64_t& out) {
 }
 
 }  // namespace
+
+float e4m3_to_float(uint8_t bits) {
+  const int exponent = (bits >> 3) & 0xF, mantissa = bits & 0x7;
+  const float sign = (bits & 0x80) ? -1.0f : 1.0f;
+  if (exponent == 0xF && mantissa == 0x7) return std::numeric_limits<float>::quiet_NaN();
+  if (exponent == 0) return sign * std::ldexp(static_cast<float>(mantissa) / 8.0f, -6);
+  return sign * std::ldexp(1.0f + static_cast<float>(mantissa) / 8.0f, exponent - 7);
+}
 
 const char* safetensors_dtype_name(DType dtype) {
   switch (dtype) {
@@ -169,9 +195,10 @@ namespace {
 
 // One tensor's place in a file's data section.
 struct Entry {
-  DType dtype;
+  DType dtype;  // as read (f32 for F8_E4M3)
   Shape shape;
   uint64_t begin, end;
+  bool e4m3 = false;  // stored as F8_E4M3, one byte an element
 };
 
 // A header parsed and checked against the file's size: every entry's
@@ -231,7 +258,8 @@ Header parse_header(const uint8_t* bytes, uint64_t size, const std::string& sour
       fail(source, "tensor '" + name + "' needs dtype, shape and data_offsets");
     }
     if (!e["dtype"].is_string()) fail(source, "tensor '" + name + "' dtype is not a string");
-    const DType dtype = parse_dtype(e["dtype"].get<std::string>(), source, name);
+    bool e4m3 = false;
+    const DType dtype = parse_dtype(e["dtype"].get<std::string>(), source, name, e4m3);
     const json& js = e["shape"];
     const json& jo = e["data_offsets"];
     if (!js.is_array()) fail(source, "tensor '" + name + "' shape is not an array");
@@ -252,14 +280,15 @@ Header parse_header(const uint8_t* bytes, uint64_t size, const std::string& sour
       shape.push_back(static_cast<int64_t>(v));
     }
     uint64_t nbytes;
-    if (mul_overflows(count, dtype_size(dtype), nbytes))
+    if (mul_overflows(count, e4m3 ? 1 : dtype_size(dtype), nbytes))
       fail(source, "tensor '" + name + "' size overflows");
     const uint64_t begin = jo[0].get<uint64_t>(), end = jo[1].get<uint64_t>();
     if (end < begin) fail(source, "tensor '" + name + "' has data_offsets end < begin");
     if (end - begin != nbytes) {
       fail(source, "tensor '" + name + "' of shape " + shape_str(shape) + " and dtype " +
-                       safetensors_dtype_name(dtype) + " needs " + std::to_string(nbytes) +
-                       " bytes but its data_offsets span " + std::to_string(end - begin));
+                       (e4m3 ? "F8_E4M3" : safetensors_dtype_name(dtype)) + " needs " +
+                       std::to_string(nbytes) + " bytes but its data_offsets span " +
+                       std::to_string(end - begin));
     }
     if (end > data_size) {
       fail(source, "tensor '" + name + "' data [" + std::to_string(begin) + ", " +
@@ -268,7 +297,7 @@ Header parse_header(const uint8_t* bytes, uint64_t size, const std::string& sour
     }
     spans.push_back({begin, end, name});
     result.shapes[name] = shape;
-    result.entries[name] = Entry{dtype, shape, begin, end};
+    result.entries[name] = Entry{dtype, shape, begin, end, e4m3};
   }
   std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) {
     return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
@@ -294,7 +323,11 @@ std::map<std::string, Tensor> copy_out(const Header& header, const TensorFilter&
   for (const auto& [name, e] : header.entries) {
     if (wanted && !wanted(name)) continue;
     Tensor t = empty(e.shape, e.dtype);
-    if (e.end > e.begin) std::memcpy(t.raw_data(), header.data + e.begin, e.end - e.begin);
+    if (e.e4m3) {
+      decode_e4m3(header.data + e.begin, static_cast<float*>(t.raw_data()), e.end - e.begin);
+    } else if (e.end > e.begin) {
+      std::memcpy(t.raw_data(), header.data + e.begin, e.end - e.begin);
+    }
     out.emplace(name, t);
   }
   return out;
@@ -360,6 +393,11 @@ Tensor SafetensorsFile::read_elements(const std::string& name, int64_t offset,
                      ") lie outside tensor '" + name + "' (" + std::to_string(n) + " elements)");
   }
   Tensor t = empty({count}, e.dtype);
+  if (e.e4m3) {
+    decode_e4m3(h.data + e.begin + static_cast<uint64_t>(offset), static_cast<float*>(t.raw_data()),
+                static_cast<uint64_t>(count));
+    return t;
+  }
   const size_t esize = dtype_size(e.dtype);
   if (count > 0) {
     std::memcpy(t.raw_data(), h.data + e.begin + static_cast<uint64_t>(offset) * esize,

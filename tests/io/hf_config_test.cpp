@@ -1157,7 +1157,8 @@ TEST(HfConfig, Glm4MoeConfigsAreDeepSeekV3Mixtures) {
             std::string::npos);
 }
 
-// DeepSeek-V3's config.json as published (its fp8 quantization aside):
+// DeepSeek-V3's config.json as published (its fp8 blocks read back to full
+// precision by init.from, tests/io/quantized_weights_test.cpp):
 // LLaMA's blocks with multi-head latent attention (128 heads, queries
 // through a latent of 1536, keys and values through one of 512, queries and
 // keys 128 + 64 wide, values 128) and yarn with DeepSeek's mscales (both 1:
@@ -1177,6 +1178,8 @@ TEST(HfConfig, DeepseekV3ConfigIsLatentAttentionWithItsMixture) {
     "n_shared_experts": 1, "norm_topk_prob": true, "num_attention_heads": 128,
     "num_experts_per_tok": 8, "num_hidden_layers": 61, "num_key_value_heads": 128,
     "num_nextn_predict_layers": 1, "pretraining_tp": 1, "q_lora_rank": 1536,
+    "quantization_config": {"activation_scheme": "dynamic", "fmt": "e4m3",
+                            "quant_method": "fp8", "weight_block_size": [128, 128]},
     "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "rms_norm_eps": 1e-06,
     "rope_scaling": {"beta_fast": 32, "beta_slow": 1, "factor": 40, "mscale": 1.0,
                      "mscale_all_dim": 1.0, "original_max_position_embeddings": 4096,

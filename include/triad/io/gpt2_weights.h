@@ -1,5 +1,6 @@
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -65,6 +66,18 @@ Tensor interleaved_rows_at(const Tensor& t, int64_t heads, int64_t offset, int64
 // and k_proj hold them; v's as they are.
 Tensor triad_qkv_rows_to_interleaved(const Tensor& t, int64_t n_head, int64_t kv_heads,
                                      int64_t rotated = 0);
+
+// fp8 block-quantized weights (DeepSeek-V3's and Kimi K2's published files,
+// quantization_config quant_method fp8): each `<name>.weight` beside a
+// `<name>.weight_scale_inv` (f32, one per block of block[0] rows x
+// block[1] columns, the last ones partial) becomes the weight times its
+// block's scale in f32 (DeepSeek's weight_dequant; the F8_E4M3 weights are
+// read as f32, exactly), and the scales are dropped. Scales without their
+// weight, or of another shape, are an IoError naming them and `where`.
+// Every reader of Hugging Face weights (init.from, load_gpt2_safetensors)
+// does this as it reads, one block of layers at a time.
+void dequantize_block_scaled(std::map<std::string, Tensor>& tensors,
+                             const std::array<int64_t, 2>& block, const std::string& where);
 
 // Hugging Face GPT-NeoX tensors (gpt_neox.embed_in, gpt_neox.layers.N.
 // {input_layernorm, post_attention_layernorm, attention.query_key_value,

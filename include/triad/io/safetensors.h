@@ -21,6 +21,11 @@ struct Safetensors {
   std::map<std::string, Shape> shapes;
 };
 
+// One byte of F8_E4M3 (OCP's E4M3FN, torch.float8_e4m3fn: a sign, 4
+// exponent bits biased by 7, 3 mantissa bits; no infinities, 0x7F and 0xFF
+// NaN) as the f32 it is exactly.
+float e4m3_to_float(uint8_t bits);
+
 // Largest JSON header accepted (the format's reference reader uses 100 MB).
 inline constexpr uint64_t kMaxSafetensorsHeader = 100ull * 1024 * 1024;
 
@@ -62,7 +67,8 @@ class SafetensorsWriter {
 
 // Reads and validates a whole file. Every problem is an IoError naming the
 // file and what is wrong: header length, JSON, dtype (F32, F64, BF16, F16,
-// I32, I64), shape x dtype size vs. offsets, offsets contiguous from 0 and
+// I32, I64, and F8_E4M3, read as f32, every value exact: e4m3_to_float),
+// shape x dtype size vs. offsets, offsets contiguous from 0 and
 // inside the file, arithmetic overflow. The file is mapped, not read: a
 // load holds the tensors it copies out and nothing more. `wanted`, when
 // given, names the tensors to copy out (the whole header is checked either
