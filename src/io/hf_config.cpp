@@ -618,6 +618,11 @@ nn::GptConfig deepseek_moe_config(const Keys& k, const std::string& type) {
   m.shared_ffn_hidden_size = shared * m.ffn_hidden_size;
   const int64_t dense = k.integer("first_k_dense_replace", v3 ? 3 : glm ? 1 : 0);
   if (dense < 0) k.bad("first_k_dense_replace", "must be a count of layers >= 0");
+  // Every layer dense: a dense model (its expert keys describe nothing).
+  if (mla && dense >= c.n_layer) {
+    m = {};
+    return c;
+  }
   for (int64_t i = 0; i < std::min(dense, c.n_layer); ++i) m.dense_layers.push_back(i);
   return c;
 }

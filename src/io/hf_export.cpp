@@ -1018,6 +1018,9 @@ std::string misfit(const nn::GptConfig& c, const std::string& type) {
   };
   add_olmo_departures(c, type, m);
   add_granite_departures(c, type, m);
+  // (DeepSeek's classes hold a dense model too: every layer one of its
+  // first_k_dense_replace.)
+  if (holds_latent_attention(type) && c.moe.experts == 0) return m.why;
   m.add(c.moe.experts == 0, "model.moe is not set (no experts)");
   if (v2) {
     // DeepSeek-V2's: softmax scores times any scale, not renormalised, no
@@ -1371,7 +1374,15 @@ std::string hf_config_json(const nn::GptConfig& c, const std::string& torch_dtyp
       j["sliding_window"] =
           c.sliding_window > 0 ? nlohmann::ordered_json(c.sliding_window) : nullptr;
     }
-    if (is_moe_type(type)) {
+    if (holds_latent_attention(type) && c.moe.experts == 0) {
+      // A dense model under DeepSeek's class: every layer dense (one
+      // placeholder expert its config needs, never built).
+      j["n_routed_experts"] = 1;
+      j["num_experts_per_tok"] = 1;
+      j["n_shared_experts"] = 0;
+      j["first_k_dense_replace"] = c.n_layer;
+      if (type == "deepseek_v3") j["num_nextn_predict_layers"] = 0;
+    } else if (is_moe_type(type)) {
       // The experts: Mixtral's intermediate_size is theirs; Qwen3-MoE's
       // moe_intermediate_size, beside its dense layers' (mlp_only_layers).
       // The load-balancing loss's weight is kept; transformers trains with

@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <vector>
 
 #include "triad/core/error.h"
@@ -75,6 +76,15 @@ std::vector<Piece> pieces_of(const nn::GptConfig& c, int64_t i, const std::strin
     return {{hf + "mlp.dense_4h_to_h", 0, -1}};
   }
   const std::string hf = "model.layers." + n + ".";
+  if (c.latent_attention()) {  // DeepSeek's latent attention: a module each
+    static const std::map<std::string, std::string> kLatent = {
+        {"attn.q_a_proj", "self_attn.q_a_proj"},
+        {"attn.q_b_proj", "self_attn.q_b_proj"},
+        {"attn.q_proj", "self_attn.q_proj"},
+        {"attn.kv_a_proj", "self_attn.kv_a_proj_with_mqa"},
+        {"attn.kv_b_proj", "self_attn.kv_b_proj"}};
+    if (auto it = kLatent.find(layer); it != kLatent.end()) return {{hf + it->second, 0, -1}};
+  }
   const int64_t Q = c.q_width(), KV = c.kv_heads() * c.head_dim(), F = c.ffn();
   const std::string type = hf_model_type(c);
   if (type == "phi") {  // LLaMA's q, k and v; dense, fc1 and fc2
@@ -148,6 +158,15 @@ std::map<std::string, Tensor> triad_lora_to_peft(const nn::StateDict& adapters,
       // head count (GLM's the rotated rows of each head).
       if (layer == "attn.c_attn" && hf_turns_interleaved(hf_model_type(c)))
         ab[1] = triad_qkv_rows_to_interleaved(ab[1], c.n_head, c.kv_heads(), c.rope_dim);
+      // DeepSeek's rope rows (each query head's last qk_rope, the shared
+      // key's) turn in interleaved pairs in its files: B's rows too.
+      if (c.latent_attention()) {
+        const int64_t qk = c.latent_qk_dim(), r = c.mla.qk_rope_head_dim;
+        if (layer == "attn.q_b_proj" || layer == "attn.q_proj")
+          ab[1] = interleaved_rows_at(ab[1], c.n_head, qk - r, r, false);
+        if (layer == "attn.kv_a_proj")
+          ab[1] = interleaved_rows_at(ab[1], 1, c.mla.kv_lora_rank, r, false);
+      }
       for (const Piece& p : pieces_of(c, i, layer)) {
         const std::string to = "base_model.model." + p.module;
         out[to + ".lora_A.weight"] = contiguous(ab[0]).detach();

@@ -207,12 +207,28 @@ void GptConfig::validate() const {
     }
     if (lora.targets.empty()) throw ConfigError("model.lora.targets must name at least one layer");
     std::string allowed;
-    for (const std::string& l : lora_layers()) allowed += (allowed.empty() ? "" : ", ") + l;
+    for (const auto* list : {&lora_layers(), &latent_lora_layers()})
+      for (const std::string& l : *list) allowed += (allowed.empty() ? "" : ", ") + l;
+    const auto& latent = latent_lora_layers();
     for (size_t i = 0; i < lora.targets.size(); ++i) {
       const std::string& t = lora.targets[i];
       const std::string where = "model.lora.targets[" + std::to_string(i) + "] '" + t + "'";
-      if (std::find(lora_layers().begin(), lora_layers().end(), t) == lora_layers().end())
+      const bool of_latent = std::find(latent.begin(), latent.end(), t) != latent.end();
+      if (!of_latent &&
+          std::find(lora_layers().begin(), lora_layers().end(), t) == lora_layers().end())
         throw ConfigError(where + " is not a layer LoRA adapts (one of " + allowed + ")");
+      if (of_latent && !latent_attention())
+        throw ConfigError(where +
+                          " is a layer of model.mla's latent attention, which the model "
+                          "has not");
+      if (of_latent && !latent_layer_present(t)) {
+        throw ConfigError(where + (mla.q_lora_rank > 0
+                                       ? " reads the input straight, but model.mla.q_lora_rank "
+                                         "makes the queries through a latent (attn.q_a_proj, "
+                                         "attn.q_b_proj)"
+                                       : " belongs to a query latent, but model.mla.q_lora_rank "
+                                         "is 0 (attn.q_proj reads the input)"));
+      }
       if (std::find(lora.targets.begin(), lora.targets.begin() + static_cast<std::ptrdiff_t>(i),
                     t) != lora.targets.begin() + static_cast<std::ptrdiff_t>(i))
         throw ConfigError(where + " is given twice");
@@ -759,7 +775,7 @@ std::map<std::string, Shape> gpt_parameter_shapes(const GptConfig& cfg,
       s[p + "mlp.c_fc.bias"] = {cfg.fc_width()};
       s[p + "mlp.c_proj.bias"] = {C};
     }
-    for (const std::string& layer : GptConfig::lora_layers()) {
+    for (const std::string& layer : cfg.lora.targets) {
       if (!cfg.lora_on(layer) || !s.count(p + layer + ".weight")) continue;
       const Shape& w = s.at(p + layer + ".weight");
       s[p + layer + ".lora_a"] = {cfg.lora.rank, w[1]};
@@ -777,12 +793,30 @@ const std::vector<std::string>& GptConfig::lora_layers() {
 
 std::vector<std::string> GptConfig::default_lora_targets() const {
   std::vector<std::string> out;
+  if (latent_attention()) {
+    for (const std::string& l : latent_lora_layers()) {
+      if (latent_layer_present(l)) out.push_back(l);
+    }
+  }
   for (const std::string& l : lora_layers()) {
     if (l == "attn.c_attn" && latent_attention()) continue;
     if (l.rfind("mlp.", 0) == 0 && moe.experts > 0) continue;
     out.push_back(l);
   }
   return out;
+}
+
+bool GptConfig::latent_layer_present(const std::string& layer) const {
+  if (!latent_attention()) return false;
+  if (layer == "attn.q_proj") return mla.q_lora_rank == 0;
+  if (layer == "attn.q_a_proj" || layer == "attn.q_b_proj") return mla.q_lora_rank > 0;
+  return layer == "attn.kv_a_proj" || layer == "attn.kv_b_proj";
+}
+
+const std::vector<std::string>& GptConfig::latent_lora_layers() {
+  static const std::vector<std::string> layers{"attn.q_a_proj", "attn.q_b_proj", "attn.q_proj",
+                                               "attn.kv_a_proj", "attn.kv_b_proj"};
+  return layers;
 }
 
 LoraDropout GptConfig::lora_dropout(int64_t layer, const std::string& name) const {
@@ -855,7 +889,7 @@ CausalSelfAttention::CausalSelfAttention(const GptConfig& cfg, int64_t layer)
   qk_norm_full_ = cfg.qk_norm_full;
   clip_qkv_ = cfg.clip_qkv;
   if (cfg.latent_attention()) {
-    latent_ = std::make_shared<LatentProjections>(cfg, cfg.n_head);
+    latent_ = std::make_shared<LatentProjections>(cfg, cfg.n_head, layer);
     for (const auto& [name, layer] : latent_->layers()) register_module(name, layer);
   } else {
     c_attn_ = register_module(

@@ -28,7 +28,7 @@ std::vector<std::pair<std::string, Shape>> latent_attention_shapes(const GptConf
   return s;
 }
 
-LatentProjections::LatentProjections(const GptConfig& cfg, int64_t heads)
+LatentProjections::LatentProjections(const GptConfig& cfg, int64_t heads, int64_t layer)
     : heads_(heads),
       nope_(cfg.mla.qk_nope_head_dim),
       rope_(cfg.mla.qk_rope_head_dim),
@@ -58,6 +58,16 @@ LatentProjections::LatentProjections(const GptConfig& cfg, int64_t heads)
   kv_b_proj_ = std::make_shared<Linear>(a.kv_lora_rank, heads * (nope_ + v_), false);
   layers_.insert(layers_.end(),
                  {{"kv_a_proj", kv_a_proj_}, {"kv_a_norm", kv_a_norm_}, {"kv_b_proj", kv_b_proj_}});
+  // LoRA's adapters (their input whole on every tensor-parallel rank, so
+  // drawn by row as one process draws them).
+  for (const auto& [name, linear] :
+       {std::pair{"q_a_proj", q_a_proj_}, std::pair{"q_b_proj", q_b_proj_},
+        std::pair{"q_proj", q_proj_}, std::pair{"kv_a_proj", kv_a_proj_},
+        std::pair{"kv_b_proj", kv_b_proj_}}) {
+    const std::string target = std::string("attn.") + name;
+    if (linear && cfg.lora_on(target))
+      linear->enable_lora(cfg.lora.rank, cfg.lora_scale(), cfg.lora_dropout(layer, target));
+  }
 }
 
 Tensor LatentProjections::qkv(const Tensor& x, const DropoutDraw& draw) const {

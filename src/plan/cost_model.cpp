@@ -142,8 +142,16 @@ LoraDropoutWidths lora_dropout_widths(const nn::GptConfig& m, double t) {
   if (m.lora.rank <= 0 || m.lora.dropout <= 0.0) return w;
   const double h = static_cast<double>(m.d_model);
   if (m.lora_on("attn.c_attn")) w.rows += h;
+  // model.mla's layers read the input (q_a_proj or q_proj, kv_a_proj) or
+  // a latent, whole on every rank.
+  for (const auto& [layer, width] :
+       {std::pair{"attn.q_a_proj", m.d_model}, std::pair{"attn.q_proj", m.d_model},
+        std::pair{"attn.kv_a_proj", m.d_model}, std::pair{"attn.q_b_proj", m.mla.q_lora_rank},
+        std::pair{"attn.kv_b_proj", m.mla.kv_lora_rank}}) {
+    if (m.lora_on(layer)) w.rows += static_cast<double>(width);
+  }
   if (m.lora_on("mlp.c_fc")) w.rows += h;
-  if (m.lora_on("attn.c_proj")) w.by_feature += static_cast<double>(m.q_width()) / t;
+  if (m.lora_on("attn.c_proj")) w.by_feature += static_cast<double>(m.attn_out_width()) / t;
   if (m.lora_on("mlp.c_proj")) w.by_feature += static_cast<double>(m.ffn()) / t;
   return w;
 }
@@ -198,21 +206,23 @@ LayerCost layer_cost(const nn::GptConfig& m, const ClusterSpec& c, const Paralle
     const double heads = a / t, qk = static_cast<double>(m.latent_qk_dim());
     const double q_rank = static_cast<double>(la.q_lora_rank),
                  kv_rank = static_cast<double>(la.kv_lora_rank);
+    // (Each with its LoRA adapters when model.lora targets it.)
     std::vector<LinearTimes> parts;
     if (la.q_lora_rank > 0) {
-      parts.push_back(linear_times(tokens, h, q_rank, c));
-      parts.push_back(linear_times(tokens, q_rank, heads * qk, c));
+      parts.push_back(with_lora("attn.q_a_proj", 0, h, q_rank));
+      parts.push_back(with_lora("attn.q_b_proj", 0, q_rank, heads * qk));
     } else {
-      parts.push_back(linear_times(tokens, h, heads * qk, c));
+      parts.push_back(with_lora("attn.q_proj", 0, h, heads * qk));
     }
-    parts.push_back(linear_times(tokens, h, kv_rank + static_cast<double>(la.qk_rope_head_dim), c));
-    parts.push_back(linear_times(
-        tokens, kv_rank, heads * static_cast<double>(la.qk_nope_head_dim + la.v_head_dim), c));
+    parts.push_back(
+        with_lora("attn.kv_a_proj", 0, h, kv_rank + static_cast<double>(la.qk_rope_head_dim)));
+    parts.push_back(with_lora("attn.kv_b_proj", 0, kv_rank,
+                              heads * static_cast<double>(la.qk_nope_head_dim + la.v_head_dim)));
     qkv = {};
     for (const LinearTimes& lt : parts) {
       qkv.fwd += lt.fwd;
       qkv.dx += lt.dx;
-      qkv.dw += training.weights[0] ? lt.dw : 0.0;
+      qkv.dw += lt.dw;  // (with_lora's: none for frozen weights)
     }
   }
   // A mixture of experts (model.moe): the router (whole on every rank) and

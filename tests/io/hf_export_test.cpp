@@ -572,9 +572,17 @@ TEST(HfExport, MixturesOfExpertsRoundTripAsMixtralAndQwen3Moe) {
             "model.mla is set (latent attention, DeepSeek-V2's and -V3's)");
   EXPECT_EQ(hf_misfit(v3, "llama"), "model.mla is set (latent attention, DeepSeek-V2's and -V3's)");
   EXPECT_EQ(std::string(hf_model_type(v3)), "deepseek_v3");
+  // A dense model with latent attention goes out under DeepSeek's classes
+  // (V2's first, as hf_model_types lists them) with every layer dense, and
+  // comes back dense.
   nn::GptConfig v3_attention = v3;
   v3_attention.moe = {};
-  EXPECT_NE(hf_misfit(v3_attention, "deepseek_v3").find("model.moe is not set"), std::string::npos);
+  EXPECT_EQ(hf_misfit(v3_attention, "deepseek_v3"), "");
+  {
+    const Exported out = expect_round_trip(v3_attention, "deepseek_v2");
+    EXPECT_EQ(out.config.at("first_k_dense_replace"), v3_attention.n_layer);
+    EXPECT_TRUE(out.tensors.count("model.layers.1.mlp.gate_proj.weight"));
+  }
   EXPECT_EQ(std::string(hf_model_type(v2)), "deepseek_v2");
   nn::GptConfig v2_by_two = v2;
   v2_by_two.moe.group_score = nn::GptConfig::Moe::GroupScore::TopTwoSum;

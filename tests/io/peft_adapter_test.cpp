@@ -137,6 +137,44 @@ TEST(PeftAdapter, EachModulesProductIsItsRowsOfTheMergedLayer) {
             (Shape{48, 3}));
 }
 
+// DeepSeek's latent attention (DeepseekV3ForCausalLM): a module for each of
+// its layers, named as Hugging Face's, B's rope rows (each query head's and
+// the shared key's) in the files' interleaved pairs as their weights' are:
+// the exported base plus each module's B A is the merged model's weight.
+TEST(PeftAdapter, LatentAttentionModulesAreDeepSeeksWithTheirRopeRowsInterleaved) {
+  nn::GptConfig c = llama_like();
+  c.n_kv_head = 0;
+  c.mla = {.kv_lora_rank = 6,
+           .q_lora_rank = 5,
+           .qk_nope_head_dim = 4,
+           .qk_rope_head_dim = 4,
+           .v_head_dim = 6};
+  c.moe = {.experts = 4,
+           .top_k = 2,
+           .ffn_hidden_size = 6,
+           .aux_loss_coef = 0,
+           .dense_layers = {0},
+           .shared_ffn_hidden_size = 12,
+           .score = nn::GptConfig::Moe::Score::Sigmoid,
+           .routed_scaling_factor = 2.5,
+           .groups = 2,
+           .top_groups = 1,
+           .expert_bias = true};
+  c.lora.targets = {"attn.q_a_proj", "attn.q_b_proj", "attn.kv_a_proj", "attn.kv_b_proj",
+                    "attn.c_proj"};
+  c.validate();
+  EXPECT_EQ(std::string(hf_model_type(c)), "deepseek_v3");
+  const auto [base, merged, adapters] = parts_of(random_state(c));
+  check_modules(c, base, merged, adapters, 5);
+  EXPECT_EQ(nlohmann::json::parse(peft_adapter_config_json(c, "/m")).at("target_modules"),
+            (std::vector<std::string>{"q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj",
+                                      "o_proj"}));
+  const auto peft = triad_lora_to_peft(adapters, c);
+  EXPECT_EQ(
+      peft.at("base_model.model.model.layers.1.self_attn.kv_a_proj_with_mqa.lora_B.weight").shape(),
+      (Shape{10, 3}));  // the key latent of 6 and the shared rotated key of 4
+}
+
 // GPT-NeoX's modules take each layer's pair whole, query_key_value's B with
 // its rows interleaved by head as the weight's are: the exported base plus
 // each module's B A is still the merged model's weight.

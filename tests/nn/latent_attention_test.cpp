@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "support/gpt_config_checks.h"
+#include "triad/autograd/engine.h"
 #include "triad/autograd/grad_mode.h"
 #include "triad/core/rope_scaling.h"
 #include "triad/nn/gpt.h"
@@ -274,6 +275,94 @@ TEST(LatentAttention, EveryParameterGetsAGradient) {
   GptConfig c = mla_config();
   c.vocab_size = 10;
   testing::expect_every_parameter_gets_a_gradient(Gpt(c, 5));
+}
+
+// LoRA on latent attention's layers: each adapted layer gains A and B of
+// its shape; the model starts as it was (B zero); the adapters alone train;
+// and with the adapters grown, the model is its merged weights' (W + s B A).
+TEST(LatentAttention, LoraAdaptsItsLayers) {
+  GptConfig c = mla_config();
+  c.vocab_size = 10;
+  c.lora = {.rank = 3,
+            .alpha = 6,
+            .targets = {"attn.q_a_proj", "attn.q_b_proj", "attn.kv_a_proj", "attn.kv_b_proj",
+                        "attn.c_proj"}};
+  c.validate();
+  const auto shapes = gpt_parameter_shapes(c);
+  EXPECT_EQ(shapes.at("h.1.attn.q_b_proj.lora_a"), (Shape{3, 10}));
+  EXPECT_EQ(shapes.at("h.1.attn.q_b_proj.lora_b"), (Shape{40, 3}));
+  EXPECT_EQ(shapes.at("h.0.attn.kv_a_proj.lora_a"), (Shape{3, 32}));
+  EXPECT_EQ(shapes.at("h.0.attn.kv_a_proj.lora_b"), (Shape{16, 3}));
+  EXPECT_EQ(shapes.count("h.0.attn.q_proj.lora_a"), 0u);
+  Gpt model(c, 5);
+  const Tensor ids = from_vector(std::vector<int64_t>{1, 2, 3, 4, 5, 9, 7, 3}, {2, 4});
+  const Tensor targets = from_vector(std::vector<int64_t>{2, 3, 4, 5, 9, 7, 3, 1}, {2, 4});
+  // B is zero: the adapted model is the base model.
+  GptConfig plain = c.without_lora();
+  Gpt base(plain, 5);
+  {
+    StateDict weights;
+    for (const auto& [name, t] : model.state_dict())
+      if (!is_lora_adapter(name)) weights[name] = t;
+    base.load_state_dict(weights);
+  }
+  const std::vector<double> before = to_double_vector(model.forward(ids, {false, 0, 0}));
+  EXPECT_EQ(before, to_double_vector(base.forward(ids, {false, 0, 0})));
+  // Every adapter is in the graph: B's gradient is not zero (A's is, while
+  // B is).
+  autograd::backward({model.loss(ids, targets, {false, 0, 0})});
+  int adapters = 0;
+  for (const auto& [name, p] : model.named_parameters()) {
+    if (!is_lora_adapter(name) || name.find("lora_b") == std::string::npos) continue;
+    ASSERT_TRUE(p.grad().defined()) << name;
+    double squares = 0;
+    for (double g : to_double_vector(p.grad())) squares += g * g;
+    EXPECT_GT(squares, 0.0) << name;
+    ++adapters;
+  }
+  EXPECT_EQ(adapters, 2 * 5);
+  // Grown adapters: the same logits as the merged weights.
+  StateDict grown = model.state_dict(), merged;
+  {
+    autograd::NoGradGuard no_grad;
+    uint64_t stream = 7;
+    for (auto& [name, t] : grown) {
+      if (!is_lora_adapter(name)) continue;
+      Tensor v = randn(t.shape(), 3, stream++, 0.2);
+      copy_(t, v);
+    }
+  }
+  for (const auto& [name, t] : grown) {
+    if (is_lora_adapter(name)) continue;
+    const std::string stem = name.substr(0, name.size() - std::string("weight").size());
+    merged[name] = grown.count(stem + "lora_a")
+                       ? merge_lora(t, grown.at(stem + "lora_a"), grown.at(stem + "lora_b"), 2.0)
+                       : t;
+  }
+  base.load_state_dict(merged);
+  const auto a = to_double_vector(model.forward(ids, {false, 0, 0})),
+             b = to_double_vector(base.forward(ids, {false, 0, 0}));
+  double moved = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    ASSERT_NEAR(a[i], b[i], 1e-4 * (1 + std::abs(b[i]))) << i;
+    moved = std::max(moved, std::abs(a[i] - before[i]));
+  }
+  EXPECT_GT(moved, 1e-3);
+  // Layers the model lacks are named.
+  GptConfig direct = c;
+  direct.mla.q_lora_rank = 0;
+  testing::expect_invalid(direct,
+                          "'attn.q_a_proj' belongs to a query latent, but "
+                          "model.mla.q_lora_rank is 0");
+  GptConfig latent = c;
+  latent.lora.targets = {"attn.q_proj"};
+  testing::expect_invalid(latent, "'attn.q_proj' reads the input straight");
+  GptConfig dense = c;
+  dense.mla = {};
+  dense.n_head = 4;
+  testing::expect_invalid(dense,
+                          "is a layer of model.mla's latent attention, which the model "
+                          "has not");
 }
 
 TEST(LatentAttention, ConfigChecksNameWhatClashes) {

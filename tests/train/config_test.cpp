@@ -1151,7 +1151,7 @@ TEST(Config, LatentAttentionParsesRoundTripsAndIsChecked) {
   EXPECT_EQ(c.model.mla.v_head_dim, 8);
   EXPECT_DOUBLE_EQ(c.model.mla.mscale_all_dim, 1.0);
   EXPECT_EQ(parse_config(to_yaml(c)).model.mla, c.model.mla);
-  // LoRA's default targets skip the c_attn latent attention has not.
+  // LoRA's default targets: latent attention's own layers (no c_attn).
   const Config lora = parse_config(kValid, [&] {
     auto o = with(
         "{kv_lora_rank: 12, qk_nope_head_dim: 6, qk_rope_head_dim: 4, "
@@ -1160,7 +1160,8 @@ TEST(Config, LatentAttentionParsesRoundTripsAndIsChecked) {
     return o;
   }());
   EXPECT_EQ(lora.model.lora.targets,
-            (std::vector<std::string>{"attn.c_proj", "mlp.c_fc", "mlp.c_proj"}));
+            (std::vector<std::string>{"attn.q_proj", "attn.kv_a_proj", "attn.kv_b_proj",
+                                      "attn.c_proj", "mlp.c_fc", "mlp.c_proj"}));
   expect_config_error(kValid, with("{kv_lora_rank: 12, qk_rope: 4}"),
                       "unknown key 'model.mla.qk_rope' (allowed: kv_lora_rank, q_lora_rank");
   expect_config_error(kValid, with("{q_lora_rank: 12}"),

@@ -252,7 +252,8 @@ struct GptConfig {
   struct Lora {
     int64_t rank = 0;
     double alpha = 0;  // 0: rank (a scale of 1)
-    // Among attn.c_attn, attn.c_proj, mlp.c_fc, mlp.c_proj.
+    // Among attn.c_attn, attn.c_proj, mlp.c_fc, mlp.c_proj, and model.mla's
+    // layers (latent_lora_layers).
     std::vector<std::string> targets = {};
     // The probability of zeroing each element of the adapters' input while
     // training (PEFT's lora_dropout); the layer's own path sees x whole.
@@ -409,6 +410,13 @@ struct GptConfig {
   std::string hf_type = {};
   // The layers LoRA can adapt, by their names inside a block.
   static const std::vector<std::string>& lora_layers();
+  // And those of model.mla's latent attention (attn.q_a_proj,
+  // attn.q_b_proj, attn.q_proj, attn.kv_a_proj, attn.kv_b_proj): a target
+  // only where the model has the layer.
+  static const std::vector<std::string>& latent_lora_layers();
+  // Whether this model has latent attention's layer `layer` (one of them):
+  // q_proj without a query latent, q_a_proj and q_b_proj with one.
+  bool latent_layer_present(const std::string& layer) const;
   // The layers model.lora adapts when its targets are left out: every one
   // this model has, the attention's alone in a mixture of experts (its
   // MLPs are experts), attn.c_proj alone under model.mla (no c_attn).

@@ -36,10 +36,12 @@ struct GptConfig;
 std::vector<std::pair<std::string, Shape>> latent_attention_shapes(const GptConfig& cfg,
                                                                    int64_t heads);
 
-// One block's latent-attention layers for `heads` query heads.
+// One block's (block `layer`'s) latent-attention layers for `heads` query
+// heads, with LoRA's adapters on those model.lora targets (each split with
+// its layer: whole heads of the up-projections' B).
 class LatentProjections {
  public:
-  LatentProjections(const GptConfig& cfg, int64_t heads);
+  LatentProjections(const GptConfig& cfg, int64_t heads, int64_t layer);
   // Each layer by its name inside attn, for the owner to register (the
   // names of latent_attention_shapes).
   const std::vector<std::pair<std::string, std::shared_ptr<Module>>>& layers() const {

@@ -142,7 +142,7 @@ void TensorParallelGpt::build(uint64_t seed, std::shared_ptr<VocabParallelEmbedd
     // heads than ranks, the one head, shared with the ranks next to it).
     const int64_t q = cfg_.q_width(), kv = cfg_.kv_heads() * cfg_.head_dim(), hd = cfg_.head_dim();
     if (cfg_.latent_attention()) {
-      L.latent = std::make_shared<nn::LatentProjections>(cfg_, cfg_.n_head / t);
+      L.latent = std::make_shared<nn::LatentProjections>(cfg_, cfg_.n_head / t, i);
       for (const auto& [name, layer] : L.latent->layers()) attn->add(name, layer);
     } else {
       L.c_attn = attn->add("c_attn", std::make_shared<ColumnParallelLinear>(
@@ -222,6 +222,14 @@ void TensorParallelGpt::build(uint64_t seed, std::shared_ptr<VocabParallelEmbedd
         const bool heads = name.rfind("q_b_proj.", 0) == 0 || name.rfind("q_proj.", 0) == 0 ||
                            name.rfind("kv_b_proj.", 0) == 0;
         specs_[p + "attn." + name] = heads ? ShardSpec::along(0) : ShardSpec::replicated(true);
+        // LoRA's adapters: B split as its layer's rows are, A whole; their
+        // gradients partial as the layer's are.
+        const std::string layer = "attn." + name.substr(0, name.rfind('.'));
+        if (name.size() > 7 && name.compare(name.size() - 7, 7, ".weight") == 0 &&
+            cfg_.lora_on(layer)) {
+          specs_[p + layer + ".lora_a"] = ShardSpec::replicated(true);
+          specs_[p + layer + ".lora_b"] = heads ? ShardSpec::along(0) : ShardSpec::replicated(true);
+        }
       }
     } else {
       specs_[p + "attn.c_attn.weight"] = L.c_attn->weight_spec();
