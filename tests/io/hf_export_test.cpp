@@ -15,6 +15,7 @@
 #include <tuple>
 
 #include "support/temp_dir.h"
+#include "support/tiny_deepseek.h"
 #include "triad/core/allocator.h"
 #include "triad/core/error.h"
 #include "triad/io/gpt2_weights.h"
@@ -427,17 +428,7 @@ TEST(HfExport, MixturesOfExpertsRoundTripAsMixtralAndQwen3Moe) {
   glm45.qk_norm = true;
   glm45.head_size = 8;
   glm45.rope_dim = 4;
-  glm45.moe = {.experts = 4,
-               .top_k = 2,
-               .ffn_hidden_size = 6,
-               .aux_loss_coef = 0,
-               .dense_layers = {0},
-               .shared_ffn_hidden_size = 12,
-               .score = nn::GptConfig::Moe::Score::Sigmoid,
-               .routed_scaling_factor = 2.5,
-               .groups = 2,
-               .top_groups = 1,
-               .expert_bias = true};
+  glm45.moe = testing::tiny_deepseek_mixture();
   // dots.llm1: the same mixture on Qwen3's blocks, not renormalised, and a
   // window from its second layer on.
   nn::GptConfig dots = glm45;
@@ -451,11 +442,7 @@ TEST(HfExport, MixturesOfExpertsRoundTripAsMixtralAndQwen3Moe) {
   // LLaMA's blocks.
   nn::GptConfig v3 = llama(false, 0);
   v3.moe = glm45.moe;
-  v3.mla = {.kv_lora_rank = 6,
-            .q_lora_rank = 5,
-            .qk_nope_head_dim = 4,
-            .qk_rope_head_dim = 4,
-            .v_head_dim = 6};
+  v3.mla = testing::tiny_latent_attention();
   // DeepSeek-V2: softmax routing, groups scored by their best expert, the
   // gates scaled, not renormalised, no biases; queries straight from x.
   nn::GptConfig v2 = v3;

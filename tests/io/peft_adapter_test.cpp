@@ -13,6 +13,7 @@
 
 #include "support/expect_error.h"
 #include "support/temp_dir.h"
+#include "support/tiny_deepseek.h"
 #include "triad/io/hf_export.h"
 #include "triad/io/safetensors.h"
 #include "triad/ops.h"
@@ -144,22 +145,8 @@ TEST(PeftAdapter, EachModulesProductIsItsRowsOfTheMergedLayer) {
 TEST(PeftAdapter, LatentAttentionModulesAreDeepSeeksWithTheirRopeRowsInterleaved) {
   nn::GptConfig c = llama_like();
   c.n_kv_head = 0;
-  c.mla = {.kv_lora_rank = 6,
-           .q_lora_rank = 5,
-           .qk_nope_head_dim = 4,
-           .qk_rope_head_dim = 4,
-           .v_head_dim = 6};
-  c.moe = {.experts = 4,
-           .top_k = 2,
-           .ffn_hidden_size = 6,
-           .aux_loss_coef = 0,
-           .dense_layers = {0},
-           .shared_ffn_hidden_size = 12,
-           .score = nn::GptConfig::Moe::Score::Sigmoid,
-           .routed_scaling_factor = 2.5,
-           .groups = 2,
-           .top_groups = 1,
-           .expert_bias = true};
+  c.mla = testing::tiny_latent_attention();
+  c.moe = testing::tiny_deepseek_mixture();
   c.lora.targets = {"attn.q_a_proj", "attn.q_b_proj", "attn.kv_a_proj", "attn.kv_b_proj",
                     "attn.c_proj"};
   c.validate();

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "support/temp_dir.h"
+#include "support/tiny_deepseek.h"
 #include "triad/core/error.h"
 #include "triad/io/gpt2_weights.h"
 #include "triad/io/hf_config.h"
@@ -92,20 +93,8 @@ TEST(Fp8, BlockQuantizedWeightsReadAsTheirDequantizedValues) {
   c.normalization = nn::Normalization::RmsNorm;
   c.linear_bias = false;
   c.tie_embeddings = false;
-  c.mla = {.kv_lora_rank = 6,
-           .q_lora_rank = 5,
-           .qk_nope_head_dim = 4,
-           .qk_rope_head_dim = 4,
-           .v_head_dim = 6};
-  c.moe = {.experts = 4,
-           .top_k = 2,
-           .ffn_hidden_size = 6,
-           .aux_loss_coef = 0,
-           .dense_layers = {0},
-           .shared_ffn_hidden_size = 6,
-           .score = nn::GptConfig::Moe::Score::Sigmoid,
-           .routed_scaling_factor = 2.5,
-           .expert_bias = true};
+  c.mla = testing::tiny_latent_attention();
+  c.moe = testing::tiny_deepseek_mixture();
   const nn::Gpt model(c, 3);
   testing::TempDir dir;
   save_hf_model(model.state_dict(), c, dir.file("written"));
