@@ -1375,8 +1375,9 @@ std::string hf_config_json(const nn::GptConfig& c, const std::string& torch_dtyp
           c.sliding_window > 0 ? nlohmann::ordered_json(c.sliding_window) : nullptr;
     }
     if (holds_latent_attention(type) && c.moe.experts == 0) {
-      // A dense model under DeepSeek's class: every layer dense (one
-      // placeholder expert its config needs, never built).
+      // A dense model under DeepSeek's class: first_k_dense_replace covers
+      // every layer, so no layer builds experts; the classes' configs still
+      // read an expert count, and one is written.
       j["n_routed_experts"] = 1;
       j["num_experts_per_tok"] = 1;
       j["n_shared_experts"] = 0;
