@@ -195,6 +195,10 @@ cublasStatus_t cublasLtDestroy(cublasLtHandle_t h) {
   delete h;
   return CUBLAS_STATUS_SUCCESS;
 }
+// The stand-in follows the headers it is built with.
+size_t cublasLtGetVersion() {
+  return CUBLAS_VERSION;
+}
 
 cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t* layout, cudaDataType type,
                                           uint64_t rows, uint64_t cols, int64_t ld) {

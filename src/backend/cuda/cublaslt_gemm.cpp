@@ -1,6 +1,6 @@
 #include "cublaslt_gemm.h"
 
-#include <cublasLt.h>
+#include "cublaslt_library.h"
 
 #include <algorithm>
 
@@ -49,17 +49,17 @@ int alignment_of(const void* p) {
 
 cublasLtMatrixLayout_t make_layout(cudaDataType_t type, const GemmOperandLayout& l, int64_t batch) {
   cublasLtMatrixLayout_t layout = nullptr;
-  check_lt(cublasLtMatrixLayoutCreate(&layout, type, static_cast<uint64_t>(l.rows),
-                                      static_cast<uint64_t>(l.cols), l.ld),
+  check_lt(cublaslt().MatrixLayoutCreate(&layout, type, static_cast<uint64_t>(l.rows),
+                                         static_cast<uint64_t>(l.cols), l.ld),
            "MatrixLayoutCreate");
   if (batch > 1) {
     const int32_t count = static_cast<int32_t>(batch);
     const int64_t stride = l.batch_stride;
-    check_lt(cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count,
-                                              sizeof(count)),
+    check_lt(cublaslt().MatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count,
+                                                 sizeof(count)),
              "layout batch count");
-    check_lt(cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
-                                              &stride, sizeof(stride)),
+    check_lt(cublaslt().MatrixLayoutSetAttribute(
+                 layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof(stride)),
              "layout batch stride");
   }
   return layout;
@@ -72,16 +72,16 @@ struct CublasLtGemm::Cached {
   cublasLtMatrixLayout_t first = nullptr, second = nullptr, out = nullptr;
   cublasLtMatmulAlgo_t algo{};
   ~Cached() {
-    if (out) cublasLtMatrixLayoutDestroy(out);
-    if (second) cublasLtMatrixLayoutDestroy(second);
-    if (first) cublasLtMatrixLayoutDestroy(first);
-    if (desc) cublasLtMatmulDescDestroy(desc);
+    if (out) cublaslt().MatrixLayoutDestroy(out);
+    if (second) cublaslt().MatrixLayoutDestroy(second);
+    if (first) cublaslt().MatrixLayoutDestroy(first);
+    if (desc) cublaslt().MatmulDescDestroy(desc);
   }
 };
 
 CublasLtGemm::CublasLtGemm(int device) : device_(device) {
   cublasLtHandle_t h = nullptr;
-  check_lt(cublasLtCreate(&h), "Create");
+  check_lt(cublaslt().Create(&h), "Create");
   handle_ = h;
   check_rt(cudaMalloc(&workspace_, kWorkspaceBytes), "gemm workspace cudaMalloc");
 }
@@ -89,7 +89,7 @@ CublasLtGemm::CublasLtGemm(int device) : device_(device) {
 CublasLtGemm::~CublasLtGemm() {
   cache_.clear();
   if (workspace_) cudaFree(workspace_);
-  if (handle_) cublasLtDestroy(static_cast<cublasLtHandle_t>(handle_));
+  if (handle_) cublaslt().Destroy(static_cast<cublasLtHandle_t>(handle_));
 }
 
 namespace {
@@ -111,18 +111,18 @@ cublasLtEpilogue_t epilogue_of(GemmEpilogue::Kind k) {
 void set_epilogue_pointers(cublasLtMatmulDesc_t desc, const GemmPlan& p, const GemmEpilogue& e) {
   if (e.kind == GemmEpilogue::Kind::None) return;
   if (e.kind != GemmEpilogue::Kind::DGelu) {
-    check_lt(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &e.bias,
-                                            sizeof(e.bias)),
+    check_lt(cublaslt().MatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &e.bias,
+                                               sizeof(e.bias)),
              "desc bias pointer");
   }
   if (e.kind == GemmEpilogue::Kind::BiasGelu || e.kind == GemmEpilogue::Kind::DGelu) {
     const int64_t ld = p.out.ld;
-    check_lt(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
-                                            &e.gelu_input, sizeof(e.gelu_input)),
+    check_lt(cublaslt().MatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
+                                               &e.gelu_input, sizeof(e.gelu_input)),
              "desc aux pointer");
-    check_lt(
-        cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof(ld)),
-        "desc aux ld");
+    check_lt(cublaslt().MatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld,
+                                               sizeof(ld)),
+             "desc aux ld");
   }
 }
 }  // namespace
@@ -167,52 +167,52 @@ CublasLtGemm::Cached& CublasLtGemm::lookup(const GemmPlan& p, GemmTypes types, i
   const bool f64 = types.inputs == DType::F64;
   const cublasComputeType_t compute = f64 ? CUBLAS_COMPUTE_64F : CUBLAS_COMPUTE_32F;
   const cudaDataType_t scale = f64 ? CUDA_R_64F : CUDA_R_32F;
-  check_lt(cublasLtMatmulDescCreate(&entry->desc, compute, scale), "MatmulDescCreate");
+  check_lt(cublaslt().MatmulDescCreate(&entry->desc, compute, scale), "MatmulDescCreate");
   const cublasOperation_t op_first = p.first.transpose ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t op_second = p.second.transpose ? CUBLAS_OP_T : CUBLAS_OP_N;
-  check_lt(cublasLtMatmulDescSetAttribute(entry->desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_first,
-                                          sizeof(op_first)),
+  check_lt(cublaslt().MatmulDescSetAttribute(entry->desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_first,
+                                             sizeof(op_first)),
            "desc transa");
-  check_lt(cublasLtMatmulDescSetAttribute(entry->desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_second,
-                                          sizeof(op_second)),
+  check_lt(cublaslt().MatmulDescSetAttribute(entry->desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_second,
+                                             sizeof(op_second)),
            "desc transb");
   const cublasLtEpilogue_t ep = epilogue_of(epilogue.kind);
-  check_lt(
-      cublasLtMatmulDescSetAttribute(entry->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof(ep)),
-      "desc epilogue");
+  check_lt(cublaslt().MatmulDescSetAttribute(entry->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep,
+                                             sizeof(ep)),
+           "desc epilogue");
   set_epilogue_pointers(entry->desc, p, epilogue);
   entry->first = make_layout(type, p.first, p.batch);
   entry->second = make_layout(type, p.second, p.batch);
   entry->out = make_layout(out_type, p.out, p.batch);
 
   cublasLtMatmulPreference_t pref = nullptr;
-  check_lt(cublasLtMatmulPreferenceCreate(&pref), "PreferenceCreate");
+  check_lt(cublaslt().MatmulPreferenceCreate(&pref), "PreferenceCreate");
   const uint64_t ws = kWorkspaceBytes;
   const uint32_t align = static_cast<uint32_t>(alignment);
-  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
-                                       sizeof(ws));
+  cublaslt().MatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
+                                          sizeof(ws));
   for (auto attr :
        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
         CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES}) {
-    cublasLtMatmulPreferenceSetAttribute(pref, attr, &align, sizeof(align));
+    cublaslt().MatmulPreferenceSetAttribute(pref, attr, &align, sizeof(align));
   }
   if (reduction == GemmReduction::ComputeType) {
     // No split-k, or partials kept in f32 in the workspace.
     const uint32_t schemes =
         CUBLASLT_REDUCTION_SCHEME_NONE | CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
-    const cublasStatus_t set = cublasLtMatmulPreferenceSetAttribute(
+    const cublasStatus_t set = cublaslt().MatmulPreferenceSetAttribute(
         pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes, sizeof(schemes));
     if (set != CUBLAS_STATUS_SUCCESS) {
-      cublasLtMatmulPreferenceDestroy(pref);
+      cublaslt().MatmulPreferenceDestroy(pref);
       check_lt(set, "preference reduction scheme mask");
     }
   }
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
-  const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(
+  const cublasStatus_t st = cublaslt().MatmulAlgoGetHeuristic(
       static_cast<cublasLtHandle_t>(handle_), entry->desc, entry->first, entry->second, entry->out,
       entry->out, pref, 1, &result, &found);
-  cublasLtMatmulPreferenceDestroy(pref);
+  cublaslt().MatmulPreferenceDestroy(pref);
   if (st != CUBLAS_STATUS_NOT_SUPPORTED) check_lt(st, "AlgoGetHeuristic");
   if (st == CUBLAS_STATUS_NOT_SUPPORTED || found == 0) {
     const char* what = epilogue.kind == GemmEpilogue::Kind::None   ? ""
@@ -248,8 +248,8 @@ void CublasLtGemm::run(const GemmPlan& p, GemmTypes types, const void* a, const 
   const void* pb = f64 ? static_cast<const void*>(&beta) : &bf;
   // Column-major: the BLAS call's first operand is Triad's b, its second a.
   check_lt(
-      cublasLtMatmul(static_cast<cublasLtHandle_t>(handle_), e.desc, pa, b, e.first, a, e.second,
-                     pb, c, e.out, c, e.out, &e.algo, workspace_, kWorkspaceBytes, stream),
+      cublaslt().Matmul(static_cast<cublasLtHandle_t>(handle_), e.desc, pa, b, e.first, a, e.second,
+                        pb, c, e.out, c, e.out, &e.algo, workspace_, kWorkspaceBytes, stream),
       "Matmul");
 }
 

@@ -1,0 +1,105 @@
+#include "cublaslt_library.h"
+
+#include <string>
+
+#include "triad/core/error.h"
+
+#ifndef TRIAD_CUBLASLT_LINKED
+#include <dlfcn.h>
+#endif
+
+namespace triad::detail {
+namespace {
+
+#define TRIAD_STR2(x) #x
+#define TRIAD_STR(x) TRIAD_STR2(x)
+
+#ifdef TRIAD_CUBLASLT_LINKED
+
+CublasLt load() {
+  return CublasLt{&cublasLtCreate,
+                  &cublasLtDestroy,
+                  &cublasLtGetVersion,
+                  &cublasLtMatrixLayoutCreate,
+                  &cublasLtMatrixLayoutDestroy,
+                  &cublasLtMatrixLayoutSetAttribute,
+                  &cublasLtMatmulDescCreate,
+                  &cublasLtMatmulDescDestroy,
+                  &cublasLtMatmulDescSetAttribute,
+                  &cublasLtMatmulPreferenceCreate,
+                  &cublasLtMatmulPreferenceDestroy,
+                  &cublasLtMatmulPreferenceSetAttribute,
+                  &cublasLtMatmulAlgoGetHeuristic,
+                  &cublasLtMatmul};
+}
+
+#else
+
+constexpr const char* kFile = "libcublasLt.so." TRIAD_STR(CUBLAS_VER_MAJOR);
+
+template <class Fn>
+void resolve(void* lib, const char* name, Fn& slot) {
+  dlerror();
+  void* sym = dlsym(lib, name);
+  if (!sym) {
+    const char* why = dlerror();
+    throw Error(std::string("cuBLASLt: ") + kFile + " has no " + name + " (" +
+                (why ? why : "null symbol") + "); Triad was built against cuBLAS " +
+                TRIAD_STR(CUBLAS_VER_MAJOR) "." TRIAD_STR(CUBLAS_VER_MINOR));
+  }
+  slot = reinterpret_cast<Fn>(sym);
+}
+
+CublasLt load() {
+  // Kept for the life of the process: handles and descriptors outlive any
+  // one caller.
+  void* lib = dlopen(kFile, RTLD_NOW | RTLD_LOCAL);
+  if (!lib) {
+    const char* why = dlerror();
+    throw Error(std::string("cuBLASLt: cannot load ") + kFile + " (" + (why ? why : "unknown") +
+                "); the CUDA backend's GEMMs need it: put the CUDA toolkit's library "
+                "directory on LD_LIBRARY_PATH");
+  }
+  CublasLt lt{};
+  resolve(lib, "cublasLtCreate", lt.Create);
+  resolve(lib, "cublasLtDestroy", lt.Destroy);
+  resolve(lib, "cublasLtGetVersion", lt.GetVersion);
+  resolve(lib, "cublasLtMatrixLayoutCreate", lt.MatrixLayoutCreate);
+  resolve(lib, "cublasLtMatrixLayoutDestroy", lt.MatrixLayoutDestroy);
+  resolve(lib, "cublasLtMatrixLayoutSetAttribute", lt.MatrixLayoutSetAttribute);
+  resolve(lib, "cublasLtMatmulDescCreate", lt.MatmulDescCreate);
+  resolve(lib, "cublasLtMatmulDescDestroy", lt.MatmulDescDestroy);
+  resolve(lib, "cublasLtMatmulDescSetAttribute", lt.MatmulDescSetAttribute);
+  resolve(lib, "cublasLtMatmulPreferenceCreate", lt.MatmulPreferenceCreate);
+  resolve(lib, "cublasLtMatmulPreferenceDestroy", lt.MatmulPreferenceDestroy);
+  resolve(lib, "cublasLtMatmulPreferenceSetAttribute", lt.MatmulPreferenceSetAttribute);
+  resolve(lib, "cublasLtMatmulAlgoGetHeuristic", lt.MatmulAlgoGetHeuristic);
+  resolve(lib, "cublasLtMatmul", lt.Matmul);
+  // The same major version as the headers: cuBLASLt's structures (the
+  // algorithm, the heuristic result) are laid out per major version.
+  const size_t version = lt.GetVersion();
+  if (version / 10000 != CUBLAS_VER_MAJOR) {
+    throw Error(std::string("cuBLASLt: ") + kFile + " reports version " + std::to_string(version) +
+                ", but Triad was built against major version " TRIAD_STR(CUBLAS_VER_MAJOR));
+  }
+  return lt;
+}
+
+#endif
+
+}  // namespace
+
+const CublasLt& cublaslt() {
+  static const CublasLt lt = load();
+  return lt;
+}
+
+const char* cublaslt_file() {
+#ifdef TRIAD_CUBLASLT_LINKED
+  return "(linked)";
+#else
+  return kFile;
+#endif
+}
+
+}  // namespace triad::detail
