@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <string>
 
 #include "local_process_group.h"
 
@@ -12,6 +13,16 @@
 #endif
 
 namespace triad::dist {
+
+int cpu_threads_per_rank(int node_cores, int rank_cores, int local_size) {
+  if (node_cores < 1 || rank_cores < 1 || local_size < 1) {
+    throw ValueError("cpu_threads_per_rank: node cores (" + std::to_string(node_cores) +
+                     "), the rank's cores (" + std::to_string(rank_cores) +
+                     ") and ranks on the node (" + std::to_string(local_size) +
+                     ") must each be at least 1");
+  }
+  return std::max(1, std::min(rank_cores, node_cores / local_size));
+}
 
 #ifdef TRIAD_WITH_MPI
 namespace {

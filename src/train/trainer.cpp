@@ -19,7 +19,9 @@
 #include <numeric>
 #include <optional>
 #include <set>
+#include <thread>
 
+#include <omp.h>
 #include <unistd.h>
 
 #include "triad/autograd/engine.h"
@@ -271,6 +273,13 @@ Trainer::Trainer(Config config, dist::ProcessGroupPtr world)
         world_, shape,
         par.topology == "refuse" ? dist::TopologyPolicy::Refuse : dist::TopologyPolicy::Warn);
     dp_rank_ = mesh_->dp_rank();
+    if (!device_.is_cuda() && !std::getenv("OMP_NUM_THREADS")) {
+      // CPU ranks on one node share its cores rather than each starting a
+      // thread per core.
+      omp_set_num_threads(dist::cpu_threads_per_rank(
+          static_cast<int>(std::max(1u, std::thread::hardware_concurrency())), omp_get_num_procs(),
+          mesh_->node().local_size));
+    }
     if (device_.is_cuda()) {
       // One GPU per rank: the rank within its node picks it.
       const int count = cuda::device_count();
@@ -2046,6 +2055,25 @@ std::vector<StepMetrics> Trainer::run() {
                             ? ", ZeRO-1 (parameter all-gathers overlap the next forward)"
                             : ", ZeRO-1")
                      : "");
+    if (!device_.is_cuda()) {
+      const int threads = omp_get_max_threads();
+      const int local = mesh_->node().local_size;
+      const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+      if (std::getenv("OMP_NUM_THREADS")) {
+        spdlog::info("cpu: {} OpenMP thread(s) per rank (OMP_NUM_THREADS)", threads);
+      } else {
+        spdlog::info(
+            "cpu: {} OpenMP thread(s) per rank: {} cores shared by the {} ranks on this node "
+            "(OMP_NUM_THREADS sets it)",
+            threads, cores, local);
+      }
+      if (threads > 1 && threads * local > cores && is_logging_rank()) {
+        spdlog::warn(
+            "cpu: {} ranks on this node with {} OpenMP threads each exceed its {} cores; leave "
+            "OMP_NUM_THREADS unset to share them out, or set it to {}",
+            local, threads, cores, std::max(1, cores / local));
+      }
+    }
     if (par.ep > 1) {
       spdlog::info(
           "expert parallel: ep {}: each of {} data-parallel ranks holds {} of the {} "

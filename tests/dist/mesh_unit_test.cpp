@@ -101,3 +101,31 @@ TEST(MeshShape, ExpertGroupsSplitTheDataParallelOnes) {
 
 }  // namespace
 }  // namespace triad::dist
+
+namespace triad::dist {
+namespace {
+
+TEST(CpuThreads, RanksOnANodeShareItsCores) {
+  EXPECT_EQ(cpu_threads_per_rank(2, 2, 8), 1);    // CI: 8 ranks on 2 cores
+  EXPECT_EQ(cpu_threads_per_rank(16, 16, 4), 4);  // unbound ranks share the node
+  EXPECT_EQ(cpu_threads_per_rank(8, 8, 3), 2);    // the remainder is left idle
+  EXPECT_EQ(cpu_threads_per_rank(16, 16, 1), 16);
+  // A rank bound to fewer cores than its share keeps to them.
+  EXPECT_EQ(cpu_threads_per_rank(16, 1, 4), 1);
+  EXPECT_EQ(cpu_threads_per_rank(64, 32, 2), 32);
+  EXPECT_EQ(cpu_threads_per_rank(64, 32, 8), 8);
+}
+
+TEST(CpuThreads, CountsBelowOneAreErrorsNamingThem) {
+  try {
+    cpu_threads_per_rank(16, 0, 4);
+    FAIL() << "expected ValueError";
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("the rank's cores (0)"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(cpu_threads_per_rank(0, 1, 1), ValueError);
+  EXPECT_THROW(cpu_threads_per_rank(4, 4, 0), ValueError);
+}
+
+}  // namespace
+}  // namespace triad::dist

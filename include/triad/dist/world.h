@@ -29,6 +29,14 @@ struct NodeInfo {
 };
 NodeInfo node_info(const ProcessGroupPtr& world);
 
+// OpenMP threads for one of `local_size` CPU ranks sharing a node of
+// `node_cores` cores, when this rank may run on `rank_cores` of them (its
+// CPU affinity, which mpirun narrows when it binds ranks): the node's cores
+// shared out evenly, no more than the rank's own, at least one. Ranks that
+// each start a thread per core (OpenMP's default) would run local_size
+// threads on every core.
+int cpu_threads_per_rank(int node_cores, int rank_cores, int local_size);
+
 // Ends the job from any rank after an unrecoverable error (MPI_Abort), so no
 // rank hangs waiting for this one.
 [[noreturn]] void abort_job(int code);
