@@ -4,6 +4,7 @@
 #include <link.h>
 
 #include <cstring>
+#include <filesystem>
 #include <string>
 
 #include "src/backend/cuda/cublaslt_library.h"
@@ -58,6 +59,15 @@ TEST(CublasLtLibrary, LoadsEveryEntryPointOfTheMajorVersionBuiltAgainst) {
   EXPECT_EQ(lt.MatrixLayoutDestroy(layout), CUBLAS_STATUS_SUCCESS);
   // Loaded once: the same table every time.
   EXPECT_EQ(&cublaslt(), &lt);
+}
+
+// Where the search path has no libcublasLt, cublaslt() looks beside the
+// CUDA runtime the program loaded: a toolkit keeps them together.
+TEST(CublasLtLibrary, LooksBesideTheLoadedCudaRuntime) {
+  const std::string dir = cuda_runtime_directory();
+  ASSERT_FALSE(dir.empty()) << "libcudart is linked, so it is loaded";
+  EXPECT_EQ(dir.back(), '/');
+  EXPECT_TRUE(std::filesystem::exists(dir + cublaslt_file())) << dir << cublaslt_file();
 }
 
 }  // namespace

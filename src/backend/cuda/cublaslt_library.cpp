@@ -4,6 +4,8 @@
 
 #include "triad/core/error.h"
 
+#include <link.h>
+
 #ifndef TRIAD_CUBLASLT_LINKED
 #include <dlfcn.h>
 #endif
@@ -52,13 +54,20 @@ void resolve(void* lib, const char* name, Fn& slot) {
 
 CublasLt load() {
   // Kept for the life of the process: handles and descriptors outlive any
-  // one caller.
+  // one caller. The search path first (LD_LIBRARY_PATH, the program's
+  // run path, the loader's cache), then beside the CUDA runtime.
   void* lib = dlopen(kFile, RTLD_NOW | RTLD_LOCAL);
   if (!lib) {
     const char* why = dlerror();
-    throw Error(std::string("cuBLASLt: cannot load ") + kFile + " (" + (why ? why : "unknown") +
-                "); the CUDA backend's GEMMs need it: put the CUDA toolkit's library "
-                "directory on LD_LIBRARY_PATH");
+    const std::string first = why ? why : "not found";
+    const std::string dir = cuda_runtime_directory();
+    if (!dir.empty()) lib = dlopen((dir + kFile).c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (!lib) {
+      throw Error(std::string("cuBLASLt: cannot load ") + kFile + " (" + first +
+                  (dir.empty() ? "" : "; nor from " + dir + ", beside libcudart") +
+                  "); the CUDA backend's GEMMs need it: put the CUDA toolkit's library "
+                  "directory on LD_LIBRARY_PATH");
+    }
   }
   CublasLt lt{};
   resolve(lib, "cublasLtCreate", lt.Create);
@@ -88,6 +97,22 @@ CublasLt load() {
 #endif
 
 }  // namespace
+
+std::string cuda_runtime_directory() {
+  std::string dir;
+  dl_iterate_phdr(
+      [](struct dl_phdr_info* info, size_t, void* out) {
+        const std::string path = info->dlpi_name ? info->dlpi_name : "";
+        const size_t slash = path.rfind('/');
+        if (slash == std::string::npos || path.find("libcudart.so", slash) == std::string::npos) {
+          return 0;
+        }
+        *static_cast<std::string*>(out) = path.substr(0, slash + 1);
+        return 1;
+      },
+      &dir);
+  return dir;
+}
 
 const CublasLt& cublaslt() {
   static const CublasLt lt = load();

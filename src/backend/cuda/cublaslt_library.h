@@ -8,6 +8,8 @@
 // table with the linked functions instead.
 #include <cublasLt.h>
 
+#include <string>
+
 namespace triad::detail {
 
 struct CublasLt {
@@ -35,5 +37,11 @@ const CublasLt& cublaslt();
 // The file name cublaslt() loads: "libcublasLt.so.<CUBLAS_VER_MAJOR>", or
 // "(linked)" in builds against the stand-in.
 const char* cublaslt_file();
+
+// The directory of the loaded libcudart, with its final '/' ("" when none is
+// loaded): cublaslt() looks there when the search path has no
+// libcublasLt, since a toolkit keeps the two side by side and the program
+// found libcudart through its own run path.
+std::string cuda_runtime_directory();
 
 }  // namespace triad::detail
