@@ -37,21 +37,9 @@ TEST(CublasLtLibrary, LoadsEveryEntryPointOfTheMajorVersionBuiltAgainst) {
   const CublasLt& lt = cublaslt();
   EXPECT_TRUE(cublaslt_loaded());
   EXPECT_EQ(std::string(cublaslt_file()), "libcublasLt.so." + std::to_string(CUBLAS_VER_MAJOR));
-  const void* entries[] = {reinterpret_cast<const void*>(lt.Create),
-                           reinterpret_cast<const void*>(lt.Destroy),
-                           reinterpret_cast<const void*>(lt.GetVersion),
-                           reinterpret_cast<const void*>(lt.MatrixLayoutCreate),
-                           reinterpret_cast<const void*>(lt.MatrixLayoutDestroy),
-                           reinterpret_cast<const void*>(lt.MatrixLayoutSetAttribute),
-                           reinterpret_cast<const void*>(lt.MatmulDescCreate),
-                           reinterpret_cast<const void*>(lt.MatmulDescDestroy),
-                           reinterpret_cast<const void*>(lt.MatmulDescSetAttribute),
-                           reinterpret_cast<const void*>(lt.MatmulPreferenceCreate),
-                           reinterpret_cast<const void*>(lt.MatmulPreferenceDestroy),
-                           reinterpret_cast<const void*>(lt.MatmulPreferenceSetAttribute),
-                           reinterpret_cast<const void*>(lt.MatmulAlgoGetHeuristic),
-                           reinterpret_cast<const void*>(lt.Matmul)};
-  for (const void* e : entries) EXPECT_NE(e, nullptr);
+#define TRIAD_EXPECT_LOADED(name) EXPECT_NE(lt.name, nullptr) << "cublasLt" #name;
+  TRIAD_CUBLASLT_ENTRY_POINTS(TRIAD_EXPECT_LOADED)
+#undef TRIAD_EXPECT_LOADED
   EXPECT_EQ(lt.GetVersion() / 10000, static_cast<size_t>(CUBLAS_VER_MAJOR));
   // Host-only calls work without a device: a layout made and destroyed.
   cublasLtMatrixLayout_t layout = nullptr;

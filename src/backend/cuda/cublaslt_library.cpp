@@ -19,20 +19,11 @@ namespace {
 #ifdef TRIAD_CUBLASLT_LINKED
 
 CublasLt load() {
-  return CublasLt{&cublasLtCreate,
-                  &cublasLtDestroy,
-                  &cublasLtGetVersion,
-                  &cublasLtMatrixLayoutCreate,
-                  &cublasLtMatrixLayoutDestroy,
-                  &cublasLtMatrixLayoutSetAttribute,
-                  &cublasLtMatmulDescCreate,
-                  &cublasLtMatmulDescDestroy,
-                  &cublasLtMatmulDescSetAttribute,
-                  &cublasLtMatmulPreferenceCreate,
-                  &cublasLtMatmulPreferenceDestroy,
-                  &cublasLtMatmulPreferenceSetAttribute,
-                  &cublasLtMatmulAlgoGetHeuristic,
-                  &cublasLtMatmul};
+  CublasLt lt;
+#define TRIAD_CUBLASLT_LINK(name) lt.name = &cublasLt##name;
+  TRIAD_CUBLASLT_ENTRY_POINTS(TRIAD_CUBLASLT_LINK)
+#undef TRIAD_CUBLASLT_LINK
+  return lt;
 }
 
 #else
@@ -69,21 +60,10 @@ CublasLt load() {
                   "directory on LD_LIBRARY_PATH");
     }
   }
-  CublasLt lt{};
-  resolve(lib, "cublasLtCreate", lt.Create);
-  resolve(lib, "cublasLtDestroy", lt.Destroy);
-  resolve(lib, "cublasLtGetVersion", lt.GetVersion);
-  resolve(lib, "cublasLtMatrixLayoutCreate", lt.MatrixLayoutCreate);
-  resolve(lib, "cublasLtMatrixLayoutDestroy", lt.MatrixLayoutDestroy);
-  resolve(lib, "cublasLtMatrixLayoutSetAttribute", lt.MatrixLayoutSetAttribute);
-  resolve(lib, "cublasLtMatmulDescCreate", lt.MatmulDescCreate);
-  resolve(lib, "cublasLtMatmulDescDestroy", lt.MatmulDescDestroy);
-  resolve(lib, "cublasLtMatmulDescSetAttribute", lt.MatmulDescSetAttribute);
-  resolve(lib, "cublasLtMatmulPreferenceCreate", lt.MatmulPreferenceCreate);
-  resolve(lib, "cublasLtMatmulPreferenceDestroy", lt.MatmulPreferenceDestroy);
-  resolve(lib, "cublasLtMatmulPreferenceSetAttribute", lt.MatmulPreferenceSetAttribute);
-  resolve(lib, "cublasLtMatmulAlgoGetHeuristic", lt.MatmulAlgoGetHeuristic);
-  resolve(lib, "cublasLtMatmul", lt.Matmul);
+  CublasLt lt;
+#define TRIAD_CUBLASLT_RESOLVE(name) resolve(lib, "cublasLt" #name, lt.name);
+  TRIAD_CUBLASLT_ENTRY_POINTS(TRIAD_CUBLASLT_RESOLVE)
+#undef TRIAD_CUBLASLT_RESOLVE
   // The same major version as the headers: cuBLASLt's structures (the
   // algorithm, the heuristic result) are laid out per major version.
   const size_t version = lt.GetVersion();

@@ -12,21 +12,29 @@
 
 namespace triad::detail {
 
+// Every entry point Triad calls, once: X(name) for cublasLt<name>.
+// clang-format off
+#define TRIAD_CUBLASLT_ENTRY_POINTS(X) \
+  X(Create) \
+  X(Destroy) \
+  X(GetVersion) \
+  X(MatrixLayoutCreate) \
+  X(MatrixLayoutDestroy) \
+  X(MatrixLayoutSetAttribute) \
+  X(MatmulDescCreate) \
+  X(MatmulDescDestroy) \
+  X(MatmulDescSetAttribute) \
+  X(MatmulPreferenceCreate) \
+  X(MatmulPreferenceDestroy) \
+  X(MatmulPreferenceSetAttribute) \
+  X(MatmulAlgoGetHeuristic) \
+  X(Matmul)
+// clang-format on
+
 struct CublasLt {
-  decltype(&cublasLtCreate) Create;
-  decltype(&cublasLtDestroy) Destroy;
-  decltype(&cublasLtGetVersion) GetVersion;
-  decltype(&cublasLtMatrixLayoutCreate) MatrixLayoutCreate;
-  decltype(&cublasLtMatrixLayoutDestroy) MatrixLayoutDestroy;
-  decltype(&cublasLtMatrixLayoutSetAttribute) MatrixLayoutSetAttribute;
-  decltype(&cublasLtMatmulDescCreate) MatmulDescCreate;
-  decltype(&cublasLtMatmulDescDestroy) MatmulDescDestroy;
-  decltype(&cublasLtMatmulDescSetAttribute) MatmulDescSetAttribute;
-  decltype(&cublasLtMatmulPreferenceCreate) MatmulPreferenceCreate;
-  decltype(&cublasLtMatmulPreferenceDestroy) MatmulPreferenceDestroy;
-  decltype(&cublasLtMatmulPreferenceSetAttribute) MatmulPreferenceSetAttribute;
-  decltype(&cublasLtMatmulAlgoGetHeuristic) MatmulAlgoGetHeuristic;
-  decltype(&cublasLtMatmul) Matmul;
+#define TRIAD_CUBLASLT_FIELD(name) decltype(&cublasLt##name) name = nullptr;
+  TRIAD_CUBLASLT_ENTRY_POINTS(TRIAD_CUBLASLT_FIELD)
+#undef TRIAD_CUBLASLT_FIELD
 };
 
 // The library's entry points, loaded once (thread-safe). Throws triad::Error
