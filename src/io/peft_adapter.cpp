@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -46,9 +47,67 @@ struct Piece {
   int64_t first, rows;
 };
 
-// The modules layer `layer` ("attn.c_attn", ...) of block `i` becomes.
+bool starts_with(const std::string& s, const std::string& head) {
+  return s.compare(0, head.size(), head) == 0;
+}
+
+// Why the model's adapters have no PEFT form, or empty when they have one.
+std::string unsupported_reason(const nn::GptConfig& c) {
+  if (c.lora.rank <= 0) return "the model has no LoRA adapters";
+  std::string type;
+  try {
+    type = hf_model_type(c);
+  } catch (const Error& e) {  // no class holds the model: no modules to name
+    return e.what();
+  }
+  const bool on_experts = c.moe.experts > 0 && (c.lora_on("mlp.c_fc") || c.lora_on("mlp.c_proj"));
+  if (on_experts && (type == "granitemoe" || type == "granitemoeshared")) {
+    return "model_type " + type +
+           " holds its experts fused (input_linear, output_linear as 3-d parameters), which "
+           "PEFT's LoRA modules do not adapt; model.lora.targets mlp.c_fc and mlp.c_proj on its "
+           "experts are exported merged into the weights only";
+  }
+  if (on_experts && c.expert_fc_width() != 2 * c.expert_ffn()) {
+    return "the experts are not gated (model.activation gelu), and no Hugging Face class of "
+           "mixtures holds such experts";
+  }
+  return "";
+}
+
+// The modules a mixture's expert layer (mlp.experts.<e>.c_fc, ...,
+// mlp.shared.c_proj) of block `hf` ("model.layers.N.") becomes: Mixtral's
+// block_sparse_moe.experts.<e>.w1 (gate), w3 (up) and w2 (down), the
+// others' mlp.experts.<e>.gate_proj, up_proj and down_proj, the shared
+// expert's mlp.shared_expert (Qwen2-MoE's) or mlp.shared_experts
+// (DeepSeek's, GLM-4.5's, dots.llm1's).
+std::vector<Piece> expert_pieces(const nn::GptConfig& c, const std::string& hf,
+                                 const std::string& layer) {
+  if (const std::string why = unsupported_reason(c); !why.empty())
+    throw NotSupportedError("PEFT adapter: " + why);
+  const std::string type = hf_model_type(c);
+  const bool mixtral = type == "mixtral", shared = starts_with(layer, "mlp.shared.");
+  std::string stem;
+  if (shared) {
+    const bool deepseek =
+        type == "glm4_moe" || type == "dots1" || type == "deepseek_v3" || type == "deepseek_v2";
+    stem = hf + (deepseek ? "mlp.shared_experts." : "mlp.shared_expert.");
+  } else {
+    const std::string rest = layer.substr(std::string("mlp.experts.").size());
+    stem = hf + (mixtral ? "block_sparse_moe.experts." : "mlp.experts.") +
+           rest.substr(0, rest.find('.')) + ".";
+  }
+  if (layer.ends_with(".c_proj")) return {{stem + (mixtral ? "w2" : "down_proj"), 0, -1}};
+  const int64_t F = shared ? c.moe.shared_ffn_hidden_size : c.expert_ffn();
+  return {{stem + (mixtral ? "w1" : "gate_proj"), 0, F},
+          {stem + (mixtral ? "w3" : "up_proj"), F, F}};
+}
+
+// The modules layer `layer` ("attn.c_attn", ..., a mixture's
+// "mlp.experts.3.c_fc") of block `i` becomes.
 std::vector<Piece> pieces_of(const nn::GptConfig& c, int64_t i, const std::string& layer) {
   const std::string n = std::to_string(i);
+  if (starts_with(layer, "mlp.experts.") || starts_with(layer, "mlp.shared."))
+    return expert_pieces(c, "model.layers." + n + ".", layer);
   if (is_gpt2(c)) return {{"transformer.h." + n + "." + layer, 0, -1}};
   if (is_neox(c)) {  // one module per layer (query_key_value's rows by head)
     const std::string hf = "gpt_neox.layers." + n + ".";
@@ -112,14 +171,29 @@ std::vector<Piece> pieces_of(const nn::GptConfig& c, int64_t i, const std::strin
   return {{hf + "mlp.down_proj", 0, -1}};
 }
 
-// The module names (the last part) PEFT's target_modules lists for a layer.
-std::vector<std::string> target_names(const nn::GptConfig& c, const std::string& layer) {
+// Whether block layer `module` (lora_modules') carries target `target`'s
+// adapters: the target itself, or in a mixture the experts' layer of its
+// name (mlp.c_fc: mlp.experts.<e>.c_fc, mlp.shared.c_fc).
+bool from_target(const std::string& module, const std::string& target) {
+  return module == target || (starts_with(target, "mlp.") && starts_with(module, "mlp.") &&
+                              module.ends_with("." + target.substr(4)));
+}
+
+// The module names (the last part) PEFT's target_modules lists for a
+// target: those of every block's modules it adapts (a mixture's experts and
+// its dense layers may differ), each once.
+std::vector<std::string> target_names(const nn::GptConfig& c, const std::string& target) {
   std::vector<std::string> out;
-  for (const Piece& p : pieces_of(c, 0, layer)) {
-    const std::string last = p.module.substr(p.module.rfind('.') + 1);
-    // GPT-2's two c_proj layers share a name; PEFT matches by suffix, so
-    // each is named with its parent (attn.c_proj, mlp.c_proj).
-    out.push_back(is_gpt2(c) ? layer : last);
+  for (int64_t i = 0; i < c.n_layer; ++i) {
+    for (const std::string& module : c.lora_modules(i)) {
+      if (!from_target(module, target)) continue;
+      for (const Piece& p : pieces_of(c, i, module)) {
+        // GPT-2's two c_proj layers share a name; PEFT matches by suffix, so
+        // each is named with its parent (attn.c_proj, mlp.c_proj).
+        const std::string name = is_gpt2(c) ? target : p.module.substr(p.module.rfind('.') + 1);
+        if (std::find(out.begin(), out.end(), name) == out.end()) out.push_back(name);
+      }
+    }
   }
   return out;
 }
@@ -132,7 +206,7 @@ std::map<std::string, Tensor> triad_lora_to_peft(const nn::StateDict& adapters,
   const auto shapes = nn::gpt_parameter_shapes(c);
   std::map<std::string, Tensor> out;
   for (int64_t i = 0; i < c.n_layer; ++i) {
-    for (const std::string& layer : c.lora.targets) {
+    for (const std::string& layer : c.lora_modules(i)) {
       const std::string stem = "h." + std::to_string(i) + "." + layer + ".";
       Tensor ab[2];
       for (int k = 0; k < 2; ++k) {
@@ -177,6 +251,10 @@ std::map<std::string, Tensor> triad_lora_to_peft(const nn::StateDict& adapters,
     }
   }
   return out;
+}
+
+std::string peft_adapter_unsupported(const nn::GptConfig& c) {
+  return unsupported_reason(c);
 }
 
 std::string peft_adapter_config_json(const nn::GptConfig& c, const std::string& base_model) {

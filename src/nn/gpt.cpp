@@ -453,13 +453,6 @@ void GptConfig::validate() const {
           "model.mlp_bias with model.moe: the experts have no biases (Mixtral's and Qwen's "
           "have none); model.linear_bias applies to the attention and the dense MLPs alone");
     }
-    for (const char* layer : {"mlp.c_fc", "mlp.c_proj"}) {
-      if (lora_on(layer)) {
-        throw ConfigError(std::string("model.lora.targets names ") + layer +
-                          ", which model.moe's layers replace by experts; LoRA adapts the "
-                          "attention's layers (attn.c_attn, attn.c_proj) of a mixture");
-      }
-    }
   } else if (!moe.dense_layers.empty() || moe.shared_ffn_hidden_size != 0 || moe.shared_gate ||
              moe.capacity_factor != 0 || moe.z_loss_coef != 0 || moe.score != Moe::Score::Softmax ||
              moe.routed_scaling_factor != 1.0 || moe.groups != 1 || moe.top_groups != 1 ||
@@ -775,8 +768,8 @@ std::map<std::string, Shape> gpt_parameter_shapes(const GptConfig& cfg,
       s[p + "mlp.c_fc.bias"] = {cfg.fc_width()};
       s[p + "mlp.c_proj.bias"] = {C};
     }
-    for (const std::string& layer : cfg.lora.targets) {
-      if (!cfg.lora_on(layer) || !s.count(p + layer + ".weight")) continue;
+    for (const std::string& layer : cfg.lora_modules(i)) {
+      if (!s.count(p + layer + ".weight")) continue;
       const Shape& w = s.at(p + layer + ".weight");
       s[p + layer + ".lora_a"] = {cfg.lora.rank, w[1]};
       s[p + layer + ".lora_b"] = {w[0], cfg.lora.rank};
@@ -819,9 +812,16 @@ const std::vector<std::string>& GptConfig::latent_lora_layers() {
   return layers;
 }
 
+namespace {
+bool ends_with(const std::string& s, const std::string& tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+}  // namespace
+
 LoraDropout GptConfig::lora_dropout(int64_t layer, const std::string& name) const {
-  return {lora.dropout, stable_hash("lora." + std::to_string(layer) + "." + name),
-          name == "attn.c_proj" || name == "mlp.c_proj"};
+  const bool row_parallel =
+      name == "attn.c_proj" || (name.rfind("mlp.", 0) == 0 && ends_with(name, ".c_proj"));
+  return {lora.dropout, stable_hash("lora." + std::to_string(layer) + "." + name), row_parallel};
 }
 
 bool GptConfig::lora_on(const std::string& layer) const {
@@ -829,11 +829,21 @@ bool GptConfig::lora_on(const std::string& layer) const {
          std::find(lora.targets.begin(), lora.targets.end(), layer) != lora.targets.end();
 }
 
-namespace {
-bool ends_with(const std::string& s, const std::string& tail) {
-  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+std::vector<std::string> GptConfig::lora_modules(int64_t block) const {
+  std::vector<std::string> out;
+  if (lora.rank <= 0) return out;
+  for (const std::string& layer : lora.targets) {
+    if (!moe_layer(block) || layer.rfind("mlp.", 0) != 0) {
+      out.push_back(layer);
+      continue;
+    }
+    const std::string leaf = layer.substr(4);  // c_fc or c_proj
+    for (int64_t e = 0; e < moe.experts; ++e)
+      out.push_back("mlp.experts." + std::to_string(e) + "." + leaf);
+    if (moe.shared_ffn_hidden_size > 0) out.push_back("mlp.shared." + leaf);
+  }
+  return out;
 }
-}  // namespace
 
 bool is_lora_adapter(const std::string& name) {
   return ends_with(name, ".lora_a") || ends_with(name, ".lora_b");

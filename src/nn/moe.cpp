@@ -322,7 +322,7 @@ Tensor host_index(const std::vector<int64_t>& v) {
 }  // namespace
 
 MoeMlp::MoeMlp(const GptConfig& cfg, int64_t layer, int64_t shards,
-               std::shared_ptr<const ExpertPlacement> placement)
+               std::shared_ptr<const ExpertPlacement> placement, int64_t shard)
     : placement_(std::move(placement)),
       experts_total_(cfg.moe.experts),
       top_k_(cfg.moe.top_k),
@@ -347,6 +347,10 @@ MoeMlp::MoeMlp(const GptConfig& cfg, int64_t layer, int64_t shards,
   if (shards < 1 || cfg.expert_ffn() % shards != 0) {
     throw ConfigError("model.moe.ffn_hidden_size (" + std::to_string(cfg.expert_ffn()) +
                       ") must be divisible by parallel.tp (" + std::to_string(shards) + ")");
+  }
+  if (shard < 0 || shard >= shards) {
+    throw ValueError("MoeMlp: shard " + std::to_string(shard) + " of " + std::to_string(shards) +
+                     " (expected 0 <= shard < shards)");
   }
   const int64_t first = placement_ ? placement_->first() : 0;
   const int64_t count = placement_ ? placement_->count() : cfg.moe.experts;
@@ -380,6 +384,23 @@ MoeMlp::MoeMlp(const GptConfig& cfg, int64_t layer, int64_t shards,
   }
   if (cfg.moe.shared_gate)
     shared_gate_ = register_module("shared_gate", std::make_shared<Linear>(C, 1, false));
+  // LoRA's adapters on the experts, each drawing its own dropout masks.
+  // (c_proj reads this rank's slice of the hidden units.)
+  const auto adapt = [&](const std::string& stem, const Expert& e, int64_t hidden) {
+    if (cfg.lora_on("mlp.c_fc")) {
+      e.c_fc->enable_lora(cfg.lora.rank, cfg.lora_scale(), cfg.lora_dropout(layer, stem + "c_fc"));
+    }
+    if (cfg.lora_on("mlp.c_proj")) {
+      if (shards > 1) e.c_proj->set_lora_input_shard(shard * (hidden / shards), hidden);
+      e.c_proj->enable_lora(cfg.lora.rank, cfg.lora_scale(),
+                            cfg.lora_dropout(layer, stem + "c_proj"));
+    }
+  };
+  for (int64_t i = 0; i < count; ++i) {
+    adapt("mlp.experts." + std::to_string(first + i) + ".", experts_[static_cast<size_t>(i)],
+          cfg.expert_ffn());
+  }
+  if (shared_) adapt("mlp.shared.", *shared_, cfg.moe.shared_ffn_hidden_size);
 }
 
 MoeMlp::Scores MoeMlp::route(const Tensor& x) const {
@@ -398,9 +419,10 @@ MoeMlp::Scores MoeMlp::route(const Tensor& x) const {
   return s;
 }
 
-Tensor MoeMlp::expert_forward(const Expert& e, const Tensor& x) const {
-  if (activation_ == Activation::Gelu) return e.c_proj->forward_after_gelu(e.c_fc->forward_gelu(x));
-  return e.c_proj->forward(unfused_activation(activation_, e.c_fc->forward(x)));
+Tensor MoeMlp::expert_forward(const Expert& e, const Tensor& x, const DropoutDraw& draw) const {
+  if (activation_ == Activation::Gelu)
+    return e.c_proj->forward_after_gelu(e.c_fc->forward_gelu(x, draw), draw);
+  return e.c_proj->forward(unfused_activation(activation_, e.c_fc->forward(x, draw)), draw);
 }
 
 Tensor MoeMlp::experts(const Tensor& x, const Scores& scores, const ForwardContext& ctx,
@@ -451,17 +473,19 @@ Tensor MoeMlp::experts(const Tensor& x, const Scores& scores, const ForwardConte
   const Tensor tokens = host_index(routing.token);
   const Tensor gates = cast(embedding(g, host_index(routing.assignment)), x.dtype());  // (M, 1)
   const Tensor rows = embedding(reshape(x, {N, C}), tokens);                           // (M, C)
-  Tensor outputs;  // (M, C), in rows' order
+  const DropoutDraw draw = ctx.draw();  // the adapters' dropout masks
+  Tensor outputs;                       // (M, C), in rows' order
   if (placement_) {
-    outputs = placement_->run(rows, routing.rows, [this](int64_t i, const Tensor& x) {
-      return expert_forward(experts_.at(static_cast<size_t>(i)), x);
+    outputs = placement_->run(rows, routing.rows, [this, draw](int64_t i, const Tensor& x) {
+      return expert_forward(experts_.at(static_cast<size_t>(i)), x, draw);
     });
   } else {
     std::vector<Tensor> parts;
     int64_t at = 0;
     for (int64_t e = 0; e < E; ++e) {
       const int64_t n = routing.rows[static_cast<size_t>(e)];
-      parts.push_back(expert_forward(experts_[static_cast<size_t>(e)], narrow(rows, 0, at, n)));
+      parts.push_back(
+          expert_forward(experts_[static_cast<size_t>(e)], narrow(rows, 0, at, n), draw));
       at += n;
     }
     outputs = concat(parts, 0);
@@ -469,7 +493,7 @@ Tensor MoeMlp::experts(const Tensor& x, const Scores& scores, const ForwardConte
   const Tensor weighted = mul(outputs, gates);
   Tensor combined = index_add_rows(weighted, tokens, N);  // (N, C)
   if (shared_) {
-    Tensor y = expert_forward(*shared_, reshape(x, {N, C}));
+    Tensor y = expert_forward(*shared_, reshape(x, {N, C}), draw);
     if (shared_gate_) {
       if (!scores.shared_gate.defined() || scores.shared_gate.shape() != Shape{N, 1}) {
         throw ShapeError("MoeMlp: the shared expert's gate " +

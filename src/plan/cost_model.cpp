@@ -137,7 +137,9 @@ struct LoraDropoutWidths {
   double kept() const { return rows + by_feature; }
   double passes() const { return rows + 3.0 * by_feature; }  // widths read and written
 };
-LoraDropoutWidths lora_dropout_widths(const nn::GptConfig& m, double t) {
+// In a mixture-of-experts layer (`moe`) each token reaches k experts'
+// adapters, and the shared expert's.
+LoraDropoutWidths lora_dropout_widths(const nn::GptConfig& m, double t, bool moe = false) {
   LoraDropoutWidths w;
   if (m.lora.rank <= 0 || m.lora.dropout <= 0.0) return w;
   const double h = static_cast<double>(m.d_model);
@@ -150,9 +152,19 @@ LoraDropoutWidths lora_dropout_widths(const nn::GptConfig& m, double t) {
         std::pair{"attn.kv_b_proj", m.mla.kv_lora_rank}}) {
     if (m.lora_on(layer)) w.rows += static_cast<double>(width);
   }
-  if (m.lora_on("mlp.c_fc")) w.rows += h;
   if (m.lora_on("attn.c_proj")) w.by_feature += static_cast<double>(m.attn_out_width()) / t;
-  if (m.lora_on("mlp.c_proj")) w.by_feature += static_cast<double>(m.ffn()) / t;
+  if (!moe) {
+    if (m.lora_on("mlp.c_fc")) w.rows += h;
+    if (m.lora_on("mlp.c_proj")) w.by_feature += static_cast<double>(m.ffn()) / t;
+    return w;
+  }
+  const double k = m.routed_per_token(), shared = m.moe.shared_ffn_hidden_size > 0 ? 1.0 : 0.0;
+  if (m.lora_on("mlp.c_fc")) w.rows += (k + shared) * h;
+  if (m.lora_on("mlp.c_proj")) {
+    w.by_feature += (k * static_cast<double>(m.expert_ffn()) +
+                     shared * static_cast<double>(m.moe.shared_ffn_hidden_size)) /
+                    t;
+  }
   return w;
 }
 
@@ -187,15 +199,25 @@ LayerCost layer_cost(const nn::GptConfig& m, const ClusterSpec& c, const Paralle
     return std::max(2.0 * M * N * K / (c.peak_flops * c.gemm_efficiency),
                     kFp16 * (M * K + K * N + M * N) / (c.memory_bandwidth * c.memory_efficiency));
   };
+  // Forward u = x A^T (rows, r) and u B^T; backward du = dy B and dx += du
+  // A, dB = dy^T u and dA = du^T x.
+  const auto adapters = [&](double rows, double in, double out) {
+    return LinearTimes{thin(rows, r, in) + thin(rows, out, r),
+                       thin(rows, r, out) + thin(rows, in, r),
+                       thin(out, r, rows) + thin(r, in, rows)};
+  };
   const auto with_lora = [&](const char* name, size_t index, double in, double out) {
     LinearTimes lt = linear_times(tokens, in, out, c);
     if (!training.weights[index]) lt.dw = 0;
     if (!m.lora_on(name)) return lt;
-    // Forward u = x A^T (tokens, r) and u B^T; backward du = dy B and
-    // dx += du A, dB = dy^T u and dA = du^T x.
-    return LinearTimes{lt.fwd + thin(tokens, r, in) + thin(tokens, out, r),
-                       lt.dx + thin(tokens, r, out) + thin(tokens, in, r),
-                       lt.dw + thin(out, r, tokens) + thin(r, in, tokens)};
+    const LinearTimes ad = adapters(tokens, in, out);
+    return LinearTimes{lt.fwd + ad.fwd, lt.dx + ad.dx, lt.dw + ad.dw};
+  };
+  // n products' times with `name`'s adapters on each (a mixture's experts).
+  const auto times_with_lora = [&](const char* name, double n, const LinearTimes& lt, double rows,
+                                   double in, double out) {
+    const LinearTimes ad = m.lora_on(name) ? adapters(rows, in, out) : LinearTimes{};
+    return LinearTimes{n * (lt.fwd + ad.fwd), n * (lt.dx + ad.dx), n * (lt.dw + ad.dw)};
   };
   LinearTimes qkv = with_lora("attn.c_attn", 0, h, w_local);
   if (m.latent_attention()) {
@@ -233,19 +255,24 @@ LayerCost layer_cost(const nn::GptConfig& m, const ClusterSpec& c, const Paralle
   const double E = static_cast<double>(m.moe.experts), k = m.routed_per_token();
   LinearTimes up{}, down{}, router{}, shared_up{}, shared_down{};
   if (moe) {
+    // (Each with its adapters under model.lora's mlp.c_fc and mlp.c_proj;
+    // the experts' weights themselves are then frozen: no dW.)
     const double rows = tokens * k / E;
-    const LinearTimes u = linear_times(rows, h, static_cast<double>(m.expert_fc_width()) / t, c),
-                      d = linear_times(rows, static_cast<double>(m.expert_ffn()) / t, h, c);
-    up = {E * u.fwd, E * u.dx, training.weights[2] ? E * u.dw : 0.0};
-    down = {E * d.fwd, E * d.dx, training.weights[3] ? E * d.dw : 0.0};
+    const double efc = static_cast<double>(m.expert_fc_width()) / t,
+                 ef = static_cast<double>(m.expert_ffn()) / t;
+    LinearTimes u = linear_times(rows, h, efc, c), d = linear_times(rows, ef, h, c);
+    if (!training.weights[2]) u.dw = 0;
+    if (!training.weights[3]) d.dw = 0;
+    up = times_with_lora("mlp.c_fc", E, u, rows, h, efc);
+    down = times_with_lora("mlp.c_proj", E, d, rows, ef, h);
     router = linear_times(tokens, h, E, c);
     if (m.moe.shared_ffn_hidden_size > 0) {
       // The shared expert on every token, split as the experts are (its
       // gate, a column beside the router's, is left out).
       const double sfc = static_cast<double>(m.shared_fc_width()) / t,
                    sf = static_cast<double>(m.moe.shared_ffn_hidden_size) / t;
-      shared_up = linear_times(tokens, h, sfc, c);
-      shared_down = linear_times(tokens, sf, h, c);
+      shared_up = times_with_lora("mlp.c_fc", 1, linear_times(tokens, h, sfc, c), tokens, h, sfc);
+      shared_down = times_with_lora("mlp.c_proj", 1, linear_times(tokens, sf, h, c), tokens, sf, h);
     }
   } else {
     up = with_lora("mlp.c_fc", 2, h, fc / t);
@@ -319,7 +346,7 @@ LayerCost layer_cost(const nn::GptConfig& m, const ClusterSpec& c, const Paralle
       tokens * h * (replicated + (act_bytes + clip_bytes) / t + dispatch_bytes);
   // model.lora.dropout's passes, as many backward (the mask drawn again,
   // the transposes' gradients) as forward.
-  const double lora_bytes = tokens * lora_dropout_widths(m, t).passes() * 2.0 * kFp16;
+  const double lora_bytes = tokens * lora_dropout_widths(m, t, moe).passes() * 2.0 * kFp16;
   L.fwd_mem = L.attn_mem_fwd + (token_bytes_fwd + lora_bytes) / bw;
   L.bwd_mem = attn_mem_bwd + (2.0 * token_bytes_fwd + lora_bytes) / bw;
   // Tensor parallelism: two all-reduces (or reduce-scatter + all-gather
@@ -1039,7 +1066,11 @@ Estimate price(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int globa
   const double unsplit = unsplit_dense + unsplit_moe + latent_unsplit;
   // The adapters' dropped-out inputs (model.lora.dropout), kept unless the
   // whole layer is recomputed.
-  const double lora_kept = b * s * lora_dropout_widths(m, t).kept() * kFp16;
+  // (The larger of a dense and a mixture-of-experts layer's.)
+  const double lora_kept = b * s *
+                           std::max(any_dense ? lora_dropout_widths(m, t).kept() : 0.0,
+                                    any_moe ? lora_dropout_widths(m, t, true).kept() : 0.0) *
+                           kFp16;
   double per_layer = 0;
   switch (recompute) {
     case Recompute::None:

@@ -2034,6 +2034,8 @@ std::vector<StepMetrics> Trainer::run() {
           "LoRA: rank {} (scale {:g}) on {}; the adapters' {:.3f}M of {:.2f}M parameters "
           "train, the rest frozen",
           model.lora.rank, model.lora_scale(), targets, (all - fixed) / 1e6, all / 1e6);
+      if (const std::string why = io::peft_adapter_unsupported(model); !why.empty())
+        spdlog::warn("LoRA: no PEFT adapter will be written beside the merged model: {}", why);
     } else {
       spdlog::info("train.freeze: {} of {} tensors frozen; {:.2f}M of {:.2f}M parameters train",
                    frozen.size(), shapes.size(), (all - fixed) / 1e6, all / 1e6);
@@ -2428,17 +2430,20 @@ std::vector<StepMetrics> Trainer::run() {
   if (writer) attempt([&] { writer->finish(); });
   // The adapters apart too, in PEFT's format, for serving many on one base.
   const std::string adapter_dir = config_.output_dir + "/adapter";
-  if (merging) {
+  const bool peft = merging && io::peft_adapter_unsupported(config_.model).empty();
+  if (peft) {
     attempt([&] {
       io::save_peft_adapter(merging->adapters(), config_.model, adapter_dir, config_.init_from);
     });
   }
   if (write_error) std::rethrow_exception(write_error);
-  if (lead && merging) {
+  if (lead && peft) {
     spdlog::info(
         "wrote {} (LoRA merged in), the adapters in PEFT's format in {}, and "
         "{}/metrics.jsonl",
         weights, adapter_dir, config_.output_dir);
+  } else if (lead && merging) {
+    spdlog::info("wrote {} (LoRA merged in) and {}/metrics.jsonl", weights, config_.output_dir);
   } else if (lead) {
     spdlog::info("wrote {} and {}/metrics.jsonl", weights, config_.output_dir);
   }

@@ -51,7 +51,7 @@ nn::StateDict random_state(const nn::GptConfig& c) {
 void check_modules(const nn::GptConfig& c, const nn::StateDict& base, const nn::StateDict& merged,
                    const nn::StateDict& adapters, size_t per_block) {
   const auto peft = triad_lora_to_peft(adapters, c);
-  EXPECT_EQ(peft.size(), 2u * per_block * 2);
+  EXPECT_EQ(peft.size(), static_cast<size_t>(c.n_layer) * per_block * 2);
   const auto hf_base = triad_to_hf(base, c.without_lora());
   const auto hf_merged = triad_to_hf(merged, c.without_lora());
   size_t modules = 0;
@@ -70,7 +70,7 @@ void check_modules(const nn::GptConfig& c, const nn::StateDict& base, const nn::
     for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-5) << module << i;
     ++modules;
   }
-  EXPECT_EQ(modules, 2 * per_block);
+  EXPECT_EQ(modules, static_cast<size_t>(c.n_layer) * per_block);
 }
 
 // A state with adapters split three ways: the base weights, the adapters,
@@ -254,6 +254,80 @@ TEST(PeftAdapter, PhiFalconAndGptjModulesAreTheirClasses) {
     EXPECT_EQ(nlohmann::json::parse(peft_adapter_config_json(c, "/m")).at("target_modules"),
               targets);
   }
+}
+
+// A mixture's experts (model.lora.targets mlp.c_fc, mlp.c_proj): every
+// expert's modules and the shared expert's as each class names them, a
+// dense layer's as LLaMA's; the exported base plus each module's B A is the
+// merged model's weight. Granite MoE's fused experts have no PEFT form.
+TEST(PeftAdapter, ExpertModulesAreEachClassesOwn) {
+  nn::GptConfig mixtral = llama_like();
+  mixtral.n_layer = 1;
+  mixtral.moe = {.experts = 3, .top_k = 2, .ffn_hidden_size = 6};
+  mixtral.lora.targets = {"attn.c_proj", "mlp.c_fc", "mlp.c_proj"};
+  mixtral.validate();
+  nn::GptConfig qwen2 = mixtral;  // a shared expert under a gate, q, k and v biases
+  qwen2.hf_type = "qwen2_moe";
+  qwen2.qkv_bias = true;
+  qwen2.moe.normalize_top_k = false;
+  qwen2.moe.shared_ffn_hidden_size = 8;
+  qwen2.moe.shared_gate = true;
+  nn::GptConfig deepseek = llama_like();  // a dense layer, then experts and shared ones
+  deepseek.n_kv_head = 0;
+  deepseek.mla = testing::tiny_latent_attention();
+  deepseek.moe = testing::tiny_deepseek_mixture();
+  deepseek.lora.targets = {"attn.kv_b_proj", "mlp.c_fc", "mlp.c_proj"};
+  for (const auto& [c, type, targets, modules, probe, shape] :
+       {std::tuple{mixtral, "mixtral", std::vector<std::string>{"o_proj", "w1", "w3", "w2"},
+                   size_t{1 + 3 * 3}, "model.layers.0.block_sparse_moe.experts.2.w3.lora_B",
+                   Shape{6, 3}},
+        std::tuple{qwen2, "qwen2_moe",
+                   std::vector<std::string>{"o_proj", "gate_proj", "up_proj", "down_proj"},
+                   size_t{1 + 3 * 3 + 3}, "model.layers.0.mlp.shared_expert.up_proj.lora_B",
+                   Shape{8, 3}},
+        std::tuple{deepseek, "deepseek_v3",
+                   std::vector<std::string>{"kv_b_proj", "gate_proj", "up_proj", "down_proj"},
+                   size_t{0}, "model.layers.1.mlp.shared_experts.down_proj.lora_A",
+                   Shape{3, 12}}}) {
+    SCOPED_TRACE(type);
+    ASSERT_STREQ(hf_model_type(c), type);
+    const auto [base, merged, adapters] = parts_of(random_state(c));
+    if (modules > 0) check_modules(c, base, merged, adapters, modules);
+    const auto peft = triad_lora_to_peft(adapters, c);
+    ASSERT_TRUE(peft.count("base_model.model." + std::string(probe) + ".weight")) << probe;
+    EXPECT_EQ(peft.at("base_model.model." + std::string(probe) + ".weight").shape(), shape);
+    EXPECT_EQ(nlohmann::json::parse(peft_adapter_config_json(c, "/m")).at("target_modules"),
+              targets);
+    EXPECT_EQ(peft_adapter_unsupported(c), "");
+  }
+  // DeepSeek's blocks differ (a dense first layer: kv_b_proj and three MLP
+  // modules; then kv_b_proj, four experts' three and the shared experts'
+  // three), so its modules are counted here.
+  {
+    const auto [base, merged, adapters] = parts_of(random_state(deepseek));
+    const auto peft = triad_lora_to_peft(adapters, deepseek);
+    EXPECT_EQ(peft.size(), 2u * ((1 + 3) + (1 + 4 * 3 + 3)));
+    EXPECT_TRUE(peft.count("base_model.model.model.layers.0.mlp.gate_proj.lora_A.weight"));
+    EXPECT_TRUE(
+        peft.count("base_model.model.model.layers.1.mlp.experts.3.gate_proj.lora_A.weight"));
+  }
+  nn::GptConfig granite = mixtral;
+  granite.hf_type = "granitemoe";
+  ASSERT_STREQ(hf_model_type(granite), "granitemoe");
+  const auto [base, merged, adapters] = parts_of(random_state(granite));
+  expect_error([&] { triad_lora_to_peft(adapters, granite); },
+               {"model_type granitemoe holds its experts fused", "merged into the weights only"});
+  EXPECT_NE(peft_adapter_unsupported(granite), "");
+  granite.lora.targets = {"attn.c_proj"};  // the attention's alone: PEFT's modules
+  EXPECT_EQ(peft_adapter_unsupported(granite), "");
+  // A mixture no class holds (Qwen2-MoE's gated shared expert without its
+  // q, k and v biases) has no modules to name, adapters on its experts or
+  // not.
+  nn::GptConfig none = qwen2;
+  none.qkv_bias = false;
+  none.lora.targets = {"attn.c_proj"};
+  EXPECT_NE(peft_adapter_unsupported(none).find("no Hugging Face class holds"), std::string::npos)
+      << peft_adapter_unsupported(none);
 }
 
 TEST(PeftAdapter, Gpt2KeepsItsConv1DLayersAndTheFilesRoundTrip) {

@@ -224,6 +224,127 @@ TEST(Lora, AdapterDropoutMasksTheAdaptersInputAlone) {
   EXPECT_NE(c.lora_dropout(1, "mlp.c_fc").stream, c.lora_dropout(0, "mlp.c_fc").stream);
 }
 
+// A mixture of experts (model.moe) with mlp.c_fc and mlp.c_proj among the
+// targets: every expert's layers and the shared expert's carry adapters of
+// their own, a dense layer's MLP its usual ones, the router none; and the
+// model equals the one whose expert weights have them merged in, with the
+// adapters' gradients following from the merged weights'.
+GptConfig tiny_mixture() {
+  GptConfig c = tiny({"attn.c_proj", "mlp.c_fc", "mlp.c_proj"});
+  c.activation = Activation::SwiGlu;
+  c.normalization = Normalization::RmsNorm;
+  c.linear_bias = false;
+  c.moe = {.experts = 3,
+           .top_k = 2,
+           .ffn_hidden_size = 6,
+           .aux_loss_coef = 0.1,
+           .dense_layers = {0},
+           .shared_ffn_hidden_size = 4,
+           .shared_gate = true};
+  c.validate();
+  return c;
+}
+
+TEST(Lora, ExpertsCarryAdaptersOfTheirOwn) {
+  const GptConfig c = tiny_mixture();
+  EXPECT_EQ(c.lora_modules(0), (std::vector<std::string>{"attn.c_proj", "mlp.c_fc", "mlp.c_proj"}));
+  EXPECT_EQ(c.lora_modules(1),
+            (std::vector<std::string>{"attn.c_proj", "mlp.experts.0.c_fc", "mlp.experts.1.c_fc",
+                                      "mlp.experts.2.c_fc", "mlp.shared.c_fc",
+                                      "mlp.experts.0.c_proj", "mlp.experts.1.c_proj",
+                                      "mlp.experts.2.c_proj", "mlp.shared.c_proj"}));
+  const auto shapes = gpt_parameter_shapes(c);
+  EXPECT_EQ(shapes.at("h.1.mlp.experts.2.c_fc.lora_a"), (Shape{3, 16}));
+  EXPECT_EQ(shapes.at("h.1.mlp.experts.2.c_fc.lora_b"), (Shape{12, 3}));  // gate and up of 6
+  EXPECT_EQ(shapes.at("h.1.mlp.experts.0.c_proj.lora_a"), (Shape{3, 6}));
+  EXPECT_EQ(shapes.at("h.1.mlp.shared.c_proj.lora_a"), (Shape{3, 4}));
+  EXPECT_EQ(shapes.at("h.0.mlp.c_fc.lora_b"), (Shape{2 * c.ffn(), 3}));
+  EXPECT_FALSE(shapes.count("h.1.mlp.router.lora_a"));
+  EXPECT_FALSE(shapes.count("h.1.mlp.shared_gate.lora_a"));
+  // Two layers' attn.c_proj, the dense MLP's two, three experts' and the
+  // shared expert's four: A and B each.
+  EXPECT_EQ(shapes.size(), gpt_parameter_shapes(c.without_lora()).size() + 2 * (2 + 2 + 8));
+  Gpt m(c, 1);
+  for (const auto& [name, p] : m.named_parameters()) {
+    ASSERT_TRUE(shapes.count(name)) << name;
+    EXPECT_EQ(p.shape(), shapes.at(name)) << name;
+  }
+  EXPECT_EQ(m.named_parameters().size(), shapes.size());
+  // Each expert draws its own masks; their c_proj by feature, as tensor
+  // parallelism splits it.
+  EXPECT_TRUE(c.lora_dropout(1, "mlp.experts.2.c_proj").by_feature);
+  EXPECT_TRUE(c.lora_dropout(1, "mlp.shared.c_proj").by_feature);
+  EXPECT_FALSE(c.lora_dropout(1, "mlp.experts.2.c_fc").by_feature);
+  EXPECT_NE(c.lora_dropout(1, "mlp.experts.0.c_fc").stream,
+            c.lora_dropout(1, "mlp.experts.1.c_fc").stream);
+  // Left out, the targets stay the attention's in a mixture.
+  GptConfig d = c;
+  d.lora.targets = d.default_lora_targets();
+  EXPECT_EQ(d.lora.targets, (std::vector<std::string>{"attn.c_attn", "attn.c_proj"}));
+}
+
+TEST(Lora, ExpertAdaptersAddTheirProductAndTakeTheMergedWeightsGradient) {
+  const GptConfig c = tiny_mixture();
+  const double s = c.lora_scale();
+  Gpt with(c, 4);
+  StateDict sd = with.state_dict();
+  uint64_t stream = 10;
+  for (auto& [name, t] : sd) {
+    if (name.ends_with(".lora_b")) copy_(t, randn(t.shape(), 4, stream++, 0.5));
+  }
+  Gpt merged(c.without_lora(), 4);
+  StateDict msd = merged.state_dict();
+  for (auto& [name, t] : msd) {
+    const std::string stem = name.substr(0, name.size() - 6);
+    if (sd.count(stem + "lora_a"))
+      copy_(t, merge_lora(sd.at(name), sd.at(stem + "lora_a"), sd.at(stem + "lora_b"), s));
+  }
+  const ForwardContext ctx{true, 5, 1};
+  const Tensor lw = with.loss(ids(), targets(), ctx), lm = merged.loss(ids(), targets(), ctx);
+  EXPECT_NEAR(item(lw), item(lm), 1e-5 * std::abs(item(lm)));
+  Gpt base(c.without_lora(), 4);
+  EXPECT_GT(std::abs(item(base.loss(ids(), targets(), ctx)) - item(lm)), 1e-4);
+  autograd::backward({lw}, {});
+  autograd::backward({lm}, {});
+  size_t experts = 0;
+  for (const auto& [name, t] : msd) {
+    const std::string stem = name.substr(0, name.size() - 6);
+    if (!sd.count(stem + "lora_a")) continue;
+    const Tensor G = t.grad(), A = sd.at(stem + "lora_a"), B = sd.at(stem + "lora_b");
+    ASSERT_TRUE(G.defined()) << name;
+    const auto want_b = to_double_vector(scale(matmul(G, transpose(A, 0, 1)), s));
+    const auto want_a = to_double_vector(scale(matmul(transpose(B, 0, 1), G), s));
+    const auto got_b = to_double_vector(B.grad()), got_a = to_double_vector(A.grad());
+    ASSERT_EQ(got_b.size(), want_b.size());
+    ASSERT_EQ(got_a.size(), want_a.size());
+    for (size_t i = 0; i < got_b.size(); ++i)
+      ASSERT_NEAR(got_b[i], want_b[i], 1e-5 + 1e-3 * std::abs(want_b[i])) << stem << "lora_b";
+    for (size_t i = 0; i < got_a.size(); ++i)
+      ASSERT_NEAR(got_a[i], want_a[i], 1e-5 + 1e-3 * std::abs(want_a[i])) << stem << "lora_a";
+    experts += name.find(".mlp.experts.") != std::string::npos ? 1 : 0;
+  }
+  EXPECT_EQ(experts, 6u);
+}
+
+// Dropout on the experts' adapters: each expert's masks drawn from its own
+// stream, so the model with dropout differs from evaluation's and from
+// another call's, and the same call draws the same.
+TEST(Lora, ExpertAdapterDropoutDrawsPerCall) {
+  GptConfig c = tiny_mixture();
+  c.lora.targets = {"mlp.c_fc", "mlp.c_proj"};
+  c.lora.dropout = 0.3;
+  Gpt m(c, 6);
+  uint64_t stream = 30;
+  for (auto& [name, t] : m.named_parameters()) {
+    if (name.ends_with(".lora_b") && name.find(".experts.") != std::string::npos)
+      copy_(t, randn(t.shape(), 6, stream++, 0.5));
+  }
+  const double a = item(m.loss(ids(), targets(), ForwardContext{true, 7, 2}));
+  EXPECT_EQ(item(m.loss(ids(), targets(), ForwardContext{true, 7, 2})), a);
+  EXPECT_GT(std::abs(item(m.loss(ids(), targets(), ForwardContext{true, 7, 3})) - a), 1e-6);
+  EXPECT_GT(std::abs(item(m.loss(ids(), targets(), ForwardContext{false, 7, 2})) - a), 1e-6);
+}
+
 TEST(Lora, BadSettingsAndShapesAreNamed) {
   GptConfig c = tiny({"attn.c_attn", "mlp.fc"});
   expect_error([&] { c.validate(); },

@@ -748,12 +748,6 @@ TEST(MoeConfig, ValidatesItsKeys) {
           "model.moe.z_loss_coef (-0.001000) must be a finite number >= 0");
   refused(
       [](GptConfig& c) {
-        c.lora.rank = 2;
-        c.lora.targets = {"attn.c_attn", "mlp.c_fc"};
-      },
-      "model.lora.targets names mlp.c_fc");
-  refused(
-      [](GptConfig& c) {
         c.moe.experts = 0;
         c.moe.dense_layers = {0};
       },

@@ -258,6 +258,36 @@ TEST(CostModel, PricesLoraDropoutsKeptInputs) {
               tokens * per_token, 1e-6 * tokens * per_token);
 }
 
+// model.lora on a mixture's experts (mlp.c_fc, mlp.c_proj): every expert
+// carries adapters, so gradients, AdamW's state and the thin products grow
+// over adapters on the attention alone; with dropout each token keeps the
+// inputs of its k experts' adapters, c_fc's whole (k h) and c_proj's split
+// by tp (k F / tp), per held layer.
+TEST(CostModel, PricesLoraOnExperts) {
+  const ClusterSpec c = selene();
+  nn::GptConfig attn = gpt(8, 16, 1536);
+  attn.activation = nn::Activation::SwiGlu;
+  attn.moe = {.experts = 8, .top_k = 2, .ffn_hidden_size = 1536};
+  attn.lora = {.rank = 16, .alpha = 32, .targets = {"attn.c_attn", "attn.c_proj"}};
+  attn.validate();
+  nn::GptConfig experts = attn;
+  experts.lora.targets = {"mlp.c_fc", "mlp.c_proj"};
+  const ParallelConfig p = layout(2, 2, 8, 2, Recompute::None);
+  const Estimate a = estimate(attn, c, 32, 64, p), e = estimate(experts, c, 32, 64, p);
+  EXPECT_GT(e.gradient_bytes, 2.0 * a.gradient_bytes);  // 8 experts' c_fc and c_proj a layer
+  EXPECT_GT(e.optimizer_bytes, 2.0 * a.optimizer_bytes);
+  EXPECT_GT(e.step_time, a.step_time);
+  EXPECT_NEAR(e.weights_bytes, a.weights_bytes, 0.05 * a.weights_bytes);
+  nn::GptConfig dropped = experts;
+  dropped.lora.dropout = 0.1;
+  const double h = 1536, k = 2, per_token = (k * h + k * 1536 / 2) * 2, tokens = 2.0 * 2048;
+  const Estimate d = estimate(dropped, c, 32, 64, p);
+  const double layers = (d.activation_bytes - e.activation_bytes) / (tokens * per_token);
+  EXPECT_GE(layers, 4.0 - 1e-9);
+  EXPECT_NEAR(layers, std::round(layers), 1e-9);
+  EXPECT_GT(d.step_time, e.step_time);
+}
+
 // An untied head is a second (V, h) table: one process holds both, while a
 // pipeline keeps one table a stage either way and no longer all-reduces
 // the embedding's gradient between the first and last stage.

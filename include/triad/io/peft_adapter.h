@@ -26,10 +26,21 @@ namespace triad::io {
 // pair whole (qkv_proj, gate_up_proj). GPT-NeoX's take each layer's pair
 // whole (query_key_value, dense, dense_h_to_4h, dense_4h_to_h), c_attn's B
 // with its rows interleaved by head as query_key_value's weight is.
+// A mixture's experts (model.lora.targets mlp.c_fc, mlp.c_proj) become
+// each expert's modules as the class names them (Mixtral's
+// block_sparse_moe.experts.<e>.w1, w3, w2; Qwen's, OLMoE's and DeepSeek's
+// mlp.experts.<e>.gate_proj, up_proj, down_proj) and the shared expert's
+// (mlp.shared_expert or mlp.shared_experts); a class without such modules
+// (Granite MoE's fused experts) is a NotSupportedError giving
+// peft_adapter_unsupported's reason.
 // A missing adapter, or one whose shape
 // does not fit the model, is a ShapeError naming it.
 std::map<std::string, Tensor> triad_lora_to_peft(const nn::StateDict& adapters,
                                                  const nn::GptConfig& c);
+
+// Why the model's adapters have no PEFT form (no adapters, or experts its
+// class holds fused), or empty when they have one.
+std::string peft_adapter_unsupported(const nn::GptConfig& c);
 
 // adapter_config.json's text: LORA for CAUSAL_LM with r, lora_alpha (alpha,
 // or the rank when alpha is 0: PEFT scales by lora_alpha / r as Triad does),

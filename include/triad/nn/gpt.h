@@ -253,7 +253,10 @@ struct GptConfig {
     int64_t rank = 0;
     double alpha = 0;  // 0: rank (a scale of 1)
     // Among attn.c_attn, attn.c_proj, mlp.c_fc, mlp.c_proj, and model.mla's
-    // layers (latent_lora_layers).
+    // layers (latent_lora_layers). In a mixture-of-experts block mlp.c_fc
+    // and mlp.c_proj name every expert's layer of that name and the shared
+    // expert's (lora_modules), as PEFT's target_modules match every module
+    // of a name.
     std::vector<std::string> targets = {};
     // The probability of zeroing each element of the adapters' input while
     // training (PEFT's lora_dropout); the layer's own path sees x whole.
@@ -418,16 +421,25 @@ struct GptConfig {
   // q_proj without a query latent, q_a_proj and q_b_proj with one.
   bool latent_layer_present(const std::string& layer) const;
   // The layers model.lora adapts when its targets are left out: every one
-  // this model has, the attention's alone in a mixture of experts (its
-  // MLPs are experts), attn.c_proj alone under model.mla (no c_attn).
+  // this model has, the attention's alone in a mixture of experts (adapters
+  // on its experts are asked for by naming mlp.c_fc, mlp.c_proj), attn.c_proj
+  // alone under model.mla (no c_attn).
   std::vector<std::string> default_lora_targets() const;
   // Whether the block layer `layer` ("attn.c_attn", ...) has adapters.
   bool lora_on(const std::string& layer) const;
+  // The layers of block `block` that carry adapters, by their parameters'
+  // names inside the block: the targets, a mixture-of-experts block's
+  // mlp.c_fc and mlp.c_proj standing for each expert's and the shared
+  // expert's (mlp.experts.<e>.c_fc, ..., mlp.shared.c_fc, ...). Empty
+  // without adapters.
+  std::vector<std::string> lora_modules(int64_t block) const;
   double lora_scale() const { return (lora.alpha > 0 ? lora.alpha : lora.rank) / lora.rank; }
   // How the adapters of block `layer`'s `name` layer drop their input out:
   // lora.dropout, from a stream of their own (the same on every rank and
   // layout), by feature in the layers tensor parallelism splits by input
-  // features (attn.c_proj, mlp.c_proj).
+  // features (attn.c_proj, mlp.c_proj, and the experts' c_proj). `name` is
+  // the layer's name inside the block (lora_modules'), so each expert draws
+  // its own masks.
   LoraDropout lora_dropout(int64_t layer, const std::string& name) const;
   // This model without adapters: the shape of the weights LoRA adapts, and of
   // a model file with the adapters merged in (W + scale B A).

@@ -37,6 +37,13 @@ class LinearBase : public Module {
   // exists.
   void enable_lora(int64_t rank, double scale, const LoraDropout& dropout = {});
   bool has_lora() const { return lora_a_.defined(); }
+  // This rank's input features are [offset, offset + local) of `full`
+  // (a row-parallel layer's shard; its adapters' masks are then drawn by
+  // feature); by default the whole input. Call before enable_lora.
+  void set_lora_input_shard(int64_t offset, int64_t full) {
+    lora_in_offset_ = offset;
+    lora_in_full_ = full;
+  }
 
  protected:
   // y + scale * B (A dropout(x)); y itself without adapters. The mask
@@ -48,13 +55,6 @@ class LinearBase : public Module {
   // masks (set_lora_input_shard). The second costs two transposing copies
   // of the input.
   Tensor add_lora(const Tensor& y, const Tensor& x, const DropoutDraw& draw) const;
-  // This rank's input features are [offset, offset + local) of `full`
-  // (a row-parallel layer's shard; its adapters' masks are then drawn by
-  // feature); by default the whole input.
-  void set_lora_input_shard(int64_t offset, int64_t full) {
-    lora_in_offset_ = offset;
-    lora_in_full_ = full;
-  }
 
   Tensor weight_;
   Tensor bias_;

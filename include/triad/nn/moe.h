@@ -144,10 +144,16 @@ class ExpertPlacement {
 // rank's partial sum, which the caller reduces over the group. Under expert
 // parallelism (`placement`) the rank holds only its block of the experts
 // (under their global names) and runs them on every rank's rows for them.
+//
+// LoRA (model.lora.targets mlp.c_fc, mlp.c_proj; GptConfig::lora_modules):
+// each expert's layers and the shared expert's carry adapters of their own,
+// split with them over the `shards` ranks (c_fc's B by rows, c_proj's A by
+// columns; this rank holds shard `shard`), c_proj's dropout masks drawn by
+// feature so that the shards draw the whole layer's.
 class MoeMlp : public Module {
  public:
   MoeMlp(const GptConfig& cfg, int64_t layer, int64_t shards = 1,
-         std::shared_ptr<const ExpertPlacement> placement = nullptr);
+         std::shared_ptr<const ExpertPlacement> placement = nullptr, int64_t shard = 0);
   // Every expert of the layer (E), held here or not.
   int64_t num_experts() const { return experts_total_; }
   // What decides where x's tokens go and how much each part counts: the
@@ -179,7 +185,7 @@ class MoeMlp : public Module {
   struct Expert {
     std::shared_ptr<Linear> c_fc, c_proj;
   };
-  Tensor expert_forward(const Expert& e, const Tensor& x) const;
+  Tensor expert_forward(const Expert& e, const Tensor& x, const DropoutDraw& draw) const;
   std::shared_ptr<Linear> router_;
   Tensor expert_bias_;                   // (E) f32, model.moe.expert_bias; undefined without
   std::vector<Expert> experts_;          // this rank's, from placement_->first()

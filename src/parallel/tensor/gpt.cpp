@@ -175,7 +175,7 @@ void TensorParallelGpt::build(uint64_t seed, std::shared_ptr<VocabParallelEmbedd
     if (cfg_.moe_layer(i)) {
       // Every expert split as the MLP is (c_fc's rows by half when gated,
       // c_proj's columns); the router whole on every rank.
-      L.moe = block->add("mlp", std::make_shared<nn::MoeMlp>(cfg_, i, t, experts_));
+      L.moe = block->add("mlp", std::make_shared<nn::MoeMlp>(cfg_, i, t, experts_, group_->rank()));
     } else {
       auto mlp = block->add("mlp", std::make_shared<Container>());
       // SwiGLU's c_fc holds [gate | value]: each half split over the ranks,
@@ -243,17 +243,26 @@ void TensorParallelGpt::build(uint64_t seed, std::shared_ptr<VocabParallelEmbedd
       if (cfg_.moe.expert_bias) specs_[p + "mlp.expert_bias"] = ShardSpec::replicated();
       const int64_t first = experts_ ? experts_->first() : 0;
       const int64_t count = experts_ ? experts_->count() : cfg_.moe.experts;
-      for (int64_t e = first; e < first + count; ++e) {
-        const std::string x = p + "mlp.experts." + std::to_string(e) + ".";
+      // Their LoRA adapters split with them (B's rows as c_fc's, A's
+      // columns as c_proj's); the whole A of c_fc and B of c_proj take
+      // partial gradients, as a column- and a row-parallel layer's do.
+      const auto expert_specs = [&](const std::string& x) {
         specs_[x + "c_fc.weight"] = ShardSpec::along(0, gated ? 2 : 1);
         specs_[x + "c_proj.weight"] = ShardSpec::along(1);
-      }
+        if (cfg_.lora_on("mlp.c_fc")) {
+          specs_[x + "c_fc.lora_a"] = ColumnParallelLinear::lora_a_spec();
+          specs_[x + "c_fc.lora_b"] = ShardSpec::along(0, gated ? 2 : 1);
+        }
+        if (cfg_.lora_on("mlp.c_proj")) {
+          specs_[x + "c_proj.lora_a"] = ShardSpec::along(1);
+          specs_[x + "c_proj.lora_b"] = RowParallelLinear::lora_b_spec();
+        }
+      };
+      for (int64_t e = first; e < first + count; ++e)
+        expert_specs(p + "mlp.experts." + std::to_string(e) + ".");
       // The shared expert split as the experts are; its gate whole, as the
       // router.
-      if (cfg_.moe.shared_ffn_hidden_size > 0) {
-        specs_[p + "mlp.shared.c_fc.weight"] = ShardSpec::along(0, gated ? 2 : 1);
-        specs_[p + "mlp.shared.c_proj.weight"] = ShardSpec::along(1);
-      }
+      if (cfg_.moe.shared_ffn_hidden_size > 0) expert_specs(p + "mlp.shared.");
       if (cfg_.moe.shared_gate) specs_[p + "mlp.shared_gate.weight"] = ShardSpec::replicated(sp_);
     } else {
       specs_[p + "mlp.c_fc.weight"] = L.c_fc->weight_spec();

@@ -1080,6 +1080,57 @@ TEST_P(TensorParallelGptTest, LoraDropoutDrawsTheMasksOfOneProcess) {
   EXPECT_EQ(adapters, 2 * 4 * 2);
 }
 
+// LoRA on a mixture's experts (model.lora.targets mlp.c_fc, mlp.c_proj):
+// each expert's and the shared expert's adapters split with their shards
+// (c_fc's B by its gate and up rows, c_proj's A by columns; c_fc's A and
+// c_proj's B whole, their gradients summed over the group), with dropout
+// on their input: every rank runs the gathered tokens through its shards
+// and draws its slice of one process's masks, so loss and gradients are one
+// process's, with or without sequence parallelism.
+TEST_P(TensorParallelGptTest, LoraOnExpertsMatchesOneProcess) {
+  const bool sp = GetParam();
+  const int64_t V = 100;
+  nn::GptConfig c = tiny(V);
+  c.normalization = nn::Normalization::RmsNorm;
+  c.linear_bias = false;
+  c.activation = nn::Activation::SwiGlu;
+  c.position_embedding = nn::PositionEmbedding::Rotary;
+  c.rope_theta = 20.0;
+  c.moe = {.experts = 4,
+           .top_k = 2,
+           .ffn_hidden_size = 8,
+           .aux_loss_coef = 0.1,
+           .dense_layers = {0},
+           .shared_ffn_hidden_size = 8,
+           .shared_gate = true};
+  c.lora = {
+      .rank = 2, .alpha = 4, .targets = {"attn.c_attn", "mlp.c_fc", "mlp.c_proj"}, .dropout = 0.3};
+  c.validate();
+  nn::Gpt ref(c, 8);
+  uint64_t stream = 70;
+  for (auto& [name, t] : ref.named_parameters()) {
+    if (name.ends_with(".lora_b")) copy_(t, randn(t.shape(), 8, stream++, 0.3));
+  }
+  TensorParallelGpt model(c, 8, g_world, sp);
+  model.load_full_state_dict(ref.state_dict());
+  Tensor ids = token_ids(V, 3), targets = token_ids(V, 4);
+  const nn::ForwardContext ctx{true, 78, 3};
+  Tensor l = model.loss(ids, targets, ctx), lr = ref.loss(ids, targets, ctx);
+  EXPECT_NEAR(item(l), item(lr), 1e-6 * item(lr));
+  EXPECT_GT(std::abs(item(ref.loss(ids, targets, nn::ForwardContext{false, 78, 3})) - item(lr)),
+            1e-5);
+  autograd::backward({l});
+  autograd::backward({lr});
+  model.reduce_partial_grads();
+  const nn::StateDict grads = full_grads(model);
+  int adapters = 0;
+  for (auto& [name, p] : ref.named_parameters()) {
+    expect_close(to_double_vector(grads.at(name)), to_double_vector(p.grad()), 1e-6, 1e-4, name);
+    adapters += nn::is_lora_adapter(name) && name.find(".mlp.experts.") != std::string::npos;
+  }
+  EXPECT_EQ(adapters, 4 * 2 * 2);  // 4 experts' c_fc and c_proj, A and B, in layer 1
+}
+
 // Full recomputation under TP + SP with dropout: the same loss and gradients
 // as keeping every activation, while the graph holds far less.
 TEST(TensorParallelGpt, FullRecomputationChangesNothingButMemory) {
