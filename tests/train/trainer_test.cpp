@@ -19,6 +19,7 @@
 #include "triad/data/multiple_choice.h"
 #include "triad/data/token_dataset.h"
 #include "triad/data/token_shard.h"
+#include "triad/io/peft_adapter.h"
 #include "triad/io/safetensors.h"
 #include "triad/nn/evaluate.h"
 #include "triad/nn/generate.h"
@@ -368,6 +369,29 @@ TEST(Trainer, LoraOnAPartialRotationWritesPhi3Adapters) {
   const std::string text((std::istreambuf_iterator<char>(config)),
                          std::istreambuf_iterator<char>());
   EXPECT_NE(text.find("\"qkv_proj\""), std::string::npos) << text;
+}
+
+// LoRA on the experts of a mixture no Hugging Face class holds (GPT-2's
+// blocks with experts): the run trains the experts' adapters and writes the
+// merged model, and no PEFT adapter (it has no modules to name them by),
+// where it used to fail at the end after training.
+TEST(Trainer, LoraOnAClasslessMixtureWritesTheMergedModelAlone) {
+  TempDir dir;
+  Config c = small_config(dir, 2);
+  c.train.steps = 2;
+  auto& m = c.model;
+  m.moe = {.experts = 2, .top_k = 1, .ffn_hidden_size = 8};
+  m.lora = {.rank = 2, .alpha = 4, .targets = {"mlp.c_fc", "mlp.c_proj"}};
+  ASSERT_NE(io::peft_adapter_unsupported(m), "");
+  Trainer t(c);
+  t.run();
+  const nn::StateDict end = t.full_state_dict();
+  double moved = 0;  // B starts at 0
+  for (double v : to_double_vector(end.at("h.1.mlp.experts.1.c_proj.lora_b")))
+    moved = std::max(moved, std::abs(v));
+  EXPECT_GT(moved, 0.0);
+  EXPECT_TRUE(std::filesystem::exists(dir.file("out/model.safetensors")));
+  EXPECT_FALSE(std::filesystem::exists(dir.file("out/adapter")));
 }
 
 // LoRA under bf16: the frozen weights stay the bf16 values they were
