@@ -68,7 +68,8 @@ std::string unsupported_reason(const nn::GptConfig& c) {
            "experts are exported merged into the weights only";
   }
   if (on_experts && c.expert_fc_width() != 2 * c.expert_ffn()) {
-    return "the experts are not gated (model.activation gelu), and no Hugging Face class of "
+    return "the experts are not gated (model.activation neither swiglu nor geglu), and no "
+           "Hugging Face class of "
            "mixtures holds such experts";
   }
   return "";

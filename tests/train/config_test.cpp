@@ -291,11 +291,14 @@ TEST(Config, MixtureOfExpertsParsesRoundTripsAndIsChecked) {
   EXPECT_EQ(parse_config(to_yaml(plain)).model.moe, plain.model.moe);
   EXPECT_EQ(parse_config(kValid, {"model.moe={experts: 4}", "model.moe=none"}).model.moe.experts,
             0);
-  // LoRA's default targets leave the experts alone; naming them is refused.
+  // LoRA's default targets leave the experts alone; naming them adapts
+  // every expert's layer of that name.
   EXPECT_EQ(parse_config(kValid, {"model.moe={experts: 4}", "model.lora=4"}).model.lora.targets,
             (std::vector<std::string>{"attn.c_attn", "attn.c_proj"}));
-  expect_config_error(kValid, {"model.moe={experts: 4}", "model.lora={rank: 4, targets: mlp.c_fc}"},
-                      "model.lora.targets names mlp.c_fc");
+  const Config on_experts =
+      parse_config(kValid, {"model.moe={experts: 4}", "model.lora={rank: 4, targets: mlp.c_fc}"});
+  EXPECT_EQ(on_experts.model.lora.targets, (std::vector<std::string>{"mlp.c_fc"}));
+  EXPECT_EQ(on_experts.model.lora_modules(1).size(), 4u);
   expect_config_error(kValid, {"model.moe={top_k: 2}"}, "model.moe.experts (0) must be positive");
   expect_config_error(kValid, {"model.moe={experts: 4, top_k: 5}"},
                       "model.moe.top_k (5) must be in [1, model.moe.experts (4)]");
