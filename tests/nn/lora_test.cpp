@@ -4,6 +4,7 @@
 // gradients are the loss's derivatives; merge_lora folds them into W.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "support/expect_error.h"
@@ -33,6 +34,45 @@ Tensor ids() {
 }
 Tensor targets() {
   return tokens(2);
+}
+
+// `sd`'s weights with their adapters merged in (W + s B A) copied into
+// `msd`, a model without adapters.
+void merge_into(StateDict& msd, const StateDict& sd, double s) {
+  for (auto& [name, t] : msd) {
+    const std::string stem = name.substr(0, name.size() - 6);
+    if (sd.count(stem + "lora_a"))
+      copy_(t, merge_lora(sd.at(name), sd.at(stem + "lora_a"), sd.at(stem + "lora_b"), s));
+  }
+}
+
+// After backward through both: each adapter's gradient in `sd` follows from
+// the gradient G of its weight in the merged `msd`, dL/dB = s G A^T and
+// dL/dA = s B^T G (with `nonzero`, A's not all zero). The adapted weights
+// checked are appended to `checked`.
+void expect_adapter_gradients(const StateDict& sd, const StateDict& msd, double s, bool nonzero,
+                              std::vector<std::string>& checked) {
+  for (const auto& [name, t] : msd) {
+    const std::string stem = name.substr(0, name.size() - 6);
+    if (!sd.count(stem + "lora_a")) continue;
+    const Tensor G = t.grad(), A = sd.at(stem + "lora_a"), B = sd.at(stem + "lora_b");
+    ASSERT_TRUE(G.defined()) << name;
+    const auto want_b = to_double_vector(scale(matmul(G, transpose(A, 0, 1)), s));
+    const auto want_a = to_double_vector(scale(matmul(transpose(B, 0, 1), G), s));
+    const auto got_b = to_double_vector(B.grad()), got_a = to_double_vector(A.grad());
+    ASSERT_EQ(got_b.size(), want_b.size());
+    ASSERT_EQ(got_a.size(), want_a.size());
+    if (nonzero) {
+      double norm_a = 0;
+      for (double v : want_a) norm_a = std::max(norm_a, std::abs(v));
+      EXPECT_GT(norm_a, 1e-4) << name;
+    }
+    for (size_t i = 0; i < got_b.size(); ++i)
+      ASSERT_NEAR(got_b[i], want_b[i], 1e-5 + 1e-3 * std::abs(want_b[i])) << stem << "lora_b";
+    for (size_t i = 0; i < got_a.size(); ++i)
+      ASSERT_NEAR(got_a[i], want_a[i], 1e-5 + 1e-3 * std::abs(want_a[i])) << stem << "lora_a";
+    checked.push_back(name);
+  }
 }
 
 TEST(Lora, AdaptersAreNamedAfterTheirLayersAndShapedByThem) {
@@ -92,13 +132,7 @@ TEST(Lora, AdaptersAddTheScaledLowRankProduct) {
     }
     Gpt merged(c.without_lora(), 4);
     StateDict msd = merged.state_dict();
-    for (auto& [name, t] : msd) {
-      const std::string stem = name.substr(0, name.size() - 6);
-      if (sd.count(stem + "lora_a")) {
-        copy_(t, merge_lora(sd.at(name), sd.at(stem + "lora_a"), sd.at(stem + "lora_b"),
-                            c.lora_scale()));
-      }
-    }
+    merge_into(msd, sd, c.lora_scale());
     const double a = item(with.loss(ids(), targets())), b = item(merged.loss(ids(), targets()));
     EXPECT_NEAR(a, b, 1e-5 * std::abs(b)) << (swiglu ? "swiglu" : "gelu");
     // (And the adapters do change the model.)
@@ -123,36 +157,12 @@ TEST(Lora, AdapterGradientsFollowFromTheMergedWeightsGradient) {
     }
     Gpt merged(c.without_lora(), 5);
     StateDict msd = merged.state_dict();
-    for (auto& [name, t] : msd) {
-      const std::string stem = name.substr(0, name.size() - 6);
-      if (sd.count(stem + "lora_a"))
-        copy_(t, merge_lora(sd.at(name), sd.at(stem + "lora_a"), sd.at(stem + "lora_b"), s));
-    }
+    merge_into(msd, sd, s);
     autograd::backward({with.loss(ids(), targets())}, {});
     autograd::backward({merged.loss(ids(), targets())}, {});
-    size_t checked = 0;
-    for (const auto& [name, t] : msd) {
-      const std::string stem = name.substr(0, name.size() - 6);
-      if (!sd.count(stem + "lora_a")) {
-        continue;
-      }
-      const Tensor G = t.grad(), A = sd.at(stem + "lora_a"), B = sd.at(stem + "lora_b");
-      ASSERT_TRUE(G.defined()) << name;
-      const auto want_b = to_double_vector(scale(matmul(G, transpose(A, 0, 1)), s));
-      const auto want_a = to_double_vector(scale(matmul(transpose(B, 0, 1), G), s));
-      const auto got_b = to_double_vector(B.grad()), got_a = to_double_vector(A.grad());
-      ASSERT_EQ(got_b.size(), want_b.size());
-      ASSERT_EQ(got_a.size(), want_a.size());
-      double norm_a = 0;
-      for (double v : want_a) norm_a = std::max(norm_a, std::abs(v));
-      EXPECT_GT(norm_a, 1e-4) << name;
-      for (size_t i = 0; i < got_b.size(); ++i)
-        ASSERT_NEAR(got_b[i], want_b[i], 1e-5 + 1e-3 * std::abs(want_b[i])) << stem << "lora_b";
-      for (size_t i = 0; i < got_a.size(); ++i)
-        ASSERT_NEAR(got_a[i], want_a[i], 1e-5 + 1e-3 * std::abs(want_a[i])) << stem << "lora_a";
-      ++checked;
-    }
-    EXPECT_EQ(checked, 8u) << (swiglu ? "swiglu" : "gelu");
+    std::vector<std::string> checked;
+    expect_adapter_gradients(sd, msd, s, true, checked);
+    EXPECT_EQ(checked.size(), 8u) << (swiglu ? "swiglu" : "gelu");
   }
 }
 
@@ -294,11 +304,7 @@ TEST(Lora, ExpertAdaptersAddTheirProductAndTakeTheMergedWeightsGradient) {
   }
   Gpt merged(c.without_lora(), 4);
   StateDict msd = merged.state_dict();
-  for (auto& [name, t] : msd) {
-    const std::string stem = name.substr(0, name.size() - 6);
-    if (sd.count(stem + "lora_a"))
-      copy_(t, merge_lora(sd.at(name), sd.at(stem + "lora_a"), sd.at(stem + "lora_b"), s));
-  }
+  merge_into(msd, sd, s);
   const ForwardContext ctx{true, 5, 1};
   const Tensor lw = with.loss(ids(), targets(), ctx), lm = merged.loss(ids(), targets(), ctx);
   EXPECT_NEAR(item(lw), item(lm), 1e-5 * std::abs(item(lm)));
@@ -306,24 +312,11 @@ TEST(Lora, ExpertAdaptersAddTheirProductAndTakeTheMergedWeightsGradient) {
   EXPECT_GT(std::abs(item(base.loss(ids(), targets(), ctx)) - item(lm)), 1e-4);
   autograd::backward({lw}, {});
   autograd::backward({lm}, {});
-  size_t experts = 0;
-  for (const auto& [name, t] : msd) {
-    const std::string stem = name.substr(0, name.size() - 6);
-    if (!sd.count(stem + "lora_a")) continue;
-    const Tensor G = t.grad(), A = sd.at(stem + "lora_a"), B = sd.at(stem + "lora_b");
-    ASSERT_TRUE(G.defined()) << name;
-    const auto want_b = to_double_vector(scale(matmul(G, transpose(A, 0, 1)), s));
-    const auto want_a = to_double_vector(scale(matmul(transpose(B, 0, 1), G), s));
-    const auto got_b = to_double_vector(B.grad()), got_a = to_double_vector(A.grad());
-    ASSERT_EQ(got_b.size(), want_b.size());
-    ASSERT_EQ(got_a.size(), want_a.size());
-    for (size_t i = 0; i < got_b.size(); ++i)
-      ASSERT_NEAR(got_b[i], want_b[i], 1e-5 + 1e-3 * std::abs(want_b[i])) << stem << "lora_b";
-    for (size_t i = 0; i < got_a.size(); ++i)
-      ASSERT_NEAR(got_a[i], want_a[i], 1e-5 + 1e-3 * std::abs(want_a[i])) << stem << "lora_a";
-    experts += name.find(".mlp.experts.") != std::string::npos ? 1 : 0;
-  }
-  EXPECT_EQ(experts, 6u);
+  std::vector<std::string> checked;
+  expect_adapter_gradients(sd, msd, s, false, checked);
+  EXPECT_EQ(std::count_if(checked.begin(), checked.end(),
+                          [](const std::string& n) { return n.find(".mlp.experts.") != n.npos; }),
+            6);
 }
 
 // Dropout on the experts' adapters: each expert's masks drawn from its own

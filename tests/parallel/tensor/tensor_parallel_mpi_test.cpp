@@ -1041,6 +1041,39 @@ TEST(TensorParallelGpt, DropoutFollowsTheRngRule) {
   }
 }
 
+// One process's model `c` (seed `seed`, its adapters' B random from
+// stream `first_stream` on) against a tensor-parallel one loaded from it: a
+// training pass drawing dropout masks (seed `draw`; evaluation and another
+// call must give other losses, so the masks matter) gives the same loss
+// and, summed over the group, every gradient. The parameters compared are appended to `compared`.
+void expect_lora_matches_one_process(const nn::GptConfig& c, uint64_t seed, uint64_t first_stream,
+                                     uint64_t draw, bool sp, std::vector<std::string>& compared) {
+  const int64_t V = c.vocab_size;
+  nn::Gpt ref(c, seed);
+  uint64_t stream = first_stream;
+  for (auto& [name, t] : ref.named_parameters()) {
+    if (name.ends_with(".lora_b")) copy_(t, randn(t.shape(), seed, stream++, 0.3));
+  }
+  TensorParallelGpt model(c, seed, g_world, sp);
+  model.load_full_state_dict(ref.state_dict());
+  Tensor ids = token_ids(V, 3), targets = token_ids(V, 4);
+  const nn::ForwardContext ctx{true, draw, 3};
+  Tensor l = model.loss(ids, targets, ctx), lr = ref.loss(ids, targets, ctx);
+  EXPECT_NEAR(item(l), item(lr), 1e-6 * item(lr));
+  const double eval = item(ref.loss(ids, targets, nn::ForwardContext{false, draw, 3}));
+  const double other = item(ref.loss(ids, targets, nn::ForwardContext{true, draw, 4}));
+  EXPECT_GT(std::abs(eval - item(lr)), 1e-5);
+  EXPECT_GT(std::abs(other - item(lr)), 1e-5);
+  autograd::backward({l});
+  autograd::backward({lr});
+  model.reduce_partial_grads();
+  const nn::StateDict grads = full_grads(model);
+  for (auto& [name, p] : ref.named_parameters()) {
+    expect_close(to_double_vector(grads.at(name)), to_double_vector(p.grad()), 1e-6, 1e-4, name);
+    compared.push_back(name);
+  }
+}
+
 // LoRA's dropout (model.lora.dropout) draws each element's mask from its
 // place in the whole input, so the column-parallel layers (their input
 // whole, or gathered under SP) and the row-parallel ones (a slice of the
@@ -1052,32 +1085,11 @@ TEST_P(TensorParallelGptTest, LoraDropoutDrawsTheMasksOfOneProcess) {
   const int64_t V = 100;
   nn::GptConfig c = tiny(V);
   c.lora = {.rank = 2, .alpha = 4, .targets = nn::GptConfig::lora_layers(), .dropout = 0.3};
-  nn::Gpt ref(c, 6);
-  uint64_t stream = 50;
-  for (auto& [name, t] : ref.named_parameters()) {
-    if (name.ends_with(".lora_b")) copy_(t, randn(t.shape(), 6, stream++, 0.3));
-  }
-  TensorParallelGpt model(c, 6, g_world, sp);
-  model.load_full_state_dict(ref.state_dict());
-  Tensor ids = token_ids(V, 3), targets = token_ids(V, 4);
-  const nn::ForwardContext ctx{true, 77, 3};
-  Tensor l = model.loss(ids, targets, ctx), lr = ref.loss(ids, targets, ctx);
-  EXPECT_NEAR(item(l), item(lr), 1e-6 * item(lr));
-  // The masks matter: evaluation and another call give other losses.
-  const double eval = item(ref.loss(ids, targets, nn::ForwardContext{false, 77, 3}));
-  const double other = item(ref.loss(ids, targets, nn::ForwardContext{true, 77, 4}));
-  EXPECT_GT(std::abs(eval - item(lr)), 1e-5);
-  EXPECT_GT(std::abs(other - item(lr)), 1e-5);
-  autograd::backward({l});
-  autograd::backward({lr});
-  model.reduce_partial_grads();
-  const nn::StateDict grads = full_grads(model);
-  int adapters = 0;
-  for (auto& [name, p] : ref.named_parameters()) {
-    expect_close(to_double_vector(grads.at(name)), to_double_vector(p.grad()), 1e-6, 1e-4, name);
-    adapters += nn::is_lora_adapter(name) ? 1 : 0;
-  }
-  EXPECT_EQ(adapters, 2 * 4 * 2);
+  std::vector<std::string> compared;
+  expect_lora_matches_one_process(c, 6, 50, 77, sp, compared);
+  EXPECT_EQ(std::count_if(compared.begin(), compared.end(),
+                          [](const std::string& n) { return nn::is_lora_adapter(n); }),
+            2 * 4 * 2);
 }
 
 // LoRA on a mixture's experts (model.lora.targets mlp.c_fc, mlp.c_proj):
@@ -1106,29 +1118,13 @@ TEST_P(TensorParallelGptTest, LoraOnExpertsMatchesOneProcess) {
   c.lora = {
       .rank = 2, .alpha = 4, .targets = {"attn.c_attn", "mlp.c_fc", "mlp.c_proj"}, .dropout = 0.3};
   c.validate();
-  nn::Gpt ref(c, 8);
-  uint64_t stream = 70;
-  for (auto& [name, t] : ref.named_parameters()) {
-    if (name.ends_with(".lora_b")) copy_(t, randn(t.shape(), 8, stream++, 0.3));
-  }
-  TensorParallelGpt model(c, 8, g_world, sp);
-  model.load_full_state_dict(ref.state_dict());
-  Tensor ids = token_ids(V, 3), targets = token_ids(V, 4);
-  const nn::ForwardContext ctx{true, 78, 3};
-  Tensor l = model.loss(ids, targets, ctx), lr = ref.loss(ids, targets, ctx);
-  EXPECT_NEAR(item(l), item(lr), 1e-6 * item(lr));
-  EXPECT_GT(std::abs(item(ref.loss(ids, targets, nn::ForwardContext{false, 78, 3})) - item(lr)),
-            1e-5);
-  autograd::backward({l});
-  autograd::backward({lr});
-  model.reduce_partial_grads();
-  const nn::StateDict grads = full_grads(model);
-  int adapters = 0;
-  for (auto& [name, p] : ref.named_parameters()) {
-    expect_close(to_double_vector(grads.at(name)), to_double_vector(p.grad()), 1e-6, 1e-4, name);
-    adapters += nn::is_lora_adapter(name) && name.find(".mlp.experts.") != std::string::npos;
-  }
-  EXPECT_EQ(adapters, 4 * 2 * 2);  // 4 experts' c_fc and c_proj, A and B, in layer 1
+  std::vector<std::string> compared;
+  expect_lora_matches_one_process(c, 8, 70, 78, sp, compared);
+  EXPECT_EQ(std::count_if(compared.begin(), compared.end(),
+                          [](const std::string& n) {
+                            return nn::is_lora_adapter(n) && n.find(".mlp.experts.") != n.npos;
+                          }),
+            4 * 2 * 2);  // 4 experts' c_fc and c_proj, A and B, in layer 1
 }
 
 // Full recomputation under TP + SP with dropout: the same loss and gradients
