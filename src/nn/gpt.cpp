@@ -954,6 +954,26 @@ Tensor CausalSelfAttention::forward_cached(const Tensor& x, Tensor& k_cache, Ten
                                            int64_t start, const ForwardContext& ctx,
                                            const Tensor& text_starts) const {
   const int64_t n = x.size(1);
+  if (latent_) {
+    // model.mla: the cache holds each token's latent and rope key
+    // (KvCache), the new tokens attending over them in DeepSeek's absorbed
+    // form; the prompt through the fused attention, as forward() runs it.
+    const LatentProjections::Parts parts = latent_->parts(x);
+    if (start == 0) {
+      latent_->store(parts, k_cache, v_cache, 0, ctx.positions, rope_.theta, rope_.scaling);
+      const Tensor qkv = rotary_embedding(latent_->qkv(parts), heads_, ctx.positions, 0,
+                                          rope_.theta, rope_.scaling);
+      return c_proj_->forward(
+          heads_out(causal_attention(qkv, heads_, ctx.attention_starts(window_ > 0))));
+    }
+    std::vector<int64_t> rows;  // the left-padded rows' first text slots (read back once)
+    if (text_starts.defined()) {
+      for (double v : to_double_vector(text_starts)) rows.push_back(static_cast<int64_t>(v));
+    }
+    return c_proj_->forward(latent_->decode(parts, k_cache, v_cache, start, ctx.positions,
+                                            rope_.theta, rope_.scaling, window_, rows,
+                                            heads_.softcap));
+  }
   const Tensor qkv = project(x, ctx.positions, start, {});
   write_kv_cache(qkv, heads_, start, k_cache, v_cache);  // one launch on a GPU
   if (start == 0) {

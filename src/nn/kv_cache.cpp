@@ -10,6 +10,11 @@ namespace triad::nn {
 KvCache::KvCache(const GptConfig& cfg, int64_t batch, DType dtype, Device device) {
   if (batch <= 0) throw ValueError("KvCache: batch (" + std::to_string(batch) + ") must be > 0");
   for (int64_t i = 0; i < cfg.n_layer; ++i) {
+    if (cfg.latent_attention()) {  // DeepSeek's latents and rope keys
+      k.push_back(empty({batch, 1, cfg.seq_len, cfg.mla.kv_lora_rank}, dtype, device));
+      v.push_back(empty({batch, 1, cfg.seq_len, cfg.mla.qk_rope_head_dim}, dtype, device));
+      continue;
+    }
     k.push_back(empty({batch, cfg.kv_heads(), cfg.seq_len, cfg.head_dim()}, dtype, device));
     v.push_back(empty({batch, cfg.kv_heads(), cfg.seq_len, cfg.head_dim()}, dtype, device));
   }

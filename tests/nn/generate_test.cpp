@@ -293,7 +293,10 @@ struct Decoding {
   std::vector<int64_t> full_layers = {};  // exempt from the window
   double softcap = 0.0;  // the scores' soft cap (and twice it the logits'), Gemma 2's
   bool olmo2 = false;    // OLMo 2's blocks: post-norms only, query/key norms over all heads
-  bool mla = false;      // DeepSeek's latent attention (the cache holds its padded heads)
+  bool mla = false;      // DeepSeek's latent attention (the cache holds its latents)
+  // With mla: queries straight from x, no nope part, values wider than
+  // the queries (these padded) and yarn's scaling with DeepSeek's mscale.
+  bool mla_wide = false;
   // tiny() with these, over 12 positions.
   GptConfig config() const {
     GptConfig cfg = tiny();
@@ -321,6 +324,16 @@ struct Decoding {
                  .v_head_dim = 6};
     }
     cfg.rope_theta = 50.0;  // large turns over 12 positions
+    if (mla && mla_wide) {
+      cfg.mla.q_lora_rank = 0;
+      cfg.mla.qk_nope_head_dim = 0;
+      cfg.mla.v_head_dim = 10;
+      cfg.mla.mscale_all_dim = 0.7;
+      cfg.rope_scaling.kind = RopeScaling::Kind::Yarn;
+      cfg.rope_scaling.factor = 4.0;
+      cfg.rope_scaling.original_seq_len = 4.0;
+      cfg.rope_scaling.attention_factor = 1.0;
+    }
     return cfg;
   }
 };
@@ -343,7 +356,12 @@ TEST_P(KvCacheDecoding, PieceByPieceGivesTheFullForwardsLogits) {
   const auto want = to_double_vector(model.forward(all, {false, 0, 0}));  // (2, 12, V)
   KvCache cache(cfg, 2, DType::F32, Device::cpu());
   EXPECT_EQ(cache.capacity(), 12);
-  EXPECT_EQ(cache.k[0].shape(), (Shape{2, cfg.kv_heads(), 12, cfg.head_dim()}));
+  if (cfg.latent_attention()) {  // each token's latent and rope key
+    EXPECT_EQ(cache.k[0].shape(), (Shape{2, 1, 12, cfg.mla.kv_lora_rank}));
+    EXPECT_EQ(cache.v[1].shape(), (Shape{2, 1, 12, cfg.mla.qk_rope_head_dim}));
+  } else {
+    EXPECT_EQ(cache.k[0].shape(), (Shape{2, cfg.kv_heads(), 12, cfg.head_dim()}));
+  }
   int64_t at = 0;
   for (int64_t n : {5, 1, 1, 1, 3, 1}) {
     Tensor logits = model.decode(narrow(all, 1, at, n), cache);
@@ -449,7 +467,9 @@ INSTANTIATE_TEST_SUITE_P(
                       Decoding{PositionEmbedding::Rotary, 4, 2, 5, 0, {0}},
                       Decoding{PositionEmbedding::Rotary, 4, 2, 5, 0, {0}, 0.5},
                       Decoding{PositionEmbedding::Rotary, 4, 2, 0, 0, {}, 0.0, true},
-                      Decoding{PositionEmbedding::Rotary, 4, 0, 5, 0, {}, 0.0, false, true}),
+                      Decoding{PositionEmbedding::Rotary, 4, 0, 5, 0, {}, 0.0, false, true},
+                      Decoding{PositionEmbedding::Rotary, 4, 0, 0, 0, {}, 0.5, false, true},
+                      Decoding{PositionEmbedding::Rotary, 2, 0, 0, 0, {}, 0.0, false, true, true}),
     [](const auto& info) {
       const Decoding& d = info.param;
       return std::string(position_embedding_string(d.positions)) + "_" + std::to_string(d.n_head) +
@@ -458,8 +478,38 @@ INSTANTIATE_TEST_SUITE_P(
              (d.full_layers.empty() ? std::string() : "_on_layer_1") +
              (d.head_dim ? "_qk_norm_heads_of_" + std::to_string(d.head_dim) : std::string()) +
              (d.softcap > 0 ? "_soft_capped" : "") + (d.olmo2 ? "_olmo2_blocks" : "") +
-             (d.mla ? "_latent_attention" : "");
+             (d.mla ? "_latent_attention" : "") + (d.mla_wide ? "_wide_values_yarn" : "");
     });
+
+// Latent attention with LoRA on its up-projection (attn.kv_b_proj): the
+// absorbed decoding folds the adapters (B random here) into the weight it
+// splits by head, and so gives the full forward's logits.
+TEST(KvCache, LatentDecodingMergesTheUpProjectionsAdapters) {
+  Decoding d{PositionEmbedding::Rotary, 4, 0};
+  d.mla = true;
+  GptConfig cfg = d.config();
+  cfg.lora = {.rank = 2, .alpha = 4, .targets = {"attn.kv_b_proj", "attn.c_proj"}};
+  cfg.validate();
+  Gpt model(cfg, 9);
+  uint64_t stream = 3;
+  for (auto& [name, t] : model.named_parameters()) {
+    if (name.ends_with(".lora_b")) copy_(t, randn(t.shape(), 9, stream++, 0.5));
+  }
+  std::vector<int64_t> ids;
+  for (int64_t i = 0; i < 12; ++i) ids.push_back((i * 11 + 5) % cfg.vocab_size);
+  const Tensor all = from_vector(ids, {1, 12});
+  const auto want = to_double_vector(model.forward(all, {false, 0, 0}));
+  KvCache cache(cfg, 1, DType::F32, Device::cpu());
+  int64_t at = 0;
+  for (int64_t n : {4, 1, 2, 5}) {
+    const auto got = to_double_vector(model.decode(narrow(all, 1, at, n), cache));
+    for (size_t i = 0; i < got.size(); ++i) {
+      const double w = want[static_cast<size_t>(at * cfg.vocab_size) + i];
+      ASSERT_NEAR(got[i], w, 1e-4 * (1 + std::abs(w))) << "position " << at << " + " << i;
+    }
+    at += n;
+  }
+}
 
 TEST(KvCache, LastOnlyGivesTheLastPositionsLogits) {
   Gpt model(tiny(), 8);

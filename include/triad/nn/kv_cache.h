@@ -14,7 +14,11 @@ struct GptConfig;
 // of a forward pass over the whole context (Gpt::decode). Per layer, k and
 // v are (batch, key/value heads, seq_len, head_dim) in the model's dtype on
 // its device (grouped-query attention keeps n_kv_head heads, not n_head);
-// slots [0, length) hold data.
+// slots [0, length) hold data. Under latent attention (GptConfig::mla) k
+// holds each token's latent (batch, 1, seq_len, kv_lora_rank) and v its
+// rope key (batch, 1, seq_len, qk_rope_head_dim), from which the heads'
+// keys and values are never made (LatentProjections::decode): DeepSeek-V3's
+// 576 numbers a token and layer instead of 128 heads' 2 x 192.
 //
 // Sequences of different lengths share a cache left-padded: row b's text
 // starts at slot row_start[b] (its token at slot s sits at position

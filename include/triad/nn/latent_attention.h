@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "triad/core/rope_scaling.h"
 #include "triad/nn/layer_norm.h"
 #include "triad/nn/linear.h"
 
@@ -47,23 +48,65 @@ class LatentProjections {
   const std::vector<std::pair<std::string, std::shared_ptr<Module>>>& layers() const {
     return layers_;
   }
+  // What x (B, T, d_model) projects to: the queries (B, T, heads, qk_nope
+  // + qk_rope), each head [nope | rope] as q_b_proj's rows are, neither
+  // scaled nor rotated; the key/value latent (B, T, kv_lora_rank),
+  // normalised; and the one rope key (B, T, qk_rope), not yet rotated.
+  struct Parts {
+    Tensor q, latent, k_rope;
+  };
+  Parts parts(const Tensor& x, const DropoutDraw& draw = {}) const;
   // x (B, T, d_model) -> qkv (B, T, 3 * heads * D) as causal_attention
   // reads it, D = cfg.head_dim(): query head h is [q_rope | q_nope] times
   // cfg.latent_query_factor(), key head h [k_rope | k_nope] (k_rope the
   // same for every head), value head h its v; each zero-padded to D. Not
   // yet rotated: rotary_embedding with rotary_dim qk_rope turns the first
   // qk_rope dimensions of each query and key head.
-  Tensor qkv(const Tensor& x, const DropoutDraw& draw = {}) const;
+  Tensor qkv(const Tensor& x, const DropoutDraw& draw = {}) const {
+    return qkv(parts(x, draw), draw);
+  }
+  Tensor qkv(const Parts& p, const DropoutDraw& draw = {}) const;
   // The attention's output (B, T, heads * D) -> (B, T, heads * v_head_dim),
   // each head's padding dropped.
   Tensor values(const Tensor& y) const;
 
+  // Decoding from a cache of latents (DeepSeek's absorbed attention): per
+  // token kv_lora_rank + qk_rope numbers instead of heads * 2 * D (for
+  // DeepSeek-V3 576 against 49152). `latents` (B, 1, capacity,
+  // kv_lora_rank) and `rope_keys` (B, 1, capacity, qk_rope) hold slots [0,
+  // start); store() writes the n new tokens' (p, B by n) into slots [start,
+  // start + n), their rope keys turned at `positions` (or start + t; as
+  // rotary_embedding takes them) by theta and `scaling`.
+  void store(const Parts& p, Tensor& latents, Tensor& rope_keys, int64_t start,
+             const Tensor& positions, double theta, const RopeScaling& scaling) const;
+  // store(), then the attention of the n new tokens over slots [0, start +
+  // n): (B, n, heads * v_head_dim), what values(causal_attention(...)) gives
+  // for them over the same keys. Each head's k_nope part of kv_b_proj is
+  // folded into its query (q_nope W_uk scores the latent) and its v part
+  // applied to the latents' weighted sum, so no key or value head is ever
+  // made. Query i of row b (slot start + i) sees the slots up to its own,
+  // within the last `window` (0: all), never those of the row's left
+  // padding before row_start[b] (empty: none) unless it is padding itself;
+  // softcap > 0 caps the scores as causal_attention does. Forward only.
+  Tensor decode(const Parts& p, Tensor& latents, Tensor& rope_keys, int64_t start,
+                const Tensor& positions, double theta, const RopeScaling& scaling,
+                int64_t window = 0, const std::vector<int64_t>& row_start = {},
+                double softcap = 0.0) const;
+
  private:
+  // The new tokens' rope queries (B, n, heads, qk_rope) and rope key (B, n,
+  // qk_rope), turned.
+  std::pair<Tensor, Tensor> turned(const Parts& p, int64_t start, const Tensor& positions,
+                                   double theta, const RopeScaling& scaling) const;
+  void write(const Parts& p, const Tensor& key, Tensor& latents, Tensor& rope_keys,
+             int64_t start) const;
+
   std::shared_ptr<Linear> q_a_proj_, q_b_proj_, q_proj_, kv_a_proj_, kv_b_proj_;
   std::shared_ptr<LayerNorm> q_a_norm_, kv_a_norm_;
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> layers_;
   int64_t heads_, nope_, rope_, v_, rank_, D_;
   double query_factor_;
+  double lora_scale_ = 0;  // kv_b_proj's adapters' (decode merges them), 0: none
 };
 
 }  // namespace triad::nn
