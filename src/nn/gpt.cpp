@@ -966,7 +966,7 @@ Tensor CausalSelfAttention::forward_cached(const Tensor& x, Tensor& k_cache, Ten
       return c_proj_->forward(
           heads_out(causal_attention(qkv, heads_, ctx.attention_starts(window_ > 0))));
     }
-    std::vector<int64_t> rows;  // the left-padded rows' first text slots (read back once)
+    std::vector<int64_t> rows;  // the left-padded rows' first text slots (on the host)
     if (text_starts.defined()) {
       for (double v : to_double_vector(text_starts)) rows.push_back(static_cast<int64_t>(v));
     }
@@ -1238,8 +1238,10 @@ Tensor Gpt::decode_hidden(const Tensor& ids, KvCache& cache) const {
     // rotary embeddings (uploaded once, not once per layer).
     ctx.positions = from_vector(pos, {B, n}, DType::I64, cfg_.rotary() ? device : Device::cpu());
     // Where each row's text starts, for every layer's attention (uploaded
-    // once per step).
-    text_starts = from_vector(cache.row_start, {B}, DType::I32, device);
+    // once per step; latent attention masks its scores on the host, so
+    // there it stays).
+    text_starts = from_vector(cache.row_start, {B}, DType::I32,
+                              cfg_.latent_attention() ? Device::cpu() : device);
   }
   Tensor x = embed(ids, ctx, start);  // checks start + n <= seq_len
   for (int64_t i = 0; i < cfg_.n_layer; ++i) {

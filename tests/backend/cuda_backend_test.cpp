@@ -1954,26 +1954,44 @@ TEST(CudaModel, GenerationPicksTheCpusTokens) {
   EXPECT_EQ(session.reused, static_cast<int64_t>(prompt.size() + first.size()) - 1);
 }
 
+// Also latent attention's decoding from a cache of latents (generic ops on
+// the device: the absorbed products, the host-made mask, softmax in f32).
 TEST(CudaModel, KvCacheDecodingMatchesTheCpuInF32AndBf16) {
-  const nn::GptConfig cfg{
+  nn::GptConfig latent{
       .n_layer = 2, .n_head = 2, .d_model = 32, .vocab_size = 97, .seq_len = 16, .dropout = 0.0};
-  std::vector<int64_t> ids;
-  for (int64_t i = 0; i < 2 * 9; ++i) ids.push_back((i * 31 + 5) % cfg.vocab_size);
-  const Tensor all = from_vector(ids, {2, 9});
-  for (DType d : {DType::F32, DType::BF16}) {
-    SCOPED_TRACE(dtype_name(d));
-    nn::Gpt cpu(cfg, 23, d), gpu(cfg, 23, d);
-    gpu.to(kGpu);
-    nn::KvCache cpu_cache(cfg, 2, d, Device::cpu()), gpu_cache(cfg, 2, d, kGpu);
-    int64_t at = 0;
-    for (int64_t n : {6, 1, 2}) {  // a prompt with its causal mask, then steps
-      const auto want = to_double_vector(cpu.decode(narrow(all, 1, at, n), cpu_cache));
-      const auto got = to_double_vector(gpu.decode(narrow(all, 1, at, n), gpu_cache));
-      ASSERT_EQ(got.size(), want.size());
-      const double tol = d == DType::F32 ? 1e-4 : 0.05;
-      for (size_t i = 0; i < got.size(); ++i)
-        ASSERT_NEAR(got[i], want[i], tol * (1 + std::abs(want[i]))) << "at " << at << ", " << i;
-      at += n;
+  latent.position_embedding = nn::PositionEmbedding::Rotary;
+  latent.normalization = nn::Normalization::RmsNorm;
+  latent.mla = {.kv_lora_rank = 8,
+                .q_lora_rank = 6,
+                .qk_nope_head_dim = 4,
+                .qk_rope_head_dim = 4,
+                .v_head_dim = 8};
+  latent.validate();
+  for (const nn::GptConfig& cfg : {nn::GptConfig{.n_layer = 2,
+                                  .n_head = 2,
+                                  .d_model = 32,
+                                  .vocab_size = 97,
+                                  .seq_len = 16,
+                                  .dropout = 0.0},
+                                   latent}) {
+    std::vector<int64_t> ids;
+    for (int64_t i = 0; i < 2 * 9; ++i) ids.push_back((i * 31 + 5) % cfg.vocab_size);
+    const Tensor all = from_vector(ids, {2, 9});
+    for (DType d : {DType::F32, DType::BF16}) {
+      SCOPED_TRACE(std::string(dtype_name(d)) + (cfg.latent_attention() ? ", latent" : ""));
+      nn::Gpt cpu(cfg, 23, d), gpu(cfg, 23, d);
+      gpu.to(kGpu);
+      nn::KvCache cpu_cache(cfg, 2, d, Device::cpu()), gpu_cache(cfg, 2, d, kGpu);
+      int64_t at = 0;
+      for (int64_t n : {6, 1, 2}) {  // a prompt with its causal mask, then steps
+        const auto want = to_double_vector(cpu.decode(narrow(all, 1, at, n), cpu_cache));
+        const auto got = to_double_vector(gpu.decode(narrow(all, 1, at, n), gpu_cache));
+        ASSERT_EQ(got.size(), want.size());
+        const double tol = d == DType::F32 ? 1e-4 : 0.05;
+        for (size_t i = 0; i < got.size(); ++i)
+          ASSERT_NEAR(got[i], want[i], tol * (1 + std::abs(want[i]))) << "at " << at << ", " << i;
+        at += n;
+      }
     }
   }
 }
@@ -1983,33 +2001,48 @@ TEST(CudaModel, KvCacheDecodingMatchesTheCpuInF32AndBf16) {
 // layer's attention reading the cache in place) makes the host wait for the
 // device once, for the logits it samples from: the token ids and the rows'
 // positions and text starts go up without a wait, and no layer reads
-// anything back.
+// anything back. So too under latent attention, whose decoding masks its
+// scores from the rows' starts kept on the host.
 TEST(CudaModel, ADecodingStepWaitsForTheDeviceOnlyForItsLogits) {
-  nn::GptConfig cfg{
-      .n_layer = 3, .n_head = 4, .d_model = 32, .vocab_size = 97, .seq_len = 32, .dropout = 0.0};
-  cfg.n_kv_head = 2;
-  cfg.position_embedding = nn::PositionEmbedding::Rotary;
-  cfg.sliding_window = 6;
-  nn::Gpt model(cfg, 3);
-  model.to(kGpu);
-  model.to(DType::BF16);
-  autograd::InferenceGuard inference;
-  nn::KvCache cache(cfg, 3, DType::BF16, kGpu);
-  cache.row_start = {0, 4, 2};
-  std::vector<int64_t> prompt(3 * 9);
-  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int64_t>(i * 7 % 97);
-  to_double_vector(model.decode(from_vector(prompt, {3, 9}), cache, true));
-  for (int step = 0; step < 4; ++step) {
-    const int64_t before = triad_sim::counters().host_waits;
-    const int64_t launched = triad_sim::counters().launches;
-    const Tensor logits =
-        model.decode(from_vector(std::vector<int64_t>{5, 6, 7}, {3, 1}), cache, true);
-    const std::vector<double> read = to_double_vector(logits);
-    EXPECT_EQ(triad_sim::counters().host_waits - before, 1) << "step " << step;
-    EXPECT_EQ(read.size(), 3u * 97u);
-    if (step == 0) {
-      std::printf("[ note ] a decoding step of 3 layers: %lld kernel launches\n",
-                  static_cast<long long>(triad_sim::counters().launches - launched));
+  for (const bool latent : {false, true}) {
+    SCOPED_TRACE(latent ? "latent attention" : "grouped-query attention");
+    nn::GptConfig cfg{
+        .n_layer = 3, .n_head = 4, .d_model = 32, .vocab_size = 97, .seq_len = 32, .dropout = 0.0};
+    cfg.n_kv_head = 2;
+    cfg.position_embedding = nn::PositionEmbedding::Rotary;
+    cfg.sliding_window = 6;
+    if (latent) {
+      cfg.n_kv_head = 0;
+      cfg.normalization = nn::Normalization::RmsNorm;
+      cfg.mla = {.kv_lora_rank = 8,
+                 .q_lora_rank = 6,
+                 .qk_nope_head_dim = 4,
+                 .qk_rope_head_dim = 4,
+                 .v_head_dim = 8};
+      cfg.validate();
+    }
+    nn::Gpt model(cfg, 3);
+    model.to(kGpu);
+    model.to(DType::BF16);
+    autograd::InferenceGuard inference;
+    nn::KvCache cache(cfg, 3, DType::BF16, kGpu);
+    cache.row_start = {0, 4, 2};
+    std::vector<int64_t> prompt(3 * 9);
+    for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int64_t>(i * 7 % 97);
+    to_double_vector(model.decode(from_vector(prompt, {3, 9}), cache, true));
+    for (int step = 0; step < 4; ++step) {
+      const int64_t before = triad_sim::counters().host_waits;
+      const int64_t launched = triad_sim::counters().launches;
+      const Tensor logits =
+          model.decode(from_vector(std::vector<int64_t>{5, 6, 7}, {3, 1}), cache, true);
+      const std::vector<double> read = to_double_vector(logits);
+      EXPECT_EQ(triad_sim::counters().host_waits - before, 1) << "step " << step;
+      EXPECT_EQ(read.size(), 3u * 97u);
+      if (step == 0) {
+        std::printf("[ note ] a decoding step of 3 layers (%s): %lld kernel launches\n",
+                    latent ? "latent attention" : "grouped-query attention",
+                    static_cast<long long>(triad_sim::counters().launches - launched));
+      }
     }
   }
 }
