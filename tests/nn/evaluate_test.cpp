@@ -103,14 +103,25 @@ TEST(ScoreContinuations, AreTheLogSoftmaxOfTheModelsLogitsWhateverTheBatch) {
 // once (left-padded beside other questions' contexts, its key/value cache
 // copied for each continuation, which decode together); every score is
 // still the log-softmax of the model's logits, for learned and rotary
-// positions, grouped heads under a sliding window, batches of any size, single-token continuations,
-// and a question too long for the window (scored row by row, its context cut).
+// positions, grouped heads under a sliding window, latent attention (its
+// cache of latents copied and read in the absorbed form), batches of any
+// size, single-token continuations, and a question too long for the window
+// (scored row by row, its context cut).
 TEST(ScoreContinuations, ShareAContextAmongItsContinuations) {
   GptConfig rotary = tiny();
   rotary.position_embedding = PositionEmbedding::Rotary;
   rotary.n_kv_head = 1;
   rotary.sliding_window = 5;
-  for (const GptConfig& cfg : {tiny(), rotary}) {
+  GptConfig latent = tiny();
+  latent.position_embedding = PositionEmbedding::Rotary;
+  latent.normalization = Normalization::RmsNorm;
+  latent.mla = {.kv_lora_rank = 6,
+                .q_lora_rank = 5,
+                .qk_nope_head_dim = 4,
+                .qk_rope_head_dim = 4,
+                .v_head_dim = 6};
+  latent.validate();
+  for (const GptConfig& cfg : {tiny(), rotary, latent}) {
     const Gpt model(cfg, 7);
     std::vector<ContinuationRequest> requests;
     uint64_t seed = 40;
