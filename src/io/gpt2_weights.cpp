@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "triad/io/hf_export.h"
+#include "triad/io/peft_adapter.h"
 #include "triad/io/safetensors.h"
 #include "triad/io/torch_checkpoint.h"
 #include "triad/ops/creation.h"
@@ -1232,10 +1233,17 @@ void read_gpt2_weights(const std::string& path, const std::map<std::string, Shap
                        const std::function<void(nn::StateDict&&)>& consume,
                        const WeightLayout& layout) {
   const WeightFiles files(path);
+  // A PEFT adapter's deltas join the weights they change as each part is
+  // read, under the file's names.
+  std::set<std::string> merged;
+  const auto adapted = [&](std::map<std::string, Tensor> tensors) {
+    if (layout.adapter) layout.adapter->apply(tensors, merged);
+    return tensors;
+  };
   // First the tensors outside the blocks (the embedding, position table,
   // final norm and head): they name the file's layout and width.
   std::map<std::string, Tensor> outside = language_model_tensors(
-      files.read([](const std::string& name) { return block_index(name) < 0; }));
+      adapted(files.read([](const std::string& name) { return block_index(name) < 0; })));
   const bool neox = is_hf_neox(outside), phi = is_hf_phi(outside), falcon = is_hf_falcon(outside),
              gptj = is_hf_gptj(outside);
   // Cohere's (and Cohere 2's) files hold LLaMA's names; their config.json
@@ -1308,7 +1316,7 @@ void read_gpt2_weights(const std::string& path, const std::map<std::string, Shap
   for (int64_t b = 0; b < model_blocks; ++b) {
     if (blocks && !blocks->count(b)) continue;  // another rank's
     std::map<std::string, Tensor> tensors = language_model_tensors(
-        files.read([b](const std::string& name) { return block_index(name) == b; }));
+        adapted(files.read([b](const std::string& name) { return block_index(name) == b; })));
     nn::StateDict part = convert(tensors);
     tensors.clear();
     // Expert biases a file lacks (a mixture routed without them, to be
@@ -1320,6 +1328,16 @@ void read_gpt2_weights(const std::string& path, const std::map<std::string, Shap
     }
     check_part(path, part, expected, b, llama);
     consume(std::move(part));
+  }
+  if (!layout.adapter) return;
+  // Every module of the parts read found its weight: an adapter for another
+  // model (or for modules Triad's layout reads otherwise) is named.
+  for (const auto& [module, ab] : layout.adapter->modules) {
+    const int64_t b = block_index(module + ".weight");
+    if ((b >= 0 && b < model_blocks && blocks && !blocks->count(b)) || merged.count(module))
+      continue;  // (another pipeline rank's block)
+    throw IoError("PEFT adapter '" + layout.adapter->dir + "': module '" + module +
+                  "' adapts no weight of '" + path + "' (is the adapter for another model?)");
   }
 }
 

@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -13,6 +14,7 @@
 #include "triad/io/hf_export.h"
 #include "triad/io/safetensors.h"
 #include "triad/ops/elementwise.h"
+#include "triad/ops/linalg.h"
 #include "triad/ops/shape_ops.h"
 
 namespace triad::io {
@@ -298,6 +300,107 @@ void save_peft_adapter(const nn::StateDict& adapters, const nn::GptConfig& c,
   f << config;
   f.flush();
   if (!f) throw IoError("PEFT adapter: cannot write '" + path + "'");
+}
+
+void PeftDeltas::apply(std::map<std::string, Tensor>& tensors,
+                       std::set<std::string>& merged) const {
+  for (auto& [name, t] : tensors) {
+    if (!name.ends_with(".weight")) continue;
+    const std::string stem = name.substr(0, name.size() - std::string(".weight").size());
+    // (GPT-2's files name its blocks with or without GPT2LMHeadModel's
+    // "transformer.", PEFT's modules with it.)
+    auto it = modules.find(stem);
+    if (it == modules.end()) it = modules.find("transformer." + stem);
+    if (it == modules.end()) continue;
+    const std::string& module = it->first;
+    const auto& [a, b] = it->second;
+    Tensor delta = affine(matmul(cast(b, DType::F32), cast(a, DType::F32)), scale);
+    if (fan_in_fan_out) delta = transpose(delta, 0, 1);
+    if (delta.shape() != t.shape()) {
+      throw IoError("PEFT adapter '" + dir + "': module '" + module + "' changes a weight of " +
+                    shape_str(delta.shape()) + " (B A), but the base model's '" + name + "' is " +
+                    shape_str(t.shape()) + ": is the adapter for another model?");
+    }
+    t = add(cast(t, DType::F32), delta).detach();
+    merged.insert(module);
+  }
+}
+
+PeftDeltas read_peft_adapter(const std::string& dir) {
+  PeftDeltas d;
+  d.dir = dir;
+  const std::string config_path = dir + "/adapter_config.json";
+  std::ifstream in(config_path);
+  if (!in) throw IoError("PEFT adapter: cannot read '" + config_path + "'");
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw IoError("PEFT adapter: '" + config_path + "' is not JSON: " + e.what());
+  }
+  const auto refuse = [&](const std::string& key, const std::string& why) {
+    throw IoError("PEFT adapter '" + config_path + "': " + key + " " + why);
+  };
+  const std::string type = j.value("peft_type", "");
+  if (type != "LORA") refuse("peft_type '" + type + "'", "is not LORA, the one Triad merges");
+  if (j.value("use_dora", false)) refuse("use_dora", "is true: DoRA's magnitudes are not merged");
+  for (const char* key : {"rank_pattern", "alpha_pattern"}) {
+    if (j.contains(key) && !j[key].is_null() && !j[key].empty())
+      refuse(key, "sets ranks or scales per module, which Triad does not read");
+  }
+  if (j.contains("modules_to_save") && !j["modules_to_save"].is_null() &&
+      !j["modules_to_save"].empty())
+    refuse("modules_to_save", "holds whole modules, which Triad does not read");
+  if (j.value("bias", std::string("none")) != "none")
+    refuse("bias '" + j.value("bias", std::string()) + "'", "trains biases; only 'none' is read");
+  if (!j.contains("r") || !j["r"].is_number_integer() || j["r"].get<int64_t>() <= 0)
+    refuse("r", "must be a positive integer");
+  const auto r = j["r"].get<int64_t>();
+  const double alpha = j.contains("lora_alpha") && j["lora_alpha"].is_number()
+                           ? j["lora_alpha"].get<double>()
+                           : static_cast<double>(r);
+  d.scale = j.value("use_rslora", false) ? alpha / std::sqrt(static_cast<double>(r))
+                                         : alpha / static_cast<double>(r);
+  d.fan_in_fan_out = j.value("fan_in_fan_out", false);
+  const std::string weights = dir + "/adapter_model.safetensors";
+  if (!std::filesystem::exists(weights)) {
+    throw IoError("PEFT adapter: '" + weights +
+                  "' does not exist (adapter_model.bin is not read: save with "
+                  "safe_serialization)");
+  }
+  const std::string prefix = "base_model.model.";
+  std::map<std::string, Tensor> a_of, b_of;
+  for (auto& [name, t] : load_safetensors(weights).tensors) {
+    if (name.find("lora_embedding_") != std::string::npos)
+      throw IoError("PEFT adapter '" + weights + "': '" + name +
+                    "' adapts an embedding, which Triad does not read");
+    const bool is_a = name.ends_with(".lora_A.weight"), is_b = name.ends_with(".lora_B.weight");
+    if (!is_a && !is_b) {
+      throw IoError("PEFT adapter '" + weights + "': '" + name +
+                    "' is neither a lora_A nor a lora_B weight");
+    }
+    std::string module = name.substr(0, name.size() - std::string(".lora_A.weight").size());
+    if (module.compare(0, prefix.size(), prefix) == 0) module = module.substr(prefix.size());
+    (is_a ? a_of : b_of)[module] = t;
+  }
+  for (const auto& [module, a] : a_of) {
+    auto b = b_of.find(module);
+    if (b == b_of.end())
+      throw IoError("PEFT adapter '" + weights + "': module '" + module + "' has no lora_B");
+    if (a.dim() != 2 || b->second.dim() != 2 || a.size(0) != b->second.size(1)) {
+      throw IoError("PEFT adapter '" + weights + "': module '" + module + "' has lora_A " +
+                    shape_str(a.shape()) + " and lora_B " + shape_str(b->second.shape()) +
+                    " (expected (r, in) and (out, r))");
+    }
+    d.modules[module] = {a, b->second};
+    b_of.erase(b);
+  }
+  if (!b_of.empty()) {
+    throw IoError("PEFT adapter '" + weights + "': module '" + b_of.begin()->first +
+                  "' has no lora_A");
+  }
+  if (d.modules.empty()) throw IoError("PEFT adapter '" + weights + "' holds no LoRA module");
+  return d;
 }
 
 }  // namespace triad::io

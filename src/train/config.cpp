@@ -480,6 +480,10 @@ void require(bool ok, const std::string& key, T value, const std::string& rule) 
 
 void validate(const Config& c, bool min_lr_given) {
   c.model.validate();
+  if (!c.init_adapter.empty() && c.init_from.empty()) {
+    throw ConfigError("init.adapter '" + c.init_adapter +
+                      "' is merged into init.from's weights, but init.from is not set");
+  }
   const auto& t = c.train;
   if (t.epochs > 0) {
     require(std::isfinite(t.epochs), "train.epochs", t.epochs, "must be finite");
@@ -1265,7 +1269,9 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
       {"merges", {false, [&](auto& v, auto& k) { c.eval.merges = get_string(v, k); }}},
       {"bos_token", {false, [&](auto& v, auto& k) { c.eval.bos_token = get_string(v, k); }}},
   };
-  const Section init{{"from", {false, [&](auto& v, auto& k) { c.init_from = get_string(v, k); }}}};
+  const Section init{
+      {"from", {false, [&](auto& v, auto& k) { c.init_from = get_string(v, k); }}},
+      {"adapter", {false, [&](auto& v, auto& k) { c.init_adapter = get_string(v, k); }}}};
   const Section output{
       {"dir", {false, [&](auto& v, auto& k) { c.output_dir = get_string(v, k); }}}};
   const Section log{
@@ -1674,7 +1680,9 @@ std::string to_yaml(const Config& c) {
   e << YAML::EndMap;
   if (!c.init_from.empty()) {
     e << YAML::Key << "init" << YAML::Value << YAML::BeginMap << YAML::Key << "from" << YAML::Value
-      << c.init_from << YAML::EndMap;
+      << c.init_from;
+    if (!c.init_adapter.empty()) e << YAML::Key << "adapter" << YAML::Value << c.init_adapter;
+    e << YAML::EndMap;
   }
   e << YAML::Key << "output" << YAML::Value << YAML::BeginMap << YAML::Key << "dir" << YAML::Value
     << c.output_dir << YAML::EndMap;

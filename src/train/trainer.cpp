@@ -953,9 +953,20 @@ void Trainer::read_init_weights(const std::set<int64_t>* blocks,
   // merged into its weights.
   const nn::GptConfig base = config_.model.without_lora();
   if (!io::is_checkpoint(from)) {
-    io::read_gpt2_weights(from, nn::gpt_parameter_shapes(base), blocks, consume,
-                          io::weight_layout(base));
+    io::WeightLayout layout = io::weight_layout(base);
+    std::optional<io::PeftDeltas> adapter;  // init.adapter, merged as the file is read
+    if (!config_.init_adapter.empty()) {
+      adapter = io::read_peft_adapter(config_.init_adapter);
+      layout.adapter = &*adapter;
+    }
+    io::read_gpt2_weights(from, nn::gpt_parameter_shapes(base), blocks, consume, layout);
     return;
+  }
+  if (!config_.init_adapter.empty()) {
+    throw ConfigError("init.adapter '" + config_.init_adapter +
+                      "' is merged into a weight file's "
+                      "tensors, but init.from '" +
+                      from + "' is a checkpoint");
   }
   const io::CheckpointInfo info = io::open_checkpoint(from);
   const std::map<int, io::RankHeader> headers = shared_rank_headers(info);

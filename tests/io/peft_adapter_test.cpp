@@ -9,11 +9,13 @@
 #include <nlohmann/json.hpp>
 
 #include <fstream>
+#include <functional>
 #include <tuple>
 
 #include "support/expect_error.h"
 #include "support/temp_dir.h"
 #include "support/tiny_deepseek.h"
+#include "triad/io/gpt2_weights.h"
 #include "triad/io/hf_export.h"
 #include "triad/io/safetensors.h"
 #include "triad/ops.h"
@@ -356,6 +358,108 @@ TEST(PeftAdapter, Gpt2KeepsItsConv1DLayersAndTheFilesRoundTrip) {
   EXPECT_EQ(config.at("lora_alpha"), 2.0);  // alpha 0: the rank
   EXPECT_EQ(config.at("fan_in_fan_out"), true);
   EXPECT_EQ(config.at("target_modules"), (std::vector<std::string>{"attn.c_attn", "mlp.c_proj"}));
+}
+
+// The way back (init.adapter): an adapter written by save_peft_adapter reads
+// back, and merged into the exported base model's file as it is read gives
+// the model with the adapters merged in: LLaMA's split modules (q, k and v
+// each with the one A), Mixtral's experts, and GPT-2's Conv1D layers
+// (fan_in_fan_out: the delta transposed).
+TEST(PeftAdapter, ReadBackAndMergedIntoTheBaseFileGivesTheMergedModel) {
+  nn::GptConfig mixtral = llama_like();
+  mixtral.n_layer = 1;
+  mixtral.moe = {.experts = 3, .top_k = 2, .ffn_hidden_size = 6};
+  mixtral.lora.targets = {"attn.c_attn", "mlp.c_fc", "mlp.c_proj"};
+  nn::GptConfig gpt2{.n_layer = 2, .n_head = 2, .d_model = 8, .vocab_size = 20, .seq_len = 8};
+  gpt2.lora = {.rank = 2, .alpha = 6, .targets = {"attn.c_attn", "mlp.c_proj"}};
+  for (const nn::GptConfig& c : {llama_like(), mixtral, gpt2}) {
+    SCOPED_TRACE(hf_model_type(c));
+    const double s = c.lora_scale();
+    nn::StateDict base, merged, adapters;
+    for (const auto& [name, t] : random_state(c)) {
+      if (nn::is_lora_adapter(name)) {
+        adapters[name] = t;
+      } else {
+        base[name] = t;
+      }
+    }
+    for (const auto& [name, t] : base) {
+      const std::string stem = name.substr(0, name.size() - std::string("weight").size());
+      merged[name] =
+          adapters.count(stem + "lora_a")
+              ? nn::merge_lora(t, adapters.at(stem + "lora_a"), adapters.at(stem + "lora_b"), s)
+              : t;
+    }
+    triad::testing::TempDir dir;
+    save_safetensors(dir.file("base.safetensors"), triad_to_hf(base, c.without_lora()));
+    save_peft_adapter(adapters, c, dir.file("adapter"));
+    const PeftDeltas deltas = read_peft_adapter(dir.file("adapter"));
+    EXPECT_DOUBLE_EQ(deltas.scale, s);
+    WeightLayout layout = weight_layout(c.without_lora());
+    layout.adapter = &deltas;
+    const nn::StateDict got = load_gpt2_state_dict(
+        dir.file("base.safetensors"), nn::gpt_parameter_shapes(c.without_lora()), nullptr, layout);
+    ASSERT_EQ(got.size(), merged.size());
+    size_t changed = 0;
+    for (const auto& [name, want] : merged) {
+      const auto g = to_double_vector(got.at(name)), w = to_double_vector(want);
+      ASSERT_EQ(g.size(), w.size()) << name;
+      for (size_t i = 0; i < g.size(); ++i)
+        ASSERT_NEAR(g[i], w[i], 1e-5 * (1 + std::abs(w[i]))) << name << " " << i;
+      changed += to_double_vector(base.at(name)) != w ? 1 : 0;
+    }
+    EXPECT_EQ(changed, adapters.size() / 2);
+  }
+}
+
+// What init.adapter cannot merge is named: DoRA, per-module ranks, an
+// adapter for another model (a module the file lacks, or of another shape).
+TEST(PeftAdapter, AdaptersThatCannotBeMergedAreNamed) {
+  const nn::GptConfig c = llama_like();
+  nn::StateDict base, adapters;
+  for (const auto& [name, t] : random_state(c))
+    (nn::is_lora_adapter(name) ? adapters : base)[name] = t;
+  triad::testing::TempDir dir;
+  save_safetensors(dir.file("base.safetensors"), triad_to_hf(base, c.without_lora()));
+  save_peft_adapter(adapters, c, dir.file("adapter"));
+  const std::string config = dir.file("adapter/adapter_config.json");
+  const auto edit = [&](const std::function<void(nlohmann::json&)>& change) {
+    std::ifstream in(config);
+    nlohmann::json j = nlohmann::json::parse(in);
+    in.close();
+    change(j);
+    std::ofstream(config) << j.dump(2);
+  };
+  edit([](nlohmann::json& j) { j["use_dora"] = true; });
+  expect_error([&] { read_peft_adapter(dir.file("adapter")); }, {"use_dora", "DoRA"});
+  edit([](nlohmann::json& j) {
+    j["use_dora"] = false;
+    j["rank_pattern"] = {{"q_proj", 8}};
+  });
+  expect_error([&] { read_peft_adapter(dir.file("adapter")); }, {"rank_pattern"});
+  edit([](nlohmann::json& j) { j["rank_pattern"] = nlohmann::json::object(); });
+  expect_error([&] { read_peft_adapter(dir.file("missing")); }, {"cannot read", "missing"});
+  // For a model of three layers where the base has two: block 2's modules
+  // match nothing in the file.
+  nn::GptConfig deeper = c;
+  deeper.n_layer = 3;
+  nn::StateDict more;
+  for (const auto& [name, t] : random_state(deeper))
+    if (nn::is_lora_adapter(name)) more[name] = t;
+  save_peft_adapter(more, deeper, dir.file("deeper"));
+  PeftDeltas deltas = read_peft_adapter(dir.file("deeper"));
+  WeightLayout layout = weight_layout(c.without_lora());
+  layout.adapter = &deltas;
+  const auto expected = nn::gpt_parameter_shapes(c.without_lora());
+  expect_error(
+      [&] { load_gpt2_state_dict(dir.file("base.safetensors"), expected, nullptr, layout); },
+      {"module 'model.layers.2.", "adapts no weight", "another model"});
+  // A module whose product is not its weight's shape.
+  deltas = read_peft_adapter(dir.file("adapter"));
+  deltas.modules.at("model.layers.0.mlp.up_proj").second = zeros({5, 3});
+  expect_error(
+      [&] { load_gpt2_state_dict(dir.file("base.safetensors"), expected, nullptr, layout); },
+      {"module 'model.layers.0.mlp.up_proj' changes a weight of [5, 16]", "[24, 16]"});
 }
 
 TEST(PeftAdapter, MissingAdaptersAndModelsWithoutThemAreNamed) {

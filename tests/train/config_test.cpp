@@ -295,6 +295,13 @@ TEST(Config, MixtureOfExpertsParsesRoundTripsAndIsChecked) {
   // every expert's layer of that name.
   EXPECT_EQ(parse_config(kValid, {"model.moe={experts: 4}", "model.lora=4"}).model.lora.targets,
             (std::vector<std::string>{"attn.c_attn", "attn.c_proj"}));
+  expect_config_error(kValid, {"init.adapter=/adapters/chat"},
+                      "init.adapter '/adapters/chat' is merged into init.from's weights, but "
+                      "init.from is not set");
+  EXPECT_EQ(parse_config(kValid, {"init.from=/m", "init.adapter=/a"}).init_adapter, "/a");
+  EXPECT_EQ(
+      parse_config(to_yaml(parse_config(kValid, {"init.from=/m", "init.adapter=/a"}))).init_adapter,
+      "/a");
   const Config on_experts =
       parse_config(kValid, {"model.moe={experts: 4}", "model.lora={rank: 4, targets: mlp.c_fc}"});
   EXPECT_EQ(on_experts.model.lora.targets, (std::vector<std::string>{"mlp.c_fc"}));

@@ -19,6 +19,7 @@
 #include "triad/data/multiple_choice.h"
 #include "triad/data/token_dataset.h"
 #include "triad/data/token_shard.h"
+#include "triad/io/gpt2_weights.h"
 #include "triad/io/peft_adapter.h"
 #include "triad/io/safetensors.h"
 #include "triad/nn/evaluate.h"
@@ -392,6 +393,42 @@ TEST(Trainer, LoraOnAClasslessMixtureWritesTheMergedModelAlone) {
   EXPECT_GT(moved, 0.0);
   EXPECT_TRUE(std::filesystem::exists(dir.file("out/model.safetensors")));
   EXPECT_FALSE(std::filesystem::exists(dir.file("out/adapter")));
+}
+
+// init.adapter: a run's PEFT adapter merged into the base it was trained on
+// as init.from reads it gives the weights that run wrote with its adapters
+// merged in (GPT-2's Conv1D modules: the deltas transposed).
+TEST(Trainer, InitAdapterMergesAPeftAdapterIntoTheBase) {
+  TempDir dir;
+  Config base = small_config(dir, 2);
+  base.train.steps = 1;
+  Trainer(base).run();  // out/model.safetensors: the base
+  Config tuned = small_config(dir, 2);
+  tuned.train.steps = 2;
+  tuned.init_from = dir.file("out/model.safetensors");
+  tuned.output_dir = dir.file("tuned");
+  tuned.model.lora = {.rank = 2, .alpha = 4, .targets = {"attn.c_attn", "mlp.c_fc"}};
+  Trainer(tuned).run();  // tuned/model.safetensors merged, tuned/adapter apart
+  Config adapted = small_config(dir, 2);
+  adapted.init_from = dir.file("out/model.safetensors");
+  adapted.init_adapter = dir.file("tuned/adapter");
+  adapted.output_dir = dir.file("adapted");
+  const nn::StateDict got = Trainer(adapted).full_state_dict();
+  const auto want = io::load_safetensors(dir.file("tuned/model.safetensors")).tensors;
+  const auto plain = io::load_safetensors(dir.file("out/model.safetensors")).tensors;
+  size_t changed = 0;
+  for (const auto& [name, t] : got) {
+    // (The file's Conv1D weights are stored transposed.)
+    const std::string& file = name;
+    ASSERT_TRUE(want.count(file)) << file;
+    const bool conv = io::is_gpt2_conv1d_weight(file);
+    const auto w = to_double_vector(conv ? transpose(want.at(file), 0, 1) : want.at(file));
+    const auto g = to_double_vector(t);
+    ASSERT_EQ(g.size(), w.size()) << name;
+    for (size_t i = 0; i < g.size(); ++i) ASSERT_NEAR(g[i], w[i], 1e-5) << name << " " << i;
+    changed += to_double_vector(conv ? transpose(plain.at(file), 0, 1) : plain.at(file)) != w;
+  }
+  EXPECT_EQ(changed, 4u);  // 2 blocks' c_attn and c_fc
 }
 
 // LoRA under bf16: the frozen weights stay the bf16 values they were

@@ -175,10 +175,15 @@ std::map<std::string, Tensor> language_model_tensors(std::map<std::string, Tenso
 //    Triad's halves. A config.json beside the file that names its
 //    model_type decides instead (true for "cohere" and "cohere2"): it describes the
 //    file, where the model's class is only what the file is taken for.
+struct PeftDeltas;
 struct WeightLayout {
   int64_t n_head = 0;
   int64_t rope_dim = 0;
   bool interleaved_rotation = false;
+  // A PEFT LoRA adapter (io/peft_adapter.h) merged into the file's weights
+  // as they are read, under the file's own names, before they become
+  // Triad's: every module it adapts in the blocks read must be there.
+  const PeftDeltas* adapter = nullptr;
 };
 // `c`'s: its query heads and rotated width, and interleaved_rotation when
 // the Hugging Face class holding it (hf_model_type) is Cohere's or Cohere 2's, the class

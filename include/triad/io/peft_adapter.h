@@ -6,7 +6,9 @@
 // serving) loads onto the base model that triad-export writes.
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
+#include <utility>
 
 #include "triad/core/tensor.h"
 #include "triad/nn/gpt.h"
@@ -46,6 +48,31 @@ std::string peft_adapter_unsupported(const nn::GptConfig& c);
 // or the rank when alpha is 0: PEFT scales by lora_alpha / r as Triad does),
 // the target modules by the class's names, and `base_model` (may be empty).
 std::string peft_adapter_config_json(const nn::GptConfig& c, const std::string& base_model);
+
+// A PEFT LoRA adapter read back, to be merged into the base model's weights
+// as they are read (WeightLayout::adapter, the trainer's init.adapter):
+// each adapted module's A (r, in) and B (out, r) by the module's name in the
+// base model's files (its "base_model.model." taken off).
+struct PeftDeltas {
+  std::string dir;
+  double scale = 1.0;           // lora_alpha / r, or / sqrt(r) under use_rslora
+  bool fan_in_fan_out = false;  // the modules' weights stored (in, out): GPT-2's Conv1D
+  std::map<std::string, std::pair<Tensor, Tensor>> modules;
+  // Adds scale * B A (transposed when fan_in_fan_out) to each tensor
+  // `<module>.weight` of `tensors` (a file's names, as read; GPT-2's blocks
+  // with or without "transformer.") that the adapter adapts, in f32, and
+  // records the module in `merged`. A delta
+  // whose shape is not the weight's is an IoError naming both.
+  void apply(std::map<std::string, Tensor>& tensors, std::set<std::string>& merged) const;
+};
+
+// Reads dir/adapter_config.json and dir/adapter_model.safetensors. Refused
+// with an IoError naming the key: another peft_type than LORA, DoRA
+// (use_dora), per-module ranks or scales (rank_pattern, alpha_pattern),
+// modules saved whole (modules_to_save), trained biases (bias other than
+// "none"), adapters on embeddings; and a module missing its A or B, or
+// whose A and B do not share the rank.
+PeftDeltas read_peft_adapter(const std::string& dir);
 
 // Writes dir/adapter_model.safetensors (in `dtype`, else as given) and
 // dir/adapter_config.json; dir is created. ValueError for a model without

@@ -216,6 +216,10 @@ struct Config {
   // longer than a row: split | truncate | drop.
   std::string data_long_documents = "split";
   std::string init_from;  // init.from: GPT-2 safetensors (optional)
+  // init.adapter: a PEFT LoRA adapter's directory, merged into init.from's
+  // weights as they are read (io::read_peft_adapter); needs init.from, a
+  // weight file rather than a checkpoint.
+  std::string init_adapter;
   std::string output_dir = "out";
   int64_t log_interval = 10;
   double log_peak_tflops = 0;    // log.peak_tflops: per-device peak for MFU (0: no MFU)
