@@ -21,6 +21,7 @@
 
 #include "ops/op_cases.h"
 #include "support/temp_dir.h"
+#include "support/tiny_deepseek.h"
 #ifdef TRIAD_CUDA_SIM
 #include "support/mock_cublaslt.h"
 #endif
@@ -1961,11 +1962,7 @@ TEST(CudaModel, KvCacheDecodingMatchesTheCpuInF32AndBf16) {
       .n_layer = 2, .n_head = 2, .d_model = 32, .vocab_size = 97, .seq_len = 16, .dropout = 0.0};
   latent.position_embedding = nn::PositionEmbedding::Rotary;
   latent.normalization = nn::Normalization::RmsNorm;
-  latent.mla = {.kv_lora_rank = 8,
-                .q_lora_rank = 6,
-                .qk_nope_head_dim = 4,
-                .qk_rope_head_dim = 4,
-                .v_head_dim = 8};
+  latent.mla = testing::tiny_latent_attention();
   latent.validate();
   for (const nn::GptConfig& cfg : {nn::GptConfig{.n_layer = 2,
                                   .n_head = 2,
@@ -2014,11 +2011,7 @@ TEST(CudaModel, ADecodingStepWaitsForTheDeviceOnlyForItsLogits) {
     if (latent) {
       cfg.n_kv_head = 0;
       cfg.normalization = nn::Normalization::RmsNorm;
-      cfg.mla = {.kv_lora_rank = 8,
-                 .q_lora_rank = 6,
-                 .qk_nope_head_dim = 4,
-                 .qk_rope_head_dim = 4,
-                 .v_head_dim = 8};
+      cfg.mla = testing::tiny_latent_attention();
       cfg.validate();
     }
     nn::Gpt model(cfg, 3);

@@ -6,6 +6,7 @@
 #include <tuple>
 
 #include "support/expect_error.h"
+#include "support/tiny_deepseek.h"
 #include "triad/autograd/grad_mode.h"
 #include "triad/core/rng.h"
 #include "triad/nn/generate.h"
@@ -115,11 +116,7 @@ TEST(ScoreContinuations, ShareAContextAmongItsContinuations) {
   GptConfig latent = tiny();
   latent.position_embedding = PositionEmbedding::Rotary;
   latent.normalization = Normalization::RmsNorm;
-  latent.mla = {.kv_lora_rank = 6,
-                .q_lora_rank = 5,
-                .qk_nope_head_dim = 4,
-                .qk_rope_head_dim = 4,
-                .v_head_dim = 6};
+  latent.mla = testing::tiny_latent_attention();
   latent.validate();
   for (const GptConfig& cfg : {tiny(), rotary, latent}) {
     const Gpt model(cfg, 7);

@@ -1,4 +1,5 @@
 #include "triad/nn/generate.h"
+#include "support/tiny_deepseek.h"
 
 #include <gtest/gtest.h>
 
@@ -317,11 +318,7 @@ struct Decoding {
     }
     if (mla) {
       cfg.normalization = Normalization::RmsNorm;
-      cfg.mla = {.kv_lora_rank = 6,
-                 .q_lora_rank = 5,
-                 .qk_nope_head_dim = 4,
-                 .qk_rope_head_dim = 4,
-                 .v_head_dim = 6};
+      cfg.mla = testing::tiny_latent_attention();
     }
     cfg.rope_theta = 50.0;  // large turns over 12 positions
     if (mla && mla_wide) {
