@@ -1,5 +1,4 @@
 #include "triad/nn/generate.h"
-#include "support/tiny_deepseek.h"
 
 #include <gtest/gtest.h>
 
@@ -8,6 +7,7 @@
 #include <functional>
 #include <set>
 
+#include "support/tiny_deepseek.h"
 #include "triad/autograd/grad_mode.h"
 #include "triad/core/allocator.h"
 #include "triad/ops.h"
