@@ -1,7 +1,8 @@
 #pragma once
 
-// Where triad-generate and triad-export take a trained model from: a run's
-// output.dir, a config with a weights file, or a checkpoint.
+// Where triad-generate, triad-eval and triad-export take a trained model
+// from: a run's output.dir, a config with a weights file, or a checkpoint;
+// and a PEFT adapter to merge into the weights.
 
 #include <CLI/CLI.hpp>
 #include <functional>
@@ -11,6 +12,7 @@
 #include "triad/core/error.h"
 #include "triad/io/checkpoint.h"
 #include "triad/io/gpt2_weights.h"
+#include "triad/io/peft_adapter.h"
 #include "triad/nn/gpt.h"
 #include "triad/train/checkpoint_reshard.h"
 #include "triad/train/config.h"
@@ -30,6 +32,9 @@ class ModelSource {
                    "a checkpoint instead of the run's final model: a checkpoint.dir (its latest) "
                    "or one of its step_<N> directories, written under any layout (its own config "
                    "unless --config or --run gives one)");
+    app.add_option("--adapter", adapter_dir_,
+                   "a PEFT LoRA adapter's directory, merged into the weights as they are read "
+                   "(as init.adapter: a PEFT adapter, or a LoRA run's adapter/ onto its base)");
   }
 
   // After parsing: the paths resolved, the checkpoint's manifest read, and
@@ -51,6 +56,13 @@ class ModelSource {
     } else if (config_path_.empty() || weights_.empty()) {
       throw ValueError("give --run DIR, both --config and --weights, or --checkpoint");
     }
+    if (!adapter_dir_.empty()) {
+      if (info_) {
+        throw ValueError("--adapter '" + adapter_dir_ +
+                         "' is merged into a weights file (--weights or --run), not a checkpoint");
+      }
+      adapter_ = io::read_peft_adapter(adapter_dir_);
+    }
     train::Config c = config_path_.empty() ? train::parse_config(info_->config)
                                            : train::load_config(config_path_);
     // A run trained with LoRA wrote its model with the adapters merged in,
@@ -69,17 +81,21 @@ class ModelSource {
       train::read_checkpoint_weights(*info_, model, consume, {.verify = !verified_});
       verified_ = true;
     } else {
-      io::read_gpt2_weights(weights_, nn::gpt_parameter_shapes(model), nullptr, consume,
-                            io::weight_layout(model));
+      io::WeightLayout layout = io::weight_layout(model);
+      if (adapter_) layout.adapter = &*adapter_;
+      io::read_gpt2_weights(weights_, nn::gpt_parameter_shapes(model), nullptr, consume, layout);
     }
   }
 
   // The weights file, empty for a checkpoint.
   const std::string& weights() const { return weights_; }
+  // Whether --adapter is merged into what read() gives.
+  bool has_adapter() const { return adapter_.has_value(); }
 
  private:
-  std::string run_dir_, config_path_, weights_, checkpoint_;
+  std::string run_dir_, config_path_, weights_, checkpoint_, adapter_dir_;
   std::optional<io::CheckpointInfo> info_;
+  std::optional<io::PeftDeltas> adapter_;  // --adapter
   bool verified_ = false;
 };
 

@@ -69,7 +69,7 @@ int main(int argc, char** argv) {
         tokenizer_files = triad::io::copy_hf_tokenizer(tokenizer, output, model.vocab_size);
     };
     const std::vector<std::string> weight_files =
-        source.weights().empty()
+        source.weights().empty() || source.has_adapter()
             ? triad::io::export_hf_parts(
                   [&](const std::function<void(triad::nn::StateDict &&)>& consume) {
                     source.read(model, consume);
