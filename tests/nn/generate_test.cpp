@@ -325,11 +325,7 @@ struct Decoding {
       cfg.mla.q_lora_rank = 0;
       cfg.mla.qk_nope_head_dim = 0;
       cfg.mla.v_head_dim = 10;
-      cfg.mla.mscale_all_dim = 0.7;
-      cfg.rope_scaling.kind = RopeScaling::Kind::Yarn;
-      cfg.rope_scaling.factor = 4.0;
-      cfg.rope_scaling.original_seq_len = 4.0;
-      cfg.rope_scaling.attention_factor = 1.0;
+      testing::use_deepseek_yarn(cfg);
     }
     return cfg;
   }

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "support/gpt_config_checks.h"
+#include "support/tiny_deepseek.h"
 #include "triad/autograd/engine.h"
 #include "triad/autograd/grad_mode.h"
 #include "triad/core/rope_scaling.h"
@@ -260,11 +261,7 @@ TEST(LatentAttention, MatchesItsDefinitionWithoutAQueryLatent) {
 TEST(LatentAttention, MatchesItsDefinitionWithWideValuesUnderYarn) {
   GptConfig c = mla_config();
   c.mla.v_head_dim = 14;
-  c.mla.mscale_all_dim = 0.7;
-  c.rope_scaling.kind = RopeScaling::Kind::Yarn;
-  c.rope_scaling.factor = 4.0;
-  c.rope_scaling.original_seq_len = 4.0;
-  c.rope_scaling.attention_factor = 1.0;
+  testing::use_deepseek_yarn(c);
   EXPECT_EQ(c.head_dim(), 14);
   const double m = 0.1 * 0.7 * std::log(4.0) + 1.0;
   EXPECT_DOUBLE_EQ(c.latent_query_factor(), std::sqrt(14.0 / 10.0) * m * m);

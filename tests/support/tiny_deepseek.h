@@ -35,4 +35,15 @@ inline nn::GptConfig::Mla tiny_latent_attention() {
           .v_head_dim = 6};
 }
 
+// DeepSeek's yarn at test size: the frequencies stretched 4 times from an
+// original context of 4, and the scores times (0.1 mscale_all_dim
+// ln(factor) + 1)^2 with mscale_all_dim 0.7.
+inline void use_deepseek_yarn(nn::GptConfig& c) {
+  c.mla.mscale_all_dim = 0.7;
+  c.rope_scaling.kind = RopeScaling::Kind::Yarn;
+  c.rope_scaling.factor = 4.0;
+  c.rope_scaling.original_seq_len = 4.0;
+  c.rope_scaling.attention_factor = 1.0;
+}
+
 }  // namespace triad::testing
