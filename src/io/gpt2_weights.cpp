@@ -320,9 +320,12 @@ bool take_experts(BlockParts& parts, const std::string& p, nn::StateDict& out) {
     const std::string router = std::string(n.prefix) + "gate.weight";
     if (!parts.has(router)) continue;
     out[p + "mlp.router.weight"] = parts.take(router);
-    // GLM-4.5's (DeepSeek-V3's) biases for choosing the experts.
-    const std::string bias = std::string(n.prefix) + "gate.e_score_correction_bias";
-    if (parts.has(bias)) out[p + "mlp.expert_bias"] = parts.take(bias);
+    // GLM-4.5's (DeepSeek-V3's) biases for choosing the experts, beside
+    // the router (MiniMax-M2's beside the experts).
+    for (const char* where : {"gate.e_score_correction_bias", "e_score_correction_bias"}) {
+      const std::string bias = std::string(n.prefix) + where;
+      if (parts.has(bias)) out[p + "mlp.expert_bias"] = parts.take(bias);
+    }
     for (int64_t e = 0;; ++e) {
       const std::string x = std::string(n.prefix) + "experts." + std::to_string(e) + ".";
       const std::string ours = p + "mlp.experts." + std::to_string(e) + ".";
@@ -1212,18 +1215,21 @@ std::string hf_model_type_beside(const std::string& path) {
 
 // The multi-token-prediction layers a config.json beside `path` says its
 // files hold after the model's own (GLM-4.5's and DeepSeek-V3's
-// num_nextn_predict_layers), which Triad, as Hugging Face's inference, does
-// not read; 0 when there is no such file or key.
+// num_nextn_predict_layers, MiniMax-M2's num_mtp_modules), which Triad, as
+// Hugging Face's inference, does not read; 0 when there is no such file or
+// key.
 int64_t hf_prediction_layers_beside(const std::string& path) {
   namespace fs = std::filesystem;
   const fs::path dir = fs::is_directory(path) ? fs::path(path) : fs::path(path).parent_path();
   std::ifstream in(dir / "config.json");
   if (!in) return 0;
   const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
-  if (!j.is_object() || !j.contains("num_nextn_predict_layers") ||
-      !j.at("num_nextn_predict_layers").is_number_integer())
-    return 0;
-  return std::max<int64_t>(0, j.at("num_nextn_predict_layers").get<int64_t>());
+  if (!j.is_object()) return 0;
+  for (const char* key : {"num_nextn_predict_layers", "num_mtp_modules"}) {
+    if (j.contains(key) && j.at(key).is_number_integer())
+      return std::max<int64_t>(0, j.at(key).get<int64_t>());
+  }
+  return 0;
 }
 
 }  // namespace

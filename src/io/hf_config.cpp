@@ -241,9 +241,10 @@ nn::GptConfig decoder_dimensions(const Keys& k) {
 nn::GptConfig llama_config(const Keys& k, const std::string& type) {
   nn::GptConfig c = decoder_dimensions(k);
   c.position_embedding = nn::PositionEmbedding::Rotary;
-  c.rope_theta = k.number("rope_theta", type == "gemma3_text" ? 1e6
-                                        : type == "smollm3"   ? 2e6
-                                                              : 10000.0);
+  c.rope_theta = k.number("rope_theta", type == "gemma3_text"  ? 1e6
+                                        : type == "smollm3"    ? 2e6
+                                        : type == "minimax_m2" ? 5e6
+                                                               : 10000.0);
   c.normalization = nn::Normalization::RmsNorm;
   c.layer_norm_eps = k.number("rms_norm_eps", 1e-6);
   c.activation = nn::Activation::SwiGlu;
@@ -624,6 +625,76 @@ nn::GptConfig deepseek_moe_config(const Keys& k, const std::string& type) {
     return c;
   }
   for (int64_t i = 0; i < std::min(dense, c.n_layer); ++i) m.dense_layers.push_back(i);
+  return c;
+}
+
+// MiniMax-M2 (minimax_m2: MiniMax-M2, M2.1, M2.5): LLaMA's blocks with
+// OLMo 2's query/key norms, one RMSNorm over all the queries and one over
+// all the keys (use_qk_norm with qk_norm_type per_layer; Hugging Face's
+// class always has them), the first rotary_dim of each head turned in
+// halves (or partial_rotary_factor of it, transformers' newer name for the
+// same share; given both, they must agree), RoPE's base 5e6 when left
+// out; and a mixture on every layer: num_local_experts SwiGLU experts of
+// intermediate_size, each scored by a sigmoid, the top num_experts_per_tok
+// chosen with the router's e_score_correction_bias
+// (block_sparse_moe.e_score_correction_bias; model.moe.expert_bias) among
+// all of them, renormalised, unscaled, no shared expert. The biases
+// balance, as DeepSeek-V3's do: no load-balancing loss (transformers
+// computes router_aux_loss_coef's only under output_router_logits, and
+// then Mixtral's softmax form, not this router's). What the class does not
+// build is refused by name: linear attention layers in attn_type_list
+// (MiniMax-01's), norms on each head, grouped or scaled routing, a shared
+// expert, a noisy router. The multi-token-prediction modules
+// (num_mtp_modules) are left unread, as Hugging Face's inference leaves
+// them.
+nn::GptConfig minimax_m2_config(const Keys& k) {
+  nn::GptConfig c = llama_config(k, "minimax_m2");
+  if (k.has("rotary_dim") && c.n_head > 0) {
+    const int64_t r = k.integer("rotary_dim"), d = c.head_dim();
+    if (r < 2 || r > d || r % 2 != 0)
+      k.bad("rotary_dim", "must be an even width of at most head_dim (" + std::to_string(d) + ")");
+    c.rope_dim = r == d ? 0 : r;
+    if (k.has("partial_rotary_factor") &&
+        rotated_dims(k, "partial_rotary_factor", 1.0, c) != c.rope_dim)
+      k.bad("partial_rotary_factor",
+            "disagrees with rotary_dim (" + std::to_string(r) + " of " + std::to_string(d) + ")");
+  } else {
+    c.rope_dim = rotated_dims(k, "partial_rotary_factor", 1.0, c);
+  }
+  if (!k.boolean("use_qk_norm", true))
+    k.unsupported("use_qk_norm",
+                  "Hugging Face's MiniMaxM2 normalises its queries and keys whatever the key says");
+  if (k.text("qk_norm_type", "per_layer") != "per_layer")
+    k.unsupported("qk_norm_type",
+                  "MiniMax-M2's query/key norms span all the heads (per_layer); Triad does not "
+                  "read another kind under this class");
+  nn::set_qk_norm(c, "full");
+  if (k.has("attn_type_list")) {
+    const Json& kinds = k.json("attn_type_list");
+    if (!kinds.is_array()) k.bad("attn_type_list", "must list each layer's attention kind");
+    for (const Json& v : kinds) {
+      if (!v.is_number_integer() || v.get<int64_t>() != 1)
+        k.unsupported("attn_type_list",
+                      "every layer must be softmax attention (1); MiniMax-01's linear "
+                      "(lightning) attention is not built");
+    }
+  }
+  nn::GptConfig::Moe& m = c.moe;
+  read_expert_counts(k, "num_local_experts", m);
+  if (k.text("scoring_func", "sigmoid") != "sigmoid")
+    k.unsupported("scoring_func", "MiniMax-M2's experts are scored by sigmoids");
+  if (k.boolean("use_grouped_topk", false))
+    k.unsupported("use_grouped_topk", "Hugging Face's MiniMaxM2 chooses among all the experts");
+  if (k.number("routed_scaling_factor", 1.0) != 1.0)
+    k.unsupported("routed_scaling_factor", "Hugging Face's MiniMaxM2 leaves its gates unscaled");
+  if (k.integer("shared_intermediate_size", 0) != 0)
+    k.unsupported("shared_intermediate_size", "MiniMax-M2's class has no shared expert");
+  if (k.number("router_jitter_noise", 0.0) != 0.0)
+    k.unsupported("router_jitter_noise", "a noisy router is not implemented");
+  m.score = nn::GptConfig::Moe::Score::Sigmoid;
+  m.expert_bias = true;
+  m.normalize_top_k = true;
+  m.aux_loss_coef = 0;
   return c;
 }
 
@@ -1119,8 +1190,10 @@ nn::GptConfig gpt_config_from_hf(const std::string& json_text, const std::string
   // are not.
   if (k.has("quantization_config")) {
     const Json& q = k.json("quantization_config");
+    // (MiniMax-M2's files name the same format float8_e4m3fn.)
+    const std::string fmt = q.is_object() ? q.value("fmt", std::string("e4m3")) : "";
     const bool fp8 = q.is_object() && q.value("quant_method", std::string()) == "fp8" &&
-                     q.value("fmt", std::string("e4m3")) == "e4m3";
+                     (fmt == "e4m3" || fmt == "float8_e4m3fn");
     if (!fp8)
       k.unsupported("quantization_config",
                     "Triad reads fp8 (e4m3) block-quantized weights, DeepSeek's, alone: "
@@ -1141,6 +1214,8 @@ nn::GptConfig gpt_config_from_hf(const std::string& json_text, const std::string
     c = granite_moe_config(k, type);
   } else if (type == "glm4_moe" || type == "dots1" || is_deepseek_mla(type)) {
     c = deepseek_moe_config(k, type);
+  } else if (type == "minimax_m2") {
+    c = minimax_m2_config(k);
   } else if (type == "gpt2") {
     c = gpt2_config(k);
   } else if (type == "gpt_neox") {
@@ -1167,7 +1242,7 @@ nn::GptConfig gpt_config_from_hf(const std::string& json_text, const std::string
         "' is not supported (llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe, gemma, "
         "gemma2, gemma3_text, gemma3, phi3, stablelm, olmo, olmo2, olmo3, olmoe, granite, "
         "granitemoe, granitemoeshared, cohere, cohere2, smollm3, glm, glm4, glm4_moe, dots1, "
-        "deepseek_v2, deepseek_v3, kimi_k2, helium, exaone4, "
+        "deepseek_v2, deepseek_v3, kimi_k2, minimax_m2, helium, exaone4, "
         "gpt_neox, starcoder2, phi, falcon, gptj, codegen or gpt2)");
   }
   // (An export writes the class it came from; Kimi K2's is DeepSeek-V3's.)

@@ -181,14 +181,17 @@ std::string llama_misfit(const nn::GptConfig& c, const std::string& type) {
   } else if (is_glm(type)) {
     add(c.sliding_window > 0, "model.sliding_window is set");
     add(c.rope_scaling.scaled(), "model.rope_scaling is set (GLM's files turn unscaled)");
-  } else if (type == "glm4_moe") {  // (a partial rotation in halves, as StableLM's)
+  } else if (type == "glm4_moe" || type == "minimax_m2") {
+    // (A partial rotation in halves, as StableLM's; MiniMax-M2's query/key
+    // norms span all the heads, as OLMo 2's.)
     add(c.sliding_window > 0, "model.sliding_window is set");
     add(c.rope_scaling.kind == RopeScaling::Kind::LongRope, "model.rope_scaling is longrope");
+    if (type == "minimax_m2") add(!c.qk_norm_full, "model.qk_norm is not full");
   } else {
     if (type == "helium") add(c.sliding_window > 0, "model.sliding_window is set");
     add(c.rope_dim > 0,
-        "model.rope_dim turns part of each head (only Phi-3, StableLM, GLM and GLM-4.5 turn "
-        "part)");
+        "model.rope_dim turns part of each head (only Phi-3, StableLM, GLM, GLM-4.5 and "
+        "MiniMax-M2 turn part)");
   }
   if (gemma) {
     const double root = std::sqrt(static_cast<double>(c.d_model));
@@ -251,7 +254,8 @@ std::string llama_misfit(const nn::GptConfig& c, const std::string& type) {
   // heads (above), and the LayerNorms on each head of Command R+
   // (CohereConfig's use_qk_norm; Cohere 2's has none) and StableLM 2 12B
   // (StableLmConfig's qk_layernorm).
-  const bool qk = type == "qwen3" || type == "gemma3_text" || olmo || exaone4;
+  const bool qk =
+      type == "qwen3" || type == "gemma3_text" || olmo || exaone4 || type == "minimax_m2";
   if (type == "cohere" || stablelm) {
     add(c.qk_norm && !c.qk_head_layernorm, "model.qk_norm is not head_layernorm or false");
   } else {
@@ -266,7 +270,7 @@ std::string llama_misfit(const nn::GptConfig& c, const std::string& type) {
   // 2 its global ones (above).
   if (type == "llama" || type == "gemma" || type == "phi3" || stablelm || (olmo && !olmo3) ||
       olmo1 || granite || (cohere && !cohere2) || is_glm(type) || type == "helium" ||
-      type == "glm4_moe") {
+      type == "glm4_moe" || type == "minimax_m2") {
     add(!c.full_attention_layers.empty(),
         "model.full_attention_layers exempts layers from the window");
   } else if (!sandwich && type != "smollm3" && !cohere2 && !olmo3 && !exaone4) {
@@ -893,6 +897,7 @@ const std::vector<std::string>& hf_model_types() {
                                               "dots1",
                                               "deepseek_v2",
                                               "deepseek_v3",
+                                              "minimax_m2",
                                               "helium",
                                               "exaone4",
                                               "gpt_neox",
@@ -936,7 +941,8 @@ std::string dense_misfit(const nn::GptConfig& c, const std::string& type) {
 
 bool is_moe_type(const std::string& type) {
   return type == "mixtral" || type == "qwen2_moe" || type == "qwen3_moe" || type == "olmoe" ||
-         holds_deepseek_moe(type) || is_granite_moe(type) || type == "deepseek_v2";
+         holds_deepseek_moe(type) || is_granite_moe(type) || type == "deepseek_v2" ||
+         type == "minimax_m2";
 }
 
 // The classes whose attention is latent (model.mla): DeepSeek-V2's and -V3's.
@@ -950,7 +956,8 @@ bool holds_latent_attention(const std::string& type) {
 void add_olmo_departures(const nn::GptConfig& c, const std::string& type, Misfit& m) {
   m.add(!c.norm_affine && type != "olmo", "model.norm_affine is false");
   m.add(c.clip_qkv > 0 && type != "olmo" && type != "olmoe", "model.clip_qkv is set");
-  m.add(c.qk_norm_full && type != "olmo2" && type != "olmo3" && type != "olmoe",
+  m.add(c.qk_norm_full && type != "olmo2" && type != "olmo3" && type != "olmoe" &&
+            type != "minimax_m2",
         "model.qk_norm is full");
   m.add(!c.pre_norms && type != "olmo2" && type != "olmo3" && type != "exaone4",
         "model.pre_norms is false");
@@ -994,6 +1001,7 @@ std::string misfit(const nn::GptConfig& c, const std::string& type) {
                            : olmoe                        ? "olmoe"
                            : granite                      ? "granite"
                            : type == "glm4_moe"           ? "glm4_moe"
+                           : type == "minimax_m2"         ? "minimax_m2"
                            : holds_latent_attention(type) ? "llama"
                                                           : "qwen3")};
   if (holds_latent_attention(type)) {
@@ -1049,6 +1057,19 @@ std::string misfit(const nn::GptConfig& c, const std::string& type) {
     add_deepseek_experts();
     return m.why;
   }
+  if (type == "minimax_m2") {
+    // MiniMax-M2's: sigmoid scores chosen with biases among all the
+    // experts, renormalised, unscaled, on every layer, no shared expert.
+    const auto& x = c.moe;
+    m.add(x.score != nn::GptConfig::Moe::Score::Sigmoid, "model.moe.score is not sigmoid");
+    m.add(!x.expert_bias, "model.moe.expert_bias is false");
+    m.add(!x.normalize_top_k, "model.moe.normalize_top_k is false");
+    m.add(x.routed_scaling_factor != 1.0, "model.moe.routed_scaling_factor is not 1");
+    m.add(x.groups != 1, "model.moe.groups limits each token to groups of experts");
+    m.add(!x.dense_layers.empty(), "model.moe.dense_layers keeps layers dense");
+    m.add(x.shared_ffn_hidden_size > 0, "model.moe.shared_ffn_hidden_size is set");
+    return m.why;
+  }
   // Each routes by a softmax over the experts, unscaled, ungrouped, unbiased.
   m.add(c.moe.score != nn::GptConfig::Moe::Score::Softmax, "model.moe.score is sigmoid");
   m.add(c.moe.routed_scaling_factor != 1.0, "model.moe.routed_scaling_factor is not 1");
@@ -1100,6 +1121,7 @@ const char* architecture_of(const std::string& type) {
          : type == "dots1"            ? "Dots1ForCausalLM"
          : type == "deepseek_v2"      ? "DeepseekV2ForCausalLM"
          : type == "deepseek_v3"      ? "DeepseekV3ForCausalLM"
+         : type == "minimax_m2"       ? "MiniMaxM2ForCausalLM"
          : type == "helium"           ? "HeliumForCausalLM"
          : type == "exaone4"          ? "Exaone4ForCausalLM"
          : type == "gpt_neox"         ? "GPTNeoXForCausalLM"
@@ -1167,7 +1189,11 @@ const char* hf_model_type(const nn::GptConfig& c) {
         "); DeepseekV2ForCausalLM LLaMA's with latent attention, its first layers dense, then "
         "softmax scores times any scale, not renormalised (groups scored by their best expert, "
         "group_score: max) and an ungated shared expert some experts wide (here " +
-        misfit(c, "deepseek_v2") + ")");
+        misfit(c, "deepseek_v2") +
+        "); MiniMaxM2ForCausalLM LLaMA's with query/key norms over all the heads (qk_norm: "
+        "full), any partial rotation and experts on every layer, DeepSeek-V3's router (score: "
+        "sigmoid, expert_bias) among all of them, renormalised, unscaled, no shared expert (here " +
+        misfit(c, "minimax_m2") + ")");
   }
   const std::string llama = misfit(c, "mistral"), qwen2 = misfit(c, "qwen2"),
                     qwen3 = misfit(c, "qwen3"), gemma = misfit(c, "gemma"),
@@ -1335,7 +1361,8 @@ std::string hf_config_json(const nn::GptConfig& c, const std::string& torch_dtyp
       j["attention_bias"] = c.qkv_bias;
       if (type != "helium") j["partial_rotary_factor"] = partial_rotary_factor(c);
       if (type == "glm4_moe") j["use_qk_norm"] = c.qk_norm;
-    } else if (type != "qwen2" && type != "qwen2_moe" && !phi3 && !stablelm && type != "mixtral") {
+    } else if (type != "qwen2" && type != "qwen2_moe" && !phi3 && !stablelm && type != "mixtral" &&
+               type != "minimax_m2") {
       j["attention_bias"] = false;
     }
     if (stablelm) {
@@ -1356,7 +1383,7 @@ std::string hf_config_json(const nn::GptConfig& c, const std::string& torch_dtyp
       }
       j["max_window_layers"] = c.sliding_window > 0 ? *qwen_window_layers(c) : c.n_layer;
     } else if (!phi3 && type != "mixtral" && !olmo && !is_granite_moe(type) && !cohere &&
-               !is_glm(type) && type != "glm4_moe") {
+               !is_glm(type) && type != "glm4_moe" && type != "minimax_m2") {
       j["mlp_bias"] = false;
     }
     if (phi3) {
@@ -1412,7 +1439,7 @@ std::string hf_config_json(const nn::GptConfig& c, const std::string& torch_dtyp
           j["aux_loss_alpha"] = x.aux_loss_coef;
           j["seq_aux"] = x.aux_loss_scope == nn::GptConfig::Moe::BalanceScope::Sequence;
         }
-      } else if (type == "mixtral" || is_granite_moe(type)) {
+      } else if (type == "mixtral" || is_granite_moe(type) || type == "minimax_m2") {
         j["intermediate_size"] = c.expert_ffn();
         j["num_local_experts"] = x.experts;
         if (type == "granitemoeshared") j["shared_intermediate_size"] = x.shared_ffn_hidden_size;
@@ -1430,8 +1457,25 @@ std::string hf_config_json(const nn::GptConfig& c, const std::string& torch_dtyp
       }
       if (!deepseek) {
         j["num_experts_per_tok"] = x.top_k;
-        j["router_aux_loss_coef"] = x.aux_loss_coef;
+        // (MiniMax-M2's biases balance; transformers' loss for its class
+        // would be Mixtral's softmax form, not its router's.)
+        if (type != "minimax_m2") j["router_aux_loss_coef"] = x.aux_loss_coef;
         j["output_router_logits"] = false;
+      }
+      if (type == "minimax_m2") {
+        // MiniMax's own keys as its files hold them: the rotated width
+        // (and transformers' share of the head), the norms over all the
+        // heads, the biased sigmoid router, every layer softmax attention,
+        // and none of the prediction modules Triad lacks.
+        j["rotary_dim"] = c.rope_dim > 0 ? c.rope_dim : c.head_dim();
+        j["partial_rotary_factor"] = partial_rotary_factor(c);
+        j["use_qk_norm"] = true;
+        j["qk_norm_type"] = "per_layer";
+        j["scoring_func"] = "sigmoid";
+        j["use_routing_bias"] = true;
+        j["attn_type_list"] = std::vector<int64_t>(static_cast<size_t>(c.n_layer), 1);
+        j["use_mtp"] = false;
+        j["num_mtp_modules"] = 0;
       }
       if (type != "olmoe" && !deepseek && !is_granite_moe(type)) j["router_jitter_noise"] = 0.0;
     }
@@ -1572,9 +1616,10 @@ std::map<std::string, Tensor> triad_to_hf_part(const nn::StateDict& full, const 
     if (c.moe_layer(i) && is_granite_moe(type)) {
       put_fused_experts(full, c, i, out);
     } else if (c.moe_layer(i)) {
-      // Mixtral's block_sparse_moe (w1 the gate, w3 up, w2 down) or
-      // Qwen3-MoE's mlp (gate_proj, up_proj, down_proj); the router is gate.
-      const bool mixtral = type == "mixtral";
+      // Mixtral's (and MiniMax-M2's) block_sparse_moe (w1 the gate, w3 up,
+      // w2 down) or Qwen3-MoE's mlp (gate_proj, up_proj, down_proj); the
+      // router is gate.
+      const bool mixtral = type == "mixtral" || type == "minimax_m2";
       const std::string moe = hf + (mixtral ? "block_sparse_moe." : "mlp.");
       out[moe + "gate.weight"] = at(full, p + "mlp.router.weight");
       for (int64_t e = 0; e < c.moe.experts; ++e) {
@@ -1585,7 +1630,9 @@ std::map<std::string, Tensor> triad_to_hf_part(const nn::StateDict& full, const 
                  x + (mixtral ? "w3" : "up_proj") + ".weight");
         out[x + (mixtral ? "w2" : "down_proj") + ".weight"] = at(full, ours + "c_proj.weight");
       }
-      if (holds_deepseek_moe(type) || type == "deepseek_v2") {
+      if (type == "minimax_m2") {  // its biases beside the experts
+        out[moe + "e_score_correction_bias"] = at(full, p + "mlp.expert_bias");
+      } else if (holds_deepseek_moe(type) || type == "deepseek_v2") {
         // The biases (DeepSeek-V3's) and the ungated shared experts.
         if (c.moe.expert_bias)
           out[moe + "gate.e_score_correction_bias"] = at(full, p + "mlp.expert_bias");

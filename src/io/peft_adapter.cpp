@@ -79,7 +79,8 @@ std::string unsupported_reason(const nn::GptConfig& c) {
 
 // The modules a mixture's expert layer (mlp.experts.<e>.c_fc, ...,
 // mlp.shared.c_proj) of block `hf` ("model.layers.N.") becomes: Mixtral's
-// block_sparse_moe.experts.<e>.w1 (gate), w3 (up) and w2 (down), the
+// (and MiniMax-M2's) block_sparse_moe.experts.<e>.w1 (gate), w3 (up) and
+// w2 (down), the
 // others' mlp.experts.<e>.gate_proj, up_proj and down_proj, the shared
 // expert's mlp.shared_expert (Qwen2-MoE's) or mlp.shared_experts
 // (DeepSeek's, GLM-4.5's, dots.llm1's).
@@ -88,7 +89,9 @@ std::vector<Piece> expert_pieces(const nn::GptConfig& c, const std::string& hf,
   if (const std::string why = unsupported_reason(c); !why.empty())
     throw NotSupportedError("PEFT adapter: " + why);
   const std::string type = hf_model_type(c);
-  const bool mixtral = type == "mixtral", shared = starts_with(layer, "mlp.shared.");
+  // (MiniMax-M2's experts are named as Mixtral's.)
+  const bool mixtral = type == "mixtral" || type == "minimax_m2",
+             shared = starts_with(layer, "mlp.shared.");
   std::string stem;
   if (shared) {
     const bool deepseek =

@@ -498,8 +498,8 @@ TEST(HfConfig, Phi4MiniTurnsThreeQuartersOfEachHead) {
     FAIL() << "exported a partial rotation under yarn";
   } catch (const NotSupportedError& e) {
     for (const char* why : {"model.rope_scaling is not longrope (Phi3Config takes longrope only)",
-                            "model.rope_dim turns part of each head (only Phi-3, StableLM, GLM "
-                            "and GLM-4.5 turn part)",
+                            "model.rope_dim turns part of each head (only Phi-3, StableLM, GLM, "
+                            "GLM-4.5 and MiniMax-M2 turn part)",
                             "model.rope_scaling is set (GLM's files turn unscaled)"})
       EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << e.what();
   }
@@ -1154,6 +1154,94 @@ TEST(HfConfig, Glm4MoeConfigsAreDeepSeekV3Mixtures) {
             std::string::npos);
   EXPECT_NE(error_of(edited(air, "topk_group", "2"))
                 .find("model.moe.top_groups (2) must be in [1, model.moe.groups (1)]"),
+            std::string::npos);
+}
+
+// MiniMax-M2's config.json as published (fp8 blocks, their format named
+// float8_e4m3fn): LLaMA's blocks with one RMSNorm over all 48 query heads
+// and one over the 8 key heads, heads of 128 of which the first 64 turn,
+// RoPE's base 5e6, and 256 experts on every layer, 8 chosen by biased
+// sigmoid scores, renormalised; no load-balancing loss (the biases
+// balance). Its 229B parameters (230B with the prediction modules) and 10B
+// active besides the embeddings. What its class does not build is named.
+TEST(HfConfig, MiniMaxM2ConfigIsABiasedSigmoidMixtureWithNormsOverAllHeads) {
+  const std::string m2 = R"({
+    "architectures": ["MiniMaxM2ForCausalLM"], "attn_type_list": [1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+      1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+      1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1],
+    "head_dim": 128, "hidden_act": "silu", "hidden_size": 3072, "intermediate_size": 1536,
+    "layernorm_full_attention_beta": 1.0, "layernorm_linear_attention_beta": 1.0,
+    "layernorm_mlp_beta": 1.0, "max_position_embeddings": 196608, "mlp_intermediate_size": 8192,
+    "model_type": "minimax_m2", "mtp_transformer_layers": 1, "num_attention_heads": 48,
+    "num_experts_per_tok": 8, "num_hidden_layers": 62, "num_key_value_heads": 8,
+    "num_local_experts": 256, "num_mtp_modules": 3, "output_router_logits": false,
+    "qk_norm_type": "per_layer", "rms_norm_eps": 1e-06, "rope_theta": 5000000, "rotary_dim": 64,
+    "router_aux_loss_coef": 0.001, "router_jitter_noise": 0.0, "scoring_func": "sigmoid",
+    "shared_intermediate_size": 0, "shared_moe_mode": "sigmoid", "sliding_window": null,
+    "tie_word_embeddings": false, "torch_dtype": "bfloat16", "use_cache": true, "use_mtp": true,
+    "use_qk_norm": true, "use_routing_bias": true, "vocab_size": 200064,
+    "quantization_config": {"activation_scheme": "dynamic", "fmt": "float8_e4m3fn",
+      "quant_method": "fp8", "weight_block_size": [128, 128],
+      "modules_to_not_convert": ["gate", "e_score_correction_bias", "lm_head"]}})";
+  const nn::GptConfig c = gpt_config_from_hf(m2, "MiniMax-M2/config.json");
+  EXPECT_EQ(c.hf_type, "minimax_m2");
+  EXPECT_TRUE(c.qk_norm_full);
+  EXPECT_EQ(c.head_dim(), 128);
+  EXPECT_EQ(c.rope_dim, 64);
+  EXPECT_DOUBLE_EQ(c.rope_theta, 5e6);
+  EXPECT_EQ(c.kv_heads(), 8);
+  EXPECT_EQ(c.sliding_window, 0);
+  EXPECT_FALSE(c.qkv_bias);
+  EXPECT_FALSE(c.tie_embeddings);
+  EXPECT_EQ(c.moe.experts, 256);
+  EXPECT_EQ(c.moe.top_k, 8);
+  EXPECT_EQ(c.expert_ffn(), 1536);
+  EXPECT_TRUE(c.moe.dense_layers.empty());
+  EXPECT_EQ(c.moe.shared_ffn_hidden_size, 0);
+  EXPECT_EQ(c.moe.score, nn::GptConfig::Moe::Score::Sigmoid);
+  EXPECT_TRUE(c.moe.expert_bias);
+  EXPECT_EQ(c.moe.groups, 1);
+  EXPECT_TRUE(c.moe.normalize_top_k);
+  EXPECT_DOUBLE_EQ(c.moe.routed_scaling_factor, 1.0);
+  EXPECT_EQ(c.moe.aux_loss_coef, 0.0);
+  // Per layer 3,668,718,848: attention 44,040,192 (q and o 3072 x 6144
+  // each, k and v 3072 x 1024 each), its norms 7168, the block's two 3072,
+  // the router 786,432 and its 256 biases, 256 experts of 3 x 3072 x 1536;
+  // the two embeddings 614,596,608 each and the final norm.
+  EXPECT_EQ(c.num_parameters(), 228'689'764'864);
+  // (8 of the 256 experts a token: 248 idle in each layer.)
+  EXPECT_DOUBLE_EQ(c.active_parameter_count(), 11'030'553'088.0);
+  EXPECT_EQ(std::string(hf_architecture(c)), "MiniMaxM2ForCausalLM");
+  // transformers' share of the head in place of rotary_dim, or beside it.
+  const nn::GptConfig shared =
+      gpt_config_from_hf(edited(without(m2, "rotary_dim"), "partial_rotary_factor", "0.5"), "s");
+  EXPECT_EQ(shared.rope_dim, 64);
+  EXPECT_EQ(gpt_config_from_hf(edited(m2, "partial_rotary_factor", "0.5"), "s").rope_dim, 64);
+  EXPECT_EQ(gpt_config_from_hf(edited(m2, "rotary_dim", "128"), "s").rope_dim, 0);
+  EXPECT_NE(error_of(edited(m2, "partial_rotary_factor", "0.25"))
+                .find("'partial_rotary_factor' (0.25) disagrees with rotary_dim (64 of 128)"),
+            std::string::npos);
+  EXPECT_NE(error_of(edited(m2, "rotary_dim", "63"))
+                .find("'rotary_dim' (63) must be an even width of at most head_dim (128)"),
+            std::string::npos);
+  EXPECT_NE(error_of(edited(m2, "attn_type_list", "[0, 1]"))
+                .find("MiniMax-01's linear (lightning) attention is not built"),
+            std::string::npos);
+  EXPECT_NE(error_of(edited(m2, "qk_norm_type", "\"per_head\"")).find("'qk_norm_type'"),
+            std::string::npos);
+  EXPECT_NE(error_of(edited(m2, "use_qk_norm", "false")).find("'use_qk_norm'"), std::string::npos);
+  EXPECT_NE(error_of(edited(m2, "scoring_func", "\"softmax\""))
+                .find("MiniMax-M2's experts are scored by sigmoids"),
+            std::string::npos);
+  EXPECT_NE(error_of(edited(m2, "use_grouped_topk", "true")).find("'use_grouped_topk'"),
+            std::string::npos);
+  EXPECT_NE(error_of(edited(m2, "routed_scaling_factor", "2.0")).find("leaves its gates unscaled"),
+            std::string::npos);
+  EXPECT_NE(error_of(edited(m2, "shared_intermediate_size", "1536"))
+                .find("MiniMax-M2's class has no shared expert"),
+            std::string::npos);
+  EXPECT_NE(error_of(edited(m2, "quantization_config", R"({"quant_method": "fp8", "fmt": "e5m2"})"))
+                .find("'quantization_config'"),
             std::string::npos);
 }
 
@@ -2111,7 +2199,7 @@ TEST(HfConfig, WhatTriadDoesNotBuildIsNamed) {
                 "qwen2_moe, qwen3, qwen3_moe, gemma, gemma2, gemma3_text, gemma3, phi3, stablelm, "
                 "olmo, olmo2, olmo3, olmoe, granite, granitemoe, granitemoeshared, cohere, "
                 "cohere2, smollm3, glm, glm4, glm4_moe, dots1, deepseek_v2, deepseek_v3, kimi_k2, "
-                "helium, "
+                "minimax_m2, helium, "
                 "exaone4, gpt_neox, "
                 "starcoder2, "
                 "phi, "

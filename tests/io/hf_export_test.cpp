@@ -452,8 +452,30 @@ TEST(HfExport, MixturesOfExpertsRoundTripAsMixtralAndQwen3Moe) {
   v2.moe.normalize_top_k = false;
   v2.moe.group_score = nn::GptConfig::Moe::GroupScore::Max;
   v2.moe.aux_loss_coef = 0.001;
+  // MiniMax-M2: OLMoE's norms over all the queries and keys on wider
+  // heads, half of each turned, and experts on every layer chosen by
+  // biased sigmoid scores, renormalised, unscaled, no shared expert.
+  nn::GptConfig m2 = olmoe;
+  m2.head_size = 8;
+  m2.rope_dim = 4;
+  m2.moe = testing::tiny_deepseek_mixture();
+  m2.moe.dense_layers.clear();
+  m2.moe.groups = m2.moe.top_groups = 1;
+  m2.moe.routed_scaling_factor = 1.0;
+  m2.moe.shared_ffn_hidden_size = 0;
+  m2.moe.normalize_top_k = true;
+  m2.ffn_hidden_size = m2.moe.ffn_hidden_size;  // (intermediate_size: the experts')
+  m2.moe.ffn_hidden_size = 0;
   for (const auto& [c, type, gate, names] :
-       {std::tuple{v2, "deepseek_v2", "model.layers.1.mlp.experts.2.gate_proj.weight",
+       {std::tuple{
+            m2, "minimax_m2", "model.layers.1.block_sparse_moe.experts.2.w1.weight",
+            std::vector<std::string>{"model.layers.1.self_attn.q_norm.weight",
+                                     "model.layers.1.self_attn.k_norm.weight",
+                                     "model.layers.0.block_sparse_moe.gate.weight",
+                                     "model.layers.0.block_sparse_moe.e_score_correction_bias",
+                                     "model.layers.1.block_sparse_moe.experts.3.w3.weight",
+                                     "model.layers.1.block_sparse_moe.experts.3.w2.weight"}},
+        std::tuple{v2, "deepseek_v2", "model.layers.1.mlp.experts.2.gate_proj.weight",
                    std::vector<std::string>{"model.layers.1.self_attn.q_proj.weight",
                                             "model.layers.1.self_attn.kv_a_proj_with_mqa.weight",
                                             "model.layers.1.mlp.gate.weight",
@@ -554,6 +576,25 @@ TEST(HfExport, MixturesOfExpertsRoundTripAsMixtralAndQwen3Moe) {
   EXPECT_NE(hf_misfit(qwen, "glm4_moe")
                 .find("model.moe.score is not sigmoid, model.moe.expert_bias is false"),
             std::string::npos);
+  // MiniMax-M2's class is the one for its mixture; its router is neither
+  // GLM-4.5's (which has a shared expert) nor the softmax classes'.
+  EXPECT_EQ(std::string(hf_model_type(m2)), "minimax_m2");
+  EXPECT_NE(hf_misfit(m2, "glm4_moe").find("model.qk_norm is full"), std::string::npos);
+  EXPECT_NE(hf_misfit(m2, "olmoe").find("model.moe.score is sigmoid"), std::string::npos);
+  nn::GptConfig m2_apart = m2;
+  m2_apart.moe.routed_scaling_factor = 2.5;
+  m2_apart.moe.groups = 2;
+  m2_apart.moe.dense_layers = {0};
+  m2_apart.moe.shared_ffn_hidden_size = 8;
+  m2_apart.qk_norm_full = false;
+  EXPECT_NE(hf_misfit(m2_apart, "minimax_m2")
+                .find("model.moe.routed_scaling_factor is not 1, model.moe.groups limits each "
+                      "token to groups of experts, model.moe.dense_layers keeps layers dense, "
+                      "model.moe.shared_ffn_hidden_size is set"),
+            std::string::npos)
+      << hf_misfit(m2_apart, "minimax_m2");
+  EXPECT_NE(hf_misfit(m2_apart, "minimax_m2").find("model.qk_norm is not full"), std::string::npos);
+  EXPECT_NE(hf_misfit(glm45, "minimax_m2").find("model.qk_norm is not full"), std::string::npos);
   // Latent attention is DeepSeek-V3's class's alone, and that class's own.
   EXPECT_EQ(hf_misfit(v3, "glm4_moe"),
             "model.mla is set (latent attention, DeepSeek-V2's and -V3's)");
@@ -1719,7 +1760,7 @@ TEST(HfExport, TheModelsOwnClassIsPreferred) {
             "(llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe, gemma, gemma2, "
             "gemma3_text, phi3, stablelm, olmo, olmo2, olmo3, olmoe, granite, granitemoe, "
             "granitemoeshared, cohere, cohere2, smollm3, glm, glm4, glm4_moe, dots1, deepseek_v2, "
-            "deepseek_v3, "
+            "deepseek_v3, minimax_m2, "
             "helium, "
             "exaone4, "
             "gpt_neox, "
@@ -1743,7 +1784,8 @@ TEST(HfExport, AModelNoClassHoldsIsNamed) {
     const std::string m = e.what();
     EXPECT_NE(m.find("LlamaForCausalLM needs rope, swiglu, rmsnorm, no linear biases and no "
                      "query/key norms (here model.rope_dim turns part of each head (only Phi-3, "
-                     "StableLM, GLM and GLM-4.5 turn part), model.activation is not swiglu, "
+                     "StableLM, GLM, GLM-4.5 and MiniMax-M2 turn part), model.activation is not "
+                     "swiglu, "
                      "model.normalization is "
                      "not rmsnorm)"),
               std::string::npos)

@@ -279,10 +279,18 @@ TEST(PeftAdapter, ExpertModulesAreEachClassesOwn) {
   deepseek.mla = testing::tiny_latent_attention();
   deepseek.moe = testing::tiny_deepseek_mixture();
   deepseek.lora.targets = {"attn.kv_b_proj", "mlp.c_fc", "mlp.c_proj"};
+  nn::GptConfig m2 = mixtral;  // Mixtral's names; norms over all the heads, a biased sigmoid
+  m2.hf_type = "minimax_m2";
+  nn::set_qk_norm(m2, "full");
+  m2.moe.score = nn::GptConfig::Moe::Score::Sigmoid;
+  m2.moe.expert_bias = true;
   for (const auto& [c, type, targets, modules, probe, shape] :
        {std::tuple{mixtral, "mixtral", std::vector<std::string>{"o_proj", "w1", "w3", "w2"},
                    size_t{1 + 3 * 3}, "model.layers.0.block_sparse_moe.experts.2.w3.lora_B",
                    Shape{6, 3}},
+        std::tuple{m2, "minimax_m2", std::vector<std::string>{"o_proj", "w1", "w3", "w2"},
+                   size_t{1 + 3 * 3}, "model.layers.0.block_sparse_moe.experts.1.w1.lora_A",
+                   Shape{3, 16}},
         std::tuple{qwen2, "qwen2_moe",
                    std::vector<std::string>{"o_proj", "gate_proj", "up_proj", "down_proj"},
                    size_t{1 + 3 * 3 + 3}, "model.layers.0.mlp.shared_expert.up_proj.lora_B",

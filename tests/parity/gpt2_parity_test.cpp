@@ -903,6 +903,49 @@ TEST_F(Gpt2Parity, Glm4MoeDirectoryReadsTrainsAndExportsAsHuggingFacesGlm4Moe) {
   EXPECT_GT(worst, 1e-4);
 }
 
+// MiniMax-M2's blocks (one RMSNorm over all the queries and one over all
+// the keys, wider heads, half of each turned in halves; 6 experts on every
+// layer scored by sigmoids, each token's top 2 chosen with the expert
+// biases, renormalised, unscaled) from a MiniMaxM2ForCausalLM directory
+// under its files' names (block_sparse_moe, the biases beside the experts)
+// holding a prediction module besides: logits, loss, every gradient, greedy
+// tokens through the key/value cache, the balance; exported again, the same directory
+// less that module. Without the biases the logits are not the reference's.
+TEST_F(Gpt2Parity, MiniMaxM2DirectoryReadsTrainsAndExportsAsMiniMaxM2) {
+  const std::string dir = ref_dir() + "/minimax_m2_hf";
+  const nn::GptConfig cfg = io::load_hf_config(dir);
+  EXPECT_EQ(cfg.hf_type, "minimax_m2");
+  EXPECT_TRUE(cfg.qk_norm_full);
+  EXPECT_EQ(cfg.rope_dim, cfg.head_dim() / 2);
+  const auto& m = cfg.moe;
+  EXPECT_EQ(m.experts, 6);
+  EXPECT_EQ(m.top_k, 2);
+  EXPECT_EQ(m.score, nn::GptConfig::Moe::Score::Sigmoid);
+  EXPECT_TRUE(m.expert_bias);
+  EXPECT_TRUE(m.normalize_top_k);
+  EXPECT_EQ(m.groups, 1);
+  EXPECT_DOUBLE_EQ(m.routed_scaling_factor, 1.0);
+  EXPECT_TRUE(m.dense_layers.empty());
+  EXPECT_EQ(m.shared_ffn_hidden_size, 0);
+  EXPECT_EQ(m.aux_loss_coef, 0.0);
+  nn::Gpt model(cfg, 1);
+  io::load_gpt2_safetensors(model, dir);
+  expect_step_zero_matches(model, ref_, "minimax_m2.");
+  expect_balance_matches(model, ref_, "minimax_m2.");
+  expect_greedy_tokens(cfg, "minimax_m2_generator", "minimax_m2.greedy_tokens", ref_);
+  const std::string beyond = "model.layers." + std::to_string(cfg.n_layer) + ".";
+  expect_exports_as_written(model, dir,
+                            [&](const std::string& name) { return name.rfind(beyond, 0) == 0; },
+                            {"use_mtp", "num_mtp_modules"});
+
+  nn::StateDict state = model.state_dict();
+  state["h.0.mlp.expert_bias"] = zeros({6}, DType::F32);
+  state["h.1.mlp.expert_bias"] = zeros({6}, DType::F32);
+  nn::Gpt unbiased(cfg, 1);
+  unbiased.load_state_dict(state);
+  EXPECT_GT(logits_away_from(unbiased, ref_, "minimax_m2."), 1e-4);
+}
+
 // dots.llm1's blocks (Qwen3's: query/key norms on wider heads; a dense
 // first layer, then 6 experts scored by sigmoids, each token's top 3 chosen
 // with the expert biases, not renormalised, scaled by 1.5, and a shared
@@ -1083,7 +1126,7 @@ TEST_F(Gpt2Parity, Qwen2MoeDirectoryReadsAndExportsAsHuggingFacesQwen2Moe) {
 // OLMo 2's blocks (no pre-norms, each sublayer's output normalised, one
 // RMSNorm over all the queries and one over all the keys) from an
 // Olmo2ForCausalLM directory: logits, loss and every gradient, greedy
-// tokens through the key/value cache; exported again, the same directory.
+// tokens through the key/value cache, the balance; exported again, the same directory.
 TEST_F(Gpt2Parity, Olmo2DirectoryReadsAndExportsAsHuggingFacesOlmo2) {
   const std::string dir = ref_dir() + "/olmo2_hf";
   const nn::GptConfig cfg = io::load_hf_config(dir);
@@ -1353,7 +1396,7 @@ TEST_F(Gpt2Parity, Cohere2DirectoryReadsAndExportsAsHuggingFacesCohere2) {
 
 // SmolLM3's blocks (LLaMA's, its second layer without rope) from a
 // SmolLM3ForCausalLM directory: logits, loss and every gradient, greedy
-// tokens through the key/value cache; exported again, the same directory.
+// tokens through the key/value cache, the balance; exported again, the same directory.
 // The same model with rope on every layer: not the reference's logits.
 TEST_F(Gpt2Parity, Smollm3DirectoryReadsAndExportsAsHuggingFacesSmollm3) {
   const auto model = expect_family_matches("smollm3", "smollm3", ref_);

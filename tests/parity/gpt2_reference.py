@@ -1096,6 +1096,32 @@ def save_hf_deepseek(model, directory, architecture, model_type):
                        **deepseek_moe_keys(model), **keys)
 
 
+def save_hf_minimax_m2(model, directory):
+    """A MiniMax-M2-style model (LLaMA's blocks with query/key norms over
+    all the heads, half of each head turned in halves; experts on every
+    layer chosen by biased sigmoid scores, renormalised) as a
+    MiniMaxM2ForCausalLM directory under the names its files use (Mixtral's
+    block_sparse_moe, the biases beside the experts), holding a
+    multi-token-prediction module besides, which readers skip."""
+    os.makedirs(directory, exist_ok=True)
+    C = CFG["d_model"]
+    t = hf_moe_tensors(model, mixtral=True)
+    for i, b in enumerate(model.h):
+        t[f"model.layers.{i}.block_sparse_moe.e_score_correction_bias"] = b.mlp.expert_bias
+    g = torch.Generator().manual_seed(7)
+    mtp = f"model.layers.{CFG['n_layer']}."
+    t.update({mtp + "eh_proj.weight": torch.randn(C, 2 * C, generator=g),
+              mtp + "enorm.weight": torch.ones(C), mtp + "hnorm.weight": torch.ones(C)})
+    save_safetensors(os.path.join(directory, "model.safetensors"), t)
+    write_llama_config(model, directory, "MiniMaxM2ForCausalLM", "minimax_m2",
+                       intermediate_size=model.moe["ffn"], num_local_experts=model.moe["experts"],
+                       num_experts_per_tok=model.moe["top_k"], rotary_dim=model.rope_dim,
+                       partial_rotary_factor=model.rope_dim / model.D, use_qk_norm=True,
+                       qk_norm_type="per_layer", scoring_func="sigmoid", use_routing_bias=True,
+                       attn_type_list=[1] * CFG["n_layer"], output_router_logits=False,
+                       router_jitter_noise=0.0, use_mtp=True, num_mtp_modules=1)
+
+
 def save_hf_helium(model, directory):
     """A Helium-style model (LLaMA's blocks turning q and k in interleaved
     pairs, q, k and v biases under attention_bias) as a HeliumForCausalLM
@@ -1874,6 +1900,19 @@ def main():
                          dense=(0,), sigmoid=True, scale=1.5, groups=1, top_groups=1,
                          shared=MOE_FFN, shared_gate=False))
     record_family(dots1, "dots1", save_hf_dots1, out, x, y, ref)
+
+    # MiniMax-M2's: LLaMA's blocks with one RMSNorm over all the queries
+    # and one over all the keys, heads of their own width, half of each
+    # turned in halves; 6 experts on every layer scored by sigmoids, each
+    # token's top 2 chosen with the expert biases, renormalised, unscaled,
+    # no shared expert; step 0 and a greedy continuation, from a
+    # MiniMaxM2ForCausalLM directory holding a prediction module besides.
+    minimax_m2 = Gpt(CFG, ROPE_THETA, SWIGLU_FFN, rms_norm=True, bias=False, tie=False,
+                     kv_heads=LLAMA_KV_HEADS, head_dim=QWEN3_HEAD_DIM, qk_norm="full",
+                     rope_dim=QWEN3_HEAD_DIM // 2,
+                     moe=dict(experts=6, top_k=2, ffn=MOE_FFN, normalize=True, coef=0.0,
+                              sigmoid=True, scale=1.0, groups=1, top_groups=1))
+    record_family(minimax_m2, "minimax_m2", save_hf_minimax_m2, out, x, y, ref)
 
     # DeepSeek-V3's: LLaMA's blocks with multi-head latent attention (4
     # heads whose queries and keys are 6 + 4 wide, 4 turned in interleaved

@@ -39,6 +39,9 @@ namespace triad::io {
 //    model.logit_scale 1 / scaling), "granitemoe" (and a mixture of experts
 //    on every layer, its top k renormalised) and "granitemoeshared" (and an
 //    ungated shared expert of shared_intermediate_size);
+//  - "minimax_m2" (MiniMax-M2: OLMo 2's query/key norms over all the heads,
+//    rotary_dim of each head turned, and on every layer a mixture chosen by
+//    biased sigmoid scores, renormalised; no shared expert);
 // CohereForCausalLM ("cohere": LLaMA's sublayers in parallel on one
 // LayerNorm without a bias, model.norm_bias false; q and k turned in
 // interleaved pairs, which the weights' reader reorders; logit_scale as

@@ -62,7 +62,8 @@ bool hf_turns_interleaved(const std::string& type);
 // "phi", "falcon",
 // "gptj", "codegen" and "gpt2" (and the mixtures
 // "mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "granitemoe",
-// "granitemoeshared"), in the order an export
+// "granitemoeshared", "glm4_moe", "dots1", "deepseek_v2", "deepseek_v3",
+// "minimax_m2"), in the order an export
 // tries them.
 const std::vector<std::string>& hf_model_types();
 // The list's own copy of `type` (model.hf_type's value), or a ConfigError
