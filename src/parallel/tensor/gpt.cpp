@@ -9,6 +9,7 @@
 #include "triad/nn/init.h"
 #include "triad/ops.h"
 #include "triad/optim/clip.h"
+#include "triad/parallel/context/ulysses.h"
 #include "triad/parallel/expert/dispatch.h"
 #include "triad/parallel/tensor/mappings.h"
 
@@ -49,9 +50,11 @@ TensorParallelGpt::TensorParallelGpt(const nn::GptConfig& cfg, uint64_t seed,
 
 TensorParallelGpt::TensorParallelGpt(const nn::GptConfig& cfg, uint64_t seed,
                                      dist::ProcessGroupPtr group, bool sequence_parallel,
-                                     StagePlan plan, dist::ProcessGroupPtr experts)
+                                     StagePlan plan, dist::ProcessGroupPtr experts,
+                                     dist::ProcessGroupPtr context)
     : cfg_(cfg), group_(std::move(group)), sp_(sequence_parallel), plan_(std::move(plan)) {
   if (experts && experts->size() > 1) expert_group_ = std::move(experts);
+  if (context && context->size() > 1) cp_ = std::move(context);
   build(seed);
 }
 
@@ -59,9 +62,10 @@ TensorParallelGpt::TensorParallelGpt(const nn::GptConfig& cfg, uint64_t seed,
                                      dist::ProcessGroupPtr group, bool sequence_parallel,
                                      StagePlan plan,
                                      std::shared_ptr<VocabParallelEmbedding> embedding,
-                                     dist::ProcessGroupPtr experts)
+                                     dist::ProcessGroupPtr experts, dist::ProcessGroupPtr context)
     : cfg_(cfg), group_(std::move(group)), sp_(sequence_parallel), plan_(std::move(plan)) {
   if (experts && experts->size() > 1) expert_group_ = std::move(experts);
+  if (context && context->size() > 1) cp_ = std::move(context);
   if (!embedding || !plan_.head || plan_.embedding || !cfg_.tie_embeddings) {
     throw ValueError(
         "TensorParallelGpt: a shared token embedding goes only to a last stage without the "
@@ -102,6 +106,7 @@ void TensorParallelGpt::build(uint64_t seed, std::shared_ptr<VocabParallelEmbedd
                        std::to_string(cfg_.n_layer) + ")");
     }
   }
+  if (cp_) cp::check_context_parallel(cfg_, t, cp_->size(), sp_);
   bool dense_mlps = false;
   for (int64_t i : plan_.layers) dense_mlps = dense_mlps || !cfg_.moe_layer(i);
   if (dense_mlps && cfg_.ffn() % t != 0) {
@@ -579,11 +584,19 @@ Tensor TensorParallelGpt::embed(const Tensor& ids, const nn::ForwardContext& ctx
   require(plan_.embedding, "the embeddings");
   if (ids.dim() != 2)
     throw ShapeError("TensorParallelGpt: token ids must be (B, T), got " + shape_str(ids.shape()));
-  const int64_t T = ids.size(1);
-  if (T > cfg_.seq_len) {
-    throw ShapeError("TensorParallelGpt: sequence length " + std::to_string(T) +
+  if (ids.size(1) > cfg_.seq_len) {
+    throw ShapeError("TensorParallelGpt: sequence length " + std::to_string(ids.size(1)) +
                      " exceeds model.seq_len " + std::to_string(cfg_.seq_len));
   }
+  // Under context parallelism this rank's chunk of the sequence.
+  const auto [chunk_first, chunk] = chunk_of(ids.size(1), "the token ids");
+  if (cp_) require_chunk_positions(ctx, ids.size(0), chunk);
+  const Tensor chunk_ids = cp_ ? contiguous(narrow(ids, 1, chunk_first, chunk)) : ids;
+  return embed_chunk(chunk_ids, ctx);
+}
+
+Tensor TensorParallelGpt::embed_chunk(const Tensor& ids, const nn::ForwardContext& ctx) const {
+  const int64_t T = ids.size(1);
   int64_t first = 0, count = T;
   if (sp_) {
     if (T % group_->size() != 0) {
@@ -636,6 +649,7 @@ Tensor TensorParallelGpt::block_forward(int64_t i, const Tensor& x,
     throw ValueError("TensorParallelGpt: this pipeline stage does not hold layer " +
                      std::to_string(i));
   const Layer& L = it->second;
+  if (cp_) require_chunk_positions(ctx, x.size(0), sp_ ? x.size(1) * group_->size() : x.size(1));
   const int shard = sp_ ? group_->rank() : 0;
   const nn::DropoutDraw draw = ctx.draw();
   const Tensor normed = L.ln_1 ? L.ln_1->forward(x) : x;  // (none without model.pre_norms)
@@ -660,7 +674,7 @@ Tensor TensorParallelGpt::block_forward(int64_t i, const Tensor& x,
     const nn::GptConfig::Rope rope = cfg_.rope_of(i);
     qkv = rotary_embedding(qkv, heads, ctx.positions, 0, rope.theta, rope.scaling);
   }
-  Tensor core = causal_attention(qkv, heads, ctx.attention_starts(cfg_.window_of(i) > 0));
+  Tensor core = attention(qkv, heads, ctx.attention_starts(cfg_.window_of(i) > 0));
   if (L.latent) core = L.latent->values(core);
   // This rank's share of the MLP's output, before the group sums it.
   auto mlp_share = [&](const Tensor& in) {
@@ -792,16 +806,90 @@ Tensor TensorParallelGpt::head_loss(const Tensor& hidden, const Tensor& targets)
   fence(head_.get());
   Tensor y = nn::scale_for_head(cfg_, ln_f_->forward(hidden));
   const RegionInput in = enter_region(y, group_, sp_);
-  return vocab_parallel_linear_cross_entropy(in.input, head_->weight(), targets,
-                                             head_->vocab_start(), head_->valid_rows(), group_,
-                                             cfg_.final_logit_softcap, in.comm, head_->bias());
+  if (!cp_) {
+    return vocab_parallel_linear_cross_entropy(in.input, head_->weight(), targets,
+                                               head_->vocab_start(), head_->valid_rows(), group_,
+                                               cfg_.final_logit_softcap, in.comm, head_->bias());
+  }
+  // Context parallelism: this rank's chunk of the targets; its mean loss
+  // over them, weighed by its share of the sequence's scored targets,
+  // times P (the group's mean is then the whole mean).
+  if (targets.dim() != 2)
+    throw ShapeError("TensorParallelGpt: targets must be (B, T), got " +
+                     shape_str(targets.shape()));
+  const auto [first, count] = chunk_of(targets.size(1), "the targets");
+  const Tensor all = contiguous(cast(to_device(targets, Device::cpu()), DType::I64));
+  const Tensor mine = contiguous(narrow(all, 1, first, count));
+  auto scored = [](const Tensor& t) {
+    const int64_t* p = t.data<int64_t>();
+    int64_t n = 0;
+    for (int64_t i = 0; i < t.numel(); ++i) n += p[i] != -100;
+    return n;
+  };
+  const int64_t total = scored(all), here = scored(mine);
+  const Tensor loss = vocab_parallel_linear_cross_entropy(
+      in.input, head_->weight(), mine, head_->vocab_start(), head_->valid_rows(), group_,
+      cfg_.final_logit_softcap, in.comm, head_->bias());
+  return scale(loss,
+               total ? static_cast<double>(here * cp_->size()) / static_cast<double>(total) : 0.0);
 }
 
 nn::ForwardContext TensorParallelGpt::with_documents(const Tensor& ids,
                                                      const nn::ForwardContext& ctx) const {
-  if (!cfg_.needs_attention_starts()) return ctx;  // (no parameter walk on every forward)
-  const auto params = parameters();
-  return nn::with_documents(cfg_, ids, ctx, params.empty() ? Device::cpu() : params[0].device());
+  nn::ForwardContext out = ctx;
+  if (cfg_.needs_attention_starts()) {  // (no parameter walk on every forward otherwise)
+    const auto params = parameters();
+    out = nn::with_documents(cfg_, ids, ctx, params.empty() ? Device::cpu() : params[0].device());
+  }
+  if (!cp_) return out;
+  // The attention sees the whole sequences (their first keys stay whole);
+  // everything else this rank's chunk, at its own positions.
+  if (ids.dim() != 2)
+    throw ShapeError("TensorParallelGpt: token ids must be (B, T), got " + shape_str(ids.shape()));
+  const int64_t B = ids.size(0);
+  const auto [first, count] = chunk_of(ids.size(1), "the token ids");
+  if (out.positions.defined()) {
+    out.positions = contiguous(narrow(out.positions, 1, first, count));
+  } else {
+    std::vector<int64_t> pos(static_cast<size_t>(B * count));
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t t = 0; t < count; ++t) pos[static_cast<size_t>(b * count + t)] = first + t;
+    out.positions = from_vector(pos, {B, count}, DType::I64);
+  }
+  // Each rank's dropout masks its own (calls stay distinct per micro-batch).
+  out.call = ctx.call * static_cast<uint64_t>(cp_->size()) + static_cast<uint64_t>(cp_->rank());
+  return out;
+}
+
+std::pair<int64_t, int64_t> TensorParallelGpt::chunk_of(int64_t T, const char* what) const {
+  if (!cp_) return {0, T};
+  const int64_t P = cp_->size(), t = sp_ ? group_->size() : 1;
+  if (T % (P * t) != 0) {
+    throw ShapeError("context parallelism: " + std::string(what) + "' sequence length " +
+                     std::to_string(T) + " must be divisible by parallel.cp (" + std::to_string(P) +
+                     ")" +
+                     (sp_ ? " times parallel.tp (" + std::to_string(t) + ", sequence parallelism)"
+                          : std::string()));
+  }
+  return {cp_->rank() * (T / P), T / P};
+}
+
+void TensorParallelGpt::require_chunk_positions(const nn::ForwardContext& ctx, int64_t B,
+                                                int64_t chunk) const {
+  if (!ctx.positions.defined() || ctx.positions.shape() != Shape{B, chunk}) {
+    throw ValueError(
+        "TensorParallelGpt: under context parallelism the forward context must come from "
+        "with_documents(ids, ctx), which gives this rank's chunk its positions (B " +
+        std::to_string(B) + " x " + std::to_string(chunk) + ")");
+  }
+}
+
+Tensor TensorParallelGpt::attention(const Tensor& qkv, const AttentionHeads& heads,
+                                    const Tensor& starts) const {
+  if (!cp_) return causal_attention(qkv, heads, starts);
+  const Tensor whole = cp::sequence_to_heads(qkv, heads, cp_);
+  const Tensor y = causal_attention(whole, cp::heads_kept(heads, cp_), starts);
+  return cp::heads_to_sequence(y, qkv.size(2) / heads.fused(), cp_);
 }
 
 Tensor TensorParallelGpt::loss(const Tensor& ids, const Tensor& targets,
@@ -828,7 +916,8 @@ Tensor TensorParallelGpt::head_logits(const Tensor& hidden, int64_t start, int64
     throw ShapeError("TensorParallelGpt::head_logits: hidden is " + shape_str(hidden.shape()) +
                      ", expected (B, T, C)");
   }
-  const int64_t T = sp_ ? hidden.size(1) * group_->size() : hidden.size(1);
+  const int64_t T =
+      (sp_ ? hidden.size(1) * group_->size() : hidden.size(1)) * (cp_ ? cp_->size() : 1);
   if (length < 0) length = T - start;
   if (start < 0 || length < 1 || start + length > T) {
     throw ValueError("TensorParallelGpt::head_logits: positions [" + std::to_string(start) + ", " +
@@ -839,6 +928,7 @@ Tensor TensorParallelGpt::head_logits(const Tensor& hidden, int64_t start, int64
   fence(head_.get());
   Tensor y = nn::scale_for_head(cfg_, ln_f_->forward(hidden));
   if (sp_) y = all_gather_along(y, 1, group_);
+  if (cp_) y = all_gather_along(y, 1, cp_);  // (the chunks in rank order: the sequence)
   // Only the positions asked for reach the head.
   Tensor local = linear(contiguous(narrow(y, 1, start, length)), head_->weight(), head_->bias());
   Tensor all = all_gather_along(local, -1, group_);

@@ -5,6 +5,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "triad/dist/process_group.h"
@@ -45,9 +46,19 @@ class TensorParallelGpt : public nn::Module {
   // experts are shared out among its ranks (ep::ExpertParallel): this rank
   // holds its block of each MoE layer's experts, and the ranks exchange
   // tokens in every forward and backward pass of those layers.
+  // With `context`, a context-parallel group of P > 1 ranks holding the
+  // same parameters (cp::sequence_to_heads): callers pass whole sequences
+  // (B, T) of ids and targets as always, and this rank computes on its
+  // chunk [r T / P, (r + 1) T / P) of them, every attention layer
+  // exchanging heads for the whole sequence with the group. Its loss is
+  // its chunk's share of the sequence's mean times P (their mean over the
+  // group, which the data-parallel mean takes when the group's ranks are
+  // data-parallel ranks, is the whole sequence's mean loss), its
+  // gradients likewise; logits and head_logits are gathered whole. Dropout
+  // draws each rank's own masks (sequence parallelism's rule).
   TensorParallelGpt(const nn::GptConfig& cfg, uint64_t seed, dist::ProcessGroupPtr group,
-                    bool sequence_parallel, StagePlan plan,
-                    dist::ProcessGroupPtr experts = nullptr);
+                    bool sequence_parallel, StagePlan plan, dist::ProcessGroupPtr experts = nullptr,
+                    dist::ProcessGroupPtr context = nullptr);
   // A last stage whose tied head uses `embedding`, the token embedding of
   // the first stage held by the same rank (ZB-V's V placement): one tensor,
   // whose gradient sums both uses, under one name. ValueError unless the
@@ -55,11 +66,14 @@ class TensorParallelGpt : public nn::Module {
   TensorParallelGpt(const nn::GptConfig& cfg, uint64_t seed, dist::ProcessGroupPtr group,
                     bool sequence_parallel, StagePlan plan,
                     std::shared_ptr<VocabParallelEmbedding> embedding,
-                    dist::ProcessGroupPtr experts = nullptr);
+                    dist::ProcessGroupPtr experts = nullptr,
+                    dist::ProcessGroupPtr context = nullptr);
   const StagePlan& plan() const { return plan_; }
   const nn::GptConfig& config() const { return cfg_; }
   const dist::ProcessGroupPtr& group() const { return group_; }
   bool sequence_parallel() const { return sp_; }
+  // The context-parallel group (null without context parallelism).
+  const dist::ProcessGroupPtr& context_group() const { return cp_; }
 
   // Called with each part's parameters just before a forward pass first
   // reads them — the embeddings, each block, the final norm and the head —
@@ -72,6 +86,8 @@ class TensorParallelGpt : public nn::Module {
   // ctx with the packed-document tensors of ids (nn::with_documents) under
   // this model's settings, on its device: computed once per micro-batch and
   // passed to embed and every block (loss and logits do it themselves).
+  // Under context parallelism: the whole sequences' first keys, this
+  // rank's chunk's positions, and a dropout call of the rank's own.
   nn::ForwardContext with_documents(const Tensor& ids, const nn::ForwardContext& ctx) const;
   // ids (B, T) -> hidden (B, T, C), or (B, T/tp, C) with sequence parallelism.
   Tensor embed(const Tensor& ids, const nn::ForwardContext& ctx) const;
@@ -151,6 +167,9 @@ class TensorParallelGpt : public nn::Module {
 
  private:
   Tensor block_forward(int64_t i, const Tensor& x, const nn::ForwardContext& ctx) const;
+  // embed() on this rank's chunk of the ids (all of them without context
+  // parallelism).
+  Tensor embed_chunk(const Tensor& ids, const nn::ForwardContext& ctx) const;
   // Parameter `p`'s full tensor, joined from the group's shards.
   Tensor join(const std::string& name, const Tensor& p, bool on_host) const;
   Tensor parameter(const std::string& name, const char* caller) const;
@@ -181,6 +200,16 @@ class TensorParallelGpt : public nn::Module {
   nn::GptConfig cfg_;
   dist::ProcessGroupPtr group_;
   bool sp_;
+  dist::ProcessGroupPtr cp_;  // more than one rank, or null
+  // Under context parallelism the sequence of T tokens each rank computes
+  // on its chunk of: {first, count}; {0, T} without.
+  std::pair<int64_t, int64_t> chunk_of(int64_t T, const char* what) const;
+  // ValueError unless ctx holds this rank's chunk's positions (B, chunk),
+  // as with_documents gives them under context parallelism.
+  void require_chunk_positions(const nn::ForwardContext& ctx, int64_t B, int64_t chunk) const;
+  // The attention of this rank's heads over qkv (under context parallelism
+  // exchanged for the whole sequence and back).
+  Tensor attention(const Tensor& qkv, const AttentionHeads& heads, const Tensor& starts) const;
   void build(uint64_t seed, std::shared_ptr<VocabParallelEmbedding> embedding = nullptr);
   dist::ProcessGroupPtr expert_group_;  // more than one rank, or null
   std::shared_ptr<const nn::ExpertPlacement> experts_;

@@ -1,0 +1,258 @@
+// Context parallelism (DeepSpeed-Ulysses' all-to-all of heads) against one
+// process: the exchanges as the linear maps they are (forward against the
+// whole tensors, backward as their adjoints), then the sharded GPT — every
+// rank a chunk of each sequence — whose group mean of losses and gradients
+// is one process's, alone (cp = the world) and beside tensor parallelism
+// (tp 2 x cp 2, with and without sequence parallelism). fp32; tolerances
+// stated per test. CTest runs 2 and 4 ranks.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "support/mpi_main.h"
+#include "support/tiny_deepseek.h"
+#include "triad/autograd/engine.h"
+#include "triad/autograd/grad_mode.h"
+#include "triad/core/rng.h"
+#include "triad/dist/world.h"
+#include "triad/nn/gpt.h"
+#include "triad/ops.h"
+#include "triad/parallel/context/ulysses.h"
+#include "triad/parallel/tensor/gpt.h"
+
+namespace triad::cp {
+namespace {
+
+dist::ProcessGroupPtr g_world;
+
+void expect_close(const std::vector<double>& got, const std::vector<double>& want, double atol,
+                  double rtol, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_NEAR(got[i], want[i], atol + rtol * std::abs(want[i])) << what << "[" << i << "]";
+  }
+}
+
+Tensor uniform(const Shape& shape, uint64_t stream) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  std::vector<double> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) v[static_cast<size_t>(i)] = philox_uniform(3, stream, i) - 0.5;
+  return from_vector(v, shape);
+}
+
+double summed_over_world(double x) {
+  Tensor t = from_vector(std::vector<double>{x}, {1}, DType::F64);
+  g_world->all_reduce(t, dist::ReduceOp::Sum)->wait();
+  return item(t);
+}
+
+// The whole qkv (B, T, (q + 2 kv) D) -> the heads rank r keeps, whole
+// sequence: query heads [r q/P, (r+1) q/P) and the key/value heads they
+// read.
+Tensor heads_of(const Tensor& qkv, const AttentionHeads& h, int64_t D, int r, int P) {
+  const AttentionHeads kept = heads_kept(h, P);
+  const int64_t kv_first = h.kv % P == 0 ? r * kept.kv : r / (P / h.kv);
+  return concat({narrow(qkv, 2, r * kept.q * D, kept.q * D),
+                 narrow(qkv, 2, h.q * D + kv_first * D, kept.kv * D),
+                 narrow(qkv, 2, (h.q + h.kv) * D + kv_first * D, kept.kv * D)},
+                2);
+}
+
+// sequence_to_heads is the whole tensor's heads of this rank; backward is
+// its adjoint (sum over ranks of <f(x), g> = <x, f^T(g)>, the shared
+// key/value heads' gradients summed); heads_to_sequence gives each rank its
+// chunk back, and is the forward's inverse on the query heads.
+TEST(Ulysses, ExchangesAreTheHeadsAndChunksOfTheWholeTensor) {
+  const int P = g_world->size(), r = g_world->rank();
+  const int64_t B = 2, D = 3, T = 4 * P, Tc = 4;
+  // (Two key/value heads a rank: exchanged all-to-all; one for all: gathered.)
+  for (const AttentionHeads h : {AttentionHeads{2 * P, 2 * P}, AttentionHeads{2 * P, 1}}) {
+    SCOPED_TRACE("kv " + std::to_string(h.kv));
+    const Tensor whole = uniform({B, T, h.fused() * D}, 1);
+    Tensor chunk = contiguous(narrow(whole, 1, r * Tc, Tc)).detach();
+    chunk.set_requires_grad(true);
+    const Tensor out = sequence_to_heads(chunk, h, g_world);
+    EXPECT_EQ(to_double_vector(out), to_double_vector(heads_of(whole, h, D, r, P)));
+    const Tensor g = uniform(out.shape(), 10 + static_cast<uint64_t>(r));
+    autograd::backward({out}, {g});
+    const double lhs = summed_over_world(item(sum(mul(out, g))));
+    const double rhs = summed_over_world(item(sum(mul(chunk, chunk.grad()))));
+    EXPECT_NEAR(lhs, rhs, 1e-6 * std::abs(lhs));  // (f32 sums)
+    // The attention's output for the kept query heads goes back to chunks.
+    const AttentionHeads kept = heads_kept(h, P);
+    const Tensor y_whole = uniform({B, T, h.q * D}, 2);
+    const Tensor back =
+        heads_to_sequence(contiguous(narrow(y_whole, 2, r * kept.q * D, kept.q * D)), D, g_world);
+    EXPECT_EQ(to_double_vector(back), to_double_vector(narrow(y_whole, 1, r * Tc, Tc)));
+  }
+  if (P > 1) {
+    try {
+      heads_kept(AttentionHeads{P + 1, 1}, P);
+      ADD_FAILURE() << "expected ShapeError";
+    } catch (const ShapeError& e) {
+      EXPECT_NE(std::string(e.what()).find("cannot be shared out over " + std::to_string(P) +
+                                           " context-parallel ranks"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+}
+
+nn::GptConfig tiny() {
+  return {.n_layer = 2, .n_head = 4, .d_model = 32, .vocab_size = 300, .seq_len = 16};
+}
+
+Tensor token_ids(uint64_t stream) {
+  std::vector<int64_t> ids(2 * 16);
+  for (size_t i = 0; i < ids.size(); ++i)
+    ids[i] = static_cast<int64_t>(philox_uniform(5, stream, i) * 300) % 300;
+  return from_vector(ids, {2, 16});
+}
+
+struct Layout {
+  int tp;
+  bool sp;
+};
+
+// `cfg` sharded over tp x cp ranks (cp = world / tp; the tensor-parallel
+// groups consecutive ranks) against nn::Gpt from the same seed: logits,
+// the group mean of the loss of (ids, targets) and of every gradient.
+void expect_matches_one_process(const nn::GptConfig& cfg, const Layout& layout, const Tensor& ids,
+                                const Tensor& targets) {
+  const int W = g_world->size(), r = g_world->rank();
+  const dist::ProcessGroupPtr tp = dist::split_group(g_world, r / layout.tp, "tp");
+  const dist::ProcessGroupPtr cp = dist::split_group(g_world, r % layout.tp, "cp");
+  ASSERT_EQ(cp->size(), W / layout.tp);
+  nn::Gpt ref(cfg, 7);
+  tp::TensorParallelGpt model(cfg, 7, tp, layout.sp, tp::StagePlan::whole(cfg.n_layer),
+                              dist::ProcessGroupPtr{}, cp);
+  expect_close(to_double_vector(model.logits(ids)), to_double_vector(ref.forward(ids)), 2e-5, 0,
+               "logits");
+  Tensor l = model.loss(ids, targets), lr = ref.loss(ids, targets);
+  Tensor mean_loss = cast(l.detach(), DType::F64);
+  cp->all_reduce(mean_loss, dist::ReduceOp::Sum)->wait();
+  EXPECT_NEAR(item(mean_loss) / cp->size(), item(lr), 1e-6 * item(lr));
+  autograd::backward({l});
+  autograd::backward({lr});
+  model.reduce_partial_grads();
+  nn::StateDict grads;
+  for (auto& [name, p] : model.named_parameters()) {
+    Tensor g = contiguous(p.grad()).detach();
+    cp->all_reduce(g, dist::ReduceOp::Sum)->wait();
+    grads[name] = scale(g, 1.0 / cp->size());
+  }
+  tp::TensorParallelGpt holder(cfg, 0, tp, layout.sp);
+  holder.load_state_dict(grads);
+  const nn::StateDict full = holder.full_state_dict();
+  EXPECT_EQ(full.size(), ref.named_parameters().size());
+  for (auto& [name, p] : ref.named_parameters()) {
+    expect_close(to_double_vector(full.at(name)), to_double_vector(p.grad()), 1e-6, 1e-4, name);
+  }
+}
+
+std::vector<Layout> layouts() {
+  std::vector<Layout> out{{1, false}};
+  if (g_world->size() == 4) out.insert(out.end(), {{2, false}, {2, true}});
+  return out;
+}
+
+// GPT-2's blocks (learned positions: each chunk looks up its own), LLaMA's
+// (rope at the chunk's positions, grouped key/value heads: exchanged when
+// each rank keeps some, gathered and shared when fewer than the ranks),
+// OLMo 2's norms over all the heads (per token), packed documents with a
+// window and loss-masked targets (uneven among the chunks: each rank's
+// loss weighs its share of the scored targets), and DeepSeek's latent
+// attention (its padded heads exchanged as any).
+TEST(ContextParallelGpt, LossLogitsAndEveryGradientMatchOneProcess) {
+  const Tensor ids = token_ids(1), targets = token_ids(2);
+  for (const std::string variant :
+       {"gpt-2", "llama, grouped-query attention", "llama, one key/value head",
+        "olmo 2's norms over all heads", "packed documents, a window, masked targets",
+        "latent attention"}) {
+    nn::GptConfig cfg = tiny();
+    Tensor t = targets;
+    if (variant != "gpt-2") {
+      cfg.normalization = nn::Normalization::RmsNorm;
+      cfg.activation = nn::Activation::SwiGlu;
+      cfg.linear_bias = false;
+      cfg.position_embedding = nn::PositionEmbedding::Rotary;
+      cfg.rope_theta = 30.0;
+    }
+    if (variant.find("grouped") != std::string::npos) {
+      cfg.n_head = 8;
+      cfg.n_kv_head = 4;
+    }
+    if (variant.find("one key/value") != std::string::npos) cfg.n_kv_head = 1;
+    if (variant.find("olmo") != std::string::npos) nn::set_qk_norm(cfg, "full");
+    if (variant.find("packed") != std::string::npos) {
+      cfg.eod_token = static_cast<int64_t>(to_double_vector(ids)[5]);  // a document ends there
+      cfg.reset_attention_mask = cfg.reset_position_ids = true;
+      cfg.sliding_window = 5;
+      std::vector<double> v = to_double_vector(targets);
+      for (size_t i = 0; i < 9; ++i) v[i] = -100;  // the first row's first chunks unscored
+      t = cast(from_vector(v, targets.shape()), DType::I64);
+    }
+    if (variant.find("latent") != std::string::npos) {
+      cfg.mla = testing::tiny_latent_attention();
+      cfg.n_layer = 1;
+    }
+    for (const Layout& layout : layouts()) {
+      SCOPED_TRACE(variant + ", tp " + std::to_string(layout.tp) + (layout.sp ? ", sp" : ""));
+      expect_matches_one_process(cfg, layout, ids, t);
+    }
+  }
+}
+
+// What context parallelism cannot share out is named before anything runs.
+TEST(ContextParallelGpt, WhatItCannotSplitIsNamed) {
+  const int W = g_world->size();
+  if (W == 1) GTEST_SKIP() << "needs a group of several ranks";
+  auto error_of = [&](const nn::GptConfig& cfg) -> std::string {
+    try {
+      tp::TensorParallelGpt(cfg, 1, dist::split_group(g_world, g_world->rank(), "tp"), false,
+                            tp::StagePlan::whole(cfg.n_layer), dist::ProcessGroupPtr{}, g_world);
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "no error";
+  };
+  nn::GptConfig heads = tiny();
+  heads.n_head = W + 1;
+  heads.d_model = 4 * heads.n_head;
+  EXPECT_NE(error_of(heads).find("the query heads a multiple of cp"), std::string::npos)
+      << error_of(heads);
+  nn::GptConfig length = tiny();
+  length.seq_len = 4 * W + 1;
+  EXPECT_NE(error_of(length).find("model.seq_len (" + std::to_string(4 * W + 1) +
+                                  ") must be divisible by cp"),
+            std::string::npos)
+      << error_of(length);
+  nn::GptConfig mixture = tiny();
+  mixture.moe = {.experts = 4, .top_k = 2};
+  EXPECT_NE(error_of(mixture).find("model.moe.aux_loss_coef"), std::string::npos)
+      << error_of(mixture);
+  // A chunk-sized sequence is named when it arrives.
+  tp::TensorParallelGpt model(tiny(), 1, dist::split_group(g_world, g_world->rank(), "tp"), false,
+                              tp::StagePlan::whole(2), dist::ProcessGroupPtr{}, g_world);
+  try {
+    model.loss(narrow(token_ids(1), 1, 0, 4 * W - 1), narrow(token_ids(2), 1, 0, 4 * W - 1));
+    ADD_FAILURE() << "expected ShapeError";
+  } catch (const ShapeError& e) {
+    EXPECT_NE(
+        std::string(e.what()).find("must be divisible by parallel.cp (" + std::to_string(W) + ")"),
+        std::string::npos)
+        << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace triad::cp
+
+int main(int argc, char** argv) {
+  return triad::testing::run_mpi_tests(
+      argc, argv, [](const triad::dist::ProcessGroupPtr& w) { triad::cp::g_world = w; },
+      [] { triad::cp::g_world.reset(); });
+}
