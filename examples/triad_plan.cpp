@@ -2,11 +2,11 @@
 //   triad-plan schedule --kind interleaved --p 4 --v 2 --m 8 --svg out.svg [--trace out.json]
 //   triad-plan predict --model M.yaml --cluster C.yaml --gpus N --global-batch B --tp T --pp P
 //                      [--vpp V] --micro-batch b [--recompute none|selective|full]
-//                      [--sequence-parallel] [--zero 1] [--ep E]
+//                      [--sequence-parallel] [--zero 1] [--ep E] [--cp C]
 //                      [--schedule 1f1b|interleaved|zb-h1|zb-auto|zb-v]
 //                      [--stage-layers auto|3,4,4,1] [--json]
 //   triad-plan recommend --model M.yaml --cluster C.yaml --gpus N --global-batch B [--top K]
-//   [--schedules interleaved,zb-h1,zb-auto,zb-v] [--even-stages] [--json]
+//   [--schedules interleaved,zb-h1,zb-auto,zb-v] [--even-stages] [--cps 1,2,4] [--json]
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
@@ -109,7 +109,8 @@ int main(int argc, char** argv) {
 
   std::string model_path, cluster_path, recompute = "none", schedule_name, attention = "unfused",
                                         stage_layers;
-  int gpus = 0, global_batch = 0, tp = 1, pp = 1, vpp = 1, micro = 1, zero = 0, top = 5, ep = 1;
+  int gpus = 0, global_batch = 0, tp = 1, pp = 1, vpp = 1, micro = 1, zero = 0, top = 5, ep = 1,
+      cp = 1;
   bool sp = false, json = false, overlap = false, overlap_tp = false;
   std::string config_path;
   auto add_common = [&](CLI::App* c) {
@@ -139,6 +140,11 @@ int main(int argc, char** argv) {
   predict->add_option("--zero", zero, "1 shards the optimizer state (ZeRO-1)");
   predict->add_option("--ep", ep, "expert parallelism: a mixture's experts shared by ep dp ranks")
       ->check(at_least_one);
+  predict
+      ->add_option("--cp", cp,
+                   "context parallelism: each sequence shared by cp ranks (GPUs = "
+                   "tp*pp*dp*cp)")
+      ->check(at_least_one);
   predict->add_option("--stage-layers", stage_layers,
                       "layers per stage, e.g. 3,4,4,1, or auto (balanced for the head)");
   predict->add_option("--schedule", schedule_name,
@@ -155,6 +161,11 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   rec->add_flag("--even-stages", even_stages,
                 "only even stage splits (pp dividing the layers): a narrower, faster search");
+  std::string cps = "1";
+  rec->add_option("--cps", cps,
+                  "context-parallel sizes tried (each sequence shared by cp ranks), "
+                  "comma-separated")
+      ->capture_default_str();
 
   CLI11_PARSE(app, argc, argv);
   return triad::examples::report_errors([&]() -> int {
@@ -266,6 +277,7 @@ int main(int argc, char** argv) {
         c.zero1 = zero == 1;
       }
       if (given(predict, "--ep")) c.ep = ep;
+      if (given(predict, "--cp")) c.cp = cp;
       if (given(predict, "--overlap-dp")) c.overlap_dp = overlap;
       if (given(predict, "--overlap-tp")) c.overlap_tp = overlap_tp;
       if (given(predict, "--attention")) c.attention = plan::attention_from_name(attention);
@@ -273,7 +285,7 @@ int main(int argc, char** argv) {
         throw ConfigError("GPUs (" + std::to_string(gpus) + ") must be divisible by tp*pp (" +
                           std::to_string(c.tp * c.pp) + ")");
       }
-      c.dp = gpus / (c.tp * c.pp);
+      c.dp = gpus / (c.tp * c.pp * c.cp);
       if (!schedule_name.empty()) {
         c.schedule = pipeline::schedule_from_name(schedule_name);
         if (c.schedule == pipeline::ScheduleKind::ZbV && !given(predict, "--vpp")) c.vpp = 2;
@@ -343,6 +355,20 @@ int main(int argc, char** argv) {
       }
     }
     if (!interleaved) space.vpps = {1};
+    space.cps.clear();
+    std::stringstream sizes(cps);
+    for (std::string item; std::getline(sizes, item, ',');) {
+      try {
+        size_t used = 0;
+        const int n = std::stoi(item, &used);
+        if (used != item.size() || n < 1) throw std::invalid_argument(item);
+        space.cps.push_back(n);
+      } catch (const std::exception&) {
+        throw ConfigError("--cps ('" + cps +
+                          "'): expected context-parallel sizes >= 1 separated by commas, e.g. "
+                          "1,2,4");
+      }
+    }
     space.top = top;
     plan::SearchStats stats;
     const auto best = plan::recommend(model, cluster, gpus, global_batch, space, &stats);

@@ -51,6 +51,11 @@ void MeshShape::validate(int world_size) const {
                       std::to_string(dp) +
                       "): expert parallelism shares experts among data-parallel ranks");
   }
+  if (cp < 1 || dp % cp != 0) {
+    throw ConfigError("context parallelism's " + std::to_string(cp) +
+                      " ranks must divide the data-parallel group's " + std::to_string(dp) +
+                      " (parallel.cp shares sequences among data-parallel ranks)");
+  }
   if (static_cast<long long>(tp) * pp * dp != world_size) {
     throw ConfigError("world size (" + std::to_string(world_size) + ") must equal tp*pp*dp = " +
                       std::to_string(tp) + "*" + std::to_string(pp) + "*" + std::to_string(dp) +
@@ -125,6 +130,15 @@ std::vector<std::vector<int>> MeshShape::expert_groups() const {
   return out;
 }
 
+std::vector<std::vector<int>> MeshShape::context_groups() const {
+  std::vector<std::vector<int>> out;
+  for (const auto& g : groups(MeshDim::DP)) {
+    for (int b = 0; b < dp / cp; ++b)
+      out.emplace_back(g.begin() + b * cp, g.begin() + (b + 1) * cp);
+  }
+  return out;
+}
+
 std::vector<std::vector<int>> MeshShape::expert_data_groups() const {
   std::vector<std::vector<int>> out;
   for (const auto& g : groups(MeshDim::DP)) {
@@ -189,15 +203,17 @@ DeviceMesh::DeviceMesh(ProcessGroupPtr world, MeshShape shape, TopologyPolicy po
   // group itself: no communicator of their own.)
   edp_ = shape_.ep == 1 ? dp_
                         : split_group(world_, color_of(shape_.expert_data_groups()), "expert-dp");
+  cp_ = split_group(world_, color_of(shape_.context_groups()), "cp");
 }
 
 void DeviceMesh::use_cuda(int device) {
   // The pipeline's neighbours exchange over links of their own, unless
   // TRIAD_NCCL_P2P_STREAMS=one keeps every call on the group's stream.
   const bool per_peer = nccl_p2p_streams_per_peer();
-  for (ProcessGroupPtr* g : {&tp_, &dp_, &pp_, &mp_, &embedding_, &ep_, &edp_}) {
-    // (Without expert parallelism nothing uses the expert groups.)
+  for (ProcessGroupPtr* g : {&tp_, &dp_, &pp_, &mp_, &embedding_, &ep_, &edp_, &cp_}) {
+    // (Without expert or context parallelism nothing uses their groups.)
     if ((g == &edp_ || g == &ep_) && shape_.ep == 1) continue;
+    if (g == &cp_ && shape_.cp == 1) continue;
     NcclOptions options;
     options.p2p_streams_per_peer = g == &pp_ && per_peer;
     if (*g) *g = make_device_routed_group(*g, make_nccl_group(*g, device, options));

@@ -12,6 +12,7 @@
 #include <tuple>
 
 #include "triad/core/error.h"
+#include "triad/parallel/context/ulysses.h"
 #include "triad/parallel/pipeline/simulator.h"
 #include "triad/parallel/pipeline/zero_bubble.h"
 
@@ -176,7 +177,8 @@ LayerCost layer_cost(const nn::GptConfig& m, const ClusterSpec& c, const Paralle
                h = static_cast<double>(m.d_model);
   const double a = static_cast<double>(m.n_head), t = p.tp;
   const double hd = static_cast<double>(m.head_dim());
-  const double tokens = b * s;
+  // (Under context parallelism a rank's positions: its chunk of each sequence.)
+  const double tokens = b * s / p.cp;
   LayerCost L;
   // Linear layers split over TP: QKV (h -> w/t, w = 3h, or h plus the
   // key/value heads' width twice under grouped-query attention), projection
@@ -285,8 +287,9 @@ LayerCost layer_cost(const nn::GptConfig& m, const ClusterSpec& c, const Paralle
     L.bwd_input_gemm += lt.dx;
     L.bwd_weight_gemm += lt.dw;
   }
-  // Attention core per GPU: (a/t) heads of s x s scores.
-  const double scores = (a / t) * b * s * s;
+  // Attention core per GPU: (a/t) heads of s x s scores (a cp-th of them
+  // under context parallelism, over the whole sequence).
+  const double scores = (a / t / p.cp) * b * s * s;
   const double attn_gemm_flops = 2.0 * scores * hd;  // one of QK^T or PV, every tile
   const double bw = c.memory_bandwidth * c.memory_efficiency;
   double attn_mem_bwd = 0;
@@ -386,6 +389,22 @@ LayerCost layer_cost(const nn::GptConfig& m, const ClusterSpec& c, const Paralle
       if (p.sequence_parallel) L.fwd_tp += tp_reduce_scatter(tokens * E * 4.0, c, p);
     }
   }
+  if (p.cp > 1) {
+    // Context parallelism: q, k and v (this rank's heads' width, its
+    // positions) go out to the other ranks' heads, and the output comes
+    // back, all but 1/cp of each, over NVLink while the cp ranks (tp apart)
+    // share a node; backward the same for the gradients. On the critical
+    // path as TP's collectives are, and priced with them.
+    const double out = static_cast<double>(m.q_width()) / t;
+    const double bytes = tokens * (w_local + out) * kFp16;
+    const bool in_node = static_cast<long long>(p.tp) * p.cp <= c.gpus_per_node;
+    const double exchange = (p.cp - 1.0) / p.cp * bytes /
+                                ((in_node ? c.intra_bandwidth : c.inter_bandwidth_per_gpu()) *
+                                 c.collective_efficiency) +
+                            2.0 * (p.cp - 1.0) * (in_node ? c.intra_latency : c.inter_latency);
+    L.fwd_tp += exchange;
+    L.bwd_tp += exchange;
+  }
   if (moe && p.ep > 1) {
     // Expert parallelism: each exchange sends the rank's k rows per token
     // (whole width, fp16) to the experts' holders, all but 1/ep of them
@@ -416,7 +435,7 @@ struct HeadCost {
 };
 
 HeadCost head_cost(const nn::GptConfig& m, const ClusterSpec& c, const ParallelConfig& p) {
-  const double tokens = static_cast<double>(p.micro_batch) * m.seq_len;
+  const double tokens = static_cast<double>(p.micro_batch) * m.seq_len / p.cp;
   const double v = static_cast<double>(m.vocab_size) / p.tp, h = static_cast<double>(m.d_model);
   const LinearTimes lt = linear_times(tokens, h, v, c);
   // Cross entropy over fp32 logits: written, read for the max/sum, read and
@@ -570,8 +589,8 @@ std::string ParallelConfig::str() const {
   return "tp=" + std::to_string(tp) + " pp=" + std::to_string(pp) + " dp=" + std::to_string(dp) +
          " vpp=" + std::to_string(vpp) + " mb=" + std::to_string(micro_batch) +
          " recompute=" + recompute_name(recompute) + " sp=" + (sequence_parallel ? "on" : "off") +
-         " zero1=" + (zero1 ? "on" : "off") + (ep > 1 ? " ep=" + std::to_string(ep) : "") + " " +
-         pipeline::schedule_name(schedule) +
+         " zero1=" + (zero1 ? "on" : "off") + (ep > 1 ? " ep=" + std::to_string(ep) : "") +
+         (cp > 1 ? " cp=" + std::to_string(cp) : "") + " " + pipeline::schedule_name(schedule) +
          ((schedule == pipeline::ScheduleKind::ZbAuto || schedule == pipeline::ScheduleKind::ZbV) &&
                   zb_max_in_flight > 0
               ? " max-in-flight=" + std::to_string(zb_max_in_flight)
@@ -588,14 +607,21 @@ double ptdp_model_flops(const nn::GptConfig& m, int global_batch, bool full_reco
 void check_config(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int global_batch,
                   const ParallelConfig& p) {
   m.validate();
-  if (p.tp < 1 || p.pp < 1 || p.dp < 1 || p.vpp < 1 || p.micro_batch < 1) {
-    throw ConfigError("tp, pp, dp, vpp and micro batch must all be >= 1 (got " + p.str() + ")");
+  if (p.tp < 1 || p.pp < 1 || p.dp < 1 || p.cp < 1 || p.vpp < 1 || p.micro_batch < 1) {
+    throw ConfigError("tp, pp, dp, cp, vpp and micro batch must all be >= 1 (got " + p.str() + ")");
   }
-  if (static_cast<long long>(p.tp) * p.pp * p.dp != gpus) {
-    throw ConfigError("GPUs (" + std::to_string(gpus) +
-                      ") must equal tp*pp*dp = " + std::to_string(p.tp) + "*" +
-                      std::to_string(p.pp) + "*" + std::to_string(p.dp) + " = " +
-                      std::to_string(static_cast<long long>(p.tp) * p.pp * p.dp));
+  if (static_cast<long long>(p.tp) * p.pp * p.dp * p.cp != gpus) {
+    const std::string cp = p.cp > 1 ? "*cp" : "", cps = p.cp > 1 ? "*" + std::to_string(p.cp) : "";
+    throw ConfigError("GPUs (" + std::to_string(gpus) + ") must equal tp*pp*dp" + cp + " = " +
+                      std::to_string(p.tp) + "*" + std::to_string(p.pp) + "*" +
+                      std::to_string(p.dp) + cps + " = " +
+                      std::to_string(static_cast<long long>(p.tp) * p.pp * p.dp * p.cp));
+  }
+  // (The heads, the length and the losses against the chunks.)
+  try {
+    cp::check_context_parallel(m, p.tp, p.cp, p.sequence_parallel);
+  } catch (const NotSupportedError& e) {
+    throw ConfigError(e.what());
   }
   if (m.n_head % p.tp != 0) {
     throw ConfigError(
@@ -604,8 +630,10 @@ void check_config(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int gl
   if (!m.kv_heads_fit(p.tp)) {
     throw ConfigError(need("n_kv_head", m.kv_heads(), m.kv_heads_rule(p.tp, "tp")));
   }
-  if (p.ep < 1 || p.dp % p.ep != 0) {
-    throw ConfigError(need("ep", p.ep, "must divide dp (" + std::to_string(p.dp) + ")"));
+  if (p.ep < 1 || (p.dp * p.cp) % p.ep != 0) {
+    throw ConfigError(need("ep", p.ep,
+                           "must divide dp (" + std::to_string(p.dp) + ")" +
+                               (p.cp > 1 ? " times cp (" + std::to_string(p.cp) + ")" : "")));
   }
   if (p.ep > 1 && (m.moe.experts == 0 || m.moe.experts % p.ep != 0)) {
     throw ConfigError(need("ep", p.ep,
@@ -821,10 +849,10 @@ Estimate price(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int globa
   // all-gather of the pieces); across nodes when a pipeline hop skips a
   // whole node of tp*dp ranks.
   if (p.pp > 1) {
-    const double whole = b * s * h * kFp16;
+    const double whole = b * s / p.cp * h * kFp16;  // (a chunk under context parallelism)
     const bool scatter_gather = !p.sequence_parallel && p.scatter_gather && p.tp > 1;
     const double bytes = p.sequence_parallel || scatter_gather ? whole / t : whole;
-    const bool cross = p.tp * p.dp >= c.gpus_per_node;
+    const bool cross = p.tp * p.dp * p.cp >= c.gpus_per_node;
     const double bwid = cross ? c.inter_bandwidth_per_gpu() : c.intra_bandwidth;
     e.p2p_time =
         (cross ? c.inter_latency : c.intra_latency) + bytes / (bwid * c.collective_efficiency);
@@ -944,7 +972,9 @@ Estimate price(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int globa
   // over the dp / ep ranks holding each, ep * tp ranks apart.)
   const double expert_trained = params > 0 ? trained * experts_held / params : 0.0;
   const double dense_trained = trained - expert_trained;
-  if (p.dp > 1) {
+  // (Context parallelism's ranks reduce with the replicas: dp * cp of them.)
+  const int reducing = p.dp * p.cp;
+  if (reducing > 1) {
     // A ring over the node's ranks, then one over the nodes, for `n` ranks
     // `stride` GPUs apart; `fraction`: 2 for an all-reduce, 1 for a
     // reduce-scatter or all-gather.
@@ -958,8 +988,8 @@ Estimate price(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int globa
                        c.inter_bandwidth_per_gpu(), c.inter_latency, c.collective_efficiency);
     };
     auto reduction = [&](double elements, double bytes_each, double fraction) {
-      return hierarchical((elements - expert_trained) * bytes_each, fraction, p.dp, p.tp) +
-             hierarchical(expert_trained * bytes_each, fraction, p.dp / p.ep, p.tp * p.ep);
+      return hierarchical((elements - expert_trained) * bytes_each, fraction, reducing, p.tp) +
+             hierarchical(expert_trained * bytes_each, fraction, reducing / p.ep, p.tp * p.ep);
     };
     // The reduction is overlapped with the last microbatch's backward when
     // the reducer allows.
@@ -990,7 +1020,7 @@ Estimate price(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int globa
   // Optimizer: AdamW streams fp32 master, moments and gradients, writes fp16 params.
   // (ZeRO-1 shards the experts' over their dp / ep replicas.)
   const double optimized =
-      p.zero1 ? dense_trained / p.dp + expert_trained / (p.dp / p.ep) : trained;
+      p.zero1 ? dense_trained / reducing + expert_trained / (reducing / p.ep) : trained;
   e.optimizer_time = optimized * 30.0 / (c.memory_bandwidth * c.memory_efficiency);
   e.step_time = e.pipeline_time + e.dp_comm_time + embedding_sync + e.optimizer_time;
 
@@ -1004,7 +1034,9 @@ Estimate price(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int globa
   e.weights_bytes = params * 2.0;
   e.gradient_bytes = trained * 4.0;
   e.optimizer_bytes = optimized * 12.0;
-  const double sbh = s * b * h;
+  // (A chunk of each sequence under context parallelism; the attention's
+  // own, below, a cp-th of the heads over the whole sequence.)
+  const double sbh = s / p.cp * b * h;
   // Attention's share beyond the 34 sbh of a layer: softmax output, dropout
   // mask and output of the (s x s) scores (5as/h), or with fused attention
   // the f32 log-sum-exp per head and position (4a/h).
@@ -1067,7 +1099,7 @@ Estimate price(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int globa
   // The adapters' dropped-out inputs (model.lora.dropout), kept unless the
   // whole layer is recomputed.
   // (The larger of a dense and a mixture-of-experts layer's.)
-  const double lora_kept = b * s *
+  const double lora_kept = b * s / p.cp *
                            std::max(any_dense ? lora_dropout_widths(m, t).kept() : 0.0,
                                     any_moe ? lora_dropout_widths(m, t, true).kept() : 0.0) *
                            kFp16;
@@ -1090,7 +1122,7 @@ Estimate price(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int globa
     activations += sbh * (whole + attn_extra) / t + lora_kept + sbh * qk_gathered;  // one rebuilt
   // bf16 logits of one micro-batch; backward writes their gradient over
   // them (linear_head_loss), so there is no second buffer.
-  activations += b * s * V / t * 2.0;
+  activations += b * s / p.cp * V / t * 2.0;
   e.activation_bytes = activations;
   e.memory_bytes = e.weights_bytes + e.gradient_bytes + e.optimizer_bytes + e.activation_bytes +
                    c.reserved_bytes;
@@ -1120,6 +1152,7 @@ std::string Estimate::json() const {
                    {"sequence_parallel", config.sequence_parallel},
                    {"zero1", config.zero1},
                    {"ep", config.ep},
+                   {"cp", config.cp},
                    {"schedule", pipeline::schedule_name(config.schedule)},
                    {"stage_layers", config.stage_layers},
                    {"overlap_dp", config.overlap_dp},

@@ -9,19 +9,22 @@ PlannedRun planned_run(const train::Config& config, int gpus) {
   const auto& par = config.parallel;
   PlannedRun run;
   run.model = config.model;
-  const int tp_pp = par.tp * par.pp;
+  // (Context parallelism's ranks beside the replicas: tp*pp*cp GPUs each.)
+  const int tp_pp = par.tp * par.pp * par.cp;
+  const std::string product = par.cp > 1 ? "tp*pp*cp" : "tp*pp";
   if (gpus <= 0) {
     if (par.dp <= 0) {
       throw ConfigError(
           "the config leaves parallel.dp to the world size: give the number of GPUs (--gpus), "
-          "a multiple of tp*pp = " +
-          std::to_string(tp_pp));
+          "a multiple of " +
+          product + " = " + std::to_string(tp_pp));
     }
     gpus = tp_pp * par.dp;
   }
   if (gpus % tp_pp != 0) {
-    throw ConfigError("GPUs (" + std::to_string(gpus) + ") must be a multiple of tp*pp = " +
-                      std::to_string(par.tp) + "*" + std::to_string(par.pp));
+    throw ConfigError("GPUs (" + std::to_string(gpus) + ") must be a multiple of " + product +
+                      " = " + std::to_string(par.tp) + "*" + std::to_string(par.pp) +
+                      (par.cp > 1 ? "*" + std::to_string(par.cp) : ""));
   }
   ParallelConfig& p = run.layout;
   p.tp = par.tp;
@@ -29,9 +32,9 @@ PlannedRun planned_run(const train::Config& config, int gpus) {
   p.vpp = par.vpp;
   p.dp = gpus / tp_pp;
   if (par.dp > 0 && par.dp != p.dp) {
-    throw ConfigError("parallel.dp (" + std::to_string(par.dp) +
-                      ") with tp*pp = " + std::to_string(tp_pp) + " needs " +
-                      std::to_string(par.dp * tp_pp) + " GPUs, not " + std::to_string(gpus));
+    throw ConfigError("parallel.dp (" + std::to_string(par.dp) + ") with " + product + " = " +
+                      std::to_string(tp_pp) + " needs " + std::to_string(par.dp * tp_pp) +
+                      " GPUs, not " + std::to_string(gpus));
   }
   p.micro_batch = static_cast<int>(config.train.micro_batch_size);
   p.recompute = config.model.recompute == nn::Recompute::Full        ? Recompute::Full
@@ -40,6 +43,7 @@ PlannedRun planned_run(const train::Config& config, int gpus) {
   p.sequence_parallel = par.sequence_parallel;
   p.zero1 = par.zero == 1;
   p.ep = par.ep;
+  p.cp = par.cp;
   p.schedule =
       par.pp > 1 ? pipeline::schedule_from_name(par.schedule) : pipeline::ScheduleKind::OneFOneB;
   p.zb_max_in_flight = par.zb_max_in_flight;

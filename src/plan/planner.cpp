@@ -35,76 +35,80 @@ std::vector<Estimate> recommend(const nn::GptConfig& m, const ClusterSpec& c, in
     for (int pp = 1; pp <= gpus / tp; ++pp) {
       if ((gpus / tp) % pp != 0 || pp > m.n_layer) continue;
       if (m.n_layer % pp != 0 && !space.try_balanced_stages) continue;
-      const int dp = gpus / (tp * pp);
-      if (global_batch % dp != 0) continue;
-      for (int mb : space.micro_batches) {
-        if (global_batch % (mb * dp) != 0) continue;
-        std::vector<std::pair<pipeline::ScheduleKind, int>> schedules{
-            {pipeline::ScheduleKind::OneFOneB, 1}};
-        if (pp > 1) {
-          for (int v : space.vpps) {
-            if (v > 1) schedules.push_back({pipeline::ScheduleKind::Interleaved, v});
+      for (int cp : space.cps) {
+        if (cp < 1 || (gpus / (tp * pp)) % cp != 0) continue;
+        const int dp = gpus / (tp * pp * cp);
+        if (global_batch % dp != 0) continue;
+        for (int mb : space.micro_batches) {
+          if (global_batch % (mb * dp) != 0) continue;
+          std::vector<std::pair<pipeline::ScheduleKind, int>> schedules{
+              {pipeline::ScheduleKind::OneFOneB, 1}};
+          if (pp > 1) {
+            for (int v : space.vpps) {
+              if (v > 1) schedules.push_back({pipeline::ScheduleKind::Interleaved, v});
+            }
+            if (space.try_zb_h1) schedules.push_back({pipeline::ScheduleKind::ZbH1, 1});
+            if (space.try_zb_auto) schedules.push_back({pipeline::ScheduleKind::ZbAuto, 1});
+            if (space.try_zb_v) schedules.push_back({pipeline::ScheduleKind::ZbV, 2});
           }
-          if (space.try_zb_h1) schedules.push_back({pipeline::ScheduleKind::ZbH1, 1});
-          if (space.try_zb_auto) schedules.push_back({pipeline::ScheduleKind::ZbAuto, 1});
-          if (space.try_zb_v) schedules.push_back({pipeline::ScheduleKind::ZbV, 2});
-        }
-        for (auto [kind, v] : schedules) {
-          for (Recompute rc : {Recompute::None, Recompute::Selective, Recompute::Full}) {
-            // With fused attention selective recomputation is none (nothing
-            // score-sized is stored): one entry, not two equal ones.
-            if (rc == Recompute::Selective && space.attention == Attention::Flash) continue;
-            for (bool sp : {false, true}) {
-              if (sp && tp == 1) continue;
-              // Expert parallelism for a mixture: each power of two that
-              // divides dp and the experts.
-              std::vector<int> eps{1};
-              for (int ep = 2; m.moe.experts > 0 && ep <= dp; ep *= 2) {
-                if (dp % ep == 0 && m.moe.experts % ep == 0) eps.push_back(ep);
-              }
-              for (bool z : {false, true})
-                for (int ep : eps) {
-                  if (z && dp == 1) continue;
-                  ParallelConfig p;
-                  p.ep = ep;
-                  p.tp = tp;
-                  p.pp = pp;
-                  p.dp = dp;
-                  p.vpp = v;
-                  p.micro_batch = mb;
-                  p.recompute = rc;
-                  p.sequence_parallel = sp;
-                  p.zero1 = z;
-                  p.schedule = kind;
-                  p.overlap_dp = space.overlap_dp;
-                  p.overlap_tp = space.overlap_tp;
-                  p.attention = space.attention;
-                  std::vector<ParallelConfig> layouts{p};
-                  if (pp > 1 && space.try_balanced_stages && m.n_layer >= pp * v) {
-                    ParallelConfig balanced = p;
-                    const std::tuple<int, int, bool> split{pp, v, rc == Recompute::Full};
-                    auto known = splits.find(split);
-                    if (known == splits.end()) {
-                      known = splits
-                                  .emplace(split, pipeline::balanced_stage_layers(
-                                                      m, pp, v, rc == Recompute::Full))
-                                  .first;
-                    }
-                    balanced.stage_layers = known->second;
-                    const bool even =
-                        std::all_of(balanced.stage_layers.begin(), balanced.stage_layers.end(),
-                                    [&](int64_t n) { return n * pp * v == m.n_layer; });
-                    if (!even) layouts.push_back(balanced);
-                  }
-                  for (const ParallelConfig& layout : layouts) {
-                    try {
-                      check_config(m, c, gpus, global_batch, layout);
-                    } catch (const ConfigError&) {
-                      continue;
-                    }
-                    candidates.push_back(layout);
-                  }
+          for (auto [kind, v] : schedules) {
+            for (Recompute rc : {Recompute::None, Recompute::Selective, Recompute::Full}) {
+              // With fused attention selective recomputation is none (nothing
+              // score-sized is stored): one entry, not two equal ones.
+              if (rc == Recompute::Selective && space.attention == Attention::Flash) continue;
+              for (bool sp : {false, true}) {
+                if (sp && tp == 1) continue;
+                // Expert parallelism for a mixture: each power of two that
+                // divides dp and the experts.
+                std::vector<int> eps{1};
+                for (int ep = 2; m.moe.experts > 0 && ep <= dp * cp; ep *= 2) {
+                  if ((dp * cp) % ep == 0 && m.moe.experts % ep == 0) eps.push_back(ep);
                 }
+                for (bool z : {false, true})
+                  for (int ep : eps) {
+                    if (z && dp * cp == 1) continue;
+                    ParallelConfig p;
+                    p.ep = ep;
+                    p.cp = cp;
+                    p.tp = tp;
+                    p.pp = pp;
+                    p.dp = dp;
+                    p.vpp = v;
+                    p.micro_batch = mb;
+                    p.recompute = rc;
+                    p.sequence_parallel = sp;
+                    p.zero1 = z;
+                    p.schedule = kind;
+                    p.overlap_dp = space.overlap_dp;
+                    p.overlap_tp = space.overlap_tp;
+                    p.attention = space.attention;
+                    std::vector<ParallelConfig> layouts{p};
+                    if (pp > 1 && space.try_balanced_stages && m.n_layer >= pp * v) {
+                      ParallelConfig balanced = p;
+                      const std::tuple<int, int, bool> split{pp, v, rc == Recompute::Full};
+                      auto known = splits.find(split);
+                      if (known == splits.end()) {
+                        known = splits
+                                    .emplace(split, pipeline::balanced_stage_layers(
+                                                        m, pp, v, rc == Recompute::Full))
+                                    .first;
+                      }
+                      balanced.stage_layers = known->second;
+                      const bool even =
+                          std::all_of(balanced.stage_layers.begin(), balanced.stage_layers.end(),
+                                      [&](int64_t n) { return n * pp * v == m.n_layer; });
+                      if (!even) layouts.push_back(balanced);
+                    }
+                    for (const ParallelConfig& layout : layouts) {
+                      try {
+                        check_config(m, c, gpus, global_batch, layout);
+                      } catch (const ConfigError&) {
+                        continue;
+                      }
+                      candidates.push_back(layout);
+                    }
+                  }
+              }
             }
           }
         }

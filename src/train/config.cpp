@@ -20,6 +20,7 @@
 #include "triad/io/hf_export.h"
 #include "triad/io/text_file.h"
 #include "triad/nn/parameter_pattern.h"
+#include "triad/parallel/context/ulysses.h"
 
 namespace triad::train {
 namespace {
@@ -687,12 +688,17 @@ void validate(const Config& c, bool min_lr_given) {
                         ") must be divisible by parallel.ep (" + std::to_string(c.parallel.ep) +
                         "): each expert-parallel rank holds an equal block of the experts");
     }
-    if (c.parallel.dp > 0 && c.parallel.dp % c.parallel.ep != 0) {
+    if (c.parallel.dp > 0 && (c.parallel.dp * c.parallel.cp) % c.parallel.ep != 0) {
       throw ConfigError("parallel.ep (" + std::to_string(c.parallel.ep) +
-                        ") must divide parallel.dp (" + std::to_string(c.parallel.dp) +
-                        "): expert parallelism shares experts among data-parallel ranks");
+                        ") must divide parallel.dp (" + std::to_string(c.parallel.dp) + ")" +
+                        (c.parallel.cp > 1
+                             ? " times parallel.cp (" + std::to_string(c.parallel.cp) + ")"
+                             : std::string()) +
+                        ": expert parallelism shares experts among data-parallel ranks");
     }
   }
+  // (The model's heads, length and losses against the chunks.)
+  cp::check_context_parallel(c.model, c.parallel.tp, c.parallel.cp, c.parallel.sequence_parallel);
   if (c.parallel.sequence_parallel && c.model.seq_len % c.parallel.tp != 0) {
     throw ConfigError("model.seq_len (" + std::to_string(c.model.seq_len) +
                       ") must be divisible by parallel.tp (" + std::to_string(c.parallel.tp) +
@@ -1342,6 +1348,7 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
         }}},
       {"dp", {false, [&](auto& v, auto& k) { c.parallel.dp = positive_int(v, k, 1); }}},
       {"ep", {false, [&](auto& v, auto& k) { c.parallel.ep = positive_int(v, k, 1); }}},
+      {"cp", {false, [&](auto& v, auto& k) { c.parallel.cp = positive_int(v, k, 1); }}},
       {"sequence_parallel",
        {false, [&](auto& v, auto& k) { c.parallel.sequence_parallel = get_bool(v, k); }}},
       {"schedule", {false, [&](auto& v, auto& k) { c.parallel.schedule = get_string(v, k); }}},
@@ -1695,6 +1702,7 @@ std::string to_yaml(const Config& c) {
   e << YAML::Key << "vpp" << YAML::Value << p.vpp;
   if (p.dp > 0) e << YAML::Key << "dp" << YAML::Value << p.dp;
   if (p.ep > 1) e << YAML::Key << "ep" << YAML::Value << p.ep;
+  if (p.cp > 1) e << YAML::Key << "cp" << YAML::Value << p.cp;
   e << YAML::Key << "sequence_parallel" << YAML::Value << p.sequence_parallel;
   e << YAML::Key << "schedule" << YAML::Value << p.schedule << YAML::Key << "order" << YAML::Value
     << p.order;

@@ -240,14 +240,17 @@ Trainer::Trainer(Config config, dist::ProcessGroupPtr world)
     }
   }
   // The layout is checked against the world before any communicator exists.
-  const int tp_pp = par.tp * par.pp;
+  const int tp_pp = par.tp * par.pp * par.cp;
   if (par.dp == 0 && world_size % tp_pp != 0) {
-    throw ConfigError("world size (" + std::to_string(world_size) +
-                      ") must be divisible by tp*pp = " + std::to_string(par.tp) + "*" +
-                      std::to_string(par.pp) + " = " + std::to_string(tp_pp));
+    throw ConfigError("world size (" + std::to_string(world_size) + ") must be divisible by tp*pp" +
+                      (par.cp > 1 ? "*cp" : "") + " = " + std::to_string(par.tp) + "*" +
+                      std::to_string(par.pp) + (par.cp > 1 ? "*" + std::to_string(par.cp) : "") +
+                      " = " + std::to_string(tp_pp));
   }
   dp_ = par.dp > 0 ? par.dp : world_size / tp_pp;
-  dist::MeshShape shape{par.tp, par.pp, dp_, par.order, par.ep};
+  cp_ = par.cp;
+  // (The context-parallel ranks are data-parallel ranks of the mesh.)
+  dist::MeshShape shape{par.tp, par.pp, dp_ * cp_, par.order, par.ep, par.cp};
   shape.validate(world_size);
   check_batch(config_, dp_);
   ramp_ = config_.train.batch_ramp();
@@ -272,7 +275,7 @@ Trainer::Trainer(Config config, dist::ProcessGroupPtr world)
     mesh_ = std::make_unique<dist::DeviceMesh>(
         world_, shape,
         par.topology == "refuse" ? dist::TopologyPolicy::Refuse : dist::TopologyPolicy::Warn);
-    dp_rank_ = mesh_->dp_rank();
+    dp_rank_ = mesh_->dp_rank() / cp_;
     if (!device_.is_cuda() && !std::getenv("OMP_NUM_THREADS")) {
       // CPU ranks on one node share its cores rather than each starting a
       // thread per core.
@@ -300,7 +303,8 @@ Trainer::Trainer(Config config, dist::ProcessGroupPtr world)
       }
       pp_model_ = std::make_unique<pipeline::PipelineModel>(
           config_.model, seed,
-          pipeline::PipelineGroups{mesh_->tp(), mesh_->pp(), mesh_->embedding(), mesh_->ep()},
+          pipeline::PipelineGroups{mesh_->tp(), mesh_->pp(), mesh_->embedding(), mesh_->ep(),
+                                   mesh_->cp()},
           par.sequence_parallel, par.vpp, stage_layers_,
           pipeline::placement_of(pipeline::schedule_from_name(par.schedule)));
       const int m = static_cast<int>(config_.train.global_batch_size /
@@ -333,7 +337,7 @@ Trainer::Trainer(Config config, dist::ProcessGroupPtr world)
     } else {
       tp_model_ = std::make_unique<tp::TensorParallelGpt>(
           config_.model, seed, mesh_->tp(), par.sequence_parallel,
-          tp::StagePlan::whole(config_.model.n_layer), mesh_->ep());
+          tp::StagePlan::whole(config_.model.n_layer), mesh_->ep(), mesh_->cp());
       if (!config_.init_from.empty()) {
         // One block of the file at a time, each rank cutting its shards.
         read_init_weights(nullptr,
@@ -445,7 +449,7 @@ Trainer::Trainer(Config config, dist::ProcessGroupPtr world)
   o.beta2 = config_.train.beta2;
   o.eps = config_.train.eps;
   o.weight_decay = config_.train.weight_decay;
-  if (mesh_ && dp_ > 1) {
+  if (mesh_ && data_parallel_ranks() > 1) {
     // Gradients still changed after backward are reduced last: the tied
     // embedding (summed across stages) and sequence-parallel partial sums.
     std::set<std::string> late;
@@ -603,6 +607,7 @@ std::map<std::string, std::string> Trainer::layout() const {
                     std::to_string(m.seq_len)}};
   // Expert parallelism (without it no key, as below).
   if (p.ep > 1) out["ep"] = std::to_string(p.ep);
+  if (p.cp > 1) out["cp"] = std::to_string(p.cp);
   // LoRA's adapters and their scale (a checkpoint read as a model merges
   // them with it). Without them no key: earlier checkpoints' layouts read
   // the same.
@@ -788,7 +793,7 @@ int64_t Trainer::load_checkpoint() {
     const auto metadata = load_resharded(*info);
     std::string from;
     for (const char* key :
-         {"world", "tp", "pp", "dp", "ep", "vpp", "zero", "sequence_parallel", "precision"}) {
+         {"world", "tp", "pp", "dp", "ep", "cp", "vpp", "zero", "sequence_parallel", "precision"}) {
       auto it = info->layout.find(key);
       if (it != info->layout.end())
         from += std::string(from.empty() ? "" : ", ") + key + " " + it->second;
@@ -1197,15 +1202,17 @@ void Trainer::weigh_by_tokens(std::vector<data::Batch>& batches) const {
     mine += static_cast<double>(n);
   }
   double all = mine;
-  if (mesh_ && dp_ > 1) {
+  if (mesh_ && data_parallel_ranks() > 1) {
     Tensor total = from_vector(std::vector<double>{mine}, {1}, DType::F64);
     mesh_->dp()->all_reduce(total, dist::ReduceOp::Sum)->wait();
     all = item(total);
   }
-  // Weighed by dp: the data-parallel reduction averages over the ranks. A
-  // step without a single target to learn from is not finite (and skipped).
+  // Weighed by the data-parallel ranks: their reduction averages over them
+  // (context-parallel ranks count their sequences' targets each, and
+  // weigh as many times). A step without a single target to learn from is
+  // not finite (and skipped).
   for (size_t i = 0; i < batches.size(); ++i) {
-    batches[i].loss_weight = all > 0 ? counts[i] * static_cast<double>(dp_) / all
+    batches[i].loss_weight = all > 0 ? counts[i] * static_cast<double>(data_parallel_ranks()) / all
                                      : std::numeric_limits<double>::quiet_NaN();
   }
 }
@@ -1446,7 +1453,7 @@ double Trainer::evaluate(size_t set) {
     }
     mean = item(loss_sum) / static_cast<double>(batches.size());
   }
-  if (mesh_ && dp_ > 1) {
+  if (mesh_ && data_parallel_ranks() > 1) {
     Tensor l = from_vector(std::vector<double>{mean}, {1}, DType::F64);
     mesh_->dp()->all_reduce(l, dist::ReduceOp::Avg)->wait();
     mean = item(l);
@@ -1647,8 +1654,8 @@ std::vector<double> Trainer::row_losses(const std::vector<data::Batch>& given,
   std::vector<double> out;
   for (const data::Batch& b : batches) {
     // Each row one document, as nn::score_continuations reads a request.
-    const nn::ForwardContext ctx =
-        nn::with_one_document(config_.model, b.inputs, no_dropout, device_);
+    nn::ForwardContext ctx = nn::with_one_document(config_.model, b.inputs, no_dropout, device_);
+    if (tp_model_) ctx = tp_model_->chunked(b.inputs, ctx);
     std::vector<Tensor> losses;
     auto row = [&](int64_t i, const Tensor& x) { return narrow(x, 0, i, 1); };
     if (tp_model_) {
@@ -1679,7 +1686,14 @@ std::vector<double> Trainer::row_losses(const std::vector<data::Batch>& given,
       }
     }
     for (Tensor& l : losses) l = reshape(cast(l, DType::F64), {1});
-    for (const double v : to_double_vector(concat(losses, 0))) out.push_back(v);  // one read
+    Tensor all = contiguous(concat(losses, 0));
+    if (cp_ > 1) {
+      // Each context-parallel rank's row loss is its chunk's share times
+      // cp: their mean is the row's.
+      mesh_->cp()->all_reduce(all, dist::ReduceOp::Sum)->wait();
+      all = scale(all, 1.0 / cp_);
+    }
+    for (const double v : to_double_vector(all)) out.push_back(v);  // one read
   }
   return scored(std::move(out));
 }
@@ -1727,8 +1741,9 @@ StepMetrics::ChoiceScores Trainer::evaluate_choices(size_t set) {
     }
     t = tally_choices(questions, in_order);
   }
-  if (mesh_ && dp_ > 1) {
-    Tensor sums = from_vector(t.to_vector(), {6}, DType::F64);
+  if (mesh_ && data_parallel_ranks() > 1) {
+    // (A replica's context-parallel ranks tally its questions alike.)
+    Tensor sums = scale(from_vector(t.to_vector(), {6}, DType::F64), 1.0 / cp_);
     mesh_->dp()->all_reduce(sums, dist::ReduceOp::Sum)->wait();
     t = ChoiceTally::from_vector(to_double_vector(sums));
   }
@@ -1745,7 +1760,9 @@ RequestRows Trainer::scoring_rows(const std::vector<nn::ContinuationRequest>& re
   // factors, as each would read alone (request_batches' short_rows).
   const int64_t tp = mesh_ ? mesh_->tp()->size() : 1;
   const bool sp = config_.parallel.sequence_parallel;
-  const int64_t multiple = sp ? std::lcm<int64_t>(64, tp) : 64;
+  // (Context parallelism's chunks, each split again under sequence
+  // parallelism.)
+  const int64_t multiple = std::lcm<int64_t>(64, (sp ? tp : 1) * cp_);
   const RopeScaling& rope = config_.model.rope_scaling;
   const int64_t short_rows =
       rope.kind == RopeScaling::Kind::LongRope ? static_cast<int64_t>(rope.original_seq_len) : 0;
@@ -1774,8 +1791,8 @@ StepMetrics::LambadaScores Trainer::evaluate_lambada(size_t set) {
     }
     t = tally_lambada(texts, mean_of, greedy_of);
   }
-  if (mesh_ && dp_ > 1) {
-    Tensor sums = from_vector(t.to_vector(), {3}, DType::F64);
+  if (mesh_ && data_parallel_ranks() > 1) {
+    Tensor sums = scale(from_vector(t.to_vector(), {3}, DType::F64), 1.0 / cp_);  // (as above)
     mesh_->dp()->all_reduce(sums, dist::ReduceOp::Sum)->wait();
     t = LambadaTally::from_vector(to_double_vector(sums));
   }
@@ -2061,8 +2078,9 @@ std::vector<StepMetrics> Trainer::run() {
       if (par.tp > 1 && !par.sequence_parallel && par.pipeline_scatter_gather)
         pipeline += ", scatter-gather between stages";
     }
-    spdlog::info("parallel: tp {} x pp {} x dp {} over {} ranks{}{}{}", par.tp, par.pp, dp_,
-                 world_->size(), par.sequence_parallel ? ", sequence parallel" : "", pipeline,
+    spdlog::info("parallel: tp {} x pp {} x dp {}{} over {} ranks{}{}{}", par.tp, par.pp, dp_,
+                 cp_ > 1 ? " x cp " + std::to_string(cp_) : std::string(), world_->size(),
+                 par.sequence_parallel ? ", sequence parallel" : "", pipeline,
                  zero_optimizer_
                      ? (par.overlap_param_gather
                             ? ", ZeRO-1 (parameter all-gathers overlap the next forward)"

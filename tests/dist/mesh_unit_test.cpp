@@ -99,6 +99,27 @@ TEST(MeshShape, ExpertGroupsSplitTheDataParallelOnes) {
   }
 }
 
+// Context parallelism's groups, blocks of cp consecutive data-parallel
+// ranks, beside expert parallelism's over the same ranks.
+TEST(MeshShape, ContextGroupsSplitTheDataParallelOnes) {
+  MeshShape s{.tp = 2, .pp = 1, .dp = 4, .ep = 4, .cp = 2};
+  s.validate(8);
+  EXPECT_EQ(s.context_groups(), (std::vector<std::vector<int>>{{0, 2}, {4, 6}, {1, 3}, {5, 7}}));
+  EXPECT_EQ(s.expert_groups(), s.groups(MeshDim::DP));
+  MeshShape none{.tp = 2, .pp = 2, .dp = 2};
+  for (const auto& g : none.context_groups()) EXPECT_EQ(g.size(), 1u);
+  MeshShape odd{.tp = 1, .pp = 1, .dp = 6, .cp = 4};
+  try {
+    odd.validate(6);
+    FAIL() << "expected ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("context parallelism's 4 ranks must divide the "
+                                         "data-parallel group's 6"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace triad::dist
 

@@ -819,6 +819,68 @@ TEST(CostModel, FusedAttentionStoresNoScoresAndSkipsMaskedTiles) {
   EXPECT_THROW(attention_from_name("fused"), ConfigError);
 }
 
+// Context parallelism on a long sequence (32768 positions, fused
+// attention): cp 2 against the same GPUs as two more replicas halves each
+// rank's stored activations and logits (the attention's log-sum-exp too: a
+// cp-th of the heads over the whole sequence) and its compute per
+// microbatch, adds the exchanges of q, k, v and the output (priced with
+// tp's collectives), and reduces gradients over the same dp * cp ranks.
+// The planner tries it when asked. Bad layouts name the numbers.
+TEST(CostModel, ContextParallelismSharesEachSequenceOut) {
+  const ClusterSpec c = selene();
+  nn::GptConfig m = gpt(8, 32, 4096);
+  m.seq_len = 32768;
+  auto priced = [&](int dp, int cp) {
+    ParallelConfig p = layout(8, 1, dp, 1, Recompute::None);
+    p.cp = cp;
+    p.attention = Attention::Flash;
+    p.sequence_parallel = true;
+    return estimate(m, c, 16, 16, p);
+  };
+  const Estimate two = priced(2, 1), chunked = priced(1, 2);
+  EXPECT_EQ(chunked.num_microbatches, 2 * two.num_microbatches);  // (half the replicas)
+  EXPECT_NEAR(chunked.activation_bytes, two.activation_bytes / 2, 1e-9 * two.activation_bytes);
+  // (Per microbatch, one sequence: half its positions, and the exchanges.)
+  EXPECT_NEAR(chunked.gemm_time, two.gemm_time / 2, 0.05 * two.gemm_time);
+  EXPECT_GT(chunked.tp_comm_time, two.tp_comm_time / 2 * 1.2);
+  EXPECT_NE(chunked.json().find("\"cp\":2"), std::string::npos);
+  EXPECT_NE(chunked.config.str().find(" cp=2"), std::string::npos);
+  // The search tries context parallelism only when asked.
+  SearchSpace space;
+  space.micro_batches = {1};
+  space.vpps = {1};
+  space.try_zb_h1 = space.try_zb_auto = space.try_zb_v = false;
+  space.attention = Attention::Flash;
+  for (const auto& e : recommend(m, c, 16, 16, space)) EXPECT_EQ(e.config.cp, 1);
+  space.cps = {1, 2, 4};
+  bool chunking = false;
+  for (const auto& e : recommend(m, c, 16, 16, space)) {
+    chunking = chunking || e.config.cp > 1;
+    EXPECT_EQ(e.config.tp * e.config.pp * e.config.dp * e.config.cp, 16);
+  }
+  EXPECT_TRUE(chunking);
+  ParallelConfig bad = layout(8, 1, 2, 1, Recompute::None);
+  bad.cp = 2;
+  try {
+    estimate(m, c, 16, 16, bad);
+    ADD_FAILURE() << "expected ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("must equal tp*pp*dp*cp = 8*1*2*2 = 32"),
+              std::string::npos)
+        << e.what();
+  }
+  bad = layout(8, 1, 1, 1, Recompute::None);
+  bad.cp = 16;  // 4 heads a tensor-parallel rank over 16 ranks
+  try {
+    estimate(m, c, 128, 16, bad);
+    ADD_FAILURE() << "expected ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("parallel.cp (16) beside parallel.tp (8)"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 // The memory model against Triad itself: a bf16 model trained on the CPU
 // backend keeps what a GPU run keeps (bf16 weights, f32 gradients, masters
 // and moments, bf16 activations), and the host allocator counts every byte.

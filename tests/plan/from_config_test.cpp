@@ -82,6 +82,13 @@ TEST(PlannedRun, TheGpuCountComesFromDpOrIsGivenAndMustFit) {
   expect_error("{tp: 2, pp: 2}", 0, "give the number of GPUs (--gpus), a multiple of tp*pp = 4");
   expect_error("{tp: 2, pp: 2}", 30, "GPUs (30) must be a multiple of tp*pp = 2*2");
   expect_error("{tp: 2, pp: 2, dp: 4}", 32, "parallel.dp (4) with tp*pp = 4 needs 16 GPUs, not 32");
+  // Context parallelism's ranks beside the replicas'.
+  const PlannedRun chunked = planned_run(config("{tp: 2, cp: 2}"), 16);
+  EXPECT_EQ(chunked.layout.cp, 2);
+  EXPECT_EQ(chunked.layout.dp, 4);
+  expect_error("{tp: 2, cp: 2}", 6, "GPUs (6) must be a multiple of tp*pp*cp = 2*1*2");
+  expect_error("{tp: 2, cp: 2, dp: 2}", 16,
+               "parallel.dp (2) with tp*pp*cp = 4 needs 8 GPUs, not 16");
   // train.freeze's patterns reach the planner as the parameters they name.
   train::Config frozen = config("{dp: 2}");
   frozen.train.freeze = {"wte.weight", "h.[0-3].*"};

@@ -409,6 +409,36 @@ TEST(Config, MixtureOfExpertsParsesRoundTripsAndIsChecked) {
                       "model.moe.experts (4) must be divisible by parallel.ep (3)");
   expect_config_error(kValid, {"model.moe={experts: 4}", "parallel.ep=2", "parallel.dp=3"},
                       "parallel.ep (2) must divide parallel.dp (3)");
+  // parallel.cp: sequences shared out among ranks; expert parallelism may
+  // span them (ep divides dp * cp).
+  const Config cp = parse_config(kValid, {"parallel.cp=2"});
+  EXPECT_EQ(cp.parallel.cp, 2);
+  EXPECT_EQ(parse_config(to_yaml(cp)).parallel.cp, 2);
+  EXPECT_EQ(parse_config(kValid).parallel.cp, 1);
+  EXPECT_EQ(parse_config(kValid, {"model.moe={experts: 4, aux_loss_coef: 0}", "parallel.ep=4",
+                                  "parallel.dp=2", "parallel.cp=2"})
+                .parallel.ep,
+            4);
+  expect_config_error(kValid,
+                      {"model.moe={experts: 4, aux_loss_coef: 0}", "parallel.ep=4", "parallel.dp=3",
+                       "parallel.cp=2"},
+                      "parallel.ep (4) must divide parallel.dp (3) times parallel.cp (2)");
+  expect_config_error(kValid, {"parallel.cp=4"},
+                      "parallel.cp (4) beside parallel.tp (1): model.n_head (2) and its key/value "
+                      "heads (2) leave 2 query and 2 key/value heads on each tensor-parallel rank");
+  expect_config_error(kValid, {"parallel.cp=2", "model.seq_len=33"},
+                      "model.seq_len (33) must be divisible by cp (2)");
+  expect_config_error(
+      kValid,
+      {"parallel.cp=2", "parallel.tp=2", "parallel.sequence_parallel=true", "model.n_head=4",
+       "model.seq_len=34"},
+      "model.seq_len (34) must be divisible by cp times tp (sequence parallelism) (4)");
+  try {
+    parse_config(kValid, {"parallel.cp=2", "model.moe={experts: 4}"});
+    ADD_FAILURE() << "expected NotSupportedError";
+  } catch (const NotSupportedError& e) {
+    EXPECT_NE(std::string(e.what()).find("model.moe.aux_loss_coef"), std::string::npos) << e.what();
+  }
 }
 
 TEST(Config, TrainingDataIsAPathOrAWeightedMixture) {
@@ -599,8 +629,8 @@ TEST(Config, ErrorsNameKeyValueAndRule) {
       kValid, {"train.lrr=1"},
       "unknown key 'train.lrr' (allowed in train: steps, epochs, global_batch_size");
   expect_config_error(kValid, {"pipeline.pp=2"}, "unknown top-level key 'pipeline'");
-  expect_config_error(kValid, {"parallel.cp=2"},
-                      "unknown key 'parallel.cp' (allowed in parallel: tp, pp, vpp, dp");
+  expect_config_error(kValid, {"parallel.tpp=2"},
+                      "unknown key 'parallel.tpp' (allowed in parallel: tp, pp, vpp, dp");
   expect_config_error(kValid, {"parallel.pp=3"},
                       "parallel.pp (3) must not exceed model.n_layer (2)");
   expect_config_error(

@@ -25,6 +25,11 @@ struct MeshShape {
   // (same tp and pp rank) share a mixture's experts out among themselves;
   // must divide dp.
   int ep = 1;
+  // Context parallelism: blocks of `cp` consecutive data-parallel ranks
+  // (same tp and pp rank) share their sequences, each computing on its
+  // chunk of them (cp::sequence_to_heads); must divide dp. They are
+  // data-parallel ranks still: their gradients are reduced with the rest.
+  int cp = 1;
 
   int world() const { return tp * pp * dp; }
   // Throws ConfigError naming the numbers: sizes >= 1, world == tp*pp*dp,
@@ -53,6 +58,10 @@ struct MeshShape {
   // whole data-parallel groups for the second).
   std::vector<std::vector<int>> expert_groups() const;
   std::vector<std::vector<int>> expert_data_groups() const;
+  // Context parallelism's groups: cp consecutive data-parallel ranks (for
+  // 8 ranks, tp=2, dp=4, cp=2: [0,2] [4,6] [1,3] [5,7]); single ranks when
+  // cp == 1.
+  std::vector<std::vector<int>> context_groups() const;
 };
 
 // What to do when a tensor-parallel group spans nodes.
@@ -80,6 +89,8 @@ class DeviceMesh {
   const ProcessGroupPtr& embedding() const { return embedding_; }  // may be null
   const ProcessGroupPtr& ep() const { return ep_; }
   const ProcessGroupPtr& expert_dp() const { return edp_; }
+  // The context-parallel group (one rank without context parallelism).
+  const ProcessGroupPtr& cp() const { return cp_; }
   int ep_rank() const { return ep_->rank(); }
   int tp_rank() const { return coords_[0]; }
   int dp_rank() const { return coords_[1]; }
@@ -88,7 +99,7 @@ class DeviceMesh {
   // The CUDA device this rank should use: its rank within the node.
   int local_device() const { return node_.local_rank; }
   // GPU training: gives every group (tp, dp, pp, model-parallel, embedding,
-  // the expert groups)
+  // the expert and context groups)
   // an NCCL communicator on `device` and routes CUDA tensors through it,
   // host tensors through MPI as before. Collective over the world; every
   // rank creates its groups' communicators in the same order.
@@ -99,7 +110,7 @@ class DeviceMesh {
   MeshShape shape_;
   std::array<int, 3> coords_{};
   NodeInfo node_;
-  ProcessGroupPtr tp_, dp_, pp_, mp_, embedding_, ep_, edp_;
+  ProcessGroupPtr tp_, dp_, pp_, mp_, embedding_, ep_, edp_, cp_;
 };
 
 }  // namespace triad::dist

@@ -36,6 +36,12 @@ struct ParallelConfig {
   // Expert parallelism (parallel.ep): a mixture's experts shared out among
   // ep data-parallel ranks (divides dp and model.moe.experts).
   int ep = 1;
+  // Context parallelism (parallel.cp): each sequence shared out among cp
+  // ranks (consecutive data-parallel ones: the GPUs are tp*pp*dp*cp, and
+  // gradients reduce over dp*cp), each computing s/cp positions of every
+  // layer and a cp-th of the heads of every attention over the whole
+  // sequence, exchanged all-to-all.
+  int cp = 1;
   pipeline::ScheduleKind schedule = pipeline::ScheduleKind::OneFOneB;
   // zb-auto, zb-v: microbatches a rank holds from F to W (0: pp), as in the trainer.
   int zb_max_in_flight = 0;

@@ -70,7 +70,7 @@ struct ParallelSection {
   int tp = 1;
   int pp = 1;
   int vpp = 1;
-  int dp = 0;  // 0: derived from the world size (world / (tp * pp))
+  int dp = 0;  // 0: derived from the world size (world / (tp * pp * cp))
   bool sequence_parallel = false;
   std::string schedule = "1f1b";  // gpipe, 1f1b, interleaved, zb-h1, zb-auto, zb-v (pp > 1)
   // zb-auto, zb-v: microbatches a rank holds from F to W; 0 = pp (1F1B's memory).
@@ -85,6 +85,12 @@ struct ParallelSection {
   // mixture's experts out among itself, exchanging tokens all-to-all
   // (model.moe; ep divides dp and model.moe.experts).
   int ep = 1;
+  // Context parallelism: `cp` ranks share each sequence, each computing on
+  // its chunk of T / cp tokens and exchanging every attention layer's heads
+  // all-to-all (cp::sequence_to_heads, DeepSpeed-Ulysses'). The world is
+  // tp * pp * dp * cp; the cp ranks of a sequence are data-parallel ranks
+  // besides (their gradients reduced with the dp replicas').
+  int cp = 1;
   int zero = 0;                   // 1: ZeRO-1 (optimizer state sharded over dp)
   std::string topology = "warn";  // a TP group spanning nodes: warn | refuse
   double bucket_mb = 25;          // gradient-reduction bucket size

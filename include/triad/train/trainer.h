@@ -127,7 +127,12 @@ class Trainer {
   Config config_;
   dist::ProcessGroupPtr world_;
   std::unique_ptr<dist::DeviceMesh> mesh_;
-  int dp_ = 1, dp_rank_ = 0;
+  // Data-parallel replicas (each its own sequences) and this rank's; under
+  // context parallelism cp ranks share each replica's sequences, and the
+  // data-parallel group (mesh_->dp()) holds dp_ * cp_ ranks.
+  int dp_ = 1, dp_rank_ = 0, cp_ = 1;
+  // The data-parallel group's ranks (dp_ * cp_), which reduce gradients.
+  int data_parallel_ranks() const { return dp_ * cp_; }
   std::unique_ptr<nn::Gpt> model_;                   // one process
   std::unique_ptr<tp::TensorParallelGpt> tp_model_;  // several, no pipeline
   std::unique_ptr<pipeline::PipelineModel> pp_model_;

@@ -126,9 +126,10 @@ PipelineModel::PipelineModel(const nn::GptConfig& cfg, uint64_t seed, PipelineGr
         plan.head && !plan.embedding && cfg.tie_embeddings && rank_at(placement_, p_, 0) == rank_;
     chunks_.push_back(share ? std::make_shared<tp::TensorParallelGpt>(
                                   cfg, seed, groups_.tp, sequence_parallel, plan,
-                                  chunks_.front()->token_embedding_module(), groups_.ep)
-                            : std::make_shared<tp::TensorParallelGpt>(
-                                  cfg, seed, groups_.tp, sequence_parallel, plan, groups_.ep));
+                                  chunks_.front()->token_embedding_module(), groups_.ep, groups_.cp)
+                            : std::make_shared<tp::TensorParallelGpt>(cfg, seed, groups_.tp,
+                                                                      sequence_parallel, plan,
+                                                                      groups_.ep, groups_.cp));
   }
 }
 
@@ -427,8 +428,10 @@ PipelineStepResult PipelineExecutor::run(const std::vector<data::Batch>& micro,
   auto local_payload = [&](const Tensor& t) {
     return (t.dtype() != act_dtype ? cast(t, act_dtype) : contiguous(t)).detach();
   };
+  const int64_t cp = model_.groups().cp ? model_.groups().cp->size() : 1;
   auto activation_shape = [&](int mb) {
-    const int64_t b = micro[mb].inputs.size(0), T = micro[mb].inputs.size(1);
+    // (This rank's chunk of the sequence under context parallelism.)
+    const int64_t b = micro[mb].inputs.size(0), T = micro[mb].inputs.size(1) / cp;
     return Shape{b, sp ? T / tpg->size() : T, cfg.d_model};
   };
   auto timed = [&](const Action& a, auto&& fn) {
@@ -685,8 +688,9 @@ void PipelineExecutor::forward_only(
   // Sends stay in flight for one microbatch (the next stage takes them when
   // it gets there), so at most two microbatches' activations are held.
   std::vector<dist::WorkPtr> previous, current;
+  const int64_t cp = model_.groups().cp ? model_.groups().cp->size() : 1;
   for (const data::Batch& batch : micro) {
-    const int64_t b = batch.inputs.size(0), T = batch.inputs.size(1);
+    const int64_t b = batch.inputs.size(0), T = batch.inputs.size(1) / cp;
     const nn::ForwardContext ctx = ctx_of(batch);
     // This rank's stages in increasing order; an output whose next stage
     // is on this rank too (the V's turn) goes straight on.
@@ -745,6 +749,7 @@ double PipelineExecutor::evaluate(const std::vector<data::Batch>& micro) {
 std::vector<double> PipelineExecutor::row_losses(const std::vector<data::Batch>& micro,
                                                  std::vector<bool>* greedy) {
   if (micro.empty()) throw ValueError("pipeline row_losses: no microbatches");
+  const int64_t cp = model_.groups().cp ? model_.groups().cp->size() : 1;
   int64_t rows = 0;
   for (const auto& b : micro) rows += b.inputs.size(0);
   const nn::ForwardContext no_dropout{false, 0, 0};
@@ -754,7 +759,9 @@ std::vector<double> PipelineExecutor::row_losses(const std::vector<data::Batch>&
       micro,
       [&](const data::Batch& b) {
         // Each row one document; a sliding window still applies.
-        return nn::with_one_document(model_.config(), b.inputs, no_dropout, model_.device());
+        return model_.chunk(0).chunked(
+            b.inputs,
+            nn::with_one_document(model_.config(), b.inputs, no_dropout, model_.device()));
       },
       [&](tp::TensorParallelGpt& chunk, const Tensor& x, const data::Batch& batch) {
         for (int64_t i = 0; i < batch.inputs.size(0); ++i) {
@@ -780,6 +787,14 @@ std::vector<double> PipelineExecutor::row_losses(const std::vector<data::Batch>&
     all = greedy ? concat({l, from_vector(matches, {rows}, DType::F64)}, 0) : l;
   }
   model_.groups().pp->broadcast(all, schedule_.rank_of(model_.num_stages() - 1))->wait();
+  if (cp > 1) {
+    // Each context-parallel rank's row loss is its chunk's share times cp
+    // (the greedy matches, from whole logits, agree).
+    Tensor head = contiguous(narrow(all, 0, 0, rows));
+    model_.groups().cp->all_reduce(head, dist::ReduceOp::Sum)->wait();
+    all = greedy ? concat({scale(head, 1.0 / cp), narrow(all, 0, rows, rows)}, 0)
+                 : scale(head, 1.0 / cp);
+  }
   std::vector<double> values = to_double_vector(all);
   if (greedy) {
     greedy->clear();

@@ -841,6 +841,12 @@ nn::ForwardContext TensorParallelGpt::with_documents(const Tensor& ids,
     const auto params = parameters();
     out = nn::with_documents(cfg_, ids, ctx, params.empty() ? Device::cpu() : params[0].device());
   }
+  return chunked(ids, out);
+}
+
+nn::ForwardContext TensorParallelGpt::chunked(const Tensor& ids,
+                                              const nn::ForwardContext& whole) const {
+  nn::ForwardContext out = whole;
   if (!cp_) return out;
   // The attention sees the whole sequences (their first keys stay whole);
   // everything else this rank's chunk, at its own positions.
@@ -857,7 +863,7 @@ nn::ForwardContext TensorParallelGpt::with_documents(const Tensor& ids,
     out.positions = from_vector(pos, {B, count}, DType::I64);
   }
   // Each rank's dropout masks its own (calls stay distinct per micro-batch).
-  out.call = ctx.call * static_cast<uint64_t>(cp_->size()) + static_cast<uint64_t>(cp_->rank());
+  out.call = whole.call * static_cast<uint64_t>(cp_->size()) + static_cast<uint64_t>(cp_->rank());
   return out;
 }
 

@@ -26,6 +26,9 @@ struct PipelineGroups {
   // Expert parallelism's group (model.moe's experts shared out among its
   // ranks); null or one rank: none.
   dist::ProcessGroupPtr ep = nullptr;
+  // Context parallelism's group (each rank a chunk of every sequence, so a
+  // stage sends T / cp positions on); null or one rank: none.
+  dist::ProcessGroupPtr cp = nullptr;
 };
 
 // Layers of each of the p*v model stages: an even split, or an error naming

@@ -89,6 +89,10 @@ class TensorParallelGpt : public nn::Module {
   // Under context parallelism: the whole sequences' first keys, this
   // rank's chunk's positions, and a dropout call of the rank's own.
   nn::ForwardContext with_documents(const Tensor& ids, const nn::ForwardContext& ctx) const;
+  // A context made for the whole sequences of ids (nn::with_one_document's,
+  // say) as this rank's chunk reads it: with_documents' last part (ctx
+  // unchanged without context parallelism).
+  nn::ForwardContext chunked(const Tensor& ids, const nn::ForwardContext& whole) const;
   // ids (B, T) -> hidden (B, T, C), or (B, T/tp, C) with sequence parallelism.
   Tensor embed(const Tensor& ids, const nn::ForwardContext& ctx) const;
   Tensor block(int64_t i, const Tensor& x, const nn::ForwardContext& ctx) const;
