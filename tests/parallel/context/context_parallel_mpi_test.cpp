@@ -115,6 +115,7 @@ Tensor token_ids(uint64_t stream) {
 struct Layout {
   int tp;
   bool sp;
+  bool ep = false;  // a mixture's experts shared out over the context group
 };
 
 // `cfg` sharded over tp x cp ranks (cp = world / tp; the tensor-parallel
@@ -127,8 +128,9 @@ void expect_matches_one_process(const nn::GptConfig& cfg, const Layout& layout, 
   const dist::ProcessGroupPtr cp = dist::split_group(g_world, r % layout.tp, "cp");
   ASSERT_EQ(cp->size(), W / layout.tp);
   nn::Gpt ref(cfg, 7);
-  tp::TensorParallelGpt model(cfg, 7, tp, layout.sp, tp::StagePlan::whole(cfg.n_layer),
-                              dist::ProcessGroupPtr{}, cp);
+  const dist::ProcessGroupPtr experts = layout.ep ? cp : dist::ProcessGroupPtr{};
+  tp::TensorParallelGpt model(cfg, 7, tp, layout.sp, tp::StagePlan::whole(cfg.n_layer), experts,
+                              cp);
   expect_close(to_double_vector(model.logits(ids)), to_double_vector(ref.forward(ids)), 2e-5, 0,
                "logits");
   Tensor l = model.loss(ids, targets), lr = ref.loss(ids, targets);
@@ -138,18 +140,27 @@ void expect_matches_one_process(const nn::GptConfig& cfg, const Layout& layout, 
   autograd::backward({l});
   autograd::backward({lr});
   model.reduce_partial_grads();
+  // The group's mean gradient, as the data-parallel reduction takes it (an
+  // expert held by one rank of an expert-parallel group already sums the
+  // group's tokens: the trainer divides it by ep).
   nn::StateDict grads;
+  // (No gradient: the expert biases, moved by their own rule, and an
+  // expert no token chose; zeros, as one process's.)
+  auto grad_of = [](const Tensor& p) {
+    return p.grad().defined() ? contiguous(p.grad()).detach() : zeros(p.shape(), p.dtype());
+  };
   for (auto& [name, p] : model.named_parameters()) {
-    Tensor g = contiguous(p.grad()).detach();
-    cp->all_reduce(g, dist::ReduceOp::Sum)->wait();
+    Tensor g = grad_of(p);
+    if (!layout.ep || !tp::TensorParallelGpt::is_expert(name))
+      cp->all_reduce(g, dist::ReduceOp::Sum)->wait();
     grads[name] = scale(g, 1.0 / cp->size());
   }
-  tp::TensorParallelGpt holder(cfg, 0, tp, layout.sp);
+  tp::TensorParallelGpt holder(cfg, 0, tp, layout.sp, tp::StagePlan::whole(cfg.n_layer), experts);
   holder.load_state_dict(grads);
   const nn::StateDict full = holder.full_state_dict();
   EXPECT_EQ(full.size(), ref.named_parameters().size());
   for (auto& [name, p] : ref.named_parameters()) {
-    expect_close(to_double_vector(full.at(name)), to_double_vector(p.grad()), 1e-6, 1e-4, name);
+    expect_close(to_double_vector(full.at(name)), to_double_vector(grad_of(p)), 1e-6, 1e-4, name);
   }
 }
 
@@ -165,13 +176,15 @@ std::vector<Layout> layouts() {
 // OLMo 2's norms over all the heads (per token), packed documents with a
 // window and loss-masked targets (uneven among the chunks: each rank's
 // loss weighs its share of the scored targets), and DeepSeek's latent
-// attention (its padded heads exchanged as any).
+// attention (its padded heads exchanged as any); a mixture balanced by
+// expert biases, its experts on every rank or shared out over the context
+// group (each expert's tokens gathered from every chunk).
 TEST(ContextParallelGpt, LossLogitsAndEveryGradientMatchOneProcess) {
   const Tensor ids = token_ids(1), targets = token_ids(2);
   for (const std::string variant :
        {"gpt-2", "llama, grouped-query attention", "llama, one key/value head",
         "olmo 2's norms over all heads", "packed documents, a window, masked targets",
-        "latent attention"}) {
+        "latent attention", "a mixture balanced by expert biases"}) {
     nn::GptConfig cfg = tiny();
     Tensor t = targets;
     if (variant != "gpt-2") {
@@ -199,8 +212,23 @@ TEST(ContextParallelGpt, LossLogitsAndEveryGradientMatchOneProcess) {
       cfg.mla = testing::tiny_latent_attention();
       cfg.n_layer = 1;
     }
-    for (const Layout& layout : layouts()) {
-      SCOPED_TRACE(variant + ", tp " + std::to_string(layout.tp) + (layout.sp ? ", sp" : ""));
+    std::vector<Layout> tried = layouts();
+    if (variant.find("mixture") != std::string::npos) {
+      cfg.moe = {.experts = 4,
+                 .top_k = 2,
+                 .ffn_hidden_size = 16,
+                 .aux_loss_coef = 0,
+                 .score = nn::GptConfig::Moe::Score::Sigmoid,
+                 .expert_bias = true};
+      // (And the experts shared out over the context group, their tokens
+      // exchanged among its chunks.)
+      for (const Layout& l : layouts()) {
+        if (4 % (g_world->size() / l.tp) == 0) tried.push_back({l.tp, l.sp, true});
+      }
+    }
+    for (const Layout& layout : tried) {
+      SCOPED_TRACE(variant + ", tp " + std::to_string(layout.tp) + (layout.sp ? ", sp" : "") +
+                   (layout.ep ? ", ep over cp" : ""));
       expect_matches_one_process(cfg, layout, ids, t);
     }
   }
