@@ -247,6 +247,12 @@ Trainer::Trainer(Config config, dist::ProcessGroupPtr world)
                       std::to_string(par.pp) + (par.cp > 1 ? "*" + std::to_string(par.cp) : "") +
                       " = " + std::to_string(tp_pp));
   }
+  if (par.dp > 0 && par.cp > 1 && static_cast<long long>(tp_pp) * par.dp != world_size) {
+    throw ConfigError("world size (" + std::to_string(world_size) + ") must equal tp*pp*dp*cp = " +
+                      std::to_string(par.tp) + "*" + std::to_string(par.pp) + "*" +
+                      std::to_string(par.dp) + "*" + std::to_string(par.cp) + " = " +
+                      std::to_string(static_cast<long long>(tp_pp) * par.dp));
+  }
   dp_ = par.dp > 0 ? par.dp : world_size / tp_pp;
   cp_ = par.cp;
   // (The context-parallel ranks are data-parallel ranks of the mesh.)

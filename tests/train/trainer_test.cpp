@@ -1105,6 +1105,27 @@ TEST(Trainer, StartsFromSafetensorsAndRejectsMissingData) {
               std::string::npos)
         << e.what();
   }
+  // Context parallelism's ranks count in the world too.
+  Config chunked = c;
+  chunked.parallel.cp = 2;
+  try {
+    Trainer t(chunked);
+    FAIL();
+  } catch (const ConfigError& e) {
+    EXPECT_NE(
+        std::string(e.what()).find("world size (1) must be divisible by tp*pp*cp = 1*1*2 = 2"),
+        std::string::npos)
+        << e.what();
+  }
+  chunked.parallel.dp = 3;
+  try {
+    Trainer t(chunked);
+    FAIL();
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("world size (1) must equal tp*pp*dp*cp = 1*1*3*2 = 6"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace
