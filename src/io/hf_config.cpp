@@ -105,6 +105,9 @@ class Keys {
                   "expected an object with rope_type llama3, linear, yarn or longrope");
     std::string type = v.value("rope_type", v.value("type", std::string()));
     if (type == "su") type = "longrope";  // (Phi-3's first files)
+    // transformers' own name for no scaling ({"rope_type": "default"}, as
+    // Seed-OSS's files write it): the plain rotation.
+    if (type == "default") return {};
     RopeScaling r;
     if (!rope_scaling_kind(type, &r.kind) || !r.scaled())
       unsupported("rope_scaling",
@@ -295,6 +298,16 @@ nn::GptConfig llama_config(const Keys& k, const std::string& type) {
     // pairs (reordered as Cohere's), biases on q, k and v alone under
     // attention_bias.
     c.qkv_bias = k.boolean("attention_bias", false);
+  } else if (type == "seed_oss") {
+    // Seed-OSS (ByteDance's): LLaMA's blocks with biases on q, k and v
+    // (attention_bias, on by default), heads of their own width; o_proj's
+    // bias (attention_out_bias) has no place in Triad's blocks without
+    // every other linear layer's.
+    c.qkv_bias = k.boolean("attention_bias", true);
+    if (k.boolean("attention_out_bias", false))
+      k.unsupported("attention_out_bias",
+                    "Triad's attention output projection has a bias only beside every other "
+                    "linear layer's (model.linear_bias)");
   } else if (type == "glm4_moe") {
     // GLM-4.5's: biases on q, k and v alone under attention_bias (none by
     // default), Qwen3's query/key norms under use_qk_norm, and half of each
@@ -1203,7 +1216,7 @@ nn::GptConfig gpt_config_from_hf(const std::string& json_text, const std::string
   if (type == "llama" || type == "mistral" || type == "qwen2" || type == "qwen3" ||
       type == "gemma" || type == "gemma2" || type == "gemma3_text" || type == "phi3" ||
       type == "stablelm" || type == "granite" || type == "smollm3" || type == "glm" ||
-      type == "glm4" || type == "helium") {
+      type == "glm4" || type == "helium" || type == "seed_oss") {
     c = llama_config(k, type);
   } else if (type == "mixtral" || type == "qwen2_moe" || type == "qwen3_moe") {
     c = moe_config(k, type);
@@ -1242,7 +1255,7 @@ nn::GptConfig gpt_config_from_hf(const std::string& json_text, const std::string
         "' is not supported (llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe, gemma, "
         "gemma2, gemma3_text, gemma3, phi3, stablelm, olmo, olmo2, olmo3, olmoe, granite, "
         "granitemoe, granitemoeshared, cohere, cohere2, smollm3, glm, glm4, glm4_moe, dots1, "
-        "deepseek_v2, deepseek_v3, kimi_k2, minimax_m2, helium, exaone4, "
+        "deepseek_v2, deepseek_v3, kimi_k2, minimax_m2, helium, seed_oss, exaone4, "
         "gpt_neox, starcoder2, phi, falcon, gptj, codegen or gpt2)");
   }
   // (An export writes the class it came from; Kimi K2's is DeepSeek-V3's.)

@@ -188,7 +188,8 @@ std::string llama_misfit(const nn::GptConfig& c, const std::string& type) {
     add(c.rope_scaling.kind == RopeScaling::Kind::LongRope, "model.rope_scaling is longrope");
     if (type == "minimax_m2") add(!c.qk_norm_full, "model.qk_norm is not full");
   } else {
-    if (type == "helium") add(c.sliding_window > 0, "model.sliding_window is set");
+    if (type == "helium" || type == "seed_oss")
+      add(c.sliding_window > 0, "model.sliding_window is set");
     add(c.rope_dim > 0,
         "model.rope_dim turns part of each head (only Phi-3, StableLM, GLM, GLM-4.5 and "
         "MiniMax-M2 turn part)");
@@ -248,7 +249,8 @@ std::string llama_misfit(const nn::GptConfig& c, const std::string& type) {
     add(c.parallel_residual, "model.parallel_residual is true");
   }
   if (type == "qwen2") add(!c.qkv_bias, "model.qkv_bias is false");
-  if (type != "qwen2" && !stablelm && !is_glm(type) && type != "helium" && type != "glm4_moe")
+  if (type != "qwen2" && !stablelm && !is_glm(type) && type != "helium" && type != "glm4_moe" &&
+      type != "seed_oss")
     add(c.qkv_bias, "model.qkv_bias is true");
   // Query/key norms: Qwen3's and Gemma 3's on each head, OLMo's over all
   // heads (above), and the LayerNorms on each head of Command R+
@@ -270,7 +272,7 @@ std::string llama_misfit(const nn::GptConfig& c, const std::string& type) {
   // 2 its global ones (above).
   if (type == "llama" || type == "gemma" || type == "phi3" || stablelm || (olmo && !olmo3) ||
       olmo1 || granite || (cohere && !cohere2) || is_glm(type) || type == "helium" ||
-      type == "glm4_moe" || type == "minimax_m2") {
+      type == "seed_oss" || type == "glm4_moe" || type == "minimax_m2") {
     add(!c.full_attention_layers.empty(),
         "model.full_attention_layers exempts layers from the window");
   } else if (!sandwich && type != "smollm3" && !cohere2 && !olmo3 && !exaone4) {
@@ -899,6 +901,7 @@ const std::vector<std::string>& hf_model_types() {
                                               "deepseek_v3",
                                               "minimax_m2",
                                               "helium",
+                                              "seed_oss",
                                               "exaone4",
                                               "gpt_neox",
                                               "starcoder2",
@@ -1123,6 +1126,7 @@ const char* architecture_of(const std::string& type) {
          : type == "deepseek_v3"      ? "DeepseekV3ForCausalLM"
          : type == "minimax_m2"       ? "MiniMaxM2ForCausalLM"
          : type == "helium"           ? "HeliumForCausalLM"
+         : type == "seed_oss"         ? "SeedOssForCausalLM"
          : type == "exaone4"          ? "Exaone4ForCausalLM"
          : type == "gpt_neox"         ? "GPTNeoXForCausalLM"
          : type == "starcoder2"       ? "Starcoder2ForCausalLM"
@@ -1205,8 +1209,8 @@ const char* hf_model_type(const nn::GptConfig& c) {
                     cohere = misfit(c, "cohere"), cohere2 = misfit(c, "cohere2"),
                     smollm3 = misfit(c, "smollm3"), glm = misfit(c, "glm"),
                     glm4 = misfit(c, "glm4"), helium = misfit(c, "helium"),
-                    exaone4 = misfit(c, "exaone4"), phi = misfit(c, "phi"),
-                    falcon = misfit(c, "falcon"), gptj = misfit(c, "gptj"),
+                    seed_oss = misfit(c, "seed_oss"), exaone4 = misfit(c, "exaone4"),
+                    phi = misfit(c, "phi"), falcon = misfit(c, "falcon"), gptj = misfit(c, "gptj"),
                     codegen = misfit(c, "codegen"), gpt2 = misfit(c, "gpt2");
   throw NotSupportedError(
       "no Hugging Face class holds this model: LlamaForCausalLM needs rope, swiglu, rmsnorm, "
@@ -1250,6 +1254,7 @@ const char* hf_model_type(const nn::GptConfig& c) {
       "window (here " +
       glm + "); Glm4ForCausalLM GLM's with post_norms (here " + glm4 +
       "); HeliumForCausalLM LLaMA's with q, k and v biases or none and no window (here " + helium +
+      "); SeedOssForCausalLM the same (here " + seed_oss +
       "); Exaone4ForCausalLM OLMo 2's sublayer norms with query/key norms on each head and "
       "windows on any layers, the global ones without rope (here " +
       exaone4 +
@@ -1357,9 +1362,12 @@ std::string hf_config_json(const nn::GptConfig& c, const std::string& torch_dtyp
     }
     // Qwen2's q, k and v biases are implied; Phi3Config, StableLmConfig and
     // MixtralConfig have no such keys.
-    if (is_glm(type) || type == "helium" || type == "glm4_moe") {  // (biases on q, k and v alone)
+    if (is_glm(type) || type == "helium" || type == "glm4_moe" ||
+        type == "seed_oss") {  // (biases on q, k and v alone)
       j["attention_bias"] = c.qkv_bias;
-      if (type != "helium") j["partial_rotary_factor"] = partial_rotary_factor(c);
+      if (type == "seed_oss") j["attention_out_bias"] = false;
+      if (type != "helium" && type != "seed_oss")
+        j["partial_rotary_factor"] = partial_rotary_factor(c);
       if (type == "glm4_moe") j["use_qk_norm"] = c.qk_norm;
     } else if (type != "qwen2" && type != "qwen2_moe" && !phi3 && !stablelm && type != "mixtral" &&
                type != "minimax_m2") {
@@ -1393,6 +1401,12 @@ std::string hf_config_json(const nn::GptConfig& c, const std::string& torch_dtyp
       j["resid_pdrop"] = c.dropout;
       j["attention_dropout"] = 0.0;
     } else if (stablelm) {
+      j["attention_dropout"] = 0.0;
+    } else if (type == "seed_oss") {
+      // Seed-OSS drops each sublayer's output (residual_dropout), as Triad
+      // does (and the embeddings, which Triad drops too); Triad keeps every
+      // attention probability.
+      j["residual_dropout"] = c.dropout;
       j["attention_dropout"] = 0.0;
     } else {
       j["attention_dropout"] = c.dropout;

@@ -746,6 +746,43 @@ TEST(HfConfig, HeliumTurnsInInterleavedPairs) {
             std::string::npos);
 }
 
+// Seed-OSS-36B's config.json (SeedOssForCausalLM): LLaMA's blocks with
+// biases on q, k and v, 80 query heads of 128 over 8 key/value heads on a
+// width of 5120, RoPE at 1e7. Its count by the shapes: 64 blocks of
+// 540,039,168 (q and o 5120 x 10240, k and v 5120 x 1024, their biases,
+// the MLP 3 x 5120 x 27648, two norms), two 155136 x 5120 tables and the
+// final norm: 36,151,104,512 (36B). Its rope_scaling {"rope_type":
+// "default"} (transformers' name for none) turns unscaled. o_proj's bias
+// alone is refused by name; so is the MLP's.
+TEST(HfConfig, SeedOssIsLlamasBlocksWithQkvBiases) {
+  const std::string seed = R"({
+    "architectures": ["SeedOssForCausalLM"], "attention_bias": true, "attention_dropout": 0.1,
+    "attention_out_bias": false, "bos_token_id": 0, "eos_token_id": 2, "head_dim": 128,
+    "hidden_act": "silu", "hidden_size": 5120, "initializer_range": 0.02,
+    "intermediate_size": 27648, "max_position_embeddings": 524288, "mlp_bias": false,
+    "model_type": "seed_oss", "num_attention_heads": 80, "num_hidden_layers": 64,
+    "num_key_value_heads": 8, "pad_token_id": 1, "residual_dropout": 0.1, "rms_norm_eps": 1e-06,
+    "rope_scaling": {"rope_type": "default"}, "rope_theta": 10000000.0,
+    "tie_word_embeddings": false, "torch_dtype": "bfloat16", "use_cache": true,
+    "vocab_size": 155136})";
+  const nn::GptConfig c = gpt_config_from_hf(seed, "Seed-OSS-36B-Instruct/config.json");
+  EXPECT_EQ(c.hf_type, "seed_oss");
+  EXPECT_EQ(c.num_parameters(), 36'151'104'512);
+  EXPECT_TRUE(c.qkv_bias);
+  EXPECT_FALSE(c.linear_bias);
+  EXPECT_EQ(c.head_dim(), 128);
+  EXPECT_EQ(c.kv_heads(), 8);
+  EXPECT_DOUBLE_EQ(c.rope_theta, 1e7);
+  EXPECT_FALSE(c.rope_scaling.scaled());  // (rope_type default: none)
+  EXPECT_STREQ(hf_architecture(c), "SeedOssForCausalLM");
+  EXPECT_TRUE(gpt_config_from_hf(without(seed, "attention_bias"), "x").qkv_bias);  // the default
+  EXPECT_FALSE(gpt_config_from_hf(edited(seed, "attention_bias", "false"), "x").qkv_bias);
+  EXPECT_NE(error_of(edited(seed, "attention_out_bias", "true")).find("'attention_out_bias' (true)"),
+            std::string::npos);
+  EXPECT_NE(error_of(edited(seed, "mlp_bias", "true")).find("'mlp_bias' (true)"),
+            std::string::npos);
+}
+
 // Olmo-3-1025-7B's config.json keys (Olmo3ForCausalLM): OLMo 2's blocks
 // with a window of 4096 on three of every four layers (layer_types), yarn
 // over its 8192 pretrained positions turning the global layers alone (the
@@ -2199,7 +2236,7 @@ TEST(HfConfig, WhatTriadDoesNotBuildIsNamed) {
                 "qwen2_moe, qwen3, qwen3_moe, gemma, gemma2, gemma3_text, gemma3, phi3, stablelm, "
                 "olmo, olmo2, olmo3, olmoe, granite, granitemoe, granitemoeshared, cohere, "
                 "cohere2, smollm3, glm, glm4, glm4_moe, dots1, deepseek_v2, deepseek_v3, kimi_k2, "
-                "minimax_m2, helium, "
+                "minimax_m2, helium, seed_oss, "
                 "exaone4, gpt_neox, "
                 "starcoder2, "
                 "phi, "

@@ -1761,7 +1761,7 @@ TEST(HfExport, TheModelsOwnClassIsPreferred) {
             "gemma3_text, phi3, stablelm, olmo, olmo2, olmo3, olmoe, granite, granitemoe, "
             "granitemoeshared, cohere, cohere2, smollm3, glm, glm4, glm4_moe, dots1, deepseek_v2, "
             "deepseek_v3, minimax_m2, "
-            "helium, "
+            "helium, seed_oss, "
             "exaone4, "
             "gpt_neox, "
             "starcoder2, "

@@ -1347,6 +1347,16 @@ TEST_F(Gpt2Parity, HeliumDirectoryReadsAndExportsAsHuggingFacesHelium) {
   EXPECT_EQ(model->config().rope_dim, 0);
 }
 
+// Seed-OSS's blocks from a SeedOssForCausalLM directory: LLaMA's with q, k
+// and v biases on heads of their own width (4 x 12 on d_model 32), to the
+// reference's logits, loss, every gradient and greedy tokens; exported
+// again, the same directory.
+TEST_F(Gpt2Parity, SeedOssDirectoryReadsAndExportsAsHuggingFacesSeedOss) {
+  const auto model = expect_family_matches("seed_oss", "seed_oss", ref_);
+  EXPECT_TRUE(model->config().qkv_bias);
+  EXPECT_TRUE(model->config().heads_apart());
+}
+
 // OLMo 3's blocks from an Olmo3ForCausalLM directory: OLMo 2's with a
 // window on layer 0 (layer_types) and yarn turning the global layer alone,
 // the windowed one unscaled at the same base, to the reference's logits,

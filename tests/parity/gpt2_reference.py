@@ -1132,6 +1132,16 @@ def save_hf_helium(model, directory):
                        attention_bias=model.h[0].attn.c_attn.bias is not None, mlp_bias=False)
 
 
+def save_hf_seed_oss(model, directory):
+    """A Seed-OSS-style model (LLaMA's blocks with q, k and v biases, heads
+    of their own width) as a SeedOssForCausalLM directory: LLaMA's names."""
+    os.makedirs(directory, exist_ok=True)
+    save_hf_llama(model, os.path.join(directory, "model.safetensors"))
+    write_llama_config(model, directory, "SeedOssForCausalLM", "seed_oss", attention_bias=True,
+                       attention_out_bias=False, mlp_bias=False, residual_dropout=0.0,
+                       attention_dropout=0.0)
+
+
 def save_hf_smollm3(model, directory):
     """A SmolLM3-style model (LLaMA's blocks, some layers without rope) as a
     SmolLM3ForCausalLM directory: LLaMA's names, and no_rope_layers flagging
@@ -2038,6 +2048,12 @@ def main():
     helium = Gpt(CFG, ROPE_THETA, SWIGLU_FFN, rms_norm=True, bias=False, tie=False,
                  kv_heads=LLAMA_KV_HEADS, qkv_bias=True, interleaved_rope=True)
     record_family(helium, "helium", save_hf_helium, out, x, y, ref)
+    # Seed-OSS's: LLaMA's blocks (grouped key/value heads, an untied head)
+    # with q, k and v biases on heads of their own width; step 0 and a
+    # greedy continuation, from a SeedOssForCausalLM directory.
+    seed_oss = Gpt(CFG, ROPE_THETA, SWIGLU_FFN, rms_norm=True, bias=False, tie=False,
+                   kv_heads=LLAMA_KV_HEADS, qkv_bias=True, head_dim=QWEN3_HEAD_DIM)
+    record_family(seed_oss, "seed_oss", save_hf_seed_oss, out, x, y, ref)
     # Cohere 2's: Cohere's blocks with a window on every layer but the
     # global one (layer 1), which turns nothing; step 0 and a greedy
     # continuation, from a Cohere2ForCausalLM directory.
