@@ -96,7 +96,8 @@ std::string format_duration(double seconds) {
 
 // Refuses, before anything is built, a model whose training state cannot fit:
 // its weights, gradients and AdamW's moments (and f32 master weights under
-// half precision; ZeRO-1 shards the optimizer's part over dp) average over
+// half precision; ZeRO-1 shards the optimizer's part over the dp data-parallel
+// ranks, dp * cp under context parallelism) average over
 // the tp * pp ranks holding one copy, and `ranks_here` such ranks share the
 // host's memory (CPU) or each has its GPU's. The average rank needs no less
 // than that, so a model that can train is never refused. (--eval-only builds
@@ -262,7 +263,7 @@ Trainer::Trainer(Config config, dist::ProcessGroupPtr world)
   ramp_ = config_.train.batch_ramp();
   const uint64_t seed = config_.train.seed;
   if (world_size == 1) {
-    check_training_state_fits(config_, dp_, device_, 1);
+    check_training_state_fits(config_, data_parallel_ranks(), device_, 1);
     // Weights read from init.from whole (no LoRA adapters to start from
     // their initial values) need no random initialisation first.
     const bool read_whole = !config_.init_from.empty() && config_.model.lora.rank == 0;
@@ -300,7 +301,7 @@ Trainer::Trainer(Config config, dist::ProcessGroupPtr world)
       device_ = Device::cuda(mesh_->local_device());
       mesh_->use_cuda(device_.index);
     }
-    check_training_state_fits(config_, dp_, device_, mesh_->node().local_size);
+    check_training_state_fits(config_, data_parallel_ranks(), device_, mesh_->node().local_size);
     if (par.pp > 1) {
       stage_layers_ = par.stage_layers;
       if (par.stage_layers_auto) {
