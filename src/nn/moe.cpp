@@ -506,21 +506,56 @@ Tensor MoeMlp::experts(const Tensor& x, const Scores& scores, const ForwardConte
     combined = add(combined, y);
   }
   Tensor out = reshape(combined, x.shape());
-  if (ctx.training && autograd::grad_enabled() && aux_coef_ > 0 && probs.requires_grad()) {
+  // Sigmoid scores as probabilities: each token's over their sum.
+  std::vector<double> p_host = host;
+  if (sigmoid_scores) {
+    for (int64_t n = 0; n < N; ++n) {
+      double* row = p_host.data() + n * E;
+      const double total = std::accumulate(row, row + E, 0.0) + 1e-20;
+      for (int64_t e = 0; e < E; ++e) row[e] /= total;
+    }
+  }
+  const bool balancing =
+                 ctx.training && autograd::grad_enabled() && aux_coef_ > 0 && probs.requires_grad(),
+             reporting = ctx.moe_stats && ctx.training && !autograd::recomputing();
+  // Under context parallelism the whole micro-batch's counts and summed
+  // probabilities of each expert, per sequence (over every rank's chunk of
+  // it) or for all of them: S x E of each, summed over the ranks once.
+  const int64_t T_local = sequence > 0 ? sequence : N, S = N / T_local, P = chunks_.parts;
+  std::vector<double> whole;
+  if (P > 1 && (balancing || reporting)) {
+    whole.assign(static_cast<size_t>(2 * S * E), 0.0);
+    for (int64_t n = 0; n < N; ++n) {
+      const int64_t s = n / T_local;
+      for (int64_t j = 0; j < k; ++j)
+        whole[static_cast<size_t>(s * E + routing.choice[static_cast<size_t>(n * k + j)])] += 1.0;
+      for (int64_t e = 0; e < E; ++e)
+        whole[static_cast<size_t>((S + s) * E + e)] += p_host[static_cast<size_t>(n * E + e)];
+    }
+    chunks_.sum(whole);
+  }
+  if (balancing) {
     // The load-balancing loss, differentiable through P (the mean
     // probabilities); f, the assignment shares, are counts. Over the whole
     // micro-batch, or each of its S sequences of T tokens apart (the mean
-    // of theirs).
-    const int64_t T = sequence > 0 ? sequence : N, S = N / T;
+    // of theirs). Under context parallelism f counts every chunk and P is
+    // this rank's tokens' (Chunks).
+    const int64_t T = T_local;
     std::vector<double> share(static_cast<size_t>(S * E), 0.0);
-    for (int64_t n = 0; n < N; ++n) {
-      for (int64_t j = 0; j < k; ++j) {
-        share[static_cast<size_t>((n / T) * E + routing.choice[static_cast<size_t>(n * k + j)])] +=
-            1.0 / static_cast<double>(T * k);
+    if (P > 1) {
+      for (int64_t i = 0; i < S * E; ++i)
+        share[static_cast<size_t>(i)] =
+            whole[static_cast<size_t>(i)] / static_cast<double>(T * P * k);
+    } else {
+      for (int64_t n = 0; n < N; ++n) {
+        for (int64_t j = 0; j < k; ++j) {
+          share[static_cast<size_t>((n / T) * E +
+                                    routing.choice[static_cast<size_t>(n * k + j)])] +=
+              1.0 / static_cast<double>(T * k);
+        }
       }
     }
     const Tensor f = from_vector(share, {S, E}, probs.dtype(), probs.device());
-    // Sigmoid scores as probabilities: each token's over their sum.
     const Tensor p = sigmoid_scores ? div(probs, affine(sum(probs, 1, true), 1.0, 1e-20)) : probs;
     const Tensor aux = scale(sum(mul(f, mean(reshape(p, {S, T, E}), 1))),
                              static_cast<double>(E) / static_cast<double>(S));
@@ -555,19 +590,23 @@ Tensor MoeMlp::experts(const Tensor& x, const Scores& scores, const ForwardConte
       out = attach_loss(out, sum(mul(weights, scores.logits)), z_coef_ * ctx.loss_grad);
     }
   }
-  if (ctx.moe_stats && ctx.training && !autograd::recomputing()) {
+  if (reporting) {
     const int64_t busiest = *std::max_element(routing.load.begin(), routing.load.end());
-    std::vector<double> p = host;
-    if (sigmoid_scores) {
-      for (int64_t n = 0; n < N; ++n) {
-        double* row = p.data() + n * E;
-        const double total = std::accumulate(row, row + E, 0.0) + 1e-20;
-        for (int64_t e = 0; e < E; ++e) row[e] /= total;
+    double balance = 0;
+    if (P > 1) {
+      // The whole micro-batch's: E/S sum_s sum_e f_se P_se.
+      const double T = static_cast<double>(T_local * P);
+      for (int64_t i = 0; i < S * E; ++i) {
+        balance += whole[static_cast<size_t>(i)] / (T * static_cast<double>(k)) *
+                   whole[static_cast<size_t>(S * E + i)] / T;
       }
+      balance *= static_cast<double>(E) / static_cast<double>(S);
+    } else {
+      balance = balance_loss(routing, p_host, sequence);
     }
     ctx.moe_stats->add_loads(layer_, routing.load);
     ctx.moe_stats->record(
-        balance_loss(routing, p, sequence),
+        balance,
         static_cast<double>(busiest * E) / static_cast<double>(std::max<int64_t>(N * k, 1)),
         static_cast<double>(routing.dropped) / static_cast<double>(N * k), z_loss);
   }

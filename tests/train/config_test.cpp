@@ -434,11 +434,13 @@ TEST(Config, MixtureOfExpertsParsesRoundTripsAndIsChecked) {
        "model.seq_len=34"},
       "model.seq_len (34) must be divisible by cp times tp (sequence parallelism) (4)");
   try {
-    parse_config(kValid, {"parallel.cp=2", "model.moe={experts: 4}"});
+    parse_config(kValid, {"parallel.cp=2", "model.moe={experts: 4, capacity_factor: 1.25}"});
     ADD_FAILURE() << "expected NotSupportedError";
   } catch (const NotSupportedError& e) {
-    EXPECT_NE(std::string(e.what()).find("model.moe.aux_loss_coef"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("model.moe.capacity_factor"), std::string::npos)
+        << e.what();
   }
+  EXPECT_EQ(parse_config(kValid, {"parallel.cp=2", "model.moe={experts: 4}"}).parallel.cp, 2);
 }
 
 TEST(Config, TrainingDataIsAPathOrAWeightedMixture) {

@@ -180,6 +180,19 @@ class MoeMlp : public Module {
   Tensor forward(const Tensor& x, const ForwardContext& ctx) const {
     return experts(x, route(x), ctx);
   }
+  // Context parallelism: each of `parts` ranks routes its chunk of every
+  // sequence, and `sum` adds a host vector over them in place (every rank
+  // calls it alike). The load-balancing loss then counts the assignment
+  // shares f over the whole micro-batch (each sequence's whole, per
+  // sequence), and each rank's part of the loss holds its own tokens'
+  // probabilities: E/S sum f * (its chunk's mean probabilities), whose mean
+  // over the ranks is the whole loss, the data-parallel mean taking it.
+  // The balance reported is the whole micro-batch's.
+  struct Chunks {
+    int64_t parts = 1;
+    std::function<void(std::vector<double>&)> sum;
+  };
+  void set_chunks(Chunks chunks) { chunks_ = std::move(chunks); }
 
  private:
   struct Expert {
@@ -205,6 +218,7 @@ class MoeMlp : public Module {
   GptConfig::Moe::BalanceScope balance_scope_;
   int64_t layer_;
   Activation activation_;
+  Chunks chunks_;
 };
 
 }  // namespace triad::nn

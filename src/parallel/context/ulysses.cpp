@@ -96,13 +96,12 @@ void check_context_parallel(const nn::GptConfig& cfg, int64_t tp, int64_t cp,
                       std::to_string(chunks) + ")");
   }
   const auto& m = cfg.moe;
-  if (m.experts > 0 && (m.aux_loss_coef > 0 || m.z_loss_coef > 0 || m.capacity_factor > 0)) {
+  if (m.experts > 0 && m.capacity_factor > 0) {
     throw NotSupportedError(
         layout +
-        ": a mixture's load-balancing loss (model.moe.aux_loss_coef), z-loss (z_loss_coef) "
-        "and expert capacity (capacity_factor) are taken over a micro-batch's tokens together, "
-        "which context parallelism splits; set them to 0 (model.moe.expert_bias balances the "
-        "experts instead)");
+        ": a mixture's expert capacity (model.moe.capacity_factor) chooses which of a "
+        "micro-batch's assignments to drop among all of its tokens together, which context "
+        "parallelism splits; set it to 0 (dropless)");
   }
   if (cfg.rope_scaling.kind == RopeScaling::Kind::LongRope) {
     throw NotSupportedError(layout +

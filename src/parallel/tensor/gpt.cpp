@@ -181,6 +181,15 @@ void TensorParallelGpt::build(uint64_t seed, std::shared_ptr<VocabParallelEmbedd
       // Every expert split as the MLP is (c_fc's rows by half when gated,
       // c_proj's columns); the router whole on every rank.
       L.moe = block->add("mlp", std::make_shared<nn::MoeMlp>(cfg_, i, t, experts_, group_->rank()));
+      if (cp_) {
+        // Its balance counts every chunk of the micro-batch's sequences.
+        L.moe->set_chunks({cp_->size(), [g = cp_](std::vector<double>& v) {
+                             Tensor t =
+                                 from_vector(v, {static_cast<int64_t>(v.size())}, DType::F64);
+                             g->all_reduce(t, dist::ReduceOp::Sum)->wait();
+                             v = to_double_vector(t);
+                           }});
+      }
     } else {
       auto mlp = block->add("mlp", std::make_shared<Container>());
       // SwiGLU's c_fc holds [gate | value]: each half split over the ranks,

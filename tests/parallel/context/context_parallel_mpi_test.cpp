@@ -176,15 +176,19 @@ std::vector<Layout> layouts() {
 // OLMo 2's norms over all the heads (per token), packed documents with a
 // window and loss-masked targets (uneven among the chunks: each rank's
 // loss weighs its share of the scored targets), and DeepSeek's latent
-// attention (its padded heads exchanged as any); a mixture balanced by
-// expert biases, its experts on every rank or shared out over the context
-// group (each expert's tokens gathered from every chunk).
+// attention (its padded heads exchanged as any); mixtures balanced by
+// expert biases, by a load-balancing loss over the micro-batch (with a
+// z-loss) or per sequence (its shares counted over every chunk), their
+// experts on every rank or shared out over the context group (each
+// expert's tokens gathered from every chunk).
 TEST(ContextParallelGpt, LossLogitsAndEveryGradientMatchOneProcess) {
   const Tensor ids = token_ids(1), targets = token_ids(2);
   for (const std::string variant :
        {"gpt-2", "llama, grouped-query attention", "llama, one key/value head",
         "olmo 2's norms over all heads", "packed documents, a window, masked targets",
-        "latent attention", "a mixture balanced by expert biases"}) {
+        "latent attention", "a mixture balanced by expert biases",
+        "a mixture with a balance loss and a z-loss",
+        "a mixture with a balance loss per sequence"}) {
     nn::GptConfig cfg = tiny();
     Tensor t = targets;
     if (variant != "gpt-2") {
@@ -213,13 +217,23 @@ TEST(ContextParallelGpt, LossLogitsAndEveryGradientMatchOneProcess) {
       cfg.n_layer = 1;
     }
     std::vector<Layout> tried = layouts();
-    if (variant.find("mixture") != std::string::npos) {
+    if (variant.find("expert biases") != std::string::npos) {
       cfg.moe = {.experts = 4,
                  .top_k = 2,
                  .ffn_hidden_size = 16,
                  .aux_loss_coef = 0,
                  .score = nn::GptConfig::Moe::Score::Sigmoid,
                  .expert_bias = true};
+    } else if (variant.find("mixture") != std::string::npos) {
+      // Large weights, so that the losses' gradients show in the router's.
+      cfg.moe = {.experts = 4, .top_k = 2, .ffn_hidden_size = 16, .aux_loss_coef = 0.5};
+      if (variant.find("z-loss") != std::string::npos) cfg.moe.z_loss_coef = 0.5;
+      if (variant.find("per sequence") != std::string::npos) {
+        cfg.moe.score = nn::GptConfig::Moe::Score::Sigmoid;
+        cfg.moe.aux_loss_scope = nn::GptConfig::Moe::BalanceScope::Sequence;
+      }
+    }
+    if (cfg.moe.experts > 0) {
       // (And the experts shared out over the context group, their tokens
       // exchanged among its chunks.)
       for (const Layout& l : layouts()) {
@@ -259,8 +273,8 @@ TEST(ContextParallelGpt, WhatItCannotSplitIsNamed) {
             std::string::npos)
       << error_of(length);
   nn::GptConfig mixture = tiny();
-  mixture.moe = {.experts = 4, .top_k = 2};
-  EXPECT_NE(error_of(mixture).find("model.moe.aux_loss_coef"), std::string::npos)
+  mixture.moe = {.experts = 4, .top_k = 2, .capacity_factor = 1.25};
+  EXPECT_NE(error_of(mixture).find("model.moe.capacity_factor"), std::string::npos)
       << error_of(mixture);
   // A chunk-sized sequence is named when it arrives.
   tp::TensorParallelGpt model(tiny(), 1, dist::split_group(g_world, g_world->rank(), "tp"), false,

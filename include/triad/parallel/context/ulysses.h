@@ -41,10 +41,8 @@ inline AttentionHeads heads_kept(const AttentionHeads& heads, const dist::Proces
 // parallelism over `tp`: a ConfigError naming the numbers when its heads
 // per tensor-parallel rank do not share out (heads_kept) or model.seq_len
 // does not divide into cp chunks (cp * tp with sequence parallelism); a
-// NotSupportedError for what is computed over a micro-batch's tokens
-// together and would differ over a chunk's (a mixture's load-balancing
-// loss, z-loss and expert capacity: balance by expert biases instead) or
-// over a shorter row (longrope's choice of factors).
+// NotSupportedError for what chooses among a micro-batch's tokens together
+// (a mixture's expert capacity) or by a row's length (longrope's factors).
 void check_context_parallel(const nn::GptConfig& cfg, int64_t tp, int64_t cp,
                             bool sequence_parallel);
 
