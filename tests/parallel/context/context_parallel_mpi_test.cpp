@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "support/expect_close.h"
 #include "support/mpi_main.h"
 #include "support/tiny_deepseek.h"
 #include "triad/autograd/engine.h"
@@ -27,13 +28,7 @@ namespace {
 
 dist::ProcessGroupPtr g_world;
 
-void expect_close(const std::vector<double>& got, const std::vector<double>& want, double atol,
-                  double rtol, const std::string& what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  for (size_t i = 0; i < got.size(); ++i) {
-    ASSERT_NEAR(got[i], want[i], atol + rtol * std::abs(want[i])) << what << "[" << i << "]";
-  }
-}
+using testing::expect_close;
 
 Tensor uniform(const Shape& shape, uint64_t stream) {
   int64_t n = 1;

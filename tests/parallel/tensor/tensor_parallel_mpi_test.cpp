@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "support/expect_close.h"
 #include "support/forwarding_group.h"
 #include "support/mpi_main.h"
 #include "support/temp_dir.h"
@@ -35,13 +36,7 @@ namespace {
 
 dist::ProcessGroupPtr g_world;
 
-void expect_close(const std::vector<double>& got, const std::vector<double>& want, double atol,
-                  double rtol, const std::string& what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  for (size_t i = 0; i < got.size(); ++i) {
-    ASSERT_NEAR(got[i], want[i], atol + rtol * std::abs(want[i])) << what << "[" << i << "]";
-  }
-}
+using testing::expect_close;
 
 TEST(Mappings, ConjugatePairsMoveGradientsAsDefined) {
   const int P = g_world->size(), me = g_world->rank();
