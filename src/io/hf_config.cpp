@@ -475,6 +475,17 @@ void read_expert_counts(const Keys& k, const char* experts_key, nn::GptConfig::M
     k.bad("num_experts_per_tok", "must be between 1 and the number of experts");
 }
 
+// Mixtral's and MiniMax-M2's router_jitter_noise: while training their
+// routers multiply each token by noise drawn from [1 - j, 1 + j]; Triad's
+// routers read the tokens as they are, so a file asking for noise is
+// refused rather than trained otherwise (0, the published files' value,
+// reads as none).
+void refuse_router_jitter(const Keys& k) {
+  if (k.number("router_jitter_noise", 0.0) != 0.0)
+    k.unsupported("router_jitter_noise",
+                  "Triad's routers take the tokens without jitter; set it to 0");
+}
+
 // Mixtral's, Qwen2-MoE's and Qwen3-MoE's mixtures of experts over
 // Mistral's, Qwen2's and Qwen3's blocks: num_local_experts (Mixtral) or
 // num_experts, num_experts_per_tok chosen, renormalised (always for
@@ -493,8 +504,7 @@ nn::GptConfig moe_config(const Keys& k, const std::string& type) {
   read_expert_counts(k, mixtral ? "num_local_experts" : "num_experts", m);
   m.normalize_top_k = mixtral || k.boolean("norm_topk_prob", false);
   m.aux_loss_coef = k.number("router_aux_loss_coef", 0.001);  // (both classes' default)
-  if (k.number("router_jitter_noise", 0.0) != 0.0)
-    k.unsupported("router_jitter_noise", "a noisy router is not implemented");
+  refuse_router_jitter(k);
   if (mixtral) return c;  // (intermediate_size is the experts' width)
   m.ffn_hidden_size = k.integer("moe_intermediate_size");
   if (type == "qwen2_moe") {
@@ -702,8 +712,7 @@ nn::GptConfig minimax_m2_config(const Keys& k) {
     k.unsupported("routed_scaling_factor", "Hugging Face's MiniMaxM2 leaves its gates unscaled");
   if (k.integer("shared_intermediate_size", 0) != 0)
     k.unsupported("shared_intermediate_size", "MiniMax-M2's class has no shared expert");
-  if (k.number("router_jitter_noise", 0.0) != 0.0)
-    k.unsupported("router_jitter_noise", "a noisy router is not implemented");
+  refuse_router_jitter(k);
   m.score = nn::GptConfig::Moe::Score::Sigmoid;
   m.expert_bias = true;
   m.normalize_top_k = true;

@@ -506,22 +506,26 @@ Tensor MoeMlp::experts(const Tensor& x, const Scores& scores, const ForwardConte
     combined = add(combined, y);
   }
   Tensor out = reshape(combined, x.shape());
-  // Sigmoid scores as probabilities: each token's over their sum.
-  std::vector<double> p_host = host;
-  if (sigmoid_scores) {
-    for (int64_t n = 0; n < N; ++n) {
-      double* row = p_host.data() + n * E;
-      const double total = std::accumulate(row, row + E, 0.0) + 1e-20;
-      for (int64_t e = 0; e < E; ++e) row[e] /= total;
-    }
-  }
   const bool balancing =
                  ctx.training && autograd::grad_enabled() && aux_coef_ > 0 && probs.requires_grad(),
              reporting = ctx.moe_stats && ctx.training && !autograd::recomputing();
+  const int64_t T_local = sequence > 0 ? sequence : N, S = N / T_local, P = chunks_.parts;
+  // The probabilities on the host, where the balance is counted (sigmoid
+  // scores as probabilities: each token's over their sum); only when read.
+  std::vector<double> p_host;
+  if (reporting || (balancing && P > 1)) {
+    p_host = host;
+    if (sigmoid_scores) {
+      for (int64_t n = 0; n < N; ++n) {
+        double* row = p_host.data() + n * E;
+        const double total = std::accumulate(row, row + E, 0.0) + 1e-20;
+        for (int64_t e = 0; e < E; ++e) row[e] /= total;
+      }
+    }
+  }
   // Under context parallelism the whole micro-batch's counts and summed
   // probabilities of each expert, per sequence (over every rank's chunk of
   // it) or for all of them: S x E of each, summed over the ranks once.
-  const int64_t T_local = sequence > 0 ? sequence : N, S = N / T_local, P = chunks_.parts;
   std::vector<double> whole;
   if (P > 1 && (balancing || reporting)) {
     whole.assign(static_cast<size_t>(2 * S * E), 0.0);

@@ -777,8 +777,9 @@ TEST(HfConfig, SeedOssIsLlamasBlocksWithQkvBiases) {
   EXPECT_STREQ(hf_architecture(c), "SeedOssForCausalLM");
   EXPECT_TRUE(gpt_config_from_hf(without(seed, "attention_bias"), "x").qkv_bias);  // the default
   EXPECT_FALSE(gpt_config_from_hf(edited(seed, "attention_bias", "false"), "x").qkv_bias);
-  EXPECT_NE(error_of(edited(seed, "attention_out_bias", "true")).find("'attention_out_bias' (true)"),
-            std::string::npos);
+  EXPECT_NE(
+      error_of(edited(seed, "attention_out_bias", "true")).find("'attention_out_bias' (true)"),
+      std::string::npos);
   EXPECT_NE(error_of(edited(seed, "mlp_bias", "true")).find("'mlp_bias' (true)"),
             std::string::npos);
 }
@@ -1274,6 +1275,8 @@ TEST(HfConfig, MiniMaxM2ConfigIsABiasedSigmoidMixtureWithNormsOverAllHeads) {
             std::string::npos);
   EXPECT_NE(error_of(edited(m2, "routed_scaling_factor", "2.0")).find("leaves its gates unscaled"),
             std::string::npos);
+  EXPECT_NE(error_of(edited(m2, "router_jitter_noise", "0.01")).find("'router_jitter_noise'"),
+            std::string::npos);
   EXPECT_NE(error_of(edited(m2, "shared_intermediate_size", "1536"))
                 .find("MiniMax-M2's class has no shared expert"),
             std::string::npos);
@@ -1573,7 +1576,8 @@ TEST(HfConfig, MixtralAndQwen3MoeConfigsAreTheirMixtures) {
   EXPECT_EQ(sparse_every_2.moe.dense_layers, dense);
   EXPECT_FALSE(gpt_config_from_hf(without(qwen, "norm_topk_prob"), "q").moe.normalize_top_k);
   EXPECT_NE(error_of(edited(mixtral, "router_jitter_noise", "0.1"))
-                .find("'router_jitter_noise' (0.1): a noisy router is not implemented"),
+                .find("'router_jitter_noise' (0.1): Triad's routers take the tokens without "
+                      "jitter; set it to 0"),
             std::string::npos);
   EXPECT_NE(error_of(edited(qwen, "mlp_only_layers", "[48]"))
                 .find("model.moe.dense_layers: 48 at position 0"),
