@@ -854,6 +854,30 @@ std::string lora_adapted_weight(const std::string& adapter) {
   return adapter.substr(0, adapter.size() - std::string("lora_a").size()) + "weight";
 }
 
+bool is_hidden_matrix(const std::string& name, const Shape& shape) {
+  return shape.size() == 2 && name.rfind("h.", 0) == 0 && !is_lora_adapter(name) &&
+         !ends_with(name, ".mlp.router.weight") && !ends_with(name, ".mlp.shared_gate.weight");
+}
+
+std::vector<int64_t> fused_row_blocks(const GptConfig& cfg, const std::string& name, int64_t rows) {
+  if (ends_with(name, ".attn.c_attn.weight")) {
+    const int64_t kv = cfg.kv_heads() * cfg.head_dim();
+    if (rows != cfg.qkv_width()) {
+      throw ShapeError("'" + name + "' has " + std::to_string(rows) +
+                       " rows; the model's q, k and v take " + std::to_string(cfg.qkv_width()));
+    }
+    return {cfg.q_width(), kv, kv};
+  }
+  if (ends_with(name, ".c_fc.weight") && cfg.gated_mlp()) {
+    if (rows % 2 != 0) {
+      throw ShapeError("'" + name + "' has " + std::to_string(rows) +
+                       " rows; a gated MLP's gate and value halves take an even number");
+    }
+    return {rows / 2, rows / 2};
+  }
+  return {rows};
+}
+
 InitRule gpt_init_rule(const std::string& name, const Shape& full_shape, const GptConfig& cfg) {
   if (ends_with(name, ".lora_b") || ends_with(name, ".expert_bias")) return InitRule::constant(0.0);
   if (ends_with(name, ".lora_a")) {

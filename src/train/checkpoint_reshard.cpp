@@ -24,6 +24,9 @@ struct Kind {
 };
 constexpr Kind kStateKinds[] = {
     {"adam_m/", "zero/m"}, {"adam_v/", "zero/v"}, {"master/", "zero/master"}};
+// Every per-parameter kind a rank file may hold (Muon's momentum has no
+// ZeRO-1 form).
+const char* const kKinds[] = {"param/", "adam_m/", "adam_v/", "master/", "muon_momentum/"};
 
 }  // namespace
 
@@ -194,7 +197,7 @@ void for_each_full_state(
       if (!names.count(name)) continue;
       placement.emplace(name, param);
       const Shape shard_shape = param.spec.shard_shape(param.full_shape, pl.tp_size);
-      for (const std::string kind : {"param/", "adam_m/", "adam_v/", "master/"}) {
+      for (const std::string kind : kKinds) {
         if (!wanted(kind)) continue;
         auto shape = header.shapes.find(kind + name);
         if (shape == header.shapes.end()) continue;
@@ -249,7 +252,7 @@ void for_each_full_state(
     auto p = placement.find(name);
     if (p == placement.end()) throw IoError(where + " holds no parameter '" + name + "'");
     const int64_t numel = triad::numel(p->second.spec.shard_shape(p->second.full_shape, tp_size));
-    for (const std::string kind : {"param/", "adam_m/", "adam_v/", "master/"}) {
+    for (const std::string kind : kKinds) {
       if (!wanted(kind)) continue;
       const std::string key = kind + name;
       std::vector<Source> per_rank(static_cast<size_t>(tp_size));
@@ -297,7 +300,7 @@ void for_each_full_state(
     const Shape shard_shape = param.spec.shard_shape(param.full_shape, tp_size);
     const int64_t numel = triad::numel(shard_shape);
     std::map<std::string, Tensor> full;
-    for (const std::string kind : {"param/", "adam_m/", "adam_v/", "master/"}) {
+    for (const std::string kind : kKinds) {
       auto s = sources.find(kind + name);
       if (s == sources.end()) continue;
       std::vector<Tensor> ordered;

@@ -537,6 +537,39 @@ void validate(const Config& c, bool min_lr_given) {
   require(t.beta2 >= 0 && t.beta2 < 1, "train.beta2", t.beta2, "must be in [0, 1)");
   require(t.eps > 0, "train.eps", t.eps, "must be > 0");
   require(t.grad_clip >= 0, "train.grad_clip", t.grad_clip, "must be >= 0 (0 disables clipping)");
+  const bool muon = t.optimizer == "muon";
+  for (const auto& [key, given] : {std::pair{"muon_momentum", t.muon_momentum != 0.95},
+                                   {"muon_nesterov", !t.muon_nesterov},
+                                   {"muon_ns_steps", t.muon_ns_steps != 5},
+                                   {"muon_scale", t.muon_scale != "adamw_rms"},
+                                   {"muon_lr", t.muon_lr != 0}}) {
+    if (given && !muon) {
+      throw ConfigError(std::string("train.") + key + " applies to train.optimizer 'muon', not '" +
+                        t.optimizer + "'");
+    }
+  }
+  require(t.muon_momentum >= 0 && t.muon_momentum < 1, "train.muon_momentum", t.muon_momentum,
+          "must be in [0, 1)");
+  require(t.muon_ns_steps >= 1, "train.muon_ns_steps", t.muon_ns_steps,
+          "must be >= 1 (Newton-Schulz iterations)");
+  require(t.muon_lr >= 0, "train.muon_lr", t.muon_lr, "must be >= 0 (0: train.lr)");
+  if (t.muon_lr > 0 && !(t.lr > 0)) {
+    throw ConfigError("train.muon_lr (" + std::to_string(t.muon_lr) +
+                      ") follows the schedule of train.lr in proportion, which needs train.lr > "
+                      "0 (it is " +
+                      std::to_string(t.lr) + ")");
+  }
+  if (muon && c.parallel.zero == 1) {
+    throw ConfigError(
+        "train.optimizer 'muon' with parallel.zero 1: ZeRO-1 cuts the optimizer state into "
+        "flat pieces across matrices, and Muon orthogonalises whole matrices; use "
+        "parallel.zero 0 (Muon keeps one moment per matrix element, half AdamW's state)");
+  }
+  if (muon && c.model.lora.rank > 0) {
+    throw ConfigError(
+        "train.optimizer 'muon' with model.lora: LoRA trains its adapters alone, which are not "
+        "the hidden matrices Muon updates; use train.optimizer 'adamw'");
+  }
   if (!t.freeze.empty() && c.model.lora.rank > 0) {
     throw ConfigError(
         "train.freeze with model.lora: LoRA freezes every parameter but its adapters itself");
@@ -1096,6 +1129,24 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
       {"beta2", {false, [&](auto& v, auto& k) { t.beta2 = get_double(v, k); }}},
       {"eps", {false, [&](auto& v, auto& k) { t.eps = get_double(v, k); }}},
       {"grad_clip", {false, [&](auto& v, auto& k) { t.grad_clip = get_double(v, k); }}},
+      {"optimizer",
+       {false,
+        [&](auto& v, auto& k) {
+          t.optimizer = get_string(v, k);
+          if (t.optimizer != "adamw" && t.optimizer != "muon")
+            throw ConfigError(k + " '" + t.optimizer + "' must be adamw or muon");
+        }}},
+      {"muon_momentum", {false, [&](auto& v, auto& k) { t.muon_momentum = get_double(v, k); }}},
+      {"muon_nesterov", {false, [&](auto& v, auto& k) { t.muon_nesterov = get_bool(v, k); }}},
+      {"muon_ns_steps", {false, [&](auto& v, auto& k) { t.muon_ns_steps = get_int(v, k); }}},
+      {"muon_scale",
+       {false,
+        [&](auto& v, auto& k) {
+          t.muon_scale = get_string(v, k);
+          if (t.muon_scale != "adamw_rms" && t.muon_scale != "spectral")
+            throw ConfigError(k + " '" + t.muon_scale + "' must be adamw_rms or spectral");
+        }}},
+      {"muon_lr", {false, [&](auto& v, auto& k) { t.muon_lr = get_double(v, k); }}},
       {"exit_after_minutes",
        {false,
         [&](auto& v, auto& k) {
@@ -1656,6 +1707,14 @@ std::string to_yaml(const Config& c) {
   e << YAML::Key << "beta2" << YAML::Value << t.beta2;
   e << YAML::Key << "eps" << YAML::Value << t.eps;
   e << YAML::Key << "grad_clip" << YAML::Value << t.grad_clip;
+  e << YAML::Key << "optimizer" << YAML::Value << t.optimizer;
+  if (t.optimizer == "muon") {
+    e << YAML::Key << "muon_momentum" << YAML::Value << t.muon_momentum;
+    e << YAML::Key << "muon_nesterov" << YAML::Value << t.muon_nesterov;
+    e << YAML::Key << "muon_ns_steps" << YAML::Value << t.muon_ns_steps;
+    e << YAML::Key << "muon_scale" << YAML::Value << t.muon_scale;
+    if (t.muon_lr > 0) e << YAML::Key << "muon_lr" << YAML::Value << t.muon_lr;
+  }
   e << YAML::Key << "max_skipped_steps" << YAML::Value << t.max_skipped_steps;
   e << YAML::Key << "exit_after_minutes" << YAML::Value << t.exit_after_minutes;
   e << YAML::Key << "precision" << YAML::Value << t.precision;

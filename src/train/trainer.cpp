@@ -524,9 +524,68 @@ Trainer::Trainer(Config config, dist::ProcessGroupPtr world)
       }
     }
   } else {
-    optimizer_ = std::make_unique<optim::AdamW>(trainable_parameters(), o);
+    make_optimizers(o);
   }
   choose_attention_kernel();
+}
+
+void Trainer::make_optimizers(const optim::AdamWOptions& o) {
+  const auto& t = config_.train;
+  if (t.optimizer != "muon") {
+    optimizer_ = std::make_unique<optim::AdamW>(trainable_parameters(), o);
+    return;
+  }
+  // Each parameter's full shape and how it is cut over the TP ranks.
+  std::map<std::string, std::pair<tp::ShardSpec, Shape>> cuts;
+  auto note = [&](const tp::TensorParallelGpt& m) {
+    for (const auto& [n, spec] : m.shard_specs()) cuts[n] = {spec, m.full_shapes().at(n)};
+  };
+  if (pp_model_) {
+    for (int c = 0; c < pp_model_->v(); ++c) note(pp_model_->chunk(c));
+  } else if (tp_model_) {
+    note(*tp_model_);
+  }
+  std::vector<std::pair<std::string, Tensor>> rest;
+  std::vector<std::pair<optim::MuonMatrix, Tensor>> matrices;
+  for (const auto& [name, p] : trainable_parameters()) {
+    const auto it = cuts.find(name);
+    const Shape full = it != cuts.end() ? it->second.second : p.shape();
+    if (!nn::is_hidden_matrix(name, full)) {
+      rest.push_back({name, p});
+      continue;
+    }
+    optim::MuonMatrix m;
+    m.name = name;
+    m.row_blocks = nn::fused_row_blocks(config_.model, name, full[0]);
+    if (it != cuts.end() && it->second.first.split && mesh_->tp()->size() > 1) {
+      // A shard: orthogonalised whole, every TP rank the same matrix (one
+      // all-gather of the update per matrix and step).
+      const tp::ShardSpec spec = it->second.first;
+      const dist::ProcessGroupPtr group = mesh_->tp();
+      m.gather = [spec, full, group](const Tensor& local) {
+        const Tensor mine = contiguous(local);
+        const int64_t n = mine.numel();
+        Tensor all = empty({n * group->size()}, mine.dtype(), mine.device());
+        group->all_gather(reshape(mine, {n}), all)->wait();
+        std::vector<Tensor> shards;
+        for (int r = 0; r < group->size(); ++r)
+          shards.push_back(reshape(narrow(all, 0, r * n, n), mine.shape()));
+        return spec.assemble(shards, full);
+      };
+      m.cut = [spec, group](const Tensor& whole) {
+        return spec.cut(whole, group->rank(), group->size());
+      };
+    }
+    matrices.push_back({std::move(m), p});
+  }
+  optimizer_ = std::make_unique<optim::AdamW>(std::move(rest), o);
+  optim::MuonOptions mo;
+  mo.momentum = t.muon_momentum;
+  mo.nesterov = t.muon_nesterov;
+  mo.ns_steps = static_cast<int>(t.muon_ns_steps);
+  mo.scale = optim::muon_scale_from_string(t.muon_scale);
+  mo.weight_decay = t.weight_decay;
+  muon_ = std::make_unique<optim::Muon>(std::move(matrices), mo);
 }
 
 void Trainer::choose_attention_kernel() {
@@ -615,6 +674,10 @@ std::map<std::string, std::string> Trainer::layout() const {
   // Expert parallelism (without it no key, as below).
   if (p.ep > 1) out["ep"] = std::to_string(p.ep);
   if (p.cp > 1) out["cp"] = std::to_string(p.cp);
+  // The optimizer when not AdamW (earlier checkpoints' layouts read the
+  // same): a run that changes it resumes as under another layout, the new
+  // optimizer's state starting from zero.
+  if (config_.train.optimizer != "adamw") out["optimizer"] = config_.train.optimizer;
   // LoRA's adapters and their scale (a checkpoint read as a model merges
   // them with it). Without them no key: earlier checkpoints' layouts read
   // the same.
@@ -694,6 +757,12 @@ void Trainer::save_checkpoint(int64_t next_step) {
       tensors["adam_m/" + st.name] = host(st.m);
       tensors["adam_v/" + st.name] = host(st.v);
       if (st.master.defined()) tensors["master/" + st.name] = host(st.master);
+    }
+    if (muon_) {
+      for (auto& st : muon_->state()) {
+        tensors["muon_momentum/" + st.matrix.name] = host(st.momentum);
+        if (st.master.defined()) tensors["master/" + st.matrix.name] = host(st.master);
+      }
     }
     opt_step = optimizer_->step_count();
   }
@@ -842,6 +911,14 @@ int64_t Trainer::load_checkpoint() {
     }
     optimizer_->sync_params_from_masters();
     optimizer_->set_step_count(optimizer_step);
+    if (muon_) {
+      for (auto& s : muon_->state()) {
+        take("muon_momentum/" + s.matrix.name, s.momentum);
+        if (s.master.defined()) take("master/" + s.matrix.name, s.master);
+      }
+      muon_->sync_params_from_masters();
+      muon_->set_step_count(optimizer_step);
+    }
   }
   spdlog::info("resumed from {} (step {})", info->step_dir, info->step);
   return restore_counters(*info, st->metadata);
@@ -1013,6 +1090,10 @@ std::map<std::string, std::string> Trainer::load_resharded(const io::CheckpointI
   } else {
     for (auto& s : optimizer_->state()) state_of[s.name] = &s;
   }
+  std::map<std::string, optim::Muon::State*> muon_of;
+  if (muon_) {
+    for (auto& s : muon_->state()) muon_of[s.matrix.name] = &s;
+  }
   // LoRA's adapters change what the weights mean: a checkpoint resumes only
   // with the adapters it was written with (init.from merges them instead).
   {
@@ -1059,6 +1140,16 @@ std::map<std::string, std::string> Trainer::load_resharded(const io::CheckpointI
         }();
         Tensor& p = param_of.at(name);
         put(p, p.dtype() == DType::F32 ? w : cast(w, p.dtype()), "param/" + name);
+        if (auto mu = muon_of.find(name); mu != muon_of.end()) {
+          optim::Muon::State& s = *mu->second;
+          if (s.master.defined()) put(s.master, w, "master/" + name);
+          if (full.count("muon_momentum/" + name)) {
+            put(s.momentum, cut("muon_momentum/"), "muon_momentum/" + name);
+          } else {
+            ++fresh_moments;  // (frozen when written, or AdamW's)
+          }
+          return;
+        }
         if (!full.count("adam_m/" + name)) {
           // Frozen when written: only the master weight to place.
           if (zero_optimizer_ && zero_optimizer_->master().defined()) {
@@ -1095,8 +1186,10 @@ std::map<std::string, std::string> Trainer::load_resharded(const io::CheckpointI
        .headers = headers.empty() ? nullptr : &headers,
        .replica = dp_rank_});
   if (fresh_moments > 0 && is_logging_rank()) {
-    spdlog::info("resume: {} parameter{} frozen in the checkpoint train{} now, from zero moments",
-                 fresh_moments, fresh_moments == 1 ? "" : "s", fresh_moments == 1 ? "s" : "");
+    spdlog::info(
+        "resume: {} parameter{} without state for this run's optimizer in the checkpoint (frozen "
+        "there, or under another train.optimizer) start{} from zero moments",
+        fresh_moments, fresh_moments == 1 ? "" : "s", fresh_moments == 1 ? "s" : "");
   }
   const int64_t optimizer_step = metadata_int(info, metadata, "optimizer_step");
   if (zero_optimizer_) {
@@ -1105,6 +1198,10 @@ std::map<std::string, std::string> Trainer::load_resharded(const io::CheckpointI
   } else {
     optimizer_->sync_params_from_masters();
     optimizer_->set_step_count(optimizer_step);
+    if (muon_) {
+      muon_->sync_params_from_masters();
+      muon_->set_step_count(optimizer_step);
+    }
   }
   return metadata;
 }
@@ -1589,6 +1686,8 @@ StepMetrics Trainer::step(int64_t index) {
       zero_optimizer_->step(lr, clip_coef);
     } else {
       optimizer_->step(lr, clip_coef);
+      // Muon's learning rate follows the schedule in proportion to its peak.
+      if (muon_) muon_->step(t.muon_lr > 0 ? lr * t.muon_lr / t.lr : lr, clip_coef);
     }
     update_expert_biases();
     ++applied_steps_;

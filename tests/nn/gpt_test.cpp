@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <set>
+
 #include <cmath>
 
 #include "triad/autograd/engine.h"
@@ -34,6 +36,49 @@ TEST(Gpt, ParameterNamesAreGpt2sAndCountMatchesTheFormula) {
 // The count in floating point is the integer one, and a size whose count
 // would overflow the 64-bit integers is refused by name before anything is
 // built.
+// Muon's matrices (train.optimizer: muon): the blocks' 2-d weights, each
+// fused weight cut into the matrices it fuses.
+TEST(Gpt, HiddenMatricesAndTheirFusedBlocks) {
+  GptConfig cfg;
+  cfg.n_layer = 1;
+  cfg.n_head = 4;
+  cfg.n_kv_head = 2;
+  cfg.d_model = 32;
+  cfg.vocab_size = 50;
+  cfg.seq_len = 8;
+  cfg.position_embedding = PositionEmbedding::Rotary;
+  cfg.activation = Activation::SwiGlu;
+  cfg.ffn_hidden_size = 40;
+  cfg.moe.experts = 4;
+  cfg.moe.top_k = 2;
+  cfg.moe.shared_ffn_hidden_size = 24;
+  cfg.moe.shared_gate = true;
+  std::set<std::string> hidden;
+  for (const auto& [name, shape] : gpt_parameter_shapes(cfg)) {
+    if (is_hidden_matrix(name, shape)) hidden.insert(name);
+  }
+  EXPECT_EQ(hidden.size(), 2u + 2u * 4u + 2u);  // attention, 4 experts, the shared expert
+  EXPECT_TRUE(hidden.count("h.0.attn.c_attn.weight"));
+  EXPECT_TRUE(hidden.count("h.0.mlp.experts.3.c_proj.weight"));
+  EXPECT_TRUE(hidden.count("h.0.mlp.shared.c_fc.weight"));
+  for (const char* not_hidden : {"wte.weight", "h.0.mlp.router.weight",
+                                 "h.0.mlp.shared_gate.weight", "h.0.attn.c_attn.lora_a"}) {
+    EXPECT_FALSE(is_hidden_matrix(not_hidden, {8, 32})) << not_hidden;
+  }
+  EXPECT_FALSE(is_hidden_matrix("h.0.ln_1.weight", {32}));
+  // q (4 heads of 8), k and v (2 heads each); the gated MLPs' halves.
+  EXPECT_EQ(fused_row_blocks(cfg, "h.0.attn.c_attn.weight", 64),
+            (std::vector<int64_t>{32, 16, 16}));
+  EXPECT_EQ(fused_row_blocks(cfg, "h.0.mlp.experts.1.c_fc.weight", 80),
+            (std::vector<int64_t>{40, 40}));
+  EXPECT_EQ(fused_row_blocks(cfg, "h.0.mlp.experts.1.c_proj.weight", 32),
+            (std::vector<int64_t>{32}));
+  EXPECT_THROW(fused_row_blocks(cfg, "h.0.attn.c_attn.weight", 96), ShapeError);
+  EXPECT_THROW(fused_row_blocks(cfg, "h.0.mlp.c_fc.weight", 81), ShapeError);
+  cfg.activation = Activation::Gelu;
+  EXPECT_EQ(fused_row_blocks(cfg, "h.0.mlp.c_fc.weight", 81), (std::vector<int64_t>{81}));
+}
+
 TEST(Gpt, ParameterCountsBeyondWhatCanBeCountedAreRefused) {
   GptConfig gpt2{.n_layer = 12, .n_head = 12, .d_model = 768, .vocab_size = 50257, .seq_len = 1024};
   EXPECT_EQ(gpt2.num_parameters(), 124439808);  // GPT-2 small, tied head

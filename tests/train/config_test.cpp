@@ -193,6 +193,36 @@ TEST(Config, LearningRateDecayKeys) {
                       "train.lr_decay_steps (-1) must be >= 0");
 }
 
+// train.optimizer muon and its keys: parsed, round-tripped, checked.
+TEST(Config, MuonOptimizerKeys) {
+  EXPECT_EQ(parse_config(kValid).train.optimizer, "adamw");
+  const Config c = parse_config(to_yaml(parse_config(
+      kValid, {"train.optimizer=muon", "train.muon_momentum=0.9", "train.muon_nesterov=false",
+               "train.muon_ns_steps=6", "train.muon_scale=spectral", "train.muon_lr=0.02"})));
+  EXPECT_EQ(c.train.optimizer, "muon");
+  EXPECT_DOUBLE_EQ(c.train.muon_momentum, 0.9);
+  EXPECT_FALSE(c.train.muon_nesterov);
+  EXPECT_EQ(c.train.muon_ns_steps, 6);
+  EXPECT_EQ(c.train.muon_scale, "spectral");
+  EXPECT_DOUBLE_EQ(c.train.muon_lr, 0.02);
+  expect_config_error(kValid, {"train.optimizer=sgd"},
+                      "train.optimizer 'sgd' must be adamw or muon");
+  expect_config_error(kValid, {"train.muon_momentum=0.9"},
+                      "train.muon_momentum applies to train.optimizer 'muon', not 'adamw'");
+  expect_config_error(kValid, {"train.optimizer=muon", "train.muon_scale=unit"},
+                      "train.muon_scale 'unit' must be adamw_rms or spectral");
+  expect_config_error(kValid, {"train.optimizer=muon", "train.muon_momentum=1"},
+                      "train.muon_momentum (1) must be in [0, 1)");
+  expect_config_error(kValid, {"train.optimizer=muon", "train.muon_ns_steps=0"},
+                      "train.muon_ns_steps (0) must be >= 1");
+  expect_config_error(kValid, {"train.optimizer=muon", "train.muon_lr=0.02", "train.lr=0"},
+                      "needs train.lr > 0");
+  expect_config_error(kValid, {"train.optimizer=muon", "parallel.dp=2", "parallel.zero=1"},
+                      "train.optimizer 'muon' with parallel.zero 1");
+  expect_config_error(kValid, {"train.optimizer=muon", "model.lora={rank: 4}"},
+                      "train.optimizer 'muon' with model.lora");
+}
+
 // train.freeze: a pattern or a list of them, each checked against the
 // model's parameter names before anything is built; round-trips.
 TEST(Config, FreezeTakesParameterPatternsThatMustMatch) {

@@ -598,6 +598,17 @@ std::shared_ptr<LayerNorm> stream_norm(const GptConfig& cfg);
 Tensor to_residual(const GptConfig& cfg, const Tensor& y);
 // ln_f's output as the head reads it: times model.logit_scale, or as it is.
 Tensor scale_for_head(const GptConfig& cfg, const Tensor& y);
+// Whether a parameter is one of the blocks' hidden matrices (Muon's, under
+// train.optimizer: muon): a 2-d weight of a block but a mixture's router and
+// shared-expert gate and LoRA's adapters. Embeddings, the head, norms and
+// biases are not.
+bool is_hidden_matrix(const std::string& name, const Shape& shape);
+// The rows of parameter `name` (`rows` in its full shape) cut into the
+// matrices they fuse: c_attn's q, k and v (of their widths under
+// grouped-query attention), a gated MLP's (or expert's) gate and value
+// halves; one block otherwise. Throws a ShapeError when `rows` is not what
+// `cfg` makes of the parameter.
+std::vector<int64_t> fused_row_blocks(const GptConfig& cfg, const std::string& name, int64_t rows);
 // Whether `name` is a LoRA adapter (ends in .lora_a or .lora_b), and the
 // weight it adapts ("h.3.attn.c_attn.weight" for "h.3.attn.c_attn.lora_a").
 bool is_lora_adapter(const std::string& name);

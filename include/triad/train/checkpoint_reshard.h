@@ -38,8 +38,9 @@ std::string placement_to_json(const RankPlacement& placement);
 RankPlacement placement_from_json(const std::string& text);
 
 // The full (unsharded) tensors of the parameters `names` and of their
-// optimizer state, keyed "param/<name>", "adam_m/<name>", "adam_v/<name>"
-// and "master/<name>" (mixed precision), assembled from every rank file of a
+// optimizer state, keyed "param/<name>", "adam_m/<name>", "adam_v/<name>",
+// "master/<name>" (mixed precision) and "muon_momentum/<name>" (Muon's
+// matrices), assembled from every rank file of a
 // checkpoint written under any (tp, pp, dp, vpp, ZeRO-1) layout: tensor-
 // parallel shards joined (vocabulary padding dropped), any data-parallel
 // replica or pipeline holder used, ZeRO-1 pieces gathered across the
@@ -64,7 +65,8 @@ void for_each_full_state(
     const std::function<void(const std::string& name, std::map<std::string, Tensor>& full)>& take,
     std::map<std::string, std::string>* metadata = nullptr);
 // The same in the order `order` names the parameters (each once), for the
-// kinds of state asked for ("param/", "adam_m/", "adam_v/", "master/"; none
+// kinds of state asked for ("param/", "adam_m/", "adam_v/", "master/",
+// "muon_momentum/"; none
 // named: all): an export reads the weights alone, block by block.
 struct FullStateOptions {
   std::set<std::string> kinds{};

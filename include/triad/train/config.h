@@ -30,8 +30,16 @@ struct TrainSection {
   double beta1 = 0.9;
   double beta2 = 0.95;
   double eps = 1e-8;
-  double grad_clip = 1.0;         // 0 disables clipping
-  int64_t max_skipped_steps = 5;  // consecutive non-finite steps before the job stops
+  double grad_clip = 1.0;  // 0 disables clipping
+  // adamw | muon. muon: the blocks' hidden matrices (nn::is_hidden_matrix)
+  // take Muon's update (optim/muon.h), everything else AdamW's.
+  std::string optimizer = "adamw";
+  double muon_momentum = 0.95;
+  bool muon_nesterov = true;
+  int64_t muon_ns_steps = 5;
+  std::string muon_scale = "adamw_rms";  // adamw_rms | spectral
+  double muon_lr = 0;                    // Muon's peak learning rate; 0: lr
+  int64_t max_skipped_steps = 5;         // consecutive non-finite steps before the job stops
   // > 0: after the first step that ends this many minutes after the
   // trainer was created, every rank checkpoints and the run ends, as on SIGTERM (a job
   // that must end before its allocation does); 0: no limit.

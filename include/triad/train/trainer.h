@@ -19,6 +19,7 @@
 #include "triad/optim/adamw.h"
 #include "triad/optim/loss_scaler.h"
 #include "triad/optim/lr_schedule.h"
+#include "triad/optim/muon.h"
 #include "triad/parallel/data/grad_reducer.h"
 #include "triad/parallel/pipeline/executor.h"
 #include "triad/parallel/pipeline/simulator.h"
@@ -190,7 +191,10 @@ class Trainer {
                                  std::vector<bool>* greedy = nullptr);
   // Tokens one evaluation of every set reads.
   int64_t val_tokens() const;
-  std::unique_ptr<optim::AdamW> optimizer_;
+  std::unique_ptr<optim::AdamW> optimizer_;  // (with train.optimizer muon: the rest)
+  std::unique_ptr<optim::Muon> muon_;        // train.optimizer muon: the hidden matrices
+  // Builds optimizer_ (and muon_) over the trainable parameters.
+  void make_optimizers(const optim::AdamWOptions& o);
   std::unique_ptr<dp::GradientReducer> reducer_;   // dp > 1
   std::unique_ptr<dp::ZeroAdamW> zero_optimizer_;  // parallel.zero = 1
   std::vector<double> norm_weight_;  // ZeRO-1 norm: how each parameter counts on this rank

@@ -1,0 +1,95 @@
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "triad/core/tensor.h"
+
+namespace triad::optim {
+
+// How Muon sizes an orthogonalised update O of a rows x cols matrix (whose
+// singular values are all about 1).
+enum class MuonScale {
+  // 0.2 sqrt(max(rows, cols)): the update's RMS is about AdamW's (0.2 to
+  // 0.4), so AdamW's learning rate and weight decay carry over (Moonlight,
+  // Liu et al. 2025; PyTorch's adjust_lr_fn "match_rms_adamw").
+  AdamWRms,
+  // sqrt(max(1, rows / cols)): Keller Jordan's original, which wants a
+  // learning rate of its own (about 0.02).
+  Spectral,
+};
+MuonScale muon_scale_from_string(const std::string& s);  // adamw_rms | spectral
+const char* to_string(MuonScale s);
+
+struct MuonOptions {
+  double momentum = 0.95;
+  bool nesterov = true;
+  int ns_steps = 5;
+  MuonScale scale = MuonScale::AdamWRms;
+  double weight_decay = 0.1;  // decoupled, as AdamW's: p <- p (1 - lr wd)
+};
+
+// The Newton-Schulz iteration Muon uses (Jordan et al. 2024): X = G / |G|_F,
+// then `steps` times X <- a X + (b A + c A^2) X with A = X X^T and (a, b,
+// c) = (3.4445, -4.7750, 2.0315), on the wide orientation (a tall G is
+// transposed there and back). It takes G's singular values to about 1
+// (between 0.7 and 1.2) and keeps its singular vectors: about U V^T. Half
+// matrices are taken in f32; f32 and f64 in their own type.
+Tensor orthogonalize(const Tensor& g, int steps = 5);
+double muon_update_scale(int64_t rows, int64_t cols, MuonScale s);
+
+// A matrix Muon updates.
+struct MuonMatrix {
+  std::string name;
+  // The full matrix's rows cut into matrices orthogonalised apart (a fused
+  // [q | k | v] weight: three; SwiGLU's [gate | value]: two); empty: one.
+  std::vector<int64_t> row_blocks;
+  // For a parameter that is a shard of its matrix (tensor parallelism): the
+  // full matrix from this rank's shard of it (a collective every rank
+  // holding a shard calls, in the same order), and this rank's shard of a
+  // full one. Unset: the parameter is the whole matrix.
+  std::function<Tensor(const Tensor&)> gather;
+  std::function<Tensor(const Tensor&)> cut;
+};
+
+// Muon (MomentUm Orthogonalized by Newton-Schulz; Jordan et al. 2024, at
+// scale Liu et al. 2025) for a model's hidden matrices: per step, with g the
+// gradient times grad_scale,
+//   m <- mu m + g;  u = g + mu m (Nesterov) or m;
+//   O = orthogonalize(u), block by block of the full matrix;
+//   p <- p (1 - lr wd) - lr scale(rows, cols) O.
+// Embeddings, the output head, norms, biases and routers are AdamW's
+// (callers give Muon the matrices alone). Half parameters step through f32
+// masters, as AdamW's do; the momentum is f32.
+class Muon {
+ public:
+  Muon(std::vector<std::pair<MuonMatrix, Tensor>> matrices, MuonOptions options);
+
+  // One update with learning rate `lr`. Parameters without a gradient are
+  // skipped (every rank sharing a matrix must agree). The gradients are
+  // taken times `grad_scale` and not modified.
+  void step(double lr, double grad_scale = 1.0);
+  int64_t step_count() const { return step_; }
+  void set_step_count(int64_t step) { step_ = step; }
+  const MuonOptions& options() const { return options_; }
+
+  struct State {
+    MuonMatrix matrix;
+    Tensor param;
+    Tensor momentum;  // f32 for half parameters
+    Tensor master;    // f32 master weights of a half parameter; undefined otherwise
+  };
+  std::vector<State>& state() { return state_; }
+  // After masters were loaded (checkpoints): rounds them into the parameters.
+  void sync_params_from_masters();
+
+ private:
+  MuonOptions options_;
+  std::vector<State> state_;
+  int64_t step_ = 0;
+};
+
+}  // namespace triad::optim

@@ -1,0 +1,125 @@
+#include "triad/optim/muon.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "triad/autograd/grad_mode.h"
+#include "triad/ops/creation.h"
+#include "triad/ops/elementwise.h"
+#include "triad/ops/linalg.h"
+#include "triad/ops/reduce.h"
+#include "triad/ops/shape_ops.h"
+
+namespace triad::optim {
+
+MuonScale muon_scale_from_string(const std::string& s) {
+  if (s == "adamw_rms") return MuonScale::AdamWRms;
+  if (s == "spectral") return MuonScale::Spectral;
+  throw ValueError("Muon update scale '" + s + "' must be adamw_rms or spectral");
+}
+
+const char* to_string(MuonScale s) {
+  return s == MuonScale::AdamWRms ? "adamw_rms" : "spectral";
+}
+
+Tensor orthogonalize(const Tensor& g, int steps) {
+  if (g.dim() != 2) {
+    throw ShapeError("orthogonalize: expected a matrix, got " + g.str());
+  }
+  autograd::NoGradGuard no_grad;
+  constexpr double a = 3.4445, b = -4.7750, c = 2.0315;
+  const bool tall = g.size(0) > g.size(1);
+  const bool half = g.dtype() == DType::BF16 || g.dtype() == DType::F16;
+  Tensor x = half ? cast(g, DType::F32) : g;
+  if (tall) x = transpose(x, 0, 1);
+  x = contiguous(x);
+  const double norm = std::sqrt(item(sum(mul(x, x))));
+  x = scale(x, 1.0 / (norm + 1e-7));
+  for (int i = 0; i < steps; ++i) {
+    const Tensor s = linear(x, x);  // X X^T, symmetric
+    const Tensor poly = add(scale(s, b), scale(matmul(s, s), c));
+    x = add(scale(x, a), matmul(poly, x));
+  }
+  return tall ? contiguous(transpose(x, 0, 1)) : x;
+}
+
+double muon_update_scale(int64_t rows, int64_t cols, MuonScale s) {
+  const auto r = static_cast<double>(rows), k = static_cast<double>(cols);
+  return s == MuonScale::AdamWRms ? 0.2 * std::sqrt(std::max(r, k))
+                                  : std::sqrt(std::max(1.0, r / k));
+}
+
+Muon::Muon(std::vector<std::pair<MuonMatrix, Tensor>> matrices, MuonOptions options)
+    : options_(options) {
+  if (!(options.momentum >= 0 && options.momentum < 1)) {
+    throw ValueError("Muon: momentum " + std::to_string(options.momentum) + " must be in [0, 1)");
+  }
+  if (options.ns_steps < 1) {
+    throw ValueError("Muon: ns_steps " + std::to_string(options.ns_steps) + " must be >= 1");
+  }
+  if (!(options.weight_decay >= 0)) throw ValueError("Muon: weight_decay must be >= 0");
+  for (auto& [matrix, p] : matrices) {
+    if (p.dim() != 2) {
+      throw ShapeError("Muon: parameter '" + matrix.name + "' is " + p.str() +
+                       "; Muon updates matrices (give the others to AdamW)");
+    }
+    if (!p.is_contiguous())
+      throw ValueError("Muon: parameter '" + matrix.name + "' is not contiguous");
+    const bool half = p.dtype() == DType::BF16 || p.dtype() == DType::F16;
+    Tensor master;
+    if (half) {
+      master = empty(p.shape(), DType::F32, p.device());
+      copy_(master, p);
+    }
+    state_.push_back({std::move(matrix), p,
+                      zeros(p.shape(), half ? DType::F32 : p.dtype(), p.device()), master});
+  }
+}
+
+void Muon::step(double lr, double grad_scale) {
+  autograd::NoGradGuard no_grad;
+  ++step_;
+  const double mu = options_.momentum;
+  for (auto& s : state_) {
+    const Tensor grad = s.param.grad();
+    if (!grad.defined()) continue;
+    // A half gradient is scaled in its own type, then widened (as AdamW's).
+    Tensor g = grad_scale != 1.0 ? scale(grad, grad_scale) : grad;
+    if (g.dtype() != s.momentum.dtype()) g = cast(g, s.momentum.dtype());
+    scale_(s.momentum, mu);
+    add_(s.momentum, g);
+    const Tensor u = options_.nesterov ? add(g, scale(s.momentum, mu)) : s.momentum;
+    const Tensor full = s.matrix.gather ? s.matrix.gather(u) : u;
+    const int64_t rows = full.size(0), cols = full.size(1);
+    std::vector<int64_t> blocks = s.matrix.row_blocks;
+    if (blocks.empty()) blocks = {rows};
+    int64_t total = 0;
+    for (int64_t r : blocks) total += r;
+    if (total != rows) {
+      throw ShapeError("Muon: '" + s.matrix.name + "' has " + std::to_string(rows) +
+                       " rows, its blocks add up to " + std::to_string(total));
+    }
+    std::vector<Tensor> parts;
+    int64_t at = 0;
+    for (int64_t r : blocks) {
+      parts.push_back(scale(orthogonalize(narrow(full, 0, at, r), options_.ns_steps),
+                            muon_update_scale(r, cols, options_.scale)));
+      at += r;
+    }
+    Tensor update = parts.size() == 1 ? parts[0] : concat(parts, 0);
+    if (s.matrix.cut) update = contiguous(s.matrix.cut(update));
+    Tensor& target = s.master.defined() ? s.master : s.param;
+    if (options_.weight_decay > 0) scale_(target, 1.0 - lr * options_.weight_decay);
+    add_(target, scale(update, -lr));
+    if (s.master.defined()) copy_(s.param, s.master);
+  }
+}
+
+void Muon::sync_params_from_masters() {
+  autograd::NoGradGuard no_grad;
+  for (auto& s : state_) {
+    if (s.master.defined()) copy_(s.param, s.master);
+  }
+}
+
+}  // namespace triad::optim

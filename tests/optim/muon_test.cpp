@@ -1,0 +1,235 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "triad/ops.h"
+#include "triad/optim/muon.h"
+
+namespace triad::optim {
+namespace {
+
+using Matrix = std::vector<std::vector<double>>;
+
+Matrix to_matrix(const Tensor& t) {
+  const auto v = to_double_vector(t);
+  Matrix m(static_cast<size_t>(t.size(0)), std::vector<double>(static_cast<size_t>(t.size(1))));
+  for (size_t i = 0; i < m.size(); ++i)
+    for (size_t j = 0; j < m[i].size(); ++j) m[i][j] = v[i * m[i].size() + j];
+  return m;
+}
+
+Matrix product(const Matrix& a, const Matrix& b) {
+  Matrix c(a.size(), std::vector<double>(b[0].size(), 0.0));
+  for (size_t i = 0; i < a.size(); ++i)
+    for (size_t k = 0; k < b.size(); ++k)
+      for (size_t j = 0; j < b[0].size(); ++j) c[i][j] += a[i][k] * b[k][j];
+  return c;
+}
+
+Matrix transposed(const Matrix& a) {
+  Matrix t(a[0].size(), std::vector<double>(a.size()));
+  for (size_t i = 0; i < a.size(); ++i)
+    for (size_t j = 0; j < a[0].size(); ++j) t[j][i] = a[i][j];
+  return t;
+}
+
+// The Newton-Schulz iteration written out in double, loop by loop.
+Matrix newton_schulz(Matrix x, int steps) {
+  const bool tall = x.size() > x[0].size();
+  if (tall) x = transposed(x);
+  double norm = 0;
+  for (const auto& row : x)
+    for (double v : row) norm += v * v;
+  norm = std::sqrt(norm);
+  for (auto& row : x)
+    for (double& v : row) v /= norm + 1e-7;
+  for (int s = 0; s < steps; ++s) {
+    const Matrix a = product(x, transposed(x));
+    const Matrix aa = product(a, a);
+    Matrix poly = a;
+    for (size_t i = 0; i < a.size(); ++i)
+      for (size_t j = 0; j < a.size(); ++j) poly[i][j] = -4.7750 * a[i][j] + 2.0315 * aa[i][j];
+    const Matrix px = product(poly, x);
+    for (size_t i = 0; i < x.size(); ++i)
+      for (size_t j = 0; j < x[0].size(); ++j) x[i][j] = 3.4445 * x[i][j] + px[i][j];
+  }
+  return tall ? transposed(x) : x;
+}
+
+void expect_matrix_near(const Tensor& got, const Matrix& want, double tol) {
+  const Matrix g = to_matrix(got);
+  ASSERT_EQ(g.size(), want.size());
+  for (size_t i = 0; i < g.size(); ++i)
+    for (size_t j = 0; j < g[i].size(); ++j)
+      EXPECT_NEAR(g[i][j], want[i][j], tol) << "(" << i << ", " << j << ")";
+}
+
+TEST(Muon, OrthogonalizeIsTheNewtonSchulzIterationOnTheWideSide) {
+  for (const Shape& shape : {Shape{4, 9}, Shape{9, 4}, Shape{5, 5}}) {
+    SCOPED_TRACE(shape_str(shape));
+    const Tensor g = randn(shape, 11, 3, 1.0, DType::F64);
+    const Tensor o = orthogonalize(g, 5);
+    EXPECT_EQ(o.shape(), shape);
+    expect_matrix_near(o, newton_schulz(to_matrix(g), 5), 1e-12);
+    // Its singular values near 1: O O^T (wide side) within Newton-Schulz's
+    // band on the diagonal, and the rows nearly orthogonal.
+    Matrix m = to_matrix(o);
+    if (m.size() > m[0].size()) m = transposed(m);
+    const Matrix gram = product(m, transposed(m));
+    for (size_t i = 0; i < gram.size(); ++i) {
+      EXPECT_GT(gram[i][i], 0.4);
+      EXPECT_LT(gram[i][i], 1.5);
+    }
+  }
+  // f32 in f32, bf16 taken in f32.
+  const Tensor g = randn({6, 3}, 12, 1, 1.0, DType::F32);
+  EXPECT_EQ(orthogonalize(g).dtype(), DType::F32);
+  expect_matrix_near(orthogonalize(g), newton_schulz(to_matrix(g), 5), 1e-5);
+  EXPECT_EQ(orthogonalize(cast(g, DType::BF16)).dtype(), DType::F32);
+  EXPECT_THROW(orthogonalize(zeros({4})), ShapeError);
+}
+
+TEST(Muon, UpdateScales) {
+  EXPECT_DOUBLE_EQ(muon_update_scale(64, 16, MuonScale::AdamWRms), 0.2 * 8);
+  EXPECT_DOUBLE_EQ(muon_update_scale(16, 64, MuonScale::AdamWRms), 0.2 * 8);
+  EXPECT_DOUBLE_EQ(muon_update_scale(64, 16, MuonScale::Spectral), 2.0);
+  EXPECT_DOUBLE_EQ(muon_update_scale(16, 64, MuonScale::Spectral), 1.0);
+  EXPECT_EQ(muon_scale_from_string("spectral"), MuonScale::Spectral);
+  EXPECT_STREQ(to_string(MuonScale::AdamWRms), "adamw_rms");
+  EXPECT_THROW(muon_scale_from_string("adam"), ValueError);
+}
+
+// Two steps of Nesterov momentum, row blocks orthogonalised apart (a fused
+// weight's [q | k | v]), decoupled decay and a clipping coefficient, against
+// the update written out in double.
+TEST(Muon, TwoStepsMatchTheUpdateWrittenOut) {
+  const Tensor start = randn({7, 4}, 21, 0, 1.0, DType::F64);
+  Tensor w = clone(start).detach();
+  w.set_requires_grad(true);
+  MuonOptions o;
+  o.momentum = 0.9;
+  o.weight_decay = 0.2;
+  MuonMatrix m;
+  m.name = "h.0.attn.c_attn.weight";
+  m.row_blocks = {3, 2, 2};
+  Muon opt({{m, w}}, o);
+  const double lr = 0.05, coef = 0.5;
+  Matrix p = to_matrix(start), buf(7, std::vector<double>(4, 0.0));
+  for (int step = 0; step < 2; ++step) {
+    const Tensor grad = randn({7, 4}, 22, static_cast<uint64_t>(step), 1.0, DType::F64);
+    w.set_grad(grad);
+    opt.step(lr, coef);
+    const Matrix g = to_matrix(grad);
+    Matrix u = g;
+    for (size_t i = 0; i < 7; ++i) {
+      for (size_t j = 0; j < 4; ++j) {
+        buf[i][j] = o.momentum * buf[i][j] + coef * g[i][j];
+        u[i][j] = coef * g[i][j] + o.momentum * buf[i][j];
+      }
+    }
+    size_t at = 0;
+    for (int64_t rows : m.row_blocks) {
+      const Matrix block(u.begin() + static_cast<long>(at),
+                         u.begin() + static_cast<long>(at) + rows);
+      const Matrix ob = newton_schulz(block, 5);
+      const double s = 0.2 * std::sqrt(std::max<double>(static_cast<double>(rows), 4.0));
+      for (size_t i = 0; i < ob.size(); ++i)
+        for (size_t j = 0; j < 4; ++j)
+          p[at + i][j] = p[at + i][j] * (1 - lr * o.weight_decay) - lr * s * ob[i][j];
+      at += static_cast<size_t>(rows);
+    }
+  }
+  expect_matrix_near(w, p, 1e-12);
+  EXPECT_EQ(opt.step_count(), 2);
+  // The gradient is left as it was.
+  EXPECT_EQ(to_double_vector(w.grad()), to_double_vector(randn({7, 4}, 22, 1, 1.0, DType::F64)));
+}
+
+// A shard's update is its cut of the full matrix's: gather and cut see the
+// full matrix orthogonalised whole.
+TEST(Muon, AShardStepsAsItsCutOfTheWholeMatrix) {
+  const Tensor full_start = randn({6, 4}, 31, 0, 1.0, DType::F64);
+  const Tensor full_grad = randn({6, 4}, 32, 0, 1.0, DType::F64);
+  Tensor whole = clone(full_start).detach();
+  whole.set_requires_grad(true);
+  MuonOptions o;
+  MuonMatrix wm;
+  wm.name = "w";
+  Muon full_opt({{wm, whole}}, o);
+  whole.set_grad(full_grad);
+  full_opt.step(0.1);
+  // Rank 1 of 2 holds columns [2, 4) (a row-parallel weight); the other
+  // rank's columns come with the gather.
+  Tensor shard = contiguous(narrow(full_start, 1, 2, 2)).detach();
+  shard.set_requires_grad(true);
+  MuonMatrix sm;
+  sm.name = "w";
+  const Tensor other_grad = contiguous(narrow(full_grad, 1, 0, 2));
+  sm.gather = [&](const Tensor& mine) {
+    // The other rank's update is its own gradient's (1 + momentum) on step 1.
+    return concat({scale(other_grad, 1 + o.momentum), mine}, 1);
+  };
+  sm.cut = [](const Tensor& t) { return narrow(t, 1, 2, 2); };
+  Muon shard_opt({{sm, shard}}, o);
+  shard.set_grad(contiguous(narrow(full_grad, 1, 2, 2)));
+  shard_opt.step(0.1);
+  const auto want = to_double_vector(contiguous(narrow(whole, 1, 2, 2)));
+  const auto got = to_double_vector(shard);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-12);
+}
+
+// bf16 parameters step through f32 masters and f32 momentum: the master
+// follows an f32 parameter's trajectory exactly.
+TEST(Muon, HalfParametersStepThroughF32Masters) {
+  Tensor w16 = cast(randn({5, 8}, 41, 0), DType::BF16).detach();
+  Tensor w32 = cast(w16, DType::F32).detach();
+  w16.set_requires_grad(true);
+  w32.set_requires_grad(true);
+  MuonMatrix m;
+  m.name = "w";
+  Muon mixed({{m, w16}}, {}), full({{m, w32}}, {});
+  ASSERT_TRUE(mixed.state()[0].master.defined());
+  EXPECT_EQ(mixed.state()[0].momentum.dtype(), DType::F32);
+  for (int step = 0; step < 3; ++step) {
+    const Tensor g = randn({5, 8}, 42, static_cast<uint64_t>(step));
+    w16.set_grad(g);
+    w32.set_grad(g);
+    mixed.step(0.02);
+    full.step(0.02);
+  }
+  EXPECT_EQ(to_double_vector(mixed.state()[0].master), to_double_vector(w32));
+  EXPECT_EQ(to_double_vector(w16), to_double_vector(cast(w32, DType::BF16)));
+}
+
+TEST(Muon, RejectsBadOptionsAndShapes) {
+  Tensor w = zeros({2, 2});
+  w.set_requires_grad(true);
+  MuonMatrix m;
+  m.name = "w";
+  MuonOptions o;
+  o.momentum = 1.0;
+  EXPECT_THROW(Muon({{m, w}}, o), ValueError);
+  o = {};
+  o.ns_steps = 0;
+  EXPECT_THROW(Muon({{m, w}}, o), ValueError);
+  Tensor b = zeros({3});
+  m.name = "b";
+  try {
+    Muon({{m, b}}, {});
+    FAIL() << "a vector was taken";
+  } catch (const ShapeError& e) {
+    EXPECT_NE(std::string(e.what()).find("'b'"), std::string::npos) << e.what();
+  }
+  // Row blocks that do not add up to the matrix's rows.
+  m.name = "w";
+  m.row_blocks = {1, 2};
+  Muon bad({{m, w}}, {});
+  w.set_grad(ones({2, 2}));
+  EXPECT_THROW(bad.step(0.1), ShapeError);
+}
+
+}  // namespace
+}  // namespace triad::optim
