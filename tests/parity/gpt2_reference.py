@@ -4,7 +4,8 @@
 Builds a small random GPT-2 in plain PyTorch, writes it as GPT-2 safetensors
 (Conv1D weights stored [in, out]), writes an llm.c token shard, and records
 the step-0 logits, loss and every gradient, a greedy continuation of a
-prompt, plus the losses of 10 AdamW steps
+prompt, plus the losses of 10 AdamW steps (and of 10 steps of Muon and AdamW
+on the LLaMA-style variant below)
 (weight decay on 2-D tensors, global-norm clipping that triggers, warm-up +
 cosine learning rate, gradient accumulation over two micro-batches). The
 same for a variant with rotary position embeddings (no position table;
@@ -23,6 +24,7 @@ of multiple-choice benchmarks) by the generator and Mistral's.
 
 usage: gpt2_reference.py OUT_DIR
 """
+import copy
 import json
 import math
 import os
@@ -1619,6 +1621,70 @@ def record_family(model, name, save, out, x, y, ref):
     save(model, os.path.join(out, name + "_generator"))
 
 
+def newton_schulz(g, steps=5):
+    """Muon's quintic Newton-Schulz iteration, on the wide orientation."""
+    a, b, c = 3.4445, -4.7750, 2.0315
+    tall = g.size(0) > g.size(1)
+    x = g.T if tall else g
+    x = x / (x.norm() + 1e-7)
+    for _ in range(steps):
+        s = x @ x.T
+        x = a * x + (b * s + c * (s @ s)) @ x
+    return x.T if tall else x
+
+
+def train_muon(model, seqs, momentum=0.95):
+    """TRAIN's run with Muon on the blocks' matrices (Nesterov momentum, each
+    of c_attn's q, k and v and of SwiGLU's c_fc's gate and value halves
+    orthogonalised apart, update scaled by 0.2 sqrt(max(rows, cols)) to
+    AdamW's RMS, decoupled decay) and AdamW on the rest. Returns the losses
+    and gradient norms."""
+    C = CFG["d_model"]
+    hidden = [(n, p) for n, p in model.named_parameters() if n.startswith("h.") and p.dim() == 2]
+    rest = [(n, p) for n, p in model.named_parameters() if not (n.startswith("h.") and p.dim() == 2)]
+    adam = torch.optim.AdamW([{"params": [p for n, p in rest if p.dim() >= 2],
+                               "weight_decay": TRAIN["weight_decay"]},
+                              {"params": [p for n, p in rest if p.dim() < 2], "weight_decay": 0.0}],
+                             lr=TRAIN["lr"], betas=(TRAIN["beta1"], TRAIN["beta2"]),
+                             eps=TRAIN["eps"], foreach=False)
+    bufs = {n: torch.zeros_like(p) for n, p in hidden}
+
+    def blocks(name, rows):
+        if name.endswith("attn.c_attn.weight"):
+            return [C, (rows - C) // 2, (rows - C) // 2]
+        if name.endswith("c_fc.weight"):
+            return [rows // 2, rows // 2]
+        return [rows]
+
+    G, b, V = TRAIN["global_batch_size"], TRAIN["micro_batch_size"], CFG["vocab_size"]
+    losses, norms = [], []
+    for step in range(TRAIN["steps"]):
+        total = 0.0
+        for m in range(G // b):
+            x, y = seqs(step, m * b, b)
+            l = F.cross_entropy(model(x).reshape(-1, V), y.reshape(-1))
+            (l / (G // b)).backward()
+            total += l.item() / (G // b)
+        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), TRAIN["grad_clip"])
+        lr = lr_at(step)
+        for group in adam.param_groups:
+            group["lr"] = lr
+        adam.step()
+        with torch.no_grad():
+            for n, p in hidden:
+                g = p.grad
+                bufs[n].mul_(momentum).add_(g)
+                u = g + momentum * bufs[n]
+                parts = [newton_schulz(part) * 0.2 * math.sqrt(max(part.shape))
+                         for part in u.split(blocks(n, u.size(0)), 0)]
+                p.mul_(1 - lr * TRAIN["weight_decay"])
+                p.add_(torch.cat(parts, 0), alpha=-lr)
+        model.zero_grad(set_to_none=True)
+        losses.append(total)
+        norms.append(float(norm))
+    return losses, norms
+
+
 def main():
     out = sys.argv[1]
     os.makedirs(out, exist_ok=True)
@@ -1692,6 +1758,10 @@ def main():
                 kv_heads=LLAMA_KV_HEADS)
     save_model(llama, os.path.join(out, "llama_model.safetensors"))
     save_hf_llama(llama, os.path.join(out, "llama_hf_model.safetensors"))
+    # 10 steps of Muon (the blocks' matrices) and AdamW (the rest) from it.
+    muon_losses, muon_norms = train_muon(copy.deepcopy(llama), seqs)
+    ref["muon.losses"] = torch.tensor(muon_losses, dtype=torch.float64)
+    ref["muon.grad_norms"] = torch.tensor(muon_norms, dtype=torch.float64)
     record_step_zero(llama, x, y, "llama.", ref)
     # LLaMA 3.1's: the LLaMA-style model with RoPE scaling, step 0.
     llama31 = Gpt(CFG, ROPE_THETA, SWIGLU_FFN, rms_norm=True, bias=False, tie=False,
