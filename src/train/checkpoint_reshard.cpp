@@ -48,7 +48,11 @@ std::string placement_to_json(const RankPlacement& p) {
   }
   j["params"] = params;
   nlohmann::json segs = nlohmann::json::array();
-  for (const auto& s : p.zero_segments) segs.push_back({s.name, s.param_offset, s.length});
+  for (const auto& s : p.zero_segments) {
+    // (A fourth entry for Muon's pieces only: earlier placements read the same.)
+    segs.push_back(s.muon ? nlohmann::json{s.name, s.param_offset, s.length, true}
+                          : nlohmann::json{s.name, s.param_offset, s.length});
+  }
   j["zero_segments"] = segs;
   return j.dump();
 }
@@ -98,8 +102,8 @@ RankPlacement placement_from_json(const std::string& text) {
       p.params.emplace(name, std::move(param));
     }
     for (const auto& s : j.at("zero_segments")) {
-      p.zero_segments.push_back(
-          {s.at(0).get<std::string>(), s.at(1).get<int64_t>(), s.at(2).get<int64_t>()});
+      p.zero_segments.push_back({s.at(0).get<std::string>(), s.at(1).get<int64_t>(),
+                                 s.at(2).get<int64_t>(), s.size() > 3 && s.at(3).get<bool>()});
     }
     return p;
   } catch (const nlohmann::json::exception& e) {
@@ -209,7 +213,7 @@ void for_each_full_state(
         direct[kind + name][pl.tp_rank].push_back({rank, pl.pp_rank});
       }
     }
-    int64_t at = 0;
+    int64_t at = 0, at_v = 0;  // (zero/v holds AdamW's pieces alone)
     for (const auto& seg : pl.zero_segments) {
       auto p = pl.params.find(seg.name);
       if (p == pl.params.end()) {
@@ -225,20 +229,27 @@ void for_each_full_state(
       }
       if (names.count(seg.name)) {
         for (const Kind& kind : kStateKinds) {
-          if (!wanted(kind.full)) continue;
+          const bool second = std::string(kind.zero) == "zero/v";
+          if (seg.muon && second) continue;  // (Muon keeps one moment)
+          // A Muon matrix's zero/m piece is its momentum.
+          const std::string full =
+              seg.muon && std::string(kind.zero) == "zero/m" ? "muon_momentum/" : kind.full;
+          if (!wanted(full)) continue;
           auto flat = header.shapes.find(kind.zero);
           if (flat == header.shapes.end()) continue;
-          if (at + seg.length > triad::numel(flat->second)) {
+          const int64_t where_at = second ? at_v : at;
+          if (where_at + seg.length > triad::numel(flat->second)) {
             throw IoError(where + ", rank " + std::to_string(rank) + ": '" + kind.zero +
                           "' holds " + std::to_string(triad::numel(flat->second)) +
                           " elements, fewer than its pieces add up to");
           }
-          Pieces& buf = pieces[{kind.full + seg.name, pl.tp_rank, pl.pp_rank}];
-          buf.list.push_back({rank, kind.zero, at, seg.param_offset, seg.length});
+          Pieces& buf = pieces[{full + seg.name, pl.tp_rank, pl.pp_rank}];
+          buf.list.push_back({rank, kind.zero, where_at, seg.param_offset, seg.length});
           buf.filled += seg.length;
         }
       }
       at += seg.length;
+      if (!seg.muon) at_v += seg.length;
     }
   }
   // Each shard's source, every name's checked before any file is read.

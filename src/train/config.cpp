@@ -559,12 +559,6 @@ void validate(const Config& c, bool min_lr_given) {
                       "0 (it is " +
                       std::to_string(t.lr) + ")");
   }
-  if (muon && c.parallel.zero == 1) {
-    throw ConfigError(
-        "train.optimizer 'muon' with parallel.zero 1: ZeRO-1 cuts the optimizer state into "
-        "flat pieces across matrices, and Muon orthogonalises whole matrices; use "
-        "parallel.zero 0 (Muon keeps one moment per matrix element, half AdamW's state)");
-  }
   if (muon && c.model.lora.rank > 0) {
     throw ConfigError(
         "train.optimizer 'muon' with model.lora: LoRA trains its adapters alone, which are not "

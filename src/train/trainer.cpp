@@ -508,7 +508,8 @@ Trainer::Trainer(Config config, dist::ProcessGroupPtr world)
   }
   // Weight decay follows the tensor's rank (2-d shards stay 2-d).
   if (reducer_ && reducer_->zero1()) {
-    zero_optimizer_ = std::make_unique<dp::ZeroAdamW>(*reducer_, o);
+    zero_optimizer_ =
+        std::make_unique<dp::ZeroAdamW>(*reducer_, o, muon_matrices(), muon_options());
     if (par.overlap_param_gather) {
       // The optimizer step leaves its all-gathers running; each part of the
       // model waits for its own parameters' buckets when the next forward
@@ -530,11 +531,25 @@ Trainer::Trainer(Config config, dist::ProcessGroupPtr world)
 }
 
 void Trainer::make_optimizers(const optim::AdamWOptions& o) {
-  const auto& t = config_.train;
-  if (t.optimizer != "muon") {
-    optimizer_ = std::make_unique<optim::AdamW>(trainable_parameters(), o);
-    return;
+  auto matrices = muon_matrices();
+  std::vector<std::pair<std::string, Tensor>> rest;
+  std::vector<std::pair<optim::MuonMatrix, Tensor>> muon;
+  for (const auto& [name, p] : trainable_parameters()) {
+    auto it = matrices.find(name);
+    if (it == matrices.end()) {
+      rest.push_back({name, p});
+    } else {
+      muon.push_back({std::move(it->second), p});
+    }
   }
+  optimizer_ = std::make_unique<optim::AdamW>(std::move(rest), o);
+  if (config_.train.optimizer == "muon")
+    muon_ = std::make_unique<optim::Muon>(std::move(muon), muon_options());
+}
+
+std::map<std::string, optim::MuonMatrix> Trainer::muon_matrices() const {
+  std::map<std::string, optim::MuonMatrix> out;
+  if (config_.train.optimizer != "muon") return out;
   // Each parameter's full shape and how it is cut over the TP ranks.
   std::map<std::string, std::pair<tp::ShardSpec, Shape>> cuts;
   auto note = [&](const tp::TensorParallelGpt& m) {
@@ -545,15 +560,10 @@ void Trainer::make_optimizers(const optim::AdamWOptions& o) {
   } else if (tp_model_) {
     note(*tp_model_);
   }
-  std::vector<std::pair<std::string, Tensor>> rest;
-  std::vector<std::pair<optim::MuonMatrix, Tensor>> matrices;
   for (const auto& [name, p] : trainable_parameters()) {
     const auto it = cuts.find(name);
     const Shape full = it != cuts.end() ? it->second.second : p.shape();
-    if (!nn::is_hidden_matrix(name, full)) {
-      rest.push_back({name, p});
-      continue;
-    }
+    if (!nn::is_hidden_matrix(name, full)) continue;
     optim::MuonMatrix m;
     m.name = name;
     m.row_blocks = nn::fused_row_blocks(config_.model, name, full[0]);
@@ -576,16 +586,26 @@ void Trainer::make_optimizers(const optim::AdamWOptions& o) {
         return spec.cut(whole, group->rank(), group->size());
       };
     }
-    matrices.push_back({std::move(m), p});
+    out[name] = std::move(m);
   }
-  optimizer_ = std::make_unique<optim::AdamW>(std::move(rest), o);
+  return out;
+}
+
+optim::MuonOptions Trainer::muon_options() const {
+  const auto& t = config_.train;
   optim::MuonOptions mo;
   mo.momentum = t.muon_momentum;
   mo.nesterov = t.muon_nesterov;
   mo.ns_steps = static_cast<int>(t.muon_ns_steps);
   mo.scale = optim::muon_scale_from_string(t.muon_scale);
   mo.weight_decay = t.weight_decay;
-  muon_ = std::make_unique<optim::Muon>(std::move(matrices), mo);
+  return mo;
+}
+
+double Trainer::muon_lr(double lr) const {
+  // It follows the schedule in proportion to its peak.
+  const auto& t = config_.train;
+  return t.muon_lr > 0 ? lr * t.muon_lr / t.lr : lr;
 }
 
 void Trainer::choose_attention_kernel() {
@@ -721,8 +741,8 @@ RankPlacement Trainer::placement() const {
   }
   if (zero_optimizer_) {
     for (const auto& seg : reducer_->shard_segments()) {
-      pl.zero_segments.push_back(
-          {reducer_->params()[seg.param].first, seg.param_offset, seg.length});
+      pl.zero_segments.push_back({reducer_->params()[seg.param].first, seg.param_offset, seg.length,
+                                  zero_optimizer_->is_muon(seg.param)});
     }
   }
   return pl;
@@ -932,7 +952,7 @@ bool Trainer::same_zero_pieces(const io::RankState& st) const {
   return std::equal(theirs.begin(), theirs.end(), ours.begin(), ours.end(),
                     [](const RankPlacement::Segment& a, const RankPlacement::Segment& b) {
                       return a.name == b.name && a.param_offset == b.param_offset &&
-                             a.length == b.length;
+                             a.length == b.length && a.muon == b.muon;
                     });
 }
 
@@ -1079,13 +1099,19 @@ std::map<std::string, std::string> Trainer::load_resharded(const io::CheckpointI
   };
   // Where each parameter's state lives in this run.
   std::map<std::string, Tensor> param_of(params.begin(), params.end());
-  std::map<std::string, std::vector<std::pair<int64_t, dp::GradientReducer::Segment>>> zero_of;
+  // ZeRO-1: each piece of the parameter here and where it lies in the flat
+  // state (m and master; v too unless it is a Muon matrix's).
+  struct ZeroPiece {
+    dp::ZeroAdamW::Place at;
+    dp::GradientReducer::Segment seg;
+  };
+  std::map<std::string, std::vector<ZeroPiece>> zero_of;
   std::map<std::string, optim::AdamW::State*> state_of;
   if (zero_optimizer_) {
-    int64_t at = 0;
-    for (const auto& seg : reducer_->shard_segments()) {
-      zero_of[reducer_->params()[seg.param].first].push_back({at, seg});
-      at += seg.length;
+    const auto& segments = reducer_->shard_segments();
+    for (size_t k = 0; k < segments.size(); ++k) {
+      zero_of[reducer_->params()[segments[k].param].first].push_back(
+          {zero_optimizer_->places()[k], segments[k]});
     }
   } else {
     for (auto& s : optimizer_->state()) state_of[s.name] = &s;
@@ -1093,6 +1119,12 @@ std::map<std::string, std::string> Trainer::load_resharded(const io::CheckpointI
   std::map<std::string, optim::Muon::State*> muon_of;
   if (muon_) {
     for (auto& s : muon_->state()) muon_of[s.matrix.name] = &s;
+  }
+  std::set<std::string> zero_muon;  // ZeRO-1's Muon matrices
+  if (zero_optimizer_) {
+    for (size_t i = 0; i < reducer_->params().size(); ++i) {
+      if (zero_optimizer_->is_muon(i)) zero_muon.insert(reducer_->params()[i].first);
+    }
   }
   // LoRA's adapters change what the weights mean: a checkpoint resumes only
   // with the adapters it was written with (init.from merges them instead).
@@ -1140,21 +1172,25 @@ std::map<std::string, std::string> Trainer::load_resharded(const io::CheckpointI
         }();
         Tensor& p = param_of.at(name);
         put(p, p.dtype() == DType::F32 ? w : cast(w, p.dtype()), "param/" + name);
+        // Muon's matrices keep their momentum, the rest AdamW's moments.
+        const bool muon = muon_of.count(name) || zero_muon.count(name);
+        const std::string moment = muon ? "muon_momentum/" : "adam_m/";
         if (auto mu = muon_of.find(name); mu != muon_of.end()) {
           optim::Muon::State& s = *mu->second;
           if (s.master.defined()) put(s.master, w, "master/" + name);
-          if (full.count("muon_momentum/" + name)) {
-            put(s.momentum, cut("muon_momentum/"), "muon_momentum/" + name);
+          if (full.count(moment + name)) {
+            put(s.momentum, cut(moment), moment + name);
           } else {
             ++fresh_moments;  // (frozen when written, or AdamW's)
           }
           return;
         }
-        if (!full.count("adam_m/" + name)) {
-          // Frozen when written: only the master weight to place.
+        if (!full.count(moment + name)) {
+          // Frozen when written (or under another optimizer): only the
+          // master weight to place.
           if (zero_optimizer_ && zero_optimizer_->master().defined()) {
             for (const auto& [at, seg] : zero_of[name]) {
-              Tensor dst = narrow(zero_optimizer_->master(), 0, at, seg.length);
+              Tensor dst = narrow(zero_optimizer_->master(), 0, at.m_at, seg.length);
               put(dst, narrow(reshape(w, {w.numel()}), 0, seg.param_offset, seg.length),
                   "master/" + name);
             }
@@ -1167,14 +1203,15 @@ std::map<std::string, std::string> Trainer::load_resharded(const io::CheckpointI
         if (zero_optimizer_) {
           for (const auto& [at, seg] : zero_of[name]) {
             // This rank's piece of a full-shaped tensor into its flat state.
-            auto place = [&](Tensor& state, const Tensor& src, const std::string& what) {
-              Tensor dst = narrow(state, 0, at, seg.length);
+            auto place = [&](Tensor& state, int64_t where, const Tensor& src,
+                             const std::string& what) {
+              Tensor dst = narrow(state, 0, where, seg.length);
               put(dst, narrow(reshape(src, {src.numel()}), 0, seg.param_offset, seg.length), what);
             };
-            place(zero_optimizer_->m(), cut("adam_m/"), "adam_m/" + name);
-            place(zero_optimizer_->v(), cut("adam_v/"), "adam_v/" + name);
+            place(zero_optimizer_->m(), at.m_at, cut(moment), moment + name);
+            if (!muon) place(zero_optimizer_->v(), at.v_at, cut("adam_v/"), "adam_v/" + name);
             if (zero_optimizer_->master().defined())
-              place(zero_optimizer_->master(), w, "master/" + name);
+              place(zero_optimizer_->master(), at.m_at, w, "master/" + name);
           }
         } else if (auto s = state_of.find(name); s != state_of.end()) {
           put(s->second->m, cut("adam_m/"), "adam_m/" + name);
@@ -1683,11 +1720,10 @@ StepMetrics Trainer::step(int64_t index) {
     if (scaler_) scaler_->update(false);
     const auto opt_start = TraceRecorder::Clock::now();
     if (zero_optimizer_) {
-      zero_optimizer_->step(lr, clip_coef);
+      zero_optimizer_->step(lr, clip_coef, muon_lr(lr));
     } else {
       optimizer_->step(lr, clip_coef);
-      // Muon's learning rate follows the schedule in proportion to its peak.
-      if (muon_) muon_->step(t.muon_lr > 0 ? lr * t.muon_lr / t.lr : lr, clip_coef);
+      if (muon_) muon_->step(muon_lr(lr), clip_coef);
     }
     update_expert_biases();
     ++applied_steps_;

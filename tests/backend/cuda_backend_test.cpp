@@ -2268,6 +2268,35 @@ TEST(CudaTraining, Fp32LossesMatchTheCpuTrainerFor10Steps) {
   for (size_t k = 0; k < a.size(); ++k) EXPECT_NEAR(b[k], a[k], 1e-4 * a[k]) << "step " << k;
 }
 
+// train.optimizer muon on the GPU against the CPU trainer: the
+// Newton-Schulz iterations' GEMMs, the momentum and the fused q, k, v and
+// gate/value blocks (grouped-query attention, SwiGLU), in fp32 and through
+// bf16's f32 masters.
+TEST(CudaTraining, MuonLossesMatchTheCpuTrainer) {
+  testing::TempDir dir;
+  const std::string model =
+      "{n_layer: 2, n_head: 4, n_kv_head: 2, d_model: 32, vocab_size: 128, seq_len: 32, "
+      "position_embedding: rope, activation: swiglu, ffn_hidden_size: 88, normalization: "
+      "rmsnorm, linear_bias: false, tie_embeddings: false}";
+  for (const std::string precision : {"fp32", "bf16"}) {
+    SCOPED_TRACE(precision);
+    auto config = [&](const std::string& device) {
+      train::Config c = train_config(dir, model, device, precision, 6, 4, 128, "muon");
+      c.train.optimizer = "muon";
+      c.train.lr = 3e-3;
+      return c;
+    };
+    train::Trainer cpu(config("cpu")), gpu(config("cuda"));
+    const auto a = losses_of(cpu, 6), b = losses_of(gpu, 6);
+    // fp32: 1e-4 relative (f32 sums in other orders); bf16: 1% (each side
+    // rounds its own activations).
+    const double tol = precision == "fp32" ? 1e-4 : 1e-2;
+    for (size_t k = 0; k < a.size(); ++k) EXPECT_NEAR(b[k], a[k], tol * a[k]) << "step " << k;
+    // Muon moved the weights: the loss fell.
+    EXPECT_LT(a.back(), a.front());
+  }
+}
+
 // Packed documents (per-document attention, positions and the end token's
 // loss mask; their starts uploaded once per micro-batch) and a batch-size
 // ramp (2, then 4 sequences a step) on the GPU against the CPU trainer, in

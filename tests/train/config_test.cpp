@@ -217,8 +217,6 @@ TEST(Config, MuonOptimizerKeys) {
                       "train.muon_ns_steps (0) must be >= 1");
   expect_config_error(kValid, {"train.optimizer=muon", "train.muon_lr=0.02", "train.lr=0"},
                       "needs train.lr > 0");
-  expect_config_error(kValid, {"train.optimizer=muon", "parallel.dp=2", "parallel.zero=1"},
-                      "train.optimizer 'muon' with parallel.zero 1");
   expect_config_error(kValid, {"train.optimizer=muon", "model.lora={rank: 4}"},
                       "train.optimizer 'muon' with model.lora");
 }

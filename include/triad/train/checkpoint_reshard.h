@@ -30,6 +30,9 @@ struct RankPlacement {
     std::string name;
     int64_t param_offset = 0;  // first element within the rank's shard of the parameter
     int64_t length = 0;
+    // A Muon matrix's piece: its momentum in "zero/m", nothing in "zero/v"
+    // (whose pieces are AdamW's alone, in order).
+    bool muon = false;
   };
   std::vector<Segment> zero_segments;  // empty without ZeRO-1
 };

@@ -195,6 +195,12 @@ class Trainer {
   std::unique_ptr<optim::Muon> muon_;        // train.optimizer muon: the hidden matrices
   // Builds optimizer_ (and muon_) over the trainable parameters.
   void make_optimizers(const optim::AdamWOptions& o);
+  // train.optimizer muon: the trainable parameters Muon updates, by name
+  // (empty otherwise).
+  std::map<std::string, optim::MuonMatrix> muon_matrices() const;
+  optim::MuonOptions muon_options() const;
+  // Muon's learning rate for a step whose AdamW rate is `lr`.
+  double muon_lr(double lr) const;
   std::unique_ptr<dp::GradientReducer> reducer_;   // dp > 1
   std::unique_ptr<dp::ZeroAdamW> zero_optimizer_;  // parallel.zero = 1
   std::vector<double> norm_weight_;  // ZeRO-1 norm: how each parameter counts on this rank

@@ -239,6 +239,21 @@ void GradientReducer::gather_parameters() {
   wait_gathers();
 }
 
+void GradientReducer::gather_gradients(const std::vector<size_t>& params) {
+  if (!zero1_) throw Error("GradientReducer: gather_gradients needs zero1 (nothing is sharded)");
+  autograd::NoGradGuard ng;
+  std::set<size_t> buckets;
+  for (size_t i : params) buckets.insert(bucket_of_.at(i));
+  std::vector<dist::WorkPtr> works;
+  for (size_t k : buckets) {
+    Bucket& b = buckets_[k];
+    Tensor mine = range(flat_grad_, piece_begin(b), piece_length(b));
+    Tensor all = range(flat_grad_, b.begin, b.end - b.begin);
+    works.push_back(b.group->all_gather(mine, all));
+  }
+  for (auto& w : works) w->wait();
+}
+
 void GradientReducer::start_gather() {
   if (!zero1_) throw Error("GradientReducer: start_gather needs zero1 (nothing is sharded)");
   autograd::NoGradGuard ng;
@@ -289,13 +304,34 @@ void GradientReducer::wait_gathers() {
   for (Bucket& b : buckets_) wait_gather(b);
 }
 
-ZeroAdamW::ZeroAdamW(GradientReducer& reducer, optim::AdamWOptions options)
-    : reducer_(reducer), options_(options) {
-  int64_t n = 0;
-  for (const auto& s : reducer_.shard_segments()) n += s.length;
+ZeroAdamW::ZeroAdamW(GradientReducer& reducer, optim::AdamWOptions options,
+                     std::map<std::string, optim::MuonMatrix> muon, optim::MuonOptions muon_options)
+    : reducer_(reducer), options_(options), muon_options_(muon_options) {
+  for (size_t i = 0; i < reducer_.params().size(); ++i) {
+    const auto& [name, p] = reducer_.params()[i];
+    auto it = muon.find(name);
+    if (it == muon.end()) continue;
+    if (p.dim() != 2) {
+      throw ShapeError("ZeroAdamW: Muon's parameter '" + name + "' is " + p.str() +
+                       ", not a matrix");
+    }
+    muon_[i] = std::move(it->second);
+    muon.erase(it);
+  }
+  if (!muon.empty()) {
+    throw ValueError("ZeroAdamW: Muon's matrix '" + muon.begin()->first +
+                     "' is not one of the reducer's parameters");
+  }
+  int64_t n = 0, nv = 0;
+  for (const auto& s : reducer_.shard_segments()) {
+    const bool orthogonal = muon_.count(s.param) > 0;
+    places_.push_back({n, orthogonal ? -1 : nv});
+    n += s.length;
+    if (!orthogonal) nv += s.length;
+  }
   const Device device = reducer_.flat_params().device();
   m_ = zeros({n}, DType::F32, device);
-  v_ = zeros({n}, DType::F32, device);
+  v_ = zeros({nv}, DType::F32, device);
   if (reducer_.flat_params().dtype() != DType::F32) {
     // Mixed precision: f32 masters of this rank's pieces.
     master_ = empty({n}, DType::F32, device);
@@ -320,25 +356,27 @@ void ZeroAdamW::sync_params_from_masters() {
   reducer_.gather_parameters();
 }
 
-void ZeroAdamW::step(double lr, double grad_scale) {
+void ZeroAdamW::step(double lr, double grad_scale, double muon_lr) {
   autograd::NoGradGuard ng;
   reducer_.wait_gathers();  // (this rank's pieces are what the gathers read)
   ++step_;
   // One multi-tensor update over every piece (on a GPU a few launches, not
   // one or two per parameter); clipping's coefficient rides in grad_scale.
   std::vector<Backend::AdamWEntry> entries;
-  int64_t at = 0;
-  for (const auto& s : reducer_.shard_segments()) {
+  const auto& segments = reducer_.shard_segments();
+  for (size_t k = 0; k < segments.size(); ++k) {
+    const auto& s = segments[k];
+    const Place& at = places_[k];
+    if (at.v_at < 0) continue;  // (Muon's)
     Backend::AdamWEntry e;
     e.param = range(reducer_.flat_params(), s.flat_offset, s.length);
     e.grad = range(reducer_.flat_grads(), s.flat_offset, s.length);
-    e.m = range(m_, at, s.length);
-    e.v = range(v_, at, s.length);
-    if (master_.defined()) e.master = range(master_, at, s.length);
+    e.m = range(m_, at.m_at, s.length);
+    e.v = range(v_, at.v_at, s.length);
+    if (master_.defined()) e.master = range(master_, at.m_at, s.length);
     e.weight_decay = reducer_.params()[s.param].second.dim() >= 2 ? options_.weight_decay : 0.0;
     e.grad_scale = grad_scale;
     entries.push_back(std::move(e));
-    at += s.length;
   }
   if (!entries.empty()) {
     AdamWStep hp;
@@ -349,8 +387,74 @@ void ZeroAdamW::step(double lr, double grad_scale) {
     hp.step = step_;
     backend_for(reducer_.flat_params()).adamw_many(entries, hp);
   }
+  if (!muon_.empty()) muon_step(muon_lr < 0 ? lr : muon_lr, grad_scale);
   reducer_.start_gather();
   if (!reducer_.overlap_param_gather()) reducer_.wait_gathers();
+}
+
+void ZeroAdamW::muon_step(double lr, double grad_scale) {
+  const auto& segments = reducer_.shard_segments();
+  const double mu = muon_options_.momentum;
+  // This rank's pieces: the momentum, then the update u written over the
+  // piece's (reduced, already counted) gradient.
+  std::vector<size_t> touched;  // matrices with a piece here, in order
+  for (size_t k = 0; k < segments.size(); ++k) {
+    const auto& s = segments[k];
+    if (places_[k].v_at >= 0) continue;
+    Tensor g = range(reducer_.flat_grads(), s.flat_offset, s.length);
+    Tensor m = range(m_, places_[k].m_at, s.length);
+    if (grad_scale != 1.0) scale_(g, grad_scale);
+    scale_(m, mu);
+    add_(m, g);
+    if (muon_options_.nesterov) {
+      add_(g, scale(m, mu));
+    } else {
+      copy_(g, m);
+    }
+    if (touched.empty() || touched.back() != s.param) touched.push_back(s.param);
+  }
+  // Every rank's u: each matrix whole (this rank's tensor-parallel shard of
+  // it) in its gradient's view. Every rank gathers the same buckets.
+  std::vector<size_t> all;
+  for (const auto& [i, m] : muon_) all.push_back(i);
+  reducer_.gather_gradients(all);
+  // The matrices this rank's pieces touch, each orthogonalised once (with
+  // its tensor-parallel peers, which hold pieces of the same matrices).
+  std::map<size_t, Tensor> update;
+  for (size_t i : touched) {
+    const optim::MuonMatrix& mat = muon_.at(i);
+    const Tensor u = reducer_.params()[i].second.grad();
+    const Tensor full = mat.gather ? mat.gather(u) : u;
+    const int64_t rows = full.size(0), cols = full.size(1);
+    std::vector<int64_t> blocks = mat.row_blocks;
+    if (blocks.empty()) blocks = {rows};
+    std::vector<Tensor> parts;
+    int64_t at = 0;
+    for (int64_t r : blocks) {
+      parts.push_back(scale(optim::orthogonalize(narrow(full, 0, at, r), muon_options_.ns_steps),
+                            optim::muon_update_scale(r, cols, muon_options_.scale)));
+      at += r;
+    }
+    if (at != rows) {
+      throw ShapeError("ZeroAdamW: Muon's '" + mat.name + "' has " + std::to_string(rows) +
+                       " rows, its blocks add up to " + std::to_string(at));
+    }
+    Tensor o = parts.size() == 1 ? parts[0] : concat(parts, 0);
+    if (mat.cut) o = mat.cut(o);
+    update[i] = reshape(contiguous(o), {o.numel()});
+  }
+  for (size_t k = 0; k < segments.size(); ++k) {
+    const auto& s = segments[k];
+    if (places_[k].v_at >= 0) continue;
+    Tensor target = master_.defined() ? range(master_, places_[k].m_at, s.length)
+                                      : range(reducer_.flat_params(), s.flat_offset, s.length);
+    if (muon_options_.weight_decay > 0) scale_(target, 1.0 - lr * muon_options_.weight_decay);
+    add_(target, scale(narrow(update.at(s.param), 0, s.param_offset, s.length), -lr));
+    if (master_.defined()) {
+      Tensor p = range(reducer_.flat_params(), s.flat_offset, s.length);
+      copy_(p, target);
+    }
+  }
 }
 
 }  // namespace triad::dp

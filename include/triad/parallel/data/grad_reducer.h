@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <set>
 #include <string>
@@ -10,6 +11,7 @@
 
 #include "triad/dist/process_group.h"
 #include "triad/optim/adamw.h"
+#include "triad/optim/muon.h"
 
 namespace triad::dp {
 
@@ -96,6 +98,12 @@ class GradientReducer {
   Tensor& flat_params() { return flat_param_; }
   // zero1: all-gathers every bucket's updated pieces into the parameters.
   void gather_parameters();
+  // zero1: all-gathers the flat gradient buffer's pieces of the buckets
+  // holding parameters `params` (indices into params()) and waits: each
+  // rank's piece (what it wrote there after the reduce-scatter) reaches
+  // every rank, whose views then hold the whole tensors (ZeroAdamW's Muon
+  // updates).
+  void gather_gradients(const std::vector<size_t>& params);
   // zero1: starts every bucket's all-gather, the buckets holding the
   // first-registered parameters (the forward pass's first layers) first,
   // and returns. Each is waited for by wait_gathered or wait_gathers.
@@ -159,16 +167,35 @@ class GradientReducer {
 
 // AdamW over this rank's ZeRO-1 pieces: moments exist only for those
 // elements (optimizer memory / dp), weight decay per parameter as in AdamW.
+//
+// With Muon's matrices (`muon`, by parameter name; train.optimizer muon),
+// those parameters' pieces keep Muon's momentum instead of AdamW's two
+// moments. A step updates every rank's momentum pieces, all-gathers the
+// resulting Nesterov updates over the data-parallel ranks (one all-gather of
+// the buckets holding matrices, as large as the parameters' own), and each
+// rank orthogonalises only the matrices its pieces touch (about 1/dp of
+// them), then updates its pieces.
 class ZeroAdamW {
  public:
-  ZeroAdamW(GradientReducer& reducer, optim::AdamWOptions options);
+  ZeroAdamW(GradientReducer& reducer, optim::AdamWOptions options,
+            std::map<std::string, optim::MuonMatrix> muon = {},
+            optim::MuonOptions muon_options = {});
   // grad_scale multiplies each gradient (gradient clipping's coefficient)
-  // as AdamW::step's does.
-  void step(double lr, double grad_scale = 1.0);
+  // as AdamW::step's does. Muon's matrices step with `muon_lr` (< 0: lr).
+  void step(double lr, double grad_scale = 1.0, double muon_lr = -1);
   int64_t state_elements() const { return m_.defined() ? m_.numel() : 0; }
   // For checkpoints: the moments over this rank's pieces and the step count.
+  // m() covers every piece (Muon's momentum on a matrix's), v() AdamW's
+  // pieces alone, in order.
   Tensor& m() { return m_; }
   Tensor& v() { return v_; }
+  // Where each of shard_segments() lies in m() (and master()) and in v()
+  // (-1: a Muon matrix's piece, none).
+  struct Place {
+    int64_t m_at = 0, v_at = -1;
+  };
+  const std::vector<Place>& places() const { return places_; }
+  bool is_muon(size_t param) const { return muon_.count(param) > 0; }
   // f32 master weights of this rank's pieces under mixed precision
   // (undefined for f32 parameters).
   Tensor& master() { return master_; }
@@ -178,10 +205,15 @@ class ZeroAdamW {
   void set_step_count(int64_t s) { step_ = s; }
 
  private:
+  void muon_step(double lr, double grad_scale);
+
   GradientReducer& reducer_;
   optim::AdamWOptions options_;
-  Tensor m_, v_;  // over the concatenated shard segments
+  std::map<size_t, optim::MuonMatrix> muon_;  // by parameter index
+  optim::MuonOptions muon_options_;
+  Tensor m_, v_;  // over the concatenated shard segments (v_: AdamW's alone)
   Tensor master_;
+  std::vector<Place> places_;
   int64_t step_ = 0;
 };
 
