@@ -4,9 +4,10 @@
 //                      [--vpp V] --micro-batch b [--recompute none|selective|full]
 //                      [--sequence-parallel] [--zero 1] [--ep E] [--cp C]
 //                      [--schedule 1f1b|interleaved|zb-h1|zb-auto|zb-v]
-//                      [--stage-layers auto|3,4,4,1] [--json]
+//                      [--stage-layers auto|3,4,4,1] [--optimizer adamw|muon] [--json]
 //   triad-plan recommend --model M.yaml --cluster C.yaml --gpus N --global-batch B [--top K]
-//   [--schedules interleaved,zb-h1,zb-auto,zb-v] [--even-stages] [--cps 1,2,4] [--json]
+//   [--schedules interleaved,zb-h1,zb-auto,zb-v] [--even-stages] [--cps 1,2,4]
+//   [--optimizer adamw|muon] [--json]
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
@@ -108,7 +109,7 @@ int main(int argc, char** argv) {
   sched->add_option("--trace", trace, "write the timeline as Chrome trace JSON");
 
   std::string model_path, cluster_path, recompute = "none", schedule_name, attention = "unfused",
-                                        stage_layers;
+                                        stage_layers, optimizer = "adamw";
   int gpus = 0, global_batch = 0, tp = 1, pp = 1, vpp = 1, micro = 1, zero = 0, top = 5, ep = 1,
       cp = 1;
   bool sp = false, json = false, overlap = false, overlap_tp = false;
@@ -123,6 +124,10 @@ int main(int argc, char** argv) {
                 "assume column-parallel input-gradient collectives overlap the weight gradients");
     c->add_option("--attention", attention,
                   "unfused (Megatron-LM 2021, the default) or flash (Triad's fused attention)");
+    c->add_option("--optimizer", optimizer,
+                  "adamw (the default) or muon (train.optimizer: the blocks' matrices keep one "
+                  "moment, and each step orthogonalises them)")
+        ->check(CLI::IsMember({"adamw", "muon"}));
     c->add_flag("--json", json, "print JSON");
   };
   auto* predict = app.add_subcommand("predict", "price one configuration");
@@ -281,6 +286,7 @@ int main(int argc, char** argv) {
       if (given(predict, "--overlap-dp")) c.overlap_dp = overlap;
       if (given(predict, "--overlap-tp")) c.overlap_tp = overlap_tp;
       if (given(predict, "--attention")) c.attention = plan::attention_from_name(attention);
+      if (given(predict, "--optimizer")) c.muon = optimizer == "muon";
       if (gpus % (c.tp * c.pp) != 0) {
         throw ConfigError("GPUs (" + std::to_string(gpus) + ") must be divisible by tp*pp (" +
                           std::to_string(c.tp * c.pp) + ")");
@@ -327,6 +333,7 @@ int main(int argc, char** argv) {
     space.overlap_dp = overlap;
     space.overlap_tp = overlap_tp;
     space.attention = plan::attention_from_name(attention);
+    space.muon = optimizer == "muon";
     space.try_balanced_stages = !even_stages;
     space.try_zb_h1 = space.try_zb_auto = space.try_zb_v = false;
     bool interleaved = false;

@@ -22,24 +22,31 @@ const char* to_string(MuonScale s) {
   return s == MuonScale::AdamWRms ? "adamw_rms" : "spectral";
 }
 
-Tensor orthogonalize(const Tensor& g, int steps) {
+Tensor orthogonalize(const Tensor& g, int steps, DType compute) {
   if (g.dim() != 2) {
     throw ShapeError("orthogonalize: expected a matrix, got " + g.str());
+  }
+  if (compute != DType::F32 && compute != DType::BF16) {
+    throw ValueError(std::string("orthogonalize: compute dtype ") + dtype_name(compute) +
+                     " must be f32 or bf16");
   }
   autograd::NoGradGuard no_grad;
   constexpr double a = 3.4445, b = -4.7750, c = 2.0315;
   const bool tall = g.size(0) > g.size(1);
-  const bool half = g.dtype() == DType::BF16 || g.dtype() == DType::F16;
-  Tensor x = half ? cast(g, DType::F32) : g;
+  const DType result = g.dtype() == DType::F64 ? DType::F64 : DType::F32;
+  Tensor x = g.dtype() == result ? g : cast(g, result);
   if (tall) x = transpose(x, 0, 1);
   x = contiguous(x);
+  // The norm in the wide type, the iteration in `compute`.
   const double norm = std::sqrt(item(sum(mul(x, x))));
   x = scale(x, 1.0 / (norm + 1e-7));
+  if (compute == DType::BF16) x = cast(x, DType::BF16);
   for (int i = 0; i < steps; ++i) {
     const Tensor s = linear(x, x);  // X X^T, symmetric
     const Tensor poly = add(scale(s, b), scale(matmul(s, s), c));
     x = add(scale(x, a), matmul(poly, x));
   }
+  if (x.dtype() != result) x = cast(x, result);
   return tall ? contiguous(transpose(x, 0, 1)) : x;
 }
 
@@ -49,8 +56,30 @@ double muon_update_scale(int64_t rows, int64_t cols, MuonScale s) {
                                   : std::sqrt(std::max(1.0, r / k));
 }
 
-Muon::Muon(std::vector<std::pair<MuonMatrix, Tensor>> matrices, MuonOptions options)
-    : options_(options) {
+Tensor muon_update(const Tensor& u, const std::vector<int64_t>& row_blocks,
+                   const MuonOptions& options, const std::string& name) {
+  const int64_t rows = u.size(0), cols = u.size(1);
+  std::vector<int64_t> blocks = row_blocks;
+  if (blocks.empty()) blocks = {rows};
+  int64_t total = 0;
+  for (int64_t r : blocks) total += r;
+  if (total != rows) {
+    throw ShapeError("Muon: '" + name + "' has " + std::to_string(rows) +
+                     " rows, its blocks add up to " + std::to_string(total));
+  }
+  std::vector<Tensor> parts;
+  int64_t at = 0;
+  for (int64_t r : blocks) {
+    parts.push_back(scale(orthogonalize(narrow(u, 0, at, r), options.ns_steps, options.ns_dtype),
+                          muon_update_scale(r, cols, options.scale)));
+    at += r;
+  }
+  return parts.size() == 1 ? parts[0] : concat(parts, 0);
+}
+
+Muon::Muon(std::vector<std::pair<MuonMatrix, Tensor>> matrices, MuonOptions options,
+           MuonUpdater updater)
+    : options_(options), updater_(std::move(updater)) {
   if (!(options.momentum >= 0 && options.momentum < 1)) {
     throw ValueError("Muon: momentum " + std::to_string(options.momentum) + " must be in [0, 1)");
   }
@@ -80,39 +109,41 @@ void Muon::step(double lr, double grad_scale) {
   autograd::NoGradGuard no_grad;
   ++step_;
   const double mu = options_.momentum;
+  std::vector<State*> stepping;  // (those with a gradient)
+  std::vector<std::string> names;
   for (auto& s : state_) {
-    const Tensor grad = s.param.grad();
-    if (!grad.defined()) continue;
+    if (!s.param.grad().defined()) continue;
+    stepping.push_back(&s);
+    names.push_back(s.matrix.name);
+  }
+  // Matrix i's momentum, then its u (made as it is asked for).
+  const auto u = [&](size_t i) {
+    State& s = *stepping.at(i);
     // A half gradient is scaled in its own type, then widened (as AdamW's).
+    const Tensor grad = s.param.grad();
     Tensor g = grad_scale != 1.0 ? scale(grad, grad_scale) : grad;
     if (g.dtype() != s.momentum.dtype()) g = cast(g, s.momentum.dtype());
     scale_(s.momentum, mu);
     add_(s.momentum, g);
-    const Tensor u = options_.nesterov ? add(g, scale(s.momentum, mu)) : s.momentum;
-    const Tensor full = s.matrix.gather ? s.matrix.gather(u) : u;
-    const int64_t rows = full.size(0), cols = full.size(1);
-    std::vector<int64_t> blocks = s.matrix.row_blocks;
-    if (blocks.empty()) blocks = {rows};
-    int64_t total = 0;
-    for (int64_t r : blocks) total += r;
-    if (total != rows) {
-      throw ShapeError("Muon: '" + s.matrix.name + "' has " + std::to_string(rows) +
-                       " rows, its blocks add up to " + std::to_string(total));
+    return options_.nesterov ? add(g, scale(s.momentum, mu)) : s.momentum;
+  };
+  const auto apply = [&](size_t i, const Tensor& update) {
+    State& s = *stepping.at(i);
+    if (update.shape() != s.param.shape()) {
+      throw ShapeError("Muon: the update of '" + s.matrix.name + "' is " + update.str() +
+                       ", its parameter " + s.param.str());
     }
-    std::vector<Tensor> parts;
-    int64_t at = 0;
-    for (int64_t r : blocks) {
-      parts.push_back(scale(orthogonalize(narrow(full, 0, at, r), options_.ns_steps),
-                            muon_update_scale(r, cols, options_.scale)));
-      at += r;
-    }
-    Tensor update = parts.size() == 1 ? parts[0] : concat(parts, 0);
-    if (s.matrix.cut) update = contiguous(s.matrix.cut(update));
     Tensor& target = s.master.defined() ? s.master : s.param;
     if (options_.weight_decay > 0) scale_(target, 1.0 - lr * options_.weight_decay);
     add_(target, scale(update, -lr));
     if (s.master.defined()) copy_(s.param, s.master);
+  };
+  if (updater_) {
+    updater_(names, u, apply);
+    return;
   }
+  for (size_t i = 0; i < stepping.size(); ++i)
+    apply(i, muon_update(u(i), stepping[i]->matrix.row_blocks, options_, names[i]));
 }
 
 void Muon::sync_params_from_masters() {

@@ -595,7 +595,7 @@ std::string ParallelConfig::str() const {
                   zb_max_in_flight > 0
               ? " max-in-flight=" + std::to_string(zb_max_in_flight)
               : std::string()) +
-         (attention == Attention::Flash ? " attention=flash" : "") + stages;
+         (attention == Attention::Flash ? " attention=flash" : "") + stages + (muon ? " muon" : "");
 }
 
 double ptdp_model_flops(const nn::GptConfig& m, int global_batch, bool full_recompute) {
@@ -966,6 +966,44 @@ Estimate price(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int globa
     }
     trained = params * kept / all;
   }
+  // ---- Muon (train.optimizer muon): the share of what trains that is the
+  // blocks' hidden matrices, and the busiest rank's Newton-Schulz GEMM
+  // flops (its layers' matrices whole, the experts it holds).
+  double muon_share = 0, muon_flops = 0, muon_expert_flops = 0, muon_rank_elements = 0;
+  if (p.muon) {
+    double hidden = 0, all = 0;
+    for (const auto& [name, shape] : nn::gpt_parameter_shapes(m)) {
+      if (!trains(m, p, name)) continue;
+      const double n = static_cast<double>(numel(shape));
+      all += n;
+      if (nn::is_hidden_matrix(name, shape)) hidden += n;
+    }
+    muon_share = all > 0 ? hidden / all : 0.0;
+    const int steps = 5;
+    for (int r = 0; r < p.pp; ++r) {
+      double dense = 0, expert = 0, elements = 0;
+      for (int ch = 0; ch < p.vpp; ++ch) {
+        const int st = pipeline::stage_at(placement, p.pp, r, ch);
+        for (int64_t i = stage_start[st]; i < stage_start[st] + counts[st]; ++i) {
+          for (const auto& [name, shape] : nn::gpt_parameter_shapes(m, {i}, false, false, false)) {
+            if (!nn::is_hidden_matrix(name, shape) || !trains(m, p, name)) continue;
+            const bool is_expert = name.find(".mlp.experts.") != std::string::npos;
+            const double held = is_expert ? 1.0 / p.ep : 1.0;
+            elements += held * static_cast<double>(numel(shape)) / t;
+            for (int64_t rows : nn::fused_row_blocks(m, name, shape[0])) {
+              const double a = static_cast<double>(std::min(rows, shape[1]));
+              const double b = static_cast<double>(std::max(rows, shape[1]));
+              const double f = held * steps * (4.0 * a * a * b + 2.0 * a * a * a);
+              (is_expert ? expert : dense) += f;
+            }
+          }
+        }
+      }
+      if (dense + expert > muon_flops + muon_expert_flops) {
+        muon_flops = dense, muon_expert_flops = expert, muon_rank_elements = elements;
+      }
+    }
+  }
   // ---- data parallelism: fp32 gradient reduction (hierarchical: inside the
   // node over NVLink, then across nodes through each GPU's share of the NICs)
   // (Under expert parallelism the experts' share of what trains reduces
@@ -1008,6 +1046,9 @@ Estimate price(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int globa
           !p.overlap_dp ? scatter + gather
                         : std::max(0.0, scatter - backward) +
                               (p.overlap_param_gather ? std::max(0.0, gather - forward) : gather);
+      // Muon: every rank's f32 updates of the matrices gathered over dp,
+      // after backward.
+      if (p.muon) e.dp_comm_time += reduction(trained * muon_share, 4.0, 1.0);
     }
   }
   // Tied embeddings: first and last stage all-reduce the embedding gradient
@@ -1022,6 +1063,23 @@ Estimate price(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int globa
   const double optimized =
       p.zero1 ? dense_trained / reducing + expert_trained / (reducing / p.ep) : trained;
   e.optimizer_time = optimized * 30.0 / (c.memory_bandwidth * c.memory_efficiency);
+  if (p.muon) {
+    // Newton-Schulz in bf16, or in f32 without TF32: about a sixteenth of
+    // the bf16 tensor-core peak (A100: 19.5 of 312 TFLOP/s; H100 SXM: 67 of
+    // 989). Without ZeRO-1 every data-parallel replica orthogonalises all of
+    // its stage's matrices; with it, those its pieces touch. The TP ranks
+    // share each stage's matrices out (tp::ShardedMuon), each sending its
+    // f32 shards of the others' matrices and receiving their updates back.
+    const double share_dense = p.zero1 ? 1.0 / reducing : 1.0;
+    const double share_expert = p.zero1 ? 1.0 / std::max(1, reducing / p.ep) : 1.0;
+    const double flops = (muon_flops * share_dense + muon_expert_flops * share_expert) / t;
+    e.optimizer_time += flops / (c.peak_flops / (p.muon_ns_fp32 ? 16.0 : 1.0) * c.gemm_efficiency);
+    if (p.tp > 1) {
+      e.optimizer_time += 2.0 * muon_rank_elements * share_dense * 4.0 * (t - 1.0) / t /
+                              (c.intra_bandwidth * c.collective_efficiency) +
+                          2.0 * c.intra_latency;
+    }
+  }
   e.step_time = e.pipeline_time + e.dp_comm_time + embedding_sync + e.optimizer_time;
 
   // ---- throughput
@@ -1033,7 +1091,8 @@ Estimate price(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int globa
   // ---- memory per GPU (Korthikanti et al. 2022 for activations)
   e.weights_bytes = params * 2.0;
   e.gradient_bytes = trained * 4.0;
-  e.optimizer_bytes = optimized * 12.0;
+  // f32 master and AdamW's two moments; Muon's matrices one moment.
+  e.optimizer_bytes = optimized * (12.0 - 4.0 * muon_share);
   // (A chunk of each sequence under context parallelism; the attention's
   // own, below, a cp-th of the heads over the whole sequence.)
   const double sbh = s / p.cp * b * h;

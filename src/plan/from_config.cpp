@@ -44,6 +44,8 @@ PlannedRun planned_run(const train::Config& config, int gpus) {
   p.zero1 = par.zero == 1;
   p.ep = par.ep;
   p.cp = par.cp;
+  p.muon = config.train.optimizer == "muon";
+  p.muon_ns_fp32 = p.muon && config.train.muon_ns_dtype() == DType::F32;
   p.schedule =
       par.pp > 1 ? pipeline::schedule_from_name(par.schedule) : pipeline::ScheduleKind::OneFOneB;
   p.zb_max_in_flight = par.zb_max_in_flight;

@@ -82,6 +82,7 @@ std::vector<Estimate> recommend(const nn::GptConfig& m, const ClusterSpec& c, in
                     p.overlap_dp = space.overlap_dp;
                     p.overlap_tp = space.overlap_tp;
                     p.attention = space.attention;
+                    p.muon = space.muon;
                     std::vector<ParallelConfig> layouts{p};
                     if (pp > 1 && space.try_balanced_stages && m.n_layer >= pp * v) {
                       ParallelConfig balanced = p;

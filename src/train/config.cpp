@@ -542,7 +542,8 @@ void validate(const Config& c, bool min_lr_given) {
                                    {"muon_nesterov", !t.muon_nesterov},
                                    {"muon_ns_steps", t.muon_ns_steps != 5},
                                    {"muon_scale", t.muon_scale != "adamw_rms"},
-                                   {"muon_lr", t.muon_lr != 0}}) {
+                                   {"muon_lr", t.muon_lr != 0},
+                                   {"muon_ns_precision", !t.muon_ns_precision.empty()}}) {
     if (given && !muon) {
       throw ConfigError(std::string("train.") + key + " applies to train.optimizer 'muon', not '" +
                         t.optimizer + "'");
@@ -929,6 +930,11 @@ DType TrainSection::param_dtype() const {
   return DType::F32;
 }
 
+DType TrainSection::muon_ns_dtype() const {
+  if (!muon_ns_precision.empty()) return muon_ns_precision == "bf16" ? DType::BF16 : DType::F32;
+  return precision == "fp32" ? DType::F32 : DType::BF16;
+}
+
 Config parse_config(const std::string& yaml_text, const std::vector<std::string>& overrides,
                     const std::string& source) {
   YAML::Node root = io::load_yaml(yaml_text, source);
@@ -1141,6 +1147,13 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
             throw ConfigError(k + " '" + t.muon_scale + "' must be adamw_rms or spectral");
         }}},
       {"muon_lr", {false, [&](auto& v, auto& k) { t.muon_lr = get_double(v, k); }}},
+      {"muon_ns_precision",
+       {false,
+        [&](auto& v, auto& k) {
+          t.muon_ns_precision = get_string(v, k);
+          if (t.muon_ns_precision != "fp32" && t.muon_ns_precision != "bf16")
+            throw ConfigError(k + " '" + t.muon_ns_precision + "' must be fp32 or bf16");
+        }}},
       {"exit_after_minutes",
        {false,
         [&](auto& v, auto& k) {
@@ -1708,6 +1721,8 @@ std::string to_yaml(const Config& c) {
     e << YAML::Key << "muon_ns_steps" << YAML::Value << t.muon_ns_steps;
     e << YAML::Key << "muon_scale" << YAML::Value << t.muon_scale;
     if (t.muon_lr > 0) e << YAML::Key << "muon_lr" << YAML::Value << t.muon_lr;
+    if (!t.muon_ns_precision.empty())
+      e << YAML::Key << "muon_ns_precision" << YAML::Value << t.muon_ns_precision;
   }
   e << YAML::Key << "max_skipped_steps" << YAML::Value << t.max_skipped_steps;
   e << YAML::Key << "exit_after_minutes" << YAML::Value << t.exit_after_minutes;

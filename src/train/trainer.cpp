@@ -45,6 +45,7 @@
 #include "triad/parallel/pipeline/simulator.h"
 #include "triad/parallel/pipeline/stage_balance.h"
 #include "triad/parallel/pipeline/zero_bubble.h"
+#include "triad/parallel/tensor/sharded_muon.h"
 #include "triad/train/attention_choice.h"
 #include "triad/train/checkpoint_reshard.h"
 #include "triad/train/tensorboard.h"
@@ -508,8 +509,8 @@ Trainer::Trainer(Config config, dist::ProcessGroupPtr world)
   }
   // Weight decay follows the tensor's rank (2-d shards stay 2-d).
   if (reducer_ && reducer_->zero1()) {
-    zero_optimizer_ =
-        std::make_unique<dp::ZeroAdamW>(*reducer_, o, muon_matrices(), muon_options());
+    zero_optimizer_ = std::make_unique<dp::ZeroAdamW>(*reducer_, o, muon_matrices(), muon_options(),
+                                                      muon_updater());
     if (par.overlap_param_gather) {
       // The optimizer step leaves its all-gathers running; each part of the
       // model waits for its own parameters' buckets when the next forward
@@ -544,16 +545,16 @@ void Trainer::make_optimizers(const optim::AdamWOptions& o) {
   }
   optimizer_ = std::make_unique<optim::AdamW>(std::move(rest), o);
   if (config_.train.optimizer == "muon")
-    muon_ = std::make_unique<optim::Muon>(std::move(muon), muon_options());
+    muon_ = std::make_unique<optim::Muon>(std::move(muon), muon_options(), muon_updater());
 }
 
 std::map<std::string, optim::MuonMatrix> Trainer::muon_matrices() const {
   std::map<std::string, optim::MuonMatrix> out;
   if (config_.train.optimizer != "muon") return out;
-  // Each parameter's full shape and how it is cut over the TP ranks.
-  std::map<std::string, std::pair<tp::ShardSpec, Shape>> cuts;
+  // Each parameter's full shape (a shard's is its whole matrix's).
+  std::map<std::string, Shape> shapes;
   auto note = [&](const tp::TensorParallelGpt& m) {
-    for (const auto& [n, spec] : m.shard_specs()) cuts[n] = {spec, m.full_shapes().at(n)};
+    for (const auto& [n, shape] : m.full_shapes()) shapes[n] = shape;
   };
   if (pp_model_) {
     for (int c = 0; c < pp_model_->v(); ++c) note(pp_model_->chunk(c));
@@ -561,34 +562,33 @@ std::map<std::string, optim::MuonMatrix> Trainer::muon_matrices() const {
     note(*tp_model_);
   }
   for (const auto& [name, p] : trainable_parameters()) {
-    const auto it = cuts.find(name);
-    const Shape full = it != cuts.end() ? it->second.second : p.shape();
+    const auto it = shapes.find(name);
+    const Shape full = it != shapes.end() ? it->second : p.shape();
     if (!nn::is_hidden_matrix(name, full)) continue;
-    optim::MuonMatrix m;
-    m.name = name;
-    m.row_blocks = nn::fused_row_blocks(config_.model, name, full[0]);
-    if (it != cuts.end() && it->second.first.split && mesh_->tp()->size() > 1) {
-      // A shard: orthogonalised whole, every TP rank the same matrix (one
-      // all-gather of the update per matrix and step).
-      const tp::ShardSpec spec = it->second.first;
-      const dist::ProcessGroupPtr group = mesh_->tp();
-      m.gather = [spec, full, group](const Tensor& local) {
-        const Tensor mine = contiguous(local);
-        const int64_t n = mine.numel();
-        Tensor all = empty({n * group->size()}, mine.dtype(), mine.device());
-        group->all_gather(reshape(mine, {n}), all)->wait();
-        std::vector<Tensor> shards;
-        for (int r = 0; r < group->size(); ++r)
-          shards.push_back(reshape(narrow(all, 0, r * n, n), mine.shape()));
-        return spec.assemble(shards, full);
-      };
-      m.cut = [spec, group](const Tensor& whole) {
-        return spec.cut(whole, group->rank(), group->size());
-      };
-    }
-    out[name] = std::move(m);
+    out[name] = {name, nn::fused_row_blocks(config_.model, name, full[0])};
   }
   return out;
+}
+
+optim::MuonUpdater Trainer::muon_updater() const {
+  if (config_.train.optimizer != "muon" || !mesh_ || mesh_->tp()->size() == 1) return {};
+  // Each matrix's cut over the TP ranks and its full shape.
+  std::map<std::string, tp::ShardedMuon::Matrix> cuts;
+  auto note = [&](const tp::TensorParallelGpt& m) {
+    for (const auto& [n, spec] : m.shard_specs()) cuts[n] = {spec, m.full_shapes().at(n), {}};
+  };
+  if (pp_model_) {
+    for (int c = 0; c < pp_model_->v(); ++c) note(pp_model_->chunk(c));
+  } else if (tp_model_) {
+    note(*tp_model_);
+  }
+  std::map<std::string, tp::ShardedMuon::Matrix> matrices;
+  for (auto& [name, m] : muon_matrices()) {
+    tp::ShardedMuon::Matrix& x = matrices[name] = cuts.at(name);
+    x.row_blocks = m.row_blocks;
+  }
+  return tp::ShardedMuon::updater(
+      std::make_shared<tp::ShardedMuon>(mesh_->tp(), std::move(matrices), muon_options()));
 }
 
 optim::MuonOptions Trainer::muon_options() const {
@@ -599,6 +599,7 @@ optim::MuonOptions Trainer::muon_options() const {
   mo.ns_steps = static_cast<int>(t.muon_ns_steps);
   mo.scale = optim::muon_scale_from_string(t.muon_scale);
   mo.weight_decay = t.weight_decay;
+  mo.ns_dtype = t.muon_ns_dtype();
   return mo;
 }
 

@@ -223,6 +223,52 @@ TEST(CostModel, PricesFrozenParameters) {
   }
 }
 
+// train.optimizer muon: the blocks' matrices keep one moment (8 bytes with
+// the master, against AdamW's 12), and the step pays Newton-Schulz's GEMMs:
+// the stage's matrices shared out over the tp ranks (5 x (4 a^2 b + 2 a^3)
+// flops for an a x b block, a <= b), a dp-th of them under ZeRO-1, sixteen
+// times slower in f32; the updates' TP exchange and ZeRO-1's dp gather
+// cost time.
+TEST(CostModel, PricesMuon) {
+  const ClusterSpec c = selene();
+  const nn::GptConfig m = gpt(8, 16, 1536);
+  const ParallelConfig p = layout(2, 1, 16, 2, Recompute::None);
+  const Estimate adamw = estimate(m, c, 32, 64, p);
+  ParallelConfig mp = p;
+  mp.muon = true;
+  const Estimate muon = estimate(m, c, 32, 64, mp);
+  double hidden = 0, all = 0;
+  for (const auto& [name, shape] : nn::gpt_parameter_shapes(m)) {
+    all += static_cast<double>(numel(shape));
+    if (nn::is_hidden_matrix(name, shape)) hidden += static_cast<double>(numel(shape));
+  }
+  EXPECT_NEAR(muon.optimizer_bytes, adamw.optimizer_bytes * (12.0 - 4.0 * hidden / all) / 12.0,
+              1e-9 * adamw.optimizer_bytes);
+  EXPECT_DOUBLE_EQ(muon.pipeline_time, adamw.pipeline_time);
+  // GPT-2's blocks: c_attn 3 x (1536 x 1536), c_proj 1536 x 1536, c_fc
+  // 6144 x 1536, its c_proj 1536 x 6144.
+  const double a = 1536, ns = [&] {
+    auto f = [](double x, double y) { return 5.0 * (4.0 * x * x * y + 2.0 * x * x * x); };
+    return 8.0 * (4.0 * f(a, a) + 2.0 * f(a, 4 * a)) / 2;  // (over tp 2)
+  }();
+  const double rate = c.peak_flops * c.gemm_efficiency;
+  const double extra = muon.optimizer_time - adamw.optimizer_time;
+  EXPECT_GT(extra, ns / rate);
+  EXPECT_LT(extra, ns / rate + 0.1 * ns / rate + 0.01);
+  ParallelConfig f32 = mp;
+  f32.muon_ns_fp32 = true;
+  EXPECT_NEAR(estimate(m, c, 32, 64, f32).optimizer_time - adamw.optimizer_time - extra,
+              15.0 * ns / rate, 1e-9 * ns / rate);
+  // ZeRO-1 over 16 replicas: a sixteenth of the matrices, and the updates'
+  // all-gather over dp.
+  ParallelConfig z = mp, za = p;
+  z.zero1 = za.zero1 = true;
+  const Estimate zm = estimate(m, c, 32, 64, z), zadam = estimate(m, c, 32, 64, za);
+  EXPECT_LT(zm.optimizer_time - zadam.optimizer_time, extra / 8);
+  EXPECT_GT(zm.dp_comm_time, zadam.dp_comm_time);
+  EXPECT_NE(muon.config.str().find(" muon"), std::string::npos);
+}
+
 // model.lora.dropout keeps each adapted layer's dropped-out input for
 // backward: 2h (the column-parallel layers' whole inputs) plus (h + 4h) / tp
 // (the row-parallel ones' split inputs) per token and held layer, 2 bytes

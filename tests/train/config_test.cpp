@@ -205,6 +205,16 @@ TEST(Config, MuonOptimizerKeys) {
   EXPECT_EQ(c.train.muon_ns_steps, 6);
   EXPECT_EQ(c.train.muon_scale, "spectral");
   EXPECT_DOUBLE_EQ(c.train.muon_lr, 0.02);
+  // Newton-Schulz in bf16 under half precisions unless told otherwise.
+  EXPECT_EQ(c.train.muon_ns_dtype(), DType::F32);
+  EXPECT_EQ(
+      parse_config(kValid, {"train.optimizer=muon", "train.precision=bf16"}).train.muon_ns_dtype(),
+      DType::BF16);
+  const Config f = parse_config(to_yaml(parse_config(
+      kValid, {"train.optimizer=muon", "train.precision=bf16", "train.muon_ns_precision=fp32"})));
+  EXPECT_EQ(f.train.muon_ns_dtype(), DType::F32);
+  expect_config_error(kValid, {"train.optimizer=muon", "train.muon_ns_precision=fp16"},
+                      "train.muon_ns_precision 'fp16' must be fp32 or bf16");
   expect_config_error(kValid, {"train.optimizer=sgd"},
                       "train.optimizer 'sgd' must be adamw or muon");
   expect_config_error(kValid, {"train.muon_momentum=0.9"},

@@ -29,7 +29,8 @@ struct MuonOptions {
   bool nesterov = true;
   int ns_steps = 5;
   MuonScale scale = MuonScale::AdamWRms;
-  double weight_decay = 0.1;  // decoupled, as AdamW's: p <- p (1 - lr wd)
+  double weight_decay = 0.1;    // decoupled, as AdamW's: p <- p (1 - lr wd)
+  DType ns_dtype = DType::F32;  // the Newton-Schulz GEMMs' (orthogonalize's compute)
 };
 
 // The Newton-Schulz iteration Muon uses (Jordan et al. 2024): X = G / |G|_F,
@@ -38,8 +39,17 @@ struct MuonOptions {
 // transposed there and back). It takes G's singular values to about 1
 // (between 0.7 and 1.2) and keeps its singular vectors: about U V^T. Half
 // matrices are taken in f32; f32 and f64 in their own type.
-Tensor orthogonalize(const Tensor& g, int steps = 5);
+// `compute`: the dtype of the iteration's GEMMs: BF16 (Jordan's and
+// Moonlight's; sixteen times f32's GEMM rate on A100 and H100) or F32 (f64
+// matrices stay f64). The result is f32 (f64 for an f64 g).
+Tensor orthogonalize(const Tensor& g, int steps = 5, DType compute = DType::F32);
 double muon_update_scale(int64_t rows, int64_t cols, MuonScale s);
+
+// Muon's update of a whole matrix from its momentum term u: each of
+// `row_blocks` (empty: one) orthogonalised apart in options.ns_dtype and
+// scaled by muon_update_scale. `name` is for errors.
+Tensor muon_update(const Tensor& u, const std::vector<int64_t>& row_blocks,
+                   const MuonOptions& options, const std::string& name);
 
 // A matrix Muon updates.
 struct MuonMatrix {
@@ -47,13 +57,17 @@ struct MuonMatrix {
   // The full matrix's rows cut into matrices orthogonalised apart (a fused
   // [q | k | v] weight: three; SwiGLU's [gate | value]: two); empty: one.
   std::vector<int64_t> row_blocks;
-  // For a parameter that is a shard of its matrix (tensor parallelism): the
-  // full matrix from this rank's shard of it (a collective every rank
-  // holding a shard calls, in the same order), and this rank's shard of a
-  // full one. Unset: the parameter is the whole matrix.
-  std::function<Tensor(const Tensor&)> gather;
-  std::function<Tensor(const Tensor&)> cut;
 };
+
+// How matrices held as shards (tensor parallelism) get their updates:
+// given the matrices' names (the same list, in the same order, on every
+// rank sharing them), `u(i)` this rank's shard of matrix i's momentum term
+// and `apply(i, update)` taking this rank's shard of its update. Each
+// matrix is orthogonalised whole (tp::ShardedMuon). Unset: the parameters
+// are whole matrices, each updated where it is (muon_update).
+using MuonUpdater = std::function<void(const std::vector<std::string>& names,
+                                       const std::function<Tensor(size_t)>& u,
+                                       const std::function<void(size_t, const Tensor&)>& apply)>;
 
 // Muon (MomentUm Orthogonalized by Newton-Schulz; Jordan et al. 2024, at
 // scale Liu et al. 2025) for a model's hidden matrices: per step, with g the
@@ -66,7 +80,8 @@ struct MuonMatrix {
 // masters, as AdamW's do; the momentum is f32.
 class Muon {
  public:
-  Muon(std::vector<std::pair<MuonMatrix, Tensor>> matrices, MuonOptions options);
+  Muon(std::vector<std::pair<MuonMatrix, Tensor>> matrices, MuonOptions options,
+       MuonUpdater updater = {});
 
   // One update with learning rate `lr`. Parameters without a gradient are
   // skipped (every rank sharing a matrix must agree). The gradients are
@@ -88,6 +103,7 @@ class Muon {
 
  private:
   MuonOptions options_;
+  MuonUpdater updater_;
   std::vector<State> state_;
   int64_t step_ = 0;
 };

@@ -74,9 +74,18 @@ struct ParallelConfig {
   // activations kept for one). Under model.lora every weight but the
   // adapters is fixed whatever this holds.
   std::set<std::string> frozen;
+  // train.optimizer muon: the blocks' hidden matrices keep one f32 moment
+  // (not AdamW's two), and each step orthogonalises them by Newton-Schulz
+  // (five iterations of three GEMMs per matrix, each matrix whole on one
+  // of its TP ranks, the stage's matrices shared out over them; under ZeRO-1
+  // each rank takes about 1/dp of the matrices, after an all-gather of the
+  // updates over dp), in bf16 or, with muon_ns_fp32
+  // (train.muon_ns_precision fp32), in f32.
+  bool muon = false;
+  bool muon_ns_fp32 = false;
 
   // "tp=8 pp=64 dp=6 vpp=1 mb=1 recompute=full sp=off zero1=off 1f1b", and
-  // " stages=[3,4,4,1]" for an uneven split.
+  // " stages=[3,4,4,1]" for an uneven split, " muon" under Muon.
   std::string str() const;
 };
 

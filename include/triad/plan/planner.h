@@ -21,6 +21,7 @@ struct SearchSpace {
   bool overlap_dp = false;
   bool overlap_tp = false;
   Attention attention = Attention::Unfused;
+  bool muon = false;  // every layout under train.optimizer muon (ParallelConfig::muon)
   // > 0: only the `top` fastest layouts that fit are wanted. Layouts are
   // then priced in the order of estimate_lower_bound's step time, and the
   // search stops where that bound passes the top-th best found: the same

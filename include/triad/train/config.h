@@ -39,7 +39,11 @@ struct TrainSection {
   int64_t muon_ns_steps = 5;
   std::string muon_scale = "adamw_rms";  // adamw_rms | spectral
   double muon_lr = 0;                    // Muon's peak learning rate; 0: lr
-  int64_t max_skipped_steps = 5;         // consecutive non-finite steps before the job stops
+  // fp32 | bf16: the Newton-Schulz GEMMs' precision; empty: bf16 under a
+  // bf16/fp16 precision, fp32 under fp32 (muon_ns_dtype()).
+  std::string muon_ns_precision;
+  DType muon_ns_dtype() const;
+  int64_t max_skipped_steps = 5;  // consecutive non-finite steps before the job stops
   // > 0: after the first step that ends this many minutes after the
   // trainer was created, every rank checkpoints and the run ends, as on SIGTERM (a job
   // that must end before its allocation does); 0: no limit.

@@ -196,8 +196,10 @@ class Trainer {
   // Builds optimizer_ (and muon_) over the trainable parameters.
   void make_optimizers(const optim::AdamWOptions& o);
   // train.optimizer muon: the trainable parameters Muon updates, by name
-  // (empty otherwise).
+  // (empty otherwise), and under tensor parallelism how their shards get
+  // their updates (tp::ShardedMuon; unset without it).
   std::map<std::string, optim::MuonMatrix> muon_matrices() const;
+  optim::MuonUpdater muon_updater() const;
   optim::MuonOptions muon_options() const;
   // Muon's learning rate for a step whose AdamW rate is `lr`.
   double muon_lr(double lr) const;

@@ -305,8 +305,12 @@ void GradientReducer::wait_gathers() {
 }
 
 ZeroAdamW::ZeroAdamW(GradientReducer& reducer, optim::AdamWOptions options,
-                     std::map<std::string, optim::MuonMatrix> muon, optim::MuonOptions muon_options)
-    : reducer_(reducer), options_(options), muon_options_(muon_options) {
+                     std::map<std::string, optim::MuonMatrix> muon, optim::MuonOptions muon_options,
+                     optim::MuonUpdater updater)
+    : reducer_(reducer),
+      options_(options),
+      muon_options_(muon_options),
+      updater_(std::move(updater)) {
   for (size_t i = 0; i < reducer_.params().size(); ++i) {
     const auto& [name, p] = reducer_.params()[i];
     auto it = muon.find(name);
@@ -419,42 +423,33 @@ void ZeroAdamW::muon_step(double lr, double grad_scale) {
   for (const auto& [i, m] : muon_) all.push_back(i);
   reducer_.gather_gradients(all);
   // The matrices this rank's pieces touch, each orthogonalised once (with
-  // its tensor-parallel peers, which hold pieces of the same matrices).
-  std::map<size_t, Tensor> update;
-  for (size_t i : touched) {
-    const optim::MuonMatrix& mat = muon_.at(i);
-    const Tensor u = reducer_.params()[i].second.grad();
-    const Tensor full = mat.gather ? mat.gather(u) : u;
-    const int64_t rows = full.size(0), cols = full.size(1);
-    std::vector<int64_t> blocks = mat.row_blocks;
-    if (blocks.empty()) blocks = {rows};
-    std::vector<Tensor> parts;
-    int64_t at = 0;
-    for (int64_t r : blocks) {
-      parts.push_back(scale(optim::orthogonalize(narrow(full, 0, at, r), muon_options_.ns_steps),
-                            optim::muon_update_scale(r, cols, muon_options_.scale)));
-      at += r;
+  // its tensor-parallel peers, which hold pieces of the same matrices),
+  // their updates applied to this rank's pieces.
+  std::vector<std::string> names;
+  for (size_t i : touched) names.push_back(reducer_.params()[i].first);
+  const auto u = [&](size_t j) { return reducer_.params()[touched.at(j)].second.grad(); };
+  const auto apply = [&](size_t j, const Tensor& update) {
+    const size_t i = touched.at(j);
+    const Tensor flat = reshape(contiguous(update), {update.numel()});
+    for (size_t k = 0; k < segments.size(); ++k) {
+      const auto& s = segments[k];
+      if (s.param != i) continue;
+      Tensor target = master_.defined() ? range(master_, places_[k].m_at, s.length)
+                                        : range(reducer_.flat_params(), s.flat_offset, s.length);
+      if (muon_options_.weight_decay > 0) scale_(target, 1.0 - lr * muon_options_.weight_decay);
+      add_(target, scale(narrow(flat, 0, s.param_offset, s.length), -lr));
+      if (master_.defined()) {
+        Tensor p = range(reducer_.flat_params(), s.flat_offset, s.length);
+        copy_(p, target);
+      }
     }
-    if (at != rows) {
-      throw ShapeError("ZeroAdamW: Muon's '" + mat.name + "' has " + std::to_string(rows) +
-                       " rows, its blocks add up to " + std::to_string(at));
-    }
-    Tensor o = parts.size() == 1 ? parts[0] : concat(parts, 0);
-    if (mat.cut) o = mat.cut(o);
-    update[i] = reshape(contiguous(o), {o.numel()});
+  };
+  if (updater_) {
+    updater_(names, u, apply);
+    return;
   }
-  for (size_t k = 0; k < segments.size(); ++k) {
-    const auto& s = segments[k];
-    if (places_[k].v_at >= 0) continue;
-    Tensor target = master_.defined() ? range(master_, places_[k].m_at, s.length)
-                                      : range(reducer_.flat_params(), s.flat_offset, s.length);
-    if (muon_options_.weight_decay > 0) scale_(target, 1.0 - lr * muon_options_.weight_decay);
-    add_(target, scale(narrow(update.at(s.param), 0, s.param_offset, s.length), -lr));
-    if (master_.defined()) {
-      Tensor p = range(reducer_.flat_params(), s.flat_offset, s.length);
-      copy_(p, target);
-    }
-  }
+  for (size_t j = 0; j < touched.size(); ++j)
+    apply(j, optim::muon_update(u(j), muon_.at(touched[j]).row_blocks, muon_options_, names[j]));
 }
 
 }  // namespace triad::dp

@@ -30,6 +30,7 @@
 #include "triad/parallel/tensor/gpt.h"
 #include "triad/parallel/tensor/layers.h"
 #include "triad/parallel/tensor/mappings.h"
+#include "triad/parallel/tensor/sharded_muon.h"
 
 namespace triad::tp {
 namespace {
@@ -1183,6 +1184,55 @@ TEST(TensorParallelGpt, ConfigErrorsNameTheNumbers) {
   EXPECT_THROW(TensorParallelGpt(s, 1, g_world, true), ConfigError);
   EXPECT_EQ(padded_vocab(300, 2), 512);
   EXPECT_EQ(padded_vocab(50257, 1), 50304);
+}
+
+// Muon's updates of split matrices, each orthogonalised whole by one rank
+// of the group (tp::ShardedMuon): every rank's shard of every update is its
+// cut of the update of the whole matrix, for column blocks of two widths
+// (grouped-query attention's q, k and v, the key/value heads shared by
+// ranks under tp 4), two equal blocks (SwiGLU's), a row-parallel matrix and
+// a replicated one, in more matrices than ranks (rounds, the last short).
+TEST(ShardedMuon, EachShardGetsItsCutOfTheWholeMatrixsUpdate) {
+  const int P = g_world->size(), me = g_world->rank();
+  optim::MuonOptions o;
+  std::map<std::string, ShardedMuon::Matrix> matrices;
+  std::vector<std::string> names;
+  std::vector<Tensor> wholes;  // each matrix's full u, the same on every rank
+  auto add = [&](const std::string& name, ShardSpec spec, Shape shape, std::vector<int64_t> blocks,
+                 uint64_t seed) {
+    matrices[name] = {spec, shape, blocks};
+    names.push_back(name);
+    wholes.push_back(randn(shape, 61, seed));
+  };
+  // 4 heads of 4 and 2 key/value heads: q 16 rows, k and v 8 each.
+  add("qkv", ShardSpec::along_blocks(0, {16, 8, 8}, {4, 4, 4}), {32, 12}, {16, 8, 8}, 1);
+  add("gate_value", ShardSpec::along(0, 2), {16, 12}, {8, 8}, 2);
+  add("row", ShardSpec::along(1), {12, 16}, {}, 3);
+  add("replicated", ShardSpec::replicated(), {6, 5}, {}, 4);
+  for (int k = 0; k < P + 1; ++k)
+    add("column" + std::to_string(k), ShardSpec::along(0), {8, 6}, {}, 10 + k);
+  const ShardedMuon muon(g_world, matrices, o);
+  std::vector<int> asked(names.size(), 0), applied(names.size(), 0);
+  muon.update(
+      names,
+      [&](size_t i) {
+        ++asked[i];
+        return matrices.at(names[i]).spec.cut(wholes[i], me, P);
+      },
+      [&](size_t i, const Tensor& update) {
+        ++applied[i];
+        const auto& m = matrices.at(names[i]);
+        const Tensor want =
+            m.spec.cut(optim::muon_update(wholes[i], m.row_blocks, o, names[i]), me, P);
+        expect_close(to_double_vector(update), to_double_vector(want), 1e-6, 1e-6, names[i]);
+      });
+  for (size_t i = 0; i < names.size(); ++i) {
+    EXPECT_EQ(asked[i], 1) << names[i];
+    EXPECT_EQ(applied[i], 1) << names[i];
+  }
+  EXPECT_THROW(muon.update(
+                   {"unknown"}, [](size_t) { return Tensor(); }, [](size_t, const Tensor&) {}),
+               ValueError);
 }
 
 }  // namespace

@@ -177,9 +177,11 @@ class GradientReducer {
 // them), then updates its pieces.
 class ZeroAdamW {
  public:
+  // `updater`: how shards of matrices get their updates (optim::MuonUpdater;
+  // tensor parallelism), called with the matrices this rank's pieces touch.
   ZeroAdamW(GradientReducer& reducer, optim::AdamWOptions options,
             std::map<std::string, optim::MuonMatrix> muon = {},
-            optim::MuonOptions muon_options = {});
+            optim::MuonOptions muon_options = {}, optim::MuonUpdater updater = {});
   // grad_scale multiplies each gradient (gradient clipping's coefficient)
   // as AdamW::step's does. Muon's matrices step with `muon_lr` (< 0: lr).
   void step(double lr, double grad_scale = 1.0, double muon_lr = -1);
@@ -211,6 +213,7 @@ class ZeroAdamW {
   optim::AdamWOptions options_;
   std::map<size_t, optim::MuonMatrix> muon_;  // by parameter index
   optim::MuonOptions muon_options_;
+  optim::MuonUpdater updater_;
   Tensor m_, v_;  // over the concatenated shard segments (v_: AdamW's alone)
   Tensor master_;
   std::vector<Place> places_;
