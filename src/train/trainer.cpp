@@ -2291,6 +2291,20 @@ std::vector<StepMetrics> Trainer::run() {
                    ? ""
                    : " (f32 gradients, master weights and optimizer state" +
                          std::string(scaler_ ? ", dynamic loss scaling)" : ")"));
+  if (config_.train.optimizer == "muon") {
+    // (This rank's parameters: its stage's, its shards.)
+    const auto matrices = muon_matrices();
+    int64_t muon_elements = 0, rest = 0;
+    for (const auto& [name, p] : trainable_parameters())
+      (matrices.count(name) ? muon_elements : rest) += p.numel();
+    const auto& t = config_.train;
+    spdlog::info(
+        "optimizer: Muon on {} matrices ({} elements here; momentum {}{}, {} Newton-Schulz steps "
+        "in {}, scale {}, peak lr {:g}), AdamW on the rest ({} elements)",
+        matrices.size(), muon_elements, t.muon_momentum, t.muon_nesterov ? ", Nesterov" : "",
+        t.muon_ns_steps, dtype_name(t.muon_ns_dtype()), t.muon_scale,
+        t.muon_lr > 0 ? t.muon_lr : t.lr, rest);
+  }
   spdlog::info(
       "data: {} tokens, {} sequences{}; {} steps{} of {} sequences ({} micro-batches of {}{})",
       dataset_->num_tokens(), dataset_->num_sequences(),
