@@ -465,17 +465,12 @@ Trainer::Trainer(Config config, dist::ProcessGroupPtr world)
     std::map<std::string, tp::ShardSpec> specs;
     // Each parameter's elements that another TP rank holds too.
     std::map<std::string, std::vector<std::pair<int64_t, int64_t>>> repeated;
-    auto note = [&](const tp::TensorParallelGpt& part) {
-      for (auto& [n, sp] : part.shard_specs()) {
+    for (const tp::TensorParallelGpt* part : parallel_parts()) {
+      for (auto& [n, sp] : part->shard_specs()) {
         specs[n] = sp;
-        if (part.reduces_after_backward(n)) late.insert(n);
-        if (sp.split) repeated[n] = part.repeated_elements(n);
+        if (part->reduces_after_backward(n)) late.insert(n);
+        if (sp.split) repeated[n] = part->repeated_elements(n);
       }
-    };
-    if (pp_model_) {
-      for (int c = 0; c < pp_model_->v(); ++c) note(pp_model_->chunk(c));
-    } else if (tp_model_) {
-      note(*tp_model_);
     }
     // Under expert parallelism an expert's replicas are the expert-data-
     // parallel ranks, and its gradient already sums ep ranks' tokens.
@@ -531,6 +526,16 @@ Trainer::Trainer(Config config, dist::ProcessGroupPtr world)
   choose_attention_kernel();
 }
 
+std::vector<const tp::TensorParallelGpt*> Trainer::parallel_parts() const {
+  std::vector<const tp::TensorParallelGpt*> out;
+  if (pp_model_) {
+    for (int c = 0; c < pp_model_->v(); ++c) out.push_back(&pp_model_->chunk(c));
+  } else if (tp_model_) {
+    out.push_back(tp_model_.get());
+  }
+  return out;
+}
+
 void Trainer::make_optimizers(const optim::AdamWOptions& o) {
   auto matrices = muon_matrices();
   std::vector<std::pair<std::string, Tensor>> rest;
@@ -553,13 +558,8 @@ std::map<std::string, optim::MuonMatrix> Trainer::muon_matrices() const {
   if (config_.train.optimizer != "muon") return out;
   // Each parameter's full shape (a shard's is its whole matrix's).
   std::map<std::string, Shape> shapes;
-  auto note = [&](const tp::TensorParallelGpt& m) {
-    for (const auto& [n, shape] : m.full_shapes()) shapes[n] = shape;
-  };
-  if (pp_model_) {
-    for (int c = 0; c < pp_model_->v(); ++c) note(pp_model_->chunk(c));
-  } else if (tp_model_) {
-    note(*tp_model_);
+  for (const tp::TensorParallelGpt* part : parallel_parts()) {
+    for (const auto& [n, shape] : part->full_shapes()) shapes[n] = shape;
   }
   for (const auto& [name, p] : trainable_parameters()) {
     const auto it = shapes.find(name);
@@ -574,13 +574,9 @@ optim::MuonUpdater Trainer::muon_updater() const {
   if (config_.train.optimizer != "muon" || !mesh_ || mesh_->tp()->size() == 1) return {};
   // Each matrix's cut over the TP ranks and its full shape.
   std::map<std::string, tp::ShardedMuon::Matrix> cuts;
-  auto note = [&](const tp::TensorParallelGpt& m) {
-    for (const auto& [n, spec] : m.shard_specs()) cuts[n] = {spec, m.full_shapes().at(n), {}};
-  };
-  if (pp_model_) {
-    for (int c = 0; c < pp_model_->v(); ++c) note(pp_model_->chunk(c));
-  } else if (tp_model_) {
-    note(*tp_model_);
+  for (const tp::TensorParallelGpt* part : parallel_parts()) {
+    for (const auto& [n, spec] : part->shard_specs())
+      cuts[n] = {spec, part->full_shapes().at(n), {}};
   }
   std::map<std::string, tp::ShardedMuon::Matrix> matrices;
   for (auto& [name, m] : muon_matrices()) {
@@ -727,15 +723,11 @@ RankPlacement Trainer::placement() const {
     pl.pp_rank = mesh_->pp_rank();
     pl.dp_rank = mesh_->dp_rank();
   }
-  auto add = [&](const tp::TensorParallelGpt& m) {
-    const auto& shapes = m.full_shapes();
-    for (const auto& [name, spec] : m.shard_specs()) pl.params[name] = {spec, shapes.at(name)};
-  };
-  if (pp_model_) {
-    for (int c = 0; c < pp_model_->v(); ++c) add(pp_model_->chunk(c));
-  } else if (tp_model_) {
-    add(*tp_model_);
-  } else {
+  for (const tp::TensorParallelGpt* part : parallel_parts()) {
+    const auto& shapes = part->full_shapes();
+    for (const auto& [name, spec] : part->shard_specs()) pl.params[name] = {spec, shapes.at(name)};
+  }
+  if (!tp_model_ && !pp_model_) {
     for (auto& [name, p] : model_->named_parameters()) {
       pl.params[name] = {tp::ShardSpec::replicated(), p.shape()};
     }

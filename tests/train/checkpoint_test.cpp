@@ -124,6 +124,52 @@ TEST(Checkpoint, AFrozenRunResumesBitwiseAndCanBeUnfrozen) {
   }
 }
 
+// train.optimizer muon: a run resumes bit for bit (the momentum of its
+// matrices in the checkpoint), in fp32 and through bf16's masters; resumed
+// under AdamW (or an AdamW run under Muon) it starts from the checkpoint's
+// weights, the new optimizer's state from zero.
+TEST(Checkpoint, AMuonRunResumesBitwiseAndCanChangeOptimizer) {
+  for (const std::string precision : {"fp32", "bf16"}) {
+    SCOPED_TRACE(precision);
+    TempDir dir;
+    auto with = [&](const std::string& optimizer, int64_t interval, const std::string& resume) {
+      Config c = config(dir, 4, interval, resume);
+      c.train.optimizer = optimizer;
+      c.train.precision = precision;
+      return c;
+    };
+    std::vector<StepMetrics> whole;
+    {
+      Trainer t(with("muon", 2, "never"));
+      whole = t.run();
+    }
+    expect_resumes_from_step_2_bitwise(dir, with("muon", 0, "auto"), whole);
+    // Without the momentum the resumed steps differ: the checkpoint's is used.
+    point_latest_to(dir, 2);
+    Trainer adamw(with("adamw", 0, "auto"));
+    const auto rest = adamw.run();
+    ASSERT_EQ(rest.size(), 2u);
+    EXPECT_EQ(rest[0].loss, whole[2].loss);  // the checkpoint's weights
+    EXPECT_NE(rest[1].loss, whole[3].loss);  // AdamW's step, not Muon's
+  }
+  // An AdamW checkpoint resumed under Muon.
+  TempDir dir;
+  Config c = config(dir, 4, 2, "never");
+  std::vector<StepMetrics> whole;
+  {
+    Trainer t(c);
+    whole = t.run();
+  }
+  point_latest_to(dir, 2);
+  Config m = config(dir, 4, 0, "auto");
+  m.train.optimizer = "muon";
+  Trainer muon(m);
+  const auto rest = muon.run();
+  ASSERT_EQ(rest.size(), 2u);
+  EXPECT_EQ(rest[0].loss, whole[2].loss);
+  EXPECT_NE(rest[1].loss, whole[3].loss);
+}
+
 // model.lora: a run resumes bit for bit (the checkpoint keeps the adapters
 // apart), and a run without adapters started from that checkpoint
 // (init.from) starts from its weights with the adapters merged in.

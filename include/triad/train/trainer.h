@@ -193,6 +193,9 @@ class Trainer {
   int64_t val_tokens() const;
   std::unique_ptr<optim::AdamW> optimizer_;  // (with train.optimizer muon: the rest)
   std::unique_ptr<optim::Muon> muon_;        // train.optimizer muon: the hidden matrices
+  // The tensor-parallel model's parts this rank holds: the model, or its
+  // pipeline chunks (none in one process).
+  std::vector<const tp::TensorParallelGpt*> parallel_parts() const;
   // Builds optimizer_ (and muon_) over the trainable parameters.
   void make_optimizers(const optim::AdamWOptions& o);
   // train.optimizer muon: the trainable parameters Muon updates, by name
