@@ -204,6 +204,45 @@ Routing route_top_k(const std::vector<double>& probs, int64_t tokens, int64_t ex
   return r;
 }
 
+Routing keep_assignments(const Routing& r, const std::vector<char>& keep, int64_t tokens,
+                         int64_t top_k) {
+  const int64_t padding = tokens * top_k;
+  if (static_cast<int64_t>(keep.size()) != padding) {
+    throw ValueError("keep_assignments: " + std::to_string(keep.size()) + " flags for " +
+                     std::to_string(padding) + " assignments");
+  }
+  Routing out;
+  out.tokens = r.tokens;
+  out.top_k = r.top_k;
+  out.experts = r.experts;
+  out.choice = r.choice;
+  out.load = r.load;
+  out.dropped = r.dropped;
+  out.rows.resize(r.rows.size());
+  size_t at = 0;
+  for (size_t e = 0; e < r.rows.size(); ++e) {
+    int64_t kept = 0;
+    for (int64_t i = 0; i < r.rows[e]; ++i, ++at) {
+      const int64_t a = r.assignment[at];
+      if (a == padding) continue;
+      if (!keep[static_cast<size_t>(a)]) {
+        ++out.dropped;
+        continue;
+      }
+      out.token.push_back(r.token[at]);
+      out.assignment.push_back(a);
+      ++kept;
+    }
+    if (kept == 0) {  // the padding row: token 0, the zero gate
+      out.token.push_back(0);
+      out.assignment.push_back(padding);
+      kept = 1;
+    }
+    out.rows[e] = kept;
+  }
+  return out;
+}
+
 int64_t expert_capacity(double factor, int64_t tokens, int64_t experts, int64_t top_k) {
   if (!(factor >= 0) || !std::isfinite(factor) || tokens < 0 || experts < 1 || top_k < 1) {
     throw ValueError("expert_capacity: factor " + std::to_string(factor) + " for " +
@@ -425,6 +464,44 @@ Tensor MoeMlp::expert_forward(const Expert& e, const Tensor& x, const DropoutDra
   return e.c_proj->forward(unfused_activation(activation_, e.c_fc->forward(x, draw)), draw);
 }
 
+Routing MoeMlp::route_chunk_under_capacity(const std::vector<double>& host, int64_t chunk,
+                                           int64_t capacity, const ExpertChoice& choice) const {
+  const int64_t E = num_experts(), k = top_k_, P = chunks_.parts, me = chunks_.rank;
+  const int64_t N = static_cast<int64_t>(host.size()) / E;
+  if (!chunks_.gather || chunk < 1 || N % chunk != 0 || me < 0 || me >= P) {
+    throw ValueError(
+        "MoeMlp: an expert capacity under context parallelism needs the chunks' "
+        "gather and rank (" +
+        std::to_string(me) + " of " + std::to_string(P) + "), and chunks of whole rows (" +
+        std::to_string(N) + " tokens in chunks of " + std::to_string(chunk) + ")");
+  }
+  const std::vector<double> all = chunks_.gather(host);  // rank r's N x E, in rank order
+  if (static_cast<int64_t>(all.size()) != P * N * E) {
+    throw ValueError("MoeMlp: the chunks' gather gave " + std::to_string(all.size()) +
+                     " values, not " + std::to_string(P * N * E));
+  }
+  // The micro-batch's tokens in one process's order: sequence by sequence,
+  // each sequence's chunks in rank order.
+  auto global = [&](int64_t r, int64_t n) { return ((n / chunk) * P + r) * chunk + n % chunk; };
+  std::vector<double> ordered(all.size());
+  for (int64_t r = 0; r < P; ++r) {
+    for (int64_t n = 0; n < N; ++n) {
+      std::copy_n(all.begin() + (r * N + n) * E, E, ordered.begin() + global(r, n) * E);
+    }
+  }
+  const Routing whole = route_top_k(ordered, P * N, E, k, capacity, drop_policy_, choice);
+  std::vector<char> kept_whole(static_cast<size_t>(P * N * k), 0);
+  for (int64_t a : whole.assignment) {
+    if (a < P * N * k) kept_whole[static_cast<size_t>(a)] = 1;
+  }
+  std::vector<char> keep(static_cast<size_t>(N * k));
+  for (int64_t n = 0; n < N; ++n) {
+    for (int64_t j = 0; j < k; ++j)
+      keep[static_cast<size_t>(n * k + j)] = kept_whole[static_cast<size_t>(global(me, n) * k + j)];
+  }
+  return keep_assignments(route_top_k(host, N, E, k, 0, drop_policy_, choice), keep, N, k);
+}
+
 Tensor MoeMlp::experts(const Tensor& x, const Scores& scores, const ForwardContext& ctx,
                        const GateHook& gate) const {
   const Tensor& probs = scores.probs;
@@ -450,10 +527,15 @@ Tensor MoeMlp::experts(const Tensor& x, const Scores& scores, const ForwardConte
   const std::vector<double> host = to_double_vector(probs);
   // Capacity caps the experts' batches while training (evaluation and
   // generation are dropless).
-  const int64_t capacity = ctx.training ? expert_capacity(capacity_factor_, N, E, k) : 0;
+  // Under context parallelism the micro-batch is every rank's chunks.
+  const int64_t P = chunks_.parts;
+  const int64_t capacity = ctx.training ? expert_capacity(capacity_factor_, N * P, E, k) : 0;
   ExpertChoice choice{{}, groups_, top_groups_, group_best_};
   if (expert_bias_.defined()) choice.bias = to_double_vector(expert_bias_);
-  const Routing routing = route_top_k(host, N, E, k, capacity, drop_policy_, choice);
+  const Routing routing =
+      capacity > 0 && P > 1
+          ? route_chunk_under_capacity(host, x.dim() >= 3 ? x.size(-2) : N, capacity, choice)
+          : route_top_k(host, N, E, k, capacity, drop_policy_, choice);
   const bool sigmoid_scores = score_ == GptConfig::Moe::Score::Sigmoid;
   // The gates: each token's k chosen probabilities, renormalised over the k
   // if asked, then the padding's 0: (N k + 1, 1).
@@ -509,7 +591,7 @@ Tensor MoeMlp::experts(const Tensor& x, const Scores& scores, const ForwardConte
   const bool balancing =
                  ctx.training && autograd::grad_enabled() && aux_coef_ > 0 && probs.requires_grad(),
              reporting = ctx.moe_stats && ctx.training && !autograd::recomputing();
-  const int64_t T_local = sequence > 0 ? sequence : N, S = N / T_local, P = chunks_.parts;
+  const int64_t T_local = sequence > 0 ? sequence : N, S = N / T_local;
   // The probabilities on the host, where the balance is counted (sigmoid
   // scores as probabilities: each token's over their sum); only when read.
   std::vector<double> p_host;

@@ -139,6 +139,26 @@ TEST(RouteTopK, AnExpertOverCapacityDropsItsLeastProbableOrLatestAssignments) {
   expect_refused<ValueError>([&] { (void)(route_top_k(probs, 4, 2, 1, -1)); }, "capacity -1");
 }
 
+// keep_assignments: a capacity decided elsewhere (context parallelism's
+// whole micro-batch) applied to a routing: only the flagged assignments
+// keep their rows, in token order; the rest count as dropped; an expert
+// left with none gets the padding row.
+TEST(RouteTopK, KeepAssignmentsKeepsTheFlaggedRowsOnly) {
+  // 3 tokens, top 1 of 2 experts: tokens 0 and 2 choose expert 1, token 1
+  // expert 0.
+  const std::vector<double> probs{0.2, 0.8, 0.9, 0.1, 0.3, 0.7};
+  const Routing r = route_top_k(probs, 3, 2, 1);
+  ASSERT_EQ(r.rows, (std::vector<int64_t>{1, 2}));
+  const Routing k = keep_assignments(r, {1, 0, 1}, 3, 1);
+  EXPECT_EQ(k.rows, (std::vector<int64_t>{1, 2}));  // expert 0 loses token 1: the padding row
+  EXPECT_EQ(k.token, (std::vector<int64_t>{0, 0, 2}));
+  EXPECT_EQ(k.assignment, (std::vector<int64_t>{3, 0, 2}));
+  EXPECT_EQ(k.dropped, 1);
+  EXPECT_EQ(k.load, r.load);  // (the choices, dropped ones too)
+  EXPECT_EQ(k.choice, r.choice);
+  EXPECT_THROW(keep_assignments(r, {1, 1}, 3, 1), ValueError);
+}
+
 TEST(ExpertCapacity, IsTheFactorTimesABalancedShareRoundedUp) {
   EXPECT_EQ(expert_capacity(1.0, 8, 4, 2), 4);
   EXPECT_EQ(expert_capacity(1.25, 8, 4, 2), 5);

@@ -58,6 +58,12 @@ Routing route_top_k(const std::vector<double>& probs, int64_t tokens, int64_t ex
                     int64_t top_k, int64_t capacity = 0,
                     GptConfig::Moe::DropPolicy policy = GptConfig::Moe::DropPolicy::Probs,
                     const ExpertChoice& choice = {});
+// `r` with only the assignments `keep` flags (N * k of them, indexed n * k +
+// j) given rows: a capacity decided elsewhere (context parallelism's whole
+// micro-batch). The others count as dropped; an expert left without a row
+// gets the padding row.
+Routing keep_assignments(const Routing& r, const std::vector<char>& keep, int64_t tokens,
+                         int64_t top_k);
 // An expert's capacity for `tokens` tokens under a capacity factor:
 // ceil(factor * tokens * top_k / experts), at least 1; 0 (dropless) for a
 // factor of 0.
@@ -188,9 +194,17 @@ class MoeMlp : public Module {
   // probabilities: E/S sum f * (its chunk's mean probabilities), whose mean
   // over the ranks is the whole loss, the data-parallel mean taking it.
   // The balance reported is the whole micro-batch's.
+  // An expert capacity (model.moe.capacity_factor) chooses among the whole
+  // micro-batch's assignments, as one process's does: every rank gathers
+  // every chunk's probabilities (`gather`: each rank's equal-length host
+  // vector, concatenated in rank order), routes the micro-batch's tokens in
+  // the sequences' order under the micro-batch's capacity, and keeps the
+  // surviving assignments of its own chunk (rank `rank` of `parts`).
   struct Chunks {
     int64_t parts = 1;
     std::function<void(std::vector<double>&)> sum;
+    int64_t rank = 0;
+    std::function<std::vector<double>(const std::vector<double>&)> gather = {};
   };
   void set_chunks(Chunks chunks) { chunks_ = std::move(chunks); }
 
@@ -199,6 +213,11 @@ class MoeMlp : public Module {
     std::shared_ptr<Linear> c_fc, c_proj;
   };
   Tensor expert_forward(const Expert& e, const Tensor& x, const DropoutDraw& draw) const;
+  // Context parallelism with a capacity: this rank's chunk's routing (host
+  // probabilities of its N tokens, `chunk` of each sequence) under the
+  // whole micro-batch's `capacity` (Chunks).
+  Routing route_chunk_under_capacity(const std::vector<double>& host, int64_t chunk,
+                                     int64_t capacity, const ExpertChoice& choice) const;
   std::shared_ptr<Linear> router_;
   Tensor expert_bias_;                   // (E) f32, model.moe.expert_bias; undefined without
   std::vector<Expert> experts_;          // this rank's, from placement_->first()

@@ -95,14 +95,6 @@ void check_context_parallel(const nn::GptConfig& cfg, int64_t tp, int64_t cp,
                       (sequence_parallel ? " times tp (sequence parallelism)" : "") + " (" +
                       std::to_string(chunks) + ")");
   }
-  const auto& m = cfg.moe;
-  if (m.experts > 0 && m.capacity_factor > 0) {
-    throw NotSupportedError(
-        layout +
-        ": a mixture's expert capacity (model.moe.capacity_factor) chooses which of a "
-        "micro-batch's assignments to drop among all of its tokens together, which context "
-        "parallelism splits; set it to 0 (dropless)");
-  }
   if (cfg.rope_scaling.kind == RopeScaling::Kind::LongRope) {
     throw NotSupportedError(layout +
                             ": longrope picks its factors by a row's length, which context "

@@ -182,12 +182,21 @@ void TensorParallelGpt::build(uint64_t seed, std::shared_ptr<VocabParallelEmbedd
       // c_proj's columns); the router whole on every rank.
       L.moe = block->add("mlp", std::make_shared<nn::MoeMlp>(cfg_, i, t, experts_, group_->rank()));
       if (cp_) {
-        // Its balance counts every chunk of the micro-batch's sequences.
-        L.moe->set_chunks({cp_->size(), [g = cp_](std::vector<double>& v) {
+        // Its balance counts every chunk of the micro-batch's sequences, and
+        // a capacity chooses among all of them.
+        L.moe->set_chunks({cp_->size(),
+                           [g = cp_](std::vector<double>& v) {
                              Tensor t =
                                  from_vector(v, {static_cast<int64_t>(v.size())}, DType::F64);
                              g->all_reduce(t, dist::ReduceOp::Sum)->wait();
                              v = to_double_vector(t);
+                           },
+                           cp_->rank(),
+                           [g = cp_](const std::vector<double>& v) {
+                             const auto n = static_cast<int64_t>(v.size());
+                             Tensor all = empty({n * g->size()}, DType::F64);
+                             g->all_gather(from_vector(v, {n}, DType::F64), all)->wait();
+                             return to_double_vector(all);
                            }});
       }
     } else {

@@ -41,8 +41,9 @@ inline AttentionHeads heads_kept(const AttentionHeads& heads, const dist::Proces
 // parallelism over `tp`: a ConfigError naming the numbers when its heads
 // per tensor-parallel rank do not share out (heads_kept) or model.seq_len
 // does not divide into cp chunks (cp * tp with sequence parallelism); a
-// NotSupportedError for what chooses among a micro-batch's tokens together
-// (a mixture's expert capacity) or by a row's length (longrope's factors).
+// NotSupportedError for what chooses by a row's length (longrope's
+// factors). (A mixture's expert capacity, which chooses among a
+// micro-batch's tokens together, routes every chunk's: nn::MoeMlp::Chunks.)
 void check_context_parallel(const nn::GptConfig& cfg, int64_t tp, int64_t cp,
                             bool sequence_parallel);
 
