@@ -1901,8 +1901,10 @@ RequestRows Trainer::scoring_rows(const std::vector<nn::ContinuationRequest>& re
   const RopeScaling& rope = config_.model.rope_scaling;
   const int64_t short_rows =
       rope.kind == RopeScaling::Kind::LongRope ? static_cast<int64_t>(rope.original_seq_len) : 0;
+  // (Under context parallelism those rows are a multiple of cp too: within
+  // the original context whenever cp divides it.)
   return request_batches(requests, config_.model.seq_len, config_.train.micro_batch_size, pad,
-                         multiple, short_rows, sp ? tp : 1);
+                         multiple, short_rows, (sp ? tp : 1) * cp_);
 }
 
 StepMetrics::LambadaScores Trainer::evaluate_lambada(size_t set) {

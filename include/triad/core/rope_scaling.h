@@ -73,10 +73,14 @@ struct RopeScaling {
   }
   // This scaling for a forward pass whose last position is `end` - 1:
   // longrope takes its long factors when end > original_seq_len, its short
-  // ones otherwise; the other kinds do not depend on it.
+  // ones otherwise; the other kinds do not depend on it. A scaling that
+  // takes them already keeps them: a caller that knows the row reaches
+  // further than the positions at hand (context parallelism's chunks of a
+  // row) says so first.
   RopeScaling with_positions_up_to(int64_t end) const {
     RopeScaling s = *this;
-    s.use_long = kind == Kind::LongRope && static_cast<double>(end) > original_seq_len;
+    s.use_long =
+        use_long || (kind == Kind::LongRope && static_cast<double>(end) > original_seq_len);
     return s;
   }
 };

@@ -95,11 +95,6 @@ void check_context_parallel(const nn::GptConfig& cfg, int64_t tp, int64_t cp,
                       (sequence_parallel ? " times tp (sequence parallelism)" : "") + " (" +
                       std::to_string(chunks) + ")");
   }
-  if (cfg.rope_scaling.kind == RopeScaling::Kind::LongRope) {
-    throw NotSupportedError(layout +
-                            ": longrope picks its factors by a row's length, which context "
-                            "parallelism splits into chunks");
-  }
 }
 
 Tensor sequence_to_heads(const Tensor& qkv, const AttentionHeads& heads,

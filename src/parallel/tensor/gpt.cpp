@@ -667,7 +667,8 @@ Tensor TensorParallelGpt::block_forward(int64_t i, const Tensor& x,
     throw ValueError("TensorParallelGpt: this pipeline stage does not hold layer " +
                      std::to_string(i));
   const Layer& L = it->second;
-  if (cp_) require_chunk_positions(ctx, x.size(0), sp_ ? x.size(1) * group_->size() : x.size(1));
+  const int64_t chunk = sp_ ? x.size(1) * group_->size() : x.size(1);
+  if (cp_) require_chunk_positions(ctx, x.size(0), chunk);
   const int shard = sp_ ? group_->rank() : 0;
   const nn::DropoutDraw draw = ctx.draw();
   const Tensor normed = L.ln_1 ? L.ln_1->forward(x) : x;  // (none without model.pre_norms)
@@ -689,7 +690,10 @@ Tensor TensorParallelGpt::block_forward(int64_t i, const Tensor& x,
     qkv = nn::norm_query_key_heads(qkv, heads, *L.q_head_norm, *L.k_head_norm);
   }
   if (cfg_.rotary_at(i)) {
-    const nn::GptConfig::Rope rope = cfg_.rope_of(i);
+    nn::GptConfig::Rope rope = cfg_.rope_of(i);
+    // The row reaches past this chunk: longrope's factors are the whole
+    // row's, as one process takes them.
+    if (cp_) rope.scaling = rope.scaling.with_positions_up_to(chunk * cp_->size());
     qkv = rotary_embedding(qkv, heads, ctx.positions, 0, rope.theta, rope.scaling);
   }
   Tensor core = attention(qkv, heads, ctx.attention_starts(cfg_.window_of(i) > 0));

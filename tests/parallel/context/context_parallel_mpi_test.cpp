@@ -17,6 +17,7 @@
 #include "triad/autograd/engine.h"
 #include "triad/autograd/grad_mode.h"
 #include "triad/core/rng.h"
+#include "triad/core/rope_scaling.h"
 #include "triad/dist/world.h"
 #include "triad/nn/gpt.h"
 #include "triad/ops.h"
@@ -166,7 +167,8 @@ std::vector<Layout> layouts() {
 }
 
 // GPT-2's blocks (learned positions: each chunk looks up its own), LLaMA's
-// (rope at the chunk's positions, grouped key/value heads: exchanged when
+// (rope at the chunk's positions, longrope's factors the whole row's,
+// grouped key/value heads: exchanged when
 // each rank keeps some, gathered and shared when fewer than the ranks),
 // OLMo 2's norms over all the heads (per token), packed documents with a
 // window and loss-masked targets (uneven among the chunks: each rank's
@@ -182,10 +184,10 @@ TEST(ContextParallelGpt, LossLogitsAndEveryGradientMatchOneProcess) {
   const Tensor ids = token_ids(1), targets = token_ids(2);
   for (const std::string variant :
        {"gpt-2", "llama, grouped-query attention", "llama, one key/value head",
-        "olmo 2's norms over all heads", "packed documents, a window, masked targets",
-        "latent attention", "a mixture balanced by expert biases",
-        "a mixture with a balance loss and a z-loss", "a mixture with a balance loss per sequence",
-        "a mixture capped, dropping by position",
+        "llama, longrope past the chunks", "olmo 2's norms over all heads",
+        "packed documents, a window, masked targets", "latent attention",
+        "a mixture balanced by expert biases", "a mixture with a balance loss and a z-loss",
+        "a mixture with a balance loss per sequence", "a mixture capped, dropping by position",
         "a mixture capped, dropping the least probable"}) {
     nn::GptConfig cfg = tiny();
     Tensor t = targets;
@@ -201,6 +203,15 @@ TEST(ContextParallelGpt, LossLogitsAndEveryGradientMatchOneProcess) {
       cfg.n_kv_head = 4;
     }
     if (variant.find("one key/value") != std::string::npos) cfg.n_kv_head = 1;
+    if (variant.find("longrope") != std::string::npos) {
+      // Rows of 16 past an original context of 12, each chunk within it:
+      // the long factors, the whole row's, on every rank.
+      RopeScaling& rope = cfg.rope_scaling;
+      rope.kind = RopeScaling::Kind::LongRope;
+      rope.original_seq_len = 12;
+      rope.factor = 16.0 / 12.0;
+      ASSERT_EQ(set_rope_factors(rope, {1.0, 1.5, 2.0, 3.0}, {2.0, 5.0, 11.0, 23.0}), "");
+    }
     if (variant.find("olmo") != std::string::npos) nn::set_qk_norm(cfg, "full");
     if (variant.find("packed") != std::string::npos) {
       cfg.eod_token = static_cast<int64_t>(to_double_vector(ids)[5]);  // a document ends there

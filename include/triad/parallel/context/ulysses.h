@@ -40,10 +40,10 @@ inline AttentionHeads heads_kept(const AttentionHeads& heads, const dist::Proces
 // What keeps `cfg` from context parallelism over `cp` ranks beside tensor
 // parallelism over `tp`: a ConfigError naming the numbers when its heads
 // per tensor-parallel rank do not share out (heads_kept) or model.seq_len
-// does not divide into cp chunks (cp * tp with sequence parallelism); a
-// NotSupportedError for what chooses by a row's length (longrope's
-// factors). (A mixture's expert capacity, which chooses among a
-// micro-batch's tokens together, routes every chunk's: nn::MoeMlp::Chunks.)
+// does not divide into cp chunks (cp * tp with sequence parallelism). (A
+// mixture's expert capacity, which chooses among a micro-batch's tokens
+// together, routes every chunk's: nn::MoeMlp::Chunks; longrope takes the
+// whole row's factors.)
 void check_context_parallel(const nn::GptConfig& cfg, int64_t tp, int64_t cp,
                             bool sequence_parallel);
 
