@@ -677,7 +677,17 @@ Tensor MoeMlp::experts(const Tensor& x, const Scores& scores, const ForwardConte
     }
   }
   if (reporting) {
-    const int64_t busiest = *std::max_element(routing.load.begin(), routing.load.end());
+    // The busiest expert's assignments: under context parallelism the whole
+    // micro-batch's (every chunk's counts, summed over the sequences).
+    int64_t busiest = *std::max_element(routing.load.begin(), routing.load.end());
+    if (P > 1) {
+      busiest = 0;
+      for (int64_t e = 0; e < E; ++e) {
+        double load = 0;
+        for (int64_t s = 0; s < S; ++s) load += whole[static_cast<size_t>(s * E + e)];
+        busiest = std::max(busiest, static_cast<int64_t>(std::llround(load)));
+      }
+    }
     double balance = 0;
     if (P > 1) {
       // The whole micro-batch's: E/S sum_s sum_e f_se P_se.
@@ -693,7 +703,7 @@ Tensor MoeMlp::experts(const Tensor& x, const Scores& scores, const ForwardConte
     ctx.moe_stats->add_loads(layer_, routing.load);
     ctx.moe_stats->record(
         balance,
-        static_cast<double>(busiest * E) / static_cast<double>(std::max<int64_t>(N * k, 1)),
+        static_cast<double>(busiest * E) / static_cast<double>(std::max<int64_t>(N * P * k, 1)),
         static_cast<double>(routing.dropped) / static_cast<double>(N * k), z_loss);
   }
   return out;
