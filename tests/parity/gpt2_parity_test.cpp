@@ -111,6 +111,27 @@ class Gpt2Parity : public ::testing::Test {
     return r;
   }
   std::map<std::string, Tensor> ref_;
+  // The reference's training run (its schedule, AdamW's settings, clipping
+  // and accumulation over its token shard) of `model` from `weights`.
+  train::Config reference_run(const nn::GptConfig& model, const std::string& weights) const {
+    const auto& t = cfg_["train"];
+    train::Config c;
+    c.model = model;
+    c.train.steps = t["steps"];
+    c.train.global_batch_size = t["global_batch_size"];
+    c.train.micro_batch_size = t["micro_batch_size"];
+    c.train.lr = t["lr"];
+    c.train.min_lr = t["min_lr"];
+    c.train.warmup_steps = t["warmup_steps"];
+    c.train.weight_decay = t["weight_decay"];
+    c.train.beta1 = t["beta1"];
+    c.train.beta2 = t["beta2"];
+    c.train.eps = t["eps"];
+    c.train.grad_clip = t["grad_clip"];
+    c.data_train = {{ref_dir() + "/train.bin"}};
+    c.init_from = ref_dir() + "/" + weights;
+    return c;
+  }
 };
 
 TEST_F(Gpt2Parity, LogitsLossAndEveryGradientAtStepZero) {
@@ -1651,22 +1672,7 @@ TEST_F(Gpt2Parity, GreedyGenerationPicksPyTorchsTokens) {
 }
 
 TEST_F(Gpt2Parity, TenAdamWStepsWithDecayClippingAndAccumulation) {
-  const auto& t = cfg_["train"];
-  train::Config c;
-  c.model = model_cfg_;
-  c.train.steps = t["steps"];
-  c.train.global_batch_size = t["global_batch_size"];
-  c.train.micro_batch_size = t["micro_batch_size"];
-  c.train.lr = t["lr"];
-  c.train.min_lr = t["min_lr"];
-  c.train.warmup_steps = t["warmup_steps"];
-  c.train.weight_decay = t["weight_decay"];
-  c.train.beta1 = t["beta1"];
-  c.train.beta2 = t["beta2"];
-  c.train.eps = t["eps"];
-  c.train.grad_clip = t["grad_clip"];
-  c.data_train = {{ref_dir() + "/train.bin"}};
-  c.init_from = ref_dir() + "/model.safetensors";
+  const train::Config c = reference_run(model_cfg_, "model.safetensors");
   train::Trainer trainer(c);
   auto want = to_double_vector(ref_.at("losses"));
   auto norms = to_double_vector(ref_.at("grad_norms"));
@@ -1682,23 +1688,8 @@ TEST_F(Gpt2Parity, TenAdamWStepsWithDecayClippingAndAccumulation) {
 // reference's Muon written out in PyTorch, AdamW on the embeddings, head
 // and norms, with the same clipping, schedule and accumulation.
 TEST_F(Gpt2Parity, TenMuonStepsOnTheLlamaStyleModel) {
-  const auto& t = cfg_["train"];
-  train::Config c;
-  c.model = llama_style();
-  c.train.steps = t["steps"];
-  c.train.global_batch_size = t["global_batch_size"];
-  c.train.micro_batch_size = t["micro_batch_size"];
-  c.train.lr = t["lr"];
-  c.train.min_lr = t["min_lr"];
-  c.train.warmup_steps = t["warmup_steps"];
-  c.train.weight_decay = t["weight_decay"];
-  c.train.beta1 = t["beta1"];
-  c.train.beta2 = t["beta2"];
-  c.train.eps = t["eps"];
-  c.train.grad_clip = t["grad_clip"];
+  train::Config c = reference_run(llama_style(), "llama_model.safetensors");
   c.train.optimizer = "muon";
-  c.data_train = {{ref_dir() + "/train.bin"}};
-  c.init_from = ref_dir() + "/llama_model.safetensors";
   train::Trainer trainer(c);
   const auto want = to_double_vector(ref_.at("muon.losses"));
   const auto norms = to_double_vector(ref_.at("muon.grad_norms"));
