@@ -471,13 +471,11 @@ TEST(Config, MixtureOfExpertsParsesRoundTripsAndIsChecked) {
       {"parallel.cp=2", "parallel.tp=2", "parallel.sequence_parallel=true", "model.n_head=4",
        "model.seq_len=34"},
       "model.seq_len (34) must be divisible by cp times tp (sequence parallelism) (4)");
-  try {
-    parse_config(kValid, {"parallel.cp=2", "model.moe={experts: 4, capacity_factor: 1.25}"});
-    ADD_FAILURE() << "expected NotSupportedError";
-  } catch (const NotSupportedError& e) {
-    EXPECT_NE(std::string(e.what()).find("model.moe.capacity_factor"), std::string::npos)
-        << e.what();
-  }
+  // A capacity chooses among every chunk's assignments (MoeMlp::Chunks).
+  EXPECT_DOUBLE_EQ(
+      parse_config(kValid, {"parallel.cp=2", "model.moe={experts: 4, capacity_factor: 1.25}"})
+          .model.moe.capacity_factor,
+      1.25);
   EXPECT_EQ(parse_config(kValid, {"parallel.cp=2", "model.moe={experts: 4}"}).parallel.cp, 2);
 }
 
