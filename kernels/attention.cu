@@ -59,7 +59,8 @@ __device__ __forceinline__ float dot_rows(const float* a, const float* b, int D)
   return s;
 }
 
-// grid (ceil(T / kRows), B * NH); dynamic shared memory: own q rows + K, V tiles.
+// grid (ceil((T - first) / kRows), B * NH); dynamic shared memory: own q
+// rows + K, V tiles.
 template <class T, int MAXD>
 __global__ void __launch_bounds__(kRows)
     attn_forward_kernel(const T* qkv, T* out, float* lse, const int32_t* starts, int64_t Tn,
@@ -74,8 +75,9 @@ __global__ void __launch_bounds__(kRows)
   const T* q_base = row + L.q(h);
   const T* k_base = row + L.k(h / L.G);
   const T* v_base = row + L.v(h / L.G);
-  const int64_t r0 = blockIdx.x * int64_t(kRows);
+  const int64_t r0 = L.first + blockIdx.x * int64_t(kRows);
   const int64_t i = r0 + threadIdx.x;  // this thread's query
+  const int64_t Tq = Tn - L.first;     // out's and lse's rows
   load_own<T, MAXD>(q_own, q_base, L.W, r0, Tn, D);
   const float* q = q_own + threadIdx.x * padded<MAXD>();
   // Packed documents: this query sees keys [si, i]; the block starts at its
@@ -120,12 +122,12 @@ __global__ void __launch_bounds__(kRows)
   }
   if (i < Tn) {
     const float inv = 1.0f / l;
-    T* o = out + (b * Tn + i) * L.C + h * D;
+    T* o = out + (b * Tq + i - L.first) * L.C + h * D;
 #pragma unroll
     for (int d = 0; d < MAXD; ++d) {
       if (d < D) store(o, d, acc[d] * inv);
     }
-    lse[int64_t(bh) * Tn + i] = m + logf(l);
+    lse[int64_t(bh) * Tq + i - L.first] = m + logf(l);
   }
 }
 
@@ -151,7 +153,8 @@ __global__ void attn_delta_kernel(const T* out, const T* dout, float* delta, int
   }
 }
 
-// dq: grid (ceil(T / kRows), B * NH), one thread per query; K, V tiles stream.
+// dq: grid (ceil((T - first) / kRows), B * NH), one thread per query; K, V
+// tiles stream.
 template <class T, int MAXD>
 __global__ void __launch_bounds__(kRows)
     attn_dq_kernel(const T* qkv, const T* dout, const float* lse, const float* delta,
@@ -167,14 +170,15 @@ __global__ void __launch_bounds__(kRows)
   const T* q_base = row + L.q(h);
   const T* k_base = row + L.k(h / L.G);
   const T* v_base = row + L.v(h / L.G);
-  const int64_t r0 = blockIdx.x * int64_t(kRows);
+  const int64_t r0 = L.first + blockIdx.x * int64_t(kRows);
   const int64_t i = r0 + threadIdx.x;
+  const int64_t Tq = Tn - L.first;  // dout's, lse's and delta's rows (from row first)
   load_own<T, MAXD>(q_own, q_base, L.W, r0, Tn, D);
-  load_own<T, MAXD>(do_own, dout + b * Tn * L.C + h * D, L.C, r0, Tn, D);
+  load_own<T, MAXD>(do_own, dout + b * Tq * L.C + h * D, L.C, r0 - L.first, Tq, D);
   const float* q = q_own + threadIdx.x * padded<MAXD>();
   const float* go = do_own + threadIdx.x * padded<MAXD>();
-  const float li = i < Tn ? lse[int64_t(bh) * Tn + i] : 0.0f;
-  const float di = i < Tn ? delta[int64_t(bh) * Tn + i] : 0.0f;
+  const float li = i < Tn ? lse[int64_t(bh) * Tq + i - L.first] : 0.0f;
+  const float di = i < Tn ? delta[int64_t(bh) * Tq + i - L.first] : 0.0f;
   const int32_t* row_starts = starts ? starts + b * Tn : nullptr;  // as in the forward
   const int64_t si = row_starts && i < Tn ? row_starts[i] : 0;
   const int64_t first_key = row_starts ? row_starts[r0] / kTile * kTile : 0;
@@ -213,8 +217,8 @@ __global__ void __launch_bounds__(kRows)
 
 // dk, dv: grid (ceil(T / kRows), B * NKV), one thread per key; for each
 // query head of the key's group in turn, Q, dO tiles (with their lse and
-// delta) stream over the queries at or after the block's first key, up to
-// the first query of a later document.
+// delta) stream over the queries at or after the block's first key (and the
+// first query row), up to the first query of a later document.
 template <class T, int MAXD>
 __global__ void __launch_bounds__(kRows)
     attn_dkdv_kernel(const T* qkv, const T* dout, const float* lse, const float* delta,
@@ -242,20 +246,21 @@ __global__ void __launch_bounds__(kRows)
   for (int d = 0; d < MAXD; ++d) dk[d] = 0, dv[d] = 0;
   const int32_t* row_starts = starts ? starts + b * Tn : nullptr;
   const int64_t block_last_key = min(Tn, r0 + kRows) - 1;
+  const int64_t Tq = Tn - L.first;  // dout's, lse's and delta's rows (from row first)
   for (int h = kvh * L.G; h < (kvh + 1) * L.G; ++h) {
     const int64_t bh = int64_t(b) * L.NH + h;
     const T* q_base = row + L.q(h);
-    const T* do_base = dout + b * Tn * L.C + h * D;
-    for (int64_t q0 = (r0 / kTile) * kTile; q0 < Tn; q0 += kTile) {
+    const T* do_base = dout + b * Tq * L.C + h * D;
+    for (int64_t q0 = max((r0 / kTile) * kTile, L.first); q0 < Tn; q0 += kTile) {
       // Queries from here on belong to documents after every key of the block.
       if (row_starts && row_starts[q0] > block_last_key) break;
       __syncthreads();
       load_tile<T, MAXD>(q_tile, q_base, L.W, q0, Tn, D);
-      load_tile<T, MAXD>(do_tile, do_base, L.C, q0, Tn, D);
+      load_tile<T, MAXD>(do_tile, do_base, L.C, q0 - L.first, Tq, D);
       for (int r = threadIdx.x; r < kTile; r += blockDim.x) {
         const int64_t qi = q0 + r;
-        l_tile[r] = qi < Tn ? lse[bh * Tn + qi] : 0.0f;
-        d_tile[r] = qi < Tn ? delta[bh * Tn + qi] : 0.0f;
+        l_tile[r] = qi < Tn ? lse[bh * Tq + qi - L.first] : 0.0f;
+        d_tile[r] = qi < Tn ? delta[bh * Tq + qi - L.first] : 0.0f;
         s_tile[r] = row_starts && qi < Tn ? row_starts[qi] : 0;
       }
       __syncthreads();
@@ -347,6 +352,10 @@ Status check_attention(ScalarType type, const AttentionShape& s) {
     return Status::fail("head dim " + std::to_string(s.head_dim()) + " exceeds " +
                         std::to_string(kAttentionMaxHeadDim));
   }
+  if (s.Q0 < 0 || s.Q0 > s.T) {
+    return Status::fail("first query row Q0 (" + std::to_string(s.Q0) + ") must lie in [0, T " +
+                        std::to_string(s.T) + "]");
+  }
   if (s.B * s.NH > 65535) {
     return Status::fail("B * NH (" + std::to_string(s.B * s.NH) + ") exceeds 65535");
   }
@@ -401,14 +410,14 @@ void attention_forward(const void* qkv, void* out, float* lse, ScalarType type,
                        const AttentionShape& s, cudaStream_t stream, AttentionKernel kernel,
                        const int32_t* doc_starts) {
   require(check_attention(type, s), "attention_forward");
-  if (s.B * s.T == 0) return;
+  if (s.B * s.query_rows() == 0) return;
   if (resolve_attention_kernel(kernel, type, s, device_sm_major()) == AttentionKernel::TensorCore) {
     attention_forward_tensor_core(qkv, out, lse, type, s, stream, doc_starts);
     return;
   }
   const int D = static_cast<int>(s.head_dim());
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
-  const dim3 grid(static_cast<unsigned>((s.T + kRows - 1) / kRows),
+  const dim3 grid(static_cast<unsigned>((s.query_rows() + kRows - 1) / kRows),
                   static_cast<unsigned>(s.B * s.NH));
   dispatch_nn(type, "attention_forward", [&](auto t) {
     using T = decltype(t);
@@ -425,7 +434,7 @@ void attention_forward(const void* qkv, void* out, float* lse, ScalarType type,
 }
 
 size_t attention_backward_workspace(const AttentionShape& s) {
-  return static_cast<size_t>(std::max<int64_t>(s.B * s.NH * s.T, 1)) * sizeof(float);
+  return static_cast<size_t>(std::max<int64_t>(s.B * s.NH * s.query_rows(), 1)) * sizeof(float);
 }
 
 void attention_backward(const void* qkv, const void* out, const float* lse, const void* dout,
@@ -436,7 +445,16 @@ void attention_backward(const void* qkv, const void* out, const float* lse, cons
   if (s.B * s.T == 0) return;
   const int D = static_cast<int>(s.head_dim());
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
-  const dim3 grid(static_cast<unsigned>((s.T + kRows - 1) / kRows),
+  const int64_t Tq = s.query_rows();
+  // A chunk of queries leaves the q columns of the rows before it zero.
+  if (s.Q0 > 0) {
+    check_cuda(
+        cudaMemsetAsync(dqkv, 0, static_cast<size_t>(s.B * s.T * s.qkv_width()) * scalar_size(type),
+                        stream),
+        "attention_backward: cudaMemsetAsync");
+  }
+  if (Tq == 0) return;  // (and no query reads a key)
+  const dim3 grid(static_cast<unsigned>((Tq + kRows - 1) / kRows),
                   static_cast<unsigned>(s.B * s.NH));
   float* delta = static_cast<float*>(workspace);
   const bool tensor_cores =
@@ -447,11 +465,11 @@ void attention_backward(const void* qkv, const void* out, const float* lse, cons
     const T* pdo = static_cast<const T*>(dout);
     T* pd = static_cast<T*>(dqkv);
     if (D % kPack<T> == 0 && s.C % kPack<T> == 0 && pack_aligned(out) && pack_aligned(pdo)) {
-      attn_delta_kernel<T, kPack<T>><<<grid_for(s.B * s.NH * s.T, 256), 256, 0, stream>>>(
-          static_cast<const T*>(out), pdo, delta, s.B, s.T, s.C, static_cast<int>(s.NH), D);
+      attn_delta_kernel<T, kPack<T>><<<grid_for(s.B * s.NH * Tq, 256), 256, 0, stream>>>(
+          static_cast<const T*>(out), pdo, delta, s.B, Tq, s.C, static_cast<int>(s.NH), D);
     } else {
-      attn_delta_kernel<T, 1><<<grid_for(s.B * s.NH * s.T, 256), 256, 0, stream>>>(
-          static_cast<const T*>(out), pdo, delta, s.B, s.T, s.C, static_cast<int>(s.NH), D);
+      attn_delta_kernel<T, 1><<<grid_for(s.B * s.NH * Tq, 256), 256, 0, stream>>>(
+          static_cast<const T*>(out), pdo, delta, s.B, Tq, s.C, static_cast<int>(s.NH), D);
     }
     if (tensor_cores) {
       check_launch("attention_backward (delta)");
@@ -466,7 +484,8 @@ void attention_backward(const void* qkv, const void* out, const float* lse, cons
                                                    QkvLayout::of(s), scale);
       auto dkdv = attn_dkdv_kernel<T, MAXD>;
       allow_smem(dkdv, dkdv_smem<MAXD>());
-      const dim3 kv_grid(grid.x, static_cast<unsigned>(s.B * s.kv_heads()));
+      const dim3 kv_grid(static_cast<unsigned>((s.T + kRows - 1) / kRows),
+                         static_cast<unsigned>(s.B * s.kv_heads()));
       dkdv<<<kv_grid, kRows, dkdv_smem<MAXD>(), stream>>>(pqkv, pdo, lse, delta, doc_starts, pd,
                                                           s.T, QkvLayout::of(s), scale);
     });

@@ -21,6 +21,12 @@
 // along a row); query t then sees keys [start, t] only, and tiles wholly
 // before a block's first start are skipped.
 //
+// A chunk of queries (context parallelism's all-gather): with Q0 > 0 only
+// the queries of rows [Q0, T) run, against keys [0, T) as causality allows
+// (row t still sees keys up to t). out, lse, dout and delta then hold those
+// T - Q0 rows only ((B, T - Q0, C), (B, NH, T - Q0)); doc_starts stays
+// (B, T); dqkv is (B, T, W) with the q columns of rows before Q0 zero.
+//
 // Two implementations: SIMT kernels (attention.cu: one thread per query or
 // key, every type and head dim) and tensor-core kernels
 // (attention_tensor_core.cu: WMMA tiles, bf16/f16, head dims a multiple of
@@ -39,6 +45,10 @@ struct AttentionShape {
   // Logit soft-capping (Gemma 2's): scaled scores s become
   // softcap * tanh(s / softcap) before the softmax; 0: none.
   double softcap = 0.0;
+  // The first query row: rows [Q0, T) query, every row is a key (0: all).
+  int64_t Q0 = 0;
+  // Query rows: out's, lse's and dout's.
+  int64_t query_rows() const { return T - Q0; }
   int64_t head_dim() const { return NH > 0 ? C / NH : 0; }
   int64_t kv_heads() const { return NKV > 0 ? NKV : NH; }
   bool grouped() const { return kv_heads() != NH; }

@@ -16,6 +16,9 @@ struct QkvLayout {
   int64_t W = 0;  // qkv's row
   int NH = 0, NKV = 0, G = 1, D = 0;
   float cap = 0.0f;  // the scores' soft cap (0: none)
+  // The first query row (AttentionShape::Q0): qkv's row t is out's, lse's
+  // and dout's row t - first.
+  int64_t first = 0;
 
   static QkvLayout of(const AttentionShape& s) {
     QkvLayout l;
@@ -26,6 +29,7 @@ struct QkvLayout {
     l.G = l.NH / l.NKV;
     l.D = static_cast<int>(s.head_dim());
     l.cap = static_cast<float>(s.softcap);
+    l.first = s.Q0;
     return l;
   }
   // A scaled score soft-capped: cap * tanh(s / cap), or s without a cap.

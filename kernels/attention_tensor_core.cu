@@ -257,7 +257,8 @@ __global__ void __launch_bounds__(32 * kWarps)
   const T* k_base = row + lay.k(h / lay.G);
   const T* v_base = row + lay.v(h / lay.G);
   // The last query rows see the most keys: their blocks go first.
-  const int64_t q0 = (gridDim.y - 1 - blockIdx.y) * int64_t(kRows);
+  const int64_t q0 = lay.first + (gridDim.y - 1 - blockIdx.y) * int64_t(kRows);
+  const int64_t Tq = Tn - lay.first;  // out's and lse's rows (from row first)
   load_rows(Qs, L::ld_h, row + lay.q(h), lay.W, q0, Tn, D);
   float* Sw = Ss + warp * 16 * L::ld_s;
   T* Pw = Ps + warp * 16 * L::ld_p;
@@ -309,8 +310,9 @@ __global__ void __launch_bounds__(32 * kWarps)
     accumulate<T, MAXD>(o, Pw, Vs, D);
     __syncwarp();
   }
-  write_rows<T, MAXD>(o, Sw, out + b * Tn * lay.C + h * D, lay.C, q0 + warp * 16, Tn, D, 1.0f / l);
-  if (q < Tn && half == 0) lse[int64_t(bh) * Tn + q] = m + logf(l);
+  write_rows<T, MAXD>(o, Sw, out + b * Tq * lay.C + h * D, lay.C, q0 - lay.first + warp * 16, Tq, D,
+                      1.0f / l);
+  if (q < Tn && half == 0) lse[int64_t(bh) * Tq + q - lay.first] = m + logf(l);
 #else
   __trap();  // dispatched only on sm_80 and newer
 #endif
@@ -338,15 +340,16 @@ __global__ void __launch_bounds__(32 * kWarps)
   const T* k_base = row + lay.k(h / lay.G);
   const T* v_base = row + lay.v(h / lay.G);
   // The last query rows see the most keys: their blocks go first.
-  const int64_t q0 = (gridDim.y - 1 - blockIdx.y) * int64_t(kRows);
+  const int64_t q0 = lay.first + (gridDim.y - 1 - blockIdx.y) * int64_t(kRows);
+  const int64_t Tq = Tn - lay.first;  // dout's, lse's and delta's rows (from row first)
   load_rows(Qs, L::ld_h, row + lay.q(h), lay.W, q0, Tn, D);
-  load_rows(dOs, L::ld_h, dout + b * Tn * lay.C + h * D, lay.C, q0, Tn, D);
+  load_rows(dOs, L::ld_h, dout + b * Tq * lay.C + h * D, lay.C, q0 - lay.first, Tq, D);
   float* Sw = Ss + warp * 16 * L::ld_s;
   float* dPw = dPs + warp * 16 * L::ld_s;
   T* dSw = dSs + warp * 16 * L::ld_p;
   const int64_t q = q0 + warp * 16 + r;
-  const float lq = q < Tn ? lse[int64_t(bh) * Tn + q] : 0.0f;
-  const float dq_delta = q < Tn ? delta[int64_t(bh) * Tn + q] : 0.0f;
+  const float lq = q < Tn ? lse[int64_t(bh) * Tq + q - lay.first] : 0.0f;
+  const float dq_delta = q < Tn ? delta[int64_t(bh) * Tq + q - lay.first] : 0.0f;
   const int64_t warp_last = q0 + warp * 16 + 15;
   const DocWindow docs(starts, b, Tn, q0, q0 + warp * 16, q);
   FragC acc[MAXD / 16];
@@ -423,21 +426,22 @@ __global__ void __launch_bounds__(32 * kWarps)
   }
   const int32_t* row_starts = starts ? starts + b * Tn : nullptr;
   const int64_t block_last_key = min(Tn, k0 + kRows) - 1;
+  const int64_t Tq = Tn - lay.first;  // dout's, lse's and delta's rows (from row first)
   // The query heads of this key/value head's group, one after another.
   for (int h = kvh * lay.G; h < (kvh + 1) * lay.G; ++h) {
     const int64_t bh = int64_t(b) * lay.NH + h;
     const T* qbase = row + lay.q(h);
-    const T* dbase = dout + b * Tn * lay.C + h * D;
-    for (int64_t q0 = k0; q0 < Tn; q0 += kTile) {
+    const T* dbase = dout + b * Tq * lay.C + h * D;
+    for (int64_t q0 = max(k0, lay.first); q0 < Tn; q0 += kTile) {
       // Queries from here on belong to documents after every key of the block.
       if (row_starts && row_starts[q0] > block_last_key) break;
       __syncthreads();
       load_rows(Qs, L::ld_h, qbase, lay.W, q0, Tn, D);
-      load_rows(dOs, L::ld_h, dbase, lay.C, q0, Tn, D);
+      load_rows(dOs, L::ld_h, dbase, lay.C, q0 - lay.first, Tq, D);
       for (int i = threadIdx.x; i < kTile; i += blockDim.x) {
         const int64_t qi = q0 + i;
-        Lq[i] = qi < Tn ? lse[bh * Tn + qi] : 0.0f;
-        Dq[i] = qi < Tn ? delta[bh * Tn + qi] : 0.0f;
+        Lq[i] = qi < Tn ? lse[bh * Tq + qi - lay.first] : 0.0f;
+        Dq[i] = qi < Tn ? delta[bh * Tq + qi - lay.first] : 0.0f;
         Sq[i] = row_starts && qi < Tn ? row_starts[qi] : 0;
       }
       __syncthreads();
@@ -471,9 +475,11 @@ __global__ void __launch_bounds__(32 * kWarps)
 // (B * NH, row blocks): every head's blocks of one causal length run side by
 // side, the longest first, so the short ones fill the last wave instead of
 // the longest starting last (check_attention_tensor_core keeps y <= 65535).
-// The dk/dv pass takes `heads` = the key/value heads.
-dim3 tc_grid(const AttentionShape& s, int64_t heads) {
-  return dim3(static_cast<unsigned>(s.B * heads), static_cast<unsigned>((s.T + kRows - 1) / kRows));
+// The forward and dq passes take the query rows, the dk/dv pass every row
+// (`rows` = T) and `heads` = the key/value heads.
+dim3 tc_grid(const AttentionShape& s, int64_t heads, int64_t rows) {
+  return dim3(static_cast<unsigned>(s.B * heads),
+              static_cast<unsigned>((rows + kRows - 1) / kRows));
 }
 
 template <int MAXD, class T>
@@ -523,10 +529,10 @@ void attention_forward_tensor_core(const void* qkv, void* out, float* lse, Scala
                                    const AttentionShape& s, cudaStream_t stream,
                                    const int32_t* doc_starts) {
   require(check_attention_tensor_core(type, s), "attention_forward (tensor cores)");
-  if (s.B * s.T == 0) return;
+  if (s.B * s.query_rows() == 0) return;
   const int D = static_cast<int>(s.head_dim());
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
-  const dim3 grid = tc_grid(s, s.NH);
+  const dim3 grid = tc_grid(s, s.NH, s.query_rows());
   dispatch_tc(type, D, [&](auto t, auto width) {
     using T = decltype(t);
     constexpr int MAXD = decltype(width)::value;
@@ -544,10 +550,10 @@ void attention_backward_tensor_core(const void* qkv, const void* dout, const flo
                                     const AttentionShape& s, cudaStream_t stream,
                                     const int32_t* doc_starts) {
   require(check_attention_tensor_core(type, s), "attention_backward (tensor cores)");
-  if (s.B * s.T == 0) return;
+  if (s.B * s.query_rows() == 0) return;  // (attention_backward has zeroed dqkv)
   const int D = static_cast<int>(s.head_dim());
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
-  const dim3 grid = tc_grid(s, s.NH), kv_grid = tc_grid(s, s.kv_heads());
+  const dim3 grid = tc_grid(s, s.NH, s.query_rows()), kv_grid = tc_grid(s, s.kv_heads(), s.T);
   const QkvLayout lay = QkvLayout::of(s);
   dispatch_tc(type, D, [&](auto t, auto width) {
     using T = decltype(t);

@@ -326,6 +326,50 @@ TEST(CudaKernels, AttentionOverASlidingWindow) {
   }
 }
 
+// A chunk of queries (first_query > 0: context parallelism's all-gather):
+// SIMT and tensor cores against the CPU, the chunk starting inside a block
+// of either's rows and on a block's first row, with grouped heads and a
+// window over packed documents. cuDNN's graph runs every row's queries and,
+// asked for by name, says so.
+TEST(CudaKernels, AttentionOverAChunkOfQueries) {
+  struct Case {
+    int64_t B, T, C, NH, NKV, first, window;
+  };
+  for (const Case& k : {Case{2, 130, 128, 4, 2, 70, 0}, Case{1, 200, 128, 2, 1, 128, 0},
+                        Case{2, 160, 128, 4, 1, 97, 40}}) {
+    const AttentionHeads heads{k.NH, k.NKV};
+    Tensor starts;
+    if (k.window > 0) {
+      std::vector<int64_t> ids(static_cast<size_t>(k.B * k.T), 5);
+      for (int64_t end : {36, 99, 120}) ids[end] = 0;
+      starts = nn::sliding_window_starts(
+          k.B, k.T, k.window, nn::document_layout(from_vector(ids, {k.B, k.T}), 0).starts);
+    }
+    const std::string name = "chunk_from" + std::to_string(k.first) + "_B" + std::to_string(k.B) +
+                             "_T" + std::to_string(k.T) + "_NH" + std::to_string(k.NH) + "_KV" +
+                             std::to_string(k.NKV) +
+                             (k.window ? "_window" + std::to_string(k.window) : "");
+    const int64_t width = k.C + 2 * heads.kv * (k.C / heads.q);
+    const testing::OpCase c{name,
+                            [=](DType d) {
+                              return std::vector<Tensor>{randn({k.B, k.T, width}, 13, 1, 1.0, d)};
+                            },
+                            [=](const std::vector<Tensor>& x) {
+                              return causal_attention(x[0], heads, starts, k.first);
+                            }};
+    expect_own_kernels_match_cpu(c, k.T, k.C, heads);
+  }
+  cuda::set_attention_kernel(cuda::AttentionKernel::Cudnn);
+  const Tensor qkv = randn({1, 128, 192}, 3, 1, 1.0, DType::BF16, kGpu);
+  try {
+    (void)causal_attention(qkv, 2, {}, 64);
+    ADD_FAILURE() << "cuDNN took a chunk of queries";
+  } catch (const NotSupportedError& e) {
+    EXPECT_NE(std::string(e.what()).find("chunk"), std::string::npos) << e.what();
+  }
+  cuda::set_attention_kernel(cuda::AttentionKernel::Auto);
+}
+
 // Gemma 2's logit soft-capping (scores cap * tanh(s / cap)): SIMT and
 // tensor cores against the CPU, with scores the size of the cap (inputs of
 // stddev 2, cap 3) so the forward's capped softmax and the backward's

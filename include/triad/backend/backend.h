@@ -210,11 +210,17 @@ class Backend {
   // sliding window does (0 <= start <= t, never below the previous query's);
   // query t then attends to keys [start, t] only. Undefined: every earlier
   // key.
+  // first_query > 0 (0 <= first_query <= T) runs a chunk of queries, as
+  // context parallelism's all-gather does: only the queries of rows
+  // [first_query, T) attend, each to the keys up to its own row, and out,
+  // lse and dout hold those T - first_query rows alone ((B, T - first, q D),
+  // (B, q, T - first)); doc_starts stays (B, T); dqkv is (B, T, ...) with
+  // the q columns of the rows before first_query zero.
   virtual void attention_forward(const Tensor& qkv, const AttentionHeads& heads, Tensor& out,
-                                 Tensor& lse, const Tensor& doc_starts) = 0;
+                                 Tensor& lse, const Tensor& doc_starts, int64_t first_query) = 0;
   virtual void attention_backward(const Tensor& qkv, const Tensor& out, const Tensor& lse,
                                   const Tensor& dout, const AttentionHeads& heads, Tensor& dqkv,
-                                  const Tensor& doc_starts) = 0;
+                                  const Tensor& doc_starts, int64_t first_query) = 0;
 
   // Stores the n new tokens' keys and values into a key/value cache: qkv
   // (B, n, (q + 2 kv) D) contiguous; its k heads go to k_cache and its v

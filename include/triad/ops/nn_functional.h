@@ -63,7 +63,15 @@ Tensor clamp(const Tensor& x, double lo, double hi);
 // document's start if later) is the same mechanism. It is checked where it
 // is (values read only on the host) and moved to qkv's device; undefined
 // means every earlier key.
-Tensor causal_attention(const Tensor& qkv, AttentionHeads heads, const Tensor& doc_starts = {});
+// A chunk of queries: with first_query > 0 (at most T) only the queries of
+// rows [first_query, T) attend, each to the keys up to its own row (and from
+// its doc_starts entry; doc_starts stays (B, T)), and the result is their
+// (B, T - first_query, q D). The gradient reaches every row's keys and
+// values and only those rows' queries. Context parallelism's all-gather runs
+// a rank's chunk of queries this way over the keys and values gathered up
+// to it.
+Tensor causal_attention(const Tensor& qkv, AttentionHeads heads, const Tensor& doc_starts = {},
+                        int64_t first_query = 0);
 
 // Stores the n new tokens' keys and values, the k and v heads of qkv
 // (B, n, (q + 2 kv) D), into slots [start, start + n) of k_cache and

@@ -425,7 +425,9 @@ void CpuBackend::softmax_backward(const Tensor& y, const Tensor& dy, Tensor& dx)
 // block [r0, r1) only needs keys [kb, r1), kb the document start of its
 // first row (0 without documents; starts never decrease along a row), so
 // the GEMMs skip (almost all of) the masked upper triangle and, in packed
-// rows, the earlier documents.
+// rows, the earlier documents. A chunk of queries (first_query > 0) runs
+// the blocks from its first row, out's, lse's and dout's rows counted from
+// there.
 constexpr int64_t kAttnBlock = 64;
 
 namespace {
@@ -440,11 +442,12 @@ struct DocStarts {
 }  // namespace
 
 void CpuBackend::attention_forward(const Tensor& qkv, const AttentionHeads& heads, Tensor& out,
-                                   Tensor& lse, const Tensor& doc_starts) {
+                                   Tensor& lse, const Tensor& doc_starts, int64_t first_query) {
   dispatch_float(qkv.dtype(), "attention", [&](auto tag) {
     using T = decltype(tag);
     // C3: qkv's row, (n_head + 2 n_kv_head) hd wide; C: out's, n_head hd.
     const int64_t B = qkv.size(0), Tn = qkv.size(1), C3 = qkv.size(2), n_head = heads.q;
+    const int64_t F = first_query, Tq = Tn - F;  // out's and lse's rows: qkv's from F
     const int64_t hd = C3 / heads.fused(), C = n_head * hd, KV = heads.kv * hd;
     const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(hd)));
     const T cap = static_cast<T>(heads.softcap);  // scores cap * tanh(s / cap), when > 0
@@ -461,7 +464,7 @@ void CpuBackend::attention_forward(const Tensor& qkv, const AttentionHeads& head
         const T* q = base + b * Tn * C3 + h * hd;
         const T* k = base + b * Tn * C3 + C + h / heads.group() * hd;
         const T* v = k + KV;
-        for (int64_t r0 = 0; r0 < Tn; r0 += kAttnBlock) {
+        for (int64_t r0 = F; r0 < Tn; r0 += kAttnBlock) {
           const int64_t r1 = std::min(Tn, r0 + kAttnBlock), rows = r1 - r0;
           const int64_t kb = start_of(b, r0), w = r1 - kb;  // keys [kb, r1)
           // S (rows, w) = scale * Q[r0:r1] K[kb:r1]^T
@@ -486,11 +489,11 @@ void CpuBackend::attention_forward(const Tensor& qkv, const AttentionHeads& head
             for (int64_t j = lo; j <= hi; ++j) row[j] *= inv;
             std::fill(row, row + lo, T(0));
             std::fill(row + hi + 1, row + w, T(0));
-            pl[bh * Tn + t] = static_cast<T>(mx + std::log(sum));
+            pl[bh * Tq + t - F] = static_cast<T>(mx + std::log(sum));
           }
           // O[r0:r1] = P V[kb:r1]
           gemm_rm<T>(false, false, rows, hd, w, T(1), S.data(), w, v + kb * C3, C3, T(0),
-                     po + (b * Tn + r0) * C + h * hd, C);
+                     po + (b * Tq + r0 - F) * C + h * hd, C);
         }
       }
     }
@@ -605,10 +608,11 @@ void CpuBackend::cached_attention_forward(const Tensor& qkv, const Tensor& keys,
 
 void CpuBackend::attention_backward(const Tensor& qkv, const Tensor& out, const Tensor& lse,
                                     const Tensor& dout, const AttentionHeads& heads, Tensor& dqkv,
-                                    const Tensor& doc_starts) {
+                                    const Tensor& doc_starts, int64_t first_query) {
   dispatch_float(qkv.dtype(), "attention_backward", [&](auto tag) {
     using T = decltype(tag);
     const int64_t B = qkv.size(0), Tn = qkv.size(1), C3 = qkv.size(2), n_head = heads.q;
+    const int64_t F = first_query, Tq = Tn - F;  // out's, dout's and lse's rows: from F
     const int64_t hd = C3 / heads.fused(), C = n_head * hd, KV = heads.kv * hd;
     const int64_t G = heads.group();
     const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(hd)));
@@ -641,10 +645,12 @@ void CpuBackend::attention_backward(const Tensor& qkv, const Tensor& out, const 
         for (int64_t h = kvh * G; h < (kvh + 1) * G; ++h) {
           const int64_t bh = b * n_head + h;
           const T* q = base + b * Tn * C3 + h * hd;
-          const T* o = po + b * Tn * C + h * hd;
-          const T* dO = pdo + b * Tn * C + h * hd;
+          // Row t's output and its gradient: o[(t - F) * C], dO[(t - F) * C].
+          const T* o = po + b * Tq * C + h * hd;
+          const T* dO = pdo + b * Tq * C + h * hd;
           T* dq = pd + b * Tn * C3 + h * hd;
-          for (int64_t r0 = 0; r0 < Tn; r0 += kAttnBlock) {
+          for (int64_t t = 0; t < F; ++t) std::fill_n(dq + t * C3, hd, T(0));  // no query there
+          for (int64_t r0 = F; r0 < Tn; r0 += kAttnBlock) {
             const int64_t r1 = std::min(Tn, r0 + kAttnBlock), rows = r1 - r0;
             const int64_t kb = start_of(b, r0), w = r1 - kb;  // keys [kb, r1)
             const T* kk = k + kb * C3;
@@ -653,7 +659,7 @@ void CpuBackend::attention_backward(const Tensor& qkv, const Tensor& out, const 
             gemm_rm<T>(false, true, rows, w, hd, scale, q + r0 * C3, C3, kk, C3, T(0), P.data(), w);
             for (int64_t i = 0; i < rows; ++i) {
               const int64_t t = r0 + i, lo = start_of(b, t) - kb, hi = t - kb;
-              const T l = pl[bh * Tn + t];
+              const T l = pl[bh * Tq + t - F];
               T* row = P.data() + i * w;
               if (cap > 0) {
                 T* drow = dcap.data() + i * w;
@@ -669,15 +675,16 @@ void CpuBackend::attention_backward(const Tensor& qkv, const Tensor& out, const 
               std::fill(row + hi + 1, row + w, T(0));
             }
             // dV[kb:r1] += P^T dO[r0:r1] ; dP = dO[r0:r1] V[kb:r1]^T
-            gemm_rm<T>(true, false, w, hd, rows, T(1), P.data(), w, dO + r0 * C, C, T(1),
+            gemm_rm<T>(true, false, w, hd, rows, T(1), P.data(), w, dO + (r0 - F) * C, C, T(1),
                        dv + kb * C3, C3);
-            gemm_rm<T>(false, true, rows, w, hd, T(1), dO + r0 * C, C, vk, C3, T(0), dP.data(), w);
+            gemm_rm<T>(false, true, rows, w, hd, T(1), dO + (r0 - F) * C, C, vk, C3, T(0),
+                       dP.data(), w);
             // dS = P * (dP - rowsum(dO * O)), scaled for the QK^T product.
             for (int64_t i = 0; i < rows; ++i) {
               const int64_t t = r0 + i, lo = start_of(b, t) - kb, hi = t - kb;
               double D = 0;
               for (int64_t d = 0; d < hd; ++d)
-                D += static_cast<double>(dO[t * C + d]) * o[t * C + d];
+                D += static_cast<double>(dO[(t - F) * C + d]) * o[(t - F) * C + d];
               const T* prow = P.data() + i * w;
               T* drow = dP.data() + i * w;
               const T Dt = static_cast<T>(D);

@@ -74,10 +74,10 @@ class CudaBackend final : public Backend {
   void softmax_forward(const Tensor& x, Tensor& y) override;
   void softmax_backward(const Tensor& y, const Tensor& dy, Tensor& dx) override;
   void attention_forward(const Tensor& qkv, const AttentionHeads& heads, Tensor& out, Tensor& lse,
-                         const Tensor& doc_starts) override;
+                         const Tensor& doc_starts, int64_t first_query) override;
   void attention_backward(const Tensor& qkv, const Tensor& out, const Tensor& lse,
                           const Tensor& dout, const AttentionHeads& heads, Tensor& dqkv,
-                          const Tensor& doc_starts) override;
+                          const Tensor& doc_starts, int64_t first_query) override;
   void write_kv_cache(const Tensor& qkv, const AttentionHeads& heads, int64_t start,
                       Tensor& k_cache, Tensor& v_cache) override;
   void cached_attention_forward(const Tensor& qkv, const Tensor& keys, const Tensor& values,
