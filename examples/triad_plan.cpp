@@ -3,6 +3,7 @@
 //   triad-plan predict --model M.yaml --cluster C.yaml --gpus N --global-batch B --tp T --pp P
 //                      [--vpp V] --micro-batch b [--recompute none|selective|full]
 //                      [--sequence-parallel] [--zero 1] [--ep E] [--cp C]
+//                      [--cp-comm auto|all_to_all|all_gather]
 //                      [--schedule 1f1b|interleaved|zb-h1|zb-auto|zb-v]
 //                      [--stage-layers auto|3,4,4,1] [--optimizer adamw|muon] [--json]
 //   triad-plan recommend --model M.yaml --cluster C.yaml --gpus N --global-batch B [--top K]
@@ -109,7 +110,7 @@ int main(int argc, char** argv) {
   sched->add_option("--trace", trace, "write the timeline as Chrome trace JSON");
 
   std::string model_path, cluster_path, recompute = "none", schedule_name, attention = "unfused",
-                                        stage_layers, optimizer = "adamw";
+                                        stage_layers, optimizer = "adamw", cp_comm = "auto";
   int gpus = 0, global_batch = 0, tp = 1, pp = 1, vpp = 1, micro = 1, zero = 0, top = 5, ep = 1,
       cp = 1;
   bool sp = false, json = false, overlap = false, overlap_tp = false;
@@ -150,6 +151,12 @@ int main(int argc, char** argv) {
                    "context parallelism: each sequence shared by cp ranks (GPUs = "
                    "tp*pp*dp*cp)")
       ->check(at_least_one);
+  predict
+      ->add_option("--cp-comm", cp_comm,
+                   "how the cp ranks' attention sees the whole sequence: all_to_all (the heads "
+                   "exchanged), all_gather (the keys and values gathered) or auto (the default: "
+                   "all_to_all where the heads share out)")
+      ->check(CLI::IsMember({"auto", "all_to_all", "all_gather"}));
   predict->add_option("--stage-layers", stage_layers,
                       "layers per stage, e.g. 3,4,4,1, or auto (balanced for the head)");
   predict->add_option("--schedule", schedule_name,
@@ -283,6 +290,8 @@ int main(int argc, char** argv) {
       }
       if (given(predict, "--ep")) c.ep = ep;
       if (given(predict, "--cp")) c.cp = cp;
+      if (given(predict, "--cp-comm"))
+        c.cp_exchange = cp::exchange_from_string(cp_comm, "--cp-comm");
       if (given(predict, "--overlap-dp")) c.overlap_dp = overlap;
       if (given(predict, "--overlap-tp")) c.overlap_tp = overlap_tp;
       if (given(predict, "--attention")) c.attention = plan::attention_from_name(attention);

@@ -290,6 +290,13 @@ LayerCost layer_cost(const nn::GptConfig& m, const ClusterSpec& c, const Paralle
   // Attention core per GPU: (a/t) heads of s x s scores (a cp-th of them
   // under context parallelism, over the whole sequence).
   const double scores = (a / t / p.cp) * b * s * s;
+  // The all-gather's last rank: its s/cp queries see s(1 - 1/2cp) keys each
+  // against the all-to-all's s/2 (a window of W < s keys sees as many
+  // wherever it is: no more than the mean).
+  const bool gathered =
+      p.cp > 1 && cp::resolve_exchange(p.cp_exchange, m, p.tp, p.cp) == cp::Exchange::AllGather;
+  const double window = static_cast<double>(m.window_of(layer));
+  const double busiest = gathered && !(window > 0 && window < s) ? (2.0 * p.cp - 1.0) / p.cp : 1.0;
   const double attn_gemm_flops = 2.0 * scores * hd;  // one of QK^T or PV, every tile
   const double bw = c.memory_bandwidth * c.memory_efficiency;
   double attn_mem_bwd = 0;
@@ -302,14 +309,14 @@ LayerCost layer_cost(const nn::GptConfig& m, const ClusterSpec& c, const Paralle
     const double rate = c.peak_flops * c.flash_attention_efficiency();
     const double W = static_cast<double>(m.window_of(layer));
     const double seen = W > 0 && W < s ? (W - W * (W - 1) / (2 * s)) / s : 0.5;
-    L.attn_gemm_fwd = seen * 2.0 * attn_gemm_flops / rate;
+    L.attn_gemm_fwd = busiest * seen * 2.0 * attn_gemm_flops / rate;
     L.fwd_gemm += L.attn_gemm_fwd;
-    L.bwd_input_gemm += seen * 5.0 * attn_gemm_flops / rate;
+    L.bwd_input_gemm += busiest * seen * 5.0 * attn_gemm_flops / rate;
   } else {
     // The two batched GEMMs move the score matrix through memory (2 bytes
     // per element each), which for small head dims costs more than their
     // math.
-    const double one_attn_gemm = roofline(attn_gemm_flops, scores * kFp16, c);
+    const double one_attn_gemm = busiest * roofline(attn_gemm_flops, scores * kFp16, c);
     L.attn_gemm_fwd = 2.0 * one_attn_gemm;
     L.fwd_gemm += L.attn_gemm_fwd;
     L.bwd_input_gemm += 3.0 * one_attn_gemm;   // dP, dQ, dK
@@ -317,8 +324,8 @@ LayerCost layer_cost(const nn::GptConfig& m, const ClusterSpec& c, const Paralle
     // Memory-bound kernels. Scores: fused scale-mask-softmax reads and
     // writes them (4 B/element), dropout reads, writes and keeps a mask (5
     // B); backward: 5 B for dropout, 6 B for softmax.
-    L.attn_mem_fwd = 9.0 * scores / bw;
-    attn_mem_bwd = 11.0 * scores / bw;
+    L.attn_mem_fwd = busiest * 9.0 * scores / bw;
+    attn_mem_bwd = busiest * 11.0 * scores / bw;
   }
   // Token-wise kernels, bytes per token per hidden unit forward: two
   // LayerNorms (4 each), two fused bias-dropout-residual adds (7 each) and
@@ -390,18 +397,26 @@ LayerCost layer_cost(const nn::GptConfig& m, const ClusterSpec& c, const Paralle
     }
   }
   if (p.cp > 1) {
-    // Context parallelism: q, k and v (this rank's heads' width, its
-    // positions) go out to the other ranks' heads, and the output comes
-    // back, all but 1/cp of each, over NVLink while the cp ranks (tp apart)
-    // share a node; backward the same for the gradients. On the critical
-    // path as TP's collectives are, and priced with them.
-    const double out = static_cast<double>(m.q_width()) / t;
-    const double bytes = tokens * (w_local + out) * kFp16;
+    // Context parallelism, all-to-all: q, k and v (this rank's heads'
+    // width, its positions) go out to the other ranks' heads, and the
+    // output comes back, all but 1/cp of each; all-gather: each rank
+    // receives the other chunks' keys and values (cp - 1 times its own),
+    // the gradients reduce-scattered back as many. Over NVLink while the cp
+    // ranks (tp apart) share a node; backward the same for the gradients.
+    // On the critical path as TP's collectives are, and priced with them.
     const bool in_node = static_cast<long long>(p.tp) * p.cp <= c.gpus_per_node;
-    const double exchange = (p.cp - 1.0) / p.cp * bytes /
-                                ((in_node ? c.intra_bandwidth : c.inter_bandwidth_per_gpu()) *
-                                 c.collective_efficiency) +
-                            2.0 * (p.cp - 1.0) * (in_node ? c.intra_latency : c.inter_latency);
+    const double rate =
+        (in_node ? c.intra_bandwidth : c.inter_bandwidth_per_gpu()) * c.collective_efficiency;
+    const double latency = in_node ? c.intra_latency : c.inter_latency;
+    double exchange = 0;
+    if (gathered) {
+      const double kv = w_local - static_cast<double>(m.q_width()) / t;
+      exchange = (p.cp - 1.0) * tokens * kv * kFp16 / rate + (p.cp - 1.0) * latency;
+    } else {
+      const double out = static_cast<double>(m.q_width()) / t;
+      const double bytes = tokens * (w_local + out) * kFp16;
+      exchange = (p.cp - 1.0) / p.cp * bytes / rate + 2.0 * (p.cp - 1.0) * latency;
+    }
     L.fwd_tp += exchange;
     L.bwd_tp += exchange;
   }
@@ -590,7 +605,11 @@ std::string ParallelConfig::str() const {
          " vpp=" + std::to_string(vpp) + " mb=" + std::to_string(micro_batch) +
          " recompute=" + recompute_name(recompute) + " sp=" + (sequence_parallel ? "on" : "off") +
          " zero1=" + (zero1 ? "on" : "off") + (ep > 1 ? " ep=" + std::to_string(ep) : "") +
-         (cp > 1 ? " cp=" + std::to_string(cp) : "") + " " + pipeline::schedule_name(schedule) +
+         (cp > 1 ? " cp=" + std::to_string(cp) : "") +
+         (cp > 1 && cp_exchange != cp::Exchange::Auto
+              ? std::string(" cp_comm=") + cp::exchange_name(cp_exchange)
+              : "") +
+         " " + pipeline::schedule_name(schedule) +
          ((schedule == pipeline::ScheduleKind::ZbAuto || schedule == pipeline::ScheduleKind::ZbV) &&
                   zb_max_in_flight > 0
               ? " max-in-flight=" + std::to_string(zb_max_in_flight)
@@ -619,7 +638,7 @@ void check_config(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int gl
   }
   // (The heads, the length and the losses against the chunks.)
   try {
-    cp::check_context_parallel(m, p.tp, p.cp, p.sequence_parallel);
+    cp::check_context_parallel(m, p.tp, p.cp, p.sequence_parallel, p.cp_exchange);
   } catch (const NotSupportedError& e) {
     throw ConfigError(e.what());
   }
@@ -1175,10 +1194,20 @@ Estimate price(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int globa
       per_layer = 2.0 * sbh / (p.sequence_parallel ? t : 1.0);
       break;
   }
-  if (recompute != Recompute::Full) per_layer += lora_kept + sbh * qk_gathered;
+  // Context parallelism's all-gather keeps each layer's attention input
+  // for the sequence up to the busiest (last) rank's chunk: the whole
+  // sequence's keys and values beside its own queries, cp - 1 chunks more
+  // than its own qkv (this rank's heads' width).
+  const double gathered_kv =
+      p.cp > 1 && cp::resolve_exchange(p.cp_exchange, m, p.tp, p.cp) == cp::Exchange::AllGather
+          ? sbh * (p.cp - 1.0) * 2.0 * static_cast<double>(m.qkv_width_per_rank(p.tp)) / h
+          : 0.0;
+  if (recompute != Recompute::Full) per_layer += lora_kept + sbh * qk_gathered + gathered_kv;
   double activations = held_layers * per_layer;
-  if (recompute == Recompute::Full)
-    activations += sbh * (whole + attn_extra) / t + lora_kept + sbh * qk_gathered;  // one rebuilt
+  if (recompute == Recompute::Full) {
+    activations += sbh * (whole + attn_extra) / t + lora_kept + sbh * qk_gathered +
+                   gathered_kv;  // one rebuilt
+  }
   // bf16 logits of one micro-batch; backward writes their gradient over
   // them (linear_head_loss), so there is no second buffer.
   activations += b * s / p.cp * V / t * 2.0;
@@ -1212,6 +1241,7 @@ std::string Estimate::json() const {
                    {"zero1", config.zero1},
                    {"ep", config.ep},
                    {"cp", config.cp},
+                   {"cp_comm", cp::exchange_name(config.cp_exchange)},
                    {"schedule", pipeline::schedule_name(config.schedule)},
                    {"stage_layers", config.stage_layers},
                    {"overlap_dp", config.overlap_dp},

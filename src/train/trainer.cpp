@@ -312,7 +312,7 @@ Trainer::Trainer(Config config, dist::ProcessGroupPtr world)
       pp_model_ = std::make_unique<pipeline::PipelineModel>(
           config_.model, seed,
           pipeline::PipelineGroups{mesh_->tp(), mesh_->pp(), mesh_->embedding(), mesh_->ep(),
-                                   mesh_->cp()},
+                                   mesh_->cp(), cp::exchange_from_string(par.cp_comm)},
           par.sequence_parallel, par.vpp, stage_layers_,
           pipeline::placement_of(pipeline::schedule_from_name(par.schedule)));
       const int m = static_cast<int>(config_.train.global_batch_size /
@@ -345,7 +345,8 @@ Trainer::Trainer(Config config, dist::ProcessGroupPtr world)
     } else {
       tp_model_ = std::make_unique<tp::TensorParallelGpt>(
           config_.model, seed, mesh_->tp(), par.sequence_parallel,
-          tp::StagePlan::whole(config_.model.n_layer), mesh_->ep(), mesh_->cp());
+          tp::StagePlan::whole(config_.model.n_layer), mesh_->ep(), mesh_->cp(),
+          cp::exchange_from_string(par.cp_comm));
       if (!config_.init_from.empty()) {
         // One block of the file at a time, each rank cutting its shards.
         read_init_weights(nullptr,
@@ -2215,14 +2216,18 @@ std::vector<StepMetrics> Trainer::run() {
       if (par.tp > 1 && !par.sequence_parallel && par.pipeline_scatter_gather)
         pipeline += ", scatter-gather between stages";
     }
-    spdlog::info("parallel: tp {} x pp {} x dp {}{} over {} ranks{}{}{}", par.tp, par.pp, dp_,
-                 cp_ > 1 ? " x cp " + std::to_string(cp_) : std::string(), world_->size(),
-                 par.sequence_parallel ? ", sequence parallel" : "", pipeline,
-                 zero_optimizer_
-                     ? (par.overlap_param_gather
-                            ? ", ZeRO-1 (parameter all-gathers overlap the next forward)"
-                            : ", ZeRO-1")
-                     : "");
+    spdlog::info(
+        "parallel: tp {} x pp {} x dp {}{} over {} ranks{}{}{}", par.tp, par.pp, dp_,
+        cp_ > 1 ? " x cp " + std::to_string(cp_) + " (" +
+                      cp::exchange_name(cp::resolve_exchange(cp::exchange_from_string(par.cp_comm),
+                                                             config_.model, par.tp, cp_)) +
+                      ")"
+                : std::string(),
+        world_->size(), par.sequence_parallel ? ", sequence parallel" : "", pipeline,
+        zero_optimizer_ ? (par.overlap_param_gather
+                               ? ", ZeRO-1 (parameter all-gathers overlap the next forward)"
+                               : ", ZeRO-1")
+                        : "");
     if (!device_.is_cuda()) {
       const int threads = omp_get_max_threads();
       const int local = mesh_->node().local_size;

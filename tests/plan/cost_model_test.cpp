@@ -917,6 +917,7 @@ TEST(CostModel, ContextParallelismSharesEachSequenceOut) {
   }
   bad = layout(8, 1, 1, 1, Recompute::None);
   bad.cp = 16;  // 4 heads a tensor-parallel rank over 16 ranks
+  bad.cp_exchange = cp::Exchange::AllToAll;
   try {
     estimate(m, c, 128, 16, bad);
     ADD_FAILURE() << "expected ConfigError";
@@ -925,6 +926,22 @@ TEST(CostModel, ContextParallelismSharesEachSequenceOut) {
               std::string::npos)
         << e.what();
   }
+  // The all-gather takes them (auto picks it): the last rank's attention
+  // paces the step, and every rank keeps the gathered keys and values.
+  ParallelConfig gathered = bad;
+  gathered.cp_exchange = cp::Exchange::Auto;
+  const Estimate g = estimate(m, c, 128, 16, gathered);
+  ParallelConfig shared = layout(8, 1, 1, 1, Recompute::None);
+  shared.cp = 4;  // 4 heads a tensor-parallel rank over 4 ranks: all-to-all
+  shared.cp_exchange = cp::Exchange::AllToAll;
+  const Estimate a2a = estimate(m, c, 32, 16, shared);
+  shared.cp_exchange = cp::Exchange::AllGather;
+  const Estimate ag = estimate(m, c, 32, 16, shared);
+  EXPECT_GT(ag.activation_bytes, a2a.activation_bytes);
+  EXPECT_GT(ag.gemm_time, a2a.gemm_time);  // (the last rank's attention)
+  EXPECT_GT(ag.step_time, a2a.step_time);
+  EXPECT_GT(g.step_time, 0.0);
+  EXPECT_NE(gathered.str(), shared.str());
 }
 
 // The memory model against Triad itself: a bf16 model trained on the CPU

@@ -461,9 +461,21 @@ TEST(Config, MixtureOfExpertsParsesRoundTripsAndIsChecked) {
                       {"model.moe={experts: 4, aux_loss_coef: 0}", "parallel.ep=4", "parallel.dp=3",
                        "parallel.cp=2"},
                       "parallel.ep (4) must divide parallel.dp (3) times parallel.cp (2)");
-  expect_config_error(kValid, {"parallel.cp=4"},
-                      "parallel.cp (4) beside parallel.tp (1): model.n_head (2) and its key/value "
-                      "heads (2) leave 2 query and 2 key/value heads on each tensor-parallel rank");
+  // Heads that do not share out: the all-to-all refuses them, the
+  // all-gather (and auto, which picks it) takes them; the choice
+  // round-trips.
+  expect_config_error(kValid, {"parallel.cp=4", "parallel.cp_comm=all_to_all"},
+                      "parallel.cp (4) beside parallel.tp (1) with parallel.cp_comm all_to_all: "
+                      "model.n_head (2) and its key/value heads (2) leave 2 query and 2 key/value "
+                      "heads on each tensor-parallel rank");
+  EXPECT_EQ(parse_config(kValid, {"parallel.cp=4"}).parallel.cp_comm, "auto");
+  EXPECT_EQ(
+      parse_config(to_yaml(parse_config(kValid, {"parallel.cp=4", "parallel.cp_comm=all_gather"})))
+          .parallel.cp_comm,
+      "all_gather");
+  expect_config_error(
+      kValid, {"parallel.cp=2", "parallel.cp_comm=ring"},
+      "parallel.cp_comm: 'ring' is not an exchange (auto, all_to_all or all_gather)");
   expect_config_error(kValid, {"parallel.cp=2", "model.seq_len=33"},
                       "model.seq_len (33) must be divisible by cp (2)");
   expect_config_error(

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "triad/nn/gpt.h"
+#include "triad/parallel/context/exchange.h"
 #include "triad/parallel/pipeline/schedule.h"
 #include "triad/plan/cluster.h"
 
@@ -39,9 +40,13 @@ struct ParallelConfig {
   // Context parallelism (parallel.cp): each sequence shared out among cp
   // ranks (consecutive data-parallel ones: the GPUs are tp*pp*dp*cp, and
   // gradients reduce over dp*cp), each computing s/cp positions of every
-  // layer and a cp-th of the heads of every attention over the whole
-  // sequence, exchanged all-to-all.
+  // layer and, by `cp_exchange` (parallel.cp_comm), a cp-th of the heads
+  // of every attention over the whole sequence, exchanged all-to-all, or
+  // its own queries over the keys and values gathered up to them (the last
+  // rank's attention, (2cp - 1)/cp times the all-to-all's, paces every
+  // rank; it keeps the gathered keys and values for backward).
   int cp = 1;
+  cp::Exchange cp_exchange = cp::Exchange::Auto;
   pipeline::ScheduleKind schedule = pipeline::ScheduleKind::OneFOneB;
   // zb-auto, zb-v: microbatches a rank holds from F to W (0: pp), as in the trainer.
   int zb_max_in_flight = 0;

@@ -98,11 +98,14 @@ struct ParallelSection {
   // (model.moe; ep divides dp and model.moe.experts).
   int ep = 1;
   // Context parallelism: `cp` ranks share each sequence, each computing on
-  // its chunk of T / cp tokens and exchanging every attention layer's heads
-  // all-to-all (cp::sequence_to_heads, DeepSpeed-Ulysses'). The world is
+  // its chunk of T / cp tokens; every attention layer reaches the whole
+  // sequence by `cp_comm` (cp::Exchange: "all_to_all", the heads exchanged,
+  // DeepSpeed-Ulysses'; "all_gather", the keys and values gathered, Llama
+  // 3's; "auto", the all-to-all where the heads share out). The world is
   // tp * pp * dp * cp; the cp ranks of a sequence are data-parallel ranks
   // besides (their gradients reduced with the dp replicas').
   int cp = 1;
+  std::string cp_comm = "auto";
   int zero = 0;                   // 1: ZeRO-1 (optimizer state sharded over dp)
   std::string topology = "warn";  // a TP group spanning nodes: warn | refuse
   double bucket_mb = 25;          // gradient-reduction bucket size

@@ -61,7 +61,7 @@ Tensor all_to_all_rows(const Tensor& x, const dist::ProcessGroupPtr& group) {
 
 AttentionHeads heads_kept(const AttentionHeads& heads, int64_t P) {
   AttentionHeads kept = heads;
-  if (heads.q % P != 0 || (heads.kv % P != 0 && P % heads.kv != 0)) {
+  if (!heads_share_out(heads, P)) {
     throw ShapeError("context parallelism: " + std::to_string(heads.q) + " query and " +
                      std::to_string(heads.kv) +
                      " key/value heads per tensor-parallel rank cannot be shared out over " +
@@ -72,29 +72,6 @@ AttentionHeads heads_kept(const AttentionHeads& heads, int64_t P) {
   kept.q = heads.q / P;
   kept.kv = heads.kv % P == 0 ? heads.kv / P : 1;
   return kept;
-}
-
-void check_context_parallel(const nn::GptConfig& cfg, int64_t tp, int64_t cp,
-                            bool sequence_parallel) {
-  if (cp <= 1) return;
-  const std::string layout =
-      "parallel.cp (" + std::to_string(cp) + ") beside parallel.tp (" + std::to_string(tp) + ")";
-  const AttentionHeads heads{cfg.n_head / tp, cfg.kv_heads_per_rank(tp)};
-  if (heads.q % cp != 0 || (heads.kv % cp != 0 && cp % heads.kv != 0)) {
-    throw ConfigError(layout + ": model.n_head (" + std::to_string(cfg.n_head) +
-                      ") and its key/value heads (" + std::to_string(cfg.kv_heads()) + ") leave " +
-                      std::to_string(heads.q) + " query and " + std::to_string(heads.kv) +
-                      " key/value heads on each tensor-parallel rank; context parallelism needs "
-                      "the query heads a multiple of cp and the key/value heads a multiple or a "
-                      "divisor of it");
-  }
-  const int64_t chunks = cp * (sequence_parallel ? tp : 1);
-  if (cfg.seq_len % chunks != 0) {
-    throw ConfigError(layout + ": model.seq_len (" + std::to_string(cfg.seq_len) +
-                      ") must be divisible by cp" +
-                      (sequence_parallel ? " times tp (sequence parallelism)" : "") + " (" +
-                      std::to_string(chunks) + ")");
-  }
 }
 
 Tensor sequence_to_heads(const Tensor& qkv, const AttentionHeads& heads,

@@ -126,10 +126,11 @@ PipelineModel::PipelineModel(const nn::GptConfig& cfg, uint64_t seed, PipelineGr
         plan.head && !plan.embedding && cfg.tie_embeddings && rank_at(placement_, p_, 0) == rank_;
     chunks_.push_back(share ? std::make_shared<tp::TensorParallelGpt>(
                                   cfg, seed, groups_.tp, sequence_parallel, plan,
-                                  chunks_.front()->token_embedding_module(), groups_.ep, groups_.cp)
-                            : std::make_shared<tp::TensorParallelGpt>(cfg, seed, groups_.tp,
-                                                                      sequence_parallel, plan,
-                                                                      groups_.ep, groups_.cp));
+                                  chunks_.front()->token_embedding_module(), groups_.ep, groups_.cp,
+                                  groups_.cp_exchange)
+                            : std::make_shared<tp::TensorParallelGpt>(
+                                  cfg, seed, groups_.tp, sequence_parallel, plan, groups_.ep,
+                                  groups_.cp, groups_.cp_exchange));
   }
 }
 

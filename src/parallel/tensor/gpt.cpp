@@ -9,6 +9,7 @@
 #include "triad/nn/init.h"
 #include "triad/ops.h"
 #include "triad/optim/clip.h"
+#include "triad/parallel/context/all_gather.h"
 #include "triad/parallel/context/ulysses.h"
 #include "triad/parallel/expert/dispatch.h"
 #include "triad/parallel/tensor/mappings.h"
@@ -51,8 +52,12 @@ TensorParallelGpt::TensorParallelGpt(const nn::GptConfig& cfg, uint64_t seed,
 TensorParallelGpt::TensorParallelGpt(const nn::GptConfig& cfg, uint64_t seed,
                                      dist::ProcessGroupPtr group, bool sequence_parallel,
                                      StagePlan plan, dist::ProcessGroupPtr experts,
-                                     dist::ProcessGroupPtr context)
-    : cfg_(cfg), group_(std::move(group)), sp_(sequence_parallel), plan_(std::move(plan)) {
+                                     dist::ProcessGroupPtr context, cp::Exchange exchange)
+    : cfg_(cfg),
+      group_(std::move(group)),
+      sp_(sequence_parallel),
+      exchange_(exchange),
+      plan_(std::move(plan)) {
   if (experts && experts->size() > 1) expert_group_ = std::move(experts);
   if (context && context->size() > 1) cp_ = std::move(context);
   build(seed);
@@ -62,8 +67,13 @@ TensorParallelGpt::TensorParallelGpt(const nn::GptConfig& cfg, uint64_t seed,
                                      dist::ProcessGroupPtr group, bool sequence_parallel,
                                      StagePlan plan,
                                      std::shared_ptr<VocabParallelEmbedding> embedding,
-                                     dist::ProcessGroupPtr experts, dist::ProcessGroupPtr context)
-    : cfg_(cfg), group_(std::move(group)), sp_(sequence_parallel), plan_(std::move(plan)) {
+                                     dist::ProcessGroupPtr experts, dist::ProcessGroupPtr context,
+                                     cp::Exchange exchange)
+    : cfg_(cfg),
+      group_(std::move(group)),
+      sp_(sequence_parallel),
+      exchange_(exchange),
+      plan_(std::move(plan)) {
   if (experts && experts->size() > 1) expert_group_ = std::move(experts);
   if (context && context->size() > 1) cp_ = std::move(context);
   if (!embedding || !plan_.head || plan_.embedding || !cfg_.tie_embeddings) {
@@ -106,7 +116,8 @@ void TensorParallelGpt::build(uint64_t seed, std::shared_ptr<VocabParallelEmbedd
                        std::to_string(cfg_.n_layer) + ")");
     }
   }
-  if (cp_) cp::check_context_parallel(cfg_, t, cp_->size(), sp_);
+  if (cp_) cp::check_context_parallel(cfg_, t, cp_->size(), sp_, exchange_);
+  exchange_ = cp::resolve_exchange(exchange_, cfg_, t, cp_ ? cp_->size() : 1);
   bool dense_mlps = false;
   for (int64_t i : plan_.layers) dense_mlps = dense_mlps || !cfg_.moe_layer(i);
   if (dense_mlps && cfg_.ffn() % t != 0) {
@@ -915,6 +926,8 @@ void TensorParallelGpt::require_chunk_positions(const nn::ForwardContext& ctx, i
 Tensor TensorParallelGpt::attention(const Tensor& qkv, const AttentionHeads& heads,
                                     const Tensor& starts) const {
   if (!cp_) return causal_attention(qkv, heads, starts);
+  if (exchange_ == cp::Exchange::AllGather)
+    return cp::all_gather_attention(qkv, heads, starts, cp_);
   const Tensor whole = cp::sequence_to_heads(qkv, heads, cp_);
   const Tensor y = causal_attention(whole, cp::heads_kept(heads, cp_), starts);
   return cp::heads_to_sequence(y, qkv.size(2) / heads.fused(), cp_);

@@ -1,12 +1,15 @@
-// Context parallelism (DeepSpeed-Ulysses' all-to-all of heads) against one
-// process: the exchanges as the linear maps they are (forward against the
-// whole tensors, backward as their adjoints), then the sharded GPT — every
-// rank a chunk of each sequence — whose group mean of losses and gradients
-// is one process's, alone (cp = the world) and beside tensor parallelism
-// (tp 2 x cp 2, with and without sequence parallelism). fp32; tolerances
-// stated per test. CTest runs 2 and 4 ranks.
+// Context parallelism (DeepSpeed-Ulysses' all-to-all of heads, and Llama
+// 3's all-gather of keys and values) against one process: the exchanges as
+// the linear maps they are (forward against the whole tensors, backward as
+// their adjoints), the all-gather's attention as the whole sequence's, then
+// the sharded GPT — every rank a chunk of each sequence — whose group mean
+// of losses and gradients is one process's, alone (cp = the world) and
+// beside tensor parallelism (tp 2 x cp 2, with and without sequence
+// parallelism), by either exchange. fp32; tolerances stated per test.
+// CTest runs 2 and 4 ranks.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -21,6 +24,7 @@
 #include "triad/dist/world.h"
 #include "triad/nn/gpt.h"
 #include "triad/ops.h"
+#include "triad/parallel/context/all_gather.h"
 #include "triad/parallel/context/ulysses.h"
 #include "triad/parallel/tensor/gpt.h"
 
@@ -97,6 +101,40 @@ TEST(Ulysses, ExchangesAreTheHeadsAndChunksOfTheWholeTensor) {
   }
 }
 
+// all_gather_attention on each rank's chunk is the whole sequence's
+// attention at the chunk's rows, and its gradient the whole one's at the
+// chunk's rows (each rank's keys and values summing what every later
+// chunk's queries gave them), with grouped heads that do not share out, and
+// with packed documents under a window.
+TEST(AllGather, AttentionAndGradientsAreTheWholeSequencesChunks) {
+  const int P = g_world->size(), r = g_world->rank();
+  const int64_t B = 2, D = 4, T = 5 * P, Tc = 5;
+  const AttentionHeads h{3, 1};
+  std::vector<int64_t> first(static_cast<size_t>(B * T), 0);
+  for (int64_t t = 0; t < T; ++t) {
+    first[static_cast<size_t>(t)] = std::max<int64_t>(0, t - 6);  // a window
+    first[static_cast<size_t>(T + t)] = t < 7 ? 0 : 7;            // two documents
+  }
+  for (const bool documents : {false, true}) {
+    SCOPED_TRACE(documents ? "documents and a window" : "causal");
+    const Tensor starts = documents ? from_vector(first, {B, T}, DType::I32) : Tensor();
+    Tensor whole = uniform({B, T, h.fused() * D}, 4);
+    whole.set_requires_grad(true);
+    Tensor chunk = contiguous(narrow(whole, 1, r * Tc, Tc)).detach();
+    chunk.set_requires_grad(true);
+    const Tensor out = all_gather_attention(chunk, h, starts, g_world);
+    const Tensor want = causal_attention(whole, h, starts);
+    expect_close(to_double_vector(out), to_double_vector(narrow(want, 1, r * Tc, Tc)), 1e-6, 1e-7,
+                 "output");
+    // Rank j's upstream gradient is chunk j of one whole-sequence gradient.
+    const Tensor g = uniform({B, T, h.q * D}, 20);
+    autograd::backward({out}, {contiguous(narrow(g, 1, r * Tc, Tc))});
+    autograd::backward({want}, {g});
+    expect_close(to_double_vector(chunk.grad()),
+                 to_double_vector(narrow(whole.grad(), 1, r * Tc, Tc)), 1e-5, 1e-6, "dqkv");
+  }
+}
+
 nn::GptConfig tiny() {
   return {.n_layer = 2, .n_head = 4, .d_model = 32, .vocab_size = 300, .seq_len = 16};
 }
@@ -112,6 +150,7 @@ struct Layout {
   int tp;
   bool sp;
   bool ep = false;  // a mixture's experts shared out over the context group
+  Exchange exchange = Exchange::Auto;
 };
 
 // `cfg` sharded over tp x cp ranks (cp = world / tp; the tensor-parallel
@@ -125,8 +164,11 @@ void expect_matches_one_process(const nn::GptConfig& cfg, const Layout& layout, 
   ASSERT_EQ(cp->size(), W / layout.tp);
   nn::Gpt ref(cfg, 7);
   const dist::ProcessGroupPtr experts = layout.ep ? cp : dist::ProcessGroupPtr{};
-  tp::TensorParallelGpt model(cfg, 7, tp, layout.sp, tp::StagePlan::whole(cfg.n_layer), experts,
-                              cp);
+  tp::TensorParallelGpt model(cfg, 7, tp, layout.sp, tp::StagePlan::whole(cfg.n_layer), experts, cp,
+                              layout.exchange);
+  if (layout.exchange != Exchange::Auto) {
+    EXPECT_EQ(model.context_exchange(), layout.exchange);
+  }
   expect_close(to_double_vector(model.logits(ids)), to_double_vector(ref.forward(ids)), 2e-5, 0,
                "logits");
   Tensor l = model.loss(ids, targets), lr = ref.loss(ids, targets);
@@ -179,7 +221,9 @@ std::vector<Layout> layouts() {
 // by a capacity (the drops chosen among every chunk's assignments, by
 // position or probability, as one process chooses them), their experts on
 // every rank or shared out over the context group (each expert's tokens
-// gathered from every chunk).
+// gathered from every chunk). Each by the heads' all-to-all and by the keys'
+// and values' all-gather; and heads that do not share out (3 over the
+// world's 2 or 4 ranks), which Auto sends to the all-gather.
 TEST(ContextParallelGpt, LossLogitsAndEveryGradientMatchOneProcess) {
   const Tensor ids = token_ids(1), targets = token_ids(2);
   for (const std::string variant :
@@ -188,7 +232,7 @@ TEST(ContextParallelGpt, LossLogitsAndEveryGradientMatchOneProcess) {
         "packed documents, a window, masked targets", "latent attention",
         "a mixture balanced by expert biases", "a mixture with a balance loss and a z-loss",
         "a mixture with a balance loss per sequence", "a mixture capped, dropping by position",
-        "a mixture capped, dropping the least probable"}) {
+        "a mixture capped, dropping the least probable", "llama, heads that do not share out"}) {
     nn::GptConfig cfg = tiny();
     Tensor t = targets;
     if (variant != "gpt-2") {
@@ -203,6 +247,11 @@ TEST(ContextParallelGpt, LossLogitsAndEveryGradientMatchOneProcess) {
       cfg.n_kv_head = 4;
     }
     if (variant.find("one key/value") != std::string::npos) cfg.n_kv_head = 1;
+    const bool odd_heads = variant.find("do not share out") != std::string::npos;
+    if (odd_heads) {
+      cfg.n_head = 3;
+      cfg.d_model = 24;
+    }
     if (variant.find("longrope") != std::string::npos) {
       // Rows of 16 past an original context of 12, each chunk within it:
       // the long factors, the whole row's, on every rank.
@@ -257,9 +306,18 @@ TEST(ContextParallelGpt, LossLogitsAndEveryGradientMatchOneProcess) {
         if (4 % (g_world->size() / l.tp) == 0) tried.push_back({l.tp, l.sp, true});
       }
     }
+    if (odd_heads) {
+      tried = {{1, false}};
+    } else {
+      for (size_t i = 0, n = tried.size(); i < n; ++i) {
+        Layout gathered = tried[i];
+        gathered.exchange = Exchange::AllGather;
+        tried.push_back(gathered);
+      }
+    }
     for (const Layout& layout : tried) {
       SCOPED_TRACE(variant + ", tp " + std::to_string(layout.tp) + (layout.sp ? ", sp" : "") +
-                   (layout.ep ? ", ep over cp" : ""));
+                   (layout.ep ? ", ep over cp" : "") + ", " + exchange_name(layout.exchange));
       expect_matches_one_process(cfg, layout, ids, t);
     }
   }
@@ -281,8 +339,23 @@ TEST(ContextParallelGpt, WhatItCannotSplitIsNamed) {
   nn::GptConfig heads = tiny();
   heads.n_head = W + 1;
   heads.d_model = 4 * heads.n_head;
-  EXPECT_NE(error_of(heads).find("the query heads a multiple of cp"), std::string::npos)
-      << error_of(heads);
+  auto error_with = [&](const nn::GptConfig& cfg, Exchange exchange) -> std::string {
+    try {
+      tp::TensorParallelGpt(cfg, 1, dist::split_group(g_world, g_world->rank(), "tp"), false,
+                            tp::StagePlan::whole(cfg.n_layer), dist::ProcessGroupPtr{}, g_world,
+                            exchange);
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "no error";
+  };
+  // The all-to-all needs the heads to share out; the all-gather (and Auto,
+  // which picks it) takes them.
+  EXPECT_NE(error_with(heads, Exchange::AllToAll).find("the query heads a multiple of cp"),
+            std::string::npos)
+      << error_with(heads, Exchange::AllToAll);
+  EXPECT_EQ(error_with(heads, Exchange::AllGather), "no error");
+  EXPECT_EQ(error_of(heads), "no error");
   nn::GptConfig length = tiny();
   length.seq_len = 4 * W + 1;
   EXPECT_NE(error_of(length).find("model.seq_len (" + std::to_string(4 * W + 1) +

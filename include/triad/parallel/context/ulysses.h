@@ -6,10 +6,11 @@
 #include "triad/core/tensor.h"
 #include "triad/dist/process_group.h"
 #include "triad/nn/gpt.h"
+#include "triad/parallel/context/exchange.h"
 
 namespace triad::cp {
 
-// Context parallelism, DeepSpeed-Ulysses' way: the P ranks of a
+// Context parallelism, DeepSpeed-Ulysses' way (Exchange::AllToAll): the P ranks of a
 // context-parallel group each hold a contiguous chunk of every sequence
 // (T / P tokens) for everything but the attention, and before it exchange
 // their queries, keys and values all-to-all so that each rank holds the
@@ -36,16 +37,6 @@ AttentionHeads heads_kept(const AttentionHeads& heads, int64_t ranks);
 inline AttentionHeads heads_kept(const AttentionHeads& heads, const dist::ProcessGroupPtr& group) {
   return heads_kept(heads, group->size());
 }
-
-// What keeps `cfg` from context parallelism over `cp` ranks beside tensor
-// parallelism over `tp`: a ConfigError naming the numbers when its heads
-// per tensor-parallel rank do not share out (heads_kept) or model.seq_len
-// does not divide into cp chunks (cp * tp with sequence parallelism). (A
-// mixture's expert capacity, which chooses among a micro-batch's tokens
-// together, routes every chunk's: nn::MoeMlp::Chunks; longrope takes the
-// whole row's factors.)
-void check_context_parallel(const nn::GptConfig& cfg, int64_t tp, int64_t cp,
-                            bool sequence_parallel);
 
 // qkv (B, T / P, (q + 2 kv) D) for this rank's chunk of the sequence, all
 // of `heads` -> (B, T, (q' + 2 kv') D) for the whole sequence, the heads

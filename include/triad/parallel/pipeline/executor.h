@@ -29,6 +29,8 @@ struct PipelineGroups {
   // Context parallelism's group (each rank a chunk of every sequence, so a
   // stage sends T / cp positions on); null or one rank: none.
   dist::ProcessGroupPtr cp = nullptr;
+  // How its attention layers reach the whole sequence (parallel.cp_comm).
+  cp::Exchange cp_exchange = cp::Exchange::Auto;
 };
 
 // Layers of each of the p*v model stages: an even split, or an error naming

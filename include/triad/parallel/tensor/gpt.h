@@ -14,6 +14,7 @@
 #include "triad/nn/latent_attention.h"
 #include "triad/nn/layer_norm.h"
 #include "triad/nn/moe.h"
+#include "triad/parallel/context/exchange.h"
 #include "triad/parallel/tensor/layers.h"
 
 namespace triad::tp {
@@ -50,7 +51,9 @@ class TensorParallelGpt : public nn::Module {
   // same parameters (cp::sequence_to_heads): callers pass whole sequences
   // (B, T) of ids and targets as always, and this rank computes on its
   // chunk [r T / P, (r + 1) T / P) of them, every attention layer
-  // exchanging heads for the whole sequence with the group. Its loss is
+  // reaching the whole sequence through the group by `exchange`
+  // (cp::Exchange: heads all-to-all, or keys and values all-gathered;
+  // Auto picks the all-to-all where the heads share out). Its loss is
   // its chunk's share of the sequence's mean times P (their mean over the
   // group, which the data-parallel mean takes when the group's ranks are
   // data-parallel ranks, is the whole sequence's mean loss), its
@@ -58,7 +61,8 @@ class TensorParallelGpt : public nn::Module {
   // draws each rank's own masks (sequence parallelism's rule).
   TensorParallelGpt(const nn::GptConfig& cfg, uint64_t seed, dist::ProcessGroupPtr group,
                     bool sequence_parallel, StagePlan plan, dist::ProcessGroupPtr experts = nullptr,
-                    dist::ProcessGroupPtr context = nullptr);
+                    dist::ProcessGroupPtr context = nullptr,
+                    cp::Exchange exchange = cp::Exchange::Auto);
   // A last stage whose tied head uses `embedding`, the token embedding of
   // the first stage held by the same rank (ZB-V's V placement): one tensor,
   // whose gradient sums both uses, under one name. ValueError unless the
@@ -67,13 +71,17 @@ class TensorParallelGpt : public nn::Module {
                     bool sequence_parallel, StagePlan plan,
                     std::shared_ptr<VocabParallelEmbedding> embedding,
                     dist::ProcessGroupPtr experts = nullptr,
-                    dist::ProcessGroupPtr context = nullptr);
+                    dist::ProcessGroupPtr context = nullptr,
+                    cp::Exchange exchange = cp::Exchange::Auto);
   const StagePlan& plan() const { return plan_; }
   const nn::GptConfig& config() const { return cfg_; }
   const dist::ProcessGroupPtr& group() const { return group_; }
   bool sequence_parallel() const { return sp_; }
   // The context-parallel group (null without context parallelism).
   const dist::ProcessGroupPtr& context_group() const { return cp_; }
+  // How the attention layers reach the whole sequence under context
+  // parallelism (resolved: never Auto; AllToAll without it).
+  cp::Exchange context_exchange() const { return exchange_; }
 
   // Called with each part's parameters just before a forward pass first
   // reads them — the embeddings, each block, the final norm and the head —
@@ -204,7 +212,8 @@ class TensorParallelGpt : public nn::Module {
   nn::GptConfig cfg_;
   dist::ProcessGroupPtr group_;
   bool sp_;
-  dist::ProcessGroupPtr cp_;  // more than one rank, or null
+  dist::ProcessGroupPtr cp_;                    // more than one rank, or null
+  cp::Exchange exchange_ = cp::Exchange::Auto;  // as asked; build() resolves it
   // Under context parallelism the sequence of T tokens each rank computes
   // on its chunk of: {first, count}; {0, T} without.
   std::pair<int64_t, int64_t> chunk_of(int64_t T, const char* what) const;

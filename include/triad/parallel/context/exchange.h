@@ -1,0 +1,50 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "triad/core/attention_heads.h"
+#include "triad/nn/gpt.h"
+
+namespace triad::cp {
+
+// How a context-parallel group's attention layers reach the whole sequence
+// (parallel.cp_comm). Either way each rank holds its chunk of every
+// sequence, [r T / P, (r + 1) T / P), for everything but the attention.
+//  - AllToAll (DeepSpeed-Ulysses', ulysses.h): q, k and v go all-to-all so
+//    that each rank attends over the whole sequence with a P-th of the
+//    heads, and the output comes back the same way. Needs the heads to
+//    share out (heads_kept); every rank does the same work.
+//  - AllGather (Llama 3's, all_gather.h): the keys and values are gathered
+//    along the sequence and each rank attends with its own chunk of queries
+//    over the keys up to it; their gradient is reduce-scattered back. Any
+//    head count; rank r's attention costs (r + 1/2) chunks of keys per
+//    query, so the last rank's is nearly twice the mean.
+//  - Auto: AllToAll where the heads share out, else AllGather.
+enum class Exchange { Auto, AllToAll, AllGather };
+
+// "auto", "all_to_all", "all_gather" (ConfigError naming anything else and
+// the choices, for `key`).
+Exchange exchange_from_string(const std::string& name, const std::string& key = "parallel.cp_comm");
+const char* exchange_name(Exchange exchange);
+
+// Whether `heads` (a tensor-parallel rank's) share out over P ranks: the
+// query heads a multiple of P, the key/value heads a multiple or a divisor.
+bool heads_share_out(const AttentionHeads& heads, int64_t P);
+
+// The exchange `requested` comes to for `cfg` under tp and cp ranks: Auto
+// resolved, the others as they are (cp <= 1: AllToAll, which is no
+// exchange at all).
+Exchange resolve_exchange(Exchange requested, const nn::GptConfig& cfg, int64_t tp, int64_t cp);
+
+// What keeps `cfg` from context parallelism over `cp` ranks beside tensor
+// parallelism over `tp` with `exchange`: a ConfigError naming the numbers
+// when model.seq_len does not divide into cp chunks (cp * tp with sequence
+// parallelism), or, for AllToAll, when its heads per tensor-parallel rank
+// do not share out. (A mixture's expert capacity, which chooses among a
+// micro-batch's tokens together, routes every chunk's: nn::MoeMlp::Chunks;
+// longrope takes the whole row's factors.)
+void check_context_parallel(const nn::GptConfig& cfg, int64_t tp, int64_t cp,
+                            bool sequence_parallel, Exchange exchange = Exchange::Auto);
+
+}  // namespace triad::cp

@@ -1,0 +1,67 @@
+#include "triad/parallel/context/exchange.h"
+
+#include "triad/core/error.h"
+
+namespace triad::cp {
+
+Exchange exchange_from_string(const std::string& name, const std::string& key) {
+  if (name == "auto") return Exchange::Auto;
+  if (name == "all_to_all") return Exchange::AllToAll;
+  if (name == "all_gather") return Exchange::AllGather;
+  throw ConfigError(key + ": '" + name + "' is not an exchange (auto, all_to_all or all_gather)");
+}
+
+const char* exchange_name(Exchange exchange) {
+  switch (exchange) {
+    case Exchange::Auto:
+      return "auto";
+    case Exchange::AllToAll:
+      return "all_to_all";
+    case Exchange::AllGather:
+      return "all_gather";
+  }
+  return "?";
+}
+
+bool heads_share_out(const AttentionHeads& heads, int64_t P) {
+  return P >= 1 && heads.q % P == 0 && (heads.kv % P == 0 || P % heads.kv == 0);
+}
+
+namespace {
+AttentionHeads heads_per_rank(const nn::GptConfig& cfg, int64_t tp) {
+  return {cfg.n_head / tp, cfg.kv_heads_per_rank(tp)};
+}
+}  // namespace
+
+Exchange resolve_exchange(Exchange requested, const nn::GptConfig& cfg, int64_t tp, int64_t cp) {
+  if (cp <= 1) return Exchange::AllToAll;
+  if (requested != Exchange::Auto) return requested;
+  return heads_share_out(heads_per_rank(cfg, tp), cp) ? Exchange::AllToAll : Exchange::AllGather;
+}
+
+void check_context_parallel(const nn::GptConfig& cfg, int64_t tp, int64_t cp,
+                            bool sequence_parallel, Exchange exchange) {
+  if (cp <= 1) return;
+  const std::string layout =
+      "parallel.cp (" + std::to_string(cp) + ") beside parallel.tp (" + std::to_string(tp) + ")";
+  const AttentionHeads heads = heads_per_rank(cfg, tp);
+  if (resolve_exchange(exchange, cfg, tp, cp) == Exchange::AllToAll &&
+      !heads_share_out(heads, cp)) {
+    throw ConfigError(layout + " with parallel.cp_comm all_to_all: model.n_head (" +
+                      std::to_string(cfg.n_head) + ") and its key/value heads (" +
+                      std::to_string(cfg.kv_heads()) + ") leave " + std::to_string(heads.q) +
+                      " query and " + std::to_string(heads.kv) +
+                      " key/value heads on each tensor-parallel rank; the all-to-all needs the "
+                      "query heads a multiple of cp and the key/value heads a multiple or a "
+                      "divisor of it (all_gather, or auto, takes any heads)");
+  }
+  const int64_t chunks = cp * (sequence_parallel ? tp : 1);
+  if (cfg.seq_len % chunks != 0) {
+    throw ConfigError(layout + ": model.seq_len (" + std::to_string(cfg.seq_len) +
+                      ") must be divisible by cp" +
+                      (sequence_parallel ? " times tp (sequence parallelism)" : "") + " (" +
+                      std::to_string(chunks) + ")");
+  }
+}
+
+}  // namespace triad::cp
