@@ -481,8 +481,19 @@ Routing MoeMlp::route_chunk_under_capacity(const std::vector<double>& host, int6
                      " values, not " + std::to_string(P * N * E));
   }
   // The micro-batch's tokens in one process's order: sequence by sequence,
-  // each sequence's chunks in rank order.
-  auto global = [&](int64_t r, int64_t n) { return ((n / chunk) * P + r) * chunk + n % chunk; };
+  // each sequence's chunks in rank order (balanced: rank r's two halves at
+  // the row's half-chunks r and 2P - 1 - r).
+  if (chunks_.balanced && chunk % 2 != 0) {
+    throw ValueError("MoeMlp: the balanced chunks' rows of " + std::to_string(chunk) +
+                     " tokens a rank do not halve");
+  }
+  auto global = [&](int64_t r, int64_t n) {
+    const int64_t row = n / chunk, j = n % chunk;
+    if (!chunks_.balanced) return (row * P + r) * chunk + j;
+    const int64_t half = chunk / 2;
+    const int64_t at = j < half ? r * half + j : (2 * P - 1 - r) * half + (j - half);
+    return row * P * chunk + at;
+  };
   std::vector<double> ordered(all.size());
   for (int64_t r = 0; r < P; ++r) {
     for (int64_t n = 0; n < N; ++n) {

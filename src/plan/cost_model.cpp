@@ -290,13 +290,11 @@ LayerCost layer_cost(const nn::GptConfig& m, const ClusterSpec& c, const Paralle
   // Attention core per GPU: (a/t) heads of s x s scores (a cp-th of them
   // under context parallelism, over the whole sequence).
   const double scores = (a / t / p.cp) * b * s * s;
-  // The all-gather's last rank: its s/cp queries see s(1 - 1/2cp) keys each
-  // against the all-to-all's s/2 (a window of W < s keys sees as many
-  // wherever it is: no more than the mean).
+  // (The all-gather's balanced layout gives every rank as many query-key
+  // pairs as the all-to-all's cp-th of the heads: its two half-chunks, one
+  // early and one late, see 2cp half-chunks of keys between them.)
   const bool gathered =
       p.cp > 1 && cp::resolve_exchange(p.cp_exchange, m, p.tp, p.cp) == cp::Exchange::AllGather;
-  const double window = static_cast<double>(m.window_of(layer));
-  const double busiest = gathered && !(window > 0 && window < s) ? (2.0 * p.cp - 1.0) / p.cp : 1.0;
   const double attn_gemm_flops = 2.0 * scores * hd;  // one of QK^T or PV, every tile
   const double bw = c.memory_bandwidth * c.memory_efficiency;
   double attn_mem_bwd = 0;
@@ -309,14 +307,14 @@ LayerCost layer_cost(const nn::GptConfig& m, const ClusterSpec& c, const Paralle
     const double rate = c.peak_flops * c.flash_attention_efficiency();
     const double W = static_cast<double>(m.window_of(layer));
     const double seen = W > 0 && W < s ? (W - W * (W - 1) / (2 * s)) / s : 0.5;
-    L.attn_gemm_fwd = busiest * seen * 2.0 * attn_gemm_flops / rate;
+    L.attn_gemm_fwd = seen * 2.0 * attn_gemm_flops / rate;
     L.fwd_gemm += L.attn_gemm_fwd;
-    L.bwd_input_gemm += busiest * seen * 5.0 * attn_gemm_flops / rate;
+    L.bwd_input_gemm += seen * 5.0 * attn_gemm_flops / rate;
   } else {
     // The two batched GEMMs move the score matrix through memory (2 bytes
     // per element each), which for small head dims costs more than their
     // math.
-    const double one_attn_gemm = busiest * roofline(attn_gemm_flops, scores * kFp16, c);
+    const double one_attn_gemm = roofline(attn_gemm_flops, scores * kFp16, c);
     L.attn_gemm_fwd = 2.0 * one_attn_gemm;
     L.fwd_gemm += L.attn_gemm_fwd;
     L.bwd_input_gemm += 3.0 * one_attn_gemm;   // dP, dQ, dK
@@ -324,8 +322,8 @@ LayerCost layer_cost(const nn::GptConfig& m, const ClusterSpec& c, const Paralle
     // Memory-bound kernels. Scores: fused scale-mask-softmax reads and
     // writes them (4 B/element), dropout reads, writes and keeps a mask (5
     // B); backward: 5 B for dropout, 6 B for softmax.
-    L.attn_mem_fwd = busiest * 9.0 * scores / bw;
-    attn_mem_bwd = busiest * 11.0 * scores / bw;
+    L.attn_mem_fwd = 9.0 * scores / bw;
+    attn_mem_bwd = 11.0 * scores / bw;
   }
   // Token-wise kernels, bytes per token per hidden unit forward: two
   // LayerNorms (4 each), two fused bias-dropout-residual adds (7 each) and
@@ -1194,13 +1192,13 @@ Estimate price(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int globa
       per_layer = 2.0 * sbh / (p.sequence_parallel ? t : 1.0);
       break;
   }
-  // Context parallelism's all-gather keeps each layer's attention input
-  // for the sequence up to the busiest (last) rank's chunk: the whole
-  // sequence's keys and values beside its own queries, cp - 1 chunks more
-  // than its own qkv (this rank's heads' width).
+  // Context parallelism's all-gather keeps each layer's attention inputs:
+  // for each of the rank's two half-chunks the fused q, k, v of the
+  // sequence up to its end, (2cp + 1) half-chunks in all, cp - 1/2 chunks
+  // more than its own qkv (this rank's heads' width).
   const double gathered_kv =
       p.cp > 1 && cp::resolve_exchange(p.cp_exchange, m, p.tp, p.cp) == cp::Exchange::AllGather
-          ? sbh * (p.cp - 1.0) * 2.0 * static_cast<double>(m.qkv_width_per_rank(p.tp)) / h
+          ? sbh * (p.cp - 0.5) * 2.0 * static_cast<double>(m.qkv_width_per_rank(p.tp)) / h
           : 0.0;
   if (recompute != Recompute::Full) per_layer += lora_kept + sbh * qk_gathered + gathered_kv;
   double activations = held_layers * per_layer;

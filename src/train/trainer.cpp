@@ -1897,15 +1897,17 @@ RequestRows Trainer::scoring_rows(const std::vector<nn::ContinuationRequest>& re
   const int64_t tp = mesh_ ? mesh_->tp()->size() : 1;
   const bool sp = config_.parallel.sequence_parallel;
   // (Context parallelism's chunks, each split again under sequence
-  // parallelism.)
-  const int64_t multiple = std::lcm<int64_t>(64, (sp ? tp : 1) * cp_);
+  // parallelism; the all-gather's two half-chunks a rank.)
+  const int64_t chunks = cp::row_multiple(config_.model, tp, cp_, sp,
+                                          cp::exchange_from_string(config_.parallel.cp_comm));
+  const int64_t multiple = std::lcm<int64_t>(64, chunks);
   const RopeScaling& rope = config_.model.rope_scaling;
   const int64_t short_rows =
       rope.kind == RopeScaling::Kind::LongRope ? static_cast<int64_t>(rope.original_seq_len) : 0;
   // (Under context parallelism those rows are a multiple of cp too: within
   // the original context whenever cp divides it.)
   return request_batches(requests, config_.model.seq_len, config_.train.micro_batch_size, pad,
-                         multiple, short_rows, (sp ? tp : 1) * cp_);
+                         multiple, short_rows, chunks);
 }
 
 StepMetrics::LambadaScores Trainer::evaluate_lambada(size_t set) {

@@ -205,6 +205,10 @@ class MoeMlp : public Module {
     std::function<void(std::vector<double>&)> sum;
     int64_t rank = 0;
     std::function<std::vector<double>(const std::vector<double>&)> gather = {};
+    // The balanced layout (context parallelism's all-gather): rank r's
+    // tokens of a row are its halves r and 2P - 1 - r of the row, in that
+    // order, instead of its P-th r.
+    bool balanced = false;
   };
   void set_chunks(Chunks chunks) { chunks_ = std::move(chunks); }
 

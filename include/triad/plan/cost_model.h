@@ -42,9 +42,8 @@ struct ParallelConfig {
   // gradients reduce over dp*cp), each computing s/cp positions of every
   // layer and, by `cp_exchange` (parallel.cp_comm), a cp-th of the heads
   // of every attention over the whole sequence, exchanged all-to-all, or
-  // its own queries over the keys and values gathered up to them (the last
-  // rank's attention, (2cp - 1)/cp times the all-to-all's, paces every
-  // rank; it keeps the gathered keys and values for backward).
+  // its own queries over the keys and values gathered up to them (as much
+  // work, balanced; it keeps the gathered keys and values for backward).
   int cp = 1;
   cp::Exchange cp_exchange = cp::Exchange::Auto;
   pipeline::ScheduleKind schedule = pipeline::ScheduleKind::OneFOneB;

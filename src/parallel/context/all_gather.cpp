@@ -1,15 +1,17 @@
 #include "triad/parallel/context/all_gather.h"
 
 #include <string>
+#include <vector>
 
 #include "triad/core/error.h"
 #include "triad/ops.h"
+#include "triad/parallel/context/layout.h"
 #include "triad/parallel/tensor/mappings.h"
 
 namespace triad::cp {
 
 Tensor all_gather_attention(const Tensor& qkv, const AttentionHeads& heads, const Tensor& starts,
-                            const dist::ProcessGroupPtr& group) {
+                            const dist::ProcessGroupPtr& group, bool balanced) {
   if (qkv.dim() != 3) {
     throw ShapeError("all_gather_attention: expected qkv (B, T / P, width), got " +
                      shape_str(qkv.shape()));
@@ -23,18 +25,30 @@ Tensor all_gather_attention(const Tensor& qkv, const AttentionHeads& heads, cons
                      std::to_string(P) + " chunks of " + std::to_string(Tc) + ")");
   }
   if (P == 1) return causal_attention(qkv, heads, starts);
+  if (balanced && Tc % 2 != 0) {
+    throw ShapeError("all_gather_attention: a rank's " + std::to_string(Tc) +
+                     " tokens do not halve into the balanced layout's two half-chunks");
+  }
   const int64_t q = heads.q * D, kv = heads.kv * D;
-  // Every chunk's keys and values in the sequence's order; this chunk's
-  // queries read those up to its last position, (r + 1) Tc of them.
-  const int64_t Tk = (r + 1) * Tc;
-  const Tensor keys =
-      narrow(tp::gather_from_sequence_region(narrow(qkv, 2, q, 2 * kv), group), 1, 0, Tk);
-  // The fused layout causal_attention reads: the queries of rows before the
-  // chunk are never read (first_query), so they stay zero.
-  Tensor queries = narrow(qkv, 2, 0, q);
-  if (r > 0) queries = concat({zeros({B, r * Tc, q}, qkv.dtype(), qkv.device()), queries}, 1);
-  const Tensor first_keys = starts.defined() ? contiguous(narrow(starts, 1, 0, Tk)) : Tensor();
-  return causal_attention(concat({queries, keys}, 2), heads, first_keys, r * Tc);
+  // Every rank's keys and values, in the sequence's order.
+  const Tensor keys_values = to_sequence_order(
+      tp::gather_from_sequence_region(narrow(qkv, 2, q, 2 * kv), group), 1, P, balanced);
+  const Tensor queries = narrow(qkv, 2, 0, q);
+  std::vector<Tensor> out;
+  int64_t at = 0;  // the run's first row in qkv
+  for (const auto& [first, count] : chunk_runs(T, r, P, balanced)) {
+    // The run's queries read the keys up to its last position. In the
+    // fused layout causal_attention reads, the queries of the rows before
+    // the run are never read (first_query), so they stay zero.
+    const int64_t Tk = first + count;
+    Tensor q_rows = narrow(queries, 1, at, count);
+    if (first > 0) q_rows = concat({zeros({B, first, q}, qkv.dtype(), qkv.device()), q_rows}, 1);
+    const Tensor first_keys = starts.defined() ? contiguous(narrow(starts, 1, 0, Tk)) : Tensor();
+    out.push_back(causal_attention(concat({q_rows, narrow(keys_values, 1, 0, Tk)}, 2), heads,
+                                   first_keys, first));
+    at += count;
+  }
+  return out.size() == 1 ? out[0] : concat(out, 1);
 }
 
 }  // namespace triad::cp

@@ -1,5 +1,7 @@
 #include "triad/parallel/context/exchange.h"
 
+#include <numeric>
+
 #include "triad/core/error.h"
 
 namespace triad::cp {
@@ -39,6 +41,14 @@ Exchange resolve_exchange(Exchange requested, const nn::GptConfig& cfg, int64_t 
   return heads_share_out(heads_per_rank(cfg, tp), cp) ? Exchange::AllToAll : Exchange::AllGather;
 }
 
+int64_t row_multiple(const nn::GptConfig& cfg, int64_t tp, int64_t cp, bool sequence_parallel,
+                     Exchange exchange) {
+  if (cp <= 1) return sequence_parallel ? tp : 1;
+  const int64_t chunks = cp * (sequence_parallel ? tp : 1);
+  return resolve_exchange(exchange, cfg, tp, cp) == Exchange::AllGather ? std::lcm(chunks, 2 * cp)
+                                                                        : chunks;
+}
+
 void check_context_parallel(const nn::GptConfig& cfg, int64_t tp, int64_t cp,
                             bool sequence_parallel, Exchange exchange) {
   if (cp <= 1) return;
@@ -55,12 +65,14 @@ void check_context_parallel(const nn::GptConfig& cfg, int64_t tp, int64_t cp,
                       "query heads a multiple of cp and the key/value heads a multiple or a "
                       "divisor of it (all_gather, or auto, takes any heads)");
   }
-  const int64_t chunks = cp * (sequence_parallel ? tp : 1);
+  const int64_t chunks = row_multiple(cfg, tp, cp, sequence_parallel, exchange);
   if (cfg.seq_len % chunks != 0) {
+    const bool balanced = resolve_exchange(exchange, cfg, tp, cp) == Exchange::AllGather;
     throw ConfigError(layout + ": model.seq_len (" + std::to_string(cfg.seq_len) +
                       ") must be divisible by cp" +
-                      (sequence_parallel ? " times tp (sequence parallelism)" : "") + " (" +
-                      std::to_string(chunks) + ")");
+                      (sequence_parallel ? " times tp (sequence parallelism)" : "") +
+                      (balanced ? " and by 2 cp (the all-gather's two half-chunks a rank)" : "") +
+                      " (" + std::to_string(chunks) + ")");
   }
 }
 

@@ -208,7 +208,8 @@ void TensorParallelGpt::build(uint64_t seed, std::shared_ptr<VocabParallelEmbedd
                              Tensor all = empty({n * g->size()}, DType::F64);
                              g->all_gather(from_vector(v, {n}, DType::F64), all)->wait();
                              return to_double_vector(all);
-                           }});
+                           },
+                           balanced()});
       }
     } else {
       auto mlp = block->add("mlp", std::make_shared<Container>());
@@ -617,10 +618,10 @@ Tensor TensorParallelGpt::embed(const Tensor& ids, const nn::ForwardContext& ctx
     throw ShapeError("TensorParallelGpt: sequence length " + std::to_string(ids.size(1)) +
                      " exceeds model.seq_len " + std::to_string(cfg_.seq_len));
   }
-  // Under context parallelism this rank's chunk of the sequence.
-  const auto [chunk_first, chunk] = chunk_of(ids.size(1), "the token ids");
-  if (cp_) require_chunk_positions(ctx, ids.size(0), chunk);
-  const Tensor chunk_ids = cp_ ? contiguous(narrow(ids, 1, chunk_first, chunk)) : ids;
+  // Under context parallelism this rank's tokens of the sequence.
+  const std::vector<cp::Run> runs = chunk_runs(ids.size(1), "the token ids");
+  if (cp_) require_chunk_positions(ctx, ids.size(0), ids.size(1) / cp_->size());
+  const Tensor chunk_ids = cp_ ? contiguous(cp::take_runs(ids, 1, runs)) : ids;
   return embed_chunk(chunk_ids, ctx);
 }
 
@@ -850,9 +851,9 @@ Tensor TensorParallelGpt::head_loss(const Tensor& hidden, const Tensor& targets)
   if (targets.dim() != 2)
     throw ShapeError("TensorParallelGpt: targets must be (B, T), got " +
                      shape_str(targets.shape()));
-  const auto [first, count] = chunk_of(targets.size(1), "the targets");
+  const std::vector<cp::Run> runs = chunk_runs(targets.size(1), "the targets");
   const Tensor all = contiguous(cast(to_device(targets, Device::cpu()), DType::I64));
-  const Tensor mine = contiguous(narrow(all, 1, first, count));
+  const Tensor mine = contiguous(cp::take_runs(all, 1, runs));
   auto scored = [](const Tensor& t) {
     const int64_t* p = t.data<int64_t>();
     int64_t n = 0;
@@ -886,13 +887,16 @@ nn::ForwardContext TensorParallelGpt::chunked(const Tensor& ids,
   if (ids.dim() != 2)
     throw ShapeError("TensorParallelGpt: token ids must be (B, T), got " + shape_str(ids.shape()));
   const int64_t B = ids.size(0);
-  const auto [first, count] = chunk_of(ids.size(1), "the token ids");
+  const std::vector<cp::Run> runs = chunk_runs(ids.size(1), "the token ids");
   if (out.positions.defined()) {
-    out.positions = contiguous(narrow(out.positions, 1, first, count));
+    out.positions = contiguous(cp::take_runs(out.positions, 1, runs));
   } else {
-    std::vector<int64_t> pos(static_cast<size_t>(B * count));
+    const int64_t count = ids.size(1) / cp_->size();
+    std::vector<int64_t> pos;
+    pos.reserve(static_cast<size_t>(B * count));
     for (int64_t b = 0; b < B; ++b)
-      for (int64_t t = 0; t < count; ++t) pos[static_cast<size_t>(b * count + t)] = first + t;
+      for (const auto& [first, n] : runs)
+        for (int64_t t = 0; t < n; ++t) pos.push_back(first + t);
     out.positions = from_vector(pos, {B, count}, DType::I64);
   }
   // Each rank's dropout masks its own (calls stay distinct per micro-batch).
@@ -900,17 +904,20 @@ nn::ForwardContext TensorParallelGpt::chunked(const Tensor& ids,
   return out;
 }
 
-std::pair<int64_t, int64_t> TensorParallelGpt::chunk_of(int64_t T, const char* what) const {
-  if (!cp_) return {0, T};
+std::vector<cp::Run> TensorParallelGpt::chunk_runs(int64_t T, const char* what) const {
+  if (!cp_) return {{0, T}};
   const int64_t P = cp_->size(), t = sp_ ? group_->size() : 1;
-  if (T % (P * t) != 0) {
+  if (T % (P * t) != 0 || (balanced() && T % (2 * P) != 0)) {
     throw ShapeError("context parallelism: " + std::string(what) + "' sequence length " +
                      std::to_string(T) + " must be divisible by parallel.cp (" + std::to_string(P) +
                      ")" +
                      (sp_ ? " times parallel.tp (" + std::to_string(t) + ", sequence parallelism)"
-                          : std::string()));
+                          : std::string()) +
+                     (balanced() ? " and by 2 parallel.cp (" + std::to_string(2 * P) +
+                                       ", the all-gather's two half-chunks a rank)"
+                                 : std::string()));
   }
-  return {cp_->rank() * (T / P), T / P};
+  return cp::chunk_runs(T, cp_->rank(), P, balanced());
 }
 
 void TensorParallelGpt::require_chunk_positions(const nn::ForwardContext& ctx, int64_t B,
@@ -926,8 +933,7 @@ void TensorParallelGpt::require_chunk_positions(const nn::ForwardContext& ctx, i
 Tensor TensorParallelGpt::attention(const Tensor& qkv, const AttentionHeads& heads,
                                     const Tensor& starts) const {
   if (!cp_) return causal_attention(qkv, heads, starts);
-  if (exchange_ == cp::Exchange::AllGather)
-    return cp::all_gather_attention(qkv, heads, starts, cp_);
+  if (balanced()) return cp::all_gather_attention(qkv, heads, starts, cp_, true);
   const Tensor whole = cp::sequence_to_heads(qkv, heads, cp_);
   const Tensor y = causal_attention(whole, cp::heads_kept(heads, cp_), starts);
   return cp::heads_to_sequence(y, qkv.size(2) / heads.fused(), cp_);
@@ -969,7 +975,8 @@ Tensor TensorParallelGpt::head_logits(const Tensor& hidden, int64_t start, int64
   fence(head_.get());
   Tensor y = nn::scale_for_head(cfg_, ln_f_->forward(hidden));
   if (sp_) y = all_gather_along(y, 1, group_);
-  if (cp_) y = all_gather_along(y, 1, cp_);  // (the chunks in rank order: the sequence)
+  // (The ranks' tokens in rank order, then in the sequence's.)
+  if (cp_) y = cp::to_sequence_order(all_gather_along(y, 1, cp_), 1, cp_->size(), balanced());
   // Only the positions asked for reach the head.
   Tensor local = linear(contiguous(narrow(y, 1, start, length)), head_->weight(), head_->bias());
   Tensor all = all_gather_along(local, -1, group_);

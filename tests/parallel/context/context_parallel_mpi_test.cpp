@@ -25,6 +25,7 @@
 #include "triad/nn/gpt.h"
 #include "triad/ops.h"
 #include "triad/parallel/context/all_gather.h"
+#include "triad/parallel/context/layout.h"
 #include "triad/parallel/context/ulysses.h"
 #include "triad/parallel/tensor/gpt.h"
 
@@ -101,38 +102,54 @@ TEST(Ulysses, ExchangesAreTheHeadsAndChunksOfTheWholeTensor) {
   }
 }
 
-// all_gather_attention on each rank's chunk is the whole sequence's
-// attention at the chunk's rows, and its gradient the whole one's at the
-// chunk's rows (each rank's keys and values summing what every later
-// chunk's queries gave them), with grouped heads that do not share out, and
-// with packed documents under a window.
+// all_gather_attention on each rank's tokens (its chunk, or the balanced
+// layout's two half-chunks) is the whole sequence's attention at those
+// rows, and its gradient the whole one's at those rows (each rank's keys
+// and values summing what every later query gave them), with grouped heads
+// that do not share out, and with packed documents under a window.
 TEST(AllGather, AttentionAndGradientsAreTheWholeSequencesChunks) {
   const int P = g_world->size(), r = g_world->rank();
-  const int64_t B = 2, D = 4, T = 5 * P, Tc = 5;
+  const int64_t B = 2, D = 4, T = 6 * P;
   const AttentionHeads h{3, 1};
   std::vector<int64_t> first(static_cast<size_t>(B * T), 0);
   for (int64_t t = 0; t < T; ++t) {
     first[static_cast<size_t>(t)] = std::max<int64_t>(0, t - 6);  // a window
     first[static_cast<size_t>(T + t)] = t < 7 ? 0 : 7;            // two documents
   }
-  for (const bool documents : {false, true}) {
-    SCOPED_TRACE(documents ? "documents and a window" : "causal");
-    const Tensor starts = documents ? from_vector(first, {B, T}, DType::I32) : Tensor();
-    Tensor whole = uniform({B, T, h.fused() * D}, 4);
-    whole.set_requires_grad(true);
-    Tensor chunk = contiguous(narrow(whole, 1, r * Tc, Tc)).detach();
-    chunk.set_requires_grad(true);
-    const Tensor out = all_gather_attention(chunk, h, starts, g_world);
-    const Tensor want = causal_attention(whole, h, starts);
-    expect_close(to_double_vector(out), to_double_vector(narrow(want, 1, r * Tc, Tc)), 1e-6, 1e-7,
-                 "output");
-    // Rank j's upstream gradient is chunk j of one whole-sequence gradient.
-    const Tensor g = uniform({B, T, h.q * D}, 20);
-    autograd::backward({out}, {contiguous(narrow(g, 1, r * Tc, Tc))});
-    autograd::backward({want}, {g});
-    expect_close(to_double_vector(chunk.grad()),
-                 to_double_vector(narrow(whole.grad(), 1, r * Tc, Tc)), 1e-5, 1e-6, "dqkv");
+  for (const bool balanced : {false, true}) {
+    for (const bool documents : {false, true}) {
+      SCOPED_TRACE(std::string(balanced ? "balanced, " : "contiguous, ") +
+                   (documents ? "documents and a window" : "causal"));
+      const std::vector<cp::Run> runs = chunk_runs(T, r, P, balanced);
+      const Tensor starts = documents ? from_vector(first, {B, T}, DType::I32) : Tensor();
+      Tensor whole = uniform({B, T, h.fused() * D}, 4);
+      whole.set_requires_grad(true);
+      Tensor mine = contiguous(take_runs(whole, 1, runs)).detach();
+      mine.set_requires_grad(true);
+      const Tensor out = all_gather_attention(mine, h, starts, g_world, balanced);
+      const Tensor want = causal_attention(whole, h, starts);
+      expect_close(to_double_vector(out), to_double_vector(take_runs(want, 1, runs)), 1e-6, 1e-7,
+                   "output");
+      // Each rank's upstream gradient is its rows of one whole-sequence
+      // gradient.
+      const Tensor g = uniform({B, T, h.q * D}, 20);
+      autograd::backward({out}, {contiguous(take_runs(g, 1, runs))});
+      autograd::backward({want}, {g});
+      expect_close(to_double_vector(mine.grad()),
+                   to_double_vector(take_runs(whole.grad(), 1, runs)), 1e-5, 1e-6, "dqkv");
+    }
   }
+  // The balanced layout's halves: rank r's r and 2P - 1 - r, which gathered
+  // in rank order go back to the sequence's.
+  const std::vector<cp::Run> halves = chunk_runs(T, r, P, true);
+  ASSERT_EQ(halves.size(), 2u);
+  EXPECT_EQ(halves[0], (cp::Run{r * 3, 3}));
+  EXPECT_EQ(halves[1], (cp::Run{(2 * P - 1 - r) * 3, 3}));
+  const Tensor row = uniform({1, T, 2}, 30);
+  std::vector<Tensor> blocks;
+  for (int j = 0; j < P; ++j) blocks.push_back(take_runs(row, 1, chunk_runs(T, j, P, true)));
+  EXPECT_EQ(to_double_vector(to_sequence_order(concat(blocks, 1), 1, P, true)),
+            to_double_vector(row));
 }
 
 nn::GptConfig tiny() {

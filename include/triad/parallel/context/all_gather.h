@@ -7,17 +7,19 @@
 namespace triad::cp {
 
 // Context parallelism's attention by all-gather (Llama 3's way; exchange.h):
-// qkv (B, T / P, (q + 2 kv) D) is this rank's chunk r of the sequence, all
-// of `heads`. The keys and values are gathered along the sequence from the
-// group, and the chunk's queries attend over those up to their own
-// positions (causal_attention's first_query) -> (B, T / P, q D), this
-// chunk's output for every head; nothing comes back. `starts` (B, T) is the
-// whole sequence's first keys (packed documents, windows), or undefined.
+// qkv (B, T / P, (q + 2 kv) D) is this rank's tokens of the sequence, all
+// of `heads`: its chunk r, or, `balanced` (layout.h), its half-chunks r and
+// 2P - 1 - r side by side. The keys and values are gathered along the
+// sequence from the group (and put in the sequence's order), and each run
+// of this rank's queries attends over those up to its own positions
+// (causal_attention's first_query) -> (B, T / P, q D), this rank's tokens'
+// output for every head; nothing comes back. `starts` (B, T) is the whole
+// sequence's first keys (packed documents, windows), or undefined.
 // Differentiable: the keys' and values' gradients are reduce-scattered
-// back, each rank's chunk summing what every later chunk's queries gave it.
-// Any head count works; the gathered keys and values are T / P times the
-// chunk's, and rank r's queries read (r + 1) chunks of them.
+// back, each rank's summing what every later query gave them. Any head
+// count works. Contiguous, rank r's queries read (r + 1) chunks of keys;
+// balanced, every rank's read P + 1/2 chunks' worth.
 Tensor all_gather_attention(const Tensor& qkv, const AttentionHeads& heads, const Tensor& starts,
-                            const dist::ProcessGroupPtr& group);
+                            const dist::ProcessGroupPtr& group, bool balanced = false);
 
 }  // namespace triad::cp

@@ -16,10 +16,11 @@ namespace triad::cp {
 //    heads, and the output comes back the same way. Needs the heads to
 //    share out (heads_kept); every rank does the same work.
 //  - AllGather (Llama 3's, all_gather.h): the keys and values are gathered
-//    along the sequence and each rank attends with its own chunk of queries
-//    over the keys up to it; their gradient is reduce-scattered back. Any
-//    head count; rank r's attention costs (r + 1/2) chunks of keys per
-//    query, so the last rank's is nearly twice the mean.
+//    along the sequence and each rank attends with its own queries over the
+//    keys up to them; their gradient is reduce-scattered back. Any head
+//    count. Its ranks hold the balanced layout (layout.h: half-chunks r and
+//    2P - 1 - r), so that under the causal mask every rank does the same
+//    attention work.
 //  - Auto: AllToAll where the heads share out, else AllGather.
 enum class Exchange { Auto, AllToAll, AllGather };
 
@@ -36,6 +37,12 @@ bool heads_share_out(const AttentionHeads& heads, int64_t P);
 // resolved, the others as they are (cp <= 1: AllToAll, which is no
 // exchange at all).
 Exchange resolve_exchange(Exchange requested, const nn::GptConfig& cfg, int64_t tp, int64_t cp);
+
+// What a row's length must be a multiple of under cp ranks beside tp with
+// `exchange`: cp (times tp under sequence parallelism), and 2 cp for the
+// all-gather's balanced layout (two half-chunks a rank; layout.h).
+int64_t row_multiple(const nn::GptConfig& cfg, int64_t tp, int64_t cp, bool sequence_parallel,
+                     Exchange exchange);
 
 // What keeps `cfg` from context parallelism over `cp` ranks beside tensor
 // parallelism over `tp` with `exchange`: a ConfigError naming the numbers

@@ -15,6 +15,7 @@
 #include "triad/nn/layer_norm.h"
 #include "triad/nn/moe.h"
 #include "triad/parallel/context/exchange.h"
+#include "triad/parallel/context/layout.h"
 #include "triad/parallel/tensor/layers.h"
 
 namespace triad::tp {
@@ -216,7 +217,11 @@ class TensorParallelGpt : public nn::Module {
   cp::Exchange exchange_ = cp::Exchange::Auto;  // as asked; build() resolves it
   // Under context parallelism the sequence of T tokens each rank computes
   // on its chunk of: {first, count}; {0, T} without.
-  std::pair<int64_t, int64_t> chunk_of(int64_t T, const char* what) const;
+  // This rank's runs of a row of T tokens under context parallelism
+  // (cp::chunk_runs; the whole row without it), T checked for `what`.
+  std::vector<cp::Run> chunk_runs(int64_t T, const char* what) const;
+  // Whether this rank's tokens are the balanced layout's (the all-gather).
+  bool balanced() const { return cp_ && exchange_ == cp::Exchange::AllGather; }
   // ValueError unless ctx holds this rank's chunk's positions (B, chunk),
   // as with_documents gives them under context parallelism.
   void require_chunk_positions(const nn::ForwardContext& ctx, int64_t B, int64_t chunk) const;
