@@ -56,6 +56,11 @@ double muon_update_scale(int64_t rows, int64_t cols, MuonScale s) {
                                   : std::sqrt(std::max(1.0, r / k));
 }
 
+void apply_muon_update(Tensor& target, const Tensor& update, double lr, double weight_decay) {
+  if (weight_decay > 0) scale_(target, 1.0 - lr * weight_decay);
+  add_(target, scale(update, -lr));
+}
+
 Tensor muon_update(const Tensor& u, const std::vector<int64_t>& row_blocks,
                    const MuonOptions& options, const std::string& name) {
   const int64_t rows = u.size(0), cols = u.size(1);
@@ -134,8 +139,7 @@ void Muon::step(double lr, double grad_scale) {
                        ", its parameter " + s.param.str());
     }
     Tensor& target = s.master.defined() ? s.master : s.param;
-    if (options_.weight_decay > 0) scale_(target, 1.0 - lr * options_.weight_decay);
-    add_(target, scale(update, -lr));
+    apply_muon_update(target, update, lr, options_.weight_decay);
     if (s.master.defined()) copy_(s.param, s.master);
   };
   if (updater_) {

@@ -51,6 +51,11 @@ double muon_update_scale(int64_t rows, int64_t cols, MuonScale s);
 Tensor muon_update(const Tensor& u, const std::vector<int64_t>& row_blocks,
                    const MuonOptions& options, const std::string& name);
 
+// The step itself, in place on `target` (a parameter, its f32 master, or a
+// piece of either with the matching piece of the update): decoupled weight
+// decay, then target -= lr * update.
+void apply_muon_update(Tensor& target, const Tensor& update, double lr, double weight_decay);
+
 // A matrix Muon updates.
 struct MuonMatrix {
   std::string name;

@@ -401,7 +401,8 @@ void ZeroAdamW::muon_step(double lr, double grad_scale) {
   const double mu = muon_options_.momentum;
   // This rank's pieces: the momentum, then the update u written over the
   // piece's (reduced, already counted) gradient.
-  std::vector<size_t> touched;  // matrices with a piece here, in order
+  std::vector<size_t> touched;              // matrices with a piece here, in order
+  std::vector<std::vector<size_t>> pieces;  // each one's segments here
   for (size_t k = 0; k < segments.size(); ++k) {
     const auto& s = segments[k];
     if (places_[k].v_at >= 0) continue;
@@ -415,7 +416,11 @@ void ZeroAdamW::muon_step(double lr, double grad_scale) {
     } else {
       copy_(g, m);
     }
-    if (touched.empty() || touched.back() != s.param) touched.push_back(s.param);
+    if (touched.empty() || touched.back() != s.param) {
+      touched.push_back(s.param);
+      pieces.emplace_back();
+    }
+    pieces.back().push_back(k);
   }
   // Every rank's u: each matrix whole (this rank's tensor-parallel shard of
   // it) in its gradient's view. Every rank gathers the same buckets.
@@ -429,15 +434,13 @@ void ZeroAdamW::muon_step(double lr, double grad_scale) {
   for (size_t i : touched) names.push_back(reducer_.params()[i].first);
   const auto u = [&](size_t j) { return reducer_.params()[touched.at(j)].second.grad(); };
   const auto apply = [&](size_t j, const Tensor& update) {
-    const size_t i = touched.at(j);
     const Tensor flat = reshape(contiguous(update), {update.numel()});
-    for (size_t k = 0; k < segments.size(); ++k) {
+    for (const size_t k : pieces.at(j)) {
       const auto& s = segments[k];
-      if (s.param != i) continue;
       Tensor target = master_.defined() ? range(master_, places_[k].m_at, s.length)
                                         : range(reducer_.flat_params(), s.flat_offset, s.length);
-      if (muon_options_.weight_decay > 0) scale_(target, 1.0 - lr * muon_options_.weight_decay);
-      add_(target, scale(narrow(flat, 0, s.param_offset, s.length), -lr));
+      optim::apply_muon_update(target, narrow(flat, 0, s.param_offset, s.length), lr,
+                               muon_options_.weight_decay);
       if (master_.defined()) {
         Tensor p = range(reducer_.flat_params(), s.flat_offset, s.length);
         copy_(p, target);
