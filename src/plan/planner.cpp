@@ -100,6 +100,19 @@ std::vector<Estimate> recommend(const nn::GptConfig& m, const ClusterSpec& c, in
                                       [&](int64_t n) { return n * pp * v == m.n_layer; });
                       if (!even) layouts.push_back(balanced);
                     }
+                    // Context parallelism by either exchange (the all-gather
+                    // alone where the heads do not share out), named.
+                    if (cp > 1) {
+                      for (size_t i = 0, n = layouts.size(); i < n; ++i) {
+                        layouts[i].cp_exchange =
+                            cp::resolve_exchange(cp::Exchange::Auto, m, tp, cp);
+                        if (layouts[i].cp_exchange == cp::Exchange::AllToAll) {
+                          ParallelConfig gathered = layouts[i];
+                          gathered.cp_exchange = cp::Exchange::AllGather;
+                          layouts.push_back(gathered);
+                        }
+                      }
+                    }
                     for (const ParallelConfig& layout : layouts) {
                       try {
                         check_config(m, c, gpus, global_batch, layout);

@@ -900,11 +900,18 @@ TEST(CostModel, ContextParallelismSharesEachSequenceOut) {
   for (const auto& e : recommend(m, c, 16, 16, space)) EXPECT_EQ(e.config.cp, 1);
   space.cps = {1, 2, 4};
   bool chunking = false;
+  std::set<cp::Exchange> exchanges;
   for (const auto& e : recommend(m, c, 16, 16, space)) {
     chunking = chunking || e.config.cp > 1;
+    if (e.config.cp > 1) {
+      exchanges.insert(e.config.cp_exchange);
+      EXPECT_NE(e.config.str().find(" cp_comm="), std::string::npos) << e.config.str();
+    }
     EXPECT_EQ(e.config.tp * e.config.pp * e.config.dp * e.config.cp, 16);
   }
   EXPECT_TRUE(chunking);
+  // Both exchanges tried (the heads share out over 2 and 4 ranks).
+  EXPECT_EQ(exchanges, (std::set<cp::Exchange>{cp::Exchange::AllToAll, cp::Exchange::AllGather}));
   ParallelConfig bad = layout(8, 1, 2, 1, Recompute::None);
   bad.cp = 2;
   try {

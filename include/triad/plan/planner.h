@@ -10,7 +10,9 @@ struct SearchSpace {
   std::vector<int> micro_batches{1, 2, 4, 8, 16};
   std::vector<int> vpps{1, 2, 4};
   // Context-parallel sizes tried (each dividing the GPUs left after tp and
-  // pp; the model's heads and length must share out): none by default.
+  // pp, and the model's length), each by the keys' and values' all-gather
+  // and, where the heads share out, by the heads' all-to-all too: none by
+  // default.
   std::vector<int> cps{1};
   bool try_zb_h1 = true;
   bool try_zb_auto = true;  // the order searched for the predicted costs
