@@ -5,6 +5,7 @@
 // 128) and guarded at run time.
 #include <cfloat>
 #include <cmath>
+#include <string>
 
 #include "attention.h"
 #include "attention_layout.cuh"
@@ -63,22 +64,22 @@ __device__ __forceinline__ float dot_rows(const float* a, const float* b, int D)
 // rows + K, V tiles.
 template <class T, int MAXD>
 __global__ void __launch_bounds__(kRows)
-    attn_forward_kernel(const T* qkv, T* out, float* lse, const int32_t* starts, int64_t Tn,
-                        QkvLayout L, float scale) {
+    attn_forward_kernel(const T* qsrc, const T* kvsrc, T* out, float* lse, const int32_t* starts,
+                        int64_t Tn, QkvLayout L, float scale) {
   extern __shared__ float smem[];
   float* q_own = smem;                              // [kRows][MAXD + 1]
   float* k_tile = q_own + kRows * padded<MAXD>();   // [kTile][MAXD + 1]
   float* v_tile = k_tile + kTile * padded<MAXD>();  // [kTile][MAXD + 1]
   const int D = L.D;
   const int bh = blockIdx.y, b = bh / L.NH, h = bh % L.NH;
-  const T* row = qkv + b * Tn * L.W;
-  const T* q_base = row + L.q(h);
-  const T* k_base = row + L.k(h / L.G);
-  const T* v_base = row + L.v(h / L.G);
+  const T* q_base = L.q_batch(qsrc, b) + L.q(h);
+  const T* kv_row = L.kv_batch(kvsrc, b, Tn);
+  const T* k_base = kv_row + L.k(h / L.G);
+  const T* v_base = kv_row + L.v(h / L.G);
   const int64_t r0 = L.first + blockIdx.x * int64_t(kRows);
   const int64_t i = r0 + threadIdx.x;  // this thread's query
   const int64_t Tq = Tn - L.first;     // out's and lse's rows
-  load_own<T, MAXD>(q_own, q_base, L.W, r0, Tn, D);
+  load_own<T, MAXD>(q_own, q_base, L.qs, r0 - L.q0, L.qrows, D);
   const float* q = q_own + threadIdx.x * padded<MAXD>();
   // Packed documents: this query sees keys [si, i]; the block starts at its
   // first row's document (starts never decrease along a row).
@@ -93,8 +94,8 @@ __global__ void __launch_bounds__(kRows)
   const int64_t last_key = min(Tn, r0 + kRows);  // causal: no key past the block's last query
   for (int64_t k0 = first_key; k0 < last_key; k0 += kTile) {
     __syncthreads();
-    load_tile<T, MAXD>(k_tile, k_base, L.W, k0, Tn, D);
-    load_tile<T, MAXD>(v_tile, v_base, L.W, k0, Tn, D);
+    load_tile<T, MAXD>(k_tile, k_base, L.kvs, k0, Tn, D);
+    load_tile<T, MAXD>(v_tile, v_base, L.kvs, k0, Tn, D);
     __syncthreads();
     if (i < Tn) {
       for (int j = first_in_tile(si, k0); j < kTile && k0 + j <= i; ++j) {
@@ -157,8 +158,9 @@ __global__ void attn_delta_kernel(const T* out, const T* dout, float* delta, int
 // tiles stream.
 template <class T, int MAXD>
 __global__ void __launch_bounds__(kRows)
-    attn_dq_kernel(const T* qkv, const T* dout, const float* lse, const float* delta,
-                   const int32_t* starts, T* dqkv, int64_t Tn, QkvLayout L, float scale) {
+    attn_dq_kernel(const T* qsrc, const T* kvsrc, const T* dout, const float* lse,
+                   const float* delta, const int32_t* starts, T* dq_out, int64_t Tn, QkvLayout L,
+                   float scale) {
   extern __shared__ float smem[];
   float* q_own = smem;
   float* do_own = q_own + kRows * padded<MAXD>();
@@ -166,14 +168,14 @@ __global__ void __launch_bounds__(kRows)
   float* v_tile = k_tile + kTile * padded<MAXD>();
   const int D = L.D;
   const int bh = blockIdx.y, b = bh / L.NH, h = bh % L.NH;
-  const T* row = qkv + b * Tn * L.W;
-  const T* q_base = row + L.q(h);
-  const T* k_base = row + L.k(h / L.G);
-  const T* v_base = row + L.v(h / L.G);
+  const T* q_base = L.q_batch(qsrc, b) + L.q(h);
+  const T* kv_row = L.kv_batch(kvsrc, b, Tn);
+  const T* k_base = kv_row + L.k(h / L.G);
+  const T* v_base = kv_row + L.v(h / L.G);
   const int64_t r0 = L.first + blockIdx.x * int64_t(kRows);
   const int64_t i = r0 + threadIdx.x;
   const int64_t Tq = Tn - L.first;  // dout's, lse's and delta's rows (from row first)
-  load_own<T, MAXD>(q_own, q_base, L.W, r0, Tn, D);
+  load_own<T, MAXD>(q_own, q_base, L.qs, r0 - L.q0, L.qrows, D);
   load_own<T, MAXD>(do_own, dout + b * Tq * L.C + h * D, L.C, r0 - L.first, Tq, D);
   const float* q = q_own + threadIdx.x * padded<MAXD>();
   const float* go = do_own + threadIdx.x * padded<MAXD>();
@@ -189,8 +191,8 @@ __global__ void __launch_bounds__(kRows)
   const int64_t last_key = min(Tn, r0 + kRows);
   for (int64_t k0 = first_key; k0 < last_key; k0 += kTile) {
     __syncthreads();
-    load_tile<T, MAXD>(k_tile, k_base, L.W, k0, Tn, D);
-    load_tile<T, MAXD>(v_tile, v_base, L.W, k0, Tn, D);
+    load_tile<T, MAXD>(k_tile, k_base, L.kvs, k0, Tn, D);
+    load_tile<T, MAXD>(v_tile, v_base, L.kvs, k0, Tn, D);
     __syncthreads();
     if (i < Tn) {
       for (int j = first_in_tile(si, k0); j < kTile && k0 + j <= i; ++j) {
@@ -207,7 +209,7 @@ __global__ void __launch_bounds__(kRows)
     }
   }
   if (i < Tn) {
-    T* o = dqkv + (b * Tn + i) * L.W + L.q(h);
+    T* o = dq_out + (b * L.qrows + i - L.q0) * L.qs + L.q(h);
 #pragma unroll
     for (int d = 0; d < MAXD; ++d) {
       if (d < D) store(o, d, dq[d] * scale);
@@ -221,8 +223,9 @@ __global__ void __launch_bounds__(kRows)
 // first query row), up to the first query of a later document.
 template <class T, int MAXD>
 __global__ void __launch_bounds__(kRows)
-    attn_dkdv_kernel(const T* qkv, const T* dout, const float* lse, const float* delta,
-                     const int32_t* starts, T* dqkv, int64_t Tn, QkvLayout L, float scale) {
+    attn_dkdv_kernel(const T* qsrc, const T* kvsrc, const T* dout, const float* lse,
+                     const float* delta, const int32_t* starts, T* dkv_out, int64_t Tn, QkvLayout L,
+                     float scale) {
   extern __shared__ float smem[];
   float* k_own = smem;
   float* v_own = k_own + kRows * padded<MAXD>();
@@ -233,11 +236,12 @@ __global__ void __launch_bounds__(kRows)
   int* s_tile = reinterpret_cast<int*>(d_tile + kTile);  // [kTile] document starts
   const int D = L.D;
   const int bkv = blockIdx.y, b = bkv / L.NKV, kvh = bkv % L.NKV;
-  const T* row = qkv + b * Tn * L.W;
+  const T* kv_row = L.kv_batch(kvsrc, b, Tn);
+  const T* q_batch = L.q_batch(qsrc, b);
   const int64_t r0 = blockIdx.x * int64_t(kRows);
   const int64_t j = r0 + threadIdx.x;  // this thread's key
-  load_own<T, MAXD>(k_own, row + L.k(kvh), L.W, r0, Tn, D);
-  load_own<T, MAXD>(v_own, row + L.v(kvh), L.W, r0, Tn, D);
+  load_own<T, MAXD>(k_own, kv_row + L.k(kvh), L.kvs, r0, Tn, D);
+  load_own<T, MAXD>(v_own, kv_row + L.v(kvh), L.kvs, r0, Tn, D);
   const float* kr = k_own + threadIdx.x * padded<MAXD>();
   const float* vr = v_own + threadIdx.x * padded<MAXD>();
 
@@ -249,13 +253,13 @@ __global__ void __launch_bounds__(kRows)
   const int64_t Tq = Tn - L.first;  // dout's, lse's and delta's rows (from row first)
   for (int h = kvh * L.G; h < (kvh + 1) * L.G; ++h) {
     const int64_t bh = int64_t(b) * L.NH + h;
-    const T* q_base = row + L.q(h);
+    const T* q_base = q_batch + L.q(h);
     const T* do_base = dout + b * Tq * L.C + h * D;
     for (int64_t q0 = max((r0 / kTile) * kTile, L.first); q0 < Tn; q0 += kTile) {
       // Queries from here on belong to documents after every key of the block.
       if (row_starts && row_starts[q0] > block_last_key) break;
       __syncthreads();
-      load_tile<T, MAXD>(q_tile, q_base, L.W, q0, Tn, D);
+      load_tile<T, MAXD>(q_tile, q_base, L.qs, q0 - L.q0, L.qrows, D);
       load_tile<T, MAXD>(do_tile, do_base, L.C, q0 - L.first, Tq, D);
       for (int r = threadIdx.x; r < kTile; r += blockDim.x) {
         const int64_t qi = q0 + r;
@@ -286,7 +290,7 @@ __global__ void __launch_bounds__(kRows)
     }
   }
   if (j < Tn) {
-    T* o = dqkv + (b * Tn + j) * L.W;
+    T* o = dkv_out + (b * Tn + j) * L.kvs;
 #pragma unroll
     for (int d = 0; d < MAXD; ++d) {
       if (d < D) {
@@ -406,13 +410,14 @@ int device_sm_major() {
 }
 }  // namespace
 
-void attention_forward(const void* qkv, void* out, float* lse, ScalarType type,
-                       const AttentionShape& s, cudaStream_t stream, AttentionKernel kernel,
-                       const int32_t* doc_starts) {
-  require(check_attention(type, s), "attention_forward");
+namespace {
+
+void forward_impl(const void* q, const void* kv, void* out, float* lse, ScalarType type,
+                  const AttentionShape& s, cudaStream_t stream, AttentionKernel kernel,
+                  const int32_t* doc_starts) {
   if (s.B * s.query_rows() == 0) return;
   if (resolve_attention_kernel(kernel, type, s, device_sm_major()) == AttentionKernel::TensorCore) {
-    attention_forward_tensor_core(qkv, out, lse, type, s, stream, doc_starts);
+    attention_forward_tensor_core(q, kv, out, lse, type, s, stream, doc_starts);
     return;
   }
   const int D = static_cast<int>(s.head_dim());
@@ -425,12 +430,87 @@ void attention_forward(const void* qkv, void* out, float* lse, ScalarType type,
       constexpr int MAXD = decltype(width)::value;
       auto kernel = attn_forward_kernel<T, MAXD>;
       allow_smem(kernel, forward_smem<MAXD>());
-      kernel<<<grid, kRows, forward_smem<MAXD>(), stream>>>(static_cast<const T*>(qkv),
-                                                            static_cast<T*>(out), lse, doc_starts,
-                                                            s.T, QkvLayout::of(s), scale);
+      kernel<<<grid, kRows, forward_smem<MAXD>(), stream>>>(
+          static_cast<const T*>(q), static_cast<const T*>(kv), static_cast<T*>(out), lse,
+          doc_starts, s.T, QkvLayout::of(s), scale);
     });
   });
   check_launch("attention_forward");
+}
+
+// dq and dkv may be one fused dqkv (q and kv then one qkv); the caller has
+// zeroed what no query writes.
+void backward_impl(const void* q, const void* kv, const void* out, const float* lse,
+                   const void* dout, void* dq, void* dkv, ScalarType type, const AttentionShape& s,
+                   void* workspace, cudaStream_t stream, AttentionKernel kernel,
+                   const int32_t* doc_starts) {
+  const int64_t Tq = s.query_rows();
+  if (s.B * Tq == 0) return;  // (and no query reads a key)
+  const int D = static_cast<int>(s.head_dim());
+  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
+  const dim3 grid(static_cast<unsigned>((Tq + kRows - 1) / kRows),
+                  static_cast<unsigned>(s.B * s.NH));
+  float* delta = static_cast<float*>(workspace);
+  const bool tensor_cores =
+      resolve_attention_kernel(kernel, type, s, device_sm_major()) == AttentionKernel::TensorCore;
+  dispatch_nn(type, "attention_backward", [&](auto t) {
+    using T = decltype(t);
+    const T* pq = static_cast<const T*>(q);
+    const T* pkv = static_cast<const T*>(kv);
+    const T* pdo = static_cast<const T*>(dout);
+    if (D % kPack<T> == 0 && s.C % kPack<T> == 0 && pack_aligned(out) && pack_aligned(pdo)) {
+      attn_delta_kernel<T, kPack<T>><<<grid_for(s.B * s.NH * Tq, 256), 256, 0, stream>>>(
+          static_cast<const T*>(out), pdo, delta, s.B, Tq, s.C, static_cast<int>(s.NH), D);
+    } else {
+      attn_delta_kernel<T, 1><<<grid_for(s.B * s.NH * Tq, 256), 256, 0, stream>>>(
+          static_cast<const T*>(out), pdo, delta, s.B, Tq, s.C, static_cast<int>(s.NH), D);
+    }
+    if (tensor_cores) {
+      check_launch("attention_backward (delta)");
+      attention_backward_tensor_core(q, kv, dout, lse, delta, dq, dkv, type, s, stream, doc_starts);
+      return;
+    }
+    dispatch_head_dim(D, [&](auto width) {
+      constexpr int MAXD = decltype(width)::value;
+      auto dq_kernel = attn_dq_kernel<T, MAXD>;
+      allow_smem(dq_kernel, dq_smem<MAXD>());
+      dq_kernel<<<grid, kRows, dq_smem<MAXD>(), stream>>>(
+          pq, pkv, pdo, lse, delta, doc_starts, static_cast<T*>(dq), s.T, QkvLayout::of(s), scale);
+      auto dkdv = attn_dkdv_kernel<T, MAXD>;
+      allow_smem(dkdv, dkdv_smem<MAXD>());
+      const dim3 kv_grid(static_cast<unsigned>((s.T + kRows - 1) / kRows),
+                         static_cast<unsigned>(s.B * s.kv_heads()));
+      dkdv<<<kv_grid, kRows, dkdv_smem<MAXD>(), stream>>>(
+          pq, pkv, pdo, lse, delta, doc_starts, static_cast<T*>(dkv), s.T, QkvLayout::of(s), scale);
+    });
+  });
+  check_launch("attention_backward");
+}
+
+void require_layout(const AttentionShape& s, bool separate, const char* op) {
+  if (s.separate != separate) {
+    throw std::invalid_argument(std::string(op) + ": the shape says the queries are " +
+                                (s.separate ? "apart (call the _parts function)"
+                                            : "in the fused qkv (call the fused function)"));
+  }
+}
+
+}  // namespace
+
+void attention_forward(const void* qkv, void* out, float* lse, ScalarType type,
+                       const AttentionShape& s, cudaStream_t stream, AttentionKernel kernel,
+                       const int32_t* doc_starts) {
+  require(check_attention(type, s), "attention_forward");
+  require_layout(s, false, "attention_forward");
+  forward_impl(qkv, qkv, out, lse, type, s, stream, kernel, doc_starts);
+}
+
+void attention_forward_parts(const void* q, const void* kv, void* out, float* lse, ScalarType type,
+                             const AttentionShape& s, cudaStream_t stream, AttentionKernel kernel,
+                             const int32_t* doc_starts) {
+  require(check_attention(type, s), "attention_forward_parts");
+  require_layout(s, true, "attention_forward_parts");
+  forward_impl(q, kv, out, lse, type, s, stream, kernel, doc_starts);
 }
 
 size_t attention_backward_workspace(const AttentionShape& s) {
@@ -441,11 +521,9 @@ void attention_backward(const void* qkv, const void* out, const float* lse, cons
                         void* dqkv, ScalarType type, const AttentionShape& s, void* workspace,
                         cudaStream_t stream, AttentionKernel kernel, const int32_t* doc_starts) {
   require(check_attention(type, s), "attention_backward");
+  require_layout(s, false, "attention_backward");
   if (!workspace) throw std::invalid_argument("attention_backward: workspace is null");
   if (s.B * s.T == 0) return;
-  const int D = static_cast<int>(s.head_dim());
-  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
-  const int64_t Tq = s.query_rows();
   // A chunk of queries leaves the q columns of the rows before it zero.
   if (s.Q0 > 0) {
     check_cuda(
@@ -453,44 +531,27 @@ void attention_backward(const void* qkv, const void* out, const float* lse, cons
                         stream),
         "attention_backward: cudaMemsetAsync");
   }
-  if (Tq == 0) return;  // (and no query reads a key)
-  const dim3 grid(static_cast<unsigned>((Tq + kRows - 1) / kRows),
-                  static_cast<unsigned>(s.B * s.NH));
-  float* delta = static_cast<float*>(workspace);
-  const bool tensor_cores =
-      resolve_attention_kernel(kernel, type, s, device_sm_major()) == AttentionKernel::TensorCore;
-  dispatch_nn(type, "attention_backward", [&](auto t) {
-    using T = decltype(t);
-    const T* pqkv = static_cast<const T*>(qkv);
-    const T* pdo = static_cast<const T*>(dout);
-    T* pd = static_cast<T*>(dqkv);
-    if (D % kPack<T> == 0 && s.C % kPack<T> == 0 && pack_aligned(out) && pack_aligned(pdo)) {
-      attn_delta_kernel<T, kPack<T>><<<grid_for(s.B * s.NH * Tq, 256), 256, 0, stream>>>(
-          static_cast<const T*>(out), pdo, delta, s.B, Tq, s.C, static_cast<int>(s.NH), D);
-    } else {
-      attn_delta_kernel<T, 1><<<grid_for(s.B * s.NH * Tq, 256), 256, 0, stream>>>(
-          static_cast<const T*>(out), pdo, delta, s.B, Tq, s.C, static_cast<int>(s.NH), D);
-    }
-    if (tensor_cores) {
-      check_launch("attention_backward (delta)");
-      attention_backward_tensor_core(qkv, dout, lse, delta, dqkv, type, s, stream, doc_starts);
-      return;
-    }
-    dispatch_head_dim(D, [&](auto width) {
-      constexpr int MAXD = decltype(width)::value;
-      auto dq = attn_dq_kernel<T, MAXD>;
-      allow_smem(dq, dq_smem<MAXD>());
-      dq<<<grid, kRows, dq_smem<MAXD>(), stream>>>(pqkv, pdo, lse, delta, doc_starts, pd, s.T,
-                                                   QkvLayout::of(s), scale);
-      auto dkdv = attn_dkdv_kernel<T, MAXD>;
-      allow_smem(dkdv, dkdv_smem<MAXD>());
-      const dim3 kv_grid(static_cast<unsigned>((s.T + kRows - 1) / kRows),
-                         static_cast<unsigned>(s.B * s.kv_heads()));
-      dkdv<<<kv_grid, kRows, dkdv_smem<MAXD>(), stream>>>(pqkv, pdo, lse, delta, doc_starts, pd,
-                                                          s.T, QkvLayout::of(s), scale);
-    });
-  });
-  check_launch("attention_backward");
+  backward_impl(qkv, qkv, out, lse, dout, dqkv, dqkv, type, s, workspace, stream, kernel,
+                doc_starts);
+}
+
+void attention_backward_parts(const void* q, const void* kv, const void* out, const float* lse,
+                              const void* dout, void* dq, void* dkv, ScalarType type,
+                              const AttentionShape& s, void* workspace, cudaStream_t stream,
+                              AttentionKernel kernel, const int32_t* doc_starts) {
+  require(check_attention(type, s), "attention_backward_parts");
+  require_layout(s, true, "attention_backward_parts");
+  if (!workspace) throw std::invalid_argument("attention_backward_parts: workspace is null");
+  if (s.B * s.T == 0) return;
+  if (s.query_rows() == 0) {  // no query: every key's and value's gradient is zero
+    check_cuda(cudaMemsetAsync(dkv, 0,
+                               static_cast<size_t>(s.B * s.T * 2 * s.kv_heads() * s.head_dim()) *
+                                   scalar_size(type),
+                               stream),
+               "attention_backward_parts: cudaMemsetAsync");
+    return;
+  }
+  backward_impl(q, kv, out, lse, dout, dq, dkv, type, s, workspace, stream, kernel, doc_starts);
 }
 
 }  // namespace triad::kernels

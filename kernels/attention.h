@@ -27,6 +27,11 @@
 // T - Q0 rows only ((B, T - Q0, C), (B, NH, T - Q0)); doc_starts stays
 // (B, T); dqkv is (B, T, W) with the q columns of rows before Q0 zero.
 //
+// Queries apart (`separate`, the *_parts functions): q (B, T - Q0, C) holds
+// only the queries of rows [Q0, T) and kv (B, T, 2 * NKV * D) every row's
+// keys then values; their gradients dq and dkv have their shapes. Nothing
+// before Q0 is stored or written.
+//
 // Two implementations: SIMT kernels (attention.cu: one thread per query or
 // key, every type and head dim) and tensor-core kernels
 // (attention_tensor_core.cu: WMMA tiles, bf16/f16, head dims a multiple of
@@ -47,6 +52,9 @@ struct AttentionShape {
   double softcap = 0.0;
   // The first query row: rows [Q0, T) query, every row is a key (0: all).
   int64_t Q0 = 0;
+  // The queries in a tensor of their own and the keys and values in another
+  // (attention_*_parts), instead of one fused qkv.
+  bool separate = false;
   // Query rows: out's, lse's and dout's.
   int64_t query_rows() const { return T - Q0; }
   int64_t head_dim() const { return NH > 0 ? C / NH : 0; }
@@ -84,15 +92,29 @@ void attention_backward(const void* qkv, const void* out, const float* lse, cons
                         cudaStream_t stream, AttentionKernel kernel = AttentionKernel::Auto,
                         const int32_t* doc_starts = nullptr);
 
-// The tensor-core kernels themselves (attention_tensor_core.cu); the
-// backward takes delta (B, NH, T) = rowsum(dout * out), computed by
-// attention_backward.
-void attention_forward_tensor_core(const void* qkv, void* out, float* lse, ScalarType type,
-                                   const AttentionShape& s, cudaStream_t stream,
+// The same with the queries apart (s.separate): q (B, T - Q0, C), kv (B,
+// T, 2 NKV D); dq and dkv of their shapes are overwritten.
+void attention_forward_parts(const void* q, const void* kv, void* out, float* lse, ScalarType type,
+                             const AttentionShape& s, cudaStream_t stream,
+                             AttentionKernel kernel = AttentionKernel::Auto,
+                             const int32_t* doc_starts = nullptr);
+void attention_backward_parts(const void* q, const void* kv, const void* out, const float* lse,
+                              const void* dout, void* dq, void* dkv, ScalarType type,
+                              const AttentionShape& s, void* workspace, cudaStream_t stream,
+                              AttentionKernel kernel = AttentionKernel::Auto,
+                              const int32_t* doc_starts = nullptr);
+
+// The tensor-core kernels themselves (attention_tensor_core.cu), over the
+// queries at q and the keys and values at kv (the same fused qkv twice, or
+// the parts as s.separate says); the backward takes delta (B, NH, T - Q0)
+// = rowsum(dout * out), computed by attention_backward, which also zeroes
+// a fused dqkv's q columns before Q0.
+void attention_forward_tensor_core(const void* q, const void* kv, void* out, float* lse,
+                                   ScalarType type, const AttentionShape& s, cudaStream_t stream,
                                    const int32_t* doc_starts = nullptr);
-void attention_backward_tensor_core(const void* qkv, const void* dout, const float* lse,
-                                    const float* delta, void* dqkv, ScalarType type,
-                                    const AttentionShape& s, cudaStream_t stream,
+void attention_backward_tensor_core(const void* q, const void* kv, const void* dout,
+                                    const float* lse, const float* delta, void* dq, void* dkv,
+                                    ScalarType type, const AttentionShape& s, cudaStream_t stream,
                                     const int32_t* doc_starts = nullptr);
 
 }  // namespace triad::kernels

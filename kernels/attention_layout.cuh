@@ -2,9 +2,11 @@
 
 // Where one (batch, query head)'s vectors sit in attention's tensors, for
 // the SIMT and tensor-core kernels alike: qkv rows W = C + 2 * NKV * D wide
-// ([q | k | v]), out/dout rows C = NH * D wide, and query head h reading
-// key/value head h / G (G = NH / NKV query heads per key/value head; 1 for
-// multi-head attention).
+// ([q | k | v]), or the queries (C wide, from row `q0` on) and the keys and
+// values (2 NKV D wide) in tensors of their own (AttentionShape::separate);
+// out/dout rows C = NH * D wide, and query head h reading key/value head
+// h / G (G = NH / NKV query heads per key/value head; 1 for multi-head
+// attention).
 #include <cstdint>
 
 #include "attention.h"
@@ -19,6 +21,10 @@ struct QkvLayout {
   // The first query row (AttentionShape::Q0): qkv's row t is out's, lse's
   // and dout's row t - first.
   int64_t first = 0;
+  // The queries' tensor: row t at row t - q0 of qrows per batch, qs apart
+  // (the fused qkv: q0 0, qrows T, qs W). The keys' and values': row t at
+  // row t, kvs apart, k from column kc (fused: W apart, from C).
+  int64_t qs = 0, qrows = 0, q0 = 0, kvs = 0, kc = 0;
 
   static QkvLayout of(const AttentionShape& s) {
     QkvLayout l;
@@ -30,6 +36,19 @@ struct QkvLayout {
     l.D = static_cast<int>(s.head_dim());
     l.cap = static_cast<float>(s.softcap);
     l.first = s.Q0;
+    if (s.separate) {
+      l.qs = l.C;
+      l.qrows = s.T - s.Q0;
+      l.q0 = s.Q0;
+      l.kvs = 2 * int64_t(l.NKV) * l.D;
+      l.kc = 0;
+    } else {
+      l.qs = l.W;
+      l.qrows = s.T;
+      l.q0 = 0;
+      l.kvs = l.W;
+      l.kc = l.C;
+    }
     return l;
   }
   // A scaled score soft-capped: cap * tanh(s / cap), or s without a cap.
@@ -42,11 +61,20 @@ struct QkvLayout {
     const float r = z / cap;
     return 1.0f - r * r;
   }
-  // Column offsets within a qkv row: query head h's q, and the k and v of
-  // key/value head kv.
+  // Column offsets: query head h's q within a query row, and the k and v of
+  // key/value head kv within a key/value row.
   __host__ __device__ int64_t q(int h) const { return int64_t(h) * D; }
-  __host__ __device__ int64_t k(int kv) const { return C + int64_t(kv) * D; }
-  __host__ __device__ int64_t v(int kv) const { return C + int64_t(NKV + kv) * D; }
+  __host__ __device__ int64_t k(int kv) const { return kc + int64_t(kv) * D; }
+  __host__ __device__ int64_t v(int kv) const { return kc + int64_t(NKV + kv) * D; }
+  // Batch b's first query row and first key/value row.
+  template <class T>
+  __host__ __device__ const T* q_batch(const T* q, int b) const {
+    return q + int64_t(b) * qrows * qs;
+  }
+  template <class T>
+  __host__ __device__ const T* kv_batch(const T* kv, int b, int64_t Tn) const {
+    return kv + int64_t(b) * Tn * kvs;
+  }
 };
 
 }  // namespace triad::kernels

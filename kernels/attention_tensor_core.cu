@@ -239,8 +239,8 @@ struct DocWindow {
 
 template <class T, int MAXD>
 __global__ void __launch_bounds__(32 * kWarps)
-    attn_forward_tc(const T* qkv, T* out, float* lse, const int32_t* starts, int64_t Tn,
-                    QkvLayout lay, float scale) {
+    attn_forward_tc(const T* qsrc, const T* kvsrc, T* out, float* lse, const int32_t* starts,
+                    int64_t Tn, QkvLayout lay, float scale) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   using L = Layout<MAXD>;
   extern __shared__ __align__(128) unsigned char smem[];
@@ -253,13 +253,13 @@ __global__ void __launch_bounds__(32 * kWarps)
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, r = lane >> 1, half = lane & 1;
   const int D = lay.D;
   const int bh = blockIdx.x, b = bh / lay.NH, h = bh % lay.NH;
-  const T* row = qkv + b * Tn * lay.W;
-  const T* k_base = row + lay.k(h / lay.G);
-  const T* v_base = row + lay.v(h / lay.G);
+  const T* kv_row = lay.kv_batch(kvsrc, b, Tn);
+  const T* k_base = kv_row + lay.k(h / lay.G);
+  const T* v_base = kv_row + lay.v(h / lay.G);
   // The last query rows see the most keys: their blocks go first.
   const int64_t q0 = lay.first + (gridDim.y - 1 - blockIdx.y) * int64_t(kRows);
   const int64_t Tq = Tn - lay.first;  // out's and lse's rows (from row first)
-  load_rows(Qs, L::ld_h, row + lay.q(h), lay.W, q0, Tn, D);
+  load_rows(Qs, L::ld_h, lay.q_batch(qsrc, b) + lay.q(h), lay.qs, q0 - lay.q0, lay.qrows, D);
   float* Sw = Ss + warp * 16 * L::ld_s;
   T* Pw = Ps + warp * 16 * L::ld_p;
   const T* Qw = Qs + warp * 16 * L::ld_h;
@@ -273,8 +273,8 @@ __global__ void __launch_bounds__(32 * kWarps)
   const int64_t end = min(Tn, q0 + kRows);
   for (int64_t k0 = docs.block_first_key; k0 < end; k0 += kTile) {
     __syncthreads();
-    load_rows(Ks, L::ld_h, k_base, lay.W, k0, Tn, D);
-    load_rows(Vs, L::ld_h, v_base, lay.W, k0, Tn, D);
+    load_rows(Ks, L::ld_h, k_base, lay.kvs, k0, Tn, D);
+    load_rows(Vs, L::ld_h, v_base, lay.kvs, k0, Tn, D);
     __syncthreads();
     if (k0 > warp_last) continue;  // every key of this tile is in the warp's future
     if (k0 + kTile <= docs.warp_first_start) continue;  // or in its rows' earlier documents
@@ -320,8 +320,8 @@ __global__ void __launch_bounds__(32 * kWarps)
 
 template <class T, int MAXD>
 __global__ void __launch_bounds__(32 * kWarps)
-    attn_dq_tc(const T* qkv, const T* dout, const float* lse, const float* delta,
-               const int32_t* starts, T* dqkv, int64_t Tn, QkvLayout lay, float scale) {
+    attn_dq_tc(const T* qsrc, const T* kvsrc, const T* dout, const float* lse, const float* delta,
+               const int32_t* starts, T* dq_out, int64_t Tn, QkvLayout lay, float scale) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   using L = Layout<MAXD>;
   extern __shared__ __align__(128) unsigned char smem[];
@@ -336,13 +336,13 @@ __global__ void __launch_bounds__(32 * kWarps)
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, r = lane >> 1, half = lane & 1;
   const int D = lay.D;
   const int bh = blockIdx.x, b = bh / lay.NH, h = bh % lay.NH;
-  const T* row = qkv + b * Tn * lay.W;
-  const T* k_base = row + lay.k(h / lay.G);
-  const T* v_base = row + lay.v(h / lay.G);
+  const T* kv_row = lay.kv_batch(kvsrc, b, Tn);
+  const T* k_base = kv_row + lay.k(h / lay.G);
+  const T* v_base = kv_row + lay.v(h / lay.G);
   // The last query rows see the most keys: their blocks go first.
   const int64_t q0 = lay.first + (gridDim.y - 1 - blockIdx.y) * int64_t(kRows);
   const int64_t Tq = Tn - lay.first;  // dout's, lse's and delta's rows (from row first)
-  load_rows(Qs, L::ld_h, row + lay.q(h), lay.W, q0, Tn, D);
+  load_rows(Qs, L::ld_h, lay.q_batch(qsrc, b) + lay.q(h), lay.qs, q0 - lay.q0, lay.qrows, D);
   load_rows(dOs, L::ld_h, dout + b * Tq * lay.C + h * D, lay.C, q0 - lay.first, Tq, D);
   float* Sw = Ss + warp * 16 * L::ld_s;
   float* dPw = dPs + warp * 16 * L::ld_s;
@@ -358,8 +358,8 @@ __global__ void __launch_bounds__(32 * kWarps)
   const int64_t end = min(Tn, q0 + kRows);
   for (int64_t k0 = docs.block_first_key; k0 < end; k0 += kTile) {
     __syncthreads();
-    load_rows(Ks, L::ld_h, k_base, lay.W, k0, Tn, D);
-    load_rows(Vs, L::ld_h, v_base, lay.W, k0, Tn, D);
+    load_rows(Ks, L::ld_h, k_base, lay.kvs, k0, Tn, D);
+    load_rows(Vs, L::ld_h, v_base, lay.kvs, k0, Tn, D);
     __syncthreads();
     if (k0 > warp_last) continue;
     if (k0 + kTile <= docs.warp_first_start) continue;
@@ -379,8 +379,8 @@ __global__ void __launch_bounds__(32 * kWarps)
     __syncwarp();
     accumulate<T, MAXD>(acc, dSw, Ks, D);
   }
-  write_rows<T, MAXD>(acc, Sw, dqkv + b * Tn * lay.W + lay.q(h), lay.W, q0 + warp * 16, Tn, D,
-                      scale);
+  write_rows<T, MAXD>(acc, Sw, dq_out + b * lay.qrows * lay.qs + lay.q(h), lay.qs,
+                      q0 - lay.q0 + warp * 16, lay.qrows, D, scale);
 #else
   __trap();
 #endif
@@ -388,8 +388,8 @@ __global__ void __launch_bounds__(32 * kWarps)
 
 template <class T, int MAXD>
 __global__ void __launch_bounds__(32 * kWarps)
-    attn_dkdv_tc(const T* qkv, const T* dout, const float* lse, const float* delta,
-                 const int32_t* starts, T* dqkv, int64_t Tn, QkvLayout lay, float scale) {
+    attn_dkdv_tc(const T* qsrc, const T* kvsrc, const T* dout, const float* lse, const float* delta,
+                 const int32_t* starts, T* dkv_out, int64_t Tn, QkvLayout lay, float scale) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   using L = Layout<MAXD>;
   extern __shared__ __align__(128) unsigned char smem[];
@@ -408,11 +408,12 @@ __global__ void __launch_bounds__(32 * kWarps)
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, r = lane >> 1, half = lane & 1;
   const int D = lay.D;
   const int bkv = blockIdx.x, b = bkv / lay.NKV, kvh = bkv % lay.NKV;
-  const T* row = qkv + b * Tn * lay.W;
+  const T* kv_row = lay.kv_batch(kvsrc, b, Tn);
+  const T* q_batch = lay.q_batch(qsrc, b);
   // The first key rows meet the most queries: their blocks (low y) go first.
   const int64_t k0 = blockIdx.y * int64_t(kRows);
-  load_rows(Ks, L::ld_h, row + lay.k(kvh), lay.W, k0, Tn, D);
-  load_rows(Vs, L::ld_h, row + lay.v(kvh), lay.W, k0, Tn, D);
+  load_rows(Ks, L::ld_h, kv_row + lay.k(kvh), lay.kvs, k0, Tn, D);
+  load_rows(Vs, L::ld_h, kv_row + lay.v(kvh), lay.kvs, k0, Tn, D);
   float* Stw = Sts + warp * 16 * L::ld_s;
   float* dPtw = dPts + warp * 16 * L::ld_s;
   T* Ptw = Pts + warp * 16 * L::ld_p;
@@ -430,13 +431,13 @@ __global__ void __launch_bounds__(32 * kWarps)
   // The query heads of this key/value head's group, one after another.
   for (int h = kvh * lay.G; h < (kvh + 1) * lay.G; ++h) {
     const int64_t bh = int64_t(b) * lay.NH + h;
-    const T* qbase = row + lay.q(h);
+    const T* qbase = q_batch + lay.q(h);
     const T* dbase = dout + b * Tq * lay.C + h * D;
     for (int64_t q0 = max(k0, lay.first); q0 < Tn; q0 += kTile) {
       // Queries from here on belong to documents after every key of the block.
       if (row_starts && row_starts[q0] > block_last_key) break;
       __syncthreads();
-      load_rows(Qs, L::ld_h, qbase, lay.W, q0, Tn, D);
+      load_rows(Qs, L::ld_h, qbase, lay.qs, q0 - lay.q0, lay.qrows, D);
       load_rows(dOs, L::ld_h, dbase, lay.C, q0 - lay.first, Tq, D);
       for (int i = threadIdx.x; i < kTile; i += blockDim.x) {
         const int64_t qi = q0 + i;
@@ -464,9 +465,9 @@ __global__ void __launch_bounds__(32 * kWarps)
       accumulate<T, MAXD>(dk, dStw, Qs, D);
     }
   }
-  T* dst = dqkv + b * Tn * lay.W;
-  write_rows<T, MAXD>(dk, Stw, dst + lay.k(kvh), lay.W, k0 + warp * 16, Tn, D, scale);
-  write_rows<T, MAXD>(dv, Stw, dst + lay.v(kvh), lay.W, k0 + warp * 16, Tn, D, 1.0f);
+  T* dst = dkv_out + b * Tn * lay.kvs;
+  write_rows<T, MAXD>(dk, Stw, dst + lay.k(kvh), lay.kvs, k0 + warp * 16, Tn, D, scale);
+  write_rows<T, MAXD>(dv, Stw, dst + lay.v(kvh), lay.kvs, k0 + warp * 16, Tn, D, 1.0f);
 #else
   __trap();
 #endif
@@ -525,8 +526,8 @@ void dispatch_tc(ScalarType type, int64_t D, F&& f) {
 
 }  // namespace
 
-void attention_forward_tensor_core(const void* qkv, void* out, float* lse, ScalarType type,
-                                   const AttentionShape& s, cudaStream_t stream,
+void attention_forward_tensor_core(const void* q, const void* kv, void* out, float* lse,
+                                   ScalarType type, const AttentionShape& s, cudaStream_t stream,
                                    const int32_t* doc_starts) {
   require(check_attention_tensor_core(type, s), "attention_forward (tensor cores)");
   if (s.B * s.query_rows() == 0) return;
@@ -538,16 +539,16 @@ void attention_forward_tensor_core(const void* qkv, void* out, float* lse, Scala
     constexpr int MAXD = decltype(width)::value;
     const size_t bytes = forward_bytes<MAXD, T>();
     allow(attn_forward_tc<T, MAXD>, bytes);
-    attn_forward_tc<T, MAXD>
-        <<<grid, 32 * kWarps, bytes, stream>>>(static_cast<const T*>(qkv), static_cast<T*>(out),
-                                               lse, doc_starts, s.T, QkvLayout::of(s), scale);
+    attn_forward_tc<T, MAXD><<<grid, 32 * kWarps, bytes, stream>>>(
+        static_cast<const T*>(q), static_cast<const T*>(kv), static_cast<T*>(out), lse, doc_starts,
+        s.T, QkvLayout::of(s), scale);
   });
   check_launch("attention_forward (tensor cores)");
 }
 
-void attention_backward_tensor_core(const void* qkv, const void* dout, const float* lse,
-                                    const float* delta, void* dqkv, ScalarType type,
-                                    const AttentionShape& s, cudaStream_t stream,
+void attention_backward_tensor_core(const void* q, const void* kv, const void* dout,
+                                    const float* lse, const float* delta, void* dq, void* dkv,
+                                    ScalarType type, const AttentionShape& s, cudaStream_t stream,
                                     const int32_t* doc_starts) {
   require(check_attention_tensor_core(type, s), "attention_backward (tensor cores)");
   if (s.B * s.query_rows() == 0) return;  // (attention_backward has zeroed dqkv)
@@ -558,16 +559,16 @@ void attention_backward_tensor_core(const void* qkv, const void* dout, const flo
   dispatch_tc(type, D, [&](auto t, auto width) {
     using T = decltype(t);
     constexpr int MAXD = decltype(width)::value;
-    const T* pqkv = static_cast<const T*>(qkv);
+    const T* pq = static_cast<const T*>(q);
+    const T* pkv = static_cast<const T*>(kv);
     const T* pdo = static_cast<const T*>(dout);
-    T* pd = static_cast<T*>(dqkv);
-    const size_t dq = dq_bytes<MAXD, T>(), dkdv = dkdv_bytes<MAXD, T>();
-    allow(attn_dq_tc<T, MAXD>, dq);
-    allow(attn_dkdv_tc<T, MAXD>, dkdv);
-    attn_dq_tc<T, MAXD>
-        <<<grid, 32 * kWarps, dq, stream>>>(pqkv, pdo, lse, delta, doc_starts, pd, s.T, lay, scale);
-    attn_dkdv_tc<T, MAXD><<<kv_grid, 32 * kWarps, dkdv, stream>>>(pqkv, pdo, lse, delta, doc_starts,
-                                                                  pd, s.T, lay, scale);
+    const size_t dq_smem = dq_bytes<MAXD, T>(), dkdv_smem = dkdv_bytes<MAXD, T>();
+    allow(attn_dq_tc<T, MAXD>, dq_smem);
+    allow(attn_dkdv_tc<T, MAXD>, dkdv_smem);
+    attn_dq_tc<T, MAXD><<<grid, 32 * kWarps, dq_smem, stream>>>(
+        pq, pkv, pdo, lse, delta, doc_starts, static_cast<T*>(dq), s.T, lay, scale);
+    attn_dkdv_tc<T, MAXD><<<kv_grid, 32 * kWarps, dkdv_smem, stream>>>(
+        pq, pkv, pdo, lse, delta, doc_starts, static_cast<T*>(dkv), s.T, lay, scale);
   });
   check_launch("attention_backward (tensor cores)");
 }

@@ -1,5 +1,6 @@
 #include "triad/ops/nn_functional.h"
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <memory>
@@ -309,6 +310,45 @@ Tensor causal_attention(const Tensor& qkv, AttentionHeads heads, const Tensor& d
            backend_for(qc).attention_backward(qc, od, lse, dout, heads, dqkv, starts, first_query);
            return {dqkv};
          });
+  return out;
+}
+
+Tensor chunk_attention(const Tensor& q, const Tensor& kv, AttentionHeads heads,
+                       const Tensor& doc_starts) {
+  const char* op = "chunk_attention";
+  detail::check_floating(q, op, "q");
+  detail::check_dim(q, 3, op, "q");
+  detail::check_dim(kv, 3, op, "kv");
+  if (kv.dtype() != q.dtype() || kv.device() != q.device()) {
+    throw ValueError(std::string(op) + ": q is " + dtype_name(q.dtype()) + " on " +
+                     q.device().str() + ", kv " + dtype_name(kv.dtype()) + " on " +
+                     kv.device().str() + " (expected the same)");
+  }
+  if (q.size(2) % std::max<int64_t>(heads.q, 1) != 0) {
+    throw ShapeError(std::string(op) + ": q " + shape_str(q.shape()) + " does not hold " +
+                     std::to_string(heads.q) + " whole query heads");
+  }
+  const int64_t D = heads.head_dim(heads.fused() * (q.size(2) / heads.q), op);
+  const int64_t B = kv.size(0), T = kv.size(1), Tq = q.size(1);
+  if (q.size(0) != B || kv.size(2) != 2 * heads.kv * D || Tq > T) {
+    throw ShapeError(std::string(op) + ": q " + shape_str(q.shape()) + " and kv " +
+                     shape_str(kv.shape()) + " (expected q (B, Tq, " + std::to_string(heads.q * D) +
+                     ") and kv (B, T, " + std::to_string(2 * heads.kv * D) + ") with Tq <= T)");
+  }
+  const Tensor starts = checked_doc_starts(doc_starts, B, T, q.device());
+  Tensor qc = contiguous(q).detach();
+  Tensor kvc = contiguous(kv).detach();
+  Tensor out = empty({B, Tq, heads.q * D}, q.dtype(), q.device());
+  Tensor lse = empty({B, heads.q, Tq}, stat_dtype(q.dtype()), q.device());
+  backend_for(q).attention_parts_forward(qc, kvc, heads, out, lse, starts);
+  Tensor od = out.detach();
+  record(op, {q, kv}, {out}, [qc, kvc, od, lse, heads, starts](const TensorList& g) -> TensorList {
+    Tensor dout = contiguous(g[0]);
+    Tensor dq = empty_like(qc);
+    Tensor dkv = empty_like(kvc);
+    backend_for(qc).attention_parts_backward(qc, kvc, od, lse, dout, heads, dq, dkv, starts);
+    return {dq, dkv};
+  });
   return out;
 }
 

@@ -1192,13 +1192,15 @@ Estimate price(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int globa
       per_layer = 2.0 * sbh / (p.sequence_parallel ? t : 1.0);
       break;
   }
-  // Context parallelism's all-gather keeps each layer's attention inputs:
-  // for each of the rank's two half-chunks the fused q, k, v of the
-  // sequence up to its end, (2cp + 1) half-chunks in all, cp - 1/2 chunks
-  // more than its own qkv (this rank's heads' width).
+  // Context parallelism's all-gather keeps each layer's gathered keys and
+  // values for backward: for each of the rank's two half-chunks those of
+  // the sequence up to its end, (2cp + 1) half-chunks in all, cp - 1/2
+  // chunks more than its own (this rank's heads' width).
+  const double kv_width = static_cast<double>(m.qkv_width_per_rank(p.tp)) -
+                          static_cast<double>(m.q_width()) / p.tp;
   const double gathered_kv =
       p.cp > 1 && cp::resolve_exchange(p.cp_exchange, m, p.tp, p.cp) == cp::Exchange::AllGather
-          ? sbh * (p.cp - 0.5) * 2.0 * static_cast<double>(m.qkv_width_per_rank(p.tp)) / h
+          ? sbh * (p.cp - 0.5) * 2.0 * kv_width / h
           : 0.0;
   if (recompute != Recompute::Full) per_layer += lora_kept + sbh * qk_gathered + gathered_kv;
   double activations = held_layers * per_layer;

@@ -195,7 +195,11 @@ void expect_attention_kernel_matches_cpu(const testing::OpCase& c, DType dtype,
   cuda::set_attention_kernel(cuda::AttentionKernel::Auto);
   const Tolerance t = tolerance(dtype);
   expect_close(gpu.out, cpu.out, t.rtol, t.atol, "output");
-  expect_close(gpu.grads[0], cpu.grads[0], 4 * t.rtol, 4 * t.atol, "dqkv");
+  ASSERT_EQ(gpu.grads.size(), cpu.grads.size());
+  for (size_t i = 0; i < cpu.grads.size(); ++i) {
+    expect_close(gpu.grads[i], cpu.grads[i], 4 * t.rtol, 4 * t.atol,
+                 "gradient of input " + std::to_string(i));
+  }
 }
 
 // The same in f32, bf16 and f16 through every implementation that can run
@@ -358,12 +362,28 @@ TEST(CudaKernels, AttentionOverAChunkOfQueries) {
                               return causal_attention(x[0], heads, starts, k.first);
                             }};
     expect_own_kernels_match_cpu(c, k.T, k.C, heads);
+    // The same queries apart from the keys and values (chunk_attention).
+    const int64_t kv_width = 2 * heads.kv * (k.C / heads.q);
+    const testing::OpCase apart{
+        name + "_apart",
+        [=](DType d) {
+          return std::vector<Tensor>{randn({k.B, k.T - k.first, k.C}, 13, 2, 1.0, d),
+                                     randn({k.B, k.T, kv_width}, 13, 3, 1.0, d)};
+        },
+        [=](const std::vector<Tensor>& x) { return chunk_attention(x[0], x[1], heads, starts); }};
+    expect_own_kernels_match_cpu(apart, k.T, k.C, heads);
   }
   cuda::set_attention_kernel(cuda::AttentionKernel::Cudnn);
   const Tensor qkv = randn({1, 128, 192}, 3, 1, 1.0, DType::BF16, kGpu);
   try {
     (void)causal_attention(qkv, 2, {}, 64);
     ADD_FAILURE() << "cuDNN took a chunk of queries";
+  } catch (const NotSupportedError& e) {
+    EXPECT_NE(std::string(e.what()).find("chunk"), std::string::npos) << e.what();
+  }
+  try {  // (the queries apart, even all of them)
+    (void)chunk_attention(narrow(qkv, 2, 0, 64), narrow(qkv, 2, 64, 128), 2);
+    ADD_FAILURE() << "cuDNN took the queries apart";
   } catch (const NotSupportedError& e) {
     EXPECT_NE(std::string(e.what()).find("chunk"), std::string::npos) << e.what();
   }

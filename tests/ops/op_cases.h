@@ -411,6 +411,26 @@ inline std::vector<OpCase> op_cases() {
                  return causal_attention(x[0], AttentionHeads{2, 1}.with_softcap(1.5),
                                          from_vector(s, {1, 70}, DType::I32), 33);
                }});
+  // The same with the queries apart (chunk_attention): 4 query rows over 9
+  // keys, and 37 over 70 with a window over packed documents.
+  c.push_back({"chunk_attention_gqa_B2_Tq4_T9_NH4_KV2",
+               [](DType d) {
+                 return std::vector<Tensor>{rnd({2, 4, 16}, d, 1), rnd({2, 9, 16}, d, 2)};
+               },
+               [](const std::vector<Tensor>& x) {
+                 return chunk_attention(x[0], x[1], AttentionHeads{4, 2});
+               }});
+  c.push_back({"chunk_attention_window_softcap_B1_Tq37_T70_NH2_KV1",
+               [](DType d) {
+                 return std::vector<Tensor>{rnd({1, 37, 8}, d, 1, 2.0), rnd({1, 70, 8}, d, 2, 2.0)};
+               },
+               [](const std::vector<Tensor>& x) {
+                 std::vector<int64_t> s(70);
+                 for (int64_t t = 0; t < 70; ++t)
+                   s[t] = t < 40 ? std::max<int64_t>(0, t - 20) : std::max<int64_t>(40, t - 20);
+                 return chunk_attention(x[0], x[1], AttentionHeads{2, 1}.with_softcap(1.5),
+                                        from_vector(s, {1, 70}, DType::I32));
+               }});
   c.push_back({"soft_cap",
                [](DType d) {
                  return std::vector<Tensor>{rnd({5, 7}, d, 1, 3.0)};

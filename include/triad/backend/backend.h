@@ -221,6 +221,18 @@ class Backend {
   virtual void attention_backward(const Tensor& qkv, const Tensor& out, const Tensor& lse,
                                   const Tensor& dout, const AttentionHeads& heads, Tensor& dqkv,
                                   const Tensor& doc_starts, int64_t first_query) = 0;
+  // The same chunk of queries with the queries apart: q (B, Tq, q D) holds
+  // those of rows [T - Tq, T) and kv (B, T, 2 kv D) every row's keys then
+  // values, all contiguous; out (B, Tq, q D), lse (B, q, Tq); dq and dkv
+  // of q's and kv's shapes are overwritten. Nothing is stored for the rows
+  // before the chunk's queries.
+  virtual void attention_parts_forward(const Tensor& q, const Tensor& kv,
+                                       const AttentionHeads& heads, Tensor& out, Tensor& lse,
+                                       const Tensor& doc_starts) = 0;
+  virtual void attention_parts_backward(const Tensor& q, const Tensor& kv, const Tensor& out,
+                                        const Tensor& lse, const Tensor& dout,
+                                        const AttentionHeads& heads, Tensor& dq, Tensor& dkv,
+                                        const Tensor& doc_starts) = 0;
 
   // Stores the n new tokens' keys and values into a key/value cache: qkv
   // (B, n, (q + 2 kv) D) contiguous; its k heads go to k_cache and its v

@@ -73,6 +73,17 @@ Tensor clamp(const Tensor& x, double lo, double hi);
 Tensor causal_attention(const Tensor& qkv, AttentionHeads heads, const Tensor& doc_starts = {},
                         int64_t first_query = 0);
 
+// The same chunk of queries with the queries apart from the keys and
+// values: q (B, Tq, q D) holds the queries of the last Tq positions
+// [T - Tq, T) of a sequence whose keys and values kv (B, T, 2 kv D: k's
+// heads, then v's) holds; each attends to the keys up to its own position
+// (and from its doc_starts entry, (B, T)) -> (B, Tq, q D). causal_attention
+// over the fused [q | k | v] with first_query T - Tq gives the same, but
+// needs (and keeps for backward) query rows before the chunk; this keeps
+// q and kv alone. Differentiable in both.
+Tensor chunk_attention(const Tensor& q, const Tensor& kv, AttentionHeads heads,
+                       const Tensor& doc_starts = {});
+
 // Stores the n new tokens' keys and values, the k and v heads of qkv
 // (B, n, (q + 2 kv) D), into slots [start, start + n) of k_cache and
 // v_cache (B, kv, capacity, D; each slot's D elements contiguous), as

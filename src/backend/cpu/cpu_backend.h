@@ -50,6 +50,11 @@ class CpuBackend final : public Backend {
   void attention_backward(const Tensor& qkv, const Tensor& out, const Tensor& lse,
                           const Tensor& dout, const AttentionHeads& heads, Tensor& dqkv,
                           const Tensor& doc_starts, int64_t first_query) override;
+  void attention_parts_forward(const Tensor& q, const Tensor& kv, const AttentionHeads& heads,
+                               Tensor& out, Tensor& lse, const Tensor& doc_starts) override;
+  void attention_parts_backward(const Tensor& q, const Tensor& kv, const Tensor& out,
+                                const Tensor& lse, const Tensor& dout, const AttentionHeads& heads,
+                                Tensor& dq, Tensor& dkv, const Tensor& doc_starts) override;
   void cached_attention_forward(const Tensor& qkv, const Tensor& keys, const Tensor& values,
                                 const AttentionHeads& heads, int64_t window,
                                 const Tensor& text_starts, Tensor& out) override;

@@ -439,19 +439,47 @@ struct DocStarts {
       : p(starts.defined() ? starts.data<int32_t>() : nullptr), T(Tn) {}
   int64_t operator()(int64_t b, int64_t t) const { return p ? p[b * T + t] : 0; }
 };
-}  // namespace
 
-void CpuBackend::attention_forward(const Tensor& qkv, const AttentionHeads& heads, Tensor& out,
-                                   Tensor& lse, const Tensor& doc_starts, int64_t first_query) {
-  dispatch_float(qkv.dtype(), "attention", [&](auto tag) {
+// Where the kernels read the queries and the keys and values: one fused
+// qkv (B, T, C3) — query row t and key/value row t both its row t, C3
+// apart, k from column C — or the parts: q (B, T - F, C) holding rows
+// [F, T) and kv (B, T, 2 KV) with k from column 0.
+struct AttnOperands {
+  const Tensor& q;
+  const Tensor& kv;
+  int64_t B, Tn, hd;
+  int64_t qs, qrows, q0;  // q's row stride, rows per batch, and the row its row 0 holds
+  int64_t kvs, kc;        // kv's row stride and k's first column
+  // Batch b's rows of query head h (row t at (t - q0) * qs) and of
+  // key/value head g's keys.
+  template <class T>
+  const T* q_head(int64_t b, int64_t h) const {
+    return q.data<T>() + b * qrows * qs + h * hd;
+  }
+  template <class T>
+  const T* k_head(int64_t b, int64_t g) const {
+    return kv.data<T>() + b * Tn * kvs + kc + g * hd;
+  }
+  static AttnOperands fused(const Tensor& qkv, const AttentionHeads& heads) {
+    const int64_t C3 = qkv.size(2), hd = C3 / heads.fused();
+    return {qkv, qkv, qkv.size(0), qkv.size(1), hd, C3, qkv.size(1), 0, C3, heads.q * hd};
+  }
+  static AttnOperands parts(const Tensor& q, const Tensor& kv, const AttentionHeads& heads) {
+    const int64_t hd = q.size(2) / heads.q, Tn = kv.size(1);
+    return {q, kv, kv.size(0), Tn, hd, q.size(2), q.size(1), Tn - q.size(1), kv.size(2), 0};
+  }
+};
+
+void attention_forward_rows(const AttnOperands& a, const AttentionHeads& heads, Tensor& out,
+                            Tensor& lse, const Tensor& doc_starts, int64_t first_query) {
+  dispatch_float(a.q.dtype(), "attention", [&](auto tag) {
     using T = decltype(tag);
-    // C3: qkv's row, (n_head + 2 n_kv_head) hd wide; C: out's, n_head hd.
-    const int64_t B = qkv.size(0), Tn = qkv.size(1), C3 = qkv.size(2), n_head = heads.q;
+    // qs, kvs: the query and key/value rows' strides; C: out's, n_head hd.
+    const int64_t B = a.B, Tn = a.Tn, n_head = heads.q, hd = a.hd, qs = a.qs, kvs = a.kvs;
     const int64_t F = first_query, Tq = Tn - F;  // out's and lse's rows: qkv's from F
-    const int64_t hd = C3 / heads.fused(), C = n_head * hd, KV = heads.kv * hd;
+    const int64_t C = n_head * hd, KV = heads.kv * hd;
     const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(hd)));
     const T cap = static_cast<T>(heads.softcap);  // scores cap * tanh(s / cap), when > 0
-    const T* base = qkv.data<T>();
     T* po = out.data<T>();
     T* pl = lse.data<T>();
     const DocStarts start_of(doc_starts, Tn);
@@ -461,15 +489,15 @@ void CpuBackend::attention_forward(const Tensor& qkv, const AttentionHeads& head
 #pragma omp for schedule(dynamic)
       for (int64_t bh = 0; bh < B * n_head; ++bh) {
         const int64_t b = bh / n_head, h = bh % n_head;
-        const T* q = base + b * Tn * C3 + h * hd;
-        const T* k = base + b * Tn * C3 + C + h / heads.group() * hd;
+        const T* q = a.q_head<T>(b, h);  // row t at (t - q0) * qs
+        const T* k = a.k_head<T>(b, h / heads.group());
         const T* v = k + KV;
         for (int64_t r0 = F; r0 < Tn; r0 += kAttnBlock) {
           const int64_t r1 = std::min(Tn, r0 + kAttnBlock), rows = r1 - r0;
           const int64_t kb = start_of(b, r0), w = r1 - kb;  // keys [kb, r1)
           // S (rows, w) = scale * Q[r0:r1] K[kb:r1]^T
-          gemm_rm<T>(false, true, rows, w, hd, scale, q + r0 * C3, C3, k + kb * C3, C3, T(0),
-                     S.data(), w);
+          gemm_rm<T>(false, true, rows, w, hd, scale, q + (r0 - a.q0) * qs, qs, k + kb * kvs, kvs,
+                     T(0), S.data(), w);
           for (int64_t i = 0; i < rows; ++i) {
             const int64_t t = r0 + i, lo = start_of(b, t) - kb, hi = t - kb;
             T* row = S.data() + i * w;
@@ -492,12 +520,25 @@ void CpuBackend::attention_forward(const Tensor& qkv, const AttentionHeads& head
             pl[bh * Tq + t - F] = static_cast<T>(mx + std::log(sum));
           }
           // O[r0:r1] = P V[kb:r1]
-          gemm_rm<T>(false, false, rows, hd, w, T(1), S.data(), w, v + kb * C3, C3, T(0),
+          gemm_rm<T>(false, false, rows, hd, w, T(1), S.data(), w, v + kb * kvs, kvs, T(0),
                      po + (b * Tq + r0 - F) * C + h * hd, C);
         }
       }
     }
   });
+}
+}  // namespace
+
+void CpuBackend::attention_forward(const Tensor& qkv, const AttentionHeads& heads, Tensor& out,
+                                   Tensor& lse, const Tensor& doc_starts, int64_t first_query) {
+  attention_forward_rows(AttnOperands::fused(qkv, heads), heads, out, lse, doc_starts, first_query);
+}
+
+void CpuBackend::attention_parts_forward(const Tensor& q, const Tensor& kv,
+                                         const AttentionHeads& heads, Tensor& out, Tensor& lse,
+                                         const Tensor& doc_starts) {
+  attention_forward_rows(AttnOperands::parts(q, kv, heads), heads, out, lse, doc_starts,
+                         kv.size(1) - q.size(1));
 }
 
 // Decoding's attention over the cache where it lies. A step of one or a few
@@ -606,22 +647,25 @@ void CpuBackend::cached_attention_forward(const Tensor& qkv, const Tensor& keys,
   });
 }
 
-void CpuBackend::attention_backward(const Tensor& qkv, const Tensor& out, const Tensor& lse,
-                                    const Tensor& dout, const AttentionHeads& heads, Tensor& dqkv,
-                                    const Tensor& doc_starts, int64_t first_query) {
-  dispatch_float(qkv.dtype(), "attention_backward", [&](auto tag) {
+namespace {
+// dq and dkv laid out as a's q and kv (one fused dqkv for a fused qkv).
+void attention_backward_rows(const AttnOperands& a, const Tensor& out, const Tensor& lse,
+                             const Tensor& dout, const AttentionHeads& heads, Tensor& dq_out,
+                             Tensor& dkv_out, const Tensor& doc_starts, int64_t first_query) {
+  dispatch_float(a.q.dtype(), "attention_backward", [&](auto tag) {
     using T = decltype(tag);
-    const int64_t B = qkv.size(0), Tn = qkv.size(1), C3 = qkv.size(2), n_head = heads.q;
+    const int64_t B = a.B, Tn = a.Tn, n_head = heads.q, hd = a.hd, qs = a.qs, kvs = a.kvs;
     const int64_t F = first_query, Tq = Tn - F;  // out's, dout's and lse's rows: from F
-    const int64_t hd = C3 / heads.fused(), C = n_head * hd, KV = heads.kv * hd;
+    const int64_t C = n_head * hd, KV = heads.kv * hd;
     const int64_t G = heads.group();
     const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(hd)));
     const T cap = static_cast<T>(heads.softcap);
-    const T* base = qkv.data<T>();
     const T* po = out.data<T>();
     const T* pdo = dout.data<T>();
     const T* pl = lse.data<T>();
-    T* pd = dqkv.data<T>();
+    // The gradients' rows, laid out as the inputs' (query row t at
+    // (t - q0) * qs, key/value row t at t * kvs).
+    const AttnOperands d{dq_out, dkv_out, B, Tn, hd, qs, a.qrows, a.q0, kvs, a.kc};
     const DocStarts start_of(doc_starts, Tn);
 #pragma omp parallel
     {
@@ -634,29 +678,31 @@ void CpuBackend::attention_backward(const Tensor& qkv, const Tensor& out, const 
 #pragma omp for schedule(dynamic)
       for (int64_t bkv = 0; bkv < B * heads.kv; ++bkv) {
         const int64_t b = bkv / heads.kv, kvh = bkv % heads.kv;
-        const T* k = base + b * Tn * C3 + C + kvh * hd;
+        const T* k = a.k_head<T>(b, kvh);
         const T* v = k + KV;
-        T* dk = pd + b * Tn * C3 + C + kvh * hd;
+        T* dk = const_cast<T*>(d.k_head<T>(b, kvh));
         T* dv = dk + KV;
         for (int64_t t = 0; t < Tn; ++t) {
-          std::fill_n(dk + t * C3, hd, T(0));
-          std::fill_n(dv + t * C3, hd, T(0));
+          std::fill_n(dk + t * kvs, hd, T(0));
+          std::fill_n(dv + t * kvs, hd, T(0));
         }
         for (int64_t h = kvh * G; h < (kvh + 1) * G; ++h) {
           const int64_t bh = b * n_head + h;
-          const T* q = base + b * Tn * C3 + h * hd;
+          const T* q = a.q_head<T>(b, h);  // row t at (t - q0) * qs, as dq's
           // Row t's output and its gradient: o[(t - F) * C], dO[(t - F) * C].
           const T* o = po + b * Tq * C + h * hd;
           const T* dO = pdo + b * Tq * C + h * hd;
-          T* dq = pd + b * Tn * C3 + h * hd;
-          for (int64_t t = 0; t < F; ++t) std::fill_n(dq + t * C3, hd, T(0));  // no query there
+          T* dq = const_cast<T*>(d.q_head<T>(b, h));
+          // (A fused dqkv's rows before the chunk: no query there.)
+          for (int64_t t = a.q0; t < F; ++t) std::fill_n(dq + (t - a.q0) * qs, hd, T(0));
           for (int64_t r0 = F; r0 < Tn; r0 += kAttnBlock) {
             const int64_t r1 = std::min(Tn, r0 + kAttnBlock), rows = r1 - r0;
             const int64_t kb = start_of(b, r0), w = r1 - kb;  // keys [kb, r1)
-            const T* kk = k + kb * C3;
-            const T* vk = v + kb * C3;
+            const T* kk = k + kb * kvs;
+            const T* vk = v + kb * kvs;
+            const T* qr = q + (r0 - a.q0) * qs;
             // Recompute probabilities from the saved log-sum-exp.
-            gemm_rm<T>(false, true, rows, w, hd, scale, q + r0 * C3, C3, kk, C3, T(0), P.data(), w);
+            gemm_rm<T>(false, true, rows, w, hd, scale, qr, qs, kk, kvs, T(0), P.data(), w);
             for (int64_t i = 0; i < rows; ++i) {
               const int64_t t = r0 + i, lo = start_of(b, t) - kb, hi = t - kb;
               const T l = pl[bh * Tq + t - F];
@@ -676,8 +722,8 @@ void CpuBackend::attention_backward(const Tensor& qkv, const Tensor& out, const 
             }
             // dV[kb:r1] += P^T dO[r0:r1] ; dP = dO[r0:r1] V[kb:r1]^T
             gemm_rm<T>(true, false, w, hd, rows, T(1), P.data(), w, dO + (r0 - F) * C, C, T(1),
-                       dv + kb * C3, C3);
-            gemm_rm<T>(false, true, rows, w, hd, T(1), dO + (r0 - F) * C, C, vk, C3, T(0),
+                       dv + kb * kvs, kvs);
+            gemm_rm<T>(false, true, rows, w, hd, T(1), dO + (r0 - F) * C, C, vk, kvs, T(0),
                        dP.data(), w);
             // dS = P * (dP - rowsum(dO * O)), scaled for the QK^T product.
             for (int64_t i = 0; i < rows; ++i) {
@@ -699,15 +745,31 @@ void CpuBackend::attention_backward(const Tensor& qkv, const Tensor& out, const 
               std::fill(drow + hi + 1, drow + w, T(0));
             }
             // dQ[r0:r1] = dS K[kb:r1] ; dK[kb:r1] += dS^T Q[r0:r1]
-            gemm_rm<T>(false, false, rows, hd, w, T(1), dP.data(), w, kk, C3, T(0), dq + r0 * C3,
-                       C3);
-            gemm_rm<T>(true, false, w, hd, rows, T(1), dP.data(), w, q + r0 * C3, C3, T(1),
-                       dk + kb * C3, C3);
+            gemm_rm<T>(false, false, rows, hd, w, T(1), dP.data(), w, kk, kvs, T(0),
+                       dq + (r0 - a.q0) * qs, qs);
+            gemm_rm<T>(true, false, w, hd, rows, T(1), dP.data(), w, qr, qs, T(1), dk + kb * kvs,
+                       kvs);
           }
         }
       }
     }
   });
+}
+}  // namespace
+
+void CpuBackend::attention_backward(const Tensor& qkv, const Tensor& out, const Tensor& lse,
+                                    const Tensor& dout, const AttentionHeads& heads, Tensor& dqkv,
+                                    const Tensor& doc_starts, int64_t first_query) {
+  attention_backward_rows(AttnOperands::fused(qkv, heads), out, lse, dout, heads, dqkv, dqkv,
+                          doc_starts, first_query);
+}
+
+void CpuBackend::attention_parts_backward(const Tensor& q, const Tensor& kv, const Tensor& out,
+                                          const Tensor& lse, const Tensor& dout,
+                                          const AttentionHeads& heads, Tensor& dq, Tensor& dkv,
+                                          const Tensor& doc_starts) {
+  attention_backward_rows(AttnOperands::parts(q, kv, heads), out, lse, dout, heads, dq, dkv,
+                          doc_starts, kv.size(1) - q.size(1));
 }
 
 void CpuBackend::rotary_embedding(const Tensor& qkv, const AttentionHeads& heads,

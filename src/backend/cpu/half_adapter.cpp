@@ -186,6 +186,27 @@ void HalfAdapter::attention_backward(const Tensor& qkv, const Tensor& out, const
   w.finish();
 }
 
+void HalfAdapter::attention_parts_forward(const Tensor& q, const Tensor& kv,
+                                          const AttentionHeads& heads, Tensor& out, Tensor& lse,
+                                          const Tensor& doc_starts) {
+  Widen w(inner_);
+  Tensor o = w.out(out);
+  inner_.attention_parts_forward(w.in(q), w.in(kv), heads, o, lse, doc_starts);
+  w.finish();
+}
+
+void HalfAdapter::attention_parts_backward(const Tensor& q, const Tensor& kv, const Tensor& out,
+                                           const Tensor& lse, const Tensor& dout,
+                                           const AttentionHeads& heads, Tensor& dq, Tensor& dkv,
+                                           const Tensor& doc_starts) {
+  Widen w(inner_);
+  Tensor gq = w.out(dq);
+  Tensor gkv = w.out(dkv);
+  inner_.attention_parts_backward(w.in(q), w.in(kv), w.in(out), lse, w.in(dout), heads, gq, gkv,
+                                  doc_starts);
+  w.finish();
+}
+
 void HalfAdapter::cached_attention_forward(const Tensor& qkv, const Tensor& keys,
                                            const Tensor& values, const AttentionHeads& heads,
                                            int64_t window, const Tensor& text_starts, Tensor& out) {

@@ -1031,9 +1031,9 @@ AttentionRoute route_attention(CudaBackend::DeviceState& s, const Tensor& qkv,
     case cuda::AttentionKernel::Cudnn: {
       const std::string why =
           documents ? "its graph has no document mask (packed documents need the triad kernels)"
-          : shape.Q0 > 0
-              ? "its graph runs every row's queries (a chunk of them, context parallelism's "
-                "all-gather, needs the triad kernels)"
+          : shape.Q0 > 0 || shape.separate
+              ? "its graph runs every row's queries of one fused qkv (a chunk of them, context "
+                "parallelism's all-gather, needs the triad kernels)"
               : cudnn_unavailable(qkv.dtype(), shape, s.index);
       if (!why.empty())
         throw NotSupportedError("attention_kernel cudnn: " + why +
@@ -1046,7 +1046,7 @@ AttentionRoute route_attention(CudaBackend::DeviceState& s, const Tensor& qkv,
       break;
   }
   const k::AttentionKernel own = own_attention_kernel(qkv.dtype(), shape, s.index);
-  if (documents || shape.Q0 > 0) return {false, own};
+  if (documents || shape.Q0 > 0 || shape.separate) return {false, own};
   // cuDNN's tensors are declared 16-byte aligned; a view that is not stays
   // with Triad's kernels.
   const bool aligned = reinterpret_cast<uintptr_t>(qkv.raw_data()) % 16 == 0;
@@ -1133,6 +1133,58 @@ void CudaBackend::attention_backward(const Tensor& qkv, const Tensor& out, const
     k::attention_backward(qkv.raw_data(), out.raw_data(), lse.data<float>(), dout.raw_data(),
                           dqkv.raw_data(), scalar(qkv.dtype()), shape, ws.get(), s.stream,
                           route.kernel, starts);
+  });
+}
+
+namespace {
+// The kernels' shape of a chunk of queries q (B, Tq, q D) over kv (B, T,
+// 2 kv D).
+k::AttentionShape attention_parts_shape(const Tensor& q, const Tensor& kv,
+                                        const AttentionHeads& heads) {
+  k::AttentionShape s;
+  s.B = kv.size(0);
+  s.T = kv.size(1);
+  s.C = q.size(2);
+  s.NH = heads.q;
+  s.NKV = heads.kv;
+  s.softcap = heads.softcap;
+  s.Q0 = kv.size(1) - q.size(1);
+  s.separate = true;
+  return s;
+}
+}  // namespace
+
+void CudaBackend::attention_parts_forward(const Tensor& q, const Tensor& kv,
+                                          const AttentionHeads& heads, Tensor& out, Tensor& lse,
+                                          const Tensor& doc_starts) {
+  require_nn("attention", q.dtype());
+  DeviceState& s = state(out.device().index);
+  DeviceGuard g(s.index);
+  const k::AttentionShape shape = attention_parts_shape(q, kv, heads);
+  const int32_t* starts = doc_starts_ptr(doc_starts);
+  launch(s.index, s.stream, "attention_forward", [&] {
+    const AttentionRoute route =
+        route_attention(s, q, shape, starts != nullptr, autograd::inference_mode());
+    k::attention_forward_parts(q.raw_data(), kv.raw_data(), out.raw_data(), lse.data<float>(),
+                               scalar(q.dtype()), shape, s.stream, route.kernel, starts);
+  });
+}
+
+void CudaBackend::attention_parts_backward(const Tensor& q, const Tensor& kv, const Tensor& out,
+                                           const Tensor& lse, const Tensor& dout,
+                                           const AttentionHeads& heads, Tensor& dq, Tensor& dkv,
+                                           const Tensor& doc_starts) {
+  require_nn("attention_backward", q.dtype());
+  const k::AttentionShape shape = attention_parts_shape(q, kv, heads);
+  DeviceState& s = state(dq.device().index);
+  DeviceGuard g(s.index);
+  const int32_t* starts = doc_starts_ptr(doc_starts);
+  launch(s.index, s.stream, "attention_backward", [&] {
+    const AttentionRoute route = route_attention(s, q, shape, starts != nullptr, false);
+    Scratch ws(s.allocator, k::attention_backward_workspace(shape));
+    k::attention_backward_parts(q.raw_data(), kv.raw_data(), out.raw_data(), lse.data<float>(),
+                                dout.raw_data(), dq.raw_data(), dkv.raw_data(), scalar(q.dtype()),
+                                shape, ws.get(), s.stream, route.kernel, starts);
   });
 }
 

@@ -78,6 +78,11 @@ class CudaBackend final : public Backend {
   void attention_backward(const Tensor& qkv, const Tensor& out, const Tensor& lse,
                           const Tensor& dout, const AttentionHeads& heads, Tensor& dqkv,
                           const Tensor& doc_starts, int64_t first_query) override;
+  void attention_parts_forward(const Tensor& q, const Tensor& kv, const AttentionHeads& heads,
+                               Tensor& out, Tensor& lse, const Tensor& doc_starts) override;
+  void attention_parts_backward(const Tensor& q, const Tensor& kv, const Tensor& out,
+                                const Tensor& lse, const Tensor& dout, const AttentionHeads& heads,
+                                Tensor& dq, Tensor& dkv, const Tensor& doc_starts) override;
   void write_kv_cache(const Tensor& qkv, const AttentionHeads& heads, int64_t start,
                       Tensor& k_cache, Tensor& v_cache) override;
   void cached_attention_forward(const Tensor& qkv, const Tensor& keys, const Tensor& values,

@@ -18,7 +18,7 @@ Tensor all_gather_attention(const Tensor& qkv, const AttentionHeads& heads, cons
   }
   const int64_t D = heads.head_dim(qkv.size(2), "all_gather_attention");
   const int64_t P = group->size(), r = group->rank();
-  const int64_t B = qkv.size(0), Tc = qkv.size(1), T = Tc * P;
+  const int64_t Tc = qkv.size(1), T = Tc * P;
   if (starts.defined() && (starts.dim() != 2 || starts.size(1) != T)) {
     throw ShapeError("all_gather_attention: first keys " + shape_str(starts.shape()) +
                      " must cover the whole sequence of " + std::to_string(T) + " (" +
@@ -37,15 +37,11 @@ Tensor all_gather_attention(const Tensor& qkv, const AttentionHeads& heads, cons
   std::vector<Tensor> out;
   int64_t at = 0;  // the run's first row in qkv
   for (const auto& [first, count] : chunk_runs(T, r, P, balanced)) {
-    // The run's queries read the keys up to its last position. In the
-    // fused layout causal_attention reads, the queries of the rows before
-    // the run are never read (first_query), so they stay zero.
+    // The run's queries read the keys up to its last position.
     const int64_t Tk = first + count;
-    Tensor q_rows = narrow(queries, 1, at, count);
-    if (first > 0) q_rows = concat({zeros({B, first, q}, qkv.dtype(), qkv.device()), q_rows}, 1);
     const Tensor first_keys = starts.defined() ? contiguous(narrow(starts, 1, 0, Tk)) : Tensor();
-    out.push_back(causal_attention(concat({q_rows, narrow(keys_values, 1, 0, Tk)}, 2), heads,
-                                   first_keys, first));
+    out.push_back(chunk_attention(narrow(queries, 1, at, count), narrow(keys_values, 1, 0, Tk),
+                                  heads, first_keys));
     at += count;
   }
   return out.size() == 1 ? out[0] : concat(out, 1);
