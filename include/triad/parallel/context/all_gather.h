@@ -12,8 +12,8 @@ namespace triad::cp {
 // 2P - 1 - r side by side. The keys and values are gathered along the
 // sequence from the group (and put in the sequence's order), and each run
 // of this rank's queries attends over those up to its own positions
-// (causal_attention's first_query) -> (B, T / P, q D), this rank's tokens'
-// output for every head; nothing comes back. `starts` (B, T) is the whole
+// (chunk_attention: nothing is kept for the rows before a run) -> (B, T / P,
+// q D), this rank's tokens' output for every head; nothing comes back. `starts` (B, T) is the whole
 // sequence's first keys (packed documents, windows), or undefined.
 // Differentiable: the keys' and values' gradients are reduce-scattered
 // back, each rank's summing what every later query gave them. Any head

@@ -9,8 +9,8 @@
 namespace triad::cp {
 
 // How a context-parallel group's attention layers reach the whole sequence
-// (parallel.cp_comm). Either way each rank holds its chunk of every
-// sequence, [r T / P, (r + 1) T / P), for everything but the attention.
+// (parallel.cp_comm). Either way each rank holds its tokens of every
+// sequence (layout.h) for everything but the attention.
 //  - AllToAll (DeepSpeed-Ulysses', ulysses.h): q, k and v go all-to-all so
 //    that each rank attends over the whole sequence with a P-th of the
 //    heads, and the output comes back the same way. Needs the heads to

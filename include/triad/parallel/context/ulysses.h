@@ -10,8 +10,8 @@
 
 namespace triad::cp {
 
-// Context parallelism, DeepSpeed-Ulysses' way (Exchange::AllToAll): the P ranks of a
-// context-parallel group each hold a contiguous chunk of every sequence
+// Context parallelism, DeepSpeed-Ulysses' way (Exchange::AllToAll): the P
+// ranks of a context-parallel group each hold a contiguous chunk of every sequence
 // (T / P tokens) for everything but the attention, and before it exchange
 // their queries, keys and values all-to-all so that each rank holds the
 // whole sequence for a P-th of the heads. The attention kernel runs as it
