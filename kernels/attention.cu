@@ -79,7 +79,7 @@ __global__ void __launch_bounds__(kRows)
   const int64_t r0 = L.first + blockIdx.x * int64_t(kRows);
   const int64_t i = r0 + threadIdx.x;  // this thread's query
   const int64_t Tq = Tn - L.first;     // out's and lse's rows
-  load_own<T, MAXD>(q_own, q_base, L.qs, r0 - L.q0, L.qrows, D);
+  load_own<T, MAXD>(q_own, q_base, L.qs, r0 - L.first, L.qrows, D);
   const float* q = q_own + threadIdx.x * padded<MAXD>();
   // Packed documents: this query sees keys [si, i]; the block starts at its
   // first row's document (starts never decrease along a row).
@@ -175,7 +175,7 @@ __global__ void __launch_bounds__(kRows)
   const int64_t r0 = L.first + blockIdx.x * int64_t(kRows);
   const int64_t i = r0 + threadIdx.x;
   const int64_t Tq = Tn - L.first;  // dout's, lse's and delta's rows (from row first)
-  load_own<T, MAXD>(q_own, q_base, L.qs, r0 - L.q0, L.qrows, D);
+  load_own<T, MAXD>(q_own, q_base, L.qs, r0 - L.first, L.qrows, D);
   load_own<T, MAXD>(do_own, dout + b * Tq * L.C + h * D, L.C, r0 - L.first, Tq, D);
   const float* q = q_own + threadIdx.x * padded<MAXD>();
   const float* go = do_own + threadIdx.x * padded<MAXD>();
@@ -209,7 +209,7 @@ __global__ void __launch_bounds__(kRows)
     }
   }
   if (i < Tn) {
-    T* o = dq_out + (b * L.qrows + i - L.q0) * L.qs + L.q(h);
+    T* o = dq_out + (b * L.qrows + i - L.first) * L.qs + L.q(h);
 #pragma unroll
     for (int d = 0; d < MAXD; ++d) {
       if (d < D) store(o, d, dq[d] * scale);
@@ -259,7 +259,7 @@ __global__ void __launch_bounds__(kRows)
       // Queries from here on belong to documents after every key of the block.
       if (row_starts && row_starts[q0] > block_last_key) break;
       __syncthreads();
-      load_tile<T, MAXD>(q_tile, q_base, L.qs, q0 - L.q0, L.qrows, D);
+      load_tile<T, MAXD>(q_tile, q_base, L.qs, q0 - L.first, L.qrows, D);
       load_tile<T, MAXD>(do_tile, do_base, L.C, q0 - L.first, Tq, D);
       for (int r = threadIdx.x; r < kTile; r += blockDim.x) {
         const int64_t qi = q0 + r;
@@ -359,6 +359,11 @@ Status check_attention(ScalarType type, const AttentionShape& s) {
   if (s.Q0 < 0 || s.Q0 > s.T) {
     return Status::fail("first query row Q0 (" + std::to_string(s.Q0) + ") must lie in [0, T " +
                         std::to_string(s.T) + "]");
+  }
+  if (s.Q0 > 0 && !s.separate) {
+    return Status::fail("a chunk of queries (Q0 " + std::to_string(s.Q0) +
+                        ") needs them apart from the keys and values (separate: the _parts "
+                        "functions)");
   }
   if (s.B * s.NH > 65535) {
     return Status::fail("B * NH (" + std::to_string(s.B * s.NH) + ") exceeds 65535");
@@ -524,13 +529,6 @@ void attention_backward(const void* qkv, const void* out, const float* lse, cons
   require_layout(s, false, "attention_backward");
   if (!workspace) throw std::invalid_argument("attention_backward: workspace is null");
   if (s.B * s.T == 0) return;
-  // A chunk of queries leaves the q columns of the rows before it zero.
-  if (s.Q0 > 0) {
-    check_cuda(
-        cudaMemsetAsync(dqkv, 0, static_cast<size_t>(s.B * s.T * s.qkv_width()) * scalar_size(type),
-                        stream),
-        "attention_backward: cudaMemsetAsync");
-  }
   backward_impl(qkv, qkv, out, lse, dout, dqkv, dqkv, type, s, workspace, stream, kernel,
                 doc_starts);
 }

@@ -21,16 +21,13 @@
 // along a row); query t then sees keys [start, t] only, and tiles wholly
 // before a block's first start are skipped.
 //
-// A chunk of queries (context parallelism's all-gather): with Q0 > 0 only
-// the queries of rows [Q0, T) run, against keys [0, T) as causality allows
-// (row t still sees keys up to t). out, lse, dout and delta then hold those
-// T - Q0 rows only ((B, T - Q0, C), (B, NH, T - Q0)); doc_starts stays
-// (B, T); dqkv is (B, T, W) with the q columns of rows before Q0 zero.
-//
-// Queries apart (`separate`, the *_parts functions): q (B, T - Q0, C) holds
-// only the queries of rows [Q0, T) and kv (B, T, 2 * NKV * D) every row's
-// keys then values; their gradients dq and dkv have their shapes. Nothing
-// before Q0 is stored or written.
+// Queries apart (`separate`, the *_parts functions; context parallelism's
+// all-gather): q (B, T - Q0, C) holds only the queries of rows [Q0, T) and
+// kv (B, T, 2 * NKV * D) every row's keys then values; each query row t
+// still sees keys up to t. out, lse, dout and delta hold those T - Q0 rows
+// only ((B, T - Q0, C), (B, NH, T - Q0)); doc_starts stays (B, T); the
+// gradients dq and dkv have q's and kv's shapes. Nothing before Q0 is
+// stored or written. A fused qkv always runs every row's queries (Q0 0).
 //
 // Two implementations: SIMT kernels (attention.cu: one thread per query or
 // key, every type and head dim) and tensor-core kernels
@@ -50,7 +47,8 @@ struct AttentionShape {
   // Logit soft-capping (Gemma 2's): scaled scores s become
   // softcap * tanh(s / softcap) before the softmax; 0: none.
   double softcap = 0.0;
-  // The first query row: rows [Q0, T) query, every row is a key (0: all).
+  // The first query row: rows [Q0, T) query, every row is a key (0: all;
+  // above 0 only with the queries apart).
   int64_t Q0 = 0;
   // The queries in a tensor of their own and the keys and values in another
   // (attention_*_parts), instead of one fused qkv.
@@ -107,8 +105,7 @@ void attention_backward_parts(const void* q, const void* kv, const void* out, co
 // The tensor-core kernels themselves (attention_tensor_core.cu), over the
 // queries at q and the keys and values at kv (the same fused qkv twice, or
 // the parts as s.separate says); the backward takes delta (B, NH, T - Q0)
-// = rowsum(dout * out), computed by attention_backward, which also zeroes
-// a fused dqkv's q columns before Q0.
+// = rowsum(dout * out), computed by attention_backward.
 void attention_forward_tensor_core(const void* q, const void* kv, void* out, float* lse,
                                    ScalarType type, const AttentionShape& s, cudaStream_t stream,
                                    const int32_t* doc_starts = nullptr);

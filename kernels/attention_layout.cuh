@@ -2,7 +2,7 @@
 
 // Where one (batch, query head)'s vectors sit in attention's tensors, for
 // the SIMT and tensor-core kernels alike: qkv rows W = C + 2 * NKV * D wide
-// ([q | k | v]), or the queries (C wide, from row `q0` on) and the keys and
+// ([q | k | v]), or the queries (C wide, from row `first` on) and the keys and
 // values (2 NKV D wide) in tensors of their own (AttentionShape::separate);
 // out/dout rows C = NH * D wide, and query head h reading key/value head
 // h / G (G = NH / NKV query heads per key/value head; 1 for multi-head
@@ -18,13 +18,13 @@ struct QkvLayout {
   int64_t W = 0;  // qkv's row
   int NH = 0, NKV = 0, G = 1, D = 0;
   float cap = 0.0f;  // the scores' soft cap (0: none)
-  // The first query row (AttentionShape::Q0): qkv's row t is out's, lse's
-  // and dout's row t - first.
+  // The first query row (AttentionShape::Q0; 0 in a fused qkv): query row
+  // t is out's, lse's and dout's row t - first.
   int64_t first = 0;
-  // The queries' tensor: row t at row t - q0 of qrows per batch, qs apart
-  // (the fused qkv: q0 0, qrows T, qs W). The keys' and values': row t at
+  // The queries' tensor: row t at row t - first of qrows per batch, qs
+  // apart (the fused qkv: qrows T, qs W). The keys' and values': row t at
   // row t, kvs apart, k from column kc (fused: W apart, from C).
-  int64_t qs = 0, qrows = 0, q0 = 0, kvs = 0, kc = 0;
+  int64_t qs = 0, qrows = 0, kvs = 0, kc = 0;
 
   static QkvLayout of(const AttentionShape& s) {
     QkvLayout l;
@@ -39,13 +39,11 @@ struct QkvLayout {
     if (s.separate) {
       l.qs = l.C;
       l.qrows = s.T - s.Q0;
-      l.q0 = s.Q0;
       l.kvs = 2 * int64_t(l.NKV) * l.D;
       l.kc = 0;
     } else {
       l.qs = l.W;
       l.qrows = s.T;
-      l.q0 = 0;
       l.kvs = l.W;
       l.kc = l.C;
     }

@@ -259,7 +259,7 @@ __global__ void __launch_bounds__(32 * kWarps)
   // The last query rows see the most keys: their blocks go first.
   const int64_t q0 = lay.first + (gridDim.y - 1 - blockIdx.y) * int64_t(kRows);
   const int64_t Tq = Tn - lay.first;  // out's and lse's rows (from row first)
-  load_rows(Qs, L::ld_h, lay.q_batch(qsrc, b) + lay.q(h), lay.qs, q0 - lay.q0, lay.qrows, D);
+  load_rows(Qs, L::ld_h, lay.q_batch(qsrc, b) + lay.q(h), lay.qs, q0 - lay.first, lay.qrows, D);
   float* Sw = Ss + warp * 16 * L::ld_s;
   T* Pw = Ps + warp * 16 * L::ld_p;
   const T* Qw = Qs + warp * 16 * L::ld_h;
@@ -342,7 +342,7 @@ __global__ void __launch_bounds__(32 * kWarps)
   // The last query rows see the most keys: their blocks go first.
   const int64_t q0 = lay.first + (gridDim.y - 1 - blockIdx.y) * int64_t(kRows);
   const int64_t Tq = Tn - lay.first;  // dout's, lse's and delta's rows (from row first)
-  load_rows(Qs, L::ld_h, lay.q_batch(qsrc, b) + lay.q(h), lay.qs, q0 - lay.q0, lay.qrows, D);
+  load_rows(Qs, L::ld_h, lay.q_batch(qsrc, b) + lay.q(h), lay.qs, q0 - lay.first, lay.qrows, D);
   load_rows(dOs, L::ld_h, dout + b * Tq * lay.C + h * D, lay.C, q0 - lay.first, Tq, D);
   float* Sw = Ss + warp * 16 * L::ld_s;
   float* dPw = dPs + warp * 16 * L::ld_s;
@@ -380,7 +380,7 @@ __global__ void __launch_bounds__(32 * kWarps)
     accumulate<T, MAXD>(acc, dSw, Ks, D);
   }
   write_rows<T, MAXD>(acc, Sw, dq_out + b * lay.qrows * lay.qs + lay.q(h), lay.qs,
-                      q0 - lay.q0 + warp * 16, lay.qrows, D, scale);
+                      q0 - lay.first + warp * 16, lay.qrows, D, scale);
 #else
   __trap();
 #endif
@@ -437,7 +437,7 @@ __global__ void __launch_bounds__(32 * kWarps)
       // Queries from here on belong to documents after every key of the block.
       if (row_starts && row_starts[q0] > block_last_key) break;
       __syncthreads();
-      load_rows(Qs, L::ld_h, qbase, lay.qs, q0 - lay.q0, lay.qrows, D);
+      load_rows(Qs, L::ld_h, qbase, lay.qs, q0 - lay.first, lay.qrows, D);
       load_rows(dOs, L::ld_h, dbase, lay.C, q0 - lay.first, Tq, D);
       for (int i = threadIdx.x; i < kTile; i += blockDim.x) {
         const int64_t qi = q0 + i;

@@ -176,12 +176,11 @@ int main(int argc, char** argv) {
       const std::string tag = triad::cuda::attention_kernel_name(kernel) + suffix;
       try {
         report("attention_forward_" + tag,
-               time_ms([&] { be.attention_forward(qkv, heads, out, lse, {}, 0); }, iters), 0,
+               time_ms([&] { be.attention_forward(qkv, heads, out, lse, {}); }, iters), 0,
                attn_fwd);
-        report(
-            "attention_backward_" + tag,
-            time_ms([&] { be.attention_backward(qkv, out, lse, out, heads, dqkv, {}, 0); }, iters),
-            0, 2.5 * attn_fwd);
+        report("attention_backward_" + tag,
+               time_ms([&] { be.attention_backward(qkv, out, lse, out, heads, dqkv, {}); }, iters),
+               0, 2.5 * attn_fwd);
       } catch (const std::exception& e) {
         std::printf(
             "%s\n",
@@ -234,9 +233,9 @@ int main(int argc, char** argv) {
     triad::cuda::set_attention_kernel(triad::cuda::AttentionKernel::TensorCore);
     try {
       report("attention_forward_tensor_core_docs4",
-             time_ms([&] { be.attention_forward(qkv, NH, out, lse, st, 0); }, iters), 0, docs_fwd);
+             time_ms([&] { be.attention_forward(qkv, NH, out, lse, st); }, iters), 0, docs_fwd);
       report("attention_backward_tensor_core_docs4",
-             time_ms([&] { be.attention_backward(qkv, out, lse, out, NH, dqkv, st, 0); }, iters), 0,
+             time_ms([&] { be.attention_backward(qkv, out, lse, out, NH, dqkv, st); }, iters), 0,
              2.5 * docs_fwd);
     } catch (const std::exception& e) {
       std::printf("%s\n",

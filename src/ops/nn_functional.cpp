@@ -288,26 +288,20 @@ int64_t checked_head_dim(const Tensor& qkv, const AttentionHeads& heads, const c
 }
 }  // namespace
 
-Tensor causal_attention(const Tensor& qkv, AttentionHeads heads, const Tensor& doc_starts,
-                        int64_t first_query) {
+Tensor causal_attention(const Tensor& qkv, AttentionHeads heads, const Tensor& doc_starts) {
   const int64_t C = heads.q * checked_head_dim(qkv, heads, "causal_attention");
   const int64_t B = qkv.size(0), T = qkv.size(1);
-  if (first_query < 0 || first_query > T) {
-    throw ValueError("causal_attention: first_query " + std::to_string(first_query) +
-                     " is outside the sequence's rows [0, " + std::to_string(T) + "]");
-  }
-  const int64_t Tq = T - first_query;
   const Tensor starts = checked_doc_starts(doc_starts, B, T, qkv.device());
   Tensor qc = contiguous(qkv).detach();
-  Tensor out = empty({B, Tq, C}, qkv.dtype(), qkv.device());
-  Tensor lse = empty({B, heads.q, Tq}, stat_dtype(qkv.dtype()), qkv.device());
-  backend_for(qkv).attention_forward(qc, heads, out, lse, starts, first_query);
+  Tensor out = empty({B, T, C}, qkv.dtype(), qkv.device());
+  Tensor lse = empty({B, heads.q, T}, stat_dtype(qkv.dtype()), qkv.device());
+  backend_for(qkv).attention_forward(qc, heads, out, lse, starts);
   Tensor od = out.detach();
   record("causal_attention", {qkv}, {out},
-         [qc, od, lse, heads, starts, first_query](const TensorList& g) -> TensorList {
+         [qc, od, lse, heads, starts](const TensorList& g) -> TensorList {
            Tensor dout = contiguous(g[0]);
            Tensor dqkv = empty_like(qc);
-           backend_for(qc).attention_backward(qc, od, lse, dout, heads, dqkv, starts, first_query);
+           backend_for(qc).attention_backward(qc, od, lse, dout, heads, dqkv, starts);
            return {dqkv};
          });
   return out;

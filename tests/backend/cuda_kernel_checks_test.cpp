@@ -34,6 +34,15 @@ TEST(CudaKernelChecks, AttentionAcceptsGptShapesAndNamesWhatIsWrong) {
             std::string::npos);
   EXPECT_NE(reason(check_attention(ScalarType::F64, {1, 8, 64, 2})).find("f64"), std::string::npos);
   EXPECT_FALSE(check_attention(ScalarType::F32, {70000, 8, 64, 1}).ok);
+  // A chunk of queries: its first row inside [0, T], and only with the
+  // queries apart from the keys and values.
+  AttentionShape chunk{1, 8, 64, 2};
+  chunk.Q0 = 3;
+  EXPECT_NE(reason(check_attention(ScalarType::F32, chunk)).find("Q0 3"), std::string::npos);
+  chunk.separate = true;
+  EXPECT_TRUE(check_attention(ScalarType::F32, chunk).ok);
+  chunk.Q0 = 9;
+  EXPECT_NE(reason(check_attention(ScalarType::F32, chunk)).find("[0, T 8]"), std::string::npos);
   // Tensor cores: bf16/f16, head dims a multiple of 16, and a grid of at most
   // 65535 blocks of 64 rows along y.
   EXPECT_TRUE(check_attention_tensor_core(ScalarType::BF16, {4, 1024, 768, 12}).ok);

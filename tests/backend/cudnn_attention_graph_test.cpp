@@ -210,7 +210,7 @@ TEST_P(CudnnAttentionGraph, ForwardMatchesTriadAttention) {
   Backend& cpu = backend_for(DeviceType::CPU);
   Tensor qkv = random_tensor({c.B, c.T, 3 * c.C}, 1);
   Tensor out = empty({c.B, c.T, c.C}), lse = empty({c.B, c.NH, c.T});
-  cpu.attention_forward(qkv, c.NH, out, lse, Tensor{}, 0);
+  cpu.attention_forward(qkv, c.NH, out, lse, Tensor{});
 
   // Masked scores filled with the lowest float (cuDNN before 9.10) and with
   // minus infinity (9.10 on).
@@ -240,8 +240,8 @@ TEST_P(CudnnAttentionGraph, BackwardMatchesTriadAttentionBothWays) {
   Tensor dout = random_tensor({c.B, c.T, c.C}, 3);
   Tensor out = empty({c.B, c.T, c.C}), lse = empty({c.B, c.NH, c.T});
   Tensor dqkv = empty({c.B, c.T, 3 * c.C});
-  cpu.attention_forward(qkv, c.NH, out, lse, Tensor{}, 0);
-  cpu.attention_backward(qkv, out, lse, dout, c.NH, dqkv, Tensor{}, 0);
+  cpu.attention_forward(qkv, c.NH, out, lse, Tensor{});
+  cpu.attention_backward(qkv, out, lse, dout, c.NH, dqkv, Tensor{});
 
   for (int64_t version : {int64_t{90500}, int64_t{91900}}) {
     for (bool deterministic : {true, false}) {

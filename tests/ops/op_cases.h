@@ -389,30 +389,10 @@ inline std::vector<OpCase> op_cases() {
                  return causal_attention(x[0], AttentionHeads{2, 1}.with_softcap(1.5),
                                          from_vector(s, {1, 70}, DType::I32));
                }});
-  // A chunk of queries (context parallelism's all-gather): rows [5, 9) and
-  // [33, 70) query every key up to their own; the second starts inside the
-  // CPU kernel's first 64-row block, with grouped heads, a window over
-  // packed documents and a soft cap.
-  c.push_back({"causal_attention_chunk_gqa_B2_T9_NH4_KV2_first5",
-               [](DType d) {
-                 return std::vector<Tensor>{rnd({2, 9, 32}, d, 1)};
-               },
-               [](const std::vector<Tensor>& x) {
-                 return causal_attention(x[0], AttentionHeads{4, 2}, {}, 5);
-               }});
-  c.push_back({"causal_attention_chunk_window_softcap_B1_T70_NH2_KV1_first33",
-               [](DType d) {
-                 return std::vector<Tensor>{rnd({1, 70, 16}, d, 1, 2.0)};
-               },
-               [](const std::vector<Tensor>& x) {
-                 std::vector<int64_t> s(70);
-                 for (int64_t t = 0; t < 70; ++t)
-                   s[t] = t < 40 ? std::max<int64_t>(0, t - 20) : std::max<int64_t>(40, t - 20);
-                 return causal_attention(x[0], AttentionHeads{2, 1}.with_softcap(1.5),
-                                         from_vector(s, {1, 70}, DType::I32), 33);
-               }});
-  // The same with the queries apart (chunk_attention): 4 query rows over 9
-  // keys, and 37 over 70 with a window over packed documents.
+  // A chunk of queries apart from the keys and values (chunk_attention,
+  // context parallelism's all-gather): 4 query rows over 9 keys, with
+  // grouped heads, and 37 over 70 (starting inside the CPU kernel's first
+  // 64-row block) with a window over packed documents and a soft cap.
   c.push_back({"chunk_attention_gqa_B2_Tq4_T9_NH4_KV2",
                [](DType d) {
                  return std::vector<Tensor>{rnd({2, 4, 16}, d, 1), rnd({2, 9, 16}, d, 2)};

@@ -210,22 +210,15 @@ class Backend {
   // sliding window does (0 <= start <= t, never below the previous query's);
   // query t then attends to keys [start, t] only. Undefined: every earlier
   // key.
-  // first_query > 0 (0 <= first_query <= T) runs a chunk of queries, as
-  // context parallelism's all-gather does: only the queries of rows
-  // [first_query, T) attend, each to the keys up to its own row, and out,
-  // lse and dout hold those T - first_query rows alone ((B, T - first, q D),
-  // (B, q, T - first)); doc_starts stays (B, T); dqkv is (B, T, ...) with
-  // the q columns of the rows before first_query zero.
   virtual void attention_forward(const Tensor& qkv, const AttentionHeads& heads, Tensor& out,
-                                 Tensor& lse, const Tensor& doc_starts, int64_t first_query) = 0;
+                                 Tensor& lse, const Tensor& doc_starts) = 0;
   virtual void attention_backward(const Tensor& qkv, const Tensor& out, const Tensor& lse,
                                   const Tensor& dout, const AttentionHeads& heads, Tensor& dqkv,
-                                  const Tensor& doc_starts, int64_t first_query) = 0;
-  // The same chunk of queries with the queries apart: q (B, Tq, q D) holds
-  // those of rows [T - Tq, T) and kv (B, T, 2 kv D) every row's keys then
-  // values, all contiguous; out (B, Tq, q D), lse (B, q, Tq); dq and dkv
-  // of q's and kv's shapes are overwritten. Nothing is stored for the rows
-  // before the chunk's queries.
+                                  const Tensor& doc_starts) = 0;
+  // A chunk of queries, apart from the keys and values (context
+  // parallelism's all-gather): q (B, Tq, q D) holds those of rows [T - Tq, T) and kv (B, T, 2 kv D)
+  // every row's keys then values, all contiguous; out (B, Tq, q D), lse (B, q, Tq); dq and dkv of
+  // q's and kv's shapes are overwritten. Nothing is stored for the rows before the chunk's queries.
   virtual void attention_parts_forward(const Tensor& q, const Tensor& kv,
                                        const AttentionHeads& heads, Tensor& out, Tensor& lse,
                                        const Tensor& doc_starts) = 0;

@@ -63,24 +63,15 @@ Tensor clamp(const Tensor& x, double lo, double hi);
 // document's start if later) is the same mechanism. It is checked where it
 // is (values read only on the host) and moved to qkv's device; undefined
 // means every earlier key.
-// A chunk of queries: with first_query > 0 (at most T) only the queries of
-// rows [first_query, T) attend, each to the keys up to its own row (and from
-// its doc_starts entry; doc_starts stays (B, T)), and the result is their
-// (B, T - first_query, q D). The gradient reaches every row's keys and
-// values and only those rows' queries. Context parallelism's all-gather runs
-// a rank's chunk of queries this way over the keys and values gathered up
-// to it.
-Tensor causal_attention(const Tensor& qkv, AttentionHeads heads, const Tensor& doc_starts = {},
-                        int64_t first_query = 0);
+Tensor causal_attention(const Tensor& qkv, AttentionHeads heads, const Tensor& doc_starts = {});
 
-// The same chunk of queries with the queries apart from the keys and
-// values: q (B, Tq, q D) holds the queries of the last Tq positions
-// [T - Tq, T) of a sequence whose keys and values kv (B, T, 2 kv D: k's
-// heads, then v's) holds; each attends to the keys up to its own position
-// (and from its doc_starts entry, (B, T)) -> (B, Tq, q D). causal_attention
-// over the fused [q | k | v] with first_query T - Tq gives the same, but
-// needs (and keeps for backward) query rows before the chunk; this keeps
-// q and kv alone. Differentiable in both.
+// A chunk of queries, apart from the keys and values: q (B, Tq, q D) holds
+// the queries of the last Tq positions [T - Tq, T) of a sequence whose keys
+// and values kv (B, T, 2 kv D: k's heads, then v's) holds; each attends to
+// the keys up to its own position (and from its doc_starts entry, (B, T))
+// -> (B, Tq, q D). Context parallelism's all-gather runs a rank's chunk of
+// queries this way over the keys and values gathered up to it; with Tq = T
+// it is causal_attention with q and kv split. Differentiable in both.
 Tensor chunk_attention(const Tensor& q, const Tensor& kv, AttentionHeads heads,
                        const Tensor& doc_starts = {});
 

@@ -46,10 +46,10 @@ class CpuBackend final : public Backend {
   void softmax_forward(const Tensor& x, Tensor& y) override;
   void softmax_backward(const Tensor& y, const Tensor& dy, Tensor& dx) override;
   void attention_forward(const Tensor& qkv, const AttentionHeads& heads, Tensor& out, Tensor& lse,
-                         const Tensor& doc_starts, int64_t first_query) override;
+                         const Tensor& doc_starts) override;
   void attention_backward(const Tensor& qkv, const Tensor& out, const Tensor& lse,
                           const Tensor& dout, const AttentionHeads& heads, Tensor& dqkv,
-                          const Tensor& doc_starts, int64_t first_query) override;
+                          const Tensor& doc_starts) override;
   void attention_parts_forward(const Tensor& q, const Tensor& kv, const AttentionHeads& heads,
                                Tensor& out, Tensor& lse, const Tensor& doc_starts) override;
   void attention_parts_backward(const Tensor& q, const Tensor& kv, const Tensor& out,

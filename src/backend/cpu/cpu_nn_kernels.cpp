@@ -425,9 +425,9 @@ void CpuBackend::softmax_backward(const Tensor& y, const Tensor& dy, Tensor& dx)
 // block [r0, r1) only needs keys [kb, r1), kb the document start of its
 // first row (0 without documents; starts never decrease along a row), so
 // the GEMMs skip (almost all of) the masked upper triangle and, in packed
-// rows, the earlier documents. A chunk of queries (first_query > 0) runs
-// the blocks from its first row, out's, lse's and dout's rows counted from
-// there.
+// rows, the earlier documents. A chunk of queries (the parts' q holding
+// rows [q0, T) alone) runs the blocks from its first row, out's, lse's and
+// dout's rows counted from there.
 constexpr int64_t kAttnBlock = 64;
 
 namespace {
@@ -471,12 +471,12 @@ struct AttnOperands {
 };
 
 void attention_forward_rows(const AttnOperands& a, const AttentionHeads& heads, Tensor& out,
-                            Tensor& lse, const Tensor& doc_starts, int64_t first_query) {
+                            Tensor& lse, const Tensor& doc_starts) {
   dispatch_float(a.q.dtype(), "attention", [&](auto tag) {
     using T = decltype(tag);
     // qs, kvs: the query and key/value rows' strides; C: out's, n_head hd.
     const int64_t B = a.B, Tn = a.Tn, n_head = heads.q, hd = a.hd, qs = a.qs, kvs = a.kvs;
-    const int64_t F = first_query, Tq = Tn - F;  // out's and lse's rows: qkv's from F
+    const int64_t F = a.q0, Tq = Tn - F;  // out's and lse's rows: the queries', from F
     const int64_t C = n_head * hd, KV = heads.kv * hd;
     const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(hd)));
     const T cap = static_cast<T>(heads.softcap);  // scores cap * tanh(s / cap), when > 0
@@ -496,7 +496,7 @@ void attention_forward_rows(const AttnOperands& a, const AttentionHeads& heads, 
           const int64_t r1 = std::min(Tn, r0 + kAttnBlock), rows = r1 - r0;
           const int64_t kb = start_of(b, r0), w = r1 - kb;  // keys [kb, r1)
           // S (rows, w) = scale * Q[r0:r1] K[kb:r1]^T
-          gemm_rm<T>(false, true, rows, w, hd, scale, q + (r0 - a.q0) * qs, qs, k + kb * kvs, kvs,
+          gemm_rm<T>(false, true, rows, w, hd, scale, q + (r0 - F) * qs, qs, k + kb * kvs, kvs,
                      T(0), S.data(), w);
           for (int64_t i = 0; i < rows; ++i) {
             const int64_t t = r0 + i, lo = start_of(b, t) - kb, hi = t - kb;
@@ -530,15 +530,14 @@ void attention_forward_rows(const AttnOperands& a, const AttentionHeads& heads, 
 }  // namespace
 
 void CpuBackend::attention_forward(const Tensor& qkv, const AttentionHeads& heads, Tensor& out,
-                                   Tensor& lse, const Tensor& doc_starts, int64_t first_query) {
-  attention_forward_rows(AttnOperands::fused(qkv, heads), heads, out, lse, doc_starts, first_query);
+                                   Tensor& lse, const Tensor& doc_starts) {
+  attention_forward_rows(AttnOperands::fused(qkv, heads), heads, out, lse, doc_starts);
 }
 
 void CpuBackend::attention_parts_forward(const Tensor& q, const Tensor& kv,
                                          const AttentionHeads& heads, Tensor& out, Tensor& lse,
                                          const Tensor& doc_starts) {
-  attention_forward_rows(AttnOperands::parts(q, kv, heads), heads, out, lse, doc_starts,
-                         kv.size(1) - q.size(1));
+  attention_forward_rows(AttnOperands::parts(q, kv, heads), heads, out, lse, doc_starts);
 }
 
 // Decoding's attention over the cache where it lies. A step of one or a few
@@ -651,11 +650,11 @@ namespace {
 // dq and dkv laid out as a's q and kv (one fused dqkv for a fused qkv).
 void attention_backward_rows(const AttnOperands& a, const Tensor& out, const Tensor& lse,
                              const Tensor& dout, const AttentionHeads& heads, Tensor& dq_out,
-                             Tensor& dkv_out, const Tensor& doc_starts, int64_t first_query) {
+                             Tensor& dkv_out, const Tensor& doc_starts) {
   dispatch_float(a.q.dtype(), "attention_backward", [&](auto tag) {
     using T = decltype(tag);
     const int64_t B = a.B, Tn = a.Tn, n_head = heads.q, hd = a.hd, qs = a.qs, kvs = a.kvs;
-    const int64_t F = first_query, Tq = Tn - F;  // out's, dout's and lse's rows: from F
+    const int64_t F = a.q0, Tq = Tn - F;  // out's, dout's and lse's rows: the queries', from F
     const int64_t C = n_head * hd, KV = heads.kv * hd;
     const int64_t G = heads.group();
     const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(hd)));
@@ -688,19 +687,17 @@ void attention_backward_rows(const AttnOperands& a, const Tensor& out, const Ten
         }
         for (int64_t h = kvh * G; h < (kvh + 1) * G; ++h) {
           const int64_t bh = b * n_head + h;
-          const T* q = a.q_head<T>(b, h);  // row t at (t - q0) * qs, as dq's
+          const T* q = a.q_head<T>(b, h);  // row t at (t - F) * qs, as dq's
           // Row t's output and its gradient: o[(t - F) * C], dO[(t - F) * C].
           const T* o = po + b * Tq * C + h * hd;
           const T* dO = pdo + b * Tq * C + h * hd;
           T* dq = const_cast<T*>(d.q_head<T>(b, h));
-          // (A fused dqkv's rows before the chunk: no query there.)
-          for (int64_t t = a.q0; t < F; ++t) std::fill_n(dq + (t - a.q0) * qs, hd, T(0));
           for (int64_t r0 = F; r0 < Tn; r0 += kAttnBlock) {
             const int64_t r1 = std::min(Tn, r0 + kAttnBlock), rows = r1 - r0;
             const int64_t kb = start_of(b, r0), w = r1 - kb;  // keys [kb, r1)
             const T* kk = k + kb * kvs;
             const T* vk = v + kb * kvs;
-            const T* qr = q + (r0 - a.q0) * qs;
+            const T* qr = q + (r0 - F) * qs;
             // Recompute probabilities from the saved log-sum-exp.
             gemm_rm<T>(false, true, rows, w, hd, scale, qr, qs, kk, kvs, T(0), P.data(), w);
             for (int64_t i = 0; i < rows; ++i) {
@@ -746,7 +743,7 @@ void attention_backward_rows(const AttnOperands& a, const Tensor& out, const Ten
             }
             // dQ[r0:r1] = dS K[kb:r1] ; dK[kb:r1] += dS^T Q[r0:r1]
             gemm_rm<T>(false, false, rows, hd, w, T(1), dP.data(), w, kk, kvs, T(0),
-                       dq + (r0 - a.q0) * qs, qs);
+                       dq + (r0 - F) * qs, qs);
             gemm_rm<T>(true, false, w, hd, rows, T(1), dP.data(), w, qr, qs, T(1), dk + kb * kvs,
                        kvs);
           }
@@ -759,9 +756,9 @@ void attention_backward_rows(const AttnOperands& a, const Tensor& out, const Ten
 
 void CpuBackend::attention_backward(const Tensor& qkv, const Tensor& out, const Tensor& lse,
                                     const Tensor& dout, const AttentionHeads& heads, Tensor& dqkv,
-                                    const Tensor& doc_starts, int64_t first_query) {
+                                    const Tensor& doc_starts) {
   attention_backward_rows(AttnOperands::fused(qkv, heads), out, lse, dout, heads, dqkv, dqkv,
-                          doc_starts, first_query);
+                          doc_starts);
 }
 
 void CpuBackend::attention_parts_backward(const Tensor& q, const Tensor& kv, const Tensor& out,
@@ -769,7 +766,7 @@ void CpuBackend::attention_parts_backward(const Tensor& q, const Tensor& kv, con
                                           const AttentionHeads& heads, Tensor& dq, Tensor& dkv,
                                           const Tensor& doc_starts) {
   attention_backward_rows(AttnOperands::parts(q, kv, heads), out, lse, dout, heads, dq, dkv,
-                          doc_starts, kv.size(1) - q.size(1));
+                          doc_starts);
 }
 
 void CpuBackend::rotary_embedding(const Tensor& qkv, const AttentionHeads& heads,

@@ -169,20 +169,19 @@ void HalfAdapter::softmax_backward(const Tensor& y, const Tensor& dy, Tensor& dx
 }
 
 void HalfAdapter::attention_forward(const Tensor& qkv, const AttentionHeads& heads, Tensor& out,
-                                    Tensor& lse, const Tensor& doc_starts, int64_t first_query) {
+                                    Tensor& lse, const Tensor& doc_starts) {
   Widen w(inner_);
   Tensor o = w.out(out);
-  inner_.attention_forward(w.in(qkv), heads, o, lse, doc_starts, first_query);
+  inner_.attention_forward(w.in(qkv), heads, o, lse, doc_starts);
   w.finish();
 }
 
 void HalfAdapter::attention_backward(const Tensor& qkv, const Tensor& out, const Tensor& lse,
                                      const Tensor& dout, const AttentionHeads& heads, Tensor& dqkv,
-                                     const Tensor& doc_starts, int64_t first_query) {
+                                     const Tensor& doc_starts) {
   Widen w(inner_);
   Tensor o = w.out(dqkv);
-  inner_.attention_backward(w.in(qkv), w.in(out), lse, w.in(dout), heads, o, doc_starts,
-                            first_query);
+  inner_.attention_backward(w.in(qkv), w.in(out), lse, w.in(dout), heads, o, doc_starts);
   w.finish();
 }
 

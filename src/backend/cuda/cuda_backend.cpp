@@ -866,10 +866,9 @@ void CudaBackend::softmax_backward(const Tensor& y, const Tensor& dy, Tensor& dx
 }
 
 namespace {
-k::AttentionShape attention_shape(const Tensor& qkv, const AttentionHeads& heads,
-                                  int64_t first_query = 0) {
-  return {qkv.size(0),   qkv.size(1), qkv.size(2) / heads.fused() * heads.q, heads.q, heads.kv,
-          heads.softcap, first_query};
+k::AttentionShape attention_shape(const Tensor& qkv, const AttentionHeads& heads) {
+  return {qkv.size(0), qkv.size(1), qkv.size(2) / heads.fused() * heads.q,
+          heads.q,     heads.kv,    heads.softcap};
 }
 
 cudnn_graph::AttentionProblem cudnn_problem(const k::AttentionShape& s, DType dtype) {
@@ -1018,9 +1017,9 @@ k::AttentionKernel own_attention_kernel(DType dtype, const k::AttentionShape& sh
              : k::AttentionKernel::Simt;
 }
 
-// Packed documents (doc_starts) and chunks of queries (shape.Q0 > 0) stay
-// with Triad's kernels: the cuDNN graph built here has only the causal mask,
-// over every row's queries.
+// Packed documents (doc_starts) and queries apart from the keys and values
+// (shape.separate) stay with Triad's kernels: the cuDNN graph built here has
+// only the causal mask, over every row's queries of one fused qkv.
 AttentionRoute route_attention(CudaBackend::DeviceState& s, const Tensor& qkv,
                                const k::AttentionShape& shape, bool documents, bool forward_only) {
   switch (cuda::attention_kernel()) {
@@ -1031,9 +1030,9 @@ AttentionRoute route_attention(CudaBackend::DeviceState& s, const Tensor& qkv,
     case cuda::AttentionKernel::Cudnn: {
       const std::string why =
           documents ? "its graph has no document mask (packed documents need the triad kernels)"
-          : shape.Q0 > 0 || shape.separate
-              ? "its graph runs every row's queries of one fused qkv (a chunk of them, context "
-                "parallelism's all-gather, needs the triad kernels)"
+          : shape.separate
+              ? "its graph takes one fused qkv (queries apart from the keys and values, context "
+                "parallelism's all-gather, need the triad kernels)"
               : cudnn_unavailable(qkv.dtype(), shape, s.index);
       if (!why.empty())
         throw NotSupportedError("attention_kernel cudnn: " + why +
@@ -1046,7 +1045,7 @@ AttentionRoute route_attention(CudaBackend::DeviceState& s, const Tensor& qkv,
       break;
   }
   const k::AttentionKernel own = own_attention_kernel(qkv.dtype(), shape, s.index);
-  if (documents || shape.Q0 > 0 || shape.separate) return {false, own};
+  if (documents || shape.separate) return {false, own};
   // cuDNN's tensors are declared 16-byte aligned; a view that is not stays
   // with Triad's kernels.
   const bool aligned = reinterpret_cast<uintptr_t>(qkv.raw_data()) % 16 == 0;
@@ -1088,11 +1087,11 @@ const int32_t* doc_starts_ptr(const Tensor& doc_starts) {
 }  // namespace
 
 void CudaBackend::attention_forward(const Tensor& qkv, const AttentionHeads& heads, Tensor& out,
-                                    Tensor& lse, const Tensor& doc_starts, int64_t first_query) {
+                                    Tensor& lse, const Tensor& doc_starts) {
   require_nn("attention", qkv.dtype());
   DeviceState& s = state(out.device().index);
   DeviceGuard g(s.index);
-  const k::AttentionShape shape = attention_shape(qkv, heads, first_query);
+  const k::AttentionShape shape = attention_shape(qkv, heads);
   const int32_t* starts = doc_starts_ptr(doc_starts);
   launch(s.index, s.stream, "attention_forward", [&] {
     const AttentionRoute route =
@@ -1111,9 +1110,9 @@ void CudaBackend::attention_forward(const Tensor& qkv, const AttentionHeads& hea
 
 void CudaBackend::attention_backward(const Tensor& qkv, const Tensor& out, const Tensor& lse,
                                      const Tensor& dout, const AttentionHeads& heads, Tensor& dqkv,
-                                     const Tensor& doc_starts, int64_t first_query) {
+                                     const Tensor& doc_starts) {
   require_nn("attention_backward", qkv.dtype());
-  const k::AttentionShape shape = attention_shape(qkv, heads, first_query);
+  const k::AttentionShape shape = attention_shape(qkv, heads);
   DeviceState& s = state(dqkv.device().index);
   DeviceGuard g(s.index);
   const int32_t* starts = doc_starts_ptr(doc_starts);
