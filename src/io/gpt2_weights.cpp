@@ -1315,7 +1315,21 @@ void read_gpt2_weights(const std::string& path, const std::map<std::string, Shap
     throw IoError("GPT-2 weights '" + path + "': the file holds " + std::to_string(file_blocks) +
                   " blocks but the configured model.n_layer is " + std::to_string(model_blocks));
   }
-  check_part(path, state, expected, -1, llama);
+  // Multi-token prediction's modules (mtp.*, model.mtp_layers) that the
+  // file lacks (a model trained without them) keep the values the caller
+  // gave them: a run adds them to a pretrained model from their random
+  // initialisation.
+  bool file_predicts = false;
+  for (const auto& [name, t] : state) file_predicts = file_predicts || name.rfind("mtp.", 0) == 0;
+  std::map<std::string, Shape> outside_expected;
+  for (const auto& [name, shape] : expected)
+    if (file_predicts || name.rfind("mtp.", 0) != 0) outside_expected.emplace(name, shape);
+  // And those of a file whose model predicted further than this one stay
+  // behind.
+  for (auto it = state.begin(); it != state.end();) {
+    it = it->first.rfind("mtp.", 0) == 0 && !expected.count(it->first) ? state.erase(it) : ++it;
+  }
+  check_part(path, state, outside_expected, -1, llama);
   consume(std::move(state));
   // Then one block at a time: a rank holds one block of the file's tensors
   // (converted, before it cuts its shard) and never the whole model.
@@ -1386,6 +1400,7 @@ std::map<std::string, std::string> gpt2_metadata(const nn::GptConfig& c) {
   if (c.parallel_residual) meta["parallel_residual"] = "true";
   if (c.shared_norm) meta["shared_norm"] = "true";
   if (c.head_bias) meta["head_bias"] = "true";
+  if (c.mtp_layers > 0) meta["mtp_layers"] = std::to_string(c.mtp_layers);
   if (c.mlp_bias) meta["mlp_bias"] = "true";
   if (c.rope_local_theta > 0.0) meta["rope_local_theta"] = std::to_string(c.rope_local_theta);
   if (c.query_pre_attn_scalar > 0.0)

@@ -1579,8 +1579,18 @@ std::map<std::string, Tensor> triad_to_hf(const nn::StateDict& full, const nn::G
   return out;
 }
 
-std::map<std::string, Tensor> triad_to_hf_part(const nn::StateDict& full, const nn::GptConfig& c,
+std::map<std::string, Tensor> triad_to_hf_part(const nn::StateDict& all, const nn::GptConfig& c,
                                                int64_t block) {
+  // Multi-token prediction's modules (model.mtp_layers, mtp.*) stay behind:
+  // Hugging Face's inference runs none of them, as Triad's import leaves a
+  // file's own (num_nextn_predict_layers) unread.
+  nn::StateDict kept;
+  const bool predicting = c.mtp_layers > 0;
+  if (predicting) {
+    for (const auto& [name, t] : all)
+      if (name.rfind("mtp.", 0) != 0) kept[name] = t;
+  }
+  const nn::StateDict& full = predicting ? kept : all;
   std::map<std::string, Tensor> out;
   const std::string type = hf_model_type(c);
   const bool phi3 = type == "phi3";

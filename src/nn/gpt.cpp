@@ -167,6 +167,15 @@ void GptConfig::validate() const {
                       ") when data.reset_attention_mask or data.reset_position_ids is set");
   }
   if (latent_attention() || mla != Mla{}) validate_latent_attention();
+  if (mtp_layers < 0 || mtp_layers >= seq_len) {
+    throw ConfigError("model.mtp_layers (" + std::to_string(mtp_layers) +
+                      ") must be at least 0 and below model.seq_len (" + std::to_string(seq_len) +
+                      "): module k predicts the token k + 1 ahead of each position's next");
+  }
+  if (!(mtp_loss_weight >= 0.0) || !std::isfinite(mtp_loss_weight)) {
+    throw ConfigError("model.mtp_loss_weight (" + std::to_string(mtp_loss_weight) +
+                      ") must be a finite number >= 0");
+  }
   if (head_size < 0) {
     throw ConfigError("model.head_dim (" + std::to_string(head_size) +
                       ") must be positive (or 0 for model.d_model / model.n_head)");
@@ -611,9 +620,14 @@ T parameters_in(const GptConfig& c) {
           ? static_cast<T>(c.n_layer - static_cast<int64_t>(c.moe.dense_layers.size()))
           : 0;
   const T dense_layers = static_cast<T>(c.n_layer) - moe_layers;
+  // Each multi-token-prediction module: its block, eh_proj (2h -> h) and
+  // three norms.
+  T mtp = 0;
+  for (int64_t k = 1; k <= c.mtp_layers; ++k)
+    mtp += block_parameters_in<T>(c, c.moe_layer(c.n_layer + k - 1)) + 2 * h * h + 3 * norm;
   return dense_layers * block_parameters_in<T>(c, false) +
          (moe_layers > 0 ? moe_layers * block_parameters_in<T>(c, true) : 0) + tables * h + norm +
-         static_cast<T>(c.head_bias ? c.vocab_size : 0);
+         static_cast<T>(c.head_bias ? c.vocab_size : 0) + mtp;
 }
 
 }  // namespace
@@ -630,8 +644,8 @@ double GptConfig::expert_parameter_count() const {
   if (moe.experts == 0) return 0.0;
   const double expert =
       static_cast<double>(d_model) * static_cast<double>(expert_fc_width() + expert_ffn());
-  const double moe_layers =
-      static_cast<double>(n_layer - static_cast<int64_t>(moe.dense_layers.size()));
+  double moe_layers = static_cast<double>(n_layer - static_cast<int64_t>(moe.dense_layers.size()));
+  for (int64_t k = 1; k <= mtp_layers; ++k) moe_layers += moe_layer(n_layer + k - 1) ? 1.0 : 0.0;
   return moe_layers * static_cast<double>(moe.experts) * expert;
 }
 
@@ -667,8 +681,11 @@ double GptConfig::training_flops(double sequences, bool full_recompute) const {
   // layer's queries each see at most the window's keys: 4*min(W, s)*q (the
   // work its kernels do, so that a model with short windows on a long
   // context is not credited with work nobody does).
+  // (Each multi-token-prediction module adds a block of its own, eh_proj's
+  // 2h x h and another pass through the head.)
+  const int64_t blocks = n_layer + mtp_layers;
   double scores = 0.0;
-  for (int64_t i = 0; i < n_layer; ++i) {
+  for (int64_t i = 0; i < blocks; ++i) {
     const int64_t window = window_of(i);
     scores += 4.0 * (window > 0 ? std::min(s, static_cast<double>(window)) : s) * q;
   }
@@ -685,9 +702,10 @@ double GptConfig::training_flops(double sequences, bool full_recompute) const {
                    (moe.shared_gate ? h : 0.0))
           : 0.0;
   double mlps = 0.0;
-  for (int64_t i = 0; i < n_layer; ++i) mlps += moe_layer(i) ? moe_mlp : dense_mlp;
-  const double layers = l * attn_weights + mlps + scores;
-  const double forward = layers + 2.0 * h * V;
+  for (int64_t i = 0; i < blocks; ++i) mlps += moe_layer(i) ? moe_mlp : dense_mlp;
+  const double mtp = static_cast<double>(mtp_layers);
+  const double layers = (l + mtp) * attn_weights + mlps + scores + mtp * 2.0 * (2.0 * h * h);
+  const double forward = layers + (1.0 + mtp) * 2.0 * h * V;
   // Backward is twice forward; full recomputation runs the layers forward
   // once more (not the head).
   const double per_token = 3.0 * forward + (full_recompute ? layers : 0.0);
@@ -715,6 +733,59 @@ Tensor scale_for_head(const GptConfig& cfg, const Tensor& y) {
   return cfg.logit_scale == 1.0 ? y : affine(y, cfg.logit_scale);
 }
 
+namespace {
+// The parameters' shapes of a block of `cfg`'s kind, as layer i has it,
+// under the names prefix p + (ln_1.weight, attn.c_attn.weight, ...).
+void add_block_shapes(std::map<std::string, Shape>& s, const GptConfig& cfg, const std::string& p,
+                      int64_t i) {
+  const int64_t C = cfg.d_model;
+  for (const char* norm : block_norms(cfg)) {
+    if (cfg.norm_weights()) s[p + norm + ".weight"] = {C};
+    if (cfg.norm_biases()) s[p + norm + ".bias"] = {C};
+  }
+  if (cfg.latent_attention()) {
+    for (const auto& [name, shape] : latent_attention_shapes(cfg, cfg.n_head))
+      s[p + "attn." + name] = shape;
+  } else {
+    s[p + "attn.c_attn.weight"] = {cfg.qkv_width(), C};
+  }
+  s[p + "attn.c_proj.weight"] = {C, cfg.attn_out_width()};
+  if (cfg.moe_layer(i)) {
+    s[p + "mlp.router.weight"] = {cfg.moe.experts, C};
+    if (cfg.moe.expert_bias) s[p + "mlp.expert_bias"] = {cfg.moe.experts};
+    for (int64_t e = 0; e < cfg.moe.experts; ++e) {
+      const std::string x = p + "mlp.experts." + std::to_string(e) + ".";
+      s[x + "c_fc.weight"] = {cfg.expert_fc_width(), C};
+      s[x + "c_proj.weight"] = {C, cfg.expert_ffn()};
+    }
+    if (cfg.moe.shared_ffn_hidden_size > 0) {
+      s[p + "mlp.shared.c_fc.weight"] = {cfg.shared_fc_width(), C};
+      s[p + "mlp.shared.c_proj.weight"] = {C, cfg.moe.shared_ffn_hidden_size};
+    }
+    if (cfg.moe.shared_gate) s[p + "mlp.shared_gate.weight"] = {1, C};
+  } else {
+    s[p + "mlp.c_fc.weight"] = {cfg.fc_width(), C};
+    s[p + "mlp.c_proj.weight"] = {C, cfg.ffn()};
+  }
+  if (cfg.c_attn_bias() && !cfg.latent_attention()) s[p + "attn.c_attn.bias"] = {cfg.qkv_width()};
+  if (cfg.qk_norm) {
+    s[p + "attn.q_norm.weight"] = {cfg.q_norm_width()};
+    s[p + "attn.k_norm.weight"] = {cfg.k_norm_width()};
+  }
+  if (cfg.linear_bias) s[p + "attn.c_proj.bias"] = {C};
+  if (cfg.mlp_biases() && !cfg.moe_layer(i)) {
+    s[p + "mlp.c_fc.bias"] = {cfg.fc_width()};
+    s[p + "mlp.c_proj.bias"] = {C};
+  }
+  for (const std::string& layer : cfg.lora_modules(i)) {
+    if (!s.count(p + layer + ".weight")) continue;
+    const Shape& w = s.at(p + layer + ".weight");
+    s[p + layer + ".lora_a"] = {cfg.lora.rank, w[1]};
+    s[p + layer + ".lora_b"] = {w[0], cfg.lora.rank};
+  }
+}
+}  // namespace
+
 std::map<std::string, Shape> gpt_parameter_shapes(const GptConfig& cfg,
                                                   const std::vector<int64_t>& layers,
                                                   bool token_embedding, bool embeds, bool head) {
@@ -728,51 +799,16 @@ std::map<std::string, Shape> gpt_parameter_shapes(const GptConfig& cfg,
     if (!cfg.tie_embeddings) s["lm_head.weight"] = {cfg.vocab_size, C};
     if (cfg.head_bias) s["lm_head.bias"] = {cfg.vocab_size};
   }
-  for (int64_t i : layers) {
-    const std::string p = "h." + std::to_string(i) + ".";
-    for (const char* norm : block_norms(cfg)) {
-      if (cfg.norm_weights()) s[p + norm + ".weight"] = {C};
-      if (cfg.norm_biases()) s[p + norm + ".bias"] = {C};
-    }
-    if (cfg.latent_attention()) {
-      for (const auto& [name, shape] : latent_attention_shapes(cfg, cfg.n_head))
-        s[p + "attn." + name] = shape;
-    } else {
-      s[p + "attn.c_attn.weight"] = {cfg.qkv_width(), C};
-    }
-    s[p + "attn.c_proj.weight"] = {C, cfg.attn_out_width()};
-    if (cfg.moe_layer(i)) {
-      s[p + "mlp.router.weight"] = {cfg.moe.experts, C};
-      if (cfg.moe.expert_bias) s[p + "mlp.expert_bias"] = {cfg.moe.experts};
-      for (int64_t e = 0; e < cfg.moe.experts; ++e) {
-        const std::string x = p + "mlp.experts." + std::to_string(e) + ".";
-        s[x + "c_fc.weight"] = {cfg.expert_fc_width(), C};
-        s[x + "c_proj.weight"] = {C, cfg.expert_ffn()};
+  for (int64_t i : layers) add_block_shapes(s, cfg, "h." + std::to_string(i) + ".", i);
+  if (head) {
+    for (int64_t k = 1; k <= cfg.mtp_layers; ++k) {
+      const std::string p = "mtp." + std::to_string(k - 1) + ".";
+      for (const char* norm : {"ln_embed", "ln_hidden", "ln_out"}) {
+        if (cfg.norm_weights()) s[p + norm + ".weight"] = {C};
+        if (cfg.norm_biases()) s[p + norm + ".bias"] = {C};
       }
-      if (cfg.moe.shared_ffn_hidden_size > 0) {
-        s[p + "mlp.shared.c_fc.weight"] = {cfg.shared_fc_width(), C};
-        s[p + "mlp.shared.c_proj.weight"] = {C, cfg.moe.shared_ffn_hidden_size};
-      }
-      if (cfg.moe.shared_gate) s[p + "mlp.shared_gate.weight"] = {1, C};
-    } else {
-      s[p + "mlp.c_fc.weight"] = {cfg.fc_width(), C};
-      s[p + "mlp.c_proj.weight"] = {C, cfg.ffn()};
-    }
-    if (cfg.c_attn_bias() && !cfg.latent_attention()) s[p + "attn.c_attn.bias"] = {cfg.qkv_width()};
-    if (cfg.qk_norm) {
-      s[p + "attn.q_norm.weight"] = {cfg.q_norm_width()};
-      s[p + "attn.k_norm.weight"] = {cfg.k_norm_width()};
-    }
-    if (cfg.linear_bias) s[p + "attn.c_proj.bias"] = {C};
-    if (cfg.mlp_biases() && !cfg.moe_layer(i)) {
-      s[p + "mlp.c_fc.bias"] = {cfg.fc_width()};
-      s[p + "mlp.c_proj.bias"] = {C};
-    }
-    for (const std::string& layer : cfg.lora_modules(i)) {
-      if (!s.count(p + layer + ".weight")) continue;
-      const Shape& w = s.at(p + layer + ".weight");
-      s[p + layer + ".lora_a"] = {cfg.lora.rank, w[1]};
-      s[p + layer + ".lora_b"] = {w[0], cfg.lora.rank};
+      s[p + "eh_proj.weight"] = {C, 2 * C};
+      add_block_shapes(s, cfg, p + "block.", cfg.n_layer + k - 1);
     }
   }
   return s;
@@ -855,8 +891,9 @@ std::string lora_adapted_weight(const std::string& adapter) {
 }
 
 bool is_hidden_matrix(const std::string& name, const Shape& shape) {
-  return shape.size() == 2 && name.rfind("h.", 0) == 0 && !is_lora_adapter(name) &&
-         !ends_with(name, ".mlp.router.weight") && !ends_with(name, ".mlp.shared_gate.weight");
+  return shape.size() == 2 && (name.rfind("h.", 0) == 0 || name.rfind("mtp.", 0) == 0) &&
+         !is_lora_adapter(name) && !ends_with(name, ".mlp.router.weight") &&
+         !ends_with(name, ".mlp.shared_gate.weight");
 }
 
 std::vector<int64_t> fused_row_blocks(const GptConfig& cfg, const std::string& name, int64_t rows) {
@@ -1126,6 +1163,13 @@ Gpt::Gpt(const GptConfig& cfg, uint64_t seed, DType dtype, Init how) : cfg_(cfg)
     lm_head_ = register_module(
         "lm_head", std::make_shared<Linear>(cfg.d_model, cfg.vocab_size, cfg.head_bias));
   }
+  if (cfg.mtp_layers > 0) {
+    auto mtp = register_module("mtp", std::make_shared<ModuleList>());
+    for (int64_t k = 1; k <= cfg.mtp_layers; ++k) {
+      mtp_.push_back(std::make_shared<MtpModule>(cfg, k));
+      mtp->append(mtp_.back());
+    }
+  }
   if (how == Init::Random) {
     StateDict init;
     for (auto& [name, p] : named_parameters()) {
@@ -1203,10 +1247,156 @@ Tensor Gpt::trunk(const Tensor& ids, const ForwardContext& in) const {
   return x;
 }
 
-Tensor Gpt::loss(const Tensor& ids, const Tensor& targets, const ForwardContext& ctx) const {
+Tensor Gpt::loss(const Tensor& ids, const Tensor& targets, const ForwardContext& in) const {
+  const ForwardContext ctx = with_documents(cfg_, ids, in, wte_->weight().device());
+  const Tensor hidden = trunk(ids, ctx);
   // The head and the loss in one op: padded logits rows, aligned GEMMs.
-  return linear_cross_entropy(scale_for_head(cfg_, ln_f_->forward(trunk(ids, ctx))), head_weight(),
-                              targets, -100, cfg_.final_logit_softcap, head_bias());
+  Tensor loss = linear_cross_entropy(scale_for_head(cfg_, ln_f_->forward(hidden)), head_weight(),
+                                     targets, -100, cfg_.final_logit_softcap, head_bias());
+  if (mtp_.empty() || !ctx.training) return loss;
+  const std::vector<Tensor> depths = mtp_losses(hidden, ids, targets, ctx);
+  if (ctx.mtp_stats) ctx.mtp_stats->record(depths);
+  Tensor sum = depths[0];
+  for (size_t k = 1; k < depths.size(); ++k) sum = add(sum, depths[k]);
+  return attach_loss(loss, sum,
+                     cfg_.mtp_loss_weight / static_cast<double>(cfg_.mtp_layers) * ctx.loss_grad);
+}
+
+std::vector<Tensor> Gpt::mtp_losses(const Tensor& hidden, const Tensor& ids, const Tensor& targets,
+                                    const ForwardContext& ctx) const {
+  // Documents end where the attention's do: depth k predicts nothing
+  // across an end.
+  const Tensor docs =
+      cfg_.resets_documents() ? document_layout(ids, cfg_.eod_token).starts : Tensor();
+  std::vector<Tensor> out;
+  Tensor h = hidden;
+  for (size_t i = 0; i < mtp_.size(); ++i) {
+    const int64_t k = static_cast<int64_t>(i) + 1;
+    const Tensor ahead =
+        site_dropout(scale_token_embeddings(cfg_, wte_->forward(mtp_ahead(ids, k))), cfg_.dropout,
+                     ctx, cfg_.n_layer + k - 1, "mtp.embed");
+    h = mtp_[i]->forward(h, ahead, ctx);
+    out.push_back(linear_cross_entropy(scale_for_head(cfg_, mtp_[i]->out_norm(h)), head_weight(),
+                                       mtp_targets(targets, docs, k), -100,
+                                       cfg_.final_logit_softcap, head_bias()));
+  }
+  return out;
+}
+
+namespace {
+// ids or targets (B, T), i32 or i64 anywhere, as i64 on the host.
+std::vector<int64_t> host_ids(const Tensor& t, const char* what) {
+  if (t.dim() != 2 || (t.dtype() != DType::I64 && t.dtype() != DType::I32)) {
+    throw ShapeError(std::string("multi-token prediction: ") + what +
+                     " must be (B, T) i32 or i64, got " + shape_str(t.shape()) + " " +
+                     dtype_name(t.dtype()));
+  }
+  const Tensor h = contiguous(cast(to_device(t, Device::cpu()), DType::I64));
+  const int64_t* p = h.data<int64_t>();
+  return std::vector<int64_t>(p, p + h.numel());
+}
+}  // namespace
+
+int64_t expert_bias_layer(const GptConfig& cfg, const std::string& name) {
+  static const std::string tail = ".mlp.expert_bias";
+  if (!ends_with(name, tail)) return -1;
+  const std::string head = name.substr(0, name.size() - tail.size());
+  // An index of digits alone between `prefix` and `suffix`, or -1.
+  auto index = [&](const std::string& prefix, const std::string& suffix) -> int64_t {
+    if (head.size() <= prefix.size() + suffix.size() || head.compare(0, prefix.size(), prefix) ||
+        !ends_with(head, suffix))
+      return -1;
+    const std::string digits =
+        head.substr(prefix.size(), head.size() - prefix.size() - suffix.size());
+    if (digits.find_first_not_of("0123456789") != std::string::npos) return -1;
+    return std::stoll(digits);
+  };
+  if (const int64_t n = index("h.", ""); n >= 0) return n;
+  if (const int64_t k = index("mtp.", ".block"); k >= 0) return cfg.n_layer + k;
+  return -1;
+}
+
+Tensor mtp_ahead(const Tensor& ids, int64_t k) {
+  const std::vector<int64_t> in = host_ids(ids, "ids");
+  const int64_t B = ids.size(0), T = ids.size(1);
+  std::vector<int64_t> out(in.size(), 0);
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t i = 0; i + k < T; ++i) out[b * T + i] = in[b * T + i + k];
+  }
+  return from_vector(out, {B, T}, DType::I64);
+}
+
+Tensor mtp_targets(const Tensor& targets, const Tensor& doc_starts, int64_t k) {
+  const std::vector<int64_t> in = host_ids(targets, "targets");
+  const int64_t B = targets.size(0), T = targets.size(1);
+  std::vector<int32_t> starts;
+  if (doc_starts.defined()) {
+    if (doc_starts.shape() != targets.shape()) {
+      throw ShapeError("multi-token prediction: doc_starts " + shape_str(doc_starts.shape()) +
+                       " for targets " + shape_str(targets.shape()) + " (expected the same shape)");
+    }
+    const Tensor h = contiguous(cast(to_device(doc_starts, Device::cpu()), DType::I32));
+    starts.assign(h.data<int32_t>(), h.data<int32_t>() + h.numel());
+  }
+  std::vector<int64_t> out(in.size(), -100);
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t i = 0; i + k < T; ++i) {
+      const int64_t at = b * T + i;
+      if (!starts.empty() && starts[at] != starts[at + k]) continue;
+      out[at] = in[at + k];
+    }
+  }
+  return from_vector(out, {B, T}, DType::I64);
+}
+
+void MtpStats::record(const std::vector<Tensor>& losses) {
+  if (sums.empty()) sums.resize(losses.size());
+  if (sums.size() != losses.size()) {
+    throw ValueError("MtpStats: " + std::to_string(losses.size()) + " losses for " +
+                     std::to_string(sums.size()) + " depths");
+  }
+  for (size_t k = 0; k < losses.size(); ++k) {
+    const Tensor l = cast(losses[k].detach(), DType::F64);
+    sums[k] = sums[k].defined() ? add(sums[k], l) : l;
+  }
+  ++records;
+}
+
+std::vector<double> MtpStats::host_sums(int64_t depths) const {
+  std::vector<double> out(static_cast<size_t>(depths), 0.0);
+  for (size_t k = 0; k < sums.size() && k < out.size(); ++k) out[k] = item(sums[k]);
+  return out;
+}
+
+MtpModule::MtpModule(const GptConfig& cfg, int64_t depth)
+    : recompute_(cfg.recompute == Recompute::Full) {
+  if (depth < 1) {
+    throw ValueError("MtpModule: depth " + std::to_string(depth) + " (expected 1 or more)");
+  }
+  ln_embed_ = register_module("ln_embed", stream_norm(cfg));
+  ln_hidden_ = register_module("ln_hidden", stream_norm(cfg));
+  eh_proj_ =
+      register_module("eh_proj", std::make_shared<Linear>(2 * cfg.d_model, cfg.d_model, false));
+  block_ = register_module("block", std::make_shared<Block>(cfg, cfg.n_layer + depth - 1));
+  ln_out_ = register_module("ln_out", stream_norm(cfg));
+}
+
+Tensor MtpModule::forward(const Tensor& hidden, const Tensor& ahead,
+                          const ForwardContext& ctx) const {
+  if (hidden.shape() != ahead.shape()) {
+    throw ShapeError("MtpModule: hidden " + shape_str(hidden.shape()) + " and embeddings " +
+                     shape_str(ahead.shape()) + " (expected the same shape)");
+  }
+  const Tensor x =
+      eh_proj_->forward(concat({ln_embed_->forward(ahead), ln_hidden_->forward(hidden)}, 2));
+  if (!recompute_) return block_->forward(x, ctx);
+  const std::shared_ptr<Block> b = block_;
+  return autograd::checkpoint([b, ctx](const Tensor& in) { return b->forward(in, ctx); }, x,
+                              b->parameters());
+}
+
+Tensor MtpModule::out_norm(const Tensor& h) const {
+  return ln_out_->forward(h);
 }
 
 Tensor Gpt::decode(const Tensor& ids, KvCache& cache, bool last_only) const {

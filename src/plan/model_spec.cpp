@@ -281,6 +281,11 @@ nn::GptConfig parse_model_spec(const std::string& yaml_text, const std::string& 
                                                  "attention_deterministic"};
   for (auto it = model.begin(); it != model.end(); ++it) {
     const std::string k = it->first.as<std::string>();
+    if (k == "mtp_layers" || k == "mtp_loss_weight") {
+      throw ConfigError(source + ": model." + k +
+                        " (multi-token prediction) is not priced by the planner yet; plan the "
+                        "model without it");
+    }
     if (std::find(kKeys.begin(), kKeys.end(), k) == kKeys.end()) {
       std::string allowed;
       for (const auto& key : kKeys) allowed += (allowed.empty() ? "" : ", ") + key;

@@ -706,6 +706,21 @@ void validate(const Config& c, bool min_lr_given) {
   if (c.parallel.sequence_parallel && c.parallel.tp == 1) {
     throw ConfigError("parallel.sequence_parallel needs parallel.tp > 1");
   }
+  if (c.model.mtp_layers > 0) {
+    // The prediction modules sit beside the head, which needs the token
+    // embedding there too: on a pipeline's last stage only a tied head has it.
+    if (c.parallel.pp > 1) {
+      throw ConfigError("model.mtp_layers (" + std::to_string(c.model.mtp_layers) +
+                        ") with parallel.pp " + std::to_string(c.parallel.pp) +
+                        ": multi-token prediction is not supported under pipeline parallelism yet "
+                        "(tp, cp, ep and dp are)");
+    }
+    if (c.model.lora.rank > 0) {
+      throw ConfigError(
+          "model.mtp_layers with model.lora: multi-token prediction trains with the model "
+          "(pretraining), not with adapters; set model.mtp_layers: 0 to fine-tune with LoRA");
+    }
+  }
   if (c.parallel.ep > 1) {
     if (c.model.moe.experts == 0) {
       throw ConfigError("parallel.ep (" + std::to_string(c.parallel.ep) +
@@ -1008,6 +1023,8 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
       {"norm_affine", {false, [&](auto& v, auto& k) { m.norm_affine = get_bool(v, k); }}},
       {"norm_bias", {false, [&](auto& v, auto& k) { m.norm_bias = get_bool(v, k); }}},
       {"clip_qkv", {false, [&](auto& v, auto& k) { m.clip_qkv = get_double(v, k); }}},
+      {"mtp_layers", {false, [&](auto& v, auto& k) { m.mtp_layers = get_int(v, k); }}},
+      {"mtp_loss_weight", {false, [&](auto& v, auto& k) { m.mtp_loss_weight = get_double(v, k); }}},
       {"residual_multiplier",
        {false, [&](auto& v, auto& k) { m.residual_multiplier = get_double(v, k); }}},
       {"logit_scale", {false, [&](auto& v, auto& k) { m.logit_scale = get_double(v, k); }}},
@@ -1593,6 +1610,10 @@ std::string to_yaml(const Config& c) {
   if (!c.model.norm_affine) e << YAML::Key << "norm_affine" << YAML::Value << false;
   if (!c.model.norm_bias) e << YAML::Key << "norm_bias" << YAML::Value << false;
   if (c.model.clip_qkv > 0) e << YAML::Key << "clip_qkv" << YAML::Value << c.model.clip_qkv;
+  if (c.model.mtp_layers > 0) {
+    e << YAML::Key << "mtp_layers" << YAML::Value << c.model.mtp_layers;
+    e << YAML::Key << "mtp_loss_weight" << YAML::Value << c.model.mtp_loss_weight;
+  }
   if (c.model.residual_multiplier != 1.0)
     e << YAML::Key << "residual_multiplier" << YAML::Value << c.model.residual_multiplier;
   if (c.model.logit_scale != 1.0)

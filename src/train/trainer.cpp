@@ -266,8 +266,10 @@ Trainer::Trainer(Config config, dist::ProcessGroupPtr world)
   if (world_size == 1) {
     check_training_state_fits(config_, data_parallel_ranks(), device_, 1);
     // Weights read from init.from whole (no LoRA adapters to start from
-    // their initial values) need no random initialisation first.
-    const bool read_whole = !config_.init_from.empty() && config_.model.lora.rank == 0;
+    // their initial values, no multi-token-prediction modules the file may
+    // lack) need no random initialisation first.
+    const bool read_whole =
+        !config_.init_from.empty() && config_.model.lora.rank == 0 && config_.model.mtp_layers == 0;
     model_ = std::make_unique<nn::Gpt>(config_.model, seed, DType::F32,
                                        read_whole ? nn::Gpt::Init::None : nn::Gpt::Init::Random);
     if (!config_.init_from.empty()) {
@@ -1492,6 +1494,7 @@ double Trainer::forward_backward(int64_t index, double* bubble) {
   }
   weigh_by_tokens(batches);
   if (config_.model.moe.experts > 0) moe_stats_ = std::make_shared<nn::MoeStats>();
+  if (config_.model.mtp_layers > 0) mtp_stats_ = std::make_shared<nn::MtpStats>();
   if (pp_model_) {
     // zb-auto and zb-v measure their second step (the first pays one-time
     // costs).
@@ -1528,6 +1531,7 @@ double Trainer::forward_backward(int64_t index, double* bubble) {
     nn::ForwardContext ctx{true, t.seed, call + static_cast<uint64_t>(i)};
     ctx.loss_grad = w >= 0 ? loss_scale * w : loss_scale / static_cast<double>(micro);
     ctx.moe_stats = moe_stats_;
+    ctx.mtp_stats = mtp_stats_;
     const auto t0 = TraceRecorder::Clock::now();
     // The batch stays on the host: the embedding and the loss check it there
     // and upload what the device needs, never waiting for queued work.
@@ -1596,6 +1600,21 @@ double Trainer::evaluate(size_t set) {
   return mean;
 }
 
+void Trainer::mtp_metrics_into(StepMetrics& m) const {
+  if (!mtp_stats_) return;
+  // Each depth's mean over the micro-batches of every data-parallel rank.
+  const int64_t D = config_.model.mtp_layers;
+  std::vector<double> sums = mtp_stats_->host_sums(D);
+  sums.push_back(static_cast<double>(mtp_stats_->records));
+  Tensor all = from_vector(sums, {D + 1}, DType::F64);
+  if (world_ && world_->size() > 1) world_->all_reduce(all, dist::ReduceOp::Sum)->wait();
+  sums = to_double_vector(all);
+  if (sums[static_cast<size_t>(D)] <= 0) return;
+  m.mtp_losses.clear();
+  for (int64_t k = 0; k < D; ++k)
+    m.mtp_losses.push_back(sums[static_cast<size_t>(k)] / sums[static_cast<size_t>(D)]);
+}
+
 void Trainer::moe_metrics_into(StepMetrics& m) const {
   if (!moe_stats_) return;
   // Each rank saw its stages' layers and its micro-batches (a tensor-parallel
@@ -1627,7 +1646,8 @@ void Trainer::update_expert_biases() {
   // parallel group's ranks route the same tokens alike: they count each
   // layer's loads t times over, which moves no bias, as only their order
   // about the mean does.)
-  const int64_t E = moe.experts, L = config_.model.n_layer;
+  // (Multi-token prediction's blocks count on as layers n_layer, n_layer + 1, ...)
+  const int64_t E = moe.experts, L = config_.model.n_layer + config_.model.mtp_layers;
   std::vector<double> loads(static_cast<size_t>(L * E), 0.0);
   for (const auto& [layer, load] : moe_stats_->loads)
     std::copy(load.begin(), load.end(), loads.begin() + layer * E);
@@ -1642,12 +1662,9 @@ void Trainer::update_expert_biases() {
     const auto named = pp_model_   ? pp_model_->named_parameters()
                        : tp_model_ ? tp_model_->named_parameters()
                                    : model_->named_parameters();
-    static const std::string tail = ".mlp.expert_bias";
     for (const auto& [name, p] : named) {
-      if (name.size() <= tail.size() + 2 || name.compare(0, 2, "h.") != 0 ||
-          name.compare(name.size() - tail.size(), tail.size(), tail) != 0)
-        continue;
-      expert_biases_->emplace_back(std::stoll(name.substr(2, name.size() - tail.size() - 2)), p);
+      const int64_t layer = nn::expert_bias_layer(config_.model, name);
+      if (layer >= 0) expert_biases_->emplace_back(layer, p);
     }
   }
   for (auto& [layer, bias] : *expert_biases_) {
@@ -1736,6 +1753,7 @@ StepMetrics Trainer::step(int64_t index) {
   m.step_ms = ms;
   m.bubble_fraction = bubble;
   moe_metrics_into(m);
+  mtp_metrics_into(m);
   m.tokens_per_s = static_cast<double>(G * config_.model.seq_len) / (ms / 1000.0);
   // PTD-P model FLOPs (no recomputation) per device, and over the peak.
   const double flops = config_.model.training_flops(static_cast<double>(G));
@@ -2447,6 +2465,10 @@ std::vector<StepMetrics> Trainer::run() {
     }
     if (m.moe_dropped >= 0) extra += fmt::format(" dropped {:.1f}%", 100 * m.moe_dropped);
     if (m.moe_z_loss >= 0) extra += fmt::format(" z-loss {:.3f}", m.moe_z_loss);
+    if (!m.mtp_losses.empty()) {
+      extra += " | mtp";
+      for (double l : m.mtp_losses) extra += fmt::format(" {:.4f}", l);
+    }
     extra += fmt::format(" | mem {:.3g} GB", static_cast<double>(m.peak_memory_bytes) / 1e9);
     if (m.skipped) extra += " | skipped";
     spdlog::info(

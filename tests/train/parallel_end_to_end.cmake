@@ -19,8 +19,9 @@
 # texts' last words (eval.lambada): the words' loss must match one
 # process's at the same tolerance, and in fp32 the share greedy decoding
 # gets right must be one process's.
-# A mixture of experts' moe_balance, moe_dropped and moe_z_loss, when one
-# process reports them, must match too.
+# A mixture of experts' moe_balance, moe_dropped and moe_z_loss, and
+# multi-token prediction's mtp_losses, when one process reports them, must
+# match too.
 # With SAMPLES (ON), every evaluation also continues two prompts greedily
 # (eval.samples, the model gathered whole from the layout's ranks): in fp32
 # the texts must be one process's.
@@ -81,6 +82,11 @@ field(${WORK}/reference val_loss reference_val)
 field(${WORK}/reference moe_balance reference_moe_balance)
 field(${WORK}/reference moe_dropped reference_moe_dropped)
 field(${WORK}/reference moe_z_loss reference_moe_z_loss)
+# Multi-token prediction's losses at its first depths (model.mtp_layers),
+# when the metrics carry them.
+foreach(depth 0 1 2)
+  field(${WORK}/reference "mtp_losses;${depth}" reference_mtp_${depth})
+endforeach()
 list(LENGTH reference n)
 list(LENGTH reference_val nv)
 if(NOT n EQUAL STEPS OR NOT nv EQUAL 2)
@@ -141,6 +147,13 @@ foreach(layout IN LISTS layouts)
     if(reference_${name})
       field(${dir} ${name} got_${name})
       expect_close("${ranks} ranks ${flags} ${name}" "${reference_${name}}" "${got_${name}}" ${loss_div})
+    endif()
+  endforeach()
+  foreach(depth 0 1 2)
+    if(reference_mtp_${depth})
+      field(${dir} "mtp_losses;${depth}" got_mtp)
+      expect_close("${ranks} ranks ${flags} mtp_losses[${depth}]" "${reference_mtp_${depth}}"
+                   "${got_mtp}" ${loss_div})
     endif()
   endforeach()
   if(QUESTIONS)

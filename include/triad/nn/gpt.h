@@ -20,6 +20,7 @@
 namespace triad::nn {
 
 struct MoeStats;          // nn/moe.h
+struct MtpStats;          // below
 class MoeMlp;             // nn/moe.h
 class LatentProjections;  // nn/latent_attention.h
 
@@ -242,6 +243,16 @@ struct GptConfig {
   // the cap in size. 0: none.
   double attn_logit_softcap = 0.0;
   double final_logit_softcap = 0.0;
+  // Multi-token prediction (DeepSeek-V3's; config keys model.mtp_layers
+  // and model.mtp_loss_weight): mtp_layers modules after the blocks
+  // (MtpModule), the k-th predicting from each position the token k + 1
+  // ahead of the next. While training, the objective is the next-token loss
+  // plus mtp_loss_weight / mtp_layers times the sum of theirs (Megatron-LM's
+  // --mtp-num-layers and --mtp-loss-scaling-factor); the loss the model
+  // reports stays the next token's, and evaluation, the logits and decoding
+  // use none of them. 0: none.
+  int64_t mtp_layers = 0;
+  double mtp_loss_weight = 0.1;
   // Low-rank adapters (config key model.lora; Hu et al., 2021, "LoRA"):
   // each targeted linear layer y = W x + b gains A (rank x in) and B (out x
   // rank) and computes W x + b + (alpha / rank) B A x. B starts at zero, so
@@ -654,6 +665,9 @@ struct ForwardContext {
   // Where mixture-of-experts layers report their routing while training
   // (null: nowhere).
   std::shared_ptr<MoeStats> moe_stats = {};
+  // Where multi-token prediction reports its losses while training (null:
+  // nowhere).
+  std::shared_ptr<MtpStats> mtp_stats = {};
 };
 
 // Multi-head causal self-attention: c_attn (C -> 3C), fused attention, c_proj;
@@ -754,6 +768,58 @@ class Block : public Module {
   Tensor joining(const std::shared_ptr<LayerNorm>& norm, const Tensor& y) const;
 };
 
+// Multi-token prediction's losses while training (ForwardContext::mtp_stats):
+// each depth's loss (model.mtp_layers of them) summed over the micro-batches
+// recorded, as f64 scalars on the loss's device, so that nothing waits for
+// them until the step reads them.
+struct MtpStats {
+  std::vector<Tensor> sums;
+  int64_t records = 0;
+  // One micro-batch's losses, one per depth.
+  void record(const std::vector<Tensor>& losses);
+  // The sums, read (zeros before any record).
+  std::vector<double> host_sums(int64_t depths) const;
+};
+
+// The layer whose router a parameter named `name` biases: N for
+// h.N.mlp.expert_bias, n_layer + K for multi-token prediction module K's
+// (mtp.K.block.mlp.expert_bias); -1 for any other name.
+int64_t expert_bias_layer(const GptConfig& cfg, const std::string& name);
+
+// Multi-token prediction's inputs at depth k (1-based): the ids k positions
+// ahead, ids[b][i + k] (0 past the row's end, where nothing is predicted),
+// and the targets, targets[b][i + k] (the token k + 1 ahead of position i's
+// next) where i + k < T and, when `doc_starts` (B, T) is defined (packed
+// documents: document_layout's starts), positions i and i + k lie in one
+// document; -100 (ignored) elsewhere. Both i64 (B, T) on the host; ids and
+// targets may be i32 or i64 anywhere.
+Tensor mtp_ahead(const Tensor& ids, int64_t k);
+Tensor mtp_targets(const Tensor& targets, const Tensor& doc_starts, int64_t k);
+
+// Multi-token prediction module k (DeepSeek-V3's MTP module; k from 1 to
+// model.mtp_layers): from the previous depth's hidden states h (B, T, C;
+// the blocks' output for k = 1) and the token embeddings e (B, T, C) of the
+// ids k positions ahead (mtp_ahead), h' = block(eh_proj([ln_embed(e) |
+// ln_hidden(h)])), the block one of the model's kind (as layer n_layer + k
+// - 1 would be: a mixture's, windowed, ... as that layer's settings say).
+// ln_out(h') is what the model's own head reads. Parameters: ln_embed,
+// ln_hidden and ln_out (the model's norms), eh_proj.weight (C, 2C) and
+// block.* (a block's names).
+class MtpModule : public Module {
+ public:
+  MtpModule(const GptConfig& cfg, int64_t depth);
+  // h' of hidden and the embeddings `ahead`, both (B, T, C).
+  Tensor forward(const Tensor& hidden, const Tensor& ahead, const ForwardContext& ctx) const;
+  // ln_out over h'.
+  Tensor out_norm(const Tensor& h) const;
+
+ private:
+  std::shared_ptr<LayerNorm> ln_embed_, ln_hidden_, ln_out_;
+  std::shared_ptr<Linear> eh_proj_;
+  std::shared_ptr<Block> block_;
+  bool recompute_ = false;  // model.recompute: full (the block rerun in backward)
+};
+
 // GPT-2: token + learned position embeddings (or rotary embeddings in each
 // attention layer), n_layer blocks, final LayerNorm, output head tied to
 // the token embedding (or its own lm_head.weight). Parameter names are
@@ -778,8 +844,15 @@ class Gpt : public Module {
   Tensor head(const Tensor& hidden) const;
   Tensor forward(const Tensor& ids, const ForwardContext& ctx = {}) const;
   // Mean cross entropy of the next-token predictions (the head and the loss
-  // fused: linear_cross_entropy).
+  // fused: linear_cross_entropy). With model.mtp_layers, while training
+  // (ctx.training), the multi-token-prediction modules' losses join its
+  // gradient (attach_loss: mtp_loss_weight / mtp_layers * ctx.loss_grad
+  // each), its value staying the next token's; ctx.mtp_stats gets them.
   Tensor loss(const Tensor& ids, const Tensor& targets, const ForwardContext& ctx = {}) const;
+  // Multi-token prediction's loss at each depth for hidden, the blocks'
+  // output (trunk) on ids under ctx (its documents already filled in).
+  std::vector<Tensor> mtp_losses(const Tensor& hidden, const Tensor& ids, const Tensor& targets,
+                                 const ForwardContext& ctx) const;
   // Inference on the next tokens: ids (B, n) continue the cache's B
   // sequences at positions [cache.length, cache.length + n); returns their
   // logits (B, n, V), the same as forward() on the whole sequences gives at
@@ -804,6 +877,7 @@ class Gpt : public Module {
   std::shared_ptr<Linear> lm_head_;  // untied head only (its weight and bias)
   std::vector<std::shared_ptr<Block>> blocks_;
   std::shared_ptr<LayerNorm> ln_f_;
+  std::vector<std::shared_ptr<MtpModule>> mtp_;  // model.mtp_layers
 
   // embed and every block: ids (B, T) -> hidden (B, T, C) before ln_f.
   Tensor trunk(const Tensor& ids, const ForwardContext& ctx) const;

@@ -37,6 +37,10 @@ struct StepMetrics {
   // logsumexp(logits)^2), the mean over layers and micro-batches.
   // Negative otherwise.
   double moe_z_loss = -1;
+  // With model.mtp_layers: each multi-token-prediction depth's loss (depth
+  // k's of the token k + 1 ahead of the next), the mean over the step's
+  // micro-batches and data-parallel ranks. Empty otherwise.
+  std::vector<double> mtp_losses;
   // A non-finite gradient on some rank: every rank skipped the update.
   bool skipped = false;
   // fp16: the loss scale this step's backward used (0 otherwise).

@@ -144,8 +144,9 @@ void TensorParallelGpt::build(uint64_t seed, std::shared_ptr<VocabParallelEmbedd
     // Under sequence parallelism each rank looks up only its positions.
     specs_["wpe.weight"] = ShardSpec::replicated(sp_);
   }
-  auto h = register_module("h", std::make_shared<Container>());
-  for (int64_t i : plan_.layers) {
+  // Layer i's modules (a block of the model's kind, as nn::Block builds
+  // one) and their shard specs, under the names prefix p.
+  const auto make_layer = [&](int64_t i, const std::string& p) {
     auto block = std::make_shared<Container>();
     Layer L;
     if (cfg_.pre_norms) {
@@ -227,9 +228,7 @@ void TensorParallelGpt::build(uint64_t seed, std::shared_ptr<VocabParallelEmbedd
       L.post_attn_norm = block->add("post_attn_norm", nn::stream_norm(cfg_));
       L.post_mlp_norm = block->add("post_mlp_norm", nn::stream_norm(cfg_));
     }
-    h->add(std::to_string(i), block);
     L.module = block;
-    const std::string p = "h." + std::to_string(i) + ".";
     for (const char* ln : nn::block_norms(cfg_)) {
       if (cfg_.norm_weights()) specs_[p + ln + ".weight"] = ShardSpec::replicated(sp_);
       if (cfg_.norm_biases()) specs_[p + ln + ".bias"] = ShardSpec::replicated(sp_);
@@ -327,7 +326,11 @@ void TensorParallelGpt::build(uint64_t seed, std::shared_ptr<VocabParallelEmbedd
       specs_[p + name + ".lora_b"] = RowParallelLinear::lora_b_spec();
     }
     layers_[i] = L;
-  }
+    return block;
+  };
+  auto h = register_module("h", std::make_shared<Container>());
+  for (int64_t i : plan_.layers)
+    h->add(std::to_string(i), make_layer(i, "h." + std::to_string(i) + "."));
   if (plan_.head) {
     ln_f_ = register_module("ln_f", nn::stream_norm(cfg_));
     if (cfg_.norm_weights()) specs_["ln_f.weight"] = ShardSpec::replicated(sp_);
@@ -340,9 +343,36 @@ void TensorParallelGpt::build(uint64_t seed, std::shared_ptr<VocabParallelEmbedd
       specs_["lm_head.weight"] = head_->spec();
       if (cfg_.head_bias) specs_["lm_head.bias"] = head_->spec();
     }
+    // Multi-token prediction's modules beside the head: each one's block
+    // split as the others are (layer n_layer + k - 1), its norms and
+    // eh_proj whole on every rank, which reads its own tokens under
+    // sequence parallelism (partial gradients then) and all of them
+    // alike otherwise.
+    if (cfg_.mtp_layers > 0) {
+      auto mtp = register_module("mtp", std::make_shared<Container>());
+      for (int64_t k = 1; k <= cfg_.mtp_layers; ++k) {
+        const std::string p = "mtp." + std::to_string(k - 1) + ".";
+        auto module = std::make_shared<Container>();
+        Mtp m;
+        m.ln_embed = module->add("ln_embed", nn::stream_norm(cfg_));
+        m.ln_hidden = module->add("ln_hidden", nn::stream_norm(cfg_));
+        m.eh_proj = module->add("eh_proj", std::make_shared<nn::Linear>(2 * C, C, false));
+        m.layer = cfg_.n_layer + k - 1;
+        module->add("block", make_layer(m.layer, p + "block."));
+        m.ln_out = module->add("ln_out", nn::stream_norm(cfg_));
+        for (const char* ln : {"ln_embed", "ln_hidden", "ln_out"}) {
+          if (cfg_.norm_weights()) specs_[p + ln + ".weight"] = ShardSpec::replicated(sp_);
+          if (cfg_.norm_biases()) specs_[p + ln + ".bias"] = ShardSpec::replicated(sp_);
+        }
+        specs_[p + "eh_proj.weight"] = ShardSpec::replicated(sp_);
+        mtp->add(std::to_string(k - 1), module);
+        mtp_.push_back(m);
+      }
+    }
   }
-  std::vector<int64_t> layer_ids;
-  for (const auto& [i, L] : layers_) layer_ids.push_back(i);
+  std::vector<int64_t> layer_ids;  // (the model's blocks: not the prediction modules')
+  for (const auto& [i, L] : layers_)
+    if (i < cfg_.n_layer) layer_ids.push_back(i);
   full_shapes_ =
       nn::gpt_parameter_shapes(cfg_, layer_ids, wte_ != nullptr, plan_.embedding, ln_f_ != nullptr);
   // Experts other ranks of the expert-parallel group hold.
@@ -822,6 +852,12 @@ Tensor TensorParallelGpt::moe_share(const Layer& L, const Tensor& in,
 
 Tensor TensorParallelGpt::head_loss(const Tensor& hidden, const Tensor& targets) const {
   require(plan_.head, "the output head");
+  fence(ln_f_.get());
+  return head_loss_after(*ln_f_, hidden, targets);
+}
+
+Tensor TensorParallelGpt::head_loss_after(const nn::LayerNorm& norm, const Tensor& hidden,
+                                          const Tensor& targets) const {
   // Checked where they are read anyway (host targets; device ones are the
   // caller's): the shards see only their own vocabulary, so a target past
   // the whole of it would silently score 0 on every rank.
@@ -836,9 +872,8 @@ Tensor TensorParallelGpt::head_loss(const Tensor& hidden, const Tensor& targets)
       }
     }
   }
-  fence(ln_f_.get());
   fence(head_.get());
-  Tensor y = nn::scale_for_head(cfg_, ln_f_->forward(hidden));
+  Tensor y = nn::scale_for_head(cfg_, norm.forward(hidden));
   const RegionInput in = enter_region(y, group_, sp_);
   if (!cp_) {
     return vocab_parallel_linear_cross_entropy(in.input, head_->weight(), targets,
@@ -944,7 +979,54 @@ Tensor TensorParallelGpt::loss(const Tensor& ids, const Tensor& targets,
   const nn::ForwardContext ctx = with_documents(ids, in);
   Tensor x = embed(ids, ctx);
   for (int64_t i : plan_.layers) x = block(i, x, ctx);
-  return head_loss(x, targets);
+  Tensor loss = head_loss(x, targets);
+  if (mtp_.empty() || !ctx.training) return loss;
+  const std::vector<Tensor> depths = mtp_losses(x, ids, targets, ctx);
+  if (ctx.mtp_stats) ctx.mtp_stats->record(depths);
+  Tensor sum = depths[0];
+  for (size_t k = 1; k < depths.size(); ++k) sum = add(sum, depths[k]);
+  return attach_loss(loss, sum,
+                     cfg_.mtp_loss_weight / static_cast<double>(cfg_.mtp_layers) * ctx.loss_grad);
+}
+
+std::vector<Tensor> TensorParallelGpt::mtp_losses(const Tensor& hidden, const Tensor& ids,
+                                                  const Tensor& targets,
+                                                  const nn::ForwardContext& ctx) const {
+  require(plan_.head && wte_ != nullptr, "the output head and the token embedding");
+  if (ids.dim() != 2)
+    throw ShapeError("TensorParallelGpt: token ids must be (B, T), got " + shape_str(ids.shape()));
+  // The whole sequences' ids ahead and targets (nn::mtp_ahead,
+  // nn::mtp_targets); under context parallelism this rank's chunk of the
+  // ids is embedded, and head_loss_after takes its chunk of the targets.
+  const Tensor docs =
+      cfg_.resets_documents() ? nn::document_layout(ids, cfg_.eod_token).starts : Tensor();
+  const std::vector<cp::Run> runs = chunk_runs(ids.size(1), "the token ids");
+  std::vector<Tensor> out;
+  Tensor h = hidden;
+  for (size_t i = 0; i < mtp_.size(); ++i) {
+    const Mtp& m = mtp_[i];
+    const int64_t k = static_cast<int64_t>(i) + 1;
+    Tensor ahead = nn::mtp_ahead(ids, k);
+    if (cp_) ahead = contiguous(cp::take_runs(ahead, 1, runs));
+    fence(wte_.get());
+    const Tensor e =
+        site_dropout(nn::scale_token_embeddings(cfg_, wte_->forward(ahead)), cfg_.dropout, ctx,
+                     m.layer, "mtp.embed", sp_ ? group_->rank() : 0);
+    if (e.shape() != h.shape()) {
+      throw ShapeError("TensorParallelGpt: multi-token prediction's embeddings " +
+                       shape_str(e.shape()) + " beside hidden " + shape_str(h.shape()));
+    }
+    for (const nn::Module* part : {static_cast<const nn::Module*>(m.ln_embed.get()),
+                                   static_cast<const nn::Module*>(m.ln_hidden.get()),
+                                   static_cast<const nn::Module*>(m.eh_proj.get()),
+                                   static_cast<const nn::Module*>(m.ln_out.get())})
+      fence(part);
+    const Tensor x =
+        m.eh_proj->forward(concat({m.ln_embed->forward(e), m.ln_hidden->forward(h)}, 2));
+    h = block(m.layer, x, ctx);
+    out.push_back(head_loss_after(*m.ln_out, h, nn::mtp_targets(targets, docs, k)));
+  }
+  return out;
 }
 
 Tensor TensorParallelGpt::logits(const Tensor& ids, const nn::ForwardContext& in) const {

@@ -107,7 +107,13 @@ class TensorParallelGpt : public nn::Module {
   Tensor block(int64_t i, const Tensor& x, const nn::ForwardContext& ctx) const;
   // hidden -> mean loss against targets (B, T).
   Tensor head_loss(const Tensor& hidden, const Tensor& targets) const;
+  // With model.mtp_layers, while training, the multi-token-prediction
+  // modules' losses join the gradient as nn::Gpt::loss's do.
   Tensor loss(const Tensor& ids, const Tensor& targets, const nn::ForwardContext& ctx = {}) const;
+  // Multi-token prediction's loss at each depth (nn::Gpt::mtp_losses) for
+  // hidden, the last block's output, on ids under ctx (with_documents').
+  std::vector<Tensor> mtp_losses(const Tensor& hidden, const Tensor& ids, const Tensor& targets,
+                                 const nn::ForwardContext& ctx) const;
   // Logits gathered over the vocabulary (B, T, V): for tests and inference.
   Tensor logits(const Tensor& ids, const nn::ForwardContext& ctx = {}) const;
   // hidden (B, T, C), or its shard (B, T/tp, C) with sequence parallelism ->
@@ -180,6 +186,9 @@ class TensorParallelGpt : public nn::Module {
 
  private:
   Tensor block_forward(int64_t i, const Tensor& x, const nn::ForwardContext& ctx) const;
+  // head_loss with `norm` in ln_f's place (a prediction module's ln_out).
+  Tensor head_loss_after(const nn::LayerNorm& norm, const Tensor& hidden,
+                         const Tensor& targets) const;
   // embed() on this rank's chunk of the ids (all of them without context
   // parallelism).
   Tensor embed_chunk(const Tensor& ids, const nn::ForwardContext& ctx) const;
@@ -239,7 +248,15 @@ class TensorParallelGpt : public nn::Module {
   std::shared_ptr<VocabParallelEmbedding> head_;
   std::shared_ptr<nn::Embedding> wpe_;
   StagePlan plan_;
-  std::map<int64_t, Layer> layers_;
+  std::map<int64_t, Layer> layers_;  // (prediction modules' blocks from n_layer on)
+  // A multi-token-prediction module (model.mtp_layers; last stage): its
+  // block is layers_[layer].
+  struct Mtp {
+    std::shared_ptr<nn::LayerNorm> ln_embed, ln_hidden, ln_out;
+    std::shared_ptr<nn::Linear> eh_proj;
+    int64_t layer = 0;
+  };
+  std::vector<Mtp> mtp_;
   std::shared_ptr<nn::LayerNorm> ln_f_;
   std::map<std::string, ShardSpec> specs_;
   std::map<std::string, Shape> full_shapes_;  // every parameter's unsharded shape
