@@ -370,6 +370,52 @@ TEST_F(Gpt2Parity, LlamaStyleModelLogitsAndGradients) {
   expect_step_zero_matches(hf, ref_, "llama.");
 }
 
+// Multi-token prediction (DeepSeek-V3's MTP modules, written out in PyTorch
+// from the paper: eh_proj over [ln_embed(Emb(t_{i+k})) | ln_hidden(h)], a
+// block, ln_out and the shared head predicting t_{i+k+1}): on the
+// LLaMA-style model with two modules weighed 0.3 and on GPT-2's with one
+// weighed 0.1, the loss is the next token's, each depth's loss is the
+// reference's, and every gradient is the whole objective's.
+TEST_F(Gpt2Parity, MultiTokenPredictionLossesAndGradients) {
+  for (const std::string name : {"mtp_llama", "mtp_gpt2"}) {
+    SCOPED_TRACE(name);
+    nn::GptConfig cfg = name == "mtp_llama" ? llama_style() : model_cfg_;
+    cfg.mtp_layers = cfg_[name]["layers"];
+    cfg.mtp_loss_weight = cfg_[name]["weight"];
+    nn::Gpt model(cfg, 1);
+    io::load_gpt2_safetensors(model, ref_dir() + "/" + name + "_model.safetensors");
+    const std::string prefix = name + ".";
+    const Tensor ids = cast(ref_.at("input_ids"), DType::I64);
+    const Tensor targets = cast(ref_.at("targets"), DType::I64);
+    nn::ForwardContext ctx;
+    ctx.mtp_stats = std::make_shared<nn::MtpStats>();
+    const Tensor loss = model.loss(ids, targets, ctx);
+    const double ref_loss = item(ref_.at(prefix + "loss"));
+    EXPECT_NEAR(item(loss), ref_loss, 1e-6 * ref_loss);
+    const std::vector<double> depths = ctx.mtp_stats->host_sums(cfg.mtp_layers);
+    const std::vector<double> want = to_double_vector(ref_.at(prefix + "mtp_losses"));
+    ASSERT_EQ(depths.size(), want.size());
+    for (size_t k = 0; k < want.size(); ++k) EXPECT_NEAR(depths[k], want[k], 1e-6 * want[k]) << k;
+    autograd::backward({loss});
+    nn::StateDict g;
+    int trainable = 0;
+    for (auto& [n, p] : model.named_parameters()) {
+      g[n] = p.grad();
+      ++trainable;
+    }
+    int checked = 0;
+    for (auto& [n, grad] : io::triad_to_gpt2(g)) {
+      const auto a = to_double_vector(grad), b = to_double_vector(ref_.at(prefix + "grad." + n));
+      ASSERT_EQ(a.size(), b.size()) << n;
+      for (size_t i = 0; i < a.size(); ++i)
+        ASSERT_NEAR(a[i], b[i], 1e-6 + 1e-4 * std::abs(b[i])) << n << "[" << i << "]";
+      ++checked;
+    }
+    EXPECT_EQ(checked, trainable);
+    EXPECT_GT(checked, 0);
+  }
+}
+
 // Qwen2's blocks: the LLaMA-style model with biases on q, k and v only
 // (model.qkv_bias) and a tied head, loaded from Hugging Face's
 // Qwen2ForCausalLM names and layout (separate q/k/v weights and biases, no

@@ -44,6 +44,10 @@ CONV1D = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_
 ROPE_THETA = 30.0  # large turns over 16 positions
 SWIGLU_FFN = 40  # the SwiGLU variant's hidden width F
 LLAMA_KV_HEADS = 2  # the LLaMA-style variant's key/value heads (grouped-query attention)
+# Multi-token prediction (DeepSeek-V3's MTP): the LLaMA-style model's two
+# modules, weighed 0.3, and GPT-2's one, weighed 0.1 (Megatron-LM's default).
+MTP_LLAMA = {"layers": 2, "weight": 0.3}
+MTP_GPT2 = {"layers": 1, "weight": 0.1}
 MISTRAL_WINDOW = 5  # the Mistral-style variant's sliding window: each query sees 5 keys
 QWEN3_HEAD_DIM = 12  # the Qwen3-style variant's heads: 4 x 12 = 48 wide, not d_model's 32
 MOE_FFN = 24  # the mixtures' experts' hidden width
@@ -234,8 +238,13 @@ class Gpt(torch.nn.Module):
                  gelu_exact=False, shared_norm=False, head_bias=False, mlp_bias=None,
                  interleaved_rope=False, moe=None, pre_norms=True, norm_affine=True,
                  clip_qkv=None, granite=None, norm_bias=True, logit_scale=None,
-                 nope_layers=(), mla=None):
+                 nope_layers=(), mla=None, mtp=None):
         super().__init__()
+        # DeepSeek-V3's multi-token prediction: dict(layers, weight) — module
+        # k (ln_embed, ln_hidden, eh_proj, a block as layer n_layer + k - 1
+        # would be, ln_out) predicts the token k + 1 ahead of the next
+        # through the shared head; mtp_losses gives each depth's loss.
+        self.mtp_cfg = mtp
         # DeepSeek-V3's multi-head latent attention, in Hugging Face's layout
         # (each query head's rope rows, and the shared key's, interleaved):
         # dict(kv_rank, q_rank (0: q_proj from x), nope, rope, v).
@@ -313,7 +322,8 @@ class Gpt(torch.nn.Module):
         if rope_theta is None:
             self.wpe = torch.nn.Embedding(c["seq_len"], C)
         self.h = torch.nn.ModuleList()
-        for _ in range(L):
+
+        def make_block(layer):
             b = torch.nn.Module()
             if pre_norms:
                 b.ln_1 = stream_norm()
@@ -349,7 +359,7 @@ class Gpt(torch.nn.Module):
             if not shared_norm and pre_norms:
                 b.ln_2 = stream_norm()
             b.mlp = torch.nn.Module()
-            if moe is not None and _ not in moe.get("dense", ()):
+            if moe is not None and layer not in moe.get("dense", ()):
                 b.mlp.router = torch.nn.Linear(C, moe["experts"], bias=False)
                 b.mlp.experts = torch.nn.ModuleList()
                 for _e in range(moe["experts"]):
@@ -372,10 +382,22 @@ class Gpt(torch.nn.Module):
             else:
                 b.mlp.c_fc = torch.nn.Linear(C, 2 * swiglu_ffn, bias=bias)
                 b.mlp.c_proj = torch.nn.Linear(swiglu_ffn, C, bias=bias)
-            self.h.append(b)
+            return b
+
+        for layer in range(L):
+            self.h.append(make_block(layer))
         self.ln_f = stream_norm()
         if not tie:  # Phi-2's has a bias
             self.lm_head = torch.nn.Linear(C, c["vocab_size"], bias=head_bias)
+        if mtp is not None:
+            self.mtp = torch.nn.ModuleList()
+            for k in range(1, mtp["layers"] + 1):
+                m = torch.nn.Module()
+                m.ln_embed, m.ln_hidden = stream_norm(), stream_norm()
+                m.eh_proj = torch.nn.Linear(2 * C, C, bias=False)
+                m.block = make_block(L + k - 1)
+                m.ln_out = stream_norm()
+                self.mtp.append(m)
         g = torch.Generator().manual_seed(20241121)
         for name, p in self.named_parameters():
             with torch.no_grad():
@@ -523,54 +545,72 @@ class Gpt(torch.nn.Module):
         return (att @ v).transpose(1, 2).reshape(B, T, NH * vd)
 
     def forward(self, idx):
-        self.aux, self.zl = [], []
-        B, T = idx.shape
-        C, NH, NKV = self.c["d_model"], self.c["n_head"], self.kv_heads
-        D = self.D
-        x = self.wte(idx)
-        if self.embed_scale is not None:
-            x = x * self.embed_scale
-        if self.granite is not None:
-            x = x * self.granite["embedding"]
-        if self.rope_theta is None:
-            x = x + self.wpe(torch.arange(T))
+        return self.head(self.ln_f(self.hidden(idx)))
+
+    def masks(self, T):
+        """Every layer's causal mask, and the windowed layers' (the window's
+        when there is one)."""
         full_mask = torch.tril(torch.ones(T, T, dtype=torch.bool))
         mask = full_mask
         if self.window is not None:  # query i sees keys i - window + 1 .. i
             offset = torch.arange(T)[:, None] - torch.arange(T)[None, :]
             mask = mask & (offset < self.window)
+        return full_mask, mask
+
+    def token_embeddings(self, idx):
+        x = self.wte(idx)
+        if self.embed_scale is not None:
+            x = x * self.embed_scale
+        if self.granite is not None:
+            x = x * self.granite["embedding"]
+        return x
+
+    def hidden(self, idx):
+        """The last block's output (before ln_f)."""
+        self.aux, self.zl = [], []
+        T = idx.shape[1]
+        x = self.token_embeddings(idx)
+        if self.rope_theta is None:
+            x = x + self.wpe(torch.arange(T))
+        full_mask, mask = self.masks(T)
         for layer, b in enumerate(self.h):
-            layer_mask = full_mask if layer in self.full_layers else mask
-            if self.mla is not None:
-                y = self.latent_attention(b.attn, b.ln_1(x), layer_mask)
-            else:
-                y = self.attention(b, x, layer, layer_mask)
-            post_attn = b.post_attn_norm if self.post_norms else (lambda t: t)
-            post_mlp = b.post_mlp_norm if self.post_norms else (lambda t: t)
-            attn_out = post_attn(b.attn.c_proj(y))
-            resid = 1.0 if self.granite is None else self.granite["residual"]
-            if resid != 1.0:  # as GraniteDecoderLayer scales each sublayer's output
-                attn_out = attn_out * resid
-            # Sequential: the MLP reads the attention's sum; parallel: x
-            # (through ln_1 again under the shared norm, as Phi's blocks).
-            if not self.pre_norms:  # OLMo 2's: the MLP reads the attention's sum itself
-                mlp_in = x + attn_out
-            elif self.shared_norm:
-                mlp_in = b.ln_1(x)
-            else:
-                mlp_in = b.ln_2(x) if self.parallel else b.ln_2(x + attn_out)
-            x = x + attn_out
-            if hasattr(b.mlp, "router"):
-                x = x + resid * post_mlp(self.moe_forward(b.mlp, mlp_in))
-            elif self.swiglu_ffn is None:
-                form = "none" if self.gelu_exact else "tanh"
-                x = x + resid * post_mlp(b.mlp.c_proj(F.gelu(b.mlp.c_fc(mlp_in), approximate=form)))
-            else:
-                gate, value = b.mlp.c_fc(mlp_in).chunk(2, dim=-1)
-                act = F.gelu(gate, approximate="tanh") if self.geglu else F.silu(gate)
-                x = x + resid * post_mlp(b.mlp.c_proj(act * value))
+            x = self.block_forward(b, x, layer, full_mask if layer in self.full_layers else mask)
+        return x
+
+    def block_forward(self, b, x, layer, layer_mask):
+        if self.mla is not None:
+            y = self.latent_attention(b.attn, b.ln_1(x), layer_mask)
+        else:
+            y = self.attention(b, x, layer, layer_mask)
+        post_attn = b.post_attn_norm if self.post_norms else (lambda t: t)
+        post_mlp = b.post_mlp_norm if self.post_norms else (lambda t: t)
+        attn_out = post_attn(b.attn.c_proj(y))
+        resid = 1.0 if self.granite is None else self.granite["residual"]
+        if resid != 1.0:  # as GraniteDecoderLayer scales each sublayer's output
+            attn_out = attn_out * resid
+        # Sequential: the MLP reads the attention's sum; parallel: x
+        # (through ln_1 again under the shared norm, as Phi's blocks).
+        if not self.pre_norms:  # OLMo 2's: the MLP reads the attention's sum itself
+            mlp_in = x + attn_out
+        elif self.shared_norm:
+            mlp_in = b.ln_1(x)
+        else:
+            mlp_in = b.ln_2(x) if self.parallel else b.ln_2(x + attn_out)
+        x = x + attn_out
+        if hasattr(b.mlp, "router"):
+            return x + resid * post_mlp(self.moe_forward(b.mlp, mlp_in))
+        if self.swiglu_ffn is None:
+            form = "none" if self.gelu_exact else "tanh"
+            return x + resid * post_mlp(b.mlp.c_proj(F.gelu(b.mlp.c_fc(mlp_in), approximate=form)))
+        gate, value = b.mlp.c_fc(mlp_in).chunk(2, dim=-1)
+        act = F.gelu(gate, approximate="tanh") if self.geglu else F.silu(gate)
+        return x + resid * post_mlp(b.mlp.c_proj(act * value))
+
+    def head(self, normed):
+        """Logits from the final norm's output (ln_f's, or a prediction
+        module's ln_out)."""
         head = self.wte.weight if not hasattr(self, "lm_head") else self.lm_head.weight
-        logits = self.ln_f(x) @ head.t()
+        logits = normed @ head.t()
         if hasattr(self, "lm_head") and self.lm_head.bias is not None:
             logits = logits + self.lm_head.bias
         if self.final_softcap is not None:  # as Gemma2ForCausalLM does
@@ -581,6 +621,25 @@ class Gpt(torch.nn.Module):
             logits = logits * self.logit_scale
         return logits
 
+    def mtp_losses(self, idx, y):
+        """DeepSeek-V3's multi-token prediction as its paper writes it: module
+        k's input at position i is eh_proj([ln_embed(Emb(t_{i+k})) |
+        ln_hidden(h^{k-1}_i)]), its block's output h^k_i goes through ln_out
+        and the shared head to predict t_{i+k+1}; positions without that
+        token score nothing. Each depth's mean cross entropy."""
+        T, V, L = idx.shape[1], self.c["vocab_size"], self.c["n_layer"]
+        full_mask, mask = self.masks(T)
+        h, losses = self.hidden(idx), []
+        for k, m in enumerate(self.mtp, start=1):
+            ahead = torch.cat([idx[:, k:], torch.zeros_like(idx[:, :k])], dim=1)
+            x = m.eh_proj(torch.cat([m.ln_embed(self.token_embeddings(ahead)), m.ln_hidden(h)], -1))
+            layer = L + k - 1
+            h = self.block_forward(m.block, x, layer,
+                                   full_mask if layer in self.full_layers else mask)
+            target = torch.cat([y[:, k:], torch.full_like(y[:, :k], -100)], dim=1)
+            losses.append(F.cross_entropy(self.head(m.ln_out(h)).reshape(-1, V), target.reshape(-1),
+                                          ignore_index=-100))
+        return losses
 
 def gpt2_layout(name, t):
     t = t.detach().contiguous()
@@ -1594,7 +1653,9 @@ def continuation_scores(model, prefix, ref):
 def record_step_zero(model, x, y, prefix, ref):
     """The logits, loss and every gradient of one micro-batch, under prefix
     (a mixture's gradients those of the loss plus coef times its layers'
-    balance losses, which are recorded too)."""
+    balance losses, which are recorded too; with multi-token prediction
+    those of the loss plus weight / depths times the depths' losses, also
+    recorded)."""
     logits = model(x)
     loss = F.cross_entropy(logits.reshape(-1, CFG["vocab_size"]), y.reshape(-1))
     objective = loss
@@ -1603,6 +1664,10 @@ def record_step_zero(model, x, y, prefix, ref):
             model.moe.get("z", 0.0) * sum(model.zl)
         ref[prefix + "balance"] = torch.stack([a.detach() for a in model.aux])
         ref[prefix + "z_loss"] = torch.stack([z.detach() for z in model.zl])
+    if model.mtp_cfg is not None:  # the objective gains weight / depths times their sum
+        depths = model.mtp_losses(x, y)
+        objective = objective + model.mtp_cfg["weight"] / len(depths) * sum(depths)
+        ref[prefix + "mtp_losses"] = torch.stack([d.detach() for d in depths])
     objective.backward()
     ref[prefix + "logits"], ref[prefix + "loss"] = logits, loss.reshape(1)
     for n, p in model.named_parameters():  # (an expert no token chose: zeros, as Triad's)
@@ -1763,6 +1828,17 @@ def main():
     ref["muon.losses"] = torch.tensor(muon_losses, dtype=torch.float64)
     ref["muon.grad_norms"] = torch.tensor(muon_norms, dtype=torch.float64)
     record_step_zero(llama, x, y, "llama.", ref)
+    # Multi-token prediction on the LLaMA-style model and on GPT-2's: the
+    # loss (the next token's), each depth's and the gradients of the whole
+    # objective.
+    for name, mtp, kwargs in (
+            ("mtp_llama", MTP_LLAMA, dict(rope_theta=ROPE_THETA, swiglu_ffn=SWIGLU_FFN,
+                                          rms_norm=True, bias=False, tie=False,
+                                          kv_heads=LLAMA_KV_HEADS)),
+            ("mtp_gpt2", MTP_GPT2, {})):
+        predicting = Gpt(CFG, mtp=mtp, **kwargs)
+        save_model(predicting, os.path.join(out, name + "_model.safetensors"))
+        record_step_zero(predicting, x, y, name + ".", ref)
     # LLaMA 3.1's: the LLaMA-style model with RoPE scaling, step 0.
     llama31 = Gpt(CFG, ROPE_THETA, SWIGLU_FFN, rms_norm=True, bias=False, tie=False,
                   kv_heads=LLAMA_KV_HEADS, rope_scaling=LLAMA3_SCALING)
@@ -2160,6 +2236,7 @@ def main():
     with open(os.path.join(out, "config.json"), "w") as f:
         json.dump({"model": CFG, "train": TRAIN, "rope_theta": ROPE_THETA, "swiglu_ffn": SWIGLU_FFN,
                    "llama_kv_heads": LLAMA_KV_HEADS, "mistral_window": MISTRAL_WINDOW,
+                   "mtp_llama": MTP_LLAMA, "mtp_gpt2": MTP_GPT2,
                    "llama3_scaling": LLAMA3_SCALING, "yarn_scaling": YARN_SCALING,
                    "longrope_scaling": LONGROPE_SCALING,
                    "longrope_short_scaling": LONGROPE_SHORT_SCALING,
