@@ -707,14 +707,6 @@ void validate(const Config& c, bool min_lr_given) {
     throw ConfigError("parallel.sequence_parallel needs parallel.tp > 1");
   }
   if (c.model.mtp_layers > 0) {
-    // The prediction modules sit beside the head, which needs the token
-    // embedding there too: on a pipeline's last stage only a tied head has it.
-    if (c.parallel.pp > 1) {
-      throw ConfigError("model.mtp_layers (" + std::to_string(c.model.mtp_layers) +
-                        ") with parallel.pp " + std::to_string(c.parallel.pp) +
-                        ": multi-token prediction is not supported under pipeline parallelism yet "
-                        "(tp, cp, ep and dp are)");
-    }
     if (c.model.lora.rank > 0) {
       throw ConfigError(
           "model.mtp_layers with model.lora: multi-token prediction trains with the model "

@@ -464,7 +464,7 @@ Trainer::Trainer(Config config, dist::ProcessGroupPtr world)
     // Gradients still changed after backward are reduced last: the tied
     // embedding (summed across stages) and sequence-parallel partial sums.
     std::set<std::string> late;
-    if (pp_model_ && config_.model.tie_embeddings) late.insert("wte.weight");
+    if (pp_model_ && config_.model.head_reads_token_embedding()) late.insert("wte.weight");
     std::map<std::string, tp::ShardSpec> specs;
     // Each parameter's elements that another TP rank holds too.
     std::map<std::string, std::vector<std::pair<int64_t, int64_t>>> repeated;
@@ -1507,6 +1507,7 @@ double Trainer::forward_backward(int64_t index, double* bubble) {
     const auto start = std::chrono::steady_clock::now();
     nn::ForwardContext ctx{true, t.seed, call};
     ctx.moe_stats = moe_stats_;
+    ctx.mtp_stats = mtp_stats_;
     pipeline::PipelineStepResult r = executor.run(batches, ctx, scaler_ ? scaler_->scale() : 1.0);
     const double wall =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

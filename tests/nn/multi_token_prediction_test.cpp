@@ -202,7 +202,6 @@ TEST(MultiTokenPrediction, SettingsOutOfRangeAreNamed) {
   expect_error({"model.mtp_layers=-1"}, "model.mtp_layers (-1)");
   expect_error({"model.mtp_layers=32"}, "below model.seq_len (32)");
   expect_error({"model.mtp_layers=1", "model.mtp_loss_weight=-0.5"}, "model.mtp_loss_weight");
-  expect_error({"model.mtp_layers=1", "parallel.pp=2"}, "not supported under pipeline");
   expect_error({"model.mtp_layers=1", "model.lora={rank: 4}"}, "model.lora");
   // (The config writes them back.)
   const train::Config c = train::parse_config(R"(

@@ -253,6 +253,10 @@ struct GptConfig {
   // use none of them. 0: none.
   int64_t mtp_layers = 0;
   double mtp_loss_weight = 0.1;
+  // Whether the head's end of the model reads the token embedding too (a
+  // tied head, or the prediction modules' lookups): a pipeline's last stage
+  // then holds a copy of wte, its gradient summed with the first stage's.
+  bool head_reads_token_embedding() const { return tie_embeddings || mtp_layers > 0; }
   // Low-rank adapters (config key model.lora; Hu et al., 2021, "LoRA"):
   // each targeted linear layer y = W x + b gains A (rank x in) and B (out x
   // rank) and computes W x + b + (alpha / rank) B A x. B starts at zero, so

@@ -122,8 +122,8 @@ PipelineModel::PipelineModel(const nn::GptConfig& cfg, uint64_t seed, PipelineGr
     plan.head = stage == num_stages() - 1;
     // The V placement's rank 0 holds the first stage (chunk 0, built
     // already) and the last: a tied head there is the embedding itself.
-    const bool share =
-        plan.head && !plan.embedding && cfg.tie_embeddings && rank_at(placement_, p_, 0) == rank_;
+    const bool share = plan.head && !plan.embedding && cfg.head_reads_token_embedding() &&
+                       rank_at(placement_, p_, 0) == rank_;
     chunks_.push_back(share ? std::make_shared<tp::TensorParallelGpt>(
                                   cfg, seed, groups_.tp, sequence_parallel, plan,
                                   chunks_.front()->token_embedding_module(), groups_.ep, groups_.cp,
@@ -168,7 +168,8 @@ void PipelineModel::zero_grad() const {
 }
 
 void PipelineModel::reduce_tied_embedding_grads() const {
-  if (!groups_.embedding || !cfg_.tie_embeddings) return;  // (an untied head: nothing shared)
+  // (An untied head without prediction modules: nothing shared.)
+  if (!groups_.embedding || !cfg_.head_reads_token_embedding()) return;
   if (rank_at(placement_, p_, 0) == rank_at(placement_, p_, num_stages() - 1)) return;
   for (const auto& c : chunks_) {
     if (!c->plan().embedding && !c->plan().head) continue;
@@ -612,7 +613,7 @@ PipelineStepResult PipelineExecutor::run(const std::vector<data::Batch>& micro,
           }
           for (int64_t i : chunk.plan().layers) x = chunk.block(i, x, cctx);
           if (stage == S - 1) {
-            losses[k] = chunk.head_loss(x, micro[mb].targets);
+            losses[k] = chunk.head_objective(x, micro[mb].inputs, micro[mb].targets, cctx);
           } else {
             outputs[k] = x;
             if (schedule_.rank_of(stage + 1) == r)

@@ -76,13 +76,14 @@ TensorParallelGpt::TensorParallelGpt(const nn::GptConfig& cfg, uint64_t seed,
       plan_(std::move(plan)) {
   if (experts && experts->size() > 1) expert_group_ = std::move(experts);
   if (context && context->size() > 1) cp_ = std::move(context);
-  if (!embedding || !plan_.head || plan_.embedding || !cfg_.tie_embeddings) {
+  if (!embedding || !plan_.head || plan_.embedding || !cfg_.head_reads_token_embedding()) {
     throw ValueError(
         "TensorParallelGpt: a shared token embedding goes only to a last stage without the "
-        "embedding whose head is tied to it (embedding " +
+        "embedding whose head is tied to it or whose prediction modules read it (embedding " +
         std::string(embedding ? "given" : "missing") + ", head " + (plan_.head ? "yes" : "no") +
         ", first stage " + (plan_.embedding ? "yes" : "no") + ", tie_embeddings " +
-        (cfg_.tie_embeddings ? "true" : "false") + ")");
+        (cfg_.tie_embeddings ? "true" : "false") + ", mtp_layers " +
+        std::to_string(cfg_.mtp_layers) + ")");
   }
   build(seed, std::move(embedding));
 }
@@ -133,7 +134,7 @@ void TensorParallelGpt::build(uint64_t seed, std::shared_ptr<VocabParallelEmbedd
     }
     experts_ = std::make_shared<ep::ExpertParallel>(cfg_.moe.experts, expert_group_);
   }
-  if (plan_.embedding || (plan_.head && cfg_.tie_embeddings)) {
+  if (plan_.embedding || (plan_.head && cfg_.head_reads_token_embedding())) {
     wte_ = register_module("wte", embedding ? std::move(embedding)
                                             : std::make_shared<VocabParallelEmbedding>(
                                                   cfg_.vocab_size, C, group_, sp_));
@@ -979,8 +980,15 @@ Tensor TensorParallelGpt::loss(const Tensor& ids, const Tensor& targets,
   const nn::ForwardContext ctx = with_documents(ids, in);
   Tensor x = embed(ids, ctx);
   for (int64_t i : plan_.layers) x = block(i, x, ctx);
-  Tensor loss = head_loss(x, targets);
+  return head_objective(x, ids, targets, ctx);
+}
+
+Tensor TensorParallelGpt::head_objective(const Tensor& hidden, const Tensor& ids,
+                                         const Tensor& targets,
+                                         const nn::ForwardContext& ctx) const {
+  Tensor loss = head_loss(hidden, targets);
   if (mtp_.empty() || !ctx.training) return loss;
+  const Tensor& x = hidden;
   const std::vector<Tensor> depths = mtp_losses(x, ids, targets, ctx);
   if (ctx.mtp_stats) ctx.mtp_stats->record(depths);
   Tensor sum = depths[0];

@@ -110,6 +110,12 @@ class TensorParallelGpt : public nn::Module {
   // With model.mtp_layers, while training, the multi-token-prediction
   // modules' losses join the gradient as nn::Gpt::loss's do.
   Tensor loss(const Tensor& ids, const Tensor& targets, const nn::ForwardContext& ctx = {}) const;
+  // The last stage's loss: head_loss of hidden (the last block's output)
+  // against targets, with model.mtp_layers, while training, carrying the
+  // prediction modules' losses as loss() does; ids (B, T) are the
+  // micro-batch's inputs and ctx its with_documents'.
+  Tensor head_objective(const Tensor& hidden, const Tensor& ids, const Tensor& targets,
+                        const nn::ForwardContext& ctx) const;
   // Multi-token prediction's loss at each depth (nn::Gpt::mtp_losses) for
   // hidden, the last block's output, on ids under ctx (with_documents').
   std::vector<Tensor> mtp_losses(const Tensor& hidden, const Tensor& ids, const Tensor& targets,
