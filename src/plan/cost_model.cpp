@@ -752,7 +752,10 @@ Estimate price(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int globa
     for (int ch = 0; ch < p.vpp; ++ch) {
       const int st = pipeline::stage_at(placement, p.pp, r, ch);
       const int64_t n = counts[st];
-      const int64_t kept = std::clamp<int64_t>(stage_start[st] + n - backward_from, 0, n);
+      // (The last stage's prediction modules, model.mtp_layers, keep their
+      // blocks' activations beside its layers'.)
+      const int64_t kept = std::clamp<int64_t>(stage_start[st] + n - backward_from, 0, n) +
+                           (st == S - 1 ? m.mtp_layers : 0);
       widest[r] = std::max(widest[r], kept);
     }
   }
@@ -831,12 +834,27 @@ Estimate price(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int globa
       y.tp_hidden += x.tp_hidden;
     }
   }
+  // Multi-token prediction (model.mtp_layers): on the last stage each
+  // module's block (priced as layer n_layer + k - 1, all of it training),
+  // its eh_proj (2h -> h, whole on every TP rank: each rank's tokens under
+  // sequence parallelism) and another pass through the head and its loss.
+  Layer mtp{};
+  if (m.mtp_layers > 0) {
+    const double tokens = b * s / p.cp / (p.sequence_parallel ? t : 1.0);
+    const LinearTimes eh = linear_times(tokens, 2.0 * h, h, c);
+    for (int64_t k = 1; k <= m.mtp_layers; ++k) {
+      const Layer x = layer_of(layer_cost(m, c, p, m.n_layer + k - 1, LayerTraining{}));
+      mtp.f += x.f + eh.fwd + H.fwd;
+      mtp.bi += x.bi + eh.dx + H.bwd_input;
+      mtp.bw += x.bw + eh.dw + H.bwd_weight - head_hidden;
+    }
+  }
   std::vector<double> sf(S), sbi(S), sbw(S);
   for (int st = 0; st < S; ++st) {
     const bool head = st == S - 1;
-    sf[st] = stage[st].f + (head ? H.fwd : 0.0);
-    sbi[st] = stage[st].bi + (head ? H.bwd_input : 0.0);
-    sbw[st] = stage[st].bw + (head ? H.bwd_weight - head_hidden : 0.0);
+    sf[st] = stage[st].f + (head ? H.fwd + mtp.f : 0.0);
+    sbi[st] = stage[st].bi + (head ? H.bwd_input + mtp.bi : 0.0);
+    sbw[st] = stage[st].bw + (head ? H.bwd_weight - head_hidden + mtp.bw : 0.0);
   }
   // The busiest rank's work per microbatch (its stages' F, B and W) sets
   // the pace; the breakdown is of its layers.
@@ -943,21 +961,31 @@ Estimate price(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int globa
   // Each rank's blocks (a mixture's router whole on every TP rank), and of
   // them the experts (reduced over their own replicas under expert
   // parallelism).
+  // (The last stage's prediction modules, model.mtp_layers: each a block,
+  // eh_proj and three norms, these whole on every TP rank.)
+  const double norm_size =
+      static_cast<double>((m.norm_weights() ? 1 : 0) + (m.norm_biases() ? 1 : 0)) * h;
   double body = 0, experts_held = 0;
   for (int r = 0; r < p.pp; ++r) {
     double held = 0, experts = 0;
+    auto hold_block = [&](int64_t i) {
+      held += static_cast<double>(m.block_parameters(i)) / t + shared_kv + latent_whole;
+      if (m.moe_layer(i)) {
+        held += static_cast<double>(m.moe.experts) * h * (1.0 - 1.0 / t);
+        // Expert parallelism: 1/ep of the experts.
+        const double all = static_cast<double>(m.moe.experts) * h *
+                           static_cast<double>(m.expert_fc_width() + m.expert_ffn()) / t;
+        held -= all * (1.0 - 1.0 / p.ep);
+        experts += all / p.ep;
+      }
+    };
     for (int ch = 0; ch < p.vpp; ++ch) {
       const int st = pipeline::stage_at(placement, p.pp, r, ch);
-      for (int64_t i = stage_start[st]; i < stage_start[st] + counts[st]; ++i) {
-        held += static_cast<double>(m.block_parameters(i)) / t + shared_kv + latent_whole;
-        if (m.moe_layer(i)) {
-          held += static_cast<double>(m.moe.experts) * h * (1.0 - 1.0 / t);
-          // Expert parallelism: 1/ep of the experts.
-          const double all = static_cast<double>(m.moe.experts) * h *
-                             static_cast<double>(m.expert_fc_width() + m.expert_ffn()) / t;
-          held -= all * (1.0 - 1.0 / p.ep);
-          experts += all / p.ep;
-        }
+      for (int64_t i = stage_start[st]; i < stage_start[st] + counts[st]; ++i) hold_block(i);
+      if (st != S - 1) continue;
+      for (int64_t k = 1; k <= m.mtp_layers; ++k) {
+        hold_block(m.n_layer + k - 1);
+        held += 2.0 * h * h + 3.0 * norm_size;
       }
     }
     if (held > body) body = held, experts_held = experts;
@@ -967,7 +995,10 @@ Estimate price(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int globa
   // both an untied head and the table, or the one tied table).
   const double table = V * h / t;
   const bool both_ends = p.pp == 1 || pipeline::placement_of(p.schedule) == pipeline::Placement::V;
-  const double embedding = (!m.tie_embeddings && both_ends ? 2.0 : 1.0) * table;
+  // (With prediction modules the last stage holds a copy of the table
+  // beside an untied head.)
+  const double embedding =
+      (!m.tie_embeddings && (both_ends || m.mtp_layers > 0) ? 2.0 : 1.0) * table;
   const double positions = m.rotary() ? 0.0 : s * h;  // the learned table, first stage
   const double params = body + embedding + positions;
   // The parameters that train, which have gradients and optimizer state:
@@ -1068,10 +1099,11 @@ Estimate price(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int globa
       if (p.muon) e.dp_comm_time += reduction(trained * muon_share, 4.0, 1.0);
     }
   }
-  // Tied embeddings: first and last stage all-reduce the embedding gradient
-  // (unless they are one rank's).
+  // Tied embeddings (or prediction modules' copy of the table): first and
+  // last stage all-reduce the embedding gradient (unless they are one
+  // rank's).
   double embedding_sync = 0;
-  if (!both_ends && m.tie_embeddings) {
+  if (!both_ends && m.head_reads_token_embedding()) {
     embedding_sync = ring_time(table * 4.0, 1.0, 2, c.inter_bandwidth_per_gpu(), c.inter_latency,
                                c.collective_efficiency);
   }
@@ -1196,8 +1228,8 @@ Estimate price(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int globa
   // values for backward: for each of the rank's two half-chunks those of
   // the sequence up to its end, (2cp + 1) half-chunks in all, cp - 1/2
   // chunks more than its own (this rank's heads' width).
-  const double kv_width = static_cast<double>(m.qkv_width_per_rank(p.tp)) -
-                          static_cast<double>(m.q_width()) / p.tp;
+  const double kv_width =
+      static_cast<double>(m.qkv_width_per_rank(p.tp)) - static_cast<double>(m.q_width()) / p.tp;
   const double gathered_kv =
       p.cp > 1 && cp::resolve_exchange(p.cp_exchange, m, p.tp, p.cp) == cp::Exchange::AllGather
           ? sbh * (p.cp - 0.5) * 2.0 * kv_width / h
@@ -1209,8 +1241,9 @@ Estimate price(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int globa
                    gathered_kv;  // one rebuilt
   }
   // bf16 logits of one micro-batch; backward writes their gradient over
-  // them (linear_head_loss), so there is no second buffer.
-  activations += b * s / p.cp * V / t * 2.0;
+  // them (linear_head_loss), so there is no second buffer. Each prediction
+  // module keeps logits of its own until backward.
+  activations += static_cast<double>(1 + m.mtp_layers) * b * s / p.cp * V / t * 2.0;
   e.activation_bytes = activations;
   e.memory_bytes = e.weights_bytes + e.gradient_bytes + e.optimizer_bytes + e.activation_bytes +
                    c.reserved_bytes;

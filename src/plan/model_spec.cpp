@@ -95,6 +95,10 @@ nn::GptConfig parse_model_spec(const std::string& yaml_text, const std::string& 
   option("norm_bias", "true or false", [&](const YAML::Node& v) { c.norm_bias = v.as<bool>(); });
   option("clip_qkv", "a number >= 0 (0: none)",
          [&](const YAML::Node& v) { c.clip_qkv = v.as<double>(); });
+  option("mtp_layers", "an integer >= 0",
+         [&](const YAML::Node& v) { c.mtp_layers = v.as<int64_t>(); });
+  option("mtp_loss_weight", "a number >= 0",
+         [&](const YAML::Node& v) { c.mtp_loss_weight = v.as<double>(); });
   option("residual_multiplier", "a positive number",
          [&](const YAML::Node& v) { c.residual_multiplier = v.as<double>(); });
   option("logit_scale", "a positive number",
@@ -262,6 +266,8 @@ nn::GptConfig parse_model_spec(const std::string& yaml_text, const std::string& 
                                                  "norm_affine",
                                                  "norm_bias",
                                                  "clip_qkv",
+                                                 "mtp_layers",
+                                                 "mtp_loss_weight",
                                                  "residual_multiplier",
                                                  "logit_scale",
                                                  "post_norms",
@@ -281,11 +287,6 @@ nn::GptConfig parse_model_spec(const std::string& yaml_text, const std::string& 
                                                  "attention_deterministic"};
   for (auto it = model.begin(); it != model.end(); ++it) {
     const std::string k = it->first.as<std::string>();
-    if (k == "mtp_layers" || k == "mtp_loss_weight") {
-      throw ConfigError(source + ": model." + k +
-                        " (multi-token prediction) is not priced by the planner yet; plan the "
-                        "model without it");
-    }
     if (std::find(kKeys.begin(), kKeys.end(), k) == kKeys.end()) {
       std::string allowed;
       for (const auto& key : kKeys) allowed += (allowed.empty() ? "" : ", ") + key;

@@ -872,6 +872,51 @@ TEST(CostModel, FusedAttentionStoresNoScoresAndSkipsMaskedTiles) {
 // microbatch, adds the exchanges of q, k, v and the output (priced with
 // tp's collectives), and reduces gradients over the same dp * cp ranks.
 // The planner tries it when asked. Bad layouts name the numbers.
+// Multi-token prediction (model.mtp_layers) on the last stage: each module's
+// block, eh_proj and three norms in the weights (and, beside an untied
+// head, a copy of the token table), its block's activations and logits of
+// its own, its work in the last stage's passes; stage_layers auto moves
+// layers off the last stage for it.
+TEST(CostModel, PricesMultiTokenPredictionOnTheLastStage) {
+  const ClusterSpec c = selene();
+  nn::GptConfig m = gpt(8, 16, 2048);
+  m.tie_embeddings = false;
+  nn::GptConfig predicting = m;
+  predicting.mtp_layers = 1;
+  ParallelConfig p = layout(2, 4, 2, 1, Recompute::None);
+  p.attention = Attention::Flash;
+  const Estimate none = estimate(m, c, 16, 64, p), one = estimate(predicting, c, 16, 64, p);
+  const double h = 2048, t = 2;
+  const double added = static_cast<double>(m.block_parameters(m.n_layer)) / t + 2 * h * h +
+                       3 * 2 * h + static_cast<double>(m.vocab_size) * h / t;
+  EXPECT_NEAR(one.weights_bytes - none.weights_bytes, 2.0 * added, 1e-6 * none.weights_bytes);
+  EXPECT_GT(one.activation_bytes, none.activation_bytes);
+  // The last stage (two layers and the head before) gains a layer's work
+  // and the head's again: the pipeline runs at its pace.
+  EXPECT_GT(one.step_time, none.step_time * 1.2);
+  EXPECT_GT(one.model_flops_per_step, none.model_flops_per_step);
+  // A tied head already has its table on the last stage.
+  nn::GptConfig tied = predicting;
+  tied.tie_embeddings = true;
+  nn::GptConfig tied_none = m;
+  tied_none.tie_embeddings = true;
+  EXPECT_NEAR(estimate(tied, c, 16, 64, p).weights_bytes -
+                  estimate(tied_none, c, 16, 64, p).weights_bytes,
+              2.0 * (added - static_cast<double>(m.vocab_size) * h / t), 1e-6 * none.weights_bytes);
+  // Balanced stages give the last one fewer layers.
+  nn::GptConfig deep = gpt(24, 16, 2048), deep_predicting = deep;
+  deep_predicting.mtp_layers = 1;
+  const std::vector<int64_t> plain = pipeline::balanced_stage_layers(deep, 4, 1);
+  const std::vector<int64_t> balanced = pipeline::balanced_stage_layers(deep_predicting, 4, 1);
+  EXPECT_LT(balanced.back(), plain.back());
+  // The planner reads the keys.
+  const nn::GptConfig spec = parse_model_spec(
+      "n_layer: 2\nn_head: 2\nd_model: 16\nvocab_size: 64\nseq_len: 32\nmtp_layers: 2\n"
+      "mtp_loss_weight: 0.2\n");
+  EXPECT_EQ(spec.mtp_layers, 2);
+  EXPECT_EQ(spec.mtp_loss_weight, 0.2);
+}
+
 TEST(CostModel, ContextParallelismSharesEachSequenceOut) {
   const ClusterSpec c = selene();
   nn::GptConfig m = gpt(8, 32, 4096);

@@ -33,6 +33,14 @@ StageWork stage_work(const nn::GptConfig& cfg, bool full_recompute) {
     work.layer.push_back(passes * ((cfg.moe_layer(i) ? moe : dense) + 4.0 * keys * q));
   }
   work.head = 3.0 * 2.0 * h * static_cast<double>(cfg.vocab_size);
+  // Multi-token prediction's modules run beside the head: each a block (as
+  // layer n_layer + k - 1), eh_proj (2h -> h) and the head again.
+  for (int64_t k = 1; k <= cfg.mtp_layers; ++k) {
+    const int64_t i = cfg.n_layer + k - 1, window = cfg.window_of(i);
+    const double keys = window > 0 ? std::min(s, static_cast<double>(window)) : s;
+    work.head += passes * ((cfg.moe_layer(i) ? moe : dense) + 4.0 * keys * q) +
+                 3.0 * 2.0 * (2.0 * h * h) + 3.0 * 2.0 * h * static_cast<double>(cfg.vocab_size);
+  }
   return work;
 }
 

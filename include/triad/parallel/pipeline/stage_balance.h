@@ -17,7 +17,9 @@ namespace triad::pipeline {
 // What one token costs each stage's work in training (forward + backward,
 // FLOPs): layer i (its products and its attention scores over its window;
 // one more forward under full recomputation) and the head (its product;
-// the loss itself is a few passes over the logits and is left out).
+// the loss itself is a few passes over the logits and is left out; with
+// model.mtp_layers each prediction module's block, eh_proj and head pass
+// too, all on the last stage).
 struct StageWork {
   std::vector<double> layer;  // n_layer entries
   double head = 0;
