@@ -1254,12 +1254,17 @@ Tensor Gpt::loss(const Tensor& ids, const Tensor& targets, const ForwardContext&
   Tensor loss = linear_cross_entropy(scale_for_head(cfg_, ln_f_->forward(hidden)), head_weight(),
                                      targets, -100, cfg_.final_logit_softcap, head_bias());
   if (mtp_.empty() || !ctx.training) return loss;
-  const std::vector<Tensor> depths = mtp_losses(hidden, ids, targets, ctx);
+  return with_mtp_losses(cfg_, loss, mtp_losses(hidden, ids, targets, ctx), ctx);
+}
+
+Tensor with_mtp_losses(const GptConfig& cfg, const Tensor& loss, const std::vector<Tensor>& depths,
+                       const ForwardContext& ctx) {
+  if (depths.empty()) return loss;
   if (ctx.mtp_stats) ctx.mtp_stats->record(depths);
   Tensor sum = depths[0];
   for (size_t k = 1; k < depths.size(); ++k) sum = add(sum, depths[k]);
   return attach_loss(loss, sum,
-                     cfg_.mtp_loss_weight / static_cast<double>(cfg_.mtp_layers) * ctx.loss_grad);
+                     cfg.mtp_loss_weight / static_cast<double>(depths.size()) * ctx.loss_grad);
 }
 
 std::vector<Tensor> Gpt::mtp_losses(const Tensor& hidden, const Tensor& ids, const Tensor& targets,

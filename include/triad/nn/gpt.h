@@ -800,6 +800,13 @@ int64_t expert_bias_layer(const GptConfig& cfg, const std::string& name);
 Tensor mtp_ahead(const Tensor& ids, int64_t k);
 Tensor mtp_targets(const Tensor& targets, const Tensor& doc_starts, int64_t k);
 
+// The next-token loss carrying the prediction modules' losses `depths`
+// (one per module) into backward: its value unchanged, their sum joining
+// its gradient with weight cfg.mtp_loss_weight / depths * ctx.loss_grad
+// (attach_loss); ctx.mtp_stats records them.
+Tensor with_mtp_losses(const GptConfig& cfg, const Tensor& loss, const std::vector<Tensor>& depths,
+                       const ForwardContext& ctx);
+
 // Multi-token prediction module k (DeepSeek-V3's MTP module; k from 1 to
 // model.mtp_layers): from the previous depth's hidden states h (B, T, C;
 // the blocks' output for k = 1) and the token embeddings e (B, T, C) of the

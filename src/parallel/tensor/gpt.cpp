@@ -986,15 +986,9 @@ Tensor TensorParallelGpt::loss(const Tensor& ids, const Tensor& targets,
 Tensor TensorParallelGpt::head_objective(const Tensor& hidden, const Tensor& ids,
                                          const Tensor& targets,
                                          const nn::ForwardContext& ctx) const {
-  Tensor loss = head_loss(hidden, targets);
+  const Tensor loss = head_loss(hidden, targets);
   if (mtp_.empty() || !ctx.training) return loss;
-  const Tensor& x = hidden;
-  const std::vector<Tensor> depths = mtp_losses(x, ids, targets, ctx);
-  if (ctx.mtp_stats) ctx.mtp_stats->record(depths);
-  Tensor sum = depths[0];
-  for (size_t k = 1; k < depths.size(); ++k) sum = add(sum, depths[k]);
-  return attach_loss(loss, sum,
-                     cfg_.mtp_loss_weight / static_cast<double>(cfg_.mtp_layers) * ctx.loss_grad);
+  return nn::with_mtp_losses(cfg_, loss, mtp_losses(hidden, ids, targets, ctx), ctx);
 }
 
 std::vector<Tensor> TensorParallelGpt::mtp_losses(const Tensor& hidden, const Tensor& ids,
