@@ -1349,6 +1349,66 @@ void read_gpt2_weights(const std::string& path, const std::map<std::string, Shap
     check_part(path, part, expected, b, llama);
     consume(std::move(part));
   }
+  // The model's multi-token-prediction modules (mtp.K.*) from the file's
+  // own prediction layers, when it has them in Hugging Face's layout
+  // (DeepSeek-V3's and GLM-4.5's num_nextn_predict_layers, after its
+  // blocks): each layer's block read as the blocks are, and its enorm,
+  // hnorm, eh_proj and shared_head.norm as ln_embed, ln_hidden, eh_proj and
+  // ln_out (its copies of the embedding and the head, embed_tokens and
+  // shared_head.head, are the model's own and stay behind).
+  int64_t modules = 0;
+  while (expected.count("mtp." + std::to_string(modules) + ".eh_proj.weight")) ++modules;
+  if (modules > 0 && predicting > 0 && !file_predicts) {
+    if (predicting < modules) {
+      throw IoError("GPT-2 weights '" + path + "': the file holds " + std::to_string(predicting) +
+                    " prediction layer(s) (num_nextn_predict_layers) but model.mtp_layers is " +
+                    std::to_string(modules));
+    }
+    static const std::map<std::string, std::string> kBeside = {
+        {"enorm.weight", "ln_embed.weight"},
+        {"hnorm.weight", "ln_hidden.weight"},
+        {"eh_proj.weight", "eh_proj.weight"},
+        {"shared_head.norm.weight", "ln_out.weight"}};
+    for (int64_t k = 0; k < modules; ++k) {
+      const int64_t b = model_blocks + k;
+      const std::string layer = "layers." + std::to_string(b) + ".";
+      const std::string mine = "mtp." + std::to_string(k) + ".";
+      std::map<std::string, Tensor> tensors = language_model_tensors(
+          adapted(files.read([b](const std::string& name) { return block_index(name) == b; })));
+      nn::StateDict part;
+      for (auto it = tensors.begin(); it != tensors.end();) {
+        const size_t at = it->first.find(layer);
+        const std::string rest =
+            at == std::string::npos ? std::string() : it->first.substr(at + layer.size());
+        if (auto beside = kBeside.find(rest); beside != kBeside.end()) {
+          part[mine + beside->second] = it->second;
+          it = tensors.erase(it);
+        } else if (rest == "shared_head.head.weight" || rest == "embed_tokens.weight") {
+          it = tensors.erase(it);
+        } else {
+          ++it;
+        }
+      }
+      const std::string block = "h." + std::to_string(b) + ".";
+      for (auto& [name, t] : convert(tensors)) {
+        if (name.rfind(block, 0) != 0) {
+          throw IoError("GPT-2 weights '" + path + "': prediction layer " + std::to_string(b) +
+                        " holds '" + name + "', which no module of the model takes");
+        }
+        part[mine + "block." + name.substr(block.size())] = t;
+      }
+      tensors.clear();
+      std::map<std::string, Shape> wanted;
+      for (const auto& [name, shape] : expected) {
+        if (name.rfind(mine, 0) != 0) continue;
+        wanted.emplace(name, shape);
+        if (ends_with(name, ".mlp.expert_bias") && !part.count(name))
+          part[name] = zeros(shape, DType::F32);  // (as the blocks')
+      }
+      check_part(path, part, wanted, -1, llama);
+      consume(std::move(part));
+    }
+  }
   if (!layout.adapter) return;
   // Every module of the parts read found its weight: an adapter for another
   // model (or for modules Triad's layout reads otherwise) is named.

@@ -50,6 +50,12 @@ bool is_glm(const std::string& type) {
 
 // The classes holding DeepSeek-V3's mixture (sigmoid scores chosen with
 // expert biases, a shared expert): GLM-4.5's and dots.llm1's.
+// The classes whose files hold multi-token-prediction layers after the
+// model's (num_nextn_predict_layers): DeepSeek-V3's and GLM-4.5's.
+bool holds_prediction_layers(const std::string& type) {
+  return type == "deepseek_v3" || type == "glm4_moe";
+}
+
 bool holds_deepseek_moe(const std::string& type) {
   return type == "glm4_moe" || type == "dots1" || type == "deepseek_v3";
 }
@@ -1423,7 +1429,7 @@ std::string hf_config_json(const nn::GptConfig& c, const std::string& torch_dtyp
       j["num_experts_per_tok"] = 1;
       j["n_shared_experts"] = 0;
       j["first_k_dense_replace"] = c.n_layer;
-      if (type == "deepseek_v3") j["num_nextn_predict_layers"] = 0;
+      if (type == "deepseek_v3") j["num_nextn_predict_layers"] = c.mtp_layers;
     } else if (is_moe_type(type)) {
       // The experts: Mixtral's intermediate_size is theirs; Qwen3-MoE's
       // moe_intermediate_size, beside its dense layers' (mlp_only_layers).
@@ -1446,7 +1452,7 @@ std::string hf_config_json(const nn::GptConfig& c, const std::string& torch_dtyp
         j["routed_scaling_factor"] = x.routed_scaling_factor;
         j["n_group"] = x.groups;
         j["topk_group"] = x.top_groups;
-        if (type == "glm4_moe" || type == "deepseek_v3") j["num_nextn_predict_layers"] = 0;
+        if (holds_prediction_layers(type)) j["num_nextn_predict_layers"] = c.mtp_layers;
         if (type == "deepseek_v2") {
           j["topk_method"] = x.groups > 1 ? "group_limited_greedy" : "greedy";
           j["scoring_func"] = "softmax";
@@ -1579,18 +1585,51 @@ std::map<std::string, Tensor> triad_to_hf(const nn::StateDict& full, const nn::G
   return out;
 }
 
+namespace {
+// triad_to_hf_part of the model alone (no prediction modules).
+std::map<std::string, Tensor> model_to_hf_part(const nn::StateDict& full, const nn::GptConfig& c,
+                                               int64_t block);
+}  // namespace
+
 std::map<std::string, Tensor> triad_to_hf_part(const nn::StateDict& all, const nn::GptConfig& c,
                                                int64_t block) {
-  // Multi-token prediction's modules (model.mtp_layers, mtp.*) stay behind:
-  // Hugging Face's inference runs none of them, as Triad's import leaves a
-  // file's own (num_nextn_predict_layers) unread.
+  if (c.mtp_layers == 0) return model_to_hf_part(all, c, block);
+  // Multi-token prediction's modules (model.mtp_layers, mtp.*): DeepSeek-V3's
+  // and GLM-4.5's files hold them as layers after the model's (each block
+  // under the layers' names, beside enorm, hnorm, eh_proj, shared_head.norm
+  // and copies of the head and the embedding), written with the part
+  // outside the blocks; other classes have no place for them, and they stay
+  // behind (Hugging Face's inference runs none).
   nn::StateDict kept;
-  const bool predicting = c.mtp_layers > 0;
-  if (predicting) {
-    for (const auto& [name, t] : all)
-      if (name.rfind("mtp.", 0) != 0) kept[name] = t;
+  for (const auto& [name, t] : all)
+    if (name.rfind("mtp.", 0) != 0) kept[name] = t;
+  std::map<std::string, Tensor> out = model_to_hf_part(kept, c, block);
+  if (block >= 0 || !holds_prediction_layers(hf_model_type(c))) return out;
+  for (int64_t k = 0; k < c.mtp_layers; ++k) {
+    const int64_t b = c.n_layer + k;
+    const std::string mine = "mtp." + std::to_string(k) + ".";
+    const std::string inner = mine + "block.";
+    nn::StateDict layer;
+    for (const auto& [name, t] : all) {
+      if (name.rfind(inner, 0) == 0)
+        layer["h." + std::to_string(b) + "." + name.substr(inner.size())] = t;
+    }
+    out.merge(model_to_hf_part(layer, c, b));
+    const std::string p = "model.layers." + std::to_string(b) + ".";
+    out[p + "enorm.weight"] = at(all, mine + "ln_embed.weight");
+    out[p + "hnorm.weight"] = at(all, mine + "ln_hidden.weight");
+    out[p + "eh_proj.weight"] = at(all, mine + "eh_proj.weight");
+    out[p + "shared_head.norm.weight"] = at(all, mine + "ln_out.weight");
+    out[p + "shared_head.head.weight"] =
+        at(all, c.tie_embeddings ? "wte.weight" : "lm_head.weight");
+    out[p + "embed_tokens.weight"] = at(all, "wte.weight");
   }
-  const nn::StateDict& full = predicting ? kept : all;
+  return out;
+}
+
+namespace {
+std::map<std::string, Tensor> model_to_hf_part(const nn::StateDict& full, const nn::GptConfig& c,
+                                               int64_t block) {
   std::map<std::string, Tensor> out;
   const std::string type = hf_model_type(c);
   const bool phi3 = type == "phi3";
@@ -1735,6 +1774,7 @@ std::map<std::string, Tensor> triad_to_hf_part(const nn::StateDict& all, const n
   }
   return out;
 }
+}  // namespace
 
 namespace {
 

@@ -201,6 +201,41 @@ void expect_step_zero_matches(const nn::Gpt& model, const std::map<std::string, 
   EXPECT_EQ(checked, trainable);
 }
 
+// Multi-token prediction's step 0 (the reference's record_step_zero with
+// prediction modules): the loss is the next token's, each depth's loss is
+// the reference's, and every gradient is the whole objective's.
+void expect_mtp_step_zero_matches(const nn::Gpt& model, const std::map<std::string, Tensor>& ref,
+                                  const std::string& prefix) {
+  const Tensor ids = cast(ref.at("input_ids"), DType::I64);
+  const Tensor targets = cast(ref.at("targets"), DType::I64);
+  nn::ForwardContext ctx;
+  ctx.mtp_stats = std::make_shared<nn::MtpStats>();
+  const Tensor loss = model.loss(ids, targets, ctx);
+  const double ref_loss = item(ref.at(prefix + "loss"));
+  EXPECT_NEAR(item(loss), ref_loss, 1e-6 * ref_loss);
+  const std::vector<double> want = to_double_vector(ref.at(prefix + "mtp_losses"));
+  const std::vector<double> depths = ctx.mtp_stats->host_sums(static_cast<int64_t>(want.size()));
+  for (size_t k = 0; k < want.size(); ++k) EXPECT_NEAR(depths[k], want[k], 1e-6 * want[k]) << k;
+  autograd::backward({loss});
+  nn::StateDict g;
+  int trainable = 0;
+  for (auto& [n, p] : model.named_parameters()) {
+    if (!p.requires_grad()) continue;  // (state: a mixture's expert biases)
+    g[n] = p.grad();
+    ++trainable;
+  }
+  int checked = 0;
+  for (auto& [n, grad] : io::triad_to_gpt2(g)) {
+    const auto a = to_double_vector(grad), b = to_double_vector(ref.at(prefix + "grad." + n));
+    ASSERT_EQ(a.size(), b.size()) << n;
+    for (size_t i = 0; i < a.size(); ++i)
+      ASSERT_NEAR(a[i], b[i], 1e-6 + 1e-4 * std::abs(b[i])) << n << "[" << i << "]";
+    ++checked;
+  }
+  EXPECT_EQ(checked, trainable);
+  EXPECT_GT(checked, 0);
+}
+
 // Greedy generation by `cfg`'s model with the reference's generator weights
 // `file` picks the reference's tokens `key` after its prompt (past seq_len:
 // key/value-cache steps, then windows of seq_len tokens).
@@ -384,35 +419,34 @@ TEST_F(Gpt2Parity, MultiTokenPredictionLossesAndGradients) {
     cfg.mtp_loss_weight = cfg_[name]["weight"];
     nn::Gpt model(cfg, 1);
     io::load_gpt2_safetensors(model, ref_dir() + "/" + name + "_model.safetensors");
-    const std::string prefix = name + ".";
-    const Tensor ids = cast(ref_.at("input_ids"), DType::I64);
-    const Tensor targets = cast(ref_.at("targets"), DType::I64);
-    nn::ForwardContext ctx;
-    ctx.mtp_stats = std::make_shared<nn::MtpStats>();
-    const Tensor loss = model.loss(ids, targets, ctx);
-    const double ref_loss = item(ref_.at(prefix + "loss"));
-    EXPECT_NEAR(item(loss), ref_loss, 1e-6 * ref_loss);
-    const std::vector<double> depths = ctx.mtp_stats->host_sums(cfg.mtp_layers);
-    const std::vector<double> want = to_double_vector(ref_.at(prefix + "mtp_losses"));
-    ASSERT_EQ(depths.size(), want.size());
-    for (size_t k = 0; k < want.size(); ++k) EXPECT_NEAR(depths[k], want[k], 1e-6 * want[k]) << k;
-    autograd::backward({loss});
-    nn::StateDict g;
-    int trainable = 0;
-    for (auto& [n, p] : model.named_parameters()) {
-      g[n] = p.grad();
-      ++trainable;
-    }
-    int checked = 0;
-    for (auto& [n, grad] : io::triad_to_gpt2(g)) {
-      const auto a = to_double_vector(grad), b = to_double_vector(ref_.at(prefix + "grad." + n));
-      ASSERT_EQ(a.size(), b.size()) << n;
-      for (size_t i = 0; i < a.size(); ++i)
-        ASSERT_NEAR(a[i], b[i], 1e-6 + 1e-4 * std::abs(b[i])) << n << "[" << i << "]";
-      ++checked;
-    }
-    EXPECT_EQ(checked, trainable);
-    EXPECT_GT(checked, 0);
+    expect_mtp_step_zero_matches(model, ref_, name + ".");
+  }
+}
+
+// GLM-4.5's blocks with a prediction module of their own, trained, read
+// from a Glm4MoeForCausalLM directory that holds it as GLM-4.5's files do
+// (layer n_layer: its block, enorm, hnorm, eh_proj, shared_head.norm and
+// copies of the head and the embedding) once model.mtp_layers asks for it,
+// and written back the same way (num_nextn_predict_layers 1).
+TEST_F(Gpt2Parity, Glm4MoePredictionModuleReadsTrainsAndExports) {
+  const std::string dir = ref_dir() + "/glm4_moe_mtp_hf";
+  nn::GptConfig cfg = io::load_hf_config(dir);
+  EXPECT_EQ(cfg.mtp_layers, 0);  // (training them is asked for, not read)
+  cfg.mtp_layers = cfg_["mtp_glm4"]["layers"];
+  cfg.mtp_loss_weight = cfg_["mtp_glm4"]["weight"];
+  nn::Gpt model(cfg, 1);
+  io::load_gpt2_safetensors(model, dir);
+  expect_mtp_step_zero_matches(model, ref_, "glm4_moe_mtp.");
+  expect_exports_as_written(model, dir, [](const std::string&) { return false; }, {});
+  // A model asking for more modules than the file holds is told so.
+  nn::GptConfig more = cfg;
+  more.mtp_layers = 2;
+  nn::Gpt deeper(more, 1);
+  try {
+    io::load_gpt2_safetensors(deeper, dir);
+    ADD_FAILURE() << "two modules read from one prediction layer";
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find("1 prediction layer(s)"), std::string::npos) << e.what();
   }
 }
 

@@ -48,6 +48,7 @@ LLAMA_KV_HEADS = 2  # the LLaMA-style variant's key/value heads (grouped-query a
 # modules, weighed 0.3, and GPT-2's one, weighed 0.1 (Megatron-LM's default).
 MTP_LLAMA = {"layers": 2, "weight": 0.3}
 MTP_GPT2 = {"layers": 1, "weight": 0.1}
+MTP_GLM4 = {"layers": 1, "weight": 0.3}
 MISTRAL_WINDOW = 5  # the Mistral-style variant's sliding window: each query sees 5 keys
 QWEN3_HEAD_DIM = 12  # the Qwen3-style variant's heads: 4 x 12 = 48 wide, not d_model's 32
 MOE_FFN = 24  # the mixtures' experts' hidden width
@@ -1043,19 +1044,38 @@ def save_hf_deepseek_moe(model, directory, architecture, model_type, prediction_
     shared expert) as a Hugging Face directory of class `architecture`, its
     blocks under LLaMA's names; with `prediction_layers`, that many
     multi-token-prediction layers after the model's own (as GLM-4.5's files
-    hold), which readers skip."""
+    hold), which readers skip. A model with prediction modules of its own
+    (mtp) writes them as DeepSeek-V3's files do: each a layer after the
+    model's, its block under the layers' names beside enorm, hnorm, eh_proj,
+    shared_head.norm and copies of the head (shared_head.head) and the
+    embedding (embed_tokens)."""
     os.makedirs(directory, exist_ok=True)
     F_, C = model.moe["ffn"], CFG["d_model"]
-    t = hf_moe_tensors(model, mixtral=False)
-    for i, b in enumerate(model.h):
-        if not hasattr(b.mlp, "router"):
-            continue
-        p = f"model.layers.{i}.mlp."
-        t[p + "gate.e_score_correction_bias"] = b.mlp.expert_bias
-        gate, up = b.mlp.shared.c_fc.weight.split(model.moe["shared"], 0)
-        t.update({p + "shared_experts.gate_proj.weight": gate,
-                  p + "shared_experts.up_proj.weight": up,
-                  p + "shared_experts.down_proj.weight": b.mlp.shared.c_proj.weight})
+    own = len(model.h)
+    modules = list(model.mtp) if model.mtp_cfg is not None else []
+    for m in modules:  # (their blocks written as the layers after the model's)
+        model.h.append(m.block)
+    try:
+        t = hf_moe_tensors(model, mixtral=False)
+        for i, b in enumerate(model.h):
+            if not hasattr(b.mlp, "router"):
+                continue
+            p = f"model.layers.{i}.mlp."
+            t[p + "gate.e_score_correction_bias"] = b.mlp.expert_bias
+            gate, up = b.mlp.shared.c_fc.weight.split(model.moe["shared"], 0)
+            t.update({p + "shared_experts.gate_proj.weight": gate,
+                      p + "shared_experts.up_proj.weight": up,
+                      p + "shared_experts.down_proj.weight": b.mlp.shared.c_proj.weight})
+    finally:
+        while len(model.h) > own:
+            del model.h[len(model.h) - 1]
+    for k, m in enumerate(modules):
+        p = f"model.layers.{own + k}."
+        t.update({p + "enorm.weight": m.ln_embed.weight, p + "hnorm.weight": m.ln_hidden.weight,
+                  p + "eh_proj.weight": m.eh_proj.weight,
+                  p + "shared_head.norm.weight": m.ln_out.weight,
+                  p + "shared_head.head.weight": model.lm_head.weight,
+                  p + "embed_tokens.weight": model.wte.weight})
     g = torch.Generator().manual_seed(7)
     for extra in range(prediction_layers):
         mtp = f"model.layers.{CFG['n_layer'] + extra}."
@@ -1074,6 +1094,14 @@ def save_hf_glm4_moe(model, directory):
     save_hf_deepseek_moe(model, directory, "Glm4MoeForCausalLM", "glm4_moe", prediction_layers=1,
                          partial_rotary_factor=model.rope_dim / model.D, attention_bias=True,
                          use_qk_norm=True, num_nextn_predict_layers=1)
+
+
+def save_hf_glm4_moe_mtp(model, directory):
+    """The GLM-4.5-style model with its own prediction module, written as
+    GLM-4.5's files hold theirs (num_nextn_predict_layers)."""
+    save_hf_deepseek_moe(model, directory, "Glm4MoeForCausalLM", "glm4_moe",
+                         partial_rotary_factor=model.rope_dim / model.D, attention_bias=True,
+                         use_qk_norm=True, num_nextn_predict_layers=model.mtp_cfg["layers"])
 
 
 def save_hf_dots1(model, directory):
@@ -2046,6 +2074,18 @@ def main():
                             dense=(0,), sigmoid=True, scale=2.5, groups=4, top_groups=2,
                             shared=2 * MOE_FFN, shared_gate=False))
     record_family(glm4_moe, "glm4_moe", save_hf_glm4_moe, out, x, y, ref)
+    # The same with a prediction module of its own, trained (multi-token
+    # prediction), read from and written to its Glm4MoeForCausalLM
+    # directory: step 0 of the whole objective.
+    glm4_moe_mtp = Gpt(CFG, ROPE_THETA, SWIGLU_FFN, rms_norm=True, bias=False, tie=False,
+                       kv_heads=LLAMA_KV_HEADS, qkv_bias=True, head_dim=QWEN3_HEAD_DIM,
+                       qk_norm=True, rope_dim=QWEN3_HEAD_DIM // 2,
+                       moe=dict(experts=8, top_k=2, ffn=MOE_FFN, normalize=True, coef=0.0,
+                                dense=(0,), sigmoid=True, scale=2.5, groups=4, top_groups=2,
+                                shared=2 * MOE_FFN, shared_gate=False),
+                       mtp=MTP_GLM4)
+    save_hf_glm4_moe_mtp(glm4_moe_mtp, os.path.join(out, "glm4_moe_mtp_hf"))
+    record_step_zero(glm4_moe_mtp, x, y, "glm4_moe_mtp.", ref)
     # dots.llm1's: Qwen3's blocks with DeepSeek-V3's mixture: 6 experts in
     # one group (no limit), each token's top 3 chosen with the biases, not
     # renormalised, scaled by 1.5, and a shared expert one expert wide;
@@ -2236,7 +2276,7 @@ def main():
     with open(os.path.join(out, "config.json"), "w") as f:
         json.dump({"model": CFG, "train": TRAIN, "rope_theta": ROPE_THETA, "swiglu_ffn": SWIGLU_FFN,
                    "llama_kv_heads": LLAMA_KV_HEADS, "mistral_window": MISTRAL_WINDOW,
-                   "mtp_llama": MTP_LLAMA, "mtp_gpt2": MTP_GPT2,
+                   "mtp_llama": MTP_LLAMA, "mtp_gpt2": MTP_GPT2, "mtp_glm4": MTP_GLM4,
                    "llama3_scaling": LLAMA3_SCALING, "yarn_scaling": YARN_SCALING,
                    "longrope_scaling": LONGROPE_SCALING,
                    "longrope_short_scaling": LONGROPE_SHORT_SCALING,
