@@ -167,6 +167,29 @@ TEST_F(Gpt2Parity, LogitsLossAndEveryGradientAtStepZero) {
   EXPECT_EQ(checked, 2 + 12 * model_cfg_.n_layer + 2);
 }
 
+// Every trainable parameter's gradient (after backward) against the
+// reference's entries prefix + "grad." + GPT-2's name.
+void expect_gradients_match(const nn::Gpt& model, const std::map<std::string, Tensor>& ref,
+                            const std::string& prefix) {
+  nn::StateDict g;
+  int trainable = 0;
+  for (auto& [name, p] : model.named_parameters()) {
+    if (!p.requires_grad()) continue;  // (state: a mixture's expert biases)
+    g[name] = p.grad();
+    ++trainable;
+  }
+  int checked = 0;
+  for (auto& [name, grad] : io::triad_to_gpt2(g)) {
+    const auto a = to_double_vector(grad), b = to_double_vector(ref.at(prefix + "grad." + name));
+    ASSERT_EQ(a.size(), b.size()) << name;
+    for (size_t i = 0; i < a.size(); ++i)
+      ASSERT_NEAR(a[i], b[i], 1e-6 + 1e-4 * std::abs(b[i])) << name << "[" << i << "]";
+    ++checked;
+  }
+  EXPECT_EQ(checked, trainable);
+  EXPECT_GT(checked, 0);
+}
+
 // A model's logits, loss and every gradient on the step-0 micro-batch
 // against the reference's entries under `prefix`.
 void expect_step_zero_matches(const nn::Gpt& model, const std::map<std::string, Tensor>& ref,
@@ -182,23 +205,7 @@ void expect_step_zero_matches(const nn::Gpt& model, const std::map<std::string, 
   const double ref_loss = item(ref.at(prefix + "loss"));
   EXPECT_NEAR(item(loss), ref_loss, 1e-6 * ref_loss);
   autograd::backward({loss});
-  nn::StateDict g;
-  int trainable = 0;
-  for (auto& [name, p] : model.named_parameters()) {
-    if (!p.requires_grad()) continue;  // (state: a mixture's expert biases)
-    g[name] = p.grad();
-    ++trainable;
-  }
-  int checked = 0;
-  for (auto& [name, grad] : io::triad_to_gpt2(g)) {
-    auto a = to_double_vector(grad), b = to_double_vector(ref.at(prefix + "grad." + name));
-    ASSERT_EQ(a.size(), b.size()) << name;
-    for (size_t i = 0; i < a.size(); ++i) {
-      ASSERT_NEAR(a[i], b[i], 1e-6 + 1e-4 * std::abs(b[i])) << name << "[" << i << "]";
-    }
-    ++checked;
-  }
-  EXPECT_EQ(checked, trainable);
+  expect_gradients_match(model, ref, prefix);
 }
 
 // Multi-token prediction's step 0 (the reference's record_step_zero with
@@ -217,23 +224,7 @@ void expect_mtp_step_zero_matches(const nn::Gpt& model, const std::map<std::stri
   const std::vector<double> depths = ctx.mtp_stats->host_sums(static_cast<int64_t>(want.size()));
   for (size_t k = 0; k < want.size(); ++k) EXPECT_NEAR(depths[k], want[k], 1e-6 * want[k]) << k;
   autograd::backward({loss});
-  nn::StateDict g;
-  int trainable = 0;
-  for (auto& [n, p] : model.named_parameters()) {
-    if (!p.requires_grad()) continue;  // (state: a mixture's expert biases)
-    g[n] = p.grad();
-    ++trainable;
-  }
-  int checked = 0;
-  for (auto& [n, grad] : io::triad_to_gpt2(g)) {
-    const auto a = to_double_vector(grad), b = to_double_vector(ref.at(prefix + "grad." + n));
-    ASSERT_EQ(a.size(), b.size()) << n;
-    for (size_t i = 0; i < a.size(); ++i)
-      ASSERT_NEAR(a[i], b[i], 1e-6 + 1e-4 * std::abs(b[i])) << n << "[" << i << "]";
-    ++checked;
-  }
-  EXPECT_EQ(checked, trainable);
-  EXPECT_GT(checked, 0);
+  expect_gradients_match(model, ref, prefix);
 }
 
 // Greedy generation by `cfg`'s model with the reference's generator weights
