@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Context parallelism's two exchanges (parallel.cp_comm) on the CPU: the
+# Context parallelism's three exchanges (parallel.cp_comm) on the CPU: the
 # tiny LLaMA-style model (configs/llama_tiny.yaml: 4 query heads over 2
 # key/value heads) with rows of SEQ tokens (default 2048) shared by cp 2
 # ranks of one OpenMP thread each, one sequence a step; and 3 query heads
-# (d_model 96), which only the all-gather can share out. Per exchange: the
+# (d_model 96), which only the all-gather and the ring can share out. Per exchange: the
 # step time, each rank's forward and backward milliseconds (the balanced
 # layout should keep the ranks even) and the peak memory.
 #   benchmarks/cp_exchanges.sh [BUILD_DIR] [SEQ]
@@ -41,4 +41,6 @@ run() {  # name heads-args cp_comm
 }
 run 4/2 "" all_to_all
 run 4/2 "" all_gather
+run 4/2 "" ring
 run 3/3 "--set model.n_head=3 --set model.n_kv_head=3 --set model.d_model=96" all_gather
+run 3/3 "--set model.n_head=3 --set model.n_kv_head=3 --set model.d_model=96" ring

@@ -154,9 +154,10 @@ int main(int argc, char** argv) {
   predict
       ->add_option("--cp-comm", cp_comm,
                    "how the cp ranks' attention sees the whole sequence: all_to_all (the heads "
-                   "exchanged), all_gather (the keys and values gathered) or auto (the default: "
-                   "all_to_all where the heads share out)")
-      ->check(CLI::IsMember({"auto", "all_to_all", "all_gather"}));
+                   "exchanged), all_gather (the keys and values gathered), ring (the keys and "
+                   "values passed around a ring) or auto (the default: all_to_all where the heads "
+                   "share out)")
+      ->check(CLI::IsMember({"auto", "all_to_all", "all_gather", "ring"}));
   predict->add_option("--stage-layers", stage_layers,
                       "layers per stage, e.g. 3,4,4,1, or auto (balanced for the head)");
   predict->add_option("--schedule", schedule_name,

@@ -3,6 +3,7 @@
 // f32 with rows padded by one word so threads reading their own rows do not
 // collide on banks. Head dims are rounded up to a compiled width (32, 64,
 // 128) and guarded at run time.
+#include <algorithm>
 #include <cfloat>
 #include <cmath>
 #include <string>
@@ -77,15 +78,15 @@ __global__ void __launch_bounds__(kRows)
   const T* k_base = kv_row + L.k(h / L.G);
   const T* v_base = kv_row + L.v(h / L.G);
   const int64_t r0 = L.first + blockIdx.x * int64_t(kRows);
-  const int64_t i = r0 + threadIdx.x;  // this thread's query
-  const int64_t Tq = Tn - L.first;     // out's and lse's rows
+  const int64_t i = r0 + threadIdx.x;                // this thread's query's position
+  const int64_t Tq = L.qrows, qend = L.query_end();  // out's and lse's rows
   load_own<T, MAXD>(q_own, q_base, L.qs, r0 - L.first, L.qrows, D);
   const float* q = q_own + threadIdx.x * padded<MAXD>();
   // Packed documents: this query sees keys [si, i]; the block starts at its
   // first row's document (starts never decrease along a row).
-  const int32_t* row_starts = starts ? starts + b * Tn : nullptr;
-  const int64_t si = row_starts && i < Tn ? row_starts[i] : 0;
-  const int64_t first_key = row_starts ? row_starts[r0] / kTile * kTile : 0;
+  const int32_t* row_starts = starts ? starts + b * Tq : nullptr;
+  const int64_t si = row_starts && i < qend ? row_starts[i - L.first] : 0;
+  const int64_t first_key = row_starts ? row_starts[r0 - L.first] / kTile * kTile : 0;
 
   float acc[MAXD];
 #pragma unroll
@@ -97,8 +98,8 @@ __global__ void __launch_bounds__(kRows)
     load_tile<T, MAXD>(k_tile, k_base, L.kvs, k0, Tn, D);
     load_tile<T, MAXD>(v_tile, v_base, L.kvs, k0, Tn, D);
     __syncthreads();
-    if (i < Tn) {
-      for (int j = first_in_tile(si, k0); j < kTile && k0 + j <= i; ++j) {
+    if (i < qend) {
+      for (int j = first_in_tile(si, k0); j < kTile && k0 + j <= i && k0 + j < Tn; ++j) {
         const float* kr = k_tile + j * padded<MAXD>();
         const float* vr = v_tile + j * padded<MAXD>();
         const float s = L.capped(dot_rows<MAXD>(q, kr, D) * scale);
@@ -121,14 +122,14 @@ __global__ void __launch_bounds__(kRows)
       }
     }
   }
-  if (i < Tn) {
-    const float inv = 1.0f / l;
+  if (i < qend) {
+    const float inv = l > 0.0f ? 1.0f / l : 0.0f;  // (a query that sees no key: 0, lse -inf)
     T* o = out + (b * Tq + i - L.first) * L.C + h * D;
 #pragma unroll
     for (int d = 0; d < MAXD; ++d) {
       if (d < D) store(o, d, acc[d] * inv);
     }
-    lse[int64_t(bh) * Tq + i - L.first] = m + logf(l);
+    lse[int64_t(bh) * Tq + i - L.first] = l > 0.0f ? m + logf(l) : -INFINITY;
   }
 }
 
@@ -174,16 +175,17 @@ __global__ void __launch_bounds__(kRows)
   const T* v_base = kv_row + L.v(h / L.G);
   const int64_t r0 = L.first + blockIdx.x * int64_t(kRows);
   const int64_t i = r0 + threadIdx.x;
-  const int64_t Tq = Tn - L.first;  // dout's, lse's and delta's rows (from row first)
+  // dout's, lse's and delta's rows (from position first)
+  const int64_t Tq = L.qrows, qend = L.query_end();
   load_own<T, MAXD>(q_own, q_base, L.qs, r0 - L.first, L.qrows, D);
   load_own<T, MAXD>(do_own, dout + b * Tq * L.C + h * D, L.C, r0 - L.first, Tq, D);
   const float* q = q_own + threadIdx.x * padded<MAXD>();
   const float* go = do_own + threadIdx.x * padded<MAXD>();
-  const float li = i < Tn ? lse[int64_t(bh) * Tq + i - L.first] : 0.0f;
-  const float di = i < Tn ? delta[int64_t(bh) * Tq + i - L.first] : 0.0f;
-  const int32_t* row_starts = starts ? starts + b * Tn : nullptr;  // as in the forward
-  const int64_t si = row_starts && i < Tn ? row_starts[i] : 0;
-  const int64_t first_key = row_starts ? row_starts[r0] / kTile * kTile : 0;
+  const float li = i < qend ? lse[int64_t(bh) * Tq + i - L.first] : 0.0f;
+  const float di = i < qend ? delta[int64_t(bh) * Tq + i - L.first] : 0.0f;
+  const int32_t* row_starts = starts ? starts + b * Tq : nullptr;  // as in the forward
+  const int64_t si = row_starts && i < qend ? row_starts[i - L.first] : 0;
+  const int64_t first_key = row_starts ? row_starts[r0 - L.first] / kTile * kTile : 0;
 
   float dq[MAXD];
 #pragma unroll
@@ -194,8 +196,8 @@ __global__ void __launch_bounds__(kRows)
     load_tile<T, MAXD>(k_tile, k_base, L.kvs, k0, Tn, D);
     load_tile<T, MAXD>(v_tile, v_base, L.kvs, k0, Tn, D);
     __syncthreads();
-    if (i < Tn) {
-      for (int j = first_in_tile(si, k0); j < kTile && k0 + j <= i; ++j) {
+    if (i < qend) {
+      for (int j = first_in_tile(si, k0); j < kTile && k0 + j <= i && k0 + j < Tn; ++j) {
         const float* kr = k_tile + j * padded<MAXD>();
         const float* vr = v_tile + j * padded<MAXD>();
         const float z = L.capped(dot_rows<MAXD>(q, kr, D) * scale);
@@ -208,7 +210,7 @@ __global__ void __launch_bounds__(kRows)
       }
     }
   }
-  if (i < Tn) {
+  if (i < qend) {
     T* o = dq_out + (b * L.qrows + i - L.first) * L.qs + L.q(h);
 #pragma unroll
     for (int d = 0; d < MAXD; ++d) {
@@ -248,31 +250,32 @@ __global__ void __launch_bounds__(kRows)
   float dk[MAXD], dv[MAXD];
 #pragma unroll
   for (int d = 0; d < MAXD; ++d) dk[d] = 0, dv[d] = 0;
-  const int32_t* row_starts = starts ? starts + b * Tn : nullptr;
+  // dout's, lse's, delta's and doc_starts' rows (from position first)
+  const int64_t Tq = L.qrows, qend = L.query_end();
+  const int32_t* row_starts = starts ? starts + b * Tq : nullptr;
   const int64_t block_last_key = min(Tn, r0 + kRows) - 1;
-  const int64_t Tq = Tn - L.first;  // dout's, lse's and delta's rows (from row first)
   for (int h = kvh * L.G; h < (kvh + 1) * L.G; ++h) {
     const int64_t bh = int64_t(b) * L.NH + h;
     const T* q_base = q_batch + L.q(h);
     const T* do_base = dout + b * Tq * L.C + h * D;
-    for (int64_t q0 = max((r0 / kTile) * kTile, L.first); q0 < Tn; q0 += kTile) {
+    for (int64_t q0 = max((r0 / kTile) * kTile, L.first); q0 < qend; q0 += kTile) {
       // Queries from here on belong to documents after every key of the block.
-      if (row_starts && row_starts[q0] > block_last_key) break;
+      if (row_starts && row_starts[q0 - L.first] > block_last_key) break;
       __syncthreads();
       load_tile<T, MAXD>(q_tile, q_base, L.qs, q0 - L.first, L.qrows, D);
       load_tile<T, MAXD>(do_tile, do_base, L.C, q0 - L.first, Tq, D);
       for (int r = threadIdx.x; r < kTile; r += blockDim.x) {
         const int64_t qi = q0 + r;
-        l_tile[r] = qi < Tn ? lse[bh * Tq + qi - L.first] : 0.0f;
-        d_tile[r] = qi < Tn ? delta[bh * Tq + qi - L.first] : 0.0f;
-        s_tile[r] = row_starts && qi < Tn ? row_starts[qi] : 0;
+        l_tile[r] = qi < qend ? lse[bh * Tq + qi - L.first] : 0.0f;
+        d_tile[r] = qi < qend ? delta[bh * Tq + qi - L.first] : 0.0f;
+        s_tile[r] = row_starts && qi < qend ? row_starts[qi - L.first] : 0;
       }
       __syncthreads();
       if (j < Tn) {
         for (int r = 0; r < kTile; ++r) {
           const int64_t qi = q0 + r;
-          if (qi < j) continue;                  // causal: only queries at or after this key
-          if (qi >= Tn || s_tile[r] > j) break;  // past the end, or in a later document
+          if (qi < j) continue;                    // causal: only queries at or after this key
+          if (qi >= qend || s_tile[r] > j) break;  // past the end, or in a later document
           const float* qr = q_tile + r * padded<MAXD>();
           const float* gr = do_tile + r * padded<MAXD>();
           const float z = L.capped(dot_rows<MAXD>(qr, kr, D) * scale);
@@ -356,12 +359,14 @@ Status check_attention(ScalarType type, const AttentionShape& s) {
     return Status::fail("head dim " + std::to_string(s.head_dim()) + " exceeds " +
                         std::to_string(kAttentionMaxHeadDim));
   }
-  if (s.Q0 < 0 || s.Q0 > s.T) {
-    return Status::fail("first query row Q0 (" + std::to_string(s.Q0) + ") must lie in [0, T " +
-                        std::to_string(s.T) + "]");
+  if (s.Q0 < 0 || (s.QT < 0 && s.Q0 > s.T)) {
+    return Status::fail("first query position Q0 (" + std::to_string(s.Q0) +
+                        ") must be >= 0 and, without a query count QT, at most T (" +
+                        std::to_string(s.T) + ")");
   }
-  if (s.Q0 > 0 && !s.separate) {
-    return Status::fail("a chunk of queries (Q0 " + std::to_string(s.Q0) +
+  if (!s.separate && (s.Q0 > 0 || (s.QT >= 0 && s.QT != s.T))) {
+    return Status::fail("a block of queries (Q0 " + std::to_string(s.Q0) + ", QT " +
+                        std::to_string(s.QT) +
                         ") needs them apart from the keys and values (separate: the _parts "
                         "functions)");
   }
@@ -384,8 +389,9 @@ Status check_attention_tensor_core(ScalarType type, const AttentionShape& s, int
   if (s.head_dim() % 16 != 0) {
     return Status::fail("head dim " + std::to_string(s.head_dim()) + " is not a multiple of 16");
   }
-  if ((s.T + 63) / 64 > 65535) {  // its grid's y: blocks of 64 rows
-    return Status::fail("T (" + std::to_string(s.T) + ") exceeds 65535 blocks of 64 rows");
+  if ((std::max(s.T, s.query_rows()) + 63) / 64 > 65535) {  // its grid's y: blocks of 64 rows
+    return Status::fail("T (" + std::to_string(std::max(s.T, s.query_rows())) +
+                        ") exceeds 65535 blocks of 64 rows");
   }
   if (sm_major < 8) {
     return Status::fail("compute capability " + std::to_string(sm_major) +
@@ -540,7 +546,14 @@ void attention_backward_parts(const void* q, const void* kv, const void* out, co
   require(check_attention(type, s), "attention_backward_parts");
   require_layout(s, true, "attention_backward_parts");
   if (!workspace) throw std::invalid_argument("attention_backward_parts: workspace is null");
-  if (s.B * s.T == 0) return;
+  if (s.B == 0) return;
+  if (s.T == 0) {  // no key: every query's gradient is zero
+    check_cuda(
+        cudaMemsetAsync(dq, 0, static_cast<size_t>(s.B * s.query_rows() * s.C) * scalar_size(type),
+                        stream),
+        "attention_backward_parts: cudaMemsetAsync");
+    return;
+  }
   if (s.query_rows() == 0) {  // no query: every key's and value's gradient is zero
     check_cuda(cudaMemsetAsync(dkv, 0,
                                static_cast<size_t>(s.B * s.T * 2 * s.kv_heads() * s.head_dim()) *

@@ -22,12 +22,16 @@
 // before a block's first start are skipped.
 //
 // Queries apart (`separate`, the *_parts functions; context parallelism's
-// all-gather): q (B, T - Q0, C) holds only the queries of rows [Q0, T) and
-// kv (B, T, 2 * NKV * D) every row's keys then values; each query row t
-// still sees keys up to t. out, lse, dout and delta hold those T - Q0 rows
-// only ((B, T - Q0, C), (B, NH, T - Q0)); doc_starts stays (B, T); the
-// gradients dq and dkv have q's and kv's shapes. Nothing before Q0 is
-// stored or written. A fused qkv always runs every row's queries (Q0 0).
+// all-gather and ring): q (B, Tq, C) holds the queries of positions [Q0, Q0
+// + Tq) in the keys' frame (Tq = query_rows(): QT, or T - Q0 when QT is
+// left at -1) and kv (B, T, 2 * NKV * D) the keys then values of positions
+// [0, T); each query at position t sees keys up to min(t, T - 1), so Q0 = T
+// - Tq is a chunk at the end of a sequence and Q0 >= T a block of queries
+// after every key. out, lse, dout and delta hold the Tq query rows ((B, Tq,
+// C), (B, NH, Tq)); doc_starts is then (B, Tq), one first key per query in
+// the keys' frame (it may be T: the query sees none; out 0, lse -inf); the
+// gradients dq and dkv have q's and kv's shapes. A fused qkv always runs
+// every row's queries (Q0 0).
 //
 // Two implementations: SIMT kernels (attention.cu: one thread per query or
 // key, every type and head dim) and tensor-core kernels
@@ -47,14 +51,16 @@ struct AttentionShape {
   // Logit soft-capping (Gemma 2's): scaled scores s become
   // softcap * tanh(s / softcap) before the softmax; 0: none.
   double softcap = 0.0;
-  // The first query row: rows [Q0, T) query, every row is a key (0: all;
-  // above 0 only with the queries apart).
+  // The first query's position in the keys' frame (0 in a fused qkv; any
+  // position >= 0 with the queries apart).
   int64_t Q0 = 0;
+  // The query rows with the queries apart; -1: T - Q0 (the sequence's last).
+  int64_t QT = -1;
   // The queries in a tensor of their own and the keys and values in another
   // (attention_*_parts), instead of one fused qkv.
   bool separate = false;
   // Query rows: out's, lse's and dout's.
-  int64_t query_rows() const { return T - Q0; }
+  int64_t query_rows() const { return QT >= 0 ? QT : T - Q0; }
   int64_t head_dim() const { return NH > 0 ? C / NH : 0; }
   int64_t kv_heads() const { return NKV > 0 ? NKV : NH; }
   bool grouped() const { return kv_heads() != NH; }
@@ -90,8 +96,8 @@ void attention_backward(const void* qkv, const void* out, const float* lse, cons
                         cudaStream_t stream, AttentionKernel kernel = AttentionKernel::Auto,
                         const int32_t* doc_starts = nullptr);
 
-// The same with the queries apart (s.separate): q (B, T - Q0, C), kv (B,
-// T, 2 NKV D); dq and dkv of their shapes are overwritten.
+// The same with the queries apart (s.separate): q (B, query_rows(), C), kv
+// (B, T, 2 NKV D); dq and dkv of their shapes are overwritten.
 void attention_forward_parts(const void* q, const void* kv, void* out, float* lse, ScalarType type,
                              const AttentionShape& s, cudaStream_t stream,
                              AttentionKernel kernel = AttentionKernel::Auto,
@@ -104,7 +110,7 @@ void attention_backward_parts(const void* q, const void* kv, const void* out, co
 
 // The tensor-core kernels themselves (attention_tensor_core.cu), over the
 // queries at q and the keys and values at kv (the same fused qkv twice, or
-// the parts as s.separate says); the backward takes delta (B, NH, T - Q0)
+// the parts as s.separate says); the backward takes delta (B, NH, query_rows())
 // = rowsum(dout * out), computed by attention_backward.
 void attention_forward_tensor_core(const void* q, const void* kv, void* out, float* lse,
                                    ScalarType type, const AttentionShape& s, cudaStream_t stream,

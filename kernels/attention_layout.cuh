@@ -18,13 +18,15 @@ struct QkvLayout {
   int64_t W = 0;  // qkv's row
   int NH = 0, NKV = 0, G = 1, D = 0;
   float cap = 0.0f;  // the scores' soft cap (0: none)
-  // The first query row (AttentionShape::Q0; 0 in a fused qkv): query row
-  // t is out's, lse's and dout's row t - first.
+  // The first query's position (AttentionShape::Q0; 0 in a fused qkv): the
+  // query at position t is out's, lse's, dout's and doc_starts' row t - first.
   int64_t first = 0;
-  // The queries' tensor: row t at row t - first of qrows per batch, qs
+  // The queries' tensor: position t at row t - first of qrows per batch, qs
   // apart (the fused qkv: qrows T, qs W). The keys' and values': row t at
   // row t, kvs apart, k from column kc (fused: W apart, from C).
   int64_t qs = 0, qrows = 0, kvs = 0, kc = 0;
+  // One past the last query's position.
+  __host__ __device__ int64_t query_end() const { return first + qrows; }
 
   static QkvLayout of(const AttentionShape& s) {
     QkvLayout l;
@@ -38,7 +40,7 @@ struct QkvLayout {
     l.first = s.Q0;
     if (s.separate) {
       l.qs = l.C;
-      l.qrows = s.T - s.Q0;
+      l.qrows = s.query_rows();
       l.kvs = 2 * int64_t(l.NKV) * l.D;
       l.kc = 0;
     } else {

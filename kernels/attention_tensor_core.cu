@@ -221,19 +221,21 @@ __device__ void scale_rows(FragC (&acc)[MAXD / 16], float* stage, int D, float c
   }
 }
 
-// Packed documents (null `starts`: one per row) for a block of query rows
-// from q0, a warp's rows from warp_q0 and a lane's query q: the first key
-// tile the block needs (starts never decrease along a row), the start of the
-// warp's first row (tiles wholly before it are skipped) and the query's own.
+// Packed documents (null `starts`: one per query row) for a block of
+// queries from position q0, a warp's from warp_q0 and a lane's query q: the
+// first key tile the block needs (starts never decrease along a row), the
+// start of the warp's first row (tiles wholly before it are skipped) and the
+// query's own. Tn: the keys.
 struct DocWindow {
   int64_t block_first_key = 0, warp_first_start = 0, start = 0;
-  __device__ DocWindow(const int32_t* starts, int b, int64_t Tn, int64_t q0, int64_t warp_q0,
-                       int64_t q) {
+  __device__ DocWindow(const int32_t* starts, int b, const QkvLayout& lay, int64_t Tn, int64_t q0,
+                       int64_t warp_q0, int64_t q) {
     if (!starts) return;
-    const int32_t* row = starts + b * Tn;
-    block_first_key = row[q0] / kTile * kTile;
-    warp_first_start = warp_q0 < Tn ? row[warp_q0] : Tn;
-    start = q < Tn ? row[q] : 0;
+    const int32_t* row = starts + b * lay.qrows;  // position t at row t - first
+    const int64_t f = lay.first, end = lay.query_end();
+    block_first_key = row[q0 - f] / kTile * kTile;
+    warp_first_start = warp_q0 < end ? row[warp_q0 - f] : Tn;
+    start = q < end ? row[q - f] : 0;
   }
 };
 
@@ -258,14 +260,15 @@ __global__ void __launch_bounds__(32 * kWarps)
   const T* v_base = kv_row + lay.v(h / lay.G);
   // The last query rows see the most keys: their blocks go first.
   const int64_t q0 = lay.first + (gridDim.y - 1 - blockIdx.y) * int64_t(kRows);
-  const int64_t Tq = Tn - lay.first;  // out's and lse's rows (from row first)
+  // out's and lse's rows (from position first)
+  const int64_t Tq = lay.qrows, qend = lay.query_end();
   load_rows(Qs, L::ld_h, lay.q_batch(qsrc, b) + lay.q(h), lay.qs, q0 - lay.first, lay.qrows, D);
   float* Sw = Ss + warp * 16 * L::ld_s;
   T* Pw = Ps + warp * 16 * L::ld_p;
   const T* Qw = Qs + warp * 16 * L::ld_h;
   const int64_t q = q0 + warp * 16 + r;
   const int64_t warp_last = q0 + warp * 16 + 15;
-  const DocWindow docs(starts, b, Tn, q0, q0 + warp * 16, q);
+  const DocWindow docs(starts, b, lay, Tn, q0, q0 + warp * 16, q);
   FragC o[MAXD / 16];
 #pragma unroll
   for (int dn = 0; dn < MAXD / 16; ++dn) wmma::fill_fragment(o[dn], 0.0f);
@@ -310,9 +313,12 @@ __global__ void __launch_bounds__(32 * kWarps)
     accumulate<T, MAXD>(o, Pw, Vs, D);
     __syncwarp();
   }
+  // (A query that sees no key: out 0, lse -inf.)
   write_rows<T, MAXD>(o, Sw, out + b * Tq * lay.C + h * D, lay.C, q0 - lay.first + warp * 16, Tq, D,
-                      1.0f / l);
-  if (q < Tn && half == 0) lse[int64_t(bh) * Tq + q - lay.first] = m + logf(l);
+                      l > 0.0f ? 1.0f / l : 0.0f);
+  if (q < qend && half == 0) {
+    lse[int64_t(bh) * Tq + q - lay.first] = l > 0.0f ? m + logf(l) : -INFINITY;
+  }
 #else
   __trap();  // dispatched only on sm_80 and newer
 #endif
@@ -341,17 +347,18 @@ __global__ void __launch_bounds__(32 * kWarps)
   const T* v_base = kv_row + lay.v(h / lay.G);
   // The last query rows see the most keys: their blocks go first.
   const int64_t q0 = lay.first + (gridDim.y - 1 - blockIdx.y) * int64_t(kRows);
-  const int64_t Tq = Tn - lay.first;  // dout's, lse's and delta's rows (from row first)
+  // dout's, lse's and delta's rows (from position first)
+  const int64_t Tq = lay.qrows, qend = lay.query_end();
   load_rows(Qs, L::ld_h, lay.q_batch(qsrc, b) + lay.q(h), lay.qs, q0 - lay.first, lay.qrows, D);
   load_rows(dOs, L::ld_h, dout + b * Tq * lay.C + h * D, lay.C, q0 - lay.first, Tq, D);
   float* Sw = Ss + warp * 16 * L::ld_s;
   float* dPw = dPs + warp * 16 * L::ld_s;
   T* dSw = dSs + warp * 16 * L::ld_p;
   const int64_t q = q0 + warp * 16 + r;
-  const float lq = q < Tn ? lse[int64_t(bh) * Tq + q - lay.first] : 0.0f;
-  const float dq_delta = q < Tn ? delta[int64_t(bh) * Tq + q - lay.first] : 0.0f;
+  const float lq = q < qend ? lse[int64_t(bh) * Tq + q - lay.first] : 0.0f;
+  const float dq_delta = q < qend ? delta[int64_t(bh) * Tq + q - lay.first] : 0.0f;
   const int64_t warp_last = q0 + warp * 16 + 15;
-  const DocWindow docs(starts, b, Tn, q0, q0 + warp * 16, q);
+  const DocWindow docs(starts, b, lay, Tn, q0, q0 + warp * 16, q);
   FragC acc[MAXD / 16];
 #pragma unroll
   for (int dn = 0; dn < MAXD / 16; ++dn) wmma::fill_fragment(acc[dn], 0.0f);
@@ -370,7 +377,7 @@ __global__ void __launch_bounds__(32 * kWarps)
     for (int j = 0; j < 32; ++j) {
       const int col = half * 32 + j;
       const int64_t key = k0 + col;
-      const bool valid = key <= q && key < Tn && q < Tn && key >= docs.start;
+      const bool valid = key <= q && key < Tn && q < qend && key >= docs.start;
       const float z = lay.capped(Sw[r * L::ld_s + col] * scale);
       const float p = valid ? __expf(z - lq) : 0.0f;
       dSw[r * L::ld_p + col] =
@@ -425,25 +432,26 @@ __global__ void __launch_bounds__(32 * kWarps)
     wmma::fill_fragment(dk[dn], 0.0f);
     wmma::fill_fragment(dv[dn], 0.0f);
   }
-  const int32_t* row_starts = starts ? starts + b * Tn : nullptr;
+  // dout's, lse's, delta's and doc_starts' rows (from position first)
+  const int64_t Tq = lay.qrows, qend = lay.query_end();
+  const int32_t* row_starts = starts ? starts + b * Tq : nullptr;
   const int64_t block_last_key = min(Tn, k0 + kRows) - 1;
-  const int64_t Tq = Tn - lay.first;  // dout's, lse's and delta's rows (from row first)
   // The query heads of this key/value head's group, one after another.
   for (int h = kvh * lay.G; h < (kvh + 1) * lay.G; ++h) {
     const int64_t bh = int64_t(b) * lay.NH + h;
     const T* qbase = q_batch + lay.q(h);
     const T* dbase = dout + b * Tq * lay.C + h * D;
-    for (int64_t q0 = max(k0, lay.first); q0 < Tn; q0 += kTile) {
+    for (int64_t q0 = max(k0, lay.first); q0 < qend; q0 += kTile) {
       // Queries from here on belong to documents after every key of the block.
-      if (row_starts && row_starts[q0] > block_last_key) break;
+      if (row_starts && row_starts[q0 - lay.first] > block_last_key) break;
       __syncthreads();
       load_rows(Qs, L::ld_h, qbase, lay.qs, q0 - lay.first, lay.qrows, D);
       load_rows(dOs, L::ld_h, dbase, lay.C, q0 - lay.first, Tq, D);
       for (int i = threadIdx.x; i < kTile; i += blockDim.x) {
         const int64_t qi = q0 + i;
-        Lq[i] = qi < Tn ? lse[bh * Tq + qi - lay.first] : 0.0f;
-        Dq[i] = qi < Tn ? delta[bh * Tq + qi - lay.first] : 0.0f;
-        Sq[i] = row_starts && qi < Tn ? row_starts[qi] : 0;
+        Lq[i] = qi < qend ? lse[bh * Tq + qi - lay.first] : 0.0f;
+        Dq[i] = qi < qend ? delta[bh * Tq + qi - lay.first] : 0.0f;
+        Sq[i] = row_starts && qi < qend ? row_starts[qi - lay.first] : 0;
       }
       __syncthreads();
       scores<T, MAXD>(Stw, Ks + warp * 16 * L::ld_h, Qs, D);
@@ -453,7 +461,7 @@ __global__ void __launch_bounds__(32 * kWarps)
       for (int j = 0; j < 32; ++j) {
         const int col = half * 32 + j;
         const int64_t qi = q0 + col;
-        const bool valid = qi >= key && qi < Tn && key < Tn && Sq[col] <= key;
+        const bool valid = qi >= key && qi < qend && key < Tn && Sq[col] <= key;
         const float z = lay.capped(Stw[r * L::ld_s + col] * scale);
         const float p = valid ? __expf(z - Lq[col]) : 0.0f;
         Ptw[r * L::ld_p + col] = to_half<T>(p);

@@ -249,30 +249,34 @@ Tensor softmax(const Tensor& x) {
 namespace {
 // doc_starts for causal_attention on qkv (B, T, 3C): checked (shape, dtype
 // and, read on the host where they are, the values) and on qkv's device.
-Tensor checked_doc_starts(const Tensor& doc_starts, int64_t B, int64_t T, const Device& device) {
+// doc_starts for T queries at positions [first, first + T) of each row
+// (B of them), checked for `op` where it is and moved to `device`.
+Tensor checked_doc_starts(const Tensor& doc_starts, int64_t B, int64_t T, const Device& device,
+                          const char* op = "causal_attention", int64_t first = 0) {
   if (!doc_starts.defined()) return {};
   if (doc_starts.dtype() != DType::I32 || doc_starts.dim() != 2 || doc_starts.size(0) != B ||
       doc_starts.size(1) != T) {
-    throw ShapeError("causal_attention: doc_starts must be i32 (" + std::to_string(B) + ", " +
-                     std::to_string(T) + "), got " + dtype_name(doc_starts.dtype()) + " " +
-                     shape_str(doc_starts.shape()));
+    throw ShapeError(std::string(op) + ": doc_starts must be i32 (" + std::to_string(B) + ", " +
+                     std::to_string(T) + "), one per query, got " + dtype_name(doc_starts.dtype()) +
+                     " " + shape_str(doc_starts.shape()));
   }
   Tensor c = contiguous(doc_starts).detach();
   if (c.device().is_cpu()) {
     const int32_t* p = c.data<int32_t>();
     for (int64_t b = 0; b < B; ++b) {
-      for (int64_t t = 0; t < T; ++t) {
-        const int64_t s = p[b * T + t];
-        // The first key query t sees: never past t, never before the
-        // previous query's (documents and sliding windows both move forward).
-        const int64_t lo = t == 0 ? 0 : p[b * T + t - 1];
+      for (int64_t i = 0; i < T; ++i) {
+        const int64_t s = p[b * T + i], t = first + i;
+        // The first key the query at position t sees: never past t, never
+        // before the previous query's (documents and sliding windows both
+        // move forward).
+        const int64_t lo = i == 0 ? 0 : p[b * T + i - 1];
         if (s < lo || s > t) {
-          throw ValueError("causal_attention: doc_starts[" + std::to_string(b) + ", " +
-                           std::to_string(t) + "] is " + std::to_string(s) + "; expected " +
+          throw ValueError(std::string(op) + ": doc_starts[" + std::to_string(b) + ", " +
+                           std::to_string(i) + "] is " + std::to_string(s) + "; expected " +
                            (t == 0 ? std::string("0")
                                    : "a first key in [" + std::to_string(lo) + ", " +
                                          std::to_string(t) +
-                                         "] (the previous query's, up to the query itself)"));
+                                         "] (the previous query's, up to the query's position)"));
         }
       }
     }
@@ -308,7 +312,7 @@ Tensor causal_attention(const Tensor& qkv, AttentionHeads heads, const Tensor& d
 }
 
 Tensor chunk_attention(const Tensor& q, const Tensor& kv, AttentionHeads heads,
-                       const Tensor& doc_starts) {
+                       const Tensor& doc_starts, int64_t query_start) {
   const char* op = "chunk_attention";
   detail::check_floating(q, op, "q");
   detail::check_dim(q, 3, op, "q");
@@ -324,25 +328,29 @@ Tensor chunk_attention(const Tensor& q, const Tensor& kv, AttentionHeads heads,
   }
   const int64_t D = heads.head_dim(heads.fused() * (q.size(2) / heads.q), op);
   const int64_t B = kv.size(0), T = kv.size(1), Tq = q.size(1);
-  if (q.size(0) != B || kv.size(2) != 2 * heads.kv * D || Tq > T) {
+  if (q.size(0) != B || kv.size(2) != 2 * heads.kv * D || (query_start < 0 && Tq > T)) {
     throw ShapeError(std::string(op) + ": q " + shape_str(q.shape()) + " and kv " +
                      shape_str(kv.shape()) + " (expected q (B, Tq, " + std::to_string(heads.q * D) +
-                     ") and kv (B, T, " + std::to_string(2 * heads.kv * D) + ") with Tq <= T)");
+                     ") and kv (B, T, " + std::to_string(2 * heads.kv * D) + ")" +
+                     (query_start < 0 ? " with Tq <= T" : "") + ")");
   }
-  const Tensor starts = checked_doc_starts(doc_starts, B, T, q.device());
+  const int64_t first = query_start < 0 ? T - Tq : query_start;
+  const Tensor starts = checked_doc_starts(doc_starts, B, Tq, q.device(), op, first);
   Tensor qc = contiguous(q).detach();
   Tensor kvc = contiguous(kv).detach();
   Tensor out = empty({B, Tq, heads.q * D}, q.dtype(), q.device());
   Tensor lse = empty({B, heads.q, Tq}, stat_dtype(q.dtype()), q.device());
-  backend_for(q).attention_parts_forward(qc, kvc, heads, out, lse, starts);
+  backend_for(q).attention_parts_forward(qc, kvc, heads, first, out, lse, starts);
   Tensor od = out.detach();
-  record(op, {q, kv}, {out}, [qc, kvc, od, lse, heads, starts](const TensorList& g) -> TensorList {
-    Tensor dout = contiguous(g[0]);
-    Tensor dq = empty_like(qc);
-    Tensor dkv = empty_like(kvc);
-    backend_for(qc).attention_parts_backward(qc, kvc, od, lse, dout, heads, dq, dkv, starts);
-    return {dq, dkv};
-  });
+  record(op, {q, kv}, {out},
+         [qc, kvc, od, lse, heads, starts, first](const TensorList& g) -> TensorList {
+           Tensor dout = contiguous(g[0]);
+           Tensor dq = empty_like(qc);
+           Tensor dkv = empty_like(kvc);
+           backend_for(qc).attention_parts_backward(qc, kvc, od, lse, dout, heads, first, dq, dkv,
+                                                    starts);
+           return {dq, dkv};
+         });
   return out;
 }
 

@@ -293,8 +293,9 @@ LayerCost layer_cost(const nn::GptConfig& m, const ClusterSpec& c, const Paralle
   // (The all-gather's balanced layout gives every rank as many query-key
   // pairs as the all-to-all's cp-th of the heads: its two half-chunks, one
   // early and one late, see 2cp half-chunks of keys between them.)
-  const bool gathered =
-      p.cp > 1 && cp::resolve_exchange(p.cp_exchange, m, p.tp, p.cp) == cp::Exchange::AllGather;
+  const cp::Exchange exchange =
+      p.cp > 1 ? cp::resolve_exchange(p.cp_exchange, m, p.tp, p.cp) : cp::Exchange::AllToAll;
+  const bool gathered = exchange == cp::Exchange::AllGather;
   const double attn_gemm_flops = 2.0 * scores * hd;  // one of QK^T or PV, every tile
   const double bw = c.memory_bandwidth * c.memory_efficiency;
   double attn_mem_bwd = 0;
@@ -406,17 +407,30 @@ LayerCost layer_cost(const nn::GptConfig& m, const ClusterSpec& c, const Paralle
     const double rate =
         (in_node ? c.intra_bandwidth : c.inter_bandwidth_per_gpu()) * c.collective_efficiency;
     const double latency = in_node ? c.intra_latency : c.inter_latency;
-    double exchange = 0;
-    if (gathered) {
-      const double kv = w_local - static_cast<double>(m.q_width()) / t;
-      exchange = (p.cp - 1.0) * tokens * kv * kFp16 / rate + (p.cp - 1.0) * latency;
+    const double kv = w_local - static_cast<double>(m.q_width()) / t;
+    if (exchange == cp::Exchange::Ring) {
+      // Ring: cp - 1 hops of a chunk's keys and values forward, each
+      // overlapping a step's attention (a cp-th of the layer's), exposed
+      // only where it outlasts it; backward the same hops under the
+      // heavier backward steps, then cp hops of their f32 gradients, each
+      // after its step: on the critical path.
+      const double hop = tokens * kv * kFp16 / rate + latency;
+      const double fwd_step = L.attn_gemm_fwd / p.cp, bwd_step = 2.5 * fwd_step;
+      L.fwd_tp += (p.cp - 1.0) * std::max(0.0, hop - fwd_step);
+      L.bwd_tp += (p.cp - 1.0) * std::max(0.0, hop - bwd_step) +
+                  p.cp * (tokens * kv * 4.0 / rate + latency);
     } else {
-      const double out = static_cast<double>(m.q_width()) / t;
-      const double bytes = tokens * (w_local + out) * kFp16;
-      exchange = (p.cp - 1.0) / p.cp * bytes / rate + 2.0 * (p.cp - 1.0) * latency;
+      double exchange_time = 0;
+      if (gathered) {
+        exchange_time = (p.cp - 1.0) * tokens * kv * kFp16 / rate + (p.cp - 1.0) * latency;
+      } else {
+        const double out = static_cast<double>(m.q_width()) / t;
+        const double bytes = tokens * (w_local + out) * kFp16;
+        exchange_time = (p.cp - 1.0) / p.cp * bytes / rate + 2.0 * (p.cp - 1.0) * latency;
+      }
+      L.fwd_tp += exchange_time;
+      L.bwd_tp += exchange_time;
     }
-    L.fwd_tp += exchange;
-    L.bwd_tp += exchange;
   }
   if (moe && p.ep > 1) {
     // Expert parallelism: each exchange sends the rank's k rows per token

@@ -100,8 +100,8 @@ std::vector<Estimate> recommend(const nn::GptConfig& m, const ClusterSpec& c, in
                                       [&](int64_t n) { return n * pp * v == m.n_layer; });
                       if (!even) layouts.push_back(balanced);
                     }
-                    // Context parallelism by either exchange (the all-gather
-                    // alone where the heads do not share out), named.
+                    // Context parallelism by every exchange (the all-to-all
+                    // only where the heads share out), named.
                     if (cp > 1) {
                       for (size_t i = 0, n = layouts.size(); i < n; ++i) {
                         layouts[i].cp_exchange =
@@ -111,6 +111,9 @@ std::vector<Estimate> recommend(const nn::GptConfig& m, const ClusterSpec& c, in
                           gathered.cp_exchange = cp::Exchange::AllGather;
                           layouts.push_back(gathered);
                         }
+                        ParallelConfig ring = layouts[i];
+                        ring.cp_exchange = cp::Exchange::Ring;
+                        layouts.push_back(ring);
                       }
                     }
                     for (const ParallelConfig& layout : layouts) {

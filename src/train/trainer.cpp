@@ -1916,7 +1916,7 @@ RequestRows Trainer::scoring_rows(const std::vector<nn::ContinuationRequest>& re
   const int64_t tp = mesh_ ? mesh_->tp()->size() : 1;
   const bool sp = config_.parallel.sequence_parallel;
   // (Context parallelism's chunks, each split again under sequence
-  // parallelism; the all-gather's two half-chunks a rank.)
+  // parallelism; the balanced layout's two half-chunks a rank.)
   const int64_t chunks = cp::row_multiple(config_.model, tp, cp_, sp,
                                           cp::exchange_from_string(config_.parallel.cp_comm));
   const int64_t multiple = std::lcm<int64_t>(64, chunks);

@@ -360,7 +360,11 @@ TEST(CudaKernels, AttentionOverAChunkOfQueries) {
           return std::vector<Tensor>{randn({k.B, k.T - k.first, k.C}, 13, 2, 1.0, d),
                                      randn({k.B, k.T, kv_width}, 13, 3, 1.0, d)};
         },
-        [=](const std::vector<Tensor>& x) { return chunk_attention(x[0], x[1], heads, starts); }};
+        [=](const std::vector<Tensor>& x) {
+          return chunk_attention(
+              x[0], x[1], heads,
+              starts.defined() ? contiguous(narrow(starts, 1, k.first, k.T - k.first)) : Tensor());
+        }};
     expect_own_kernels_match_cpu(c, k.T, k.C, heads);
   }
   cuda::set_attention_kernel(cuda::AttentionKernel::Cudnn);
@@ -372,6 +376,89 @@ TEST(CudaKernels, AttentionOverAChunkOfQueries) {
     EXPECT_NE(std::string(e.what()).find("queries apart"), std::string::npos) << e.what();
   }
   cuda::set_attention_kernel(cuda::AttentionKernel::Auto);
+}
+
+// Blocks of queries apart from their keys (chunk_attention's query_start;
+// ring attention's steps): more queries than keys, every key before every
+// query, with first keys in the block's frame that leave some queries none
+// (out 0, lse -inf; no gradient); the block's own run causally (query_start
+// 0); and queries before the last keys (those keys unseen). SIMT and tensor
+// cores against the CPU.
+TEST(CudaKernels, AttentionOverBlocksOfEarlierKeys) {
+  struct Case {
+    int64_t B, Tk, Tq, C, NH, NKV, query_start;
+    bool documents;
+  };
+  for (const Case& k :
+       {Case{2, 70, 100, 128, 4, 2, 70, false}, Case{1, 130, 64, 128, 2, 1, 200, true},
+        Case{2, 96, 96, 128, 4, 4, 0, true}, Case{1, 100, 40, 128, 2, 1, 10, false}}) {
+    const AttentionHeads heads{k.NH, k.NKV};
+    Tensor starts;
+    if (k.documents) {
+      // Documents starting at keys 36 and 99 (queries past the block's keys:
+      // its last document's start is Tk, no key).
+      std::vector<int64_t> first(static_cast<size_t>(k.B * k.Tq));
+      for (int64_t b = 0; b < k.B; ++b) {
+        for (int64_t i = 0; i < k.Tq; ++i) {
+          const int64_t t = k.query_start + i;  // the query's position
+          const int64_t start = t < 36 ? 0 : t < 99 ? 36 : t < 150 ? 99 : k.Tk;
+          first[static_cast<size_t>(b * k.Tq + i)] = std::min(start, t);
+        }
+      }
+      starts = from_vector(first, {k.B, k.Tq}, DType::I32);
+    }
+    const std::string name = "block_at" + std::to_string(k.query_start) + "_B" +
+                             std::to_string(k.B) + "_Tk" + std::to_string(k.Tk) + "_Tq" +
+                             std::to_string(k.Tq) + "_NH" + std::to_string(k.NH) + "_KV" +
+                             std::to_string(k.NKV) + (k.documents ? "_documents" : "");
+    const int64_t kv_width = 2 * heads.kv * (k.C / heads.q);
+    const testing::OpCase c{name,
+                            [=](DType d) {
+                              return std::vector<Tensor>{
+                                  randn({k.B, k.Tq, k.C}, 17, 2, 1.0, d),
+                                  randn({k.B, k.Tk, kv_width}, 17, 3, 1.0, d)};
+                            },
+                            [=](const std::vector<Tensor>& x) {
+                              return chunk_attention(x[0], x[1], heads, starts, k.query_start);
+                            }};
+    expect_own_kernels_match_cpu(c, std::max(k.Tk, k.Tq), k.C, heads);
+  }
+}
+
+// Backend::attention_merge (ring attention's fold) against the CPU's: f32
+// accumulators and log-sum-exps, parts in each type, with rows where
+// either side saw no key (-inf).
+TEST(CudaKernels, AttentionMergeMatchesTheCpu) {
+  const int64_t B = 2, Tq = 37, NH = 3, D = 40;
+  for (DType dtype : {DType::F32, DType::BF16, DType::F16}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    const Tensor out = randn({B, Tq, NH * D}, 23, 1, 1.0, DType::F32);
+    const Tensor part = randn({B, Tq, NH * D}, 23, 2, 1.0, dtype);
+    std::vector<double> a = to_double_vector(randn({B, NH, Tq}, 23, 3, 2.0, DType::F32));
+    std::vector<double> c = to_double_vector(randn({B, NH, Tq}, 23, 4, 2.0, DType::F32));
+    const double inf = std::numeric_limits<double>::infinity();
+    for (size_t i = 0; i < a.size(); i += 7) a[i] = -inf;
+    for (size_t i = 3; i < c.size(); i += 5) c[i] = -inf;
+    const Tensor lse = cast(from_vector(a, {B, NH, Tq}), DType::F32);
+    const Tensor part_lse = cast(from_vector(c, {B, NH, Tq}), DType::F32);
+    Tensor cpu_out = clone(out), cpu_lse = clone(lse);
+    backend_for(DeviceType::CPU).attention_merge(cpu_out, cpu_lse, part, part_lse);
+    Tensor gpu_out = to_device(out, kGpu), gpu_lse = to_device(lse, kGpu);
+    backend_for(DeviceType::CUDA)
+        .attention_merge(gpu_out, gpu_lse, to_device(part, kGpu), to_device(part_lse, kGpu));
+    expect_close(to_double_vector(gpu_out), to_double_vector(cpu_out), 1e-5, 1e-6, "out");
+    const std::vector<double> got = to_double_vector(gpu_lse), want = to_double_vector(cpu_lse);
+    int unseen = 0;  // rows neither side saw a key of
+    for (size_t i = 0; i < want.size(); ++i) {
+      if (std::isinf(want[i])) {
+        EXPECT_EQ(got[i], want[i]) << i;
+        ++unseen;
+      } else {
+        EXPECT_NEAR(got[i], want[i], 1e-6 * (1 + std::abs(want[i]))) << i;
+      }
+    }
+    EXPECT_GT(unseen, 0);
+  }
 }
 
 // Gemma 2's logit soft-capping (scores cap * tanh(s / cap)): SIMT and

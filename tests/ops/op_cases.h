@@ -405,11 +405,25 @@ inline std::vector<OpCase> op_cases() {
                  return std::vector<Tensor>{rnd({1, 37, 8}, d, 1, 2.0), rnd({1, 70, 8}, d, 2, 2.0)};
                },
                [](const std::vector<Tensor>& x) {
-                 std::vector<int64_t> s(70);
-                 for (int64_t t = 0; t < 70; ++t)
-                   s[t] = t < 40 ? std::max<int64_t>(0, t - 20) : std::max<int64_t>(40, t - 20);
+                 std::vector<int64_t> s(37);  // the queries of positions [33, 70)
+                 for (int64_t i = 0; i < 37; ++i) {
+                   const int64_t t = 33 + i;
+                   s[i] = t < 40 ? std::max<int64_t>(0, t - 20) : std::max<int64_t>(40, t - 20);
+                 }
                  return chunk_attention(x[0], x[1], AttentionHeads{2, 1}.with_softcap(1.5),
-                                        from_vector(s, {1, 70}, DType::I32));
+                                        from_vector(s, {1, 37}, DType::I32));
+               }});
+  // Queries after every key (a ring attention step's block of earlier
+  // keys), more of them than keys, with first keys in the block's frame
+  // that leave the last two rows of the first batch none.
+  c.push_back({"chunk_attention_after_keys_B2_Tq6_T5_NH2_KV1",
+               [](DType d) {
+                 return std::vector<Tensor>{rnd({2, 6, 8}, d, 1), rnd({2, 5, 8}, d, 2)};
+               },
+               [](const std::vector<Tensor>& x) {
+                 const std::vector<int64_t> s{0, 0, 1, 3, 5, 5, 0, 0, 0, 0, 2, 2};
+                 return chunk_attention(x[0], x[1], AttentionHeads{2, 1},
+                                        from_vector(s, {2, 6}, DType::I32), 5);
                }});
   c.push_back({"soft_cap",
                [](DType d) {

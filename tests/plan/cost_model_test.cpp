@@ -900,9 +900,9 @@ TEST(CostModel, PricesMultiTokenPredictionOnTheLastStage) {
   tied.tie_embeddings = true;
   nn::GptConfig tied_none = m;
   tied_none.tie_embeddings = true;
-  EXPECT_NEAR(estimate(tied, c, 16, 64, p).weights_bytes -
-                  estimate(tied_none, c, 16, 64, p).weights_bytes,
-              2.0 * (added - static_cast<double>(m.vocab_size) * h / t), 1e-6 * none.weights_bytes);
+  EXPECT_NEAR(
+      estimate(tied, c, 16, 64, p).weights_bytes - estimate(tied_none, c, 16, 64, p).weights_bytes,
+      2.0 * (added - static_cast<double>(m.vocab_size) * h / t), 1e-6 * none.weights_bytes);
   // Balanced stages give the last one fewer layers.
   nn::GptConfig deep = gpt(24, 16, 2048), deep_predicting = deep;
   deep_predicting.mtp_layers = 1;
@@ -955,8 +955,9 @@ TEST(CostModel, ContextParallelismSharesEachSequenceOut) {
     EXPECT_EQ(e.config.tp * e.config.pp * e.config.dp * e.config.cp, 16);
   }
   EXPECT_TRUE(chunking);
-  // Both exchanges tried (the heads share out over 2 and 4 ranks).
-  EXPECT_EQ(exchanges, (std::set<cp::Exchange>{cp::Exchange::AllToAll, cp::Exchange::AllGather}));
+  // Every exchange tried (the heads share out over 2 and 4 ranks).
+  EXPECT_EQ(exchanges, (std::set<cp::Exchange>{cp::Exchange::AllToAll, cp::Exchange::AllGather,
+                                               cp::Exchange::Ring}));
   ParallelConfig bad = layout(8, 1, 2, 1, Recompute::None);
   bad.cp = 2;
   try {
@@ -993,6 +994,17 @@ TEST(CostModel, ContextParallelismSharesEachSequenceOut) {
   EXPECT_GT(ag.activation_bytes, a2a.activation_bytes);
   EXPECT_NEAR(ag.gemm_time, a2a.gemm_time, 1e-9 * a2a.gemm_time);
   EXPECT_NE(ag.tp_comm_time, a2a.tp_comm_time);
+  // The ring: the same work, nothing gathered kept for backward, and its
+  // forward hops hidden under the steps' attention where they are shorter;
+  // backward adds the gradients' hops.
+  shared.cp_exchange = cp::Exchange::Ring;
+  const Estimate ring = estimate(m, c, 32, 16, shared);
+  EXPECT_NEAR(ring.gemm_time, a2a.gemm_time, 1e-9 * a2a.gemm_time);
+  EXPECT_DOUBLE_EQ(ring.activation_bytes, a2a.activation_bytes);
+  EXPECT_LT(ring.activation_bytes, ag.activation_bytes);
+  EXPECT_GT(ring.tp_comm_time, 0.0);
+  EXPECT_NE(ring.tp_comm_time, ag.tp_comm_time);
+  EXPECT_NE(shared.str().find(" cp_comm=ring"), std::string::npos) << shared.str();
   EXPECT_GT(g.step_time, 0.0);
   EXPECT_NE(gathered.str(), shared.str());
 }

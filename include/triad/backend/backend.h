@@ -215,17 +215,33 @@ class Backend {
   virtual void attention_backward(const Tensor& qkv, const Tensor& out, const Tensor& lse,
                                   const Tensor& dout, const AttentionHeads& heads, Tensor& dqkv,
                                   const Tensor& doc_starts) = 0;
-  // A chunk of queries, apart from the keys and values (context
-  // parallelism's all-gather): q (B, Tq, q D) holds those of rows [T - Tq, T) and kv (B, T, 2 kv D)
-  // every row's keys then values, all contiguous; out (B, Tq, q D), lse (B, q, Tq); dq and dkv of
-  // q's and kv's shapes are overwritten. Nothing is stored for the rows before the chunk's queries.
+  // A block of queries apart from its keys and values (context
+  // parallelism's all-gather and ring): q (B, Tq, q D) holds the queries at
+  // positions [query_start, query_start + Tq) of the keys' frame, kv (B, Tk,
+  // 2 kv D) the keys then values of positions [0, Tk), all contiguous. Query
+  // i sees keys [start_i, min(query_start + i, Tk - 1)], start_i its
+  // doc_starts entry ((B, Tq) i32, non-decreasing, at most its position;
+  // undefined: 0); query_start = Tk - Tq is a chunk at the end of a sequence,
+  // query_start >= Tk a block of queries after every key. out (B, Tq, q D),
+  // lse (B, q, Tq); a query that sees no key gets out 0 and lse -inf. The
+  // backward takes out and lse as the forward left them or, for a block of a
+  // larger attention, the whole attention's (ring attention: each block's
+  // share of the gradient); dq and dkv of q's and kv's shapes are
+  // overwritten.
   virtual void attention_parts_forward(const Tensor& q, const Tensor& kv,
-                                       const AttentionHeads& heads, Tensor& out, Tensor& lse,
-                                       const Tensor& doc_starts) = 0;
+                                       const AttentionHeads& heads, int64_t query_start,
+                                       Tensor& out, Tensor& lse, const Tensor& doc_starts) = 0;
   virtual void attention_parts_backward(const Tensor& q, const Tensor& kv, const Tensor& out,
                                         const Tensor& lse, const Tensor& dout,
-                                        const AttentionHeads& heads, Tensor& dq, Tensor& dkv,
-                                        const Tensor& doc_starts) = 0;
+                                        const AttentionHeads& heads, int64_t query_start,
+                                        Tensor& dq, Tensor& dkv, const Tensor& doc_starts) = 0;
+  // Folds a block's attention into an accumulated one over other keys (ring
+  // attention): out (B, Tq, q D) and lse (B, q, Tq), both in the stat dtype
+  // of part's (f32 under bf16/f16), become the attention over both sets of
+  // keys: lse = log(e^lse + e^part_lse), out = (e^(old lse) out + e^part_lse
+  // part) / e^lse. Either side's -inf (no key seen) leaves the other's.
+  virtual void attention_merge(Tensor& out, Tensor& lse, const Tensor& part,
+                               const Tensor& part_lse) = 0;
 
   // Stores the n new tokens' keys and values into a key/value cache: qkv
   // (B, n, (q + 2 kv) D) contiguous; its k heads go to k_cache and its v

@@ -65,15 +65,19 @@ Tensor clamp(const Tensor& x, double lo, double hi);
 // means every earlier key.
 Tensor causal_attention(const Tensor& qkv, AttentionHeads heads, const Tensor& doc_starts = {});
 
-// A chunk of queries, apart from the keys and values: q (B, Tq, q D) holds
-// the queries of the last Tq positions [T - Tq, T) of a sequence whose keys
-// and values kv (B, T, 2 kv D: k's heads, then v's) holds; each attends to
-// the keys up to its own position (and from its doc_starts entry, (B, T))
-// -> (B, Tq, q D). Context parallelism's all-gather runs a rank's chunk of
-// queries this way over the keys and values gathered up to it; with Tq = T
-// it is causal_attention with q and kv split. Differentiable in both.
+// A block of queries, apart from the keys and values: kv (B, T, 2 kv D: k's
+// heads, then v's) holds the keys and values of positions [0, T) and q
+// (B, Tq, q D) the queries of positions [query_start, query_start + Tq);
+// query i attends to the keys from its doc_starts entry ((B, Tq) i32, one
+// per query; undefined: 0) up to min(its position, T - 1) -> (B, Tq, q D).
+// query_start -1 (the default) is T - Tq: a chunk of the sequence's last
+// queries, which context parallelism's all-gather runs over the keys and
+// values gathered up to it (with Tq = T it is causal_attention with q and kv
+// split); query_start >= T puts every key before every query (a ring step's
+// block of earlier keys). A query that sees no key gets zeros. Differentiable
+// in both.
 Tensor chunk_attention(const Tensor& q, const Tensor& kv, AttentionHeads heads,
-                       const Tensor& doc_starts = {});
+                       const Tensor& doc_starts = {}, int64_t query_start = -1);
 
 // Stores the n new tokens' keys and values, the k and v heads of qkv
 // (B, n, (q + 2 kv) D), into slots [start, start + n) of k_cache and

@@ -101,7 +101,8 @@ struct ParallelSection {
   // its chunk of T / cp tokens; every attention layer reaches the whole
   // sequence by `cp_comm` (cp::Exchange: "all_to_all", the heads exchanged,
   // DeepSpeed-Ulysses'; "all_gather", the keys and values gathered, Llama
-  // 3's; "auto", the all-to-all where the heads share out). The world is
+  // 3's; "ring", the keys and values passed around a ring, ring attention;
+  // "auto", the all-to-all where the heads share out). The world is
   // tp * pp * dp * cp; the cp ranks of a sequence are data-parallel ranks
   // besides (their gradients reduced with the dp replicas').
   int cp = 1;

@@ -422,35 +422,26 @@ void CpuBackend::softmax_backward(const Tensor& y, const Tensor& dy, Tensor& dx)
 }
 
 // Causal attention per (batch, head), in blocks of kAttnBlock query rows:
-// block [r0, r1) only needs keys [kb, r1), kb the document start of its
-// first row (0 without documents; starts never decrease along a row), so
+// block [r0, r1) only needs keys [kb, min(r1, Tk)), kb the document start of
+// its first row (0 without documents; starts never decrease along a row), so
 // the GEMMs skip (almost all of) the masked upper triangle and, in packed
-// rows, the earlier documents. A chunk of queries (the parts' q holding
-// rows [q0, T) alone) runs the blocks from its first row, out's, lse's and
-// dout's rows counted from there.
+// rows, the earlier documents. Queries apart (the parts) sit at positions
+// [q0, q0 + Tq) of the keys' frame: a chunk at the end of the keys, or a
+// block after all of them; out's, lse's and dout's rows count from q0.
 constexpr int64_t kAttnBlock = 64;
 
 namespace {
-// The first key query t of row b sees: its document's start, or 0.
-struct DocStarts {
-  const int32_t* p = nullptr;
-  int64_t T = 0;
-  explicit DocStarts(const Tensor& starts, int64_t Tn)
-      : p(starts.defined() ? starts.data<int32_t>() : nullptr), T(Tn) {}
-  int64_t operator()(int64_t b, int64_t t) const { return p ? p[b * T + t] : 0; }
-};
-
 // Where the kernels read the queries and the keys and values: one fused
 // qkv (B, T, C3) — query row t and key/value row t both its row t, C3
-// apart, k from column C — or the parts: q (B, T - F, C) holding rows
-// [F, T) and kv (B, T, 2 KV) with k from column 0.
+// apart, k from column C — or the parts: q (B, Tq, C) holding the queries
+// of positions [q0, q0 + Tq) and kv (B, Tn, 2 KV) with k from column 0.
 struct AttnOperands {
   const Tensor& q;
   const Tensor& kv;
-  int64_t B, Tn, hd;
-  int64_t qs, qrows, q0;  // q's row stride, rows per batch, and the row its row 0 holds
+  int64_t B, Tn, hd;      // Tn: key rows
+  int64_t qs, qrows, q0;  // q's row stride, rows per batch, and the position its row 0 holds
   int64_t kvs, kc;        // kv's row stride and k's first column
-  // Batch b's rows of query head h (row t at (t - q0) * qs) and of
+  // Batch b's rows of query head h (position t at (t - q0) * qs) and of
   // key/value head g's keys.
   template <class T>
   const T* q_head(int64_t b, int64_t h) const {
@@ -464,10 +455,21 @@ struct AttnOperands {
     const int64_t C3 = qkv.size(2), hd = C3 / heads.fused();
     return {qkv, qkv, qkv.size(0), qkv.size(1), hd, C3, qkv.size(1), 0, C3, heads.q * hd};
   }
-  static AttnOperands parts(const Tensor& q, const Tensor& kv, const AttentionHeads& heads) {
-    const int64_t hd = q.size(2) / heads.q, Tn = kv.size(1);
-    return {q, kv, kv.size(0), Tn, hd, q.size(2), q.size(1), Tn - q.size(1), kv.size(2), 0};
+  static AttnOperands parts(const Tensor& q, const Tensor& kv, const AttentionHeads& heads,
+                            int64_t query_start) {
+    const int64_t hd = q.size(2) / heads.q;
+    return {q, kv, kv.size(0), kv.size(1), hd, q.size(2), q.size(1), query_start, kv.size(2), 0};
   }
+};
+
+// The first key the query at position t of row b sees: its doc_starts
+// entry (one per query row), or 0.
+struct DocStarts {
+  const int32_t* p = nullptr;
+  int64_t rows = 0, q0 = 0;
+  DocStarts(const Tensor& starts, const AttnOperands& a)
+      : p(starts.defined() ? starts.data<int32_t>() : nullptr), rows(a.qrows), q0(a.q0) {}
+  int64_t operator()(int64_t b, int64_t t) const { return p ? p[b * rows + t - q0] : 0; }
 };
 
 void attention_forward_rows(const AttnOperands& a, const AttentionHeads& heads, Tensor& out,
@@ -476,31 +478,45 @@ void attention_forward_rows(const AttnOperands& a, const AttentionHeads& heads, 
     using T = decltype(tag);
     // qs, kvs: the query and key/value rows' strides; C: out's, n_head hd.
     const int64_t B = a.B, Tn = a.Tn, n_head = heads.q, hd = a.hd, qs = a.qs, kvs = a.kvs;
-    const int64_t F = a.q0, Tq = Tn - F;  // out's and lse's rows: the queries', from F
+    const int64_t F = a.q0, Tq = a.qrows, E = F + Tq;  // the queries' positions [F, E)
     const int64_t C = n_head * hd, KV = heads.kv * hd;
     const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(hd)));
     const T cap = static_cast<T>(heads.softcap);  // scores cap * tanh(s / cap), when > 0
     T* po = out.data<T>();
     T* pl = lse.data<T>();
-    const DocStarts start_of(doc_starts, Tn);
+    const DocStarts start_of(doc_starts, a);
 #pragma omp parallel
     {
-      std::vector<T> S(static_cast<size_t>(kAttnBlock * Tn));
+      std::vector<T> S(static_cast<size_t>(kAttnBlock * std::max<int64_t>(Tn, 1)));
 #pragma omp for schedule(dynamic)
       for (int64_t bh = 0; bh < B * n_head; ++bh) {
         const int64_t b = bh / n_head, h = bh % n_head;
-        const T* q = a.q_head<T>(b, h);  // row t at (t - q0) * qs
+        const T* q = a.q_head<T>(b, h);  // position t at (t - F) * qs
         const T* k = a.k_head<T>(b, h / heads.group());
         const T* v = k + KV;
-        for (int64_t r0 = F; r0 < Tn; r0 += kAttnBlock) {
-          const int64_t r1 = std::min(Tn, r0 + kAttnBlock), rows = r1 - r0;
-          const int64_t kb = start_of(b, r0), w = r1 - kb;  // keys [kb, r1)
-          // S (rows, w) = scale * Q[r0:r1] K[kb:r1]^T
+        for (int64_t r0 = F; r0 < E; r0 += kAttnBlock) {
+          const int64_t r1 = std::min(E, r0 + kAttnBlock), rows = r1 - r0;
+          const int64_t ke = std::min(r1, Tn), kb = std::min(start_of(b, r0), ke);
+          const int64_t w = ke - kb;  // keys [kb, ke)
+          T* o = po + (b * Tq + r0 - F) * C + h * hd;
+          if (w == 0) {  // no query of the block sees a key
+            for (int64_t i = 0; i < rows; ++i) {
+              std::fill_n(o + i * C, hd, T(0));
+              pl[bh * Tq + r0 - F + i] = -std::numeric_limits<T>::infinity();
+            }
+            continue;
+          }
+          // S (rows, w) = scale * Q[r0:r1] K[kb:ke]^T
           gemm_rm<T>(false, true, rows, w, hd, scale, q + (r0 - F) * qs, qs, k + kb * kvs, kvs,
                      T(0), S.data(), w);
           for (int64_t i = 0; i < rows; ++i) {
-            const int64_t t = r0 + i, lo = start_of(b, t) - kb, hi = t - kb;
+            const int64_t t = r0 + i, lo = start_of(b, t) - kb, hi = std::min(t, Tn - 1) - kb;
             T* row = S.data() + i * w;
+            if (lo > hi) {  // this query sees no key
+              std::fill(row, row + w, T(0));
+              pl[bh * Tq + t - F] = -std::numeric_limits<T>::infinity();
+              continue;
+            }
             if (cap > 0) {
               for (int64_t j = lo; j <= hi; ++j) row[j] = cap * std::tanh(row[j] / cap);
             }
@@ -519,9 +535,8 @@ void attention_forward_rows(const AttnOperands& a, const AttentionHeads& heads, 
             std::fill(row + hi + 1, row + w, T(0));
             pl[bh * Tq + t - F] = static_cast<T>(mx + std::log(sum));
           }
-          // O[r0:r1] = P V[kb:r1]
-          gemm_rm<T>(false, false, rows, hd, w, T(1), S.data(), w, v + kb * kvs, kvs, T(0),
-                     po + (b * Tq + r0 - F) * C + h * hd, C);
+          // O[r0:r1] = P V[kb:ke]
+          gemm_rm<T>(false, false, rows, hd, w, T(1), S.data(), w, v + kb * kvs, kvs, T(0), o, C);
         }
       }
     }
@@ -535,9 +550,40 @@ void CpuBackend::attention_forward(const Tensor& qkv, const AttentionHeads& head
 }
 
 void CpuBackend::attention_parts_forward(const Tensor& q, const Tensor& kv,
-                                         const AttentionHeads& heads, Tensor& out, Tensor& lse,
-                                         const Tensor& doc_starts) {
-  attention_forward_rows(AttnOperands::parts(q, kv, heads), heads, out, lse, doc_starts);
+                                         const AttentionHeads& heads, int64_t query_start,
+                                         Tensor& out, Tensor& lse, const Tensor& doc_starts) {
+  attention_forward_rows(AttnOperands::parts(q, kv, heads, query_start), heads, out, lse,
+                         doc_starts);
+}
+
+void CpuBackend::attention_merge(Tensor& out, Tensor& lse, const Tensor& part,
+                                 const Tensor& part_lse) {
+  dispatch_float(out.dtype(), "attention_merge", [&](auto tag) {
+    using T = decltype(tag);
+    // out (B, Tq, H D), lse (B, H, Tq).
+    const int64_t B = lse.size(0), H = lse.size(1), Tq = lse.size(2), D = out.size(2) / H;
+    T* po = out.data<T>();
+    T* pl = lse.data<T>();
+    const T* pp = part.data<T>();
+    const T* ppl = part_lse.data<T>();
+#pragma omp parallel for schedule(static) if (B * H * Tq * D > 16384)
+    for (int64_t r = 0; r < B * H * Tq; ++r) {
+      const int64_t b = r / (H * Tq), h = r / Tq % H, t = r % Tq;
+      const T a = pl[r], c = ppl[r];
+      if (c == -std::numeric_limits<T>::infinity()) continue;  // the part saw no key
+      T* o = po + (b * Tq + t) * H * D + h * D;
+      const T* p = pp + (b * Tq + t) * H * D + h * D;
+      if (a == -std::numeric_limits<T>::infinity()) {
+        std::copy(p, p + D, o);
+        pl[r] = c;
+        continue;
+      }
+      const T m = std::max(a, c);
+      const T ea = std::exp(a - m), ec = std::exp(c - m), inv = T(1) / (ea + ec);
+      for (int64_t d = 0; d < D; ++d) o[d] = (ea * o[d] + ec * p[d]) * inv;
+      pl[r] = m + std::log(ea + ec);
+    }
+  });
 }
 
 // Decoding's attention over the cache where it lies. A step of one or a few
@@ -654,7 +700,7 @@ void attention_backward_rows(const AttnOperands& a, const Tensor& out, const Ten
   dispatch_float(a.q.dtype(), "attention_backward", [&](auto tag) {
     using T = decltype(tag);
     const int64_t B = a.B, Tn = a.Tn, n_head = heads.q, hd = a.hd, qs = a.qs, kvs = a.kvs;
-    const int64_t F = a.q0, Tq = Tn - F;  // out's, dout's and lse's rows: the queries', from F
+    const int64_t F = a.q0, Tq = a.qrows, E = F + Tq;  // the queries' positions [F, E)
     const int64_t C = n_head * hd, KV = heads.kv * hd;
     const int64_t G = heads.group();
     const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(hd)));
@@ -662,16 +708,16 @@ void attention_backward_rows(const AttnOperands& a, const Tensor& out, const Ten
     const T* po = out.data<T>();
     const T* pdo = dout.data<T>();
     const T* pl = lse.data<T>();
-    // The gradients' rows, laid out as the inputs' (query row t at
+    // The gradients' rows, laid out as the inputs' (query position t at
     // (t - q0) * qs, key/value row t at t * kvs).
     const AttnOperands d{dq_out, dkv_out, B, Tn, hd, qs, a.qrows, a.q0, kvs, a.kc};
-    const DocStarts start_of(doc_starts, Tn);
+    const DocStarts start_of(doc_starts, a);
+    const size_t block = static_cast<size_t>(kAttnBlock * std::max<int64_t>(Tn, 1));
 #pragma omp parallel
     {
-      std::vector<T> P(static_cast<size_t>(kAttnBlock * Tn)),
-          dP(static_cast<size_t>(kAttnBlock * Tn));
+      std::vector<T> P(block), dP(block);
       // Soft-capped scores z: the cap's derivative 1 - (z / cap)^2 per score.
-      std::vector<T> dcap(cap > 0 ? static_cast<size_t>(kAttnBlock * Tn) : 0);
+      std::vector<T> dcap(cap > 0 ? block : 0);
       // One task per key/value head: its dK and dV accumulate over the
       // query blocks of each query head in its group, in a fixed order.
 #pragma omp for schedule(dynamic)
@@ -687,23 +733,32 @@ void attention_backward_rows(const AttnOperands& a, const Tensor& out, const Ten
         }
         for (int64_t h = kvh * G; h < (kvh + 1) * G; ++h) {
           const int64_t bh = b * n_head + h;
-          const T* q = a.q_head<T>(b, h);  // row t at (t - F) * qs, as dq's
-          // Row t's output and its gradient: o[(t - F) * C], dO[(t - F) * C].
+          const T* q = a.q_head<T>(b, h);  // position t at (t - F) * qs, as dq's
+          // Position t's output and its gradient: o[(t - F) * C], dO[(t - F) * C].
           const T* o = po + b * Tq * C + h * hd;
           const T* dO = pdo + b * Tq * C + h * hd;
           T* dq = const_cast<T*>(d.q_head<T>(b, h));
-          for (int64_t r0 = F; r0 < Tn; r0 += kAttnBlock) {
-            const int64_t r1 = std::min(Tn, r0 + kAttnBlock), rows = r1 - r0;
-            const int64_t kb = start_of(b, r0), w = r1 - kb;  // keys [kb, r1)
+          for (int64_t r0 = F; r0 < E; r0 += kAttnBlock) {
+            const int64_t r1 = std::min(E, r0 + kAttnBlock), rows = r1 - r0;
+            const int64_t ke = std::min(r1, Tn), kb = std::min(start_of(b, r0), ke);
+            const int64_t w = ke - kb;  // keys [kb, ke)
+            if (w == 0) {               // no query of the block sees a key
+              for (int64_t i = 0; i < rows; ++i) std::fill_n(dq + (r0 - F + i) * qs, hd, T(0));
+              continue;
+            }
             const T* kk = k + kb * kvs;
             const T* vk = v + kb * kvs;
             const T* qr = q + (r0 - F) * qs;
             // Recompute probabilities from the saved log-sum-exp.
             gemm_rm<T>(false, true, rows, w, hd, scale, qr, qs, kk, kvs, T(0), P.data(), w);
             for (int64_t i = 0; i < rows; ++i) {
-              const int64_t t = r0 + i, lo = start_of(b, t) - kb, hi = t - kb;
-              const T l = pl[bh * Tq + t - F];
+              const int64_t t = r0 + i, lo = start_of(b, t) - kb, hi = std::min(t, Tn - 1) - kb;
               T* row = P.data() + i * w;
+              if (lo > hi) {  // this query sees no key
+                std::fill(row, row + w, T(0));
+                continue;
+              }
+              const T l = pl[bh * Tq + t - F];
               if (cap > 0) {
                 T* drow = dcap.data() + i * w;
                 for (int64_t j = lo; j <= hi; ++j) {
@@ -717,19 +772,23 @@ void attention_backward_rows(const AttnOperands& a, const Tensor& out, const Ten
               std::fill(row, row + lo, T(0));
               std::fill(row + hi + 1, row + w, T(0));
             }
-            // dV[kb:r1] += P^T dO[r0:r1] ; dP = dO[r0:r1] V[kb:r1]^T
+            // dV[kb:ke] += P^T dO[r0:r1] ; dP = dO[r0:r1] V[kb:ke]^T
             gemm_rm<T>(true, false, w, hd, rows, T(1), P.data(), w, dO + (r0 - F) * C, C, T(1),
                        dv + kb * kvs, kvs);
             gemm_rm<T>(false, true, rows, w, hd, T(1), dO + (r0 - F) * C, C, vk, kvs, T(0),
                        dP.data(), w);
             // dS = P * (dP - rowsum(dO * O)), scaled for the QK^T product.
             for (int64_t i = 0; i < rows; ++i) {
-              const int64_t t = r0 + i, lo = start_of(b, t) - kb, hi = t - kb;
-              double D = 0;
-              for (int64_t d = 0; d < hd; ++d)
-                D += static_cast<double>(dO[(t - F) * C + d]) * o[(t - F) * C + d];
-              const T* prow = P.data() + i * w;
+              const int64_t t = r0 + i, lo = start_of(b, t) - kb, hi = std::min(t, Tn - 1) - kb;
               T* drow = dP.data() + i * w;
+              if (lo > hi) {
+                std::fill(drow, drow + w, T(0));
+                continue;
+              }
+              double D = 0;
+              for (int64_t e = 0; e < hd; ++e)
+                D += static_cast<double>(dO[(t - F) * C + e]) * o[(t - F) * C + e];
+              const T* prow = P.data() + i * w;
               const T Dt = static_cast<T>(D);
 #pragma omp simd
               for (int64_t j = lo; j <= hi; ++j) drow[j] = prow[j] * (drow[j] - Dt) * scale;
@@ -741,7 +800,7 @@ void attention_backward_rows(const AttnOperands& a, const Tensor& out, const Ten
               std::fill(drow, drow + lo, T(0));
               std::fill(drow + hi + 1, drow + w, T(0));
             }
-            // dQ[r0:r1] = dS K[kb:r1] ; dK[kb:r1] += dS^T Q[r0:r1]
+            // dQ[r0:r1] = dS K[kb:ke] ; dK[kb:ke] += dS^T Q[r0:r1]
             gemm_rm<T>(false, false, rows, hd, w, T(1), dP.data(), w, kk, kvs, T(0),
                        dq + (r0 - F) * qs, qs);
             gemm_rm<T>(true, false, w, hd, rows, T(1), dP.data(), w, qr, qs, T(1), dk + kb * kvs,
@@ -763,10 +822,10 @@ void CpuBackend::attention_backward(const Tensor& qkv, const Tensor& out, const 
 
 void CpuBackend::attention_parts_backward(const Tensor& q, const Tensor& kv, const Tensor& out,
                                           const Tensor& lse, const Tensor& dout,
-                                          const AttentionHeads& heads, Tensor& dq, Tensor& dkv,
-                                          const Tensor& doc_starts) {
-  attention_backward_rows(AttnOperands::parts(q, kv, heads), out, lse, dout, heads, dq, dkv,
-                          doc_starts);
+                                          const AttentionHeads& heads, int64_t query_start,
+                                          Tensor& dq, Tensor& dkv, const Tensor& doc_starts) {
+  attention_backward_rows(AttnOperands::parts(q, kv, heads, query_start), out, lse, dout, heads, dq,
+                          dkv, doc_starts);
 }
 
 void CpuBackend::rotary_embedding(const Tensor& qkv, const AttentionHeads& heads,

@@ -186,23 +186,31 @@ void HalfAdapter::attention_backward(const Tensor& qkv, const Tensor& out, const
 }
 
 void HalfAdapter::attention_parts_forward(const Tensor& q, const Tensor& kv,
-                                          const AttentionHeads& heads, Tensor& out, Tensor& lse,
-                                          const Tensor& doc_starts) {
+                                          const AttentionHeads& heads, int64_t query_start,
+                                          Tensor& out, Tensor& lse, const Tensor& doc_starts) {
   Widen w(inner_);
   Tensor o = w.out(out);
-  inner_.attention_parts_forward(w.in(q), w.in(kv), heads, o, lse, doc_starts);
+  inner_.attention_parts_forward(w.in(q), w.in(kv), heads, query_start, o, lse, doc_starts);
   w.finish();
 }
 
 void HalfAdapter::attention_parts_backward(const Tensor& q, const Tensor& kv, const Tensor& out,
                                            const Tensor& lse, const Tensor& dout,
-                                           const AttentionHeads& heads, Tensor& dq, Tensor& dkv,
-                                           const Tensor& doc_starts) {
+                                           const AttentionHeads& heads, int64_t query_start,
+                                           Tensor& dq, Tensor& dkv, const Tensor& doc_starts) {
   Widen w(inner_);
   Tensor gq = w.out(dq);
   Tensor gkv = w.out(dkv);
-  inner_.attention_parts_backward(w.in(q), w.in(kv), w.in(out), lse, w.in(dout), heads, gq, gkv,
-                                  doc_starts);
+  inner_.attention_parts_backward(w.in(q), w.in(kv), w.in(out), lse, w.in(dout), heads, query_start,
+                                  gq, gkv, doc_starts);
+  w.finish();
+}
+
+void HalfAdapter::attention_merge(Tensor& out, Tensor& lse, const Tensor& part,
+                                  const Tensor& part_lse) {
+  // out and lse are f32 already (the stat dtype); only the part widens.
+  Widen w(inner_);
+  inner_.attention_merge(out, lse, w.in(part), part_lse);
   w.finish();
 }
 

@@ -20,6 +20,7 @@
 #include "gemm_verification.h"
 #include "kernels/adamw.h"
 #include "kernels/attention.h"
+#include "kernels/attention_merge.h"
 #include "kernels/cached_attention.h"
 #include "kernels/clamp.h"
 #include "kernels/cross_entropy.h"
@@ -1136,10 +1137,10 @@ void CudaBackend::attention_backward(const Tensor& qkv, const Tensor& out, const
 }
 
 namespace {
-// The kernels' shape of a chunk of queries q (B, Tq, q D) over kv (B, T,
-// 2 kv D).
+// The kernels' shape of a block of queries q (B, Tq, q D) at positions
+// [query_start, query_start + Tq) over kv (B, T, 2 kv D).
 k::AttentionShape attention_parts_shape(const Tensor& q, const Tensor& kv,
-                                        const AttentionHeads& heads) {
+                                        const AttentionHeads& heads, int64_t query_start) {
   k::AttentionShape s;
   s.B = kv.size(0);
   s.T = kv.size(1);
@@ -1147,19 +1148,20 @@ k::AttentionShape attention_parts_shape(const Tensor& q, const Tensor& kv,
   s.NH = heads.q;
   s.NKV = heads.kv;
   s.softcap = heads.softcap;
-  s.Q0 = kv.size(1) - q.size(1);
+  s.Q0 = query_start;
+  s.QT = q.size(1);
   s.separate = true;
   return s;
 }
 }  // namespace
 
 void CudaBackend::attention_parts_forward(const Tensor& q, const Tensor& kv,
-                                          const AttentionHeads& heads, Tensor& out, Tensor& lse,
-                                          const Tensor& doc_starts) {
+                                          const AttentionHeads& heads, int64_t query_start,
+                                          Tensor& out, Tensor& lse, const Tensor& doc_starts) {
   require_nn("attention", q.dtype());
   DeviceState& s = state(out.device().index);
   DeviceGuard g(s.index);
-  const k::AttentionShape shape = attention_parts_shape(q, kv, heads);
+  const k::AttentionShape shape = attention_parts_shape(q, kv, heads, query_start);
   const int32_t* starts = doc_starts_ptr(doc_starts);
   launch(s.index, s.stream, "attention_forward", [&] {
     const AttentionRoute route =
@@ -1171,10 +1173,10 @@ void CudaBackend::attention_parts_forward(const Tensor& q, const Tensor& kv,
 
 void CudaBackend::attention_parts_backward(const Tensor& q, const Tensor& kv, const Tensor& out,
                                            const Tensor& lse, const Tensor& dout,
-                                           const AttentionHeads& heads, Tensor& dq, Tensor& dkv,
-                                           const Tensor& doc_starts) {
+                                           const AttentionHeads& heads, int64_t query_start,
+                                           Tensor& dq, Tensor& dkv, const Tensor& doc_starts) {
   require_nn("attention_backward", q.dtype());
-  const k::AttentionShape shape = attention_parts_shape(q, kv, heads);
+  const k::AttentionShape shape = attention_parts_shape(q, kv, heads, query_start);
   DeviceState& s = state(dq.device().index);
   DeviceGuard g(s.index);
   const int32_t* starts = doc_starts_ptr(doc_starts);
@@ -1184,6 +1186,25 @@ void CudaBackend::attention_parts_backward(const Tensor& q, const Tensor& kv, co
     k::attention_backward_parts(q.raw_data(), kv.raw_data(), out.raw_data(), lse.data<float>(),
                                 dout.raw_data(), dq.raw_data(), dkv.raw_data(), scalar(q.dtype()),
                                 shape, ws.get(), s.stream, route.kernel, starts);
+  });
+}
+
+void CudaBackend::attention_merge(Tensor& out, Tensor& lse, const Tensor& part,
+                                  const Tensor& part_lse) {
+  require_nn("attention_merge", part.dtype());
+  if (out.dtype() != DType::F32 || lse.dtype() != DType::F32 || part_lse.dtype() != DType::F32) {
+    throw ValueError(std::string("attention_merge: the accumulated output and both log-sum-exps "
+                                 "must be f32 on the GPU, got ") +
+                     dtype_name(out.dtype()) + ", " + dtype_name(lse.dtype()) + " and " +
+                     dtype_name(part_lse.dtype()));
+  }
+  DeviceState& s = state(out.device().index);
+  DeviceGuard g(s.index);
+  const int64_t B = lse.size(0), NH = lse.size(1), Tq = lse.size(2);
+  launch(s.index, s.stream, "attention_merge", [&] {
+    k::attention_merge(out.data<float>(), lse.data<float>(), part.raw_data(),
+                       part_lse.data<float>(), scalar(part.dtype()), B, Tq, NH,
+                       NH > 0 ? out.size(2) / NH : 0, s.stream);
   });
 }
 

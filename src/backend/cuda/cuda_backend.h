@@ -79,10 +79,14 @@ class CudaBackend final : public Backend {
                           const Tensor& dout, const AttentionHeads& heads, Tensor& dqkv,
                           const Tensor& doc_starts) override;
   void attention_parts_forward(const Tensor& q, const Tensor& kv, const AttentionHeads& heads,
-                               Tensor& out, Tensor& lse, const Tensor& doc_starts) override;
+                               int64_t query_start, Tensor& out, Tensor& lse,
+                               const Tensor& doc_starts) override;
   void attention_parts_backward(const Tensor& q, const Tensor& kv, const Tensor& out,
                                 const Tensor& lse, const Tensor& dout, const AttentionHeads& heads,
-                                Tensor& dq, Tensor& dkv, const Tensor& doc_starts) override;
+                                int64_t query_start, Tensor& dq, Tensor& dkv,
+                                const Tensor& doc_starts) override;
+  void attention_merge(Tensor& out, Tensor& lse, const Tensor& part,
+                       const Tensor& part_lse) override;
   void write_kv_cache(const Tensor& qkv, const AttentionHeads& heads, int64_t start,
                       Tensor& k_cache, Tensor& v_cache) override;
   void cached_attention_forward(const Tensor& qkv, const Tensor& keys, const Tensor& values,

@@ -39,7 +39,8 @@ Tensor all_gather_attention(const Tensor& qkv, const AttentionHeads& heads, cons
   for (const auto& [first, count] : chunk_runs(T, r, P, balanced)) {
     // The run's queries read the keys up to its last position.
     const int64_t Tk = first + count;
-    const Tensor first_keys = starts.defined() ? contiguous(narrow(starts, 1, 0, Tk)) : Tensor();
+    const Tensor first_keys =
+        starts.defined() ? contiguous(narrow(starts, 1, first, count)) : Tensor();
     out.push_back(chunk_attention(narrow(queries, 1, at, count), narrow(keys_values, 1, 0, Tk),
                                   heads, first_keys));
     at += count;

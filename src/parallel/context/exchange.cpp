@@ -10,7 +10,9 @@ Exchange exchange_from_string(const std::string& name, const std::string& key) {
   if (name == "auto") return Exchange::Auto;
   if (name == "all_to_all") return Exchange::AllToAll;
   if (name == "all_gather") return Exchange::AllGather;
-  throw ConfigError(key + ": '" + name + "' is not an exchange (auto, all_to_all or all_gather)");
+  if (name == "ring") return Exchange::Ring;
+  throw ConfigError(key + ": '" + name +
+                    "' is not an exchange (auto, all_to_all, all_gather or ring)");
 }
 
 const char* exchange_name(Exchange exchange) {
@@ -21,6 +23,8 @@ const char* exchange_name(Exchange exchange) {
       return "all_to_all";
     case Exchange::AllGather:
       return "all_gather";
+    case Exchange::Ring:
+      return "ring";
   }
   return "?";
 }
@@ -45,8 +49,8 @@ int64_t row_multiple(const nn::GptConfig& cfg, int64_t tp, int64_t cp, bool sequ
                      Exchange exchange) {
   if (cp <= 1) return sequence_parallel ? tp : 1;
   const int64_t chunks = cp * (sequence_parallel ? tp : 1);
-  return resolve_exchange(exchange, cfg, tp, cp) == Exchange::AllGather ? std::lcm(chunks, 2 * cp)
-                                                                        : chunks;
+  return balanced_layout(resolve_exchange(exchange, cfg, tp, cp)) ? std::lcm(chunks, 2 * cp)
+                                                                  : chunks;
 }
 
 void check_context_parallel(const nn::GptConfig& cfg, int64_t tp, int64_t cp,
@@ -67,11 +71,14 @@ void check_context_parallel(const nn::GptConfig& cfg, int64_t tp, int64_t cp,
   }
   const int64_t chunks = row_multiple(cfg, tp, cp, sequence_parallel, exchange);
   if (cfg.seq_len % chunks != 0) {
-    const bool balanced = resolve_exchange(exchange, cfg, tp, cp) == Exchange::AllGather;
+    const Exchange resolved = resolve_exchange(exchange, cfg, tp, cp);
+    const bool balanced = balanced_layout(resolved);
     throw ConfigError(layout + ": model.seq_len (" + std::to_string(cfg.seq_len) +
                       ") must be divisible by cp" +
                       (sequence_parallel ? " times tp (sequence parallelism)" : "") +
-                      (balanced ? " and by 2 cp (the all-gather's two half-chunks a rank)" : "") +
+                      (balanced ? std::string(" and by 2 cp (the ") + exchange_name(resolved) +
+                                      " exchange's two half-chunks a rank)"
+                                : std::string()) +
                       " (" + std::to_string(chunks) + ")");
   }
 }

@@ -10,6 +10,7 @@
 #include "triad/ops.h"
 #include "triad/optim/clip.h"
 #include "triad/parallel/context/all_gather.h"
+#include "triad/parallel/context/ring.h"
 #include "triad/parallel/context/ulysses.h"
 #include "triad/parallel/expert/dispatch.h"
 #include "triad/parallel/tensor/mappings.h"
@@ -950,7 +951,7 @@ std::vector<cp::Run> TensorParallelGpt::chunk_runs(int64_t T, const char* what) 
                      (sp_ ? " times parallel.tp (" + std::to_string(t) + ", sequence parallelism)"
                           : std::string()) +
                      (balanced() ? " and by 2 parallel.cp (" + std::to_string(2 * P) +
-                                       ", the all-gather's two half-chunks a rank)"
+                                       ", the balanced layout's two half-chunks a rank)"
                                  : std::string()));
   }
   return cp::chunk_runs(T, cp_->rank(), P, balanced());
@@ -969,6 +970,7 @@ void TensorParallelGpt::require_chunk_positions(const nn::ForwardContext& ctx, i
 Tensor TensorParallelGpt::attention(const Tensor& qkv, const AttentionHeads& heads,
                                     const Tensor& starts) const {
   if (!cp_) return causal_attention(qkv, heads, starts);
+  if (exchange_ == cp::Exchange::Ring) return cp::ring_attention(qkv, heads, starts, cp_);
   if (balanced()) return cp::all_gather_attention(qkv, heads, starts, cp_, true);
   const Tensor whole = cp::sequence_to_heads(qkv, heads, cp_);
   const Tensor y = causal_attention(whole, cp::heads_kept(heads, cp_), starts);

@@ -26,6 +26,7 @@
 #include "triad/ops.h"
 #include "triad/parallel/context/all_gather.h"
 #include "triad/parallel/context/layout.h"
+#include "triad/parallel/context/ring.h"
 #include "triad/parallel/context/ulysses.h"
 #include "triad/parallel/tensor/gpt.h"
 
@@ -152,6 +153,49 @@ TEST(AllGather, AttentionAndGradientsAreTheWholeSequencesChunks) {
             to_double_vector(row));
 }
 
+// ring_attention on each rank's half-chunks is the whole sequence's
+// attention at those rows, and its gradient the whole one's (each rank's
+// keys and values back with what every later query on every rank gave
+// them), with grouped heads that do not share out, a soft cap, packed
+// documents under a window (whole blocks of keys unseen by a later
+// document's queries), and in bf16 (f32 blocks folded together).
+TEST(Ring, AttentionAndGradientsAreTheWholeSequencesHalfChunks) {
+  const int P = g_world->size(), r = g_world->rank();
+  const int64_t B = 2, D = 4, T = 6 * P;
+  const AttentionHeads h{3, 1};
+  std::vector<int64_t> first(static_cast<size_t>(B * T), 0);
+  for (int64_t t = 0; t < T; ++t) {
+    first[static_cast<size_t>(t)] = std::max<int64_t>(0, t - 6);  // a window
+    first[static_cast<size_t>(T + t)] = t < 7 ? 0 : 7;            // two documents
+  }
+  const std::vector<cp::Run> runs = chunk_runs(T, r, P, true);
+  for (const DType dtype : {DType::F32, DType::BF16}) {
+    for (const bool documents : {false, true}) {
+      for (const double cap : {0.0, 2.0}) {
+        SCOPED_TRACE(std::string(dtype_name(dtype)) +
+                     (documents ? ", documents and a window" : "") + (cap > 0 ? ", soft cap" : ""));
+        const AttentionHeads heads = h.with_softcap(cap);
+        const Tensor starts = documents ? from_vector(first, {B, T}, DType::I32) : Tensor();
+        Tensor whole = cast(uniform({B, T, h.fused() * D}, 4), dtype).detach();
+        whole.set_requires_grad(true);
+        Tensor mine = contiguous(take_runs(whole, 1, runs)).detach();
+        mine.set_requires_grad(true);
+        const Tensor out = ring_attention(mine, heads, starts, g_world);
+        ASSERT_EQ(out.dtype(), dtype);
+        const Tensor want = causal_attention(whole, heads, starts);
+        const double tol = dtype == DType::F32 ? 1e-6 : 2e-2;
+        expect_close(to_double_vector(out), to_double_vector(take_runs(want, 1, runs)), tol,
+                     tol / 10, "output");
+        const Tensor g = cast(uniform({B, T, h.q * D}, 20), dtype);
+        autograd::backward({out}, {contiguous(take_runs(g, 1, runs))});
+        autograd::backward({want}, {g});
+        expect_close(to_double_vector(mine.grad()),
+                     to_double_vector(take_runs(whole.grad(), 1, runs)), 10 * tol, tol, "dqkv");
+      }
+    }
+  }
+}
+
 nn::GptConfig tiny() {
   return {.n_layer = 2, .n_head = 4, .d_model = 32, .vocab_size = 300, .seq_len = 16};
 }
@@ -238,9 +282,9 @@ std::vector<Layout> layouts() {
 // by a capacity (the drops chosen among every chunk's assignments, by
 // position or probability, as one process chooses them), their experts on
 // every rank or shared out over the context group (each expert's tokens
-// gathered from every chunk). Each by the heads' all-to-all and by the keys'
-// and values' all-gather; and heads that do not share out (3 over the
-// world's 2 or 4 ranks), which Auto sends to the all-gather.
+// gathered from every chunk). Each by the heads' all-to-all, by the keys'
+// and values' all-gather and by their ring; and heads that do not share out
+// (3 over the world's 2 or 4 ranks), which Auto sends to the all-gather.
 TEST(ContextParallelGpt, LossLogitsAndEveryGradientMatchOneProcess) {
   const Tensor ids = token_ids(1), targets = token_ids(2);
   for (const std::string variant :
@@ -324,12 +368,14 @@ TEST(ContextParallelGpt, LossLogitsAndEveryGradientMatchOneProcess) {
       }
     }
     if (odd_heads) {
-      tried = {{1, false}};
+      tried = {{1, false}, {1, false, false, Exchange::Ring}};
     } else {
       for (size_t i = 0, n = tried.size(); i < n; ++i) {
-        Layout gathered = tried[i];
-        gathered.exchange = Exchange::AllGather;
-        tried.push_back(gathered);
+        for (const Exchange balanced : {Exchange::AllGather, Exchange::Ring}) {
+          Layout other = tried[i];
+          other.exchange = balanced;
+          tried.push_back(other);
+        }
       }
     }
     for (const Layout& layout : tried) {

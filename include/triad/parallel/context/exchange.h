@@ -21,11 +21,23 @@ namespace triad::cp {
 //    count. Its ranks hold the balanced layout (layout.h: half-chunks r and
 //    2P - 1 - r), so that under the causal mask every rank does the same
 //    attention work.
+//  - Ring (ring attention, ring.h): the keys and values pass from rank to
+//    rank in P steps, each rank attending its queries over the ones it
+//    holds and folding the blocks together by their log-sum-exps; their
+//    gradients go around again backward. The balanced layout too, any head
+//    count, and nothing gathered is kept for backward (the all-gather keeps
+//    a layer's whole keys and values): the exchange for long sequences.
 //  - Auto: AllToAll where the heads share out, else AllGather.
-enum class Exchange { Auto, AllToAll, AllGather };
+enum class Exchange { Auto, AllToAll, AllGather, Ring };
 
-// "auto", "all_to_all", "all_gather" (ConfigError naming anything else and
-// the choices, for `key`).
+// Whether `exchange` holds the balanced layout (layout.h): the all-gather
+// and the ring.
+inline bool balanced_layout(Exchange exchange) {
+  return exchange == Exchange::AllGather || exchange == Exchange::Ring;
+}
+
+// "auto", "all_to_all", "all_gather", "ring" (ConfigError naming anything
+// else and the choices, for `key`).
 Exchange exchange_from_string(const std::string& name, const std::string& key = "parallel.cp_comm");
 const char* exchange_name(Exchange exchange);
 
@@ -40,7 +52,8 @@ Exchange resolve_exchange(Exchange requested, const nn::GptConfig& cfg, int64_t 
 
 // What a row's length must be a multiple of under cp ranks beside tp with
 // `exchange`: cp (times tp under sequence parallelism), and 2 cp for the
-// all-gather's balanced layout (two half-chunks a rank; layout.h).
+// all-gather's and the ring's balanced layout (two half-chunks a rank;
+// layout.h).
 int64_t row_multiple(const nn::GptConfig& cfg, int64_t tp, int64_t cp, bool sequence_parallel,
                      Exchange exchange);
 

@@ -235,8 +235,9 @@ class TensorParallelGpt : public nn::Module {
   // This rank's runs of a row of T tokens under context parallelism
   // (cp::chunk_runs; the whole row without it), T checked for `what`.
   std::vector<cp::Run> chunk_runs(int64_t T, const char* what) const;
-  // Whether this rank's tokens are the balanced layout's (the all-gather).
-  bool balanced() const { return cp_ && exchange_ == cp::Exchange::AllGather; }
+  // Whether this rank's tokens are the balanced layout's (the all-gather's
+  // and the ring's).
+  bool balanced() const { return cp_ && cp::balanced_layout(exchange_); }
   // ValueError unless ctx holds this rank's chunk's positions (B, chunk),
   // as with_documents gives them under context parallelism.
   void require_chunk_positions(const nn::ForwardContext& ctx, int64_t B, int64_t chunk) const;
