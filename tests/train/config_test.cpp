@@ -473,13 +473,20 @@ TEST(Config, MixtureOfExpertsParsesRoundTripsAndIsChecked) {
       parse_config(to_yaml(parse_config(kValid, {"parallel.cp=4", "parallel.cp_comm=all_gather"})))
           .parallel.cp_comm,
       "all_gather");
-  // The all-gather's balanced layout cuts each row into 2 cp half-chunks.
+  // The all-gather's and the ring's balanced layout cuts each row into 2 cp
+  // half-chunks.
   expect_config_error(kValid, {"parallel.cp=4", "model.seq_len=36"},
-                      "model.seq_len (36) must be divisible by cp and by 2 cp (the all-gather's "
-                      "two half-chunks a rank) (8)");
+                      "model.seq_len (36) must be divisible by cp and by 2 cp (two half-chunks a "
+                      "rank under parallel.cp_comm all_gather) (8)");
+  expect_config_error(kValid, {"parallel.cp=2", "parallel.cp_comm=ring", "model.seq_len=34"},
+                      "model.seq_len (34) must be divisible by cp and by 2 cp (two half-chunks a "
+                      "rank under parallel.cp_comm ring) (4)");
+  EXPECT_EQ(parse_config(to_yaml(parse_config(kValid, {"parallel.cp=2", "parallel.cp_comm=ring"})))
+                .parallel.cp_comm,
+            "ring");
   expect_config_error(
-      kValid, {"parallel.cp=2", "parallel.cp_comm=ring"},
-      "parallel.cp_comm: 'ring' is not an exchange (auto, all_to_all or all_gather)");
+      kValid, {"parallel.cp=2", "parallel.cp_comm=p2p"},
+      "parallel.cp_comm: 'p2p' is not an exchange (auto, all_to_all, all_gather or ring)");
   expect_config_error(kValid, {"parallel.cp=2", "model.seq_len=33"},
                       "model.seq_len (33) must be divisible by cp (2)");
   expect_config_error(

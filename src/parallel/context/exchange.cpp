@@ -76,8 +76,9 @@ void check_context_parallel(const nn::GptConfig& cfg, int64_t tp, int64_t cp,
     throw ConfigError(layout + ": model.seq_len (" + std::to_string(cfg.seq_len) +
                       ") must be divisible by cp" +
                       (sequence_parallel ? " times tp (sequence parallelism)" : "") +
-                      (balanced ? std::string(" and by 2 cp (the ") + exchange_name(resolved) +
-                                      " exchange's two half-chunks a rank)"
+                      (balanced ? std::string(" and by 2 cp (two half-chunks a rank under "
+                                              "parallel.cp_comm ") +
+                                      exchange_name(resolved) + ")"
                                 : std::string()) +
                       " (" + std::to_string(chunks) + ")");
   }
