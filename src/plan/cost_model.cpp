@@ -411,14 +411,19 @@ LayerCost layer_cost(const nn::GptConfig& m, const ClusterSpec& c, const Paralle
     if (exchange == cp::Exchange::Ring) {
       // Ring: cp - 1 hops of a chunk's keys and values forward, each
       // overlapping a step's attention (a cp-th of the layer's), exposed
-      // only where it outlasts it; backward the same hops under the
-      // heavier backward steps, then cp hops of their f32 gradients, each
-      // after its step: on the critical path.
+      // only where it outlasts it. Backward, the heavier steps (2.5 times
+      // a forward one) each overlap the next keys' hop and the previous
+      // step's f32 gradients' hop, one after the other on the link; the
+      // last gradients' hop, after the last step, is exposed whole.
       const double hop = tokens * kv * kFp16 / rate + latency;
+      const double grad_hop = tokens * kv * 4.0 / rate + latency;
       const double fwd_step = L.attn_gemm_fwd / p.cp, bwd_step = 2.5 * fwd_step;
-      L.fwd_tp += (p.cp - 1.0) * std::max(0.0, hop - fwd_step);
-      L.bwd_tp += (p.cp - 1.0) * std::max(0.0, hop - bwd_step) +
-                  p.cp * (tokens * kv * 4.0 / rate + latency);
+      const auto exposed = [](double transfer, double step) {
+        return std::max(0.0, transfer - step);
+      };
+      L.fwd_tp += (p.cp - 1.0) * exposed(hop, fwd_step);
+      L.bwd_tp += exposed(hop, bwd_step) + (p.cp - 2.0) * exposed(hop + grad_hop, bwd_step) +
+                  exposed(grad_hop, bwd_step) + grad_hop;
     } else {
       double exchange_time = 0;
       if (gathered) {

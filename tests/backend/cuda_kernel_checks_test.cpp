@@ -34,15 +34,27 @@ TEST(CudaKernelChecks, AttentionAcceptsGptShapesAndNamesWhatIsWrong) {
             std::string::npos);
   EXPECT_NE(reason(check_attention(ScalarType::F64, {1, 8, 64, 2})).find("f64"), std::string::npos);
   EXPECT_FALSE(check_attention(ScalarType::F32, {70000, 8, 64, 1}).ok);
-  // A chunk of queries: its first row inside [0, T], and only with the
-  // queries apart from the keys and values.
+  // A chunk of queries: only with the queries apart from the keys and
+  // values; its first position inside [0, T] unless its rows are counted
+  // (QT: a block after every key, ring attention's), and never negative.
   AttentionShape chunk{1, 8, 64, 2};
   chunk.Q0 = 3;
   EXPECT_NE(reason(check_attention(ScalarType::F32, chunk)).find("Q0 3"), std::string::npos);
   chunk.separate = true;
   EXPECT_TRUE(check_attention(ScalarType::F32, chunk).ok);
+  EXPECT_EQ(chunk.query_rows(), 5);
   chunk.Q0 = 9;
-  EXPECT_NE(reason(check_attention(ScalarType::F32, chunk)).find("[0, T 8]"), std::string::npos);
+  EXPECT_NE(reason(check_attention(ScalarType::F32, chunk)).find("at most T (8)"),
+            std::string::npos);
+  chunk.QT = 12;  // 12 queries at positions [9, 21) over keys [0, 8)
+  EXPECT_TRUE(check_attention(ScalarType::F32, chunk).ok);
+  EXPECT_EQ(chunk.query_rows(), 12);
+  chunk.Q0 = -1;
+  EXPECT_NE(reason(check_attention(ScalarType::F32, chunk)).find("must be >= 0"),
+            std::string::npos);
+  AttentionShape fused{1, 8, 64, 2};
+  fused.QT = 5;  // a fused qkv runs every row's queries
+  EXPECT_NE(reason(check_attention(ScalarType::F32, fused)).find("QT 5"), std::string::npos);
   // Tensor cores: bf16/f16, head dims a multiple of 16, and a grid of at most
   // 65535 blocks of 64 rows along y.
   EXPECT_TRUE(check_attention_tensor_core(ScalarType::BF16, {4, 1024, 768, 12}).ok);

@@ -558,6 +558,13 @@ void CpuBackend::attention_parts_forward(const Tensor& q, const Tensor& kv,
 
 void CpuBackend::attention_merge(Tensor& out, Tensor& lse, const Tensor& part,
                                  const Tensor& part_lse) {
+  if (part.dtype() != out.dtype() || lse.dtype() != out.dtype() ||
+      part_lse.dtype() != out.dtype()) {
+    throw ValueError(std::string("attention_merge: the part (") + dtype_name(part.dtype()) +
+                     "), both log-sum-exps (" + dtype_name(lse.dtype()) + ", " +
+                     dtype_name(part_lse.dtype()) + ") and the accumulated output (" +
+                     dtype_name(out.dtype()) + ") must share a dtype on the CPU");
+  }
   dispatch_float(out.dtype(), "attention_merge", [&](auto tag) {
     using T = decltype(tag);
     // out (B, Tq, H D), lse (B, H, Tq).

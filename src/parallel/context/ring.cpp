@@ -29,10 +29,9 @@ struct Block {
   Tensor starts;  // (B, run) i32 on the tensors' device, or undefined
 };
 
-// `host` (B, T) first keys of the whole sequence, on the host (empty:
-// none).
-Block block_of(const Run& queries, const std::vector<Run>& source, const std::vector<int32_t>& host,
-               int64_t B, int64_t T, const Device& device) {
+// `starts` (B, T): the whole sequence's first keys (undefined: none),
+// where they are.
+Block block_of(const Run& queries, const std::vector<Run>& source, const Tensor& starts) {
   Block block;
   std::vector<Run> seen;
   bool diagonal = false;
@@ -52,34 +51,34 @@ Block block_of(const Run& queries, const std::vector<Run>& source, const std::ve
   for (const Run& run : seen) block.keys += run.second;
   if (block.keys == 0) return block;
   block.query_start = diagonal ? block.keys - queries.second : block.keys;
-  if (host.empty()) return block;
-  // A key position s in the block's frame: the seen keys before it.
-  std::vector<int64_t> rel(static_cast<size_t>(B * queries.second));
-  for (int64_t b = 0; b < B; ++b) {
-    for (int64_t i = 0; i < queries.second; ++i) {
-      const int64_t s = host[static_cast<size_t>(b * T + queries.first + i)];
-      int64_t r = 0;
-      for (const Run& run : seen) r += std::clamp<int64_t>(s - run.first, 0, run.second);
-      rel[static_cast<size_t>(b * queries.second + i)] = r;
-    }
+  if (!starts.defined()) return block;
+  // A key position s in the block's frame: the seen keys before it, the sum
+  // over the seen runs of clamp(s - first, 0, count). Worked out where the
+  // starts are (no copy to the host and back), in f32, exact for positions
+  // below 2^24.
+  const Tensor s = cast(narrow(starts, 1, queries.first, queries.second), DType::F32).detach();
+  Tensor rel;
+  for (const Run& run : seen) {
+    const Tensor before = clamp(affine(s, 1.0, -static_cast<double>(run.first)), 0.0,
+                                static_cast<double>(run.second));
+    rel = rel.defined() ? add(rel, before) : before;
   }
-  block.starts = to_device(from_vector(rel, {B, queries.second}, DType::I32), device).detach();
+  block.starts = contiguous(cast(rel, DType::I32)).detach();
   return block;
 }
 
 // The blocks of every step (source rank r - s) for each of this rank's runs.
-std::vector<std::vector<Block>> ring_blocks(const Tensor& starts, int64_t B, int64_t T, int64_t r,
-                                            int64_t P, const Device& device) {
-  std::vector<int32_t> host;
-  if (starts.defined()) {
-    const Tensor h = contiguous(to_device(starts, Device::cpu()));
-    host.assign(h.data<int32_t>(), h.data<int32_t>() + B * T);
+std::vector<std::vector<Block>> ring_blocks(const Tensor& starts, int64_t T, int64_t r, int64_t P) {
+  if (starts.defined() && T >= (int64_t{1} << 24)) {
+    throw NotSupportedError("ring_attention: packed documents' or windows' first keys over " +
+                            std::to_string(T) +
+                            " positions (the ring translates them in f32, exact below 2^24)");
   }
   const std::vector<Run> mine = chunk_runs(T, r, P, true);
   std::vector<std::vector<Block>> blocks(static_cast<size_t>(P));
   for (int64_t s = 0; s < P; ++s) {
     const std::vector<Run> source = chunk_runs(T, (r - s + P) % P, P, true);
-    for (const Run& run : mine) blocks[s].push_back(block_of(run, source, host, B, T, device));
+    for (const Run& run : mine) blocks[s].push_back(block_of(run, source, starts));
   }
   return blocks;
 }
@@ -122,7 +121,9 @@ Tensor ring_attention(const Tensor& qkv, const AttentionHeads& heads, const Tens
   const Tensor own_kv = contiguous(narrow(x, 2, qw, kvw));
   std::vector<Tensor> q(2);
   for (int64_t i = 0; i < 2; ++i) q[i] = contiguous(narrow(narrow(x, 2, 0, qw), 1, i * half, half));
-  const auto blocks = ring_blocks(starts, B, T, r, P, device);
+  const Tensor first_keys =
+      starts.defined() && starts.device() != device ? to_device(starts, device).detach() : starts;
+  const auto blocks = ring_blocks(first_keys, T, r, P);
 
   std::vector<Tensor> acc(2), lse(2);
   for (int64_t i = 0; i < 2; ++i) {
@@ -167,8 +168,13 @@ Tensor ring_attention(const Tensor& qkv, const AttentionHeads& heads, const Tens
              gout[i] = contiguous(narrow(dout, 1, i * half, half));
              dq[i] = zeros({B, half, qw}, stat, device);
            }
+           // The gradient of the keys and values a step holds: this rank's
+           // own at step 0; after that the one the previous rank passed on,
+           // which travels while the step computes and is waited for only
+           // to add the step's share.
            Tensor kv = own_kv;
-           Tensor dkv = zeros({B, Tc, kvw}, stat, device);  // the gradient of kv's keys and values
+           Tensor dkv = zeros({B, Tc, kvw}, stat, device), dkv_sent, dkv_in;
+           dist::WorkPtr dkv_passing;
            for (int64_t s = 0; s < P; ++s) {
              Tensor next;
              dist::WorkPtr passing;
@@ -176,6 +182,7 @@ Tensor ring_attention(const Tensor& qkv, const AttentionHeads& heads, const Tens
                next = empty(kv.shape(), dtype, device);
                passing = pass_on(group, kv, next);
              }
+             std::vector<Tensor> shares;  // the step's blocks' key/value gradients
              for (int64_t i = 0; i < 2; ++i) {
                const Block& blk = blocks[s][i];
                if (blk.keys == 0) continue;
@@ -187,18 +194,25 @@ Tensor ring_attention(const Tensor& qkv, const AttentionHeads& heads, const Tens
                be.accumulate(gq, dq[i]);
                if (blk.keys < Tc)
                  gkv = concat({gkv, zeros({B, Tc - blk.keys, kvw}, dtype, device)}, 1);
-               be.accumulate(gkv, dkv);
+               shares.push_back(gkv);
              }
-             // The keys' and values' gradient follows them to the next rank;
-             // after the last step's it is back with its owner.
-             Tensor dkv_next = empty(dkv.shape(), stat, device);
-             pass_on(group, dkv, dkv_next, 1)->wait();
-             dkv = dkv_next;
+             if (dkv_passing) {
+               dkv_passing->wait();
+               dkv = dkv_in;
+             }
+             for (const Tensor& share : shares) be.accumulate(share, dkv);
+             // The gradient follows its keys and values to the next rank;
+             // after the last step's hop it is back with its owner.
+             dkv_sent = dkv;
+             dkv_in = empty(dkv.shape(), stat, device);
+             dkv_passing = pass_on(group, dkv_sent, dkv_in, 1);
              if (passing) {
                passing->wait();
                kv = next;
              }
            }
+           dkv_passing->wait();
+           dkv = dkv_in;
            return {concat({cast(concat(dq, 1), dtype), cast(dkv, dtype)}, 2)};
          });
   return out;
