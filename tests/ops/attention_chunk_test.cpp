@@ -211,6 +211,19 @@ TEST(AttentionChunk, QueriesAfterEveryKeySeeThemAll) {
   }
 }
 
+// The CPU's fold takes one dtype throughout (the half-precision adapter
+// widens a bf16 part first); another is named, not misread.
+TEST(AttentionChunk, AMergeOfMixedDtypesIsNamed) {
+  Tensor out = zeros({1, 2, 4}, DType::F64), lse = zeros({1, 1, 2}, DType::F64);
+  try {
+    backend_for(DeviceType::CPU)
+        .attention_merge(out, lse, zeros({1, 2, 4}, DType::F32), zeros({1, 1, 2}, DType::F64));
+    ADD_FAILURE() << "an f32 part was folded into f64";
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("the part (f32)"), std::string::npos) << e.what();
+  }
+}
+
 TEST(AttentionChunk, PartsOfTheWrongShapesAreNamed) {
   const Tensor q = randn({1, 4, 8}, 3, 1, 1.0, DType::F32);   // 2 query heads of 4
   const Tensor kv = randn({1, 6, 8}, 3, 2, 1.0, DType::F32);  // 1 key/value head of 4
