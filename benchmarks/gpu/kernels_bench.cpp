@@ -246,6 +246,39 @@ int main(int argc, char** argv) {
     triad::cuda::set_attention_kernel(triad::cuda::AttentionKernel::Auto);
   }
 
+  // Ring attention's steps (parallel.cp_comm: ring): a half-chunk of T / 2
+  // queries over an earlier half-chunk's T / 2 keys, every key seen (4 B NH
+  // (T/2)^2 D FLOPs forward, backward 2.5x), and the fold of the block into
+  // the running f32 output (memory-bound: the f32 output read and written,
+  // the bf16 block read, the log-sum-exps).
+  {
+    const int64_t Th = std::max<int64_t>(1, T / 2);
+    Tensor q = rnd({B, Th, C}, 18), kv = rnd({B, Th, 2 * C}, 19);
+    Tensor part = triad::empty({B, Th, C}, bf, gpu),
+           lse = triad::empty({B, NH, Th}, DType::F32, gpu);
+    Tensor dq = triad::empty({B, Th, C}, bf, gpu), dkv = triad::empty({B, Th, 2 * C}, bf, gpu);
+    const double block_fwd = 4.0 * B * NH * static_cast<double>(Th) * Th * (C / NH);
+    try {
+      report("attention_ring_block_forward",
+             time_ms([&] { be.attention_parts_forward(q, kv, NH, Th, part, lse, {}); }, iters), 0,
+             block_fwd);
+      report(
+          "attention_ring_block_backward",
+          time_ms([&] { be.attention_parts_backward(q, kv, part, lse, part, NH, Th, dq, dkv, {}); },
+                  iters),
+          0, 2.5 * block_fwd);
+      Tensor acc = triad::zeros({B, Th, C}, DType::F32, gpu);
+      Tensor acc_lse = triad::zeros({B, NH, Th}, DType::F32, gpu);
+      report("attention_merge",
+             time_ms([&] { be.attention_merge(acc, acc_lse, part, lse); }, iters),
+             B * Th * (C * (2.0 * 4 + h) + NH * 3.0 * 4), 0);
+    } catch (const std::exception& e) {
+      std::printf(
+          "%s\n",
+          nlohmann::json{{"kernel", "attention_ring_block"}, {"error", e.what()}}.dump().c_str());
+    }
+  }
+
   // Decoding's attention: one new token per row over a cache of T slots
   // (memory-bound: every cached key and value is read once), for a batch of
   // B rows and for one row (12 blocks: how far one block per query leaves
