@@ -7,6 +7,7 @@
 #include <cfloat>
 #include <cmath>
 #include <string>
+#include <type_traits>
 
 #include "attention.h"
 #include "attention_layout.cuh"
@@ -63,9 +64,10 @@ __device__ __forceinline__ float dot_rows(const float* a, const float* b, int D)
 
 // grid (ceil((T - first) / kRows), B * NH); dynamic shared memory: own q
 // rows + K, V tiles.
-template <class T, int MAXD>
+// O: out's type (T, or f32 under halves: AttentionShape::out_f32).
+template <class T, int MAXD, class O>
 __global__ void __launch_bounds__(kRows)
-    attn_forward_kernel(const T* qsrc, const T* kvsrc, T* out, float* lse, const int32_t* starts,
+    attn_forward_kernel(const T* qsrc, const T* kvsrc, O* out, float* lse, const int32_t* starts,
                         int64_t Tn, QkvLayout L, float scale) {
   extern __shared__ float smem[];
   float* q_own = smem;                              // [kRows][MAXD + 1]
@@ -124,7 +126,7 @@ __global__ void __launch_bounds__(kRows)
   }
   if (i < qend) {
     const float inv = l > 0.0f ? 1.0f / l : 0.0f;  // (a query that sees no key: 0, lse -inf)
-    T* o = out + (b * Tq + i - L.first) * L.C + h * D;
+    O* o = out + (b * Tq + i - L.first) * L.C + h * D;
 #pragma unroll
     for (int d = 0; d < MAXD; ++d) {
       if (d < D) store(o, d, acc[d] * inv);
@@ -373,6 +375,11 @@ Status check_attention(ScalarType type, const AttentionShape& s) {
   if (s.B * s.NH > 65535) {
     return Status::fail("B * NH (" + std::to_string(s.B * s.NH) + ") exceeds 65535");
   }
+  if (s.out_f32 && !s.separate) {
+    return Status::fail(
+        "an f32 output under half inputs (out_f32) needs the queries apart "
+        "(the _parts functions)");
+  }
   if (!(s.softcap >= 0.0) || !std::isfinite(s.softcap)) {
     return Status::fail("softcap " + std::to_string(s.softcap) +
                         " must be a finite number >= 0 (0: none)");
@@ -439,11 +446,23 @@ void forward_impl(const void* q, const void* kv, void* out, float* lse, ScalarTy
     using T = decltype(t);
     dispatch_head_dim(D, [&](auto width) {
       constexpr int MAXD = decltype(width)::value;
-      auto kernel = attn_forward_kernel<T, MAXD>;
-      allow_smem(kernel, forward_smem<MAXD>());
-      kernel<<<grid, kRows, forward_smem<MAXD>(), stream>>>(
-          static_cast<const T*>(q), static_cast<const T*>(kv), static_cast<T*>(out), lse,
-          doc_starts, s.T, QkvLayout::of(s), scale);
+      const auto run = [&](auto* o) {
+        using O = std::remove_pointer_t<decltype(o)>;
+        auto kernel = attn_forward_kernel<T, MAXD, O>;
+        allow_smem(kernel, forward_smem<MAXD>());
+        kernel<<<grid, kRows, forward_smem<MAXD>(), stream>>>(
+            static_cast<const T*>(q), static_cast<const T*>(kv), o, lse, doc_starts, s.T,
+            QkvLayout::of(s), scale);
+      };
+      if constexpr (std::is_same_v<T, float>) {
+        run(static_cast<float*>(out));
+      } else {
+        if (s.out_f32) {
+          run(static_cast<float*>(out));
+        } else {
+          run(static_cast<T*>(out));
+        }
+      }
     });
   });
   check_launch("attention_forward");

@@ -59,6 +59,9 @@ struct AttentionShape {
   // The queries in a tensor of their own and the keys and values in another
   // (attention_*_parts), instead of one fused qkv.
   bool separate = false;
+  // The forward's output in f32 under bf16/f16 inputs (the parts alone: a
+  // ring step's block, folded into the running output without a rounding).
+  bool out_f32 = false;
   // Query rows: out's, lse's and dout's.
   int64_t query_rows() const { return QT >= 0 ? QT : T - Q0; }
   int64_t head_dim() const { return NH > 0 ? C / NH : 0; }

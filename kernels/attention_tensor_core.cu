@@ -111,7 +111,7 @@ __device__ __forceinline__ void store_scaled(T* dst, const float* src, int n, fl
     }
     return;
   }
-  for (int c = 0; c < n; ++c) dst[c] = to_half<T>(src[c] * factor);
+  for (int c = 0; c < n; ++c) store(dst, c, src[c] * factor);
 }
 
 template <class T>
@@ -239,9 +239,10 @@ struct DocWindow {
   }
 };
 
-template <class T, int MAXD>
+// O: out's type (T, or f32: AttentionShape::out_f32).
+template <class T, int MAXD, class O>
 __global__ void __launch_bounds__(32 * kWarps)
-    attn_forward_tc(const T* qsrc, const T* kvsrc, T* out, float* lse, const int32_t* starts,
+    attn_forward_tc(const T* qsrc, const T* kvsrc, O* out, float* lse, const int32_t* starts,
                     int64_t Tn, QkvLayout lay, float scale) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   using L = Layout<MAXD>;
@@ -314,7 +315,7 @@ __global__ void __launch_bounds__(32 * kWarps)
     __syncwarp();
   }
   // (A query that sees no key: out 0, lse -inf.)
-  write_rows<T, MAXD>(o, Sw, out + b * Tq * lay.C + h * D, lay.C, q0 - lay.first + warp * 16, Tq, D,
+  write_rows<O, MAXD>(o, Sw, out + b * Tq * lay.C + h * D, lay.C, q0 - lay.first + warp * 16, Tq, D,
                       l > 0.0f ? 1.0f / l : 0.0f);
   if (q < qend && half == 0) {
     lse[int64_t(bh) * Tq + q - lay.first] = l > 0.0f ? m + logf(l) : -INFINITY;
@@ -546,10 +547,18 @@ void attention_forward_tensor_core(const void* q, const void* kv, void* out, flo
     using T = decltype(t);
     constexpr int MAXD = decltype(width)::value;
     const size_t bytes = forward_bytes<MAXD, T>();
-    allow(attn_forward_tc<T, MAXD>, bytes);
-    attn_forward_tc<T, MAXD><<<grid, 32 * kWarps, bytes, stream>>>(
-        static_cast<const T*>(q), static_cast<const T*>(kv), static_cast<T*>(out), lse, doc_starts,
-        s.T, QkvLayout::of(s), scale);
+    const auto run = [&](auto* o) {
+      using O = std::remove_pointer_t<decltype(o)>;
+      allow(attn_forward_tc<T, MAXD, O>, bytes);
+      attn_forward_tc<T, MAXD, O><<<grid, 32 * kWarps, bytes, stream>>>(
+          static_cast<const T*>(q), static_cast<const T*>(kv), o, lse, doc_starts, s.T,
+          QkvLayout::of(s), scale);
+    };
+    if (s.out_f32) {
+      run(static_cast<float*>(out));
+    } else {
+      run(static_cast<T*>(out));
+    }
   });
   check_launch("attention_forward (tensor cores)");
 }

@@ -425,6 +425,52 @@ TEST(CudaKernels, AttentionOverBlocksOfEarlierKeys) {
   }
 }
 
+// A ring step's block written straight in f32 under bf16/f16 inputs (no
+// rounding before the fold): SIMT and tensor cores against the CPU's f32
+// output from the same inputs, and closer to it than the half output is.
+TEST(CudaKernels, AttentionBlockOutputInF32UnderHalves) {
+  const int64_t B = 2, Tk = 70, Tq = 64, C = 128;
+  const AttentionHeads heads{4, 2};
+  Backend& gpu = backend_for(DeviceType::CUDA);
+  for (DType dtype : {DType::BF16, DType::F16}) {
+    const Tensor q = randn({B, Tq, C}, 29, 1, 1.0, dtype);
+    const Tensor kv = randn({B, Tk, 2 * heads.kv * (C / heads.q)}, 29, 2, 1.0, dtype);
+    Tensor want = empty({B, Tq, C}, DType::F32), want_lse = empty({B, heads.q, Tq}, DType::F32);
+    backend_for(DeviceType::CPU).attention_parts_forward(q, kv, heads, Tk, want, want_lse, {});
+    for (cuda::AttentionKernel kernel :
+         {cuda::AttentionKernel::Simt, cuda::AttentionKernel::TensorCore}) {
+      SCOPED_TRACE(std::string(dtype_name(dtype)) + " " + cuda::attention_kernel_name(kernel));
+      cuda::set_attention_kernel(kernel);
+      Tensor out = empty({B, Tq, C}, DType::F32, kGpu), half_out = empty({B, Tq, C}, dtype, kGpu);
+      Tensor lse = empty({B, heads.q, Tq}, DType::F32, kGpu);
+      const Tensor gq = to_device(q, kGpu), gkv = to_device(kv, kGpu);
+      gpu.attention_parts_forward(gq, gkv, heads, Tk, out, lse, {});
+      gpu.attention_parts_forward(gq, gkv, heads, Tk, half_out, lse, {});
+      cuda::set_attention_kernel(cuda::AttentionKernel::Auto);
+      ASSERT_EQ(out.dtype(), DType::F32);
+      const std::vector<double> got = to_double_vector(out), want_v = to_double_vector(want);
+      const std::vector<double> rounded = to_double_vector(half_out);
+      double err = 0, rounded_err = 0;
+      for (size_t i = 0; i < got.size(); ++i) {
+        err = std::max(err, std::abs(got[i] - want_v[i]));
+        rounded_err = std::max(rounded_err, std::abs(rounded[i] - want_v[i]));
+      }
+      EXPECT_LT(err, 2e-3);
+      EXPECT_LT(err, rounded_err);  // the f32 output skips the half rounding
+    }
+  }
+  // Another output dtype is named.
+  try {
+    Tensor out = empty({1, 4, 8}, DType::F16, kGpu), lse = empty({1, 2, 4}, DType::F32, kGpu);
+    gpu.attention_parts_forward(to_device(randn({1, 4, 8}, 3, 1, 1.0, DType::BF16), kGpu),
+                                to_device(randn({1, 6, 8}, 3, 2, 1.0, DType::BF16), kGpu),
+                                AttentionHeads{2, 1}, 6, out, lse, {});
+    ADD_FAILURE() << "an f16 output was taken for bf16 queries";
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("f16 for bf16 queries"), std::string::npos) << e.what();
+  }
+}
+
 // Backend::attention_merge (ring attention's fold) against the CPU's: f32
 // accumulators and log-sum-exps, parts in each type, with rows where
 // either side saw no key (-inf).

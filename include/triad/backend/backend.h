@@ -222,8 +222,10 @@ class Backend {
   // i sees keys [start_i, min(query_start + i, Tk - 1)], start_i its
   // doc_starts entry ((B, Tq) i32, non-decreasing, at most its position;
   // undefined: 0); query_start = Tk - Tq is a chunk at the end of a sequence,
-  // query_start >= Tk a block of queries after every key. out (B, Tq, q D),
-  // lse (B, q, Tq); a query that sees no key gets out 0 and lse -inf. The
+  // query_start >= Tk a block of queries after every key. out (B, Tq, q D)
+  // in q's dtype, or f32 under bf16/f16 q (a ring step's block, folded
+  // without a rounding), lse (B, q, Tq); a query that sees no key gets out 0
+  // and lse -inf. The
   // backward takes out and lse as the forward left them or, for a block of a
   // larger attention, the whole attention's (ring attention: each block's
   // share of the gradient); dq and dkv of q's and kv's shapes are

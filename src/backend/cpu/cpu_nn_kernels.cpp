@@ -552,6 +552,12 @@ void CpuBackend::attention_forward(const Tensor& qkv, const AttentionHeads& head
 void CpuBackend::attention_parts_forward(const Tensor& q, const Tensor& kv,
                                          const AttentionHeads& heads, int64_t query_start,
                                          Tensor& out, Tensor& lse, const Tensor& doc_starts) {
+  // (The half-precision adapter widens bf16/f16 queries and an output of
+  // theirs; an f32 output under them comes through as it is.)
+  if (out.dtype() != q.dtype()) {
+    throw ValueError(std::string("attention: the output is ") + dtype_name(out.dtype()) + " for " +
+                     dtype_name(q.dtype()) + " queries (expected the same)");
+  }
   attention_forward_rows(AttnOperands::parts(q, kv, heads, query_start), heads, out, lse,
                          doc_starts);
 }

@@ -1161,7 +1161,13 @@ void CudaBackend::attention_parts_forward(const Tensor& q, const Tensor& kv,
   require_nn("attention", q.dtype());
   DeviceState& s = state(out.device().index);
   DeviceGuard g(s.index);
-  const k::AttentionShape shape = attention_parts_shape(q, kv, heads, query_start);
+  k::AttentionShape shape = attention_parts_shape(q, kv, heads, query_start);
+  shape.out_f32 = is_half(q.dtype()) && out.dtype() == DType::F32;
+  if (out.dtype() != q.dtype() && !shape.out_f32) {
+    throw ValueError(std::string("attention: the output is ") + dtype_name(out.dtype()) + " for " +
+                     dtype_name(q.dtype()) + " queries (expected " + dtype_name(q.dtype()) +
+                     ", or f32 under bf16/f16)");
+  }
   const int32_t* starts = doc_starts_ptr(doc_starts);
   launch(s.index, s.stream, "attention_forward", [&] {
     const AttentionRoute route =

@@ -142,7 +142,7 @@ Tensor ring_attention(const Tensor& qkv, const AttentionHeads& heads, const Tens
       const Block& blk = blocks[s][i];
       if (blk.keys == 0) continue;
       const Tensor keys = blk.keys == Tc ? kv : contiguous(narrow(kv, 1, 0, blk.keys));
-      Tensor part = empty({B, half, qw}, dtype, device);
+      Tensor part = empty({B, half, qw}, stat, device);  // (f32 under halves: no rounding)
       Tensor part_lse = empty({B, heads.q, half}, stat, device);
       be.attention_parts_forward(q[i], keys, heads, blk.query_start, part, part_lse, blk.starts);
       be.attention_merge(acc[i], lse[i], part, part_lse);

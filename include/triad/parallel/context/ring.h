@@ -15,7 +15,8 @@ namespace triad::cp {
 // step s attends this rank's queries over the keys of rank r - s that they
 // see (chunk_attention's blocks: all of an earlier half-chunk, causally
 // their own), and folds the block into the running output by its
-// log-sum-exp (Backend::attention_merge, in the stat dtype) -> (B, T / P,
+// log-sum-exp (Backend::attention_merge; the blocks written and folded in
+// the stat dtype, f32 under bf16/f16: no rounding before the end) -> (B, T / P,
 // q D). Nothing but this rank's own qkv, output and log-sum-exp is kept:
 // backward passes the keys and values around again with their gradients
 // (in the stat dtype), each rank adding its queries' share, so that after P
