@@ -247,10 +247,10 @@ Tensor softmax(const Tensor& x) {
 }
 
 namespace {
-// doc_starts for causal_attention on qkv (B, T, 3C): checked (shape, dtype
-// and, read on the host where they are, the values) and on qkv's device.
-// doc_starts for T queries at positions [first, first + T) of each row
-// (B of them), checked for `op` where it is and moved to `device`.
+// doc_starts for T queries at positions [first, first + T) of each of B
+// rows (causal_attention's: every row's, from 0): checked for `op` (shape,
+// dtype and, read on the host where they are, the values) and moved to
+// `device`.
 Tensor checked_doc_starts(const Tensor& doc_starts, int64_t B, int64_t T, const Device& device,
                           const char* op = "causal_attention", int64_t first = 0) {
   if (!doc_starts.defined()) return {};
@@ -328,6 +328,10 @@ Tensor chunk_attention(const Tensor& q, const Tensor& kv, AttentionHeads heads,
   }
   const int64_t D = heads.head_dim(heads.fused() * (q.size(2) / heads.q), op);
   const int64_t B = kv.size(0), T = kv.size(1), Tq = q.size(1);
+  if (query_start < -1) {
+    throw ValueError(std::string(op) + ": query_start " + std::to_string(query_start) +
+                     " (expected the first query's position, >= 0, or -1: the last Tq of T)");
+  }
   if (q.size(0) != B || kv.size(2) != 2 * heads.kv * D || (query_start < 0 && Tq > T)) {
     throw ShapeError(std::string(op) + ": q " + shape_str(q.shape()) + " and kv " +
                      shape_str(kv.shape()) + " (expected q (B, Tq, " + std::to_string(heads.q * D) +

@@ -201,7 +201,13 @@ TEST(AttentionChunk, QueriesAfterEveryKeySeeThemAll) {
   const std::vector<double> dq = to_double_vector(q.grad());
   for (int64_t d = 0; d < D; ++d) EXPECT_EQ(dq[2 * D + d], 0.0);  // the query that saw none
   EXPECT_GT(std::abs(dq[0]) + std::abs(dq[D]), 0.0);
-  // A first key past its position is refused by name.
+  // A negative position, and a first key past its query's, are refused by name.
+  try {
+    (void)chunk_attention(q, kv, h, starts, -3);
+    ADD_FAILURE() << "query_start -3 was taken";
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("query_start -3"), std::string::npos) << e.what();
+  }
   try {
     (void)chunk_attention(q, kv, h, from_vector(std::vector<int64_t>{0, 2, 8}, {B, Tq}, DType::I32),
                           Tk);
