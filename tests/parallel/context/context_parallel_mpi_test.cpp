@@ -103,6 +103,17 @@ TEST(Ulysses, ExchangesAreTheHeadsAndChunksOfTheWholeTensor) {
   }
 }
 
+// First keys (2, T) for the attention tests: a window of 7 over row 0, two
+// documents (the second from position 7) in row 1.
+Tensor window_and_documents(int64_t T) {
+  std::vector<int64_t> first(static_cast<size_t>(2 * T), 0);
+  for (int64_t t = 0; t < T; ++t) {
+    first[static_cast<size_t>(t)] = std::max<int64_t>(0, t - 6);  // a window
+    first[static_cast<size_t>(T + t)] = t < 7 ? 0 : 7;            // two documents
+  }
+  return from_vector(first, {2, T}, DType::I32);
+}
+
 // all_gather_attention on each rank's tokens (its chunk, or the balanced
 // layout's two half-chunks) is the whole sequence's attention at those
 // rows, and its gradient the whole one's at those rows (each rank's keys
@@ -112,17 +123,13 @@ TEST(AllGather, AttentionAndGradientsAreTheWholeSequencesChunks) {
   const int P = g_world->size(), r = g_world->rank();
   const int64_t B = 2, D = 4, T = 6 * P;
   const AttentionHeads h{3, 1};
-  std::vector<int64_t> first(static_cast<size_t>(B * T), 0);
-  for (int64_t t = 0; t < T; ++t) {
-    first[static_cast<size_t>(t)] = std::max<int64_t>(0, t - 6);  // a window
-    first[static_cast<size_t>(T + t)] = t < 7 ? 0 : 7;            // two documents
-  }
+  const Tensor first_keys = window_and_documents(T);
   for (const bool balanced : {false, true}) {
     for (const bool documents : {false, true}) {
       SCOPED_TRACE(std::string(balanced ? "balanced, " : "contiguous, ") +
                    (documents ? "documents and a window" : "causal"));
       const std::vector<cp::Run> runs = chunk_runs(T, r, P, balanced);
-      const Tensor starts = documents ? from_vector(first, {B, T}, DType::I32) : Tensor();
+      const Tensor starts = documents ? first_keys : Tensor();
       Tensor whole = uniform({B, T, h.fused() * D}, 4);
       whole.set_requires_grad(true);
       Tensor mine = contiguous(take_runs(whole, 1, runs)).detach();
@@ -163,11 +170,7 @@ TEST(Ring, AttentionAndGradientsAreTheWholeSequencesHalfChunks) {
   const int P = g_world->size(), r = g_world->rank();
   const int64_t B = 2, D = 4, T = 6 * P;
   const AttentionHeads h{3, 1};
-  std::vector<int64_t> first(static_cast<size_t>(B * T), 0);
-  for (int64_t t = 0; t < T; ++t) {
-    first[static_cast<size_t>(t)] = std::max<int64_t>(0, t - 6);  // a window
-    first[static_cast<size_t>(T + t)] = t < 7 ? 0 : 7;            // two documents
-  }
+  const Tensor first_keys = window_and_documents(T);
   const std::vector<cp::Run> runs = chunk_runs(T, r, P, true);
   for (const DType dtype : {DType::F32, DType::BF16}) {
     for (const bool documents : {false, true}) {
@@ -175,7 +178,7 @@ TEST(Ring, AttentionAndGradientsAreTheWholeSequencesHalfChunks) {
         SCOPED_TRACE(std::string(dtype_name(dtype)) +
                      (documents ? ", documents and a window" : "") + (cap > 0 ? ", soft cap" : ""));
         const AttentionHeads heads = h.with_softcap(cap);
-        const Tensor starts = documents ? from_vector(first, {B, T}, DType::I32) : Tensor();
+        const Tensor starts = documents ? first_keys : Tensor();
         Tensor whole = cast(uniform({B, T, h.fused() * D}, 4), dtype).detach();
         whole.set_requires_grad(true);
         Tensor mine = contiguous(take_runs(whole, 1, runs)).detach();
