@@ -83,6 +83,12 @@ std::vector<std::vector<Block>> ring_blocks(const Tensor& starts, int64_t T, int
   return blocks;
 }
 
+// The rows of a step's keys and values (kv, the source's two half-chunks)
+// that `block` sees: all of them, or the first.
+Tensor seen_keys(const Tensor& kv, const Block& block) {
+  return block.keys == kv.size(1) ? kv : contiguous(narrow(kv, 1, 0, block.keys));
+}
+
 // Sends `out` to the next rank and receives `in` from the previous, under
 // `tag` (the keys and values 0, their gradients 1: both may be in flight).
 dist::WorkPtr pass_on(const dist::ProcessGroupPtr& group, const Tensor& out, Tensor& in,
@@ -141,7 +147,7 @@ Tensor ring_attention(const Tensor& qkv, const AttentionHeads& heads, const Tens
     for (int64_t i = 0; i < 2; ++i) {
       const Block& blk = blocks[s][i];
       if (blk.keys == 0) continue;
-      const Tensor keys = blk.keys == Tc ? kv : contiguous(narrow(kv, 1, 0, blk.keys));
+      const Tensor keys = seen_keys(kv, blk);
       Tensor part = empty({B, half, qw}, stat, device);  // (f32 under halves: no rounding)
       Tensor part_lse = empty({B, heads.q, half}, stat, device);
       be.attention_parts_forward(q[i], keys, heads, blk.query_start, part, part_lse, blk.starts);
@@ -186,7 +192,7 @@ Tensor ring_attention(const Tensor& qkv, const AttentionHeads& heads, const Tens
              for (int64_t i = 0; i < 2; ++i) {
                const Block& blk = blocks[s][i];
                if (blk.keys == 0) continue;
-               const Tensor keys = blk.keys == Tc ? kv : contiguous(narrow(kv, 1, 0, blk.keys));
+               const Tensor keys = seen_keys(kv, blk);
                Tensor gq = empty({B, half, qw}, dtype, device);
                Tensor gkv = empty({B, blk.keys, kvw}, dtype, device);
                be.attention_parts_backward(q[i], keys, o[i], lse[i], gout[i], heads,
