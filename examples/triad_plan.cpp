@@ -112,7 +112,7 @@ int main(int argc, char** argv) {
   std::string model_path, cluster_path, recompute = "none", schedule_name, attention = "unfused",
                                         stage_layers, optimizer = "adamw", cp_comm = "auto";
   int gpus = 0, global_batch = 0, tp = 1, pp = 1, vpp = 1, micro = 1, zero = 0, top = 5, ep = 1,
-      cp = 1;
+      cp = 1, cp_a2a = 1;
   bool sp = false, json = false, overlap = false, overlap_tp = false;
   std::string config_path;
   auto add_common = [&](CLI::App* c) {
@@ -155,9 +155,15 @@ int main(int argc, char** argv) {
       ->add_option("--cp-comm", cp_comm,
                    "how the cp ranks' attention sees the whole sequence: all_to_all (the heads "
                    "exchanged), all_gather (the keys and values gathered), ring (the keys and "
-                   "values passed around a ring) or auto (the default: all_to_all where the heads "
+                   "values passed around a ring), all_to_all+ring (all-to-alls of --cp-a2a "
+                   "ranks, a ring across them) or auto (the default: all_to_all where the heads "
                    "share out)")
-      ->check(CLI::IsMember({"auto", "all_to_all", "all_gather", "ring"}));
+      ->check(CLI::IsMember({"auto", "all_to_all", "all_gather", "ring", "all_to_all+ring"}));
+  predict
+      ->add_option("--cp-a2a", cp_a2a,
+                   "with --cp-comm all_to_all+ring: the all-to-all's ranks (a divisor of cp "
+                   "between 1 and cp; the ring takes cp / cp-a2a)")
+      ->check(at_least_one);
   predict->add_option("--stage-layers", stage_layers,
                       "layers per stage, e.g. 3,4,4,1, or auto (balanced for the head)");
   predict->add_option("--schedule", schedule_name,
@@ -293,6 +299,7 @@ int main(int argc, char** argv) {
       if (given(predict, "--cp")) c.cp = cp;
       if (given(predict, "--cp-comm"))
         c.cp_exchange = cp::exchange_from_string(cp_comm, "--cp-comm");
+      if (given(predict, "--cp-a2a")) c.cp_a2a = cp_a2a;
       if (given(predict, "--overlap-dp")) c.overlap_dp = overlap;
       if (given(predict, "--overlap-tp")) c.overlap_tp = overlap_tp;
       if (given(predict, "--attention")) c.attention = plan::attention_from_name(attention);

@@ -56,6 +56,11 @@ void MeshShape::validate(int world_size) const {
                       " ranks must divide the data-parallel group's " + std::to_string(dp) +
                       " (parallel.cp shares sequences among data-parallel ranks)");
   }
+  if (cp_a2a < 1 || cp % cp_a2a != 0) {
+    throw ConfigError("parallel.cp_a2a (" + std::to_string(cp_a2a) + ") must divide parallel.cp (" +
+                      std::to_string(cp) +
+                      "): the all-to-all's ranks are blocks of the context-parallel group");
+  }
   if (static_cast<long long>(tp) * pp * dp != world_size) {
     throw ConfigError("world size (" + std::to_string(world_size) + ") must equal tp*pp*dp = " +
                       std::to_string(tp) + "*" + std::to_string(pp) + "*" + std::to_string(dp) +
@@ -139,6 +144,27 @@ std::vector<std::vector<int>> MeshShape::context_groups() const {
   return out;
 }
 
+std::vector<std::vector<int>> MeshShape::context_a2a_groups() const {
+  std::vector<std::vector<int>> out;
+  for (const auto& g : context_groups()) {
+    for (int b = 0; b < cp / cp_a2a; ++b)
+      out.emplace_back(g.begin() + b * cp_a2a, g.begin() + (b + 1) * cp_a2a);
+  }
+  return out;
+}
+
+std::vector<std::vector<int>> MeshShape::context_ring_groups() const {
+  std::vector<std::vector<int>> out;
+  for (const auto& g : context_groups()) {
+    for (int j = 0; j < cp_a2a; ++j) {
+      std::vector<int> ring;
+      for (int i = j; i < cp; i += cp_a2a) ring.push_back(g[static_cast<size_t>(i)]);
+      out.push_back(ring);
+    }
+  }
+  return out;
+}
+
 std::vector<std::vector<int>> MeshShape::expert_data_groups() const {
   std::vector<std::vector<int>> out;
   for (const auto& g : groups(MeshDim::DP)) {
@@ -204,13 +230,18 @@ DeviceMesh::DeviceMesh(ProcessGroupPtr world, MeshShape shape, TopologyPolicy po
   edp_ = shape_.ep == 1 ? dp_
                         : split_group(world_, color_of(shape_.expert_data_groups()), "expert-dp");
   cp_ = split_group(world_, color_of(shape_.context_groups()), "cp");
+  if (shape_.cp_a2a > 1 && shape_.cp_a2a < shape_.cp) {
+    cp_a2a_ = split_group(world_, color_of(shape_.context_a2a_groups()), "cp-a2a");
+    cp_ring_ = split_group(world_, color_of(shape_.context_ring_groups()), "cp-ring");
+  }
 }
 
 void DeviceMesh::use_cuda(int device) {
   // The pipeline's neighbours exchange over links of their own, unless
   // TRIAD_NCCL_P2P_STREAMS=one keeps every call on the group's stream.
   const bool per_peer = nccl_p2p_streams_per_peer();
-  for (ProcessGroupPtr* g : {&tp_, &dp_, &pp_, &mp_, &embedding_, &ep_, &edp_, &cp_}) {
+  for (ProcessGroupPtr* g :
+       {&tp_, &dp_, &pp_, &mp_, &embedding_, &ep_, &edp_, &cp_, &cp_a2a_, &cp_ring_}) {
     // (Without expert or context parallelism nothing uses their groups.)
     if ((g == &edp_ || g == &ep_) && shape_.ep == 1) continue;
     if (g == &cp_ && shape_.cp == 1) continue;

@@ -481,18 +481,27 @@ Routing MoeMlp::route_chunk_under_capacity(const std::vector<double>& host, int6
                      " values, not " + std::to_string(P * N * E));
   }
   // The micro-batch's tokens in one process's order: sequence by sequence,
-  // each sequence's chunks in rank order (balanced: rank r's two halves at
-  // the row's half-chunks r and 2P - 1 - r).
-  if (chunks_.balanced && chunk % 2 != 0) {
-    throw ValueError("MoeMlp: the balanced chunks' rows of " + std::to_string(chunk) +
-                     " tokens a rank do not halve");
+  // each sequence's tokens where the ranks' runs put them (unset: the
+  // chunks in rank order). position[r][j]: rank r's j-th token's place in
+  // its row.
+  std::vector<std::vector<int64_t>> position(static_cast<size_t>(P));
+  for (int64_t r = 0; r < P; ++r) {
+    auto& at = position[static_cast<size_t>(r)];
+    if (!chunks_.runs) {
+      for (int64_t j = 0; j < chunk; ++j) at.push_back(r * chunk + j);
+      continue;
+    }
+    for (const auto& [first, count] : chunks_.runs(P * chunk, r))
+      for (int64_t j = 0; j < count; ++j) at.push_back(first + j);
+    if (static_cast<int64_t>(at.size()) != chunk) {
+      throw ValueError("MoeMlp: rank " + std::to_string(r) + "'s runs hold " +
+                       std::to_string(at.size()) + " of a row's tokens, not its chunk of " +
+                       std::to_string(chunk));
+    }
   }
   auto global = [&](int64_t r, int64_t n) {
     const int64_t row = n / chunk, j = n % chunk;
-    if (!chunks_.balanced) return (row * P + r) * chunk + j;
-    const int64_t half = chunk / 2;
-    const int64_t at = j < half ? r * half + j : (2 * P - 1 - r) * half + (j - half);
-    return row * P * chunk + at;
+    return row * P * chunk + position[static_cast<size_t>(r)][static_cast<size_t>(j)];
   };
   std::vector<double> ordered(all.size());
   for (int64_t r = 0; r < P; ++r) {

@@ -403,35 +403,60 @@ LayerCost layer_cost(const nn::GptConfig& m, const ClusterSpec& c, const Paralle
     // the gradients reduce-scattered back as many. Over NVLink while the cp
     // ranks (tp apart) share a node; backward the same for the gradients.
     // On the critical path as TP's collectives are, and priced with them.
-    const bool in_node = static_cast<long long>(p.tp) * p.cp <= c.gpus_per_node;
-    const double rate =
-        (in_node ? c.intra_bandwidth : c.inter_bandwidth_per_gpu()) * c.collective_efficiency;
-    const double latency = in_node ? c.intra_latency : c.inter_latency;
+    // All-to-all and ring: the all-to-all over cp_a2a ranks (tp apart),
+    // then the ring over cp / cp_a2a positions (tp cp_a2a apart), each hop
+    // a group's keys and values for a cp_a2a-th of the heads.
+    const auto link = [&](long long span) {
+      const bool in_node = static_cast<long long>(p.tp) * span <= c.gpus_per_node;
+      return std::pair{
+          (in_node ? c.intra_bandwidth : c.inter_bandwidth_per_gpu()) * c.collective_efficiency,
+          in_node ? c.intra_latency : c.inter_latency};
+    };
     const double kv = w_local - static_cast<double>(m.q_width()) / t;
-    if (exchange == cp::Exchange::Ring) {
-      // Ring: cp - 1 hops of a chunk's keys and values forward, each
-      // overlapping a step's attention (a cp-th of the layer's), exposed
-      // only where it outlasts it. Backward, the heavier steps (2.5 times
-      // a forward one) each overlap the next keys' hop and the previous
-      // step's f32 gradients' hop, one after the other on the link; the
-      // last gradients' hop, after the last step, is exposed whole.
-      const double hop = tokens * kv * kFp16 / rate + latency;
-      const double grad_hop = tokens * kv * 4.0 / rate + latency;
-      const double fwd_step = L.attn_gemm_fwd / p.cp, bwd_step = 2.5 * fwd_step;
+    const auto all_to_all = [&](int ranks) {
+      const auto [rate, latency] = link(ranks);
+      const double out = static_cast<double>(m.q_width()) / t;
+      const double bytes = tokens * (w_local + out) * kFp16;
+      return (ranks - 1.0) / ranks * bytes / rate + 2.0 * (ranks - 1.0) * latency;
+    };
+    // Ring: positions - 1 hops of `hop_bytes` forward, each overlapping a
+    // step's attention (a positions-th of the layer's), exposed only where
+    // it outlasts it. Backward, the heavier steps (2.5 times a forward
+    // one) each overlap the next keys' hop and the previous step's f32
+    // gradients' hop, one after the other on the link; the last gradients'
+    // hop, after the last step, is exposed whole.
+    const auto ring = [&](int positions, double hop_bytes) {
+      const auto [rate, latency] = link(p.cp);
+      const double hop = hop_bytes / rate + latency;
+      const double grad_hop = hop_bytes * 4.0 / kFp16 / rate + latency;
+      const double fwd_step = L.attn_gemm_fwd / positions, bwd_step = 2.5 * fwd_step;
       const auto exposed = [](double transfer, double step) {
         return std::max(0.0, transfer - step);
       };
-      L.fwd_tp += (p.cp - 1.0) * exposed(hop, fwd_step);
-      L.bwd_tp += exposed(hop, bwd_step) + (p.cp - 2.0) * exposed(hop + grad_hop, bwd_step) +
+      L.fwd_tp += (positions - 1.0) * exposed(hop, fwd_step);
+      L.bwd_tp += exposed(hop, bwd_step) + (positions - 2.0) * exposed(hop + grad_hop, bwd_step) +
                   exposed(grad_hop, bwd_step) + grad_hop;
+    };
+    if (exchange == cp::Exchange::Ring) {
+      ring(p.cp, tokens * kv * kFp16);
+    } else if (exchange == cp::Exchange::AllToAllRing) {
+      // After the all-to-all a rank holds its group's cp_a2a shares of the
+      // sequence for a cp_a2a-th of the key/value heads (fewer heads than
+      // ranks: the one its queries read).
+      const int a2a = p.cp_a2a;
+      const int64_t kv_heads = m.kv_heads_per_rank(p.tp);
+      const double kept = kv_heads % a2a == 0 ? kv / a2a : kv / static_cast<double>(kv_heads);
+      const double exchange_time = all_to_all(a2a);
+      L.fwd_tp += exchange_time;
+      L.bwd_tp += exchange_time;
+      ring(p.cp / a2a, a2a * tokens * kept * kFp16);
     } else {
       double exchange_time = 0;
       if (gathered) {
+        const auto [rate, latency] = link(p.cp);
         exchange_time = (p.cp - 1.0) * tokens * kv * kFp16 / rate + (p.cp - 1.0) * latency;
       } else {
-        const double out = static_cast<double>(m.q_width()) / t;
-        const double bytes = tokens * (w_local + out) * kFp16;
-        exchange_time = (p.cp - 1.0) / p.cp * bytes / rate + 2.0 * (p.cp - 1.0) * latency;
+        exchange_time = all_to_all(p.cp);
       }
       L.fwd_tp += exchange_time;
       L.bwd_tp += exchange_time;
@@ -626,7 +651,8 @@ std::string ParallelConfig::str() const {
          (cp > 1 && cp_exchange != cp::Exchange::Auto
               ? std::string(" cp_comm=") + cp::exchange_name(cp_exchange)
               : "") +
-         " " + pipeline::schedule_name(schedule) +
+         (cp_a2a > 1 ? " cp_a2a=" + std::to_string(cp_a2a) : "") + " " +
+         pipeline::schedule_name(schedule) +
          ((schedule == pipeline::ScheduleKind::ZbAuto || schedule == pipeline::ScheduleKind::ZbV) &&
                   zb_max_in_flight > 0
               ? " max-in-flight=" + std::to_string(zb_max_in_flight)
@@ -655,7 +681,7 @@ void check_config(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int gl
   }
   // (The heads, the length and the losses against the chunks.)
   try {
-    cp::check_context_parallel(m, p.tp, p.cp, p.sequence_parallel, p.cp_exchange);
+    cp::check_context_parallel(m, p.tp, p.cp, p.sequence_parallel, p.cp_exchange, p.cp_a2a);
   } catch (const NotSupportedError& e) {
     throw ConfigError(e.what());
   }
@@ -1294,6 +1320,7 @@ std::string Estimate::json() const {
                    {"ep", config.ep},
                    {"cp", config.cp},
                    {"cp_comm", cp::exchange_name(config.cp_exchange)},
+                   {"cp_a2a", config.cp_a2a},
                    {"schedule", pipeline::schedule_name(config.schedule)},
                    {"stage_layers", config.stage_layers},
                    {"overlap_dp", config.overlap_dp},

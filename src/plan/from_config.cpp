@@ -45,6 +45,7 @@ PlannedRun planned_run(const train::Config& config, int gpus) {
   p.ep = par.ep;
   p.cp = par.cp;
   p.cp_exchange = cp::exchange_from_string(par.cp_comm);
+  p.cp_a2a = par.cp_a2a;
   p.muon = config.train.optimizer == "muon";
   p.muon_ns_fp32 = p.muon && config.train.muon_ns_dtype() == DType::F32;
   p.schedule =

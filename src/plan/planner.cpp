@@ -101,7 +101,9 @@ std::vector<Estimate> recommend(const nn::GptConfig& m, const ClusterSpec& c, in
                       if (!even) layouts.push_back(balanced);
                     }
                     // Context parallelism by every exchange (the all-to-all
-                    // only where the heads share out), named.
+                    // only where the heads share out; all-to-alls of any
+                    // divisor of cp that fits a node beside tp, a ring
+                    // across them), named.
                     if (cp > 1) {
                       for (size_t i = 0, n = layouts.size(); i < n; ++i) {
                         layouts[i].cp_exchange =
@@ -114,6 +116,15 @@ std::vector<Estimate> recommend(const nn::GptConfig& m, const ClusterSpec& c, in
                         ParallelConfig ring = layouts[i];
                         ring.cp_exchange = cp::Exchange::Ring;
                         layouts.push_back(ring);
+                        // All-to-alls inside a node, a ring across them.
+                        for (int a2a = 2; a2a < cp; ++a2a) {
+                          if (cp % a2a != 0 || static_cast<long long>(tp) * a2a > c.gpus_per_node)
+                            continue;
+                          ParallelConfig both = layouts[i];
+                          both.cp_exchange = cp::Exchange::AllToAllRing;
+                          both.cp_a2a = a2a;
+                          layouts.push_back(both);
+                        }
                       }
                     }
                     for (const ParallelConfig& layout : layouts) {

@@ -734,7 +734,7 @@ void validate(const Config& c, bool min_lr_given) {
   }
   // (The model's heads, length and losses against the chunks.)
   cp::check_context_parallel(c.model, c.parallel.tp, c.parallel.cp, c.parallel.sequence_parallel,
-                             cp::exchange_from_string(c.parallel.cp_comm));
+                             cp::exchange_from_string(c.parallel.cp_comm), c.parallel.cp_a2a);
   if (c.parallel.sequence_parallel && c.model.seq_len % c.parallel.tp != 0) {
     throw ConfigError("model.seq_len (" + std::to_string(c.model.seq_len) +
                       ") must be divisible by parallel.tp (" + std::to_string(c.parallel.tp) +
@@ -1423,6 +1423,7 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
           c.parallel.cp_comm = get_string(v, k);
           (void)cp::exchange_from_string(c.parallel.cp_comm, k);
         }}},
+      {"cp_a2a", {false, [&](auto& v, auto& k) { c.parallel.cp_a2a = positive_int(v, k, 1); }}},
       {"sequence_parallel",
        {false, [&](auto& v, auto& k) { c.parallel.sequence_parallel = get_bool(v, k); }}},
       {"schedule", {false, [&](auto& v, auto& k) { c.parallel.schedule = get_string(v, k); }}},
@@ -1792,6 +1793,7 @@ std::string to_yaml(const Config& c) {
   if (p.ep > 1) e << YAML::Key << "ep" << YAML::Value << p.ep;
   if (p.cp > 1) e << YAML::Key << "cp" << YAML::Value << p.cp;
   if (p.cp_comm != "auto") e << YAML::Key << "cp_comm" << YAML::Value << p.cp_comm;
+  if (p.cp_a2a > 1) e << YAML::Key << "cp_a2a" << YAML::Value << p.cp_a2a;
   e << YAML::Key << "sequence_parallel" << YAML::Value << p.sequence_parallel;
   e << YAML::Key << "schedule" << YAML::Value << p.schedule << YAML::Key << "order" << YAML::Value
     << p.order;

@@ -259,6 +259,7 @@ Trainer::Trainer(Config config, dist::ProcessGroupPtr world)
   cp_ = par.cp;
   // (The context-parallel ranks are data-parallel ranks of the mesh.)
   dist::MeshShape shape{par.tp, par.pp, dp_ * cp_, par.order, par.ep, par.cp};
+  shape.cp_a2a = par.cp_a2a;
   shape.validate(world_size);
   check_batch(config_, dp_);
   ramp_ = config_.train.batch_ramp();
@@ -314,7 +315,8 @@ Trainer::Trainer(Config config, dist::ProcessGroupPtr world)
       pp_model_ = std::make_unique<pipeline::PipelineModel>(
           config_.model, seed,
           pipeline::PipelineGroups{mesh_->tp(), mesh_->pp(), mesh_->embedding(), mesh_->ep(),
-                                   mesh_->cp(), cp::exchange_from_string(par.cp_comm)},
+                                   mesh_->cp(), cp::exchange_from_string(par.cp_comm),
+                                   cp::Hierarchy{mesh_->cp_a2a(), mesh_->cp_ring()}},
           par.sequence_parallel, par.vpp, stage_layers_,
           pipeline::placement_of(pipeline::schedule_from_name(par.schedule)));
       const int m = static_cast<int>(config_.train.global_batch_size /
@@ -348,7 +350,7 @@ Trainer::Trainer(Config config, dist::ProcessGroupPtr world)
       tp_model_ = std::make_unique<tp::TensorParallelGpt>(
           config_.model, seed, mesh_->tp(), par.sequence_parallel,
           tp::StagePlan::whole(config_.model.n_layer), mesh_->ep(), mesh_->cp(),
-          cp::exchange_from_string(par.cp_comm));
+          cp::exchange_from_string(par.cp_comm), cp::Hierarchy{mesh_->cp_a2a(), mesh_->cp_ring()});
       if (!config_.init_from.empty()) {
         // One block of the file at a time, each rank cutting its shards.
         read_init_weights(nullptr,
@@ -1917,8 +1919,9 @@ RequestRows Trainer::scoring_rows(const std::vector<nn::ContinuationRequest>& re
   const bool sp = config_.parallel.sequence_parallel;
   // (Context parallelism's chunks, each split again under sequence
   // parallelism; the balanced layout's two half-chunks a rank.)
-  const int64_t chunks = cp::row_multiple(config_.model, tp, cp_, sp,
-                                          cp::exchange_from_string(config_.parallel.cp_comm));
+  const int64_t chunks =
+      cp::row_multiple(config_.model, tp, cp_, sp,
+                       cp::exchange_from_string(config_.parallel.cp_comm), config_.parallel.cp_a2a);
   const int64_t multiple = std::lcm<int64_t>(64, chunks);
   const RopeScaling& rope = config_.model.rope_scaling;
   const int64_t short_rows =
@@ -2242,6 +2245,9 @@ std::vector<StepMetrics> Trainer::run() {
         cp_ > 1 ? " x cp " + std::to_string(cp_) + " (" +
                       cp::exchange_name(cp::resolve_exchange(cp::exchange_from_string(par.cp_comm),
                                                              config_.model, par.tp, cp_)) +
+                      (par.cp_a2a > 1 ? ": all-to-alls of " + std::to_string(par.cp_a2a) +
+                                            ", a ring of " + std::to_string(cp_ / par.cp_a2a)
+                                      : std::string()) +
                       ")"
                 : std::string(),
         world_->size(), par.sequence_parallel ? ", sequence parallel" : "", pipeline,

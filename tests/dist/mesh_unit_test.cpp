@@ -99,6 +99,35 @@ TEST(MeshShape, ExpertGroupsSplitTheDataParallelOnes) {
   }
 }
 
+// Hierarchical context parallelism's groups inside each context group:
+// blocks of cp_a2a consecutive ranks (the all-to-alls) and the ranks cp_a2a
+// apart (the rings); cp_a2a must divide cp.
+TEST(MeshShape, HierarchicalContextGroupsSplitEachContextGroup) {
+  MeshShape s{.tp = 1, .pp = 1, .dp = 8, .cp = 4, .cp_a2a = 2};
+  s.validate(8);
+  EXPECT_EQ(s.context_groups(), (std::vector<std::vector<int>>{{0, 1, 2, 3}, {4, 5, 6, 7}}));
+  EXPECT_EQ(s.context_a2a_groups(),
+            (std::vector<std::vector<int>>{{0, 1}, {2, 3}, {4, 5}, {6, 7}}));
+  EXPECT_EQ(s.context_ring_groups(),
+            (std::vector<std::vector<int>>{{0, 2}, {1, 3}, {4, 6}, {5, 7}}));
+  // Beside tp 2: the context group's ranks are 2 apart, and so its blocks.
+  MeshShape t{.tp = 2, .pp = 1, .dp = 4, .cp = 4, .cp_a2a = 2};
+  t.validate(8);
+  EXPECT_EQ(t.context_a2a_groups(),
+            (std::vector<std::vector<int>>{{0, 2}, {4, 6}, {1, 3}, {5, 7}}));
+  EXPECT_EQ(t.context_ring_groups(),
+            (std::vector<std::vector<int>>{{0, 4}, {2, 6}, {1, 5}, {3, 7}}));
+  MeshShape odd{.tp = 1, .pp = 1, .dp = 6, .cp = 6, .cp_a2a = 4};
+  try {
+    odd.validate(6);
+    FAIL() << "expected ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("parallel.cp_a2a (4) must divide parallel.cp (6)"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 // Context parallelism's groups, blocks of cp consecutive data-parallel
 // ranks, beside expert parallelism's over the same ranks.
 TEST(MeshShape, ContextGroupsSplitTheDataParallelOnes) {

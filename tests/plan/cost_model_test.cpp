@@ -955,9 +955,10 @@ TEST(CostModel, ContextParallelismSharesEachSequenceOut) {
     EXPECT_EQ(e.config.tp * e.config.pp * e.config.dp * e.config.cp, 16);
   }
   EXPECT_TRUE(chunking);
-  // Every exchange tried (the heads share out over 2 and 4 ranks).
+  // Every exchange tried (the heads share out over 2 and 4 ranks; all-to-
+  // alls of 2 inside a node beside tp up to 4, a ring of 2 across them).
   EXPECT_EQ(exchanges, (std::set<cp::Exchange>{cp::Exchange::AllToAll, cp::Exchange::AllGather,
-                                               cp::Exchange::Ring}));
+                                               cp::Exchange::Ring, cp::Exchange::AllToAllRing}));
   ParallelConfig bad = layout(8, 1, 2, 1, Recompute::None);
   bad.cp = 2;
   try {
@@ -1007,6 +1008,42 @@ TEST(CostModel, ContextParallelismSharesEachSequenceOut) {
   EXPECT_NE(shared.str().find(" cp_comm=ring"), std::string::npos) << shared.str();
   EXPECT_GT(g.step_time, 0.0);
   EXPECT_NE(gathered.str(), shared.str());
+}
+
+// Hierarchical context parallelism (all_to_all+ring) over two nodes: tp 2
+// x cp 8, all-to-alls of 4 ranks inside each node and a ring of 2 across
+// them. The same attention work and activations as the flat all-to-all,
+// whose bytes all cross the slower links; here only the ring's hops do,
+// under the steps' attention.
+TEST(CostModel, AllToAllsInsideANodeAndARingAcrossMoveLessBetweenNodes) {
+  const ClusterSpec c = selene();
+  nn::GptConfig m = gpt(8, 32, 4096);
+  m.seq_len = 32768;
+  ParallelConfig p = layout(2, 1, 1, 1, Recompute::None);
+  p.cp = 8;
+  p.attention = Attention::Flash;
+  p.cp_exchange = cp::Exchange::AllToAll;
+  const Estimate flat = estimate(m, c, 16, 16, p);
+  p.cp_exchange = cp::Exchange::AllToAllRing;
+  p.cp_a2a = 4;
+  const Estimate both = estimate(m, c, 16, 16, p);
+  EXPECT_NEAR(both.gemm_time, flat.gemm_time, 1e-9 * flat.gemm_time);
+  EXPECT_DOUBLE_EQ(both.activation_bytes, flat.activation_bytes);
+  EXPECT_GT(both.tp_comm_time, 0.0);
+  EXPECT_LT(both.tp_comm_time, flat.tp_comm_time);
+  EXPECT_NE(p.str().find(" cp_comm=all_to_all+ring cp_a2a=4"), std::string::npos) << p.str();
+  EXPECT_NE(both.json().find("\"cp_a2a\":4"), std::string::npos) << both.json();
+  // cp_a2a must divide cp, between 1 and cp.
+  p.cp_a2a = 3;
+  try {
+    estimate(m, c, 16, 16, p);
+    ADD_FAILURE() << "expected ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(
+        std::string(e.what()).find("parallel.cp_a2a (3) must be a divisor of parallel.cp (8)"),
+        std::string::npos)
+        << e.what();
+  }
 }
 
 // The memory model against Triad itself: a bf16 model trained on the CPU

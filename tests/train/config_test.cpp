@@ -486,7 +486,43 @@ TEST(Config, MixtureOfExpertsParsesRoundTripsAndIsChecked) {
             "ring");
   expect_config_error(
       kValid, {"parallel.cp=2", "parallel.cp_comm=p2p"},
-      "parallel.cp_comm: 'p2p' is not an exchange (auto, all_to_all, all_gather or ring)");
+      "parallel.cp_comm: 'p2p' is not an exchange (auto, all_to_all, all_gather, ring or "
+      "all_to_all+ring)");
+  // All-to-alls of parallel.cp_a2a consecutive ranks, a ring across them:
+  // cp_a2a strictly between 1 and cp and dividing it, the heads sharing out
+  // over it, and each ring position's two half-chunks; cp_a2a with another
+  // exchange is named. The choice round-trips.
+  const Config both = parse_config(
+      kValid, {"parallel.cp=4", "parallel.cp_comm=all_to_all+ring", "parallel.cp_a2a=2"});
+  EXPECT_EQ(both.parallel.cp_a2a, 2);
+  EXPECT_EQ(parse_config(to_yaml(both)).parallel.cp_a2a, 2);
+  EXPECT_EQ(parse_config(to_yaml(both)).parallel.cp_comm, "all_to_all+ring");
+  EXPECT_EQ(parse_config(kValid).parallel.cp_a2a, 1);
+  expect_config_error(kValid, {"parallel.cp=4", "parallel.cp_comm=all_to_all+ring"},
+                      "parallel.cp_a2a (1) must be a divisor of parallel.cp (4) above 1 and below "
+                      "it under parallel.cp_comm all_to_all+ring");
+  expect_config_error(kValid,
+                      {"parallel.cp=6", "parallel.cp_comm=all_to_all+ring", "parallel.cp_a2a=4"},
+                      "parallel.cp_a2a (4) must be a divisor of parallel.cp (6)");
+  expect_config_error(kValid, {"parallel.cp=4", "parallel.cp_comm=ring", "parallel.cp_a2a=2"},
+                      "parallel.cp_a2a (2) is for parallel.cp_comm all_to_all+ring only (here "
+                      "ring)");
+  expect_config_error(kValid, {"parallel.cp_a2a=2"},
+                      "parallel.cp_a2a (2) is for parallel.cp_comm all_to_all+ring only (here no "
+                      "context parallelism)");
+  expect_config_error(
+      kValid,
+      {"parallel.cp=6", "parallel.cp_comm=all_to_all+ring", "parallel.cp_a2a=3",
+       "model.seq_len=36"},
+      "with parallel.cp_comm all_to_all+ring: model.n_head (2) and its key/value heads (2) leave 2 "
+      "query and 2 key/value heads on each tensor-parallel rank; the all-to-all needs the query "
+      "heads a multiple of cp_a2a (3)");
+  expect_config_error(
+      kValid,
+      {"parallel.cp=6", "parallel.cp_comm=all_to_all+ring", "parallel.cp_a2a=3", "model.n_head=6",
+       "model.d_model=24", "model.seq_len=18"},
+      "model.seq_len (18) must be divisible by cp and by 2 cp / cp_a2a (two half-chunks each of "
+      "the ring's 2 positions under parallel.cp_comm all_to_all+ring) (12)");
   expect_config_error(kValid, {"parallel.cp=2", "model.seq_len=33"},
                       "model.seq_len (33) must be divisible by cp (2)");
   expect_config_error(

@@ -30,6 +30,11 @@ struct MeshShape {
   // chunk of them (cp::sequence_to_heads); must divide dp. They are
   // data-parallel ranks still: their gradients are reduced with the rest.
   int cp = 1;
+  // Hierarchical context parallelism (parallel.cp_a2a): each context group
+  // cut into blocks of `cp_a2a` consecutive ranks (the all-to-all's, on a
+  // node's fast links) and the cp / cp_a2a ranks at the same place in each
+  // block (the ring's); must divide cp. 1: none.
+  int cp_a2a = 1;
 
   int world() const { return tp * pp * dp; }
   // Throws ConfigError naming the numbers: sizes >= 1, world == tp*pp*dp,
@@ -62,6 +67,12 @@ struct MeshShape {
   // 8 ranks, tp=2, dp=4, cp=2: [0,2] [4,6] [1,3] [5,7]); single ranks when
   // cp == 1.
   std::vector<std::vector<int>> context_groups() const;
+  // Hierarchical context parallelism's groups inside each context group:
+  // the all-to-all's, cp_a2a consecutive ranks of it, and the ring's, its
+  // ranks cp_a2a apart (for 8 ranks, dp=8, cp=4, cp_a2a=2: all-to-alls [0,1]
+  // [2,3] [4,5] [6,7], rings [0,2] [1,3] [4,6] [5,7]).
+  std::vector<std::vector<int>> context_a2a_groups() const;
+  std::vector<std::vector<int>> context_ring_groups() const;
 };
 
 // What to do when a tensor-parallel group spans nodes.
@@ -91,6 +102,10 @@ class DeviceMesh {
   const ProcessGroupPtr& expert_dp() const { return edp_; }
   // The context-parallel group (one rank without context parallelism).
   const ProcessGroupPtr& cp() const { return cp_; }
+  // Hierarchical context parallelism's all-to-all and ring groups (both
+  // null unless 1 < cp_a2a < cp).
+  const ProcessGroupPtr& cp_a2a() const { return cp_a2a_; }
+  const ProcessGroupPtr& cp_ring() const { return cp_ring_; }
   int ep_rank() const { return ep_->rank(); }
   int tp_rank() const { return coords_[0]; }
   int dp_rank() const { return coords_[1]; }
@@ -99,7 +114,7 @@ class DeviceMesh {
   // The CUDA device this rank should use: its rank within the node.
   int local_device() const { return node_.local_rank; }
   // GPU training: gives every group (tp, dp, pp, model-parallel, embedding,
-  // the expert and context groups)
+  // the expert and context groups, the hierarchical ones)
   // an NCCL communicator on `device` and routes CUDA tensors through it,
   // host tensors through MPI as before. Collective over the world; every
   // rank creates its groups' communicators in the same order.
@@ -110,7 +125,7 @@ class DeviceMesh {
   MeshShape shape_;
   std::array<int, 3> coords_{};
   NodeInfo node_;
-  ProcessGroupPtr tp_, dp_, pp_, mp_, embedding_, ep_, edp_, cp_;
+  ProcessGroupPtr tp_, dp_, pp_, mp_, embedding_, ep_, edp_, cp_, cp_a2a_, cp_ring_;
 };
 
 }  // namespace triad::dist

@@ -5,6 +5,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "triad/nn/gpt.h"
@@ -205,10 +206,11 @@ class MoeMlp : public Module {
     std::function<void(std::vector<double>&)> sum;
     int64_t rank = 0;
     std::function<std::vector<double>(const std::vector<double>&)> gather = {};
-    // The balanced layout (context parallelism's all-gather): rank r's
-    // tokens of a row are its halves r and 2P - 1 - r of the row, in that
-    // order, instead of its P-th r.
-    bool balanced = false;
+    // Which tokens of a row of T rank r holds, as runs (first position,
+    // count) in the order it holds them (context parallelism's layout,
+    // cp::chunk_runs: the balanced one's half-chunks r and 2P - 1 - r, the
+    // hierarchical one's); unset: its P-th r.
+    std::function<std::vector<std::pair<int64_t, int64_t>>(int64_t T, int64_t r)> runs = {};
   };
   void set_chunks(Chunks chunks) { chunks_ = std::move(chunks); }
 

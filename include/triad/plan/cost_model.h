@@ -46,6 +46,9 @@ struct ParallelConfig {
   // work, balanced; it keeps the gathered keys and values for backward).
   int cp = 1;
   cp::Exchange cp_exchange = cp::Exchange::Auto;
+  // Under cp_exchange AllToAllRing (parallel.cp_a2a): the all-to-all's
+  // ranks, a ring of cp / cp_a2a across them.
+  int cp_a2a = 1;
   pipeline::ScheduleKind schedule = pipeline::ScheduleKind::OneFOneB;
   // zb-auto, zb-v: microbatches a rank holds from F to W (0: pp), as in the trainer.
   int zb_max_in_flight = 0;

@@ -102,11 +102,14 @@ struct ParallelSection {
   // sequence by `cp_comm` (cp::Exchange: "all_to_all", the heads exchanged,
   // DeepSpeed-Ulysses'; "all_gather", the keys and values gathered, Llama
   // 3's; "ring", the keys and values passed around a ring, ring attention;
-  // "auto", the all-to-all where the heads share out). The world is
+  // "all_to_all+ring", the all-to-all inside blocks of `cp_a2a`
+  // consecutive ranks and a ring of cp / cp_a2a across them; "auto", the
+  // all-to-all where the heads share out). The world is
   // tp * pp * dp * cp; the cp ranks of a sequence are data-parallel ranks
   // besides (their gradients reduced with the dp replicas').
   int cp = 1;
   std::string cp_comm = "auto";
+  int cp_a2a = 1;
   int zero = 0;                   // 1: ZeRO-1 (optimizer state sharded over dp)
   std::string topology = "warn";  // a TP group spanning nodes: warn | refuse
   double bucket_mb = 25;          // gradient-reduction bucket size

@@ -30,13 +30,14 @@ Tensor all_gather_attention(const Tensor& qkv, const AttentionHeads& heads, cons
                      " tokens do not halve into the balanced layout's two half-chunks");
   }
   const int64_t q = heads.q * D, kv = heads.kv * D;
+  const Layout layout = balanced ? Layout::balanced(P) : Layout::contiguous(P);
   // Every rank's keys and values, in the sequence's order.
   const Tensor keys_values = to_sequence_order(
-      tp::gather_from_sequence_region(narrow(qkv, 2, q, 2 * kv), group), 1, P, balanced);
+      tp::gather_from_sequence_region(narrow(qkv, 2, q, 2 * kv), group), 1, layout);
   const Tensor queries = narrow(qkv, 2, 0, q);
   std::vector<Tensor> out;
   int64_t at = 0;  // the run's first row in qkv
-  for (const auto& [first, count] : chunk_runs(T, r, P, balanced)) {
+  for (const auto& [first, count] : chunk_runs(T, r, layout)) {
     // The run's queries read the keys up to its last position.
     const int64_t Tk = first + count;
     const Tensor first_keys =

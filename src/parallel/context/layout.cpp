@@ -1,14 +1,50 @@
 #include "triad/parallel/context/layout.h"
 
+#include <algorithm>
+#include <numeric>
+#include <string>
+#include <tuple>
+
 #include "triad/core/error.h"
 #include "triad/ops.h"
 
 namespace triad::cp {
 
-std::vector<Run> chunk_runs(int64_t T, int64_t r, int64_t P, bool balanced) {
-  if (!balanced) return {{r * (T / P), T / P}};
-  const int64_t half = T / (2 * P);
-  return {{r * half, half}, {(2 * P - 1 - r) * half, half}};
+int64_t Layout::row_multiple() const {
+  return ring > 1 ? std::lcm(ranks, 2 * ring) : ranks;
+}
+
+std::vector<Run> chunk_runs(int64_t T, int64_t r, const Layout& layout) {
+  const int64_t P = layout.ranks, ring = layout.ring;
+  if (P < 1 || ring < 1 || P % ring != 0 || r < 0 || r >= P) {
+    throw ValueError("context parallelism: rank " + std::to_string(r) + " of " + std::to_string(P) +
+                     " in " + std::to_string(ring) +
+                     " ring groups (the groups must divide the ranks)");
+  }
+  const int64_t per_group = P / ring, g = r / per_group, i = r % per_group;
+  // The group's runs, then this rank's contiguous share of them.
+  std::vector<Run> group;
+  if (ring == 1) {
+    group = {{0, T}};
+  } else {
+    const int64_t half = T / (2 * ring);
+    group = {{g * half, half}, {(2 * ring - 1 - g) * half, half}};
+  }
+  const int64_t share = T / P;
+  int64_t skip = i * share, left = share;
+  std::vector<Run> out;
+  for (const auto& [first, count] : group) {
+    if (left == 0) break;
+    if (skip >= count) {
+      skip -= count;
+      continue;
+    }
+    const int64_t take = std::min(count - skip, left);
+    out.emplace_back(first + skip, take);
+    left -= take;
+    skip = 0;
+  }
+  return out;
 }
 
 Tensor take_runs(const Tensor& x, int64_t dim, const std::vector<Run>& runs) {
@@ -19,24 +55,29 @@ Tensor take_runs(const Tensor& x, int64_t dim, const std::vector<Run>& runs) {
   return concat(parts, dim);
 }
 
-Tensor to_sequence_order(const Tensor& gathered, int64_t dim, int64_t P, bool balanced) {
-  if (!balanced || P == 1) return gathered;
+Tensor to_sequence_order(const Tensor& gathered, int64_t dim, const Layout& layout) {
+  if (layout.ring == 1 || layout.ranks == 1) return gathered;
   const int64_t d = dim < 0 ? dim + gathered.dim() : dim;
   const int64_t T = gathered.size(d);
-  if (T % (2 * P) != 0) {
+  if (T % layout.row_multiple() != 0) {
     throw ShapeError("context parallelism: " + std::to_string(T) +
-                     " gathered tokens do not cut into " + std::to_string(2 * P) +
-                     " half-chunks (two a rank)");
+                     " gathered tokens do not cut into " + std::to_string(layout.ranks) +
+                     " ranks' runs of " + std::to_string(2 * layout.ring) + " half-chunks");
   }
-  const int64_t half = T / (2 * P);
-  // Half-chunk i of the row: rank i's first (i < P), else rank 2P - 1 - i's
-  // second.
+  // Every run: (its first position in the row, where it lies gathered, its
+  // length), in the row's order.
+  std::vector<std::tuple<int64_t, int64_t, int64_t>> pieces;
+  for (int64_t j = 0; j < layout.ranks; ++j) {
+    int64_t at = j * (T / layout.ranks);
+    for (const auto& [first, count] : chunk_runs(T, j, layout)) {
+      pieces.emplace_back(first, at, count);
+      at += count;
+    }
+  }
+  std::sort(pieces.begin(), pieces.end());
   std::vector<Tensor> parts;
-  parts.reserve(static_cast<size_t>(2 * P));
-  for (int64_t i = 0; i < 2 * P; ++i) {
-    const int64_t j = i < P ? i : 2 * P - 1 - i;
-    parts.push_back(narrow(gathered, d, (2 * j + (i < P ? 0 : 1)) * half, half));
-  }
+  parts.reserve(pieces.size());
+  for (const auto& [first, at, count] : pieces) parts.push_back(narrow(gathered, d, at, count));
   return concat(parts, d);
 }
 

@@ -74,10 +74,10 @@ std::vector<std::vector<Block>> ring_blocks(const Tensor& starts, int64_t T, int
                             std::to_string(T) +
                             " positions (the ring translates them in f32, exact below 2^24)");
   }
-  const std::vector<Run> mine = chunk_runs(T, r, P, true);
+  const std::vector<Run> mine = chunk_runs(T, r, Layout::balanced(P));
   std::vector<std::vector<Block>> blocks(static_cast<size_t>(P));
   for (int64_t s = 0; s < P; ++s) {
-    const std::vector<Run> source = chunk_runs(T, (r - s + P) % P, P, true);
+    const std::vector<Run> source = chunk_runs(T, (r - s + P) % P, Layout::balanced(P));
     for (const Run& run : mine) blocks[s].push_back(block_of(run, source, starts));
   }
   return blocks;

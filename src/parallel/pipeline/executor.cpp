@@ -127,10 +127,10 @@ PipelineModel::PipelineModel(const nn::GptConfig& cfg, uint64_t seed, PipelineGr
     chunks_.push_back(share ? std::make_shared<tp::TensorParallelGpt>(
                                   cfg, seed, groups_.tp, sequence_parallel, plan,
                                   chunks_.front()->token_embedding_module(), groups_.ep, groups_.cp,
-                                  groups_.cp_exchange)
+                                  groups_.cp_exchange, groups_.cp_hierarchy)
                             : std::make_shared<tp::TensorParallelGpt>(
                                   cfg, seed, groups_.tp, sequence_parallel, plan, groups_.ep,
-                                  groups_.cp, groups_.cp_exchange));
+                                  groups_.cp, groups_.cp_exchange, groups_.cp_hierarchy));
   }
 }
 

@@ -53,11 +53,13 @@ TensorParallelGpt::TensorParallelGpt(const nn::GptConfig& cfg, uint64_t seed,
 TensorParallelGpt::TensorParallelGpt(const nn::GptConfig& cfg, uint64_t seed,
                                      dist::ProcessGroupPtr group, bool sequence_parallel,
                                      StagePlan plan, dist::ProcessGroupPtr experts,
-                                     dist::ProcessGroupPtr context, cp::Exchange exchange)
+                                     dist::ProcessGroupPtr context, cp::Exchange exchange,
+                                     cp::Hierarchy hierarchy)
     : cfg_(cfg),
       group_(std::move(group)),
       sp_(sequence_parallel),
       exchange_(exchange),
+      hierarchy_(std::move(hierarchy)),
       plan_(std::move(plan)) {
   if (experts && experts->size() > 1) expert_group_ = std::move(experts);
   if (context && context->size() > 1) cp_ = std::move(context);
@@ -69,11 +71,12 @@ TensorParallelGpt::TensorParallelGpt(const nn::GptConfig& cfg, uint64_t seed,
                                      StagePlan plan,
                                      std::shared_ptr<VocabParallelEmbedding> embedding,
                                      dist::ProcessGroupPtr experts, dist::ProcessGroupPtr context,
-                                     cp::Exchange exchange)
+                                     cp::Exchange exchange, cp::Hierarchy hierarchy)
     : cfg_(cfg),
       group_(std::move(group)),
       sp_(sequence_parallel),
       exchange_(exchange),
+      hierarchy_(std::move(hierarchy)),
       plan_(std::move(plan)) {
   if (experts && experts->size() > 1) expert_group_ = std::move(experts);
   if (context && context->size() > 1) cp_ = std::move(context);
@@ -118,8 +121,36 @@ void TensorParallelGpt::build(uint64_t seed, std::shared_ptr<VocabParallelEmbedd
                        std::to_string(cfg_.n_layer) + ")");
     }
   }
-  if (cp_) cp::check_context_parallel(cfg_, t, cp_->size(), sp_, exchange_);
+  const int64_t a2a = hierarchy_.a2a ? hierarchy_.a2a->size() : 1;
+  if (cp_) cp::check_context_parallel(cfg_, t, cp_->size(), sp_, exchange_, a2a);
   exchange_ = cp::resolve_exchange(exchange_, cfg_, t, cp_ ? cp_->size() : 1);
+  if (cp_ && exchange_ == cp::Exchange::AllToAllRing) {
+    // The context-parallel group's members: the all-to-all's, the ring
+    // position's a2a consecutive ones; the ring's, those at the all-to-all
+    // rank's place in every position (dist::MeshShape::context_a2a_groups,
+    // context_ring_groups).
+    bool fits = hierarchy_.defined() && a2a * hierarchy_.ring->size() == cp_->size();
+    const std::vector<int>& all = cp_->members();
+    for (int i = 0; fits && i < a2a; ++i) {
+      fits = hierarchy_.a2a->members()[static_cast<size_t>(i)] ==
+             all[static_cast<size_t>(hierarchy_.ring->rank() * a2a + i)];
+    }
+    for (int j = 0; fits && j < hierarchy_.ring->size(); ++j) {
+      fits = hierarchy_.ring->members()[static_cast<size_t>(j)] ==
+             all[static_cast<size_t>(j * a2a + hierarchy_.a2a->rank())];
+    }
+    if (!fits) {
+      throw ValueError(
+          "TensorParallelGpt: parallel.cp_comm all_to_all+ring needs the context-parallel "
+          "group's all-to-all groups (blocks of a2a consecutive ranks) and ring groups (the "
+          "ranks a2a apart; dist::DeviceMesh::cp_a2a and cp_ring)" +
+          (hierarchy_.defined() ? ", got groups of " + std::to_string(a2a) + " and " +
+                                      std::to_string(hierarchy_.ring->size()) + " ranks at rank " +
+                                      std::to_string(cp_->rank()) + " of " +
+                                      std::to_string(cp_->size()) + " laid out otherwise"
+                                : std::string()));
+    }
+  }
   bool dense_mlps = false;
   for (int64_t i : plan_.layers) dense_mlps = dense_mlps || !cfg_.moe_layer(i);
   if (dense_mlps && cfg_.ffn() % t != 0) {
@@ -198,21 +229,21 @@ void TensorParallelGpt::build(uint64_t seed, std::shared_ptr<VocabParallelEmbedd
       if (cp_) {
         // Its balance counts every chunk of the micro-batch's sequences, and
         // a capacity chooses among all of them.
-        L.moe->set_chunks({cp_->size(),
-                           [g = cp_](std::vector<double>& v) {
-                             Tensor t =
-                                 from_vector(v, {static_cast<int64_t>(v.size())}, DType::F64);
-                             g->all_reduce(t, dist::ReduceOp::Sum)->wait();
-                             v = to_double_vector(t);
-                           },
-                           cp_->rank(),
-                           [g = cp_](const std::vector<double>& v) {
-                             const auto n = static_cast<int64_t>(v.size());
-                             Tensor all = empty({n * g->size()}, DType::F64);
-                             g->all_gather(from_vector(v, {n}, DType::F64), all)->wait();
-                             return to_double_vector(all);
-                           },
-                           balanced()});
+        L.moe->set_chunks(
+            {cp_->size(),
+             [g = cp_](std::vector<double>& v) {
+               Tensor t = from_vector(v, {static_cast<int64_t>(v.size())}, DType::F64);
+               g->all_reduce(t, dist::ReduceOp::Sum)->wait();
+               v = to_double_vector(t);
+             },
+             cp_->rank(),
+             [g = cp_](const std::vector<double>& v) {
+               const auto n = static_cast<int64_t>(v.size());
+               Tensor all = empty({n * g->size()}, DType::F64);
+               g->all_gather(from_vector(v, {n}, DType::F64), all)->wait();
+               return to_double_vector(all);
+             },
+             [layout = layout()](int64_t T, int64_t r) { return cp::chunk_runs(T, r, layout); }});
       }
     } else {
       auto mlp = block->add("mlp", std::make_shared<Container>());
@@ -941,20 +972,27 @@ nn::ForwardContext TensorParallelGpt::chunked(const Tensor& ids,
   return out;
 }
 
+cp::Layout TensorParallelGpt::layout() const {
+  if (!cp_) return {};
+  return cp::layout_of(exchange_, cp_->size(), hierarchy_.a2a ? hierarchy_.a2a->size() : 1);
+}
+
 std::vector<cp::Run> TensorParallelGpt::chunk_runs(int64_t T, const char* what) const {
   if (!cp_) return {{0, T}};
   const int64_t P = cp_->size(), t = sp_ ? group_->size() : 1;
-  if (T % (P * t) != 0 || (balanced() && T % (2 * P) != 0)) {
+  const cp::Layout runs = layout();
+  if (T % (P * t) != 0 || T % runs.row_multiple() != 0) {
     throw ShapeError("context parallelism: " + std::string(what) + "' sequence length " +
                      std::to_string(T) + " must be divisible by parallel.cp (" + std::to_string(P) +
                      ")" +
                      (sp_ ? " times parallel.tp (" + std::to_string(t) + ", sequence parallelism)"
                           : std::string()) +
-                     (balanced() ? " and by 2 parallel.cp (" + std::to_string(2 * P) +
-                                       ", the balanced layout's two half-chunks a rank)"
-                                 : std::string()));
+                     (runs.ring > 1 ? " and by " + std::to_string(2 * runs.ring) +
+                                          " (two half-chunks each of the ring's " +
+                                          std::to_string(runs.ring) + " positions)"
+                                    : std::string()));
   }
-  return cp::chunk_runs(T, cp_->rank(), P, balanced());
+  return cp::chunk_runs(T, cp_->rank(), runs);
 }
 
 void TensorParallelGpt::require_chunk_positions(const nn::ForwardContext& ctx, int64_t B,
@@ -971,7 +1009,10 @@ Tensor TensorParallelGpt::attention(const Tensor& qkv, const AttentionHeads& hea
                                     const Tensor& starts) const {
   if (!cp_) return causal_attention(qkv, heads, starts);
   if (exchange_ == cp::Exchange::Ring) return cp::ring_attention(qkv, heads, starts, cp_);
-  if (balanced()) return cp::all_gather_attention(qkv, heads, starts, cp_, true);
+  if (exchange_ == cp::Exchange::AllGather)
+    return cp::all_gather_attention(qkv, heads, starts, cp_, true);
+  if (exchange_ == cp::Exchange::AllToAllRing)
+    return cp::hierarchical_attention(qkv, heads, starts, hierarchy_);
   const Tensor whole = cp::sequence_to_heads(qkv, heads, cp_);
   const Tensor y = causal_attention(whole, cp::heads_kept(heads, cp_), starts);
   return cp::heads_to_sequence(y, qkv.size(2) / heads.fused(), cp_);
@@ -1062,7 +1103,7 @@ Tensor TensorParallelGpt::head_logits(const Tensor& hidden, int64_t start, int64
   Tensor y = nn::scale_for_head(cfg_, ln_f_->forward(hidden));
   if (sp_) y = all_gather_along(y, 1, group_);
   // (The ranks' tokens in rank order, then in the sequence's.)
-  if (cp_) y = cp::to_sequence_order(all_gather_along(y, 1, cp_), 1, cp_->size(), balanced());
+  if (cp_) y = cp::to_sequence_order(all_gather_along(y, 1, cp_), 1, layout());
   // Only the positions asked for reach the head.
   Tensor local = linear(contiguous(narrow(y, 1, start, length)), head_->weight(), head_->bias());
   Tensor all = all_gather_along(local, -1, group_);

@@ -25,6 +25,7 @@
 #include "triad/nn/gpt.h"
 #include "triad/ops.h"
 #include "triad/parallel/context/all_gather.h"
+#include "triad/parallel/context/hierarchical.h"
 #include "triad/parallel/context/layout.h"
 #include "triad/parallel/context/ring.h"
 #include "triad/parallel/context/ulysses.h"
@@ -128,7 +129,8 @@ TEST(AllGather, AttentionAndGradientsAreTheWholeSequencesChunks) {
     for (const bool documents : {false, true}) {
       SCOPED_TRACE(std::string(balanced ? "balanced, " : "contiguous, ") +
                    (documents ? "documents and a window" : "causal"));
-      const std::vector<cp::Run> runs = chunk_runs(T, r, P, balanced);
+      const std::vector<cp::Run> runs =
+          chunk_runs(T, r, balanced ? cp::Layout::balanced(P) : cp::Layout::contiguous(P));
       const Tensor starts = documents ? first_keys : Tensor();
       Tensor whole = uniform({B, T, h.fused() * D}, 4);
       whole.set_requires_grad(true);
@@ -149,14 +151,15 @@ TEST(AllGather, AttentionAndGradientsAreTheWholeSequencesChunks) {
   }
   // The balanced layout's halves: rank r's r and 2P - 1 - r, which gathered
   // in rank order go back to the sequence's.
-  const std::vector<cp::Run> halves = chunk_runs(T, r, P, true);
+  const std::vector<cp::Run> halves = chunk_runs(T, r, cp::Layout::balanced(P));
   ASSERT_EQ(halves.size(), 2u);
   EXPECT_EQ(halves[0], (cp::Run{r * 3, 3}));
   EXPECT_EQ(halves[1], (cp::Run{(2 * P - 1 - r) * 3, 3}));
   const Tensor row = uniform({1, T, 2}, 30);
   std::vector<Tensor> blocks;
-  for (int j = 0; j < P; ++j) blocks.push_back(take_runs(row, 1, chunk_runs(T, j, P, true)));
-  EXPECT_EQ(to_double_vector(to_sequence_order(concat(blocks, 1), 1, P, true)),
+  for (int j = 0; j < P; ++j)
+    blocks.push_back(take_runs(row, 1, chunk_runs(T, j, cp::Layout::balanced(P))));
+  EXPECT_EQ(to_double_vector(to_sequence_order(concat(blocks, 1), 1, cp::Layout::balanced(P))),
             to_double_vector(row));
 }
 
@@ -171,7 +174,7 @@ TEST(Ring, AttentionAndGradientsAreTheWholeSequencesHalfChunks) {
   const int64_t B = 2, D = 4, T = 6 * P;
   const AttentionHeads h{3, 1};
   const Tensor first_keys = window_and_documents(T);
-  const std::vector<cp::Run> runs = chunk_runs(T, r, P, true);
+  const std::vector<cp::Run> runs = chunk_runs(T, r, cp::Layout::balanced(P));
   for (const DType dtype : {DType::F32, DType::BF16}) {
     for (const bool documents : {false, true}) {
       for (const double cap : {0.0, 2.0}) {
@@ -199,6 +202,65 @@ TEST(Ring, AttentionAndGradientsAreTheWholeSequencesHalfChunks) {
   }
 }
 
+// The groups of hierarchical context parallelism over the world: all-to-
+// alls of `a2a` consecutive ranks, a ring of the world / a2a at the same
+// place in each.
+Hierarchy hierarchy_of_world(int a2a) {
+  const int r = g_world->rank();
+  dist::ProcessGroupPtr all_to_all = dist::split_group(g_world, r / a2a, "cp-a2a");
+  dist::ProcessGroupPtr ring = dist::split_group(g_world, r % a2a, "cp-ring");
+  return {std::move(all_to_all), std::move(ring)};
+}
+
+// hierarchical_attention on each rank's share of its group's half-chunks
+// (4 ranks: all-to-alls of 2, a ring of 2) is the whole sequence's
+// attention at those rows, and its gradient the whole one's: with grouped
+// heads exchanged (4 query, 2 key/value heads) and one key/value head
+// gathered whole in each all-to-all, packed documents under a window, and
+// in bf16.
+TEST(Hierarchical, AttentionAndGradientsAreTheWholeSequencesShares) {
+  const int P = g_world->size(), r = g_world->rank();
+  if (P != 4) GTEST_SKIP() << "all-to-alls of 2 and a ring of 2 need 4 ranks";
+  const Hierarchy groups = hierarchy_of_world(2);
+  const int64_t B = 2, D = 4, T = 24;
+  const Tensor first_keys = window_and_documents(T);
+  const std::vector<cp::Run> runs = chunk_runs(T, r, cp::Layout::hierarchical(P, 2));
+  for (const AttentionHeads h : {AttentionHeads{4, 2}, AttentionHeads{2, 1}}) {
+    for (const DType dtype : {DType::F32, DType::BF16}) {
+      for (const bool documents : {false, true}) {
+        SCOPED_TRACE(std::to_string(h.q) + " query and " + std::to_string(h.kv) +
+                     " key/value heads, " + dtype_name(dtype) +
+                     (documents ? ", documents and a window" : ""));
+        const Tensor starts = documents ? first_keys : Tensor();
+        Tensor whole = cast(uniform({B, T, h.fused() * D}, 4), dtype).detach();
+        whole.set_requires_grad(true);
+        Tensor mine = contiguous(take_runs(whole, 1, runs)).detach();
+        mine.set_requires_grad(true);
+        const Tensor out = hierarchical_attention(mine, h, starts, groups);
+        ASSERT_EQ(out.dtype(), dtype);
+        const Tensor want = causal_attention(whole, h, starts);
+        const double tol = dtype == DType::F32 ? 1e-6 : 2e-2;
+        expect_close(to_double_vector(out), to_double_vector(take_runs(want, 1, runs)), tol,
+                     tol / 10, "output");
+        const Tensor g = cast(uniform({B, T, h.q * D}, 20), dtype);
+        autograd::backward({out}, {contiguous(take_runs(g, 1, runs))});
+        autograd::backward({want}, {g});
+        expect_close(to_double_vector(mine.grad()),
+                     to_double_vector(take_runs(whole.grad(), 1, runs)), 10 * tol, tol, "dqkv");
+      }
+    }
+  }
+  // Heads that do not share out over the all-to-all are named.
+  try {
+    const Tensor odd = uniform({B, T / P, 5 * D}, 4);
+    (void)hierarchical_attention(odd, AttentionHeads{3, 1}, Tensor(), groups);
+    FAIL() << "expected ShapeError";
+  } catch (const ShapeError& e) {
+    EXPECT_NE(std::string(e.what()).find("3 query and 1 key/value heads"), std::string::npos)
+        << e.what();
+  }
+}
+
 nn::GptConfig tiny() {
   return {.n_layer = 2, .n_head = 4, .d_model = 32, .vocab_size = 300, .seq_len = 16};
 }
@@ -210,17 +272,18 @@ Tensor token_ids(uint64_t stream) {
   return from_vector(ids, {2, 16});
 }
 
-struct Layout {
+struct Sharding {
   int tp;
   bool sp;
   bool ep = false;  // a mixture's experts shared out over the context group
   Exchange exchange = Exchange::Auto;
+  int a2a = 1;  // under Exchange::AllToAllRing: the all-to-alls' ranks
 };
 
 // `cfg` sharded over tp x cp ranks (cp = world / tp; the tensor-parallel
 // groups consecutive ranks) against nn::Gpt from the same seed: logits,
 // the group mean of the loss of (ids, targets) and of every gradient.
-void expect_matches_one_process(const nn::GptConfig& cfg, const Layout& layout, const Tensor& ids,
+void expect_matches_one_process(const nn::GptConfig& cfg, const Sharding& layout, const Tensor& ids,
                                 const Tensor& targets) {
   const int W = g_world->size(), r = g_world->rank();
   const dist::ProcessGroupPtr tp = dist::split_group(g_world, r / layout.tp, "tp");
@@ -228,8 +291,10 @@ void expect_matches_one_process(const nn::GptConfig& cfg, const Layout& layout, 
   ASSERT_EQ(cp->size(), W / layout.tp);
   nn::Gpt ref(cfg, 7);
   const dist::ProcessGroupPtr experts = layout.ep ? cp : dist::ProcessGroupPtr{};
+  // (Hierarchical: cp is the world, tp 1.)
+  const Hierarchy hierarchy = layout.a2a > 1 ? hierarchy_of_world(layout.a2a) : Hierarchy{};
   tp::TensorParallelGpt model(cfg, 7, tp, layout.sp, tp::StagePlan::whole(cfg.n_layer), experts, cp,
-                              layout.exchange);
+                              layout.exchange, hierarchy);
   if (layout.exchange != Exchange::Auto) {
     EXPECT_EQ(model.context_exchange(), layout.exchange);
   }
@@ -266,8 +331,8 @@ void expect_matches_one_process(const nn::GptConfig& cfg, const Layout& layout, 
   }
 }
 
-std::vector<Layout> layouts() {
-  std::vector<Layout> out{{1, false}};
+std::vector<Sharding> layouts() {
+  std::vector<Sharding> out{{1, false}};
   if (g_world->size() == 4) out.insert(out.end(), {{2, false}, {2, true}});
   return out;
 }
@@ -338,7 +403,7 @@ TEST(ContextParallelGpt, LossLogitsAndEveryGradientMatchOneProcess) {
       cfg.mla = testing::tiny_latent_attention();
       cfg.n_layer = 1;
     }
-    std::vector<Layout> tried = layouts();
+    std::vector<Sharding> tried = layouts();
     if (variant.find("expert biases") != std::string::npos) {
       cfg.moe = {.experts = 4,
                  .top_k = 2,
@@ -366,7 +431,7 @@ TEST(ContextParallelGpt, LossLogitsAndEveryGradientMatchOneProcess) {
     if (cfg.moe.experts > 0) {
       // (And the experts shared out over the context group, their tokens
       // exchanged among its chunks.)
-      for (const Layout& l : layouts()) {
+      for (const Sharding& l : layouts()) {
         if (4 % (g_world->size() / l.tp) == 0) tried.push_back({l.tp, l.sp, true});
       }
     }
@@ -375,13 +440,20 @@ TEST(ContextParallelGpt, LossLogitsAndEveryGradientMatchOneProcess) {
     } else {
       for (size_t i = 0, n = tried.size(); i < n; ++i) {
         for (const Exchange balanced : {Exchange::AllGather, Exchange::Ring}) {
-          Layout other = tried[i];
+          Sharding other = tried[i];
           other.exchange = balanced;
           tried.push_back(other);
         }
+        // Over 4 ranks alone: all-to-alls of 2, a ring of 2.
+        if (g_world->size() == 4 && tried[i].tp == 1) {
+          Sharding both = tried[i];
+          both.exchange = Exchange::AllToAllRing;
+          both.a2a = 2;
+          tried.push_back(both);
+        }
       }
     }
-    for (const Layout& layout : tried) {
+    for (const Sharding& layout : tried) {
       SCOPED_TRACE(variant + ", tp " + std::to_string(layout.tp) + (layout.sp ? ", sp" : "") +
                    (layout.ep ? ", ep over cp" : "") + ", " + exchange_name(layout.exchange));
       expect_matches_one_process(cfg, layout, ids, t);
@@ -428,6 +500,33 @@ TEST(ContextParallelGpt, WhatItCannotSplitIsNamed) {
                                   ") must be divisible by cp"),
             std::string::npos)
       << error_of(length);
+  // The all-to-all and ring: its groups, and its ranks laid out as the
+  // context group's (rank r the ring's r / a2a-th).
+  if (W == 4) {
+    auto error_hierarchical = [&](const Hierarchy& groups) -> std::string {
+      try {
+        tp::TensorParallelGpt(tiny(), 1, dist::split_group(g_world, g_world->rank(), "tp"), false,
+                              tp::StagePlan::whole(2), dist::ProcessGroupPtr{}, g_world,
+                              Exchange::AllToAllRing, groups);
+      } catch (const Error& e) {
+        return e.what();
+      }
+      return "no error";
+    };
+    EXPECT_NE(error_hierarchical({}).find("parallel.cp_a2a (1) must be a divisor of parallel.cp "
+                                          "(4) above 1 and below it"),
+              std::string::npos)
+        << error_hierarchical({});
+    const int r = g_world->rank();
+    // (The all-to-all's ranks 2 apart, not consecutive.)
+    const Hierarchy crossed{dist::split_group(g_world, r % 2, "cp-a2a"),
+                            dist::split_group(g_world, r / 2, "cp-ring")};
+    EXPECT_NE(error_hierarchical(crossed).find("needs the context-parallel group's all-to-all "
+                                               "groups (blocks of a2a consecutive ranks)"),
+              std::string::npos)
+        << error_hierarchical(crossed);
+    EXPECT_EQ(error_hierarchical(hierarchy_of_world(2)), "no error");
+  }
   nn::GptConfig mixture = tiny();  // (a capacity is taken: chosen over every chunk)
   mixture.moe = {.experts = 4, .top_k = 2, .capacity_factor = 1.25};
   EXPECT_EQ(error_of(mixture), "no error");

@@ -5,6 +5,7 @@
 
 #include "triad/core/attention_heads.h"
 #include "triad/nn/gpt.h"
+#include "triad/parallel/context/layout.h"
 
 namespace triad::cp {
 
@@ -27,17 +28,24 @@ namespace triad::cp {
 //    gradients go around again backward. The balanced layout too, any head
 //    count, and nothing gathered is kept for backward (the all-gather keeps
 //    a layer's whole keys and values): the exchange for long sequences.
+//  - AllToAllRing (hierarchical.h; Megatron-LM's a2a+p2p): the all-to-all
+//    inside groups of `a2a` consecutive ranks (parallel.cp_a2a; a node's
+//    fast links), each group then a position of a ring of cp / a2a over the
+//    slower ones: the all-to-all's bytes stay in the group, and the ring
+//    passes keys and values for an a2a-th of the heads, a group's whole
+//    share of the sequence at a time. Needs the heads to share out over
+//    the a2a ranks.
 //  - Auto: AllToAll where the heads share out, else AllGather.
-enum class Exchange { Auto, AllToAll, AllGather, Ring };
+enum class Exchange { Auto, AllToAll, AllGather, Ring, AllToAllRing };
 
-// Whether `exchange` holds the balanced layout (layout.h): the all-gather
-// and the ring.
-inline bool balanced_layout(Exchange exchange) {
-  return exchange == Exchange::AllGather || exchange == Exchange::Ring;
-}
+// The layout (layout.h) `exchange` holds over P ranks, all-to-alls of `a2a`
+// under AllToAllRing: contiguous for the all-to-all, balanced for the
+// all-gather and the ring, hierarchical for the two together. (Auto
+// resolved first: resolve_exchange.)
+Layout layout_of(Exchange exchange, int64_t P, int64_t a2a = 1);
 
-// "auto", "all_to_all", "all_gather", "ring" (ConfigError naming anything
-// else and the choices, for `key`).
+// "auto", "all_to_all", "all_gather", "ring", "all_to_all+ring" (ConfigError
+// naming anything else and the choices, for `key`).
 Exchange exchange_from_string(const std::string& name, const std::string& key = "parallel.cp_comm");
 const char* exchange_name(Exchange exchange);
 
@@ -51,20 +59,23 @@ bool heads_share_out(const AttentionHeads& heads, int64_t P);
 Exchange resolve_exchange(Exchange requested, const nn::GptConfig& cfg, int64_t tp, int64_t cp);
 
 // What a row's length must be a multiple of under cp ranks beside tp with
-// `exchange`: cp (times tp under sequence parallelism), and 2 cp for the
-// all-gather's and the ring's balanced layout (two half-chunks a rank;
-// layout.h).
+// `exchange` (all-to-alls of `a2a` under AllToAllRing): cp (times tp under
+// sequence parallelism), and twice the ring's positions for the balanced
+// and hierarchical layouts (two half-chunks a ring position; layout.h).
 int64_t row_multiple(const nn::GptConfig& cfg, int64_t tp, int64_t cp, bool sequence_parallel,
-                     Exchange exchange);
+                     Exchange exchange, int64_t a2a = 1);
 
 // What keeps `cfg` from context parallelism over `cp` ranks beside tensor
-// parallelism over `tp` with `exchange`: a ConfigError naming the numbers
-// when model.seq_len does not divide into cp chunks (cp * tp with sequence
-// parallelism), or, for AllToAll, when its heads per tensor-parallel rank
-// do not share out. (A mixture's expert capacity, which chooses among a
-// micro-batch's tokens together, routes every chunk's: nn::MoeMlp::Chunks;
-// longrope takes the whole row's factors.)
+// parallelism over `tp` with `exchange` (all-to-alls of `a2a` under
+// AllToAllRing): a ConfigError naming the numbers when model.seq_len does
+// not divide into the layout's runs (row_multiple), when the heads per
+// tensor-parallel rank do not share out over the all-to-all's ranks, or
+// when `a2a` is not a divisor of cp strictly between 1 and cp (AllToAllRing)
+// or not 1 (the others). (A mixture's expert capacity, which chooses among
+// a micro-batch's tokens together, routes every chunk's:
+// nn::MoeMlp::Chunks; longrope takes the whole row's factors.)
 void check_context_parallel(const nn::GptConfig& cfg, int64_t tp, int64_t cp,
-                            bool sequence_parallel, Exchange exchange = Exchange::Auto);
+                            bool sequence_parallel, Exchange exchange = Exchange::Auto,
+                            int64_t a2a = 1);
 
 }  // namespace triad::cp

@@ -31,6 +31,8 @@ struct PipelineGroups {
   dist::ProcessGroupPtr cp = nullptr;
   // How its attention layers reach the whole sequence (parallel.cp_comm).
   cp::Exchange cp_exchange = cp::Exchange::Auto;
+  // Its all-to-all and ring groups under cp::Exchange::AllToAllRing.
+  cp::Hierarchy cp_hierarchy = {};
 };
 
 // Layers of each of the p*v model stages: an even split, or an error naming

@@ -15,6 +15,7 @@
 #include "triad/nn/layer_norm.h"
 #include "triad/nn/moe.h"
 #include "triad/parallel/context/exchange.h"
+#include "triad/parallel/context/hierarchical.h"
 #include "triad/parallel/context/layout.h"
 #include "triad/parallel/tensor/layers.h"
 
@@ -53,8 +54,10 @@ class TensorParallelGpt : public nn::Module {
   // (B, T) of ids and targets as always, and this rank computes on its
   // chunk [r T / P, (r + 1) T / P) of them, every attention layer
   // reaching the whole sequence through the group by `exchange`
-  // (cp::Exchange: heads all-to-all, or keys and values all-gathered;
-  // Auto picks the all-to-all where the heads share out). Its loss is
+  // (cp::Exchange: heads all-to-all, keys and values all-gathered or passed
+  // around a ring, or all-to-alls inside `hierarchy`'s groups and a ring
+  // across them; Auto picks the all-to-all where the heads share out; the
+  // rank's tokens are then the layout's, cp::layout_of). Its loss is
   // its chunk's share of the sequence's mean times P (their mean over the
   // group, which the data-parallel mean takes when the group's ranks are
   // data-parallel ranks, is the whole sequence's mean loss), its
@@ -63,7 +66,7 @@ class TensorParallelGpt : public nn::Module {
   TensorParallelGpt(const nn::GptConfig& cfg, uint64_t seed, dist::ProcessGroupPtr group,
                     bool sequence_parallel, StagePlan plan, dist::ProcessGroupPtr experts = nullptr,
                     dist::ProcessGroupPtr context = nullptr,
-                    cp::Exchange exchange = cp::Exchange::Auto);
+                    cp::Exchange exchange = cp::Exchange::Auto, cp::Hierarchy hierarchy = {});
   // A last stage whose tied head uses `embedding`, the token embedding of
   // the first stage held by the same rank (ZB-V's V placement): one tensor,
   // whose gradient sums both uses, under one name. ValueError unless the
@@ -73,7 +76,7 @@ class TensorParallelGpt : public nn::Module {
                     std::shared_ptr<VocabParallelEmbedding> embedding,
                     dist::ProcessGroupPtr experts = nullptr,
                     dist::ProcessGroupPtr context = nullptr,
-                    cp::Exchange exchange = cp::Exchange::Auto);
+                    cp::Exchange exchange = cp::Exchange::Auto, cp::Hierarchy hierarchy = {});
   const StagePlan& plan() const { return plan_; }
   const nn::GptConfig& config() const { return cfg_; }
   const dist::ProcessGroupPtr& group() const { return group_; }
@@ -230,14 +233,15 @@ class TensorParallelGpt : public nn::Module {
   bool sp_;
   dist::ProcessGroupPtr cp_;                    // more than one rank, or null
   cp::Exchange exchange_ = cp::Exchange::Auto;  // as asked; build() resolves it
+  cp::Hierarchy hierarchy_;                     // under Exchange::AllToAllRing
   // Under context parallelism the sequence of T tokens each rank computes
   // on its chunk of: {first, count}; {0, T} without.
   // This rank's runs of a row of T tokens under context parallelism
   // (cp::chunk_runs; the whole row without it), T checked for `what`.
   std::vector<cp::Run> chunk_runs(int64_t T, const char* what) const;
-  // Whether this rank's tokens are the balanced layout's (the all-gather's
-  // and the ring's).
-  bool balanced() const { return cp_ && cp::balanced_layout(exchange_); }
+  // This rank's layout of a row (cp::layout_of the resolved exchange; one
+  // rank without context parallelism).
+  cp::Layout layout() const;
   // ValueError unless ctx holds this rank's chunk's positions (B, chunk),
   // as with_documents gives them under context parallelism.
   void require_chunk_positions(const nn::ForwardContext& ctx, int64_t B, int64_t chunk) const;
