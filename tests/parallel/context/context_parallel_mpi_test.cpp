@@ -1,12 +1,13 @@
-// Context parallelism (DeepSpeed-Ulysses' all-to-all of heads, and Llama
-// 3's all-gather of keys and values) against one process: the exchanges as
-// the linear maps they are (forward against the whole tensors, backward as
-// their adjoints), the all-gather's attention as the whole sequence's, then
-// the sharded GPT — every rank a chunk of each sequence — whose group mean
+// Context parallelism (DeepSpeed-Ulysses' all-to-all of heads, Llama 3's
+// all-gather of keys and values, their ring, and all-to-alls inside groups
+// with a ring across them) against one process: the exchanges as the
+// linear maps they are (forward against the whole tensors, backward as
+// their adjoints), each attention as the whole sequence's, then the
+// sharded GPT — every rank its tokens of each sequence — whose group mean
 // of losses and gradients is one process's, alone (cp = the world) and
 // beside tensor parallelism (tp 2 x cp 2, with and without sequence
-// parallelism), by either exchange. fp32; tolerances stated per test.
-// CTest runs 2 and 4 ranks.
+// parallelism), by every exchange. fp32 (and bf16 where stated);
+// tolerances stated per test. CTest runs 2 and 4 ranks.
 #include <gtest/gtest.h>
 
 #include <algorithm>
