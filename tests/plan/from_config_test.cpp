@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "triad/core/error.h"
+#include "triad/parallel/context/exchange.h"
 #include "triad/parallel/pipeline/stage_balance.h"
 
 namespace triad::plan {
@@ -87,6 +88,12 @@ TEST(PlannedRun, TheGpuCountComesFromDpOrIsGivenAndMustFit) {
   EXPECT_EQ(chunked.layout.cp, 2);
   EXPECT_EQ(chunked.layout.dp, 4);
   expect_error("{tp: 2, cp: 2}", 6, "GPUs (6) must be a multiple of tp*pp*cp = 2*1*2");
+  // Its exchange, all-to-alls of cp_a2a ranks with a ring across them.
+  const PlannedRun both =
+      planned_run(config("{tp: 2, cp: 4, cp_comm: all_to_all+ring, cp_a2a: 2}"), 16);
+  EXPECT_EQ(both.layout.cp_exchange, cp::Exchange::AllToAllRing);
+  EXPECT_EQ(both.layout.cp_a2a, 2);
+  EXPECT_EQ(chunked.layout.cp_a2a, 1);
   expect_error("{tp: 2, cp: 2, dp: 2}", 16,
                "parallel.dp (2) with tp*pp*cp = 4 needs 8 GPUs, not 16");
   // train.freeze's patterns reach the planner as the parameters they name.
