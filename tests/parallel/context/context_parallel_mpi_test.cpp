@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -164,6 +165,33 @@ TEST(AllGather, AttentionAndGradientsAreTheWholeSequencesChunks) {
             to_double_vector(row));
 }
 
+// `attend` on this rank's rows (`runs` of a sequence of T; 2 rows, head
+// dim 4, all of `heads`, in `dtype`) is the whole sequence's causal
+// attention at those rows, and its gradient the whole one's at them, each
+// rank's upstream gradient its rows of one whole-sequence gradient.
+// `starts`: the whole sequence's first keys, or undefined.
+void expect_whole_sequences_rows(const std::function<Tensor(const Tensor&, const Tensor&)>& attend,
+                                 const AttentionHeads& heads, int64_t T,
+                                 const std::vector<cp::Run>& runs, DType dtype,
+                                 const Tensor& starts) {
+  const int64_t B = 2, D = 4;
+  Tensor whole = cast(uniform({B, T, heads.fused() * D}, 4), dtype).detach();
+  whole.set_requires_grad(true);
+  Tensor mine = contiguous(take_runs(whole, 1, runs)).detach();
+  mine.set_requires_grad(true);
+  const Tensor out = attend(mine, starts);
+  ASSERT_EQ(out.dtype(), dtype);
+  const Tensor want = causal_attention(whole, heads, starts);
+  const double tol = dtype == DType::F32 ? 1e-6 : 2e-2;
+  expect_close(to_double_vector(out), to_double_vector(take_runs(want, 1, runs)), tol, tol / 10,
+               "output");
+  const Tensor g = cast(uniform({B, T, heads.q * D}, 20), dtype);
+  autograd::backward({out}, {contiguous(take_runs(g, 1, runs))});
+  autograd::backward({want}, {g});
+  expect_close(to_double_vector(mine.grad()), to_double_vector(take_runs(whole.grad(), 1, runs)),
+               10 * tol, tol, "dqkv");
+}
+
 // ring_attention on each rank's half-chunks is the whole sequence's
 // attention at those rows, and its gradient the whole one's (each rank's
 // keys and values back with what every later query on every rank gave
@@ -172,7 +200,7 @@ TEST(AllGather, AttentionAndGradientsAreTheWholeSequencesChunks) {
 // document's queries), and in bf16 (f32 blocks folded together).
 TEST(Ring, AttentionAndGradientsAreTheWholeSequencesHalfChunks) {
   const int P = g_world->size(), r = g_world->rank();
-  const int64_t B = 2, D = 4, T = 6 * P;
+  const int64_t T = 6 * P;
   const AttentionHeads h{3, 1};
   const Tensor first_keys = window_and_documents(T);
   const std::vector<cp::Run> runs = chunk_runs(T, r, cp::Layout::balanced(P));
@@ -181,23 +209,11 @@ TEST(Ring, AttentionAndGradientsAreTheWholeSequencesHalfChunks) {
       for (const double cap : {0.0, 2.0}) {
         SCOPED_TRACE(std::string(dtype_name(dtype)) +
                      (documents ? ", documents and a window" : "") + (cap > 0 ? ", soft cap" : ""));
-        const AttentionHeads heads = h.with_softcap(cap);
-        const Tensor starts = documents ? first_keys : Tensor();
-        Tensor whole = cast(uniform({B, T, h.fused() * D}, 4), dtype).detach();
-        whole.set_requires_grad(true);
-        Tensor mine = contiguous(take_runs(whole, 1, runs)).detach();
-        mine.set_requires_grad(true);
-        const Tensor out = ring_attention(mine, heads, starts, g_world);
-        ASSERT_EQ(out.dtype(), dtype);
-        const Tensor want = causal_attention(whole, heads, starts);
-        const double tol = dtype == DType::F32 ? 1e-6 : 2e-2;
-        expect_close(to_double_vector(out), to_double_vector(take_runs(want, 1, runs)), tol,
-                     tol / 10, "output");
-        const Tensor g = cast(uniform({B, T, h.q * D}, 20), dtype);
-        autograd::backward({out}, {contiguous(take_runs(g, 1, runs))});
-        autograd::backward({want}, {g});
-        expect_close(to_double_vector(mine.grad()),
-                     to_double_vector(take_runs(whole.grad(), 1, runs)), 10 * tol, tol, "dqkv");
+        expect_whole_sequences_rows(
+            [&](const Tensor& mine, const Tensor& starts) {
+              return ring_attention(mine, h.with_softcap(cap), starts, g_world);
+            },
+            h.with_softcap(cap), T, runs, dtype, documents ? first_keys : Tensor());
       }
     }
   }
@@ -232,22 +248,11 @@ TEST(Hierarchical, AttentionAndGradientsAreTheWholeSequencesShares) {
         SCOPED_TRACE(std::to_string(h.q) + " query and " + std::to_string(h.kv) +
                      " key/value heads, " + dtype_name(dtype) +
                      (documents ? ", documents and a window" : ""));
-        const Tensor starts = documents ? first_keys : Tensor();
-        Tensor whole = cast(uniform({B, T, h.fused() * D}, 4), dtype).detach();
-        whole.set_requires_grad(true);
-        Tensor mine = contiguous(take_runs(whole, 1, runs)).detach();
-        mine.set_requires_grad(true);
-        const Tensor out = hierarchical_attention(mine, h, starts, groups);
-        ASSERT_EQ(out.dtype(), dtype);
-        const Tensor want = causal_attention(whole, h, starts);
-        const double tol = dtype == DType::F32 ? 1e-6 : 2e-2;
-        expect_close(to_double_vector(out), to_double_vector(take_runs(want, 1, runs)), tol,
-                     tol / 10, "output");
-        const Tensor g = cast(uniform({B, T, h.q * D}, 20), dtype);
-        autograd::backward({out}, {contiguous(take_runs(g, 1, runs))});
-        autograd::backward({want}, {g});
-        expect_close(to_double_vector(mine.grad()),
-                     to_double_vector(take_runs(whole.grad(), 1, runs)), 10 * tol, tol, "dqkv");
+        expect_whole_sequences_rows(
+            [&](const Tensor& mine, const Tensor& starts) {
+              return hierarchical_attention(mine, h, starts, groups);
+            },
+            h, T, runs, dtype, documents ? first_keys : Tensor());
       }
     }
   }
