@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <sstream>
 
 #include "triad/dist/nccl.h"
@@ -126,55 +127,54 @@ std::vector<std::vector<int>> MeshShape::embedding_groups() const {
   return out;
 }
 
-std::vector<std::vector<int>> MeshShape::expert_groups() const {
+namespace {
+
+// Each group cut into blocks of `size` consecutive ranks, in order.
+std::vector<std::vector<int>> blocks_of(const std::vector<std::vector<int>>& groups, int size) {
   std::vector<std::vector<int>> out;
-  for (const auto& g : groups(MeshDim::DP)) {
-    for (int b = 0; b < dp / ep; ++b)
-      out.emplace_back(g.begin() + b * ep, g.begin() + (b + 1) * ep);
+  for (const auto& g : groups) {
+    for (size_t b = 0; b + static_cast<size_t>(size) <= g.size(); b += static_cast<size_t>(size))
+      out.emplace_back(g.begin() + static_cast<std::ptrdiff_t>(b),
+                       g.begin() + static_cast<std::ptrdiff_t>(b) + size);
   }
   return out;
 }
 
-std::vector<std::vector<int>> MeshShape::context_groups() const {
+// Each group's ranks `stride` apart: for each j < stride, its ranks j,
+// j + stride, ... in order.
+std::vector<std::vector<int>> strided(const std::vector<std::vector<int>>& groups, int stride) {
   std::vector<std::vector<int>> out;
-  for (const auto& g : groups(MeshDim::DP)) {
-    for (int b = 0; b < dp / cp; ++b)
-      out.emplace_back(g.begin() + b * cp, g.begin() + (b + 1) * cp);
-  }
-  return out;
-}
-
-std::vector<std::vector<int>> MeshShape::context_a2a_groups() const {
-  std::vector<std::vector<int>> out;
-  for (const auto& g : context_groups()) {
-    for (int b = 0; b < cp / cp_a2a; ++b)
-      out.emplace_back(g.begin() + b * cp_a2a, g.begin() + (b + 1) * cp_a2a);
-  }
-  return out;
-}
-
-std::vector<std::vector<int>> MeshShape::context_ring_groups() const {
-  std::vector<std::vector<int>> out;
-  for (const auto& g : context_groups()) {
-    for (int j = 0; j < cp_a2a; ++j) {
-      std::vector<int> ring;
-      for (int i = j; i < cp; i += cp_a2a) ring.push_back(g[static_cast<size_t>(i)]);
-      out.push_back(ring);
-    }
-  }
-  return out;
-}
-
-std::vector<std::vector<int>> MeshShape::expert_data_groups() const {
-  std::vector<std::vector<int>> out;
-  for (const auto& g : groups(MeshDim::DP)) {
-    for (int j = 0; j < ep; ++j) {
+  for (const auto& g : groups) {
+    for (int j = 0; j < stride; ++j) {
       std::vector<int> same;
-      for (int i = j; i < dp; i += ep) same.push_back(g[static_cast<size_t>(i)]);
+      for (size_t i = static_cast<size_t>(j); i < g.size(); i += static_cast<size_t>(stride))
+        same.push_back(g[i]);
       out.push_back(same);
     }
   }
   return out;
+}
+
+}  // namespace
+
+std::vector<std::vector<int>> MeshShape::expert_groups() const {
+  return blocks_of(groups(MeshDim::DP), ep);
+}
+
+std::vector<std::vector<int>> MeshShape::context_groups() const {
+  return blocks_of(groups(MeshDim::DP), cp);
+}
+
+std::vector<std::vector<int>> MeshShape::context_a2a_groups() const {
+  return blocks_of(context_groups(), cp_a2a);
+}
+
+std::vector<std::vector<int>> MeshShape::context_ring_groups() const {
+  return strided(context_groups(), cp_a2a);
+}
+
+std::vector<std::vector<int>> MeshShape::expert_data_groups() const {
+  return strided(groups(MeshDim::DP), ep);
 }
 
 std::string tp_group_spanning_nodes(const MeshShape& shape, const NodeInfo& node) {
