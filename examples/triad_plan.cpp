@@ -3,7 +3,8 @@
 //   triad-plan predict --model M.yaml --cluster C.yaml --gpus N --global-batch B --tp T --pp P
 //                      [--vpp V] --micro-batch b [--recompute none|selective|full]
 //                      [--sequence-parallel] [--zero 1] [--ep E] [--cp C]
-//                      [--cp-comm auto|all_to_all|all_gather]
+//                      [--cp-comm auto|all_to_all|all_gather|ring|all_to_all+ring]
+//                      [--cp-a2a N]
 //                      [--schedule 1f1b|interleaved|zb-h1|zb-auto|zb-v]
 //                      [--stage-layers auto|3,4,4,1] [--optimizer adamw|muon] [--json]
 //   triad-plan recommend --model M.yaml --cluster C.yaml --gpus N --global-batch B [--top K]
@@ -157,7 +158,8 @@ int main(int argc, char** argv) {
                    "exchanged), all_gather (the keys and values gathered), ring (the keys and "
                    "values passed around a ring), all_to_all+ring (all-to-alls of --cp-a2a "
                    "ranks, a ring across them) or auto (the default: all_to_all where the heads "
-                   "share out)")
+                   "share out, else all_gather; all_to_all+ring inside and across the "
+                   "cluster's nodes when a context group spans them)")
       ->check(CLI::IsMember({"auto", "all_to_all", "all_gather", "ring", "all_to_all+ring"}));
   predict
       ->add_option("--cp-a2a", cp_a2a,

@@ -194,6 +194,17 @@ std::string tp_group_spanning_nodes(const MeshShape& shape, const NodeInfo& node
   return "";
 }
 
+std::vector<std::vector<int>> nodes_of(const std::vector<std::vector<int>>& groups,
+                                       const NodeInfo& node) {
+  std::vector<std::vector<int>> nodes;
+  nodes.reserve(groups.size());
+  for (const std::vector<int>& g : groups) {
+    std::vector<int>& of = nodes.emplace_back();
+    for (int r : g) of.push_back(node.node_of_rank.at(r));
+  }
+  return nodes;
+}
+
 DeviceMesh::DeviceMesh(ProcessGroupPtr world, MeshShape shape, TopologyPolicy policy)
     : world_(std::move(world)), shape_(std::move(shape)) {
   shape_.validate(world_->size());  // before any communicator beyond the world

@@ -666,8 +666,38 @@ double ptdp_model_flops(const nn::GptConfig& m, int global_batch, bool full_reco
   return m.training_flops(static_cast<double>(global_batch), full_recompute);
 }
 
+ParallelConfig concrete_context_exchange(const nn::GptConfig& m, const ClusterSpec& c,
+                                         ParallelConfig p) {
+  // (A layout without sizes is check_config's to name.)
+  if (p.cp <= 1 || p.cp_exchange != cp::Exchange::Auto || p.tp < 1 || p.pp < 1 || p.dp < 1 ||
+      m.n_head % p.tp != 0) {
+    return p;
+  }
+  // Each context group's GPUs' nodes: group (pp rank, dp index, tp rank)
+  // holds ranks tp apart from t + tp (d cp) + tp dp cp pp_rank.
+  const int64_t per_node = std::max(1, c.gpus_per_node);
+  std::vector<std::vector<int>> nodes;
+  for (int64_t stage = 0; stage < p.pp; ++stage) {
+    for (int64_t d = 0; d < p.dp; ++d) {
+      for (int64_t t = 0; t < p.tp; ++t) {
+        std::vector<int>& group = nodes.emplace_back();
+        for (int64_t i = 0; i < p.cp; ++i) {
+          const int64_t rank = t + p.tp * (d * p.cp + i) + int64_t{p.tp} * p.dp * p.cp * stage;
+          group.push_back(static_cast<int>(rank / per_node));
+        }
+      }
+    }
+  }
+  const cp::ExchangeChoice chosen =
+      cp::choose_exchange(p.cp_exchange, p.cp_a2a, m, p.tp, p.cp, p.sequence_parallel, nodes);
+  p.cp_exchange = chosen.exchange;
+  p.cp_a2a = static_cast<int>(chosen.a2a);
+  return p;
+}
+
 void check_config(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int global_batch,
-                  const ParallelConfig& p) {
+                  const ParallelConfig& asked) {
+  const ParallelConfig p = concrete_context_exchange(m, c, asked);
   m.validate();
   if (p.tp < 1 || p.pp < 1 || p.dp < 1 || p.cp < 1 || p.vpp < 1 || p.micro_batch < 1) {
     throw ConfigError("tp, pp, dp, cp, vpp and micro batch must all be >= 1 (got " + p.str() + ")");
@@ -769,8 +799,9 @@ namespace {
 // estimate() with the schedule simulated, or (`simulate` false) the bounds
 // from below that estimate_lower_bound() describes.
 Estimate price(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int global_batch,
-               const ParallelConfig& p, bool simulate) {
-  check_config(m, c, gpus, global_batch, p);
+               const ParallelConfig& asked, bool simulate) {
+  check_config(m, c, gpus, global_batch, asked);
+  const ParallelConfig p = concrete_context_exchange(m, c, asked);
   Estimate e;
   e.config = p;
   e.num_microbatches = global_batch / (p.micro_batch * p.dp);

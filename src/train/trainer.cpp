@@ -261,6 +261,15 @@ Trainer::Trainer(Config config, dist::ProcessGroupPtr world)
   dist::MeshShape shape{par.tp, par.pp, dp_ * cp_, par.order, par.ep, par.cp};
   shape.cp_a2a = par.cp_a2a;
   shape.validate(world_size);
+  // cp_comm auto by where the context groups' ranks run: all-to-alls inside
+  // the nodes and a ring across them when a group spans nodes.
+  const cp::Exchange asked = cp::exchange_from_string(par.cp_comm);
+  cp_exchange_ =
+      cp::choose_exchange(asked, par.cp_a2a, config_.model, par.tp, cp_, par.sequence_parallel,
+                          cp_ > 1 && asked == cp::Exchange::Auto
+                              ? dist::nodes_of(shape.context_groups(), dist::node_info(world_))
+                              : std::vector<std::vector<int>>{});
+  shape.cp_a2a = static_cast<int>(cp_exchange_.a2a);
   check_batch(config_, dp_);
   ramp_ = config_.train.batch_ramp();
   const uint64_t seed = config_.train.seed;
@@ -315,7 +324,7 @@ Trainer::Trainer(Config config, dist::ProcessGroupPtr world)
       pp_model_ = std::make_unique<pipeline::PipelineModel>(
           config_.model, seed,
           pipeline::PipelineGroups{mesh_->tp(), mesh_->pp(), mesh_->embedding(), mesh_->ep(),
-                                   mesh_->cp(), cp::exchange_from_string(par.cp_comm),
+                                   mesh_->cp(), cp_exchange_.exchange,
                                    cp::Hierarchy{mesh_->cp_a2a(), mesh_->cp_ring()}},
           par.sequence_parallel, par.vpp, stage_layers_,
           pipeline::placement_of(pipeline::schedule_from_name(par.schedule)));
@@ -350,7 +359,7 @@ Trainer::Trainer(Config config, dist::ProcessGroupPtr world)
       tp_model_ = std::make_unique<tp::TensorParallelGpt>(
           config_.model, seed, mesh_->tp(), par.sequence_parallel,
           tp::StagePlan::whole(config_.model.n_layer), mesh_->ep(), mesh_->cp(),
-          cp::exchange_from_string(par.cp_comm), cp::Hierarchy{mesh_->cp_a2a(), mesh_->cp_ring()});
+          cp_exchange_.exchange, cp::Hierarchy{mesh_->cp_a2a(), mesh_->cp_ring()});
       if (!config_.init_from.empty()) {
         // One block of the file at a time, each rank cutting its shards.
         read_init_weights(nullptr,
@@ -1920,8 +1929,7 @@ RequestRows Trainer::scoring_rows(const std::vector<nn::ContinuationRequest>& re
   // (Context parallelism's chunks, each split again under sequence
   // parallelism; the balanced layout's two half-chunks a rank.)
   const int64_t chunks =
-      cp::row_multiple(config_.model, tp, cp_, sp,
-                       cp::exchange_from_string(config_.parallel.cp_comm), config_.parallel.cp_a2a);
+      cp::row_multiple(config_.model, tp, cp_, sp, cp_exchange_.exchange, cp_exchange_.a2a);
   const int64_t multiple = std::lcm<int64_t>(64, chunks);
   const RopeScaling& rope = config_.model.rope_scaling;
   const int64_t short_rows =
@@ -2242,14 +2250,15 @@ std::vector<StepMetrics> Trainer::run() {
     }
     spdlog::info(
         "parallel: tp {} x pp {} x dp {}{} over {} ranks{}{}{}", par.tp, par.pp, dp_,
-        cp_ > 1 ? " x cp " + std::to_string(cp_) + " (" +
-                      cp::exchange_name(cp::resolve_exchange(cp::exchange_from_string(par.cp_comm),
-                                                             config_.model, par.tp, cp_)) +
-                      (par.cp_a2a > 1 ? ": all-to-alls of " + std::to_string(par.cp_a2a) +
-                                            ", a ring of " + std::to_string(cp_ / par.cp_a2a)
-                                      : std::string()) +
-                      ")"
-                : std::string(),
+        cp_ > 1
+            ? " x cp " + std::to_string(cp_) + " (" + cp::exchange_name(cp_exchange_.exchange) +
+                  (cp_exchange_.a2a > 1
+                       ? ": all-to-alls of " + std::to_string(cp_exchange_.a2a) + ", a ring of " +
+                             std::to_string(cp_ / cp_exchange_.a2a) +
+                             (par.cp_comm == "auto" ? ", auto: the context groups span nodes" : "")
+                       : std::string()) +
+                  ")"
+            : std::string(),
         world_->size(), par.sequence_parallel ? ", sequence parallel" : "", pipeline,
         zero_optimizer_ ? (par.overlap_param_gather
                                ? ", ZeRO-1 (parameter all-gathers overlap the next forward)"

@@ -128,6 +128,23 @@ TEST(MeshShape, HierarchicalContextGroupsSplitEachContextGroup) {
   }
 }
 
+// Where each group's ranks run (the trainer's choice of cp_comm auto reads
+// the context groups' nodes): beside tp 2 the context group [0, 2] sits on
+// node 0 and [4, 6] on node 1 when nodes hold 4 ranks; with 8 context ranks
+// over two nodes each group spans them.
+TEST(MeshShape, NodesOfEachGroupsRanks) {
+  MeshShape s{.tp = 2, .pp = 1, .dp = 4, .cp = 2};
+  s.validate(8);
+  NodeInfo node;
+  node.node_of_rank = {0, 0, 0, 0, 1, 1, 1, 1};
+  EXPECT_EQ(nodes_of(s.context_groups(), node), (Groups{{0, 0}, {1, 1}, {0, 0}, {1, 1}}));
+  MeshShape t{.tp = 1, .pp = 1, .dp = 8, .cp = 8};
+  t.validate(8);
+  EXPECT_EQ(nodes_of(t.context_groups(), node), (Groups{{0, 0, 0, 0, 1, 1, 1, 1}}));
+  node.node_of_rank = {0, 0};
+  EXPECT_THROW(nodes_of(t.context_groups(), node), std::out_of_range);
+}
+
 // Context parallelism's groups, blocks of cp consecutive data-parallel
 // ranks, beside expert parallelism's over the same ranks.
 TEST(MeshShape, ContextGroupsSplitTheDataParallelOnes) {

@@ -1046,6 +1046,43 @@ TEST(CostModel, AllToAllsInsideANodeAndARingAcrossMoveLessBetweenNodes) {
   }
 }
 
+// cp_comm auto on a cluster: a context group inside a node keeps the flat
+// choice; one spanning nodes (tp 2 x cp 8 on nodes of 8 GPUs) runs
+// all-to-alls of 4 inside each node and a ring of 2 across, priced and named
+// as that exchange given outright.
+TEST(CostModel, AutoExchangeRunsAllToAllsInsideNodesWhenContextGroupsSpanThem) {
+  const ClusterSpec c = selene();
+  nn::GptConfig m = gpt(8, 32, 4096);
+  m.seq_len = 32768;
+  ParallelConfig p = layout(2, 1, 1, 1, Recompute::None);
+  p.cp = 8;
+  p.attention = Attention::Flash;
+  const Estimate automatic = estimate(m, c, 16, 16, p);
+  EXPECT_EQ(automatic.config.cp_exchange, cp::Exchange::AllToAllRing);
+  EXPECT_EQ(automatic.config.cp_a2a, 4);
+  EXPECT_NE(automatic.config.str().find(" cp_comm=all_to_all+ring cp_a2a=4"), std::string::npos)
+      << automatic.config.str();
+  ParallelConfig both = p;
+  both.cp_exchange = cp::Exchange::AllToAllRing;
+  both.cp_a2a = 4;
+  EXPECT_DOUBLE_EQ(automatic.step_time, estimate(m, c, 16, 16, both).step_time);
+  EXPECT_EQ(concrete_context_exchange(m, c, p).cp_a2a, 4);
+  // Inside one node (tp 1 x cp 8): the flat all-to-all.
+  ParallelConfig inside = layout(1, 1, 1, 1, Recompute::None);
+  inside.cp = 8;
+  inside.attention = Attention::Flash;
+  const Estimate flat = estimate(m, c, 8, 16, inside);
+  EXPECT_EQ(flat.config.cp_exchange, cp::Exchange::AllToAll);
+  EXPECT_EQ(flat.config.cp_a2a, 1);
+  // tp 8 x cp 2: the pair spans two nodes, and no all-to-all of fewer
+  // ranks exists: the flat one.
+  ParallelConfig wide = layout(8, 1, 1, 1, Recompute::None);
+  wide.cp = 2;
+  const ParallelConfig across = concrete_context_exchange(m, c, wide);
+  EXPECT_EQ(across.cp_exchange, cp::Exchange::AllToAll);
+  EXPECT_EQ(across.cp_a2a, 1);
+}
+
 // The memory model against Triad itself: a bf16 model trained on the CPU
 // backend keeps what a GPU run keeps (bf16 weights, f32 gradients, masters
 // and moments, bf16 activations), and the host allocator counts every byte.

@@ -83,6 +83,11 @@ enum class TopologyPolicy { Warn, Refuse };
 // every group sits inside a node.
 std::string tp_group_spanning_nodes(const MeshShape& shape, const NodeInfo& node);
 
+// The node (by `node.node_of_rank`) of each rank of each of `groups`, in
+// the groups' order: where a mesh's groups would run.
+std::vector<std::vector<int>> nodes_of(const std::vector<std::vector<int>>& groups,
+                                       const NodeInfo& node);
+
 // The communicators of a 3D layout over a world group: one per dimension,
 // the model-parallel group, and the embedding group (null on ranks that are
 // neither first nor last pipeline stage). Created collectively by every

@@ -130,13 +130,22 @@ struct Estimate {
   std::string json() const;  // one JSON object, the fields above
 };
 
+// `config` with cp_exchange Auto made concrete on `cluster` as the trainer
+// makes parallel.cp_comm auto on the nodes it finds (cp::choose_exchange):
+// the GPUs laid out tp fastest, then dp (each context group cp consecutive
+// data-parallel ranks), then pp, filling nodes of gpus_per_node in order.
+// Any other exchange, and cp 1, come back as they are.
+ParallelConfig concrete_context_exchange(const nn::GptConfig& model, const ClusterSpec& cluster,
+                                         ParallelConfig config);
+
 // Throws ConfigError naming the numbers when the configuration is not
 // possible: world = tp*pp*dp, n_head % tp, layers % (pp*vpp), global batch %
 // (micro batch * dp), ...
 void check_config(const nn::GptConfig& model, const ClusterSpec& cluster, int gpus,
                   int global_batch, const ParallelConfig& config);
 
-// Prices one configuration (check_config first).
+// Prices one configuration (check_config first; cp_exchange Auto priced as
+// concrete_context_exchange makes it, and the estimate's config says so).
 Estimate estimate(const nn::GptConfig& model, const ClusterSpec& cluster, int gpus,
                   int global_batch, const ParallelConfig& config);
 

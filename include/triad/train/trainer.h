@@ -20,6 +20,7 @@
 #include "triad/optim/loss_scaler.h"
 #include "triad/optim/lr_schedule.h"
 #include "triad/optim/muon.h"
+#include "triad/parallel/context/exchange.h"
 #include "triad/parallel/data/grad_reducer.h"
 #include "triad/parallel/pipeline/executor.h"
 #include "triad/parallel/pipeline/simulator.h"
@@ -135,6 +136,9 @@ class Trainer {
   // context parallelism cp ranks share each replica's sequences, and the
   // data-parallel group (mesh_->dp()) holds dp_ * cp_ ranks.
   int dp_ = 1, dp_rank_ = 0, cp_ = 1;
+  // parallel.cp_comm made concrete for the nodes the ranks run on (and its
+  // all-to-alls' ranks, parallel.cp_a2a's or auto's).
+  cp::ExchangeChoice cp_exchange_;
   // The data-parallel group's ranks (dp_ * cp_), which reduce gradients.
   int data_parallel_ranks() const { return dp_ * cp_; }
   std::unique_ptr<nn::Gpt> model_;                   // one process

@@ -62,6 +62,39 @@ Exchange resolve_exchange(Exchange requested, const nn::GptConfig& cfg, int64_t 
   return heads_share_out(heads_per_rank(cfg, tp), cp) ? Exchange::AllToAll : Exchange::AllGather;
 }
 
+namespace {
+// Whether every block of `size` consecutive ranks of every group sits on one
+// node.
+bool blocks_within_nodes(const std::vector<std::vector<int>>& nodes, int64_t size) {
+  for (const std::vector<int>& group : nodes) {
+    for (size_t i = 0; i < group.size(); ++i) {
+      if (group[i] != group[i - i % static_cast<size_t>(size)]) return false;
+    }
+  }
+  return true;
+}
+}  // namespace
+
+ExchangeChoice choose_exchange(Exchange requested, int64_t a2a, const nn::GptConfig& cfg,
+                               int64_t tp, int64_t cp, bool sequence_parallel,
+                               const std::vector<std::vector<int>>& nodes) {
+  if (cp <= 1) return {};
+  if (requested != Exchange::Auto)
+    return {requested, requested == Exchange::AllToAllRing ? a2a : 1};
+  const ExchangeChoice flat{resolve_exchange(requested, cfg, tp, cp), 1};
+  if (blocks_within_nodes(nodes, cp)) return flat;
+  for (int64_t size = cp / 2; size > 1; --size) {
+    if (cp % size != 0 || !blocks_within_nodes(nodes, size) ||
+        !heads_share_out(heads_per_rank(cfg, tp), size) ||
+        cfg.seq_len % row_multiple(cfg, tp, cp, sequence_parallel, Exchange::AllToAllRing, size) !=
+            0) {
+      continue;
+    }
+    return {Exchange::AllToAllRing, size};
+  }
+  return flat;
+}
+
 int64_t row_multiple(const nn::GptConfig& cfg, int64_t tp, int64_t cp, bool sequence_parallel,
                      Exchange exchange, int64_t a2a) {
   if (cp <= 1) return sequence_parallel ? tp : 1;

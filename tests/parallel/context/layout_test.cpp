@@ -86,5 +86,52 @@ TEST(ContextLayout, EachExchangesLayout) {
   EXPECT_STREQ(exchange_name(Exchange::AllToAllRing), "all_to_all+ring");
 }
 
+// parallel.cp_comm auto by where the ranks run: a context group on one node
+// takes the flat choice; one spanning nodes, all-to-alls inside them (the
+// largest that fits, whose heads share out and whose layout the row divides
+// into) and a ring across; concrete exchanges stay as asked.
+TEST(ContextExchange, AutoRunsAllToAllsInsideNodesAndARingAcrossThem) {
+  nn::GptConfig cfg;
+  cfg.n_layer = 2;
+  cfg.n_head = 8;
+  cfg.d_model = 64;
+  cfg.vocab_size = 64;
+  cfg.seq_len = 64;
+  using Nodes = std::vector<std::vector<int>>;
+  auto choose = [&](int64_t cp, const Nodes& nodes, Exchange asked = Exchange::Auto,
+                    int64_t a2a = 1) {
+    return choose_exchange(asked, a2a, cfg, 1, cp, false, nodes);
+  };
+  const Nodes one{{0, 0, 0, 0, 0, 0, 0, 0}};
+  EXPECT_EQ(choose(8, one), (ExchangeChoice{Exchange::AllToAll, 1}));
+  EXPECT_EQ(choose(8, {}), (ExchangeChoice{Exchange::AllToAll, 1}));
+  const Nodes halves{{0, 0, 0, 0, 1, 1, 1, 1}, {2, 2, 2, 2, 3, 3, 3, 3}};
+  EXPECT_EQ(choose(8, halves), (ExchangeChoice{Exchange::AllToAllRing, 4}));
+  EXPECT_EQ(choose(8, {{0, 0, 1, 1, 2, 2, 3, 3}}), (ExchangeChoice{Exchange::AllToAllRing, 2}));
+  // A group whose pairs straddle nodes of three ranks: no all-to-all fits.
+  EXPECT_EQ(choose(8, {{0, 0, 0, 1, 1, 1, 2, 2}}), (ExchangeChoice{Exchange::AllToAll, 1}));
+  // Every group counts, not only the first.
+  EXPECT_EQ(choose(8, {{0, 0, 0, 0, 1, 1, 1, 1}, {1, 1, 2, 2, 2, 2, 3, 3}}),
+            (ExchangeChoice{Exchange::AllToAllRing, 2}));
+  // Six heads: none of 8 ranks' all-to-all (the flat choice gathers), but
+  // pairs' all-to-alls inside the nodes.
+  cfg.n_head = 6;
+  cfg.d_model = 48;
+  EXPECT_EQ(choose(8, one), (ExchangeChoice{Exchange::AllGather, 1}));
+  EXPECT_EQ(choose(8, halves), (ExchangeChoice{Exchange::AllToAllRing, 2}));
+  // Rows of 18 over 6 ranks on two nodes of 3: all-to-alls of 3 need rows
+  // of a multiple of 12 (two half-chunks of each of the ring's 2
+  // positions), so the flat all-to-all stays; rows of 24 take them.
+  cfg.seq_len = 18;
+  EXPECT_EQ(choose(6, {{0, 0, 0, 1, 1, 1}}), (ExchangeChoice{Exchange::AllToAll, 1}));
+  cfg.seq_len = 24;
+  EXPECT_EQ(choose(6, {{0, 0, 0, 1, 1, 1}}), (ExchangeChoice{Exchange::AllToAllRing, 3}));
+  // Concrete exchanges, and no context parallelism, whatever the nodes.
+  EXPECT_EQ(choose(6, {{0, 0, 0, 1, 1, 1}}, Exchange::Ring), (ExchangeChoice{Exchange::Ring, 1}));
+  EXPECT_EQ(choose(6, {{0, 0, 0, 1, 1, 1}}, Exchange::AllToAllRing, 2),
+            (ExchangeChoice{Exchange::AllToAllRing, 2}));
+  EXPECT_EQ(choose(1, {{0}}), (ExchangeChoice{Exchange::AllToAll, 1}));
+}
+
 }  // namespace
 }  // namespace triad::cp

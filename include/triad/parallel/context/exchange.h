@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "triad/core/attention_heads.h"
 #include "triad/nn/gpt.h"
@@ -35,7 +36,9 @@ namespace triad::cp {
 //    passes keys and values for an a2a-th of the heads, a group's whole
 //    share of the sequence at a time. Needs the heads to share out over
 //    the a2a ranks.
-//  - Auto: AllToAll where the heads share out, else AllGather.
+//  - Auto: AllToAll where the heads share out, else AllGather; when a
+//    context group spans nodes, AllToAllRing with all-to-alls inside them
+//    where they fit (choose_exchange).
 enum class Exchange { Auto, AllToAll, AllGather, Ring, AllToAllRing };
 
 // The layout (layout.h) `exchange` holds over P ranks, all-to-alls of `a2a`
@@ -57,6 +60,30 @@ bool heads_share_out(const AttentionHeads& heads, int64_t P);
 // resolved, the others as they are (cp <= 1: AllToAll, which is no
 // exchange at all).
 Exchange resolve_exchange(Exchange requested, const nn::GptConfig& cfg, int64_t tp, int64_t cp);
+
+// An exchange made concrete, with its all-to-alls' ranks (1 but under
+// AllToAllRing).
+struct ExchangeChoice {
+  Exchange exchange = Exchange::AllToAll;
+  int64_t a2a = 1;
+  bool operator==(const ExchangeChoice&) const = default;
+};
+
+// What `requested` (with all-to-alls of `a2a`) comes to on the nodes the
+// ranks run on: `nodes` holds each context group's ranks' nodes, in the
+// group's order (dist::MeshShape::context_groups). A concrete exchange is
+// kept as it is. Auto, when every group sits on one node, is
+// resolve_exchange's choice; when a group spans nodes, it is AllToAllRing
+// with the largest a2a (a divisor of cp above 1 and below it) whose blocks
+// of consecutive ranks each sit on one node in every group, whose heads
+// share out over it and whose layout model.seq_len divides into (the
+// all-to-alls on a node's links, the ring over the slower ones between the
+// nodes), and resolve_exchange's choice where no a2a fits. The trainer
+// chooses by the nodes it finds (dist::NodeInfo), the planner by its
+// cluster's GPUs per node.
+ExchangeChoice choose_exchange(Exchange requested, int64_t a2a, const nn::GptConfig& cfg,
+                               int64_t tp, int64_t cp, bool sequence_parallel,
+                               const std::vector<std::vector<int>>& nodes);
 
 // What a row's length must be a multiple of under cp ranks beside tp with
 // `exchange` (all-to-alls of `a2a` under AllToAllRing): cp (times tp under
