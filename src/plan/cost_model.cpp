@@ -14,6 +14,7 @@
 #include "triad/core/error.h"
 #include "triad/parallel/context/ulysses.h"
 #include "triad/parallel/pipeline/simulator.h"
+#include "triad/parallel/pipeline/stage_balance.h"
 #include "triad/parallel/pipeline/zero_bubble.h"
 
 namespace triad::plan {
@@ -749,21 +750,7 @@ void check_config(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int gl
   }
   const long long stages = static_cast<long long>(p.pp) * p.vpp;
   if (!p.stage_layers.empty()) {
-    if (static_cast<long long>(p.stage_layers.size()) != stages) {
-      throw ConfigError("stage_layers has " + std::to_string(p.stage_layers.size()) +
-                        " entries, expected pp*vpp = " + std::to_string(stages));
-    }
-    long long total = 0;
-    for (size_t i = 0; i < p.stage_layers.size(); ++i) {
-      if (p.stage_layers[i] < 1)
-        throw ConfigError(
-            need("stage_layers[" + std::to_string(i) + "]", p.stage_layers[i], "must be >= 1"));
-      total += p.stage_layers[i];
-    }
-    if (total != m.n_layer) {
-      throw ConfigError(need("stage_layers' sum", total,
-                             "must equal n_layer (" + std::to_string(m.n_layer) + ")"));
-    }
+    pipeline::check_stage_layers(p.stage_layers, stages, m.n_layer);
   } else if (m.n_layer % stages != 0) {
     throw ConfigError(
         need("n_layer", m.n_layer, "must be divisible by pp*vpp (" + std::to_string(stages) + ")"));

@@ -21,6 +21,7 @@
 #include "triad/io/text_file.h"
 #include "triad/nn/parameter_pattern.h"
 #include "triad/parallel/context/ulysses.h"
+#include "triad/parallel/pipeline/stage_balance.h"
 
 namespace triad::train {
 namespace {
@@ -761,24 +762,8 @@ void validate(const Config& c, bool min_lr_given) {
                       std::to_string(c.model.n_layer) + ")");
   }
   if (!p.stage_layers.empty()) {
-    const int64_t stages = static_cast<int64_t>(p.pp) * p.vpp;
-    if (static_cast<int64_t>(p.stage_layers.size()) != stages) {
-      throw ConfigError(
-          "parallel.stage_layers has " + std::to_string(p.stage_layers.size()) +
-          " entries, expected parallel.pp * parallel.vpp = " + std::to_string(stages));
-    }
-    int64_t total = 0;
-    for (size_t i = 0; i < p.stage_layers.size(); ++i) {
-      if (p.stage_layers[i] < 1) {
-        throw ConfigError("parallel.stage_layers[" + std::to_string(i) + "] (" +
-                          std::to_string(p.stage_layers[i]) + ") must be >= 1");
-      }
-      total += p.stage_layers[i];
-    }
-    if (total != c.model.n_layer) {
-      throw ConfigError("parallel.stage_layers add up to " + std::to_string(total) +
-                        " layers but model.n_layer is " + std::to_string(c.model.n_layer));
-    }
+    pipeline::check_stage_layers(p.stage_layers, static_cast<int64_t>(p.pp) * p.vpp,
+                                 c.model.n_layer);
   } else if (p.stage_layers_auto) {
     if (c.model.n_layer < static_cast<int64_t>(p.pp) * p.vpp) {
       throw ConfigError("parallel.stage_layers auto: model.n_layer (" +

@@ -1161,11 +1161,13 @@ TEST(CostModel, InvalidLayoutsAreErrorsNamingTheNumbers) {
   EXPECT_GT(estimate(m, c, 4, 6, inter).step_time, 0.0);
   ParallelConfig split = layout(1, 4, 1, 1);
   split.stage_layers = {6, 6, 6};
-  expect_error(split, 4, 8, "stage_layers has 3 entries, expected pp*vpp = 4");
-  split.stage_layers = {6, 6, 6, 0};
-  expect_error(split, 4, 8, "stage_layers[3] (0) must be >= 1");
+  expect_error(split, 4, 8, "stage_layers has 3 entries, expected parallel.pp * parallel.vpp = 4");
+  split.stage_layers = {6, 6, 0, 12};
+  expect_error(split, 4, 8,
+               "stage_layers[2] (0) must be >= 1 (only the first and the last stage may hold no "
+               "layer)");
   split.stage_layers = {6, 6, 6, 5};
-  expect_error(split, 4, 8, "stage_layers' sum (23) must equal n_layer (24)");
+  expect_error(split, 4, 8, "stage_layers add up to 23 layers but model.n_layer is 24");
   ParallelConfig v = layout(1, 4, 1, 1);
   v.schedule = pipeline::ScheduleKind::ZbV;
   expect_error(v, 4, 8, "vpp (1) must be 2 for the zb-v schedule");

@@ -763,8 +763,19 @@ TEST(Config, ErrorsNameKeyValueAndRule) {
   expect_config_error(
       kValid, {"model.n_layer=8", "parallel.pp=2", "parallel.stage_layers=[8]"},
       "parallel.stage_layers has 1 entries, expected parallel.pp * parallel.vpp = 2");
-  expect_config_error(kValid, {"model.n_layer=8", "parallel.pp=2", "parallel.stage_layers=[0, 8]"},
-                      "parallel.stage_layers[0] (0) must be >= 1");
+  expect_config_error(kValid, {"model.n_layer=8", "parallel.pp=2", "parallel.stage_layers=[-1, 9]"},
+                      "parallel.stage_layers[0] (-1) must be >= 0");
+  expect_config_error(kValid,
+                      {"model.n_layer=8", "parallel.pp=4", "parallel.stage_layers=[3, 0, 3, 2]"},
+                      "parallel.stage_layers[1] (0) must be >= 1 (only the first and the last "
+                      "stage may hold no layer)");
+  // A stage of the embedding alone, or of the head alone.
+  EXPECT_EQ(
+      parse_config(kValid, {"model.n_layer=8", "parallel.pp=3", "parallel.stage_layers=[0, 4, 4]"})
+          .parallel.stage_layers,
+      (std::vector<int64_t>{0, 4, 4}));
+  EXPECT_NO_THROW(
+      parse_config(kValid, {"model.n_layer=8", "parallel.pp=2", "parallel.stage_layers=[8, 0]"}));
   expect_config_error(kValid, {"parallel.stage_layers=3"},
                       "parallel.stage_layers (3): expected auto or a list");
   EXPECT_EQ(

@@ -14,6 +14,7 @@
 #include "triad/nn/documents.h"
 #include "triad/nn/evaluate.h"
 #include "triad/ops.h"
+#include "triad/parallel/pipeline/stage_balance.h"
 
 namespace triad::pipeline {
 
@@ -75,22 +76,11 @@ std::vector<std::vector<int64_t>> split_layers(int64_t n_layer, int pp, int vpp,
                                                const std::vector<int64_t>& counts) {
   if (counts.empty()) return split_layers(n_layer, pp, vpp);
   const int64_t stages = static_cast<int64_t>(pp) * vpp;
-  if (static_cast<int64_t>(counts.size()) != stages) {
-    throw ConfigError("parallel.stage_layers has " + std::to_string(counts.size()) +
-                      " entries, expected pp * vpp = " + std::to_string(stages));
-  }
+  check_stage_layers(counts, stages, n_layer);
   std::vector<std::vector<int64_t>> out(stages);
   int64_t next = 0;
   for (int64_t s = 0; s < stages; ++s) {
-    if (counts[s] < 1) {
-      throw ConfigError("parallel.stage_layers[" + std::to_string(s) + "] (" +
-                        std::to_string(counts[s]) + ") must be >= 1");
-    }
     for (int64_t i = 0; i < counts[s]; ++i) out[s].push_back(next++);
-  }
-  if (next != n_layer) {
-    throw ConfigError("parallel.stage_layers add up to " + std::to_string(next) +
-                      " layers but model.n_layer is " + std::to_string(n_layer));
   }
   return out;
 }

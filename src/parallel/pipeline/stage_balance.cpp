@@ -44,6 +44,27 @@ StageWork stage_work(const nn::GptConfig& cfg, bool full_recompute) {
   return work;
 }
 
+void check_stage_layers(const std::vector<int64_t>& counts, int64_t stages, int64_t n_layer) {
+  if (static_cast<int64_t>(counts.size()) != stages) {
+    throw ConfigError("parallel.stage_layers has " + std::to_string(counts.size()) +
+                      " entries, expected parallel.pp * parallel.vpp = " + std::to_string(stages));
+  }
+  int64_t total = 0;
+  for (size_t s = 0; s < counts.size(); ++s) {
+    const bool end = s == 0 || s + 1 == counts.size();
+    if (counts[s] < (end ? 0 : 1)) {
+      throw ConfigError("parallel.stage_layers[" + std::to_string(s) + "] (" +
+                        std::to_string(counts[s]) + ") must be >= " + (end ? "0" : "1") +
+                        (end ? "" : " (only the first and the last stage may hold no layer)"));
+    }
+    total += counts[s];
+  }
+  if (total != n_layer) {
+    throw ConfigError("parallel.stage_layers add up to " + std::to_string(total) +
+                      " layers but model.n_layer is " + std::to_string(n_layer));
+  }
+}
+
 std::vector<int64_t> balanced_stage_layers(const nn::GptConfig& cfg, int pp, int vpp,
                                            bool full_recompute) {
   const int64_t S = static_cast<int64_t>(pp) * vpp, L = cfg.n_layer;
@@ -63,17 +84,24 @@ std::vector<int64_t> balanced_stage_layers(const nn::GptConfig& cfg, int pp, int
   const double inf = std::numeric_limits<double>::infinity();
   // Two passes over (stages, first layers): the least possible most
   // expensive stage, then the least sum of squares within it.
-  // best[s][i]: stages 0..s over the first i layers.
+  // best[s][i]: stages 0..s over the first i layers. Every stage holds a
+  // layer but the last (of several), which may hold the head alone; the
+  // first's embedding costs next to nothing, so it keeps its layer.
+  const auto least = [&](int64_t s) -> int64_t { return s == S - 1 && S > 1 ? 0 : 1; };
   auto solve = [&](double cap, bool squares, std::vector<std::vector<int64_t>>* cut) {
     std::vector<std::vector<double>> best(S, std::vector<double>(L + 1, inf));
     if (cut) cut->assign(S, std::vector<int64_t>(L + 1, -1));
-    for (int64_t i = 1; i <= L - (S - 1); ++i) {
+    // (Stages after s hold at least `after` layers, stages up to s at least s + 1.)
+    int64_t after = 0;
+    for (int64_t t = 1; t < S; ++t) after += least(t);
+    for (int64_t i = 1; i <= L - after; ++i) {
       const double c = cost(0, 0, i);
       if (c <= cap) best[0][i] = squares ? c * c : c;
     }
     for (int64_t s = 1; s < S; ++s) {
-      for (int64_t i = s + 1; i <= L - (S - 1 - s); ++i) {
-        for (int64_t j = s; j < i; ++j) {
+      after -= least(s);
+      for (int64_t i = s + least(s); i <= L - after; ++i) {
+        for (int64_t j = s; j <= i - least(s); ++j) {
           if (best[s - 1][j] == inf) continue;
           const double c = cost(s, j, i);
           if (c > cap) continue;

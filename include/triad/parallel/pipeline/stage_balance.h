@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "triad/nn/gpt.h"
@@ -26,10 +27,20 @@ struct StageWork {
 };
 StageWork stage_work(const nn::GptConfig& cfg, bool full_recompute = false);
 
+// Checks a split's layers per stage (parallel.stage_layers, in stage order):
+// `stages` entries (pp * vpp) adding up to n_layer, every stage holding at
+// least one layer but the first and the last, which may hold none: a stage
+// of the embedding alone, or of the head alone (with multi-token
+// prediction's modules, which sit beside it), as Megatron-LM's first and
+// last pipeline stages of no decoder layer. ConfigError naming the entry.
+void check_stage_layers(const std::vector<int64_t>& counts, int64_t stages, int64_t n_layer);
+
 // Layers per stage for pp * vpp stages (stage order; the last holds the
-// head), each stage at least one layer: the split whose most expensive
-// stage is cheapest, and among those the most even (least sum of squared
-// stage costs). ConfigError when n_layer < pp * vpp.
+// head), each stage at least one layer but the last, which holds none when
+// the head (and multi-token prediction's modules) alone outweigh what the
+// others would give it: the split whose most expensive stage is cheapest,
+// and among those the most even (least sum of squared stage costs).
+// ConfigError when n_layer < pp * vpp.
 std::vector<int64_t> balanced_stage_layers(const nn::GptConfig& cfg, int pp, int vpp,
                                            bool full_recompute = false);
 
