@@ -2,6 +2,7 @@
 //   triad-plan schedule --kind interleaved --p 4 --v 2 --m 8 --svg out.svg [--trace out.json]
 //   triad-plan predict --model M.yaml --cluster C.yaml --gpus N --global-batch B --tp T --pp P
 //                      [--vpp V] --micro-batch b [--recompute none|selective|full]
+//                      [--recompute-layers N]
 //                      [--sequence-parallel] [--zero 1] [--ep E] [--cp C]
 //                      [--cp-comm auto|all_to_all|all_gather|ring|all_to_all+ring]
 //                      [--cp-a2a N]
@@ -113,7 +114,7 @@ int main(int argc, char** argv) {
   std::string model_path, cluster_path, recompute = "none", schedule_name, attention = "unfused",
                                         stage_layers, optimizer = "adamw", cp_comm = "auto";
   int gpus = 0, global_batch = 0, tp = 1, pp = 1, vpp = 1, micro = 1, zero = 0, top = 5, ep = 1,
-      cp = 1, cp_a2a = 1;
+      cp = 1, cp_a2a = 1, recompute_layers = 0;
   bool sp = false, json = false, overlap = false, overlap_tp = false;
   std::string config_path;
   auto add_common = [&](CLI::App* c) {
@@ -143,6 +144,11 @@ int main(int argc, char** argv) {
   predict->add_option("--vpp", vpp)->check(at_least_one);
   predict->add_option("--micro-batch", micro)->check(at_least_one);
   predict->add_option("--recompute", recompute, "none, selective or full");
+  predict
+      ->add_option("--recompute-layers", recompute_layers,
+                   "with --recompute full: the layers of each pipeline stage that recompute "
+                   "(the first ones; 0, the default: every one)")
+      ->check(CLI::NonNegativeNumber);
   predict->add_flag("--sequence-parallel", sp);
   predict->add_option("--zero", zero, "1 shards the optimizer state (ZeRO-1)");
   predict->add_option("--ep", ep, "expert parallelism: a mixture's experts shared by ep dp ranks")
@@ -291,6 +297,7 @@ int main(int argc, char** argv) {
       if (given(predict, "--vpp")) c.vpp = vpp;
       if (given(predict, "--micro-batch")) c.micro_batch = micro;
       if (given(predict, "--recompute")) c.recompute = plan::recompute_from_name(recompute);
+      if (given(predict, "--recompute-layers")) c.recompute_layers = recompute_layers;
       if (given(predict, "--sequence-parallel")) c.sequence_parallel = sp;
       if (given(predict, "--zero")) {
         if (zero != 0 && zero != 1)
@@ -321,8 +328,8 @@ int main(int argc, char** argv) {
       if (given(predict, "--stage-layers")) {
         c.stage_layers.clear();
         if (stage_layers == "auto") {
-          c.stage_layers = pipeline::balanced_stage_layers(model, c.pp, c.vpp,
-                                                           c.recompute == plan::Recompute::Full);
+          c.stage_layers = pipeline::balanced_stage_layers(
+              model, c.pp, c.vpp, c.recompute == plan::Recompute::Full, c.recompute_layers);
         } else {
           std::stringstream in(stage_layers);
           for (std::string item; std::getline(in, item, ',');) {

@@ -172,6 +172,12 @@ void GptConfig::validate() const {
                       ") must be at least 0 and below model.seq_len (" + std::to_string(seq_len) +
                       "): module k predicts the token k + 1 ahead of each position's next");
   }
+  if (recompute_layers < 0 || (recompute_layers > 0 && recompute != Recompute::Full)) {
+    throw ConfigError("model.recompute_layers (" + std::to_string(recompute_layers) + ") " +
+                      (recompute_layers < 0 ? "must be at least 0 (0: every layer)"
+                                            : std::string("goes with model.recompute: full (got ") +
+                                                  recompute_string(recompute) + ")"));
+  }
   if (!(mtp_loss_weight >= 0.0) || !std::isfinite(mtp_loss_weight)) {
     throw ConfigError("model.mtp_loss_weight (" + std::to_string(mtp_loss_weight) +
                       ") must be a finite number >= 0");
@@ -664,7 +670,7 @@ double GptConfig::parameter_count() const {
   return parameters_in<double>(*this);
 }
 
-double GptConfig::training_flops(double sequences, bool full_recompute) const {
+double GptConfig::training_flops(double sequences, double recomputed) const {
   const double s = static_cast<double>(seq_len), h = static_cast<double>(d_model);
   const double l = static_cast<double>(n_layer), V = static_cast<double>(vocab_size);
   const double f = static_cast<double>(ffn()), m = static_cast<double>(fc_width());
@@ -706,9 +712,9 @@ double GptConfig::training_flops(double sequences, bool full_recompute) const {
   const double mtp = static_cast<double>(mtp_layers);
   const double layers = (l + mtp) * attn_weights + mlps + scores + mtp * 2.0 * (2.0 * h * h);
   const double forward = layers + (1.0 + mtp) * 2.0 * h * V;
-  // Backward is twice forward; full recomputation runs the layers forward
-  // once more (not the head).
-  const double per_token = 3.0 * forward + (full_recompute ? layers : 0.0);
+  // Backward is twice forward; recomputation runs the layers forward once
+  // more (not the head).
+  const double per_token = 3.0 * forward + recomputed * layers;
   return sequences * s * per_token;
 }
 
@@ -1235,8 +1241,9 @@ Tensor Gpt::forward(const Tensor& ids, const ForwardContext& ctx) const {
 Tensor Gpt::trunk(const Tensor& ids, const ForwardContext& in) const {
   const ForwardContext ctx = with_documents(cfg_, ids, in, wte_->weight().device());
   Tensor x = embed(ids, ctx);
-  for (const auto& b : blocks_) {
-    if (cfg_.recompute == Recompute::Full) {
+  for (size_t i = 0; i < blocks_.size(); ++i) {
+    const auto& b = blocks_[i];
+    if (cfg_.recomputes(static_cast<int64_t>(i))) {
       // By value: the recomputation runs in backward, after this frame.
       x = autograd::checkpoint([b, ctx](const Tensor& in) { return b->forward(in, ctx); }, x,
                                b->parameters());

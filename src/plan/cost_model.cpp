@@ -646,9 +646,10 @@ std::string ParallelConfig::str() const {
   if (!stages.empty()) stages += "]";
   return "tp=" + std::to_string(tp) + " pp=" + std::to_string(pp) + " dp=" + std::to_string(dp) +
          " vpp=" + std::to_string(vpp) + " mb=" + std::to_string(micro_batch) +
-         " recompute=" + recompute_name(recompute) + " sp=" + (sequence_parallel ? "on" : "off") +
-         " zero1=" + (zero1 ? "on" : "off") + (ep > 1 ? " ep=" + std::to_string(ep) : "") +
-         (cp > 1 ? " cp=" + std::to_string(cp) : "") +
+         " recompute=" + recompute_name(recompute) +
+         (recompute_layers > 0 ? " recompute_layers=" + std::to_string(recompute_layers) : "") +
+         " sp=" + (sequence_parallel ? "on" : "off") + " zero1=" + (zero1 ? "on" : "off") +
+         (ep > 1 ? " ep=" + std::to_string(ep) : "") + (cp > 1 ? " cp=" + std::to_string(cp) : "") +
          (cp > 1 && cp_exchange != cp::Exchange::Auto
               ? std::string(" cp_comm=") + cp::exchange_name(cp_exchange)
               : "") +
@@ -661,10 +662,10 @@ std::string ParallelConfig::str() const {
          (attention == Attention::Flash ? " attention=flash" : "") + stages + (muon ? " muon" : "");
 }
 
-double ptdp_model_flops(const nn::GptConfig& m, int global_batch, bool full_recompute) {
+double ptdp_model_flops(const nn::GptConfig& m, int global_batch, double recomputed) {
   // 72*B*s*l*h^2*(1 + s/(6h) + V/(12*l*h)), or 96*...*V/(16*l*h) with full
   // recomputation, for GPT-2's MLP; GptConfig generalises it to any MLP.
-  return m.training_flops(static_cast<double>(global_batch), full_recompute);
+  return m.training_flops(static_cast<double>(global_batch), recomputed);
 }
 
 ParallelConfig concrete_context_exchange(const nn::GptConfig& m, const ClusterSpec& c,
@@ -709,6 +710,11 @@ void check_config(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int gl
                       std::to_string(p.tp) + "*" + std::to_string(p.pp) + "*" +
                       std::to_string(p.dp) + cps + " = " +
                       std::to_string(static_cast<long long>(p.tp) * p.pp * p.dp * p.cp));
+  }
+  if (p.recompute_layers < 0 || (p.recompute_layers > 0 && p.recompute != Recompute::Full)) {
+    throw ConfigError(need("recompute_layers", p.recompute_layers,
+                           p.recompute_layers < 0 ? "must be at least 0 (0: every layer)"
+                                                  : "goes with recompute full"));
   }
   // (The heads, the length and the losses against the chunks.)
   try {
@@ -845,7 +851,7 @@ Estimate price(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int globa
     double gemm, mem, tp, ep;  // the breakdown (forward + backward + recomputation)
     double tp_hidden;          // of tp, hidden behind weight-gradient GEMMs
   };
-  auto layer_of = [&](const LayerCost& L) {
+  auto layer_of = [&](const LayerCost& L, Recompute recompute) {
     Layer x;
     if (!L.backward) {  // forward only: nothing to recompute either
       x.f = L.fwd_gemm + L.fwd_mem + L.fwd_tp + L.fwd_ep;
@@ -874,23 +880,34 @@ Estimate price(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int globa
   // A few kinds of layer: windowed and not (layer_cost reads the window of
   // the layer it is given), dense or a mixture of experts, and what of each
   // trains.
-  std::map<std::tuple<int64_t, bool, LayerTraining>, Layer> kinds;
-  std::vector<Layer> layers(static_cast<size_t>(m.n_layer));
+  // (Each kind as it runs under `recompute` and, for recompute_layers, as it
+  // runs keeping its activations.)
+  std::map<std::tuple<int64_t, bool, LayerTraining>, std::pair<Layer, Layer>> kinds;
+  std::vector<std::pair<Layer, Layer>> layers(static_cast<size_t>(m.n_layer));
   double mean_f = 0;
   for (int64_t i = 0; i < m.n_layer; ++i) {
     const auto key =
         std::make_tuple(m.window_of(i), m.moe_layer(i), training[static_cast<size_t>(i)]);
     auto it = kinds.find(key);
-    if (it == kinds.end())
-      it = kinds.emplace(key, layer_of(layer_cost(m, c, p, i, std::get<2>(key)))).first;
+    if (it == kinds.end()) {
+      const LayerCost L = layer_cost(m, c, p, i, std::get<2>(key));
+      it = kinds.emplace(key, std::make_pair(layer_of(L, recompute), layer_of(L, Recompute::None)))
+               .first;
+    }
     layers[static_cast<size_t>(i)] = it->second;
-    mean_f += it->second.f / static_cast<double>(m.n_layer);
+    mean_f += it->second.first.f / static_cast<double>(m.n_layer);
   }
+  // Whether the layer at `position` in its chunk keeps its activations
+  // where the others recompute (past recompute_layers).
+  const auto kept_whole = [&](int64_t position) {
+    return recompute == Recompute::Full && p.recompute_layers > 0 && position >= p.recompute_layers;
+  };
   // Stage st holds the layers from first[st] on (stages in layer order).
   std::vector<Layer> stage(S, Layer{});
   for (int st = 0, first = 0; st < S; first += static_cast<int>(counts[st]), ++st) {
     for (int64_t i = first; i < first + counts[st]; ++i) {
-      const Layer& x = layers[static_cast<size_t>(i)];
+      const auto& both = layers[static_cast<size_t>(i)];
+      const Layer& x = kept_whole(i - first) ? both.second : both.first;
       Layer& y = stage[st];
       y.f += x.f, y.bi += x.bi, y.bw += x.bw, y.gemm += x.gemm, y.mem += x.mem, y.tp += x.tp;
       y.ep += x.ep;
@@ -906,7 +923,7 @@ Estimate price(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int globa
     const double tokens = b * s / p.cp / (p.sequence_parallel ? t : 1.0);
     const LinearTimes eh = linear_times(tokens, 2.0 * h, h, c);
     for (int64_t k = 1; k <= m.mtp_layers; ++k) {
-      const Layer x = layer_of(layer_cost(m, c, p, m.n_layer + k - 1, LayerTraining{}));
+      const Layer x = layer_of(layer_cost(m, c, p, m.n_layer + k - 1, LayerTraining{}), recompute);
       mtp.f += x.f + eh.fwd + H.fwd;
       mtp.bi += x.bi + eh.dx + H.bwd_input;
       mtp.bw += x.bw + eh.dw + H.bwd_weight - head_hidden;
@@ -956,7 +973,8 @@ Estimate price(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int globa
         (cross ? c.inter_latency : c.intra_latency) + bytes / (bwid * c.collective_efficiency);
     if (scatter_gather) e.p2p_time += tp_reduce_scatter(whole, c, p);
   }
-  double held_layers = 0;
+  // Chunks whose activations each rank holds at its peak.
+  std::vector<double> held_chunks(static_cast<size_t>(p.pp), 1.0);
   if (simulate) {
     const pipeline::SimulationResult sim =
         simulate_cached(p.schedule, p.pp, p.vpp, e.num_microbatches, p.zb_max_in_flight, sf, sbi,
@@ -969,7 +987,7 @@ Estimate price(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int globa
     const std::vector<int>& held = split_backward ? sim.peak_held : sim.peak_alive;
     for (int r = 0; r < p.pp && r < static_cast<int>(held.size()); ++r) {
       e.peak_inflight = std::max(e.peak_inflight, held[r]);
-      held_layers = std::max(held_layers, static_cast<double>(held[r] * widest[r]));
+      held_chunks[static_cast<size_t>(r)] = held[r];
     }
   } else {
     // No rank starts before the first microbatch's forward has reached its
@@ -1001,7 +1019,6 @@ Estimate price(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int globa
     }
     e.pipeline_time = pipeline * (1 - 1e-3);
     e.peak_inflight = 1;
-    held_layers = static_cast<double>(*std::max_element(widest.begin(), widest.end()));
   }
 
   // ---- parameters on the most loaded pipeline rank
@@ -1196,7 +1213,16 @@ Estimate price(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int globa
 
   // ---- throughput
   e.tokens_per_s = global_batch * s / e.step_time;
-  e.model_flops_per_step = ptdp_model_flops(m, global_batch, p.recompute == Recompute::Full);
+  // (With recompute_layers, the share of the layers that recompute.)
+  double recomputed_share = 0;
+  if (p.recompute == Recompute::Full) {
+    for (int64_t n : counts) {
+      recomputed_share += static_cast<double>(
+          p.recompute_layers > 0 ? std::min<int64_t>(n, p.recompute_layers) : n);
+    }
+    recomputed_share /= static_cast<double>(m.n_layer);
+  }
+  e.model_flops_per_step = ptdp_model_flops(m, global_batch, recomputed_share);
   e.tflops_per_gpu = e.model_flops_per_step / e.step_time / gpus / 1e12;
   e.mfu = ptdp_model_flops(m, global_batch, false) / e.step_time / gpus / c.peak_flops;
 
@@ -1274,19 +1300,20 @@ Estimate price(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int globa
                            std::max(any_dense ? lora_dropout_widths(m, t).kept() : 0.0,
                                     any_moe ? lora_dropout_widths(m, t, true).kept() : 0.0) *
                            kFp16;
-  double per_layer = 0;
-  switch (recompute) {
-    case Recompute::None:
-      per_layer = p.sequence_parallel ? sbh * (whole + attn_extra) / t
-                                      : sbh * (unsplit + split / t + attn_extra / t);
-      break;
-    case Recompute::Selective:
-      per_layer = p.sequence_parallel ? sbh * whole / t : sbh * (unsplit + split / t);
-      break;
-    case Recompute::Full:
-      per_layer = 2.0 * sbh / (p.sequence_parallel ? t : 1.0);
-      break;
-  }
+  // What a layer keeps: everything (None), all but the scores' (Selective),
+  // or its input alone (Full).
+  const auto per_layer_of = [&](Recompute mode) {
+    switch (mode) {
+      case Recompute::None:
+        return p.sequence_parallel ? sbh * (whole + attn_extra) / t
+                                   : sbh * (unsplit + split / t + attn_extra / t);
+      case Recompute::Selective:
+        return p.sequence_parallel ? sbh * whole / t : sbh * (unsplit + split / t);
+      case Recompute::Full:
+        break;
+    }
+    return 2.0 * sbh / (p.sequence_parallel ? t : 1.0);
+  };
   // Context parallelism's all-gather keeps each layer's gathered keys and
   // values for backward: for each of the rank's two half-chunks those of
   // the sequence up to its end, (2cp + 1) half-chunks in all, cp - 1/2
@@ -1297,8 +1324,23 @@ Estimate price(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int globa
       p.cp > 1 && cp::resolve_exchange(p.cp_exchange, m, p.tp, p.cp) == cp::Exchange::AllGather
           ? sbh * (p.cp - 0.5) * 2.0 * kv_width / h
           : 0.0;
-  if (recompute != Recompute::Full) per_layer += lora_kept + sbh * qk_gathered + gathered_kv;
-  double activations = held_layers * per_layer;
+  // A layer that keeps its activations, and one that recomputes them.
+  const double kept_layer =
+      per_layer_of(recompute == Recompute::Full ? Recompute::None : recompute) + lora_kept +
+      sbh * qk_gathered + gathered_kv;
+  const double recomputed_layer = per_layer_of(Recompute::Full);
+  // Each rank's held chunks, the first recompute_layers of a chunk's layers
+  // recomputed (all of them under plain full recomputation).
+  double activations = 0;
+  for (int r = 0; r < p.pp; ++r) {
+    const double w = static_cast<double>(widest[static_cast<size_t>(r)]);
+    const double again = recompute != Recompute::Full ? 0.0
+                         : p.recompute_layers > 0
+                             ? std::min(w, static_cast<double>(p.recompute_layers))
+                             : w;
+    activations = std::max(activations, held_chunks[static_cast<size_t>(r)] *
+                                            (again * recomputed_layer + (w - again) * kept_layer));
+  }
   if (recompute == Recompute::Full) {
     activations += sbh * (whole + attn_extra) / t + lora_kept + sbh * qk_gathered +
                    gathered_kv;  // one rebuilt
@@ -1333,6 +1375,7 @@ std::string Estimate::json() const {
                    {"vpp", config.vpp},
                    {"micro_batch", config.micro_batch},
                    {"recompute", recompute_name(config.recompute)},
+                   {"recompute_layers", config.recompute_layers},
                    {"sequence_parallel", config.sequence_parallel},
                    {"zero1", config.zero1},
                    {"ep", config.ep},

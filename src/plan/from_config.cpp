@@ -40,6 +40,7 @@ PlannedRun planned_run(const train::Config& config, int gpus) {
   p.recompute = config.model.recompute == nn::Recompute::Full        ? Recompute::Full
                 : config.model.recompute == nn::Recompute::Selective ? Recompute::Selective
                                                                      : Recompute::None;
+  p.recompute_layers = static_cast<int>(config.model.recompute_layers);
   p.sequence_parallel = par.sequence_parallel;
   p.zero1 = par.zero == 1;
   p.ep = par.ep;
@@ -55,7 +56,8 @@ PlannedRun planned_run(const train::Config& config, int gpus) {
   p.stage_layers = par.stage_layers;
   if (par.pp > 1 && par.stage_layers_auto) {
     p.stage_layers = pipeline::balanced_stage_layers(config.model, par.pp, par.vpp,
-                                                     config.model.recompute == nn::Recompute::Full);
+                                                     config.model.recompute == nn::Recompute::Full,
+                                                     config.model.recompute_layers);
   }
   p.overlap_dp = true;  // Triad's bucketed reducer starts during backward
   p.overlap_param_gather = par.overlap_param_gather;

@@ -245,6 +245,7 @@ nn::GptConfig parse_model_spec(const std::string& yaml_text, const std::string& 
                                                  "seq_len",
                                                  "dropout",
                                                  "recompute",
+                                                 "recompute_layers",
                                                  "position_embedding",
                                                  "rope_theta",
                                                  "rope_scaling",

@@ -966,6 +966,7 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
       {"recompute",
        {false,
         [&](auto& v, auto& k) { m.recompute = nn::recompute_from_string(get_string(v, k)); }}},
+      {"recompute_layers", {false, [&](auto& v, auto& k) { m.recompute_layers = get_int(v, k); }}},
       {"normalization",
        {false,
         [&](auto& v, auto& k) {
@@ -1571,6 +1572,8 @@ std::string to_yaml(const Config& c) {
   e << YAML::Key << "dropout" << YAML::Value << c.model.dropout;
   e << YAML::Key << "norm_eps" << YAML::Value << c.model.layer_norm_eps;
   e << YAML::Key << "recompute" << YAML::Value << nn::recompute_string(c.model.recompute);
+  if (c.model.recompute_layers > 0)
+    e << YAML::Key << "recompute_layers" << YAML::Value << c.model.recompute_layers;
   e << YAML::Key << "normalization" << YAML::Value
     << nn::normalization_string(c.model.normalization);
   e << YAML::Key << "linear_bias" << YAML::Value << c.model.linear_bias;

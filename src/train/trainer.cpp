@@ -319,7 +319,8 @@ Trainer::Trainer(Config config, dist::ProcessGroupPtr world)
       stage_layers_ = par.stage_layers;
       if (par.stage_layers_auto) {
         stage_layers_ = pipeline::balanced_stage_layers(
-            config_.model, par.pp, par.vpp, config_.model.recompute == nn::Recompute::Full);
+            config_.model, par.pp, par.vpp, config_.model.recompute == nn::Recompute::Full,
+            config_.model.recompute_layers);
       }
       pp_model_ = std::make_unique<pipeline::PipelineModel>(
           config_.model, seed,
@@ -2326,6 +2327,12 @@ std::vector<StepMetrics> Trainer::run() {
                    ? ""
                    : " (f32 gradients, master weights and optimizer state" +
                          std::string(scaler_ ? ", dynamic loss scaling)" : ")"));
+  if (config_.model.recompute_layers > 0) {
+    spdlog::info(
+        "recompute: full, the first {} layer(s) of each {}; the others keep their "
+        "activations",
+        config_.model.recompute_layers, config_.parallel.pp > 1 ? "pipeline stage" : "model");
+  }
   if (config_.train.optimizer == "muon") {
     // (This rank's parameters: its stage's, its shards.)
     const auto matrices = muon_matrices();

@@ -14,7 +14,7 @@
 namespace triad {
 namespace {
 
-nn::GptConfig tiny(nn::Recompute r) {
+nn::GptConfig tiny(nn::Recompute r, int64_t recompute_layers = 0) {
   // Dropout on: recomputation must reproduce the masks.
   return {.n_layer = 3,
           .n_head = 2,
@@ -22,19 +22,23 @@ nn::GptConfig tiny(nn::Recompute r) {
           .vocab_size = 40,
           .seq_len = 16,
           .dropout = 0.1,
-          .recompute = r};
+          .recompute = r,
+          .recompute_layers = recompute_layers};
 }
 
 // Trains one step of the same model with activations kept and with every
-// block recomputed; `check` compares each parameter's two gradients.
+// block recomputed (the first `recompute_layers` alone when given); `check`
+// compares each parameter's two gradients.
 void compare_recomputed(DType dtype, int64_t stride,
                         const std::function<void(const std::string&, const std::vector<double>&,
-                                                 const std::vector<double>&)>& check) {
+                                                 const std::vector<double>&)>& check,
+                        int64_t recompute_layers = 0) {
   std::vector<int64_t> ids(4 * 16);
   for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int64_t>((i * stride) % 40);
   Tensor x = from_vector(ids, {4, 16});
   const nn::ForwardContext ctx{true, 5, 2};
-  nn::Gpt plain(tiny(nn::Recompute::None), 3, dtype), again(tiny(nn::Recompute::Full), 3, dtype);
+  nn::Gpt plain(tiny(nn::Recompute::None), 3, dtype),
+      again(tiny(nn::Recompute::Full, recompute_layers), 3, dtype);
   Tensor a = plain.loss(x, x, ctx), b = again.loss(x, x, ctx);
   EXPECT_EQ(item(a), item(b));
   autograd::backward({a});
@@ -120,6 +124,59 @@ TEST(Recompute, FullRecomputationKeepsOnlyBlockInputs) {
   };
   const int64_t none = graph_bytes(nn::Recompute::None), full = graph_bytes(nn::Recompute::Full);
   EXPECT_LT(full * 3, none) << "full " << full << " none " << none;
+}
+
+// model.recompute_layers: the first blocks recompute, the others keep their
+// activations. The gradients are those of keeping everything, and the graph
+// holds more than under full recomputation and less than without it.
+TEST(Recompute, RecomputingTheFirstBlocksAloneLeavesEveryGradientUnchanged) {
+  compare_recomputed(
+      DType::F32, 3,
+      [](const std::string& name, const std::vector<double>& g, const std::vector<double>& w) {
+        for (size_t i = 0; i < g.size(); ++i)
+          ASSERT_NEAR(g[i], w[i], 1e-6 + 1e-5 * std::abs(w[i])) << name;
+      },
+      2);
+  std::vector<int64_t> ids(8 * 16);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int64_t>((i * 3) % 40);
+  Tensor x = from_vector(ids, {8, 16});
+  auto graph_bytes = [&](nn::Recompute r, int64_t layers) {
+    nn::Gpt m(tiny(r, layers), 3);
+    const int64_t before = cpu_allocator().stats().allocated;
+    Tensor loss = m.loss(x, x, {true, 5, 2});
+    const int64_t held = cpu_allocator().stats().allocated - before;
+    autograd::backward({loss});
+    return held;
+  };
+  const int64_t none = graph_bytes(nn::Recompute::None, 0),
+                one = graph_bytes(nn::Recompute::Full, 1),
+                two = graph_bytes(nn::Recompute::Full, 2),
+                all = graph_bytes(nn::Recompute::Full, 0);
+  EXPECT_LT(all, two);
+  EXPECT_LT(two, one);
+  EXPECT_LT(one, none);
+  // As many as the model's blocks, or more, is every block.
+  EXPECT_EQ(graph_bytes(nn::Recompute::Full, 3), all);
+  EXPECT_EQ(graph_bytes(nn::Recompute::Full, 7), all);
+}
+
+TEST(Recompute, RecomputeLayersGoWithFullRecomputation) {
+  nn::GptConfig c = tiny(nn::Recompute::Selective, 2);
+  try {
+    c.validate();
+    FAIL() << "no error";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find(
+                  "model.recompute_layers (2) goes with model.recompute: full (got selective)"),
+              std::string::npos)
+        << e.what();
+  }
+  c = tiny(nn::Recompute::Full, -1);
+  EXPECT_THROW(c.validate(), ConfigError);
+  EXPECT_TRUE(tiny(nn::Recompute::Full, 2).recomputes(1));
+  EXPECT_FALSE(tiny(nn::Recompute::Full, 2).recomputes(2));
+  EXPECT_TRUE(tiny(nn::Recompute::Full).recomputes(9));
+  EXPECT_FALSE(tiny(nn::Recompute::None).recomputes(0));
 }
 
 TEST(Recompute, NamesAreValidated) {

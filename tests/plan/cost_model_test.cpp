@@ -633,6 +633,49 @@ TEST(CostModel, MemoryRespondsToRecomputeSequenceParallelAndZero) {
   EXPECT_EQ(zero.weights_bytes, sel.weights_bytes);
 }
 
+// model.recompute_layers: the first N layers of each stage recompute, the
+// others keep their activations, so time and memory fall between no
+// recomputation and full; N at least a stage's layers is full
+// recomputation, and model FLOPs count the recomputed share.
+TEST(CostModel, RecomputingTheFirstLayersOfEachStageFallsBetweenNoneAndFull) {
+  const ClusterSpec c = selene();
+  const nn::GptConfig m = gpt(32, 32, 4096);
+  auto with = [&](Recompute rc, int layers) {
+    ParallelConfig p = layout(4, 2, 4, 2, rc);  // 16 layers a stage
+    p.recompute_layers = layers;
+    return estimate(m, c, 32, 256, p);
+  };
+  const Estimate none = with(Recompute::None, 0), four = with(Recompute::Full, 4),
+                 eight = with(Recompute::Full, 8), full = with(Recompute::Full, 0);
+  EXPECT_GT(none.activation_bytes, four.activation_bytes);
+  EXPECT_GT(four.activation_bytes, eight.activation_bytes);
+  EXPECT_GT(eight.activation_bytes, full.activation_bytes);
+  EXPECT_LT(none.compute_time, four.compute_time);
+  EXPECT_LT(four.compute_time, eight.compute_time);
+  EXPECT_LT(eight.compute_time, full.compute_time);
+  // Half the layers recomputed: half full recomputation's extra time.
+  EXPECT_NEAR(eight.compute_time - none.compute_time, (full.compute_time - none.compute_time) / 2,
+              1e-9 * full.compute_time);
+  EXPECT_DOUBLE_EQ(with(Recompute::Full, 16).step_time, full.step_time);
+  EXPECT_DOUBLE_EQ(with(Recompute::Full, 40).activation_bytes, full.activation_bytes);
+  EXPECT_NEAR(eight.model_flops_per_step,
+              (none.model_flops_per_step + full.model_flops_per_step) / 2,
+              1e-9 * full.model_flops_per_step);
+  EXPECT_NE(eight.config.str().find("recompute=full recompute_layers=8 "), std::string::npos)
+      << eight.config.str();
+  EXPECT_NE(eight.json().find("\"recompute_layers\":8"), std::string::npos) << eight.json();
+  ParallelConfig bad = layout(4, 2, 4, 2, Recompute::Selective);
+  bad.recompute_layers = 2;
+  try {
+    estimate(m, c, 32, 256, bad);
+    ADD_FAILURE() << "expected ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("recompute_layers (2) goes with recompute full"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 // With overlap_tp and backward in one piece, the QKV and MLP-up layers'
 // input-gradient collectives (and the head's) run during those layers'
 // weight-gradient GEMMs. Zero-bubble schedules run B and W apart and hide

@@ -67,6 +67,11 @@ TEST(PlannedRun, PricesTheTrainersStageSplit) {
             pipeline::balanced_stage_layers(run.model, 2, 2));
   EXPECT_TRUE(run.note.empty()) << run.note;
   EXPECT_TRUE(planned_run(config("{pp: 4, dp: 1}")).layout.stage_layers.empty());
+  // model.recompute_layers: priced, and the auto split balanced with it.
+  const PlannedRun some = planned_run(
+      config("{pp: 4, dp: 1, stage_layers: auto}", ", recompute: full, recompute_layers: 2"));
+  EXPECT_EQ(some.layout.recompute_layers, 2);
+  EXPECT_EQ(some.layout.stage_layers, pipeline::balanced_stage_layers(some.model, 4, 1, true, 2));
 }
 
 TEST(PlannedRun, TheGpuCountComesFromDpOrIsGivenAndMustFit) {

@@ -820,6 +820,16 @@ TEST(Config, ErrorsNameKeyValueAndRule) {
   expect_config_error(kValid, {"model.dropout=1.5"}, "model.dropout");
   expect_config_error(kValid, {"model.recompute=attention"},
                       "model.recompute ('attention') must be none, selective or full");
+  expect_config_error(kValid, {"model.recompute_layers=2"},
+                      "model.recompute_layers (2) goes with model.recompute: full (got none)");
+  expect_config_error(kValid, {"model.recompute=full", "model.recompute_layers=-1"},
+                      "model.recompute_layers (-1) must be at least 0 (0: every layer)");
+  {
+    const Config some = parse_config(kValid, {"model.recompute=full", "model.recompute_layers=2"});
+    EXPECT_EQ(some.model.recompute_layers, 2);
+    EXPECT_EQ(parse_config(to_yaml(some)).model.recompute_layers, 2);
+    EXPECT_EQ(parse_config(kValid).model.recompute_layers, 0);
+  }
   expect_config_error(kValid, {"device=tpu"}, "device ('tpu') must be cpu, cuda or cuda:N");
   expect_config_error(kValid, {"novalue"}, "expected key=value");
   expect_config_error(kValid, {"train.adam.beta1=0.9"},

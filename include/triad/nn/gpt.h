@@ -100,6 +100,16 @@ struct GptConfig {
   double dropout = 0.0;
   double layer_norm_eps = 1e-5;  // every norm's eps (config key model.norm_eps)
   Recompute recompute = Recompute::None;
+  // With Recompute::Full: only the first recompute_layers blocks of each
+  // pipeline stage (of the whole model without a pipeline) recompute, the
+  // others keep their activations (Megatron-LM's --recompute-method block
+  // --recompute-num-layers); 0: every block. Multi-token prediction's
+  // modules recompute under Full whatever it says.
+  int64_t recompute_layers = 0;
+  // Whether the block at `position` among its stage's layers recomputes.
+  bool recomputes(int64_t position) const {
+    return recompute == Recompute::Full && (recompute_layers == 0 || position < recompute_layers);
+  }
   Normalization normalization = Normalization::LayerNorm;
   bool linear_bias = true;  // biases in the attention's and MLP's linear layers
   // Biases on the attention's q, k and v projections (c_attn) even when
@@ -580,12 +590,13 @@ struct GptConfig {
   double expert_parameter_count() const;
   // Model FLOPs of training on `sequences` sequences of seq_len tokens: the
   // PTD-P paper's count (every matrix product, attention over all s^2
-  // scores, the head; backward twice forward, plus a forward again under
-  // full recomputation), 72*B*s*l*h^2*(1 + s/(6h) + V/(12*l*h)) for GPT-2's
-  // MLP and generalised to any F and SwiGLU; a windowed layer's queries
-  // count min(window, s) keys instead of s; a mixture-of-experts layer's
-  // tokens each its router and top_k experts.
-  double training_flops(double sequences, bool full_recompute = false) const;
+  // scores, the head; backward twice forward, plus a forward again of the
+  // `recomputed` share of the blocks, 1 under full recomputation),
+  // 72*B*s*l*h^2*(1 + s/(6h) + V/(12*l*h)) for GPT-2's MLP and generalised
+  // to any F and SwiGLU; a windowed layer's queries count min(window, s)
+  // keys instead of s; a mixture-of-experts layer's tokens each its router
+  // and top_k experts.
+  double training_flops(double sequences, double recomputed = 0.0) const;
 };
 
 // The full (unsharded) shape of each parameter of GPT's parts, by GPT-2's

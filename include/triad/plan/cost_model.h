@@ -32,6 +32,10 @@ struct ParallelConfig {
   int vpp = 1;  // chunks per pipeline rank (interleaved when > 1; zb-v: 2)
   int micro_batch = 1;
   Recompute recompute = Recompute::None;
+  // Under Recompute::Full (model.recompute_layers): the layers of each
+  // pipeline chunk that recompute, its first ones; the rest keep their
+  // activations. 0: every layer.
+  int recompute_layers = 0;
   bool sequence_parallel = false;
   bool zero1 = false;
   // Expert parallelism (parallel.ep): a mixture's experts shared out among
@@ -161,7 +165,8 @@ Estimate estimate_lower_bound(const nn::GptConfig& model, const ClusterSpec& clu
                               int global_batch, const ParallelConfig& config);
 
 // Model FLOPs of one step, PTD-P eq. (3): 72 B s l h^2 (1 + s/6h + V/12lh),
-// or 96 B s l h^2 (1 + s/6h + V/16lh) with full recomputation.
-double ptdp_model_flops(const nn::GptConfig& model, int global_batch, bool full_recompute);
+// or 96 B s l h^2 (1 + s/6h + V/16lh) with full recomputation (`recomputed`
+// 1; a share of the layers recomputed between).
+double ptdp_model_flops(const nn::GptConfig& model, int global_batch, double recomputed);
 
 }  // namespace triad::plan

@@ -30,7 +30,9 @@ StageWork stage_work(const nn::GptConfig& cfg, bool full_recompute) {
   for (int64_t i = 0; i < cfg.n_layer; ++i) {
     const int64_t window = cfg.window_of(i);
     const double keys = window > 0 ? std::min(s, static_cast<double>(window)) : s;
-    work.layer.push_back(passes * ((cfg.moe_layer(i) ? moe : dense) + 4.0 * keys * q));
+    const double forward = (cfg.moe_layer(i) ? moe : dense) + 4.0 * keys * q;
+    work.layer.push_back(passes * forward);
+    work.forward.push_back(forward);
   }
   work.head = 3.0 * 2.0 * h * static_cast<double>(cfg.vocab_size);
   // Multi-token prediction's modules run beside the head: each a block (as
@@ -66,7 +68,7 @@ void check_stage_layers(const std::vector<int64_t>& counts, int64_t stages, int6
 }
 
 std::vector<int64_t> balanced_stage_layers(const nn::GptConfig& cfg, int pp, int vpp,
-                                           bool full_recompute) {
+                                           bool full_recompute, int64_t recompute_layers) {
   const int64_t S = static_cast<int64_t>(pp) * vpp, L = cfg.n_layer;
   if (pp < 1 || vpp < 1) throw ConfigError("parallel.pp and parallel.vpp must be >= 1");
   if (L < S) {
@@ -74,12 +76,20 @@ std::vector<int64_t> balanced_stage_layers(const nn::GptConfig& cfg, int pp, int
                       ") must be at least parallel.pp * parallel.vpp (" + std::to_string(S) +
                       "), a layer per stage");
   }
-  const StageWork work = stage_work(cfg, full_recompute);
-  std::vector<double> prefix(L + 1, 0.0);
-  for (int64_t i = 0; i < L; ++i) prefix[i + 1] = prefix[i] + work.layer[i];
-  // Stage s (0-based) holding layers [j, i): its cost.
+  // (The layers' training without recomputation, the head's as it runs.)
+  const StageWork work = stage_work(cfg), head = stage_work(cfg, full_recompute);
+  std::vector<double> prefix(L + 1, 0.0), forward(L + 1, 0.0);
+  for (int64_t i = 0; i < L; ++i) {
+    prefix[i + 1] = prefix[i] + work.layer[i];
+    forward[i + 1] = forward[i] + work.forward[i];
+  }
+  // Stage s (0-based) holding layers [j, i): its cost, the forward passes
+  // of the ones it recomputes again.
   auto cost = [&](int64_t s, int64_t j, int64_t i) {
-    return prefix[i] - prefix[j] + (s == S - 1 ? work.head : 0.0);
+    const int64_t again = !full_recompute        ? 0
+                          : recompute_layers > 0 ? std::min(i - j, recompute_layers)
+                                                 : i - j;
+    return prefix[i] - prefix[j] + forward[j + again] - forward[j] + (s == S - 1 ? head.head : 0.0);
   };
   const double inf = std::numeric_limits<double>::infinity();
   // Two passes over (stages, first layers): the least possible most

@@ -1,5 +1,6 @@
 #include "triad/parallel/tensor/gpt.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "triad/autograd/checkpoint.h"
@@ -728,7 +729,9 @@ Tensor TensorParallelGpt::block(int64_t i, const Tensor& x, const nn::ForwardCon
                      std::to_string(i));
   }
   fence(it->second.module.get());
-  if (cfg_.recompute != nn::Recompute::Full) return block_forward(i, x, ctx);
+  const auto& mine = plan_.layers;
+  const int64_t position = std::find(mine.begin(), mine.end(), i) - mine.begin();
+  if (!cfg_.recomputes(position)) return block_forward(i, x, ctx);
   // By value: the recomputation runs in backward, after this frame.
   return autograd::checkpoint(
       [this, i, ctx](const Tensor& in) { return block_forward(i, in, ctx); }, x,

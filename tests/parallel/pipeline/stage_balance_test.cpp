@@ -17,13 +17,16 @@ nn::GptConfig gpt2_124m() {
   return {.n_layer = 12, .n_head = 12, .d_model = 768, .vocab_size = 50257, .seq_len = 1024};
 }
 
-// Each stage's cost under a split (the last stage with the head).
-std::vector<double> costs_of(const StageWork& w, const std::vector<int64_t>& counts) {
+// Each stage's cost under a split (the last stage with the head), its
+// first `again` layers recomputed (a forward pass more; -1: none).
+std::vector<double> costs_of(const StageWork& w, const std::vector<int64_t>& counts,
+                             int64_t again = -1) {
   std::vector<double> out;
   size_t next = 0;
   for (size_t s = 0; s < counts.size(); ++s) {
     double c = s + 1 == counts.size() ? w.head : 0.0;
-    for (int64_t i = 0; i < counts[s]; ++i) c += w.layer[next++];
+    for (int64_t i = 0; i < counts[s]; ++i, ++next)
+      c += w.layer[next] + (i < again ? w.forward[next] : 0.0);
     out.push_back(c);
   }
   return out;
@@ -118,6 +121,33 @@ TEST(StageBalance, NoSplitHasACheaperSlowestStageOrIsMoreEven) {
     }
   }
   EXPECT_EQ(checked, 2 * 2 * 3 * 4);  // vocabularies, windows, depths, layouts
+}
+
+// Full recomputation of the first layers of each stage alone
+// (model.recompute_layers): a forward pass more for each of those, and the
+// balanced split is still the best of every split.
+TEST(StageBalance, RecomputingTheFirstLayersOfEachStageIsCounted) {
+  nn::GptConfig cfg = gpt2_124m();
+  cfg.n_layer = 7;
+  const StageWork w = stage_work(cfg);
+  EXPECT_DOUBLE_EQ(w.forward[0] * 3.0, w.layer[0]);
+  for (int64_t again : {1, 2, 3}) {
+    for (int pp : {2, 3, 4}) {
+      const auto got = balanced_stage_layers(cfg, pp, 1, true, again);
+      const auto mine = costs_of(w, got, again);
+      const double most = *std::max_element(mine.begin(), mine.end());
+      for_each_split(cfg.n_layer, pp, [&](const std::vector<int64_t>& split) {
+        const auto c = costs_of(w, split, again);
+        EXPECT_GE(*std::max_element(c.begin(), c.end()), most * (1 - 1e-12))
+            << "recompute_layers " << again << " pp " << pp;
+      });
+    }
+  }
+  // Recomputing every layer of a stage is plain full recomputation.
+  EXPECT_EQ(balanced_stage_layers(cfg, 3, 1, true, 7), balanced_stage_layers(cfg, 3, 1, true));
+  // On 2 stages the first stage's layers no longer all cost a forward more
+  // when only one of them recomputes: another split.
+  EXPECT_NE(balanced_stage_layers(cfg, 2, 1, true, 1), balanced_stage_layers(cfg, 2, 1, true));
 }
 
 TEST(StageBalance, EqualLayersAndALightHeadSplitEvenly) {

@@ -1130,8 +1130,9 @@ TEST(TensorParallelGpt, FullRecomputationChangesNothingButMemory) {
   c.dropout = 0.1;
   Tensor ids = token_ids(100, 7), targets = token_ids(100, 8);
   const nn::ForwardContext ctx{true, 31, 1};
-  auto run = [&](nn::Recompute r, int64_t* held) {
+  auto run = [&](nn::Recompute r, int64_t* held, int64_t layers = 0) {
     c.recompute = r;
+    c.recompute_layers = layers;
     auto m = std::make_unique<TensorParallelGpt>(c, 9, g_world, true);
     const int64_t before = cpu_allocator().stats().allocated;
     Tensor l = m->loss(ids, targets, ctx);
@@ -1150,6 +1151,18 @@ TEST(TensorParallelGpt, FullRecomputationChangesNothingButMemory) {
                  name);
   }
   EXPECT_LT(held_full * 2, held_none) << "full " << held_full << " none " << held_none;
+  // model.recompute_layers: the first block recomputes, the second keeps
+  // its activations; the same gradients, the memory between.
+  ASSERT_EQ(c.n_layer, 2);
+  int64_t held_first = 0;
+  auto [loss_first, first] = run(nn::Recompute::Full, &held_first, 1);
+  EXPECT_EQ(loss_first, loss_none);
+  for (auto& [name, p] : first->named_parameters()) {
+    expect_close(to_double_vector(p.grad()), to_double_vector(want.at(name).grad()), 1e-7, 1e-6,
+                 name);
+  }
+  EXPECT_LT(held_full, held_first);
+  EXPECT_LT(held_first, held_none);
 }
 
 TEST(TensorParallelGpt, ConfigErrorsNameTheNumbers) {

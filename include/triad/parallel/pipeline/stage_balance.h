@@ -22,7 +22,8 @@ namespace triad::pipeline {
 // model.mtp_layers each prediction module's block, eh_proj and head pass
 // too, all on the last stage).
 struct StageWork {
-  std::vector<double> layer;  // n_layer entries
+  std::vector<double> layer;    // n_layer entries
+  std::vector<double> forward;  // each layer's forward pass alone (what recomputing it costs)
   double head = 0;
 };
 StageWork stage_work(const nn::GptConfig& cfg, bool full_recompute = false);
@@ -39,9 +40,12 @@ void check_stage_layers(const std::vector<int64_t>& counts, int64_t stages, int6
 // head), each stage at least one layer but the last, which holds none when
 // the head (and multi-token prediction's modules) alone outweigh what the
 // others would give it: the split whose most expensive stage is cheapest,
-// and among those the most even (least sum of squared stage costs).
+// and among those the most even (least sum of squared stage costs). Under
+// full recomputation the first `recompute_layers` layers of each stage
+// (model.recompute_layers; 0: all of them) cost a forward pass more.
 // ConfigError when n_layer < pp * vpp.
 std::vector<int64_t> balanced_stage_layers(const nn::GptConfig& cfg, int pp, int vpp,
-                                           bool full_recompute = false);
+                                           bool full_recompute = false,
+                                           int64_t recompute_layers = 0);
 
 }  // namespace triad::pipeline
