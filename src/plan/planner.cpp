@@ -127,6 +127,27 @@ std::vector<Estimate> recommend(const nn::GptConfig& m, const ClusterSpec& c, in
                         }
                       }
                     }
+                    // Full recomputation of a quarter, half and three
+                    // quarters of each chunk's layers alone
+                    // (model.recompute_layers): between none's memory and
+                    // full's time.
+                    if (rc == Recompute::Full && space.try_recompute_layers) {
+                      for (size_t i = 0, n = layouts.size(); i < n; ++i) {
+                        const std::vector<int64_t>& split = layouts[i].stage_layers;
+                        const int64_t chunk = split.empty()
+                                                  ? m.n_layer / (static_cast<int64_t>(pp) * v)
+                                                  : *std::max_element(split.begin(), split.end());
+                        int64_t last = 0;
+                        for (int64_t quarter = 1; quarter <= 3; ++quarter) {
+                          const int64_t some = std::max<int64_t>(1, chunk * quarter / 4);
+                          if (some <= last || some >= chunk) continue;
+                          last = some;
+                          ParallelConfig partial = layouts[i];
+                          partial.recompute_layers = static_cast<int>(some);
+                          layouts.push_back(partial);
+                        }
+                      }
+                    }
                     for (const ParallelConfig& layout : layouts) {
                       try {
                         check_config(m, c, gpus, global_batch, layout);

@@ -20,6 +20,9 @@ struct SearchSpace {
   // Each pipeline also with its stages balanced for the head
   // (pipeline::balanced_stage_layers), and pp not dividing the layers.
   bool try_balanced_stages = true;
+  // Full recomputation also of a quarter, half and three quarters of each
+  // chunk's layers alone (ParallelConfig::recompute_layers).
+  bool try_recompute_layers = true;
   bool overlap_dp = false;
   bool overlap_tp = false;
   Attention attention = Attention::Unfused;
