@@ -2637,8 +2637,9 @@ TEST(CudaTraining, AResumedRunKeepsItsAttentionChoice) {
 
 TEST(CudaTraining, RecomputeLeavesTheRunUnchanged) {
   // model.recompute on the GPU: the same losses and gradient norms with
-  // activations kept, with the attention core recomputed, and with every
-  // block recomputed (dropout masks are redrawn from the same counters).
+  // activations kept, with the attention core recomputed, with every block
+  // recomputed (dropout masks are redrawn from the same counters), and with
+  // the first block alone recomputed (model.recompute_layers).
   // In bf16 too: a recomputed block hands on bf16 gradients (an f32 one
   // reaching the next block's bf16 GEMMs failed there); the stated tolerance
   // there is bf16's, since the block-input gradients round at other points.
@@ -2647,12 +2648,13 @@ TEST(CudaTraining, RecomputeLeavesTheRunUnchanged) {
     SCOPED_TRACE(precision);
     const double tol = precision == "fp32" ? 1e-5 : 2e-2;
     std::vector<std::vector<train::StepMetrics>> runs;
-    for (const std::string mode : {"none", "selective", "full"}) {
+    for (const std::string mode : {"none", "selective", "full", "full, recompute_layers: 1"}) {
       const std::string model =
           "{n_layer: 2, n_head: 2, d_model: 32, vocab_size: 128, seq_len: 32, dropout: 0.1, "
           "recompute: " +
           mode + "}";
-      train::Trainer t(train_config(dir, model, "cuda", precision, 3, 4, 128, mode + precision));
+      train::Trainer t(train_config(dir, model, "cuda", precision, 3, 4, 128,
+                                    std::to_string(runs.size()) + precision));
       runs.emplace_back();
       for (int64_t k = 0; k < 3; ++k) runs.back().push_back(t.step(k));
     }
