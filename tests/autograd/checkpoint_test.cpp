@@ -51,13 +51,15 @@ void compare_recomputed(DType dtype, int64_t stride,
   }
 }
 
+// f32 gradients that agree to rounding.
+void expect_f32_equal(const std::string& name, const std::vector<double>& g,
+                      const std::vector<double>& w) {
+  for (size_t i = 0; i < g.size(); ++i)
+    ASSERT_NEAR(g[i], w[i], 1e-6 + 1e-5 * std::abs(w[i])) << name;
+}
+
 TEST(Recompute, FullRecomputationLeavesEveryGradientUnchanged) {
-  compare_recomputed(
-      DType::F32, 7,
-      [](const std::string& name, const std::vector<double>& g, const std::vector<double>& w) {
-        for (size_t i = 0; i < g.size(); ++i)
-          ASSERT_NEAR(g[i], w[i], 1e-6 + 1e-5 * std::abs(w[i])) << name;
-      });
+  compare_recomputed(DType::F32, 7, expect_f32_equal);
 }
 
 // In bf16 a recomputed block's input is a bf16 leaf, whose gradient gathers
@@ -103,25 +105,26 @@ TEST(Recompute, RecomputedBlocksDeferTheirWeightGradients) {
   auto want = plain.state_dict();
   for (auto& [name, p] : again.named_parameters()) {
     ASSERT_TRUE(p.grad().defined()) << name;
-    auto g = to_double_vector(p.grad()), w = to_double_vector(want.at(name).grad());
-    for (size_t i = 0; i < g.size(); ++i)
-      ASSERT_NEAR(g[i], w[i], 1e-6 + 1e-5 * std::abs(w[i])) << name;
+    expect_f32_equal(name, to_double_vector(p.grad()), to_double_vector(want.at(name).grad()));
   }
 }
 
-TEST(Recompute, FullRecomputationKeepsOnlyBlockInputs) {
+// The bytes a forward pass of the tiny model (8 sequences) leaves allocated
+// for backward: the graph's saved activations.
+int64_t graph_bytes(nn::Recompute r, int64_t recompute_layers = 0) {
   std::vector<int64_t> ids(8 * 16);
   for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int64_t>((i * 3) % 40);
   Tensor x = from_vector(ids, {8, 16});
-  auto graph_bytes = [&](nn::Recompute r) {
-    nn::Gpt m(tiny(r), 3);
-    Allocator& alloc = cpu_allocator();
-    const int64_t before = alloc.stats().allocated;
-    Tensor loss = m.loss(x, x, {true, 5, 2});
-    const int64_t held = alloc.stats().allocated - before;  // the graph's saved activations
-    autograd::backward({loss});
-    return held;
-  };
+  nn::Gpt m(tiny(r, recompute_layers), 3);
+  Allocator& alloc = cpu_allocator();
+  const int64_t before = alloc.stats().allocated;
+  Tensor loss = m.loss(x, x, {true, 5, 2});
+  const int64_t held = alloc.stats().allocated - before;
+  autograd::backward({loss});
+  return held;
+}
+
+TEST(Recompute, FullRecomputationKeepsOnlyBlockInputs) {
   const int64_t none = graph_bytes(nn::Recompute::None), full = graph_bytes(nn::Recompute::Full);
   EXPECT_LT(full * 3, none) << "full " << full << " none " << none;
 }
@@ -130,24 +133,7 @@ TEST(Recompute, FullRecomputationKeepsOnlyBlockInputs) {
 // activations. The gradients are those of keeping everything, and the graph
 // holds more than under full recomputation and less than without it.
 TEST(Recompute, RecomputingTheFirstBlocksAloneLeavesEveryGradientUnchanged) {
-  compare_recomputed(
-      DType::F32, 3,
-      [](const std::string& name, const std::vector<double>& g, const std::vector<double>& w) {
-        for (size_t i = 0; i < g.size(); ++i)
-          ASSERT_NEAR(g[i], w[i], 1e-6 + 1e-5 * std::abs(w[i])) << name;
-      },
-      2);
-  std::vector<int64_t> ids(8 * 16);
-  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int64_t>((i * 3) % 40);
-  Tensor x = from_vector(ids, {8, 16});
-  auto graph_bytes = [&](nn::Recompute r, int64_t layers) {
-    nn::Gpt m(tiny(r, layers), 3);
-    const int64_t before = cpu_allocator().stats().allocated;
-    Tensor loss = m.loss(x, x, {true, 5, 2});
-    const int64_t held = cpu_allocator().stats().allocated - before;
-    autograd::backward({loss});
-    return held;
-  };
+  compare_recomputed(DType::F32, 3, expect_f32_equal, 2);
   const int64_t none = graph_bytes(nn::Recompute::None, 0),
                 one = graph_bytes(nn::Recompute::Full, 1),
                 two = graph_bytes(nn::Recompute::Full, 2),
