@@ -173,7 +173,8 @@ int main(int argc, char** argv) {
                    "between 1 and cp; the ring takes cp / cp-a2a)")
       ->check(at_least_one);
   predict->add_option("--stage-layers", stage_layers,
-                      "layers per stage, e.g. 3,4,4,1, or auto (balanced for the head)");
+                      "layers per stage, e.g. 3,4,4,1 (the first and the last may be 0: the "
+                      "embedding or the head alone), or auto (balanced for the head)");
   predict->add_option("--schedule", schedule_name,
                       "1f1b (default), interleaved (default when --vpp > 1), zb-h1, zb-auto, "
                       "zb-v (--vpp 2, its default)");
