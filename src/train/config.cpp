@@ -937,6 +937,9 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
 
   Config c;
   bool min_lr_given = false, vpp_given = false;
+  // parallel.stage_layers {first, last}: those stages' layers (-1: not
+  // given), the others' worked out once pp and vpp are known.
+  int64_t first_stage = -1, last_stage = -1;
   auto& m = c.model;
   auto& t = c.train;
   // model.hf_config (a Hugging Face config.json or its directory) sets the
@@ -1463,11 +1466,34 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
        {false,
         [&](auto& v, auto& k) {
           c.parallel.stage_layers.clear();
+          first_stage = last_stage = -1;
           c.parallel.stage_layers_auto = v.IsScalar() && v.Scalar() == "auto";
           if (c.parallel.stage_layers_auto) return;
+          if (v.IsMap()) {
+            for (auto it = v.begin(); it != v.end(); ++it) {
+              const std::string key = it->first.template as<std::string>();
+              if (key != "first" && key != "last") {
+                throw ConfigError(k + "." + key +
+                                  ": unknown key (allowed: first, last: the first and the last "
+                                  "stage's layers, the others sharing the rest evenly)");
+              }
+              const int64_t n = get_int(it->second, k + "." + key);
+              if (n < 0) {
+                throw ConfigError(k + "." + key + " (" + std::to_string(n) + ") must be >= 0");
+              }
+              (key == "first" ? first_stage : last_stage) = n;
+            }
+            if (first_stage < 0 && last_stage < 0) {
+              throw ConfigError(k +
+                                ": give first, last or both (the first and the last stage's "
+                                "layers, the others sharing the rest evenly)");
+            }
+            return;
+          }
           if (!v.IsSequence()) {
             throw ConfigError(k + " (" + scalar_text(v) +
-                              "): expected auto or a list of layer counts, e.g. [3, 5]");
+                              "): expected auto, a list of layer counts, e.g. [3, 5], or "
+                              "{first: N, last: M}");
           }
           for (size_t i = 0; i < v.size(); ++i) {
             c.parallel.stage_layers.push_back(get_int(v[i], k + "[" + std::to_string(i) + "]"));
@@ -1512,6 +1538,11 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
   if (!min_lr_given) t.min_lr = 0.1 * t.lr;
   // ZB-V has two chunks per rank by definition: left out, vpp is 2.
   if (!vpp_given && c.parallel.schedule == "zb-v") c.parallel.vpp = 2;
+  if (first_stage >= 0 || last_stage >= 0) {
+    c.parallel.stage_layers = pipeline::stage_layers_around(
+        c.model.n_layer, static_cast<int64_t>(c.parallel.pp) * c.parallel.vpp, first_stage,
+        last_stage);
+  }
   validate(c, min_lr_given);
   return c;
 }

@@ -744,7 +744,7 @@ TEST(Config, ErrorsNameKeyValueAndRule) {
   expect_config_error(kValid, {"model.n_layer=8", "parallel.pp=2", "parallel.stage_layers=[3, 4]"},
                       "parallel.stage_layers add up to 7 layers but model.n_layer is 8");
   expect_config_error(kValid, {"model.n_layer=8", "parallel.pp=2", "parallel.stage_layers=even"},
-                      "parallel.stage_layers (even): expected auto or a list of layer counts");
+                      "parallel.stage_layers (even): expected auto, a list of layer counts");
   expect_config_error(kValid,
                       {"model.n_layer=3", "parallel.pp=2", "parallel.vpp=2",
                        "parallel.schedule=zb-v", "parallel.stage_layers=auto"},
@@ -769,6 +769,28 @@ TEST(Config, ErrorsNameKeyValueAndRule) {
                       {"model.n_layer=8", "parallel.pp=4", "parallel.stage_layers=[3, 0, 3, 2]"},
                       "parallel.stage_layers[1] (0) must be >= 1 (only the first and the last "
                       "stage may hold no layer)");
+  // {first, last}: those stages' layers, the others an even share of the
+  // rest; the saved config lists the split.
+  const Config around = parse_config(
+      kValid, {"model.n_layer=8", "parallel.pp=4", "parallel.stage_layers={first: 0, last: 2}"});
+  EXPECT_EQ(around.parallel.stage_layers, (std::vector<int64_t>{0, 3, 3, 2}));
+  EXPECT_EQ(parse_config(to_yaml(around)).parallel.stage_layers, around.parallel.stage_layers);
+  EXPECT_EQ(
+      parse_config(kValid, {"model.n_layer=8", "parallel.pp=2", "parallel.vpp=2",
+                            "parallel.schedule=interleaved", "parallel.stage_layers={last: 2}"})
+          .parallel.stage_layers,
+      (std::vector<int64_t>{2, 2, 2, 2}));
+  expect_config_error(kValid,
+                      {"model.n_layer=8", "parallel.pp=4", "parallel.stage_layers={middle: 2}"},
+                      "parallel.stage_layers.middle: unknown key (allowed: first, last");
+  expect_config_error(kValid, {"model.n_layer=8", "parallel.pp=4", "parallel.stage_layers={}"},
+                      "parallel.stage_layers: give first, last or both");
+  expect_config_error(kValid,
+                      {"model.n_layer=8", "parallel.pp=4", "parallel.stage_layers={first: -1}"},
+                      "parallel.stage_layers.first (-1) must be >= 0");
+  expect_config_error(kValid,
+                      {"model.n_layer=8", "parallel.pp=4", "parallel.stage_layers={first: 1}"},
+                      "the other 3 of the 4 stages must share the 7 layers left");
   // A stage of the embedding alone, or of the head alone.
   EXPECT_EQ(
       parse_config(kValid, {"model.n_layer=8", "parallel.pp=3", "parallel.stage_layers=[0, 4, 4]"})
@@ -777,7 +799,7 @@ TEST(Config, ErrorsNameKeyValueAndRule) {
   EXPECT_NO_THROW(
       parse_config(kValid, {"model.n_layer=8", "parallel.pp=2", "parallel.stage_layers=[8, 0]"}));
   expect_config_error(kValid, {"parallel.stage_layers=3"},
-                      "parallel.stage_layers (3): expected auto or a list");
+                      "parallel.stage_layers (3): expected auto, a list");
   EXPECT_EQ(
       parse_config(kValid, {"model.n_layer=7", "parallel.pp=2", "parallel.stage_layers=[3, 4]"})
           .parallel.stage_layers,

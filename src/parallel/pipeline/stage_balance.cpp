@@ -67,6 +67,34 @@ void check_stage_layers(const std::vector<int64_t>& counts, int64_t stages, int6
   }
 }
 
+std::vector<int64_t> stage_layers_around(int64_t n_layer, int64_t stages, int64_t first,
+                                         int64_t last) {
+  const std::string asked = std::string("parallel.stage_layers {") +
+                            (first >= 0 ? "first: " + std::to_string(first) : "") +
+                            (first >= 0 && last >= 0 ? ", " : "") +
+                            (last >= 0 ? "last: " + std::to_string(last) : "") + "}";
+  if (stages < 2) {
+    throw ConfigError(asked + " needs a pipeline: parallel.pp * parallel.vpp is " +
+                      std::to_string(stages));
+  }
+  const int64_t others = stages - (first >= 0) - (last >= 0);
+  const int64_t rest = n_layer - std::max<int64_t>(first, 0) - std::max<int64_t>(last, 0);
+  if (others == 0 && rest != 0) {
+    throw ConfigError(asked + ": the two stages add up to " + std::to_string(n_layer - rest) +
+                      " layers but model.n_layer is " + std::to_string(n_layer));
+  }
+  if (others > 0 && (rest < others || rest % others != 0)) {
+    throw ConfigError(asked + ": the other " + std::to_string(others) + " of the " +
+                      std::to_string(stages) + " stages must share the " + std::to_string(rest) +
+                      " layers left of model.n_layer (" + std::to_string(n_layer) +
+                      ") evenly, at least one each");
+  }
+  std::vector<int64_t> counts(static_cast<size_t>(stages), others > 0 ? rest / others : 0);
+  if (first >= 0) counts.front() = first;
+  if (last >= 0) counts.back() = last;
+  return counts;
+}
+
 std::vector<int64_t> balanced_stage_layers(const nn::GptConfig& cfg, int pp, int vpp,
                                            bool full_recompute, int64_t recompute_layers) {
   const int64_t S = static_cast<int64_t>(pp) * vpp, L = cfg.n_layer;

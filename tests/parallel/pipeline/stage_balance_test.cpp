@@ -150,6 +150,32 @@ TEST(StageBalance, RecomputingTheFirstLayersOfEachStageIsCounted) {
   EXPECT_NE(balanced_stage_layers(cfg, 2, 1, true, 1), balanced_stage_layers(cfg, 2, 1, true));
 }
 
+// parallel.stage_layers {first, last}: those two stages' layers, the
+// others sharing the rest evenly.
+TEST(StageBalance, TheFirstAndLastStagesAroundAnEvenRest) {
+  EXPECT_EQ(stage_layers_around(24, 4, 3, 5), (std::vector<int64_t>{3, 8, 8, 5}));
+  EXPECT_EQ(stage_layers_around(8, 4, 2, -1), (std::vector<int64_t>{2, 2, 2, 2}));
+  EXPECT_EQ(stage_layers_around(8, 3, -1, 0), (std::vector<int64_t>{4, 4, 0}));
+  EXPECT_EQ(stage_layers_around(8, 2, 0, 8), (std::vector<int64_t>{0, 8}));
+  auto expect_error = [](int64_t n, int64_t stages, int64_t first, int64_t last,
+                         const std::string& fragment) {
+    try {
+      stage_layers_around(n, stages, first, last);
+      ADD_FAILURE() << "no error for " << fragment;
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+    }
+  };
+  expect_error(8, 4, 1, -1,
+               "parallel.stage_layers {first: 1}: the other 3 of the 4 stages must share the 7 "
+               "layers left of model.n_layer (8) evenly, at least one each");
+  expect_error(8, 4, 4, 4, "the other 2 of the 4 stages must share the 0 layers");
+  expect_error(8, 2, 3, 4,
+               "parallel.stage_layers {first: 3, last: 4}: the two stages add up to 7 layers but "
+               "model.n_layer is 8");
+  expect_error(8, 1, 0, -1, "needs a pipeline: parallel.pp * parallel.vpp is 1");
+}
+
 TEST(StageBalance, EqualLayersAndALightHeadSplitEvenly) {
   nn::GptConfig cfg = gpt2_124m();
   cfg.vocab_size = 64;

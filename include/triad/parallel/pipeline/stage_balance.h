@@ -36,6 +36,16 @@ StageWork stage_work(const nn::GptConfig& cfg, bool full_recompute = false);
 // last pipeline stages of no decoder layer. ConfigError naming the entry.
 void check_stage_layers(const std::vector<int64_t>& counts, int64_t stages, int64_t n_layer);
 
+// The split with `first` layers on the first of `stages` stages and `last`
+// on the last (-1: not given), the other stages sharing the rest evenly
+// (parallel.stage_layers {first, last}; Megatron-LM's
+// --decoder-first-pipeline-num-layers and --decoder-last-pipeline-num-layers):
+// 24 layers, 4 stages, first 3, last 5: [3, 8, 8, 5]. ConfigError naming
+// the numbers for fewer than 2 stages, or a rest that does not share out
+// evenly into at least a layer a stage.
+std::vector<int64_t> stage_layers_around(int64_t n_layer, int64_t stages, int64_t first,
+                                         int64_t last);
+
 // Layers per stage for pp * vpp stages (stage order; the last holds the
 // head), each stage at least one layer but the last, which holds none when
 // the head (and multi-token prediction's modules) alone outweigh what the
