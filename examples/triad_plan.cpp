@@ -7,7 +7,8 @@
 //                      [--cp-comm auto|all_to_all|all_gather|ring|all_to_all+ring]
 //                      [--cp-a2a N]
 //                      [--schedule 1f1b|interleaved|zb-h1|zb-auto|zb-v]
-//                      [--stage-layers auto|3,4,4,1] [--optimizer adamw|muon] [--json]
+//                      [--stage-layers auto|3,4,4,1|first=N,last=M] [--optimizer adamw|muon]
+//                      [--json]
 //   triad-plan recommend --model M.yaml --cluster C.yaml --gpus N --global-batch B [--top K]
 //   [--schedules interleaved,zb-h1,zb-auto,zb-v] [--even-stages] [--cps 1,2,4]
 //   [--optimizer adamw|muon] [--json]
@@ -174,7 +175,8 @@ int main(int argc, char** argv) {
       ->check(at_least_one);
   predict->add_option("--stage-layers", stage_layers,
                       "layers per stage, e.g. 3,4,4,1 (the first and the last may be 0: the "
-                      "embedding or the head alone), or auto (balanced for the head)");
+                      "embedding or the head alone), first=N and/or last=M (the other stages "
+                      "sharing the rest evenly), or auto (balanced for the head)");
   predict->add_option("--schedule", schedule_name,
                       "1f1b (default), interleaved (default when --vpp > 1), zb-h1, zb-auto, "
                       "zb-v (--vpp 2, its default)");
@@ -332,17 +334,32 @@ int main(int argc, char** argv) {
           c.stage_layers = pipeline::balanced_stage_layers(
               model, c.pp, c.vpp, c.recompute == plan::Recompute::Full, c.recompute_layers);
         } else {
+          // Layer counts, or first=N and last=M (the others sharing the
+          // rest evenly).
+          const bool around = stage_layers.find('=') != std::string::npos;
+          int64_t first = -1, last = -1;
           std::stringstream in(stage_layers);
           for (std::string item; std::getline(in, item, ',');) {
             try {
+              const size_t eq = item.find('=');
+              const std::string key = around ? item.substr(0, eq) : "";
+              const std::string number = around ? item.substr(eq + 1) : item;
+              if (around && (eq == std::string::npos || (key != "first" && key != "last")))
+                throw std::invalid_argument(item);
               size_t used = 0;
-              c.stage_layers.push_back(std::stoll(item, &used));
-              if (used != item.size()) throw std::invalid_argument(item);
+              const int64_t n = std::stoll(number, &used);
+              if (used != number.size() || (around && n < 0)) throw std::invalid_argument(item);
+              if (!around) c.stage_layers.push_back(n);
+              (key == "first" ? first : last) = n;
             } catch (const std::exception&) {
               throw ConfigError("--stage-layers ('" + stage_layers +
-                                "'): expected auto or layer counts separated by commas, e.g. "
-                                "3,4,4,1");
+                                "'): expected auto, layer counts separated by commas, e.g. "
+                                "3,4,4,1, or first=N and/or last=M, e.g. first=3,last=0");
             }
+          }
+          if (around) {
+            c.stage_layers = pipeline::stage_layers_around(
+                model.n_layer, static_cast<int64_t>(c.pp) * c.vpp, first, last);
           }
         }
       }
