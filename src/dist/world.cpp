@@ -14,6 +14,45 @@
 
 namespace triad::dist {
 
+NodeInfo rehearsed_nodes(const NodeInfo& host, int ranks_per_node, int rank) {
+  const int world = static_cast<int>(host.node_of_rank.size());
+  if (ranks_per_node < 1) {
+    throw ConfigError("TRIAD_RANKS_PER_NODE (" + std::to_string(ranks_per_node) +
+                      ") must be a whole number of ranks >= 1");
+  }
+  NodeInfo out = host;
+  for (int r = 0; r < world; ++r) {
+    const int first = r / ranks_per_node * ranks_per_node;
+    if (host.node_of_rank[r] != host.node_of_rank[first]) {
+      throw ConfigError("TRIAD_RANKS_PER_NODE (" + std::to_string(ranks_per_node) + "): ranks " +
+                        std::to_string(first) + " and " + std::to_string(r) +
+                        " would share a node but run on different machines (nodes " +
+                        std::to_string(host.node_of_rank[first]) + " and " +
+                        std::to_string(host.node_of_rank[r]) +
+                        "); a rehearsal can only split the machines' nodes");
+    }
+    out.node_of_rank[r] = r / ranks_per_node;
+  }
+  out.num_nodes = (world + ranks_per_node - 1) / ranks_per_node;
+  out.node = rank / ranks_per_node;
+  return out;
+}
+
+namespace {
+// node_info's answer, rehearsed when TRIAD_RANKS_PER_NODE says so.
+NodeInfo maybe_rehearsed(const NodeInfo& host, int rank) {
+  const char* env = std::getenv("TRIAD_RANKS_PER_NODE");
+  if (!env || !*env) return host;
+  char* end = nullptr;
+  const long n = std::strtol(env, &end, 10);
+  if (*end != '\0' || n < 1 || n > 1 << 24) {
+    throw ConfigError(std::string("TRIAD_RANKS_PER_NODE ('") + env +
+                      "') must be a whole number of ranks >= 1");
+  }
+  return rehearsed_nodes(host, static_cast<int>(n), rank);
+}
+}  // namespace
+
 int cpu_threads_per_rank(int node_cores, int rank_cores, int local_size) {
   if (node_cores < 1 || rank_cores < 1 || local_size < 1) {
     throw ValueError("cpu_threads_per_rank: node cores (" + std::to_string(node_cores) +
@@ -92,7 +131,7 @@ NodeInfo node_info(const ProcessGroupPtr& world) {
         std::lower_bound(unique.begin(), unique.end(), leaders[r]) - unique.begin());
   }
   info.node = info.node_of_rank[w.rank()];
-  return info;
+  return maybe_rehearsed(info, w.rank());
 }
 
 void abort_job(int code) {
@@ -118,7 +157,7 @@ ProcessGroupPtr split_group(const ProcessGroupPtr& world, int, const std::string
 NodeInfo node_info(const ProcessGroupPtr&) {
   NodeInfo info;
   info.node_of_rank = {0};
-  return info;
+  return maybe_rehearsed(info, 0);
 }
 
 void abort_job(int code) {

@@ -2249,6 +2249,10 @@ std::vector<StepMetrics> Trainer::run() {
       if (par.tp > 1 && !par.sequence_parallel && par.pipeline_scatter_gather)
         pipeline += ", scatter-gather between stages";
     }
+    if (const char* rehearsal = std::getenv("TRIAD_RANKS_PER_NODE"); rehearsal && *rehearsal) {
+      spdlog::info("topology: TRIAD_RANKS_PER_NODE={} rehearses {} node(s) of up to {} rank(s)",
+                   rehearsal, mesh_->node().num_nodes, rehearsal);
+    }
     spdlog::info(
         "parallel: tp {} x pp {} x dp {}{} over {} ranks{}{}{}", par.tp, par.pp, dp_,
         cp_ > 1

@@ -145,6 +145,42 @@ TEST(MeshShape, NodesOfEachGroupsRanks) {
   EXPECT_THROW(nodes_of(t.context_groups(), node), std::out_of_range);
 }
 
+// TRIAD_RANKS_PER_NODE: one machine's 8 ranks seen as nodes of 2 (or 3,
+// the last short); the local rank and size stay the machine's. A rehearsal
+// cannot join two machines' ranks into one node.
+TEST(NodeInfo, RehearsedNodesSplitTheMachines) {
+  NodeInfo host;
+  host.local_rank = 5;
+  host.local_size = 8;
+  host.node_of_rank.assign(8, 0);
+  const NodeInfo pairs = rehearsed_nodes(host, 2, 5);
+  EXPECT_EQ(pairs.node_of_rank, (std::vector<int>{0, 0, 1, 1, 2, 2, 3, 3}));
+  EXPECT_EQ(pairs.num_nodes, 4);
+  EXPECT_EQ(pairs.node, 2);
+  EXPECT_EQ(pairs.local_rank, 5);
+  EXPECT_EQ(pairs.local_size, 8);
+  EXPECT_EQ(rehearsed_nodes(host, 3, 7).node_of_rank, (std::vector<int>{0, 0, 0, 1, 1, 1, 2, 2}));
+  EXPECT_EQ(rehearsed_nodes(host, 3, 7).num_nodes, 3);
+  // Two machines of 4: nodes of 2 split them, nodes of 3 would not.
+  host.node_of_rank = {0, 0, 0, 0, 1, 1, 1, 1};
+  EXPECT_EQ(rehearsed_nodes(host, 2, 0).num_nodes, 4);
+  try {
+    rehearsed_nodes(host, 3, 0);
+    FAIL() << "expected ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("TRIAD_RANKS_PER_NODE (3): ranks 3 and 4 would share a "
+                                         "node but run on different machines (nodes 0 and 1)"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(rehearsed_nodes(host, 0, 0), ConfigError);
+  // The tensor-parallel check reads the rehearsed nodes.
+  MeshShape tp4{.tp = 4, .pp = 1, .dp = 2};
+  tp4.validate(8);
+  EXPECT_NE(tp_group_spanning_nodes(tp4, rehearsed_nodes(host, 2, 0)), "");
+  EXPECT_EQ(tp_group_spanning_nodes(tp4, host), "");
+}
+
 // Context parallelism's groups, blocks of cp consecutive data-parallel
 // ranks, beside expert parallelism's over the same ranks.
 TEST(MeshShape, ContextGroupsSplitTheDataParallelOnes) {

@@ -20,6 +20,10 @@ ProcessGroupPtr split_group(const ProcessGroupPtr& world, int color, const std::
 
 // Ranks sharing this one's node (a shared-memory split of the world):
 // (local rank, local size, node index in first-rank order). Collective.
+// With TRIAD_RANKS_PER_NODE=N in the environment, the nodes are rehearsed
+// (rehearsed_nodes): every N consecutive world ranks count as a node, to
+// try a multi-node layout's topology (parallel.topology's check of the
+// tensor-parallel groups, parallel.cp_comm auto) on one machine.
 struct NodeInfo {
   int local_rank = 0;
   int local_size = 1;
@@ -28,6 +32,14 @@ struct NodeInfo {
   std::vector<int> node_of_rank;  // world rank -> node index
 };
 NodeInfo node_info(const ProcessGroupPtr& world);
+
+// `host` (the machines' nodes) seen as nodes of `ranks_per_node`
+// consecutive world ranks each, from `rank`'s side: the node indices and
+// count change; the local rank and size, which pick a rank's GPU and its
+// CPU threads, stay the machine's. ConfigError unless ranks_per_node >= 1
+// and every rehearsed node lies on one machine (a rehearsal can only split
+// the machines' nodes).
+NodeInfo rehearsed_nodes(const NodeInfo& host, int ranks_per_node, int rank);
 
 // OpenMP threads for one of `local_size` CPU ranks sharing a node of
 // `node_cores` cores, when this rank may run on `rank_cores` of them (its
