@@ -187,8 +187,11 @@ std::string tp_group_spanning_nodes(const MeshShape& shape, const NodeInfo& node
       if (!list.empty()) list += ", ";
       list += std::to_string(r) + "@node" + std::to_string(node.node_of_rank.at(r));
     }
+    // (Counted from the nodes' ranks: a rehearsal's nodes are not the machine's.)
+    const auto per_node = std::count(node.node_of_rank.begin(), node.node_of_rank.end(),
+                                     node.node_of_rank.at(g.front()));
     return "tensor-parallel group [" + list + "] spans nodes (tp " + std::to_string(shape.tp) +
-           ", " + std::to_string(node.local_size) +
+           ", " + std::to_string(per_node) +
            " ranks per node; parallel.topology: refuse stops here, warn goes on)";
   }
   return "";
