@@ -10,7 +10,8 @@
 //                      [--stage-layers auto|3,4,4,1|first=N,last=M] [--optimizer adamw|muon]
 //                      [--json]
 //   triad-plan recommend --model M.yaml --cluster C.yaml --gpus N --global-batch B [--top K]
-//   [--schedules interleaved,zb-h1,zb-auto,zb-v] [--even-stages] [--cps 1,2,4]
+//   [--schedules interleaved,zb-h1,zb-auto,zb-v] [--even-stages] [--whole-recompute]
+//   [--cps 1,2,4]
 //   [--optimizer adamw|muon] [--json]
 #include <spdlog/spdlog.h>
 
@@ -185,12 +186,15 @@ int main(int argc, char** argv) {
   add_common(rec);
   rec->add_option("--top", top, "how many to print")->check(at_least_one)->capture_default_str();
   std::string schedules = "interleaved,zb-h1,zb-auto,zb-v";
-  bool even_stages = false;
+  bool even_stages = false, whole_recompute = false;
   rec->add_option("--schedules", schedules,
                   "pipeline schedules tried beside 1f1b (always tried), comma-separated")
       ->capture_default_str();
   rec->add_flag("--even-stages", even_stages,
                 "only even stage splits (pp dividing the layers): a narrower, faster search");
+  rec->add_flag("--whole-recompute", whole_recompute,
+                "full recomputation of every layer only, never of some of each chunk's "
+                "(model.recompute_layers): a narrower, faster search");
   std::string cps = "1";
   rec->add_option("--cps", cps,
                   "context-parallel sizes tried (each sequence shared by cp ranks), "
@@ -379,6 +383,7 @@ int main(int argc, char** argv) {
     space.attention = plan::attention_from_name(attention);
     space.muon = optimizer == "muon";
     space.try_balanced_stages = !even_stages;
+    space.try_recompute_layers = !whole_recompute;
     space.try_zb_h1 = space.try_zb_auto = space.try_zb_v = false;
     bool interleaved = false;
     std::stringstream names(schedules);
