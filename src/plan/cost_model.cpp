@@ -793,8 +793,8 @@ namespace {
 // from below that estimate_lower_bound() describes.
 Estimate price(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int global_batch,
                const ParallelConfig& asked, bool simulate) {
-  check_config(m, c, gpus, global_batch, asked);
   const ParallelConfig p = concrete_context_exchange(m, c, asked);
+  check_config(m, c, gpus, global_batch, p);  // (p's exchange is concrete already)
   Estimate e;
   e.config = p;
   e.num_microbatches = global_batch / (p.micro_batch * p.dp);
@@ -897,17 +897,17 @@ Estimate price(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int globa
     layers[static_cast<size_t>(i)] = it->second;
     mean_f += it->second.first.f / static_cast<double>(m.n_layer);
   }
-  // Whether the layer at `position` in its chunk keeps its activations
-  // where the others recompute (past recompute_layers).
-  const auto kept_whole = [&](int64_t position) {
-    return recompute == Recompute::Full && p.recompute_layers > 0 && position >= p.recompute_layers;
-  };
-  // Stage st holds the layers from first[st] on (stages in layer order).
+  // Stage st holds the layers from first[st] on (stages in layer order);
+  // under full recomputation its first recomputed_layers recompute and the
+  // others keep their activations.
   std::vector<Layer> stage(S, Layer{});
   for (int st = 0, first = 0; st < S; first += static_cast<int>(counts[st]), ++st) {
+    const int64_t again = recompute == Recompute::Full
+                              ? pipeline::recomputed_layers(counts[st], p.recompute_layers)
+                              : counts[st];
     for (int64_t i = first; i < first + counts[st]; ++i) {
       const auto& both = layers[static_cast<size_t>(i)];
-      const Layer& x = kept_whole(i - first) ? both.second : both.first;
+      const Layer& x = i - first < again ? both.first : both.second;
       Layer& y = stage[st];
       y.f += x.f, y.bi += x.bi, y.bw += x.bw, y.gemm += x.gemm, y.mem += x.mem, y.tp += x.tp;
       y.ep += x.ep;
@@ -1216,10 +1216,8 @@ Estimate price(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int globa
   // (With recompute_layers, the share of the layers that recompute.)
   double recomputed_share = 0;
   if (p.recompute == Recompute::Full) {
-    for (int64_t n : counts) {
-      recomputed_share += static_cast<double>(
-          p.recompute_layers > 0 ? std::min<int64_t>(n, p.recompute_layers) : n);
-    }
+    for (int64_t n : counts)
+      recomputed_share += static_cast<double>(pipeline::recomputed_layers(n, p.recompute_layers));
     recomputed_share /= static_cast<double>(m.n_layer);
   }
   e.model_flops_per_step = ptdp_model_flops(m, global_batch, recomputed_share);
@@ -1333,11 +1331,12 @@ Estimate price(const nn::GptConfig& m, const ClusterSpec& c, int gpus, int globa
   // recomputed (all of them under plain full recomputation).
   double activations = 0;
   for (int r = 0; r < p.pp; ++r) {
-    const double w = static_cast<double>(widest[static_cast<size_t>(r)]);
-    const double again = recompute != Recompute::Full ? 0.0
-                         : p.recompute_layers > 0
-                             ? std::min(w, static_cast<double>(p.recompute_layers))
-                             : w;
+    const int64_t chunk = widest[static_cast<size_t>(r)];
+    const double w = static_cast<double>(chunk);
+    const double again =
+        recompute == Recompute::Full
+            ? static_cast<double>(pipeline::recomputed_layers(chunk, p.recompute_layers))
+            : 0.0;
     activations = std::max(activations, held_chunks[static_cast<size_t>(r)] *
                                             (again * recomputed_layer + (w - again) * kept_layer));
   }

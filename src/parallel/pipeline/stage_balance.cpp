@@ -114,9 +114,7 @@ std::vector<int64_t> balanced_stage_layers(const nn::GptConfig& cfg, int pp, int
   // Stage s (0-based) holding layers [j, i): its cost, the forward passes
   // of the ones it recomputes again.
   auto cost = [&](int64_t s, int64_t j, int64_t i) {
-    const int64_t again = !full_recompute        ? 0
-                          : recompute_layers > 0 ? std::min(i - j, recompute_layers)
-                                                 : i - j;
+    const int64_t again = full_recompute ? recomputed_layers(i - j, recompute_layers) : 0;
     return prefix[i] - prefix[j] + forward[j + again] - forward[j] + (s == S - 1 ? head.head : 0.0);
   };
   const double inf = std::numeric_limits<double>::infinity();

@@ -28,6 +28,13 @@ struct StageWork {
 };
 StageWork stage_work(const nn::GptConfig& cfg, bool full_recompute = false);
 
+// Of a stage's `layers`, how many recompute under full recomputation
+// (model.recompute_layers; 0: all of them): its first ones
+// (nn::GptConfig::recomputes).
+inline int64_t recomputed_layers(int64_t layers, int64_t recompute_layers) {
+  return recompute_layers > 0 && recompute_layers < layers ? recompute_layers : layers;
+}
+
 // Checks a split's layers per stage (parallel.stage_layers, in stage order):
 // `stages` entries (pp * vpp) adding up to n_layer, every stage holding at
 // least one layer but the first and the last, which may hold none: a stage
