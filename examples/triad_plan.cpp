@@ -13,19 +13,24 @@
 //   [--schedules interleaved,zb-h1,zb-auto,zb-v] [--even-stages] [--whole-recompute]
 //   [--cps 1,2,4]
 //   [--optimizer adamw|muon] [--json]
+//   triad-plan recommend --config RUN.yaml --cluster C.yaml [--gpus N] [--write-config BEST.yaml]
+#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "triad/core/error.h"
+#include "triad/io/text_file.h"
 #include "triad/parallel/pipeline/simulator.h"
 #include "triad/parallel/pipeline/stage_balance.h"
 #include "triad/parallel/pipeline/zero_bubble.h"
@@ -69,6 +74,10 @@ void print_estimate(const plan::Estimate& e, const plan::ClusterSpec& c) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Warnings and errors on stderr: stdout carries the results (--json's too).
+  auto log = spdlog::stderr_color_mt("triad-plan");
+  log->set_pattern("[%Y-%m-%d %H:%M:%S.%e] [%^%l%$] %v");
+  spdlog::set_default_logger(log);
   CLI::App app{"Triad planner: pipeline schedules and cluster predictions"};
   const CLI::Validator at_least_one = examples::at_least_one();
   app.require_subcommand(1);
@@ -118,7 +127,7 @@ int main(int argc, char** argv) {
   int gpus = 0, global_batch = 0, tp = 1, pp = 1, vpp = 1, micro = 1, zero = 0, top = 5, ep = 1,
       cp = 1, cp_a2a = 1, recompute_layers = 0;
   bool sp = false, json = false, overlap = false, overlap_tp = false;
-  std::string config_path;
+  std::string config_path, write_config;
   auto add_common = [&](CLI::App* c) {
     c->add_option("--model", model_path, "trainer config or model section YAML");
     c->add_option("--cluster", cluster_path, "cluster YAML (configs/clusters/)")->required();
@@ -184,6 +193,12 @@ int main(int argc, char** argv) {
   auto* rec =
       app.add_subcommand("recommend", "the fastest configurations that fit (--top of them)");
   add_common(rec);
+  rec->add_option("--config", config_path,
+                  "a triad-train config: its model, global batch, optimizer and frozen "
+                  "parameters, priced as Triad runs them (as predict --config does)");
+  rec->add_option("--write-config", write_config,
+                  "with --config: write it again with the best layout's settings (parallel, "
+                  "micro batch, recomputation) to this file");
   rec->add_option("--top", top, "how many to print")->check(at_least_one)->capture_default_str();
   std::string schedules = "interleaved,zb-h1,zb-auto,zb-v";
   bool even_stages = false, whole_recompute = false;
@@ -375,13 +390,42 @@ int main(int argc, char** argv) {
       }
       return 0;
     }
-    require(rec, {"--model", "--gpus", "--global-batch"});
-    const auto model = plan::load_model_spec(model_path);
+    nn::GptConfig model;
     plan::SearchSpace space;
-    space.overlap_dp = overlap;
-    space.overlap_tp = overlap_tp;
-    space.attention = plan::attention_from_name(attention);
-    space.muon = optimizer == "muon";
+    if (!config_path.empty()) {
+      if (given(rec, "--model"))
+        throw ConfigError("--model and --config name the model twice: give one");
+      const train::Config run = train::load_config(config_path);
+      if (const std::string note = plan::planning_note(run); !note.empty())
+        spdlog::warn("{}", note);
+      model = run.model;
+      space = plan::search_space(run);
+      if (!given(rec, "--global-batch"))
+        global_batch = static_cast<int>(run.train.global_batch_size);
+      if (!given(rec, "--gpus")) {
+        if (run.parallel.dp <= 0)
+          throw ConfigError(
+              "the config leaves parallel.dp to the world size: give the number "
+              "of GPUs to plan for (--gpus)");
+        gpus = run.parallel.tp * run.parallel.pp * run.parallel.cp * run.parallel.dp;
+      }
+    } else {
+      if (!write_config.empty())
+        throw ConfigError(
+            "--write-config writes a triad-train config with the best layout: "
+            "give that config (--config), not --model");
+      require(rec, {"--model", "--gpus", "--global-batch"});
+      model = plan::load_model_spec(model_path);
+    }
+    // Options given here override the config's.
+    if (config_path.empty() || given(rec, "--overlap-dp")) space.overlap_dp = overlap;
+    if (config_path.empty() || given(rec, "--overlap-tp")) space.overlap_tp = overlap_tp;
+    if (config_path.empty() || given(rec, "--attention"))
+      space.attention = plan::attention_from_name(attention);
+    if (config_path.empty() || given(rec, "--optimizer")) {
+      space.muon = optimizer == "muon";
+      if (!space.muon) space.muon_ns_fp32 = false;
+    }
     space.try_balanced_stages = !even_stages;
     space.try_recompute_layers = !whole_recompute;
     space.try_zb_h1 = space.try_zb_auto = space.try_zb_v = false;
@@ -432,10 +476,18 @@ int main(int argc, char** argv) {
       throw ConfigError("no configuration of " + std::to_string(gpus) +
                         " GPUs fits this model in memory");
     const size_t n = best.size();
+    // Each layout as triad-train's settings.
+    std::vector<std::vector<std::string>> settings;
+    for (const plan::Estimate& e : best)
+      settings.push_back(plan::trainer_settings(e.config, global_batch));
     if (json) {
-      std::string out = "[";
-      for (size_t i = 0; i < n; ++i) out += (i ? "," : "") + best[i].json();
-      std::printf("%s]\n", out.c_str());
+      nlohmann::json out = nlohmann::json::array();
+      for (size_t i = 0; i < n; ++i) {
+        nlohmann::json one = nlohmann::json::parse(best[i].json());
+        one["trainer_settings"] = settings[i];
+        out.push_back(std::move(one));
+      }
+      std::printf("%s\n", out.dump().c_str());
     } else {
       // (The rest were ruled out by a bound: too slow to rank, or too large.)
       std::printf("%zu layouts, %zu priced in full (%zu of those fit); the best %zu:\n",
@@ -443,7 +495,19 @@ int main(int argc, char** argv) {
       for (size_t i = 0; i < n; ++i) {
         std::printf("%zu. ", i + 1);
         print_estimate(best[i], cluster);
+        std::string flags;
+        for (const std::string& setting : settings[i]) flags += " --set " + setting;
+        std::printf("  triad-train%s\n", flags.c_str());
       }
+    }
+    if (!write_config.empty()) {
+      std::error_code ec;
+      if (std::filesystem::equivalent(write_config, config_path, ec))
+        throw ConfigError("--write-config '" + write_config +
+                          "' is the config it reads (--config): name another file");
+      write_file(write_config, train::with_overrides(io::read_text_file(config_path, "config file"),
+                                                     settings[0], config_path));
+      spdlog::info("wrote {}: {} with the first layout's settings", write_config, config_path);
     }
     return 0;
   });

@@ -68,12 +68,58 @@ PlannedRun planned_run(const train::Config& config, int gpus) {
   if (config.model.lora.rank <= 0) p.frozen = config.frozen_parameters();
   run.gpus = gpus;
   run.global_batch = static_cast<int>(config.train.global_batch_size);
-  if (config.train.precision == "fp32") {
-    run.note =
-        "the planner prices mixed precision (bf16/fp16 weights and activations); this config "
-        "trains in fp32, which needs about twice the activation memory and runs slower";
-  }
+  run.note = planning_note(config);
   return run;
+}
+
+std::string planning_note(const train::Config& config) {
+  if (config.train.precision != "fp32") return "";
+  return "the planner prices mixed precision (bf16/fp16 weights and activations); this config "
+         "trains in fp32, which needs about twice the activation memory and runs slower";
+}
+
+SearchSpace search_space(const train::Config& config) {
+  SearchSpace space;
+  space.overlap_dp = true;
+  space.overlap_tp = true;
+  space.attention = Attention::Flash;
+  space.muon = config.train.optimizer == "muon";
+  space.muon_ns_fp32 = space.muon && config.train.muon_ns_dtype() == DType::F32;
+  space.overlap_param_gather = config.parallel.overlap_param_gather;
+  space.scatter_gather = config.parallel.pipeline_scatter_gather;
+  if (config.model.lora.rank <= 0) space.frozen = config.frozen_parameters();
+  return space;
+}
+
+std::vector<std::string> trainer_settings(const ParallelConfig& p, int global_batch) {
+  const auto flag = [](bool on) { return std::string(on ? "true" : "false"); };
+  std::string stages = "[";
+  for (size_t i = 0; i < p.stage_layers.size(); ++i)
+    stages += (i ? "," : "") + std::to_string(p.stage_layers[i]);
+  stages += "]";
+  const bool zero_bubble_search =
+      p.schedule == pipeline::ScheduleKind::ZbAuto || p.schedule == pipeline::ScheduleKind::ZbV;
+  return {
+      "parallel.tp=" + std::to_string(p.tp),
+      "parallel.pp=" + std::to_string(p.pp),
+      "parallel.dp=" + std::to_string(p.dp),
+      "parallel.vpp=" + std::to_string(p.vpp),
+      std::string("parallel.schedule=") + pipeline::schedule_name(p.schedule),
+      "parallel.zb_max_in_flight=" + std::to_string(zero_bubble_search ? p.zb_max_in_flight : 0),
+      "parallel.stage_layers=" + stages,
+      "parallel.sequence_parallel=" + flag(p.sequence_parallel),
+      "parallel.zero=" + std::string(p.zero1 ? "1" : "0"),
+      "parallel.ep=" + std::to_string(p.ep),
+      "parallel.cp=" + std::to_string(p.cp),
+      std::string("parallel.cp_comm=") + cp::exchange_name(p.cp_exchange),
+      "parallel.cp_a2a=" + std::to_string(p.cp_a2a),
+      "parallel.overlap_param_gather=" + flag(p.overlap_param_gather),
+      "parallel.pipeline_scatter_gather=" + flag(p.scatter_gather),
+      "train.global_batch_size=" + std::to_string(global_batch),
+      "train.micro_batch_size=" + std::to_string(p.micro_batch),
+      std::string("model.recompute=") + recompute_name(p.recompute),
+      "model.recompute_layers=" + std::to_string(p.recompute_layers),
+  };
 }
 
 }  // namespace triad::plan

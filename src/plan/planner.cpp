@@ -83,6 +83,10 @@ std::vector<Estimate> recommend(const nn::GptConfig& m, const ClusterSpec& c, in
                     p.overlap_tp = space.overlap_tp;
                     p.attention = space.attention;
                     p.muon = space.muon;
+                    p.muon_ns_fp32 = space.muon_ns_fp32;
+                    p.overlap_param_gather = space.overlap_param_gather;
+                    p.scatter_gather = space.scatter_gather;
+                    p.frozen = space.frozen;
                     std::vector<ParallelConfig> layouts{p};
                     if (pp > 1 && space.try_balanced_stages && m.n_layer >= pp * v) {
                       ParallelConfig balanced = p;

@@ -1565,6 +1565,23 @@ std::set<std::string> Config::frozen_parameters() const {
   }
 }
 
+std::string with_overrides(const std::string& yaml_text, const std::vector<std::string>& overrides,
+                           const std::string& source) {
+  YAML::Node root = io::load_yaml(yaml_text, source);
+  if (!root || root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
+  if (!root.IsMap()) throw ConfigError(source + ": the top level must be a mapping of sections");
+  for (const auto& o : overrides) apply_override(root, o);
+  YAML::Emitter e;
+  e << root;
+  std::string text = std::string(e.c_str()) + "\n";
+  try {
+    parse_config(text, {}, source);
+  } catch (const ConfigError& e) {
+    throw ConfigError(source + " with the settings applied: " + e.what());
+  }
+  return text;
+}
+
 Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
   return parse_config(io::read_text_file(path, "config file"), overrides, path);
 }

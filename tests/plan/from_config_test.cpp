@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <set>
+
 #include "triad/core/error.h"
 #include "triad/parallel/context/exchange.h"
 #include "triad/parallel/pipeline/stage_balance.h"
@@ -9,16 +11,20 @@
 namespace triad::plan {
 namespace {
 
+std::string config_text(const std::string& parallel, const std::string& extra = "") {
+  return "model: {n_layer: 24, n_head: 16, d_model: 1024, vocab_size: 50304, seq_len: 1024" +
+         extra +
+         "}\n"
+         "train: {steps: 10, global_batch_size: 512, micro_batch_size: 4, precision: bf16}\n"
+         "parallel: " +
+         parallel +
+         "\n"
+         "data: {train: data/none.bin}\n"
+         "output: {dir: out/none}\n";
+}
+
 train::Config config(const std::string& parallel, const std::string& extra = "") {
-  return train::parse_config(
-      "model: {n_layer: 24, n_head: 16, d_model: 1024, vocab_size: 50304, seq_len: 1024" + extra +
-      "}\n"
-      "train: {steps: 10, global_batch_size: 512, micro_batch_size: 4, precision: bf16}\n"
-      "parallel: " +
-      parallel +
-      "\n"
-      "data: {train: data/none.bin}\n"
-      "output: {dir: out/none}\n");
+  return train::parse_config(config_text(parallel, extra));
 }
 
 TEST(PlannedRun, TakesTheModelLayoutAndBatchOfATrainerConfig) {
@@ -114,6 +120,140 @@ TEST(PlannedRun, TheGpuCountComesFromDpOrIsGivenAndMustFit) {
   train::Config fp32 = config("{dp: 2}");
   fp32.train.precision = "fp32";
   EXPECT_NE(planned_run(fp32).note.find("fp32"), std::string::npos);
+}
+
+void expect_same_layout(const ParallelConfig& got, const ParallelConfig& want) {
+  EXPECT_EQ(got.str(), want.str());  // sizes, micro batch, recompute, exchange, schedule, split
+  EXPECT_EQ(got.tp, want.tp);
+  EXPECT_EQ(got.pp, want.pp);
+  EXPECT_EQ(got.dp, want.dp);
+  EXPECT_EQ(got.vpp, want.vpp);
+  EXPECT_EQ(got.micro_batch, want.micro_batch);
+  EXPECT_EQ(got.recompute, want.recompute);
+  EXPECT_EQ(got.recompute_layers, want.recompute_layers);
+  EXPECT_EQ(got.sequence_parallel, want.sequence_parallel);
+  EXPECT_EQ(got.zero1, want.zero1);
+  EXPECT_EQ(got.ep, want.ep);
+  EXPECT_EQ(got.cp, want.cp);
+  EXPECT_EQ(got.cp_exchange, want.cp_exchange);
+  EXPECT_EQ(got.cp_a2a, want.cp_a2a);
+  EXPECT_EQ(got.schedule, want.schedule);
+  EXPECT_EQ(got.zb_max_in_flight, want.zb_max_in_flight);
+  EXPECT_EQ(got.stage_layers, want.stage_layers);
+  EXPECT_EQ(got.overlap_param_gather, want.overlap_param_gather);
+  EXPECT_EQ(got.scatter_gather, want.scatter_gather);
+}
+
+TEST(TrainerSettings, TakeAConfigOfAnotherLayoutToThisOne) {
+  // A config of another layout, every key the settings name set otherwise.
+  const std::string other = config_text(
+      "{tp: 8, pp: 3, dp: 2, vpp: 2, schedule: zb-v, zb_max_in_flight: 5, stage_layers: auto, "
+      "sequence_parallel: true, zero: 1, cp: 2, cp_comm: ring, overlap_param_gather: false, "
+      "pipeline_scatter_gather: false}",
+      ", recompute: full, recompute_layers: 3");
+  const std::vector<std::string> layouts{
+      "{tp: 2, pp: 4, vpp: 2, dp: 8, sequence_parallel: true, zero: 1, schedule: interleaved}",
+      "{pp: 2, vpp: 2, dp: 4, schedule: zb-v, zb_max_in_flight: 3, stage_layers: [5, 7, 7, 5], "
+      "zero: 1, overlap_param_gather: false, pipeline_scatter_gather: false}",
+      "{tp: 2, cp: 4, dp: 2, cp_comm: all_to_all+ring, cp_a2a: 2}",
+      "{pp: 2, cp: 2, dp: 2, cp_comm: ring, schedule: zb-auto}",
+      "{tp: 4, pp: 3, dp: 1, schedule: zb-h1, stage_layers: {first: 6, last: 10}}",
+  };
+  const std::vector<std::string> models{", recompute: selective",
+                                        ", recompute: full, recompute_layers: 2", "", "",
+                                        ", recompute: full"};
+  for (size_t i = 0; i < layouts.size(); ++i) {
+    SCOPED_TRACE(layouts[i]);
+    const PlannedRun want = planned_run(config(layouts[i], models[i]));
+    const std::vector<std::string> settings = trainer_settings(want.layout, want.global_batch);
+    const PlannedRun got = planned_run(train::parse_config(other, settings));
+    expect_same_layout(got.layout, want.layout);
+    EXPECT_EQ(got.gpus, want.gpus);
+    EXPECT_EQ(got.global_batch, want.global_batch);
+  }
+  // A mixture's expert parallelism, and a global batch of the planner's.
+  const std::string moe = ", moe: {experts: 8, top_k: 2}";
+  const PlannedRun experts = planned_run(config("{tp: 2, dp: 8, ep: 4, zero: 1}", moe));
+  const train::Config applied = train::parse_config(config_text("{dp: 2, ep: 2}", moe),
+                                                    trainer_settings(experts.layout, 256));
+  expect_same_layout(planned_run(applied).layout, experts.layout);
+  EXPECT_EQ(applied.train.global_batch_size, 256);
+  // Each names its key once, in --set's form.
+  const std::vector<std::string> settings = trainer_settings(experts.layout, 256);
+  std::set<std::string> keys;
+  for (const std::string& s : settings) {
+    const size_t eq = s.find('=');
+    ASSERT_NE(eq, std::string::npos) << s;
+    EXPECT_TRUE(keys.insert(s.substr(0, eq)).second) << s;
+  }
+  EXPECT_TRUE(keys.count("parallel.ep"));
+  EXPECT_TRUE(keys.count("model.recompute_layers"));
+}
+
+TEST(TrainerSettings, TheSearchPricesAConfigAsPredictDoes) {
+  // A config under Muon with frozen embeddings and the parameters'
+  // all-gathers waited for at once: every layout the search returns,
+  // written into the config as settings and priced from it, is priced the
+  // same (what `recommend --write-config` then `predict --config` does).
+  std::string text = config_text("{dp: 16, zero: 1, overlap_param_gather: false}");
+  const std::string bf16 = "precision: bf16}";
+  text.replace(text.find(bf16), bf16.size(),
+               "precision: bf16, optimizer: muon, freeze: [wte.weight]}");
+  const train::Config base = train::parse_config(text);
+  SearchSpace space = search_space(base);
+  EXPECT_TRUE(space.overlap_dp);
+  EXPECT_TRUE(space.overlap_tp);
+  EXPECT_EQ(space.attention, Attention::Flash);
+  EXPECT_TRUE(space.muon);
+  EXPECT_FALSE(space.overlap_param_gather);
+  EXPECT_TRUE(space.scatter_gather);
+  EXPECT_EQ(space.frozen, std::set<std::string>{"wte.weight"});
+  const ClusterSpec c = load_cluster(TRIAD_SOURCE_DIR "/configs/clusters/hgx_h200.yaml");
+  space.top = 4;
+  const std::vector<Estimate> best = recommend(base.model, c, 16, 512, space);
+  ASSERT_EQ(best.size(), 4u);
+  for (const Estimate& e : best) {
+    SCOPED_TRACE(e.config.str());
+    const PlannedRun run = planned_run(train::parse_config(text, trainer_settings(e.config, 512)));
+    EXPECT_TRUE(run.layout.muon);
+    EXPECT_EQ(run.layout.frozen, space.frozen);
+    const Estimate again = estimate(run.model, c, run.gpus, run.global_batch, run.layout);
+    EXPECT_EQ(again.step_time, e.step_time);
+    EXPECT_EQ(again.memory_bytes, e.memory_bytes);
+  }
+}
+
+TEST(WithOverrides, KeepsTheFilesKeysAndAppliesTheSettings) {
+  const std::string text =
+      "# a comment\n"
+      "model: {n_layer: 4, n_head: 4, d_model: 128, vocab_size: 256, seq_len: 128}\n"
+      "train: {steps: 30, global_batch_size: 16, micro_batch_size: 8, lr: 3.0e-3}\n"
+      "data: {train: data/tiny_train.bin}\n"
+      "output: {dir: out/tiny}\n";
+  const std::vector<std::string> settings{"parallel.tp=2", "train.micro_batch_size=4",
+                                          "parallel.stage_layers=[1,3]", "parallel.pp=2"};
+  const std::string written = train::with_overrides(text, settings, "tiny.yaml");
+  const train::Config c = train::parse_config(written);
+  EXPECT_EQ(c.parallel.tp, 2);
+  EXPECT_EQ(c.parallel.pp, 2);
+  EXPECT_EQ(c.parallel.stage_layers, (std::vector<int64_t>{1, 3}));
+  EXPECT_EQ(c.train.micro_batch_size, 4);
+  EXPECT_EQ(c.train.steps, 30);
+  EXPECT_EQ(c.train.lr, 3.0e-3);
+  ASSERT_EQ(c.data_train.size(), 1u);
+  EXPECT_EQ(c.data_train[0].path, "data/tiny_train.bin");
+  // Only the keys given or set: nothing else is written out.
+  EXPECT_EQ(written.find("weight_decay"), std::string::npos) << written;
+  // A result that is no valid config is refused, named.
+  try {
+    train::with_overrides(text, {"parallel.pp=3"}, "tiny.yaml");
+    FAIL() << "expected a ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find(
+                  "tiny.yaml with the settings applied: model.n_layer (4) must be divisible"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace

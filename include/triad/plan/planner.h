@@ -1,5 +1,7 @@
 #pragma once
 
+#include <set>
+#include <string>
 #include <vector>
 
 #include "triad/plan/cost_model.h"
@@ -27,6 +29,14 @@ struct SearchSpace {
   bool overlap_tp = false;
   Attention attention = Attention::Unfused;
   bool muon = false;  // every layout under train.optimizer muon (ParallelConfig::muon)
+  // What every layout holds as ParallelConfig does (the search varies none
+  // of them): Newton-Schulz in f32, the parameters' all-gathers after
+  // ZeRO-1's step left running, PTD-P's scatter-gather between stages, the
+  // parameters held fixed.
+  bool muon_ns_fp32 = false;
+  bool overlap_param_gather = true;
+  bool scatter_gather = true;
+  std::set<std::string> frozen;
   // > 0: only the `top` fastest layouts that fit are wanted. Layouts are
   // then priced in the order of estimate_lower_bound's step time, and the
   // search stops where that bound passes the top-th best found: the same

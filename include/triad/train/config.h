@@ -275,6 +275,12 @@ struct Config {
 Config parse_config(const std::string& yaml_text, const std::vector<std::string>& overrides = {},
                     const std::string& source = "<config>");
 Config load_config(const std::string& path, const std::vector<std::string>& overrides = {});
+// `yaml_text` (a config file's) with `overrides` applied as parse_config
+// applies them, written back as YAML: the text's own keys kept as given
+// (its comments are not), the overridden ones replaced or added. The result
+// must be a valid config (parse_config's error otherwise, naming `source`).
+std::string with_overrides(const std::string& yaml_text, const std::vector<std::string>& overrides,
+                           const std::string& source = "<config>");
 // Checks the batch against a data-parallel size (known once the world is):
 // global batch divisible by micro batch * dp, and for the interleaved
 // schedule the microbatches per pipeline a multiple of pp; every size of a
