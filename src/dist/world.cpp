@@ -53,6 +53,24 @@ NodeInfo maybe_rehearsed(const NodeInfo& host, int rank) {
 }
 }  // namespace
 
+bool mpi_launched(const char* (*getenv)(const char*)) {
+  if (const char* forced = getenv("TRIAD_MPI"); forced && *forced) {
+    if (std::string(forced) != "1") {
+      throw ConfigError(std::string("TRIAD_MPI ('") + forced +
+                        "') must be 1 (start MPI though no known launcher started this process) "
+                        "or unset");
+    }
+    return true;
+  }
+  // One each launcher sets in every process it starts.
+  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE", "PMI_FD",
+                           "MV2_COMM_WORLD_RANK", "MPI_LOCALRANKID", "SLURM_PROCID",
+                           "FLUX_TASK_RANK", "JSM_NAMESPACE_RANK", "ALPS_APP_PE"}) {
+    if (const char* v = getenv(name); v && *v) return true;
+  }
+  return false;
+}
+
 int cpu_threads_per_rank(int node_cores, int rank_cores, int local_size) {
   if (node_cores < 1 || rank_cores < 1 || local_size < 1) {
     throw ValueError("cpu_threads_per_rank: node cores (" + std::to_string(node_cores) +
@@ -62,6 +80,29 @@ int cpu_threads_per_rank(int node_cores, int rank_cores, int local_size) {
   }
   return std::max(1, std::min(rank_cores, node_cores / local_size));
 }
+
+namespace {
+
+// A world of one without MPI (init_world alone, or a build without MPI):
+// its groups are groups of one, and its node the one node.
+bool local_world(const ProcessGroupPtr& world) {
+  return dynamic_cast<detail::LocalProcessGroup*>(world.get()) != nullptr;
+}
+
+ProcessGroupPtr local_group(const ProcessGroupPtr& world, const std::string& name) {
+  auto g = std::make_shared<detail::LocalProcessGroup>(name);
+  g->set_timeout(world->timeout());
+  g->set_validate(world->validate());
+  return g;
+}
+
+NodeInfo local_node_info() {
+  NodeInfo info;
+  info.node_of_rank = {0};
+  return maybe_rehearsed(info, 0);
+}
+
+}  // namespace
 
 #ifdef TRIAD_WITH_MPI
 namespace {
@@ -84,6 +125,10 @@ detail::MpiProcessGroup& as_mpi(const ProcessGroupPtr& g, const char* what) {
 ProcessGroupPtr init_world() {
   int initialized = 0;
   MPI_Initialized(&initialized);
+  if (!initialized &&
+      !mpi_launched([](const char* name) -> const char* { return std::getenv(name); })) {
+    return std::make_shared<detail::LocalProcessGroup>("world");
+  }
   if (!initialized) {
     int provided = 0;
     if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) {
@@ -97,6 +142,7 @@ ProcessGroupPtr init_world() {
 }
 
 ProcessGroupPtr split_group(const ProcessGroupPtr& world, int color, const std::string& name) {
+  if (local_world(world)) return local_group(world, name);
   auto& w = as_mpi(world, "split_group");
   MPI_Comm comm;
   if (MPI_Comm_split(w.comm(), color, w.rank(), &comm) != MPI_SUCCESS) {
@@ -109,6 +155,7 @@ ProcessGroupPtr split_group(const ProcessGroupPtr& world, int color, const std::
 }
 
 NodeInfo node_info(const ProcessGroupPtr& world) {
+  if (local_world(world)) return local_node_info();
   auto& w = as_mpi(world, "node_info");
   MPI_Comm node;
   MPI_Comm_split_type(w.comm(), MPI_COMM_TYPE_SHARED, w.rank(), MPI_INFO_NULL, &node);
@@ -151,13 +198,11 @@ ProcessGroupPtr init_world() {
 ProcessGroupPtr split_group(const ProcessGroupPtr& world, int, const std::string& name) {
   if (world->size() != 1)
     throw ValueError("split_group needs MPI for a world of " + std::to_string(world->size()));
-  return std::make_shared<detail::LocalProcessGroup>(name);
+  return local_group(world, name);
 }
 
 NodeInfo node_info(const ProcessGroupPtr&) {
-  NodeInfo info;
-  info.node_of_rank = {0};
-  return maybe_rehearsed(info, 0);
+  return local_node_info();
 }
 
 void abort_job(int code) {

@@ -1,6 +1,12 @@
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <map>
+#include <string>
+
 #include "triad/dist/mesh.h"
+#include "triad/dist/world.h"
+#include "triad/ops.h"
 
 namespace triad::dist {
 namespace {
@@ -179,6 +185,67 @@ TEST(NodeInfo, RehearsedNodesSplitTheMachines) {
   tp4.validate(8);
   EXPECT_NE(tp_group_spanning_nodes(tp4, rehearsed_nodes(host, 2, 0)), "");
   EXPECT_EQ(tp_group_spanning_nodes(tp4, host), "");
+}
+
+// A fake environment for mpi_launched: the variables named in `set`.
+const std::map<std::string, std::string>* g_env = nullptr;
+const char* fake_getenv(const char* name) {
+  const auto it = g_env->find(name);
+  return it == g_env->end() ? nullptr : it->second.c_str();
+}
+
+TEST(World, MpiStartsOnlyUnderALauncher) {
+  std::map<std::string, std::string> env{{"HOME", "/root"}, {"OMP_NUM_THREADS", "1"}};
+  g_env = &env;
+  EXPECT_FALSE(mpi_launched(fake_getenv));
+  // Each launcher's own variable.
+  for (const char* name :
+       {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE", "MV2_COMM_WORLD_RANK",
+        "SLURM_PROCID", "FLUX_TASK_RANK", "JSM_NAMESPACE_RANK", "ALPS_APP_PE"}) {
+    std::map<std::string, std::string> launched = env;
+    launched[name] = "0";
+    g_env = &launched;
+    EXPECT_TRUE(mpi_launched(fake_getenv)) << name;
+    launched[name] = "";  // (set but empty: no launcher's)
+    EXPECT_FALSE(mpi_launched(fake_getenv)) << name;
+  }
+  // TRIAD_MPI=1 for a launcher none of them names; nothing else.
+  env["TRIAD_MPI"] = "1";
+  g_env = &env;
+  EXPECT_TRUE(mpi_launched(fake_getenv));
+  env["TRIAD_MPI"] = "yes";
+  try {
+    mpi_launched(fake_getenv);
+    FAIL() << "expected ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("TRIAD_MPI ('yes') must be 1"), std::string::npos)
+        << e.what();
+  }
+  g_env = nullptr;
+}
+
+TEST(World, AProcessStartedAloneIsAWorldOfOne) {
+  // (This test binary runs without mpirun; under a launcher the world is
+  // MPI's, of one rank too.)
+  ProcessGroupPtr world = init_world();
+  world->set_timeout(std::chrono::milliseconds(1234));
+  ASSERT_EQ(world->size(), 1);
+  EXPECT_EQ(world->rank(), 0);
+  // Its groups are groups of one that keep the world's settings, and its
+  // node the only one.
+  ProcessGroupPtr tp = split_group(world, 0, "tp");
+  EXPECT_EQ(tp->size(), 1);
+  EXPECT_EQ(tp->name(), "tp");
+  EXPECT_EQ(tp->timeout(), std::chrono::milliseconds(1234));
+  const NodeInfo node = node_info(world);
+  EXPECT_EQ(node.num_nodes, 1);
+  EXPECT_EQ(node.local_size, 1);
+  EXPECT_EQ(node.node_of_rank, std::vector<int>{0});
+  // A mesh of one over it, and a collective that leaves the values as they are.
+  DeviceMesh mesh(world, MeshShape{.tp = 1, .pp = 1, .dp = 1});
+  Tensor t = from_vector(std::vector<float>{1.5f, -2.0f}, {2});
+  mesh.dp()->all_reduce(t, ReduceOp::Avg)->wait();
+  EXPECT_EQ(to_float_vector(t), (std::vector<float>{1.5f, -2.0f}));
 }
 
 // Context parallelism's groups, blocks of cp consecutive data-parallel

@@ -8,10 +8,19 @@
 namespace triad::dist {
 
 // The processes of this job. init_world() starts MPI when Triad was built
-// with it (launched by mpirun, srun, or alone as a world of one) and returns
-// the group of all ranks; without MPI it returns a world of one.
-// MPI is finalised at exit.
+// with it and an MPI launcher started the process (mpi_launched: mpirun,
+// srun, mpiexec, ...), and returns the group of all ranks; a process started
+// alone, or a build without MPI, gets a world of one without MPI (no
+// singleton start-up, which spawns a daemon and takes about half a
+// second). MPI is finalised at exit.
 ProcessGroupPtr init_world();
+
+// Whether the environment (`getenv`) shows an MPI launcher's process: a
+// variable that Open MPI's mpirun, PMIx, PMI-1/2 (MPICH's and Intel MPI's
+// Hydra, MVAPICH, Cray's), Slurm's srun, Flux or LSF's jsrun set in each
+// process it starts. TRIAD_MPI=1 says yes for a launcher none of these
+// name; any other value of TRIAD_MPI is a ConfigError.
+bool mpi_launched(const char* (*getenv)(const char*));
 
 // A sub-group of `world` for each colour: every world rank calls this with
 // its colour (ranks with equal colour form a group, ordered by world rank)
