@@ -88,38 +88,47 @@ SearchSpace search_space(const train::Config& config) {
   space.overlap_param_gather = config.parallel.overlap_param_gather;
   space.scatter_gather = config.parallel.pipeline_scatter_gather;
   if (config.model.lora.rank <= 0) space.frozen = config.frozen_parameters();
+  space.ramp_batches = config.train.batch_ramp().sizes();
   return space;
 }
 
 std::vector<std::string> trainer_settings(const ParallelConfig& p, int global_batch) {
+  std::vector<std::string> out;
+  const auto set = [&](const char* key, const std::string& value) {
+    std::string setting = key;
+    setting += '=';
+    setting += value;
+    out.push_back(std::move(setting));
+  };
   const auto flag = [](bool on) { return std::string(on ? "true" : "false"); };
   std::string stages = "[";
-  for (size_t i = 0; i < p.stage_layers.size(); ++i)
-    stages += (i ? "," : "") + std::to_string(p.stage_layers[i]);
-  stages += "]";
+  for (size_t i = 0; i < p.stage_layers.size(); ++i) {
+    if (i > 0) stages += ',';
+    stages += std::to_string(p.stage_layers[i]);
+  }
+  stages += ']';
   const bool zero_bubble_search =
       p.schedule == pipeline::ScheduleKind::ZbAuto || p.schedule == pipeline::ScheduleKind::ZbV;
-  return {
-      "parallel.tp=" + std::to_string(p.tp),
-      "parallel.pp=" + std::to_string(p.pp),
-      "parallel.dp=" + std::to_string(p.dp),
-      "parallel.vpp=" + std::to_string(p.vpp),
-      std::string("parallel.schedule=") + pipeline::schedule_name(p.schedule),
-      "parallel.zb_max_in_flight=" + std::to_string(zero_bubble_search ? p.zb_max_in_flight : 0),
-      "parallel.stage_layers=" + stages,
-      "parallel.sequence_parallel=" + flag(p.sequence_parallel),
-      "parallel.zero=" + std::string(p.zero1 ? "1" : "0"),
-      "parallel.ep=" + std::to_string(p.ep),
-      "parallel.cp=" + std::to_string(p.cp),
-      std::string("parallel.cp_comm=") + cp::exchange_name(p.cp_exchange),
-      "parallel.cp_a2a=" + std::to_string(p.cp_a2a),
-      "parallel.overlap_param_gather=" + flag(p.overlap_param_gather),
-      "parallel.pipeline_scatter_gather=" + flag(p.scatter_gather),
-      "train.global_batch_size=" + std::to_string(global_batch),
-      "train.micro_batch_size=" + std::to_string(p.micro_batch),
-      std::string("model.recompute=") + recompute_name(p.recompute),
-      "model.recompute_layers=" + std::to_string(p.recompute_layers),
-  };
+  set("parallel.tp", std::to_string(p.tp));
+  set("parallel.pp", std::to_string(p.pp));
+  set("parallel.dp", std::to_string(p.dp));
+  set("parallel.vpp", std::to_string(p.vpp));
+  set("parallel.schedule", pipeline::schedule_name(p.schedule));
+  set("parallel.zb_max_in_flight", std::to_string(zero_bubble_search ? p.zb_max_in_flight : 0));
+  set("parallel.stage_layers", stages);
+  set("parallel.sequence_parallel", flag(p.sequence_parallel));
+  set("parallel.zero", p.zero1 ? "1" : "0");
+  set("parallel.ep", std::to_string(p.ep));
+  set("parallel.cp", std::to_string(p.cp));
+  set("parallel.cp_comm", cp::exchange_name(p.cp_exchange));
+  set("parallel.cp_a2a", std::to_string(p.cp_a2a));
+  set("parallel.overlap_param_gather", flag(p.overlap_param_gather));
+  set("parallel.pipeline_scatter_gather", flag(p.scatter_gather));
+  set("train.global_batch_size", std::to_string(global_batch));
+  set("train.micro_batch_size", std::to_string(p.micro_batch));
+  set("model.recompute", recompute_name(p.recompute));
+  set("model.recompute_layers", std::to_string(p.recompute_layers));
+  return out;
 }
 
 }  // namespace triad::plan

@@ -41,6 +41,9 @@ std::vector<Estimate> recommend(const nn::GptConfig& m, const ClusterSpec& c, in
         if (global_batch % dp != 0) continue;
         for (int mb : space.micro_batches) {
           if (global_batch % (mb * dp) != 0) continue;
+          if (std::any_of(space.ramp_batches.begin(), space.ramp_batches.end(),
+                          [&](int64_t g) { return g % (mb * dp) != 0; }))
+            continue;
           std::vector<std::pair<pipeline::ScheduleKind, int>> schedules{
               {pipeline::ScheduleKind::OneFOneB, 1}};
           if (pp > 1) {

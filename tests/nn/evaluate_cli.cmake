@@ -6,14 +6,11 @@
 # Variables: EVAL (triad-eval), RUN (a triad-train output.dir), QUESTIONS
 # (JSON lines), WINOGRANDE (WinoGrande's JSON lines), WORK.
 include(${CMAKE_CURRENT_LIST_DIR}/eval_common.cmake)
+include(${CMAKE_CURRENT_LIST_DIR}/../train/e2e_common.cmake)
 file(REMOVE_RECURSE ${WORK})
 file(MAKE_DIRECTORY ${WORK})
 function(eval out)
-  execute_process(COMMAND ${EVAL} --run ${RUN} ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE text
-                  ERROR_VARIABLE err)
-  if(NOT rc EQUAL 0)
-    message(FATAL_ERROR "triad-eval ${ARGN} exited ${rc}: ${text}${err}")
-  endif()
+  run_for_stdout("triad-eval ${ARGN}" text ${EVAL} --run ${RUN} ${ARGN})
   set(${out} "${text}" PARENT_SCOPE)
 endfunction()
 # The first choice's score on the first line of a --predictions file.

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <set>
 
 #include "triad/core/error.h"
@@ -221,6 +222,33 @@ TEST(TrainerSettings, TheSearchPricesAConfigAsPredictDoes) {
     EXPECT_EQ(again.step_time, e.step_time);
     EXPECT_EQ(again.memory_bytes, e.memory_bytes);
   }
+}
+
+TEST(TrainerSettings, TheSearchKeepsToLayoutsTheBatchRampCanRun) {
+  // Global batches of 24, 32, ... then 512 on 16 GPUs: dp 16 at micro batch
+  // 1 divides 512 but not 24, so with the ramp no layout has mb * dp above 8
+  // (or not dividing 24), and every one written into the config is valid.
+  std::string text = config_text("{}");
+  const std::string bf16 = "precision: bf16}";
+  text.replace(text.find(bf16), bf16.size(), "precision: bf16, rampup_batch_size: [24, 8, 1000]}");
+  const train::Config ramped = train::parse_config(text);
+  SearchSpace space = search_space(ramped);
+  EXPECT_EQ(space.ramp_batches.front(), 24);
+  space.top = 50;
+  const ClusterSpec c = load_cluster(TRIAD_SOURCE_DIR "/configs/clusters/hgx_h200.yaml");
+  const std::vector<Estimate> best = recommend(ramped.model, c, 16, 512, space);
+  ASSERT_FALSE(best.empty());
+  for (const Estimate& e : best) {
+    SCOPED_TRACE(e.config.str());
+    EXPECT_EQ(24 % (e.config.micro_batch * e.config.dp), 0);
+    EXPECT_NO_THROW(train::parse_config(text, trainer_settings(e.config, 512)));
+  }
+  // Without the ramp the search has layouts of dp 16.
+  space.ramp_batches.clear();
+  const std::vector<Estimate> all = recommend(ramped.model, c, 16, 512, space);
+  EXPECT_TRUE(std::any_of(all.begin(), all.end(), [](const Estimate& e) {
+    return 24 % (e.config.micro_batch * e.config.dp) != 0;
+  }));
 }
 
 TEST(WithOverrides, KeepsTheFilesKeysAndAppliesTheSettings) {

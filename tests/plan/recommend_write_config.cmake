@@ -18,18 +18,10 @@ if(MODEL)
                        "precision: bf16}\ndata: {train: data/none.bin}\noutput: {dir: out/none}\n")
 endif()
 set(best ${WORK}/best.yaml)
-# A planner command's JSON (stdout; warnings go to stderr).
-function(plan_json name outvar)
-  execute_process(COMMAND ${PLAN} ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out
-                  ERROR_VARIABLE err)
-  if(NOT rc EQUAL 0)
-    message(FATAL_ERROR "${name} failed (${rc}):\n${out}\n${err}")
-  endif()
-  set(${outvar} "${out}" PARENT_SCOPE)
-endfunction()
-plan_json(recommend recommended recommend --config ${CONFIG} --cluster ${CLUSTER} --gpus ${GPUS}
-          --top 1 --json --write-config ${best})
-plan_json(predict predicted predict --config ${best} --cluster ${CLUSTER} --json)
+# (Their JSON on stdout; warnings go to stderr.)
+run_for_stdout(recommend recommended ${PLAN} recommend --config ${CONFIG} --cluster ${CLUSTER}
+               --gpus ${GPUS} --top 1 --json --write-config ${best})
+run_for_stdout(predict predicted ${PLAN} predict --config ${best} --cluster ${CLUSTER} --json)
 foreach(key step_time_s memory_per_gpu_gb tp pp dp vpp cp ep micro_batch schedule recompute
         recompute_layers sequence_parallel zero1 stage_layers)
   string(JSON want GET "${recommended}" 0 ${key})

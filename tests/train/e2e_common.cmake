@@ -10,6 +10,17 @@ function(run name)
   set(run_output "${out}" PARENT_SCOPE)
 endfunction()
 
+# Runs a command whose stdout is its result: a failure stops the script with
+# its output and errors; stdout alone goes to `outvar` (stderr, where the
+# programs log, kept apart).
+function(run_for_stdout name outvar)
+  execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "${name} failed (${rc}):\n${out}${err}")
+  endif()
+  set(${outvar} "${out}" PARENT_SCOPE)
+endfunction()
+
 # A new run started from a checkpoint (init.from CHECKPOINT) trains as one
 # started from the final model it checkpointed (init.from MODEL): the same
 # losses, to the last digit. The run's command is ARGN; its output

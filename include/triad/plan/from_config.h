@@ -30,8 +30,9 @@ std::string planning_note(const train::Config& config);
 // The search space of layouts for a triad-train config: Triad's own
 // implementation (as planned_run prices it) and what the config holds
 // whatever the layout (the optimizer, frozen parameters, the parameters'
-// all-gathers, scatter-gather between stages); the layouts tried are
-// SearchSpace's defaults.
+// all-gathers, scatter-gather between stages) and the batch sizes of its
+// ramp, which a layout's micro batch times dp must divide too; the layouts
+// tried are SearchSpace's defaults.
 SearchSpace search_space(const train::Config& config);
 
 // The trainer settings that run `layout` at `global_batch` sequences a step,

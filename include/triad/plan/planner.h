@@ -1,5 +1,6 @@
 #pragma once
 
+#include <cstdint>
 #include <set>
 #include <string>
 #include <vector>
@@ -37,6 +38,9 @@ struct SearchSpace {
   bool overlap_param_gather = true;
   bool scatter_gather = true;
   std::set<std::string> frozen;
+  // Global batch sizes the run also steps through (train.rampup_batch_size's
+  // ramp): only layouts whose micro batch times dp divides each of them too.
+  std::vector<int64_t> ramp_batches;
   // > 0: only the `top` fastest layouts that fit are wanted. Layouts are
   // then priced in the order of estimate_lower_bound's step time, and the
   // search stops where that bound passes the top-th best found: the same
