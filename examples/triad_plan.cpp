@@ -9,6 +9,8 @@
 //                      [--schedule 1f1b|interleaved|zb-h1|zb-auto|zb-v]
 //                      [--stage-layers auto|3,4,4,1|first=N,last=M] [--optimizer adamw|muon]
 //                      [--json]
+//   triad-plan predict --config RUN.yaml --cluster C.yaml [any option above]
+//                      [--write-config OUT.yaml]
 //   triad-plan recommend --model M.yaml --cluster C.yaml --gpus N --global-batch B [--top K]
 //   [--schedules interleaved,zb-h1,zb-auto,zb-v] [--even-stages] [--whole-recompute]
 //   [--cps 1,2,4]
@@ -69,6 +71,34 @@ void print_estimate(const plan::Estimate& e, const plan::ClusterSpec& c) {
       "%.1f)\n",
       e.weights_bytes / 1e9, e.gradient_bytes / 1e9, e.optimizer_bytes / 1e9,
       e.activation_bytes / 1e9, c.reserved_bytes / 1e9, c.memory_bytes / 1e9);
+}
+
+// An estimate with the triad-train settings that run its layout: a line of
+// --set flags after the estimate, or --json's trainer_settings.
+void print_with_settings(const plan::Estimate& e, const plan::ClusterSpec& c,
+                         const std::vector<std::string>& settings) {
+  print_estimate(e, c);
+  std::string flags;
+  for (const std::string& setting : settings) flags += " --set " + setting;
+  std::printf("  triad-train%s\n", flags.c_str());
+}
+
+nlohmann::json json_with_settings(const plan::Estimate& e,
+                                  const std::vector<std::string>& settings) {
+  nlohmann::json one = nlohmann::json::parse(e.json());
+  one["trainer_settings"] = settings;
+  return one;
+}
+
+// --write-config: the config at `from` again with `settings` applied.
+void write_config_with(const std::string& from, const std::string& to,
+                       const std::vector<std::string>& settings, const char* which) {
+  std::error_code ec;
+  if (std::filesystem::equivalent(to, from, ec))
+    throw ConfigError("--write-config '" + to +
+                      "' is the config it reads (--config): name another file");
+  write_file(to, train::with_overrides(io::read_text_file(from, "config file"), settings, from));
+  spdlog::info("wrote {}: {} with {} settings", to, from, which);
 }
 
 }  // namespace
@@ -150,6 +180,9 @@ int main(int argc, char** argv) {
                       "a triad-train config: its model, layout and batch (options given here "
                       "override them), priced as Triad runs it (overlapped DP and TP, fused "
                       "attention)");
+  predict->add_option("--write-config", write_config,
+                      "with --config: write it again with this layout's settings (parallel, "
+                      "micro batch, recomputation) to this file");
   predict->add_option("--tp", tp)->check(at_least_one);
   predict->add_option("--pp", pp)->check(at_least_one);
   predict->add_option("--vpp", vpp)->check(at_least_one);
@@ -307,6 +340,10 @@ int main(int argc, char** argv) {
         if (!given(predict, "--gpus")) gpus = run.gpus;
         if (!given(predict, "--global-batch")) global_batch = run.global_batch;
       } else {
+        if (!write_config.empty())
+          throw ConfigError(
+              "--write-config writes a triad-train config with this layout: give that config "
+              "(--config), not --model");
         require(predict, {"--model", "--gpus", "--global-batch", "--tp", "--pp", "--micro-batch"});
         model = plan::load_model_spec(model_path);
         c.overlap_dp = overlap;
@@ -383,11 +420,14 @@ int main(int argc, char** argv) {
         }
       }
       const auto e = plan::estimate(model, cluster, gpus, global_batch, c);
+      const std::vector<std::string> settings = plan::trainer_settings(e.config, global_batch);
       if (json) {
-        std::printf("%s\n", e.json().c_str());
+        std::printf("%s\n", json_with_settings(e, settings).dump().c_str());
       } else {
-        print_estimate(e, cluster);
+        print_with_settings(e, cluster, settings);
       }
+      if (!write_config.empty())
+        write_config_with(config_path, write_config, settings, "this layout's");
       return 0;
     }
     nn::GptConfig model;
@@ -482,11 +522,7 @@ int main(int argc, char** argv) {
       settings.push_back(plan::trainer_settings(e.config, global_batch));
     if (json) {
       nlohmann::json out = nlohmann::json::array();
-      for (size_t i = 0; i < n; ++i) {
-        nlohmann::json one = nlohmann::json::parse(best[i].json());
-        one["trainer_settings"] = settings[i];
-        out.push_back(std::move(one));
-      }
+      for (size_t i = 0; i < n; ++i) out.push_back(json_with_settings(best[i], settings[i]));
       std::printf("%s\n", out.dump().c_str());
     } else {
       // (The rest were ruled out by a bound: too slow to rank, or too large.)
@@ -494,21 +530,11 @@ int main(int argc, char** argv) {
                   stats.layouts, stats.priced, stats.fit, n);
       for (size_t i = 0; i < n; ++i) {
         std::printf("%zu. ", i + 1);
-        print_estimate(best[i], cluster);
-        std::string flags;
-        for (const std::string& setting : settings[i]) flags += " --set " + setting;
-        std::printf("  triad-train%s\n", flags.c_str());
+        print_with_settings(best[i], cluster, settings[i]);
       }
     }
-    if (!write_config.empty()) {
-      std::error_code ec;
-      if (std::filesystem::equivalent(write_config, config_path, ec))
-        throw ConfigError("--write-config '" + write_config +
-                          "' is the config it reads (--config): name another file");
-      write_file(write_config, train::with_overrides(io::read_text_file(config_path, "config file"),
-                                                     settings[0], config_path));
-      spdlog::info("wrote {}: {} with the first layout's settings", write_config, config_path);
-    }
+    if (!write_config.empty())
+      write_config_with(config_path, write_config, settings[0], "the first layout's");
     return 0;
   });
 }

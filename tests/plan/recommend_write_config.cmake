@@ -3,10 +3,11 @@
 # prices it exactly as recommend did (step time, memory, layout), and --json
 # lists the layout's settings (trainer_settings, for triad-train's --set).
 # With TRAIN and MPIRUN, BEST then trains on GPUS ranks, in the layout the
-# planner chose (its log's "parallel:" line).
+# planner chose (its log's "parallel:" line). With PREDICT (layout options),
+# `predict --config RUN PREDICT --write-config` writes what it prices too.
 #   -DPLAN= -DCLUSTER= -DGPUS= -DWORK= and -DCONFIG= (a triad-train config) or
 #   -DMODEL= (a model section, given a batch and data here)
-#   [-DTRAIN= -DMPIRUN= -DDATA=]
+#   [-DPREDICT=] [-DTRAIN= -DMPIRUN= -DDATA=]
 include(${CMAKE_CURRENT_LIST_DIR}/../train/e2e_common.cmake)
 file(REMOVE_RECURSE ${WORK})
 file(MAKE_DIRECTORY ${WORK})
@@ -22,15 +23,29 @@ set(best ${WORK}/best.yaml)
 run_for_stdout(recommend recommended ${PLAN} recommend --config ${CONFIG} --cluster ${CLUSTER}
                --gpus ${GPUS} --top 1 --json --write-config ${best})
 run_for_stdout(predict predicted ${PLAN} predict --config ${best} --cluster ${CLUSTER} --json)
-foreach(key step_time_s memory_per_gpu_gb tp pp dp vpp cp ep micro_batch schedule recompute
-        recompute_layers sequence_parallel zero1 stage_layers)
-  string(JSON want GET "${recommended}" 0 ${key})
-  string(JSON got GET "${predicted}" ${key})
-  if(NOT want STREQUAL got)
-    message(FATAL_ERROR "${key}: recommend gave ${want}, predict --config ${best} ${got}\n"
-                        "recommend: ${recommended}\npredict: ${predicted}")
-  endif()
-endforeach()
+# The layout's pricing in `first` (recommend's list, `where` its 0) and in
+# `second` (predict's object) must be one.
+function(expect_same_pricing what first where second)
+  foreach(key step_time_s memory_per_gpu_gb tp pp dp vpp cp ep micro_batch schedule recompute
+          recompute_layers sequence_parallel zero1 stage_layers)
+    string(JSON want GET "${first}" ${where} ${key})
+    string(JSON got GET "${second}" ${key})
+    if(NOT want STREQUAL got)
+      message(FATAL_ERROR "${key}: ${what} gave ${want}, predict --config of the config it "
+                          "wrote ${got}\n${first}\n${second}")
+    endif()
+  endforeach()
+endfunction()
+expect_same_pricing(recommend "${recommended}" 0 "${predicted}")
+# predict --config ... --write-config likewise writes the layout its options
+# give (PREDICT: those options).
+if(PREDICT)
+  run_for_stdout(predict predicted_first ${PLAN} predict --config ${CONFIG} --cluster ${CLUSTER}
+                 --gpus ${GPUS} ${PREDICT} --json --write-config ${WORK}/predicted.yaml)
+  run_for_stdout(predict predicted_again ${PLAN} predict --config ${WORK}/predicted.yaml
+                 --cluster ${CLUSTER} --json)
+  expect_same_pricing("predict ${PREDICT}" "${predicted_first}" "" "${predicted_again}")
+endif()
 file(READ ${best} written)
 # --json lists the layout's settings for triad-train's --set.
 string(JSON count LENGTH "${recommended}" 0 trainer_settings)
