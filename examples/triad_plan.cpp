@@ -442,6 +442,8 @@ int main(int argc, char** argv) {
       space = plan::search_space(run);
       if (!given(rec, "--global-batch"))
         global_batch = static_cast<int>(run.train.global_batch_size);
+      // A config of context parallelism (a long sequence) has its cp tried too.
+      if (!given(rec, "--cps") && run.parallel.cp > 1) cps = "1," + std::to_string(run.parallel.cp);
       if (!given(rec, "--gpus")) {
         if (run.parallel.dp <= 0)
           throw ConfigError(
