@@ -1347,6 +1347,7 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
             throw ConfigError(k + " (" + scalar_text(v) + ") must be >= 0");
         }}},
       {"tensorboard", {false, [&](auto& v, auto& k) { c.log_tensorboard = get_bool(v, k); }}},
+      {"plan_cluster", {false, [&](auto& v, auto& k) { c.log_plan_cluster = get_string(v, k); }}},
   };
   const Section checkpoint{
       {"dir", {false, [&](auto& v, auto& k) { c.checkpoint.dir = get_string(v, k); }}},
@@ -1820,7 +1821,10 @@ std::string to_yaml(const Config& c) {
     << c.output_dir << YAML::EndMap;
   e << YAML::Key << "log" << YAML::Value << YAML::BeginMap << YAML::Key << "interval" << YAML::Value
     << c.log_interval << YAML::Key << "peak_tflops" << YAML::Value << c.log_peak_tflops << YAML::Key
-    << "tensorboard" << YAML::Value << c.log_tensorboard << YAML::EndMap;
+    << "tensorboard" << YAML::Value << c.log_tensorboard;
+  if (!c.log_plan_cluster.empty())
+    e << YAML::Key << "plan_cluster" << YAML::Value << c.log_plan_cluster;
+  e << YAML::EndMap;
   const auto& p = c.parallel;
   e << YAML::Key << "parallel" << YAML::Value << YAML::BeginMap;
   e << YAML::Key << "tp" << YAML::Value << p.tp << YAML::Key << "pp" << YAML::Value << p.pp;

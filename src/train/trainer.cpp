@@ -46,6 +46,8 @@
 #include "triad/parallel/pipeline/stage_balance.h"
 #include "triad/parallel/pipeline/zero_bubble.h"
 #include "triad/parallel/tensor/sharded_muon.h"
+#include "triad/plan/cluster.h"
+#include "triad/plan/from_config.h"
 #include "triad/train/attention_choice.h"
 #include "triad/train/checkpoint_reshard.h"
 #include "triad/train/tensorboard.h"
@@ -645,6 +647,34 @@ void Trainer::record(const std::string& name, const std::string& category,
                      TraceRecorder::Clock::time_point t0, TraceRecorder::Clock::time_point t1) {
   trace_.add(name, category, t0, t1);
   timing_[category] += std::chrono::duration<double>(t1 - t0).count();
+}
+
+void Trainer::log_plan(bool lead) {
+  // Every rank reads the cluster file, so that a bad one stops them all
+  // alike; the lead prices the run on it.
+  const plan::ClusterSpec cluster = plan::load_cluster(config_.log_plan_cluster);
+  if (!lead) return;
+  try {
+    const plan::PlannedRun run = plan::planned_run(config_, world_ ? world_->size() : 1);
+    const plan::Estimate e =
+        plan::estimate(run.model, cluster, run.gpus, run.global_batch, run.layout);
+    spdlog::info(
+        "plan ({} on {}): {:.1f} ms a step, {:.0f} tokens/s, {:.1f} TFLOP/s per GPU, MFU {:.1f}%, "
+        "bubble {:.1f}%, {:.2f} GB per GPU (weights {:.2f}, gradients {:.2f}, optimizer {:.2f}, "
+        "activations {:.2f}){}",
+        cluster.name, config_.log_plan_cluster, 1e3 * e.step_time, e.tokens_per_s, e.tflops_per_gpu,
+        100 * e.mfu, 100 * e.bubble_fraction, e.memory_bytes / 1e9, e.weights_bytes / 1e9,
+        e.gradient_bytes / 1e9, e.optimizer_bytes / 1e9, e.activation_bytes / 1e9,
+        e.fits ? "" : " (does NOT fit)");
+    if (!run.note.empty()) spdlog::info("  plan: {}", run.note);
+    const std::string path = config_.output_dir + "/plan.json";
+    std::ofstream out(path, std::ios::trunc);
+    out << e.json() << "\n";
+    out.flush();
+    if (!out) throw IoError("output.dir: cannot write '" + path + "'");
+  } catch (const ConfigError& e) {
+    spdlog::warn("log.plan_cluster: the planner cannot price this run: {}", e.what());
+  }
 }
 
 void Trainer::log_timing(int64_t steps) {
@@ -2378,6 +2408,7 @@ std::vector<StepMetrics> Trainer::run() {
                  sizes.front(), sizes.size() > 1 ? sizes[1] - sizes[0] : 0, sizes.back(),
                  ramp_.samples());
   }
+  if (!config_.log_plan_cluster.empty()) log_plan(lead);
   const auto& mc = config_.model;
   if (mc.resets_documents() || config_.data_eod_mask_loss) {
     std::string what;

@@ -872,6 +872,10 @@ TEST(Config, ErrorsNameKeyValueAndRule) {
       "tokens");
   EXPECT_TRUE(
       parse_config(to_yaml(parse_config(kValid, {"log.tensorboard=true"}))).log_tensorboard);
+  EXPECT_EQ(parse_config(to_yaml(parse_config(kValid, {"log.plan_cluster=clusters/h200.yaml"})))
+                .log_plan_cluster,
+            "clusters/h200.yaml");
+  EXPECT_EQ(to_yaml(parse_config(kValid)).find("plan_cluster"), std::string::npos);
   expect_config_error(kValid, {"checkpoint.interval=-2"}, "checkpoint.interval (-2) must be >= 0");
   expect_config_error(kValid, {"checkpoint.keep=0"}, "checkpoint.keep (0) must be >= 1");
   expect_config_error(kValid, {"checkpoint.keep_every=-1"},

@@ -249,6 +249,10 @@ struct Config {
   int64_t log_interval = 10;
   double log_peak_tflops = 0;    // log.peak_tflops: per-device peak for MFU (0: no MFU)
   bool log_tensorboard = false;  // log.tensorboard: TensorBoard event files in output.dir
+  // log.plan_cluster: a cluster file (configs/clusters/) the planner prices
+  // this run on at the start, logged and written to output.dir/plan.json
+  // beside the measured steps ("": none).
+  std::string log_plan_cluster;
   std::string device = "cpu";
   // model.attention_kernel: auto | simt | tensor_core | cudnn (CUDA attention;
   // see triad/backend/cuda.h). No effect on the CPU.

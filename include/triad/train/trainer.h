@@ -324,6 +324,9 @@ class Trainer {
   void barrier() const;
   void record(const std::string& name, const std::string& category,
               TraceRecorder::Clock::time_point t0, TraceRecorder::Clock::time_point t1);
+  // log.plan_cluster: the planner's price of this run on that cluster,
+  // logged and written to output.dir/plan.json by the lead rank.
+  void log_plan(bool lead);
   void log_timing(int64_t steps);
   std::map<std::string, double> timing_;  // seconds per category since the last summary
   optim::LrSchedule schedule_;

@@ -1,0 +1,42 @@
+# log.plan_cluster: triad-train logs the planner's price of its run on that
+# cluster and writes it to output.dir/plan.json, which is what
+# `triad-plan predict --config` prices for the run's resolved config
+# (output.dir/config.yaml) on as many GPUs as the run's ranks; a cluster
+# file that cannot be read stops the run before training, named.
+#   -DTRAIN= -DPLAN= -DCONFIG= -DDATA= -DCLUSTER= -DWORK= [-DMPIRUN= -DRANKS= -DEXTRA=]
+include(${CMAKE_CURRENT_LIST_DIR}/../train/e2e_common.cmake)
+file(REMOVE_RECURSE ${WORK})
+separate_arguments(extra UNIX_COMMAND "${EXTRA}")
+if(NOT RANKS)
+  set(RANKS 1)
+endif()
+set(launch ${TRAIN})
+if(MPIRUN)
+  set(launch ${MPIRUN} -np ${RANKS} ${TRAIN})
+endif()
+run(training ${launch} --config ${CONFIG} --set data.train=${DATA} --set train.steps=2
+    --set log.plan_cluster=${CLUSTER} --set output.dir=${WORK}/out ${extra})
+if(NOT run_output MATCHES "plan [(][^)]+ on [^)]+[)]: [0-9.]+ ms a step, [0-9]+ tokens/s, .*MFU")
+  message(FATAL_ERROR "no plan line in the log:\n${run_output}")
+endif()
+file(READ ${WORK}/out/plan.json planned)
+run_for_stdout(predict predicted ${PLAN} predict --config ${WORK}/out/config.yaml --cluster ${CLUSTER}
+               --gpus ${RANKS} --json)
+foreach(key step_time_s memory_per_gpu_gb tp pp dp vpp micro_batch schedule)
+  string(JSON want GET "${planned}" ${key})
+  string(JSON got GET "${predicted}" ${key})
+  if(NOT want STREQUAL got)
+    message(FATAL_ERROR "${key}: the run's plan.json has ${want}, predict --config ${got}\n"
+                        "${planned}\n${predicted}")
+  endif()
+endforeach()
+# A cluster file that is not there: the run stops, naming it.
+execute_process(COMMAND ${TRAIN} --config ${CONFIG} --set data.train=${DATA} --set train.steps=2
+                        --set log.plan_cluster=${WORK}/nowhere.yaml --set output.dir=${WORK}/bad
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
+if(rc EQUAL 0 OR NOT out MATCHES "cluster file '[^']*nowhere.yaml'")
+  message(FATAL_ERROR "a missing cluster file: exit ${rc}\n${out}")
+endif()
+if(EXISTS ${WORK}/bad/model.safetensors)
+  message(FATAL_ERROR "the run with a missing cluster file trained")
+endif()
