@@ -9,6 +9,7 @@
 #   -DMODEL= (a model section, given a batch and data here)
 #   [-DPREDICT=] [-DTRAIN= -DMPIRUN= -DDATA=]
 include(${CMAKE_CURRENT_LIST_DIR}/../train/e2e_common.cmake)
+include(${CMAKE_CURRENT_LIST_DIR}/plan_common.cmake)
 file(REMOVE_RECURSE ${WORK})
 file(MAKE_DIRECTORY ${WORK})
 if(MODEL)
@@ -23,20 +24,8 @@ set(best ${WORK}/best.yaml)
 run_for_stdout(recommend recommended ${PLAN} recommend --config ${CONFIG} --cluster ${CLUSTER}
                --gpus ${GPUS} --top 1 --json --write-config ${best})
 run_for_stdout(predict predicted ${PLAN} predict --config ${best} --cluster ${CLUSTER} --json)
-# The layout's pricing in `first` (recommend's list, `where` its 0) and in
-# `second` (predict's object) must be one.
-function(expect_same_pricing what first where second)
-  foreach(key step_time_s memory_per_gpu_gb tp pp dp vpp cp ep micro_batch schedule recompute
-          recompute_layers sequence_parallel zero1 stage_layers)
-    string(JSON want GET "${first}" ${where} ${key})
-    string(JSON got GET "${second}" ${key})
-    if(NOT want STREQUAL got)
-      message(FATAL_ERROR "${key}: ${what} gave ${want}, predict --config of the config it "
-                          "wrote ${got}\n${first}\n${second}")
-    endif()
-  endforeach()
-endfunction()
-expect_same_pricing(recommend "${recommended}" 0 "${predicted}")
+expect_same_pricing("recommend, then predict --config of what it wrote," "${recommended}" 0
+                    "${predicted}")
 # predict --config ... --write-config likewise writes the layout its options
 # give (PREDICT: those options).
 if(PREDICT)
@@ -44,7 +33,8 @@ if(PREDICT)
                  --gpus ${GPUS} ${PREDICT} --json --write-config ${WORK}/predicted.yaml)
   run_for_stdout(predict predicted_again ${PLAN} predict --config ${WORK}/predicted.yaml
                  --cluster ${CLUSTER} --json)
-  expect_same_pricing("predict ${PREDICT}" "${predicted_first}" "" "${predicted_again}")
+  expect_same_pricing("predict ${PREDICT}, then predict --config of what it wrote,"
+                    "${predicted_first}" "" "${predicted_again}")
 endif()
 file(READ ${best} written)
 # --json lists the layout's settings for triad-train's --set.

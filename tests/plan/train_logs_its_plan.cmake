@@ -5,6 +5,7 @@
 # file that cannot be read stops the run before training, named.
 #   -DTRAIN= -DPLAN= -DCONFIG= -DDATA= -DCLUSTER= -DWORK= [-DMPIRUN= -DRANKS= -DEXTRA=]
 include(${CMAKE_CURRENT_LIST_DIR}/../train/e2e_common.cmake)
+include(${CMAKE_CURRENT_LIST_DIR}/plan_common.cmake)
 file(REMOVE_RECURSE ${WORK})
 separate_arguments(extra UNIX_COMMAND "${EXTRA}")
 if(NOT RANKS)
@@ -22,14 +23,8 @@ endif()
 file(READ ${WORK}/out/plan.json planned)
 run_for_stdout(predict predicted ${PLAN} predict --config ${WORK}/out/config.yaml --cluster ${CLUSTER}
                --gpus ${RANKS} --json)
-foreach(key step_time_s memory_per_gpu_gb tp pp dp vpp micro_batch schedule)
-  string(JSON want GET "${planned}" ${key})
-  string(JSON got GET "${predicted}" ${key})
-  if(NOT want STREQUAL got)
-    message(FATAL_ERROR "${key}: the run's plan.json has ${want}, predict --config ${got}\n"
-                        "${planned}\n${predicted}")
-  endif()
-endforeach()
+expect_same_pricing("the run's plan.json, then predict --config of its config.yaml,"
+                    "${planned}" "" "${predicted}")
 # A cluster file that is not there: the run stops, naming it.
 execute_process(COMMAND ${TRAIN} --config ${CONFIG} --set data.train=${DATA} --set train.steps=2
                         --set log.plan_cluster=${WORK}/nowhere.yaml --set output.dir=${WORK}/bad
