@@ -928,12 +928,21 @@ DType TrainSection::muon_ns_dtype() const {
   return precision == "fp32" ? DType::F32 : DType::BF16;
 }
 
-Config parse_config(const std::string& yaml_text, const std::vector<std::string>& overrides,
-                    const std::string& source) {
+namespace {
+// A config text's YAML with --set's `overrides` applied.
+YAML::Node config_root(const std::string& yaml_text, const std::vector<std::string>& overrides,
+                       const std::string& source) {
   YAML::Node root = io::load_yaml(yaml_text, source);
   if (!root || root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
   if (!root.IsMap()) throw ConfigError(source + ": the top level must be a mapping of sections");
   for (const auto& o : overrides) apply_override(root, o);
+  return root;
+}
+}  // namespace
+
+Config parse_config(const std::string& yaml_text, const std::vector<std::string>& overrides,
+                    const std::string& source) {
+  const YAML::Node root = config_root(yaml_text, overrides, source);
 
   Config c;
   bool min_lr_given = false, vpp_given = false;
@@ -1568,12 +1577,8 @@ std::set<std::string> Config::frozen_parameters() const {
 
 std::string with_overrides(const std::string& yaml_text, const std::vector<std::string>& overrides,
                            const std::string& source) {
-  YAML::Node root = io::load_yaml(yaml_text, source);
-  if (!root || root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
-  if (!root.IsMap()) throw ConfigError(source + ": the top level must be a mapping of sections");
-  for (const auto& o : overrides) apply_override(root, o);
   YAML::Emitter e;
-  e << root;
+  e << config_root(yaml_text, overrides, source);
   std::string text = std::string(e.c_str()) + "\n";
   try {
     parse_config(text, {}, source);
