@@ -667,6 +667,11 @@ void Trainer::log_plan(bool lead) {
         e.gradient_bytes / 1e9, e.optimizer_bytes / 1e9, e.activation_bytes / 1e9,
         e.fits ? "" : " (does NOT fit)");
     if (!run.note.empty()) spdlog::info("  plan: {}", run.note);
+    if (!device_.is_cuda())
+      spdlog::info("  plan: this run is on the CPU, the plan on {}'s {}", cluster.name,
+                   cluster.gpu_name);
+    planned_step_s_ = e.step_time;
+    planned_memory_bytes_ = e.memory_bytes;
     const std::string path = config_.output_dir + "/plan.json";
     std::ofstream out(path, std::ios::trunc);
     out << e.json() << "\n";
@@ -675,6 +680,20 @@ void Trainer::log_plan(bool lead) {
   } catch (const ConfigError& e) {
     spdlog::warn("log.plan_cluster: the planner cannot price this run: {}", e.what());
   }
+}
+
+void Trainer::log_plan_against(const std::vector<StepMetrics>& steps) const {
+  if (planned_step_s_ <= 0 || steps.size() < 2) return;
+  double ms = 0;
+  int64_t peak = 0;
+  for (size_t i = 1; i < steps.size(); ++i) ms += steps[i].step_ms;
+  for (const StepMetrics& m : steps) peak = std::max(peak, m.peak_memory_bytes);
+  ms /= static_cast<double>(steps.size() - 1);
+  spdlog::info(
+      "plan against the run: {:.1f} ms a step planned, {:.1f} measured (the mean after the "
+      "first step, {:.2f}x the plan); {:.2f} GB per GPU planned, {:.2f} measured at the peak",
+      1e3 * planned_step_s_, ms, ms / (1e3 * planned_step_s_), planned_memory_bytes_ / 1e9,
+      static_cast<double>(peak) / 1e9);
 }
 
 void Trainer::log_timing(int64_t steps) {
@@ -2714,6 +2733,7 @@ std::vector<StepMetrics> Trainer::run() {
   } else if (lead) {
     spdlog::info("wrote {} and {}/metrics.jsonl", weights, config_.output_dir);
   }
+  if (lead) log_plan_against(out);
   return out;
 }
 

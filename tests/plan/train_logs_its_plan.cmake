@@ -1,5 +1,6 @@
 # log.plan_cluster: triad-train logs the planner's price of its run on that
-# cluster and writes it to output.dir/plan.json, which is what
+# cluster (and at the end, against what it measured) and writes it to
+# output.dir/plan.json, which is what
 # `triad-plan predict --config` prices for the run's resolved config
 # (output.dir/config.yaml) on as many GPUs as the run's ranks; a cluster
 # file that cannot be read stops the run before training, named.
@@ -19,6 +20,11 @@ run(training ${launch} --config ${CONFIG} --set data.train=${DATA} --set train.s
     --set log.plan_cluster=${CLUSTER} --set output.dir=${WORK}/out ${extra})
 if(NOT run_output MATCHES "plan [(][^)]+ on [^)]+[)]: [0-9.]+ ms a step, [0-9]+ tokens/s, .*MFU")
   message(FATAL_ERROR "no plan line in the log:\n${run_output}")
+endif()
+# ... and at the end, the plan against what the run measured.
+if(NOT run_output MATCHES
+   "plan against the run: [0-9.]+ ms a step planned, [0-9.]+ measured .*GB per GPU planned, [0-9.]+ measured at the peak")
+  message(FATAL_ERROR "no plan-against-the-run line in the log:\n${run_output}")
 endif()
 file(READ ${WORK}/out/plan.json planned)
 run_for_stdout(predict predicted ${PLAN} predict --config ${WORK}/out/config.yaml --cluster ${CLUSTER}

@@ -327,6 +327,11 @@ class Trainer {
   // log.plan_cluster: the planner's price of this run on that cluster,
   // logged and written to output.dir/plan.json by the lead rank.
   void log_plan(bool lead);
+  // ... and, at the end of a run of two steps or more, that against the
+  // mean measured step (after the first) and the peak memory.
+  void log_plan_against(const std::vector<StepMetrics>& steps) const;
+  double planned_step_s_ = 0;  // (0: no plan)
+  double planned_memory_bytes_ = 0;
   void log_timing(int64_t steps);
   std::map<std::string, double> timing_;  // seconds per category since the last summary
   optim::LrSchedule schedule_;
