@@ -92,13 +92,14 @@ nlohmann::json json_with_settings(const plan::Estimate& e,
 
 // --write-config: the config at `from` again with `settings` applied.
 void write_config_with(const std::string& from, const std::string& to,
-                       const std::vector<std::string>& settings, const char* which) {
+                       const std::vector<std::string>& settings, const char* which, int gpus) {
   std::error_code ec;
   if (std::filesystem::equivalent(to, from, ec))
     throw ConfigError("--write-config '" + to +
                       "' is the config it reads (--config): name another file");
   write_file(to, train::with_overrides(io::read_text_file(from, "config file"), settings, from));
-  spdlog::info("wrote {}: {} with {} settings", to, from, which);
+  spdlog::info("wrote {}: {} with {} settings; run it with mpirun -np {} triad-train --config {}",
+               to, from, which, gpus, to);
 }
 
 }  // namespace
@@ -427,7 +428,7 @@ int main(int argc, char** argv) {
         print_with_settings(e, cluster, settings);
       }
       if (!write_config.empty())
-        write_config_with(config_path, write_config, settings, "this layout's");
+        write_config_with(config_path, write_config, settings, "this layout's", gpus);
       return 0;
     }
     nn::GptConfig model;
@@ -536,7 +537,7 @@ int main(int argc, char** argv) {
       }
     }
     if (!write_config.empty())
-      write_config_with(config_path, write_config, settings[0], "the first layout's");
+      write_config_with(config_path, write_config, settings[0], "the first layout's", gpus);
     return 0;
   });
 }
