@@ -47,8 +47,6 @@ PlannedRun planned_run(const train::Config& config, int gpus) {
   p.cp = par.cp;
   p.cp_exchange = cp::exchange_from_string(par.cp_comm);
   p.cp_a2a = par.cp_a2a;
-  p.muon = config.train.optimizer == "muon";
-  p.muon_ns_fp32 = p.muon && config.train.muon_ns_dtype() == DType::F32;
   p.schedule =
       par.pp > 1 ? pipeline::schedule_from_name(par.schedule) : pipeline::ScheduleKind::OneFOneB;
   p.zb_max_in_flight = par.zb_max_in_flight;
@@ -59,13 +57,8 @@ PlannedRun planned_run(const train::Config& config, int gpus) {
                                                      config.model.recompute == nn::Recompute::Full,
                                                      config.model.recompute_layers);
   }
-  p.overlap_dp = true;  // Triad's bucketed reducer starts during backward
-  p.overlap_param_gather = par.overlap_param_gather;
-  p.overlap_tp = true;  // Triad's column-parallel layers
-  p.scatter_gather = par.pipeline_scatter_gather;
-  p.attention = Attention::Flash;
-  // train.freeze (model.lora's own freezing the cost model applies itself).
-  if (config.model.lora.rank <= 0) p.frozen = config.frozen_parameters();
+  // Triad's implementation and what the config holds whatever the layout.
+  search_space(config).apply_to(p);
   run.gpus = gpus;
   run.global_batch = static_cast<int>(config.train.global_batch_size);
   run.note = planning_note(config);
@@ -80,13 +73,14 @@ std::string planning_note(const train::Config& config) {
 
 SearchSpace search_space(const train::Config& config) {
   SearchSpace space;
-  space.overlap_dp = true;
-  space.overlap_tp = true;
+  space.overlap_dp = true;  // Triad's bucketed reducer starts during backward
+  space.overlap_tp = true;  // Triad's column-parallel layers
   space.attention = Attention::Flash;
   space.muon = config.train.optimizer == "muon";
   space.muon_ns_fp32 = space.muon && config.train.muon_ns_dtype() == DType::F32;
   space.overlap_param_gather = config.parallel.overlap_param_gather;
   space.scatter_gather = config.parallel.pipeline_scatter_gather;
+  // train.freeze (model.lora's own freezing the cost model applies itself).
   if (config.model.lora.rank <= 0) space.frozen = config.frozen_parameters();
   space.ramp_batches = config.train.batch_ramp().sizes();
   return space;

@@ -24,6 +24,17 @@ bool ranks_before(const Estimate& x, const Estimate& y) {
 
 }  // namespace
 
+void SearchSpace::apply_to(ParallelConfig& p) const {
+  p.overlap_dp = overlap_dp;
+  p.overlap_tp = overlap_tp;
+  p.attention = attention;
+  p.muon = muon;
+  p.muon_ns_fp32 = muon_ns_fp32;
+  p.overlap_param_gather = overlap_param_gather;
+  p.scatter_gather = scatter_gather;
+  p.frozen = frozen;
+}
+
 std::vector<Estimate> recommend(const nn::GptConfig& m, const ClusterSpec& c, int gpus,
                                 int global_batch, const SearchSpace& space, SearchStats* stats) {
   std::vector<ParallelConfig> candidates;
@@ -82,14 +93,7 @@ std::vector<Estimate> recommend(const nn::GptConfig& m, const ClusterSpec& c, in
                     p.sequence_parallel = sp;
                     p.zero1 = z;
                     p.schedule = kind;
-                    p.overlap_dp = space.overlap_dp;
-                    p.overlap_tp = space.overlap_tp;
-                    p.attention = space.attention;
-                    p.muon = space.muon;
-                    p.muon_ns_fp32 = space.muon_ns_fp32;
-                    p.overlap_param_gather = space.overlap_param_gather;
-                    p.scatter_gather = space.scatter_gather;
-                    p.frozen = space.frozen;
+                    space.apply_to(p);
                     std::vector<ParallelConfig> layouts{p};
                     if (pp > 1 && space.try_balanced_stages && m.n_layer >= pp * v) {
                       ParallelConfig balanced = p;

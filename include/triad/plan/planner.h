@@ -41,6 +41,10 @@ struct SearchSpace {
   // Global batch sizes the run also steps through (train.rampup_batch_size's
   // ramp): only layouts whose micro batch times dp divides each of them too.
   std::vector<int64_t> ramp_batches;
+  // Gives `layout` what every layout of this space holds (overlap_dp and
+  // overlap_tp, attention, muon and muon_ns_fp32, overlap_param_gather,
+  // scatter_gather, frozen).
+  void apply_to(ParallelConfig& layout) const;
   // > 0: only the `top` fastest layouts that fit are wanted. Layouts are
   // then priced in the order of estimate_lower_bound's step time, and the
   // search stops where that bound passes the top-th best found: the same
