@@ -1,8 +1,9 @@
 # triad-train on several (tp, pp, dp) layouts gives the same per-step losses
 # as one process for STEPS steps (default 10; fp32, relative 1e-5), all starting from the
 # same safetensors, with a vocabulary (300) that is not a multiple of 128*tp
-# and 8 layers so pipelines of 4 stages x 2 chunks fit, on sequences of 64
-# tokens (EXTRA may change any of these). Layouts may also
+# and 8 layers so pipelines of 4 stages x 2 chunks fit, 64 wide (the
+# sharding of the config's 128, a quarter of the arithmetic), on sequences
+# of 64 tokens (EXTRA may change any of these). Layouts may also
 # switch on full recomputation, which must not change a single loss.
 # Every run reads its training sequences in the shuffled order (data.shuffle:
 # a function of the seed and the pass, never of the layout), and also
@@ -42,7 +43,8 @@ if(half LESS 1 OR NOT STEPS EQUAL whole)
   message(FATAL_ERROR "STEPS must be an even number of at least 2, got '${STEPS}'")
 endif()
 set(common --config ${CONFIG} --set data.train=${DATA} --set model.vocab_size=300 --set model.n_layer=8
-    --set model.seq_len=64 --set train.micro_batch_size=2 --set log.interval=${half} --set data.val=${DATA} --set eval.interval=${half}
+    --set model.d_model=64 --set model.seq_len=64 --set train.micro_batch_size=2 --set log.interval=${half}
+    --set data.val=${DATA} --set eval.interval=${half}
     --set eval.batches=2 --set data.shuffle=true ${extra})
 if(QUESTIONS)
   list(APPEND common --set eval.choices=${QUESTIONS})

@@ -3,7 +3,9 @@
 # trains steps 6-10 with layout B from that checkpoint; those five losses and
 # gradient norms must match one process training all ten steps (fp32:
 # relative 1e-5 for losses, 1e-4 for norms), all starting from the same
-# safetensors. The learning-rate schedule spans 10 steps in every run
+# safetensors, on 8 layers 64 wide (the sharding of the configs' 128, a
+# quarter of the arithmetic) and sequences of 64 tokens (EXTRA may change
+# any of these). The learning-rate schedule spans 10 steps in every run
 # (train.lr_decay_steps), so the halves see the rates of the whole.
 # Each second half's last checkpoint must also export (triad-export
 # --checkpoint, when EXPORT is given) to the bytes of its final model, and
@@ -16,7 +18,7 @@ include(${CMAKE_CURRENT_LIST_DIR}/e2e_common.cmake)
 file(REMOVE_RECURSE ${WORK})
 separate_arguments(extra UNIX_COMMAND "${EXTRA}")
 set(common --config ${CONFIG} --set data.train=${DATA} --set model.vocab_size=300 --set model.n_layer=8
-    --set train.micro_batch_size=2 --set log.interval=5 --set train.lr_decay_steps=10 ${extra})
+    --set model.d_model=64 --set model.seq_len=64 --set train.micro_batch_size=2 --set log.interval=5 --set train.lr_decay_steps=10 ${extra})
 run(init ${TRAIN} ${common} --set train.steps=1 --set output.dir=${WORK}/init)
 set(from --set init.from=${WORK}/init/model.safetensors)
 run(reference ${TRAIN} ${common} ${from} --set train.steps=10 --set output.dir=${WORK}/reference)
