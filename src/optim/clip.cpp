@@ -45,6 +45,15 @@ double global_grad_norm(const std::vector<Tensor>& params) {
   return total.defined() ? std::sqrt(item(total)) : 0.0;
 }
 
+double global_param_norm(const std::vector<Tensor>& params) {
+  std::vector<Tensor> trained;
+  for (const auto& p : params) {
+    if (p.requires_grad()) trained.push_back(p.detach());
+  }
+  Tensor total = sum_of_squares_device(trained);
+  return total.defined() ? std::sqrt(item(total)) : 0.0;
+}
+
 double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
   const double norm = global_grad_norm(params);
   if (max_norm > 0) {

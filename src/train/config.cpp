@@ -1356,6 +1356,7 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
             throw ConfigError(k + " (" + scalar_text(v) + ") must be >= 0");
         }}},
       {"tensorboard", {false, [&](auto& v, auto& k) { c.log_tensorboard = get_bool(v, k); }}},
+      {"param_norm", {false, [&](auto& v, auto& k) { c.log_param_norm = get_bool(v, k); }}},
       {"plan_cluster", {false, [&](auto& v, auto& k) { c.log_plan_cluster = get_string(v, k); }}},
   };
   const Section checkpoint{
@@ -1826,7 +1827,8 @@ std::string to_yaml(const Config& c) {
     << c.output_dir << YAML::EndMap;
   e << YAML::Key << "log" << YAML::Value << YAML::BeginMap << YAML::Key << "interval" << YAML::Value
     << c.log_interval << YAML::Key << "peak_tflops" << YAML::Value << c.log_peak_tflops << YAML::Key
-    << "tensorboard" << YAML::Value << c.log_tensorboard;
+    << "tensorboard" << YAML::Value << c.log_tensorboard << YAML::Key << "param_norm" << YAML::Value
+    << c.log_param_norm;
   if (!c.log_plan_cluster.empty())
     e << YAML::Key << "plan_cluster" << YAML::Value << c.log_plan_cluster;
   e << YAML::EndMap;

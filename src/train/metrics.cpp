@@ -45,6 +45,7 @@ void MetricsWriter::write(const StepMetrics& m) {
   j["loss"] = m.loss;
   j["lr"] = m.lr;
   j["grad_norm"] = m.grad_norm;
+  if (m.param_norm >= 0) j["param_norm"] = m.param_norm;
   j["consumed_sequences"] = m.consumed_sequences;
   j["global_batch_size"] = m.global_batch_size;
   j["tokens_per_s"] = m.tokens_per_s;

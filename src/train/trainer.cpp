@@ -1307,9 +1307,8 @@ int64_t Trainer::optimizer_state_elements() const {
   return n;
 }
 
-double Trainer::global_norm_zero1() const {
+double Trainer::global_norm_zero1(const Tensor& flat) const {
   autograd::NoGradGuard ng;
-  Tensor flat = const_cast<dp::GradientReducer&>(*reducer_).flat_grads();
   std::vector<Tensor> pieces;
   for (const auto& seg : reducer_->shard_segments()) {
     if (norm_weight_[seg.param] == 0.0) continue;
@@ -1334,6 +1333,15 @@ double Trainer::global_norm_zero1() const {
   Tensor t = from_vector(std::vector<double>{sq}, {1}, DType::F64);
   world_->all_reduce(t, dist::ReduceOp::Sum)->wait();
   return std::sqrt(item(t));
+}
+
+double Trainer::param_norm() const {
+  // Under ZeRO-1 from this rank's updated pieces: with overlapped gathers
+  // the other ranks' pieces reach the parameters only in the next forward.
+  if (zero_optimizer_) return global_norm_zero1(reducer_->flat_params());
+  return pp_model_   ? pp_model_->param_norm()
+         : tp_model_ ? tp_model_->param_norm()
+                     : optim::global_param_norm(model_->parameters());
 }
 
 void Trainer::unscale_gradients() const {
@@ -1755,7 +1763,7 @@ StepMetrics Trainer::step(int64_t index) {
   if (scaler_) unscale_gradients();
   double norm = 0;
   double clip_coef = 1.0;
-  norm = zero_optimizer_ ? global_norm_zero1()
+  norm = zero_optimizer_ ? global_norm_zero1(reducer_->flat_grads())
          : pp_model_     ? pp_model_->grad_norm()
          : tp_model_     ? tp_model_->grad_norm()
                          : optim::global_grad_norm(model_->parameters());
@@ -1804,6 +1812,9 @@ StepMetrics Trainer::step(int64_t index) {
     record("optimizer", "optimizer", opt_start, TraceRecorder::Clock::now());
   }
   zero_grad();
+  // (In the step's time: like the norm of the gradients, one pass over the
+  // parameters and a reduction.)
+  const double param_norm_value = config_.log_param_norm ? param_norm() : -1;
   const double ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   m.step = index + 1;
@@ -1812,6 +1823,7 @@ StepMetrics Trainer::step(int64_t index) {
   m.loss = loss;
   m.lr = lr;
   m.grad_norm = norm;
+  m.param_norm = param_norm_value;
   m.step_ms = ms;
   m.bubble_fraction = bubble;
   moe_metrics_into(m);
@@ -2536,6 +2548,7 @@ std::vector<StepMetrics> Trainer::run() {
     const double eta =
         total_ms / 1000.0 / static_cast<double>(m.step) * static_cast<double>(steps - m.step);
     std::string extra = m.mfu > 0 ? fmt::format(" | MFU {:.1f}%", 100 * m.mfu) : std::string();
+    if (m.param_norm >= 0) extra += fmt::format(" | param norm {:.3f}", m.param_norm);
     if (m.bubble_fraction >= 0) extra += fmt::format(" | bubble {:.1f}%", 100 * m.bubble_fraction);
     if (m.moe_balance >= 0) {
       extra += fmt::format(" | moe balance {:.3f} max load {:.2f}", m.moe_balance, m.moe_max_load);

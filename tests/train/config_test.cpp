@@ -872,6 +872,10 @@ TEST(Config, ErrorsNameKeyValueAndRule) {
       "tokens");
   EXPECT_TRUE(
       parse_config(to_yaml(parse_config(kValid, {"log.tensorboard=true"}))).log_tensorboard);
+  EXPECT_FALSE(parse_config(kValid).log_param_norm);
+  EXPECT_TRUE(parse_config(to_yaml(parse_config(kValid, {"log.param_norm=true"}))).log_param_norm);
+  expect_config_error(kValid, {"log.param_norm=2"},
+                      "log.param_norm: expected true or false, got '2'");
   EXPECT_EQ(parse_config(to_yaml(parse_config(kValid, {"log.plan_cluster=clusters/h200.yaml"})))
                 .log_plan_cluster,
             "clusters/h200.yaml");

@@ -5,6 +5,8 @@
 # sharding of the config's 128, a quarter of the arithmetic), on sequences
 # of 64 tokens (EXTRA may change any of these). Layouts may also
 # switch on full recomputation, which must not change a single loss.
+# Each step's gradient norm (before clipping) and parameter norm (after the
+# update, log.param_norm) must match one process's too.
 # Every run reads its training sequences in the shuffled order (data.shuffle:
 # a function of the seed and the pass, never of the layout), and also
 # evaluates 2 global batches of validation data halfway and at the
@@ -45,7 +47,7 @@ endif()
 set(common --config ${CONFIG} --set data.train=${DATA} --set model.vocab_size=300 --set model.n_layer=8
     --set model.d_model=64 --set model.seq_len=64 --set train.micro_batch_size=2 --set log.interval=${half}
     --set data.val=${DATA} --set eval.interval=${half}
-    --set eval.batches=2 --set data.shuffle=true ${extra})
+    --set eval.batches=2 --set data.shuffle=true --set log.param_norm=true ${extra})
 if(QUESTIONS)
   list(APPEND common --set eval.choices=${QUESTIONS})
 endif()
@@ -77,6 +79,7 @@ run(reference ${TRAIN} ${common} ${from} --set output.dir=${WORK}/reference)
 
 field(${WORK}/reference loss reference)
 field(${WORK}/reference grad_norm reference_norms)
+field(${WORK}/reference param_norm reference_param_norms)
 field(${WORK}/reference val_loss reference_val)
 # A mixture of experts' routing statistics (its load-balancing loss, and
 # under a capacity factor the share dropped, under a z-loss the z-loss),
@@ -91,8 +94,10 @@ foreach(depth 0 1 2)
 endforeach()
 list(LENGTH reference n)
 list(LENGTH reference_val nv)
-if(NOT n EQUAL STEPS OR NOT nv EQUAL 2)
-  message(FATAL_ERROR "expected ${STEPS} steps and 2 validation losses from the reference, got ${n} and ${nv}")
+list(LENGTH reference_param_norms np)
+if(NOT n EQUAL STEPS OR NOT nv EQUAL 2 OR NOT np EQUAL STEPS)
+  message(FATAL_ERROR "expected ${STEPS} steps, 2 validation losses and ${STEPS} parameter norms "
+                      "from the reference, got ${n}, ${nv} and ${np}")
 endif()
 if(QUESTIONS)
   field(${WORK}/reference "choices;answer_loss" reference_answers)
@@ -143,6 +148,10 @@ foreach(layout IN LISTS layouts)
   expect_close("${ranks} ranks ${flags} loss" "${reference}" "${got}" ${loss_div})
   # The clipping norm (global over the whole mesh) equals one process's.
   expect_close("${ranks} ranks ${flags} gradient norm" "${reference_norms}" "${got_norms}" ${norm_div})
+  # So does the parameters' (log.param_norm), each tensor counted once.
+  field(${dir} param_norm got_param_norms)
+  expect_close("${ranks} ranks ${flags} parameter norm" "${reference_param_norms}"
+               "${got_param_norms}" ${loss_div})
   field(${dir} val_loss got_val)
   expect_close("${ranks} ranks ${flags} validation loss" "${reference_val}" "${got_val}" ${loss_div})
   foreach(name moe_balance moe_dropped moe_z_loss)

@@ -1,9 +1,10 @@
 # A checkpoint written under one (tp, pp, dp, vpp, ZeRO-1) layout resumes
 # under another: each pair trains steps 1-5 with layout A, checkpoints, and
-# trains steps 6-10 with layout B from that checkpoint; those five losses and
-# gradient norms must match one process training all ten steps (fp32:
-# relative 1e-5 for losses, 1e-4 for norms), all starting from the same
-# safetensors, on 8 layers 64 wide (the sharding of the configs' 128, a
+# trains steps 6-10 with layout B from that checkpoint; those five losses,
+# gradient norms and parameter norms (log.param_norm) must match one process
+# training all ten steps (fp32: relative 1e-5 for losses and parameter
+# norms, 1e-4 for gradient norms), all starting from the same safetensors,
+# on 8 layers 64 wide (the sharding of the configs' 128, a
 # quarter of the arithmetic) and sequences of 64 tokens (EXTRA may change
 # any of these). The learning-rate schedule spans 10 steps in every run
 # (train.lr_decay_steps), so the halves see the rates of the whole.
@@ -18,13 +19,15 @@ include(${CMAKE_CURRENT_LIST_DIR}/e2e_common.cmake)
 file(REMOVE_RECURSE ${WORK})
 separate_arguments(extra UNIX_COMMAND "${EXTRA}")
 set(common --config ${CONFIG} --set data.train=${DATA} --set model.vocab_size=300 --set model.n_layer=8
-    --set model.d_model=64 --set model.seq_len=64 --set train.micro_batch_size=2 --set log.interval=5 --set train.lr_decay_steps=10 ${extra})
+    --set model.d_model=64 --set model.seq_len=64 --set train.micro_batch_size=2 --set log.interval=5 --set train.lr_decay_steps=10
+    --set log.param_norm=true ${extra})
 run(init ${TRAIN} ${common} --set train.steps=1 --set output.dir=${WORK}/init)
 set(from --set init.from=${WORK}/init/model.safetensors)
 run(reference ${TRAIN} ${common} ${from} --set train.steps=10 --set output.dir=${WORK}/reference)
 
 field(${WORK}/reference loss reference)
 field(${WORK}/reference grad_norm reference_norms)
+field(${WORK}/reference param_norm reference_param_norms)
 list(LENGTH reference n)
 if(NOT n EQUAL 10)
   message(FATAL_ERROR "expected 10 steps from the reference, got ${n}")
@@ -32,6 +35,7 @@ endif()
 # The resumed runs log steps 6-10.
 list(SUBLIST reference 5 5 reference)
 list(SUBLIST reference_norms 5 5 reference_norms)
+list(SUBLIST reference_param_norms 5 5 reference_param_norms)
 string(REPLACE "@" ";" pairs "${PAIRS}")
 set(index 0)
 foreach(pair IN LISTS pairs)
@@ -58,6 +62,8 @@ foreach(pair IN LISTS pairs)
   field(${dir}/b grad_norm got_norms)
   expect_close("${label} loss" "${reference}" "${got}" ${loss_div})
   expect_close("${label} gradient norm" "${reference_norms}" "${got_norms}" ${norm_div})
+  field(${dir}/b param_norm got_param_norms)
+  expect_close("${label} parameter norm" "${reference_param_norms}" "${got_param_norms}" ${loss_div})
   message(STATUS "${label}: steps 6-10 match one process (within 1/${loss_div})")
   # The second half's last checkpoint, sharded its way, exports to the same
   # bytes as its final model (triad-export --checkpoint joins the shards).

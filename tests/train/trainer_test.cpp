@@ -280,6 +280,37 @@ TEST(Trainer, FrozenParametersStayPutAndTheOthersStepAsUnfrozen) {
   EXPECT_EQ(moved, after.size() - frozen.size());
 }
 
+// log.param_norm: after the step's update, the L2 norm of the weights the
+// step trains (a frozen tensor left out), and nothing without it.
+TEST(Trainer, ParamNormIsTheNormOfTheTrainedWeightsAfterTheUpdate) {
+  TempDir dir;
+  Config c = small_config(dir, 2);
+  auto norm_of = [](const nn::StateDict& state, const std::set<std::string>& skip) {
+    double sq = 0;
+    for (const auto& [name, t] : state) {
+      if (skip.count(name)) continue;
+      for (double v : to_double_vector(t)) sq += v * v;
+    }
+    return std::sqrt(sq);
+  };
+  {
+    Trainer plain(c);
+    EXPECT_LT(plain.step(0).param_norm, 0);
+  }
+  c.log_param_norm = true;
+  Trainer whole(c);
+  const double before = norm_of(whole.full_state_dict(), {});
+  const StepMetrics m = whole.step(0);
+  const double after = norm_of(whole.full_state_dict(), {});
+  // (The backend sums f32 squares in f32 blocks: within 1e-7.)
+  EXPECT_NEAR(m.param_norm, after, 1e-7 * after);
+  EXPECT_GT(std::abs(after - before), 1e-5 * after);  // the update moved it
+  c.train.freeze = {"wte.weight"};
+  Trainer part(c);
+  const StepMetrics frozen = part.step(0);
+  EXPECT_NEAR(frozen.param_norm, norm_of(part.full_state_dict(), {"wte.weight"}), 1e-7 * after);
+}
+
 // model.lora: only the adapters train (their optimizer state is all there
 // is), the base weights stay bit for bit, and model.safetensors holds the
 // model with the adapters merged in under the model's own names.

@@ -21,6 +21,10 @@ Tensor sum_of_squares_device(const std::vector<Tensor>& tensors);
 // L2 norm of all gradients together (parameters without .grad are skipped).
 double global_grad_norm(const std::vector<Tensor>& params);
 
+// L2 norm of the values of the parameters that require a gradient (those
+// training updates; frozen ones are left out), all together.
+double global_param_norm(const std::vector<Tensor>& params);
+
 // PyTorch's clip_grad_norm_: computes the global norm, and when max_norm > 0
 // and coef = max_norm / (norm + 1e-6) < 1 multiplies every gradient by coef.
 // Returns the norm before clipping.

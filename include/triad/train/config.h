@@ -249,6 +249,7 @@ struct Config {
   int64_t log_interval = 10;
   double log_peak_tflops = 0;    // log.peak_tflops: per-device peak for MFU (0: no MFU)
   bool log_tensorboard = false;  // log.tensorboard: TensorBoard event files in output.dir
+  bool log_param_norm = false;   // log.param_norm: each step's parameter norm in the metrics
   // log.plan_cluster: a cluster file (configs/clusters/) the planner prices
   // this run on at the start, logged and written to output.dir/plan.json
   // beside the measured steps ("": none).

@@ -15,6 +15,9 @@ struct StepMetrics {
   double loss = 0;   // mean over all global_batch_size * seq_len tokens
   double lr = 0;
   double grad_norm = 0;  // before clipping
+  // log.param_norm: the global L2 norm of the parameters training updates
+  // (frozen ones left out), after this step's update. Negative otherwise.
+  double param_norm = -1;
   double tokens_per_s = 0;
   double step_ms = 0;
   double tflops_per_device = 0;  // PTD-P model FLOPs per second per device

@@ -265,7 +265,13 @@ class Trainer {
   int64_t pipeline_steps_ = 0;                        // pipeline steps this process has run
   Device device_;                                     // where parameters and activations live
   std::unique_ptr<optim::DynamicLossScaler> scaler_;  // train.precision = fp16
-  double global_norm_zero1() const;
+  // ZeRO-1: the global L2 norm of this rank's pieces of `flat` (the
+  // reducer's flat gradients or parameters), each element counted once
+  // over the world (norm_weight_, norm_repeated_).
+  double global_norm_zero1(const Tensor& flat) const;
+  // log.param_norm: the global L2 norm of the parameters training updates,
+  // after the step's update (every rank gets it).
+  double param_norm() const;
   // fp16: divides every gradient by the loss scale (before norms and clipping).
   void unscale_gradients() const;
   // Checkpoints: the layout a checkpoint must match, save (collective) and

@@ -191,10 +191,20 @@ double PipelineModel::clip_grad_norm(double max_norm) const {
 }
 
 double PipelineModel::grad_norm() const {
+  return norm(/*of_grads=*/true);
+}
+
+double PipelineModel::param_norm() const {
+  return norm(/*of_grads=*/false);
+}
+
+double PipelineModel::norm(bool of_grads) const {
   // Summed on the device over chunks and stages, read once.
   Tensor t;
   for (const auto& c : chunks_) {
-    Tensor sq = c->grad_norm_squared(/*count_embedding=*/!c->plan().head || c->plan().embedding);
+    const bool count_embedding = !c->plan().head || c->plan().embedding;
+    Tensor sq =
+        of_grads ? c->grad_norm_squared(count_embedding) : c->param_norm_squared(count_embedding);
     t = t.defined() ? add(t, sq).detach() : sq;
   }
   groups_.pp->all_reduce(t, dist::ReduceOp::Sum)->wait();

@@ -606,12 +606,22 @@ std::vector<std::pair<int64_t, int64_t>> TensorParallelGpt::repeated_elements(
 }
 
 Tensor TensorParallelGpt::grad_norm_squared(bool count_embedding) const {
+  return norm_squared(count_embedding, /*of_grads=*/true);
+}
+
+Tensor TensorParallelGpt::param_norm_squared(bool count_embedding) const {
+  return norm_squared(count_embedding, /*of_grads=*/false);
+}
+
+Tensor TensorParallelGpt::norm_squared(bool count_embedding, bool of_grads) const {
   autograd::NoGradGuard ng;
   std::vector<Tensor> split, replicated, experts;
   Device device = Device::cpu();
   for (const auto& [name, p] : named_parameters()) {
     device = p.device();
-    Tensor g = p.grad();
+    // The gradients there are, or the values of the parameters training
+    // updates (a frozen one has neither a gradient nor a step).
+    Tensor g = of_grads ? p.grad() : (p.requires_grad() ? p : Tensor());
     if (!g.defined() || (!count_embedding && name == "wte.weight")) continue;
     if (expert_group_ && is_expert(name)) {  // this rank's block of the experts
       experts.push_back(g);
@@ -663,6 +673,10 @@ void TensorParallelGpt::scale_grads(double coef) const {
 
 double TensorParallelGpt::grad_norm() const {
   return std::sqrt(item(grad_norm_squared()));
+}
+
+double TensorParallelGpt::param_norm() const {
+  return std::sqrt(item(param_norm_squared()));
 }
 
 double TensorParallelGpt::clip_grad_norm(double max_norm) const {

@@ -83,6 +83,9 @@ class PipelineModel {
   double clip_grad_norm(double max_norm) const;
   // The same norm without clipping (identical on every rank of the pipeline).
   double grad_norm() const;
+  // The global L2 norm of the parameters training updates, the tied
+  // embedding counted once (log.param_norm; identical on every rank).
+  double param_norm() const;
   // Full tensors of every parameter of the whole model on every rank (TP
   // shards gathered, pipeline stages broadcast). Collective.
   nn::StateDict full_state_dict() const;
@@ -113,6 +116,7 @@ class PipelineModel {
   std::set<int64_t> local_layers() const;
 
  private:
+  double norm(bool of_grads) const;  // grad_norm or param_norm
   nn::GptConfig cfg_;
   PipelineGroups groups_;
   int p_, v_, rank_;

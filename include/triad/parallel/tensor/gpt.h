@@ -186,6 +186,10 @@ class TensorParallelGpt : public nn::Module {
   // shares there and reads the total once (each read makes the host wait
   // for the GPU). Collective over the TP group.
   Tensor grad_norm_squared(bool count_embedding = true) const;
+  // The same over the values of the parameters training updates (those
+  // that require a gradient): the model's global L2 norm (log.param_norm).
+  Tensor param_norm_squared(bool count_embedding = true) const;
+  double param_norm() const;
   void scale_grads(double coef) const;
   const Tensor& token_embedding() const { return wte_->weight(); }
   const std::shared_ptr<VocabParallelEmbedding>& token_embedding_module() const { return wte_; }
@@ -194,6 +198,8 @@ class TensorParallelGpt : public nn::Module {
   bool holds_token_embedding() const { return wte_ != nullptr; }
 
  private:
+  // grad_norm_squared (of_grads) or param_norm_squared.
+  Tensor norm_squared(bool count_embedding, bool of_grads) const;
   Tensor block_forward(int64_t i, const Tensor& x, const nn::ForwardContext& ctx) const;
   // head_loss with `norm` in ln_f's place (a prediction module's ln_out).
   Tensor head_loss_after(const nn::LayerNorm& norm, const Tensor& hidden,
