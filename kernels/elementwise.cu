@@ -335,9 +335,9 @@ __global__ void dropout_kernel(const T* x, T* y, int64_t n, float threshold, com
   }
 }
 
-// One block per (outer, inner) output when inner == 1 (a long contiguous
-// row); otherwise one thread per output walking n with stride inner
-// (neighbouring threads read neighbouring addresses).
+// One block per (outer, inner) output when inner == 1 and the row is long
+// (more than kShortRow); otherwise one thread per output walking n with
+// stride inner (neighbouring threads read neighbouring addresses).
 template <class T>
 __global__ void reduce_rows_kernel(ReduceKind op, const T* x, int64_t n, T* out, int64_t* indices) {
   using C = compute_t<T>;
@@ -381,6 +381,11 @@ __global__ void reduce_rows_kernel(ReduceKind op, const T* x, int64_t n, T* out,
     if (indices) indices[blockIdx.x] = bj;
   }
 }
+
+// Rows this short (a mixture's scores per token over its experts) are
+// reduced a thread per row by reduce_strided_kernel: a block per row would
+// leave all but n of its kThreads threads idle and pay a block's barriers.
+constexpr int64_t kShortRow = 32;
 
 template <class T>
 __global__ void reduce_strided_kernel(ReduceKind op, const T* x, int64_t outer, int64_t n,
@@ -877,7 +882,7 @@ void reduce(ReduceKind op, const void* x, ScalarType type, int64_t outer, int64_
       launch_column_partials(static_cast<const T*>(x), outer, n, inner, chunks, part, stream);
       launch_column_finish<T>(part, outer, inner, chunks, static_cast<T*>(out), nullptr, 0.0f,
                               stream);
-    } else if (inner == 1 && outer <= 2147483647LL) {
+    } else if (inner == 1 && n > kShortRow && outer <= 2147483647LL) {
       reduce_rows_kernel<T><<<static_cast<unsigned>(outer), kThreads, 0, stream>>>(
           op, static_cast<const T*>(x), n, static_cast<T*>(out), indices);
     } else {

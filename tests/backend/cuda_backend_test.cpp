@@ -753,9 +753,19 @@ TEST(CudaKernels, RowKernelsAtModelWidths) {
          const AddNorm o = add_rms_norm(x[0], x[1], x[2]);
          return add(o.sum, o.norm);
        }},
-      {"softmax_N5_C1000",
+      {"softmax_N5_C1000",  // a warp per row, 32 columns a lane
        [](DType d) {
          return std::vector<Tensor>{randn({5, 1000}, 7, 1, 3.0, d)};
+       },
+       [](const std::vector<Tensor>& x) { return softmax(x[0]); }},
+      {"softmax_N2101_C8",  // a router's rows: eight warps a block, the last block short
+       [](DType d) {
+         return std::vector<Tensor>{randn({2101, 8}, 7, 1, 3.0, d)};
+       },
+       [](const std::vector<Tensor>& x) { return softmax(x[0]); }},
+      {"softmax_N3_C5000",  // past a warp's rows: a block per row
+       [](DType d) {
+         return std::vector<Tensor>{randn({3, 5000}, 7, 1, 3.0, d)};
        },
        [](const std::vector<Tensor>& x) { return softmax(x[0]); }},
       {"cross_entropy_N7_V50257",
@@ -809,6 +819,11 @@ TEST(CudaKernels, RowKernelsAtModelWidths) {
       {"sum_long_row",
        [](DType d) {
          return std::vector<Tensor>{randn({3, 100003}, 7, 1, 1.0, d)};
+       },
+       [](const std::vector<Tensor>& x) { return sum(x[0], 1); }},
+      {"sum_short_rows_N1001_C6",  // a thread per row
+       [](DType d) {
+         return std::vector<Tensor>{randn({1001, 6}, 7, 1, 1.0, d)};
        },
        [](const std::vector<Tensor>& x) { return sum(x[0], 1); }},
   };
