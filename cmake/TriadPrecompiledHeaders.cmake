@@ -36,22 +36,20 @@ function(triad_precompile_test_headers target)
 endfunction()
 
 # triad_precompile_tool_headers(target): the programs' headers, compiled once
-# per folder (examples/, benchmarks/) for the first program there that asks
-# and reused by the rest. Only for programs with the first one's flags and
-# definitions: GCC refuses a PCH built with others (-Winvalid-pch says so,
-# and it parses the headers instead), and a PCH built at another -O level
-# can crash it; the examples build at -O1, the benchmarks at the build's
-# level, hence a PCH each.
+# for the first program that asks and reused by the rest. Only for programs
+# with the first one's flags and definitions: GCC refuses a PCH built with
+# others (-Winvalid-pch says so, and it parses the headers instead), and one
+# built at another -O level can crash it (the examples and the benchmarks
+# all build at -O1 in a release build).
 function(triad_precompile_tool_headers target)
   if(NOT TRIAD_PRECOMPILED_HEADERS)
     return()
   endif()
-  get_filename_component(_folder "${CMAKE_CURRENT_SOURCE_DIR}" NAME)
-  get_property(_owner GLOBAL PROPERTY TRIAD_TOOL_PCH_OWNER_${_folder})
+  get_property(_owner GLOBAL PROPERTY TRIAD_TOOL_PCH_OWNER)
   if(_owner)
     target_precompile_headers(${target} REUSE_FROM ${_owner})
   else()
     target_precompile_headers(${target} PRIVATE ${TRIAD_TOOL_PCH_HEADERS})
-    set_property(GLOBAL PROPERTY TRIAD_TOOL_PCH_OWNER_${_folder} ${target})
+    set_property(GLOBAL PROPERTY TRIAD_TOOL_PCH_OWNER ${target})
   endif()
 endfunction()
