@@ -1,7 +1,8 @@
 """Reads a run's TensorBoard event files with a decoder of its own (TFRecord
 frames, their masked CRC-32C computed bit by bit, Event/Summary messages)
 and checks them against the run's metrics.jsonl: every step's loss,
-learning rate and gradient norm, the validation losses, and the samples
+learning rate, gradient norm and parameter norm (log.param_norm), the
+validation losses, and the samples
 (eval.samples) as text summaries of TensorBoard's text plugin.
 
     python3 tensorboard_events.py OUTPUT_DIR STEPS [SAMPLES]
@@ -102,17 +103,20 @@ def main():
     assert version == "brain.Event:2", version
     metrics = [json.loads(line) for line in open(out + "/metrics.jsonl")]
     assert len(metrics) == steps, len(metrics)
-    vals = 0
+    vals = norms = 0
     for m in metrics:
         for key, tag in (("loss", "train/loss"), ("lr", "train/lr"),
-                         ("grad_norm", "train/grad_norm"), ("val_loss", "val/loss")):
+                         ("grad_norm", "train/grad_norm"), ("param_norm", "train/param_norm"),
+                         ("val_loss", "val/loss")):
             if key not in m:
                 assert (tag, m["step"]) not in scalars, (tag, m["step"])
                 continue
             got = scalars[(tag, m["step"])]
             assert math.isclose(got, m[key], rel_tol=1e-6), (tag, m["step"], got, m[key])
             vals += key == "val_loss"
+            norms += key == "param_norm"
     assert vals >= 2, "expected validation losses, found %d" % vals
+    assert norms == steps, "expected %d parameter norms (log.param_norm), found %d" % (steps, norms)
     samples = 0
     for m in metrics:
         for i, s in enumerate(m.get("samples", [])):
