@@ -988,6 +988,10 @@ void add_granite_departures(const nn::GptConfig& c, const std::string& type, Mis
 // layer), GraniteMoE's Granite's (renormalised, on every layer; an ungated
 // shared expert in GraniteMoeShared's); no other class holds a mixture.
 std::string misfit(const nn::GptConfig& c, const std::string& type) {
+  if (c.activation == nn::Activation::Relu2) {
+    // (Nemotron's class holds it; triad-export does not write that one.)
+    return "model.activation is relu2 (squared ReLU), which no class triad-export writes holds";
+  }
   if (!holds_latent_attention(type) && c.latent_attention()) {
     // (Only DeepSeek's classes have latent attention; the rest is beside
     // the point.)

@@ -113,7 +113,9 @@ Activation activation_from_string(const std::string& name) {
   if (name == "gelu_erf") return Activation::GeluErf;
   if (name == "swiglu") return Activation::SwiGlu;
   if (name == "geglu") return Activation::GeGlu;
-  throw ConfigError("model.activation ('" + name + "') must be gelu, gelu_erf, swiglu or geglu");
+  if (name == "relu2") return Activation::Relu2;
+  throw ConfigError("model.activation ('" + name +
+                    "') must be gelu, gelu_erf, swiglu, geglu or relu2");
 }
 
 const char* activation_string(Activation a) {
@@ -124,6 +126,8 @@ const char* activation_string(Activation a) {
       return "geglu";
     case Activation::GeluErf:
       return "gelu_erf";
+    case Activation::Relu2:
+      return "relu2";
     case Activation::Gelu:
       break;
   }
@@ -149,6 +153,13 @@ Tensor unfused_activation(Activation a, const Tensor& x) {
       return geglu(x);
     case Activation::SwiGlu:
       return swiglu(x);
+    case Activation::Relu2: {
+      // Squared ReLU (So et al. 2021, Primer; Nemotron-4's MLP), relu(x)^2
+      // as Megatron-LM computes it: a clamp below at 0 and a product. (The
+      // clamp's bounds are finite: FLT_MAX is past every half and float.)
+      const Tensor r = clamp(x, 0.0, std::numeric_limits<float>::max());
+      return mul(r, r);
+    }
     case Activation::Gelu:
       break;
   }

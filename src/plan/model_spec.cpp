@@ -71,7 +71,7 @@ nn::GptConfig parse_model_spec(const std::string& yaml_text, const std::string& 
   option("normalization", "layernorm or rmsnorm", [&](const YAML::Node& v) {
     c.normalization = nn::normalization_from_string(v.as<std::string>());
   });
-  option("activation", "gelu, gelu_erf, swiglu or geglu", [&](const YAML::Node& v) {
+  option("activation", "gelu, gelu_erf, swiglu, geglu or relu2", [&](const YAML::Node& v) {
     c.activation = nn::activation_from_string(v.as<std::string>());
   });
   option("linear_bias", "true or false",

@@ -758,6 +758,13 @@ TEST(CudaKernels, RowKernelsAtModelWidths) {
          return std::vector<Tensor>{randn({5, 1000}, 7, 1, 3.0, d)};
        },
        [](const std::vector<Tensor>& x) { return softmax(x[0]); }},
+      {"relu2_N33_C40",  // model.activation relu2: a clamp and a product
+       [](DType d) {
+         return std::vector<Tensor>{randn({33, 40}, 7, 1, 1.0, d)};
+       },
+       [](const std::vector<Tensor>& x) {
+         return nn::unfused_activation(nn::Activation::Relu2, x[0]);
+       }},
       {"softmax_N2101_C8",  // a router's rows: eight warps a block, the last block short
        [](DType d) {
          return std::vector<Tensor>{randn({2101, 8}, 7, 1, 3.0, d)};

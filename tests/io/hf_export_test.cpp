@@ -1771,6 +1771,20 @@ TEST(HfExport, TheModelsOwnClassIsPreferred) {
   }
 }
 
+// model.activation relu2 (squared ReLU): no class triad-export writes holds
+// it, and the refusal says so rather than writing GELU's name.
+TEST(HfExport, SquaredReluIsRefusedByEveryClass) {
+  nn::GptConfig c = gpt2(true);
+  EXPECT_EQ(std::string(hf_model_type(c)), "gpt2");
+  c.activation = nn::Activation::Relu2;
+  const std::string why =
+      "model.activation is relu2 (squared ReLU), which no class triad-export writes holds";
+  for (const char* type : {"gpt2", "gpt_neox", "falcon", "llama", "starcoder2"}) {
+    EXPECT_EQ(hf_misfit(c, type), why) << type;
+  }
+  EXPECT_THROW(hf_model_type(c), NotSupportedError);
+}
+
 TEST(HfExport, AModelNoClassHoldsIsNamed) {
   nn::GptConfig c = gpt2(true);
   c.position_embedding = nn::PositionEmbedding::Rotary;  // rope with GELU and LayerNorm,

@@ -377,6 +377,16 @@ TEST_F(Gpt2Parity, GatedMlpLogitsAndGradients) {
   }
 }
 
+// Squared ReLU's ungated MLP (model.activation relu2: Primer's and
+// Nemotron-4's), relu(x)^2, against PyTorch's torch.square(F.relu(x)).
+TEST_F(Gpt2Parity, SquaredReluMlpLogitsAndGradients) {
+  nn::GptConfig cfg = model_cfg_;
+  cfg.activation = nn::Activation::Relu2;
+  nn::Gpt model(cfg, 1);
+  io::load_gpt2_safetensors(model, ref_dir() + "/relu2_model.safetensors");
+  expect_step_zero_matches(model, ref_, "relu2.");
+}
+
 // LLaMA's combination: rotary embeddings, SwiGLU, RMSNorm (written out in
 // PyTorch by hand: x * rsqrt(mean(x^2) + eps) * weight), linear layers
 // without biases, an untied output head (lm_head.weight) and grouped-query

@@ -239,7 +239,7 @@ class Gpt(torch.nn.Module):
                  gelu_exact=False, shared_norm=False, head_bias=False, mlp_bias=None,
                  interleaved_rope=False, moe=None, pre_norms=True, norm_affine=True,
                  clip_qkv=None, granite=None, norm_bias=True, logit_scale=None,
-                 nope_layers=(), mla=None, mtp=None):
+                 nope_layers=(), mla=None, mtp=None, relu2=False):
         super().__init__()
         # DeepSeek-V3's multi-token prediction: dict(layers, weight) — module
         # k (ln_embed, ln_hidden, eh_proj, a block as layer n_layer + k - 1
@@ -293,6 +293,8 @@ class Gpt(torch.nn.Module):
         # GPT-NeoX's (Pythia's): both sublayers read the block's input, and
         # the MLP's GELU is the exact (erf) form rather than tanh's.
         self.parallel, self.gelu_exact = parallel, gelu_exact
+        # Squared ReLU's (Primer's, Nemotron-4's) ungated MLP: relu(x)^2.
+        self.relu2 = relu2
         # Phi-4-mini's partial rotation: each head's first rope_dim dimensions
         # turn (as Hugging Face's Phi3 splits q and k), the rest pass through.
         self.rope_dim = rope_dim
@@ -602,7 +604,9 @@ class Gpt(torch.nn.Module):
             return x + resid * post_mlp(self.moe_forward(b.mlp, mlp_in))
         if self.swiglu_ffn is None:
             form = "none" if self.gelu_exact else "tanh"
-            return x + resid * post_mlp(b.mlp.c_proj(F.gelu(b.mlp.c_fc(mlp_in), approximate=form)))
+            h = b.mlp.c_fc(mlp_in)
+            act = torch.square(F.relu(h)) if self.relu2 else F.gelu(h, approximate=form)
+            return x + resid * post_mlp(b.mlp.c_proj(act))
         gate, value = b.mlp.c_fc(mlp_in).chunk(2, dim=-1)
         act = F.gelu(gate, approximate="tanh") if self.geglu else F.silu(gate)
         return x + resid * post_mlp(b.mlp.c_proj(act * value))
@@ -1847,6 +1851,9 @@ def main():
     geglu = Gpt(CFG, swiglu_ffn=SWIGLU_FFN, geglu=True)
     save_model(geglu, os.path.join(out, "geglu_model.safetensors"))
     record_step_zero(geglu, x, y, "geglu.", ref)
+    relu2 = Gpt(CFG, relu2=True)
+    save_model(relu2, os.path.join(out, "relu2_model.safetensors"))
+    record_step_zero(relu2, x, y, "relu2.", ref)
     llama = Gpt(CFG, ROPE_THETA, SWIGLU_FFN, rms_norm=True, bias=False, tie=False,
                 kv_heads=LLAMA_KV_HEADS)
     save_model(llama, os.path.join(out, "llama_model.safetensors"))

@@ -1405,6 +1405,10 @@ TEST(Config, MlpActivationWidthAndNormalizationParseRoundTripAndAreChecked) {
   EXPECT_EQ(gemma.model.fc_width(), 128);
   const Config gemma_back = parse_config(to_yaml(gemma));
   EXPECT_EQ(gemma_back.model.activation, nn::Activation::GeGlu);
+  const Config relu2 = parse_config(kValid, {"model.activation=relu2"});
+  EXPECT_EQ(relu2.model.activation, nn::Activation::Relu2);
+  EXPECT_EQ(relu2.model.fc_width(), 4 * relu2.model.d_model);  // ungated
+  EXPECT_EQ(parse_config(to_yaml(relu2)).model.activation, nn::Activation::Relu2);
   EXPECT_DOUBLE_EQ(gemma_back.model.embedding_multiplier, 5.656854249492381);
   EXPECT_TRUE(gemma_back.model.norm_weight_offset);
   EXPECT_DOUBLE_EQ(plain.model.embedding_multiplier, 1.0);
@@ -1449,8 +1453,9 @@ TEST(Config, MlpActivationWidthAndNormalizationParseRoundTripAndAreChecked) {
   EXPECT_TRUE(neox_back.model.parallel_residual);
   EXPECT_EQ(neox_back.model.activation, nn::Activation::GeluErf);
   EXPECT_FALSE(plain.model.parallel_residual);
-  expect_config_error(kValid, {"model.activation=gelu_exact"},
-                      "model.activation ('gelu_exact') must be gelu, gelu_erf, swiglu or geglu");
+  expect_config_error(
+      kValid, {"model.activation=gelu_exact"},
+      "model.activation ('gelu_exact') must be gelu, gelu_erf, swiglu, geglu or relu2");
   const Config scaled =
       parse_config(kValid, {"model.position_embedding=rope", "model.query_pre_attn_scalar=12"});
   EXPECT_EQ(parse_config(to_yaml(scaled)).model.query_pre_attn_scalar, 12.0);
@@ -1484,7 +1489,7 @@ TEST(Config, MlpActivationWidthAndNormalizationParseRoundTripAndAreChecked) {
   expect_config_error(kValid, {"model.normalization=batchnorm"},
                       "model.normalization ('batchnorm') must be layernorm or rmsnorm");
   expect_config_error(kValid, {"model.activation=relu"},
-                      "model.activation ('relu') must be gelu, gelu_erf, swiglu or geglu");
+                      "model.activation ('relu') must be gelu, gelu_erf, swiglu, geglu or relu2");
   expect_config_error(kValid, {"model.ffn_hidden_size=-4"},
                       "model.ffn_hidden_size (-4) must be positive");
 }

@@ -51,8 +51,8 @@ const char* position_embedding_string(PositionEmbedding p);
 // Face's "gelu"), or a gated linear unit whose c_fc is twice as wide,
 // [gate | up] -> act(gate) * up: SwiGLU (LLaMA's, silu) or GeGLU (Gemma's,
 // GELU's tanh approximation).
-enum class Activation { Gelu, GeluErf, SwiGlu, GeGlu };
-// gelu | gelu_erf | swiglu | geglu, else ConfigError
+enum class Activation { Gelu, GeluErf, SwiGlu, GeGlu, Relu2 };
+// gelu | gelu_erf | swiglu | geglu | relu2, else ConfigError
 Activation activation_from_string(const std::string& name);
 const char* activation_string(Activation a);
 // The activation of c_fc's output where the linear layers do not fuse it

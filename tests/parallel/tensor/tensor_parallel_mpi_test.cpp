@@ -507,6 +507,7 @@ TEST_P(TensorParallelGptTest, LlamaOptionsMatchOneProcess) {
         "rope, packed documents",
         "swiglu, F 24",
         "geglu, F 24",
+        "relu2, F 24",
         "gemma's blocks",
         "gemma 3's blocks, sliding window on layer 0 only",
         "gemma 2's blocks, soft caps, sliding window on layer 0 only",
@@ -656,6 +657,9 @@ TEST_P(TensorParallelGptTest, LlamaOptionsMatchOneProcess) {
       cfg.query_pre_attn_scalar = 16.0;  // scores times 1/4 rather than 1/2
     } else if (variant == "swiglu, F 24" || variant == "geglu, F 24") {
       cfg.activation = variant[0] == 's' ? nn::Activation::SwiGlu : nn::Activation::GeGlu;
+      cfg.ffn_hidden_size = 24;
+    } else if (variant == "relu2, F 24") {
+      cfg.activation = nn::Activation::Relu2;
       cfg.ffn_hidden_size = 24;
     } else {
       cfg.position_embedding = nn::PositionEmbedding::Rotary;
