@@ -347,8 +347,8 @@ LayerCost layer_cost(const nn::GptConfig& m, const ClusterSpec& c, const Paralle
   // and read).
   const double shared_width =
       static_cast<double>(m.shared_fc_width() + m.moe.shared_ffn_hidden_size);
-  // model.activation relu2 runs two passes (a clamp and a product), each
-  // reading and writing F: 4F more.
+  // model.activation relu2 runs two passes (a clamp, then a product): the
+  // second reads and writes F more.
   const double relu2_pass = m.activation == nn::Activation::Relu2 ? 2.0 : 0.0;
   const double act_bytes =
       moe ? (k * static_cast<double>(m.expert_fc_width() + (1.0 + relu2_pass) * m.expert_ffn()) +
