@@ -575,6 +575,16 @@ nn::StateDict hf_llama_to_triad(const std::map<std::string, Tensor>& tensors,
     } else if (parts.count("mlp.gate_up_proj.weight") > 0) {  // GLM's, [gate | up] as c_fc's
       out[p + "mlp.c_fc.weight"] = take("mlp.gate_up_proj.weight");
       out[p + "mlp.c_proj.weight"] = take("mlp.down_proj.weight");
+    } else if (parts.count("mlp.up_proj.weight") > 0 && parts.count("mlp.gate_proj.weight") == 0) {
+      // Nemotron's ungated MLP: up_proj is c_fc, down_proj c_proj (with
+      // their biases under mlp_bias).
+      for (const auto& [from, to] :
+           {std::pair<const char*, const char*>{"up_proj", "c_fc"}, {"down_proj", "c_proj"}}) {
+        const std::string hf_name = std::string("mlp.") + from;
+        out[p + "mlp." + to + ".weight"] = take(hf_name + ".weight");
+        if (parts.count(hf_name + ".bias") > 0)
+          out[p + "mlp." + to + ".bias"] = take(hf_name + ".bias");
+      }
     } else if (!take_experts(block, p, out)) {
       out[p + "mlp.c_fc.weight"] =
           concat({take("mlp.gate_proj.weight"), take("mlp.up_proj.weight")}, 0);

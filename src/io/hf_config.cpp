@@ -966,6 +966,49 @@ nn::GptConfig starcoder2_config(const Keys& k) {
   return c;
 }
 
+// NemotronForCausalLM (Nemotron-4, Minitron 4B and 8B, Nemotron-Mini): the
+// sequential block with rotary embeddings on partial_rotary_factor of each
+// head (half by default) turned in halves, LayerNorm1P (a LayerNorm with
+// its bias, scaling by 1 + weight: model.norm_weight_offset) of norm_eps,
+// an ungated MLP (up_proj, down_proj) of squared ReLU by default, grouped
+// key/value heads, heads of their own width (head_dim), no linear biases
+// unless attention_bias and mlp_bias say so, and an untied head by
+// default.
+nn::GptConfig nemotron_config(const Keys& k) {
+  nn::GptConfig c = decoder_dimensions(k);
+  c.normalization = nn::Normalization::LayerNorm;
+  c.layer_norm_eps = k.number("norm_eps", 1e-5);
+  c.norm_weight_offset = true;
+  c.tie_embeddings = k.boolean("tie_word_embeddings", false);
+  const std::string act = k.text("hidden_act", "relu2");
+  if (act == "relu2") {
+    c.activation = nn::Activation::Relu2;
+  } else if (act == "gelu" || act == "gelu_new" || act == "gelu_pytorch_tanh") {
+    c.activation = gelu_named(k, "hidden_act", "relu2");
+  } else {
+    k.unsupported("hidden_act",
+                  "expected relu2 (squared ReLU), gelu (exact), gelu_new or gelu_pytorch_tanh "
+                  "(tanh)");
+  }
+  c.position_embedding = nn::PositionEmbedding::Rotary;
+  c.rope_theta = k.number("rope_theta", 10000.0);
+  if (k.has("rope_scaling")) c.rope_scaling = k.rope_scaling(static_cast<double>(c.seq_len));
+  if (k.has("head_dim") && k.integer("head_dim") * c.n_head != c.d_model)
+    c.head_size = k.integer("head_dim");
+  c.rope_dim = rotated_dims(k, "partial_rotary_factor", 0.5, c);
+  // attention_bias puts biases on q, k, v and o_proj; mlp_bias on up_proj
+  // and down_proj. Triad's attention output projection has one only beside
+  // every other linear layer's.
+  const bool attention = k.boolean("attention_bias", false), mlp = k.boolean("mlp_bias", false);
+  if (attention && !mlp)
+    k.unsupported("attention_bias",
+                  "Triad's attention output projection has a bias only beside every other "
+                  "linear layer's (set mlp_bias too, or neither)");
+  c.linear_bias = attention && mlp;
+  c.mlp_bias = mlp && !attention;
+  return c;
+}
+
 // PhiForCausalLM (Phi-1, Phi-1.5, Phi-2): rotary embeddings on
 // partial_rotary_factor of each head (half by default), GELU (tanh by
 // default), LayerNorm, biases on every linear layer, the parallel residual
@@ -1244,6 +1287,8 @@ nn::GptConfig gpt_config_from_hf(const std::string& json_text, const std::string
     c = gpt_neox_config(k);
   } else if (type == "starcoder2") {
     c = starcoder2_config(k);
+  } else if (type == "nemotron") {
+    c = nemotron_config(k);
   } else if (type == "cohere" || type == "cohere2") {
     c = cohere_config(k, type);
   } else if (type == "phi") {
@@ -1265,7 +1310,7 @@ nn::GptConfig gpt_config_from_hf(const std::string& json_text, const std::string
         "gemma2, gemma3_text, gemma3, phi3, stablelm, olmo, olmo2, olmo3, olmoe, granite, "
         "granitemoe, granitemoeshared, cohere, cohere2, smollm3, glm, glm4, glm4_moe, dots1, "
         "deepseek_v2, deepseek_v3, kimi_k2, minimax_m2, helium, seed_oss, exaone4, "
-        "gpt_neox, starcoder2, phi, falcon, gptj, codegen or gpt2)");
+        "gpt_neox, starcoder2, nemotron, phi, falcon, gptj, codegen or gpt2)");
   }
   // (An export writes the class it came from; Kimi K2's is DeepSeek-V3's.)
   c.hf_type = type == "kimi_k2" ? "deepseek_v3" : type;

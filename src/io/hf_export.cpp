@@ -411,6 +411,36 @@ std::string starcoder2_misfit(const nn::GptConfig& c) {
   return m.why;
 }
 
+// NemotronForCausalLM: the sequential block with rotary embeddings on any
+// share of each head (turned in halves), LayerNorm1P (a LayerNorm with its
+// bias, scaling by 1 + weight), an ungated MLP of squared ReLU or GELU
+// (either form), biases on every linear layer, on the MLP alone or none, no
+// head bias, any count of key/value heads and width of head, no window, and
+// any RoPE scaling but longrope.
+std::string nemotron_misfit(const nn::GptConfig& c) {
+  Misfit m;
+  m.add(!c.rotary(), "model.position_embedding is not rope");
+  m.add(c.gated_mlp(), "model.activation is not relu2, gelu or gelu_erf");
+  m.add(c.rms_norm(), "model.normalization is rmsnorm");
+  m.add(!c.norm_weight_offset,
+        "model.norm_weight_offset is false (Nemotron's LayerNorm1P scales by 1 + weight)");
+  m.add(c.qkv_bias && !c.linear_bias, "model.qkv_bias without model.linear_bias");
+  m.add(c.head_bias, "model.head_bias is true");
+  m.add(c.parallel_residual, "model.parallel_residual is true");
+  m.add(c.sliding_window > 0, "model.sliding_window is set");
+  m.add(c.qk_norm, "model.qk_norm is true");
+  m.add(c.embedding_multiplier != 1.0, "model.embedding_multiplier is not 1");
+  m.add(c.post_norms, "model.post_norms is true");
+  m.add(c.attn_logit_softcap > 0.0, "model.attn_logit_softcap is set");
+  m.add(c.final_logit_softcap > 0.0, "model.final_logit_softcap is set");
+  m.add(
+      c.query_pre_attn_scalar > 0.0 && c.query_pre_attn_scalar != static_cast<double>(c.head_dim()),
+      "model.query_pre_attn_scalar is not head_dim");
+  m.add(c.rope_local_theta > 0.0, "model.rope_local_theta is set");
+  m.add(c.rope_scaling.kind == RopeScaling::Kind::LongRope, "model.rope_scaling is longrope");
+  return m.why;
+}
+
 // CodeGenForCausalLM: GPT-J's blocks with q, k and v fused in
 // kCodegenShards shards of whole heads.
 std::string codegen_misfit(const nn::GptConfig& c) {
@@ -595,6 +625,29 @@ void write_starcoder2_config(const nn::GptConfig& c, nlohmann::ordered_json& j) 
   j["attention_dropout"] = 0.0;
 }
 
+// NemotronConfig's keys: norm_eps, partial_rotary_factor the share of each
+// head that turns, head_dim, hidden_act relu2 (or a GELU), attention_bias
+// (q, k, v and o_proj) and mlp_bias (up_proj and down_proj).
+void write_nemotron_config(const nn::GptConfig& c, nlohmann::ordered_json& j) {
+  write_dimensions(c, "NemotronForCausalLM", "nemotron", j);
+  j["num_key_value_heads"] = c.kv_heads();
+  j["head_dim"] = c.head_dim();
+  j["hidden_act"] = c.activation == nn::Activation::Relu2     ? "relu2"
+                    : c.activation == nn::Activation::GeluErf ? "gelu"
+                                                              : "gelu_pytorch_tanh";
+  j["max_position_embeddings"] = c.seq_len;
+  j["norm_eps"] = c.layer_norm_eps;
+  j["rope_theta"] = c.rope_theta;
+  write_rope_scaling(c, j);
+  j["partial_rotary_factor"] = partial_rotary_factor(c);
+  j["attention_bias"] = c.linear_bias;
+  j["mlp_bias"] = c.mlp_biases();
+  // NemotronConfig's one dropout is on the attention's probabilities, which
+  // Triad keeps; its own (the embeddings' and each sublayer's output's) has
+  // no key here: the same model for inference, a close cousin for training.
+  j["attention_dropout"] = 0.0;
+}
+
 // GPTJConfig's keys: GPT-2's names for the widths and depth, rotary_dim
 // the dimensions of each head that turn.
 void write_gptj_config(const nn::GptConfig& c, nlohmann::ordered_json& j, bool codegen) {
@@ -766,6 +819,31 @@ std::map<std::string, Tensor> triad_to_starcoder2_part(const nn::StateDict& full
   return out;
 }
 
+// Nemotron's names for the tensors outside the blocks (block -1) or of
+// block `block`: LLaMA's attention (o_proj biased too under
+// attention_bias), its ungated MLP as up_proj and down_proj, LayerNorm1P's
+// weights and biases.
+std::map<std::string, Tensor> triad_to_nemotron_part(const nn::StateDict& full,
+                                                     const nn::GptConfig& c, int64_t block) {
+  std::map<std::string, Tensor> out;
+  if (block < 0) return outside_part(full, c, "model.embed_tokens", "model.norm", "lm_head");
+  const std::string p = "h." + std::to_string(block) + ".";
+  const std::string hf = "model.layers." + std::to_string(block) + ".";
+  for (const std::string kind : {".weight", ".bias"}) {
+    if (kind == ".weight" || c.linear_bias) {
+      split_qkv(full, c, block, kind, hf + "self_attn.", out);
+      out[hf + "self_attn.o_proj" + kind] = at(full, p + "attn.c_proj" + kind);
+    }
+    if (kind == ".weight" || c.mlp_biases()) {
+      out[hf + "mlp.up_proj" + kind] = at(full, p + "mlp.c_fc" + kind);
+      out[hf + "mlp.down_proj" + kind] = at(full, p + "mlp.c_proj" + kind);
+    }
+    out[hf + "input_layernorm" + kind] = at(full, p + "ln_1" + kind);
+    out[hf + "post_attention_layernorm" + kind] = at(full, p + "ln_2" + kind);
+  }
+  return out;
+}
+
 // Falcon's names for the tensors outside the blocks (block -1) or of block
 // `block`; c_attn's rows grouped by key/value head as query_key_value holds
 // them, and ln_attn and ln_mlp (or the one input_layernorm) for the norms.
@@ -911,6 +989,7 @@ const std::vector<std::string>& hf_model_types() {
                                               "exaone4",
                                               "gpt_neox",
                                               "starcoder2",
+                                              "nemotron",
                                               "phi",
                                               "falcon",
                                               "gptj",
@@ -940,6 +1019,7 @@ std::string dense_misfit(const nn::GptConfig& c, const std::string& type) {
   if (type == "gpt_neox" || type == "phi") return rotary_plain_misfit(c, type == "phi");
   if (type == "falcon") return falcon_misfit(c);
   if (type == "starcoder2") return starcoder2_misfit(c);
+  if (type == "nemotron") return nemotron_misfit(c);
   if (type == "gptj") return gptj_misfit(c);
   if (type == "codegen") return codegen_misfit(c);
   if (type == "mistral") return llama_misfit(c, "llama");
@@ -988,9 +1068,9 @@ void add_granite_departures(const nn::GptConfig& c, const std::string& type, Mis
 // layer), GraniteMoE's Granite's (renormalised, on every layer; an ungated
 // shared expert in GraniteMoeShared's); no other class holds a mixture.
 std::string misfit(const nn::GptConfig& c, const std::string& type) {
-  if (c.activation == nn::Activation::Relu2) {
-    // (Nemotron's class holds it; triad-export does not write that one.)
-    return "model.activation is relu2 (squared ReLU), which no class triad-export writes holds";
+  if (c.activation == nn::Activation::Relu2 && type != "nemotron") {
+    // (Nemotron's class alone holds it; the rest is beside the point.)
+    return "model.activation is relu2 (squared ReLU, NemotronForCausalLM's alone)";
   }
   if (!holds_latent_attention(type) && c.latent_attention()) {
     // (Only DeepSeek's classes have latent attention; the rest is beside
@@ -1140,6 +1220,7 @@ const char* architecture_of(const std::string& type) {
          : type == "exaone4"          ? "Exaone4ForCausalLM"
          : type == "gpt_neox"         ? "GPTNeoXForCausalLM"
          : type == "starcoder2"       ? "Starcoder2ForCausalLM"
+         : type == "nemotron"         ? "NemotronForCausalLM"
          : type == "phi"              ? "PhiForCausalLM"
          : type == "falcon"           ? "FalconForCausalLM"
          : type == "gptj"             ? "GPTJForCausalLM"
@@ -1216,9 +1297,9 @@ const char* hf_model_type(const nn::GptConfig& c) {
                     olmo = misfit(c, "olmo"), olmo2 = misfit(c, "olmo2"),
                     olmo3 = misfit(c, "olmo3"), granite = misfit(c, "granite"),
                     neox = misfit(c, "gpt_neox"), starcoder2 = misfit(c, "starcoder2"),
-                    cohere = misfit(c, "cohere"), cohere2 = misfit(c, "cohere2"),
-                    smollm3 = misfit(c, "smollm3"), glm = misfit(c, "glm"),
-                    glm4 = misfit(c, "glm4"), helium = misfit(c, "helium"),
+                    nemotron = misfit(c, "nemotron"), cohere = misfit(c, "cohere"),
+                    cohere2 = misfit(c, "cohere2"), smollm3 = misfit(c, "smollm3"),
+                    glm = misfit(c, "glm"), glm4 = misfit(c, "glm4"), helium = misfit(c, "helium"),
                     seed_oss = misfit(c, "seed_oss"), exaone4 = misfit(c, "exaone4"),
                     phi = misfit(c, "phi"), falcon = misfit(c, "falcon"), gptj = misfit(c, "gptj"),
                     codegen = misfit(c, "codegen"), gpt2 = misfit(c, "gpt2");
@@ -1279,6 +1360,10 @@ const char* hf_model_type(const nn::GptConfig& c) {
       "gelu_erf, layernorm, biases on every linear layer or none, grouped heads allowed and a "
       "window on every layer or none (here " +
       starcoder2 +
+      "); NemotronForCausalLM the sequential block with rope on any share of each head, relu2, "
+      "gelu or gelu_erf, layernorm scaling by 1 + weight (norm_weight_offset), biases on every "
+      "linear layer, on the MLP alone or none, grouped heads allowed and no window (here " +
+      nemotron +
       "); FalconForCausalLM parallel blocks with rope on whole heads, gelu or gelu_erf, "
       "layernorm, biases on every linear layer or none, and no head bias (here " +
       falcon +
@@ -1305,6 +1390,8 @@ std::string hf_config_json(const nn::GptConfig& c, const std::string& torch_dtyp
     write_falcon_config(c, j);
   } else if (type == "starcoder2") {
     write_starcoder2_config(c, j);
+  } else if (type == "nemotron") {
+    write_nemotron_config(c, j);
   } else if (type == "gptj" || type == "codegen") {
     write_gptj_config(c, j, type == "codegen");
   } else if (type != "gpt2") {
@@ -1651,6 +1738,7 @@ std::map<std::string, Tensor> model_to_hf_part(const nn::StateDict& full, const 
   if (type == "phi") return triad_to_phi_part(full, c, block);
   if (type == "falcon") return triad_to_falcon_part(full, c, block);
   if (type == "starcoder2") return triad_to_starcoder2_part(full, c, block);
+  if (type == "nemotron") return triad_to_nemotron_part(full, c, block);
   if (type == "gptj" || type == "codegen")
     return triad_to_gptj_part(full, c, block, type == "codegen");
   const int64_t F = c.ffn();

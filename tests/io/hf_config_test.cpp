@@ -1854,6 +1854,88 @@ TEST(HfConfig, Starcoder2ConfigIsItsOwn) {
             std::string::npos);
 }
 
+// Minitron-4B-Base's config.json (Nemotron-4 15B pruned): the sequential
+// block with half of each head turned, LayerNorm1P (a LayerNorm with its
+// bias, scaling by 1 + weight), a squared-ReLU MLP, 24 heads of 128 over 8
+// key/value heads, no linear biases and an untied head. Its count by the
+// shapes: 2 x 256000 x 3072 (the embedding, the head) + 32 blocks of
+// 3072^2 x 2 (q, o) + 3072 x 1024 x 2 (k, v) + 2 x 3072 x 9216 (up, down)
+// + 2 x 2 x 3072 (two norms' weights and biases) + 2 x 3072 (ln_f):
+// 4,190,509,056 (4.19B). Minitron-8B-Base's heads are apart (48 of 128 on
+// 4096 wide): 8,271,699,968. The biases, the activation and what is
+// refused follow.
+TEST(HfConfig, NemotronConfigIsMinitrons) {
+  const std::string minitron = R"({
+    "architectures": ["NemotronForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
+    "bos_token_id": 2, "eos_token_id": 3, "head_dim": 128, "hidden_act": "relu2",
+    "hidden_size": 3072, "initializer_range": 0.0134, "intermediate_size": 9216,
+    "max_position_embeddings": 4096, "mlp_bias": false, "model_type": "nemotron",
+    "norm_eps": 1e-05, "num_attention_heads": 24, "num_hidden_layers": 32,
+    "num_key_value_heads": 8, "partial_rotary_factor": 0.5, "rope_theta": 10000,
+    "tie_word_embeddings": false, "torch_dtype": "bfloat16", "use_cache": true,
+    "vocab_size": 256000})";
+  const nn::GptConfig c = gpt_config_from_hf(minitron, "Minitron-4B-Base/config.json");
+  EXPECT_EQ(c.hf_type, "nemotron");
+  EXPECT_TRUE(c.rotary());
+  EXPECT_EQ(c.rope_dim, 64);
+  EXPECT_EQ(c.head_dim(), 128);
+  EXPECT_FALSE(c.heads_apart());
+  EXPECT_EQ(c.kv_heads(), 8);
+  EXPECT_EQ(c.normalization, nn::Normalization::LayerNorm);
+  EXPECT_TRUE(c.norm_weight_offset);
+  EXPECT_TRUE(c.norm_biases());
+  EXPECT_DOUBLE_EQ(c.layer_norm_eps, 1e-5);
+  EXPECT_EQ(c.activation, nn::Activation::Relu2);
+  EXPECT_EQ(c.ffn(), 9216);
+  EXPECT_FALSE(c.linear_bias);
+  EXPECT_FALSE(c.mlp_biases());
+  EXPECT_FALSE(c.qkv_bias);
+  EXPECT_FALSE(c.parallel_residual);
+  EXPECT_FALSE(c.tie_embeddings);
+  EXPECT_EQ(c.num_parameters(), 4'190'509'056);
+  EXPECT_EQ(std::string(hf_architecture(c)), "NemotronForCausalLM");
+  // Minitron-8B-Base: 48 query heads of 128 on a 4096-wide stream.
+  std::string eight = minitron;
+  for (const auto& [key, value] : std::vector<std::pair<std::string, std::string>>{
+           {"hidden_size", "4096"}, {"intermediate_size", "16384"}, {"num_attention_heads", "48"}})
+    eight = edited(eight, key, value);
+  const nn::GptConfig big = gpt_config_from_hf(eight, "Minitron-8B-Base/config.json");
+  EXPECT_TRUE(big.heads_apart());
+  EXPECT_EQ(big.q_width(), 6144);
+  EXPECT_EQ(big.rope_dim, 64);
+  EXPECT_EQ(big.num_parameters(), 8'271'699'968);
+  // NemotronConfig's defaults: relu2, half of each head, norm_eps 1e-5.
+  const nn::GptConfig bare = gpt_config_from_hf(
+      without(without(without(minitron, "hidden_act"), "partial_rotary_factor"), "norm_eps"), "m");
+  EXPECT_EQ(bare.activation, nn::Activation::Relu2);
+  EXPECT_EQ(bare.rope_dim, 64);
+  EXPECT_DOUBLE_EQ(bare.layer_norm_eps, 1e-5);
+  EXPECT_EQ(gpt_config_from_hf(edited(minitron, "partial_rotary_factor", "1.0"), "m").rope_dim, 0);
+  EXPECT_EQ(gpt_config_from_hf(edited(minitron, "hidden_act", "\"gelu\""), "m").activation,
+            nn::Activation::GeluErf);
+  EXPECT_EQ(
+      gpt_config_from_hf(edited(minitron, "hidden_act", "\"gelu_pytorch_tanh\""), "m").activation,
+      nn::Activation::Gelu);
+  // attention_bias covers q, k, v and o_proj, mlp_bias up_proj and
+  // down_proj: both are Triad's linear_bias, the MLP's alone its mlp_bias.
+  const nn::GptConfig biased = gpt_config_from_hf(
+      edited(edited(minitron, "attention_bias", "true"), "mlp_bias", "true"), "m");
+  EXPECT_TRUE(biased.linear_bias);
+  const nn::GptConfig mlp_only = gpt_config_from_hf(edited(minitron, "mlp_bias", "true"), "m");
+  EXPECT_FALSE(mlp_only.linear_bias);
+  EXPECT_TRUE(mlp_only.mlp_bias);
+  EXPECT_NE(error_of(edited(minitron, "attention_bias", "true"))
+                .find("'attention_bias' (true): Triad's attention output projection has a bias "
+                      "only beside every other linear layer's"),
+            std::string::npos);
+  EXPECT_NE(error_of(edited(minitron, "hidden_act", "\"silu\""))
+                .find("'hidden_act' (\"silu\"): expected relu2 (squared ReLU)"),
+            std::string::npos);
+  EXPECT_NE(error_of(edited(minitron, "partial_rotary_factor", "0"))
+                .find("'partial_rotary_factor' (0) must be a share of the head in (0, 1]"),
+            std::string::npos);
+}
+
 // granite-3.0-8b-base's config.json: LLaMA's blocks with Granite's four
 // multipliers (the token embeddings times 12, each sublayer's output times
 // 0.22, the scores times 1/128 in place of 1/sqrt(128), the logits over
@@ -2242,7 +2324,7 @@ TEST(HfConfig, WhatTriadDoesNotBuildIsNamed) {
                 "cohere2, smollm3, glm, glm4, glm4_moe, dots1, deepseek_v2, deepseek_v3, kimi_k2, "
                 "minimax_m2, helium, seed_oss, "
                 "exaone4, gpt_neox, "
-                "starcoder2, "
+                "starcoder2, nemotron, "
                 "phi, "
                 "falcon, "
                 "gptj, "

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <string>
 #include <tuple>
@@ -313,6 +314,23 @@ TEST(HfExport, LlamaAndGpt2RoundTrip) {
   nn::GptConfig helium = llama(false, 2);  // HeliumForCausalLM: whole heads turned in
   helium.qkv_bias = true;                  // interleaved pairs, q, k and v biases
   helium.hf_type = "helium";
+  // NemotronForCausalLM: LayerNorm1P (LayerNorms scaling by 1 + weight),
+  // squared ReLU, half of each head turned, grouped heads, no biases; with
+  // biases everywhere and heads apart; with the MLP's alone and exact GELU.
+  nn::GptConfig nemotron = llama(false, 2);
+  nemotron.normalization = nn::Normalization::LayerNorm;
+  nemotron.norm_weight_offset = true;
+  nemotron.layer_norm_eps = 1e-5;
+  nemotron.activation = nn::Activation::Relu2;
+  nemotron.rope_dim = 2;
+  nn::GptConfig nemotron_biased = nemotron;
+  nemotron_biased.linear_bias = true;
+  nemotron_biased.head_size = 8;
+  nemotron_biased.rope_dim = 4;
+  nn::GptConfig nemotron_gelu = nemotron;
+  nemotron_gelu.mlp_bias = true;
+  nemotron_gelu.activation = nn::Activation::GeluErf;
+  nemotron_gelu.tie_embeddings = true;
   for (const nn::GptConfig& c : {llama(false, 2),
                                  llama(true, 0),
                                  llama(false, 1),
@@ -333,6 +351,9 @@ TEST(HfExport, LlamaAndGpt2RoundTrip) {
                                  glm,
                                  glm4,
                                  helium,
+                                 nemotron,
+                                 nemotron_biased,
+                                 nemotron_gelu,
                                  phi2,
                                  falcon7,
                                  falcon40,
@@ -1764,25 +1785,57 @@ TEST(HfExport, TheModelsOwnClassIsPreferred) {
             "helium, seed_oss, "
             "exaone4, "
             "gpt_neox, "
-            "starcoder2, "
+            "starcoder2, nemotron, "
             "phi, falcon, gptj, codegen, gpt2, or auto)"),
         std::string::npos)
         << e.what();
   }
 }
 
-// model.activation relu2 (squared ReLU): no class triad-export writes holds
-// it, and the refusal says so rather than writing GELU's name.
-TEST(HfExport, SquaredReluIsRefusedByEveryClass) {
+// model.activation relu2 (squared ReLU): Nemotron's class alone holds it;
+// every other class's refusal says so rather than writing GELU's name, and
+// Nemotron's names what else keeps GPT-2's blocks from it.
+TEST(HfExport, SquaredReluIsNemotronsAlone) {
   nn::GptConfig c = gpt2(true);
   EXPECT_EQ(std::string(hf_model_type(c)), "gpt2");
   c.activation = nn::Activation::Relu2;
-  const std::string why =
-      "model.activation is relu2 (squared ReLU), which no class triad-export writes holds";
-  for (const char* type : {"gpt2", "gpt_neox", "falcon", "llama", "starcoder2"}) {
+  const std::string why = "model.activation is relu2 (squared ReLU, NemotronForCausalLM's alone)";
+  for (const char* type : {"gpt2", "gpt_neox", "falcon", "llama", "starcoder2", "phi", "gptj"}) {
     EXPECT_EQ(hf_misfit(c, type), why) << type;
   }
-  EXPECT_THROW(hf_model_type(c), NotSupportedError);
+  EXPECT_EQ(hf_misfit(c, "nemotron"),
+            "model.position_embedding is not rope, model.norm_weight_offset is false "
+            "(Nemotron's LayerNorm1P scales by 1 + weight)");
+  expect_no_class(c,
+                  "NemotronForCausalLM the sequential block with rope on any share of each "
+                  "head, relu2, gelu or gelu_erf, layernorm scaling by 1 + weight "
+                  "(norm_weight_offset), biases on every linear layer, on the MLP alone or "
+                  "none, grouped heads allowed and no window (here model.position_embedding "
+                  "is not rope, model.norm_weight_offset is false");
+  c.position_embedding = nn::PositionEmbedding::Rotary;
+  c.norm_weight_offset = true;
+  EXPECT_EQ(std::string(hf_model_type(c)), "nemotron");
+  EXPECT_EQ(std::string(hf_architecture(c)), "NemotronForCausalLM");
+  // What Nemotron's class lacks: a window, a parallel residual, biases on
+  // q, k and v alone, RMSNorm, a gated MLP.
+  for (const auto& [edit, reason] :
+       std::vector<std::pair<std::function<void(nn::GptConfig&)>, std::string>>{
+           {[](nn::GptConfig& m) { m.sliding_window = 3; }, "model.sliding_window is set"},
+           {[](nn::GptConfig& m) { m.parallel_residual = true; },
+            "model.parallel_residual is true"},
+           {[](nn::GptConfig& m) {
+              m.linear_bias = false;
+              m.qkv_bias = true;
+            },
+            "model.qkv_bias without model.linear_bias"},
+           {[](nn::GptConfig& m) { m.normalization = nn::Normalization::RmsNorm; },
+            "model.normalization is rmsnorm"},
+           {[](nn::GptConfig& m) { m.activation = nn::Activation::SwiGlu; },
+            "model.activation is not relu2, gelu or gelu_erf"}}) {
+    nn::GptConfig m = c;
+    edit(m);
+    EXPECT_EQ(hf_misfit(m, "nemotron"), reason);
+  }
 }
 
 TEST(HfExport, AModelNoClassHoldsIsNamed) {
@@ -1816,6 +1869,13 @@ TEST(HfExport, AModelNoClassHoldsIsNamed) {
                      "or gelu_erf, layernorm, biases on every linear layer or none, grouped heads "
                      "allowed and a window on every layer or none (here model.rope_dim turns part "
                      "of each head)"),
+              std::string::npos)
+        << m;
+    EXPECT_NE(m.find("NemotronForCausalLM the sequential block with rope on any share of each "
+                     "head, relu2, gelu or gelu_erf, layernorm scaling by 1 + weight "
+                     "(norm_weight_offset), biases on every linear layer, on the MLP alone or "
+                     "none, grouped heads allowed and no window (here model.norm_weight_offset "
+                     "is false (Nemotron's LayerNorm1P scales by 1 + weight))"),
               std::string::npos)
         << m;
     EXPECT_NE(m.find("FalconForCausalLM parallel blocks with rope on whole heads, gelu or "

@@ -190,7 +190,8 @@ TEST(PeftAdapter, GptNeoxModulesTakeEachLayerWholeWithQueryKeyValuesRowsByHead) 
 // v_proj, dense, fc1 and fc2; Falcon's query_key_value with B's rows grouped
 // by key/value head; GPT-J's q_proj, k_proj and v_proj with B's q and k rows
 // back in interleaved pairs, out_proj, fc_in and fc_out; StarCoder2's
-// LLaMA-named attention with its own c_fc and c_proj; Cohere's LLaMA names
+// LLaMA-named attention with its own c_fc and c_proj; Nemotron's the same
+// attention with its ungated up_proj and down_proj; Cohere's LLaMA names
 // with B's q and k rows in interleaved pairs; GLM-4's the same with the
 // rotated half of each head's rows so and gate_up_proj fused. The exported
 // base plus
@@ -216,6 +217,10 @@ TEST(PeftAdapter, PhiFalconAndGptjModulesAreTheirClasses) {
   nn::GptConfig starcoder2 = falcon;  // the sequential block: LLaMA's attention, c_fc, c_proj
   starcoder2.parallel_residual = false;
   starcoder2.linear_bias = true;
+  nn::GptConfig nemotron = starcoder2;  // LayerNorm1P, squared ReLU: up_proj, down_proj
+  nemotron.norm_weight_offset = true;
+  nemotron.activation = nn::Activation::Relu2;
+  nemotron.rope_dim = 2;
   nn::GptConfig cohere = falcon;  // one norm without a bias, SwiGLU, grouped heads
   cohere.shared_norm = true;
   cohere.norm_bias = false;
@@ -243,6 +248,9 @@ TEST(PeftAdapter, PhiFalconAndGptjModulesAreTheirClasses) {
         std::tuple{
             starcoder2, "starcoder2",
             std::vector<std::string>{"q_proj", "k_proj", "v_proj", "o_proj", "c_fc", "c_proj"}},
+        std::tuple{nemotron, "nemotron",
+                   std::vector<std::string>{"q_proj", "k_proj", "v_proj", "o_proj", "up_proj",
+                                            "down_proj"}},
         std::tuple{cohere, "cohere",
                    std::vector<std::string>{"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
                                             "up_proj", "down_proj"}},

@@ -1541,6 +1541,30 @@ TEST_F(Gpt2Parity, Starcoder2DirectoryReadsAndExportsAsHuggingFacesStarcoder2) {
   expect_exports_as_written(model, dir);
 }
 
+// Nemotron-4's blocks (Minitron's: the sequential block, LayerNorm1P —
+// a LayerNorm with its shift, scaling by 1 + weight — a squared-ReLU MLP
+// as up_proj and down_proj, heads of 12 over 2 key/value heads with half
+// of each turned, an untied head) from a NemotronForCausalLM directory:
+// logits, loss and every gradient, greedy tokens through the key/value
+// cache; exported again, the same directory. Read without the offset (the
+// stored weights as the scales), not the reference's logits.
+TEST_F(Gpt2Parity, NemotronDirectoryReadsAndExportsAsHuggingFacesNemotron) {
+  const auto model = expect_family_matches("nemotron", "nemotron", ref_);
+  const nn::GptConfig& cfg = model->config();
+  EXPECT_EQ(cfg.activation, nn::Activation::Relu2);
+  EXPECT_FALSE(cfg.rms_norm());
+  EXPECT_TRUE(cfg.norm_weight_offset);
+  EXPECT_TRUE(cfg.norm_biases());
+  EXPECT_FALSE(cfg.linear_bias);
+  EXPECT_EQ(cfg.head_dim(), cfg_["qwen3_head_dim"].get<int64_t>());
+  EXPECT_EQ(cfg.rope_dim, cfg.head_dim() / 2);
+  EXPECT_EQ(cfg.kv_heads(), cfg_["llama_kv_heads"].get<int64_t>());
+  EXPECT_TRUE(model->state_dict().count("h.1.ln_2.bias"));
+  nn::GptConfig plain = cfg;
+  plain.norm_weight_offset = false;
+  EXPECT_GT(logits_away_under(plain, *model, ref_, "nemotron."), 1e-3);
+}
+
 // OLMoE's blocks (pre-norms, the full query/key norms, 4 experts on every
 // layer of which each token takes 2, not renormalised) from an
 // OlmoeForCausalLM directory, trained with the router z-loss (its weight

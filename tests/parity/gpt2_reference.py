@@ -218,6 +218,13 @@ class HeadLayerNorm(torch.nn.Module):
         return (x - mean) * torch.rsqrt(var + self.eps) * self.weight
 
 
+class LayerNorm1P(torch.nn.LayerNorm):
+    """Nemotron's LayerNorm1P: a LayerNorm (with its shift) scaling by
+    1 + weight, its weights stored around 0."""
+    def forward(self, x):
+        return F.layer_norm(x, self.normalized_shape, self.weight + 1, self.bias, self.eps)
+
+
 class RmsNorm(torch.nn.Module):
     def __init__(self, C, eps=1e-5, offset=False):
         super().__init__()
@@ -274,6 +281,8 @@ class Gpt(torch.nn.Module):
                 return RmsNorm(C, offset=norm_offset)
             if not norm_bias:
                 return BiaslessLayerNorm(C)
+            if norm_offset:  # Nemotron's LayerNorm1P
+                return LayerNorm1P(C, eps=1e-5)
             return torch.nn.LayerNorm(C, eps=1e-5, elementwise_affine=norm_affine)
         # A mixture of experts (Mixtral's, Qwen's): dict(experts, top_k,
         # ffn, normalize, coef, dense, shared) — the layers in `dense` keep
@@ -944,6 +953,41 @@ def save_hf_starcoder2(model, directory):
               "vocab_size": CFG["vocab_size"], "max_position_embeddings": CFG["seq_len"],
               "norm_epsilon": 1e-5, "rope_theta": ROPE_THETA, "sliding_window": model.window,
               "use_bias": True, "residual_dropout": 0.0, "embedding_dropout": 0.0,
+              "tie_word_embeddings": False}
+    with open(os.path.join(directory, "config.json"), "w") as f:
+        json.dump(config, f)
+
+
+def save_hf_nemotron(model, directory):
+    """A Nemotron-style model (the sequential block, LayerNorm1P, a
+    squared-ReLU MLP of 4C, part of each head turned, grouped key/value
+    heads, no linear biases) as a NemotronForCausalLM directory: LLaMA's
+    attention names, the MLP's as up_proj and down_proj, the norms'
+    weights (around 0) and biases."""
+    os.makedirs(directory, exist_ok=True)
+    Q, KV = model.c["n_head"] * model.D, model.kv_heads * model.D
+    t = {"model.embed_tokens.weight": model.wte.weight, "model.norm.weight": model.ln_f.weight,
+         "model.norm.bias": model.ln_f.bias, "lm_head.weight": model.lm_head.weight}
+    for i, b in enumerate(model.h):
+        p = f"model.layers.{i}."
+        q, k, v = b.attn.c_attn.weight.split([Q, KV, KV], 0)
+        t.update({p + "self_attn.q_proj.weight": q, p + "self_attn.k_proj.weight": k,
+                  p + "self_attn.v_proj.weight": v,
+                  p + "self_attn.o_proj.weight": b.attn.c_proj.weight,
+                  p + "mlp.up_proj.weight": b.mlp.c_fc.weight,
+                  p + "mlp.down_proj.weight": b.mlp.c_proj.weight})
+        for kind in ("weight", "bias"):
+            t[p + "input_layernorm." + kind] = getattr(b.ln_1, kind)
+            t[p + "post_attention_layernorm." + kind] = getattr(b.ln_2, kind)
+    save_safetensors(os.path.join(directory, "model.safetensors"), t)
+    config = {"architectures": ["NemotronForCausalLM"], "model_type": "nemotron",
+              "hidden_size": CFG["d_model"], "intermediate_size": 4 * CFG["d_model"],
+              "num_hidden_layers": CFG["n_layer"], "num_attention_heads": CFG["n_head"],
+              "num_key_value_heads": model.kv_heads, "head_dim": model.D,
+              "hidden_act": "relu2", "vocab_size": CFG["vocab_size"],
+              "max_position_embeddings": CFG["seq_len"], "norm_eps": 1e-5,
+              "rope_theta": ROPE_THETA, "partial_rotary_factor": model.rope_dim / model.D,
+              "attention_bias": False, "mlp_bias": False, "attention_dropout": 0.0,
               "tie_word_embeddings": False}
     with open(os.path.join(directory, "config.json"), "w") as f:
         json.dump(config, f)
@@ -2210,6 +2254,15 @@ def main():
     starcoder2 = Gpt(CFG, ROPE_THETA, rms_norm=False, bias=True, tie=False,
                      kv_heads=LLAMA_KV_HEADS, window=MISTRAL_WINDOW)
     record_family(starcoder2, "starcoder2", save_hf_starcoder2, out, x, y, ref)
+    # Nemotron-4's (Minitron's): the sequential block, LayerNorm1P (scale by
+    # 1 + weight, and shift), a squared-ReLU MLP of 4C, heads of 12 over 2
+    # key/value heads with half of each turned, no linear biases, an untied
+    # head; step 0 and a greedy continuation, from a NemotronForCausalLM
+    # directory.
+    nemotron = Gpt(CFG, ROPE_THETA, bias=False, tie=False, kv_heads=LLAMA_KV_HEADS,
+                   head_dim=QWEN3_HEAD_DIM, rope_dim=QWEN3_HEAD_DIM // 2, norm_offset=True,
+                   relu2=True)
+    record_family(nemotron, "nemotron", save_hf_nemotron, out, x, y, ref)
     # Cohere's: LLaMA's attention and SwiGLU MLP in parallel on one
     # LayerNorm without a bias, q and k turned in interleaved pairs, grouped
     # key/value heads, a tied head, the logits times 0.25; step 0 and a

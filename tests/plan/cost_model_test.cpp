@@ -7,6 +7,7 @@
 #include "triad/autograd/engine.h"
 #include "triad/core/allocator.h"
 #include "triad/core/error.h"
+#include "triad/io/hf_export.h"
 #include "triad/nn/gpt.h"
 #include "triad/ops.h"
 #include "triad/optim/adamw.h"
@@ -1625,6 +1626,14 @@ TEST(PlannerFiles, ClusterAndModelFilesAreValidated) {
       load_model_spec(std::string(TRIAD_SOURCE_DIR) + "/configs/models/gptj_6b.yaml");
   EXPECT_TRUE(gptj.mlp_bias);
   EXPECT_EQ(gptj.num_parameters(), 6'050'882'784);
+  // Nemotron-4 15B: LayerNorm1P, squared ReLU, half of each head turned,
+  // untied: its count, and Hugging Face's class for it.
+  const nn::GptConfig nemotron =
+      load_model_spec(std::string(TRIAD_SOURCE_DIR) + "/configs/models/nemotron4_15b.yaml");
+  EXPECT_EQ(nemotron.activation, nn::Activation::Relu2);
+  EXPECT_TRUE(nemotron.norm_weight_offset);
+  EXPECT_EQ(nemotron.num_parameters(), 15'628'775'424);
+  EXPECT_STREQ(io::hf_model_type(nemotron), "nemotron");
   // Mixtral 8x7B: the published parameter count, and the count a token
   // uses (two of eight experts); priced, a mixture holds its experts'
   // weights but computes two experts' FLOPs a token, so against the dense

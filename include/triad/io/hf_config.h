@@ -53,6 +53,13 @@ namespace triad::io {
 // Starcoder2ForCausalLM ("starcoder2": the sequential block with rope,
 // LayerNorm of norm_epsilon, an ungated GELU MLP, use_bias's biases on
 // every linear layer, Mistral's window);
+// NemotronForCausalLM ("nemotron", Nemotron-4's and Minitron's: the
+// sequential block with partial_rotary_factor of each head turned, a half
+// by default, LayerNorm1P of norm_eps as a LayerNorm with
+// model.norm_weight_offset, an ungated MLP of hidden_act "relu2" as
+// model.activation relu2, attention_bias with mlp_bias as
+// model.linear_bias, mlp_bias alone as model.mlp_bias, an untied head by
+// default);
 // GPTNeoXForCausalLM ("gpt_neox", Pythia's: rotary_pct's partial rotation
 // as model.rope_dim, rotary_emb_base, use_parallel_residual as
 // model.parallel_residual, hidden_act "gelu" as model.activation gelu_erf,
