@@ -1312,6 +1312,14 @@ nn::GptConfig gpt_config_from_hf(const std::string& json_text, const std::string
         "deepseek_v2, deepseek_v3, kimi_k2, minimax_m2, helium, seed_oss, exaone4, "
         "gpt_neox, starcoder2, nemotron, phi, falcon, gptj, codegen or gpt2)");
   }
+  // initializer_range: the std a run from scratch draws the weights with
+  // (model.init_std; Triad's residual projections still start
+  // 1 / sqrt(2 n_layer) of it).
+  if (k.has("initializer_range")) {
+    c.init_std = k.number("initializer_range", c.init_std);
+    if (!(c.init_std > 0.0) || !std::isfinite(c.init_std))
+      k.bad("initializer_range", "must be a positive number");
+  }
   // (An export writes the class it came from; Kimi K2's is DeepSeek-V3's.)
   c.hf_type = type == "kimi_k2" ? "deepseek_v3" : type;
   try {

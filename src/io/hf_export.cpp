@@ -1666,6 +1666,7 @@ std::string hf_config_json(const nn::GptConfig& c, const std::string& torch_dtyp
   }
   j["vocab_size"] = c.vocab_size;
   j["tie_word_embeddings"] = c.tie_embeddings;
+  j["initializer_range"] = c.init_std;
   j["torch_dtype"] = torch_dtype;
   return j.dump(2) + "\n";
 }

@@ -330,6 +330,10 @@ void GptConfig::validate() const {
     throw ConfigError("model.norm_eps (" + std::to_string(layer_norm_eps) +
                       ") must be a positive number");
   }
+  if (!(init_std > 0.0) || !std::isfinite(init_std)) {
+    throw ConfigError("model.init_std (" + std::to_string(init_std) +
+                      ") must be a positive number (the weights' initial std)");
+  }
   if (!(embedding_multiplier > 0.0) || !std::isfinite(embedding_multiplier)) {
     throw ConfigError("model.embedding_multiplier (" + std::to_string(embedding_multiplier) +
                       ") must be a positive number");
@@ -938,7 +942,7 @@ InitRule gpt_init_rule(const std::string& name, const Shape& full_shape, const G
     // Unit variance in, about unit variance out: A x has x's scale.
     return InitRule::normal(1.0 / std::sqrt(static_cast<double>(full_shape.at(1))));
   }
-  return gpt2_init_rule(name, cfg.n_layer, cfg.norm_weight_offset);
+  return gpt2_init_rule(name, cfg.n_layer, cfg.norm_weight_offset, cfg.init_std);
 }
 
 Tensor merge_lora(const Tensor& weight, const Tensor& lora_a, const Tensor& lora_b, double factor) {

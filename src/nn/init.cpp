@@ -20,7 +20,8 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 }
 }  // namespace
 
-InitRule gpt2_init_rule(const std::string& name, int64_t n_layer, bool norm_weight_offset) {
+InitRule gpt2_init_rule(const std::string& name, int64_t n_layer, bool norm_weight_offset,
+                        double std) {
   // Norms' weights start at one (zero when they scale by 1 + weight): the
   // blocks' ln_1 and ln_2, ln_f, and the query/key norms (attn.q_norm,
   // attn.k_norm).
@@ -28,9 +29,9 @@ InitRule gpt2_init_rule(const std::string& name, int64_t n_layer, bool norm_weig
   if (ends_with(name, ".bias")) return InitRule::constant(0.0);
   if (is_ln) return InitRule::constant(norm_weight_offset ? 0.0 : 1.0);
   if (ends_with(name, "c_proj.weight")) {
-    return InitRule::normal(0.02 / std::sqrt(2.0 * static_cast<double>(n_layer)));
+    return InitRule::normal(std / std::sqrt(2.0 * static_cast<double>(n_layer)));
   }
-  return InitRule::normal(0.02);
+  return InitRule::normal(std);
 }
 
 }  // namespace triad::nn

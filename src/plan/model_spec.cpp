@@ -90,6 +90,8 @@ nn::GptConfig parse_model_spec(const std::string& yaml_text, const std::string& 
          [&](const YAML::Node& v) { c.embedding_multiplier = v.as<double>(); });
   option("norm_weight_offset", "true or false",
          [&](const YAML::Node& v) { c.norm_weight_offset = v.as<bool>(); });
+  option("init_std", "a positive number",
+         [&](const YAML::Node& v) { c.init_std = v.as<double>(); });
   option("norm_affine", "true or false",
          [&](const YAML::Node& v) { c.norm_affine = v.as<bool>(); });
   option("norm_bias", "true or false", [&](const YAML::Node& v) { c.norm_bias = v.as<bool>(); });
@@ -264,6 +266,7 @@ nn::GptConfig parse_model_spec(const std::string& yaml_text, const std::string& 
                                                  "tie_embeddings",
                                                  "embedding_multiplier",
                                                  "norm_weight_offset",
+                                                 "init_std",
                                                  "norm_affine",
                                                  "norm_bias",
                                                  "clip_qkv",

@@ -1010,6 +1010,7 @@ Config parse_config(const std::string& yaml_text, const std::vector<std::string>
        {false, [&](auto& v, auto& k) { m.embedding_multiplier = get_double(v, k); }}},
       {"norm_weight_offset",
        {false, [&](auto& v, auto& k) { m.norm_weight_offset = get_bool(v, k); }}},
+      {"init_std", {false, [&](auto& v, auto& k) { m.init_std = get_double(v, k); }}},
       {"norm_affine", {false, [&](auto& v, auto& k) { m.norm_affine = get_bool(v, k); }}},
       {"norm_bias", {false, [&](auto& v, auto& k) { m.norm_bias = get_bool(v, k); }}},
       {"clip_qkv", {false, [&](auto& v, auto& k) { m.clip_qkv = get_double(v, k); }}},
@@ -1643,6 +1644,7 @@ std::string to_yaml(const Config& c) {
   if (c.model.embedding_multiplier != 1.0)
     e << YAML::Key << "embedding_multiplier" << YAML::Value << c.model.embedding_multiplier;
   if (c.model.norm_weight_offset) e << YAML::Key << "norm_weight_offset" << YAML::Value << true;
+  if (c.model.init_std != 0.02) e << YAML::Key << "init_std" << YAML::Value << c.model.init_std;
   if (!c.model.norm_affine) e << YAML::Key << "norm_affine" << YAML::Value << false;
   if (!c.model.norm_bias) e << YAML::Key << "norm_bias" << YAML::Value << false;
   if (c.model.clip_qkv > 0) e << YAML::Key << "clip_qkv" << YAML::Value << c.model.clip_qkv;

@@ -1893,7 +1893,9 @@ TEST(HfConfig, NemotronConfigIsMinitrons) {
   EXPECT_FALSE(c.parallel_residual);
   EXPECT_FALSE(c.tie_embeddings);
   EXPECT_EQ(c.num_parameters(), 4'190'509'056);
+  EXPECT_EQ(c.init_std, 0.0134);  // its initializer_range
   EXPECT_EQ(std::string(hf_architecture(c)), "NemotronForCausalLM");
+  EXPECT_EQ(nlohmann::json::parse(hf_config_json(c)).at("initializer_range"), 0.0134);
   // Minitron-8B-Base: 48 query heads of 128 on a 4096-wide stream.
   std::string eight = minitron;
   for (const auto& [key, value] : std::vector<std::pair<std::string, std::string>>{
@@ -1930,6 +1932,10 @@ TEST(HfConfig, NemotronConfigIsMinitrons) {
             std::string::npos);
   EXPECT_NE(error_of(edited(minitron, "hidden_act", "\"silu\""))
                 .find("'hidden_act' (\"silu\"): expected relu2 (squared ReLU)"),
+            std::string::npos);
+  EXPECT_EQ(gpt_config_from_hf(without(minitron, "initializer_range"), "m").init_std, 0.02);
+  EXPECT_NE(error_of(edited(minitron, "initializer_range", "0"))
+                .find("'initializer_range' (0) must be a positive number"),
             std::string::npos);
   EXPECT_NE(error_of(edited(minitron, "partial_rotary_factor", "0"))
                 .find("'partial_rotary_factor' (0) must be a share of the head in (0, 1]"),

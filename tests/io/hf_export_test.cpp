@@ -143,6 +143,7 @@ void expect_same_model(const nn::GptConfig& a, const nn::GptConfig& b) {
     EXPECT_DOUBLE_EQ(a.rope_theta, b.rope_theta);
   }
   EXPECT_EQ(a.moe, b.moe);
+  EXPECT_EQ(a.init_std, b.init_std);
   EXPECT_EQ(a.num_parameters(), b.num_parameters());
 }
 
@@ -323,6 +324,7 @@ TEST(HfExport, LlamaAndGpt2RoundTrip) {
   nemotron.layer_norm_eps = 1e-5;
   nemotron.activation = nn::Activation::Relu2;
   nemotron.rope_dim = 2;
+  nemotron.init_std = 0.0134;  // (initializer_range, Nemotron-4's)
   nn::GptConfig nemotron_biased = nemotron;
   nemotron_biased.linear_bias = true;
   nemotron_biased.head_size = 8;

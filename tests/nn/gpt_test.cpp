@@ -117,6 +117,33 @@ TEST(Gpt, InitialisationDependsOnSeedNameAndShapeOnly) {
   EXPECT_NEAR(std::sqrt(ss / proj.size()), 0.02 / std::sqrt(4.0), 0.003);
 }
 
+// model.init_std scales every drawn weight (the residual projections'
+// 1 / sqrt(2 n_layer) of it) and nothing else: the same draws times
+// 0.006 / 0.02, the norms and biases their constants.
+TEST(Gpt, InitStdScalesEveryDrawnWeight) {
+  GptConfig small = tiny(2);
+  small.init_std = 0.006;
+  const Gpt a(tiny(2), 5), b(small, 5);
+  const auto sa = a.state_dict(), sb = b.state_dict();
+  for (const auto& [name, t] : sa) {
+    SCOPED_TRACE(name);
+    const std::vector<double> x = to_double_vector(t), y = to_double_vector(sb.at(name));
+    ASSERT_EQ(x.size(), y.size());
+    const bool drawn = name.find("ln_") == std::string::npos && !name.ends_with("_norm.weight") &&
+                       !name.ends_with(".bias");
+    for (size_t i = 0; i < x.size(); ++i)  // (f32 draws: relative to each)
+      EXPECT_NEAR(y[i], drawn ? x[i] * 0.3 : x[i], 1e-6 * std::abs(x[i]));
+  }
+  const auto wte = to_double_vector(sb.at("wte.weight"));
+  double ss = 0;
+  for (double v : wte) ss += v * v;
+  EXPECT_NEAR(std::sqrt(ss / static_cast<double>(wte.size())), 0.006, 0.0006);
+  for (double bad : {0.0, -0.02, std::nan("")}) {
+    small.init_std = bad;
+    EXPECT_THROW(small.validate(), ConfigError) << bad;
+  }
+}
+
 // Init::None (a model about to load its weights) draws nothing: every
 // parameter is its layer's constant (zeros, a norm's ones), and once the
 // weights are loaded it is the model they came from.

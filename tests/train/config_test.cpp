@@ -1415,6 +1415,15 @@ TEST(Config, MlpActivationWidthAndNormalizationParseRoundTripAndAreChecked) {
   EXPECT_FALSE(plain.model.norm_weight_offset);
   expect_config_error(kValid, {"model.embedding_multiplier=0"},
                       "model.embedding_multiplier (0.000000) must be a positive number");
+  // The weights' initial std (Megatron-LM's --init-method-std), to its
+  // last digit through the run's config.yaml; 0.02 by default.
+  const Config small = parse_config(kValid, {"model.init_std=0.0134"});
+  EXPECT_EQ(small.model.init_std, 0.0134);
+  EXPECT_EQ(parse_config(to_yaml(small)).model.init_std, 0.0134);
+  EXPECT_EQ(plain.model.init_std, 0.02);
+  expect_config_error(kValid, {"model.init_std=-0.01"},
+                      "model.init_std (-0.010000) must be a positive number (the weights' "
+                      "initial std)");
   // Granite's residual multiplier and logit scale, to their last digit.
   const Config granite =
       parse_config(kValid, {"model.residual_multiplier=0.22", "model.logit_scale=0.0625"});

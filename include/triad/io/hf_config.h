@@ -69,7 +69,8 @@ namespace triad::io {
 // num_attention_heads, num_key_value_heads (absent: one per query head),
 // head_dim, intermediate_size, vocab_size, max_position_embeddings (as
 // seq_len), rope_theta, rope_scaling (llama3, linear, yarn), rms_norm_eps,
-// tie_word_embeddings, and the windows (sliding_window, layer_types).
+// tie_word_embeddings, initializer_range (as model.init_std), and the
+// windows (sliding_window, layer_types).
 // The model_type itself becomes model.hf_type (the class an export writes
 // back; "gemma3" as "gemma3_text").
 // What Triad does not implement (another RoPE scaling, biases in the

@@ -165,6 +165,14 @@ struct GptConfig {
   // same function, stored as Hugging Face stores Gemma's).
   double embedding_multiplier = 1.0;
   bool norm_weight_offset = false;
+  // The weights' initial scale (config key model.init_std; Megatron-LM's
+  // --init-method-std, Hugging Face's initializer_range): a run from
+  // scratch draws every weight but the norms' and the biases from
+  // normal(0, init_std), the residual projections (c_proj) from
+  // normal(0, init_std / sqrt(2 n_layer)), GPT-2's and Megatron-LM's
+  // scaled init. Large models start smaller (Nemotron-4's 0.0134,
+  // Megatron-Turing's 0.006).
+  double init_std = 0.02;
   // Granite's two scalars (config keys model.residual_multiplier and
   // model.logit_scale). Each sublayer's output (after its post-norm, if
   // any) is multiplied by residual_multiplier before it joins the residual

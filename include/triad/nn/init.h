@@ -24,9 +24,11 @@ struct InitRule {
 Tensor init_parameter(const std::string& name, const Shape& full_shape, const InitRule& rule,
                       uint64_t seed, DType dtype = DType::F32);
 
-// GPT-2's rule for a parameter name: LayerNorm weights 1, biases 0, residual
-// projections (attn.c_proj.weight, mlp.c_proj.weight) std 0.02/sqrt(2*n_layer),
-// every other weight std 0.02.
-InitRule gpt2_init_rule(const std::string& name, int64_t n_layer, bool norm_weight_offset = false);
+// GPT-2's rule for a parameter name: LayerNorm weights 1 (0 under
+// norm_weight_offset), biases 0, residual projections (attn.c_proj.weight,
+// mlp.c_proj.weight) std / sqrt(2 * n_layer), every other weight `std`
+// (GPT-2's 0.02 by default; model.init_std).
+InitRule gpt2_init_rule(const std::string& name, int64_t n_layer, bool norm_weight_offset = false,
+                        double std = 0.02);
 
 }  // namespace triad::nn
