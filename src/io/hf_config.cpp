@@ -283,8 +283,22 @@ nn::GptConfig llama_config(const Keys& k, const std::string& type) {
     c.attn_logit_softcap = cap("attn_logit_softcapping", 50.0);
     c.final_logit_softcap = cap("final_logit_softcapping", 30.0);
   }
-  if (!gemma && k.text("hidden_act", "silu") != "silu")
+  if (type == "arcee") {
+    // Arcee (AFM-4.5B): LLaMA's blocks with Nemotron's ungated MLP, up_proj
+    // and down_proj, of squared ReLU by default.
+    const std::string act = k.text("hidden_act", "relu2");
+    if (act == "relu2") {
+      c.activation = nn::Activation::Relu2;
+    } else if (act == "gelu" || act == "gelu_new" || act == "gelu_pytorch_tanh") {
+      c.activation = gelu_named(k, "hidden_act", "relu2");
+    } else {
+      k.unsupported("hidden_act",
+                    "expected relu2 (squared ReLU), gelu (exact), gelu_new or gelu_pytorch_tanh "
+                    "(tanh): Arcee's MLP is ungated");
+    }
+  } else if (!gemma && k.text("hidden_act", "silu") != "silu") {
     k.unsupported("hidden_act", "Triad's gated MLP is SwiGLU (silu)");
+  }
   // GLM (GLM-4-9B's "glm") and GLM-4 (0414's, GLM-Z1's "glm4"): LLaMA's
   // blocks with biases on q, k and v (attention_bias, o_proj has none),
   // partial_rotary_factor of each head (half by default) turned in
@@ -1268,7 +1282,7 @@ nn::GptConfig gpt_config_from_hf(const std::string& json_text, const std::string
   if (type == "llama" || type == "mistral" || type == "qwen2" || type == "qwen3" ||
       type == "gemma" || type == "gemma2" || type == "gemma3_text" || type == "phi3" ||
       type == "stablelm" || type == "granite" || type == "smollm3" || type == "glm" ||
-      type == "glm4" || type == "helium" || type == "seed_oss") {
+      type == "glm4" || type == "helium" || type == "seed_oss" || type == "arcee") {
     c = llama_config(k, type);
   } else if (type == "mixtral" || type == "qwen2_moe" || type == "qwen3_moe") {
     c = moe_config(k, type);
@@ -1309,7 +1323,7 @@ nn::GptConfig gpt_config_from_hf(const std::string& json_text, const std::string
         "' is not supported (llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe, gemma, "
         "gemma2, gemma3_text, gemma3, phi3, stablelm, olmo, olmo2, olmo3, olmoe, granite, "
         "granitemoe, granitemoeshared, cohere, cohere2, smollm3, glm, glm4, glm4_moe, dots1, "
-        "deepseek_v2, deepseek_v3, kimi_k2, minimax_m2, helium, seed_oss, exaone4, "
+        "deepseek_v2, deepseek_v3, kimi_k2, minimax_m2, helium, seed_oss, exaone4, arcee, "
         "gpt_neox, starcoder2, nemotron, phi, falcon, gptj, codegen or gpt2)");
   }
   // initializer_range: the std a run from scratch draws the weights with

@@ -194,7 +194,7 @@ std::string llama_misfit(const nn::GptConfig& c, const std::string& type) {
     add(c.rope_scaling.kind == RopeScaling::Kind::LongRope, "model.rope_scaling is longrope");
     if (type == "minimax_m2") add(!c.qk_norm_full, "model.qk_norm is not full");
   } else {
-    if (type == "helium" || type == "seed_oss")
+    if (type == "helium" || type == "seed_oss" || type == "arcee")
       add(c.sliding_window > 0, "model.sliding_window is set");
     add(c.rope_dim > 0,
         "model.rope_dim turns part of each head (only Phi-3, StableLM, GLM, GLM-4.5 and "
@@ -207,6 +207,10 @@ std::string llama_misfit(const nn::GptConfig& c, const std::string& type) {
         "model.embedding_multiplier is not sqrt(d_model)");
     add(!c.norm_weight_offset, "model.norm_weight_offset is false");
     if (!sandwich) add(c.sliding_window > 0, "model.sliding_window is set");
+  } else if (type == "arcee") {  // Nemotron's ungated MLP
+    add(c.gated_mlp(), "model.activation is not relu2, gelu or gelu_erf");
+    add(c.embedding_multiplier != 1.0, "model.embedding_multiplier is not 1");
+    add(c.norm_weight_offset, "model.norm_weight_offset is true");
   } else {
     add(c.activation != nn::Activation::SwiGlu, "model.activation is not swiglu");
     if (!granite) add(c.embedding_multiplier != 1.0, "model.embedding_multiplier is not 1");
@@ -278,7 +282,7 @@ std::string llama_misfit(const nn::GptConfig& c, const std::string& type) {
   // 2 its global ones (above).
   if (type == "llama" || type == "gemma" || type == "phi3" || stablelm || (olmo && !olmo3) ||
       olmo1 || granite || (cohere && !cohere2) || is_glm(type) || type == "helium" ||
-      type == "seed_oss" || type == "glm4_moe" || type == "minimax_m2") {
+      type == "seed_oss" || type == "glm4_moe" || type == "minimax_m2" || type == "arcee") {
     add(!c.full_attention_layers.empty(),
         "model.full_attention_layers exempts layers from the window");
   } else if (!sandwich && type != "smollm3" && !cohere2 && !olmo3 && !exaone4) {
@@ -987,6 +991,7 @@ const std::vector<std::string>& hf_model_types() {
                                               "helium",
                                               "seed_oss",
                                               "exaone4",
+                                              "arcee",
                                               "gpt_neox",
                                               "starcoder2",
                                               "nemotron",
@@ -1068,9 +1073,11 @@ void add_granite_departures(const nn::GptConfig& c, const std::string& type, Mis
 // layer), GraniteMoE's Granite's (renormalised, on every layer; an ungated
 // shared expert in GraniteMoeShared's); no other class holds a mixture.
 std::string misfit(const nn::GptConfig& c, const std::string& type) {
-  if (c.activation == nn::Activation::Relu2 && type != "nemotron") {
-    // (Nemotron's class alone holds it; the rest is beside the point.)
-    return "model.activation is relu2 (squared ReLU, NemotronForCausalLM's alone)";
+  if (c.activation == nn::Activation::Relu2 && type != "nemotron" && type != "arcee") {
+    // (Nemotron's and Arcee's classes alone hold it; the rest is beside
+    // the point.)
+    return "model.activation is relu2 (squared ReLU, NemotronForCausalLM's and "
+           "ArceeForCausalLM's alone)";
   }
   if (!holds_latent_attention(type) && c.latent_attention()) {
     // (Only DeepSeek's classes have latent attention; the rest is beside
@@ -1218,6 +1225,7 @@ const char* architecture_of(const std::string& type) {
          : type == "helium"           ? "HeliumForCausalLM"
          : type == "seed_oss"         ? "SeedOssForCausalLM"
          : type == "exaone4"          ? "Exaone4ForCausalLM"
+         : type == "arcee"            ? "ArceeForCausalLM"
          : type == "gpt_neox"         ? "GPTNeoXForCausalLM"
          : type == "starcoder2"       ? "Starcoder2ForCausalLM"
          : type == "nemotron"         ? "NemotronForCausalLM"
@@ -1301,7 +1309,8 @@ const char* hf_model_type(const nn::GptConfig& c) {
                     cohere2 = misfit(c, "cohere2"), smollm3 = misfit(c, "smollm3"),
                     glm = misfit(c, "glm"), glm4 = misfit(c, "glm4"), helium = misfit(c, "helium"),
                     seed_oss = misfit(c, "seed_oss"), exaone4 = misfit(c, "exaone4"),
-                    phi = misfit(c, "phi"), falcon = misfit(c, "falcon"), gptj = misfit(c, "gptj"),
+                    arcee = misfit(c, "arcee"), phi = misfit(c, "phi"),
+                    falcon = misfit(c, "falcon"), gptj = misfit(c, "gptj"),
                     codegen = misfit(c, "codegen"), gpt2 = misfit(c, "gpt2");
   throw NotSupportedError(
       "no Hugging Face class holds this model: LlamaForCausalLM needs rope, swiglu, rmsnorm, "
@@ -1349,6 +1358,9 @@ const char* hf_model_type(const nn::GptConfig& c) {
       "); Exaone4ForCausalLM OLMo 2's sublayer norms with query/key norms on each head and "
       "windows on any layers, the global ones without rope (here " +
       exaone4 +
+      "); ArceeForCausalLM LLaMA's with an ungated MLP of relu2, gelu or gelu_erf and no window "
+      "(here " +
+      arcee +
       "); GPTNeoXForCausalLM needs rope (on any share of each head), gelu or gelu_erf, "
       "layernorm, linear biases, a key/value head per query head and heads d_model / n_head "
       "wide (here " +
@@ -1418,6 +1430,10 @@ std::string hf_config_json(const nn::GptConfig& c, const std::string& torch_dtyp
     if (is_gemma(type)) {
       j["hidden_act"] = "gelu_pytorch_tanh";
       j["hidden_activation"] = "gelu_pytorch_tanh";
+    } else if (type == "arcee") {
+      j["hidden_act"] = c.activation == nn::Activation::Relu2     ? "relu2"
+                        : c.activation == nn::Activation::GeluErf ? "gelu"
+                                                                  : "gelu_pytorch_tanh";
     } else {
       j["hidden_act"] = "silu";
     }
@@ -1804,6 +1820,8 @@ std::map<std::string, Tensor> model_to_hf_part(const nn::StateDict& full, const 
     } else {
       if (is_glm(type)) {  // fused as Triad's c_fc: [gate | up]
         out[hf + "mlp.gate_up_proj.weight"] = at(full, p + "mlp.c_fc.weight");
+      } else if (!c.gated_mlp()) {  // Arcee's ungated MLP: c_fc is up_proj
+        out[hf + "mlp.up_proj.weight"] = at(full, p + "mlp.c_fc.weight");
       } else if (!phi3) {
         split_fc(at(full, p + "mlp.c_fc.weight"), F, hf + "mlp.gate_proj.weight",
                  hf + "mlp.up_proj.weight");

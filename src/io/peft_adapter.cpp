@@ -161,7 +161,7 @@ std::vector<Piece> pieces_of(const nn::GptConfig& c, int64_t i, const std::strin
     if (layer == "mlp.c_fc") return {{hf + "mlp.c_fc", 0, -1}};
     if (layer == "mlp.c_proj") return {{hf + "mlp.c_proj", 0, -1}};
   }
-  if (type == "nemotron" && layer == "mlp.c_fc")  // its ungated MLP: up_proj alone
+  if ((type == "nemotron" || type == "arcee") && layer == "mlp.c_fc")  // ungated: up_proj alone
     return {{hf + "mlp.up_proj", 0, -1}};
   if (type == "phi3") {  // fused as Triad's layers are
     if (layer == "attn.c_attn") return {{hf + "self_attn.qkv_proj", 0, -1}};

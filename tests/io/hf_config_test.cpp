@@ -1942,6 +1942,46 @@ TEST(HfConfig, NemotronConfigIsMinitrons) {
             std::string::npos);
 }
 
+// ArceeConfig's defaults written out (AFM-4.5B-Base's kind): LLaMA's blocks
+// with Nemotron's ungated squared-ReLU MLP (up_proj, down_proj), RMSNorm,
+// 32 heads of 80 over 8 key/value heads, an untied head. Its count by the
+// shapes: 2 x 32000 x 2560 (the embedding, the head) + 32 blocks of
+// 2560^2 x 2 (q, o) + 2560 x 640 x 2 (k, v) + 2 x 2560 x 18432 (up, down)
+// + 2 x 2560 (two norms) + 2560 (the final norm): 3,708,193,280. Another
+// activation than an ungated one is refused.
+TEST(HfConfig, ArceeConfigIsLlamasWithAnUngatedMlp) {
+  const std::string arcee = R"({
+    "architectures": ["ArceeForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
+    "bos_token_id": 128000, "eos_token_id": 128001, "head_dim": 80, "hidden_act": "relu2",
+    "hidden_size": 2560, "initializer_range": 0.02, "intermediate_size": 18432,
+    "max_position_embeddings": 4096, "mlp_bias": false, "model_type": "arcee",
+    "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 8,
+    "rms_norm_eps": 1e-05, "rope_scaling": null, "rope_theta": 10000.0,
+    "tie_word_embeddings": false, "torch_dtype": "bfloat16", "vocab_size": 32000})";
+  const nn::GptConfig c = gpt_config_from_hf(arcee, "AFM/config.json");
+  EXPECT_EQ(c.hf_type, "arcee");
+  EXPECT_EQ(c.activation, nn::Activation::Relu2);
+  EXPECT_EQ(c.ffn(), 18432);
+  EXPECT_TRUE(c.rms_norm());
+  EXPECT_FALSE(c.norm_weight_offset);
+  EXPECT_EQ(c.rope_dim, 0);
+  EXPECT_EQ(c.kv_heads(), 8);
+  EXPECT_FALSE(c.linear_bias);
+  EXPECT_FALSE(c.tie_embeddings);
+  EXPECT_EQ(c.num_parameters(), 3'708'193'280);
+  EXPECT_EQ(std::string(hf_architecture(c)), "ArceeForCausalLM");
+  EXPECT_EQ(gpt_config_from_hf(without(arcee, "hidden_act"), "m").activation,
+            nn::Activation::Relu2);
+  EXPECT_EQ(gpt_config_from_hf(edited(arcee, "hidden_act", "\"gelu\""), "m").activation,
+            nn::Activation::GeluErf);
+  EXPECT_NE(error_of(edited(arcee, "hidden_act", "\"silu\""))
+                .find("'hidden_act' (\"silu\"): expected relu2 (squared ReLU), gelu (exact), "
+                      "gelu_new or gelu_pytorch_tanh (tanh): Arcee's MLP is ungated"),
+            std::string::npos);
+  EXPECT_NE(error_of(edited(arcee, "mlp_bias", "true")).find("'mlp_bias' (true)"),
+            std::string::npos);
+}
+
 // granite-3.0-8b-base's config.json: LLaMA's blocks with Granite's four
 // multipliers (the token embeddings times 12, each sublayer's output times
 // 0.22, the scores times 1/128 in place of 1/sqrt(128), the logits over
@@ -2329,7 +2369,7 @@ TEST(HfConfig, WhatTriadDoesNotBuildIsNamed) {
                 "olmo, olmo2, olmo3, olmoe, granite, granitemoe, granitemoeshared, cohere, "
                 "cohere2, smollm3, glm, glm4, glm4_moe, dots1, deepseek_v2, deepseek_v3, kimi_k2, "
                 "minimax_m2, helium, seed_oss, "
-                "exaone4, gpt_neox, "
+                "exaone4, arcee, gpt_neox, "
                 "starcoder2, nemotron, "
                 "phi, "
                 "falcon, "

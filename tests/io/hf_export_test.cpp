@@ -333,6 +333,13 @@ TEST(HfExport, LlamaAndGpt2RoundTrip) {
   nemotron_gelu.mlp_bias = true;
   nemotron_gelu.activation = nn::Activation::GeluErf;
   nemotron_gelu.tie_embeddings = true;
+  // ArceeForCausalLM: LLaMA's blocks with that ungated MLP (F 24); and
+  // with the exact GELU and heads of their own width.
+  nn::GptConfig arcee = llama(false, 2);
+  arcee.activation = nn::Activation::Relu2;
+  nn::GptConfig arcee_gelu = arcee;
+  arcee_gelu.activation = nn::Activation::GeluErf;
+  arcee_gelu.head_size = 8;
   for (const nn::GptConfig& c : {llama(false, 2),
                                  llama(true, 0),
                                  llama(false, 1),
@@ -356,6 +363,8 @@ TEST(HfExport, LlamaAndGpt2RoundTrip) {
                                  nemotron,
                                  nemotron_biased,
                                  nemotron_gelu,
+                                 arcee,
+                                 arcee_gelu,
                                  phi2,
                                  falcon7,
                                  falcon40,
@@ -1785,7 +1794,7 @@ TEST(HfExport, TheModelsOwnClassIsPreferred) {
             "granitemoeshared, cohere, cohere2, smollm3, glm, glm4, glm4_moe, dots1, deepseek_v2, "
             "deepseek_v3, minimax_m2, "
             "helium, seed_oss, "
-            "exaone4, "
+            "exaone4, arcee, "
             "gpt_neox, "
             "starcoder2, nemotron, "
             "phi, falcon, gptj, codegen, gpt2, or auto)"),
@@ -1801,7 +1810,9 @@ TEST(HfExport, SquaredReluIsNemotronsAlone) {
   nn::GptConfig c = gpt2(true);
   EXPECT_EQ(std::string(hf_model_type(c)), "gpt2");
   c.activation = nn::Activation::Relu2;
-  const std::string why = "model.activation is relu2 (squared ReLU, NemotronForCausalLM's alone)";
+  const std::string why =
+      "model.activation is relu2 (squared ReLU, NemotronForCausalLM's and ArceeForCausalLM's "
+      "alone)";
   for (const char* type : {"gpt2", "gpt_neox", "falcon", "llama", "starcoder2", "phi", "gptj"}) {
     EXPECT_EQ(hf_misfit(c, type), why) << type;
   }

@@ -221,6 +221,10 @@ TEST(PeftAdapter, PhiFalconAndGptjModulesAreTheirClasses) {
   nemotron.norm_weight_offset = true;
   nemotron.activation = nn::Activation::Relu2;
   nemotron.rope_dim = 2;
+  nn::GptConfig arcee = falcon;  // LLaMA's blocks with that ungated MLP
+  arcee.parallel_residual = arcee.shared_norm = false;
+  arcee.normalization = nn::Normalization::RmsNorm;
+  arcee.activation = nn::Activation::Relu2;
   nn::GptConfig cohere = falcon;  // one norm without a bias, SwiGLU, grouped heads
   cohere.shared_norm = true;
   cohere.norm_bias = false;
@@ -249,6 +253,9 @@ TEST(PeftAdapter, PhiFalconAndGptjModulesAreTheirClasses) {
             starcoder2, "starcoder2",
             std::vector<std::string>{"q_proj", "k_proj", "v_proj", "o_proj", "c_fc", "c_proj"}},
         std::tuple{nemotron, "nemotron",
+                   std::vector<std::string>{"q_proj", "k_proj", "v_proj", "o_proj", "up_proj",
+                                            "down_proj"}},
+        std::tuple{arcee, "arcee",
                    std::vector<std::string>{"q_proj", "k_proj", "v_proj", "o_proj", "up_proj",
                                             "down_proj"}},
         std::tuple{cohere, "cohere",

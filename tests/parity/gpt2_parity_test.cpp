@@ -1565,6 +1565,22 @@ TEST_F(Gpt2Parity, NemotronDirectoryReadsAndExportsAsHuggingFacesNemotron) {
   EXPECT_GT(logits_away_under(plain, *model, ref_, "nemotron."), 1e-3);
 }
 
+// Arcee's blocks (AFM-4.5B's: LLaMA's with an ungated squared-ReLU MLP as
+// up_proj and down_proj) from an ArceeForCausalLM directory: logits, loss
+// and every gradient, greedy tokens through the key/value cache; exported
+// again, the same directory. Read as GELU's MLP, not the reference's logits.
+TEST_F(Gpt2Parity, ArceeDirectoryReadsAndExportsAsHuggingFacesArcee) {
+  const auto model = expect_family_matches("arcee", "arcee", ref_);
+  const nn::GptConfig& cfg = model->config();
+  EXPECT_EQ(cfg.activation, nn::Activation::Relu2);
+  EXPECT_TRUE(cfg.rms_norm());
+  EXPECT_EQ(cfg.rope_dim, 0);
+  EXPECT_EQ(cfg.ffn(), 4 * cfg.d_model);
+  nn::GptConfig gelu = cfg;
+  gelu.activation = nn::Activation::Gelu;
+  EXPECT_GT(logits_away_under(gelu, *model, ref_, "arcee."), 1e-3);
+}
+
 // OLMoE's blocks (pre-norms, the full query/key norms, 4 experts on every
 // layer of which each token takes 2, not renormalised) from an
 // OlmoeForCausalLM directory, trained with the router z-loss (its weight

@@ -993,6 +993,37 @@ def save_hf_nemotron(model, directory):
         json.dump(config, f)
 
 
+def save_hf_arcee(model, directory):
+    """An Arcee-style model (LLaMA's blocks with an ungated squared-ReLU MLP
+    of 4C) as an ArceeForCausalLM directory: LLaMA's names, the MLP's as
+    up_proj and down_proj."""
+    os.makedirs(directory, exist_ok=True)
+    Q, KV = model.c["n_head"] * model.D, model.kv_heads * model.D
+    t = {"model.embed_tokens.weight": model.wte.weight, "model.norm.weight": model.ln_f.weight,
+         "lm_head.weight": model.lm_head.weight}
+    for i, b in enumerate(model.h):
+        p = f"model.layers.{i}."
+        q, k, v = b.attn.c_attn.weight.split([Q, KV, KV], 0)
+        t.update({p + "self_attn.q_proj.weight": q, p + "self_attn.k_proj.weight": k,
+                  p + "self_attn.v_proj.weight": v,
+                  p + "self_attn.o_proj.weight": b.attn.c_proj.weight,
+                  p + "mlp.up_proj.weight": b.mlp.c_fc.weight,
+                  p + "mlp.down_proj.weight": b.mlp.c_proj.weight,
+                  p + "input_layernorm.weight": b.ln_1.weight,
+                  p + "post_attention_layernorm.weight": b.ln_2.weight})
+    save_safetensors(os.path.join(directory, "model.safetensors"), t)
+    config = {"architectures": ["ArceeForCausalLM"], "model_type": "arcee",
+              "hidden_size": CFG["d_model"], "intermediate_size": 4 * CFG["d_model"],
+              "num_hidden_layers": CFG["n_layer"], "num_attention_heads": CFG["n_head"],
+              "num_key_value_heads": model.kv_heads, "head_dim": model.D,
+              "hidden_act": "relu2", "vocab_size": CFG["vocab_size"],
+              "max_position_embeddings": CFG["seq_len"], "rms_norm_eps": 1e-5,
+              "rope_theta": ROPE_THETA, "rope_scaling": None, "attention_bias": False,
+              "mlp_bias": False, "tie_word_embeddings": False}
+    with open(os.path.join(directory, "config.json"), "w") as f:
+        json.dump(config, f)
+
+
 def save_hf_cohere(model, directory):
     """A Cohere-style model (LLaMA's sublayers in parallel on one LayerNorm
     without a bias, q and k turned in interleaved pairs, the logits scaled)
@@ -2263,6 +2294,13 @@ def main():
                    head_dim=QWEN3_HEAD_DIM, rope_dim=QWEN3_HEAD_DIM // 2, norm_offset=True,
                    relu2=True)
     record_family(nemotron, "nemotron", save_hf_nemotron, out, x, y, ref)
+    # Arcee's (AFM-4.5B's): LLaMA's blocks (RMSNorm, rope on whole heads, 2
+    # key/value heads, no biases, an untied head) with that ungated
+    # squared-ReLU MLP of 4C; step 0 and a greedy continuation, from an
+    # ArceeForCausalLM directory.
+    arcee = Gpt(CFG, ROPE_THETA, rms_norm=True, bias=False, tie=False,
+                kv_heads=LLAMA_KV_HEADS, relu2=True)
+    record_family(arcee, "arcee", save_hf_arcee, out, x, y, ref)
     # Cohere's: LLaMA's attention and SwiGLU MLP in parallel on one
     # LayerNorm without a bias, q and k turned in interleaved pairs, grouped
     # key/value heads, a tied head, the logits times 0.25; step 0 and a

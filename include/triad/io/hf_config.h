@@ -53,6 +53,8 @@ namespace triad::io {
 // Starcoder2ForCausalLM ("starcoder2": the sequential block with rope,
 // LayerNorm of norm_epsilon, an ungated GELU MLP, use_bias's biases on
 // every linear layer, Mistral's window);
+// ArceeForCausalLM ("arcee", AFM-4.5B: LLaMA's blocks with Nemotron's
+// ungated MLP, hidden_act "relu2" by default, as model.activation relu2);
 // NemotronForCausalLM ("nemotron", Nemotron-4's and Minitron's: the
 // sequential block with partial_rotary_factor of each head turned, a half
 // by default, LayerNorm1P of norm_eps as a LayerNorm with

@@ -40,7 +40,8 @@ namespace triad::io {
 //  - NemotronForCausalLM: rotary embeddings (on any share of each head) +
 //    an ungated MLP of squared ReLU (or GELU) + LayerNorms scaling by
 //    1 + weight (model.norm_weight_offset), biases on every linear layer,
-//    the MLP alone or none; the one class holding model.activation relu2;
+//    the MLP alone or none; ArceeForCausalLM: LLaMA's with that ungated
+//    MLP; the two classes holding model.activation relu2;
 //  - GPTNeoXForCausalLM: rotary embeddings (on any share of each head) +
 //    GELU (either form) + LayerNorm with biases on every linear layer,
 //    multi-head attention, and either residual wiring
@@ -62,7 +63,7 @@ bool hf_turns_interleaved(const std::string& type);
 // The model_type names an export can write (model.hf_type's values):
 // "llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text",
 // "phi3", "stablelm", "olmo", "olmo2", "granite", "cohere", "cohere2", "smollm3",
-// "gpt_neox", "starcoder2", "nemotron",
+// "arcee", "gpt_neox", "starcoder2", "nemotron",
 // "phi", "falcon",
 // "gptj", "codegen" and "gpt2" (and the mixtures
 // "mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "granitemoe",
