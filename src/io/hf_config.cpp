@@ -212,6 +212,21 @@ nn::Activation gelu_named(const Keys& k, const char* key, const char* otherwise)
   return nn::Activation::Gelu;
 }
 
+// Nemotron's ungated MLP's activation (its class's and Arcee's, of
+// `family`), by hidden_act: relu2 (squared ReLU, their default) or a GELU
+// form.
+nn::Activation ungated_activation(const Keys& k, const std::string& family) {
+  const std::string act = k.text("hidden_act", "relu2");
+  if (act == "relu2") return nn::Activation::Relu2;
+  if (act != "gelu" && act != "gelu_new" && act != "gelu_pytorch_tanh") {
+    k.unsupported("hidden_act",
+                  "expected relu2 (squared ReLU), gelu (exact), gelu_new or gelu_pytorch_tanh "
+                  "(tanh): " +
+                      family + "'s MLP is ungated");
+  }
+  return gelu_named(k, "hidden_act", "relu2");
+}
+
 // A partial rotation from the share of each head a file turns (`key`,
 // `otherwise` when absent): Hugging Face's int(head_dim * share)
 // dimensions as model.rope_dim, 0 for the whole head.
@@ -286,16 +301,7 @@ nn::GptConfig llama_config(const Keys& k, const std::string& type) {
   if (type == "arcee") {
     // Arcee (AFM-4.5B): LLaMA's blocks with Nemotron's ungated MLP, up_proj
     // and down_proj, of squared ReLU by default.
-    const std::string act = k.text("hidden_act", "relu2");
-    if (act == "relu2") {
-      c.activation = nn::Activation::Relu2;
-    } else if (act == "gelu" || act == "gelu_new" || act == "gelu_pytorch_tanh") {
-      c.activation = gelu_named(k, "hidden_act", "relu2");
-    } else {
-      k.unsupported("hidden_act",
-                    "expected relu2 (squared ReLU), gelu (exact), gelu_new or gelu_pytorch_tanh "
-                    "(tanh): Arcee's MLP is ungated");
-    }
+    c.activation = ungated_activation(k, "Arcee");
   } else if (!gemma && k.text("hidden_act", "silu") != "silu") {
     k.unsupported("hidden_act", "Triad's gated MLP is SwiGLU (silu)");
   }
@@ -994,16 +1000,7 @@ nn::GptConfig nemotron_config(const Keys& k) {
   c.layer_norm_eps = k.number("norm_eps", 1e-5);
   c.norm_weight_offset = true;
   c.tie_embeddings = k.boolean("tie_word_embeddings", false);
-  const std::string act = k.text("hidden_act", "relu2");
-  if (act == "relu2") {
-    c.activation = nn::Activation::Relu2;
-  } else if (act == "gelu" || act == "gelu_new" || act == "gelu_pytorch_tanh") {
-    c.activation = gelu_named(k, "hidden_act", "relu2");
-  } else {
-    k.unsupported("hidden_act",
-                  "expected relu2 (squared ReLU), gelu (exact), gelu_new or gelu_pytorch_tanh "
-                  "(tanh)");
-  }
+  c.activation = ungated_activation(k, "Nemotron");
   c.position_embedding = nn::PositionEmbedding::Rotary;
   c.rope_theta = k.number("rope_theta", 10000.0);
   if (k.has("rope_scaling")) c.rope_scaling = k.rope_scaling(static_cast<double>(c.seq_len));

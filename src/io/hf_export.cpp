@@ -384,6 +384,22 @@ std::string gptj_misfit(const nn::GptConfig& c) {
   return m.why;
 }
 
+// What the plain sequential rotary blocks (StarCoder2's, Nemotron's) lack:
+// query/key norms, an embedding multiplier, post-norms, soft caps, a score
+// scale other than the head's, a local RoPE base, and Phi-3's longrope.
+void add_later_departures(const nn::GptConfig& c, Misfit& m) {
+  m.add(c.qk_norm, "model.qk_norm is true");
+  m.add(c.embedding_multiplier != 1.0, "model.embedding_multiplier is not 1");
+  m.add(c.post_norms, "model.post_norms is true");
+  m.add(c.attn_logit_softcap > 0.0, "model.attn_logit_softcap is set");
+  m.add(c.final_logit_softcap > 0.0, "model.final_logit_softcap is set");
+  m.add(
+      c.query_pre_attn_scalar > 0.0 && c.query_pre_attn_scalar != static_cast<double>(c.head_dim()),
+      "model.query_pre_attn_scalar is not head_dim");
+  m.add(c.rope_local_theta > 0.0, "model.rope_local_theta is set");
+  m.add(c.rope_scaling.kind == RopeScaling::Kind::LongRope, "model.rope_scaling is longrope");
+}
+
 // Starcoder2ForCausalLM: the sequential block with rotary embeddings on
 // whole heads, LayerNorm, an ungated GELU (either form), biases on every
 // linear layer or none (the norms keep theirs), no head bias, any count of
@@ -401,17 +417,8 @@ std::string starcoder2_misfit(const nn::GptConfig& c) {
   m.add(!c.full_attention_layers.empty(),
         "model.full_attention_layers exempts layers from the window");
   m.add(c.heads_apart(), "model.head_dim is not d_model / n_head");
-  m.add(c.qk_norm, "model.qk_norm is true");
-  m.add(c.embedding_multiplier != 1.0, "model.embedding_multiplier is not 1");
   m.add(c.norm_weight_offset, "model.norm_weight_offset is true");
-  m.add(c.post_norms, "model.post_norms is true");
-  m.add(c.attn_logit_softcap > 0.0, "model.attn_logit_softcap is set");
-  m.add(c.final_logit_softcap > 0.0, "model.final_logit_softcap is set");
-  m.add(
-      c.query_pre_attn_scalar > 0.0 && c.query_pre_attn_scalar != static_cast<double>(c.head_dim()),
-      "model.query_pre_attn_scalar is not head_dim");
-  m.add(c.rope_local_theta > 0.0, "model.rope_local_theta is set");
-  m.add(c.rope_scaling.kind == RopeScaling::Kind::LongRope, "model.rope_scaling is longrope");
+  add_later_departures(c, m);
   return m.why;
 }
 
@@ -432,16 +439,7 @@ std::string nemotron_misfit(const nn::GptConfig& c) {
   m.add(c.head_bias, "model.head_bias is true");
   m.add(c.parallel_residual, "model.parallel_residual is true");
   m.add(c.sliding_window > 0, "model.sliding_window is set");
-  m.add(c.qk_norm, "model.qk_norm is true");
-  m.add(c.embedding_multiplier != 1.0, "model.embedding_multiplier is not 1");
-  m.add(c.post_norms, "model.post_norms is true");
-  m.add(c.attn_logit_softcap > 0.0, "model.attn_logit_softcap is set");
-  m.add(c.final_logit_softcap > 0.0, "model.final_logit_softcap is set");
-  m.add(
-      c.query_pre_attn_scalar > 0.0 && c.query_pre_attn_scalar != static_cast<double>(c.head_dim()),
-      "model.query_pre_attn_scalar is not head_dim");
-  m.add(c.rope_local_theta > 0.0, "model.rope_local_theta is set");
-  m.add(c.rope_scaling.kind == RopeScaling::Kind::LongRope, "model.rope_scaling is longrope");
+  add_later_departures(c, m);
   return m.why;
 }
 

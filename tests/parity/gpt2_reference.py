@@ -958,6 +958,17 @@ def save_hf_starcoder2(model, directory):
         json.dump(config, f)
 
 
+def ungated_block_projections(model, b, p):
+    """Block b's q, k, v and o projections under LLaMA's names at prefix p
+    and its ungated MLP as Nemotron's up_proj and down_proj, each (out, in)."""
+    Q, KV = model.c["n_head"] * model.D, model.kv_heads * model.D
+    q, k, v = b.attn.c_attn.weight.split([Q, KV, KV], 0)
+    return {p + "self_attn.q_proj.weight": q, p + "self_attn.k_proj.weight": k,
+            p + "self_attn.v_proj.weight": v, p + "self_attn.o_proj.weight": b.attn.c_proj.weight,
+            p + "mlp.up_proj.weight": b.mlp.c_fc.weight,
+            p + "mlp.down_proj.weight": b.mlp.c_proj.weight}
+
+
 def save_hf_nemotron(model, directory):
     """A Nemotron-style model (the sequential block, LayerNorm1P, a
     squared-ReLU MLP of 4C, part of each head turned, grouped key/value
@@ -965,17 +976,11 @@ def save_hf_nemotron(model, directory):
     attention names, the MLP's as up_proj and down_proj, the norms'
     weights (around 0) and biases."""
     os.makedirs(directory, exist_ok=True)
-    Q, KV = model.c["n_head"] * model.D, model.kv_heads * model.D
     t = {"model.embed_tokens.weight": model.wte.weight, "model.norm.weight": model.ln_f.weight,
          "model.norm.bias": model.ln_f.bias, "lm_head.weight": model.lm_head.weight}
     for i, b in enumerate(model.h):
         p = f"model.layers.{i}."
-        q, k, v = b.attn.c_attn.weight.split([Q, KV, KV], 0)
-        t.update({p + "self_attn.q_proj.weight": q, p + "self_attn.k_proj.weight": k,
-                  p + "self_attn.v_proj.weight": v,
-                  p + "self_attn.o_proj.weight": b.attn.c_proj.weight,
-                  p + "mlp.up_proj.weight": b.mlp.c_fc.weight,
-                  p + "mlp.down_proj.weight": b.mlp.c_proj.weight})
+        t.update(ungated_block_projections(model, b, p))
         for kind in ("weight", "bias"):
             t[p + "input_layernorm." + kind] = getattr(b.ln_1, kind)
             t[p + "post_attention_layernorm." + kind] = getattr(b.ln_2, kind)
@@ -998,18 +1003,12 @@ def save_hf_arcee(model, directory):
     of 4C) as an ArceeForCausalLM directory: LLaMA's names, the MLP's as
     up_proj and down_proj."""
     os.makedirs(directory, exist_ok=True)
-    Q, KV = model.c["n_head"] * model.D, model.kv_heads * model.D
     t = {"model.embed_tokens.weight": model.wte.weight, "model.norm.weight": model.ln_f.weight,
          "lm_head.weight": model.lm_head.weight}
     for i, b in enumerate(model.h):
         p = f"model.layers.{i}."
-        q, k, v = b.attn.c_attn.weight.split([Q, KV, KV], 0)
-        t.update({p + "self_attn.q_proj.weight": q, p + "self_attn.k_proj.weight": k,
-                  p + "self_attn.v_proj.weight": v,
-                  p + "self_attn.o_proj.weight": b.attn.c_proj.weight,
-                  p + "mlp.up_proj.weight": b.mlp.c_fc.weight,
-                  p + "mlp.down_proj.weight": b.mlp.c_proj.weight,
-                  p + "input_layernorm.weight": b.ln_1.weight,
+        t.update(ungated_block_projections(model, b, p))
+        t.update({p + "input_layernorm.weight": b.ln_1.weight,
                   p + "post_attention_layernorm.weight": b.ln_2.weight})
     save_safetensors(os.path.join(directory, "model.safetensors"), t)
     config = {"architectures": ["ArceeForCausalLM"], "model_type": "arcee",
