@@ -798,35 +798,15 @@ std::map<std::string, Tensor> triad_to_gptj_part(const nn::StateDict& full, cons
   return out;
 }
 
-// StarCoder2's names for the tensors outside the blocks (block -1) or of
-// block `block`: LLaMA's attention (o_proj biased too), its ungated MLP as
-// mlp.c_fc and mlp.c_proj, LayerNorms with their biases.
-std::map<std::string, Tensor> triad_to_starcoder2_part(const nn::StateDict& full,
-                                                       const nn::GptConfig& c, int64_t block) {
-  std::map<std::string, Tensor> out;
-  if (block < 0) return outside_part(full, c, "model.embed_tokens", "model.norm", "lm_head");
-  const std::string p = "h." + std::to_string(block) + ".";
-  const std::string hf = "model.layers." + std::to_string(block) + ".";
-  for (const std::string kind : {".weight", ".bias"}) {
-    if (kind == ".bias" && !c.linear_bias) continue;
-    split_qkv(full, c, block, kind, hf + "self_attn.", out);
-    out[hf + "self_attn.o_proj" + kind] = at(full, p + "attn.c_proj" + kind);
-    out[hf + "mlp.c_fc" + kind] = at(full, p + "mlp.c_fc" + kind);
-    out[hf + "mlp.c_proj" + kind] = at(full, p + "mlp.c_proj" + kind);
-  }
-  for (const char* kind : {".weight", ".bias"}) {
-    out[hf + "input_layernorm" + kind] = at(full, p + "ln_1" + kind);
-    out[hf + "post_attention_layernorm" + kind] = at(full, p + "ln_2" + kind);
-  }
-  return out;
-}
-
-// Nemotron's names for the tensors outside the blocks (block -1) or of
-// block `block`: LLaMA's attention (o_proj biased too under
-// attention_bias), its ungated MLP as up_proj and down_proj, LayerNorm1P's
-// weights and biases.
-std::map<std::string, Tensor> triad_to_nemotron_part(const nn::StateDict& full,
-                                                     const nn::GptConfig& c, int64_t block) {
+// The plain sequential rotary blocks' names (StarCoder2's, Nemotron's) for
+// the tensors outside the blocks (block -1) or of block `block`: LLaMA's
+// attention (o_proj biased too, under model.linear_bias), the ungated MLP
+// as mlp.`fc` and mlp.`proj` (biased under either bias key), LayerNorms
+// with their biases.
+std::map<std::string, Tensor> sequential_rotary_part(const nn::StateDict& full,
+                                                     const nn::GptConfig& c, int64_t block,
+                                                     const std::string& fc,
+                                                     const std::string& proj) {
   std::map<std::string, Tensor> out;
   if (block < 0) return outside_part(full, c, "model.embed_tokens", "model.norm", "lm_head");
   const std::string p = "h." + std::to_string(block) + ".";
@@ -837,8 +817,8 @@ std::map<std::string, Tensor> triad_to_nemotron_part(const nn::StateDict& full,
       out[hf + "self_attn.o_proj" + kind] = at(full, p + "attn.c_proj" + kind);
     }
     if (kind == ".weight" || c.mlp_biases()) {
-      out[hf + "mlp.up_proj" + kind] = at(full, p + "mlp.c_fc" + kind);
-      out[hf + "mlp.down_proj" + kind] = at(full, p + "mlp.c_proj" + kind);
+      out[hf + "mlp." + fc + kind] = at(full, p + "mlp.c_fc" + kind);
+      out[hf + "mlp." + proj + kind] = at(full, p + "mlp.c_proj" + kind);
     }
     out[hf + "input_layernorm" + kind] = at(full, p + "ln_1" + kind);
     out[hf + "post_attention_layernorm" + kind] = at(full, p + "ln_2" + kind);
@@ -1752,8 +1732,10 @@ std::map<std::string, Tensor> model_to_hf_part(const nn::StateDict& full, const 
   if (type == "gpt_neox") return triad_to_neox_part(full, c, block);
   if (type == "phi") return triad_to_phi_part(full, c, block);
   if (type == "falcon") return triad_to_falcon_part(full, c, block);
-  if (type == "starcoder2") return triad_to_starcoder2_part(full, c, block);
-  if (type == "nemotron") return triad_to_nemotron_part(full, c, block);
+  // (StarCoder2's MLP keeps Triad's names; Nemotron's are up_proj and
+  // down_proj.)
+  if (type == "starcoder2") return sequential_rotary_part(full, c, block, "c_fc", "c_proj");
+  if (type == "nemotron") return sequential_rotary_part(full, c, block, "up_proj", "down_proj");
   if (type == "gptj" || type == "codegen")
     return triad_to_gptj_part(full, c, block, type == "codegen");
   const int64_t F = c.ffn();

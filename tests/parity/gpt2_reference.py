@@ -1011,16 +1011,9 @@ def save_hf_arcee(model, directory):
         t.update({p + "input_layernorm.weight": b.ln_1.weight,
                   p + "post_attention_layernorm.weight": b.ln_2.weight})
     save_safetensors(os.path.join(directory, "model.safetensors"), t)
-    config = {"architectures": ["ArceeForCausalLM"], "model_type": "arcee",
-              "hidden_size": CFG["d_model"], "intermediate_size": 4 * CFG["d_model"],
-              "num_hidden_layers": CFG["n_layer"], "num_attention_heads": CFG["n_head"],
-              "num_key_value_heads": model.kv_heads, "head_dim": model.D,
-              "hidden_act": "relu2", "vocab_size": CFG["vocab_size"],
-              "max_position_embeddings": CFG["seq_len"], "rms_norm_eps": 1e-5,
-              "rope_theta": ROPE_THETA, "rope_scaling": None, "attention_bias": False,
-              "mlp_bias": False, "tie_word_embeddings": False}
-    with open(os.path.join(directory, "config.json"), "w") as f:
-        json.dump(config, f)
+    write_llama_config(model, directory, "ArceeForCausalLM", "arcee",
+                       intermediate_size=4 * CFG["d_model"], hidden_act="relu2",
+                       rope_scaling=None, attention_bias=False, mlp_bias=False)
 
 
 def save_hf_cohere(model, directory):
