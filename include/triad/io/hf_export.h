@@ -50,9 +50,11 @@ namespace triad::io {
 //    with biases and multi-head attention.
 // The class is model.hf_type's when it holds the model (a Phi-3 read from
 // Hugging Face goes back as Phi-3, a Mistral without a window as Mistral),
-// else the first of the list that does; a partial rotation leaves Phi-3,
-// StableLM and GPT-NeoX. Another combination has no Hugging Face class to load it:
-// NotSupportedError naming what differs.
+// else the first of the list that does; a partial rotation leaves the
+// classes that turn part of each head (Phi-3, StableLM, GLM, GLM-4.5,
+// MiniMax-M2, Nemotron, GPT-NeoX, Phi, GPT-J, CodeGen). Another
+// combination has no Hugging Face class to load it: NotSupportedError
+// naming what differs.
 // One of hf_model_types().
 const char* hf_model_type(const nn::GptConfig& c);
 // The same class, or nullptr where none holds `c` (no error).
@@ -81,10 +83,9 @@ std::string hf_misfit(const nn::GptConfig& c, const std::string& type);
 // when that class cannot hold it, a NotSupportedError naming what keeps it
 // (triad-export --hf-type).
 nn::GptConfig exported_as(const nn::GptConfig& c, const std::string& type);
-// The class itself: "LlamaForCausalLM", "MistralForCausalLM",
-// "Qwen2ForCausalLM", "Qwen3ForCausalLM", "GemmaForCausalLM",
-// "Gemma2ForCausalLM", "Gemma3ForCausalLM", "Phi3ForCausalLM",
-// "StableLmForCausalLM", "GPTNeoXForCausalLM" or "GPT2LMHeadModel".
+// The class of hf_model_type(c)'s model_type, one for each of
+// hf_model_types(): "LlamaForCausalLM", "Qwen3ForCausalLM",
+// "NemotronForCausalLM", "GPT2LMHeadModel", ...
 const char* hf_architecture(const nn::GptConfig& c);
 
 // config.json's text for `c` (hf_model_type's class; gpt_config_from_hf
